@@ -1,0 +1,133 @@
+/*
+ * vlm-cli: command dispatch and small helpers shared by the commands.
+ */
+
+#define _GNU_SOURCE
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vlm_cli.h"
+
+
+/* one line per command; each is defined in src/cli/vlm_cli_<name>.c */
+static const vlm_cli_command_t  vlm_cli_commands[] = {
+    { NULL, NULL, NULL }
+};
+
+
+static void
+vlm_cli_usage(FILE *f)
+{
+    const vlm_cli_command_t  *c;
+
+    fprintf(f, "usage: vlm-cli COMMAND [OPTIONS]\n\ncommands:\n");
+
+    for (c = vlm_cli_commands; c->name != NULL; c++) {
+        fprintf(f, "  %s\n", c->usage);
+    }
+}
+
+
+int
+vlm_cli_fail(const char *fmt, ...)
+{
+    va_list  args;
+
+    fprintf(stderr, "vlm-cli: ");
+
+    va_start(args, fmt);
+    vfprintf(stderr, fmt, args);
+    va_end(args);
+
+    fputc('\n', stderr);
+
+    return 1;
+}
+
+
+const char *
+vlm_cli_opt_value(int argc, char **argv, int *i)
+{
+    if (*i + 1 >= argc) {
+        vlm_cli_fail("option %s needs a value", argv[*i]);
+        return NULL;
+    }
+
+    *i += 1;
+
+    return argv[*i];
+}
+
+
+char *
+vlm_cli_read_file(const char *path, size_t *len)
+{
+    long   size;
+    char  *buf;
+    FILE  *f;
+
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        return NULL;
+    }
+
+    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0
+        || fseek(f, 0, SEEK_SET) != 0)
+    {
+        fclose(f);
+        return NULL;
+    }
+
+    buf = malloc((size_t) size + 1);
+    if (buf == NULL) {
+        fclose(f);
+        return NULL;
+    }
+
+    if (fread(buf, 1, (size_t) size, f) != (size_t) size) {
+        free(buf);
+        fclose(f);
+        return NULL;
+    }
+
+    fclose(f);
+
+    buf[size] = '\0';
+
+    if (len != NULL) {
+        *len = (size_t) size;
+    }
+
+    return buf;
+}
+
+
+int
+main(int argc, char **argv)
+{
+    const vlm_cli_command_t  *c;
+
+    if (argc < 2) {
+        vlm_cli_usage(stderr);
+        return 2;
+    }
+
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        vlm_cli_usage(stdout);
+        return 0;
+    }
+
+    for (c = vlm_cli_commands; c->name != NULL; c++) {
+        if (strcmp(argv[1], c->name) == 0) {
+            return c->run(argc - 1, argv + 1);
+        }
+    }
+
+    vlm_cli_fail("unknown command \"%s\"", argv[1]);
+    vlm_cli_usage(stderr);
+
+    return 2;
+}
