@@ -135,6 +135,9 @@ $(MODULE): $(NGX_BUILD)/objs/Makefile $(MOD_SRCS)
 
 FORCE:
 
+# keep the objects of tests and benchmarks between runs
+.SECONDARY:
+
 unit: $(TESTS)
 	@$(ROOT)/scripts/run-unit $(TESTS)
 
