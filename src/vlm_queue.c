@@ -31,6 +31,7 @@ struct vlm_queue_header_s {
     uint64_t             off_slots;
     uint64_t             off_ring;
     uint64_t             off_bitmap;
+    uint64_t             off_metrics;
     uint64_t             off_arena;
 
     /* guards slot allocation, the ring's producers and the arena */
@@ -66,6 +67,7 @@ typedef struct {
     uint64_t  slots;
     uint64_t  ring;
     uint64_t  bitmap;
+    uint64_t  metrics;
     uint64_t  arena;
     uint64_t  size;
     uint32_t  n_blocks;
@@ -132,7 +134,10 @@ vlm_queue_layout(const vlm_queue_conf_t *conf, vlm_queue_layout_t *lay)
 
     lay->bitmap = off;
     off = vlm_align_up(off + (n_blocks + 63) / 64 * sizeof(uint64_t),
-                       conf->block_size);
+                       VLM_QUEUE_ALIGN);
+
+    lay->metrics = off;
+    off = vlm_align_up(off + sizeof(vlm_metrics_t), conf->block_size);
 
     lay->arena = off;
     lay->size = off + n_blocks * conf->block_size;
@@ -193,6 +198,7 @@ vlm_queue_create(vlm_queue_t *q, void *base, size_t size,
     hdr->off_slots = lay.slots;
     hdr->off_ring = lay.ring;
     hdr->off_bitmap = lay.bitmap;
+    hdr->off_metrics = lay.metrics;
     hdr->off_arena = lay.arena;
     hdr->engine_fd = -1;
 
@@ -276,6 +282,7 @@ vlm_queue_view(vlm_queue_t *q, void *base, size_t size)
     q->slots = (vlm_queue_slot_t *) (p + hdr->off_slots);
     q->ring = (_Atomic uint32_t *) (p + hdr->off_ring);
     q->bitmap = (uint64_t *) (p + hdr->off_bitmap);
+    q->metrics = (vlm_metrics_t *) (p + hdr->off_metrics);
     q->arena = p + hdr->off_arena;
     q->size = size;
 }
@@ -977,6 +984,7 @@ vlm_queue_stats(vlm_queue_t *q, vlm_queue_stats_t *st)
     st->cancelled = atomic_load(&hdr->cancelled);
     st->engine_restarts = atomic_load(&hdr->engine_restarts);
     st->engine_state = atomic_load(&hdr->engine_state);
+    st->engine_up = (st->engine_state == VLM_ENGINE_READY);
     st->engine_pid = atomic_load(&hdr->engine_pid);
     st->engine_heartbeat = atomic_load(&hdr->engine_heartbeat);
 }

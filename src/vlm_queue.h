@@ -9,6 +9,7 @@
  *   slots[]     fixed request slots: state machine, generation, request
  *               parameters, per-slot output ring
  *   submit ring slot indices in submission order (FIFO)
+ *   metrics     counters, histograms and pool gauges (vlm_metrics.h)
  *   arena       fixed-size blocks for prompt token ids and pixel values
  *
  * Nothing in the segment is a pointer: objects are named by slot index and
@@ -37,6 +38,7 @@
 #include <pthread.h>
 
 #include "vlm_common.h"
+#include "vlm_metrics.h"
 
 
 #define VLM_QUEUE_MAGIC           0x564c4d51u       /* "VLMQ" */
@@ -169,25 +171,7 @@ typedef struct {
 } vlm_queue_worker_t;
 
 
-typedef struct {
-    uint64_t  slots;
-    uint64_t  slots_used;
-    uint64_t  slots_peak;
-    uint64_t  slots_failed;
-    uint64_t  arena_bytes;
-    uint64_t  arena_used;
-    uint64_t  arena_peak;
-    uint64_t  arena_failed;
-    uint64_t  submitted;
-    uint64_t  finished;
-    uint64_t  cancelled;
-    uint64_t  queued;           /* SUBMITTED, not yet taken */
-    uint64_t  running;
-    uint64_t  engine_restarts;
-    uint32_t  engine_state;
-    int32_t   engine_pid;
-    uint64_t  engine_heartbeat; /* CLOCK_MONOTONIC ns */
-} vlm_queue_stats_t;
+
 
 
 typedef struct {
@@ -208,6 +192,7 @@ typedef struct {
     _Atomic uint32_t    *ring;
     uint64_t            *bitmap;
     unsigned char       *arena;
+    vlm_metrics_t       *metrics;
     size_t               size;
 } vlm_queue_t;
 

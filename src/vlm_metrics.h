@@ -1,0 +1,105 @@
+/*
+ * Counters, latency histograms and pool gauges that live in the shared
+ * queue segment, written by nginx workers and the engine with atomics and
+ * rendered in the Prometheus text exposition format for /metrics.
+ */
+
+#ifndef VLM_METRICS_H
+#define VLM_METRICS_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "vlm_common.h"
+
+
+#define VLM_HIST_BUCKETS     14
+#define VLM_METRICS_POOLS    16
+#define VLM_POOL_NAME_LEN    24
+#define VLM_STATUS_MIN       100
+#define VLM_STATUS_MAX       599
+
+
+typedef enum {
+    VLM_HIST_TTFT = 0,          /* submit -> first token */
+    VLM_HIST_ITL,               /* between two tokens of one request */
+    VLM_HIST_E2E,               /* request start -> last byte */
+    VLM_HIST_QUEUE,             /* submit -> taken by the engine */
+    VLM_HIST_PREPROCESS,        /* image decode + preprocess + tokenize */
+    VLM_HIST_N
+} vlm_hist_id_t;
+
+
+typedef struct {
+    _Atomic uint64_t  bucket[VLM_HIST_BUCKETS + 1];    /* last: +Inf */
+    _Atomic uint64_t  count;
+    _Atomic uint64_t  sum_ns;
+} vlm_hist_t;
+
+
+/* one memory pool, published by its owner (capacity fixed at start-up) */
+typedef struct {
+    char              name[VLM_POOL_NAME_LEN];
+    char              unit[8];                         /* bytes, slots... */
+    _Atomic uint64_t  capacity;
+    _Atomic uint64_t  used;
+    _Atomic uint64_t  peak;
+    _Atomic uint64_t  failures;
+} vlm_pool_gauge_t;
+
+
+typedef struct {
+    vlm_hist_t        hist[VLM_HIST_N];
+    _Atomic uint64_t  requests[VLM_STATUS_MAX - VLM_STATUS_MIN + 1];
+    _Atomic uint64_t  prompt_tokens;
+    _Atomic uint64_t  completion_tokens;
+    _Atomic uint64_t  images;
+    _Atomic uint64_t  engine_rss;
+    _Atomic uint32_t  n_pools;
+    vlm_pool_gauge_t  pools[VLM_METRICS_POOLS];
+} vlm_metrics_t;
+
+
+/* the queue's state, as vlm_queue_stats() reads it */
+typedef struct {
+    uint64_t  slots;
+    uint64_t  slots_used;
+    uint64_t  slots_peak;
+    uint64_t  slots_failed;
+    uint64_t  arena_bytes;
+    uint64_t  arena_used;
+    uint64_t  arena_peak;
+    uint64_t  arena_failed;
+    uint64_t  submitted;
+    uint64_t  finished;
+    uint64_t  cancelled;
+    uint64_t  queued;           /* SUBMITTED, not yet taken */
+    uint64_t  running;
+    uint64_t  engine_restarts;
+    uint32_t  engine_state;
+    uint32_t  engine_up;
+    int32_t   engine_pid;
+    uint64_t  engine_heartbeat; /* CLOCK_MONOTONIC ns */
+} vlm_queue_stats_t;
+
+
+void vlm_hist_observe(vlm_hist_t *h, uint64_t ns);
+void vlm_metrics_request(vlm_metrics_t *m, unsigned status);
+
+/*
+ * Finds or adds the gauge named name (the engine calls this once per pool
+ * at start-up, so a restarted engine reuses its rows); NULL when full.
+ */
+vlm_pool_gauge_t *vlm_metrics_pool(vlm_metrics_t *m, const char *name,
+    const char *unit, uint64_t capacity);
+void vlm_pool_gauge_add(vlm_pool_gauge_t *g, int64_t delta);
+
+/*
+ * Writes the exposition text into buf; returns the length it needs, which
+ * is more than cap when buf was too small (then call again, bigger).
+ */
+size_t vlm_metrics_render(const vlm_metrics_t *m,
+    const vlm_queue_stats_t *q, char *buf, size_t cap);
+
+
+#endif /* VLM_METRICS_H */
