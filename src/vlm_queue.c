@@ -42,6 +42,7 @@ struct vlm_queue_header_s {
     _Atomic uint64_t     engine_heartbeat;
     int32_t              engine_fd;
     _Atomic uint32_t     engine_signalled;
+    _Atomic uint64_t     engine_conf;   /* hash of the engine's settings */
 
     _Atomic uint64_t     ring_head;     /* engine: next to take */
     _Atomic uint64_t     ring_tail;     /* workers, under the lock */
@@ -708,6 +709,17 @@ vlm_queue_engine_state(vlm_queue_t *q, vlm_engine_state_t state, int32_t pid)
     atomic_store(&q->hdr->engine_pid, pid);
     atomic_store(&q->hdr->engine_state, state);
     vlm_queue_heartbeat(q);
+}
+
+
+uint64_t
+vlm_queue_engine_conf(vlm_queue_t *q, uint64_t conf)
+{
+    if (conf != 0) {
+        atomic_store(&q->hdr->engine_conf, conf);
+    }
+
+    return atomic_load(&q->hdr->engine_conf);
 }
 
 

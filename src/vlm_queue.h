@@ -228,6 +228,12 @@ void vlm_queue_engine_state(vlm_queue_t *q, vlm_engine_state_t state,
     int32_t pid);
 void vlm_queue_engine_rearm(vlm_queue_t *q);
 void vlm_queue_heartbeat(vlm_queue_t *q);
+
+/*
+ * The settings the running engine was started with (a hash), so that a
+ * reload with unchanged settings keeps it; conf 0 only reads.
+ */
+uint64_t vlm_queue_engine_conf(vlm_queue_t *q, uint64_t conf);
 uint32_t vlm_queue_take(vlm_queue_t *q);
 int vlm_queue_cancelled(vlm_queue_t *q, uint32_t slot);
 vlm_status_t vlm_queue_push_output(vlm_queue_t *q, uint32_t slot,
