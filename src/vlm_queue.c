@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 
 #include <errno.h>
+#include <signal.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,6 +44,7 @@ struct vlm_queue_header_s {
     int32_t              engine_fd;
     _Atomic uint32_t     engine_signalled;
     _Atomic uint64_t     engine_conf;   /* hash of the engine's settings */
+    _Atomic uint32_t     retired;       /* replaced by another segment */
 
     _Atomic uint64_t     ring_head;     /* engine: next to take */
     _Atomic uint64_t     ring_tail;     /* workers, under the lock */
@@ -679,6 +681,20 @@ vlm_queue_notify_engine(vlm_queue_t *q)
 }
 
 
+int
+vlm_queue_worker_fd(vlm_queue_t *q, uint32_t worker)
+{
+    return worker < q->hdr->n_workers ? q->workers[worker].fd : -1;
+}
+
+
+int
+vlm_queue_engine_fd(vlm_queue_t *q)
+{
+    return q->hdr->engine_fd;
+}
+
+
 void
 vlm_queue_worker_rearm(vlm_queue_t *q, uint32_t worker)
 {
@@ -925,6 +941,93 @@ vlm_queue_engine_lost(vlm_queue_t *q)
     vlm_queue_unlock(q);
 
     return n_failed;
+}
+
+
+/*
+ * A worker takes a notify record: a free one, or one whose owner died
+ * (whose requests it then cancels).  Records outnumber workers so that
+ * the workers of a reload can start while the old ones drain.
+ */
+int32_t
+vlm_queue_worker_claim(vlm_queue_t *q, int32_t pid)
+{
+    int32_t   owner;
+    uint32_t  i;
+
+    for (i = 0; i < q->hdr->n_workers; i++) {
+        owner = atomic_load(&q->workers[i].pid);
+
+        if (owner != 0 && (kill(owner, 0) == 0 || errno != ESRCH)) {
+            continue;
+        }
+
+        if (!atomic_compare_exchange_strong(&q->workers[i].pid, &owner,
+                                            pid))
+        {
+            continue;
+        }
+
+        if (owner != 0) {
+            vlm_queue_worker_lost(q, i);
+        }
+
+        atomic_store(&q->workers[i].signalled, 0);
+
+        return (int32_t) i;
+    }
+
+    return -1;
+}
+
+
+void
+vlm_queue_worker_release(vlm_queue_t *q, uint32_t worker)
+{
+    if (worker < q->hdr->n_workers) {
+        vlm_queue_worker_lost(q, worker);
+        atomic_store(&q->workers[worker].pid, 0);
+    }
+}
+
+
+/* frees what workers that died without releasing their record held */
+uint32_t
+vlm_queue_sweep_workers(vlm_queue_t *q)
+{
+    int32_t   owner;
+    uint32_t  i, n;
+
+    n = 0;
+
+    for (i = 0; i < q->hdr->n_workers; i++) {
+        owner = atomic_load(&q->workers[i].pid);
+
+        if (owner == 0 || kill(owner, 0) == 0 || errno != ESRCH) {
+            continue;
+        }
+
+        if (atomic_compare_exchange_strong(&q->workers[i].pid, &owner, 0)) {
+            n += vlm_queue_worker_lost(q, i);
+        }
+    }
+
+    return n;
+}
+
+
+void
+vlm_queue_retire(vlm_queue_t *q)
+{
+    atomic_store(&q->hdr->retired, 1);
+    vlm_queue_notify_engine(q);
+}
+
+
+int
+vlm_queue_retired(vlm_queue_t *q)
+{
+    return atomic_load(&q->hdr->retired) != 0;
 }
 
 

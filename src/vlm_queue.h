@@ -220,6 +220,9 @@ void vlm_queue_cancel(vlm_queue_t *q, uint32_t slot);
 void vlm_queue_free(vlm_queue_t *q, uint32_t slot);
 void vlm_queue_worker_set(vlm_queue_t *q, uint32_t worker, int fd,
     int32_t pid);
+int32_t vlm_queue_worker_claim(vlm_queue_t *q, int32_t pid);
+void vlm_queue_worker_release(vlm_queue_t *q, uint32_t worker);
+int vlm_queue_worker_fd(vlm_queue_t *q, uint32_t worker);
 void vlm_queue_worker_rearm(vlm_queue_t *q, uint32_t worker);
 
 /* engine side */
@@ -244,6 +247,10 @@ void vlm_queue_finish(vlm_queue_t *q, uint32_t slot,
 /* supervisor side (the nginx master) */
 uint32_t vlm_queue_engine_lost(vlm_queue_t *q);
 uint32_t vlm_queue_worker_lost(vlm_queue_t *q, uint32_t worker);
+uint32_t vlm_queue_sweep_workers(vlm_queue_t *q);
+void vlm_queue_retire(vlm_queue_t *q);
+int vlm_queue_retired(vlm_queue_t *q);
+int vlm_queue_engine_fd(vlm_queue_t *q);
 
 void vlm_queue_stats(vlm_queue_t *q, vlm_queue_stats_t *st);
 uint64_t vlm_queue_now(void);

@@ -613,6 +613,68 @@ test_worker_lost_releases_its_slots(void **state)
 }
 
 
+static void
+test_worker_records_are_claimed_and_reclaimed(void **state)
+{
+    int           status;
+    pid_t         dead;
+    int32_t       w0, w1, w2;
+    uint32_t      s;
+    vlm_error_t   err;
+    fixture_t    *f = *state;
+
+    /* the fixture's record 0 is given back first */
+    vlm_queue_worker_release(&f->q, 0);
+
+    /* a child claims a record, takes a slot and dies without releasing */
+    dead = fork();
+    assert_true(dead >= 0);
+
+    if (dead == 0) {
+        w0 = vlm_queue_worker_claim(&f->q, getpid());
+        if (w0 < 0 || vlm_queue_alloc(&f->q, (uint32_t) w0, getpid(), 4096,
+                                      &s, &err) != VLM_OK)
+        {
+            _exit(1);
+        }
+
+        _exit(0);
+    }
+
+    waitpid(dead, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+    /* two live claimants: one takes the free record, one the dead one's */
+    w1 = vlm_queue_worker_claim(&f->q, getpid());
+    assert_true(w1 >= 0);
+
+    w2 = vlm_queue_worker_claim(&f->q, getppid());
+    assert_true(w2 >= 0 && w2 != w1);
+
+    /* the dead worker's slot was freed by the claim */
+    assert_idle(&f->q);
+
+    /* no record left */
+    assert_int_equal(vlm_queue_worker_claim(&f->q, 1), -1);
+
+    vlm_queue_worker_release(&f->q, (uint32_t) w2);
+    assert_int_equal(vlm_queue_sweep_workers(&f->q), 0);
+    assert_int_equal(vlm_queue_worker_claim(&f->q, getppid()), w2);
+}
+
+
+static void
+test_retire_wakes_the_engine(void **state)
+{
+    fixture_t  *f = *state;
+
+    assert_false(vlm_queue_retired(&f->q));
+    vlm_queue_retire(&f->q);
+    assert_true(vlm_queue_retired(&f->q));
+    assert_int_equal(drain_eventfd(f->engine_fd), 1);
+}
+
+
 int
 main(void)
 {
@@ -632,6 +694,10 @@ main(void)
         cmocka_unit_test_setup_teardown(
             test_engine_crash_fails_running_keeps_queued, setup, teardown),
         cmocka_unit_test_setup_teardown(test_worker_lost_releases_its_slots,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_worker_records_are_claimed_and_reclaimed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retire_wakes_the_engine,
                                         setup, teardown),
     };
 
