@@ -839,7 +839,7 @@ vlm_queue_push_output(vlm_queue_t *q, uint32_t slot,
 
 
 void
-vlm_queue_finish(vlm_queue_t *q, uint32_t slot, vlm_finish_reason_t reason,
+vlm_queue_finish(vlm_queue_t *q, uint32_t slot, vlm_queue_finish_t reason,
     vlm_status_t status, const char *msg)
 {
     uint32_t           expected;
@@ -902,7 +902,7 @@ vlm_queue_engine_lost(vlm_queue_t *q)
             vlm_queue_release(q, i);
 
         } else if (state == VLM_SLOT_RUNNING) {
-            vlm_queue_finish(q, i, VLM_FINISH_ERROR, VLM_ERR_INTERNAL,
+            vlm_queue_finish(q, i, VLM_QUEUE_FINISH_ERROR, VLM_ERR_INTERNAL,
                              "the inference engine stopped unexpectedly");
             n_failed++;
         }

@@ -67,11 +67,11 @@ typedef enum {
 
 
 typedef enum {
-    VLM_FINISH_NONE = 0,
-    VLM_FINISH_STOP,            /* EOS, a stop token id or a stop string */
-    VLM_FINISH_LENGTH,          /* max_tokens or the context length */
-    VLM_FINISH_ERROR            /* see slot->error_status, error_msg */
-} vlm_finish_reason_t;
+    VLM_QUEUE_FINISH_NONE = 0,
+    VLM_QUEUE_FINISH_STOP,            /* EOS, a stop token id or a stop string */
+    VLM_QUEUE_FINISH_LENGTH,          /* max_tokens or the context length */
+    VLM_QUEUE_FINISH_ERROR            /* see slot->error_status, error_msg */
+} vlm_queue_finish_t;
 
 
 typedef enum {
@@ -149,7 +149,7 @@ typedef struct {
     uint64_t             t_finish;
 
     /* the result, written by the engine before FINISHED */
-    uint32_t             finish_reason; /* vlm_finish_reason_t */
+    uint32_t             finish_reason; /* vlm_queue_finish_t */
     uint32_t             n_completion;
     uint32_t             error_status;  /* vlm_status_t */
     char                 error_msg[VLM_QUEUE_ERR_LEN];
@@ -242,7 +242,7 @@ int vlm_queue_cancelled(vlm_queue_t *q, uint32_t slot);
 vlm_status_t vlm_queue_push_output(vlm_queue_t *q, uint32_t slot,
     const vlm_queue_out_t *rec, const char *text);
 void vlm_queue_finish(vlm_queue_t *q, uint32_t slot,
-    vlm_finish_reason_t reason, vlm_status_t status, const char *msg);
+    vlm_queue_finish_t reason, vlm_status_t status, const char *msg);
 
 /* supervisor side (the nginx master) */
 uint32_t vlm_queue_engine_lost(vlm_queue_t *q);

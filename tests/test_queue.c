@@ -254,12 +254,12 @@ test_take_is_fifo_and_cancel_frees_once(void **state)
     vlm_queue_stats(&f->q, &st);
     assert_int_equal(st.slots_used, 2);
 
-    vlm_queue_finish(&f->q, b, VLM_FINISH_STOP, VLM_OK, NULL);
+    vlm_queue_finish(&f->q, b, VLM_QUEUE_FINISH_STOP, VLM_OK, NULL);
     vlm_queue_stats(&f->q, &st);
     assert_int_equal(st.slots_used, 1);
 
     /* c finishes; its worker frees it */
-    vlm_queue_finish(&f->q, c, VLM_FINISH_LENGTH, VLM_OK, NULL);
+    vlm_queue_finish(&f->q, c, VLM_QUEUE_FINISH_LENGTH, VLM_OK, NULL);
     assert_int_equal(atomic_load(&vlm_queue_slot(&f->q, c)->state),
                      VLM_SLOT_FINISHED);
     assert_int_equal(drain_eventfd(f->worker_fd), 1);
@@ -341,7 +341,7 @@ test_output_ring_wraps_and_pushes_back(void **state)
     assert_int_equal(vlm_queue_push_output(&f->q, s, &rec, text),
                      VLM_ERR_INVALID);
 
-    vlm_queue_finish(&f->q, s, VLM_FINISH_STOP, VLM_OK, NULL);
+    vlm_queue_finish(&f->q, s, VLM_QUEUE_FINISH_STOP, VLM_OK, NULL);
     vlm_queue_free(&f->q, s);
     assert_idle(&f->q);
 }
@@ -372,7 +372,7 @@ test_worker_notification_is_edge_triggered(void **state)
     assert_int_equal(drain_eventfd(f->worker_fd), 1);
 
     vlm_queue_cancel(&f->q, s);
-    vlm_queue_finish(&f->q, s, VLM_FINISH_STOP, VLM_OK, NULL);
+    vlm_queue_finish(&f->q, s, VLM_QUEUE_FINISH_STOP, VLM_OK, NULL);
     assert_idle(&f->q);
 }
 
@@ -444,7 +444,7 @@ spawn_engine(fixture_t *f, int tokens, int hang)
             }
 
             vlm_queue_slot(&q, s)->n_completion = (uint32_t) i;
-            vlm_queue_finish(&q, s, VLM_FINISH_LENGTH, VLM_OK, NULL);
+            vlm_queue_finish(&q, s, VLM_QUEUE_FINISH_LENGTH, VLM_OK, NULL);
             served++;
         }
     }
@@ -519,7 +519,7 @@ test_processes_share_the_queue(void **state)
         assert_int_equal(worker_collect(f, s, out, sizeof(out)), 5);
         assert_string_equal(out, "t0 t1 t2 t3 t4 ");
         assert_int_equal(vlm_queue_slot(&f->q, s)->finish_reason,
-                         VLM_FINISH_LENGTH);
+                         VLM_QUEUE_FINISH_LENGTH);
         assert_int_equal(vlm_queue_slot(&f->q, s)->n_completion, 5);
 
         vlm_queue_free(&f->q, s);
@@ -567,7 +567,7 @@ test_engine_crash_fails_running_keeps_queued(void **state)
 
     /* the running request ends with an error after its one token */
     assert_int_equal(worker_collect(f, running, out, sizeof(out)), 1);
-    assert_int_equal(rs->finish_reason, VLM_FINISH_ERROR);
+    assert_int_equal(rs->finish_reason, VLM_QUEUE_FINISH_ERROR);
     assert_non_null(strstr(rs->error_msg, "engine"));
     vlm_queue_free(&f->q, running);
 
@@ -606,7 +606,7 @@ test_worker_lost_releases_its_slots(void **state)
 
     /* b is the engine's to free once it notices */
     assert_true(vlm_queue_cancelled(&f->q, b));
-    vlm_queue_finish(&f->q, b, VLM_FINISH_STOP, VLM_OK, NULL);
+    vlm_queue_finish(&f->q, b, VLM_QUEUE_FINISH_STOP, VLM_OK, NULL);
 
     vlm_queue_free(&f->q, c);
     assert_idle(&f->q);
