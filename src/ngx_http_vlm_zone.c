@@ -23,7 +23,6 @@ ngx_http_vlm_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     ssize_t               size;
     ngx_str_t            *value, name, s;
-    ngx_uint_t            i;
     ngx_shm_zone_t       *shm_zone;
     ngx_http_vlm_zone_t  *zone;
 
@@ -34,7 +33,6 @@ ngx_http_vlm_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     value = cf->args->elts;
 
     name = value[1];
-    size = 0;
 
     if (name.len == 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -42,41 +40,29 @@ ngx_http_vlm_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    for (i = 2; i < cf->args->nelts; i++) {
-
-        if (ngx_strncmp(value[i].data, "size=", 5) == 0) {
-
-            s.data = value[i].data + 5;
-            s.len = value[i].len - 5;
-
-            size = ngx_parse_size(&s);
-
-            if (size == NGX_ERROR) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "invalid zone size \"%V\"", &value[i]);
-                return NGX_CONF_ERROR;
-            }
-
-            if (size < (ssize_t) (8 * ngx_pagesize)) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "zone \"%V\" is too small: \"%V\", "
-                                   "at least %uzk", &name, &value[i],
-                                   8 * ngx_pagesize / 1024);
-                return NGX_CONF_ERROR;
-            }
-
-            continue;
-        }
-
+    if (ngx_strncmp(value[2].data, "size=", 5) != 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "invalid parameter \"%V\"", &value[i]);
+                           "invalid parameter \"%V\", expected "
+                           "\"size=<size>\"", &value[2]);
         return NGX_CONF_ERROR;
     }
 
-    if (size == 0) {
+    s.data = value[2].data + 5;
+    s.len = value[2].len - 5;
+
+    size = ngx_parse_size(&s);
+
+    if (size == NGX_ERROR) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"%V\" must have \"size\" parameter",
-                           &cmd->name);
+                           "invalid zone size \"%V\"", &value[2]);
+        return NGX_CONF_ERROR;
+    }
+
+    if (size < (ssize_t) (8 * ngx_pagesize)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "zone \"%V\" is too small: \"%V\", "
+                           "at least %uzk", &name, &value[2],
+                           8 * ngx_pagesize / 1024);
         return NGX_CONF_ERROR;
     }
 
