@@ -65,6 +65,8 @@ GET /health
 === TEST 3: vlm_model: a directory that does not exist
 --- http_config
     vlm_model $TEST_NGINX_MODELS/none;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -75,6 +77,8 @@ qr{\[emerg\] .*: vlm_model directory "[^"]+/none" is not accessible \(2: No such
 === TEST 4: vlm_model: a file, not a directory
 --- http_config
     vlm_model $TEST_NGINX_MODELS/file;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -85,6 +89,8 @@ qr{\[emerg\] .*: vlm_model "[^"]+/file" is not a directory in \S+nginx\.conf:\d+
 === TEST 5: vlm_model: a directory without config.json
 --- http_config
     vlm_model $TEST_NGINX_MODELS/empty;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -95,6 +101,8 @@ qr{\[emerg\] .*: vlm_model directory "[^"]+/empty" has no config.json \(2: No su
 === TEST 6: vlm_model: config.json is not a regular file
 --- http_config
     vlm_model $TEST_NGINX_MODELS/config-dir;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -105,6 +113,8 @@ qr{\[emerg\] .*: vlm_model "[^"]+/config-dir/config\.json" is not a regular file
 === TEST 7: vlm_model: an empty path
 --- http_config
     vlm_model "";
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -116,6 +126,8 @@ qr{\[emerg\] .*: "vlm_model" needs a model directory, not an empty path in \S+ng
 --- http_config
     vlm_model $TEST_NGINX_MODELS/good;
     vlm_model $TEST_NGINX_MODELS/good;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -150,6 +162,8 @@ GET /health
 === TEST 11: vlm_backend: an unknown backend
 --- http_config
     vlm_backend gpu;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -174,6 +188,8 @@ GET /health
 === TEST 13: vlm_engine_threads: zero
 --- http_config
     vlm_engine_threads 0;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -184,6 +200,8 @@ qr{\[emerg\] .*: "vlm_engine_threads" must be between 1 and 1024, not "0" in \S+
 === TEST 14: vlm_engine_threads: too many
 --- http_config
     vlm_engine_threads 1025;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -194,6 +212,8 @@ qr{\[emerg\] .*: "vlm_engine_threads" must be between 1 and 1024, not "1025" in 
 === TEST 15: vlm_engine_threads: not a number
 --- http_config
     vlm_engine_threads two;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -220,6 +240,8 @@ GET /health
 === TEST 17: vlm_thread_pool: a pool no thread_pool directive declares
 --- http_config
     vlm_thread_pool nosuch;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -233,6 +255,8 @@ qr{\[emerg\] .*: unknown thread pool "nosuch" in \S+nginx\.conf:\d+$}
 --- http_config
     vlm_thread_pool vlmpool;
     vlm_thread_pool vlmpool;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -257,6 +281,8 @@ GET /health
 === TEST 20: vlm_zone: a parameter other than size=
 --- http_config
     vlm_zone vlm bytes=1m;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -267,6 +293,8 @@ qr{\[emerg\] .*: invalid parameter "bytes=1m", expected "size=<size>" in \S+ngin
 === TEST 21: vlm_zone: a size that is not a size
 --- http_config
     vlm_zone vlm size=big;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -277,6 +305,8 @@ qr{\[emerg\] .*: invalid zone size "size=big" in \S+nginx\.conf:\d+$}
 === TEST 22: vlm_zone: too small
 --- http_config
     vlm_zone vlm size=4k;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -287,6 +317,8 @@ qr{\[emerg\] .*: zone "vlm" is too small: "size=4k", at least \d+k in \S+nginx\.
 === TEST 23: vlm_zone: an empty name
 --- http_config
     vlm_zone "" size=1m;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -297,6 +329,8 @@ qr{\[emerg\] .*: invalid zone name "" in \S+nginx\.conf:\d+$}
 === TEST 24: vlm_zone: without size
 --- http_config
     vlm_zone vlm;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -308,6 +342,8 @@ qr{\[emerg\] .*: invalid number of arguments in "vlm_zone" directive in \S+nginx
 --- http_config
     vlm_zone vlm size=1m;
     vlm_zone vlm2 size=1m;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -319,6 +355,8 @@ qr{\[emerg\] .*: "vlm_zone" directive is duplicate in \S+nginx\.conf:\d+$}
 --- http_config
     limit_req_zone $binary_remote_addr zone=shared:1m rate=1r/s;
     vlm_zone shared size=1m;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -343,6 +381,8 @@ GET /health
 === TEST 28: vlm_max_image_pixels: zero
 --- http_config
     vlm_max_image_pixels 0;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -353,6 +393,8 @@ qr{\[emerg\] .*: "vlm_max_image_pixels" must be between 1 and 268435456, not "0"
 === TEST 29: vlm_max_image_pixels: above the limit
 --- http_config
     vlm_max_image_pixels 257m;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -363,6 +405,8 @@ qr{\[emerg\] .*: "vlm_max_image_pixels" must be between 1 and 268435456, not "25
 === TEST 30: vlm_max_image_pixels: not a size
 --- http_config
     vlm_max_image_pixels lots;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -387,6 +431,8 @@ GET /health
 === TEST 32: vlm_max_images: zero
 --- http_config
     vlm_max_images 0;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -397,6 +443,8 @@ qr{\[emerg\] .*: "vlm_max_images" must be between 1 and 256, not "0" in \S+nginx
 === TEST 33: vlm_max_images: too many
 --- http_config
     vlm_max_images 257;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -407,6 +455,8 @@ qr{\[emerg\] .*: "vlm_max_images" must be between 1 and 256, not "257" in \S+ngi
 === TEST 34: vlm_max_images: not a number
 --- http_config
     vlm_max_images -1;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
@@ -417,6 +467,8 @@ qr{\[emerg\] .*: "vlm_max_images" directive invalid number in \S+nginx\.conf:\d+
 === TEST 35: vlm_health: not allowed at the http level
 --- http_config
     vlm_health;
+--- config
+    location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval

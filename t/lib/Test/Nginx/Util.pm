@@ -561,16 +561,20 @@ sub run_test ($) {
     local $UseHup = defined $block->must_die ? undef : $UseHup;
     local $MasterProcessEnabled = $UseHup ? 'on' : $MasterProcessEnabled;
 
+    # like the original: a block without "--- config" runs its requests
+    # on the nginx of the previous block, whatever its other sections say
+
+    my $restart;
+
     if (!defined $config) {
         bail_out("$name - No '--- config' section specified and could "
                  . "not get previous one.") if !defined $PrevConfig;
-        $config = $PrevConfig;
+
+    } else {
+        $restart = $ForceRestart || !defined $PrevConfig
+                   || $config ne $PrevConfig;
+        $PrevConfig = $config;
     }
-
-    my $restart = $ForceRestart || !defined $PrevConfig
-                  || $config ne $PrevConfig || defined $block->must_die;
-
-    $PrevConfig = $config;
 
     if ($restart) {
         $ConfigVersion = gen_config_version() if $UseHup;
