@@ -49,11 +49,9 @@ typedef struct {
     uint32_t            magic;            /* NGX_HTTP_VLM_SHM_MAGIC */
     uint32_t            version;          /* NGX_HTTP_VLM_SHM_VERSION */
     size_t              zone_size;        /* bytes, the whole zone */
-    time_t              created;          /* when first initialised */
 
     /* written by the engine supervisor, read by the workers */
     ngx_atomic_t        engine_state;     /* ngx_http_vlm_engine_state_e */
-    ngx_atomic_t        engine_heartbeat; /* ngx_current_msec of engine */
 
     /* counters */
     ngx_atomic_t        reloads;          /* reuses by a reload */

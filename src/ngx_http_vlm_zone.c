@@ -132,7 +132,6 @@ ngx_http_vlm_zone_init(ngx_shm_zone_t *shm_zone, void *data)
     zone->sh->magic = NGX_HTTP_VLM_SHM_MAGIC;
     zone->sh->version = NGX_HTTP_VLM_SHM_VERSION;
     zone->sh->zone_size = shm_zone->shm.size;
-    zone->sh->created = ngx_time();
     zone->sh->engine_state = NGX_HTTP_VLM_ENGINE_ABSENT;
 
     len = sizeof(" in vlm zone \"\"") + shm_zone->shm.name.len;

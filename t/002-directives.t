@@ -3,6 +3,7 @@
 # that names the value at fault.
 
 use Test::Nginx::Socket;
+use File::Spec ();
 use File::Temp qw(tempdir);
 
 # model directories for vlm_model: a good one, and the ways one goes wrong
@@ -23,6 +24,10 @@ mkdir "$models/config-dir" or die;
 mkdir "$models/config-dir/config.json" or die;
 
 $ENV{TEST_NGINX_MODELS} = $models;
+
+# the same model directory, relative to the nginx prefix (the server root)
+$ENV{TEST_NGINX_MODEL_RELATIVE} =
+    File::Spec->abs2rel("$models/good", $ENV{TEST_NGINX_SERVER_ROOT});
 
 repeat_each(1);
 
@@ -62,7 +67,21 @@ GET /health
 
 
 
-=== TEST 3: vlm_model: a directory that does not exist
+=== TEST 3: vlm_model relative to the prefix
+--- http_config
+    vlm_model $TEST_NGINX_MODEL_RELATIVE;
+--- config
+    location = /health { vlm_health; }
+--- request
+GET /health
+--- error_code: 503
+--- response_body_like: "model":"/[^"]*/servroot/(\.\./)+[^"]*/good",
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 4: vlm_model: a directory that does not exist
 --- http_config
     vlm_model $TEST_NGINX_MODELS/none;
 --- config
@@ -74,7 +93,7 @@ qr{\[emerg\] .*: vlm_model directory "[^"]+/none" is not accessible \(2: No such
 
 
 
-=== TEST 4: vlm_model: a file, not a directory
+=== TEST 5: vlm_model: a file, not a directory
 --- http_config
     vlm_model $TEST_NGINX_MODELS/file;
 --- config
@@ -86,7 +105,7 @@ qr{\[emerg\] .*: vlm_model "[^"]+/file" is not a directory in \S+nginx\.conf:\d+
 
 
 
-=== TEST 5: vlm_model: a directory without config.json
+=== TEST 6: vlm_model: a directory without config.json
 --- http_config
     vlm_model $TEST_NGINX_MODELS/empty;
 --- config
@@ -98,7 +117,7 @@ qr{\[emerg\] .*: vlm_model directory "[^"]+/empty" has no config.json \(2: No su
 
 
 
-=== TEST 6: vlm_model: config.json is not a regular file
+=== TEST 7: vlm_model: config.json is not a regular file
 --- http_config
     vlm_model $TEST_NGINX_MODELS/config-dir;
 --- config
@@ -110,7 +129,7 @@ qr{\[emerg\] .*: vlm_model "[^"]+/config-dir/config\.json" is not a regular file
 
 
 
-=== TEST 7: vlm_model: an empty path
+=== TEST 8: vlm_model: an empty path
 --- http_config
     vlm_model "";
 --- config
@@ -122,7 +141,7 @@ qr{\[emerg\] .*: "vlm_model" needs a model directory, not an empty path in \S+ng
 
 
 
-=== TEST 8: vlm_model: given twice
+=== TEST 9: vlm_model: given twice
 --- http_config
     vlm_model $TEST_NGINX_MODELS/good;
     vlm_model $TEST_NGINX_MODELS/good;
@@ -135,7 +154,7 @@ qr{\[emerg\] .*: "vlm_model" directive is duplicate in \S+nginx\.conf:\d+$}
 
 
 
-=== TEST 9: vlm_model: not allowed in a location
+=== TEST 10: vlm_model: not allowed in a location
 --- config
     location = /t { vlm_model $TEST_NGINX_MODELS/good; }
 --- must_die
@@ -145,7 +164,7 @@ qr{\[emerg\] .*: "vlm_model" directive is not allowed here in \S+nginx\.conf:\d+
 
 
 
-=== TEST 10: vlm_backend cuda
+=== TEST 11: vlm_backend cuda
 --- http_config
     vlm_backend cuda;
 --- config
@@ -159,7 +178,7 @@ GET /health
 
 
 
-=== TEST 11: vlm_backend: an unknown backend
+=== TEST 12: vlm_backend: an unknown backend
 --- http_config
     vlm_backend gpu;
 --- config
@@ -171,7 +190,7 @@ qr{\[emerg\] .*: invalid value "gpu" in \S+nginx\.conf:\d+$}
 
 
 
-=== TEST 12: vlm_engine_threads 3
+=== TEST 13: vlm_engine_threads 3
 --- http_config
     vlm_engine_threads 3;
 --- config
@@ -185,7 +204,7 @@ GET /health
 
 
 
-=== TEST 13: vlm_engine_threads: zero
+=== TEST 14: vlm_engine_threads: zero
 --- http_config
     vlm_engine_threads 0;
 --- config
@@ -197,7 +216,7 @@ qr{\[emerg\] .*: "vlm_engine_threads" must be between 1 and 1024, not "0" in \S+
 
 
 
-=== TEST 14: vlm_engine_threads: too many
+=== TEST 15: vlm_engine_threads: too many
 --- http_config
     vlm_engine_threads 1025;
 --- config
@@ -209,7 +228,7 @@ qr{\[emerg\] .*: "vlm_engine_threads" must be between 1 and 1024, not "1025" in 
 
 
 
-=== TEST 15: vlm_engine_threads: not a number
+=== TEST 16: vlm_engine_threads: not a number
 --- http_config
     vlm_engine_threads two;
 --- config
@@ -221,7 +240,7 @@ qr{\[emerg\] .*: "vlm_engine_threads" directive invalid number in \S+nginx\.conf
 
 
 
-=== TEST 16: vlm_thread_pool names a declared pool
+=== TEST 17: vlm_thread_pool names a declared pool
 --- main_config
     thread_pool vlmpool threads=2;
 --- http_config
@@ -237,7 +256,23 @@ GET /health
 
 
 
-=== TEST 17: vlm_thread_pool: a pool no thread_pool directive declares
+=== TEST 18: vlm_thread_pool names a pool declared after the http block
+--- http_config
+    vlm_thread_pool late;
+--- post_main_config
+    thread_pool late threads=2;
+--- config
+    location = /health { vlm_health; }
+--- request
+GET /health
+--- error_code: 503
+--- response_body_like: "thread_pool":"late",
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 19: vlm_thread_pool: a pool no thread_pool directive declares
 --- http_config
     vlm_thread_pool nosuch;
 --- config
@@ -249,7 +284,7 @@ qr{\[emerg\] .*: unknown thread pool "nosuch" in \S+nginx\.conf:\d+$}
 
 
 
-=== TEST 18: vlm_thread_pool: given twice
+=== TEST 20: vlm_thread_pool: given twice
 --- main_config
     thread_pool vlmpool threads=2;
 --- http_config
@@ -264,7 +299,7 @@ qr{\[emerg\] .*: "vlm_thread_pool" directive is duplicate in \S+nginx\.conf:\d+$
 
 
 
-=== TEST 19: vlm_zone with a size in nginx units
+=== TEST 21: vlm_zone with a size in nginx units
 --- http_config
     vlm_zone vlm size=2m;
 --- config
@@ -278,7 +313,7 @@ GET /health
 
 
 
-=== TEST 20: vlm_zone: a parameter other than size=
+=== TEST 22: vlm_zone: a parameter other than size=
 --- http_config
     vlm_zone vlm bytes=1m;
 --- config
@@ -290,7 +325,7 @@ qr{\[emerg\] .*: invalid parameter "bytes=1m", expected "size=<size>" in \S+ngin
 
 
 
-=== TEST 21: vlm_zone: a size that is not a size
+=== TEST 23: vlm_zone: a size that is not a size
 --- http_config
     vlm_zone vlm size=big;
 --- config
@@ -302,7 +337,7 @@ qr{\[emerg\] .*: invalid zone size "size=big" in \S+nginx\.conf:\d+$}
 
 
 
-=== TEST 22: vlm_zone: too small
+=== TEST 24: vlm_zone: too small
 --- http_config
     vlm_zone vlm size=4k;
 --- config
@@ -314,7 +349,7 @@ qr{\[emerg\] .*: zone "vlm" is too small: "size=4k", at least \d+k in \S+nginx\.
 
 
 
-=== TEST 23: vlm_zone: an empty name
+=== TEST 25: vlm_zone: an empty name
 --- http_config
     vlm_zone "" size=1m;
 --- config
@@ -326,7 +361,7 @@ qr{\[emerg\] .*: invalid zone name "" in \S+nginx\.conf:\d+$}
 
 
 
-=== TEST 24: vlm_zone: without size
+=== TEST 26: vlm_zone: without size
 --- http_config
     vlm_zone vlm;
 --- config
@@ -338,7 +373,7 @@ qr{\[emerg\] .*: invalid number of arguments in "vlm_zone" directive in \S+nginx
 
 
 
-=== TEST 25: vlm_zone: given twice
+=== TEST 27: vlm_zone: given twice
 --- http_config
     vlm_zone vlm size=1m;
     vlm_zone vlm2 size=1m;
@@ -351,7 +386,7 @@ qr{\[emerg\] .*: "vlm_zone" directive is duplicate in \S+nginx\.conf:\d+$}
 
 
 
-=== TEST 26: vlm_zone: a name another module's zone already uses
+=== TEST 28: vlm_zone: a name another module's zone already uses
 --- http_config
     limit_req_zone $binary_remote_addr zone=shared:1m rate=1r/s;
     vlm_zone shared size=1m;
@@ -364,7 +399,7 @@ qr{\[emerg\] .*: the shared memory zone "shared" is already declared for a diffe
 
 
 
-=== TEST 27: vlm_max_image_pixels in nginx units
+=== TEST 29: vlm_max_image_pixels in nginx units
 --- http_config
     vlm_max_image_pixels 4m;
 --- config
@@ -378,7 +413,7 @@ GET /health
 
 
 
-=== TEST 28: vlm_max_image_pixels: zero
+=== TEST 30: vlm_max_image_pixels: zero
 --- http_config
     vlm_max_image_pixels 0;
 --- config
@@ -390,7 +425,7 @@ qr{\[emerg\] .*: "vlm_max_image_pixels" must be between 1 and 268435456, not "0"
 
 
 
-=== TEST 29: vlm_max_image_pixels: above the limit
+=== TEST 31: vlm_max_image_pixels: above the limit
 --- http_config
     vlm_max_image_pixels 257m;
 --- config
@@ -402,7 +437,7 @@ qr{\[emerg\] .*: "vlm_max_image_pixels" must be between 1 and 268435456, not "25
 
 
 
-=== TEST 30: vlm_max_image_pixels: not a size
+=== TEST 32: vlm_max_image_pixels: not a size
 --- http_config
     vlm_max_image_pixels lots;
 --- config
@@ -414,7 +449,7 @@ qr{\[emerg\] .*: "vlm_max_image_pixels" directive invalid value in \S+nginx\.con
 
 
 
-=== TEST 31: vlm_max_images 2
+=== TEST 33: vlm_max_images 2
 --- http_config
     vlm_max_images 2;
 --- config
@@ -428,7 +463,7 @@ GET /health
 
 
 
-=== TEST 32: vlm_max_images: zero
+=== TEST 34: vlm_max_images: zero
 --- http_config
     vlm_max_images 0;
 --- config
@@ -440,7 +475,7 @@ qr{\[emerg\] .*: "vlm_max_images" must be between 1 and 256, not "0" in \S+nginx
 
 
 
-=== TEST 33: vlm_max_images: too many
+=== TEST 35: vlm_max_images: too many
 --- http_config
     vlm_max_images 257;
 --- config
@@ -452,7 +487,7 @@ qr{\[emerg\] .*: "vlm_max_images" must be between 1 and 256, not "257" in \S+ngi
 
 
 
-=== TEST 34: vlm_max_images: not a number
+=== TEST 36: vlm_max_images: not a number
 --- http_config
     vlm_max_images -1;
 --- config
@@ -464,7 +499,7 @@ qr{\[emerg\] .*: "vlm_max_images" directive invalid number in \S+nginx\.conf:\d+
 
 
 
-=== TEST 35: vlm_health: not allowed at the http level
+=== TEST 37: vlm_health: not allowed at the http level
 --- http_config
     vlm_health;
 --- config
@@ -476,7 +511,7 @@ qr{\[emerg\] .*: "vlm_health" directive is not allowed here in \S+nginx\.conf:\d
 
 
 
-=== TEST 36: vlm_health: takes no arguments
+=== TEST 38: vlm_health: takes no arguments
 --- config
     location = /health { vlm_health on; }
 --- must_die
@@ -486,7 +521,7 @@ qr{\[emerg\] .*: invalid number of arguments in "vlm_health" directive in \S+ngi
 
 
 
-=== TEST 37: vlm_health: given twice
+=== TEST 39: vlm_health: given twice
 --- config
     location = /health { vlm_health; vlm_health; }
 --- must_die

@@ -7,12 +7,14 @@ package Test::Nginx::Socket;
 # the original; a section this runner does not know stops the run instead
 # of being ignored.
 #
-# Sections: config, http_config, main_config, request (string, or with
-# "eval" a string or an array of requests), raw_request, more_headers,
-# error_code, error_code_like, response_headers, response_body (string or,
-# with "eval", a regex), response_body_like, error_log, no_error_log,
-# timeout, must_die, suppress_stderr, log_level, SKIP (ONLY and LAST come
-# from Test::Base).
+# Sections: config, http_config, main_config, post_main_config, request
+# (a string or, with "eval", a string or an array of requests),
+# raw_request, more_headers, error_code, error_code_like,
+# response_headers, response_body (a string or, with "eval", a regex),
+# response_body_like, error_log, no_error_log, timeout, must_die,
+# suppress_stderr, log_level, SKIP (ONLY and LAST come from Test::Base).
+# Functions: plan, blocks, run_tests, repeat_each, no_shuffle, use_hup,
+# master_on/off, workers, env_to_nginx and the other settings exported.
 
 use strict;
 use warnings;
@@ -40,7 +42,8 @@ $Test::Nginx::Util::RunTestHelper = \&run_test_helper;
 $Test::Nginx::Util::CheckErrorLog = \&check_error_log;
 
 my %known_sections = map { $_ => 1 } qw(
-    config http_config main_config request raw_request more_headers
+    config http_config main_config post_main_config request raw_request
+    more_headers
     error_code error_code_like response_headers response_body
     response_body_like error_log no_error_log timeout must_die
     suppress_stderr log_level SKIP ONLY LAST

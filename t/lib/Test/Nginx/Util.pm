@@ -260,9 +260,12 @@ sub write_config_file ($$) {
     my $name = $block->name;
     my $main_config = expand_env_in_text($block->main_config, $name);
     my $http_config = expand_env_in_text($block->http_config, $name);
+    my $post_main_config = expand_env_in_text($block->post_main_config,
+                                              $name);
 
     $main_config = '' if !defined $main_config;
     $http_config = '' if !defined $http_config;
+    $post_main_config = '' if !defined $post_main_config;
     $config = '' if !defined $config;
 
     if ($LoadModules) {
@@ -345,6 +348,8 @@ $config
 
 $root_location    }
 $ver_server}
+
+$post_main_config
 
 events {
     accept_mutex off;
