@@ -205,8 +205,7 @@ ngx_http_vlm_thread_pool(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 char *
 ngx_http_vlm_check_num(ngx_conf_t *cf, void *post, void *data)
 {
-    ngx_int_t  *np = data;
-
+    ngx_int_t              *np = data;
     ngx_http_vlm_bounds_t  *bounds = post;
 
     if (*np >= bounds->low && *np <= bounds->high) {
@@ -220,8 +219,7 @@ ngx_http_vlm_check_num(ngx_conf_t *cf, void *post, void *data)
 char *
 ngx_http_vlm_check_size(ngx_conf_t *cf, void *post, void *data)
 {
-    size_t  *sp = data;
-
+    size_t                 *sp = data;
     ngx_http_vlm_bounds_t  *bounds = post;
 
     if (*sp >= (size_t) bounds->low && *sp <= (size_t) bounds->high) {

@@ -160,6 +160,9 @@ sub send_request ($$$) {
     my $name = $block->name;
     my $sock;
 
+    # nginx may close the connection before reading the whole request
+    local $SIG{PIPE} = 'IGNORE';
+
     for my $try (1 .. 50) {
         $sock = IO::Socket::INET->new(PeerAddr => $ServerAddr,
                                       PeerPort => $ServerPortForClient,

@@ -500,8 +500,12 @@ sub start_nginx ($$) {
                 Test::More::fail("$name - failed to execute the nginx "
                                  . "command line");
 
-            } elsif ($status & 128) {
-                Test::More::fail("$name - nginx core dumped");
+            } elsif ($status & 127) {
+
+                # stricter than the original, which passes a crash without
+                # a core dump as a death
+                Test::More::fail("$name - nginx was killed by signal "
+                                 . ($status & 127));
 
             } elsif (looks_like_number($must_die)) {
                 Test::More::is($must_die, $code,
