@@ -1,20 +1,101 @@
 /*
  * ngx_http_vlm_module: serves vision-language model inference through an
- * OpenAI-compatible chat API.  This file holds the module definition; the
- * glue lives in src/ngx_http_vlm_*.c, the engine in src/vlm_*.c.
+ * OpenAI-compatible chat API.  This file holds the module definition and
+ * its directive table; the glue lives in src/ngx_http_vlm_*.c (types in
+ * src/ngx_http_vlm_module.h), the engine in src/vlm_*.c.
  */
 
-#include <ngx_config.h>
-#include <ngx_core.h>
-#include <ngx_http.h>
+#include "ngx_http_vlm_module.h"
+
+
+static ngx_conf_enum_t  ngx_http_vlm_backends[] = {
+    { ngx_string("cpu"), NGX_HTTP_VLM_BACKEND_CPU },
+    { ngx_string("cuda"), NGX_HTTP_VLM_BACKEND_CUDA },
+    { ngx_null_string, 0 }
+};
+
+
+static ngx_http_vlm_bounds_t  ngx_http_vlm_engine_threads_bounds = {
+    ngx_http_vlm_check_num, 1, 1024
+};
+
+static ngx_http_vlm_bounds_t  ngx_http_vlm_max_images_bounds = {
+    ngx_http_vlm_check_num, 1, 256
+};
+
+static ngx_http_vlm_bounds_t  ngx_http_vlm_max_image_pixels_bounds = {
+    ngx_http_vlm_check_size, 1, 256 * 1024 * 1024
+};
+
+
+static ngx_command_t  ngx_http_vlm_commands[] = {
+
+    { ngx_string("vlm_model"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_vlm_model,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("vlm_backend"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, backend),
+      &ngx_http_vlm_backends },
+
+    { ngx_string("vlm_engine_threads"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, engine_threads),
+      &ngx_http_vlm_engine_threads_bounds },
+
+    { ngx_string("vlm_thread_pool"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_vlm_thread_pool,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("vlm_zone"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE2,
+      ngx_http_vlm_zone,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("vlm_max_image_pixels"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, max_image_pixels),
+      &ngx_http_vlm_max_image_pixels_bounds },
+
+    { ngx_string("vlm_max_images"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, max_images),
+      &ngx_http_vlm_max_images_bounds },
+
+    { ngx_string("vlm_health"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_vlm_health,
+      0,
+      0,
+      NULL },
+
+      ngx_null_command
+};
 
 
 static ngx_http_module_t  ngx_http_vlm_module_ctx = {
     NULL,                                  /* preconfiguration */
     NULL,                                  /* postconfiguration */
 
-    NULL,                                  /* create main configuration */
-    NULL,                                  /* init main configuration */
+    ngx_http_vlm_create_main_conf,         /* create main configuration */
+    ngx_http_vlm_init_main_conf,           /* init main configuration */
 
     NULL,                                  /* create server configuration */
     NULL,                                  /* merge server configuration */
@@ -27,7 +108,7 @@ static ngx_http_module_t  ngx_http_vlm_module_ctx = {
 ngx_module_t  ngx_http_vlm_module = {
     NGX_MODULE_V1,
     &ngx_http_vlm_module_ctx,              /* module context */
-    NULL,                                  /* module directives */
+    ngx_http_vlm_commands,                 /* module directives */
     NGX_HTTP_MODULE,                       /* module type */
     NULL,                                  /* init master */
     NULL,                                  /* init module */

@@ -1,0 +1,164 @@
+/*
+ * The vlm_health location: a JSON report of what the module knows about
+ * its own readiness (model configured, zone attached, engine state), with
+ * 200 when the engine serves and 503 otherwise, so that a load balancer
+ * or an orchestrator can route on it.
+ */
+
+#include "ngx_http_vlm_module.h"
+
+
+static ngx_int_t ngx_http_vlm_health_handler(ngx_http_request_t *r);
+
+
+static ngx_str_t  ngx_http_vlm_engine_states[] = {
+    ngx_string("absent"),
+    ngx_string("starting"),
+    ngx_string("ready"),
+    ngx_string("failed")
+};
+
+static ngx_str_t  ngx_http_vlm_backend_names[] = {
+    ngx_string("cpu"),
+    ngx_string("cuda")
+};
+
+
+char *
+ngx_http_vlm_health(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (clcf->handler) {
+        return "is duplicate";
+    }
+
+    clcf->handler = ngx_http_vlm_health_handler;
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_vlm_health_handler(ngx_http_request_t *r)
+{
+    size_t                     len;
+    u_char                    *json, *p;
+    ngx_int_t                  rc;
+    ngx_str_t                 *reason, zone_name;
+    ngx_uint_t                 status, state;
+    ngx_atomic_uint_t          served, reloads;
+    ngx_http_vlm_shm_t        *sh;
+    ngx_http_vlm_main_conf_t  *vmcf;
+
+    static ngx_str_t  no_model = ngx_string("vlm_model is not configured");
+    static ngx_str_t  no_zone = ngx_string("vlm_zone is not configured");
+    static ngx_str_t  reasons[] = {
+        ngx_string("the engine is not running"),
+        ngx_string("the engine is loading the model"),
+        ngx_null_string,
+        ngx_string("the engine failed, see the error log")
+    };
+
+    rc = ngx_http_vlm_allow_methods(r, NGX_HTTP_GET|NGX_HTTP_HEAD,
+                                    "GET, HEAD");
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
+
+    rc = ngx_http_discard_request_body(r);
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    vmcf = ngx_http_get_module_main_conf(r, ngx_http_vlm_module);
+
+    sh = ngx_http_vlm_shm(vmcf);
+
+    state = NGX_HTTP_VLM_ENGINE_ABSENT;
+    served = 0;
+    reloads = 0;
+    ngx_str_null(&zone_name);
+
+    if (sh) {
+        state = sh->engine_state;
+        served = ngx_atomic_fetch_add(&sh->health_requests, 1) + 1;
+        reloads = sh->reloads;
+        zone_name = vmcf->shm_zone->shm.name;
+
+        if (state > NGX_HTTP_VLM_ENGINE_FAILED) {
+            ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                          "vlm zone \"%V\" holds engine state %ui",
+                          &zone_name, state);
+            state = NGX_HTTP_VLM_ENGINE_FAILED;
+        }
+    }
+
+    if (vmcf->model.len == 0) {
+        reason = &no_model;
+
+    } else if (sh == NULL) {
+        reason = &no_zone;
+
+    } else if (state != NGX_HTTP_VLM_ENGINE_READY) {
+        reason = &reasons[state];
+
+    } else {
+        reason = NULL;
+    }
+
+    status = reason ? NGX_HTTP_SERVICE_UNAVAILABLE : NGX_HTTP_OK;
+
+    len = sizeof("{\"status\":\"unavailable\",\"reason\":,\"engine\":,"
+                 "\"model\":,\"backend\":,\"engine_threads\":,"
+                 "\"thread_pool\":,\"max_images\":,\"max_image_pixels\":,"
+                 "\"zone\":{\"name\":,\"size\":,\"reloads\":,"
+                 "\"health_requests\":}}\n") - 1
+          + ngx_http_vlm_json_str_len(reason)
+          + ngx_http_vlm_json_str_len(&ngx_http_vlm_engine_states[state])
+          + ngx_http_vlm_json_str_len(&vmcf->model)
+          + ngx_http_vlm_json_str_len(
+                &ngx_http_vlm_backend_names[vmcf->backend])
+          + ngx_http_vlm_json_str_len(&vmcf->thread_pool_name)
+          + ngx_http_vlm_json_str_len(&zone_name)
+          + 3 * NGX_INT_T_LEN + 3 * NGX_ATOMIC_T_LEN + NGX_SIZE_T_LEN;
+
+    json = ngx_pnalloc(r->pool, len);
+    if (json == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = ngx_sprintf(json, "{\"status\":\"%s\",\"reason\":",
+                    reason ? "unavailable" : "ok");
+    p = ngx_http_vlm_json_str(p, reason);
+    p = ngx_cpymem(p, ",\"engine\":", sizeof(",\"engine\":") - 1);
+    p = ngx_http_vlm_json_str(p, &ngx_http_vlm_engine_states[state]);
+    p = ngx_cpymem(p, ",\"model\":", sizeof(",\"model\":") - 1);
+    p = ngx_http_vlm_json_str(p, &vmcf->model);
+    p = ngx_cpymem(p, ",\"backend\":", sizeof(",\"backend\":") - 1);
+    p = ngx_http_vlm_json_str(p, &ngx_http_vlm_backend_names[vmcf->backend]);
+    p = ngx_sprintf(p, ",\"engine_threads\":%i,\"thread_pool\":",
+                    vmcf->engine_threads);
+    p = ngx_http_vlm_json_str(p, &vmcf->thread_pool_name);
+    p = ngx_sprintf(p, ",\"max_images\":%i,\"max_image_pixels\":%uz",
+                    vmcf->max_images, vmcf->max_image_pixels);
+
+    if (sh) {
+        p = ngx_cpymem(p, ",\"zone\":{\"name\":",
+                       sizeof(",\"zone\":{\"name\":") - 1);
+        p = ngx_http_vlm_json_str(p, &zone_name);
+        p = ngx_sprintf(p, ",\"size\":%uz,\"reloads\":%uA,"
+                        "\"health_requests\":%uA}",
+                        sh->zone_size, reloads, served);
+
+    } else {
+        p = ngx_cpymem(p, ",\"zone\":null", sizeof(",\"zone\":null") - 1);
+    }
+
+    p = ngx_cpymem(p, "}\n", sizeof("}\n") - 1);
+
+    return ngx_http_vlm_send_json(r, status, json, p - json);
+}

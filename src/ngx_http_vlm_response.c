@@ -1,0 +1,184 @@
+/*
+ * JSON responses of ngx_http_vlm_module and its errors in the shape of
+ * the OpenAI API: {"error":{"message","type","param","code"}}.
+ */
+
+#include "ngx_http_vlm_module.h"
+
+
+#define NGX_HTTP_VLM_ERROR_MSG_LEN  512
+
+
+size_t
+ngx_http_vlm_json_str_len(ngx_str_t *s)
+{
+    if (s == NULL || s->data == NULL) {
+        return sizeof("null") - 1;
+    }
+
+    return sizeof("\"\"") - 1 + s->len + ngx_escape_json(NULL, s->data,
+                                                         s->len);
+}
+
+
+/* writes s as a quoted JSON string, or null when s has no data */
+
+u_char *
+ngx_http_vlm_json_str(u_char *p, ngx_str_t *s)
+{
+    if (s == NULL || s->data == NULL) {
+        return ngx_cpymem(p, "null", sizeof("null") - 1);
+    }
+
+    *p++ = '"';
+    p = (u_char *) ngx_escape_json(p, s->data, s->len);
+    *p++ = '"';
+
+    return p;
+}
+
+
+ngx_int_t
+ngx_http_vlm_send_json(ngx_http_request_t *r, ngx_uint_t status,
+    u_char *json, size_t len)
+{
+    ngx_int_t     rc;
+    ngx_buf_t    *b;
+    ngx_chain_t   out;
+
+    r->headers_out.status = status;
+    r->headers_out.content_length_n = len;
+
+    ngx_str_set(&r->headers_out.content_type, "application/json");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->pos = json;
+    b->last = json + len;
+    b->memory = 1;
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+/*
+ * Sends an OpenAI-style error: type is e.g. "invalid_request_error" or
+ * "server_error", code a short machine-readable reason (or NULL), param
+ * the request field at fault (or NULL).  The caller logs the cause at
+ * the level the cause deserves.
+ */
+
+ngx_int_t
+ngx_http_vlm_send_error(ngx_http_request_t *r, ngx_uint_t status,
+    const char *type, const char *code, ngx_str_t *param,
+    const char *fmt, ...)
+{
+    size_t      len;
+    u_char     *json, *p;
+    va_list     args;
+    ngx_str_t   message, type_str, code_str;
+    u_char      buf[NGX_HTTP_VLM_ERROR_MSG_LEN];
+
+    va_start(args, fmt);
+    p = ngx_vslprintf(buf, buf + sizeof(buf), fmt, args);
+    va_end(args);
+
+    message.data = buf;
+    message.len = p - buf;
+
+    type_str.data = (u_char *) type;
+    type_str.len = ngx_strlen(type);
+
+    code_str.data = (u_char *) code;
+    code_str.len = code ? ngx_strlen(code) : 0;
+
+    len = sizeof("{\"error\":{\"message\":,\"type\":,\"param\":,\"code\":}}")
+          - 1
+          + ngx_http_vlm_json_str_len(&message)
+          + ngx_http_vlm_json_str_len(&type_str)
+          + ngx_http_vlm_json_str_len(param)
+          + ngx_http_vlm_json_str_len(&code_str)
+          + sizeof("\n") - 1;
+
+    json = ngx_pnalloc(r->pool, len);
+    if (json == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_cpymem(json, "{\"error\":{\"message\":",
+                   sizeof("{\"error\":{\"message\":") - 1);
+    p = ngx_http_vlm_json_str(p, &message);
+    p = ngx_cpymem(p, ",\"type\":", sizeof(",\"type\":") - 1);
+    p = ngx_http_vlm_json_str(p, &type_str);
+    p = ngx_cpymem(p, ",\"param\":", sizeof(",\"param\":") - 1);
+    p = ngx_http_vlm_json_str(p, param);
+    p = ngx_cpymem(p, ",\"code\":", sizeof(",\"code\":") - 1);
+    p = ngx_http_vlm_json_str(p, &code_str);
+    p = ngx_cpymem(p, "}}\n", sizeof("}}\n") - 1);
+
+    return ngx_http_vlm_send_json(r, status, json, p - json);
+}
+
+
+/*
+ * Returns NGX_DECLINED when the request method is one of methods (an
+ * NGX_HTTP_GET|... mask); otherwise reads and discards the body and sends
+ * 405 with an Allow header, returning what the handler must return.
+ */
+
+ngx_int_t
+ngx_http_vlm_allow_methods(ngx_http_request_t *r, ngx_uint_t methods,
+    const char *allow)
+{
+    ngx_int_t         rc;
+    ngx_table_elt_t  *h;
+
+    if (r->method & methods) {
+        return NGX_DECLINED;
+    }
+
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "vlm: method \"%V\" is not allowed, only %s",
+                  &r->method_name, allow);
+
+    rc = ngx_http_discard_request_body(r);
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+#if (nginx_version >= 1023000)
+    h->next = NULL;
+#endif
+    ngx_str_set(&h->key, "Allow");
+    h->value.data = (u_char *) allow;
+    h->value.len = ngx_strlen(allow);
+
+    return ngx_http_vlm_send_error(r, NGX_HTTP_NOT_ALLOWED,
+                                   "invalid_request_error",
+                                   "method_not_allowed", NULL,
+                                   "method %V is not allowed here, use %s",
+                                   &r->method_name, allow);
+}

@@ -1,0 +1,71 @@
+# The module loads into nginx, a configuration like conf/nginx.conf starts,
+# and the configuration scripts/serve generates from conf/nginx.conf passes
+# nginx -t.
+
+use Test::Nginx::Socket;
+use Cwd qw(cwd);
+
+repeat_each(1);
+
+plan tests => repeat_each() * (5 * blocks()) + 1;
+
+no_shuffle();
+
+# scripts/serve --test: the configuration `make run` serves
+{
+    my $root = cwd();
+    my ($module) = grep { /ngx_http_vlm_module\.so$/ } split /\s+/,
+                   $ENV{TEST_NGINX_LOAD_MODULES} || '';
+    local $ENV{NGINX} = $ENV{TEST_NGINX_BINARY} || 'nginx';
+    local $ENV{VLM_MODULE} = $module || "$root/build/ngx_http_vlm_module.so";
+    local $ENV{VLM_PREFIX} = "$root/t/servroot-serve";
+
+    my $out = `sh $root/scripts/serve --test 1985 2>&1`;
+    my $rc = $?;
+    is($rc, 0, "nginx -t passes on the configuration generated from "
+               . "conf/nginx.conf")
+        or diag($out);
+}
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: the module loads and a plain location still works
+--- config
+    location = /t {
+        return 200 "ok\n";
+    }
+--- request
+GET /t
+--- response_body
+ok
+--- no_error_log
+[error]
+[alert]
+[emerg]
+
+
+
+=== TEST 2: a configuration like conf/nginx.conf starts and serves vlm_health
+--- main_config
+    thread_pool vlm threads=2;
+--- http_config
+    vlm_backend          cpu;
+    vlm_engine_threads   2;
+    vlm_thread_pool      vlm;
+    vlm_zone             vlm size=1m;
+    vlm_max_images       8;
+    vlm_max_image_pixels 16m;
+--- config
+    location = /health {
+        vlm_health;
+    }
+--- request
+GET /health
+--- error_code: 503
+--- response_body_like: ^\{"status":"unavailable",.*"thread_pool":"vlm",.*"zone":\{"name":"vlm","size":1048576,
+--- no_error_log
+[error]
+[alert]
+[emerg]

@@ -1,0 +1,530 @@
+# Every directive of ngx_http_vlm_module: good values (reflected by
+# vlm_health) and every bad value, which must stop nginx with a message
+# that names the value at fault.
+
+use Test::Nginx::Socket;
+use File::Spec ();
+use File::Temp qw(tempdir);
+
+# model directories for vlm_model: a good one, and the ways one goes wrong
+my $models = tempdir("vlm-models-XXXXXX", TMPDIR => 1, CLEANUP => 1);
+
+sub write_file {
+    my ($path, $text) = @_;
+    open my $out, '>', $path or die "cannot write $path: $!";
+    print $out $text;
+    close $out;
+}
+
+mkdir "$models/good" or die;
+write_file("$models/good/config.json", '{"model_type": "qwen2_vl"}');
+mkdir "$models/empty" or die;
+write_file("$models/file", "not a directory\n");
+mkdir "$models/config-dir" or die;
+mkdir "$models/config-dir/config.json" or die;
+
+$ENV{TEST_NGINX_MODELS} = $models;
+
+# the same model directory, relative to the nginx prefix (the server root)
+$ENV{TEST_NGINX_MODEL_RELATIVE} =
+    File::Spec->abs2rel("$models/good", $ENV{TEST_NGINX_SERVER_ROOT});
+
+repeat_each(1);
+
+# a block that serves: status, body, no [emerg]; a must_die block: the
+# failure and its message
+my $must_die = grep { defined $_->must_die } blocks();
+plan tests => repeat_each() * (3 * (blocks() - $must_die) + 2 * $must_die);
+
+no_shuffle();
+run_tests();
+
+__DATA__
+
+=== TEST 1: defaults without any vlm directive
+--- config
+    location = /health { vlm_health; }
+--- request
+GET /health
+--- error_code: 503
+--- response_body_like: "model":null,"backend":"cpu","engine_threads":[1-9][0-9]*,"thread_pool":null,"max_images":8,"max_image_pixels":16777216,"zone":null\}
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 2: vlm_model with a model directory
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/good;
+--- config
+    location = /health { vlm_health; }
+--- request
+GET /health
+--- error_code: 503
+--- response_body_like: "model":"/[^"]+/good","backend":"cpu",.*"thread_pool":"default"
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 3: vlm_model relative to the prefix
+--- http_config
+    vlm_model $TEST_NGINX_MODEL_RELATIVE;
+--- config
+    location = /health { vlm_health; }
+--- request
+GET /health
+--- error_code: 503
+--- response_body_like: "model":"/[^"]*/servroot/(\.\./)+[^"]*/good",
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 4: vlm_model: a directory that does not exist
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/none;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: vlm_model directory "[^"]+/none" is not accessible \(2: No such file or directory\) in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 5: vlm_model: a file, not a directory
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/file;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: vlm_model "[^"]+/file" is not a directory in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 6: vlm_model: a directory without config.json
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/empty;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: vlm_model directory "[^"]+/empty" has no config.json \(2: No such file or directory\) in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 7: vlm_model: config.json is not a regular file
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/config-dir;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: vlm_model "[^"]+/config-dir/config\.json" is not a regular file in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 8: vlm_model: an empty path
+--- http_config
+    vlm_model "";
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_model" needs a model directory, not an empty path in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 9: vlm_model: given twice
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/good;
+    vlm_model $TEST_NGINX_MODELS/good;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_model" directive is duplicate in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 10: vlm_model: not allowed in a location
+--- config
+    location = /t { vlm_model $TEST_NGINX_MODELS/good; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_model" directive is not allowed here in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 11: vlm_backend cuda
+--- http_config
+    vlm_backend cuda;
+--- config
+    location = /health { vlm_health; }
+--- request
+GET /health
+--- error_code: 503
+--- response_body_like: "backend":"cuda",
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 12: vlm_backend: an unknown backend
+--- http_config
+    vlm_backend gpu;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: invalid value "gpu" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 13: vlm_engine_threads 3
+--- http_config
+    vlm_engine_threads 3;
+--- config
+    location = /health { vlm_health; }
+--- request
+GET /health
+--- error_code: 503
+--- response_body_like: "engine_threads":3,
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 14: vlm_engine_threads: zero
+--- http_config
+    vlm_engine_threads 0;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_engine_threads" must be between 1 and 1024, not "0" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 15: vlm_engine_threads: too many
+--- http_config
+    vlm_engine_threads 1025;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_engine_threads" must be between 1 and 1024, not "1025" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 16: vlm_engine_threads: not a number
+--- http_config
+    vlm_engine_threads two;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_engine_threads" directive invalid number in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 17: vlm_thread_pool names a declared pool
+--- main_config
+    thread_pool vlmpool threads=2;
+--- http_config
+    vlm_thread_pool vlmpool;
+--- config
+    location = /health { vlm_health; }
+--- request
+GET /health
+--- error_code: 503
+--- response_body_like: "thread_pool":"vlmpool",
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 18: vlm_thread_pool names a pool declared after the http block
+--- http_config
+    vlm_thread_pool late;
+--- post_main_config
+    thread_pool late threads=2;
+--- config
+    location = /health { vlm_health; }
+--- request
+GET /health
+--- error_code: 503
+--- response_body_like: "thread_pool":"late",
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 19: vlm_thread_pool: a pool no thread_pool directive declares
+--- http_config
+    vlm_thread_pool nosuch;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: unknown thread pool "nosuch" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 20: vlm_thread_pool: given twice
+--- main_config
+    thread_pool vlmpool threads=2;
+--- http_config
+    vlm_thread_pool vlmpool;
+    vlm_thread_pool vlmpool;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_thread_pool" directive is duplicate in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 21: vlm_zone with a size in nginx units
+--- http_config
+    vlm_zone vlm size=2m;
+--- config
+    location = /health { vlm_health; }
+--- request
+GET /health
+--- error_code: 503
+--- response_body_like: "zone":\{"name":"vlm","size":2097152,"reloads":0,"health_requests":1\}\}
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 22: vlm_zone: a parameter other than size=
+--- http_config
+    vlm_zone vlm bytes=1m;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: invalid parameter "bytes=1m", expected "size=<size>" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 23: vlm_zone: a size that is not a size
+--- http_config
+    vlm_zone vlm size=big;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: invalid zone size "size=big" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 24: vlm_zone: too small
+--- http_config
+    vlm_zone vlm size=4k;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: zone "vlm" is too small: "size=4k", at least \d+k in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 25: vlm_zone: an empty name
+--- http_config
+    vlm_zone "" size=1m;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: invalid zone name "" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 26: vlm_zone: without size
+--- http_config
+    vlm_zone vlm;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: invalid number of arguments in "vlm_zone" directive in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 27: vlm_zone: given twice
+--- http_config
+    vlm_zone vlm size=1m;
+    vlm_zone vlm2 size=1m;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_zone" directive is duplicate in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 28: vlm_zone: a name another module's zone already uses
+--- http_config
+    limit_req_zone $binary_remote_addr zone=shared:1m rate=1r/s;
+    vlm_zone shared size=1m;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: the shared memory zone "shared" is already declared for a different use in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 29: vlm_max_image_pixels in nginx units
+--- http_config
+    vlm_max_image_pixels 4m;
+--- config
+    location = /health { vlm_health; }
+--- request
+GET /health
+--- error_code: 503
+--- response_body_like: "max_image_pixels":4194304,
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 30: vlm_max_image_pixels: zero
+--- http_config
+    vlm_max_image_pixels 0;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_max_image_pixels" must be between 1 and 268435456, not "0" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 31: vlm_max_image_pixels: above the limit
+--- http_config
+    vlm_max_image_pixels 257m;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_max_image_pixels" must be between 1 and 268435456, not "257m" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 32: vlm_max_image_pixels: not a size
+--- http_config
+    vlm_max_image_pixels lots;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_max_image_pixels" directive invalid value in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 33: vlm_max_images 2
+--- http_config
+    vlm_max_images 2;
+--- config
+    location = /health { vlm_health; }
+--- request
+GET /health
+--- error_code: 503
+--- response_body_like: "max_images":2,
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 34: vlm_max_images: zero
+--- http_config
+    vlm_max_images 0;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_max_images" must be between 1 and 256, not "0" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 35: vlm_max_images: too many
+--- http_config
+    vlm_max_images 257;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_max_images" must be between 1 and 256, not "257" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 36: vlm_max_images: not a number
+--- http_config
+    vlm_max_images -1;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_max_images" directive invalid number in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 37: vlm_health: not allowed at the http level
+--- http_config
+    vlm_health;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_health" directive is not allowed here in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 38: vlm_health: takes no arguments
+--- config
+    location = /health { vlm_health on; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: invalid number of arguments in "vlm_health" directive in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 39: vlm_health: given twice
+--- config
+    location = /health { vlm_health; vlm_health; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_health" directive is duplicate in \S+nginx\.conf:\d+$}

@@ -1,0 +1,186 @@
+# vlm_health: a JSON report of what the module knows (model, zone, engine
+# state), 503 until the engine serves; GET and HEAD only, anything else
+# gets 405 with an OpenAI-style error body.
+
+use Test::Nginx::Socket;
+use File::Temp qw(tempdir);
+
+my $models = tempdir("vlm-models-XXXXXX", TMPDIR => 1, CLEANUP => 1);
+mkdir "$models/good" or die;
+open my $out, '>', "$models/good/config.json" or die;
+print $out '{"model_type": "qwen2_vl"}';
+close $out;
+
+$ENV{TEST_NGINX_MODELS} = $models;
+
+repeat_each(2);
+
+# each block: the status, two headers, the body and two error log checks
+plan tests => repeat_each() * (6 * blocks());
+
+no_shuffle();
+run_tests();
+
+__DATA__
+
+=== TEST 1: nothing configured: 503 and the reason
+--- http_config
+    vlm_engine_threads 2;
+--- config
+    location = /health { vlm_health; }
+--- request
+GET /health
+--- error_code: 503
+--- response_headers
+Content-Type: application/json
+!Allow
+--- response_body
+{"status":"unavailable","reason":"vlm_model is not configured","engine":"absent","model":null,"backend":"cpu","engine_threads":2,"thread_pool":null,"max_images":8,"max_image_pixels":16777216,"zone":null}
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 2: a model but no zone: 503 and the reason
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/good;
+--- config
+    location = /health { vlm_health; }
+--- request
+GET /health
+--- error_code: 503
+--- response_headers
+Content-Type: application/json
+!Allow
+--- response_body_like: ^\{"status":"unavailable","reason":"vlm_zone is not configured","engine":"absent","model":"[^"]+/good",
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 3: a model and a zone: 503 until the engine runs, zone counters
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/good;
+    vlm_zone vlm size=1m;
+--- config
+    location = /health { vlm_health; }
+--- request
+GET /health
+--- error_code: 503
+--- response_headers
+Content-Type: application/json
+!Allow
+--- response_body_like: ^\{"status":"unavailable","reason":"the engine is not running","engine":"absent",.*"zone":\{"name":"vlm","size":1048576,"reloads":0,"health_requests":[1-9][0-9]*\}\}$
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 4: HEAD: the status and headers of TEST 1 (204 bytes), no body
+--- http_config
+    vlm_engine_threads 2;
+--- config
+    location = /health { vlm_health; }
+--- request
+HEAD /health
+--- error_code: 503
+--- response_headers
+Content-Type: application/json
+Content-Length: 204
+--- response_body
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 5: POST with a body: 405, Allow, an OpenAI-style error, logged at info
+--- config
+    location = /health { vlm_health; }
+--- request
+POST /health
+{"model": "default", "messages": []}
+--- more_headers
+Content-Type: application/json
+--- error_code: 405
+--- response_headers
+Content-Type: application/json
+Allow: GET, HEAD
+--- response_body
+{"error":{"message":"method POST is not allowed here, use GET, HEAD","type":"invalid_request_error","param":null,"code":"method_not_allowed"}}
+--- error_log eval
+qr/\[info\] .*vlm: method "POST" is not allowed, only GET, HEAD/
+--- no_error_log
+[error]
+
+
+
+=== TEST 6: PUT: 405
+--- config
+    location = /health { vlm_health; }
+--- request
+PUT /health
+x
+--- error_code: 405
+--- response_headers
+Content-Type: application/json
+Allow: GET, HEAD
+--- response_body
+{"error":{"message":"method PUT is not allowed here, use GET, HEAD","type":"invalid_request_error","param":null,"code":"method_not_allowed"}}
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 7: DELETE: 405
+--- config
+    location = /health { vlm_health; }
+--- request
+DELETE /health
+--- error_code: 405
+--- response_headers
+Content-Type: application/json
+Allow: GET, HEAD
+--- response_body
+{"error":{"message":"method DELETE is not allowed here, use GET, HEAD","type":"invalid_request_error","param":null,"code":"method_not_allowed"}}
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 8: OPTIONS: 405
+--- config
+    location = /health { vlm_health; }
+--- request
+OPTIONS /health
+--- error_code: 405
+--- response_headers
+Content-Type: application/json
+Allow: GET, HEAD
+--- response_body
+{"error":{"message":"method OPTIONS is not allowed here, use GET, HEAD","type":"invalid_request_error","param":null,"code":"method_not_allowed"}}
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 9: POST with a 1 MB body: read and discarded, then 405
+--- config
+    location = /health { vlm_health; }
+--- request eval
+"POST /health\n" . ("x" x (1024 * 1024))
+--- error_code: 405
+--- response_headers
+Content-Type: application/json
+Allow: GET, HEAD
+--- response_body
+{"error":{"message":"method POST is not allowed here, use GET, HEAD","type":"invalid_request_error","param":null,"code":"method_not_allowed"}}
+--- no_error_log
+[error]
+[alert]
