@@ -65,7 +65,7 @@ MOD_SRCS  := config ngx_http_vlm_module.c $(wildcard src/ngx_http_vlm_*.[ch]) \
 HDRS      := $(wildcard src/*.h)
 
 .PHONY: all lib cli engine module deps unit prove test run fixtures asan \
-        bench fuzz clean
+        bench fuzz clean FORCE
 
 all: lib cli $(if $(ENGINE_SRCS),engine) module
 
@@ -136,7 +136,7 @@ $(MODULE): $(NGX_BUILD)/objs/Makefile $(MOD_SRCS)
 FORCE:
 
 # keep the objects of tests and benchmarks between runs
-.SECONDARY:
+.SECONDARY: $(TESTS:%=%.o) $(BENCHES:%=%.o)
 
 unit: $(TESTS)
 	@$(ROOT)/scripts/run-unit $(TESTS)
