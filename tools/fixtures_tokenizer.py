@@ -318,11 +318,16 @@ def chat_cases(hf_tok):
     ]
     cases = []
     for name, msgs in convs:
-        for gen in (False, True):
+        has_image = "image" in json.dumps(msgs)
+        for gen, vid in ((False, False), (True, False), (True, True)):
+            if vid and not has_image:
+                continue
             text = hf_tok.apply_chat_template(msgs, tokenize=False,
-                                              add_generation_prompt=gen)
+                                              add_generation_prompt=gen,
+                                              add_vision_id=vid)
             cases.append({"name": name, "messages": msgs,
-                          "add_generation_prompt": gen, "text": text,
+                          "add_generation_prompt": gen,
+                          "add_vision_id": vid, "text": text,
                           "ids": hf_tok(text)["input_ids"]})
     return cases
 
