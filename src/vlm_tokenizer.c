@@ -16,6 +16,7 @@
 
 #define _GNU_SOURCE
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -506,15 +507,45 @@ vlm_tok_fail(vlm_tok_load_t *ld, vlm_status_t status, const char *fmt, ...)
 static vlm_status_t
 vlm_tok_load_json(vlm_tok_load_t *ld, json_t **root)
 {
+    long          size;
+    char         *buf;
+    FILE         *f;
     json_error_t  jerr;
 
-    *root = json_load_file(ld->path, JSON_REJECT_DUPLICATES, &jerr);
+    *root = NULL;
+
+    /* one read and json_loadb: much faster than jansson's getc loop */
+    f = fopen(ld->path, "rb");
+    if (f == NULL) {
+        return vlm_tok_fail(ld, VLM_ERR_IO, "%s", strerror(errno));
+    }
+
+    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0
+        || fseek(f, 0, SEEK_SET) != 0)
+    {
+        fclose(f);
+        return vlm_tok_fail(ld, VLM_ERR_IO, "%s", strerror(errno));
+    }
+
+    buf = malloc((size_t) size + 1);
+    if (buf == NULL) {
+        fclose(f);
+        return vlm_tok_fail(ld, VLM_ERR_NOMEM, "no memory for %ld bytes",
+                            size);
+    }
+
+    if (fread(buf, 1, (size_t) size, f) != (size_t) size) {
+        free(buf);
+        fclose(f);
+        return vlm_tok_fail(ld, VLM_ERR_IO, "short read");
+    }
+
+    fclose(f);
+
+    *root = json_loadb(buf, (size_t) size, JSON_REJECT_DUPLICATES, &jerr);
+    free(buf);
 
     if (*root == NULL) {
-        if (jerr.line < 0 || strstr(jerr.text, "unable to open") != NULL) {
-            return vlm_tok_fail(ld, VLM_ERR_IO, "%s", jerr.text);
-        }
-
         return vlm_tok_fail(ld, VLM_ERR_FORMAT, "line %d column %d: %s",
                             jerr.line, jerr.column, jerr.text);
     }
