@@ -63,9 +63,9 @@ const char *vlm_tokenizer_chat_template(const vlm_tokenizer_t *tok);
 
 
 /*
- * A workspace for encoding texts of up to max_text bytes; it holds about
- * 48 bytes per byte of max_text (normalisation and BPE scratch, the regex
- * match data and JIT stack).
+ * A workspace for encoding texts of up to max_text bytes: 44 bytes per
+ * byte of max_text (normalisation and BPE scratch), the regex match data
+ * and a JIT stack of up to 1 MiB.  Only one thread uses it at a time.
  */
 vlm_status_t vlm_tok_work_create(vlm_tok_work_t **work,
     const vlm_tokenizer_t *tok, size_t max_text, vlm_error_t *err);
