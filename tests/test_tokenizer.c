@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include <jansson.h>
+#include <utf8proc.h>
 
 #include "vlm_tokenizer.h"
 
@@ -329,6 +330,117 @@ test_qwen_encode_decode(void **state)
 
     check_encode_cases(f);
     check_decode_cases(f);
+    fixture_close(f);
+}
+
+
+/* decode(encode(s)) is NFC(s) for random text; random bytes never fail
+   once sanitised */
+
+static uint32_t  rng_state = 12345;
+
+
+static uint32_t
+rng(void)
+{
+    rng_state = rng_state * 1103515245u + 12345u;
+    return rng_state >> 8;
+}
+
+
+static size_t
+random_text(char *out, size_t max)
+{
+    size_t                 n, len, k;
+    utf8proc_int32_t       cp;
+    static const int32_t   ranges[][2] = {
+        { 'a', 'z' }, { 'A', 'Z' }, { '0', '9' }, { ' ', ';' },
+        { '?', '~' }, { '\t', '\r' }, { 0xa0, 0x17f }, { 0x300, 0x36f },
+        { 0x4e00, 0x4fff }, { 0x3041, 0x30ff }, { 0xac00, 0xac40 },
+        { 0x1100, 0x1175 }, { 0x1f600, 0x1f64f }, { 0x2000, 0x206f },
+    };
+
+    n = 1 + rng() % 40;
+    len = 0;
+
+    while (n-- > 0) {
+        k = rng() % (sizeof(ranges) / sizeof(ranges[0]));
+        cp = ranges[k][0] + (int32_t) (rng() % (ranges[k][1] - ranges[k][0]
+                                                + 1));
+
+        if (len + 4 > max) {
+            break;
+        }
+
+        len += utf8proc_encode_char(cp, (utf8proc_uint8_t *) out + len);
+    }
+
+    return len;
+}
+
+
+static void
+test_random_round_trip(void **state)
+{
+    int                i;
+    char               text[256], raw[64], *dup;
+    size_t             len, n, k, out_len;
+    fixture_t         *f;
+    vlm_error_t        err;
+    utf8proc_uint8_t  *nfc;
+
+    f = fixture_open(FIXTURES "/qwen", FIXTURES "/qwen_cases.json");
+
+    for (i = 0; i < 2000; i++) {
+        len = random_text(text, sizeof(text));
+
+        if (vlm_tokenizer_encode(f->tok, f->work, text, len, 0, f->ids,
+                                 MAX_IDS, &n, &err)
+            != VLM_OK)
+        {
+            fail_msg("random text %d: %s", i, err.msg);
+        }
+
+        assert_int_equal(vlm_tokenizer_decode(f->tok, f->ids, n, 0, f->text,
+                                              MAX_TEXT, &out_len, &err),
+                         VLM_OK);
+
+        dup = strndup(text, len);
+        assert_non_null(dup);
+        nfc = utf8proc_NFC((const utf8proc_uint8_t *) dup);
+        assert_non_null(nfc);
+        free(dup);
+
+        if (out_len != strlen((char *) nfc)
+            || memcmp(f->text, nfc, out_len) != 0)
+        {
+            fail_msg("random text %d: decode(encode()) is not NFC", i);
+        }
+
+        free(nfc);
+    }
+
+    for (i = 0; i < 2000; i++) {
+        len = 1 + rng() % sizeof(raw);
+
+        for (k = 0; k < len; k++) {
+            raw[k] = (char) rng();
+        }
+
+        n = vlm_utf8_sanitize(raw, len, f->text, MAX_TEXT);
+        assert_true(n <= 3 * len);
+        assert_int_equal(vlm_utf8_validate(f->text, n), n);
+
+        if (vlm_utf8_validate(raw, len) == len) {
+            assert_int_equal(n, len);
+            assert_memory_equal(raw, f->text, len);
+        }
+
+        assert_int_equal(vlm_tokenizer_encode(f->tok, f->work, f->text, n,
+                                              0, f->ids, MAX_IDS, &k, &err),
+                         VLM_OK);
+    }
+
     fixture_close(f);
 }
 
@@ -861,6 +973,7 @@ main(void)
         cmocka_unit_test(test_fixture_legacy_merges_encode),
         cmocka_unit_test(test_fixture_decode),
         cmocka_unit_test(test_qwen_encode_decode),
+        cmocka_unit_test(test_random_round_trip),
         cmocka_unit_test(test_lookups),
         cmocka_unit_test(test_stream_split_characters),
         cmocka_unit_test(test_utf8_helpers),

@@ -184,6 +184,8 @@ EDGE = [
     "a" * 300,
     " " * 50 + "x",
     "A" + "\u0300" * 10,
+    " " * 3000 + "x" + "\n" * 2000 + "y  \n \t\n" * 200,
+    "\u0958\u0959 \u2126 \u0344 \u1f84",              # NFC changes length
 ]
 
 # raw bytes, each containing invalid UTF-8
