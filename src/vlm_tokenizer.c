@@ -94,6 +94,7 @@ struct vlm_tokenizer_s {
 
     pcre2_code        *re;
     unsigned           ignore_merges:1;
+    unsigned           nfc:1;
 
     int32_t            eos_id;
     int32_t            pad_id;
@@ -437,6 +438,34 @@ vlm_tok_pair_slot(const vlm_tokenizer_t *tok, uint64_t key)
 }
 
 
+/* the vocabulary id of a token string as tokenizer.json writes it */
+static int32_t
+vlm_tok_vocab_find_string(const vlm_tokenizer_t *tok, const char *s,
+    size_t len)
+{
+    char     stack[256], *buf;
+    int32_t  id;
+
+    if (len == 0 || len > tok->max_token_bytes * 2) {
+        return -1;
+    }
+
+    buf = (len <= sizeof(stack)) ? stack : malloc(len);
+    if (buf == NULL) {
+        return -1;
+    }
+
+    id = vlm_tok_vocab_find(tok, buf,
+                            vlm_tok_byte_level_decode(tok, s, len, buf));
+
+    if (buf != stack) {
+        free(buf);
+    }
+
+    return id;
+}
+
+
 /* the rank of merging (a, b), or -1; *id is the merged token */
 static int32_t
 vlm_tok_pair_find(const vlm_tokenizer_t *tok, int32_t a, int32_t b,
@@ -678,13 +707,15 @@ vlm_tok_alloc_ids(vlm_tokenizer_t *tok, vlm_tok_load_t *ld, json_t *vocab,
 static vlm_status_t
 vlm_tok_load_vocab(vlm_tokenizer_t *tok, vlm_tok_load_t *ld, json_t *vocab)
 {
-    int          b;
-    void        *it;
-    size_t       len, n;
-    int32_t      id;
-    uint32_t     i, size;
-    const char  *key;
-    vlm_status_t  rc;
+    int                     b;
+    char                    c;
+    void                   *it;
+    size_t                  len, n;
+    int32_t                 id;
+    uint32_t                i, size;
+    const char             *key;
+    vlm_status_t            rc;
+    const vlm_tok_entry_t  *e;
 
     n = json_object_size(vocab);
 
@@ -723,7 +754,7 @@ vlm_tok_load_vocab(vlm_tokenizer_t *tok, vlm_tok_load_t *ld, json_t *vocab)
     tok->vocab_mask = size - 1;
 
     for (id = 0; id < tok->n_tokens; id++) {
-        const vlm_tok_entry_t  *e = &tok->tokens[id];
+        e = &tok->tokens[id];
 
         if (e->kind != VLM_TOK_KIND_VOCAB) {
             continue;
@@ -745,8 +776,7 @@ vlm_tok_load_vocab(vlm_tokenizer_t *tok, vlm_tok_load_t *ld, json_t *vocab)
     }
 
     for (b = 0; b < 256; b++) {
-        char  c = (char) b;
-
+        c = (char) b;
         tok->byte_id[b] = vlm_tok_vocab_find(tok, &c, 1);
 
         if (tok->byte_id[b] < 0) {
@@ -968,24 +998,11 @@ vlm_tok_load_added(vlm_tokenizer_t *tok, vlm_tok_load_t *ld, json_t *added)
         /* an added token may carry the id of the same string in the
            vocabulary, never another's */
         if (tok->tokens[id].kind == VLM_TOK_KIND_VOCAB
-            && vlm_tok_vocab_find(tok, content, len) != id)
+            && vlm_tok_vocab_find_string(tok, content, len) != id)
         {
-            char  *tmp = malloc(len);
-            size_t n;
-
-            if (tmp == NULL) {
-                return vlm_tok_fail(ld, VLM_ERR_NOMEM, "no memory");
-            }
-
-            n = vlm_tok_byte_level_decode(tok, content, len, tmp);
-            id = vlm_tok_vocab_find(tok, tmp, n) == id ? id : -1;
-            free(tmp);
-
-            if (id < 0) {
-                return vlm_tok_fail(ld, VLM_ERR_FORMAT, "added token \"%s\":"
-                                    " its id belongs to another vocabulary "
-                                    "token", content);
-            }
+            return vlm_tok_fail(ld, VLM_ERR_FORMAT, "added token \"%s\": "
+                                "its id belongs to another vocabulary token",
+                                content);
         }
 
         rc = vlm_tok_add_bytes(tok, ld, id, content, len, VLM_TOK_KIND_ADDED);
@@ -1051,20 +1068,21 @@ vlm_tok_plain_byte_level(json_t *obj, int use_regex)
 
 /*
  * Rewrites the pattern for PCRE2: \s and \S become Oniguruma's Unicode
- * white space classes.  Returns a malloc'ed pattern or NULL (with err
- * set).
+ * white space classes.  *res is a malloc'ed pattern.
  */
-static char *
-vlm_tok_rewrite_pattern(vlm_tok_load_t *ld, const char *pat, size_t len)
+static vlm_status_t
+vlm_tok_rewrite_pattern(vlm_tok_load_t *ld, const char *pat, size_t len,
+    char **res)
 {
     int      in_class;
     char    *out, *p;
     size_t   i;
 
+    *res = NULL;
+
     out = malloc(len * (sizeof(VLM_TOK_WS) + 4) + 1);
     if (out == NULL) {
-        vlm_tok_fail(ld, VLM_ERR_NOMEM, "no memory for the regex");
-        return NULL;
+        return vlm_tok_fail(ld, VLM_ERR_NOMEM, "no memory for the regex");
     }
 
     p = out;
@@ -1075,9 +1093,9 @@ vlm_tok_rewrite_pattern(vlm_tok_load_t *ld, const char *pat, size_t len)
             if (pat[i + 1] == 's' || pat[i + 1] == 'S') {
                 if (in_class && pat[i + 1] == 'S') {
                     free(out);
-                    vlm_tok_fail(ld, VLM_ERR_UNSUPPORTED, "pre_tokenizer "
-                                 "regex: \\S inside a class");
-                    return NULL;
+                    return vlm_tok_fail(ld, VLM_ERR_UNSUPPORTED,
+                                        "pre_tokenizer regex: \\S inside "
+                                        "a class");
                 }
 
                 p += sprintf(p, in_class ? "%s"
@@ -1117,8 +1135,9 @@ vlm_tok_rewrite_pattern(vlm_tok_load_t *ld, const char *pat, size_t len)
     }
 
     *p = '\0';
+    *res = out;
 
-    return out;
+    return VLM_OK;
 }
 
 
@@ -1126,10 +1145,11 @@ static vlm_status_t
 vlm_tok_compile(vlm_tokenizer_t *tok, vlm_tok_load_t *ld, const char *pat,
     size_t len, int literal)
 {
-    int          ec;
-    char        *rewritten;
-    PCRE2_SIZE   eo;
-    PCRE2_UCHAR  msg[128];
+    int           ec;
+    char         *rewritten;
+    PCRE2_SIZE    eo;
+    PCRE2_UCHAR   msg[128];
+    vlm_status_t  rc;
 
     if (literal) {
         tok->re = pcre2_compile((PCRE2_SPTR) pat, len,
@@ -1137,9 +1157,9 @@ vlm_tok_compile(vlm_tokenizer_t *tok, vlm_tok_load_t *ld, const char *pat,
         rewritten = NULL;
 
     } else {
-        rewritten = vlm_tok_rewrite_pattern(ld, pat, len);
-        if (rewritten == NULL) {
-            return ld->err ? ld->err->status : VLM_ERR_NOMEM;
+        rc = vlm_tok_rewrite_pattern(ld, pat, len, &rewritten);
+        if (rc != VLM_OK) {
+            return rc;
         }
 
         tok->re = pcre2_compile((PCRE2_SPTR) rewritten, PCRE2_ZERO_TERMINATED,
@@ -1300,17 +1320,16 @@ vlm_tok_load_model(vlm_tokenizer_t *tok, vlm_tok_load_t *ld, json_t *root)
 static vlm_status_t
 vlm_tok_load_pipeline(vlm_tokenizer_t *tok, vlm_tok_load_t *ld, json_t *root)
 {
-    json_t  *v;
+    json_t        *v;
+    vlm_status_t   rc;
 
     v = json_object_get(root, "normalizer");
-    if (v != NULL && !json_is_null(v) && !vlm_tok_is_type(v, "NFC")) {
-        return vlm_tok_fail(ld, VLM_ERR_UNSUPPORTED, "normalizer: only NFC "
-                            "is supported (found %s)", vlm_tok_type(v));
-    }
+    tok->nfc = vlm_tok_is_type(v, "NFC");
 
-    if (v == NULL || json_is_null(v)) {
-        return vlm_tok_fail(ld, VLM_ERR_UNSUPPORTED, "normalizer: none; "
-                            "only NFC is supported");
+    if (v != NULL && !json_is_null(v) && !tok->nfc) {
+        return vlm_tok_fail(ld, VLM_ERR_UNSUPPORTED, "normalizer: only NFC "
+                            "or none is supported (found %s)",
+                            vlm_tok_type(v));
     }
 
     v = json_object_get(root, "pre_tokenizer");
@@ -1319,8 +1338,9 @@ vlm_tok_load_pipeline(vlm_tokenizer_t *tok, vlm_tok_load_t *ld, json_t *root)
                             "missing");
     }
 
-    if (vlm_tok_load_pre_tokenizer(tok, ld, v) != VLM_OK) {
-        return ld->err ? ld->err->status : VLM_ERR_FORMAT;
+    rc = vlm_tok_load_pre_tokenizer(tok, ld, v);
+    if (rc != VLM_OK) {
+        return rc;
     }
 
     v = json_object_get(root, "decoder");
@@ -1596,9 +1616,7 @@ vlm_tokenizer_vocab_size(const vlm_tokenizer_t *tok)
 int32_t
 vlm_tokenizer_token_id(const vlm_tokenizer_t *tok, const char *str)
 {
-    char     *buf;
-    size_t    i, len, n;
-    int32_t   id;
+    size_t  i, len;
 
     len = strlen(str);
 
@@ -1610,20 +1628,7 @@ vlm_tokenizer_token_id(const vlm_tokenizer_t *tok, const char *str)
         }
     }
 
-    if (len == 0 || len > tok->max_token_bytes * 4) {
-        return -1;
-    }
-
-    buf = malloc(len);
-    if (buf == NULL) {
-        return -1;
-    }
-
-    n = vlm_tok_byte_level_decode(tok, str, len, buf);
-    id = vlm_tok_vocab_find(tok, buf, n);
-    free(buf);
-
-    return id;
+    return vlm_tok_vocab_find_string(tok, str, len);
 }
 
 
@@ -2025,10 +2030,11 @@ vlm_tok_find_added(const vlm_tokenizer_t *tok, const uint8_t *s, size_t len,
 }
 
 
-/* NFC of s into the workspace (or s itself when it is NFC already) */
+/* NFC of s into the workspace (s itself when it is NFC already, or when
+   the tokenizer has no normalizer) */
 static vlm_status_t
-vlm_tok_nfc(vlm_tok_work_t *w, const uint8_t *s, size_t len,
-    const uint8_t **out, size_t *out_len, vlm_error_t *err)
+vlm_tok_nfc(const vlm_tokenizer_t *tok, vlm_tok_work_t *w, const uint8_t *s,
+    size_t len, const uint8_t **out, size_t *out_len, vlm_error_t *err)
 {
     size_t            i;
     utf8proc_ssize_t  n;
@@ -2037,7 +2043,7 @@ vlm_tok_nfc(vlm_tok_work_t *w, const uint8_t *s, size_t len,
     /* text below U+0300 has no composing characters: NFC as it is */
     for (i = 0; i < len && s[i] < 0xcc; i++) { /* void */ }
 
-    if (i == len) {
+    if (i == len || !tok->nfc) {
         *out = s;
         *out_len = len;
         return VLM_OK;
@@ -2089,7 +2095,7 @@ vlm_tok_encode_piece(const vlm_tokenizer_t *tok, vlm_tok_work_t *w,
     norm = NULL;
     norm_len = 0;
 
-    rc = vlm_tok_nfc(w, s, len, &norm, &norm_len, err);
+    rc = vlm_tok_nfc(tok, w, s, len, &norm, &norm_len, err);
     if (rc != VLM_OK) {
         return rc;
     }

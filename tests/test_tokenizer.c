@@ -816,6 +816,46 @@ alter_regex(json_t *root)
 
 
 static void
+alter_no_normalizer(json_t *root)
+{
+    json_object_set_new(root, "normalizer", json_null());
+}
+
+
+static void
+test_no_normalizer(void **state)
+{
+    char              path[128], out[32];
+    size_t            n, len;
+    json_t           *root;
+    int32_t           ids[16];
+    vlm_error_t       err;
+    vlm_tok_work_t   *work;
+    vlm_tokenizer_t  *tok;
+
+    root = load_json(FIXTURES "/model/tokenizer.json");
+    alter_no_normalizer(root);
+    snprintf(path, sizeof(path), "%s/tokenizer.json", tmp_dir);
+    assert_int_equal(json_dump_file(root, path, 0), 0);
+    json_decref(root);
+
+    assert_int_equal(vlm_tokenizer_load(&tok, tmp_dir, &err), VLM_OK);
+    assert_int_equal(vlm_tok_work_create(&work, tok, 64, &err), VLM_OK);
+
+    /* "e" + U+0301 stays decomposed */
+    assert_int_equal(vlm_tokenizer_encode(tok, work, "e\xcc\x81", 3, 0, ids,
+                                          16, &n, &err), VLM_OK);
+    assert_int_equal(vlm_tokenizer_decode(tok, ids, n, 0, out, sizeof(out),
+                                          &len, &err), VLM_OK);
+    assert_int_equal(len, 3);
+    assert_memory_equal(out, "e\xcc\x81", 3);
+
+    vlm_tok_work_free(work);
+    vlm_tokenizer_free(tok);
+}
+
+
+static void
 test_load_errors(void **state)
 {
     vlm_error_t       err;
@@ -979,6 +1019,8 @@ main(void)
         cmocka_unit_test(test_utf8_helpers),
         cmocka_unit_test(test_encode_errors),
         cmocka_unit_test_setup_teardown(test_load_errors, tmp_setup,
+                                        tmp_teardown),
+        cmocka_unit_test_setup_teardown(test_no_normalizer, tmp_setup,
                                         tmp_teardown),
         cmocka_unit_test(test_concurrent_encode),
     };
