@@ -58,6 +58,14 @@ typedef struct {
 } vlm_tok_entry_t;
 
 
+/* one merge: the pair key, its rank and the merged token, in one line */
+typedef struct {
+    uint64_t  key;          /* left id << 32 | right id; ~0 when empty */
+    int32_t   rank;
+    int32_t   id;
+} vlm_tok_pair_t;
+
+
 typedef struct {
     char     *content;      /* UTF-8, as matched in text */
     size_t    len;
@@ -78,9 +86,7 @@ struct vlm_tokenizer_s {
     int32_t           *vocab_slots;     /* raw bytes -> vocab id, or -1 */
     uint32_t           vocab_mask;
 
-    uint64_t          *pair_keys;       /* (left id, right id), or ~0 */
-    int32_t           *pair_rank;
-    int32_t           *pair_id;
+    vlm_tok_pair_t    *pairs;           /* merges by (left, right) */
     uint32_t           pair_mask;
     unsigned           pair_shift;
 
@@ -476,13 +482,14 @@ vlm_tok_pair_find(const vlm_tokenizer_t *tok, int32_t a, int32_t b,
 
     key = ((uint64_t) (uint32_t) a << 32) | (uint32_t) b;
     i = vlm_tok_pair_slot(tok, key);
+    *id = -1;
 
     for ( ;; ) {
-        k = tok->pair_keys[i];
+        k = tok->pairs[i].key;
 
         if (k == key) {
-            *id = tok->pair_id[i];
-            return tok->pair_rank[i];
+            *id = tok->pairs[i].id;
+            return tok->pairs[i].rank;
         }
 
         if (k == UINT64_MAX) {
@@ -856,22 +863,18 @@ vlm_tok_load_merges(vlm_tokenizer_t *tok, vlm_tok_load_t *ld, json_t *merges)
         tok->pair_shift--;
     }
 
-    tok->pair_keys = malloc(size * sizeof(uint64_t));
-    tok->pair_rank = malloc(size * sizeof(int32_t));
-    tok->pair_id = malloc(size * sizeof(int32_t));
+    tok->pairs = malloc(size * sizeof(vlm_tok_pair_t));
     /* a token string is at most 2 bytes per token byte (byte-level) or
        its own bytes: longer parts cannot be in the vocabulary */
     buf = malloc(tok->max_token_bytes * 4 + 8);
 
-    if (tok->pair_keys == NULL || tok->pair_rank == NULL
-        || tok->pair_id == NULL || buf == NULL)
-    {
+    if (tok->pairs == NULL || buf == NULL) {
         free(buf);
         return vlm_tok_fail(ld, VLM_ERR_NOMEM, "no memory for %zu merges",
                             n);
     }
 
-    memset(tok->pair_keys, 0xff, size * sizeof(uint64_t));
+    memset(tok->pairs, 0xff, size * sizeof(vlm_tok_pair_t));
     rc = VLM_OK;
 
     json_array_foreach(merges, r, m) {
@@ -910,14 +913,14 @@ vlm_tok_load_merges(vlm_tokenizer_t *tok, vlm_tok_load_t *ld, json_t *merges)
         key = ((uint64_t) (uint32_t) ids[0] << 32) | (uint32_t) ids[1];
         i = vlm_tok_pair_slot(tok, key);
 
-        while (tok->pair_keys[i] != UINT64_MAX && tok->pair_keys[i] != key) {
+        while (tok->pairs[i].key != UINT64_MAX && tok->pairs[i].key != key) {
             i = (i + 1) & tok->pair_mask;
         }
 
         /* a repeated pair takes the later rank, as tokenizers does */
-        tok->pair_keys[i] = key;
-        tok->pair_rank[i] = (int32_t) r;
-        tok->pair_id[i] = ids[2];
+        tok->pairs[i].key = key;
+        tok->pairs[i].rank = (int32_t) r;
+        tok->pairs[i].id = ids[2];
     }
 
     free(buf);
@@ -1596,9 +1599,7 @@ vlm_tokenizer_free(vlm_tokenizer_t *tok)
     free(tok->tokens);
     free(tok->bytes);
     free(tok->vocab_slots);
-    free(tok->pair_keys);
-    free(tok->pair_rank);
-    free(tok->pair_id);
+    free(tok->pairs);
     free(tok->chat_template);
     free(tok);
 }
