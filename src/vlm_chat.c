@@ -42,9 +42,12 @@
 
 
 typedef struct {
-    char    *out;
-    size_t   cap;
-    size_t   len;
+    char            *out;
+    size_t           cap;
+    size_t           len;
+    vlm_tok_span_t  *spans;            /* the text of messages, or NULL */
+    size_t           spans_cap;
+    size_t           n_spans;
 } vlm_chat_buf_t;
 
 
@@ -74,6 +77,24 @@ vlm_chat_puts(vlm_chat_buf_t *b, const char *s)
 }
 
 
+/* text that came from the messages: a plain span */
+static void
+vlm_chat_put_text(vlm_chat_buf_t *b, const char *s, size_t n)
+{
+    if (n == 0) {
+        return;
+    }
+
+    if (b->spans != NULL && b->n_spans < b->spans_cap) {
+        b->spans[b->n_spans].start = b->len;
+        b->spans[b->n_spans].end = b->len + n;
+    }
+
+    b->n_spans++;
+    vlm_chat_put(b, s, n);
+}
+
+
 static vlm_status_t
 vlm_chat_room(size_t need, size_t cap, const char *what, vlm_error_t *err)
 {
@@ -90,6 +111,17 @@ vlm_status_t
 vlm_chat_render(const vlm_chat_msg_t *msgs, size_t n, unsigned flags,
     char *out, size_t cap, size_t *len, size_t *n_images, vlm_error_t *err)
 {
+    return vlm_chat_render_spans(msgs, n, flags, out, cap, len, n_images,
+                                 NULL, 0, NULL, err);
+}
+
+
+vlm_status_t
+vlm_chat_render_spans(const vlm_chat_msg_t *msgs, size_t n, unsigned flags,
+    char *out, size_t cap, size_t *len, size_t *n_images,
+    vlm_tok_span_t *spans, size_t spans_cap, size_t *n_spans,
+    vlm_error_t *err)
+{
     char                   num[32];
     size_t                 i, j, images;
     vlm_chat_buf_t         b;
@@ -99,6 +131,9 @@ vlm_chat_render(const vlm_chat_msg_t *msgs, size_t n, unsigned flags,
     b.out = out;
     b.cap = cap;
     b.len = 0;
+    b.spans = spans;
+    b.spans_cap = spans_cap;
+    b.n_spans = 0;
     images = 0;
     *len = 0;
 
@@ -118,12 +153,12 @@ vlm_chat_render(const vlm_chat_msg_t *msgs, size_t n, unsigned flags,
         }
 
         vlm_chat_puts(&b, VLM_CHAT_IM_START);
-        vlm_chat_put(&b, m->role, m->role_len);
+        vlm_chat_put_text(&b, m->role, m->role_len);
         vlm_chat_puts(&b, "\n");
 
         if (m->parts == NULL) {
             if (m->content != NULL) {
-                vlm_chat_put(&b, m->content, m->content_len);
+                vlm_chat_put_text(&b, m->content, m->content_len);
             }
 
             vlm_chat_puts(&b, VLM_CHAT_IM_END);
@@ -145,7 +180,7 @@ vlm_chat_render(const vlm_chat_msg_t *msgs, size_t n, unsigned flags,
 
             } else if (p->type == VLM_CHAT_PART_TEXT) {
                 if (p->text != NULL) {
-                    vlm_chat_put(&b, p->text, p->len);
+                    vlm_chat_put_text(&b, p->text, p->len);
                 }
 
             } else {
@@ -166,6 +201,16 @@ vlm_chat_render(const vlm_chat_msg_t *msgs, size_t n, unsigned flags,
 
     if (n_images != NULL) {
         *n_images = images;
+    }
+
+    if (n_spans != NULL) {
+        *n_spans = b.n_spans;
+    }
+
+    if (spans != NULL && b.n_spans > spans_cap) {
+        return vlm_error_set(err, VLM_ERR_LIMIT, "chat prompt: %zu text "
+                             "spans do not fit in %zu", b.n_spans,
+                             spans_cap);
     }
 
     if (out == NULL) {

@@ -12,6 +12,7 @@
 #define VLM_CHAT_H
 
 #include "vlm_common.h"
+#include "vlm_tokenizer.h"
 
 
 typedef enum {
@@ -61,6 +62,20 @@ typedef struct {
  */
 vlm_status_t vlm_chat_render(const vlm_chat_msg_t *msgs, size_t n,
     unsigned flags, char *out, size_t cap, size_t *len, size_t *n_images,
+    vlm_error_t *err);
+
+/*
+ * The same, and the byte ranges of the prompt that came from the messages
+ * (roles, string contents, text parts), at most spans_cap of them;
+ * *n_spans is their count (needed: VLM_ERR_LIMIT when it exceeds
+ * spans_cap).  Encoding the prompt with vlm_tokenizer_encode_spans() over
+ * them keeps special-token strings typed by a client as plain text while
+ * the template's own special tokens stay special; prompts without such
+ * strings encode exactly as apply_chat_template + tokenizer do.
+ */
+vlm_status_t vlm_chat_render_spans(const vlm_chat_msg_t *msgs, size_t n,
+    unsigned flags, char *out, size_t cap, size_t *len, size_t *n_images,
+    vlm_tok_span_t *spans, size_t spans_cap, size_t *n_spans,
     vlm_error_t *err);
 
 /*

@@ -138,6 +138,15 @@ typedef struct {
 } vlm_tok_load_t;
 
 
+/* spans of the text where special tokens are plain text */
+typedef struct {
+    const vlm_tok_span_t  *spans;
+    size_t                 n;
+    size_t                 next;        /* the first span not yet passed */
+    size_t                 base;        /* offset of the scanned piece */
+} vlm_tok_plain_t;
+
+
 /* UTF-8 */
 
 /*
@@ -1992,13 +2001,30 @@ vlm_tok_pre_tokenize(const vlm_tokenizer_t *tok, vlm_tok_work_t *w,
 }
 
 
+/* 1 when text[at, at + len) meets a plain span (at only grows) */
+static int
+vlm_tok_in_plain(vlm_tok_plain_t *plain, size_t at, size_t len)
+{
+    at += plain->base;
+
+    while (plain->next < plain->n && plain->spans[plain->next].end <= at) {
+        plain->next++;
+    }
+
+    return plain->next < plain->n
+           && plain->spans[plain->next].start < at + len;
+}
+
+
 /*
  * The next added token in s[0..len) (leftmost, longest first), of the
- * kind selected by normalized; returns its offset or len.
+ * kind selected by normalized; returns its offset or len.  plain (NULL
+ * for none) are spans where special tokens do not count.
  */
 static size_t
 vlm_tok_find_added(const vlm_tokenizer_t *tok, const uint8_t *s, size_t len,
-    int normalized, unsigned flags, const vlm_tok_added_t **found)
+    int normalized, unsigned flags, vlm_tok_plain_t *plain,
+    const vlm_tok_added_t **found)
 {
     size_t                  i, j;
     uint8_t                 mask;
@@ -2017,7 +2043,9 @@ vlm_tok_find_added(const vlm_tokenizer_t *tok, const uint8_t *s, size_t len,
             if (a->normalized != normalized || a->len > len - i
                 || a->content[0] != (char) s[i]
                 || ((flags & VLM_TOK_SPECIAL_AS_TEXT) && a->special)
-                || memcmp(a->content, s + i, a->len) != 0)
+                || memcmp(a->content, s + i, a->len) != 0
+                || (a->special && plain != NULL
+                    && vlm_tok_in_plain(plain, i, a->len)))
             {
                 continue;
             }
@@ -2102,7 +2130,7 @@ vlm_tok_encode_piece(const vlm_tokenizer_t *tok, vlm_tok_work_t *w,
     }
 
     for ( ;; ) {
-        at = vlm_tok_find_added(tok, norm, norm_len, 1, flags, &a);
+        at = vlm_tok_find_added(tok, norm, norm_len, 1, flags, NULL, &a);
 
         if (at > 0) {
             rc = vlm_tok_pre_tokenize(tok, w, norm, at, out, err);
@@ -2127,13 +2155,41 @@ vlm_tokenizer_encode(const vlm_tokenizer_t *tok, vlm_tok_work_t *w,
     const char *text, size_t len, unsigned flags, int32_t *ids, size_t cap,
     size_t *n_ids, vlm_error_t *err)
 {
-    size_t                  bad, at;
+    return vlm_tokenizer_encode_spans(tok, w, text, len, flags, NULL, 0, ids,
+                                      cap, n_ids, err);
+}
+
+
+vlm_status_t
+vlm_tokenizer_encode_spans(const vlm_tokenizer_t *tok, vlm_tok_work_t *w,
+    const char *text, size_t len, unsigned flags, const vlm_tok_span_t *spans,
+    size_t n_spans, int32_t *ids, size_t cap, size_t *n_ids,
+    vlm_error_t *err)
+{
+    size_t                  i, bad, at;
     const uint8_t          *s;
     vlm_status_t            rc;
     vlm_tok_out_t           out;
+    vlm_tok_plain_t         plain;
     const vlm_tok_added_t  *a;
 
     *n_ids = 0;
+
+    for (i = 0; i < n_spans; i++) {
+        if (spans[i].start > spans[i].end || spans[i].end > len
+            || (i > 0 && spans[i].start < spans[i - 1].end))
+        {
+            return vlm_error_set(err, VLM_ERR_INVALID, "tokenizer: plain "
+                                 "span %zu [%zu, %zu) is not sorted within "
+                                 "the %zu-byte text", i, spans[i].start,
+                                 spans[i].end, len);
+        }
+    }
+
+    plain.spans = spans;
+    plain.n = n_spans;
+    plain.next = 0;
+    plain.base = 0;
 
     if (w->tok != tok) {
         return vlm_error_set(err, VLM_ERR_INVALID, "tokenizer: the "
@@ -2158,7 +2214,8 @@ vlm_tokenizer_encode(const vlm_tokenizer_t *tok, vlm_tok_work_t *w,
     s = (const uint8_t *) text;
 
     for ( ;; ) {
-        at = vlm_tok_find_added(tok, s, len, 0, flags, &a);
+        at = vlm_tok_find_added(tok, s, len, 0, flags,
+                                n_spans ? &plain : NULL, &a);
 
         rc = vlm_tok_encode_piece(tok, w, s, at, flags, &out, err);
         if (rc != VLM_OK) {
@@ -2172,6 +2229,7 @@ vlm_tokenizer_encode(const vlm_tokenizer_t *tok, vlm_tok_work_t *w,
         vlm_tok_emit(&out, a->id);
         s += at + a->len;
         len -= at + a->len;
+        plain.base += at + a->len;
     }
 
     *n_ids = out.n;

@@ -36,7 +36,8 @@ typedef struct vlm_tok_work_s   vlm_tok_work_t;
  */
 vlm_status_t vlm_tokenizer_load(vlm_tokenizer_t **tok, const char *model_dir,
     vlm_error_t *err);
-/* the same from explicit paths; config_path may be NULL */
+/* the same from explicit paths; config_path and chat_template_path may
+   be NULL */
 vlm_status_t vlm_tokenizer_load_files(vlm_tokenizer_t **tok,
     const char *tokenizer_path, const char *config_path,
     const char *chat_template_path, vlm_error_t *err);
@@ -81,6 +82,25 @@ void vlm_tok_work_free(vlm_tok_work_t *work);
 vlm_status_t vlm_tokenizer_encode(const vlm_tokenizer_t *tok,
     vlm_tok_work_t *work, const char *text, size_t len, unsigned flags,
     int32_t *ids, size_t cap, size_t *n_ids, vlm_error_t *err);
+
+/*
+ * A byte range [start, end) of a text given to vlm_tokenizer_encode_spans.
+ */
+typedef struct {
+    size_t  start;
+    size_t  end;
+} vlm_tok_span_t;
+
+/*
+ * As vlm_tokenizer_encode, but special tokens are matched only outside the
+ * given spans (sorted, not overlapping): inside them, in the text a user
+ * typed, they are plain text.  Text without special tokens in the spans
+ * encodes exactly as vlm_tokenizer_encode.
+ */
+vlm_status_t vlm_tokenizer_encode_spans(const vlm_tokenizer_t *tok,
+    vlm_tok_work_t *work, const char *text, size_t len, unsigned flags,
+    const vlm_tok_span_t *plain, size_t n_plain, int32_t *ids, size_t cap,
+    size_t *n_ids, vlm_error_t *err);
 
 /*
  * Decodes ids into out (cap bytes, not NUL-terminated); *len is the

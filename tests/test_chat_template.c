@@ -104,6 +104,72 @@ assert_ids(const char *what, const int32_t *ids, size_t n, json_t *want)
 }
 
 
+static int  plain_cases;
+
+
+/*
+ * Rendered with spans and encoded over them: HF's ids when no client text
+ * holds a special token string, else the same text with those strings as
+ * plain text (only the template's <|im_end|> tokens are special).
+ */
+static void
+check_spans(fixture_t *f, const char *name, const vlm_chat_msg_t *msgs,
+    size_t n, unsigned flags, size_t len, json_t *want)
+{
+    int               special_in_text;
+    char             *out;
+    size_t            i, k, n_spans, n_ids, out_len, im_end;
+    int32_t           end_id;
+    vlm_error_t       err;
+    vlm_tok_span_t    spans[64];
+
+    out = malloc(len);
+    assert_non_null(out);
+
+    assert_int_equal(vlm_chat_render_spans(msgs, n, flags, out, len, &k,
+                                           NULL, spans, 64, &n_spans, &err),
+                     VLM_OK);
+    assert_int_equal(k, len);
+    assert_memory_equal(out, f->text, len);
+
+    special_in_text = 0;
+
+    for (i = 0; i < n_spans; i++) {
+        assert_true(spans[i].end <= len);
+        special_in_text |= memmem(out + spans[i].start,
+                                  spans[i].end - spans[i].start, "<|", 2)
+                           != NULL;
+    }
+
+    assert_int_equal(vlm_tokenizer_encode_spans(f->tok, f->work, out, len, 0,
+                                                spans, n_spans, f->ids, CAP,
+                                                &n_ids, &err), VLM_OK);
+
+    if (!special_in_text) {
+        assert_ids(name, f->ids, n_ids, want);
+        free(out);
+        return;
+    }
+
+    assert_int_equal(vlm_tokenizer_decode(f->tok, f->ids, n_ids, 0, f->text,
+                                          CAP, &out_len, &err), VLM_OK);
+    assert_int_equal(out_len, len);
+    assert_memory_equal(f->text, out, len);
+
+    plain_cases++;
+    end_id = vlm_tokenizer_token_id(f->tok, "<|im_end|>");
+    im_end = 0;
+
+    for (i = 0; i < n_ids; i++) {
+        im_end += (f->ids[i] == end_id);
+    }
+
+    /* one per message, plus the default system turn's */
+    assert_int_equal(im_end, n + 1);
+    free(out);
+}
+
+
 static void
 test_chat_cases(void **state)
 {
@@ -160,11 +226,14 @@ test_chat_cases(void **state)
 
         assert_ids(name, f->ids, n_ids, json_object_get(c, "ids"));
 
+        check_spans(f, name, msgs, n, flags, len, json_object_get(c, "ids"));
+
         vlm_chat_json_free(chat);
         count++;
     }
 
     assert_true(count >= 20);
+    assert_true(plain_cases >= 2);
 }
 
 
@@ -237,8 +306,9 @@ static void
 test_render_structs(void **state)
 {
     char                  out[512];
-    size_t                len, images;
+    size_t                len, images, ns;
     vlm_error_t           err;
+    vlm_tok_span_t        sp[8];
     vlm_chat_msg_t        msgs[2];
     vlm_chat_part_t       parts[3];
     static const char     want[] =
@@ -272,6 +342,20 @@ test_render_structs(void **state)
     assert_int_equal(images, 2);
     assert_int_equal(len, sizeof(want) - 1);
     assert_memory_equal(out, want, len);
+
+    /* spans: the role strings and the texts */
+    assert_int_equal(vlm_chat_render_spans(msgs, 2, 0, NULL, 0, &len, NULL,
+                                           sp, 2, &ns, &err),
+                     VLM_ERR_LIMIT);
+    assert_int_equal(ns, 4);
+    assert_int_equal(vlm_chat_render_spans(msgs, 2, 0, out, sizeof(out),
+                                           &len, NULL, sp, 8, &ns, &err),
+                     VLM_OK);
+    assert_int_equal(ns, 4);
+    assert_memory_equal(out + sp[0].start, "user", 4);
+    assert_memory_equal(out + sp[1].start, "What is it?", 11);
+    assert_memory_equal(out + sp[2].start, "assistant", 9);
+    assert_memory_equal(out + sp[3].start, "A cat.", 6);
 
     /* too small a buffer: the size needed comes back */
     assert_int_equal(vlm_chat_render(msgs, 2, VLM_CHAT_ADD_GENERATION_PROMPT,

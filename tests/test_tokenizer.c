@@ -630,10 +630,11 @@ test_utf8_helpers(void **state)
 static void
 test_encode_errors(void **state)
 {
-    size_t           n;
+    size_t           n, k;
     int32_t          ids[4];
     fixture_t       *f;
     vlm_error_t      err;
+    vlm_tok_span_t   spans[2] = { { 1, 11 }, { 0, 0 } };
     vlm_tok_work_t  *small;
     const char      *text = "The quick brown fox jumps over the lazy dog.";
 
@@ -667,6 +668,29 @@ test_encode_errors(void **state)
                                           f->ids, MAX_IDS, &n, &err),
                      VLM_ERR_INVALID);
     assert_non_null(strstr(err.msg, "byte 2"));
+
+    /* special tokens inside a plain span are text */
+    assert_int_equal(vlm_tokenizer_encode(f->tok, f->work, "a<|im_end|>b",
+                                          12, VLM_TOK_SPECIAL_AS_TEXT,
+                                          f->ids, MAX_IDS, &n, &err), VLM_OK);
+    assert_int_equal(vlm_tokenizer_encode_spans(f->tok, f->work,
+                                                "a<|im_end|>b<|im_end|>", 22,
+                                                0, spans, 1, f->ids + 100,
+                                                MAX_IDS - 100, &k, &err),
+                     VLM_OK);
+    assert_int_equal(k, n + 1);
+    assert_memory_equal(f->ids, f->ids + 100, n * sizeof(int32_t));
+    assert_int_equal(f->ids[100 + n],
+                     vlm_tokenizer_token_id(f->tok, "<|im_end|>"));
+
+    spans[0].start = 1;
+    spans[0].end = 2;
+    spans[1].start = 0;
+    spans[1].end = 3;
+    assert_int_equal(vlm_tokenizer_encode_spans(f->tok, f->work, "abc", 3, 0,
+                                                spans, 2, f->ids, MAX_IDS,
+                                                &n, &err), VLM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "span 1"));
 
     /* decoding into too small a buffer reports the size needed */
     ids[0] = vlm_tokenizer_token_id(f->tok, "<|im_start|>");
