@@ -12,8 +12,20 @@
 #include "vlm_cli.h"
 
 
+int vlm_cli_tokenize(int argc, char **argv);
+int vlm_cli_detokenize(int argc, char **argv);
+int vlm_cli_template(int argc, char **argv);
+
+
 /* one line per command; each is defined in src/cli/vlm_cli_<name>.c */
 static const vlm_cli_command_t  vlm_cli_commands[] = {
+    { "tokenize", vlm_cli_tokenize,
+      "tokenize --model DIR (--text STR | --file F) [--special-as-text]" },
+    { "detokenize", vlm_cli_detokenize,
+      "detokenize --model DIR [--skip-special] ID..." },
+    { "template", vlm_cli_template,
+      "template --model DIR --messages FILE.json [--no-generation-prompt] "
+      "[--vision-id]" },
     { NULL, NULL, NULL }
 };
 

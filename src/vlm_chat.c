@@ -1,0 +1,610 @@
+/*
+ * The Qwen2-VL chat template in C, matching transformers'
+ * apply_chat_template with the chat_template of Qwen2-VL-*-Instruct
+ * (VLM_CHAT_QWEN2_VL_TEMPLATE below, the same in Qwen2.5-VL), and the
+ * <|image_pad|> expansion of Qwen2VLProcessor (one pad per image becomes
+ * grid_t * grid_h * grid_w / merge_size^2 pads).
+ */
+
+#define _GNU_SOURCE
+
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "vlm_chat.h"
+
+
+#define VLM_CHAT_QWEN2_VL_TEMPLATE                                           \
+    "{% set image_count = namespace(value=0) %}{% set video_count = "        \
+    "namespace(value=0) %}{% for message in messages %}{% if loop.first "   \
+    "and message['role'] != 'system' %}<|im_start|>system\nYou are a "       \
+    "helpful assistant.<|im_end|>\n{% endif %}<|im_start|>{{ "              \
+    "message['role'] }}\n{% if message['content'] is string %}{{ "          \
+    "message['content'] }}<|im_end|>\n{% else %}{% for content in "         \
+    "message['content'] %}{% if content['type'] == 'image' or 'image' in "  \
+    "content or 'image_url' in content %}{% set image_count.value = "       \
+    "image_count.value + 1 %}{% if add_vision_id %}Picture {{ "             \
+    "image_count.value }}: {% endif %}<|vision_start|><|image_pad|>"        \
+    "<|vision_end|>{% elif content['type'] == 'video' or 'video' in "       \
+    "content %}{% set video_count.value = video_count.value + 1 %}{% if "   \
+    "add_vision_id %}Video {{ video_count.value }}: {% endif %}"            \
+    "<|vision_start|><|video_pad|><|vision_end|>{% elif 'text' in content " \
+    "%}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endif "   \
+    "%}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"   \
+    "{% endif %}"
+
+#define VLM_CHAT_IM_START  "<|im_start|>"
+#define VLM_CHAT_IM_END    "<|im_end|>\n"
+#define VLM_CHAT_IMAGE     "<|vision_start|><|image_pad|><|vision_end|>"
+
+
+typedef struct {
+    char            *out;
+    size_t           cap;
+    size_t           len;
+    vlm_tok_span_t  *spans;            /* the text of messages, or NULL */
+    size_t           spans_cap;
+    size_t           n_spans;
+} vlm_chat_buf_t;
+
+
+struct vlm_chat_json_s {
+    json_t           *root;
+    vlm_chat_msg_t   *msgs;
+    size_t            n;
+    vlm_chat_part_t  *parts;            /* every message's parts */
+};
+
+
+static void
+vlm_chat_put(vlm_chat_buf_t *b, const char *s, size_t n)
+{
+    if (b->out != NULL && b->len + n <= b->cap) {
+        memcpy(b->out + b->len, s, n);
+    }
+
+    b->len += n;
+}
+
+
+static void
+vlm_chat_puts(vlm_chat_buf_t *b, const char *s)
+{
+    vlm_chat_put(b, s, strlen(s));
+}
+
+
+/* text that came from the messages: a plain span */
+static void
+vlm_chat_put_text(vlm_chat_buf_t *b, const char *s, size_t n)
+{
+    if (n == 0) {
+        return;
+    }
+
+    if (b->spans != NULL && b->n_spans < b->spans_cap) {
+        b->spans[b->n_spans].start = b->len;
+        b->spans[b->n_spans].end = b->len + n;
+    }
+
+    b->n_spans++;
+    vlm_chat_put(b, s, n);
+}
+
+
+static vlm_status_t
+vlm_chat_room(size_t need, size_t cap, const char *what, vlm_error_t *err)
+{
+    if (need > cap) {
+        return vlm_error_set(err, VLM_ERR_LIMIT, "%s: %zu bytes do not fit "
+                             "in %zu", what, need, cap);
+    }
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_chat_render(const vlm_chat_msg_t *msgs, size_t n, unsigned flags,
+    char *out, size_t cap, size_t *len, size_t *n_images, vlm_error_t *err)
+{
+    return vlm_chat_render_spans(msgs, n, flags, out, cap, len, n_images,
+                                 NULL, 0, NULL, err);
+}
+
+
+vlm_status_t
+vlm_chat_render_spans(const vlm_chat_msg_t *msgs, size_t n, unsigned flags,
+    char *out, size_t cap, size_t *len, size_t *n_images,
+    vlm_tok_span_t *spans, size_t spans_cap, size_t *n_spans,
+    vlm_error_t *err)
+{
+    char                   num[32];
+    size_t                 i, j, images;
+    vlm_chat_buf_t         b;
+    const vlm_chat_msg_t  *m;
+    const vlm_chat_part_t *p;
+
+    b.out = out;
+    b.cap = cap;
+    b.len = 0;
+    b.spans = spans;
+    b.spans_cap = spans_cap;
+    b.n_spans = 0;
+    images = 0;
+    *len = 0;
+
+    for (i = 0; i < n; i++) {
+        m = &msgs[i];
+
+        if (m->role == NULL || m->role_len == 0) {
+            return vlm_error_set(err, VLM_ERR_INVALID, "chat: message %zu "
+                                 "has no role", i);
+        }
+
+        if (i == 0 && !(m->role_len == 6
+                        && memcmp(m->role, "system", 6) == 0))
+        {
+            vlm_chat_puts(&b, VLM_CHAT_IM_START "system\n"
+                          VLM_CHAT_DEFAULT_SYSTEM VLM_CHAT_IM_END);
+        }
+
+        vlm_chat_puts(&b, VLM_CHAT_IM_START);
+        vlm_chat_put_text(&b, m->role, m->role_len);
+        vlm_chat_puts(&b, "\n");
+
+        if (m->parts == NULL) {
+            if (m->content != NULL) {
+                vlm_chat_put_text(&b, m->content, m->content_len);
+            }
+
+            vlm_chat_puts(&b, VLM_CHAT_IM_END);
+            continue;
+        }
+
+        for (j = 0; j < m->n_parts; j++) {
+            p = &m->parts[j];
+
+            if (p->type == VLM_CHAT_PART_IMAGE) {
+                images++;
+
+                if (flags & VLM_CHAT_ADD_VISION_ID) {
+                    snprintf(num, sizeof(num), "Picture %zu: ", images);
+                    vlm_chat_puts(&b, num);
+                }
+
+                vlm_chat_puts(&b, VLM_CHAT_IMAGE);
+
+            } else if (p->type == VLM_CHAT_PART_TEXT) {
+                if (p->text != NULL) {
+                    vlm_chat_put_text(&b, p->text, p->len);
+                }
+
+            } else {
+                return vlm_error_set(err, VLM_ERR_INVALID, "chat: message "
+                                     "%zu part %zu has an unknown type", i,
+                                     j);
+            }
+        }
+
+        vlm_chat_puts(&b, VLM_CHAT_IM_END);
+    }
+
+    if (flags & VLM_CHAT_ADD_GENERATION_PROMPT) {
+        vlm_chat_puts(&b, VLM_CHAT_IM_START "assistant\n");
+    }
+
+    *len = b.len;
+
+    if (n_images != NULL) {
+        *n_images = images;
+    }
+
+    if (n_spans != NULL) {
+        *n_spans = b.n_spans;
+    }
+
+    if (spans != NULL && b.n_spans > spans_cap) {
+        return vlm_error_set(err, VLM_ERR_LIMIT, "chat prompt: %zu text "
+                             "spans do not fit in %zu", b.n_spans,
+                             spans_cap);
+    }
+
+    if (out == NULL) {
+        return VLM_OK;
+    }
+
+    return vlm_chat_room(b.len, cap, "chat prompt", err);
+}
+
+
+int
+vlm_chat_template_is_qwen2_vl(const char *tmpl)
+{
+    return tmpl != NULL && strcmp(tmpl, VLM_CHAT_QWEN2_VL_TEMPLATE) == 0;
+}
+
+
+vlm_status_t
+vlm_chat_image_tokens(uint32_t grid_t, uint32_t grid_h, uint32_t grid_w,
+    uint32_t merge_size, size_t *n_tokens, vlm_error_t *err)
+{
+    uint64_t  patches, unit;
+
+    *n_tokens = 0;
+
+    if (grid_t == 0 || grid_h == 0 || grid_w == 0 || merge_size == 0) {
+        return vlm_error_set(err, VLM_ERR_INVALID, "image grid %ux%ux%u, "
+                             "merge size %u: a value is 0", grid_t, grid_h,
+                             grid_w, merge_size);
+    }
+
+    patches = (uint64_t) grid_t * grid_h * grid_w;
+    unit = (uint64_t) merge_size * merge_size;
+
+    if (patches % unit != 0) {
+        return vlm_error_set(err, VLM_ERR_INVALID, "image grid %ux%ux%u: "
+                             "%llu patches are not a multiple of merge "
+                             "size %u squared", grid_t, grid_h, grid_w,
+                             (unsigned long long) patches, merge_size);
+    }
+
+    *n_tokens = (size_t) (patches / unit);
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_chat_check_images(size_t found, size_t n_images, const size_t *n_pads,
+    vlm_error_t *err)
+{
+    size_t  i;
+
+    if (found != n_images) {
+        return vlm_error_set(err, VLM_ERR_INVALID, "the prompt has %zu image "
+                             "placeholders for %zu images", found, n_images);
+    }
+
+    for (i = 0; i < n_images; i++) {
+        if (n_pads[i] == 0) {
+            return vlm_error_set(err, VLM_ERR_INVALID, "image %zu has no "
+                                 "tokens", i);
+        }
+    }
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_chat_expand_text(const char *text, size_t len, const size_t *n_pads,
+    size_t n_images, char *out, size_t cap, size_t *out_len,
+    vlm_error_t *err)
+{
+    size_t          i, k, found, plen;
+    const char     *p, *end, *hit;
+    vlm_status_t    rc;
+    vlm_chat_buf_t  b;
+
+    plen = sizeof(VLM_CHAT_IMAGE_PAD) - 1;
+    *out_len = 0;
+
+    found = 0;
+    p = text;
+    end = text + len;
+
+    while ((hit = memmem(p, end - p, VLM_CHAT_IMAGE_PAD, plen)) != NULL) {
+        found++;
+        p = hit + plen;
+    }
+
+    rc = vlm_chat_check_images(found, n_images, n_pads, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    b.out = out;
+    b.cap = cap;
+    b.len = 0;
+    p = text;
+
+    for (i = 0; i < n_images; i++) {
+        hit = memmem(p, end - p, VLM_CHAT_IMAGE_PAD, plen);
+        vlm_chat_put(&b, p, hit - p);
+
+        for (k = 0; k < n_pads[i]; k++) {
+            vlm_chat_put(&b, VLM_CHAT_IMAGE_PAD, plen);
+        }
+
+        p = hit + plen;
+    }
+
+    vlm_chat_put(&b, p, end - p);
+
+    *out_len = b.len;
+
+    if (out == NULL) {
+        return VLM_OK;
+    }
+
+    return vlm_chat_room(b.len, cap, "expanded prompt", err);
+}
+
+
+vlm_status_t
+vlm_chat_expand_ids(const int32_t *ids, size_t n, int32_t pad_id,
+    const size_t *n_pads, size_t n_images, int32_t *out, size_t cap,
+    size_t *n_out, vlm_error_t *err)
+{
+    size_t        i, k, found, image, total;
+    vlm_status_t  rc;
+
+    *n_out = 0;
+    found = 0;
+
+    for (i = 0; i < n; i++) {
+        found += (ids[i] == pad_id);
+    }
+
+    rc = vlm_chat_check_images(found, n_images, n_pads, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    total = n - n_images;
+
+    for (i = 0; i < n_images; i++) {
+        total += n_pads[i];
+    }
+
+    *n_out = total;
+
+    if (out == NULL) {
+        return VLM_OK;
+    }
+
+    if (total > cap) {
+        return vlm_error_set(err, VLM_ERR_LIMIT, "expanded prompt: %zu ids "
+                             "do not fit in %zu", total, cap);
+    }
+
+    image = 0;
+    total = 0;
+
+    for (i = 0; i < n; i++) {
+        if (ids[i] != pad_id) {
+            out[total++] = ids[i];
+            continue;
+        }
+
+        for (k = 0; k < n_pads[image]; k++) {
+            out[total++] = pad_id;
+        }
+
+        image++;
+    }
+
+    return VLM_OK;
+}
+
+
+/* messages JSON */
+
+static int
+vlm_chat_json_str(json_t *v, const char **s, size_t *len)
+{
+    if (!json_is_string(v)) {
+        return -1;
+    }
+
+    *s = json_string_value(v);
+    *len = json_string_length(v);
+
+    return 0;
+}
+
+
+static int
+vlm_chat_json_type_is(json_t *part, const char *type)
+{
+    json_t  *t;
+
+    t = json_object_get(part, "type");
+
+    return json_is_string(t) && strcmp(json_string_value(t), type) == 0;
+}
+
+
+/* one content part, classified as the template does */
+static vlm_status_t
+vlm_chat_json_part(json_t *j, vlm_chat_part_t *p, size_t mi, size_t pi,
+    vlm_error_t *err)
+{
+    json_t  *img;
+
+    if (!json_is_object(j)) {
+        return vlm_error_set(err, VLM_ERR_INVALID, "messages[%zu].content"
+                             "[%zu]: not an object", mi, pi);
+    }
+
+    if (vlm_chat_json_type_is(j, "image")
+        || json_object_get(j, "image") != NULL
+        || json_object_get(j, "image_url") != NULL)
+    {
+        p->type = VLM_CHAT_PART_IMAGE;
+
+        img = json_object_get(j, "image_url");
+        if (img == NULL) {
+            img = json_object_get(j, "image");
+        }
+
+        if (json_is_object(img)) {
+            img = json_object_get(img, "url");
+        }
+
+        vlm_chat_json_str(img, &p->url, &p->url_len);
+
+        return VLM_OK;
+    }
+
+    if (vlm_chat_json_type_is(j, "video")
+        || json_object_get(j, "video") != NULL)
+    {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED, "messages[%zu]."
+                             "content[%zu]: video is not supported", mi, pi);
+    }
+
+    if (vlm_chat_json_str(json_object_get(j, "text"), &p->text, &p->len)
+        == 0)
+    {
+        p->type = VLM_CHAT_PART_TEXT;
+        return VLM_OK;
+    }
+
+    return vlm_error_set(err, VLM_ERR_INVALID, "messages[%zu].content[%zu]: "
+                         "neither a text (a \"text\" string) nor an image",
+                         mi, pi);
+}
+
+
+static vlm_status_t
+vlm_chat_json_build(vlm_chat_json_t *c, json_t *arr, vlm_error_t *err)
+{
+    size_t            i, j, total;
+    json_t           *m, *content, *part;
+    vlm_status_t      rc;
+    vlm_chat_msg_t   *msg;
+    vlm_chat_part_t  *parts;
+
+    c->n = json_array_size(arr);
+    total = 0;
+
+    json_array_foreach(arr, i, m) {
+        content = json_object_get(m, "content");
+        total += json_is_array(content) ? json_array_size(content) : 0;
+    }
+
+    c->msgs = calloc(c->n + 1, sizeof(vlm_chat_msg_t));
+    c->parts = calloc(total + 1, sizeof(vlm_chat_part_t));
+
+    if (c->msgs == NULL || c->parts == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "no memory for %zu "
+                             "messages", c->n);
+    }
+
+    parts = c->parts;
+
+    json_array_foreach(arr, i, m) {
+        msg = &c->msgs[i];
+
+        if (!json_is_object(m)
+            || vlm_chat_json_str(json_object_get(m, "role"), &msg->role,
+                                 &msg->role_len) != 0
+            || msg->role_len == 0)
+        {
+            return vlm_error_set(err, VLM_ERR_INVALID, "messages[%zu]: no "
+                                 "\"role\" string", i);
+        }
+
+        content = json_object_get(m, "content");
+
+        if (json_is_string(content)) {
+            vlm_chat_json_str(content, &msg->content, &msg->content_len);
+            continue;
+        }
+
+        if (!json_is_array(content)) {
+            return vlm_error_set(err, VLM_ERR_INVALID, "messages[%zu]: "
+                                 "\"content\" is neither a string nor a "
+                                 "list", i);
+        }
+
+        msg->parts = parts;
+        msg->n_parts = json_array_size(content);
+
+        json_array_foreach(content, j, part) {
+            rc = vlm_chat_json_part(part, &parts[j], i, j, err);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+        }
+
+        parts += msg->n_parts;
+    }
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_chat_parse_json(const char *json, size_t len, vlm_chat_json_t **out,
+    vlm_error_t *err)
+{
+    json_t           *arr;
+    json_error_t      jerr;
+    vlm_status_t      rc;
+    vlm_chat_json_t  *c;
+
+    *out = NULL;
+
+    c = calloc(1, sizeof(vlm_chat_json_t));
+    if (c == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "no memory");
+    }
+
+    c->root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+
+    if (c->root == NULL) {
+        free(c);
+        return vlm_error_set(err, VLM_ERR_INVALID, "messages JSON: line %d "
+                             "column %d: %s", jerr.line, jerr.column,
+                             jerr.text);
+    }
+
+    arr = json_is_object(c->root) ? json_object_get(c->root, "messages")
+                                  : c->root;
+
+    if (!json_is_array(arr)) {
+        vlm_chat_json_free(c);
+        return vlm_error_set(err, VLM_ERR_INVALID, "messages JSON: no "
+                             "array of messages");
+    }
+
+    rc = vlm_chat_json_build(c, arr, err);
+
+    if (rc != VLM_OK) {
+        vlm_chat_json_free(c);
+        return rc;
+    }
+
+    *out = c;
+
+    return VLM_OK;
+}
+
+
+const vlm_chat_msg_t *
+vlm_chat_json_messages(const vlm_chat_json_t *chat, size_t *n)
+{
+    *n = chat->n;
+
+    return chat->msgs;
+}
+
+
+void
+vlm_chat_json_free(vlm_chat_json_t *chat)
+{
+    if (chat == NULL) {
+        return;
+    }
+
+    json_decref(chat->root);
+    free(chat->msgs);
+    free(chat->parts);
+    free(chat);
+}

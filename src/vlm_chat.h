@@ -1,0 +1,131 @@
+/*
+ * The Qwen2-VL chat template (the chat_template of Qwen2-VL-*-Instruct and
+ * Qwen2.5-VL-*-Instruct) generated in C, and the image-pad expansion of
+ * Qwen2VLProcessor.
+ *
+ * Messages are plain structs that point at the caller's strings; the
+ * caller owns everything.  Rendering writes into a caller buffer, or only
+ * measures when the buffer is NULL.
+ */
+
+#ifndef VLM_CHAT_H
+#define VLM_CHAT_H
+
+#include "vlm_common.h"
+#include "vlm_tokenizer.h"
+
+
+typedef enum {
+    VLM_CHAT_PART_TEXT = 0,
+    VLM_CHAT_PART_IMAGE
+} vlm_chat_part_type_t;
+
+
+typedef struct {
+    vlm_chat_part_type_t   type;
+    const char            *text;        /* TEXT: UTF-8, len bytes */
+    size_t                 len;
+    const char            *url;         /* IMAGE: its URL, when known (not
+                                           used by the template) */
+    size_t                 url_len;
+} vlm_chat_part_t;
+
+
+typedef struct {
+    const char             *role;       /* "system", "user", ... */
+    size_t                  role_len;
+    const char             *content;    /* string content, when parts is
+                                           NULL (NULL: "") */
+    size_t                  content_len;
+    const vlm_chat_part_t  *parts;      /* list content */
+    size_t                  n_parts;
+} vlm_chat_msg_t;
+
+
+/* render flags */
+#define VLM_CHAT_ADD_GENERATION_PROMPT  0x1  /* end with the assistant's
+                                                turn opened */
+#define VLM_CHAT_ADD_VISION_ID          0x2  /* "Picture N: " before each
+                                                image */
+
+#define VLM_CHAT_DEFAULT_SYSTEM  "You are a helpful assistant."
+#define VLM_CHAT_IMAGE_PAD       "<|image_pad|>"
+
+
+/*
+ * Renders the prompt exactly as transformers' apply_chat_template with
+ * Qwen2-VL's template: a default system turn when the first message is
+ * not "system", one "<|vision_start|><|image_pad|><|vision_end|>" per
+ * image.  out == NULL only measures.  *len is the prompt length (the
+ * size needed when VLM_ERR_LIMIT says cap is too small); n_images (may be
+ * NULL) the number of images.
+ */
+vlm_status_t vlm_chat_render(const vlm_chat_msg_t *msgs, size_t n,
+    unsigned flags, char *out, size_t cap, size_t *len, size_t *n_images,
+    vlm_error_t *err);
+
+/*
+ * The same, and the byte ranges of the prompt that came from the messages
+ * (roles, string contents, text parts), at most spans_cap of them;
+ * *n_spans is their count (needed: VLM_ERR_LIMIT when it exceeds
+ * spans_cap).  Encoding the prompt with vlm_tokenizer_encode_spans() over
+ * them keeps special-token strings typed by a client as plain text while
+ * the template's own special tokens stay special; prompts without such
+ * strings encode exactly as apply_chat_template + tokenizer do.
+ */
+vlm_status_t vlm_chat_render_spans(const vlm_chat_msg_t *msgs, size_t n,
+    unsigned flags, char *out, size_t cap, size_t *len, size_t *n_images,
+    vlm_tok_span_t *spans, size_t spans_cap, size_t *n_spans,
+    vlm_error_t *err);
+
+/*
+ * 1 when a model's chat template (vlm_tokenizer_chat_template()) is the
+ * Qwen2-VL template that vlm_chat_render() generates, else 0.
+ */
+int vlm_chat_template_is_qwen2_vl(const char *tmpl);
+
+
+/*
+ * The number of <|image_pad|> tokens of one image: grid_t * grid_h *
+ * grid_w / merge_size^2 (Qwen2VLProcessor).  VLM_ERR_INVALID when a
+ * value is 0 or the product is not a multiple of merge_size^2.
+ */
+vlm_status_t vlm_chat_image_tokens(uint32_t grid_t, uint32_t grid_h,
+    uint32_t grid_w, uint32_t merge_size, size_t *n_tokens,
+    vlm_error_t *err);
+
+/*
+ * The processor's expansion on text: the i-th "<|image_pad|>" of text
+ * becomes n_pads[i] of them.  out == NULL only measures.  The number of
+ * placeholders must equal n_images.
+ */
+vlm_status_t vlm_chat_expand_text(const char *text, size_t len,
+    const size_t *n_pads, size_t n_images, char *out, size_t cap,
+    size_t *out_len, vlm_error_t *err);
+
+/*
+ * The same on token ids: the i-th pad_id becomes n_pads[i] of them.
+ * out == NULL only measures; *n_out is the count (needed).
+ */
+vlm_status_t vlm_chat_expand_ids(const int32_t *ids, size_t n,
+    int32_t pad_id, const size_t *n_pads, size_t n_images, int32_t *out,
+    size_t cap, size_t *n_out, vlm_error_t *err);
+
+
+/*
+ * OpenAI-style messages JSON (an array of messages, or an object with
+ * "messages"): content a string or a list of parts {"type": "text",
+ * "text"} / {"type": "image_url", "image_url": {"url"}} / {"type":
+ * "image", "image"}.  Builds the structs above, pointing into the parsed
+ * JSON that the returned object owns.
+ */
+typedef struct vlm_chat_json_s  vlm_chat_json_t;
+
+vlm_status_t vlm_chat_parse_json(const char *json, size_t len,
+    vlm_chat_json_t **chat, vlm_error_t *err);
+const vlm_chat_msg_t *vlm_chat_json_messages(const vlm_chat_json_t *chat,
+    size_t *n);
+void vlm_chat_json_free(vlm_chat_json_t *chat);
+
+
+#endif /* VLM_CHAT_H */

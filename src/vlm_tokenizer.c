@@ -1,0 +1,2390 @@
+/*
+ * Byte-level BPE tokenizer, matching Hugging Face `tokenizers` (the
+ * tokenizer.json pipeline of Qwen2 / Qwen2-VL): added tokens are split off
+ * the raw text first (leftmost-longest), each remaining piece is NFC
+ * normalised (utf8proc), split by the pre-tokenizer regex with Isolated
+ * behaviour (PCRE2, UTF + UCP, JIT when available), mapped to bytes and
+ * merged by BPE rank (lowest rank first, leftmost on ties, as
+ * tokenizers' Word::merge_all).  Decoding maps tokens back to bytes with
+ * the ByteLevel decoder's rule and replaces invalid UTF-8 as Rust's
+ * String::from_utf8_lossy does.
+ *
+ * The regex runs on PCRE2 instead of Oniguruma; the one difference that
+ * matters, \s, is rewritten to Oniguruma's Unicode definition (White_Space:
+ * \t \n \v \f \r U+0085 and \p{Z}), where PCRE2 would also match U+180E.
+ */
+
+#define _GNU_SOURCE
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <utf8proc.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "vlm_tokenizer.h"
+
+
+#define VLM_TOK_KIND_NONE   0
+#define VLM_TOK_KIND_VOCAB  1
+#define VLM_TOK_KIND_ADDED  2
+
+/* ids above this are refused, so that a corrupt file cannot ask for a
+   huge id table */
+#define VLM_TOK_MAX_ID      (1 << 24)
+
+#define VLM_UTF8_VALID       0
+#define VLM_UTF8_INVALID     1
+#define VLM_UTF8_INCOMPLETE  2
+
+#define VLM_TOK_WS  "\\t\\n\\x0b\\f\\r\\x{85}\\p{Z}"
+
+#define VLM_TOK_GPT2_PATTERN                                                 \
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+"      \
+    "|\\s+(?!\\S)|\\s+"
+
+
+typedef struct {
+    uint32_t  off;          /* decoded bytes in tok->bytes */
+    uint32_t  len;
+    uint8_t   kind;         /* VLM_TOK_KIND_* */
+    uint8_t   special;
+} vlm_tok_entry_t;
+
+
+/* one merge: the pair key, its rank and the merged token, in one line */
+typedef struct {
+    uint64_t  key;          /* left id << 32 | right id; ~0 when empty */
+    int32_t   rank;
+    int32_t   id;
+} vlm_tok_pair_t;
+
+
+typedef struct {
+    char     *content;      /* UTF-8, as matched in text */
+    size_t    len;
+    int32_t   id;
+    uint8_t   special;
+    uint8_t   normalized;
+} vlm_tok_added_t;
+
+
+struct vlm_tokenizer_s {
+    vlm_tok_entry_t   *tokens;          /* [n_tokens], by id */
+    int32_t            n_tokens;
+    char              *bytes;           /* decoded bytes of every token */
+    size_t             bytes_len;
+    size_t             bytes_cap;
+    size_t             max_token_bytes;
+
+    int32_t           *vocab_slots;     /* raw bytes -> vocab id, or -1 */
+    uint32_t           vocab_mask;
+
+    vlm_tok_pair_t    *pairs;           /* merges by (left, right) */
+    uint32_t           pair_mask;
+    unsigned           pair_shift;
+
+    int32_t            byte_id[256];    /* the token of each single byte */
+    uint16_t           byte_cp[256];    /* GPT-2 bytes_to_unicode */
+    int16_t            cp_byte[512];    /* its inverse, or -1 */
+
+    vlm_tok_added_t   *added;           /* longest first */
+    size_t             n_added;
+    uint8_t            added_first[256];
+
+    pcre2_code        *re;
+    unsigned           ignore_merges:1;
+    unsigned           nfc:1;
+
+    int32_t            eos_id;
+    int32_t            pad_id;
+    char              *chat_template;
+};
+
+
+struct vlm_tok_work_s {
+    const vlm_tokenizer_t  *tok;
+    size_t                  max_text;
+    int32_t                *cps;        /* NFC scratch, reused for UTF-8 */
+    size_t                  cps_cap;
+    int32_t                *sym_id;     /* BPE symbols of one word */
+    int32_t                *sym_prev;
+    int32_t                *sym_next;
+    size_t                  sym_cap;
+    uint64_t               *heap;       /* (rank << 32 | position) */
+    size_t                  heap_cap;
+    pcre2_match_data       *md;
+    pcre2_match_context    *mctx;
+    pcre2_jit_stack        *jit_stack;
+};
+
+
+typedef struct {
+    int32_t   *ids;
+    size_t     cap;
+    size_t     n;
+} vlm_tok_out_t;
+
+
+typedef struct {
+    const char     *path;
+    vlm_error_t    *err;
+} vlm_tok_load_t;
+
+
+/* spans of the text where special tokens are plain text */
+typedef struct {
+    const vlm_tok_span_t  *spans;
+    size_t                 n;
+    size_t                 next;        /* the first span not yet passed */
+    size_t                 base;        /* offset of the scanned piece */
+} vlm_tok_plain_t;
+
+
+/* UTF-8 */
+
+/*
+ * Classifies the UTF-8 sequence at p (n > 0 bytes available): VALID with
+ * its length, INVALID with the length of the maximal invalid subpart, or
+ * INCOMPLETE when all n bytes are a valid prefix of a longer sequence.
+ */
+static int
+vlm_utf8_classify(const uint8_t *p, size_t n, size_t *k)
+{
+    size_t   need, i;
+    uint8_t  b, lo, hi;
+
+    b = p[0];
+
+    if (b < 0x80) {
+        *k = 1;
+        return VLM_UTF8_VALID;
+    }
+
+    lo = 0x80;
+    hi = 0xbf;
+
+    if (b >= 0xc2 && b <= 0xdf) {
+        need = 2;
+
+    } else if (b >= 0xe0 && b <= 0xef) {
+        need = 3;
+        if (b == 0xe0) {
+            lo = 0xa0;
+        } else if (b == 0xed) {
+            hi = 0x9f;
+        }
+
+    } else if (b >= 0xf0 && b <= 0xf4) {
+        need = 4;
+        if (b == 0xf0) {
+            lo = 0x90;
+        } else if (b == 0xf4) {
+            hi = 0x8f;
+        }
+
+    } else {
+        *k = 1;
+        return VLM_UTF8_INVALID;
+    }
+
+    for (i = 1; i < need; i++) {
+        if (i >= n) {
+            *k = n;
+            return VLM_UTF8_INCOMPLETE;
+        }
+
+        if (p[i] < lo || p[i] > hi) {
+            *k = i;
+            return VLM_UTF8_INVALID;
+        }
+
+        lo = 0x80;
+        hi = 0xbf;
+    }
+
+    *k = need;
+    return VLM_UTF8_VALID;
+}
+
+
+size_t
+vlm_utf8_validate(const char *in, size_t len)
+{
+    size_t          i, k;
+    const uint8_t  *p;
+
+    p = (const uint8_t *) in;
+
+    for (i = 0; i < len; i += k) {
+        if (p[i] < 0x80) {
+            k = 1;
+            continue;
+        }
+
+        if (vlm_utf8_classify(p + i, len - i, &k) != VLM_UTF8_VALID) {
+            return i;
+        }
+    }
+
+    return len;
+}
+
+
+static void
+vlm_lossy_put(char *out, size_t cap, size_t *pos, const uint8_t *b, size_t n)
+{
+    if (out != NULL && *pos + n <= cap) {
+        memcpy(out + *pos, b, n);
+    }
+
+    *pos += n;
+}
+
+
+static void
+vlm_lossy_fffd(char *out, size_t cap, size_t *pos)
+{
+    static const uint8_t  fffd[3] = { 0xef, 0xbf, 0xbd };
+
+    vlm_lossy_put(out, cap, pos, fffd, 3);
+}
+
+
+/*
+ * Feeds bytes through the lossy decoder of stream s: complete characters
+ * and U+FFFD go to out at *pos (counted even past cap), an incomplete
+ * valid tail is kept in s->pending.
+ */
+static void
+vlm_lossy_feed(vlm_tok_stream_t *s, const uint8_t *in, size_t n, char *out,
+    size_t cap, size_t *pos)
+{
+    int     r;
+    size_t  i, k;
+
+    i = 0;
+
+    while (s->npending > 0 && i < n) {
+        s->pending[s->npending++] = in[i];
+
+        r = vlm_utf8_classify(s->pending, s->npending, &k);
+
+        if (r == VLM_UTF8_INCOMPLETE) {
+            i++;
+            continue;
+        }
+
+        if (r == VLM_UTF8_VALID) {
+            vlm_lossy_put(out, cap, pos, s->pending, s->npending);
+            i++;
+
+        } else {
+            /* the new byte is not part of the subpart: read it again */
+            vlm_lossy_fffd(out, cap, pos);
+        }
+
+        s->npending = 0;
+    }
+
+    while (i < n) {
+        if (in[i] < 0x80) {
+            vlm_lossy_put(out, cap, pos, in + i, 1);
+            i++;
+            continue;
+        }
+
+        r = vlm_utf8_classify(in + i, n - i, &k);
+
+        if (r == VLM_UTF8_VALID) {
+            vlm_lossy_put(out, cap, pos, in + i, k);
+
+        } else if (r == VLM_UTF8_INVALID) {
+            vlm_lossy_fffd(out, cap, pos);
+
+        } else {
+            memcpy(s->pending, in + i, k);
+            s->npending = (uint8_t) k;
+        }
+
+        i += k;
+    }
+}
+
+
+size_t
+vlm_utf8_sanitize(const char *in, size_t len, char *out, size_t cap)
+{
+    size_t            pos;
+    vlm_tok_stream_t  s;
+
+    vlm_tok_stream_init(&s, 0);
+    pos = 0;
+
+    vlm_lossy_feed(&s, (const uint8_t *) in, len, out, cap, &pos);
+
+    if (s.npending > 0) {
+        vlm_lossy_fffd(out, cap, &pos);
+    }
+
+    return pos;
+}
+
+
+/* byte-level mapping */
+
+static void
+vlm_tok_byte_level_init(vlm_tokenizer_t *tok)
+{
+    int  b, n;
+
+    n = 0;
+
+    for (b = 0; b < 512; b++) {
+        tok->cp_byte[b] = -1;
+    }
+
+    for (b = 0; b < 256; b++) {
+        if ((b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac)
+            || (b >= 0xae && b <= 0xff))
+        {
+            tok->byte_cp[b] = (uint16_t) b;
+
+        } else {
+            tok->byte_cp[b] = (uint16_t) (256 + n++);
+        }
+
+        tok->cp_byte[tok->byte_cp[b]] = (int16_t) b;
+    }
+}
+
+
+/*
+ * The bytes a token string stands for, by the ByteLevel decoder's rule:
+ * each character mapped back to its byte, or, when any character is not
+ * in the byte-level alphabet, the string's own UTF-8 bytes.  out has room
+ * for len bytes; returns the length written.
+ */
+static size_t
+vlm_tok_byte_level_decode(const vlm_tokenizer_t *tok, const char *s,
+    size_t len, char *out)
+{
+    size_t             n;
+    utf8proc_int32_t   cp;
+    utf8proc_ssize_t   k;
+    const uint8_t     *p, *end;
+
+    p = (const uint8_t *) s;
+    end = p + len;
+    n = 0;
+
+    while (p < end) {
+        k = utf8proc_iterate(p, end - p, &cp);
+
+        if (k <= 0 || cp < 0 || cp >= 512 || tok->cp_byte[cp] < 0) {
+            memcpy(out, s, len);
+            return len;
+        }
+
+        out[n++] = (char) tok->cp_byte[cp];
+        p += k;
+    }
+
+    return n;
+}
+
+
+/* hash tables */
+
+static uint64_t
+vlm_tok_hash_bytes(const char *s, size_t len)
+{
+    size_t    i;
+    uint64_t  h;
+
+    h = 0xcbf29ce484222325ULL;
+
+    for (i = 0; i < len; i++) {
+        h ^= (uint8_t) s[i];
+        h *= 0x100000001b3ULL;
+    }
+
+    return h ^ (h >> 29);
+}
+
+
+static int32_t
+vlm_tok_vocab_find(const vlm_tokenizer_t *tok, const char *s, size_t len)
+{
+    int32_t                 id;
+    uint32_t                i;
+    const vlm_tok_entry_t  *e;
+
+    i = (uint32_t) vlm_tok_hash_bytes(s, len) & tok->vocab_mask;
+
+    for ( ;; ) {
+        id = tok->vocab_slots[i];
+
+        if (id < 0) {
+            return -1;
+        }
+
+        e = &tok->tokens[id];
+
+        if (e->len == len && memcmp(tok->bytes + e->off, s, len) == 0) {
+            return id;
+        }
+
+        i = (i + 1) & tok->vocab_mask;
+    }
+}
+
+
+static uint32_t
+vlm_tok_pair_slot(const vlm_tokenizer_t *tok, uint64_t key)
+{
+    return (uint32_t) ((key * 0x9e3779b97f4a7c15ULL) >> tok->pair_shift);
+}
+
+
+/* the vocabulary id of a token string as tokenizer.json writes it */
+static int32_t
+vlm_tok_vocab_find_string(const vlm_tokenizer_t *tok, const char *s,
+    size_t len)
+{
+    char     stack[256], *buf;
+    int32_t  id;
+
+    if (len == 0 || len > tok->max_token_bytes * 2) {
+        return -1;
+    }
+
+    buf = (len <= sizeof(stack)) ? stack : malloc(len);
+    if (buf == NULL) {
+        return -1;
+    }
+
+    id = vlm_tok_vocab_find(tok, buf,
+                            vlm_tok_byte_level_decode(tok, s, len, buf));
+
+    if (buf != stack) {
+        free(buf);
+    }
+
+    return id;
+}
+
+
+/* the rank of merging (a, b), or -1; *id is the merged token */
+static int32_t
+vlm_tok_pair_find(const vlm_tokenizer_t *tok, int32_t a, int32_t b,
+    int32_t *id)
+{
+    uint32_t  i;
+    uint64_t  key, k;
+
+    key = ((uint64_t) (uint32_t) a << 32) | (uint32_t) b;
+    i = vlm_tok_pair_slot(tok, key);
+    *id = -1;
+
+    for ( ;; ) {
+        k = tok->pairs[i].key;
+
+        if (k == key) {
+            *id = tok->pairs[i].id;
+            return tok->pairs[i].rank;
+        }
+
+        if (k == UINT64_MAX) {
+            return -1;
+        }
+
+        i = (i + 1) & tok->pair_mask;
+    }
+}
+
+
+static uint32_t
+vlm_tok_table_size(size_t n)
+{
+    uint32_t  size;
+
+    size = 16;
+
+    while (size < n * 2) {
+        size <<= 1;
+    }
+
+    return size;
+}
+
+
+/* loading */
+
+static vlm_status_t
+vlm_tok_fail(vlm_tok_load_t *ld, vlm_status_t status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+
+static vlm_status_t
+vlm_tok_fail(vlm_tok_load_t *ld, vlm_status_t status, const char *fmt, ...)
+{
+    char     msg[VLM_ERROR_MSG_LEN];
+    va_list  args;
+
+    va_start(args, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, args);
+    va_end(args);
+
+    return vlm_error_set(ld->err, status, "%s: %s", ld->path, msg);
+}
+
+
+static vlm_status_t
+vlm_tok_load_json(vlm_tok_load_t *ld, json_t **root)
+{
+    long          size;
+    char         *buf;
+    FILE         *f;
+    json_error_t  jerr;
+
+    *root = NULL;
+
+    /* one read and json_loadb: much faster than jansson's getc loop */
+    f = fopen(ld->path, "rb");
+    if (f == NULL) {
+        return vlm_tok_fail(ld, VLM_ERR_IO, "%s", strerror(errno));
+    }
+
+    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0
+        || fseek(f, 0, SEEK_SET) != 0)
+    {
+        fclose(f);
+        return vlm_tok_fail(ld, VLM_ERR_IO, "%s", strerror(errno));
+    }
+
+    buf = malloc((size_t) size + 1);
+    if (buf == NULL) {
+        fclose(f);
+        return vlm_tok_fail(ld, VLM_ERR_NOMEM, "no memory for %ld bytes",
+                            size);
+    }
+
+    if (fread(buf, 1, (size_t) size, f) != (size_t) size) {
+        free(buf);
+        fclose(f);
+        return vlm_tok_fail(ld, VLM_ERR_IO, "short read");
+    }
+
+    fclose(f);
+
+    *root = json_loadb(buf, (size_t) size, JSON_REJECT_DUPLICATES, &jerr);
+    free(buf);
+
+    if (*root == NULL) {
+        return vlm_tok_fail(ld, VLM_ERR_FORMAT, "line %d column %d: %s",
+                            jerr.line, jerr.column, jerr.text);
+    }
+
+    if (!json_is_object(*root)) {
+        json_decref(*root);
+        *root = NULL;
+        return vlm_tok_fail(ld, VLM_ERR_FORMAT, "not a JSON object");
+    }
+
+    return VLM_OK;
+}
+
+
+/* appends decoded bytes of a token string to tok->bytes */
+static vlm_status_t
+vlm_tok_add_bytes(vlm_tokenizer_t *tok, vlm_tok_load_t *ld, int32_t id,
+    const char *s, size_t len, int kind)
+{
+    char             *p;
+    size_t            cap, n;
+    vlm_tok_entry_t  *e;
+
+    if (tok->bytes_len + len > tok->bytes_cap) {
+        cap = vlm_max(tok->bytes_cap * 2, tok->bytes_len + len + 4096);
+
+        if (cap > UINT32_MAX) {
+            return vlm_tok_fail(ld, VLM_ERR_LIMIT, "token strings exceed "
+                                "4 GiB");
+        }
+
+        p = realloc(tok->bytes, cap);
+        if (p == NULL) {
+            return vlm_tok_fail(ld, VLM_ERR_NOMEM, "no memory for tokens");
+        }
+
+        tok->bytes = p;
+        tok->bytes_cap = cap;
+    }
+
+    n = vlm_tok_byte_level_decode(tok, s, len, tok->bytes + tok->bytes_len);
+
+    e = &tok->tokens[id];
+    e->off = (uint32_t) tok->bytes_len;
+    e->len = (uint32_t) n;
+    e->kind = (uint8_t) kind;
+
+    tok->bytes_len += n;
+    tok->max_token_bytes = vlm_max(tok->max_token_bytes, n);
+
+    return VLM_OK;
+}
+
+
+static int
+vlm_tok_json_id(json_t *v, int32_t *id)
+{
+    json_int_t  i;
+
+    if (!json_is_integer(v)) {
+        return -1;
+    }
+
+    i = json_integer_value(v);
+
+    if (i < 0 || i >= VLM_TOK_MAX_ID) {
+        return -1;
+    }
+
+    *id = (int32_t) i;
+
+    return 0;
+}
+
+
+static vlm_status_t
+vlm_tok_alloc_ids(vlm_tokenizer_t *tok, vlm_tok_load_t *ld, json_t *vocab,
+    json_t *added)
+{
+    void    *it;
+    size_t   i;
+    int32_t  id, max_id;
+    json_t  *v, *a;
+
+    max_id = -1;
+
+    for (it = json_object_iter(vocab); it != NULL;
+         it = json_object_iter_next(vocab, it))
+    {
+        v = json_object_iter_value(it);
+
+        if (vlm_tok_json_id(v, &id) != 0) {
+            return vlm_tok_fail(ld, VLM_ERR_FORMAT, "model.vocab: token "
+                                "\"%s\" has no valid id (an integer from 0 "
+                                "to %d)", json_object_iter_key(it),
+                                VLM_TOK_MAX_ID - 1);
+        }
+
+        max_id = vlm_max(max_id, id);
+    }
+
+    json_array_foreach(added, i, a) {
+        if (!json_is_object(a)
+            || vlm_tok_json_id(json_object_get(a, "id"), &id) != 0)
+        {
+            return vlm_tok_fail(ld, VLM_ERR_FORMAT, "added_tokens[%zu]: no "
+                                "valid \"id\"", i);
+        }
+
+        max_id = vlm_max(max_id, id);
+    }
+
+    if (max_id < 255) {
+        return vlm_tok_fail(ld, VLM_ERR_FORMAT, "model.vocab: %d tokens, "
+                            "fewer than the 256 byte-level symbols",
+                            max_id + 1);
+    }
+
+    tok->n_tokens = max_id + 1;
+    tok->tokens = calloc((size_t) tok->n_tokens, sizeof(vlm_tok_entry_t));
+    if (tok->tokens == NULL) {
+        return vlm_tok_fail(ld, VLM_ERR_NOMEM, "no memory for %d tokens",
+                            tok->n_tokens);
+    }
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_tok_load_vocab(vlm_tokenizer_t *tok, vlm_tok_load_t *ld, json_t *vocab)
+{
+    int                     b;
+    char                    c;
+    void                   *it;
+    size_t                  len, n;
+    int32_t                 id;
+    uint32_t                i, size;
+    const char             *key;
+    vlm_status_t            rc;
+    const vlm_tok_entry_t  *e;
+
+    n = json_object_size(vocab);
+
+    for (it = json_object_iter(vocab); it != NULL;
+         it = json_object_iter_next(vocab, it))
+    {
+        key = json_object_iter_key(it);
+        len = json_object_iter_key_len(it);
+        id = 0;
+        vlm_tok_json_id(json_object_iter_value(it), &id);
+
+        if (len == 0) {
+            return vlm_tok_fail(ld, VLM_ERR_FORMAT, "model.vocab: empty "
+                                "token (id %d)", id);
+        }
+
+        if (tok->tokens[id].kind != VLM_TOK_KIND_NONE) {
+            return vlm_tok_fail(ld, VLM_ERR_FORMAT, "model.vocab: id %d is "
+                                "used by two tokens", id);
+        }
+
+        rc = vlm_tok_add_bytes(tok, ld, id, key, len, VLM_TOK_KIND_VOCAB);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+    }
+
+    size = vlm_tok_table_size(n);
+
+    tok->vocab_slots = malloc(size * sizeof(int32_t));
+    if (tok->vocab_slots == NULL) {
+        return vlm_tok_fail(ld, VLM_ERR_NOMEM, "no memory for the vocab");
+    }
+
+    memset(tok->vocab_slots, 0xff, size * sizeof(int32_t));
+    tok->vocab_mask = size - 1;
+
+    for (id = 0; id < tok->n_tokens; id++) {
+        e = &tok->tokens[id];
+
+        if (e->kind != VLM_TOK_KIND_VOCAB) {
+            continue;
+        }
+
+        if (vlm_tok_vocab_find(tok, tok->bytes + e->off, e->len) >= 0) {
+            /* two strings for the same bytes: keep the first */
+            continue;
+        }
+
+        i = (uint32_t) vlm_tok_hash_bytes(tok->bytes + e->off, e->len)
+            & tok->vocab_mask;
+
+        while (tok->vocab_slots[i] >= 0) {
+            i = (i + 1) & tok->vocab_mask;
+        }
+
+        tok->vocab_slots[i] = id;
+    }
+
+    for (b = 0; b < 256; b++) {
+        c = (char) b;
+        tok->byte_id[b] = vlm_tok_vocab_find(tok, &c, 1);
+
+        if (tok->byte_id[b] < 0) {
+            return vlm_tok_fail(ld, VLM_ERR_FORMAT, "model.vocab: no token "
+                                "for byte 0x%02x", b);
+        }
+    }
+
+    return VLM_OK;
+}
+
+
+/* a merge's two token strings, from "a b" or ["a", "b"] */
+static int
+vlm_tok_merge_parts(json_t *m, const char **a, size_t *alen, const char **b,
+    size_t *blen)
+{
+    const char  *s, *sp;
+    size_t       len;
+
+    if (json_is_string(m)) {
+        s = json_string_value(m);
+        len = json_string_length(m);
+        sp = memchr(s, ' ', len);
+
+        if (sp == NULL || sp == s || sp == s + len - 1
+            || memchr(sp + 1, ' ', len - (sp + 1 - s)) != NULL)
+        {
+            return -1;
+        }
+
+        *a = s;
+        *alen = sp - s;
+        *b = sp + 1;
+        *blen = len - *alen - 1;
+        return 0;
+    }
+
+    if (json_is_array(m) && json_array_size(m) == 2
+        && json_is_string(json_array_get(m, 0))
+        && json_is_string(json_array_get(m, 1)))
+    {
+        *a = json_string_value(json_array_get(m, 0));
+        *alen = json_string_length(json_array_get(m, 0));
+        *b = json_string_value(json_array_get(m, 1));
+        *blen = json_string_length(json_array_get(m, 1));
+        return *alen > 0 && *blen > 0 ? 0 : -1;
+    }
+
+    return -1;
+}
+
+
+static vlm_status_t
+vlm_tok_load_merges(vlm_tokenizer_t *tok, vlm_tok_load_t *ld, json_t *merges)
+{
+    char         *buf;
+    size_t        r, n, alen, blen, na, nb;
+    int32_t       ids[3];
+    uint32_t      i, size;
+    uint64_t      key;
+    json_t       *m;
+    const char   *a, *b;
+    vlm_status_t  rc;
+
+    n = json_array_size(merges);
+
+    if (n >= INT32_MAX) {
+        return vlm_tok_fail(ld, VLM_ERR_LIMIT, "model.merges: too many");
+    }
+
+    size = vlm_tok_table_size(n);
+    tok->pair_mask = size - 1;
+    tok->pair_shift = 64;
+
+    while ((1u << (64 - tok->pair_shift)) < size) {
+        tok->pair_shift--;
+    }
+
+    tok->pairs = malloc(size * sizeof(vlm_tok_pair_t));
+    /* a token string is at most 2 bytes per token byte (byte-level) or
+       its own bytes: longer parts cannot be in the vocabulary */
+    buf = malloc(tok->max_token_bytes * 4 + 8);
+
+    if (tok->pairs == NULL || buf == NULL) {
+        free(buf);
+        return vlm_tok_fail(ld, VLM_ERR_NOMEM, "no memory for %zu merges",
+                            n);
+    }
+
+    memset(tok->pairs, 0xff, size * sizeof(vlm_tok_pair_t));
+    rc = VLM_OK;
+
+    json_array_foreach(merges, r, m) {
+        if (vlm_tok_merge_parts(m, &a, &alen, &b, &blen) != 0) {
+            rc = vlm_tok_fail(ld, VLM_ERR_FORMAT, "model.merges[%zu]: not "
+                              "\"a b\" nor [\"a\", \"b\"]", r);
+            break;
+        }
+
+        if (alen > tok->max_token_bytes * 2
+            || blen > tok->max_token_bytes * 2)
+        {
+            rc = vlm_tok_fail(ld, VLM_ERR_FORMAT, "model.merges[%zu]: a "
+                              "part is not in the vocabulary", r);
+            break;
+        }
+
+        na = vlm_tok_byte_level_decode(tok, a, alen, buf);
+        nb = vlm_tok_byte_level_decode(tok, b, blen, buf + na);
+
+        ids[0] = vlm_tok_vocab_find(tok, buf, na);
+        ids[1] = vlm_tok_vocab_find(tok, buf + na, nb);
+        ids[2] = vlm_tok_vocab_find(tok, buf, na + nb);
+
+        if (ids[0] < 0 || ids[1] < 0 || ids[2] < 0) {
+            rc = vlm_tok_fail(ld, VLM_ERR_FORMAT, "model.merges[%zu] "
+                              "(\"%.*s\" \"%.*s\"): %s is not in the "
+                              "vocabulary", r, (int) vlm_min(alen, 40), a,
+                              (int) vlm_min(blen, 40), b,
+                              ids[0] < 0 ? "the first part"
+                              : ids[1] < 0 ? "the second part"
+                              : "the merged token");
+            break;
+        }
+
+        key = ((uint64_t) (uint32_t) ids[0] << 32) | (uint32_t) ids[1];
+        i = vlm_tok_pair_slot(tok, key);
+
+        while (tok->pairs[i].key != UINT64_MAX && tok->pairs[i].key != key) {
+            i = (i + 1) & tok->pair_mask;
+        }
+
+        /* a repeated pair takes the later rank, as tokenizers does */
+        tok->pairs[i].key = key;
+        tok->pairs[i].rank = (int32_t) r;
+        tok->pairs[i].id = ids[2];
+    }
+
+    free(buf);
+
+    return rc;
+}
+
+
+static int
+vlm_tok_added_cmp(const void *a, const void *b)
+{
+    const vlm_tok_added_t  *x = a, *y = b;
+
+    if (x->len != y->len) {
+        return x->len < y->len ? 1 : -1;
+    }
+
+    return x->id - y->id;
+}
+
+
+static int
+vlm_tok_flag(json_t *obj, const char *name)
+{
+    return json_is_true(json_object_get(obj, name));
+}
+
+
+static vlm_status_t
+vlm_tok_load_added(vlm_tokenizer_t *tok, vlm_tok_load_t *ld, json_t *added)
+{
+    size_t            i, len;
+    int32_t           id;
+    json_t           *a, *c;
+    const char       *content, *bad;
+    vlm_status_t      rc;
+    vlm_tok_added_t  *t;
+
+    tok->n_added = json_array_size(added);
+
+    if (tok->n_added == 0) {
+        return VLM_OK;
+    }
+
+    tok->added = calloc(tok->n_added, sizeof(vlm_tok_added_t));
+    if (tok->added == NULL) {
+        return vlm_tok_fail(ld, VLM_ERR_NOMEM, "no memory for added tokens");
+    }
+
+    json_array_foreach(added, i, a) {
+        id = 0;
+        vlm_tok_json_id(json_object_get(a, "id"), &id);
+        c = json_object_get(a, "content");
+
+        if (!json_is_string(c) || json_string_length(c) == 0) {
+            return vlm_tok_fail(ld, VLM_ERR_FORMAT, "added_tokens[%zu]: no "
+                                "\"content\" string", i);
+        }
+
+        content = json_string_value(c);
+        len = json_string_length(c);
+
+        bad = vlm_tok_flag(a, "lstrip") ? "lstrip"
+              : vlm_tok_flag(a, "rstrip") ? "rstrip"
+              : vlm_tok_flag(a, "single_word") ? "single_word" : NULL;
+
+        if (bad != NULL) {
+            return vlm_tok_fail(ld, VLM_ERR_UNSUPPORTED, "added token \"%s\": "
+                                "%s is not supported", content, bad);
+        }
+
+        if (tok->tokens[id].kind == VLM_TOK_KIND_ADDED) {
+            return vlm_tok_fail(ld, VLM_ERR_FORMAT, "added token \"%s\": id "
+                                "%d is used by another added token",
+                                content, id);
+        }
+
+        /* an added token may carry the id of the same string in the
+           vocabulary, never another's */
+        if (tok->tokens[id].kind == VLM_TOK_KIND_VOCAB
+            && vlm_tok_vocab_find_string(tok, content, len) != id)
+        {
+            return vlm_tok_fail(ld, VLM_ERR_FORMAT, "added token \"%s\": "
+                                "its id belongs to another vocabulary token",
+                                content);
+        }
+
+        rc = vlm_tok_add_bytes(tok, ld, id, content, len, VLM_TOK_KIND_ADDED);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        t = &tok->added[i];
+        t->id = id;
+        t->len = len;
+        t->special = (uint8_t) vlm_tok_flag(a, "special");
+        t->normalized = (uint8_t) vlm_tok_flag(a, "normalized");
+        t->content = malloc(len);
+        if (t->content == NULL) {
+            return vlm_tok_fail(ld, VLM_ERR_NOMEM, "no memory");
+        }
+
+        memcpy(t->content, content, len);
+
+        tok->tokens[id].special = t->special;
+        tok->added_first[(uint8_t) content[0]] |= t->normalized ? 2 : 1;
+    }
+
+    qsort(tok->added, tok->n_added, sizeof(vlm_tok_added_t),
+          vlm_tok_added_cmp);
+
+    return VLM_OK;
+}
+
+
+static int
+vlm_tok_is_type(json_t *obj, const char *type)
+{
+    json_t  *t;
+
+    t = json_object_get(obj, "type");
+
+    return json_is_string(t) && strcmp(json_string_value(t), type) == 0;
+}
+
+
+static const char *
+vlm_tok_type(json_t *obj)
+{
+    json_t  *t;
+
+    t = json_object_get(obj, "type");
+
+    return json_is_string(t) ? json_string_value(t) : "(none)";
+}
+
+
+/* a ByteLevel step that only maps bytes (no prefix space) */
+static int
+vlm_tok_plain_byte_level(json_t *obj, int use_regex)
+{
+    return vlm_tok_is_type(obj, "ByteLevel")
+           && !vlm_tok_flag(obj, "add_prefix_space")
+           && (use_regex < 0
+               || vlm_tok_flag(obj, "use_regex") == use_regex);
+}
+
+
+/*
+ * Rewrites the pattern for PCRE2: \s and \S become Oniguruma's Unicode
+ * white space classes.  *res is a malloc'ed pattern.
+ */
+static vlm_status_t
+vlm_tok_rewrite_pattern(vlm_tok_load_t *ld, const char *pat, size_t len,
+    char **res)
+{
+    int      in_class;
+    char    *out, *p;
+    size_t   i;
+
+    *res = NULL;
+
+    out = malloc(len * (sizeof(VLM_TOK_WS) + 4) + 1);
+    if (out == NULL) {
+        return vlm_tok_fail(ld, VLM_ERR_NOMEM, "no memory for the regex");
+    }
+
+    p = out;
+    in_class = 0;
+
+    for (i = 0; i < len; i++) {
+        if (pat[i] == '\\' && i + 1 < len) {
+            if (pat[i + 1] == 's' || pat[i + 1] == 'S') {
+                if (in_class && pat[i + 1] == 'S') {
+                    free(out);
+                    return vlm_tok_fail(ld, VLM_ERR_UNSUPPORTED,
+                                        "pre_tokenizer regex: \\S inside "
+                                        "a class");
+                }
+
+                p += sprintf(p, in_class ? "%s"
+                             : pat[i + 1] == 's' ? "[%s]" : "[^%s]",
+                             VLM_TOK_WS);
+
+            } else {
+                *p++ = pat[i];
+                *p++ = pat[i + 1];
+            }
+
+            i++;
+            continue;
+        }
+
+        if (!in_class && pat[i] == '[') {
+            in_class = 1;
+            *p++ = pat[i];
+
+            /* a ']' right after '[' or '[^' is literal */
+            if (i + 1 < len && pat[i + 1] == '^') {
+                *p++ = pat[++i];
+            }
+
+            if (i + 1 < len && pat[i + 1] == ']') {
+                *p++ = pat[++i];
+            }
+
+            continue;
+        }
+
+        if (in_class && pat[i] == ']') {
+            in_class = 0;
+        }
+
+        *p++ = pat[i];
+    }
+
+    *p = '\0';
+    *res = out;
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_tok_compile(vlm_tokenizer_t *tok, vlm_tok_load_t *ld, const char *pat,
+    size_t len, int literal)
+{
+    int           ec;
+    char         *rewritten;
+    PCRE2_SIZE    eo;
+    PCRE2_UCHAR   msg[128];
+    vlm_status_t  rc;
+
+    if (literal) {
+        tok->re = pcre2_compile((PCRE2_SPTR) pat, len,
+                                PCRE2_UTF | PCRE2_LITERAL, &ec, &eo, NULL);
+        rewritten = NULL;
+
+    } else {
+        rc = vlm_tok_rewrite_pattern(ld, pat, len, &rewritten);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        tok->re = pcre2_compile((PCRE2_SPTR) rewritten, PCRE2_ZERO_TERMINATED,
+                                PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+    }
+
+    free(rewritten);
+
+    if (tok->re == NULL) {
+        pcre2_get_error_message(ec, msg, sizeof(msg));
+        return vlm_tok_fail(ld, VLM_ERR_FORMAT, "pre_tokenizer regex: %s "
+                            "(at offset %zu)", (char *) msg, (size_t) eo);
+    }
+
+    /* without JIT support the interpreter runs the same pattern */
+    (void) pcre2_jit_compile(tok->re, PCRE2_JIT_COMPLETE);
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_tok_load_pre_tokenizer(vlm_tokenizer_t *tok, vlm_tok_load_t *ld,
+    json_t *pre)
+{
+    json_t  *steps, *split, *pattern, *p;
+
+    if (vlm_tok_plain_byte_level(pre, 1)) {
+        return vlm_tok_compile(tok, ld, VLM_TOK_GPT2_PATTERN,
+                               strlen(VLM_TOK_GPT2_PATTERN), 0);
+    }
+
+    steps = json_object_get(pre, "pretokenizers");
+
+    if (!vlm_tok_is_type(pre, "Sequence") || json_array_size(steps) != 2
+        || !vlm_tok_is_type(json_array_get(steps, 0), "Split")
+        || !vlm_tok_plain_byte_level(json_array_get(steps, 1), 0))
+    {
+        return vlm_tok_fail(ld, VLM_ERR_UNSUPPORTED, "pre_tokenizer: only "
+                            "ByteLevel, or Sequence [Split, ByteLevel "
+                            "(use_regex false)], without prefix space, is "
+                            "supported (found %s)", vlm_tok_type(pre));
+    }
+
+    split = json_array_get(steps, 0);
+    pattern = json_object_get(split, "pattern");
+
+    if (!json_is_string(json_object_get(split, "behavior"))
+        || strcmp(json_string_value(json_object_get(split, "behavior")),
+                  "Isolated") != 0
+        || vlm_tok_flag(split, "invert"))
+    {
+        return vlm_tok_fail(ld, VLM_ERR_UNSUPPORTED, "pre_tokenizer Split: "
+                            "only behavior Isolated without invert is "
+                            "supported");
+    }
+
+    p = json_object_get(pattern, "Regex");
+    if (json_is_string(p)) {
+        return vlm_tok_compile(tok, ld, json_string_value(p),
+                               json_string_length(p), 0);
+    }
+
+    p = json_object_get(pattern, "String");
+    if (json_is_string(p) && json_string_length(p) > 0) {
+        return vlm_tok_compile(tok, ld, json_string_value(p),
+                               json_string_length(p), 1);
+    }
+
+    return vlm_tok_fail(ld, VLM_ERR_FORMAT, "pre_tokenizer Split: no "
+                        "\"pattern\" Regex or String");
+}
+
+
+static vlm_status_t
+vlm_tok_load_model(vlm_tokenizer_t *tok, vlm_tok_load_t *ld, json_t *root)
+{
+    json_t        *model, *vocab, *merges, *added, *v;
+    vlm_status_t   rc;
+    const char    *bad;
+
+    model = json_object_get(root, "model");
+
+    if (!json_is_object(model) || !vlm_tok_is_type(model, "BPE")) {
+        return vlm_tok_fail(ld, VLM_ERR_UNSUPPORTED, "model: only BPE is "
+                            "supported (found %s)",
+                            json_is_object(model) ? vlm_tok_type(model)
+                                                  : "nothing");
+    }
+
+    bad = NULL;
+    v = json_object_get(model, "dropout");
+    if (v != NULL && !json_is_null(v)
+        && !(json_is_number(v) && json_number_value(v) == 0))
+    {
+        bad = "dropout";
+    }
+
+    v = json_object_get(model, "continuing_subword_prefix");
+    if (json_is_string(v) && json_string_length(v) > 0) {
+        bad = "continuing_subword_prefix";
+    }
+
+    v = json_object_get(model, "end_of_word_suffix");
+    if (json_is_string(v) && json_string_length(v) > 0) {
+        bad = "end_of_word_suffix";
+    }
+
+    if (vlm_tok_flag(model, "byte_fallback")) {
+        bad = "byte_fallback";
+    }
+
+    if (bad != NULL) {
+        return vlm_tok_fail(ld, VLM_ERR_UNSUPPORTED, "model: BPE %s is not "
+                            "supported", bad);
+    }
+
+    tok->ignore_merges = vlm_tok_flag(model, "ignore_merges");
+
+    vocab = json_object_get(model, "vocab");
+    merges = json_object_get(model, "merges");
+    added = json_object_get(root, "added_tokens");
+
+    if (!json_is_object(vocab)) {
+        return vlm_tok_fail(ld, VLM_ERR_FORMAT, "model.vocab: missing or "
+                            "not an object");
+    }
+
+    if (!json_is_array(merges)) {
+        return vlm_tok_fail(ld, VLM_ERR_FORMAT, "model.merges: missing or "
+                            "not an array");
+    }
+
+    if (added != NULL && !json_is_null(added) && !json_is_array(added)) {
+        return vlm_tok_fail(ld, VLM_ERR_FORMAT, "added_tokens: not an "
+                            "array");
+    }
+
+    rc = vlm_tok_alloc_ids(tok, ld, vocab, added);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    rc = vlm_tok_load_vocab(tok, ld, vocab);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    rc = vlm_tok_load_merges(tok, ld, merges);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    return vlm_tok_load_added(tok, ld, added);
+}
+
+
+static vlm_status_t
+vlm_tok_load_pipeline(vlm_tokenizer_t *tok, vlm_tok_load_t *ld, json_t *root)
+{
+    json_t        *v;
+    vlm_status_t   rc;
+
+    v = json_object_get(root, "normalizer");
+    tok->nfc = vlm_tok_is_type(v, "NFC");
+
+    if (v != NULL && !json_is_null(v) && !tok->nfc) {
+        return vlm_tok_fail(ld, VLM_ERR_UNSUPPORTED, "normalizer: only NFC "
+                            "or none is supported (found %s)",
+                            vlm_tok_type(v));
+    }
+
+    v = json_object_get(root, "pre_tokenizer");
+    if (!json_is_object(v)) {
+        return vlm_tok_fail(ld, VLM_ERR_UNSUPPORTED, "pre_tokenizer: "
+                            "missing");
+    }
+
+    rc = vlm_tok_load_pre_tokenizer(tok, ld, v);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    v = json_object_get(root, "decoder");
+    if (!vlm_tok_is_type(v, "ByteLevel")) {
+        return vlm_tok_fail(ld, VLM_ERR_UNSUPPORTED, "decoder: only "
+                            "ByteLevel is supported (found %s)",
+                            json_is_object(v) ? vlm_tok_type(v) : "none");
+    }
+
+    v = json_object_get(root, "post_processor");
+    if (v != NULL && !json_is_null(v) && !vlm_tok_is_type(v, "ByteLevel")) {
+        return vlm_tok_fail(ld, VLM_ERR_UNSUPPORTED, "post_processor: only "
+                            "ByteLevel or none is supported (found %s)",
+                            vlm_tok_type(v));
+    }
+
+    return VLM_OK;
+}
+
+
+/* "eos_token": "<|im_end|>" or {"content": "<|im_end|>", ...} */
+static vlm_status_t
+vlm_tok_config_token(vlm_tokenizer_t *tok, vlm_tok_load_t *ld, json_t *cfg,
+    const char *name, int32_t *id)
+{
+    json_t  *v;
+
+    *id = -1;
+    v = json_object_get(cfg, name);
+
+    if (json_is_object(v)) {
+        v = json_object_get(v, "content");
+    }
+
+    if (v == NULL || json_is_null(v)) {
+        return VLM_OK;
+    }
+
+    if (!json_is_string(v)) {
+        return vlm_tok_fail(ld, VLM_ERR_FORMAT, "%s: not a string", name);
+    }
+
+    *id = vlm_tokenizer_token_id(tok, json_string_value(v));
+
+    if (*id < 0) {
+        return vlm_tok_fail(ld, VLM_ERR_FORMAT, "%s \"%s\" is not a token",
+                            name, json_string_value(v));
+    }
+
+    return VLM_OK;
+}
+
+
+/* "chat_template": "..." or [{"name": "default", "template": "..."}] */
+static vlm_status_t
+vlm_tok_config_template(vlm_tokenizer_t *tok, vlm_tok_load_t *ld,
+    json_t *cfg)
+{
+    size_t   i;
+    json_t  *v, *t;
+
+    t = NULL;
+    v = json_object_get(cfg, "chat_template");
+
+    if (json_is_array(v)) {
+        json_array_foreach(v, i, t) {
+            if (json_is_string(json_object_get(t, "name"))
+                && strcmp(json_string_value(json_object_get(t, "name")),
+                          "default") == 0)
+            {
+                break;
+            }
+        }
+
+        v = (i < json_array_size(v)) ? json_object_get(t, "template") : NULL;
+    }
+
+    if (v == NULL || json_is_null(v)) {
+        return VLM_OK;
+    }
+
+    if (!json_is_string(v)) {
+        return vlm_tok_fail(ld, VLM_ERR_FORMAT, "chat_template: not a "
+                            "string");
+    }
+
+    free(tok->chat_template);
+    tok->chat_template = strdup(json_string_value(v));
+    if (tok->chat_template == NULL) {
+        return vlm_tok_fail(ld, VLM_ERR_NOMEM, "no memory");
+    }
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_tok_load_config(vlm_tokenizer_t *tok, vlm_tok_load_t *ld)
+{
+    json_t        *cfg;
+    vlm_status_t   rc;
+
+    rc = vlm_tok_load_json(ld, &cfg);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    rc = vlm_tok_config_token(tok, ld, cfg, "eos_token", &tok->eos_id);
+
+    if (rc == VLM_OK) {
+        rc = vlm_tok_config_token(tok, ld, cfg, "pad_token", &tok->pad_id);
+    }
+
+    if (rc == VLM_OK) {
+        rc = vlm_tok_config_template(tok, ld, cfg);
+    }
+
+    json_decref(cfg);
+
+    return rc;
+}
+
+
+vlm_status_t
+vlm_tokenizer_load_files(vlm_tokenizer_t **out, const char *tokenizer_path,
+    const char *config_path, const char *chat_template_path,
+    vlm_error_t *err)
+{
+    json_t           *root;
+    vlm_status_t      rc;
+    vlm_tok_load_t    ld;
+    vlm_tokenizer_t  *tok;
+
+    *out = NULL;
+
+    tok = calloc(1, sizeof(vlm_tokenizer_t));
+    if (tok == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "no memory for a tokenizer");
+    }
+
+    tok->eos_id = -1;
+    tok->pad_id = -1;
+    vlm_tok_byte_level_init(tok);
+
+    ld.path = tokenizer_path;
+    ld.err = err;
+
+    rc = vlm_tok_load_json(&ld, &root);
+    if (rc != VLM_OK) {
+        vlm_tokenizer_free(tok);
+        return rc;
+    }
+
+    rc = vlm_tok_load_model(tok, &ld, root);
+
+    if (rc == VLM_OK) {
+        rc = vlm_tok_load_pipeline(tok, &ld, root);
+    }
+
+    json_decref(root);
+
+    if (rc == VLM_OK && config_path != NULL) {
+        ld.path = config_path;
+        rc = vlm_tok_load_config(tok, &ld);
+    }
+
+    if (rc == VLM_OK && chat_template_path != NULL) {
+        ld.path = chat_template_path;
+        rc = vlm_tok_load_json(&ld, &root);
+
+        if (rc == VLM_OK) {
+            rc = vlm_tok_config_template(tok, &ld, root);
+            json_decref(root);
+        }
+    }
+
+    if (rc != VLM_OK) {
+        vlm_tokenizer_free(tok);
+        return rc;
+    }
+
+    *out = tok;
+
+    return VLM_OK;
+}
+
+
+static char *
+vlm_tok_path(const char *dir, const char *name, int must_exist)
+{
+    char  *path;
+    FILE  *f;
+
+    if (asprintf(&path, "%s/%s", dir, name) < 0) {
+        return NULL;
+    }
+
+    if (!must_exist) {
+        f = fopen(path, "rb");
+
+        if (f == NULL) {
+            free(path);
+            return NULL;
+        }
+
+        fclose(f);
+    }
+
+    return path;
+}
+
+
+vlm_status_t
+vlm_tokenizer_load(vlm_tokenizer_t **tok, const char *model_dir,
+    vlm_error_t *err)
+{
+    char          *json, *cfg, *tmpl;
+    vlm_status_t   rc;
+
+    json = vlm_tok_path(model_dir, "tokenizer.json", 1);
+    if (json == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "no memory");
+    }
+
+    cfg = vlm_tok_path(model_dir, "tokenizer_config.json", 0);
+    tmpl = vlm_tok_path(model_dir, "chat_template.json", 0);
+
+    rc = vlm_tokenizer_load_files(tok, json, cfg, tmpl, err);
+
+    free(json);
+    free(cfg);
+    free(tmpl);
+
+    return rc;
+}
+
+
+void
+vlm_tokenizer_free(vlm_tokenizer_t *tok)
+{
+    size_t  i;
+
+    if (tok == NULL) {
+        return;
+    }
+
+    for (i = 0; i < tok->n_added && tok->added != NULL; i++) {
+        free(tok->added[i].content);
+    }
+
+    pcre2_code_free(tok->re);
+    free(tok->added);
+    free(tok->tokens);
+    free(tok->bytes);
+    free(tok->vocab_slots);
+    free(tok->pairs);
+    free(tok->chat_template);
+    free(tok);
+}
+
+
+/* queries */
+
+int32_t
+vlm_tokenizer_vocab_size(const vlm_tokenizer_t *tok)
+{
+    return tok->n_tokens;
+}
+
+
+int32_t
+vlm_tokenizer_token_id(const vlm_tokenizer_t *tok, const char *str)
+{
+    size_t  i, len;
+
+    len = strlen(str);
+
+    for (i = 0; i < tok->n_added; i++) {
+        if (tok->added[i].len == len
+            && memcmp(tok->added[i].content, str, len) == 0)
+        {
+            return tok->added[i].id;
+        }
+    }
+
+    return vlm_tok_vocab_find_string(tok, str, len);
+}
+
+
+const char *
+vlm_tokenizer_token_bytes(const vlm_tokenizer_t *tok, int32_t id, size_t *len)
+{
+    const vlm_tok_entry_t  *e;
+
+    if (id < 0 || id >= tok->n_tokens
+        || tok->tokens[id].kind == VLM_TOK_KIND_NONE)
+    {
+        *len = 0;
+        return NULL;
+    }
+
+    e = &tok->tokens[id];
+    *len = e->len;
+
+    return tok->bytes + e->off;
+}
+
+
+int
+vlm_tokenizer_is_special(const vlm_tokenizer_t *tok, int32_t id)
+{
+    return id >= 0 && id < tok->n_tokens && tok->tokens[id].special;
+}
+
+
+size_t
+vlm_tokenizer_max_token_bytes(const vlm_tokenizer_t *tok)
+{
+    return tok->max_token_bytes;
+}
+
+
+int32_t
+vlm_tokenizer_eos_id(const vlm_tokenizer_t *tok)
+{
+    return tok->eos_id;
+}
+
+
+int32_t
+vlm_tokenizer_pad_id(const vlm_tokenizer_t *tok)
+{
+    return tok->pad_id;
+}
+
+
+const char *
+vlm_tokenizer_chat_template(const vlm_tokenizer_t *tok)
+{
+    return tok->chat_template;
+}
+
+
+/* workspace */
+
+vlm_status_t
+vlm_tok_work_create(vlm_tok_work_t **out, const vlm_tokenizer_t *tok,
+    size_t max_text, vlm_error_t *err)
+{
+    vlm_tok_work_t  *w;
+
+    *out = NULL;
+
+    if (max_text == 0 || max_text > (SIZE_MAX / 64) || max_text >= INT32_MAX) {
+        return vlm_error_set(err, VLM_ERR_INVALID, "tokenizer workspace: "
+                             "max_text %zu out of range", max_text);
+    }
+
+    w = calloc(1, sizeof(vlm_tok_work_t));
+    if (w == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "no memory for a "
+                             "tokenizer workspace");
+    }
+
+    w->tok = tok;
+    w->max_text = max_text;
+    w->cps_cap = 2 * max_text + 8;
+    w->sym_cap = max_text;
+    w->heap_cap = 3 * max_text + 3;
+
+    w->cps = malloc(w->cps_cap * sizeof(int32_t));
+    w->sym_id = malloc(w->sym_cap * sizeof(int32_t));
+    w->sym_prev = malloc(w->sym_cap * sizeof(int32_t));
+    w->sym_next = malloc(w->sym_cap * sizeof(int32_t));
+    w->heap = malloc(w->heap_cap * sizeof(uint64_t));
+    w->md = pcre2_match_data_create_from_pattern(tok->re, NULL);
+    w->mctx = pcre2_match_context_create(NULL);
+    w->jit_stack = pcre2_jit_stack_create(32 * 1024, 1024 * 1024, NULL);
+
+    if (w->cps == NULL || w->sym_id == NULL || w->sym_prev == NULL
+        || w->sym_next == NULL || w->heap == NULL || w->md == NULL
+        || w->mctx == NULL || w->jit_stack == NULL)
+    {
+        vlm_tok_work_free(w);
+        return vlm_error_set(err, VLM_ERR_NOMEM, "no memory for a "
+                             "tokenizer workspace of %zu bytes", max_text);
+    }
+
+    pcre2_jit_stack_assign(w->mctx, NULL, w->jit_stack);
+
+    *out = w;
+
+    return VLM_OK;
+}
+
+
+void
+vlm_tok_work_free(vlm_tok_work_t *w)
+{
+    if (w == NULL) {
+        return;
+    }
+
+    pcre2_match_data_free(w->md);
+    pcre2_match_context_free(w->mctx);
+    pcre2_jit_stack_free(w->jit_stack);
+    free(w->cps);
+    free(w->sym_id);
+    free(w->sym_prev);
+    free(w->sym_next);
+    free(w->heap);
+    free(w);
+}
+
+
+/* encoding */
+
+static void
+vlm_tok_emit(vlm_tok_out_t *out, int32_t id)
+{
+    if (out->n < out->cap) {
+        out->ids[out->n] = id;
+    }
+
+    out->n++;
+}
+
+
+static void
+vlm_tok_heap_push(uint64_t *heap, size_t *n, uint64_t v)
+{
+    size_t    i, parent;
+
+    i = (*n)++;
+
+    while (i > 0) {
+        parent = (i - 1) / 2;
+
+        if (heap[parent] <= v) {
+            break;
+        }
+
+        heap[i] = heap[parent];
+        i = parent;
+    }
+
+    heap[i] = v;
+}
+
+
+static uint64_t
+vlm_tok_heap_pop(uint64_t *heap, size_t *n)
+{
+    size_t    i, c;
+    uint64_t  top, last;
+
+    top = heap[0];
+    last = heap[--(*n)];
+    i = 0;
+
+    for ( ;; ) {
+        c = 2 * i + 1;
+
+        if (c >= *n) {
+            break;
+        }
+
+        if (c + 1 < *n && heap[c + 1] < heap[c]) {
+            c++;
+        }
+
+        if (last <= heap[c]) {
+            break;
+        }
+
+        heap[i] = heap[c];
+        i = c;
+    }
+
+    if (*n > 0) {
+        heap[i] = last;
+    }
+
+    return top;
+}
+
+
+static void
+vlm_tok_push_pair(const vlm_tokenizer_t *tok, vlm_tok_work_t *w, size_t *nh,
+    int32_t pos)
+{
+    int32_t  next, rank, id;
+
+    if (pos < 0) {
+        return;
+    }
+
+    next = w->sym_next[pos];
+
+    if (next < 0) {
+        return;
+    }
+
+    rank = vlm_tok_pair_find(tok, w->sym_id[pos], w->sym_id[next], &id);
+
+    if (rank >= 0) {
+        vlm_tok_heap_push(w->heap, nh, ((uint64_t) rank << 32)
+                                       | (uint32_t) pos);
+    }
+}
+
+
+/* BPE of one pre-token: lowest rank first, leftmost on ties */
+static vlm_status_t
+vlm_tok_bpe(const vlm_tokenizer_t *tok, vlm_tok_work_t *w, const uint8_t *s,
+    size_t len, vlm_tok_out_t *out, vlm_error_t *err)
+{
+    size_t    i, nh;
+    int32_t   pos, next, rank, id, after;
+    uint64_t  top;
+
+    if (tok->ignore_merges || len == 1) {
+        id = vlm_tok_vocab_find(tok, (const char *) s, len);
+
+        if (id >= 0) {
+            vlm_tok_emit(out, id);
+            return VLM_OK;
+        }
+    }
+
+    if (len > w->sym_cap) {
+        return vlm_error_set(err, VLM_ERR_LIMIT, "tokenizer: a %zu-byte "
+                             "word exceeds the workspace (%zu bytes)", len,
+                             w->sym_cap);
+    }
+
+    for (i = 0; i < len; i++) {
+        w->sym_id[i] = tok->byte_id[s[i]];
+        w->sym_prev[i] = (int32_t) i - 1;
+        w->sym_next[i] = (i + 1 < len) ? (int32_t) i + 1 : -1;
+    }
+
+    nh = 0;
+
+    for (i = 0; i + 1 < len; i++) {
+        vlm_tok_push_pair(tok, w, &nh, (int32_t) i);
+    }
+
+    while (nh > 0) {
+        top = vlm_tok_heap_pop(w->heap, &nh);
+        pos = (int32_t) (uint32_t) top;
+        next = w->sym_next[pos];
+
+        /* a stale entry: pos was absorbed or its pair changed */
+        if (w->sym_id[pos] < 0 || next < 0) {
+            continue;
+        }
+
+        rank = vlm_tok_pair_find(tok, w->sym_id[pos], w->sym_id[next], &id);
+
+        if (rank != (int32_t) (top >> 32)) {
+            continue;
+        }
+
+        w->sym_id[pos] = id;
+        w->sym_id[next] = -1;
+        after = w->sym_next[next];
+        w->sym_next[pos] = after;
+
+        if (after >= 0) {
+            w->sym_prev[after] = pos;
+        }
+
+        vlm_tok_push_pair(tok, w, &nh, w->sym_prev[pos]);
+        vlm_tok_push_pair(tok, w, &nh, pos);
+    }
+
+    for (pos = 0; pos >= 0; pos = w->sym_next[pos]) {
+        vlm_tok_emit(out, w->sym_id[pos]);
+    }
+
+    return VLM_OK;
+}
+
+
+/* the pre-tokenizer: every regex match and every gap between is a word */
+static vlm_status_t
+vlm_tok_pre_tokenize(const vlm_tokenizer_t *tok, vlm_tok_work_t *w,
+    const uint8_t *s, size_t len, vlm_tok_out_t *out, vlm_error_t *err)
+{
+    int           rc;
+    size_t        start, done, ms, me, k;
+    PCRE2_SIZE   *ov;
+    PCRE2_UCHAR   msg[128];
+    vlm_status_t  st;
+
+    ov = pcre2_get_ovector_pointer(w->md);
+    start = 0;
+    done = 0;
+
+    while (start < len) {
+        rc = pcre2_match(tok->re, s, len, start, PCRE2_NO_UTF_CHECK, w->md,
+                         w->mctx);
+
+        if (rc == PCRE2_ERROR_NOMATCH) {
+            break;
+        }
+
+        if (rc < 0) {
+            pcre2_get_error_message(rc, msg, sizeof(msg));
+            return vlm_error_set(err, VLM_ERR_LIMIT, "tokenizer regex: %s",
+                                 (char *) msg);
+        }
+
+        ms = ov[0];
+        me = ov[1];
+
+        if (me == ms) {
+            /* an empty match splits nothing: step over one character */
+            vlm_utf8_classify(s + ms, len - ms, &k);
+            start = ms + (k ? k : 1);
+            continue;
+        }
+
+        if (ms > done) {
+            st = vlm_tok_bpe(tok, w, s + done, ms - done, out, err);
+            if (st != VLM_OK) {
+                return st;
+            }
+        }
+
+        st = vlm_tok_bpe(tok, w, s + ms, me - ms, out, err);
+        if (st != VLM_OK) {
+            return st;
+        }
+
+        start = me;
+        done = me;
+    }
+
+    if (done < len) {
+        return vlm_tok_bpe(tok, w, s + done, len - done, out, err);
+    }
+
+    return VLM_OK;
+}
+
+
+/* 1 when text[at, at + len) meets a plain span (at only grows) */
+static int
+vlm_tok_in_plain(vlm_tok_plain_t *plain, size_t at, size_t len)
+{
+    at += plain->base;
+
+    while (plain->next < plain->n && plain->spans[plain->next].end <= at) {
+        plain->next++;
+    }
+
+    return plain->next < plain->n
+           && plain->spans[plain->next].start < at + len;
+}
+
+
+/*
+ * The next added token in s[0..len) (leftmost, longest first), of the
+ * kind selected by normalized; returns its offset or len.  plain (NULL
+ * for none) are spans where special tokens do not count.
+ */
+static size_t
+vlm_tok_find_added(const vlm_tokenizer_t *tok, const uint8_t *s, size_t len,
+    int normalized, unsigned flags, vlm_tok_plain_t *plain,
+    const vlm_tok_added_t **found)
+{
+    size_t                  i, j;
+    uint8_t                 mask;
+    const vlm_tok_added_t  *a;
+
+    mask = normalized ? 2 : 1;
+
+    for (i = 0; i < len; i++) {
+        if (!(tok->added_first[s[i]] & mask)) {
+            continue;
+        }
+
+        for (j = 0; j < tok->n_added; j++) {
+            a = &tok->added[j];
+
+            if (a->normalized != normalized || a->len > len - i
+                || a->content[0] != (char) s[i]
+                || ((flags & VLM_TOK_SPECIAL_AS_TEXT) && a->special)
+                || memcmp(a->content, s + i, a->len) != 0
+                || (a->special && plain != NULL
+                    && vlm_tok_in_plain(plain, i, a->len)))
+            {
+                continue;
+            }
+
+            *found = a;
+            return i;
+        }
+    }
+
+    return len;
+}
+
+
+/* NFC of s into the workspace (s itself when it is NFC already, or when
+   the tokenizer has no normalizer) */
+static vlm_status_t
+vlm_tok_nfc(const vlm_tokenizer_t *tok, vlm_tok_work_t *w, const uint8_t *s,
+    size_t len, const uint8_t **out, size_t *out_len, vlm_error_t *err)
+{
+    size_t            i;
+    utf8proc_ssize_t  n;
+    utf8proc_option_t opts;
+
+    /* text below U+0300 has no composing characters: NFC as it is */
+    for (i = 0; i < len && s[i] < 0xcc; i++) { /* void */ }
+
+    if (i == len || !tok->nfc) {
+        *out = s;
+        *out_len = len;
+        return VLM_OK;
+    }
+
+    opts = UTF8PROC_STABLE | UTF8PROC_COMPOSE;
+
+    n = utf8proc_decompose(s, len, w->cps, w->cps_cap, opts);
+
+    if (n < 0) {
+        return vlm_error_set(err, VLM_ERR_INVALID, "tokenizer: NFC: %s",
+                             utf8proc_errmsg(n));
+    }
+
+    if ((size_t) n > w->cps_cap) {
+        return vlm_error_set(err, VLM_ERR_LIMIT, "tokenizer: NFC of %zu "
+                             "bytes exceeds the workspace", len);
+    }
+
+    n = utf8proc_reencode(w->cps, n, opts);
+
+    if (n < 0) {
+        return vlm_error_set(err, VLM_ERR_INVALID, "tokenizer: NFC: %s",
+                             utf8proc_errmsg(n));
+    }
+
+    *out = (const uint8_t *) w->cps;
+    *out_len = (size_t) n;
+
+    return VLM_OK;
+}
+
+
+/* a piece between non-normalized added tokens */
+static vlm_status_t
+vlm_tok_encode_piece(const vlm_tokenizer_t *tok, vlm_tok_work_t *w,
+    const uint8_t *s, size_t len, unsigned flags, vlm_tok_out_t *out,
+    vlm_error_t *err)
+{
+    size_t                  at, norm_len;
+    const uint8_t          *norm;
+    vlm_status_t            rc;
+    const vlm_tok_added_t  *a;
+
+    if (len == 0) {
+        return VLM_OK;
+    }
+
+    norm = NULL;
+    norm_len = 0;
+
+    rc = vlm_tok_nfc(tok, w, s, len, &norm, &norm_len, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    for ( ;; ) {
+        at = vlm_tok_find_added(tok, norm, norm_len, 1, flags, NULL, &a);
+
+        if (at > 0) {
+            rc = vlm_tok_pre_tokenize(tok, w, norm, at, out, err);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+        }
+
+        if (at == norm_len) {
+            return VLM_OK;
+        }
+
+        vlm_tok_emit(out, a->id);
+        norm += at + a->len;
+        norm_len -= at + a->len;
+    }
+}
+
+
+vlm_status_t
+vlm_tokenizer_encode(const vlm_tokenizer_t *tok, vlm_tok_work_t *w,
+    const char *text, size_t len, unsigned flags, int32_t *ids, size_t cap,
+    size_t *n_ids, vlm_error_t *err)
+{
+    return vlm_tokenizer_encode_spans(tok, w, text, len, flags, NULL, 0, ids,
+                                      cap, n_ids, err);
+}
+
+
+vlm_status_t
+vlm_tokenizer_encode_spans(const vlm_tokenizer_t *tok, vlm_tok_work_t *w,
+    const char *text, size_t len, unsigned flags, const vlm_tok_span_t *spans,
+    size_t n_spans, int32_t *ids, size_t cap, size_t *n_ids,
+    vlm_error_t *err)
+{
+    size_t                  i, bad, at;
+    const uint8_t          *s;
+    vlm_status_t            rc;
+    vlm_tok_out_t           out;
+    vlm_tok_plain_t         plain;
+    const vlm_tok_added_t  *a;
+
+    *n_ids = 0;
+
+    for (i = 0; i < n_spans; i++) {
+        if (spans[i].start > spans[i].end || spans[i].end > len
+            || (i > 0 && spans[i].start < spans[i - 1].end))
+        {
+            return vlm_error_set(err, VLM_ERR_INVALID, "tokenizer: plain "
+                                 "span %zu [%zu, %zu) is not sorted within "
+                                 "the %zu-byte text", i, spans[i].start,
+                                 spans[i].end, len);
+        }
+    }
+
+    plain.spans = spans;
+    plain.n = n_spans;
+    plain.next = 0;
+    plain.base = 0;
+
+    if (w->tok != tok) {
+        return vlm_error_set(err, VLM_ERR_INVALID, "tokenizer: the "
+                             "workspace belongs to another tokenizer");
+    }
+
+    if (len > w->max_text) {
+        return vlm_error_set(err, VLM_ERR_LIMIT, "tokenizer: text of %zu "
+                             "bytes exceeds the workspace (%zu bytes)", len,
+                             w->max_text);
+    }
+
+    bad = vlm_utf8_validate(text, len);
+    if (bad != len) {
+        return vlm_error_set(err, VLM_ERR_INVALID, "tokenizer: invalid "
+                             "UTF-8 at byte %zu", bad);
+    }
+
+    out.ids = ids;
+    out.cap = cap;
+    out.n = 0;
+    s = (const uint8_t *) text;
+
+    for ( ;; ) {
+        at = vlm_tok_find_added(tok, s, len, 0, flags,
+                                n_spans ? &plain : NULL, &a);
+
+        rc = vlm_tok_encode_piece(tok, w, s, at, flags, &out, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        if (at == len) {
+            break;
+        }
+
+        vlm_tok_emit(&out, a->id);
+        s += at + a->len;
+        len -= at + a->len;
+        plain.base += at + a->len;
+    }
+
+    *n_ids = out.n;
+
+    if (out.n > cap) {
+        return vlm_error_set(err, VLM_ERR_LIMIT, "tokenizer: %zu ids do not "
+                             "fit in %zu", out.n, cap);
+    }
+
+    return VLM_OK;
+}
+
+
+/* decoding */
+
+void
+vlm_tok_stream_init(vlm_tok_stream_t *s, unsigned flags)
+{
+    s->flags = flags;
+    s->npending = 0;
+}
+
+
+size_t
+vlm_tok_stream_out_max(const vlm_tokenizer_t *tok)
+{
+    return 3 * (tok->max_token_bytes + 4);
+}
+
+
+static vlm_status_t
+vlm_tok_stream_feed(const vlm_tokenizer_t *tok, vlm_tok_stream_t *s,
+    int32_t id, char *out, size_t cap, size_t *pos, vlm_error_t *err)
+{
+    const vlm_tok_entry_t  *e;
+
+    if (id < 0 || id >= tok->n_tokens
+        || tok->tokens[id].kind == VLM_TOK_KIND_NONE)
+    {
+        return vlm_error_set(err, VLM_ERR_INVALID, "tokenizer: token id %d "
+                             "is not in the vocabulary", id);
+    }
+
+    e = &tok->tokens[id];
+
+    if ((s->flags & VLM_TOK_SKIP_SPECIAL) && e->special) {
+        return VLM_OK;
+    }
+
+    vlm_lossy_feed(s, (const uint8_t *) tok->bytes + e->off, e->len, out, cap,
+                   pos);
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_tok_check_room(size_t need, size_t cap, vlm_error_t *err)
+{
+    if (need > cap) {
+        return vlm_error_set(err, VLM_ERR_LIMIT, "tokenizer: %zu decoded "
+                             "bytes do not fit in %zu", need, cap);
+    }
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_tok_stream_push(const vlm_tokenizer_t *tok, vlm_tok_stream_t *s,
+    int32_t id, char *out, size_t cap, size_t *len, vlm_error_t *err)
+{
+    size_t            pos;
+    vlm_status_t      rc;
+    vlm_tok_stream_t  saved;
+
+    saved = *s;
+    pos = 0;
+    *len = 0;
+
+    rc = vlm_tok_stream_feed(tok, s, id, out, cap, &pos, err);
+
+    if (rc == VLM_OK) {
+        rc = vlm_tok_check_room(pos, cap, err);
+    }
+
+    if (rc != VLM_OK) {
+        /* nothing was consumed: the caller may retry with more room */
+        *s = saved;
+        return rc;
+    }
+
+    *len = pos;
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_tok_stream_finish(vlm_tok_stream_t *s, char *out, size_t cap,
+    size_t *len, vlm_error_t *err)
+{
+    size_t  pos;
+
+    pos = 0;
+    *len = 0;
+
+    if (s->npending > 0) {
+        if (vlm_tok_check_room(3, cap, err) != VLM_OK) {
+            return VLM_ERR_LIMIT;
+        }
+
+        vlm_lossy_fffd(out, cap, &pos);
+        s->npending = 0;
+    }
+
+    *len = pos;
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_tokenizer_decode(const vlm_tokenizer_t *tok, const int32_t *ids,
+    size_t n, unsigned flags, char *out, size_t cap, size_t *len,
+    vlm_error_t *err)
+{
+    size_t            i, pos;
+    vlm_status_t      rc;
+    vlm_tok_stream_t  s;
+
+    vlm_tok_stream_init(&s, flags);
+    pos = 0;
+    *len = 0;
+
+    if (out == NULL) {
+        cap = 0;
+    }
+
+    for (i = 0; i < n; i++) {
+        rc = vlm_tok_stream_feed(tok, &s, ids[i], out, cap, &pos, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+    }
+
+    if (s.npending > 0) {
+        vlm_lossy_fffd(out, cap, &pos);
+    }
+
+    *len = pos;
+
+    if (out == NULL) {
+        return VLM_OK;
+    }
+
+    return vlm_tok_check_room(pos, cap, err);
+}
