@@ -28,6 +28,20 @@ static ngx_http_vlm_bounds_t  ngx_http_vlm_max_image_pixels_bounds = {
 };
 
 
+static ngx_http_vlm_bounds_t  ngx_http_vlm_max_running_bounds = {
+    ngx_http_vlm_check_num, 1, 4096
+};
+
+static ngx_http_vlm_bounds_t  ngx_http_vlm_max_queued_bounds = {
+    ngx_http_vlm_check_num, 0, 65536
+};
+
+
+static ngx_int_t ngx_http_vlm_init_module(ngx_cycle_t *cycle);
+static ngx_int_t ngx_http_vlm_init_process(ngx_cycle_t *cycle);
+static void ngx_http_vlm_exit_process(ngx_cycle_t *cycle);
+
+
 static ngx_command_t  ngx_http_vlm_commands[] = {
 
     { ngx_string("vlm_model"),
@@ -79,6 +93,34 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       offsetof(ngx_http_vlm_main_conf_t, max_images),
       &ngx_http_vlm_max_images_bounds },
 
+    { ngx_string("vlm_max_running"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, max_running),
+      &ngx_http_vlm_max_running_bounds },
+
+    { ngx_string("vlm_max_queued"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, max_queued),
+      &ngx_http_vlm_max_queued_bounds },
+
+    { ngx_string("vlm_engine_binary"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, engine_binary),
+      NULL },
+
+    { ngx_string("vlm_engine_hang_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, engine_hang_timeout),
+      NULL },
+
     { ngx_string("vlm_health"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_vlm_health,
@@ -111,11 +153,32 @@ ngx_module_t  ngx_http_vlm_module = {
     ngx_http_vlm_commands,                 /* module directives */
     NGX_HTTP_MODULE,                       /* module type */
     NULL,                                  /* init master */
-    NULL,                                  /* init module */
-    NULL,                                  /* init process */
+    ngx_http_vlm_init_module,              /* init module */
+    ngx_http_vlm_init_process,             /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
-    NULL,                                  /* exit process */
+    ngx_http_vlm_exit_process,             /* exit process */
     NULL,                                  /* exit master */
     NGX_MODULE_V1_PADDING
 };
+
+
+static ngx_int_t
+ngx_http_vlm_init_module(ngx_cycle_t *cycle)
+{
+    return ngx_http_vlm_zone_init_module(cycle);
+}
+
+
+static ngx_int_t
+ngx_http_vlm_init_process(ngx_cycle_t *cycle)
+{
+    return ngx_http_vlm_engine_init_process(cycle);
+}
+
+
+static void
+ngx_http_vlm_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_http_vlm_engine_exit_process(cycle);
+}

@@ -26,7 +26,9 @@ ngx_http_vlm_create_main_conf(ngx_conf_t *cf)
      * set by ngx_pcalloc():
      *
      *     vmcf->model = { 0, NULL };
-     *     vmcf->shm_zone = NULL;
+     *     vmcf->zone_name = { 0, NULL };
+     *     vmcf->engine_binary = { 0, NULL };
+     *     vmcf->engine_dir = { 0, NULL };
      *     vmcf->thread_pool_name = { 0, NULL };
      *     vmcf->thread_pool = NULL;
      */
@@ -35,6 +37,9 @@ ngx_http_vlm_create_main_conf(ngx_conf_t *cf)
     vmcf->engine_threads = NGX_CONF_UNSET;
     vmcf->max_image_pixels = NGX_CONF_UNSET_SIZE;
     vmcf->max_images = NGX_CONF_UNSET;
+    vmcf->max_running = NGX_CONF_UNSET_UINT;
+    vmcf->max_queued = NGX_CONF_UNSET_UINT;
+    vmcf->engine_hang_timeout = NGX_CONF_UNSET_MSEC;
 
     return vmcf;
 }
@@ -50,6 +55,29 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_size_value(vmcf->max_image_pixels,
                              NGX_HTTP_VLM_DEFAULT_MAX_IMAGE_PIXELS);
     ngx_conf_init_value(vmcf->max_images, NGX_HTTP_VLM_DEFAULT_MAX_IMAGES);
+    ngx_conf_init_uint_value(vmcf->max_running,
+                             NGX_HTTP_VLM_DEFAULT_MAX_RUNNING);
+    ngx_conf_init_uint_value(vmcf->max_queued,
+                             NGX_HTTP_VLM_DEFAULT_MAX_QUEUED);
+    ngx_conf_init_msec_value(vmcf->engine_hang_timeout, 60000);
+
+    /* a model needs a queue: "vlm" of 64m unless vlm_zone says otherwise */
+
+    if (vmcf->model.len && vmcf->zone_name.len == 0) {
+        ngx_str_set(&vmcf->zone_name, "vlm");
+        vmcf->zone_size = NGX_HTTP_VLM_DEFAULT_ZONE_SIZE;
+    }
+
+    if (vmcf->zone_name.len
+        && ngx_http_vlm_zone_geometry(cf, vmcf) != NGX_CONF_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    if (vmcf->model.len && ngx_http_vlm_engine_conf(cf, vmcf) != NGX_CONF_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
 
 #if (NGX_THREADS)
 

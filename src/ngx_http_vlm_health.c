@@ -13,9 +13,8 @@ static ngx_int_t ngx_http_vlm_health_handler(ngx_http_request_t *r);
 
 static ngx_str_t  ngx_http_vlm_engine_states[] = {
     ngx_string("absent"),
-    ngx_string("starting"),
-    ngx_string("ready"),
-    ngx_string("failed")
+    ngx_string("loading"),
+    ngx_string("ready")
 };
 
 static ngx_str_t  ngx_http_vlm_backend_names[] = {
@@ -47,19 +46,18 @@ ngx_http_vlm_health_handler(ngx_http_request_t *r)
     size_t                     len;
     u_char                    *json, *p;
     ngx_int_t                  rc;
-    ngx_str_t                 *reason, zone_name;
+    ngx_str_t                 *reason;
     ngx_uint_t                 status, state;
-    ngx_atomic_uint_t          served, reloads;
-    ngx_http_vlm_shm_t        *sh;
+    uint64_t                   served;
+    vlm_queue_t               *q;
+    vlm_queue_stats_t          st;
     ngx_http_vlm_main_conf_t  *vmcf;
 
     static ngx_str_t  no_model = ngx_string("vlm_model is not configured");
-    static ngx_str_t  no_zone = ngx_string("vlm_zone is not configured");
     static ngx_str_t  reasons[] = {
         ngx_string("the engine is not running"),
         ngx_string("the engine is loading the model"),
-        ngx_null_string,
-        ngx_string("the engine failed, see the error log")
+        ngx_null_string
     };
 
     rc = ngx_http_vlm_allow_methods(r, NGX_HTTP_GET|NGX_HTTP_HEAD,
@@ -76,34 +74,26 @@ ngx_http_vlm_health_handler(ngx_http_request_t *r)
 
     vmcf = ngx_http_get_module_main_conf(r, ngx_http_vlm_module);
 
-    sh = ngx_http_vlm_shm(vmcf);
+    q = ngx_http_vlm_queue();
 
-    state = NGX_HTTP_VLM_ENGINE_ABSENT;
+    ngx_memzero(&st, sizeof(vlm_queue_stats_t));
     served = 0;
-    reloads = 0;
-    ngx_str_null(&zone_name);
 
-    if (sh) {
-        state = sh->engine_state;
-        served = ngx_atomic_fetch_add(&sh->health_requests, 1) + 1;
-        reloads = sh->reloads;
-        zone_name = vmcf->shm_zone->shm.name;
+    if (q) {
+        vlm_queue_stats(q, &st);
+        served = atomic_fetch_add(&q->metrics->health_requests, 1) + 1;
+    }
 
-        if (state > NGX_HTTP_VLM_ENGINE_FAILED) {
-            ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
-                          "vlm zone \"%V\" holds engine state %ui",
-                          &zone_name, state);
-            state = NGX_HTTP_VLM_ENGINE_FAILED;
-        }
+    state = st.engine_state;
+
+    if (state > VLM_ENGINE_READY) {
+        state = VLM_ENGINE_DOWN;
     }
 
     if (vmcf->model.len == 0) {
         reason = &no_model;
 
-    } else if (sh == NULL) {
-        reason = &no_zone;
-
-    } else if (state != NGX_HTTP_VLM_ENGINE_READY) {
+    } else if (state != VLM_ENGINE_READY) {
         reason = &reasons[state];
 
     } else {
@@ -116,15 +106,17 @@ ngx_http_vlm_health_handler(ngx_http_request_t *r)
                  "\"model\":,\"backend\":,\"engine_threads\":,"
                  "\"thread_pool\":,\"max_images\":,\"max_image_pixels\":,"
                  "\"zone\":{\"name\":,\"size\":,\"reloads\":,"
-                 "\"health_requests\":}}\n") - 1
+                 "\"health_requests\":,\"slots\":,\"slots_used\":,"
+                 "\"arena_bytes\":,\"arena_used\":,"
+                 "\"engine_restarts\":}}\n") - 1
           + ngx_http_vlm_json_str_len(reason)
           + ngx_http_vlm_json_str_len(&ngx_http_vlm_engine_states[state])
           + ngx_http_vlm_json_str_len(&vmcf->model)
           + ngx_http_vlm_json_str_len(
                 &ngx_http_vlm_backend_names[vmcf->backend])
           + ngx_http_vlm_json_str_len(&vmcf->thread_pool_name)
-          + ngx_http_vlm_json_str_len(&zone_name)
-          + 3 * NGX_INT_T_LEN + 3 * NGX_ATOMIC_T_LEN + NGX_SIZE_T_LEN;
+          + ngx_http_vlm_json_str_len(&vmcf->zone_name)
+          + 3 * NGX_INT_T_LEN + 8 * NGX_INT64_LEN + NGX_SIZE_T_LEN;
 
     json = ngx_pnalloc(r->pool, len);
     if (json == NULL) {
@@ -146,13 +138,17 @@ ngx_http_vlm_health_handler(ngx_http_request_t *r)
     p = ngx_sprintf(p, ",\"max_images\":%i,\"max_image_pixels\":%uz",
                     vmcf->max_images, vmcf->max_image_pixels);
 
-    if (sh) {
+    if (q) {
         p = ngx_cpymem(p, ",\"zone\":{\"name\":",
                        sizeof(",\"zone\":{\"name\":") - 1);
-        p = ngx_http_vlm_json_str(p, &zone_name);
-        p = ngx_sprintf(p, ",\"size\":%uz,\"reloads\":%uA,"
-                        "\"health_requests\":%uA}",
-                        sh->zone_size, reloads, served);
+        p = ngx_http_vlm_json_str(p, &vmcf->zone_name);
+        p = ngx_sprintf(p, ",\"size\":%uz,\"reloads\":%uL,"
+                        "\"health_requests\":%uL,\"slots\":%uL,"
+                        "\"slots_used\":%uL,\"arena_bytes\":%uL,"
+                        "\"arena_used\":%uL,\"engine_restarts\":%uL}",
+                        vmcf->zone_size, st.reloads, served, st.slots,
+                        st.slots_used, st.arena_bytes, st.arena_used,
+                        st.engine_restarts);
 
     } else {
         p = ngx_cpymem(p, ",\"zone\":null", sizeof(",\"zone\":null") - 1);

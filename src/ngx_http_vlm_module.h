@@ -13,6 +13,8 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include "vlm_queue.h"
+
 #if (NGX_THREADS)
 #include <ngx_thread_pool.h>
 #endif
@@ -25,45 +27,11 @@
 #define NGX_HTTP_VLM_DEFAULT_MAX_IMAGE_PIXELS  (16 * 1024 * 1024)
 
 
-/*
- * The shared memory zone header.  It is the first object allocated in the
- * zone's slab pool and survives reloads; anything later work adds (request
- * slots, the submit ring, the pixel/token arena) is reached from here.
- * Bump NGX_HTTP_VLM_SHM_VERSION whenever this layout changes: a reload
- * that finds a zone of another version refuses to reuse it.
- */
-
-#define NGX_HTTP_VLM_SHM_MAGIC    0x564c4d5aU     /* "VLMZ" */
-#define NGX_HTTP_VLM_SHM_VERSION  1
-
-
-typedef enum {
-    NGX_HTTP_VLM_ENGINE_ABSENT = 0,   /* no engine has attached yet */
-    NGX_HTTP_VLM_ENGINE_STARTING,     /* loading the model */
-    NGX_HTTP_VLM_ENGINE_READY,        /* serving */
-    NGX_HTTP_VLM_ENGINE_FAILED        /* gave up; see the error log */
-} ngx_http_vlm_engine_state_e;
-
-
-typedef struct {
-    uint32_t            magic;            /* NGX_HTTP_VLM_SHM_MAGIC */
-    uint32_t            version;          /* NGX_HTTP_VLM_SHM_VERSION */
-    size_t              zone_size;        /* bytes, the whole zone */
-
-    /* written by the engine supervisor, read by the workers */
-    ngx_atomic_t        engine_state;     /* ngx_http_vlm_engine_state_e */
-
-    /* counters */
-    ngx_atomic_t        reloads;          /* reuses by a reload */
-    ngx_atomic_t        health_requests;  /* vlm_health responses */
-} ngx_http_vlm_shm_t;
-
-
-/* shm_zone->data: one per configuration cycle, the zone itself is shared */
-typedef struct {
-    ngx_http_vlm_shm_t  *sh;
-    ngx_slab_pool_t     *shpool;
-} ngx_http_vlm_zone_t;
+#define NGX_HTTP_VLM_DEFAULT_ZONE_SIZE   (64 * 1024 * 1024)
+#define NGX_HTTP_VLM_DEFAULT_MAX_RUNNING 8
+#define NGX_HTTP_VLM_DEFAULT_MAX_QUEUED  56
+#define NGX_HTTP_VLM_BLOCK_SIZE          (64 * 1024)
+#define NGX_HTTP_VLM_MAX_WORKERS         128
 
 
 typedef struct {
@@ -72,7 +40,19 @@ typedef struct {
     ngx_int_t            engine_threads;
     size_t               max_image_pixels;
     ngx_int_t            max_images;
-    ngx_shm_zone_t      *shm_zone;         /* NULL without vlm_zone */
+
+    /* vlm_zone: the request queue shared by the workers and the engine */
+    ngx_str_t            zone_name;        /* len 0 when not configured */
+    size_t               zone_size;
+    ngx_uint_t           max_running;      /* sequences the engine runs */
+    ngx_uint_t           max_queued;       /* waiting beyond those */
+    uint64_t             arena_size;       /* the zone less the slots */
+
+    /* the engine process */
+    ngx_str_t            engine_binary;
+    ngx_str_t            engine_dir;
+    ngx_msec_t           engine_hang_timeout;
+    uint64_t             engine_hash;      /* of the engine's settings */
 
     ngx_str_t            thread_pool_name; /* len 0 when none */
 #if (NGX_THREADS)
@@ -100,9 +80,24 @@ typedef struct {
     ngx_int_t                 high;
 } ngx_http_vlm_bounds_t;
 
-/* ngx_http_vlm_zone.c: the shared memory zone */
+/* ngx_http_vlm_zone.c: the request queue segment */
 char *ngx_http_vlm_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
-ngx_http_vlm_shm_t *ngx_http_vlm_shm(ngx_http_vlm_main_conf_t *vmcf);
+char *ngx_http_vlm_zone_geometry(ngx_conf_t *cf,
+    ngx_http_vlm_main_conf_t *vmcf);
+ngx_int_t ngx_http_vlm_zone_init_module(ngx_cycle_t *cycle);
+vlm_queue_t *ngx_http_vlm_queue(void);
+int ngx_http_vlm_zone_fd(void);
+
+/* ngx_http_vlm_engine.c: the engine process and the workers' wake-ups */
+char *ngx_http_vlm_engine_conf(ngx_conf_t *cf,
+    ngx_http_vlm_main_conf_t *vmcf);
+ngx_int_t ngx_http_vlm_engine_init_process(ngx_cycle_t *cycle);
+void ngx_http_vlm_engine_exit_process(ngx_cycle_t *cycle);
+ngx_int_t ngx_http_vlm_worker(void);
+vlm_engine_state_t ngx_http_vlm_engine_state(void);
+
+/* ngx_http_vlm_chat.c: the chat completions handler */
+void ngx_http_vlm_chat_wakeup(void);
 
 /* ngx_http_vlm_health.c: the vlm_health location */
 char *ngx_http_vlm_health(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);

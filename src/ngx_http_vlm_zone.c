@@ -1,17 +1,43 @@
 /*
- * The shared memory zone of ngx_http_vlm_module (vlm_zone), following
- * ngx_http_limit_req_module: the directive adds the zone, the zone's init
- * callback lays out the header in the slab pool, and a reload reuses the
- * zone of the previous cycle when its layout version matches.
+ * The request queue of ngx_http_vlm_module (vlm_zone): one shared memory
+ * segment holding the request slots, the submit ring, the pixel/token
+ * arena, the output rings and the metrics (src/vlm_queue.h).
+ *
+ * It is a memfd, not an nginx shared zone: the master creates it in
+ * init_module, before anything forks, so the workers inherit the mapping
+ * and the engine, a separate executable started with fork+exec, inherits
+ * the descriptor.  A reload keeps it (and the running engine) while its
+ * geometry is unchanged; another geometry retires it: the old engine
+ * finishes what it runs and exits, and the new segment gets a new one.
+ * It disappears with the last process that holds it.
  */
 
 #include "ngx_http_vlm_module.h"
 
+#include <sys/eventfd.h>
+#include <sys/mman.h>
 
-static ngx_int_t ngx_http_vlm_zone_init(ngx_shm_zone_t *shm_zone,
-    void *data);
-static ngx_int_t ngx_http_vlm_zone_check(ngx_shm_zone_t *shm_zone,
-    ngx_http_vlm_shm_t *sh);
+
+typedef struct {
+    int                memfd;
+    size_t             size;
+    void              *base;
+    vlm_queue_t        queue;
+    vlm_queue_conf_t   conf;
+    int                engine_fd;
+    int                worker_fds[NGX_HTTP_VLM_MAX_WORKERS];
+} ngx_http_vlm_segment_t;
+
+
+static ngx_int_t ngx_http_vlm_segment_create(ngx_cycle_t *cycle,
+    ngx_str_t *name, vlm_queue_conf_t *conf);
+static void ngx_http_vlm_segment_close(ngx_http_vlm_segment_t *seg);
+static void ngx_http_vlm_zone_conf(ngx_http_vlm_main_conf_t *vmcf,
+    ngx_uint_t workers, vlm_queue_conf_t *conf);
+
+
+/* process-wide: the master's segment outlives configuration cycles */
+static ngx_http_vlm_segment_t  ngx_http_vlm_segment;
 
 
 /* vlm_zone <name> size=<size> */
@@ -21,12 +47,10 @@ ngx_http_vlm_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_vlm_main_conf_t *vmcf = conf;
 
-    ssize_t               size;
-    ngx_str_t            *value, name, s;
-    ngx_shm_zone_t       *shm_zone;
-    ngx_http_vlm_zone_t  *zone;
+    ssize_t     size;
+    ngx_str_t  *value, name, s;
 
-    if (vmcf->shm_zone) {
+    if (vmcf->zone_name.data) {
         return "is duplicate";
     }
 
@@ -66,125 +90,244 @@ ngx_http_vlm_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    zone = ngx_pcalloc(cf->pool, sizeof(ngx_http_vlm_zone_t));
-    if (zone == NULL) {
-        return NGX_CONF_ERROR;
-    }
-
-    shm_zone = ngx_shared_memory_add(cf, &name, size, &ngx_http_vlm_module);
-    if (shm_zone == NULL) {
-        return NGX_CONF_ERROR;
-    }
-
-    shm_zone->init = ngx_http_vlm_zone_init;
-    shm_zone->data = zone;
-
-    vmcf->shm_zone = shm_zone;
+    vmcf->zone_name = name;
+    vmcf->zone_size = (size_t) size;
 
     return NGX_CONF_OK;
 }
 
 
-static ngx_int_t
-ngx_http_vlm_zone_init(ngx_shm_zone_t *shm_zone, void *data)
+vlm_queue_t *
+ngx_http_vlm_queue(void)
 {
-    ngx_http_vlm_zone_t  *ozone = data;
-
-    size_t                len;
-    ngx_http_vlm_zone_t  *zone;
-
-    zone = shm_zone->data;
-
-    if (ozone) {
-
-        /* a reload: the zone and its contents outlive the old cycle */
-
-        if (ngx_http_vlm_zone_check(shm_zone, ozone->sh) != NGX_OK) {
-            return NGX_ERROR;
-        }
-
-        zone->sh = ozone->sh;
-        zone->shpool = ozone->shpool;
-
-        (void) ngx_atomic_fetch_add(&zone->sh->reloads, 1);
-
-        return NGX_OK;
-    }
-
-    zone->shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
-
-    if (shm_zone->shm.exists) {
-
-        /* Windows: a worker attaches to the master's zone */
-
-        zone->sh = zone->shpool->data;
-
-        return ngx_http_vlm_zone_check(shm_zone, zone->sh);
-    }
-
-    zone->sh = ngx_slab_calloc(zone->shpool, sizeof(ngx_http_vlm_shm_t));
-    if (zone->sh == NULL) {
-        return NGX_ERROR;
-    }
-
-    zone->shpool->data = zone->sh;
-
-    zone->sh->magic = NGX_HTTP_VLM_SHM_MAGIC;
-    zone->sh->version = NGX_HTTP_VLM_SHM_VERSION;
-    zone->sh->zone_size = shm_zone->shm.size;
-    zone->sh->engine_state = NGX_HTTP_VLM_ENGINE_ABSENT;
-
-    len = sizeof(" in vlm zone \"\"") + shm_zone->shm.name.len;
-
-    zone->shpool->log_ctx = ngx_slab_alloc(zone->shpool, len);
-    if (zone->shpool->log_ctx == NULL) {
-        return NGX_ERROR;
-    }
-
-    ngx_sprintf(zone->shpool->log_ctx, " in vlm zone \"%V\"%Z",
-                &shm_zone->shm.name);
-
-    zone->shpool->log_nomem = 0;
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_vlm_zone_check(ngx_shm_zone_t *shm_zone, ngx_http_vlm_shm_t *sh)
-{
-    if (sh == NULL || sh->magic != NGX_HTTP_VLM_SHM_MAGIC) {
-        ngx_log_error(NGX_LOG_ALERT, shm_zone->shm.log, 0,
-                      "vlm zone \"%V\" has no valid header",
-                      &shm_zone->shm.name);
-        return NGX_ERROR;
-    }
-
-    if (sh->version != NGX_HTTP_VLM_SHM_VERSION) {
-        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
-                      "vlm zone \"%V\" has layout version %uD, this module "
-                      "uses %d: restart nginx instead of reloading it",
-                      &shm_zone->shm.name, sh->version,
-                      NGX_HTTP_VLM_SHM_VERSION);
-        return NGX_ERROR;
-    }
-
-    return NGX_OK;
-}
-
-
-/* the zone header of this cycle, NULL without vlm_zone */
-
-ngx_http_vlm_shm_t *
-ngx_http_vlm_shm(ngx_http_vlm_main_conf_t *vmcf)
-{
-    ngx_http_vlm_zone_t  *zone;
-
-    if (vmcf->shm_zone == NULL) {
+    if (ngx_http_vlm_segment.base == NULL) {
         return NULL;
     }
 
-    zone = vmcf->shm_zone->data;
-
-    return zone->sh;
+    return &ngx_http_vlm_segment.queue;
 }
+
+
+int
+ngx_http_vlm_zone_fd(void)
+{
+    return ngx_http_vlm_segment.memfd;
+}
+
+
+static void
+ngx_http_vlm_zone_conf(ngx_http_vlm_main_conf_t *vmcf, ngx_uint_t workers,
+    vlm_queue_conf_t *conf)
+{
+    /* room for the workers of one reload beside the draining ones */
+    conf->n_workers = (uint32_t) ngx_min(2 * workers + 2,
+                                         NGX_HTTP_VLM_MAX_WORKERS);
+    conf->n_slots = (uint32_t) (vmcf->max_running + vmcf->max_queued);
+    conf->block_size = NGX_HTTP_VLM_BLOCK_SIZE;
+    conf->arena_size = vmcf->arena_size;
+}
+
+
+/*
+ * Config time: what is left of the zone after the slots is the arena; a
+ * zone too small for its slots fails "nginx -t" with the size it needs.
+ */
+char *
+ngx_http_vlm_zone_geometry(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
+{
+    size_t            fixed;
+    ngx_core_conf_t  *ccf;
+    vlm_queue_conf_t  conf;
+
+    ccf = (ngx_core_conf_t *) ngx_get_conf(cf->cycle->conf_ctx,
+                                           ngx_core_module);
+
+    vmcf->arena_size = NGX_HTTP_VLM_BLOCK_SIZE;
+
+    /* worker_processes may still be unset here: assume the most */
+    ngx_http_vlm_zone_conf(vmcf, ccf->worker_processes == NGX_CONF_UNSET
+                                 ? NGX_HTTP_VLM_MAX_WORKERS
+                                 : (ngx_uint_t) ccf->worker_processes,
+                           &conf);
+
+    fixed = vlm_queue_size(&conf) - NGX_HTTP_VLM_BLOCK_SIZE;
+
+    if (vmcf->zone_size < fixed + 4 * NGX_HTTP_VLM_BLOCK_SIZE) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "vlm_zone \"%V\" of %uz bytes is too small for "
+                           "%uD request slots: at least %uzk",
+                           &vmcf->zone_name, vmcf->zone_size, conf.n_slots,
+                           (fixed + 4 * NGX_HTTP_VLM_BLOCK_SIZE) / 1024 + 1);
+        return NGX_CONF_ERROR;
+    }
+
+    vmcf->arena_size = (vmcf->zone_size - fixed) / NGX_HTTP_VLM_BLOCK_SIZE
+                       * NGX_HTTP_VLM_BLOCK_SIZE;
+
+    return NGX_CONF_OK;
+}
+
+
+/* init_module, in the master (and in nginx -t, where it does nothing) */
+ngx_int_t
+ngx_http_vlm_zone_init_module(ngx_cycle_t *cycle)
+{
+    ngx_core_conf_t           *ccf;
+    vlm_queue_conf_t           conf;
+    ngx_http_vlm_main_conf_t  *vmcf;
+    ngx_http_vlm_segment_t    *seg;
+
+    vmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_vlm_module);
+
+    if (ngx_test_config || vmcf == NULL || vmcf->zone_name.len == 0) {
+        return NGX_OK;
+    }
+
+    ccf = (ngx_core_conf_t *) ngx_get_conf(cycle->conf_ctx, ngx_core_module);
+    seg = &ngx_http_vlm_segment;
+
+    ngx_http_vlm_zone_conf(vmcf, (ngx_uint_t) ccf->worker_processes, &conf);
+
+    if (seg->base != NULL
+        && seg->conf.n_workers == conf.n_workers
+        && seg->conf.n_slots == conf.n_slots
+        && seg->conf.arena_size == conf.arena_size)
+    {
+        ngx_log_error(NGX_LOG_INFO, cycle->log, 0,
+                      "vlm: reusing the request queue of %uz bytes",
+                      seg->size);
+        vlm_queue_reloaded(&seg->queue);
+        return NGX_OK;
+    }
+
+    if (seg->base != NULL) {
+        ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
+                      "vlm: queue geometry changed, the engine restarts");
+
+        /* the old engine finishes what it runs and exits */
+        vlm_queue_retire(&seg->queue);
+        ngx_http_vlm_segment_close(seg);
+    }
+
+    return ngx_http_vlm_segment_create(cycle, &vmcf->zone_name, &conf);
+}
+
+
+static ngx_int_t
+ngx_http_vlm_segment_create(ngx_cycle_t *cycle, ngx_str_t *name,
+    vlm_queue_conf_t *conf)
+{
+    u_char                   memfd_name[64];
+    size_t                   size;
+    uint32_t                 i;
+    vlm_error_t              err;
+    ngx_http_vlm_segment_t  *seg;
+
+    seg = &ngx_http_vlm_segment;
+
+    size = vlm_queue_size(conf);
+    if (size == 0) {
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
+                      "vlm: invalid queue geometry");
+        return NGX_ERROR;
+    }
+
+    ngx_snprintf(memfd_name, sizeof(memfd_name) - 1, "vlm:%V%Z", name);
+
+    /* no MFD_CLOEXEC: workers and the engine inherit the descriptor */
+    seg->memfd = memfd_create((char *) memfd_name, 0);
+    if (seg->memfd == -1) {
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, ngx_errno,
+                      "vlm: memfd_create() failed");
+        return NGX_ERROR;
+    }
+
+    if (ftruncate(seg->memfd, (off_t) size) == -1) {
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, ngx_errno,
+                      "vlm: ftruncate() of the %uz byte queue failed", size);
+        goto failed;
+    }
+
+    seg->base = mmap(NULL, size, PROT_READ|PROT_WRITE, MAP_SHARED,
+                     seg->memfd, 0);
+    if (seg->base == MAP_FAILED) {
+        seg->base = NULL;
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, ngx_errno,
+                      "vlm: mmap() of the %uz byte queue failed", size);
+        goto failed;
+    }
+
+    seg->size = size;
+
+    if (vlm_queue_create(&seg->queue, seg->base, size, conf, &err)
+        != VLM_OK)
+    {
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, 0, "vlm: %s", err.msg);
+        goto failed;
+    }
+
+    seg->engine_fd = eventfd(0, EFD_NONBLOCK);
+    if (seg->engine_fd == -1) {
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, ngx_errno,
+                      "vlm: eventfd() failed");
+        goto failed;
+    }
+
+    vlm_queue_engine_set(&seg->queue, seg->engine_fd);
+
+    for (i = 0; i < conf->n_workers; i++) {
+        seg->worker_fds[i] = eventfd(0, EFD_NONBLOCK);
+        if (seg->worker_fds[i] == -1) {
+            ngx_log_error(NGX_LOG_EMERG, cycle->log, ngx_errno,
+                          "vlm: eventfd() failed");
+            goto failed;
+        }
+
+        vlm_queue_worker_set(&seg->queue, i, seg->worker_fds[i], 0);
+    }
+
+    seg->conf = *conf;
+
+    ngx_log_error(NGX_LOG_INFO, cycle->log, 0,
+                  "vlm: request queue of %uz bytes: %uD slots, %uL bytes "
+                  "of arena, %uD worker records", size, conf->n_slots,
+                  conf->arena_size, conf->n_workers);
+
+    return NGX_OK;
+
+failed:
+
+    ngx_http_vlm_segment_close(seg);
+
+    return NGX_ERROR;
+}
+
+
+static void
+ngx_http_vlm_segment_close(ngx_http_vlm_segment_t *seg)
+{
+    uint32_t  i;
+
+    if (seg->base != NULL) {
+        for (i = 0; i < seg->conf.n_workers; i++) {
+            if (seg->worker_fds[i] > 2) {
+                close(seg->worker_fds[i]);
+            }
+        }
+
+        if (seg->engine_fd > 2) {
+            close(seg->engine_fd);
+        }
+
+        munmap(seg->base, seg->size);
+    }
+
+    /* descriptors 0-2 are nginx's standard streams, never ours */
+    if (seg->memfd > 2) {
+        close(seg->memfd);
+    }
+
+    ngx_memzero(seg, sizeof(ngx_http_vlm_segment_t));
+}
+
+

@@ -55,6 +55,7 @@ typedef struct {
     _Atomic uint64_t  completion_tokens;
     _Atomic uint64_t  images;
     _Atomic uint64_t  engine_rss;
+    _Atomic uint64_t  health_requests;
     _Atomic uint32_t  n_pools;
     vlm_pool_gauge_t  pools[VLM_METRICS_POOLS];
 } vlm_metrics_t;
@@ -76,6 +77,7 @@ typedef struct {
     uint64_t  queued;           /* SUBMITTED, not yet taken */
     uint64_t  running;
     uint64_t  engine_restarts;
+    uint64_t  reloads;
     uint32_t  engine_state;
     uint32_t  engine_up;
     int32_t   engine_pid;

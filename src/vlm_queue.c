@@ -45,6 +45,7 @@ struct vlm_queue_header_s {
     _Atomic uint32_t     engine_signalled;
     _Atomic uint64_t     engine_conf;   /* hash of the engine's settings */
     _Atomic uint32_t     retired;       /* replaced by another segment */
+    _Atomic uint64_t     reloads;       /* nginx reloads that kept it */
 
     _Atomic uint64_t     ring_head;     /* engine: next to take */
     _Atomic uint64_t     ring_tail;     /* workers, under the lock */
@@ -1017,6 +1018,13 @@ vlm_queue_sweep_workers(vlm_queue_t *q)
 
 
 void
+vlm_queue_reloaded(vlm_queue_t *q)
+{
+    atomic_fetch_add(&q->hdr->reloads, 1);
+}
+
+
+void
 vlm_queue_retire(vlm_queue_t *q)
 {
     atomic_store(&q->hdr->retired, 1);
@@ -1098,6 +1106,7 @@ vlm_queue_stats(vlm_queue_t *q, vlm_queue_stats_t *st)
     st->finished = atomic_load(&hdr->finished);
     st->cancelled = atomic_load(&hdr->cancelled);
     st->engine_restarts = atomic_load(&hdr->engine_restarts);
+    st->reloads = atomic_load(&hdr->reloads);
     st->engine_state = atomic_load(&hdr->engine_state);
     st->engine_up = (st->engine_state == VLM_ENGINE_READY);
     st->engine_pid = atomic_load(&hdr->engine_pid);

@@ -49,7 +49,7 @@
 #define VLM_QUEUE_STOP_LEN        64
 #define VLM_QUEUE_MAX_STOP_IDS    8
 #define VLM_QUEUE_TOP_LOGPROBS    20
-#define VLM_QUEUE_OUT_RECORDS     64
+#define VLM_QUEUE_OUT_RECORDS     32
 #define VLM_QUEUE_OUT_TEXT        4096              /* power of two */
 #define VLM_QUEUE_ERR_LEN         160
 
@@ -248,6 +248,7 @@ void vlm_queue_finish(vlm_queue_t *q, uint32_t slot,
 uint32_t vlm_queue_engine_lost(vlm_queue_t *q);
 uint32_t vlm_queue_worker_lost(vlm_queue_t *q, uint32_t worker);
 uint32_t vlm_queue_sweep_workers(vlm_queue_t *q);
+void vlm_queue_reloaded(vlm_queue_t *q);
 void vlm_queue_retire(vlm_queue_t *q);
 int vlm_queue_retired(vlm_queue_t *q);
 int vlm_queue_engine_fd(vlm_queue_t *q);

@@ -307,7 +307,7 @@ qr{\[emerg\] .*: "vlm_thread_pool" directive is duplicate in \S+nginx\.conf:\d+$
 --- request
 GET /health
 --- error_code: 503
---- response_body_like: "zone":\{"name":"vlm","size":2097152,"reloads":0,"health_requests":1\}\}
+--- response_body_like: "zone":\{"name":"vlm","size":2097152,"reloads":0,"health_requests":1,"slots":64,"slots_used":0,"arena_bytes":[1-9][0-9]*,"arena_used":0,"engine_restarts":0\}\}
 --- no_error_log
 [emerg]
 
@@ -386,16 +386,16 @@ qr{\[emerg\] .*: "vlm_zone" directive is duplicate in \S+nginx\.conf:\d+$}
 
 
 
-=== TEST 28: vlm_zone: a name another module's zone already uses
+=== TEST 28: vlm_zone: too small for the request slots
 --- http_config
-    limit_req_zone $binary_remote_addr zone=shared:1m rate=1r/s;
-    vlm_zone shared size=1m;
+    vlm_max_queued 4000;
+    vlm_zone vlm size=1m;
 --- config
     location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
-qr{\[emerg\] .*: the shared memory zone "shared" is already declared for a different use in \S+nginx\.conf:\d+$}
+qr{\[emerg\] .*: vlm_zone "vlm" of 1048576 bytes is too small for 4008 request slots: at least \d+k in \S+nginx\.conf:\d+$}
 
 
 

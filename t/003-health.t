@@ -42,7 +42,7 @@ Content-Type: application/json
 
 
 
-=== TEST 2: a model but no zone: 503 and the reason
+=== TEST 2: a model without vlm_zone gets the default queue; 503 until the engine serves
 --- http_config
     vlm_model $TEST_NGINX_MODELS/good;
 --- config
@@ -53,10 +53,10 @@ GET /health
 --- response_headers
 Content-Type: application/json
 !Allow
---- response_body_like: ^\{"status":"unavailable","reason":"vlm_zone is not configured","engine":"absent","model":"[^"]+/good",
+--- response_body_like: ^\{"status":"unavailable","reason":"the engine is (not running|loading the model)","engine":"(absent|loading)","model":"[^"]+/good",.*"zone":\{"name":"vlm","size":67108864,
 --- no_error_log
-[error]
-[alert]
+[emerg]
+[crit]
 
 
 
@@ -72,10 +72,10 @@ GET /health
 --- response_headers
 Content-Type: application/json
 !Allow
---- response_body_like: ^\{"status":"unavailable","reason":"the engine is not running","engine":"absent",.*"zone":\{"name":"vlm","size":1048576,"reloads":0,"health_requests":[1-9][0-9]*\}\}$
+--- response_body_like: ^\{"status":"unavailable","reason":"the engine is (not running|loading the model)","engine":"(absent|loading)",.*"zone":\{"name":"vlm","size":1048576,"reloads":0,"health_requests":[1-9][0-9]*,"slots":64,"slots_used":0,"arena_bytes":[1-9][0-9]*,"arena_used":0,"engine_restarts":[0-9]+\}\}$
 --- no_error_log
-[error]
-[alert]
+[emerg]
+[crit]
 
 
 

@@ -27,8 +27,8 @@ __DATA__
 --- error_code eval
 [503, 503, 503, 503]
 --- response_body_like eval
-['"health_requests":1\}\}$', '"health_requests":2\}\}$',
- '"health_requests":3\}\}$', '"health_requests":4\}\}$']
+['"health_requests":1,', '"health_requests":2,',
+ '"health_requests":3,', '"health_requests":4,']
 --- no_error_log
 [alert]
 [emerg]

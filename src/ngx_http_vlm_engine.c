@@ -1,0 +1,534 @@
+/*
+ * The engine from nginx's side: the engine process's supervision and each
+ * worker's wake-ups (the queue segment itself is ngx_http_vlm_zone.c).
+ *
+ * The engine is started and watched from nginx's cache manager helper
+ * process: the module registers a path whose manager callback is the
+ * supervisor, so the master starts (and respawns) the helper as it does for
+ * proxy_cache, and no CUDA context or model ever lives in the master or a
+ * worker.  A reload starts a new helper that adopts the running engine
+ * when the engine settings did not change.  The engine watches the master
+ * and exits when it is gone, so `nginx -s stop` leaves nothing behind.
+ * With master_process off the same supervisor runs from a timer.
+ */
+
+#include "ngx_http_vlm_module.h"
+
+#include <dlfcn.h>
+#include <sys/wait.h>
+
+
+#define NGX_HTTP_VLM_TICK            100        /* supervisor period, ms */
+#define NGX_HTTP_VLM_BACKOFF_MIN     250
+#define NGX_HTTP_VLM_BACKOFF_MAX     (30 * 1000)
+#define NGX_HTTP_VLM_STABLE          (30 * 1000) /* resets the back-off */
+#define NGX_HTTP_VLM_STOP_WAIT       (10 * 1000)
+#define NGX_HTTP_VLM_ARGS            24
+
+
+typedef struct {
+    ngx_pid_t          pid;             /* the engine watched */
+    ngx_pid_t          stopping;        /* an engine being replaced */
+    ngx_msec_t         stop_deadline;
+    ngx_msec_t         started;
+    ngx_msec_t         next_start;
+    ngx_uint_t         failures;
+    ngx_uint_t         ticks;
+    unsigned           looked:1;        /* looked for an engine to adopt */
+} ngx_http_vlm_supervisor_t;
+
+
+static char *ngx_http_vlm_engine_add_path(ngx_conf_t *cf,
+    ngx_http_vlm_main_conf_t *vmcf);
+static ngx_int_t ngx_http_vlm_engine_default_binary(ngx_conf_t *cf,
+    ngx_str_t *binary);
+static ngx_msec_t ngx_http_vlm_engine_manager(void *data);
+static ngx_int_t ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf,
+    ngx_log_t *log);
+static ngx_int_t ngx_http_vlm_engine_alive(ngx_pid_t pid);
+static void ngx_http_vlm_engine_timer_handler(ngx_event_t *ev);
+static void ngx_http_vlm_notify_handler(ngx_event_t *ev);
+
+
+static ngx_http_vlm_supervisor_t  ngx_http_vlm_supervisor;
+static ngx_int_t                  ngx_http_vlm_worker_index = -1;
+static ngx_connection_t          *ngx_http_vlm_notify_conn;
+static ngx_event_t                ngx_http_vlm_engine_timer;
+
+
+ngx_int_t
+ngx_http_vlm_worker(void)
+{
+    return ngx_http_vlm_worker_index;
+}
+
+
+/*
+ * Config time, with vlm_model set: the engine binary, its directory (a
+ * path whose manager callback is the supervisor) and the hash of every
+ * setting that needs a new engine when it changes.
+ */
+char *
+ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
+{
+    uint32_t   crc;
+    ngx_str_t  dir;
+
+    if (vmcf->engine_binary.len == 0
+        && ngx_http_vlm_engine_default_binary(cf, &vmcf->engine_binary)
+           != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    if (vmcf->engine_dir.len == 0) {
+        ngx_str_set(&dir, "vlm_engine");
+        vmcf->engine_dir = dir;
+    }
+
+    if (ngx_http_vlm_engine_add_path(cf, vmcf) != NGX_CONF_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_crc32_init(crc);
+    ngx_crc32_update(&crc, vmcf->model.data, vmcf->model.len);
+    ngx_crc32_update(&crc, vmcf->engine_binary.data, vmcf->engine_binary.len);
+    ngx_crc32_update(&crc, (u_char *) &vmcf->backend, sizeof(ngx_uint_t));
+    ngx_crc32_update(&crc, (u_char *) &vmcf->engine_threads,
+                     sizeof(ngx_int_t));
+    ngx_crc32_update(&crc, (u_char *) &vmcf->max_running,
+                     sizeof(ngx_uint_t));
+    ngx_crc32_final(crc);
+
+    /* never 0, which reads "unknown" in the queue */
+    vmcf->engine_hash = ((uint64_t) crc << 1) | 1;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * Config time: the path whose manager callback is the supervisor.  Its
+ * directory (vlm_engine_dir, "vlm_engine" under the prefix by default) is
+ * the engine's working directory.
+ */
+static char *
+ngx_http_vlm_engine_add_path(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
+{
+    ngx_path_t  *path;
+
+    path = ngx_pcalloc(cf->pool, sizeof(ngx_path_t));
+    if (path == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (ngx_conf_full_name(cf->cycle, &vmcf->engine_dir, 0) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    path->name = vmcf->engine_dir;
+    path->manager = ngx_http_vlm_engine_manager;
+    path->data = vmcf;
+
+    if (ngx_add_path(cf, &path) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * The engine executable: vlm_engine_binary, or "vlm-engine" next to the
+ * module's own shared object.
+ */
+static ngx_int_t
+ngx_http_vlm_engine_default_binary(ngx_conf_t *cf, ngx_str_t *binary)
+{
+    u_char   *p, *slash;
+    size_t    dir;
+    Dl_info   info;
+
+    if (dladdr((void *) &ngx_http_vlm_module, &info) == 0
+        || info.dli_fname == NULL
+        || (slash = (u_char *) strrchr(info.dli_fname, '/')) == NULL)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "cannot locate the module's file to find "
+                           "vlm-engine next to it: set vlm_engine_binary");
+        return NGX_ERROR;
+    }
+
+    dir = slash - (u_char *) info.dli_fname + 1;
+
+    p = ngx_pnalloc(cf->pool, dir + sizeof("vlm-engine"));
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    binary->data = p;
+    p = ngx_cpymem(p, info.dli_fname, dir);
+    p = ngx_cpymem(p, "vlm-engine", sizeof("vlm-engine"));
+    binary->len = p - binary->data - 1;
+
+    return NGX_OK;
+}
+
+
+/*
+ * init_process: a worker takes a notify record and listens on its
+ * eventfd; without a master, the single process also supervises.
+ */
+ngx_int_t
+ngx_http_vlm_engine_init_process(ngx_cycle_t *cycle)
+{
+    int                        fd;
+    vlm_queue_t               *q;
+    ngx_connection_t          *c;
+    ngx_http_vlm_main_conf_t  *vmcf;
+
+    q = ngx_http_vlm_queue();
+
+    if (q == NULL
+        || (ngx_process != NGX_PROCESS_WORKER
+            && ngx_process != NGX_PROCESS_SINGLE))
+    {
+        return NGX_OK;
+    }
+
+    ngx_http_vlm_worker_index = vlm_queue_worker_claim(q, ngx_pid);
+
+    if (ngx_http_vlm_worker_index < 0) {
+        ngx_log_error(NGX_LOG_ALERT, cycle->log, 0,
+                      "vlm: no free worker record in the request queue; "
+                      "this worker answers 503");
+        return NGX_OK;
+    }
+
+    fd = vlm_queue_worker_fd(q, ngx_http_vlm_worker_index);
+
+    c = ngx_get_connection(fd, cycle->log);
+    if (c == NULL) {
+        return NGX_ERROR;
+    }
+
+    c->read->handler = ngx_http_vlm_notify_handler;
+    c->read->log = cycle->log;
+    c->data = NULL;
+
+    if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
+        ngx_free_connection(c);
+        return NGX_ERROR;
+    }
+
+    ngx_http_vlm_notify_conn = c;
+
+    vmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_vlm_module);
+
+    if (ngx_process == NGX_PROCESS_SINGLE && vmcf->model.len) {
+        ngx_http_vlm_engine_timer.handler = ngx_http_vlm_engine_timer_handler;
+        ngx_http_vlm_engine_timer.data = vmcf;
+        ngx_http_vlm_engine_timer.log = cycle->log;
+        ngx_http_vlm_engine_timer.cancelable = 1;
+
+        ngx_add_timer(&ngx_http_vlm_engine_timer, 0);
+    }
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_vlm_engine_exit_process(ngx_cycle_t *cycle)
+{
+    vlm_queue_t  *q;
+
+    q = ngx_http_vlm_queue();
+
+    if (q == NULL || ngx_http_vlm_worker_index < 0) {
+        return;
+    }
+
+    if (ngx_process == NGX_PROCESS_SINGLE
+        && ngx_http_vlm_supervisor.pid > 0)
+    {
+        /* nobody would watch the engine any more */
+        kill(ngx_http_vlm_supervisor.pid, SIGTERM);
+    }
+
+    vlm_queue_worker_release(q, (uint32_t) ngx_http_vlm_worker_index);
+    ngx_http_vlm_worker_index = -1;
+
+    if (ngx_http_vlm_notify_conn) {
+        ngx_close_connection(ngx_http_vlm_notify_conn);
+        ngx_http_vlm_notify_conn = NULL;
+    }
+}
+
+
+vlm_engine_state_t
+ngx_http_vlm_engine_state(void)
+{
+    vlm_queue_t        *q;
+    vlm_queue_stats_t   st;
+
+    q = ngx_http_vlm_queue();
+    if (q == NULL) {
+        return VLM_ENGINE_DOWN;
+    }
+
+    vlm_queue_stats(q, &st);
+
+    return (vlm_engine_state_t) st.engine_state;
+}
+
+
+static void
+ngx_http_vlm_notify_handler(ngx_event_t *ev)
+{
+    uint64_t           n;
+    ngx_connection_t  *c;
+
+    c = ev->data;
+
+    /* eventfd: one read takes the whole count */
+    while (read(c->fd, &n, sizeof(n)) == -1 && ngx_errno == NGX_EINTR) {
+        /* retry */
+    }
+
+    vlm_queue_worker_rearm(ngx_http_vlm_queue(),
+                           (uint32_t) ngx_http_vlm_worker_index);
+
+    if (ngx_handle_read_event(ev, 0) != NGX_OK) {
+        ngx_log_error(NGX_LOG_ALERT, ev->log, 0,
+                      "vlm: cannot re-arm the engine notification event");
+    }
+
+    ngx_http_vlm_chat_wakeup();
+}
+
+
+static void
+ngx_http_vlm_engine_timer_handler(ngx_event_t *ev)
+{
+    ngx_msec_t  next;
+
+    if (ngx_exiting || ngx_terminate || ngx_quit) {
+        return;
+    }
+
+    next = ngx_http_vlm_engine_manager(ev->data);
+
+    ngx_add_timer(ev, next);
+}
+
+
+static ngx_int_t
+ngx_http_vlm_engine_alive(ngx_pid_t pid)
+{
+    int  status;
+
+    if (pid <= 0) {
+        return 0;
+    }
+
+    /* reaps our own child, if nginx's SIGCHLD handler has not yet */
+    (void) waitpid(pid, &status, WNOHANG);
+
+    return kill(pid, 0) == 0 || ngx_errno == NGX_EPERM;
+}
+
+
+/*
+ * The supervisor, every NGX_HTTP_VLM_TICK: adopt or start the engine,
+ * notice its death (its requests end with an error, queued ones wait for
+ * the next engine), restart it with back-off, kill it when it hangs, and
+ * free the slots of workers that died.
+ */
+static ngx_msec_t
+ngx_http_vlm_engine_manager(void *data)
+{
+    ngx_http_vlm_main_conf_t *vmcf = data;
+
+    ngx_pid_t                   pid;
+    ngx_msec_t                  now, backoff;
+    vlm_queue_t                *q;
+    vlm_queue_stats_t           st;
+    ngx_http_vlm_supervisor_t  *sup;
+
+    q = ngx_http_vlm_queue();
+    if (q == NULL) {
+        return 60 * 1000;
+    }
+
+    sup = &ngx_http_vlm_supervisor;
+    now = ngx_current_msec;
+
+    if (!sup->looked) {
+        sup->looked = 1;
+
+        vlm_queue_stats(q, &st);
+        pid = st.engine_pid;
+
+        if (ngx_http_vlm_engine_alive(pid)) {
+            if (vlm_queue_engine_conf(q, 0) == vmcf->engine_hash) {
+                ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                              "vlm: keeping the running engine %P", pid);
+                sup->pid = pid;
+                sup->started = now;
+
+            } else {
+                ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                              "vlm: engine settings changed, stopping "
+                              "engine %P", pid);
+                kill(pid, SIGTERM);
+                sup->stopping = pid;
+                sup->stop_deadline = now + NGX_HTTP_VLM_STOP_WAIT;
+            }
+        }
+    }
+
+    if (sup->stopping) {
+        if (ngx_http_vlm_engine_alive(sup->stopping)) {
+            if ((ngx_msec_int_t) (now - sup->stop_deadline) > 0) {
+                kill(sup->stopping, SIGKILL);
+            }
+
+            return NGX_HTTP_VLM_TICK;
+        }
+
+        vlm_queue_engine_lost(q);
+        sup->stopping = 0;
+    }
+
+    if (sup->pid) {
+        if (ngx_http_vlm_engine_alive(sup->pid)) {
+            vlm_queue_stats(q, &st);
+
+            if (st.engine_up
+                && (ngx_msec_int_t) (now - sup->started)
+                   > NGX_HTTP_VLM_STABLE)
+            {
+                sup->failures = 0;
+            }
+
+            if (st.engine_up && vmcf->engine_hang_timeout
+                && vlm_queue_now() - st.engine_heartbeat
+                   > (uint64_t) vmcf->engine_hang_timeout * 1000000)
+            {
+                ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                              "vlm: engine %P sent no heartbeat for %M ms, "
+                              "killing it", sup->pid,
+                              vmcf->engine_hang_timeout);
+                kill(sup->pid, SIGKILL);
+            }
+
+            goto done;
+        }
+
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                      "vlm: engine %P exited; %uD running requests failed",
+                      sup->pid, vlm_queue_engine_lost(q));
+
+        sup->pid = 0;
+        sup->failures++;
+
+        backoff = NGX_HTTP_VLM_BACKOFF_MIN << ngx_min(sup->failures - 1, 10);
+        sup->next_start = now + ngx_min(backoff, NGX_HTTP_VLM_BACKOFF_MAX);
+    }
+
+    if (sup->pid == 0 && (ngx_msec_int_t) (now - sup->next_start) >= 0) {
+        if (ngx_http_vlm_engine_start(vmcf, ngx_cycle->log) != NGX_OK) {
+            sup->failures++;
+            sup->next_start = now + NGX_HTTP_VLM_BACKOFF_MAX;
+        }
+    }
+
+done:
+
+    if (++sup->ticks % 10 == 0) {
+        (void) vlm_queue_sweep_workers(q);
+    }
+
+    return NGX_HTTP_VLM_TICK;
+}
+
+
+static ngx_int_t
+ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
+{
+    char                     *argv[NGX_HTTP_VLM_ARGS];
+    u_char                    qfd[NGX_INT_T_LEN + 1];
+    u_char                    master[NGX_INT_T_LEN + 1];
+    u_char                    threads[NGX_INT_T_LEN + 1];
+    u_char                    running[NGX_INT_T_LEN + 1];
+    ngx_pid_t                 pid;
+    sigset_t                  set;
+    ngx_uint_t                n;
+    vlm_queue_t              *q;
+
+    q = ngx_http_vlm_queue();
+
+    /* the master: our parent, or ourselves without one */
+    *ngx_sprintf(master, "%P", ngx_process == NGX_PROCESS_SINGLE
+                                ? ngx_pid : getppid()) = '\0';
+    *ngx_sprintf(qfd, "%d", ngx_http_vlm_zone_fd()) = '\0';
+    *ngx_sprintf(threads, "%i", vmcf->engine_threads) = '\0';
+    *ngx_sprintf(running, "%ui", vmcf->max_running) = '\0';
+
+    n = 0;
+    argv[n++] = (char *) vmcf->engine_binary.data;
+    argv[n++] = "--queue-fd";
+    argv[n++] = (char *) qfd;
+    argv[n++] = "--master-pid";
+    argv[n++] = (char *) master;
+    argv[n++] = "--model";
+    argv[n++] = (char *) vmcf->model.data;
+    argv[n++] = "--backend";
+    argv[n++] = vmcf->backend == NGX_HTTP_VLM_BACKEND_CUDA ? "cuda" : "cpu";
+    argv[n++] = "--threads";
+    argv[n++] = (char *) threads;
+    argv[n++] = "--max-seqs";
+    argv[n++] = (char *) running;
+    argv[n] = NULL;
+
+    pid = fork();
+
+    switch (pid) {
+
+    case -1:
+        ngx_log_error(NGX_LOG_ALERT, log, ngx_errno,
+                      "vlm: fork() for the engine failed");
+        return NGX_ERROR;
+
+    case 0:
+        /* nginx blocks some signals: the engine starts with none blocked */
+        sigemptyset(&set);
+        sigprocmask(SIG_SETMASK, &set, NULL);
+
+        if (chdir((char *) vmcf->engine_dir.data) == -1) {
+            /* not fatal: the engine uses absolute paths */
+        }
+
+        execv(argv[0], argv);
+
+        ngx_log_error(NGX_LOG_ALERT, log, ngx_errno,
+                      "vlm: execv(\"%s\") failed", argv[0]);
+        _exit(127);
+
+    default:
+        break;
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, log, 0,
+                  "vlm: started engine %P: %s --model %s --backend %s",
+                  pid, argv[0], argv[6], argv[8]);
+
+    vlm_queue_engine_state(q, VLM_ENGINE_LOADING, pid);
+    (void) vlm_queue_engine_conf(q, vmcf->engine_hash);
+
+    ngx_http_vlm_supervisor.pid = pid;
+    ngx_http_vlm_supervisor.started = ngx_current_msec;
+
+    return NGX_OK;
+}
