@@ -133,7 +133,7 @@ test_rejected(void **state)
                  VIS "}", VLM_ERR_FORMAT, "sums to 7");
     expect_error(Q2 TEXT ROPE "\"num_hidden_layers\":-1," VIS "}",
                  VLM_ERR_FORMAT, "num_hidden_layers");
-    expect_error(Q2 "\"hidden_size\":\"big\"," TEXT ROPE VIS "}",
+    expect_error(Q2 TEXT ROPE "\"hidden_size\":\"big\"," VIS "}",
                  VLM_ERR_FORMAT, "hidden_size");
     expect_error(Q2 TEXT ROPE "\"vision_config\":{\"depth\":1,"
                  "\"embed_dim\":16,\"hidden_size\":64,\"num_heads\":1}}",
