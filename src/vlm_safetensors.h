@@ -15,7 +15,7 @@
 #include "vlm_dtype.h"
 
 
-#define VLM_ST_MAX_DIMS     4
+#define VLM_ST_MAX_DIMS     8
 #define VLM_ST_MAX_HEADER   (64u * 1024 * 1024)
 
 

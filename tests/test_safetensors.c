@@ -219,7 +219,7 @@ test_shape_mismatch(void **state)
     expect_error("{\"mlp.w\":{\"dtype\":\"F32\",\"shape\":[2,-2],"
                  "\"data_offsets\":[0,16]}}", 16, VLM_ERR_FORMAT,
                  "\"mlp.w\"");
-    expect_error("{\"mlp.w\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1],"
+    expect_error("{\"mlp.w\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],"
                  "\"data_offsets\":[0,4]}}", 16, VLM_ERR_UNSUPPORTED,
                  "\"mlp.w\"");
 }
