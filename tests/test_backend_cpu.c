@@ -522,9 +522,9 @@ test_kv_pool_exhaustion_and_sharing(void **state)
     assert_int_equal(vlm_kv_used(&kv), 2);
     assert_int_equal(vlm_kv_block_alloc(&kv), 1);
 
+    vlm_kv_free(&kv);
     assert_int_equal(vlm_kv_init(&kv, be, 1, 4, 0, 3, &err), VLM_ERR_INVALID);
 
-    vlm_kv_free(&kv);
     be->ops->free(be);
 }
 

@@ -331,6 +331,7 @@ test_rejected_params(void **state)
     assert_int_equal(vlm_sampler_reset(s, &bad, &err), VLM_ERR_INVALID);
     assert_non_null(strstr(err.msg, "stop token"));
 
+    vlm_sampler_free(s);
     assert_int_equal(vlm_sampler_init(&s, 0, &err), VLM_ERR_INVALID);
     vlm_sampler_free(NULL);
 }
