@@ -27,6 +27,7 @@
 
 typedef void (*vlm_dot_pt)(const void *w, const float *x, int x_stride,
     int nx, int cols, float *out);
+typedef void (*vlm_axpy_pt)(float *y, float a, const float *x, int n);
 
 
 typedef struct {
@@ -38,6 +39,7 @@ typedef struct {
     float             *wtile;       /* [n_threads, VLM_CPU_WTILE * cols] */
     size_t             wtile_cols;
     vlm_dot_pt         dot[3];      /* by vlm_dtype_t */
+    vlm_axpy_pt        axpy;
 } vlm_cpu_t;
 
 
@@ -57,6 +59,17 @@ vlm_dot_f32(const void *wp, const float *x, int xs, int nx, int cols,
             s += w[k] * x[(size_t) i * xs + k];
         }
         out[i] = s;
+    }
+}
+
+
+static void
+vlm_axpy(float *y, float a, const float *x, int n)
+{
+    int  k;
+
+    for (k = 0; k < n; k++) {
+        y[k] += a * x[k];
     }
 }
 
@@ -163,7 +176,27 @@ vlm_dot_avx2(const void *w, vlm_dtype_t dt, const float *x, int xs, int nx,
         acc[i] = _mm256_setzero_ps();
     }
 
-    for (k = 0; k + 8 <= cols; k += 8) {
+    k = 0;
+
+    if (nx == 1) {
+        /* one row: four independent chains hide the FMA latency */
+        for ( /* void */ ; k + 32 <= cols; k += 32) {
+            acc[0] = _mm256_fmadd_ps(vlm_load8(w, dt, k),
+                                     _mm256_loadu_ps(x + k), acc[0]);
+            acc[1] = _mm256_fmadd_ps(vlm_load8(w, dt, k + 8),
+                                     _mm256_loadu_ps(x + k + 8), acc[1]);
+            acc[2] = _mm256_fmadd_ps(vlm_load8(w, dt, k + 16),
+                                     _mm256_loadu_ps(x + k + 16), acc[2]);
+            acc[3] = _mm256_fmadd_ps(vlm_load8(w, dt, k + 24),
+                                     _mm256_loadu_ps(x + k + 24), acc[3]);
+        }
+
+        acc[0] = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]),
+                               _mm256_add_ps(acc[2], acc[3]));
+        acc[1] = acc[2] = acc[3] = _mm256_setzero_ps();
+    }
+
+    for ( /* void */ ; k + 8 <= cols; k += 8) {
         wv = vlm_load8(w, dt, k);
 
         for (i = 0; i < nx; i++) {
@@ -207,6 +240,25 @@ vlm_dot_f16_avx2(const void *w, const float *x, int xs, int nx, int cols,
     float *out)
 {
     vlm_dot_avx2(w, VLM_DTYPE_F16, x, xs, nx, cols, out);
+}
+
+
+VLM_AVX2 static void
+vlm_axpy_avx2(float *y, float a, const float *x, int n)
+{
+    int     k;
+    __m256  av;
+
+    av = _mm256_set1_ps(a);
+
+    for (k = 0; k + 8 <= n; k += 8) {
+        _mm256_storeu_ps(y + k, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + k),
+                                                _mm256_loadu_ps(y + k)));
+    }
+
+    for ( /* void */ ; k < n; k++) {
+        y[k] += a * x[k];
+    }
 }
 
 
@@ -728,24 +780,23 @@ vlm_cpu_gather_rows(vlm_backend_t *be, float *y, const float *x,
 /* attention: one (query row, head) at a time, scores in thread scratch */
 
 static void
-vlm_attend(float *out, const float *q, const float *k_base,
-    const float *v_base, int kv_stride, const int32_t *block_table,
-    int block_size, int n_kv, int head_dim, float scale, float *scores)
+vlm_attend(const vlm_cpu_t *cpu, float *out, const float *q,
+    const float *k_base, const float *v_base, int kv_stride,
+    const int32_t *block_table, int block_size, int n_kv, int head_dim,
+    float scale, float *scores)
 {
     int           j, d;
-    float         m, sum, s, p;
-    const float  *k, *v;
+    float         m, sum, s;
+    size_t        row;
 
     m = -INFINITY;
 
     for (j = 0; j < n_kv; j++) {
-        k = k_base + (size_t) (block_table == NULL ? j
-                   : block_table[j / block_size] * block_size
-                     + j % block_size) * kv_stride;
-        s = 0.0f;
-        for (d = 0; d < head_dim; d++) {
-            s += q[d] * k[d];
-        }
+        row = block_table == NULL ? (size_t) j
+              : (size_t) block_table[j / block_size] * block_size
+                + j % block_size;
+        cpu->dot[VLM_DTYPE_F32](k_base + row * kv_stride, q, 0, 1, head_dim,
+                               &s);
         s *= scale;
         scores[j] = s;
         m = s > m ? s : m;
@@ -761,14 +812,13 @@ vlm_attend(float *out, const float *q, const float *k_base,
         out[d] = 0.0f;
     }
 
+    sum = 1.0f / sum;
+
     for (j = 0; j < n_kv; j++) {
-        v = v_base + (size_t) (block_table == NULL ? j
-                   : block_table[j / block_size] * block_size
-                     + j % block_size) * kv_stride;
-        p = scores[j] / sum;
-        for (d = 0; d < head_dim; d++) {
-            out[d] += p * v[d];
-        }
+        row = block_table == NULL ? (size_t) j
+              : (size_t) block_table[j / block_size] * block_size
+                + j % block_size;
+        cpu->axpy(out, scores[j] * sum, v_base + row * kv_stride, head_dim);
     }
 }
 
@@ -803,7 +853,8 @@ vlm_attn_varlen_rows(void *arg, int start, int end, int thread)
         s0 = a->cu_seqlens[seg];
         s1 = a->causal ? i + 1 : a->cu_seqlens[seg + 1];
 
-        vlm_attend(a->out + (size_t) i * a->n_heads * a->head_dim
+        vlm_attend(job->cpu,
+                   a->out + (size_t) i * a->n_heads * a->head_dim
                    + h * a->head_dim,
                    a->q + (size_t) i * a->q_stride + h * a->head_dim,
                    a->k + (size_t) s0 * a->kv_stride + kvh * a->head_dim,
@@ -851,7 +902,8 @@ vlm_attn_paged_rows(void *arg, int start, int end, int thread)
         h = r % a->n_heads;
         kvh = h / (a->n_heads / a->n_kv_heads);
 
-        vlm_attend(sq->out + (size_t) i * a->n_heads * a->head_dim
+        vlm_attend(job->cpu,
+                   sq->out + (size_t) i * a->n_heads * a->head_dim
                    + h * a->head_dim,
                    sq->q + (size_t) i * a->n_heads * a->head_dim
                    + h * a->head_dim,
@@ -994,12 +1046,14 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     cpu->dot[VLM_DTYPE_F32] = vlm_dot_f32;
     cpu->dot[VLM_DTYPE_BF16] = vlm_dot_bf16;
     cpu->dot[VLM_DTYPE_F16] = vlm_dot_f16;
+    cpu->axpy = vlm_axpy;
 
 #if defined(__x86_64__) && defined(__GNUC__)
     if (vlm_cpu_avx2) {
         cpu->dot[VLM_DTYPE_F32] = vlm_dot_f32_avx2;
         cpu->dot[VLM_DTYPE_BF16] = vlm_dot_bf16_avx2;
         cpu->dot[VLM_DTYPE_F16] = vlm_dot_f16_avx2;
+        cpu->axpy = vlm_axpy_avx2;
     }
 #endif
 
