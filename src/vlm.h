@@ -76,6 +76,7 @@ typedef struct {
     size_t      backend_bytes;      /* backend memory held now */
     size_t      backend_peak;
     uint64_t    backend_allocs;     /* backend allocations since load */
+    size_t      decode_weight_bytes;  /* weights one decode step reads */
     int         kv_blocks_total;
     int         kv_blocks_used;
     int         kv_blocks_peak;
@@ -114,6 +115,14 @@ vlm_status_t vlm_decode(vlm_model_t *model, vlm_seq_t *const *seqs,
     const int32_t *tokens, int n, vlm_error_t *err);
 /* the logits [vocab_size] of the last position fed to seq */
 const float *vlm_seq_logits(const vlm_seq_t *seq);
+
+/*
+ * Runs the vision encoder alone on one image and copies its merged
+ * features, [grid_t * grid_h * grid_w / merge^2, hidden_size], to the
+ * host buffer features (for benchmarks and for a feature cache).
+ */
+vlm_status_t vlm_image_encode(vlm_model_t *model, const vlm_image_t *image,
+    float *features, vlm_error_t *err);
 
 /*
  * The 3D M-RoPE positions transformers' get_rope_index gives ids (also

@@ -521,6 +521,35 @@ vlm_model_info(const vlm_model_t *m)
 }
 
 
+static size_t
+vlm_weight_bytes(const vlm_weight_t *w)
+{
+    return (size_t) w->rows * w->cols * vlm_dtype_size(w->dtype);
+}
+
+
+/* the matrices of every decoder layer and the head */
+static size_t
+vlm_model_decode_bytes(const vlm_model_t *m)
+{
+    int                    l;
+    size_t                 n;
+    const vlm_lm_layer_t  *L;
+
+    n = vlm_weight_bytes(&m->lm.head);
+
+    for (l = 0; l < m->cfg.text.n_layers; l++) {
+        L = &m->lm.layers[l];
+        n += vlm_weight_bytes(&L->wq) + vlm_weight_bytes(&L->wk)
+             + vlm_weight_bytes(&L->wv) + vlm_weight_bytes(&L->wo)
+             + vlm_weight_bytes(&L->w_gate) + vlm_weight_bytes(&L->w_up)
+             + vlm_weight_bytes(&L->w_down);
+    }
+
+    return n;
+}
+
+
 void
 vlm_model_stats(const vlm_model_t *m, vlm_model_stats_t *s)
 {
@@ -532,6 +561,7 @@ vlm_model_stats(const vlm_model_t *m, vlm_model_stats_t *s)
     s->backend_bytes = m->be->allocated;
     s->backend_peak = m->be->peak;
     s->backend_allocs = m->be->n_allocs - m->allocs_at_load;
+    s->decode_weight_bytes = vlm_model_decode_bytes(m);
     s->kv_blocks_total = m->kv.n_blocks;
     s->kv_blocks_used = vlm_kv_used(&m->kv);
     s->kv_blocks_peak = m->kv.peak_used;
@@ -922,4 +952,45 @@ vlm_decode(vlm_model_t *m, vlm_seq_t *const *seqs, const int32_t *tokens,
     }
 
     return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_image_encode(vlm_model_t *m, const vlm_image_t *img, float *features,
+    vlm_error_t *err)
+{
+    int           mm, n;
+    vlm_status_t  rc;
+
+    mm = m->cfg.vision.spatial_merge_size * m->cfg.vision.spatial_merge_size;
+
+    if (img->grid_t < 1 || img->grid_h < 1 || img->grid_w < 1
+        || img->grid_h % m->cfg.vision.spatial_merge_size != 0
+        || img->grid_w % m->cfg.vision.spatial_merge_size != 0
+        || (int64_t) img->grid_t * img->grid_h * img->grid_w
+           > m->params.max_image_patches)
+    {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "engine: grid %dx%dx%d is not whole merged "
+                             "patches within the vision budget of %d",
+                             img->grid_t, img->grid_h, img->grid_w,
+                             m->params.max_image_patches);
+    }
+
+    n = img->grid_t * img->grid_h * img->grid_w / mm;
+
+    if (n > m->params.max_seq_len) {
+        return vlm_error_set(err, VLM_ERR_LIMIT,
+                             "engine: %d image tokens exceed the sequence "
+                             "length budget %d", n, m->params.max_seq_len);
+    }
+
+    rc = m->arch->encode_image(m, img, m->ws.feats, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    return m->be->ops->download(m->be, features, m->ws.feats,
+                                (size_t) n * m->cfg.text.hidden_size
+                                * sizeof(float));
 }
