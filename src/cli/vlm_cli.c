@@ -15,6 +15,8 @@
 int vlm_cli_tokenize(int argc, char **argv);
 int vlm_cli_detokenize(int argc, char **argv);
 int vlm_cli_template(int argc, char **argv);
+int vlm_cli_logits(int argc, char **argv);
+int vlm_cli_generate(int argc, char **argv);
 
 
 /* one line per command; each is defined in src/cli/vlm_cli_<name>.c */
@@ -26,6 +28,14 @@ static const vlm_cli_command_t  vlm_cli_commands[] = {
     { "template", vlm_cli_template,
       "template --model DIR --messages FILE.json [--no-generation-prompt] "
       "[--vision-id]" },
+    { "logits", vlm_cli_logits,
+      "logits --model DIR --ids FILE [--pixels NPY --grid T,H,W]... "
+      "--out LOGITS.npy [--all] [--threads N]" },
+    { "generate", vlm_cli_generate,
+      "generate --model DIR --ids FILE [--pixels NPY --grid T,H,W]... "
+      "[--max-tokens N] [--temperature T] [--top-k K] [--top-p P] "
+      "[--min-p P] [--seed S] [--repetition-penalty R] [--ignore-eos] "
+      "[--threads N]" },
     { NULL, NULL, NULL }
 };
 

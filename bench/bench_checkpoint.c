@@ -1,0 +1,388 @@
+/*
+ * Writes a random-weight checkpoint with the shapes of
+ * Qwen2.5-VL-3B-Instruct in bf16 (about 7.5 GB, two shards and an index,
+ * Hugging Face layout) for bench_engine.  Never commit its output.
+ *
+ *   bench_checkpoint [DIR]      default /tmp/vlm-bench-qwen25vl-3b
+ *
+ * An existing complete checkpoint in DIR is kept.
+ */
+
+#define _GNU_SOURCE
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "vlm_common.h"
+#include "vlm_dtype.h"
+
+
+#define BENCH_DIR    "/tmp/vlm-bench-qwen25vl-3b"
+#define MAX_TENSORS  1024
+#define POOL         (1 << 24)       /* random bf16 values reused */
+
+
+/* Qwen2.5-VL-3B-Instruct/config.json (the flat layout it ships with) */
+static const char  *config_json =
+    "{\n"
+    "  \"architectures\": [\"Qwen2_5_VLForConditionalGeneration\"],\n"
+    "  \"model_type\": \"qwen2_5_vl\",\n"
+    "  \"attention_dropout\": 0.0,\n"
+    "  \"bos_token_id\": 151643,\n"
+    "  \"eos_token_id\": 151645,\n"
+    "  \"vision_start_token_id\": 151652,\n"
+    "  \"vision_end_token_id\": 151653,\n"
+    "  \"vision_token_id\": 151654,\n"
+    "  \"image_token_id\": 151655,\n"
+    "  \"video_token_id\": 151656,\n"
+    "  \"hidden_act\": \"silu\",\n"
+    "  \"hidden_size\": 2048,\n"
+    "  \"initializer_range\": 0.02,\n"
+    "  \"intermediate_size\": 11008,\n"
+    "  \"max_position_embeddings\": 128000,\n"
+    "  \"max_window_layers\": 70,\n"
+    "  \"num_attention_heads\": 16,\n"
+    "  \"num_hidden_layers\": 36,\n"
+    "  \"num_key_value_heads\": 2,\n"
+    "  \"rms_norm_eps\": 1e-06,\n"
+    "  \"rope_theta\": 1000000.0,\n"
+    "  \"sliding_window\": 32768,\n"
+    "  \"tie_word_embeddings\": true,\n"
+    "  \"torch_dtype\": \"bfloat16\",\n"
+    "  \"use_cache\": true,\n"
+    "  \"use_sliding_window\": false,\n"
+    "  \"vision_config\": {\n"
+    "    \"depth\": 32,\n"
+    "    \"hidden_act\": \"silu\",\n"
+    "    \"hidden_size\": 1280,\n"
+    "    \"intermediate_size\": 3420,\n"
+    "    \"num_heads\": 16,\n"
+    "    \"in_chans\": 3,\n"
+    "    \"out_hidden_size\": 2048,\n"
+    "    \"patch_size\": 14,\n"
+    "    \"spatial_merge_size\": 2,\n"
+    "    \"spatial_patch_size\": 14,\n"
+    "    \"window_size\": 112,\n"
+    "    \"fullatt_block_indexes\": [7, 15, 23, 31],\n"
+    "    \"tokens_per_second\": 2,\n"
+    "    \"temporal_patch_size\": 2\n"
+    "  },\n"
+    "  \"rope_scaling\": {\"type\": \"mrope\",\n"
+    "                   \"mrope_section\": [16, 24, 24]},\n"
+    "  \"vocab_size\": 151936\n"
+    "}\n";
+
+
+typedef struct {
+    char     name[96];
+    int      n_dims;
+    int64_t  shape[5];
+    int      shard;
+} tensor_t;
+
+
+static tensor_t  tensors[MAX_TENSORS];
+static int       n_tensors;
+
+
+static void
+add(int shard, const char *name, int n_dims, int64_t a, int64_t b)
+{
+    tensor_t  *t = &tensors[n_tensors++];
+
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    t->n_dims = n_dims;
+    t->shape[0] = a;
+    t->shape[1] = b;
+    t->shard = shard;
+}
+
+
+static void
+build(void)
+{
+    int   l;
+    char  n[96];
+
+    add(0, "model.embed_tokens.weight", 2, 151936, 2048);
+    add(0, "model.norm.weight", 1, 2048, 0);
+
+    for (l = 0; l < 36; l++) {
+#define T(s, nd, a, b)  snprintf(n, sizeof(n), "model.layers.%d.%s", l, s);  \
+                        add(l < 18 ? 0 : 1, n, nd, a, b)
+        T("input_layernorm.weight", 1, 2048, 0);
+        T("post_attention_layernorm.weight", 1, 2048, 0);
+        T("self_attn.q_proj.weight", 2, 2048, 2048);
+        T("self_attn.q_proj.bias", 1, 2048, 0);
+        T("self_attn.k_proj.weight", 2, 256, 2048);
+        T("self_attn.k_proj.bias", 1, 256, 0);
+        T("self_attn.v_proj.weight", 2, 256, 2048);
+        T("self_attn.v_proj.bias", 1, 256, 0);
+        T("self_attn.o_proj.weight", 2, 2048, 2048);
+        T("mlp.gate_proj.weight", 2, 11008, 2048);
+        T("mlp.up_proj.weight", 2, 11008, 2048);
+        T("mlp.down_proj.weight", 2, 2048, 11008);
+#undef T
+    }
+
+    add(1, "visual.patch_embed.proj.weight", 5, 1280, 0);
+    tensors[n_tensors - 1].shape[1] = 3;
+    tensors[n_tensors - 1].shape[2] = 2;
+    tensors[n_tensors - 1].shape[3] = 14;
+    tensors[n_tensors - 1].shape[4] = 14;
+
+    for (l = 0; l < 32; l++) {
+#define T(s, nd, a, b)  snprintf(n, sizeof(n), "visual.blocks.%d.%s", l, s); \
+                        add(1, n, nd, a, b)
+        T("norm1.weight", 1, 1280, 0);
+        T("norm2.weight", 1, 1280, 0);
+        T("attn.qkv.weight", 2, 3840, 1280);
+        T("attn.qkv.bias", 1, 3840, 0);
+        T("attn.proj.weight", 2, 1280, 1280);
+        T("attn.proj.bias", 1, 1280, 0);
+        T("mlp.gate_proj.weight", 2, 3420, 1280);
+        T("mlp.gate_proj.bias", 1, 3420, 0);
+        T("mlp.up_proj.weight", 2, 3420, 1280);
+        T("mlp.up_proj.bias", 1, 3420, 0);
+        T("mlp.down_proj.weight", 2, 1280, 3420);
+        T("mlp.down_proj.bias", 1, 1280, 0);
+#undef T
+    }
+
+    add(1, "visual.merger.ln_q.weight", 1, 1280, 0);
+    add(1, "visual.merger.mlp.0.weight", 2, 5120, 5120);
+    add(1, "visual.merger.mlp.0.bias", 1, 5120, 0);
+    add(1, "visual.merger.mlp.2.weight", 2, 2048, 5120);
+    add(1, "visual.merger.mlp.2.bias", 1, 2048, 0);
+}
+
+
+static int64_t
+count(const tensor_t *t)
+{
+    int      i;
+    int64_t  n;
+
+    n = 1;
+    for (i = 0; i < t->n_dims; i++) {
+        n *= t->shape[i];
+    }
+
+    return n;
+}
+
+
+static int
+write_text(const char *dir, const char *name, const char *text)
+{
+    char   path[512];
+    FILE  *f;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+
+    f = fopen(path, "w");
+    if (f == NULL || fputs(text, f) < 0 || fclose(f) != 0) {
+        fprintf(stderr, "bench_checkpoint: cannot write %s\n", path);
+        return -1;
+    }
+
+    return 0;
+}
+
+
+static int
+write_shard(const char *dir, int shard, const uint16_t *pool,
+    json_t *weight_map)
+{
+    int       i, k;
+    char      path[512], file[64], *hdr;
+    size_t    hlen, off, n, chunk, pos;
+    uint8_t   len8[8];
+    uint16_t  one[2048];
+    json_t   *root, *e, *shape;
+    FILE     *f;
+    tensor_t *t;
+
+    snprintf(file, sizeof(file), "model-%05d-of-00002.safetensors",
+             shard + 1);
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+
+    root = json_object();
+    off = 0;
+
+    for (i = 0; i < n_tensors; i++) {
+        t = &tensors[i];
+        if (t->shard != shard) {
+            continue;
+        }
+
+        shape = json_array();
+        for (k = 0; k < t->n_dims; k++) {
+            json_array_append_new(shape, json_integer(t->shape[k]));
+        }
+
+        e = json_object();
+        json_object_set_new(e, "dtype", json_string("BF16"));
+        json_object_set_new(e, "shape", shape);
+        json_object_set_new(e, "data_offsets",
+                            json_pack("[II]", (json_int_t) off,
+                                      (json_int_t) (off + 2 * count(t))));
+        json_object_set_new(root, t->name, e);
+        json_object_set_new(weight_map, t->name, json_string(file));
+        off += 2 * (size_t) count(t);
+    }
+
+    hdr = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+
+    if (hdr == NULL) {
+        return -1;
+    }
+
+    hlen = (strlen(hdr) + 7) & ~(size_t) 7;
+    for (k = 0; k < 8; k++) {
+        len8[k] = (uint8_t) ((uint64_t) hlen >> (8 * k));
+    }
+
+    f = fopen(path, "wb");
+    if (f == NULL) {
+        free(hdr);
+        fprintf(stderr, "bench_checkpoint: cannot create %s\n", path);
+        return -1;
+    }
+
+    fwrite(len8, 1, 8, f);
+    fwrite(hdr, 1, strlen(hdr), f);
+    for (k = (int) strlen(hdr); k < (int) hlen; k++) {
+        fputc(' ', f);
+    }
+    free(hdr);
+
+    for (k = 0; k < 2048; k++) {
+        one[k] = vlm_f32_to_bf16(1.0f);
+    }
+
+    pos = 0;
+
+    for (i = 0; i < n_tensors; i++) {
+        t = &tensors[i];
+        if (t->shard != shard) {
+            continue;
+        }
+
+        n = (size_t) count(t);
+
+        if (t->n_dims == 1 && strstr(t->name, "bias") == NULL) {
+            /* norm weights: ones */
+            for (off = 0; off < n; off += chunk) {
+                chunk = vlm_min(n - off, (size_t) 2048);
+                fwrite(one, 2, chunk, f);
+            }
+            continue;
+        }
+
+        for (off = 0; off < n; off += chunk) {
+            pos = (pos * 2654435761u + 12345) % (POOL / 2);
+            chunk = vlm_min(n - off, (size_t) POOL / 2);
+            if (fwrite(pool + pos, 2, chunk, f) != chunk) {
+                fclose(f);
+                fprintf(stderr, "bench_checkpoint: write failed\n");
+                return -1;
+            }
+        }
+    }
+
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+
+int
+main(int argc, char **argv)
+{
+    int        i;
+    char       path[512], *text;
+    float      u;
+    uint64_t   x;
+    json_t    *index, *map;
+    uint16_t  *pool;
+    struct timespec  t0, t1;
+    const char      *dir;
+
+    dir = argc > 1 ? argv[1] : BENCH_DIR;
+
+    snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
+    if (access(path, F_OK) == 0) {
+        printf("bench_checkpoint: %s exists, kept\n", dir);
+        return 0;
+    }
+
+    if (mkdir(dir, 0755) != 0 && access(dir, W_OK) != 0) {
+        fprintf(stderr, "bench_checkpoint: cannot create %s\n", dir);
+        return 1;
+    }
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+
+    /* uniform values with the standard deviation 0.02 of HF's init */
+    pool = malloc(POOL * sizeof(uint16_t));
+    if (pool == NULL) {
+        return 1;
+    }
+
+    x = 0x243f6a8885a308d3ull;
+    for (i = 0; i < POOL; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        u = (float) ((x >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+        pool[i] = vlm_f32_to_bf16(u * 0.0346f);
+    }
+
+    build();
+
+    index = json_object();
+    map = json_object();
+
+    if (write_shard(dir, 0, pool, map) != 0
+        || write_shard(dir, 1, pool, map) != 0
+        || write_text(dir, "config.json", config_json) != 0
+        || write_text(dir, "generation_config.json",
+                      "{\"bos_token_id\": 151643, \"eos_token_id\": "
+                      "[151645, 151643]}\n") != 0)
+    {
+        free(pool);
+        json_decref(index);
+        json_decref(map);
+        return 1;
+    }
+
+    free(pool);
+
+    /* the index last: its presence marks a complete checkpoint */
+    json_object_set_new(index, "metadata", json_object());
+    json_object_set_new(index, "weight_map", map);
+    text = json_dumps(index, JSON_INDENT(2));
+    json_decref(index);
+
+    if (text == NULL
+        || write_text(dir, "model.safetensors.index.json", text) != 0)
+    {
+        free(text);
+        return 1;
+    }
+
+    free(text);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+
+    printf("bench_checkpoint: wrote %d tensors to %s in %.1f s\n",
+           n_tensors, dir, (double) (t1.tv_sec - t0.tv_sec)
+                           + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+
+    return 0;
+}

@@ -1,0 +1,437 @@
+/*
+ * vlm-cli commands on the engine: "logits" writes the logits of a prompt
+ * given as token ids (with image pixel patches) to a .npy file, and
+ * "generate" continues it and prints the new token ids.
+ *
+ *   vlm-cli logits --model DIR --ids FILE [--pixels NPY --grid T,H,W]...
+ *                  --out LOGITS.npy [--all] [--threads N]
+ *   vlm-cli generate --model DIR --ids FILE [--pixels NPY --grid T,H,W]...
+ *                  [--max-tokens N] [--temperature T] [--top-k K]
+ *                  [--top-p P] [--min-p P] [--seed S]
+ *                  [--repetition-penalty R] [--ignore-eos] [--threads N]
+ *
+ * FILE holds int32 ids as .npy or as whitespace-separated integers.
+ */
+
+#define _GNU_SOURCE
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vlm_cli.h"
+#include "vlm.h"
+#include "vlm_npy.h"
+#include "vlm_sampler.h"
+
+
+#define VLM_CLI_MAX_IMAGES  16
+
+
+typedef struct {
+    const char            *model;
+    const char            *ids_path;
+    const char            *out;
+    int                    all;
+    int                    threads;
+    int                    max_tokens;
+    int                    ignore_eos;
+    int                    n_images;
+    int                    n_grids;
+    vlm_npy_t              pixels[VLM_CLI_MAX_IMAGES];
+    vlm_image_t            images[VLM_CLI_MAX_IMAGES];
+    vlm_sampler_params_t   sp;
+    int32_t               *ids;
+    int                    n_ids;
+} vlm_cli_run_t;
+
+
+static void
+vlm_cli_log(void *data, vlm_log_level_t level, const char *msg)
+{
+    (void) data;
+
+    fprintf(stderr, "vlm-cli: %s%s\n", level == VLM_LOG_ERROR ? "error: "
+                                       : level == VLM_LOG_WARN ? "warning: "
+                                       : "", msg);
+}
+
+
+static int
+vlm_cli_read_ids(vlm_cli_run_t *r)
+{
+    char        *text, *p, *end;
+    long         v;
+    size_t       len, cap;
+    vlm_npy_t    npy;
+    vlm_error_t  err;
+
+    text = vlm_cli_read_file(r->ids_path, &len);
+    if (text == NULL) {
+        return vlm_cli_fail("cannot read \"%s\"", r->ids_path);
+    }
+
+    if (len >= 6 && memcmp(text, "\x93NUMPY", 6) == 0) {
+        free(text);
+
+        if (vlm_npy_load(&npy, r->ids_path, &err) != VLM_OK) {
+            return vlm_cli_fail("%s", err.msg);
+        }
+
+        if (npy.is_float || npy.n < 1 || npy.n > (1 << 24)) {
+            vlm_npy_free(&npy);
+            return vlm_cli_fail("\"%s\": expected int32 ids", r->ids_path);
+        }
+
+        r->ids = npy.data;
+        r->n_ids = (int) npy.n;
+
+        return 0;
+    }
+
+    cap = len / 2 + 1;
+    r->ids = malloc(cap * sizeof(int32_t));
+    if (r->ids == NULL) {
+        free(text);
+        return vlm_cli_fail("no memory");
+    }
+
+    for (p = text; ; p = end) {
+        while (*p == ' ' || *p == '\n' || *p == '\t' || *p == ',') {
+            p++;
+        }
+
+        if (*p == '\0') {
+            break;
+        }
+
+        v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > 0x7fffffff) {
+            free(text);
+            return vlm_cli_fail("\"%s\": not a list of token ids",
+                                r->ids_path);
+        }
+
+        r->ids[r->n_ids++] = (int32_t) v;
+    }
+
+    free(text);
+
+    if (r->n_ids == 0) {
+        return vlm_cli_fail("\"%s\" holds no token ids", r->ids_path);
+    }
+
+    return 0;
+}
+
+
+static int
+vlm_cli_parse(vlm_cli_run_t *r, int argc, char **argv, int generate)
+{
+    int           i, t, h, w;
+    const char   *v, *o;
+    vlm_error_t   err;
+
+    memset(r, 0, sizeof(vlm_cli_run_t));
+    vlm_sampler_params_default(&r->sp);
+    r->sp.temperature = 0.0f;
+    r->max_tokens = 32;
+
+    for (i = 1; i < argc; i++) {
+        o = argv[i];
+
+        if (strcmp(o, "--all") == 0) {
+            r->all = 1;
+            continue;
+        }
+
+        if (strcmp(o, "--ignore-eos") == 0) {
+            r->ignore_eos = 1;
+            continue;
+        }
+
+        v = vlm_cli_opt_value(argc, argv, &i);
+        if (v == NULL) {
+            return 1;
+        }
+
+        if (strcmp(o, "--model") == 0) {
+            r->model = v;
+
+        } else if (strcmp(o, "--ids") == 0) {
+            r->ids_path = v;
+
+        } else if (strcmp(o, "--out") == 0 && !generate) {
+            r->out = v;
+
+        } else if (strcmp(o, "--threads") == 0) {
+            r->threads = atoi(v);
+
+        } else if (strcmp(o, "--pixels") == 0) {
+            if (r->n_images == VLM_CLI_MAX_IMAGES) {
+                return vlm_cli_fail("at most %d images",
+                                    VLM_CLI_MAX_IMAGES);
+            }
+
+            if (vlm_npy_load(&r->pixels[r->n_images], v, &err) != VLM_OK) {
+                return vlm_cli_fail("%s", err.msg);
+            }
+
+            if (!r->pixels[r->n_images].is_float
+                || r->pixels[r->n_images].n_dims != 2)
+            {
+                return vlm_cli_fail("\"%s\": expected float32 "
+                                    "[patches, patch_dim]", v);
+            }
+
+            r->images[r->n_images].pixels = r->pixels[r->n_images].data;
+            r->n_images++;
+
+        } else if (strcmp(o, "--grid") == 0) {
+            if (sscanf(v, "%d,%d,%d", &t, &h, &w) != 3
+                || r->n_grids == VLM_CLI_MAX_IMAGES)
+            {
+                return vlm_cli_fail("--grid wants T,H,W");
+            }
+
+            r->images[r->n_grids].grid_t = t;
+            r->images[r->n_grids].grid_h = h;
+            r->images[r->n_grids].grid_w = w;
+            r->n_grids++;
+
+        } else if (generate && strcmp(o, "--max-tokens") == 0) {
+            r->max_tokens = atoi(v);
+
+        } else if (generate && strcmp(o, "--temperature") == 0) {
+            r->sp.temperature = strtof(v, NULL);
+
+        } else if (generate && strcmp(o, "--top-k") == 0) {
+            r->sp.top_k = atoi(v);
+
+        } else if (generate && strcmp(o, "--top-p") == 0) {
+            r->sp.top_p = strtof(v, NULL);
+
+        } else if (generate && strcmp(o, "--min-p") == 0) {
+            r->sp.min_p = strtof(v, NULL);
+
+        } else if (generate && strcmp(o, "--seed") == 0) {
+            r->sp.seed = strtoull(v, NULL, 10);
+
+        } else if (generate && strcmp(o, "--repetition-penalty") == 0) {
+            r->sp.repetition_penalty = strtof(v, NULL);
+
+        } else {
+            return vlm_cli_fail("unknown option \"%s\"", o);
+        }
+    }
+
+    if (r->model == NULL || r->ids_path == NULL
+        || (!generate && r->out == NULL))
+    {
+        return vlm_cli_fail("--model, --ids%s are required",
+                            generate ? "" : " and --out");
+    }
+
+    if (r->n_grids != r->n_images) {
+        return vlm_cli_fail("each --pixels needs its --grid");
+    }
+
+    for (i = 0; i < r->n_images; i++) {
+        if (r->pixels[i].shape[0] != (int64_t) r->images[i].grid_t
+                                     * r->images[i].grid_h
+                                     * r->images[i].grid_w)
+        {
+            return vlm_cli_fail("image %d: %lld patches, the grid says %d",
+                                i, (long long) r->pixels[i].shape[0],
+                                r->images[i].grid_t * r->images[i].grid_h
+                                * r->images[i].grid_w);
+        }
+    }
+
+    if (r->max_tokens < 1) {
+        return vlm_cli_fail("--max-tokens must be positive");
+    }
+
+    return vlm_cli_read_ids(r);
+}
+
+
+static void
+vlm_cli_cleanup(vlm_cli_run_t *r)
+{
+    int  i;
+
+    for (i = 0; i < r->n_images; i++) {
+        vlm_npy_free(&r->pixels[i]);
+    }
+
+    free(r->ids);
+}
+
+
+static int
+vlm_cli_open(vlm_cli_run_t *r, int extra, vlm_model_t **m, vlm_seq_t **seq)
+{
+    int                 i, patches;
+    vlm_error_t         err;
+    vlm_model_params_t  p;
+
+    vlm_log_set_handler(vlm_cli_log, NULL, VLM_LOG_WARN);
+
+    patches = 0;
+    for (i = 0; i < r->n_images; i++) {
+        patches = vlm_max(patches, (int) r->pixels[i].shape[0]);
+    }
+
+    vlm_model_params_default(&p);
+    p.n_threads = r->threads;
+    p.max_seqs = 1;
+    p.max_seq_len = r->n_ids + extra + 1;
+    p.max_image_patches = patches;
+
+    if (vlm_model_load(m, r->model, &p, &err) != VLM_OK) {
+        return vlm_cli_fail("%s", err.msg);
+    }
+
+    if (vlm_seq_init(*m, seq, &err) != VLM_OK) {
+        vlm_model_free(*m);
+        return vlm_cli_fail("%s", err.msg);
+    }
+
+    return 0;
+}
+
+
+int
+vlm_cli_logits(int argc, char **argv)
+{
+    int            rc, V;
+    float         *all;
+    int64_t        shape[2];
+    vlm_seq_t     *seq;
+    vlm_error_t    err;
+    vlm_model_t   *m;
+    vlm_cli_run_t  r;
+
+    rc = vlm_cli_parse(&r, argc, argv, 0);
+    if (rc != 0 || (rc = vlm_cli_open(&r, 0, &m, &seq)) != 0) {
+        vlm_cli_cleanup(&r);
+        return rc;
+    }
+
+    V = vlm_model_info(m)->vocab_size;
+    all = NULL;
+
+    if (r.all) {
+        all = malloc((size_t) r.n_ids * V * sizeof(float));
+        if (all == NULL) {
+            rc = vlm_cli_fail("no memory for %d x %d logits", r.n_ids, V);
+            goto done;
+        }
+    }
+
+    if (vlm_seq_prefill(seq, r.ids, r.n_ids, r.images, r.n_images, all,
+                        &err) != VLM_OK)
+    {
+        rc = vlm_cli_fail("%s", err.msg);
+        goto done;
+    }
+
+    shape[0] = r.n_ids;
+    shape[1] = V;
+
+    if (r.all) {
+        rc = vlm_npy_save_f32(r.out, all, 2, shape, &err);
+
+    } else {
+        rc = vlm_npy_save_f32(r.out, vlm_seq_logits(seq), 1, shape + 1,
+                              &err);
+    }
+
+    if (rc != VLM_OK) {
+        rc = vlm_cli_fail("%s", err.msg);
+    }
+
+done:
+
+    free(all);
+    vlm_seq_free(seq);
+    vlm_model_free(m);
+    vlm_cli_cleanup(&r);
+
+    return rc;
+}
+
+
+int
+vlm_cli_generate(int argc, char **argv)
+{
+    int                      i, rc;
+    vlm_seq_t               *seq;
+    vlm_error_t              err;
+    vlm_model_t             *m;
+    vlm_sample_t             s;
+    vlm_cli_run_t            r;
+    vlm_sampler_t           *sampler;
+    const vlm_model_info_t  *info;
+
+    rc = vlm_cli_parse(&r, argc, argv, 1);
+    if (rc != 0 || (rc = vlm_cli_open(&r, r.max_tokens, &m, &seq)) != 0) {
+        vlm_cli_cleanup(&r);
+        return rc;
+    }
+
+    info = vlm_model_info(m);
+    r.sp.max_tokens = r.max_tokens;
+
+    if (!r.ignore_eos) {
+        r.sp.n_stop = info->n_eos;
+        for (i = 0; i < info->n_eos; i++) {
+            r.sp.stop_ids[i] = info->eos_token_ids[i];
+        }
+    }
+
+    sampler = NULL;
+
+    if (vlm_sampler_init(&sampler, info->vocab_size, &err) != VLM_OK
+        || vlm_sampler_reset(sampler, &r.sp, &err) != VLM_OK
+        || vlm_seq_prefill(seq, r.ids, r.n_ids, r.images, r.n_images, NULL,
+                           &err) != VLM_OK)
+    {
+        rc = vlm_cli_fail("%s", err.msg);
+        goto done;
+    }
+
+    vlm_sampler_prompt(sampler, r.ids, r.n_ids);
+
+    for (i = 0; ; i++) {
+        if (vlm_sampler_sample(sampler, vlm_seq_logits(seq), &s, &err)
+            != VLM_OK)
+        {
+            rc = vlm_cli_fail("%s", err.msg);
+            goto done;
+        }
+
+        printf("%s%d", i == 0 ? "" : " ", (int) s.token);
+
+        if (s.finish != VLM_FINISH_NONE) {
+            break;
+        }
+
+        if (vlm_decode(m, &seq, &s.token, 1, &err) != VLM_OK) {
+            rc = vlm_cli_fail("%s", err.msg);
+            goto done;
+        }
+    }
+
+    printf("\n");
+
+done:
+
+    vlm_sampler_free(sampler);
+    vlm_seq_free(seq);
+    vlm_model_free(m);
+    vlm_cli_cleanup(&r);
+
+    return rc;
+}

@@ -1,0 +1,138 @@
+/*
+ * The public API of the inference engine.
+ *
+ * A model is loaded once (config.json + safetensors, Hugging Face layout)
+ * together with every buffer it will ever use: weights, the paged KV
+ * cache, the activation workspaces and a fixed number of sequence slots,
+ * all sized from vlm_model_params_t.  Nothing is allocated afterwards.
+ *
+ * A sequence (vlm_seq_t) is one conversation's state in a slot: its KV
+ * blocks, its next M-RoPE position and the logits of its last position.
+ * vlm_seq_prefill() feeds a prompt (token ids with the image placeholders
+ * already expanded, plus the pixel patches of each image); vlm_decode()
+ * advances any number of sequences by one token each in one batched step,
+ * which is what a continuous-batching scheduler calls every iteration.
+ *
+ * The engine never prints or exits: every call reports through
+ * vlm_error_t, and vlm_log() (vlm_common.h) carries diagnostics.
+ */
+
+#ifndef VLM_H
+#define VLM_H
+
+#include "vlm_common.h"
+
+
+typedef struct vlm_model_s  vlm_model_t;
+typedef struct vlm_seq_s    vlm_seq_t;
+
+
+typedef struct {
+    int     n_threads;          /* CPU threads; 0: every online CPU */
+    int     max_seqs;           /* sequence slots */
+    int     max_seq_len;        /* tokens of one sequence (prompt+output) */
+    int     max_batch_tokens;   /* rows of one forward step (prefill
+                                   chunk, decode batch) */
+    int     max_image_patches;  /* patches of the largest image */
+    int     kv_block_size;      /* tokens per KV block */
+    int     kv_blocks;          /* 0: enough for max_seqs full sequences */
+} vlm_model_params_t;
+
+
+typedef struct {
+    const char  *arch;              /* the config's architecture name */
+    int          vocab_size;
+    int          hidden_size;
+    int          n_layers;
+    int          image_token_id;    /* <|image_pad|> */
+    int          video_token_id;
+    int          vision_start_token_id;
+    int          vision_end_token_id;
+    int          bos_token_id;      /* -1 when none */
+    int          n_eos;
+    int          eos_token_ids[8];
+    int          in_channels;       /* image preprocessing geometry */
+    int          patch_size;
+    int          temporal_patch_size;
+    int          spatial_merge_size;
+    int          patch_dim;         /* in_channels * temporal * patch^2 */
+    int          max_seqs;          /* the budgets the model was loaded */
+    int          max_seq_len;       /* with */
+    int          max_image_patches;
+} vlm_model_info_t;
+
+
+/* one image: the pixel_values rows of Qwen2VLImageProcessor */
+typedef struct {
+    const float  *pixels;       /* [grid_t * grid_h * grid_w, patch_dim] */
+    int           grid_t;       /* in patches */
+    int           grid_h;
+    int           grid_w;
+} vlm_image_t;
+
+
+typedef struct {
+    size_t      weight_bytes;       /* mapped tensor data */
+    size_t      backend_bytes;      /* backend memory held now */
+    size_t      backend_peak;
+    uint64_t    backend_allocs;     /* backend allocations since load */
+    size_t      decode_weight_bytes;  /* weights one decode step reads */
+    int         kv_blocks_total;
+    int         kv_blocks_used;
+    int         kv_blocks_peak;
+    int         seqs_used;
+} vlm_model_stats_t;
+
+
+void vlm_model_params_default(vlm_model_params_t *params);
+/* dir: config.json, generation_config.json, *.safetensors */
+vlm_status_t vlm_model_load(vlm_model_t **model, const char *dir,
+    const vlm_model_params_t *params, vlm_error_t *err);
+void vlm_model_free(vlm_model_t *model);
+const vlm_model_info_t *vlm_model_info(const vlm_model_t *model);
+void vlm_model_stats(const vlm_model_t *model, vlm_model_stats_t *stats);
+
+/* takes a free slot; VLM_ERR_LIMIT when all max_seqs are in use */
+vlm_status_t vlm_seq_init(vlm_model_t *model, vlm_seq_t **seq,
+    vlm_error_t *err);
+/* returns the slot and its KV blocks */
+void vlm_seq_free(vlm_seq_t *seq);
+/* tokens held in the KV cache */
+int vlm_seq_length(const vlm_seq_t *seq);
+
+/*
+ * Appends a prompt to seq and computes the logits of its last position.
+ * ids hold the image placeholders expanded (<|vision_start|>, one
+ * <|image_pad|> per merged patch, <|vision_end|>); images are in the
+ * order of their placeholders.  all_logits, when not NULL, receives
+ * [n_ids, vocab_size] logits of every position.
+ */
+vlm_status_t vlm_seq_prefill(vlm_seq_t *seq, const int32_t *ids,
+    int n_ids, const vlm_image_t *images, int n_images, float *all_logits,
+    vlm_error_t *err);
+/* appends tokens[i] to seqs[i] for i < n and computes their logits */
+vlm_status_t vlm_decode(vlm_model_t *model, vlm_seq_t *const *seqs,
+    const int32_t *tokens, int n, vlm_error_t *err);
+/* the logits [vocab_size] of the last position fed to seq */
+const float *vlm_seq_logits(const vlm_seq_t *seq);
+
+/*
+ * Runs the vision encoder alone on one image and copies its merged
+ * features, [grid_t * grid_h * grid_w / merge^2, hidden_size], to the
+ * host buffer features (for benchmarks and for a feature cache).
+ */
+vlm_status_t vlm_image_encode(vlm_model_t *model, const vlm_image_t *image,
+    float *features, vlm_error_t *err);
+
+/*
+ * The 3D M-RoPE positions transformers' get_rope_index gives ids (also
+ * validates the placeholders against the images): pos[c * n_ids + i] for
+ * component c (temporal, height, width), counting from start; *next_pos
+ * is the position of the token that follows.
+ */
+vlm_status_t vlm_rope_index(const vlm_model_t *model, const int32_t *ids,
+    int n_ids, const vlm_image_t *images, int n_images, int start,
+    int32_t *pos, int *next_pos, vlm_error_t *err);
+
+
+#endif /* VLM_H */

@@ -1,0 +1,156 @@
+/*
+ * The compute backend interface: one table of operations that the model
+ * code calls and that each backend (CPU now, CUDA later) implements.
+ *
+ * Every buffer an op reads or writes is backend memory obtained from
+ * alloc() at load time (or a weight bound with weight_bind()); the model
+ * code never dereferences it.  Ops are issued on a backend context that
+ * plays the role of a stream: they run in order, and synchronize() waits
+ * for all of them.  Matrices are row-major; a weight W of rows x cols maps
+ * cols inputs to rows outputs (y = x W^T + b, as torch.nn.Linear).
+ */
+
+#ifndef VLM_BACKEND_H
+#define VLM_BACKEND_H
+
+#include "vlm_common.h"
+#include "vlm_dtype.h"
+#include "vlm_model_config.h"
+
+
+typedef struct vlm_backend_s  vlm_backend_t;
+
+
+typedef struct {
+    const void   *data;         /* backend memory, dtype elements */
+    vlm_dtype_t   dtype;
+    int           rows;         /* outputs */
+    int           cols;         /* inputs */
+} vlm_weight_t;
+
+
+typedef struct {
+    int           n_threads;    /* CPU: worker threads incl. the caller */
+    int           max_ctx;      /* the longest attention row (keys) */
+} vlm_backend_conf_t;
+
+
+/* attention over contiguous q/k/v, block-diagonal over segments */
+typedef struct {
+    float          *out;        /* [n, n_heads * head_dim] */
+    const float    *q;          /* row i at q + i * q_stride */
+    const float    *k;          /* row j at k + j * kv_stride */
+    const float    *v;
+    int             q_stride;
+    int             kv_stride;
+    int             n_heads;
+    int             n_kv_heads; /* GQA: n_heads / n_kv_heads per kv head */
+    int             head_dim;
+    float           scale;
+    const int32_t  *cu_seqlens; /* n_segments + 1 row offsets */
+    int             n_segments;
+    int             causal;
+} vlm_attn_varlen_t;
+
+
+/* attention of a run of queries of one sequence over its paged KV */
+typedef struct {
+    float          *out;        /* [n_q, n_heads * head_dim] */
+    const float    *q;          /* [n_q, n_heads * head_dim] */
+    const int32_t  *block_table;
+    int             n_q;
+    int             kv_start;   /* the kv index of the first query */
+} vlm_attn_seq_t;
+
+
+typedef struct {
+    const float    *k_cache;    /* [n_blocks, block_size, kv_dim] */
+    const float    *v_cache;
+    int             block_size;
+    int             n_heads;
+    int             n_kv_heads;
+    int             head_dim;
+    float           scale;
+    const vlm_attn_seq_t  *seqs;
+    int             n_seqs;
+} vlm_attn_paged_t;
+
+
+typedef struct {
+    const char  *name;
+
+    void  (*free)(vlm_backend_t *be);
+
+    /* load time only: the forward pass never allocates */
+    void *(*alloc)(vlm_backend_t *be, size_t size);
+    void  (*release)(vlm_backend_t *be, void *p);
+    vlm_status_t (*upload)(vlm_backend_t *be, void *dst, const void *src,
+        size_t size);
+    vlm_status_t (*download)(vlm_backend_t *be, void *dst, const void *src,
+        size_t size);
+    /* makes host weight data (mmapped) usable by the backend */
+    vlm_status_t (*weight_bind)(vlm_backend_t *be, vlm_weight_t *w,
+        const void *host, vlm_dtype_t dtype, int rows, int cols,
+        vlm_error_t *err);
+    void  (*synchronize)(vlm_backend_t *be);
+
+    /* y[n, w.rows] = x[n, w.cols] W^T (+ bias[w.rows]) */
+    void  (*matmul)(vlm_backend_t *be, float *y, const float *x,
+        const vlm_weight_t *w, const float *bias, int n);
+    /* y[n, dim] = x * rsqrt(mean(x^2) + eps) * g */
+    void  (*rms_norm)(vlm_backend_t *be, float *y, const float *x,
+        const float *g, int n, int dim, float eps);
+    /* y[n, dim] = (x - mean) * rsqrt(var + eps) * g + b */
+    void  (*layer_norm)(vlm_backend_t *be, float *y, const float *x,
+        const float *g, const float *b, int n, int dim, float eps);
+    /*
+     * cos/sin[n, half] of the angles pos[t * n_comp + comp[i]] *
+     * inv_freq[i]: M-RoPE (3 components chosen by mrope_section) and the
+     * vision 2D rotary (height, width) are both this table
+     */
+    void  (*rope_table)(vlm_backend_t *be, float *cos, float *sin,
+        const int32_t *pos, int n, int n_comp, const float *inv_freq,
+        const uint8_t *comp, int half);
+    /* rotate_half rotary on x[n, stride] for n_heads heads at offset 0 */
+    void  (*rope)(vlm_backend_t *be, float *x, int n, int stride,
+        int n_heads, int head_dim, const float *cos, const float *sin);
+    /* x[n, dim] = act(x) */
+    void  (*act)(vlm_backend_t *be, float *x, int n, int dim,
+        vlm_act_t act);
+    /* y[n, dim] = act(gate) * up */
+    void  (*gated_act)(vlm_backend_t *be, float *y, const float *gate,
+        const float *up, int n, int dim, vlm_act_t act);
+    /* y[n] += x[n] */
+    void  (*add)(vlm_backend_t *be, float *y, const float *x, size_t n);
+    /* y[i] = table[ids[i]] for ids[i] >= 0; rows with ids[i] < 0 kept */
+    void  (*embed)(vlm_backend_t *be, float *y, const vlm_weight_t *table,
+        const int32_t *ids, int n);
+    /* y[i, dim] = x[idx[i], dim] */
+    void  (*gather_rows)(vlm_backend_t *be, float *y, const float *x,
+        const int32_t *idx, int n, int dim);
+    void  (*attention_varlen)(vlm_backend_t *be,
+        const vlm_attn_varlen_t *a);
+    void  (*attention_paged)(vlm_backend_t *be, const vlm_attn_paged_t *a);
+    /* writes k, v[n, kv_dim] at kv indices start.. of a block table */
+    void  (*kv_store)(vlm_backend_t *be, float *k_cache, float *v_cache,
+        const int32_t *block_table, int block_size, int kv_dim, int start,
+        const float *k, const float *v, int kv_stride, int n);
+    /* out[i] = argmax x[i, dim] */
+    void  (*argmax)(vlm_backend_t *be, int32_t *out, const float *x, int n,
+        int dim);
+} vlm_backend_ops_t;
+
+
+struct vlm_backend_s {
+    const vlm_backend_ops_t  *ops;
+    size_t                    allocated;    /* bytes from alloc() now */
+    size_t                    peak;
+    uint64_t                  n_allocs;     /* alloc() calls ever */
+};
+
+
+vlm_status_t vlm_backend_cpu_init(vlm_backend_t **be,
+    const vlm_backend_conf_t *conf, vlm_error_t *err);
+
+
+#endif /* VLM_BACKEND_H */

@@ -1,0 +1,1093 @@
+/*
+ * The CPU backend: every operation of vlm_backend.h on host memory, split
+ * over a fixed thread pool.  Dot products have an AVX2/FMA version chosen
+ * at run time (__builtin_cpu_supports) and a scalar fallback; bf16 and
+ * f16 weights are widened to f32 inside the kernels.  Prefill GEMMs on
+ * f32 weights go to OpenBLAS.  The reference for each op is the PyTorch
+ * expression it replaces in transformers' Qwen2-VL code; the naive
+ * versions in tests/test_backend_cpu.c check them.
+ */
+
+#define _GNU_SOURCE
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "vlm_backend.h"
+#include "vlm_threadpool.h"
+
+
+#define VLM_CPU_ALIGN       64
+#define VLM_CPU_GEMM_MIN_N  8       /* tokens from which BLAS wins */
+#define VLM_CPU_WTILE       64      /* weight rows widened per BLAS call */
+
+
+typedef void (*vlm_dot_pt)(const void *w, const float *x, int x_stride,
+    int nx, int cols, float *out);
+typedef void (*vlm_axpy_pt)(float *y, float a, const float *x, int n);
+
+
+typedef struct {
+    vlm_backend_t      be;
+    vlm_threadpool_t  *pool;
+    int                n_threads;
+    int                max_ctx;
+    float             *scores;      /* [n_threads, max_ctx] */
+    float             *wtile;       /* [n_threads, VLM_CPU_WTILE * cols] */
+    size_t             wtile_cols;
+    vlm_dot_pt         dot[3];      /* by vlm_dtype_t */
+    vlm_axpy_pt        axpy;
+} vlm_cpu_t;
+
+
+/* dot products of one weight row with up to 4 activation rows */
+
+static void
+vlm_dot_f32(const void *wp, const float *x, int xs, int nx, int cols,
+    float *out)
+{
+    int           i, k;
+    float         s;
+    const float  *w = wp;
+
+    for (i = 0; i < nx; i++) {
+        s = 0.0f;
+        for (k = 0; k < cols; k++) {
+            s += w[k] * x[(size_t) i * xs + k];
+        }
+        out[i] = s;
+    }
+}
+
+
+static void
+vlm_axpy(float *y, float a, const float *x, int n)
+{
+    int  k;
+
+    for (k = 0; k < n; k++) {
+        y[k] += a * x[k];
+    }
+}
+
+
+static void
+vlm_dot_bf16(const void *wp, const float *x, int xs, int nx, int cols,
+    float *out)
+{
+    int              i, k;
+    float            s;
+    const uint16_t  *w = wp;
+
+    for (i = 0; i < nx; i++) {
+        s = 0.0f;
+        for (k = 0; k < cols; k++) {
+            s += vlm_bf16_to_f32(w[k]) * x[(size_t) i * xs + k];
+        }
+        out[i] = s;
+    }
+}
+
+
+static void
+vlm_dot_f16(const void *wp, const float *x, int xs, int nx, int cols,
+    float *out)
+{
+    int              i, k;
+    float            s;
+    const uint16_t  *w = wp;
+
+    for (i = 0; i < nx; i++) {
+        s = 0.0f;
+        for (k = 0; k < cols; k++) {
+            s += vlm_f16_to_f32(w[k]) * x[(size_t) i * xs + k];
+        }
+        out[i] = s;
+    }
+}
+
+
+#if defined(__x86_64__) && defined(__GNUC__)
+
+#include <immintrin.h>
+
+#define VLM_AVX2  __attribute__((target("avx2,fma,f16c")))
+
+
+VLM_AVX2 static inline float
+vlm_hsum256(__m256 v)
+{
+    __m128  lo, hi;
+
+    lo = _mm256_castps256_ps128(v);
+    hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+
+    return _mm_cvtss_f32(lo);
+}
+
+
+VLM_AVX2 static inline __m256
+vlm_load8(const void *w, vlm_dtype_t dt, int k)
+{
+    __m128i  h;
+
+    if (dt == VLM_DTYPE_F32) {
+        return _mm256_loadu_ps((const float *) w + k);
+    }
+
+    h = _mm_loadu_si128((const __m128i *) ((const uint16_t *) w + k));
+
+    if (dt == VLM_DTYPE_BF16) {
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+
+    return _mm256_cvtph_ps(h);
+}
+
+
+VLM_AVX2 static inline float
+vlm_load1(const void *w, vlm_dtype_t dt, int k)
+{
+    if (dt == VLM_DTYPE_F32) {
+        return ((const float *) w)[k];
+    }
+
+    return dt == VLM_DTYPE_BF16 ? vlm_bf16_to_f32(((const uint16_t *) w)[k])
+                                : vlm_f16_to_f32(((const uint16_t *) w)[k]);
+}
+
+
+VLM_AVX2 static inline void
+vlm_dot_avx2(const void *w, vlm_dtype_t dt, const float *x, int xs, int nx,
+    int cols, float *out)
+{
+    int      i, k;
+    __m256   acc[4], wv;
+    float    tail;
+
+    for (i = 0; i < 4; i++) {
+        acc[i] = _mm256_setzero_ps();
+    }
+
+    k = 0;
+
+    if (nx == 1) {
+        /* one row: four independent chains hide the FMA latency */
+        for ( /* void */ ; k + 32 <= cols; k += 32) {
+            acc[0] = _mm256_fmadd_ps(vlm_load8(w, dt, k),
+                                     _mm256_loadu_ps(x + k), acc[0]);
+            acc[1] = _mm256_fmadd_ps(vlm_load8(w, dt, k + 8),
+                                     _mm256_loadu_ps(x + k + 8), acc[1]);
+            acc[2] = _mm256_fmadd_ps(vlm_load8(w, dt, k + 16),
+                                     _mm256_loadu_ps(x + k + 16), acc[2]);
+            acc[3] = _mm256_fmadd_ps(vlm_load8(w, dt, k + 24),
+                                     _mm256_loadu_ps(x + k + 24), acc[3]);
+        }
+
+        acc[0] = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]),
+                               _mm256_add_ps(acc[2], acc[3]));
+        acc[1] = acc[2] = acc[3] = _mm256_setzero_ps();
+    }
+
+    for ( /* void */ ; k + 8 <= cols; k += 8) {
+        wv = vlm_load8(w, dt, k);
+
+        for (i = 0; i < nx; i++) {
+            acc[i] = _mm256_fmadd_ps(wv,
+                         _mm256_loadu_ps(x + (size_t) i * xs + k), acc[i]);
+        }
+    }
+
+    for (i = 0; i < nx; i++) {
+        out[i] = vlm_hsum256(acc[i]);
+    }
+
+    for ( /* void */ ; k < cols; k++) {
+        tail = vlm_load1(w, dt, k);
+
+        for (i = 0; i < nx; i++) {
+            out[i] += tail * x[(size_t) i * xs + k];
+        }
+    }
+}
+
+
+VLM_AVX2 static void
+vlm_dot_f32_avx2(const void *w, const float *x, int xs, int nx, int cols,
+    float *out)
+{
+    vlm_dot_avx2(w, VLM_DTYPE_F32, x, xs, nx, cols, out);
+}
+
+
+VLM_AVX2 static void
+vlm_dot_bf16_avx2(const void *w, const float *x, int xs, int nx, int cols,
+    float *out)
+{
+    vlm_dot_avx2(w, VLM_DTYPE_BF16, x, xs, nx, cols, out);
+}
+
+
+VLM_AVX2 static void
+vlm_dot_f16_avx2(const void *w, const float *x, int xs, int nx, int cols,
+    float *out)
+{
+    vlm_dot_avx2(w, VLM_DTYPE_F16, x, xs, nx, cols, out);
+}
+
+
+VLM_AVX2 static void
+vlm_axpy_avx2(float *y, float a, const float *x, int n)
+{
+    int     k;
+    __m256  av;
+
+    av = _mm256_set1_ps(a);
+
+    for (k = 0; k + 8 <= n; k += 8) {
+        _mm256_storeu_ps(y + k, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + k),
+                                                _mm256_loadu_ps(y + k)));
+    }
+
+    for ( /* void */ ; k < n; k++) {
+        y[k] += a * x[k];
+    }
+}
+
+
+VLM_AVX2 static void
+vlm_widen_avx2(float *dst, const void *src, vlm_dtype_t dt, size_t n)
+{
+    size_t  k;
+
+    for (k = 0; k + 8 <= n; k += 8) {
+        _mm256_storeu_ps(dst + k, vlm_load8(src, dt, (int) k));
+    }
+
+    for ( /* void */ ; k < n; k++) {
+        dst[k] = vlm_load1(src, dt, (int) k);
+    }
+}
+
+#endif
+
+
+static int
+vlm_cpu_has_avx2(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+           && __builtin_cpu_supports("f16c");
+#else
+    return 0;
+#endif
+}
+
+
+static int  vlm_cpu_avx2 = -1;
+
+
+static void
+vlm_cpu_widen(float *dst, const void *src, vlm_dtype_t dt, size_t n)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (vlm_cpu_avx2) {
+        vlm_widen_avx2(dst, src, dt, n);
+        return;
+    }
+#endif
+
+    vlm_dtype_to_f32(dst, src, dt, n);
+}
+
+
+/* memory */
+
+static void *
+vlm_cpu_alloc(vlm_backend_t *be, size_t size)
+{
+    size_t  *p;
+
+    size = vlm_align_up(size, VLM_CPU_ALIGN);
+
+    p = aligned_alloc(VLM_CPU_ALIGN, size + VLM_CPU_ALIGN);
+    if (p == NULL) {
+        return NULL;
+    }
+
+    p[0] = size;
+    be->allocated += size;
+    be->peak = vlm_max(be->peak, be->allocated);
+    be->n_allocs++;
+
+    return (char *) p + VLM_CPU_ALIGN;
+}
+
+
+static void
+vlm_cpu_release(vlm_backend_t *be, void *ptr)
+{
+    size_t  *p;
+
+    if (ptr == NULL) {
+        return;
+    }
+
+    p = (size_t *) ((char *) ptr - VLM_CPU_ALIGN);
+    be->allocated -= p[0];
+    free(p);
+}
+
+
+static vlm_status_t
+vlm_cpu_copy(vlm_backend_t *be, void *dst, const void *src, size_t size)
+{
+    (void) be;
+
+    memcpy(dst, src, size);
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_cpu_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
+    vlm_dtype_t dtype, int rows, int cols, vlm_error_t *err)
+{
+    vlm_cpu_t  *cpu = (vlm_cpu_t *) be;
+
+    (void) err;
+
+    w->data = host;
+    w->dtype = dtype;
+    w->rows = rows;
+    w->cols = cols;
+
+    if (dtype != VLM_DTYPE_F32 && (size_t) cols > cpu->wtile_cols) {
+        /* grown only while loading, never in a forward pass */
+        vlm_cpu_release(be, cpu->wtile);
+        cpu->wtile = vlm_cpu_alloc(be, (size_t) cpu->n_threads
+                                       * VLM_CPU_WTILE * cols
+                                       * sizeof(float));
+        cpu->wtile_cols = cpu->wtile == NULL ? 0 : (size_t) cols;
+
+        if (cpu->wtile == NULL) {
+            return vlm_error_set(err, VLM_ERR_NOMEM,
+                                 "cpu backend: no memory for weight tiles");
+        }
+    }
+
+    return VLM_OK;
+}
+
+
+static void
+vlm_cpu_synchronize(vlm_backend_t *be)
+{
+    (void) be;
+}
+
+
+/* matmul */
+
+typedef struct {
+    vlm_cpu_t           *cpu;
+    float               *y;
+    const float         *x;
+    const vlm_weight_t  *w;
+    const float         *bias;
+    int                  n;
+} vlm_matmul_job_t;
+
+
+static void
+vlm_matmul_rows(void *arg, int start, int end, int thread)
+{
+    int                  j, i, nx;
+    float                out[4];
+    size_t               esize;
+    const char          *wrow;
+    vlm_matmul_job_t    *job = arg;
+    const vlm_weight_t  *w = job->w;
+    vlm_dot_pt           dot;
+
+    (void) thread;
+
+    dot = job->cpu->dot[w->dtype];
+    esize = vlm_dtype_size(w->dtype);
+
+    for (j = start; j < end; j++) {
+        wrow = (const char *) w->data + (size_t) j * w->cols * esize;
+
+        for (i = 0; i < job->n; i += 4) {
+            nx = vlm_min(4, job->n - i);
+            dot(wrow, job->x + (size_t) i * w->cols, w->cols, nx, w->cols,
+                out);
+
+            for (nx--; nx >= 0; nx--) {
+                job->y[(size_t) (i + nx) * w->rows + j] = out[nx]
+                    + (job->bias != NULL ? job->bias[j] : 0.0f);
+            }
+        }
+    }
+}
+
+
+/* tiles of bf16/f16 weight rows are widened, then multiplied by BLAS */
+static void
+vlm_matmul_tiles(void *arg, int start, int end, int thread)
+{
+    int                  t, r0, nr, i, j;
+    float               *tile;
+    size_t               esize;
+    vlm_matmul_job_t    *job = arg;
+    const vlm_weight_t  *w = job->w;
+
+    esize = vlm_dtype_size(w->dtype);
+    tile = job->cpu->wtile + (size_t) thread * VLM_CPU_WTILE
+                             * job->cpu->wtile_cols;
+
+    for (t = start; t < end; t++) {
+        r0 = t * VLM_CPU_WTILE;
+        nr = vlm_min(VLM_CPU_WTILE, w->rows - r0);
+
+        if (w->dtype == VLM_DTYPE_F32) {
+            tile = (float *) w->data + (size_t) r0 * w->cols;
+
+        } else {
+            vlm_cpu_widen(tile, (const char *) w->data
+                                + (size_t) r0 * w->cols * esize,
+                          w->dtype, (size_t) nr * w->cols);
+        }
+
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, job->n, nr,
+                    w->cols, 1.0f, job->x, w->cols, tile, w->cols, 0.0f,
+                    job->y + r0, w->rows);
+
+        if (job->bias != NULL) {
+            for (i = 0; i < job->n; i++) {
+                for (j = 0; j < nr; j++) {
+                    job->y[(size_t) i * w->rows + r0 + j] +=
+                        job->bias[r0 + j];
+                }
+            }
+        }
+    }
+}
+
+
+static void
+vlm_cpu_matmul(vlm_backend_t *be, float *y, const float *x,
+    const vlm_weight_t *w, const float *bias, int n)
+{
+    vlm_cpu_t         *cpu = (vlm_cpu_t *) be;
+    vlm_matmul_job_t   job;
+
+    job.cpu = cpu;
+    job.y = y;
+    job.x = x;
+    job.w = w;
+    job.bias = bias;
+    job.n = n;
+
+    if (n >= VLM_CPU_GEMM_MIN_N
+        && (w->dtype == VLM_DTYPE_F32 || cpu->wtile_cols >= (size_t) w->cols))
+    {
+        vlm_threadpool_run(cpu->pool,
+                           (w->rows + VLM_CPU_WTILE - 1) / VLM_CPU_WTILE,
+                           vlm_matmul_tiles, &job);
+        return;
+    }
+
+    vlm_threadpool_run(cpu->pool, w->rows, vlm_matmul_rows, &job);
+}
+
+
+/* row-wise ops */
+
+typedef struct {
+    float          *y;
+    const float    *x;
+    const float    *g;
+    const float    *b;
+    const float    *up;
+    int             dim;
+    float           eps;
+    vlm_act_t       act;
+    const int32_t  *idx;
+    const vlm_weight_t  *table;
+    const float    *cos;
+    const float    *sin;
+    int             stride;
+    int             n_heads;
+    int             head_dim;
+} vlm_rows_job_t;
+
+
+static void
+vlm_rms_norm_rows(void *arg, int start, int end, int thread)
+{
+    int              i, k;
+    float            ss, r;
+    const float     *x;
+    vlm_rows_job_t  *job = arg;
+
+    (void) thread;
+
+    for (i = start; i < end; i++) {
+        x = job->x + (size_t) i * job->dim;
+        ss = 0.0f;
+        for (k = 0; k < job->dim; k++) {
+            ss += x[k] * x[k];
+        }
+
+        r = 1.0f / sqrtf(ss / job->dim + job->eps);
+
+        for (k = 0; k < job->dim; k++) {
+            job->y[(size_t) i * job->dim + k] = x[k] * r * job->g[k];
+        }
+    }
+}
+
+
+static void
+vlm_cpu_rms_norm(vlm_backend_t *be, float *y, const float *x,
+    const float *g, int n, int dim, float eps)
+{
+    vlm_rows_job_t  job = { .y = y, .x = x, .g = g, .dim = dim, .eps = eps };
+
+    vlm_threadpool_run(((vlm_cpu_t *) be)->pool, n, vlm_rms_norm_rows, &job);
+}
+
+
+static void
+vlm_layer_norm_rows(void *arg, int start, int end, int thread)
+{
+    int              i, k;
+    float            mean, var, r, d;
+    const float     *x;
+    vlm_rows_job_t  *job = arg;
+
+    (void) thread;
+
+    for (i = start; i < end; i++) {
+        x = job->x + (size_t) i * job->dim;
+
+        mean = 0.0f;
+        for (k = 0; k < job->dim; k++) {
+            mean += x[k];
+        }
+        mean /= job->dim;
+
+        var = 0.0f;
+        for (k = 0; k < job->dim; k++) {
+            d = x[k] - mean;
+            var += d * d;
+        }
+
+        r = 1.0f / sqrtf(var / job->dim + job->eps);
+
+        for (k = 0; k < job->dim; k++) {
+            job->y[(size_t) i * job->dim + k] = (x[k] - mean) * r * job->g[k]
+                                                + job->b[k];
+        }
+    }
+}
+
+
+static void
+vlm_cpu_layer_norm(vlm_backend_t *be, float *y, const float *x,
+    const float *g, const float *b, int n, int dim, float eps)
+{
+    vlm_rows_job_t  job = { .y = y, .x = x, .g = g, .b = b, .dim = dim,
+                            .eps = eps };
+
+    vlm_threadpool_run(((vlm_cpu_t *) be)->pool, n, vlm_layer_norm_rows,
+                       &job);
+}
+
+
+static void
+vlm_cpu_rope_table(vlm_backend_t *be, float *cos, float *sin,
+    const int32_t *pos, int n, int n_comp, const float *inv_freq,
+    const uint8_t *comp, int half)
+{
+    int    t, i;
+    float  a;
+
+    (void) be;
+
+    for (t = 0; t < n; t++) {
+        for (i = 0; i < half; i++) {
+            a = (float) pos[(size_t) t * n_comp + comp[i]] * inv_freq[i];
+            cos[(size_t) t * half + i] = cosf(a);
+            sin[(size_t) t * half + i] = sinf(a);
+        }
+    }
+}
+
+
+static void
+vlm_rope_rows(void *arg, int start, int end, int thread)
+{
+    int              t, h, i, half;
+    float           *x, x1, x2, c, s;
+    vlm_rows_job_t  *job = arg;
+
+    (void) thread;
+
+    half = job->head_dim / 2;
+
+    for (t = start; t < end; t++) {
+        for (h = 0; h < job->n_heads; h++) {
+            x = job->y + (size_t) t * job->stride + h * job->head_dim;
+
+            for (i = 0; i < half; i++) {
+                c = job->cos[(size_t) t * half + i];
+                s = job->sin[(size_t) t * half + i];
+                x1 = x[i];
+                x2 = x[i + half];
+                x[i] = x1 * c - x2 * s;
+                x[i + half] = x2 * c + x1 * s;
+            }
+        }
+    }
+}
+
+
+static void
+vlm_cpu_rope(vlm_backend_t *be, float *x, int n, int stride, int n_heads,
+    int head_dim, const float *cos, const float *sin)
+{
+    vlm_rows_job_t  job = { .y = x, .stride = stride, .n_heads = n_heads,
+                            .head_dim = head_dim, .cos = cos, .sin = sin };
+
+    vlm_threadpool_run(((vlm_cpu_t *) be)->pool, n, vlm_rope_rows, &job);
+}
+
+
+static inline float
+vlm_act_f(float x, vlm_act_t act)
+{
+    switch (act) {
+    case VLM_ACT_SILU:
+        return x / (1.0f + expf(-x));
+    case VLM_ACT_GELU:
+        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case VLM_ACT_GELU_TANH:
+        return 0.5f * x * (1.0f + tanhf(0.79788456080286536f
+                                         * (x + 0.044715f * x * x * x)));
+    default:
+        return x / (1.0f + expf(-1.702f * x));
+    }
+}
+
+
+static void
+vlm_act_rows(void *arg, int start, int end, int thread)
+{
+    size_t           k;
+    vlm_rows_job_t  *job = arg;
+
+    (void) thread;
+
+    for (k = (size_t) start * job->dim; k < (size_t) end * job->dim; k++) {
+        job->y[k] = vlm_act_f(job->up == NULL ? job->y[k] : job->x[k],
+                              job->act)
+                    * (job->up == NULL ? 1.0f : job->up[k]);
+    }
+}
+
+
+static void
+vlm_cpu_act(vlm_backend_t *be, float *x, int n, int dim, vlm_act_t act)
+{
+    vlm_rows_job_t  job = { .y = x, .dim = dim, .act = act };
+
+    vlm_threadpool_run(((vlm_cpu_t *) be)->pool, n, vlm_act_rows, &job);
+}
+
+
+static void
+vlm_cpu_gated_act(vlm_backend_t *be, float *y, const float *gate,
+    const float *up, int n, int dim, vlm_act_t act)
+{
+    vlm_rows_job_t  job = { .y = y, .x = gate, .up = up, .dim = dim,
+                            .act = act };
+
+    vlm_threadpool_run(((vlm_cpu_t *) be)->pool, n, vlm_act_rows, &job);
+}
+
+
+static void
+vlm_cpu_add(vlm_backend_t *be, float *y, const float *x, size_t n)
+{
+    size_t  i;
+
+    (void) be;
+
+    for (i = 0; i < n; i++) {
+        y[i] += x[i];
+    }
+}
+
+
+static void
+vlm_cpu_embed(vlm_backend_t *be, float *y, const vlm_weight_t *table,
+    const int32_t *ids, int n)
+{
+    int     i;
+    size_t  esize;
+
+    (void) be;
+
+    esize = vlm_dtype_size(table->dtype);
+
+    for (i = 0; i < n; i++) {
+        if (ids[i] >= 0) {
+            vlm_cpu_widen(y + (size_t) i * table->cols,
+                          (const char *) table->data
+                          + (size_t) ids[i] * table->cols * esize,
+                          table->dtype, (size_t) table->cols);
+        }
+    }
+}
+
+
+static void
+vlm_cpu_gather_rows(vlm_backend_t *be, float *y, const float *x,
+    const int32_t *idx, int n, int dim)
+{
+    int  i;
+
+    (void) be;
+
+    for (i = 0; i < n; i++) {
+        memcpy(y + (size_t) i * dim, x + (size_t) idx[i] * dim,
+               (size_t) dim * sizeof(float));
+    }
+}
+
+
+/* attention: one (query row, head) at a time, scores in thread scratch */
+
+static void
+vlm_attend(const vlm_cpu_t *cpu, float *out, const float *q,
+    const float *k_base, const float *v_base, int kv_stride,
+    const int32_t *block_table, int block_size, int n_kv, int head_dim,
+    float scale, float *scores)
+{
+    int           j, d;
+    float         m, sum, s;
+    size_t        row;
+
+    m = -INFINITY;
+
+    for (j = 0; j < n_kv; j++) {
+        row = block_table == NULL ? (size_t) j
+              : (size_t) block_table[j / block_size] * block_size
+                + j % block_size;
+        cpu->dot[VLM_DTYPE_F32](k_base + row * kv_stride, q, 0, 1, head_dim,
+                               &s);
+        s *= scale;
+        scores[j] = s;
+        m = s > m ? s : m;
+    }
+
+    sum = 0.0f;
+    for (j = 0; j < n_kv; j++) {
+        scores[j] = expf(scores[j] - m);
+        sum += scores[j];
+    }
+
+    for (d = 0; d < head_dim; d++) {
+        out[d] = 0.0f;
+    }
+
+    sum = 1.0f / sum;
+
+    for (j = 0; j < n_kv; j++) {
+        row = block_table == NULL ? (size_t) j
+              : (size_t) block_table[j / block_size] * block_size
+                + j % block_size;
+        cpu->axpy(out, scores[j] * sum, v_base + row * kv_stride, head_dim);
+    }
+}
+
+
+typedef struct {
+    vlm_cpu_t                *cpu;
+    const vlm_attn_varlen_t  *va;
+    const vlm_attn_paged_t   *pa;
+} vlm_attn_job_t;
+
+
+static void
+vlm_attn_varlen_rows(void *arg, int start, int end, int thread)
+{
+    int                       t, i, h, kvh, seg, s0, s1;
+    float                    *scores;
+    vlm_attn_job_t           *job = arg;
+    const vlm_attn_varlen_t  *a = job->va;
+
+    scores = job->cpu->scores + (size_t) thread * job->cpu->max_ctx;
+    seg = 0;
+
+    for (t = start; t < end; t++) {
+        i = t / a->n_heads;
+        h = t % a->n_heads;
+        kvh = h / (a->n_heads / a->n_kv_heads);
+
+        while (seg < a->n_segments && a->cu_seqlens[seg + 1] <= i) {
+            seg++;
+        }
+
+        s0 = a->cu_seqlens[seg];
+        s1 = a->causal ? i + 1 : a->cu_seqlens[seg + 1];
+
+        vlm_attend(job->cpu,
+                   a->out + (size_t) i * a->n_heads * a->head_dim
+                   + h * a->head_dim,
+                   a->q + (size_t) i * a->q_stride + h * a->head_dim,
+                   a->k + (size_t) s0 * a->kv_stride + kvh * a->head_dim,
+                   a->v + (size_t) s0 * a->kv_stride + kvh * a->head_dim,
+                   a->kv_stride, NULL, 1, s1 - s0, a->head_dim, a->scale,
+                   scores);
+    }
+}
+
+
+static void
+vlm_cpu_attention_varlen(vlm_backend_t *be, const vlm_attn_varlen_t *a)
+{
+    vlm_attn_job_t  job = { .cpu = (vlm_cpu_t *) be, .va = a };
+
+    vlm_threadpool_run(job.cpu->pool, a->cu_seqlens[a->n_segments]
+                                      * a->n_heads,
+                       vlm_attn_varlen_rows, &job);
+}
+
+
+static void
+vlm_attn_paged_rows(void *arg, int start, int end, int thread)
+{
+    int                      t, s, base, r, i, h, kvh, kv_dim;
+    float                   *scores;
+    vlm_attn_job_t          *job = arg;
+    const vlm_attn_seq_t    *sq;
+    const vlm_attn_paged_t  *a = job->pa;
+
+    scores = job->cpu->scores + (size_t) thread * job->cpu->max_ctx;
+    kv_dim = a->n_kv_heads * a->head_dim;
+    s = 0;
+    base = 0;
+
+    for (t = start; t < end; t++) {
+        while (t - base >= a->seqs[s].n_q * a->n_heads) {
+            base += a->seqs[s].n_q * a->n_heads;
+            s++;
+        }
+
+        sq = &a->seqs[s];
+        r = t - base;
+        i = r / a->n_heads;
+        h = r % a->n_heads;
+        kvh = h / (a->n_heads / a->n_kv_heads);
+
+        vlm_attend(job->cpu,
+                   sq->out + (size_t) i * a->n_heads * a->head_dim
+                   + h * a->head_dim,
+                   sq->q + (size_t) i * a->n_heads * a->head_dim
+                   + h * a->head_dim,
+                   a->k_cache + kvh * a->head_dim,
+                   a->v_cache + kvh * a->head_dim, kv_dim, sq->block_table,
+                   a->block_size, sq->kv_start + i + 1, a->head_dim,
+                   a->scale, scores);
+    }
+}
+
+
+static void
+vlm_cpu_attention_paged(vlm_backend_t *be, const vlm_attn_paged_t *a)
+{
+    int             s, n;
+    vlm_attn_job_t  job = { .cpu = (vlm_cpu_t *) be, .pa = a };
+
+    n = 0;
+    for (s = 0; s < a->n_seqs; s++) {
+        n += a->seqs[s].n_q * a->n_heads;
+    }
+
+    vlm_threadpool_run(job.cpu->pool, n, vlm_attn_paged_rows, &job);
+}
+
+
+static void
+vlm_cpu_kv_store(vlm_backend_t *be, float *k_cache, float *v_cache,
+    const int32_t *block_table, int block_size, int kv_dim, int start,
+    const float *k, const float *v, int kv_stride, int n)
+{
+    int     i, j;
+    size_t  off;
+
+    (void) be;
+
+    for (i = 0; i < n; i++) {
+        j = start + i;
+        off = (size_t) (block_table[j / block_size] * block_size
+                        + j % block_size) * kv_dim;
+        memcpy(k_cache + off, k + (size_t) i * kv_stride,
+               (size_t) kv_dim * sizeof(float));
+        memcpy(v_cache + off, v + (size_t) i * kv_stride,
+               (size_t) kv_dim * sizeof(float));
+    }
+}
+
+
+static void
+vlm_cpu_argmax(vlm_backend_t *be, int32_t *out, const float *x, int n,
+    int dim)
+{
+    int           i, k, best;
+    const float  *r;
+
+    (void) be;
+
+    for (i = 0; i < n; i++) {
+        r = x + (size_t) i * dim;
+        best = 0;
+        for (k = 1; k < dim; k++) {
+            if (r[k] > r[best]) {
+                best = k;
+            }
+        }
+        out[i] = best;
+    }
+}
+
+
+static void
+vlm_cpu_free(vlm_backend_t *be)
+{
+    vlm_cpu_t  *cpu = (vlm_cpu_t *) be;
+
+    if (cpu == NULL) {
+        return;
+    }
+
+    vlm_cpu_release(be, cpu->scores);
+    vlm_cpu_release(be, cpu->wtile);
+    vlm_threadpool_free(cpu->pool);
+    free(cpu);
+}
+
+
+static const vlm_backend_ops_t  vlm_cpu_ops = {
+    "cpu",
+    vlm_cpu_free,
+    vlm_cpu_alloc,
+    vlm_cpu_release,
+    vlm_cpu_copy,
+    vlm_cpu_copy,
+    vlm_cpu_weight_bind,
+    vlm_cpu_synchronize,
+    vlm_cpu_matmul,
+    vlm_cpu_rms_norm,
+    vlm_cpu_layer_norm,
+    vlm_cpu_rope_table,
+    vlm_cpu_rope,
+    vlm_cpu_act,
+    vlm_cpu_gated_act,
+    vlm_cpu_add,
+    vlm_cpu_embed,
+    vlm_cpu_gather_rows,
+    vlm_cpu_attention_varlen,
+    vlm_cpu_attention_paged,
+    vlm_cpu_kv_store,
+    vlm_cpu_argmax
+};
+
+
+vlm_status_t
+vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
+    vlm_error_t *err)
+{
+    vlm_cpu_t     *cpu;
+    vlm_status_t   rc;
+
+    *out = NULL;
+
+    if (conf->max_ctx < 1) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "cpu backend: max_ctx must be positive");
+    }
+
+    cpu = calloc(1, sizeof(vlm_cpu_t));
+    if (cpu == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "cpu backend: no memory");
+    }
+
+    cpu->be.ops = &vlm_cpu_ops;
+    cpu->n_threads = conf->n_threads > 0 ? conf->n_threads : 1;
+    cpu->max_ctx = conf->max_ctx;
+
+    if (vlm_cpu_avx2 == -1) {
+        vlm_cpu_avx2 = vlm_cpu_has_avx2();
+    }
+
+    cpu->dot[VLM_DTYPE_F32] = vlm_dot_f32;
+    cpu->dot[VLM_DTYPE_BF16] = vlm_dot_bf16;
+    cpu->dot[VLM_DTYPE_F16] = vlm_dot_f16;
+    cpu->axpy = vlm_axpy;
+
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (vlm_cpu_avx2) {
+        cpu->dot[VLM_DTYPE_F32] = vlm_dot_f32_avx2;
+        cpu->dot[VLM_DTYPE_BF16] = vlm_dot_bf16_avx2;
+        cpu->dot[VLM_DTYPE_F16] = vlm_dot_f16_avx2;
+        cpu->axpy = vlm_axpy_avx2;
+    }
+#endif
+
+    rc = vlm_threadpool_init(&cpu->pool, cpu->n_threads, err);
+    if (rc != VLM_OK) {
+        free(cpu);
+        return rc;
+    }
+
+    cpu->scores = vlm_cpu_alloc(&cpu->be, (size_t) cpu->n_threads
+                                          * conf->max_ctx * sizeof(float));
+    if (cpu->scores == NULL) {
+        vlm_cpu_free(&cpu->be);
+        return vlm_error_set(err, VLM_ERR_NOMEM,
+                             "cpu backend: no memory for attention scratch");
+    }
+
+    /* BLAS runs inside our workers, one tile each */
+    openblas_set_num_threads(1);
+
+    vlm_log(VLM_LOG_INFO, "cpu backend: %d threads, %s kernels",
+            cpu->n_threads, vlm_cpu_avx2 ? "avx2/fma" : "scalar");
+
+    *out = &cpu->be;
+
+    return VLM_OK;
+}
+
+
+/* for tests: forces the scalar kernels in backends created afterwards */
+void vlm_backend_cpu_force_scalar(int scalar);
+
+void
+vlm_backend_cpu_force_scalar(int scalar)
+{
+    vlm_cpu_avx2 = scalar ? 0 : vlm_cpu_has_avx2();
+}

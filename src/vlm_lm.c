@@ -1,0 +1,367 @@
+/*
+ * The Qwen2 decoder of Qwen2-VL / Qwen2.5-VL: embedding, layers of
+ * RMSNorm, GQA attention with q/k/v bias and M-RoPE over the paged KV
+ * cache, RMSNorm and a SwiGLU MLP, then the final norm and the (tied or
+ * untied) head; and get_rope_index's 3D positions for text and images.
+ * Matches transformers 4.57 modeling_qwen2_vl.py / modeling_qwen2_5_vl.py
+ * (Qwen2VLTextModel, apply_multimodal_rotary_pos_emb, get_rope_index).
+ */
+
+#define _GNU_SOURCE
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vlm_model.h"
+
+
+vlm_status_t
+vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
+{
+    int                 l, i, H, KV, I, V, half, s;
+    char                name[128];
+    float              *inv;
+    vlm_status_t        rc;
+    vlm_lm_layer_t     *L;
+    vlm_lm_weights_t   *w = &m->lm;
+    vlm_text_config_t  *tc = &m->cfg.text;
+
+    H = tc->hidden_size;
+    KV = tc->n_kv_heads * tc->head_dim;
+    I = tc->intermediate_size;
+    V = tc->vocab_size;
+    half = tc->head_dim / 2;
+
+    rc = vlm_model_matrix(m, &w->embed, "model.embed_tokens.weight", V, H,
+                          err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    if (vlm_model_tensor(m, "lm_head.weight") != NULL
+        || !tc->tie_word_embeddings)
+    {
+        rc = vlm_model_matrix(m, &w->head, "lm_head.weight", V, H, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+    } else {
+        w->head = w->embed;
+    }
+
+    rc = vlm_model_vector(m, &w->norm, "model.norm.weight", H, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    w->layers = calloc((size_t) tc->n_layers, sizeof(vlm_lm_layer_t));
+    w->mrope_comp = calloc((size_t) half, 1);
+    if (w->layers == NULL || w->mrope_comp == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
+    }
+
+#define VLM_LM_MAT(field, suffix, r, c)                                      \
+    snprintf(name, sizeof(name), "model.layers.%d.%s", l, suffix);          \
+    rc = vlm_model_matrix(m, &L->field, name, r, c, err);                   \
+    if (rc != VLM_OK) {                                                      \
+        return rc;                                                           \
+    }
+
+#define VLM_LM_VEC(field, suffix, n)                                         \
+    snprintf(name, sizeof(name), "model.layers.%d.%s", l, suffix);          \
+    rc = vlm_model_vector(m, &L->field, name, n, err);                      \
+    if (rc != VLM_OK) {                                                      \
+        return rc;                                                           \
+    }
+
+    for (l = 0; l < tc->n_layers; l++) {
+        L = &w->layers[l];
+
+        VLM_LM_MAT(wq, "self_attn.q_proj.weight", H, H);
+        VLM_LM_MAT(wk, "self_attn.k_proj.weight", KV, H);
+        VLM_LM_MAT(wv, "self_attn.v_proj.weight", KV, H);
+        VLM_LM_MAT(wo, "self_attn.o_proj.weight", H, H);
+        VLM_LM_VEC(bq, "self_attn.q_proj.bias", H);
+        VLM_LM_VEC(bk, "self_attn.k_proj.bias", KV);
+        VLM_LM_VEC(bv, "self_attn.v_proj.bias", KV);
+        VLM_LM_MAT(w_gate, "mlp.gate_proj.weight", I, H);
+        VLM_LM_MAT(w_up, "mlp.up_proj.weight", I, H);
+        VLM_LM_MAT(w_down, "mlp.down_proj.weight", H, I);
+        VLM_LM_VEC(ln1, "input_layernorm.weight", H);
+        VLM_LM_VEC(ln2, "post_attention_layernorm.weight", H);
+    }
+
+#undef VLM_LM_MAT
+#undef VLM_LM_VEC
+
+    /* inv_freq of the default rope; the section of each frequency */
+
+    inv = malloc((size_t) half * sizeof(float));
+    if (inv == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
+    }
+
+    s = 0;
+    for (i = 0; i < half; i++) {
+        inv[i] = (float) (1.0 / pow(tc->rope_theta,
+                                    (double) (2 * i) / tc->head_dim));
+        while (s < 2 && i >= tc->mrope_section[0]
+                            + (s >= 1 ? tc->mrope_section[1] : 0))
+        {
+            s++;
+        }
+        w->mrope_comp[i] = (uint8_t) s;
+    }
+
+    w->inv_freq = vlm_model_alloc(m, (size_t) half * sizeof(float), err);
+    if (w->inv_freq == NULL) {
+        free(inv);
+        return VLM_ERR_NOMEM;
+    }
+
+    rc = m->be->ops->upload(m->be, w->inv_freq, inv,
+                            (size_t) half * sizeof(float));
+    free(inv);
+
+    return rc;
+}
+
+
+/*
+ * Positions of get_rope_index: text tokens count up on all three axes;
+ * an image's merged grid takes (t, h, w) offsets from the position after
+ * the preceding text, and the text after it resumes at the largest
+ * position of the image plus one.  Qwen2.5-VL scales t by the seconds
+ * per grid step, which is 0 for images.
+ */
+vlm_status_t
+vlm_lm_rope_index(const vlm_model_t *m, const int32_t *ids, int n,
+    const vlm_image_t *images, int n_images, int start, int32_t *pos,
+    int *next_pos, vlm_error_t *err)
+{
+    int                  i, img, st, ed, cur, base, lt, lh, lw, ti, hi, wi;
+    int                  ntok, total, expected, mrg, tmax, idx, k;
+    int32_t              image_id;
+    const vlm_image_t   *im;
+
+    mrg = m->cfg.vision.spatial_merge_size;
+    image_id = m->cfg.image_token_id;
+
+    total = 0;
+    for (i = 0; i < n; i++) {
+        total += ids[i] == image_id;
+
+        if (ids[i] == m->cfg.video_token_id && i > 0
+            && ids[i - 1] == m->cfg.vision_start_token_id)
+        {
+            return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                                 "engine: video input (token %d at %d) is "
+                                 "not supported", (int) ids[i], i);
+        }
+    }
+
+    expected = 0;
+    for (img = 0; img < n_images; img++) {
+        im = &images[img];
+
+        if (im->grid_t < 1 || im->grid_h < 1 || im->grid_w < 1
+            || im->grid_h % mrg != 0 || im->grid_w % mrg != 0
+            || im->grid_h > 65536 || im->grid_w > 65536
+            || (int64_t) im->grid_t * im->grid_h * im->grid_w > (1 << 24))
+        {
+            return vlm_error_set(err, VLM_ERR_INVALID,
+                                 "engine: image %d: grid %dx%dx%d is not "
+                                 "whole merged patches", img, im->grid_t,
+                                 im->grid_h, im->grid_w);
+        }
+
+        expected += im->grid_t * im->grid_h * im->grid_w / (mrg * mrg);
+    }
+
+    if (n_images > 0 && total != expected) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "engine: the prompt has %d image placeholder "
+                             "tokens, its %d images need %d", total,
+                             n_images, expected);
+    }
+
+    st = 0;
+    cur = start;
+
+    for (img = 0; img < n_images; img++) {
+        im = &images[img];
+
+        for (ed = st; ed < n && ids[ed] != image_id; ed++) {
+            /* void */
+        }
+
+        lt = im->grid_t;
+        lh = im->grid_h / mrg;
+        lw = im->grid_w / mrg;
+        ntok = lt * lh * lw;
+
+        for (k = 0; k < ntok && ed + k < n && ids[ed + k] == image_id; k++) {
+            /* void */
+        }
+
+        if (ed == 0 || ids[ed - 1] != m->cfg.vision_start_token_id
+            || k != ntok || (ed + k < n && ids[ed + k] == image_id))
+        {
+            return vlm_error_set(err, VLM_ERR_INVALID,
+                                 "engine: image %d: expected "
+                                 "<|vision_start|> and %d placeholder "
+                                 "tokens at %d", img, ntok, ed);
+        }
+
+        for (i = st; i < ed; i++) {
+            pos[i] = pos[n + i] = pos[2 * n + i] = cur + (i - st);
+        }
+
+        base = cur + (ed - st);
+        tmax = m->cfg.arch == VLM_ARCH_QWEN2_5_VL ? 0 : lt - 1;
+
+        for (ti = 0; ti < lt; ti++) {
+            for (hi = 0; hi < lh; hi++) {
+                for (wi = 0; wi < lw; wi++) {
+                    idx = ed + (ti * lh + hi) * lw + wi;
+                    pos[idx] = base
+                               + (m->cfg.arch == VLM_ARCH_QWEN2_5_VL ? 0
+                                                                     : ti);
+                    pos[n + idx] = base + hi;
+                    pos[2 * n + idx] = base + wi;
+                }
+            }
+        }
+
+        cur = base + vlm_max(tmax, vlm_max(lh - 1, lw - 1)) + 1;
+        st = ed + ntok;
+    }
+
+    if (n_images == 0 && total > 0) {
+        /* placeholders without pixels are plain tokens, as in HF */
+        vlm_log(VLM_LOG_DEBUG, "engine: %d image tokens without images",
+                total);
+    }
+
+    for (i = st; i < n; i++) {
+        pos[i] = pos[n + i] = pos[2 * n + i] = cur + (i - st);
+    }
+
+    *next_pos = cur + (n - st);
+
+    return VLM_OK;
+}
+
+
+static void
+vlm_lm_logits(vlm_model_t *m, const vlm_batch_t *b)
+{
+    int                 r0, nl, i, H, V;
+    vlm_backend_t      *be = m->be;
+    vlm_lm_ws_t        *ws = &m->ws;
+
+    H = m->cfg.text.hidden_size;
+    V = m->cfg.text.vocab_size;
+
+    for (r0 = 0; r0 < b->n_logits; r0 += nl) {
+        nl = vlm_min(ws->logit_rows, b->n_logits - r0);
+
+        be->ops->upload(be, ws->rows, b->logit_rows + r0,
+                        (size_t) nl * sizeof(int32_t));
+        be->ops->gather_rows(be, ws->head_in, ws->x, ws->rows, nl, H);
+        be->ops->rms_norm(be, ws->head_in, ws->head_in, m->lm.norm, nl, H,
+                          m->cfg.text.rms_norm_eps);
+        be->ops->matmul(be, ws->logits, ws->head_in, &m->lm.head, NULL, nl);
+
+        for (i = 0; i < nl; i++) {
+            be->ops->download(be, b->logit_out[r0 + i],
+                              ws->logits + (size_t) i * V,
+                              (size_t) V * sizeof(float));
+        }
+    }
+}
+
+
+void
+vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b)
+{
+    int                      l, s, T, H, KV, I, nh, nkv, hd;
+    float                    eps;
+    vlm_backend_t           *be = m->be;
+    vlm_lm_ws_t             *ws = &m->ws;
+    vlm_lm_layer_t          *L;
+    vlm_attn_paged_t         pa;
+    const vlm_batch_seg_t   *sg;
+    vlm_text_config_t       *tc = &m->cfg.text;
+    const vlm_backend_ops_t *op = be->ops;
+
+    T = b->n_rows;
+    H = tc->hidden_size;
+    nh = tc->n_heads;
+    nkv = tc->n_kv_heads;
+    hd = tc->head_dim;
+    KV = nkv * hd;
+    I = tc->intermediate_size;
+    eps = tc->rms_norm_eps;
+
+    op->rope_table(be, ws->cos, ws->sin, ws->pos, T, 3, m->lm.inv_freq,
+                   m->lm.mrope_comp, hd / 2);
+
+    pa.block_size = m->kv.block_size;
+    pa.n_heads = nh;
+    pa.n_kv_heads = nkv;
+    pa.head_dim = hd;
+    pa.scale = 1.0f / sqrtf((float) hd);
+    pa.seqs = m->attn_seqs;
+    pa.n_seqs = b->n_segs;
+
+    for (s = 0; s < b->n_segs; s++) {
+        sg = &b->segs[s];
+        m->attn_seqs[s].out = ws->att + (size_t) sg->row * H;
+        m->attn_seqs[s].q = ws->q + (size_t) sg->row * H;
+        m->attn_seqs[s].block_table = sg->seq->blocks_dev;
+        m->attn_seqs[s].n_q = sg->n;
+        m->attn_seqs[s].kv_start = sg->kv_start;
+    }
+
+    for (l = 0; l < tc->n_layers; l++) {
+        L = &m->lm.layers[l];
+
+        op->rms_norm(be, ws->h, ws->x, L->ln1, T, H, eps);
+        op->matmul(be, ws->q, ws->h, &L->wq, L->bq, T);
+        op->matmul(be, ws->k, ws->h, &L->wk, L->bk, T);
+        op->matmul(be, ws->v, ws->h, &L->wv, L->bv, T);
+        op->rope(be, ws->q, T, H, nh, hd, ws->cos, ws->sin);
+        op->rope(be, ws->k, T, KV, nkv, hd, ws->cos, ws->sin);
+
+        for (s = 0; s < b->n_segs; s++) {
+            sg = &b->segs[s];
+            op->kv_store(be, vlm_kv_layer_k(&m->kv, l),
+                         vlm_kv_layer_v(&m->kv, l), sg->seq->blocks_dev,
+                         m->kv.block_size, KV, sg->kv_start,
+                         ws->k + (size_t) sg->row * KV,
+                         ws->v + (size_t) sg->row * KV, KV, sg->n);
+        }
+
+        pa.k_cache = vlm_kv_layer_k(&m->kv, l);
+        pa.v_cache = vlm_kv_layer_v(&m->kv, l);
+        op->attention_paged(be, &pa);
+
+        op->matmul(be, ws->o, ws->att, &L->wo, NULL, T);
+        op->add(be, ws->x, ws->o, (size_t) T * H);
+
+        op->rms_norm(be, ws->h, ws->x, L->ln2, T, H, eps);
+        op->matmul(be, ws->gate, ws->h, &L->w_gate, NULL, T);
+        op->matmul(be, ws->up, ws->h, &L->w_up, NULL, T);
+        op->gated_act(be, ws->gate, ws->gate, ws->up, T, I, tc->act);
+        op->matmul(be, ws->o, ws->gate, &L->w_down, NULL, T);
+        op->add(be, ws->x, ws->o, (size_t) T * H);
+    }
+
+    if (b->n_logits > 0) {
+        vlm_lm_logits(m, b);
+    }
+}

@@ -1,0 +1,996 @@
+/*
+ * The generic model driver: loading (config, safetensors, backend,
+ * budgets), sequence slots, prefill in chunks and batched decode.  The
+ * architecture's table (vlm_model.h) supplies the weights, the vision
+ * encoder, the positions and the decoder forward pass.
+ */
+
+#define _GNU_SOURCE
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "vlm_model.h"
+
+
+#define VLM_MAX_LOAD_ALLOCS  4096
+
+
+typedef struct {
+    vlm_model_t   model;
+    void         *dev[VLM_MAX_LOAD_ALLOCS];     /* backend, freed at end */
+    int           n_dev;
+} vlm_model_owner_t;
+
+
+void
+vlm_model_params_default(vlm_model_params_t *p)
+{
+    memset(p, 0, sizeof(vlm_model_params_t));
+
+    p->n_threads = 0;
+    p->max_seqs = 4;
+    p->max_seq_len = 4096;
+    p->max_batch_tokens = 256;
+    p->max_image_patches = 4096;
+    p->kv_block_size = 16;
+    p->kv_blocks = 0;
+}
+
+
+void *
+vlm_model_alloc(vlm_model_t *m, size_t size, vlm_error_t *err)
+{
+    void               *p;
+    vlm_model_owner_t  *o = (vlm_model_owner_t *) m;
+
+    if (o->n_dev == VLM_MAX_LOAD_ALLOCS) {
+        vlm_error_set(err, VLM_ERR_LIMIT, "model: too many buffers");
+        return NULL;
+    }
+
+    p = m->be->ops->alloc(m->be, size == 0 ? 1 : size);
+    if (p == NULL) {
+        vlm_error_set(err, VLM_ERR_NOMEM,
+                      "model: cannot allocate %zu bytes", size);
+        return NULL;
+    }
+
+    o->dev[o->n_dev++] = p;
+
+    return p;
+}
+
+
+const vlm_st_tensor_t *
+vlm_model_tensor(vlm_model_t *m, const char *name)
+{
+    char                    buf[512];
+    const vlm_st_tensor_t  *t;
+
+    t = vlm_safetensors_find(m->st, name);
+    if (t != NULL) {
+        return t;
+    }
+
+    /* the layout of transformers >= 4.52 in memory, if saved that way */
+
+    if (strncmp(name, "visual.", 7) == 0) {
+        snprintf(buf, sizeof(buf), "model.%s", name);
+        return vlm_safetensors_find(m->st, buf);
+    }
+
+    if (strncmp(name, "model.", 6) == 0) {
+        snprintf(buf, sizeof(buf), "model.language_model.%s", name + 6);
+        return vlm_safetensors_find(m->st, buf);
+    }
+
+    return NULL;
+}
+
+
+vlm_status_t
+vlm_model_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
+    int rows, int cols, vlm_error_t *err)
+{
+    int                     i;
+    int64_t                 inner;
+    const vlm_st_tensor_t  *t;
+
+    t = vlm_model_tensor(m, name);
+    if (t == NULL) {
+        return vlm_error_set(err, VLM_ERR_FORMAT,
+                             "model: tensor \"%s\" is missing", name);
+    }
+
+    inner = 1;
+    for (i = 1; i < t->n_dims; i++) {
+        inner *= t->shape[i];
+    }
+
+    if (t->n_dims < 2 || t->shape[0] != rows || inner != cols) {
+        return vlm_error_set(err, VLM_ERR_FORMAT,
+                             "model: tensor \"%s\" has shape [%lld, %lld] "
+                             "(%d dims), the config needs [%d, %d]", name,
+                             (long long) t->shape[0], (long long) inner,
+                             t->n_dims, rows, cols);
+    }
+
+    return m->be->ops->weight_bind(m->be, w, t->data, t->dtype, rows, cols,
+                                   err);
+}
+
+
+vlm_status_t
+vlm_model_vector(vlm_model_t *m, float **out, const char *name, int n,
+    vlm_error_t *err)
+{
+    float                  *host;
+    vlm_status_t            rc;
+    const vlm_st_tensor_t  *t;
+
+    t = vlm_model_tensor(m, name);
+    if (t == NULL) {
+        return vlm_error_set(err, VLM_ERR_FORMAT,
+                             "model: tensor \"%s\" is missing", name);
+    }
+
+    if (t->n_dims != 1 || t->shape[0] != n) {
+        return vlm_error_set(err, VLM_ERR_FORMAT,
+                             "model: tensor \"%s\" has %lld elements in %d "
+                             "dims, the config needs [%d]", name,
+                             (long long) t->n_elements, t->n_dims, n);
+    }
+
+    *out = vlm_model_alloc(m, (size_t) n * sizeof(float), err);
+    if (*out == NULL) {
+        return VLM_ERR_NOMEM;
+    }
+
+    host = malloc((size_t) n * sizeof(float));
+    if (host == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
+    }
+
+    vlm_dtype_to_f32(host, t->data, t->dtype, (size_t) n);
+    rc = m->be->ops->upload(m->be, *out, host, (size_t) n * sizeof(float));
+    free(host);
+
+    return rc;
+}
+
+
+static vlm_status_t
+vlm_model_check_params(vlm_model_t *m, vlm_error_t *err)
+{
+    vlm_model_params_t  *p = &m->params;
+
+    if (p->n_threads <= 0) {
+        p->n_threads = (int) sysconf(_SC_NPROCESSORS_ONLN);
+        p->n_threads = vlm_max(p->n_threads, 1);
+    }
+
+    if (p->max_seqs < 1 || p->max_seqs > 4096 || p->max_seq_len < 2
+        || p->max_batch_tokens < 1 || p->max_image_patches < 0
+        || p->kv_block_size < 1 || p->kv_blocks < 0 || p->n_threads > 1024)
+    {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "model: a budget parameter is out of range");
+    }
+
+    p->max_seq_len = vlm_min(p->max_seq_len,
+                             m->cfg.text.max_position_embeddings);
+    p->max_batch_tokens = vlm_max(p->max_batch_tokens, p->max_seqs);
+
+    if (p->kv_blocks == 0) {
+        p->kv_blocks = p->max_seqs * ((p->max_seq_len + p->kv_block_size - 1)
+                                      / p->kv_block_size);
+    }
+
+    return VLM_OK;
+}
+
+
+#define VLM_WS(ptr, count)                                                   \
+    ptr = vlm_model_alloc(m, (size_t) (count) * sizeof(*(ptr)), err);       \
+    if ((ptr) == NULL) {                                                     \
+        return VLM_ERR_NOMEM;                                                \
+    }
+
+
+static vlm_status_t
+vlm_model_workspace(vlm_model_t *m, vlm_error_t *err)
+{
+    int                   i, T, H, KV, I, L, S, half, P, E, VI, mm;
+    int32_t              *iota;
+    vlm_lm_ws_t          *ws = &m->ws;
+    vlm_vision_ws_t      *vw = &m->vws;
+    vlm_text_config_t    *tc = &m->cfg.text;
+    vlm_vision_config_t  *vc = &m->cfg.vision;
+
+    T = m->params.max_batch_tokens;
+    S = m->params.max_seq_len;
+    H = tc->hidden_size;
+    KV = tc->n_kv_heads * tc->head_dim;
+    I = tc->intermediate_size;
+    half = tc->head_dim / 2;
+    L = vlm_max(8, m->params.max_seqs);
+    ws->logit_rows = L;
+
+    VLM_WS(ws->x, (size_t) T * H);
+    VLM_WS(ws->h, (size_t) T * H);
+    VLM_WS(ws->q, (size_t) T * H);
+    VLM_WS(ws->att, (size_t) T * H);
+    VLM_WS(ws->o, (size_t) T * H);
+    VLM_WS(ws->k, (size_t) T * KV);
+    VLM_WS(ws->v, (size_t) T * KV);
+    VLM_WS(ws->gate, (size_t) T * I);
+    VLM_WS(ws->up, (size_t) T * I);
+    VLM_WS(ws->cos, (size_t) T * half);
+    VLM_WS(ws->sin, (size_t) T * half);
+    VLM_WS(ws->ids, T);
+    VLM_WS(ws->pos, (size_t) T * 3);
+    VLM_WS(ws->head_in, (size_t) L * H);
+    VLM_WS(ws->logits, (size_t) L * tc->vocab_size);
+    VLM_WS(ws->rows, T);
+    VLM_WS(ws->iota, S);
+    VLM_WS(ws->feats, (size_t) S * H);
+
+    ws->host_ids = calloc((size_t) T, sizeof(int32_t));
+    ws->host_rows = calloc((size_t) T, sizeof(int32_t));
+    ws->host_pos = calloc((size_t) S * 3, sizeof(int32_t));
+    iota = malloc((size_t) S * sizeof(int32_t));
+
+    if (ws->host_ids == NULL || ws->host_rows == NULL
+        || ws->host_pos == NULL || iota == NULL)
+    {
+        free(iota);
+        return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
+    }
+
+    for (i = 0; i < S; i++) {
+        iota[i] = i;
+    }
+
+    m->be->ops->upload(m->be, ws->iota, iota, (size_t) S * sizeof(int32_t));
+    free(iota);
+
+    /* vision */
+
+    P = m->params.max_image_patches;
+    E = vc->hidden_size;
+    VI = vc->intermediate_size;
+    mm = vc->spatial_merge_size * vc->spatial_merge_size;
+
+    if (P == 0) {
+        return VLM_OK;
+    }
+
+    VLM_WS(vw->pixels, (size_t) P * vc->in_channels
+                       * vc->temporal_patch_size * vc->patch_size
+                       * vc->patch_size);
+    VLM_WS(vw->x, (size_t) P * E);
+    VLM_WS(vw->h, (size_t) P * E);
+    VLM_WS(vw->qkv, (size_t) P * 3 * E);
+    VLM_WS(vw->att, (size_t) P * E);
+    VLM_WS(vw->m1, (size_t) P * VI);
+    VLM_WS(vw->m2, (size_t) P * VI);
+    VLM_WS(vw->merged, (size_t) P * E);
+    VLM_WS(vw->out, (size_t) (P / mm + 1) * H);
+    VLM_WS(vw->cos, (size_t) P * (E / vc->n_heads / 2));
+    VLM_WS(vw->sin, (size_t) P * (E / vc->n_heads / 2));
+    VLM_WS(vw->pos, (size_t) P * 2);
+    VLM_WS(vw->cu_full, P + 1);
+    VLM_WS(vw->cu_window, P + 1);
+    VLM_WS(vw->perm, P / mm + 1);
+    VLM_WS(vw->inv_perm, P / mm + 1);
+
+    vw->host = calloc((size_t) 8 * P + 4, sizeof(int32_t));
+    if (vw->host == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
+    }
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_model_slots(vlm_model_t *m, vlm_error_t *err)
+{
+    int         i, max_blocks;
+    vlm_seq_t  *s;
+
+    max_blocks = (m->params.max_seq_len + m->params.kv_block_size - 1)
+                 / m->params.kv_block_size;
+
+    m->seqs = calloc((size_t) m->params.max_seqs, sizeof(vlm_seq_t));
+    m->segs = calloc((size_t) m->params.max_batch_tokens,
+                     sizeof(vlm_batch_seg_t));
+    m->seg_rows = calloc((size_t) m->params.max_batch_tokens,
+                         sizeof(int32_t));
+    m->seg_out = calloc((size_t) m->params.max_batch_tokens,
+                        sizeof(float *));
+    m->attn_seqs = calloc((size_t) m->params.max_batch_tokens,
+                          sizeof(vlm_attn_seq_t));
+
+    if (m->seqs == NULL || m->segs == NULL || m->seg_rows == NULL
+        || m->seg_out == NULL || m->attn_seqs == NULL)
+    {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
+    }
+
+    for (i = 0; i < m->params.max_seqs; i++) {
+        s = &m->seqs[i];
+        s->model = m;
+        s->blocks = calloc((size_t) max_blocks, sizeof(int32_t));
+        s->logits = calloc((size_t) m->cfg.text.vocab_size, sizeof(float));
+
+        if (s->blocks == NULL || s->logits == NULL) {
+            return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
+        }
+
+        VLM_WS(s->blocks_dev, max_blocks);
+    }
+
+    return VLM_OK;
+}
+
+
+static void
+vlm_model_fill_info(vlm_model_t *m)
+{
+    int                  i;
+    vlm_model_info_t    *in = &m->info;
+    vlm_vision_config_t *vc = &m->cfg.vision;
+
+    in->arch = vlm_arch_name(m->cfg.arch);
+    in->vocab_size = m->cfg.text.vocab_size;
+    in->hidden_size = m->cfg.text.hidden_size;
+    in->n_layers = m->cfg.text.n_layers;
+    in->image_token_id = m->cfg.image_token_id;
+    in->video_token_id = m->cfg.video_token_id;
+    in->vision_start_token_id = m->cfg.vision_start_token_id;
+    in->vision_end_token_id = m->cfg.vision_end_token_id;
+    in->bos_token_id = m->cfg.bos_token_id;
+    in->n_eos = m->cfg.n_eos;
+
+    for (i = 0; i < m->cfg.n_eos; i++) {
+        in->eos_token_ids[i] = m->cfg.eos_token_ids[i];
+    }
+
+    in->in_channels = vc->in_channels;
+    in->patch_size = vc->patch_size;
+    in->temporal_patch_size = vc->temporal_patch_size;
+    in->spatial_merge_size = vc->spatial_merge_size;
+    in->patch_dim = vc->in_channels * vc->temporal_patch_size
+                    * vc->patch_size * vc->patch_size;
+    in->max_seqs = m->params.max_seqs;
+    in->max_seq_len = m->params.max_seq_len;
+    in->max_image_patches = m->params.max_image_patches;
+}
+
+
+vlm_status_t
+vlm_model_load(vlm_model_t **out, const char *dir,
+    const vlm_model_params_t *params, vlm_error_t *err)
+{
+    int                 max_ctx;
+    vlm_model_t        *m;
+    vlm_status_t        rc;
+    vlm_backend_conf_t  bc;
+    vlm_model_owner_t  *o;
+
+    *out = NULL;
+
+    o = calloc(1, sizeof(vlm_model_owner_t));
+    if (o == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
+    }
+
+    m = &o->model;
+
+    if (params != NULL) {
+        m->params = *params;
+
+    } else {
+        vlm_model_params_default(&m->params);
+    }
+
+    rc = vlm_model_config_load(&m->cfg, dir, err);
+    if (rc != VLM_OK) {
+        goto failed;
+    }
+
+    rc = vlm_model_check_params(m, err);
+    if (rc != VLM_OK) {
+        goto failed;
+    }
+
+    m->arch = &vlm_arch_qwen2vl;
+
+    rc = vlm_safetensors_open(&m->st, dir, err);
+    if (rc != VLM_OK) {
+        goto failed;
+    }
+
+    max_ctx = vlm_max(m->params.max_seq_len, m->params.max_image_patches);
+    bc.n_threads = m->params.n_threads;
+    bc.max_ctx = max_ctx;
+
+    rc = vlm_backend_cpu_init(&m->be, &bc, err);
+    if (rc != VLM_OK) {
+        goto failed;
+    }
+
+    rc = m->arch->load(m, err);
+    if (rc != VLM_OK) {
+        goto failed;
+    }
+
+    rc = vlm_kv_init(&m->kv, m->be, m->cfg.text.n_layers,
+                     m->cfg.text.n_kv_heads * m->cfg.text.head_dim,
+                     m->params.kv_block_size, m->params.kv_blocks, err);
+    if (rc != VLM_OK) {
+        goto failed;
+    }
+
+    rc = vlm_model_workspace(m, err);
+    if (rc != VLM_OK) {
+        goto failed;
+    }
+
+    rc = vlm_model_slots(m, err);
+    if (rc != VLM_OK) {
+        goto failed;
+    }
+
+    vlm_model_fill_info(m);
+    m->allocs_at_load = m->be->n_allocs;
+
+    vlm_log(VLM_LOG_INFO, "model: %s from %s: %d layers, %zu MB of "
+            "weights, %zu MB of buffers", m->info.arch, dir,
+            m->cfg.text.n_layers, vlm_safetensors_bytes(m->st) >> 20,
+            m->be->allocated >> 20);
+
+    *out = m;
+
+    return VLM_OK;
+
+failed:
+
+    vlm_model_free(m);
+
+    return rc;
+}
+
+
+void
+vlm_model_free(vlm_model_t *m)
+{
+    int                 i;
+    vlm_model_owner_t  *o = (vlm_model_owner_t *) m;
+
+    if (m == NULL) {
+        return;
+    }
+
+    if (m->be != NULL) {
+        for (i = 0; i < o->n_dev; i++) {
+            m->be->ops->release(m->be, o->dev[i]);
+        }
+
+        vlm_kv_free(&m->kv);
+    }
+
+    if (m->seqs != NULL) {
+        for (i = 0; i < m->params.max_seqs; i++) {
+            free(m->seqs[i].blocks);
+            free(m->seqs[i].logits);
+        }
+    }
+
+    free(m->seqs);
+    free(m->segs);
+    free(m->seg_rows);
+    free(m->seg_out);
+    free(m->attn_seqs);
+    free(m->lm.layers);
+    free(m->vis.blocks);
+    free(m->lm.mrope_comp);
+    free(m->vis.rope_comp);
+    free(m->ws.host_ids);
+    free(m->ws.host_rows);
+    free(m->ws.host_pos);
+    free(m->vws.host);
+
+    if (m->be != NULL) {
+        m->be->ops->free(m->be);
+    }
+
+    vlm_safetensors_close(m->st);
+    free(o);
+}
+
+
+const vlm_model_info_t *
+vlm_model_info(const vlm_model_t *m)
+{
+    return &m->info;
+}
+
+
+static size_t
+vlm_weight_bytes(const vlm_weight_t *w)
+{
+    return (size_t) w->rows * w->cols * vlm_dtype_size(w->dtype);
+}
+
+
+/* the matrices of every decoder layer and the head */
+static size_t
+vlm_model_decode_bytes(const vlm_model_t *m)
+{
+    int                    l;
+    size_t                 n;
+    const vlm_lm_layer_t  *L;
+
+    n = vlm_weight_bytes(&m->lm.head);
+
+    for (l = 0; l < m->cfg.text.n_layers; l++) {
+        L = &m->lm.layers[l];
+        n += vlm_weight_bytes(&L->wq) + vlm_weight_bytes(&L->wk)
+             + vlm_weight_bytes(&L->wv) + vlm_weight_bytes(&L->wo)
+             + vlm_weight_bytes(&L->w_gate) + vlm_weight_bytes(&L->w_up)
+             + vlm_weight_bytes(&L->w_down);
+    }
+
+    return n;
+}
+
+
+void
+vlm_model_stats(const vlm_model_t *m, vlm_model_stats_t *s)
+{
+    int  i;
+
+    memset(s, 0, sizeof(vlm_model_stats_t));
+
+    s->weight_bytes = vlm_safetensors_bytes(m->st);
+    s->backend_bytes = m->be->allocated;
+    s->backend_peak = m->be->peak;
+    s->backend_allocs = m->be->n_allocs - m->allocs_at_load;
+    s->decode_weight_bytes = vlm_model_decode_bytes(m);
+    s->kv_blocks_total = m->kv.n_blocks;
+    s->kv_blocks_used = vlm_kv_used(&m->kv);
+    s->kv_blocks_peak = m->kv.peak_used;
+
+    for (i = 0; i < m->params.max_seqs; i++) {
+        s->seqs_used += m->seqs[i].in_use;
+    }
+}
+
+
+/* sequences */
+
+vlm_status_t
+vlm_seq_init(vlm_model_t *m, vlm_seq_t **out, vlm_error_t *err)
+{
+    int  i;
+
+    for (i = 0; i < m->params.max_seqs; i++) {
+        if (!m->seqs[i].in_use) {
+            m->seqs[i].in_use = 1;
+            m->seqs[i].n_past = 0;
+            m->seqs[i].next_pos = 0;
+            m->seqs[i].n_blocks = 0;
+            *out = &m->seqs[i];
+            return VLM_OK;
+        }
+    }
+
+    *out = NULL;
+
+    return vlm_error_set(err, VLM_ERR_LIMIT,
+                         "engine: all %d sequence slots are in use",
+                         m->params.max_seqs);
+}
+
+
+static void
+vlm_seq_truncate_blocks(vlm_seq_t *seq, int n_blocks)
+{
+    while (seq->n_blocks > n_blocks) {
+        vlm_kv_block_unref(&seq->model->kv, seq->blocks[--seq->n_blocks]);
+    }
+}
+
+
+void
+vlm_seq_free(vlm_seq_t *seq)
+{
+    if (seq == NULL || !seq->in_use) {
+        return;
+    }
+
+    vlm_seq_truncate_blocks(seq, 0);
+    seq->in_use = 0;
+    seq->n_past = 0;
+    seq->next_pos = 0;
+}
+
+
+int
+vlm_seq_length(const vlm_seq_t *seq)
+{
+    return seq->n_past;
+}
+
+
+const float *
+vlm_seq_logits(const vlm_seq_t *seq)
+{
+    return seq->logits;
+}
+
+
+/* makes room for n more tokens in the sequence's block table */
+static vlm_status_t
+vlm_seq_reserve(vlm_seq_t *seq, int n, vlm_error_t *err)
+{
+    int           need, have;
+    int32_t       b;
+    vlm_model_t  *m = seq->model;
+
+    if (seq->n_past + n > m->params.max_seq_len) {
+        return vlm_error_set(err, VLM_ERR_LIMIT,
+                             "engine: %d tokens exceed the sequence length "
+                             "budget %d", seq->n_past + n,
+                             m->params.max_seq_len);
+    }
+
+    need = (seq->n_past + n + m->kv.block_size - 1) / m->kv.block_size;
+    have = seq->n_blocks;
+
+    while (seq->n_blocks < need) {
+        b = vlm_kv_block_alloc(&m->kv);
+        if (b < 0) {
+            vlm_seq_truncate_blocks(seq, have);
+            return vlm_error_set(err, VLM_ERR_LIMIT,
+                                 "engine: the KV cache is full (%d blocks)",
+                                 m->kv.n_blocks);
+        }
+
+        seq->blocks[seq->n_blocks++] = b;
+    }
+
+    if (seq->n_blocks != have) {
+        return m->be->ops->upload(m->be, seq->blocks_dev, seq->blocks,
+                                  (size_t) seq->n_blocks * sizeof(int32_t));
+    }
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_rope_index(const vlm_model_t *m, const int32_t *ids, int n,
+    const vlm_image_t *images, int n_images, int start, int32_t *pos,
+    int *next_pos, vlm_error_t *err)
+{
+    return m->arch->rope_index(m, ids, n, images, n_images, start, pos,
+                               next_pos, err);
+}
+
+
+static vlm_status_t
+vlm_check_ids(const vlm_model_t *m, const int32_t *ids, int n,
+    vlm_error_t *err)
+{
+    int  i;
+
+    for (i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= m->cfg.text.vocab_size) {
+            return vlm_error_set(err, VLM_ERR_INVALID,
+                                 "engine: token %d at %d is outside the "
+                                 "vocabulary (%d)", (int) ids[i], i,
+                                 m->cfg.text.vocab_size);
+        }
+    }
+
+    return VLM_OK;
+}
+
+
+/* uploads positions c0.. of a [3, n] table as [cn, 3] rows */
+static void
+vlm_upload_positions(vlm_model_t *m, const int32_t *pos, int n, int c0,
+    int cn)
+{
+    int       k, j, nn;
+    int32_t   rows[3 * 64];
+
+    for (k = 0; k < cn; k += 64) {
+        nn = vlm_min(64, cn - k);
+
+        for (j = 0; j < nn; j++) {
+            rows[3 * j] = pos[c0 + k + j];
+            rows[3 * j + 1] = pos[n + c0 + k + j];
+            rows[3 * j + 2] = pos[2 * n + c0 + k + j];
+        }
+
+        m->be->ops->upload(m->be, m->ws.pos + 3 * k, rows,
+                           (size_t) nn * 3 * sizeof(int32_t));
+    }
+}
+
+
+vlm_status_t
+vlm_seq_prefill(vlm_seq_t *seq, const int32_t *ids, int n,
+    const vlm_image_t *images, int n_images, float *all_logits,
+    vlm_error_t *err)
+{
+    int               i, c0, cn, H, V, img, feat, f0, run, next_pos;
+    int32_t          *pos;
+    vlm_model_t      *m = seq->model;
+    vlm_status_t      rc;
+    vlm_batch_t       b;
+    vlm_backend_t    *be = m->be;
+    vlm_lm_ws_t      *ws = &m->ws;
+    vlm_batch_seg_t  *seg;
+
+    if (!seq->in_use || n < 1 || n_images < 0 || (n_images > 0
+        && images == NULL))
+    {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "engine: prefill needs a live sequence and at "
+                             "least one token");
+    }
+
+    rc = vlm_check_ids(m, ids, n, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    if (seq->n_past + n > m->params.max_seq_len) {
+        return vlm_error_set(err, VLM_ERR_LIMIT,
+                             "engine: %d tokens exceed the sequence length "
+                             "budget %d", seq->n_past + n,
+                             m->params.max_seq_len);
+    }
+
+    pos = ws->host_pos;
+
+    rc = m->arch->rope_index(m, ids, n, images, n_images, seq->next_pos,
+                             pos, &next_pos, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    rc = vlm_seq_reserve(seq, n, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    H = m->cfg.text.hidden_size;
+    V = m->cfg.text.vocab_size;
+
+    /* every image's merged features, in placeholder order */
+
+    feat = 0;
+
+    for (img = 0; img < n_images; img++) {
+        rc = m->arch->encode_image(m, &images[img],
+                                   ws->feats + (size_t) feat * H, err);
+        if (rc != VLM_OK) {
+            vlm_seq_truncate_blocks(seq, (seq->n_past + m->kv.block_size - 1)
+                                         / m->kv.block_size);
+            return rc;
+        }
+
+        feat += images[img].grid_t * images[img].grid_h * images[img].grid_w
+                / (m->cfg.vision.spatial_merge_size
+                   * m->cfg.vision.spatial_merge_size);
+    }
+
+    feat = 0;
+
+    for (c0 = 0; c0 < n; c0 += cn) {
+        cn = vlm_min(m->params.max_batch_tokens, n - c0);
+
+        for (i = 0; i < cn; i++) {
+            ws->host_ids[i] = ids[c0 + i] == m->cfg.image_token_id
+                              && n_images > 0 ? -1 : ids[c0 + i];
+        }
+
+        be->ops->upload(be, ws->ids, ws->host_ids,
+                        (size_t) cn * sizeof(int32_t));
+        be->ops->embed(be, ws->x, &m->lm.embed, ws->ids, cn);
+
+        /* image tokens take the vision features, run by run */
+
+        for (i = 0; i < cn; i += run) {
+            run = 0;
+            while (i + run < cn && ws->host_ids[i + run] == -1) {
+                run++;
+            }
+
+            if (run == 0) {
+                run = 1;
+                continue;
+            }
+
+            f0 = feat;
+            feat += run;
+            be->ops->gather_rows(be, ws->x + (size_t) i * H,
+                                 ws->feats + (size_t) f0 * H, ws->iota, run,
+                                 H);
+        }
+
+        vlm_upload_positions(m, pos, n, c0, cn);
+
+        seg = &m->segs[0];
+        seg->seq = seq;
+        seg->row = 0;
+        seg->n = cn;
+        seg->kv_start = seq->n_past;
+
+        b.n_rows = cn;
+        b.n_segs = 1;
+        b.segs = seg;
+
+        if (all_logits != NULL) {
+            b.n_logits = cn;
+            for (i = 0; i < cn; i++) {
+                m->seg_rows[i] = i;
+                m->seg_out[i] = all_logits + (size_t) (c0 + i) * V;
+            }
+
+        } else if (c0 + cn == n) {
+            b.n_logits = 1;
+            m->seg_rows[0] = cn - 1;
+            m->seg_out[0] = seq->logits;
+
+        } else {
+            b.n_logits = 0;
+        }
+
+        b.logit_rows = m->seg_rows;
+        b.logit_out = m->seg_out;
+
+        m->arch->forward(m, &b);
+
+        seq->n_past += cn;
+    }
+
+    if (all_logits != NULL) {
+        memcpy(seq->logits, all_logits + (size_t) (n - 1) * V,
+               (size_t) V * sizeof(float));
+    }
+
+    seq->next_pos = next_pos;
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_decode(vlm_model_t *m, vlm_seq_t *const *seqs, const int32_t *tokens,
+    int n, vlm_error_t *err)
+{
+    int            i, k;
+    int32_t        pos3[3];
+    vlm_status_t   rc;
+    vlm_batch_t    b;
+    vlm_backend_t *be = m->be;
+    vlm_lm_ws_t   *ws = &m->ws;
+
+    if (n < 1 || n > m->params.max_batch_tokens) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "engine: decode batch of %d sequences is out "
+                             "of range", n);
+    }
+
+    rc = vlm_check_ids(m, tokens, n, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    for (i = 0; i < n; i++) {
+        if (seqs[i] == NULL || !seqs[i]->in_use || seqs[i]->model != m
+            || seqs[i]->n_past == 0)
+        {
+            return vlm_error_set(err, VLM_ERR_INVALID,
+                                 "engine: decode entry %d is not a prefilled "
+                                 "sequence of this model", i);
+        }
+
+        for (k = 0; k < i; k++) {
+            if (seqs[k] == seqs[i]) {
+                return vlm_error_set(err, VLM_ERR_INVALID,
+                                     "engine: a sequence appears twice in "
+                                     "one decode step");
+            }
+        }
+    }
+
+    for (i = 0; i < n; i++) {
+        rc = vlm_seq_reserve(seqs[i], 1, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+    }
+
+    be->ops->upload(be, ws->ids, tokens, (size_t) n * sizeof(int32_t));
+    be->ops->embed(be, ws->x, &m->lm.embed, ws->ids, n);
+
+    for (i = 0; i < n; i++) {
+        pos3[0] = pos3[1] = pos3[2] = seqs[i]->next_pos;
+        be->ops->upload(be, ws->pos + 3 * i, pos3, sizeof(pos3));
+
+        m->segs[i].seq = seqs[i];
+        m->segs[i].row = i;
+        m->segs[i].n = 1;
+        m->segs[i].kv_start = seqs[i]->n_past;
+        m->seg_rows[i] = i;
+        m->seg_out[i] = seqs[i]->logits;
+    }
+
+    b.n_rows = n;
+    b.n_segs = n;
+    b.segs = m->segs;
+    b.n_logits = n;
+    b.logit_rows = m->seg_rows;
+    b.logit_out = m->seg_out;
+
+    m->arch->forward(m, &b);
+
+    for (i = 0; i < n; i++) {
+        seqs[i]->n_past++;
+        seqs[i]->next_pos++;
+    }
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_image_encode(vlm_model_t *m, const vlm_image_t *img, float *features,
+    vlm_error_t *err)
+{
+    int           mm, n;
+    vlm_status_t  rc;
+
+    mm = m->cfg.vision.spatial_merge_size * m->cfg.vision.spatial_merge_size;
+
+    if (img->grid_t < 1 || img->grid_h < 1 || img->grid_w < 1
+        || img->grid_h % m->cfg.vision.spatial_merge_size != 0
+        || img->grid_w % m->cfg.vision.spatial_merge_size != 0
+        || (int64_t) img->grid_t * img->grid_h * img->grid_w
+           > m->params.max_image_patches)
+    {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "engine: grid %dx%dx%d is not whole merged "
+                             "patches within the vision budget of %d",
+                             img->grid_t, img->grid_h, img->grid_w,
+                             m->params.max_image_patches);
+    }
+
+    n = img->grid_t * img->grid_h * img->grid_w / mm;
+
+    if (n > m->params.max_seq_len) {
+        return vlm_error_set(err, VLM_ERR_LIMIT,
+                             "engine: %d image tokens exceed the sequence "
+                             "length budget %d", n, m->params.max_seq_len);
+    }
+
+    rc = m->arch->encode_image(m, img, m->ws.feats, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    return m->be->ops->download(m->be, features, m->ws.feats,
+                                (size_t) n * m->cfg.text.hidden_size
+                                * sizeof(float));
+}

@@ -1,0 +1,188 @@
+/*
+ * Internal state of a loaded model, shared by the generic driver
+ * (vlm_model.c) and an architecture's files.  An architecture is a table
+ * of functions (vlm_arch_ops_t); Qwen2-VL and Qwen2.5-VL share one
+ * (vision tower in vlm_vision.c, Qwen2 decoder in vlm_lm.c), and a second
+ * family is a new file with its own table, not a fork of these.
+ */
+
+#ifndef VLM_MODEL_H
+#define VLM_MODEL_H
+
+#include "vlm.h"
+#include "vlm_backend.h"
+#include "vlm_kv.h"
+#include "vlm_model_config.h"
+#include "vlm_safetensors.h"
+
+
+typedef struct {
+    vlm_weight_t   wq, wk, wv, wo;      /* [H, H], [KV, H], [KV, H], [H, H] */
+    float         *bq, *bk, *bv;        /* [H], [KV], [KV] */
+    vlm_weight_t   w_gate, w_up;        /* [I, H] */
+    vlm_weight_t   w_down;              /* [H, I] */
+    float         *ln1, *ln2;           /* [H] */
+} vlm_lm_layer_t;
+
+
+typedef struct {
+    vlm_weight_t     embed;             /* [V, H] */
+    vlm_weight_t     head;              /* [V, H], the embedding if tied */
+    float           *norm;              /* [H] */
+    vlm_lm_layer_t  *layers;            /* [n_layers] */
+    float           *inv_freq;          /* [head_dim / 2] */
+    uint8_t         *mrope_comp;        /* [head_dim / 2] section of each */
+} vlm_lm_weights_t;
+
+
+typedef struct {
+    float         *norm1_w, *norm1_b;   /* [E]; biases only for LayerNorm */
+    float         *norm2_w, *norm2_b;
+    vlm_weight_t   qkv;                 /* [3E, E] */
+    float         *qkv_b;               /* [3E] */
+    vlm_weight_t   proj;                /* [E, E] */
+    float         *proj_b;
+    vlm_weight_t   fc1, fc2;            /* Qwen2-VL: [I, E], [E, I] */
+    float         *fc1_b, *fc2_b;
+    vlm_weight_t   gate, up, down;      /* Qwen2.5-VL: [I, E] x2, [E, I] */
+    float         *gate_b, *up_b, *down_b;
+} vlm_vision_block_t;
+
+
+typedef struct {
+    vlm_weight_t         patch;         /* [E, C * T * P * P] */
+    vlm_vision_block_t  *blocks;        /* [depth] */
+    float               *ln_q_w, *ln_q_b;   /* [E] */
+    vlm_weight_t         mlp0, mlp2;    /* [4E, 4E], [H, 4E] */
+    float               *mlp0_b, *mlp2_b;
+    float               *inv_freq;      /* [head_dim / 2] */
+    uint8_t             *rope_comp;     /* [head_dim / 2]: 0 height, 1 w */
+} vlm_vision_weights_t;
+
+
+/* the vision workspace, sized for max_image_patches */
+typedef struct {
+    float     *pixels;                  /* [P, patch_dim] */
+    float     *x, *h;                   /* [P, E] */
+    float     *qkv;                     /* [P, 3E] */
+    float     *att;                     /* [P, E] */
+    float     *m1, *m2;                 /* [P, I] */
+    float     *merged;                  /* [P / m^2, m^2 E] */
+    float     *out;                     /* [P / m^2, H] */
+    float     *cos, *sin;               /* [P, head_dim / 2] */
+    int32_t   *pos;                     /* [P, 2] backend */
+    int32_t   *cu_full, *cu_window;     /* [P + 1] backend */
+    int32_t   *perm, *inv_perm;         /* [P / m^2] backend */
+    int32_t   *host;                    /* host scratch, 8 P + 4 ints */
+} vlm_vision_ws_t;
+
+
+/* the language-model workspace, sized for max_batch_tokens rows */
+typedef struct {
+    float     *x, *h;                   /* [T, H] */
+    float     *q, *att, *o;             /* [T, H] */
+    float     *k, *v;                   /* [T, KV] */
+    float     *gate, *up;               /* [T, I] */
+    float     *cos, *sin;               /* [T, head_dim / 2] */
+    int32_t   *ids;                     /* [T] backend */
+    int32_t   *pos;                     /* [T, 3] backend */
+    float     *head_in;                 /* [L, H] */
+    float     *logits;                  /* [L, V] */
+    int32_t   *rows;                    /* [T] backend, logit row indices */
+    int32_t   *iota;                    /* [max_seq_len] backend: 0, 1... */
+    float     *feats;                   /* [max_seq_len, H] image tokens */
+    int32_t   *host_ids;                /* host [T] */
+    int32_t   *host_pos;                /* host [3, max_seq_len] */
+    int32_t   *host_rows;               /* host [T] */
+    int        logit_rows;              /* L */
+} vlm_lm_ws_t;
+
+
+struct vlm_seq_s {
+    vlm_model_t  *model;
+    int           in_use;
+    int           n_past;               /* tokens in the KV cache */
+    int           next_pos;             /* M-RoPE position of the next */
+    int           n_blocks;
+    int32_t      *blocks;               /* host block table */
+    int32_t      *blocks_dev;           /* the same, backend memory */
+    float        *logits;               /* host [V] */
+};
+
+
+/* one run of rows of a forward step that belongs to one sequence */
+typedef struct {
+    vlm_seq_t    *seq;
+    int           row;                  /* first row in the workspace */
+    int           n;
+    int           kv_start;             /* kv index of the first row */
+} vlm_batch_seg_t;
+
+
+typedef struct {
+    int               n_rows;           /* embedded in ws.x, pos in ws.pos */
+    int               n_segs;
+    vlm_batch_seg_t  *segs;
+    int               n_logits;         /* rows whose logits are wanted */
+    const int32_t    *logit_rows;       /* host [n_logits] */
+    float           **logit_out;        /* host [n_logits] destinations */
+} vlm_batch_t;
+
+
+typedef struct {
+    const char  *name;
+    vlm_status_t (*load)(vlm_model_t *m, vlm_error_t *err);
+    void (*unload)(vlm_model_t *m);
+    /* writes the image's merged features, [tokens, H] backend memory */
+    vlm_status_t (*encode_image)(vlm_model_t *m, const vlm_image_t *img,
+        float *out, vlm_error_t *err);
+    vlm_status_t (*rope_index)(const vlm_model_t *m, const int32_t *ids,
+        int n, const vlm_image_t *images, int n_images, int start,
+        int32_t *pos, int *next_pos, vlm_error_t *err);
+    void (*forward)(vlm_model_t *m, const vlm_batch_t *b);
+} vlm_arch_ops_t;
+
+
+struct vlm_model_s {
+    vlm_model_config_t       cfg;
+    vlm_model_info_t         info;
+    vlm_model_params_t       params;
+    const vlm_arch_ops_t    *arch;
+    vlm_safetensors_t       *st;
+    vlm_backend_t           *be;
+    vlm_kv_t                 kv;
+    vlm_lm_weights_t         lm;
+    vlm_vision_weights_t     vis;
+    vlm_lm_ws_t              ws;
+    vlm_vision_ws_t          vws;
+    vlm_seq_t               *seqs;      /* [max_seqs] */
+    vlm_batch_seg_t         *segs;      /* [max_batch_tokens] */
+    int32_t                 *seg_rows;  /* host [max_batch_tokens] */
+    float                  **seg_out;   /* host [max_batch_tokens] */
+    vlm_attn_seq_t          *attn_seqs; /* host [max_batch_tokens] */
+    uint64_t                 allocs_at_load;
+};
+
+
+/* weight helpers for an architecture's load() */
+vlm_status_t vlm_model_matrix(vlm_model_t *m, vlm_weight_t *w,
+    const char *name, int rows, int cols, vlm_error_t *err);
+vlm_status_t vlm_model_vector(vlm_model_t *m, float **out, const char *name,
+    int n, vlm_error_t *err);
+const vlm_st_tensor_t *vlm_model_tensor(vlm_model_t *m, const char *name);
+void *vlm_model_alloc(vlm_model_t *m, size_t size, vlm_error_t *err);
+
+extern const vlm_arch_ops_t  vlm_arch_qwen2vl;
+
+/* the Qwen2-VL family's two halves (vlm_vision.c, vlm_lm.c) */
+vlm_status_t vlm_vision_load(vlm_model_t *m, vlm_error_t *err);
+vlm_status_t vlm_vision_encode(vlm_model_t *m, const vlm_image_t *img,
+    float *out, vlm_error_t *err);
+vlm_status_t vlm_lm_load(vlm_model_t *m, vlm_error_t *err);
+void vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b);
+vlm_status_t vlm_lm_rope_index(const vlm_model_t *m, const int32_t *ids,
+    int n, const vlm_image_t *images, int n_images, int start, int32_t *pos,
+    int *next_pos, vlm_error_t *err);
+
+
+#endif /* VLM_MODEL_H */

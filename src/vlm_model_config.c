@@ -1,0 +1,590 @@
+/*
+ * config.json of Qwen2-VL and Qwen2.5-VL checkpoints, parsed with jansson.
+ * Matches transformers 4.57 (configuration_qwen2_vl.py,
+ * configuration_qwen2_5_vl.py): a text key is looked up in text_config
+ * first and at the top level second, so both the nested and the older
+ * flat layout load; absent keys take the defaults of those classes.
+ */
+
+#define _GNU_SOURCE
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "vlm_model_config.h"
+
+
+#define VLM_CFG_MAX_DIM  (1 << 22)
+
+
+typedef struct {
+    json_t       *primary;
+    json_t       *fallback;
+    const char   *section;
+    vlm_error_t  *err;
+    vlm_status_t  rc;
+} vlm_cfg_ctx_t;
+
+
+static json_t *
+vlm_cfg_get(vlm_cfg_ctx_t *c, const char *key)
+{
+    json_t  *v;
+
+    v = c->primary != NULL ? json_object_get(c->primary, key) : NULL;
+
+    if ((v == NULL || json_is_null(v)) && c->fallback != NULL) {
+        v = json_object_get(c->fallback, key);
+    }
+
+    return json_is_null(v) ? NULL : v;
+}
+
+
+static int
+vlm_cfg_int(vlm_cfg_ctx_t *c, const char *key, int def, int min, int max)
+{
+    json_t     *v;
+    json_int_t  x;
+
+    v = vlm_cfg_get(c, key);
+    if (v == NULL) {
+        x = def;
+
+    } else if (json_is_integer(v)) {
+        x = json_integer_value(v);
+
+    } else {
+        if (c->rc == VLM_OK) {
+            c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                                  "config: %s.%s is not an integer",
+                                  c->section, key);
+        }
+        return min;
+    }
+
+    if (x < min || x > max) {
+        if (c->rc == VLM_OK) {
+            c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                                  "config: %s.%s = %lld is out of range "
+                                  "[%d, %d]", c->section, key,
+                                  (long long) x, min, max);
+        }
+        return min;
+    }
+
+    return (int) x;
+}
+
+
+static double
+vlm_cfg_num(vlm_cfg_ctx_t *c, const char *key, double def)
+{
+    json_t  *v;
+
+    v = vlm_cfg_get(c, key);
+    if (v == NULL) {
+        return def;
+    }
+
+    if (!json_is_number(v) || !(json_number_value(v) > 0.0)) {
+        if (c->rc == VLM_OK) {
+            c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                                  "config: %s.%s is not a positive number",
+                                  c->section, key);
+        }
+        return def;
+    }
+
+    return json_number_value(v);
+}
+
+
+static vlm_act_t
+vlm_cfg_act(vlm_cfg_ctx_t *c, const char *key, const char *def)
+{
+    json_t      *v;
+    const char  *s;
+
+    v = vlm_cfg_get(c, key);
+    s = v != NULL ? json_string_value(v) : def;
+
+    if (s != NULL) {
+        if (strcmp(s, "silu") == 0 || strcmp(s, "swish") == 0) {
+            return VLM_ACT_SILU;
+        }
+        if (strcmp(s, "gelu") == 0) {
+            return VLM_ACT_GELU;
+        }
+        if (strcmp(s, "gelu_pytorch_tanh") == 0
+            || strcmp(s, "gelu_new") == 0)
+        {
+            return VLM_ACT_GELU_TANH;
+        }
+        if (strcmp(s, "quick_gelu") == 0) {
+            return VLM_ACT_QUICK_GELU;
+        }
+    }
+
+    if (c->rc == VLM_OK) {
+        c->rc = vlm_error_set(c->err, VLM_ERR_UNSUPPORTED,
+                              "config: %s.%s: activation \"%s\" is not "
+                              "supported", c->section, key,
+                              s != NULL ? s : "?");
+    }
+
+    return VLM_ACT_SILU;
+}
+
+
+static void
+vlm_cfg_text(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
+{
+    int                 i, sum;
+    json_t             *rs, *sec;
+    vlm_text_config_t  *t;
+
+    t = &cfg->text;
+
+    t->vocab_size = vlm_cfg_int(c, "vocab_size", 152064, 1, 1 << 24);
+    t->hidden_size = vlm_cfg_int(c, "hidden_size", 8192, 1,
+                                 VLM_CFG_MAX_DIM);
+    t->intermediate_size = vlm_cfg_int(c, "intermediate_size", 29568, 1,
+                                       VLM_CFG_MAX_DIM);
+    t->n_layers = vlm_cfg_int(c, "num_hidden_layers", 80, 1, 1024);
+    t->n_heads = vlm_cfg_int(c, "num_attention_heads", 64, 1, 4096);
+    t->n_kv_heads = vlm_cfg_int(c, "num_key_value_heads", 8, 1, 4096);
+    t->max_position_embeddings = vlm_cfg_int(c, "max_position_embeddings",
+                                             32768, 1, 1 << 30);
+    t->rms_norm_eps = (float) vlm_cfg_num(c, "rms_norm_eps", 1e-5);
+    t->rope_theta = (float) vlm_cfg_num(c, "rope_theta", 1e6);
+    t->act = vlm_cfg_act(c, "hidden_act", "silu");
+
+    rs = vlm_cfg_get(c, "tie_word_embeddings");
+    t->tie_word_embeddings = rs != NULL && json_is_true(rs);
+
+    if (c->rc != VLM_OK) {
+        return;
+    }
+
+    if (t->hidden_size % t->n_heads != 0
+        || t->n_heads % t->n_kv_heads != 0
+        || (t->hidden_size / t->n_heads) % 2 != 0)
+    {
+        c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                              "config: text: hidden_size %d, "
+                              "num_attention_heads %d and "
+                              "num_key_value_heads %d do not divide into "
+                              "even heads", t->hidden_size, t->n_heads,
+                              t->n_kv_heads);
+        return;
+    }
+
+    t->head_dim = t->hidden_size / t->n_heads;
+
+    rs = vlm_cfg_get(c, "rope_scaling");
+    sec = json_is_object(rs) ? json_object_get(rs, "mrope_section") : NULL;
+
+    if (!json_is_array(sec) || json_array_size(sec) != 3) {
+        c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                              "config: text: rope_scaling.mrope_section "
+                              "must be a list of 3 integers");
+        return;
+    }
+
+    sum = 0;
+
+    for (i = 0; i < 3; i++) {
+        if (!json_is_integer(json_array_get(sec, i))
+            || json_integer_value(json_array_get(sec, i)) < 0
+            || json_integer_value(json_array_get(sec, i)) > t->head_dim)
+        {
+            c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                                  "config: text: mrope_section[%d] is not "
+                                  "a valid integer", i);
+            return;
+        }
+
+        t->mrope_section[i] = (int) json_integer_value(json_array_get(sec,
+                                                                      i));
+        sum += t->mrope_section[i];
+    }
+
+    if (sum != t->head_dim / 2) {
+        c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                              "config: text: mrope_section sums to %d, "
+                              "head_dim / 2 is %d", sum, t->head_dim / 2);
+    }
+}
+
+
+static void
+vlm_cfg_vision(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
+{
+    int                   i, unit;
+    json_t               *fa, *v;
+    vlm_vision_config_t  *vc;
+
+    vc = &cfg->vision;
+
+    vc->depth = vlm_cfg_int(c, "depth", 32, 1, 1024);
+    vc->n_heads = vlm_cfg_int(c, "num_heads", 16, 1, 4096);
+    vc->in_channels = vlm_cfg_int(c, "in_channels",
+                                  vlm_cfg_int(c, "in_chans", 3, 1, 16),
+                                  1, 16);
+    vc->patch_size = vlm_cfg_int(c, "patch_size",
+                                 vlm_cfg_int(c, "spatial_patch_size", 14,
+                                             1, 1024), 1, 1024);
+    vc->temporal_patch_size = vlm_cfg_int(c, "temporal_patch_size", 2, 1,
+                                          16);
+    vc->spatial_merge_size = vlm_cfg_int(c, "spatial_merge_size", 2, 1, 16);
+    vc->norm_eps = 1e-6f;
+
+    if (cfg->arch == VLM_ARCH_QWEN2_VL) {
+        vc->hidden_size = vlm_cfg_int(c, "embed_dim", 1280, 1,
+                                      VLM_CFG_MAX_DIM);
+        vc->out_hidden_size = vlm_cfg_int(c, "hidden_size", 3584, 1,
+                                          VLM_CFG_MAX_DIM);
+        vc->intermediate_size = (int) (vc->hidden_size
+                                       * vlm_cfg_num(c, "mlp_ratio", 4.0));
+        vc->act = vlm_cfg_act(c, "hidden_act", "quick_gelu");
+        vc->window_size = 0;
+        vc->n_fullatt = 0;
+        vc->gated_mlp = 0;
+        vc->rms_norm = 0;
+
+    } else {
+        vc->hidden_size = vlm_cfg_int(c, "hidden_size", 3584, 1,
+                                      VLM_CFG_MAX_DIM);
+        vc->out_hidden_size = vlm_cfg_int(c, "out_hidden_size", 3584, 1,
+                                          VLM_CFG_MAX_DIM);
+        vc->intermediate_size = vlm_cfg_int(c, "intermediate_size", 3420, 1,
+                                            VLM_CFG_MAX_DIM);
+        vc->act = vlm_cfg_act(c, "hidden_act", "silu");
+        vc->window_size = vlm_cfg_int(c, "window_size", 112, 1, 1 << 20);
+        vc->gated_mlp = 1;
+        vc->rms_norm = 1;
+
+        fa = vlm_cfg_get(c, "fullatt_block_indexes");
+
+        if (fa == NULL) {
+            vc->n_fullatt = 4;
+            for (i = 0; i < 4; i++) {
+                vc->fullatt_blocks[i] = 7 + 8 * i;
+            }
+
+        } else if (!json_is_array(fa)
+                   || json_array_size(fa) > VLM_MAX_FULLATT_BLOCKS)
+        {
+            c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                                  "config: vision.fullatt_block_indexes "
+                                  "must be a list of at most %d integers",
+                                  VLM_MAX_FULLATT_BLOCKS);
+            return;
+
+        } else {
+            vc->n_fullatt = (int) json_array_size(fa);
+
+            for (i = 0; i < vc->n_fullatt; i++) {
+                v = json_array_get(fa, i);
+
+                if (!json_is_integer(v) || json_integer_value(v) < 0
+                    || json_integer_value(v) >= vc->depth)
+                {
+                    c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                                          "config: vision."
+                                          "fullatt_block_indexes[%d] is not "
+                                          "a block index below depth %d", i,
+                                          vc->depth);
+                    return;
+                }
+
+                vc->fullatt_blocks[i] = (int) json_integer_value(v);
+            }
+        }
+    }
+
+    if (c->rc != VLM_OK) {
+        return;
+    }
+
+    if (vc->hidden_size % vc->n_heads != 0
+        || (vc->hidden_size / vc->n_heads) % 4 != 0)
+    {
+        c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                              "config: vision: hidden size %d over %d heads "
+                              "is not a head size divisible by 4",
+                              vc->hidden_size, vc->n_heads);
+        return;
+    }
+
+    unit = vc->patch_size * vc->spatial_merge_size;
+
+    if (vc->window_size != 0 && vc->window_size % unit != 0) {
+        c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                              "config: vision.window_size %d is not a "
+                              "multiple of patch_size * spatial_merge_size "
+                              "(%d)", vc->window_size, unit);
+        return;
+    }
+
+    if (vc->out_hidden_size != cfg->text.hidden_size) {
+        c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                              "config: vision output width %d differs from "
+                              "the text hidden_size %d",
+                              vc->out_hidden_size, cfg->text.hidden_size);
+    }
+}
+
+
+static void
+vlm_cfg_eos(vlm_model_config_t *cfg, json_t *v)
+{
+    size_t  i;
+
+    if (json_is_integer(v)) {
+        cfg->n_eos = 1;
+        cfg->eos_token_ids[0] = (int) json_integer_value(v);
+        return;
+    }
+
+    if (!json_is_array(v)) {
+        return;
+    }
+
+    cfg->n_eos = 0;
+
+    for (i = 0; i < json_array_size(v) && i < VLM_MAX_EOS_IDS; i++) {
+        if (json_is_integer(json_array_get(v, i))) {
+            cfg->eos_token_ids[cfg->n_eos++] =
+                (int) json_integer_value(json_array_get(v, i));
+        }
+    }
+}
+
+
+vlm_status_t
+vlm_model_config_parse(vlm_model_config_t *cfg, const char *json,
+    size_t len, vlm_error_t *err)
+{
+    int            i, *ids[4];
+    json_t        *root, *arch, *tc, *vc, *v;
+    const char    *name;
+    json_error_t   jerr;
+    vlm_cfg_ctx_t  c;
+
+    memset(cfg, 0, sizeof(vlm_model_config_t));
+
+    root = json_loadb(json, len, 0, &jerr);
+    if (root == NULL || !json_is_object(root)) {
+        json_decref(root);
+        return vlm_error_set(err, VLM_ERR_FORMAT,
+                             "config: bad JSON: %s (line %d)",
+                             root == NULL ? jerr.text : "not an object",
+                             root == NULL ? jerr.line : 0);
+    }
+
+    arch = json_object_get(root, "architectures");
+    name = json_string_value(json_array_get(arch, 0));
+
+    if (name == NULL) {
+        v = json_object_get(root, "model_type");
+        name = json_string_value(v);
+        name = name == NULL ? "(none)"
+               : strcmp(name, "qwen2_vl") == 0
+                 ? "Qwen2VLForConditionalGeneration"
+               : strcmp(name, "qwen2_5_vl") == 0
+                 ? "Qwen2_5_VLForConditionalGeneration" : name;
+    }
+
+    if (strcmp(name, "Qwen2VLForConditionalGeneration") == 0) {
+        cfg->arch = VLM_ARCH_QWEN2_VL;
+
+    } else if (strcmp(name, "Qwen2_5_VLForConditionalGeneration") == 0) {
+        cfg->arch = VLM_ARCH_QWEN2_5_VL;
+
+    } else {
+        vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                      "config: architecture \"%s\" is not supported", name);
+        json_decref(root);
+        return VLM_ERR_UNSUPPORTED;
+    }
+
+    c.err = err;
+    c.rc = VLM_OK;
+
+    tc = json_object_get(root, "text_config");
+    c.primary = json_is_object(tc) ? tc : NULL;
+    c.fallback = root;
+    c.section = "text";
+
+    vlm_cfg_text(cfg, &c);
+
+    if (c.rc == VLM_OK) {
+        vc = json_object_get(root, "vision_config");
+        c.primary = json_is_object(vc) ? vc : NULL;
+        c.fallback = NULL;
+        c.section = "vision";
+
+        vlm_cfg_vision(cfg, &c);
+    }
+
+    if (c.rc == VLM_OK) {
+        c.primary = root;
+        c.fallback = json_is_object(tc) ? tc : NULL;
+        c.section = "config";
+
+        cfg->image_token_id = vlm_cfg_int(&c, "image_token_id", 151655, 0,
+                                          cfg->text.vocab_size - 1);
+        cfg->video_token_id = vlm_cfg_int(&c, "video_token_id", 151656, 0,
+                                          cfg->text.vocab_size - 1);
+        cfg->vision_start_token_id = vlm_cfg_int(&c, "vision_start_token_id",
+                                                 151652, 0,
+                                                 cfg->text.vocab_size - 1);
+        cfg->vision_end_token_id = vlm_cfg_int(&c, "vision_end_token_id",
+                                               151653, 0,
+                                               cfg->text.vocab_size - 1);
+        cfg->bos_token_id = vlm_cfg_int(&c, "bos_token_id", -1, -1,
+                                        cfg->text.vocab_size - 1);
+        vlm_cfg_eos(cfg, vlm_cfg_get(&c, "eos_token_id"));
+    }
+
+    json_decref(root);
+
+    if (c.rc != VLM_OK) {
+        return c.rc;
+    }
+
+    ids[0] = &cfg->image_token_id;
+    ids[1] = &cfg->vision_start_token_id;
+    ids[2] = &cfg->vision_end_token_id;
+    ids[3] = &cfg->video_token_id;
+
+    for (i = 1; i < 4; i++) {
+        if (*ids[i] == *ids[0]) {
+            return vlm_error_set(err, VLM_ERR_FORMAT,
+                                 "config: special token ids collide with "
+                                 "image_token_id %d", *ids[0]);
+        }
+    }
+
+    for (i = 0; i < cfg->n_eos; i++) {
+        if (cfg->eos_token_ids[i] < 0
+            || cfg->eos_token_ids[i] >= cfg->text.vocab_size)
+        {
+            return vlm_error_set(err, VLM_ERR_FORMAT,
+                                 "config: eos_token_id %d is outside the "
+                                 "vocabulary", cfg->eos_token_ids[i]);
+        }
+    }
+
+    return VLM_OK;
+}
+
+
+static char *
+vlm_cfg_read(const char *path, size_t *len)
+{
+    long   size;
+    char  *buf;
+    FILE  *f;
+
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        return NULL;
+    }
+
+    buf = NULL;
+
+    if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) >= 0
+        && size < (1 << 24) && fseek(f, 0, SEEK_SET) == 0)
+    {
+        buf = malloc((size_t) size + 1);
+        if (buf != NULL && fread(buf, 1, (size_t) size, f) == (size_t) size)
+        {
+            buf[size] = '\0';
+            *len = (size_t) size;
+
+        } else {
+            free(buf);
+            buf = NULL;
+        }
+    }
+
+    fclose(f);
+
+    return buf;
+}
+
+
+vlm_status_t
+vlm_model_config_load(vlm_model_config_t *cfg, const char *dir,
+    vlm_error_t *err)
+{
+    char          path[4096], *buf;
+    size_t        len;
+    json_t       *root;
+    vlm_status_t  rc;
+    json_error_t  jerr;
+
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+
+    buf = vlm_cfg_read(path, &len);
+    if (buf == NULL) {
+        return vlm_error_set(err, VLM_ERR_IO, "config: cannot read \"%s\"",
+                             path);
+    }
+
+    rc = vlm_model_config_parse(cfg, buf, len, err);
+    free(buf);
+
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    /* generation_config.json names the stop tokens a chat model uses */
+
+    snprintf(path, sizeof(path), "%s/generation_config.json", dir);
+
+    buf = vlm_cfg_read(path, &len);
+    if (buf == NULL) {
+        return VLM_OK;
+    }
+
+    root = json_loadb(buf, len, 0, &jerr);
+    free(buf);
+
+    if (root == NULL) {
+        return vlm_error_set(err, VLM_ERR_FORMAT,
+                             "config: \"%s\": %s (line %d)", path,
+                             jerr.text, jerr.line);
+    }
+
+    vlm_cfg_eos(cfg, json_object_get(root, "eos_token_id"));
+    json_decref(root);
+
+    for (len = 0; len < (size_t) cfg->n_eos; len++) {
+        if (cfg->eos_token_ids[len] < 0
+            || cfg->eos_token_ids[len] >= cfg->text.vocab_size)
+        {
+            return vlm_error_set(err, VLM_ERR_FORMAT,
+                                 "config: \"%s\": eos_token_id %d is "
+                                 "outside the vocabulary", path,
+                                 cfg->eos_token_ids[len]);
+        }
+    }
+
+    return VLM_OK;
+}
+
+
+const char *
+vlm_arch_name(vlm_arch_t arch)
+{
+    return arch == VLM_ARCH_QWEN2_VL ? "Qwen2VLForConditionalGeneration"
+                                     : "Qwen2_5_VLForConditionalGeneration";
+}

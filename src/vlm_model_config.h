@@ -1,0 +1,93 @@
+/*
+ * Hyperparameters of a vision-language checkpoint, read from the Hugging
+ * Face config.json of Qwen2VLForConditionalGeneration and
+ * Qwen2_5_VLForConditionalGeneration: the nested text_config /
+ * vision_config form of recent transformers and the older flat form.
+ * Keys that are absent take transformers' defaults (4.57).
+ */
+
+#ifndef VLM_MODEL_CONFIG_H
+#define VLM_MODEL_CONFIG_H
+
+#include "vlm_common.h"
+
+
+#define VLM_MAX_FULLATT_BLOCKS  64
+#define VLM_MAX_EOS_IDS         8
+
+
+typedef enum {
+    VLM_ARCH_QWEN2_VL = 0,
+    VLM_ARCH_QWEN2_5_VL
+} vlm_arch_t;
+
+
+typedef enum {
+    VLM_ACT_SILU = 0,
+    VLM_ACT_GELU,           /* exact, erf */
+    VLM_ACT_GELU_TANH,
+    VLM_ACT_QUICK_GELU      /* x * sigmoid(1.702 x) */
+} vlm_act_t;
+
+
+typedef struct {
+    int        vocab_size;
+    int        hidden_size;
+    int        intermediate_size;
+    int        n_layers;
+    int        n_heads;
+    int        n_kv_heads;
+    int        head_dim;
+    int        max_position_embeddings;
+    int        tie_word_embeddings;
+    int        mrope_section[3];        /* sums to head_dim / 2 */
+    float      rms_norm_eps;
+    float      rope_theta;
+    vlm_act_t  act;
+} vlm_text_config_t;
+
+
+typedef struct {
+    int        depth;
+    int        hidden_size;             /* embed_dim in Qwen2-VL */
+    int        intermediate_size;       /* embed_dim * mlp_ratio there */
+    int        n_heads;
+    int        in_channels;
+    int        patch_size;
+    int        temporal_patch_size;
+    int        spatial_merge_size;
+    int        out_hidden_size;         /* the language model's width */
+    int        window_size;             /* pixels; 0: no window attention */
+    int        n_fullatt;
+    int        fullatt_blocks[VLM_MAX_FULLATT_BLOCKS];
+    int        gated_mlp;               /* SwiGLU (2.5) or fc1/fc2 (2) */
+    int        rms_norm;                /* RMSNorm (2.5) or LayerNorm (2) */
+    float      norm_eps;
+    vlm_act_t  act;
+} vlm_vision_config_t;
+
+
+typedef struct {
+    vlm_arch_t           arch;
+    vlm_text_config_t    text;
+    vlm_vision_config_t  vision;
+    int                  image_token_id;
+    int                  video_token_id;
+    int                  vision_start_token_id;
+    int                  vision_end_token_id;
+    int                  bos_token_id;  /* -1 when unset */
+    int                  n_eos;
+    int                  eos_token_ids[VLM_MAX_EOS_IDS];
+} vlm_model_config_t;
+
+
+/* parses a config.json held in memory */
+vlm_status_t vlm_model_config_parse(vlm_model_config_t *cfg,
+    const char *json, size_t len, vlm_error_t *err);
+/* reads dir/config.json, then dir/generation_config.json if present */
+vlm_status_t vlm_model_config_load(vlm_model_config_t *cfg, const char *dir,
+    vlm_error_t *err);
+const char *vlm_arch_name(vlm_arch_t arch);
+
+
+#endif /* VLM_MODEL_CONFIG_H */

@@ -1,0 +1,477 @@
+/*
+ * Sampling: penalties on a copy of the logits, log-softmax for the
+ * reported log probabilities, then temperature, top_k (quickselect),
+ * top_p (nucleus over the sorted candidates), min_p, and one draw from a
+ * xoshiro256** generator seeded per request with splitmix64.
+ * References: transformers' logits processors (repetition penalty,
+ * top_k/top_p/min_p warpers) and OpenAI's presence/frequency penalties.
+ */
+
+#define _GNU_SOURCE
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vlm_sampler.h"
+
+
+struct vlm_sampler_s {
+    int                    vocab;
+    vlm_sampler_params_t   p;
+    uint64_t               rng[4];
+    int                    n_generated;
+    float                 *work;        /* [vocab] processed logits */
+    int32_t               *idx;         /* [vocab] candidate ids */
+    int32_t               *counts;      /* [vocab] generated counts */
+    uint8_t               *seen;        /* [vocab] prompt or generated */
+};
+
+
+void
+vlm_sampler_params_default(vlm_sampler_params_t *p)
+{
+    memset(p, 0, sizeof(vlm_sampler_params_t));
+
+    p->temperature = 1.0f;
+    p->top_p = 1.0f;
+    p->repetition_penalty = 1.0f;
+}
+
+
+vlm_status_t
+vlm_sampler_init(vlm_sampler_t **out, int vocab, vlm_error_t *err)
+{
+    vlm_sampler_t  *s;
+
+    *out = NULL;
+
+    if (vocab < 1) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "sampler: vocabulary size %d", vocab);
+    }
+
+    s = calloc(1, sizeof(vlm_sampler_t));
+    if (s == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "sampler: no memory");
+    }
+
+    s->vocab = vocab;
+    s->work = malloc((size_t) vocab * sizeof(float));
+    s->idx = malloc((size_t) vocab * sizeof(int32_t));
+    s->counts = calloc((size_t) vocab, sizeof(int32_t));
+    s->seen = calloc((size_t) vocab, 1);
+
+    if (s->work == NULL || s->idx == NULL || s->counts == NULL
+        || s->seen == NULL)
+    {
+        vlm_sampler_free(s);
+        return vlm_error_set(err, VLM_ERR_NOMEM, "sampler: no memory");
+    }
+
+    vlm_sampler_params_default(&s->p);
+    *out = s;
+
+    return VLM_OK;
+}
+
+
+void
+vlm_sampler_free(vlm_sampler_t *s)
+{
+    if (s == NULL) {
+        return;
+    }
+
+    free(s->work);
+    free(s->idx);
+    free(s->counts);
+    free(s->seen);
+    free(s);
+}
+
+
+static uint64_t
+vlm_splitmix64(uint64_t *x)
+{
+    uint64_t  z;
+
+    z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+
+    return z ^ (z >> 31);
+}
+
+
+static inline uint64_t
+vlm_rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+
+/* a uniform double in [0, 1) from xoshiro256** */
+static double
+vlm_sampler_uniform(vlm_sampler_t *s)
+{
+    uint64_t  *r = s->rng, result, t;
+
+    result = vlm_rotl(r[1] * 5, 7) * 9;
+    t = r[1] << 17;
+    r[2] ^= r[0];
+    r[3] ^= r[1];
+    r[1] ^= r[2];
+    r[0] ^= r[3];
+    r[2] ^= t;
+    r[3] = vlm_rotl(r[3], 45);
+
+    return (double) (result >> 11) * (1.0 / 9007199254740992.0);
+}
+
+
+vlm_status_t
+vlm_sampler_reset(vlm_sampler_t *s, const vlm_sampler_params_t *p,
+    vlm_error_t *err)
+{
+    int       i;
+    uint64_t  x;
+
+    if (!(p->temperature >= 0.0f && p->temperature <= 100.0f)) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "sampler: temperature must be in [0, 100]");
+    }
+
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f)) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "sampler: top_p must be in (0, 1]");
+    }
+
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f)) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "sampler: min_p must be in [0, 1]");
+    }
+
+    if (p->top_k < 0) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "sampler: top_k must not be negative");
+    }
+
+    if (!(p->repetition_penalty > 0.0f && p->repetition_penalty <= 10.0f)) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "sampler: repetition_penalty must be in "
+                             "(0, 10]");
+    }
+
+    if (!(fabsf(p->presence_penalty) <= 2.0f)
+        || !(fabsf(p->frequency_penalty) <= 2.0f))
+    {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "sampler: presence and frequency penalties "
+                             "must be in [-2, 2]");
+    }
+
+    if (p->max_tokens < 0 || p->n_stop < 0
+        || p->n_stop > VLM_SAMPLER_MAX_STOP || p->top_logprobs < 0
+        || p->top_logprobs > VLM_SAMPLER_MAX_TOP)
+    {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "sampler: max_tokens, stop ids (at most %d) or "
+                             "top_logprobs (at most %d) out of range",
+                             VLM_SAMPLER_MAX_STOP, VLM_SAMPLER_MAX_TOP);
+    }
+
+    for (i = 0; i < p->n_stop; i++) {
+        if (p->stop_ids[i] < 0 || p->stop_ids[i] >= s->vocab) {
+            return vlm_error_set(err, VLM_ERR_INVALID,
+                                 "sampler: stop token %d is outside the "
+                                 "vocabulary", (int) p->stop_ids[i]);
+        }
+    }
+
+    s->p = *p;
+    s->n_generated = 0;
+    memset(s->counts, 0, (size_t) s->vocab * sizeof(int32_t));
+    memset(s->seen, 0, (size_t) s->vocab);
+
+    x = p->seed;
+    for (i = 0; i < 4; i++) {
+        s->rng[i] = vlm_splitmix64(&x);
+    }
+
+    return VLM_OK;
+}
+
+
+void
+vlm_sampler_prompt(vlm_sampler_t *s, const int32_t *ids, int n)
+{
+    int  i;
+
+    for (i = 0; i < n; i++) {
+        if (ids[i] >= 0 && ids[i] < s->vocab) {
+            s->seen[ids[i]] = 1;
+        }
+    }
+}
+
+
+/* descending by work[], ties by the lower id */
+static int
+vlm_sampler_before(const vlm_sampler_t *s, int32_t a, int32_t b)
+{
+    return s->work[a] > s->work[b] || (s->work[a] == s->work[b] && a < b);
+}
+
+
+static void
+vlm_sampler_sort(vlm_sampler_t *s, int32_t *v, int n)
+{
+    int      i, j;
+    int32_t  pivot, t;
+
+    /* quicksort with insertion sort for short runs */
+    while (n > 16) {
+        pivot = v[n / 2];
+        i = 0;
+        j = n - 1;
+
+        while (i <= j) {
+            while (vlm_sampler_before(s, v[i], pivot)) {
+                i++;
+            }
+            while (vlm_sampler_before(s, pivot, v[j])) {
+                j--;
+            }
+            if (i <= j) {
+                t = v[i];
+                v[i] = v[j];
+                v[j] = t;
+                i++;
+                j--;
+            }
+        }
+
+        if (j + 1 < n - i) {
+            vlm_sampler_sort(s, v, j + 1);
+            v += i;
+            n -= i;
+
+        } else {
+            vlm_sampler_sort(s, v + i, n - i);
+            n = j + 1;
+        }
+    }
+
+    for (i = 1; i < n; i++) {
+        t = v[i];
+        for (j = i; j > 0 && vlm_sampler_before(s, t, v[j - 1]); j--) {
+            v[j] = v[j - 1];
+        }
+        v[j] = t;
+    }
+}
+
+
+/* moves the k best of v[0..n) to the front (quickselect) */
+static void
+vlm_sampler_select(vlm_sampler_t *s, int32_t *v, int n, int k)
+{
+    int      lo, hi, i, store;
+    int32_t  pivot, t;
+
+    lo = 0;
+    hi = n - 1;
+
+    while (lo < hi) {
+        t = v[(lo + hi) / 2];
+        v[(lo + hi) / 2] = v[hi];
+        v[hi] = t;
+        pivot = v[hi];
+        store = lo;
+
+        for (i = lo; i < hi; i++) {
+            if (vlm_sampler_before(s, v[i], pivot)) {
+                t = v[i];
+                v[i] = v[store];
+                v[store] = t;
+                store++;
+            }
+        }
+
+        v[hi] = v[store];
+        v[store] = pivot;
+
+        if (store == k) {
+            return;
+        }
+
+        if (store < k) {
+            lo = store + 1;
+
+        } else {
+            hi = store - 1;
+        }
+    }
+}
+
+
+vlm_status_t
+vlm_sampler_sample(vlm_sampler_t *s, const float *logits, vlm_sample_t *out,
+    vlm_error_t *err)
+{
+    int                    i, n, k;
+    float                  m, x;
+    double                 sum, lse, cum, r, pmax;
+    int32_t                tok;
+    vlm_sampler_params_t  *p = &s->p;
+
+    memset(out, 0, sizeof(vlm_sample_t));
+
+    /* penalties */
+
+    m = -INFINITY;
+
+    for (i = 0; i < s->vocab; i++) {
+        x = logits[i];
+
+        if (x != x) {
+            return vlm_error_set(err, VLM_ERR_INTERNAL,
+                                 "sampler: logit %d is NaN", i);
+        }
+
+        if (s->seen[i] && p->repetition_penalty != 1.0f) {
+            x = x > 0.0f ? x / p->repetition_penalty
+                         : x * p->repetition_penalty;
+        }
+
+        if (s->counts[i] > 0) {
+            x -= p->presence_penalty + p->frequency_penalty * s->counts[i];
+        }
+
+        s->work[i] = x;
+        m = x > m ? x : m;
+    }
+
+    sum = 0.0;
+    for (i = 0; i < s->vocab; i++) {
+        sum += exp((double) s->work[i] - m);
+    }
+
+    lse = m + log(sum);
+
+    /* the candidates, best first where an order is needed */
+
+    for (i = 0; i < s->vocab; i++) {
+        s->idx[i] = i;
+    }
+
+    if (p->temperature == 0.0f || p->top_k == 1) {
+        tok = 0;
+        for (i = 1; i < s->vocab; i++) {
+            if (s->work[i] > s->work[tok]) {
+                tok = i;
+            }
+        }
+
+    } else {
+        n = s->vocab;
+
+        if (p->top_k > 0 && p->top_k < n) {
+            vlm_sampler_select(s, s->idx, n, p->top_k);
+            n = p->top_k;
+        }
+
+        vlm_sampler_sort(s, s->idx, n);
+
+        /* probabilities at the temperature, over the candidates */
+
+        m = s->work[s->idx[0]];
+        sum = 0.0;
+        for (i = 0; i < n; i++) {
+            sum += exp(((double) s->work[s->idx[i]] - m) / p->temperature);
+        }
+
+        pmax = 1.0 / sum;
+        cum = 0.0;
+        k = n;
+
+        for (i = 0; i < n; i++) {
+            r = exp(((double) s->work[s->idx[i]] - m) / p->temperature)
+                / sum;
+
+            if (i > 0 && r < p->min_p * pmax) {
+                k = i;
+                break;
+            }
+
+            cum += r;
+
+            if (cum >= p->top_p) {
+                k = i + 1;
+                break;
+            }
+        }
+
+        /* one draw over the kept candidates, renormalised */
+
+        sum = 0.0;
+        for (i = 0; i < k; i++) {
+            sum += exp(((double) s->work[s->idx[i]] - m) / p->temperature);
+        }
+
+        r = vlm_sampler_uniform(s) * sum;
+        cum = 0.0;
+        tok = s->idx[k - 1];
+
+        for (i = 0; i < k; i++) {
+            cum += exp(((double) s->work[s->idx[i]] - m) / p->temperature);
+            if (r < cum) {
+                tok = s->idx[i];
+                break;
+            }
+        }
+    }
+
+    out->token = tok;
+    out->logprob = (float) (s->work[tok] - lse);
+
+    if (p->top_logprobs > 0) {
+        for (i = 0; i < s->vocab; i++) {
+            s->idx[i] = i;
+        }
+
+        n = vlm_min(p->top_logprobs, s->vocab);
+        if (n < s->vocab) {
+            vlm_sampler_select(s, s->idx, s->vocab, n);
+        }
+        vlm_sampler_sort(s, s->idx, n);
+
+        for (i = 0; i < n; i++) {
+            out->top[i].id = s->idx[i];
+            out->top[i].logprob = (float) (s->work[s->idx[i]] - lse);
+        }
+
+        out->n_top = n;
+    }
+
+    /* bookkeeping and the end of the request */
+
+    s->counts[tok]++;
+    s->seen[tok] = 1;
+    s->n_generated++;
+
+    for (i = 0; i < p->n_stop; i++) {
+        if (p->stop_ids[i] == tok) {
+            out->finish = VLM_FINISH_STOP;
+        }
+    }
+
+    if (out->finish == VLM_FINISH_NONE && p->max_tokens > 0
+        && s->n_generated >= p->max_tokens)
+    {
+        out->finish = VLM_FINISH_LENGTH;
+    }
+
+    return VLM_OK;
+}

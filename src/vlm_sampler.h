@@ -1,0 +1,78 @@
+/*
+ * Token sampling from a sequence's logits: greedy, temperature, top_k,
+ * top_p, min_p, a per-request seed (reproducible draws), repetition
+ * penalty (as transformers' RepetitionPenaltyLogitsProcessor, prompt
+ * included), presence and frequency penalties (as OpenAI's API, on the
+ * generated tokens), stop token ids, max tokens, and the log
+ * probabilities of the chosen token and of the most likely ones.
+ *
+ * One sampler per sequence slot, created at start-up with buffers for the
+ * whole vocabulary; sampling allocates nothing.
+ */
+
+#ifndef VLM_SAMPLER_H
+#define VLM_SAMPLER_H
+
+#include "vlm_common.h"
+
+
+#define VLM_SAMPLER_MAX_STOP      16
+#define VLM_SAMPLER_MAX_TOP       20
+
+
+typedef struct {
+    float      temperature;         /* 0: greedy */
+    int        top_k;               /* 0: all tokens */
+    float      top_p;               /* 1: all tokens */
+    float      min_p;               /* 0: off */
+    float      repetition_penalty;  /* 1: off */
+    float      presence_penalty;    /* 0: off, [-2, 2] */
+    float      frequency_penalty;   /* 0: off, [-2, 2] */
+    uint64_t   seed;
+    int        max_tokens;          /* 0: no limit */
+    int        n_stop;
+    int32_t    stop_ids[VLM_SAMPLER_MAX_STOP];
+    int        top_logprobs;        /* 0..VLM_SAMPLER_MAX_TOP */
+} vlm_sampler_params_t;
+
+
+typedef enum {
+    VLM_FINISH_NONE = 0,
+    VLM_FINISH_STOP,                /* a stop token was drawn */
+    VLM_FINISH_LENGTH               /* max_tokens reached */
+} vlm_finish_t;
+
+
+typedef struct {
+    int32_t       id;
+    float         logprob;
+} vlm_token_logprob_t;
+
+
+typedef struct {
+    int32_t              token;
+    float                logprob;   /* of token, after the penalties */
+    vlm_finish_t         finish;
+    int                  n_top;
+    vlm_token_logprob_t  top[VLM_SAMPLER_MAX_TOP];
+} vlm_sample_t;
+
+
+typedef struct vlm_sampler_s  vlm_sampler_t;
+
+
+void vlm_sampler_params_default(vlm_sampler_params_t *p);
+vlm_status_t vlm_sampler_init(vlm_sampler_t **s, int vocab_size,
+    vlm_error_t *err);
+void vlm_sampler_free(vlm_sampler_t *s);
+/* starts a request: validates p, seeds the generator, forgets tokens */
+vlm_status_t vlm_sampler_reset(vlm_sampler_t *s,
+    const vlm_sampler_params_t *p, vlm_error_t *err);
+/* the prompt, seen by the repetition penalty */
+void vlm_sampler_prompt(vlm_sampler_t *s, const int32_t *ids, int n);
+/* draws the next token from logits[vocab_size] and records it */
+vlm_status_t vlm_sampler_sample(vlm_sampler_t *s, const float *logits,
+    vlm_sample_t *out, vlm_error_t *err);
+
+
+#endif /* VLM_SAMPLER_H */

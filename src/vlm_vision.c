@@ -1,0 +1,420 @@
+/*
+ * The vision tower of Qwen2-VL and Qwen2.5-VL: patch embedding (the
+ * Conv3d as a matmul over flattened patches), 2D rotary positions in
+ * merge-block order, transformer blocks (Qwen2-VL: LayerNorm and a GELU
+ * MLP; Qwen2.5-VL: RMSNorm, SwiGLU and window attention except in the
+ * fullatt_block_indexes blocks, with the window permutation and its
+ * inverse), attention restricted to each frame (cu_seqlens), and the
+ * patch merger.  Matches transformers 4.57
+ * Qwen2VisionTransformerPretrainedModel and
+ * Qwen2_5_VisionTransformerPretrainedModel.
+ */
+
+#define _GNU_SOURCE
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vlm_model.h"
+
+
+static vlm_status_t
+vlm_vision_norm(vlm_model_t *m, float **w, float **b, const char *prefix,
+    int n, vlm_error_t *err)
+{
+    char          name[128];
+    vlm_status_t  rc;
+
+    snprintf(name, sizeof(name), "%s.weight", prefix);
+    rc = vlm_model_vector(m, w, name, n, err);
+    if (rc != VLM_OK || m->cfg.vision.rms_norm) {
+        return rc;
+    }
+
+    snprintf(name, sizeof(name), "%s.bias", prefix);
+
+    return vlm_model_vector(m, b, name, n, err);
+}
+
+
+static vlm_status_t
+vlm_vision_linear(vlm_model_t *m, vlm_weight_t *w, float **b,
+    const char *prefix, int rows, int cols, vlm_error_t *err)
+{
+    char          name[128];
+    vlm_status_t  rc;
+
+    snprintf(name, sizeof(name), "%s.weight", prefix);
+    rc = vlm_model_matrix(m, w, name, rows, cols, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    snprintf(name, sizeof(name), "%s.bias", prefix);
+
+    return vlm_model_vector(m, b, name, rows, err);
+}
+
+
+vlm_status_t
+vlm_vision_load(vlm_model_t *m, vlm_error_t *err)
+{
+    int                    i, E, I, H, mm, hd, half, quarter;
+    char                   p[96];
+    float                 *inv;
+    vlm_status_t           rc;
+    vlm_vision_block_t    *B;
+    vlm_vision_weights_t  *w = &m->vis;
+    vlm_vision_config_t   *vc = &m->cfg.vision;
+
+    E = vc->hidden_size;
+    I = vc->intermediate_size;
+    H = vc->out_hidden_size;
+    mm = vc->spatial_merge_size * vc->spatial_merge_size;
+    hd = E / vc->n_heads;
+    half = hd / 2;
+    quarter = hd / 4;
+
+    rc = vlm_model_matrix(m, &w->patch, "visual.patch_embed.proj.weight", E,
+                          vc->in_channels * vc->temporal_patch_size
+                          * vc->patch_size * vc->patch_size, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    w->blocks = calloc((size_t) vc->depth, sizeof(vlm_vision_block_t));
+    w->rope_comp = calloc((size_t) half, 1);
+    if (w->blocks == NULL || w->rope_comp == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
+    }
+
+#define VLM_TRY(call)                                                        \
+    rc = call;                                                               \
+    if (rc != VLM_OK) {                                                      \
+        return rc;                                                           \
+    }
+
+    for (i = 0; i < vc->depth; i++) {
+        B = &w->blocks[i];
+
+#define VLM_P(suffix)  (snprintf(p, sizeof(p), "visual.blocks.%d.%s", i,     \
+                                 suffix), p)
+
+        VLM_TRY(vlm_vision_norm(m, &B->norm1_w, &B->norm1_b, VLM_P("norm1"),
+                                E, err));
+        VLM_TRY(vlm_vision_norm(m, &B->norm2_w, &B->norm2_b, VLM_P("norm2"),
+                                E, err));
+        VLM_TRY(vlm_vision_linear(m, &B->qkv, &B->qkv_b,
+                                  VLM_P("attn.qkv"), 3 * E, E, err));
+        VLM_TRY(vlm_vision_linear(m, &B->proj, &B->proj_b,
+                                  VLM_P("attn.proj"), E, E, err));
+
+        if (vc->gated_mlp) {
+            VLM_TRY(vlm_vision_linear(m, &B->gate, &B->gate_b,
+                                      VLM_P("mlp.gate_proj"), I, E, err));
+            VLM_TRY(vlm_vision_linear(m, &B->up, &B->up_b,
+                                      VLM_P("mlp.up_proj"), I, E, err));
+            VLM_TRY(vlm_vision_linear(m, &B->down, &B->down_b,
+                                      VLM_P("mlp.down_proj"), E, I, err));
+
+        } else {
+            VLM_TRY(vlm_vision_linear(m, &B->fc1, &B->fc1_b,
+                                      VLM_P("mlp.fc1"), I, E, err));
+            VLM_TRY(vlm_vision_linear(m, &B->fc2, &B->fc2_b,
+                                      VLM_P("mlp.fc2"), E, I, err));
+        }
+
+#undef VLM_P
+    }
+
+    VLM_TRY(vlm_vision_norm(m, &w->ln_q_w, &w->ln_q_b, "visual.merger.ln_q",
+                            E, err));
+    VLM_TRY(vlm_vision_linear(m, &w->mlp0, &w->mlp0_b,
+                              "visual.merger.mlp.0", mm * E, mm * E, err));
+    VLM_TRY(vlm_vision_linear(m, &w->mlp2, &w->mlp2_b,
+                              "visual.merger.mlp.2", H, mm * E, err));
+
+#undef VLM_TRY
+
+    /* VisionRotaryEmbedding(head_dim / 2): height angles, then width */
+
+    inv = malloc((size_t) half * sizeof(float));
+    if (inv == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
+    }
+
+    for (i = 0; i < half; i++) {
+        inv[i] = (float) (1.0 / pow(10000.0, (double) (2 * (i % quarter))
+                                             / half));
+        w->rope_comp[i] = (uint8_t) (i >= quarter);
+    }
+
+    w->inv_freq = vlm_model_alloc(m, (size_t) half * sizeof(float), err);
+    if (w->inv_freq == NULL) {
+        free(inv);
+        return VLM_ERR_NOMEM;
+    }
+
+    rc = m->be->ops->upload(m->be, w->inv_freq, inv,
+                            (size_t) half * sizeof(float));
+    free(inv);
+
+    return rc;
+}
+
+
+/*
+ * Host tables of one image: (h, w) of each patch in merge-block order,
+ * cu_seqlens per frame, and for window attention the order of merge
+ * units window by window (get_window_index), its inverse and the window
+ * boundaries.  Returns the number of windows (0 without windows).
+ */
+static int
+vlm_vision_tables(vlm_model_t *m, const vlm_image_t *img, int32_t *pos,
+    int32_t *cu_full, int32_t *cu_win, int32_t *perm, int32_t *inv)
+{
+    int                   f, bh, bw, i, j, r, mg, mm, lh, lw, ws, nwh, nww;
+    int                   wh, ww, a, b, u, cnt, n_win, nu;
+    vlm_vision_config_t  *vc = &m->cfg.vision;
+
+    mg = vc->spatial_merge_size;
+    mm = mg * mg;
+    lh = img->grid_h / mg;
+    lw = img->grid_w / mg;
+    r = 0;
+
+    for (f = 0; f < img->grid_t; f++) {
+        cu_full[f] = f * img->grid_h * img->grid_w;
+
+        for (bh = 0; bh < lh; bh++) {
+            for (bw = 0; bw < lw; bw++) {
+                for (i = 0; i < mg; i++) {
+                    for (j = 0; j < mg; j++) {
+                        pos[2 * r] = bh * mg + i;
+                        pos[2 * r + 1] = bw * mg + j;
+                        r++;
+                    }
+                }
+            }
+        }
+    }
+
+    cu_full[img->grid_t] = r;
+
+    if (vc->window_size == 0) {
+        return 0;
+    }
+
+    ws = vc->window_size / mg / vc->patch_size;
+    nwh = (lh + ws - lh % ws) / ws;
+    nww = (lw + ws - lw % ws) / ws;
+    nu = 0;
+    n_win = 0;
+    cu_win[0] = 0;
+
+    for (f = 0; f < img->grid_t; f++) {
+        for (wh = 0; wh < nwh; wh++) {
+            for (ww = 0; ww < nww; ww++) {
+                cnt = 0;
+
+                for (a = 0; a < ws; a++) {
+                    for (b = 0; b < ws; b++) {
+                        if (wh * ws + a < lh && ww * ws + b < lw) {
+                            u = (f * lh + wh * ws + a) * lw + ww * ws + b;
+                            perm[nu++] = u;
+                            cnt++;
+                        }
+                    }
+                }
+
+                if (cnt > 0) {
+                    cu_win[n_win + 1] = cu_win[n_win] + cnt * mm;
+                    n_win++;
+                }
+            }
+        }
+    }
+
+    for (u = 0; u < nu; u++) {
+        inv[perm[u]] = u;
+    }
+
+    return n_win;
+}
+
+
+static void
+vlm_vision_norm_apply(vlm_model_t *m, float *y, const float *x,
+    const float *g, const float *b, int n)
+{
+    vlm_vision_config_t  *vc = &m->cfg.vision;
+
+    if (vc->rms_norm) {
+        m->be->ops->rms_norm(m->be, y, x, g, n, vc->hidden_size,
+                             vc->norm_eps);
+
+    } else {
+        m->be->ops->layer_norm(m->be, y, x, g, b, n, vc->hidden_size,
+                               vc->norm_eps);
+    }
+}
+
+
+static int
+vlm_vision_is_full(const vlm_vision_config_t *vc, int block)
+{
+    int  i;
+
+    for (i = 0; i < vc->n_fullatt; i++) {
+        if (vc->fullatt_blocks[i] == block) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+vlm_status_t
+vlm_vision_encode(vlm_model_t *m, const vlm_image_t *img, float *out,
+    vlm_error_t *err)
+{
+    int                       l, u, k, P, U, E, I, H, mm, hd, n_win, full;
+    float                    *x, *h, *t;
+    int32_t                  *pos, *ppos, *cu_full, *cu_win, *perm, *inv;
+    vlm_backend_t            *be = m->be;
+    vlm_vision_ws_t          *w = &m->vws;
+    vlm_attn_varlen_t         va;
+    vlm_vision_block_t       *B;
+    vlm_vision_config_t      *vc = &m->cfg.vision;
+    vlm_vision_weights_t     *vw = &m->vis;
+    const vlm_backend_ops_t  *op = be->ops;
+
+    P = img->grid_t * img->grid_h * img->grid_w;
+    E = vc->hidden_size;
+    I = vc->intermediate_size;
+    H = vc->out_hidden_size;
+    mm = vc->spatial_merge_size * vc->spatial_merge_size;
+    U = P / mm;
+    hd = E / vc->n_heads;
+
+    if (img->pixels == NULL) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "engine: an image has no pixels");
+    }
+
+    if (P > m->params.max_image_patches) {
+        return vlm_error_set(err, VLM_ERR_LIMIT,
+                             "engine: an image of %d patches exceeds the "
+                             "vision budget of %d", P,
+                             m->params.max_image_patches);
+    }
+
+    pos = w->host;
+    ppos = pos + 2 * P;
+    cu_full = ppos + 2 * P;
+    cu_win = cu_full + P + 1;
+    perm = cu_win + P + 1;
+    inv = perm + U;
+
+    n_win = vlm_vision_tables(m, img, pos, cu_full, cu_win, perm, inv);
+
+    /* patch embedding; the pixels are the caller's host memory */
+
+    op->upload(be, w->pixels, img->pixels,
+               (size_t) P * vw->patch.cols * sizeof(float));
+    op->matmul(be, w->x, w->pixels, &vw->patch, NULL, P);
+
+    x = w->x;
+    h = w->h;
+
+    if (n_win > 0) {
+        /* rows and their positions move window by window */
+        op->upload(be, w->perm, perm, (size_t) U * sizeof(int32_t));
+        op->upload(be, w->inv_perm, inv, (size_t) U * sizeof(int32_t));
+        op->gather_rows(be, h, x, w->perm, U, mm * E);
+        t = x;
+        x = h;
+        h = t;
+
+        for (u = 0; u < U; u++) {
+            for (k = 0; k < 2 * mm; k++) {
+                ppos[u * 2 * mm + k] = pos[perm[u] * 2 * mm + k];
+            }
+        }
+
+        pos = ppos;
+        op->upload(be, w->cu_window, cu_win,
+                   (size_t) (n_win + 1) * sizeof(int32_t));
+    }
+
+    op->upload(be, w->pos, pos, (size_t) P * 2 * sizeof(int32_t));
+    op->upload(be, w->cu_full, cu_full,
+               (size_t) (img->grid_t + 1) * sizeof(int32_t));
+    op->rope_table(be, w->cos, w->sin, w->pos, P, 2, vw->inv_freq,
+                   vw->rope_comp, hd / 2);
+
+    va.out = w->att;
+    va.q = w->qkv;
+    va.k = w->qkv + E;
+    va.v = w->qkv + 2 * E;
+    va.q_stride = 3 * E;
+    va.kv_stride = 3 * E;
+    va.n_heads = vc->n_heads;
+    va.n_kv_heads = vc->n_heads;
+    va.head_dim = hd;
+    va.scale = 1.0f / sqrtf((float) hd);
+    va.causal = 0;
+
+    for (l = 0; l < vc->depth; l++) {
+        B = &vw->blocks[l];
+        full = n_win == 0 || vlm_vision_is_full(vc, l);
+
+        vlm_vision_norm_apply(m, h, x, B->norm1_w, B->norm1_b, P);
+        op->matmul(be, w->qkv, h, &B->qkv, B->qkv_b, P);
+        op->rope(be, w->qkv, P, 3 * E, vc->n_heads, hd, w->cos, w->sin);
+        op->rope(be, w->qkv + E, P, 3 * E, vc->n_heads, hd, w->cos,
+                 w->sin);
+
+        va.cu_seqlens = full ? w->cu_full : w->cu_window;
+        va.n_segments = full ? img->grid_t : n_win;
+        op->attention_varlen(be, &va);
+
+        op->matmul(be, h, w->att, &B->proj, B->proj_b, P);
+        op->add(be, x, h, (size_t) P * E);
+
+        vlm_vision_norm_apply(m, h, x, B->norm2_w, B->norm2_b, P);
+
+        if (vc->gated_mlp) {
+            op->matmul(be, w->m1, h, &B->gate, B->gate_b, P);
+            op->matmul(be, w->m2, h, &B->up, B->up_b, P);
+            op->gated_act(be, w->m1, w->m1, w->m2, P, I, vc->act);
+            op->matmul(be, w->att, w->m1, &B->down, B->down_b, P);
+
+        } else {
+            op->matmul(be, w->m1, h, &B->fc1, B->fc1_b, P);
+            op->act(be, w->m1, P, I, vc->act);
+            op->matmul(be, w->att, w->m1, &B->fc2, B->fc2_b, P);
+        }
+
+        op->add(be, x, w->att, (size_t) P * E);
+    }
+
+    /* the merger sees each merge unit's mm rows as one row */
+
+    vlm_vision_norm_apply(m, h, x, vw->ln_q_w, vw->ln_q_b, P);
+    op->matmul(be, w->merged, h, &vw->mlp0, vw->mlp0_b, U);
+    op->act(be, w->merged, U, mm * E, VLM_ACT_GELU);
+
+    if (n_win > 0) {
+        op->matmul(be, w->out, w->merged, &vw->mlp2, vw->mlp2_b, U);
+        op->gather_rows(be, out, w->out, w->inv_perm, U, H);
+
+    } else {
+        op->matmul(be, out, w->merged, &vw->mlp2, vw->mlp2_b, U);
+    }
+
+    return VLM_OK;
+}

@@ -1,0 +1,587 @@
+/*
+ * Each CPU backend op against a naive reference written from the PyTorch
+ * expression it replaces, for the SIMD and the scalar kernels, every
+ * weight dtype, and both the row-wise (decode) and the BLAS (prefill)
+ * matmul paths.
+ */
+
+#define _GNU_SOURCE
+
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "vlm_backend.h"
+#include "vlm_kv.h"
+
+
+void vlm_backend_cpu_force_scalar(int scalar);
+
+
+static uint64_t  rng_state = 88172645463325252ull;
+
+
+static float
+frand(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+
+    return (float) ((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f
+           - 1.0f;
+}
+
+
+static float *
+rand_vec(size_t n)
+{
+    size_t  i;
+    float  *v;
+
+    v = malloc(n * sizeof(float));
+    assert_non_null(v);
+
+    for (i = 0; i < n; i++) {
+        v[i] = frand();
+    }
+
+    return v;
+}
+
+
+static void
+assert_close(const float *a, const float *b, size_t n, float tol)
+{
+    size_t  i;
+
+    for (i = 0; i < n; i++) {
+        if (fabsf(a[i] - b[i]) > tol * (1.0f + fabsf(b[i]))) {
+            fail_msg("element %zu: %g != %g", i, a[i], b[i]);
+        }
+    }
+}
+
+
+static vlm_backend_t *
+backend(int scalar)
+{
+    vlm_error_t         err;
+    vlm_backend_t      *be;
+    vlm_backend_conf_t  conf = { .n_threads = 3, .max_ctx = 512 };
+
+    vlm_backend_cpu_force_scalar(scalar);
+    assert_int_equal(vlm_backend_cpu_init(&be, &conf, &err), VLM_OK);
+
+    return be;
+}
+
+
+static void
+check_matmul(int scalar, vlm_dtype_t dt, int n, int rows, int cols)
+{
+    int             i, j, k;
+    float          *x, *wf, *b, *y, *ref;
+    double          s;
+    uint16_t       *wh;
+    const void     *wdata;
+    vlm_error_t     err;
+    vlm_weight_t    w;
+    vlm_backend_t  *be;
+
+    be = backend(scalar);
+    x = rand_vec((size_t) n * cols);
+    wf = rand_vec((size_t) rows * cols);
+    b = rand_vec((size_t) rows);
+    y = calloc((size_t) n * rows, sizeof(float));
+    ref = calloc((size_t) n * rows, sizeof(float));
+    wh = malloc((size_t) rows * cols * sizeof(uint16_t));
+    assert_true(y != NULL && ref != NULL && wh != NULL);
+
+    /* the reference multiplies the values the weight really holds */
+    for (k = 0; k < rows * cols; k++) {
+        if (dt == VLM_DTYPE_BF16) {
+            wh[k] = vlm_f32_to_bf16(wf[k]);
+            wf[k] = vlm_bf16_to_f32(wh[k]);
+
+        } else if (dt == VLM_DTYPE_F16) {
+            /* halves of the form m * 2^-10 are exact in f16 */
+            wf[k] = roundf(wf[k] * 1024.0f) / 1024.0f;
+            wh[k] = (uint16_t) 0;
+        }
+    }
+
+    if (dt == VLM_DTYPE_F16) {
+        for (k = 0; k < rows * cols; k++) {
+            float     a = fabsf(wf[k]);
+            int       e = 0;
+            uint16_t  sign = wf[k] < 0 ? 0x8000 : 0;
+
+            if (a == 0.0f) {
+                wh[k] = sign;
+                continue;
+            }
+            while (a >= 2.0f) { a /= 2.0f; e++; }
+            while (a < 1.0f) { a *= 2.0f; e--; }
+            wh[k] = sign | (uint16_t) ((e + 15) << 10)
+                    | (uint16_t) lroundf((a - 1.0f) * 1024.0f);
+            assert_true(vlm_f16_to_f32(wh[k]) == wf[k]);
+        }
+    }
+
+    wdata = dt == VLM_DTYPE_F32 ? (const void *) wf : (const void *) wh;
+    assert_int_equal(be->ops->weight_bind(be, &w, wdata, dt, rows, cols,
+                                          &err), VLM_OK);
+
+    for (i = 0; i < n; i++) {
+        for (j = 0; j < rows; j++) {
+            s = b[j];
+            for (k = 0; k < cols; k++) {
+                s += (double) x[i * cols + k] * wf[j * cols + k];
+            }
+            ref[i * rows + j] = (float) s;
+        }
+    }
+
+    be->ops->matmul(be, y, x, &w, b, n);
+    assert_close(y, ref, (size_t) n * rows, 1e-4f);
+
+    be->ops->free(be);
+    free(x);
+    free(wf);
+    free(b);
+    free(y);
+    free(ref);
+    free(wh);
+}
+
+
+static void
+test_matmul(void **state)
+{
+    int  scalar, n;
+
+    for (scalar = 0; scalar < 2; scalar++) {
+        for (n = 1; n <= 13; n += 4) {
+            check_matmul(scalar, VLM_DTYPE_F32, n, 37, 45);
+            check_matmul(scalar, VLM_DTYPE_BF16, n, 70, 64);
+            check_matmul(scalar, VLM_DTYPE_F16, n, 9, 19);
+        }
+    }
+
+    /* the prefill (BLAS) path with widened weight tiles */
+    check_matmul(0, VLM_DTYPE_BF16, 40, 130, 72);
+    check_matmul(0, VLM_DTYPE_F32, 40, 130, 72);
+}
+
+
+static void
+test_norms(void **state)
+{
+    int             i, k, n = 5, dim = 24;
+    float          *x, *g, *b, *y, *ref;
+    double          ss, mean, var;
+    vlm_backend_t  *be;
+
+    be = backend(0);
+    x = rand_vec((size_t) n * dim);
+    g = rand_vec(dim);
+    b = rand_vec(dim);
+    y = malloc((size_t) n * dim * sizeof(float));
+    ref = malloc((size_t) n * dim * sizeof(float));
+
+    for (i = 0; i < n; i++) {
+        ss = 0.0;
+        for (k = 0; k < dim; k++) {
+            ss += (double) x[i * dim + k] * x[i * dim + k];
+        }
+        for (k = 0; k < dim; k++) {
+            ref[i * dim + k] = (float) (x[i * dim + k]
+                                        / sqrt(ss / dim + 1e-6) * g[k]);
+        }
+    }
+
+    be->ops->rms_norm(be, y, x, g, n, dim, 1e-6f);
+    assert_close(y, ref, (size_t) n * dim, 1e-5f);
+
+    for (i = 0; i < n; i++) {
+        mean = 0.0;
+        for (k = 0; k < dim; k++) {
+            mean += x[i * dim + k];
+        }
+        mean /= dim;
+        var = 0.0;
+        for (k = 0; k < dim; k++) {
+            var += (x[i * dim + k] - mean) * (x[i * dim + k] - mean);
+        }
+        var /= dim;
+        for (k = 0; k < dim; k++) {
+            ref[i * dim + k] = (float) ((x[i * dim + k] - mean)
+                                        / sqrt(var + 1e-6) * g[k] + b[k]);
+        }
+    }
+
+    be->ops->layer_norm(be, y, x, g, b, n, dim, 1e-6f);
+    assert_close(y, ref, (size_t) n * dim, 1e-5f);
+
+    be->ops->free(be);
+    free(x);
+    free(g);
+    free(b);
+    free(y);
+    free(ref);
+}
+
+
+static void
+test_rope_mrope_sections(void **state)
+{
+    int             t, h, i, n = 3, heads = 2, hd = 16, half = 8, sec;
+    int32_t         pos[9] = { 5, 1, 2, 7, 3, 0, 9, 9, 4 };
+    uint8_t         comp[8];
+    float           inv[8], cs[24], sn[24], *x, *ref, a, x1, x2;
+    vlm_backend_t  *be;
+
+    be = backend(0);
+
+    /* mrope_section [2, 3, 3] */
+    for (i = 0; i < half; i++) {
+        inv[i] = powf(10000.0f, -2.0f * i / hd);
+        comp[i] = i < 2 ? 0 : i < 5 ? 1 : 2;
+    }
+
+    x = rand_vec((size_t) n * heads * hd);
+    ref = malloc((size_t) n * heads * hd * sizeof(float));
+    memcpy(ref, x, (size_t) n * heads * hd * sizeof(float));
+
+    /* q * cos + rotate_half(q) * sin, cos = cat(freqs, freqs) */
+    for (t = 0; t < n; t++) {
+        for (h = 0; h < heads; h++) {
+            for (i = 0; i < half; i++) {
+                sec = i < 2 ? 0 : i < 5 ? 1 : 2;
+                a = pos[t * 3 + sec] * inv[i];
+                x1 = x[(t * heads + h) * hd + i];
+                x2 = x[(t * heads + h) * hd + i + half];
+                ref[(t * heads + h) * hd + i] = x1 * cosf(a) - x2 * sinf(a);
+                ref[(t * heads + h) * hd + i + half] = x2 * cosf(a)
+                                                       + x1 * sinf(a);
+            }
+        }
+    }
+
+    be->ops->rope_table(be, cs, sn, pos, n, 3, inv, comp, half);
+    be->ops->rope(be, x, n, heads * hd, heads, hd, cs, sn);
+    assert_close(x, ref, (size_t) n * heads * hd, 1e-5f);
+
+    be->ops->free(be);
+    free(x);
+    free(ref);
+}
+
+
+static void
+test_activations(void **state)
+{
+    int             k;
+    float           g[6] = { -3.0f, -0.5f, 0.0f, 0.25f, 1.0f, 4.0f };
+    float           u[6] = { 1.0f, 2.0f, 3.0f, -1.0f, 0.5f, 2.0f };
+    float           y[6], x[6], ref[6];
+    vlm_backend_t  *be;
+
+    be = backend(0);
+
+    be->ops->gated_act(be, y, g, u, 1, 6, VLM_ACT_SILU);
+    for (k = 0; k < 6; k++) {
+        ref[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
+    }
+    assert_close(y, ref, 6, 1e-6f);
+
+    memcpy(x, g, sizeof(x));
+    be->ops->act(be, x, 2, 3, VLM_ACT_GELU);
+    for (k = 0; k < 6; k++) {
+        ref[k] = 0.5f * g[k] * (1.0f + erff(g[k] / sqrtf(2.0f)));
+    }
+    assert_close(x, ref, 6, 1e-6f);
+
+    memcpy(x, g, sizeof(x));
+    be->ops->act(be, x, 1, 6, VLM_ACT_QUICK_GELU);
+    for (k = 0; k < 6; k++) {
+        ref[k] = g[k] / (1.0f + expf(-1.702f * g[k]));
+    }
+    assert_close(x, ref, 6, 1e-6f);
+
+    be->ops->free(be);
+}
+
+
+/* softmax(q k^T * scale + mask) v for one head, keys [k0, k1) */
+static void
+naive_attend(float *out, const float *q, const float *k, const float *v,
+    int stride, int k0, int k1, int hd, float scale)
+{
+    int     j, d;
+    double  s[256], m, sum;
+
+    m = -1e300;
+    for (j = k0; j < k1; j++) {
+        s[j - k0] = 0.0;
+        for (d = 0; d < hd; d++) {
+            s[j - k0] += (double) q[d] * k[j * stride + d];
+        }
+        s[j - k0] *= scale;
+        m = s[j - k0] > m ? s[j - k0] : m;
+    }
+
+    sum = 0.0;
+    for (j = k0; j < k1; j++) {
+        s[j - k0] = exp(s[j - k0] - m);
+        sum += s[j - k0];
+    }
+
+    for (d = 0; d < hd; d++) {
+        out[d] = 0.0f;
+        for (j = k0; j < k1; j++) {
+            out[d] += (float) (s[j - k0] / sum) * v[j * stride + d];
+        }
+    }
+}
+
+
+static void
+test_attention_varlen_block_diagonal_and_causal(void **state)
+{
+    int                 i, h, seg, causal, nh = 4, nkv = 2, hd = 8, n = 11;
+    int32_t             cu[4] = { 0, 3, 9, 11 };
+    float              *q, *kv, *out, *ref;
+    vlm_backend_t      *be;
+    vlm_attn_varlen_t   a;
+
+    be = backend(0);
+    q = rand_vec((size_t) n * nh * hd);
+    kv = rand_vec((size_t) n * 2 * nkv * hd);
+    out = malloc((size_t) n * nh * hd * sizeof(float));
+    ref = malloc((size_t) n * nh * hd * sizeof(float));
+
+    for (causal = 0; causal < 2; causal++) {
+        a.out = out;
+        a.q = q;
+        a.k = kv;
+        a.v = kv + nkv * hd;
+        a.q_stride = nh * hd;
+        a.kv_stride = 2 * nkv * hd;
+        a.n_heads = nh;
+        a.n_kv_heads = nkv;
+        a.head_dim = hd;
+        a.scale = 0.35f;
+        a.cu_seqlens = cu;
+        a.n_segments = 3;
+        a.causal = causal;
+
+        be->ops->attention_varlen(be, &a);
+
+        for (i = 0; i < n; i++) {
+            seg = i < 3 ? 0 : i < 9 ? 1 : 2;
+            for (h = 0; h < nh; h++) {
+                naive_attend(ref + (i * nh + h) * hd, q + (i * nh + h) * hd,
+                             kv + (h / 2) * hd, kv + nkv * hd + (h / 2) * hd,
+                             2 * nkv * hd, cu[seg],
+                             causal ? i + 1 : cu[seg + 1], hd, 0.35f);
+            }
+        }
+
+        assert_close(out, ref, (size_t) n * nh * hd, 1e-5f);
+    }
+
+    be->ops->free(be);
+    free(q);
+    free(kv);
+    free(out);
+    free(ref);
+}
+
+
+static void
+test_paged_attention_matches_contiguous(void **state)
+{
+    int                 i, nh = 4, nkv = 2, hd = 8, n = 21, kvd = 16;
+    int32_t             table[3], cu[2] = { 0, 21 };
+    float              *q, *k, *v, *out, *ref;
+    vlm_kv_t            kv;
+    vlm_error_t         err;
+    vlm_backend_t      *be;
+    vlm_attn_seq_t      sq[2];
+    vlm_attn_paged_t    pa;
+    vlm_attn_varlen_t   va;
+
+    be = backend(0);
+    assert_int_equal(vlm_kv_init(&kv, be, 1, kvd, 8, 6, &err), VLM_OK);
+
+    /* blocks out of order: the table decides */
+    for (i = 0; i < 3; i++) {
+        assert_true(vlm_kv_block_alloc(&kv) >= 0);
+    }
+    table[0] = 2;
+    table[1] = 0;
+    table[2] = 1;
+    assert_int_equal(vlm_kv_used(&kv), 3);
+
+    q = rand_vec((size_t) n * nh * hd);
+    k = rand_vec((size_t) n * kvd);
+    v = rand_vec((size_t) n * kvd);
+    out = calloc((size_t) n * nh * hd, sizeof(float));
+    ref = calloc((size_t) n * nh * hd, sizeof(float));
+
+    /* stored in two steps, queried as a prefill run and a decode row */
+    be->ops->kv_store(be, vlm_kv_layer_k(&kv, 0), vlm_kv_layer_v(&kv, 0),
+                      table, 8, kvd, 0, k, v, kvd, 13);
+    be->ops->kv_store(be, vlm_kv_layer_k(&kv, 0), vlm_kv_layer_v(&kv, 0),
+                      table, 8, kvd, 13, k + 13 * kvd, v + 13 * kvd, kvd,
+                      8);
+
+    sq[0].out = out;
+    sq[0].q = q;
+    sq[0].block_table = table;
+    sq[0].n_q = 20;
+    sq[0].kv_start = 0;
+    sq[1].out = out + 20 * nh * hd;
+    sq[1].q = q + 20 * nh * hd;
+    sq[1].block_table = table;
+    sq[1].n_q = 1;
+    sq[1].kv_start = 20;
+
+    pa.k_cache = vlm_kv_layer_k(&kv, 0);
+    pa.v_cache = vlm_kv_layer_v(&kv, 0);
+    pa.block_size = 8;
+    pa.n_heads = nh;
+    pa.n_kv_heads = nkv;
+    pa.head_dim = hd;
+    pa.scale = 0.3f;
+    pa.seqs = sq;
+    pa.n_seqs = 2;
+    be->ops->attention_paged(be, &pa);
+
+    va.out = ref;
+    va.q = q;
+    va.k = k;
+    va.v = v;
+    va.q_stride = nh * hd;
+    va.kv_stride = kvd;
+    va.n_heads = nh;
+    va.n_kv_heads = nkv;
+    va.head_dim = hd;
+    va.scale = 0.3f;
+    va.cu_seqlens = cu;
+    va.n_segments = 1;
+    va.causal = 1;
+    be->ops->attention_varlen(be, &va);
+
+    assert_close(out, ref, (size_t) n * nh * hd, 1e-5f);
+
+    for (i = 0; i < 3; i++) {
+        vlm_kv_block_unref(&kv, i);
+    }
+    assert_int_equal(vlm_kv_used(&kv), 0);
+    assert_int_equal(kv.peak_used, 3);
+
+    vlm_kv_free(&kv);
+    be->ops->free(be);
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    free(ref);
+}
+
+
+static void
+test_kv_pool_exhaustion_and_sharing(void **state)
+{
+    int             i;
+    vlm_kv_t        kv;
+    vlm_error_t     err;
+    vlm_backend_t  *be;
+
+    be = backend(0);
+    assert_int_equal(vlm_kv_init(&kv, be, 2, 4, 4, 3, &err), VLM_OK);
+
+    for (i = 0; i < 3; i++) {
+        assert_int_equal(vlm_kv_block_alloc(&kv), i);
+    }
+    assert_int_equal(vlm_kv_block_alloc(&kv), -1);
+
+    /* a shared block returns to the pool with its last reference */
+    vlm_kv_block_ref(&kv, 1);
+    vlm_kv_block_unref(&kv, 1);
+    assert_int_equal(vlm_kv_used(&kv), 3);
+    vlm_kv_block_unref(&kv, 1);
+    assert_int_equal(vlm_kv_used(&kv), 2);
+    assert_int_equal(vlm_kv_block_alloc(&kv), 1);
+
+    vlm_kv_free(&kv);
+    assert_int_equal(vlm_kv_init(&kv, be, 1, 4, 0, 3, &err), VLM_ERR_INVALID);
+
+    be->ops->free(be);
+}
+
+
+static void
+test_embed_gather_argmax(void **state)
+{
+    int32_t         ids[3] = { 2, -1, 0 }, idx[2] = { 2, 0 }, am[2];
+    uint16_t        table[12];
+    float           y[12], g[8], x[8] = { 1, 5, 2, 0, -1, -3, 7, 7 };
+    int             k;
+    vlm_error_t     err;
+    vlm_weight_t    w;
+    vlm_backend_t  *be;
+
+    be = backend(0);
+
+    for (k = 0; k < 12; k++) {
+        table[k] = vlm_f32_to_bf16((float) k);
+    }
+
+    assert_int_equal(be->ops->weight_bind(be, &w, table, VLM_DTYPE_BF16, 3,
+                                          4, &err), VLM_OK);
+
+    for (k = 0; k < 12; k++) {
+        y[k] = -9.0f;
+    }
+
+    be->ops->embed(be, y, &w, ids, 3);
+    assert_true(y[0] == 8.0f && y[3] == 11.0f);
+    assert_true(y[4] == -9.0f);             /* id -1 leaves the row */
+    assert_true(y[8] == 0.0f && y[11] == 3.0f);
+
+    be->ops->gather_rows(be, g, y, idx, 2, 4);
+    assert_true(g[0] == 0.0f && g[4] == 8.0f);
+
+    be->ops->argmax(be, am, x, 2, 4);
+    assert_int_equal(am[0], 1);
+    assert_int_equal(am[1], 2);             /* the first of equal maxima */
+
+    be->ops->free(be);
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_norms),
+        cmocka_unit_test(test_rope_mrope_sections),
+        cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_attention_varlen_block_diagonal_and_causal),
+        cmocka_unit_test(test_paged_attention_matches_contiguous),
+        cmocka_unit_test(test_kv_pool_exhaustion_and_sharing),
+        cmocka_unit_test(test_embed_gather_argmax),
+    };
+
+    return cmocka_run_group_tests_name("backend_cpu", tests, NULL, NULL);
+}

@@ -1,0 +1,169 @@
+/*
+ * Unit tests of config.json parsing for Qwen2-VL and Qwen2.5-VL: nested
+ * and flat layouts, defaults, and rejected configurations.
+ */
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "vlm_model_config.h"
+
+
+static vlm_status_t
+parse(vlm_model_config_t *cfg, const char *json, vlm_error_t *err)
+{
+    vlm_error_clear(err);
+    return vlm_model_config_parse(cfg, json, strlen(json), err);
+}
+
+
+static void
+test_nested_qwen2_5_vl(void **state)
+{
+    vlm_error_t         err;
+    vlm_model_config_t  cfg;
+
+    assert_int_equal(parse(&cfg,
+        "{\"architectures\":[\"Qwen2_5_VLForConditionalGeneration\"],"
+        "\"image_token_id\":90,\"video_token_id\":91,"
+        "\"vision_start_token_id\":92,\"vision_end_token_id\":93,"
+        "\"text_config\":{\"vocab_size\":128,\"hidden_size\":64,"
+        "\"intermediate_size\":96,\"num_hidden_layers\":2,"
+        "\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+        "\"rms_norm_eps\":1e-6,\"rope_theta\":10000.0,"
+        "\"tie_word_embeddings\":true,\"eos_token_id\":[7,9],"
+        "\"rope_scaling\":{\"type\":\"mrope\",\"mrope_section\":[2,3,3]}},"
+        "\"vision_config\":{\"depth\":4,\"hidden_size\":32,"
+        "\"intermediate_size\":48,\"num_heads\":2,\"out_hidden_size\":64,"
+        "\"window_size\":56,\"fullatt_block_indexes\":[1,3],"
+        "\"patch_size\":14,\"spatial_merge_size\":2}}", &err), VLM_OK);
+
+    assert_int_equal(cfg.arch, VLM_ARCH_QWEN2_5_VL);
+    assert_int_equal(cfg.text.vocab_size, 128);
+    assert_int_equal(cfg.text.head_dim, 16);
+    assert_int_equal(cfg.text.n_kv_heads, 2);
+    assert_true(cfg.text.tie_word_embeddings);
+    assert_int_equal(cfg.text.mrope_section[1], 3);
+    assert_true(cfg.text.rms_norm_eps == 1e-6f);
+    assert_int_equal(cfg.vision.depth, 4);
+    assert_int_equal(cfg.vision.window_size, 56);
+    assert_int_equal(cfg.vision.n_fullatt, 2);
+    assert_int_equal(cfg.vision.fullatt_blocks[1], 3);
+    assert_true(cfg.vision.gated_mlp);
+    assert_true(cfg.vision.rms_norm);
+    assert_int_equal(cfg.vision.act, VLM_ACT_SILU);
+    assert_int_equal(cfg.vision.temporal_patch_size, 2);
+    assert_int_equal(cfg.image_token_id, 90);
+    assert_int_equal(cfg.n_eos, 2);
+    assert_int_equal(cfg.eos_token_ids[1], 9);
+}
+
+
+static void
+test_flat_qwen2_vl(void **state)
+{
+    vlm_error_t         err;
+    vlm_model_config_t  cfg;
+
+    assert_int_equal(parse(&cfg,
+        "{\"architectures\":[\"Qwen2VLForConditionalGeneration\"],"
+        "\"vocab_size\":200,\"hidden_size\":48,\"intermediate_size\":80,"
+        "\"num_hidden_layers\":3,\"num_attention_heads\":3,"
+        "\"num_key_value_heads\":1,\"image_token_id\":150,"
+        "\"video_token_id\":151,\"vision_start_token_id\":152,"
+        "\"vision_end_token_id\":153,\"eos_token_id\":5,"
+        "\"rope_scaling\":{\"type\":\"mrope\",\"mrope_section\":[2,3,3]},"
+        "\"vision_config\":{\"depth\":2,\"embed_dim\":32,\"hidden_size\":48,"
+        "\"mlp_ratio\":2,\"num_heads\":2,\"in_chans\":3,"
+        "\"spatial_patch_size\":14}}", &err), VLM_OK);
+
+    assert_int_equal(cfg.arch, VLM_ARCH_QWEN2_VL);
+    assert_int_equal(cfg.text.hidden_size, 48);
+    assert_int_equal(cfg.text.n_layers, 3);
+    assert_false(cfg.text.tie_word_embeddings);
+    assert_true(cfg.text.rope_theta == 1e6f);
+    assert_int_equal(cfg.vision.hidden_size, 32);
+    assert_int_equal(cfg.vision.intermediate_size, 64);
+    assert_int_equal(cfg.vision.out_hidden_size, 48);
+    assert_int_equal(cfg.vision.act, VLM_ACT_QUICK_GELU);
+    assert_false(cfg.vision.gated_mlp);
+    assert_int_equal(cfg.vision.window_size, 0);
+    assert_int_equal(cfg.n_eos, 1);
+    assert_int_equal(cfg.eos_token_ids[0], 5);
+}
+
+
+static void
+expect_error(const char *json, vlm_status_t status, const char *needle)
+{
+    vlm_error_t         err;
+    vlm_model_config_t  cfg;
+
+    assert_int_equal(parse(&cfg, json, &err), status);
+
+    if (strstr(err.msg, needle) == NULL) {
+        fail_msg("message \"%s\" lacks \"%s\"", err.msg, needle);
+    }
+}
+
+
+#define TEXT  "\"vocab_size\":100,\"hidden_size\":32,"                     \
+              "\"intermediate_size\":40,\"num_hidden_layers\":1,"           \
+              "\"num_attention_heads\":2,\"num_key_value_heads\":1,"        \
+              "\"image_token_id\":90,\"video_token_id\":91,"                \
+              "\"vision_start_token_id\":92,\"vision_end_token_id\":93,"
+#define VIS   "\"vision_config\":{\"depth\":1,\"embed_dim\":16,"            \
+              "\"hidden_size\":32,\"num_heads\":1}"
+#define ROPE  "\"rope_scaling\":{\"mrope_section\":[2,3,3]},"
+#define Q2    "{\"architectures\":[\"Qwen2VLForConditionalGeneration\"],"
+
+
+static void
+test_rejected(void **state)
+{
+    expect_error("{\"architectures\":", VLM_ERR_FORMAT, "bad JSON");
+    expect_error("{\"architectures\":[\"LlamaForCausalLM\"]}",
+                 VLM_ERR_UNSUPPORTED, "LlamaForCausalLM");
+    expect_error(Q2 TEXT VIS "}", VLM_ERR_FORMAT, "mrope_section");
+    expect_error(Q2 TEXT "\"rope_scaling\":{\"mrope_section\":[2,3,2]},"
+                 VIS "}", VLM_ERR_FORMAT, "sums to 7");
+    expect_error(Q2 TEXT ROPE "\"num_hidden_layers\":-1," VIS "}",
+                 VLM_ERR_FORMAT, "num_hidden_layers");
+    expect_error(Q2 TEXT ROPE "\"hidden_size\":\"big\"," VIS "}",
+                 VLM_ERR_FORMAT, "hidden_size");
+    expect_error(Q2 TEXT ROPE "\"vision_config\":{\"depth\":1,"
+                 "\"embed_dim\":16,\"hidden_size\":64,\"num_heads\":1}}",
+                 VLM_ERR_FORMAT, "differs");
+    expect_error(Q2 TEXT ROPE "\"vision_config\":{\"depth\":1,"
+                 "\"embed_dim\":16,\"hidden_size\":32,\"num_heads\":1,"
+                 "\"hidden_act\":\"relu6\"}}", VLM_ERR_UNSUPPORTED,
+                 "relu6");
+    expect_error(Q2 TEXT ROPE "\"eos_token_id\":100," VIS "}",
+                 VLM_ERR_FORMAT, "eos_token_id");
+    expect_error("{\"architectures\":[\"Qwen2_5_VLForConditionalGeneration\""
+                 "]," TEXT ROPE "\"vision_config\":{\"depth\":2,"
+                 "\"hidden_size\":16,\"out_hidden_size\":32,\"num_heads\":1,"
+                 "\"fullatt_block_indexes\":[2]}}", VLM_ERR_FORMAT,
+                 "fullatt_block_indexes[0]");
+    expect_error("{\"architectures\":[\"Qwen2_5_VLForConditionalGeneration\""
+                 "]," TEXT ROPE "\"vision_config\":{\"depth\":2,"
+                 "\"hidden_size\":16,\"out_hidden_size\":32,\"num_heads\":1,"
+                 "\"window_size\":50}}", VLM_ERR_FORMAT, "window_size");
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_nested_qwen2_5_vl),
+        cmocka_unit_test(test_flat_qwen2_vl),
+        cmocka_unit_test(test_rejected),
+    };
+
+    return cmocka_run_group_tests_name("model_config", tests, NULL, NULL);
+}

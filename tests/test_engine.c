@@ -1,0 +1,470 @@
+/*
+ * Engine behaviour beyond parity: weights checked against the config at
+ * load (errors name the tensor), bad prompts and images rejected with
+ * typed errors, budgets enforced (slots, sequence length, KV blocks),
+ * batched decode of several sequences equal to decoding each alone, and
+ * no allocation at all across 100 generations.
+ */
+
+#define _GNU_SOURCE
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "vlm.h"
+#include "vlm_npy.h"
+
+
+#define FIX  "tests/fixtures/models"
+
+
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+
+/* counts every heap allocation of the process while "counting" is set */
+
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t n, size_t size);
+extern void *__libc_realloc(void *p, size_t n);
+extern void *__libc_memalign(size_t align, size_t n);
+
+static int   counting;
+static long  n_heap_allocs;
+
+#define VLM_COUNT()  if (__atomic_load_n(&counting, __ATOMIC_RELAXED)) {     \
+                         __atomic_add_fetch(&n_heap_allocs, 1,               \
+                                            __ATOMIC_RELAXED);               \
+                     }
+
+void *
+malloc(size_t n)
+{
+    VLM_COUNT();
+    return __libc_malloc(n);
+}
+
+
+void *
+calloc(size_t n, size_t size)
+{
+    VLM_COUNT();
+    return __libc_calloc(n, size);
+}
+
+
+void *
+realloc(void *p, size_t n)
+{
+    VLM_COUNT();
+    return __libc_realloc(p, n);
+}
+
+
+void *
+aligned_alloc(size_t align, size_t n)
+{
+    VLM_COUNT();
+    return __libc_memalign(align, n);
+}
+
+#define HEAP_COUNTING  1
+
+#endif
+
+
+static vlm_model_t *
+load(const char *dir, vlm_error_t *err, int max_seqs, int kv_blocks)
+{
+    vlm_model_t        *m;
+    vlm_model_params_t  p;
+
+    vlm_model_params_default(&p);
+    p.n_threads = 2;
+    p.max_seqs = max_seqs;
+    p.max_seq_len = 128;
+    p.max_batch_tokens = 32;
+    p.max_image_patches = 64;
+    p.kv_block_size = 8;
+    p.kv_blocks = kv_blocks;
+
+    vlm_error_clear(err);
+
+    if (vlm_model_load(&m, dir, &p, err) != VLM_OK) {
+        return NULL;
+    }
+
+    return m;
+}
+
+
+static void
+npy(vlm_npy_t *a, const char *path)
+{
+    vlm_error_t  err;
+
+    if (vlm_npy_load(a, path, &err) != VLM_OK) {
+        fail_msg("%s", err.msg);
+    }
+}
+
+
+/* a copy of a fixture whose config.json has one substitution */
+static void
+edited_model(char *dir, const char *from, const char *to)
+{
+    char   cmd[1024];
+
+    strcpy(dir, "/tmp/vlm-eng-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+
+    snprintf(cmd, sizeof(cmd),
+             "ln -s $PWD/" FIX "/qwen25vl-f32/model.safetensors %s/ && "
+             "sed 's/%s/%s/' " FIX "/qwen25vl-f32/config.json "
+             "> %s/config.json", dir, from, to, dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+
+static void
+remove_dir(const char *dir)
+{
+    char  cmd[256];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+
+static void
+test_weights_checked_against_config(void **state)
+{
+    char          dir[64];
+    vlm_error_t   err;
+
+    edited_model(dir, "\"intermediate_size\": 128",
+                 "\"intermediate_size\": 96");
+    assert_null(load(dir, &err, 1, 0));
+    assert_int_equal(err.status, VLM_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "model.layers.0.mlp.gate_proj.weight"));
+    remove_dir(dir);
+
+    edited_model(dir, "\"num_hidden_layers\": 3",
+                 "\"num_hidden_layers\": 4");
+    assert_null(load(dir, &err, 1, 0));
+    assert_non_null(strstr(err.msg, "model.layers.3."));
+    assert_non_null(strstr(err.msg, "missing"));
+    remove_dir(dir);
+
+    edited_model(dir, "\"intermediate_size\": 64",
+                 "\"intermediate_size\": 48");
+    assert_null(load(dir, &err, 1, 0));
+    assert_non_null(strstr(err.msg, "visual.blocks.0.mlp.gate_proj.weight"));
+    remove_dir(dir);
+
+    assert_null(load("/nonexistent", &err, 1, 0));
+    assert_int_equal(err.status, VLM_ERR_IO);
+}
+
+
+static void
+test_bad_inputs_rejected(void **state)
+{
+    int32_t       ids[64], pos[3 * 64];
+    float         pixels[24 * 1176];
+    int           i, next;
+    vlm_seq_t    *seq, *other;
+    vlm_image_t   img;
+    vlm_error_t   err;
+    vlm_model_t  *m;
+
+    m = load(FIX "/qwen2vl-f32", &err, 1, 0);
+    assert_non_null(m);
+
+    memset(pixels, 0, sizeof(pixels));
+    img.pixels = pixels;
+    img.grid_t = 1;
+    img.grid_h = 4;
+    img.grid_w = 6;
+
+    /* 6 placeholders are needed, 5 given */
+    ids[0] = 1;
+    ids[1] = 309;
+    for (i = 2; i < 7; i++) {
+        ids[i] = 312;
+    }
+    ids[7] = 310;
+
+    assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(seq, ids, 8, &img, 1, NULL, &err),
+                     VLM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "placeholder"));
+
+    /* placeholders without <|vision_start|> */
+    ids[1] = 5;
+    ids[7] = 312;
+    assert_int_equal(vlm_rope_index(m, ids, 8, &img, 1, 0, pos, &next,
+                                    &err), VLM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "vision_start"));
+
+    /* a grid that is not whole merged patches */
+    img.grid_w = 5;
+    assert_int_equal(vlm_seq_prefill(seq, ids, 8, &img, 1, NULL, &err),
+                     VLM_ERR_INVALID);
+
+    /* an image larger than the vision budget */
+    ids[1] = 309;
+    for (i = 2; i < 2 + 20; i++) {
+        ids[i] = 312;
+    }
+    ids[22] = 310;
+    img.grid_h = 8;
+    img.grid_w = 10;
+    assert_int_equal(vlm_seq_prefill(seq, ids, 23, &img, 1, NULL, &err),
+                     VLM_ERR_LIMIT);
+
+    /* token ids outside the vocabulary */
+    ids[0] = 320;
+    assert_int_equal(vlm_seq_prefill(seq, ids, 1, NULL, 0, NULL, &err),
+                     VLM_ERR_INVALID);
+    ids[0] = -1;
+    assert_int_equal(vlm_seq_prefill(seq, ids, 1, NULL, 0, NULL, &err),
+                     VLM_ERR_INVALID);
+
+    /* decode before prefill, video, and the one slot taken */
+    ids[0] = 3;
+    assert_int_equal(vlm_decode(m, &seq, ids, 1, &err), VLM_ERR_INVALID);
+    ids[0] = 309;
+    ids[1] = 313;
+    assert_int_equal(vlm_seq_prefill(seq, ids, 2, NULL, 0, NULL, &err),
+                     VLM_ERR_UNSUPPORTED);
+    assert_int_equal(vlm_seq_init(m, &other, &err), VLM_ERR_LIMIT);
+
+    /* longer than max_seq_len */
+    for (i = 0; i < 64; i++) {
+        ids[i] = 7;
+    }
+    assert_int_equal(vlm_seq_prefill(seq, ids, 64, NULL, 0, NULL, &err),
+                     VLM_OK);
+    assert_int_equal(vlm_seq_prefill(seq, ids, 64, NULL, 0, NULL, &err),
+                     VLM_OK);
+    assert_int_equal(vlm_decode(m, &seq, ids, 1, &err), VLM_ERR_LIMIT);
+    assert_int_equal(vlm_seq_length(seq), 128);
+
+    vlm_seq_free(seq);
+    vlm_model_free(m);
+}
+
+
+static void
+test_kv_budget_exhaustion(void **state)
+{
+    int32_t       ids[40];
+    int           i;
+    vlm_seq_t    *a, *b;
+    vlm_error_t   err;
+    vlm_model_t  *m;
+    vlm_model_stats_t  st;
+
+    /* 6 blocks of 8 tokens for two sequences */
+    m = load(FIX "/qwen2vl-f32", &err, 2, 6);
+    assert_non_null(m);
+
+    for (i = 0; i < 40; i++) {
+        ids[i] = i;
+    }
+
+    assert_int_equal(vlm_seq_init(m, &a, &err), VLM_OK);
+    assert_int_equal(vlm_seq_init(m, &b, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(a, ids, 40, NULL, 0, NULL, &err),
+                     VLM_OK);
+    assert_int_equal(vlm_seq_prefill(b, ids, 9, NULL, 0, NULL, &err),
+                     VLM_ERR_LIMIT);
+    assert_non_null(strstr(err.msg, "KV cache is full"));
+
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.kv_blocks_used, 5);
+
+    vlm_seq_free(a);
+    assert_int_equal(vlm_seq_prefill(b, ids, 9, NULL, 0, NULL, &err),
+                     VLM_OK);
+    vlm_seq_free(b);
+
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.kv_blocks_used, 0);
+    /* the failed prefill took the last free block before giving up */
+    assert_int_equal(st.kv_blocks_peak, 6);
+
+    vlm_model_free(m);
+}
+
+
+static int32_t
+argmax(const float *x, int n)
+{
+    int  k, best;
+
+    best = 0;
+    for (k = 1; k < n; k++) {
+        if (x[k] > x[best]) {
+            best = k;
+        }
+    }
+
+    return best;
+}
+
+
+/* two prompts decoded side by side in one batch, as a scheduler would */
+static void
+test_batched_decode_matches_reference(void **state)
+{
+    int           i, s, V;
+    int32_t       tok[2];
+    vlm_npy_t     ids[2], greedy[2], pix, grid;
+    vlm_seq_t    *seq[2];
+    vlm_image_t   img;
+    vlm_error_t   err;
+    vlm_model_t  *m;
+
+    m = load(FIX "/qwen25vl-bf16", &err, 2, 0);
+    assert_non_null(m);
+    V = vlm_model_info(m)->vocab_size;
+
+    npy(&ids[0], FIX "/qwen25vl-bf16/ref/text/input_ids.npy");
+    npy(&greedy[0], FIX "/qwen25vl-bf16/ref/text/greedy.npy");
+    npy(&ids[1], FIX "/qwen25vl-bf16/ref/image1/input_ids.npy");
+    npy(&greedy[1], FIX "/qwen25vl-bf16/ref/image1/greedy.npy");
+    npy(&pix, FIX "/qwen25vl-bf16/ref/image1/pixel_values_0.npy");
+    npy(&grid, FIX "/qwen25vl-bf16/ref/image1/grid_thw.npy");
+
+    img.pixels = pix.data;
+    img.grid_t = ((int32_t *) grid.data)[0];
+    img.grid_h = ((int32_t *) grid.data)[1];
+    img.grid_w = ((int32_t *) grid.data)[2];
+
+    for (s = 0; s < 2; s++) {
+        assert_int_equal(vlm_seq_init(m, &seq[s], &err), VLM_OK);
+        assert_int_equal(vlm_seq_prefill(seq[s], ids[s].data,
+                                         (int) ids[s].n, &img, s,
+                                         NULL, &err), VLM_OK);
+    }
+
+    for (i = 0; i < 32; i++) {
+        for (s = 0; s < 2; s++) {
+            tok[s] = argmax(vlm_seq_logits(seq[s]), V);
+            assert_int_equal(tok[s], ((int32_t *) greedy[s].data)[i]);
+        }
+
+        assert_int_equal(vlm_decode(m, seq, tok, 2, &err), VLM_OK);
+    }
+
+    /* the same sequence twice in one step is refused */
+    seq[1] = seq[0];
+    assert_int_equal(vlm_decode(m, seq, tok, 2, &err), VLM_ERR_INVALID);
+
+    vlm_seq_free(seq[0]);
+
+    for (s = 0; s < 2; s++) {
+        vlm_npy_free(&ids[s]);
+        vlm_npy_free(&greedy[s]);
+    }
+    vlm_npy_free(&pix);
+    vlm_npy_free(&grid);
+    vlm_model_free(m);
+}
+
+
+static void
+test_no_allocation_across_100_generations(void **state)
+{
+    int                g, i, V;
+    int32_t            tok;
+    vlm_npy_t          ids, pix, grid;
+    vlm_seq_t         *seq;
+    vlm_image_t        img;
+    vlm_error_t        err;
+    vlm_model_t       *m;
+    vlm_model_stats_t  st0, st;
+
+    m = load(FIX "/qwen25vl-f32", &err, 2, 0);
+    assert_non_null(m);
+    V = vlm_model_info(m)->vocab_size;
+
+    npy(&ids, FIX "/qwen25vl-f32/ref/image1/input_ids.npy");
+    npy(&pix, FIX "/qwen25vl-f32/ref/image1/pixel_values_0.npy");
+    npy(&grid, FIX "/qwen25vl-f32/ref/image1/grid_thw.npy");
+
+    img.pixels = pix.data;
+    img.grid_t = ((int32_t *) grid.data)[0];
+    img.grid_h = ((int32_t *) grid.data)[1];
+    img.grid_w = ((int32_t *) grid.data)[2];
+
+    vlm_model_stats(m, &st0);
+
+    for (g = 0; g < 101; g++) {
+#ifdef HEAP_COUNTING
+        /* the first generation warms up the BLAS library's buffers */
+        if (g == 1) {
+            void  *probe;
+            void  *(*volatile alloc)(size_t) = malloc;
+
+            /* the counter itself works */
+            n_heap_allocs = 0;
+            __atomic_store_n(&counting, 1, __ATOMIC_RELAXED);
+            probe = alloc(16);
+            assert_int_equal(n_heap_allocs, 1);
+            free(probe);
+            n_heap_allocs = 0;
+        }
+#endif
+
+        assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+        assert_int_equal(vlm_seq_prefill(seq, ids.data, (int) ids.n, &img,
+                                         1, NULL, &err), VLM_OK);
+
+        for (i = 0; i < 8; i++) {
+            tok = argmax(vlm_seq_logits(seq), V);
+            assert_int_equal(vlm_decode(m, &seq, &tok, 1, &err), VLM_OK);
+        }
+
+        vlm_seq_free(seq);
+    }
+
+#ifdef HEAP_COUNTING
+    __atomic_store_n(&counting, 0, __ATOMIC_RELAXED);
+    assert_int_equal(n_heap_allocs, 0);
+#endif
+
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.backend_allocs, 0);
+    assert_int_equal(st.backend_bytes, st0.backend_bytes);
+    assert_int_equal(st.backend_peak, st0.backend_peak);
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(st.seqs_used, 0);
+
+    vlm_npy_free(&ids);
+    vlm_npy_free(&pix);
+    vlm_npy_free(&grid);
+    vlm_model_free(m);
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_weights_checked_against_config),
+        cmocka_unit_test(test_bad_inputs_rejected),
+        cmocka_unit_test(test_kv_budget_exhaustion),
+        cmocka_unit_test(test_batched_decode_matches_reference),
+        cmocka_unit_test(test_no_allocation_across_100_generations),
+    };
+
+    return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
+}

@@ -1,0 +1,268 @@
+/*
+ * Parity of the engine with transformers on the tiny checkpoints of
+ * tests/fixtures/models (tools/fixtures_models.py): get_rope_index
+ * positions, last-position logits (relative L2 within 1e-4 for f32
+ * weights, 2e-2 for bf16), all-position logits of the text prompt and
+ * 32-token greedy continuations, for Qwen2-VL and Qwen2.5-VL with no,
+ * one and two images.
+ */
+
+#define _GNU_SOURCE
+
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "vlm.h"
+#include "vlm_npy.h"
+
+
+#define FIX  "tests/fixtures/models"
+
+
+static double
+rel_l2(const float *a, const float *b, size_t n)
+{
+    size_t  i;
+    double  num, den;
+
+    num = 0.0;
+    den = 0.0;
+
+    for (i = 0; i < n; i++) {
+        num += ((double) a[i] - b[i]) * ((double) a[i] - b[i]);
+        den += (double) b[i] * b[i];
+    }
+
+    return sqrt(num / (den > 0.0 ? den : 1.0));
+}
+
+
+static void
+load_npy(vlm_npy_t *npy, const char *model, const char *ref_case,
+    const char *file)
+{
+    char         path[512];
+    vlm_error_t  err;
+
+    snprintf(path, sizeof(path), FIX "/%s/ref/%s/%s", model, ref_case,
+             file);
+
+    if (vlm_npy_load(npy, path, &err) != VLM_OK) {
+        fail_msg("%s", err.msg);
+    }
+}
+
+
+static vlm_model_t *
+load_model(const char *name)
+{
+    char                path[256];
+    vlm_error_t         err;
+    vlm_model_t        *m;
+    vlm_model_params_t  p;
+
+    vlm_model_params_default(&p);
+    p.n_threads = 2;
+    p.max_seqs = 2;
+    p.max_seq_len = 256;
+    p.max_batch_tokens = 16;        /* prompts run in several chunks */
+    p.max_image_patches = 128;
+    p.kv_block_size = 8;
+
+    snprintf(path, sizeof(path), FIX "/%s", name);
+
+    if (vlm_model_load(&m, path, &p, &err) != VLM_OK) {
+        fail_msg("load %s: %s", name, err.msg);
+    }
+
+    return m;
+}
+
+
+static void
+check_case(vlm_model_t *m, const char *name, const char *ref_case,
+    int n_images, double tol)
+{
+    int                      i, n, next, V;
+    char                     file[64];
+    float                   *all;
+    double                   d;
+    int32_t                 *pos, tok;
+    vlm_npy_t                ids, grid, ref_pos, last, greedy, pix[2], ref_all;
+    vlm_seq_t               *seq;
+    vlm_image_t              img[2];
+    vlm_error_t              err;
+    const vlm_model_info_t  *info;
+
+    info = vlm_model_info(m);
+    V = info->vocab_size;
+
+    load_npy(&ids, name, ref_case, "input_ids.npy");
+    load_npy(&ref_pos, name, ref_case, "position_ids.npy");
+    load_npy(&last, name, ref_case, "logits_last.npy");
+    load_npy(&greedy, name, ref_case, "greedy.npy");
+    n = (int) ids.n;
+
+    if (n_images > 0) {
+        load_npy(&grid, name, ref_case, "grid_thw.npy");
+        assert_int_equal(grid.shape[0], n_images);
+    }
+
+    for (i = 0; i < n_images; i++) {
+        snprintf(file, sizeof(file), "pixel_values_%d.npy", i);
+        load_npy(&pix[i], name, ref_case, file);
+        img[i].pixels = pix[i].data;
+        img[i].grid_t = ((int32_t *) grid.data)[3 * i];
+        img[i].grid_h = ((int32_t *) grid.data)[3 * i + 1];
+        img[i].grid_w = ((int32_t *) grid.data)[3 * i + 2];
+        assert_int_equal(pix[i].shape[1], info->patch_dim);
+    }
+
+    /* positions */
+
+    pos = malloc((size_t) 3 * n * sizeof(int32_t));
+    assert_non_null(pos);
+    assert_int_equal(vlm_rope_index(m, ids.data, n, img, n_images, 0, pos,
+                                    &next, &err), VLM_OK);
+    assert_memory_equal(pos, ref_pos.data, (size_t) 3 * n * sizeof(int32_t));
+    free(pos);
+
+    /* prefill */
+
+    all = malloc((size_t) n * V * sizeof(float));
+    assert_non_null(all);
+
+    assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+
+    if (vlm_seq_prefill(seq, ids.data, n, img, n_images,
+                        strcmp(ref_case, "text") == 0 ? all : NULL, &err)
+        != VLM_OK)
+    {
+        fail_msg("%s/%s: %s", name, ref_case, err.msg);
+    }
+
+    d = rel_l2(vlm_seq_logits(seq), last.data, (size_t) V);
+    if (d > tol) {
+        fail_msg("%s/%s: last logits differ, relative L2 %g > %g", name,
+                 ref_case, d, tol);
+    }
+
+    if (strcmp(ref_case, "text") == 0) {
+        load_npy(&ref_all, name, ref_case, "logits_all.npy");
+        d = rel_l2(all, ref_all.data, (size_t) n * V);
+        if (d > tol) {
+            fail_msg("%s/%s: all logits differ, relative L2 %g", name,
+                     ref_case, d);
+        }
+        vlm_npy_free(&ref_all);
+    }
+
+    /* greedy continuation */
+
+    for (i = 0; i < (int) greedy.n; i++) {
+        {
+            int           k;
+            const float  *lg = vlm_seq_logits(seq);
+
+            tok = 0;
+            for (k = 1; k < V; k++) {
+                if (lg[k] > lg[tok]) {
+                    tok = k;
+                }
+            }
+        }
+
+        if (tok != ((int32_t *) greedy.data)[i]) {
+            fail_msg("%s/%s: greedy token %d is %d, transformers says %d",
+                     name, ref_case, i, (int) tok,
+                     (int) ((int32_t *) greedy.data)[i]);
+        }
+
+        assert_int_equal(vlm_decode(m, &seq, &tok, 1, &err), VLM_OK);
+    }
+
+    assert_int_equal(vlm_seq_length(seq), n + (int) greedy.n);
+    vlm_seq_free(seq);
+
+    free(all);
+    vlm_npy_free(&ids);
+    vlm_npy_free(&ref_pos);
+    vlm_npy_free(&last);
+    vlm_npy_free(&greedy);
+    if (n_images > 0) {
+        vlm_npy_free(&grid);
+    }
+    for (i = 0; i < n_images; i++) {
+        vlm_npy_free(&pix[i]);
+    }
+}
+
+
+static void
+check_model(const char *name, double tol)
+{
+    vlm_model_t        *m;
+    vlm_model_stats_t   st;
+
+    m = load_model(name);
+
+    check_case(m, name, "text", 0, tol);
+    check_case(m, name, "image1", 1, tol);
+    check_case(m, name, "image2", 2, tol);
+
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.backend_allocs, 0);
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(st.seqs_used, 0);
+
+    vlm_model_free(m);
+}
+
+
+static void
+test_qwen2vl_f32(void **state)
+{
+    check_model("qwen2vl-f32", 1e-4);
+}
+
+
+static void
+test_qwen2vl_bf16_flat_config_tied(void **state)
+{
+    check_model("qwen2vl-bf16", 2e-2);
+}
+
+
+static void
+test_qwen25vl_f32_tied(void **state)
+{
+    check_model("qwen25vl-f32", 1e-4);
+}
+
+
+static void
+test_qwen25vl_bf16(void **state)
+{
+    check_model("qwen25vl-bf16", 2e-2);
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_qwen2vl_f32),
+        cmocka_unit_test(test_qwen2vl_bf16_flat_config_tied),
+        cmocka_unit_test(test_qwen25vl_f32_tied),
+        cmocka_unit_test(test_qwen25vl_bf16),
+    };
+
+    return cmocka_run_group_tests_name("engine_parity", tests, NULL, NULL);
+}
