@@ -530,7 +530,8 @@ test_text_is_unescaped_utf8(void **state)
 {
     vlm_openai_request_t  req;
 
-    parse_ok(USER("\"h\\u00e9 \\\"q\\\" \\\\ \\t \\ud83d\\ude00 \xe4\xb8\xad\""),
+    parse_ok(USER("\"h\\u00e9 \\\"q\\\" \\\\ \\t \\ud83d\\ude00 "
+                  "\xe4\xb8\xad\""),
              NULL, &req);
     assert_str(req.parts[0].text,
                "h\xc3\xa9 \"q\" \\ \t \xf0\x9f\x98\x80 \xe4\xb8\xad");
@@ -760,7 +761,8 @@ test_model_and_messages_errors(void **state)
         { USER("[{\"type\":\"text\",\"text\":5}]"), VLM_ERR_INVALID,
           "invalid_type", "messages[0].content[0].text",
           "expected a string" },
-        { USER("[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"image_url\"}]"),
+        { USER("[{\"type\":\"text\",\"text\":\"a\"},"
+               "{\"type\":\"image_url\"}]"),
           VLM_ERR_INVALID, "missing_required_parameter",
           "messages[0].content[1].image_url",
           "'messages[0].content[1].image_url'" },
@@ -985,9 +987,10 @@ test_limits(void **state)
                   "\"image_url\":\"http://h/2\"}]}]"), &lim, &req);
     assert_int_equal(req.n_images, 2);
     vlm_openai_request_free(&req);
-    expect_error(MSGS("[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
-                      "\"image_url\":\"http://h/1\"},{\"type\":\"image_url\","
-                      "\"image_url\":\"http://h/2\"}]},{\"role\":\"user\","
+    expect_error(MSGS("[{\"role\":\"user\",\"content\":[{\"type\":"
+                      "\"image_url\",\"image_url\":\"http://h/1\"},"
+                      "{\"type\":\"image_url\",\"image_url\":"
+                      "\"http://h/2\"}]},{\"role\":\"user\","
                       "\"content\":[{\"type\":\"image_url\",\"image_url\":"
                       "\"http://h/3\"}]}]"), &lim, VLM_ERR_LIMIT,
                  "array_above_max_length", "messages[1].content[0]",
@@ -1078,8 +1081,9 @@ test_error_helpers(void **state)
 
 #define MODEL   "qwen2-vl"
 #define ID      "chatcmpl-00000000000000010123456789abcdef"
-#define HEAD    "data: {\"id\":\"" ID "\",\"object\":\"chat.completion.chunk\"," \
-                "\"created\":1700000000,\"model\":\"" MODEL "\",\"choices\":["
+#define HEAD                                                                  \
+    "data: {\"id\":\"" ID "\",\"object\":\"chat.completion.chunk\","         \
+    "\"created\":1700000000,\"model\":\"" MODEL "\",\"choices\":["
 
 
 static void
