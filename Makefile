@@ -175,7 +175,8 @@ FUZZ_OUT  := $(ROOT)/build-fuzz
 fuzz-openai:
 	@mkdir -p $(FUZZ_OUT)/corpus-openai
 	$(FUZZ_CC) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined \
-	    -fno-sanitize-recover=undefined -I$(ROOT)/src \
+	    -fno-sanitize-recover=undefined -DVLM_OPENAI_ELIDE_MIN=4 \
+	    -I$(ROOT)/src \
 	    fuzz/fuzz_openai.c src/vlm_openai.c src/vlm_common.c \
 	    -o $(FUZZ_OUT)/fuzz_openai -ljansson -lm
 	$(FUZZ_OUT)/fuzz_openai -max_total_time=$(FUZZ_TIME) \

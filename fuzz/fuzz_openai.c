@@ -3,7 +3,11 @@
  * A parse either fails with a well-formed OpenAI error or yields a request
  * whose invariants hold; the accepted text, formatted as a completion and
  * as a chunk, and the raw input, escaped, must read back as valid JSON.
- * Leaks and memory errors are caught by the sanitizers.
+ * The parser elides long strings before jansson sees them (built here
+ * with a tiny threshold so that most strings are elided): the outcome is
+ * checked against jansson parsing the body itself, error positions and
+ * string values included.  Leaks and memory errors are caught by the
+ * sanitizers.
  *
  *   make fuzz-openai              (clang, FUZZ_TIME seconds)
  */
@@ -145,6 +149,51 @@ fuzz_check_request(const vlm_openai_request_t *req)
 }
 
 
+static int
+fuzz_str_is(const vlm_openai_str_t *s, const json_t *v)
+{
+    return json_is_string(v) && json_string_length(v) == s->len
+           && memcmp(json_string_value(v), s->data, s->len) == 0;
+}
+
+
+/* the request's strings are those of jansson's own parse of the body */
+static void
+fuzz_compare(const vlm_openai_request_t *req, const json_t *plain)
+{
+    uint32_t                   i, k;
+    json_t                    *content, *part, *iu;
+    const vlm_openai_part_t   *pt;
+
+    fuzz_check(fuzz_str_is(&req->model, json_object_get(plain, "model")));
+
+    for (i = 0; i < req->n_messages; i++) {
+        content = json_object_get(json_array_get(json_object_get(plain,
+                                                     "messages"), i),
+                                  "content");
+
+        for (k = 0; k < req->messages[i].n_parts; k++) {
+            pt = &req->messages[i].parts[k];
+            part = json_is_string(content) ? NULL
+                                           : json_array_get(content, k);
+
+            if (pt->type == VLM_OPENAI_PART_TEXT) {
+                fuzz_check(fuzz_str_is(&pt->text, part ? json_object_get(
+                                           part, "text") : content));
+                continue;
+            }
+
+            iu = json_object_get(part, "image_url");
+            if (json_is_object(iu)) {
+                iu = json_object_get(iu, "url");
+            }
+
+            fuzz_check(fuzz_str_is(&req->images[pt->image].url, iu));
+        }
+    }
+}
+
+
 static void
 fuzz_check_error(const vlm_openai_error_t *err)
 {
@@ -192,7 +241,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    char                        msg[VLM_OPENAI_MESSAGE_LEN];
+    json_t                     *plain;
     vlm_status_t                rc;
+    json_error_t                jerr;
     vlm_openai_error_t          err;
     vlm_openai_request_t        req;
 
@@ -201,13 +253,32 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rc = vlm_openai_request_parse(&req, (const char *) data, size,
                                   (size & 1) ? &limits : NULL, &err);
 
+    plain = json_loadb((const char *) data, size, JSON_DECODE_ANY, &jerr);
+
     if (rc == VLM_OK) {
+        fuzz_check(json_is_object(plain));
         fuzz_check_request(&req);
+        fuzz_compare(&req, plain);
 
     } else {
         fuzz_check_error(&err);
+
+        if (plain == NULL && err.status == VLM_ERR_FORMAT
+            && strstr(err.message, "\\u0000") == NULL)
+        {
+            /* the same error, at the same place, as jansson alone */
+            snprintf(msg, sizeof(msg), "Invalid JSON body at line %d, "
+                     "column %d (byte %d): %s.", jerr.line, jerr.column,
+                     jerr.position, jerr.text);
+            fuzz_check(strcmp(msg, err.message) == 0);
+        }
+
+        /* a body jansson accepts fails only on its content */
+        fuzz_check(plain == NULL || !json_is_object(plain)
+                   || strcmp(err.code, "invalid_json") != 0);
     }
 
+    json_decref(plain);
     vlm_openai_request_free(&req);
 
     fuzz_check_escape(data, size);

@@ -1077,6 +1077,218 @@ test_error_helpers(void **state)
 }
 
 
+/* long plain strings are not copied: they point into the body */
+
+static char *
+long_body(const char *fmt, ...)
+{
+    char     *buf;
+    va_list   args;
+
+    buf = malloc(200000);
+    assert_non_null(buf);
+
+    va_start(args, fmt);
+    vsnprintf(buf, 200000, fmt, args);
+    va_end(args);
+
+    return buf;
+}
+
+
+static char *
+repeat(int c, size_t n)
+{
+    char  *s;
+
+    s = malloc(n + 1);
+    assert_non_null(s);
+    memset(s, c, n);
+    s[n] = '\0';
+
+    return s;
+}
+
+
+static int
+in_body(const char *body, const vlm_openai_str_t *s)
+{
+    return s->data >= body && s->data + s->len <= body + strlen(body);
+}
+
+
+static void
+test_long_strings_in_body(void **state)
+{
+    char                  *b64, *text, *body, *p;
+    size_t                 k;
+    vlm_openai_request_t   req;
+
+    b64 = repeat('Q', 5000);
+    text = repeat('a', 2000);
+
+    body = long_body(MSGS("[{\"role\":\"user\",\"content\":[{\"type\":"
+                          "\"text\",\"text\":\"%s\"},{\"type\":\"image_url\","
+                          "\"image_url\":{\"url\":\"data:image/png;base64,"
+                          "%s\",\"detail\":\"low\"}}]},{\"role\":"
+                          "\"assistant\",\"content\":\"%s\"}]"),
+                     text, b64, text);
+    parse_ok(body, NULL, &req);
+
+    assert_true(in_body(body, &req.parts[0].text));
+    assert_true(str_eq(&req.parts[0].text, text));
+    assert_true(in_body(body, &req.images[0].url));
+    assert_true(in_body(body, &req.images[0].payload));
+    assert_true(str_eq(&req.images[0].payload, b64));
+    assert_str(req.images[0].media_type, "image/png");
+    assert_int_equal(req.images[0].detail, VLM_OPENAI_DETAIL_LOW);
+    assert_true(in_body(body, &req.messages[1].parts[0].text));
+    assert_true(str_eq(&req.messages[1].parts[0].text, text));
+    vlm_openai_request_free(&req);
+    free(body);
+
+    /* a dozen images: placeholders of two digits resolve right */
+    body = long_body("{\"model\":\"m\",\"messages\":[{\"role\":\"user\","
+                     "\"content\":[");
+    p = body + strlen(body);
+
+    for (k = 0; k < 12; k++) {
+        memset(b64, 'A' + (int) k, 1100);
+        b64[1100] = '\0';
+        p += sprintf(p, "%s{\"type\":\"image_url\",\"image_url\":"
+                     "\"data:image/png;base64,%s\"}", k ? "," : "", b64);
+    }
+
+    strcpy(p, "]}]}");
+    parse_ok(body, NULL, &req);
+    assert_int_equal(req.n_images, 12);
+
+    for (k = 0; k < 12; k++) {
+        assert_true(in_body(body, &req.images[k].payload));
+        assert_int_equal(req.images[k].payload.len, 1100);
+        assert_int_equal(req.images[k].payload.data[0], 'A' + (int) k);
+        assert_int_equal(req.images[k].payload.data[1099], 'A' + (int) k);
+    }
+
+    vlm_openai_request_free(&req);
+    free(body);
+
+    /* with escapes or non-ASCII a string is decoded by jansson */
+    body = long_body(USER("[{\"type\":\"text\",\"text\":\"%s\\n\"},"
+                          "{\"type\":\"text\",\"text\":\"%s\xc3\xa9\"}]"),
+                     text, text);
+    parse_ok(body, NULL, &req);
+    assert_false(in_body(body, &req.parts[0].text));
+    assert_int_equal(req.parts[0].text.len, 2001);
+    assert_int_equal(req.parts[0].text.data[2000], '\n');
+    assert_false(in_body(body, &req.parts[1].text));
+    assert_int_equal(req.parts[1].text.len, 2002);
+    vlm_openai_request_free(&req);
+    free(body);
+
+    /* long keys are left alone (and ignored as unknown fields) */
+    body = long_body(BODY("\"%s\" \n: \"%s\",\"x\":[\"%s\"]"), text, text,
+                     text);
+    parse_ok(body, NULL, &req);
+    vlm_openai_request_free(&req);
+    free(body);
+
+    free(b64);
+    free(text);
+}
+
+
+static void
+test_long_strings_errors(void **state)
+{
+    char  *text, *body, expect[VLM_OPENAI_MESSAGE_LEN];
+
+    text = repeat('r', 2000);
+
+    body = long_body("{\"model\":\"%s\",\"messages\":[]}", text);
+    expect_error(body, NULL, VLM_ERR_INVALID, "string_above_max_length",
+                 "model", "at most 256 bytes, but got 2000");
+    free(body);
+
+    body = long_body(MSGS("[{\"role\":\"%s\",\"content\":\"x\"}]"), text);
+    expect_error(body, NULL, VLM_ERR_INVALID, "invalid_value",
+                 "messages[0].role",
+                 "'rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr'. Supported");
+    free(body);
+
+    body = long_body(USER("[{\"type\":\"%s\"}]"), text);
+    expect_error(body, NULL, VLM_ERR_UNSUPPORTED, "unsupported_value",
+                 "messages[0].content[0].type", "'rrrrrrrr");
+    free(body);
+
+    body = long_body(IMAGE("{\"url\":\"http://h/a\",\"detail\":\"%s\"}"),
+                     text);
+    expect_error(body, NULL, VLM_ERR_INVALID, "invalid_value",
+                 "messages[0].content[0].image_url.detail", "'rrrrrrrr");
+    free(body);
+
+    body = long_body(BODY("\"stop\":[\"a\",\"%s\"]"), text);
+    {
+        vlm_openai_limits_t  lim = { 0, 0, 0, 100, 0 };
+
+        expect_error(body, &lim, VLM_ERR_LIMIT, "string_above_max_length",
+                     "stop[1]", "at most 100 bytes, but got 2000");
+    }
+    free(body);
+
+    body = long_body(BODY("\"tool_choice\":\"%s\""), text);
+    expect_error(body, NULL, VLM_ERR_UNSUPPORTED, "unsupported_parameter",
+                 "tool_choice", "'tool_choice'");
+    free(body);
+
+    /* \u0000 is refused, an escaped backslash before "u0000" is not */
+    body = long_body(USER("\"%s\\u0000\""), text);
+    expect_error(body, NULL, VLM_ERR_FORMAT, "invalid_json", "",
+                 "at byte 2051: \\u0000 is not allowed in strings");
+    free(body);
+
+    {
+        vlm_openai_request_t  req;
+
+        parse_ok(USER("\"\\\\u0000\""), NULL, &req);
+        assert_str(req.parts[0].text, "\\u0000");
+        vlm_openai_request_free(&req);
+    }
+
+    free(text);
+    text = repeat('Q', 3000);
+
+    /* syntax errors after elided strings: jansson's own position */
+    {
+        static const char  *fmts[] = {
+            USER("\"%s\"}] x"),
+            USER("\"%s\"},{\"role\":\"user\",\"content\":\"%s\" }]]"),
+            MSGS("[{\"role\":\"user\",\"content\":\"%s\"},\n"
+                 "{\"role\":\"user\",\"content\":\"%s\"}\n,,]"),
+            USER("\"%s\"}],\"x\":\"%s\xc3\xa9\",\"y\":tru}"),
+            USER("\"%s\"}],\"x\":\"%s\",\"y\":\"\xff\"}"),
+            USER("\"%s\"}],\"x\":\"%s\",\"y\":\"abc"),
+            USER("\"%s\"}],\"x\":\"%s\""),
+        };
+        size_t         i;
+        json_error_t   jerr;
+
+        for (i = 0; i < sizeof(fmts) / sizeof(fmts[0]); i++) {
+            body = long_body(fmts[i], text, text);
+            assert_null(json_loadb(body, strlen(body), 0, &jerr));
+            snprintf(expect, sizeof(expect), "Invalid JSON body at line %d, "
+                     "column %d (byte %d): %s.", jerr.line, jerr.column,
+                     jerr.position, jerr.text);
+            expect_error(body, NULL, VLM_ERR_FORMAT, "invalid_json", "",
+                         expect);
+            free(body);
+        }
+    }
+
+    free(text);
+}
+
+
 /* formatting */
 
 #define MODEL   "qwen2-vl"
@@ -1905,6 +2117,8 @@ main(void)
         cmocka_unit_test(test_unsupported_parameters),
         cmocka_unit_test(test_malformed_bodies),
         cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_long_strings_in_body),
+        cmocka_unit_test(test_long_strings_errors),
         cmocka_unit_test(test_error_helpers),
         cmocka_unit_test(test_response_init),
         cmocka_unit_test(test_completion),
