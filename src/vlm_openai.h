@@ -190,7 +190,8 @@ typedef struct {
  * Parses and validates a chat-completions body.  On success returns VLM_OK
  * and fills req; otherwise fills err (HTTP status, OpenAI error fields) and
  * returns its status.  In both cases req must be released with
- * vlm_openai_request_free().  limits may be NULL.
+ * vlm_openai_request_free(), and body must stay valid and unchanged until
+ * then.  limits may be NULL.  Thread-safe: no shared state.
  */
 vlm_status_t vlm_openai_request_parse(vlm_openai_request_t *req,
     const char *body, size_t len, const vlm_openai_limits_t *limits,
