@@ -65,7 +65,7 @@ MOD_SRCS  := config ngx_http_vlm_module.c $(wildcard src/ngx_http_vlm_*.[ch]) \
 HDRS      := $(wildcard src/*.h)
 
 .PHONY: all lib cli engine module deps unit prove test run fixtures asan \
-        bench fuzz clean FORCE
+        bench fuzz fuzz-openai clean FORCE
 
 all: lib cli $(if $(ENGINE_SRCS),engine) module
 
@@ -167,6 +167,24 @@ asan:
 
 bench: $(BENCHES)
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
+
+# libFuzzer harness of the OpenAI API layer (clang; not part of make test):
+# FUZZ_TIME seconds from the seeds in fuzz/corpus/openai, the grown corpus
+# kept in build-fuzz/
+FUZZ_CC   ?= clang
+FUZZ_TIME ?= 60
+FUZZ_OUT  := $(ROOT)/build-fuzz
+
+fuzz-openai:
+	@mkdir -p $(FUZZ_OUT)/corpus-openai
+	$(FUZZ_CC) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined \
+	    -fno-sanitize-recover=undefined -DVLM_OPENAI_ELIDE_MIN=4 \
+	    -I$(ROOT)/src \
+	    fuzz/fuzz_openai.c src/vlm_openai.c src/vlm_common.c \
+	    -o $(FUZZ_OUT)/fuzz_openai -ljansson -lm
+	$(FUZZ_OUT)/fuzz_openai -max_total_time=$(FUZZ_TIME) \
+	    -dict=fuzz/openai.dict -max_len=4096 \
+	    $(FUZZ_OUT)/corpus-openai fuzz/corpus/openai
 
 clean:
 	rm -rf $(BUILD) $(ROOT)/build-asan $(ROOT)/build-fuzz t/servroot*
