@@ -9,7 +9,8 @@
  * 1 in double precision and then rounded half away from zero to 22
  * fractional bits.  Sums start at half an output unit and are clipped to
  * 0..255 after an arithmetic shift.  A pass whose size does not change is
- * skipped, as in Pillow (it would be the identity anyway).
+ * skipped, as in Pillow (it would be the identity anyway); the order of
+ * the two passes follows Pillow 13's rule (vertical_first below).
  */
 
 #include <math.h>
@@ -77,6 +78,24 @@ vlm_resize_axis_size(uint32_t in, uint32_t out)
 }
 
 
+/*
+ * Pillow runs the vertical pass first when the height shrinks by more
+ * than twice as many pixels as the width does; the order changes the
+ * 8-bit rounding of the intermediate image, so it is part of the result.
+ */
+static int
+vlm_resize_vertical_first(uint32_t in_w, uint32_t in_h, uint32_t out_w,
+    uint32_t out_h)
+{
+    int64_t  dh, dw;
+
+    dh = (int64_t) in_h - out_h;
+    dw = (int64_t) in_w - out_w;
+
+    return dh > 0 && dh > dw * 2;
+}
+
+
 size_t
 vlm_image_resize_scratch_size(uint32_t in_w, uint32_t in_h, uint32_t out_w,
     uint32_t out_h)
@@ -88,7 +107,9 @@ vlm_image_resize_scratch_size(uint32_t in_w, uint32_t in_h, uint32_t out_w,
          * sizeof(double);
 
     if (in_w != out_w && in_h != out_h) {
-        n += (size_t) vlm_resize_ksize(in_h, out_h) * out_w * 3;
+        n += vlm_resize_vertical_first(in_w, in_h, out_w, out_h)
+             ? (size_t) in_w * 3
+             : (size_t) vlm_resize_ksize(in_h, out_h) * out_w * 3;
     }
 
     /* the row pointers of one vertical window, and alignment */
@@ -220,7 +241,7 @@ vlm_image_resize_bicubic(const uint8_t *src, uint32_t in_w, uint32_t in_h,
     uint8_t            *p, *ring, *slot;
     size_t              in_row, out_row;
     double             *w;
-    const uint8_t      *rows[64], **taps;
+    const uint8_t     **taps;
     vlm_resize_axis_t   h, v;
 
     if (in_w == 0 || in_h == 0 || out_w == 0 || out_h == 0) {
@@ -262,7 +283,8 @@ vlm_image_resize_bicubic(const uint8_t *src, uint32_t in_w, uint32_t in_h,
     p = (uint8_t *) (v.coeffs + (size_t) out_h * v.ksize);
 
     w = (double *) (void *) vlm_align_up((uintptr_t) p, 8);
-    ring = (uint8_t *) (w + vlm_max(h.ksize, v.ksize));
+    taps = (const uint8_t **) (w + vlm_max(h.ksize, v.ksize));
+    ring = (uint8_t *) (taps + v.ksize);
 
     if (in_h == out_h) {
         vlm_resize_axis_init(&h, in_w, out_w, w);
@@ -280,20 +302,23 @@ vlm_image_resize_bicubic(const uint8_t *src, uint32_t in_w, uint32_t in_h,
         vlm_resize_axis_init(&h, in_w, out_w, w);
     }
 
-    /* the row pointers of one vertical window: on the stack when small */
-    if (v.ksize > sizeof(rows) / sizeof(rows[0])) {
-        taps = (const uint8_t **) (void *) vlm_align_up(
-                   (uintptr_t) ring + (size_t) v.ksize * out_row, 8);
+    if (in_w != out_w && vlm_resize_vertical_first(in_w, in_h, out_w, out_h))
+    {
+        /* one vertically filtered source row, then the horizontal pass */
+        for (i = 0; i < out_h; i++) {
+            first = v.bounds[i * 2];
+            n = v.bounds[i * 2 + 1];
 
-        if ((uint8_t *) (taps + v.ksize)
-            > (uint8_t *) scratch + scratch_len)
-        {
-            return vlm_error_set(err, VLM_ERR_INTERNAL,
-                                 "resize: scratch too small for the taps");
+            for (y = 0; y < n; y++) {
+                taps[y] = src + (size_t) (first + y) * in_row;
+            }
+
+            vlm_resize_row_v(taps, n, v.coeffs + (size_t) i * v.ksize, ring,
+                             in_row);
+            vlm_resize_row_h(ring, dst + i * out_row, &h);
         }
 
-    } else {
-        taps = rows;
+        return VLM_OK;
     }
 
     ring_rows = v.ksize;

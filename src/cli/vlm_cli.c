@@ -12,8 +12,13 @@
 #include "vlm_cli.h"
 
 
+int vlm_cli_preprocess(int argc, char **argv);
+
+
 /* one line per command; each is defined in src/cli/vlm_cli_<name>.c */
 static const vlm_cli_command_t  vlm_cli_commands[] = {
+    { "preprocess", vlm_cli_preprocess,
+      "preprocess --model DIR --image FILE --out PIXELS.npy" },
     { NULL, NULL, NULL }
 };
 
