@@ -459,14 +459,15 @@ vlm_qwen2vl_patchify(const vlm_qwen2vl_config_t *cfg,
     const vlm_qwen2vl_grid_t *grid, const uint8_t *rgb, const float *lut,
     float *pixel_values)
 {
-    uint32_t        p, m, t, c, bh, bw, mh, mw, ph, pw, y0, x0;
+    float           v, *row, *dst;
+    uint32_t        p, m, t, c, bh, bw, mh, mw, ph, pw, y0, x0, tps;
     size_t          stride, plane;
-    float          *row, *dst;
     const float    *l;
     const uint8_t  *src;
 
     p = cfg->patch_size;
     m = cfg->merge_size;
+    tps = cfg->temporal_patch_size;
     stride = (size_t) grid->resized_w * 3;
     plane = (size_t) p * p;
     row = pixel_values;
@@ -479,20 +480,20 @@ vlm_qwen2vl_patchify(const vlm_qwen2vl_config_t *cfg,
                     x0 = (bw * m + mw) * p;
 
                     for (c = 0; c < 3; c++) {
-                        dst = row + c * cfg->temporal_patch_size * plane;
+                        dst = row + c * tps * plane;
                         l = lut + c * 256;
 
                         for (ph = 0; ph < p; ph++) {
                             src = rgb + (y0 + ph) * stride + x0 * 3 + c;
 
                             for (pw = 0; pw < p; pw++) {
-                                dst[ph * p + pw] = l[src[pw * 3]];
-                            }
-                        }
+                                v = l[src[pw * 3]];
 
-                        for (t = 1; t < cfg->temporal_patch_size; t++) {
-                            memcpy(dst + t * plane, dst,
-                                   plane * sizeof(float));
+                                /* every frame of the repeated image */
+                                for (t = 0; t < tps; t++) {
+                                    dst[t * plane + ph * p + pw] = v;
+                                }
+                            }
                         }
                     }
 

@@ -211,22 +211,38 @@ vlm_resize_row_h(const uint8_t *in, uint8_t *out, const vlm_resize_axis_t *ax)
 }
 
 
-/* out = sum over taps of rows[y][x] * k[y], for one output row */
+/*
+ * out = sum over taps of rows[y][x] * k[y], for one output row.  Integer
+ * sums do not depend on their order, so the row is done in L1-sized
+ * chunks, one tap at a time, in loops the compiler vectorises.
+ */
 static void
 vlm_resize_row_v(const uint8_t *const *rows, int32_t n, const int32_t *k,
     uint8_t *out, size_t row_bytes)
 {
-    int32_t  s, y;
-    size_t   x;
+    int32_t         y, ky, acc[1024];
+    size_t          x0, x, len;
+    const uint8_t  *r;
 
-    for (x = 0; x < row_bytes; x++) {
-        s = 1 << (VLM_RESIZE_BITS - 1);
+    for (x0 = 0; x0 < row_bytes; x0 += len) {
+        len = vlm_min(row_bytes - x0, sizeof(acc) / sizeof(acc[0]));
 
-        for (y = 0; y < n; y++) {
-            s += rows[y][x] * k[y];
+        for (x = 0; x < len; x++) {
+            acc[x] = 1 << (VLM_RESIZE_BITS - 1);
         }
 
-        out[x] = vlm_resize_clip(s);
+        for (y = 0; y < n; y++) {
+            r = rows[y] + x0;
+            ky = k[y];
+
+            for (x = 0; x < len; x++) {
+                acc[x] += r[x] * ky;
+            }
+        }
+
+        for (x = 0; x < len; x++) {
+            out[x0 + x] = vlm_resize_clip(acc[x]);
+        }
     }
 }
 
