@@ -60,7 +60,7 @@ vlm_image_worst_case(const vlm_image_limits_t *limits,
     const vlm_qwen2vl_config_t *cfg, size_t *resized, size_t *scratch)
 {
     int        o;
-    double     side;
+    double     side, f, up;
     uint32_t   h, w, max_side, in_w, in_h, out_h, out_w;
     uint64_t   wmax;
 
@@ -96,8 +96,16 @@ vlm_image_worst_case(const vlm_image_limits_t *limits,
         }
     }
 
-    /* images smaller than the widest of their height are upscaled at most
-     * to about min_pixels: covered by cfg->max_pixels above */
+    /*
+     * smart_resize's upscale path rounds both sides up to the factor f:
+     * area <= min + f * beta * (h + w) + f^2, and beta * (h + w) is at
+     * most sqrt(min) * (sqrt(200) + 1) for an aspect ratio up to 200
+     */
+    f = (double) cfg->patch_size * cfg->merge_size;
+    up = (double) cfg->min_pixels + 16 * f * sqrt((double) cfg->min_pixels)
+         + f * f;
+    *resized = vlm_max(*resized, (size_t) up * 3);
+
     *scratch = *scratch / 4 * 5 + 4096;
 }
 
