@@ -184,8 +184,8 @@ check_case(const fixture_case_t *fc)
 {
     char                   path[256];
     float                 *pv, *ref, tol, d, maxd;
-    size_t                 len, i, n, rlen;
-    uint8_t               *data;
+    size_t                 len, i, n, rlen, cap;
+    uint8_t               *data, *expect, *img;
     const uint8_t         *rgb, *resized;
     vlm_error_t            err;
     vlm_status_t           rc;
@@ -194,7 +194,6 @@ check_case(const fixture_case_t *fc)
     vlm_image_info_t       einfo;
     vlm_image_limits_t     limits;
     vlm_qwen2vl_config_t   cfg;
-    uint8_t               *expect;
 
     load_config(fc->config, &cfg);
     vlm_image_limits_default(&limits);
@@ -265,36 +264,30 @@ check_case(const fixture_case_t *fc)
         snprintf(path, sizeof(path), FIX "out/%s.resized.png", fc->name);
         expect = read_all(path, &rlen);
 
-        {
-            uint8_t  *img;
-            size_t    cap;
+        cap = vlm_image_decode_buffer_size(plan.grid.resized_w,
+                                           plan.grid.resized_h);
+        img = malloc(cap);
+        assert_non_null(img);
+        assert_int_equal(vlm_image_decode(expect, rlen, &limits, img, cap,
+                                          &einfo, &err), VLM_OK);
+        assert_int_equal(einfo.width, plan.grid.resized_w);
+        assert_int_equal(einfo.height, plan.grid.resized_h);
 
-            cap = vlm_image_decode_buffer_size(plan.grid.resized_w,
-                                               plan.grid.resized_h);
-            img = malloc(cap);
-            assert_non_null(img);
-            assert_int_equal(vlm_image_decode(expect, rlen, &limits, img,
-                                              cap, &einfo, &err), VLM_OK);
-            assert_int_equal(einfo.width, plan.grid.resized_w);
-            assert_int_equal(einfo.height, plan.grid.resized_h);
-
-            for (i = 0; i < (size_t) einfo.width * einfo.height * 3; i++) {
-                assert_true(abs((int) resized[i] - (int) img[i]) <= 1);
-                exact_pixels += (resized[i] == img[i]);
-                total_pixels++;
-            }
-
-            for (i = 0; i < n; i++) {
-                d = fabsf(pv[i] - reference_value(&cfg, &plan.grid, img,
-                                                  i / plan.grid.patch_dim,
-                                                  i % plan.grid.patch_dim));
-                maxd = vlm_max(maxd, d);
-                exact_values += (d == 0);
-            }
-
-            free(img);
+        for (i = 0; i < (size_t) einfo.width * einfo.height * 3; i++) {
+            assert_true(abs((int) resized[i] - (int) img[i]) <= 1);
+            exact_pixels += (resized[i] == img[i]);
+            total_pixels++;
         }
 
+        for (i = 0; i < n; i++) {
+            d = fabsf(pv[i] - reference_value(&cfg, &plan.grid, img,
+                                              i / plan.grid.patch_dim,
+                                              i % plan.grid.patch_dim));
+            maxd = vlm_max(maxd, d);
+            exact_values += (d == 0);
+        }
+
+        free(img);
         free(expect);
     }
 
