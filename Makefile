@@ -186,5 +186,32 @@ fuzz-openai:
 	    -dict=fuzz/openai.dict -max_len=4096 \
 	    $(FUZZ_OUT)/corpus-openai fuzz/corpus/openai
 
+# each fuzz/fuzz_<name>.c is a libFuzzer target over the engine sources,
+# seeded from tests/fixtures/<name>/in when that exists
+FUZZ_BUILD   := $(ROOT)/build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_SRCS    := $(sort $(wildcard fuzz/fuzz_*.c))
+FUZZ_CFLAGS  := -std=c11 -g -O1 -Wall -Wextra -Werror -Wno-unused-parameter \
+                -fsanitize=fuzzer,address,undefined -fno-omit-frame-pointer
+
+fuzz:
+	@command -v clang >/dev/null || { echo "make fuzz needs clang"; exit 1; }
+	@mkdir -p $(FUZZ_BUILD)
+	@for f in $(FUZZ_SRCS); do \
+	    n=$$(basename $$f .c); t=$${n#fuzz_}; \
+	    echo "== $$n: $(FUZZ_SECONDS) s"; \
+	    clang $(FUZZ_CFLAGS) $(CPPFLAGS) -o $(FUZZ_BUILD)/$$n $$f \
+	        $(LIB_SRCS) $(LDLIBS) || exit 1; \
+	    mkdir -p $(FUZZ_BUILD)/corpus-$$t; \
+	    if [ -d tests/fixtures/$$t/in ]; then \
+	        cp tests/fixtures/$$t/in/* $(FUZZ_BUILD)/corpus-$$t/; fi; \
+	    $(FUZZ_BUILD)/$$n -max_total_time=$(FUZZ_SECONDS) -max_len=262144 \
+	        -rss_limit_mb=2048 -print_final_stats=1 \
+	        $(FUZZ_BUILD)/corpus-$$t > $(FUZZ_BUILD)/$$n.log 2>&1 \
+	        || { tail -40 $(FUZZ_BUILD)/$$n.log; exit 1; }; \
+	    grep -E "^stat::(number_of_executed_units|peak_rss_mb)|^Done" \
+	        $(FUZZ_BUILD)/$$n.log; \
+	done
+
 clean:
 	rm -rf $(BUILD) $(ROOT)/build-asan $(ROOT)/build-fuzz t/servroot*

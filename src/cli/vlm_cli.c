@@ -17,6 +17,7 @@ int vlm_cli_detokenize(int argc, char **argv);
 int vlm_cli_template(int argc, char **argv);
 int vlm_cli_logits(int argc, char **argv);
 int vlm_cli_generate(int argc, char **argv);
+int vlm_cli_preprocess(int argc, char **argv);
 
 
 /* one line per command; each is defined in src/cli/vlm_cli_<name>.c */
@@ -36,6 +37,8 @@ static const vlm_cli_command_t  vlm_cli_commands[] = {
       "[--max-tokens N] [--temperature T] [--top-k K] [--top-p P] "
       "[--min-p P] [--seed S] [--repetition-penalty R] [--ignore-eos] "
       "[--threads N]" },
+    { "preprocess", vlm_cli_preprocess,
+      "preprocess --model DIR --image FILE --out PIXELS.npy" },
     { NULL, NULL, NULL }
 };
 
