@@ -36,6 +36,14 @@ static ngx_http_vlm_bounds_t  ngx_http_vlm_max_queued_bounds = {
     ngx_http_vlm_check_num, 0, 65536
 };
 
+static ngx_http_vlm_bounds_t  ngx_http_vlm_max_tokens_bounds = {
+    ngx_http_vlm_check_num, 1, 1048576
+};
+
+static ngx_http_vlm_bounds_t  ngx_http_vlm_max_prompt_bounds = {
+    ngx_http_vlm_check_size, 1024, 64 * 1024 * 1024
+};
+
 
 static ngx_int_t ngx_http_vlm_init_module(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_vlm_init_process(ngx_cycle_t *cycle);
@@ -119,6 +127,55 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       ngx_conf_set_msec_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_vlm_main_conf_t, engine_hang_timeout),
+      NULL },
+
+    { ngx_string("vlm_served_model_name"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, served_model),
+      NULL },
+
+    { ngx_string("vlm_request_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, request_timeout),
+      NULL },
+
+    { ngx_string("vlm_max_tokens"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, max_tokens),
+      &ngx_http_vlm_max_tokens_bounds },
+
+    { ngx_string("vlm_max_prompt_bytes"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, max_prompt_bytes),
+      &ngx_http_vlm_max_prompt_bounds },
+
+    { ngx_string("vlm_chat"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_vlm_chat,
+      0,
+      0,
+      NULL },
+
+    { ngx_string("vlm_models"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_vlm_models,
+      0,
+      0,
+      NULL },
+
+    { ngx_string("vlm_metrics"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_vlm_metrics,
+      0,
+      0,
       NULL },
 
     { ngx_string("vlm_health"),

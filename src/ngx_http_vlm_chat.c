@@ -1,18 +1,1766 @@
 /*
- * The chat completions handler (POST /v1/chat/completions).
+ * POST /v1/chat/completions (the vlm_chat location handler).
+ *
+ * The path of a request through an nginx worker:
+ *
+ *   1. the body is read (asynchronously, by nginx);
+ *   2. thread pool, "prepare": parse and validate the OpenAI request,
+ *      base64-decode each data: image and read its header only, work out
+ *      every image's grid and token count and render the chat template:
+ *      now the request's size in the queue arena is known;
+ *   3. event loop, "admit": a request slot and its arena bytes are taken
+ *      from the shared queue at once, or the client gets 429 / 503 before
+ *      any image is decoded;
+ *   4. thread pool, "fill": decode, resize and patchify every image
+ *      straight into the arena, tokenize the prompt into the arena;
+ *   5. event loop: submit to the engine, then stream what the engine
+ *      writes to the slot's output ring whenever the worker's eventfd
+ *      fires, with reused buffers and write backpressure;
+ *   6. the slot is given back when the request ends, whichever way it
+ *      ends: finished, failed, timed out or abandoned by its client.
+ *
+ * Nothing the thread pool touches comes from r->pool: the task's memory
+ * is malloc'ed by the thread and owned by the request context, whose pool
+ * cleanup frees it and gives the slot back.
  */
 
 #include "ngx_http_vlm_module.h"
+
+#include "vlm_base64.h"
+#include "vlm_chat.h"
+#include "vlm_image.h"
+#include "vlm_openai.h"
+#include "vlm_tokenizer.h"
+
+
+#define NGX_HTTP_VLM_OUT_BUF        (16 * 1024)
+#define NGX_HTTP_VLM_MAX_BUSY       4
+#define NGX_HTTP_VLM_ID_ALIGN       64
+
+
+typedef enum {
+    NGX_HTTP_VLM_CHAT_READING = 0,
+    NGX_HTTP_VLM_CHAT_PREPARING,
+    NGX_HTTP_VLM_CHAT_FILLING,
+    NGX_HTTP_VLM_CHAT_RUNNING,
+    NGX_HTTP_VLM_CHAT_DONE
+} ngx_http_vlm_chat_phase_e;
+
+
+typedef struct {
+    uint8_t                  *data;         /* decoded image file, malloc */
+    size_t                    len;
+    vlm_image_plan_t          plan;
+    uint64_t                  pixels_off;   /* in the slot's arena */
+} ngx_http_vlm_chat_image_t;
+
+
+typedef struct {
+    ngx_http_request_t       *request;
+    ngx_http_vlm_main_conf_t *vmcf;
+    ngx_queue_t               queue;        /* in the worker's active list */
+    ngx_http_vlm_chat_phase_e phase;
+
+    /* the request body, one contiguous buffer */
+    u_char                   *body;
+    size_t                    body_len;
+    u_char                   *body_copy;    /* malloc, when nginx split it */
+
+    vlm_openai_request_t      req;
+    unsigned                  parsed:1;
+    vlm_openai_error_t        error;        /* set by a failed task */
+
+    ngx_http_vlm_chat_image_t *images;      /* malloc, [req.n_images] */
+    char                     *prompt;       /* malloc: rendered template */
+    size_t                    prompt_len;
+    vlm_tok_span_t           *spans;        /* malloc: client text ranges */
+    size_t                    n_spans;
+    size_t                    ids_cap;
+    uint64_t                  arena_bytes;
+
+    uint32_t                  slot;
+    unsigned                  has_slot:1;
+    unsigned                  submitted:1;
+    unsigned                  queued:1;     /* in the active list */
+    unsigned                  task_busy:1;
+    unsigned                  client_gone:1;
+    unsigned                  headers_sent:1;
+    unsigned                  timer_fired:1;
+
+    uint32_t                  n_prompt;
+    uint32_t                  n_completion;
+    uint64_t                  t_start;      /* ns, request arrival */
+    uint64_t                  t_first;      /* ns, first token */
+    uint64_t                  t_queue;      /* ns, waited for the engine */
+
+    /* the response */
+    vlm_openai_response_t     resp;
+    ngx_chain_t              *free;
+    ngx_chain_t              *busy;
+    ngx_uint_t                n_busy;
+    u_char                   *text;         /* non-streaming: the answer */
+    size_t                    text_len;
+    size_t                    text_cap;
+    vlm_openai_logprob_t     *lps;          /* non-streaming logprobs */
+    size_t                    n_lps;
+    size_t                    lps_cap;
+
+    ngx_event_t               timeout;
+} ngx_http_vlm_chat_ctx_t;
+
+
+typedef void (*ngx_http_vlm_task_pt)(void *data, ngx_log_t *log);
+
+
+/* what the thread pool needs per thread, made once, kept for good */
+typedef struct {
+    vlm_image_ctx_t          *image;
+    vlm_tok_work_t           *tok;
+    int32_t                  *ids;
+    size_t                    ids_cap;
+} ngx_http_vlm_thread_state_t;
+
+
+static ngx_int_t ngx_http_vlm_chat_handler(ngx_http_request_t *r);
+static void ngx_http_vlm_chat_body_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_vlm_chat_post(ngx_http_vlm_chat_ctx_t *ctx,
+    ngx_http_vlm_task_pt handler, ngx_http_vlm_chat_phase_e phase);
+static void ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log);
+static void ngx_http_vlm_chat_fill(void *data, ngx_log_t *log);
+static void ngx_http_vlm_chat_task_done(ngx_event_t *ev);
+static void ngx_http_vlm_chat_admit(ngx_http_vlm_chat_ctx_t *ctx);
+static void ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx);
+static void ngx_http_vlm_chat_drain(ngx_http_vlm_chat_ctx_t *ctx);
+static ngx_int_t ngx_http_vlm_chat_emit(ngx_http_vlm_chat_ctx_t *ctx,
+    const vlm_queue_out_t *rec, const char *text);
+static void ngx_http_vlm_chat_finish(ngx_http_vlm_chat_ctx_t *ctx,
+    vlm_queue_slot_t *qs);
+static ngx_int_t ngx_http_vlm_chat_send(ngx_http_vlm_chat_ctx_t *ctx,
+    ngx_chain_t *out);
+static ngx_chain_t *ngx_http_vlm_chat_buf(ngx_http_vlm_chat_ctx_t *ctx);
+static void ngx_http_vlm_chat_fail(ngx_http_vlm_chat_ctx_t *ctx,
+    vlm_openai_error_t *err);
+static void ngx_http_vlm_chat_end(ngx_http_vlm_chat_ctx_t *ctx,
+    ngx_int_t rc);
+static void ngx_http_vlm_chat_read_handler(ngx_http_request_t *r);
+static void ngx_http_vlm_chat_write_handler(ngx_http_request_t *r);
+static void ngx_http_vlm_chat_timeout_handler(ngx_event_t *ev);
+static void ngx_http_vlm_chat_cleanup(void *data);
+static ngx_http_vlm_thread_state_t *ngx_http_vlm_thread_state(
+    ngx_http_vlm_chat_ctx_t *ctx, vlm_error_t *err);
+static ngx_int_t ngx_http_vlm_chat_unavailable(ngx_http_request_t *r,
+    const char *code, const char *fmt, ...);
 
 
 /* the requests of this worker that wait for engine output */
 static ngx_queue_t  ngx_http_vlm_chat_active;
 
+static __thread ngx_http_vlm_thread_state_t  *ngx_http_vlm_tls;
+
+
+char *
+ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_core_loc_conf_t  *clcf;
+    ngx_http_vlm_main_conf_t  *vmcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (clcf->handler) {
+        return "is duplicate";
+    }
+
+    vmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_vlm_module);
+
+    if (vmcf->model.len == 0) {
+        return "needs \"vlm_model\" in the http block before it";
+    }
+
+    clcf->handler = ngx_http_vlm_chat_handler;
+
+    return NGX_CONF_OK;
+}
+
 
 void
 ngx_http_vlm_chat_wakeup(void)
 {
+    ngx_queue_t              *q, *next;
+    ngx_connection_t         *c;
+    ngx_http_vlm_chat_ctx_t  *ctx;
+
+    if (ngx_http_vlm_chat_active.next == NULL) {
+        return;
+    }
+
+    for (q = ngx_queue_head(&ngx_http_vlm_chat_active);
+         q != ngx_queue_sentinel(&ngx_http_vlm_chat_active);
+         q = next)
+    {
+        next = ngx_queue_next(q);
+        ctx = ngx_queue_data(q, ngx_http_vlm_chat_ctx_t, queue);
+        c = ctx->request->connection;
+
+        ngx_http_vlm_chat_drain(ctx);
+
+        ngx_http_run_posted_requests(c);
+    }
+}
+
+
+static ngx_int_t
+ngx_http_vlm_chat_unavailable(ngx_http_request_t *r, const char *code,
+    const char *fmt, ...)
+{
+    u_char            buf[256], *p;
+    va_list           args;
+    ngx_table_elt_t  *h;
+
+    va_start(args, fmt);
+    p = ngx_vslprintf(buf, buf + sizeof(buf) - 1, fmt, args);
+    va_end(args);
+    *p = '\0';
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h != NULL) {
+        h->hash = 1;
+        ngx_str_set(&h->key, "Retry-After");
+        ngx_str_set(&h->value, "1");
+    }
+
+    return ngx_http_vlm_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                   "server_error", code, NULL, "%s", buf);
+}
+
+
+static ngx_int_t
+ngx_http_vlm_chat_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                  rc;
+    ngx_pool_cleanup_t        *cln;
+    ngx_http_vlm_chat_ctx_t   *ctx;
+    ngx_http_vlm_main_conf_t  *vmcf;
+
+    rc = ngx_http_vlm_allow_methods(r, NGX_HTTP_POST, "POST");
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
+
+    vmcf = ngx_http_get_module_main_conf(r, ngx_http_vlm_module);
+
+    if (ngx_http_vlm_queue() == NULL || ngx_http_vlm_worker() < 0) {
+        (void) ngx_http_discard_request_body(r);
+        return ngx_http_vlm_chat_unavailable(r, "queue_unavailable",
+                   "this worker has no access to the request queue");
+    }
+
+    if (ngx_http_vlm_engine_state() != VLM_ENGINE_READY) {
+        (void) ngx_http_discard_request_body(r);
+        return ngx_http_vlm_chat_unavailable(r, "engine_unavailable",
+                   "the inference engine is not ready, retry later");
+    }
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_vlm_chat_ctx_t));
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->request = r;
+    ctx->vmcf = vmcf;
+    ctx->t_start = vlm_queue_now();
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln->handler = ngx_http_vlm_chat_cleanup;
+    cln->data = ctx;
+
+    ngx_http_set_ctx(r, ctx, ngx_http_vlm_module);
+
+    r->request_body_in_single_buf = 1;
+
+    rc = ngx_http_read_client_request_body(r, ngx_http_vlm_chat_body_handler);
+
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_vlm_chat_body_handler(ngx_http_request_t *r)
+{
+    size_t                    len;
+    ngx_buf_t                *b;
+    ngx_chain_t              *cl;
+    vlm_openai_error_t        err;
+    ngx_http_vlm_chat_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_vlm_module);
+
+    if (r->request_body == NULL || r->request_body->bufs == NULL) {
+        vlm_openai_error_set(&err, VLM_ERR_INVALID, NGX_HTTP_BAD_REQUEST,
+                             "invalid_request_error", "invalid_body", NULL,
+                             "the request has no body: send the chat "
+                             "request as JSON");
+        ngx_http_vlm_chat_fail(ctx, &err);
+        return;
+    }
+
+    cl = r->request_body->bufs;
+
+    if (cl->next == NULL && !cl->buf->in_file) {
+        ctx->body = cl->buf->pos;
+        ctx->body_len = cl->buf->last - cl->buf->pos;
+
+    } else {
+        /* several buffers or a temp file: the prepare task joins them */
+        len = 0;
+
+        for (cl = r->request_body->bufs; cl; cl = cl->next) {
+            b = cl->buf;
+            len += b->in_file ? (size_t) (b->file_last - b->file_pos)
+                              : (size_t) (b->last - b->pos);
+        }
+
+        ctx->body_len = len;
+        ctx->body = NULL;
+    }
+
+    r->read_event_handler = ngx_http_vlm_chat_read_handler;
+    r->write_event_handler = ngx_http_vlm_chat_write_handler;
+
+    ctx->timeout.handler = ngx_http_vlm_chat_timeout_handler;
+    ctx->timeout.data = ctx;
+    ctx->timeout.log = r->connection->log;
+
+    /* not cancelable: a worker that shuts down waits for its streams */
+    ngx_add_timer(&ctx->timeout, ctx->vmcf->request_timeout);
+
+    if (ngx_http_vlm_chat_post(ctx, ngx_http_vlm_chat_prepare,
+                               NGX_HTTP_VLM_CHAT_PREPARING)
+        != NGX_OK)
+    {
+        vlm_openai_error_set(&err, VLM_ERR_INTERNAL,
+                             NGX_HTTP_INTERNAL_SERVER_ERROR, "server_error",
+                             NULL, NULL, "cannot post to the thread pool");
+        ngx_http_vlm_chat_fail(ctx, &err);
+    }
+}
+
+
+static ngx_int_t
+ngx_http_vlm_chat_post(ngx_http_vlm_chat_ctx_t *ctx,
+    ngx_http_vlm_task_pt handler, ngx_http_vlm_chat_phase_e phase)
+{
+    ngx_thread_task_t   *task;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+
+    task = ngx_thread_task_alloc(r->pool, sizeof(ngx_http_vlm_chat_ctx_t *));
+    if (task == NULL) {
+        return NGX_ERROR;
+    }
+
+    *(ngx_http_vlm_chat_ctx_t **) task->ctx = ctx;
+    task->handler = handler;
+    task->event.handler = ngx_http_vlm_chat_task_done;
+    task->event.data = ctx;
+
+    ctx->phase = phase;
+
+    if (ngx_thread_task_post(ctx->vmcf->thread_pool, task) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ctx->task_busy = 1;
+    r->main->blocked++;
+    r->aio = 1;
+
+    return NGX_OK;
+}
+
+
+static ngx_http_vlm_thread_state_t *
+ngx_http_vlm_thread_state(ngx_http_vlm_chat_ctx_t *ctx, vlm_error_t *err)
+{
+    ngx_http_vlm_thread_state_t  *ts;
+    ngx_http_vlm_main_conf_t     *vmcf;
+
+    if (ngx_http_vlm_tls != NULL) {
+        return ngx_http_vlm_tls;
+    }
+
+    vmcf = ctx->vmcf;
+
+    ts = calloc(1, sizeof(ngx_http_vlm_thread_state_t));
+    if (ts == NULL) {
+        vlm_error_set(err, VLM_ERR_NOMEM, "no memory for a thread state");
+        return NULL;
+    }
+
+    if (vlm_image_ctx_init(&ts->image, &vmcf->image_limits,
+                           &vmcf->image_config, err)
+        != VLM_OK
+        || vlm_tok_work_create(&ts->tok, vmcf->tokenizer,
+                               vmcf->max_prompt_bytes, err)
+           != VLM_OK)
+    {
+        vlm_image_ctx_free(ts->image);
+        free(ts);
+        return NULL;
+    }
+
+    ngx_http_vlm_tls = ts;
+
+    return ts;
+}
+
+
+/*
+ * Thread pool: parse, decode base64, read image headers, render the
+ * template; sizes the request's arena share.  Writes ctx->error on
+ * failure.
+ */
+static void
+ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
+{
+    ngx_http_vlm_chat_ctx_t *ctx = *(ngx_http_vlm_chat_ctx_t **) data;
+
+    size_t                      i, j, n_images, len, n_parts, ids;
+    ssize_t                     n;
+    uint64_t                    arena;
+    ngx_buf_t                  *b;
+    ngx_chain_t                *cl;
+    vlm_error_t                 e;
+    vlm_chat_msg_t             *msgs;
+    vlm_chat_part_t            *parts;
+    vlm_data_url_t              url;
+    vlm_openai_limits_t         limits;
+    vlm_openai_image_t         *im;
+    vlm_openai_message_t       *m;
+    vlm_openai_request_t       *req;
+    vlm_openai_error_t         *err;
+    ngx_http_vlm_chat_image_t  *ci;
+    ngx_http_vlm_main_conf_t   *vmcf;
+
+    static const char  *roles[] = { "system", "user", "assistant" };
+
+    vmcf = ctx->vmcf;
+    req = &ctx->req;
+    err = &ctx->error;
+    msgs = NULL;
+    parts = NULL;
+
+    if (ctx->body == NULL) {
+        ctx->body_copy = malloc(ctx->body_len + 1);
+        if (ctx->body_copy == NULL) {
+            vlm_openai_error_set(err, VLM_ERR_NOMEM, 503, "server_error",
+                                 NULL, NULL, "no memory for the body");
+            return;
+        }
+
+        len = 0;
+
+        for (cl = ctx->request->request_body->bufs; cl; cl = cl->next) {
+            b = cl->buf;
+
+            if (!b->in_file) {
+                ngx_memcpy(ctx->body_copy + len, b->pos, b->last - b->pos);
+                len += b->last - b->pos;
+                continue;
+            }
+
+            n = ngx_read_file(b->file, ctx->body_copy + len,
+                              (size_t) (b->file_last - b->file_pos),
+                              b->file_pos);
+            if (n != b->file_last - b->file_pos) {
+                vlm_openai_error_set(err, VLM_ERR_IO, 500, "server_error",
+                                     NULL, NULL, "cannot read the request "
+                                     "body from its temporary file");
+                return;
+            }
+
+            len += (size_t) n;
+        }
+
+        ctx->body = ctx->body_copy;
+    }
+
+    limits.max_messages = 1024;
+    limits.max_parts = 4096;
+    limits.max_images = (uint32_t) vmcf->max_images;
+    limits.max_stop_len = VLM_QUEUE_STOP_LEN - 1;
+    limits.max_tokens = (uint32_t) vmcf->max_tokens;
+
+    if (vlm_openai_request_parse(req, (const char *) ctx->body, ctx->body_len,
+                                 &limits, err)
+        != VLM_OK)
+    {
+        ctx->parsed = 1;
+        return;
+    }
+
+    ctx->parsed = 1;
+
+    if (req->model.len != vmcf->served_model.len
+        || ngx_strncmp(req->model.data, vmcf->served_model.data,
+                       req->model.len) != 0)
+    {
+        vlm_openai_error_set(err, VLM_ERR_INVALID, 404,
+                             "invalid_request_error", "model_not_found",
+                             "model", "The model \"%.*s\" does not exist; "
+                             "this server serves \"%.*s\"",
+                             (int) ngx_min(req->model.len, 128),
+                             req->model.data,
+                             (int) vmcf->served_model.len,
+                             vmcf->served_model.data);
+        return;
+    }
+
+    n_images = req->n_images;
+
+    if (n_images) {
+        ctx->images = calloc(n_images, sizeof(ngx_http_vlm_chat_image_t));
+        if (ctx->images == NULL) {
+            goto nomem;
+        }
+    }
+
+    arena = 0;
+    ids = 0;
+
+    for (i = 0; i < n_images; i++) {
+        im = &req->images[i];
+        ci = &ctx->images[i];
+
+        if (im->kind != VLM_OPENAI_URL_DATA) {
+            vlm_openai_error_set(err, VLM_ERR_UNSUPPORTED, 400,
+                                 "invalid_request_error",
+                                 "unsupported_image_url", NULL,
+                                 "image URLs other than data: URLs are "
+                                 "not enabled on this server");
+            vlm_openai_image_param(req, (uint32_t) i, err->param,
+                                   sizeof(err->param));
+            goto failed;
+        }
+
+        if (vlm_data_url_parse(im->url.data, im->url.len,
+                               vmcf->image_limits.max_bytes * 4 / 3 + 4,
+                               &url, &e)
+            != VLM_OK)
+        {
+            goto image_error;
+        }
+
+        len = vlm_base64_decoded_len(url.data, url.data_len);
+
+        ci->data = malloc(len ? len : 1);
+        if (ci->data == NULL) {
+            goto nomem;
+        }
+
+        if (vlm_base64_decode(url.data, url.data_len, ci->data, len,
+                              &ci->len, &e)
+            != VLM_OK
+            || vlm_image_plan(&vmcf->image_limits, &vmcf->image_config,
+                              ci->data, ci->len, &ci->plan, &e)
+               != VLM_OK)
+        {
+            goto image_error;
+        }
+
+        ci->pixels_off = arena;
+        arena += vlm_align_up(ci->plan.n_values * sizeof(float),
+                              NGX_HTTP_VLM_ID_ALIGN);
+        ids += ci->plan.grid.n_tokens;
+    }
+
+    /* the chat template over the request's messages */
+
+    msgs = calloc(req->n_messages, sizeof(vlm_chat_msg_t));
+    parts = calloc(req->n_parts ? req->n_parts : 1, sizeof(vlm_chat_part_t));
+    if (msgs == NULL || parts == NULL) {
+        goto nomem;
+    }
+
+    n_parts = 0;
+
+    for (i = 0; i < req->n_messages; i++) {
+        m = &req->messages[i];
+
+        msgs[i].role = roles[m->role];
+        msgs[i].role_len = ngx_strlen(roles[m->role]);
+        msgs[i].parts = &parts[n_parts];
+        msgs[i].n_parts = m->n_parts;
+
+        for (j = 0; j < m->n_parts; j++) {
+            if (m->parts[j].type == VLM_OPENAI_PART_TEXT) {
+                parts[n_parts].type = VLM_CHAT_PART_TEXT;
+                parts[n_parts].text = m->parts[j].text.data;
+                parts[n_parts].len = m->parts[j].text.len;
+
+            } else {
+                parts[n_parts].type = VLM_CHAT_PART_IMAGE;
+            }
+
+            n_parts++;
+        }
+    }
+
+    if (vlm_chat_render_spans(msgs, req->n_messages,
+                              VLM_CHAT_ADD_GENERATION_PROMPT, NULL, 0,
+                              &ctx->prompt_len, NULL, NULL, 0,
+                              &ctx->n_spans, &e)
+        != VLM_OK)
+    {
+        goto template_error;
+    }
+
+    if (ctx->prompt_len > vmcf->max_prompt_bytes) {
+        vlm_openai_error_set(err, VLM_ERR_LIMIT, 400,
+                             "invalid_request_error", "prompt_too_long",
+                             "messages", "the prompt text has %zu bytes, "
+                             "more than the %zu this server accepts",
+                             ctx->prompt_len, vmcf->max_prompt_bytes);
+        goto failed;
+    }
+
+    ctx->prompt = malloc(ctx->prompt_len + 1);
+    ctx->spans = malloc((ctx->n_spans + 1) * sizeof(vlm_tok_span_t));
+    if (ctx->prompt == NULL || ctx->spans == NULL) {
+        goto nomem;
+    }
+
+    if (vlm_chat_render_spans(msgs, req->n_messages,
+                              VLM_CHAT_ADD_GENERATION_PROMPT, ctx->prompt,
+                              ctx->prompt_len + 1, &ctx->prompt_len, NULL,
+                              ctx->spans, ctx->n_spans + 1, &ctx->n_spans,
+                              &e)
+        != VLM_OK)
+    {
+        goto template_error;
+    }
+
+    /* every token has at least one byte: a bound on the prompt's ids */
+    ctx->ids_cap = ctx->prompt_len + ids;
+    ctx->arena_bytes = arena + vlm_align_up(ctx->ids_cap * sizeof(int32_t),
+                                            NGX_HTTP_VLM_ID_ALIGN);
+
+    free(msgs);
+    free(parts);
+
+    return;
+
+image_error:
+
+    vlm_openai_error_from(err, &e, NULL);
+    vlm_openai_image_param(req, (uint32_t) i, err->param,
+                           sizeof(err->param));
+    goto failed;
+
+template_error:
+
+    vlm_openai_error_from(err, &e, "messages");
+    goto failed;
+
+nomem:
+
+    vlm_openai_error_set(err, VLM_ERR_NOMEM, 503, "server_error", NULL,
+                         NULL, "the server is out of memory, retry later");
+
+failed:
+
+    free(msgs);
+    free(parts);
+}
+
+
+/*
+ * Thread pool: decode every image into the arena and tokenize the prompt
+ * into it, then fill in the slot's request.
+ */
+static void
+ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
+{
+    ngx_http_vlm_chat_ctx_t *ctx = *(ngx_http_vlm_chat_ctx_t **) data;
+
+    size_t                        i, n_ids, n_out, n_pads[VLM_QUEUE_MAX_IMAGES];
+    float                        *pixels;
+    int32_t                      *ids, pad;
+    vlm_error_t                   e;
+    vlm_queue_t                  *q;
+    vlm_queue_slot_t             *qs;
+    vlm_queue_image_t            *qi;
+    vlm_queue_params_t           *p;
+    vlm_openai_request_t         *req;
+    ngx_http_vlm_chat_image_t    *ci;
+    ngx_http_vlm_thread_state_t  *ts;
+    ngx_http_vlm_main_conf_t     *vmcf;
+
+    vmcf = ctx->vmcf;
+    req = &ctx->req;
+    q = ngx_http_vlm_queue();
+    qs = vlm_queue_slot(q, ctx->slot);
+
+    ts = ngx_http_vlm_thread_state(ctx, &e);
+    if (ts == NULL) {
+        vlm_openai_error_from(&ctx->error, &e, NULL);
+        return;
+    }
+
+    if (req->n_images > VLM_QUEUE_MAX_IMAGES) {
+        vlm_openai_error_set(&ctx->error, VLM_ERR_LIMIT, 400,
+                             "invalid_request_error", "too_many_images",
+                             "messages", "at most %d images per request",
+                             VLM_QUEUE_MAX_IMAGES);
+        return;
+    }
+
+    for (i = 0; i < req->n_images; i++) {
+        ci = &ctx->images[i];
+        qi = &qs->images[i];
+
+        pixels = vlm_queue_arena(q, qs->arena_off + ci->pixels_off);
+
+        if (vlm_image_ctx_run(ts->image, ci->data, ci->len, pixels,
+                              ci->plan.n_values, &ci->plan, &e)
+            != VLM_OK)
+        {
+            vlm_openai_error_from(&ctx->error, &e, NULL);
+            vlm_openai_image_param(req, (uint32_t) i, ctx->error.param,
+                                   sizeof(ctx->error.param));
+            return;
+        }
+
+        qi->pixels_off = qs->arena_off + ci->pixels_off;
+        qi->n_patches = ci->plan.grid.n_patches;
+        qi->patch_dim = ci->plan.grid.patch_dim;
+        qi->grid_t = ci->plan.grid.grid_t;
+        qi->grid_h = ci->plan.grid.grid_h;
+        qi->grid_w = ci->plan.grid.grid_w;
+        qi->n_tokens = ci->plan.grid.n_tokens;
+        n_pads[i] = ci->plan.grid.n_tokens;
+
+        /* the file is no longer needed: give its memory back now */
+        free(ci->data);
+        ci->data = NULL;
+    }
+
+    /* the prompt: ids with one pad per image, then the pads expanded */
+
+    if (ts->ids_cap < ctx->prompt_len + 1) {
+        free(ts->ids);
+        ts->ids_cap = ngx_max(ctx->prompt_len + 1, 4096);
+        ts->ids = malloc(ts->ids_cap * sizeof(int32_t));
+        if (ts->ids == NULL) {
+            ts->ids_cap = 0;
+            vlm_openai_error_set(&ctx->error, VLM_ERR_NOMEM, 503,
+                                 "server_error", NULL, NULL,
+                                 "no memory to tokenize the prompt");
+            return;
+        }
+    }
+
+    if (vlm_tokenizer_encode_spans(vmcf->tokenizer, ts->tok, ctx->prompt,
+                                   ctx->prompt_len, 0, ctx->spans,
+                                   ctx->n_spans, ts->ids, ts->ids_cap,
+                                   &n_ids, &e)
+        != VLM_OK)
+    {
+        vlm_openai_error_from(&ctx->error, &e, "messages");
+        return;
+    }
+
+    ids = vlm_queue_arena(q, qs->arena_off + ctx->arena_bytes
+                             - vlm_align_up(ctx->ids_cap * sizeof(int32_t),
+                                            NGX_HTTP_VLM_ID_ALIGN));
+    pad = vmcf->image_pad_id;
+
+    if (vlm_chat_expand_ids(ts->ids, n_ids, pad, n_pads, req->n_images, ids,
+                            ctx->ids_cap, &n_out, &e)
+        != VLM_OK)
+    {
+        vlm_openai_error_from(&ctx->error, &e, "messages");
+        return;
+    }
+
+    qs->prompt_off = (uint64_t) ((u_char *) ids
+                                 - (u_char *) vlm_queue_arena(q, 0));
+    qs->n_prompt = (uint32_t) n_out;
+    qs->n_images = req->n_images;
+    ctx->n_prompt = (uint32_t) n_out;
+
+    /* sampling: the request's values, else the neutral defaults */
+
+    p = &qs->params;
+
+    p->temperature = (req->set & VLM_OPENAI_SET_TEMPERATURE)
+                     ? (float) req->temperature : 1.0f;
+    p->top_p = (req->set & VLM_OPENAI_SET_TOP_P) ? (float) req->top_p : 1.0f;
+    p->top_k = (req->set & VLM_OPENAI_SET_TOP_K) ? req->top_k : 0;
+    p->min_p = (req->set & VLM_OPENAI_SET_MIN_P) ? (float) req->min_p : 0.0f;
+    p->presence_penalty = (float) req->presence_penalty;
+    p->frequency_penalty = (float) req->frequency_penalty;
+    p->repetition_penalty = (req->set & VLM_OPENAI_SET_REPETITION_PENALTY)
+                            ? (float) req->repetition_penalty : 1.0f;
+    p->max_tokens = req->max_tokens ? req->max_tokens
+                                    : (uint32_t) vmcf->max_tokens;
+    p->has_seed = (req->set & VLM_OPENAI_SET_SEED) ? 1 : 0;
+    p->seed = (uint64_t) req->seed;
+    p->logprobs = req->logprobs;
+    p->top_logprobs = req->top_logprobs;
+    p->n_stop = req->n_stop;
+
+    for (i = 0; i < req->n_stop; i++) {
+        ngx_memcpy(p->stop[i], req->stop[i].data, req->stop[i].len);
+        p->stop[i][req->stop[i].len] = '\0';
+    }
+}
+
+
+static void
+ngx_http_vlm_chat_task_done(ngx_event_t *ev)
+{
+    ngx_http_vlm_chat_ctx_t *ctx = ev->data;
+
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+    c = r->connection;
+
+    ngx_http_set_log_request(c->log, r);
+
+    r->main->blocked--;
+    r->aio = 0;
+    ctx->task_busy = 0;
+
+    if (ctx->client_gone || c->error) {
+        ngx_http_vlm_chat_end(ctx, NGX_HTTP_CLIENT_CLOSED_REQUEST);
+        goto done;
+    }
+
+    if (ctx->timer_fired) {
+        ngx_http_vlm_chat_timeout_handler(&ctx->timeout);
+        goto done;
+    }
+
+    if (ctx->error.http_status) {
+        ngx_http_vlm_chat_fail(ctx, &ctx->error);
+        goto done;
+    }
+
+    if (ctx->phase == NGX_HTTP_VLM_CHAT_PREPARING) {
+        ngx_http_vlm_chat_admit(ctx);
+
+    } else {
+        ngx_http_vlm_chat_submit(ctx);
+    }
+
+done:
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+/* the slot and the arena bytes, together, before any image is decoded */
+static void
+ngx_http_vlm_chat_admit(ngx_http_vlm_chat_ctx_t *ctx)
+{
+    vlm_status_t         rc;
+    vlm_error_t          e;
+    vlm_openai_error_t   err;
+
+    rc = vlm_queue_alloc(ngx_http_vlm_queue(),
+                         (uint32_t) ngx_http_vlm_worker(), (int32_t) ngx_pid,
+                         ctx->arena_bytes, &ctx->slot, &e);
+
+    if (rc == VLM_ERR_LIMIT && ngx_strstr(e.msg, "slots") != NULL) {
+        vlm_openai_error_set(&err, rc, NGX_HTTP_TOO_MANY_REQUESTS,
+                             "rate_limit_error", "queue_full", NULL,
+                             "the server is busy (%s), retry later", e.msg);
+        ngx_http_vlm_chat_fail(ctx, &err);
+        return;
+    }
+
+    if (rc == VLM_ERR_LIMIT) {
+        vlm_openai_error_set(&err, rc, NGX_HTTP_BAD_REQUEST,
+                             "invalid_request_error", "request_too_large",
+                             "messages", "%s", e.msg);
+        ngx_http_vlm_chat_fail(ctx, &err);
+        return;
+    }
+
+    if (rc != VLM_OK) {
+        vlm_openai_error_set(&err, rc, NGX_HTTP_SERVICE_UNAVAILABLE,
+                             "server_error", "queue_full", NULL,
+                             "the server is busy (%s), retry later", e.msg);
+        ngx_http_vlm_chat_fail(ctx, &err);
+        return;
+    }
+
+    ctx->has_slot = 1;
+
+    if (ngx_http_vlm_chat_post(ctx, ngx_http_vlm_chat_fill,
+                               NGX_HTTP_VLM_CHAT_FILLING)
+        != NGX_OK)
+    {
+        vlm_openai_error_set(&err, VLM_ERR_INTERNAL,
+                             NGX_HTTP_INTERNAL_SERVER_ERROR, "server_error",
+                             NULL, NULL, "cannot post to the thread pool");
+        ngx_http_vlm_chat_fail(ctx, &err);
+    }
+}
+
+
+static void
+ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx)
+{
+    size_t                     len;
+    uint64_t                   id_hi, id_lo;
+    ngx_int_t                  rc;
+    ngx_buf_t                 *b;
+    ngx_chain_t               *cl;
+    vlm_queue_t               *q;
+    vlm_openai_error_t         err;
+    ngx_http_request_t        *r;
+    ngx_http_vlm_main_conf_t  *vmcf;
+
+    r = ctx->request;
+    vmcf = ctx->vmcf;
+    q = ngx_http_vlm_queue();
+
+    id_hi = ((uint64_t) ngx_random() << 32) ^ (uint64_t) ngx_random();
+    id_lo = ((uint64_t) ngx_random() << 32) ^ ctx->t_start;
+
+    if (vlm_openai_response_init(&ctx->resp, (const char *) vmcf->served_model.data,
+                                 vmcf->served_model.len, (int64_t) ngx_time(),
+                                 id_hi, id_lo,
+                                 (ctx->req.include_usage
+                                  ? VLM_OPENAI_RESP_INCLUDE_USAGE : 0)
+                                 | (ctx->req.logprobs
+                                    ? VLM_OPENAI_RESP_LOGPROBS : 0))
+        != VLM_OK
+        || vlm_queue_submit(q, ctx->slot) != VLM_OK)
+    {
+        vlm_openai_error_set(&err, VLM_ERR_INTERNAL, 500, "server_error",
+                             NULL, NULL, "cannot submit the request");
+        ngx_http_vlm_chat_fail(ctx, &err);
+        return;
+    }
+
+    ctx->submitted = 1;
+    ctx->phase = NGX_HTTP_VLM_CHAT_RUNNING;
+
+    atomic_fetch_add(&q->metrics->prompt_tokens, ctx->n_prompt);
+    atomic_fetch_add(&q->metrics->images, ctx->req.n_images);
+    vlm_hist_observe(&q->metrics->hist[VLM_HIST_PREPROCESS],
+                     vlm_queue_now() - ctx->t_start);
+
     if (ngx_http_vlm_chat_active.next == NULL) {
         ngx_queue_init(&ngx_http_vlm_chat_active);
     }
+
+    ngx_queue_insert_tail(&ngx_http_vlm_chat_active, &ctx->queue);
+    ctx->queued = 1;
+
+    if (!ctx->req.stream) {
+        /* the whole answer goes out at the end */
+        ngx_http_vlm_chat_drain(ctx);
+        return;
+    }
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = -1;
+    ngx_str_set(&r->headers_out.content_type, "text/event-stream");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    /* let proxies in front stream it too */
+    {
+        ngx_table_elt_t  *h;
+
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h != NULL) {
+            h->hash = 1;
+            ngx_str_set(&h->key, "X-Accel-Buffering");
+            ngx_str_set(&h->value, "no");
+        }
+
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h != NULL) {
+            h->hash = 1;
+            ngx_str_set(&h->key, "Cache-Control");
+            ngx_str_set(&h->value, "no-cache");
+        }
+    }
+
+    rc = ngx_http_send_header(r);
+    ctx->headers_sent = 1;
+
+    if (rc == NGX_ERROR || rc > NGX_OK) {
+        ngx_http_vlm_chat_end(ctx, rc);
+        return;
+    }
+
+    cl = ngx_http_vlm_chat_buf(ctx);
+    if (cl == NULL) {
+        ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+        return;
+    }
+
+    b = cl->buf;
+
+    (void) vlm_openai_format_chunk_role(&ctx->resp, (char *) b->last,
+                                        b->end - b->last, &len);
+    b->last += len;
+    b->flush = 1;
+
+    if (ngx_http_vlm_chat_send(ctx, cl) == NGX_ERROR) {
+        ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+        return;
+    }
+
+    ngx_http_vlm_chat_drain(ctx);
+}
+
+
+/* a buffer for response bytes: a free one, else a new one */
+static ngx_chain_t *
+ngx_http_vlm_chat_buf(ngx_http_vlm_chat_ctx_t *ctx)
+{
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    cl = ngx_chain_get_free_buf(ctx->request->pool, &ctx->free);
+    if (cl == NULL) {
+        return NULL;
+    }
+
+    b = cl->buf;
+
+    if (b->start == NULL) {
+        b->start = ngx_palloc(ctx->request->pool, NGX_HTTP_VLM_OUT_BUF);
+        if (b->start == NULL) {
+            return NULL;
+        }
+
+        b->end = b->start + NGX_HTTP_VLM_OUT_BUF;
+    }
+
+    b->pos = b->start;
+    b->last = b->start;
+    b->memory = 1;
+    b->temporary = 1;
+    b->flush = 0;
+    b->last_buf = 0;
+    b->last_in_chain = 1;
+    b->tag = (ngx_buf_tag_t) &ngx_http_vlm_module;
+
+    cl->next = NULL;
+
+    return cl;
+}
+
+
+static ngx_int_t
+ngx_http_vlm_chat_send(ngx_http_vlm_chat_ctx_t *ctx, ngx_chain_t *out)
+{
+    ngx_int_t            rc;
+    ngx_chain_t         *cl;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+
+    rc = ngx_http_output_filter(r, out);
+
+    ngx_chain_update_chains(r->pool, &ctx->free, &ctx->busy, &out,
+                            (ngx_buf_tag_t) &ngx_http_vlm_module);
+
+    ctx->n_busy = 0;
+
+    for (cl = ctx->busy; cl; cl = cl->next) {
+        ctx->n_busy++;
+    }
+
+    return rc;
+}
+
+
+/*
+ * Moves what the engine wrote into the response: for a stream, one chunk
+ * buffer holds as many tokens as fit; when the client does not keep up
+ * (too many buffers in flight), the rest waits in the ring, and once the
+ * ring is full the engine holds this request.
+ */
+static void
+ngx_http_vlm_chat_drain(ngx_http_vlm_chat_ctx_t *ctx)
+{
+    int                 got;
+    size_t              need;
+    uint32_t            state;
+    ngx_int_t           rc;
+    ngx_buf_t          *b;
+    ngx_chain_t        *cl;
+    vlm_queue_t        *q;
+    vlm_queue_slot_t   *qs;
+    vlm_queue_out_t     rec;
+    char                text[VLM_QUEUE_OUT_TEXT];
+
+    if (ctx->phase != NGX_HTTP_VLM_CHAT_RUNNING) {
+        return;
+    }
+
+    q = ngx_http_vlm_queue();
+    qs = vlm_queue_slot(q, ctx->slot);
+
+    for ( ;; ) {
+        if (ctx->req.stream && ctx->n_busy >= NGX_HTTP_VLM_MAX_BUSY) {
+            return;
+        }
+
+        /* the state first: a token written before FINISHED is not lost */
+        state = atomic_load(&qs->state);
+
+        b = NULL;
+        cl = NULL;
+
+        while ((got = vlm_queue_pop_output(q, ctx->slot, &rec, text,
+                                           sizeof(text))))
+        {
+            if (ctx->n_completion == 0) {
+                ctx->t_first = vlm_queue_now();
+            }
+
+            if (rec.token != VLM_QUEUE_NONE) {
+                ctx->n_completion++;
+            }
+
+            if (!ctx->req.stream) {
+                if (ngx_http_vlm_chat_emit(ctx, &rec, text) != NGX_OK) {
+                    ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+                    return;
+                }
+
+                continue;
+            }
+
+            if (rec.text_len == 0 && !ctx->req.logprobs) {
+                continue;
+            }
+
+            if (cl == NULL) {
+                cl = ngx_http_vlm_chat_buf(ctx);
+                if (cl == NULL) {
+                    ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+                    return;
+                }
+
+                b = cl->buf;
+            }
+
+            {
+                vlm_openai_output_t    o;
+                vlm_openai_logprob_t   lp, top[VLM_QUEUE_TOP_LOGPROBS];
+                uint32_t               i;
+                size_t                 len;
+
+                o.text = text;
+                o.len = rec.text_len;
+                o.logprobs = NULL;
+                o.n_logprobs = 0;
+
+                if (ctx->req.logprobs && rec.token != VLM_QUEUE_NONE) {
+                    lp.token = vlm_tokenizer_token_bytes(
+                                   ctx->vmcf->tokenizer,
+                                   (int32_t) rec.token, &lp.len);
+                    lp.logprob = rec.logprob;
+                    lp.top = top;
+                    lp.n_top = rec.n_top;
+
+                    for (i = 0; i < rec.n_top; i++) {
+                        top[i].token = vlm_tokenizer_token_bytes(
+                                           ctx->vmcf->tokenizer,
+                                           (int32_t) rec.top_token[i],
+                                           &top[i].len);
+                        top[i].logprob = rec.top_logprob[i];
+                        top[i].top = NULL;
+                        top[i].n_top = 0;
+
+                        if (top[i].token == NULL) {
+                            top[i].token = "";
+                            top[i].len = 0;
+                        }
+                    }
+
+                    if (lp.token == NULL) {
+                        lp.token = "";
+                        lp.len = 0;
+                    }
+
+                    o.logprobs = &lp;
+                    o.n_logprobs = 1;
+                }
+
+                need = vlm_openai_output_bound(&ctx->resp, &o);
+
+                if ((size_t) (b->end - b->last) < need) {
+                    /* this buffer is full: send it, continue in another */
+                    b->flush = 1;
+
+                    if (ngx_http_vlm_chat_send(ctx, cl) == NGX_ERROR) {
+                        ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+                        return;
+                    }
+
+                    cl = ngx_http_vlm_chat_buf(ctx);
+                    if (cl == NULL) {
+                        ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+                        return;
+                    }
+
+                    b = cl->buf;
+                }
+
+                if (vlm_openai_format_chunk_content(&ctx->resp, &o,
+                                                    (char *) b->last,
+                                                    b->end - b->last, &len)
+                    != VLM_OK)
+                {
+                    ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+                    return;
+                }
+
+                b->last += len;
+            }
+
+            if (ctx->n_busy + 1 >= NGX_HTTP_VLM_MAX_BUSY) {
+                break;
+            }
+        }
+
+        if (cl != NULL) {
+            b->flush = 1;
+
+            rc = ngx_http_vlm_chat_send(ctx, cl);
+
+            if (rc == NGX_ERROR) {
+                ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+                return;
+            }
+
+            continue;
+        }
+
+        if (got == 0 && state == VLM_SLOT_FINISHED) {
+            ngx_http_vlm_chat_finish(ctx, qs);
+        }
+
+        return;
+    }
+}
+
+
+/* non-streaming: the token's text and logprobs are kept for the end */
+static ngx_int_t
+ngx_http_vlm_chat_emit(ngx_http_vlm_chat_ctx_t *ctx,
+    const vlm_queue_out_t *rec, const char *text)
+{
+    u_char                *p;
+    size_t                 cap;
+    uint32_t               i;
+    vlm_openai_logprob_t  *lp, *top;
+    ngx_http_request_t    *r;
+
+    r = ctx->request;
+
+    if (ctx->text_len + rec->text_len > ctx->text_cap) {
+        cap = ngx_max(2 * ctx->text_cap, ctx->text_len + rec->text_len + 256);
+
+        p = ngx_pnalloc(r->pool, cap);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (ctx->text_len) {
+            ngx_memcpy(p, ctx->text, ctx->text_len);
+        }
+
+        ctx->text = p;
+        ctx->text_cap = cap;
+    }
+
+    ngx_memcpy(ctx->text + ctx->text_len, text, rec->text_len);
+    ctx->text_len += rec->text_len;
+
+    if (!ctx->req.logprobs || rec->token == VLM_QUEUE_NONE) {
+        return NGX_OK;
+    }
+
+    if (ctx->n_lps == ctx->lps_cap) {
+        cap = ngx_max(2 * ctx->lps_cap, 64);
+
+        lp = ngx_palloc(r->pool, cap * sizeof(vlm_openai_logprob_t));
+        if (lp == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (ctx->n_lps) {
+            ngx_memcpy(lp, ctx->lps, ctx->n_lps * sizeof(*lp));
+        }
+
+        ctx->lps = lp;
+        ctx->lps_cap = cap;
+    }
+
+    lp = &ctx->lps[ctx->n_lps++];
+    lp->token = vlm_tokenizer_token_bytes(ctx->vmcf->tokenizer,
+                                          (int32_t) rec->token, &lp->len);
+    lp->logprob = rec->logprob;
+    lp->n_top = rec->n_top;
+    lp->top = NULL;
+
+    if (lp->token == NULL) {
+        lp->token = "";
+        lp->len = 0;
+    }
+
+    if (rec->n_top) {
+        top = ngx_palloc(r->pool, rec->n_top * sizeof(vlm_openai_logprob_t));
+        if (top == NULL) {
+            return NGX_ERROR;
+        }
+
+        for (i = 0; i < rec->n_top; i++) {
+            top[i].token = vlm_tokenizer_token_bytes(ctx->vmcf->tokenizer,
+                                                     (int32_t) rec->top_token[i],
+                                                     &top[i].len);
+            top[i].logprob = rec->top_logprob[i];
+            top[i].top = NULL;
+            top[i].n_top = 0;
+
+            if (top[i].token == NULL) {
+                top[i].token = "";
+                top[i].len = 0;
+            }
+        }
+
+        lp->top = top;
+    }
+
+    return NGX_OK;
+}
+
+
+/* the engine is done with the request: the last bytes of the response */
+static void
+ngx_http_vlm_chat_finish(ngx_http_vlm_chat_ctx_t *ctx, vlm_queue_slot_t *qs)
+{
+    size_t                 len, size;
+    u_char                *json;
+    ngx_int_t              rc;
+    ngx_buf_t             *b;
+    ngx_chain_t           *cl;
+    vlm_error_t            e;
+    vlm_queue_t           *q;
+    vlm_openai_usage_t     usage;
+    vlm_openai_error_t     err;
+    vlm_openai_output_t    o;
+    vlm_openai_finish_t    finish;
+    ngx_http_request_t    *r;
+
+    r = ctx->request;
+    q = ngx_http_vlm_queue();
+
+    usage.prompt_tokens = ctx->n_prompt;
+    usage.completion_tokens = ctx->n_completion;
+    finish = qs->finish_reason == VLM_QUEUE_FINISH_LENGTH
+             ? VLM_OPENAI_FINISH_LENGTH : VLM_OPENAI_FINISH_STOP;
+
+    if (qs->t_start > qs->t_submit) {
+        ctx->t_queue = qs->t_start - qs->t_submit;
+    }
+
+    atomic_fetch_add(&q->metrics->completion_tokens, ctx->n_completion);
+
+    if (ctx->t_first) {
+        vlm_hist_observe(&q->metrics->hist[VLM_HIST_TTFT],
+                         ctx->t_first - qs->t_submit);
+    }
+
+    if (qs->finish_reason == VLM_QUEUE_FINISH_ERROR) {
+        e.status = (vlm_status_t) qs->error_status;
+        ngx_cpystrn((u_char *) e.msg, (u_char *) qs->error_msg,
+                    sizeof(e.msg));
+
+        vlm_openai_error_from(&err, &e, NULL);
+
+        if (e.status == VLM_ERR_INTERNAL) {
+            err.http_status = NGX_HTTP_SERVICE_UNAVAILABLE;
+            err.type = "server_error";
+        }
+
+        ngx_http_vlm_chat_fail(ctx, &err);
+        return;
+    }
+
+    if (!ctx->req.stream) {
+        o.text = (const char *) ctx->text;
+        o.len = ctx->text_len;
+        o.logprobs = ctx->lps;
+        o.n_logprobs = ctx->n_lps;
+
+        size = vlm_openai_output_bound(&ctx->resp, &o) + 512;
+
+        json = ngx_pnalloc(r->pool, size);
+        if (json == NULL) {
+            ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+            return;
+        }
+
+        if (vlm_openai_format_completion(&ctx->resp, &o, finish, &usage,
+                                         (char *) json, size, &len)
+            != VLM_OK)
+        {
+            ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+            return;
+        }
+
+        ctx->phase = NGX_HTTP_VLM_CHAT_DONE;
+        vlm_metrics_request(q->metrics, NGX_HTTP_OK);
+
+        rc = ngx_http_vlm_send_json(r, NGX_HTTP_OK, json, len);
+        ngx_http_vlm_chat_end(ctx, rc);
+        return;
+    }
+
+    cl = ngx_http_vlm_chat_buf(ctx);
+    if (cl == NULL) {
+        ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+        return;
+    }
+
+    b = cl->buf;
+
+    (void) vlm_openai_format_chunk_finish(&ctx->resp, finish,
+                                          (char *) b->last,
+                                          b->end - b->last, &len);
+    b->last += len;
+
+    if (ctx->req.include_usage) {
+        (void) vlm_openai_format_chunk_usage(&ctx->resp, &usage,
+                                             (char *) b->last,
+                                             b->end - b->last, &len);
+        b->last += len;
+    }
+
+    (void) vlm_openai_format_done((char *) b->last, b->end - b->last, &len);
+    b->last += len;
+    b->last_buf = 1;
+    b->flush = 1;
+
+    ctx->phase = NGX_HTTP_VLM_CHAT_DONE;
+    vlm_metrics_request(q->metrics, NGX_HTTP_OK);
+
+    rc = ngx_http_vlm_chat_send(ctx, cl);
+
+    ngx_http_vlm_chat_end(ctx, rc);
+}
+
+
+/*
+ * An error: as a JSON error response while nothing was sent yet, else
+ * as a last SSE event of the stream.
+ */
+static void
+ngx_http_vlm_chat_fail(ngx_http_vlm_chat_ctx_t *ctx, vlm_openai_error_t *err)
+{
+    size_t               len;
+    u_char              *json;
+    ngx_int_t            rc;
+    ngx_buf_t           *b;
+    ngx_uint_t           level;
+    ngx_chain_t         *cl;
+    vlm_queue_t         *q;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+    q = ngx_http_vlm_queue();
+
+    level = err->http_status >= 500 ? NGX_LOG_ERR : NGX_LOG_INFO;
+
+    ngx_log_error(level, r->connection->log, 0, "vlm: %ud %s%s%s: %s",
+                  err->http_status, err->code ? err->code : "",
+                  err->param[0] ? " at " : "", err->param, err->message);
+
+    if (q != NULL) {
+        vlm_metrics_request(q->metrics, err->http_status);
+    }
+
+    ctx->phase = NGX_HTTP_VLM_CHAT_DONE;
+
+    if (!ctx->headers_sent) {
+        json = ngx_pnalloc(r->pool, VLM_OPENAI_ERROR_MAX);
+        if (json == NULL
+            || vlm_openai_format_error(err, (char *) json,
+                                       VLM_OPENAI_ERROR_MAX, &len)
+               != VLM_OK)
+        {
+            ngx_http_vlm_chat_end(ctx, NGX_HTTP_INTERNAL_SERVER_ERROR);
+            return;
+        }
+
+        if (err->http_status == NGX_HTTP_TOO_MANY_REQUESTS
+            || err->http_status == NGX_HTTP_SERVICE_UNAVAILABLE)
+        {
+            ngx_table_elt_t  *h;
+
+            h = ngx_list_push(&r->headers_out.headers);
+            if (h != NULL) {
+                h->hash = 1;
+                ngx_str_set(&h->key, "Retry-After");
+                ngx_str_set(&h->value, "1");
+            }
+        }
+
+        ctx->headers_sent = 1;
+        rc = ngx_http_vlm_send_json(r, err->http_status, json, len);
+        ngx_http_vlm_chat_end(ctx, rc);
+        return;
+    }
+
+    cl = ngx_http_vlm_chat_buf(ctx);
+    if (cl == NULL) {
+        ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+        return;
+    }
+
+    b = cl->buf;
+
+    if (vlm_openai_format_stream_error(err, (char *) b->last,
+                                       b->end - b->last, &len)
+        == VLM_OK)
+    {
+        b->last += len;
+    }
+
+    (void) vlm_openai_format_done((char *) b->last, b->end - b->last, &len);
+    b->last += len;
+    b->last_buf = 1;
+    b->flush = 1;
+
+    rc = ngx_http_vlm_chat_send(ctx, cl);
+
+    ngx_http_vlm_chat_end(ctx, rc);
+}
+
+
+/* gives the slot back, leaves the active list, finalizes the request */
+static void
+ngx_http_vlm_chat_end(ngx_http_vlm_chat_ctx_t *ctx, ngx_int_t rc)
+{
+    vlm_queue_t  *q;
+
+    q = ngx_http_vlm_queue();
+
+    if (ctx->queued) {
+        ngx_queue_remove(&ctx->queue);
+        ctx->queued = 0;
+    }
+
+    if (ctx->has_slot && q != NULL) {
+        /* frees a finished slot, or leaves a running one to the engine */
+        vlm_queue_cancel(q, ctx->slot);
+        ctx->has_slot = 0;
+    }
+
+    if (ctx->timeout.timer_set) {
+        ngx_del_timer(&ctx->timeout);
+    }
+
+    if (q != NULL) {
+        vlm_hist_observe(&q->metrics->hist[VLM_HIST_E2E],
+                         vlm_queue_now() - ctx->t_start);
+    }
+
+    if (rc == NGX_HTTP_CLIENT_CLOSED_REQUEST && q != NULL) {
+        vlm_metrics_request(q->metrics, NGX_HTTP_CLIENT_CLOSED_REQUEST);
+    }
+
+    ctx->phase = NGX_HTTP_VLM_CHAT_DONE;
+
+    ngx_http_finalize_request(ctx->request, rc);
+}
+
+
+/* the client: gone while we wait for the engine? */
+static void
+ngx_http_vlm_chat_read_handler(ngx_http_request_t *r)
+{
+    int                       n;
+    char                      buf[1];
+    ngx_err_t                 err;
+    ngx_event_t              *rev;
+    ngx_connection_t         *c;
+    ngx_http_vlm_chat_ctx_t  *ctx;
+
+    c = r->connection;
+    rev = c->read;
+    ctx = ngx_http_get_module_ctx(r, ngx_http_vlm_module);
+
+    if (ctx == NULL || ctx->phase == NGX_HTTP_VLM_CHAT_DONE) {
+        return;
+    }
+
+#if (NGX_HAVE_EPOLLRDHUP)
+
+    if ((ngx_event_flags & NGX_USE_EPOLL_EVENT) && ngx_use_epoll_rdhup) {
+        if (!rev->pending_eof) {
+            return;
+        }
+
+        rev->eof = 1;
+        c->error = 1;
+        err = 0;
+
+        goto closed;
+    }
+
+#endif
+
+    n = recv(c->fd, buf, 1, MSG_PEEK);
+
+    if (n > 0) {
+        /* pipelined bytes: not ours to read now, stop watching */
+        if (ngx_del_event(rev, NGX_READ_EVENT, 0) == NGX_ERROR) {
+            return;
+        }
+
+        return;
+    }
+
+    if (n == -1) {
+        err = ngx_socket_errno;
+
+        if (err == NGX_EAGAIN) {
+            return;
+        }
+
+    } else {
+        err = 0;
+    }
+
+    rev->eof = 1;
+    c->error = 1;
+
+closed:
+
+    ngx_log_error(NGX_LOG_INFO, c->log, err,
+                  "vlm: client closed the connection, request cancelled");
+
+    ctx->client_gone = 1;
+
+    if (ctx->task_busy) {
+        /* the task's completion ends it */
+        return;
+    }
+
+    ngx_http_vlm_chat_end(ctx, NGX_HTTP_CLIENT_CLOSED_REQUEST);
+}
+
+
+static void
+ngx_http_vlm_chat_write_handler(ngx_http_request_t *r)
+{
+    ngx_http_vlm_chat_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_vlm_module);
+
+    if (ctx == NULL || ctx->phase != NGX_HTTP_VLM_CHAT_RUNNING) {
+        return;
+    }
+
+    if (r->connection->write->timedout) {
+        ctx->client_gone = 1;
+        ngx_http_vlm_chat_end(ctx, NGX_HTTP_REQUEST_TIME_OUT);
+        return;
+    }
+
+    if (ngx_http_vlm_chat_send(ctx, NULL) == NGX_ERROR) {
+        ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+        return;
+    }
+
+    ngx_http_vlm_chat_drain(ctx);
+}
+
+
+static void
+ngx_http_vlm_chat_timeout_handler(ngx_event_t *ev)
+{
+    ngx_http_vlm_chat_ctx_t *ctx = ev->data;
+
+    vlm_openai_error_t  err;
+
+    ctx->timer_fired = 1;
+
+    if (ctx->task_busy || ctx->phase == NGX_HTTP_VLM_CHAT_DONE) {
+        return;
+    }
+
+    vlm_openai_error_set(&err, VLM_ERR_LIMIT, NGX_HTTP_GATEWAY_TIME_OUT,
+                         "server_error", "timeout", NULL,
+                         "the request took longer than %lu ms",
+                         (unsigned long) ctx->vmcf->request_timeout);
+
+    ngx_http_vlm_chat_fail(ctx, &err);
+}
+
+
+/* whatever the way out, the request's memory and slot go back */
+static void
+ngx_http_vlm_chat_cleanup(void *data)
+{
+    ngx_http_vlm_chat_ctx_t *ctx = data;
+
+    size_t        i;
+    vlm_queue_t  *q;
+
+    q = ngx_http_vlm_queue();
+
+    if (ctx->queued) {
+        ngx_queue_remove(&ctx->queue);
+        ctx->queued = 0;
+    }
+
+    if (ctx->has_slot && q != NULL) {
+        vlm_queue_cancel(q, ctx->slot);
+        ctx->has_slot = 0;
+    }
+
+    if (ctx->timeout.timer_set) {
+        ngx_del_timer(&ctx->timeout);
+    }
+
+    if (ctx->images != NULL) {
+        for (i = 0; i < ctx->req.n_images; i++) {
+            free(ctx->images[i].data);
+        }
+
+        free(ctx->images);
+    }
+
+    if (ctx->parsed) {
+        vlm_openai_request_free(&ctx->req);
+    }
+
+    free(ctx->prompt);
+    free(ctx->spans);
+    free(ctx->body_copy);
 }

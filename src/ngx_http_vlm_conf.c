@@ -7,6 +7,8 @@
 
 #include "ngx_http_vlm_module.h"
 
+#include "vlm_chat.h"
+
 
 static char *ngx_http_vlm_bounds_error(ngx_conf_t *cf,
     ngx_http_vlm_bounds_t *bounds);
@@ -40,6 +42,9 @@ ngx_http_vlm_create_main_conf(ngx_conf_t *cf)
     vmcf->max_running = NGX_CONF_UNSET_UINT;
     vmcf->max_queued = NGX_CONF_UNSET_UINT;
     vmcf->engine_hang_timeout = NGX_CONF_UNSET_MSEC;
+    vmcf->request_timeout = NGX_CONF_UNSET_MSEC;
+    vmcf->max_tokens = NGX_CONF_UNSET_UINT;
+    vmcf->max_prompt_bytes = NGX_CONF_UNSET_SIZE;
 
     return vmcf;
 }
@@ -60,6 +65,14 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(vmcf->max_queued,
                              NGX_HTTP_VLM_DEFAULT_MAX_QUEUED);
     ngx_conf_init_msec_value(vmcf->engine_hang_timeout, 60000);
+    ngx_conf_init_msec_value(vmcf->request_timeout, 600000);
+    ngx_conf_init_uint_value(vmcf->max_tokens, 1024);
+    ngx_conf_init_size_value(vmcf->max_prompt_bytes, 256 * 1024);
+
+    if (vmcf->model.len && ngx_http_vlm_model_files(cf, vmcf) != NGX_CONF_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
 
     /* a model needs a queue: "vlm" of 64m unless vlm_zone says otherwise */
 
@@ -270,4 +283,90 @@ ngx_http_vlm_bounds_error(ngx_conf_t *cf, ngx_http_vlm_bounds_t *bounds)
                        &value[0], bounds->low, bounds->high, &value[1]);
 
     return NGX_CONF_ERROR;
+}
+
+
+static void
+ngx_http_vlm_tokenizer_cleanup(void *data)
+{
+    vlm_tokenizer_free(data);
+}
+
+
+/*
+ * The tokenizer and the image preprocessing settings, loaded in the master
+ * while the configuration is read, so that "nginx -t" checks them and the
+ * workers share the pages.  The served model name defaults to the model
+ * directory's last component.
+ */
+char *
+ngx_http_vlm_model_files(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
+{
+    u_char              *p, *path;
+    vlm_error_t          err;
+    ngx_pool_cleanup_t  *cln;
+
+    if (vmcf->served_model.len == 0) {
+        p = vmcf->model.data + vmcf->model.len;
+
+        while (p > vmcf->model.data && p[-1] == '/') {
+            p--;
+        }
+
+        vmcf->served_model.data = p;
+
+        while (vmcf->served_model.data > vmcf->model.data
+               && vmcf->served_model.data[-1] != '/')
+        {
+            vmcf->served_model.data--;
+        }
+
+        vmcf->served_model.len = p - vmcf->served_model.data;
+    }
+
+    cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (vlm_tokenizer_load(&vmcf->tokenizer, (char *) vmcf->model.data, &err)
+        != VLM_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "vlm_model \"%V\": %s", &vmcf->model, err.msg);
+        return NGX_CONF_ERROR;
+    }
+
+    cln->handler = ngx_http_vlm_tokenizer_cleanup;
+    cln->data = vmcf->tokenizer;
+
+    vmcf->image_pad_id = vlm_tokenizer_token_id(vmcf->tokenizer,
+                                                VLM_CHAT_IMAGE_PAD);
+    if (vmcf->image_pad_id < 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "vlm_model \"%V\": the tokenizer has no %s "
+                           "token", &vmcf->model, VLM_CHAT_IMAGE_PAD);
+        return NGX_CONF_ERROR;
+    }
+
+    path = ngx_pnalloc(cf->pool, vmcf->model.len
+                                 + sizeof("/preprocessor_config.json"));
+    if (path == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_sprintf(path, "%V/preprocessor_config.json%Z", &vmcf->model);
+
+    if (vlm_qwen2vl_config_load(&vmcf->image_config, (char *) path, &err)
+        != VLM_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "vlm_model \"%V\": %s", &vmcf->model, err.msg);
+        return NGX_CONF_ERROR;
+    }
+
+    vlm_image_limits_default(&vmcf->image_limits);
+    vmcf->image_limits.max_pixels = vmcf->max_image_pixels;
+
+    return NGX_CONF_OK;
 }

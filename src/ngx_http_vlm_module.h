@@ -13,7 +13,9 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include "vlm_image.h"
 #include "vlm_queue.h"
+#include "vlm_tokenizer.h"
 
 #if (NGX_THREADS)
 #include <ngx_thread_pool.h>
@@ -47,6 +49,18 @@ typedef struct {
     ngx_uint_t           max_running;      /* sequences the engine runs */
     ngx_uint_t           max_queued;       /* waiting beyond those */
     uint64_t             arena_size;       /* the zone less the slots */
+
+    /* requests */
+    ngx_str_t            served_model;     /* the "model" clients name */
+    ngx_msec_t           request_timeout;
+    ngx_uint_t           max_tokens;
+    size_t               max_prompt_bytes;
+
+    /* loaded from the model directory at configuration time */
+    vlm_tokenizer_t     *tokenizer;
+    int32_t              image_pad_id;
+    vlm_qwen2vl_config_t image_config;
+    vlm_image_limits_t   image_limits;
 
     /* the engine process */
     ngx_str_t            engine_binary;
@@ -97,7 +111,16 @@ ngx_int_t ngx_http_vlm_worker(void);
 vlm_engine_state_t ngx_http_vlm_engine_state(void);
 
 /* ngx_http_vlm_chat.c: the chat completions handler */
+char *ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 void ngx_http_vlm_chat_wakeup(void);
+
+/* ngx_http_vlm_api.c: /v1/models and /metrics */
+char *ngx_http_vlm_models(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+char *ngx_http_vlm_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+
+/* ngx_http_vlm_conf.c: the model's files, loaded once in the master */
+char *ngx_http_vlm_model_files(ngx_conf_t *cf,
+    ngx_http_vlm_main_conf_t *vmcf);
 
 /* ngx_http_vlm_health.c: the vlm_health location */
 char *ngx_http_vlm_health(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);

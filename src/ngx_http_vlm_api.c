@@ -1,0 +1,165 @@
+/*
+ * GET /v1/models (vlm_models) and the Prometheus exposition of every
+ * counter, histogram and pool gauge (vlm_metrics).
+ */
+
+#include "ngx_http_vlm_module.h"
+
+#include "vlm_openai.h"
+
+
+static ngx_int_t ngx_http_vlm_models_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_vlm_metrics_handler(ngx_http_request_t *r);
+static char *ngx_http_vlm_set_handler(ngx_conf_t *cf,
+    ngx_http_handler_pt handler);
+
+
+static char *
+ngx_http_vlm_set_handler(ngx_conf_t *cf, ngx_http_handler_pt handler)
+{
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (clcf->handler) {
+        return "is duplicate";
+    }
+
+    clcf->handler = handler;
+
+    return NGX_CONF_OK;
+}
+
+
+char *
+ngx_http_vlm_models(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    return ngx_http_vlm_set_handler(cf, ngx_http_vlm_models_handler);
+}
+
+
+char *
+ngx_http_vlm_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    return ngx_http_vlm_set_handler(cf, ngx_http_vlm_metrics_handler);
+}
+
+
+static ngx_int_t
+ngx_http_vlm_models_handler(ngx_http_request_t *r)
+{
+    size_t                     len, size;
+    u_char                    *json;
+    ngx_int_t                  rc;
+    vlm_openai_model_info_t    info;
+    ngx_http_vlm_main_conf_t  *vmcf;
+
+    rc = ngx_http_vlm_allow_methods(r, NGX_HTTP_GET|NGX_HTTP_HEAD,
+                                    "GET, HEAD");
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    vmcf = ngx_http_get_module_main_conf(r, ngx_http_vlm_module);
+
+    ngx_memzero(&info, sizeof(vlm_openai_model_info_t));
+
+    info.id.data = (const char *) vmcf->served_model.data;
+    info.id.len = vmcf->served_model.len;
+    info.owned_by.data = "ngx_http_vlm_module";
+    info.owned_by.len = sizeof("ngx_http_vlm_module") - 1;
+    info.created = (int64_t) ngx_time();
+
+    size = 512 + 6 * vmcf->served_model.len;
+
+    json = ngx_pnalloc(r->pool, size);
+    if (json == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (vlm_openai_format_models(&info, vmcf->served_model.len ? 1 : 0,
+                                 (char *) json, size, &len)
+        != VLM_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_vlm_send_json(r, NGX_HTTP_OK, json, len);
+}
+
+
+static ngx_int_t
+ngx_http_vlm_metrics_handler(ngx_http_request_t *r)
+{
+    size_t              size, len;
+    u_char             *text;
+    ngx_int_t           rc;
+    ngx_buf_t          *b;
+    ngx_chain_t         out;
+    vlm_queue_t        *q;
+    vlm_queue_stats_t   st;
+
+    rc = ngx_http_vlm_allow_methods(r, NGX_HTTP_GET|NGX_HTTP_HEAD,
+                                    "GET, HEAD");
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    q = ngx_http_vlm_queue();
+
+    if (q == NULL) {
+        return ngx_http_vlm_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                       "server_error", "no_queue", NULL,
+                                       "no vlm_model is configured");
+    }
+
+    vlm_queue_stats(q, &st);
+
+    size = vlm_metrics_render(q->metrics, &st, NULL, 0);
+
+    text = ngx_pnalloc(r->pool, size);
+    if (text == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    len = vlm_metrics_render(q->metrics, &st, (char *) text, size) - 1;
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = len;
+    ngx_str_set(&r->headers_out.content_type,
+                "text/plain; version=0.0.4; charset=utf-8");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    b->pos = text;
+    b->last = text + len;
+    b->memory = 1;
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}

@@ -1,0 +1,654 @@
+/*
+ * The engine's scheduler: continuous batching over the shared request
+ * queue (see vlm_sched.h).  Stop strings follow OpenAI's semantics: the
+ * text is cut before the first stop string, which is not returned; text
+ * that may be the start of a stop string is held back until it cannot be.
+ */
+
+#define _GNU_SOURCE
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "vlm_sampler.h"
+#include "vlm_sched.h"
+
+
+typedef enum {
+    VLM_REQ_FREE = 0,
+    VLM_REQ_WAITING,            /* taken from the queue, not yet prefilled */
+    VLM_REQ_DECODING,           /* next holds the token to feed */
+    VLM_REQ_DRAINING            /* finished; output still to be written */
+} vlm_req_state_t;
+
+
+typedef struct {
+    vlm_req_state_t      state;
+    uint32_t             slot;
+    vlm_seq_t           *seq;
+    vlm_sampler_t       *sampler;
+    vlm_tok_stream_t     stream;
+    int32_t              next;
+    uint32_t             n_out;
+    uint64_t             t_last;        /* last token written, ns */
+    vlm_queue_finish_t   finish;
+
+    /* text that may be the start of a stop string */
+    char                *held;
+    size_t               n_held;
+
+    /* an output record the ring had no room for yet */
+    unsigned             pending:1;
+    vlm_queue_out_t      out;
+    char                *out_text;
+} vlm_sched_req_t;
+
+
+struct vlm_sched_s {
+    vlm_model_t              *model;
+    const vlm_model_info_t   *info;
+    const vlm_tokenizer_t    *tok;
+    vlm_queue_t              *q;
+
+    int                       n_reqs;
+    vlm_sched_req_t          *reqs;
+    vlm_seq_t               **batch_seqs;   /* [n_reqs] */
+    int32_t                  *batch_tokens; /* [n_reqs] */
+    int                      *batch_reqs;   /* [n_reqs] */
+    vlm_image_t               images[VLM_QUEUE_MAX_IMAGES];
+    char                     *piece;        /* one detokenized token */
+    size_t                    piece_cap;
+    size_t                    held_cap;
+    uint64_t                  seed_counter;
+
+    vlm_pool_gauge_t         *kv_gauge;
+    vlm_pool_gauge_t         *seq_gauge;
+    vlm_model_stats_t         last;
+};
+
+
+static void vlm_sched_admit(vlm_sched_t *s);
+static void vlm_sched_prefill(vlm_sched_t *s, vlm_sched_req_t *r);
+static void vlm_sched_decode(vlm_sched_t *s);
+static void vlm_sched_emit(vlm_sched_t *s, vlm_sched_req_t *r,
+    const vlm_sample_t *sample);
+static int vlm_sched_flush(vlm_sched_t *s, vlm_sched_req_t *r);
+static void vlm_sched_end(vlm_sched_t *s, vlm_sched_req_t *r,
+    vlm_queue_finish_t finish, vlm_status_t status, const char *msg);
+static size_t vlm_sched_stop_cut(vlm_sched_t *s, vlm_sched_req_t *r,
+    size_t *keep, int *stopped);
+
+
+vlm_status_t
+vlm_sched_init(vlm_sched_t **sched, vlm_model_t *model,
+    const vlm_tokenizer_t *tok, vlm_queue_t *q, vlm_error_t *err)
+{
+    int           i;
+    vlm_sched_t  *s;
+
+    s = calloc(1, sizeof(vlm_sched_t));
+    if (s == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "scheduler: no memory");
+    }
+
+    s->model = model;
+    s->info = vlm_model_info(model);
+    s->tok = tok;
+    s->q = q;
+    s->n_reqs = s->info->max_seqs;
+
+    s->piece_cap = vlm_tok_stream_out_max(tok);
+    s->held_cap = VLM_QUEUE_STOP_LEN + s->piece_cap;
+
+    if (s->held_cap > VLM_QUEUE_OUT_TEXT / 2) {
+        vlm_error_set(err, VLM_ERR_UNSUPPORTED, "scheduler: tokens of %zu "
+                      "bytes do not fit the output ring", s->piece_cap);
+        free(s);
+        return VLM_ERR_UNSUPPORTED;
+    }
+
+    s->reqs = calloc((size_t) s->n_reqs, sizeof(vlm_sched_req_t));
+    s->batch_seqs = calloc((size_t) s->n_reqs, sizeof(vlm_seq_t *));
+    s->batch_tokens = calloc((size_t) s->n_reqs, sizeof(int32_t));
+    s->batch_reqs = calloc((size_t) s->n_reqs, sizeof(int));
+    s->piece = malloc(s->piece_cap);
+
+    if (s->reqs == NULL || s->batch_seqs == NULL || s->batch_tokens == NULL
+        || s->batch_reqs == NULL || s->piece == NULL)
+    {
+        vlm_sched_free(s);
+        return vlm_error_set(err, VLM_ERR_NOMEM, "scheduler: no memory");
+    }
+
+    for (i = 0; i < s->n_reqs; i++) {
+        s->reqs[i].held = malloc(s->held_cap);
+        s->reqs[i].out_text = malloc(s->held_cap);
+
+        if (s->reqs[i].held == NULL || s->reqs[i].out_text == NULL) {
+            vlm_sched_free(s);
+            return vlm_error_set(err, VLM_ERR_NOMEM, "scheduler: no memory");
+        }
+
+        if (vlm_sampler_init(&s->reqs[i].sampler, s->info->vocab_size, err)
+            != VLM_OK)
+        {
+            vlm_sched_free(s);
+            return err->status;
+        }
+    }
+
+    s->seed_counter = (uint64_t) time(NULL) * 0x9e3779b97f4a7c15ull;
+
+    *sched = s;
+
+    return VLM_OK;
+}
+
+
+void
+vlm_sched_free(vlm_sched_t *s)
+{
+    int  i;
+
+    if (s == NULL) {
+        return;
+    }
+
+    for (i = 0; s->reqs != NULL && i < s->n_reqs; i++) {
+        if (s->reqs[i].seq != NULL) {
+            vlm_seq_free(s->reqs[i].seq);
+        }
+
+        vlm_sampler_free(s->reqs[i].sampler);
+        free(s->reqs[i].held);
+        free(s->reqs[i].out_text);
+    }
+
+    free(s->reqs);
+    free(s->batch_seqs);
+    free(s->batch_tokens);
+    free(s->batch_reqs);
+    free(s->piece);
+    free(s);
+}
+
+
+void
+vlm_sched_publish(vlm_sched_t *s)
+{
+    vlm_model_stats_t  st;
+
+    vlm_model_stats(s->model, &st);
+
+    if (s->kv_gauge == NULL) {
+        s->kv_gauge = vlm_metrics_pool(s->q->metrics, "kv_blocks", "blocks",
+                                       (uint64_t) st.kv_blocks_total);
+        s->seq_gauge = vlm_metrics_pool(s->q->metrics, "sequences", "slots",
+                                        (uint64_t) s->n_reqs);
+        memset(&s->last, 0, sizeof(s->last));
+    }
+
+    vlm_pool_gauge_add(s->kv_gauge,
+                       (int64_t) st.kv_blocks_used - s->last.kv_blocks_used);
+    vlm_pool_gauge_add(s->seq_gauge,
+                       (int64_t) st.seqs_used - s->last.seqs_used);
+
+    s->last = st;
+}
+
+
+int
+vlm_sched_step(vlm_sched_t *s, int admit)
+{
+    int               i, n;
+    vlm_sched_req_t  *r;
+
+    n = 0;
+
+    for (i = 0; i < s->n_reqs; i++) {
+        r = &s->reqs[i];
+
+        if (r->state == VLM_REQ_FREE) {
+            continue;
+        }
+
+        if (vlm_queue_cancelled(s->q, r->slot)) {
+            vlm_sched_end(s, r, VLM_QUEUE_FINISH_STOP, VLM_OK, NULL);
+            continue;
+        }
+
+        /* output the ring had no room for goes first */
+        if (r->pending && !vlm_sched_flush(s, r)) {
+            n++;
+            continue;
+        }
+
+        if (r->state == VLM_REQ_DRAINING) {
+            vlm_sched_end(s, r, r->finish, VLM_OK, NULL);
+            continue;
+        }
+
+        n++;
+    }
+
+    if (admit) {
+        vlm_sched_admit(s);
+    }
+
+    /* one prefill a step: a long prompt delays running streams once */
+    for (i = 0; i < s->n_reqs; i++) {
+        if (s->reqs[i].state == VLM_REQ_WAITING) {
+            vlm_sched_prefill(s, &s->reqs[i]);
+            break;
+        }
+    }
+
+    vlm_sched_decode(s);
+
+    n = 0;
+
+    for (i = 0; i < s->n_reqs; i++) {
+        n += (s->reqs[i].state != VLM_REQ_FREE);
+    }
+
+    return n;
+}
+
+
+/* takes queued requests while a sequence slot is free */
+static void
+vlm_sched_admit(vlm_sched_t *s)
+{
+    int                  i;
+    uint32_t             slot;
+    vlm_error_t          err;
+    vlm_sched_req_t     *r;
+    vlm_queue_slot_t    *qs;
+
+    for (i = 0; i < s->n_reqs; i++) {
+        r = &s->reqs[i];
+
+        if (r->state != VLM_REQ_FREE) {
+            continue;
+        }
+
+        slot = vlm_queue_take(s->q);
+        if (slot == VLM_QUEUE_NONE) {
+            return;
+        }
+
+        qs = vlm_queue_slot(s->q, slot);
+
+        vlm_hist_observe(&s->q->metrics->hist[VLM_HIST_QUEUE],
+                         qs->t_start - qs->t_submit);
+
+        memset(&r->out, 0, sizeof(r->out));
+        r->slot = slot;
+        r->n_out = 0;
+        r->n_held = 0;
+        r->pending = 0;
+        r->finish = VLM_QUEUE_FINISH_NONE;
+        r->state = VLM_REQ_WAITING;
+
+        if (vlm_seq_init(s->model, &r->seq, &err) != VLM_OK) {
+            r->seq = NULL;
+            vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
+        }
+    }
+}
+
+
+static void
+vlm_sched_prefill(vlm_sched_t *s, vlm_sched_req_t *r)
+{
+    int                    i;
+    uint32_t               j;
+    vlm_error_t            err;
+    vlm_sample_t           sample;
+    vlm_queue_slot_t      *qs;
+    vlm_queue_params_t    *p;
+    const int32_t         *ids;
+    vlm_sampler_params_t   sp;
+
+    qs = vlm_queue_slot(s->q, r->slot);
+    p = &qs->params;
+
+    if (qs->n_images > VLM_QUEUE_MAX_IMAGES) {
+        vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, VLM_ERR_INVALID,
+                      "too many images");
+        return;
+    }
+
+    for (j = 0; j < qs->n_images; j++) {
+        s->images[j].pixels = vlm_queue_arena(s->q, qs->images[j].pixels_off);
+        s->images[j].grid_t = (int) qs->images[j].grid_t;
+        s->images[j].grid_h = (int) qs->images[j].grid_h;
+        s->images[j].grid_w = (int) qs->images[j].grid_w;
+    }
+
+    vlm_sampler_params_default(&sp);
+    sp.temperature = p->temperature;
+    sp.top_k = p->top_k;
+    sp.top_p = p->top_p;
+    sp.min_p = p->min_p;
+    sp.repetition_penalty = p->repetition_penalty;
+    sp.presence_penalty = p->presence_penalty;
+    sp.frequency_penalty = p->frequency_penalty;
+    sp.max_tokens = (int) p->max_tokens;
+    sp.top_logprobs = p->logprobs ? (int) p->top_logprobs : 0;
+    sp.seed = p->has_seed ? p->seed : (s->seed_counter += 0x9e3779b97f4a7c15ull);
+
+    sp.n_stop = 0;
+
+    for (i = 0; i < s->info->n_eos && sp.n_stop < VLM_SAMPLER_MAX_STOP; i++) {
+        sp.stop_ids[sp.n_stop++] = s->info->eos_token_ids[i];
+    }
+
+    for (j = 0; j < p->n_stop_ids && sp.n_stop < VLM_SAMPLER_MAX_STOP; j++) {
+        sp.stop_ids[sp.n_stop++] = (int32_t) p->stop_ids[j];
+    }
+
+    if (vlm_sampler_reset(r->sampler, &sp, &err) != VLM_OK) {
+        vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
+        return;
+    }
+
+    ids = vlm_queue_arena(s->q, qs->prompt_off);
+
+    vlm_sampler_prompt(r->sampler, ids, (int) qs->n_prompt);
+
+    if (vlm_seq_prefill(r->seq, ids, (int) qs->n_prompt, s->images,
+                        (int) qs->n_images, NULL, &err)
+        != VLM_OK)
+    {
+        vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
+        return;
+    }
+
+    vlm_tok_stream_init(&r->stream, VLM_TOK_SKIP_SPECIAL);
+    r->state = VLM_REQ_DECODING;
+
+    if (vlm_sampler_sample(r->sampler, vlm_seq_logits(r->seq), &sample, &err)
+        != VLM_OK)
+    {
+        vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
+        return;
+    }
+
+    r->t_last = vlm_queue_now();
+    vlm_sched_emit(s, r, &sample);
+}
+
+
+/* one token for every decoding request that has room for its output */
+static void
+vlm_sched_decode(vlm_sched_t *s)
+{
+    int               i, n;
+    vlm_error_t       err;
+    vlm_sample_t      sample;
+    vlm_sched_req_t  *r;
+
+    n = 0;
+
+    for (i = 0; i < s->n_reqs; i++) {
+        r = &s->reqs[i];
+
+        if (r->state != VLM_REQ_DECODING || r->pending) {
+            continue;
+        }
+
+        if (vlm_seq_length(r->seq) >= s->info->max_seq_len) {
+            r->finish = VLM_QUEUE_FINISH_LENGTH;
+            r->state = VLM_REQ_DRAINING;
+            (void) vlm_sched_flush(s, r);
+            continue;
+        }
+
+        s->batch_seqs[n] = r->seq;
+        s->batch_tokens[n] = r->next;
+        s->batch_reqs[n] = i;
+        n++;
+    }
+
+    if (n == 0) {
+        return;
+    }
+
+    if (vlm_decode(s->model, s->batch_seqs, s->batch_tokens, n, &err)
+        != VLM_OK)
+    {
+        vlm_log(VLM_LOG_ERROR, "decode of %d sequences: %s", n, err.msg);
+
+        for (i = 0; i < n; i++) {
+            vlm_sched_end(s, &s->reqs[s->batch_reqs[i]],
+                          VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
+        }
+
+        return;
+    }
+
+    for (i = 0; i < n; i++) {
+        r = &s->reqs[s->batch_reqs[i]];
+
+        if (vlm_sampler_sample(r->sampler, vlm_seq_logits(r->seq), &sample,
+                               &err)
+            != VLM_OK)
+        {
+            vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
+            continue;
+        }
+
+        vlm_sched_emit(s, r, &sample);
+    }
+}
+
+
+/*
+ * A sampled token: its text (less what stop strings cut or hold back)
+ * becomes one output record.  A stop token ends the request without text.
+ */
+static void
+vlm_sched_emit(vlm_sched_t *s, vlm_sched_req_t *r, const vlm_sample_t *sample)
+{
+    int                 i, stopped;
+    size_t              len, send, keep;
+    uint64_t            now;
+    vlm_error_t         err;
+    vlm_queue_slot_t   *qs;
+
+    qs = vlm_queue_slot(s->q, r->slot);
+
+    now = vlm_queue_now();
+    if (r->n_out > 0) {
+        vlm_hist_observe(&s->q->metrics->hist[VLM_HIST_ITL], now - r->t_last);
+    }
+    r->t_last = now;
+
+    r->n_out++;
+    qs->n_completion = r->n_out;
+
+    r->out.token = (uint32_t) sample->token;
+    r->out.logprob = sample->logprob;
+    r->out.n_top = (uint32_t) sample->n_top;
+
+    for (i = 0; i < sample->n_top; i++) {
+        r->out.top_token[i] = (uint32_t) sample->top[i].id;
+        r->out.top_logprob[i] = sample->top[i].logprob;
+    }
+
+    len = 0;
+    stopped = 0;
+
+    if (sample->finish == VLM_FINISH_STOP) {
+        r->finish = VLM_QUEUE_FINISH_STOP;
+
+        if (vlm_tok_stream_finish(&r->stream, s->piece, s->piece_cap, &len,
+                                  &err)
+            != VLM_OK)
+        {
+            len = 0;
+        }
+
+    } else if (vlm_tok_stream_push(s->tok, &r->stream, sample->token,
+                                   s->piece, s->piece_cap, &len, &err)
+               != VLM_OK)
+    {
+        vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
+        return;
+    }
+
+    memcpy(r->held + r->n_held, s->piece, len);
+    r->n_held += len;
+
+    send = vlm_sched_stop_cut(s, r, &keep, &stopped);
+
+    if (stopped) {
+        r->finish = VLM_QUEUE_FINISH_STOP;
+        keep = 0;
+    }
+
+    if (sample->finish == VLM_FINISH_LENGTH) {
+        r->finish = VLM_QUEUE_FINISH_LENGTH;
+    }
+
+    if (r->finish != VLM_QUEUE_FINISH_NONE) {
+        /* nothing follows: held text that was no stop string goes out */
+        if (!stopped) {
+            send += keep;
+        }
+
+        keep = 0;
+    }
+
+    memcpy(r->out_text, r->held, send);
+    r->out.text_len = (uint32_t) send;
+
+    memmove(r->held, r->held + r->n_held - keep, keep);
+    r->n_held = keep;
+
+    r->pending = 1;
+    r->next = sample->token;
+
+    if (r->finish != VLM_QUEUE_FINISH_NONE) {
+        r->state = VLM_REQ_DRAINING;
+    }
+
+    if (vlm_sched_flush(s, r) && r->state == VLM_REQ_DRAINING) {
+        vlm_sched_end(s, r, r->finish, VLM_OK, NULL);
+    }
+}
+
+
+/* writes the pending record; 0 when the ring is still full */
+static int
+vlm_sched_flush(vlm_sched_t *s, vlm_sched_req_t *r)
+{
+    if (!r->pending) {
+        return 1;
+    }
+
+    if (vlm_queue_push_output(s->q, r->slot, &r->out, r->out_text)
+        == VLM_ERR_LIMIT)
+    {
+        return 0;
+    }
+
+    r->pending = 0;
+
+    return 1;
+}
+
+
+/*
+ * Looks for the request's stop strings in the held text: returns how many
+ * bytes can be sent and, in *keep, how many must wait because they may
+ * begin a stop string; *stopped when one was found (its text and anything
+ * after it are dropped).
+ */
+static size_t
+vlm_sched_stop_cut(vlm_sched_t *s, vlm_sched_req_t *r, size_t *keep,
+    int *stopped)
+{
+    char                *hit;
+    size_t               first, len, k, best;
+    uint32_t             i;
+    vlm_queue_params_t  *p;
+
+    p = &vlm_queue_slot(s->q, r->slot)->params;
+
+    *stopped = 0;
+    *keep = 0;
+
+    if (p->n_stop == 0) {
+        return r->n_held;
+    }
+
+    first = r->n_held;
+
+    for (i = 0; i < p->n_stop; i++) {
+        len = strnlen(p->stop[i], VLM_QUEUE_STOP_LEN);
+        if (len == 0) {
+            continue;
+        }
+
+        hit = memmem(r->held, r->n_held, p->stop[i], len);
+        if (hit != NULL && (size_t) (hit - r->held) < first) {
+            first = (size_t) (hit - r->held);
+            *stopped = 1;
+        }
+    }
+
+    if (*stopped) {
+        return first;
+    }
+
+    /* the longest tail that is a proper prefix of some stop string */
+    best = 0;
+
+    for (i = 0; i < p->n_stop; i++) {
+        len = strnlen(p->stop[i], VLM_QUEUE_STOP_LEN);
+
+        for (k = vlm_min(len - 1, r->n_held); k > best; k--) {
+            if (memcmp(r->held + r->n_held - k, p->stop[i], k) == 0) {
+                best = k;
+                break;
+            }
+        }
+    }
+
+    *keep = best;
+
+    return r->n_held - best;
+}
+
+
+static void
+vlm_sched_end(vlm_sched_t *s, vlm_sched_req_t *r, vlm_queue_finish_t finish,
+    vlm_status_t status, const char *msg)
+{
+    if (r->seq != NULL) {
+        vlm_seq_free(r->seq);
+        r->seq = NULL;
+    }
+
+    vlm_queue_finish(s->q, r->slot, finish, status, msg);
+
+    r->state = VLM_REQ_FREE;
+    r->pending = 0;
+}
+
+
+void
+vlm_sched_abort(vlm_sched_t *s, const char *msg)
+{
+    int  i;
+
+    for (i = 0; i < s->n_reqs; i++) {
+        if (s->reqs[i].state != VLM_REQ_FREE) {
+            vlm_sched_end(s, &s->reqs[i], VLM_QUEUE_FINISH_ERROR,
+                          VLM_ERR_INTERNAL, msg);
+        }
+    }
+}

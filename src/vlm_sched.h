@@ -1,0 +1,42 @@
+/*
+ * The engine's scheduler: serves the shared request queue with a loaded
+ * model.  Each step admits waiting requests (one prompt prefill a step,
+ * so running streams keep their pace), decodes one token for every
+ * running request in one batched call, samples, detokenizes, applies stop
+ * strings and writes tokens and text to each request's output ring.  A
+ * request whose reader is slow holds its place (the ring is full) without
+ * holding the others; a cancelled one is dropped within one step.
+ *
+ * Every buffer is allocated by vlm_sched_init for the model's sequence
+ * slots; a step allocates nothing.
+ */
+
+#ifndef VLM_SCHED_H
+#define VLM_SCHED_H
+
+#include "vlm.h"
+#include "vlm_queue.h"
+#include "vlm_tokenizer.h"
+
+
+typedef struct vlm_sched_s  vlm_sched_t;
+
+
+vlm_status_t vlm_sched_init(vlm_sched_t **sched, vlm_model_t *model,
+    const vlm_tokenizer_t *tok, vlm_queue_t *q, vlm_error_t *err);
+void vlm_sched_free(vlm_sched_t *sched);
+
+/*
+ * One iteration; admit 0 takes no new requests (a retired queue).
+ * Returns the number of requests in flight (0: the engine may sleep).
+ */
+int vlm_sched_step(vlm_sched_t *sched, int admit);
+
+/* publishes the engine's pools (KV blocks, sequences) to /metrics */
+void vlm_sched_publish(vlm_sched_t *sched);
+
+/* ends every request in flight with an error (engine shutdown) */
+void vlm_sched_abort(vlm_sched_t *sched, const char *msg);
+
+
+#endif /* VLM_SCHED_H */
