@@ -6,7 +6,12 @@ use Test::Nginx::Socket;
 use File::Temp qw(tempdir);
 
 my $models = tempdir("vlm-models-XXXXXX", TMPDIR => 1, CLEANUP => 1);
+# tokenizer and preprocessing files of a real model, but a config.json
+# the engine cannot load: the module starts, the engine never serves
 mkdir "$models/good" or die;
+for my $f (glob "tests/fixtures/serving/*") {
+    system("cp", $f, "$models/good/") == 0 or die "cannot copy $f";
+}
 open my $out, '>', "$models/good/config.json" or die;
 print $out '{"model_type": "qwen2_vl"}';
 close $out;
