@@ -162,18 +162,11 @@ char *
 ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_core_loc_conf_t  *clcf;
-    ngx_http_vlm_main_conf_t  *vmcf;
 
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
 
     if (clcf->handler) {
         return "is duplicate";
-    }
-
-    vmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_vlm_module);
-
-    if (vmcf->model.len == 0) {
-        return "needs \"vlm_model\" in the http block before it";
     }
 
     clcf->handler = ngx_http_vlm_chat_handler;
@@ -247,6 +240,12 @@ ngx_http_vlm_chat_handler(ngx_http_request_t *r)
     }
 
     vmcf = ngx_http_get_module_main_conf(r, ngx_http_vlm_module);
+
+    if (vmcf->model.len == 0) {
+        (void) ngx_http_discard_request_body(r);
+        return ngx_http_vlm_chat_unavailable(r, "no_model",
+                   "no model is configured on this server (vlm_model)");
+    }
 
     if (ngx_http_vlm_queue() == NULL || ngx_http_vlm_worker() < 0) {
         (void) ngx_http_discard_request_body(r);
