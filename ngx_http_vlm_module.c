@@ -136,6 +136,13 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       offsetof(ngx_http_vlm_main_conf_t, served_model),
       NULL },
 
+    { ngx_string("vlm_image_fetch"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, image_fetch),
+      NULL },
+
     { ngx_string("vlm_request_timeout"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_msec_slot,
@@ -190,7 +197,7 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
 
 
 static ngx_http_module_t  ngx_http_vlm_module_ctx = {
-    NULL,                                  /* preconfiguration */
+    ngx_http_vlm_chat_add_variables,       /* preconfiguration */
     NULL,                                  /* postconfiguration */
 
     ngx_http_vlm_create_main_conf,         /* create main configuration */

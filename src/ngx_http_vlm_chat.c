@@ -41,6 +41,7 @@
 typedef enum {
     NGX_HTTP_VLM_CHAT_READING = 0,
     NGX_HTTP_VLM_CHAT_PREPARING,
+    NGX_HTTP_VLM_CHAT_FETCHING,
     NGX_HTTP_VLM_CHAT_FILLING,
     NGX_HTTP_VLM_CHAT_RUNNING,
     NGX_HTTP_VLM_CHAT_DONE
@@ -52,7 +53,16 @@ typedef struct {
     size_t                    len;
     vlm_image_plan_t          plan;
     uint64_t                  pixels_off;   /* in the slot's arena */
+    unsigned                  remote:1;     /* an http(s) URL to fetch */
 } ngx_http_vlm_chat_image_t;
+
+
+/* the context of an image subrequest (vlm_image_fetch) */
+typedef struct {
+    ngx_str_t                 url;          /* $vlm_image_url */
+    uint32_t                  image;
+    void                     *chat;         /* ngx_http_vlm_chat_ctx_t */
+} ngx_http_vlm_fetch_ctx_t;
 
 
 typedef struct {
@@ -77,6 +87,8 @@ typedef struct {
     size_t                    n_spans;
     size_t                    ids_cap;
     uint64_t                  arena_bytes;
+    uint32_t                  n_remote;     /* images to fetch */
+    uint32_t                  n_fetched;
 
     uint32_t                  slot;
     unsigned                  has_slot:1;
@@ -128,6 +140,11 @@ static ngx_int_t ngx_http_vlm_chat_post(ngx_http_vlm_chat_ctx_t *ctx,
 static void ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log);
 static void ngx_http_vlm_chat_fill(void *data, ngx_log_t *log);
 static void ngx_http_vlm_chat_task_done(ngx_event_t *ev);
+static void ngx_http_vlm_chat_size(ngx_http_vlm_chat_ctx_t *ctx);
+static void ngx_http_vlm_chat_fetch(ngx_http_vlm_chat_ctx_t *ctx);
+static ngx_int_t ngx_http_vlm_chat_fetch_done(ngx_http_request_t *sr,
+    void *data, ngx_int_t rc);
+static void ngx_http_vlm_chat_fetched(ngx_http_vlm_chat_ctx_t *ctx);
 static void ngx_http_vlm_chat_admit(ngx_http_vlm_chat_ctx_t *ctx);
 static void ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx);
 static void ngx_http_vlm_chat_drain(ngx_http_vlm_chat_ctx_t *ctx);
@@ -431,9 +448,8 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
 {
     ngx_http_vlm_chat_ctx_t *ctx = *(ngx_http_vlm_chat_ctx_t **) data;
 
-    size_t                      i, j, n_images, len, n_parts, ids;
+    size_t                      i, j, n_images, len, n_parts;
     ssize_t                     n;
-    uint64_t                    arena;
     ngx_buf_t                  *b;
     ngx_chain_t                *cl;
     vlm_error_t                 e;
@@ -531,22 +547,26 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
         }
     }
 
-    arena = 0;
-    ids = 0;
-
     for (i = 0; i < n_images; i++) {
         im = &req->images[i];
         ci = &ctx->images[i];
 
         if (im->kind != VLM_OPENAI_URL_DATA) {
-            vlm_openai_error_set(err, VLM_ERR_UNSUPPORTED, 400,
-                                 "invalid_request_error",
-                                 "unsupported_image_url", NULL,
-                                 "image URLs other than data: URLs are "
-                                 "not enabled on this server");
-            vlm_openai_image_param(req, (uint32_t) i, err->param,
-                                   sizeof(err->param));
-            goto failed;
+            if (vmcf->image_fetch.len == 0) {
+                vlm_openai_error_set(err, VLM_ERR_UNSUPPORTED, 400,
+                                     "invalid_request_error",
+                                     "unsupported_image_url", NULL,
+                                     "image URLs other than data: URLs "
+                                     "are not enabled on this server");
+                vlm_openai_image_param(req, (uint32_t) i, err->param,
+                                       sizeof(err->param));
+                goto failed;
+            }
+
+            /* fetched by a subrequest once this task is done */
+            ci->remote = 1;
+            ctx->n_remote++;
+            continue;
         }
 
         if (vlm_data_url_parse(im->url.data, im->url.len,
@@ -573,11 +593,6 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
         {
             goto image_error;
         }
-
-        ci->pixels_off = arena;
-        arena += vlm_align_up(ci->plan.n_values * sizeof(float),
-                              NGX_HTTP_VLM_ID_ALIGN);
-        ids += ci->plan.grid.n_tokens;
     }
 
     /* the chat template over the request's messages */
@@ -646,10 +661,9 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
         goto template_error;
     }
 
-    /* every token has at least one byte: a bound on the prompt's ids */
-    ctx->ids_cap = ctx->prompt_len + ids;
-    ctx->arena_bytes = arena + vlm_align_up(ctx->ids_cap * sizeof(int32_t),
-                                            NGX_HTTP_VLM_ID_ALIGN);
+    if (ctx->n_remote == 0) {
+        ngx_http_vlm_chat_size(ctx);
+    }
 
     free(msgs);
     free(parts);
@@ -855,7 +869,10 @@ ngx_http_vlm_chat_task_done(ngx_event_t *ev)
         goto done;
     }
 
-    if (ctx->phase == NGX_HTTP_VLM_CHAT_PREPARING) {
+    if (ctx->phase == NGX_HTTP_VLM_CHAT_PREPARING && ctx->n_remote) {
+        ngx_http_vlm_chat_fetch(ctx);
+
+    } else if (ctx->phase == NGX_HTTP_VLM_CHAT_PREPARING) {
         ngx_http_vlm_chat_admit(ctx);
 
     } else {
@@ -865,6 +882,200 @@ ngx_http_vlm_chat_task_done(ngx_event_t *ev)
 done:
 
     ngx_http_run_posted_requests(c);
+}
+
+
+/* the request's share of the arena: its images' pixels, then its ids */
+static void
+ngx_http_vlm_chat_size(ngx_http_vlm_chat_ctx_t *ctx)
+{
+    size_t                      i, ids;
+    uint64_t                    arena;
+    ngx_http_vlm_chat_image_t  *ci;
+
+    arena = 0;
+    ids = 0;
+
+    for (i = 0; i < ctx->req.n_images; i++) {
+        ci = &ctx->images[i];
+
+        ci->pixels_off = arena;
+        arena += vlm_align_up(ci->plan.n_values * sizeof(float),
+                              NGX_HTTP_VLM_ID_ALIGN);
+        ids += ci->plan.grid.n_tokens;
+    }
+
+    /* every token has at least one byte: a bound on the prompt's ids */
+    ctx->ids_cap = ctx->prompt_len + ids;
+    ctx->arena_bytes = arena + vlm_align_up(ctx->ids_cap * sizeof(int32_t),
+                                            NGX_HTTP_VLM_ID_ALIGN);
+}
+
+
+/*
+ * Remote images: one subrequest each to the vlm_image_fetch location,
+ * where plain nginx configuration (proxy_pass $vlm_image_url, resolver,
+ * timeouts, TLS, proxy_cache, allow lists) fetches it; the body comes
+ * back in memory (subrequest_output_buffer_size bounds it).
+ */
+static void
+ngx_http_vlm_chat_fetch(ngx_http_vlm_chat_ctx_t *ctx)
+{
+    uint32_t                     i;
+    ngx_str_t                    args;
+    vlm_openai_error_t           err;
+    ngx_http_request_t          *r, *sr;
+    vlm_openai_image_t          *im;
+    ngx_http_vlm_fetch_ctx_t    *fctx;
+    ngx_http_post_subrequest_t  *ps;
+
+    r = ctx->request;
+    ctx->phase = NGX_HTTP_VLM_CHAT_FETCHING;
+
+    ngx_str_null(&args);
+
+    for (i = 0; i < ctx->req.n_images; i++) {
+        if (!ctx->images[i].remote) {
+            continue;
+        }
+
+        im = &ctx->req.images[i];
+
+        fctx = ngx_pcalloc(r->pool, sizeof(ngx_http_vlm_fetch_ctx_t));
+        ps = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
+        if (fctx == NULL || ps == NULL) {
+            goto failed;
+        }
+
+        fctx->url.data = ngx_pnalloc(r->pool, im->url.len);
+        if (fctx->url.data == NULL) {
+            goto failed;
+        }
+
+        ngx_memcpy(fctx->url.data, im->url.data, im->url.len);
+        fctx->url.len = im->url.len;
+        fctx->image = i;
+        fctx->chat = ctx;
+
+        ps->handler = ngx_http_vlm_chat_fetch_done;
+        ps->data = fctx;
+
+        if (ngx_http_subrequest(r, &ctx->vmcf->image_fetch, &args, &sr, ps,
+                                NGX_HTTP_SUBREQUEST_IN_MEMORY
+                                |NGX_HTTP_SUBREQUEST_WAITED)
+            != NGX_OK)
+        {
+            goto failed;
+        }
+
+        /* a GET without the chat request's body */
+        sr->method = NGX_HTTP_GET;
+        ngx_str_set(&sr->method_name, "GET");
+        sr->header_only = 0;
+
+        sr->request_body = ngx_pcalloc(r->pool,
+                                       sizeof(ngx_http_request_body_t));
+        if (sr->request_body == NULL) {
+            goto failed;
+        }
+
+        ngx_http_set_ctx(sr, fctx, ngx_http_vlm_module);
+    }
+
+    return;
+
+failed:
+
+    vlm_openai_error_set(&err, VLM_ERR_NOMEM, 500, "server_error", NULL,
+                         NULL, "cannot start fetching the image URLs");
+    ngx_http_vlm_chat_fail(ctx, &err);
+}
+
+
+static ngx_int_t
+ngx_http_vlm_chat_fetch_done(ngx_http_request_t *sr, void *data,
+    ngx_int_t rc)
+{
+    ngx_http_vlm_fetch_ctx_t *fctx = data;
+
+    size_t                      len;
+    ngx_buf_t                  *b;
+    ngx_http_vlm_chat_ctx_t    *ctx;
+    ngx_http_vlm_chat_image_t  *ci;
+
+    ctx = fctx->chat;
+    ci = &ctx->images[fctx->image];
+
+    ctx->n_fetched++;
+
+    if (ctx->error.http_status) {
+        return rc;
+    }
+
+    b = sr->out ? sr->out->buf : NULL;
+
+    if (rc != NGX_OK || sr->headers_out.status != NGX_HTTP_OK || b == NULL) {
+        vlm_openai_error_set(&ctx->error, VLM_ERR_INVALID, 400,
+                             "invalid_request_error", "image_fetch_failed",
+                             NULL, "fetching the image URL failed "
+                             "(HTTP status %lu)",
+                             (unsigned long) sr->headers_out.status);
+        vlm_openai_image_param(&ctx->req, fctx->image, ctx->error.param,
+                               sizeof(ctx->error.param));
+        return rc;
+    }
+
+    len = b->last - b->pos;
+
+    ci->data = malloc(len ? len : 1);
+    if (ci->data == NULL) {
+        vlm_openai_error_set(&ctx->error, VLM_ERR_NOMEM, 503, "server_error",
+                             NULL, NULL, "no memory for a fetched image");
+        return rc;
+    }
+
+    ngx_memcpy(ci->data, b->pos, len);
+    ci->len = len;
+
+    return rc;
+}
+
+
+/* every image is here: read their headers, size the request, admit it */
+static void
+ngx_http_vlm_chat_fetched(ngx_http_vlm_chat_ctx_t *ctx)
+{
+    uint32_t                    i;
+    vlm_error_t                 e;
+    ngx_http_vlm_chat_image_t  *ci;
+
+    if (ctx->error.http_status) {
+        ngx_http_vlm_chat_fail(ctx, &ctx->error);
+        return;
+    }
+
+    for (i = 0; i < ctx->req.n_images; i++) {
+        ci = &ctx->images[i];
+
+        if (!ci->remote) {
+            continue;
+        }
+
+        /* a header read: no decoding on the event loop */
+        if (vlm_image_plan(&ctx->vmcf->image_limits, &ctx->vmcf->image_config,
+                           ci->data, ci->len, &ci->plan, &e)
+            != VLM_OK)
+        {
+            vlm_openai_error_from(&ctx->error, &e, NULL);
+            vlm_openai_image_param(&ctx->req, i, ctx->error.param,
+                                   sizeof(ctx->error.param));
+            ngx_http_vlm_chat_fail(ctx, &ctx->error);
+            return;
+        }
+    }
+
+    ngx_http_vlm_chat_size(ctx);
+    ngx_http_vlm_chat_admit(ctx);
 }
 
 
@@ -1681,6 +1892,15 @@ ngx_http_vlm_chat_write_handler(ngx_http_request_t *r)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_vlm_module);
 
+    if (ctx != NULL && ctx->phase == NGX_HTTP_VLM_CHAT_FETCHING) {
+        /* a subrequest ended: its parent runs again */
+        if (ctx->n_fetched == ctx->n_remote) {
+            ngx_http_vlm_chat_fetched(ctx);
+        }
+
+        return;
+    }
+
     if (ctx == NULL || ctx->phase != NGX_HTTP_VLM_CHAT_RUNNING) {
         return;
     }
@@ -1762,4 +1982,140 @@ ngx_http_vlm_chat_cleanup(void *data)
     free(ctx->prompt);
     free(ctx->spans);
     free(ctx->body_copy);
+}
+
+
+/* variables for access logs: $vlm_prompt_tokens and the others */
+
+typedef enum {
+    NGX_HTTP_VLM_VAR_PROMPT_TOKENS = 0,
+    NGX_HTTP_VLM_VAR_COMPLETION_TOKENS,
+    NGX_HTTP_VLM_VAR_TTFT,
+    NGX_HTTP_VLM_VAR_QUEUE_TIME,
+    NGX_HTTP_VLM_VAR_IMAGES
+} ngx_http_vlm_var_e;
+
+
+static ngx_int_t
+ngx_http_vlm_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
+    uintptr_t data)
+{
+    u_char                   *p;
+    uint64_t                  ns;
+    ngx_http_vlm_chat_ctx_t  *ctx;
+
+    ctx = (r == r->main) ? ngx_http_get_module_ctx(r, ngx_http_vlm_module)
+                         : NULL;
+
+    if (ctx == NULL || ctx->request != r) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(r->pool, NGX_INT64_LEN + 8);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    v->data = p;
+
+    switch (data) {
+
+    case NGX_HTTP_VLM_VAR_PROMPT_TOKENS:
+        p = ngx_sprintf(p, "%uD", ctx->n_prompt);
+        break;
+
+    case NGX_HTTP_VLM_VAR_COMPLETION_TOKENS:
+        p = ngx_sprintf(p, "%uD", ctx->n_completion);
+        break;
+
+    case NGX_HTTP_VLM_VAR_IMAGES:
+        p = ngx_sprintf(p, "%uD", ctx->parsed ? ctx->req.n_images : 0);
+        break;
+
+    default: /* seconds, millisecond precision, as $request_time */
+        ns = (data == NGX_HTTP_VLM_VAR_TTFT)
+             ? (ctx->t_first ? ctx->t_first - ctx->t_start : 0)
+             : ctx->t_queue;
+
+        if (ns == 0 && data == NGX_HTTP_VLM_VAR_TTFT) {
+            v->not_found = 1;
+            return NGX_OK;
+        }
+
+        p = ngx_sprintf(p, "%uL.%03uL", ns / 1000000000,
+                        ns / 1000000 % 1000);
+        break;
+    }
+
+    v->len = p - v->data;
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_vlm_image_url_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    ngx_http_vlm_fetch_ctx_t  *fctx;
+
+    /* only the image subrequests carry a fetch context */
+    fctx = (r != r->main) ? ngx_http_get_module_ctx(r, ngx_http_vlm_module)
+                          : NULL;
+
+    if (fctx == NULL) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    v->data = fctx->url.data;
+    v->len = fctx->url.len;
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_vlm_chat_add_variables(ngx_conf_t *cf)
+{
+    ngx_uint_t             i;
+    ngx_http_variable_t   *var;
+
+    static struct {
+        ngx_str_t                    name;
+        ngx_http_get_variable_pt     get;
+        uintptr_t                    data;
+    } vars[] = {
+        { ngx_string("vlm_prompt_tokens"), ngx_http_vlm_variable,
+          NGX_HTTP_VLM_VAR_PROMPT_TOKENS },
+        { ngx_string("vlm_completion_tokens"), ngx_http_vlm_variable,
+          NGX_HTTP_VLM_VAR_COMPLETION_TOKENS },
+        { ngx_string("vlm_ttft"), ngx_http_vlm_variable,
+          NGX_HTTP_VLM_VAR_TTFT },
+        { ngx_string("vlm_queue_time"), ngx_http_vlm_variable,
+          NGX_HTTP_VLM_VAR_QUEUE_TIME },
+        { ngx_string("vlm_images"), ngx_http_vlm_variable,
+          NGX_HTTP_VLM_VAR_IMAGES },
+        { ngx_string("vlm_image_url"), ngx_http_vlm_image_url_variable, 0 }
+    };
+
+    for (i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        var = ngx_http_add_variable(cf, &vars[i].name,
+                                    NGX_HTTP_VAR_NOCACHEABLE);
+        if (var == NULL) {
+            return NGX_ERROR;
+        }
+
+        var->get_handler = vars[i].get;
+        var->data = vars[i].data;
+    }
+
+    return NGX_OK;
 }

@@ -52,6 +52,7 @@ typedef struct {
 
     /* requests */
     ngx_str_t            served_model;     /* the "model" clients name */
+    ngx_str_t            image_fetch;      /* location for image URLs */
     ngx_msec_t           request_timeout;
     ngx_uint_t           max_tokens;
     size_t               max_prompt_bytes;
@@ -113,6 +114,7 @@ vlm_engine_state_t ngx_http_vlm_engine_state(void);
 /* ngx_http_vlm_chat.c: the chat completions handler */
 char *ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 void ngx_http_vlm_chat_wakeup(void);
+ngx_int_t ngx_http_vlm_chat_add_variables(ngx_conf_t *cf);
 
 /* ngx_http_vlm_api.c: /v1/models and /metrics */
 char *ngx_http_vlm_models(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
