@@ -146,13 +146,16 @@ prove: module
 	    TEST_NGINX_LOAD_MODULES=$(MODULE) \
 	    VLM_BUILD=$(BUILD) prove -I$(ROOT)/t/lib -r t/
 
+NPROC     := $(shell nproc 2>/dev/null || echo 2)
+
 test: deps
-	$(MAKE) all
+	$(MAKE) -j$(NPROC) all
+	$(MAKE) -j$(NPROC) $(TESTS)
 	$(MAKE) unit
 	$(MAKE) prove
 
 run: deps
-	$(MAKE) all
+	$(MAKE) -j$(NPROC) all
 	@$(ROOT)/scripts/serve $(PORT)
 
 fixtures:
