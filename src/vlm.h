@@ -97,6 +97,13 @@ vlm_status_t vlm_seq_init(vlm_model_t *model, vlm_seq_t **seq,
     vlm_error_t *err);
 /* returns the slot and its KV blocks */
 void vlm_seq_free(vlm_seq_t *seq);
+/*
+ * A new sequence that continues from src: the full KV blocks are shared
+ * (reference counted, never written again), the partial last block is
+ * copied.  For parallel samples of one prompt and for prefix reuse.
+ */
+vlm_status_t vlm_seq_fork(vlm_seq_t *src, vlm_seq_t **seq,
+    vlm_error_t *err);
 /* tokens held in the KV cache */
 int vlm_seq_length(const vlm_seq_t *seq);
 

@@ -500,6 +500,15 @@ vlm_cpu_synchronize(vlm_backend_t *be)
 }
 
 
+static void
+vlm_cpu_copy_dev(vlm_backend_t *be, void *dst, const void *src, size_t size)
+{
+    (void) be;
+
+    memcpy(dst, src, size);
+}
+
+
 /* matmul */
 
 typedef struct {
@@ -1170,6 +1179,7 @@ static const vlm_backend_ops_t  vlm_cpu_ops = {
     vlm_cpu_copy,
     vlm_cpu_weight_bind,
     vlm_cpu_synchronize,
+    vlm_cpu_copy_dev,
     vlm_cpu_matmul,
     vlm_cpu_rms_norm,
     vlm_cpu_layer_norm,

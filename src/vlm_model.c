@@ -621,6 +621,81 @@ vlm_seq_free(vlm_seq_t *seq)
 }
 
 
+vlm_status_t
+vlm_seq_fork(vlm_seq_t *src, vlm_seq_t **out, vlm_error_t *err)
+{
+    int            i, l, full, bs;
+    size_t         block_bytes;
+    int32_t        b;
+    vlm_seq_t     *dst;
+    vlm_model_t   *m = src->model;
+    vlm_status_t   rc;
+
+    if (!src->in_use) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "engine: fork of a free sequence");
+    }
+
+    rc = vlm_seq_init(m, &dst, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    bs = m->kv.block_size;
+    full = src->n_past / bs;
+
+    for (i = 0; i < full; i++) {
+        vlm_kv_block_ref(&m->kv, src->blocks[i]);
+        dst->blocks[dst->n_blocks++] = src->blocks[i];
+    }
+
+    if (src->n_blocks > full) {
+        b = vlm_kv_block_alloc(&m->kv);
+        if (b < 0) {
+            vlm_seq_free(dst);
+            return vlm_error_set(err, VLM_ERR_LIMIT,
+                                 "engine: the KV cache is full (%d blocks)",
+                                 m->kv.n_blocks);
+        }
+
+        block_bytes = (size_t) bs * m->kv.kv_dim * sizeof(float);
+
+        for (l = 0; l < m->kv.n_layers; l++) {
+            m->be->ops->copy(m->be,
+                             vlm_kv_layer_k(&m->kv, l) + (size_t) b * bs
+                                                         * m->kv.kv_dim,
+                             vlm_kv_layer_k(&m->kv, l)
+                             + (size_t) src->blocks[full] * bs
+                               * m->kv.kv_dim, block_bytes);
+            m->be->ops->copy(m->be,
+                             vlm_kv_layer_v(&m->kv, l) + (size_t) b * bs
+                                                         * m->kv.kv_dim,
+                             vlm_kv_layer_v(&m->kv, l)
+                             + (size_t) src->blocks[full] * bs
+                               * m->kv.kv_dim, block_bytes);
+        }
+
+        dst->blocks[dst->n_blocks++] = b;
+    }
+
+    rc = m->be->ops->upload(m->be, dst->blocks_dev, dst->blocks,
+                            (size_t) dst->n_blocks * sizeof(int32_t));
+    if (rc != VLM_OK) {
+        vlm_seq_free(dst);
+        return vlm_error_set(err, rc, "engine: block table upload failed");
+    }
+
+    dst->n_past = src->n_past;
+    dst->next_pos = src->next_pos;
+    memcpy(dst->logits, src->logits,
+           (size_t) m->cfg.text.vocab_size * sizeof(float));
+
+    *out = dst;
+
+    return VLM_OK;
+}
+
+
 int
 vlm_seq_length(const vlm_seq_t *seq)
 {

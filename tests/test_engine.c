@@ -380,6 +380,67 @@ test_batched_decode_matches_reference(void **state)
 }
 
 
+/* a fork shares the prompt's full KV blocks and continues the same way */
+static void
+test_fork_shares_prefix(void **state)
+{
+    int                i, s, V;
+    int32_t            tok[2];
+    vlm_npy_t          ids, greedy, pix, grid;
+    vlm_seq_t         *seq[2];
+    vlm_image_t        img;
+    vlm_error_t        err;
+    vlm_model_t       *m;
+    vlm_model_stats_t  st;
+
+    m = load(FIX "/qwen2vl-f32", &err, 2, 0);
+    assert_non_null(m);
+    V = vlm_model_info(m)->vocab_size;
+
+    npy(&ids, FIX "/qwen2vl-f32/ref/image1/input_ids.npy");
+    npy(&greedy, FIX "/qwen2vl-f32/ref/image1/greedy.npy");
+    npy(&pix, FIX "/qwen2vl-f32/ref/image1/pixel_values_0.npy");
+    npy(&grid, FIX "/qwen2vl-f32/ref/image1/grid_thw.npy");
+
+    img.pixels = pix.data;
+    img.grid_t = ((int32_t *) grid.data)[0];
+    img.grid_h = ((int32_t *) grid.data)[1];
+    img.grid_w = ((int32_t *) grid.data)[2];
+
+    /* 23 tokens: two full blocks of 8 and a partial one */
+    assert_int_equal(ids.n, 23);
+    assert_int_equal(vlm_seq_init(m, &seq[0], &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(seq[0], ids.data, (int) ids.n, &img, 1,
+                                     NULL, &err), VLM_OK);
+    assert_int_equal(vlm_seq_fork(seq[0], &seq[1], &err), VLM_OK);
+
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.kv_blocks_used, 4);
+
+    for (i = 0; i < 32; i++) {
+        for (s = 0; s < 2; s++) {
+            tok[s] = argmax(vlm_seq_logits(seq[s]), V);
+            assert_int_equal(tok[s], ((int32_t *) greedy.data)[i]);
+        }
+
+        assert_int_equal(vlm_decode(m, seq, tok, 2, &err), VLM_OK);
+    }
+
+    vlm_seq_free(seq[0]);
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.kv_blocks_used, 7);     /* 2 shared + 5 own */
+    vlm_seq_free(seq[1]);
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.kv_blocks_used, 0);
+
+    vlm_npy_free(&ids);
+    vlm_npy_free(&greedy);
+    vlm_npy_free(&pix);
+    vlm_npy_free(&grid);
+    vlm_model_free(m);
+}
+
+
 static void
 test_no_allocation_across_100_generations(void **state)
 {
@@ -463,6 +524,7 @@ main(void)
         cmocka_unit_test(test_bad_inputs_rejected),
         cmocka_unit_test(test_kv_budget_exhaustion),
         cmocka_unit_test(test_batched_decode_matches_reference),
+        cmocka_unit_test(test_fork_shares_prefix),
         cmocka_unit_test(test_no_allocation_across_100_generations),
     };
 
