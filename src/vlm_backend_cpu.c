@@ -25,6 +25,7 @@
 #define VLM_CPU_WTILE       256     /* most weight rows widened per BLAS
                                        call */
 #define VLM_CPU_QB          64      /* query rows per attention block */
+#define VLM_CPU_PREFILL_Q   8       /* queries from which blocks win */
 
 
 typedef void (*vlm_dot_pt)(const void *w, const float *x, int x_stride,
@@ -1095,15 +1096,99 @@ vlm_attn_paged_rows(void *arg, int start, int end, int thread)
 }
 
 
+/*
+ * Prefill runs: a block of queries of one head against the sequence's KV
+ * blocks, S = scale Q K^T block by block with BLAS, the causal mask,
+ * softmax, then O = S V accumulated block by block.
+ */
+static void
+vlm_attn_paged_blocks(void *arg, int start, int end, int thread)
+{
+    int                      t, b, h, kvh, s, base, nb, r0, nq, nk, i, jb;
+    int                      cols, valid, hd, nh, bs, kvd;
+    float                   *S;
+    size_t                   koff;
+    vlm_attn_job_t          *job = arg;
+    const vlm_attn_seq_t    *sq;
+    const vlm_attn_paged_t  *a = job->pa;
+
+    S = job->cpu->scores + (size_t) thread * VLM_CPU_QB * job->cpu->max_ctx;
+    hd = a->head_dim;
+    nh = a->n_heads;
+    bs = a->block_size;
+    kvd = a->n_kv_heads * hd;
+    s = 0;
+    base = 0;
+
+    for (t = start; t < end; t++) {
+        b = t / nh;
+        h = t % nh;
+
+        for ( ;; ) {
+            nb = (a->seqs[s].n_q + VLM_CPU_QB - 1) / VLM_CPU_QB;
+            if (b < base + nb) {
+                break;
+            }
+            base += nb;
+            s++;
+        }
+
+        sq = &a->seqs[s];
+        r0 = (b - base) * VLM_CPU_QB;
+        nq = vlm_min(VLM_CPU_QB, sq->n_q - r0);
+        nk = sq->kv_start + r0 + nq;
+        kvh = h / (nh / a->n_kv_heads);
+
+        for (jb = 0; jb * bs < nk; jb++) {
+            cols = vlm_min(bs, nk - jb * bs);
+            koff = (size_t) sq->block_table[jb] * bs * kvd + kvh * hd;
+
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, cols,
+                        hd, a->scale, sq->q + (size_t) r0 * nh * hd + h * hd,
+                        nh * hd, a->k_cache + koff, kvd, 0.0f, S + jb * bs,
+                        nk);
+        }
+
+        for (i = 0; i < nq; i++) {
+            valid = sq->kv_start + r0 + i + 1;
+            job->cpu->softmax(S + (size_t) i * nk, valid);
+            memset(S + (size_t) i * nk + valid, 0,
+                   (size_t) (nk - valid) * sizeof(float));
+        }
+
+        for (jb = 0; jb * bs < nk; jb++) {
+            cols = vlm_min(bs, nk - jb * bs);
+            koff = (size_t) sq->block_table[jb] * bs * kvd + kvh * hd;
+
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd,
+                        cols, 1.0f, S + jb * bs, nk, a->v_cache + koff, kvd,
+                        jb == 0 ? 0.0f : 1.0f,
+                        sq->out + (size_t) r0 * nh * hd + h * hd, nh * hd);
+        }
+    }
+}
+
+
 static void
 vlm_cpu_attention_paged(vlm_backend_t *be, const vlm_attn_paged_t *a)
 {
-    int             s, n;
+    int             s, n, blocks, max_q;
     vlm_attn_job_t  job = { .cpu = (vlm_cpu_t *) be, .pa = a };
 
     n = 0;
+    blocks = 0;
+    max_q = 0;
+
     for (s = 0; s < a->n_seqs; s++) {
         n += a->seqs[s].n_q * a->n_heads;
+        blocks += (a->seqs[s].n_q + VLM_CPU_QB - 1) / VLM_CPU_QB;
+        max_q = vlm_max(max_q, a->seqs[s].n_q);
+    }
+
+    if (max_q >= VLM_CPU_PREFILL_Q) {
+        vlm_threadpool_run(job.cpu->pool, blocks * a->n_heads,
+                           vlm_attn_paged_blocks, &job);
+        return;
     }
 
     vlm_threadpool_run(job.cpu->pool, n, vlm_attn_paged_rows, &job);

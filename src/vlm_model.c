@@ -18,6 +18,13 @@
 #define VLM_MAX_LOAD_ALLOCS  4096
 
 
+/* the architectures this build runs; a new family adds its table here */
+static const vlm_arch_ops_t  *vlm_archs[] = {
+    &vlm_arch_qwen2vl,
+    NULL
+};
+
+
 typedef struct {
     vlm_model_t   model;
     void         *dev[VLM_MAX_LOAD_ALLOCS];     /* backend, freed at end */
@@ -376,7 +383,7 @@ vlm_status_t
 vlm_model_load(vlm_model_t **out, const char *dir,
     const vlm_model_params_t *params, vlm_error_t *err)
 {
-    int                 max_ctx;
+    int                 i, max_ctx;
     vlm_model_t        *m;
     vlm_status_t        rc;
     vlm_backend_conf_t  bc;
@@ -408,7 +415,19 @@ vlm_model_load(vlm_model_t **out, const char *dir,
         goto failed;
     }
 
-    m->arch = &vlm_arch_qwen2vl;
+    for (i = 0; vlm_archs[i] != NULL; i++) {
+        if (vlm_archs[i]->match(&m->cfg)) {
+            m->arch = vlm_archs[i];
+            break;
+        }
+    }
+
+    if (m->arch == NULL) {
+        rc = vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                           "model: no engine for %s",
+                           vlm_arch_name(m->cfg.arch));
+        goto failed;
+    }
 
     rc = vlm_safetensors_open(&m->st, dir, err);
     if (rc != VLM_OK) {

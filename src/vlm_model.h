@@ -131,6 +131,8 @@ typedef struct {
 
 typedef struct {
     const char  *name;
+    /* whether this table runs the checkpoint the config describes */
+    int (*match)(const vlm_model_config_t *cfg);
     vlm_status_t (*load)(vlm_model_t *m, vlm_error_t *err);
     void (*unload)(vlm_model_t *m);
     /* writes the image's merged features, [tokens, H] backend memory */

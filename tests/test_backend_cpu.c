@@ -427,7 +427,7 @@ test_paged_attention_matches_contiguous(void **state)
     vlm_kv_t            kv;
     vlm_error_t         err;
     vlm_backend_t      *be;
-    vlm_attn_seq_t      sq[2];
+    vlm_attn_seq_t      sq[2], rows[21];
     vlm_attn_paged_t    pa;
     vlm_attn_varlen_t   va;
 
@@ -493,6 +493,22 @@ test_paged_attention_matches_contiguous(void **state)
     va.causal = 1;
     be->ops->attention_varlen(be, &va);
 
+    assert_close(out, ref, (size_t) n * nh * hd, 1e-5f);
+
+    /* one query per "sequence": the decode path */
+    memset(out, 0, (size_t) n * nh * hd * sizeof(float));
+
+    for (i = 0; i < n; i++) {
+        rows[i].out = out + i * nh * hd;
+        rows[i].q = q + i * nh * hd;
+        rows[i].block_table = table;
+        rows[i].n_q = 1;
+        rows[i].kv_start = i;
+    }
+
+    pa.seqs = rows;
+    pa.n_seqs = n;
+    be->ops->attention_paged(be, &pa);
     assert_close(out, ref, (size_t) n * nh * hd, 1e-5f);
 
     for (i = 0; i < 3; i++) {
