@@ -22,8 +22,8 @@
 
 #define VLM_CPU_ALIGN       64
 #define VLM_CPU_GEMM_MIN_N  8       /* tokens from which BLAS wins */
-#define VLM_CPU_WTILE       256     /* most weight rows widened per BLAS
-                                       call */
+#define VLM_CPU_WTILE       256     /* rows per BLAS call, huge matrices */
+#define VLM_CPU_WTILE_CAP   (32u << 20)     /* floats: larger is huge */
 #define VLM_CPU_QB          64      /* query rows per attention block */
 #define VLM_CPU_PREFILL_Q   8       /* queries from which blocks win */
 
@@ -41,8 +41,8 @@ typedef struct {
     int                n_threads;
     int                max_ctx;
     float             *scores;      /* [n_threads, QB, max_ctx] */
-    float             *wtile;       /* [n_threads, VLM_CPU_WTILE * cols] */
-    size_t             wtile_cols;
+    float             *wtile;       /* [n_threads, wtile_floats] */
+    size_t             wtile_floats;   /* per thread */
     vlm_dot_pt         dot[3];      /* by vlm_dtype_t */
     vlm_axpy_pt        axpy;
     vlm_softmax_pt     softmax;
@@ -467,22 +467,30 @@ static vlm_status_t
 vlm_cpu_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
     vlm_dtype_t dtype, int rows, int cols, vlm_error_t *err)
 {
+    size_t      need;
     vlm_cpu_t  *cpu = (vlm_cpu_t *) be;
-
-    (void) err;
 
     w->data = host;
     w->dtype = dtype;
     w->rows = rows;
     w->cols = cols;
 
-    if (dtype != VLM_DTYPE_F32 && (size_t) cols > cpu->wtile_cols) {
-        /* grown only while loading, never in a forward pass */
+    /*
+     * Prefill widens a thread's whole share of a bf16/f16 matrix at once
+     * (one BLAS call per thread); matrices above VLM_CPU_WTILE_CAP floats
+     * (the embedding head) go in tiles of VLM_CPU_WTILE rows.  The
+     * scratch grows only while loading, never in a forward pass.
+     */
+
+    need = (size_t) rows * cols <= VLM_CPU_WTILE_CAP
+           ? ((size_t) rows + cpu->n_threads - 1) / cpu->n_threads * cols
+           : (size_t) VLM_CPU_WTILE * cols;
+
+    if (dtype != VLM_DTYPE_F32 && need > cpu->wtile_floats) {
         vlm_cpu_release(be, cpu->wtile);
-        cpu->wtile = vlm_cpu_alloc(be, (size_t) cpu->n_threads
-                                       * VLM_CPU_WTILE * cols
+        cpu->wtile = vlm_cpu_alloc(be, cpu->n_threads * need
                                        * sizeof(float));
-        cpu->wtile_cols = cpu->wtile == NULL ? 0 : (size_t) cols;
+        cpu->wtile_floats = cpu->wtile == NULL ? 0 : need;
 
         if (cpu->wtile == NULL) {
             return vlm_error_set(err, VLM_ERR_NOMEM,
@@ -567,8 +575,7 @@ vlm_matmul_tiles(void *arg, int start, int end, int thread)
     const vlm_weight_t  *w = job->w;
 
     esize = vlm_dtype_size(w->dtype);
-    tile = job->cpu->wtile + (size_t) thread * VLM_CPU_WTILE
-                             * job->cpu->wtile_cols;
+    tile = job->cpu->wtile + (size_t) thread * job->cpu->wtile_floats;
 
     for (t = start; t < end; t++) {
         r0 = t * job->tile;
@@ -613,14 +620,14 @@ vlm_cpu_matmul(vlm_backend_t *be, float *y, const float *x,
     job.bias = bias;
     job.n = n;
 
-    if (n >= VLM_CPU_GEMM_MIN_N
-        && (w->dtype == VLM_DTYPE_F32 || cpu->wtile_cols >= (size_t) w->cols))
-    {
-        /* about four tiles per thread, so that threads stay busy */
-        job.tile = (w->rows + 4 * cpu->n_threads - 1) / (4 * cpu->n_threads);
-        job.tile = vlm_max(16, vlm_min(VLM_CPU_WTILE,
-                                       (int) vlm_align_up(job.tile, 8)));
+    /* one share of the rows per thread, as far as the scratch allows */
+    job.tile = (w->rows + cpu->n_threads - 1) / cpu->n_threads;
 
+    if (w->dtype != VLM_DTYPE_F32) {
+        job.tile = vlm_min((size_t) job.tile, cpu->wtile_floats / w->cols);
+    }
+
+    if (n >= VLM_CPU_GEMM_MIN_N && job.tile >= 8) {
         vlm_threadpool_run(cpu->pool, (w->rows + job.tile - 1) / job.tile,
                            vlm_matmul_tiles, &job);
         return;
