@@ -348,9 +348,9 @@ vlm_model_slots(vlm_model_t *m, vlm_error_t *err)
 static void
 vlm_model_fill_info(vlm_model_t *m)
 {
-    int                  i;
-    vlm_model_info_t    *in = &m->info;
-    vlm_vision_config_t *vc = &m->cfg.vision;
+    int                   i;
+    vlm_model_info_t     *in = &m->info;
+    vlm_vision_config_t  *vc = &m->cfg.vision;
 
     in->arch = vlm_arch_name(m->cfg.arch);
     in->vocab_size = m->cfg.text.vocab_size;
@@ -973,12 +973,12 @@ vlm_status_t
 vlm_decode(vlm_model_t *m, vlm_seq_t *const *seqs, const int32_t *tokens,
     int n, vlm_error_t *err)
 {
-    int            i, k;
-    int32_t        pos3[3];
-    vlm_status_t   rc;
-    vlm_batch_t    b;
-    vlm_backend_t *be = m->be;
-    vlm_lm_ws_t   *ws = &m->ws;
+    int             i, k;
+    int32_t         pos3[3];
+    vlm_status_t    rc;
+    vlm_batch_t     b;
+    vlm_backend_t  *be = m->be;
+    vlm_lm_ws_t    *ws = &m->ws;
 
     if (n < 1 || n > m->params.max_batch_tokens) {
         return vlm_error_set(err, VLM_ERR_INVALID,
