@@ -6,6 +6,7 @@
  * the memory bandwidth this machine reaches in a STREAM-style triad.
  *
  *   bench_engine [--model DIR] [--threads N] [--prompt N] [--decode N]
+ *                [--grid H,W]      (image patches; default 50,80)
  */
 
 #define _GNU_SOURCE
@@ -120,7 +121,7 @@ triad_bandwidth(int threads)
 int
 main(int argc, char **argv)
 {
-    int                      i, threads, n_prompt, n_decode, n_img;
+    int                      i, threads, n_prompt, n_decode, n_img, gh, gw;
     float                   *pixels, *feats;
     double                   t0, t_load, t_vis, t_pre, t_dec, bw, dec_bw;
     int32_t                 *ids, tok;
@@ -137,6 +138,8 @@ main(int argc, char **argv)
     threads = (int) sysconf(_SC_NPROCESSORS_ONLN);
     n_prompt = 128;
     n_decode = 16;
+    gh = 50;
+    gw = 80;
 
     for (i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--model") == 0) {
@@ -151,13 +154,20 @@ main(int argc, char **argv)
         } else if (strcmp(argv[i], "--decode") == 0) {
             n_decode = atoi(argv[i + 1]);
 
+        } else if (strcmp(argv[i], "--grid") == 0) {
+            if (sscanf(argv[i + 1], "%d,%d", &gh, &gw) != 2) {
+                gh = 0;
+            }
+
         } else {
             fprintf(stderr, "bench_engine: unknown option %s\n", argv[i]);
             return 1;
         }
     }
 
-    if (threads < 1 || n_prompt < 1 || n_decode < 1) {
+    if (threads < 1 || n_prompt < 1 || n_decode < 1 || gh < 2 || gw < 2
+        || gh % 2 != 0 || gw % 2 != 0)
+    {
         fprintf(stderr, "bench_engine: bad option value\n");
         return 1;
     }
@@ -171,8 +181,8 @@ main(int argc, char **argv)
 
     /* a 1120x700 image: 80 x 50 patches of 14 pixels */
     img.grid_t = 1;
-    img.grid_h = 50;
-    img.grid_w = 80;
+    img.grid_h = gh;
+    img.grid_w = gw;
     n_img = img.grid_h * img.grid_w;
 
     vlm_model_params_default(&p);
@@ -215,8 +225,8 @@ main(int argc, char **argv)
     }
     t_vis = now() - t0;
 
-    printf("  vision encode 1120x700     %8.2f s  (%d patches, %d tokens)"
-           "\n", t_vis, n_img, n_img / 4);
+    printf("  vision encode %4dx%-4d    %8.2f s  (%d patches, %d tokens)"
+           "\n", gw * 14, gh * 14, t_vis, n_img, n_img / 4);
 
     for (i = 0; i < n_prompt; i++) {
         ids[i] = (i * 7331) % info->vocab_size;

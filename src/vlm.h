@@ -97,6 +97,13 @@ vlm_status_t vlm_seq_init(vlm_model_t *model, vlm_seq_t **seq,
     vlm_error_t *err);
 /* returns the slot and its KV blocks */
 void vlm_seq_free(vlm_seq_t *seq);
+/*
+ * A new sequence that continues from src: the full KV blocks are shared
+ * (reference counted, never written again), the partial last block is
+ * copied.  For parallel samples of one prompt and for prefix reuse.
+ */
+vlm_status_t vlm_seq_fork(vlm_seq_t *src, vlm_seq_t **seq,
+    vlm_error_t *err);
 /* tokens held in the KV cache */
 int vlm_seq_length(const vlm_seq_t *seq);
 
@@ -113,6 +120,22 @@ vlm_status_t vlm_seq_prefill(vlm_seq_t *seq, const int32_t *ids,
 /* appends tokens[i] to seqs[i] for i < n and computes their logits */
 vlm_status_t vlm_decode(vlm_model_t *model, vlm_seq_t *const *seqs,
     const int32_t *tokens, int n, vlm_error_t *err);
+
+/*
+ * One scheduler iteration: appends items[i].ids (text tokens, e.g. a
+ * decode token or a chunk of a text prompt) to items[i].seq for every
+ * item in one batched forward pass of at most max_batch_tokens rows, and
+ * computes the logits of each sequence's last token.  On an error no
+ * sequence has changed.
+ */
+typedef struct {
+    vlm_seq_t      *seq;
+    const int32_t  *ids;
+    int             n_ids;
+} vlm_step_item_t;
+
+vlm_status_t vlm_step(vlm_model_t *model, const vlm_step_item_t *items,
+    int n_items, vlm_error_t *err);
 /* the logits [vocab_size] of the last position fed to seq */
 const float *vlm_seq_logits(const vlm_seq_t *seq);
 

@@ -93,6 +93,9 @@ typedef struct {
         const void *host, vlm_dtype_t dtype, int rows, int cols,
         vlm_error_t *err);
     void  (*synchronize)(vlm_backend_t *be);
+    /* dst = src, both backend memory */
+    void  (*copy)(vlm_backend_t *be, void *dst, const void *src,
+        size_t size);
 
     /* y[n, w.rows] = x[n, w.cols] W^T (+ bias[w.rows]) */
     void  (*matmul)(vlm_backend_t *be, float *y, const float *x,

@@ -22,12 +22,17 @@
 
 #define VLM_CPU_ALIGN       64
 #define VLM_CPU_GEMM_MIN_N  8       /* tokens from which BLAS wins */
-#define VLM_CPU_WTILE       64      /* weight rows widened per BLAS call */
+#define VLM_CPU_WTILE       256     /* rows per BLAS call, huge matrices */
+#define VLM_CPU_WTILE_CAP   (32u << 20)     /* floats: larger is huge */
+#define VLM_CPU_QB          64      /* query rows per attention block */
+#define VLM_CPU_PREFILL_Q   8       /* queries from which blocks win */
 
 
 typedef void (*vlm_dot_pt)(const void *w, const float *x, int x_stride,
     int nx, int cols, float *out);
 typedef void (*vlm_axpy_pt)(float *y, float a, const float *x, int n);
+/* x[n] = exp(x - max) / sum, in place */
+typedef void (*vlm_softmax_pt)(float *x, int n);
 
 
 typedef struct {
@@ -35,11 +40,12 @@ typedef struct {
     vlm_threadpool_t  *pool;
     int                n_threads;
     int                max_ctx;
-    float             *scores;      /* [n_threads, max_ctx] */
-    float             *wtile;       /* [n_threads, VLM_CPU_WTILE * cols] */
-    size_t             wtile_cols;
+    float             *scores;      /* [n_threads, QB, max_ctx] */
+    float             *wtile;       /* [n_threads, wtile_floats] */
+    size_t             wtile_floats;   /* per thread */
     vlm_dot_pt         dot[3];      /* by vlm_dtype_t */
     vlm_axpy_pt        axpy;
+    vlm_softmax_pt     softmax;
 } vlm_cpu_t;
 
 
@@ -70,6 +76,30 @@ vlm_axpy(float *y, float a, const float *x, int n)
 
     for (k = 0; k < n; k++) {
         y[k] += a * x[k];
+    }
+}
+
+
+static void
+vlm_softmax(float *x, int n)
+{
+    int    j;
+    float  m, sum;
+
+    m = -INFINITY;
+    for (j = 0; j < n; j++) {
+        m = x[j] > m ? x[j] : m;
+    }
+
+    sum = 0.0f;
+    for (j = 0; j < n; j++) {
+        x[j] = expf(x[j] - m);
+        sum += x[j];
+    }
+
+    sum = 1.0f / sum;
+    for (j = 0; j < n; j++) {
+        x[j] *= sum;
     }
 }
 
@@ -262,6 +292,81 @@ vlm_axpy_avx2(float *y, float a, const float *x, int n)
 }
 
 
+/* expf for x <= 0 (Cephes' polynomial, about 1 ulp) */
+VLM_AVX2 static inline __m256
+vlm_exp_avx2(__m256 x)
+{
+    __m256   fx, y, z;
+    __m256i  e;
+
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504f),
+                                         _mm256_set1_ps(0.5f)));
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    z = _mm256_mul_ps(x, x);
+
+    y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, z, _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+
+    e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx),
+                                           _mm256_set1_epi32(127)), 23);
+
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+
+VLM_AVX2 static void
+vlm_softmax_avx2(float *x, int n)
+{
+    int     j;
+    float   m, sum, buf[8];
+    __m256  mv, sv, v;
+
+    mv = _mm256_set1_ps(-INFINITY);
+    for (j = 0; j + 8 <= n; j += 8) {
+        mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + j));
+    }
+
+    _mm256_storeu_ps(buf, mv);
+    m = -INFINITY;
+    for (j = 0; j < 8; j++) {
+        m = buf[j] > m ? buf[j] : m;
+    }
+    for (j = n & ~7; j < n; j++) {
+        m = x[j] > m ? x[j] : m;
+    }
+
+    mv = _mm256_set1_ps(m);
+    sv = _mm256_setzero_ps();
+
+    for (j = 0; j + 8 <= n; j += 8) {
+        v = vlm_exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv));
+        _mm256_storeu_ps(x + j, v);
+        sv = _mm256_add_ps(sv, v);
+    }
+
+    sum = vlm_hsum256(sv);
+    for ( /* void */ ; j < n; j++) {
+        x[j] = expf(x[j] - m);
+        sum += x[j];
+    }
+
+    sv = _mm256_set1_ps(1.0f / sum);
+    for (j = 0; j + 8 <= n; j += 8) {
+        _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), sv));
+    }
+    for ( /* void */ ; j < n; j++) {
+        x[j] *= 1.0f / sum;
+    }
+}
+
+
 VLM_AVX2 static void
 vlm_widen_avx2(float *dst, const void *src, vlm_dtype_t dt, size_t n)
 {
@@ -362,22 +467,30 @@ static vlm_status_t
 vlm_cpu_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
     vlm_dtype_t dtype, int rows, int cols, vlm_error_t *err)
 {
+    size_t      need;
     vlm_cpu_t  *cpu = (vlm_cpu_t *) be;
-
-    (void) err;
 
     w->data = host;
     w->dtype = dtype;
     w->rows = rows;
     w->cols = cols;
 
-    if (dtype != VLM_DTYPE_F32 && (size_t) cols > cpu->wtile_cols) {
-        /* grown only while loading, never in a forward pass */
+    /*
+     * Prefill widens a thread's whole share of a bf16/f16 matrix at once
+     * (one BLAS call per thread); matrices above VLM_CPU_WTILE_CAP floats
+     * (the embedding head) go in tiles of VLM_CPU_WTILE rows.  The
+     * scratch grows only while loading, never in a forward pass.
+     */
+
+    need = (size_t) rows * cols <= VLM_CPU_WTILE_CAP
+           ? ((size_t) rows + cpu->n_threads - 1) / cpu->n_threads * cols
+           : (size_t) VLM_CPU_WTILE * cols;
+
+    if (dtype != VLM_DTYPE_F32 && need > cpu->wtile_floats) {
         vlm_cpu_release(be, cpu->wtile);
-        cpu->wtile = vlm_cpu_alloc(be, (size_t) cpu->n_threads
-                                       * VLM_CPU_WTILE * cols
+        cpu->wtile = vlm_cpu_alloc(be, cpu->n_threads * need
                                        * sizeof(float));
-        cpu->wtile_cols = cpu->wtile == NULL ? 0 : (size_t) cols;
+        cpu->wtile_floats = cpu->wtile == NULL ? 0 : need;
 
         if (cpu->wtile == NULL) {
             return vlm_error_set(err, VLM_ERR_NOMEM,
@@ -396,6 +509,15 @@ vlm_cpu_synchronize(vlm_backend_t *be)
 }
 
 
+static void
+vlm_cpu_copy_dev(vlm_backend_t *be, void *dst, const void *src, size_t size)
+{
+    (void) be;
+
+    memcpy(dst, src, size);
+}
+
+
 /* matmul */
 
 typedef struct {
@@ -405,6 +527,7 @@ typedef struct {
     const vlm_weight_t  *w;
     const float         *bias;
     int                  n;
+    int                  tile;      /* weight rows per BLAS call */
 } vlm_matmul_job_t;
 
 
@@ -452,12 +575,11 @@ vlm_matmul_tiles(void *arg, int start, int end, int thread)
     const vlm_weight_t  *w = job->w;
 
     esize = vlm_dtype_size(w->dtype);
-    tile = job->cpu->wtile + (size_t) thread * VLM_CPU_WTILE
-                             * job->cpu->wtile_cols;
+    tile = job->cpu->wtile + (size_t) thread * job->cpu->wtile_floats;
 
     for (t = start; t < end; t++) {
-        r0 = t * VLM_CPU_WTILE;
-        nr = vlm_min(VLM_CPU_WTILE, w->rows - r0);
+        r0 = t * job->tile;
+        nr = vlm_min(job->tile, w->rows - r0);
 
         if (w->dtype == VLM_DTYPE_F32) {
             tile = (float *) w->data + (size_t) r0 * w->cols;
@@ -498,11 +620,15 @@ vlm_cpu_matmul(vlm_backend_t *be, float *y, const float *x,
     job.bias = bias;
     job.n = n;
 
-    if (n >= VLM_CPU_GEMM_MIN_N
-        && (w->dtype == VLM_DTYPE_F32 || cpu->wtile_cols >= (size_t) w->cols))
-    {
-        vlm_threadpool_run(cpu->pool,
-                           (w->rows + VLM_CPU_WTILE - 1) / VLM_CPU_WTILE,
+    /* one share of the rows per thread, as far as the scratch allows */
+    job.tile = (w->rows + cpu->n_threads - 1) / cpu->n_threads;
+
+    if (w->dtype != VLM_DTYPE_F32) {
+        job.tile = vlm_min((size_t) job.tile, cpu->wtile_floats / w->cols);
+    }
+
+    if (n >= VLM_CPU_GEMM_MIN_N && job.tile >= 8) {
+        vlm_threadpool_run(cpu->pool, (w->rows + job.tile - 1) / job.tile,
                            vlm_matmul_tiles, &job);
         return;
     }
@@ -786,10 +912,8 @@ vlm_attend(const vlm_cpu_t *cpu, float *out, const float *q,
     float scale, float *scores)
 {
     int           j, d;
-    float         m, sum, s;
+    float         s;
     size_t        row;
-
-    m = -INFINITY;
 
     for (j = 0; j < n_kv; j++) {
         row = block_table == NULL ? (size_t) j
@@ -797,28 +921,20 @@ vlm_attend(const vlm_cpu_t *cpu, float *out, const float *q,
                 + j % block_size;
         cpu->dot[VLM_DTYPE_F32](k_base + row * kv_stride, q, 0, 1, head_dim,
                                &s);
-        s *= scale;
-        scores[j] = s;
-        m = s > m ? s : m;
+        scores[j] = s * scale;
     }
 
-    sum = 0.0f;
-    for (j = 0; j < n_kv; j++) {
-        scores[j] = expf(scores[j] - m);
-        sum += scores[j];
-    }
+    cpu->softmax(scores, n_kv);
 
     for (d = 0; d < head_dim; d++) {
         out[d] = 0.0f;
     }
 
-    sum = 1.0f / sum;
-
     for (j = 0; j < n_kv; j++) {
         row = block_table == NULL ? (size_t) j
               : (size_t) block_table[j / block_size] * block_size
                 + j % block_size;
-        cpu->axpy(out, scores[j] * sum, v_base + row * kv_stride, head_dim);
+        cpu->axpy(out, scores[j], v_base + row * kv_stride, head_dim);
     }
 }
 
@@ -865,14 +981,86 @@ vlm_attn_varlen_rows(void *arg, int start, int end, int thread)
 }
 
 
+/*
+ * Non-causal segments, a block of VLM_CPU_QB queries of one head at a
+ * time: S = scale Q K^T and O = softmax(S) V as two BLAS products.
+ */
+static void
+vlm_attn_varlen_blocks(void *arg, int start, int end, int thread)
+{
+    int                       t, b, h, kvh, seg, base, nb, s0, s1, r0, nq;
+    int                       nk, i, hd, nh;
+    float                    *S;
+    vlm_attn_job_t           *job = arg;
+    const vlm_attn_varlen_t  *a = job->va;
+
+    S = job->cpu->scores + (size_t) thread * VLM_CPU_QB * job->cpu->max_ctx;
+    hd = a->head_dim;
+    nh = a->n_heads;
+    seg = 0;
+    base = 0;
+
+    for (t = start; t < end; t++) {
+        b = t / nh;
+        h = t % nh;
+
+        for ( ;; ) {
+            nb = (a->cu_seqlens[seg + 1] - a->cu_seqlens[seg]
+                  + VLM_CPU_QB - 1) / VLM_CPU_QB;
+            if (b < base + nb) {
+                break;
+            }
+            base += nb;
+            seg++;
+        }
+
+        s0 = a->cu_seqlens[seg];
+        s1 = a->cu_seqlens[seg + 1];
+        nk = s1 - s0;
+        r0 = s0 + (b - base) * VLM_CPU_QB;
+        nq = vlm_min(VLM_CPU_QB, s1 - r0);
+        kvh = h / (nh / a->n_kv_heads);
+
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hd,
+                    a->scale, a->q + (size_t) r0 * a->q_stride + h * hd,
+                    a->q_stride, a->k + (size_t) s0 * a->kv_stride
+                                 + kvh * hd,
+                    a->kv_stride, 0.0f, S, nk);
+
+        for (i = 0; i < nq; i++) {
+            job->cpu->softmax(S + (size_t) i * nk, nk);
+        }
+
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd, nk,
+                    1.0f, S, nk, a->v + (size_t) s0 * a->kv_stride
+                                 + kvh * hd,
+                    a->kv_stride, 0.0f,
+                    a->out + (size_t) r0 * nh * hd + h * hd, nh * hd);
+    }
+}
+
+
 static void
 vlm_cpu_attention_varlen(vlm_backend_t *be, const vlm_attn_varlen_t *a)
 {
+    int             s, blocks;
     vlm_attn_job_t  job = { .cpu = (vlm_cpu_t *) be, .va = a };
 
-    vlm_threadpool_run(job.cpu->pool, a->cu_seqlens[a->n_segments]
-                                      * a->n_heads,
-                       vlm_attn_varlen_rows, &job);
+    if (a->causal) {
+        vlm_threadpool_run(job.cpu->pool, a->cu_seqlens[a->n_segments]
+                                          * a->n_heads,
+                           vlm_attn_varlen_rows, &job);
+        return;
+    }
+
+    blocks = 0;
+    for (s = 0; s < a->n_segments; s++) {
+        blocks += (a->cu_seqlens[s + 1] - a->cu_seqlens[s] + VLM_CPU_QB - 1)
+                  / VLM_CPU_QB;
+    }
+
+    vlm_threadpool_run(job.cpu->pool, blocks * a->n_heads,
+                       vlm_attn_varlen_blocks, &job);
 }
 
 
@@ -915,15 +1103,99 @@ vlm_attn_paged_rows(void *arg, int start, int end, int thread)
 }
 
 
+/*
+ * Prefill runs: a block of queries of one head against the sequence's KV
+ * blocks, S = scale Q K^T block by block with BLAS, the causal mask,
+ * softmax, then O = S V accumulated block by block.
+ */
+static void
+vlm_attn_paged_blocks(void *arg, int start, int end, int thread)
+{
+    int                      t, b, h, kvh, s, base, nb, r0, nq, nk, i, jb;
+    int                      cols, valid, hd, nh, bs, kvd;
+    float                   *S;
+    size_t                   koff;
+    vlm_attn_job_t          *job = arg;
+    const vlm_attn_seq_t    *sq;
+    const vlm_attn_paged_t  *a = job->pa;
+
+    S = job->cpu->scores + (size_t) thread * VLM_CPU_QB * job->cpu->max_ctx;
+    hd = a->head_dim;
+    nh = a->n_heads;
+    bs = a->block_size;
+    kvd = a->n_kv_heads * hd;
+    s = 0;
+    base = 0;
+
+    for (t = start; t < end; t++) {
+        b = t / nh;
+        h = t % nh;
+
+        for ( ;; ) {
+            nb = (a->seqs[s].n_q + VLM_CPU_QB - 1) / VLM_CPU_QB;
+            if (b < base + nb) {
+                break;
+            }
+            base += nb;
+            s++;
+        }
+
+        sq = &a->seqs[s];
+        r0 = (b - base) * VLM_CPU_QB;
+        nq = vlm_min(VLM_CPU_QB, sq->n_q - r0);
+        nk = sq->kv_start + r0 + nq;
+        kvh = h / (nh / a->n_kv_heads);
+
+        for (jb = 0; jb * bs < nk; jb++) {
+            cols = vlm_min(bs, nk - jb * bs);
+            koff = (size_t) sq->block_table[jb] * bs * kvd + kvh * hd;
+
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, cols,
+                        hd, a->scale, sq->q + (size_t) r0 * nh * hd + h * hd,
+                        nh * hd, a->k_cache + koff, kvd, 0.0f, S + jb * bs,
+                        nk);
+        }
+
+        for (i = 0; i < nq; i++) {
+            valid = sq->kv_start + r0 + i + 1;
+            job->cpu->softmax(S + (size_t) i * nk, valid);
+            memset(S + (size_t) i * nk + valid, 0,
+                   (size_t) (nk - valid) * sizeof(float));
+        }
+
+        for (jb = 0; jb * bs < nk; jb++) {
+            cols = vlm_min(bs, nk - jb * bs);
+            koff = (size_t) sq->block_table[jb] * bs * kvd + kvh * hd;
+
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd,
+                        cols, 1.0f, S + jb * bs, nk, a->v_cache + koff, kvd,
+                        jb == 0 ? 0.0f : 1.0f,
+                        sq->out + (size_t) r0 * nh * hd + h * hd, nh * hd);
+        }
+    }
+}
+
+
 static void
 vlm_cpu_attention_paged(vlm_backend_t *be, const vlm_attn_paged_t *a)
 {
-    int             s, n;
+    int             s, n, blocks, max_q;
     vlm_attn_job_t  job = { .cpu = (vlm_cpu_t *) be, .pa = a };
 
     n = 0;
+    blocks = 0;
+    max_q = 0;
+
     for (s = 0; s < a->n_seqs; s++) {
         n += a->seqs[s].n_q * a->n_heads;
+        blocks += (a->seqs[s].n_q + VLM_CPU_QB - 1) / VLM_CPU_QB;
+        max_q = vlm_max(max_q, a->seqs[s].n_q);
+    }
+
+    if (max_q >= VLM_CPU_PREFILL_Q) {
+        vlm_threadpool_run(job.cpu->pool, blocks * a->n_heads,
+                           vlm_attn_paged_blocks, &job);
+        return;
     }
 
     vlm_threadpool_run(job.cpu->pool, n, vlm_attn_paged_rows, &job);
@@ -999,6 +1271,7 @@ static const vlm_backend_ops_t  vlm_cpu_ops = {
     vlm_cpu_copy,
     vlm_cpu_weight_bind,
     vlm_cpu_synchronize,
+    vlm_cpu_copy_dev,
     vlm_cpu_matmul,
     vlm_cpu_rms_norm,
     vlm_cpu_layer_norm,
@@ -1047,6 +1320,7 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     cpu->dot[VLM_DTYPE_BF16] = vlm_dot_bf16;
     cpu->dot[VLM_DTYPE_F16] = vlm_dot_f16;
     cpu->axpy = vlm_axpy;
+    cpu->softmax = vlm_softmax;
 
 #if defined(__x86_64__) && defined(__GNUC__)
     if (vlm_cpu_avx2) {
@@ -1054,6 +1328,7 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
         cpu->dot[VLM_DTYPE_BF16] = vlm_dot_bf16_avx2;
         cpu->dot[VLM_DTYPE_F16] = vlm_dot_f16_avx2;
         cpu->axpy = vlm_axpy_avx2;
+        cpu->softmax = vlm_softmax_avx2;
     }
 #endif
 
@@ -1064,7 +1339,8 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     }
 
     cpu->scores = vlm_cpu_alloc(&cpu->be, (size_t) cpu->n_threads
-                                          * conf->max_ctx * sizeof(float));
+                                          * VLM_CPU_QB * conf->max_ctx
+                                          * sizeof(float));
     if (cpu->scores == NULL) {
         vlm_cpu_free(&cpu->be);
         return vlm_error_set(err, VLM_ERR_NOMEM,

@@ -288,15 +288,15 @@ vlm_lm_logits(vlm_model_t *m, const vlm_batch_t *b)
 void
 vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b)
 {
-    int                      l, s, T, H, KV, I, nh, nkv, hd;
-    float                    eps;
-    vlm_backend_t           *be = m->be;
-    vlm_lm_ws_t             *ws = &m->ws;
-    vlm_lm_layer_t          *L;
-    vlm_attn_paged_t         pa;
-    const vlm_batch_seg_t   *sg;
-    vlm_text_config_t       *tc = &m->cfg.text;
-    const vlm_backend_ops_t *op = be->ops;
+    int                       l, s, T, H, KV, I, nh, nkv, hd;
+    float                     eps;
+    vlm_backend_t            *be = m->be;
+    vlm_lm_ws_t              *ws = &m->ws;
+    vlm_lm_layer_t           *L;
+    vlm_attn_paged_t          pa;
+    const vlm_batch_seg_t    *sg;
+    vlm_text_config_t        *tc = &m->cfg.text;
+    const vlm_backend_ops_t  *op = be->ops;
 
     T = b->n_rows;
     H = tc->hidden_size;

@@ -18,6 +18,13 @@
 #define VLM_MAX_LOAD_ALLOCS  4096
 
 
+/* the architectures this build runs; a new family adds its table here */
+static const vlm_arch_ops_t  *vlm_archs[] = {
+    &vlm_arch_qwen2vl,
+    NULL
+};
+
+
 typedef struct {
     vlm_model_t   model;
     void         *dev[VLM_MAX_LOAD_ALLOCS];     /* backend, freed at end */
@@ -240,7 +247,7 @@ vlm_model_workspace(vlm_model_t *m, vlm_error_t *err)
 
     ws->host_ids = calloc((size_t) T, sizeof(int32_t));
     ws->host_rows = calloc((size_t) T, sizeof(int32_t));
-    ws->host_pos = calloc((size_t) S * 3, sizeof(int32_t));
+    ws->host_pos = calloc((size_t) vlm_max(S, T) * 3, sizeof(int32_t));
     iota = malloc((size_t) S * sizeof(int32_t));
 
     if (ws->host_ids == NULL || ws->host_rows == NULL
@@ -314,9 +321,14 @@ vlm_model_slots(vlm_model_t *m, vlm_error_t *err)
                         sizeof(float *));
     m->attn_seqs = calloc((size_t) m->params.max_batch_tokens,
                           sizeof(vlm_attn_seq_t));
+    m->steps = calloc((size_t) m->params.max_batch_tokens,
+                      sizeof(vlm_step_item_t));
+    m->step_had = calloc((size_t) m->params.max_batch_tokens,
+                         sizeof(int32_t));
 
     if (m->seqs == NULL || m->segs == NULL || m->seg_rows == NULL
-        || m->seg_out == NULL || m->attn_seqs == NULL)
+        || m->seg_out == NULL || m->attn_seqs == NULL || m->steps == NULL
+        || m->step_had == NULL)
     {
         return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
     }
@@ -341,9 +353,9 @@ vlm_model_slots(vlm_model_t *m, vlm_error_t *err)
 static void
 vlm_model_fill_info(vlm_model_t *m)
 {
-    int                  i;
-    vlm_model_info_t    *in = &m->info;
-    vlm_vision_config_t *vc = &m->cfg.vision;
+    int                   i;
+    vlm_model_info_t     *in = &m->info;
+    vlm_vision_config_t  *vc = &m->cfg.vision;
 
     in->arch = vlm_arch_name(m->cfg.arch);
     in->vocab_size = m->cfg.text.vocab_size;
@@ -376,7 +388,7 @@ vlm_status_t
 vlm_model_load(vlm_model_t **out, const char *dir,
     const vlm_model_params_t *params, vlm_error_t *err)
 {
-    int                 max_ctx;
+    int                 i, max_ctx;
     vlm_model_t        *m;
     vlm_status_t        rc;
     vlm_backend_conf_t  bc;
@@ -408,7 +420,19 @@ vlm_model_load(vlm_model_t **out, const char *dir,
         goto failed;
     }
 
-    m->arch = &vlm_arch_qwen2vl;
+    for (i = 0; vlm_archs[i] != NULL; i++) {
+        if (vlm_archs[i]->match(&m->cfg)) {
+            m->arch = vlm_archs[i];
+            break;
+        }
+    }
+
+    if (m->arch == NULL) {
+        rc = vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                           "model: no engine for %s",
+                           vlm_arch_name(m->cfg.arch));
+        goto failed;
+    }
 
     rc = vlm_safetensors_open(&m->st, dir, err);
     if (rc != VLM_OK) {
@@ -496,6 +520,8 @@ vlm_model_free(vlm_model_t *m)
     free(m->seg_rows);
     free(m->seg_out);
     free(m->attn_seqs);
+    free(m->steps);
+    free(m->step_had);
     free(m->lm.layers);
     free(m->vis.blocks);
     free(m->lm.mrope_comp);
@@ -618,6 +644,81 @@ vlm_seq_free(vlm_seq_t *seq)
     seq->in_use = 0;
     seq->n_past = 0;
     seq->next_pos = 0;
+}
+
+
+vlm_status_t
+vlm_seq_fork(vlm_seq_t *src, vlm_seq_t **out, vlm_error_t *err)
+{
+    int            i, l, full, bs;
+    size_t         block_bytes;
+    int32_t        b;
+    vlm_seq_t     *dst;
+    vlm_model_t   *m = src->model;
+    vlm_status_t   rc;
+
+    if (!src->in_use) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "engine: fork of a free sequence");
+    }
+
+    rc = vlm_seq_init(m, &dst, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    bs = m->kv.block_size;
+    full = src->n_past / bs;
+
+    for (i = 0; i < full; i++) {
+        vlm_kv_block_ref(&m->kv, src->blocks[i]);
+        dst->blocks[dst->n_blocks++] = src->blocks[i];
+    }
+
+    if (src->n_blocks > full) {
+        b = vlm_kv_block_alloc(&m->kv);
+        if (b < 0) {
+            vlm_seq_free(dst);
+            return vlm_error_set(err, VLM_ERR_LIMIT,
+                                 "engine: the KV cache is full (%d blocks)",
+                                 m->kv.n_blocks);
+        }
+
+        block_bytes = (size_t) bs * m->kv.kv_dim * sizeof(float);
+
+        for (l = 0; l < m->kv.n_layers; l++) {
+            m->be->ops->copy(m->be,
+                             vlm_kv_layer_k(&m->kv, l) + (size_t) b * bs
+                                                         * m->kv.kv_dim,
+                             vlm_kv_layer_k(&m->kv, l)
+                             + (size_t) src->blocks[full] * bs
+                               * m->kv.kv_dim, block_bytes);
+            m->be->ops->copy(m->be,
+                             vlm_kv_layer_v(&m->kv, l) + (size_t) b * bs
+                                                         * m->kv.kv_dim,
+                             vlm_kv_layer_v(&m->kv, l)
+                             + (size_t) src->blocks[full] * bs
+                               * m->kv.kv_dim, block_bytes);
+        }
+
+        dst->blocks[dst->n_blocks++] = b;
+    }
+
+    rc = m->be->ops->upload(m->be, dst->blocks_dev, dst->blocks,
+                            (size_t) dst->n_blocks * sizeof(int32_t));
+    if (rc != VLM_OK) {
+        vlm_seq_free(dst);
+        return vlm_error_set(err, rc, "engine: block table upload failed");
+    }
+
+    dst->n_past = src->n_past;
+    dst->next_pos = src->next_pos;
+    memcpy(dst->logits, src->logits,
+           (size_t) m->cfg.text.vocab_size * sizeof(float));
+
+    *out = dst;
+
+    return VLM_OK;
 }
 
 
@@ -879,12 +980,7 @@ vlm_status_t
 vlm_decode(vlm_model_t *m, vlm_seq_t *const *seqs, const int32_t *tokens,
     int n, vlm_error_t *err)
 {
-    int            i, k;
-    int32_t        pos3[3];
-    vlm_status_t   rc;
-    vlm_batch_t    b;
-    vlm_backend_t *be = m->be;
-    vlm_lm_ws_t   *ws = &m->ws;
+    int  i;
 
     if (n < 1 || n > m->params.max_batch_tokens) {
         return vlm_error_set(err, VLM_ERR_INVALID,
@@ -892,52 +988,120 @@ vlm_decode(vlm_model_t *m, vlm_seq_t *const *seqs, const int32_t *tokens,
                              "of range", n);
     }
 
-    rc = vlm_check_ids(m, tokens, n, err);
-    if (rc != VLM_OK) {
-        return rc;
-    }
-
     for (i = 0; i < n; i++) {
-        if (seqs[i] == NULL || !seqs[i]->in_use || seqs[i]->model != m
-            || seqs[i]->n_past == 0)
-        {
+        if (seqs[i] == NULL || seqs[i]->n_past == 0) {
             return vlm_error_set(err, VLM_ERR_INVALID,
                                  "engine: decode entry %d is not a prefilled "
-                                 "sequence of this model", i);
+                                 "sequence", i);
+        }
+
+        m->steps[i].seq = seqs[i];
+        m->steps[i].ids = &tokens[i];
+        m->steps[i].n_ids = 1;
+    }
+
+    return vlm_step(m, m->steps, n, err);
+}
+
+
+vlm_status_t
+vlm_step(vlm_model_t *m, const vlm_step_item_t *items, int n,
+    vlm_error_t *err)
+{
+    int               i, k, j, rows;
+    int32_t          *pos;
+    vlm_seq_t        *seq;
+    vlm_status_t      rc;
+    vlm_batch_t       b;
+    vlm_backend_t    *be = m->be;
+    vlm_lm_ws_t      *ws = &m->ws;
+
+    if (n < 1 || n > m->params.max_batch_tokens) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "engine: a step of %d sequences is out of "
+                             "range", n);
+    }
+
+    rows = 0;
+
+    for (i = 0; i < n; i++) {
+        seq = items[i].seq;
+
+        if (seq == NULL || !seq->in_use || seq->model != m
+            || items[i].n_ids < 1 || items[i].ids == NULL)
+        {
+            return vlm_error_set(err, VLM_ERR_INVALID,
+                                 "engine: step entry %d is not a live "
+                                 "sequence of this model with tokens", i);
         }
 
         for (k = 0; k < i; k++) {
-            if (seqs[k] == seqs[i]) {
+            if (items[k].seq == seq) {
                 return vlm_error_set(err, VLM_ERR_INVALID,
                                      "engine: a sequence appears twice in "
-                                     "one decode step");
+                                     "one step");
             }
         }
+
+        if (items[i].n_ids > m->params.max_batch_tokens - rows) {
+            return vlm_error_set(err, VLM_ERR_LIMIT,
+                                 "engine: a step of more than %d tokens",
+                                 m->params.max_batch_tokens);
+        }
+
+        rc = vlm_check_ids(m, items[i].ids, items[i].n_ids, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        rows += items[i].n_ids;
     }
 
+    /* KV room for every item, or for none */
+
     for (i = 0; i < n; i++) {
-        rc = vlm_seq_reserve(seqs[i], 1, err);
+        m->step_had[i] = items[i].seq->n_blocks;
+
+        rc = vlm_seq_reserve(items[i].seq, items[i].n_ids, err);
         if (rc != VLM_OK) {
+            for (k = 0; k < i; k++) {
+                vlm_seq_truncate_blocks(items[k].seq, m->step_had[k]);
+            }
             return rc;
         }
     }
 
-    be->ops->upload(be, ws->ids, tokens, (size_t) n * sizeof(int32_t));
-    be->ops->embed(be, ws->x, &m->lm.embed, ws->ids, n);
+    /* the rows: tokens, positions (t = h = w for text), segments */
+
+    pos = ws->host_pos;
+    rows = 0;
 
     for (i = 0; i < n; i++) {
-        pos3[0] = pos3[1] = pos3[2] = seqs[i]->next_pos;
-        be->ops->upload(be, ws->pos + 3 * i, pos3, sizeof(pos3));
+        seq = items[i].seq;
 
-        m->segs[i].seq = seqs[i];
-        m->segs[i].row = i;
-        m->segs[i].n = 1;
-        m->segs[i].kv_start = seqs[i]->n_past;
-        m->seg_rows[i] = i;
-        m->seg_out[i] = seqs[i]->logits;
+        for (j = 0; j < items[i].n_ids; j++) {
+            ws->host_ids[rows + j] = items[i].ids[j];
+            pos[3 * (rows + j)] = seq->next_pos + j;
+            pos[3 * (rows + j) + 1] = seq->next_pos + j;
+            pos[3 * (rows + j) + 2] = seq->next_pos + j;
+        }
+
+        m->segs[i].seq = seq;
+        m->segs[i].row = rows;
+        m->segs[i].n = items[i].n_ids;
+        m->segs[i].kv_start = seq->n_past;
+        m->seg_rows[i] = rows + items[i].n_ids - 1;
+        m->seg_out[i] = seq->logits;
+
+        rows += items[i].n_ids;
     }
 
-    b.n_rows = n;
+    be->ops->upload(be, ws->ids, ws->host_ids,
+                    (size_t) rows * sizeof(int32_t));
+    be->ops->upload(be, ws->pos, pos, (size_t) rows * 3 * sizeof(int32_t));
+    be->ops->embed(be, ws->x, &m->lm.embed, ws->ids, rows);
+
+    b.n_rows = rows;
     b.n_segs = n;
     b.segs = m->segs;
     b.n_logits = n;
@@ -947,8 +1111,8 @@ vlm_decode(vlm_model_t *m, vlm_seq_t *const *seqs, const int32_t *tokens,
     m->arch->forward(m, &b);
 
     for (i = 0; i < n; i++) {
-        seqs[i]->n_past++;
-        seqs[i]->next_pos++;
+        items[i].seq->n_past += items[i].n_ids;
+        items[i].seq->next_pos += items[i].n_ids;
     }
 
     return VLM_OK;

@@ -131,6 +131,8 @@ typedef struct {
 
 typedef struct {
     const char  *name;
+    /* whether this table runs the checkpoint the config describes */
+    int (*match)(const vlm_model_config_t *cfg);
     vlm_status_t (*load)(vlm_model_t *m, vlm_error_t *err);
     void (*unload)(vlm_model_t *m);
     /* writes the image's merged features, [tokens, H] backend memory */
@@ -160,6 +162,8 @@ struct vlm_model_s {
     int32_t                 *seg_rows;  /* host [max_batch_tokens] */
     float                  **seg_out;   /* host [max_batch_tokens] */
     vlm_attn_seq_t          *attn_seqs; /* host [max_batch_tokens] */
+    vlm_step_item_t         *steps;     /* host [max_batch_tokens] */
+    int32_t                 *step_had;  /* host [max_batch_tokens] */
     uint64_t                 allocs_at_load;
 };
 

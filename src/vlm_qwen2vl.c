@@ -7,6 +7,13 @@
 #include "vlm_model.h"
 
 
+static int
+vlm_qwen2vl_match(const vlm_model_config_t *cfg)
+{
+    return cfg->arch == VLM_ARCH_QWEN2_VL || cfg->arch == VLM_ARCH_QWEN2_5_VL;
+}
+
+
 static vlm_status_t
 vlm_qwen2vl_load(vlm_model_t *m, vlm_error_t *err)
 {
@@ -31,6 +38,7 @@ vlm_qwen2vl_unload(vlm_model_t *m)
 
 const vlm_arch_ops_t  vlm_arch_qwen2vl = {
     "qwen2vl",
+    vlm_qwen2vl_match,
     vlm_qwen2vl_load,
     vlm_qwen2vl_unload,
     vlm_vision_encode,

@@ -266,7 +266,9 @@ vlm_st_map_file(vlm_safetensors_t *st, const char *path, vlm_error_t *err)
                              path, (long long) sb.st_size);
     }
 
-    map = mmap(NULL, (size_t) sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    /* populated now, so that no forward pass waits on a page fault */
+    map = mmap(NULL, (size_t) sb.st_size, PROT_READ,
+               MAP_PRIVATE | MAP_POPULATE, fd, 0);
     close(fd);
 
     if (map == MAP_FAILED) {

@@ -353,15 +353,15 @@ naive_attend(float *out, const float *q, const float *k, const float *v,
 
 
 static void
-test_attention_varlen_block_diagonal_and_causal(void **state)
+check_attention_varlen(const int32_t *cu, int n_seg)
 {
-    int                 i, h, seg, causal, nh = 4, nkv = 2, hd = 8, n = 11;
-    int32_t             cu[4] = { 0, 3, 9, 11 };
+    int                 i, h, seg, causal, nh = 4, nkv = 2, hd = 8, n;
     float              *q, *kv, *out, *ref;
     vlm_backend_t      *be;
     vlm_attn_varlen_t   a;
 
     be = backend(0);
+    n = cu[n_seg];
     q = rand_vec((size_t) n * nh * hd);
     kv = rand_vec((size_t) n * 2 * nkv * hd);
     out = malloc((size_t) n * nh * hd * sizeof(float));
@@ -379,13 +379,15 @@ test_attention_varlen_block_diagonal_and_causal(void **state)
         a.head_dim = hd;
         a.scale = 0.35f;
         a.cu_seqlens = cu;
-        a.n_segments = 3;
+        a.n_segments = n_seg;
         a.causal = causal;
 
         be->ops->attention_varlen(be, &a);
 
         for (i = 0; i < n; i++) {
-            seg = i < 3 ? 0 : i < 9 ? 1 : 2;
+            for (seg = 0; cu[seg + 1] <= i; seg++) {
+                /* void */
+            }
             for (h = 0; h < nh; h++) {
                 naive_attend(ref + (i * nh + h) * hd, q + (i * nh + h) * hd,
                              kv + (h / 2) * hd, kv + nkv * hd + (h / 2) * hd,
@@ -406,6 +408,17 @@ test_attention_varlen_block_diagonal_and_causal(void **state)
 
 
 static void
+test_attention_varlen_block_diagonal_and_causal(void **state)
+{
+    int32_t  small[4] = { 0, 3, 9, 11 };
+    int32_t  large[3] = { 0, 150, 200 };  /* several query blocks */
+
+    check_attention_varlen(small, 3);
+    check_attention_varlen(large, 2);
+}
+
+
+static void
 test_paged_attention_matches_contiguous(void **state)
 {
     int                 i, nh = 4, nkv = 2, hd = 8, n = 21, kvd = 16;
@@ -414,7 +427,7 @@ test_paged_attention_matches_contiguous(void **state)
     vlm_kv_t            kv;
     vlm_error_t         err;
     vlm_backend_t      *be;
-    vlm_attn_seq_t      sq[2];
+    vlm_attn_seq_t      sq[2], rows[21];
     vlm_attn_paged_t    pa;
     vlm_attn_varlen_t   va;
 
@@ -480,6 +493,22 @@ test_paged_attention_matches_contiguous(void **state)
     va.causal = 1;
     be->ops->attention_varlen(be, &va);
 
+    assert_close(out, ref, (size_t) n * nh * hd, 1e-5f);
+
+    /* one query per "sequence": the decode path */
+    memset(out, 0, (size_t) n * nh * hd * sizeof(float));
+
+    for (i = 0; i < n; i++) {
+        rows[i].out = out + i * nh * hd;
+        rows[i].q = q + i * nh * hd;
+        rows[i].block_table = table;
+        rows[i].n_q = 1;
+        rows[i].kv_start = i;
+    }
+
+    pa.seqs = rows;
+    pa.n_seqs = n;
+    be->ops->attention_paged(be, &pa);
     assert_close(out, ref, (size_t) n * nh * hd, 1e-5f);
 
     for (i = 0; i < 3; i++) {

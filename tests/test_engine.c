@@ -380,6 +380,160 @@ test_batched_decode_matches_reference(void **state)
 }
 
 
+/* a fork shares the prompt's full KV blocks and continues the same way */
+static void
+test_fork_shares_prefix(void **state)
+{
+    int                i, s, V;
+    int32_t            tok[2];
+    vlm_npy_t          ids, greedy, pix, grid;
+    vlm_seq_t         *seq[2];
+    vlm_image_t        img;
+    vlm_error_t        err;
+    vlm_model_t       *m;
+    vlm_model_stats_t  st;
+
+    m = load(FIX "/qwen2vl-f32", &err, 2, 0);
+    assert_non_null(m);
+    V = vlm_model_info(m)->vocab_size;
+
+    npy(&ids, FIX "/qwen2vl-f32/ref/image1/input_ids.npy");
+    npy(&greedy, FIX "/qwen2vl-f32/ref/image1/greedy.npy");
+    npy(&pix, FIX "/qwen2vl-f32/ref/image1/pixel_values_0.npy");
+    npy(&grid, FIX "/qwen2vl-f32/ref/image1/grid_thw.npy");
+
+    img.pixels = pix.data;
+    img.grid_t = ((int32_t *) grid.data)[0];
+    img.grid_h = ((int32_t *) grid.data)[1];
+    img.grid_w = ((int32_t *) grid.data)[2];
+
+    /* 23 tokens: two full blocks of 8 and a partial one */
+    assert_int_equal(ids.n, 23);
+    assert_int_equal(vlm_seq_init(m, &seq[0], &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(seq[0], ids.data, (int) ids.n, &img, 1,
+                                     NULL, &err), VLM_OK);
+    assert_int_equal(vlm_seq_fork(seq[0], &seq[1], &err), VLM_OK);
+
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.kv_blocks_used, 4);
+
+    for (i = 0; i < 32; i++) {
+        for (s = 0; s < 2; s++) {
+            tok[s] = argmax(vlm_seq_logits(seq[s]), V);
+            assert_int_equal(tok[s], ((int32_t *) greedy.data)[i]);
+        }
+
+        assert_int_equal(vlm_decode(m, seq, tok, 2, &err), VLM_OK);
+    }
+
+    vlm_seq_free(seq[0]);
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.kv_blocks_used, 7);     /* 2 shared + 5 own */
+    vlm_seq_free(seq[1]);
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.kv_blocks_used, 0);
+
+    vlm_npy_free(&ids);
+    vlm_npy_free(&greedy);
+    vlm_npy_free(&pix);
+    vlm_npy_free(&grid);
+    vlm_model_free(m);
+}
+
+
+/* a chunk of one prompt and a decode token of another in one step */
+static void
+test_step_mixes_prefill_chunk_and_decode(void **state)
+{
+    int                i, V;
+    int32_t            tok, big[40];
+    double             num, den;
+    vlm_npy_t          ta, tg, tl, ia, ig, pix, grid;
+    vlm_seq_t         *a, *b;
+    vlm_image_t        img;
+    vlm_error_t        err;
+    vlm_model_t       *m;
+    vlm_step_item_t    items[2];
+    vlm_model_stats_t  st0, st;
+    const float       *lg;
+
+    m = load(FIX "/qwen25vl-f32", &err, 2, 0);
+    assert_non_null(m);
+    V = vlm_model_info(m)->vocab_size;
+
+    npy(&ta, FIX "/qwen25vl-f32/ref/text/input_ids.npy");
+    npy(&tg, FIX "/qwen25vl-f32/ref/text/greedy.npy");
+    npy(&tl, FIX "/qwen25vl-f32/ref/text/logits_last.npy");
+    npy(&ia, FIX "/qwen25vl-f32/ref/image1/input_ids.npy");
+    npy(&ig, FIX "/qwen25vl-f32/ref/image1/greedy.npy");
+    npy(&pix, FIX "/qwen25vl-f32/ref/image1/pixel_values_0.npy");
+    npy(&grid, FIX "/qwen25vl-f32/ref/image1/grid_thw.npy");
+
+    img.pixels = pix.data;
+    img.grid_t = ((int32_t *) grid.data)[0];
+    img.grid_h = ((int32_t *) grid.data)[1];
+    img.grid_w = ((int32_t *) grid.data)[2];
+
+    assert_int_equal(vlm_seq_init(m, &a, &err), VLM_OK);
+    assert_int_equal(vlm_seq_init(m, &b, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(a, ta.data, 6, NULL, 0, NULL, &err),
+                     VLM_OK);
+    assert_int_equal(vlm_seq_prefill(b, ia.data, (int) ia.n, &img, 1, NULL,
+                                     &err), VLM_OK);
+    assert_int_equal(argmax(vlm_seq_logits(b), V),
+                     ((int32_t *) ig.data)[0]);
+
+    /* too many rows: refused, and nothing moved */
+    for (i = 0; i < 40; i++) {
+        big[i] = 5;
+    }
+    vlm_model_stats(m, &st0);
+    items[0].seq = a;
+    items[0].ids = big;
+    items[0].n_ids = 40;
+    assert_int_equal(vlm_step(m, items, 1, &err), VLM_ERR_LIMIT);
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.kv_blocks_used, st0.kv_blocks_used);
+    assert_int_equal(vlm_seq_length(a), 6);
+
+    tok = ((int32_t *) ig.data)[0];
+    items[0].seq = a;
+    items[0].ids = (int32_t *) ta.data + 6;
+    items[0].n_ids = (int) ta.n - 6;
+    items[1].seq = b;
+    items[1].ids = &tok;
+    items[1].n_ids = 1;
+    assert_int_equal(vlm_step(m, items, 2, &err), VLM_OK);
+
+    /* the chunked prompt ends where transformers' full prompt does */
+    lg = vlm_seq_logits(a);
+    num = 0.0;
+    den = 0.0;
+    for (i = 0; i < V; i++) {
+        num += (lg[i] - ((float *) tl.data)[i])
+               * (lg[i] - ((float *) tl.data)[i]);
+        den += ((float *) tl.data)[i] * ((float *) tl.data)[i];
+    }
+    assert_true(num / den < 1e-8);
+    assert_int_equal(argmax(lg, V), ((int32_t *) tg.data)[0]);
+    assert_int_equal(argmax(vlm_seq_logits(b), V),
+                     ((int32_t *) ig.data)[1]);
+    assert_int_equal(vlm_seq_length(a), (int) ta.n);
+
+    vlm_seq_free(a);
+    vlm_seq_free(b);
+
+    vlm_npy_free(&ta);
+    vlm_npy_free(&tg);
+    vlm_npy_free(&tl);
+    vlm_npy_free(&ia);
+    vlm_npy_free(&ig);
+    vlm_npy_free(&pix);
+    vlm_npy_free(&grid);
+    vlm_model_free(m);
+}
+
+
 static void
 test_no_allocation_across_100_generations(void **state)
 {
@@ -463,6 +617,8 @@ main(void)
         cmocka_unit_test(test_bad_inputs_rejected),
         cmocka_unit_test(test_kv_budget_exhaustion),
         cmocka_unit_test(test_batched_decode_matches_reference),
+        cmocka_unit_test(test_fork_shares_prefix),
+        cmocka_unit_test(test_step_mixes_prefill_chunk_and_decode),
         cmocka_unit_test(test_no_allocation_across_100_generations),
     };
 

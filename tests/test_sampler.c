@@ -182,12 +182,14 @@ test_truncation(void **state)
 static void
 test_penalties(void **state)
 {
-    int32_t               prompt[1] = { 3 };
+    int32_t               prompt[1] = { 3 }, seen[1] = { 0 };
     vlm_error_t           err;
     vlm_sample_t          out;
     vlm_sampler_t        *s;
     vlm_sampler_params_t  p;
     float                 l[V] = { 0.0f, 2.9f, -1.0f, 3.0f, -6.0f, -7.0f };
+    float                 neg[V] = { -1.0f, -1.5f, -9.0f, -9.0f, -9.0f,
+                                     -9.0f };
 
     /* repetition: 3.0 / 1.5 = 2.0 < 2.9, so token 1 wins */
     vlm_sampler_params_default(&p);
@@ -204,6 +206,16 @@ test_penalties(void **state)
     assert_int_equal(out.token, 3);
     assert_int_equal(out.top[0].id, 3);
     assert_int_equal(out.top[1].id, 1);
+    vlm_sampler_free(s);
+
+    /* a negative logit is multiplied: -1.0 * 2 = -2.0 < -1.5 */
+    vlm_sampler_params_default(&p);
+    p.temperature = 0.0f;
+    p.repetition_penalty = 2.0f;
+    s = sampler(&p);
+    vlm_sampler_prompt(s, seen, 1);
+    assert_int_equal(vlm_sampler_sample(s, neg, &out, &err), VLM_OK);
+    assert_int_equal(out.token, 1);
     vlm_sampler_free(s);
 
     /* frequency: each repeat of token 3 costs 0.6 */
