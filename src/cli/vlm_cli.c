@@ -17,6 +17,7 @@ int vlm_cli_detokenize(int argc, char **argv);
 int vlm_cli_template(int argc, char **argv);
 int vlm_cli_logits(int argc, char **argv);
 int vlm_cli_generate(int argc, char **argv);
+int vlm_cli_run(int argc, char **argv);
 int vlm_cli_preprocess(int argc, char **argv);
 
 
@@ -32,6 +33,10 @@ static const vlm_cli_command_t  vlm_cli_commands[] = {
     { "logits", vlm_cli_logits,
       "logits --model DIR --ids FILE [--pixels NPY --grid T,H,W]... "
       "--out LOGITS.npy [--all] [--threads N]" },
+    { "run", vlm_cli_run,
+      "run --model DIR [--image FILE]... --prompt TEXT [--system TEXT] "
+      "[--max-tokens N] [--temperature T] [--top-k K] [--top-p P] "
+      "[--seed S] [--threads N]" },
     { "generate", vlm_cli_generate,
       "generate --model DIR --ids FILE [--pixels NPY --grid T,H,W]... "
       "[--max-tokens N] [--temperature T] [--top-k K] [--top-p P] "

@@ -9,8 +9,13 @@
  *                  [--max-tokens N] [--temperature T] [--top-k K]
  *                  [--top-p P] [--min-p P] [--seed S]
  *                  [--repetition-penalty R] [--ignore-eos] [--threads N]
+ *   vlm-cli run --model DIR [--image FILE]... --prompt TEXT
+ *                  [--system TEXT] [sampling options as generate]
  *
- * FILE holds int32 ids as .npy or as whitespace-separated integers.
+ * FILE holds int32 ids as .npy or as whitespace-separated integers.  "run"
+ * is a whole request as a server would serve it: the images decoded and
+ * preprocessed, the chat template, the tokenizer, and the answer streamed
+ * to stdout as text.
  */
 
 #define _GNU_SOURCE
@@ -21,8 +26,11 @@
 
 #include "vlm_cli.h"
 #include "vlm.h"
+#include "vlm_chat.h"
+#include "vlm_image.h"
 #include "vlm_npy.h"
 #include "vlm_sampler.h"
+#include "vlm_tokenizer.h"
 
 
 #define VLM_CLI_MAX_IMAGES  16
@@ -43,7 +51,20 @@ typedef struct {
     vlm_sampler_params_t   sp;
     int32_t               *ids;
     int                    n_ids;
+
+    /* run: a text prompt and image files */
+    const char            *prompt;
+    const char            *system;
+    const char            *image_paths[VLM_CLI_MAX_IMAGES];
+    vlm_tokenizer_t       *tok;
 } vlm_cli_run_t;
+
+
+typedef enum {
+    VLM_CLI_LOGITS = 0,
+    VLM_CLI_GENERATE,
+    VLM_CLI_RUN
+} vlm_cli_mode_t;
 
 
 static void
@@ -125,14 +146,19 @@ vlm_cli_read_ids(vlm_cli_run_t *r)
 }
 
 
+static int vlm_cli_prompt(vlm_cli_run_t *r);
+
+
 static int
-vlm_cli_parse(vlm_cli_run_t *r, int argc, char **argv, int generate)
+vlm_cli_parse(vlm_cli_run_t *r, int argc, char **argv, vlm_cli_mode_t mode)
 {
+    int           generate;
     int           i, t, h, w;
     const char   *v, *o;
     vlm_error_t   err;
 
     memset(r, 0, sizeof(vlm_cli_run_t));
+    generate = (mode != VLM_CLI_LOGITS);
     vlm_sampler_params_default(&r->sp);
     r->sp.temperature = 0.0f;
     r->max_tokens = 32;
@@ -158,8 +184,22 @@ vlm_cli_parse(vlm_cli_run_t *r, int argc, char **argv, int generate)
         if (strcmp(o, "--model") == 0) {
             r->model = v;
 
-        } else if (strcmp(o, "--ids") == 0) {
+        } else if (strcmp(o, "--ids") == 0 && mode != VLM_CLI_RUN) {
             r->ids_path = v;
+
+        } else if (strcmp(o, "--prompt") == 0 && mode == VLM_CLI_RUN) {
+            r->prompt = v;
+
+        } else if (strcmp(o, "--system") == 0 && mode == VLM_CLI_RUN) {
+            r->system = v;
+
+        } else if (strcmp(o, "--image") == 0 && mode == VLM_CLI_RUN) {
+            if (r->n_images == VLM_CLI_MAX_IMAGES) {
+                return vlm_cli_fail("at most %d images",
+                                    VLM_CLI_MAX_IMAGES);
+            }
+
+            r->image_paths[r->n_images++] = v;
 
         } else if (strcmp(o, "--out") == 0 && !generate) {
             r->out = v;
@@ -167,7 +207,7 @@ vlm_cli_parse(vlm_cli_run_t *r, int argc, char **argv, int generate)
         } else if (strcmp(o, "--threads") == 0) {
             r->threads = atoi(v);
 
-        } else if (strcmp(o, "--pixels") == 0) {
+        } else if (strcmp(o, "--pixels") == 0 && mode != VLM_CLI_RUN) {
             if (r->n_images == VLM_CLI_MAX_IMAGES) {
                 return vlm_cli_fail("at most %d images",
                                     VLM_CLI_MAX_IMAGES);
@@ -187,7 +227,7 @@ vlm_cli_parse(vlm_cli_run_t *r, int argc, char **argv, int generate)
             r->images[r->n_images].pixels = r->pixels[r->n_images].data;
             r->n_images++;
 
-        } else if (strcmp(o, "--grid") == 0) {
+        } else if (strcmp(o, "--grid") == 0 && mode != VLM_CLI_RUN) {
             if (sscanf(v, "%d,%d,%d", &t, &h, &w) != 3
                 || r->n_grids == VLM_CLI_MAX_IMAGES)
             {
@@ -225,6 +265,18 @@ vlm_cli_parse(vlm_cli_run_t *r, int argc, char **argv, int generate)
         }
     }
 
+    if (r->max_tokens < 1) {
+        return vlm_cli_fail("--max-tokens must be positive");
+    }
+
+    if (mode == VLM_CLI_RUN) {
+        if (r->model == NULL || r->prompt == NULL) {
+            return vlm_cli_fail("--model and --prompt are required");
+        }
+
+        return vlm_cli_prompt(r);
+    }
+
     if (r->model == NULL || r->ids_path == NULL
         || (!generate && r->out == NULL))
     {
@@ -248,11 +300,165 @@ vlm_cli_parse(vlm_cli_run_t *r, int argc, char **argv, int generate)
         }
     }
 
-    if (r->max_tokens < 1) {
-        return vlm_cli_fail("--max-tokens must be positive");
+    return vlm_cli_read_ids(r);
+}
+
+
+/*
+ * run: the images preprocessed as Qwen2VLImageProcessor does, the chat
+ * template rendered, the prompt tokenized with the image pads expanded.
+ */
+static int
+vlm_cli_prompt(vlm_cli_run_t *r)
+{
+    int                    i, rc;
+    char                  *data, *text, path[4096];
+    size_t                 len, n_text, n_spans, n_ids, n_all;
+    size_t                 n_pads[VLM_CLI_MAX_IMAGES];
+    int32_t               *ids;
+    vlm_error_t            err;
+    vlm_chat_msg_t         msgs[2];
+    vlm_tok_span_t         spans[8];
+    vlm_chat_part_t        parts[VLM_CLI_MAX_IMAGES + 1];
+    vlm_tok_work_t        *work;
+    vlm_image_ctx_t       *ictx;
+    vlm_image_plan_t       plan;
+    vlm_image_limits_t     limits;
+    vlm_qwen2vl_config_t   cfg;
+
+    if (vlm_tokenizer_load(&r->tok, r->model, &err) != VLM_OK) {
+        return vlm_cli_fail("%s", err.msg);
     }
 
-    return vlm_cli_read_ids(r);
+    snprintf(path, sizeof(path), "%s/preprocessor_config.json", r->model);
+
+    vlm_image_limits_default(&limits);
+
+    if (r->n_images
+        && (vlm_qwen2vl_config_load(&cfg, path, &err) != VLM_OK
+            || vlm_image_ctx_init(&ictx, &limits, &cfg, &err) != VLM_OK))
+    {
+        return vlm_cli_fail("%s", err.msg);
+    }
+
+    for (i = 0; i < r->n_images; i++) {
+        data = vlm_cli_read_file(r->image_paths[i], &len);
+        if (data == NULL) {
+            rc = vlm_cli_fail("cannot read \"%s\"", r->image_paths[i]);
+            goto image_failed;
+        }
+
+        if (vlm_image_plan(&limits, &cfg, (uint8_t *) data, len, &plan,
+                           &err)
+            != VLM_OK
+            || (r->pixels[i].data = malloc(plan.n_values * sizeof(float)))
+               == NULL
+            || vlm_image_ctx_run(ictx, (uint8_t *) data, len,
+                                 r->pixels[i].data, plan.n_values, &plan,
+                                 &err)
+               != VLM_OK)
+        {
+            free(data);
+            rc = vlm_cli_fail("%s: %s", r->image_paths[i],
+                              r->pixels[i].data ? err.msg : "no memory");
+            goto image_failed;
+        }
+
+        free(data);
+
+        r->pixels[i].shape[0] = plan.grid.n_patches;
+        r->images[i].pixels = r->pixels[i].data;
+        r->images[i].grid_t = (int) plan.grid.grid_t;
+        r->images[i].grid_h = (int) plan.grid.grid_h;
+        r->images[i].grid_w = (int) plan.grid.grid_w;
+        n_pads[i] = plan.grid.n_tokens;
+        parts[i].type = VLM_CHAT_PART_IMAGE;
+    }
+
+    if (r->n_images) {
+        vlm_image_ctx_free(ictx);
+    }
+
+    parts[r->n_images].type = VLM_CHAT_PART_TEXT;
+    parts[r->n_images].text = r->prompt;
+    parts[r->n_images].len = strlen(r->prompt);
+
+    memset(msgs, 0, sizeof(msgs));
+    i = 0;
+
+    if (r->system != NULL) {
+        msgs[i].role = "system";
+        msgs[i].role_len = 6;
+        msgs[i].content = r->system;
+        msgs[i].content_len = strlen(r->system);
+        i++;
+    }
+
+    msgs[i].role = "user";
+    msgs[i].role_len = 4;
+    msgs[i].parts = parts;
+    msgs[i].n_parts = (size_t) r->n_images + 1;
+    i++;
+
+    if (vlm_chat_render_spans(msgs, (size_t) i,
+                              VLM_CHAT_ADD_GENERATION_PROMPT, NULL, 0,
+                              &n_text, NULL, NULL, 0, &n_spans, &err)
+        != VLM_OK)
+    {
+        return vlm_cli_fail("%s", err.msg);
+    }
+
+    /* a token has at least one byte; each image adds its pads */
+    n_all = n_text + 1;
+
+    for (i = 0; i < r->n_images; i++) {
+        n_all += n_pads[i];
+    }
+
+    text = malloc(n_text + 1);
+    ids = malloc((n_text + 1) * sizeof(int32_t));
+    r->ids = malloc(n_all * sizeof(int32_t));
+    work = NULL;
+
+    if (text == NULL || ids == NULL || r->ids == NULL
+        || vlm_chat_render_spans(msgs, (size_t) i,
+                                 VLM_CHAT_ADD_GENERATION_PROMPT, text,
+                                 n_text + 1, &n_text, NULL, spans, 8,
+                                 &n_spans, &err)
+           != VLM_OK
+        || vlm_tok_work_create(&work, r->tok, n_text + 1, &err) != VLM_OK
+        || vlm_tokenizer_encode_spans(r->tok, work, text, n_text, 0, spans,
+                                      n_spans, ids, n_text + 1, &n_ids, &err)
+           != VLM_OK
+        || vlm_chat_expand_ids(ids, n_ids,
+                               vlm_tokenizer_token_id(r->tok,
+                                                      VLM_CHAT_IMAGE_PAD),
+                               n_pads, (size_t) r->n_images, r->ids, n_all,
+                               &len, &err)
+           != VLM_OK)
+    {
+        rc = vlm_cli_fail("%s", text && ids && r->ids ? err.msg
+                                                       : "no memory");
+        vlm_tok_work_free(work);
+        free(text);
+        free(ids);
+        return rc;
+    }
+
+    r->n_ids = (int) len;
+    r->n_grids = r->n_images;
+
+    vlm_tok_work_free(work);
+    free(text);
+    free(ids);
+
+    return 0;
+
+image_failed:
+
+    vlm_image_ctx_free(ictx);
+
+    return rc;
 }
 
 
@@ -266,6 +472,7 @@ vlm_cli_cleanup(vlm_cli_run_t *r)
     }
 
     free(r->ids);
+    vlm_tokenizer_free(r->tok);
 }
 
 
@@ -313,7 +520,7 @@ vlm_cli_logits(int argc, char **argv)
     vlm_model_t   *m;
     vlm_cli_run_t  r;
 
-    rc = vlm_cli_parse(&r, argc, argv, 0);
+    rc = vlm_cli_parse(&r, argc, argv, VLM_CLI_LOGITS);
     if (rc != 0 || (rc = vlm_cli_open(&r, 0, &m, &seq)) != 0) {
         vlm_cli_cleanup(&r);
         return rc;
@@ -363,10 +570,13 @@ done:
 }
 
 
-int
-vlm_cli_generate(int argc, char **argv)
+static int
+vlm_cli_continue(int argc, char **argv, vlm_cli_mode_t mode)
 {
     int                      i, rc;
+    char                     piece[1024];
+    size_t                   len;
+    vlm_tok_stream_t         stream;
     vlm_seq_t               *seq;
     vlm_error_t              err;
     vlm_model_t             *m;
@@ -375,7 +585,7 @@ vlm_cli_generate(int argc, char **argv)
     vlm_sampler_t           *sampler;
     const vlm_model_info_t  *info;
 
-    rc = vlm_cli_parse(&r, argc, argv, 1);
+    rc = vlm_cli_parse(&r, argc, argv, mode);
     if (rc != 0 || (rc = vlm_cli_open(&r, r.max_tokens, &m, &seq)) != 0) {
         vlm_cli_cleanup(&r);
         return rc;
@@ -403,6 +613,7 @@ vlm_cli_generate(int argc, char **argv)
     }
 
     vlm_sampler_prompt(sampler, r.ids, r.n_ids);
+    vlm_tok_stream_init(&stream, VLM_TOK_SKIP_SPECIAL);
 
     for (i = 0; ; i++) {
         if (vlm_sampler_sample(sampler, vlm_seq_logits(seq), &s, &err)
@@ -412,7 +623,21 @@ vlm_cli_generate(int argc, char **argv)
             goto done;
         }
 
-        printf("%s%d", i == 0 ? "" : " ", (int) s.token);
+        if (mode == VLM_CLI_GENERATE) {
+            printf("%s%d", i == 0 ? "" : " ", (int) s.token);
+
+        } else if (s.finish != VLM_FINISH_STOP) {
+            if (vlm_tok_stream_push(r.tok, &stream, s.token, piece,
+                                    sizeof(piece), &len, &err)
+                != VLM_OK)
+            {
+                rc = vlm_cli_fail("%s", err.msg);
+                goto done;
+            }
+
+            fwrite(piece, 1, len, stdout);
+            fflush(stdout);
+        }
 
         if (s.finish != VLM_FINISH_NONE) {
             break;
@@ -422,6 +647,13 @@ vlm_cli_generate(int argc, char **argv)
             rc = vlm_cli_fail("%s", err.msg);
             goto done;
         }
+    }
+
+    if (mode == VLM_CLI_RUN
+        && vlm_tok_stream_finish(&stream, piece, sizeof(piece), &len, &err)
+           == VLM_OK)
+    {
+        fwrite(piece, 1, len, stdout);
     }
 
     printf("\n");
@@ -434,4 +666,18 @@ done:
     vlm_cli_cleanup(&r);
 
     return rc;
+}
+
+
+int
+vlm_cli_generate(int argc, char **argv)
+{
+    return vlm_cli_continue(argc, argv, VLM_CLI_GENERATE);
+}
+
+
+int
+vlm_cli_run(int argc, char **argv)
+{
+    return vlm_cli_continue(argc, argv, VLM_CLI_RUN);
 }
