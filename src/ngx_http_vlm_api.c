@@ -99,10 +99,11 @@ ngx_http_vlm_metrics_handler(ngx_http_request_t *r)
     size_t              size, len;
     u_char             *text;
     ngx_int_t           rc;
-    ngx_buf_t          *b;
-    ngx_chain_t         out;
     vlm_queue_t        *q;
     vlm_queue_stats_t   st;
+
+    static ngx_str_t  type =
+        ngx_string("text/plain; version=0.0.4; charset=utf-8");
 
     rc = ngx_http_vlm_allow_methods(r, NGX_HTTP_GET|NGX_HTTP_HEAD,
                                     "GET, HEAD");
@@ -134,32 +135,5 @@ ngx_http_vlm_metrics_handler(ngx_http_request_t *r)
 
     len = vlm_metrics_render(q->metrics, &st, (char *) text, size) - 1;
 
-    r->headers_out.status = NGX_HTTP_OK;
-    r->headers_out.content_length_n = len;
-    ngx_str_set(&r->headers_out.content_type,
-                "text/plain; version=0.0.4; charset=utf-8");
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
-    r->headers_out.content_type_lowcase = NULL;
-
-    rc = ngx_http_send_header(r);
-
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    b = ngx_calloc_buf(r->pool);
-    if (b == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    b->pos = text;
-    b->last = text + len;
-    b->memory = 1;
-    b->last_buf = (r == r->main) ? 1 : 0;
-    b->last_in_chain = 1;
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
+    return ngx_http_vlm_send_body(r, NGX_HTTP_OK, &type, text, len);
 }

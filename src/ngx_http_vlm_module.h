@@ -132,6 +132,8 @@ size_t ngx_http_vlm_json_str_len(ngx_str_t *s);
 u_char *ngx_http_vlm_json_str(u_char *p, ngx_str_t *s);
 ngx_int_t ngx_http_vlm_send_json(ngx_http_request_t *r, ngx_uint_t status,
     u_char *json, size_t len);
+ngx_int_t ngx_http_vlm_send_body(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_str_t *type, u_char *body, size_t len);
 ngx_int_t ngx_http_vlm_send_error(ngx_http_request_t *r, ngx_uint_t status,
     const char *type, const char *code, ngx_str_t *param,
     const char *fmt, ...);

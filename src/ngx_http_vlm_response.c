@@ -42,6 +42,17 @@ ngx_int_t
 ngx_http_vlm_send_json(ngx_http_request_t *r, ngx_uint_t status,
     u_char *json, size_t len)
 {
+    static ngx_str_t  type = ngx_string("application/json");
+
+    return ngx_http_vlm_send_body(r, status, &type, json, len);
+}
+
+
+/* a whole response from one buffer that lives as long as the request */
+ngx_int_t
+ngx_http_vlm_send_body(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_str_t *type, u_char *body, size_t len)
+{
     ngx_int_t     rc;
     ngx_buf_t    *b;
     ngx_chain_t   out;
@@ -49,8 +60,8 @@ ngx_http_vlm_send_json(ngx_http_request_t *r, ngx_uint_t status,
     r->headers_out.status = status;
     r->headers_out.content_length_n = len;
 
-    ngx_str_set(&r->headers_out.content_type, "application/json");
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type = *type;
+    r->headers_out.content_type_len = type->len;
     r->headers_out.content_type_lowcase = NULL;
 
     rc = ngx_http_send_header(r);
@@ -64,8 +75,8 @@ ngx_http_vlm_send_json(ngx_http_request_t *r, ngx_uint_t status,
         return NGX_ERROR;
     }
 
-    b->pos = json;
-    b->last = json + len;
+    b->pos = body;
+    b->last = body + len;
     b->memory = 1;
     b->last_buf = (r == r->main) ? 1 : 0;
     b->last_in_chain = 1;
