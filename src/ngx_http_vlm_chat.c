@@ -923,6 +923,7 @@ static void
 ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx)
 {
     size_t                     len;
+    uint32_t                   max_len;
     uint64_t                   id_hi, id_lo;
     ngx_int_t                  rc;
     ngx_buf_t                 *b;
@@ -935,6 +936,20 @@ ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx)
     r = ctx->request;
     vmcf = ctx->vmcf;
     q = ngx_http_vlm_queue();
+
+    /* refused here, not by the engine: a stream gets a real 400 */
+    max_len = vlm_queue_max_seq_len(q);
+
+    if (max_len != 0 && ctx->n_prompt > max_len) {
+        vlm_openai_error_set(&err, VLM_ERR_LIMIT, NGX_HTTP_BAD_REQUEST,
+                             "invalid_request_error",
+                             "context_length_exceeded", "messages",
+                             "This model's maximum context length is %u "
+                             "tokens, but the messages resulted in %u "
+                             "tokens.", max_len, ctx->n_prompt);
+        ngx_http_vlm_chat_fail(ctx, &err);
+        return;
+    }
 
     id_hi = ((uint64_t) ngx_random() << 32) ^ (uint64_t) ngx_random();
     id_lo = ((uint64_t) ngx_random() << 32) ^ ctx->t_start;

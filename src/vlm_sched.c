@@ -232,6 +232,9 @@ vlm_sched_step(vlm_sched_t *s, int admit)
         n++;
     }
 
+    /* requests abandoned while queued give their slots back at once */
+    (void) vlm_queue_reap(s->q);
+
     if (admit) {
         vlm_sched_admit(s);
     }

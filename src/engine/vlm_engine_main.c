@@ -282,6 +282,7 @@ main(int argc, char **argv)
 
     vlm_sched_publish(sched);
     atomic_store(&q.metrics->engine_rss, vlm_engine_rss());
+    vlm_queue_engine_limits(&q, (uint32_t) vlm_model_info(model)->max_seq_len);
 
     vlm_queue_engine_state(&q, VLM_ENGINE_READY, getpid());
     vlm_log(VLM_LOG_INFO, "serving %s (%s), %d sequences", args.model_dir,
