@@ -234,13 +234,17 @@ sub error_log_since ($) {
 
 
 # fails for each [alert], [crit] or [emerg] line (and the given extra
-# patterns) written since the last check
+# patterns) written since the last check; a first argument { allow =>
+# [patterns] } excuses the lines that match one of them
 sub check_log ($$;@) {
     my ($srv, $what, @pats) = @_;
 
+    my $allow = @pats && ref $pats[0] eq 'HASH' ? shift(@pats)->{allow} : [];
+
     my @bad = grep {
         my $l = $_;
-        $l =~ /\[(alert|crit|emerg)\]/ || grep { $l =~ $_ } @pats
+        ($l =~ /\[(alert|crit|emerg)\]/ || grep { $l =~ $_ } @pats)
+        && !grep { $l =~ $_ } @$allow
     } error_log_since($srv);
 
     Test::More::ok(!@bad, "$what: no alert, crit or emerg in error.log")
