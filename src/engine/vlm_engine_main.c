@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -180,24 +181,38 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
 }
 
 
+/*
+ * The engine's own resident memory: anonymous and file-backed pages (heap,
+ * model weights), not the pages of the shared queue segment, which is a
+ * fixed budget reported by its own pools (request_slots, queue_arena) and
+ * whose resident share only says how much of the arena this process has
+ * touched so far.
+ */
 static uint64_t
 vlm_engine_rss(void)
 {
-    long   pages, resident;
-    FILE  *f;
+    char       line[128];
+    FILE      *f;
+    uint64_t   kb, total;
 
-    f = fopen("/proc/self/statm", "r");
+    f = fopen("/proc/self/status", "r");
     if (f == NULL) {
         return 0;
     }
 
-    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) {
-        resident = 0;
+    total = 0;
+
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "RssAnon: %" SCNu64, &kb) == 1
+            || sscanf(line, "RssFile: %" SCNu64, &kb) == 1)
+        {
+            total += kb * 1024;
+        }
     }
 
     fclose(f);
 
-    return (uint64_t) resident * (uint64_t) sysconf(_SC_PAGESIZE);
+    return total;
 }
 
 

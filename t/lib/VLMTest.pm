@@ -186,8 +186,9 @@ sub vlm_engine_pids ($) {
 }
 
 
-# stops nginx (QUIT, then TERM, then KILL); returns the engine pids that
-# are still there 5 s later (none expected)
+# stops nginx (QUIT, then TERM, then KILL) and removes its prefix unless
+# a test failed; returns the engine pids that were still there 5 s later
+# (none expected)
 sub vlm_stop ($) {
     my $srv = shift;
 
@@ -214,6 +215,11 @@ sub vlm_stop ($) {
 
     kill 'KILL', @left if @left;
     delete $srv->{pid};
+
+    # the prefix stays for a look when something failed
+    remove_tree($srv->{prefix})
+        if !$ENV{TEST_NGINX_NO_CLEAN} && !$srv->{keep} && !@left
+           && Test::More->builder->is_passing;
 
     return @left;
 }
