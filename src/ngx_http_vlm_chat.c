@@ -1087,11 +1087,14 @@ ngx_http_vlm_chat_buf(ngx_http_vlm_chat_ctx_t *ctx)
 static ngx_int_t
 ngx_http_vlm_chat_send(ngx_http_vlm_chat_ctx_t *ctx, ngx_chain_t *out)
 {
-    ngx_int_t            rc;
-    ngx_chain_t         *cl;
-    ngx_http_request_t  *r;
+    ngx_int_t                  rc;
+    ngx_event_t               *wev;
+    ngx_chain_t               *cl;
+    ngx_http_request_t        *r;
+    ngx_http_core_loc_conf_t  *clcf;
 
     r = ctx->request;
+    wev = r->connection->write;
 
     rc = ngx_http_output_filter(r, out);
 
@@ -1102,6 +1105,30 @@ ngx_http_vlm_chat_send(ngx_http_vlm_chat_ctx_t *ctx, ngx_chain_t *out)
 
     for (cl = ctx->busy; cl; cl = cl->next) {
         ctx->n_busy++;
+    }
+
+    if (rc == NGX_ERROR) {
+        return rc;
+    }
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    if (rc == NGX_AGAIN || r->connection->buffered) {
+        /*
+         * the client did not take everything: the write handler goes on
+         * when the socket is writable again (the write event is armed
+         * only on demand), or ends the request after send_timeout
+         */
+        if (ngx_handle_write_event(wev, clcf->send_lowat) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        if (!wev->delayed) {
+            ngx_add_timer(wev, clcf->send_timeout);
+        }
+
+    } else if (wev->timer_set) {
+        ngx_del_timer(wev);
     }
 
     return rc;

@@ -15,13 +15,18 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 
+use POSIX qw(sysconf _SC_CLK_TCK);
+use Socket qw(SOL_SOCKET SO_RCVBUF);
 use Test::More;
 use Time::HiRes qw(sleep time);
 use VLMTest;
 
 vlm_prereqs();
 
-my $srv = vlm_start(name => 'engine', workers => 2, http_config => <<'_EOC_');
+# small socket buffers, so that a client that does not read holds its
+# stream in the engine
+my $srv = vlm_start(name => 'engine', workers => 2, listen => 'sndbuf=4k',
+                    http_config => <<'_EOC_');
     vlm_max_running 1;
     vlm_max_queued 4;
     vlm_max_tokens 4000;
@@ -192,6 +197,51 @@ sub itl_count {
        'queued: the engine has no sequence left');
     is($m->{'vlm_pool_used{pool="kv_blocks",unit="blocks"}'}, 0,
        'queued: nor any KV block');
+}
+
+# --- a client that does not read: the engine holds its stream without
+# spinning, and the stream completes once it is read
+
+{
+    my ($pid) = vlm_engine_pids($srv);
+    my $cpu = sub {
+        open my $in, '<', "/proc/$pid/stat" or return 0;
+        my @f = split ' ', scalar <$in>;
+        return ($f[13] + $f[14]) / sysconf(_SC_CLK_TCK);
+    };
+
+    my $st = vlm_open_stream($srv, $long);
+    setsockopt($st->{sock}, SOL_SOCKET, SO_RCVBUF, 4096);
+    ok(vlm_read_some($st, 10, qr/"content":"[^"]+"/),
+       'slow reader: the stream has begun');
+
+    # the buffers on the way fill up, then the engine holds the stream
+    sleep 1;
+    my $c1 = itl_count();
+    sleep 1;
+    my $c2 = itl_count();
+    ok($c2 == $c1, "slow reader: the engine holds the stream ($c1 -> $c2 "
+       . "tokens)");
+
+    my $t0 = $cpu->();
+    sleep 1;
+    my $used = $cpu->() - $t0;
+    ok($used < 0.3, sprintf('slow reader: the engine waits without '
+                            . 'spinning (%.2f s of CPU in 1 s)', $used));
+
+    my $open = vlm_read_some($st, 30);
+    close $st->{sock};
+
+    my @ev = vlm_sse(VLMTest::parse_response($st->{raw})->{body});
+    my ($fin) = grep { ref $_ && $_->{choices} && @{ $_->{choices} }
+                       && $_->{choices}[0]{finish_reason} } @ev;
+
+    is($ev[-1], '[DONE]', 'slow reader: the stream ends with [DONE]')
+        or diag("open $open: " . substr($st->{raw}, -600));
+    is($fin && $fin->{choices}[0]{finish_reason}, 'length',
+       'slow reader: all of it (finish_reason length)');
+
+    idle_ok('slow reader');
 }
 
 # --- nginx reloaded mid-stream: the stream completes, same engine

@@ -33,6 +33,7 @@
 
 
 #define VLM_ENGINE_IDLE_POLL_MS   500
+#define VLM_ENGINE_STALL_POLL_MS  2     /* every request waits for a reader */
 #define VLM_ENGINE_STATS_NS       1000000000ull
 
 
@@ -313,7 +314,14 @@ main(int argc, char **argv)
     pfd[1].events = POLLIN;
 
     while (!vlm_engine_stop) {
-        timeout = active ? 0 : VLM_ENGINE_IDLE_POLL_MS;
+        if (active == 0) {
+            timeout = VLM_ENGINE_IDLE_POLL_MS;
+
+        } else {
+            /* a slow reader's ring is full: look again soon, do not spin */
+            timeout = vlm_sched_progressed(sched) ? 0
+                                                  : VLM_ENGINE_STALL_POLL_MS;
+        }
 
         if (poll(pfd, 2, timeout) == -1 && errno != EINTR) {
             vlm_log(VLM_LOG_ERROR, "poll: %s", strerror(errno));

@@ -52,8 +52,9 @@ sub vlm_prereqs () {
 }
 
 
-# starts nginx; options: name, port, workers, master (on|off),
-# main_config, http_config, locations (extra server text), model, wait
+# starts nginx; options: name, port, listen (more listen parameters),
+# workers, master (on|off), main_config, http_config, locations (extra
+# server text), model, wait
 sub vlm_start (%) {
     my %o = @_;
 
@@ -70,6 +71,7 @@ sub vlm_start (%) {
     my $main = $o{main_config} || '';
     my $http = $o{http_config} || '';
     my $extra = $o{locations} || '';
+    my $listen = $o{listen} || '';
     my $user = $> == 0 ? 'user root;' : '';
 
     remove_tree($prefix);
@@ -106,7 +108,7 @@ http {
 $http
 
     server {
-        listen 127.0.0.1:$port;
+        listen 127.0.0.1:$port $listen;
 
         location = /v1/chat/completions { vlm_chat; }
         location = /v1/models { vlm_models; }
