@@ -26,10 +26,10 @@ my $srv = vlm_start(name => 'errors', port => $port, http_config => <<'_EOC_');
     vlm_max_image_pixels 5000;
 _EOC_
 
-my ($busy, $down);
+my ($busy, $down, $slow);
 
 END {
-    VLMTest::vlm_stop($_) for grep { $_ } $srv, $busy, $down;
+    VLMTest::vlm_stop($_) for grep { $_ } $srv, $busy, $down, $slow;
 }
 
 
@@ -287,5 +287,49 @@ $down = vlm_start(name => 'down', port => $port + 2, wait => 0,
 
 VLMTest::vlm_stop($down);
 undef $down;
+
+# --- vlm_request_timeout: 504 before the response began, an SSE error
+# event after; the slot comes back either way
+
+$slow = vlm_start(name => 'timeout', port => $port + 3,
+                  http_config => <<'_EOC_');
+    vlm_max_tokens 4000;
+    vlm_request_timeout 300ms;
+_EOC_
+
+{
+    my $long = { %{ vlm_chat_body('hi') }, max_tokens => 4000,
+                 temperature => 0 };
+    my $timeout = err_body('the request took longer than 300 ms',
+                           'server_error', undef, 'timeout');
+
+    my $t0 = time;
+    my $res = vlm_post_json($slow, $long);
+    my $took = time - $t0;
+
+    is($res->{status}, 504, 'timeout: 504');
+    is($res->{body}, $timeout, 'timeout: the error body');
+    ok($took < 2, sprintf('timeout: after %.2f s', $took));
+
+    $res = vlm_post_json($slow, { %$long, stream => JSON::PP::true });
+    my @ev = vlm_sse($res->{body});
+
+    is($res->{status}, 200, 'timeout, streamed: the stream had begun');
+    is($ev[-1], '[DONE]', 'timeout, streamed: ends with [DONE]');
+    is(ref $ev[-2] ? $VLMTest::JSON->encode($ev[-2]) : '',
+       $VLMTest::JSON->encode(vlm_json($timeout)),
+       'timeout, streamed: the error event');
+
+    my $zone = vlm_wait_idle($slow, 2);
+    ok($zone->{slots_used} == 0 && $zone->{arena_used} == 0,
+       'timeout: nothing left in use');
+    is(vlm_metrics($slow)->{'vlm_requests_total{status="504"}'}, 2,
+       'timeout: two 504 in the metrics');
+}
+
+VLMTest::check_log($slow, 'timeout');
+@left = vlm_stop($slow);
+undef $slow;
+is(scalar @left, 0, 'timeout: no engine process left');
 
 done_testing();
