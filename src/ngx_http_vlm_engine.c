@@ -46,6 +46,7 @@ static ngx_msec_t ngx_http_vlm_engine_manager(void *data);
 static ngx_int_t ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf,
     ngx_log_t *log);
 static ngx_int_t ngx_http_vlm_engine_alive(ngx_pid_t pid);
+static void ngx_http_vlm_engine_close_fds(void);
 static void ngx_http_vlm_engine_timer_handler(ngx_event_t *ev);
 static void ngx_http_vlm_notify_handler(ngx_event_t *ev);
 
@@ -454,6 +455,39 @@ done:
 }
 
 
+/*
+ * In the engine's child, before exec: nginx's sockets (client connections
+ * and listening sockets, which a single process has) must not live on in
+ * the engine, else a client never sees its connection close and the port
+ * stays bound.  The queue's descriptors are no connections and stay; so
+ * does this process's own notify eventfd, whose number the queue names.
+ */
+static void
+ngx_http_vlm_engine_close_fds(void)
+{
+    ngx_uint_t         i;
+    ngx_listening_t   *ls;
+    ngx_connection_t  *c;
+
+    c = ngx_cycle->connections;
+
+    for (i = 0; c != NULL && i < ngx_cycle->connection_n; i++) {
+        if (c[i].fd != (ngx_socket_t) -1 && &c[i] != ngx_http_vlm_notify_conn)
+        {
+            (void) close(c[i].fd);
+        }
+    }
+
+    ls = ngx_cycle->listening.elts;
+
+    for (i = 0; i < ngx_cycle->listening.nelts; i++) {
+        if (ls[i].fd != (ngx_socket_t) -1) {
+            (void) close(ls[i].fd);
+        }
+    }
+}
+
+
 static ngx_int_t
 ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
 {
@@ -502,6 +536,8 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
         return NGX_ERROR;
 
     case 0:
+        ngx_http_vlm_engine_close_fds();
+
         /* nginx blocks some signals: the engine starts with none blocked */
         sigemptyset(&set);
         sigprocmask(SIG_SETMASK, &set, NULL);

@@ -4,7 +4,9 @@
 # nginx reloaded mid-stream (the stream completes, the same engine keeps
 # serving: no model reload), clients that disconnect mid-stream or while
 # queued (their slots come back within a second and the engine stops
-# generating for them), and a stop that leaves no engine behind.  After
+# generating for them), a client that does not read (held without
+# spinning), a worker killed mid-stream, a stop that leaves no engine
+# behind, and the same without a master process.  After
 # every scenario every slot is free and the arena is empty.  Plain
 # Test::More: killing the engine mid-stream is orchestration that
 # Test::Nginx::Socket blocks cannot express.
@@ -281,12 +283,79 @@ sub itl_count {
     VLMTest::check_log($srv, 'reload');
 }
 
+# --- a worker killed mid-stream: the supervisor frees what it held
+
+{
+    my $st = vlm_open_stream($srv, $long);
+    ok(vlm_read_some($st, 10, qr/"content":"[^"]+"/),
+       'worker killed: the stream has begun');
+
+    my $port = $srv->{port};
+    my ($worker) = `ss -Htnp state established '( sport = :$port )'`
+                   =~ /pid=(\d+)/;
+
+    ok($worker && $worker != $srv->{pid}, 'worker killed: its worker found');
+    kill 'KILL', $worker if $worker;
+    close $st->{sock};
+
+    idle_ok('worker killed');
+
+    my $res = vlm_post_json($srv, { %{ vlm_chat_body('hi') },
+                                    max_tokens => 3, temperature => 0 });
+    is($res->{status}, 200, 'worker killed: the new worker serves');
+
+    VLMTest::check_log($srv, 'worker killed', { allow => [
+        qr/\[alert\] .*worker process $worker exited on signal 9/ ] });
+}
+
 # --- stop: nothing left behind
 
 {
     my @left = vlm_stop($srv);
     undef $srv;
     is(scalar @left, 0, 'stop: no engine process left');
+}
+
+# --- without a master: the single process supervises the engine from a
+# timer, and its client connections are not inherited by the engine
+
+{
+    $srv = vlm_start(name => 'single', master => 'off',
+                     http_config => "    vlm_max_tokens 4000;\n");
+
+    my $res = vlm_post_json($srv, { %{ vlm_chat_body('hi') },
+                                    max_tokens => 3, temperature => 0 });
+    is($res->{status}, 200, 'single process: served');
+
+    my ($pid) = vlm_engine_pids($srv);
+    my @socks = grep { (readlink($_) // '') =~ /^socket:/ }
+                glob "/proc/$pid/fd/*";
+    is(scalar @socks, 0, 'single process: the engine holds no socket');
+
+    my $st = vlm_open_stream($srv, $long);
+    ok(vlm_read_some($st, 10, qr/"content":"[^"]+"/),
+       'single process: the stream has begun');
+
+    kill 'KILL', $pid;
+    vlm_read_some($st, 10);
+    close $st->{sock};
+
+    my @ev = vlm_sse(VLMTest::parse_response($st->{raw})->{body});
+    is($ev[-1], '[DONE]', 'single process: the stream ends with [DONE]');
+    ok(ref $ev[-2] && $ev[-2]{error}, 'single process: after an error');
+
+    ok(vlm_wait_ready($srv, 10), 'single process: the engine is back');
+    $res = vlm_post_json($srv, { %{ vlm_chat_body('hi') },
+                                 max_tokens => 3, temperature => 0 });
+    is($res->{status}, 200, 'single process: served again');
+    is(vlm_metrics($srv)->{vlm_engine_restarts_total}, 1,
+       'single process: engine_restarts 1');
+
+    idle_ok('single process');
+
+    my @left = vlm_stop($srv);
+    undef $srv;
+    is(scalar @left, 0, 'single process: no engine process left');
 }
 
 done_testing();
