@@ -368,6 +368,9 @@ ngx_http_vlm_engine_manager(void *data)
     if (!sup->looked) {
         sup->looked = 1;
 
+        /* from now on the engine is ours, not the previous helper's */
+        vlm_queue_supervisor_set(q, (int32_t) ngx_pid);
+
         vlm_queue_stats(q, &st);
         pid = st.engine_pid;
 
@@ -387,6 +390,14 @@ ngx_http_vlm_engine_manager(void *data)
                 sup->stop_deadline = now + NGX_HTTP_VLM_STOP_WAIT;
             }
         }
+    }
+
+    if (vlm_queue_supervisor(q) != (int32_t) ngx_pid) {
+        /*
+         * a reload started another helper, which supervises the engine
+         * now: this one neither reports its death nor starts another
+         */
+        return NGX_HTTP_VLM_TICK;
     }
 
     if (sup->stopping) {
@@ -427,6 +438,11 @@ ngx_http_vlm_engine_manager(void *data)
             goto done;
         }
 
+        if (vlm_queue_supervisor(q) != (int32_t) ngx_pid) {
+            /* taken over (and the engine replaced) since the check above */
+            return NGX_HTTP_VLM_TICK;
+        }
+
         ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
                       "vlm: engine %P exited; %uD running requests failed",
                       sup->pid, vlm_queue_engine_lost(q));
@@ -438,7 +454,9 @@ ngx_http_vlm_engine_manager(void *data)
         sup->next_start = now + ngx_min(backoff, NGX_HTTP_VLM_BACKOFF_MAX);
     }
 
-    if (sup->pid == 0 && (ngx_msec_int_t) (now - sup->next_start) >= 0) {
+    if (sup->pid == 0 && !vlm_queue_retired(q)
+        && (ngx_msec_int_t) (now - sup->next_start) >= 0)
+    {
         if (ngx_http_vlm_engine_start(vmcf, ngx_cycle->log) != NGX_OK) {
             sup->failures++;
             sup->next_start = now + NGX_HTTP_VLM_BACKOFF_MAX;

@@ -46,6 +46,7 @@ struct vlm_queue_header_s {
     _Atomic uint64_t     engine_conf;   /* hash of the engine's settings */
     _Atomic uint32_t     engine_max_seq_len; /* 0 until the model loaded */
     _Atomic uint32_t     retired;       /* replaced by another segment */
+    _Atomic int32_t      supervisor;    /* pid of the engine's supervisor */
     _Atomic uint64_t     reloads;       /* nginx reloads that kept it */
 
     _Atomic uint64_t     ring_head;     /* engine: next to take */
@@ -1092,6 +1093,20 @@ vlm_queue_sweep_workers(vlm_queue_t *q)
     }
 
     return n;
+}
+
+
+void
+vlm_queue_supervisor_set(vlm_queue_t *q, int32_t pid)
+{
+    atomic_store(&q->hdr->supervisor, pid);
+}
+
+
+int32_t
+vlm_queue_supervisor(vlm_queue_t *q)
+{
+    return atomic_load(&q->hdr->supervisor);
 }
 
 

@@ -257,6 +257,14 @@ uint32_t vlm_queue_engine_lost(vlm_queue_t *q);
 uint32_t vlm_queue_worker_lost(vlm_queue_t *q, uint32_t worker);
 uint32_t vlm_queue_sweep_workers(vlm_queue_t *q);
 void vlm_queue_reloaded(vlm_queue_t *q);
+
+/*
+ * The process that supervises the engine: a reload starts a new one that
+ * takes over, and the one it replaces (still running its last timers)
+ * must then leave the engine alone.
+ */
+void vlm_queue_supervisor_set(vlm_queue_t *q, int32_t pid);
+int32_t vlm_queue_supervisor(vlm_queue_t *q);
 void vlm_queue_retire(vlm_queue_t *q);
 int vlm_queue_retired(vlm_queue_t *q);
 int vlm_queue_engine_fd(vlm_queue_t *q);

@@ -283,6 +283,40 @@ sub itl_count {
     VLMTest::check_log($srv, 'reload');
 }
 
+# --- reloaded with other engine settings: one new engine, one restart,
+# and the old helper process leaves the engine to the new one
+
+{
+    my @pids = vlm_engine_pids($srv);
+    my $r0 = vlm_metrics($srv)->{vlm_engine_restarts_total};
+
+    vlm_reload($srv, 'vlm_engine_threads 1;', 'vlm_engine_threads 2;');
+
+    my @new;
+    for (1 .. 100) {
+        @new = vlm_engine_pids($srv);
+        last if @new == 1 && $new[0] != $pids[0]
+                && vlm_health($srv)->{_status} == 200;
+        sleep 0.1;
+    }
+
+    is(scalar @new, 1, 'new settings: one engine');
+    isnt($new[0], $pids[0], 'new settings: a new engine');
+
+    # the old helper's last timers would have seen the old engine die
+    sleep 1;
+    is_deeply([vlm_engine_pids($srv)], \@new, 'new settings: still that one');
+    is(vlm_metrics($srv)->{vlm_engine_restarts_total} - $r0, 1,
+       'new settings: engine_restarts went up by one');
+
+    my $res = vlm_post_json($srv, { %{ vlm_chat_body('hi') },
+                                    max_tokens => 3, temperature => 0 });
+    is($res->{status}, 200, 'new settings: served');
+
+    idle_ok('new settings');
+    VLMTest::check_log($srv, 'new settings');
+}
+
 # --- a worker killed mid-stream: the supervisor frees what it held
 
 {

@@ -26,7 +26,7 @@ our @EXPORT = qw(
     vlm_start vlm_stop vlm_request vlm_post_json vlm_sse vlm_metrics
     vlm_health vlm_wait_idle vlm_wait_ready vlm_engine_pids vlm_png
     vlm_jpeg vlm_data_url vlm_json vlm_chat_body vlm_open_stream
-    vlm_read_some vlm_prereqs vlm_root
+    vlm_read_some vlm_prereqs vlm_root vlm_reload
 );
 
 my $ROOT = abs_path(__FILE__ . '/../../..');
@@ -144,6 +144,26 @@ _EOC_
     }
 
     return $srv;
+}
+
+
+# edits the configuration (replaces $from by $to) and reloads with HUP
+sub vlm_reload ($;$$) {
+    my ($srv, $from, $to) = @_;
+
+    if (defined $from) {
+        open my $in, '<', $srv->{conf} or die "$srv->{conf}: $!";
+        my $conf = do { local $/; <$in> };
+        close $in;
+
+        $conf =~ s/\Q$from\E/$to/ or die "\"$from\" is not in the conf";
+
+        open my $out, '>', $srv->{conf} or die "$srv->{conf}: $!";
+        print $out $conf;
+        close $out;
+    }
+
+    kill 'HUP', $srv->{pid};
 }
 
 
