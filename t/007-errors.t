@@ -1,8 +1,9 @@
 # Every error path of POST /v1/chat/completions: the exact status and the
 # exact OpenAI error body (message, type, param, code), Retry-After on 429
-# and 503, and no slot or arena byte left behind by any of them.  Three
-# nginx instances: limits (1994), a queue of one (1995) and an engine
-# that never serves (1996).  Plain Test::More: the engine must be ready
+# and 503, and no slot or arena byte left behind by any of them.  Five
+# nginx instances: limits (port P = TEST_NGINX_PORT), a queue of one
+# (P + 1), an engine that never serves (P + 2), a request timeout (P + 3)
+# and a small queue arena (P + 4).  Plain Test::More: the engine must be ready
 # before the first request, which Test::Nginx::Socket blocks cannot wait
 # for.
 
@@ -26,10 +27,10 @@ my $srv = vlm_start(name => 'errors', port => $port, http_config => <<'_EOC_');
     vlm_max_image_pixels 5000;
 _EOC_
 
-my ($busy, $down, $slow);
+my ($busy, $down, $slow, $small);
 
 END {
-    VLMTest::vlm_stop($_) for grep { $_ } $srv, $busy, $down, $slow;
+    VLMTest::vlm_stop($_) for grep { $_ } $srv, $busy, $down, $slow, $small;
 }
 
 
@@ -331,5 +332,52 @@ VLMTest::check_log($slow, 'timeout');
 @left = vlm_stop($slow);
 undef $slow;
 is(scalar @left, 0, 'timeout: no engine process left');
+
+# --- a queue arena of 320 KB (vlm_zone size=1m): a request larger than
+# the whole arena gets 400, one that does not fit while another holds the
+# arena gets 503 with Retry-After
+
+$small = vlm_start(name => 'small', port => $port + 4, zone => '1m',
+                   http_config => "    vlm_max_tokens 4000;\n");
+
+{
+    my $p = vlm_data_url('image/png', vlm_png(112, 112, 1));
+
+    my $res = vlm_post_json($small, { %{ vlm_chat_body('x', ($p) x 4) },
+                                      max_tokens => 2 });
+    is($res->{status}, 400, 'larger than the arena: 400');
+    like($res->{body}, qr/^\{"error":\{"message":"request needs \d+ bytes of queue arena, more than its whole size","type":"invalid_request_error","param":"messages","code":"request_too_large"\}\}$/,
+         'larger than the arena: the error body');
+
+    my $st = vlm_open_stream($small, { %{ vlm_chat_body('x', $p) },
+                                       max_tokens => 4000, temperature => 0,
+                                       stream => JSON::PP::true });
+    ok(vlm_read_some($st, 10, qr/"content":"[^"]+"/),
+       'arena held: the first request runs');
+
+    $res = vlm_post_json($small, { %{ vlm_chat_body('y', $p) },
+                                   max_tokens => 2 });
+    is($res->{status}, 503, 'arena full: 503');
+    is($res->{headers}{'retry-after'}, '1', 'arena full: Retry-After');
+    like($res->{body}, qr/^\{"error":\{"message":"the server is busy \(queue arena has no room for \d+ bytes\), retry later","type":"server_error","param":null,"code":"queue_full"\}\}$/,
+         'arena full: the error body');
+
+    close $st->{sock};
+
+    my $zone = vlm_wait_idle($small, 2);
+    ok($zone->{slots_used} == 0 && $zone->{arena_used} == 0,
+       'arena: nothing left in use');
+
+    $res = vlm_post_json($small, { %{ vlm_chat_body('y', $p) },
+                                   max_tokens => 2 });
+    is($res->{status}, 200, 'arena free again: served');
+    is(vlm_metrics($small)->{'vlm_pool_failures_total{pool="queue_arena"}'},
+       1, 'arena: one allocation failure in the metrics');
+}
+
+VLMTest::check_log($small, 'small arena');
+@left = vlm_stop($small);
+undef $small;
+is(scalar @left, 0, 'small arena: no engine process left');
 
 done_testing();

@@ -53,7 +53,7 @@ sub vlm_prereqs () {
 
 
 # starts nginx; options: name, port, listen (more listen parameters),
-# workers, master (on|off), main_config, http_config, locations (extra
+# zone (its size, 16m by default), workers, master (on|off), main_config, http_config, locations (extra
 # server text), model, wait
 sub vlm_start (%) {
     my %o = @_;
@@ -72,6 +72,7 @@ sub vlm_start (%) {
     my $http = $o{http_config} || '';
     my $extra = $o{locations} || '';
     my $listen = $o{listen} || '';
+    my $zone = $o{zone} || '16m';
     my $user = $> == 0 ? 'user root;' : '';
 
     remove_tree($prefix);
@@ -104,7 +105,7 @@ http {
     vlm_model $model;
     vlm_thread_pool vlm;
     vlm_engine_threads 1;
-    vlm_zone vlm size=16m;
+    vlm_zone vlm size=$zone;
 $http
 
     server {
