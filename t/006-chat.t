@@ -159,6 +159,22 @@ sub check_chunks {
     is($chunks[0]{choices}[0]{delta}{role}, 'assistant',
        "$what: the first delta has the role");
 
+    my @want_keys = $want{usage}
+                    ? qw(choices created id model object usage)
+                    : qw(choices created id model object);
+    my $bad_keys = grep {
+        join(' ', sort keys %$_) ne join(' ', @want_keys)
+        || (@{ $_->{choices} }
+            && join(' ', sort keys %{ $_->{choices}[0] })
+               ne 'delta finish_reason index logprobs')
+        || (@{ $_->{choices} } && $_->{choices}[0]{index} != 0)
+    } @chunks;
+
+    is($bad_keys, 0, "$what: every chunk has the keys of a "
+       . "chat.completion.chunk (@want_keys)");
+    ok(!grep({ abs($_->{created} - time) > 60 } @chunks),
+       "$what: created is now");
+
     my @fin = grep { @{ $_->{choices} }
                      && defined $_->{choices}[0]{finish_reason} } @chunks;
 
