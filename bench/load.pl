@@ -230,6 +230,10 @@ if ($rss2 - $rss1 > $o{'rss-growth'}) {
     $fail++;
 }
 
+for my $k (sort grep { /^vlm_requests_total\{/ } keys %$m2) {
+    printf "  %-58s %s\n", $k, $m2->{$k};
+}
+
 for my $k (sort grep { /^vlm_pool_(used|peak|capacity)\{/ } keys %$m2) {
     printf "  %-58s %s\n", $k, $m2->{$k};
 
