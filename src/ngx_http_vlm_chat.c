@@ -1133,6 +1133,7 @@ static void
 ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx)
 {
     size_t                     len;
+    uint32_t                   max_len;
     uint64_t                   id_hi, id_lo;
     ngx_int_t                  rc;
     ngx_buf_t                 *b;
@@ -1145,6 +1146,20 @@ ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx)
     r = ctx->request;
     vmcf = ctx->vmcf;
     q = ngx_http_vlm_queue();
+
+    /* refused here, not by the engine: a stream gets a real 400 */
+    max_len = vlm_queue_max_seq_len(q);
+
+    if (max_len != 0 && ctx->n_prompt > max_len) {
+        vlm_openai_error_set(&err, VLM_ERR_LIMIT, NGX_HTTP_BAD_REQUEST,
+                             "invalid_request_error",
+                             "context_length_exceeded", "messages",
+                             "This model's maximum context length is %u "
+                             "tokens, but the messages resulted in %u "
+                             "tokens.", max_len, ctx->n_prompt);
+        ngx_http_vlm_chat_fail(ctx, &err);
+        return;
+    }
 
     id_hi = ((uint64_t) ngx_random() << 32) ^ (uint64_t) ngx_random();
     id_lo = ((uint64_t) ngx_random() << 32) ^ ctx->t_start;
@@ -1282,11 +1297,14 @@ ngx_http_vlm_chat_buf(ngx_http_vlm_chat_ctx_t *ctx)
 static ngx_int_t
 ngx_http_vlm_chat_send(ngx_http_vlm_chat_ctx_t *ctx, ngx_chain_t *out)
 {
-    ngx_int_t            rc;
-    ngx_chain_t         *cl;
-    ngx_http_request_t  *r;
+    ngx_int_t                  rc;
+    ngx_event_t               *wev;
+    ngx_chain_t               *cl;
+    ngx_http_request_t        *r;
+    ngx_http_core_loc_conf_t  *clcf;
 
     r = ctx->request;
+    wev = r->connection->write;
 
     rc = ngx_http_output_filter(r, out);
 
@@ -1297,6 +1315,30 @@ ngx_http_vlm_chat_send(ngx_http_vlm_chat_ctx_t *ctx, ngx_chain_t *out)
 
     for (cl = ctx->busy; cl; cl = cl->next) {
         ctx->n_busy++;
+    }
+
+    if (rc == NGX_ERROR) {
+        return rc;
+    }
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    if (rc == NGX_AGAIN || r->connection->buffered) {
+        /*
+         * the client did not take everything: the write handler goes on
+         * when the socket is writable again (the write event is armed
+         * only on demand), or ends the request after send_timeout
+         */
+        if (ngx_handle_write_event(wev, clcf->send_lowat) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        if (!wev->delayed) {
+            ngx_add_timer(wev, clcf->send_timeout);
+        }
+
+    } else if (wev->timer_set) {
+        ngx_del_timer(wev);
     }
 
     return rc;

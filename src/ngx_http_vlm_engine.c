@@ -46,6 +46,7 @@ static ngx_msec_t ngx_http_vlm_engine_manager(void *data);
 static ngx_int_t ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf,
     ngx_log_t *log);
 static ngx_int_t ngx_http_vlm_engine_alive(ngx_pid_t pid);
+static void ngx_http_vlm_engine_close_fds(void);
 static void ngx_http_vlm_engine_timer_handler(ngx_event_t *ev);
 static void ngx_http_vlm_notify_handler(ngx_event_t *ev);
 
@@ -367,6 +368,9 @@ ngx_http_vlm_engine_manager(void *data)
     if (!sup->looked) {
         sup->looked = 1;
 
+        /* from now on the engine is ours, not the previous helper's */
+        vlm_queue_supervisor_set(q, (int32_t) ngx_pid);
+
         vlm_queue_stats(q, &st);
         pid = st.engine_pid;
 
@@ -386,6 +390,14 @@ ngx_http_vlm_engine_manager(void *data)
                 sup->stop_deadline = now + NGX_HTTP_VLM_STOP_WAIT;
             }
         }
+    }
+
+    if (vlm_queue_supervisor(q) != (int32_t) ngx_pid) {
+        /*
+         * a reload started another helper, which supervises the engine
+         * now: this one neither reports its death nor starts another
+         */
+        return NGX_HTTP_VLM_TICK;
     }
 
     if (sup->stopping) {
@@ -426,6 +438,11 @@ ngx_http_vlm_engine_manager(void *data)
             goto done;
         }
 
+        if (vlm_queue_supervisor(q) != (int32_t) ngx_pid) {
+            /* taken over (and the engine replaced) since the check above */
+            return NGX_HTTP_VLM_TICK;
+        }
+
         ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
                       "vlm: engine %P exited; %uD running requests failed",
                       sup->pid, vlm_queue_engine_lost(q));
@@ -437,7 +454,9 @@ ngx_http_vlm_engine_manager(void *data)
         sup->next_start = now + ngx_min(backoff, NGX_HTTP_VLM_BACKOFF_MAX);
     }
 
-    if (sup->pid == 0 && (ngx_msec_int_t) (now - sup->next_start) >= 0) {
+    if (sup->pid == 0 && !vlm_queue_retired(q)
+        && (ngx_msec_int_t) (now - sup->next_start) >= 0)
+    {
         if (ngx_http_vlm_engine_start(vmcf, ngx_cycle->log) != NGX_OK) {
             sup->failures++;
             sup->next_start = now + NGX_HTTP_VLM_BACKOFF_MAX;
@@ -451,6 +470,39 @@ done:
     }
 
     return NGX_HTTP_VLM_TICK;
+}
+
+
+/*
+ * In the engine's child, before exec: nginx's sockets (client connections
+ * and listening sockets, which a single process has) must not live on in
+ * the engine, else a client never sees its connection close and the port
+ * stays bound.  The queue's descriptors are no connections and stay; so
+ * does this process's own notify eventfd, whose number the queue names.
+ */
+static void
+ngx_http_vlm_engine_close_fds(void)
+{
+    ngx_uint_t         i;
+    ngx_listening_t   *ls;
+    ngx_connection_t  *c;
+
+    c = ngx_cycle->connections;
+
+    for (i = 0; c != NULL && i < ngx_cycle->connection_n; i++) {
+        if (c[i].fd != (ngx_socket_t) -1 && &c[i] != ngx_http_vlm_notify_conn)
+        {
+            (void) close(c[i].fd);
+        }
+    }
+
+    ls = ngx_cycle->listening.elts;
+
+    for (i = 0; i < ngx_cycle->listening.nelts; i++) {
+        if (ls[i].fd != (ngx_socket_t) -1) {
+            (void) close(ls[i].fd);
+        }
+    }
 }
 
 
@@ -502,6 +554,8 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
         return NGX_ERROR;
 
     case 0:
+        ngx_http_vlm_engine_close_fds();
+
         /* nginx blocks some signals: the engine starts with none blocked */
         sigemptyset(&set);
         sigprocmask(SIG_SETMASK, &set, NULL);

@@ -44,7 +44,9 @@ struct vlm_queue_header_s {
     int32_t              engine_fd;
     _Atomic uint32_t     engine_signalled;
     _Atomic uint64_t     engine_conf;   /* hash of the engine's settings */
+    _Atomic uint32_t     engine_max_seq_len; /* 0 until the model loaded */
     _Atomic uint32_t     retired;       /* replaced by another segment */
+    _Atomic int32_t      supervisor;    /* pid of the engine's supervisor */
     _Atomic uint64_t     reloads;       /* nginx reloads that kept it */
 
     _Atomic uint64_t     ring_head;     /* engine: next to take */
@@ -63,6 +65,9 @@ struct vlm_queue_header_s {
     _Atomic uint64_t     finished;
     _Atomic uint64_t     cancelled;
     _Atomic uint64_t     engine_restarts;
+
+    /* cancelled while still in the submit ring, see vlm_queue_reap */
+    _Atomic uint32_t     cancelled_queued;
 };
 
 
@@ -84,6 +89,7 @@ static void vlm_queue_view(vlm_queue_t *q, void *base, size_t size);
 static void vlm_queue_lock(vlm_queue_t *q);
 static void vlm_queue_unlock(vlm_queue_t *q);
 static void vlm_queue_release(vlm_queue_t *q, uint32_t slot);
+static void vlm_queue_release_locked(vlm_queue_t *q, uint32_t slot);
 static void vlm_queue_notify_worker(vlm_queue_t *q, uint32_t worker);
 static void vlm_queue_notify_engine(vlm_queue_t *q);
 static void vlm_queue_signal(int fd, _Atomic uint32_t *signalled);
@@ -481,14 +487,21 @@ vlm_queue_arena(vlm_queue_t *q, uint64_t off)
 static void
 vlm_queue_release(vlm_queue_t *q, uint32_t slot)
 {
+    vlm_queue_lock(q);
+    vlm_queue_release_locked(q, slot);
+    vlm_queue_unlock(q);
+}
+
+
+static void
+vlm_queue_release_locked(vlm_queue_t *q, uint32_t slot)
+{
     uint32_t             first, n;
     vlm_queue_slot_t    *s;
     vlm_queue_header_t  *hdr;
 
     hdr = q->hdr;
     s = &q->slots[slot];
-
-    vlm_queue_lock(q);
 
     first = (uint32_t) (s->arena_off / hdr->block_size);
     n = (uint32_t) (s->arena_len / hdr->block_size);
@@ -500,8 +513,6 @@ vlm_queue_release(vlm_queue_t *q, uint32_t slot)
     s->arena_len = 0;
 
     atomic_store(&s->state, VLM_SLOT_FREE);
-
-    vlm_queue_unlock(q);
 }
 
 
@@ -601,6 +612,11 @@ vlm_queue_cancel(vlm_queue_t *q, uint32_t slot)
                                              VLM_SLOT_CANCELLED))
             {
                 atomic_fetch_add(&q->hdr->cancelled, 1);
+
+                if (state == VLM_SLOT_SUBMITTED) {
+                    atomic_fetch_add(&q->hdr->cancelled_queued, 1);
+                }
+
                 vlm_queue_notify_engine(q);
                 return;
             }
@@ -729,6 +745,20 @@ vlm_queue_engine_state(vlm_queue_t *q, vlm_engine_state_t state, int32_t pid)
 }
 
 
+void
+vlm_queue_engine_limits(vlm_queue_t *q, uint32_t max_seq_len)
+{
+    atomic_store(&q->hdr->engine_max_seq_len, max_seq_len);
+}
+
+
+uint32_t
+vlm_queue_max_seq_len(vlm_queue_t *q)
+{
+    return atomic_load(&q->hdr->engine_max_seq_len);
+}
+
+
 uint64_t
 vlm_queue_engine_conf(vlm_queue_t *q, uint64_t conf)
 {
@@ -781,6 +811,55 @@ vlm_queue_take(vlm_queue_t *q)
             vlm_queue_release(q, slot);
         }
     }
+}
+
+
+/*
+ * Engine: frees the slots cancelled while they wait in the submit ring,
+ * and closes the gaps they leave, so that a client that gives up while
+ * queued gets its slot back now, not when the engine has a sequence free
+ * to take it.  The engine is the ring's only consumer and the workers
+ * append under the lock, so the ring is rewritten under the lock.
+ */
+uint32_t
+vlm_queue_reap(vlm_queue_t *q)
+{
+    uint32_t             slot, n;
+    uint64_t             i, head, tail, w;
+    vlm_queue_header_t  *hdr;
+
+    hdr = q->hdr;
+
+    if (atomic_exchange(&hdr->cancelled_queued, 0) == 0) {
+        return 0;
+    }
+
+    n = 0;
+
+    vlm_queue_lock(q);
+
+    head = atomic_load(&hdr->ring_head);
+    tail = atomic_load(&hdr->ring_tail);
+    w = head;
+
+    for (i = head; i < tail; i++) {
+        slot = atomic_load(&q->ring[i % hdr->n_slots]);
+
+        if (atomic_load(&q->slots[slot].state) == VLM_SLOT_CANCELLED) {
+            vlm_queue_release_locked(q, slot);
+            n++;
+            continue;
+        }
+
+        atomic_store(&q->ring[w % hdr->n_slots], slot);
+        w++;
+    }
+
+    atomic_store(&hdr->ring_tail, w);
+
+    vlm_queue_unlock(q);
+
+    return n;
 }
 
 
@@ -1014,6 +1093,20 @@ vlm_queue_sweep_workers(vlm_queue_t *q)
     }
 
     return n;
+}
+
+
+void
+vlm_queue_supervisor_set(vlm_queue_t *q, int32_t pid)
+{
+    atomic_store(&q->hdr->supervisor, pid);
+}
+
+
+int32_t
+vlm_queue_supervisor(vlm_queue_t *q)
+{
+    return atomic_load(&q->hdr->supervisor);
 }
 
 

@@ -233,11 +233,19 @@ void vlm_queue_engine_rearm(vlm_queue_t *q);
 void vlm_queue_heartbeat(vlm_queue_t *q);
 
 /*
+ * The loaded model's sequence length (prompt and completion), so that the
+ * workers refuse a longer prompt before submitting it; 0: not known yet.
+ */
+void vlm_queue_engine_limits(vlm_queue_t *q, uint32_t max_seq_len);
+uint32_t vlm_queue_max_seq_len(vlm_queue_t *q);
+
+/*
  * The settings the running engine was started with (a hash), so that a
  * reload with unchanged settings keeps it; conf 0 only reads.
  */
 uint64_t vlm_queue_engine_conf(vlm_queue_t *q, uint64_t conf);
 uint32_t vlm_queue_take(vlm_queue_t *q);
+uint32_t vlm_queue_reap(vlm_queue_t *q);
 int vlm_queue_cancelled(vlm_queue_t *q, uint32_t slot);
 vlm_status_t vlm_queue_push_output(vlm_queue_t *q, uint32_t slot,
     const vlm_queue_out_t *rec, const char *text);
@@ -249,6 +257,14 @@ uint32_t vlm_queue_engine_lost(vlm_queue_t *q);
 uint32_t vlm_queue_worker_lost(vlm_queue_t *q, uint32_t worker);
 uint32_t vlm_queue_sweep_workers(vlm_queue_t *q);
 void vlm_queue_reloaded(vlm_queue_t *q);
+
+/*
+ * The process that supervises the engine: a reload starts a new one that
+ * takes over, and the one it replaces (still running its last timers)
+ * must then leave the engine alone.
+ */
+void vlm_queue_supervisor_set(vlm_queue_t *q, int32_t pid);
+int32_t vlm_queue_supervisor(vlm_queue_t *q);
 void vlm_queue_retire(vlm_queue_t *q);
 int vlm_queue_retired(vlm_queue_t *q);
 int vlm_queue_engine_fd(vlm_queue_t *q);

@@ -65,6 +65,9 @@ struct vlm_sched_s {
     vlm_pool_gauge_t         *kv_gauge;
     vlm_pool_gauge_t         *seq_gauge;
     vlm_model_stats_t         last;
+
+    /* what the last step did: 0 when every request waits for its reader */
+    int                       progress;
 };
 
 
@@ -205,6 +208,7 @@ vlm_sched_step(vlm_sched_t *s, int admit)
     vlm_sched_req_t  *r;
 
     n = 0;
+    s->progress = 0;
 
     for (i = 0; i < s->n_reqs; i++) {
         r = &s->reqs[i];
@@ -231,6 +235,9 @@ vlm_sched_step(vlm_sched_t *s, int admit)
 
         n++;
     }
+
+    /* requests abandoned while queued give their slots back at once */
+    (void) vlm_queue_reap(s->q);
 
     if (admit) {
         vlm_sched_admit(s);
@@ -313,6 +320,8 @@ vlm_sched_prefill(vlm_sched_t *s, vlm_sched_req_t *r)
 
     qs = vlm_queue_slot(s->q, r->slot);
     p = &qs->params;
+
+    s->progress++;
 
     if (qs->n_images > VLM_QUEUE_MAX_IMAGES) {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, VLM_ERR_INVALID,
@@ -415,6 +424,8 @@ vlm_sched_decode(vlm_sched_t *s)
     if (n == 0) {
         return;
     }
+
+    s->progress++;
 
     if (vlm_decode(s->model, s->batch_seqs, s->batch_tokens, n, &err)
         != VLM_OK)
@@ -556,6 +567,7 @@ vlm_sched_flush(vlm_sched_t *s, vlm_sched_req_t *r)
     }
 
     r->pending = 0;
+    s->progress++;
 
     return 1;
 }
@@ -637,6 +649,14 @@ vlm_sched_end(vlm_sched_t *s, vlm_sched_req_t *r, vlm_queue_finish_t finish,
 
     r->state = VLM_REQ_FREE;
     r->pending = 0;
+    s->progress++;
+}
+
+
+int
+vlm_sched_progressed(vlm_sched_t *s)
+{
+    return s->progress != 0;
 }
 
 

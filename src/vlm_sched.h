@@ -32,6 +32,13 @@ void vlm_sched_free(vlm_sched_t *sched);
  */
 int vlm_sched_step(vlm_sched_t *sched, int admit);
 
+/*
+ * Whether the last step did anything (prefilled, decoded, wrote output,
+ * ended a request): when it did not, every request in flight waits for a
+ * slow reader and the engine should not spin.
+ */
+int vlm_sched_progressed(vlm_sched_t *sched);
+
 /* publishes the engine's pools (KV blocks, sequences) to /metrics */
 void vlm_sched_publish(vlm_sched_t *sched);
 

@@ -285,6 +285,69 @@ test_take_is_fifo_and_cancel_frees_once(void **state)
 }
 
 
+/* a client gone while queued gets its slot back before the engine looks */
+static void
+test_reap_frees_queued_cancellations(void **state)
+{
+    int                i;
+    uint32_t           a, b, c, d;
+    vlm_error_t        err;
+    vlm_queue_stats_t  st;
+    fixture_t         *f = *state;
+
+    /* many rounds: the ring's indices go round several times */
+    for (i = 0; i < 10; i++) {
+        assert_int_equal(vlm_queue_alloc(&f->q, 0, 1, 4096, &a, &err),
+                         VLM_OK);
+        assert_int_equal(vlm_queue_alloc(&f->q, 0, 1, 4096, &b, &err),
+                         VLM_OK);
+        assert_int_equal(vlm_queue_alloc(&f->q, 0, 1, 4096, &c, &err),
+                         VLM_OK);
+        assert_int_equal(vlm_queue_alloc(&f->q, 0, 1, 4096, &d, &err),
+                         VLM_OK);
+
+        assert_int_equal(vlm_queue_submit(&f->q, a), VLM_OK);
+        assert_int_equal(vlm_queue_submit(&f->q, b), VLM_OK);
+        assert_int_equal(vlm_queue_submit(&f->q, c), VLM_OK);
+        assert_int_equal(vlm_queue_submit(&f->q, d), VLM_OK);
+
+        assert_int_equal(vlm_queue_reap(&f->q), 0);
+
+        vlm_queue_cancel(&f->q, b);
+        vlm_queue_cancel(&f->q, d);
+
+        vlm_queue_stats(&f->q, &st);
+        assert_int_equal(st.slots_used, 4);
+
+        assert_int_equal(vlm_queue_reap(&f->q), 2);
+
+        vlm_queue_stats(&f->q, &st);
+        assert_int_equal(st.slots_used, 2);
+        assert_int_equal(st.arena_used, 2 * 4096);
+        assert_int_equal(st.queued, 2);
+
+        /* the freed slot is taken again and queued behind the others */
+        assert_int_equal(vlm_queue_alloc(&f->q, 0, 1, 4096, &b, &err),
+                         VLM_OK);
+        assert_int_equal(vlm_queue_submit(&f->q, b), VLM_OK);
+
+        assert_int_equal(vlm_queue_take(&f->q), a);
+        assert_int_equal(vlm_queue_take(&f->q), c);
+        assert_int_equal(vlm_queue_take(&f->q), b);
+        assert_int_equal(vlm_queue_take(&f->q), VLM_QUEUE_NONE);
+
+        vlm_queue_finish(&f->q, a, VLM_QUEUE_FINISH_STOP, VLM_OK, NULL);
+        vlm_queue_finish(&f->q, b, VLM_QUEUE_FINISH_STOP, VLM_OK, NULL);
+        vlm_queue_finish(&f->q, c, VLM_QUEUE_FINISH_STOP, VLM_OK, NULL);
+        vlm_queue_free(&f->q, a);
+        vlm_queue_free(&f->q, b);
+        vlm_queue_free(&f->q, c);
+
+        assert_idle(&f->q);
+    }
+}
+
+
 static void
 test_output_ring_wraps_and_pushes_back(void **state)
 {
@@ -685,6 +748,8 @@ main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_take_is_fifo_and_cancel_frees_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_reap_frees_queued_cancellations, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_output_ring_wraps_and_pushes_back, setup, teardown),
         cmocka_unit_test_setup_teardown(

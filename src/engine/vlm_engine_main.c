@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -32,6 +33,7 @@
 
 
 #define VLM_ENGINE_IDLE_POLL_MS   500
+#define VLM_ENGINE_STALL_POLL_MS  2     /* every request waits for a reader */
 #define VLM_ENGINE_STATS_NS       1000000000ull
 
 
@@ -180,24 +182,38 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
 }
 
 
+/*
+ * The engine's own resident memory: anonymous and file-backed pages (heap,
+ * model weights), not the pages of the shared queue segment, which is a
+ * fixed budget reported by its own pools (request_slots, queue_arena) and
+ * whose resident share only says how much of the arena this process has
+ * touched so far.
+ */
 static uint64_t
 vlm_engine_rss(void)
 {
-    long   pages, resident;
-    FILE  *f;
+    char       line[128];
+    FILE      *f;
+    uint64_t   kb, total;
 
-    f = fopen("/proc/self/statm", "r");
+    f = fopen("/proc/self/status", "r");
     if (f == NULL) {
         return 0;
     }
 
-    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) {
-        resident = 0;
+    total = 0;
+
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "RssAnon: %" SCNu64, &kb) == 1
+            || sscanf(line, "RssFile: %" SCNu64, &kb) == 1)
+        {
+            total += kb * 1024;
+        }
     }
 
     fclose(f);
 
-    return (uint64_t) resident * (uint64_t) sysconf(_SC_PAGESIZE);
+    return total;
 }
 
 
@@ -282,6 +298,7 @@ main(int argc, char **argv)
 
     vlm_sched_publish(sched);
     atomic_store(&q.metrics->engine_rss, vlm_engine_rss());
+    vlm_queue_engine_limits(&q, (uint32_t) vlm_model_info(model)->max_seq_len);
 
     vlm_queue_engine_state(&q, VLM_ENGINE_READY, getpid());
     vlm_log(VLM_LOG_INFO, "serving %s (%s), %d sequences", args.model_dir,
@@ -297,7 +314,14 @@ main(int argc, char **argv)
     pfd[1].events = POLLIN;
 
     while (!vlm_engine_stop) {
-        timeout = active ? 0 : VLM_ENGINE_IDLE_POLL_MS;
+        if (active == 0) {
+            timeout = VLM_ENGINE_IDLE_POLL_MS;
+
+        } else {
+            /* a slow reader's ring is full: look again soon, do not spin */
+            timeout = vlm_sched_progressed(sched) ? 0
+                                                  : VLM_ENGINE_STALL_POLL_MS;
+        }
 
         if (poll(pfd, 2, timeout) == -1 && errno != EINTR) {
             vlm_log(VLM_LOG_ERROR, "poll: %s", strerror(errno));

@@ -1,0 +1,269 @@
+#!/usr/bin/perl
+# A load test of the whole serving path: starts nginx (a master, two
+# workers) with the tiny model of tests/fixtures/serving, sends N requests
+# at concurrency C (text, data: URL images in PNG and JPEG, streaming,
+# clients that disconnect early while streaming or right after sending),
+# and checks that memory stays flat: the engine's RSS (vlm_engine_rss_bytes)
+# after the first 100 requests and at the end may differ by at most
+# --rss-growth bytes, and every pool's used value is 0 at the end.
+#
+#   perl -It/lib bench/load.pl [--requests 1000] [--concurrency 16]
+#                              [--port 1994] [--rss-growth 1048576]
+#
+# Exits 0 when every check passes.  make load runs it; t/010-load.t runs
+# a shorter one.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/../t/lib";
+
+use Getopt::Long qw(GetOptions);
+use IO::Select ();
+use POSIX qw(_exit);
+use Time::HiRes qw(sleep time);
+use VLMTest;
+
+my %o = (requests => 1000, concurrency => 16, port => 1994,
+         'rss-growth' => 1024 * 1024, warmup => 100, name => 'load');
+
+GetOptions(\%o, 'requests=i', 'concurrency=i', 'port=i', 'rss-growth=i',
+           'warmup=i', 'name=s') or die "bad options\n";
+
+$| = 1;
+
+my @images = (
+    vlm_data_url('image/png', vlm_png(56, 56, 1)),
+    vlm_data_url('image/jpeg', vlm_jpeg()),
+    vlm_data_url('image/png', vlm_png(120, 80, 7)),
+    vlm_data_url('image/png', vlm_png(30, 200, 9)),
+);
+
+my @texts = ('Hello!', 'Describe the picture.',
+             'Write a haiku about shared memory. ' x 4,
+             'What colour is it?');
+
+# request $i: (kind, body); kinds: full, stream, gone-stream, gone-send
+sub request_of {
+    my $i = shift;
+
+    my $k = $i % 10;
+    my $text = $texts[$i % @texts];
+    my @urls;
+
+    push @urls, $images[$i % @images] if $k =~ /^[2357]$/;
+    push @urls, $images[($i + 1) % @images] if $k == 5;
+
+    my $body = { %{ vlm_chat_body($text, @urls) },
+                 max_tokens => 1 + $i % 24,
+                 temperature => ($i % 3) * 0.5, seed => $i };
+
+    my $kind = $k =~ /^[0123]$/ ? 'full'
+             : $k =~ /^[456]$/ ? 'stream'
+             : $k =~ /^[78]$/ ? 'gone-stream'
+             : 'gone-send';
+
+    if ($kind ne 'full') {
+        $body->{stream} = JSON::PP::true;
+        $body->{max_tokens} = 64 if $kind eq 'gone-stream';
+    }
+
+    return ($kind, $body);
+}
+
+
+# one request; returns a status word for the tally
+sub run_one {
+    my ($srv, $i) = @_;
+
+    my ($kind, $body) = request_of($i);
+
+    if ($kind eq 'full') {
+        my $res = vlm_post_json($srv, $body);
+        return "full-$res->{status}" if $res->{status} != 200;
+
+        my $j = eval { vlm_json($res->{body}) };
+        return 'full-badjson' if !$j || !$j->{usage};
+
+        return 'full-ok';
+    }
+
+    my $st = vlm_open_stream($srv, $body);
+
+    if ($kind eq 'gone-send') {
+        close $st->{sock};
+        return 'gone-send';
+    }
+
+    if ($kind eq 'gone-stream') {
+        vlm_read_some($st, 30, qr/"content":"[^"]+"/);
+        close $st->{sock};
+        return 'gone-stream';
+    }
+
+    vlm_read_some($st, 60);
+    close $st->{sock};
+
+    my $res = VLMTest::parse_response($st->{raw});
+    return "stream-$res->{status}" if $res->{status} != 200;
+
+    my @ev = vlm_sse($res->{body});
+    return 'stream-nodone' if !@ev || $ev[-1] ne '[DONE]';
+    return 'stream-error' if grep { ref $_ && $_->{error} } @ev;
+
+    return 'stream-ok';
+}
+
+
+# requests [$from, $to) at the given concurrency; returns the tally
+sub run_batch {
+    my ($srv, $from, $to, $conc) = @_;
+
+    my (%tally, @kids);
+
+    for my $c (0 .. $conc - 1) {
+        pipe my $r, my $w or die "pipe: $!";
+        my $pid = fork;
+        die "fork: $!" if !defined $pid;
+
+        if ($pid == 0) {
+            close $r;
+            my %t;
+
+            for (my $i = $from + $c; $i < $to; $i += $conc) {
+                my $s = eval { run_one($srv, $i) } || "died: $@";
+                $t{$s}++;
+            }
+
+            print $w map { "$_\t$t{$_}\n" } keys %t;
+            close $w;
+            _exit(0);
+        }
+
+        close $w;
+        push @kids, [$pid, $r];
+    }
+
+    for my $k (@kids) {
+        my $fh = $k->[1];
+
+        while (my $l = <$fh>) {
+            chomp $l;
+            my ($s, $n) = split /\t/, $l;
+            $tally{$s} += $n;
+        }
+
+        waitpid $k->[0], 0;
+    }
+
+    return \%tally;
+}
+
+
+# the engine's resident memory by kind, from /proc (informational)
+sub rss_detail {
+    my $srv = shift;
+
+    my ($pid) = vlm_engine_pids($srv);
+    return '' if !$pid || !open my $in, '<', "/proc/$pid/status";
+
+    my %v = map { /^(Rss\w+):\s+(\d+) kB/ ? ($1 => $2) : () } <$in>;
+
+    return join ', ', map { "$_ $v{$_} kB" } sort keys %v;
+}
+
+
+# the engine republishes its RSS and pools every second while it runs;
+# waits until the queue is idle and a fresh value is out
+sub settle {
+    my $srv = shift;
+
+    vlm_wait_idle($srv, 10);
+    sleep 1.6;
+
+    return vlm_metrics($srv);
+}
+
+
+my $srv = vlm_start(name => $o{name}, port => $o{port}, workers => 2);
+$srv->{timeout} = 120;
+
+my $t0 = time;
+my %tally;
+
+my $warm = $o{warmup} < $o{requests} ? $o{warmup} : $o{requests};
+my $t = run_batch($srv, 0, $warm, $o{concurrency});
+$tally{$_} += $t->{$_} for keys %$t;
+
+my $m1 = settle($srv);
+my $rss1 = $m1->{vlm_engine_rss_bytes};
+my $detail1 = rss_detail($srv);
+
+my $t1 = time;
+$t = run_batch($srv, $warm, $o{requests}, $o{concurrency});
+$tally{$_} += $t->{$_} for keys %$t;
+my $t2 = time;
+
+my $m2 = settle($srv);
+my $rss2 = $m2->{vlm_engine_rss_bytes};
+my $detail2 = rss_detail($srv);
+
+my $fail = 0;
+
+printf "requests: %d at concurrency %d in %.1f s (%.1f requests/s after "
+       . "the first %d)\n", $o{requests}, $o{concurrency}, $t2 - $t0,
+       ($o{requests} - $warm) / ($t2 - $t1 || 1), $warm;
+
+for my $s (sort keys %tally) {
+    printf "  %-14s %d\n", $s, $tally{$s};
+    $fail++ if $s !~ /^(full-ok|stream-ok|gone-send|gone-stream)$/;
+}
+
+printf "engine RSS after %d requests: %d bytes (%s)\n", $warm, $rss1,
+       $detail1;
+printf "engine RSS at the end:        %d bytes (%+d) (%s)\n", $rss2,
+       $rss2 - $rss1, $detail2;
+
+if ($rss2 - $rss1 > $o{'rss-growth'}) {
+    print "FAIL: the engine grew by more than $o{'rss-growth'} bytes\n";
+    $fail++;
+}
+
+for my $k (sort grep { /^vlm_requests_total\{/ } keys %$m2) {
+    printf "  %-58s %s\n", $k, $m2->{$k};
+}
+
+for my $k (sort grep { /^vlm_pool_(used|peak|capacity)\{/ } keys %$m2) {
+    printf "  %-58s %s\n", $k, $m2->{$k};
+
+    if ($k =~ /^vlm_pool_used/ && $m2->{$k} != 0) {
+        print "FAIL: $k is not back to 0\n";
+        $fail++;
+    }
+}
+
+for my $k (qw(vlm_queue_length vlm_running_requests vlm_engine_restarts_total)) {
+    printf "  %-58s %s\n", $k, $m2->{$k};
+    $fail++ if $m2->{$k} != 0;
+}
+
+my ($errors) = grep { /\[(alert|crit|emerg)\]/ }
+               do { open my $in, '<', "$srv->{prefix}/logs/error.log";
+                    <$in> };
+
+if ($errors) {
+    print "FAIL: error.log has $errors";
+    $fail++;
+}
+
+$srv->{keep} = 1 if $fail;
+my @left = vlm_stop($srv);
+
+if (@left) {
+    print "FAIL: engine processes left: @left\n";
+    $fail++;
+}
+
+print $fail ? "load: FAIL ($fail)\n" : "load: PASS\n";
+exit($fail ? 1 : 0);

@@ -1,0 +1,578 @@
+package VLMTest;
+
+# Helpers of the plain Perl suites (t/006..t/009) that need more
+# orchestration than Test::Nginx::Socket blocks express: an nginx of their
+# own under t/servroot-NAME serving the tiny model of tests/fixtures/serving,
+# HTTP/1.1 requests (whole, streamed, or abandoned half way), Server-Sent
+# Events, /metrics and /health, the engine process, and small images (PNG
+# made here, a JPEG from t/data).
+
+use strict;
+use warnings;
+
+use Cwd qw(abs_path);
+use Compress::Zlib ();
+use Exporter 'import';
+use File::Path qw(make_path remove_tree);
+use IO::Select ();
+use IO::Socket::INET ();
+use JSON::PP ();
+use MIME::Base64 qw(encode_base64);
+use POSIX qw(WNOHANG);
+use Test::More ();
+use Time::HiRes qw(sleep time);
+
+our @EXPORT = qw(
+    vlm_start vlm_stop vlm_request vlm_post_json vlm_sse vlm_metrics
+    vlm_health vlm_wait_idle vlm_wait_ready vlm_engine_pids vlm_png
+    vlm_jpeg vlm_data_url vlm_json vlm_chat_body vlm_open_stream
+    vlm_read_some vlm_prereqs vlm_root vlm_reload
+);
+
+my $ROOT = abs_path(__FILE__ . '/../../..');
+
+our $JSON = JSON::PP->new->utf8(1)->canonical(1)->allow_nonref(1);
+
+sub vlm_root () { $ROOT }
+
+sub vlm_json ($) { $JSON->decode(shift) }
+
+
+# skips the whole script when the module or the engine is not built
+sub vlm_prereqs () {
+    my $build = $ENV{VLM_BUILD} || "$ROOT/build";
+    my $mod = $ENV{TEST_NGINX_LOAD_MODULES} || "$build/ngx_http_vlm_module.so";
+
+    for my $f ($mod, "$build/vlm-engine") {
+        next if -e $f;
+        Test::More::plan(skip_all => "$f is not built (make all)");
+    }
+
+    return $build;
+}
+
+
+# starts nginx; options: name, port, listen (more listen parameters),
+# zone (its size, 16m by default), workers, master (on|off), main_config, http_config, locations (extra
+# server text), model, wait
+sub vlm_start (%) {
+    my %o = @_;
+
+    my $build = $ENV{VLM_BUILD} || "$ROOT/build";
+    my $name = $o{name} or die "vlm_start needs a name";
+    my $port = $o{port} || $ENV{TEST_NGINX_PORT} || 1994;
+    my $prefix = "$ROOT/t/servroot-$name";
+    my $nginx = $ENV{TEST_NGINX_BINARY} || '/usr/sbin/nginx';
+    my $mod = $ENV{TEST_NGINX_LOAD_MODULES}
+              || "$build/ngx_http_vlm_module.so";
+    my $model = $o{model} || "$ROOT/tests/fixtures/serving";
+    my $workers = $o{workers} || 1;
+    my $master = $o{master} || 'on';
+    my $main = $o{main_config} || '';
+    my $http = $o{http_config} || '';
+    my $extra = $o{locations} || '';
+    my $listen = $o{listen} || '';
+    my $zone = $o{zone} || '16m';
+    my $user = $> == 0 ? 'user root;' : '';
+
+    remove_tree($prefix);
+    make_path("$prefix/logs", "$prefix/conf");
+
+    my $conf = <<"_EOC_";
+load_module $mod;
+worker_processes $workers;
+daemon on;
+master_process $master;
+error_log $prefix/logs/error.log info;
+pid $prefix/logs/nginx.pid;
+thread_pool vlm threads=2;
+$user
+$main
+
+events {
+    worker_connections 256;
+}
+
+http {
+    access_log $prefix/logs/access.log;
+    client_body_temp_path $prefix/client_body_temp;
+    proxy_temp_path $prefix/proxy_temp;
+    fastcgi_temp_path $prefix/fastcgi_temp;
+    uwsgi_temp_path $prefix/uwsgi_temp;
+    scgi_temp_path $prefix/scgi_temp;
+    client_max_body_size 30m;
+
+    vlm_model $model;
+    vlm_thread_pool vlm;
+    vlm_engine_threads 1;
+    vlm_zone vlm size=$zone;
+$http
+
+    server {
+        listen 127.0.0.1:$port $listen;
+
+        location = /v1/chat/completions { vlm_chat; }
+        location = /v1/models { vlm_models; }
+        location = /metrics { vlm_metrics; }
+        location = /health { vlm_health; }
+$extra
+    }
+}
+_EOC_
+
+    open my $out, '>', "$prefix/conf/nginx.conf" or die "$prefix: $!";
+    print $out $conf;
+    close $out;
+
+    my $srv = {
+        name => $name, port => $port, prefix => $prefix, nginx => $nginx,
+        conf => "$prefix/conf/nginx.conf", log_pos => 0,
+    };
+
+    system("$nginx -p $prefix/ -c $srv->{conf} -e $prefix/logs/error.log")
+        == 0 or die "cannot start nginx in $prefix: see its error.log";
+
+    for (1 .. 100) {
+        last if -s "$prefix/logs/nginx.pid";
+        sleep 0.05;
+    }
+
+    $srv->{pid} = master_pid($srv);
+
+    if (!defined $o{wait} || $o{wait}) {
+        vlm_wait_ready($srv, 30)
+            or die "the engine of $name is not ready after 30 s";
+    }
+
+    return $srv;
+}
+
+
+# edits the configuration (replaces $from by $to) and reloads with HUP
+sub vlm_reload ($;$$) {
+    my ($srv, $from, $to) = @_;
+
+    if (defined $from) {
+        open my $in, '<', $srv->{conf} or die "$srv->{conf}: $!";
+        my $conf = do { local $/; <$in> };
+        close $in;
+
+        $conf =~ s/\Q$from\E/$to/ or die "\"$from\" is not in the conf";
+
+        open my $out, '>', $srv->{conf} or die "$srv->{conf}: $!";
+        print $out $conf;
+        close $out;
+    }
+
+    kill 'HUP', $srv->{pid};
+}
+
+
+sub master_pid ($) {
+    my $srv = shift;
+
+    open my $in, '<', "$srv->{prefix}/logs/nginx.pid" or return undef;
+    my $pid = <$in>;
+    close $in;
+    chomp $pid if defined $pid;
+
+    return $pid;
+}
+
+
+# the vlm-engine processes this nginx started (by its master's pid)
+sub vlm_engine_pids ($) {
+    my $srv = shift;
+    my @pids;
+
+    my $master = $srv->{pid};
+    return () if !$master;
+
+    for my $d (glob "/proc/[0-9]*") {
+        open my $in, '<', "$d/cmdline" or next;
+        local $/;
+        my $cmd = <$in>;
+        close $in;
+        next if !defined $cmd;
+
+        my @argv = split /\0/, $cmd;
+        next if !@argv || $argv[0] !~ m{vlm-engine$};
+
+        for my $i (0 .. $#argv - 1) {
+            if ($argv[$i] eq '--master-pid' && $argv[$i + 1] eq $master) {
+                push @pids, ($d =~ m{(\d+)$})[0];
+            }
+        }
+    }
+
+    return @pids;
+}
+
+
+# stops nginx (QUIT, then TERM, then KILL) and removes its prefix unless
+# a test failed; returns the engine pids that were still there 5 s later
+# (none expected)
+sub vlm_stop ($) {
+    my $srv = shift;
+
+    my $pid = $srv->{pid};
+    return () if !$pid;
+
+    kill 'QUIT', $pid;
+
+    for my $i (1 .. 200) {
+        last if !kill 0, $pid;
+        kill 'TERM', $pid if $i == 100;
+        sleep 0.05;
+    }
+
+    kill 'KILL', $pid if kill 0, $pid;
+
+    my @left;
+
+    for (1 .. 100) {
+        @left = vlm_engine_pids($srv);
+        last if !@left;
+        sleep 0.05;
+    }
+
+    kill 'KILL', @left if @left;
+    delete $srv->{pid};
+
+    # the prefix stays for a look when something failed
+    remove_tree($srv->{prefix})
+        if !$ENV{TEST_NGINX_NO_CLEAN} && !$srv->{keep} && !@left
+           && Test::More->builder->is_passing;
+
+    return @left;
+}
+
+
+# the error log lines written since the last call
+sub error_log_since ($) {
+    my $srv = shift;
+
+    open my $in, '<', "$srv->{prefix}/logs/error.log" or return ();
+    seek $in, $srv->{log_pos}, 0;
+    my @lines = <$in>;
+    $srv->{log_pos} = tell $in;
+    close $in;
+
+    return @lines;
+}
+
+
+# fails for each [alert], [crit] or [emerg] line (and the given extra
+# patterns) written since the last check; a first argument { allow =>
+# [patterns] } excuses the lines that match one of them
+sub check_log ($$;@) {
+    my ($srv, $what, @pats) = @_;
+
+    my $allow = @pats && ref $pats[0] eq 'HASH' ? shift(@pats)->{allow} : [];
+
+    my @bad = grep {
+        my $l = $_;
+        ($l =~ /\[(alert|crit|emerg)\]/ || grep { $l =~ $_ } @pats)
+        && !grep { $l =~ $_ } @$allow
+    } error_log_since($srv);
+
+    Test::More::ok(!@bad, "$what: no alert, crit or emerg in error.log")
+        or Test::More::diag(join '', @bad[0 .. ($#bad > 9 ? 9 : $#bad)]);
+}
+
+
+sub connect_to ($) {
+    my $srv = shift;
+
+    for my $try (1 .. 50) {
+        my $sock = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                         PeerPort => $srv->{port},
+                                         Proto => 'tcp', Timeout => 5);
+        return $sock if $sock;
+        sleep 0.05;
+    }
+
+    die "cannot connect to 127.0.0.1:$srv->{port}: $!";
+}
+
+
+sub request_text ($$$;$) {
+    my ($method, $path, $body, $headers) = @_;
+
+    my $req = "$method $path HTTP/1.1\r\nHost: localhost\r\n"
+              . "Connection: close\r\n";
+
+    for my $h (@{ $headers || [] }) {
+        $req .= "$h\r\n";
+    }
+
+    if (defined $body) {
+        $req .= "Content-Type: application/json\r\n"
+                if !grep { /^content-type:/i } @{ $headers || [] };
+        $req .= "Content-Length: " . length($body) . "\r\n";
+    }
+
+    return $req . "\r\n" . (defined $body ? $body : '');
+}
+
+
+sub parse_response ($) {
+    my $raw = shift;
+
+    my %res = (status => 0, headers => {}, body => '', raw => $raw);
+    my ($head, $body) = split /\r\n\r\n/, $raw, 2;
+    return \%res if !defined $head;
+
+    $body = '' if !defined $body;
+    my ($line, @lines) = split /\r\n/, $head;
+    ($res{status}) = $line =~ m{^HTTP/1\.[01] (\d+)};
+
+    for my $l (@lines) {
+        my ($k, $v) = split /:\s*/, $l, 2;
+        $res{headers}{lc $k} = $v;
+    }
+
+    if (($res{headers}{'transfer-encoding'} || '') eq 'chunked') {
+        my $out = '';
+
+        while ($body =~ s/^([0-9a-fA-F]+)\r\n//) {
+            my $n = hex $1;
+            last if $n == 0;
+            $out .= substr($body, 0, $n);
+            substr($body, 0, $n + 2) = '';
+        }
+
+        $body = $out;
+    }
+
+    $res{body} = $body;
+
+    return \%res;
+}
+
+
+# one request, the whole response: { status, headers, body }
+sub vlm_request ($$$;$$) {
+    my ($srv, $method, $path, $body, $headers) = @_;
+
+    my $sock = connect_to($srv);
+    local $SIG{PIPE} = 'IGNORE';
+
+    print $sock request_text($method, $path, $body, $headers);
+
+    my $raw = '';
+    my $sel = IO::Select->new($sock);
+    my $deadline = time + ($srv->{timeout} || 60);
+
+    while (time < $deadline && $sel->can_read($deadline - time)) {
+        my $n = sysread($sock, my $buf, 65536);
+        last if !$n;
+        $raw .= $buf;
+    }
+
+    close $sock;
+
+    return parse_response($raw);
+}
+
+
+sub vlm_post_json ($$;$) {
+    my ($srv, $body, $headers) = @_;
+
+    $body = $JSON->encode($body) if ref $body;
+
+    return vlm_request($srv, 'POST', '/v1/chat/completions', $body,
+                       $headers);
+}
+
+
+# a chat request body: text, then images (data: URLs)
+sub vlm_chat_body ($@) {
+    my ($text, @urls) = @_;
+
+    my @content = map {
+        { type => 'image_url', image_url => { url => $_ } }
+    } @urls;
+
+    push @content, { type => 'text', text => $text };
+
+    return {
+        model => 'serving',
+        messages => [ { role => 'user',
+                        content => @urls ? \@content : $text } ],
+    };
+}
+
+
+# the events of an SSE body: decoded JSON objects, and '[DONE]'
+sub vlm_sse ($) {
+    my $body = shift;
+    my @events;
+
+    for my $ev (split /\n\n/, $body) {
+        next if $ev !~ /\S/;
+
+        if ($ev !~ /^data: (.*)\z/s) {
+            push @events, { _bad => $ev };
+            next;
+        }
+
+        my $data = $1;
+        push @events, $data eq '[DONE]' ? '[DONE]'
+                                        : (eval { vlm_json($data) }
+                                           || { _bad => $data });
+    }
+
+    return @events;
+}
+
+
+# /metrics as { "name{labels}" => value }
+sub vlm_metrics ($) {
+    my $srv = shift;
+
+    my $res = vlm_request($srv, 'GET', '/metrics');
+    my %m;
+
+    for my $l (split /\n/, $res->{body}) {
+        next if $l =~ /^#/;
+        my ($k, $v) = $l =~ /^(\S+) (\S+)$/ or next;
+        $m{$k} = $v;
+    }
+
+    return \%m;
+}
+
+
+sub vlm_health ($) {
+    my $srv = shift;
+
+    my $res = vlm_request($srv, 'GET', '/health');
+
+    my $h = eval { vlm_json($res->{body}) } || {};
+
+    return { _status => $res->{status}, %$h };
+}
+
+
+sub vlm_wait_ready ($;$) {
+    my ($srv, $secs) = @_;
+
+    my $deadline = time + ($secs || 10);
+
+    while (time < $deadline) {
+        my $h = eval { vlm_health($srv) };
+        return 1 if $h && $h->{_status} == 200;
+        sleep 0.1;
+    }
+
+    return 0;
+}
+
+
+# waits until every request slot and arena byte is back; returns the
+# last health zone object (slots_used, arena_used)
+sub vlm_wait_idle ($;$) {
+    my ($srv, $secs) = @_;
+
+    my $deadline = time + ($secs || 3);
+    my $zone;
+
+    while (1) {
+        my $h = vlm_health($srv);
+        $zone = $h->{zone} || {};
+        last if defined $zone->{slots_used} && $zone->{slots_used} == 0
+                && $zone->{arena_used} == 0;
+        last if time > $deadline;
+        sleep 0.05;
+    }
+
+    return $zone;
+}
+
+
+# a request whose response is read piece by piece (vlm_read_some)
+sub vlm_open_stream ($$) {
+    my ($srv, $body) = @_;
+
+    $body = $JSON->encode($body) if ref $body;
+
+    my $sock = connect_to($srv);
+    local $SIG{PIPE} = 'IGNORE';
+
+    print $sock request_text('POST', '/v1/chat/completions', $body);
+
+    return { sock => $sock, raw => '' };
+}
+
+
+# reads what arrives within $secs (or until $until matches the raw
+# response); returns 0 once the server closed the connection
+sub vlm_read_some ($$;$) {
+    my ($st, $secs, $until) = @_;
+
+    my $sel = IO::Select->new($st->{sock});
+    my $deadline = time + $secs;
+
+    while (time < $deadline) {
+        return 1 if defined $until && $st->{raw} =~ $until;
+        last if !$sel->can_read($deadline - time);
+
+        my $n = sysread($st->{sock}, my $buf, 65536);
+        return 0 if !$n;
+        $st->{raw} .= $buf;
+    }
+
+    return 1;
+}
+
+
+# an RGB PNG of w x h: a gradient that depends on $seed
+sub vlm_png ($$;$) {
+    my ($w, $h, $seed) = @_;
+
+    $seed ||= 0;
+    my $raw = '';
+
+    for my $y (0 .. $h - 1) {
+        $raw .= "\0";
+        for my $x (0 .. $w - 1) {
+            $raw .= pack 'C3', ($x * 7 + $seed) & 255, ($y * 5) & 255,
+                               ($x + $y + 3 * $seed) & 255;
+        }
+    }
+
+    my $chunk = sub {
+        my ($type, $data) = @_;
+        return pack('N', length $data) . $type . $data
+               . pack('N', Compress::Zlib::crc32($type . $data));
+    };
+
+    return "\x89PNG\r\n\x1a\n"
+           . $chunk->('IHDR', pack('NNCCCCC', $w, $h, 8, 2, 0, 0, 0))
+           . $chunk->('IDAT', Compress::Zlib::compress($raw))
+           . $chunk->('IEND', '');
+}
+
+
+# the committed JPEG fixture (t/data/image-100x60.jpg)
+sub vlm_jpeg () {
+    open my $in, '<:raw', "$ROOT/t/data/image-100x60.jpg" or die $!;
+    local $/;
+    my $data = <$in>;
+    close $in;
+
+    return $data;
+}
+
+
+sub vlm_data_url ($$) {
+    my ($mime, $data) = @_;
+
+    (my $b64 = encode_base64($data)) =~ s/\s+//g;
+
+    return "data:$mime;base64,$b64";
+}
+
+
+1;
