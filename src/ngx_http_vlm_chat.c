@@ -150,6 +150,9 @@ static void ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx);
 static void ngx_http_vlm_chat_drain(ngx_http_vlm_chat_ctx_t *ctx);
 static ngx_int_t ngx_http_vlm_chat_emit(ngx_http_vlm_chat_ctx_t *ctx,
     const vlm_queue_out_t *rec, const char *text);
+static void ngx_http_vlm_chat_logprob(ngx_http_vlm_chat_ctx_t *ctx,
+    const vlm_queue_out_t *rec, vlm_openai_logprob_t *lp,
+    vlm_openai_logprob_t *top);
 static void ngx_http_vlm_chat_finish(ngx_http_vlm_chat_ctx_t *ctx,
     vlm_queue_slot_t *qs);
 static ngx_int_t ngx_http_vlm_chat_send(ngx_http_vlm_chat_ctx_t *ctx,
@@ -1420,7 +1423,6 @@ ngx_http_vlm_chat_drain(ngx_http_vlm_chat_ctx_t *ctx)
             {
                 vlm_openai_output_t    o;
                 vlm_openai_logprob_t   lp, top[VLM_QUEUE_TOP_LOGPROBS];
-                uint32_t               i;
                 size_t                 len;
 
                 o.text = text;
@@ -1429,33 +1431,7 @@ ngx_http_vlm_chat_drain(ngx_http_vlm_chat_ctx_t *ctx)
                 o.n_logprobs = 0;
 
                 if (ctx->req.logprobs && rec.token != VLM_QUEUE_NONE) {
-                    lp.token = vlm_tokenizer_token_bytes(
-                                   ctx->vmcf->tokenizer,
-                                   (int32_t) rec.token, &lp.len);
-                    lp.logprob = rec.logprob;
-                    lp.top = top;
-                    lp.n_top = rec.n_top;
-
-                    for (i = 0; i < rec.n_top; i++) {
-                        top[i].token = vlm_tokenizer_token_bytes(
-                                           ctx->vmcf->tokenizer,
-                                           (int32_t) rec.top_token[i],
-                                           &top[i].len);
-                        top[i].logprob = rec.top_logprob[i];
-                        top[i].top = NULL;
-                        top[i].n_top = 0;
-
-                        if (top[i].token == NULL) {
-                            top[i].token = "";
-                            top[i].len = 0;
-                        }
-                    }
-
-                    if (lp.token == NULL) {
-                        lp.token = "";
-                        lp.len = 0;
-                    }
-
+                    ngx_http_vlm_chat_logprob(ctx, &rec, &lp, top);
                     o.logprobs = &lp;
                     o.n_logprobs = 1;
                 }
@@ -1526,7 +1502,6 @@ ngx_http_vlm_chat_emit(ngx_http_vlm_chat_ctx_t *ctx,
 {
     u_char                *p;
     size_t                 cap;
-    uint32_t               i;
     vlm_openai_logprob_t  *lp, *top;
     ngx_http_request_t    *r;
 
@@ -1571,42 +1546,53 @@ ngx_http_vlm_chat_emit(ngx_http_vlm_chat_ctx_t *ctx,
         ctx->lps_cap = cap;
     }
 
-    lp = &ctx->lps[ctx->n_lps++];
-    lp->token = vlm_tokenizer_token_bytes(ctx->vmcf->tokenizer,
-                                          (int32_t) rec->token, &lp->len);
-    lp->logprob = rec->logprob;
-    lp->n_top = rec->n_top;
-    lp->top = NULL;
-
-    if (lp->token == NULL) {
-        lp->token = "";
-        lp->len = 0;
-    }
+    top = NULL;
 
     if (rec->n_top) {
         top = ngx_palloc(r->pool, rec->n_top * sizeof(vlm_openai_logprob_t));
         if (top == NULL) {
             return NGX_ERROR;
         }
-
-        for (i = 0; i < rec->n_top; i++) {
-            top[i].token = vlm_tokenizer_token_bytes(ctx->vmcf->tokenizer,
-                                                     (int32_t) rec->top_token[i],
-                                                     &top[i].len);
-            top[i].logprob = rec->top_logprob[i];
-            top[i].top = NULL;
-            top[i].n_top = 0;
-
-            if (top[i].token == NULL) {
-                top[i].token = "";
-                top[i].len = 0;
-            }
-        }
-
-        lp->top = top;
     }
 
+    ngx_http_vlm_chat_logprob(ctx, rec, &ctx->lps[ctx->n_lps++], top);
+
     return NGX_OK;
+}
+
+
+/* a token record as OpenAI logprobs; top has room for rec->n_top */
+static void
+ngx_http_vlm_chat_logprob(ngx_http_vlm_chat_ctx_t *ctx,
+    const vlm_queue_out_t *rec, vlm_openai_logprob_t *lp,
+    vlm_openai_logprob_t *top)
+{
+    uint32_t  i;
+
+    lp->token = vlm_tokenizer_token_bytes(ctx->vmcf->tokenizer,
+                                          (int32_t) rec->token, &lp->len);
+    lp->logprob = rec->logprob;
+    lp->top = rec->n_top ? top : NULL;
+    lp->n_top = rec->n_top;
+
+    if (lp->token == NULL) {
+        lp->token = "";
+        lp->len = 0;
+    }
+
+    for (i = 0; i < rec->n_top; i++) {
+        top[i].token = vlm_tokenizer_token_bytes(ctx->vmcf->tokenizer,
+                                                 (int32_t) rec->top_token[i],
+                                                 &top[i].len);
+        top[i].logprob = rec->top_logprob[i];
+        top[i].top = NULL;
+        top[i].n_top = 0;
+
+        if (top[i].token == NULL) {
+            top[i].token = "";
+            top[i].len = 0;
+        }
+    }
 }
 
 

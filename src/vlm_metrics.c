@@ -204,7 +204,8 @@ vlm_metrics_render(const vlm_metrics_t *m, const vlm_queue_stats_t *q,
                    "Times the engine was lost and restarted.",
                    q->engine_restarts);
     vlm_out_metric(&o, "vlm_engine_rss_bytes", "gauge",
-                   "Resident memory of the engine process.",
+                   "Resident memory of the engine process, its share of "
+                   "the shared request queue excluded.",
                    atomic_load(&m->engine_rss));
 
     for (h = 0; h < VLM_HIST_N; h++) {

@@ -350,6 +350,11 @@ main(int argc, char **argv)
 
         active = vlm_sched_step(sched, !vlm_queue_retired(&q));
 
+        /* the pools after every step that moved, so peaks are seen */
+        if (vlm_sched_progressed(sched)) {
+            vlm_sched_publish(sched);
+        }
+
         if (vlm_queue_now() - last_stats > VLM_ENGINE_STATS_NS) {
             last_stats = vlm_queue_now();
             vlm_sched_publish(sched);
