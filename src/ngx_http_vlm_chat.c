@@ -1167,7 +1167,8 @@ ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx)
     id_hi = ((uint64_t) ngx_random() << 32) ^ (uint64_t) ngx_random();
     id_lo = ((uint64_t) ngx_random() << 32) ^ ctx->t_start;
 
-    if (vlm_openai_response_init(&ctx->resp, (const char *) vmcf->served_model.data,
+    if (vlm_openai_response_init(&ctx->resp,
+                                 (const char *) vmcf->served_model.data,
                                  vmcf->served_model.len, (int64_t) ngx_time(),
                                  id_hi, id_lo,
                                  (ctx->req.include_usage

@@ -68,9 +68,9 @@ typedef enum {
 
 typedef enum {
     VLM_QUEUE_FINISH_NONE = 0,
-    VLM_QUEUE_FINISH_STOP,            /* EOS, a stop token id or a stop string */
-    VLM_QUEUE_FINISH_LENGTH,          /* max_tokens or the context length */
-    VLM_QUEUE_FINISH_ERROR            /* see slot->error_status, error_msg */
+    VLM_QUEUE_FINISH_STOP,      /* EOS, a stop token id or a stop string */
+    VLM_QUEUE_FINISH_LENGTH,    /* max_tokens or the context length */
+    VLM_QUEUE_FINISH_ERROR      /* see slot->error_status, error_msg */
 } vlm_queue_finish_t;
 
 

@@ -346,7 +346,9 @@ vlm_sched_prefill(vlm_sched_t *s, vlm_sched_req_t *r)
     sp.frequency_penalty = p->frequency_penalty;
     sp.max_tokens = (int) p->max_tokens;
     sp.top_logprobs = p->logprobs ? (int) p->top_logprobs : 0;
-    sp.seed = p->has_seed ? p->seed : (s->seed_counter += 0x9e3779b97f4a7c15ull);
+    /* no seed: a different draw per request */
+    s->seed_counter += 0x9e3779b97f4a7c15ull;
+    sp.seed = p->has_seed ? p->seed : s->seed_counter;
 
     sp.n_stop = 0;
 
