@@ -1618,6 +1618,8 @@ ngx_http_vlm_chat_finish(ngx_http_vlm_chat_ctx_t *ctx, vlm_queue_slot_t *qs)
     q = ngx_http_vlm_queue();
 
     usage.prompt_tokens = ctx->n_prompt;
+    /* the engine's count: the stop token is generated, though not shown */
+    ctx->n_completion = vlm_max(ctx->n_completion, qs->n_completion);
     usage.completion_tokens = ctx->n_completion;
     finish = qs->finish_reason == VLM_QUEUE_FINISH_LENGTH
              ? VLM_OPENAI_FINISH_LENGTH : VLM_OPENAI_FINISH_STOP;

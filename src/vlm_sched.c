@@ -497,6 +497,10 @@ vlm_sched_emit(vlm_sched_t *s, vlm_sched_req_t *r, const vlm_sample_t *sample)
     if (sample->finish == VLM_FINISH_STOP) {
         r->finish = VLM_QUEUE_FINISH_STOP;
 
+        /* the stop token counts as generated but is no text, no logprob */
+        r->out.token = VLM_QUEUE_NONE;
+        r->out.n_top = 0;
+
         if (vlm_tok_stream_finish(&r->stream, s->piece, s->piece_cap, &len,
                                   &err)
             != VLM_OK)
