@@ -1,0 +1,491 @@
+"""Trains the default model (models/default/): a tiny Qwen2-VL that answers
+questions about synthetic shape scenes (tools/shapes_dataset.py), with
+transformers' own Qwen2VLForConditionalGeneration on the CPU.
+
+    python tools/train_default_model.py            # as `make default-model`
+
+Everything is Qwen2-VL's except the sizes: the tokenizer is a byte-level
+BPE trained on the task's text and configured exactly like Qwen2's
+(tools/qwen_tokenizer_recipe.py), the chat template is Qwen2-VL-Instruct's,
+the image processor is Qwen2VLImageProcessor (the slow, PIL one).
+
+Steps:
+  1. scenes: training scenes from --seed, held-out test items from
+     --test-seed (different scenes, never seen in training);
+  2. tokenizer, image processor and processor, saved into --out;
+  3. pixel values of every training image computed once with the image
+     processor (kept as the uint8 pixels they were normalised from, checked
+     to reproduce the processor's values);
+  4. training: AdamW, warm-up then cosine decay, loss on the assistant's
+     answer tokens and <|im_end|> only;
+  5. held-out accuracy with model.generate (greedy) on requests built by the
+     processor and its chat template exactly as a user's would be (default
+     system prompt, one user message holding the image then the question,
+     generation prompt);
+  6. the checkpoint is saved in Hugging Face layout, reloaded with
+     from_pretrained and evaluated again; the held-out set with the
+     reloaded model's answers is written to --fixtures.
+
+Deterministic for a given seed, thread count and library versions.
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import shapes_dataset as sd                                    # noqa: E402
+from qwen_tokenizer_recipe import (save_tokenizer,             # noqa: E402
+                                   train_tokenizer)
+
+from transformers import (GenerationConfig, Qwen2TokenizerFast,  # noqa
+                          Qwen2VLConfig, Qwen2VLForConditionalGeneration,
+                          Qwen2VLImageProcessor, Qwen2VLProcessor,
+                          Qwen2VLVideoProcessor)
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# images of 112..224 pixels a side become 16384..25600 pixels: the small
+# ones are enlarged, the large ones shrunk (both smart_resize branches)
+MIN_PIXELS = 128 * 128
+MAX_PIXELS = 160 * 160
+
+SYSTEM_PROMPT = "You are a helpful assistant."
+
+# sampling weight of each question type in training
+QTYPE_WEIGHTS = {"colour": 1.0, "shape": 1.0, "count": 1.0,
+                 "position": 1.5, "describe": 1.5}
+
+
+def log(*args):
+    print(*args, flush=True)
+
+
+def seed_everything(seed):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True)
+
+
+def model_config(tok, args):
+    n_tok = len(tok.get_vocab())
+    # like Qwen2-VL (151936 rows for 151657 tokens), the embedding has
+    # spare rows past the tokenizer's last id
+    vocab = (n_tok + 63) // 64 * 64
+    head_dim = args.hidden // args.heads
+    # Qwen2-VL splits the rotary half-dimension 16:24:24 (t, h, w) for
+    # head_dim 128; keep the proportions
+    q = head_dim // 2
+    mrope = [q // 4, (q - q // 4) // 2, q - q // 4 - (q - q // 4) // 2]
+    text = dict(
+        vocab_size=vocab,
+        hidden_size=args.hidden,
+        intermediate_size=args.intermediate,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads,
+        hidden_act="silu",
+        max_position_embeddings=32768,
+        rms_norm_eps=1e-6,
+        rope_theta=1000000.0,
+        rope_scaling={"type": "mrope", "mrope_section": mrope},
+        tie_word_embeddings=True,
+        use_sliding_window=False,
+        sliding_window=32768,
+        max_window_layers=args.layers,
+        attention_dropout=0.0,
+        bos_token_id=tok.token_to_id("<|endoftext|>"),
+        eos_token_id=tok.token_to_id("<|im_end|>"),
+    )
+    vision = dict(
+        depth=args.vision_depth,
+        embed_dim=args.vision_dim,
+        hidden_size=args.hidden,
+        hidden_act="quick_gelu",
+        mlp_ratio=args.vision_mlp_ratio,
+        num_heads=args.vision_heads,
+        in_channels=3,
+        patch_size=14,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+    )
+    # the text fields at the top level, as Qwen2-VL's config.json has them
+    return Qwen2VLConfig(
+        vision_config=vision,
+        image_token_id=tok.token_to_id("<|image_pad|>"),
+        video_token_id=tok.token_to_id("<|video_pad|>"),
+        vision_start_token_id=tok.token_to_id("<|vision_start|>"),
+        vision_end_token_id=tok.token_to_id("<|vision_end|>"),
+        **text)
+
+
+def build_processor(out_dir, tok):
+    save_tokenizer(tok, out_dir)
+    image_processor = Qwen2VLImageProcessor(min_pixels=MIN_PIXELS,
+                                            max_pixels=MAX_PIXELS)
+    tokenizer = Qwen2TokenizerFast.from_pretrained(out_dir)
+    processor = Qwen2VLProcessor(image_processor=image_processor,
+                                 tokenizer=tokenizer,
+                                 video_processor=Qwen2VLVideoProcessor(),
+                                 chat_template=tokenizer.chat_template)
+    return processor
+
+
+def user_messages(question):
+    return [{"role": "user", "content": [
+        {"type": "image"}, {"type": "text", "text": question}]}]
+
+
+class Encoder:
+    """Token ids of training sequences, built from cached pieces.  The
+    pieces split at special tokens, so they concatenate to what the
+    processor produces for the whole text; check() verifies that."""
+
+    def __init__(self, processor):
+        self.processor = processor
+        self.tok = processor.tokenizer
+        self.pad_id = self.tok.convert_tokens_to_ids("<|image_pad|>")
+        self.end_id = self.tok.convert_tokens_to_ids("<|im_end|>")
+        self.cache = {}
+        text = processor.apply_chat_template(user_messages("Q"),
+                                             add_generation_prompt=True)
+        head, tail = text.split("<|image_pad|>")
+        self.head = self._ids(head)
+        self.tail_fmt = tail.replace("Q", "%s", 1)
+
+    def _ids(self, text):
+        return self.tok(text, add_special_tokens=False)["input_ids"]
+
+    def _cached(self, text):
+        ids = self.cache.get(text)
+        if ids is None:
+            ids = self.cache[text] = self._ids(text)
+        return ids
+
+    def encode(self, n_image_tokens, question, answer):
+        """(input_ids, labels) for one question and its answer."""
+        prompt = (self.head + [self.pad_id] * n_image_tokens
+                  + self._cached(self.tail_fmt % question))
+        ans = self._cached(answer) + [self.end_id]
+        return prompt + ans, [-100] * len(prompt) + ans
+
+    def check(self, image, question, answer):
+        n = self._image_tokens(image)
+        ids, _ = self.encode(n, question, answer)
+        msgs = user_messages(question) + [
+            {"role": "assistant", "content": [{"type": "text",
+                                               "text": answer}]}]
+        text = self.processor.apply_chat_template(msgs)
+        ref = self.processor(text=[text], images=[image],
+                             return_tensors="pt")["input_ids"][0].tolist()
+        # the template ends the assistant turn with <|im_end|> and "\n"
+        if ref[:len(ids)] != ids or len(ref) != len(ids) + 1:
+            raise RuntimeError("token ids differ from the processor's:\n%s\n%s"
+                               % (ids, ref))
+
+    def _image_tokens(self, image):
+        g = self.processor.image_processor(images=[image],
+                                           return_tensors="pt")
+        return int(g["image_grid_thw"].prod()) // 4
+
+
+class PixelStore:
+    """Pixel values of the training images, computed once by the image
+    processor.  They are kept as the uint8 pixels they were normalised from
+    (the processor rescales uint8 by 1/255 and normalises per channel) and
+    turned back into the processor's float values per batch."""
+
+    def __init__(self, image_processor):
+        ip = image_processor
+        per_channel = ip.temporal_patch_size * ip.patch_size ** 2
+        self.mean = np.repeat(np.array(ip.image_mean, np.float32),
+                              per_channel)
+        self.std = np.repeat(np.array(ip.image_std, np.float32), per_channel)
+        self.ip = ip
+        self.pixels = []
+        self.grids = []
+
+    def add(self, image):
+        out = self.ip(images=[image], return_tensors="np")
+        pv = out["pixel_values"].astype(np.float32)
+        u = np.rint((pv * self.std + self.mean) * 255.0)
+        if u.min() < 0 or u.max() > 255:
+            raise RuntimeError("pixel values are not normalised uint8")
+        u = u.astype(np.uint8)
+        back = self._float(u)
+        if not np.allclose(back, pv, atol=1e-4):
+            raise RuntimeError("pixel values do not round-trip: %g"
+                               % np.abs(back - pv).max())
+        self.pixels.append(u)
+        self.grids.append(out["image_grid_thw"][0].astype(np.int64))
+
+    def _float(self, u):
+        return (u.astype(np.float32) * np.float32(1 / 255.0)
+                - self.mean) / self.std
+
+    def image_tokens(self, i):
+        return int(self.grids[i].prod()) // 4
+
+    def batch(self, idx):
+        pv = np.concatenate([self._float(self.pixels[i]) for i in idx])
+        grid = np.stack([self.grids[i] for i in idx])
+        return torch.from_numpy(pv), torch.from_numpy(grid)
+
+
+def make_batch(enc, store, items, pad_id):
+    seqs = [enc.encode(store.image_tokens(i), q, a) for i, q, a in items]
+    n = max(len(s[0]) for s in seqs)
+    ids = torch.full((len(seqs), n), pad_id, dtype=torch.long)
+    labels = torch.full((len(seqs), n), -100, dtype=torch.long)
+    mask = torch.zeros((len(seqs), n), dtype=torch.long)
+    for b, (x, y) in enumerate(seqs):
+        ids[b, :len(x)] = torch.tensor(x)
+        labels[b, :len(y)] = torch.tensor(y)
+        mask[b, :len(x)] = 1
+    pv, grid = store.batch([i for i, _, _ in items])
+    return dict(input_ids=ids, attention_mask=mask, labels=labels,
+                pixel_values=pv, image_grid_thw=grid)
+
+
+def sample_items(rng, scenes, qlists, batch):
+    types = list(QTYPE_WEIGHTS)
+    weights = [QTYPE_WEIGHTS[t] for t in types]
+    items = []
+    for _ in range(batch):
+        i = rng.randrange(len(scenes))
+        t = rng.choices(types, weights)[0]
+        cands = [q for q in qlists[i] if q[0] == t] or qlists[i]
+        _, q, a = rng.choice(cands)
+        items.append((i, q, a))
+    return items
+
+
+@torch.no_grad()
+def answer(model, processor, image, question, max_new_tokens=32):
+    """The model's greedy answer, through the processor and the chat
+    template as a user's request goes."""
+    text = processor.apply_chat_template(user_messages(question),
+                                         add_generation_prompt=True)
+    inputs = processor(text=[text], images=[image], return_tensors="pt")
+    out = model.generate(**inputs, max_new_tokens=max_new_tokens,
+                         do_sample=False)
+    new = out[0, inputs["input_ids"].shape[1]:]
+    return processor.decode(new, skip_special_tokens=True)
+
+
+def evaluate(model, processor, items, label):
+    t0 = time.time()
+    model.eval()
+    per = {t: [0, 0] for t in sd.QTYPES}
+    answers = []
+    for it in items:
+        got = answer(model, processor, it["scene"].image, it["question"])
+        answers.append(got)
+        ok = sd.normalize_answer(got) == it["answer"]
+        per[it["qtype"]][0] += ok
+        per[it["qtype"]][1] += 1
+    right = sum(v[0] for v in per.values())
+    acc = right / len(items)
+    log("%s: held-out accuracy %.4f (%d/%d) in %.1f s" % (
+        label, acc, right, len(items), time.time() - t0))
+    for t in sd.QTYPES:
+        r, n = per[t]
+        log("  %-9s %.4f (%d/%d)" % (t, r / max(1, n), r, n))
+    return acc, per, answers
+
+
+def write_fixtures(path, items, answers, out_dir):
+    """The held-out set: PNG images, questions, ground truth and the
+    transformers model's greedy answers."""
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    os.makedirs(os.path.join(path, "images"))
+    rows = []
+    for k, (it, got) in enumerate(zip(items, answers)):
+        sc = it["scene"]
+        name = "images/%03d.png" % k
+        sc.image.save(os.path.join(path, name), optimize=True)
+        rows.append(dict(
+            id=k, image=name, width=sc.width, height=sc.height,
+            qtype=it["qtype"], question=it["question"], answer=it["answer"],
+            transformers_answer=got,
+            objects=[{k2: o[k2] for k2 in ("shape", "colour", "row", "col")}
+                     for o in sc.objects]))
+    with open(os.path.join(path, "items.jsonl"), "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description="train models/default")
+    ap.add_argument("--out", default=os.path.join(ROOT, "models/default"))
+    ap.add_argument("--fixtures",
+                    default=os.path.join(ROOT, "tests/fixtures/default_model"))
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--test-seed", type=int, default=987654)
+    ap.add_argument("--train-scenes", type=int, default=8000)
+    ap.add_argument("--test-items", type=int, default=150)
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--intermediate", type=int, default=512)
+    ap.add_argument("--layers", type=int, default=3)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--vision-depth", type=int, default=3)
+    ap.add_argument("--vision-dim", type=int, default=128)
+    ap.add_argument("--vision-heads", type=int, default=4)
+    ap.add_argument("--vision-mlp-ratio", type=int, default=4)
+    ap.add_argument("--dtype", choices=["bfloat16", "float32"],
+                    default="bfloat16", help="dtype of the saved weights")
+    ap.add_argument("--no-save", action="store_true",
+                    help="train and evaluate only (experiments)")
+    args = ap.parse_args()
+
+    t_start = time.time()
+    torch.set_num_threads(args.threads)
+    seed_everything(args.seed)
+    log("torch %s, %d threads" % (torch.__version__, args.threads))
+
+    # 1. scenes
+    rng = random.Random(args.seed)
+    scenes = [sd.make_scene(rng) for _ in range(args.train_scenes)]
+    qlists = [sd.questions(s) for s in scenes]
+    test = sd.eval_items(args.test_seed, args.test_items)
+    log("%d training scenes, %d held-out items (%.1f s)"
+        % (len(scenes), len(test), time.time() - t_start))
+
+    # 2. tokenizer and processor
+    corpus = [SYSTEM_PROMPT, "system", "user", "assistant"] + sd.corpus()
+    tok = train_tokenizer(corpus, vocab_size=4096, min_frequency=1)
+    work = args.out if not args.no_save else "/tmp/default_model_work"
+    os.makedirs(work, exist_ok=True)
+    processor = build_processor(work, tok)
+    enc = Encoder(processor)
+    for s, ql in list(zip(scenes, qlists))[:20]:
+        for _, q, a in ql:
+            enc.check(s.image, q, a)
+    log("tokenizer: %d tokens (%d BPE + %d special)"
+        % (len(tok.get_vocab()), tok.get_vocab_size(False),
+           len(tok.get_vocab()) - tok.get_vocab_size(False)))
+
+    # 3. pixel values, once
+    t0 = time.time()
+    store = PixelStore(processor.image_processor)
+    for s in scenes:
+        store.add(s.image)
+    n_tok = [store.image_tokens(i) for i in range(len(scenes))]
+    log("pixel values of %d images in %.1f s (%d..%d image tokens, %.1f MB)"
+        % (len(scenes), time.time() - t0, min(n_tok), max(n_tok),
+           sum(p.nbytes for p in store.pixels) / 1e6))
+
+    # 4. training
+    config = model_config(tok, args)
+    config._attn_implementation = "sdpa"
+    model = Qwen2VLForConditionalGeneration(config)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tok.token_to_id("<|endoftext|>"),
+        pad_token_id=tok.token_to_id("<|endoftext|>"),
+        eos_token_id=[tok.token_to_id("<|im_end|>"),
+                      tok.token_to_id("<|endoftext|>")],
+        do_sample=False)
+    n_params = sum(p.numel() for p in model.parameters())
+    log("model: %d parameters" % n_params)
+
+    decay = [p for n, p in model.named_parameters()
+             if p.ndim >= 2 and "embed" not in n]
+    no_decay = [p for n, p in model.named_parameters()
+                if not (p.ndim >= 2 and "embed" not in n)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.98), eps=1e-8)
+
+    def lr_at(step):
+        if step < args.warmup:
+            return args.lr * (step + 1) / args.warmup
+        t = (step - args.warmup) / max(1, args.steps - args.warmup)
+        return args.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * t)))
+
+    pad_id = tok.token_to_id("<|endoftext|>")
+    srng = random.Random(args.seed + 1)
+    model.train()
+    t0 = time.time()
+    avg = None
+    for step in range(args.steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        batch = make_batch(enc, store,
+                           sample_items(srng, scenes, qlists, args.batch),
+                           pad_id)
+        loss = model(**batch).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        avg = loss.item() if avg is None else 0.98 * avg + 0.02 * loss.item()
+        if step % 50 == 0 or step == args.steps - 1:
+            el = time.time() - t0
+            log("step %5d  loss %.4f  avg %.4f  lr %.2e  %.2f steps/s"
+                "  %.0f s" % (step, loss.item(), avg, lr_at(step),
+                              (step + 1) / el, el))
+    train_s = time.time() - t0
+    log("training: %d steps in %.1f s" % (args.steps, train_s))
+
+    # 5. held-out accuracy in transformers
+    model.eval()
+    acc, per, answers = evaluate(model, processor, test, "trained (f32)")
+    if args.no_save:
+        return
+
+    # 6. save, reload, evaluate again, write the fixtures
+    model.to(getattr(torch, args.dtype))
+    model.save_pretrained(args.out, safe_serialization=True)
+    model.generation_config.save_pretrained(args.out)
+    processor.image_processor.save_pretrained(args.out)
+    # the processor's own files: keep chat_template.json, not .jinja
+    for extra in ("chat_template.jinja",):
+        p = os.path.join(args.out, extra)
+        if os.path.exists(p):
+            os.remove(p)
+    del model
+    reloaded = Qwen2VLForConditionalGeneration.from_pretrained(
+        args.out, dtype=torch.float32)
+    from transformers import AutoProcessor
+    proc2 = AutoProcessor.from_pretrained(args.out)
+    acc2, per2, answers2 = evaluate(reloaded, proc2, test,
+                                    "reloaded (%s weights, f32 compute)"
+                                    % args.dtype)
+    write_fixtures(args.fixtures, test, answers2, args.out)
+    summary = dict(
+        seed=args.seed, test_seed=args.test_seed,
+        train_scenes=args.train_scenes, steps=args.steps, batch=args.batch,
+        lr=args.lr, threads=args.threads, parameters=n_params,
+        saved_dtype=args.dtype, train_seconds=round(train_s, 1),
+        total_seconds=round(time.time() - t_start, 1),
+        accuracy_trained_f32=acc, accuracy_reloaded=acc2,
+        per_type_reloaded={t: dict(right=per2[t][0], total=per2[t][1])
+                           for t in sd.QTYPES},
+        torch=torch.__version__,
+        transformers=__import__("transformers").__version__)
+    with open(os.path.join(args.fixtures, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+        f.write("\n")
+    log(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()
