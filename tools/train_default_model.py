@@ -62,11 +62,6 @@ MAX_PIXELS = 160 * 160
 
 SYSTEM_PROMPT = "You are a helpful assistant."
 
-# sampling weight of each question type in training
-QTYPE_WEIGHTS = {"colour": 1.0, "shape": 1.0, "count": 1.0,
-                 "position": 1.5, "describe": 1.5}
-
-
 def log(*args):
     print(*args, flush=True)
 
@@ -148,9 +143,13 @@ def user_messages(question):
 
 
 class Encoder:
-    """Token ids of training sequences, built from cached pieces.  The
-    pieces split at special tokens, so they concatenate to what the
-    processor produces for the whole text; check() verifies that."""
+    """Token ids of training sequences, built from cached pieces.  A request
+    is a prefix (system turn, user turn up to and including
+    <|vision_end|>), the same for every question about one image, and a
+    branch (the question, the end of the user turn, the generation prompt,
+    then the answer and <|im_end|>).  The pieces split at special tokens, so
+    they concatenate to what the processor produces for the whole text;
+    check() verifies that."""
 
     def __init__(self, processor):
         self.processor = processor
@@ -161,8 +160,12 @@ class Encoder:
         text = processor.apply_chat_template(user_messages("Q"),
                                              add_generation_prompt=True)
         head, tail = text.split("<|image_pad|>")
+        vend = "<|vision_end|>"
+        if not tail.startswith(vend):
+            raise RuntimeError("unexpected chat template output: %r" % text)
         self.head = self._ids(head)
-        self.tail_fmt = tail.replace("Q", "%s", 1)
+        self.vend_id = self.tok.convert_tokens_to_ids(vend)
+        self.branch_fmt = tail[len(vend):].replace("Q", "%s", 1)
 
     def _ids(self, text):
         return self.tok(text, add_special_tokens=False)["input_ids"]
@@ -173,16 +176,19 @@ class Encoder:
             ids = self.cache[text] = self._ids(text)
         return ids
 
-    def encode(self, n_image_tokens, question, answer):
-        """(input_ids, labels) for one question and its answer."""
-        prompt = (self.head + [self.pad_id] * n_image_tokens
-                  + self._cached(self.tail_fmt % question))
+    def prefix(self, n_image_tokens):
+        return self.head + [self.pad_id] * n_image_tokens + [self.vend_id]
+
+    def branch(self, question, answer):
+        """(ids, labels): labels are -100 on the prompt, the ids on the
+        answer and its <|im_end|>."""
+        prompt = self._cached(self.branch_fmt % question)
         ans = self._cached(answer) + [self.end_id]
         return prompt + ans, [-100] * len(prompt) + ans
 
     def check(self, image, question, answer):
         n = self._image_tokens(image)
-        ids, _ = self.encode(n, question, answer)
+        ids = self.prefix(n) + self.branch(question, answer)[0]
         msgs = user_messages(question) + [
             {"role": "assistant", "content": [{"type": "text",
                                                "text": answer}]}]
@@ -198,6 +204,32 @@ class Encoder:
         g = self.processor.image_processor(images=[image],
                                            return_tensors="pt")
         return int(g["image_grid_thw"].prod()) // 4
+
+
+AUX_COLOURS = list(sd.COLOURS) + ["background"]
+AUX_SHAPES = sd.SHAPES + ["none"]
+
+
+def aux_targets(scene, grid):
+    """For the auxiliary loss: the colour and kind of the shape under each
+    merged image token (28x28 pixels of the resized image, in the order the
+    vision tower emits them), or background/none."""
+    _, gh, gw = (int(v) for v in grid)
+    rh, rw = gh // 2, gw // 2
+    sx, sy = scene.width / rw, scene.height / rh
+    out = []
+    for r in range(rh):
+        for c in range(rw):
+            x, y = (c + 0.5) * sx, (r + 0.5) * sy
+            best, lab = None, (len(AUX_COLOURS) - 1, len(AUX_SHAPES) - 1)
+            for o in scene.objects:
+                d = math.hypot(x - o["cx"], y - o["cy"])
+                if d <= o["size"] / 2 and (best is None or d < best):
+                    best = d
+                    lab = (AUX_COLOURS.index(o["colour"]),
+                           AUX_SHAPES.index(o["shape"]))
+            out.append(lab)
+    return torch.tensor(out, dtype=torch.long)
 
 
 class PixelStore:
@@ -243,32 +275,117 @@ class PixelStore:
         return torch.from_numpy(pv), torch.from_numpy(grid)
 
 
-def make_batch(enc, store, items, pad_id):
-    seqs = [enc.encode(store.image_tokens(i), q, a) for i, q, a in items]
-    n = max(len(s[0]) for s in seqs)
-    ids = torch.full((len(seqs), n), pad_id, dtype=torch.long)
-    labels = torch.full((len(seqs), n), -100, dtype=torch.long)
-    mask = torch.zeros((len(seqs), n), dtype=torch.long)
-    for b, (x, y) in enumerate(seqs):
+def make_batch(model, enc, store, scene_qs, pad_id):
+    """One packed sequence per image: the shared prefix once, then one
+    branch per question.  A 4D attention mask lets each branch see the
+    prefix and itself only, and its M-RoPE positions continue from the
+    prefix as they would in a request of its own, so every branch computes
+    exactly what the single request would, at the cost of one image
+    encoding.  targets[t] is the token that logits[t] must predict."""
+    rows = []
+    for i, qs in scene_qs:
+        prefix = enc.prefix(store.image_tokens(i))
+        pos, _ = model.model.get_rope_index(
+            torch.tensor([prefix]), torch.from_numpy(store.grids[i][None]))
+        pos = pos[:, 0, :]
+        start = int(pos.max()) + 1
+        ids, seg, tgt, ppos = list(prefix), [0] * len(prefix), \
+            [-100] * len(prefix), [pos]
+        for k, (_, q, a) in enumerate(qs):
+            b, lab = enc.branch(q, a)
+            ids += b
+            seg += [k + 1] * len(b)
+            tgt += lab[1:] + [-100]
+            ppos.append(torch.arange(start, start + len(b)).expand(3, -1))
+        rows.append((ids, seg, tgt, torch.cat(ppos, 1)))
+
+    n = max(len(r[0]) for r in rows)
+    B = len(rows)
+    ids = torch.full((B, n), pad_id, dtype=torch.long)
+    tgt = torch.full((B, n), -100, dtype=torch.long)
+    seg = torch.full((B, n), -1, dtype=torch.long)
+    pos = torch.zeros((3, B, n), dtype=torch.long)
+    for b, (x, s, t, p) in enumerate(rows):
         ids[b, :len(x)] = torch.tensor(x)
-        labels[b, :len(y)] = torch.tensor(y)
-        mask[b, :len(x)] = 1
-    pv, grid = store.batch([i for i, _, _ in items])
-    return dict(input_ids=ids, attention_mask=mask, labels=labels,
-                pixel_values=pv, image_grid_thw=grid)
+        seg[b, :len(s)] = torch.tensor(s)
+        tgt[b, :len(t)] = torch.tensor(t)
+        pos[:, b, :len(x)] = p
+    causal = torch.ones((n, n), dtype=torch.bool).tril()
+    qs_, ks_ = seg[:, :, None], seg[:, None, :]
+    mask = causal & (ks_ >= 0) & ((ks_ == 0) | (ks_ == qs_))
+    mask |= torch.eye(n, dtype=torch.bool)
+    pv, grid = store.batch([i for i, _ in scene_qs])
+    return dict(input_ids=ids, attention_mask=mask[:, None], position_ids=pos,
+                pixel_values=pv, image_grid_thw=grid), tgt
 
 
-def sample_items(rng, scenes, qlists, batch):
-    types = list(QTYPE_WEIGHTS)
-    weights = [QTYPE_WEIGHTS[t] for t in types]
-    items = []
-    for _ in range(batch):
-        i = rng.randrange(len(scenes))
-        t = rng.choices(types, weights)[0]
-        cands = [q for q in qlists[i] if q[0] == t] or qlists[i]
-        _, q, a = rng.choice(cands)
-        items.append((i, q, a))
-    return items
+def packed_loss(model, batch, tgt):
+    logits = model(**batch, use_cache=False).logits
+    return torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(), tgt.reshape(-1),
+        ignore_index=-100)
+
+
+class AuxHead(torch.nn.Module):
+    """Training aid, not part of the model: a linear probe on the vision
+    tower's output (the merged image tokens) that predicts the colour and
+    kind of the shape under each token.  It gives the vision tower a dense
+    signal from the first step; the text model still has to learn to read
+    the image tokens through the answers."""
+
+    def __init__(self, model, hidden):
+        super().__init__()
+        self.proj = torch.nn.Linear(hidden, len(AUX_COLOURS)
+                                    + len(AUX_SHAPES))
+        self.captured = []
+        model.model.visual.register_forward_hook(
+            lambda mod, inp, out: self.captured.append(out))
+
+    def loss(self, targets):
+        feats = self.captured.pop()
+        self.captured.clear()
+        logits = self.proj(feats)
+        n = len(AUX_COLOURS)
+        return (torch.nn.functional.cross_entropy(logits[:, :n],
+                                                  targets[:, 0])
+                + torch.nn.functional.cross_entropy(logits[:, n:],
+                                                    targets[:, 1]))
+
+
+@torch.no_grad()
+def check_packing(model, enc, store, scenes, qlists, pad_id):
+    """The packed forward gives each branch the logits of a request of its
+    own (transformers' standard forward, positions from get_rope_index)."""
+    model.eval()
+    scene_qs = [(i, qlists[i]) for i in range(2)]
+    batch, tgt = make_batch(model, enc, store, scene_qs, pad_id)
+    packed = model(**batch, use_cache=False).logits
+    worst = 0.0
+    for b, (i, qs) in enumerate(scene_qs):
+        prefix = enc.prefix(store.image_tokens(i))
+        off = len(prefix)
+        for _, q, a in qs:
+            br, _ = enc.branch(q, a)
+            ids = torch.tensor([prefix + br])
+            pv, grid = store.batch([i])
+            ref = model(input_ids=ids, attention_mask=torch.ones_like(ids),
+                        pixel_values=pv, image_grid_thw=grid,
+                        use_cache=False).logits[0]
+            got = packed[b, off:off + len(br)]
+            worst = max(worst, float((got - ref[len(prefix):]).abs().max()))
+            worst = max(worst, float((packed[b, :len(prefix)]
+                                      - ref[:len(prefix)]).abs().max()))
+            off += len(br)
+    if worst > 1e-4:
+        raise RuntimeError("packed logits differ by %g" % worst)
+    model.train()
+    return worst
+
+
+def sample_scenes(rng, n_scenes, qlists, batch):
+    """`batch` images, each with every question it answers."""
+    return [(i, qlists[i])
+            for i in (rng.randrange(n_scenes) for _ in range(batch))]
 
 
 @torch.no_grad()
@@ -334,14 +451,20 @@ def main():
                     default=os.path.join(ROOT, "tests/fixtures/default_model"))
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--test-seed", type=int, default=987654)
-    ap.add_argument("--train-scenes", type=int, default=8000)
+    ap.add_argument("--train-scenes", type=int, default=10000)
     ap.add_argument("--test-items", type=int, default=150)
-    ap.add_argument("--steps", type=int, default=3000)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--val-seed", type=int, default=555)
+    ap.add_argument("--val-items", type=int, default=50)
+    ap.add_argument("--val-every", type=int, default=500)
+    ap.add_argument("--steps", type=int, default=2800)
+    ap.add_argument("--batch", type=int, default=8,
+                    help="images per step (all their questions)")
+    ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=100)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--aux-weight", type=float, default=1.0,
+                    help="weight of the vision tower's auxiliary loss")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--hidden", type=int, default=192)
     ap.add_argument("--intermediate", type=int, default=512)
     ap.add_argument("--layers", type=int, default=3)
     ap.add_argument("--heads", type=int, default=4)
@@ -366,6 +489,8 @@ def main():
     scenes = [sd.make_scene(rng) for _ in range(args.train_scenes)]
     qlists = [sd.questions(s) for s in scenes]
     test = sd.eval_items(args.test_seed, args.test_items)
+    # progress is watched on a third seed, not on the held-out items
+    val = sd.eval_items(args.val_seed, args.val_items)
     log("%d training scenes, %d held-out items (%.1f s)"
         % (len(scenes), len(test), time.time() - t_start))
 
@@ -376,7 +501,7 @@ def main():
     os.makedirs(work, exist_ok=True)
     processor = build_processor(work, tok)
     enc = Encoder(processor)
-    for s, ql in list(zip(scenes, qlists))[:20]:
+    for s, ql in list(zip(scenes, qlists))[:10]:
         for _, q, a in ql:
             enc.check(s.image, q, a)
     log("tokenizer: %d tokens (%d BPE + %d special)"
@@ -397,6 +522,8 @@ def main():
     config = model_config(tok, args)
     config._attn_implementation = "sdpa"
     model = Qwen2VLForConditionalGeneration(config)
+    aux = AuxHead(model, args.hidden) if args.aux_weight > 0 else None
+    aux_t = [aux_targets(sc, store.grids[i]) for i, sc in enumerate(scenes)]
     model.generation_config = GenerationConfig(
         bos_token_id=tok.token_to_id("<|endoftext|>"),
         pad_token_id=tok.token_to_id("<|endoftext|>"),
@@ -410,8 +537,12 @@ def main():
              if p.ndim >= 2 and "embed" not in n]
     no_decay = [p for n, p in model.named_parameters()
                 if not (p.ndim >= 2 and "embed" not in n)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
-                             {"params": no_decay, "weight_decay": 0.0}],
+    groups = [{"params": decay, "weight_decay": 0.01},
+              {"params": no_decay, "weight_decay": 0.0}]
+    if aux is not None:
+        groups.append({"params": list(aux.parameters()),
+                       "weight_decay": 0.0})
+    opt = torch.optim.AdamW(groups,
                             lr=args.lr, betas=(0.9, 0.98), eps=1e-8)
 
     def lr_at(step):
@@ -421,6 +552,8 @@ def main():
         return args.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * t)))
 
     pad_id = tok.token_to_id("<|endoftext|>")
+    log("packed forward matches single requests (max diff %.2e)"
+        % check_packing(model, enc, store, scenes, qlists, pad_id))
     srng = random.Random(args.seed + 1)
     model.train()
     t0 = time.time()
@@ -428,20 +561,29 @@ def main():
     for step in range(args.steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
-        batch = make_batch(enc, store,
-                           sample_items(srng, scenes, qlists, args.batch),
-                           pad_id)
-        loss = model(**batch).loss
+        chosen = sample_scenes(srng, len(scenes), qlists, args.batch)
+        batch, tgt = make_batch(model, enc, store, chosen, pad_id)
+        loss = packed_loss(model, batch, tgt)
+        if aux is not None:
+            aux_loss = aux.loss(torch.cat([aux_t[i] for i, _ in chosen]))
+            total = loss + args.aux_weight * aux_loss
+        else:
+            aux_loss = torch.zeros(())
+            total = loss
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         avg = loss.item() if avg is None else 0.98 * avg + 0.02 * loss.item()
         if step % 50 == 0 or step == args.steps - 1:
             el = time.time() - t0
-            log("step %5d  loss %.4f  avg %.4f  lr %.2e  %.2f steps/s"
-                "  %.0f s" % (step, loss.item(), avg, lr_at(step),
-                              (step + 1) / el, el))
+            log("step %5d  loss %.4f  avg %.4f  aux %.4f  lr %.2e"
+                "  %.2f steps/s  %.0f s"
+                % (step, loss.item(), avg, aux_loss.item(), lr_at(step),
+                   (step + 1) / el, el))
+        if args.val_every and step and step % args.val_every == 0:
+            evaluate(model, processor, val, "step %d validation" % step)
+            model.train()
     train_s = time.time() - t0
     log("training: %d steps in %.1f s" % (args.steps, train_s))
 
