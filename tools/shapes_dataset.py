@@ -1,8 +1,8 @@
 """Synthetic visual question answering on simple shapes: the task the
 default model (models/default/) is trained on.
 
-A scene is an image of 112 to 224 pixels a side (any aspect ratio in that
-range, so that the image processor's smart_resize rounds, shrinks or grows
+A scene is an image of 112 to 224 pixels a side (aspect ratio up to 1.3,
+so that the image processor's smart_resize rounds, shrinks or grows
 it) on a pale, varied background (flat, gradient or noisy), with one to
 three shapes.  The image is divided into a 3x3 grid; each shape sits inside
 its own cell, so its position is one of nine unambiguous names ("top left",
@@ -67,6 +67,7 @@ QTYPES = ["colour", "shape", "count", "position", "describe"]
 
 MIN_SIDE = 112
 MAX_SIDE = 224
+MAX_ASPECT = 1.3
 SUPERSAMPLE = 3
 
 
@@ -162,8 +163,11 @@ def _draw_shape(draw, shape, colour, cx, cy, size, rot):
 
 def make_scene(rng, count=None):
     """A random scene drawn with `rng` (a random.Random)."""
-    w = rng.randint(MIN_SIDE, MAX_SIDE)
-    h = rng.randint(MIN_SIDE, MAX_SIDE)
+    while True:
+        w = rng.randint(MIN_SIDE, MAX_SIDE)
+        h = rng.randint(MIN_SIDE, MAX_SIDE)
+        if max(w, h) <= MAX_ASPECT * min(w, h):
+            break
     if count is None:
         count = rng.randint(1, 3)
 
@@ -179,7 +183,7 @@ def make_scene(rng, count=None):
                 break
         row, col = divmod(cell, 3)
         cw, ch = w / 3, h / 3
-        size = rng.uniform(0.55, 0.85) * min(cw, ch)
+        size = rng.uniform(0.7, 0.95) * min(cw, ch)
         cx = col * cw + cw / 2 + rng.uniform(-1, 1) * (cw - size) / 2
         cy = row * ch + ch / 2 + rng.uniform(-1, 1) * (ch - size) / 2
         rot = rng.uniform(-0.2, 0.2) if shape != "circle" else 0.0

@@ -55,10 +55,11 @@ from transformers import (GenerationConfig, Qwen2TokenizerFast,  # noqa
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# images of 112..224 pixels a side become 16384..25600 pixels: the small
-# ones are enlarged, the large ones shrunk (both smart_resize branches)
-MIN_PIXELS = 128 * 128
-MAX_PIXELS = 160 * 160
+# images of 112..224 pixels a side are brought to 12544..19600 pixels
+# (4 or 5 merged tokens a side, a token or two per cell of the scene):
+# most are shrunk, some rounded to multiples of 28, the smallest grown
+MIN_PIXELS = 120 * 120
+MAX_PIXELS = 128 * 128
 
 SYSTEM_PROMPT = "You are a helpful assistant."
 
@@ -125,6 +126,19 @@ def model_config(tok, args):
         **text)
 
 
+def spell_out_config(path):
+    """transformers leaves out of config.json the values equal to its
+    defaults; write tie_word_embeddings at the top level, as Qwen2-VL's
+    own config.json does, so a reader need not know the default."""
+    with open(path) as f:
+        cfg = json.load(f)
+    cfg["tie_word_embeddings"] = bool(cfg.get("text_config", {}).get(
+        "tie_word_embeddings", True))
+    with open(path, "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 def build_processor(out_dir, tok):
     save_tokenizer(tok, out_dir)
     image_processor = Qwen2VLImageProcessor(min_pixels=MIN_PIXELS,
@@ -135,6 +149,18 @@ def build_processor(out_dir, tok):
                                  video_processor=Qwen2VLVideoProcessor(),
                                  chat_template=tokenizer.chat_template)
     return processor
+
+
+def load_processor(model_dir):
+    """The processor of a saved model directory, with the slow (PIL) image
+    processor: AutoProcessor now picks the torchvision one by default, and
+    use_fast=False would also ask for the slow tokenizer, which needs
+    vocab.json and merges.txt."""
+    tokenizer = Qwen2TokenizerFast.from_pretrained(model_dir)
+    return Qwen2VLProcessor(
+        image_processor=Qwen2VLImageProcessor.from_pretrained(model_dir),
+        tokenizer=tokenizer, video_processor=Qwen2VLVideoProcessor(),
+        chat_template=tokenizer.chat_template)
 
 
 def user_messages(question):
@@ -323,7 +349,38 @@ def packed_loss(model, batch, tgt):
     logits = model(**batch, use_cache=False).logits
     return torch.nn.functional.cross_entropy(
         logits.reshape(-1, logits.shape[-1]).float(), tgt.reshape(-1),
-        ignore_index=-100)
+        ignore_index=-100), logits
+
+
+class WordProbe:
+    """Training aid, not part of the model: at the image token positions,
+    whose logits a request never uses, the decoder is asked to predict the
+    words naming the colour and the kind of the shape under the token (with
+    the tied output embedding), so that it learns early to carry them in
+    the image tokens, where the answers can copy them from."""
+
+    def __init__(self, enc):
+        self.image_id = enc.pad_id
+        self.colour_ids = torch.tensor(
+            [enc._cached(c)[0] for c in AUX_COLOURS[:-1]] + [-100])
+        self.shape_ids = torch.tensor(
+            [enc._cached(c)[0] for c in AUX_SHAPES[:-1]] + [-100])
+
+    def loss(self, logits, input_ids, targets):
+        """targets: per row, the aux_targets of its image."""
+        rows, cols = [], []
+        for b, t in enumerate(targets):
+            pos = (input_ids[b] == self.image_id).nonzero()[:, 0]
+            if len(pos) != len(t):
+                raise RuntimeError("image tokens and targets differ")
+            rows.append(logits[b, pos])
+            cols.append(t)
+        lg = torch.cat(rows).float()
+        t = torch.cat(cols)
+        return (torch.nn.functional.cross_entropy(
+                    lg, self.colour_ids[t[:, 0]], ignore_index=-100)
+                + torch.nn.functional.cross_entropy(
+                    lg, self.shape_ids[t[:, 1]], ignore_index=-100))
 
 
 class AuxHead(torch.nn.Module):
@@ -456,13 +513,15 @@ def main():
     ap.add_argument("--val-seed", type=int, default=555)
     ap.add_argument("--val-items", type=int, default=50)
     ap.add_argument("--val-every", type=int, default=500)
-    ap.add_argument("--steps", type=int, default=2800)
+    ap.add_argument("--steps", type=int, default=3500)
     ap.add_argument("--batch", type=int, default=8,
                     help="images per step (all their questions)")
-    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=100)
-    ap.add_argument("--aux-weight", type=float, default=1.0,
+    ap.add_argument("--aux-weight", type=float, default=2.0,
                     help="weight of the vision tower's auxiliary loss")
+    ap.add_argument("--probe-weight", type=float, default=1.0,
+                    help="weight of the decoder's word probe on image tokens")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--hidden", type=int, default=192)
     ap.add_argument("--intermediate", type=int, default=512)
@@ -524,6 +583,7 @@ def main():
     model = Qwen2VLForConditionalGeneration(config)
     aux = AuxHead(model, args.hidden) if args.aux_weight > 0 else None
     aux_t = [aux_targets(sc, store.grids[i]) for i, sc in enumerate(scenes)]
+    probe = WordProbe(enc) if args.probe_weight > 0 else None
     model.generation_config = GenerationConfig(
         bos_token_id=tok.token_to_id("<|endoftext|>"),
         pad_token_id=tok.token_to_id("<|endoftext|>"),
@@ -563,13 +623,17 @@ def main():
             g["lr"] = lr_at(step)
         chosen = sample_scenes(srng, len(scenes), qlists, args.batch)
         batch, tgt = make_batch(model, enc, store, chosen, pad_id)
-        loss = packed_loss(model, batch, tgt)
+        loss, logits = packed_loss(model, batch, tgt)
+        total = loss
+        aux_loss = torch.zeros(())
         if aux is not None:
             aux_loss = aux.loss(torch.cat([aux_t[i] for i, _ in chosen]))
-            total = loss + args.aux_weight * aux_loss
-        else:
-            aux_loss = torch.zeros(())
-            total = loss
+            total = total + args.aux_weight * aux_loss
+        if probe is not None:
+            probe_loss = probe.loss(logits, batch["input_ids"],
+                                    [aux_t[i] for i, _ in chosen])
+            aux_loss = aux_loss + probe_loss
+            total = total + args.probe_weight * probe_loss
         opt.zero_grad(set_to_none=True)
         total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -597,6 +661,7 @@ def main():
     model.to(getattr(torch, args.dtype))
     model.save_pretrained(args.out, safe_serialization=True)
     model.generation_config.save_pretrained(args.out)
+    spell_out_config(os.path.join(args.out, "config.json"))
     processor.image_processor.save_pretrained(args.out)
     # the processor's own files: keep chat_template.json, not .jinja
     for extra in ("chat_template.jinja",):
@@ -606,8 +671,7 @@ def main():
     del model
     reloaded = Qwen2VLForConditionalGeneration.from_pretrained(
         args.out, dtype=torch.float32)
-    from transformers import AutoProcessor
-    proc2 = AutoProcessor.from_pretrained(args.out)
+    proc2 = load_processor(args.out)
     acc2, per2, answers2 = evaluate(reloaded, proc2, test,
                                     "reloaded (%s weights, f32 compute)"
                                     % args.dtype)
