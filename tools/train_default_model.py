@@ -250,7 +250,11 @@ def aux_targets(scene, grid):
             best, lab = None, (len(AUX_COLOURS) - 1, len(AUX_SHAPES) - 1)
             for o in scene.objects:
                 d = math.hypot(x - o["cx"], y - o["cy"])
-                if d <= o["size"] / 2 and (best is None or d < best):
+                # the token holds the shape's centre, or its own centre
+                # lies on the shape
+                inside = (int(o["cx"] // sx) == c and int(o["cy"] // sy) == r)
+                if (inside or d <= o["size"] / 2) and (best is None
+                                                       or d < best):
                     best = d
                     lab = (AUX_COLOURS.index(o["colour"]),
                            AUX_SHAPES.index(o["shape"]))
