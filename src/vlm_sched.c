@@ -133,7 +133,15 @@ vlm_sched_init(vlm_sched_t **sched, vlm_model_t *model,
             return vlm_error_set(err, VLM_ERR_NOMEM, "scheduler: no memory");
         }
 
-        if (vlm_sampler_init(&s->reqs[i].sampler, s->info->vocab_size, err)
+        /*
+         * the embedding table may have more rows than the tokenizer has
+         * tokens (Qwen2-VL: 151936 against 151665): those ids are never
+         * drawn
+         */
+        if (vlm_sampler_init(&s->reqs[i].sampler,
+                             vlm_min(s->info->vocab_size,
+                                     vlm_tokenizer_vocab_size(tok)),
+                             err)
             != VLM_OK)
         {
             vlm_sched_free(s);

@@ -187,6 +187,25 @@ TODO: {
                                 . "$target%");
 }
 
+# the model's embedding table has rows the tokenizer has no token for:
+# hot sampling must never draw them (it would end the request in error)
+my $hot_ok = 0;
+
+for my $seed (1 .. 8) {
+    my $res = $http->post("http://127.0.0.1:$port/v1/chat/completions",
+        { content => encode_json({
+              model => 'default', temperature => 2, seed => $seed,
+              max_tokens => 48,
+              messages => [{ role => 'user',
+                             content => 'Describe the image.' }] }),
+          headers => { 'Content-Type' => 'application/json' } });
+
+    $hot_ok++ if $res->{status} == 200
+                 && decode_json($res->{content})->{choices}[0]{finish_reason};
+}
+
+is($hot_ok, 8, "temperature 2 draws only tokens the tokenizer has");
+
 system($nginx, '-p', "$prefix/", '-c', 'conf/nginx.conf', '-s', 'stop');
 
 # nothing left behind: the engine exits with the master

@@ -603,7 +603,12 @@ vlm_cli_continue(int argc, char **argv, vlm_cli_mode_t mode)
 
     sampler = NULL;
 
-    if (vlm_sampler_init(&sampler, info->vocab_size, &err) != VLM_OK
+    /* run: only ids the tokenizer has can be drawn */
+    if (vlm_sampler_init(&sampler,
+                         r.tok ? vlm_min(info->vocab_size,
+                                         vlm_tokenizer_vocab_size(r.tok))
+                               : info->vocab_size,
+                         &err) != VLM_OK
         || vlm_sampler_reset(sampler, &r.sp, &err) != VLM_OK
         || vlm_seq_prefill(seq, r.ids, r.n_ids, r.images, r.n_images, NULL,
                            &err) != VLM_OK)
