@@ -165,6 +165,7 @@ static void ngx_http_vlm_chat_end(ngx_http_vlm_chat_ctx_t *ctx,
 static void ngx_http_vlm_chat_read_handler(ngx_http_request_t *r);
 static void ngx_http_vlm_chat_write_handler(ngx_http_request_t *r);
 static void ngx_http_vlm_chat_timeout_handler(ngx_event_t *ev);
+static void ngx_http_vlm_chat_release(ngx_http_vlm_chat_ctx_t *ctx);
 static void ngx_http_vlm_chat_cleanup(void *data);
 static ngx_http_vlm_thread_state_t *ngx_http_vlm_thread_state(
     ngx_http_vlm_chat_ctx_t *ctx, vlm_error_t *err);
@@ -1810,20 +1811,7 @@ ngx_http_vlm_chat_end(ngx_http_vlm_chat_ctx_t *ctx, ngx_int_t rc)
 
     q = ngx_http_vlm_queue();
 
-    if (ctx->queued) {
-        ngx_queue_remove(&ctx->queue);
-        ctx->queued = 0;
-    }
-
-    if (ctx->has_slot && q != NULL) {
-        /* frees a finished slot, or leaves a running one to the engine */
-        vlm_queue_cancel(q, ctx->slot);
-        ctx->has_slot = 0;
-    }
-
-    if (ctx->timeout.timer_set) {
-        ngx_del_timer(&ctx->timeout);
-    }
+    ngx_http_vlm_chat_release(ctx);
 
     if (q != NULL) {
         vlm_hist_observe(&q->metrics->hist[VLM_HIST_E2E],
@@ -1973,13 +1961,14 @@ ngx_http_vlm_chat_timeout_handler(ngx_event_t *ev)
 }
 
 
-/* whatever the way out, the request's memory and slot go back */
+/*
+ * The request leaves the active list, gives its slot back (a finished slot
+ * is freed, a running one is left to the engine, which frees it when it
+ * lets go) and its timer; idempotent.
+ */
 static void
-ngx_http_vlm_chat_cleanup(void *data)
+ngx_http_vlm_chat_release(ngx_http_vlm_chat_ctx_t *ctx)
 {
-    ngx_http_vlm_chat_ctx_t *ctx = data;
-
-    size_t        i;
     vlm_queue_t  *q;
 
     q = ngx_http_vlm_queue();
@@ -1997,6 +1986,18 @@ ngx_http_vlm_chat_cleanup(void *data)
     if (ctx->timeout.timer_set) {
         ngx_del_timer(&ctx->timeout);
     }
+}
+
+
+/* whatever the way out, the request's memory and slot go back */
+static void
+ngx_http_vlm_chat_cleanup(void *data)
+{
+    ngx_http_vlm_chat_ctx_t *ctx = data;
+
+    size_t  i;
+
+    ngx_http_vlm_chat_release(ctx);
 
     if (ctx->images != NULL) {
         for (i = 0; i < ctx->req.n_images; i++) {
