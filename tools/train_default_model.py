@@ -520,7 +520,7 @@ def main():
     ap.add_argument("--steps", type=int, default=3500)
     ap.add_argument("--batch", type=int, default=8,
                     help="images per step (all their questions)")
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--aux-weight", type=float, default=2.0,
                     help="weight of the vision tower's auxiliary loss")
