@@ -166,7 +166,18 @@ sub itl_count {
     }
 
     is($zone->{slots_used}, 2, 'queued: two slots in use');
-    is(vlm_metrics($srv)->{vlm_queue_length}, 1, 'queued: one waits');
+
+    # a slot is taken before its images and prompt are prepared; it is
+    # queued once they are
+    my $queued;
+    $t0 = time;
+    while (time - $t0 < 3) {
+        $queued = vlm_metrics($srv)->{vlm_queue_length};
+        last if $queued == 1;
+        sleep 0.02;
+    }
+
+    is($queued, 1, 'queued: one waits');
 
     close $b->{sock};
     $t0 = time;
