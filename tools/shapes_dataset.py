@@ -6,19 +6,25 @@ so that the image processor's smart_resize rounds, shrinks or grows
 it) on a pale, varied background (flat, gradient or noisy), with one to
 three shapes.  The image is divided into a 3x3 grid; each shape sits inside
 its own cell, so its position is one of nine unambiguous names ("top left",
-"top", ..., "center", ..., "bottom right").  No two shapes of a scene share
-both colour and kind.
+"top", ..., "center", ..., "bottom right").  In about a third of the
+scenes with two or three shapes, two of them are the same (say two blue
+triangles); otherwise no two shapes share both colour and kind.
 
 Questions and their exact answers (lower case, no final period):
 
     colour    What colour is the circle?      -> red
               (asked only when the scene has exactly one circle)
+              What colour are the triangles?  -> blue
+              (asked only when it has two or more, all of one colour)
     shape     What shape is the red one?      -> circle
               (asked only when exactly one shape is red)
-    count     How many shapes are there?      -> 2
+    count     How many shapes are there?      -> two
     position  Where is the red circle?        -> top left
+              (asked only when there is one red circle)
     describe  Describe the image.             -> a red circle and a blue star
-              (shapes in reading order: grid row by row, left to right)
+              (shapes in reading order: grid row by row, left to right;
+              two alike are named together where the first one comes:
+              two blue triangles and a red circle)
 
 Everything is a pure function of the seed (Python's random.Random, PIL
 drawing), so the end-to-end tests can regenerate the ground truth.
@@ -34,6 +40,12 @@ Importable:
 Run as a script to write a few example images and their questions:
 
     python tools/shapes_dataset.py --seed 1 --count 8 --out /tmp/shapes
+
+or to draw one picture to order (PNG, 160x160 unless --size says
+otherwise) and print the questions it answers:
+
+    python tools/shapes_dataset.py --out /tmp/two.png \
+        --draw "blue triangle top left" "blue triangle bottom right"
 """
 
 import argparse
@@ -61,7 +73,10 @@ SHAPES = ["circle", "square", "triangle", "star", "diamond"]
 ROWS = ["top", "", "bottom"]
 COLS = ["left", "", "right"]
 
-NUMBERS = ["0", "1", "2", "3"]
+NUMBERS = ["zero", "one", "two", "three"]
+
+# the share of scenes with two or three shapes where two are alike
+TWIN_RATE = 0.35
 
 QTYPES = ["colour", "shape", "count", "position", "describe"]
 
@@ -172,15 +187,21 @@ def make_scene(rng, count=None):
         count = rng.randint(1, 3)
 
     cells = rng.sample(range(9), count)
+    # the shape (by index) that repeats the first one, if any
+    twin = rng.randrange(1, count) if (count > 1
+                                       and rng.random() < TWIN_RATE) else 0
     pairs = set()
     objects = []
-    for cell in cells:
-        while True:
-            shape = rng.choice(SHAPES)
-            colour = rng.choice(list(COLOURS))
-            if (shape, colour) not in pairs:
-                pairs.add((shape, colour))
-                break
+    for k, cell in enumerate(cells):
+        if k and k == twin:
+            shape, colour = objects[0]["shape"], objects[0]["colour"]
+        else:
+            while True:
+                shape = rng.choice(SHAPES)
+                colour = rng.choice(list(COLOURS))
+                if (shape, colour) not in pairs:
+                    pairs.add((shape, colour))
+                    break
         row, col = divmod(cell, 3)
         cw, ch = w / 3, h / 3
         size = rng.uniform(0.7, 0.95) * min(cw, ch)
@@ -192,26 +213,79 @@ def make_scene(rng, count=None):
                             size=round(size, 2), rot=round(rot, 4)))
 
     bg, kind = _background(rng, w, h)
-    big = bg.resize((w * SUPERSAMPLE, h * SUPERSAMPLE), Image.NEAREST)
+    img = _render(w, h, bg, objects)
+
+    objects.sort(key=lambda o: (o["row"], o["col"]))
+    return Scene(img, objects, kind)
+
+
+def _render(w, h, background, objects):
+    big = background.resize((w * SUPERSAMPLE, h * SUPERSAMPLE), Image.NEAREST)
     draw = ImageDraw.Draw(big)
     for o in objects:
         _draw_shape(draw, o["shape"], o["colour"], o["cx"], o["cy"],
                     o["size"], o["rot"])
-    img = big.resize((w, h), Image.BOX)
+    return big.resize((w, h), Image.BOX)
 
+
+def parse_object(spec):
+    """'blue triangle top left' -> ("blue", "triangle", row 0, col 0)."""
+    words = spec.lower().split()
+    if len(words) < 3 or words[0] not in COLOURS or words[1] not in SHAPES:
+        raise ValueError("expected 'COLOUR SHAPE POSITION', got %r" % spec)
+    where = " ".join(words[2:])
+    if where not in POSITIONS:
+        raise ValueError("position %r is none of: %s"
+                         % (where, ", ".join(POSITIONS)))
+    row, col = divmod(POSITIONS.index(where), 3)
+    return words[0], words[1], row, col
+
+
+def draw_scene(specs, width=160, height=160, background=(240, 240, 235)):
+    """A scene drawn to order: specs like 'blue triangle top left', one
+    shape per grid cell, each centred in its cell at 80 % of its shorter
+    side, on a flat background."""
+    objects, cells = [], set()
+    for spec in specs:
+        colour, shape, row, col = parse_object(spec)
+        if (row, col) in cells:
+            raise ValueError("two shapes in the %s cell"
+                             % position_name(row, col))
+        cells.add((row, col))
+        cw, ch = width / 3, height / 3
+        objects.append(dict(shape=shape, colour=colour, row=row, col=col,
+                            cx=col * cw + cw / 2, cy=row * ch + ch / 2,
+                            size=0.8 * min(cw, ch), rot=0.0))
+    img = _render(width, height,
+                  Image.new("RGB", (width, height), background), objects)
     objects.sort(key=lambda o: (o["row"], o["col"]))
-    return Scene(img, objects, kind)
+    return Scene(img, objects, "flat")
 
 
 def article(word):
     return "an" if word[0] in "aeiou" else "a"
 
 
+def plural(shape):
+    return shape + "s"
+
+
 def describe(objects):
     """'a red circle', 'a red circle and a blue star',
-    'a red circle, an orange star and a green square'."""
-    parts = ["%s %s %s" % (article(o["colour"]), o["colour"], o["shape"])
-             for o in objects]
+    'a red circle, an orange star and a green square',
+    'two blue triangles and a red circle'."""
+    groups = []
+    for o in objects:
+        key = (o["colour"], o["shape"])
+        for g in groups:
+            if g[0] == key:
+                g[1] += 1
+                break
+        else:
+            groups.append([key, 1])
+    parts = [("%s %s %s" % (article(c), c, s)) if n == 1
+             else ("%s %s %s" % (NUMBERS[n], c, plural(s)))
+             for (c, s), n in groups]
     if len(parts) == 1:
         return parts[0]
     return ", ".join(parts[:-1]) + " and " + parts[-1]
@@ -227,6 +301,9 @@ def questions(scene):
         if len(match) == 1:
             out.append(("colour", "What colour is the %s?" % shape,
                         match[0]["colour"]))
+        elif match and len({o["colour"] for o in match}) == 1:
+            out.append(("colour", "What colour are the %s?" % plural(shape),
+                        match[0]["colour"]))
     for colour in COLOURS:
         match = [o for o in objs if o["colour"] == colour]
         if len(match) == 1:
@@ -234,6 +311,9 @@ def questions(scene):
                         match[0]["shape"]))
     out.append(("count", "How many shapes are there?", NUMBERS[len(objs)]))
     for o in objs:
+        if sum(1 for p in objs if (p["colour"], p["shape"])
+               == (o["colour"], o["shape"])) > 1:
+            continue
         out.append(("position",
                     "Where is the %s %s?" % (o["colour"], o["shape"]),
                     position_name(o["row"], o["col"])))
@@ -273,11 +353,13 @@ def corpus():
     lines = []
     for shape in SHAPES:
         lines.append("What colour is the %s?" % shape)
+        lines.append("What colour are the %s?" % plural(shape))
     for colour in COLOURS:
         lines.append("What shape is the %s one?" % colour)
         for shape in SHAPES:
             lines.append("Where is the %s %s?" % (colour, shape))
             lines.append("%s %s %s" % (article(colour), colour, shape))
+            lines.append("two %s %s" % (colour, plural(shape)))
     lines.append("How many shapes are there?")
     lines.append("Describe the image.")
     lines.extend(POSITIONS)
@@ -291,8 +373,24 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--count", type=int, default=8)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", required=True,
+                    help="a folder; with --draw, the PNG file")
+    ap.add_argument("--draw", nargs="+", metavar="'COLOUR SHAPE POSITION'",
+                    help="draw these shapes, one per grid cell")
+    ap.add_argument("--size", default="160x160", help="WxH, with --draw")
     args = ap.parse_args()
+
+    if args.draw:
+        w, h = (int(v) for v in args.size.lower().split("x"))
+        try:
+            scene = draw_scene(args.draw, w, h)
+        except ValueError as e:
+            ap.error(str(e))
+        scene.image.save(args.out)
+        for qtype, question, answer in questions(scene):
+            print(json.dumps(dict(type=qtype, question=question,
+                                  answer=answer)))
+        return
 
     os.makedirs(args.out, exist_ok=True)
     rng = random.Random(args.seed)

@@ -237,9 +237,10 @@ AUX_SHAPES = sd.SHAPES + ["none"]
 
 
 def aux_targets(scene, grid):
-    """For the auxiliary loss: the colour and kind of the shape under each
-    merged image token (28x28 pixels of the resized image, in the order the
-    vision tower emits them), or background/none."""
+    """For the auxiliary losses: the colour, kind, grid row and grid column
+    of the shape under each merged image token (28x28 pixels of the resized
+    image, in the order the vision tower emits them), or background, none,
+    -100, -100."""
     _, gh, gw = (int(v) for v in grid)
     rh, rw = gh // 2, gw // 2
     sx, sy = scene.width / rw, scene.height / rh
@@ -247,7 +248,8 @@ def aux_targets(scene, grid):
     for r in range(rh):
         for c in range(rw):
             x, y = (c + 0.5) * sx, (r + 0.5) * sy
-            best, lab = None, (len(AUX_COLOURS) - 1, len(AUX_SHAPES) - 1)
+            best = None
+            lab = (len(AUX_COLOURS) - 1, len(AUX_SHAPES) - 1, -100, -100)
             for o in scene.objects:
                 d = math.hypot(x - o["cx"], y - o["cy"])
                 # the token holds the shape's centre, or its own centre
@@ -257,7 +259,7 @@ def aux_targets(scene, grid):
                                                        or d < best):
                     best = d
                     lab = (AUX_COLOURS.index(o["colour"]),
-                           AUX_SHAPES.index(o["shape"]))
+                           AUX_SHAPES.index(o["shape"]), o["row"], o["col"])
             out.append(lab)
     return torch.tensor(out, dtype=torch.long)
 
@@ -305,13 +307,17 @@ class PixelStore:
         return torch.from_numpy(pv), torch.from_numpy(grid)
 
 
-def make_batch(model, enc, store, scene_qs, pad_id):
+def make_batch(model, enc, store, scene_qs, pad_id, weights=None):
     """One packed sequence per image: the shared prefix once, then one
     branch per question.  A 4D attention mask lets each branch see the
     prefix and itself only, and its M-RoPE positions continue from the
     prefix as they would in a request of its own, so every branch computes
     exactly what the single request would, at the cost of one image
-    encoding.  targets[t] is the token that logits[t] must predict."""
+    encoding.  targets[t] is the token that logits[t] must predict;
+    weights (question type -> loss weight, 1 if absent) weighs the answer
+    tokens per question type; the returned weights are 0 off the
+    answers."""
+    weights = weights or {}
     rows = []
     for i, qs in scene_qs:
         prefix = enc.prefix(store.image_tokens(i))
@@ -321,13 +327,16 @@ def make_batch(model, enc, store, scene_qs, pad_id):
         start = int(pos.max()) + 1
         ids, seg, tgt, ppos = list(prefix), [0] * len(prefix), \
             [-100] * len(prefix), [pos]
-        for k, (_, q, a) in enumerate(qs):
+        wt = [0.0] * len(prefix)
+        for k, (qtype, q, a) in enumerate(qs):
             b, lab = enc.branch(q, a)
             ids += b
             seg += [k + 1] * len(b)
             tgt += lab[1:] + [-100]
+            w = weights.get(qtype, 1.0)
+            wt += [w if t != -100 else 0.0 for t in lab[1:] + [-100]]
             ppos.append(torch.arange(start, start + len(b)).expand(3, -1))
-        rows.append((ids, seg, tgt, torch.cat(ppos, 1)))
+        rows.append((ids, seg, tgt, torch.cat(ppos, 1), wt))
 
     n = max(len(r[0]) for r in rows)
     B = len(rows)
@@ -335,8 +344,10 @@ def make_batch(model, enc, store, scene_qs, pad_id):
     tgt = torch.full((B, n), -100, dtype=torch.long)
     seg = torch.full((B, n), -1, dtype=torch.long)
     pos = torch.zeros((3, B, n), dtype=torch.long)
-    for b, (x, s, t, p) in enumerate(rows):
+    wts = torch.zeros((B, n))
+    for b, (x, s, t, p, w) in enumerate(rows):
         ids[b, :len(x)] = torch.tensor(x)
+        wts[b, :len(w)] = torch.tensor(w)
         seg[b, :len(s)] = torch.tensor(s)
         tgt[b, :len(t)] = torch.tensor(t)
         pos[:, b, :len(x)] = p
@@ -346,14 +357,19 @@ def make_batch(model, enc, store, scene_qs, pad_id):
     mask |= torch.eye(n, dtype=torch.bool)
     pv, grid = store.batch([i for i, _ in scene_qs])
     return dict(input_ids=ids, attention_mask=mask[:, None], position_ids=pos,
-                pixel_values=pv, image_grid_thw=grid), tgt
+                pixel_values=pv, image_grid_thw=grid), tgt, wts
 
 
-def packed_loss(model, batch, tgt):
-    logits = model(**batch, use_cache=False).logits
-    return torch.nn.functional.cross_entropy(
+def packed_loss(model, batch, tgt, wts):
+    """Cross-entropy on the answer tokens, weighted by wts (the mean when
+    all weights are 1)."""
+    out = model(**batch, use_cache=False, output_hidden_states=True)
+    logits = out.logits
+    ce = torch.nn.functional.cross_entropy(
         logits.reshape(-1, logits.shape[-1]).float(), tgt.reshape(-1),
-        ignore_index=-100), logits
+        ignore_index=-100, reduction="none")
+    w = wts.reshape(-1)
+    return (ce * w).sum() / w.sum(), logits, out.hidden_states
 
 
 class WordProbe:
@@ -413,13 +429,43 @@ class AuxHead(torch.nn.Module):
                                                     targets[:, 1]))
 
 
+class PositionProbe(torch.nn.Module):
+    """Training aid, not part of the model: a linear probe on the decoder's
+    hidden state at the image tokens, the input of its last layer (what an
+    answer token's attention reads there), predicting the grid row and
+    column of the shape under the token.  The vision tower has no absolute
+    positions; the decoder can tell where an image token is only from its
+    M-RoPE offsets to the tokens before the image, and without this signal
+    it learns that last, if at all."""
+
+    def __init__(self, enc, hidden, layer):
+        super().__init__()
+        self.image_id = enc.pad_id
+        self.layer = layer
+        self.proj = torch.nn.Linear(hidden, 6)
+
+    def loss(self, hidden_states, input_ids, targets):
+        h = hidden_states[self.layer]
+        rows, cols = [], []
+        for b, t in enumerate(targets):
+            pos = (input_ids[b] == self.image_id).nonzero()[:, 0]
+            rows.append(h[b, pos])
+            cols.append(t)
+        logits = self.proj(torch.cat(rows))
+        t = torch.cat(cols)
+        return (torch.nn.functional.cross_entropy(
+                    logits[:, :3], t[:, 2], ignore_index=-100)
+                + torch.nn.functional.cross_entropy(
+                    logits[:, 3:], t[:, 3], ignore_index=-100))
+
+
 @torch.no_grad()
 def check_packing(model, enc, store, scenes, qlists, pad_id):
     """The packed forward gives each branch the logits of a request of its
     own (transformers' standard forward, positions from get_rope_index)."""
     model.eval()
     scene_qs = [(i, qlists[i]) for i in range(2)]
-    batch, tgt = make_batch(model, enc, store, scene_qs, pad_id)
+    batch, _, _ = make_batch(model, enc, store, scene_qs, pad_id)
     packed = model(**batch, use_cache=False).logits
     worst = 0.0
     for b, (i, qs) in enumerate(scene_qs):
@@ -505,6 +551,44 @@ def write_fixtures(path, items, answers, out_dir):
             f.write(json.dumps(r) + "\n")
 
 
+# pictures drawn to order (tools/shapes_dataset.py --draw), asked every
+# question they answer: the README's quick start and t/020 use them
+EXAMPLES = [
+    ["blue triangle top left", "blue triangle bottom right"],
+    ["red circle center", "yellow star top right", "green square bottom left"],
+]
+
+
+def write_examples(path, model, processor):
+    """The EXAMPLES pictures (examples/NN.png) with every question they
+    answer, the ground truth and the model's greedy answers
+    (examples.jsonl); returns (right, total)."""
+    sub = os.path.join(path, "examples")
+    if os.path.isdir(sub):
+        shutil.rmtree(sub)
+    os.makedirs(sub)
+    rows = []
+    for k, specs in enumerate(EXAMPLES):
+        scene = sd.draw_scene(specs)
+        name = "examples/%02d.png" % k
+        scene.image.save(os.path.join(path, name), optimize=True)
+        for qtype, question, truth in sd.questions(scene):
+            got = answer(model, processor, scene.image, question)
+            rows.append(dict(
+                image=name, draw=specs, qtype=qtype, question=question,
+                answer=truth, transformers_answer=got))
+    with open(os.path.join(path, "examples.jsonl"), "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    right = sum(sd.normalize_answer(r["transformers_answer"]) == r["answer"]
+                for r in rows)
+    log("drawn examples: %d/%d right" % (right, len(rows)))
+    for r in rows:
+        log("  %-40s %-32s -> %s" % (" + ".join(r["draw"])[:40],
+                                      r["question"], r["transformers_answer"]))
+    return right, len(rows)
+
+
 def main():
     ap = argparse.ArgumentParser(description="train models/default")
     ap.add_argument("--out", default=os.path.join(ROOT, "models/default"))
@@ -526,6 +610,15 @@ def main():
                     help="weight of the vision tower's auxiliary loss")
     ap.add_argument("--probe-weight", type=float, default=1.0,
                     help="weight of the decoder's word probe on image tokens")
+    ap.add_argument("--describe-weight", type=float, default=1.0,
+                    help="loss weight of the describe answers' tokens")
+    ap.add_argument("--position-weight", type=float, default=1.0,
+                    help="weight of the decoder's position probe on image"
+                    " tokens")
+    ap.add_argument("--position-layer", type=int, default=-2,
+                    help="hidden state the position probe reads (index into"
+                    " transformers' hidden_states; -2: the last layer's"
+                    " input)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--hidden", type=int, default=192)
     ap.add_argument("--intermediate", type=int, default=512)
@@ -588,6 +681,8 @@ def main():
     aux = AuxHead(model, args.hidden) if args.aux_weight > 0 else None
     aux_t = [aux_targets(sc, store.grids[i]) for i, sc in enumerate(scenes)]
     probe = WordProbe(enc) if args.probe_weight > 0 else None
+    pos_probe = (PositionProbe(enc, args.hidden, args.position_layer)
+                 if args.position_weight > 0 else None)
     model.generation_config = GenerationConfig(
         bos_token_id=tok.token_to_id("<|endoftext|>"),
         pad_token_id=tok.token_to_id("<|endoftext|>"),
@@ -603,9 +698,10 @@ def main():
                 if not (p.ndim >= 2 and "embed" not in n)]
     groups = [{"params": decay, "weight_decay": 0.01},
               {"params": no_decay, "weight_decay": 0.0}]
-    if aux is not None:
-        groups.append({"params": list(aux.parameters()),
-                       "weight_decay": 0.0})
+    for head in (aux, pos_probe):
+        if head is not None:
+            groups.append({"params": list(head.parameters()),
+                           "weight_decay": 0.0})
     opt = torch.optim.AdamW(groups,
                             lr=args.lr, betas=(0.9, 0.98), eps=1e-8)
 
@@ -626,18 +722,25 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
         chosen = sample_scenes(srng, len(scenes), qlists, args.batch)
-        batch, tgt = make_batch(model, enc, store, chosen, pad_id)
-        loss, logits = packed_loss(model, batch, tgt)
+        batch, tgt, wts = make_batch(model, enc, store, chosen, pad_id,
+                                     {"describe": args.describe_weight})
+        loss, logits, hidden = packed_loss(model, batch, tgt, wts)
         total = loss
         aux_loss = torch.zeros(())
         if aux is not None:
-            aux_loss = aux.loss(torch.cat([aux_t[i] for i, _ in chosen]))
+            aux_loss = aux.loss(torch.cat([aux_t[i][:, :2]
+                                           for i, _ in chosen]))
             total = total + args.aux_weight * aux_loss
         if probe is not None:
             probe_loss = probe.loss(logits, batch["input_ids"],
                                     [aux_t[i] for i, _ in chosen])
             aux_loss = aux_loss + probe_loss
             total = total + args.probe_weight * probe_loss
+        if pos_probe is not None:
+            pos_loss = pos_probe.loss(hidden, batch["input_ids"],
+                                      [aux_t[i] for i, _ in chosen])
+            aux_loss = aux_loss + pos_loss
+            total = total + args.position_weight * pos_loss
         opt.zero_grad(set_to_none=True)
         total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -680,6 +783,7 @@ def main():
                                     "reloaded (%s weights, f32 compute)"
                                     % args.dtype)
     write_fixtures(args.fixtures, test, answers2, args.out)
+    ex_right, ex_total = write_examples(args.fixtures, reloaded, proc2)
     summary = dict(
         seed=args.seed, test_seed=args.test_seed,
         train_scenes=args.train_scenes, steps=args.steps, batch=args.batch,
@@ -689,6 +793,7 @@ def main():
         accuracy_trained_f32=acc, accuracy_reloaded=acc2,
         per_type_reloaded={t: dict(right=per2[t][0], total=per2[t][1])
                            for t in sd.QTYPES},
+        drawn_examples=dict(right=ex_right, total=ex_total),
         torch=torch.__version__,
         transformers=__import__("transformers").__version__)
     with open(os.path.join(args.fixtures, "summary.json"), "w") as f:
