@@ -29,12 +29,13 @@
 typedef struct {
     ngx_pid_t          pid;             /* the engine watched */
     ngx_pid_t          stopping;        /* an engine being replaced */
-    ngx_msec_t         stop_deadline;
+    ngx_msec_t         stop_deadline;   /* then SIGTERM, then SIGKILL */
     ngx_msec_t         started;
     ngx_msec_t         next_start;
     ngx_uint_t         failures;
     ngx_uint_t         ticks;
     unsigned           looked:1;        /* looked for an engine to adopt */
+    unsigned           stop_forced:1;   /* the drain took too long */
 } ngx_http_vlm_supervisor_t;
 
 
@@ -327,7 +328,9 @@ ngx_http_vlm_engine_timer_handler(ngx_event_t *ev)
 static ngx_int_t
 ngx_http_vlm_engine_alive(ngx_pid_t pid)
 {
-    int  status;
+    int      fd, status;
+    char     path[64], buf[256], *p;
+    ssize_t  n;
 
     if (pid <= 0) {
         return 0;
@@ -336,7 +339,35 @@ ngx_http_vlm_engine_alive(ngx_pid_t pid)
     /* reaps our own child, if nginx's SIGCHLD handler has not yet */
     (void) waitpid(pid, &status, WNOHANG);
 
-    return kill(pid, 0) == 0 || ngx_errno == NGX_EPERM;
+    if (kill(pid, 0) == -1 && ngx_errno != NGX_EPERM) {
+        return 0;
+    }
+
+    /*
+     * an engine started by the helper of an earlier cycle is not our
+     * child: after it exits it stays a zombie until that helper (or
+     * whoever inherits it) reaps it, and a zombie serves nobody
+     */
+    ngx_snprintf((u_char *) path, sizeof(path), "/proc/%P/stat%Z", pid);
+
+    fd = open(path, O_RDONLY);
+    if (fd == -1) {
+        return 1;
+    }
+
+    n = read(fd, buf, sizeof(buf) - 1);
+    (void) close(fd);
+
+    if (n <= 0) {
+        return 1;
+    }
+
+    buf[n] = '\0';
+
+    /* "pid (comm) S ...": comm may hold anything, the state follows ") " */
+    p = strrchr(buf, ')');
+
+    return !(p != NULL && p[1] == ' ' && p[2] == 'Z');
 }
 
 
@@ -382,12 +413,20 @@ ngx_http_vlm_engine_manager(void *data)
                 sup->started = now;
 
             } else {
+                /*
+                 * the old engine drains: its running requests finish,
+                 * queued ones wait for the new engine; one that outlives
+                 * the longest a request may take is stopped
+                 */
                 ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
-                              "vlm: engine settings changed, stopping "
+                              "vlm: engine settings changed, draining "
                               "engine %P", pid);
-                kill(pid, SIGTERM);
+                kill(pid, SIGQUIT);
                 sup->stopping = pid;
-                sup->stop_deadline = now + NGX_HTTP_VLM_STOP_WAIT;
+                sup->stop_forced = 0;
+                sup->stop_deadline = now
+                                     + ngx_max(vmcf->request_timeout,
+                                               NGX_HTTP_VLM_STOP_WAIT);
             }
         }
     }
@@ -403,7 +442,17 @@ ngx_http_vlm_engine_manager(void *data)
     if (sup->stopping) {
         if (ngx_http_vlm_engine_alive(sup->stopping)) {
             if ((ngx_msec_int_t) (now - sup->stop_deadline) > 0) {
-                kill(sup->stopping, SIGKILL);
+                if (sup->stop_forced) {
+                    kill(sup->stopping, SIGKILL);
+
+                } else {
+                    ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                                  "vlm: engine %P is still draining, "
+                                  "stopping it", sup->stopping);
+                    kill(sup->stopping, SIGTERM);
+                    sup->stop_forced = 1;
+                    sup->stop_deadline = now + NGX_HTTP_VLM_STOP_WAIT;
+                }
             }
 
             return NGX_HTTP_VLM_TICK;

@@ -2,7 +2,9 @@
 # mid-stream (the stream ends with an SSE error event and [DONE], the
 # engine comes back, the next request is served, engine_restarts is 1),
 # nginx reloaded mid-stream (the stream completes, the same engine keeps
-# serving: no model reload), clients that disconnect mid-stream or while
+# serving: no model reload), reloaded mid-stream with other engine
+# settings (the old engine drains: the stream completes, a request queued
+# meanwhile is served by the new engine), clients that disconnect mid-stream or while
 # queued (their slots come back within a second and the engine stops
 # generating for them), a client that does not read (held without
 # spinning), a worker killed mid-stream, a stop that leaves no engine
@@ -298,14 +300,44 @@ sub itl_count {
     VLMTest::check_log($srv, 'reload');
 }
 
-# --- reloaded with other engine settings: one new engine, one restart,
-# and the old helper process leaves the engine to the new one
+# --- reloaded mid-stream with other engine settings: the old engine
+# drains (the stream completes, a request queued meanwhile waits and is
+# served by the new engine), then one new engine, one restart, and the old
+# helper process leaves the engine to the new one
 
 {
     my @pids = vlm_engine_pids($srv);
     my $r0 = vlm_metrics($srv)->{vlm_engine_restarts_total};
 
+    my $st = vlm_open_stream($srv, $long);
+    ok(vlm_read_some($st, 10, qr/("content":"[^"]+".*){5}/s),
+       'new settings: the stream has begun');
+
     vlm_reload($srv, 'vlm_engine_threads 1;', 'vlm_engine_threads 2;');
+
+    # wait for the new workers; vlm_max_running 1 queues this one
+    sleep 0.5;
+    my $queued = vlm_open_stream($srv, { %$long, max_tokens => 3 });
+
+    for my $s ([$st, 'the draining stream', 'length'],
+               [$queued, 'the request queued while draining', 'length'])
+    {
+        my ($conn, $what, $reason) = @$s;
+
+        vlm_read_some($conn, 30);
+        close $conn->{sock};
+
+        my @ev = vlm_sse(VLMTest::parse_response($conn->{raw})->{body});
+        my ($fin) = grep { ref $_ && $_->{choices} && @{ $_->{choices} }
+                           && $_->{choices}[0]{finish_reason} } @ev;
+
+        is($ev[-1], '[DONE]', "new settings: $what ends with [DONE]");
+        is($fin && $fin->{choices}[0]{finish_reason}, $reason,
+           "new settings: $what completed");
+        ok(!grep({ ref $_ && $_->{error} } @ev),
+           "new settings: $what has no error event")
+            or diag(substr($conn->{raw}, -400));
+    }
 
     my @new;
     for (1 .. 100) {

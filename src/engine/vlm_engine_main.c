@@ -3,7 +3,9 @@
  * with fork+exec, handing it the shared request queue as a descriptor; it
  * loads the model once, then serves the queue until the nginx master is
  * gone, the queue is retired by a reload that changed its geometry, or it
- * is told to stop (SIGTERM).
+ * is told to stop: SIGTERM or SIGINT stop at once (running requests end
+ * with an error), SIGQUIT drains (no new request is taken, the running
+ * ones finish, then it exits; the queued ones wait for the next engine).
  *
  *   vlm-engine --queue-fd N --master-pid P --model DIR
  *              [--backend cpu|cuda] [--threads N] [--max-seqs N]
@@ -47,6 +49,7 @@ typedef struct {
 
 
 static volatile sig_atomic_t  vlm_engine_stop;
+static volatile sig_atomic_t  vlm_engine_drain;
 
 
 static void
@@ -71,7 +74,12 @@ vlm_engine_log(void *data, vlm_log_level_t level, const char *msg)
 static void
 vlm_engine_signal(int signo)
 {
-    vlm_engine_stop = 1;
+    if (signo == SIGQUIT) {
+        vlm_engine_drain = 1;
+
+    } else {
+        vlm_engine_stop = 1;
+    }
 }
 
 
@@ -243,6 +251,7 @@ main(int argc, char **argv)
     sa.sa_handler = vlm_engine_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGQUIT, &sa, NULL);
     sa.sa_handler = SIG_IGN;
     sigaction(SIGPIPE, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
@@ -348,7 +357,13 @@ main(int argc, char **argv)
             break;
         }
 
-        active = vlm_sched_step(sched, !vlm_queue_retired(&q));
+        if (vlm_engine_drain && active == 0) {
+            vlm_log(VLM_LOG_INFO, "drained, stopping");
+            break;
+        }
+
+        active = vlm_sched_step(sched, !vlm_queue_retired(&q)
+                                       && !vlm_engine_drain);
 
         /* the pools after every step that moved, so peaks are seen */
         if (vlm_sched_progressed(sched)) {
