@@ -58,6 +58,7 @@ typedef struct {
     int          patch_dim;         /* in_channels * temporal * patch^2 */
     int          max_seqs;          /* the budgets the model was loaded */
     int          max_seq_len;       /* with */
+    int          max_batch_tokens;
     int          max_image_patches;
 } vlm_model_info_t;
 

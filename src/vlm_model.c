@@ -380,6 +380,7 @@ vlm_model_fill_info(vlm_model_t *m)
                     * vc->patch_size * vc->patch_size;
     in->max_seqs = m->params.max_seqs;
     in->max_seq_len = m->params.max_seq_len;
+    in->max_batch_tokens = m->params.max_batch_tokens;
     in->max_image_patches = m->params.max_image_patches;
 }
 

@@ -17,7 +17,8 @@
 
 typedef enum {
     VLM_REQ_FREE = 0,
-    VLM_REQ_WAITING,            /* taken from the queue, not yet prefilled */
+    VLM_REQ_WAITING,            /* taken from the queue, not yet started */
+    VLM_REQ_PREFILLING,         /* a text prompt, n_fed tokens in so far */
     VLM_REQ_DECODING,           /* next holds the token to feed */
     VLM_REQ_DRAINING            /* finished; output still to be written */
 } vlm_req_state_t;
@@ -30,6 +31,7 @@ typedef struct {
     vlm_sampler_t       *sampler;
     vlm_tok_stream_t     stream;
     int32_t              next;
+    uint32_t             n_fed;
     uint32_t             n_out;
     uint64_t             t_last;        /* last token written, ns */
     vlm_queue_finish_t   finish;
@@ -53,8 +55,7 @@ struct vlm_sched_s {
 
     int                       n_reqs;
     vlm_sched_req_t          *reqs;
-    vlm_seq_t               **batch_seqs;   /* [n_reqs] */
-    int32_t                  *batch_tokens; /* [n_reqs] */
+    vlm_step_item_t          *items;        /* [n_reqs] */
     int                      *batch_reqs;   /* [n_reqs] */
     vlm_image_t               images[VLM_QUEUE_MAX_IMAGES];
     char                     *piece;        /* one detokenized token */
@@ -72,8 +73,10 @@ struct vlm_sched_s {
 
 
 static void vlm_sched_admit(vlm_sched_t *s);
-static void vlm_sched_prefill(vlm_sched_t *s, vlm_sched_req_t *r);
-static void vlm_sched_decode(vlm_sched_t *s);
+static int vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r);
+static void vlm_sched_prefill_images(vlm_sched_t *s, vlm_sched_req_t *r,
+    const int32_t *ids);
+static void vlm_sched_run(vlm_sched_t *s);
 static void vlm_sched_emit(vlm_sched_t *s, vlm_sched_req_t *r,
     const vlm_sample_t *sample);
 static int vlm_sched_flush(vlm_sched_t *s, vlm_sched_req_t *r);
@@ -112,13 +115,12 @@ vlm_sched_init(vlm_sched_t **sched, vlm_model_t *model,
     }
 
     s->reqs = calloc((size_t) s->n_reqs, sizeof(vlm_sched_req_t));
-    s->batch_seqs = calloc((size_t) s->n_reqs, sizeof(vlm_seq_t *));
-    s->batch_tokens = calloc((size_t) s->n_reqs, sizeof(int32_t));
+    s->items = calloc((size_t) s->n_reqs, sizeof(vlm_step_item_t));
     s->batch_reqs = calloc((size_t) s->n_reqs, sizeof(int));
     s->piece = malloc(s->piece_cap);
 
-    if (s->reqs == NULL || s->batch_seqs == NULL || s->batch_tokens == NULL
-        || s->batch_reqs == NULL || s->piece == NULL)
+    if (s->reqs == NULL || s->items == NULL || s->batch_reqs == NULL
+        || s->piece == NULL)
     {
         vlm_sched_free(s);
         return vlm_error_set(err, VLM_ERR_NOMEM, "scheduler: no memory");
@@ -177,8 +179,7 @@ vlm_sched_free(vlm_sched_t *s)
     }
 
     free(s->reqs);
-    free(s->batch_seqs);
-    free(s->batch_tokens);
+    free(s->items);
     free(s->batch_reqs);
     free(s->piece);
     free(s);
@@ -212,7 +213,7 @@ vlm_sched_publish(vlm_sched_t *s)
 int
 vlm_sched_step(vlm_sched_t *s, int admit)
 {
-    int               i, n;
+    int               i, n, image_prefilled;
     vlm_sched_req_t  *r;
 
     n = 0;
@@ -251,15 +252,20 @@ vlm_sched_step(vlm_sched_t *s, int admit)
         vlm_sched_admit(s);
     }
 
-    /* one prefill a step: a long prompt delays running streams once */
+    /*
+     * new requests start: text prompts join the batched steps in chunks;
+     * a prompt with images is prefilled at once (the vision tower and the
+     * prompt), one a step, and delays the running streams that once
+     */
+    image_prefilled = 0;
+
     for (i = 0; i < s->n_reqs; i++) {
-        if (s->reqs[i].state == VLM_REQ_WAITING) {
-            vlm_sched_prefill(s, &s->reqs[i]);
-            break;
+        if (s->reqs[i].state == VLM_REQ_WAITING && !image_prefilled) {
+            image_prefilled = vlm_sched_start(s, &s->reqs[i]);
         }
     }
 
-    vlm_sched_decode(s);
+    vlm_sched_run(s);
 
     n = 0;
 
@@ -314,13 +320,17 @@ vlm_sched_admit(vlm_sched_t *s)
 }
 
 
-static void
-vlm_sched_prefill(vlm_sched_t *s, vlm_sched_req_t *r)
+/*
+ * A request's first step: its sampler, then either the whole prefill of a
+ * prompt with images (returns 1) or the state that feeds a text prompt to
+ * vlm_sched_run in chunks (returns 0).
+ */
+static int
+vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
 {
     int                    i;
     uint32_t               j;
     vlm_error_t            err;
-    vlm_sample_t           sample;
     vlm_queue_slot_t      *qs;
     vlm_queue_params_t    *p;
     const int32_t         *ids;
@@ -334,14 +344,7 @@ vlm_sched_prefill(vlm_sched_t *s, vlm_sched_req_t *r)
     if (qs->n_images > VLM_QUEUE_MAX_IMAGES) {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, VLM_ERR_INVALID,
                       "too many images");
-        return;
-    }
-
-    for (j = 0; j < qs->n_images; j++) {
-        s->images[j].pixels = vlm_queue_arena(s->q, qs->images[j].pixels_off);
-        s->images[j].grid_t = (int) qs->images[j].grid_t;
-        s->images[j].grid_h = (int) qs->images[j].grid_h;
-        s->images[j].grid_w = (int) qs->images[j].grid_w;
+        return 0;
     }
 
     vlm_sampler_params_default(&sp);
@@ -370,12 +373,49 @@ vlm_sched_prefill(vlm_sched_t *s, vlm_sched_req_t *r)
 
     if (vlm_sampler_reset(r->sampler, &sp, &err) != VLM_OK) {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
-        return;
+        return 0;
     }
 
     ids = vlm_queue_arena(s->q, qs->prompt_off);
 
     vlm_sampler_prompt(r->sampler, ids, (int) qs->n_prompt);
+    vlm_tok_stream_init(&r->stream, VLM_TOK_SKIP_SPECIAL);
+
+    if (qs->n_images > 0) {
+        vlm_sched_prefill_images(s, r, ids);
+        return 1;
+    }
+
+    if (qs->n_prompt < 1 || qs->n_prompt > (uint32_t) s->info->max_seq_len) {
+        vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, VLM_ERR_LIMIT,
+                      "the prompt does not fit the sequence length budget");
+        return 0;
+    }
+
+    r->n_fed = 0;
+    r->state = VLM_REQ_PREFILLING;
+
+    return 0;
+}
+
+
+static void
+vlm_sched_prefill_images(vlm_sched_t *s, vlm_sched_req_t *r,
+    const int32_t *ids)
+{
+    uint32_t           j;
+    vlm_error_t        err;
+    vlm_sample_t       sample;
+    vlm_queue_slot_t  *qs;
+
+    qs = vlm_queue_slot(s->q, r->slot);
+
+    for (j = 0; j < qs->n_images; j++) {
+        s->images[j].pixels = vlm_queue_arena(s->q, qs->images[j].pixels_off);
+        s->images[j].grid_t = (int) qs->images[j].grid_t;
+        s->images[j].grid_h = (int) qs->images[j].grid_h;
+        s->images[j].grid_w = (int) qs->images[j].grid_w;
+    }
 
     if (vlm_seq_prefill(r->seq, ids, (int) qs->n_prompt, s->images,
                         (int) qs->n_images, NULL, &err)
@@ -385,7 +425,6 @@ vlm_sched_prefill(vlm_sched_t *s, vlm_sched_req_t *r)
         return;
     }
 
-    vlm_tok_stream_init(&r->stream, VLM_TOK_SKIP_SPECIAL);
     r->state = VLM_REQ_DECODING;
 
     if (vlm_sampler_sample(r->sampler, vlm_seq_logits(r->seq), &sample, &err)
@@ -400,14 +439,21 @@ vlm_sched_prefill(vlm_sched_t *s, vlm_sched_req_t *r)
 }
 
 
-/* one token for every decoding request that has room for its output */
+/*
+ * One batched forward step: a token for every decoding request that has
+ * room for its output, and in the rows left (max_batch_tokens) the next
+ * chunk of one text prompt.  A prompt's last chunk gives its first token.
+ */
 static void
-vlm_sched_decode(vlm_sched_t *s)
+vlm_sched_run(vlm_sched_t *s)
 {
-    int               i, n;
-    vlm_error_t       err;
-    vlm_sample_t      sample;
-    vlm_sched_req_t  *r;
+    int                i, k, n, n_decode, room;
+    uint32_t           chunk;
+    vlm_error_t        err;
+    vlm_sample_t       sample;
+    vlm_sched_req_t   *r;
+    vlm_queue_slot_t  *qs;
+    const int32_t     *ids;
 
     n = 0;
 
@@ -425,10 +471,34 @@ vlm_sched_decode(vlm_sched_t *s)
             continue;
         }
 
-        s->batch_seqs[n] = r->seq;
-        s->batch_tokens[n] = r->next;
+        s->items[n].seq = r->seq;
+        s->items[n].ids = &r->next;
+        s->items[n].n_ids = 1;
         s->batch_reqs[n] = i;
         n++;
+    }
+
+    n_decode = n;
+    room = s->info->max_batch_tokens - n;
+
+    for (i = 0; i < s->n_reqs && room > 0; i++) {
+        r = &s->reqs[i];
+
+        if (r->state != VLM_REQ_PREFILLING) {
+            continue;
+        }
+
+        qs = vlm_queue_slot(s->q, r->slot);
+        ids = vlm_queue_arena(s->q, qs->prompt_off);
+        chunk = vlm_min(qs->n_prompt - r->n_fed, (uint32_t) room);
+
+        s->items[n].seq = r->seq;
+        s->items[n].ids = ids + r->n_fed;
+        s->items[n].n_ids = (int) chunk;
+        s->batch_reqs[n] = i;
+        n++;
+
+        break;
     }
 
     if (n == 0) {
@@ -437,21 +507,43 @@ vlm_sched_decode(vlm_sched_t *s)
 
     s->progress++;
 
-    if (vlm_decode(s->model, s->batch_seqs, s->batch_tokens, n, &err)
-        != VLM_OK)
-    {
-        vlm_log(VLM_LOG_ERROR, "decode of %d sequences: %s", n, err.msg);
+    while (vlm_step(s->model, s->items, n, &err) != VLM_OK) {
+        if (n > n_decode) {
+            /* the prompt chunk (no KV room for it, say) fails alone */
+            vlm_sched_end(s, &s->reqs[s->batch_reqs[n_decode]],
+                          VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
+            n = n_decode;
 
-        for (i = 0; i < n; i++) {
-            vlm_sched_end(s, &s->reqs[s->batch_reqs[i]],
+            if (n > 0) {
+                continue;
+            }
+
+            return;
+        }
+
+        vlm_log(VLM_LOG_ERROR, "step of %d sequences: %s", n, err.msg);
+
+        for (k = 0; k < n; k++) {
+            vlm_sched_end(s, &s->reqs[s->batch_reqs[k]],
                           VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
         }
 
         return;
     }
 
-    for (i = 0; i < n; i++) {
-        r = &s->reqs[s->batch_reqs[i]];
+    for (k = 0; k < n; k++) {
+        r = &s->reqs[s->batch_reqs[k]];
+
+        if (r->state == VLM_REQ_PREFILLING) {
+            r->n_fed += (uint32_t) s->items[k].n_ids;
+
+            if (r->n_fed < vlm_queue_slot(s->q, r->slot)->n_prompt) {
+                continue;
+            }
+
+            r->state = VLM_REQ_DECODING;
+            r->t_last = vlm_queue_now();
+        }
 
         if (vlm_sampler_sample(r->sampler, vlm_seq_logits(r->seq), &sample,
                                &err)

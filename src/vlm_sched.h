@@ -1,8 +1,10 @@
 /*
  * The engine's scheduler: serves the shared request queue with a loaded
- * model.  Each step admits waiting requests (one prompt prefill a step,
- * so running streams keep their pace), decodes one token for every
- * running request in one batched call, samples, detokenizes, applies stop
+ * model.  Each step admits waiting requests and runs one batched forward
+ * pass holding a token for every running request and, in the rows left
+ * (max_batch_tokens), the next chunk of a text prompt, so running streams
+ * keep their pace while long prompts come in; a prompt with images is
+ * prefilled whole, one a step.  It samples, detokenizes, applies stop
  * strings and writes tokens and text to each request's output ring.  A
  * request whose reader is slow holds its place (the ring is full) without
  * holding the others; a cancelled one is dropped within one step.

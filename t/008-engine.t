@@ -319,25 +319,9 @@ sub itl_count {
     sleep 0.5;
     my $queued = vlm_open_stream($srv, { %$long, max_tokens => 3 });
 
-    for my $s ([$st, 'the draining stream', 'length'],
-               [$queued, 'the request queued while draining', 'length'])
-    {
-        my ($conn, $what, $reason) = @$s;
-
-        vlm_read_some($conn, 30);
-        close $conn->{sock};
-
-        my @ev = vlm_sse(VLMTest::parse_response($conn->{raw})->{body});
-        my ($fin) = grep { ref $_ && $_->{choices} && @{ $_->{choices} }
-                           && $_->{choices}[0]{finish_reason} } @ev;
-
-        is($ev[-1], '[DONE]', "new settings: $what ends with [DONE]");
-        is($fin && $fin->{choices}[0]{finish_reason}, $reason,
-           "new settings: $what completed");
-        ok(!grep({ ref $_ && $_->{error} } @ev),
-           "new settings: $what has no error event")
-            or diag(substr($conn->{raw}, -400));
-    }
+    vlm_stream_ok($st, 'new settings: the draining stream', 'length');
+    vlm_stream_ok($queued, 'new settings: the request queued while draining',
+                  'length');
 
     my @new;
     for (1 .. 100) {

@@ -26,7 +26,7 @@ our @EXPORT = qw(
     vlm_start vlm_stop vlm_request vlm_post_json vlm_sse vlm_metrics
     vlm_health vlm_wait_idle vlm_wait_ready vlm_engine_pids vlm_png
     vlm_jpeg vlm_data_url vlm_json vlm_chat_body vlm_open_stream
-    vlm_read_some vlm_prereqs vlm_root vlm_reload
+    vlm_read_some vlm_prereqs vlm_root vlm_reload vlm_stream_ok
 );
 
 my $ROOT = abs_path(__FILE__ . '/../../..');
@@ -424,6 +424,28 @@ sub vlm_sse ($) {
     }
 
     return @events;
+}
+
+
+# reads an open stream to its end (30 s at most) and checks that it ends
+# with [DONE], a finish_reason ($reason, when given) and no error event
+sub vlm_stream_ok ($$;$) {
+    my ($st, $what, $reason) = @_;
+
+    vlm_read_some($st, 30);
+    close $st->{sock};
+
+    my @ev = vlm_sse(parse_response($st->{raw})->{body});
+    my ($fin) = grep { ref $_ && $_->{choices} && @{ $_->{choices} }
+                       && $_->{choices}[0]{finish_reason} } @ev;
+
+    Test::More::is($ev[-1], '[DONE]', "$what: ends with [DONE]");
+    Test::More::ok($fin && (!defined $reason
+                            || $fin->{choices}[0]{finish_reason} eq $reason),
+                   "$what: completed" . ($reason ? " ($reason)" : ''));
+    Test::More::ok(!grep({ ref $_ && $_->{error} } @ev),
+                   "$what: no error event")
+        or Test::More::diag(substr($st->{raw}, -400));
 }
 
 

@@ -1,0 +1,84 @@
+# Text prompts longer than one forward step (max_batch_tokens, 256 rows)
+# are fed in chunks next to the running streams' decode tokens: the
+# answer is the one vlm-cli gives when it prefills the whole prompt at once
+# (the path the parity tests hold to transformers), alone and while
+# another stream is running; the running stream keeps going meanwhile and
+# completes.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Encode qw(decode);
+use Test::More;
+use VLMTest;
+
+vlm_prereqs();
+
+my $root = vlm_root();
+my $cli = ($ENV{VLM_BUILD} || "$root/build") . "/vlm-cli";
+my $model = "$root/tests/fixtures/serving";
+
+plan skip_all => "$cli is not built" if !-x $cli;
+
+my $srv = vlm_start(name => 'chunks', port => 1999,
+                    http_config => <<'_EOC_');
+    vlm_max_running 2;
+    vlm_max_tokens 4000;
+_EOC_
+
+END { VLMTest::vlm_stop($srv) if $srv }
+
+# about 900 tokens of the fixture's tokenizer: four chunks
+my $prompt = join ' ', map { "word$_" } 1 .. 300;
+
+my $ids = `$cli tokenize --model $model --text '$prompt'`;
+my $n = () = $ids =~ /\d+/g;
+cmp_ok($n, '>', 3 * 256, "the prompt is $n tokens, more than three steps");
+
+my $want = `$cli run --model $model --prompt '$prompt' --max-tokens 24 --temperature 0 2>/dev/null`;
+is($?, 0, 'vlm-cli answers the prompt');
+$want = decode('UTF-8', $want);
+# vlm-cli ends its output with a newline, and prints the bytes of a
+# character the last token left unfinished as U+FFFD; the server leaves
+# them out (an answer cut by max_tokens is a prefix of the longer one)
+$want =~ s/\n\z//;
+$want =~ s/\x{FFFD}\z//;
+
+sub ask {
+    my $res = vlm_post_json($srv, { %{ vlm_chat_body($prompt) },
+                                    max_tokens => 24, temperature => 0 });
+    is($res->{status}, 200, "$_[0]: 200") or diag($res->{body});
+
+    my $body = vlm_json($res->{body});
+    is($body->{usage}{prompt_tokens} > 3 * 256 ? 1 : 0, 1,
+       "$_[0]: the whole prompt was read");
+
+    return $body->{choices}[0]{message}{content};
+}
+
+is(ask('alone'), $want, 'alone: the answer of a whole prefill');
+
+# while another stream runs
+{
+    my $st = vlm_open_stream($srv, { %{ vlm_chat_body('Tell me a story.') },
+                                     temperature => 0, max_tokens => 400,
+                                     stream => JSON::PP::true });
+    ok(vlm_read_some($st, 10, qr/("content":"[^"]+".*){3}/s),
+       'the running stream has begun');
+
+    is(ask('next to a stream'), $want,
+       'next to a stream: the answer of a whole prefill');
+
+    vlm_stream_ok($st, 'the running stream');
+}
+
+my $zone = vlm_wait_idle($srv, 3);
+ok($zone->{slots_used} == 0 && $zone->{arena_used} == 0,
+   'every slot free, arena used 0');
+
+VLMTest::check_log($srv, 'chunks');
+
+done_testing();
