@@ -5,7 +5,7 @@
 #   make run        serve the default model on 127.0.0.1 (CPU backend)
 #   make test       install what is missing, build, run every test
 #   make fixtures   regenerate tests/fixtures with Hugging Face transformers
-#   make default-model  retrain models/default (CPU, about 30 minutes)
+#   make default-model  retrain models/default (CPU, one core, about 26 minutes)
 #   make asan       unit tests under AddressSanitizer/LeakSanitizer
 #   make bench      benchmarks under bench/
 #   make fuzz       bounded libFuzzer runs (clang)
@@ -190,9 +190,9 @@ fixtures:
 	cd $(ROOT) && for s in tools/fixtures_*.py; do \
 	    echo "== $$s"; $(VENV)/bin/python $$s || exit 1; done
 
-# Train models/default (a tiny Qwen2-VL on synthetic shapes, CPU, about
-# half an hour on 2 cores) and write its held-out set to
-# tests/fixtures/default_model; not part of make test.
+# Train models/default (a tiny Qwen2-VL on synthetic shapes, CPU, one
+# thread, about 26 minutes) and write its held-out set and drawn examples
+# to tests/fixtures/default_model; not part of make test.
 .PHONY: default-model
 default-model:
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)

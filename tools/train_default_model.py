@@ -601,7 +601,7 @@ def main():
     ap.add_argument("--val-seed", type=int, default=555)
     ap.add_argument("--val-items", type=int, default=50)
     ap.add_argument("--val-every", type=int, default=500)
-    ap.add_argument("--steps", type=int, default=3500)
+    ap.add_argument("--steps", type=int, default=5000)
     ap.add_argument("--batch", type=int, default=8,
                     help="images per step (all their questions)")
     ap.add_argument("--lr", type=float, default=1e-3)
@@ -610,7 +610,7 @@ def main():
                     help="weight of the vision tower's auxiliary loss")
     ap.add_argument("--probe-weight", type=float, default=1.0,
                     help="weight of the decoder's word probe on image tokens")
-    ap.add_argument("--describe-weight", type=float, default=1.0,
+    ap.add_argument("--describe-weight", type=float, default=3.0,
                     help="loss weight of the describe answers' tokens")
     ap.add_argument("--position-weight", type=float, default=1.0,
                     help="weight of the decoder's position probe on image"
