@@ -4,11 +4,19 @@
 # at concurrency C (text, data: URL images in PNG and JPEG, streaming,
 # clients that disconnect early while streaming or right after sending),
 # and checks that memory stays flat: the engine's RSS (vlm_engine_rss_bytes)
-# after the first 100 requests and at the end may differ by at most
-# --rss-growth bytes, and every pool's used value is 0 at the end.
+# and the nginx workers' RSS after the first 100 requests and at the end
+# may differ by at most --rss-growth bytes, and every pool's used value is
+# 0 at the end.
 #
 #   perl -It/lib bench/load.pl [--requests 1000] [--concurrency 16]
 #                              [--port 1994] [--rss-growth 1048576]
+#                              [--workload mixed|images] [--model DIR]
+#                              [--images 7] [--image-size 1120x700]
+#
+# --workload images is the image benchmark of VLM serving reports: every
+# request carries --images JPEG pictures of --image-size (shape scenes
+# drawn by tools/shapes_dataset.py) and asks about them, half of them
+# streamed; served by models/default unless --model says otherwise.
 #
 # Exits 0 when every check passes.  make load runs it; t/010-load.t runs
 # a shorter one.
@@ -26,10 +34,19 @@ use Time::HiRes qw(sleep time);
 use VLMTest;
 
 my %o = (requests => 1000, concurrency => 16, port => 1994,
-         'rss-growth' => 1024 * 1024, warmup => 100, name => 'load');
+         'rss-growth' => 1024 * 1024, warmup => 100, name => 'load',
+         workload => 'mixed', images => 7, 'image-size' => '1120x700');
 
 GetOptions(\%o, 'requests=i', 'concurrency=i', 'port=i', 'rss-growth=i',
-           'warmup=i', 'name=s') or die "bad options\n";
+           'warmup=i', 'name=s', 'workload=s', 'model=s', 'images=i',
+           'image-size=s') or die "bad options\n";
+
+die "--workload is mixed or images\n"
+    if $o{workload} !~ /^(mixed|images)$/;
+
+$o{model} //= vlm_root() . ($o{workload} eq 'images' ? '/models/default'
+                                                     : '/tests/fixtures/serving');
+(my $model_name = $o{model}) =~ s{.*/}{};
 
 $| = 1;
 
@@ -44,9 +61,57 @@ my @texts = ('Hello!', 'Describe the picture.',
              'Write a haiku about shared memory. ' x 4,
              'What colour is it?');
 
+# the images workload's pictures: JPEGs drawn by the scene generator
+my @pictures;
+
+if ($o{workload} eq 'images') {
+    my $dir = "/tmp/vlm-load-$$";
+    mkdir $dir;
+    my @scenes = (['blue triangle top left', 'blue triangle bottom right'],
+                  ['red circle center', 'yellow star top right'],
+                  ['green square bottom left'],
+                  ['purple diamond top', 'orange circle left',
+                   'black star bottom right']);
+    my $python = -x '/usr/bin/python3' ? '/usr/bin/python3' : 'python3';
+
+    for my $k (0 .. $#scenes) {
+        my $file = "$dir/$k.jpg";
+        my $draw = join ' ', map { "'$_'" } @{ $scenes[$k] };
+        system("$python " . vlm_root() . "/tools/shapes_dataset.py --out "
+               . "$file --size $o{'image-size'} --draw $draw >/dev/null") == 0
+            or die "tools/shapes_dataset.py could not draw $file\n";
+        open my $in, '<:raw', $file or die "$file: $!";
+        local $/;
+        push @pictures, vlm_data_url('image/jpeg', <$in>);
+        close $in;
+        unlink $file;
+    }
+
+    rmdir $dir;
+}
+
+
+# request $i of the images workload: --images pictures and a question
+sub images_request_of {
+    my $i = shift;
+
+    my @urls = map { $pictures[($i + $_) % @pictures] } 1 .. $o{images};
+    my $body = { %{ vlm_chat_body('How many shapes are there?', @urls) },
+                 model => $model_name, max_tokens => 8, temperature => 0 };
+
+    return ('full', $body) if $i % 2;
+
+    $body->{stream} = JSON::PP::true;
+
+    return ('stream', $body);
+}
+
+
 # request $i: (kind, body); kinds: full, stream, gone-stream, gone-send
 sub request_of {
     my $i = shift;
+
+    return images_request_of($i) if $o{workload} eq 'images';
 
     my $k = $i % 10;
     my $text = $texts[$i % @texts];
@@ -174,6 +239,37 @@ sub rss_detail {
 }
 
 
+# the nginx workers' resident memory, summed (they decode the images):
+# (private, shared); the shared part is the pages of the queue segment
+# they have touched, which grows up to the zone's size and no further
+sub workers_rss {
+    my $srv = shift;
+    my ($anon, $shmem) = (0, 0);
+
+    for my $dir (glob '/proc/[0-9]*') {
+        open my $st, '<', "$dir/stat" or next;
+        my $stat = <$st>;
+        close $st;
+
+        # pid (comm) state ppid: the master's children
+        next if !$stat || $stat !~ /\) \S (\d+)/ || $1 != $srv->{pid};
+
+        open my $cmd, '<', "$dir/cmdline" or next;
+        my $line = <$cmd> // '';
+        close $cmd;
+        next if $line !~ /worker process/;
+
+        open my $in, '<', "$dir/status" or next;
+        for (<$in>) {
+            $anon += $1 * 1024 if /^RssAnon:\s+(\d+) kB/;
+            $shmem += $1 * 1024 if /^RssShmem:\s+(\d+) kB/;
+        }
+    }
+
+    return ($anon, $shmem);
+}
+
+
 # the engine republishes its RSS and pools every second while it runs;
 # waits until the queue is idle and a fresh value is out
 sub settle {
@@ -186,7 +282,9 @@ sub settle {
 }
 
 
-my $srv = vlm_start(name => $o{name}, port => $o{port}, workers => 2);
+my $srv = vlm_start(name => $o{name}, port => $o{port}, workers => 2,
+                    model => $o{model},
+                    $o{workload} eq 'images' ? (zone => '128m') : ());
 $srv->{timeout} = 120;
 
 my $t0 = time;
@@ -199,6 +297,7 @@ $tally{$_} += $t->{$_} for keys %$t;
 my $m1 = settle($srv);
 my $rss1 = $m1->{vlm_engine_rss_bytes};
 my $detail1 = rss_detail($srv);
+my ($wrss1, $wshm1) = workers_rss($srv);
 
 my $t1 = time;
 $t = run_batch($srv, $warm, $o{requests}, $o{concurrency});
@@ -208,12 +307,21 @@ my $t2 = time;
 my $m2 = settle($srv);
 my $rss2 = $m2->{vlm_engine_rss_bytes};
 my $detail2 = rss_detail($srv);
+my ($wrss2, $wshm2) = workers_rss($srv);
 
 my $fail = 0;
 
-printf "requests: %d at concurrency %d in %.1f s (%.1f requests/s after "
-       . "the first %d)\n", $o{requests}, $o{concurrency}, $t2 - $t0,
+printf "%s workload%s: %d requests at concurrency %d in %.1f s "
+       . "(%.1f requests/s after the first %d)\n", $o{workload},
+       $o{workload} eq 'images'
+           ? " ($o{images} JPEG images of $o{'image-size'} a request, "
+             . "$model_name)" : '',
+       $o{requests}, $o{concurrency}, $t2 - $t0,
        ($o{requests} - $warm) / ($t2 - $t1 || 1), $warm;
+
+printf "images/s after the first %d: %.1f\n", $warm,
+       ($o{requests} - $warm) * $o{images} / ($t2 - $t1 || 1)
+    if $o{workload} eq 'images';
 
 for my $s (sort keys %tally) {
     printf "  %-14s %d\n", $s, $tally{$s};
@@ -227,6 +335,16 @@ printf "engine RSS at the end:        %d bytes (%+d) (%s)\n", $rss2,
 
 if ($rss2 - $rss1 > $o{'rss-growth'}) {
     print "FAIL: the engine grew by more than $o{'rss-growth'} bytes\n";
+    $fail++;
+}
+
+printf "nginx workers' private RSS after %d requests: %d bytes "
+       . "(queue segment pages: %d)\n", $warm, $wrss1, $wshm1;
+printf "nginx workers' private RSS at the end:        %d bytes (%+d) "
+       . "(queue segment pages: %d)\n", $wrss2, $wrss2 - $wrss1, $wshm2;
+
+if ($wrss2 - $wrss1 > $o{'rss-growth'}) {
+    print "FAIL: the workers grew by more than $o{'rss-growth'} bytes\n";
     $fail++;
 }
 

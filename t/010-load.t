@@ -1,8 +1,9 @@
 # The load test of bench/load.pl as part of make test: 1,000 requests at
 # concurrency 16 (text, PNG and JPEG data: URLs, streaming, clients that
-# leave early) against a real nginx with two workers; the engine's RSS may
-# not grow by more than 1 MB between request 100 and the end, and every
-# pool must be back to 0 used.  It takes a few seconds on two cores.
+# leave early) against a real nginx with two workers; the engine's RSS and
+# the workers' private RSS may not grow by more than 1 MB between request
+# 100 and the end, and every pool must be back to 0 used.  It takes a few
+# seconds on two cores.
 
 use strict;
 use warnings;
