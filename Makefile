@@ -11,7 +11,10 @@
 #   make fuzz       bounded libFuzzer runs (clang)
 #   make venv-test  the OpenAI Python SDK for t/009 in build/venv-test
 #   make load       1,000 requests at concurrency 16 against a real nginx:
-#                   engine RSS and pools must stay flat (bench/load.pl)
+#                   engine and worker RSS and pools must stay flat
+#                   (bench/load.pl)
+#   make load-images  the same with 7 pictures of 1120x700 a request,
+#                   2,000 requests, served by models/default
 
 ROOT      := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 BUILD     ?= $(ROOT)/build
@@ -69,7 +72,7 @@ MOD_SRCS  := config ngx_http_vlm_module.c $(wildcard src/ngx_http_vlm_*.[ch]) \
 HDRS      := $(wildcard src/*.h)
 
 .PHONY: all lib cli engine module deps unit prove test run fixtures asan \
-        bench fuzz fuzz-openai clean FORCE venv-test load
+        bench fuzz fuzz-openai clean FORCE venv-test load load-images
 
 all: lib cli $(if $(ENGINE_SRCS),engine) module
 
@@ -179,6 +182,13 @@ load: all
 	    TEST_NGINX_LOAD_MODULES=$(MODULE) VLM_BUILD=$(BUILD) \
 	    perl -I$(ROOT)/t/lib bench/load.pl --requests $(LOAD_REQUESTS) \
 	    --concurrency $(LOAD_CONCURRENCY) --port $(LOAD_PORT)
+
+load-images: all
+	cd $(ROOT) && TEST_NGINX_BINARY=$(NGINX) \
+	    TEST_NGINX_LOAD_MODULES=$(MODULE) VLM_BUILD=$(BUILD) \
+	    perl -I$(ROOT)/t/lib bench/load.pl --workload images \
+	    --requests 2000 --warmup 1000 --concurrency $(LOAD_CONCURRENCY) \
+	    --port $(LOAD_PORT)
 
 run: deps
 	$(MAKE) -j$(NPROC) all
