@@ -118,6 +118,27 @@ int vlm_seq_length(const vlm_seq_t *seq);
 vlm_status_t vlm_seq_prefill(vlm_seq_t *seq, const int32_t *ids,
     int n_ids, const vlm_image_t *images, int n_images, float *all_logits,
     vlm_error_t *err);
+/*
+ * The same prefill in pieces, for a scheduler that keeps other sequences
+ * decoding meanwhile: vlm_seq_prefill_start() checks the prompt and
+ * reserves its KV blocks; each vlm_prefill_work() does one bounded piece
+ * (one stage of the vision encoder for one image, or one chunk of
+ * max_batch_tokens prompt rows) and sets *done after the last, when the
+ * sequence's logits are the prompt's.  One prefill at a time per model;
+ * ids, images and their pixels must stay valid until it is done.  Other
+ * sequences may be stepped between the pieces.  On an error, or after
+ * vlm_prefill_cancel(), the sequence is as it was; freeing the sequence
+ * abandons its prefill.  vlm_seq_prefill() is start, then work until
+ * done.
+ */
+vlm_status_t vlm_seq_prefill_start(vlm_seq_t *seq, const int32_t *ids,
+    int n_ids, const vlm_image_t *images, int n_images, float *all_logits,
+    vlm_error_t *err);
+vlm_status_t vlm_prefill_work(vlm_model_t *model, int *done,
+    vlm_error_t *err);
+void vlm_prefill_cancel(vlm_model_t *model);
+int vlm_prefill_busy(const vlm_model_t *model);
+
 /* appends tokens[i] to seqs[i] for i < n and computes their logits */
 vlm_status_t vlm_decode(vlm_model_t *model, vlm_seq_t *const *seqs,
     const int32_t *tokens, int n, vlm_error_t *err);

@@ -247,11 +247,12 @@ vlm_model_workspace(vlm_model_t *m, vlm_error_t *err)
 
     ws->host_ids = calloc((size_t) T, sizeof(int32_t));
     ws->host_rows = calloc((size_t) T, sizeof(int32_t));
-    ws->host_pos = calloc((size_t) vlm_max(S, T) * 3, sizeof(int32_t));
+    ws->host_pos = calloc((size_t) T * 3, sizeof(int32_t));
+    m->pf_pos = calloc((size_t) S * 3, sizeof(int32_t));
     iota = malloc((size_t) S * sizeof(int32_t));
 
     if (ws->host_ids == NULL || ws->host_rows == NULL
-        || ws->host_pos == NULL || iota == NULL)
+        || ws->host_pos == NULL || m->pf_pos == NULL || iota == NULL)
     {
         free(iota);
         return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
@@ -530,6 +531,7 @@ vlm_model_free(vlm_model_t *m)
     free(m->ws.host_ids);
     free(m->ws.host_rows);
     free(m->ws.host_pos);
+    free(m->pf_pos);
     free(m->vws.host);
 
     if (m->be != NULL) {
@@ -639,6 +641,10 @@ vlm_seq_free(vlm_seq_t *seq)
 {
     if (seq == NULL || !seq->in_use) {
         return;
+    }
+
+    if (seq->model->pf.seq == seq) {
+        seq->model->pf.seq = NULL;
     }
 
     vlm_seq_truncate_blocks(seq, 0);
@@ -833,14 +839,35 @@ vlm_seq_prefill(vlm_seq_t *seq, const int32_t *ids, int n,
     const vlm_image_t *images, int n_images, float *all_logits,
     vlm_error_t *err)
 {
-    int               i, c0, cn, H, V, img, feat, f0, run, next_pos;
-    int32_t          *pos;
-    vlm_model_t      *m = seq->model;
-    vlm_status_t      rc;
-    vlm_batch_t       b;
-    vlm_backend_t    *be = m->be;
-    vlm_lm_ws_t      *ws = &m->ws;
-    vlm_batch_seg_t  *seg;
+    int           done;
+    vlm_status_t  rc;
+
+    rc = vlm_seq_prefill_start(seq, ids, n, images, n_images, all_logits,
+                               err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    do {
+        rc = vlm_prefill_work(seq->model, &done, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+    } while (!done);
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_seq_prefill_start(vlm_seq_t *seq, const int32_t *ids, int n,
+    const vlm_image_t *images, int n_images, float *all_logits,
+    vlm_error_t *err)
+{
+    vlm_model_t        *m = seq->model;
+    vlm_status_t        rc;
+    vlm_prefill_job_t  *pf = &m->pf;
 
     if (!seq->in_use || n < 1 || n_images < 0 || (n_images > 0
         && images == NULL))
@@ -848,6 +875,11 @@ vlm_seq_prefill(vlm_seq_t *seq, const int32_t *ids, int n,
         return vlm_error_set(err, VLM_ERR_INVALID,
                              "engine: prefill needs a live sequence and at "
                              "least one token");
+    }
+
+    if (pf->seq != NULL) {
+        return vlm_error_set(err, VLM_ERR_LIMIT,
+                             "engine: another prefill is in progress");
     }
 
     rc = vlm_check_ids(m, ids, n, err);
@@ -862,116 +894,189 @@ vlm_seq_prefill(vlm_seq_t *seq, const int32_t *ids, int n,
                              m->params.max_seq_len);
     }
 
-    pos = ws->host_pos;
-
     rc = m->arch->rope_index(m, ids, n, images, n_images, seq->next_pos,
-                             pos, &next_pos, err);
+                             m->pf_pos, &pf->next_pos, err);
     if (rc != VLM_OK) {
         return rc;
     }
+
+    pf->had_blocks = seq->n_blocks;
 
     rc = vlm_seq_reserve(seq, n, err);
     if (rc != VLM_OK) {
         return rc;
     }
 
+    pf->seq = seq;
+    pf->ids = ids;
+    pf->n = n;
+    pf->images = images;
+    pf->n_images = n_images;
+    pf->all_logits = all_logits;
+    pf->image = 0;
+    pf->stage = 0;
+    pf->feat = 0;
+    pf->c0 = 0;
+    pf->fed = 0;
+
+    return VLM_OK;
+}
+
+
+/* abandons the prefill in progress: the sequence is as it was */
+void
+vlm_prefill_cancel(vlm_model_t *m)
+{
+    vlm_prefill_job_t  *pf = &m->pf;
+
+    if (pf->seq == NULL) {
+        return;
+    }
+
+    vlm_seq_truncate_blocks(pf->seq, pf->had_blocks);
+    pf->seq->n_past -= pf->c0;
+    pf->seq = NULL;
+}
+
+
+int
+vlm_prefill_busy(const vlm_model_t *m)
+{
+    return m->pf.seq != NULL;
+}
+
+
+/*
+ * The next piece of the prefill in progress: one stage of the vision
+ * encoder for the next image, or, once every image is encoded, one chunk
+ * of max_batch_tokens prompt rows.  *done after the last chunk, when the
+ * sequence's logits are those of the prompt's last position.
+ */
+vlm_status_t
+vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
+{
+    int                 i, c0, cn, H, V, run, mm;
+    vlm_seq_t          *seq;
+    vlm_status_t        rc;
+    vlm_batch_t         b;
+    vlm_backend_t      *be = m->be;
+    vlm_lm_ws_t        *ws = &m->ws;
+    vlm_batch_seg_t    *seg;
+    vlm_prefill_job_t  *pf = &m->pf;
+    const vlm_image_t  *img;
+
+    *done = 0;
+    seq = pf->seq;
+
+    if (seq == NULL) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "engine: no prefill in progress");
+    }
+
     H = m->cfg.text.hidden_size;
     V = m->cfg.text.vocab_size;
 
-    /* every image's merged features, in placeholder order */
+    /* every image's merged features, in placeholder order, stage by stage */
 
-    feat = 0;
+    if (pf->image < pf->n_images) {
+        img = &pf->images[pf->image];
 
-    for (img = 0; img < n_images; img++) {
-        rc = m->arch->encode_image(m, &images[img],
-                                   ws->feats + (size_t) feat * H, err);
+        rc = m->arch->encode_image(m, img, ws->feats + (size_t) pf->feat * H,
+                                   pf->stage, err);
         if (rc != VLM_OK) {
-            vlm_seq_truncate_blocks(seq, (seq->n_past + m->kv.block_size - 1)
-                                         / m->kv.block_size);
+            vlm_prefill_cancel(m);
             return rc;
         }
 
-        feat += images[img].grid_t * images[img].grid_h * images[img].grid_w
-                / (m->cfg.vision.spatial_merge_size
-                   * m->cfg.vision.spatial_merge_size);
+        if (++pf->stage == m->arch->image_stages(m)) {
+            mm = m->cfg.vision.spatial_merge_size
+                 * m->cfg.vision.spatial_merge_size;
+            pf->feat += img->grid_t * img->grid_h * img->grid_w / mm;
+            pf->stage = 0;
+            pf->image++;
+        }
+
+        return VLM_OK;
     }
 
-    feat = 0;
+    c0 = pf->c0;
+    cn = vlm_min(m->params.max_batch_tokens, pf->n - c0);
 
-    for (c0 = 0; c0 < n; c0 += cn) {
-        cn = vlm_min(m->params.max_batch_tokens, n - c0);
+    for (i = 0; i < cn; i++) {
+        ws->host_ids[i] = pf->ids[c0 + i] == m->cfg.image_token_id
+                          && pf->n_images > 0 ? -1 : pf->ids[c0 + i];
+    }
 
+    be->ops->upload(be, ws->ids, ws->host_ids, (size_t) cn * sizeof(int32_t));
+    be->ops->embed(be, ws->x, &m->lm.embed, ws->ids, cn);
+
+    /* image tokens take the vision features, run by run */
+
+    for (i = 0; i < cn; i += run) {
+        run = 0;
+        while (i + run < cn && ws->host_ids[i + run] == -1) {
+            run++;
+        }
+
+        if (run == 0) {
+            run = 1;
+            continue;
+        }
+
+        be->ops->gather_rows(be, ws->x + (size_t) i * H,
+                             ws->feats + (size_t) pf->fed * H, ws->iota, run,
+                             H);
+        pf->fed += run;
+    }
+
+    vlm_upload_positions(m, m->pf_pos, pf->n, c0, cn);
+
+    seg = &m->segs[0];
+    seg->seq = seq;
+    seg->row = 0;
+    seg->n = cn;
+    seg->kv_start = seq->n_past;
+
+    b.n_rows = cn;
+    b.n_segs = 1;
+    b.segs = seg;
+
+    if (pf->all_logits != NULL) {
+        b.n_logits = cn;
         for (i = 0; i < cn; i++) {
-            ws->host_ids[i] = ids[c0 + i] == m->cfg.image_token_id
-                              && n_images > 0 ? -1 : ids[c0 + i];
+            m->seg_rows[i] = i;
+            m->seg_out[i] = pf->all_logits + (size_t) (c0 + i) * V;
         }
 
-        be->ops->upload(be, ws->ids, ws->host_ids,
-                        (size_t) cn * sizeof(int32_t));
-        be->ops->embed(be, ws->x, &m->lm.embed, ws->ids, cn);
+    } else if (c0 + cn == pf->n) {
+        b.n_logits = 1;
+        m->seg_rows[0] = cn - 1;
+        m->seg_out[0] = seq->logits;
 
-        /* image tokens take the vision features, run by run */
-
-        for (i = 0; i < cn; i += run) {
-            run = 0;
-            while (i + run < cn && ws->host_ids[i + run] == -1) {
-                run++;
-            }
-
-            if (run == 0) {
-                run = 1;
-                continue;
-            }
-
-            f0 = feat;
-            feat += run;
-            be->ops->gather_rows(be, ws->x + (size_t) i * H,
-                                 ws->feats + (size_t) f0 * H, ws->iota, run,
-                                 H);
-        }
-
-        vlm_upload_positions(m, pos, n, c0, cn);
-
-        seg = &m->segs[0];
-        seg->seq = seq;
-        seg->row = 0;
-        seg->n = cn;
-        seg->kv_start = seq->n_past;
-
-        b.n_rows = cn;
-        b.n_segs = 1;
-        b.segs = seg;
-
-        if (all_logits != NULL) {
-            b.n_logits = cn;
-            for (i = 0; i < cn; i++) {
-                m->seg_rows[i] = i;
-                m->seg_out[i] = all_logits + (size_t) (c0 + i) * V;
-            }
-
-        } else if (c0 + cn == n) {
-            b.n_logits = 1;
-            m->seg_rows[0] = cn - 1;
-            m->seg_out[0] = seq->logits;
-
-        } else {
-            b.n_logits = 0;
-        }
-
-        b.logit_rows = m->seg_rows;
-        b.logit_out = m->seg_out;
-
-        m->arch->forward(m, &b);
-
-        seq->n_past += cn;
+    } else {
+        b.n_logits = 0;
     }
 
-    if (all_logits != NULL) {
-        memcpy(seq->logits, all_logits + (size_t) (n - 1) * V,
+    b.logit_rows = m->seg_rows;
+    b.logit_out = m->seg_out;
+
+    m->arch->forward(m, &b);
+
+    seq->n_past += cn;
+    pf->c0 += cn;
+
+    if (pf->c0 < pf->n) {
+        return VLM_OK;
+    }
+
+    if (pf->all_logits != NULL) {
+        memcpy(seq->logits, pf->all_logits + (size_t) (pf->n - 1) * V,
                (size_t) V * sizeof(float));
     }
 
-    seq->next_pos = next_pos;
+    seq->next_pos = pf->next_pos;
+    pf->seq = NULL;
+    *done = 1;
 
     return VLM_OK;
 }
@@ -1124,7 +1229,7 @@ vlm_status_t
 vlm_image_encode(vlm_model_t *m, const vlm_image_t *img, float *features,
     vlm_error_t *err)
 {
-    int           mm, n;
+    int           mm, n, stage;
     vlm_status_t  rc;
 
     mm = m->cfg.vision.spatial_merge_size * m->cfg.vision.spatial_merge_size;
@@ -1150,9 +1255,16 @@ vlm_image_encode(vlm_model_t *m, const vlm_image_t *img, float *features,
                              "length budget %d", n, m->params.max_seq_len);
     }
 
-    rc = m->arch->encode_image(m, img, m->ws.feats, err);
-    if (rc != VLM_OK) {
-        return rc;
+    if (vlm_prefill_busy(m)) {
+        return vlm_error_set(err, VLM_ERR_LIMIT,
+                             "engine: a prefill is in progress");
+    }
+
+    for (stage = 0; stage < m->arch->image_stages(m); stage++) {
+        rc = m->arch->encode_image(m, img, m->ws.feats, stage, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
     }
 
     return m->be->ops->download(m->be, features, m->ws.feats,

@@ -74,6 +74,9 @@ typedef struct {
     int32_t   *cu_full, *cu_window;     /* [P + 1] backend */
     int32_t   *perm, *inv_perm;         /* [P / m^2] backend */
     int32_t   *host;                    /* host scratch, 8 P + 4 ints */
+    /* between the stages of one image */
+    int        n_win;                   /* windows; 0: full attention */
+    float     *cur_x, *cur_h;           /* x and h, swapped by windows */
 } vlm_vision_ws_t;
 
 
@@ -135,14 +138,36 @@ typedef struct {
     int (*match)(const vlm_model_config_t *cfg);
     vlm_status_t (*load)(vlm_model_t *m, vlm_error_t *err);
     void (*unload)(vlm_model_t *m);
-    /* writes the image's merged features, [tokens, H] backend memory */
+    /*
+     * the image encoder in image_stages() stages run in order, the last
+     * writing the image's merged features, [tokens, H] backend memory
+     */
+    int (*image_stages)(const vlm_model_t *m);
     vlm_status_t (*encode_image)(vlm_model_t *m, const vlm_image_t *img,
-        float *out, vlm_error_t *err);
+        float *out, int stage, vlm_error_t *err);
     vlm_status_t (*rope_index)(const vlm_model_t *m, const int32_t *ids,
         int n, const vlm_image_t *images, int n_images, int start,
         int32_t *pos, int *next_pos, vlm_error_t *err);
     void (*forward)(vlm_model_t *m, const vlm_batch_t *b);
 } vlm_arch_ops_t;
+
+
+/* the prefill in progress (vlm_seq_prefill_start, vlm_prefill_work) */
+typedef struct {
+    vlm_seq_t          *seq;            /* NULL: none */
+    const int32_t      *ids;            /* the caller's, until done */
+    int                 n;
+    const vlm_image_t  *images;         /* the caller's, until done */
+    int                 n_images;
+    float              *all_logits;
+    int                 image;          /* the image being encoded */
+    int                 stage;          /* its next encoder stage */
+    int                 feat;           /* its first row in ws.feats */
+    int                 c0;             /* prompt rows fed */
+    int                 fed;            /* image feature rows fed */
+    int                 next_pos;
+    int                 had_blocks;     /* the sequence's before it */
+} vlm_prefill_job_t;
 
 
 struct vlm_model_s {
@@ -164,6 +189,8 @@ struct vlm_model_s {
     vlm_attn_seq_t          *attn_seqs; /* host [max_batch_tokens] */
     vlm_step_item_t         *steps;     /* host [max_batch_tokens] */
     int32_t                 *step_had;  /* host [max_batch_tokens] */
+    vlm_prefill_job_t        pf;
+    int32_t                 *pf_pos;    /* host [3, max_seq_len] */
     uint64_t                 allocs_at_load;
 };
 
@@ -180,8 +207,9 @@ extern const vlm_arch_ops_t  vlm_arch_qwen2vl;
 
 /* the Qwen2-VL family's two halves (vlm_vision.c, vlm_lm.c) */
 vlm_status_t vlm_vision_load(vlm_model_t *m, vlm_error_t *err);
-vlm_status_t vlm_vision_encode(vlm_model_t *m, const vlm_image_t *img,
-    float *out, vlm_error_t *err);
+int vlm_vision_stages(const vlm_model_t *m);
+vlm_status_t vlm_vision_encode_stage(vlm_model_t *m, const vlm_image_t *img,
+    float *out, int stage, vlm_error_t *err);
 vlm_status_t vlm_lm_load(vlm_model_t *m, vlm_error_t *err);
 void vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b);
 vlm_status_t vlm_lm_rope_index(const vlm_model_t *m, const int32_t *ids,

@@ -41,7 +41,8 @@ const vlm_arch_ops_t  vlm_arch_qwen2vl = {
     vlm_qwen2vl_match,
     vlm_qwen2vl_load,
     vlm_qwen2vl_unload,
-    vlm_vision_encode,
+    vlm_vision_stages,
+    vlm_vision_encode_stage,
     vlm_lm_rope_index,
     vlm_lm_forward
 };

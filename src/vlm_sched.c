@@ -19,6 +19,7 @@ typedef enum {
     VLM_REQ_FREE = 0,
     VLM_REQ_WAITING,            /* taken from the queue, not yet started */
     VLM_REQ_PREFILLING,         /* a text prompt, n_fed tokens in so far */
+    VLM_REQ_ENCODING,           /* an image prompt, the model's prefill */
     VLM_REQ_DECODING,           /* next holds the token to feed */
     VLM_REQ_DRAINING            /* finished; output still to be written */
 } vlm_req_state_t;
@@ -73,9 +74,8 @@ struct vlm_sched_s {
 
 
 static void vlm_sched_admit(vlm_sched_t *s);
-static int vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r);
-static void vlm_sched_prefill_images(vlm_sched_t *s, vlm_sched_req_t *r,
-    const int32_t *ids);
+static void vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r);
+static void vlm_sched_encode(vlm_sched_t *s);
 static void vlm_sched_run(vlm_sched_t *s);
 static void vlm_sched_emit(vlm_sched_t *s, vlm_sched_req_t *r,
     const vlm_sample_t *sample);
@@ -213,8 +213,9 @@ vlm_sched_publish(vlm_sched_t *s)
 int
 vlm_sched_step(vlm_sched_t *s, int admit)
 {
-    int               i, n, image_prefilled;
-    vlm_sched_req_t  *r;
+    int                i, n;
+    vlm_sched_req_t   *r;
+    vlm_queue_slot_t  *qs;
 
     n = 0;
     s->progress = 0;
@@ -254,17 +255,25 @@ vlm_sched_step(vlm_sched_t *s, int admit)
 
     /*
      * new requests start: text prompts join the batched steps in chunks;
-     * a prompt with images is prefilled at once (the vision tower and the
-     * prompt), one a step, and delays the running streams that once
+     * a prompt with images waits until the model's prefill is free, then
+     * is encoded and prefilled a piece a step (one vision block, or one
+     * chunk of its prompt) ahead of each batched step
      */
-    image_prefilled = 0;
-
     for (i = 0; i < s->n_reqs; i++) {
-        if (s->reqs[i].state == VLM_REQ_WAITING && !image_prefilled) {
-            image_prefilled = vlm_sched_start(s, &s->reqs[i]);
+        r = &s->reqs[i];
+
+        if (r->state != VLM_REQ_WAITING) {
+            continue;
+        }
+
+        qs = vlm_queue_slot(s->q, r->slot);
+
+        if (qs->n_images == 0 || !vlm_prefill_busy(s->model)) {
+            vlm_sched_start(s, r);
         }
     }
 
+    vlm_sched_encode(s);
     vlm_sched_run(s);
 
     n = 0;
@@ -321,11 +330,11 @@ vlm_sched_admit(vlm_sched_t *s)
 
 
 /*
- * A request's first step: its sampler, then either the whole prefill of a
- * prompt with images (returns 1) or the state that feeds a text prompt to
- * vlm_sched_run in chunks (returns 0).
+ * A request's first step: its sampler, then the start of its prompt: a
+ * text prompt is fed to vlm_sched_run in chunks, a prompt with images to
+ * the model's prefill in pieces (vlm_sched_encode).
  */
-static int
+static void
 vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
 {
     int                    i;
@@ -344,7 +353,7 @@ vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
     if (qs->n_images > VLM_QUEUE_MAX_IMAGES) {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, VLM_ERR_INVALID,
                       "too many images");
-        return 0;
+        return;
     }
 
     vlm_sampler_params_default(&sp);
@@ -373,7 +382,7 @@ vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
 
     if (vlm_sampler_reset(r->sampler, &sp, &err) != VLM_OK) {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
-        return 0;
+        return;
     }
 
     ids = vlm_queue_arena(s->q, qs->prompt_off);
@@ -381,34 +390,22 @@ vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
     vlm_sampler_prompt(r->sampler, ids, (int) qs->n_prompt);
     vlm_tok_stream_init(&r->stream, VLM_TOK_SKIP_SPECIAL);
 
-    if (qs->n_images > 0) {
-        vlm_sched_prefill_images(s, r, ids);
-        return 1;
+    if (qs->n_images == 0) {
+        if (qs->n_prompt < 1
+            || qs->n_prompt > (uint32_t) s->info->max_seq_len)
+        {
+            vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, VLM_ERR_LIMIT,
+                          "the prompt does not fit the sequence length "
+                          "budget");
+            return;
+        }
+
+        r->n_fed = 0;
+        r->state = VLM_REQ_PREFILLING;
+        return;
     }
 
-    if (qs->n_prompt < 1 || qs->n_prompt > (uint32_t) s->info->max_seq_len) {
-        vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, VLM_ERR_LIMIT,
-                      "the prompt does not fit the sequence length budget");
-        return 0;
-    }
-
-    r->n_fed = 0;
-    r->state = VLM_REQ_PREFILLING;
-
-    return 0;
-}
-
-
-static void
-vlm_sched_prefill_images(vlm_sched_t *s, vlm_sched_req_t *r,
-    const int32_t *ids)
-{
-    uint32_t           j;
-    vlm_error_t        err;
-    vlm_sample_t       sample;
-    vlm_queue_slot_t  *qs;
-
-    qs = vlm_queue_slot(s->q, r->slot);
+    /* the pixels stay in the arena while the request holds its slot */
 
     for (j = 0; j < qs->n_images; j++) {
         s->images[j].pixels = vlm_queue_arena(s->q, qs->images[j].pixels_off);
@@ -417,11 +414,48 @@ vlm_sched_prefill_images(vlm_sched_t *s, vlm_sched_req_t *r,
         s->images[j].grid_w = (int) qs->images[j].grid_w;
     }
 
-    if (vlm_seq_prefill(r->seq, ids, (int) qs->n_prompt, s->images,
-                        (int) qs->n_images, NULL, &err)
+    if (vlm_seq_prefill_start(r->seq, ids, (int) qs->n_prompt, s->images,
+                              (int) qs->n_images, NULL, &err)
         != VLM_OK)
     {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
+        return;
+    }
+
+    r->state = VLM_REQ_ENCODING;
+}
+
+
+/* the next piece of the image prompt being prefilled, if any */
+static void
+vlm_sched_encode(vlm_sched_t *s)
+{
+    int               i, done;
+    vlm_error_t       err;
+    vlm_sample_t      sample;
+    vlm_sched_req_t  *r;
+
+    r = NULL;
+
+    for (i = 0; i < s->n_reqs; i++) {
+        if (s->reqs[i].state == VLM_REQ_ENCODING) {
+            r = &s->reqs[i];
+            break;
+        }
+    }
+
+    if (r == NULL) {
+        return;
+    }
+
+    s->progress++;
+
+    if (vlm_prefill_work(s->model, &done, &err) != VLM_OK) {
+        vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
+        return;
+    }
+
+    if (!done) {
         return;
     }
 

@@ -3,9 +3,11 @@
  * model.  Each step admits waiting requests and runs one batched forward
  * pass holding a token for every running request and, in the rows left
  * (max_batch_tokens), the next chunk of a text prompt, so running streams
- * keep their pace while long prompts come in; a prompt with images is
- * prefilled whole, one a step.  It samples, detokenizes, applies stop
- * strings and writes tokens and text to each request's output ring.  A
+ * keep their pace while long prompts come in.  A prompt with images is
+ * prefilled a piece a step ahead of that pass (one vision block, or one
+ * chunk of its prompt), one such prompt at a time.  It samples,
+ * detokenizes, applies stop strings and writes tokens and text to each
+ * request's output ring.  A
  * request whose reader is slow holds its place (the ring is full) without
  * holding the others; a cancelled one is dropped within one step.
  *

@@ -277,11 +277,27 @@ vlm_vision_is_full(const vlm_vision_config_t *vc, int block)
 }
 
 
-vlm_status_t
-vlm_vision_encode(vlm_model_t *m, const vlm_image_t *img, float *out,
-    vlm_error_t *err)
+/* stages of one image: prepare and embed, each block, the merger */
+int
+vlm_vision_stages(const vlm_model_t *m)
 {
-    int                       l, u, k, P, U, E, I, H, mm, hd, n_win, full;
+    return m->cfg.vision.depth + 2;
+}
+
+
+/*
+ * One stage of the vision encoder: 0 checks the image, builds the
+ * position and window tables and embeds the patches; 1..depth run one
+ * block; depth + 1 runs the merger and writes the image's merged features
+ * to out.  The state between stages lives in the vision workspace, so the
+ * stages of one image must run in order, with no other image between
+ * them; the language model's work may run between them.
+ */
+vlm_status_t
+vlm_vision_encode_stage(vlm_model_t *m, const vlm_image_t *img, float *out,
+    int stage, vlm_error_t *err)
+{
+    int                       l, u, k, P, U, E, I, H, mm, hd, full;
     float                    *x, *h, *t;
     int32_t                  *pos, *ppos, *cu_full, *cu_win, *perm, *inv;
     vlm_backend_t            *be = m->be;
@@ -299,6 +315,12 @@ vlm_vision_encode(vlm_model_t *m, const vlm_image_t *img, float *out,
     mm = vc->spatial_merge_size * vc->spatial_merge_size;
     U = P / mm;
     hd = E / vc->n_heads;
+
+    if (stage > 0) {
+        x = w->cur_x;
+        h = w->cur_h;
+        goto run;
+    }
 
     if (img->pixels == NULL) {
         return vlm_error_set(err, VLM_ERR_INVALID,
@@ -319,7 +341,7 @@ vlm_vision_encode(vlm_model_t *m, const vlm_image_t *img, float *out,
     perm = cu_win + P + 1;
     inv = perm + U;
 
-    n_win = vlm_vision_tables(m, img, pos, cu_full, cu_win, perm, inv);
+    w->n_win = vlm_vision_tables(m, img, pos, cu_full, cu_win, perm, inv);
 
     /* patch embedding; the pixels are the caller's host memory */
 
@@ -330,7 +352,7 @@ vlm_vision_encode(vlm_model_t *m, const vlm_image_t *img, float *out,
     x = w->x;
     h = w->h;
 
-    if (n_win > 0) {
+    if (w->n_win > 0) {
         /* rows and their positions move window by window */
         op->upload(be, w->perm, perm, (size_t) U * sizeof(int32_t));
         op->upload(be, w->inv_perm, inv, (size_t) U * sizeof(int32_t));
@@ -347,7 +369,7 @@ vlm_vision_encode(vlm_model_t *m, const vlm_image_t *img, float *out,
 
         pos = ppos;
         op->upload(be, w->cu_window, cu_win,
-                   (size_t) (n_win + 1) * sizeof(int32_t));
+                   (size_t) (w->n_win + 1) * sizeof(int32_t));
     }
 
     op->upload(be, w->pos, pos, (size_t) P * 2 * sizeof(int32_t));
@@ -356,21 +378,29 @@ vlm_vision_encode(vlm_model_t *m, const vlm_image_t *img, float *out,
     op->rope_table(be, w->cos, w->sin, w->pos, P, 2, vw->inv_freq,
                    vw->rope_comp, hd / 2);
 
-    va.out = w->att;
-    va.q = w->qkv;
-    va.k = w->qkv + E;
-    va.v = w->qkv + 2 * E;
-    va.q_stride = 3 * E;
-    va.kv_stride = 3 * E;
-    va.n_heads = vc->n_heads;
-    va.n_kv_heads = vc->n_heads;
-    va.head_dim = hd;
-    va.scale = 1.0f / sqrtf((float) hd);
-    va.causal = 0;
+    w->cur_x = x;
+    w->cur_h = h;
 
-    for (l = 0; l < vc->depth; l++) {
+    return VLM_OK;
+
+run:
+
+    if (stage <= vc->depth) {
+        l = stage - 1;
         B = &vw->blocks[l];
-        full = n_win == 0 || vlm_vision_is_full(vc, l);
+        full = w->n_win == 0 || vlm_vision_is_full(vc, l);
+
+        va.out = w->att;
+        va.q = w->qkv;
+        va.k = w->qkv + E;
+        va.v = w->qkv + 2 * E;
+        va.q_stride = 3 * E;
+        va.kv_stride = 3 * E;
+        va.n_heads = vc->n_heads;
+        va.n_kv_heads = vc->n_heads;
+        va.head_dim = hd;
+        va.scale = 1.0f / sqrtf((float) hd);
+        va.causal = 0;
 
         vlm_vision_norm_apply(m, h, x, B->norm1_w, B->norm1_b, P);
         op->matmul(be, w->qkv, h, &B->qkv, B->qkv_b, P);
@@ -379,7 +409,7 @@ vlm_vision_encode(vlm_model_t *m, const vlm_image_t *img, float *out,
                  w->sin);
 
         va.cu_seqlens = full ? w->cu_full : w->cu_window;
-        va.n_segments = full ? img->grid_t : n_win;
+        va.n_segments = full ? img->grid_t : w->n_win;
         op->attention_varlen(be, &va);
 
         op->matmul(be, h, w->att, &B->proj, B->proj_b, P);
@@ -400,6 +430,8 @@ vlm_vision_encode(vlm_model_t *m, const vlm_image_t *img, float *out,
         }
 
         op->add(be, x, w->att, (size_t) P * E);
+
+        return VLM_OK;
     }
 
     /* the merger sees each merge unit's mm rows as one row */
@@ -408,7 +440,7 @@ vlm_vision_encode(vlm_model_t *m, const vlm_image_t *img, float *out,
     op->matmul(be, w->merged, h, &vw->mlp0, vw->mlp0_b, U);
     op->act(be, w->merged, U, mm * E, VLM_ACT_GELU);
 
-    if (n_win > 0) {
+    if (w->n_win > 0) {
         op->matmul(be, w->out, w->merged, &vw->mlp2, vw->mlp2_b, U);
         op->gather_rows(be, out, w->out, w->inv_perm, U, H);
 

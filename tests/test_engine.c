@@ -79,7 +79,8 @@ aligned_alloc(size_t align, size_t n)
 
 
 static vlm_model_t *
-load(const char *dir, vlm_error_t *err, int max_seqs, int kv_blocks)
+load_rows(const char *dir, vlm_error_t *err, int max_seqs, int kv_blocks,
+    int max_batch_tokens)
 {
     vlm_model_t        *m;
     vlm_model_params_t  p;
@@ -88,7 +89,7 @@ load(const char *dir, vlm_error_t *err, int max_seqs, int kv_blocks)
     p.n_threads = 2;
     p.max_seqs = max_seqs;
     p.max_seq_len = 128;
-    p.max_batch_tokens = 32;
+    p.max_batch_tokens = max_batch_tokens;
     p.max_image_patches = 64;
     p.kv_block_size = 8;
     p.kv_blocks = kv_blocks;
@@ -100,6 +101,13 @@ load(const char *dir, vlm_error_t *err, int max_seqs, int kv_blocks)
     }
 
     return m;
+}
+
+
+static vlm_model_t *
+load(const char *dir, vlm_error_t *err, int max_seqs, int kv_blocks)
+{
+    return load_rows(dir, err, max_seqs, kv_blocks, 32);
 }
 
 
@@ -441,13 +449,29 @@ test_fork_shares_prefix(void **state)
 }
 
 
+static double
+rel_l2(const float *a, const float *b, int n)
+{
+    int     i;
+    double  num, den;
+
+    num = 0.0;
+    den = 0.0;
+    for (i = 0; i < n; i++) {
+        num += ((double) a[i] - b[i]) * ((double) a[i] - b[i]);
+        den += (double) b[i] * b[i];
+    }
+
+    return den > 0.0 ? num / den : num;
+}
+
+
 /* a chunk of one prompt and a decode token of another in one step */
 static void
 test_step_mixes_prefill_chunk_and_decode(void **state)
 {
     int                i, V;
     int32_t            tok, big[40];
-    double             num, den;
     vlm_npy_t          ta, tg, tl, ia, ig, pix, grid;
     vlm_seq_t         *a, *b;
     vlm_image_t        img;
@@ -507,14 +531,7 @@ test_step_mixes_prefill_chunk_and_decode(void **state)
 
     /* the chunked prompt ends where transformers' full prompt does */
     lg = vlm_seq_logits(a);
-    num = 0.0;
-    den = 0.0;
-    for (i = 0; i < V; i++) {
-        num += (lg[i] - ((float *) tl.data)[i])
-               * (lg[i] - ((float *) tl.data)[i]);
-        den += ((float *) tl.data)[i] * ((float *) tl.data)[i];
-    }
-    assert_true(num / den < 1e-8);
+    assert_true(rel_l2(lg, tl.data, V) < 1e-8);
     assert_int_equal(argmax(lg, V), ((int32_t *) tg.data)[0]);
     assert_int_equal(argmax(vlm_seq_logits(b), V),
                      ((int32_t *) ig.data)[1]);
@@ -527,6 +544,134 @@ test_step_mixes_prefill_chunk_and_decode(void **state)
     vlm_npy_free(&tg);
     vlm_npy_free(&tl);
     vlm_npy_free(&ia);
+    vlm_npy_free(&ig);
+    vlm_npy_free(&pix);
+    vlm_npy_free(&grid);
+    vlm_model_free(m);
+}
+
+
+/*
+ * An image prompt prefilled in pieces (vision stage by stage, then prompt
+ * chunks) while another sequence decodes between the pieces: the prompt's
+ * logits are transformers', and the decoding sequence gives what it gives
+ * alone.  Qwen2.5-VL's windowed vision tower keeps state between stages.
+ */
+static void
+test_prefill_in_pieces_between_decodes(void **state)
+{
+    int            i, k, V, done, pieces;
+    int32_t        tok;
+    vlm_npy_t      ta, ia, il, ig, pix, grid;
+    vlm_seq_t     *a, *b, *c;
+    vlm_image_t    img;
+    vlm_error_t    err;
+    vlm_model_t   *m;
+    float         *alone;
+    const float   *lg;
+
+    /* chunks of 8 rows: the prompt takes several */
+    m = load_rows(FIX "/qwen25vl-f32", &err, 3, 0, 8);
+    assert_non_null(m);
+    V = vlm_model_info(m)->vocab_size;
+
+    npy(&ta, FIX "/qwen25vl-f32/ref/text/input_ids.npy");
+    npy(&ia, FIX "/qwen25vl-f32/ref/image1/input_ids.npy");
+    npy(&il, FIX "/qwen25vl-f32/ref/image1/logits_last.npy");
+    npy(&ig, FIX "/qwen25vl-f32/ref/image1/greedy.npy");
+    npy(&pix, FIX "/qwen25vl-f32/ref/image1/pixel_values_0.npy");
+    npy(&grid, FIX "/qwen25vl-f32/ref/image1/grid_thw.npy");
+
+    img.pixels = pix.data;
+    img.grid_t = ((int32_t *) grid.data)[0];
+    img.grid_h = ((int32_t *) grid.data)[1];
+    img.grid_w = ((int32_t *) grid.data)[2];
+
+    /* the decoding sequence alone: its logits after each of 16 tokens */
+    alone = malloc((size_t) 16 * V * sizeof(float));
+    assert_non_null(alone);
+
+    assert_int_equal(vlm_seq_init(m, &c, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(c, ta.data, (int) ta.n, NULL, 0, NULL,
+                                     &err), VLM_OK);
+    for (i = 0; i < 16; i++) {
+        tok = argmax(vlm_seq_logits(c), V);
+        assert_int_equal(vlm_decode(m, &c, &tok, 1, &err), VLM_OK);
+        memcpy(alone + (size_t) i * V, vlm_seq_logits(c),
+               (size_t) V * sizeof(float));
+    }
+    vlm_seq_free(c);
+
+    assert_int_equal(vlm_seq_init(m, &a, &err), VLM_OK);
+    assert_int_equal(vlm_seq_init(m, &b, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(b, ta.data, (int) ta.n, NULL, 0, NULL,
+                                     &err), VLM_OK);
+
+    assert_int_equal(vlm_seq_prefill_start(a, ia.data, (int) ia.n, &img, 1,
+                                           NULL, &err), VLM_OK);
+    assert_true(vlm_prefill_busy(m));
+
+    /* one prefill at a time */
+    assert_int_equal(vlm_seq_prefill(b, ta.data, 2, NULL, 0, NULL, &err),
+                     VLM_ERR_LIMIT);
+
+    pieces = 0;
+    k = 0;
+
+    do {
+        assert_int_equal(vlm_prefill_work(m, &done, &err), VLM_OK);
+        pieces++;
+
+        if (k < 16) {
+            tok = argmax(vlm_seq_logits(b), V);
+            assert_int_equal(vlm_decode(m, &b, &tok, 1, &err), VLM_OK);
+            assert_true(rel_l2(vlm_seq_logits(b), alone + (size_t) k * V, V)
+                        < 1e-10);
+            k++;
+        }
+
+    } while (!done);
+
+    assert_false(vlm_prefill_busy(m));
+
+    /* two encoder stages at least (embed, merger), then the 8-row chunks */
+    assert_true(ia.n > 16);
+    assert_true(pieces >= 2 + ((int) ia.n + 7) / 8);
+
+    lg = vlm_seq_logits(a);
+    assert_true(rel_l2(lg, il.data, V) < 1e-8);
+    assert_int_equal(argmax(lg, V), ((int32_t *) ig.data)[0]);
+    assert_int_equal(vlm_seq_length(a), (int) ia.n);
+
+    /* freeing a sequence abandons its prefill */
+    vlm_seq_free(a);
+    assert_int_equal(vlm_seq_init(m, &a, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill_start(a, ia.data, (int) ia.n, &img, 1,
+                                           NULL, &err), VLM_OK);
+    assert_int_equal(vlm_prefill_work(m, &done, &err), VLM_OK);
+    vlm_seq_free(a);
+    assert_false(vlm_prefill_busy(m));
+
+    /* a cancelled prefill leaves the sequence as it was */
+    assert_int_equal(vlm_seq_init(m, &a, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(a, ta.data, 6, NULL, 0, NULL, &err),
+                     VLM_OK);
+    assert_int_equal(vlm_seq_prefill_start(a, ia.data, (int) ia.n, &img, 1,
+                                           NULL, &err), VLM_OK);
+    do {
+        assert_int_equal(vlm_prefill_work(m, &done, &err), VLM_OK);
+    } while (vlm_seq_length(a) == 6 && !done);
+    assert_false(done);
+    vlm_prefill_cancel(m);
+    assert_int_equal(vlm_seq_length(a), 6);
+
+    vlm_seq_free(a);
+    vlm_seq_free(b);
+    free(alone);
+
+    vlm_npy_free(&ta);
+    vlm_npy_free(&ia);
+    vlm_npy_free(&il);
     vlm_npy_free(&ig);
     vlm_npy_free(&pix);
     vlm_npy_free(&grid);
@@ -619,6 +764,7 @@ main(void)
         cmocka_unit_test(test_batched_decode_matches_reference),
         cmocka_unit_test(test_fork_shares_prefix),
         cmocka_unit_test(test_step_mixes_prefill_chunk_and_decode),
+        cmocka_unit_test(test_prefill_in_pieces_between_decodes),
         cmocka_unit_test(test_no_allocation_across_100_generations),
     };
 
