@@ -3,7 +3,8 @@
 # answer is the one vlm-cli gives when it prefills the whole prompt at once
 # (the path the parity tests hold to transformers), alone and while
 # another stream is running; the running stream keeps going meanwhile and
-# completes.
+# completes.  An image prompt, prefilled a piece per step, gets the same
+# answer alone and next to a running stream.
 
 use strict;
 use warnings;
@@ -73,6 +74,34 @@ is(ask('alone'), $want, 'alone: the answer of a whole prefill');
        'next to a stream: the answer of a whole prefill');
 
     vlm_stream_ok($st, 'the running stream');
+}
+
+# an image prompt is prefilled a piece per step (vision blocks, then
+# chunks): the same answer alone and next to a running stream
+my $image = vlm_data_url('image/png', vlm_png(120, 80, 3));
+
+sub ask_image {
+    my $res = vlm_post_json($srv, {
+        %{ vlm_chat_body('Describe the picture. ' x 20, $image) },
+        max_tokens => 16, temperature => 0 });
+    is($res->{status}, 200, "$_[0]: 200") or diag($res->{body});
+
+    return vlm_json($res->{body})->{choices}[0]{message}{content};
+}
+
+{
+    my $alone = ask_image('image alone');
+
+    my $st = vlm_open_stream($srv, { %{ vlm_chat_body('Tell me a story.') },
+                                     temperature => 0, max_tokens => 400,
+                                     stream => JSON::PP::true });
+    ok(vlm_read_some($st, 10, qr/("content":"[^"]+".*){3}/s),
+       'image: the running stream has begun');
+
+    is(ask_image('image next to a stream'), $alone,
+       'image next to a stream: the answer it gets alone');
+
+    vlm_stream_ok($st, 'image: the running stream');
 }
 
 my $zone = vlm_wait_idle($srv, 3);
