@@ -56,6 +56,17 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_http_vlm_main_conf_t *vmcf = conf;
 
     ngx_conf_init_uint_value(vmcf->backend, NGX_HTTP_VLM_BACKEND_CPU);
+
+#if !(NGX_HTTP_VLM_CUDA)
+    if (vmcf->backend == NGX_HTTP_VLM_BACKEND_CUDA) {
+        /* said now, not by an engine that fails to start again and again */
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"vlm_backend cuda\": this build of the engine "
+                           "has no CUDA backend; use \"cpu\"");
+        return NGX_CONF_ERROR;
+    }
+#endif
+
     ngx_conf_init_value(vmcf->engine_threads, (ngx_int_t) ngx_ncpu);
     ngx_conf_init_size_value(vmcf->max_image_pixels,
                              NGX_HTTP_VLM_DEFAULT_MAX_IMAGE_PIXELS);

@@ -167,17 +167,15 @@ qr{\[emerg\] .*: "vlm_model" directive is not allowed here in \S+nginx\.conf:\d+
 
 
 
-=== TEST 11: vlm_backend cuda
+=== TEST 11: vlm_backend cuda: refused by a build without the CUDA backend
 --- http_config
     vlm_backend cuda;
 --- config
-    location = /health { vlm_health; }
---- request
-GET /health
---- error_code: 503
---- response_body_like: "backend":"cuda",
---- no_error_log
-[emerg]
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_backend cuda": this build of the engine has no CUDA backend; use "cpu"}
 
 
 
