@@ -100,6 +100,8 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
                      sizeof(ngx_int_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->max_running,
                      sizeof(ngx_uint_t));
+    ngx_crc32_update(&crc, (u_char *) &vmcf->max_batch_tokens,
+                     sizeof(ngx_uint_t));
     ngx_crc32_final(crc);
 
     /* never 0, which reads "unknown" in the queue */
@@ -563,6 +565,7 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     u_char                    master[NGX_INT_T_LEN + 1];
     u_char                    threads[NGX_INT_T_LEN + 1];
     u_char                    running[NGX_INT_T_LEN + 1];
+    u_char                    rows[NGX_INT_T_LEN + 1];
     ngx_pid_t                 pid;
     sigset_t                  set;
     ngx_uint_t                n;
@@ -576,6 +579,7 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     *ngx_sprintf(qfd, "%d", ngx_http_vlm_zone_fd()) = '\0';
     *ngx_sprintf(threads, "%i", vmcf->engine_threads) = '\0';
     *ngx_sprintf(running, "%ui", vmcf->max_running) = '\0';
+    *ngx_sprintf(rows, "%ui", vmcf->max_batch_tokens) = '\0';
 
     n = 0;
     argv[n++] = (char *) vmcf->engine_binary.data;
@@ -591,6 +595,8 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     argv[n++] = (char *) threads;
     argv[n++] = "--max-seqs";
     argv[n++] = (char *) running;
+    argv[n++] = "--max-batch-tokens";
+    argv[n++] = (char *) rows;
     argv[n] = NULL;
 
     pid = fork();

@@ -104,6 +104,7 @@ ngx_http_vlm_health_handler(ngx_http_request_t *r)
 
     len = sizeof("{\"status\":\"unavailable\",\"reason\":,\"engine\":,"
                  "\"model\":,\"backend\":,\"engine_threads\":,"
+                 "\"max_running\":,\"max_batch_tokens\":,"
                  "\"thread_pool\":,\"max_images\":,\"max_image_pixels\":,"
                  "\"zone\":{\"name\":,\"size\":,\"reloads\":,"
                  "\"health_requests\":,\"slots\":,\"slots_used\":,"
@@ -116,7 +117,7 @@ ngx_http_vlm_health_handler(ngx_http_request_t *r)
                 &ngx_http_vlm_backend_names[vmcf->backend])
           + ngx_http_vlm_json_str_len(&vmcf->thread_pool_name)
           + ngx_http_vlm_json_str_len(&vmcf->zone_name)
-          + 3 * NGX_INT_T_LEN + 8 * NGX_INT64_LEN + NGX_SIZE_T_LEN;
+          + 5 * NGX_INT_T_LEN + 8 * NGX_INT64_LEN + NGX_SIZE_T_LEN;
 
     json = ngx_pnalloc(r->pool, len);
     if (json == NULL) {
@@ -132,8 +133,10 @@ ngx_http_vlm_health_handler(ngx_http_request_t *r)
     p = ngx_http_vlm_json_str(p, &vmcf->model);
     p = ngx_cpymem(p, ",\"backend\":", sizeof(",\"backend\":") - 1);
     p = ngx_http_vlm_json_str(p, &ngx_http_vlm_backend_names[vmcf->backend]);
-    p = ngx_sprintf(p, ",\"engine_threads\":%i,\"thread_pool\":",
-                    vmcf->engine_threads);
+    p = ngx_sprintf(p, ",\"engine_threads\":%i,\"max_running\":%ui,"
+                    "\"max_batch_tokens\":%ui,\"thread_pool\":",
+                    vmcf->engine_threads, vmcf->max_running,
+                    vmcf->max_batch_tokens);
     p = ngx_http_vlm_json_str(p, &vmcf->thread_pool_name);
     p = ngx_sprintf(p, ",\"max_images\":%i,\"max_image_pixels\":%uz",
                     vmcf->max_images, vmcf->max_image_pixels);

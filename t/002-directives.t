@@ -50,7 +50,7 @@ __DATA__
 --- request
 GET /health
 --- error_code: 503
---- response_body_like: "model":null,"backend":"cpu","engine_threads":[1-9][0-9]*,"thread_pool":null,"max_images":8,"max_image_pixels":16777216,"zone":null\}
+--- response_body_like: "model":null,"backend":"cpu","engine_threads":[1-9][0-9]*,"max_running":8,"max_batch_tokens":256,"thread_pool":null,"max_images":8,"max_image_pixels":16777216,"zone":null\}
 --- no_error_log
 [emerg]
 
@@ -497,6 +497,32 @@ qr{\[emerg\] .*: "vlm_max_images" must be between 1 and 256, not "257" in \S+ngi
 --- suppress_stderr
 --- error_log eval
 qr{\[emerg\] .*: "vlm_max_images" directive invalid number in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 36a: vlm_max_batch_tokens 16
+--- http_config
+    vlm_max_batch_tokens 16;
+--- config
+    location = /health { vlm_health; }
+--- request
+GET /health
+--- error_code: 503
+--- response_body_like: "max_batch_tokens":16,
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 36b: vlm_max_batch_tokens: too few
+--- http_config
+    vlm_max_batch_tokens 15;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_max_batch_tokens" must be between 16 and 65536, not "15" in \S+nginx\.conf:\d+$}
 
 
 

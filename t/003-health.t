@@ -40,7 +40,7 @@ GET /health
 Content-Type: application/json
 !Allow
 --- response_body
-{"status":"unavailable","reason":"vlm_model is not configured","engine":"absent","model":null,"backend":"cpu","engine_threads":2,"thread_pool":null,"max_images":8,"max_image_pixels":16777216,"zone":null}
+{"status":"unavailable","reason":"vlm_model is not configured","engine":"absent","model":null,"backend":"cpu","engine_threads":2,"max_running":8,"max_batch_tokens":256,"thread_pool":null,"max_images":8,"max_image_pixels":16777216,"zone":null}
 --- no_error_log
 [error]
 [alert]
@@ -84,7 +84,7 @@ Content-Type: application/json
 
 
 
-=== TEST 4: HEAD: the status and headers of TEST 1 (204 bytes), no body
+=== TEST 4: HEAD: the status and headers of TEST 1 (243 bytes), no body
 --- http_config
     vlm_engine_threads 2;
 --- config
@@ -94,7 +94,7 @@ HEAD /health
 --- error_code: 503
 --- response_headers
 Content-Type: application/json
-Content-Length: 204
+Content-Length: 243
 --- response_body
 --- no_error_log
 [error]

@@ -9,7 +9,7 @@
  *
  *   vlm-engine --queue-fd N --master-pid P --model DIR
  *              [--backend cpu|cuda] [--threads N] [--max-seqs N]
- *              [--max-seq-len N] [--kv-blocks N]
+ *              [--max-batch-tokens N] [--max-seq-len N] [--kv-blocks N]
  */
 
 #define _GNU_SOURCE
@@ -153,6 +153,15 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
             }
 
             a->params.max_seqs = (int) n;
+
+        } else if (strcmp(argv[i], "--max-batch-tokens") == 0) {
+            if (vlm_engine_int("--max-batch-tokens", argv[++i], 16, 65536,
+                               &n))
+            {
+                return -1;
+            }
+
+            a->params.max_batch_tokens = (int) n;
 
         } else if (strcmp(argv[i], "--max-seq-len") == 0) {
             if (vlm_engine_int("--max-seq-len", argv[++i], 16, 1 << 20, &n)) {
