@@ -4,12 +4,13 @@
 # at concurrency C (text, data: URL images in PNG and JPEG, streaming,
 # clients that disconnect early while streaming or right after sending),
 # and checks that memory stays flat: the engine's RSS (vlm_engine_rss_bytes)
-# and the nginx workers' RSS after the first 100 requests and at the end
-# may differ by at most --rss-growth bytes, and every pool's used value is
-# 0 at the end.
+# and the nginx workers' private RSS after the first --warmup (300)
+# requests and at the end may differ by at most --rss-growth bytes, and
+# every pool's used value is 0 at the end.
 #
 #   perl -It/lib bench/load.pl [--requests 1000] [--concurrency 16]
 #                              [--port 1994] [--rss-growth 1048576]
+#                              [--warmup 300]
 #                              [--workload mixed|images] [--model DIR]
 #                              [--images 7] [--image-size 1120x700]
 #
@@ -34,7 +35,7 @@ use Time::HiRes qw(sleep time);
 use VLMTest;
 
 my %o = (requests => 1000, concurrency => 16, port => 1994,
-         'rss-growth' => 1024 * 1024, warmup => 100, name => 'load',
+         'rss-growth' => 1024 * 1024, warmup => 300, name => 'load',
          workload => 'mixed', images => 7, 'image-size' => '1120x700');
 
 GetOptions(\%o, 'requests=i', 'concurrency=i', 'port=i', 'rss-growth=i',

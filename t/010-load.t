@@ -2,7 +2,8 @@
 # concurrency 16 (text, PNG and JPEG data: URLs, streaming, clients that
 # leave early) against a real nginx with two workers; the engine's RSS and
 # the workers' private RSS may not grow by more than 1 MB between request
-# 100 and the end, and every pool must be back to 0 used.  It takes a few
+# 300 (when their malloc arenas and per-thread image scratch have settled)
+# and the end, and every pool must be back to 0 used.  It takes a few
 # seconds on two cores.
 
 use strict;
