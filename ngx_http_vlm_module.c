@@ -36,6 +36,10 @@ static ngx_http_vlm_bounds_t  ngx_http_vlm_max_batch_tokens_bounds = {
     ngx_http_vlm_check_num, 16, 65536
 };
 
+static ngx_http_vlm_bounds_t  ngx_http_vlm_image_cache_bounds = {
+    ngx_http_vlm_check_size, 0, (ngx_int_t) 64 * 1024 * 1024 * 1024
+};
+
 static ngx_http_vlm_bounds_t  ngx_http_vlm_max_queued_bounds = {
     ngx_http_vlm_check_num, 0, 65536
 };
@@ -118,6 +122,13 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_vlm_main_conf_t, max_batch_tokens),
       &ngx_http_vlm_max_batch_tokens_bounds },
+
+    { ngx_string("vlm_image_cache"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, image_cache),
+      &ngx_http_vlm_image_cache_bounds },
 
     { ngx_string("vlm_max_queued"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,

@@ -41,6 +41,7 @@ ngx_http_vlm_create_main_conf(ngx_conf_t *cf)
     vmcf->max_images = NGX_CONF_UNSET;
     vmcf->max_running = NGX_CONF_UNSET_UINT;
     vmcf->max_batch_tokens = NGX_CONF_UNSET_UINT;
+    vmcf->image_cache = NGX_CONF_UNSET_SIZE;
     vmcf->max_queued = NGX_CONF_UNSET_UINT;
     vmcf->engine_hang_timeout = NGX_CONF_UNSET_MSEC;
     vmcf->request_timeout = NGX_CONF_UNSET_MSEC;
@@ -76,6 +77,8 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
                              NGX_HTTP_VLM_DEFAULT_MAX_RUNNING);
     ngx_conf_init_uint_value(vmcf->max_batch_tokens,
                              NGX_HTTP_VLM_DEFAULT_MAX_BATCH_TOKENS);
+    ngx_conf_init_size_value(vmcf->image_cache,
+                             NGX_HTTP_VLM_DEFAULT_IMAGE_CACHE);
     ngx_conf_init_uint_value(vmcf->max_queued,
                              NGX_HTTP_VLM_DEFAULT_MAX_QUEUED);
     ngx_conf_init_msec_value(vmcf->engine_hang_timeout, 60000);

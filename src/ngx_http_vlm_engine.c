@@ -102,6 +102,7 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
                      sizeof(ngx_uint_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->max_batch_tokens,
                      sizeof(ngx_uint_t));
+    ngx_crc32_update(&crc, (u_char *) &vmcf->image_cache, sizeof(size_t));
     ngx_crc32_final(crc);
 
     /* never 0, which reads "unknown" in the queue */
@@ -566,6 +567,7 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     u_char                    threads[NGX_INT_T_LEN + 1];
     u_char                    running[NGX_INT_T_LEN + 1];
     u_char                    rows[NGX_INT_T_LEN + 1];
+    u_char                    cache[NGX_SIZE_T_LEN + 1];
     ngx_pid_t                 pid;
     sigset_t                  set;
     ngx_uint_t                n;
@@ -580,6 +582,7 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     *ngx_sprintf(threads, "%i", vmcf->engine_threads) = '\0';
     *ngx_sprintf(running, "%ui", vmcf->max_running) = '\0';
     *ngx_sprintf(rows, "%ui", vmcf->max_batch_tokens) = '\0';
+    *ngx_sprintf(cache, "%uz", vmcf->image_cache) = '\0';
 
     n = 0;
     argv[n++] = (char *) vmcf->engine_binary.data;
@@ -597,6 +600,8 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     argv[n++] = (char *) running;
     argv[n++] = "--max-batch-tokens";
     argv[n++] = (char *) rows;
+    argv[n++] = "--image-cache-bytes";
+    argv[n++] = (char *) cache;
     argv[n] = NULL;
 
     pid = fork();

@@ -32,6 +32,7 @@
 #define NGX_HTTP_VLM_DEFAULT_ZONE_SIZE   (64 * 1024 * 1024)
 #define NGX_HTTP_VLM_DEFAULT_MAX_RUNNING 8
 #define NGX_HTTP_VLM_DEFAULT_MAX_BATCH_TOKENS 256
+#define NGX_HTTP_VLM_DEFAULT_IMAGE_CACHE (64 * 1024 * 1024)
 #define NGX_HTTP_VLM_DEFAULT_MAX_QUEUED  56
 #define NGX_HTTP_VLM_BLOCK_SIZE          (64 * 1024)
 #define NGX_HTTP_VLM_MAX_WORKERS         128
@@ -49,6 +50,7 @@ typedef struct {
     size_t               zone_size;
     ngx_uint_t           max_running;      /* sequences the engine runs */
     ngx_uint_t           max_batch_tokens; /* rows of one engine step */
+    size_t               image_cache;      /* engine's feature cache, bytes */
     ngx_uint_t           max_queued;       /* waiting beyond those */
     uint64_t             arena_size;       /* the zone less the slots */
 

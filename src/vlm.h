@@ -36,6 +36,7 @@ typedef struct {
     int     max_image_patches;  /* patches of the largest image */
     int     kv_block_size;      /* tokens per KV block */
     int     kv_blocks;          /* 0: enough for max_seqs full sequences */
+    size_t  image_cache_bytes;  /* vision features of recent images; 0 off */
 } vlm_model_params_t;
 
 
@@ -82,6 +83,11 @@ typedef struct {
     int         kv_blocks_used;
     int         kv_blocks_peak;
     int         seqs_used;
+    size_t      image_cache_bytes;  /* the feature cache's pool */
+    size_t      image_cache_used;
+    size_t      image_cache_peak;
+    uint64_t    image_cache_hits;   /* images whose encoding was skipped */
+    uint64_t    image_cache_misses;
 } vlm_model_stats_t;
 
 

@@ -192,6 +192,18 @@ vlm_metrics_render(const vlm_metrics_t *m, const vlm_queue_stats_t *q,
                    "Tokens generated.", atomic_load(&m->completion_tokens));
     vlm_out_metric(&o, "vlm_images_total", "counter",
                    "Images preprocessed.", atomic_load(&m->images));
+    vlm_out_metric(&o, "vlm_image_cache_hits_total", "counter",
+                   "Images whose vision features came from the engine's "
+                   "cache.", atomic_load(&m->image_cache_hits));
+    vlm_out_metric(&o, "vlm_image_cache_misses_total", "counter",
+                   "Images the vision encoder ran for.",
+                   atomic_load(&m->image_cache_misses));
+    vlm_out_metric(&o, "vlm_image_cache_bytes", "gauge",
+                   "The engine's image feature cache: its fixed pool.",
+                   atomic_load(&m->image_cache_bytes));
+    vlm_out_metric(&o, "vlm_image_cache_used_bytes", "gauge",
+                   "Bytes of the pool holding cached images' features.",
+                   atomic_load(&m->image_cache_used));
     vlm_out_metric(&o, "vlm_queue_length", "gauge",
                    "Requests submitted and waiting for the engine.",
                    q->queued);

@@ -54,6 +54,10 @@ typedef struct {
     _Atomic uint64_t  prompt_tokens;
     _Atomic uint64_t  completion_tokens;
     _Atomic uint64_t  images;
+    _Atomic uint64_t  image_cache_hits;     /* the engine's feature cache */
+    _Atomic uint64_t  image_cache_misses;
+    _Atomic uint64_t  image_cache_bytes;    /* its fixed pool */
+    _Atomic uint64_t  image_cache_used;     /* held by cached images */
     _Atomic uint64_t  engine_rss;
     _Atomic uint64_t  health_requests;
     _Atomic uint32_t  n_pools;

@@ -472,6 +472,13 @@ vlm_model_load(vlm_model_t **out, const char *dir,
         goto failed;
     }
 
+    if (m->params.max_image_patches > 0) {
+        rc = vlm_icache_init(m, m->params.image_cache_bytes, err);
+        if (rc != VLM_OK) {
+            goto failed;
+        }
+    }
+
     vlm_model_fill_info(m);
     m->allocs_at_load = m->be->n_allocs;
 
@@ -594,6 +601,11 @@ vlm_model_stats(const vlm_model_t *m, vlm_model_stats_t *s)
     s->kv_blocks_total = m->kv.n_blocks;
     s->kv_blocks_used = vlm_kv_used(&m->kv);
     s->kv_blocks_peak = m->kv.peak_used;
+    s->image_cache_bytes = m->icache.cap * sizeof(float);
+    s->image_cache_used = m->icache.used * sizeof(float);
+    s->image_cache_peak = m->icache.peak * sizeof(float);
+    s->image_cache_hits = m->icache.hits;
+    s->image_cache_misses = m->icache.misses;
 
     for (i = 0; i < m->params.max_seqs; i++) {
         s->seqs_used += m->seqs[i].in_use;
@@ -955,9 +967,11 @@ vlm_prefill_busy(const vlm_model_t *m)
 vlm_status_t
 vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
 {
-    int                 i, c0, cn, H, V, run, mm;
+    int                 i, c0, cn, H, V, run, mm, n_tok;
+    float              *feats, *slot;
     vlm_seq_t          *seq;
     vlm_status_t        rc;
+    const float        *cached;
     vlm_batch_t         b;
     vlm_backend_t      *be = m->be;
     vlm_lm_ws_t        *ws = &m->ws;
@@ -980,18 +994,38 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
 
     if (pf->image < pf->n_images) {
         img = &pf->images[pf->image];
+        feats = ws->feats + (size_t) pf->feat * H;
+        mm = m->cfg.vision.spatial_merge_size
+             * m->cfg.vision.spatial_merge_size;
+        n_tok = img->grid_t * img->grid_h * img->grid_w / mm;
 
-        rc = m->arch->encode_image(m, img, ws->feats + (size_t) pf->feat * H,
-                                   pf->stage, err);
+        if (pf->stage == 0 && m->icache.cap > 0) {
+            /* an image seen lately: its features, without the encoder */
+            vlm_icache_key(img, (size_t) m->info.patch_dim, pf->key);
+
+            cached = vlm_icache_find(&m->icache, pf->key, img);
+            if (cached != NULL) {
+                be->ops->gather_rows(be, feats, cached, ws->iota, n_tok, H);
+                pf->feat += n_tok;
+                pf->image++;
+                return VLM_OK;
+            }
+        }
+
+        rc = m->arch->encode_image(m, img, feats, pf->stage, err);
         if (rc != VLM_OK) {
             vlm_prefill_cancel(m);
             return rc;
         }
 
         if (++pf->stage == m->arch->image_stages(m)) {
-            mm = m->cfg.vision.spatial_merge_size
-                 * m->cfg.vision.spatial_merge_size;
-            pf->feat += img->grid_t * img->grid_h * img->grid_w / mm;
+            slot = vlm_icache_insert(&m->icache, pf->key, img,
+                                     (size_t) n_tok * H);
+            if (slot != NULL) {
+                be->ops->gather_rows(be, slot, feats, ws->iota, n_tok, H);
+            }
+
+            pf->feat += n_tok;
             pf->stage = 0;
             pf->image++;
         }

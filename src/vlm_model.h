@@ -152,6 +152,29 @@ typedef struct {
 } vlm_arch_ops_t;
 
 
+/* the image feature cache (vlm_icache.c) */
+#define VLM_ICACHE_ENTRIES  64
+
+typedef struct {
+    uint64_t   key[2];
+    int        grid_t, grid_h, grid_w;
+    size_t     off;                     /* floats from the pool's start */
+    size_t     n;                       /* floats; 0: a free entry */
+    uint64_t   age;                     /* insertion order */
+} vlm_icache_entry_t;
+
+
+typedef struct {
+    float               *pool;          /* backend memory, cap floats */
+    size_t               cap;           /* 0: no cache */
+    size_t               head;          /* where the next entry goes */
+    size_t               used, peak;
+    uint64_t             clock;
+    uint64_t             hits, misses, evictions;
+    vlm_icache_entry_t   entries[VLM_ICACHE_ENTRIES];
+} vlm_icache_t;
+
+
 /* the prefill in progress (vlm_seq_prefill_start, vlm_prefill_work) */
 typedef struct {
     vlm_seq_t          *seq;            /* NULL: none */
@@ -167,6 +190,7 @@ typedef struct {
     int                 fed;            /* image feature rows fed */
     int                 next_pos;
     int                 had_blocks;     /* the sequence's before it */
+    uint64_t            key[2];         /* the image's, while encoding */
 } vlm_prefill_job_t;
 
 
@@ -190,6 +214,7 @@ struct vlm_model_s {
     vlm_step_item_t         *steps;     /* host [max_batch_tokens] */
     int32_t                 *step_had;  /* host [max_batch_tokens] */
     vlm_prefill_job_t        pf;
+    vlm_icache_t             icache;
     int32_t                 *pf_pos;    /* host [3, max_seq_len] */
     uint64_t                 allocs_at_load;
 };
@@ -204,6 +229,14 @@ const vlm_st_tensor_t *vlm_model_tensor(vlm_model_t *m, const char *name);
 void *vlm_model_alloc(vlm_model_t *m, size_t size, vlm_error_t *err);
 
 extern const vlm_arch_ops_t  vlm_arch_qwen2vl;
+
+vlm_status_t vlm_icache_init(vlm_model_t *m, size_t bytes, vlm_error_t *err);
+void vlm_icache_key(const vlm_image_t *img, size_t patch_dim,
+    uint64_t key[2]);
+const float *vlm_icache_find(vlm_icache_t *c, const uint64_t key[2],
+    const vlm_image_t *img);
+float *vlm_icache_insert(vlm_icache_t *c, const uint64_t key[2],
+    const vlm_image_t *img, size_t n);
 
 /* the Qwen2-VL family's two halves (vlm_vision.c, vlm_lm.c) */
 vlm_status_t vlm_vision_load(vlm_model_t *m, vlm_error_t *err);

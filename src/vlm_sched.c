@@ -205,6 +205,12 @@ vlm_sched_publish(vlm_sched_t *s)
                        (int64_t) st.kv_blocks_used - s->last.kv_blocks_used);
     vlm_pool_gauge_add(s->seq_gauge,
                        (int64_t) st.seqs_used - s->last.seqs_used);
+    atomic_store(&s->q->metrics->image_cache_bytes, st.image_cache_bytes);
+    atomic_store(&s->q->metrics->image_cache_used, st.image_cache_used);
+    atomic_fetch_add(&s->q->metrics->image_cache_hits,
+                     st.image_cache_hits - s->last.image_cache_hits);
+    atomic_fetch_add(&s->q->metrics->image_cache_misses,
+                     st.image_cache_misses - s->last.image_cache_misses);
 
     s->last = st;
 }

@@ -4,7 +4,8 @@
 # (the path the parity tests hold to transformers), alone and while
 # another stream is running; the running stream keeps going meanwhile and
 # completes.  An image prompt, prefilled a piece per step, gets the same
-# answer alone and next to a running stream.
+# answer alone and next to a running stream; the second time, its vision
+# features come from the engine's image cache.
 
 use strict;
 use warnings;
@@ -102,6 +103,15 @@ sub ask_image {
        'image next to a stream: the answer it gets alone');
 
     vlm_stream_ok($st, 'image: the running stream');
+
+    # the second time, the picture's vision features came from the cache
+    my $m = vlm_metrics($srv);
+    is($m->{vlm_image_cache_misses_total}, 1, 'image cache: one miss');
+    is($m->{vlm_image_cache_hits_total}, 1, 'image cache: one hit');
+    cmp_ok($m->{vlm_image_cache_used_bytes}, '>', 0,
+           'image cache: the features are held');
+    is($m->{vlm_image_cache_bytes}, 64 * 1024 * 1024,
+       'image cache: the default pool of 64 MB');
 }
 
 my $zone = vlm_wait_idle($srv, 3);

@@ -80,7 +80,7 @@ aligned_alloc(size_t align, size_t n)
 
 static vlm_model_t *
 load_rows(const char *dir, vlm_error_t *err, int max_seqs, int kv_blocks,
-    int max_batch_tokens)
+    int max_batch_tokens, size_t image_cache)
 {
     vlm_model_t        *m;
     vlm_model_params_t  p;
@@ -93,6 +93,7 @@ load_rows(const char *dir, vlm_error_t *err, int max_seqs, int kv_blocks,
     p.max_image_patches = 64;
     p.kv_block_size = 8;
     p.kv_blocks = kv_blocks;
+    p.image_cache_bytes = image_cache;
 
     vlm_error_clear(err);
 
@@ -107,7 +108,7 @@ load_rows(const char *dir, vlm_error_t *err, int max_seqs, int kv_blocks,
 static vlm_model_t *
 load(const char *dir, vlm_error_t *err, int max_seqs, int kv_blocks)
 {
-    return load_rows(dir, err, max_seqs, kv_blocks, 32);
+    return load_rows(dir, err, max_seqs, kv_blocks, 32, 0);
 }
 
 
@@ -571,7 +572,7 @@ test_prefill_in_pieces_between_decodes(void **state)
     const float   *lg;
 
     /* chunks of 8 rows: the prompt takes several */
-    m = load_rows(FIX "/qwen25vl-f32", &err, 3, 0, 8);
+    m = load_rows(FIX "/qwen25vl-f32", &err, 3, 0, 8, 0);
     assert_non_null(m);
     V = vlm_model_info(m)->vocab_size;
 
@@ -679,6 +680,124 @@ test_prefill_in_pieces_between_decodes(void **state)
 }
 
 
+/* the logits of the image1 prompt with this image on a fresh sequence */
+static void
+image_prompt_logits(vlm_model_t *m, const vlm_npy_t *ids,
+    const vlm_image_t *img, float *out)
+{
+    vlm_seq_t    *seq;
+    vlm_error_t   err;
+
+    assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(seq, ids->data, (int) ids->n, img, 1,
+                                     NULL, &err), VLM_OK);
+    memcpy(out, vlm_seq_logits(seq),
+           (size_t) vlm_model_info(m)->vocab_size * sizeof(float));
+    vlm_seq_free(seq);
+}
+
+
+/*
+ * The image feature cache: an image seen again skips the vision encoder
+ * and gives the very same logits; another image is a miss; a pool with
+ * room for one image evicts the older one.
+ */
+static void
+test_image_cache(void **state)
+{
+    int                 V, H, n_tok;
+    size_t              one;
+    float              *ref, *got, *pix2;
+    vlm_npy_t           ia, pix, grid;
+    vlm_image_t         img, img2;
+    vlm_error_t         err;
+    vlm_model_t        *m;
+    vlm_model_stats_t   st;
+
+    npy(&ia, FIX "/qwen25vl-f32/ref/image1/input_ids.npy");
+    npy(&pix, FIX "/qwen25vl-f32/ref/image1/pixel_values_0.npy");
+    npy(&grid, FIX "/qwen25vl-f32/ref/image1/grid_thw.npy");
+
+    img.pixels = pix.data;
+    img.grid_t = ((int32_t *) grid.data)[0];
+    img.grid_h = ((int32_t *) grid.data)[1];
+    img.grid_w = ((int32_t *) grid.data)[2];
+
+    /* another picture of the same size: one pixel value differs */
+    pix2 = malloc(pix.n * sizeof(float));
+    assert_non_null(pix2);
+    memcpy(pix2, pix.data, pix.n * sizeof(float));
+    pix2[pix.n / 2] += 0.5f;
+    img2 = img;
+    img2.pixels = pix2;
+
+    /* no cache: the reference */
+    m = load(FIX "/qwen25vl-f32", &err, 1, 0);
+    assert_non_null(m);
+    V = vlm_model_info(m)->vocab_size;
+    H = vlm_model_info(m)->hidden_size;
+    n_tok = img.grid_t * img.grid_h * img.grid_w / 4;
+    one = (size_t) n_tok * H * sizeof(float);
+
+    ref = malloc((size_t) V * sizeof(float));
+    got = malloc((size_t) V * sizeof(float));
+    assert_non_null(ref);
+    assert_non_null(got);
+
+    image_prompt_logits(m, &ia, &img, ref);
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.image_cache_bytes, 0);
+    assert_int_equal(st.image_cache_misses, 0);
+    vlm_model_free(m);
+
+    /* room for several images */
+    m = load_rows(FIX "/qwen25vl-f32", &err, 1, 0, 32, 4 * one);
+    assert_non_null(m);
+
+    image_prompt_logits(m, &ia, &img, got);
+    assert_memory_equal(got, ref, (size_t) V * sizeof(float));
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.image_cache_misses, 1);
+    assert_int_equal(st.image_cache_hits, 0);
+    assert_int_equal(st.image_cache_used, one);
+
+    image_prompt_logits(m, &ia, &img, got);
+    assert_memory_equal(got, ref, (size_t) V * sizeof(float));
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.image_cache_hits, 1);
+    assert_int_equal(st.image_cache_misses, 1);
+
+    image_prompt_logits(m, &ia, &img2, got);
+    assert_memory_not_equal(got, ref, (size_t) V * sizeof(float));
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.image_cache_misses, 2);
+    assert_int_equal(st.image_cache_used, 2 * one);
+    vlm_model_free(m);
+
+    /* room for one: A, B, A are three misses, and A is still right */
+    m = load_rows(FIX "/qwen25vl-f32", &err, 1, 0, 32, one);
+    assert_non_null(m);
+
+    image_prompt_logits(m, &ia, &img, got);
+    image_prompt_logits(m, &ia, &img2, got);
+    image_prompt_logits(m, &ia, &img, got);
+    assert_memory_equal(got, ref, (size_t) V * sizeof(float));
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.image_cache_misses, 3);
+    assert_int_equal(st.image_cache_hits, 0);
+    assert_int_equal(st.image_cache_used, one);
+    assert_int_equal(st.image_cache_peak, one);
+    vlm_model_free(m);
+
+    free(ref);
+    free(got);
+    free(pix2);
+    vlm_npy_free(&ia);
+    vlm_npy_free(&pix);
+    vlm_npy_free(&grid);
+}
+
+
 static void
 test_no_allocation_across_100_generations(void **state)
 {
@@ -765,6 +884,7 @@ main(void)
         cmocka_unit_test(test_fork_shares_prefix),
         cmocka_unit_test(test_step_mixes_prefill_chunk_and_decode),
         cmocka_unit_test(test_prefill_in_pieces_between_decodes),
+        cmocka_unit_test(test_image_cache),
         cmocka_unit_test(test_no_allocation_across_100_generations),
     };
 

@@ -10,6 +10,7 @@
  *   vlm-engine --queue-fd N --master-pid P --model DIR
  *              [--backend cpu|cuda] [--threads N] [--max-seqs N]
  *              [--max-batch-tokens N] [--max-seq-len N] [--kv-blocks N]
+ *              [--image-cache-bytes N]
  */
 
 #define _GNU_SOURCE
@@ -162,6 +163,15 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
             }
 
             a->params.max_batch_tokens = (int) n;
+
+        } else if (strcmp(argv[i], "--image-cache-bytes") == 0) {
+            if (vlm_engine_int("--image-cache-bytes", argv[++i], 0,
+                               1L << 36, &n))
+            {
+                return -1;
+            }
+
+            a->params.image_cache_bytes = (size_t) n;
 
         } else if (strcmp(argv[i], "--max-seq-len") == 0) {
             if (vlm_engine_int("--max-seq-len", argv[++i], 16, 1 << 20, &n)) {
