@@ -13,6 +13,7 @@
 #                              [--warmup 300]
 #                              [--workload mixed|images] [--model DIR]
 #                              [--images 7] [--image-size 1120x700]
+#                              [--image-cache SIZE]
 #
 # --workload images is the image benchmark of VLM serving reports: every
 # request carries --images JPEG pictures of --image-size (shape scenes
@@ -40,7 +41,7 @@ my %o = (requests => 1000, concurrency => 16, port => 1994,
 
 GetOptions(\%o, 'requests=i', 'concurrency=i', 'port=i', 'rss-growth=i',
            'warmup=i', 'name=s', 'workload=s', 'model=s', 'images=i',
-           'image-size=s') or die "bad options\n";
+           'image-size=s', 'image-cache=s') or die "bad options\n";
 
 die "--workload is mixed or images\n"
     if $o{workload} !~ /^(mixed|images)$/;
@@ -285,7 +286,10 @@ sub settle {
 
 my $srv = vlm_start(name => $o{name}, port => $o{port}, workers => 2,
                     model => $o{model},
-                    $o{workload} eq 'images' ? (zone => '128m') : ());
+                    $o{workload} eq 'images' ? (zone => '128m') : (),
+                    defined $o{'image-cache'}
+                        ? (http_config => "vlm_image_cache $o{'image-cache'};")
+                        : ());
 $srv->{timeout} = 120;
 
 my $t0 = time;
@@ -348,6 +352,10 @@ if ($wrss2 - $wrss1 > $o{'rss-growth'}) {
     print "FAIL: the workers grew by more than $o{'rss-growth'} bytes\n";
     $fail++;
 }
+
+printf "image cache: %d hits, %d misses, %d of %d bytes\n",
+       $m2->{vlm_image_cache_hits_total}, $m2->{vlm_image_cache_misses_total},
+       $m2->{vlm_image_cache_used_bytes}, $m2->{vlm_image_cache_bytes};
 
 for my $k (sort grep { /^vlm_requests_total\{/ } keys %$m2) {
     printf "  %-58s %s\n", $k, $m2->{$k};
