@@ -188,7 +188,7 @@ load-images: all
 	    TEST_NGINX_LOAD_MODULES=$(MODULE) VLM_BUILD=$(BUILD) \
 	    perl -I$(ROOT)/t/lib bench/load.pl --workload images \
 	    --requests 2000 --warmup 1000 --concurrency $(LOAD_CONCURRENCY) \
-	    --rss-growth 4194304 --port $(LOAD_PORT)
+	    --port $(LOAD_PORT)
 
 run: deps
 	$(MAKE) -j$(NPROC) all

@@ -49,11 +49,13 @@ typedef enum {
 
 
 typedef struct {
-    uint8_t                  *data;         /* decoded image file, malloc */
+    uint8_t                  *data;         /* the decoded image file */
     size_t                    len;
     vlm_image_plan_t          plan;
     uint64_t                  pixels_off;   /* in the slot's arena */
     unsigned                  remote:1;     /* an http(s) URL to fetch */
+    unsigned                  in_body:1;    /* data is in the body, not
+                                               malloc'ed */
 } ngx_http_vlm_chat_image_t;
 
 
@@ -583,9 +585,23 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
 
         len = vlm_base64_decoded_len(url.data, url.data_len);
 
-        ci->data = malloc(len ? len : 1);
-        if (ci->data == NULL) {
-            goto nomem;
+        if ((u_char *) url.data >= ctx->body
+            && (u_char *) url.data + url.data_len
+               <= ctx->body + ctx->body_len)
+        {
+            /*
+             * decoded in place: the base64 text, in the request's own
+             * body buffer, is not read again, and a picture of megabytes
+             * costs no second copy
+             */
+            ci->data = (uint8_t *) (uintptr_t) url.data;
+            ci->in_body = 1;
+
+        } else {
+            ci->data = malloc(len ? len : 1);
+            if (ci->data == NULL) {
+                goto nomem;
+            }
         }
 
         if (vlm_base64_decode(url.data, url.data_len, ci->data, len,
@@ -765,7 +781,10 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
         n_pads[i] = ci->plan.grid.n_tokens;
 
         /* the file is no longer needed: give its memory back now */
-        free(ci->data);
+        if (!ci->in_body) {
+            free(ci->data);
+        }
+
         ci->data = NULL;
     }
 
@@ -2001,7 +2020,9 @@ ngx_http_vlm_chat_cleanup(void *data)
 
     if (ctx->images != NULL) {
         for (i = 0; i < ctx->req.n_images; i++) {
-            free(ctx->images[i].data);
+            if (!ctx->images[i].in_body) {
+                free(ctx->images[i].data);
+            }
         }
 
         free(ctx->images);
