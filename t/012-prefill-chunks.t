@@ -114,6 +114,23 @@ sub ask_image {
        'image cache: the default pool of 64 MB');
 }
 
+# the same picture with every "/" of its base64 written "\/" in the JSON
+# (as some encoders do): decoded from its own buffer, not in the body,
+# and the same answer
+{
+    my $body = VLMTest::vlm_json_text({
+        %{ vlm_chat_body('Describe the picture. ' x 20, $image) },
+        max_tokens => 16, temperature => 0 });
+    my $n = ($body =~ s{(data:image/png;base64,[^"]*)}{
+                            (my $u = $1) =~ s{/}{\\/}g; $u }e);
+    ok($n && $body =~ m{\\/}, 'escaped: the payload has escaped slashes');
+
+    my $res = vlm_post_json($srv, $body);
+    is($res->{status}, 200, 'escaped: 200');
+    is(vlm_json($res->{body})->{choices}[0]{message}{content},
+       ask_image('image again'), 'escaped: the same answer');
+}
+
 my $zone = vlm_wait_idle($srv, 3);
 ok($zone->{slots_used} == 0 && $zone->{arena_used} == 0,
    'every slot free, arena used 0');

@@ -376,6 +376,12 @@ sub vlm_request ($$$;$$) {
 }
 
 
+# a structure as JSON text (canonical, so tests may edit it)
+sub vlm_json_text ($) {
+    return $JSON->encode(shift);
+}
+
+
 sub vlm_post_json ($$;$) {
     my ($srv, $body, $headers) = @_;
 
