@@ -18,12 +18,14 @@
 static void vlm_icache_evict(vlm_icache_t *c, vlm_icache_entry_t *e);
 
 
+static const uint8_t  vlm_icache_zero[VLM_ICACHE_ZERO];
+
+
 vlm_status_t
 vlm_icache_init(vlm_model_t *m, size_t bytes, vlm_error_t *err)
 {
-    size_t                  off, n;
-    static const uint8_t    zero[VLM_ICACHE_ZERO];
-    vlm_icache_t           *c = &m->icache;
+    size_t         off, n;
+    vlm_icache_t  *c = &m->icache;
 
     memset(c, 0, sizeof(vlm_icache_t));
 
@@ -38,8 +40,9 @@ vlm_icache_init(vlm_model_t *m, size_t bytes, vlm_error_t *err)
 
     /* resident from the start: the engine's memory does not creep later */
     for (off = 0; off < bytes; off += n) {
-        n = bytes - off < sizeof(zero) ? bytes - off : sizeof(zero);
-        m->be->ops->upload(m->be, (uint8_t *) c->pool + off, zero, n);
+        n = vlm_min(bytes - off, sizeof(vlm_icache_zero));
+        m->be->ops->upload(m->be, (uint8_t *) c->pool + off, vlm_icache_zero,
+                           n);
     }
 
     c->cap = bytes / sizeof(float);
