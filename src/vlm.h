@@ -168,14 +168,6 @@ vlm_status_t vlm_step(vlm_model_t *model, const vlm_step_item_t *items,
 const float *vlm_seq_logits(const vlm_seq_t *seq);
 
 /*
- * Runs the vision encoder alone on one image and copies its merged
- * features, [grid_t * grid_h * grid_w / merge^2, hidden_size], to the
- * host buffer features (for benchmarks and for a feature cache).
- */
-vlm_status_t vlm_image_encode(vlm_model_t *model, const vlm_image_t *image,
-    float *features, vlm_error_t *err);
-
-/*
  * The 3D M-RoPE positions transformers' get_rope_index gives ids (also
  * validates the placeholders against the images): pos[c * n_ids + i] for
  * component c (temporal, height, width), counting from start; *next_pos

@@ -181,5 +181,4 @@ vlm_icache_evict(vlm_icache_t *c, vlm_icache_entry_t *e)
 {
     c->used -= e->n;
     e->n = 0;
-    c->evictions++;
 }

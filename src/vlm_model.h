@@ -74,9 +74,9 @@ typedef struct {
     int32_t   *cu_full, *cu_window;     /* [P + 1] backend */
     int32_t   *perm, *inv_perm;         /* [P / m^2] backend */
     int32_t   *host;                    /* host scratch, 8 P + 4 ints */
-    /* between the stages of one image */
-    int        n_win;                   /* windows; 0: full attention */
-    float     *cur_x, *cur_h;           /* x and h, swapped by windows */
+    /* between the stages of one image: windows (0: full attention); with
+       windows, the rows live in h and x is the scratch */
+    int        n_win;
 } vlm_vision_ws_t;
 
 
@@ -170,7 +170,7 @@ typedef struct {
     size_t               head;          /* where the next entry goes */
     size_t               used, peak;
     uint64_t             clock;
-    uint64_t             hits, misses, evictions;
+    uint64_t             hits, misses;
     vlm_icache_entry_t   entries[VLM_ICACHE_ENTRIES];
 } vlm_icache_t;
 

@@ -317,8 +317,8 @@ vlm_vision_encode_stage(vlm_model_t *m, const vlm_image_t *img, float *out,
     hd = E / vc->n_heads;
 
     if (stage > 0) {
-        x = w->cur_x;
-        h = w->cur_h;
+        x = w->n_win > 0 ? w->h : w->x;
+        h = w->n_win > 0 ? w->x : w->h;
         goto run;
     }
 
@@ -377,9 +377,6 @@ vlm_vision_encode_stage(vlm_model_t *m, const vlm_image_t *img, float *out,
                (size_t) (img->grid_t + 1) * sizeof(int32_t));
     op->rope_table(be, w->cos, w->sin, w->pos, P, 2, vw->inv_freq,
                    vw->rope_comp, hd / 2);
-
-    w->cur_x = x;
-    w->cur_h = h;
 
     return VLM_OK;
 
