@@ -54,14 +54,8 @@ ngx_http_vlm_models_handler(ngx_http_request_t *r)
     vlm_openai_model_info_t    info;
     ngx_http_vlm_main_conf_t  *vmcf;
 
-    rc = ngx_http_vlm_allow_methods(r, NGX_HTTP_GET|NGX_HTTP_HEAD,
-                                    "GET, HEAD");
+    rc = ngx_http_vlm_get_only(r);
     if (rc != NGX_DECLINED) {
-        return rc;
-    }
-
-    rc = ngx_http_discard_request_body(r);
-    if (rc != NGX_OK) {
         return rc;
     }
 
@@ -105,14 +99,8 @@ ngx_http_vlm_metrics_handler(ngx_http_request_t *r)
     static ngx_str_t  type =
         ngx_string("text/plain; version=0.0.4; charset=utf-8");
 
-    rc = ngx_http_vlm_allow_methods(r, NGX_HTTP_GET|NGX_HTTP_HEAD,
-                                    "GET, HEAD");
+    rc = ngx_http_vlm_get_only(r);
     if (rc != NGX_DECLINED) {
-        return rc;
-    }
-
-    rc = ngx_http_discard_request_body(r);
-    if (rc != NGX_OK) {
         return rc;
     }
 

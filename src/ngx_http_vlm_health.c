@@ -60,15 +60,8 @@ ngx_http_vlm_health_handler(ngx_http_request_t *r)
         ngx_null_string
     };
 
-    rc = ngx_http_vlm_allow_methods(r, NGX_HTTP_GET|NGX_HTTP_HEAD,
-                                    "GET, HEAD");
+    rc = ngx_http_vlm_get_only(r);
     if (rc != NGX_DECLINED) {
-        return rc;
-    }
-
-    rc = ngx_http_discard_request_body(r);
-
-    if (rc != NGX_OK) {
         return rc;
     }
 

@@ -143,6 +143,7 @@ ngx_int_t ngx_http_vlm_send_error(ngx_http_request_t *r, ngx_uint_t status,
     const char *fmt, ...);
 ngx_int_t ngx_http_vlm_allow_methods(ngx_http_request_t *r,
     ngx_uint_t methods, const char *allow);
+ngx_int_t ngx_http_vlm_get_only(ngx_http_request_t *r);
 
 
 #endif /* NGX_HTTP_VLM_MODULE_H */

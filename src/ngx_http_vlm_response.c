@@ -193,3 +193,26 @@ ngx_http_vlm_allow_methods(ngx_http_request_t *r, ngx_uint_t methods,
                                    "method %V is not allowed here, use %s",
                                    &r->method_name, allow);
 }
+
+
+/*
+ * The preamble of the GET and HEAD handlers (/health, /v1/models,
+ * /metrics): NGX_DECLINED to go on, with any body discarded; otherwise
+ * what the handler must return (405 with Allow, or an error).
+ */
+
+ngx_int_t
+ngx_http_vlm_get_only(ngx_http_request_t *r)
+{
+    ngx_int_t  rc;
+
+    rc = ngx_http_vlm_allow_methods(r, NGX_HTTP_GET|NGX_HTTP_HEAD,
+                                    "GET, HEAD");
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
+
+    rc = ngx_http_discard_request_body(r);
+
+    return rc == NGX_OK ? NGX_DECLINED : rc;
+}
