@@ -123,6 +123,25 @@ npy(vlm_npy_t *a, const char *path)
 }
 
 
+/* the image of a model fixture's ref/image1 case: pixels and grid */
+static void
+image1(const char *model, vlm_npy_t *pix, vlm_npy_t *grid, vlm_image_t *img)
+{
+    char  path[256];
+
+    snprintf(path, sizeof(path), FIX "/%s/ref/image1/pixel_values_0.npy",
+             model);
+    npy(pix, path);
+    snprintf(path, sizeof(path), FIX "/%s/ref/image1/grid_thw.npy", model);
+    npy(grid, path);
+
+    img->pixels = pix->data;
+    img->grid_t = ((int32_t *) grid->data)[0];
+    img->grid_h = ((int32_t *) grid->data)[1];
+    img->grid_w = ((int32_t *) grid->data)[2];
+}
+
+
 /* a copy of a fixture whose config.json has one substitution */
 static void
 edited_model(char *dir, const char *from, const char *to)
@@ -349,13 +368,7 @@ test_batched_decode_matches_reference(void **state)
     npy(&greedy[0], FIX "/qwen25vl-bf16/ref/text/greedy.npy");
     npy(&ids[1], FIX "/qwen25vl-bf16/ref/image1/input_ids.npy");
     npy(&greedy[1], FIX "/qwen25vl-bf16/ref/image1/greedy.npy");
-    npy(&pix, FIX "/qwen25vl-bf16/ref/image1/pixel_values_0.npy");
-    npy(&grid, FIX "/qwen25vl-bf16/ref/image1/grid_thw.npy");
-
-    img.pixels = pix.data;
-    img.grid_t = ((int32_t *) grid.data)[0];
-    img.grid_h = ((int32_t *) grid.data)[1];
-    img.grid_w = ((int32_t *) grid.data)[2];
+    image1("qwen25vl-bf16", &pix, &grid, &img);
 
     for (s = 0; s < 2; s++) {
         assert_int_equal(vlm_seq_init(m, &seq[s], &err), VLM_OK);
@@ -408,13 +421,7 @@ test_fork_shares_prefix(void **state)
 
     npy(&ids, FIX "/qwen2vl-f32/ref/image1/input_ids.npy");
     npy(&greedy, FIX "/qwen2vl-f32/ref/image1/greedy.npy");
-    npy(&pix, FIX "/qwen2vl-f32/ref/image1/pixel_values_0.npy");
-    npy(&grid, FIX "/qwen2vl-f32/ref/image1/grid_thw.npy");
-
-    img.pixels = pix.data;
-    img.grid_t = ((int32_t *) grid.data)[0];
-    img.grid_h = ((int32_t *) grid.data)[1];
-    img.grid_w = ((int32_t *) grid.data)[2];
+    image1("qwen2vl-f32", &pix, &grid, &img);
 
     /* 23 tokens: two full blocks of 8 and a partial one */
     assert_int_equal(ids.n, 23);
@@ -491,13 +498,7 @@ test_step_mixes_prefill_chunk_and_decode(void **state)
     npy(&tl, FIX "/qwen25vl-f32/ref/text/logits_last.npy");
     npy(&ia, FIX "/qwen25vl-f32/ref/image1/input_ids.npy");
     npy(&ig, FIX "/qwen25vl-f32/ref/image1/greedy.npy");
-    npy(&pix, FIX "/qwen25vl-f32/ref/image1/pixel_values_0.npy");
-    npy(&grid, FIX "/qwen25vl-f32/ref/image1/grid_thw.npy");
-
-    img.pixels = pix.data;
-    img.grid_t = ((int32_t *) grid.data)[0];
-    img.grid_h = ((int32_t *) grid.data)[1];
-    img.grid_w = ((int32_t *) grid.data)[2];
+    image1("qwen25vl-f32", &pix, &grid, &img);
 
     assert_int_equal(vlm_seq_init(m, &a, &err), VLM_OK);
     assert_int_equal(vlm_seq_init(m, &b, &err), VLM_OK);
@@ -580,13 +581,7 @@ test_prefill_in_pieces_between_decodes(void **state)
     npy(&ia, FIX "/qwen25vl-f32/ref/image1/input_ids.npy");
     npy(&il, FIX "/qwen25vl-f32/ref/image1/logits_last.npy");
     npy(&ig, FIX "/qwen25vl-f32/ref/image1/greedy.npy");
-    npy(&pix, FIX "/qwen25vl-f32/ref/image1/pixel_values_0.npy");
-    npy(&grid, FIX "/qwen25vl-f32/ref/image1/grid_thw.npy");
-
-    img.pixels = pix.data;
-    img.grid_t = ((int32_t *) grid.data)[0];
-    img.grid_h = ((int32_t *) grid.data)[1];
-    img.grid_w = ((int32_t *) grid.data)[2];
+    image1("qwen25vl-f32", &pix, &grid, &img);
 
     /* the decoding sequence alone: its logits after each of 16 tokens */
     alone = malloc((size_t) 16 * V * sizeof(float));
@@ -715,13 +710,7 @@ test_image_cache(void **state)
     vlm_model_stats_t   st;
 
     npy(&ia, FIX "/qwen25vl-f32/ref/image1/input_ids.npy");
-    npy(&pix, FIX "/qwen25vl-f32/ref/image1/pixel_values_0.npy");
-    npy(&grid, FIX "/qwen25vl-f32/ref/image1/grid_thw.npy");
-
-    img.pixels = pix.data;
-    img.grid_t = ((int32_t *) grid.data)[0];
-    img.grid_h = ((int32_t *) grid.data)[1];
-    img.grid_w = ((int32_t *) grid.data)[2];
+    image1("qwen25vl-f32", &pix, &grid, &img);
 
     /* another picture of the same size: one pixel value differs */
     pix2 = malloc(pix.n * sizeof(float));
@@ -815,13 +804,7 @@ test_no_allocation_across_100_generations(void **state)
     V = vlm_model_info(m)->vocab_size;
 
     npy(&ids, FIX "/qwen25vl-f32/ref/image1/input_ids.npy");
-    npy(&pix, FIX "/qwen25vl-f32/ref/image1/pixel_values_0.npy");
-    npy(&grid, FIX "/qwen25vl-f32/ref/image1/grid_thw.npy");
-
-    img.pixels = pix.data;
-    img.grid_t = ((int32_t *) grid.data)[0];
-    img.grid_h = ((int32_t *) grid.data)[1];
-    img.grid_w = ((int32_t *) grid.data)[2];
+    image1("qwen25vl-f32", &pix, &grid, &img);
 
     vlm_model_stats(m, &st0);
 
