@@ -150,6 +150,8 @@ static void ngx_http_vlm_chat_fetched(ngx_http_vlm_chat_ctx_t *ctx);
 static void ngx_http_vlm_chat_admit(ngx_http_vlm_chat_ctx_t *ctx);
 static void ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx);
 static void ngx_http_vlm_chat_drain(ngx_http_vlm_chat_ctx_t *ctx);
+static ngx_int_t ngx_http_vlm_chat_stream_out(ngx_http_vlm_chat_ctx_t *ctx,
+    const vlm_queue_out_t *rec, const char *text, ngx_chain_t **clp);
 static ngx_int_t ngx_http_vlm_chat_emit(ngx_http_vlm_chat_ctx_t *ctx,
     const vlm_queue_out_t *rec, const char *text);
 static void ngx_http_vlm_chat_logprob(ngx_http_vlm_chat_ctx_t *ctx,
@@ -1379,10 +1381,8 @@ static void
 ngx_http_vlm_chat_drain(ngx_http_vlm_chat_ctx_t *ctx)
 {
     int                 got;
-    size_t              need;
     uint32_t            state;
     ngx_int_t           rc;
-    ngx_buf_t          *b;
     ngx_chain_t        *cl;
     vlm_queue_t        *q;
     vlm_queue_slot_t   *qs;
@@ -1404,7 +1404,6 @@ ngx_http_vlm_chat_drain(ngx_http_vlm_chat_ctx_t *ctx)
         /* the state first: a token written before FINISHED is not lost */
         state = atomic_load(&qs->state);
 
-        b = NULL;
         cl = NULL;
 
         while ((got = vlm_queue_pop_output(q, ctx->slot, &rec, text,
@@ -1431,62 +1430,11 @@ ngx_http_vlm_chat_drain(ngx_http_vlm_chat_ctx_t *ctx)
                 continue;
             }
 
-            if (cl == NULL) {
-                cl = ngx_http_vlm_chat_buf(ctx);
-                if (cl == NULL) {
-                    ngx_http_vlm_chat_end(ctx, NGX_ERROR);
-                    return;
-                }
-
-                b = cl->buf;
-            }
-
+            if (ngx_http_vlm_chat_stream_out(ctx, &rec, text, &cl)
+                != NGX_OK)
             {
-                vlm_openai_output_t    o;
-                vlm_openai_logprob_t   lp, top[VLM_QUEUE_TOP_LOGPROBS];
-                size_t                 len;
-
-                o.text = text;
-                o.len = rec.text_len;
-                o.logprobs = NULL;
-                o.n_logprobs = 0;
-
-                if (ctx->req.logprobs && rec.token != VLM_QUEUE_NONE) {
-                    ngx_http_vlm_chat_logprob(ctx, &rec, &lp, top);
-                    o.logprobs = &lp;
-                    o.n_logprobs = 1;
-                }
-
-                need = vlm_openai_output_bound(&ctx->resp, &o);
-
-                if ((size_t) (b->end - b->last) < need) {
-                    /* this buffer is full: send it, continue in another */
-                    b->flush = 1;
-
-                    if (ngx_http_vlm_chat_send(ctx, cl) == NGX_ERROR) {
-                        ngx_http_vlm_chat_end(ctx, NGX_ERROR);
-                        return;
-                    }
-
-                    cl = ngx_http_vlm_chat_buf(ctx);
-                    if (cl == NULL) {
-                        ngx_http_vlm_chat_end(ctx, NGX_ERROR);
-                        return;
-                    }
-
-                    b = cl->buf;
-                }
-
-                if (vlm_openai_format_chunk_content(&ctx->resp, &o,
-                                                    (char *) b->last,
-                                                    b->end - b->last, &len)
-                    != VLM_OK)
-                {
-                    ngx_http_vlm_chat_end(ctx, NGX_ERROR);
-                    return;
-                }
-
-                b->last += len;
+                ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+                return;
             }
 
             if (ctx->n_busy + 1 >= NGX_HTTP_VLM_MAX_BUSY) {
@@ -1495,7 +1443,7 @@ ngx_http_vlm_chat_drain(ngx_http_vlm_chat_ctx_t *ctx)
         }
 
         if (cl != NULL) {
-            b->flush = 1;
+            cl->buf->flush = 1;
 
             rc = ngx_http_vlm_chat_send(ctx, cl);
 
@@ -1513,6 +1461,72 @@ ngx_http_vlm_chat_drain(ngx_http_vlm_chat_ctx_t *ctx)
 
         return;
     }
+}
+
+
+/*
+ * streaming: the record becomes an SSE chunk in the buffer *clp (a new one
+ * when there is none; a full one is sent first)
+ */
+static ngx_int_t
+ngx_http_vlm_chat_stream_out(ngx_http_vlm_chat_ctx_t *ctx,
+    const vlm_queue_out_t *rec, const char *text, ngx_chain_t **clp)
+{
+    size_t                 len;
+    ngx_buf_t             *b;
+    ngx_chain_t           *cl;
+    vlm_openai_output_t    o;
+    vlm_openai_logprob_t   lp, top[VLM_QUEUE_TOP_LOGPROBS];
+
+    o.text = text;
+    o.len = rec->text_len;
+    o.logprobs = NULL;
+    o.n_logprobs = 0;
+
+    if (ctx->req.logprobs && rec->token != VLM_QUEUE_NONE) {
+        ngx_http_vlm_chat_logprob(ctx, rec, &lp, top);
+        o.logprobs = &lp;
+        o.n_logprobs = 1;
+    }
+
+    cl = *clp;
+
+    if (cl != NULL
+        && (size_t) (cl->buf->end - cl->buf->last)
+           < vlm_openai_output_bound(&ctx->resp, &o))
+    {
+        /* this buffer is full: send it, continue in another */
+        cl->buf->flush = 1;
+        *clp = NULL;
+
+        if (ngx_http_vlm_chat_send(ctx, cl) == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        cl = NULL;
+    }
+
+    if (cl == NULL) {
+        cl = ngx_http_vlm_chat_buf(ctx);
+        if (cl == NULL) {
+            return NGX_ERROR;
+        }
+
+        *clp = cl;
+    }
+
+    b = cl->buf;
+
+    if (vlm_openai_format_chunk_content(&ctx->resp, &o, (char *) b->last,
+                                        b->end - b->last, &len)
+        != VLM_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    b->last += len;
+
+    return NGX_OK;
 }
 
 
