@@ -29,7 +29,11 @@ OPT       ?= -O2
 SAN       ?=
 CFLAGS_BASE := -std=c11 -g $(OPT) -fPIC -Wall -Wextra -Werror \
                -Wpointer-arith -Wno-unused-parameter -pthread $(SAN)
-CPPFLAGS  += -I$(ROOT)/src
+# the parts of src/, lowest first; every folder but http/ and cli/ is
+# the engine library
+LIB_DIRS  := core queue api text image backend model model/qwen2vl engine
+SRC_DIRS  := $(LIB_DIRS) http cli
+CPPFLAGS  += $(SRC_DIRS:%=-I$(ROOT)/src/%)
 LDLIBS    := -lturbojpeg -lspng -lwebp -lgif -ljansson -lpcre2-8 -lutf8proc \
              -lopenblas -lm -lpthread -lrt
 
@@ -38,8 +42,11 @@ NVCC      ?= $(shell command -v nvcc 2>/dev/null || \
                        echo /usr/local/cuda/bin/nvcc; })
 CUDA      ?= $(if $(NVCC),1,0)
 
-# the engine library: every src/vlm_*.c (no nginx headers there)
-LIB_SRCS  := $(sort $(wildcard src/vlm_*.c))
+# the engine library: every vlm_*.c of those folders (no nginx headers
+# there) but the engine executable's main
+ENGINE_SRCS := src/engine/vlm_engine_main.c
+LIB_SRCS  := $(sort $(filter-out $(ENGINE_SRCS), \
+                 $(wildcard $(LIB_DIRS:%=src/%/vlm_*.c))))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIB       := $(BUILD)/libvlm.a
 
@@ -51,12 +58,11 @@ CUDA_LIB  := $(BUILD)/libvlm_cuda.a
 CUDA_LIBS := $(CUDA_LIB) -L$(CUDA_HOME)/lib64 -lcublas -lcudart -lnccl \
              -lstdc++
 NVCCFLAGS ?= -O2 -std=c++17 -Xcompiler -fPIC,-Wall \
-             -gencode arch=compute_90,code=sm_90 -I$(ROOT)/src
+             -gencode arch=compute_90,code=sm_90 $(CPPFLAGS)
 endif
 
 CLI_SRCS  := $(sort $(wildcard src/cli/*.c))
 CLI       := $(BUILD)/vlm-cli
-ENGINE_SRCS := $(sort $(wildcard src/engine/*.c))
 ENGINE    := $(BUILD)/vlm-engine
 
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
@@ -66,10 +72,9 @@ BENCHES   := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
 MODULE    := $(BUILD)/ngx_http_vlm_module.so
 NGX_BUILD := $(BUILD)/nginx
-MOD_SRCS  := config ngx_http_vlm_module.c $(wildcard src/ngx_http_vlm_*.[ch]) \
-             $(wildcard src/vlm_*.[ch])
-
-HDRS      := $(wildcard src/*.h)
+HDRS      := $(wildcard $(SRC_DIRS:%=src/%/*.h))
+MOD_SRCS  := config ngx_http_vlm_module.c $(wildcard src/http/*.c) \
+             $(LIB_SRCS) $(HDRS)
 
 .PHONY: all lib cli engine module deps unit prove test run fixtures asan \
         bench fuzz fuzz-openai clean FORCE venv-test load load-images
@@ -120,7 +125,8 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
 # only when the list of sources or the config file changes.
 $(NGX_BUILD)/srcs.list: FORCE
 	@mkdir -p $(dir $@)
-	@ls config ngx_http_vlm_module.c src/*.c > $@.new; \
+	@ls config ngx_http_vlm_module.c $(sort $(wildcard src/http/*.c)) \
+	    $(LIB_SRCS) > $@.new; \
 	 if cmp -s $@.new $@; then rm $@.new; else mv $@.new $@; fi
 
 $(NGX_BUILD)/objs/Makefile: $(NGX_BUILD)/srcs.list config
@@ -227,8 +233,8 @@ fuzz-openai:
 	@mkdir -p $(FUZZ_OUT)/corpus-openai
 	$(FUZZ_CC) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=undefined -DVLM_OPENAI_ELIDE_MIN=4 \
-	    -I$(ROOT)/src \
-	    fuzz/fuzz_openai.c src/vlm_openai.c src/vlm_common.c \
+	    $(CPPFLAGS) \
+	    fuzz/fuzz_openai.c src/api/vlm_openai.c src/core/vlm_common.c \
 	    -o $(FUZZ_OUT)/fuzz_openai -ljansson -lm
 	$(FUZZ_OUT)/fuzz_openai -max_total_time=$(FUZZ_TIME) \
 	    -dict=fuzz/openai.dict -max_len=4096 \
