@@ -30,10 +30,11 @@ SAN       ?=
 CFLAGS_BASE := -std=c11 -g $(OPT) -fPIC -Wall -Wextra -Werror \
                -Wpointer-arith -Wno-unused-parameter -pthread $(SAN)
 # the parts of src/, lowest first; every folder but http/ and cli/ is
-# the engine library
+# the engine library.  A file includes another folder's header by its
+# path from src/ ("queue/vlm_queue.h"), its own folder's by name.
 LIB_DIRS  := core queue api text image backend model model/qwen2vl engine
 SRC_DIRS  := $(LIB_DIRS) http cli
-CPPFLAGS  += $(SRC_DIRS:%=-I$(ROOT)/src/%)
+CPPFLAGS  += -I$(ROOT)/src
 LDLIBS    := -lturbojpeg -lspng -lwebp -lgif -ljansson -lpcre2-8 -lutf8proc \
              -lopenblas -lm -lpthread -lrt
 

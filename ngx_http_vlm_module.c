@@ -5,7 +5,7 @@
  * src/ngx_http_vlm_module.h), the engine in src/vlm_*.c.
  */
 
-#include "ngx_http_vlm_module.h"
+#include "http/ngx_http_vlm_module.h"
 
 
 static ngx_conf_enum_t  ngx_http_vlm_backends[] = {

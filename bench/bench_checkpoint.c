@@ -19,8 +19,8 @@
 
 #include <jansson.h>
 
-#include "vlm_common.h"
-#include "vlm_dtype.h"
+#include "core/vlm_common.h"
+#include "core/vlm_dtype.h"
 
 
 #define BENCH_DIR    "/tmp/vlm-bench-qwen25vl-3b"

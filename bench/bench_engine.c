@@ -20,8 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "vlm.h"
-#include "vlm_threadpool.h"
+#include "core/vlm.h"
+#include "backend/vlm_threadpool.h"
 
 
 #define BENCH_DIR  "/tmp/vlm-bench-qwen25vl-3b"

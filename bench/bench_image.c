@@ -20,8 +20,8 @@
 
 #include <turbojpeg.h>
 
-#include "vlm_base64.h"
-#include "vlm_image.h"
+#include "image/vlm_base64.h"
+#include "image/vlm_image.h"
 
 
 #define BENCH_MIN_SECONDS  0.5

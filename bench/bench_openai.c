@@ -13,7 +13,7 @@
 
 #include <jansson.h>
 
-#include "vlm_openai.h"
+#include "api/vlm_openai.h"
 
 
 #define BENCH_IMAGE_BYTES  (4 << 20)

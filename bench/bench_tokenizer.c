@@ -13,7 +13,7 @@
 
 #include <jansson.h>
 
-#include "vlm_tokenizer.h"
+#include "text/vlm_tokenizer.h"
 
 
 #define TEXT_BYTES  (2 * 1024 * 1024)

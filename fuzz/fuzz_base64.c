@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vlm_base64.h"
+#include "image/vlm_base64.h"
 
 
 static const char  b64[] =

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vlm_image.h"
+#include "image/vlm_image.h"
 
 
 static vlm_image_ctx_t  *ctx;

@@ -18,7 +18,7 @@
 
 #include <jansson.h>
 
-#include "vlm_openai.h"
+#include "api/vlm_openai.h"
 
 
 #define fuzz_check(cond)  do { if (!(cond)) abort(); } while (0)

@@ -16,8 +16,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "vlm_backend.h"
-#include "vlm_kv.h"
+#include "backend/vlm_backend.h"
+#include "model/vlm_kv.h"
 
 
 void vlm_backend_cpu_force_scalar(int scalar);

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "vlm_base64.h"
+#include "image/vlm_base64.h"
 
 
 static const char  alphabet[] =

@@ -18,8 +18,8 @@
 
 #include <jansson.h>
 
-#include "vlm_chat.h"
-#include "vlm_tokenizer.h"
+#include "text/vlm_chat.h"
+#include "text/vlm_tokenizer.h"
 
 
 #define FIXTURES  "tests/fixtures/tokenizer"

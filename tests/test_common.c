@@ -9,7 +9,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "vlm_common.h"
+#include "core/vlm_common.h"
 
 
 static void

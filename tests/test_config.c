@@ -10,7 +10,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "vlm_model_config.h"
+#include "model/vlm_model_config.h"
 
 
 static vlm_status_t

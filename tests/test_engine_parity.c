@@ -19,8 +19,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "vlm.h"
-#include "vlm_npy.h"
+#include "core/vlm.h"
+#include "core/vlm_npy.h"
 
 
 #define FIX  "tests/fixtures/models"

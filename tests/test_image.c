@@ -22,7 +22,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "vlm_image.h"
+#include "image/vlm_image.h"
 
 
 #define FIX  "tests/fixtures/image/"

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "vlm_image.h"
+#include "image/vlm_image.h"
 
 
 /* a PNG signature and IHDR (CRC not checked by the probe) */

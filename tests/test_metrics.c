@@ -12,7 +12,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "vlm_metrics.h"
+#include "queue/vlm_metrics.h"
 
 
 static char *

@@ -17,7 +17,7 @@
 
 #include <jansson.h>
 
-#include "vlm_openai.h"
+#include "api/vlm_openai.h"
 
 
 #define BODY(x)                                                               \

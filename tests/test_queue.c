@@ -23,7 +23,7 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
-#include "vlm_queue.h"
+#include "queue/vlm_queue.h"
 
 
 typedef struct {

@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "vlm_safetensors.h"
+#include "model/vlm_safetensors.h"
 
 
 static char  tmpdir[64];

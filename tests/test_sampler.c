@@ -13,7 +13,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "vlm_sampler.h"
+#include "engine/vlm_sampler.h"
 
 
 #define V  6

@@ -23,7 +23,7 @@
 #include <jansson.h>
 #include <utf8proc.h>
 
-#include "vlm_tokenizer.h"
+#include "text/vlm_tokenizer.h"
 
 
 #define FIXTURES    "tests/fixtures/tokenizer"

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "vlm_common.h"
+#include "core/vlm_common.h"
 
 
 #define VLM_OPENAI_MAX_STOP          4     /* stop strings, as OpenAI */

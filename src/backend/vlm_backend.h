@@ -13,9 +13,9 @@
 #ifndef VLM_BACKEND_H
 #define VLM_BACKEND_H
 
-#include "vlm_common.h"
-#include "vlm_dtype.h"
-#include "vlm_model_config.h"
+#include "core/vlm_common.h"
+#include "core/vlm_dtype.h"
+#include "model/vlm_model_config.h"
 
 
 typedef struct vlm_backend_s  vlm_backend_t;

@@ -8,7 +8,7 @@
 #ifndef VLM_THREADPOOL_H
 #define VLM_THREADPOOL_H
 
-#include "vlm_common.h"
+#include "core/vlm_common.h"
 
 
 typedef struct vlm_threadpool_s  vlm_threadpool_t;

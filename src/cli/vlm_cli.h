@@ -7,7 +7,7 @@
 #ifndef VLM_CLI_H
 #define VLM_CLI_H
 
-#include "vlm_common.h"
+#include "core/vlm_common.h"
 
 
 typedef int (*vlm_cli_command_pt)(int argc, char **argv);

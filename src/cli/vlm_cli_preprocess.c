@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "vlm_cli.h"
-#include "vlm_image.h"
+#include "image/vlm_image.h"
 
 
 /* a NumPy .npy v1.0 file: magic, header dict padded to 64 bytes, data */

@@ -25,12 +25,12 @@
 #include <string.h>
 
 #include "vlm_cli.h"
-#include "vlm.h"
-#include "vlm_chat.h"
-#include "vlm_image.h"
-#include "vlm_npy.h"
-#include "vlm_sampler.h"
-#include "vlm_tokenizer.h"
+#include "core/vlm.h"
+#include "text/vlm_chat.h"
+#include "image/vlm_image.h"
+#include "core/vlm_npy.h"
+#include "engine/vlm_sampler.h"
+#include "text/vlm_tokenizer.h"
 
 
 #define VLM_CLI_MAX_IMAGES  16

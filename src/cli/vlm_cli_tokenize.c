@@ -16,8 +16,8 @@
 #include <string.h>
 
 #include "vlm_cli.h"
-#include "vlm_chat.h"
-#include "vlm_tokenizer.h"
+#include "text/vlm_chat.h"
+#include "text/vlm_tokenizer.h"
 
 
 int vlm_cli_tokenize(int argc, char **argv);

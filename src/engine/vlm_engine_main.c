@@ -29,10 +29,10 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 
-#include "vlm.h"
-#include "vlm_queue.h"
+#include "core/vlm.h"
+#include "queue/vlm_queue.h"
 #include "vlm_sched.h"
-#include "vlm_tokenizer.h"
+#include "text/vlm_tokenizer.h"
 
 
 #define VLM_ENGINE_IDLE_POLL_MS   500

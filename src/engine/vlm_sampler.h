@@ -13,7 +13,7 @@
 #ifndef VLM_SAMPLER_H
 #define VLM_SAMPLER_H
 
-#include "vlm_common.h"
+#include "core/vlm_common.h"
 
 
 #define VLM_SAMPLER_MAX_STOP      16

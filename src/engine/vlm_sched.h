@@ -18,9 +18,9 @@
 #ifndef VLM_SCHED_H
 #define VLM_SCHED_H
 
-#include "vlm.h"
-#include "vlm_queue.h"
-#include "vlm_tokenizer.h"
+#include "core/vlm.h"
+#include "queue/vlm_queue.h"
+#include "text/vlm_tokenizer.h"
 
 
 typedef struct vlm_sched_s  vlm_sched_t;

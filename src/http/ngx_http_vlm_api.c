@@ -5,7 +5,7 @@
 
 #include "ngx_http_vlm_module.h"
 
-#include "vlm_openai.h"
+#include "api/vlm_openai.h"
 
 
 static ngx_int_t ngx_http_vlm_models_handler(ngx_http_request_t *r);

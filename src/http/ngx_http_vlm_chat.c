@@ -26,11 +26,11 @@
 
 #include "ngx_http_vlm_module.h"
 
-#include "vlm_base64.h"
-#include "vlm_chat.h"
-#include "vlm_image.h"
-#include "vlm_openai.h"
-#include "vlm_tokenizer.h"
+#include "image/vlm_base64.h"
+#include "text/vlm_chat.h"
+#include "image/vlm_image.h"
+#include "api/vlm_openai.h"
+#include "text/vlm_tokenizer.h"
 
 
 #define NGX_HTTP_VLM_OUT_BUF        (16 * 1024)

@@ -7,7 +7,7 @@
 
 #include "ngx_http_vlm_module.h"
 
-#include "vlm_chat.h"
+#include "text/vlm_chat.h"
 
 
 static char *ngx_http_vlm_bounds_error(ngx_conf_t *cf,

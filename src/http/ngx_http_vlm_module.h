@@ -13,9 +13,9 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
-#include "vlm_image.h"
-#include "vlm_queue.h"
-#include "vlm_tokenizer.h"
+#include "image/vlm_image.h"
+#include "queue/vlm_queue.h"
+#include "text/vlm_tokenizer.h"
 
 #if (NGX_THREADS)
 #include <ngx_thread_pool.h>

@@ -8,7 +8,7 @@
 #ifndef VLM_BASE64_H
 #define VLM_BASE64_H
 
-#include "vlm_common.h"
+#include "core/vlm_common.h"
 
 
 typedef struct {

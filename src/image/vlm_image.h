@@ -18,7 +18,7 @@
 #ifndef VLM_IMAGE_H
 #define VLM_IMAGE_H
 
-#include "vlm_common.h"
+#include "core/vlm_common.h"
 #include "vlm_image_decode.h"
 #include "vlm_image_qwen2vl.h"
 

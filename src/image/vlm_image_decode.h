@@ -14,7 +14,7 @@
 #ifndef VLM_IMAGE_DECODE_H
 #define VLM_IMAGE_DECODE_H
 
-#include "vlm_common.h"
+#include "core/vlm_common.h"
 
 
 typedef enum {

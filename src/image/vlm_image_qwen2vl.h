@@ -10,7 +10,7 @@
 #ifndef VLM_IMAGE_QWEN2VL_H
 #define VLM_IMAGE_QWEN2VL_H
 
-#include "vlm_common.h"
+#include "core/vlm_common.h"
 
 
 #define VLM_QWEN2VL_CHANNELS      3

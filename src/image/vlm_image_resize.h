@@ -13,7 +13,7 @@
 #ifndef VLM_IMAGE_RESIZE_H
 #define VLM_IMAGE_RESIZE_H
 
-#include "vlm_common.h"
+#include "core/vlm_common.h"
 
 
 /* bytes of scratch vlm_image_resize_bicubic needs for this resize */

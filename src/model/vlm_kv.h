@@ -9,7 +9,7 @@
 #ifndef VLM_KV_H
 #define VLM_KV_H
 
-#include "vlm_backend.h"
+#include "backend/vlm_backend.h"
 
 
 typedef struct {

@@ -9,8 +9,8 @@
 #ifndef VLM_MODEL_H
 #define VLM_MODEL_H
 
-#include "vlm.h"
-#include "vlm_backend.h"
+#include "core/vlm.h"
+#include "backend/vlm_backend.h"
 #include "vlm_kv.h"
 #include "vlm_model_config.h"
 #include "vlm_safetensors.h"

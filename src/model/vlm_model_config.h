@@ -9,7 +9,7 @@
 #ifndef VLM_MODEL_CONFIG_H
 #define VLM_MODEL_CONFIG_H
 
-#include "vlm_common.h"
+#include "core/vlm_common.h"
 
 
 #define VLM_MAX_FULLATT_BLOCKS  64

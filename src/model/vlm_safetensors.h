@@ -11,8 +11,8 @@
 #ifndef VLM_SAFETENSORS_H
 #define VLM_SAFETENSORS_H
 
-#include "vlm_common.h"
-#include "vlm_dtype.h"
+#include "core/vlm_common.h"
+#include "core/vlm_dtype.h"
 
 
 #define VLM_ST_MAX_DIMS     8

@@ -10,7 +10,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "vlm_common.h"
+#include "core/vlm_common.h"
 
 
 #define VLM_HIST_BUCKETS     14

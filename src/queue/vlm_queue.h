@@ -37,7 +37,7 @@
 #include <stdint.h>
 #include <pthread.h>
 
-#include "vlm_common.h"
+#include "core/vlm_common.h"
 #include "vlm_metrics.h"
 
 

@@ -11,7 +11,7 @@
 #ifndef VLM_CHAT_H
 #define VLM_CHAT_H
 
-#include "vlm_common.h"
+#include "core/vlm_common.h"
 #include "vlm_tokenizer.h"
 
 

@@ -13,7 +13,7 @@
 #ifndef VLM_TOKENIZER_H
 #define VLM_TOKENIZER_H
 
-#include "vlm_common.h"
+#include "core/vlm_common.h"
 
 
 typedef struct vlm_tokenizer_s  vlm_tokenizer_t;

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vlm_model.h"
+#include "model/vlm_model.h"
 
 
 vlm_status_t

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vlm_model.h"
+#include "model/vlm_model.h"
 
 
 static vlm_status_t
