@@ -15,10 +15,18 @@
 
 #include "core/vlm_common.h"
 #include "core/vlm_dtype.h"
-#include "model/vlm_model_config.h"
 
 
 typedef struct vlm_backend_s  vlm_backend_t;
+
+
+/* the activations of the checkpoints' config.json ("hidden_act") */
+typedef enum {
+    VLM_ACT_SILU = 0,
+    VLM_ACT_GELU,           /* exact, erf */
+    VLM_ACT_GELU_TANH,
+    VLM_ACT_QUICK_GELU      /* x * sigmoid(1.702 x) */
+} vlm_act_t;
 
 
 typedef struct {

@@ -10,6 +10,7 @@
 #define VLM_MODEL_CONFIG_H
 
 #include "core/vlm_common.h"
+#include "backend/vlm_backend.h"
 
 
 #define VLM_MAX_FULLATT_BLOCKS  64
@@ -20,14 +21,6 @@ typedef enum {
     VLM_ARCH_QWEN2_VL = 0,
     VLM_ARCH_QWEN2_5_VL
 } vlm_arch_t;
-
-
-typedef enum {
-    VLM_ACT_SILU = 0,
-    VLM_ACT_GELU,           /* exact, erf */
-    VLM_ACT_GELU_TANH,
-    VLM_ACT_QUICK_GELU      /* x * sigmoid(1.702 x) */
-} vlm_act_t;
 
 
 typedef struct {
