@@ -9,7 +9,7 @@
 
 #include <string.h>
 
-#include "vlm_model.h"
+#include "vlm_icache.h"
 
 
 #define VLM_ICACHE_ZERO  (64 * 1024)
@@ -21,33 +21,26 @@ static void vlm_icache_evict(vlm_icache_t *c, vlm_icache_entry_t *e);
 static const uint8_t  vlm_icache_zero[VLM_ICACHE_ZERO];
 
 
-vlm_status_t
-vlm_icache_init(vlm_model_t *m, size_t bytes, vlm_error_t *err)
+void
+vlm_icache_init(vlm_icache_t *c, vlm_backend_t *be, float *pool,
+    size_t bytes)
 {
-    size_t         off, n;
-    vlm_icache_t  *c = &m->icache;
+    size_t  off, n;
 
     memset(c, 0, sizeof(vlm_icache_t));
 
-    if (bytes < sizeof(float)) {
-        return VLM_OK;
-    }
-
-    c->pool = vlm_model_alloc(m, bytes, err);
-    if (c->pool == NULL) {
-        return VLM_ERR_NOMEM;
+    if (pool == NULL || bytes < sizeof(float)) {
+        return;
     }
 
     /* resident from the start: the engine's memory does not creep later */
     for (off = 0; off < bytes; off += n) {
         n = vlm_min(bytes - off, sizeof(vlm_icache_zero));
-        m->be->ops->upload(m->be, (uint8_t *) c->pool + off, vlm_icache_zero,
-                           n);
+        be->ops->upload(be, (uint8_t *) pool + off, vlm_icache_zero, n);
     }
 
+    c->pool = pool;
     c->cap = bytes / sizeof(float);
-
-    return VLM_OK;
 }
 
 

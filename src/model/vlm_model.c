@@ -391,6 +391,7 @@ vlm_model_load(vlm_model_t **out, const char *dir,
     const vlm_model_params_t *params, vlm_error_t *err)
 {
     int                 i, max_ctx;
+    float              *icache;
     vlm_model_t        *m;
     vlm_status_t        rc;
     vlm_backend_conf_t  bc;
@@ -472,11 +473,17 @@ vlm_model_load(vlm_model_t **out, const char *dir,
         goto failed;
     }
 
-    if (m->params.max_image_patches > 0) {
-        rc = vlm_icache_init(m, m->params.image_cache_bytes, err);
-        if (rc != VLM_OK) {
+    if (m->params.max_image_patches > 0
+        && m->params.image_cache_bytes >= sizeof(float))
+    {
+        icache = vlm_model_alloc(m, m->params.image_cache_bytes, err);
+        if (icache == NULL) {
+            rc = VLM_ERR_NOMEM;
             goto failed;
         }
+
+        vlm_icache_init(&m->icache, m->be, icache,
+                        m->params.image_cache_bytes);
     }
 
     vlm_model_fill_info(m);

@@ -11,6 +11,7 @@
 
 #include "core/vlm.h"
 #include "backend/vlm_backend.h"
+#include "vlm_icache.h"
 #include "vlm_kv.h"
 #include "vlm_model_config.h"
 #include "vlm_safetensors.h"
@@ -152,29 +153,6 @@ typedef struct {
 } vlm_arch_ops_t;
 
 
-/* the image feature cache (vlm_icache.c) */
-#define VLM_ICACHE_ENTRIES  64
-
-typedef struct {
-    uint64_t   key[2];
-    int        grid_t, grid_h, grid_w;
-    size_t     off;                     /* floats from the pool's start */
-    size_t     n;                       /* floats; 0: a free entry */
-    uint64_t   age;                     /* insertion order */
-} vlm_icache_entry_t;
-
-
-typedef struct {
-    float               *pool;          /* backend memory, cap floats */
-    size_t               cap;           /* 0: no cache */
-    size_t               head;          /* where the next entry goes */
-    size_t               used, peak;
-    uint64_t             clock;
-    uint64_t             hits, misses;
-    vlm_icache_entry_t   entries[VLM_ICACHE_ENTRIES];
-} vlm_icache_t;
-
-
 /* the prefill in progress (vlm_seq_prefill_start, vlm_prefill_work) */
 typedef struct {
     vlm_seq_t          *seq;            /* NULL: none */
@@ -229,25 +207,6 @@ const vlm_st_tensor_t *vlm_model_tensor(vlm_model_t *m, const char *name);
 void *vlm_model_alloc(vlm_model_t *m, size_t size, vlm_error_t *err);
 
 extern const vlm_arch_ops_t  vlm_arch_qwen2vl;
-
-vlm_status_t vlm_icache_init(vlm_model_t *m, size_t bytes, vlm_error_t *err);
-void vlm_icache_key(const vlm_image_t *img, size_t patch_dim,
-    uint64_t key[2]);
-const float *vlm_icache_find(vlm_icache_t *c, const uint64_t key[2],
-    const vlm_image_t *img);
-float *vlm_icache_insert(vlm_icache_t *c, const uint64_t key[2],
-    const vlm_image_t *img, size_t n);
-
-/* the Qwen2-VL family's two halves (vlm_vision.c, vlm_lm.c) */
-vlm_status_t vlm_vision_load(vlm_model_t *m, vlm_error_t *err);
-int vlm_vision_stages(const vlm_model_t *m);
-vlm_status_t vlm_vision_encode_stage(vlm_model_t *m, const vlm_image_t *img,
-    float *out, int stage, vlm_error_t *err);
-vlm_status_t vlm_lm_load(vlm_model_t *m, vlm_error_t *err);
-void vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b);
-vlm_status_t vlm_lm_rope_index(const vlm_model_t *m, const int32_t *ids,
-    int n, const vlm_image_t *images, int n_images, int start, int32_t *pos,
-    int *next_pos, vlm_error_t *err);
 
 
 #endif /* VLM_MODEL_H */

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/vlm_model.h"
+#include "vlm_qwen2vl.h"
 
 
 vlm_status_t

@@ -4,7 +4,7 @@
  * share it; vlm_model_config_t says which variant each part runs.
  */
 
-#include "model/vlm_model.h"
+#include "vlm_qwen2vl.h"
 
 
 static int

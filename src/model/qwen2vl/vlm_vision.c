@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/vlm_model.h"
+#include "vlm_qwen2vl.h"
 
 
 static vlm_status_t
