@@ -8,6 +8,8 @@
  * each image reuses them, so the request path allocates nothing of its
  * own.  One context per thread; contexts share nothing.
  *
+ * The image part's public header (data: URLs through vlm_base64.h too).
+ *
  * Typical use by the HTTP layer:
  *   vlm_image_plan()      header only: 400 on a bad image, token count for
  *                         admission, pixel_values size for the arena;
@@ -19,6 +21,7 @@
 #define VLM_IMAGE_H
 
 #include "core/vlm_common.h"
+#include "vlm_base64.h"
 #include "vlm_image_decode.h"
 #include "vlm_image_qwen2vl.h"
 
