@@ -26,7 +26,6 @@
 
 #include "ngx_http_vlm_module.h"
 
-#include "image/vlm_base64.h"
 #include "text/vlm_chat.h"
 #include "image/vlm_image.h"
 #include "api/vlm_openai.h"
@@ -149,6 +148,7 @@ static ngx_int_t ngx_http_vlm_chat_fetch_done(ngx_http_request_t *sr,
 static void ngx_http_vlm_chat_fetched(ngx_http_vlm_chat_ctx_t *ctx);
 static void ngx_http_vlm_chat_admit(ngx_http_vlm_chat_ctx_t *ctx);
 static void ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx);
+static void ngx_http_vlm_chat_wakeup(void);
 static void ngx_http_vlm_chat_drain(ngx_http_vlm_chat_ctx_t *ctx);
 static ngx_int_t ngx_http_vlm_chat_stream_out(ngx_http_vlm_chat_ctx_t *ctx,
     const vlm_queue_out_t *rec, const char *text, ngx_chain_t **clp);
@@ -195,12 +195,13 @@ ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     clcf->handler = ngx_http_vlm_chat_handler;
+    ngx_http_vlm_engine_on_wakeup(ngx_http_vlm_chat_wakeup);
 
     return NGX_CONF_OK;
 }
 
 
-void
+static void
 ngx_http_vlm_chat_wakeup(void)
 {
     ngx_queue_t              *q, *next;

@@ -56,12 +56,25 @@ static ngx_http_vlm_supervisor_t  ngx_http_vlm_supervisor;
 static ngx_int_t                  ngx_http_vlm_worker_index = -1;
 static ngx_connection_t          *ngx_http_vlm_notify_conn;
 static ngx_event_t                ngx_http_vlm_engine_timer;
+static ngx_http_vlm_wakeup_pt     ngx_http_vlm_engine_wakeup;
 
 
 ngx_int_t
 ngx_http_vlm_worker(void)
 {
     return ngx_http_vlm_worker_index;
+}
+
+
+/*
+ * The handler that the engine's notification wakes in this worker: the
+ * chat handler registers its own at configuration time, so the
+ * supervisor does not know the handlers above it.
+ */
+void
+ngx_http_vlm_engine_on_wakeup(ngx_http_vlm_wakeup_pt handler)
+{
+    ngx_http_vlm_engine_wakeup = handler;
 }
 
 
@@ -309,7 +322,9 @@ ngx_http_vlm_notify_handler(ngx_event_t *ev)
                       "vlm: cannot re-arm the engine notification event");
     }
 
-    ngx_http_vlm_chat_wakeup();
+    if (ngx_http_vlm_engine_wakeup) {
+        ngx_http_vlm_engine_wakeup();
+    }
 }
 
 

@@ -108,16 +108,18 @@ vlm_queue_t *ngx_http_vlm_queue(void);
 int ngx_http_vlm_zone_fd(void);
 
 /* ngx_http_vlm_engine.c: the engine process and the workers' wake-ups */
+typedef void (*ngx_http_vlm_wakeup_pt)(void);
+
 char *ngx_http_vlm_engine_conf(ngx_conf_t *cf,
     ngx_http_vlm_main_conf_t *vmcf);
 ngx_int_t ngx_http_vlm_engine_init_process(ngx_cycle_t *cycle);
 void ngx_http_vlm_engine_exit_process(ngx_cycle_t *cycle);
 ngx_int_t ngx_http_vlm_worker(void);
 vlm_engine_state_t ngx_http_vlm_engine_state(void);
+void ngx_http_vlm_engine_on_wakeup(ngx_http_vlm_wakeup_pt handler);
 
 /* ngx_http_vlm_chat.c: the chat completions handler */
 char *ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
-void ngx_http_vlm_chat_wakeup(void);
 ngx_int_t ngx_http_vlm_chat_add_variables(ngx_conf_t *cf);
 
 /* ngx_http_vlm_api.c: /v1/models and /metrics */
