@@ -1,8 +1,8 @@
 /*
  * ngx_http_vlm_module: serves vision-language model inference through an
  * OpenAI-compatible chat API.  This file holds the module definition and
- * its directive table; the glue lives in src/ngx_http_vlm_*.c (types in
- * src/ngx_http_vlm_module.h), the engine in src/vlm_*.c.
+ * its directive table; the glue lives in src/http/ (types in
+ * src/http/ngx_http_vlm_module.h), the engine in the other folders of src/.
  */
 
 #include "http/ngx_http_vlm_module.h"

@@ -1,7 +1,7 @@
 /*
  * The shared types of the nginx glue of ngx_http_vlm_module: the main
  * configuration, the shared memory zone and its header, and the functions
- * the glue files export to each other.  The engine (src/vlm_*.c) never
+ * the glue files export to each other.  The engine (src/ outside http/) never
  * includes this header.
  */
 

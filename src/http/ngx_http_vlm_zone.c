@@ -1,7 +1,7 @@
 /*
  * The request queue of ngx_http_vlm_module (vlm_zone): one shared memory
  * segment holding the request slots, the submit ring, the pixel/token
- * arena, the output rings and the metrics (src/vlm_queue.h).
+ * arena, the output rings and the metrics (src/queue/vlm_queue.h).
  *
  * It is a memfd, not an nginx shared zone: the master creates it in
  * init_module, before anything forks, so the workers inherit the mapping
