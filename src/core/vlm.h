@@ -37,6 +37,17 @@ typedef struct {
     int     kv_block_size;      /* tokens per KV block */
     int     kv_blocks;          /* 0: enough for max_seqs full sequences */
     size_t  image_cache_bytes;  /* vision features of recent images; 0 off */
+
+    /*
+     * Tensor parallel: this process is rank tp_rank of a group of tp_size
+     * (1: alone) that runs every call below together, in the same order
+     * with the same arguments, through the communicator comm
+     * (backend/vlm_comm.h); the decoder's weights and KV heads are split
+     * between the ranks, the logits are every rank's
+     */
+    int                  tp_rank;
+    int                  tp_size;
+    struct vlm_comm_s   *comm;
 } vlm_model_params_t;
 
 

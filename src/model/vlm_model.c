@@ -29,6 +29,8 @@ typedef struct {
     vlm_model_t   model;
     void         *dev[VLM_MAX_LOAD_ALLOCS];     /* backend, freed at end */
     int           n_dev;
+    void         *host[VLM_MAX_LOAD_ALLOCS];    /* weight column shares */
+    int           n_host;
 } vlm_model_owner_t;
 
 
@@ -98,9 +100,10 @@ vlm_model_tensor(vlm_model_t *m, const char *name)
 }
 
 
-vlm_status_t
-vlm_model_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
-    int rows, int cols, vlm_error_t *err)
+/* the tensor name, checked to be a [rows, cols] matrix */
+static const vlm_st_tensor_t *
+vlm_model_matrix_tensor(vlm_model_t *m, const char *name, int rows,
+    int cols, vlm_error_t *err)
 {
     int                     i;
     int64_t                 inner;
@@ -108,8 +111,9 @@ vlm_model_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
 
     t = vlm_model_tensor(m, name);
     if (t == NULL) {
-        return vlm_error_set(err, VLM_ERR_FORMAT,
-                             "model: tensor \"%s\" is missing", name);
+        vlm_error_set(err, VLM_ERR_FORMAT, "model: tensor \"%s\" is missing",
+                      name);
+        return NULL;
     }
 
     inner = 1;
@@ -118,21 +122,113 @@ vlm_model_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
     }
 
     if (t->n_dims < 2 || t->shape[0] != rows || inner != cols) {
-        return vlm_error_set(err, VLM_ERR_FORMAT,
-                             "model: tensor \"%s\" has shape [%lld, %lld] "
-                             "(%d dims), the config needs [%d, %d]", name,
-                             (long long) t->shape[0], (long long) inner,
-                             t->n_dims, rows, cols);
+        vlm_error_set(err, VLM_ERR_FORMAT,
+                      "model: tensor \"%s\" has shape [%lld, %lld] (%d "
+                      "dims), the config needs [%d, %d]", name,
+                      (long long) t->shape[0], (long long) inner,
+                      t->n_dims, rows, cols);
+        return NULL;
     }
 
-    return m->be->ops->weight_bind(m->be, w, t->data, t->dtype, rows, cols,
-                                   err);
+    return t;
+}
+
+
+vlm_status_t
+vlm_model_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
+    int rows, int cols, vlm_error_t *err)
+{
+    return vlm_model_matrix_rows(m, w, name, rows, cols, 0, rows, err);
+}
+
+
+vlm_status_t
+vlm_model_matrix_rows(vlm_model_t *m, vlm_weight_t *w, const char *name,
+    int rows, int cols, int r0, int nr, vlm_error_t *err)
+{
+    const vlm_st_tensor_t  *t;
+
+    t = vlm_model_matrix_tensor(m, name, rows, cols, err);
+    if (t == NULL) {
+        return VLM_ERR_FORMAT;
+    }
+
+    if (r0 < 0 || nr < 1 || r0 + nr > rows) {
+        return vlm_error_set(err, VLM_ERR_INTERNAL,
+                             "model: rows %d..%d of \"%s\" [%d, %d]", r0,
+                             r0 + nr, name, rows, cols);
+    }
+
+    /* a run of whole rows is contiguous in the mapped file */
+    return m->be->ops->weight_bind(m->be, w,
+               (const uint8_t *) t->data
+               + (size_t) r0 * cols * vlm_dtype_size(t->dtype),
+               t->dtype, nr, cols, err);
+}
+
+
+vlm_status_t
+vlm_model_matrix_cols(vlm_model_t *m, vlm_weight_t *w, const char *name,
+    int rows, int cols, int c0, int nc, vlm_error_t *err)
+{
+    int                     r;
+    size_t                  es;
+    uint8_t                *host;
+    vlm_model_owner_t      *o = (vlm_model_owner_t *) m;
+    const vlm_st_tensor_t  *t;
+
+    if (c0 == 0 && nc == cols) {
+        return vlm_model_matrix(m, w, name, rows, cols, err);
+    }
+
+    t = vlm_model_matrix_tensor(m, name, rows, cols, err);
+    if (t == NULL) {
+        return VLM_ERR_FORMAT;
+    }
+
+    if (c0 < 0 || nc < 1 || c0 + nc > cols) {
+        return vlm_error_set(err, VLM_ERR_INTERNAL,
+                             "model: columns %d..%d of \"%s\" [%d, %d]", c0,
+                             c0 + nc, name, rows, cols);
+    }
+
+    if (o->n_host == VLM_MAX_LOAD_ALLOCS) {
+        return vlm_error_set(err, VLM_ERR_LIMIT, "model: too many buffers");
+    }
+
+    /* columns are strided in the file: this rank's share is copied once */
+    es = vlm_dtype_size(t->dtype);
+
+    host = malloc((size_t) rows * nc * es);
+    if (host == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM,
+                             "model: no memory for a share of \"%s\"",
+                             name);
+    }
+
+    o->host[o->n_host++] = host;
+
+    for (r = 0; r < rows; r++) {
+        memcpy(host + (size_t) r * nc * es,
+               (const uint8_t *) t->data + ((size_t) r * cols + c0) * es,
+               (size_t) nc * es);
+    }
+
+    return m->be->ops->weight_bind(m->be, w, host, t->dtype, rows, nc, err);
 }
 
 
 vlm_status_t
 vlm_model_vector(vlm_model_t *m, float **out, const char *name, int n,
     vlm_error_t *err)
+{
+    return vlm_model_vector_part(m, out, name, n, 0, n, err);
+}
+
+
+vlm_status_t
+vlm_model_vector_part(vlm_model_t *m, float **out, const char *name, int n,
+    int off, int len, vlm_error_t *err)
 {
     float                  *host;
     vlm_status_t            rc;
@@ -151,21 +247,144 @@ vlm_model_vector(vlm_model_t *m, float **out, const char *name, int n,
                              (long long) t->n_elements, t->n_dims, n);
     }
 
-    *out = vlm_model_alloc(m, (size_t) n * sizeof(float), err);
+    if (off < 0 || len < 1 || off + len > n) {
+        return vlm_error_set(err, VLM_ERR_INTERNAL,
+                             "model: elements %d..%d of \"%s\" [%d]", off,
+                             off + len, name, n);
+    }
+
+    *out = vlm_model_alloc(m, (size_t) len * sizeof(float), err);
     if (*out == NULL) {
         return VLM_ERR_NOMEM;
     }
 
-    host = malloc((size_t) n * sizeof(float));
+    host = malloc((size_t) len * sizeof(float));
     if (host == NULL) {
         return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
     }
 
-    vlm_dtype_to_f32(host, t->data, t->dtype, (size_t) n);
-    rc = m->be->ops->upload(m->be, *out, host, (size_t) n * sizeof(float));
+    vlm_dtype_to_f32(host, (const uint8_t *) t->data
+                           + (size_t) off * vlm_dtype_size(t->dtype),
+                     t->dtype, (size_t) len);
+    rc = m->be->ops->upload(m->be, *out, host, (size_t) len * sizeof(float));
     free(host);
 
     return rc;
+}
+
+
+vlm_status_t
+vlm_model_all_reduce(vlm_model_t *m, float *buf, size_t n, vlm_error_t *err)
+{
+    vlm_status_t  rc;
+
+    if (m->tp.comm == NULL) {
+        return VLM_OK;
+    }
+
+    m->be->ops->synchronize(m->be);
+
+    rc = m->tp.comm->ops->all_reduce_sum(m->tp.comm, buf, n);
+    if (rc != VLM_OK) {
+        return vlm_error_set(err, rc, "model: the all-reduce of rank %d of "
+                             "%d failed: the group is going down",
+                             m->tp.rank, m->tp.size);
+    }
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_model_all_gather(vlm_model_t *m, float *out, const float *in, size_t n,
+    vlm_error_t *err)
+{
+    vlm_status_t  rc;
+
+    if (m->tp.comm == NULL) {
+        if (out != in) {
+            m->be->ops->copy(m->be, out, in, n * sizeof(float));
+        }
+
+        return VLM_OK;
+    }
+
+    m->be->ops->synchronize(m->be);
+
+    rc = m->tp.comm->ops->all_gather(m->tp.comm, out, in, n);
+    if (rc != VLM_OK) {
+        return vlm_error_set(err, rc, "model: the all-gather of rank %d of "
+                             "%d failed: the group is going down",
+                             m->tp.rank, m->tp.size);
+    }
+
+    return VLM_OK;
+}
+
+
+/*
+ * This rank's share of the decoder; a model whose heads, MLP or
+ * vocabulary the group cannot split evenly is refused, naming the number.
+ */
+static vlm_status_t
+vlm_model_tp_init(vlm_model_t *m, vlm_error_t *err)
+{
+    int                 N, r;
+    vlm_tp_t           *tp = &m->tp;
+    vlm_text_config_t  *tc = &m->cfg.text;
+
+    N = m->params.tp_size > 0 ? m->params.tp_size : 1;
+    r = m->params.tp_rank;
+
+    if (N > VLM_COMM_MAX_WORLD || r < 0 || r >= N) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "model: rank %d of a tensor-parallel group of "
+                             "%d (1 to %d ranks)", r, N, VLM_COMM_MAX_WORLD);
+    }
+
+    if (N > 1 && (m->params.comm == NULL || m->params.comm->world != N
+                  || m->params.comm->rank != r))
+    {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "model: rank %d of %d needs a communicator of "
+                             "that group", r, N);
+    }
+
+    if (tc->n_heads % N != 0 || tc->intermediate_size % N != 0
+        || tc->vocab_size % N != 0
+        || (N > tc->n_kv_heads ? N % tc->n_kv_heads
+                               : tc->n_kv_heads % N) != 0)
+    {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "model: %d attention heads, %d KV heads, "
+                             "intermediate size %d and vocabulary %d do not "
+                             "split evenly over %d tensor-parallel ranks",
+                             tc->n_heads, tc->n_kv_heads,
+                             tc->intermediate_size, tc->vocab_size, N);
+    }
+
+    tp->comm = N > 1 ? m->params.comm : NULL;
+    tp->rank = r;
+    tp->size = N;
+    tp->n_heads = tc->n_heads / N;
+    tp->head0 = r * tp->n_heads;
+
+    if (N > tc->n_kv_heads) {
+        /* each rank keeps a copy of the one KV head its queries use */
+        tp->n_kv_heads = 1;
+        tp->kv_head0 = tp->head0 / (tc->n_heads / tc->n_kv_heads);
+
+    } else {
+        tp->n_kv_heads = tc->n_kv_heads / N;
+        tp->kv_head0 = r * tp->n_kv_heads;
+    }
+
+    tp->inter = tc->intermediate_size / N;
+    tp->inter0 = r * tp->inter;
+    tp->vocab = tc->vocab_size / N;
+    tp->vocab0 = r * tp->vocab;
+
+    return VLM_OK;
 }
 
 
@@ -220,8 +439,8 @@ vlm_model_workspace(vlm_model_t *m, vlm_error_t *err)
     T = m->params.max_batch_tokens;
     S = m->params.max_seq_len;
     H = tc->hidden_size;
-    KV = tc->n_kv_heads * tc->head_dim;
-    I = tc->intermediate_size;
+    KV = m->tp.n_kv_heads * tc->head_dim;
+    I = m->tp.inter;
     half = tc->head_dim / 2;
     L = vlm_max(8, m->params.max_seqs);
     ws->logit_rows = L;
@@ -240,7 +459,11 @@ vlm_model_workspace(vlm_model_t *m, vlm_error_t *err)
     VLM_WS(ws->ids, T);
     VLM_WS(ws->pos, (size_t) T * 3);
     VLM_WS(ws->head_in, (size_t) L * H);
-    VLM_WS(ws->logits, (size_t) L * tc->vocab_size);
+    VLM_WS(ws->logits, (size_t) L * m->tp.vocab);
+
+    if (m->tp.size > 1) {
+        VLM_WS(ws->logits_all, (size_t) L * tc->vocab_size);
+    }
     VLM_WS(ws->rows, T);
     VLM_WS(ws->iota, S);
     VLM_WS(ws->feats, (size_t) S * H);
@@ -423,6 +646,11 @@ vlm_model_load(vlm_model_t **out, const char *dir,
         goto failed;
     }
 
+    rc = vlm_model_tp_init(m, err);
+    if (rc != VLM_OK) {
+        goto failed;
+    }
+
     for (i = 0; vlm_archs[i] != NULL; i++) {
         if (vlm_archs[i]->match(&m->cfg)) {
             m->arch = vlm_archs[i];
@@ -457,7 +685,7 @@ vlm_model_load(vlm_model_t **out, const char *dir,
     }
 
     rc = vlm_kv_init(&m->kv, m->be, m->cfg.text.n_layers,
-                     m->cfg.text.n_kv_heads * m->cfg.text.head_dim,
+                     m->tp.n_kv_heads * m->cfg.text.head_dim,
                      m->params.kv_block_size, m->params.kv_blocks, err);
     if (rc != VLM_OK) {
         goto failed;
@@ -522,6 +750,10 @@ vlm_model_free(vlm_model_t *m)
         }
 
         vlm_kv_free(&m->kv);
+    }
+
+    for (i = 0; i < o->n_host; i++) {
+        free(o->host[i]);
     }
 
     if (m->seqs != NULL) {
@@ -1101,7 +1333,10 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
     b.logit_rows = m->seg_rows;
     b.logit_out = m->seg_out;
 
-    m->arch->forward(m, &b);
+    rc = m->arch->forward(m, &b, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
 
     seq->n_past += cn;
     pf->c0 += cn;
@@ -1255,7 +1490,10 @@ vlm_step(vlm_model_t *m, const vlm_step_item_t *items, int n,
     b.logit_rows = m->seg_rows;
     b.logit_out = m->seg_out;
 
-    m->arch->forward(m, &b);
+    rc = m->arch->forward(m, &b, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
 
     for (i = 0; i < n; i++) {
         items[i].seq->n_past += items[i].n_ids;

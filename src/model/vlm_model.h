@@ -11,6 +11,7 @@
 
 #include "core/vlm.h"
 #include "backend/vlm_backend.h"
+#include "backend/vlm_comm.h"
 #include "vlm_icache.h"
 #include "vlm_kv.h"
 #include "vlm_model_config.h"
@@ -91,7 +92,8 @@ typedef struct {
     int32_t   *ids;                     /* [T] backend */
     int32_t   *pos;                     /* [T, 3] backend */
     float     *head_in;                 /* [L, H] */
-    float     *logits;                  /* [L, V] */
+    float     *logits;                  /* [L, V] (this rank's V) */
+    float     *logits_all;              /* [L, V], the ranks' gathered */
     int32_t   *rows;                    /* [T] backend, logit row indices */
     int32_t   *iota;                    /* [max_seq_len] backend: 0, 1... */
     float     *feats;                   /* [max_seq_len, H] image tokens */
@@ -149,8 +151,31 @@ typedef struct {
     vlm_status_t (*rope_index)(const vlm_model_t *m, const int32_t *ids,
         int n, const vlm_image_t *images, int n_images, int start,
         int32_t *pos, int *next_pos, vlm_error_t *err);
-    void (*forward)(vlm_model_t *m, const vlm_batch_t *b);
+    /* fails only when the tensor-parallel group does */
+    vlm_status_t (*forward)(vlm_model_t *m, const vlm_batch_t *b,
+        vlm_error_t *err);
 } vlm_arch_ops_t;
+
+
+/*
+ * This rank's share of the decoder in a tensor-parallel group, Megatron's
+ * split as vLLM makes it: q/k/v and gate/up by output rows
+ * (column-parallel), o and down by input columns (row-parallel, an
+ * all-reduce after each), the KV heads split between the ranks (each
+ * rank's copy of one head when there are more ranks than heads), the
+ * head by vocabulary rows with an all-gather of the logits.  The
+ * embedding and the vision tower are every rank's: with mmapped weights
+ * the ranks of one host share their pages.  One rank: everything.
+ */
+typedef struct {
+    vlm_comm_t  *comm;                  /* NULL: one rank */
+    int          rank;
+    int          size;
+    int          n_heads, head0;        /* query heads */
+    int          n_kv_heads, kv_head0;
+    int          inter, inter0;         /* MLP intermediate rows */
+    int          vocab, vocab0;         /* head rows */
+} vlm_tp_t;
 
 
 /* the prefill in progress (vlm_seq_prefill_start, vlm_prefill_work) */
@@ -177,6 +202,7 @@ struct vlm_model_s {
     vlm_model_info_t         info;
     vlm_model_params_t       params;
     const vlm_arch_ops_t    *arch;
+    vlm_tp_t                 tp;
     vlm_safetensors_t       *st;
     vlm_backend_t           *be;
     vlm_kv_t                 kv;
@@ -203,6 +229,23 @@ vlm_status_t vlm_model_matrix(vlm_model_t *m, vlm_weight_t *w,
     const char *name, int rows, int cols, vlm_error_t *err);
 vlm_status_t vlm_model_vector(vlm_model_t *m, float **out, const char *name,
     int n, vlm_error_t *err);
+/*
+ * the same for a share of a [rows, cols] matrix: the output rows
+ * [r0, r0 + nr) or the input columns [c0, c0 + nc); of a vector [n], the
+ * elements [off, off + len)
+ */
+vlm_status_t vlm_model_matrix_rows(vlm_model_t *m, vlm_weight_t *w,
+    const char *name, int rows, int cols, int r0, int nr, vlm_error_t *err);
+vlm_status_t vlm_model_matrix_cols(vlm_model_t *m, vlm_weight_t *w,
+    const char *name, int rows, int cols, int c0, int nc, vlm_error_t *err);
+vlm_status_t vlm_model_vector_part(vlm_model_t *m, float **out,
+    const char *name, int n, int off, int len, vlm_error_t *err);
+
+/* the group's sums and gathers of backend memory (nothing with one rank) */
+vlm_status_t vlm_model_all_reduce(vlm_model_t *m, float *buf, size_t n,
+    vlm_error_t *err);
+vlm_status_t vlm_model_all_gather(vlm_model_t *m, float *out,
+    const float *in, size_t n, vlm_error_t *err);
 const vlm_st_tensor_t *vlm_model_tensor(vlm_model_t *m, const char *name);
 void *vlm_model_alloc(vlm_model_t *m, size_t size, vlm_error_t *err);
 

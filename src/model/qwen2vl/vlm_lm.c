@@ -20,19 +20,27 @@
 vlm_status_t
 vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
 {
-    int                 l, i, H, KV, I, V, half, s;
+    int                 l, i, H, KV, I, V, hd, half, s, q0, nq, k0, nk;
     char                name[128];
     float              *inv;
+    vlm_tp_t           *tp = &m->tp;
     vlm_status_t        rc;
     vlm_lm_layer_t     *L;
     vlm_lm_weights_t   *w = &m->lm;
     vlm_text_config_t  *tc = &m->cfg.text;
 
     H = tc->hidden_size;
-    KV = tc->n_kv_heads * tc->head_dim;
+    hd = tc->head_dim;
+    KV = tc->n_kv_heads * hd;
     I = tc->intermediate_size;
     V = tc->vocab_size;
-    half = tc->head_dim / 2;
+    half = hd / 2;
+
+    /* this rank's rows of q and of k/v (everything with one rank) */
+    q0 = tp->head0 * hd;
+    nq = tp->n_heads * hd;
+    k0 = tp->kv_head0 * hd;
+    nk = tp->n_kv_heads * hd;
 
     rc = vlm_model_matrix(m, &w->embed, "model.embed_tokens.weight", V, H,
                           err);
@@ -43,13 +51,16 @@ vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
     if (vlm_model_tensor(m, "lm_head.weight") != NULL
         || !tc->tie_word_embeddings)
     {
-        rc = vlm_model_matrix(m, &w->head, "lm_head.weight", V, H, err);
-        if (rc != VLM_OK) {
-            return rc;
-        }
+        rc = vlm_model_matrix_rows(m, &w->head, "lm_head.weight", V, H,
+                                   tp->vocab0, tp->vocab, err);
 
     } else {
-        w->head = w->embed;
+        rc = vlm_model_matrix_rows(m, &w->head, "model.embed_tokens.weight",
+                                   V, H, tp->vocab0, tp->vocab, err);
+    }
+
+    if (rc != VLM_OK) {
+        return rc;
     }
 
     rc = vlm_model_vector(m, &w->norm, "model.norm.weight", H, err);
@@ -63,39 +74,58 @@ vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
         return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
     }
 
-#define VLM_LM_MAT(field, suffix, r, c)                                      \
-    snprintf(name, sizeof(name), "model.layers.%d.%s", l, suffix);          \
-    rc = vlm_model_matrix(m, &L->field, name, r, c, err);                   \
+    /*
+     * Megatron's split: q/k/v and gate/up by output rows, o and down by
+     * input columns, the biases with their rows
+     */
+
+#define VLM_LM_LOAD(call)                                                    \
+    rc = call;                                                               \
     if (rc != VLM_OK) {                                                      \
         return rc;                                                           \
     }
 
-#define VLM_LM_VEC(field, suffix, n)                                         \
-    snprintf(name, sizeof(name), "model.layers.%d.%s", l, suffix);          \
-    rc = vlm_model_vector(m, &L->field, name, n, err);                      \
-    if (rc != VLM_OK) {                                                      \
-        return rc;                                                           \
-    }
+#define VLM_LM_NAME(suffix)                                                  \
+    (snprintf(name, sizeof(name), "model.layers.%d.%s", l, suffix), name)
 
     for (l = 0; l < tc->n_layers; l++) {
         L = &w->layers[l];
 
-        VLM_LM_MAT(wq, "self_attn.q_proj.weight", H, H);
-        VLM_LM_MAT(wk, "self_attn.k_proj.weight", KV, H);
-        VLM_LM_MAT(wv, "self_attn.v_proj.weight", KV, H);
-        VLM_LM_MAT(wo, "self_attn.o_proj.weight", H, H);
-        VLM_LM_VEC(bq, "self_attn.q_proj.bias", H);
-        VLM_LM_VEC(bk, "self_attn.k_proj.bias", KV);
-        VLM_LM_VEC(bv, "self_attn.v_proj.bias", KV);
-        VLM_LM_MAT(w_gate, "mlp.gate_proj.weight", I, H);
-        VLM_LM_MAT(w_up, "mlp.up_proj.weight", I, H);
-        VLM_LM_MAT(w_down, "mlp.down_proj.weight", H, I);
-        VLM_LM_VEC(ln1, "input_layernorm.weight", H);
-        VLM_LM_VEC(ln2, "post_attention_layernorm.weight", H);
+        VLM_LM_LOAD(vlm_model_matrix_rows(m, &L->wq,
+                    VLM_LM_NAME("self_attn.q_proj.weight"), H, H, q0, nq,
+                    err));
+        VLM_LM_LOAD(vlm_model_matrix_rows(m, &L->wk,
+                    VLM_LM_NAME("self_attn.k_proj.weight"), KV, H, k0, nk,
+                    err));
+        VLM_LM_LOAD(vlm_model_matrix_rows(m, &L->wv,
+                    VLM_LM_NAME("self_attn.v_proj.weight"), KV, H, k0, nk,
+                    err));
+        VLM_LM_LOAD(vlm_model_matrix_cols(m, &L->wo,
+                    VLM_LM_NAME("self_attn.o_proj.weight"), H, H, q0, nq,
+                    err));
+        VLM_LM_LOAD(vlm_model_vector_part(m, &L->bq,
+                    VLM_LM_NAME("self_attn.q_proj.bias"), H, q0, nq, err));
+        VLM_LM_LOAD(vlm_model_vector_part(m, &L->bk,
+                    VLM_LM_NAME("self_attn.k_proj.bias"), KV, k0, nk, err));
+        VLM_LM_LOAD(vlm_model_vector_part(m, &L->bv,
+                    VLM_LM_NAME("self_attn.v_proj.bias"), KV, k0, nk, err));
+        VLM_LM_LOAD(vlm_model_matrix_rows(m, &L->w_gate,
+                    VLM_LM_NAME("mlp.gate_proj.weight"), I, H, tp->inter0,
+                    tp->inter, err));
+        VLM_LM_LOAD(vlm_model_matrix_rows(m, &L->w_up,
+                    VLM_LM_NAME("mlp.up_proj.weight"), I, H, tp->inter0,
+                    tp->inter, err));
+        VLM_LM_LOAD(vlm_model_matrix_cols(m, &L->w_down,
+                    VLM_LM_NAME("mlp.down_proj.weight"), H, I, tp->inter0,
+                    tp->inter, err));
+        VLM_LM_LOAD(vlm_model_vector(m, &L->ln1,
+                    VLM_LM_NAME("input_layernorm.weight"), H, err));
+        VLM_LM_LOAD(vlm_model_vector(m, &L->ln2,
+                    VLM_LM_NAME("post_attention_layernorm.weight"), H, err));
     }
 
-#undef VLM_LM_MAT
-#undef VLM_LM_VEC
+#undef VLM_LM_LOAD
+#undef VLM_LM_NAME
 
     /* inv_freq of the default rope; the section of each frequency */
 
@@ -106,8 +136,7 @@ vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
 
     s = 0;
     for (i = 0; i < half; i++) {
-        inv[i] = (float) (1.0 / pow(tc->rope_theta,
-                                    (double) (2 * i) / tc->head_dim));
+        inv[i] = (float) (1.0 / pow(tc->rope_theta, (double) (2 * i) / hd));
         while (s < 2 && i >= tc->mrope_section[0]
                             + (s >= 1 ? tc->mrope_section[1] : 0))
         {
@@ -256,15 +285,22 @@ vlm_lm_rope_index(const vlm_model_t *m, const int32_t *ids, int n,
 }
 
 
-static void
-vlm_lm_logits(vlm_model_t *m, const vlm_batch_t *b)
+/*
+ * The logits of the rows the batch asks for, in pieces of logit_rows; in
+ * a group each rank computes its vocabulary rows and all gather them, so
+ * that every rank has the whole distribution.
+ */
+static vlm_status_t
+vlm_lm_logits(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
 {
-    int                 r0, nl, i, H, V;
-    vlm_backend_t      *be = m->be;
-    vlm_lm_ws_t        *ws = &m->ws;
+    int             r0, nl, i, r, H, V;
+    float          *all;
+    vlm_status_t    rc;
+    vlm_backend_t  *be = m->be;
+    vlm_lm_ws_t    *ws = &m->ws;
 
     H = m->cfg.text.hidden_size;
-    V = m->cfg.text.vocab_size;
+    V = m->tp.vocab;
 
     for (r0 = 0; r0 < b->n_logits; r0 += nl) {
         nl = vlm_min(ws->logit_rows, b->n_logits - r0);
@@ -276,20 +312,38 @@ vlm_lm_logits(vlm_model_t *m, const vlm_batch_t *b)
                           m->cfg.text.rms_norm_eps);
         be->ops->matmul(be, ws->logits, ws->head_in, &m->lm.head, NULL, nl);
 
+        all = ws->logits;
+
+        if (m->tp.size > 1) {
+            /* [rank][row][V of a rank] */
+            rc = vlm_model_all_gather(m, ws->logits_all, ws->logits,
+                                      (size_t) nl * V, err);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+
+            all = ws->logits_all;
+        }
+
         for (i = 0; i < nl; i++) {
-            be->ops->download(be, b->logit_out[r0 + i],
-                              ws->logits + (size_t) i * V,
-                              (size_t) V * sizeof(float));
+            for (r = 0; r < m->tp.size; r++) {
+                be->ops->download(be, b->logit_out[r0 + i] + (size_t) r * V,
+                                  all + ((size_t) r * nl + i) * V,
+                                  (size_t) V * sizeof(float));
+            }
         }
     }
+
+    return VLM_OK;
 }
 
 
-void
-vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b)
+vlm_status_t
+vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
 {
-    int                       l, s, T, H, KV, I, nh, nkv, hd;
+    int                       l, s, T, H, Q, KV, I, nh, nkv, hd;
     float                     eps;
+    vlm_status_t              rc;
     vlm_backend_t            *be = m->be;
     vlm_lm_ws_t              *ws = &m->ws;
     vlm_lm_layer_t           *L;
@@ -298,13 +352,15 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b)
     vlm_text_config_t        *tc = &m->cfg.text;
     const vlm_backend_ops_t  *op = be->ops;
 
+    /* this rank's heads and MLP rows (all of them with one rank) */
     T = b->n_rows;
     H = tc->hidden_size;
-    nh = tc->n_heads;
-    nkv = tc->n_kv_heads;
+    nh = m->tp.n_heads;
+    nkv = m->tp.n_kv_heads;
     hd = tc->head_dim;
+    Q = nh * hd;
     KV = nkv * hd;
-    I = tc->intermediate_size;
+    I = m->tp.inter;
     eps = tc->rms_norm_eps;
 
     op->rope_table(be, ws->cos, ws->sin, ws->pos, T, 3, m->lm.inv_freq,
@@ -320,8 +376,8 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b)
 
     for (s = 0; s < b->n_segs; s++) {
         sg = &b->segs[s];
-        m->attn_seqs[s].out = ws->att + (size_t) sg->row * H;
-        m->attn_seqs[s].q = ws->q + (size_t) sg->row * H;
+        m->attn_seqs[s].out = ws->att + (size_t) sg->row * Q;
+        m->attn_seqs[s].q = ws->q + (size_t) sg->row * Q;
         m->attn_seqs[s].block_table = sg->seq->blocks_dev;
         m->attn_seqs[s].n_q = sg->n;
         m->attn_seqs[s].kv_start = sg->kv_start;
@@ -334,7 +390,7 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b)
         op->matmul(be, ws->q, ws->h, &L->wq, L->bq, T);
         op->matmul(be, ws->k, ws->h, &L->wk, L->bk, T);
         op->matmul(be, ws->v, ws->h, &L->wv, L->bv, T);
-        op->rope(be, ws->q, T, H, nh, hd, ws->cos, ws->sin);
+        op->rope(be, ws->q, T, Q, nh, hd, ws->cos, ws->sin);
         op->rope(be, ws->k, T, KV, nkv, hd, ws->cos, ws->sin);
 
         for (s = 0; s < b->n_segs; s++) {
@@ -351,6 +407,12 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b)
         op->attention_paged(be, &pa);
 
         op->matmul(be, ws->o, ws->att, &L->wo, NULL, T);
+
+        rc = vlm_model_all_reduce(m, ws->o, (size_t) T * H, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
         op->add(be, ws->x, ws->o, (size_t) T * H);
 
         op->rms_norm(be, ws->h, ws->x, L->ln2, T, H, eps);
@@ -358,10 +420,18 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b)
         op->matmul(be, ws->up, ws->h, &L->w_up, NULL, T);
         op->gated_act(be, ws->gate, ws->gate, ws->up, T, I, tc->act);
         op->matmul(be, ws->o, ws->gate, &L->w_down, NULL, T);
+
+        rc = vlm_model_all_reduce(m, ws->o, (size_t) T * H, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
         op->add(be, ws->x, ws->o, (size_t) T * H);
     }
 
     if (b->n_logits > 0) {
-        vlm_lm_logits(m, b);
+        return vlm_lm_logits(m, b, err);
     }
+
+    return VLM_OK;
 }

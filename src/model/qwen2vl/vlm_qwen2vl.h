@@ -15,7 +15,8 @@ int vlm_vision_stages(const vlm_model_t *m);
 vlm_status_t vlm_vision_encode_stage(vlm_model_t *m, const vlm_image_t *img,
     float *out, int stage, vlm_error_t *err);
 vlm_status_t vlm_lm_load(vlm_model_t *m, vlm_error_t *err);
-void vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b);
+vlm_status_t vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b,
+    vlm_error_t *err);
 vlm_status_t vlm_lm_rope_index(const vlm_model_t *m, const int32_t *ids,
     int n, const vlm_image_t *images, int n_images, int start, int32_t *pos,
     int *next_pos, vlm_error_t *err);

@@ -1,0 +1,387 @@
+/*
+ * Tensor-parallel parity: the tiny checkpoints of tests/fixtures/models
+ * (Qwen2-VL and Qwen2.5-VL, f32 and bf16, tied and untied heads) run by
+ * groups of 2 and 4 real rank processes over the shared memory
+ * communicator give every rank the last-position logits of one process
+ * within 1e-5 relative L2, and the same 32 greedy tokens, for prompts with
+ * no, one and two images fed in chunks.  With 4 ranks the 2 KV heads are
+ * each kept by two ranks.  A split the model's heads cannot take is
+ * refused at load, naming the numbers.
+ */
+
+#define _GNU_SOURCE
+
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <cmocka.h>
+
+#include "core/vlm.h"
+#include "core/vlm_npy.h"
+#include "backend/vlm_comm.h"
+
+
+#define FIX       "tests/fixtures/models"
+#define GREEDY    32
+#define MAX_V     4096
+
+
+/* what one rank (or the single process) found */
+typedef struct {
+    int      status;                    /* 0: ran; else the failed step */
+    int      n_vocab;
+    float    logits[MAX_V];             /* after the prompt */
+    int32_t  tokens[GREEDY];
+    int      kv_used, seqs_used;        /* after the sequence is freed */
+    uint64_t allocs;
+} result_t;
+
+
+typedef struct {
+    vlm_npy_t     ids, grid, pix[2];
+    vlm_image_t   img[2];
+    int           n_images;
+} prompt_t;
+
+
+static double
+rel_l2(const float *a, const float *b, size_t n)
+{
+    size_t  i;
+    double  num, den;
+
+    num = 0.0;
+    den = 0.0;
+
+    for (i = 0; i < n; i++) {
+        num += ((double) a[i] - b[i]) * ((double) a[i] - b[i]);
+        den += (double) b[i] * b[i];
+    }
+
+    return sqrt(num / (den > 0.0 ? den : 1.0));
+}
+
+
+static int
+load_prompt(prompt_t *p, const char *model, const char *ref_case,
+    int n_images)
+{
+    int          i;
+    char         path[512];
+    vlm_error_t  err;
+
+    memset(p, 0, sizeof(prompt_t));
+    p->n_images = n_images;
+
+    snprintf(path, sizeof(path), FIX "/%s/ref/%s/input_ids.npy", model,
+             ref_case);
+    if (vlm_npy_load(&p->ids, path, &err) != VLM_OK) {
+        return -1;
+    }
+
+    if (n_images == 0) {
+        return 0;
+    }
+
+    snprintf(path, sizeof(path), FIX "/%s/ref/%s/grid_thw.npy", model,
+             ref_case);
+    if (vlm_npy_load(&p->grid, path, &err) != VLM_OK) {
+        return -1;
+    }
+
+    for (i = 0; i < n_images; i++) {
+        snprintf(path, sizeof(path), FIX "/%s/ref/%s/pixel_values_%d.npy",
+                 model, ref_case, i);
+        if (vlm_npy_load(&p->pix[i], path, &err) != VLM_OK) {
+            return -1;
+        }
+
+        p->img[i].pixels = p->pix[i].data;
+        p->img[i].grid_t = ((int32_t *) p->grid.data)[3 * i];
+        p->img[i].grid_h = ((int32_t *) p->grid.data)[3 * i + 1];
+        p->img[i].grid_w = ((int32_t *) p->grid.data)[3 * i + 2];
+    }
+
+    return 0;
+}
+
+
+static void
+free_prompt(prompt_t *p)
+{
+    int  i;
+
+    vlm_npy_free(&p->ids);
+
+    if (p->n_images > 0) {
+        vlm_npy_free(&p->grid);
+    }
+
+    for (i = 0; i < p->n_images; i++) {
+        vlm_npy_free(&p->pix[i]);
+    }
+}
+
+
+static void
+params(vlm_model_params_t *p, int rank, int size, vlm_comm_t *comm)
+{
+    vlm_model_params_default(p);
+    p->n_threads = 1;
+    p->max_seqs = 2;
+    p->max_seq_len = 256;
+    p->max_batch_tokens = 16;       /* prompts run in several chunks */
+    p->max_image_patches = 128;
+    p->kv_block_size = 8;
+    p->tp_rank = rank;
+    p->tp_size = size;
+    p->comm = comm;
+}
+
+
+/* the prompt and a greedy continuation, as every rank runs them */
+static void
+run(const char *model, const prompt_t *pr, int rank, int size,
+    vlm_comm_t *comm, result_t *res)
+{
+    int                  i, k, V;
+    char                 path[256];
+    int32_t              tok;
+    vlm_seq_t           *seq;
+    vlm_model_t         *m;
+    vlm_error_t          err;
+    const float         *lg;
+    vlm_model_stats_t    st;
+    vlm_model_params_t   p;
+
+    params(&p, rank, size, comm);
+    snprintf(path, sizeof(path), FIX "/%s", model);
+
+    res->status = 1;
+    if (vlm_model_load(&m, path, &p, &err) != VLM_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+        return;
+    }
+
+    V = vlm_model_info(m)->vocab_size;
+    res->n_vocab = V;
+
+    res->status = 2;
+    if (V > MAX_V || vlm_seq_init(m, &seq, &err) != VLM_OK) {
+        return;
+    }
+
+    res->status = 3;
+    if (vlm_seq_prefill(seq, pr->ids.data, (int) pr->ids.n, pr->img,
+                        pr->n_images, NULL, &err) != VLM_OK)
+    {
+        fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+        return;
+    }
+
+    memcpy(res->logits, vlm_seq_logits(seq), (size_t) V * sizeof(float));
+
+    res->status = 4;
+    for (i = 0; i < GREEDY; i++) {
+        lg = vlm_seq_logits(seq);
+        tok = 0;
+
+        for (k = 1; k < V; k++) {
+            if (lg[k] > lg[tok]) {
+                tok = k;
+            }
+        }
+
+        res->tokens[i] = tok;
+
+        if (vlm_decode(m, &seq, &tok, 1, &err) != VLM_OK) {
+            return;
+        }
+    }
+
+    vlm_seq_free(seq);
+    vlm_model_stats(m, &st);
+    res->kv_used = st.kv_blocks_used;
+    res->seqs_used = st.seqs_used;
+    res->allocs = st.backend_allocs;
+    vlm_model_free(m);
+
+    res->status = 0;
+}
+
+
+static void
+check_group(const char *model, const char *ref_case, int n_images,
+    int size)
+{
+    int          fd, r, status;
+    pid_t        pids[VLM_COMM_MAX_WORLD];
+    double       d;
+    prompt_t     pr;
+    result_t     one, *res;
+    vlm_comm_t  *comm;
+    vlm_error_t  err;
+
+    assert_int_equal(load_prompt(&pr, model, ref_case, n_images), 0);
+
+    run(model, &pr, 0, 1, NULL, &one);
+    assert_int_equal(one.status, 0);
+
+    res = mmap(NULL, sizeof(result_t) * size, PROT_READ | PROT_WRITE,
+               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(res != MAP_FAILED);
+
+    assert_int_equal(vlm_comm_shm_create(size, 64 * 1024, &fd, &err),
+                     VLM_OK);
+
+    for (r = 0; r < size; r++) {
+        pids[r] = fork();
+        assert_true(pids[r] >= 0);
+
+        if (pids[r] == 0) {
+            alarm(120);
+            res[r].status = 9;
+
+            if (vlm_comm_shm_open(&comm, fd, r, &err) == VLM_OK) {
+                run(model, &pr, r, size, comm, &res[r]);
+
+                if (res[r].status != 0) {
+                    /* the others would wait for this one forever */
+                    vlm_comm_shm_abort(comm);
+                }
+
+                comm->ops->free(comm);
+            }
+
+            _exit(0);
+        }
+    }
+
+    for (r = 0; r < size; r++) {
+        assert_int_equal(waitpid(pids[r], &status, 0), pids[r]);
+        assert_true(WIFEXITED(status));
+    }
+
+    close(fd);
+
+    for (r = 0; r < size; r++) {
+        if (res[r].status != 0) {
+            fail_msg("%s/%s, %d ranks: rank %d failed at step %d", model,
+                     ref_case, size, r, res[r].status);
+        }
+
+        d = rel_l2(res[r].logits, one.logits, (size_t) one.n_vocab);
+        if (d > 1e-5) {
+            fail_msg("%s/%s, %d ranks: rank %d's logits differ from one "
+                     "process's, relative L2 %g", model, ref_case, size, r,
+                     d);
+        }
+
+        if (memcmp(res[r].tokens, one.tokens, sizeof(one.tokens)) != 0) {
+            fail_msg("%s/%s, %d ranks: rank %d's greedy tokens differ",
+                     model, ref_case, size, r);
+        }
+
+        assert_int_equal(res[r].kv_used, 0);
+        assert_int_equal(res[r].seqs_used, 0);
+        assert_int_equal(res[r].allocs, 0);
+    }
+
+    munmap(res, sizeof(result_t) * size);
+    free_prompt(&pr);
+}
+
+
+static void
+check_model(const char *model)
+{
+    check_group(model, "text", 0, 2);
+    check_group(model, "image1", 1, 2);
+    check_group(model, "image2", 2, 2);
+    check_group(model, "text", 0, 4);
+    check_group(model, "image2", 2, 4);
+}
+
+
+static void
+test_qwen2vl_f32(void **state)
+{
+    check_model("qwen2vl-f32");
+}
+
+
+static void
+test_qwen2vl_bf16_tied(void **state)
+{
+    check_model("qwen2vl-bf16");
+}
+
+
+static void
+test_qwen25vl_f32_tied(void **state)
+{
+    check_model("qwen25vl-f32");
+}
+
+
+static void
+test_qwen25vl_bf16(void **state)
+{
+    check_model("qwen25vl-bf16");
+}
+
+
+/* 4 heads over 3 or 8 ranks do not split */
+static void
+test_refused(void **state)
+{
+    int                  fd, size;
+    vlm_comm_t          *comm;
+    vlm_model_t         *m;
+    vlm_error_t          err;
+    vlm_model_params_t   p;
+
+    for (size = 3; size <= 8; size += 5) {
+        assert_int_equal(vlm_comm_shm_create(size, 4096, &fd, &err),
+                         VLM_OK);
+        assert_int_equal(vlm_comm_shm_open(&comm, fd, 0, &err), VLM_OK);
+
+        params(&p, 0, size, comm);
+        assert_int_equal(vlm_model_load(&m, FIX "/qwen2vl-f32", &p, &err),
+                         VLM_ERR_UNSUPPORTED);
+        assert_non_null(strstr(err.msg, "4 attention heads"));
+        assert_null(m);
+
+        comm->ops->free(comm);
+        close(fd);
+    }
+
+    /* a group without its communicator */
+    params(&p, 1, 2, NULL);
+    assert_int_equal(vlm_model_load(&m, FIX "/qwen2vl-f32", &p, &err),
+                     VLM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "communicator"));
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_qwen2vl_f32),
+        cmocka_unit_test(test_qwen2vl_bf16_tied),
+        cmocka_unit_test(test_qwen25vl_f32_tied),
+        cmocka_unit_test(test_qwen25vl_bf16),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
