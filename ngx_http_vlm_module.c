@@ -19,6 +19,10 @@ static ngx_http_vlm_bounds_t  ngx_http_vlm_engine_threads_bounds = {
     ngx_http_vlm_check_num, 1, 1024
 };
 
+static ngx_http_vlm_bounds_t  ngx_http_vlm_tensor_parallel_bounds = {
+    ngx_http_vlm_check_num, 1, 8
+};
+
 static ngx_http_vlm_bounds_t  ngx_http_vlm_max_images_bounds = {
     ngx_http_vlm_check_num, 1, 256
 };
@@ -80,6 +84,13 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_vlm_main_conf_t, engine_threads),
       &ngx_http_vlm_engine_threads_bounds },
+
+    { ngx_string("vlm_tensor_parallel"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, tensor_parallel),
+      &ngx_http_vlm_tensor_parallel_bounds },
 
     { ngx_string("vlm_thread_pool"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,

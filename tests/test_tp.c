@@ -6,7 +6,9 @@
  * within 1e-5 relative L2, and the same 32 greedy tokens, for prompts with
  * no, one and two images fed in chunks.  With 4 ranks the 2 KV heads are
  * each kept by two ranks.  A split the model's heads cannot take is
- * refused at load, naming the numbers.
+ * refused at load, naming the numbers.  The engine's group layer
+ * (vlm_group.h) gets the same results with rank 0 alone making the calls
+ * and the others replaying its plans, the pixels read from a shared arena.
  */
 
 #define _GNU_SOURCE
@@ -27,6 +29,7 @@
 #include "core/vlm.h"
 #include "core/vlm_npy.h"
 #include "backend/vlm_comm.h"
+#include "engine/vlm_group.h"
 
 
 #define FIX       "tests/fixtures/models"
@@ -339,6 +342,216 @@ test_qwen25vl_bf16(void **state)
 }
 
 
+/*
+ * The same through the group layer: rank 0 makes the calls of one process
+ * (with batched steps, as the scheduler makes them), the other ranks only
+ * follow; the images' pixels are in a shared "arena".
+ */
+static void
+run_leader(const char *model, const prompt_t *pr, vlm_group_t *g,
+    vlm_model_t *m, result_t *res)
+{
+    int                 i, k, V, done;
+    int32_t             tok;
+    vlm_seq_t          *seq;
+    vlm_error_t         err;
+    const float        *lg;
+    vlm_step_item_t     item;
+    vlm_model_stats_t   st;
+
+    V = vlm_model_info(m)->vocab_size;
+    res->n_vocab = V;
+
+    res->status = 2;
+    if (vlm_group_seq_init(g, &seq, &err) != VLM_OK) {
+        return;
+    }
+
+    res->status = 3;
+    if (pr->n_images > 0) {
+        if (vlm_group_prefill_start(g, seq, pr->ids.data, (int) pr->ids.n,
+                                    pr->img, pr->n_images, &err)
+            != VLM_OK)
+        {
+            return;
+        }
+
+        do {
+            if (vlm_group_prefill_work(g, &done, &err) != VLM_OK) {
+                return;
+            }
+        } while (!done);
+
+    } else {
+        for (i = 0; i < (int) pr->ids.n; i += item.n_ids) {
+            item.seq = seq;
+            item.ids = (const int32_t *) pr->ids.data + i;
+            item.n_ids = vlm_min(16, (int) pr->ids.n - i);
+
+            if (vlm_group_step(g, &item, 1, &err) != VLM_OK) {
+                return;
+            }
+        }
+    }
+
+    memcpy(res->logits, vlm_seq_logits(seq), (size_t) V * sizeof(float));
+
+    res->status = 4;
+    for (i = 0; i < GREEDY; i++) {
+        lg = vlm_seq_logits(seq);
+        tok = 0;
+
+        for (k = 1; k < V; k++) {
+            if (lg[k] > lg[tok]) {
+                tok = k;
+            }
+        }
+
+        res->tokens[i] = tok;
+        item.seq = seq;
+        item.ids = &tok;
+        item.n_ids = 1;
+
+        if (vlm_group_step(g, &item, 1, &err) != VLM_OK) {
+            return;
+        }
+    }
+
+    vlm_group_seq_free(g, seq);
+    vlm_model_stats(m, &st);
+    res->kv_used = st.kv_blocks_used;
+    res->seqs_used = st.seqs_used;
+    res->allocs = st.backend_allocs;
+
+    res->status = 0;
+}
+
+
+static void
+check_plans(const char *model, const char *ref_case, int n_images, int size)
+{
+    int                  fd, r, i, status;
+    char                 path[256];
+    pid_t                pids[VLM_COMM_MAX_WORLD];
+    float               *arena;
+    size_t               bytes, off;
+    double               d;
+    prompt_t             pr;
+    result_t             one, *res;
+    vlm_comm_t          *comm;
+    vlm_group_t         *g;
+    vlm_model_t         *m;
+    vlm_error_t          err;
+    vlm_model_params_t   p;
+
+    assert_int_equal(load_prompt(&pr, model, ref_case, n_images), 0);
+
+    run(model, &pr, 0, 1, NULL, &one);
+    assert_int_equal(one.status, 0);
+
+    /* the pixels move to memory every rank maps, as the queue's arena */
+    bytes = 0;
+    for (i = 0; i < n_images; i++) {
+        bytes += pr.pix[i].n * sizeof(float);
+    }
+
+    arena = mmap(NULL, bytes + 4096, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(arena != MAP_FAILED);
+
+    for (off = 0, i = 0; i < n_images; i++) {
+        memcpy(arena + off, pr.pix[i].data, pr.pix[i].n * sizeof(float));
+        pr.img[i].pixels = arena + off;
+        off += pr.pix[i].n;
+    }
+
+    res = mmap(NULL, sizeof(result_t), PROT_READ | PROT_WRITE,
+               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(res != MAP_FAILED);
+
+    assert_int_equal(vlm_comm_shm_create(size, 64 * 1024, &fd, &err),
+                     VLM_OK);
+
+    for (r = 0; r < size; r++) {
+        pids[r] = fork();
+        assert_true(pids[r] >= 0);
+
+        if (pids[r] != 0) {
+            continue;
+        }
+
+        alarm(120);
+
+        if (r == 0) {
+            res->status = 9;
+        }
+
+        if (vlm_comm_shm_open(&comm, fd, r, &err) != VLM_OK) {
+            _exit(1);
+        }
+
+        params(&p, r, size, comm);
+        snprintf(path, sizeof(path), FIX "/%s", model);
+
+        if (vlm_model_load(&m, path, &p, &err) != VLM_OK
+            || vlm_group_init(&g, m, comm, arena, bytes + 4096, &err)
+               != VLM_OK)
+        {
+            vlm_comm_shm_abort(comm);
+            _exit(1);
+        }
+
+        if (r == 0) {
+            run_leader(model, &pr, g, m, res);
+            vlm_group_stop(g);
+            _exit(0);
+        }
+
+        _exit(vlm_group_follow(g, &err) == VLM_OK ? 0 : 2);
+    }
+
+    for (r = 0; r < size; r++) {
+        assert_int_equal(waitpid(pids[r], &status, 0), pids[r]);
+        assert_true(WIFEXITED(status));
+        if (WEXITSTATUS(status) != 0) {
+            fail_msg("%s/%s: rank %d of %d exited with %d", model, ref_case,
+                     r, size, WEXITSTATUS(status));
+        }
+    }
+
+    close(fd);
+
+    if (res->status != 0) {
+        fail_msg("%s/%s: rank 0 failed at step %d", model, ref_case,
+                 res->status);
+    }
+
+    d = rel_l2(res->logits, one.logits, (size_t) one.n_vocab);
+    if (d > 1e-5) {
+        fail_msg("%s/%s, %d ranks by plans: the logits differ, relative L2 "
+                 "%g", model, ref_case, size, d);
+    }
+
+    assert_memory_equal(res->tokens, one.tokens, sizeof(one.tokens));
+    assert_int_equal(res->kv_used, 0);
+    assert_int_equal(res->seqs_used, 0);
+    assert_int_equal(res->allocs, 0);
+
+    munmap(res, sizeof(result_t));
+    munmap(arena, bytes + 4096);
+    free_prompt(&pr);
+}
+
+
+static void
+test_group_plans(void **state)
+{
+    check_plans("qwen2vl-f32", "text", 0, 2);
+    check_plans("qwen2vl-f32", "image2", 2, 2);
+    check_plans("qwen25vl-bf16", "image1", 1, 4);
+}
+
+
 /* 4 heads over 3 or 8 ranks do not split */
 static void
 test_refused(void **state)
@@ -381,6 +594,7 @@ main(void)
         cmocka_unit_test(test_qwen2vl_bf16_tied),
         cmocka_unit_test(test_qwen25vl_f32_tied),
         cmocka_unit_test(test_qwen25vl_bf16),
+        cmocka_unit_test(test_group_plans),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

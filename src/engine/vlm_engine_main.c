@@ -10,7 +10,14 @@
  *   vlm-engine --queue-fd N --master-pid P --model DIR
  *              [--backend cpu|cuda] [--threads N] [--max-seqs N]
  *              [--max-batch-tokens N] [--max-seq-len N] [--kv-blocks N]
- *              [--image-cache-bytes N]
+ *              [--image-cache-bytes N] [--tensor-parallel N]
+ *
+ * With --tensor-parallel N > 1 this process is rank 0 of a group: it makes
+ * the shared memory communicator, starts ranks 1..N-1 from its own binary
+ * (the same options plus --rank R --comm-fd FD; they die with it), and
+ * serves the queue as before, its model calls replayed by the others
+ * (vlm_group.h).  A rank that exits takes the group down: rank 0 exits
+ * with an error, and the supervisor starts the whole group again.
  */
 
 #define _GNU_SOURCE
@@ -26,11 +33,15 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 
 #include "core/vlm.h"
+#include "backend/vlm_comm.h"
 #include "queue/vlm_queue.h"
+#include "vlm_group.h"
 #include "vlm_sched.h"
 #include "text/vlm_tokenizer.h"
 
@@ -38,6 +49,7 @@
 #define VLM_ENGINE_IDLE_POLL_MS   500
 #define VLM_ENGINE_STALL_POLL_MS  2     /* every request waits for a reader */
 #define VLM_ENGINE_STATS_NS       1000000000ull
+#define VLM_ENGINE_COMM_CHUNK     (4 * 1024 * 1024)
 
 
 typedef struct {
@@ -45,12 +57,15 @@ typedef struct {
     pid_t                master;
     const char          *model_dir;
     const char          *backend;
+    int                  comm_fd;       /* ranks 1..N-1: the group's */
     vlm_model_params_t   params;
 } vlm_engine_args_t;
 
 
 static volatile sig_atomic_t  vlm_engine_stop;
 static volatile sig_atomic_t  vlm_engine_drain;
+static volatile sig_atomic_t  vlm_engine_rank_exited;
+static vlm_comm_t            *vlm_engine_comm;
 
 
 static void
@@ -84,6 +99,27 @@ vlm_engine_signal(int signo)
 }
 
 
+/* rank 0: a rank of the group exited; the others must not wait for it */
+static void
+vlm_engine_child(int signo)
+{
+    int    status, saved;
+    pid_t  pid;
+
+    saved = errno;
+
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        vlm_engine_rank_exited = (sig_atomic_t) pid;
+
+        if (vlm_engine_comm != NULL) {
+            vlm_comm_shm_abort(vlm_engine_comm);
+        }
+    }
+
+    errno = saved;
+}
+
+
 static int
 vlm_engine_int(const char *name, const char *v, long lo, long hi, long *out)
 {
@@ -112,8 +148,10 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
 
     memset(a, 0, sizeof(*a));
     a->queue_fd = -1;
+    a->comm_fd = -1;
     a->backend = "cpu";
     vlm_model_params_default(&a->params);
+    a->params.tp_size = 1;
 
     for (i = 1; i < argc; i++) {
         if (i + 1 >= argc) {
@@ -180,6 +218,31 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
 
             a->params.max_seq_len = (int) n;
 
+        } else if (strcmp(argv[i], "--tensor-parallel") == 0) {
+            if (vlm_engine_int("--tensor-parallel", argv[++i], 1,
+                               VLM_COMM_MAX_WORLD, &n))
+            {
+                return -1;
+            }
+
+            a->params.tp_size = (int) n;
+
+        } else if (strcmp(argv[i], "--rank") == 0) {
+            if (vlm_engine_int("--rank", argv[++i], 1,
+                               VLM_COMM_MAX_WORLD - 1, &n))
+            {
+                return -1;
+            }
+
+            a->params.tp_rank = (int) n;
+
+        } else if (strcmp(argv[i], "--comm-fd") == 0) {
+            if (vlm_engine_int("--comm-fd", argv[++i], 0, 65535, &n)) {
+                return -1;
+            }
+
+            a->comm_fd = (int) n;
+
         } else if (strcmp(argv[i], "--kv-blocks") == 0) {
             if (vlm_engine_int("--kv-blocks", argv[++i], 0, 1 << 24, &n)) {
                 return -1;
@@ -196,6 +259,15 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
     if (a->queue_fd < 0 || a->master == 0 || a->model_dir == NULL) {
         vlm_log(VLM_LOG_ERROR, "--queue-fd, --master-pid and --model are "
                 "required");
+        return -1;
+    }
+
+    if (a->params.tp_rank >= a->params.tp_size
+        || (a->params.tp_rank > 0) != (a->comm_fd >= 0))
+    {
+        vlm_log(VLM_LOG_ERROR, "--rank %d of --tensor-parallel %d needs "
+                "--comm-fd, and only a rank above 0 takes one",
+                a->params.tp_rank, a->params.tp_size);
         return -1;
     }
 
@@ -244,11 +316,148 @@ vlm_engine_rss(void)
 }
 
 
+/*
+ * Rank 0 of a group: the communicator, and ranks 1..N-1 started from this
+ * binary with this process's options plus their rank and the segment.
+ */
+static int
+vlm_engine_start_ranks(int argc, char **argv, int n, vlm_comm_t **comm)
+{
+    int                r, fd;
+    char             **av, rank[16], cfd[16];
+    pid_t              pid;
+    vlm_error_t        err;
+    struct sigaction   sa;
+
+    if (vlm_comm_shm_create(n, VLM_ENGINE_COMM_CHUNK, &fd, &err) != VLM_OK
+        || vlm_comm_shm_open(comm, fd, 0, &err) != VLM_OK)
+    {
+        vlm_log(VLM_LOG_ERROR, "%s", err.msg);
+        return -1;
+    }
+
+    vlm_engine_comm = *comm;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = vlm_engine_child;
+    sa.sa_flags = SA_NOCLDSTOP | SA_RESTART;
+    sigaction(SIGCHLD, &sa, NULL);
+
+    /* lives until the ranks are started; they exec at once */
+    av = malloc((argc + 5) * sizeof(char *));
+    if (av == NULL) {
+        vlm_log(VLM_LOG_ERROR, "no memory");
+        return -1;
+    }
+
+    memcpy(av, argv, argc * sizeof(char *));
+    av[argc] = "--rank";
+    av[argc + 1] = rank;
+    av[argc + 2] = "--comm-fd";
+    av[argc + 3] = cfd;
+    av[argc + 4] = NULL;
+    snprintf(cfd, sizeof(cfd), "%d", fd);
+
+    for (r = 1; r < n; r++) {
+        snprintf(rank, sizeof(rank), "%d", r);
+
+        pid = fork();
+
+        if (pid == -1) {
+            vlm_log(VLM_LOG_ERROR, "fork of rank %d: %s", r, strerror(errno));
+            free(av);
+            return -1;
+        }
+
+        if (pid == 0) {
+            execv("/proc/self/exe", av);
+            vlm_log(VLM_LOG_ERROR, "exec of rank %d: %s", r, strerror(errno));
+            _exit(127);
+        }
+    }
+
+    free(av);
+    vlm_log(VLM_LOG_INFO, "tensor parallel: started ranks 1 to %d", n - 1);
+
+    return 0;
+}
+
+
+/* ranks 1..N-1: the model's share, then rank 0's calls until it stops */
+static int
+vlm_engine_follow(vlm_engine_args_t *a, vlm_queue_t *q)
+{
+    int           rc;
+    vlm_comm_t   *comm;
+    vlm_error_t   err;
+    vlm_group_t  *group;
+    vlm_model_t  *model;
+
+    /* dies with rank 0, which may be gone already */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+
+    if (getppid() == 1) {
+        return 1;
+    }
+
+    if (vlm_comm_shm_open(&comm, a->comm_fd, a->params.tp_rank, &err)
+        != VLM_OK)
+    {
+        vlm_log(VLM_LOG_ERROR, "rank %d: %s", a->params.tp_rank, err.msg);
+        return 1;
+    }
+
+    a->params.comm = comm;
+    rc = 1;
+
+    if (vlm_model_load(&model, a->model_dir, &a->params, &err) != VLM_OK) {
+        vlm_log(VLM_LOG_ERROR, "rank %d: loading %s: %s", a->params.tp_rank,
+                a->model_dir, err.msg);
+        vlm_comm_shm_abort(comm);
+        goto done;
+    }
+
+    if (vlm_group_init(&group, model, comm, vlm_queue_arena(q, 0),
+                       q->size - (size_t) (q->arena - (unsigned char *)
+                                                      q->hdr), &err)
+        != VLM_OK)
+    {
+        vlm_log(VLM_LOG_ERROR, "rank %d: %s", a->params.tp_rank, err.msg);
+        vlm_comm_shm_abort(comm);
+        vlm_model_free(model);
+        goto done;
+    }
+
+    /* loaded: rank 0 serves once every rank is here */
+    if (comm->ops->barrier(comm) == VLM_OK) {
+        if (vlm_group_follow(group, &err) == VLM_OK) {
+            rc = 0;
+
+        } else {
+            vlm_log(VLM_LOG_ERROR, "rank %d: %s", a->params.tp_rank,
+                    err.msg);
+        }
+    }
+
+    vlm_group_free(group);
+    vlm_model_free(model);
+
+done:
+
+    comm->ops->free(comm);
+
+    return rc;
+}
+
+
 int
 main(int argc, char **argv)
 {
     int                 pidfd, active, timeout, rc;
     void               *base;
+    const char         *why;
+    vlm_comm_t         *comm;
+    vlm_group_t        *group;
     uint64_t            v, last_stats;
     vlm_queue_t         q;
     vlm_error_t         err;
@@ -293,6 +502,10 @@ main(int argc, char **argv)
         return 1;
     }
 
+    if (args.params.tp_rank > 0) {
+        return vlm_engine_follow(&args, &q);
+    }
+
     /* exits with the nginx master, which cannot tell us otherwise */
     pidfd = (int) syscall(SYS_pidfd_open, args.master, 0);
     if (pidfd == -1) {
@@ -303,10 +516,38 @@ main(int argc, char **argv)
 
     vlm_queue_engine_state(&q, VLM_ENGINE_LOADING, getpid());
 
+    comm = NULL;
+
+    if (args.params.tp_size > 1) {
+        if (vlm_engine_start_ranks(argc, argv, args.params.tp_size, &comm)
+            != 0)
+        {
+            return 1;
+        }
+
+        args.params.comm = comm;
+    }
+
     if (vlm_model_load(&model, args.model_dir, &args.params, &err)
         != VLM_OK)
     {
         vlm_log(VLM_LOG_ERROR, "loading %s: %s", args.model_dir, err.msg);
+        return 1;
+    }
+
+    if (vlm_group_init(&group, model, comm, vlm_queue_arena(&q, 0),
+                       q.size - (size_t) (q.arena - (unsigned char *) base),
+                       &err)
+        != VLM_OK)
+    {
+        vlm_log(VLM_LOG_ERROR, "%s", err.msg);
+        vlm_model_free(model);
+        return 1;
+    }
+
+    if (comm != NULL && comm->ops->barrier(comm) != VLM_OK) {
+        vlm_log(VLM_LOG_ERROR, "tensor parallel: rank process %d exited "
+                "while loading", (int) vlm_engine_rank_exited);
         return 1;
     }
 
@@ -317,7 +558,7 @@ main(int argc, char **argv)
         return 1;
     }
 
-    if (vlm_sched_init(&sched, model, tok, &q, &err) != VLM_OK) {
+    if (vlm_sched_init(&sched, model, group, tok, &q, &err) != VLM_OK) {
         vlm_log(VLM_LOG_ERROR, "%s", err.msg);
         vlm_tokenizer_free(tok);
         vlm_model_free(model);
@@ -335,6 +576,7 @@ main(int argc, char **argv)
     rc = 0;
     active = 0;
     last_stats = 0;
+    why = "the inference engine is shutting down";
 
     pfd[0].fd = vlm_queue_engine_fd(&q);
     pfd[0].events = POLLIN;
@@ -368,6 +610,14 @@ main(int argc, char **argv)
             }
         }
 
+        if (vlm_engine_rank_exited) {
+            vlm_log(VLM_LOG_ERROR, "tensor parallel: rank process %d "
+                    "exited, the group stops", (int) vlm_engine_rank_exited);
+            why = "a rank of the inference engine stopped unexpectedly";
+            rc = 1;
+            break;
+        }
+
         vlm_queue_engine_rearm(&q);
         vlm_queue_heartbeat(&q);
 
@@ -396,9 +646,11 @@ main(int argc, char **argv)
         }
     }
 
-    vlm_sched_abort(sched, "the inference engine is shutting down");
+    vlm_sched_abort(sched, why);
+    vlm_group_stop(group);
 
     vlm_sched_free(sched);
+    vlm_group_free(group);
     vlm_tokenizer_free(tok);
     vlm_model_free(model);
 

@@ -50,6 +50,7 @@ typedef struct {
 
 struct vlm_sched_s {
     vlm_model_t              *model;
+    vlm_group_t              *group;
     const vlm_model_info_t   *info;
     const vlm_tokenizer_t    *tok;
     vlm_queue_t              *q;
@@ -87,7 +88,7 @@ static size_t vlm_sched_stop_cut(vlm_sched_t *s, vlm_sched_req_t *r,
 
 
 vlm_status_t
-vlm_sched_init(vlm_sched_t **sched, vlm_model_t *model,
+vlm_sched_init(vlm_sched_t **sched, vlm_model_t *model, vlm_group_t *group,
     const vlm_tokenizer_t *tok, vlm_queue_t *q, vlm_error_t *err)
 {
     int           i;
@@ -99,6 +100,7 @@ vlm_sched_init(vlm_sched_t **sched, vlm_model_t *model,
     }
 
     s->model = model;
+    s->group = group;
     s->info = vlm_model_info(model);
     s->tok = tok;
     s->q = q;
@@ -170,7 +172,7 @@ vlm_sched_free(vlm_sched_t *s)
 
     for (i = 0; s->reqs != NULL && i < s->n_reqs; i++) {
         if (s->reqs[i].seq != NULL) {
-            vlm_seq_free(s->reqs[i].seq);
+            vlm_group_seq_free(s->group, s->reqs[i].seq);
         }
 
         vlm_sampler_free(s->reqs[i].sampler);
@@ -327,7 +329,7 @@ vlm_sched_admit(vlm_sched_t *s)
         r->finish = VLM_QUEUE_FINISH_NONE;
         r->state = VLM_REQ_WAITING;
 
-        if (vlm_seq_init(s->model, &r->seq, &err) != VLM_OK) {
+        if (vlm_group_seq_init(s->group, &r->seq, &err) != VLM_OK) {
             r->seq = NULL;
             vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
         }
@@ -420,8 +422,8 @@ vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
         s->images[j].grid_w = (int) qs->images[j].grid_w;
     }
 
-    if (vlm_seq_prefill_start(r->seq, ids, (int) qs->n_prompt, s->images,
-                              (int) qs->n_images, NULL, &err)
+    if (vlm_group_prefill_start(s->group, r->seq, ids, (int) qs->n_prompt,
+                                s->images, (int) qs->n_images, &err)
         != VLM_OK)
     {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
@@ -456,7 +458,7 @@ vlm_sched_encode(vlm_sched_t *s)
 
     s->progress++;
 
-    if (vlm_prefill_work(s->model, &done, &err) != VLM_OK) {
+    if (vlm_group_prefill_work(s->group, &done, &err) != VLM_OK) {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
         return;
     }
@@ -547,7 +549,7 @@ vlm_sched_run(vlm_sched_t *s)
 
     s->progress++;
 
-    while (vlm_step(s->model, s->items, n, &err) != VLM_OK) {
+    while (vlm_group_step(s->group, s->items, n, &err) != VLM_OK) {
         if (n > n_decode) {
             /* the prompt chunk (no KV room for it, say) fails alone */
             vlm_sched_end(s, &s->reqs[s->batch_reqs[n_decode]],
@@ -787,7 +789,7 @@ vlm_sched_end(vlm_sched_t *s, vlm_sched_req_t *r, vlm_queue_finish_t finish,
     vlm_status_t status, const char *msg)
 {
     if (r->seq != NULL) {
-        vlm_seq_free(r->seq);
+        vlm_group_seq_free(s->group, r->seq);
         r->seq = NULL;
     }
 

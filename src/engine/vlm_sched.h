@@ -21,13 +21,16 @@
 #include "core/vlm.h"
 #include "queue/vlm_queue.h"
 #include "text/vlm_tokenizer.h"
+#include "vlm_group.h"
 
 
 typedef struct vlm_sched_s  vlm_sched_t;
 
 
+/* the model's state-changing calls go through group (vlm_group.h) */
 vlm_status_t vlm_sched_init(vlm_sched_t **sched, vlm_model_t *model,
-    const vlm_tokenizer_t *tok, vlm_queue_t *q, vlm_error_t *err);
+    vlm_group_t *group, const vlm_tokenizer_t *tok, vlm_queue_t *q,
+    vlm_error_t *err);
 void vlm_sched_free(vlm_sched_t *sched);
 
 /*

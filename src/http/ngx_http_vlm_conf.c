@@ -37,6 +37,7 @@ ngx_http_vlm_create_main_conf(ngx_conf_t *cf)
 
     vmcf->backend = NGX_CONF_UNSET_UINT;
     vmcf->engine_threads = NGX_CONF_UNSET;
+    vmcf->tensor_parallel = NGX_CONF_UNSET_UINT;
     vmcf->max_image_pixels = NGX_CONF_UNSET_SIZE;
     vmcf->max_images = NGX_CONF_UNSET;
     vmcf->max_running = NGX_CONF_UNSET_UINT;
@@ -69,7 +70,11 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
     }
 #endif
 
-    ngx_conf_init_value(vmcf->engine_threads, (ngx_int_t) ngx_ncpu);
+    /* the CPUs shared by the ranks, unless each is told its threads */
+    ngx_conf_init_uint_value(vmcf->tensor_parallel, 1);
+    ngx_conf_init_value(vmcf->engine_threads,
+                        ngx_max((ngx_int_t) (ngx_ncpu
+                                             / vmcf->tensor_parallel), 1));
     ngx_conf_init_size_value(vmcf->max_image_pixels,
                              NGX_HTTP_VLM_DEFAULT_MAX_IMAGE_PIXELS);
     ngx_conf_init_value(vmcf->max_images, NGX_HTTP_VLM_DEFAULT_MAX_IMAGES);

@@ -111,6 +111,8 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     ngx_crc32_update(&crc, (u_char *) &vmcf->backend, sizeof(ngx_uint_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->engine_threads,
                      sizeof(ngx_int_t));
+    ngx_crc32_update(&crc, (u_char *) &vmcf->tensor_parallel,
+                     sizeof(ngx_uint_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->max_running,
                      sizeof(ngx_uint_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->max_batch_tokens,
@@ -583,6 +585,7 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     u_char                    running[NGX_INT_T_LEN + 1];
     u_char                    rows[NGX_INT_T_LEN + 1];
     u_char                    cache[NGX_SIZE_T_LEN + 1];
+    u_char                    ranks[NGX_INT_T_LEN + 1];
     ngx_pid_t                 pid;
     sigset_t                  set;
     ngx_uint_t                n;
@@ -598,6 +601,7 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     *ngx_sprintf(running, "%ui", vmcf->max_running) = '\0';
     *ngx_sprintf(rows, "%ui", vmcf->max_batch_tokens) = '\0';
     *ngx_sprintf(cache, "%uz", vmcf->image_cache) = '\0';
+    *ngx_sprintf(ranks, "%ui", vmcf->tensor_parallel) = '\0';
 
     n = 0;
     argv[n++] = (char *) vmcf->engine_binary.data;
@@ -617,6 +621,8 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     argv[n++] = (char *) rows;
     argv[n++] = "--image-cache-bytes";
     argv[n++] = (char *) cache;
+    argv[n++] = "--tensor-parallel";
+    argv[n++] = (char *) ranks;
     argv[n] = NULL;
 
     pid = fork();

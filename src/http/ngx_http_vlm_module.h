@@ -41,7 +41,8 @@
 typedef struct {
     ngx_str_t            model;            /* absolute; len 0 when unset */
     ngx_uint_t           backend;          /* NGX_HTTP_VLM_BACKEND_* */
-    ngx_int_t            engine_threads;
+    ngx_int_t            engine_threads;   /* of each rank */
+    ngx_uint_t           tensor_parallel;  /* engine ranks */
     size_t               max_image_pixels;
     ngx_int_t            max_images;
 

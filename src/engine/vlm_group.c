@@ -1,0 +1,516 @@
+/*
+ * The tensor-parallel engine group (vlm_group.h): rank 0's state-changing
+ * model calls as plans broadcast to the other ranks, which make the same
+ * calls.  A plan is a fixed header, then (for prefill and steps) one
+ * payload of token ids, step items and image descriptions.
+ */
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "vlm_group.h"
+
+
+typedef enum {
+    VLM_GROUP_SEQ_INIT = 1,
+    VLM_GROUP_SEQ_FREE,
+    VLM_GROUP_PREFILL_START,
+    VLM_GROUP_PREFILL_WORK,
+    VLM_GROUP_PREFILL_CANCEL,
+    VLM_GROUP_STEP,
+    VLM_GROUP_STOP
+} vlm_group_op_t;
+
+
+typedef struct {
+    uint32_t   op;                  /* vlm_group_op_t */
+    int32_t    seq;                 /* the group's id of the sequence */
+    uint32_t   n;                   /* ids (prefill) or items (step) */
+    uint32_t   n_images;
+    uint64_t   payload;             /* bytes that follow */
+} vlm_group_plan_t;
+
+
+/* an image in a plan: its grid and where its pixels are in the arena */
+typedef struct {
+    int32_t    grid_t, grid_h, grid_w;
+    int32_t    reserved;
+    uint64_t   pixels_off;
+} vlm_group_image_t;
+
+
+typedef struct {
+    int32_t    seq;
+    int32_t    n_ids;
+} vlm_group_item_t;
+
+
+struct vlm_group_s {
+    vlm_model_t        *model;
+    vlm_comm_t         *comm;           /* NULL: one rank */
+    const uint8_t      *arena;
+    size_t              arena_size;
+
+    int                 max_seqs;
+    vlm_seq_t         **seqs;           /* [max_seqs] by group id */
+
+    /* a follower's copies of what the prefill in progress reads */
+    int32_t            *pf_ids;         /* [max_seq_len] */
+    vlm_image_t         pf_images[VLM_GROUP_MAX_IMAGES];
+
+    /* one plan's payload, and a follower's step items */
+    uint8_t            *payload;
+    size_t              payload_cap;
+    vlm_step_item_t    *items;          /* [max_seqs] */
+};
+
+
+vlm_status_t
+vlm_group_init(vlm_group_t **group, vlm_model_t *model, vlm_comm_t *comm,
+    const void *arena, size_t arena_size, vlm_error_t *err)
+{
+    vlm_group_t             *g;
+    const vlm_model_info_t  *info;
+
+    *group = NULL;
+    info = vlm_model_info(model);
+
+    g = calloc(1, sizeof(vlm_group_t));
+    if (g == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "group: no memory");
+    }
+
+    g->model = model;
+    g->comm = comm != NULL && comm->world > 1 ? comm : NULL;
+    g->arena = arena;
+    g->arena_size = arena_size;
+    g->max_seqs = info->max_seqs;
+
+    /* the largest plan: a step's items and ids, or a whole prompt */
+    g->payload_cap = vlm_max((size_t) info->max_seqs
+                             * sizeof(vlm_group_item_t)
+                             + (size_t) info->max_batch_tokens
+                               * sizeof(int32_t),
+                             (size_t) info->max_seq_len * sizeof(int32_t)
+                             + VLM_GROUP_MAX_IMAGES
+                               * sizeof(vlm_group_image_t));
+
+    g->seqs = calloc((size_t) g->max_seqs, sizeof(vlm_seq_t *));
+    g->pf_ids = calloc((size_t) info->max_seq_len, sizeof(int32_t));
+    g->payload = malloc(g->payload_cap);
+    g->items = calloc((size_t) g->max_seqs, sizeof(vlm_step_item_t));
+
+    if (g->seqs == NULL || g->pf_ids == NULL || g->payload == NULL
+        || g->items == NULL)
+    {
+        vlm_group_free(g);
+        return vlm_error_set(err, VLM_ERR_NOMEM, "group: no memory");
+    }
+
+    *group = g;
+
+    return VLM_OK;
+}
+
+
+void
+vlm_group_free(vlm_group_t *g)
+{
+    if (g == NULL) {
+        return;
+    }
+
+    free(g->seqs);
+    free(g->pf_ids);
+    free(g->payload);
+    free(g->items);
+    free(g);
+}
+
+
+/* rank 0: the plan to every rank, before rank 0 makes the call itself */
+static vlm_status_t
+vlm_group_send(vlm_group_t *g, uint32_t op, int seq, uint32_t n,
+    uint32_t n_images, size_t payload, vlm_error_t *err)
+{
+    vlm_status_t      rc;
+    vlm_group_plan_t  plan;
+
+    if (g->comm == NULL) {
+        return VLM_OK;
+    }
+
+    memset(&plan, 0, sizeof(plan));
+    plan.op = op;
+    plan.seq = seq;
+    plan.n = n;
+    plan.n_images = n_images;
+    plan.payload = payload;
+
+    rc = g->comm->ops->broadcast(g->comm, &plan, sizeof(plan), 0);
+
+    if (rc == VLM_OK && payload > 0) {
+        rc = g->comm->ops->broadcast(g->comm, g->payload, payload, 0);
+    }
+
+    if (rc != VLM_OK) {
+        return vlm_error_set(err, rc, "group: a rank of the tensor-parallel "
+                             "group is gone");
+    }
+
+    return VLM_OK;
+}
+
+
+static int
+vlm_group_id(vlm_group_t *g, const vlm_seq_t *seq)
+{
+    int  i;
+
+    for (i = 0; i < g->max_seqs; i++) {
+        if (g->seqs[i] == seq) {
+            return i;
+        }
+    }
+
+    return -1;
+}
+
+
+vlm_status_t
+vlm_group_seq_init(vlm_group_t *g, vlm_seq_t **seq, vlm_error_t *err)
+{
+    int           id;
+    vlm_status_t  rc;
+
+    id = vlm_group_id(g, NULL);
+    if (id < 0) {
+        return vlm_error_set(err, VLM_ERR_LIMIT,
+                             "group: every sequence slot is in use");
+    }
+
+    rc = vlm_group_send(g, VLM_GROUP_SEQ_INIT, id, 0, 0, 0, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    rc = vlm_seq_init(g->model, seq, err);
+    if (rc == VLM_OK) {
+        g->seqs[id] = *seq;
+    }
+
+    return rc;
+}
+
+
+void
+vlm_group_seq_free(vlm_group_t *g, vlm_seq_t *seq)
+{
+    int          id;
+    vlm_error_t  err;
+
+    id = vlm_group_id(g, seq);
+
+    if (id >= 0) {
+        g->seqs[id] = NULL;
+        (void) vlm_group_send(g, VLM_GROUP_SEQ_FREE, id, 0, 0, 0, &err);
+    }
+
+    vlm_seq_free(seq);
+}
+
+
+vlm_status_t
+vlm_group_prefill_start(vlm_group_t *g, vlm_seq_t *seq, const int32_t *ids,
+    int n_ids, const vlm_image_t *images, int n_images, vlm_error_t *err)
+{
+    int                 i;
+    size_t              ids_bytes, off;
+    vlm_status_t        rc;
+    vlm_group_image_t  *gi;
+
+    if (g->comm == NULL) {
+        return vlm_seq_prefill_start(seq, ids, n_ids, images, n_images, NULL,
+                                     err);
+    }
+
+    ids_bytes = (size_t) (n_ids > 0 ? n_ids : 0) * sizeof(int32_t);
+
+    if (n_images < 0 || n_images > VLM_GROUP_MAX_IMAGES
+        || ids_bytes + (size_t) n_images * sizeof(vlm_group_image_t)
+           > g->payload_cap)
+    {
+        return vlm_error_set(err, VLM_ERR_LIMIT,
+                             "group: a prompt of %d tokens and %d images is "
+                             "larger than a plan", n_ids, n_images);
+    }
+
+    memcpy(g->payload, ids, ids_bytes);
+    gi = (vlm_group_image_t *) (g->payload + ids_bytes);
+
+    for (i = 0; i < n_images; i++) {
+        off = (size_t) ((const uint8_t *) images[i].pixels - g->arena);
+
+        if ((const uint8_t *) images[i].pixels < g->arena
+            || off >= g->arena_size)
+        {
+            return vlm_error_set(err, VLM_ERR_INTERNAL,
+                                 "group: image %d's pixels are not in the "
+                                 "shared arena", i);
+        }
+
+        memset(&gi[i], 0, sizeof(vlm_group_image_t));
+        gi[i].grid_t = images[i].grid_t;
+        gi[i].grid_h = images[i].grid_h;
+        gi[i].grid_w = images[i].grid_w;
+        gi[i].pixels_off = off;
+    }
+
+    rc = vlm_group_send(g, VLM_GROUP_PREFILL_START, vlm_group_id(g, seq),
+                        (uint32_t) n_ids, (uint32_t) n_images,
+                        ids_bytes + (size_t) n_images
+                                    * sizeof(vlm_group_image_t), err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    return vlm_seq_prefill_start(seq, ids, n_ids, images, n_images, NULL,
+                                 err);
+}
+
+
+vlm_status_t
+vlm_group_prefill_work(vlm_group_t *g, int *done, vlm_error_t *err)
+{
+    vlm_status_t  rc;
+
+    rc = vlm_group_send(g, VLM_GROUP_PREFILL_WORK, -1, 0, 0, 0, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    return vlm_prefill_work(g->model, done, err);
+}
+
+
+void
+vlm_group_prefill_cancel(vlm_group_t *g)
+{
+    vlm_error_t  err;
+
+    (void) vlm_group_send(g, VLM_GROUP_PREFILL_CANCEL, -1, 0, 0, 0, &err);
+    vlm_prefill_cancel(g->model);
+}
+
+
+vlm_status_t
+vlm_group_step(vlm_group_t *g, const vlm_step_item_t *items, int n_items,
+    vlm_error_t *err)
+{
+    int                i;
+    size_t             size;
+    vlm_status_t       rc;
+    vlm_group_item_t  *gi;
+
+    if (g->comm == NULL) {
+        return vlm_step(g->model, items, n_items, err);
+    }
+
+    size = (size_t) n_items * sizeof(vlm_group_item_t);
+
+    for (i = 0; i < n_items; i++) {
+        size += (size_t) items[i].n_ids * sizeof(int32_t);
+    }
+
+    if (n_items > g->max_seqs || size > g->payload_cap) {
+        return vlm_error_set(err, VLM_ERR_LIMIT,
+                             "group: a step of %d items is larger than a "
+                             "plan", n_items);
+    }
+
+    gi = (vlm_group_item_t *) g->payload;
+    size = (size_t) n_items * sizeof(vlm_group_item_t);
+
+    for (i = 0; i < n_items; i++) {
+        gi[i].seq = vlm_group_id(g, items[i].seq);
+        gi[i].n_ids = items[i].n_ids;
+
+        memcpy(g->payload + size, items[i].ids,
+               (size_t) items[i].n_ids * sizeof(int32_t));
+        size += (size_t) items[i].n_ids * sizeof(int32_t);
+    }
+
+    rc = vlm_group_send(g, VLM_GROUP_STEP, -1, (uint32_t) n_items, 0, size,
+                        err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    return vlm_step(g->model, items, n_items, err);
+}
+
+
+void
+vlm_group_stop(vlm_group_t *g)
+{
+    vlm_error_t  err;
+
+    (void) vlm_group_send(g, VLM_GROUP_STOP, -1, 0, 0, 0, &err);
+}
+
+
+/* a follower's side of one plan; an error here means the group diverged */
+static vlm_status_t
+vlm_group_replay(vlm_group_t *g, const vlm_group_plan_t *plan,
+    vlm_error_t *err)
+{
+    int                       i, done;
+    size_t                    size;
+    vlm_seq_t                *seq;
+    vlm_status_t              rc;
+    const vlm_group_item_t   *gi;
+    const vlm_group_image_t  *im;
+
+    seq = plan->seq >= 0 && plan->seq < g->max_seqs ? g->seqs[plan->seq]
+                                                     : NULL;
+
+    switch (plan->op) {
+
+    case VLM_GROUP_SEQ_INIT:
+        if (plan->seq < 0 || plan->seq >= g->max_seqs || seq != NULL) {
+            break;
+        }
+
+        rc = vlm_seq_init(g->model, &g->seqs[plan->seq], err);
+
+        /* rank 0's call failed the same way: nothing changed anywhere */
+        return rc == VLM_ERR_LIMIT ? VLM_OK : rc;
+
+    case VLM_GROUP_SEQ_FREE:
+        if (seq == NULL) {
+            break;
+        }
+
+        g->seqs[plan->seq] = NULL;
+        vlm_seq_free(seq);
+
+        return VLM_OK;
+
+    case VLM_GROUP_PREFILL_START:
+        if (seq == NULL || plan->n_images > VLM_GROUP_MAX_IMAGES
+            || plan->payload != plan->n * sizeof(int32_t)
+                                + plan->n_images * sizeof(vlm_group_image_t))
+        {
+            break;
+        }
+
+        memcpy(g->pf_ids, g->payload, plan->n * sizeof(int32_t));
+        im = (const vlm_group_image_t *) (g->payload
+                                          + plan->n * sizeof(int32_t));
+
+        for (i = 0; i < (int) plan->n_images; i++) {
+            if (im[i].pixels_off >= g->arena_size) {
+                return vlm_error_set(err, VLM_ERR_INTERNAL,
+                                     "group: image %d's pixels at %llu are "
+                                     "outside the arena", i,
+                                     (unsigned long long) im[i].pixels_off);
+            }
+
+            g->pf_images[i].pixels = (const float *) (g->arena
+                                                      + im[i].pixels_off);
+            g->pf_images[i].grid_t = im[i].grid_t;
+            g->pf_images[i].grid_h = im[i].grid_h;
+            g->pf_images[i].grid_w = im[i].grid_w;
+        }
+
+        /* a prompt rank 0 refused is refused here too */
+        (void) vlm_seq_prefill_start(seq, g->pf_ids, (int) plan->n,
+                                     g->pf_images, (int) plan->n_images,
+                                     NULL, err);
+        return VLM_OK;
+
+    case VLM_GROUP_PREFILL_WORK:
+        rc = vlm_prefill_work(g->model, &done, err);
+
+        /* the prefill's own error is rank 0's too; a failed collective is
+           the group's */
+        return rc == VLM_ERR_INTERNAL ? rc : VLM_OK;
+
+    case VLM_GROUP_PREFILL_CANCEL:
+        vlm_prefill_cancel(g->model);
+        return VLM_OK;
+
+    case VLM_GROUP_STEP:
+        if (plan->n > (uint32_t) g->max_seqs) {
+            break;
+        }
+
+        gi = (const vlm_group_item_t *) g->payload;
+        size = plan->n * sizeof(vlm_group_item_t);
+
+        for (i = 0; i < (int) plan->n; i++) {
+            if (gi[i].seq < 0 || gi[i].seq >= g->max_seqs
+                || g->seqs[gi[i].seq] == NULL || gi[i].n_ids < 0
+                || size + (size_t) gi[i].n_ids * sizeof(int32_t)
+                   > plan->payload)
+            {
+                return vlm_error_set(err, VLM_ERR_INTERNAL,
+                                     "group: step item %d names no "
+                                     "sequence of this rank", i);
+            }
+
+            g->items[i].seq = g->seqs[gi[i].seq];
+            g->items[i].ids = (const int32_t *) (g->payload + size);
+            g->items[i].n_ids = gi[i].n_ids;
+            size += (size_t) gi[i].n_ids * sizeof(int32_t);
+        }
+
+        rc = vlm_step(g->model, g->items, (int) plan->n, err);
+
+        return rc == VLM_ERR_INTERNAL ? rc : VLM_OK;
+    }
+
+    return vlm_error_set(err, VLM_ERR_INTERNAL,
+                         "group: plan %u for sequence %d does not match "
+                         "this rank's state", plan->op, (int) plan->seq);
+}
+
+
+vlm_status_t
+vlm_group_follow(vlm_group_t *g, vlm_error_t *err)
+{
+    vlm_status_t      rc;
+    vlm_group_plan_t  plan;
+
+    if (g->comm == NULL) {
+        return VLM_OK;
+    }
+
+    for ( ;; ) {
+        rc = g->comm->ops->broadcast(g->comm, &plan, sizeof(plan), 0);
+
+        if (rc == VLM_OK && plan.payload > g->payload_cap) {
+            return vlm_error_set(err, VLM_ERR_INTERNAL,
+                                 "group: a plan of %llu bytes",
+                                 (unsigned long long) plan.payload);
+        }
+
+        if (rc == VLM_OK && plan.payload > 0) {
+            rc = g->comm->ops->broadcast(g->comm, g->payload, plan.payload,
+                                         0);
+        }
+
+        if (rc != VLM_OK) {
+            return vlm_error_set(err, rc, "group: rank 0 is gone");
+        }
+
+        if (plan.op == VLM_GROUP_STOP) {
+            return VLM_OK;
+        }
+
+        rc = vlm_group_replay(g, &plan, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+    }
+}
