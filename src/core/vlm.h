@@ -99,6 +99,8 @@ typedef struct {
     size_t      image_cache_peak;
     uint64_t    image_cache_hits;   /* images whose encoding was skipped */
     uint64_t    image_cache_misses;
+    uint64_t    comm_calls;         /* tensor-parallel collectives */
+    uint64_t    comm_ns;            /* time in them, waits included */
 } vlm_model_stats_t;
 
 

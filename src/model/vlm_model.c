@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "vlm_model.h"
@@ -273,9 +274,21 @@ vlm_model_vector_part(vlm_model_t *m, float **out, const char *name, int n,
 }
 
 
+static uint64_t
+vlm_model_ns(void)
+{
+    struct timespec  ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+
+    return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
+}
+
+
 vlm_status_t
 vlm_model_all_reduce(vlm_model_t *m, float *buf, size_t n, vlm_error_t *err)
 {
+    uint64_t      t;
     vlm_status_t  rc;
 
     if (m->tp.comm == NULL) {
@@ -284,7 +297,10 @@ vlm_model_all_reduce(vlm_model_t *m, float *buf, size_t n, vlm_error_t *err)
 
     m->be->ops->synchronize(m->be);
 
+    t = vlm_model_ns();
     rc = m->tp.comm->ops->all_reduce_sum(m->tp.comm, buf, n);
+    m->comm_ns += vlm_model_ns() - t;
+    m->comm_calls++;
     if (rc != VLM_OK) {
         return vlm_error_set(err, rc, "model: the all-reduce of rank %d of "
                              "%d failed: the group is going down",
@@ -299,6 +315,7 @@ vlm_status_t
 vlm_model_all_gather(vlm_model_t *m, float *out, const float *in, size_t n,
     vlm_error_t *err)
 {
+    uint64_t      t;
     vlm_status_t  rc;
 
     if (m->tp.comm == NULL) {
@@ -311,7 +328,10 @@ vlm_model_all_gather(vlm_model_t *m, float *out, const float *in, size_t n,
 
     m->be->ops->synchronize(m->be);
 
+    t = vlm_model_ns();
     rc = m->tp.comm->ops->all_gather(m->tp.comm, out, in, n);
+    m->comm_ns += vlm_model_ns() - t;
+    m->comm_calls++;
     if (rc != VLM_OK) {
         return vlm_error_set(err, rc, "model: the all-gather of rank %d of "
                              "%d failed: the group is going down",
@@ -845,6 +865,8 @@ vlm_model_stats(const vlm_model_t *m, vlm_model_stats_t *s)
     s->image_cache_peak = m->icache.peak * sizeof(float);
     s->image_cache_hits = m->icache.hits;
     s->image_cache_misses = m->icache.misses;
+    s->comm_calls = m->comm_calls;
+    s->comm_ns = m->comm_ns;
 
     for (i = 0; i < m->params.max_seqs; i++) {
         s->seqs_used += m->seqs[i].in_use;

@@ -219,6 +219,8 @@ struct vlm_model_s {
     int32_t                 *step_had;  /* host [max_batch_tokens] */
     vlm_prefill_job_t        pf;
     vlm_icache_t             icache;
+    uint64_t                 comm_calls;
+    uint64_t                 comm_ns;
     int32_t                 *pf_pos;    /* host [3, max_seq_len] */
     uint64_t                 allocs_at_load;
 };
