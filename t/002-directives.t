@@ -526,6 +526,30 @@ qr{\[emerg\] .*: "vlm_max_batch_tokens" must be between 16 and 65536, not "15" i
 
 
 
+=== TEST 36c: vlm_tensor_parallel: none
+--- http_config
+    vlm_tensor_parallel 0;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_tensor_parallel" must be between 1 and 8, not "0" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 36d: vlm_tensor_parallel: more ranks than a group has
+--- http_config
+    vlm_tensor_parallel 9;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_tensor_parallel" must be between 1 and 8, not "9" in \S+nginx\.conf:\d+$}
+
+
+
 === TEST 37: vlm_health: not allowed at the http level
 --- http_config
     vlm_health;

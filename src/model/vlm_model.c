@@ -35,6 +35,9 @@ typedef struct {
 } vlm_model_owner_t;
 
 
+static size_t vlm_model_decode_bytes(const vlm_model_t *m);
+
+
 void
 vlm_model_params_default(vlm_model_params_t *p)
 {
@@ -741,6 +744,14 @@ vlm_model_load(vlm_model_t **out, const char *dir,
             "weights, %zu MB of buffers", m->info.arch, dir,
             m->cfg.text.n_layers, vlm_safetensors_bytes(m->st) >> 20,
             m->be->allocated >> 20);
+
+    if (m->tp.size > 1) {
+        vlm_log(VLM_LOG_INFO, "model: tensor-parallel rank %d of %d: %zu MB "
+                "of decoder weights read per step, %d of %d query heads, %d "
+                "KV heads", m->tp.rank, m->tp.size,
+                vlm_model_decode_bytes(m) >> 20, m->tp.n_heads,
+                m->cfg.text.n_heads, m->tp.n_kv_heads);
+    }
 
     *out = m;
 
