@@ -92,6 +92,13 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       offsetof(ngx_http_vlm_main_conf_t, tensor_parallel),
       &ngx_http_vlm_tensor_parallel_bounds },
 
+    { ngx_string("vlm_engine_cpus"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_1MORE,
+      ngx_http_vlm_engine_cpus,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("vlm_thread_pool"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_vlm_thread_pool,

@@ -550,6 +550,32 @@ qr{\[emerg\] .*: "vlm_tensor_parallel" must be between 1 and 8, not "9" in \S+ng
 
 
 
+=== TEST 36e: vlm_engine_cpus: not a CPU list
+--- http_config
+    vlm_engine_cpus 0-x;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_engine_cpus": "0-x" is not a CPU list such as "0-3,8" \(CPUs 0 to 1023\) in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 36f: vlm_engine_cpus: a list a rank
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/good;
+    vlm_tensor_parallel 2;
+    vlm_engine_cpus 0-1;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_engine_cpus" has 1 CPU lists, one for each of the 2 ranks of "vlm_tensor_parallel" is needed in \S+nginx\.conf:\d+$}
+
+
+
 === TEST 37: vlm_health: not allowed at the http level
 --- http_config
     vlm_health;

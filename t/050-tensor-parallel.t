@@ -1,5 +1,6 @@
 # The engine as a tensor-parallel group (vlm_tensor_parallel 2): two rank
-# processes serve the same answers as one engine, text and image prompts,
+# processes, each on the CPU vlm_engine_cpus gives it, serve the same
+# answers as one engine, text and image prompts,
 # streamed or not; a rank killed mid-stream takes the group down (the
 # stream ends with an SSE error event and [DONE]), the supervisor starts
 # both ranks again, and the next request gets the same answer; every slot
@@ -79,6 +80,7 @@ VLMTest::vlm_stop($one);
 
 my $srv = vlm_start(name => 'tp2', port => 2004, http_config => <<'_EOC_');
     vlm_tensor_parallel 2;
+    vlm_engine_cpus 0 1;
     vlm_max_tokens 4000;
 _EOC_
 
@@ -87,6 +89,13 @@ END { VLMTest::vlm_stop($srv) if $srv }
 my $r = ranks($srv);
 ok($r->{0} && $r->{1} && keys %$r == 2, 'two rank processes')
     or diag(join ' ', %$r);
+
+# vlm_engine_cpus: each rank on its own CPU
+for my $rank (0, 1) {
+    open my $in, '<', "/proc/$r->{$rank}/status" or next;
+    my ($cpus) = join('', <$in>) =~ /^Cpus_allowed_list:\s*(\S+)/m;
+    is($cpus, $rank, "rank $rank runs on CPU $rank");
+}
 
 my $got = answers($srv, "two ranks");
 ok(length($want->{$_}) > 10, "one engine, $_: an answer of some length")

@@ -11,6 +11,7 @@
  *              [--backend cpu|cuda] [--threads N] [--max-seqs N]
  *              [--max-batch-tokens N] [--max-seq-len N] [--kv-blocks N]
  *              [--image-cache-bytes N] [--tensor-parallel N]
+ *              [--cpus LIST[:LIST...]]     (the CPUs of each rank)
  *
  * With --tensor-parallel N > 1 this process is rank 0 of a group: it makes
  * the shared memory communicator, starts ranks 1..N-1 from its own binary
@@ -24,6 +25,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -58,6 +60,7 @@ typedef struct {
     const char          *model_dir;
     const char          *backend;
     int                  comm_fd;       /* ranks 1..N-1: the group's */
+    const char          *cpus;          /* a CPU list a rank, ':' apart */
     vlm_model_params_t   params;
 } vlm_engine_args_t;
 
@@ -96,6 +99,66 @@ vlm_engine_signal(int signo)
     } else {
         vlm_engine_stop = 1;
     }
+}
+
+
+/*
+ * This rank's CPUs from --cpus "0-3,8:4-7,9" (one list a rank): the
+ * threads the backend starts later inherit them.
+ */
+static int
+vlm_engine_pin(const char *cpus, int rank)
+{
+    int         r;
+    long        lo, hi, c;
+    char       *end;
+    cpu_set_t   set;
+    const char *p;
+
+    p = cpus;
+
+    for (r = 0; r < rank; r++) {
+        p = strchr(p, ':');
+        if (p == NULL) {
+            vlm_log(VLM_LOG_ERROR, "--cpus \"%s\" has no list for rank %d",
+                    cpus, rank);
+            return -1;
+        }
+
+        p++;
+    }
+
+    CPU_ZERO(&set);
+
+    while (*p != '\0' && *p != ':') {
+        lo = strtol(p, &end, 10);
+        hi = lo;
+
+        if (*end == '-') {
+            hi = strtol(end + 1, &end, 10);
+        }
+
+        if (end == p || lo < 0 || hi < lo || hi >= CPU_SETSIZE
+            || (*end != ',' && *end != ':' && *end != '\0'))
+        {
+            vlm_log(VLM_LOG_ERROR, "invalid --cpus \"%s\"", cpus);
+            return -1;
+        }
+
+        for (c = lo; c <= hi; c++) {
+            CPU_SET(c, &set);
+        }
+
+        p = *end == ',' ? end + 1 : end;
+    }
+
+    if (sched_setaffinity(0, sizeof(set), &set) == -1) {
+        vlm_log(VLM_LOG_ERROR, "rank %d: sched_setaffinity(%s): %s", rank,
+                cpus, strerror(errno));
+        return -1;
+    }
+
+    return 0;
 }
 
 
@@ -235,6 +298,9 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
             }
 
             a->params.tp_rank = (int) n;
+
+        } else if (strcmp(argv[i], "--cpus") == 0) {
+            a->cpus = argv[++i];
 
         } else if (strcmp(argv[i], "--comm-fd") == 0) {
             if (vlm_engine_int("--comm-fd", argv[++i], 0, 65535, &n)) {
@@ -400,6 +466,10 @@ vlm_engine_follow(vlm_engine_args_t *a, vlm_queue_t *q)
         return 1;
     }
 
+    if (a->cpus != NULL && vlm_engine_pin(a->cpus, a->params.tp_rank) != 0) {
+        return 1;
+    }
+
     if (vlm_comm_shm_open(&comm, a->comm_fd, a->params.tp_rank, &err)
         != VLM_OK)
     {
@@ -504,6 +574,10 @@ main(int argc, char **argv)
 
     if (args.params.tp_rank > 0) {
         return vlm_engine_follow(&args, &q);
+    }
+
+    if (args.cpus != NULL && vlm_engine_pin(args.cpus, 0) != 0) {
+        return 1;
     }
 
     /* exits with the nginx master, which cannot tell us otherwise */

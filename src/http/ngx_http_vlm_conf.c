@@ -222,6 +222,86 @@ ngx_http_vlm_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
  * "unknown thread pool" when no thread_pool directive declares it.
  */
 
+/*
+ * vlm_engine_cpus list...: the CPUs each engine rank runs on, one list a
+ * rank ("0-15", "0,2,4-7"), so that on a server with several memory nodes
+ * each rank streams its weights from its own node.
+ */
+char *
+ngx_http_vlm_engine_cpus(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_vlm_main_conf_t *vmcf = conf;
+
+    u_char      *p, *c, *d;
+    size_t       len;
+    ngx_int_t    lo, hi;
+    ngx_str_t   *value;
+    ngx_uint_t   i;
+
+    if (vmcf->engine_cpus.data) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (cf->args->nelts - 1 > 8) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"vlm_engine_cpus\" takes one CPU list a rank, "
+                           "8 at most");
+        return NGX_CONF_ERROR;
+    }
+
+    len = 0;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+        len += value[i].len + 1;
+
+        /* ranges "a" or "a-b" with a <= b, separated by commas */
+        for (c = value[i].data; c < value[i].data + value[i].len; c = p + 1) {
+            for (p = c; p < value[i].data + value[i].len && *p != ','; p++) {
+                /* void */
+            }
+
+            lo = ngx_atoi(c, p - c);
+            hi = lo;
+
+            if (lo == NGX_ERROR) {
+                d = ngx_strlchr(c, p, '-');
+
+                if (d != NULL) {
+                    lo = ngx_atoi(c, d - c);
+                    hi = ngx_atoi(d + 1, p - d - 1);
+                }
+            }
+
+            if (lo == NGX_ERROR || hi == NGX_ERROR || lo > hi || hi >= 1024) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "\"vlm_engine_cpus\": \"%V\" is not a "
+                                   "CPU list such as \"0-3,8\" (CPUs 0 to "
+                                   "1023)", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+        }
+    }
+
+    p = ngx_pnalloc(cf->pool, len);
+    if (p == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    vmcf->engine_cpus.data = p;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+        p = ngx_cpymem(p, value[i].data, value[i].len);
+        *p++ = (u_char) (i + 1 < cf->args->nelts ? ':' : '\0');
+    }
+
+    vmcf->engine_cpus.len = len - 1;
+
+    return NGX_CONF_OK;
+}
+
+
 char *
 ngx_http_vlm_thread_pool(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {

@@ -78,6 +78,22 @@ ngx_http_vlm_engine_on_wakeup(ngx_http_vlm_wakeup_pt handler)
 }
 
 
+/* the rank lists of vlm_engine_cpus, joined by ':' */
+static ngx_uint_t
+ngx_http_vlm_engine_cpu_lists(ngx_str_t *cpus)
+{
+    ngx_uint_t  i, n;
+
+    n = 1;
+
+    for (i = 0; i < cpus->len; i++) {
+        n += cpus->data[i] == ':';
+    }
+
+    return n;
+}
+
+
 /*
  * Config time, with vlm_model set: the engine binary, its directory (a
  * path whose manager callback is the supervisor) and the hash of every
@@ -105,6 +121,19 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
         return NGX_CONF_ERROR;
     }
 
+    if (vmcf->engine_cpus.len
+        && ngx_http_vlm_engine_cpu_lists(&vmcf->engine_cpus)
+           != vmcf->tensor_parallel)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"vlm_engine_cpus\" has %ui CPU lists, one for "
+                           "each of the %ui ranks of \"vlm_tensor_parallel\" "
+                           "is needed",
+                           ngx_http_vlm_engine_cpu_lists(&vmcf->engine_cpus),
+                           vmcf->tensor_parallel);
+        return NGX_CONF_ERROR;
+    }
+
     ngx_crc32_init(crc);
     ngx_crc32_update(&crc, vmcf->model.data, vmcf->model.len);
     ngx_crc32_update(&crc, vmcf->engine_binary.data, vmcf->engine_binary.len);
@@ -113,6 +142,7 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
                      sizeof(ngx_int_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->tensor_parallel,
                      sizeof(ngx_uint_t));
+    ngx_crc32_update(&crc, vmcf->engine_cpus.data, vmcf->engine_cpus.len);
     ngx_crc32_update(&crc, (u_char *) &vmcf->max_running,
                      sizeof(ngx_uint_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->max_batch_tokens,
@@ -623,6 +653,11 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     argv[n++] = (char *) cache;
     argv[n++] = "--tensor-parallel";
     argv[n++] = (char *) ranks;
+
+    if (vmcf->engine_cpus.len) {
+        argv[n++] = "--cpus";
+        argv[n++] = (char *) vmcf->engine_cpus.data;
+    }
     argv[n] = NULL;
 
     pid = fork();

@@ -43,6 +43,9 @@ typedef struct {
     ngx_uint_t           backend;          /* NGX_HTTP_VLM_BACKEND_* */
     ngx_int_t            engine_threads;   /* of each rank */
     ngx_uint_t           tensor_parallel;  /* engine ranks */
+    ngx_str_t            engine_cpus;      /* a CPU list a rank, joined by
+                                              ':'; NUL-terminated; len 0:
+                                              none */
     size_t               max_image_pixels;
     ngx_int_t            max_images;
 
@@ -89,6 +92,8 @@ void *ngx_http_vlm_create_main_conf(ngx_conf_t *cf);
 char *ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf);
 char *ngx_http_vlm_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 char *ngx_http_vlm_thread_pool(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_vlm_engine_cpus(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_vlm_check_num(ngx_conf_t *cf, void *post, void *data);
 char *ngx_http_vlm_check_size(ngx_conf_t *cf, void *post, void *data);
