@@ -5,7 +5,9 @@
  * communicator give every rank the last-position logits of one process
  * within 1e-5 relative L2, and the same 32 greedy tokens, for prompts with
  * no, one and two images fed in chunks.  With 4 ranks the 2 KV heads are
- * each kept by two ranks.  A split the model's heads cannot take is
+ * each kept by two ranks; with 2 the vision tower is split too (its 2
+ * heads), with 4 every rank runs it whole.  A split the model's heads
+ * cannot take is
  * refused at load, naming the numbers.  The engine's group layer
  * (vlm_group.h) gets the same results with rank 0 alone making the calls
  * and the others replaying its plans, the pixels read from a shared arena.

@@ -223,6 +223,58 @@ vlm_model_matrix_cols(vlm_model_t *m, vlm_weight_t *w, const char *name,
 
 
 vlm_status_t
+vlm_model_matrix_runs(vlm_model_t *m, vlm_weight_t *w, const char *name,
+    int rows, int cols, const int *r0, int nr, int n_runs, vlm_error_t *err)
+{
+    int                     i;
+    size_t                  row;
+    uint8_t                *host;
+    vlm_model_owner_t      *o = (vlm_model_owner_t *) m;
+    const vlm_st_tensor_t  *t;
+
+    if (n_runs == 1) {
+        return vlm_model_matrix_rows(m, w, name, rows, cols, r0[0], nr, err);
+    }
+
+    t = vlm_model_matrix_tensor(m, name, rows, cols, err);
+    if (t == NULL) {
+        return VLM_ERR_FORMAT;
+    }
+
+    for (i = 0; i < n_runs; i++) {
+        if (r0[i] < 0 || nr < 1 || r0[i] + nr > rows) {
+            return vlm_error_set(err, VLM_ERR_INTERNAL,
+                                 "model: rows %d..%d of \"%s\" [%d, %d]",
+                                 r0[i], r0[i] + nr, name, rows, cols);
+        }
+    }
+
+    if (o->n_host == VLM_MAX_LOAD_ALLOCS) {
+        return vlm_error_set(err, VLM_ERR_LIMIT, "model: too many buffers");
+    }
+
+    row = (size_t) cols * vlm_dtype_size(t->dtype);
+
+    host = malloc(row * nr * n_runs);
+    if (host == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM,
+                             "model: no memory for a share of \"%s\"",
+                             name);
+    }
+
+    o->host[o->n_host++] = host;
+
+    for (i = 0; i < n_runs; i++) {
+        memcpy(host + i * row * nr,
+               (const uint8_t *) t->data + (size_t) r0[i] * row, row * nr);
+    }
+
+    return m->be->ops->weight_bind(m->be, w, host, t->dtype, nr * n_runs,
+                                   cols, err);
+}
+
+
+vlm_status_t
 vlm_model_vector(vlm_model_t *m, float **out, const char *name, int n,
     vlm_error_t *err)
 {
@@ -234,6 +286,16 @@ vlm_status_t
 vlm_model_vector_part(vlm_model_t *m, float **out, const char *name, int n,
     int off, int len, vlm_error_t *err)
 {
+    return vlm_model_vector_runs(m, out, name, n, &off, len, 1, err);
+}
+
+
+vlm_status_t
+vlm_model_vector_runs(vlm_model_t *m, float **out, const char *name, int n,
+    const int *off, int len, int n_runs, vlm_error_t *err)
+{
+    int                     i;
+    size_t                  es;
     float                  *host;
     vlm_status_t            rc;
     const vlm_st_tensor_t  *t;
@@ -251,26 +313,34 @@ vlm_model_vector_part(vlm_model_t *m, float **out, const char *name, int n,
                              (long long) t->n_elements, t->n_dims, n);
     }
 
-    if (off < 0 || len < 1 || off + len > n) {
-        return vlm_error_set(err, VLM_ERR_INTERNAL,
-                             "model: elements %d..%d of \"%s\" [%d]", off,
-                             off + len, name, n);
+    for (i = 0; i < n_runs; i++) {
+        if (off[i] < 0 || len < 1 || off[i] + len > n) {
+            return vlm_error_set(err, VLM_ERR_INTERNAL,
+                                 "model: elements %d..%d of \"%s\" [%d]",
+                                 off[i], off[i] + len, name, n);
+        }
     }
 
-    *out = vlm_model_alloc(m, (size_t) len * sizeof(float), err);
+    *out = vlm_model_alloc(m, (size_t) len * n_runs * sizeof(float), err);
     if (*out == NULL) {
         return VLM_ERR_NOMEM;
     }
 
-    host = malloc((size_t) len * sizeof(float));
+    host = malloc((size_t) len * n_runs * sizeof(float));
     if (host == NULL) {
         return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
     }
 
-    vlm_dtype_to_f32(host, (const uint8_t *) t->data
-                           + (size_t) off * vlm_dtype_size(t->dtype),
-                     t->dtype, (size_t) len);
-    rc = m->be->ops->upload(m->be, *out, host, (size_t) len * sizeof(float));
+    es = vlm_dtype_size(t->dtype);
+
+    for (i = 0; i < n_runs; i++) {
+        vlm_dtype_to_f32(host + (size_t) i * len,
+                         (const uint8_t *) t->data + (size_t) off[i] * es,
+                         t->dtype, (size_t) len);
+    }
+
+    rc = m->be->ops->upload(m->be, *out, host,
+                            (size_t) len * n_runs * sizeof(float));
     free(host);
 
     return rc;
@@ -352,9 +422,10 @@ vlm_model_all_gather(vlm_model_t *m, float *out, const float *in, size_t n,
 static vlm_status_t
 vlm_model_tp_init(vlm_model_t *m, vlm_error_t *err)
 {
-    int                 N, r;
-    vlm_tp_t           *tp = &m->tp;
-    vlm_text_config_t  *tc = &m->cfg.text;
+    int                   N, r, merge;
+    vlm_tp_t             *tp = &m->tp;
+    vlm_text_config_t    *tc = &m->cfg.text;
+    vlm_vision_config_t  *vc;
 
     N = m->params.tp_size > 0 ? m->params.tp_size : 1;
     r = m->params.tp_rank;
@@ -406,6 +477,27 @@ vlm_model_tp_init(vlm_model_t *m, vlm_error_t *err)
     tp->inter0 = r * tp->inter;
     tp->vocab = tc->vocab_size / N;
     tp->vocab0 = r * tp->vocab;
+
+    vc = &m->cfg.vision;
+    merge = vc->spatial_merge_size * vc->spatial_merge_size
+            * vc->hidden_size;
+
+    tp->vision_split = N > 1 && vc->n_heads % N == 0
+                       && vc->intermediate_size % N == 0 && merge % N == 0;
+
+    if (tp->vision_split) {
+        tp->v_heads = vc->n_heads / N;
+        tp->v_head0 = r * tp->v_heads;
+        tp->v_inter = vc->intermediate_size / N;
+        tp->v_inter0 = r * tp->v_inter;
+        tp->v_merge = merge / N;
+        tp->v_merge0 = r * tp->v_merge;
+
+    } else {
+        tp->v_heads = vc->n_heads;
+        tp->v_inter = vc->intermediate_size;
+        tp->v_merge = merge;
+    }
 
     return VLM_OK;
 }

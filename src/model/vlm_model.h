@@ -163,9 +163,10 @@ typedef struct {
  * (column-parallel), o and down by input columns (row-parallel, an
  * all-reduce after each), the KV heads split between the ranks (each
  * rank's copy of one head when there are more ranks than heads), the
- * head by vocabulary rows with an all-gather of the logits.  The
- * embedding and the vision tower are every rank's: with mmapped weights
- * the ranks of one host share their pages.  One rank: everything.
+ * head by vocabulary rows with an all-gather of the logits; the vision
+ * tower's blocks and merger likewise where they divide.  The embedding is
+ * every rank's: with mmapped weights the ranks of one host share its
+ * pages.  One rank: everything.
  */
 typedef struct {
     vlm_comm_t  *comm;                  /* NULL: one rank */
@@ -175,6 +176,13 @@ typedef struct {
     int          n_kv_heads, kv_head0;
     int          inter, inter0;         /* MLP intermediate rows */
     int          vocab, vocab0;         /* head rows */
+
+    /* the vision tower, split the same way when its heads, MLP and
+       merger divide by the ranks, else every rank's whole */
+    int          vision_split;
+    int          v_heads, v_head0;
+    int          v_inter, v_inter0;
+    int          v_merge, v_merge0;     /* the merger's hidden rows */
 } vlm_tp_t;
 
 
@@ -242,6 +250,16 @@ vlm_status_t vlm_model_matrix_cols(vlm_model_t *m, vlm_weight_t *w,
     const char *name, int rows, int cols, int c0, int nc, vlm_error_t *err);
 vlm_status_t vlm_model_vector_part(vlm_model_t *m, float **out,
     const char *name, int n, int off, int len, vlm_error_t *err);
+/*
+ * the runs [r0[i], r0[i] + nr) of rows (of elements), for i < n_runs, one
+ * after the other: a rank's share of a fused q/k/v matrix and its bias
+ */
+vlm_status_t vlm_model_matrix_runs(vlm_model_t *m, vlm_weight_t *w,
+    const char *name, int rows, int cols, const int *r0, int nr, int n_runs,
+    vlm_error_t *err);
+vlm_status_t vlm_model_vector_runs(vlm_model_t *m, float **out,
+    const char *name, int n, const int *off, int len, int n_runs,
+    vlm_error_t *err);
 
 /* the group's sums and gathers of backend memory (nothing with one rank) */
 vlm_status_t vlm_model_all_reduce(vlm_model_t *m, float *buf, size_t n,

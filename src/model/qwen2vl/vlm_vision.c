@@ -58,12 +58,106 @@ vlm_vision_linear(vlm_model_t *m, vlm_weight_t *w, float **b,
 }
 
 
+/* the ranks' partial outputs of a row-parallel layer, summed */
+static vlm_status_t
+vlm_vision_reduce(vlm_model_t *m, float *buf, size_t n, vlm_error_t *err)
+{
+    if (!m->tp.vision_split) {
+        return VLM_OK;
+    }
+
+    return vlm_model_all_reduce(m, buf, n, err);
+}
+
+
+/*
+ * A tensor-parallel rank's share of a linear layer: by output rows
+ * (column-parallel: its rows of the weight and of the bias), or by input
+ * columns (row-parallel: its columns; the bias is added once, by rank 0,
+ * after which the ranks' partial outputs are summed).  Whole when the
+ * tower is not split.
+ */
+static vlm_status_t
+vlm_vision_linear_rows(vlm_model_t *m, vlm_weight_t *w, float **b,
+    const char *prefix, int rows, int cols, int r0, int nr, vlm_error_t *err)
+{
+    char          name[128];
+    vlm_status_t  rc;
+
+    snprintf(name, sizeof(name), "%s.weight", prefix);
+    rc = vlm_model_matrix_rows(m, w, name, rows, cols, r0, nr, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    snprintf(name, sizeof(name), "%s.bias", prefix);
+
+    return vlm_model_vector_part(m, b, name, rows, r0, nr, err);
+}
+
+
+static vlm_status_t
+vlm_vision_linear_cols(vlm_model_t *m, vlm_weight_t *w, float **b,
+    const char *prefix, int rows, int cols, int c0, int nc, vlm_error_t *err)
+{
+    char          name[128];
+    vlm_status_t  rc;
+
+    snprintf(name, sizeof(name), "%s.weight", prefix);
+    rc = vlm_model_matrix_cols(m, w, name, rows, cols, c0, nc, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    if (m->tp.vision_split && m->tp.rank != 0) {
+        *b = NULL;
+        return VLM_OK;
+    }
+
+    snprintf(name, sizeof(name), "%s.bias", prefix);
+
+    return vlm_model_vector(m, b, name, rows, err);
+}
+
+
+/* the fused q/k/v of this rank's heads: its q rows, k rows, v rows */
+static vlm_status_t
+vlm_vision_qkv(vlm_model_t *m, vlm_weight_t *w, float **b,
+    const char *prefix, int E, int hd, vlm_error_t *err)
+{
+    int           r0[3], nr;
+    char          name[128];
+    vlm_status_t  rc;
+
+    if (!m->tp.vision_split) {
+        return vlm_vision_linear(m, w, b, prefix, 3 * E, E, err);
+    }
+
+    nr = m->tp.v_heads * hd;
+    r0[0] = m->tp.v_head0 * hd;
+    r0[1] = E + r0[0];
+    r0[2] = 2 * E + r0[0];
+
+    snprintf(name, sizeof(name), "%s.weight", prefix);
+    rc = vlm_model_matrix_runs(m, w, name, 3 * E, E, r0, nr, 3, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    snprintf(name, sizeof(name), "%s.bias", prefix);
+
+    return vlm_model_vector_runs(m, b, name, 3 * E, r0, nr, 3, err);
+}
+
+
 vlm_status_t
 vlm_vision_load(vlm_model_t *m, vlm_error_t *err)
 {
-    int                    i, E, I, H, mm, hd, half, quarter;
+    int                    i, E, I, H, mm, hd, half, quarter, q0, nq;
+    int                    i0, ni, m0, nm;
     char                   p[96];
     float                 *inv;
+    vlm_tp_t              *tp = &m->tp;
     vlm_status_t           rc;
     vlm_vision_block_t    *B;
     vlm_vision_weights_t  *w = &m->vis;
@@ -76,6 +170,14 @@ vlm_vision_load(vlm_model_t *m, vlm_error_t *err)
     hd = E / vc->n_heads;
     half = hd / 2;
     quarter = hd / 4;
+
+    /* this rank's heads, MLP rows and merger rows (all when not split) */
+    q0 = tp->vision_split ? tp->v_head0 * hd : 0;
+    nq = tp->v_heads * hd;
+    i0 = tp->v_inter0;
+    ni = tp->v_inter;
+    m0 = tp->v_merge0;
+    nm = tp->v_merge;
 
     rc = vlm_model_matrix(m, &w->patch, "visual.patch_embed.proj.weight", E,
                           vc->in_channels * vc->temporal_patch_size
@@ -106,24 +208,30 @@ vlm_vision_load(vlm_model_t *m, vlm_error_t *err)
                                 E, err));
         VLM_TRY(vlm_vision_norm(m, &B->norm2_w, &B->norm2_b, VLM_P("norm2"),
                                 E, err));
-        VLM_TRY(vlm_vision_linear(m, &B->qkv, &B->qkv_b,
-                                  VLM_P("attn.qkv"), 3 * E, E, err));
-        VLM_TRY(vlm_vision_linear(m, &B->proj, &B->proj_b,
-                                  VLM_P("attn.proj"), E, E, err));
+        VLM_TRY(vlm_vision_qkv(m, &B->qkv, &B->qkv_b, VLM_P("attn.qkv"),
+                               E, hd, err));
+        VLM_TRY(vlm_vision_linear_cols(m, &B->proj, &B->proj_b,
+                                       VLM_P("attn.proj"), E, E, q0, nq,
+                                       err));
 
         if (vc->gated_mlp) {
-            VLM_TRY(vlm_vision_linear(m, &B->gate, &B->gate_b,
-                                      VLM_P("mlp.gate_proj"), I, E, err));
-            VLM_TRY(vlm_vision_linear(m, &B->up, &B->up_b,
-                                      VLM_P("mlp.up_proj"), I, E, err));
-            VLM_TRY(vlm_vision_linear(m, &B->down, &B->down_b,
-                                      VLM_P("mlp.down_proj"), E, I, err));
+            VLM_TRY(vlm_vision_linear_rows(m, &B->gate, &B->gate_b,
+                                           VLM_P("mlp.gate_proj"), I, E, i0,
+                                           ni, err));
+            VLM_TRY(vlm_vision_linear_rows(m, &B->up, &B->up_b,
+                                           VLM_P("mlp.up_proj"), I, E, i0,
+                                           ni, err));
+            VLM_TRY(vlm_vision_linear_cols(m, &B->down, &B->down_b,
+                                           VLM_P("mlp.down_proj"), E, I, i0,
+                                           ni, err));
 
         } else {
-            VLM_TRY(vlm_vision_linear(m, &B->fc1, &B->fc1_b,
-                                      VLM_P("mlp.fc1"), I, E, err));
-            VLM_TRY(vlm_vision_linear(m, &B->fc2, &B->fc2_b,
-                                      VLM_P("mlp.fc2"), E, I, err));
+            VLM_TRY(vlm_vision_linear_rows(m, &B->fc1, &B->fc1_b,
+                                           VLM_P("mlp.fc1"), I, E, i0, ni,
+                                           err));
+            VLM_TRY(vlm_vision_linear_cols(m, &B->fc2, &B->fc2_b,
+                                           VLM_P("mlp.fc2"), E, I, i0, ni,
+                                           err));
         }
 
 #undef VLM_P
@@ -131,10 +239,12 @@ vlm_vision_load(vlm_model_t *m, vlm_error_t *err)
 
     VLM_TRY(vlm_vision_norm(m, &w->ln_q_w, &w->ln_q_b, "visual.merger.ln_q",
                             E, err));
-    VLM_TRY(vlm_vision_linear(m, &w->mlp0, &w->mlp0_b,
-                              "visual.merger.mlp.0", mm * E, mm * E, err));
-    VLM_TRY(vlm_vision_linear(m, &w->mlp2, &w->mlp2_b,
-                              "visual.merger.mlp.2", H, mm * E, err));
+    VLM_TRY(vlm_vision_linear_rows(m, &w->mlp0, &w->mlp0_b,
+                                   "visual.merger.mlp.0", mm * E, mm * E, m0,
+                                   nm, err));
+    VLM_TRY(vlm_vision_linear_cols(m, &w->mlp2, &w->mlp2_b,
+                                   "visual.merger.mlp.2", H, mm * E, m0, nm,
+                                   err));
 
 #undef VLM_TRY
 
@@ -297,8 +407,9 @@ vlm_status_t
 vlm_vision_encode_stage(vlm_model_t *m, const vlm_image_t *img, float *out,
     int stage, vlm_error_t *err)
 {
-    int                       l, u, k, P, U, E, I, H, mm, hd, full;
+    int                       l, u, k, P, U, E, I, H, mm, hd, full, nh, Q;
     float                    *x, *h, *t;
+    vlm_status_t              rc;
     int32_t                  *pos, *ppos, *cu_full, *cu_win, *perm, *inv;
     vlm_backend_t            *be = m->be;
     vlm_vision_ws_t          *w = &m->vws;
@@ -315,6 +426,11 @@ vlm_vision_encode_stage(vlm_model_t *m, const vlm_image_t *img, float *out,
     mm = vc->spatial_merge_size * vc->spatial_merge_size;
     U = P / mm;
     hd = E / vc->n_heads;
+
+    /* this rank's heads and MLP rows (all of them when not split) */
+    nh = m->tp.v_heads;
+    Q = nh * hd;
+    I = m->tp.v_inter;
 
     if (stage > 0) {
         x = w->n_win > 0 ? w->h : w->x;
@@ -389,27 +505,32 @@ run:
 
         va.out = w->att;
         va.q = w->qkv;
-        va.k = w->qkv + E;
-        va.v = w->qkv + 2 * E;
-        va.q_stride = 3 * E;
-        va.kv_stride = 3 * E;
-        va.n_heads = vc->n_heads;
-        va.n_kv_heads = vc->n_heads;
+        va.k = w->qkv + Q;
+        va.v = w->qkv + 2 * Q;
+        va.q_stride = 3 * Q;
+        va.kv_stride = 3 * Q;
+        va.n_heads = nh;
+        va.n_kv_heads = nh;
         va.head_dim = hd;
         va.scale = 1.0f / sqrtf((float) hd);
         va.causal = 0;
 
         vlm_vision_norm_apply(m, h, x, B->norm1_w, B->norm1_b, P);
         op->matmul(be, w->qkv, h, &B->qkv, B->qkv_b, P);
-        op->rope(be, w->qkv, P, 3 * E, vc->n_heads, hd, w->cos, w->sin);
-        op->rope(be, w->qkv + E, P, 3 * E, vc->n_heads, hd, w->cos,
-                 w->sin);
+        op->rope(be, w->qkv, P, 3 * Q, nh, hd, w->cos, w->sin);
+        op->rope(be, w->qkv + Q, P, 3 * Q, nh, hd, w->cos, w->sin);
 
         va.cu_seqlens = full ? w->cu_full : w->cu_window;
         va.n_segments = full ? img->grid_t : w->n_win;
         op->attention_varlen(be, &va);
 
         op->matmul(be, h, w->att, &B->proj, B->proj_b, P);
+
+        rc = vlm_vision_reduce(m, h, (size_t) P * E, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
         op->add(be, x, h, (size_t) P * E);
 
         vlm_vision_norm_apply(m, h, x, B->norm2_w, B->norm2_b, P);
@@ -426,6 +547,11 @@ run:
             op->matmul(be, w->att, w->m1, &B->fc2, B->fc2_b, P);
         }
 
+        rc = vlm_vision_reduce(m, w->att, (size_t) P * E, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
         op->add(be, x, w->att, (size_t) P * E);
 
         return VLM_OK;
@@ -435,14 +561,18 @@ run:
 
     vlm_vision_norm_apply(m, h, x, vw->ln_q_w, vw->ln_q_b, P);
     op->matmul(be, w->merged, h, &vw->mlp0, vw->mlp0_b, U);
-    op->act(be, w->merged, U, mm * E, VLM_ACT_GELU);
+    op->act(be, w->merged, U, m->tp.v_merge, VLM_ACT_GELU);
+
+    t = w->n_win > 0 ? w->out : out;
+    op->matmul(be, t, w->merged, &vw->mlp2, vw->mlp2_b, U);
+
+    rc = vlm_vision_reduce(m, t, (size_t) U * H, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
 
     if (w->n_win > 0) {
-        op->matmul(be, w->out, w->merged, &vw->mlp2, vw->mlp2_b, U);
         op->gather_rows(be, out, w->out, w->inv_perm, U, H);
-
-    } else {
-        op->matmul(be, out, w->merged, &vw->mlp2, vw->mlp2_b, U);
     }
 
     return VLM_OK;
