@@ -7,10 +7,10 @@
  * no, one and two images fed in chunks.  With 4 ranks the 2 KV heads are
  * each kept by two ranks; with 2 the vision tower is split too (its 2
  * heads), with 4 every rank runs it whole.  A split the model's heads
- * cannot take is
- * refused at load, naming the numbers.  The engine's group layer
- * (vlm_group.h) gets the same results with rank 0 alone making the calls
- * and the others replaying its plans, the pixels read from a shared arena.
+ * cannot take is refused at load, naming the numbers.  The engine's group
+ * layer (vlm_group.h) gets the same results with rank 0 alone making the
+ * calls and the others replaying its plans, the pixels read from a shared
+ * arena.
  */
 
 #define _GNU_SOURCE
