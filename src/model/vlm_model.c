@@ -482,8 +482,11 @@ vlm_model_load(vlm_model_t **out, const char *dir,
             goto failed;
         }
 
-        vlm_icache_init(&m->icache, m->be, icache,
-                        m->params.image_cache_bytes);
+        rc = vlm_icache_init(&m->icache, m->be, icache,
+                             m->params.image_cache_bytes, err);
+        if (rc != VLM_OK) {
+            goto failed;
+        }
     }
 
     vlm_model_fill_info(m);
@@ -1008,9 +1011,10 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
 
         if (pf->stage == 0 && m->icache.cap > 0) {
             /* an image seen lately: its features, without the encoder */
-            vlm_icache_key(img, (size_t) m->info.patch_dim, pf->key);
+            vlm_icache_key(&m->icache, img, (size_t) m->info.patch_dim,
+                           &pf->key);
 
-            cached = vlm_icache_find(&m->icache, pf->key, img);
+            cached = vlm_icache_find(&m->icache, &pf->key);
             if (cached != NULL) {
                 be->ops->gather_rows(be, feats, cached, ws->iota, n_tok, H);
                 pf->feat += n_tok;
@@ -1026,7 +1030,7 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
         }
 
         if (++pf->stage == m->arch->image_stages(m)) {
-            slot = vlm_icache_insert(&m->icache, pf->key, img,
+            slot = vlm_icache_insert(&m->icache, &pf->key,
                                      (size_t) n_tok * H);
             if (slot != NULL) {
                 be->ops->gather_rows(be, slot, feats, ws->iota, n_tok, H);

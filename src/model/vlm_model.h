@@ -168,7 +168,7 @@ typedef struct {
     int                 fed;            /* image feature rows fed */
     int                 next_pos;
     int                 had_blocks;     /* the sequence's before it */
-    uint64_t            key[2];         /* the image's, while encoding */
+    vlm_icache_key_t    key;            /* the image's, while encoding */
 } vlm_prefill_job_t;
 
 
