@@ -252,6 +252,10 @@ ngx_module_t  ngx_http_vlm_module = {
 static ngx_int_t
 ngx_http_vlm_init_module(ngx_cycle_t *cycle)
 {
+    if (ngx_http_vlm_model_check_user(cycle) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     return ngx_http_vlm_zone_init_module(cycle);
 }
 

@@ -129,6 +129,7 @@ char *ngx_http_vlm_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 /* ngx_http_vlm_conf.c: the model's files, loaded once in the master */
 char *ngx_http_vlm_model_files(ngx_conf_t *cf,
     ngx_http_vlm_main_conf_t *vmcf);
+ngx_int_t ngx_http_vlm_model_check_user(ngx_cycle_t *cycle);
 
 /* ngx_http_vlm_health.c: the vlm_health location */
 char *ngx_http_vlm_health(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);

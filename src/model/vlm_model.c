@@ -125,6 +125,10 @@ vlm_model_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
                              t->n_dims, rows, cols);
     }
 
+    if (m->be == NULL) {
+        return VLM_OK;
+    }
+
     return m->be->ops->weight_bind(m->be, w, t->data, t->dtype, rows, cols,
                                    err);
 }
@@ -137,6 +141,8 @@ vlm_model_vector(vlm_model_t *m, float **out, const char *name, int n,
     float                  *host;
     vlm_status_t            rc;
     const vlm_st_tensor_t  *t;
+
+    *out = NULL;
 
     t = vlm_model_tensor(m, name);
     if (t == NULL) {
@@ -151,9 +157,8 @@ vlm_model_vector(vlm_model_t *m, float **out, const char *name, int n,
                              (long long) t->n_elements, t->n_dims, n);
     }
 
-    *out = vlm_model_alloc(m, (size_t) n * sizeof(float), err);
-    if (*out == NULL) {
-        return VLM_ERR_NOMEM;
+    if (m->be == NULL) {
+        return VLM_OK;
     }
 
     host = malloc((size_t) n * sizeof(float));
@@ -162,10 +167,29 @@ vlm_model_vector(vlm_model_t *m, float **out, const char *name, int n,
     }
 
     vlm_dtype_to_f32(host, t->data, t->dtype, (size_t) n);
-    rc = m->be->ops->upload(m->be, *out, host, (size_t) n * sizeof(float));
+    rc = vlm_model_upload(m, out, host, n, err);
     free(host);
 
     return rc;
+}
+
+
+vlm_status_t
+vlm_model_upload(vlm_model_t *m, float **out, const float *host, int n,
+    vlm_error_t *err)
+{
+    *out = NULL;
+
+    if (m->be == NULL) {
+        return VLM_OK;
+    }
+
+    *out = vlm_model_alloc(m, (size_t) n * sizeof(float), err);
+    if (*out == NULL) {
+        return VLM_ERR_NOMEM;
+    }
+
+    return m->be->ops->upload(m->be, *out, host, (size_t) n * sizeof(float));
 }
 
 
@@ -386,12 +410,17 @@ vlm_model_fill_info(vlm_model_t *m)
 }
 
 
-vlm_status_t
-vlm_model_load(vlm_model_t **out, const char *dir,
-    const vlm_model_params_t *params, vlm_error_t *err)
+/*
+ * What vlm_model_load() and vlm_model_check() share: the config, the
+ * budgets, the architecture, the safetensors headers and the
+ * architecture's load(), which with check set runs without a backend
+ * (names, dtypes and shapes only; no weight is read).
+ */
+static vlm_status_t
+vlm_model_open(vlm_model_owner_t **out, const char *dir,
+    const vlm_model_params_t *params, int check, vlm_error_t *err)
 {
-    int                 i, max_ctx;
-    float              *icache;
+    int                 i;
     vlm_model_t        *m;
     vlm_status_t        rc;
     vlm_backend_conf_t  bc;
@@ -437,24 +466,75 @@ vlm_model_load(vlm_model_t **out, const char *dir,
         goto failed;
     }
 
-    rc = vlm_safetensors_open(&m->st, dir, err);
+    rc = vlm_safetensors_open_flags(&m->st, dir,
+                                    check ? 0 : VLM_ST_POPULATE, err);
     if (rc != VLM_OK) {
         goto failed;
     }
 
-    max_ctx = vlm_max(m->params.max_seq_len, m->params.max_image_patches);
-    bc.n_threads = m->params.n_threads;
-    bc.max_ctx = max_ctx;
+    if (!check) {
+        bc.n_threads = m->params.n_threads;
+        bc.max_ctx = vlm_max(m->params.max_seq_len,
+                             m->params.max_image_patches);
 
-    rc = vlm_backend_cpu_init(&m->be, &bc, err);
-    if (rc != VLM_OK) {
-        goto failed;
+        rc = vlm_backend_cpu_init(&m->be, &bc, err);
+        if (rc != VLM_OK) {
+            goto failed;
+        }
     }
 
     rc = m->arch->load(m, err);
     if (rc != VLM_OK) {
         goto failed;
     }
+
+    *out = o;
+
+    return VLM_OK;
+
+failed:
+
+    vlm_model_free(m);
+
+    return rc;
+}
+
+
+vlm_status_t
+vlm_model_check(const char *dir, const vlm_model_params_t *params,
+    vlm_error_t *err)
+{
+    vlm_status_t        rc;
+    vlm_model_owner_t  *o;
+
+    rc = vlm_model_open(&o, dir, params, 1, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    vlm_model_free(&o->model);
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_model_load(vlm_model_t **out, const char *dir,
+    const vlm_model_params_t *params, vlm_error_t *err)
+{
+    float              *icache;
+    vlm_model_t        *m;
+    vlm_status_t        rc;
+    vlm_model_owner_t  *o;
+
+    *out = NULL;
+
+    rc = vlm_model_open(&o, dir, params, 0, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    m = &o->model;
 
     rc = vlm_kv_init(&m->kv, m->be, m->cfg.text.n_layers,
                      m->cfg.text.n_kv_heads * m->cfg.text.head_dim,

@@ -198,10 +198,18 @@ struct vlm_model_s {
 };
 
 
-/* weight helpers for an architecture's load() */
+/*
+ * Weight helpers for an architecture's load().  vlm_model_check() runs
+ * the same load() on a model without a backend (m->be NULL): then they
+ * check every tensor's name, dtype and shape from the safetensors headers
+ * and bind, allocate and upload nothing (the pointers stay NULL).
+ */
 vlm_status_t vlm_model_matrix(vlm_model_t *m, vlm_weight_t *w,
     const char *name, int rows, int cols, vlm_error_t *err);
 vlm_status_t vlm_model_vector(vlm_model_t *m, float **out, const char *name,
+    int n, vlm_error_t *err);
+/* n floats of host data into backend memory of the model's */
+vlm_status_t vlm_model_upload(vlm_model_t *m, float **out, const float *host,
     int n, vlm_error_t *err);
 const vlm_st_tensor_t *vlm_model_tensor(vlm_model_t *m, const char *name);
 void *vlm_model_alloc(vlm_model_t *m, size_t size, vlm_error_t *err);
