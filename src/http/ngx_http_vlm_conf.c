@@ -66,6 +66,21 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
 {
     ngx_http_vlm_main_conf_t *vmcf = conf;
 
+    ngx_http_vlm_loc_conf_t  *vlcf;
+
+    /*
+     * the per-request limits given at the http level: the defaults of
+     * every server and location, and what the pools are sized for
+     */
+
+    vlcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_vlm_module);
+
+    vmcf->max_image_pixels = vlcf->max_image_pixels;
+    vmcf->max_images = vlcf->max_images;
+    vmcf->request_timeout = vlcf->request_timeout;
+    vmcf->max_tokens = vlcf->max_tokens;
+    vmcf->max_prompt_bytes = vlcf->max_prompt_bytes;
+
     ngx_conf_init_uint_value(vmcf->backend, NGX_HTTP_VLM_BACKEND_CPU);
 
 #if !(NGX_HTTP_VLM_CUDA)
@@ -136,6 +151,86 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
     }
 
 #endif
+
+    return NGX_CONF_OK;
+}
+
+
+void *
+ngx_http_vlm_create_loc_conf(ngx_conf_t *cf)
+{
+    ngx_http_vlm_loc_conf_t  *vlcf;
+
+    vlcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_vlm_loc_conf_t));
+    if (vlcf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     vlcf->image_limits = { 0 };
+     */
+
+    vlcf->max_tokens = NGX_CONF_UNSET_UINT;
+    vlcf->max_images = NGX_CONF_UNSET;
+    vlcf->max_image_pixels = NGX_CONF_UNSET_SIZE;
+    vlcf->max_prompt_bytes = NGX_CONF_UNSET_SIZE;
+    vlcf->request_timeout = NGX_CONF_UNSET_MSEC;
+
+    return vlcf;
+}
+
+
+/*
+ * A server or location inherits the limits of the level above, the http
+ * level's at the top (the main configuration holds them, defaults
+ * applied).  Those size the image scratch, the tokenizer workspace and
+ * the engine's drain, so a larger value below is refused by name.
+ */
+
+char *
+ngx_http_vlm_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
+{
+    ngx_http_vlm_loc_conf_t *prev = parent;
+    ngx_http_vlm_loc_conf_t *conf = child;
+
+    ngx_http_vlm_main_conf_t  *vmcf;
+
+    vmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_vlm_module);
+
+    ngx_conf_merge_uint_value(conf->max_tokens, prev->max_tokens,
+                              vmcf->max_tokens);
+    ngx_conf_merge_value(conf->max_images, prev->max_images,
+                         vmcf->max_images);
+    ngx_conf_merge_size_value(conf->max_image_pixels, prev->max_image_pixels,
+                              vmcf->max_image_pixels);
+    ngx_conf_merge_size_value(conf->max_prompt_bytes, prev->max_prompt_bytes,
+                              vmcf->max_prompt_bytes);
+    ngx_conf_merge_msec_value(conf->request_timeout, prev->request_timeout,
+                              vmcf->request_timeout);
+
+#define NGX_HTTP_VLM_ABOVE(field, fmt, name)                                \
+    if (conf->field > vmcf->field) {                                         \
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,                             \
+                           "\"" name " " fmt "\" in a server or location is "\
+                           "larger than the http level's " fmt ", which "    \
+                           "sizes the server: a server or location may "    \
+                           "only lower it (set the largest at the http "     \
+                           "level)", conf->field, vmcf->field);             \
+        return NGX_CONF_ERROR;                                               \
+    }
+
+    NGX_HTTP_VLM_ABOVE(max_tokens, "%ui", "vlm_max_tokens");
+    NGX_HTTP_VLM_ABOVE(max_images, "%i", "vlm_max_images");
+    NGX_HTTP_VLM_ABOVE(max_image_pixels, "%uz", "vlm_max_image_pixels");
+    NGX_HTTP_VLM_ABOVE(max_prompt_bytes, "%uz", "vlm_max_prompt_bytes");
+    NGX_HTTP_VLM_ABOVE(request_timeout, "%Mms", "vlm_request_timeout");
+
+#undef NGX_HTTP_VLM_ABOVE
+
+    conf->image_limits = vmcf->image_limits;
+    conf->image_limits.max_pixels = conf->max_image_pixels;
 
     return NGX_CONF_OK;
 }
@@ -547,7 +642,8 @@ ngx_http_vlm_model_check_user(ngx_cycle_t *cycle)
     }
 
     if (pipe(fds) == -1) {
-        ngx_log_error(NGX_LOG_ALERT, cycle->log, ngx_errno, "vlm: pipe() failed");
+        ngx_log_error(NGX_LOG_ALERT, cycle->log, ngx_errno,
+                      "vlm: pipe() failed");
         return NGX_ERROR;
     }
 
