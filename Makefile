@@ -36,7 +36,7 @@ LIB_DIRS  := core queue api text image backend model model/qwen2vl engine
 SRC_DIRS  := $(LIB_DIRS) http cli
 CPPFLAGS  += -I$(ROOT)/src
 LDLIBS    := -lturbojpeg -lspng -lwebp -lgif -ljansson -lpcre2-8 -lutf8proc \
-             -lopenblas -lm -lpthread -lrt
+             -lopenblas -lxxhash -lm -lpthread -lrt
 
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || \
                      { test -x /usr/local/cuda/bin/nvcc && \

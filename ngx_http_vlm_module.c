@@ -114,17 +114,17 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       NULL },
 
     { ngx_string("vlm_max_image_pixels"),
-      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_size_slot,
-      NGX_HTTP_MAIN_CONF_OFFSET,
-      offsetof(ngx_http_vlm_main_conf_t, max_image_pixels),
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_vlm_loc_conf_t, max_image_pixels),
       &ngx_http_vlm_max_image_pixels_bounds },
 
     { ngx_string("vlm_max_images"),
-      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_num_slot,
-      NGX_HTTP_MAIN_CONF_OFFSET,
-      offsetof(ngx_http_vlm_main_conf_t, max_images),
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_vlm_loc_conf_t, max_images),
       &ngx_http_vlm_max_images_bounds },
 
     { ngx_string("vlm_max_running"),
@@ -184,24 +184,24 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       NULL },
 
     { ngx_string("vlm_request_timeout"),
-      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_msec_slot,
-      NGX_HTTP_MAIN_CONF_OFFSET,
-      offsetof(ngx_http_vlm_main_conf_t, request_timeout),
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_vlm_loc_conf_t, request_timeout),
       NULL },
 
     { ngx_string("vlm_max_tokens"),
-      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_num_slot,
-      NGX_HTTP_MAIN_CONF_OFFSET,
-      offsetof(ngx_http_vlm_main_conf_t, max_tokens),
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_vlm_loc_conf_t, max_tokens),
       &ngx_http_vlm_max_tokens_bounds },
 
     { ngx_string("vlm_max_prompt_bytes"),
-      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_size_slot,
-      NGX_HTTP_MAIN_CONF_OFFSET,
-      offsetof(ngx_http_vlm_main_conf_t, max_prompt_bytes),
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_vlm_loc_conf_t, max_prompt_bytes),
       &ngx_http_vlm_max_prompt_bounds },
 
     { ngx_string("vlm_chat"),
@@ -246,8 +246,8 @@ static ngx_http_module_t  ngx_http_vlm_module_ctx = {
     NULL,                                  /* create server configuration */
     NULL,                                  /* merge server configuration */
 
-    NULL,                                  /* create location configuration */
-    NULL                                   /* merge location configuration */
+    ngx_http_vlm_create_loc_conf,          /* create location configuration */
+    ngx_http_vlm_merge_loc_conf            /* merge location configuration */
 };
 
 
@@ -270,6 +270,10 @@ ngx_module_t  ngx_http_vlm_module = {
 static ngx_int_t
 ngx_http_vlm_init_module(ngx_cycle_t *cycle)
 {
+    if (ngx_http_vlm_model_check_user(cycle) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     return ngx_http_vlm_zone_init_module(cycle);
 }
 

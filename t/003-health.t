@@ -3,20 +3,19 @@
 # gets 405 with an OpenAI-style error body.
 
 use Test::Nginx::Socket;
+use Cwd qw(abs_path);
 use File::Temp qw(tempdir);
 
 my $models = tempdir("vlm-models-XXXXXX", TMPDIR => 1, CLEANUP => 1);
-# tokenizer and preprocessing files of a real model, but a config.json
-# the engine cannot load: the module starts, the engine never serves
+# a real model (nginx -t checks it as the engine would), and an engine
+# that starts but never serves (t/011's): the engine never serves
 mkdir "$models/good" or die;
 for my $f (glob "tests/fixtures/serving/*") {
     system("cp", $f, "$models/good/") == 0 or die "cannot copy $f";
 }
-open my $out, '>', "$models/good/config.json" or die;
-print $out '{"model_type": "qwen2_vl"}';
-close $out;
 
 $ENV{TEST_NGINX_MODELS} = $models;
+$ENV{TEST_NGINX_FAKE_ENGINE} = abs_path('t/data/engine-never-ready');
 
 repeat_each(2);
 
@@ -50,6 +49,7 @@ Content-Type: application/json
 === TEST 2: a model without vlm_zone gets the default queue; 503 until the engine serves
 --- http_config
     vlm_model $TEST_NGINX_MODELS/good;
+    vlm_engine_binary $TEST_NGINX_FAKE_ENGINE;
 --- config
     location = /health { vlm_health; }
 --- request
@@ -69,6 +69,7 @@ Content-Type: application/json
 --- http_config
     vlm_model $TEST_NGINX_MODELS/good;
     vlm_zone vlm size=1m;
+    vlm_engine_binary $TEST_NGINX_FAKE_ENGINE;
 --- config
     location = /health { vlm_health; }
 --- request

@@ -217,6 +217,9 @@ my $T0 = { temperature => 0, max_tokens => 8 };
     is($j->{data}[0]{object}, 'model', 'models: object model');
     is($j->{data}[0]{owned_by}, 'ngx_http_vlm_module', 'models: owned_by');
     like($j->{data}[0]{created}, qr/^\d+$/, 'models: created');
+    # the serving fixture's context: max_position_embeddings 4096
+    is($j->{data}[0]{max_model_len}, 4096,
+       'models: max_model_len, the context the engine serves');
 }
 
 # --- text, non-streaming: shape, usage checked against vlm-cli
@@ -253,6 +256,9 @@ my $answer;
     like($res->{headers}{'content-type'}, qr{^text/event-stream},
          'stream: text/event-stream');
     is($res->{headers}{'transfer-encoding'}, 'chunked', 'stream: chunked');
+    # the README says so: a proxy in front passes the events on at once
+    is($res->{headers}{'x-accel-buffering'}, 'no',
+       'stream: X-Accel-Buffering: no');
     check_chunks('stream', $ev, finish => 'length', usage => 1,
                  prompt => $text_prompt, completion => 8);
     is($text, $answer, 'stream: the deltas make the non-streamed answer');

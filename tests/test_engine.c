@@ -15,7 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <cmocka.h>
 
 #include "core/vlm.h"
@@ -166,6 +169,144 @@ remove_dir(const char *dir)
 
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     assert_int_equal(system(cmd), 0);
+}
+
+
+/* the status and message of vlm_model_check() and of vlm_model_load() */
+static void
+check_agrees(const char *dir, vlm_status_t want)
+{
+    vlm_error_t         lerr, cerr;
+    vlm_model_t        *m;
+    vlm_model_params_t  p;
+
+    vlm_model_params_default(&p);
+    p.n_threads = 1;
+    p.max_seqs = 1;
+    p.max_seq_len = 128;
+    p.max_batch_tokens = 32;
+
+    memset(&lerr, 0, sizeof(lerr));
+    memset(&cerr, 0, sizeof(cerr));
+
+    assert_int_equal(vlm_model_check(dir, &p, &cerr), want);
+
+    if (vlm_model_load(&m, dir, &p, &lerr) == VLM_OK) {
+        vlm_model_free(m);
+        lerr.status = VLM_OK;
+    }
+
+    assert_int_equal(lerr.status, want);
+
+    if (want != VLM_OK) {
+        assert_int_equal(cerr.status, want);
+        assert_string_equal(cerr.msg, lerr.msg);
+    }
+}
+
+
+/* pages of path in the page cache, out of *total */
+static size_t
+resident_pages(const char *path, size_t *total)
+{
+    int             fd;
+    void           *map;
+    size_t          i, n, in;
+    struct stat     sb;
+    unsigned char  *vec;
+
+    fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(fstat(fd, &sb), 0);
+
+    map = mmap(NULL, (size_t) sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    assert_true(map != MAP_FAILED);
+
+    n = ((size_t) sb.st_size + 4095) / 4096;
+    vec = calloc(n + 1, 1);
+    assert_non_null(vec);
+    assert_int_equal(mincore(map, (size_t) sb.st_size, vec), 0);
+
+    for (in = 0, i = 0; i < n; i++) {
+        in += vec[i] & 1;
+    }
+
+    free(vec);
+    munmap(map, (size_t) sb.st_size);
+    close(fd);
+
+    *total = n;
+
+    return in;
+}
+
+
+static void
+test_check_is_the_load_without_weights(void **state)
+{
+    int           fd;
+    char          dir[64], cmd[512];
+    size_t        total, in;
+    const char   *st = FIX "/qwen25vl-f32/model.safetensors";
+
+    check_agrees(FIX "/qwen25vl-f32", VLM_OK);
+    check_agrees("/nonexistent", VLM_ERR_IO);
+
+    edited_model(dir, "\"intermediate_size\": 128",
+                 "\"intermediate_size\": 96");
+    check_agrees(dir, VLM_ERR_FORMAT);
+    remove_dir(dir);
+
+    edited_model(dir, "\"num_hidden_layers\": 3",
+                 "\"num_hidden_layers\": 4");
+    check_agrees(dir, VLM_ERR_FORMAT);
+    remove_dir(dir);
+
+    edited_model(dir, "\"intermediate_size\": 64",
+                 "\"intermediate_size\": 48");
+    check_agrees(dir, VLM_ERR_FORMAT);
+    remove_dir(dir);
+
+    edited_model(dir, "^{$", "{ \"architectures\": [\"LlamaForCausalLM\"],");
+    check_agrees(dir, VLM_ERR_UNSUPPORTED);
+    remove_dir(dir);
+
+    /* a directory without weights */
+    edited_model(dir, "x", "x");
+    snprintf(cmd, sizeof(cmd), "rm %s/model.safetensors", dir);
+    assert_int_equal(system(cmd), 0);
+    check_agrees(dir, VLM_ERR_IO);
+    remove_dir(dir);
+
+    /*
+     * the check reads the headers only: with the file out of the page
+     * cache, it brings back a few pages of it, the load every page
+     */
+
+    fd = open(st, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    close(fd);
+
+    in = resident_pages(st, &total);
+    if (in > total / 8) {
+        skip();             /* this file system keeps its pages cached */
+    }
+
+    check_agrees(FIX "/qwen25vl-f32", VLM_OK);
+
+    fd = open(st, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    close(fd);
+
+    assert_int_equal(vlm_model_check(FIX "/qwen25vl-f32", NULL, NULL),
+                     VLM_OK);
+    in = resident_pages(st, &total);
+    assert_true(total > 100);
+    if (in > total / 8) {
+        fail_msg("the check read %zu of %zu pages", in, total);
+    }
 }
 
 
@@ -861,6 +1002,7 @@ main(void)
 {
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_weights_checked_against_config),
+        cmocka_unit_test(test_check_is_the_load_without_weights),
         cmocka_unit_test(test_bad_inputs_rejected),
         cmocka_unit_test(test_kv_budget_exhaustion),
         cmocka_unit_test(test_batched_decode_matches_reference),

@@ -109,6 +109,15 @@ void vlm_model_params_default(vlm_model_params_t *params);
 vlm_status_t vlm_model_load(vlm_model_t **model, const char *dir,
     const vlm_model_params_t *params, vlm_error_t *err);
 void vlm_model_free(vlm_model_t *model);
+/*
+ * What vlm_model_load() would refuse, without loading: the config
+ * (architecture, sizes), the budgets, and every tensor the architecture
+ * binds (name, dtype, shape) from the safetensors headers; no weight is
+ * read and no backend started.  One code path with vlm_model_load(), so
+ * "nginx -t" and the engine agree.
+ */
+vlm_status_t vlm_model_check(const char *dir,
+    const vlm_model_params_t *params, vlm_error_t *err);
 const vlm_model_info_t *vlm_model_info(const vlm_model_t *model);
 void vlm_model_stats(const vlm_model_t *model, vlm_model_stats_t *stats);
 

@@ -51,6 +51,7 @@ ngx_http_vlm_models_handler(ngx_http_request_t *r)
     size_t                     len, size;
     u_char                    *json;
     ngx_int_t                  rc;
+    vlm_queue_t               *q;
     vlm_openai_model_info_t    info;
     ngx_http_vlm_main_conf_t  *vmcf;
 
@@ -68,6 +69,10 @@ ngx_http_vlm_models_handler(ngx_http_request_t *r)
     info.owned_by.data = "ngx_http_vlm_module";
     info.owned_by.len = sizeof("ngx_http_vlm_module") - 1;
     info.created = (int64_t) ngx_time();
+
+    /* the context the engine serves, once it has loaded the model */
+    q = ngx_http_vlm_queue();
+    info.max_model_len = q != NULL ? vlm_queue_max_seq_len(q) : 0;
 
     size = 512 + 6 * vmcf->served_model.len;
 

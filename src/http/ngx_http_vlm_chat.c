@@ -69,6 +69,7 @@ typedef struct {
 typedef struct {
     ngx_http_request_t       *request;
     ngx_http_vlm_main_conf_t *vmcf;
+    ngx_http_vlm_loc_conf_t  *vlcf;         /* the location's limits */
     ngx_queue_t               queue;        /* in the worker's active list */
     ngx_http_vlm_chat_phase_e phase;
 
@@ -292,6 +293,7 @@ ngx_http_vlm_chat_handler(ngx_http_request_t *r)
 
     ctx->request = r;
     ctx->vmcf = vmcf;
+    ctx->vlcf = ngx_http_get_module_loc_conf(r, ngx_http_vlm_module);
     ctx->t_start = vlm_queue_now();
 
     cln = ngx_pool_cleanup_add(r->pool, 0);
@@ -364,7 +366,7 @@ ngx_http_vlm_chat_body_handler(ngx_http_request_t *r)
     ctx->timeout.log = r->connection->log;
 
     /* not cancelable: a worker that shuts down waits for its streams */
-    ngx_add_timer(&ctx->timeout, ctx->vmcf->request_timeout);
+    ngx_add_timer(&ctx->timeout, ctx->vlcf->request_timeout);
 
     if (ngx_http_vlm_chat_post(ctx, ngx_http_vlm_chat_prepare,
                                NGX_HTTP_VLM_CHAT_PREPARING)
@@ -518,9 +520,9 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
 
     limits.max_messages = 1024;
     limits.max_parts = 4096;
-    limits.max_images = (uint32_t) vmcf->max_images;
+    limits.max_images = (uint32_t) ctx->vlcf->max_images;
     limits.max_stop_len = VLM_QUEUE_STOP_LEN - 1;
-    limits.max_tokens = (uint32_t) vmcf->max_tokens;
+    limits.max_tokens = (uint32_t) ctx->vlcf->max_tokens;
 
     if (vlm_openai_request_parse(req, (const char *) ctx->body, ctx->body_len,
                                  &limits, err)
@@ -610,7 +612,7 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
         if (vlm_base64_decode(url.data, url.data_len, ci->data, len,
                               &ci->len, &e)
             != VLM_OK
-            || vlm_image_plan(&vmcf->image_limits, &vmcf->image_config,
+            || vlm_image_plan(&ctx->vlcf->image_limits, &vmcf->image_config,
                               ci->data, ci->len, &ci->plan, &e)
                != VLM_OK)
         {
@@ -659,12 +661,12 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
         goto template_error;
     }
 
-    if (ctx->prompt_len > vmcf->max_prompt_bytes) {
+    if (ctx->prompt_len > ctx->vlcf->max_prompt_bytes) {
         vlm_openai_error_set(err, VLM_ERR_LIMIT, 400,
                              "invalid_request_error", "prompt_too_long",
                              "messages", "the prompt text has %zu bytes, "
                              "more than the %zu this server accepts",
-                             ctx->prompt_len, vmcf->max_prompt_bytes);
+                             ctx->prompt_len, ctx->vlcf->max_prompt_bytes);
         goto failed;
     }
 
@@ -849,7 +851,7 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
     p->repetition_penalty = (req->set & VLM_OPENAI_SET_REPETITION_PENALTY)
                             ? (float) req->repetition_penalty : 1.0f;
     p->max_tokens = req->max_tokens ? req->max_tokens
-                                    : (uint32_t) vmcf->max_tokens;
+                                    : (uint32_t) ctx->vlcf->max_tokens;
     p->has_seed = (req->set & VLM_OPENAI_SET_SEED) ? 1 : 0;
     p->seed = (uint64_t) req->seed;
     p->logprobs = req->logprobs;
@@ -1088,7 +1090,7 @@ ngx_http_vlm_chat_fetched(ngx_http_vlm_chat_ctx_t *ctx)
         }
 
         /* a header read: no decoding on the event loop */
-        if (vlm_image_plan(&ctx->vmcf->image_limits, &ctx->vmcf->image_config,
+        if (vlm_image_plan(&ctx->vlcf->image_limits, &ctx->vmcf->image_config,
                            ci->data, ci->len, &ci->plan, &e)
             != VLM_OK)
         {
@@ -1989,7 +1991,7 @@ ngx_http_vlm_chat_timeout_handler(ngx_event_t *ev)
     vlm_openai_error_set(&err, VLM_ERR_LIMIT, NGX_HTTP_GATEWAY_TIME_OUT,
                          "server_error", "timeout", NULL,
                          "the request took longer than %lu ms",
-                         (unsigned long) ctx->vmcf->request_timeout);
+                         (unsigned long) ctx->vlcf->request_timeout);
 
     ngx_http_vlm_chat_fail(ctx, &err);
 }

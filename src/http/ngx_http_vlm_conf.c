@@ -7,11 +7,20 @@
 
 #include "ngx_http_vlm_module.h"
 
+#include <grp.h>
+#include <pwd.h>
+
+#include "core/vlm.h"
 #include "text/vlm_chat.h"
 
 
 static char *ngx_http_vlm_bounds_error(ngx_conf_t *cf,
     ngx_http_vlm_bounds_t *bounds);
+static char *ngx_http_vlm_check_template(ngx_conf_t *cf,
+    ngx_http_vlm_main_conf_t *vmcf);
+static void ngx_http_vlm_engine_params(ngx_http_vlm_main_conf_t *vmcf,
+    vlm_model_params_t *params);
+static const char *ngx_http_vlm_user_name(ngx_uid_t uid);
 
 
 void *
@@ -57,6 +66,21 @@ char *
 ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
 {
     ngx_http_vlm_main_conf_t *vmcf = conf;
+
+    ngx_http_vlm_loc_conf_t  *vlcf;
+
+    /*
+     * the per-request limits given at the http level: the defaults of
+     * every server and location, and what the pools are sized for
+     */
+
+    vlcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_vlm_module);
+
+    vmcf->max_image_pixels = vlcf->max_image_pixels;
+    vmcf->max_images = vlcf->max_images;
+    vmcf->request_timeout = vlcf->request_timeout;
+    vmcf->max_tokens = vlcf->max_tokens;
+    vmcf->max_prompt_bytes = vlcf->max_prompt_bytes;
 
     ngx_conf_init_uint_value(vmcf->backend, NGX_HTTP_VLM_BACKEND_CPU);
 
@@ -132,6 +156,86 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
     }
 
 #endif
+
+    return NGX_CONF_OK;
+}
+
+
+void *
+ngx_http_vlm_create_loc_conf(ngx_conf_t *cf)
+{
+    ngx_http_vlm_loc_conf_t  *vlcf;
+
+    vlcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_vlm_loc_conf_t));
+    if (vlcf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     vlcf->image_limits = { 0 };
+     */
+
+    vlcf->max_tokens = NGX_CONF_UNSET_UINT;
+    vlcf->max_images = NGX_CONF_UNSET;
+    vlcf->max_image_pixels = NGX_CONF_UNSET_SIZE;
+    vlcf->max_prompt_bytes = NGX_CONF_UNSET_SIZE;
+    vlcf->request_timeout = NGX_CONF_UNSET_MSEC;
+
+    return vlcf;
+}
+
+
+/*
+ * A server or location inherits the limits of the level above, the http
+ * level's at the top (the main configuration holds them, defaults
+ * applied).  Those size the image scratch, the tokenizer workspace and
+ * the engine's drain, so a larger value below is refused by name.
+ */
+
+char *
+ngx_http_vlm_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
+{
+    ngx_http_vlm_loc_conf_t *prev = parent;
+    ngx_http_vlm_loc_conf_t *conf = child;
+
+    ngx_http_vlm_main_conf_t  *vmcf;
+
+    vmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_vlm_module);
+
+    ngx_conf_merge_uint_value(conf->max_tokens, prev->max_tokens,
+                              vmcf->max_tokens);
+    ngx_conf_merge_value(conf->max_images, prev->max_images,
+                         vmcf->max_images);
+    ngx_conf_merge_size_value(conf->max_image_pixels, prev->max_image_pixels,
+                              vmcf->max_image_pixels);
+    ngx_conf_merge_size_value(conf->max_prompt_bytes, prev->max_prompt_bytes,
+                              vmcf->max_prompt_bytes);
+    ngx_conf_merge_msec_value(conf->request_timeout, prev->request_timeout,
+                              vmcf->request_timeout);
+
+#define NGX_HTTP_VLM_ABOVE(field, fmt, name)                                \
+    if (conf->field > vmcf->field) {                                         \
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,                             \
+                           "\"" name " " fmt "\" in a server or location is "\
+                           "larger than the http level's " fmt ", which "    \
+                           "sizes the server: a server or location may "    \
+                           "only lower it (set the largest at the http "     \
+                           "level)", conf->field, vmcf->field);             \
+        return NGX_CONF_ERROR;                                               \
+    }
+
+    NGX_HTTP_VLM_ABOVE(max_tokens, "%ui", "vlm_max_tokens");
+    NGX_HTTP_VLM_ABOVE(max_images, "%i", "vlm_max_images");
+    NGX_HTTP_VLM_ABOVE(max_image_pixels, "%uz", "vlm_max_image_pixels");
+    NGX_HTTP_VLM_ABOVE(max_prompt_bytes, "%uz", "vlm_max_prompt_bytes");
+    NGX_HTTP_VLM_ABOVE(request_timeout, "%Mms", "vlm_request_timeout");
+
+#undef NGX_HTTP_VLM_ABOVE
+
+    conf->image_limits = vmcf->image_limits;
+    conf->image_limits.max_pixels = conf->max_image_pixels;
 
     return NGX_CONF_OK;
 }
@@ -407,6 +511,7 @@ ngx_http_vlm_model_files(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     u_char              *p, *path;
     vlm_error_t          err;
     ngx_pool_cleanup_t  *cln;
+    vlm_model_params_t   params;
 
     if (vmcf->served_model.len == 0) {
         p = vmcf->model.data + vmcf->model.len;
@@ -442,6 +547,36 @@ ngx_http_vlm_model_files(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     cln->handler = ngx_http_vlm_tokenizer_cleanup;
     cln->data = vmcf->tokenizer;
 
+    if (ngx_http_vlm_check_template(cf, vmcf) != NGX_CONF_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    /*
+     * what the engine's load would refuse (architecture, tensors, dtypes,
+     * shapes, unreadable files), from the headers, with the engine's own
+     * code; as the engine's user, where that is another one, in
+     * ngx_http_vlm_model_check_user()
+     */
+
+    ngx_http_vlm_engine_params(vmcf, &params);
+
+    if (vlm_model_check((char *) vmcf->model.data, &params, &err) != VLM_OK)
+    {
+        if (err.status == VLM_ERR_IO && geteuid() != 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "vlm_model \"%V\": %s (the engine runs as "
+                               "user \"%s\")", &vmcf->model, err.msg,
+                               ngx_http_vlm_user_name(geteuid()));
+
+        } else {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "vlm_model \"%V\": %s", &vmcf->model,
+                               err.msg);
+        }
+
+        return NGX_CONF_ERROR;
+    }
+
     vmcf->image_pad_id = vlm_tokenizer_token_id(vmcf->tokenizer,
                                                 VLM_CHAT_IMAGE_PAD);
     if (vmcf->image_pad_id < 0) {
@@ -471,4 +606,212 @@ ngx_http_vlm_model_files(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     vmcf->image_limits.max_pixels = vmcf->max_image_pixels;
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * The prompt is rendered by C code that writes Qwen2-VL's chat template
+ * (src/text/vlm_chat.c); a model that brings another template, or none,
+ * would get prompts it was not trained on, so it is refused now.  The
+ * template comes from chat_template.json when there is one, else from
+ * tokenizer_config.json (as in transformers).
+ */
+
+static char *
+ngx_http_vlm_check_template(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
+{
+    u_char           *path;
+    const char       *tmpl;
+    ngx_file_info_t   fi;
+
+    tmpl = vlm_tokenizer_chat_template(vmcf->tokenizer);
+
+    if (vlm_chat_template_is_qwen2_vl(tmpl)) {
+        return NGX_CONF_OK;
+    }
+
+    path = ngx_pnalloc(cf->pool, vmcf->model.len
+                                 + sizeof("/tokenizer_config.json"));
+    if (path == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_sprintf(path, "%V/chat_template.json%Z", &vmcf->model);
+
+    if (ngx_file_info(path, &fi) == NGX_FILE_ERROR) {
+        ngx_sprintf(path, "%V/tokenizer_config.json%Z", &vmcf->model);
+    }
+
+    if (tmpl == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "vlm_model \"%V\": no chat_template in \"%s\"; "
+                           "the server renders Qwen2-VL's template only",
+                           &vmcf->model, path);
+
+    } else {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "vlm_model \"%V\": the chat_template in \"%s\" "
+                           "is not Qwen2-VL's, the only one the server "
+                           "renders", &vmcf->model, path);
+    }
+
+    return NGX_CONF_ERROR;
+}
+
+
+/* the budgets the engine is started with (ngx_http_vlm_engine.c) */
+
+static void
+ngx_http_vlm_engine_params(ngx_http_vlm_main_conf_t *vmcf,
+    vlm_model_params_t *params)
+{
+    vlm_model_params_default(params);
+
+    params->n_threads = (int) vmcf->engine_threads;
+    params->max_seqs = (int) vmcf->max_running;
+    params->max_batch_tokens = (int) vmcf->max_batch_tokens;
+    params->image_cache_bytes = vmcf->image_cache;
+    params->tp_size = (int) vmcf->tensor_parallel;
+}
+
+
+static const char *
+ngx_http_vlm_user_name(ngx_uid_t uid)
+{
+    struct passwd  *pw;
+
+    pw = getpwuid(uid);
+
+    return pw != NULL ? pw->pw_name : "(unknown)";
+}
+
+
+/*
+ * init_module (nginx -t included): the engine runs as the workers' user
+ * (it is started by the cache manager, which has switched to it), so
+ * when that is not the master's, the model is checked again as that user
+ * in a child process: weights the master reads but the engine cannot
+ * would otherwise make the engine fail and restart forever.  nginx fails
+ * the start or the test; a reload goes on with an alert (a failed
+ * init_module would end the running master).
+ */
+
+ngx_int_t
+ngx_http_vlm_model_check_user(ngx_cycle_t *cycle)
+{
+    int                        fds[2], status;
+    char                       msg[VLM_ERROR_MSG_LEN];
+    ssize_t                    n, got;
+    ngx_pid_t                  pid;
+    ngx_uint_t                 level;
+    vlm_error_t                err;
+    ngx_core_conf_t           *ccf;
+    vlm_tokenizer_t           *tok;
+    vlm_model_params_t         params;
+    ngx_http_vlm_main_conf_t  *vmcf;
+
+    vmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_vlm_module);
+
+    if (vmcf == NULL || vmcf->model.len == 0) {
+        return NGX_OK;
+    }
+
+    ccf = (ngx_core_conf_t *) ngx_get_conf(cycle->conf_ctx, ngx_core_module);
+
+    /* without a master process, or not as root, no process switches user */
+
+    if (!ccf->master || geteuid() != 0
+        || ccf->user == (ngx_uid_t) NGX_CONF_UNSET_UINT
+        || ccf->user == geteuid())
+    {
+        return NGX_OK;
+    }
+
+    if (pipe(fds) == -1) {
+        ngx_log_error(NGX_LOG_ALERT, cycle->log, ngx_errno,
+                      "vlm: pipe() failed");
+        return NGX_ERROR;
+    }
+
+    pid = fork();
+
+    if (pid == -1) {
+        ngx_log_error(NGX_LOG_ALERT, cycle->log, ngx_errno,
+                      "vlm: fork() for the model check failed");
+        close(fds[0]);
+        close(fds[1]);
+        return NGX_ERROR;
+    }
+
+    if (pid == 0) {
+        close(fds[0]);
+
+        ngx_memzero(&err, sizeof(vlm_error_t));
+
+        if (setgid(ccf->group) == -1
+            || initgroups(ccf->username, ccf->group) == -1
+            || setuid(ccf->user) == -1)
+        {
+            snprintf(err.msg, sizeof(err.msg), "cannot switch to user "
+                     "\"%s\": %s", ccf->username, strerror(errno));
+
+        } else {
+            ngx_http_vlm_engine_params(vmcf, &params);
+
+            if (vlm_model_check((char *) vmcf->model.data, &params, &err)
+                == VLM_OK
+                && vlm_tokenizer_load(&tok, (char *) vmcf->model.data, &err)
+                   == VLM_OK)
+            {
+                vlm_tokenizer_free(tok);
+                err.msg[0] = '\0';
+            }
+        }
+
+        n = (ssize_t) strlen(err.msg);
+        if (write(fds[1], err.msg, (size_t) n) != n) {
+            _exit(2);
+        }
+
+        _exit(n > 0);
+    }
+
+    close(fds[1]);
+
+    n = 0;
+
+    while (n < (ssize_t) sizeof(msg) - 1) {
+        got = read(fds[0], msg + n, sizeof(msg) - 1 - n);
+
+        if (got == -1 && ngx_errno == NGX_EINTR) {
+            continue;
+        }
+
+        if (got <= 0) {
+            break;
+        }
+
+        n += got;
+    }
+
+    msg[n] = '\0';
+    close(fds[0]);
+
+    while (waitpid(pid, &status, 0) == -1 && ngx_errno == NGX_EINTR) {
+        /* void */
+    }
+
+    if (n == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        return NGX_OK;
+    }
+
+    level = ngx_is_init_cycle(cycle->old_cycle) ? NGX_LOG_EMERG
+                                                : NGX_LOG_ALERT;
+
+    ngx_log_error(level, cycle->log, 0,
+                  "vlm_model \"%V\": %s (the engine runs as user \"%s\")",
+                  &vmcf->model, n ? msg : "the check as that user failed",
+                  ccf->username);
+
+    return level == NGX_LOG_EMERG ? NGX_ERROR : NGX_OK;
 }

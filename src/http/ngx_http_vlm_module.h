@@ -84,12 +84,31 @@ typedef struct {
 } ngx_http_vlm_main_conf_t;
 
 
+/*
+ * The per-request limits, in http, server or location (merged as nginx's
+ * own limits are).  The http level's values (kept in the main
+ * configuration too) size the pools at start-up, so a server or location
+ * may only tighten them.
+ */
+typedef struct {
+    ngx_uint_t           max_tokens;
+    ngx_int_t            max_images;
+    size_t               max_image_pixels;
+    size_t               max_prompt_bytes;
+    ngx_msec_t           request_timeout;
+    vlm_image_limits_t   image_limits;     /* with this max_image_pixels */
+} ngx_http_vlm_loc_conf_t;
+
+
 extern ngx_module_t  ngx_http_vlm_module;
 
 
 /* ngx_http_vlm_conf.c: the main configuration and its directives */
 void *ngx_http_vlm_create_main_conf(ngx_conf_t *cf);
 char *ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf);
+void *ngx_http_vlm_create_loc_conf(ngx_conf_t *cf);
+char *ngx_http_vlm_merge_loc_conf(ngx_conf_t *cf, void *parent,
+    void *child);
 char *ngx_http_vlm_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 char *ngx_http_vlm_thread_pool(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
@@ -135,6 +154,7 @@ char *ngx_http_vlm_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 /* ngx_http_vlm_conf.c: the model's files, loaded once in the master */
 char *ngx_http_vlm_model_files(ngx_conf_t *cf,
     ngx_http_vlm_main_conf_t *vmcf);
+ngx_int_t ngx_http_vlm_model_check_user(ngx_cycle_t *cycle);
 
 /* ngx_http_vlm_health.c: the vlm_health location */
 char *ngx_http_vlm_health(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);

@@ -5,9 +5,18 @@
  * vision tower.  One fixed pool of backend memory, taken and touched at
  * load, used as a ring: a new entry goes after the newest one and evicts
  * the entries it overlaps (oldest first); nothing is allocated afterwards.
+ * The cache is shared by every client of the server, so an entry is found
+ * by a keyed hash (XXH3-128 with a secret drawn at start-up: a collision
+ * cannot be crafted from outside) and its grid and length must match too.
  */
 
+#define _GNU_SOURCE
+
+#include <errno.h>
 #include <string.h>
+#include <sys/random.h>
+
+#include <xxhash.h>
 
 #include "vlm_icache.h"
 
@@ -16,21 +25,39 @@
 
 
 static void vlm_icache_evict(vlm_icache_t *c, vlm_icache_entry_t *e);
+static int vlm_icache_same(const vlm_icache_key_t *a,
+    const vlm_icache_key_t *b);
 
 
 static const uint8_t  vlm_icache_zero[VLM_ICACHE_ZERO];
 
 
-void
+vlm_status_t
 vlm_icache_init(vlm_icache_t *c, vlm_backend_t *be, float *pool,
-    size_t bytes)
+    size_t bytes, vlm_error_t *err)
 {
-    size_t  off, n;
+    size_t   off, n;
+    ssize_t  got;
 
     memset(c, 0, sizeof(vlm_icache_t));
 
     if (pool == NULL || bytes < sizeof(float)) {
-        return;
+        return VLM_OK;
+    }
+
+    for (off = 0; off < sizeof(c->secret); off += (size_t) got) {
+        got = getrandom(c->secret + off, sizeof(c->secret) - off, 0);
+
+        if (got == -1 && errno == EINTR) {
+            got = 0;
+            continue;
+        }
+
+        if (got <= 0) {
+            return vlm_error_set(err, VLM_ERR_INTERNAL,
+                                 "image cache: getrandom(): %s",
+                                 strerror(errno));
+        }
     }
 
     /* resident from the start: the engine's memory does not creep later */
@@ -41,48 +68,37 @@ vlm_icache_init(vlm_icache_t *c, vlm_backend_t *be, float *pool,
 
     c->pool = pool;
     c->cap = bytes / sizeof(float);
+
+    return VLM_OK;
 }
 
 
-/*
- * The key of an image: two 64-bit hashes of its pixel values with
- * different constants, and its grid.
- */
+/* the key of an image: its pixel values hashed with the secret, its grid */
 void
-vlm_icache_key(const vlm_image_t *img, size_t patch_dim, uint64_t key[2])
+vlm_icache_key(const vlm_icache_t *c, const vlm_image_t *img,
+    size_t patch_dim, vlm_icache_key_t *key)
 {
-    size_t          i, len;
-    uint64_t        a, b, w;
-    const uint8_t  *p;
+    XXH128_hash_t  h;
 
-    p = (const uint8_t *) img->pixels;
-    len = (size_t) img->grid_t * img->grid_h * img->grid_w * patch_dim
-          * sizeof(float);
+    memset(key, 0, sizeof(vlm_icache_key_t));
 
-    a = 0x9e3779b97f4a7c15ull ^ len;
-    b = 0xc2b2ae3d27d4eb4full + len;
+    key->grid_t = img->grid_t;
+    key->grid_h = img->grid_h;
+    key->grid_w = img->grid_w;
+    key->bytes = (size_t) img->grid_t * img->grid_h * img->grid_w
+                 * patch_dim * sizeof(float);
 
-    for (i = 0; i + 8 <= len; i += 8) {
-        memcpy(&w, p + i, 8);
-        a = (a ^ w) * 0xff51afd7ed558ccdull;
-        a ^= a >> 32;
-        b = (b + w) * 0xc4ceb9fe1a85ec53ull;
-        b ^= b >> 29;
-    }
+    h = XXH3_128bits_withSecret(img->pixels, key->bytes, c->secret,
+                                sizeof(c->secret));
 
-    for ( /* void */ ; i < len; i++) {
-        a = (a ^ p[i]) * 0xff51afd7ed558ccdull;
-        b = (b + p[i]) * 0xc4ceb9fe1a85ec53ull;
-    }
-
-    key[0] = a ^ (a >> 31);
-    key[1] = b ^ (b >> 33);
+    key->hash[0] = h.low64;
+    key->hash[1] = h.high64;
 }
 
 
-/* the features of an image with this key and grid, or NULL */
+/* the features of an image with this key, grid and length, or NULL */
 const float *
-vlm_icache_find(vlm_icache_t *c, const uint64_t key[2], const vlm_image_t *img)
+vlm_icache_find(vlm_icache_t *c, const vlm_icache_key_t *key)
 {
     int                  i;
     vlm_icache_entry_t  *e;
@@ -94,10 +110,7 @@ vlm_icache_find(vlm_icache_t *c, const uint64_t key[2], const vlm_image_t *img)
     for (i = 0; i < VLM_ICACHE_ENTRIES; i++) {
         e = &c->entries[i];
 
-        if (e->n > 0 && e->key[0] == key[0] && e->key[1] == key[1]
-            && e->grid_t == img->grid_t && e->grid_h == img->grid_h
-            && e->grid_w == img->grid_w)
-        {
+        if (e->n > 0 && vlm_icache_same(&e->key, key)) {
             c->hits++;
             return c->pool + e->off;
         }
@@ -114,8 +127,7 @@ vlm_icache_find(vlm_icache_t *c, const uint64_t key[2], const vlm_image_t *img)
  * features to, or NULL when they would not fit the pool at all.
  */
 float *
-vlm_icache_insert(vlm_icache_t *c, const uint64_t key[2],
-    const vlm_image_t *img, size_t n)
+vlm_icache_insert(vlm_icache_t *c, const vlm_icache_key_t *key, size_t n)
 {
     int                  i;
     vlm_icache_entry_t  *e, *slot;
@@ -152,11 +164,7 @@ vlm_icache_insert(vlm_icache_t *c, const uint64_t key[2],
         vlm_icache_evict(c, slot);
     }
 
-    slot->key[0] = key[0];
-    slot->key[1] = key[1];
-    slot->grid_t = img->grid_t;
-    slot->grid_h = img->grid_h;
-    slot->grid_w = img->grid_w;
+    slot->key = *key;
     slot->off = c->head;
     slot->n = n;
     slot->age = ++c->clock;
@@ -174,4 +182,13 @@ vlm_icache_evict(vlm_icache_t *c, vlm_icache_entry_t *e)
 {
     c->used -= e->n;
     e->n = 0;
+}
+
+
+static int
+vlm_icache_same(const vlm_icache_key_t *a, const vlm_icache_key_t *b)
+{
+    return a->hash[0] == b->hash[0] && a->hash[1] == b->hash[1]
+           && a->grid_t == b->grid_t && a->grid_h == b->grid_h
+           && a->grid_w == b->grid_w && a->bytes == b->bytes;
 }

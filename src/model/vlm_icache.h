@@ -12,13 +12,26 @@
 
 
 #define VLM_ICACHE_ENTRIES  64
+#define VLM_ICACHE_SECRET   192         /* XXH3's default secret size */
+
+
+/*
+ * What an entry is found by: a keyed 128-bit hash (XXH3-128 with the
+ * cache's secret) of the pixel values, and, compared as well on a hit,
+ * their grid and byte length.
+ */
+typedef struct {
+    uint64_t   hash[2];                 /* low, high 64 bits */
+    int        grid_t, grid_h, grid_w;
+    size_t     bytes;                   /* of the pixel values hashed */
+} vlm_icache_key_t;
+
 
 typedef struct {
-    uint64_t   key[2];
-    int        grid_t, grid_h, grid_w;
-    size_t     off;                     /* floats from the pool's start */
-    size_t     n;                       /* floats; 0: a free entry */
-    uint64_t   age;                     /* insertion order */
+    vlm_icache_key_t   key;
+    size_t             off;             /* floats from the pool's start */
+    size_t             n;               /* floats; 0: a free entry */
+    uint64_t           age;             /* insertion order */
 } vlm_icache_entry_t;
 
 
@@ -29,22 +42,24 @@ typedef struct {
     size_t               used, peak;
     uint64_t             clock;
     uint64_t             hits, misses;
+    /* drawn from getrandom() at init: keys cannot be predicted outside */
+    uint8_t              secret[VLM_ICACHE_SECRET];
     vlm_icache_entry_t   entries[VLM_ICACHE_ENTRIES];
 } vlm_icache_t;
 
 
 /*
  * pool: bytes of backend memory that the cache uses from now on and never
- * frees (NULL or fewer than one float: no cache)
+ * frees (NULL or fewer than one float: no cache).  Fails only when the
+ * kernel gives no random bytes for the secret.
  */
-void vlm_icache_init(vlm_icache_t *c, vlm_backend_t *be, float *pool,
-    size_t bytes);
-void vlm_icache_key(const vlm_image_t *img, size_t patch_dim,
-    uint64_t key[2]);
-const float *vlm_icache_find(vlm_icache_t *c, const uint64_t key[2],
-    const vlm_image_t *img);
-float *vlm_icache_insert(vlm_icache_t *c, const uint64_t key[2],
-    const vlm_image_t *img, size_t n);
+vlm_status_t vlm_icache_init(vlm_icache_t *c, vlm_backend_t *be,
+    float *pool, size_t bytes, vlm_error_t *err);
+void vlm_icache_key(const vlm_icache_t *c, const vlm_image_t *img,
+    size_t patch_dim, vlm_icache_key_t *key);
+const float *vlm_icache_find(vlm_icache_t *c, const vlm_icache_key_t *key);
+float *vlm_icache_insert(vlm_icache_t *c, const vlm_icache_key_t *key,
+    size_t n);
 
 
 #endif /* VLM_ICACHE_H */

@@ -163,6 +163,10 @@ vlm_model_matrix_rows(vlm_model_t *m, vlm_weight_t *w, const char *name,
                              r0 + nr, name, rows, cols);
     }
 
+    if (m->be == NULL) {
+        return VLM_OK;
+    }
+
     /* a run of whole rows is contiguous in the mapped file */
     return m->be->ops->weight_bind(m->be, w,
                (const uint8_t *) t->data
@@ -194,6 +198,10 @@ vlm_model_matrix_cols(vlm_model_t *m, vlm_weight_t *w, const char *name,
         return vlm_error_set(err, VLM_ERR_INTERNAL,
                              "model: columns %d..%d of \"%s\" [%d, %d]", c0,
                              c0 + nc, name, rows, cols);
+    }
+
+    if (m->be == NULL) {
+        return VLM_OK;
     }
 
     if (o->n_host == VLM_MAX_LOAD_ALLOCS) {
@@ -247,6 +255,10 @@ vlm_model_matrix_runs(vlm_model_t *m, vlm_weight_t *w, const char *name,
                                  "model: rows %d..%d of \"%s\" [%d, %d]",
                                  r0[i], r0[i] + nr, name, rows, cols);
         }
+    }
+
+    if (m->be == NULL) {
+        return VLM_OK;
     }
 
     if (o->n_host == VLM_MAX_LOAD_ALLOCS) {
@@ -321,9 +333,10 @@ vlm_model_vector_runs(vlm_model_t *m, float **out, const char *name, int n,
         }
     }
 
-    *out = vlm_model_alloc(m, (size_t) len * n_runs * sizeof(float), err);
-    if (*out == NULL) {
-        return VLM_ERR_NOMEM;
+    *out = NULL;
+
+    if (m->be == NULL) {
+        return VLM_OK;
     }
 
     host = malloc((size_t) len * n_runs * sizeof(float));
@@ -339,11 +352,29 @@ vlm_model_vector_runs(vlm_model_t *m, float **out, const char *name, int n,
                          t->dtype, (size_t) len);
     }
 
-    rc = m->be->ops->upload(m->be, *out, host,
-                            (size_t) len * n_runs * sizeof(float));
+    rc = vlm_model_upload(m, out, host, len * n_runs, err);
     free(host);
 
     return rc;
+}
+
+
+vlm_status_t
+vlm_model_upload(vlm_model_t *m, float **out, const float *host, int n,
+    vlm_error_t *err)
+{
+    *out = NULL;
+
+    if (m->be == NULL) {
+        return VLM_OK;
+    }
+
+    *out = vlm_model_alloc(m, (size_t) n * sizeof(float), err);
+    if (*out == NULL) {
+        return VLM_ERR_NOMEM;
+    }
+
+    return m->be->ops->upload(m->be, *out, host, (size_t) n * sizeof(float));
 }
 
 
@@ -420,7 +451,7 @@ vlm_model_all_gather(vlm_model_t *m, float *out, const float *in, size_t n,
  * vocabulary the group cannot split evenly is refused, naming the number.
  */
 static vlm_status_t
-vlm_model_tp_init(vlm_model_t *m, vlm_error_t *err)
+vlm_model_tp_init(vlm_model_t *m, int check, vlm_error_t *err)
 {
     int                   N, r, merge;
     vlm_tp_t             *tp = &m->tp;
@@ -436,8 +467,10 @@ vlm_model_tp_init(vlm_model_t *m, vlm_error_t *err)
                              "%d (1 to %d ranks)", r, N, VLM_COMM_MAX_WORLD);
     }
 
-    if (N > 1 && (m->params.comm == NULL || m->params.comm->world != N
-                  || m->params.comm->rank != r))
+    /* a check (nginx -t) sees whether the split works, without a group */
+    if (N > 1 && !check
+        && (m->params.comm == NULL || m->params.comm->world != N
+            || m->params.comm->rank != r))
     {
         return vlm_error_set(err, VLM_ERR_INVALID,
                              "model: rank %d of %d needs a communicator of "
@@ -457,7 +490,7 @@ vlm_model_tp_init(vlm_model_t *m, vlm_error_t *err)
                              tc->intermediate_size, tc->vocab_size, N);
     }
 
-    tp->comm = N > 1 ? m->params.comm : NULL;
+    tp->comm = N > 1 && !check ? m->params.comm : NULL;
     tp->rank = r;
     tp->size = N;
     tp->n_heads = tc->n_heads / N;
@@ -724,12 +757,17 @@ vlm_model_fill_info(vlm_model_t *m)
 }
 
 
-vlm_status_t
-vlm_model_load(vlm_model_t **out, const char *dir,
-    const vlm_model_params_t *params, vlm_error_t *err)
+/*
+ * What vlm_model_load() and vlm_model_check() share: the config, the
+ * budgets, the architecture, the safetensors headers and the
+ * architecture's load(), which with check set runs without a backend
+ * (names, dtypes and shapes only; no weight is read).
+ */
+static vlm_status_t
+vlm_model_open(vlm_model_owner_t **out, const char *dir,
+    const vlm_model_params_t *params, int check, vlm_error_t *err)
 {
-    int                 i, max_ctx;
-    float              *icache;
+    int                 i;
     vlm_model_t        *m;
     vlm_status_t        rc;
     vlm_backend_conf_t  bc;
@@ -761,7 +799,7 @@ vlm_model_load(vlm_model_t **out, const char *dir,
         goto failed;
     }
 
-    rc = vlm_model_tp_init(m, err);
+    rc = vlm_model_tp_init(m, check, err);
     if (rc != VLM_OK) {
         goto failed;
     }
@@ -780,24 +818,75 @@ vlm_model_load(vlm_model_t **out, const char *dir,
         goto failed;
     }
 
-    rc = vlm_safetensors_open(&m->st, dir, err);
+    rc = vlm_safetensors_open_flags(&m->st, dir,
+                                    check ? 0 : VLM_ST_POPULATE, err);
     if (rc != VLM_OK) {
         goto failed;
     }
 
-    max_ctx = vlm_max(m->params.max_seq_len, m->params.max_image_patches);
-    bc.n_threads = m->params.n_threads;
-    bc.max_ctx = max_ctx;
+    if (!check) {
+        bc.n_threads = m->params.n_threads;
+        bc.max_ctx = vlm_max(m->params.max_seq_len,
+                             m->params.max_image_patches);
 
-    rc = vlm_backend_cpu_init(&m->be, &bc, err);
-    if (rc != VLM_OK) {
-        goto failed;
+        rc = vlm_backend_cpu_init(&m->be, &bc, err);
+        if (rc != VLM_OK) {
+            goto failed;
+        }
     }
 
     rc = m->arch->load(m, err);
     if (rc != VLM_OK) {
         goto failed;
     }
+
+    *out = o;
+
+    return VLM_OK;
+
+failed:
+
+    vlm_model_free(m);
+
+    return rc;
+}
+
+
+vlm_status_t
+vlm_model_check(const char *dir, const vlm_model_params_t *params,
+    vlm_error_t *err)
+{
+    vlm_status_t        rc;
+    vlm_model_owner_t  *o;
+
+    rc = vlm_model_open(&o, dir, params, 1, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    vlm_model_free(&o->model);
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_model_load(vlm_model_t **out, const char *dir,
+    const vlm_model_params_t *params, vlm_error_t *err)
+{
+    float              *icache;
+    vlm_model_t        *m;
+    vlm_status_t        rc;
+    vlm_model_owner_t  *o;
+
+    *out = NULL;
+
+    rc = vlm_model_open(&o, dir, params, 0, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    m = &o->model;
 
     rc = vlm_kv_init(&m->kv, m->be, m->cfg.text.n_layers,
                      m->tp.n_kv_heads * m->cfg.text.head_dim,
@@ -825,8 +914,11 @@ vlm_model_load(vlm_model_t **out, const char *dir,
             goto failed;
         }
 
-        vlm_icache_init(&m->icache, m->be, icache,
-                        m->params.image_cache_bytes);
+        rc = vlm_icache_init(&m->icache, m->be, icache,
+                             m->params.image_cache_bytes, err);
+        if (rc != VLM_OK) {
+            goto failed;
+        }
     }
 
     vlm_model_fill_info(m);
@@ -1365,9 +1457,10 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
 
         if (pf->stage == 0 && m->icache.cap > 0) {
             /* an image seen lately: its features, without the encoder */
-            vlm_icache_key(img, (size_t) m->info.patch_dim, pf->key);
+            vlm_icache_key(&m->icache, img, (size_t) m->info.patch_dim,
+                           &pf->key);
 
-            cached = vlm_icache_find(&m->icache, pf->key, img);
+            cached = vlm_icache_find(&m->icache, &pf->key);
             if (cached != NULL) {
                 be->ops->gather_rows(be, feats, cached, ws->iota, n_tok, H);
                 pf->feat += n_tok;
@@ -1383,7 +1476,7 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
         }
 
         if (++pf->stage == m->arch->image_stages(m)) {
-            slot = vlm_icache_insert(&m->icache, pf->key, img,
+            slot = vlm_icache_insert(&m->icache, &pf->key,
                                      (size_t) n_tok * H);
             if (slot != NULL) {
                 be->ops->gather_rows(be, slot, feats, ws->iota, n_tok, H);

@@ -201,7 +201,7 @@ typedef struct {
     int                 fed;            /* image feature rows fed */
     int                 next_pos;
     int                 had_blocks;     /* the sequence's before it */
-    uint64_t            key[2];         /* the image's, while encoding */
+    vlm_icache_key_t    key;            /* the image's, while encoding */
 } vlm_prefill_job_t;
 
 
@@ -234,7 +234,12 @@ struct vlm_model_s {
 };
 
 
-/* weight helpers for an architecture's load() */
+/*
+ * Weight helpers for an architecture's load().  vlm_model_check() runs
+ * the same load() on a model without a backend (m->be NULL): then they
+ * check every tensor's name, dtype and shape from the safetensors headers
+ * and bind, allocate and upload nothing (the pointers stay NULL).
+ */
 vlm_status_t vlm_model_matrix(vlm_model_t *m, vlm_weight_t *w,
     const char *name, int rows, int cols, vlm_error_t *err);
 vlm_status_t vlm_model_vector(vlm_model_t *m, float **out, const char *name,
@@ -266,6 +271,9 @@ vlm_status_t vlm_model_all_reduce(vlm_model_t *m, float *buf, size_t n,
     vlm_error_t *err);
 vlm_status_t vlm_model_all_gather(vlm_model_t *m, float *out,
     const float *in, size_t n, vlm_error_t *err);
+/* n floats of host data into backend memory of the model's */
+vlm_status_t vlm_model_upload(vlm_model_t *m, float **out, const float *host,
+    int n, vlm_error_t *err);
 const vlm_st_tensor_t *vlm_model_tensor(vlm_model_t *m, const char *name);
 void *vlm_model_alloc(vlm_model_t *m, size_t size, vlm_error_t *err);
 

@@ -8,6 +8,7 @@
 
 #define _GNU_SOURCE
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -409,7 +410,9 @@ vlm_model_config_parse(vlm_model_config_t *cfg, const char *json,
 
     } else {
         vlm_error_set(err, VLM_ERR_UNSUPPORTED,
-                      "config: architecture \"%s\" is not supported", name);
+                      "config: architecture \"%s\" is not supported (this "
+                      "engine runs Qwen2VLForConditionalGeneration and "
+                      "Qwen2_5_VLForConditionalGeneration)", name);
         json_decref(root);
         return VLM_ERR_UNSUPPORTED;
     }
@@ -517,6 +520,11 @@ vlm_cfg_read(const char *path, size_t *len)
 
     fclose(f);
 
+    /* the reason, for the caller's message */
+    if (buf == NULL) {
+        errno = EIO;
+    }
+
     return buf;
 }
 
@@ -525,7 +533,7 @@ vlm_status_t
 vlm_model_config_load(vlm_model_config_t *cfg, const char *dir,
     vlm_error_t *err)
 {
-    char          path[4096], *buf;
+    char          path[4096], msg[VLM_ERROR_MSG_LEN], *buf;
     size_t        len;
     json_t       *root;
     vlm_status_t  rc;
@@ -535,14 +543,22 @@ vlm_model_config_load(vlm_model_config_t *cfg, const char *dir,
 
     buf = vlm_cfg_read(path, &len);
     if (buf == NULL) {
-        return vlm_error_set(err, VLM_ERR_IO, "config: cannot read \"%s\"",
-                             path);
+        return vlm_error_set(err, VLM_ERR_IO,
+                             "config: cannot read \"%s\": %s", path,
+                             strerror(errno));
     }
 
     rc = vlm_model_config_parse(cfg, buf, len, err);
     free(buf);
 
     if (rc != VLM_OK) {
+        /* the parser's message, with the file it is about */
+        if (err != NULL && strncmp(err->msg, "config: ", 8) == 0) {
+            memcpy(msg, err->msg + 8, sizeof(msg));
+            msg[sizeof(msg) - 1] = '\0';
+            vlm_error_set(err, rc, "config: \"%s\": %s", path, msg);
+        }
+
         return rc;
     }
 
@@ -552,7 +568,13 @@ vlm_model_config_load(vlm_model_config_t *cfg, const char *dir,
 
     buf = vlm_cfg_read(path, &len);
     if (buf == NULL) {
-        return VLM_OK;
+        if (errno == ENOENT) {
+            return VLM_OK;
+        }
+
+        return vlm_error_set(err, VLM_ERR_IO,
+                             "config: cannot read \"%s\": %s", path,
+                             strerror(errno));
     }
 
     root = json_loadb(buf, len, 0, &jerr);

@@ -28,6 +28,7 @@ typedef struct {
 
 
 struct vlm_safetensors_s {
+    unsigned          flags;            /* VLM_ST_POPULATE */
     vlm_st_tensor_t  *tensors;          /* sorted by name once opened */
     size_t            n_tensors;
     size_t            cap_tensors;
@@ -82,6 +83,14 @@ vlm_status_t
 vlm_safetensors_open(vlm_safetensors_t **out, const char *path,
     vlm_error_t *err)
 {
+    return vlm_safetensors_open_flags(out, path, VLM_ST_POPULATE, err);
+}
+
+
+vlm_status_t
+vlm_safetensors_open_flags(vlm_safetensors_t **out, const char *path,
+    unsigned flags, vlm_error_t *err)
+{
     size_t              i;
     char               *p;
     vlm_status_t        rc;
@@ -93,6 +102,8 @@ vlm_safetensors_open(vlm_safetensors_t **out, const char *path,
     if (st == NULL) {
         return vlm_error_set(err, VLM_ERR_NOMEM, "safetensors: no memory");
     }
+
+    st->flags = flags;
 
     if (vlm_st_is_dir(path)) {
         p = vlm_st_join(path, "model.safetensors.index.json");
@@ -112,6 +123,15 @@ vlm_safetensors_open(vlm_safetensors_t **out, const char *path,
             if (p == NULL) {
                 rc = vlm_error_set(err, VLM_ERR_NOMEM,
                                    "safetensors: no memory");
+                goto failed;
+            }
+
+            if (access(p, F_OK) != 0 && errno == ENOENT) {
+                free(p);
+                rc = vlm_error_set(err, VLM_ERR_IO,
+                                   "safetensors: \"%s\" holds no weights: "
+                                   "neither model.safetensors nor "
+                                   "model.safetensors.index.json", path);
                 goto failed;
             }
 
@@ -266,14 +286,22 @@ vlm_st_map_file(vlm_safetensors_t *st, const char *path, vlm_error_t *err)
                              path, (long long) sb.st_size);
     }
 
-    /* populated now, so that no forward pass waits on a page fault */
+    /*
+     * populated now, so that no forward pass waits on a page fault; a
+     * check reads the header's pages only
+     */
     map = mmap(NULL, (size_t) sb.st_size, PROT_READ,
-               MAP_PRIVATE | MAP_POPULATE, fd, 0);
+               MAP_PRIVATE | (st->flags & VLM_ST_POPULATE ? MAP_POPULATE : 0),
+               fd, 0);
     close(fd);
 
     if (map == MAP_FAILED) {
         return vlm_error_set(err, VLM_ERR_IO, "safetensors: mmap(\"%s\"): %s",
                              path, strerror(errno));
+    }
+
+    if (!(st->flags & VLM_ST_POPULATE)) {
+        (void) madvise(map, (size_t) sb.st_size, MADV_RANDOM);
     }
 
     f->map = map;

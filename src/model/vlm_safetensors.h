@@ -34,12 +34,21 @@ typedef struct {
 typedef struct vlm_safetensors_s  vlm_safetensors_t;
 
 
+/* the files' pages are read in at open, for a model that runs */
+#define VLM_ST_POPULATE     0x1
+
+
 /*
  * Opens path: a .safetensors file, or a directory holding either
  * model.safetensors.index.json (sharded) or model.safetensors.
+ * vlm_safetensors_open() populates the mapping; without VLM_ST_POPULATE
+ * only the headers are read (enough to validate every entry; the tensor
+ * data is paged in when touched).
  */
 vlm_status_t vlm_safetensors_open(vlm_safetensors_t **st, const char *path,
     vlm_error_t *err);
+vlm_status_t vlm_safetensors_open_flags(vlm_safetensors_t **st,
+    const char *path, unsigned flags, vlm_error_t *err);
 void vlm_safetensors_close(vlm_safetensors_t *st);
 
 const vlm_st_tensor_t *vlm_safetensors_find(const vlm_safetensors_t *st,

@@ -261,14 +261,7 @@ vlm_vision_load(vlm_model_t *m, vlm_error_t *err)
         w->rope_comp[i] = (uint8_t) (i >= quarter);
     }
 
-    w->inv_freq = vlm_model_alloc(m, (size_t) half * sizeof(float), err);
-    if (w->inv_freq == NULL) {
-        free(inv);
-        return VLM_ERR_NOMEM;
-    }
-
-    rc = m->be->ops->upload(m->be, w->inv_freq, inv,
-                            (size_t) half * sizeof(float));
+    rc = vlm_model_upload(m, &w->inv_freq, inv, half, err);
     free(inv);
 
     return rc;

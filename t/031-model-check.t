@@ -1,0 +1,239 @@
+# nginx -t checks what the engine would refuse, with the engine's own
+# loader run on the safetensors headers: another architecture, no
+# weights, tensors missing, of the wrong shape or dtype, weights the
+# engine's user cannot read, and a chat template the server does not
+# render.  Each is an [emerg] that names the file and the cause.
+
+use Test::Nginx::Socket;
+use File::Temp qw(tempdir);
+use JSON::PP ();
+use Cwd qw(abs_path);
+
+my $models = tempdir("vlm-check-XXXXXX", TMPDIR => 1, CLEANUP => 1);
+# the engine's user (nobody, when the tests run as root) walks it
+chmod 0755, $models or die;
+
+sub slurp {
+    my ($path) = @_;
+    open my $in, '<:raw', $path or die "cannot read $path: $!";
+    local $/;
+    return scalar <$in>;
+}
+
+sub spew {
+    my ($path, $data) = @_;
+    open my $out, '>:raw', $path or die "cannot write $path: $!";
+    print $out $data;
+    close $out;
+}
+
+# a copy of the serving fixture, then an edit of one of its JSON files
+sub model {
+    my ($name, $file, $edit) = @_;
+    my $dir = "$models/$name";
+    mkdir $dir or die "$dir: $!";
+    chmod 0755, $dir;
+    for my $f (glob "tests/fixtures/serving/*") {
+        system("cp", $f, "$dir/") == 0 or die "cannot copy $f";
+    }
+    if (defined $file) {
+        my $json = JSON::PP->new->canonical->pretty;
+        my $doc = $json->decode(slurp("$dir/$file"));
+        $edit->($doc);
+        spew("$dir/$file", $json->encode($doc));
+    }
+    return $dir;
+}
+
+model("good");
+model("llama", "config.json", sub {
+    $_[0]{architectures} = ["LlamaForCausalLM"];
+    $_[0]{model_type} = "llama";
+});
+my $noweights = model("noweights");
+unlink "$noweights/model.safetensors" or die;
+model("shape", "config.json", sub {
+    $_[0]{text_config}{intermediate_size} = 96;
+});
+model("layers", "config.json", sub {
+    $_[0]{text_config}{num_hidden_layers} = 3;
+});
+model("template", "chat_template.json", sub {
+    my $qwen = JSON::PP->new->decode(
+        slurp("tests/fixtures/tokenizer/qwen/tokenizer_config.json"));
+    $_[0]{chat_template} = $qwen->{chat_template};
+});
+my $notemplate = model("notemplate", "tokenizer_config.json", sub {
+    delete $_[0]{chat_template};
+});
+unlink "$notemplate/chat_template.json" or die;
+
+# a dtype the engine does not run: the first F32 tensor's header says I32
+# (same element size, so only the dtype is wrong)
+{
+    my $dir = model("dtype");
+    my $st = slurp("$dir/model.safetensors");
+    my $hlen = unpack("Q<", substr($st, 0, 8));
+    my $header = substr($st, 8, $hlen);
+    $header =~ s/"dtype":\s*"F32"/"dtype":"I32"/ or die "no F32 tensor";
+    $header .= " " x ($hlen - length $header);
+    substr($st, 8, $hlen) = $header;
+    spew("$dir/model.safetensors", $st);
+}
+
+$ENV{TEST_NGINX_MODELS} = $models;
+
+# nginx -t itself, with a configuration of our own: the engine's user is
+# the workers' ("nobody" when root runs nginx, else the caller)
+my $nginx = $ENV{TEST_NGINX_BINARY} || 'nginx';
+my ($module) = grep { /ngx_http_vlm_module\.so$/ } split /\s+/,
+               $ENV{TEST_NGINX_LOAD_MODULES} || '';
+$module ||= abs_path("build/ngx_http_vlm_module.so");
+my $engine = abs_path("build/vlm-engine");
+my $user = $> == 0 ? "nobody" : scalar getpwuid($>);
+
+sub nginx_t {
+    my ($model) = @_;
+    my $prefix = tempdir("vlm-check-prefix-XXXXXX", TMPDIR => 1,
+                         CLEANUP => 1);
+    mkdir "$prefix/logs";
+    my $user_line = $> == 0 ? "user nobody nogroup;" : "";
+    spew("$prefix/nginx.conf", <<"_EOC_");
+load_module $module;
+error_log stderr;
+pid $prefix/nginx.pid;
+events { }
+http {
+    vlm_model $model;
+    vlm_engine_binary $engine;
+    server { listen 127.0.0.1:1983; location / { return 204; } }
+}
+$user_line
+_EOC_
+    my $out = `$nginx -t -p $prefix -c $prefix/nginx.conf 2>&1`;
+    return ($? >> 8, $out);
+}
+
+my $direct = 6;
+
+repeat_each(1);
+
+plan tests => repeat_each() * 2 * blocks() + $direct;
+
+{
+    my ($rc, $out) = nginx_t("$models/good");
+    is($rc, 0, "nginx -t passes a good model read as user $user")
+        or diag($out);
+
+    ($rc, $out) = nginx_t("$models/llama");
+    isnt($rc, 0, "nginx -t fails on LlamaForCausalLM");
+    like($out, qr{\[emerg\] .*vlm_model "[^"]+/llama": config: "[^"]+/llama/config\.json": architecture "LlamaForCausalLM" is not supported},
+         "and names config.json and the architecture");
+
+    # weights only the master's user can read
+    my $dir = model("unreadable");
+    chmod 0000, "$dir/model.safetensors" or die;
+    ($rc, $out) = nginx_t($dir);
+    isnt($rc, 0, "nginx -t fails on weights user $user cannot read");
+    like($out, qr{\[emerg\] .*vlm_model "[^"]+/unreadable": safetensors: open\("[^"]+/unreadable/model\.safetensors"\): Permission denied \(the engine runs as user "\Q$user\E"\)},
+         "and names the file, the cause and the engine's user");
+
+    # the directory itself closed to the engine's user (its owner, root,
+    # still enters it: only a run as root has another user to test)
+    SKIP: {
+        skip "not run as root: no other user for the engine", 1 if $> != 0;
+        chmod 0644, "$dir/model.safetensors";
+        chmod 0700, $dir;
+        ($rc, $out) = nginx_t($dir);
+        like($out, qr{\[emerg\] .*vlm_model "[^"]+/unreadable": .*Permission denied \(the engine runs as user "nobody"\)},
+             "a model directory user nobody cannot enter fails too")
+            or diag($out);
+    }
+}
+
+no_shuffle();
+run_tests();
+
+__DATA__
+
+=== TEST 1: an architecture the engine does not run
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/llama;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: vlm_model "[^"]+/llama": config: "[^"]+/llama/config\.json": architecture "LlamaForCausalLM" is not supported \(this engine runs Qwen2VLForConditionalGeneration and Qwen2_5_VLForConditionalGeneration\) in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 2: a directory without weights
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/noweights;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: vlm_model "[^"]+/noweights": safetensors: "[^"]+/noweights" holds no weights: neither model\.safetensors nor model\.safetensors\.index\.json in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 3: a tensor whose shape the config does not give
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/shape;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: vlm_model "[^"]+/shape": model: tensor "model\.layers\.0\.mlp\.gate_proj\.weight" has shape \[128, 64\] \(2 dims\), the config needs \[96, 64\] in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 4: a tensor the config needs is missing
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/layers;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: vlm_model "[^"]+/layers": model: tensor "model\.layers\.2\.[a-z_.]+" is missing in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 5: a dtype the engine does not run
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/dtype;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: vlm_model "[^"]+/dtype": safetensors: tensor "[^"]+": dtype I32 is not supported.* in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 6: a chat template that is not Qwen2-VL's
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/template;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: vlm_model "[^"]+/template": the chat_template in "[^"]+/template/chat_template\.json" is not Qwen2-VL's, the only one the server renders in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 7: no chat template at all
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/notemplate;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: vlm_model "[^"]+/notemplate": no chat_template in "[^"]+/notemplate/tokenizer_config\.json"; the server renders Qwen2-VL's template only in \S+nginx\.conf:\d+$}
