@@ -57,6 +57,16 @@ static ngx_http_vlm_bounds_t  ngx_http_vlm_max_prompt_bounds = {
 };
 
 
+static ngx_http_vlm_bounds_t  ngx_http_vlm_fetch_timeout_bounds = {
+    ngx_http_vlm_check_msec, 1, 3600 * 1000
+};
+
+static ngx_http_vlm_bounds_t  ngx_http_vlm_fetch_max_size_bounds = {
+    ngx_http_vlm_check_size, 1, 32 * 1024 * 1024
+};
+
+
+static ngx_int_t ngx_http_vlm_preconfiguration(ngx_conf_t *cf);
 static ngx_int_t ngx_http_vlm_init_module(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_vlm_init_process(ngx_cycle_t *cycle);
 static void ngx_http_vlm_exit_process(ngx_cycle_t *cycle);
@@ -183,6 +193,27 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       offsetof(ngx_http_vlm_main_conf_t, image_fetch),
       NULL },
 
+    { ngx_string("vlm_image_fetch_allow"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_vlm_fetch_allow,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("vlm_image_fetch_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_vlm_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, image_fetch_timeout),
+      &ngx_http_vlm_fetch_timeout_bounds },
+
+    { ngx_string("vlm_image_fetch_max_size"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_vlm_set_size_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, image_fetch_max_size),
+      &ngx_http_vlm_fetch_max_size_bounds },
+
     { ngx_string("vlm_request_timeout"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_msec_slot,
@@ -237,8 +268,8 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
 
 
 static ngx_http_module_t  ngx_http_vlm_module_ctx = {
-    ngx_http_vlm_chat_add_variables,       /* preconfiguration */
-    NULL,                                  /* postconfiguration */
+    ngx_http_vlm_preconfiguration,         /* preconfiguration */
+    ngx_http_vlm_fetch_init,               /* postconfiguration */
 
     ngx_http_vlm_create_main_conf,         /* create main configuration */
     ngx_http_vlm_init_main_conf,           /* init main configuration */
@@ -265,6 +296,17 @@ ngx_module_t  ngx_http_vlm_module = {
     NULL,                                  /* exit master */
     NGX_MODULE_V1_PADDING
 };
+
+
+static ngx_int_t
+ngx_http_vlm_preconfiguration(ngx_conf_t *cf)
+{
+    if (ngx_http_vlm_chat_add_variables(cf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_vlm_fetch_add_variables(cf);
+}
 
 
 static ngx_int_t

@@ -58,14 +58,6 @@ typedef struct {
 } ngx_http_vlm_chat_image_t;
 
 
-/* the context of an image subrequest (vlm_image_fetch) */
-typedef struct {
-    ngx_str_t                 url;          /* $vlm_image_url */
-    uint32_t                  image;
-    void                     *chat;         /* ngx_http_vlm_chat_ctx_t */
-} ngx_http_vlm_fetch_ctx_t;
-
-
 typedef struct {
     ngx_http_request_t       *request;
     ngx_http_vlm_main_conf_t *vmcf;
@@ -90,7 +82,7 @@ typedef struct {
     size_t                    ids_cap;
     uint64_t                  arena_bytes;
     uint32_t                  n_remote;     /* images to fetch */
-    uint32_t                  n_fetched;
+    ngx_http_vlm_fetch_t     *fetch;
 
     uint32_t                  slot;
     unsigned                  has_slot:1;
@@ -144,9 +136,7 @@ static void ngx_http_vlm_chat_fill(void *data, ngx_log_t *log);
 static void ngx_http_vlm_chat_task_done(ngx_event_t *ev);
 static void ngx_http_vlm_chat_size(ngx_http_vlm_chat_ctx_t *ctx);
 static void ngx_http_vlm_chat_fetch(ngx_http_vlm_chat_ctx_t *ctx);
-static ngx_int_t ngx_http_vlm_chat_fetch_done(ngx_http_request_t *sr,
-    void *data, ngx_int_t rc);
-static void ngx_http_vlm_chat_fetched(ngx_http_vlm_chat_ctx_t *ctx);
+static void ngx_http_vlm_chat_fetched(void *data, vlm_openai_error_t *err);
 static void ngx_http_vlm_chat_admit(ngx_http_vlm_chat_ctx_t *ctx);
 static void ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx);
 static void ngx_http_vlm_chat_wakeup(void);
@@ -941,143 +931,52 @@ ngx_http_vlm_chat_size(ngx_http_vlm_chat_ctx_t *ctx)
 
 
 /*
- * Remote images: one subrequest each to the vlm_image_fetch location,
- * where plain nginx configuration (proxy_pass $vlm_image_url, resolver,
- * timeouts, TLS, proxy_cache, allow lists) fetches it; the body comes
- * back in memory (subrequest_output_buffer_size bounds it).
+ * Remote images: ngx_http_vlm_fetch.c resolves and checks each URL's host
+ * and fetches it with a subrequest to the vlm_image_fetch location.
  */
 static void
 ngx_http_vlm_chat_fetch(ngx_http_vlm_chat_ctx_t *ctx)
 {
-    uint32_t                     i;
-    ngx_str_t                    args;
-    vlm_openai_error_t           err;
-    ngx_http_request_t          *r, *sr;
-    vlm_openai_image_t          *im;
-    ngx_http_vlm_fetch_ctx_t    *fctx;
-    ngx_http_post_subrequest_t  *ps;
+    uint32_t            i;
+    vlm_openai_error_t  err;
 
-    r = ctx->request;
     ctx->phase = NGX_HTTP_VLM_CHAT_FETCHING;
 
-    ngx_str_null(&args);
+    ctx->fetch = ngx_http_vlm_fetch_create(ctx->request, &ctx->req,
+                                           ngx_http_vlm_chat_fetched, ctx);
+    if (ctx->fetch == NULL) {
+        vlm_openai_error_set(&err, VLM_ERR_NOMEM, 500, "server_error", NULL,
+                             NULL, "cannot start fetching the image URLs");
+        ngx_http_vlm_chat_fail(ctx, &err);
+        return;
+    }
 
     for (i = 0; i < ctx->req.n_images; i++) {
-        if (!ctx->images[i].remote) {
-            continue;
+        if (ctx->images[i].remote) {
+            ngx_http_vlm_fetch_add(ctx->fetch, i);
         }
-
-        im = &ctx->req.images[i];
-
-        fctx = ngx_pcalloc(r->pool, sizeof(ngx_http_vlm_fetch_ctx_t));
-        ps = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
-        if (fctx == NULL || ps == NULL) {
-            goto failed;
-        }
-
-        fctx->url.data = ngx_pnalloc(r->pool, im->url.len);
-        if (fctx->url.data == NULL) {
-            goto failed;
-        }
-
-        ngx_memcpy(fctx->url.data, im->url.data, im->url.len);
-        fctx->url.len = im->url.len;
-        fctx->image = i;
-        fctx->chat = ctx;
-
-        ps->handler = ngx_http_vlm_chat_fetch_done;
-        ps->data = fctx;
-
-        if (ngx_http_subrequest(r, &ctx->vmcf->image_fetch, &args, &sr, ps,
-                                NGX_HTTP_SUBREQUEST_IN_MEMORY
-                                |NGX_HTTP_SUBREQUEST_WAITED)
-            != NGX_OK)
-        {
-            goto failed;
-        }
-
-        /* a GET without the chat request's body */
-        sr->method = NGX_HTTP_GET;
-        ngx_str_set(&sr->method_name, "GET");
-        sr->header_only = 0;
-
-        sr->request_body = ngx_pcalloc(r->pool,
-                                       sizeof(ngx_http_request_body_t));
-        if (sr->request_body == NULL) {
-            goto failed;
-        }
-
-        ngx_http_set_ctx(sr, fctx, ngx_http_vlm_module);
     }
 
-    return;
-
-failed:
-
-    vlm_openai_error_set(&err, VLM_ERR_NOMEM, 500, "server_error", NULL,
-                         NULL, "cannot start fetching the image URLs");
-    ngx_http_vlm_chat_fail(ctx, &err);
-}
-
-
-static ngx_int_t
-ngx_http_vlm_chat_fetch_done(ngx_http_request_t *sr, void *data,
-    ngx_int_t rc)
-{
-    ngx_http_vlm_fetch_ctx_t *fctx = data;
-
-    size_t                      len;
-    ngx_buf_t                  *b;
-    ngx_http_vlm_chat_ctx_t    *ctx;
-    ngx_http_vlm_chat_image_t  *ci;
-
-    ctx = fctx->chat;
-    ci = &ctx->images[fctx->image];
-
-    ctx->n_fetched++;
-
-    if (ctx->error.http_status) {
-        return rc;
-    }
-
-    b = sr->out ? sr->out->buf : NULL;
-
-    if (rc != NGX_OK || sr->headers_out.status != NGX_HTTP_OK || b == NULL) {
-        vlm_openai_error_set(&ctx->error, VLM_ERR_INVALID, 400,
-                             "invalid_request_error", "image_fetch_failed",
-                             NULL, "fetching the image URL failed "
-                             "(HTTP status %lu)",
-                             (unsigned long) sr->headers_out.status);
-        vlm_openai_image_param(&ctx->req, fctx->image, ctx->error.param,
-                               sizeof(ctx->error.param));
-        return rc;
-    }
-
-    len = b->last - b->pos;
-
-    ci->data = malloc(len ? len : 1);
-    if (ci->data == NULL) {
-        vlm_openai_error_set(&ctx->error, VLM_ERR_NOMEM, 503, "server_error",
-                             NULL, NULL, "no memory for a fetched image");
-        return rc;
-    }
-
-    ngx_memcpy(ci->data, b->pos, len);
-    ci->len = len;
-
-    return rc;
+    ngx_http_vlm_fetch_start(ctx->fetch);
 }
 
 
 /* every image is here: read their headers, size the request, admit it */
 static void
-ngx_http_vlm_chat_fetched(ngx_http_vlm_chat_ctx_t *ctx)
+ngx_http_vlm_chat_fetched(void *data, vlm_openai_error_t *err)
 {
+    ngx_http_vlm_chat_ctx_t *ctx = data;
+
     uint32_t                    i;
     vlm_error_t                 e;
     ngx_http_vlm_chat_image_t  *ci;
 
-    if (ctx->error.http_status) {
+    if (ctx->phase != NGX_HTTP_VLM_CHAT_FETCHING) {
+        return;
+    }
+
+    if (err != NULL) {
+        ctx->error = *err;
         ngx_http_vlm_chat_fail(ctx, &ctx->error);
         return;
     }
@@ -1088,6 +987,8 @@ ngx_http_vlm_chat_fetched(ngx_http_vlm_chat_ctx_t *ctx)
         if (!ci->remote) {
             continue;
         }
+
+        ci->data = ngx_http_vlm_fetch_take(ctx->fetch, i, &ci->len);
 
         /* a header read: no decoding on the event loop */
         if (vlm_image_plan(&ctx->vlcf->image_limits, &ctx->vmcf->image_config,
@@ -1947,15 +1848,6 @@ ngx_http_vlm_chat_write_handler(ngx_http_request_t *r)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_vlm_module);
 
-    if (ctx != NULL && ctx->phase == NGX_HTTP_VLM_CHAT_FETCHING) {
-        /* a subrequest ended: its parent runs again */
-        if (ctx->n_fetched == ctx->n_remote) {
-            ngx_http_vlm_chat_fetched(ctx);
-        }
-
-        return;
-    }
-
     if (ctx == NULL || ctx->phase != NGX_HTTP_VLM_CHAT_RUNNING) {
         return;
     }
@@ -2022,6 +1914,9 @@ ngx_http_vlm_chat_release(ngx_http_vlm_chat_ctx_t *ctx)
     if (ctx->timeout.timer_set) {
         ngx_del_timer(&ctx->timeout);
     }
+
+    /* fetches still running stop with the request */
+    ngx_http_vlm_fetch_abort(ctx->fetch);
 }
 
 
@@ -2127,31 +2022,6 @@ ngx_http_vlm_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
 }
 
 
-static ngx_int_t
-ngx_http_vlm_image_url_variable(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data)
-{
-    ngx_http_vlm_fetch_ctx_t  *fctx;
-
-    /* only the image subrequests carry a fetch context */
-    fctx = (r != r->main) ? ngx_http_get_module_ctx(r, ngx_http_vlm_module)
-                          : NULL;
-
-    if (fctx == NULL) {
-        v->not_found = 1;
-        return NGX_OK;
-    }
-
-    v->data = fctx->url.data;
-    v->len = fctx->url.len;
-    v->valid = 1;
-    v->no_cacheable = 1;
-    v->not_found = 0;
-
-    return NGX_OK;
-}
-
-
 ngx_int_t
 ngx_http_vlm_chat_add_variables(ngx_conf_t *cf)
 {
@@ -2172,8 +2042,7 @@ ngx_http_vlm_chat_add_variables(ngx_conf_t *cf)
         { ngx_string("vlm_queue_time"), ngx_http_vlm_variable,
           NGX_HTTP_VLM_VAR_QUEUE_TIME },
         { ngx_string("vlm_images"), ngx_http_vlm_variable,
-          NGX_HTTP_VLM_VAR_IMAGES },
-        { ngx_string("vlm_image_url"), ngx_http_vlm_image_url_variable, 0 }
+          NGX_HTTP_VLM_VAR_IMAGES }
     };
 
     for (i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {

@@ -21,6 +21,8 @@ static char *ngx_http_vlm_check_template(ngx_conf_t *cf,
 static void ngx_http_vlm_engine_params(ngx_http_vlm_main_conf_t *vmcf,
     vlm_model_params_t *params);
 static const char *ngx_http_vlm_user_name(ngx_uid_t uid);
+static char *ngx_http_vlm_value_error(ngx_conf_t *cf, char *rv,
+    const char *what);
 
 
 void *
@@ -57,6 +59,8 @@ ngx_http_vlm_create_main_conf(ngx_conf_t *cf)
     vmcf->request_timeout = NGX_CONF_UNSET_MSEC;
     vmcf->max_tokens = NGX_CONF_UNSET_UINT;
     vmcf->max_prompt_bytes = NGX_CONF_UNSET_SIZE;
+    vmcf->image_fetch_timeout = NGX_CONF_UNSET_MSEC;
+    vmcf->image_fetch_max_size = NGX_CONF_UNSET_SIZE;
 
     return vmcf;
 }
@@ -114,6 +118,10 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_msec_value(vmcf->request_timeout, 600000);
     ngx_conf_init_uint_value(vmcf->max_tokens, 1024);
     ngx_conf_init_size_value(vmcf->max_prompt_bytes, 256 * 1024);
+    ngx_conf_init_msec_value(vmcf->image_fetch_timeout,
+                             NGX_HTTP_VLM_DEFAULT_FETCH_TIMEOUT);
+    ngx_conf_init_size_value(vmcf->image_fetch_max_size,
+                             NGX_HTTP_VLM_DEFAULT_FETCH_MAX_SIZE);
 
     if (vmcf->model.len && ngx_http_vlm_model_files(cf, vmcf) != NGX_CONF_OK)
     {
@@ -470,6 +478,59 @@ ngx_http_vlm_check_size(ngx_conf_t *cf, void *post, void *data)
     ngx_http_vlm_bounds_t  *bounds = post;
 
     if (*sp >= (size_t) bounds->low && *sp <= (size_t) bounds->high) {
+        return NGX_CONF_OK;
+    }
+
+    return ngx_http_vlm_bounds_error(cf, bounds);
+}
+
+
+/* the stock setters, with an "invalid value" that names the value */
+
+char *
+ngx_http_vlm_set_msec_slot(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    return ngx_http_vlm_value_error(cf, ngx_conf_set_msec_slot(cf, cmd, conf),
+                                    "a time such as 10s or 500ms");
+}
+
+
+char *
+ngx_http_vlm_set_size_slot(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    return ngx_http_vlm_value_error(cf, ngx_conf_set_size_slot(cf, cmd, conf),
+                                    "a size such as 16m or 512k");
+}
+
+
+static char *
+ngx_http_vlm_value_error(ngx_conf_t *cf, char *rv, const char *what)
+{
+    ngx_str_t  *value;
+
+    if (rv == NGX_CONF_OK || rv == NGX_CONF_ERROR
+        || ngx_strcmp(rv, "invalid value") != 0)
+    {
+        return rv;
+    }
+
+    value = cf->args->elts;
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "\"%V\" needs %s, not \"%V\"",
+                       &value[0], what, &value[1]);
+
+    return NGX_CONF_ERROR;
+}
+
+
+char *
+ngx_http_vlm_check_msec(ngx_conf_t *cf, void *post, void *data)
+{
+    ngx_msec_t             *mp = data;
+    ngx_http_vlm_bounds_t  *bounds = post;
+
+    if (*mp >= (ngx_msec_t) bounds->low && *mp <= (ngx_msec_t) bounds->high)
+    {
         return NGX_CONF_OK;
     }
 

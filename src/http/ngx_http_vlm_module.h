@@ -13,6 +13,7 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include "api/vlm_openai.h"
 #include "image/vlm_image.h"
 #include "queue/vlm_queue.h"
 #include "text/vlm_tokenizer.h"
@@ -34,6 +35,8 @@
 #define NGX_HTTP_VLM_DEFAULT_MAX_BATCH_TOKENS 256
 #define NGX_HTTP_VLM_DEFAULT_IMAGE_CACHE (64 * 1024 * 1024)
 #define NGX_HTTP_VLM_DEFAULT_MAX_QUEUED  56
+#define NGX_HTTP_VLM_DEFAULT_FETCH_TIMEOUT   10000
+#define NGX_HTTP_VLM_DEFAULT_FETCH_MAX_SIZE  (16 * 1024 * 1024)
 #define NGX_HTTP_VLM_BLOCK_SIZE          (64 * 1024)
 #define NGX_HTTP_VLM_MAX_WORKERS         128
 
@@ -61,6 +64,9 @@ typedef struct {
     /* requests */
     ngx_str_t            served_model;     /* the "model" clients name */
     ngx_str_t            image_fetch;      /* location for image URLs */
+    ngx_array_t         *image_fetch_allow;    /* ngx_cidr_t, or NULL */
+    ngx_msec_t           image_fetch_timeout;
+    size_t               image_fetch_max_size;
     ngx_msec_t           request_timeout;
     ngx_uint_t           max_tokens;
     size_t               max_prompt_bytes;
@@ -116,6 +122,11 @@ char *ngx_http_vlm_engine_cpus(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_vlm_check_num(ngx_conf_t *cf, void *post, void *data);
 char *ngx_http_vlm_check_size(ngx_conf_t *cf, void *post, void *data);
+char *ngx_http_vlm_check_msec(ngx_conf_t *cf, void *post, void *data);
+char *ngx_http_vlm_set_msec_slot(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_vlm_set_size_slot(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 
 /* bounds for ngx_http_vlm_check_num / ngx_http_vlm_check_size */
 typedef struct {
@@ -146,6 +157,26 @@ void ngx_http_vlm_engine_on_wakeup(ngx_http_vlm_wakeup_pt handler);
 /* ngx_http_vlm_chat.c: the chat completions handler */
 char *ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 ngx_int_t ngx_http_vlm_chat_add_variables(ngx_conf_t *cf);
+
+/* ngx_http_vlm_fetch.c: images given as http(s) URLs (vlm_image_fetch) */
+typedef struct ngx_http_vlm_fetch_s  ngx_http_vlm_fetch_t;
+
+/* err is NULL when every image arrived */
+typedef void (*ngx_http_vlm_fetch_done_pt)(void *data,
+    vlm_openai_error_t *err);
+
+ngx_http_vlm_fetch_t *ngx_http_vlm_fetch_create(ngx_http_request_t *r,
+    const vlm_openai_request_t *req, ngx_http_vlm_fetch_done_pt handler,
+    void *data);
+void ngx_http_vlm_fetch_add(ngx_http_vlm_fetch_t *f, uint32_t image);
+void ngx_http_vlm_fetch_start(ngx_http_vlm_fetch_t *f);
+u_char *ngx_http_vlm_fetch_take(ngx_http_vlm_fetch_t *f, uint32_t image,
+    size_t *len);
+void ngx_http_vlm_fetch_abort(ngx_http_vlm_fetch_t *f);
+ngx_int_t ngx_http_vlm_fetch_add_variables(ngx_conf_t *cf);
+ngx_int_t ngx_http_vlm_fetch_init(ngx_conf_t *cf);
+char *ngx_http_vlm_fetch_allow(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 
 /* ngx_http_vlm_api.c: /v1/models and /metrics */
 char *ngx_http_vlm_models(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
