@@ -1364,7 +1364,8 @@ ngx_http_vlm_chat_send(ngx_http_vlm_chat_ctx_t *ctx, ngx_chain_t *out)
             ngx_add_timer(wev, clcf->send_timeout);
         }
 
-    } else if (wev->timer_set) {
+    } else if (wev->timer_set && !wev->delayed) {
+        /* a delayed event's timer is limit_rate's: it wakes the writer */
         ngx_del_timer(wev);
     }
 
@@ -1941,6 +1942,7 @@ closed:
 static void
 ngx_http_vlm_chat_write_handler(ngx_http_request_t *r)
 {
+    ngx_event_t              *wev;
     ngx_http_vlm_chat_ctx_t  *ctx;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_vlm_module);
@@ -1958,9 +1960,21 @@ ngx_http_vlm_chat_write_handler(ngx_http_request_t *r)
         return;
     }
 
-    if (r->connection->write->timedout) {
+    wev = r->connection->write;
+
+    /* a limit_rate delay that ended has no longer timedout set */
+    if (wev->timedout) {
         ctx->client_gone = 1;
         ngx_http_vlm_chat_end(ctx, NGX_HTTP_REQUEST_TIME_OUT);
+        return;
+    }
+
+    if (wev->delayed) {
+        /* writable, but limit_rate holds the response: its timer wakes */
+        if (ngx_handle_write_event(wev, 0) != NGX_OK) {
+            ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+        }
+
         return;
     }
 
