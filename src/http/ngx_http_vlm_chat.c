@@ -495,8 +495,13 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
             b = cl->buf;
 
             if (!b->in_file) {
-                ngx_memcpy(ctx->body_copy + len, b->pos, b->last - b->pos);
-                len += b->last - b->pos;
+                /* an empty body's buffer may have no memory at all */
+                if (b->last != b->pos) {
+                    ngx_memcpy(ctx->body_copy + len, b->pos,
+                               b->last - b->pos);
+                    len += b->last - b->pos;
+                }
+
                 continue;
             }
 
@@ -1560,8 +1565,11 @@ ngx_http_vlm_chat_emit(ngx_http_vlm_chat_ctx_t *ctx,
         ctx->text_cap = cap;
     }
 
-    ngx_memcpy(ctx->text + ctx->text_len, text, rec->text_len);
-    ctx->text_len += rec->text_len;
+    /* a record with no text: the answer may have no buffer yet */
+    if (rec->text_len) {
+        ngx_memcpy(ctx->text + ctx->text_len, text, rec->text_len);
+        ctx->text_len += rec->text_len;
+    }
 
     if (!ctx->req.logprobs || rec->token == VLM_QUEUE_NONE) {
         return NGX_OK;
