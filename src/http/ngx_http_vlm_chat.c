@@ -196,6 +196,7 @@ ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     clcf->handler = ngx_http_vlm_chat_handler;
     ngx_http_vlm_engine_on_wakeup(ngx_http_vlm_chat_wakeup);
+    ngx_http_vlm_errors_location(cf, NGX_HTTP_VLM_LOC_CHAT);
 
     return NGX_CONF_OK;
 }
