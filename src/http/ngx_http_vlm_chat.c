@@ -1971,7 +1971,10 @@ ngx_http_vlm_chat_write_handler(ngx_http_request_t *r)
 
     wev = r->connection->write;
 
-    /* a limit_rate delay that ended has no longer timedout set */
+    /*
+     * a send timeout: when limit_rate's delay ends, nginx's request
+     * handler clears timedout before it calls this one
+     */
     if (wev->timedout) {
         ctx->client_gone = 1;
         ngx_http_vlm_chat_end(ctx, NGX_HTTP_REQUEST_TIME_OUT);
