@@ -7,6 +7,8 @@
 #   make fixtures   regenerate tests/fixtures with Hugging Face transformers
 #   make default-model  retrain models/default (CPU, one core, about 26 minutes)
 #   make asan       unit tests under AddressSanitizer/LeakSanitizer
+#   make asan-nginx the module and the engine under ASan + UBSan: every
+#                   t/ suite and the HTTP fuzzer (fuzz/http_fuzz.pl)
 #   make bench      benchmarks under bench/
 #   make fuzz       bounded libFuzzer runs (clang)
 #   make venv-test  the OpenAI Python SDK for t/009 in build/venv-test
@@ -111,6 +113,10 @@ endif
 $(CLI): $(CLI_SRCS:%.c=$(BUILD)/%.o) $(LIB)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+# a sanitizer build: the engine's reports go to $(BUILD)/sanitizer
+$(ENGINE_SRCS:%.c=$(BUILD)/%.o): CPPFLAGS += \
+    $(if $(SAN),-DVLM_SANITIZER_LOG_DIR='"$(BUILD)/sanitizer"')
+
 $(ENGINE): $(ENGINE_SRCS:%.c=$(BUILD)/%.o) $(LIB) $(CUDA_LIB)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 
@@ -137,8 +143,8 @@ $(NGX_BUILD)/objs/Makefile: $(NGX_BUILD)/srcs.list config
 	    cp -r $(NGX_SRC) $(NGX_BUILD)/src
 	cd $(NGX_BUILD)/src && bash -c '. ./conf_flags && ./configure \
 	    "$${NGX_CONF_FLAGS[@]}" \
-	    --with-cc-opt="$$(dpkg-buildflags --get CFLAGS) -fPIC" \
-	    --with-ld-opt="$$(dpkg-buildflags --get LDFLAGS) -fPIC" \
+	    --with-cc-opt="$$(dpkg-buildflags --get CFLAGS) -fPIC $(SAN)" \
+	    --with-ld-opt="$$(dpkg-buildflags --get LDFLAGS) -fPIC $(SAN)" \
 	    --builddir=$(NGX_BUILD)/objs \
 	    --add-dynamic-module=$(ROOT)' > $(NGX_BUILD)/configure.log 2>&1 || \
 	    { tail -20 $(NGX_BUILD)/configure.log; exit 1; }
@@ -168,6 +174,7 @@ test: deps
 	$(MAKE) unit
 	-$(MAKE) venv-test
 	$(MAKE) prove
+	$(MAKE) asan-fuzz HTTP_FUZZ_REQUESTS=3000 HTTP_FUZZ_SECONDS=120
 
 # the OpenAI Python SDK for t/009-openai-sdk.t; without PyPI the suite is
 # skipped, which is why make test goes on when this fails
@@ -216,9 +223,67 @@ default-model:
 	$(VENV)/bin/pip install -q -r tools/requirements.txt
 	cd $(ROOT) && $(VENV)/bin/python tools/train_default_model.py
 
+# AddressSanitizer + UBSan builds in build-asan/: any finding aborts the
+# process that hit it (UBSan does not recover), so it fails its test
+ASAN_BUILD := $(ROOT)/build-asan
+ASAN_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+              -fno-omit-frame-pointer
+ASAN_MAKE  := $(MAKE) BUILD=$(ASAN_BUILD) OPT=-O1 SAN="$(ASAN_SAN)"
+
 asan:
-	$(MAKE) BUILD=$(ROOT)/build-asan OPT=-O1 \
-	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" unit
+	$(ASAN_MAKE) unit
+
+# The module, the engine and vlm-cli with ASan + UBSan, against Debian's
+# nginx binary (not instrumented: nginx-dev ships headers only): the
+# sanitizer runtime must be the first library of the process, so nginx
+# runs through build-asan/nginx-asan, which preloads libasan.  The engine
+# is an ASan executable of its own.  ASan's reports go to
+# build-asan/sanitizer/ (the engine's too), UBSan's to error.log (it
+# reads its options only at its first report, when nginx has replaced
+# the worker's environment); either aborts the process that hit it, which
+# fails the test that sent the request, and any report fails the run.
+#   make asan-nginx   every t/ suite, then the HTTP fuzzer
+#                     (fuzz/http_fuzz.pl, HTTP_FUZZ_REQUESTS requests)
+#   make asan-fuzz    the HTTP fuzzer only (make test: a short run)
+HTTP_FUZZ_REQUESTS ?= 20000
+HTTP_FUZZ_SECONDS  ?= 0
+HTTP_FUZZ_SEED     ?= 1
+ASAN_NGINX    := $(ASAN_BUILD)/nginx-asan
+ASAN_REPORTS  := $(ASAN_BUILD)/sanitizer
+ASAN_ENV      := TEST_NGINX_BINARY=$(ASAN_NGINX) \
+                 TEST_NGINX_LOAD_MODULES=$(ASAN_BUILD)/ngx_http_vlm_module.so \
+                 VLM_BUILD=$(ASAN_BUILD) VLM_SANITIZER_LOGS=$(ASAN_REPORTS)
+HTTP_FUZZ     := perl -I$(ROOT)/t/lib fuzz/http_fuzz.pl \
+                 --requests $(HTTP_FUZZ_REQUESTS) \
+                 --seconds $(HTTP_FUZZ_SECONDS) --seed $(HTTP_FUZZ_SEED)
+ASAN_CHECK    := if ls $(ASAN_REPORTS)/* >/dev/null 2>&1; then \
+                     head -n 40 $(ASAN_REPORTS)/*; \
+                     echo "sanitizer reports in $(ASAN_REPORTS)"; exit 1; fi
+
+.PHONY: asan-nginx asan-fuzz asan-nginx-build
+
+asan-nginx-build:
+	$(ASAN_MAKE) -j$(NPROC) all
+	@printf '%s\n' '#!/bin/sh' \
+	    '# nginx with the ASan runtime loaded first (make asan-nginx)' \
+	    'export LD_PRELOAD="$(shell $(CC) -print-file-name=libasan.so)"' \
+	    'export ASAN_OPTIONS="detect_leaks=0:log_path=$(ASAN_REPORTS)/nginx"' \
+	    'exec $(NGINX) "$$@"' > $(ASAN_NGINX)
+	@chmod +x $(ASAN_NGINX)
+	@rm -rf $(ASAN_REPORTS) && mkdir -p $(ASAN_REPORTS)
+
+# t/010 measures the processes' RSS, which ASan's quarantine and shadow
+# memory make grow by design: the fuzzer checks the pools instead
+ASAN_SUITES   := $(filter-out t/010-load.t,$(sort $(wildcard t/*.t)))
+
+asan-nginx: asan-nginx-build
+	cd $(ROOT) && $(ASAN_ENV) prove -I$(ROOT)/t/lib $(ASAN_SUITES)
+	cd $(ROOT) && $(ASAN_ENV) $(HTTP_FUZZ)
+	@$(ASAN_CHECK)
+
+asan-fuzz: asan-nginx-build
+	cd $(ROOT) && $(ASAN_ENV) $(HTTP_FUZZ)
+	@$(ASAN_CHECK)
 
 bench: $(BENCHES)
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done

@@ -520,6 +520,35 @@ done:
 }
 
 
+#ifdef VLM_SANITIZER_LOG_DIR
+
+/*
+ * The ASan + UBSan build (make asan-nginx): nginx starts the engine with
+ * an environment of its own, without ASAN_OPTIONS, so the sanitizers'
+ * reports are sent where that build collects them from here.
+ */
+
+const char *__asan_default_options(void);
+const char *__ubsan_default_options(void);
+
+
+const char *
+__asan_default_options(void)
+{
+    return "log_path=" VLM_SANITIZER_LOG_DIR "/engine-asan";
+}
+
+
+const char *
+__ubsan_default_options(void)
+{
+    return "print_stacktrace=1:log_path=" VLM_SANITIZER_LOG_DIR
+           "/engine-ubsan";
+}
+
+#endif
+
+
 int
 main(int argc, char **argv)
 {

@@ -26,6 +26,7 @@ ngx_http_vlm_set_handler(ngx_conf_t *cf, ngx_http_handler_pt handler)
     }
 
     clcf->handler = handler;
+    ngx_http_vlm_errors_location(cf, NGX_HTTP_VLM_LOC_API);
 
     return NGX_CONF_OK;
 }

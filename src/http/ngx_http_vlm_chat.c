@@ -187,6 +187,7 @@ ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     clcf->handler = ngx_http_vlm_chat_handler;
     ngx_http_vlm_engine_on_wakeup(ngx_http_vlm_chat_wakeup);
+    ngx_http_vlm_errors_location(cf, NGX_HTTP_VLM_LOC_CHAT);
 
     return NGX_CONF_OK;
 }
@@ -487,8 +488,13 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
             b = cl->buf;
 
             if (!b->in_file) {
-                ngx_memcpy(ctx->body_copy + len, b->pos, b->last - b->pos);
-                len += b->last - b->pos;
+                /* an empty body's buffer may have no memory at all */
+                if (b->last != b->pos) {
+                    ngx_memcpy(ctx->body_copy + len, b->pos,
+                               b->last - b->pos);
+                    len += b->last - b->pos;
+                }
+
                 continue;
             }
 
@@ -1267,7 +1273,8 @@ ngx_http_vlm_chat_send(ngx_http_vlm_chat_ctx_t *ctx, ngx_chain_t *out)
             ngx_add_timer(wev, clcf->send_timeout);
         }
 
-    } else if (wev->timer_set) {
+    } else if (wev->timer_set && !wev->delayed) {
+        /* a delayed event's timer is limit_rate's: it wakes the writer */
         ngx_del_timer(wev);
     }
 
@@ -1462,8 +1469,11 @@ ngx_http_vlm_chat_emit(ngx_http_vlm_chat_ctx_t *ctx,
         ctx->text_cap = cap;
     }
 
-    ngx_memcpy(ctx->text + ctx->text_len, text, rec->text_len);
-    ctx->text_len += rec->text_len;
+    /* a record with no text: the answer may have no buffer yet */
+    if (rec->text_len) {
+        ngx_memcpy(ctx->text + ctx->text_len, text, rec->text_len);
+        ctx->text_len += rec->text_len;
+    }
 
     if (!ctx->req.logprobs || rec->token == VLM_QUEUE_NONE) {
         return NGX_OK;
@@ -1844,6 +1854,7 @@ closed:
 static void
 ngx_http_vlm_chat_write_handler(ngx_http_request_t *r)
 {
+    ngx_event_t              *wev;
     ngx_http_vlm_chat_ctx_t  *ctx;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_vlm_module);
@@ -1852,9 +1863,24 @@ ngx_http_vlm_chat_write_handler(ngx_http_request_t *r)
         return;
     }
 
-    if (r->connection->write->timedout) {
+    wev = r->connection->write;
+
+    /*
+     * a send timeout: when limit_rate's delay ends, nginx's request
+     * handler clears timedout before it calls this one
+     */
+    if (wev->timedout) {
         ctx->client_gone = 1;
         ngx_http_vlm_chat_end(ctx, NGX_HTTP_REQUEST_TIME_OUT);
+        return;
+    }
+
+    if (wev->delayed) {
+        /* writable, but limit_rate holds the response: its timer wakes */
+        if (ngx_handle_write_event(wev, 0) != NGX_OK) {
+            ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+        }
+
         return;
     }
 

@@ -35,6 +35,7 @@ ngx_http_vlm_health(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     clcf->handler = ngx_http_vlm_health_handler;
+    ngx_http_vlm_errors_location(cf, NGX_HTTP_VLM_LOC_API);
 
     return NGX_CONF_OK;
 }

@@ -200,9 +200,27 @@ ngx_int_t ngx_http_vlm_send_body(ngx_http_request_t *r, ngx_uint_t status,
 ngx_int_t ngx_http_vlm_send_error(ngx_http_request_t *r, ngx_uint_t status,
     const char *type, const char *code, ngx_str_t *param,
     const char *fmt, ...);
+ngx_int_t ngx_http_vlm_error_json(ngx_pool_t *pool, ngx_str_t *json,
+    const char *type, const char *code, ngx_str_t *param,
+    const char *fmt, ...);
+ngx_int_t ngx_http_vlm_error_vjson(ngx_pool_t *pool, ngx_str_t *json,
+    const char *type, const char *code, ngx_str_t *param,
+    const char *fmt, va_list args);
 ngx_int_t ngx_http_vlm_allow_methods(ngx_http_request_t *r,
     ngx_uint_t methods, const char *allow);
 ngx_int_t ngx_http_vlm_get_only(ngx_http_request_t *r);
+
+/*
+ * ngx_http_vlm_errors.c: the responses nginx makes itself (413, 400,
+ * 500, limit_req's 503...) as OpenAI errors in the module's locations,
+ * and the chat location's requests that the chat handler does not count
+ */
+#define NGX_HTTP_VLM_LOC_API   1
+#define NGX_HTTP_VLM_LOC_CHAT  2
+
+extern ngx_module_t  ngx_http_vlm_errors_module;
+
+void ngx_http_vlm_errors_location(ngx_conf_t *cf, ngx_uint_t kind);
 
 
 #endif /* NGX_HTTP_VLM_MODULE_H */

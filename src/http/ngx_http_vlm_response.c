@@ -100,15 +100,50 @@ ngx_http_vlm_send_error(ngx_http_request_t *r, ngx_uint_t status,
     const char *type, const char *code, ngx_str_t *param,
     const char *fmt, ...)
 {
+    va_list    args;
+    ngx_int_t  rc;
+    ngx_str_t  json;
+
+    va_start(args, fmt);
+    rc = ngx_http_vlm_error_vjson(r->pool, &json, type, code, param, fmt,
+                                  args);
+    va_end(args);
+
+    if (rc != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_vlm_send_json(r, status, json.data, json.len);
+}
+
+
+/* the error object of ngx_http_vlm_send_error() in *json, from pool */
+
+ngx_int_t
+ngx_http_vlm_error_json(ngx_pool_t *pool, ngx_str_t *json, const char *type,
+    const char *code, ngx_str_t *param, const char *fmt, ...)
+{
+    va_list    args;
+    ngx_int_t  rc;
+
+    va_start(args, fmt);
+    rc = ngx_http_vlm_error_vjson(pool, json, type, code, param, fmt, args);
+    va_end(args);
+
+    return rc;
+}
+
+
+ngx_int_t
+ngx_http_vlm_error_vjson(ngx_pool_t *pool, ngx_str_t *json, const char *type,
+    const char *code, ngx_str_t *param, const char *fmt, va_list args)
+{
     size_t      len;
-    u_char     *json, *p;
-    va_list     args;
+    u_char     *p;
     ngx_str_t   message, type_str, code_str;
     u_char      buf[NGX_HTTP_VLM_ERROR_MSG_LEN];
 
-    va_start(args, fmt);
     p = ngx_vslprintf(buf, buf + sizeof(buf), fmt, args);
-    va_end(args);
 
     message.data = buf;
     message.len = p - buf;
@@ -127,12 +162,12 @@ ngx_http_vlm_send_error(ngx_http_request_t *r, ngx_uint_t status,
           + ngx_http_vlm_json_str_len(&code_str)
           + sizeof("\n") - 1;
 
-    json = ngx_pnalloc(r->pool, len);
-    if (json == NULL) {
+    json->data = ngx_pnalloc(pool, len);
+    if (json->data == NULL) {
         return NGX_ERROR;
     }
 
-    p = ngx_cpymem(json, "{\"error\":{\"message\":",
+    p = ngx_cpymem(json->data, "{\"error\":{\"message\":",
                    sizeof("{\"error\":{\"message\":") - 1);
     p = ngx_http_vlm_json_str(p, &message);
     p = ngx_cpymem(p, ",\"type\":", sizeof(",\"type\":") - 1);
@@ -143,7 +178,9 @@ ngx_http_vlm_send_error(ngx_http_request_t *r, ngx_uint_t status,
     p = ngx_http_vlm_json_str(p, &code_str);
     p = ngx_cpymem(p, "}}\n", sizeof("}}\n") - 1);
 
-    return ngx_http_vlm_send_json(r, status, json, p - json);
+    json->len = p - json->data;
+
+    return NGX_OK;
 }
 
 
