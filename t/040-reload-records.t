@@ -1,6 +1,7 @@
 # Reloads under load: 30 "nginx -s reload"s, one a second, while 12
 # clients keep long streams open (each new stream starts as the last one
-# ends).  The workers of each reload live on until their streams finish,
+# ends; each client reads slowly, so a stream lasts seconds however fast
+# the engine is).  The workers of each reload live on until their streams finish,
 # so many generations of workers run side by side; each needs a notify
 # record in the request queue only while a request of its own is there.
 # Every request must be answered in full: status 200, every stream ends
@@ -16,7 +17,10 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 
+use IO::Select ();
 use POSIX qw(WNOHANG _exit);
+use Socket qw(PF_INET SOCK_STREAM SOL_SOCKET SO_RCVBUF inet_aton
+              pack_sockaddr_in);
 use Test::More;
 use Time::HiRes qw(sleep time);
 use VLMTest;
@@ -26,7 +30,8 @@ vlm_prereqs();
 my $clients = 12;
 my $reloads = 30;
 
-my $srv = vlm_start(name => 'records', workers => 2,
+# small socket buffers: a slow reader holds its stream
+my $srv = vlm_start(name => 'records', workers => 2, listen => 'sndbuf=4k',
                     http_config => <<'_EOC_');
     vlm_max_running 4;
     vlm_max_queued 12;
@@ -35,17 +40,51 @@ _EOC_
 
 END { VLMTest::vlm_stop($srv) if $srv }
 
-# a stream of a few seconds on the test model (a few hundred tokens)
-my $tokens = 0 + ($ENV{VLM_RELOAD_TOKENS} || 300);
+# a stream of a few seconds at the clients' pace
+my $tokens = 0 + ($ENV{VLM_RELOAD_TOKENS} || 1000);
+my $pace = 2048;                    # bytes a client reads every 50 ms
 my $body = { %{ vlm_chat_body('Tell me a long story.') }, temperature => 0,
              max_tokens => $tokens, stream => JSON::PP::true };
 
+# a stream request on a socket with a small receive buffer, so that what
+# the client has not read holds nginx and the engine back
+sub open_slow_stream {
+    my $sock;
+
+    socket($sock, PF_INET, SOCK_STREAM, 0) or die "socket: $!";
+    setsockopt($sock, SOL_SOCKET, SO_RCVBUF, 4096) or die "rcvbuf: $!";
+    connect($sock, pack_sockaddr_in($srv->{port}, inet_aton('127.0.0.1')))
+        or return undef;
+
+    local $SIG{PIPE} = 'IGNORE';
+    syswrite $sock, VLMTest::request_text('POST', '/v1/chat/completions',
+                                          $VLMTest::JSON->encode($body));
+
+    return { sock => $sock, raw => '' };
+}
+
+
+# reads a stream to its end at the client's pace
+sub read_slowly {
+    my ($st, $secs) = @_;
+
+    my $sel = IO::Select->new($st->{sock});
+    my $deadline = time + $secs;
+
+    while (time < $deadline && $sel->can_read($deadline - time)) {
+        my $n = sysread($st->{sock}, my $buf, $pace);
+        last if !$n;
+        $st->{raw} .= $buf;
+        sleep 0.05;
+    }
+
+    close $st->{sock};
+}
+
 my $t0 = time;
-my $st = vlm_open_stream($srv, $body);
-vlm_read_some($st, 60);
-close $st->{sock};
-my $secs = time - $t0;
-diag(sprintf "one stream of %d tokens alone: %.1f s", $tokens, $secs);
+my $st = open_slow_stream() or die "connect: $!";
+read_slowly($st, 60);
+diag(sprintf "one stream of %d tokens alone: %.1f s", $tokens, time - $t0);
 
 # each client writes one line per request: "ok" or why not
 my $dir = "$srv->{prefix}/clients";
@@ -63,9 +102,15 @@ for my $c (1 .. $clients) {
         $out->autoflush(1);
 
         while (time < $deadline) {
-            my $s = vlm_open_stream($srv, $body);
-            vlm_read_some($s, 120);
-            close $s->{sock};
+            my $s = open_slow_stream();
+
+            if (!$s) {
+                print $out "connect: $!\n";
+                sleep 0.1;
+                next;
+            }
+
+            read_slowly($s, 120);
 
             my $res = VLMTest::parse_response($s->{raw});
             my @ev = vlm_sse($res->{body});
