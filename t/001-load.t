@@ -64,7 +64,7 @@ ok
 --- request
 GET /health
 --- error_code: 503
---- response_body_like: ^\{"status":"unavailable",.*"thread_pool":"vlm",.*"zone":\{"name":"vlm","size":1048576,
+--- response_body_like: ^\{"status":"unavailable",.*"thread_pool":"vlm",.*"zone":\{"name":"vlm","reloads":0,
 --- no_error_log
 [error]
 [alert]

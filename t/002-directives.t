@@ -50,13 +50,27 @@ __DATA__
 --- request
 GET /health
 --- error_code: 503
---- response_body_like: "model":null,"backend":"cpu","engine_threads":[1-9][0-9]*,"max_running":8,"max_batch_tokens":256,"thread_pool":null,"max_images":8,"max_image_pixels":16777216,"zone":null\}
+--- response_body_like: "model":null,"backend":"cpu","thread_pool":null,"max_images":8,"max_image_pixels":16777216,"zone":null\}
 --- no_error_log
 [emerg]
 
 
 
-=== TEST 2: vlm_model with a model directory (ready once the engine loaded it)
+=== TEST 1a: the engine's sizing by default, in /metrics (not in /health)
+--- http_config
+    vlm_zone vlm size=1m;
+--- config
+    location = /metrics { vlm_metrics; }
+--- request
+GET /metrics
+--- error_code: 200
+--- response_body_like: \nvlm_engine_threads [1-9][0-9]*\n.*\nvlm_max_running 8\n.*\nvlm_max_batch_tokens 256\n.*\nvlm_zone_size_bytes 1048576\n
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 2: vlm_model with a model directory (ready once the engine loaded it): /health names the served model, never its directory
 --- http_config
     vlm_model $TEST_NGINX_MODELS/good;
 --- config
@@ -64,21 +78,21 @@ GET /health
 --- request
 GET /health
 --- error_code_like: ^(200|503)$
---- response_body_like: "model":"/[^"]+/good","backend":"cpu",.*"thread_pool":"default"
+--- response_body_like: ^(?!.*/good)\{.*"model":"good","backend":"cpu",.*"thread_pool":"default"
 --- no_error_log
 [emerg]
 
 
 
-=== TEST 3: vlm_model relative to the prefix
+=== TEST 3: vlm_model relative to the prefix (its directory in /metrics)
 --- http_config
     vlm_model $TEST_NGINX_MODEL_RELATIVE;
 --- config
-    location = /health { vlm_health; }
+    location = /metrics { vlm_metrics; }
 --- request
-GET /health
---- error_code_like: ^(200|503)$
---- response_body_like: "model":"/[^"]*/servroot/(\.\./)+[^"]*/good",
+GET /metrics
+--- error_code: 200
+--- response_body_like: \nvlm_model_info\{model="good",path="/[^"]*/servroot/(\.\./)+[^"]*/good",backend="cpu"\} 1\n
 --- no_error_log
 [emerg]
 
@@ -194,12 +208,13 @@ qr{\[emerg\] .*: invalid value "gpu" in \S+nginx\.conf:\d+$}
 === TEST 13: vlm_engine_threads 3
 --- http_config
     vlm_engine_threads 3;
+    vlm_zone vlm size=1m;
 --- config
-    location = /health { vlm_health; }
+    location = /metrics { vlm_metrics; }
 --- request
-GET /health
---- error_code: 503
---- response_body_like: "engine_threads":3,
+GET /metrics
+--- error_code: 200
+--- response_body_like: \nvlm_engine_threads 3\n
 --- no_error_log
 [emerg]
 
@@ -304,11 +319,11 @@ qr{\[emerg\] .*: "vlm_thread_pool" directive is duplicate in \S+nginx\.conf:\d+$
 --- http_config
     vlm_zone vlm size=2m;
 --- config
-    location = /health { vlm_health; }
+    location = /metrics { vlm_metrics; }
 --- request
-GET /health
---- error_code: 503
---- response_body_like: "zone":\{"name":"vlm","size":2097152,"reloads":0,"health_requests":1,"slots":64,"slots_used":0,"arena_bytes":[1-9][0-9]*,"arena_used":0,"engine_restarts":0\}\}
+GET /metrics
+--- error_code: 200
+--- response_body_like: \nvlm_pool_capacity\{pool="request_slots",unit="slots"\} 64\nvlm_pool_capacity\{pool="queue_arena",unit="bytes"\} [1-9][0-9]*\n.*\nvlm_zone_size_bytes 2097152\n
 --- no_error_log
 [emerg]
 
@@ -503,12 +518,13 @@ qr{\[emerg\] .*: "vlm_max_images" directive invalid number in \S+nginx\.conf:\d+
 === TEST 36a: vlm_max_batch_tokens 16
 --- http_config
     vlm_max_batch_tokens 16;
+    vlm_zone vlm size=1m;
 --- config
-    location = /health { vlm_health; }
+    location = /metrics { vlm_metrics; }
 --- request
-GET /health
---- error_code: 503
---- response_body_like: "max_batch_tokens":16,
+GET /metrics
+--- error_code: 200
+--- response_body_like: \nvlm_max_batch_tokens 16\n
 --- no_error_log
 [emerg]
 

@@ -39,7 +39,7 @@ GET /health
 Content-Type: application/json
 !Allow
 --- response_body
-{"status":"unavailable","reason":"vlm_model is not configured","engine":"absent","model":null,"backend":"cpu","engine_threads":2,"max_running":8,"max_batch_tokens":256,"thread_pool":null,"max_images":8,"max_image_pixels":16777216,"zone":null}
+{"status":"unavailable","reason":"vlm_model is not configured","engine":"absent","last_error":null,"model":null,"backend":"cpu","thread_pool":null,"max_images":8,"max_image_pixels":16777216,"zone":null}
 --- no_error_log
 [error]
 [alert]
@@ -58,7 +58,7 @@ GET /health
 --- response_headers
 Content-Type: application/json
 !Allow
---- response_body_like: ^\{"status":"unavailable","reason":"the engine is (not running|loading the model)","engine":"(absent|loading)","model":"[^"]+/good",.*"zone":\{"name":"vlm","size":67108864,
+--- response_body_like: ^\{"status":"unavailable","reason":"the engine is (not running|loading the model)","engine":"(absent|loading)",(?!.*/good)"last_error":(null|"[^"]*"),"model":"good",.*"zone":\{"name":"vlm","reloads":0,
 --- no_error_log
 [emerg]
 [crit]
@@ -78,14 +78,14 @@ GET /health
 --- response_headers
 Content-Type: application/json
 !Allow
---- response_body_like: ^\{"status":"unavailable","reason":"the engine is (not running|loading the model)","engine":"(absent|loading)",.*"zone":\{"name":"vlm","size":1048576,"reloads":0,"health_requests":[1-9][0-9]*,"slots":64,"slots_used":0,"arena_bytes":[1-9][0-9]*,"arena_used":0,"engine_restarts":[0-9]+\}\}$
+--- response_body_like: ^\{"status":"unavailable","reason":"the engine is (not running|loading the model)","engine":"(absent|loading)",.*"zone":\{"name":"vlm","reloads":0,"health_requests":[1-9][0-9]*,"slots_used":0,"arena_used":0,"engine_restarts":[0-9]+\}\}$
 --- no_error_log
 [emerg]
 [crit]
 
 
 
-=== TEST 4: HEAD: the status and headers of TEST 1 (243 bytes), no body
+=== TEST 4: HEAD: the status and headers of TEST 1 (203 bytes), no body
 --- http_config
     vlm_engine_threads 2;
 --- config
@@ -95,7 +95,7 @@ HEAD /health
 --- error_code: 503
 --- response_headers
 Content-Type: application/json
-Content-Length: 243
+Content-Length: 203
 --- response_body
 --- no_error_log
 [error]

@@ -23,7 +23,7 @@ __DATA__
 --- request
 GET /health
 --- error_code: 503
---- response_body_like: "zone":\{"name":"vlm","size":1048576,"reloads":0,"health_requests":1,
+--- response_body_like: "zone":\{"name":"vlm","reloads":0,"health_requests":1,
 --- no_error_log
 [alert]
 [emerg]
@@ -39,7 +39,7 @@ GET /health
 --- request
 GET /health
 --- error_code: 503
---- response_body_like: "zone":\{"name":"vlm","size":1048576,"reloads":1,"health_requests":2,
+--- response_body_like: "zone":\{"name":"vlm","reloads":1,"health_requests":2,
 --- no_error_log
 [alert]
 [emerg]
@@ -54,7 +54,7 @@ GET /health
 --- request
 GET /health
 --- error_code: 503
---- response_body_like: "zone":\{"name":"vlm","size":2097152,"reloads":0,"health_requests":1,
+--- response_body_like: "zone":\{"name":"vlm","reloads":0,"health_requests":1,
 --- no_error_log
 [alert]
 [emerg]

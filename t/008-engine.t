@@ -116,7 +116,7 @@ sub itl_count {
     # consequence; nothing else
     VLMTest::check_log($srv, 'crash', { allow => [
         qr/\[alert\] .*process $pids[0] exited on signal 9/,
-        qr/\[alert\] .*vlm: engine $pids[0] exited; 1 running requests/,
+        qr/\[alert\] .*vlm: engine $pids[0] exited: .*; 1 running requests/,
         qr/\[error\] .*vlm: 503 : the inference engine stopped/ ] },
         qr/\[error\]/);
 }

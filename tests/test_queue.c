@@ -738,6 +738,89 @@ test_retire_wakes_the_engine(void **state)
 }
 
 
+static void
+test_worker_busy_counts_its_requests(void **state)
+{
+    uint32_t      a, b;
+    vlm_error_t   err;
+    fixture_t    *f = *state;
+
+    assert_int_equal(vlm_queue_worker_busy(&f->q, 0), 0);
+
+    assert_int_equal(vlm_queue_alloc(&f->q, 0, 1, 4096, &a, &err), VLM_OK);
+    assert_int_equal(vlm_queue_alloc(&f->q, 1, 1, 4096, &b, &err), VLM_OK);
+    assert_int_equal(vlm_queue_worker_busy(&f->q, 0), 1);
+    assert_int_equal(vlm_queue_worker_busy(&f->q, 1), 1);
+
+    /* a cancelled request is the engine's now, not the worker's */
+    assert_int_equal(vlm_queue_submit(&f->q, a), VLM_OK);
+    vlm_queue_cancel(&f->q, a);
+    assert_int_equal(vlm_queue_worker_busy(&f->q, 0), 0);
+
+    vlm_queue_free(&f->q, b);
+    assert_int_equal(vlm_queue_worker_busy(&f->q, 1), 0);
+    (void) vlm_queue_reap(&f->q);
+    assert_idle(&f->q);
+}
+
+
+static void
+test_engine_last_words(void **state)
+{
+    char        msg[VLM_QUEUE_ERR_LEN], longer[2 * VLM_QUEUE_ERR_LEN];
+    fixture_t  *f = *state;
+
+    /* nothing said: a crash without a word */
+    assert_int_equal(vlm_queue_engine_last_words(&f->q, 0, msg),
+                     VLM_ENGINE_LOST_CRASH);
+    assert_string_equal(msg, "");
+
+    vlm_queue_engine_said(&f->q, 42, VLM_ENGINE_LOST_ERROR, "no weights");
+
+    assert_int_equal(vlm_queue_engine_last_words(&f->q, 42, msg),
+                     VLM_ENGINE_LOST_ERROR);
+    assert_string_equal(msg, "no weights");
+
+    /* another engine's words are not this one's */
+    assert_int_equal(vlm_queue_engine_last_words(&f->q, 43, msg),
+                     VLM_ENGINE_LOST_CRASH);
+    assert_string_equal(msg, "");
+
+    assert_int_equal(vlm_queue_engine_last_words(&f->q, 0, msg),
+                     VLM_ENGINE_LOST_ERROR);
+    assert_string_equal(msg, "no weights");
+
+    /* a long message is cut, never overrun */
+    memset(longer, 'x', sizeof(longer) - 1);
+    longer[sizeof(longer) - 1] = '\0';
+    vlm_queue_engine_said(&f->q, 44, VLM_ENGINE_LOST_STOP, longer);
+    assert_int_equal(vlm_queue_engine_last_words(&f->q, 44, msg),
+                     VLM_ENGINE_LOST_STOP);
+    assert_int_equal(strlen(msg), VLM_QUEUE_ERR_LEN - 1);
+}
+
+
+static void
+test_replacing_accepts_requests(void **state)
+{
+    fixture_t  *f = *state;
+
+    assert_false(vlm_queue_accepting(&f->q));
+
+    vlm_queue_replacing(&f->q, 1, 1234);
+    assert_true(vlm_queue_accepting(&f->q));
+    assert_int_equal(vlm_queue_previous_engine(&f->q), 1234);
+
+    /* the replacement serves: the flag is done with */
+    vlm_queue_engine_state(&f->q, VLM_ENGINE_READY, 99);
+    vlm_queue_engine_state(&f->q, VLM_ENGINE_DOWN, 0);
+    assert_false(vlm_queue_accepting(&f->q));
+
+    vlm_queue_engine_state(&f->q, VLM_ENGINE_READY, 99);
+    assert_true(vlm_queue_accepting(&f->q));
+}
+
+
 int
 main(void)
 {
@@ -763,6 +846,12 @@ main(void)
         cmocka_unit_test_setup_teardown(
             test_worker_records_are_claimed_and_reclaimed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retire_wakes_the_engine,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_worker_busy_counts_its_requests, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_engine_last_words,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replacing_accepts_requests,
                                         setup, teardown),
     };
 

@@ -6,6 +6,9 @@
  * is told to stop: SIGTERM or SIGINT stop at once (running requests end
  * with an error), SIGQUIT drains (no new request is taken, the running
  * ones finish, then it exits; the queued ones wait for the next engine).
+ * A retired queue has no next engine: this one serves every request it
+ * holds, queued ones included, before it exits.  An engine that exits on
+ * an error or crashes leaves its last words in the queue for /health.
  *
  *   vlm-engine --queue-fd N --master-pid P --model DIR
  *              [--backend cpu|cuda] [--threads N] [--max-seqs N]
@@ -69,6 +72,11 @@ static volatile sig_atomic_t  vlm_engine_stop;
 static volatile sig_atomic_t  vlm_engine_drain;
 static volatile sig_atomic_t  vlm_engine_rank_exited;
 static vlm_comm_t            *vlm_engine_comm;
+static volatile sig_atomic_t  vlm_engine_signo;
+
+/* the queue once attached, and the last error logged, for last words */
+static vlm_queue_t           *vlm_engine_queue;
+static char                   vlm_engine_error[VLM_QUEUE_ERR_LEN];
 
 
 static void
@@ -87,12 +95,93 @@ vlm_engine_log(void *data, vlm_log_level_t level, const char *msg)
     /* the helper's stderr is nginx's error log: speak its format */
     fprintf(stderr, "%s [%s] %d#0: vlm engine: %s\n", when,
             names[level], (int) getpid(), msg);
+
+    if (level == VLM_LOG_ERROR) {
+        snprintf(vlm_engine_error, sizeof(vlm_engine_error), "%s", msg);
+    }
+}
+
+
+/*
+ * An engine that exits on an error says which, for the supervisor and
+ * /health, which anyone may read: the model's directory (in the log) is
+ * written "<model>" there.
+ */
+static int
+vlm_engine_fail(const char *model_dir)
+{
+    char        said[VLM_QUEUE_ERR_LEN];
+    size_t      n, len, dir;
+    const char *p;
+
+    if (vlm_engine_queue == NULL) {
+        return 1;
+    }
+
+    dir = model_dir ? strlen(model_dir) : 0;
+    len = 0;
+
+    for (p = vlm_engine_error; *p != '\0' && len < sizeof(said) - 1; ) {
+        if (dir && strncmp(p, model_dir, dir) == 0) {
+            n = sizeof("<model>") - 1;
+            n = n < sizeof(said) - 1 - len ? n : sizeof(said) - 1 - len;
+            memcpy(said + len, "<model>", n);
+            len += n;
+            p += dir;
+            continue;
+        }
+
+        said[len++] = *p++;
+    }
+
+    said[len] = '\0';
+
+    vlm_queue_engine_said(vlm_engine_queue, (int32_t) getpid(),
+                          VLM_ENGINE_LOST_ERROR, said);
+
+    return 1;
+}
+
+
+/*
+ * A fatal signal: the crash is said in the queue (async-signal-safe: no
+ * formatting, no locks), then the signal takes its course.
+ */
+static void
+vlm_engine_crash(int signo)
+{
+    char         msg[64], *p;
+    const char  *name;
+
+    switch (signo) {
+    case SIGSEGV: name = "the engine crashed: SIGSEGV"; break;
+    case SIGBUS:  name = "the engine crashed: SIGBUS"; break;
+    case SIGFPE:  name = "the engine crashed: SIGFPE"; break;
+    case SIGILL:  name = "the engine crashed: SIGILL"; break;
+    case SIGABRT: name = "the engine aborted: SIGABRT"; break;
+    default:      name = "the engine crashed"; break;
+    }
+
+    for (p = msg; *name != '\0' && p < msg + sizeof(msg) - 1; p++) {
+        *p = *name++;
+    }
+
+    *p = '\0';
+
+    if (vlm_engine_queue != NULL) {
+        vlm_queue_engine_said(vlm_engine_queue, (int32_t) getpid(),
+                              VLM_ENGINE_LOST_CRASH, msg);
+    }
+
+    raise(signo);
 }
 
 
 static void
 vlm_engine_signal(int signo)
 {
+    vlm_engine_signo = signo;
+
     if (signo == SIGQUIT) {
         vlm_engine_drain = 1;
 
@@ -557,6 +646,7 @@ main(int argc, char **argv)
     const char         *why;
     vlm_comm_t         *comm;
     vlm_group_t        *group;
+    uint32_t            slot;
     uint64_t            v, last_stats;
     vlm_queue_t         q;
     vlm_error_t         err;
@@ -583,6 +673,15 @@ main(int argc, char **argv)
     sigaction(SIGPIPE, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
 
+    /* once: the default action follows in the handler's raise() */
+    sa.sa_handler = vlm_engine_crash;
+    sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+    sigaction(SIGSEGV, &sa, NULL);
+    sigaction(SIGBUS, &sa, NULL);
+    sigaction(SIGFPE, &sa, NULL);
+    sigaction(SIGILL, &sa, NULL);
+    sigaction(SIGABRT, &sa, NULL);
+
     if (fstat(args.queue_fd, &st) == -1) {
         vlm_log(VLM_LOG_ERROR, "queue descriptor %d: %s", args.queue_fd,
                 strerror(errno));
@@ -608,13 +707,14 @@ main(int argc, char **argv)
     if (args.cpus != NULL && vlm_engine_pin(args.cpus, 0) != 0) {
         return 1;
     }
+    vlm_engine_queue = &q;
 
     /* exits with the nginx master, which cannot tell us otherwise */
     pidfd = (int) syscall(SYS_pidfd_open, args.master, 0);
     if (pidfd == -1) {
         vlm_log(VLM_LOG_ERROR, "pidfd_open(%d): %s", (int) args.master,
                 strerror(errno));
-        return 1;
+        return vlm_engine_fail(args.model_dir);
     }
 
     vlm_queue_engine_state(&q, VLM_ENGINE_LOADING, getpid());
@@ -635,7 +735,7 @@ main(int argc, char **argv)
         != VLM_OK)
     {
         vlm_log(VLM_LOG_ERROR, "loading %s: %s", args.model_dir, err.msg);
-        return 1;
+        return vlm_engine_fail(args.model_dir);
     }
 
     if (vlm_group_init(&group, model, comm, vlm_queue_arena(&q, 0),
@@ -645,27 +745,27 @@ main(int argc, char **argv)
     {
         vlm_log(VLM_LOG_ERROR, "%s", err.msg);
         vlm_model_free(model);
-        return 1;
+        return vlm_engine_fail(args.model_dir);
     }
 
     if (comm != NULL && comm->ops->barrier(comm) != VLM_OK) {
         vlm_log(VLM_LOG_ERROR, "tensor parallel: rank process %d exited "
                 "while loading", (int) vlm_engine_rank_exited);
-        return 1;
+        return vlm_engine_fail(args.model_dir);
     }
 
     if (vlm_tokenizer_load(&tok, args.model_dir, &err) != VLM_OK) {
         vlm_log(VLM_LOG_ERROR, "loading the tokenizer of %s: %s",
                 args.model_dir, err.msg);
         vlm_model_free(model);
-        return 1;
+        return vlm_engine_fail(args.model_dir);
     }
 
     if (vlm_sched_init(&sched, model, group, tok, &q, &err) != VLM_OK) {
         vlm_log(VLM_LOG_ERROR, "%s", err.msg);
         vlm_tokenizer_free(tok);
         vlm_model_free(model);
-        return 1;
+        return vlm_engine_fail(args.model_dir);
     }
 
     vlm_sched_publish(sched);
@@ -724,18 +824,19 @@ main(int argc, char **argv)
         vlm_queue_engine_rearm(&q);
         vlm_queue_heartbeat(&q);
 
-        if (vlm_queue_retired(&q) && active == 0) {
-            vlm_log(VLM_LOG_INFO, "the queue was replaced, stopping");
-            break;
-        }
-
         if (vlm_engine_drain && active == 0) {
             vlm_log(VLM_LOG_INFO, "drained, stopping");
             break;
         }
 
-        active = vlm_sched_step(sched, !vlm_queue_retired(&q)
-                                       && !vlm_engine_drain);
+        /* a retired queue's requests have no other engine: all are run */
+        active = vlm_sched_step(sched, !vlm_engine_drain);
+
+        if (vlm_queue_retired(&q) && active == 0) {
+            vlm_log(VLM_LOG_INFO, "the queue was replaced and what it "
+                    "held is served, stopping");
+            break;
+        }
 
         /* the pools after every step that moved, so peaks are seen */
         if (vlm_sched_progressed(sched)) {
@@ -752,10 +853,31 @@ main(int argc, char **argv)
     vlm_sched_abort(sched, why);
     vlm_group_stop(group);
 
+    if (vlm_engine_stop && vlm_engine_signo != 0 && !vlm_queue_retired(&q)) {
+        /* a stop asked for (an operator, a service manager): no crash */
+        snprintf(vlm_engine_error, sizeof(vlm_engine_error),
+                 "the engine was told to stop (%s)",
+                 vlm_engine_signo == SIGINT ? "SIGINT" : "SIGTERM");
+        vlm_queue_engine_said(&q, (int32_t) getpid(), VLM_ENGINE_LOST_STOP,
+                              vlm_engine_error);
+    }
+
+    if (vlm_queue_retired(&q)) {
+        /* no engine will serve this queue again: nothing may wait */
+        vlm_queue_engine_state(&q, VLM_ENGINE_DOWN, 0);
+
+        while ((slot = vlm_queue_take(&q)) != VLM_QUEUE_NONE) {
+            vlm_queue_finish(&q, slot, VLM_QUEUE_FINISH_ERROR,
+                             VLM_ERR_INTERNAL, "the inference engine was "
+                             "replaced by a reload, retry");
+        }
+    }
+
     vlm_sched_free(sched);
     vlm_group_free(group);
     vlm_tokenizer_free(tok);
     vlm_model_free(model);
 
-    return rc;
+    /* a rank that exited: its words are the group's last */
+    return rc != 0 ? vlm_engine_fail(args.model_dir) : 0;
 }

@@ -10,6 +10,10 @@
 
 static ngx_int_t ngx_http_vlm_models_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_vlm_metrics_handler(ngx_http_request_t *r);
+static size_t ngx_http_vlm_label_len(ngx_str_t *s);
+static u_char *ngx_http_vlm_label(u_char *p, ngx_str_t *s);
+static u_char *ngx_http_vlm_metrics_conf(u_char *p,
+    ngx_http_vlm_main_conf_t *vmcf);
 static char *ngx_http_vlm_set_handler(ngx_conf_t *cf,
     ngx_http_handler_pt handler);
 
@@ -96,11 +100,12 @@ ngx_http_vlm_models_handler(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_vlm_metrics_handler(ngx_http_request_t *r)
 {
-    size_t              size, len;
-    u_char             *text;
-    ngx_int_t           rc;
-    vlm_queue_t        *q;
-    vlm_queue_stats_t   st;
+    size_t                     size, len;
+    u_char                    *text, *p;
+    ngx_int_t                  rc;
+    vlm_queue_t               *q;
+    vlm_queue_stats_t          st;
+    ngx_http_vlm_main_conf_t  *vmcf;
 
     static ngx_str_t  type =
         ngx_string("text/plain; version=0.0.4; charset=utf-8");
@@ -120,14 +125,92 @@ ngx_http_vlm_metrics_handler(ngx_http_request_t *r)
 
     vlm_queue_stats(q, &st);
 
+    vmcf = ngx_http_get_module_main_conf(r, ngx_http_vlm_module);
+
     size = vlm_metrics_render(q->metrics, &st, NULL, 0);
 
-    text = ngx_pnalloc(r->pool, size);
+    text = ngx_pnalloc(r->pool, size + 1024
+                                + ngx_http_vlm_label_len(&vmcf->served_model)
+                                + ngx_http_vlm_label_len(&vmcf->model)
+                                + 4 * NGX_INT_T_LEN);
     if (text == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     len = vlm_metrics_render(q->metrics, &st, (char *) text, size) - 1;
 
-    return ngx_http_vlm_send_body(r, NGX_HTTP_OK, &type, text, len);
+    p = ngx_http_vlm_metrics_conf(text + len, vmcf);
+
+    return ngx_http_vlm_send_body(r, NGX_HTTP_OK, &type, text, p - text);
+}
+
+
+/*
+ * The model and the engine's sizing: here rather than in /health, which
+ * anyone may ask (fits in the 1024 bytes above plus the two labels).
+ */
+static u_char *
+ngx_http_vlm_metrics_conf(u_char *p, ngx_http_vlm_main_conf_t *vmcf)
+{
+    p = ngx_sprintf(p, "# HELP vlm_model_info The served model: its name, "
+                    "its directory and the backend.\n"
+                    "# TYPE vlm_model_info gauge\n"
+                    "vlm_model_info{model=\"");
+    p = ngx_http_vlm_label(p, &vmcf->served_model);
+    p = ngx_sprintf(p, "\",path=\"");
+    p = ngx_http_vlm_label(p, &vmcf->model);
+    p = ngx_sprintf(p, "\",backend=\"%s\"} 1\n",
+                    vmcf->backend == NGX_HTTP_VLM_BACKEND_CUDA ? "cuda"
+                                                               : "cpu");
+
+    p = ngx_sprintf(p, "# HELP vlm_engine_threads Threads of the engine's "
+                    "CPU backend.\n# TYPE vlm_engine_threads gauge\n"
+                    "vlm_engine_threads %i\n", vmcf->engine_threads);
+    p = ngx_sprintf(p, "# HELP vlm_max_running Sequences the engine runs "
+                    "at once.\n# TYPE vlm_max_running gauge\n"
+                    "vlm_max_running %ui\n", vmcf->max_running);
+    p = ngx_sprintf(p, "# HELP vlm_max_batch_tokens Rows of one engine "
+                    "step.\n# TYPE vlm_max_batch_tokens gauge\n"
+                    "vlm_max_batch_tokens %ui\n", vmcf->max_batch_tokens);
+    p = ngx_sprintf(p, "# HELP vlm_zone_size_bytes Size of the request "
+                    "queue (vlm_zone).\n# TYPE vlm_zone_size_bytes gauge\n"
+                    "vlm_zone_size_bytes %uz\n", vmcf->zone_size);
+
+    return p;
+}
+
+
+/* a Prometheus label value escapes backslash, double quote and newline */
+static size_t
+ngx_http_vlm_label_len(ngx_str_t *s)
+{
+    return 2 * s->len;
+}
+
+
+static u_char *
+ngx_http_vlm_label(u_char *p, ngx_str_t *s)
+{
+    size_t  i;
+
+    for (i = 0; i < s->len; i++) {
+        switch (s->data[i]) {
+
+        case '\\':
+        case '"':
+            *p++ = '\\';
+            *p++ = s->data[i];
+            break;
+
+        case '\n':
+            *p++ = '\\';
+            *p++ = 'n';
+            break;
+
+        default:
+            *p++ = s->data[i];
+        }
+    }
+
+    return p;
 }

@@ -271,7 +271,7 @@ ngx_http_vlm_chat_handler(ngx_http_request_t *r)
                    "this worker has no access to the request queue");
     }
 
-    if (ngx_http_vlm_engine_state() != VLM_ENGINE_READY) {
+    if (!ngx_http_vlm_engine_accepting()) {
         (void) ngx_http_discard_request_body(r);
         return ngx_http_vlm_chat_unavailable(r, "engine_unavailable",
                    "the inference engine is not ready, retry later");

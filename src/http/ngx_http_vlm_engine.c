@@ -8,8 +8,15 @@
  * proxy_cache, and no CUDA context or model ever lives in the master or a
  * worker.  A reload starts a new helper that adopts the running engine
  * when the engine settings did not change.  The engine watches the master
- * and exits when it is gone, so `nginx -s stop` leaves nothing behind.
- * With master_process off the same supervisor runs from a timer.
+ * and exits when it is gone, so `nginx -s stop` leaves nothing behind; the
+ * helper, which outlives a killed master as workers do, then starts no
+ * engine and exits.  With master_process off the same supervisor runs
+ * from a timer.
+ *
+ * A worker's notify record is claimed when the worker first needs it and
+ * again whenever it has none; a worker that is shutting down gives it back
+ * once none of its requests is in the queue, so that the workers of many
+ * reloads in a row, each still finishing its streams, do not run out.
  */
 
 #include "ngx_http_vlm_module.h"
@@ -23,6 +30,7 @@
 #define NGX_HTTP_VLM_BACKOFF_MAX     (30 * 1000)
 #define NGX_HTTP_VLM_STABLE          (30 * 1000) /* resets the back-off */
 #define NGX_HTTP_VLM_STOP_WAIT       (10 * 1000)
+#define NGX_HTTP_VLM_RECORD_CHECK    200        /* an exiting worker, ms */
 #define NGX_HTTP_VLM_ARGS            24
 
 
@@ -36,6 +44,7 @@ typedef struct {
     ngx_uint_t         ticks;
     unsigned           looked:1;        /* looked for an engine to adopt */
     unsigned           stop_forced:1;   /* the drain took too long */
+    unsigned           hung:1;          /* killed for its heartbeat */
 } ngx_http_vlm_supervisor_t;
 
 
@@ -47,6 +56,12 @@ static ngx_msec_t ngx_http_vlm_engine_manager(void *data);
 static ngx_int_t ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf,
     ngx_log_t *log);
 static ngx_int_t ngx_http_vlm_engine_alive(ngx_pid_t pid);
+static ngx_int_t ngx_http_vlm_master_gone(void);
+static void ngx_http_vlm_engine_exited(vlm_queue_t *q,
+    ngx_http_vlm_supervisor_t *sup);
+static ngx_int_t ngx_http_vlm_worker_claim(ngx_log_t *log);
+static void ngx_http_vlm_worker_release(void);
+static void ngx_http_vlm_record_handler(ngx_event_t *ev);
 static void ngx_http_vlm_engine_close_fds(void);
 static void ngx_http_vlm_engine_timer_handler(ngx_event_t *ev);
 static void ngx_http_vlm_notify_handler(ngx_event_t *ev);
@@ -56,13 +71,35 @@ static ngx_http_vlm_supervisor_t  ngx_http_vlm_supervisor;
 static ngx_int_t                  ngx_http_vlm_worker_index = -1;
 static ngx_connection_t          *ngx_http_vlm_notify_conn;
 static ngx_event_t                ngx_http_vlm_engine_timer;
+static ngx_event_t                ngx_http_vlm_record_timer;
+static ngx_connection_t           ngx_http_vlm_record_conn; /* ev->data */
 static ngx_http_vlm_wakeup_pt     ngx_http_vlm_engine_wakeup;
 
 
+/*
+ * This worker's notify record, claimed now if it has none (none was free
+ * when it started, or it gave its record back); -1 when none is free.
+ */
 ngx_int_t
 ngx_http_vlm_worker(void)
 {
+    if (ngx_http_vlm_worker_index < 0) {
+        (void) ngx_http_vlm_worker_claim(ngx_cycle->log);
+    }
+
     return ngx_http_vlm_worker_index;
+}
+
+
+/* whether requests are taken: the engine serves, or a reload replaces it */
+ngx_int_t
+ngx_http_vlm_engine_accepting(void)
+{
+    vlm_queue_t  *q;
+
+    q = ngx_http_vlm_queue();
+
+    return q != NULL && vlm_queue_accepting(q);
 }
 
 
@@ -113,7 +150,8 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     }
 
     if (vmcf->engine_dir.len == 0) {
-        ngx_str_set(&dir, "vlm_engine");
+        /* named as nginx names its temporary paths, "proxy_temp" */
+        ngx_str_set(&dir, "vlm_temp");
         vmcf->engine_dir = dir;
     }
 
@@ -159,8 +197,8 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
 
 /*
  * Config time: the path whose manager callback is the supervisor.  Its
- * directory (vlm_engine_dir, "vlm_engine" under the prefix by default) is
- * the engine's working directory.
+ * directory, "vlm_temp" under the prefix (as nginx's own "proxy_temp"),
+ * is the engine's working directory.
  */
 static char *
 ngx_http_vlm_engine_add_path(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
@@ -232,9 +270,7 @@ ngx_http_vlm_engine_default_binary(ngx_conf_t *cf, ngx_str_t *binary)
 ngx_int_t
 ngx_http_vlm_engine_init_process(ngx_cycle_t *cycle)
 {
-    int                        fd;
     vlm_queue_t               *q;
-    ngx_connection_t          *c;
     ngx_http_vlm_main_conf_t  *vmcf;
 
     q = ngx_http_vlm_queue();
@@ -246,32 +282,28 @@ ngx_http_vlm_engine_init_process(ngx_cycle_t *cycle)
         return NGX_OK;
     }
 
-    ngx_http_vlm_worker_index = vlm_queue_worker_claim(q, ngx_pid);
+    if (ngx_http_vlm_worker_claim(cycle->log) == NGX_ERROR) {
+        return NGX_ERROR;
+    }
 
     if (ngx_http_vlm_worker_index < 0) {
-        ngx_log_error(NGX_LOG_ALERT, cycle->log, 0,
-                      "vlm: no free worker record in the request queue; "
-                      "this worker answers 503");
-        return NGX_OK;
+        ngx_log_error(NGX_LOG_WARN, cycle->log, 0,
+                      "vlm: no free worker record in the request queue "
+                      "yet, the workers of earlier reloads hold them; "
+                      "claimed when a request needs one");
     }
 
-    fd = vlm_queue_worker_fd(q, ngx_http_vlm_worker_index);
+    if (ngx_process == NGX_PROCESS_WORKER) {
+        /* the timer debug log reads ev->data as a connection */
+        ngx_http_vlm_record_conn.fd = (ngx_socket_t) -1;
 
-    c = ngx_get_connection(fd, cycle->log);
-    if (c == NULL) {
-        return NGX_ERROR;
+        ngx_http_vlm_record_timer.handler = ngx_http_vlm_record_handler;
+        ngx_http_vlm_record_timer.data = &ngx_http_vlm_record_conn;
+        ngx_http_vlm_record_timer.log = cycle->log;
+        ngx_http_vlm_record_timer.cancelable = 1;
+
+        ngx_add_timer(&ngx_http_vlm_record_timer, NGX_HTTP_VLM_RECORD_CHECK);
     }
-
-    c->read->handler = ngx_http_vlm_notify_handler;
-    c->read->log = cycle->log;
-    c->data = NULL;
-
-    if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
-        ngx_free_connection(c);
-        return NGX_ERROR;
-    }
-
-    ngx_http_vlm_notify_conn = c;
 
     vmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_vlm_module);
 
@@ -306,13 +338,119 @@ ngx_http_vlm_engine_exit_process(ngx_cycle_t *cycle)
         kill(ngx_http_vlm_supervisor.pid, SIGTERM);
     }
 
+    ngx_http_vlm_worker_release();
+}
+
+
+/*
+ * Takes a notify record and listens on its eventfd: a free record, or
+ * one whose worker died.  No record is no error: the worker answers 503
+ * until one is free.
+ */
+static ngx_int_t
+ngx_http_vlm_worker_claim(ngx_log_t *log)
+{
+    int                fd;
+    int32_t            index;
+    vlm_queue_t       *q;
+    ngx_connection_t  *c;
+
+    q = ngx_http_vlm_queue();
+
+    if (q == NULL
+        || (ngx_process != NGX_PROCESS_WORKER
+            && ngx_process != NGX_PROCESS_SINGLE))
+    {
+        return NGX_OK;
+    }
+
+    index = vlm_queue_worker_claim(q, ngx_pid);
+    if (index < 0) {
+        return NGX_OK;
+    }
+
+    fd = vlm_queue_worker_fd(q, (uint32_t) index);
+
+    c = ngx_get_connection(fd, log);
+    if (c == NULL) {
+        vlm_queue_worker_release(q, (uint32_t) index);
+        return NGX_ERROR;
+    }
+
+    c->read->handler = ngx_http_vlm_notify_handler;
+    c->read->log = log;
+    c->data = NULL;
+
+    if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
+        ngx_free_connection(c);
+        vlm_queue_worker_release(q, (uint32_t) index);
+        return NGX_ERROR;
+    }
+
+    ngx_http_vlm_notify_conn = c;
+    ngx_http_vlm_worker_index = index;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_vlm_worker_release(void)
+{
+    vlm_queue_t       *q;
+    ngx_connection_t  *c;
+
+    q = ngx_http_vlm_queue();
+
+    if (q == NULL || ngx_http_vlm_worker_index < 0) {
+        return;
+    }
+
+    c = ngx_http_vlm_notify_conn;
+    ngx_http_vlm_notify_conn = NULL;
+
+    if (c) {
+        /* the descriptor is the queue's, inherited: it stays open */
+        if (c->read->active) {
+            (void) ngx_del_event(c->read, NGX_READ_EVENT, 0);
+        }
+
+        if (c->read->posted) {
+            ngx_delete_posted_event(c->read);
+        }
+
+        ngx_free_connection(c);
+        c->fd = (ngx_socket_t) -1;
+    }
+
     vlm_queue_worker_release(q, (uint32_t) ngx_http_vlm_worker_index);
     ngx_http_vlm_worker_index = -1;
+}
 
-    if (ngx_http_vlm_notify_conn) {
-        ngx_close_connection(ngx_http_vlm_notify_conn);
-        ngx_http_vlm_notify_conn = NULL;
+
+/*
+ * A worker that shuts down (a reload, nginx -s quit) finishes its streams
+ * first, which can take minutes: its record goes back as soon as none of
+ * its requests is in the queue, so that the workers of the next reloads
+ * find one.  A cancelable timer: it never holds the worker up.
+ */
+static void
+ngx_http_vlm_record_handler(ngx_event_t *ev)
+{
+    vlm_queue_t  *q;
+
+    q = ngx_http_vlm_queue();
+
+    if (ngx_exiting && ngx_http_vlm_worker_index >= 0 && q != NULL
+        && vlm_queue_worker_busy(q, (uint32_t) ngx_http_vlm_worker_index)
+           == 0)
+    {
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, ev->log, 0,
+                       "vlm: the worker record goes back");
+        ngx_http_vlm_worker_release();
     }
+
+    ngx_add_timer(ev, NGX_HTTP_VLM_RECORD_CHECK);
 }
 
 
@@ -446,6 +584,30 @@ ngx_http_vlm_engine_manager(void *data)
     sup = &ngx_http_vlm_supervisor;
     now = ngx_current_msec;
 
+    if (ngx_terminate || ngx_quit || ngx_exiting) {
+        /* nginx stops: the engine stops with the master, not restarted */
+        return NGX_HTTP_VLM_TICK;
+    }
+
+    if (ngx_http_vlm_master_gone()) {
+        /*
+         * the master was killed: nobody would stop an engine started now
+         * (its --master-pid would be init); the engine watches the master
+         * and stops by itself, the helper goes too
+         */
+        ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                      "vlm: the nginx master is gone, the engine "
+                      "supervisor exits");
+
+        if (sup->pid) {
+            kill(sup->pid, SIGTERM);
+        }
+
+        ngx_quit = 1;
+
+        return NGX_HTTP_VLM_TICK;
+    }
+
     if (!sup->looked) {
         sup->looked = 1;
 
@@ -465,19 +627,44 @@ ngx_http_vlm_engine_manager(void *data)
             } else {
                 /*
                  * the old engine drains: its running requests finish,
-                 * queued ones wait for the new engine; one that outlives
-                 * the longest a request may take is stopped
+                 * queued ones and those that arrive meanwhile wait for
+                 * the new engine; one that outlives the longest a request
+                 * may take is stopped
                  */
                 ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
                               "vlm: engine settings changed, draining "
                               "engine %P", pid);
+                vlm_queue_replacing(q, 1, 0);
                 kill(pid, SIGQUIT);
                 sup->stopping = pid;
-                sup->stop_forced = 0;
-                sup->stop_deadline = now
-                                     + ngx_max(vmcf->request_timeout,
-                                               NGX_HTTP_VLM_STOP_WAIT);
             }
+
+        } else {
+            /*
+             * a reload gave the queue another geometry: the engine of the
+             * old queue finishes what that queue holds, and the new one
+             * starts after it (one model in memory at a time) while the
+             * requests of the new queue wait
+             */
+            pid = vlm_queue_previous_engine(q);
+
+            if (ngx_http_vlm_engine_alive(pid)) {
+                ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                              "vlm: waiting for engine %P to finish the "
+                              "requests of the replaced queue", pid);
+                sup->stopping = pid;
+
+            } else {
+                vlm_queue_replacing(q, 0, 0);
+            }
+        }
+
+        if (sup->stopping) {
+            atomic_fetch_add(&q->metrics->engine_lost[VLM_ENGINE_LOST_RELOAD],
+                             1);
+            sup->stop_forced = 0;
+            sup->stop_deadline = now + ngx_max(vmcf->request_timeout,
+                                               NGX_HTTP_VLM_STOP_WAIT);
         }
     }
 
@@ -523,7 +710,7 @@ ngx_http_vlm_engine_manager(void *data)
                 sup->failures = 0;
             }
 
-            if (st.engine_up && vmcf->engine_hang_timeout
+            if (st.engine_up && vmcf->engine_hang_timeout && !sup->hung
                 && vlm_queue_now() - st.engine_heartbeat
                    > (uint64_t) vmcf->engine_hang_timeout * 1000000)
             {
@@ -532,6 +719,7 @@ ngx_http_vlm_engine_manager(void *data)
                               "killing it", sup->pid,
                               vmcf->engine_hang_timeout);
                 kill(sup->pid, SIGKILL);
+                sup->hung = 1;
             }
 
             goto done;
@@ -542,9 +730,7 @@ ngx_http_vlm_engine_manager(void *data)
             return NGX_HTTP_VLM_TICK;
         }
 
-        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
-                      "vlm: engine %P exited; %uD running requests failed",
-                      sup->pid, vlm_queue_engine_lost(q));
+        ngx_http_vlm_engine_exited(q, sup);
 
         sup->pid = 0;
         sup->failures++;
@@ -569,6 +755,74 @@ done:
     }
 
     return NGX_HTTP_VLM_TICK;
+}
+
+
+/*
+ * The master is gone when the helper's parent is no longer the process
+ * that forked it (it was killed, the helper is init's now).
+ */
+static ngx_int_t
+ngx_http_vlm_master_gone(void)
+{
+    return ngx_process == NGX_PROCESS_HELPER && getppid() != ngx_parent;
+}
+
+
+/*
+ * The watched engine is gone: why (its last words, or none: a signal),
+ * in the log, in /health and in /metrics by reason; its running requests
+ * end with an error.
+ */
+static void
+ngx_http_vlm_engine_exited(vlm_queue_t *q, ngx_http_vlm_supervisor_t *sup)
+{
+    char               msg[VLM_QUEUE_ERR_LEN];
+    u_char            *p;
+    uint32_t           failed;
+    ngx_uint_t         level;
+    vlm_engine_lost_t  reason;
+
+    reason = vlm_queue_engine_last_words(q, (int32_t) sup->pid, msg);
+
+    if (sup->hung) {
+        reason = VLM_ENGINE_LOST_HANG;
+        p = ngx_snprintf((u_char *) msg, sizeof(msg) - 1,
+                         "the engine sent no heartbeat and was killed");
+        *p = '\0';
+
+    } else if (reason == VLM_ENGINE_LOST_CRASH && msg[0] == '\0') {
+        p = ngx_snprintf((u_char *) msg, sizeof(msg) - 1,
+                         "the engine exited without a word "
+                         "(killed by a signal?)");
+        *p = '\0';
+    }
+
+    if (reason != VLM_ENGINE_LOST_ERROR || sup->hung) {
+        vlm_queue_engine_said(q, (int32_t) sup->pid, reason, msg);
+    }
+
+    atomic_fetch_add(&q->metrics->engine_lost[reason], 1);
+
+    /* a replacement that died loading: requests are refused again */
+    vlm_queue_replacing(q, 0, 0);
+
+    failed = vlm_queue_engine_lost(q);
+
+    /*
+     * an engine that stopped on its own error said so in the log already;
+     * one told to stop by someone else (a service manager stopping every
+     * process of nginx at once) is no emergency
+     */
+    level = reason == VLM_ENGINE_LOST_ERROR ? NGX_LOG_ERR
+            : reason == VLM_ENGINE_LOST_STOP ? NGX_LOG_NOTICE
+            : NGX_LOG_ALERT;
+
+    ngx_log_error(level, ngx_cycle->log, 0,
+                  "vlm: engine %P exited: %s; %uD running requests failed",
+                  sup->pid, msg, failed);
+
+    sup->hung = 0;
 }
 
 
@@ -616,6 +870,8 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     u_char                    rows[NGX_INT_T_LEN + 1];
     u_char                    cache[NGX_SIZE_T_LEN + 1];
     u_char                    ranks[NGX_INT_T_LEN + 1];
+    u_char                    said[VLM_QUEUE_ERR_LEN], *p;
+    ngx_err_t                 err;
     ngx_pid_t                 pid;
     sigset_t                  set;
     ngx_uint_t                n;
@@ -623,9 +879,13 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
 
     q = ngx_http_vlm_queue();
 
-    /* the master: our parent, or ourselves without one */
+    if (ngx_http_vlm_master_gone()) {
+        return NGX_ERROR;
+    }
+
+    /* the master: the helper's parent, or ourselves without one */
     *ngx_sprintf(master, "%P", ngx_process == NGX_PROCESS_SINGLE
-                                ? ngx_pid : getppid()) = '\0';
+                                ? ngx_pid : ngx_parent) = '\0';
     *ngx_sprintf(qfd, "%d", ngx_http_vlm_zone_fd()) = '\0';
     *ngx_sprintf(threads, "%i", vmcf->engine_threads) = '\0';
     *ngx_sprintf(running, "%ui", vmcf->max_running) = '\0';
@@ -672,6 +932,13 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     case 0:
         ngx_http_vlm_engine_close_fds();
 
+        /*
+         * a process group of its own: a Ctrl-C on nginx in the foreground
+         * stops the master, whose exit the engine follows, rather than
+         * the engine behind the supervisor's back
+         */
+        (void) setpgid(0, 0);
+
         /* nginx blocks some signals: the engine starts with none blocked */
         sigemptyset(&set);
         sigprocmask(SIG_SETMASK, &set, NULL);
@@ -682,8 +949,16 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
 
         execv(argv[0], argv);
 
-        ngx_log_error(NGX_LOG_ALERT, log, ngx_errno,
+        err = ngx_errno;
+
+        ngx_log_error(NGX_LOG_ALERT, log, err,
                       "vlm: execv(\"%s\") failed", argv[0]);
+
+        p = ngx_snprintf(said, sizeof(said) - 1, "execv(\"%s\") failed: %s",
+                         argv[0], strerror(err));
+        *p = '\0';
+        vlm_queue_engine_said(q, (int32_t) getpid(), VLM_ENGINE_LOST_ERROR,
+                              (char *) said);
         _exit(127);
 
     default:

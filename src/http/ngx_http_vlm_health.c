@@ -41,20 +41,30 @@ ngx_http_vlm_health(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/*
+ * Open to anyone (a load balancer asks it): what a client may know, the
+ * served model's name and whether and why not it is served; the model's
+ * directory and the sizing are in /metrics, which a configuration can
+ * restrict.
+ */
 static ngx_int_t
 ngx_http_vlm_health_handler(ngx_http_request_t *r)
 {
+    char                       said[VLM_QUEUE_ERR_LEN];
     size_t                     len;
     u_char                    *json, *p;
     ngx_int_t                  rc;
-    ngx_str_t                 *reason;
-    ngx_uint_t                 status, state;
+    ngx_str_t                 *reason, last_error;
+    ngx_uint_t                 status, state, record;
     uint64_t                   served;
     vlm_queue_t               *q;
     vlm_queue_stats_t          st;
     ngx_http_vlm_main_conf_t  *vmcf;
 
     static ngx_str_t  no_model = ngx_string("vlm_model is not configured");
+    static ngx_str_t  no_record = ngx_string("this worker has no record "
+                                             "in the request queue (all "
+                                             "are held by other workers)");
     static ngx_str_t  reasons[] = {
         ngx_string("the engine is not running"),
         ngx_string("the engine is loading the model"),
@@ -72,10 +82,22 @@ ngx_http_vlm_health_handler(ngx_http_request_t *r)
 
     ngx_memzero(&st, sizeof(vlm_queue_stats_t));
     served = 0;
+    record = 1;
+    ngx_str_null(&last_error);
 
     if (q) {
         vlm_queue_stats(q, &st);
         served = atomic_fetch_add(&q->metrics->health_requests, 1) + 1;
+
+        /* claims one if it can: a chat request here would */
+        record = vmcf->model.len == 0 || ngx_http_vlm_worker() >= 0;
+
+        (void) vlm_queue_engine_last_words(q, 0, said);
+
+        if (said[0] != '\0') {
+            last_error.data = (u_char *) said;
+            last_error.len = ngx_strlen(said);
+        }
     }
 
     state = st.engine_state;
@@ -87,6 +109,9 @@ ngx_http_vlm_health_handler(ngx_http_request_t *r)
     if (vmcf->model.len == 0) {
         reason = &no_model;
 
+    } else if (!record) {
+        reason = &no_record;
+
     } else if (state != VLM_ENGINE_READY) {
         reason = &reasons[state];
 
@@ -97,21 +122,20 @@ ngx_http_vlm_health_handler(ngx_http_request_t *r)
     status = reason ? NGX_HTTP_SERVICE_UNAVAILABLE : NGX_HTTP_OK;
 
     len = sizeof("{\"status\":\"unavailable\",\"reason\":,\"engine\":,"
-                 "\"model\":,\"backend\":,\"engine_threads\":,"
-                 "\"max_running\":,\"max_batch_tokens\":,"
+                 "\"last_error\":,\"model\":,\"backend\":,"
                  "\"thread_pool\":,\"max_images\":,\"max_image_pixels\":,"
-                 "\"zone\":{\"name\":,\"size\":,\"reloads\":,"
-                 "\"health_requests\":,\"slots\":,\"slots_used\":,"
-                 "\"arena_bytes\":,\"arena_used\":,"
-                 "\"engine_restarts\":}}\n") - 1
+                 "\"zone\":{\"name\":,\"reloads\":,"
+                 "\"health_requests\":,\"slots_used\":,"
+                 "\"arena_used\":,\"engine_restarts\":}}\n") - 1
           + ngx_http_vlm_json_str_len(reason)
           + ngx_http_vlm_json_str_len(&ngx_http_vlm_engine_states[state])
-          + ngx_http_vlm_json_str_len(&vmcf->model)
+          + ngx_http_vlm_json_str_len(&last_error)
+          + ngx_http_vlm_json_str_len(&vmcf->served_model)
           + ngx_http_vlm_json_str_len(
                 &ngx_http_vlm_backend_names[vmcf->backend])
           + ngx_http_vlm_json_str_len(&vmcf->thread_pool_name)
           + ngx_http_vlm_json_str_len(&vmcf->zone_name)
-          + 5 * NGX_INT_T_LEN + 8 * NGX_INT64_LEN + NGX_SIZE_T_LEN;
+          + NGX_INT_T_LEN + 5 * NGX_INT64_LEN + NGX_SIZE_T_LEN;
 
     json = ngx_pnalloc(r->pool, len);
     if (json == NULL) {
@@ -123,14 +147,14 @@ ngx_http_vlm_health_handler(ngx_http_request_t *r)
     p = ngx_http_vlm_json_str(p, reason);
     p = ngx_cpymem(p, ",\"engine\":", sizeof(",\"engine\":") - 1);
     p = ngx_http_vlm_json_str(p, &ngx_http_vlm_engine_states[state]);
+    p = ngx_cpymem(p, ",\"last_error\":", sizeof(",\"last_error\":") - 1);
+    p = ngx_http_vlm_json_str(p, last_error.len ? &last_error : NULL);
     p = ngx_cpymem(p, ",\"model\":", sizeof(",\"model\":") - 1);
-    p = ngx_http_vlm_json_str(p, &vmcf->model);
+    p = ngx_http_vlm_json_str(p, vmcf->model.len ? &vmcf->served_model
+                                                 : NULL);
     p = ngx_cpymem(p, ",\"backend\":", sizeof(",\"backend\":") - 1);
     p = ngx_http_vlm_json_str(p, &ngx_http_vlm_backend_names[vmcf->backend]);
-    p = ngx_sprintf(p, ",\"engine_threads\":%i,\"max_running\":%ui,"
-                    "\"max_batch_tokens\":%ui,\"thread_pool\":",
-                    vmcf->engine_threads, vmcf->max_running,
-                    vmcf->max_batch_tokens);
+    p = ngx_cpymem(p, ",\"thread_pool\":", sizeof(",\"thread_pool\":") - 1);
     p = ngx_http_vlm_json_str(p, &vmcf->thread_pool_name);
     p = ngx_sprintf(p, ",\"max_images\":%i,\"max_image_pixels\":%uz",
                     vmcf->max_images, vmcf->max_image_pixels);
@@ -139,12 +163,10 @@ ngx_http_vlm_health_handler(ngx_http_request_t *r)
         p = ngx_cpymem(p, ",\"zone\":{\"name\":",
                        sizeof(",\"zone\":{\"name\":") - 1);
         p = ngx_http_vlm_json_str(p, &vmcf->zone_name);
-        p = ngx_sprintf(p, ",\"size\":%uz,\"reloads\":%uL,"
-                        "\"health_requests\":%uL,\"slots\":%uL,"
-                        "\"slots_used\":%uL,\"arena_bytes\":%uL,"
-                        "\"arena_used\":%uL,\"engine_restarts\":%uL}",
-                        vmcf->zone_size, st.reloads, served, st.slots,
-                        st.slots_used, st.arena_bytes, st.arena_used,
+        p = ngx_sprintf(p, ",\"reloads\":%uL,\"health_requests\":%uL,"
+                        "\"slots_used\":%uL,\"arena_used\":%uL,"
+                        "\"engine_restarts\":%uL}",
+                        st.reloads, served, st.slots_used, st.arena_used,
                         st.engine_restarts);
 
     } else {

@@ -152,6 +152,7 @@ ngx_int_t ngx_http_vlm_engine_init_process(ngx_cycle_t *cycle);
 void ngx_http_vlm_engine_exit_process(ngx_cycle_t *cycle);
 ngx_int_t ngx_http_vlm_worker(void);
 vlm_engine_state_t ngx_http_vlm_engine_state(void);
+ngx_int_t ngx_http_vlm_engine_accepting(void);
 void ngx_http_vlm_engine_on_wakeup(ngx_http_vlm_wakeup_pt handler);
 
 /* ngx_http_vlm_chat.c: the chat completions handler */

@@ -119,10 +119,17 @@ static void
 ngx_http_vlm_zone_conf(ngx_http_vlm_main_conf_t *vmcf, ngx_uint_t workers,
     vlm_queue_conf_t *conf)
 {
-    /* room for the workers of one reload beside the draining ones */
-    conf->n_workers = (uint32_t) ngx_min(2 * workers + 2,
-                                         NGX_HTTP_VLM_MAX_WORKERS);
     conf->n_slots = (uint32_t) (vmcf->max_running + vmcf->max_queued);
+
+    /*
+     * the workers of a reload start beside the ones they replace, and a
+     * replaced worker keeps its record only while one of its requests
+     * is in the queue: a record for each of both and one for each slot
+     * is a record for every worker that can need one, however many
+     * reloads are still finishing their streams
+     */
+    conf->n_workers = (uint32_t) ngx_min(2 * workers + conf->n_slots,
+                                         NGX_HTTP_VLM_MAX_WORKERS);
     conf->block_size = NGX_HTTP_VLM_BLOCK_SIZE;
     conf->arena_size = vmcf->arena_size;
 }
@@ -172,8 +179,10 @@ ngx_http_vlm_zone_geometry(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
 ngx_int_t
 ngx_http_vlm_zone_init_module(ngx_cycle_t *cycle)
 {
+    int32_t                    previous;
     ngx_core_conf_t           *ccf;
     vlm_queue_conf_t           conf;
+    vlm_queue_stats_t          st;
     ngx_http_vlm_main_conf_t  *vmcf;
     ngx_http_vlm_segment_t    *seg;
 
@@ -200,16 +209,38 @@ ngx_http_vlm_zone_init_module(ngx_cycle_t *cycle)
         return NGX_OK;
     }
 
+    previous = 0;
+
     if (seg->base != NULL) {
         ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
                       "vlm: queue geometry changed, the engine restarts");
 
-        /* the old engine finishes what it runs and exits */
+        /*
+         * the old engine finishes what the old queue holds (its workers
+         * read it to the end) and exits; the new engine waits for it
+         */
+        vlm_queue_stats(&seg->queue, &st);
+
+        /* or, while that one still waits, the engine it waits for */
+        previous = st.engine_pid ? st.engine_pid
+                                 : vlm_queue_previous_engine(&seg->queue);
+
         vlm_queue_retire(&seg->queue);
         ngx_http_vlm_segment_close(seg);
     }
 
-    return ngx_http_vlm_segment_create(cycle, &vmcf->zone_name, &conf);
+    if (ngx_http_vlm_segment_create(cycle, &vmcf->zone_name, &conf)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (previous) {
+        /* meanwhile the new queue takes requests: they wait */
+        vlm_queue_replacing(&seg->queue, 1, previous);
+    }
+
+    return NGX_OK;
 }
 
 

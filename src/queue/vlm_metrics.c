@@ -32,6 +32,11 @@ static const struct {
 };
 
 
+static const char  *vlm_engine_lost_names[VLM_ENGINE_LOST_N] = {
+    "error", "crash", "hang", "reload", "stop"
+};
+
+
 typedef struct {
     char    *buf;
     size_t   cap;
@@ -215,6 +220,16 @@ vlm_metrics_render(const vlm_metrics_t *m, const vlm_queue_stats_t *q,
     vlm_out_metric(&o, "vlm_engine_restarts_total", "counter",
                    "Times the engine was lost and restarted.",
                    q->engine_restarts);
+    vlm_out(&o, "# HELP vlm_engine_exits_total Engines that stopped "
+                "serving, by reason.\n"
+                "# TYPE vlm_engine_exits_total counter\n");
+
+    for (i = 0; i < VLM_ENGINE_LOST_N; i++) {
+        vlm_out(&o, "vlm_engine_exits_total{reason=\"%s\"} %llu\n",
+                vlm_engine_lost_names[i],
+                (unsigned long long) atomic_load(&m->engine_lost[i]));
+    }
+
     vlm_out_metric(&o, "vlm_engine_rss_bytes", "gauge",
                    "Resident memory of the engine process, its share of "
                    "the shared request queue excluded.",

@@ -30,6 +30,17 @@ typedef enum {
 } vlm_hist_id_t;
 
 
+/* why an engine stopped serving, for vlm_engine_exits_total{reason} */
+typedef enum {
+    VLM_ENGINE_LOST_ERROR = 0,  /* it exited on an error it reported */
+    VLM_ENGINE_LOST_CRASH,      /* it died without a word: a signal */
+    VLM_ENGINE_LOST_HANG,       /* killed: its heartbeat stopped */
+    VLM_ENGINE_LOST_RELOAD,     /* replaced: the settings changed */
+    VLM_ENGINE_LOST_STOP,       /* told to stop by a signal from outside */
+    VLM_ENGINE_LOST_N
+} vlm_engine_lost_t;
+
+
 typedef struct {
     _Atomic uint64_t  bucket[VLM_HIST_BUCKETS + 1];    /* last: +Inf */
     _Atomic uint64_t  count;
@@ -60,6 +71,7 @@ typedef struct {
     _Atomic uint64_t  image_cache_used;     /* held by cached images */
     _Atomic uint64_t  engine_rss;
     _Atomic uint64_t  health_requests;
+    _Atomic uint64_t  engine_lost[VLM_ENGINE_LOST_N];
     _Atomic uint32_t  n_pools;
     vlm_pool_gauge_t  pools[VLM_METRICS_POOLS];
 } vlm_metrics_t;

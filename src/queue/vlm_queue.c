@@ -48,6 +48,8 @@ struct vlm_queue_header_s {
     _Atomic uint32_t     retired;       /* replaced by another segment */
     _Atomic int32_t      supervisor;    /* pid of the engine's supervisor */
     _Atomic uint64_t     reloads;       /* nginx reloads that kept it */
+    _Atomic uint32_t     replacing;     /* a reload replaces the engine */
+    _Atomic int32_t      previous;      /* engine of the retired segment */
 
     _Atomic uint64_t     ring_head;     /* engine: next to take */
     _Atomic uint64_t     ring_tail;     /* workers, under the lock */
@@ -68,6 +70,11 @@ struct vlm_queue_header_s {
 
     /* cancelled while still in the submit ring, see vlm_queue_reap */
     _Atomic uint32_t     cancelled_queued;
+
+    /* under the lock: the last engine's last words, see vlm_queue_said */
+    int32_t              said_pid;
+    uint32_t             said_reason;   /* vlm_engine_lost_t */
+    char                 said[VLM_QUEUE_ERR_LEN];
 };
 
 
@@ -742,6 +749,100 @@ vlm_queue_engine_state(vlm_queue_t *q, vlm_engine_state_t state, int32_t pid)
     atomic_store(&q->hdr->engine_pid, pid);
     atomic_store(&q->hdr->engine_state, state);
     vlm_queue_heartbeat(q);
+
+    if (state == VLM_ENGINE_READY) {
+        /* the replacement serves: nothing waits for it any more */
+        atomic_store(&q->hdr->replacing, 0);
+    }
+}
+
+
+/*
+ * Why the engine pid stopped or is about to stop, in its own words (the
+ * engine before it exits on an error, its crash handler) or the
+ * supervisor's; async-signal-safe: the crash handler calls it, so no
+ * lock, and the pid is written last so a reader sees a whole message.
+ */
+void
+vlm_queue_engine_said(vlm_queue_t *q, int32_t pid, vlm_engine_lost_t reason,
+    const char *msg)
+{
+    size_t               n;
+    vlm_queue_header_t  *hdr;
+
+    hdr = q->hdr;
+
+    for (n = 0; msg[n] != '\0' && n < VLM_QUEUE_ERR_LEN - 1; n++) {
+        hdr->said[n] = msg[n];
+    }
+
+    hdr->said[n] = '\0';
+    hdr->said_reason = (uint32_t) reason;
+
+    atomic_thread_fence(memory_order_release);
+    *(volatile int32_t *) &hdr->said_pid = pid;
+}
+
+
+/*
+ * What the engine pid said before it stopped: its reason, and its message
+ * in msg (of VLM_QUEUE_ERR_LEN bytes); VLM_ENGINE_LOST_CRASH and an empty
+ * message when it said nothing.  pid 0: whatever the last one said.
+ */
+vlm_engine_lost_t
+vlm_queue_engine_last_words(vlm_queue_t *q, int32_t pid, char *msg)
+{
+    int32_t              said;
+    vlm_engine_lost_t    reason;
+    vlm_queue_header_t  *hdr;
+
+    hdr = q->hdr;
+
+    said = *(volatile int32_t *) &hdr->said_pid;
+    atomic_thread_fence(memory_order_acquire);
+
+    if (said == 0 || (pid != 0 && said != pid)) {
+        msg[0] = '\0';
+        return VLM_ENGINE_LOST_CRASH;
+    }
+
+    memcpy(msg, hdr->said, VLM_QUEUE_ERR_LEN);
+    msg[VLM_QUEUE_ERR_LEN - 1] = '\0';
+    reason = (vlm_engine_lost_t) hdr->said_reason;
+
+    return reason < VLM_ENGINE_LOST_N ? reason : VLM_ENGINE_LOST_CRASH;
+}
+
+
+/*
+ * A reload replaces the engine on purpose: requests that arrive meanwhile
+ * are queued for the new one instead of being refused.  previous, when not
+ * 0, is the engine of the segment this one replaces, which the new engine
+ * waits for.
+ */
+void
+vlm_queue_replacing(vlm_queue_t *q, int on, int32_t previous)
+{
+    atomic_store(&q->hdr->replacing, on ? 1 : 0);
+
+    if (previous) {
+        atomic_store(&q->hdr->previous, previous);
+    }
+}
+
+
+int
+vlm_queue_accepting(vlm_queue_t *q)
+{
+    return atomic_load(&q->hdr->engine_state) == VLM_ENGINE_READY
+           || atomic_load(&q->hdr->replacing) != 0;
+}
+
+
+int32_t
+vlm_queue_previous_engine(vlm_queue_t *q)
+{
+    return atomic_load(&q->hdr->previous);
 }
 
 
@@ -1068,6 +1169,30 @@ vlm_queue_worker_release(vlm_queue_t *q, uint32_t worker)
         vlm_queue_worker_lost(q, worker);
         atomic_store(&q->workers[worker].pid, 0);
     }
+}
+
+
+/* the requests of a worker record still in the queue, cancelled aside */
+uint32_t
+vlm_queue_worker_busy(vlm_queue_t *q, uint32_t worker)
+{
+    uint32_t           i, n, state;
+    vlm_queue_slot_t  *s;
+
+    n = 0;
+
+    for (i = 0; i < q->hdr->n_slots; i++) {
+        s = &q->slots[i];
+        state = atomic_load(&s->state);
+
+        if (state != VLM_SLOT_FREE && state != VLM_SLOT_CANCELLED
+            && s->worker == worker)
+        {
+            n++;
+        }
+    }
+
+    return n;
 }
 
 

@@ -42,7 +42,7 @@
 
 
 #define VLM_QUEUE_MAGIC           0x564c4d51u       /* "VLMQ" */
-#define VLM_QUEUE_VERSION         1
+#define VLM_QUEUE_VERSION         2
 
 #define VLM_QUEUE_MAX_IMAGES      16
 #define VLM_QUEUE_MAX_STOP        4
@@ -222,6 +222,7 @@ void vlm_queue_worker_set(vlm_queue_t *q, uint32_t worker, int fd,
     int32_t pid);
 int32_t vlm_queue_worker_claim(vlm_queue_t *q, int32_t pid);
 void vlm_queue_worker_release(vlm_queue_t *q, uint32_t worker);
+uint32_t vlm_queue_worker_busy(vlm_queue_t *q, uint32_t worker);
 int vlm_queue_worker_fd(vlm_queue_t *q, uint32_t worker);
 void vlm_queue_worker_rearm(vlm_queue_t *q, uint32_t worker);
 
@@ -251,6 +252,17 @@ vlm_status_t vlm_queue_push_output(vlm_queue_t *q, uint32_t slot,
     const vlm_queue_out_t *rec, const char *text);
 void vlm_queue_finish(vlm_queue_t *q, uint32_t slot,
     vlm_queue_finish_t reason, vlm_status_t status, const char *msg);
+
+/* the engine's last words, and what a supervisor read from them */
+void vlm_queue_engine_said(vlm_queue_t *q, int32_t pid,
+    vlm_engine_lost_t reason, const char *msg);
+vlm_engine_lost_t vlm_queue_engine_last_words(vlm_queue_t *q, int32_t pid,
+    char *msg);
+
+/* a reload replaces the engine: requests wait for the new one */
+void vlm_queue_replacing(vlm_queue_t *q, int on, int32_t previous);
+int vlm_queue_accepting(vlm_queue_t *q);
+int32_t vlm_queue_previous_engine(vlm_queue_t *q);
 
 /* supervisor side (the nginx master) */
 uint32_t vlm_queue_engine_lost(vlm_queue_t *q);

@@ -68,6 +68,7 @@ our $LogDir     = "$ServRoot/logs";
 our $ErrLogFile = "$LogDir/error.log";
 our $AccLogFile = "$LogDir/access.log";
 our $HtmlDir    = "$ServRoot/html";
+our $CacheDir   = "$ServRoot/cache";
 our $ConfDir    = "$ServRoot/conf";
 our $ConfFile   = "$ConfDir/nginx.conf";
 our $PidFile    = "$LogDir/nginx.pid";
@@ -227,7 +228,11 @@ sub error_log_data () {
 
 sub setup_server_root () {
     if (-d $ServRoot) {
-        remove_tree($ConfDir, glob("$ServRoot/*_temp"));
+        # as the original: only what the runner itself makes, *_cache and
+        # *_temp go; anything else left in the server root (a directory
+        # a module made there uninvited) stops the run
+        remove_tree($ConfDir, glob("$ServRoot/*_cache"),
+                    glob("$ServRoot/*_temp"));
 
         if ($UseHup) {
 
@@ -238,7 +243,9 @@ sub setup_server_root () {
             }
 
         } else {
-            remove_tree($HtmlDir, $LogDir);
+            remove_tree($CacheDir, $HtmlDir, $LogDir);
+            rmdir $ServRoot
+                or bail_out("Can't remove $ServRoot (not empty?): $!");
         }
     }
 
