@@ -75,7 +75,7 @@ BENCHES   := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
 MODULE    := $(BUILD)/ngx_http_vlm_module.so
 NGX_BUILD := $(BUILD)/nginx
-HDRS      := $(wildcard $(SRC_DIRS:%=src/%/*.h))
+HDRS      := $(wildcard $(SRC_DIRS:%=src/%/*.h)) $(wildcard tests/*.h)
 MOD_SRCS  := config ngx_http_vlm_module.c $(wildcard src/http/*.c) \
              $(LIB_SRCS) $(HDRS)
 

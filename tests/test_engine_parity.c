@@ -21,27 +21,10 @@
 
 #include "core/vlm.h"
 #include "core/vlm_npy.h"
+#include "vlm_test.h"
 
 
 #define FIX  "tests/fixtures/models"
-
-
-static double
-rel_l2(const float *a, const float *b, size_t n)
-{
-    size_t  i;
-    double  num, den;
-
-    num = 0.0;
-    den = 0.0;
-
-    for (i = 0; i < n; i++) {
-        num += ((double) a[i] - b[i]) * ((double) a[i] - b[i]);
-        den += (double) b[i] * b[i];
-    }
-
-    return sqrt(num / (den > 0.0 ? den : 1.0));
-}
 
 
 static void
@@ -148,7 +131,7 @@ check_case(vlm_model_t *m, const char *name, const char *ref_case,
         fail_msg("%s/%s: %s", name, ref_case, err.msg);
     }
 
-    d = rel_l2(vlm_seq_logits(seq), last.data, (size_t) V);
+    d = vlm_test_rel_l2(vlm_seq_logits(seq), last.data, (size_t) V);
     if (d > tol) {
         fail_msg("%s/%s: last logits differ, relative L2 %g > %g", name,
                  ref_case, d, tol);
@@ -156,7 +139,7 @@ check_case(vlm_model_t *m, const char *name, const char *ref_case,
 
     if (strcmp(ref_case, "text") == 0) {
         load_npy(&ref_all, name, ref_case, "logits_all.npy");
-        d = rel_l2(all, ref_all.data, (size_t) n * V);
+        d = vlm_test_rel_l2(all, ref_all.data, (size_t) n * V);
         if (d > tol) {
             fail_msg("%s/%s: all logits differ, relative L2 %g", name,
                      ref_case, d);
@@ -167,17 +150,7 @@ check_case(vlm_model_t *m, const char *name, const char *ref_case,
     /* greedy continuation */
 
     for (i = 0; i < (int) greedy.n; i++) {
-        {
-            int           k;
-            const float  *lg = vlm_seq_logits(seq);
-
-            tok = 0;
-            for (k = 1; k < V; k++) {
-                if (lg[k] > lg[tok]) {
-                    tok = k;
-                }
-            }
-        }
+        tok = vlm_test_argmax(vlm_seq_logits(seq), V);
 
         if (tok != ((int32_t *) greedy.data)[i]) {
             fail_msg("%s/%s: greedy token %d is %d, transformers says %d",

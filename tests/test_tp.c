@@ -30,6 +30,7 @@
 
 #include "core/vlm.h"
 #include "core/vlm_npy.h"
+#include "vlm_test.h"
 #include "backend/vlm_comm.h"
 #include "engine/vlm_group.h"
 
@@ -55,24 +56,6 @@ typedef struct {
     vlm_image_t   img[2];
     int           n_images;
 } prompt_t;
-
-
-static double
-rel_l2(const float *a, const float *b, size_t n)
-{
-    size_t  i;
-    double  num, den;
-
-    num = 0.0;
-    den = 0.0;
-
-    for (i = 0; i < n; i++) {
-        num += ((double) a[i] - b[i]) * ((double) a[i] - b[i]);
-        den += (double) b[i] * b[i];
-    }
-
-    return sqrt(num / (den > 0.0 ? den : 1.0));
-}
 
 
 static int
@@ -157,13 +140,12 @@ static void
 run(const char *model, const prompt_t *pr, int rank, int size,
     vlm_comm_t *comm, result_t *res)
 {
-    int                  i, k, V;
+    int                  i, V;
     char                 path[256];
     int32_t              tok;
     vlm_seq_t           *seq;
     vlm_model_t         *m;
     vlm_error_t          err;
-    const float         *lg;
     vlm_model_stats_t    st;
     vlm_model_params_t   p;
 
@@ -196,15 +178,7 @@ run(const char *model, const prompt_t *pr, int rank, int size,
 
     res->status = 4;
     for (i = 0; i < GREEDY; i++) {
-        lg = vlm_seq_logits(seq);
-        tok = 0;
-
-        for (k = 1; k < V; k++) {
-            if (lg[k] > lg[tok]) {
-                tok = k;
-            }
-        }
-
+        tok = vlm_test_argmax(vlm_seq_logits(seq), V);
         res->tokens[i] = tok;
 
         if (vlm_decode(m, &seq, &tok, 1, &err) != VLM_OK) {
@@ -283,7 +257,7 @@ check_group(const char *model, const char *ref_case, int n_images,
                      ref_case, size, r, res[r].status);
         }
 
-        d = rel_l2(res[r].logits, one.logits, (size_t) one.n_vocab);
+        d = vlm_test_rel_l2(res[r].logits, one.logits, (size_t) one.n_vocab);
         if (d > 1e-5) {
             fail_msg("%s/%s, %d ranks: rank %d's logits differ from one "
                      "process's, relative L2 %g", model, ref_case, size, r,
@@ -353,11 +327,10 @@ static void
 run_leader(const char *model, const prompt_t *pr, vlm_group_t *g,
     vlm_model_t *m, result_t *res)
 {
-    int                 i, k, V, done;
+    int                 i, V, done;
     int32_t             tok;
     vlm_seq_t          *seq;
     vlm_error_t         err;
-    const float        *lg;
     vlm_step_item_t     item;
     vlm_model_stats_t   st;
 
@@ -400,15 +373,7 @@ run_leader(const char *model, const prompt_t *pr, vlm_group_t *g,
 
     res->status = 4;
     for (i = 0; i < GREEDY; i++) {
-        lg = vlm_seq_logits(seq);
-        tok = 0;
-
-        for (k = 1; k < V; k++) {
-            if (lg[k] > lg[tok]) {
-                tok = k;
-            }
-        }
-
+        tok = vlm_test_argmax(vlm_seq_logits(seq), V);
         res->tokens[i] = tok;
         item.seq = seq;
         item.ids = &tok;
@@ -528,7 +493,7 @@ check_plans(const char *model, const char *ref_case, int n_images, int size)
                  res->status);
     }
 
-    d = rel_l2(res->logits, one.logits, (size_t) one.n_vocab);
+    d = vlm_test_rel_l2(res->logits, one.logits, (size_t) one.n_vocab);
     if (d > 1e-5) {
         fail_msg("%s/%s, %d ranks by plans: the logits differ, relative L2 "
                  "%g", model, ref_case, size, d);
