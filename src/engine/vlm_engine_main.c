@@ -11,6 +11,7 @@
  *              [--backend cpu|cuda] [--threads N] [--max-seqs N]
  *              [--max-batch-tokens N] [--max-seq-len N] [--kv-blocks N]
  *              [--image-cache-bytes N]
+ *   vlm-engine --features      prints the backends built in ("cpu cuda")
  */
 
 #define _GNU_SOURCE
@@ -30,6 +31,7 @@
 #include <sys/syscall.h>
 
 #include "core/vlm.h"
+#include "backend/vlm_backend.h"
 #include "queue/vlm_queue.h"
 #include "vlm_sched.h"
 #include "text/vlm_tokenizer.h"
@@ -199,11 +201,13 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
         return -1;
     }
 
-    if (strcmp(a->backend, "cpu") != 0) {
+    if (!vlm_backend_available(a->backend)) {
         vlm_log(VLM_LOG_ERROR, "backend \"%s\" is not built in this engine",
                 a->backend);
         return -1;
     }
+
+    a->params.backend = a->backend;
 
     return 0;
 }
@@ -261,6 +265,16 @@ main(int argc, char **argv)
     vlm_engine_args_t   args;
 
     vlm_log_set_handler(vlm_engine_log, NULL, VLM_LOG_INFO);
+
+#if (VLM_HAVE_CUDA)
+    vlm_backend_register("cuda", vlm_backend_cuda_init);
+#endif
+
+    /* nginx -t asks which backends this binary has */
+    if (argc == 2 && strcmp(argv[1], "--features") == 0) {
+        printf("cpu%s\n", vlm_backend_available("cuda") ? " cuda" : "");
+        return 0;
+    }
 
     if (vlm_engine_parse(argc, argv, &args) != 0) {
         return 2;
