@@ -14,8 +14,12 @@
  * memory (K padded to an odd row stride so that one key per lane reads
  * conflict-free), and each warp keeps an online softmax (running max,
  * running sum, the output row spread over its lanes).  vlm_attend of
- * vlm_backend_cpu.c is the reference.  Straightforward rather than fast:
- * no tensor cores, no split over the keys yet.
+ * vlm_backend_cpu.c is the reference.
+ *
+ * Decode with few blocks (a small batch) splits each block's keys over
+ * grid.z (flash-decoding): every split writes its running max, sum and
+ * unnormalized output to a workspace, and a second kernel merges them.
+ * Straightforward rather than fast otherwise: no tensor cores yet.
  */
 
 #include "vlm_cuda_util.cuh"
@@ -24,6 +28,8 @@
 #define VLM_ATTN_WARPS    4
 #define VLM_ATTN_THREADS  (VLM_ATTN_WARPS * VLM_WARP)
 #define VLM_ATTN_ACC      (VLM_CUDA_MAX_HEAD_DIM / VLM_WARP)
+#define VLM_ATTN_MAX_SPLIT  32
+#define VLM_ATTN_SPLIT_MIN  64      /* keys per split at least */
 
 
 typedef struct {
@@ -56,15 +62,17 @@ vlm_attn_row(const vlm_attn_keys_t *kv, int j)
 
 /*
  * The body: warp w has query qp[w] (NULL: idle), output op[w] and keys
- * [lo[w], hi[w]); every thread of the block calls it.  Shared memory:
- * q[WARPS][hd] (scaled), K[bk][ks], V[bk][hd].
+ * [lo[w], hi[w]); every thread of the block calls it.  With split > 1,
+ * the block takes part z of the keys and writes to part (acc[hd], max,
+ * sum; NULL for an idle warp) instead of op.  Shared memory: q[WARPS][hd]
+ * (scaled), K[bk][ks], V[bk][hd].
  */
 static __device__ void
 vlm_attn_block(const vlm_attn_keys_t *kv, const float *qp, float *op,
     int lo, int hi, int hd, float scale, int bk, float *smem,
-    int *lims)
+    int *lims, int z, int split, float *part)
 {
-    int     lane, warp, ks, t0, nk, e, j, d, c, jj, ulo, uhi, key;
+    int     lane, warp, ks, t0, nk, e, j, d, c, jj, ulo, uhi, key, len;
     float   s, m, l, mt, mn, corr, p, pj, acc[VLM_ATTN_ACC];
     float  *qs, *Ks, *Vs;
     size_t  row;
@@ -100,6 +108,13 @@ vlm_attn_block(const vlm_attn_keys_t *kv, const float *qp, float *op,
             ulo = min(ulo, lims[c]);
             uhi = max(uhi, lims[VLM_ATTN_WARPS + c]);
         }
+    }
+
+    if (split > 1 && uhi > ulo) {
+        /* this block's share, whole tiles */
+        len = ((uhi - ulo + split - 1) / split + bk - 1) / bk * bk;
+        ulo += z * len;
+        uhi = max(ulo, min(uhi, ulo + len));
     }
 
     m = -INFINITY;
@@ -165,6 +180,23 @@ vlm_attn_block(const vlm_attn_keys_t *kv, const float *qp, float *op,
         m = mn;
     }
 
+    if (part != NULL) {
+#pragma unroll
+        for (c = 0; c < VLM_ATTN_ACC; c++) {
+            d = c * VLM_WARP + lane;
+            if (d < hd) {
+                part[d] = acc[c];
+            }
+        }
+
+        if (lane == 0) {
+            part[hd] = m;
+            part[hd + 1] = l;
+        }
+
+        return;
+    }
+
     if (op == NULL) {
         return;
     }
@@ -190,13 +222,13 @@ vlm_attn_block(const vlm_attn_keys_t *kv, const float *qp, float *op,
 static __global__ void
 vlm_attn_paged_kernel(const float *k_cache, const float *v_cache,
     int block_size, int n_heads, int n_kv_heads, int hd, float scale,
-    int bk, vlm_attn_seqs_t seqs)
+    int bk, vlm_attn_seqs_t seqs, float *ws)
 {
     extern __shared__ float  smem[];
     __shared__ int           lims[2 * VLM_ATTN_WARPS];
     int                      s, i, group, per_kv, kvh, h, warp, kv_dim;
     const float             *qp;
-    float                   *op;
+    float                   *op, *part;
     vlm_attn_keys_t          kv;
     const vlm_cuda_attn_seq_t  *sq;
 
@@ -217,11 +249,17 @@ vlm_attn_paged_kernel(const float *k_cache, const float *v_cache,
 
     qp = NULL;
     op = NULL;
+    part = NULL;
 
     if (h < group) {
         h += kvh * group;
         qp = sq->q + (size_t) i * n_heads * hd + (size_t) h * hd;
         op = sq->out + (size_t) i * n_heads * hd + (size_t) h * hd;
+
+        if (gridDim.z > 1) {
+            part = ws + (((size_t) blockIdx.x * n_heads + h) * gridDim.z
+                         + blockIdx.z) * (hd + 2);
+        }
     }
 
     kv_dim = n_kv_heads * hd;
@@ -232,7 +270,76 @@ vlm_attn_paged_kernel(const float *k_cache, const float *v_cache,
     kv.block_size = block_size;
 
     vlm_attn_block(&kv, qp, op, 0, sq->kv_start + i + 1, hd, scale, bk,
-                   smem, lims);
+                   smem, lims, (int) blockIdx.z, (int) gridDim.z, part);
+}
+
+
+/*
+ * The merge of the splits: out = sum_z e^(m_z - M) acc_z / sum_z
+ * e^(m_z - M) l_z, M the largest m_z; ws as the paged kernel wrote it
+ * grid: x = the query rows of the launch, y = n_heads; block: one warp,
+ * the lanes over head_dim
+ */
+static __global__ void
+vlm_attn_merge_kernel(const float *ws, int n_heads, int hd, int split,
+    vlm_attn_seqs_t seqs)
+{
+    int                         s, i, z, d, c;
+    float                       mz, big, w, l, acc[VLM_ATTN_ACC];
+    const float                *p;
+    float                      *op;
+    const vlm_cuda_attn_seq_t  *sq;
+
+    for (s = 0; s + 1 < seqs.n_seqs && seqs.row0[s + 1] <= (int) blockIdx.x;
+         s++)
+    {
+        /* void */
+    }
+
+    sq = &seqs.s[s];
+    i = (int) blockIdx.x - seqs.row0[s];
+    op = sq->out + (size_t) i * n_heads * hd + (size_t) blockIdx.y * hd;
+    p = ws + ((size_t) blockIdx.x * n_heads + blockIdx.y) * split * (hd + 2);
+
+    big = -INFINITY;
+    for (z = 0; z < split; z++) {
+        if (p[z * (hd + 2) + hd + 1] > 0.0f) {
+            big = fmaxf(big, p[z * (hd + 2) + hd]);
+        }
+    }
+
+#pragma unroll
+    for (c = 0; c < VLM_ATTN_ACC; c++) {
+        acc[c] = 0.0f;
+    }
+
+    l = 0.0f;
+
+    for (z = 0; z < split; z++) {
+        mz = p[z * (hd + 2) + hd];
+        if (!(p[z * (hd + 2) + hd + 1] > 0.0f)) {
+            continue;           /* no key of this row in this split */
+        }
+
+        w = expf(mz - big);
+        l += w * p[z * (hd + 2) + hd + 1];
+
+#pragma unroll
+        for (c = 0; c < VLM_ATTN_ACC; c++) {
+            d = c * VLM_WARP + (int) threadIdx.x;
+            if (d < hd) {
+                acc[c] += w * p[z * (hd + 2) + d];
+            }
+        }
+    }
+
+#pragma unroll
+    for (c = 0; c < VLM_ATTN_ACC; c++) {
+        d = c * VLM_WARP + (int) threadIdx.x;
+        if (d < hd) {
+            op[d] = l > 0.0f ? acc[c] / l : 0.0f;
+        }
+    }
 }
 
 
@@ -297,7 +404,8 @@ vlm_attn_varlen_kernel(float *out, const float *q, const float *k,
         kv.block_table = NULL;
         kv.block_size = 1;
 
-        vlm_attn_block(&kv, qp, op, lo, hi, hd, scale, bk, smem, lims);
+        vlm_attn_block(&kv, qp, op, lo, hi, hd, scale, bk, smem, lims, 0, 1,
+                       NULL);
 
         __syncthreads();        /* lims and q are rewritten next turn */
     }
@@ -322,10 +430,12 @@ vlm_attn_smem(int hd, int bk)
 extern "C" cudaError_t
 vlm_cuda_attention_paged(cudaStream_t s, const float *k_cache,
     const float *v_cache, int block_size, int n_heads, int n_kv_heads,
-    int head_dim, float scale, const vlm_cuda_attn_seq_t *seqs, int n_seqs)
+    int head_dim, float scale, const vlm_cuda_attn_seq_t *seqs, int n_seqs,
+    float *ws, size_t ws_floats, int n_sms)
 {
-    int              i, rows, per_kv, bk;
+    int              i, rows, per_kv, bk, max_keys, split, blocks;
     dim3             grid;
+    cudaError_t      e;
     vlm_attn_seqs_t  p;
 
     if (n_seqs < 0 || n_seqs > VLM_CUDA_ATTN_SEQS || n_kv_heads <= 0
@@ -337,11 +447,13 @@ vlm_cuda_attention_paged(cudaStream_t s, const float *k_cache,
 
     memset(&p, 0, sizeof(p));
     rows = 0;
+    max_keys = 0;
 
     for (i = 0; i < n_seqs; i++) {
         p.s[i] = seqs[i];
         p.row0[i] = rows;
         rows += seqs[i].n_q;
+        max_keys = max(max_keys, seqs[i].kv_start + seqs[i].n_q);
     }
 
     p.row0[n_seqs] = rows;
@@ -353,12 +465,39 @@ vlm_cuda_attention_paged(cudaStream_t s, const float *k_cache,
 
     per_kv = (n_heads / n_kv_heads + VLM_ATTN_WARPS - 1) / VLM_ATTN_WARPS;
     bk = vlm_attn_bk(head_dim);
-    grid = dim3((unsigned) rows, (unsigned) (n_kv_heads * per_kv), 1);
+    blocks = rows * n_kv_heads * per_kv;
+
+    /* split the keys while the blocks leave most of the GPU idle */
+    split = 1;
+    if (ws != NULL && blocks < 2 * n_sms) {
+        split = min((2 * n_sms + blocks - 1) / blocks,
+                    max_keys / VLM_ATTN_SPLIT_MIN);
+        split = max(1, min(split, VLM_ATTN_MAX_SPLIT));
+
+        while (split > 1
+               && (size_t) rows * n_heads * split * (head_dim + 2)
+                  > ws_floats)
+        {
+            split--;
+        }
+    }
+
+    grid = dim3((unsigned) rows, (unsigned) (n_kv_heads * per_kv),
+                (unsigned) split);
 
     vlm_attn_paged_kernel<<<grid, VLM_ATTN_THREADS,
                             vlm_attn_smem(head_dim, bk), s>>>(
         k_cache, v_cache, block_size, n_heads, n_kv_heads, head_dim, scale,
-        bk, p);
+        bk, p, ws);
+
+    e = vlm_cuda_launched();
+    if (e != cudaSuccess || split == 1) {
+        return e;
+    }
+
+    vlm_attn_merge_kernel<<<dim3((unsigned) rows, (unsigned) n_heads),
+                            VLM_WARP, 0, s>>>(ws, n_heads, head_dim, split,
+                                              p);
 
     return vlm_cuda_launched();
 }

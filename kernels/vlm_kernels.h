@@ -56,6 +56,12 @@ cudaError_t vlm_cuda_add_bias(cudaStream_t s, float *y, const float *bias,
 cudaError_t vlm_cuda_to_bf16(cudaStream_t s, uint16_t *dst,
     const float *src, size_t n);
 
+/* gemv.cu: y[n, rows] = x[n, cols] W^T (+ bias), W bf16, n small */
+#define VLM_CUDA_GEMV_MAX_N  4
+
+cudaError_t vlm_cuda_gemv(cudaStream_t s, float *y, const float *x,
+    const uint16_t *w, const float *bias, int n, int rows, int cols);
+
 /* embed.cu */
 cudaError_t vlm_cuda_embed(cudaStream_t s, float *y, const uint16_t *table,
     int cols, const int32_t *ids, int n);
@@ -78,10 +84,15 @@ typedef struct {
     int             kv_start;
 } vlm_cuda_attn_seq_t;
 
-/* the sequences of one launch: at most VLM_CUDA_ATTN_SEQS */
+/*
+ * the sequences of one launch: at most VLM_CUDA_ATTN_SEQS; ws (ws_floats,
+ * device; NULL: no split) holds the partial results when the keys are
+ * split, n_sms decides when they are
+ */
 cudaError_t vlm_cuda_attention_paged(cudaStream_t s, const float *k_cache,
     const float *v_cache, int block_size, int n_heads, int n_kv_heads,
-    int head_dim, float scale, const vlm_cuda_attn_seq_t *seqs, int n_seqs);
+    int head_dim, float scale, const vlm_cuda_attn_seq_t *seqs, int n_seqs,
+    float *ws, size_t ws_floats, int n_sms);
 
 /*
  * cu_seqlens is device memory: the launch does not know the number of

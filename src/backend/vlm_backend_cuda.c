@@ -10,6 +10,8 @@
  * cuBLAS has no bfloat16-weight times float32-activation product, so the
  * activations are rounded to bfloat16 into a scratch buffer first, one
  * pass over n * cols floats, small next to the rows * cols weights.
+ * Decode's products (n <= 4 rows) go to kernels/gemv.cu instead: one
+ * stream over the weight with the float32 input as it is.
  *
  * Memory: one cudaMalloc at start-up (conf->device_bytes, or 90 % of the
  * free memory), cut by vlm_devpool.c: buffers from alloc() from the
@@ -39,6 +41,7 @@
 #define VLM_CUDA_STAGE_CHUNK    (4u << 20)
 #define VLM_CUDA_CUBLAS_WS      (32u << 20)
 #define VLM_CUDA_XBF16          (8u << 20)  /* matmul input elements */
+#define VLM_CUDA_ATTN_WS        (4u << 20)  /* split attention floats */
 #define VLM_CUDA_MIN_POOL       (64u << 20)
 
 
@@ -57,6 +60,7 @@ typedef struct {
 
     void               *cublas_ws;
     uint16_t           *xbf16;      /* [VLM_CUDA_XBF16] matmul input */
+    float              *attn_ws;    /* [VLM_CUDA_ATTN_WS] split decode */
 
     uint8_t            *stage;      /* pinned, CHUNKS * CHUNK bytes */
     cudaEvent_t         stage_ev[VLM_CUDA_STAGE_CHUNKS];
@@ -354,6 +358,14 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
         return;
     }
 
+    if (n <= VLM_CUDA_GEMV_MAX_N && w->cols % 8 == 0) {
+        /* decode: one pass over the weight, x unrounded, bias included */
+        vlm_cuda_check(cu, vlm_cuda_gemv(cu->stream, y, x, w->data, bias, n,
+                                         w->rows, w->cols),
+                       "matmul");
+        return;
+    }
+
     one = 1.0f;
     zero = 0.0f;
     chunk = (int) vlm_min((size_t) n, VLM_CUDA_XBF16 / (size_t) w->cols);
@@ -542,7 +554,9 @@ vlm_cuda_attention_paged_op(vlm_backend_t *be, const vlm_attn_paged_t *a)
                                                     a->n_heads,
                                                     a->n_kv_heads,
                                                     a->head_dim, a->scale,
-                                                    seqs, n),
+                                                    seqs, n, cu->attn_ws,
+                                                    VLM_CUDA_ATTN_WS,
+                                                    cu->n_sms),
                        "attention_paged");
     }
 }
@@ -704,7 +718,8 @@ vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     cu->pool_size = conf->device_bytes != 0 ? conf->device_bytes
                                             : free_b / 10 * 9;
     cu->pool_size = vlm_align_up(cu->pool_size, VLM_CUDA_ALIGN);
-    fixed = VLM_CUDA_CUBLAS_WS + VLM_CUDA_XBF16 * sizeof(uint16_t);
+    fixed = VLM_CUDA_CUBLAS_WS + VLM_CUDA_XBF16 * sizeof(uint16_t)
+            + VLM_CUDA_ATTN_WS * sizeof(float);
 
     if (cu->pool_size < fixed + VLM_CUDA_MIN_POOL) {
         vlm_cuda_free(&cu->be);
@@ -759,8 +774,10 @@ vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
                                    VLM_DEVPOOL_BUFFER);
     cu->xbf16 = vlm_cuda_carve(cu, VLM_CUDA_XBF16 * sizeof(uint16_t),
                                VLM_DEVPOOL_BUFFER);
+    cu->attn_ws = vlm_cuda_carve(cu, VLM_CUDA_ATTN_WS * sizeof(float),
+                                 VLM_DEVPOOL_BUFFER);
 
-    if (cu->cublas_ws == NULL || cu->xbf16 == NULL
+    if (cu->cublas_ws == NULL || cu->xbf16 == NULL || cu->attn_ws == NULL
         || cublasSetStream(cu->cublas, cu->stream) != CUBLAS_STATUS_SUCCESS
         || cublasSetWorkspace(cu->cublas, cu->cublas_ws, VLM_CUDA_CUBLAS_WS)
            != CUBLAS_STATUS_SUCCESS)
