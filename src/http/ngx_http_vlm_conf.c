@@ -59,15 +59,7 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
 
     ngx_conf_init_uint_value(vmcf->backend, NGX_HTTP_VLM_BACKEND_CPU);
 
-#if !(NGX_HTTP_VLM_CUDA)
-    if (vmcf->backend == NGX_HTTP_VLM_BACKEND_CUDA) {
-        /* said now, not by an engine that fails to start again and again */
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"vlm_backend cuda\": this build of the engine "
-                           "has no CUDA backend; use \"cpu\"");
-        return NGX_CONF_ERROR;
-    }
-#endif
+    /* "cuda" is checked against the engine binary: engine_conf() */
 
     ngx_conf_init_value(vmcf->engine_threads, (ngx_int_t) ngx_ncpu);
     ngx_conf_init_size_value(vmcf->max_image_pixels,
