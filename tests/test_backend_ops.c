@@ -896,6 +896,7 @@ load_model(const char *name, const char *backend)
     p.max_image_patches = 128;
     p.kv_block_size = 8;
     p.backend = backend;
+    p.device_bytes = (size_t) 256 << 20;
 
     snprintf(path, sizeof(path), FIX "/%s", name);
 

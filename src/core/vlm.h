@@ -39,6 +39,8 @@ typedef struct {
     size_t  image_cache_bytes;  /* vision features of recent images; 0 off */
     const char  *backend;       /* "cpu" (NULL too) or one registered with
                                    vlm_backend_register() */
+    size_t  device_bytes;       /* GPU backends: the device memory pool;
+                                   0: 90 % of the free memory */
 } vlm_model_params_t;
 
 

@@ -445,7 +445,7 @@ vlm_model_load(vlm_model_t **out, const char *dir,
     max_ctx = vlm_max(m->params.max_seq_len, m->params.max_image_patches);
     bc.n_threads = m->params.n_threads;
     bc.max_ctx = max_ctx;
-    bc.device_bytes = 0;
+    bc.device_bytes = m->params.device_bytes;
 
     rc = vlm_backend_init(&m->be, m->params.backend, &bc, err);
     if (rc != VLM_OK) {
