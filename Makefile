@@ -44,31 +44,56 @@ NVCC      ?= $(shell command -v nvcc 2>/dev/null || \
                      { test -x /usr/local/cuda/bin/nvcc && \
                        echo /usr/local/cuda/bin/nvcc; })
 CUDA      ?= $(if $(NVCC),1,0)
+# the GPUs of the fat binary: machine code for each, PTX for the last
+# (make CUDA_ARCHS=90 builds Hopper only, much faster)
+CUDA_ARCHS ?= 80 89 90
 
 # the engine library: every vlm_*.c of those folders (no nginx headers
-# there) but the engine executable's main
+# there) but the engine executable's main and the CUDA backend's host
+# code, which goes with the kernels into libvlm_cuda.a
 ENGINE_SRCS := src/engine/vlm_engine_main.c
-LIB_SRCS  := $(sort $(filter-out $(ENGINE_SRCS), \
+CUDA_HOST_SRCS := src/backend/vlm_backend_cuda.c
+LIB_SRCS  := $(sort $(filter-out $(ENGINE_SRCS) $(CUDA_HOST_SRCS), \
                  $(wildcard $(LIB_DIRS:%=src/%/vlm_*.c))))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIB       := $(BUILD)/libvlm.a
 
 CUDA_SRCS := $(sort $(wildcard kernels/*.cu))
-CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
+CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o) \
+             $(CUDA_HOST_SRCS:%.c=$(BUILD)/%.o)
 ifeq ($(CUDA),1)
 CUDA_HOME ?= $(abspath $(dir $(NVCC))/..)
 CUDA_LIB  := $(BUILD)/libvlm_cuda.a
-CUDA_LIBS := $(CUDA_LIB) -L$(CUDA_HOME)/lib64 -lcublas -lcudart -lnccl \
-             -lstdc++
-NVCCFLAGS ?= -O2 -std=c++17 -Xcompiler -fPIC,-Wall \
-             -gencode arch=compute_90,code=sm_90 $(CPPFLAGS)
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 \
+             -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+CUDA_PTX  := $(lastword $(CUDA_ARCHS))
+CUDA_GENCODE := $(foreach a,$(CUDA_ARCHS), \
+                    -gencode arch=compute_$(a),code=sm_$(a)) \
+                -gencode arch=compute_$(CUDA_PTX),code=compute_$(CUDA_PTX)
+NVCCFLAGS ?= -O3 -std=c++17 -Werror all-warnings \
+             -Xcompiler -fPIC,-Wall,-Wextra,-Werror,-Wno-unused-parameter \
+             $(CUDA_GENCODE) $(CPPFLAGS) -I$(ROOT)/kernels
+# the CUDA backend's host code: plain C with the project's warnings
+$(CUDA_HOST_SRCS:%.c=$(BUILD)/%.o): CPPFLAGS += -I$(CUDA_HOME)/include \
+                                                -I$(ROOT)/kernels
+$(CUDA_HOST_SRCS:%.c=$(BUILD)/%.o): $(wildcard kernels/*.h)
+$(ENGINE_SRCS:%.c=$(BUILD)/%.o): CPPFLAGS += -DVLM_HAVE_CUDA=1
 endif
+$(ENGINE_SRCS:%.c=$(BUILD)/%.o): $(BUILD)/cuda.flag
+
+# the engine's main is rebuilt when CUDA comes or goes
+$(BUILD)/cuda.flag: FORCE
+	@mkdir -p $(dir $@)
+	@echo "$(CUDA) $(CUDA_ARCHS)" > $@.new; \
+	 if cmp -s $@.new $@; then rm $@.new; else mv $@.new $@; fi
 
 CLI_SRCS  := $(sort $(wildcard src/cli/*.c))
 CLI       := $(BUILD)/vlm-cli
 ENGINE    := $(BUILD)/vlm-engine
 
-TEST_SRCS := $(sort $(wildcard tests/test_*.c))
+# test_backend_ops compares the CUDA ops with the CPU ops: CUDA builds only
+TEST_SRCS := $(sort $(filter-out $(if $(filter 1,$(CUDA)),,\
+                 tests/test_backend_ops.c), $(wildcard tests/test_*.c)))
 TESTS     := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRCS := $(sort $(wildcard bench/bench_*.c))
 BENCHES   := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
@@ -96,7 +121,8 @@ $(BUILD)/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(CPPFLAGS) -c $< -o $@
 
-$(BUILD)/kernels/%.o: kernels/%.cu $(HDRS) $(wildcard kernels/*.h)
+$(BUILD)/kernels/%.o: kernels/%.cu $(HDRS) $(wildcard kernels/*.h) \
+                      $(BUILD)/cuda.flag
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
@@ -118,7 +144,13 @@ $(ENGINE_SRCS:%.c=$(BUILD)/%.o): CPPFLAGS += \
     $(if $(SAN),-DVLM_SANITIZER_LOG_DIR='"$(BUILD)/sanitizer"')
 
 $(ENGINE): $(ENGINE_SRCS:%.c=$(BUILD)/%.o) $(LIB) $(CUDA_LIB)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $(filter %.o,$^) $(CUDA_LIB) \
+	    $(LIB) $(CUDA_LIBS) $(LDLIBS)
+
+$(BUILD)/tests/test_backend_ops: $(BUILD)/tests/test_backend_ops.o $(LIB) \
+                                 $(CUDA_LIB)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(CUDA_LIB) $(LIB) -lcmocka \
+	    $(CUDA_LIBS) $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $^ -lcmocka $(LDLIBS)

@@ -3,6 +3,7 @@
 # that names the value at fault.
 
 use Test::Nginx::Socket;
+use Cwd ();
 use File::Spec ();
 use File::Temp qw(tempdir);
 
@@ -27,6 +28,9 @@ mkdir "$models/config-dir" or die;
 mkdir "$models/config-dir/config.json" or die;
 
 $ENV{TEST_NGINX_MODELS} = $models;
+
+# stand-ins for engines with and without the CUDA backend
+$ENV{TEST_NGINX_ENGINES} = Cwd::abs_path('t/data');
 
 # the same model directory, relative to the nginx prefix (the server root)
 $ENV{TEST_NGINX_MODEL_RELATIVE} =
@@ -181,15 +185,61 @@ qr{\[emerg\] .*: "vlm_model" directive is not allowed here in \S+nginx\.conf:\d+
 
 
 
-=== TEST 11: vlm_backend cuda: refused by a build without the CUDA backend
+=== TEST 11: vlm_backend cuda: refused with an engine built without CUDA
 --- http_config
+    vlm_model $TEST_NGINX_MODELS/good;
     vlm_backend cuda;
+    vlm_engine_binary $TEST_NGINX_ENGINES/engine-cpu-only;
 --- config
     location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
-qr{\[emerg\] .*: "vlm_backend cuda": this build of the engine has no CUDA backend; use "cpu"}
+qr{\[emerg\] .*: "vlm_backend cuda": the engine "[^"]+/engine-cpu-only" has no CUDA backend \(its backends: "cpu"\); build it where nvcc is found, or use "cpu" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 11a: vlm_backend cuda: an engine that does not answer --features
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/good;
+    vlm_backend cuda;
+    vlm_engine_binary /bin/false;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_backend cuda": the engine "/bin/false" did not answer --features \(exit status 1\); use "cpu" or an engine built with CUDA in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 11b: vlm_backend cuda: accepted with an engine built with CUDA
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/good;
+    vlm_backend cuda;
+    vlm_engine_binary $TEST_NGINX_ENGINES/engine-with-cuda;
+--- config
+    location = /health { vlm_health; }
+--- request
+GET /health
+--- error_code: 503
+--- response_body_like: "model":"/[^"]+/good","backend":"cuda",
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 11c: vlm_backend cuda without vlm_model: no engine to ask
+--- http_config
+    vlm_backend cuda;
+--- config
+    location = /health { vlm_health; }
+--- request
+GET /health
+--- error_code: 503
+--- response_body_like: "model":null,"backend":"cuda",
+--- no_error_log
+[emerg]
 
 
 

@@ -40,6 +40,7 @@ typedef struct {
 typedef struct {
     int           n_threads;    /* CPU: worker threads incl. the caller */
     int           max_ctx;      /* the longest attention row (keys) */
+    size_t        device_bytes; /* GPU: the memory pool; 0: 90 % of free */
 } vlm_backend_conf_t;
 
 
@@ -160,7 +161,24 @@ struct vlm_backend_s {
 };
 
 
+typedef vlm_status_t (*vlm_backend_init_pt)(vlm_backend_t **be,
+    const vlm_backend_conf_t *conf, vlm_error_t *err);
+
+
 vlm_status_t vlm_backend_cpu_init(vlm_backend_t **be,
+    const vlm_backend_conf_t *conf, vlm_error_t *err);
+/* in build/libvlm_cuda.a, which only the engine executable links */
+vlm_status_t vlm_backend_cuda_init(vlm_backend_t **be,
+    const vlm_backend_conf_t *conf, vlm_error_t *err);
+
+/*
+ * Backends by name: "cpu" is always there; an executable linked with
+ * another backend registers it before loading a model.
+ */
+vlm_status_t vlm_backend_register(const char *name,
+    vlm_backend_init_pt init);
+int vlm_backend_available(const char *name);
+vlm_status_t vlm_backend_init(vlm_backend_t **be, const char *name,
     const vlm_backend_conf_t *conf, vlm_error_t *err);
 
 

@@ -37,6 +37,10 @@ typedef struct {
     int     kv_block_size;      /* tokens per KV block */
     int     kv_blocks;          /* 0: enough for max_seqs full sequences */
     size_t  image_cache_bytes;  /* vision features of recent images; 0 off */
+    const char  *backend;       /* "cpu" (NULL too) or one registered with
+                                   vlm_backend_register() */
+    size_t  device_bytes;       /* GPU backends: the device memory pool;
+                                   0: 90 % of the free memory */
 
     /*
      * Tensor parallel: this process is rank tp_rank of a group of tp_size

@@ -15,6 +15,7 @@
  *              [--max-batch-tokens N] [--max-seq-len N] [--kv-blocks N]
  *              [--image-cache-bytes N] [--tensor-parallel N]
  *              [--cpus LIST[:LIST...]]     (the CPUs of each rank)
+ *   vlm-engine --features      prints the backends built in ("cpu cuda")
  *
  * With --tensor-parallel N > 1 this process is rank 0 of a group: it makes
  * the shared memory communicator, starts ranks 1..N-1 from its own binary
@@ -44,6 +45,7 @@
 #include <sys/wait.h>
 
 #include "core/vlm.h"
+#include "backend/vlm_backend.h"
 #include "backend/vlm_comm.h"
 #include "queue/vlm_queue.h"
 #include "vlm_group.h"
@@ -426,11 +428,13 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
         return -1;
     }
 
-    if (strcmp(a->backend, "cpu") != 0) {
+    if (!vlm_backend_available(a->backend)) {
         vlm_log(VLM_LOG_ERROR, "backend \"%s\" is not built in this engine",
                 a->backend);
         return -1;
     }
+
+    a->params.backend = a->backend;
 
     return 0;
 }
@@ -659,6 +663,16 @@ main(int argc, char **argv)
     vlm_engine_args_t   args;
 
     vlm_log_set_handler(vlm_engine_log, NULL, VLM_LOG_INFO);
+
+#if (VLM_HAVE_CUDA)
+    vlm_backend_register("cuda", vlm_backend_cuda_init);
+#endif
+
+    /* nginx -t asks which backends this binary has */
+    if (argc == 2 && strcmp(argv[1], "--features") == 0) {
+        printf("cpu%s\n", vlm_backend_available("cuda") ? " cuda" : "");
+        return 0;
+    }
 
     if (vlm_engine_parse(argc, argv, &args) != 0) {
         return 2;

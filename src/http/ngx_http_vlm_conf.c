@@ -88,15 +88,7 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
 
     ngx_conf_init_uint_value(vmcf->backend, NGX_HTTP_VLM_BACKEND_CPU);
 
-#if !(NGX_HTTP_VLM_CUDA)
-    if (vmcf->backend == NGX_HTTP_VLM_BACKEND_CUDA) {
-        /* said now, not by an engine that fails to start again and again */
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"vlm_backend cuda\": this build of the engine "
-                           "has no CUDA backend; use \"cpu\"");
-        return NGX_CONF_ERROR;
-    }
-#endif
+    /* "cuda" is checked against the engine binary: engine_conf() */
 
     /* the CPUs shared by the ranks, unless each is told its threads */
     ngx_conf_init_uint_value(vmcf->tensor_parallel, 1);
@@ -733,6 +725,8 @@ ngx_http_vlm_engine_params(ngx_http_vlm_main_conf_t *vmcf,
     params->max_batch_tokens = (int) vmcf->max_batch_tokens;
     params->image_cache_bytes = vmcf->image_cache;
     params->tp_size = (int) vmcf->tensor_parallel;
+    params->backend = vmcf->backend == NGX_HTTP_VLM_BACKEND_CUDA ? "cuda"
+                                                                  : "cpu";
 }
 
 

@@ -52,6 +52,8 @@ static char *ngx_http_vlm_engine_add_path(ngx_conf_t *cf,
     ngx_http_vlm_main_conf_t *vmcf);
 static ngx_int_t ngx_http_vlm_engine_default_binary(ngx_conf_t *cf,
     ngx_str_t *binary);
+static ngx_int_t ngx_http_vlm_engine_has_cuda(ngx_conf_t *cf,
+    ngx_str_t *binary);
 static ngx_msec_t ngx_http_vlm_engine_manager(void *data);
 static ngx_int_t ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf,
     ngx_log_t *log);
@@ -145,6 +147,12 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     if (vmcf->engine_binary.len == 0
         && ngx_http_vlm_engine_default_binary(cf, &vmcf->engine_binary)
            != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    if (vmcf->backend == NGX_HTTP_VLM_BACKEND_CUDA
+        && ngx_http_vlm_engine_has_cuda(cf, &vmcf->engine_binary) != NGX_OK)
     {
         return NGX_CONF_ERROR;
     }
@@ -260,6 +268,99 @@ ngx_http_vlm_engine_default_binary(ngx_conf_t *cf, ngx_str_t *binary)
     binary->len = p - binary->data - 1;
 
     return NGX_OK;
+}
+
+
+/*
+ * "vlm_backend cuda" needs an engine built with it: the engine says which
+ * backends it has ("vlm-engine --features" prints "cpu cuda"), asked now
+ * so that nginx -t refuses a CPU-only engine instead of the engine
+ * failing at every start.  The module itself never links CUDA.
+ */
+static ngx_int_t
+ngx_http_vlm_engine_has_cuda(ngx_conf_t *cf, ngx_str_t *binary)
+{
+    int        fd[2], status;
+    char      *argv[3];
+    u_char     out[128], *p;
+    ssize_t    n;
+    ngx_pid_t  pid;
+
+    if (pipe(fd) == -1) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno, "pipe() failed");
+        return NGX_ERROR;
+    }
+
+    pid = fork();
+
+    if (pid == -1) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno, "fork() failed");
+        close(fd[0]);
+        close(fd[1]);
+        return NGX_ERROR;
+    }
+
+    if (pid == 0) {
+        dup2(fd[1], STDOUT_FILENO);
+        close(fd[0]);
+        close(fd[1]);
+        argv[0] = (char *) binary->data;
+        argv[1] = "--features";
+        argv[2] = NULL;
+        execv(argv[0], argv);
+        _exit(127);
+    }
+
+    close(fd[1]);
+
+    p = out;
+    while (p < out + sizeof(out) - 1) {
+        n = read(fd[0], p, out + sizeof(out) - 1 - p);
+        if (n <= 0) {
+            if (n == -1 && ngx_errno == NGX_EINTR) {
+                continue;
+            }
+            break;
+        }
+        p += n;
+    }
+
+    close(fd[0]);
+    *p = '\0';
+
+    while (waitpid(pid, &status, 0) == -1 && ngx_errno == NGX_EINTR) {
+        /* void */
+    }
+
+    for (p = out; *p; p++) {
+        if (*p == '\n') {
+            *p = '\0';
+            break;
+        }
+    }
+
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0
+        && (ngx_strcmp(out, "cuda") == 0
+            || ngx_strstr(out, " cuda") != NULL))
+    {
+        return NGX_OK;
+    }
+
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"vlm_backend cuda\": the engine \"%V\" did not "
+                           "answer --features (exit status %d); use \"cpu\" "
+                           "or an engine built with CUDA", binary,
+                           WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        return NGX_ERROR;
+    }
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "\"vlm_backend cuda\": the engine \"%V\" has no "
+                       "CUDA backend (its backends: \"%s\"); build it where "
+                       "nvcc is found, or use \"cpu\"", binary, out);
+
+    return NGX_ERROR;
 }
 
 

@@ -477,6 +477,16 @@ vlm_model_tp_init(vlm_model_t *m, int check, vlm_error_t *err)
                              "that group", r, N);
     }
 
+    if (N > 1 && m->params.backend != NULL
+        && strcmp(m->params.backend, "cpu") != 0)
+    {
+        /* the shared memory communicator reads host memory only */
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "model: tensor parallel runs on the cpu "
+                             "backend only in this version, not on \"%s\"",
+                             m->params.backend);
+    }
+
     if (tc->n_heads % N != 0 || tc->intermediate_size % N != 0
         || tc->vocab_size % N != 0
         || (N > tc->n_kv_heads ? N % tc->n_kv_heads
@@ -828,8 +838,9 @@ vlm_model_open(vlm_model_owner_t **out, const char *dir,
         bc.n_threads = m->params.n_threads;
         bc.max_ctx = vlm_max(m->params.max_seq_len,
                              m->params.max_image_patches);
+        bc.device_bytes = m->params.device_bytes;
 
-        rc = vlm_backend_cpu_init(&m->be, &bc, err);
+        rc = vlm_backend_init(&m->be, m->params.backend, &bc, err);
         if (rc != VLM_OK) {
             goto failed;
         }

@@ -1,0 +1,145 @@
+/*
+ * Row movement: the token embedding (a bfloat16 table widened to float32
+ * rows), the gather of rows by index (the logit rows, the image cache,
+ * the vision tower's window permutation) and the store of a run of K/V
+ * rows into the paged cache through a block table.  vlm_cpu_embed,
+ * vlm_cpu_gather_rows and vlm_cpu_kv_store are the reference.
+ */
+
+#include <cuda_bf16.h>
+
+#include "vlm_cuda_util.cuh"
+
+
+#define VLM_ROW_THREADS  256
+
+
+/*
+ * y[n, cols] = table[ids[i], cols] for ids[i] >= 0 (other rows kept);
+ * table bf16 [vocab, cols]; ids device
+ * grid: n blocks (one row each); block: 256 threads striding over cols
+ */
+static __global__ void
+vlm_embed_kernel(float *y, const __nv_bfloat16 *table, int cols,
+    const int32_t *ids)
+{
+    int                    k, id;
+    const __nv_bfloat16   *src;
+    float                 *dst;
+
+    id = ids[blockIdx.x];
+    if (id < 0) {
+        return;
+    }
+
+    src = table + (size_t) id * cols;
+    dst = y + (size_t) blockIdx.x * cols;
+
+    for (k = threadIdx.x; k < cols; k += blockDim.x) {
+        dst[k] = __bfloat162float(src[k]);
+    }
+}
+
+
+/*
+ * y[n, dim] = x[idx[i], dim]; idx device
+ * grid: n blocks (one row each); block: 256 threads striding over dim
+ */
+static __global__ void
+vlm_gather_rows_kernel(float *y, const float *x, const int32_t *idx,
+    int dim)
+{
+    int           k;
+    const float  *src;
+    float        *dst;
+
+    src = x + (size_t) idx[blockIdx.x] * dim;
+    dst = y + (size_t) blockIdx.x * dim;
+
+    for (k = threadIdx.x; k < dim; k += blockDim.x) {
+        dst[k] = src[k];
+    }
+}
+
+
+/*
+ * k_cache, v_cache[n_blocks, block_size, kv_dim]: rows start.. start+n-1
+ * of the block table get k, v[n, kv_stride] (first kv_dim of each row)
+ * grid: n blocks (one row each); block: 256 threads striding over kv_dim
+ */
+static __global__ void
+vlm_kv_store_kernel(float *k_cache, float *v_cache,
+    const int32_t *block_table, int block_size, int kv_dim, int start,
+    const float *k, const float *v, int kv_stride)
+{
+    int     d, j;
+    size_t  off, src;
+
+    j = start + (int) blockIdx.x;
+    off = ((size_t) block_table[j / block_size] * block_size
+           + j % block_size) * kv_dim;
+    src = (size_t) blockIdx.x * kv_stride;
+
+    for (d = threadIdx.x; d < kv_dim; d += blockDim.x) {
+        k_cache[off + d] = k[src + d];
+        v_cache[off + d] = v[src + d];
+    }
+}
+
+
+extern "C" cudaError_t
+vlm_cuda_embed(cudaStream_t s, float *y, const uint16_t *table, int cols,
+    const int32_t *ids, int n)
+{
+    if (n < 0 || cols <= 0) {
+        return cudaErrorInvalidValue;
+    }
+
+    if (n == 0) {
+        return cudaSuccess;
+    }
+
+    vlm_embed_kernel<<<n, VLM_ROW_THREADS, 0, s>>>(
+        y, (const __nv_bfloat16 *) table, cols, ids);
+
+    return vlm_cuda_launched();
+}
+
+
+extern "C" cudaError_t
+vlm_cuda_gather_rows(cudaStream_t s, float *y, const float *x,
+    const int32_t *idx, int n, int dim)
+{
+    if (n < 0 || dim <= 0) {
+        return cudaErrorInvalidValue;
+    }
+
+    if (n == 0) {
+        return cudaSuccess;
+    }
+
+    vlm_gather_rows_kernel<<<n, VLM_ROW_THREADS, 0, s>>>(y, x, idx, dim);
+
+    return vlm_cuda_launched();
+}
+
+
+extern "C" cudaError_t
+vlm_cuda_kv_store(cudaStream_t s, float *k_cache, float *v_cache,
+    const int32_t *block_table, int block_size, int kv_dim, int start,
+    const float *k, const float *v, int kv_stride, int n)
+{
+    if (n < 0 || block_size <= 0 || kv_dim <= 0 || start < 0) {
+        return cudaErrorInvalidValue;
+    }
+
+    if (n == 0) {
+        return cudaSuccess;
+    }
+
+    vlm_kv_store_kernel<<<n, VLM_ROW_THREADS, 0, s>>>(
+        k_cache, v_cache, block_table, block_size, kv_dim, start, k, v,
+        kv_stride);
+
+    return vlm_cuda_launched();
+}

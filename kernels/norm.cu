@@ -1,0 +1,111 @@
+/*
+ * RMSNorm (Qwen2RMSNorm) and LayerNorm (torch.nn.LayerNorm), one row per
+ * block; vlm_backend_cpu.c's vlm_rms_norm_rows and vlm_layer_norm_rows
+ * are the reference.  y may be x (the head's norm runs in place): each
+ * thread reads an element before it writes it, and only it touches it.
+ */
+
+#include "vlm_cuda_util.cuh"
+
+
+#define VLM_NORM_THREADS  256
+
+
+/*
+ * y[n, dim] = x * rsqrt(mean(x^2) + eps) * g[dim]
+ * grid: n blocks (one row each); block: 256 threads striding over dim
+ */
+static __global__ void
+vlm_rms_norm_kernel(float *y, const float *x, const float *g, int dim,
+    float eps)
+{
+    __shared__ float  red[VLM_WARP];
+    int               k;
+    float             ss, r;
+    const float      *xr;
+    float            *yr;
+
+    xr = x + (size_t) blockIdx.x * dim;
+    yr = y + (size_t) blockIdx.x * dim;
+
+    ss = 0.0f;
+    for (k = threadIdx.x; k < dim; k += blockDim.x) {
+        ss += xr[k] * xr[k];
+    }
+
+    ss = vlm_block_sum(ss, red);
+    r = rsqrtf(ss / dim + eps);
+
+    for (k = threadIdx.x; k < dim; k += blockDim.x) {
+        yr[k] = xr[k] * r * g[k];
+    }
+}
+
+
+/*
+ * y[n, dim] = (x - mean) * rsqrt(var + eps) * g[dim] + b[dim], the
+ * variance from a second pass as on the CPU
+ * grid: n blocks (one row each); block: 256 threads striding over dim
+ */
+static __global__ void
+vlm_layer_norm_kernel(float *y, const float *x, const float *g,
+    const float *b, int dim, float eps)
+{
+    __shared__ float  red[VLM_WARP];
+    int               k;
+    float             mean, var, d, r;
+    const float      *xr;
+    float            *yr;
+
+    xr = x + (size_t) blockIdx.x * dim;
+    yr = y + (size_t) blockIdx.x * dim;
+
+    mean = 0.0f;
+    for (k = threadIdx.x; k < dim; k += blockDim.x) {
+        mean += xr[k];
+    }
+
+    mean = vlm_block_sum(mean, red) / dim;
+
+    var = 0.0f;
+    for (k = threadIdx.x; k < dim; k += blockDim.x) {
+        d = xr[k] - mean;
+        var += d * d;
+    }
+
+    var = vlm_block_sum(var, red) / dim;
+    r = rsqrtf(var + eps);
+
+    for (k = threadIdx.x; k < dim; k += blockDim.x) {
+        yr[k] = (xr[k] - mean) * r * g[k] + b[k];
+    }
+}
+
+
+extern "C" cudaError_t
+vlm_cuda_rms_norm(cudaStream_t s, float *y, const float *x, const float *g,
+    int n, int dim, float eps)
+{
+    if (n <= 0 || dim <= 0) {
+        return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
+    }
+
+    vlm_rms_norm_kernel<<<n, VLM_NORM_THREADS, 0, s>>>(y, x, g, dim, eps);
+
+    return vlm_cuda_launched();
+}
+
+
+extern "C" cudaError_t
+vlm_cuda_layer_norm(cudaStream_t s, float *y, const float *x,
+    const float *g, const float *b, int n, int dim, float eps)
+{
+    if (n <= 0 || dim <= 0) {
+        return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
+    }
+
+    vlm_layer_norm_kernel<<<n, VLM_NORM_THREADS, 0, s>>>(y, x, g, b, dim,
+                                                         eps);
+
+    return vlm_cuda_launched();
+}

@@ -1,0 +1,87 @@
+/*
+ * Device helpers shared by the kernels: warp and block reductions, and
+ * the launch checks every launcher ends with.
+ */
+
+#ifndef VLM_CUDA_UTIL_CUH
+#define VLM_CUDA_UTIL_CUH
+
+#include <math.h>
+
+#include "vlm_kernels.h"
+
+
+#define VLM_WARP  32
+
+
+static __device__ __forceinline__ float
+vlm_warp_sum(float v)
+{
+    int  o;
+
+    for (o = VLM_WARP / 2; o > 0; o >>= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    }
+
+    return v;
+}
+
+
+static __device__ __forceinline__ float
+vlm_warp_max(float v)
+{
+    int  o;
+
+    for (o = VLM_WARP / 2; o > 0; o >>= 1) {
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    }
+
+    return v;
+}
+
+
+/* the sum over the block; every thread gets it; red holds 32 floats */
+static __device__ __forceinline__ float
+vlm_block_sum(float v, float *red)
+{
+    int  lane, warp, nw;
+
+    lane = threadIdx.x % VLM_WARP;
+    warp = threadIdx.x / VLM_WARP;
+    nw = (blockDim.x + VLM_WARP - 1) / VLM_WARP;
+
+    v = vlm_warp_sum(v);
+
+    __syncthreads();            /* red may still be read from a last call */
+
+    if (lane == 0) {
+        red[warp] = v;
+    }
+
+    __syncthreads();
+
+    v = lane < nw ? red[lane] : 0.0f;
+
+    return vlm_warp_sum(v);
+}
+
+
+static inline cudaError_t
+vlm_cuda_launched(void)
+{
+    return cudaGetLastError();
+}
+
+
+/* blocks of `threads` over n items, capped for the grid's x limit */
+static inline unsigned
+vlm_cuda_blocks(size_t n, unsigned threads)
+{
+    size_t  b;
+
+    b = (n + threads - 1) / threads;
+
+    return (unsigned) (b > 1048576 ? 1048576 : (b == 0 ? 1 : b));
+}
+
+#endif /* VLM_CUDA_UTIL_CUH */

@@ -1,0 +1,111 @@
+/*
+ * The CUDA kernels of the engine, one file per op family, each with a
+ * host launcher: it takes the stream to launch on, checks the shapes,
+ * launches, and returns cudaSuccess or the launch error.  No launcher
+ * allocates, synchronizes or reads device memory on the host.
+ *
+ * Activations are float32 (the CPU backend's layout, row-major); weights
+ * are bfloat16 (__nv_bfloat16 is passed as uint16_t here so that C code
+ * can include this header).  The op each launcher implements is the one
+ * of src/backend/vlm_backend.h with the same name, whose CPU version in
+ * vlm_backend_cpu.c is the reference.
+ */
+
+#ifndef VLM_KERNELS_H
+#define VLM_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+
+#define VLM_CUDA_MAX_HEAD_DIM    256
+#define VLM_CUDA_MAX_ROPE_HALF   256
+#define VLM_CUDA_ATTN_SEQS       32     /* sequences per paged launch */
+
+
+/* norm.cu */
+cudaError_t vlm_cuda_rms_norm(cudaStream_t s, float *y, const float *x,
+    const float *g, int n, int dim, float eps);
+cudaError_t vlm_cuda_layer_norm(cudaStream_t s, float *y, const float *x,
+    const float *g, const float *b, int n, int dim, float eps);
+
+/* rope.cu */
+cudaError_t vlm_cuda_rope_table(cudaStream_t s, float *cos, float *sin,
+    const int32_t *pos, int n, int n_comp, const float *inv_freq,
+    const uint8_t *comp, int half);
+cudaError_t vlm_cuda_rope(cudaStream_t s, float *x, int n, int stride,
+    int n_heads, int head_dim, const float *cos, const float *sin);
+
+/* act.cu: act is a vlm_act_t */
+cudaError_t vlm_cuda_act(cudaStream_t s, float *x, int n, int dim, int act);
+cudaError_t vlm_cuda_gated_act(cudaStream_t s, float *y, const float *gate,
+    const float *up, int n, int dim, int act);
+cudaError_t vlm_cuda_add(cudaStream_t s, float *y, const float *x,
+    size_t n);
+/* y[n, dim] += bias[dim] */
+cudaError_t vlm_cuda_add_bias(cudaStream_t s, float *y, const float *bias,
+    int n, int dim);
+/* dst[n] = bf16(src[n]), rounded to nearest even */
+cudaError_t vlm_cuda_to_bf16(cudaStream_t s, uint16_t *dst,
+    const float *src, size_t n);
+
+/* gemv.cu: y[n, rows] = x[n, cols] W^T (+ bias), W bf16, n small */
+#define VLM_CUDA_GEMV_MAX_N  4
+
+cudaError_t vlm_cuda_gemv(cudaStream_t s, float *y, const float *x,
+    const uint16_t *w, const float *bias, int n, int rows, int cols);
+
+/* embed.cu */
+cudaError_t vlm_cuda_embed(cudaStream_t s, float *y, const uint16_t *table,
+    int cols, const int32_t *ids, int n);
+cudaError_t vlm_cuda_gather_rows(cudaStream_t s, float *y, const float *x,
+    const int32_t *idx, int n, int dim);
+cudaError_t vlm_cuda_kv_store(cudaStream_t s, float *k_cache,
+    float *v_cache, const int32_t *block_table, int block_size, int kv_dim,
+    int start, const float *k, const float *v, int kv_stride, int n);
+
+/* argmax.cu */
+cudaError_t vlm_cuda_argmax(cudaStream_t s, int32_t *out, const float *x,
+    int n, int dim);
+
+/* attention.cu */
+typedef struct {
+    float          *out;        /* [n_q, n_heads * head_dim] */
+    const float    *q;          /* [n_q, n_heads * head_dim] */
+    const int32_t  *block_table;
+    int             n_q;
+    int             kv_start;
+} vlm_cuda_attn_seq_t;
+
+/*
+ * the sequences of one launch: at most VLM_CUDA_ATTN_SEQS; ws (ws_floats,
+ * device; NULL: no split) holds the partial results when the keys are
+ * split, n_sms decides when they are
+ */
+cudaError_t vlm_cuda_attention_paged(cudaStream_t s, const float *k_cache,
+    const float *v_cache, int block_size, int n_heads, int n_kv_heads,
+    int head_dim, float scale, const vlm_cuda_attn_seq_t *seqs, int n_seqs,
+    float *ws, size_t ws_floats, int n_sms);
+
+/*
+ * cu_seqlens is device memory: the launch does not know the number of
+ * rows, so a fixed grid of max_blocks walks the row tiles
+ */
+cudaError_t vlm_cuda_attention_varlen(cudaStream_t s, float *out,
+    const float *q, const float *k, const float *v, int q_stride,
+    int kv_stride, int n_heads, int n_kv_heads, int head_dim, float scale,
+    const int32_t *cu_seqlens, int n_segments, int causal, int max_blocks);
+
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* VLM_KERNELS_H */

@@ -1,0 +1,797 @@
+/*
+ * The CUDA backend: every operation of vlm_backend.h on one GPU, issued
+ * in order on one stream.  The CPU backend (vlm_backend_cpu.c) is the
+ * reference; tests/test_backend_ops.c checks each op against it.
+ *
+ * This first version keeps the CPU backend's float32 activations (and a
+ * float32 KV cache); weights live on the device in bfloat16 whatever
+ * their dtype in the checkpoint.  GEMMs go to cuBLAS (cublasGemmEx,
+ * bfloat16 A and B, float32 C, float32 accumulation on the tensor cores):
+ * cuBLAS has no bfloat16-weight times float32-activation product, so the
+ * activations are rounded to bfloat16 into a scratch buffer first, one
+ * pass over n * cols floats, small next to the rows * cols weights.
+ * Decode's products (n <= 4 rows) go to kernels/gemv.cu instead: one
+ * stream over the weight with the float32 input as it is.
+ *
+ * Memory: one cudaMalloc at start-up (conf->device_bytes, or 90 % of the
+ * free memory), cut by vlm_devpool.c: buffers from alloc() from the
+ * bottom, bound weights from the top (they go with the backend), cuBLAS's
+ * workspace and the matmul scratch once at start-up.  Host-to-device
+ * copies go through a pinned staging ring allocated once, so an upload
+ * never waits on the stream unless the ring wraps onto a copy still in
+ * flight.  Nothing is allocated after start-up and nothing in a step
+ * synchronizes the device: download() waits for the stream, because its
+ * caller reads the bytes next.
+ */
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "vlm_backend.h"
+#include "vlm_devpool.h"
+#include "vlm_kernels.h"
+
+
+#define VLM_CUDA_ALIGN          256
+#define VLM_CUDA_MAX_PIECES     16384
+#define VLM_CUDA_STAGE_CHUNKS   4
+#define VLM_CUDA_STAGE_CHUNK    (4u << 20)
+#define VLM_CUDA_CUBLAS_WS      (32u << 20)
+#define VLM_CUDA_XBF16          (8u << 20)  /* matmul input elements */
+#define VLM_CUDA_ATTN_WS        (4u << 20)  /* split attention floats */
+#define VLM_CUDA_MIN_POOL       (64u << 20)
+
+
+typedef struct {
+    vlm_backend_t       be;
+    int                 device;
+    int                 n_sms;
+    cudaStream_t        stream;
+    cublasHandle_t      cublas;
+    int                 cublas_ok;
+
+    char               *pool;       /* the one device allocation */
+    size_t              pool_size;
+    vlm_devpool_t       mem;
+    vlm_devpool_piece_t  *pieces;   /* [VLM_CUDA_MAX_PIECES] */
+
+    void               *cublas_ws;
+    uint16_t           *xbf16;      /* [VLM_CUDA_XBF16] matmul input */
+    float              *attn_ws;    /* [VLM_CUDA_ATTN_WS] split decode */
+
+    uint8_t            *stage;      /* pinned, CHUNKS * CHUNK bytes */
+    cudaEvent_t         stage_ev[VLM_CUDA_STAGE_CHUNKS];
+    int                 stage_cur;
+    size_t              stage_fill;
+
+    cudaError_t         error;      /* the first failure, sticky */
+    const char         *error_op;
+} vlm_cuda_t;
+
+
+/* an op that failed: kept for download() and synchronize() to report */
+static void
+vlm_cuda_check(vlm_cuda_t *cu, cudaError_t e, const char *op)
+{
+    if (e == cudaSuccess || cu->error != cudaSuccess) {
+        return;
+    }
+
+    cu->error = e;
+    cu->error_op = op;
+
+    vlm_log(VLM_LOG_ERROR, "cuda backend: %s: %s", op, cudaGetErrorString(e));
+}
+
+
+static void
+vlm_cuda_check_blas(vlm_cuda_t *cu, cublasStatus_t st, const char *op)
+{
+    if (st != CUBLAS_STATUS_SUCCESS && cu->error == cudaSuccess) {
+        cu->error = cudaErrorUnknown;
+        cu->error_op = op;
+
+        vlm_log(VLM_LOG_ERROR, "cuda backend: %s: cuBLAS status %d", op,
+                (int) st);
+    }
+}
+
+
+/* memory: pieces of the pool (vlm_devpool.c) */
+
+static void *
+vlm_cuda_carve(vlm_cuda_t *cu, size_t size, vlm_devpool_kind_t kind)
+{
+    size_t  off;
+
+    off = vlm_devpool_take(&cu->mem, size, kind);
+
+    return off == VLM_DEVPOOL_NONE ? NULL : cu->pool + off;
+}
+
+
+static void *
+vlm_cuda_alloc(vlm_backend_t *be, size_t size)
+{
+    size_t       before;
+    void        *p;
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    before = cu->mem.used[VLM_DEVPOOL_BUFFER];
+
+    p = vlm_cuda_carve(cu, size, VLM_DEVPOOL_BUFFER);
+    if (p == NULL) {
+        return NULL;
+    }
+
+    be->allocated += cu->mem.used[VLM_DEVPOOL_BUFFER] - before;
+    be->peak = vlm_max(be->peak, be->allocated);
+    be->n_allocs++;
+
+    return p;
+}
+
+
+static void
+vlm_cuda_release(vlm_backend_t *be, void *ptr)
+{
+    size_t       size;
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    if (ptr == NULL) {
+        return;
+    }
+
+    size = vlm_devpool_release(&cu->mem, (size_t) ((char *) ptr - cu->pool));
+    if (size == 0) {
+        vlm_log(VLM_LOG_ERROR, "cuda backend: release of %p, not a buffer",
+                ptr);
+        return;
+    }
+
+    be->allocated -= size;
+}
+
+
+/* host to device through the pinned ring, converting on the way */
+
+typedef void (*vlm_cuda_convert_pt)(void *dst, const void *src,
+    size_t n_out);
+
+
+static void
+vlm_cuda_f32_to_bf16(void *dst, const void *src, size_t n)
+{
+    size_t        i;
+    uint16_t     *d = dst;
+    const float  *s = src;
+
+    for (i = 0; i < n; i++) {
+        d[i] = vlm_f32_to_bf16(s[i]);
+    }
+}
+
+
+static void
+vlm_cuda_f16_to_bf16(void *dst, const void *src, size_t n)
+{
+    size_t           i;
+    uint16_t        *d = dst;
+    const uint16_t  *s = src;
+
+    for (i = 0; i < n; i++) {
+        d[i] = vlm_f32_to_bf16(vlm_f16_to_f32(s[i]));
+    }
+}
+
+
+/*
+ * n_out bytes to dst: src is copied as is (convert NULL), or converted
+ * from in_esize-byte elements to out_esize-byte ones
+ */
+static vlm_status_t
+vlm_cuda_stage(vlm_cuda_t *cu, void *dst, const void *src, size_t n_out,
+    vlm_cuda_convert_pt convert, size_t in_esize, size_t out_esize)
+{
+    size_t        piece, room;
+    uint8_t      *buf;
+    cudaError_t   e;
+
+    while (n_out > 0) {
+        room = VLM_CUDA_STAGE_CHUNK - cu->stage_fill;
+        piece = vlm_min(n_out, room) / out_esize * out_esize;
+
+        if (piece == 0) {
+            /* the next chunk: its last copies are normally long done */
+            cu->stage_cur = (cu->stage_cur + 1) % VLM_CUDA_STAGE_CHUNKS;
+            cu->stage_fill = 0;
+
+            e = cudaEventSynchronize(cu->stage_ev[cu->stage_cur]);
+            if (e != cudaSuccess) {
+                vlm_cuda_check(cu, e, "upload");
+                return VLM_ERR_INTERNAL;
+            }
+
+            continue;
+        }
+
+        buf = cu->stage + (size_t) cu->stage_cur * VLM_CUDA_STAGE_CHUNK
+              + cu->stage_fill;
+
+        if (convert == NULL) {
+            memcpy(buf, src, piece);
+
+        } else {
+            convert(buf, src, piece / out_esize);
+        }
+
+        e = cudaMemcpyAsync(dst, buf, piece, cudaMemcpyHostToDevice,
+                            cu->stream);
+        if (e == cudaSuccess) {
+            e = cudaEventRecord(cu->stage_ev[cu->stage_cur], cu->stream);
+        }
+
+        if (e != cudaSuccess) {
+            vlm_cuda_check(cu, e, "upload");
+            return VLM_ERR_INTERNAL;
+        }
+
+        /* keep the ring's pieces aligned for the next copy */
+        cu->stage_fill = vlm_align_up(cu->stage_fill + piece, 16);
+        cu->stage_fill = vlm_min(cu->stage_fill, VLM_CUDA_STAGE_CHUNK);
+        dst = (uint8_t *) dst + piece;
+        src = (const uint8_t *) src
+              + (convert == NULL ? piece : piece / out_esize * in_esize);
+        n_out -= piece;
+    }
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_cuda_upload(vlm_backend_t *be, void *dst, const void *src, size_t size)
+{
+    return vlm_cuda_stage((vlm_cuda_t *) be, dst, src, size, NULL, 1, 1);
+}
+
+
+static vlm_status_t
+vlm_cuda_download(vlm_backend_t *be, void *dst, const void *src,
+    size_t size)
+{
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    vlm_cuda_check(cu, cudaMemcpyAsync(dst, src, size,
+                                       cudaMemcpyDeviceToHost, cu->stream),
+                   "download");
+    vlm_cuda_check(cu, cudaStreamSynchronize(cu->stream), "download");
+
+    return cu->error == cudaSuccess ? VLM_OK : VLM_ERR_INTERNAL;
+}
+
+
+static vlm_status_t
+vlm_cuda_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
+    vlm_dtype_t dtype, int rows, int cols, vlm_error_t *err)
+{
+    void          *dev;
+    size_t         n;
+    vlm_cuda_t    *cu = (vlm_cuda_t *) be;
+    vlm_status_t   rc;
+
+    n = (size_t) rows * cols;
+
+    dev = vlm_cuda_carve(cu, n * sizeof(uint16_t), VLM_DEVPOOL_WEIGHT);
+    if (dev == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM,
+                             "cuda backend: the device pool (%zu MB) has "
+                             "no room for a [%d, %d] weight", 
+                             cu->pool_size >> 20, rows, cols);
+    }
+
+    switch (dtype) {
+    case VLM_DTYPE_BF16:
+        rc = vlm_cuda_stage(cu, dev, host, n * 2, NULL, 2, 2);
+        break;
+    case VLM_DTYPE_F16:
+        rc = vlm_cuda_stage(cu, dev, host, n * 2, vlm_cuda_f16_to_bf16, 2, 2);
+        break;
+    default:
+        rc = vlm_cuda_stage(cu, dev, host, n * 2, vlm_cuda_f32_to_bf16, 4, 2);
+        break;
+    }
+
+    if (rc != VLM_OK) {
+        return vlm_error_set(err, rc, "cuda backend: weight upload: %s",
+                             cudaGetErrorString(cu->error));
+    }
+
+    w->data = dev;
+    w->dtype = VLM_DTYPE_BF16;
+    w->rows = rows;
+    w->cols = cols;
+
+    return VLM_OK;
+}
+
+
+static void
+vlm_cuda_synchronize(vlm_backend_t *be)
+{
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    vlm_cuda_check(cu, cudaStreamSynchronize(cu->stream), "synchronize");
+}
+
+
+static void
+vlm_cuda_copy(vlm_backend_t *be, void *dst, const void *src, size_t size)
+{
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    vlm_cuda_check(cu, cudaMemcpyAsync(dst, src, size,
+                                       cudaMemcpyDeviceToDevice, cu->stream),
+                   "copy");
+}
+
+
+/* ops */
+
+static void
+vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
+    const vlm_weight_t *w, const float *bias, int n)
+{
+    int           r0, nr, chunk;
+    float         one, zero;
+    vlm_cuda_t   *cu = (vlm_cuda_t *) be;
+
+    if (n <= 0) {
+        return;
+    }
+
+    if (w->dtype != VLM_DTYPE_BF16) {
+        vlm_cuda_check(cu, cudaErrorInvalidValue, "matmul: not a bf16 weight");
+        return;
+    }
+
+    if (n <= VLM_CUDA_GEMV_MAX_N && w->cols % 8 == 0) {
+        /* decode: one pass over the weight, x unrounded, bias included */
+        vlm_cuda_check(cu, vlm_cuda_gemv(cu->stream, y, x, w->data, bias, n,
+                                         w->rows, w->cols),
+                       "matmul");
+        return;
+    }
+
+    one = 1.0f;
+    zero = 0.0f;
+    chunk = (int) vlm_min((size_t) n, VLM_CUDA_XBF16 / (size_t) w->cols);
+
+    if (chunk < 1) {
+        vlm_cuda_check(cu, cudaErrorInvalidValue, "matmul: too many columns");
+        return;
+    }
+
+    for (r0 = 0; r0 < n; r0 += nr) {
+        nr = vlm_min(chunk, n - r0);
+
+        vlm_cuda_check(cu, vlm_cuda_to_bf16(cu->stream, cu->xbf16,
+                                            x + (size_t) r0 * w->cols,
+                                            (size_t) nr * w->cols),
+                       "matmul");
+
+        /*
+         * row-major y[n, rows] = x[n, cols] W^T is column-major
+         * y^T[rows, n] = W^T^T x^T: A = W (cols x rows column-major,
+         * transposed), B = x^T (cols x n)
+         */
+        vlm_cuda_check_blas(cu, cublasGemmEx(cu->cublas, CUBLAS_OP_T,
+                                             CUBLAS_OP_N, w->rows, nr,
+                                             w->cols, &one, w->data,
+                                             CUDA_R_16BF, w->cols, cu->xbf16,
+                                             CUDA_R_16BF, w->cols, &zero,
+                                             y + (size_t) r0 * w->rows,
+                                             CUDA_R_32F, w->rows,
+                                             CUBLAS_COMPUTE_32F,
+                                             CUBLAS_GEMM_DEFAULT),
+                            "matmul");
+    }
+
+    if (bias != NULL) {
+        vlm_cuda_check(cu, vlm_cuda_add_bias(cu->stream, y, bias, n, w->rows),
+                       "matmul bias");
+    }
+}
+
+
+static void
+vlm_cuda_rms_norm_op(vlm_backend_t *be, float *y, const float *x,
+    const float *g, int n, int dim, float eps)
+{
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    vlm_cuda_check(cu, vlm_cuda_rms_norm(cu->stream, y, x, g, n, dim, eps),
+                   "rms_norm");
+}
+
+
+static void
+vlm_cuda_layer_norm_op(vlm_backend_t *be, float *y, const float *x,
+    const float *g, const float *b, int n, int dim, float eps)
+{
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    vlm_cuda_check(cu, vlm_cuda_layer_norm(cu->stream, y, x, g, b, n, dim,
+                                           eps),
+                   "layer_norm");
+}
+
+
+static void
+vlm_cuda_rope_table_op(vlm_backend_t *be, float *cos, float *sin,
+    const int32_t *pos, int n, int n_comp, const float *inv_freq,
+    const uint8_t *comp, int half)
+{
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    vlm_cuda_check(cu, vlm_cuda_rope_table(cu->stream, cos, sin, pos, n,
+                                           n_comp, inv_freq, comp, half),
+                   "rope_table");
+}
+
+
+static void
+vlm_cuda_rope_op(vlm_backend_t *be, float *x, int n, int stride,
+    int n_heads, int head_dim, const float *cos, const float *sin)
+{
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    vlm_cuda_check(cu, vlm_cuda_rope(cu->stream, x, n, stride, n_heads,
+                                     head_dim, cos, sin),
+                   "rope");
+}
+
+
+static void
+vlm_cuda_act_op(vlm_backend_t *be, float *x, int n, int dim, vlm_act_t act)
+{
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    vlm_cuda_check(cu, vlm_cuda_act(cu->stream, x, n, dim, (int) act), "act");
+}
+
+
+static void
+vlm_cuda_gated_act_op(vlm_backend_t *be, float *y, const float *gate,
+    const float *up, int n, int dim, vlm_act_t act)
+{
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    vlm_cuda_check(cu, vlm_cuda_gated_act(cu->stream, y, gate, up, n, dim,
+                                          (int) act),
+                   "gated_act");
+}
+
+
+static void
+vlm_cuda_add_op(vlm_backend_t *be, float *y, const float *x, size_t n)
+{
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    vlm_cuda_check(cu, vlm_cuda_add(cu->stream, y, x, n), "add");
+}
+
+
+static void
+vlm_cuda_embed_op(vlm_backend_t *be, float *y, const vlm_weight_t *table,
+    const int32_t *ids, int n)
+{
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    if (table->dtype != VLM_DTYPE_BF16) {
+        vlm_cuda_check(cu, cudaErrorInvalidValue, "embed: not a bf16 table");
+        return;
+    }
+
+    vlm_cuda_check(cu, vlm_cuda_embed(cu->stream, y, table->data,
+                                      table->cols, ids, n),
+                   "embed");
+}
+
+
+static void
+vlm_cuda_gather_rows_op(vlm_backend_t *be, float *y, const float *x,
+    const int32_t *idx, int n, int dim)
+{
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    vlm_cuda_check(cu, vlm_cuda_gather_rows(cu->stream, y, x, idx, n, dim),
+                   "gather_rows");
+}
+
+
+static void
+vlm_cuda_attention_varlen_op(vlm_backend_t *be, const vlm_attn_varlen_t *a)
+{
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    vlm_cuda_check(cu, vlm_cuda_attention_varlen(cu->stream, a->out, a->q,
+                                                 a->k, a->v, a->q_stride,
+                                                 a->kv_stride, a->n_heads,
+                                                 a->n_kv_heads, a->head_dim,
+                                                 a->scale, a->cu_seqlens,
+                                                 a->n_segments, a->causal,
+                                                 cu->n_sms * 8),
+                   "attention_varlen");
+}
+
+
+static void
+vlm_cuda_attention_paged_op(vlm_backend_t *be, const vlm_attn_paged_t *a)
+{
+    int                   s, i, n;
+    vlm_cuda_t           *cu = (vlm_cuda_t *) be;
+    vlm_cuda_attn_seq_t   seqs[VLM_CUDA_ATTN_SEQS];
+
+    /* the sequences travel with the launch, VLM_CUDA_ATTN_SEQS at a time */
+    for (s = 0; s < a->n_seqs; s += n) {
+        n = vlm_min(VLM_CUDA_ATTN_SEQS, a->n_seqs - s);
+
+        for (i = 0; i < n; i++) {
+            seqs[i].out = a->seqs[s + i].out;
+            seqs[i].q = a->seqs[s + i].q;
+            seqs[i].block_table = a->seqs[s + i].block_table;
+            seqs[i].n_q = a->seqs[s + i].n_q;
+            seqs[i].kv_start = a->seqs[s + i].kv_start;
+        }
+
+        vlm_cuda_check(cu, vlm_cuda_attention_paged(cu->stream, a->k_cache,
+                                                    a->v_cache,
+                                                    a->block_size,
+                                                    a->n_heads,
+                                                    a->n_kv_heads,
+                                                    a->head_dim, a->scale,
+                                                    seqs, n, cu->attn_ws,
+                                                    VLM_CUDA_ATTN_WS,
+                                                    cu->n_sms),
+                       "attention_paged");
+    }
+}
+
+
+static void
+vlm_cuda_kv_store_op(vlm_backend_t *be, float *k_cache, float *v_cache,
+    const int32_t *block_table, int block_size, int kv_dim, int start,
+    const float *k, const float *v, int kv_stride, int n)
+{
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    vlm_cuda_check(cu, vlm_cuda_kv_store(cu->stream, k_cache, v_cache,
+                                         block_table, block_size, kv_dim,
+                                         start, k, v, kv_stride, n),
+                   "kv_store");
+}
+
+
+static void
+vlm_cuda_argmax_op(vlm_backend_t *be, int32_t *out, const float *x, int n,
+    int dim)
+{
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    vlm_cuda_check(cu, vlm_cuda_argmax(cu->stream, out, x, n, dim),
+                   "argmax");
+}
+
+
+static void
+vlm_cuda_free(vlm_backend_t *be)
+{
+    int          i;
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    if (cu == NULL) {
+        return;
+    }
+
+    if (cu->stream != NULL) {
+        cudaStreamSynchronize(cu->stream);
+    }
+
+    if (cu->cublas_ok) {
+        cublasDestroy(cu->cublas);
+    }
+
+    for (i = 0; i < VLM_CUDA_STAGE_CHUNKS; i++) {
+        if (cu->stage_ev[i] != NULL) {
+            cudaEventDestroy(cu->stage_ev[i]);
+        }
+    }
+
+    if (cu->stage != NULL) {
+        cudaFreeHost(cu->stage);
+    }
+
+    if (cu->stream != NULL) {
+        cudaStreamDestroy(cu->stream);
+    }
+
+    if (cu->pool != NULL) {
+        cudaFree(cu->pool);
+    }
+
+    free(cu->pieces);
+    free(cu);
+}
+
+
+static const vlm_backend_ops_t  vlm_cuda_ops = {
+    "cuda",
+    vlm_cuda_free,
+    vlm_cuda_alloc,
+    vlm_cuda_release,
+    vlm_cuda_upload,
+    vlm_cuda_download,
+    vlm_cuda_weight_bind,
+    vlm_cuda_synchronize,
+    vlm_cuda_copy,
+    vlm_cuda_matmul,
+    vlm_cuda_rms_norm_op,
+    vlm_cuda_layer_norm_op,
+    vlm_cuda_rope_table_op,
+    vlm_cuda_rope_op,
+    vlm_cuda_act_op,
+    vlm_cuda_gated_act_op,
+    vlm_cuda_add_op,
+    vlm_cuda_embed_op,
+    vlm_cuda_gather_rows_op,
+    vlm_cuda_attention_varlen_op,
+    vlm_cuda_attention_paged_op,
+    vlm_cuda_kv_store_op,
+    vlm_cuda_argmax_op
+};
+
+
+static vlm_status_t
+vlm_cuda_failed(vlm_cuda_t *cu, vlm_error_t *err, const char *what,
+    cudaError_t e)
+{
+    vlm_cuda_free(&cu->be);
+
+    return vlm_error_set(err, VLM_ERR_INTERNAL, "cuda backend: %s: %s", what,
+                         cudaGetErrorString(e));
+}
+
+
+vlm_status_t
+vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
+    vlm_error_t *err)
+{
+    int                    i, n_dev;
+    size_t                 free_b, total_b, fixed;
+    vlm_cuda_t            *cu;
+    cudaError_t            e;
+    struct cudaDeviceProp  prop;
+
+    *out = NULL;
+
+    e = cudaGetDeviceCount(&n_dev);
+    if (e != cudaSuccess || n_dev == 0) {
+        /* what the engine's start-up error and /health will say */
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "cuda backend: no GPU is visible "
+                             "(cudaGetDeviceCount: %s)",
+                             e != cudaSuccess ? cudaGetErrorString(e)
+                                              : "no device");
+    }
+
+    cu = calloc(1, sizeof(vlm_cuda_t));
+    if (cu == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "cuda backend: no memory");
+    }
+
+    cu->be.ops = &vlm_cuda_ops;
+    cu->device = 0;
+
+    cu->pieces = calloc(VLM_CUDA_MAX_PIECES, sizeof(vlm_devpool_piece_t));
+    if (cu->pieces == NULL) {
+        free(cu);
+        return vlm_error_set(err, VLM_ERR_NOMEM, "cuda backend: no memory");
+    }
+
+    e = cudaSetDevice(cu->device);
+    if (e == cudaSuccess) {
+        e = cudaGetDeviceProperties(&prop, cu->device);
+    }
+    if (e == cudaSuccess) {
+        e = cudaMemGetInfo(&free_b, &total_b);
+    }
+    if (e != cudaSuccess) {
+        return vlm_cuda_failed(cu, err, "device 0", e);
+    }
+
+    cu->n_sms = prop.multiProcessorCount;
+
+    cu->pool_size = conf->device_bytes != 0 ? conf->device_bytes
+                                            : free_b / 10 * 9;
+    cu->pool_size = vlm_align_up(cu->pool_size, VLM_CUDA_ALIGN);
+    fixed = VLM_CUDA_CUBLAS_WS + VLM_CUDA_XBF16 * sizeof(uint16_t)
+            + VLM_CUDA_ATTN_WS * sizeof(float);
+
+    if (cu->pool_size < fixed + VLM_CUDA_MIN_POOL) {
+        vlm_cuda_free(&cu->be);
+        return vlm_error_set(err, VLM_ERR_NOMEM,
+                             "cuda backend: a pool of %zu MB is too small "
+                             "(%zu MB free on %s)", cu->pool_size >> 20,
+                             free_b >> 20, prop.name);
+    }
+
+    e = cudaMalloc((void **) &cu->pool, cu->pool_size);
+    if (e != cudaSuccess) {
+        cu->pool = NULL;
+        return vlm_cuda_failed(cu, err, "the device pool", e);
+    }
+
+    vlm_devpool_init(&cu->mem, cu->pieces, VLM_CUDA_MAX_PIECES,
+                     cu->pool_size, VLM_CUDA_ALIGN);
+
+    e = cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        cu->stream = NULL;
+        return vlm_cuda_failed(cu, err, "stream", e);
+    }
+
+    e = cudaHostAlloc((void **) &cu->stage,
+                      (size_t) VLM_CUDA_STAGE_CHUNKS * VLM_CUDA_STAGE_CHUNK,
+                      cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        cu->stage = NULL;
+        return vlm_cuda_failed(cu, err, "pinned staging", e);
+    }
+
+    for (i = 0; i < VLM_CUDA_STAGE_CHUNKS; i++) {
+        e = cudaEventCreateWithFlags(&cu->stage_ev[i],
+                                     cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            cu->stage_ev[i] = NULL;
+            return vlm_cuda_failed(cu, err, "event", e);
+        }
+    }
+
+    if (cublasCreate(&cu->cublas) != CUBLAS_STATUS_SUCCESS) {
+        vlm_cuda_free(&cu->be);
+        return vlm_error_set(err, VLM_ERR_INTERNAL,
+                             "cuda backend: cublasCreate failed");
+    }
+
+    cu->cublas_ok = 1;
+
+    /* the workspace and the scratch are the pool's first pieces */
+    cu->cublas_ws = vlm_cuda_carve(cu, VLM_CUDA_CUBLAS_WS,
+                                   VLM_DEVPOOL_BUFFER);
+    cu->xbf16 = vlm_cuda_carve(cu, VLM_CUDA_XBF16 * sizeof(uint16_t),
+                               VLM_DEVPOOL_BUFFER);
+    cu->attn_ws = vlm_cuda_carve(cu, VLM_CUDA_ATTN_WS * sizeof(float),
+                                 VLM_DEVPOOL_BUFFER);
+
+    if (cu->cublas_ws == NULL || cu->xbf16 == NULL || cu->attn_ws == NULL
+        || cublasSetStream(cu->cublas, cu->stream) != CUBLAS_STATUS_SUCCESS
+        || cublasSetWorkspace(cu->cublas, cu->cublas_ws, VLM_CUDA_CUBLAS_WS)
+           != CUBLAS_STATUS_SUCCESS)
+    {
+        vlm_cuda_free(&cu->be);
+        return vlm_error_set(err, VLM_ERR_INTERNAL,
+                             "cuda backend: cuBLAS set-up failed");
+    }
+
+    vlm_log(VLM_LOG_INFO, "cuda backend: %s (sm_%d%d, %d SMs), a pool of "
+            "%zu MB of %zu MB free", prop.name, prop.major, prop.minor,
+            cu->n_sms, cu->pool_size >> 20, free_b >> 20);
+
+    *out = &cu->be;
+
+    return VLM_OK;
+}

@@ -1,0 +1,1376 @@
+/*
+ * Every op of the CUDA backend against the same op of the CPU backend
+ * (the reference) on random inputs, at shapes chosen to hit odd sizes,
+ * GQA ratios, KV block boundaries and the launch limits of the kernels;
+ * then the whole model, CUDA against CPU, on the fixture checkpoints of
+ * tests/fixtures/models (last-position logits within 1e-2 relative L2).
+ * The idea is ggml's test-backend-ops.
+ *
+ * Built only when nvcc is found; with no GPU visible every test is
+ * skipped with a message that says so, so that make test passes on
+ * machines without one.
+ *
+ *   test_backend_ops               the op and model parity tests
+ *   test_backend_ops --bench [L]   a decode benchmark on a random
+ *                                  Qwen2.5-VL-7B-shaped decoder (L layers,
+ *                                  28 by default): weight bytes per step
+ *                                  over step time against the device's
+ *                                  copy bandwidth
+ */
+
+#define _GNU_SOURCE
+
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <cmocka.h>
+
+#include "backend/vlm_backend.h"
+#include "core/vlm.h"
+#include "core/vlm_npy.h"
+
+
+#define FIX  "tests/fixtures/models"
+
+
+static vlm_backend_t  *gpu;         /* NULL: no GPU, every test skips */
+static vlm_backend_t  *cpu;
+static char            no_gpu[256];
+static uint64_t        rng_state = 0x9e3779b97f4a7c15ull;
+
+
+static float
+frand(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+
+    return (float) ((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f
+           - 1.0f;
+}
+
+
+static float *
+rand_vec(size_t n)
+{
+    size_t  i;
+    float  *v;
+
+    v = malloc((n == 0 ? 1 : n) * sizeof(float));
+    assert_non_null(v);
+
+    for (i = 0; i < n; i++) {
+        v[i] = frand();
+    }
+
+    return v;
+}
+
+
+#define require_gpu()                                                       \
+    do {                                                                    \
+        if (gpu == NULL) {                                                  \
+            skip();                                                         \
+        }                                                                   \
+    } while (0)
+
+
+/* a device copy of host bytes */
+static void *
+dev(const void *host, size_t size)
+{
+    void  *p;
+
+    p = gpu->ops->alloc(gpu, size);
+    assert_non_null(p);
+
+    if (host != NULL) {
+        assert_int_equal(gpu->ops->upload(gpu, p, host, size), VLM_OK);
+    }
+
+    return p;
+}
+
+
+static void
+get(void *host, const void *d, size_t size)
+{
+    assert_int_equal(gpu->ops->download(gpu, host, d, size), VLM_OK);
+}
+
+
+static double
+rel_l2(const float *a, const float *b, size_t n)
+{
+    size_t  i;
+    double  num, den;
+
+    num = 0.0;
+    den = 0.0;
+
+    for (i = 0; i < n; i++) {
+        num += ((double) a[i] - b[i]) * ((double) a[i] - b[i]);
+        den += (double) b[i] * b[i];
+    }
+
+    return sqrt(num / (den > 0.0 ? den : 1.0));
+}
+
+
+/* the GPU's result against the CPU's: relative L2 within tol */
+static void
+check(const char *what, const float *got, const float *ref, size_t n,
+    double tol)
+{
+    size_t  i;
+    double  d;
+
+    for (i = 0; i < n; i++) {
+        if (isnan(got[i]) != isnan(ref[i])) {
+            fail_msg("%s: element %zu: %g, the CPU says %g", what, i,
+                     got[i], ref[i]);
+        }
+    }
+
+    d = rel_l2(got, ref, n);
+
+    if (d > tol) {
+        for (i = 0; i < n; i++) {
+            if (fabs((double) got[i] - ref[i]) > tol * (1.0 + fabs(ref[i])))
+            {
+                break;
+            }
+        }
+
+        fail_msg("%s: relative L2 %g > %g (first element off: %zu, %g, "
+                 "the CPU says %g)", what, d, tol, i, i < n ? got[i] : 0.0,
+                 i < n ? ref[i] : 0.0);
+    }
+}
+
+
+/* matmul: bf16 on the device whatever the dtype given */
+
+static void
+check_matmul(vlm_dtype_t dt, int n, int rows, int cols, int with_bias)
+{
+    int            k;
+    char           what[96];
+    float         *x, *wf, *b, *y, *ref, *dx, *db, *dy;
+    uint16_t      *wh;
+    const void    *wdata;
+    vlm_error_t    err;
+    vlm_weight_t   wc, wg;
+
+    x = rand_vec((size_t) n * cols);
+    wf = rand_vec((size_t) rows * cols);
+    b = rand_vec((size_t) rows);
+    y = malloc((size_t) n * rows * sizeof(float));
+    ref = malloc((size_t) n * rows * sizeof(float));
+    wh = malloc((size_t) rows * cols * sizeof(uint16_t));
+    assert_true(y != NULL && ref != NULL && wh != NULL);
+
+    for (k = 0; k < rows * cols; k++) {
+        wh[k] = vlm_f32_to_bf16(wf[k]);
+    }
+
+    wdata = dt == VLM_DTYPE_F32 ? (const void *) wf : (const void *) wh;
+
+    assert_int_equal(cpu->ops->weight_bind(cpu, &wc, wdata, dt, rows, cols,
+                                           &err), VLM_OK);
+    assert_int_equal(gpu->ops->weight_bind(gpu, &wg, wdata, dt, rows, cols,
+                                           &err), VLM_OK);
+    assert_int_equal(wg.dtype, VLM_DTYPE_BF16);
+
+    dx = dev(x, (size_t) n * cols * sizeof(float));
+    db = dev(b, (size_t) rows * sizeof(float));
+    dy = dev(NULL, (size_t) n * rows * sizeof(float));
+
+    cpu->ops->matmul(cpu, ref, x, &wc, with_bias ? b : NULL, n);
+    gpu->ops->matmul(gpu, dy, dx, &wg, with_bias ? db : NULL, n);
+    get(y, dy, (size_t) n * rows * sizeof(float));
+
+    /*
+     * cuBLAS rounds the activations to bf16 on the way in (n > 4), and an
+     * f32 weight is bf16 on the device; the decode kernel (n <= 4, cols a
+     * multiple of 8) multiplies a bf16 weight exactly as the CPU does
+     */
+    snprintf(what, sizeof(what), "matmul %s n=%d rows=%d cols=%d bias=%d",
+             vlm_dtype_name(dt), n, rows, cols, with_bias);
+    check(what, y, ref, (size_t) n * rows,
+          dt == VLM_DTYPE_BF16 && n <= 4 && cols % 8 == 0 ? 1e-5 : 1e-2);
+
+    gpu->ops->release(gpu, dx);
+    gpu->ops->release(gpu, db);
+    gpu->ops->release(gpu, dy);
+    free(x);
+    free(wf);
+    free(b);
+    free(y);
+    free(ref);
+    free(wh);
+}
+
+
+static void
+test_matmul(void **state)
+{
+    require_gpu();
+
+    check_matmul(VLM_DTYPE_BF16, 1, 33, 17, 1);     /* cols % 8: cuBLAS */
+    check_matmul(VLM_DTYPE_BF16, 1, 256, 512, 0);
+    check_matmul(VLM_DTYPE_BF16, 2, 301, 4104, 1);  /* x in 3 chunks */
+    check_matmul(VLM_DTYPE_BF16, 3, 17, 8, 1);
+    check_matmul(VLM_DTYPE_BF16, 4, 129, 2056, 0);
+    check_matmul(VLM_DTYPE_F32, 1, 64, 3584, 1);
+    check_matmul(VLM_DTYPE_BF16, 5, 64, 96, 1);
+    check_matmul(VLM_DTYPE_BF16, 17, 129, 257, 1);
+    check_matmul(VLM_DTYPE_F32, 3, 40, 64, 1);
+    check_matmul(VLM_DTYPE_F32, 300, 71, 130, 0);
+    check_matmul(VLM_DTYPE_BF16, 1000, 96, 48, 1);
+}
+
+
+/* norms */
+
+static void
+check_norms(int n, int dim)
+{
+    char    what[64];
+    float  *x, *g, *b, *y, *ref, *dx, *dg, *db, *dy;
+    size_t  sz;
+
+    sz = (size_t) n * dim * sizeof(float);
+    x = rand_vec((size_t) n * dim);
+    g = rand_vec((size_t) dim);
+    b = rand_vec((size_t) dim);
+    y = malloc(sz);
+    ref = malloc(sz);
+    assert_true(y != NULL && ref != NULL);
+
+    dx = dev(x, sz);
+    dg = dev(g, (size_t) dim * sizeof(float));
+    db = dev(b, (size_t) dim * sizeof(float));
+    dy = dev(NULL, sz);
+
+    cpu->ops->rms_norm(cpu, ref, x, g, n, dim, 1e-6f);
+    gpu->ops->rms_norm(gpu, dy, dx, dg, n, dim, 1e-6f);
+    get(y, dy, sz);
+    snprintf(what, sizeof(what), "rms_norm n=%d dim=%d", n, dim);
+    check(what, y, ref, (size_t) n * dim, 1e-5);
+
+    /* in place, as the LM head's norm runs */
+    gpu->ops->rms_norm(gpu, dx, dx, dg, n, dim, 1e-6f);
+    get(y, dx, sz);
+    check(what, y, ref, (size_t) n * dim, 1e-5);
+
+    assert_int_equal(gpu->ops->upload(gpu, dx, x, sz), VLM_OK);
+    cpu->ops->layer_norm(cpu, ref, x, g, b, n, dim, 1e-6f);
+    gpu->ops->layer_norm(gpu, dy, dx, dg, db, n, dim, 1e-6f);
+    get(y, dy, sz);
+    snprintf(what, sizeof(what), "layer_norm n=%d dim=%d", n, dim);
+    check(what, y, ref, (size_t) n * dim, 1e-5);
+
+    gpu->ops->release(gpu, dx);
+    gpu->ops->release(gpu, dg);
+    gpu->ops->release(gpu, db);
+    gpu->ops->release(gpu, dy);
+    free(x);
+    free(g);
+    free(b);
+    free(y);
+    free(ref);
+}
+
+
+static void
+test_norms(void **state)
+{
+    require_gpu();
+
+    check_norms(1, 1);
+    check_norms(3, 7);
+    check_norms(33, 128);
+    check_norms(2, 1000);
+    check_norms(5, 3584);
+    check_norms(1, 4097);
+}
+
+
+/* rotary: the table (M-RoPE sections, 2D vision) and the rotation */
+
+static void
+check_rope(int n, int n_comp, int n_heads, int head_dim, int stride)
+{
+    int       i, half;
+    char      what[80];
+    float    *inv, *x, *c, *s, *rc, *rs, *dinv, *dx, *dc, *ds, *y;
+    int32_t  *pos, *dpos;
+    uint8_t   comp[128];
+
+    half = head_dim / 2;
+    pos = malloc((size_t) n * n_comp * sizeof(int32_t));
+    inv = malloc((size_t) half * sizeof(float));
+    c = malloc((size_t) n * half * sizeof(float));
+    s = malloc((size_t) n * half * sizeof(float));
+    rc = malloc((size_t) n * half * sizeof(float));
+    rs = malloc((size_t) n * half * sizeof(float));
+    y = malloc((size_t) n * stride * sizeof(float));
+    assert_true(pos && inv && c && s && rc && rs && y);
+
+    for (i = 0; i < n * n_comp; i++) {
+        pos[i] = (int32_t) (rng_state % 5000);
+        (void) frand();
+    }
+
+    for (i = 0; i < half; i++) {
+        inv[i] = powf(1000000.0f, -2.0f * i / head_dim);
+        comp[i] = (uint8_t) (i * n_comp / half);   /* sections in order */
+    }
+
+    x = rand_vec((size_t) n * stride);
+
+    dpos = dev(pos, (size_t) n * n_comp * sizeof(int32_t));
+    dinv = dev(inv, (size_t) half * sizeof(float));
+    dc = dev(NULL, (size_t) n * half * sizeof(float));
+    ds = dev(NULL, (size_t) n * half * sizeof(float));
+    dx = dev(x, (size_t) n * stride * sizeof(float));
+
+    cpu->ops->rope_table(cpu, rc, rs, pos, n, n_comp, inv, comp, half);
+    gpu->ops->rope_table(gpu, dc, ds, dpos, n, n_comp, dinv, comp, half);
+    get(c, dc, (size_t) n * half * sizeof(float));
+    get(s, ds, (size_t) n * half * sizeof(float));
+
+    snprintf(what, sizeof(what), "rope_table n=%d comp=%d half=%d", n,
+             n_comp, half);
+    check(what, c, rc, (size_t) n * half, 1e-5);
+    check(what, s, rs, (size_t) n * half, 1e-5);
+
+    /* the rotation of the same table on both */
+    cpu->ops->rope(cpu, x, n, stride, n_heads, head_dim, rc, rs);
+    gpu->ops->rope(gpu, dx, n, stride, n_heads, head_dim, dc, ds);
+    get(y, dx, (size_t) n * stride * sizeof(float));
+
+    snprintf(what, sizeof(what), "rope n=%d heads=%d hd=%d stride=%d", n,
+             n_heads, head_dim, stride);
+    check(what, y, x, (size_t) n * stride, 1e-5);
+
+    gpu->ops->release(gpu, dpos);
+    gpu->ops->release(gpu, dinv);
+    gpu->ops->release(gpu, dc);
+    gpu->ops->release(gpu, ds);
+    gpu->ops->release(gpu, dx);
+    free(pos);
+    free(inv);
+    free(c);
+    free(s);
+    free(rc);
+    free(rs);
+    free(x);
+    free(y);
+}
+
+
+static void
+test_rope(void **state)
+{
+    require_gpu();
+
+    check_rope(1, 3, 4, 16, 64);
+    check_rope(37, 3, 28, 128, 28 * 128);
+    check_rope(5, 2, 16, 80, 3 * 16 * 80);      /* vision: q of a qkv row */
+    check_rope(300, 2, 3, 64, 200);
+}
+
+
+/* activations, residual adds, rows */
+
+static void
+check_act(int n, int dim, vlm_act_t act)
+{
+    char     what[64];
+    float   *g, *u, *y, *ref, *dg, *du, *dy;
+    size_t   cnt, sz;
+
+    cnt = (size_t) n * dim;
+    sz = cnt * sizeof(float);
+    g = rand_vec(cnt);
+    u = rand_vec(cnt);
+    y = malloc(sz);
+    ref = malloc(sz);
+    assert_true(y != NULL && ref != NULL);
+
+    /* a wider range than [-1, 1], where the curves differ */
+    for (size_t i = 0; i < cnt; i++) {
+        g[i] *= 6.0f;
+    }
+
+    dg = dev(g, sz);
+    du = dev(u, sz);
+    dy = dev(NULL, sz);
+
+    cpu->ops->gated_act(cpu, ref, g, u, n, dim, act);
+    gpu->ops->gated_act(gpu, dy, dg, du, n, dim, act);
+    get(y, dy, sz);
+    snprintf(what, sizeof(what), "gated_act %d n=%d dim=%d", (int) act, n,
+             dim);
+    check(what, y, ref, cnt, 1e-5);
+
+    cpu->ops->act(cpu, g, n, dim, act);
+    gpu->ops->act(gpu, dg, n, dim, act);
+    get(y, dg, sz);
+    snprintf(what, sizeof(what), "act %d n=%d dim=%d", (int) act, n, dim);
+    check(what, y, g, cnt, 1e-5);
+
+    cpu->ops->add(cpu, g, u, cnt);
+    gpu->ops->add(gpu, dg, du, cnt);
+    get(y, dg, sz);
+    check("add", y, g, cnt, 1e-6);
+
+    gpu->ops->release(gpu, dg);
+    gpu->ops->release(gpu, du);
+    gpu->ops->release(gpu, dy);
+    free(g);
+    free(u);
+    free(y);
+    free(ref);
+}
+
+
+static void
+test_act(void **state)
+{
+    int  a;
+
+    require_gpu();
+
+    for (a = VLM_ACT_SILU; a <= VLM_ACT_QUICK_GELU; a++) {
+        check_act(1, 1, (vlm_act_t) a);
+        check_act(3, 1001, (vlm_act_t) a);
+        check_act(17, 4864, (vlm_act_t) a);
+    }
+}
+
+
+static void
+test_embed_gather(void **state)
+{
+    int           i, n, vocab, cols;
+    float        *tf, *y, *ref, *dy, *dx, *x;
+    int32_t       ids[40], *dids;
+    uint16_t     *th;
+    vlm_error_t   err;
+    vlm_weight_t  wc, wg;
+
+    require_gpu();
+
+    vocab = 1000;
+    cols = 77;
+    n = 40;
+
+    tf = rand_vec((size_t) vocab * cols);
+    th = malloc((size_t) vocab * cols * sizeof(uint16_t));
+    y = malloc((size_t) n * cols * sizeof(float));
+    ref = malloc((size_t) n * cols * sizeof(float));
+    assert_true(th != NULL && y != NULL && ref != NULL);
+
+    for (i = 0; i < vocab * cols; i++) {
+        th[i] = vlm_f32_to_bf16(tf[i]);
+    }
+
+    for (i = 0; i < n; i++) {
+        ids[i] = i % 7 == 3 ? -1 : (int32_t) ((i * 7919) % vocab);
+    }
+
+    ids[0] = vocab - 1;
+
+    assert_int_equal(cpu->ops->weight_bind(cpu, &wc, th, VLM_DTYPE_BF16,
+                                           vocab, cols, &err), VLM_OK);
+    assert_int_equal(gpu->ops->weight_bind(gpu, &wg, th, VLM_DTYPE_BF16,
+                                           vocab, cols, &err), VLM_OK);
+
+    /* rows with ids < 0 keep what they held */
+    x = rand_vec((size_t) n * cols);
+    memcpy(ref, x, (size_t) n * cols * sizeof(float));
+    dy = dev(x, (size_t) n * cols * sizeof(float));
+    dids = dev(ids, sizeof(ids));
+
+    cpu->ops->embed(cpu, ref, &wc, ids, n);
+    gpu->ops->embed(gpu, dy, &wg, dids, n);
+    get(y, dy, (size_t) n * cols * sizeof(float));
+    assert_memory_equal(y, ref, (size_t) n * cols * sizeof(float));
+
+    /* gather rows of x by index, repeats included */
+    for (i = 0; i < n; i++) {
+        ids[i] = (int32_t) ((i * 13) % n);
+    }
+
+    assert_int_equal(gpu->ops->upload(gpu, dids, ids, sizeof(ids)), VLM_OK);
+    dx = dev(x, (size_t) n * cols * sizeof(float));
+
+    cpu->ops->gather_rows(cpu, ref, x, ids, n, cols);
+    gpu->ops->gather_rows(gpu, dy, dx, dids, n, cols);
+    get(y, dy, (size_t) n * cols * sizeof(float));
+    assert_memory_equal(y, ref, (size_t) n * cols * sizeof(float));
+
+    gpu->ops->release(gpu, dy);
+    gpu->ops->release(gpu, dx);
+    gpu->ops->release(gpu, dids);
+    free(tf);
+    free(th);
+    free(x);
+    free(y);
+    free(ref);
+}
+
+
+static void
+test_argmax(void **state)
+{
+    int       i, r, n, dims[] = { 1, 31, 1000, 151936 };
+    float    *x, *dx;
+    int32_t   out[4], ref[4], *dout;
+    size_t    k;
+
+    require_gpu();
+
+    for (i = 0; i < 4; i++) {
+        n = 4;
+        x = rand_vec((size_t) n * dims[i]);
+
+        /* row 1: a tie, the first index wins; row 2: the last element */
+        if (dims[i] > 2) {
+            x[dims[i] + 5 % dims[i]] = 3.0f;
+            x[dims[i] + dims[i] - 1] = 3.0f;
+            x[2 * dims[i] + dims[i] - 1] = 5.0f;
+        }
+
+        for (k = (size_t) 3 * dims[i]; k < (size_t) 4 * dims[i]; k++) {
+            x[k] = -1e30f;      /* all equal: index 0 */
+        }
+
+        dx = dev(x, (size_t) n * dims[i] * sizeof(float));
+        dout = dev(NULL, sizeof(out));
+
+        cpu->ops->argmax(cpu, ref, x, n, dims[i]);
+        gpu->ops->argmax(gpu, dout, dx, n, dims[i]);
+        get(out, dout, sizeof(out));
+
+        for (r = 0; r < n; r++) {
+            if (out[r] != ref[r]) {
+                fail_msg("argmax dim=%d row %d: %d, the CPU says %d",
+                         dims[i], r, out[r], ref[r]);
+            }
+        }
+
+        gpu->ops->release(gpu, dx);
+        gpu->ops->release(gpu, dout);
+        free(x);
+    }
+}
+
+
+/*
+ * kv_store then attention_paged: sequences of decode rows and prefill
+ * runs with their KV at block boundaries, blocks scattered over the cache
+ */
+static void
+check_paged(int n_seqs, int n_heads, int n_kv_heads, int head_dim,
+    int block_size, int n_q_max, int kv_max)
+{
+    int               s, i, b, n_blocks, kv_dim, D, rows, r, nb, used;
+    char              what[96];
+    float            *kc, *vc, *dkc, *dvc, *k, *v, *q, *dk, *dv, *dq;
+    float            *out, *dout, *ref;
+    int32_t          *bt, *dbt, *perm;
+    size_t            csz;
+    vlm_attn_seq_t    sc[64], sg[64];
+    vlm_attn_paged_t  pa;
+
+    assert_true(n_seqs <= 64);
+
+    kv_dim = n_kv_heads * head_dim;
+    D = n_heads * head_dim;
+    nb = (kv_max + n_q_max + block_size - 1) / block_size;
+    n_blocks = n_seqs * nb;
+    csz = (size_t) n_blocks * block_size * kv_dim * sizeof(float);
+
+    kc = rand_vec(csz / sizeof(float));
+    vc = rand_vec(csz / sizeof(float));
+    dkc = dev(kc, csz);
+    dvc = dev(vc, csz);
+
+    /* every sequence's blocks, shuffled over the cache */
+    perm = malloc((size_t) n_blocks * sizeof(int32_t));
+    assert_non_null(perm);
+    for (i = 0; i < n_blocks; i++) {
+        perm[i] = i;
+    }
+    for (i = n_blocks - 1; i > 0; i--) {
+        b = (int) ((frand() + 1.0f) * 0.5f * i);
+        r = perm[i];
+        perm[i] = perm[b];
+        perm[b] = r;
+    }
+
+    bt = perm;
+    dbt = dev(bt, (size_t) n_blocks * sizeof(int32_t));
+
+    rows = 0;
+    for (s = 0; s < n_seqs; s++) {
+        sc[s].n_q = s % 3 == 2 ? 1 + s % n_q_max : 1;
+        /* the longest first, then a spread around block boundaries */
+        sc[s].kv_start = s == 0 ? kv_max - 1
+                                : (s * 37 + block_size - 1) % kv_max;
+        if (s % 4 == 1) {
+            sc[s].kv_start = (sc[s].kv_start / block_size) * block_size;
+        }
+        rows += sc[s].n_q;
+    }
+
+    q = rand_vec((size_t) rows * D);
+    k = rand_vec((size_t) rows * kv_dim);
+    v = rand_vec((size_t) rows * kv_dim);
+    ref = calloc((size_t) rows * D, sizeof(float));
+    out = calloc((size_t) rows * D, sizeof(float));
+    assert_true(ref != NULL && out != NULL);
+
+    dq = dev(q, (size_t) rows * D * sizeof(float));
+    dk = dev(k, (size_t) rows * kv_dim * sizeof(float));
+    dv = dev(v, (size_t) rows * kv_dim * sizeof(float));
+    dout = dev(NULL, (size_t) rows * D * sizeof(float));
+
+    used = 0;
+    for (s = 0; s < n_seqs; s++) {
+        sc[s].q = q + (size_t) used * D;
+        sc[s].out = ref + (size_t) used * D;
+        sc[s].block_table = bt + (size_t) s * nb;
+        sg[s] = sc[s];
+        sg[s].q = dq + (size_t) used * D;
+        sg[s].out = dout + (size_t) used * D;
+        sg[s].block_table = dbt + (size_t) s * nb;
+
+        cpu->ops->kv_store(cpu, kc, vc, sc[s].block_table, block_size,
+                           kv_dim, sc[s].kv_start, k + (size_t) used * kv_dim,
+                           v + (size_t) used * kv_dim, kv_dim, sc[s].n_q);
+        gpu->ops->kv_store(gpu, dkc, dvc, sg[s].block_table, block_size,
+                           kv_dim, sg[s].kv_start,
+                           dk + (size_t) used * kv_dim,
+                           dv + (size_t) used * kv_dim, kv_dim, sg[s].n_q);
+        used += sc[s].n_q;
+    }
+
+    pa.block_size = block_size;
+    pa.n_heads = n_heads;
+    pa.n_kv_heads = n_kv_heads;
+    pa.head_dim = head_dim;
+    pa.scale = 1.0f / sqrtf((float) head_dim);
+    pa.n_seqs = n_seqs;
+
+    pa.k_cache = kc;
+    pa.v_cache = vc;
+    pa.seqs = sc;
+    cpu->ops->attention_paged(cpu, &pa);
+
+    pa.k_cache = dkc;
+    pa.v_cache = dvc;
+    pa.seqs = sg;
+    gpu->ops->attention_paged(gpu, &pa);
+
+    get(out, dout, (size_t) rows * D * sizeof(float));
+
+    /* the caches after kv_store, then the attention */
+    {
+        float  *h = malloc(csz);
+
+        assert_non_null(h);
+        get(h, dkc, csz);
+        assert_memory_equal(h, kc, csz);
+        get(h, dvc, csz);
+        assert_memory_equal(h, vc, csz);
+        free(h);
+    }
+
+    snprintf(what, sizeof(what), "attention_paged seqs=%d heads=%d/%d "
+             "hd=%d bs=%d", n_seqs, n_heads, n_kv_heads, head_dim,
+             block_size);
+    check(what, out, ref, (size_t) rows * D, 1e-5);
+
+    gpu->ops->release(gpu, dkc);
+    gpu->ops->release(gpu, dvc);
+    gpu->ops->release(gpu, dbt);
+    gpu->ops->release(gpu, dq);
+    gpu->ops->release(gpu, dk);
+    gpu->ops->release(gpu, dv);
+    gpu->ops->release(gpu, dout);
+    free(kc);
+    free(vc);
+    free(perm);
+    free(q);
+    free(k);
+    free(v);
+    free(ref);
+    free(out);
+}
+
+
+static void
+test_attention_paged(void **state)
+{
+    require_gpu();
+
+    check_paged(1, 4, 4, 16, 16, 1, 20);
+    check_paged(3, 28, 4, 128, 16, 6, 300);      /* Qwen2.5-7B: 7 per kv */
+    check_paged(5, 12, 2, 128, 16, 9, 1000);     /* Qwen2-VL-2B: 6 */
+    check_paged(7, 14, 2, 64, 8, 17, 130);
+    check_paged(40, 8, 8, 32, 1, 3, 60);         /* > one launch's seqs */
+    check_paged(2, 16, 16, 256, 16, 4, 70);      /* the largest head */
+    check_paged(4, 6, 3, 80, 32, 5, 1500);
+
+    /* few blocks, long contexts: the keys split over the grid */
+    check_paged(1, 28, 4, 128, 16, 1, 3000);
+    check_paged(1, 8, 1, 64, 16, 1, 4097);
+    check_paged(2, 12, 2, 80, 16, 1, 777);
+}
+
+
+static void
+check_varlen(const int32_t *cu, int n_seg, int n_heads, int n_kv_heads,
+    int head_dim, int causal)
+{
+    int                rows, D, kv_dim, q_stride, kv_stride;
+    char               what[96];
+    float             *qkv, *dqkv, *out, *ref, *dout;
+    int32_t           *dcu;
+    vlm_attn_varlen_t  a;
+
+    rows = cu[n_seg];
+    D = n_heads * head_dim;
+    kv_dim = n_kv_heads * head_dim;
+
+    /* q, k and v interleaved in one row, as the vision tower's qkv */
+    q_stride = D + 2 * kv_dim;
+    kv_stride = q_stride;
+
+    qkv = rand_vec((size_t) rows * q_stride);
+    ref = calloc((size_t) rows * D, sizeof(float));
+    out = calloc((size_t) rows * D, sizeof(float));
+    assert_true(ref != NULL && out != NULL);
+
+    dqkv = dev(qkv, (size_t) rows * q_stride * sizeof(float));
+    dout = dev(NULL, (size_t) rows * D * sizeof(float));
+    dcu = dev(cu, (size_t) (n_seg + 1) * sizeof(int32_t));
+
+    a.q_stride = q_stride;
+    a.kv_stride = kv_stride;
+    a.n_heads = n_heads;
+    a.n_kv_heads = n_kv_heads;
+    a.head_dim = head_dim;
+    a.scale = 1.0f / sqrtf((float) head_dim);
+    a.n_segments = n_seg;
+    a.causal = causal;
+
+    a.out = ref;
+    a.q = qkv;
+    a.k = qkv + D;
+    a.v = qkv + D + kv_dim;
+    a.cu_seqlens = cu;
+    cpu->ops->attention_varlen(cpu, &a);
+
+    a.out = dout;
+    a.q = dqkv;
+    a.k = dqkv + D;
+    a.v = dqkv + D + kv_dim;
+    a.cu_seqlens = dcu;
+    gpu->ops->attention_varlen(gpu, &a);
+
+    get(out, dout, (size_t) rows * D * sizeof(float));
+
+    snprintf(what, sizeof(what), "attention_varlen rows=%d segs=%d "
+             "heads=%d/%d hd=%d causal=%d", rows, n_seg, n_heads, n_kv_heads,
+             head_dim, causal);
+    check(what, out, ref, (size_t) rows * D, 1e-5);
+
+    gpu->ops->release(gpu, dqkv);
+    gpu->ops->release(gpu, dout);
+    gpu->ops->release(gpu, dcu);
+    free(qkv);
+    free(ref);
+    free(out);
+}
+
+
+static void
+test_attention_varlen(void **state)
+{
+    static const int32_t  one[] = { 0, 1 };
+    static const int32_t  segs[] = { 0, 5, 21, 64, 65, 200 };
+    static const int32_t  windows[] = { 0, 64, 128, 192, 256, 300, 364,
+                                        428, 492, 512 };
+    static const int32_t  full[] = { 0, 1024 };
+
+    require_gpu();
+
+    check_varlen(one, 1, 2, 2, 16, 0);
+    check_varlen(segs, 5, 4, 2, 80, 0);
+    check_varlen(segs, 5, 4, 2, 80, 1);
+    check_varlen(segs, 5, 6, 1, 64, 1);
+    check_varlen(windows, 9, 16, 16, 80, 0);
+    check_varlen(full, 1, 3, 3, 128, 0);
+    check_varlen(segs, 5, 2, 2, 256, 0);
+}
+
+
+/* the memory a test gave back: the pool is where it started */
+static void
+test_pool_idle(void **state)
+{
+    void    *p[8];
+    size_t   before;
+    int      i;
+
+    require_gpu();
+
+    before = gpu->allocated;
+
+    for (i = 0; i < 8; i++) {
+        p[i] = gpu->ops->alloc(gpu, (size_t) (i + 1) * 1000003);
+        assert_non_null(p[i]);
+    }
+
+    /* out of order: the free list merges its neighbours again */
+    for (i = 0; i < 8; i += 2) {
+        gpu->ops->release(gpu, p[i]);
+    }
+    for (i = 1; i < 8; i += 2) {
+        gpu->ops->release(gpu, p[i]);
+    }
+
+    assert_int_equal(gpu->allocated, before);
+
+    /* a buffer of nearly all that is left fits again */
+    p[0] = gpu->ops->alloc(gpu, 200u << 20);
+    assert_non_null(p[0]);
+    gpu->ops->release(gpu, p[0]);
+}
+
+
+/* the model: CUDA against CPU on the fixture checkpoints */
+
+static void
+load_npy(vlm_npy_t *npy, const char *model, const char *ref_case,
+    const char *file)
+{
+    char         path[512];
+    vlm_error_t  err;
+
+    snprintf(path, sizeof(path), FIX "/%s/ref/%s/%s", model, ref_case,
+             file);
+
+    if (vlm_npy_load(npy, path, &err) != VLM_OK) {
+        fail_msg("%s", err.msg);
+    }
+}
+
+
+static vlm_model_t *
+load_model(const char *name, const char *backend)
+{
+    char                path[256];
+    vlm_error_t         err;
+    vlm_model_t        *m;
+    vlm_model_params_t  p;
+
+    vlm_model_params_default(&p);
+    p.n_threads = 2;
+    p.max_seqs = 2;
+    p.max_seq_len = 256;
+    p.max_batch_tokens = 16;        /* prompts run in several chunks */
+    p.max_image_patches = 128;
+    p.kv_block_size = 8;
+    p.backend = backend;
+    p.device_bytes = (size_t) 256 << 20;
+
+    snprintf(path, sizeof(path), FIX "/%s", name);
+
+    if (vlm_model_load(&m, path, &p, &err) != VLM_OK) {
+        fail_msg("load %s on %s: %s", name, backend, err.msg);
+    }
+
+    return m;
+}
+
+
+static void
+parity_case(vlm_model_t *mc, vlm_model_t *mg, const char *name,
+    const char *ref_case, int n_images)
+{
+    int                      i, k, V, n, diverged;
+    char                     file[64];
+    double                   d, dref;
+    int32_t                  tc, tg;
+    vlm_npy_t                ids, grid, pix[2], last;
+    vlm_seq_t               *sc, *sg;
+    vlm_image_t              img[2];
+    vlm_error_t              err;
+    const float             *lc, *lg;
+
+    V = vlm_model_info(mc)->vocab_size;
+
+    load_npy(&ids, name, ref_case, "input_ids.npy");
+    load_npy(&last, name, ref_case, "logits_last.npy");
+    n = (int) ids.n;
+
+    if (n_images > 0) {
+        load_npy(&grid, name, ref_case, "grid_thw.npy");
+    }
+
+    for (i = 0; i < n_images; i++) {
+        snprintf(file, sizeof(file), "pixel_values_%d.npy", i);
+        load_npy(&pix[i], name, ref_case, file);
+        img[i].pixels = pix[i].data;
+        img[i].grid_t = ((int32_t *) grid.data)[3 * i];
+        img[i].grid_h = ((int32_t *) grid.data)[3 * i + 1];
+        img[i].grid_w = ((int32_t *) grid.data)[3 * i + 2];
+    }
+
+    assert_int_equal(vlm_seq_init(mc, &sc, &err), VLM_OK);
+    assert_int_equal(vlm_seq_init(mg, &sg, &err), VLM_OK);
+
+    if (vlm_seq_prefill(sc, ids.data, n, img, n_images, NULL, &err)
+        != VLM_OK
+        || vlm_seq_prefill(sg, ids.data, n, img, n_images, NULL, &err)
+           != VLM_OK)
+    {
+        fail_msg("%s/%s: %s", name, ref_case, err.msg);
+    }
+
+    d = rel_l2(vlm_seq_logits(sg), vlm_seq_logits(sc), (size_t) V);
+    dref = rel_l2(vlm_seq_logits(sg), last.data, (size_t) V);
+
+    print_message("%s/%s: last logits, CUDA against CPU: relative L2 %.3g; "
+                  "against transformers %.3g\n", name, ref_case, d, dref);
+
+    if (d > 1e-2) {
+        fail_msg("%s/%s: CUDA and CPU last logits differ: relative L2 %g "
+                 "> 1e-2", name, ref_case, d);
+    }
+
+    /* 32 greedy tokens, each backend on its own; report a divergence */
+    diverged = -1;
+
+    for (i = 0; i < 32; i++) {
+        lc = vlm_seq_logits(sc);
+        lg = vlm_seq_logits(sg);
+        tc = 0;
+        tg = 0;
+
+        for (k = 1; k < V; k++) {
+            tc = lc[k] > lc[tc] ? k : tc;
+            tg = lg[k] > lg[tg] ? k : tg;
+        }
+
+        if (tc != tg) {
+            diverged = i;
+            print_message("%s/%s: greedy token %d: CUDA %d, CPU %d (CPU "
+                          "logits %.4f against %.4f)\n", name, ref_case, i,
+                          (int) tg, (int) tc, lc[tc], lc[tg]);
+            break;
+        }
+
+        if (vlm_decode(mc, &sc, &tc, 1, &err) != VLM_OK
+            || vlm_decode(mg, &sg, &tg, 1, &err) != VLM_OK)
+        {
+            fail_msg("%s/%s: decode: %s", name, ref_case, err.msg);
+        }
+    }
+
+    if (diverged < 0) {
+        print_message("%s/%s: 32 greedy tokens identical\n", name, ref_case);
+    }
+
+    vlm_seq_free(sc);
+    vlm_seq_free(sg);
+    vlm_npy_free(&ids);
+    vlm_npy_free(&last);
+    if (n_images > 0) {
+        vlm_npy_free(&grid);
+    }
+    for (i = 0; i < n_images; i++) {
+        vlm_npy_free(&pix[i]);
+    }
+}
+
+
+static void
+parity_model(const char *name)
+{
+    vlm_model_t        *mc, *mg;
+    vlm_model_stats_t   st;
+
+    mc = load_model(name, "cpu");
+    mg = load_model(name, "cuda");
+
+    parity_case(mc, mg, name, "text", 0);
+    parity_case(mc, mg, name, "image1", 1);
+    parity_case(mc, mg, name, "image2", 2);
+
+    /* nothing allocated after load, everything back */
+    vlm_model_stats(mg, &st);
+    assert_int_equal(st.backend_allocs, 0);
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(st.seqs_used, 0);
+
+    vlm_model_free(mc);
+    vlm_model_free(mg);
+}
+
+
+static void
+test_model_qwen2vl_f32(void **state)
+{
+    require_gpu();
+    parity_model("qwen2vl-f32");
+}
+
+
+static void
+test_model_qwen2vl_bf16(void **state)
+{
+    require_gpu();
+    parity_model("qwen2vl-bf16");
+}
+
+
+static void
+test_model_qwen25vl_f32(void **state)
+{
+    require_gpu();
+    parity_model("qwen25vl-f32");
+}
+
+
+static void
+test_model_qwen25vl_bf16(void **state)
+{
+    require_gpu();
+    parity_model("qwen25vl-bf16");
+}
+
+
+/*
+ * The decode benchmark: the op sequence of one decoder step (as
+ * vlm_lm_forward issues it for one token) on a random decoder of
+ * Qwen2.5-VL-7B's shapes, timed over many steps; weight bytes read per
+ * step over the step time, against a device-to-device copy.
+ */
+
+static double
+now_s(void)
+{
+    struct timespec  ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+
+typedef struct {
+    vlm_weight_t  wq, wk, wv, wo, gate, up, down;
+    float        *bq, *bk, *bv, *ln1, *ln2;
+} bench_layer_t;
+
+
+static int
+bench(int n_layers)
+{
+    int                i, l, step, steps, H, I, nh, nkv, hd, KV, V, ctx;
+    int                bs, nblk;
+    void              *big, *big2;
+    float             *x, *h, *q, *k, *v, *att, *o, *g, *u, *cs, *sn;
+    float             *kc, *vc, *logits, *ones, *host, *invf, *dinv;
+    double             t0, t1, copy_bw, step_s, wbytes;
+    int32_t           *bt, *dbt, *pos, *dpos;
+    uint8_t            comp[64];
+    uint16_t          *wh;
+    size_t             big_bytes, maxw;
+    vlm_error_t        err;
+    vlm_weight_t       head;
+    bench_layer_t     *L;
+    vlm_attn_seq_t     sq;
+    vlm_attn_paged_t   pa;
+
+    H = 3584;
+    I = 18944;
+    nh = 28;
+    nkv = 4;
+    hd = 128;
+    KV = nkv * hd;
+    V = 152064;
+    ctx = 1024;                 /* the keys each step attends to */
+    bs = 16;
+    nblk = ctx / bs + 1;
+
+    /* the copy bandwidth: 4 GB read and written */
+    big_bytes = (size_t) 2 << 30;
+    big = gpu->ops->alloc(gpu, big_bytes);
+    big2 = gpu->ops->alloc(gpu, big_bytes);
+    if (big == NULL || big2 == NULL) {
+        printf("bench: no room for the copy test\n");
+        return 1;
+    }
+
+    gpu->ops->copy(gpu, big2, big, big_bytes);
+    gpu->ops->synchronize(gpu);
+    t0 = now_s();
+    for (i = 0; i < 10; i++) {
+        gpu->ops->copy(gpu, big2, big, big_bytes);
+    }
+    gpu->ops->synchronize(gpu);
+    t1 = now_s();
+    copy_bw = 2.0 * big_bytes * 10 / (t1 - t0);
+    gpu->ops->release(gpu, big);
+    gpu->ops->release(gpu, big2);
+
+    /* random bf16 weights, one host matrix bound again for each layer */
+    maxw = (size_t) vlm_max((size_t) I * H, (size_t) V * H);
+    wh = malloc(maxw * sizeof(uint16_t));
+    L = calloc((size_t) n_layers, sizeof(bench_layer_t));
+    host = malloc((size_t) I * sizeof(float));
+    if (wh == NULL || L == NULL || host == NULL) {
+        printf("bench: no host memory\n");
+        return 1;
+    }
+
+    for (size_t e = 0; e < maxw; e++) {
+        wh[e] = vlm_f32_to_bf16(frand() * 0.02f);
+    }
+
+    for (i = 0; i < I; i++) {
+        host[i] = 1.0f;
+    }
+
+    ones = dev(host, (size_t) I * sizeof(float));
+    wbytes = 0.0;
+
+#define BIND(w, r, c)                                                       \
+    do {                                                                    \
+        if (gpu->ops->weight_bind(gpu, &(w), wh, VLM_DTYPE_BF16, r, c,      \
+                                  &err) != VLM_OK)                          \
+        {                                                                   \
+            printf("bench: %s\n", err.msg);                                 \
+            return 1;                                                       \
+        }                                                                   \
+        wbytes += (double) (r) * (c) * 2.0;                                 \
+    } while (0)
+
+    t0 = now_s();
+
+    for (l = 0; l < n_layers; l++) {
+        BIND(L[l].wq, H, H);
+        BIND(L[l].wk, KV, H);
+        BIND(L[l].wv, KV, H);
+        BIND(L[l].wo, H, H);
+        BIND(L[l].gate, I, H);
+        BIND(L[l].up, I, H);
+        BIND(L[l].down, H, I);
+        L[l].bq = L[l].bk = L[l].bv = ones;
+        L[l].ln1 = L[l].ln2 = ones;
+    }
+
+    BIND(head, V, H);
+    gpu->ops->synchronize(gpu);
+    t1 = now_s();
+
+    printf("bench: %d layers, %.2f GB of bf16 weights uploaded in %.1f s\n",
+           n_layers, wbytes / 1e9, t1 - t0);
+
+    x = dev(NULL, (size_t) H * sizeof(float));
+    h = dev(NULL, (size_t) H * sizeof(float));
+    q = dev(NULL, (size_t) H * sizeof(float));
+    k = dev(NULL, (size_t) KV * sizeof(float));
+    v = dev(NULL, (size_t) KV * sizeof(float));
+    att = dev(NULL, (size_t) H * sizeof(float));
+    o = dev(NULL, (size_t) H * sizeof(float));
+    g = dev(NULL, (size_t) I * sizeof(float));
+    u = dev(NULL, (size_t) I * sizeof(float));
+    cs = dev(NULL, (size_t) hd / 2 * sizeof(float));
+    sn = dev(NULL, (size_t) hd / 2 * sizeof(float));
+    logits = dev(NULL, (size_t) V * sizeof(float));
+    kc = dev(NULL, (size_t) n_layers * nblk * bs * KV * sizeof(float));
+    vc = dev(NULL, (size_t) n_layers * nblk * bs * KV * sizeof(float));
+
+    bt = malloc((size_t) nblk * sizeof(int32_t));
+    pos = malloc(3 * sizeof(int32_t));
+    invf = malloc((size_t) hd / 2 * sizeof(float));
+    assert_true(bt != NULL && pos != NULL && invf != NULL);
+
+    for (i = 0; i < nblk; i++) {
+        bt[i] = i;
+    }
+
+    for (i = 0; i < hd / 2; i++) {
+        invf[i] = powf(1000000.0f, -2.0f * i / hd);
+        comp[i] = (uint8_t) (i < 16 ? 0 : (i < 40 ? 1 : 2));
+    }
+
+    pos[0] = pos[1] = pos[2] = ctx - 1;
+    dbt = dev(bt, (size_t) nblk * sizeof(int32_t));
+    dpos = dev(pos, 3 * sizeof(int32_t));
+    dinv = dev(invf, (size_t) hd / 2 * sizeof(float));
+    assert_int_equal(gpu->ops->upload(gpu, x, host, H * sizeof(float)),
+                     VLM_OK);
+
+    sq.out = att;
+    sq.q = q;
+    sq.block_table = dbt;
+    sq.n_q = 1;
+    sq.kv_start = ctx - 1;
+
+    pa.block_size = bs;
+    pa.n_heads = nh;
+    pa.n_kv_heads = nkv;
+    pa.head_dim = hd;
+    pa.scale = 1.0f / sqrtf((float) hd);
+    pa.seqs = &sq;
+    pa.n_seqs = 1;
+
+    steps = 50;
+    t0 = 0.0;
+
+    for (step = -5; step < steps; step++) {
+        if (step == 0) {
+            gpu->ops->synchronize(gpu);
+            t0 = now_s();
+        }
+
+        gpu->ops->rope_table(gpu, cs, sn, dpos, 1, 3, dinv, comp, hd / 2);
+
+        for (l = 0; l < n_layers; l++) {
+            float  *lk = kc + (size_t) l * nblk * bs * KV;
+            float  *lv = vc + (size_t) l * nblk * bs * KV;
+
+            gpu->ops->rms_norm(gpu, h, x, L[l].ln1, 1, H, 1e-6f);
+            gpu->ops->matmul(gpu, q, h, &L[l].wq, L[l].bq, 1);
+            gpu->ops->matmul(gpu, k, h, &L[l].wk, L[l].bk, 1);
+            gpu->ops->matmul(gpu, v, h, &L[l].wv, L[l].bv, 1);
+            gpu->ops->rope(gpu, q, 1, H, nh, hd, cs, sn);
+            gpu->ops->rope(gpu, k, 1, KV, nkv, hd, cs, sn);
+            gpu->ops->kv_store(gpu, lk, lv, dbt, bs, KV, ctx - 1, k, v, KV,
+                               1);
+            pa.k_cache = lk;
+            pa.v_cache = lv;
+            gpu->ops->attention_paged(gpu, &pa);
+            gpu->ops->matmul(gpu, o, att, &L[l].wo, NULL, 1);
+            gpu->ops->add(gpu, x, o, (size_t) H);
+            gpu->ops->rms_norm(gpu, h, x, L[l].ln2, 1, H, 1e-6f);
+            gpu->ops->matmul(gpu, g, h, &L[l].gate, NULL, 1);
+            gpu->ops->matmul(gpu, u, h, &L[l].up, NULL, 1);
+            gpu->ops->gated_act(gpu, g, g, u, 1, I, VLM_ACT_SILU);
+            gpu->ops->matmul(gpu, o, g, &L[l].down, NULL, 1);
+            gpu->ops->add(gpu, x, o, (size_t) H);
+        }
+
+        gpu->ops->rms_norm(gpu, h, x, ones, 1, H, 1e-6f);
+        gpu->ops->matmul(gpu, logits, h, &head, NULL, 1);
+
+        /* the host reads the logits every step, as the engine does */
+        assert_int_equal(gpu->ops->download(gpu, host, logits,
+                                            sizeof(float)), VLM_OK);
+    }
+
+    t1 = now_s();
+    step_s = (t1 - t0) / steps;
+
+    printf("bench: copy bandwidth %.0f GB/s (read + write, 2 GB "
+           "buffers)\n", copy_bw / 1e9);
+    printf("bench: decode batch 1, %d keys: %.3f ms a step, %.0f GB/s of "
+           "weights, %.1f %% of the copy bandwidth\n", ctx, step_s * 1e3,
+           wbytes / step_s / 1e9, 100.0 * wbytes / step_s / copy_bw);
+    printf("BENCH decode_ms=%.3f weight_gbps=%.0f copy_gbps=%.0f "
+           "ratio=%.3f\n", step_s * 1e3, wbytes / step_s / 1e9,
+           copy_bw / 1e9, wbytes / step_s / copy_bw);
+
+    free(wh);
+    free(L);
+    free(host);
+    free(bt);
+    free(pos);
+    free(invf);
+
+    return 0;
+}
+
+
+int
+main(int argc, char **argv)
+{
+    int                 rc;
+    vlm_error_t         err;
+    vlm_backend_conf_t  conf;
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_norms),
+        cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_act),
+        cmocka_unit_test(test_embed_gather),
+        cmocka_unit_test(test_argmax),
+        cmocka_unit_test(test_attention_paged),
+        cmocka_unit_test(test_attention_varlen),
+        cmocka_unit_test(test_pool_idle),
+        cmocka_unit_test(test_model_qwen2vl_f32),
+        cmocka_unit_test(test_model_qwen2vl_bf16),
+        cmocka_unit_test(test_model_qwen25vl_f32),
+        cmocka_unit_test(test_model_qwen25vl_bf16),
+    };
+
+    memset(&conf, 0, sizeof(conf));
+    conf.n_threads = 2;
+    conf.max_ctx = 8192;            /* the longest test: 4,097 keys */
+    conf.device_bytes = (size_t) 1 << 30;
+
+    if (argc >= 2 && strcmp(argv[1], "--bench") == 0) {
+        /* 7B's weights, its KV and the copy test's 4 GB */
+        conf.device_bytes = (size_t) 40 << 30;
+    }
+
+    if (vlm_backend_cuda_init(&gpu, &conf, &err) != VLM_OK) {
+        gpu = NULL;
+        snprintf(no_gpu, sizeof(no_gpu), "%s", err.msg);
+        printf("test_backend_ops: every CUDA test is skipped: %s\n", no_gpu);
+
+        if (argc >= 2) {
+            return 1;
+        }
+    }
+
+    vlm_backend_register("cuda", vlm_backend_cuda_init);
+
+    if (argc >= 2 && strcmp(argv[1], "--bench") == 0) {
+        rc = bench(argc >= 3 ? atoi(argv[2]) : 28);
+        gpu->ops->free(gpu);
+        return rc;
+    }
+
+    if (vlm_backend_cpu_init(&cpu, &conf, &err) != VLM_OK) {
+        printf("test_backend_ops: %s\n", err.msg);
+        return 1;
+    }
+
+    rc = cmocka_run_group_tests_name("backend_ops", tests, NULL, NULL);
+
+    cpu->ops->free(cpu);
+    if (gpu != NULL) {
+        gpu->ops->free(gpu);
+    }
+
+    return rc;
+}
