@@ -10,7 +10,7 @@
  * Variants, chosen once at start-up from cpuid (vlm_cpu_detect):
  *   scalar      the reference: f32 products, f32 sums
  *   avx2        weights widened to f32 in registers, FMA; tiles of
- *               2 weight rows x 4 activation rows
+ *               4 weight rows x 2 activation rows
  *   avx512bf16  vdpbf16ps on bf16 weights and activations rounded to
  *               bf16 (as ggml does for bf16 weights); tiles of 4 x 4
  *               zmm accumulators, masked loads for the tail columns
@@ -28,7 +28,6 @@
 
 
 #define VLM_GEMM_KC  2048       /* columns of a block */
-#define VLM_GEMM_NX  4          /* activation rows of a tile */
 
 
 /*
@@ -43,7 +42,7 @@ typedef void (*vlm_tile_pt)(const uint16_t *w, int ldw, const void *x,
 
 static void
 vlm_gemm_blocked(const vlm_gemm_bf16_t *g, int b0, int b1, vlm_tile_pt tile,
-    int rw_max, size_t x_size)
+    int rw_max, int nx_max, size_t x_size)
 {
     int          rb, re, r, rw, k0, k1, i, nx;
     const char  *x;
@@ -56,8 +55,8 @@ vlm_gemm_blocked(const vlm_gemm_bf16_t *g, int b0, int b1, vlm_tile_pt tile,
         for (k0 = 0; k0 < g->cols; k0 += VLM_GEMM_KC) {
             k1 = vlm_min(k0 + VLM_GEMM_KC, g->cols);
 
-            for (i = 0; i < g->n; i += VLM_GEMM_NX) {
-                nx = vlm_min(VLM_GEMM_NX, g->n - i);
+            for (i = 0; i < g->n; i += nx_max) {
+                nx = vlm_min(nx_max, g->n - i);
                 x = (const char *) g->x + (size_t) i * g->cols * x_size;
 
                 for (r = rb; r < re; r += rw) {
@@ -104,7 +103,7 @@ vlm_tile_scalar(const uint16_t *w, int ldw, const void *xp, int ldx,
 static void
 vlm_gemm_scalar(const vlm_gemm_bf16_t *g, int b0, int b1)
 {
-    vlm_gemm_blocked(g, b0, b1, vlm_tile_scalar, 1, sizeof(float));
+    vlm_gemm_blocked(g, b0, b1, vlm_tile_scalar, 1, 4, sizeof(float));
 }
 
 
@@ -155,7 +154,7 @@ vlm_tile_store(float *y, int ldy, int rw, int nx, const float *sum,
 }
 
 
-/* avx2: RW (<= 2) weight rows x NX (<= 4) activation rows, 8 columns */
+/* avx2: RW (<= 4) weight rows x NX (<= 2) activation rows, 8 columns */
 
 VLM_AVX2 static VLM_INLINE float
 vlm_hsum256(__m256 v)
@@ -176,7 +175,7 @@ vlm_tile_avx2_rn(const uint16_t *w, int ldw, const float *x, int ldx,
 {
     int      r, i, k;
     float    t;
-    __m256   acc[2][4], wv[2];
+    __m256   acc[4][2], wv[4];
 
     #pragma GCC unroll 4
     for (r = 0; r < RW; r++) {
@@ -234,23 +233,26 @@ vlm_tile_avx2(const uint16_t *w, int ldw, const void *xp, int ldx, int k0,
 
     /* each (rows, activations) its own unrolled body */
     switch (rw * 8 + nx) {
-    case 2 * 8 + 4: vlm_tile_avx2_rn(w, ldw, x, ldx, k0, k1, 2, 4, sum);
+    case 4 * 8 + 2: vlm_tile_avx2_rn(w, ldw, x, ldx, k0, k1, 4, 2, sum);
                     break;
-    case 2 * 8 + 3: vlm_tile_avx2_rn(w, ldw, x, ldx, k0, k1, 2, 3, sum);
+    case 4 * 8 + 1: vlm_tile_avx2_rn(w, ldw, x, ldx, k0, k1, 4, 1, sum);
+                    break;
+    case 3 * 8 + 2: vlm_tile_avx2_rn(w, ldw, x, ldx, k0, k1, 3, 2, sum);
+                    break;
+    case 3 * 8 + 1: vlm_tile_avx2_rn(w, ldw, x, ldx, k0, k1, 3, 1, sum);
                     break;
     case 2 * 8 + 2: vlm_tile_avx2_rn(w, ldw, x, ldx, k0, k1, 2, 2, sum);
                     break;
     case 2 * 8 + 1: vlm_tile_avx2_rn(w, ldw, x, ldx, k0, k1, 2, 1, sum);
-                    break;
-    case 1 * 8 + 4: vlm_tile_avx2_rn(w, ldw, x, ldx, k0, k1, 1, 4, sum);
-                    break;
-    case 1 * 8 + 3: vlm_tile_avx2_rn(w, ldw, x, ldx, k0, k1, 1, 3, sum);
                     break;
     case 1 * 8 + 2: vlm_tile_avx2_rn(w, ldw, x, ldx, k0, k1, 1, 2, sum);
                     break;
     default:        vlm_tile_avx2_rn(w, ldw, x, ldx, k0, k1, 1, 1, sum);
                     break;
     }
+
+    /* gcc leaves the upper halves dirty: SSE code after it would stall */
+    _mm256_zeroupper();
 
     vlm_tile_store(y, ldy, rw, nx, sum, first, bias);
 }
@@ -259,7 +261,7 @@ vlm_tile_avx2(const uint16_t *w, int ldw, const void *xp, int ldx, int k0,
 static void
 vlm_gemm_avx2(const vlm_gemm_bf16_t *g, int b0, int b1)
 {
-    vlm_gemm_blocked(g, b0, b1, vlm_tile_avx2, 2, sizeof(float));
+    vlm_gemm_blocked(g, b0, b1, vlm_tile_avx2, 4, 2, sizeof(float));
 }
 
 
@@ -347,6 +349,8 @@ vlm_tile_512(const uint16_t *w, int ldw, const void *xp, int ldx, int k0,
                     break;
     }
 
+    _mm256_zeroupper();
+
     vlm_tile_store(y, ldy, rw, nx, sum, first, bias);
 }
 
@@ -374,7 +378,7 @@ vlm_tile_512_any(const uint16_t *w, int ldw, const void *x, int ldx,
 static void
 vlm_gemm_512(const vlm_gemm_bf16_t *g, int b0, int b1)
 {
-    vlm_gemm_blocked(g, b0, b1, vlm_tile_512_any, 4, sizeof(uint16_t));
+    vlm_gemm_blocked(g, b0, b1, vlm_tile_512_any, 4, 4, sizeof(uint16_t));
 }
 
 
@@ -388,6 +392,8 @@ vlm_round_bf16_512(uint16_t *dst, const float *src, size_t n)
                             (__m256i) _mm512_cvtneps_pbh(
                                 _mm512_loadu_ps(src + k)));
     }
+
+    _mm256_zeroupper();
 
     vlm_round_bf16_scalar(dst + k, src + k, n - k);
 }
