@@ -248,6 +248,7 @@ test_matmul_bf16_kernels(void **state)
             check_matmul_level(level, VLM_DTYPE_BF16, 70, 50, 96, x_bf16);
             check_matmul_level(level, VLM_DTYPE_BF16, 5, 19, 2100, x_bf16);
             check_matmul_level(level, VLM_DTYPE_BF16, 9, 33, 4127, x_bf16);
+            check_matmul_level(level, VLM_DTYPE_BF16, 2, 21, 4127, x_bf16);
         }
     }
 

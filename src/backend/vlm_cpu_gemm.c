@@ -44,16 +44,19 @@ static void
 vlm_gemm_blocked(const vlm_gemm_bf16_t *g, int b0, int b1, vlm_tile_pt tile,
     int rw_max, int nx_max, size_t x_size)
 {
-    int          rb, re, r, rw, k0, k1, i, nx;
+    int          rb, re, r, rw, k0, k1, kc, i, nx;
     const char  *x;
+
+    /* one activation group reads each weight once: no column blocks */
+    kc = g->n <= nx_max ? g->cols : VLM_GEMM_KC;
 
     for (rb = b0 * VLM_GEMM_RB; rb < vlm_min(b1 * VLM_GEMM_RB, g->rows);
          rb += VLM_GEMM_RB)
     {
         re = vlm_min(rb + VLM_GEMM_RB, g->rows);
 
-        for (k0 = 0; k0 < g->cols; k0 += VLM_GEMM_KC) {
-            k1 = vlm_min(k0 + VLM_GEMM_KC, g->cols);
+        for (k0 = 0; k0 < g->cols; k0 += kc) {
+            k1 = vlm_min(k0 + kc, g->cols);
 
             for (i = 0; i < g->n; i += nx_max) {
                 nx = vlm_min(nx_max, g->n - i);
