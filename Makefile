@@ -8,6 +8,8 @@
 #   make default-model  retrain models/default (CPU, one core, about 26 minutes)
 #   make asan       unit tests under AddressSanitizer/LeakSanitizer
 #   make bench      benchmarks under bench/
+#   make bench-build  build them only (make test does, so they keep
+#                   compiling)
 #   make fuzz       bounded libFuzzer runs (clang)
 #   make venv-test  the OpenAI Python SDK for t/009 in build/venv-test
 #   make load       1,000 requests at concurrency 16 against a real nginx:
@@ -78,7 +80,8 @@ MOD_SRCS  := config ngx_http_vlm_module.c $(wildcard src/http/*.c) \
              $(LIB_SRCS) $(HDRS)
 
 .PHONY: all lib cli engine module deps unit prove test run fixtures asan \
-        bench fuzz fuzz-openai clean FORCE venv-test load load-images
+        bench bench-build fuzz fuzz-openai clean FORCE venv-test load \
+        load-images
 
 all: lib cli $(if $(ENGINE_SRCS),engine) module
 
@@ -149,6 +152,8 @@ $(MODULE): $(NGX_BUILD)/objs/Makefile $(MOD_SRCS)
 
 FORCE:
 
+$(BENCHES:%=%.o): $(wildcard bench/*.h)
+
 # keep the objects of tests and benchmarks between runs
 .SECONDARY: $(TESTS:%=%.o) $(BENCHES:%=%.o)
 
@@ -165,6 +170,7 @@ NPROC     := $(shell nproc 2>/dev/null || echo 2)
 test: deps
 	$(MAKE) -j$(NPROC) all
 	$(MAKE) -j$(NPROC) $(TESTS)
+	$(MAKE) -j$(NPROC) bench-build
 	$(MAKE) unit
 	-$(MAKE) venv-test
 	$(MAKE) prove
@@ -219,6 +225,8 @@ default-model:
 asan:
 	$(MAKE) BUILD=$(ROOT)/build-asan OPT=-O1 \
 	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" unit
+
+bench-build: $(BENCHES)
 
 bench: $(BENCHES)
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
