@@ -195,6 +195,9 @@ vlm_tile_avx2_rn(const uint16_t *w, int ldw, const float *x, int ldx,
                         _mm256_cvtepu16_epi32(_mm_loadu_si128(
                             (const __m128i *) (w + (size_t) r * ldw + k))),
                         16));
+            /* the next tile's rows, as in the AVX512_BF16 tiles */
+            _mm_prefetch((const char *) (w + (size_t) (RW + r) * ldw + k),
+                         _MM_HINT_T0);
         }
 
         #pragma GCC unroll 4
