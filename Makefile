@@ -10,6 +10,8 @@
 #   make asan-nginx the module and the engine under ASan + UBSan: every
 #                   t/ suite and the HTTP fuzzer (fuzz/http_fuzz.pl)
 #   make bench      benchmarks under bench/
+#   make bench-build  build them only (make test does, so they keep
+#                   compiling)
 #   make fuzz       bounded libFuzzer runs (clang)
 #   make venv-test  the OpenAI Python SDK for t/009 in build/venv-test
 #   make load       1,000 requests at concurrency 16 against a real nginx:
@@ -105,7 +107,8 @@ MOD_SRCS  := config ngx_http_vlm_module.c $(wildcard src/http/*.c) \
              $(LIB_SRCS) $(HDRS)
 
 .PHONY: all lib cli engine module deps unit prove test run fixtures asan \
-        bench fuzz fuzz-openai clean FORCE venv-test load load-images
+        bench bench-build fuzz fuzz-openai clean FORCE venv-test load \
+        load-images
 
 all: lib cli $(if $(ENGINE_SRCS),engine) module
 
@@ -187,6 +190,8 @@ $(MODULE): $(NGX_BUILD)/objs/Makefile $(MOD_SRCS)
 
 FORCE:
 
+$(BENCHES:%=%.o): $(wildcard bench/*.h)
+
 # keep the objects of tests and benchmarks between runs
 .SECONDARY: $(TESTS:%=%.o) $(BENCHES:%=%.o)
 
@@ -203,6 +208,7 @@ NPROC     := $(shell nproc 2>/dev/null || echo 2)
 test: deps
 	$(MAKE) -j$(NPROC) all
 	$(MAKE) -j$(NPROC) $(TESTS)
+	$(MAKE) -j$(NPROC) bench-build
 	$(MAKE) unit
 	-$(MAKE) venv-test
 	$(MAKE) prove
@@ -316,6 +322,8 @@ asan-nginx: asan-nginx-build
 asan-fuzz: asan-nginx-build
 	cd $(ROOT) && $(ASAN_ENV) $(HTTP_FUZZ)
 	@$(ASAN_CHECK)
+
+bench-build: $(BENCHES)
 
 bench: $(BENCHES)
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done

@@ -1,9 +1,12 @@
 /*
  * Writes a random-weight checkpoint with the shapes of
  * Qwen2.5-VL-3B-Instruct in bf16 (about 7.5 GB, two shards and an index,
- * Hugging Face layout) for bench_engine.  Never commit its output.
+ * Hugging Face layout) for bench_engine, or of Qwen2.5-VL-7B-Instruct
+ * (16.6 GB), or the Qwen2.5-VL vision tower on the decoder of
+ * Qwen2.5-0.5B (1.9 GB).  Never commit its output.
  *
- *   bench_checkpoint [DIR]      default /tmp/vlm-bench-qwen25vl-3b
+ *   bench_checkpoint [--shape 0.5b|3b|7b] [DIR]
+ *                            default /tmp/vlm-bench-qwen25vl-<shape>
  *
  * An existing complete checkpoint in DIR is kept.
  */
@@ -23,13 +26,43 @@
 #include "core/vlm_dtype.h"
 
 
-#define BENCH_DIR    "/tmp/vlm-bench-qwen25vl-3b"
 #define MAX_TENSORS  1024
 #define POOL         (1 << 24)       /* random bf16 values reused */
 
 
-/* Qwen2.5-VL-3B-Instruct/config.json (the flat layout it ships with) */
-static const char  *config_json =
+typedef struct {
+    const char  *name;
+    const char  *dir;
+    int          hidden;
+    int          inter;
+    int          layers;
+    int          heads;
+    int          kv_heads;
+    int          tied;          /* the head is the embedding */
+    const char  *mrope;         /* mrope_section: half the head dim */
+} shape_t;
+
+
+/* the decoders of Qwen2.5-VL-3B/7B-Instruct and of Qwen2.5-0.5B */
+static const shape_t  shapes[] = {
+    { "0.5b", "/tmp/vlm-bench-qwen25vl-0.5b", 896, 4864, 24, 14, 2, 1,
+      "8, 12, 12" },
+    { "3b", "/tmp/vlm-bench-qwen25vl-3b", 2048, 11008, 36, 16, 2, 1,
+      "16, 24, 24" },
+    { "7b", "/tmp/vlm-bench-qwen25vl-7b", 3584, 18944, 28, 28, 4, 0,
+      "16, 24, 24" }
+};
+
+
+static const shape_t  *shape;
+
+
+/*
+ * Qwen2.5-VL-3B-Instruct/config.json (the flat layout it ships with),
+ * with the decoder of the shape: hidden, intermediate, heads, layers, kv
+ * heads, tied, vision out size, mrope section
+ */
+static const char  *config_fmt =
     "{\n"
     "  \"architectures\": [\"Qwen2_5_VLForConditionalGeneration\"],\n"
     "  \"model_type\": \"qwen2_5_vl\",\n"
@@ -42,18 +75,18 @@ static const char  *config_json =
     "  \"image_token_id\": 151655,\n"
     "  \"video_token_id\": 151656,\n"
     "  \"hidden_act\": \"silu\",\n"
-    "  \"hidden_size\": 2048,\n"
+    "  \"hidden_size\": %d,\n"
     "  \"initializer_range\": 0.02,\n"
-    "  \"intermediate_size\": 11008,\n"
+    "  \"intermediate_size\": %d,\n"
     "  \"max_position_embeddings\": 128000,\n"
     "  \"max_window_layers\": 70,\n"
-    "  \"num_attention_heads\": 16,\n"
-    "  \"num_hidden_layers\": 36,\n"
-    "  \"num_key_value_heads\": 2,\n"
+    "  \"num_attention_heads\": %d,\n"
+    "  \"num_hidden_layers\": %d,\n"
+    "  \"num_key_value_heads\": %d,\n"
     "  \"rms_norm_eps\": 1e-06,\n"
     "  \"rope_theta\": 1000000.0,\n"
     "  \"sliding_window\": 32768,\n"
-    "  \"tie_word_embeddings\": true,\n"
+    "  \"tie_word_embeddings\": %s,\n"
     "  \"torch_dtype\": \"bfloat16\",\n"
     "  \"use_cache\": true,\n"
     "  \"use_sliding_window\": false,\n"
@@ -64,7 +97,7 @@ static const char  *config_json =
     "    \"intermediate_size\": 3420,\n"
     "    \"num_heads\": 16,\n"
     "    \"in_chans\": 3,\n"
-    "    \"out_hidden_size\": 2048,\n"
+    "    \"out_hidden_size\": %d,\n"
     "    \"patch_size\": 14,\n"
     "    \"spatial_merge_size\": 2,\n"
     "    \"spatial_patch_size\": 14,\n"
@@ -74,7 +107,7 @@ static const char  *config_json =
     "    \"temporal_patch_size\": 2\n"
     "  },\n"
     "  \"rope_scaling\": {\"type\": \"mrope\",\n"
-    "                   \"mrope_section\": [16, 24, 24]},\n"
+    "                   \"mrope_section\": [%s]},\n"
     "  \"vocab_size\": 151936\n"
     "}\n";
 
@@ -107,27 +140,36 @@ add(int shard, const char *name, int n_dims, int64_t a, int64_t b)
 static void
 build(void)
 {
-    int   l;
+    int   l, h, f, kv, nl;
     char  n[96];
 
-    add(0, "model.embed_tokens.weight", 2, 151936, 2048);
-    add(0, "model.norm.weight", 1, 2048, 0);
+    h = shape->hidden;
+    f = shape->inter;
+    nl = shape->layers;
+    kv = h / shape->heads * shape->kv_heads;
 
-    for (l = 0; l < 36; l++) {
+    add(0, "model.embed_tokens.weight", 2, 151936, h);
+    add(0, "model.norm.weight", 1, h, 0);
+
+    if (!shape->tied) {
+        add(1, "lm_head.weight", 2, 151936, h);
+    }
+
+    for (l = 0; l < nl; l++) {
 #define T(s, nd, a, b)  snprintf(n, sizeof(n), "model.layers.%d.%s", l, s);  \
-                        add(l < 18 ? 0 : 1, n, nd, a, b)
-        T("input_layernorm.weight", 1, 2048, 0);
-        T("post_attention_layernorm.weight", 1, 2048, 0);
-        T("self_attn.q_proj.weight", 2, 2048, 2048);
-        T("self_attn.q_proj.bias", 1, 2048, 0);
-        T("self_attn.k_proj.weight", 2, 256, 2048);
-        T("self_attn.k_proj.bias", 1, 256, 0);
-        T("self_attn.v_proj.weight", 2, 256, 2048);
-        T("self_attn.v_proj.bias", 1, 256, 0);
-        T("self_attn.o_proj.weight", 2, 2048, 2048);
-        T("mlp.gate_proj.weight", 2, 11008, 2048);
-        T("mlp.up_proj.weight", 2, 11008, 2048);
-        T("mlp.down_proj.weight", 2, 2048, 11008);
+                        add(l < nl / 2 ? 0 : 1, n, nd, a, b)
+        T("input_layernorm.weight", 1, h, 0);
+        T("post_attention_layernorm.weight", 1, h, 0);
+        T("self_attn.q_proj.weight", 2, h, h);
+        T("self_attn.q_proj.bias", 1, h, 0);
+        T("self_attn.k_proj.weight", 2, kv, h);
+        T("self_attn.k_proj.bias", 1, kv, 0);
+        T("self_attn.v_proj.weight", 2, kv, h);
+        T("self_attn.v_proj.bias", 1, kv, 0);
+        T("self_attn.o_proj.weight", 2, h, h);
+        T("mlp.gate_proj.weight", 2, f, h);
+        T("mlp.up_proj.weight", 2, f, h);
+        T("mlp.down_proj.weight", 2, h, f);
 #undef T
     }
 
@@ -158,8 +200,8 @@ build(void)
     add(1, "visual.merger.ln_q.weight", 1, 1280, 0);
     add(1, "visual.merger.mlp.0.weight", 2, 5120, 5120);
     add(1, "visual.merger.mlp.0.bias", 1, 5120, 0);
-    add(1, "visual.merger.mlp.2.weight", 2, 2048, 5120);
-    add(1, "visual.merger.mlp.2.bias", 1, 2048, 0);
+    add(1, "visual.merger.mlp.2.weight", 2, h, 5120);
+    add(1, "visual.merger.mlp.2.bias", 1, h, 0);
 }
 
 
@@ -306,7 +348,8 @@ int
 main(int argc, char **argv)
 {
     int        i;
-    char       path[512], *text;
+    char       path[512], *text, config[4096];
+    size_t     k;
     float      u;
     uint64_t   x;
     json_t    *index, *map;
@@ -314,7 +357,37 @@ main(int argc, char **argv)
     struct timespec  t0, t1;
     const char      *dir;
 
-    dir = argc > 1 ? argv[1] : BENCH_DIR;
+    shape = &shapes[1];
+    dir = NULL;
+
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--shape") == 0 && i + 1 < argc) {
+            i++;
+            shape = NULL;
+
+            for (k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
+                if (strcmp(argv[i], shapes[k].name) == 0) {
+                    shape = &shapes[k];
+                }
+            }
+
+            if (shape == NULL) {
+                fprintf(stderr, "bench_checkpoint: shapes: 0.5b, 3b, 7b\n");
+                return 1;
+            }
+
+        } else {
+            dir = argv[i];
+        }
+    }
+
+    if (dir == NULL) {
+        dir = shape->dir;
+    }
+
+    snprintf(config, sizeof(config), config_fmt, shape->hidden,
+             shape->inter, shape->heads, shape->layers, shape->kv_heads,
+             shape->tied ? "true" : "false", shape->hidden, shape->mrope);
 
     snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
     if (access(path, F_OK) == 0) {
@@ -351,7 +424,7 @@ main(int argc, char **argv)
 
     if (write_shard(dir, 0, pool, map) != 0
         || write_shard(dir, 1, pool, map) != 0
-        || write_text(dir, "config.json", config_json) != 0
+        || write_text(dir, "config.json", config) != 0
         || write_text(dir, "generation_config.json",
                       "{\"bos_token_id\": 151643, \"eos_token_id\": "
                       "[151645, 151643]}\n") != 0)

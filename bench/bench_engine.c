@@ -1,15 +1,20 @@
 /*
  * Engine benchmark on a checkpoint with the shapes of
- * Qwen2.5-VL-3B-Instruct (bench_checkpoint writes a random one): load
- * time, the prefill of a prompt holding one 1120x700 image run in pieces
- * as the scheduler runs it (the vision encoder's time, the prompt's, and
- * the longest piece: the longest a running stream waits for it), text
- * prefill and batch-1 decode tokens/s, and decode's achieved weight
- * bandwidth next to the memory bandwidth this machine reaches in a
- * STREAM-style triad.
+ * Qwen2.5-VL-3B-Instruct (bench_checkpoint writes a random one, or a
+ * 0.5b/7b-shaped one): load time, the prefill of a prompt holding one
+ * 1120x700 image run in pieces as the scheduler runs it (the vision
+ * encoder's time, the prompt's, and the longest piece: the longest a
+ * running stream waits for it), text prefill tokens/s, and decode of 1, 4
+ * and 16 streams together (forks of one prompt, as llama-batched-bench
+ * runs them): tokens/s of all streams and the weight bandwidth achieved,
+ * each sample beside a STREAM-style triad measured just before it, the
+ * samples of all stream counts interleaved, median and spread (min..max)
+ * printed.
  *
  *   bench_engine [--model DIR] [--threads N] [--prompt N] [--decode N]
- *                [--grid H,W]      (image patches; default 50,80)
+ *                [--grid H,W]      (image patches; default 50,80; 0,0:
+ *                                   no image)
+ *                [--streams 1,4,16] [--reps N]
  */
 
 #define _GNU_SOURCE
@@ -22,20 +27,11 @@
 
 #include "core/vlm.h"
 #include "backend/vlm_threadpool.h"
+#include "bench_stats.h"
 
 
-#define BENCH_DIR  "/tmp/vlm-bench-qwen25vl-3b"
-
-
-static double
-now(void)
-{
-    struct timespec  ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-
-    return (double) ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#define BENCH_DIR          "/tmp/vlm-bench-qwen25vl-3b"
+#define BENCH_MAX_STREAMS  8
 
 
 static void
@@ -48,103 +44,39 @@ bench_log(void *data, vlm_log_level_t level, const char *msg)
 }
 
 
-typedef struct {
-    float   *a, *b, *c;
-    float    s;
-} triad_t;
-
-
-static void
-triad_part(void *arg, int start, int end, int thread)
-{
-    size_t    i, lo, hi;
-    triad_t  *t = arg;
-
-    (void) thread;
-
-    lo = (size_t) start << 16;
-    hi = (size_t) end << 16;
-
-    for (i = lo; i < hi; i++) {
-        t->a[i] = t->b[i] + t->s * t->c[i];
-    }
-}
-
-
-/* best of 5 runs of a[i] = b[i] + s * c[i] over 3 x 256 MB, in GB/s */
-static double
-triad_bandwidth(int threads)
-{
-    int                r;
-    size_t             n, i;
-    double             t0, best;
-    triad_t            t;
-    vlm_error_t        err;
-    vlm_threadpool_t  *tp;
-
-    n = (size_t) 64 << 20;
-    t.a = malloc(n * sizeof(float));
-    t.b = malloc(n * sizeof(float));
-    t.c = malloc(n * sizeof(float));
-    t.s = 3.0f;
-
-    if (t.a == NULL || t.b == NULL || t.c == NULL
-        || vlm_threadpool_init(&tp, threads, &err) != VLM_OK)
-    {
-        free(t.a);
-        free(t.b);
-        free(t.c);
-        return 0.0;
-    }
-
-    for (i = 0; i < n; i++) {
-        t.a[i] = 0.0f;
-        t.b[i] = 1.0f;
-        t.c[i] = 2.0f;
-    }
-
-    best = 1e30;
-
-    for (r = 0; r < 5; r++) {
-        t0 = now();
-        vlm_threadpool_run(tp, (int) (n >> 16), triad_part, &t);
-        t0 = now() - t0;
-        best = t0 < best ? t0 : best;
-    }
-
-    vlm_threadpool_free(tp);
-    free(t.a);
-    free(t.b);
-    free(t.c);
-
-    return 3.0 * n * sizeof(float) / best / 1e9;
-}
-
-
 int
 main(int argc, char **argv)
 {
-    int                      i, threads, n_prompt, n_decode, n_img, gh, gw;
-    int                      n_ids, done, pieces, len;
+    int                      i, j, r, threads, n_prompt, n_decode, n_img;
+    int                      gh, gw, n_ids, done, pieces, len, reps;
+    int                      n_streams, stream[BENCH_MAX_STREAMS], max_b;
+    char                    *p, streams[64];
     float                   *pixels;
     double                   t0, t1, t_load, t_vis, t_lm, t_max, t_pre;
-    double                   t_dec, bw, dec_bw;
-    int32_t                 *ids, *img_ids, tok;
+    double                   med, lo, hi, bmed, blo, bhi, gb;
+    double                   t_dec[BENCH_MAX_STREAMS][BENCH_MAX_REPS];
+    double                   bw[BENCH_MAX_STREAMS][BENCH_MAX_REPS];
+    double                   v[BENCH_MAX_REPS];
+    int32_t                 *ids, *img_ids, *toks;
     const char              *dir;
-    vlm_seq_t               *seq;
+    vlm_seq_t               *seq, **seqs;
     vlm_image_t              img;
     vlm_error_t              err;
     vlm_model_t             *m;
+    bench_triad_t            td;
+    vlm_threadpool_t        *tp;
     vlm_model_stats_t        st;
-    vlm_model_params_t       p;
+    vlm_model_params_t       prm;
     const vlm_model_info_t  *info;
 
     dir = BENCH_DIR;
     threads = (int) sysconf(_SC_NPROCESSORS_ONLN);
     n_prompt = 128;
     n_decode = 16;
+    reps = 3;
     gh = 50;
     gw = 80;
+    strcpy(streams, "1,4,16");
 
     for (i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--model") == 0) {
@@ -159,9 +91,15 @@ main(int argc, char **argv)
         } else if (strcmp(argv[i], "--decode") == 0) {
             n_decode = atoi(argv[i + 1]);
 
+        } else if (strcmp(argv[i], "--reps") == 0) {
+            reps = atoi(argv[i + 1]);
+
+        } else if (strcmp(argv[i], "--streams") == 0) {
+            snprintf(streams, sizeof(streams), "%s", argv[i + 1]);
+
         } else if (strcmp(argv[i], "--grid") == 0) {
             if (sscanf(argv[i + 1], "%d,%d", &gh, &gw) != 2) {
-                gh = 0;
+                gh = -1;
             }
 
         } else {
@@ -170,8 +108,21 @@ main(int argc, char **argv)
         }
     }
 
-    if (threads < 1 || n_prompt < 1 || n_decode < 1 || gh < 2 || gw < 2
-        || gh % 2 != 0 || gw % 2 != 0)
+    n_streams = 0;
+    max_b = 1;
+
+    for (p = strtok(streams, ","); p != NULL; p = strtok(NULL, ",")) {
+        if (n_streams == BENCH_MAX_STREAMS || atoi(p) < 1) {
+            fprintf(stderr, "bench_engine: bad --streams\n");
+            return 1;
+        }
+        stream[n_streams++] = atoi(p);
+        max_b = vlm_max(max_b, atoi(p));
+    }
+
+    if (threads < 1 || n_prompt < 1 || n_decode < 1 || reps < 1
+        || reps > BENCH_MAX_REPS || n_streams == 0 || gh < 0 || gw < 0
+        || gh % 2 != 0 || gw % 2 != 0 || (gh == 0) != (gw == 0))
     {
         fprintf(stderr, "bench_engine: bad option value\n");
         return 1;
@@ -181,8 +132,12 @@ main(int argc, char **argv)
 
     printf("bench_engine: %s, %d threads\n", dir, threads);
 
-    bw = triad_bandwidth(threads);
-    printf("  memory bandwidth (triad)   %8.1f GB/s\n", bw);
+    if (bench_triad_init(&td) != 0
+        || vlm_threadpool_init(&tp, threads, &err) != VLM_OK)
+    {
+        fprintf(stderr, "bench_engine: no memory\n");
+        return 1;
+    }
 
     /* a 1120x700 image: 80 x 50 patches of 14 pixels */
     img.grid_t = 1;
@@ -190,30 +145,34 @@ main(int argc, char **argv)
     img.grid_w = gw;
     n_img = img.grid_h * img.grid_w;
 
-    vlm_model_params_default(&p);
-    p.n_threads = threads;
-    p.max_seqs = 1;
-    p.max_seq_len = n_prompt + n_decode + 8;
-    p.max_seq_len = p.max_seq_len < n_img / 4 + 8 ? n_img / 4 + 8
-                                                   : p.max_seq_len;
-    p.max_image_patches = n_img;
+    vlm_model_params_default(&prm);
+    prm.n_threads = threads;
+    prm.max_seqs = max_b + 1;
+    prm.max_seq_len = n_prompt + n_streams * (reps * n_decode + 1) + 8;
+    prm.max_seq_len = vlm_max(prm.max_seq_len, n_img / 4 + 8);
+    prm.max_image_patches = vlm_max(n_img, 4);
 
-    t0 = now();
-    if (vlm_model_load(&m, dir, &p, &err) != VLM_OK) {
+    t0 = bench_now();
+    if (vlm_model_load(&m, dir, &prm, &err) != VLM_OK) {
         fprintf(stderr, "bench_engine: %s (run bench_checkpoint first)\n",
                 err.msg);
         return 1;
     }
-    t_load = now() - t0;
+    t_load = bench_now() - t0;
 
     info = vlm_model_info(m);
     printf("  load                       %8.2f s\n", t_load);
 
-    pixels = malloc((size_t) n_img * info->patch_dim * sizeof(float));
+    pixels = malloc((size_t) vlm_max(n_img, 1) * info->patch_dim
+                    * sizeof(float));
     img_ids = malloc((size_t) (n_img / 4 + 8) * sizeof(int32_t));
     ids = malloc((size_t) n_prompt * sizeof(int32_t));
+    toks = malloc((size_t) max_b * sizeof(int32_t));
+    seqs = calloc((size_t) max_b, sizeof(vlm_seq_t *));
 
-    if (pixels == NULL || img_ids == NULL || ids == NULL) {
+    if (pixels == NULL || img_ids == NULL || ids == NULL || toks == NULL
+        || seqs == NULL)
+    {
         fprintf(stderr, "bench_engine: no memory\n");
         return 1;
     }
@@ -235,96 +194,151 @@ main(int argc, char **argv)
     img_ids[n_ids++] = info->vision_end_token_id;
     img_ids[n_ids++] = (info->vocab_size > 11) ? 11 : 0;
 
-    if (vlm_seq_init(m, &seq, &err) != VLM_OK
-        || vlm_seq_prefill_start(seq, img_ids, n_ids, &img, 1, NULL, &err)
-           != VLM_OK)
-    {
-        fprintf(stderr, "bench_engine: %s\n", err.msg);
-        return 1;
-    }
-
-    t_vis = 0.0;
-    t_lm = 0.0;
-    t_max = 0.0;
-    pieces = 0;
-
-    do {
-        len = vlm_seq_length(seq);
-        t0 = now();
-
-        if (vlm_prefill_work(m, &done, &err) != VLM_OK) {
+    if (n_img > 0) {
+        if (vlm_seq_init(m, &seq, &err) != VLM_OK
+            || vlm_seq_prefill_start(seq, img_ids, n_ids, &img, 1, NULL,
+                                     &err)
+               != VLM_OK)
+        {
             fprintf(stderr, "bench_engine: %s\n", err.msg);
             return 1;
         }
 
-        t1 = now() - t0;
-        t_max = t1 > t_max ? t1 : t_max;
-        pieces++;
+        t_vis = 0.0;
+        t_lm = 0.0;
+        t_max = 0.0;
+        pieces = 0;
 
-        /* the vision encoder's pieces add no token to the sequence */
-        if (vlm_seq_length(seq) == len) {
-            t_vis += t1;
+        do {
+            len = vlm_seq_length(seq);
+            t0 = bench_now();
 
-        } else {
-            t_lm += t1;
-        }
+            if (vlm_prefill_work(m, &done, &err) != VLM_OK) {
+                fprintf(stderr, "bench_engine: %s\n", err.msg);
+                return 1;
+            }
 
-    } while (!done);
+            t1 = bench_now() - t0;
+            t_max = t1 > t_max ? t1 : t_max;
+            pieces++;
 
-    vlm_seq_free(seq);
+            /* the vision encoder's pieces add no token to the sequence */
+            if (vlm_seq_length(seq) == len) {
+                t_vis += t1;
 
-    printf("  vision encode %4dx%-4d    %8.2f s  (%d patches, %d tokens)"
-           "\n", gw * 14, gh * 14, t_vis, n_img, n_img / 4);
-    printf("  its prompt's prefill       %8.2f s  (%d tokens)\n", t_lm,
-           n_ids);
-    printf("  longest of its %3d pieces  %8.2f s  (the longest a running "
-           "stream waits)\n", pieces, t_max);
+            } else {
+                t_lm += t1;
+            }
+
+        } while (!done);
+
+        vlm_seq_free(seq);
+
+        printf("  vision encode %4dx%-4d    %8.2f s  (%d patches, %d "
+               "tokens)\n", gw * 14, gh * 14, t_vis, n_img, n_img / 4);
+        printf("  its prompt's prefill       %8.2f s  (%d tokens)\n", t_lm,
+               n_ids);
+        printf("  longest of its %3d pieces  %8.2f s  (the longest a "
+               "running stream waits)\n", pieces, t_max);
+    }
 
     for (i = 0; i < n_prompt; i++) {
         ids[i] = (i * 7331) % info->vocab_size;
     }
 
-    if (vlm_seq_init(m, &seq, &err) != VLM_OK) {
+    if (vlm_seq_init(m, &seqs[0], &err) != VLM_OK) {
         fprintf(stderr, "bench_engine: %s\n", err.msg);
         return 1;
     }
 
-    t0 = now();
-    if (vlm_seq_prefill(seq, ids, n_prompt, NULL, 0, NULL, &err) != VLM_OK) {
+    t0 = bench_now();
+    if (vlm_seq_prefill(seqs[0], ids, n_prompt, NULL, 0, NULL, &err)
+        != VLM_OK)
+    {
         fprintf(stderr, "bench_engine: %s\n", err.msg);
         return 1;
     }
-    t_pre = now() - t0;
+    t_pre = bench_now() - t0;
 
     printf("  prefill                    %8.1f tokens/s  (%d tokens in "
            "%.2f s)\n", n_prompt / t_pre, n_prompt, t_pre);
 
-    tok = 0;
-    t0 = now();
-
-    for (i = 0; i < n_decode; i++) {
-        if (vlm_decode(m, &seq, &tok, 1, &err) != VLM_OK) {
+    for (i = 1; i < max_b; i++) {
+        if (vlm_seq_fork(seqs[0], &seqs[i], &err) != VLM_OK) {
             fprintf(stderr, "bench_engine: %s\n", err.msg);
             return 1;
         }
-        tok = (tok + 7) % info->vocab_size;
     }
 
-    t_dec = now() - t0;
+    for (i = 0; i < max_b; i++) {
+        toks[i] = (i * 13 + 7) % info->vocab_size;
+    }
+
+    /*
+     * decode: one sample of every stream count in turn, a triad before
+     * each; a first round of one step each warms up (pages, caches)
+     */
+    for (r = -1; r < reps; r++) {
+        for (j = 0; j < n_streams; j++) {
+            v[0] = bench_triad(tp, &td);
+            t0 = bench_now();
+
+            for (i = 0; i < (r < 0 ? 1 : n_decode); i++) {
+                if (vlm_decode(m, seqs, toks, stream[j], &err) != VLM_OK) {
+                    fprintf(stderr, "bench_engine: %s\n", err.msg);
+                    return 1;
+                }
+            }
+
+            if (r >= 0) {
+                t_dec[j][r] = bench_now() - t0;
+                bw[j][r] = v[0];
+            }
+        }
+    }
+
     vlm_model_stats(m, &st);
-    dec_bw = (double) st.decode_weight_bytes * n_decode / t_dec / 1e9;
+    gb = st.decode_weight_bytes / 1e9;
 
-    printf("  decode (batch 1)           %8.2f tokens/s  (%d tokens in "
-           "%.2f s)\n", n_decode / t_dec, n_decode, t_dec);
-    printf("  decode weight bandwidth    %8.1f GB/s  (%.2f GB per token)\n",
-           dec_bw, st.decode_weight_bytes / 1e9);
-    printf("  decode / triad bandwidth   %8.2f\n", bw > 0 ? dec_bw / bw : 0);
+    printf("  decode, %d steps a sample, %d samples, %.2f GB of weights a "
+           "step:\n", n_decode, reps, gb);
+    printf("  %7s  %-26s  %-12s  %-22s  %s\n", "streams",
+           "tokens/s (all): median", "weight GB/s", "triad GB/s",
+           "weights/triad");
 
-    vlm_seq_free(seq);
+    for (j = 0; j < n_streams; j++) {
+        for (r = 0; r < reps; r++) {
+            v[r] = (double) stream[j] * n_decode / t_dec[j][r];
+        }
+        bench_stats(v, reps, &med, &lo, &hi);
+        printf("  %7d  %8.2f (%.2f..%.2f)", stream[j], med, lo, hi);
+
+        for (r = 0; r < reps; r++) {
+            v[r] = gb * n_decode / t_dec[j][r];
+        }
+        bench_stats(v, reps, &med, &lo, &hi);
+        bench_stats(bw[j], reps, &bmed, &blo, &bhi);
+        printf("  %8.1f     %6.1f (%.1f..%.1f)", med, bmed, blo, bhi);
+
+        for (r = 0; r < reps; r++) {
+            v[r] = gb * n_decode / t_dec[j][r] / bw[j][r];
+        }
+        bench_stats(v, reps, &med, &lo, &hi);
+        printf("  %.2f (%.2f..%.2f)\n", med, lo, hi);
+    }
+
+    for (i = 0; i < max_b; i++) {
+        vlm_seq_free(seqs[i]);
+    }
+
     vlm_model_free(m);
+    vlm_threadpool_free(tp);
+    bench_triad_free(&td);
     free(pixels);
     free(img_ids);
     free(ids);
+    free(toks);
+    free(seqs);
 
     return 0;
 }

@@ -223,7 +223,7 @@ qr{\[emerg\] .*: "vlm_backend cuda": the engine "/bin/false" did not answer --fe
 --- request
 GET /health
 --- error_code: 503
---- response_body_like: "model":"/[^"]+/good","backend":"cuda",
+--- response_body_like: "model":"good","backend":"cuda",
 --- no_error_log
 [emerg]
 

@@ -21,6 +21,12 @@
 
 
 void vlm_backend_cpu_force_scalar(int scalar);
+int vlm_backend_cpu_force_level(int level);
+
+
+/* the kernel levels of vlm_cpu.h */
+#define LEVEL_SCALAR      0
+#define LEVEL_AVX512BF16  2
 
 
 static uint64_t  rng_state = 88172645463325252ull;
@@ -82,26 +88,42 @@ backend(int scalar)
 }
 
 
+/*
+ * y = x W^T + b at kernel level `level` against a double reference;
+ * x_bf16: the activations are bf16 values already (exact for the kernels
+ * that round them), else the kernels that round x to bf16 are held to
+ * the rounding's bound, 2^-8 of sum |w x|
+ */
 static void
-check_matmul(int scalar, vlm_dtype_t dt, int n, int rows, int cols)
+check_matmul_level(int level, vlm_dtype_t dt, int n, int rows, int cols,
+    int x_bf16)
 {
     int             i, j, k;
-    float          *x, *wf, *b, *y, *ref;
-    double          s;
+    float          *x, *wf, *b, *y, *ref, *mag, tol;
+    double          s, a;
     uint16_t       *wh;
     const void     *wdata;
     vlm_error_t     err;
     vlm_weight_t    w;
     vlm_backend_t  *be;
 
-    be = backend(scalar);
+    level = vlm_backend_cpu_force_level(level);
+    assert_int_equal(vlm_backend_cpu_init(&be,
+                         &(vlm_backend_conf_t) { .n_threads = 3,
+                                                 .max_ctx = 512 }, &err),
+                     VLM_OK);
     x = rand_vec((size_t) n * cols);
     wf = rand_vec((size_t) rows * cols);
     b = rand_vec((size_t) rows);
     y = calloc((size_t) n * rows, sizeof(float));
     ref = calloc((size_t) n * rows, sizeof(float));
+    mag = calloc((size_t) n * rows, sizeof(float));
     wh = malloc((size_t) rows * cols * sizeof(uint16_t));
-    assert_true(y != NULL && ref != NULL && wh != NULL);
+    assert_true(y != NULL && ref != NULL && mag != NULL && wh != NULL);
+
+    for (k = 0; x_bf16 && k < n * cols; k++) {
+        x[k] = vlm_bf16_to_f32(vlm_f32_to_bf16(x[k]));
+    }
 
     /* the reference multiplies the values the weight really holds */
     for (k = 0; k < rows * cols; k++) {
@@ -141,15 +163,30 @@ check_matmul(int scalar, vlm_dtype_t dt, int n, int rows, int cols)
     for (i = 0; i < n; i++) {
         for (j = 0; j < rows; j++) {
             s = b[j];
+            a = 0.0;
             for (k = 0; k < cols; k++) {
                 s += (double) x[i * cols + k] * wf[j * cols + k];
+                a += fabs((double) x[i * cols + k] * wf[j * cols + k]);
             }
             ref[i * rows + j] = (float) s;
+            mag[i * rows + j] = (float) a;
         }
     }
 
     be->ops->matmul(be, y, x, &w, b, n);
-    assert_close(y, ref, (size_t) n * rows, 1e-4f);
+
+    if (level == LEVEL_AVX512BF16 && dt == VLM_DTYPE_BF16 && !x_bf16) {
+        for (k = 0; k < n * rows; k++) {
+            tol = 1e-4f * (1.0f + fabsf(ref[k])) + mag[k] / 256.0f;
+            if (fabsf(y[k] - ref[k]) > tol) {
+                fail_msg("element %d: %g != %g (bound %g)", k, y[k], ref[k],
+                         tol);
+            }
+        }
+
+    } else {
+        assert_close(y, ref, (size_t) n * rows, 1e-4f);
+    }
 
     be->ops->free(be);
     free(x);
@@ -157,7 +194,15 @@ check_matmul(int scalar, vlm_dtype_t dt, int n, int rows, int cols)
     free(b);
     free(y);
     free(ref);
+    free(mag);
     free(wh);
+}
+
+
+static void
+check_matmul(int scalar, vlm_dtype_t dt, int n, int rows, int cols)
+{
+    check_matmul_level(scalar ? LEVEL_SCALAR : -1, dt, n, rows, cols, 0);
 }
 
 
@@ -177,6 +222,37 @@ test_matmul(void **state)
     /* the prefill (BLAS) path with widened weight tiles */
     check_matmul(0, VLM_DTYPE_BF16, 40, 130, 72);
     check_matmul(0, VLM_DTYPE_F32, 40, 130, 72);
+}
+
+
+/*
+ * The bf16 kernels, every level this CPU runs, against the reference:
+ * 1 to 17 rows (tiles of 4 and their remainders), more than one batch of
+ * 64 rows, weight rows that leave partial blocks of 16 and tiles of 4,
+ * columns with tails of every width and more than one 2048-column block
+ */
+static void
+test_matmul_bf16_kernels(void **state)
+{
+    int  level, top, n, x_bf16;
+
+    top = vlm_backend_cpu_force_level(-1);
+
+    for (level = LEVEL_SCALAR; level <= top; level++) {
+        for (x_bf16 = 0; x_bf16 < 2; x_bf16++) {
+            for (n = 1; n <= 17; n++) {
+                check_matmul_level(level, VLM_DTYPE_BF16, n, 37, 45 + n,
+                                   x_bf16);
+            }
+
+            check_matmul_level(level, VLM_DTYPE_BF16, 70, 50, 96, x_bf16);
+            check_matmul_level(level, VLM_DTYPE_BF16, 5, 19, 2100, x_bf16);
+            check_matmul_level(level, VLM_DTYPE_BF16, 9, 33, 4127, x_bf16);
+            check_matmul_level(level, VLM_DTYPE_BF16, 2, 21, 4127, x_bf16);
+        }
+    }
+
+    vlm_backend_cpu_force_level(-1);
 }
 
 
@@ -603,6 +679,7 @@ main(void)
 {
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_matmul_bf16_kernels),
         cmocka_unit_test(test_norms),
         cmocka_unit_test(test_rope_mrope_sections),
         cmocka_unit_test(test_activations),

@@ -3,7 +3,10 @@
  * (Qwen2-VL and Qwen2.5-VL, f32 and bf16, tied and untied heads) run by
  * groups of 2 and 4 real rank processes over the shared memory
  * communicator give every rank the last-position logits of one process
- * within 1e-5 relative L2, and the same 32 greedy tokens, for prompts with
+ * within 1e-5 relative L2 (2e-3 for bf16 weights, whose matmuls round the
+ * activations to bf16 where the CPU has AVX512_BF16, so that the ranks'
+ * differently ordered sums can round an element the other way), and the
+ * same 32 greedy tokens, for prompts with
  * no, one and two images fed in chunks.  With 4 ranks the 2 KV heads are
  * each kept by two ranks; with 2 the vision tower is split too (its 2
  * heads), with 4 every rank runs it whole.  A split the model's heads
@@ -56,6 +59,14 @@ typedef struct {
     vlm_image_t   img[2];
     int           n_images;
 } prompt_t;
+
+
+/* f32 weights: f32 arithmetic throughout; bf16: see above */
+static double
+tolerance(const char *model)
+{
+    return strstr(model, "bf16") != NULL ? 2e-3 : 1e-5;
+}
 
 
 static int
@@ -258,7 +269,7 @@ check_group(const char *model, const char *ref_case, int n_images,
         }
 
         d = vlm_test_rel_l2(res[r].logits, one.logits, (size_t) one.n_vocab);
-        if (d > 1e-5) {
+        if (d > tolerance(model)) {
             fail_msg("%s/%s, %d ranks: rank %d's logits differ from one "
                      "process's, relative L2 %g", model, ref_case, size, r,
                      d);
@@ -494,7 +505,7 @@ check_plans(const char *model, const char *ref_case, int n_images, int size)
     }
 
     d = vlm_test_rel_l2(res->logits, one.logits, (size_t) one.n_vocab);
-    if (d > 1e-5) {
+    if (d > tolerance(model)) {
         fail_msg("%s/%s, %d ranks by plans: the logits differ, relative L2 "
                  "%g", model, ref_case, size, d);
     }

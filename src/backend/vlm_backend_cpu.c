@@ -1,9 +1,11 @@
 /*
  * The CPU backend: every operation of vlm_backend.h on host memory, split
- * over a fixed thread pool.  Dot products have an AVX2/FMA version chosen
- * at run time (__builtin_cpu_supports) and a scalar fallback; bf16 and
- * f16 weights are widened to f32 inside the kernels.  Prefill GEMMs on
- * f32 weights go to OpenBLAS.  The reference for each op is the PyTorch
+ * over a fixed thread pool.  Kernels are chosen once at start-up from what
+ * the CPU reports (vlm_cpu_detect: cpuid and xgetbv): bf16 matrices go to
+ * the blocked kernels of vlm_cpu_gemm.c (AVX512_BF16, AVX2 or scalar);
+ * the other dot products have an AVX2/FMA version and a scalar fallback,
+ * f16 weights widened to f32 inside the kernels.  Prefill GEMMs on f32
+ * and f16 weights (and bf16 ones without AVX512_BF16) go to OpenBLAS.  The reference for each op is the PyTorch
  * expression it replaces in transformers' Qwen2-VL code; the naive
  * versions in tests/test_backend_cpu.c check them.
  */
@@ -17,6 +19,7 @@
 #include <cblas.h>
 
 #include "vlm_backend.h"
+#include "vlm_cpu.h"
 #include "vlm_threadpool.h"
 
 
@@ -43,6 +46,10 @@ typedef struct {
     float             *scores;      /* [n_threads, QB, max_ctx] */
     float             *wtile;       /* [n_threads, wtile_floats] */
     size_t             wtile_floats;   /* per thread */
+    vlm_cpu_level_t    level;
+    const vlm_gemm_kernel_t  *gemm;     /* bf16 weights */
+    uint16_t          *xq;          /* [VLM_GEMM_NB, xq_cols] bf16 x */
+    int                xq_cols;
     vlm_dot_pt         dot[3];      /* by vlm_dtype_t */
     vlm_axpy_pt        axpy;
     vlm_softmax_pt     softmax;
@@ -384,20 +391,9 @@ vlm_widen_avx2(float *dst, const void *src, vlm_dtype_t dt, size_t n)
 #endif
 
 
-static int
-vlm_cpu_has_avx2(void)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-           && __builtin_cpu_supports("f16c");
-#else
-    return 0;
-#endif
-}
-
-
-static int  vlm_cpu_avx2 = -1;
+/* the kernels of backends created from now on: detected, or forced */
+static int  vlm_cpu_level = -1;
+static int  vlm_cpu_avx2;
 
 
 static void
@@ -486,6 +482,25 @@ vlm_cpu_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
            ? ((size_t) rows + cpu->n_threads - 1) / cpu->n_threads * cols
            : (size_t) VLM_CPU_WTILE * cols;
 
+    if (dtype == VLM_DTYPE_BF16 && cpu->gemm->x_bf16
+        && cols > cpu->xq_cols)
+    {
+        vlm_cpu_release(be, cpu->xq);
+        cpu->xq = vlm_cpu_alloc(be, (size_t) VLM_GEMM_NB * cols
+                                    * sizeof(uint16_t));
+        cpu->xq_cols = cpu->xq == NULL ? 0 : cols;
+
+        if (cpu->xq == NULL) {
+            return vlm_error_set(err, VLM_ERR_NOMEM,
+                                 "cpu backend: no memory for activations");
+        }
+    }
+
+    /* bf16 matrices widen only for the rows the bf16 kernels leave */
+    if (dtype == VLM_DTYPE_BF16 && cpu->gemm->max_n == VLM_CPU_ALL_ROWS) {
+        need = 0;
+    }
+
     if (dtype != VLM_DTYPE_F32 && need > cpu->wtile_floats) {
         vlm_cpu_release(be, cpu->wtile);
         cpu->wtile = vlm_cpu_alloc(be, cpu->n_threads * need
@@ -564,6 +579,63 @@ vlm_matmul_rows(void *arg, int start, int end, int thread)
 }
 
 
+typedef struct {
+    const vlm_gemm_kernel_t  *kernel;
+    vlm_gemm_bf16_t           g;
+} vlm_gemm_job_t;
+
+
+static void
+vlm_matmul_bf16_blocks(void *arg, int start, int end, int thread)
+{
+    vlm_gemm_job_t  *job = arg;
+
+    (void) thread;
+
+    job->kernel->gemm(&job->g, start, end);
+}
+
+
+/*
+ * bf16 weights: VLM_GEMM_NB activation rows at a time (rounded to bf16
+ * first where the kernel wants them so), weight row blocks split over
+ * the threads
+ */
+static void
+vlm_cpu_matmul_bf16(vlm_cpu_t *cpu, float *y, const float *x,
+    const vlm_weight_t *w, const float *bias, int n)
+{
+    int             i, nb;
+    vlm_gemm_job_t  job;
+
+    job.kernel = cpu->gemm;
+    job.g.ldy = w->rows;
+    job.g.w = w->data;
+    job.g.rows = w->rows;
+    job.g.cols = w->cols;
+    job.g.bias = bias;
+
+    for (i = 0; i < n; i += VLM_GEMM_NB) {
+        nb = vlm_min(VLM_GEMM_NB, n - i);
+        job.g.y = y + (size_t) i * w->rows;
+        job.g.n = nb;
+
+        if (cpu->gemm->x_bf16) {
+            vlm_cpu_round_bf16(cpu->xq, x + (size_t) i * w->cols,
+                               (size_t) nb * w->cols, cpu->level);
+            job.g.x = cpu->xq;
+
+        } else {
+            job.g.x = x + (size_t) i * w->cols;
+        }
+
+        vlm_threadpool_run(cpu->pool,
+                           (w->rows + VLM_GEMM_RB - 1) / VLM_GEMM_RB,
+                           vlm_matmul_bf16_blocks, &job);
+    }
+}
+
+
 /* tiles of bf16/f16 weight rows are widened, then multiplied by BLAS */
 static void
 vlm_matmul_tiles(void *arg, int start, int end, int thread)
@@ -612,6 +684,11 @@ vlm_cpu_matmul(vlm_backend_t *be, float *y, const float *x,
 {
     vlm_cpu_t         *cpu = (vlm_cpu_t *) be;
     vlm_matmul_job_t   job;
+
+    if (w->dtype == VLM_DTYPE_BF16 && n < cpu->gemm->max_n) {
+        vlm_cpu_matmul_bf16(cpu, y, x, w, bias, n);
+        return;
+    }
 
     job.cpu = cpu;
     job.y = y;
@@ -1257,6 +1334,7 @@ vlm_cpu_free(vlm_backend_t *be)
 
     vlm_cpu_release(be, cpu->scores);
     vlm_cpu_release(be, cpu->wtile);
+    vlm_cpu_release(be, cpu->xq);
     vlm_threadpool_free(cpu->pool);
     free(cpu);
 }
@@ -1312,9 +1390,13 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     cpu->n_threads = conf->n_threads > 0 ? conf->n_threads : 1;
     cpu->max_ctx = conf->max_ctx;
 
-    if (vlm_cpu_avx2 == -1) {
-        vlm_cpu_avx2 = vlm_cpu_has_avx2();
+    if (vlm_cpu_level == -1) {
+        vlm_cpu_level = vlm_cpu_detect();
     }
+
+    cpu->level = vlm_cpu_level;
+    cpu->gemm = vlm_cpu_gemm_kernel(cpu->level);
+    vlm_cpu_avx2 = cpu->level >= VLM_CPU_AVX2;
 
     cpu->dot[VLM_DTYPE_F32] = vlm_dot_f32;
     cpu->dot[VLM_DTYPE_BF16] = vlm_dot_bf16;
@@ -1351,7 +1433,7 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     openblas_set_num_threads(1);
 
     vlm_log(VLM_LOG_INFO, "cpu backend: %d threads, %s kernels",
-            cpu->n_threads, vlm_cpu_avx2 ? "avx2/fma" : "scalar");
+            cpu->n_threads, vlm_cpu_level_name(cpu->level));
 
     *out = &cpu->be;
 
@@ -1359,11 +1441,28 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
 }
 
 
-/* for tests: forces the scalar kernels in backends created afterwards */
+/*
+ * For tests and benchmarks: the kernels of backends created afterwards,
+ * at most the level this CPU has (-1: what it has); returns the level
+ */
+int vlm_backend_cpu_force_level(int level);
 void vlm_backend_cpu_force_scalar(int scalar);
+
+int
+vlm_backend_cpu_force_level(int level)
+{
+    vlm_cpu_level = vlm_cpu_detect();
+
+    if (level >= 0 && level < vlm_cpu_level) {
+        vlm_cpu_level = level;
+    }
+
+    return vlm_cpu_level;
+}
+
 
 void
 vlm_backend_cpu_force_scalar(int scalar)
 {
-    vlm_cpu_avx2 = scalar ? 0 : vlm_cpu_has_avx2();
+    vlm_backend_cpu_force_level(scalar ? VLM_CPU_SCALAR : -1);
 }

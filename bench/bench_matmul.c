@@ -1,0 +1,329 @@
+/*
+ * The CPU backend's bf16 matmul on the decoder shapes of Qwen2.5-VL-3B or
+ * Qwen2-VL-2B/0.5B-sized models, shaped like llama-bench and
+ * llama-batched-bench: decode steps of 1, 4, 16 and 64 streams together
+ * (one pass of n rows through every matrix of the layers) and a prefill
+ * of 512 tokens, with a STREAM-style triad measured between every sample
+ * so that each decode figure has the bandwidth of the same moment next to
+ * it.  Samples of all figures are interleaved; each figure prints its
+ * median and its spread (min..max) over the repetitions.
+ *
+ *   bench_matmul [--shape 3b|0.5b] [--layers N] [--threads N] [--reps N]
+ *                [--streams 1,4,16,64] [--prefill N]
+ *                [--kernels scalar,avx2,avx512bf16]   (default: the best
+ *                                                       this CPU runs)
+ *
+ * The weights are random bf16, L layers of q, k, v, o, gate, up and down
+ * (L defaults to 4 for 3b, 24 for 0.5b: far beyond the caches).
+ */
+
+#define _GNU_SOURCE
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/vlm_backend.h"
+#include "backend/vlm_threadpool.h"
+#include "bench_stats.h"
+
+
+#define BENCH_MAX_FIG   48
+#define BENCH_MAX_KERN  3
+
+
+typedef struct {
+    int            hidden;
+    int            inter;
+    int            kv;
+    int            layers;
+    int            model_layers;
+} bench_shape_t;
+
+
+int vlm_backend_cpu_force_level(int level);
+
+
+static const char  *kernel_names[BENCH_MAX_KERN] = {
+    "scalar", "avx2", "avx512bf16"
+};
+
+
+typedef struct {
+    const char    *name;
+    int            kernel;
+    int            n;              /* rows of the activations */
+    double         t[BENCH_MAX_REPS];
+    double         bw[BENCH_MAX_REPS];      /* the triad beside it */
+} bench_fig_t;
+
+
+int
+main(int argc, char **argv)
+{
+    int                  i, l, m, r, threads, reps, n_fig, max_n, prefill;
+    int                  layers, n_kern, k, kern[BENCH_MAX_KERN], top;
+    char                *p, streams[64], kernels[64];
+    float               *x, *y;
+    double               t0, bytes, flops, med, lo, hi, tri[BENCH_MAX_REPS];
+    double               v[BENCH_MAX_REPS], bmed, blo, bhi;
+    size_t               total, off;
+    uint16_t            *w;
+    bench_triad_t        td;
+    bench_fig_t          fig[BENCH_MAX_FIG];
+    vlm_error_t          err;
+    vlm_weight_t        *wt;
+    bench_shape_t        sh;
+    vlm_backend_t       *be[BENCH_MAX_KERN];
+    vlm_threadpool_t    *tp;
+    vlm_backend_conf_t   conf;
+    int                  dims[7][2];
+
+    threads = (int) sysconf(_SC_NPROCESSORS_ONLN);
+    reps = 7;
+    prefill = 512;
+    layers = 0;
+    strcpy(streams, "1,4,16,64");
+    kernels[0] = '\0';
+    sh = (bench_shape_t) { 2048, 11008, 256, 4, 36 };
+
+    for (i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--shape") == 0) {
+            if (strcmp(argv[i + 1], "0.5b") == 0) {
+                sh = (bench_shape_t) { 896, 4864, 128, 24, 24 };
+
+            } else if (strcmp(argv[i + 1], "3b") != 0) {
+                fprintf(stderr, "bench_matmul: shapes: 3b, 0.5b\n");
+                return 1;
+            }
+
+        } else if (strcmp(argv[i], "--layers") == 0) {
+            layers = atoi(argv[i + 1]);
+
+        } else if (strcmp(argv[i], "--threads") == 0) {
+            threads = atoi(argv[i + 1]);
+
+        } else if (strcmp(argv[i], "--reps") == 0) {
+            reps = atoi(argv[i + 1]);
+
+        } else if (strcmp(argv[i], "--streams") == 0) {
+            snprintf(streams, sizeof(streams), "%s", argv[i + 1]);
+
+        } else if (strcmp(argv[i], "--kernels") == 0) {
+            snprintf(kernels, sizeof(kernels), "%s", argv[i + 1]);
+
+        } else if (strcmp(argv[i], "--prefill") == 0) {
+            prefill = atoi(argv[i + 1]);
+
+        } else {
+            fprintf(stderr, "bench_matmul: unknown option %s\n", argv[i]);
+            return 1;
+        }
+    }
+
+    if (layers > 0) {
+        sh.layers = layers;
+    }
+
+    if (threads < 1 || reps < 1 || reps > BENCH_MAX_REPS || prefill < 0) {
+        fprintf(stderr, "bench_matmul: bad option value\n");
+        return 1;
+    }
+
+    top = vlm_backend_cpu_force_level(-1);
+    n_kern = 0;
+
+    if (kernels[0] == '\0') {
+        kern[n_kern++] = top;
+    }
+
+    for (p = strtok(kernels, ","); p != NULL && n_kern < BENCH_MAX_KERN;
+         p = strtok(NULL, ","))
+    {
+        for (k = 0; k < BENCH_MAX_KERN; k++) {
+            if (strcmp(p, kernel_names[k]) == 0) {
+                break;
+            }
+        }
+
+        if (k == BENCH_MAX_KERN || k > top) {
+            fprintf(stderr, "bench_matmul: no kernels %s on this CPU\n", p);
+            return 1;
+        }
+
+        kern[n_kern++] = k;
+    }
+
+    n_fig = 0;
+    max_n = prefill;
+
+    for (p = strtok(streams, ","); p != NULL; p = strtok(NULL, ",")) {
+        if (atoi(p) < 1) {
+            fprintf(stderr, "bench_matmul: bad stream count %s\n", p);
+            return 1;
+        }
+
+        for (k = 0; k < n_kern && n_fig < BENCH_MAX_FIG - n_kern; k++) {
+            fig[n_fig].name = "decode";
+            fig[n_fig].kernel = k;
+            fig[n_fig].n = atoi(p);
+            max_n = vlm_max(max_n, fig[n_fig].n);
+            n_fig++;
+        }
+    }
+
+    for (k = 0; prefill > 0 && k < n_kern; k++) {
+        fig[n_fig].name = "prefill";
+        fig[n_fig].kernel = k;
+        fig[n_fig].n = prefill;
+        n_fig++;
+    }
+
+    /* q, k, v, o, gate, up, down: rows x cols */
+    dims[0][0] = sh.hidden;  dims[0][1] = sh.hidden;
+    dims[1][0] = sh.kv;      dims[1][1] = sh.hidden;
+    dims[2][0] = sh.kv;      dims[2][1] = sh.hidden;
+    dims[3][0] = sh.hidden;  dims[3][1] = sh.hidden;
+    dims[4][0] = sh.inter;   dims[4][1] = sh.hidden;
+    dims[5][0] = sh.inter;   dims[5][1] = sh.hidden;
+    dims[6][0] = sh.hidden;  dims[6][1] = sh.inter;
+
+    total = 0;
+    for (m = 0; m < 7; m++) {
+        total += (size_t) dims[m][0] * dims[m][1];
+    }
+
+    conf.n_threads = threads;
+    conf.max_ctx = 64;
+
+    w = malloc(total * sh.layers * sizeof(uint16_t));
+    wt = malloc(n_kern * 7 * sh.layers * sizeof(vlm_weight_t));
+    x = malloc((size_t) max_n * sh.inter * sizeof(float));
+    y = malloc((size_t) max_n * sh.inter * sizeof(float));
+
+    if (w == NULL || wt == NULL || x == NULL || y == NULL
+        || bench_triad_init(&td) != 0
+        || vlm_threadpool_init(&tp, threads, &err) != VLM_OK)
+    {
+        fprintf(stderr, "bench_matmul: no memory\n");
+        return 1;
+    }
+
+    for (k = 0; k < n_kern; k++) {
+        vlm_backend_cpu_force_level(kern[k]);
+
+        if (vlm_backend_cpu_init(&be[k], &conf, &err) != VLM_OK) {
+            fprintf(stderr, "bench_matmul: %s\n", err.msg);
+            return 1;
+        }
+    }
+
+    for (off = 0; off < total * sh.layers; off++) {
+        w[off] = vlm_f32_to_bf16((float) ((off * 7919) % 2001) / 1000.0f
+                                 - 1.0f);
+    }
+
+    for (off = 0; off < (size_t) max_n * sh.inter; off++) {
+        x[off] = (float) ((off * 104729) % 2001) / 1000.0f - 1.0f;
+    }
+
+    for (k = 0; k < n_kern; k++) {
+        off = 0;
+        for (l = 0; l < sh.layers; l++) {
+            for (m = 0; m < 7; m++) {
+                if (be[k]->ops->weight_bind(be[k],
+                                            &wt[(k * sh.layers + l) * 7 + m],
+                                            w + off, VLM_DTYPE_BF16,
+                                            dims[m][0], dims[m][1], &err)
+                    != VLM_OK)
+                {
+                    fprintf(stderr, "bench_matmul: %s\n", err.msg);
+                    return 1;
+                }
+                off += (size_t) dims[m][0] * dims[m][1];
+            }
+        }
+    }
+
+    bytes = (double) total * sh.layers * sizeof(uint16_t);
+
+    printf("bench_matmul: hidden %d, intermediate %d, kv %d, %d layers "
+           "(%.2f GB of bf16 weights), %d threads, %d samples\n",
+           sh.hidden, sh.inter, sh.kv, sh.layers, bytes / 1e9, threads,
+           reps);
+
+    /* one warm-up pass, then the samples, interleaved */
+    for (r = -1; r < reps; r++) {
+        for (i = 0; i < n_fig; i++) {
+            if (r >= 0) {
+                fig[i].bw[r] = bench_triad(tp, &td);
+            }
+
+            k = fig[i].kernel;
+            t0 = bench_now();
+            for (l = 0; l < 7 * sh.layers; l++) {
+                be[k]->ops->matmul(be[k], y, x, &wt[k * 7 * sh.layers + l],
+                                   NULL, fig[i].n);
+            }
+
+            if (r >= 0) {
+                fig[i].t[r] = bench_now() - t0;
+            }
+        }
+    }
+
+    printf("%-8s %-10s %5s  %-28s  %-26s  %s\n", "figure", "kernels",
+           "rows",
+           "tokens/s (all rows): median", "weight GB/s  triad GB/s",
+           "weights/triad");
+
+    for (i = 0; i < n_fig; i++) {
+        for (r = 0; r < reps; r++) {
+            v[r] = fig[i].n * sh.layers
+                   / (fig[i].t[r] * sh.model_layers);
+            tri[r] = bytes / fig[i].t[r] / 1e9 / fig[i].bw[r];
+        }
+
+        bench_stats(v, reps, &med, &lo, &hi);
+        printf("%-8s %-10s %5d  %9.1f (%.1f..%.1f)", fig[i].name,
+               kernel_names[kern[fig[i].kernel]], fig[i].n, med, lo, hi);
+
+        for (r = 0; r < reps; r++) {
+            v[r] = bytes / fig[i].t[r] / 1e9;
+        }
+        bench_stats(v, reps, &med, &lo, &hi);
+        bench_stats(fig[i].bw, reps, &bmed, &blo, &bhi);
+        printf("  %6.1f  %6.1f (%.1f..%.1f)", med, bmed, blo, bhi);
+
+        bench_stats(tri, reps, &med, &lo, &hi);
+        printf("  %.2f (%.2f..%.2f)", med, lo, hi);
+
+        if (fig[i].n >= 16) {
+            flops = 2.0 * total * sh.layers * fig[i].n;
+            for (r = 0; r < reps; r++) {
+                v[r] = flops / fig[i].t[r] / 1e9;
+            }
+            bench_stats(v, reps, &med, &lo, &hi);
+            printf("  %.0f GFLOP/s", med);
+        }
+
+        printf("\n");
+    }
+
+    printf("(tokens/s: rows / the time of the %d bench layers scaled to "
+           "the model's %d, decoder matrices only, no head)\n", sh.layers,
+           sh.model_layers);
+
+    vlm_threadpool_free(tp);
+    for (k = 0; k < n_kern; k++) {
+        be[k]->ops->free(be[k]);
+    }
+    free(w);
+    free(wt);
+    free(x);
+    free(y);
+    bench_triad_free(&td);
+
+    return 0;
+}

@@ -1,0 +1,60 @@
+/*
+ * Inside the CPU backend: the instruction sets it chooses kernels by
+ * (read once at start-up from cpuid and the OS's xgetbv) and the bf16
+ * matrix kernels of vlm_cpu_gemm.c.
+ */
+
+#ifndef VLM_CPU_H
+#define VLM_CPU_H
+
+#include "core/vlm_common.h"
+
+
+typedef enum {
+    VLM_CPU_SCALAR = 0,
+    VLM_CPU_AVX2,               /* AVX2, FMA, F16C */
+    VLM_CPU_AVX512BF16          /* AVX-512F/BW/VL and AVX512_BF16 */
+} vlm_cpu_level_t;
+
+
+/* the weight rows of one job of the bf16 kernels */
+#define VLM_GEMM_RB  16
+/* activation rows converted and multiplied at a time */
+#define VLM_GEMM_NB  64
+/* max_n of a kernel that wins at every row count */
+#define VLM_CPU_ALL_ROWS  0x7fffffff
+
+
+/*
+ * y[n, ldy] (=|+=) x[n, cols] W[rows, cols]^T (+ bias) for the weight
+ * rows of blocks [b0, b1) of VLM_GEMM_RB rows; x is f32 or, for kernels
+ * with x_bf16, bf16 rounded by vlm_cpu_round_bf16()
+ */
+typedef struct {
+    float           *y;
+    int              ldy;
+    const void      *x;         /* [n, cols] */
+    const uint16_t  *w;         /* [rows, cols] */
+    int              rows;
+    int              cols;
+    const float     *bias;      /* [rows] or NULL */
+    int              n;
+} vlm_gemm_bf16_t;
+
+
+typedef struct {
+    const char  *name;
+    int          x_bf16;        /* the activations are rounded to bf16 */
+    int          max_n;         /* rows from which widen + sgemm wins */
+    void       (*gemm)(const vlm_gemm_bf16_t *g, int b0, int b1);
+} vlm_gemm_kernel_t;
+
+
+vlm_cpu_level_t vlm_cpu_detect(void);
+const char *vlm_cpu_level_name(vlm_cpu_level_t level);
+const vlm_gemm_kernel_t *vlm_cpu_gemm_kernel(vlm_cpu_level_t level);
+void vlm_cpu_round_bf16(uint16_t *dst, const float *src, size_t n,
+    vlm_cpu_level_t level);
+
+
+#endif /* VLM_CPU_H */
