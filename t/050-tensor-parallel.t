@@ -105,6 +105,16 @@ for my $k (sort keys %$want) {
     is($got->{$k}, $want->{$k}, "two ranks, $k: the answer of one engine");
 }
 
+# /metrics: the group's size and its collectives
+{
+    my $m = vlm_metrics($srv);
+    is($m->{vlm_tensor_parallel_ranks}, 2, 'metrics: two ranks');
+    cmp_ok($m->{vlm_tensor_parallel_collectives_total}, '>', 100,
+           'metrics: the collectives of the requests so far');
+    cmp_ok($m->{vlm_tensor_parallel_collective_seconds_total}, '>', 0,
+           'metrics: and their time');
+}
+
 # --- rank 1 is killed mid-stream
 
 {

@@ -213,6 +213,10 @@ vlm_sched_publish(vlm_sched_t *s)
                      st.image_cache_hits - s->last.image_cache_hits);
     atomic_fetch_add(&s->q->metrics->image_cache_misses,
                      st.image_cache_misses - s->last.image_cache_misses);
+    atomic_fetch_add(&s->q->metrics->tp_collectives,
+                     st.comm_calls - s->last.comm_calls);
+    atomic_fetch_add(&s->q->metrics->tp_collective_ns,
+                     st.comm_ns - s->last.comm_ns);
 
     s->last = st;
 }

@@ -129,7 +129,7 @@ ngx_http_vlm_metrics_handler(ngx_http_request_t *r)
 
     size = vlm_metrics_render(q->metrics, &st, NULL, 0);
 
-    text = ngx_pnalloc(r->pool, size + 1024
+    text = ngx_pnalloc(r->pool, size + 1280
                                 + ngx_http_vlm_label_len(&vmcf->served_model)
                                 + ngx_http_vlm_label_len(&vmcf->model)
                                 + 4 * NGX_INT_T_LEN);
@@ -147,7 +147,7 @@ ngx_http_vlm_metrics_handler(ngx_http_request_t *r)
 
 /*
  * The model and the engine's sizing: here rather than in /health, which
- * anyone may ask (fits in the 1024 bytes above plus the two labels).
+ * anyone may ask (fits in the 1280 bytes above plus the two labels).
  */
 static u_char *
 ngx_http_vlm_metrics_conf(u_char *p, ngx_http_vlm_main_conf_t *vmcf)
@@ -166,6 +166,10 @@ ngx_http_vlm_metrics_conf(u_char *p, ngx_http_vlm_main_conf_t *vmcf)
     p = ngx_sprintf(p, "# HELP vlm_engine_threads Threads of the engine's "
                     "CPU backend.\n# TYPE vlm_engine_threads gauge\n"
                     "vlm_engine_threads %i\n", vmcf->engine_threads);
+    p = ngx_sprintf(p, "# HELP vlm_tensor_parallel_ranks Engine ranks "
+                    "that split the model.\n"
+                    "# TYPE vlm_tensor_parallel_ranks gauge\n"
+                    "vlm_tensor_parallel_ranks %ui\n", vmcf->tensor_parallel);
     p = ngx_sprintf(p, "# HELP vlm_max_running Sequences the engine runs "
                     "at once.\n# TYPE vlm_max_running gauge\n"
                     "vlm_max_running %ui\n", vmcf->max_running);

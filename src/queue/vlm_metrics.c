@@ -203,6 +203,17 @@ vlm_metrics_render(const vlm_metrics_t *m, const vlm_queue_stats_t *q,
     vlm_out_metric(&o, "vlm_image_cache_misses_total", "counter",
                    "Images the vision encoder ran for.",
                    atomic_load(&m->image_cache_misses));
+    vlm_out_metric(&o, "vlm_tensor_parallel_collectives_total", "counter",
+                   "Collectives (all-reduce, all-gather) rank 0 of a "
+                   "tensor-parallel engine ran.",
+                   atomic_load(&m->tp_collectives));
+    vlm_out(&o, "# HELP vlm_tensor_parallel_collective_seconds_total Time "
+                "rank 0 spent in them, waiting for the other ranks "
+                "included.\n"
+                "# TYPE vlm_tensor_parallel_collective_seconds_total "
+                "counter\n"
+                "vlm_tensor_parallel_collective_seconds_total %.6f\n",
+            (double) atomic_load(&m->tp_collective_ns) / 1e9);
     vlm_out_metric(&o, "vlm_image_cache_bytes", "gauge",
                    "The engine's image feature cache: its fixed pool.",
                    atomic_load(&m->image_cache_bytes));

@@ -69,6 +69,8 @@ typedef struct {
     _Atomic uint64_t  image_cache_misses;
     _Atomic uint64_t  image_cache_bytes;    /* its fixed pool */
     _Atomic uint64_t  image_cache_used;     /* held by cached images */
+    _Atomic uint64_t  tp_collectives;       /* rank 0's, in its steps */
+    _Atomic uint64_t  tp_collective_ns;
     _Atomic uint64_t  engine_rss;
     _Atomic uint64_t  health_requests;
     _Atomic uint64_t  engine_lost[VLM_ENGINE_LOST_N];
