@@ -65,6 +65,15 @@ struct vlm_group_s {
 };
 
 
+/* a prefill plan's ids, padded so that the image descriptions align */
+static size_t
+vlm_group_ids_bytes(int n_ids)
+{
+    return vlm_align_up((size_t) (n_ids > 0 ? n_ids : 0) * sizeof(int32_t),
+                        sizeof(uint64_t));
+}
+
+
 vlm_status_t
 vlm_group_init(vlm_group_t **group, vlm_model_t *model, vlm_comm_t *comm,
     const void *arena, size_t arena_size, vlm_error_t *err)
@@ -91,7 +100,7 @@ vlm_group_init(vlm_group_t **group, vlm_model_t *model, vlm_comm_t *comm,
                              * sizeof(vlm_group_item_t)
                              + (size_t) info->max_batch_tokens
                                * sizeof(int32_t),
-                             (size_t) info->max_seq_len * sizeof(int32_t)
+                             vlm_group_ids_bytes(info->max_seq_len)
                              + VLM_GROUP_MAX_IMAGES
                                * sizeof(vlm_group_image_t));
 
@@ -234,9 +243,9 @@ vlm_group_prefill_start(vlm_group_t *g, vlm_seq_t *seq, const int32_t *ids,
                                      err);
     }
 
-    ids_bytes = (size_t) (n_ids > 0 ? n_ids : 0) * sizeof(int32_t);
+    ids_bytes = vlm_group_ids_bytes(n_ids);
 
-    if (n_images < 0 || n_images > VLM_GROUP_MAX_IMAGES
+    if (n_ids < 0 || n_images < 0 || n_images > VLM_GROUP_MAX_IMAGES
         || ids_bytes + (size_t) n_images * sizeof(vlm_group_image_t)
            > g->payload_cap)
     {
@@ -245,7 +254,7 @@ vlm_group_prefill_start(vlm_group_t *g, vlm_seq_t *seq, const int32_t *ids,
                              "larger than a plan", n_ids, n_images);
     }
 
-    memcpy(g->payload, ids, ids_bytes);
+    memcpy(g->payload, ids, (size_t) n_ids * sizeof(int32_t));
     gi = (vlm_group_image_t *) (g->payload + ids_bytes);
 
     for (i = 0; i < n_images; i++) {
@@ -398,7 +407,7 @@ vlm_group_replay(vlm_group_t *g, const vlm_group_plan_t *plan,
 
     case VLM_GROUP_PREFILL_START:
         if (seq == NULL || plan->n_images > VLM_GROUP_MAX_IMAGES
-            || plan->payload != plan->n * sizeof(int32_t)
+            || plan->payload != vlm_group_ids_bytes((int) plan->n)
                                 + plan->n_images * sizeof(vlm_group_image_t))
         {
             break;
@@ -406,7 +415,8 @@ vlm_group_replay(vlm_group_t *g, const vlm_group_plan_t *plan,
 
         memcpy(g->pf_ids, g->payload, plan->n * sizeof(int32_t));
         im = (const vlm_group_image_t *) (g->payload
-                                          + plan->n * sizeof(int32_t));
+                                          + vlm_group_ids_bytes((int)
+                                                                plan->n));
 
         for (i = 0; i < (int) plan->n_images; i++) {
             if (im[i].pixels_off >= g->arena_size) {

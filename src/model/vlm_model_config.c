@@ -554,8 +554,7 @@ vlm_model_config_load(vlm_model_config_t *cfg, const char *dir,
     if (rc != VLM_OK) {
         /* the parser's message, with the file it is about */
         if (err != NULL && strncmp(err->msg, "config: ", 8) == 0) {
-            memcpy(msg, err->msg + 8, sizeof(msg));
-            msg[sizeof(msg) - 1] = '\0';
+            snprintf(msg, sizeof(msg), "%s", err->msg + 8);
             vlm_error_set(err, rc, "config: \"%s\": %s", path, msg);
         }
 
