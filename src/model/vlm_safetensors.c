@@ -153,8 +153,10 @@ vlm_safetensors_open_flags(vlm_safetensors_t **out, const char *path,
         goto failed;
     }
 
-    qsort(st->tensors, st->n_tensors, sizeof(vlm_st_tensor_t),
-          vlm_st_cmp_name);
+    if (st->n_tensors > 0) {
+        qsort(st->tensors, st->n_tensors, sizeof(vlm_st_tensor_t),
+              vlm_st_cmp_name);
+    }
 
     for (i = 1; i < st->n_tensors; i++) {
         if (strcmp(st->tensors[i].name, st->tensors[i - 1].name) == 0) {
@@ -207,6 +209,10 @@ const vlm_st_tensor_t *
 vlm_safetensors_find(const vlm_safetensors_t *st, const char *name)
 {
     vlm_st_tensor_t  key;
+
+    if (st->n_tensors == 0) {
+        return NULL;
+    }
 
     key.name = (char *) name;
 
@@ -387,8 +393,11 @@ vlm_st_parse_header(vlm_safetensors_t *st, int shard, vlm_error_t *err)
 
     /* the data regions of one file must not overlap */
 
-    qsort(st->tensors + first, st->n_tensors - first,
-          sizeof(vlm_st_tensor_t), vlm_st_cmp_offset);
+    if (st->n_tensors > first) {
+        /* (a file of no tensors may leave the table unallocated) */
+        qsort(st->tensors + first, st->n_tensors - first,
+              sizeof(vlm_st_tensor_t), vlm_st_cmp_offset);
+    }
 
     for (i = first + 1; i < st->n_tensors; i++) {
         t = &st->tensors[i];
