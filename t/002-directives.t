@@ -616,6 +616,19 @@ qr{\[emerg\] .*: "vlm_tensor_parallel" must be between 1 and 8, not "9" in \S+ng
 
 
 
+=== TEST 36d2: vlm_tensor_parallel: a model whose heads do not split
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/good;
+    vlm_tensor_parallel 3;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: vlm_model "[^"]+": model: 4 attention heads, 2 KV heads, intermediate size 128 and vocabulary \d+ do not split evenly over 3 tensor-parallel ranks in \S+nginx\.conf:\d+$}
+
+
+
 === TEST 36e: vlm_engine_cpus: not a CPU list
 --- http_config
     vlm_engine_cpus 0-x;
