@@ -18,6 +18,7 @@
 
 #include "backend/vlm_backend.h"
 #include "model/vlm_kv.h"
+#include "vlm_test.h"
 
 
 void vlm_backend_cpu_force_scalar(int scalar);
@@ -30,35 +31,6 @@ int vlm_backend_cpu_force_level(int level);
 
 
 static uint64_t  rng_state = 88172645463325252ull;
-
-
-static float
-frand(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-
-    return (float) ((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f
-           - 1.0f;
-}
-
-
-static float *
-rand_vec(size_t n)
-{
-    size_t  i;
-    float  *v;
-
-    v = malloc(n * sizeof(float));
-    assert_non_null(v);
-
-    for (i = 0; i < n; i++) {
-        v[i] = frand();
-    }
-
-    return v;
-}
 
 
 static void
@@ -112,9 +84,9 @@ check_matmul_level(int level, vlm_dtype_t dt, int n, int rows, int cols,
                          &(vlm_backend_conf_t) { .n_threads = 3,
                                                  .max_ctx = 512 }, &err),
                      VLM_OK);
-    x = rand_vec((size_t) n * cols);
-    wf = rand_vec((size_t) rows * cols);
-    b = rand_vec((size_t) rows);
+    x = vlm_test_rand_vec(&rng_state, (size_t) n * cols);
+    wf = vlm_test_rand_vec(&rng_state, (size_t) rows * cols);
+    b = vlm_test_rand_vec(&rng_state, (size_t) rows);
     y = calloc((size_t) n * rows, sizeof(float));
     ref = calloc((size_t) n * rows, sizeof(float));
     mag = calloc((size_t) n * rows, sizeof(float));
@@ -265,9 +237,9 @@ test_norms(void **state)
     vlm_backend_t  *be;
 
     be = backend(0);
-    x = rand_vec((size_t) n * dim);
-    g = rand_vec(dim);
-    b = rand_vec(dim);
+    x = vlm_test_rand_vec(&rng_state, (size_t) n * dim);
+    g = vlm_test_rand_vec(&rng_state, dim);
+    b = vlm_test_rand_vec(&rng_state, dim);
     y = malloc((size_t) n * dim * sizeof(float));
     ref = malloc((size_t) n * dim * sizeof(float));
 
@@ -331,7 +303,7 @@ test_rope_mrope_sections(void **state)
         comp[i] = i < 2 ? 0 : i < 5 ? 1 : 2;
     }
 
-    x = rand_vec((size_t) n * heads * hd);
+    x = vlm_test_rand_vec(&rng_state, (size_t) n * heads * hd);
     ref = malloc((size_t) n * heads * hd * sizeof(float));
     memcpy(ref, x, (size_t) n * heads * hd * sizeof(float));
 
@@ -438,8 +410,8 @@ check_attention_varlen(const int32_t *cu, int n_seg)
 
     be = backend(0);
     n = cu[n_seg];
-    q = rand_vec((size_t) n * nh * hd);
-    kv = rand_vec((size_t) n * 2 * nkv * hd);
+    q = vlm_test_rand_vec(&rng_state, (size_t) n * nh * hd);
+    kv = vlm_test_rand_vec(&rng_state, (size_t) n * 2 * nkv * hd);
     out = malloc((size_t) n * nh * hd * sizeof(float));
     ref = malloc((size_t) n * nh * hd * sizeof(float));
 
@@ -519,9 +491,9 @@ test_paged_attention_matches_contiguous(void **state)
     table[2] = 1;
     assert_int_equal(vlm_kv_used(&kv), 3);
 
-    q = rand_vec((size_t) n * nh * hd);
-    k = rand_vec((size_t) n * kvd);
-    v = rand_vec((size_t) n * kvd);
+    q = vlm_test_rand_vec(&rng_state, (size_t) n * nh * hd);
+    k = vlm_test_rand_vec(&rng_state, (size_t) n * kvd);
+    v = vlm_test_rand_vec(&rng_state, (size_t) n * kvd);
     out = calloc((size_t) n * nh * hd, sizeof(float));
     ref = calloc((size_t) n * nh * hd, sizeof(float));
 

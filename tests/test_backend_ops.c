@@ -34,6 +34,7 @@
 #include "backend/vlm_backend.h"
 #include "core/vlm.h"
 #include "core/vlm_npy.h"
+#include "vlm_test.h"
 
 
 #define FIX  "tests/fixtures/models"
@@ -43,35 +44,6 @@ static vlm_backend_t  *gpu;         /* NULL: no GPU, every test skips */
 static vlm_backend_t  *cpu;
 static char            no_gpu[256];
 static uint64_t        rng_state = 0x9e3779b97f4a7c15ull;
-
-
-static float
-frand(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-
-    return (float) ((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f
-           - 1.0f;
-}
-
-
-static float *
-rand_vec(size_t n)
-{
-    size_t  i;
-    float  *v;
-
-    v = malloc((n == 0 ? 1 : n) * sizeof(float));
-    assert_non_null(v);
-
-    for (i = 0; i < n; i++) {
-        v[i] = frand();
-    }
-
-    return v;
-}
 
 
 #define require_gpu()                                                       \
@@ -106,24 +78,6 @@ get(void *host, const void *d, size_t size)
 }
 
 
-static double
-rel_l2(const float *a, const float *b, size_t n)
-{
-    size_t  i;
-    double  num, den;
-
-    num = 0.0;
-    den = 0.0;
-
-    for (i = 0; i < n; i++) {
-        num += ((double) a[i] - b[i]) * ((double) a[i] - b[i]);
-        den += (double) b[i] * b[i];
-    }
-
-    return sqrt(num / (den > 0.0 ? den : 1.0));
-}
-
-
 /* the GPU's result against the CPU's: relative L2 within tol */
 static void
 check(const char *what, const float *got, const float *ref, size_t n,
@@ -139,7 +93,7 @@ check(const char *what, const float *got, const float *ref, size_t n,
         }
     }
 
-    d = rel_l2(got, ref, n);
+    d = vlm_test_rel_l2(got, ref, n);
 
     if (d > tol) {
         for (i = 0; i < n; i++) {
@@ -169,9 +123,9 @@ check_matmul(vlm_dtype_t dt, int n, int rows, int cols, int with_bias)
     vlm_error_t    err;
     vlm_weight_t   wc, wg;
 
-    x = rand_vec((size_t) n * cols);
-    wf = rand_vec((size_t) rows * cols);
-    b = rand_vec((size_t) rows);
+    x = vlm_test_rand_vec(&rng_state, (size_t) n * cols);
+    wf = vlm_test_rand_vec(&rng_state, (size_t) rows * cols);
+    b = vlm_test_rand_vec(&rng_state, (size_t) rows);
     y = malloc((size_t) n * rows * sizeof(float));
     ref = malloc((size_t) n * rows * sizeof(float));
     wh = malloc((size_t) rows * cols * sizeof(uint16_t));
@@ -248,9 +202,9 @@ check_norms(int n, int dim)
     size_t  sz;
 
     sz = (size_t) n * dim * sizeof(float);
-    x = rand_vec((size_t) n * dim);
-    g = rand_vec((size_t) dim);
-    b = rand_vec((size_t) dim);
+    x = vlm_test_rand_vec(&rng_state, (size_t) n * dim);
+    g = vlm_test_rand_vec(&rng_state, (size_t) dim);
+    b = vlm_test_rand_vec(&rng_state, (size_t) dim);
     y = malloc(sz);
     ref = malloc(sz);
     assert_true(y != NULL && ref != NULL);
@@ -327,7 +281,7 @@ check_rope(int n, int n_comp, int n_heads, int head_dim, int stride)
 
     for (i = 0; i < n * n_comp; i++) {
         pos[i] = (int32_t) (rng_state % 5000);
-        (void) frand();
+        (void) vlm_test_frand(&rng_state);
     }
 
     for (i = 0; i < half; i++) {
@@ -335,7 +289,7 @@ check_rope(int n, int n_comp, int n_heads, int head_dim, int stride)
         comp[i] = (uint8_t) (i * n_comp / half);   /* sections in order */
     }
 
-    x = rand_vec((size_t) n * stride);
+    x = vlm_test_rand_vec(&rng_state, (size_t) n * stride);
 
     dpos = dev(pos, (size_t) n * n_comp * sizeof(int32_t));
     dinv = dev(inv, (size_t) half * sizeof(float));
@@ -401,8 +355,8 @@ check_act(int n, int dim, vlm_act_t act)
 
     cnt = (size_t) n * dim;
     sz = cnt * sizeof(float);
-    g = rand_vec(cnt);
-    u = rand_vec(cnt);
+    g = vlm_test_rand_vec(&rng_state, cnt);
+    u = vlm_test_rand_vec(&rng_state, cnt);
     y = malloc(sz);
     ref = malloc(sz);
     assert_true(y != NULL && ref != NULL);
@@ -475,7 +429,7 @@ test_embed_gather(void **state)
     cols = 77;
     n = 40;
 
-    tf = rand_vec((size_t) vocab * cols);
+    tf = vlm_test_rand_vec(&rng_state, (size_t) vocab * cols);
     th = malloc((size_t) vocab * cols * sizeof(uint16_t));
     y = malloc((size_t) n * cols * sizeof(float));
     ref = malloc((size_t) n * cols * sizeof(float));
@@ -497,7 +451,7 @@ test_embed_gather(void **state)
                                            vocab, cols, &err), VLM_OK);
 
     /* rows with ids < 0 keep what they held */
-    x = rand_vec((size_t) n * cols);
+    x = vlm_test_rand_vec(&rng_state, (size_t) n * cols);
     memcpy(ref, x, (size_t) n * cols * sizeof(float));
     dy = dev(x, (size_t) n * cols * sizeof(float));
     dids = dev(ids, sizeof(ids));
@@ -543,7 +497,7 @@ test_argmax(void **state)
 
     for (i = 0; i < 4; i++) {
         n = 4;
-        x = rand_vec((size_t) n * dims[i]);
+        x = vlm_test_rand_vec(&rng_state, (size_t) n * dims[i]);
 
         /* row 1: a tie, the first index wins; row 2: the last element */
         if (dims[i] > 2) {
@@ -602,8 +556,8 @@ check_paged(int n_seqs, int n_heads, int n_kv_heads, int head_dim,
     n_blocks = n_seqs * nb;
     csz = (size_t) n_blocks * block_size * kv_dim * sizeof(float);
 
-    kc = rand_vec(csz / sizeof(float));
-    vc = rand_vec(csz / sizeof(float));
+    kc = vlm_test_rand_vec(&rng_state, csz / sizeof(float));
+    vc = vlm_test_rand_vec(&rng_state, csz / sizeof(float));
     dkc = dev(kc, csz);
     dvc = dev(vc, csz);
 
@@ -614,7 +568,7 @@ check_paged(int n_seqs, int n_heads, int n_kv_heads, int head_dim,
         perm[i] = i;
     }
     for (i = n_blocks - 1; i > 0; i--) {
-        b = (int) ((frand() + 1.0f) * 0.5f * i);
+        b = (int) ((vlm_test_frand(&rng_state) + 1.0f) * 0.5f * i);
         r = perm[i];
         perm[i] = perm[b];
         perm[b] = r;
@@ -635,9 +589,9 @@ check_paged(int n_seqs, int n_heads, int n_kv_heads, int head_dim,
         rows += sc[s].n_q;
     }
 
-    q = rand_vec((size_t) rows * D);
-    k = rand_vec((size_t) rows * kv_dim);
-    v = rand_vec((size_t) rows * kv_dim);
+    q = vlm_test_rand_vec(&rng_state, (size_t) rows * D);
+    k = vlm_test_rand_vec(&rng_state, (size_t) rows * kv_dim);
+    v = vlm_test_rand_vec(&rng_state, (size_t) rows * kv_dim);
     ref = calloc((size_t) rows * D, sizeof(float));
     out = calloc((size_t) rows * D, sizeof(float));
     assert_true(ref != NULL && out != NULL);
@@ -759,7 +713,7 @@ check_varlen(const int32_t *cu, int n_seg, int n_heads, int n_kv_heads,
     q_stride = D + 2 * kv_dim;
     kv_stride = q_stride;
 
-    qkv = rand_vec((size_t) rows * q_stride);
+    qkv = vlm_test_rand_vec(&rng_state, (size_t) rows * q_stride);
     ref = calloc((size_t) rows * D, sizeof(float));
     out = calloc((size_t) rows * D, sizeof(float));
     assert_true(ref != NULL && out != NULL);
@@ -864,22 +818,6 @@ test_pool_idle(void **state)
 
 /* the model: CUDA against CPU on the fixture checkpoints */
 
-static void
-load_npy(vlm_npy_t *npy, const char *model, const char *ref_case,
-    const char *file)
-{
-    char         path[512];
-    vlm_error_t  err;
-
-    snprintf(path, sizeof(path), FIX "/%s/ref/%s/%s", model, ref_case,
-             file);
-
-    if (vlm_npy_load(npy, path, &err) != VLM_OK) {
-        fail_msg("%s", err.msg);
-    }
-}
-
-
 static vlm_model_t *
 load_model(const char *name, const char *backend)
 {
@@ -924,17 +862,17 @@ parity_case(vlm_model_t *mc, vlm_model_t *mg, const char *name,
 
     V = vlm_model_info(mc)->vocab_size;
 
-    load_npy(&ids, name, ref_case, "input_ids.npy");
-    load_npy(&last, name, ref_case, "logits_last.npy");
+    vlm_test_load_npy(&ids, FIX, name, ref_case, "input_ids.npy");
+    vlm_test_load_npy(&last, FIX, name, ref_case, "logits_last.npy");
     n = (int) ids.n;
 
     if (n_images > 0) {
-        load_npy(&grid, name, ref_case, "grid_thw.npy");
+        vlm_test_load_npy(&grid, FIX, name, ref_case, "grid_thw.npy");
     }
 
     for (i = 0; i < n_images; i++) {
         snprintf(file, sizeof(file), "pixel_values_%d.npy", i);
-        load_npy(&pix[i], name, ref_case, file);
+        vlm_test_load_npy(&pix[i], FIX, name, ref_case, file);
         img[i].pixels = pix[i].data;
         img[i].grid_t = ((int32_t *) grid.data)[3 * i];
         img[i].grid_h = ((int32_t *) grid.data)[3 * i + 1];
@@ -952,8 +890,8 @@ parity_case(vlm_model_t *mc, vlm_model_t *mg, const char *name,
         fail_msg("%s/%s: %s", name, ref_case, err.msg);
     }
 
-    d = rel_l2(vlm_seq_logits(sg), vlm_seq_logits(sc), (size_t) V);
-    dref = rel_l2(vlm_seq_logits(sg), last.data, (size_t) V);
+    d = vlm_test_rel_l2(vlm_seq_logits(sg), vlm_seq_logits(sc), (size_t) V);
+    dref = vlm_test_rel_l2(vlm_seq_logits(sg), last.data, (size_t) V);
 
     print_message("%s/%s: last logits, CUDA against CPU: relative L2 %.3g; "
                   "against transformers %.3g\n", name, ref_case, d, dref);
@@ -1151,7 +1089,7 @@ bench(int n_layers)
     }
 
     for (size_t e = 0; e < maxw; e++) {
-        wh[e] = vlm_f32_to_bf16(frand() * 0.02f);
+        wh[e] = vlm_f32_to_bf16(vlm_test_frand(&rng_state) * 0.02f);
     }
 
     for (i = 0; i < I; i++) {

@@ -27,22 +27,6 @@
 #define FIX  "tests/fixtures/models"
 
 
-static void
-load_npy(vlm_npy_t *npy, const char *model, const char *ref_case,
-    const char *file)
-{
-    char         path[512];
-    vlm_error_t  err;
-
-    snprintf(path, sizeof(path), FIX "/%s/ref/%s/%s", model, ref_case,
-             file);
-
-    if (vlm_npy_load(npy, path, &err) != VLM_OK) {
-        fail_msg("%s", err.msg);
-    }
-}
-
-
 static vlm_model_t *
 load_model(const char *name)
 {
@@ -87,20 +71,20 @@ check_case(vlm_model_t *m, const char *name, const char *ref_case,
     info = vlm_model_info(m);
     V = info->vocab_size;
 
-    load_npy(&ids, name, ref_case, "input_ids.npy");
-    load_npy(&ref_pos, name, ref_case, "position_ids.npy");
-    load_npy(&last, name, ref_case, "logits_last.npy");
-    load_npy(&greedy, name, ref_case, "greedy.npy");
+    vlm_test_load_npy(&ids, FIX, name, ref_case, "input_ids.npy");
+    vlm_test_load_npy(&ref_pos, FIX, name, ref_case, "position_ids.npy");
+    vlm_test_load_npy(&last, FIX, name, ref_case, "logits_last.npy");
+    vlm_test_load_npy(&greedy, FIX, name, ref_case, "greedy.npy");
     n = (int) ids.n;
 
     if (n_images > 0) {
-        load_npy(&grid, name, ref_case, "grid_thw.npy");
+        vlm_test_load_npy(&grid, FIX, name, ref_case, "grid_thw.npy");
         assert_int_equal(grid.shape[0], n_images);
     }
 
     for (i = 0; i < n_images; i++) {
         snprintf(file, sizeof(file), "pixel_values_%d.npy", i);
-        load_npy(&pix[i], name, ref_case, file);
+        vlm_test_load_npy(&pix[i], FIX, name, ref_case, file);
         img[i].pixels = pix[i].data;
         img[i].grid_t = ((int32_t *) grid.data)[3 * i];
         img[i].grid_h = ((int32_t *) grid.data)[3 * i + 1];
@@ -138,7 +122,7 @@ check_case(vlm_model_t *m, const char *name, const char *ref_case,
     }
 
     if (strcmp(ref_case, "text") == 0) {
-        load_npy(&ref_all, name, ref_case, "logits_all.npy");
+        vlm_test_load_npy(&ref_all, FIX, name, ref_case, "logits_all.npy");
         d = vlm_test_rel_l2(all, ref_all.data, (size_t) n * V);
         if (d > tol) {
             fail_msg("%s/%s: all logits differ, relative L2 %g", name,

@@ -1,6 +1,7 @@
 /*
- * Helpers the engine's parity tests share: the relative L2 distance of
- * two logit vectors, and the greedy token of one.
+ * Helpers the unit tests share: the relative L2 distance of two vectors,
+ * the greedy token of logits, a fixture's .npy, and reproducible random
+ * floats.  Included after <cmocka.h>.
  */
 
 #ifndef VLM_TEST_H
@@ -9,6 +10,10 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/vlm_npy.h"
 
 
 /* ||a - b|| / ||b|| */
@@ -46,6 +51,54 @@ vlm_test_argmax(const float *logits, int n)
     }
 
     return best;
+}
+
+
+/* dir/model/ref/ref_case/file, or the test fails */
+static inline void
+vlm_test_load_npy(vlm_npy_t *npy, const char *dir, const char *model,
+    const char *ref_case, const char *file)
+{
+    char         path[512];
+    vlm_error_t  err;
+
+    snprintf(path, sizeof(path), "%s/%s/ref/%s/%s", dir, model, ref_case,
+             file);
+
+    if (vlm_npy_load(npy, path, &err) != VLM_OK) {
+        fail_msg("%s", err.msg);
+    }
+}
+
+
+/* xorshift64: a float in [-1, 1) from *state */
+static inline float
+vlm_test_frand(uint64_t *state)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+
+    return (float) ((*state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f
+           - 1.0f;
+}
+
+
+/* n such floats in memory the caller frees */
+static inline float *
+vlm_test_rand_vec(uint64_t *state, size_t n)
+{
+    size_t  i;
+    float  *v;
+
+    v = malloc((n == 0 ? 1 : n) * sizeof(float));
+    assert_non_null(v);
+
+    for (i = 0; i < n; i++) {
+        v[i] = vlm_test_frand(state);
+    }
+
+    return v;
 }
 
 
