@@ -826,13 +826,7 @@ load_model(const char *name, const char *backend)
     vlm_model_t        *m;
     vlm_model_params_t  p;
 
-    vlm_model_params_default(&p);
-    p.n_threads = 2;
-    p.max_seqs = 2;
-    p.max_seq_len = 256;
-    p.max_batch_tokens = 16;        /* prompts run in several chunks */
-    p.max_image_patches = 128;
-    p.kv_block_size = 8;
+    vlm_test_fixture_params(&p);
     p.backend = backend;
     p.device_bytes = (size_t) 256 << 20;
 

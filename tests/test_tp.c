@@ -133,13 +133,8 @@ free_prompt(prompt_t *p)
 static void
 params(vlm_model_params_t *p, int rank, int size, vlm_comm_t *comm)
 {
-    vlm_model_params_default(p);
+    vlm_test_fixture_params(p);
     p->n_threads = 1;
-    p->max_seqs = 2;
-    p->max_seq_len = 256;
-    p->max_batch_tokens = 16;       /* prompts run in several chunks */
-    p->max_image_patches = 128;
-    p->kv_block_size = 8;
     p->tp_rank = rank;
     p->tp_size = size;
     p->comm = comm;

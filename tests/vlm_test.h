@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/vlm.h"
 #include "core/vlm_npy.h"
 
 
@@ -51,6 +52,23 @@ vlm_test_argmax(const float *logits, int n)
     }
 
     return best;
+}
+
+
+/*
+ * The budgets the fixture checkpoints are run with: prompts in several
+ * chunks of 16 rows, images up to 128 patches, KV blocks of 8
+ */
+static inline void
+vlm_test_fixture_params(vlm_model_params_t *p)
+{
+    vlm_model_params_default(p);
+    p->n_threads = 2;
+    p->max_seqs = 2;
+    p->max_seq_len = 256;
+    p->max_batch_tokens = 16;
+    p->max_image_patches = 128;
+    p->kv_block_size = 8;
 }
 
 
