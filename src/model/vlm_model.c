@@ -1596,6 +1596,8 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
 
     rc = m->arch->forward(m, &b, err);
     if (rc != VLM_OK) {
+        /* as a failed image stage: the sequence as it was */
+        vlm_prefill_cancel(m);
         return rc;
     }
 
