@@ -3,8 +3,8 @@
  * tests/fixtures/models (tools/fixtures_models.py): get_rope_index
  * positions, last-position logits (relative L2 within 1e-4 for f32
  * weights, 2e-2 for bf16), all-position logits of the text prompt and
- * 32-token greedy continuations, for Qwen2-VL and Qwen2.5-VL with no,
- * one and two images.
+ * 32-token greedy continuations, for Qwen2-VL, Qwen2.5-VL and Qwen3-VL
+ * (tools/fixtures_qwen3vl.py) with no, one and two images.
  */
 
 #define _GNU_SOURCE
@@ -205,6 +205,22 @@ test_qwen25vl_bf16(void **state)
 }
 
 
+static void
+test_qwen3vl_f32(void **state)
+{
+    (void) state;
+    check_model("qwen3vl-f32", 1e-4);
+}
+
+
+static void
+test_qwen3vl_bf16_tied(void **state)
+{
+    (void) state;
+    check_model("qwen3vl-bf16", 2e-2);
+}
+
+
 int
 main(void)
 {
@@ -213,6 +229,8 @@ main(void)
         cmocka_unit_test(test_qwen2vl_bf16_flat_config_tied),
         cmocka_unit_test(test_qwen25vl_f32_tied),
         cmocka_unit_test(test_qwen25vl_bf16),
+        cmocka_unit_test(test_qwen3vl_f32),
+        cmocka_unit_test(test_qwen3vl_bf16_tied),
     };
 
     return cmocka_run_group_tests_name("engine_parity", tests, NULL, NULL);
