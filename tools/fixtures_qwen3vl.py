@@ -6,7 +6,8 @@ Qwen3VLForConditionalGeneration, model.safetensors,
 generation_config.json, preprocessor_config.json) and ref/<case>/ as
 tools/fixtures_models.py does for Qwen2-VL: input ids, pixel_values of the
 processor (Qwen2VLImageProcessor with Qwen3-VL's patch 16 and 0.5
-normalisation: smart_resize to multiples of 32), grid_thw,
+normalisation: smart_resize to multiples of 32) with the image it ran on
+as a PNG (image_<i>.png, for the C pipeline), grid_thw,
 get_rope_index positions, last-position logits (all positions for the
 text case) and 32-token greedy continuations, in float32.
 
@@ -22,6 +23,7 @@ import shutil
 
 import numpy as np
 import torch
+from PIL import Image
 from transformers import (GenerationConfig, Qwen3VLConfig,
                           Qwen3VLForConditionalGeneration)
 from transformers.models.qwen2_vl.image_processing_qwen2_vl import (
@@ -66,8 +68,14 @@ def make_images(proc, seed):
         img = img.astype(np.uint8)
         r = proc(images=[img], return_tensors="np")
         out.append((r["pixel_values"].astype(np.float32),
-                    r["image_grid_thw"].astype(np.int64)[0]))
+                    r["image_grid_thw"].astype(np.int64)[0], img))
     return out
+
+
+def save_pngs(images, case_dir):
+    for i, im in enumerate(images):
+        Image.fromarray(im[2]).save(os.path.join(case_dir,
+                                                 "image_%d.png" % i))
 
 
 def main():
@@ -104,9 +112,11 @@ def main():
         cases = [("text", []), ("image1", images[:1]),
                  ("image2", images[::-1])]
         for case, imgs in cases:
-            ids = prompt_ids(rng, imgs, 2)
-            gap = reference(model, ids, imgs,
+            pairs = [(p, t) for p, t, _ in imgs]
+            ids = prompt_ids(rng, pairs, 2)
+            gap = reference(model, ids, pairs,
                             os.path.join(d, "ref", case), case == "text")
+            save_pngs(imgs, os.path.join(d, "ref", case))
             print("%s/%s: %d tokens, top-2 gap %.4f"
                   % (name, case, len(ids), gap))
 
