@@ -20,7 +20,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "model/qwen2vl/vlm_qwen2vl.h"
 
