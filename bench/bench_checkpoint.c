@@ -3,10 +3,12 @@
  * Qwen2.5-VL-3B-Instruct in bf16 (about 7.5 GB, two shards and an index,
  * Hugging Face layout) for bench_engine, or of Qwen2.5-VL-7B-Instruct
  * (16.6 GB), or the Qwen2.5-VL vision tower on the decoder of
- * Qwen2.5-0.5B (1.9 GB).  Never commit its output.
+ * Qwen2.5-0.5B (1.9 GB), or Qwen3-VL-2B-Instruct (qwen3vl-2b, 4.3 GB,
+ * its DeepStack mergers included).  Never commit its output.
  *
- *   bench_checkpoint [--shape 0.5b|3b|7b] [DIR]
- *                            default /tmp/vlm-bench-qwen25vl-<shape>
+ *   bench_checkpoint [--shape 0.5b|3b|7b|qwen3vl-2b] [DIR]
+ *                            default /tmp/vlm-bench-qwen25vl-<shape>,
+ *                            /tmp/vlm-bench-qwen3vl-2b
  *
  * An existing complete checkpoint in DIR is kept.
  */
@@ -40,18 +42,67 @@ typedef struct {
     int          kv_heads;
     int          tied;          /* the head is the embedding */
     const char  *mrope;         /* mrope_section: half the head dim */
+    int          head_dim;      /* Qwen3-VL: its own; 0: Qwen2.5-VL */
 } shape_t;
 
 
 /* the decoders of Qwen2.5-VL-3B/7B-Instruct and of Qwen2.5-0.5B */
 static const shape_t  shapes[] = {
     { "0.5b", "/tmp/vlm-bench-qwen25vl-0.5b", 896, 4864, 24, 14, 2, 1,
-      "8, 12, 12" },
+      "8, 12, 12", 0 },
     { "3b", "/tmp/vlm-bench-qwen25vl-3b", 2048, 11008, 36, 16, 2, 1,
-      "16, 24, 24" },
+      "16, 24, 24", 0 },
     { "7b", "/tmp/vlm-bench-qwen25vl-7b", 3584, 18944, 28, 28, 4, 0,
-      "16, 24, 24" }
+      "16, 24, 24", 0 },
+    { "qwen3vl-2b", "/tmp/vlm-bench-qwen3vl-2b", 2048, 6144, 28, 16, 8, 1,
+      "24, 20, 20", 128 }
 };
+
+
+/* Qwen3-VL-2B-Instruct/config.json, its decoder the shape's */
+static const char  *config_qwen3_fmt =
+    "{\n"
+    "  \"architectures\": [\"Qwen3VLForConditionalGeneration\"],\n"
+    "  \"model_type\": \"qwen3_vl\",\n"
+    "  \"image_token_id\": 151655,\n"
+    "  \"video_token_id\": 151656,\n"
+    "  \"vision_start_token_id\": 151652,\n"
+    "  \"vision_end_token_id\": 151653,\n"
+    "  \"tie_word_embeddings\": %s,\n"
+    "  \"text_config\": {\n"
+    "    \"attention_bias\": false,\n"
+    "    \"bos_token_id\": 151643,\n"
+    "    \"eos_token_id\": 151645,\n"
+    "    \"head_dim\": %d,\n"
+    "    \"hidden_act\": \"silu\",\n"
+    "    \"hidden_size\": %d,\n"
+    "    \"intermediate_size\": %d,\n"
+    "    \"max_position_embeddings\": 262144,\n"
+    "    \"num_attention_heads\": %d,\n"
+    "    \"num_hidden_layers\": %d,\n"
+    "    \"num_key_value_heads\": %d,\n"
+    "    \"rms_norm_eps\": 1e-06,\n"
+    "    \"rope_scaling\": {\"mrope_interleaved\": true,\n"
+    "                     \"mrope_section\": [%s],\n"
+    "                     \"rope_type\": \"default\"},\n"
+    "    \"rope_theta\": 5000000,\n"
+    "    \"vocab_size\": 151936\n"
+    "  },\n"
+    "  \"vision_config\": {\n"
+    "    \"deepstack_visual_indexes\": [5, 11, 17],\n"
+    "    \"depth\": 24,\n"
+    "    \"hidden_act\": \"gelu_pytorch_tanh\",\n"
+    "    \"hidden_size\": 1024,\n"
+    "    \"in_channels\": 3,\n"
+    "    \"intermediate_size\": 4096,\n"
+    "    \"num_heads\": 16,\n"
+    "    \"num_position_embeddings\": 2304,\n"
+    "    \"out_hidden_size\": %d,\n"
+    "    \"patch_size\": 16,\n"
+    "    \"spatial_merge_size\": 2,\n"
+    "    \"temporal_patch_size\": 2\n"
+    "  }\n"
+    "}\n";
 
 
 static const shape_t  *shape;
@@ -137,11 +188,101 @@ add(int shard, const char *name, int n_dims, int64_t a, int64_t b)
 }
 
 
+/* Qwen3-VL-2B's tensors: no q/k/v bias, q/k norms, DeepStack mergers */
+static void
+build_qwen3(void)
+{
+    int   l, h, f, kv, q, hd, nl;
+    char  n[96], pre[64];
+
+    h = shape->hidden;
+    f = shape->inter;
+    nl = shape->layers;
+    hd = shape->head_dim;
+    q = shape->heads * hd;
+    kv = shape->kv_heads * hd;
+
+    add(0, "model.language_model.embed_tokens.weight", 2, 151936, h);
+    add(0, "model.language_model.norm.weight", 1, h, 0);
+
+    for (l = 0; l < nl; l++) {
+#define T(s, nd, a, b)                                                       \
+        snprintf(n, sizeof(n), "model.language_model.layers.%d.%s", l, s);   \
+        add(l < nl / 2 ? 0 : 1, n, nd, a, b)
+        T("input_layernorm.weight", 1, h, 0);
+        T("post_attention_layernorm.weight", 1, h, 0);
+        T("self_attn.q_proj.weight", 2, q, h);
+        T("self_attn.k_proj.weight", 2, kv, h);
+        T("self_attn.v_proj.weight", 2, kv, h);
+        T("self_attn.o_proj.weight", 2, h, q);
+        T("self_attn.q_norm.weight", 1, hd, 0);
+        T("self_attn.k_norm.weight", 1, hd, 0);
+        T("mlp.gate_proj.weight", 2, f, h);
+        T("mlp.up_proj.weight", 2, f, h);
+        T("mlp.down_proj.weight", 2, h, f);
+#undef T
+    }
+
+    add(1, "model.visual.patch_embed.proj.weight", 5, 1024, 0);
+    tensors[n_tensors - 1].shape[1] = 3;
+    tensors[n_tensors - 1].shape[2] = 2;
+    tensors[n_tensors - 1].shape[3] = 16;
+    tensors[n_tensors - 1].shape[4] = 16;
+    add(1, "model.visual.patch_embed.proj.bias", 1, 1024, 0);
+    add(1, "model.visual.pos_embed.weight", 2, 2304, 1024);
+
+    for (l = 0; l < 24; l++) {
+#define T(s, nd, a, b)                                                       \
+        snprintf(n, sizeof(n), "model.visual.blocks.%d.%s", l, s);           \
+        add(1, n, nd, a, b)
+        T("norm1.weight", 1, 1024, 0);
+        T("norm1.bias", 1, 1024, 0);
+        T("norm2.weight", 1, 1024, 0);
+        T("norm2.bias", 1, 1024, 0);
+        T("attn.qkv.weight", 2, 3072, 1024);
+        T("attn.qkv.bias", 1, 3072, 0);
+        T("attn.proj.weight", 2, 1024, 1024);
+        T("attn.proj.bias", 1, 1024, 0);
+        T("mlp.linear_fc1.weight", 2, 4096, 1024);
+        T("mlp.linear_fc1.bias", 1, 4096, 0);
+        T("mlp.linear_fc2.weight", 2, 1024, 4096);
+        T("mlp.linear_fc2.bias", 1, 1024, 0);
+#undef T
+    }
+
+    for (l = -1; l < 3; l++) {
+        if (l < 0) {
+            snprintf(pre, sizeof(pre), "model.visual.merger");
+
+        } else {
+            snprintf(pre, sizeof(pre),
+                     "model.visual.deepstack_merger_list.%d", l);
+        }
+
+#define T(s, nd, a, b)                                                       \
+        snprintf(n, sizeof(n), "%s.%s", pre, s);                             \
+        add(1, n, nd, a, b)
+        T("norm.weight", 1, l < 0 ? 1024 : 4096, 0);
+        T("norm.bias", 1, l < 0 ? 1024 : 4096, 0);
+        T("linear_fc1.weight", 2, 4096, 4096);
+        T("linear_fc1.bias", 1, 4096, 0);
+        T("linear_fc2.weight", 2, h, 4096);
+        T("linear_fc2.bias", 1, h, 0);
+#undef T
+    }
+}
+
+
 static void
 build(void)
 {
     int   l, h, f, kv, nl;
     char  n[96];
+
+    if (shape->head_dim != 0) {
+        build_qwen3();
+        return;
+    }
 
     h = shape->hidden;
     f = shape->inter;
@@ -372,7 +513,8 @@ main(int argc, char **argv)
             }
 
             if (shape == NULL) {
-                fprintf(stderr, "bench_checkpoint: shapes: 0.5b, 3b, 7b\n");
+                fprintf(stderr, "bench_checkpoint: shapes: 0.5b, 3b, 7b, "
+                        "qwen3vl-2b\n");
                 return 1;
             }
 
@@ -385,9 +527,18 @@ main(int argc, char **argv)
         dir = shape->dir;
     }
 
-    snprintf(config, sizeof(config), config_fmt, shape->hidden,
-             shape->inter, shape->heads, shape->layers, shape->kv_heads,
-             shape->tied ? "true" : "false", shape->hidden, shape->mrope);
+    if (shape->head_dim != 0) {
+        snprintf(config, sizeof(config), config_qwen3_fmt,
+                 shape->tied ? "true" : "false", shape->head_dim,
+                 shape->hidden, shape->inter, shape->heads, shape->layers,
+                 shape->kv_heads, shape->mrope, shape->hidden);
+
+    } else {
+        snprintf(config, sizeof(config), config_fmt, shape->hidden,
+                 shape->inter, shape->heads, shape->layers, shape->kv_heads,
+                 shape->tied ? "true" : "false", shape->hidden,
+                 shape->mrope);
+    }
 
     snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
     if (access(path, F_OK) == 0) {

@@ -235,7 +235,8 @@ main(int argc, char **argv)
         vlm_seq_free(seq);
 
         printf("  vision encode %4dx%-4d    %8.2f s  (%d patches, %d "
-               "tokens)\n", gw * 14, gh * 14, t_vis, n_img, n_img / 4);
+               "tokens)\n", gw * info->patch_size, gh * info->patch_size,
+               t_vis, n_img, n_img / 4);
         printf("  its prompt's prefill       %8.2f s  (%d tokens)\n", t_lm,
                n_ids);
         printf("  longest of its %3d pieces  %8.2f s  (the longest a "

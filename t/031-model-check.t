@@ -50,6 +50,10 @@ model("llama", "config.json", sub {
     $_[0]{architectures} = ["LlamaForCausalLM"];
     $_[0]{model_type} = "llama";
 });
+model("qwen3moe", "config.json", sub {
+    $_[0]{architectures} = ["Qwen3VLMoeForConditionalGeneration"];
+    $_[0]{model_type} = "qwen3_vl_moe";
+});
 my $noweights = model("noweights");
 unlink "$noweights/model.safetensors" or die;
 model("shape", "config.json", sub {
@@ -164,7 +168,7 @@ __DATA__
 --- must_die
 --- suppress_stderr
 --- error_log eval
-qr{\[emerg\] .*: vlm_model "[^"]+/llama": config: "[^"]+/llama/config\.json": architecture "LlamaForCausalLM" is not supported \(this engine runs Qwen2VLForConditionalGeneration and Qwen2_5_VLForConditionalGeneration\) in \S+nginx\.conf:\d+$}
+qr{\[emerg\] .*: vlm_model "[^"]+/llama": config: "[^"]+/llama/config\.json": architecture "LlamaForCausalLM" is not supported \(this engine runs Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration and Qwen3VLForConditionalGeneration\) in \S+nginx\.conf:\d+$}
 
 
 
@@ -237,3 +241,15 @@ qr{\[emerg\] .*: vlm_model "[^"]+/template": the chat_template in "[^"]+/templat
 --- suppress_stderr
 --- error_log eval
 qr{\[emerg\] .*: vlm_model "[^"]+/notemplate": no chat_template in "[^"]+/notemplate/tokenizer_config\.json"; the server renders Qwen2-VL's template only in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 8: the mixture-of-experts Qwen3-VL, refused by name
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/qwen3moe;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: vlm_model "[^"]+/qwen3moe": config: "[^"]+/qwen3moe/config\.json": architecture "Qwen3VLMoeForConditionalGeneration" \(the mixture-of-experts Qwen3-VL\) is not supported; of Qwen3-VL this engine runs the dense Qwen3VLForConditionalGeneration in \S+nginx\.conf:\d+$}

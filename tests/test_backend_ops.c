@@ -997,6 +997,22 @@ test_model_qwen25vl_bf16(void **state)
 }
 
 
+static void
+test_model_qwen3vl_f32(void **state)
+{
+    require_gpu();
+    parity_model("qwen3vl-f32");
+}
+
+
+static void
+test_model_qwen3vl_bf16(void **state)
+{
+    require_gpu();
+    parity_model("qwen3vl-bf16");
+}
+
+
 /*
  * The decode benchmark: the op sequence of one decoder step (as
  * vlm_lm_forward issues it for one token) on a random decoder of
@@ -1262,6 +1278,8 @@ main(int argc, char **argv)
         cmocka_unit_test(test_model_qwen2vl_bf16),
         cmocka_unit_test(test_model_qwen25vl_f32),
         cmocka_unit_test(test_model_qwen25vl_bf16),
+        cmocka_unit_test(test_model_qwen3vl_f32),
+        cmocka_unit_test(test_model_qwen3vl_bf16),
     };
 
     memset(&conf, 0, sizeof(conf));

@@ -156,6 +156,79 @@ test_rejected(void **state)
 }
 
 
+/* Qwen3-VL-4B's shapes: head_dim 128 is not hidden_size / heads (80) */
+#define Q3      "{\"architectures\":[\"Qwen3VLForConditionalGeneration\"],"
+#define Q3TEXT  "\"text_config\":{\"vocab_size\":151936,"                   \
+                "\"hidden_size\":2560,\"intermediate_size\":9728,"          \
+                "\"num_hidden_layers\":36,\"num_attention_heads\":32,"      \
+                "\"num_key_value_heads\":8,\"head_dim\":128,"               \
+                "\"rope_theta\":5000000,"
+#define Q3ROPE  "\"rope_scaling\":{\"rope_type\":\"default\","              \
+                "\"mrope_interleaved\":true,"                               \
+                "\"mrope_section\":[24,20,20]}},"
+#define Q3VIS   "\"vision_config\":{\"depth\":24,\"hidden_size\":1024,"     \
+                "\"intermediate_size\":4096,\"num_heads\":16,"              \
+                "\"out_hidden_size\":2560,\"num_position_embeddings\":2304," \
+                "\"deepstack_visual_indexes\":[5,11,17]}}"
+
+
+static void
+test_nested_qwen3_vl(void **state)
+{
+    vlm_error_t         err;
+    vlm_model_config_t  cfg;
+
+    assert_int_equal(parse(&cfg, Q3 Q3TEXT Q3ROPE Q3VIS, &err), VLM_OK);
+
+    assert_int_equal(cfg.arch, VLM_ARCH_QWEN3_VL);
+    assert_int_equal(cfg.text.head_dim, 128);
+    assert_true(cfg.text.qk_norm);
+    assert_true(cfg.text.mrope_interleaved);
+    assert_int_equal(cfg.text.mrope_section[0], 24);
+    assert_true(cfg.text.rms_norm_eps == 1e-6f);
+    assert_int_equal(cfg.vision.patch_size, 16);
+    assert_int_equal(cfg.vision.n_pos_embed, 2304);
+    assert_int_equal(cfg.vision.n_deepstack, 3);
+    assert_int_equal(cfg.vision.deepstack_blocks[2], 17);
+    assert_int_equal(cfg.vision.act, VLM_ACT_GELU_TANH);
+    assert_false(cfg.vision.gated_mlp);
+    assert_false(cfg.vision.rms_norm);
+    assert_int_equal(cfg.vision.window_size, 0);
+    assert_int_equal(cfg.image_token_id, 151655);
+    assert_string_equal(vlm_arch_name(cfg.arch),
+                        "Qwen3VLForConditionalGeneration");
+}
+
+
+/* the variants of Qwen3-VL this engine does not run, refused by name */
+static void
+test_rejected_qwen3_vl(void **state)
+{
+    expect_error("{\"architectures\":[\"Qwen3VLMoeForConditionalGeneration\""
+                 "]," Q3TEXT Q3ROPE Q3VIS, VLM_ERR_UNSUPPORTED,
+                 "mixture-of-experts");
+    expect_error("{\"model_type\":\"qwen3_vl_moe\"}", VLM_ERR_UNSUPPORTED,
+                 "Qwen3VLMoeForConditionalGeneration");
+    expect_error(Q3 Q3TEXT "\"rope_scaling\":{\"rope_type\":\"yarn\","
+                 "\"mrope_section\":[24,20,20]}}," Q3VIS,
+                 VLM_ERR_UNSUPPORTED, "\"yarn\"");
+    expect_error(Q3 Q3TEXT "\"rope_scaling\":{\"mrope_interleaved\":false,"
+                 "\"mrope_section\":[24,20,20]}}," Q3VIS,
+                 VLM_ERR_UNSUPPORTED, "mrope_interleaved");
+    expect_error(Q3 Q3TEXT "\"attention_bias\":true," Q3ROPE Q3VIS,
+                 VLM_ERR_UNSUPPORTED, "attention_bias");
+    expect_error(Q3 Q3TEXT Q3ROPE "\"vision_config\":{\"depth\":24,"
+                 "\"hidden_size\":1024,\"num_heads\":16,"
+                 "\"out_hidden_size\":2560,\"num_position_embeddings\":2300}}",
+                 VLM_ERR_FORMAT, "not a square");
+    expect_error(Q3 Q3TEXT Q3ROPE "\"vision_config\":{\"depth\":24,"
+                 "\"hidden_size\":1024,\"num_heads\":16,"
+                 "\"out_hidden_size\":2560,"
+                 "\"deepstack_visual_indexes\":[5,24]}}", VLM_ERR_FORMAT,
+                 "deepstack_visual_indexes[1]");
+}
+
+
 int
 main(void)
 {
@@ -163,6 +236,8 @@ main(void)
         cmocka_unit_test(test_nested_qwen2_5_vl),
         cmocka_unit_test(test_flat_qwen2_vl),
         cmocka_unit_test(test_rejected),
+        cmocka_unit_test(test_nested_qwen3_vl),
+        cmocka_unit_test(test_rejected_qwen3_vl),
     };
 
     return cmocka_run_group_tests_name("model_config", tests, NULL, NULL);

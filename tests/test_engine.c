@@ -147,7 +147,8 @@ image1(const char *model, vlm_npy_t *pix, vlm_npy_t *grid, vlm_image_t *img)
 
 /* a copy of a fixture whose config.json has one substitution */
 static void
-edited_model(char *dir, const char *from, const char *to)
+edited_fixture(char *dir, const char *model, const char *from,
+    const char *to)
 {
     char   cmd[1024];
 
@@ -155,10 +156,17 @@ edited_model(char *dir, const char *from, const char *to)
     assert_non_null(mkdtemp(dir));
 
     snprintf(cmd, sizeof(cmd),
-             "ln -s $PWD/" FIX "/qwen25vl-f32/model.safetensors %s/ && "
-             "sed 's/%s/%s/' " FIX "/qwen25vl-f32/config.json "
-             "> %s/config.json", dir, from, to, dir);
+             "ln -s $PWD/" FIX "/%s/model.safetensors %s/ && "
+             "sed 's/%s/%s/' " FIX "/%s/config.json "
+             "> %s/config.json", model, dir, from, to, model, dir);
     assert_int_equal(system(cmd), 0);
+}
+
+
+static void
+edited_model(char *dir, const char *from, const char *to)
+{
+    edited_fixture(dir, "qwen25vl-f32", from, to);
 }
 
 
@@ -269,6 +277,24 @@ test_check_is_the_load_without_weights(void **state)
 
     edited_model(dir, "^{$", "{ \"architectures\": [\"LlamaForCausalLM\"],");
     check_agrees(dir, VLM_ERR_UNSUPPORTED);
+    remove_dir(dir);
+
+    /* Qwen3-VL: its variants and shapes, as nginx -t sees them */
+    check_agrees(FIX "/qwen3vl-f32", VLM_OK);
+
+    edited_fixture(dir, "qwen3vl-f32", "Qwen3VLForConditionalGeneration",
+                   "Qwen3VLMoeForConditionalGeneration");
+    check_agrees(dir, VLM_ERR_UNSUPPORTED);
+    remove_dir(dir);
+
+    edited_fixture(dir, "qwen3vl-f32", "\"head_dim\": 32",
+                   "\"head_dim\": 16");
+    check_agrees(dir, VLM_ERR_FORMAT);
+    remove_dir(dir);
+
+    edited_fixture(dir, "qwen3vl-f32", "\"num_position_embeddings\": 16",
+                   "\"num_position_embeddings\": 25");
+    check_agrees(dir, VLM_ERR_FORMAT);
     remove_dir(dir);
 
     /* a directory without weights */
@@ -835,12 +861,15 @@ image_prompt_logits(vlm_model_t *m, const vlm_npy_t *ids,
 
 /*
  * The image feature cache: an image seen again skips the vision encoder
- * and gives the very same logits; another image is a miss; a pool with
- * room for one image evicts the older one.
+ * and gives the very same logits, also after another image was encoded
+ * (its DeepStack levels too, with Qwen3-VL's levels features per token);
+ * another image is a miss; a pool with room for one image evicts the
+ * older one.
  */
 static void
-test_image_cache(void **state)
+check_image_cache(const char *name, int levels)
 {
+    char                dir[256], ids[256];
     int                 V, H, n_tok;
     size_t              one;
     float              *ref, *got, *pix2;
@@ -850,8 +879,10 @@ test_image_cache(void **state)
     vlm_model_t        *m;
     vlm_model_stats_t   st;
 
-    npy(&ia, FIX "/qwen25vl-f32/ref/image1/input_ids.npy");
-    image1("qwen25vl-f32", &pix, &grid, &img);
+    snprintf(dir, sizeof(dir), FIX "/%s", name);
+    snprintf(ids, sizeof(ids), FIX "/%s/ref/image1/input_ids.npy", name);
+    npy(&ia, ids);
+    image1(name, &pix, &grid, &img);
 
     /* another picture of the same size: one pixel value differs */
     pix2 = malloc(pix.n * sizeof(float));
@@ -862,12 +893,12 @@ test_image_cache(void **state)
     img2.pixels = pix2;
 
     /* no cache: the reference */
-    m = load(FIX "/qwen25vl-f32", &err, 1, 0);
+    m = load(dir, &err, 1, 0);
     assert_non_null(m);
     V = vlm_model_info(m)->vocab_size;
     H = vlm_model_info(m)->hidden_size;
     n_tok = img.grid_t * img.grid_h * img.grid_w / 4;
-    one = (size_t) n_tok * H * sizeof(float);
+    one = (size_t) levels * n_tok * H * sizeof(float);
 
     ref = malloc((size_t) V * sizeof(float));
     got = malloc((size_t) V * sizeof(float));
@@ -881,7 +912,7 @@ test_image_cache(void **state)
     vlm_model_free(m);
 
     /* room for several images */
-    m = load_rows(FIX "/qwen25vl-f32", &err, 1, 0, 32, 4 * one);
+    m = load_rows(dir, &err, 1, 0, 32, 4 * one);
     assert_non_null(m);
 
     image_prompt_logits(m, &ia, &img, got);
@@ -902,10 +933,15 @@ test_image_cache(void **state)
     vlm_model_stats(m, &st);
     assert_int_equal(st.image_cache_misses, 2);
     assert_int_equal(st.image_cache_used, 2 * one);
+
+    image_prompt_logits(m, &ia, &img, got);
+    assert_memory_equal(got, ref, (size_t) V * sizeof(float));
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.image_cache_hits, 2);
     vlm_model_free(m);
 
     /* room for one: A, B, A are three misses, and A is still right */
-    m = load_rows(FIX "/qwen25vl-f32", &err, 1, 0, 32, one);
+    m = load_rows(dir, &err, 1, 0, 32, one);
     assert_non_null(m);
 
     image_prompt_logits(m, &ia, &img, got);
@@ -925,6 +961,14 @@ test_image_cache(void **state)
     vlm_npy_free(&ia);
     vlm_npy_free(&pix);
     vlm_npy_free(&grid);
+}
+
+
+static void
+test_image_cache(void **state)
+{
+    check_image_cache("qwen25vl-f32", 1);
+    check_image_cache("qwen3vl-f32", 3);
 }
 
 

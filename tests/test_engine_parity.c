@@ -3,8 +3,10 @@
  * tests/fixtures/models (tools/fixtures_models.py): get_rope_index
  * positions, last-position logits (relative L2 within 1e-4 for f32
  * weights, 2e-2 for bf16), all-position logits of the text prompt and
- * 32-token greedy continuations, for Qwen2-VL and Qwen2.5-VL with no,
- * one and two images.
+ * 32-token greedy continuations, for Qwen2-VL, Qwen2.5-VL and Qwen3-VL
+ * (tools/fixtures_qwen3vl.py) with no, one and two images; for Qwen3-VL
+ * also the pixel values of the C image pipeline (patch 16, smart_resize
+ * to multiples of 32) against its processor's, to the bit.
  */
 
 #define _GNU_SOURCE
@@ -21,6 +23,7 @@
 
 #include "core/vlm.h"
 #include "core/vlm_npy.h"
+#include "image/vlm_image.h"
 #include "vlm_test.h"
 
 
@@ -44,6 +47,69 @@ load_model(const char *name)
     }
 
     return m;
+}
+
+
+/*
+ * Where the fixture keeps the image the processor ran on (image_<i>.png),
+ * the C pipeline, configured by the model's preprocessor_config.json,
+ * gives the processor's pixel_values to the bit and its grid.
+ */
+static void
+check_pixels(const char *name, const char *ref_case, int i,
+    const vlm_npy_t *pix, const vlm_image_t *img)
+{
+    char                   path[512];
+    long                   len;
+    FILE                  *f;
+    float                 *pv;
+    uint8_t               *data;
+    vlm_error_t            err;
+    vlm_image_ctx_t       *ctx;
+    vlm_image_plan_t       plan;
+    vlm_image_limits_t     limits;
+    vlm_qwen2vl_config_t   cfg;
+
+    snprintf(path, sizeof(path), FIX "/%s/ref/%s/image_%d.png", name,
+             ref_case, i);
+
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        return;
+    }
+
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    len = ftell(f);
+    assert_true(len > 0);
+    rewind(f);
+    data = malloc((size_t) len);
+    assert_non_null(data);
+    assert_int_equal(fread(data, 1, (size_t) len, f), (size_t) len);
+    fclose(f);
+
+    snprintf(path, sizeof(path), FIX "/%s/preprocessor_config.json", name);
+    assert_int_equal(vlm_qwen2vl_config_load(&cfg, path, &err), VLM_OK);
+    vlm_image_limits_default(&limits);
+    assert_int_equal(vlm_image_ctx_init(&ctx, &limits, &cfg, &err), VLM_OK);
+
+    pv = malloc(pix->n * sizeof(float));
+    assert_non_null(pv);
+
+    if (vlm_image_ctx_run(ctx, data, (size_t) len, pv, pix->n, &plan, &err)
+        != VLM_OK)
+    {
+        fail_msg("%s/%s: image %d: %s", name, ref_case, i, err.msg);
+    }
+
+    assert_int_equal(plan.n_values, pix->n);
+    assert_int_equal(plan.grid.grid_t, img->grid_t);
+    assert_int_equal(plan.grid.grid_h, img->grid_h);
+    assert_int_equal(plan.grid.grid_w, img->grid_w);
+    assert_memory_equal(pv, pix->data, pix->n * sizeof(float));
+
+    free(pv);
+    free(data);
+    vlm_image_ctx_free(ctx);
 }
 
 
@@ -84,6 +150,7 @@ check_case(vlm_model_t *m, const char *name, const char *ref_case,
         img[i].grid_h = ((int32_t *) grid.data)[3 * i + 1];
         img[i].grid_w = ((int32_t *) grid.data)[3 * i + 2];
         assert_int_equal(pix[i].shape[1], info->patch_dim);
+        check_pixels(name, ref_case, i, &pix[i], &img[i]);
     }
 
     /* positions */
@@ -205,6 +272,22 @@ test_qwen25vl_bf16(void **state)
 }
 
 
+static void
+test_qwen3vl_f32(void **state)
+{
+    (void) state;
+    check_model("qwen3vl-f32", 1e-4);
+}
+
+
+static void
+test_qwen3vl_bf16_tied(void **state)
+{
+    (void) state;
+    check_model("qwen3vl-bf16", 2e-2);
+}
+
+
 int
 main(void)
 {
@@ -213,6 +296,8 @@ main(void)
         cmocka_unit_test(test_qwen2vl_bf16_flat_config_tied),
         cmocka_unit_test(test_qwen25vl_f32_tied),
         cmocka_unit_test(test_qwen25vl_bf16),
+        cmocka_unit_test(test_qwen3vl_f32),
+        cmocka_unit_test(test_qwen3vl_bf16_tied),
     };
 
     return cmocka_run_group_tests_name("engine_parity", tests, NULL, NULL);

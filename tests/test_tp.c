@@ -1,6 +1,7 @@
 /*
  * Tensor-parallel parity: the tiny checkpoints of tests/fixtures/models
- * (Qwen2-VL and Qwen2.5-VL, f32 and bf16, tied and untied heads) run by
+ * (Qwen2-VL, Qwen2.5-VL and Qwen3-VL, f32 and bf16, tied and untied
+ * heads) run by
  * groups of 2 and 4 real rank processes over the shared memory
  * communicator give every rank the last-position logits of one process
  * within 1e-5 relative L2 (2e-3 for bf16 weights, whose matmuls round the
@@ -324,6 +325,21 @@ test_qwen25vl_bf16(void **state)
 }
 
 
+/* DeepStack levels and head_dim above hidden / heads, split */
+static void
+test_qwen3vl_f32(void **state)
+{
+    check_model("qwen3vl-f32");
+}
+
+
+static void
+test_qwen3vl_bf16_tied(void **state)
+{
+    check_model("qwen3vl-bf16");
+}
+
+
 /*
  * The same through the group layer: rank 0 makes the calls of one process
  * (with batched steps, as the scheduler makes them), the other ranks only
@@ -522,6 +538,7 @@ test_group_plans(void **state)
     check_plans("qwen2vl-f32", "text", 0, 2);
     check_plans("qwen2vl-f32", "image2", 2, 2);
     check_plans("qwen25vl-bf16", "image1", 1, 4);
+    check_plans("qwen3vl-f32", "image2", 2, 2);
 }
 
 
@@ -567,6 +584,8 @@ main(void)
         cmocka_unit_test(test_qwen2vl_bf16_tied),
         cmocka_unit_test(test_qwen25vl_f32_tied),
         cmocka_unit_test(test_qwen25vl_bf16),
+        cmocka_unit_test(test_qwen3vl_f32),
+        cmocka_unit_test(test_qwen3vl_bf16_tied),
         cmocka_unit_test(test_group_plans),
     };
 

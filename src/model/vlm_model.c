@@ -22,6 +22,7 @@
 /* the architectures this build runs; a new family adds its table here */
 static const vlm_arch_ops_t  *vlm_archs[] = {
     &vlm_arch_qwen2vl,
+    &vlm_arch_qwen3vl,
     NULL
 };
 
@@ -583,7 +584,7 @@ vlm_model_check_params(vlm_model_t *m, vlm_error_t *err)
 static vlm_status_t
 vlm_model_workspace(vlm_model_t *m, vlm_error_t *err)
 {
-    int                   i, T, H, KV, I, L, S, half, P, E, VI, mm;
+    int                   i, T, H, KV, I, L, S, half, P, E, VI, mm, Q, F;
     int32_t              *iota;
     vlm_lm_ws_t          *ws = &m->ws;
     vlm_vision_ws_t      *vw = &m->vws;
@@ -598,11 +599,14 @@ vlm_model_workspace(vlm_model_t *m, vlm_error_t *err)
     half = tc->head_dim / 2;
     L = vlm_max(8, m->params.max_seqs);
     ws->logit_rows = L;
+    /* the query heads may be wider than the hidden state (Qwen3) */
+    Q = vlm_max(H, m->tp.n_heads * tc->head_dim);
+    F = vlm_max(m->feature_levels, 1);
 
     VLM_WS(ws->x, (size_t) T * H);
     VLM_WS(ws->h, (size_t) T * H);
-    VLM_WS(ws->q, (size_t) T * H);
-    VLM_WS(ws->att, (size_t) T * H);
+    VLM_WS(ws->q, (size_t) T * Q);
+    VLM_WS(ws->att, (size_t) T * Q);
     VLM_WS(ws->o, (size_t) T * H);
     VLM_WS(ws->k, (size_t) T * KV);
     VLM_WS(ws->v, (size_t) T * KV);
@@ -620,7 +624,13 @@ vlm_model_workspace(vlm_model_t *m, vlm_error_t *err)
     }
     VLM_WS(ws->rows, T);
     VLM_WS(ws->iota, S);
-    VLM_WS(ws->feats, (size_t) S * H);
+    VLM_WS(ws->feats, (size_t) F * S * H);
+    ws->feat_level = (size_t) S * H;
+    ws->max_rows = T;
+
+    if (F > 1) {
+        VLM_WS(ws->deepstack, (size_t) (F - 1) * T * H);
+    }
 
     ws->host_ids = calloc((size_t) T, sizeof(int32_t));
     ws->host_rows = calloc((size_t) T, sizeof(int32_t));
@@ -703,10 +713,12 @@ vlm_model_slots(vlm_model_t *m, vlm_error_t *err)
                       sizeof(vlm_step_item_t));
     m->step_had = calloc((size_t) m->params.max_batch_tokens,
                          sizeof(int32_t));
+    m->image_runs = calloc((size_t) 2 * m->params.max_batch_tokens,
+                           sizeof(int32_t));
 
     if (m->seqs == NULL || m->segs == NULL || m->seg_rows == NULL
         || m->seg_out == NULL || m->attn_seqs == NULL || m->steps == NULL
-        || m->step_had == NULL)
+        || m->step_had == NULL || m->image_runs == NULL)
     {
         return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
     }
@@ -1010,6 +1022,10 @@ vlm_model_free(vlm_model_t *m)
         free(o->host[i]);
     }
 
+    if (m->arch != NULL && m->arch->unload != NULL) {
+        m->arch->unload(m);
+    }
+
     if (m->seqs != NULL) {
         for (i = 0; i < m->params.max_seqs; i++) {
             free(m->seqs[i].blocks);
@@ -1024,6 +1040,7 @@ vlm_model_free(vlm_model_t *m)
     free(m->attn_seqs);
     free(m->steps);
     free(m->step_had);
+    free(m->image_runs);
     free(m->lm.layers);
     free(m->vis.blocks);
     free(m->lm.mrope_comp);
@@ -1466,7 +1483,7 @@ vlm_prefill_busy(const vlm_model_t *m)
 vlm_status_t
 vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
 {
-    int                 i, c0, cn, H, V, run, mm, n_tok;
+    int                 i, c0, cn, H, V, run, mm, n_tok, F, k, n_runs;
     float              *feats, *slot;
     vlm_seq_t          *seq;
     vlm_status_t        rc;
@@ -1488,8 +1505,13 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
 
     H = m->cfg.text.hidden_size;
     V = m->cfg.text.vocab_size;
+    F = vlm_max(m->feature_levels, 1);
 
-    /* every image's merged features, in placeholder order, stage by stage */
+    /*
+     * every image's merged features, in placeholder order, stage by stage;
+     * with DeepStack, level k of them ws.feat_level floats further on (a
+     * cache entry holds the levels one after the other)
+     */
 
     if (pf->image < pf->n_images) {
         img = &pf->images[pf->image];
@@ -1505,7 +1527,11 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
 
             cached = vlm_icache_find(&m->icache, &pf->key);
             if (cached != NULL) {
-                be->ops->gather_rows(be, feats, cached, ws->iota, n_tok, H);
+                for (k = 0; k < F; k++) {
+                    be->ops->gather_rows(be, feats + k * ws->feat_level,
+                                         cached + (size_t) k * n_tok * H,
+                                         ws->iota, n_tok, H);
+                }
                 pf->feat += n_tok;
                 pf->image++;
                 return VLM_OK;
@@ -1520,9 +1546,11 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
 
         if (++pf->stage == m->arch->image_stages(m)) {
             slot = vlm_icache_insert(&m->icache, &pf->key,
-                                     (size_t) n_tok * H);
-            if (slot != NULL) {
-                be->ops->gather_rows(be, slot, feats, ws->iota, n_tok, H);
+                                     (size_t) F * n_tok * H);
+            for (k = 0; slot != NULL && k < F; k++) {
+                be->ops->gather_rows(be, slot + (size_t) k * n_tok * H,
+                                     feats + k * ws->feat_level, ws->iota,
+                                     n_tok, H);
             }
 
             pf->feat += n_tok;
@@ -1546,6 +1574,8 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
 
     /* image tokens take the vision features, run by run */
 
+    n_runs = 0;
+
     for (i = 0; i < cn; i += run) {
         run = 0;
         while (i + run < cn && ws->host_ids[i + run] == -1) {
@@ -1560,6 +1590,18 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
         be->ops->gather_rows(be, ws->x + (size_t) i * H,
                              ws->feats + (size_t) pf->fed * H, ws->iota, run,
                              H);
+
+        for (k = 1; k < F; k++) {
+            be->ops->gather_rows(be, ws->deepstack
+                                     + ((size_t) (k - 1) * ws->max_rows + i)
+                                       * H,
+                                 ws->feats + k * ws->feat_level
+                                 + (size_t) pf->fed * H, ws->iota, run, H);
+        }
+
+        m->image_runs[2 * n_runs] = i;
+        m->image_runs[2 * n_runs + 1] = run;
+        n_runs++;
         pf->fed += run;
     }
 
@@ -1574,6 +1616,8 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
     b.n_rows = cn;
     b.n_segs = 1;
     b.segs = seg;
+    b.n_image_runs = F > 1 ? n_runs : 0;
+    b.image_runs = m->image_runs;
 
     if (pf->all_logits != NULL) {
         b.n_logits = cn;
@@ -1749,6 +1793,8 @@ vlm_step(vlm_model_t *m, const vlm_step_item_t *items, int n,
     b.n_rows = rows;
     b.n_segs = n;
     b.segs = m->segs;
+    b.n_image_runs = 0;
+    b.image_runs = NULL;
     b.n_logits = n;
     b.logit_rows = m->seg_rows;
     b.logit_out = m->seg_out;

@@ -2,8 +2,9 @@
  * Internal state of a loaded model, shared by the generic driver
  * (vlm_model.c) and an architecture's files.  An architecture is a table
  * of functions (vlm_arch_ops_t); Qwen2-VL and Qwen2.5-VL share one
- * (vision tower in vlm_vision.c, Qwen2 decoder in vlm_lm.c), and a second
- * family is a new file with its own table, not a fork of these.
+ * (vision tower in vlm_vision.c, Qwen2 decoder in vlm_lm.c), and Qwen3-VL
+ * has its own (qwen3vl/), which calls those files' shared pieces rather
+ * than forking them.
  */
 
 #ifndef VLM_MODEL_H
@@ -19,8 +20,9 @@
 
 
 typedef struct {
-    vlm_weight_t   wq, wk, wv, wo;      /* [H, H], [KV, H], [KV, H], [H, H] */
-    float         *bq, *bk, *bv;        /* [H], [KV], [KV] */
+    vlm_weight_t   wq, wk, wv, wo;      /* [Q, H], [KV, H], [KV, H], [H, Q] */
+    float         *bq, *bk, *bv;        /* [Q], [KV], [KV]; NULL: none */
+    float         *q_norm, *k_norm;     /* [head_dim]; NULL: none */
     vlm_weight_t   w_gate, w_up;        /* [I, H] */
     vlm_weight_t   w_down;              /* [H, I] */
     float         *ln1, *ln2;           /* [H] */
@@ -51,14 +53,26 @@ typedef struct {
 } vlm_vision_block_t;
 
 
+/* a DeepStack merger (Qwen3-VL): LayerNorm over the merge unit, MLP */
+typedef struct {
+    float         *norm_w, *norm_b;     /* [m^2 E] */
+    vlm_weight_t   fc1, fc2;            /* [m^2 E, m^2 E], [H, m^2 E] */
+    float         *fc1_b, *fc2_b;
+} vlm_vision_merger_t;
+
+
 typedef struct {
     vlm_weight_t         patch;         /* [E, C * T * P * P] */
+    float               *patch_b;       /* [E]; NULL: none */
     vlm_vision_block_t  *blocks;        /* [depth] */
     float               *ln_q_w, *ln_q_b;   /* [E] */
     vlm_weight_t         mlp0, mlp2;    /* [4E, 4E], [H, 4E] */
     float               *mlp0_b, *mlp2_b;
     float               *inv_freq;      /* [head_dim / 2] */
     uint8_t             *rope_comp;     /* [head_dim / 2]: 0 height, 1 w */
+    float               *pos_table;     /* host [n_pos_embed, E] or NULL */
+    float               *pos_host;      /* host [P, E], its interpolation */
+    vlm_vision_merger_t *deepstack;     /* [n_deepstack] */
 } vlm_vision_weights_t;
 
 
@@ -96,7 +110,10 @@ typedef struct {
     float     *logits_all;              /* [L, V], the ranks' gathered */
     int32_t   *rows;                    /* [T] backend, logit row indices */
     int32_t   *iota;                    /* [max_seq_len] backend: 0, 1... */
-    float     *feats;                   /* [max_seq_len, H] image tokens */
+    float     *feats;                   /* [levels, max_seq_len, H] */
+    size_t     feat_level;              /* max_seq_len * H: one level */
+    float     *deepstack;               /* [levels - 1, T, H] a chunk's */
+    int        max_rows;                /* T */
     int32_t   *host_ids;                /* host [T] */
     int32_t   *host_pos;                /* host [3, max_seq_len] */
     int32_t   *host_rows;               /* host [T] */
@@ -129,6 +146,13 @@ typedef struct {
     int               n_rows;           /* embedded in ws.x, pos in ws.pos */
     int               n_segs;
     vlm_batch_seg_t  *segs;
+    /*
+     * DeepStack: the runs of image rows (host [n_image_runs] row, count
+     * pairs) whose features of levels 1.. are in ws.deepstack, added to
+     * the hidden states after decoder layers 0..
+     */
+    int               n_image_runs;
+    const int32_t    *image_runs;
     int               n_logits;         /* rows whose logits are wanted */
     const int32_t    *logit_rows;       /* host [n_logits] */
     float           **logit_out;        /* host [n_logits] destinations */
@@ -143,7 +167,9 @@ typedef struct {
     void (*unload)(vlm_model_t *m);
     /*
      * the image encoder in image_stages() stages run in order, the last
-     * writing the image's merged features, [tokens, H] backend memory
+     * writing the image's merged features, [tokens, H] backend memory;
+     * a model with feature_levels > 1 (DeepStack) writes level k of them
+     * at out + k * ws.feat_level
      */
     int (*image_stages)(const vlm_model_t *m);
     vlm_status_t (*encode_image)(vlm_model_t *m, const vlm_image_t *img,
@@ -230,6 +256,8 @@ struct vlm_model_s {
     uint64_t                 comm_calls;
     uint64_t                 comm_ns;
     int32_t                 *pf_pos;    /* host [3, max_seq_len] */
+    int                      feature_levels;    /* set by load(); 0: 1 */
+    int32_t                 *image_runs;        /* host [2 T] */
     uint64_t                 allocs_at_load;
 };
 
@@ -278,6 +306,7 @@ const vlm_st_tensor_t *vlm_model_tensor(vlm_model_t *m, const char *name);
 void *vlm_model_alloc(vlm_model_t *m, size_t size, vlm_error_t *err);
 
 extern const vlm_arch_ops_t  vlm_arch_qwen2vl;
+extern const vlm_arch_ops_t  vlm_arch_qwen3vl;
 
 
 #endif /* VLM_MODEL_H */

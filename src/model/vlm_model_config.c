@@ -1,9 +1,10 @@
 /*
- * config.json of Qwen2-VL and Qwen2.5-VL checkpoints, parsed with jansson.
- * Matches transformers 4.57 (configuration_qwen2_vl.py,
- * configuration_qwen2_5_vl.py): a text key is looked up in text_config
- * first and at the top level second, so both the nested and the older
- * flat layout load; absent keys take the defaults of those classes.
+ * config.json of Qwen2-VL, Qwen2.5-VL and Qwen3-VL checkpoints, parsed
+ * with jansson.  Matches transformers 4.57 (configuration_qwen2_vl.py,
+ * configuration_qwen2_5_vl.py, configuration_qwen3_vl.py): a text key is
+ * looked up in text_config first and at the top level second, so both the
+ * nested and the older flat layout load; absent keys take the defaults of
+ * those classes.
  */
 
 #define _GNU_SOURCE
@@ -145,24 +146,33 @@ vlm_cfg_act(vlm_cfg_ctx_t *c, const char *key, const char *def)
 static void
 vlm_cfg_text(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
 {
-    int                 i, sum;
-    json_t             *rs, *sec;
+    int                 i, sum, q3;
+    json_t             *rs, *sec, *v;
+    const char         *type;
     vlm_text_config_t  *t;
 
     t = &cfg->text;
+    q3 = cfg->arch == VLM_ARCH_QWEN3_VL;
 
-    t->vocab_size = vlm_cfg_int(c, "vocab_size", 152064, 1, 1 << 24);
-    t->hidden_size = vlm_cfg_int(c, "hidden_size", 8192, 1,
+    t->vocab_size = vlm_cfg_int(c, "vocab_size", q3 ? 151936 : 152064, 1,
+                                1 << 24);
+    t->hidden_size = vlm_cfg_int(c, "hidden_size", q3 ? 4096 : 8192, 1,
                                  VLM_CFG_MAX_DIM);
-    t->intermediate_size = vlm_cfg_int(c, "intermediate_size", 29568, 1,
+    t->intermediate_size = vlm_cfg_int(c, "intermediate_size",
+                                       q3 ? 22016 : 29568, 1,
                                        VLM_CFG_MAX_DIM);
-    t->n_layers = vlm_cfg_int(c, "num_hidden_layers", 80, 1, 1024);
-    t->n_heads = vlm_cfg_int(c, "num_attention_heads", 64, 1, 4096);
-    t->n_kv_heads = vlm_cfg_int(c, "num_key_value_heads", 8, 1, 4096);
+    t->n_layers = vlm_cfg_int(c, "num_hidden_layers", q3 ? 32 : 80, 1,
+                              1024);
+    t->n_heads = vlm_cfg_int(c, "num_attention_heads", q3 ? 32 : 64, 1,
+                             4096);
+    t->n_kv_heads = vlm_cfg_int(c, "num_key_value_heads", q3 ? 32 : 8, 1,
+                                4096);
     t->max_position_embeddings = vlm_cfg_int(c, "max_position_embeddings",
-                                             32768, 1, 1 << 30);
-    t->rms_norm_eps = (float) vlm_cfg_num(c, "rms_norm_eps", 1e-5);
-    t->rope_theta = (float) vlm_cfg_num(c, "rope_theta", 1e6);
+                                             q3 ? 128000 : 32768, 1,
+                                             1 << 30);
+    t->rms_norm_eps = (float) vlm_cfg_num(c, "rms_norm_eps",
+                                          q3 ? 1e-6 : 1e-5);
+    t->rope_theta = (float) vlm_cfg_num(c, "rope_theta", q3 ? 5e6 : 1e6);
     t->act = vlm_cfg_act(c, "hidden_act", "silu");
 
     rs = vlm_cfg_get(c, "tie_word_embeddings");
@@ -172,9 +182,28 @@ vlm_cfg_text(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
         return;
     }
 
-    if (t->hidden_size % t->n_heads != 0
-        || t->n_heads % t->n_kv_heads != 0
-        || (t->hidden_size / t->n_heads) % 2 != 0)
+    if (q3) {
+        /* Qwen3: head_dim of its own, RMSNorm of q and k, no bias */
+        t->head_dim = vlm_cfg_int(c, "head_dim", 128, 2, 1024);
+        t->qk_norm = 1;
+
+        v = vlm_cfg_get(c, "attention_bias");
+        if (c->rc == VLM_OK && v != NULL && !json_is_false(v)) {
+            c->rc = vlm_error_set(c->err, VLM_ERR_UNSUPPORTED,
+                                  "config: text.attention_bias: q/k/v/o "
+                                  "biases are not supported for Qwen3-VL");
+        }
+
+        if (c->rc != VLM_OK) {
+            return;
+        }
+
+    } else if (t->hidden_size % t->n_heads == 0) {
+        t->head_dim = t->hidden_size / t->n_heads;
+    }
+
+    if (t->head_dim == 0 || t->head_dim % 2 != 0
+        || t->n_heads % t->n_kv_heads != 0)
     {
         c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
                               "config: text: hidden_size %d, "
@@ -185,9 +214,35 @@ vlm_cfg_text(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
         return;
     }
 
-    t->head_dim = t->hidden_size / t->n_heads;
-
     rs = vlm_cfg_get(c, "rope_scaling");
+
+    if (q3 && json_is_object(rs)) {
+        /* the rope of the default type, its frequencies interleaved */
+        v = json_object_get(rs, "rope_type");
+        v = v != NULL ? v : json_object_get(rs, "type");
+        type = v != NULL ? json_string_value(v) : "default";
+
+        if (type == NULL || strcmp(type, "default") != 0) {
+            c->rc = vlm_error_set(c->err, VLM_ERR_UNSUPPORTED,
+                                  "config: text.rope_scaling.rope_type "
+                                  "\"%s\" is not supported (Qwen3-VL runs "
+                                  "\"default\")",
+                                  type != NULL ? type : "?");
+            return;
+        }
+
+        v = json_object_get(rs, "mrope_interleaved");
+        if (v != NULL && !json_is_true(v)) {
+            c->rc = vlm_error_set(c->err, VLM_ERR_UNSUPPORTED,
+                                  "config: text.rope_scaling."
+                                  "mrope_interleaved: Qwen3-VL runs only "
+                                  "interleaved M-RoPE");
+            return;
+        }
+
+        t->mrope_interleaved = 1;
+    }
+
     sec = json_is_object(rs) ? json_object_get(rs, "mrope_section") : NULL;
 
     if (!json_is_array(sec) || json_array_size(sec) != 3) {
@@ -222,24 +277,109 @@ vlm_cfg_text(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
     }
 }
 
+/*
+ * Qwen3-VL's tower: LayerNorm blocks with a fc1/fc2 MLP, no windows, a
+ * learned position table of n x n entries, and the blocks whose outputs
+ * feed the DeepStack mergers
+ */
+static void
+vlm_cfg_qwen3_vision(vlm_vision_config_t *vc, vlm_cfg_ctx_t *c)
+{
+    int      i, side;
+    json_t  *ds, *v;
+
+    vc->hidden_size = vlm_cfg_int(c, "hidden_size", 1152, 1,
+                                  VLM_CFG_MAX_DIM);
+    vc->out_hidden_size = vlm_cfg_int(c, "out_hidden_size", 3584, 1,
+                                      VLM_CFG_MAX_DIM);
+    vc->intermediate_size = vlm_cfg_int(c, "intermediate_size", 4304, 1,
+                                        VLM_CFG_MAX_DIM);
+    vc->act = vlm_cfg_act(c, "hidden_act", "gelu_pytorch_tanh");
+    vc->n_pos_embed = vlm_cfg_int(c, "num_position_embeddings", 2304, 1,
+                                  1 << 20);
+    vc->window_size = 0;
+    vc->n_fullatt = 0;
+    vc->gated_mlp = 0;
+    vc->rms_norm = 0;
+
+    if (c->rc != VLM_OK) {
+        return;
+    }
+
+    for (side = 1; side * side < vc->n_pos_embed; side++) {
+        /* void */
+    }
+
+    if (side * side != vc->n_pos_embed) {
+        c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                              "config: vision.num_position_embeddings %d "
+                              "is not a square", vc->n_pos_embed);
+        return;
+    }
+
+    ds = vlm_cfg_get(c, "deepstack_visual_indexes");
+
+    if (ds == NULL) {
+        vc->n_deepstack = 3;
+        for (i = 0; i < 3; i++) {
+            vc->deepstack_blocks[i] = 8 * (i + 1);
+        }
+
+    } else if (!json_is_array(ds)
+               || json_array_size(ds) > VLM_MAX_DEEPSTACK)
+    {
+        c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                              "config: vision.deepstack_visual_indexes "
+                              "must be a list of at most %d integers",
+                              VLM_MAX_DEEPSTACK);
+        return;
+
+    } else {
+        vc->n_deepstack = (int) json_array_size(ds);
+
+        for (i = 0; i < vc->n_deepstack; i++) {
+            v = json_array_get(ds, i);
+
+            /* increasing: each merger runs after its block, in order */
+            if (!json_is_integer(v) || json_integer_value(v) < 0
+                || json_integer_value(v) >= vc->depth
+                || (i > 0 && json_integer_value(v)
+                             <= vc->deepstack_blocks[i - 1]))
+            {
+                c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                                      "config: vision."
+                                      "deepstack_visual_indexes[%d] is not "
+                                      "an increasing block index below "
+                                      "depth %d", i, vc->depth);
+                return;
+            }
+
+            vc->deepstack_blocks[i] = (int) json_integer_value(v);
+        }
+    }
+}
+
 
 static void
 vlm_cfg_vision(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
 {
-    int                   i, unit;
+    int                   i, unit, q3;
     json_t               *fa, *v;
     vlm_vision_config_t  *vc;
 
     vc = &cfg->vision;
 
-    vc->depth = vlm_cfg_int(c, "depth", 32, 1, 1024);
+    q3 = cfg->arch == VLM_ARCH_QWEN3_VL;
+
+    vc->depth = vlm_cfg_int(c, "depth", q3 ? 27 : 32, 1, 1024);
     vc->n_heads = vlm_cfg_int(c, "num_heads", 16, 1, 4096);
     vc->in_channels = vlm_cfg_int(c, "in_channels",
                                   vlm_cfg_int(c, "in_chans", 3, 1, 16),
                                   1, 16);
     vc->patch_size = vlm_cfg_int(c, "patch_size",
-                                 vlm_cfg_int(c, "spatial_patch_size", 14,
-                                             1, 1024), 1, 1024);
+                                 vlm_cfg_int(c, "spatial_patch_size",
+                                             q3 ? 16 : 14, 1, 1024),
+                                 1, 1024);
     vc->temporal_patch_size = vlm_cfg_int(c, "temporal_patch_size", 2, 1,
                                           16);
     vc->spatial_merge_size = vlm_cfg_int(c, "spatial_merge_size", 2, 1, 16);
@@ -257,6 +397,9 @@ vlm_cfg_vision(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
         vc->n_fullatt = 0;
         vc->gated_mlp = 0;
         vc->rms_norm = 0;
+
+    } else if (q3) {
+        vlm_cfg_qwen3_vision(vc, c);
 
     } else {
         vc->hidden_size = vlm_cfg_int(c, "hidden_size", 3584, 1,
@@ -399,7 +542,11 @@ vlm_model_config_parse(vlm_model_config_t *cfg, const char *json,
                : strcmp(name, "qwen2_vl") == 0
                  ? "Qwen2VLForConditionalGeneration"
                : strcmp(name, "qwen2_5_vl") == 0
-                 ? "Qwen2_5_VLForConditionalGeneration" : name;
+                 ? "Qwen2_5_VLForConditionalGeneration"
+               : strcmp(name, "qwen3_vl") == 0
+                 ? "Qwen3VLForConditionalGeneration"
+               : strcmp(name, "qwen3_vl_moe") == 0
+                 ? "Qwen3VLMoeForConditionalGeneration" : name;
     }
 
     if (strcmp(name, "Qwen2VLForConditionalGeneration") == 0) {
@@ -408,11 +555,24 @@ vlm_model_config_parse(vlm_model_config_t *cfg, const char *json,
     } else if (strcmp(name, "Qwen2_5_VLForConditionalGeneration") == 0) {
         cfg->arch = VLM_ARCH_QWEN2_5_VL;
 
+    } else if (strcmp(name, "Qwen3VLForConditionalGeneration") == 0) {
+        cfg->arch = VLM_ARCH_QWEN3_VL;
+
+    } else if (strcmp(name, "Qwen3VLMoeForConditionalGeneration") == 0) {
+        vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                      "config: architecture \"%s\" (the mixture-of-experts "
+                      "Qwen3-VL) is not supported; of Qwen3-VL this engine "
+                      "runs the dense Qwen3VLForConditionalGeneration",
+                      name);
+        json_decref(root);
+        return VLM_ERR_UNSUPPORTED;
+
     } else {
         vlm_error_set(err, VLM_ERR_UNSUPPORTED,
                       "config: architecture \"%s\" is not supported (this "
-                      "engine runs Qwen2VLForConditionalGeneration and "
-                      "Qwen2_5_VLForConditionalGeneration)", name);
+                      "engine runs Qwen2VLForConditionalGeneration, "
+                      "Qwen2_5_VLForConditionalGeneration and "
+                      "Qwen3VLForConditionalGeneration)", name);
         json_decref(root);
         return VLM_ERR_UNSUPPORTED;
     }
@@ -606,6 +766,12 @@ vlm_model_config_load(vlm_model_config_t *cfg, const char *dir,
 const char *
 vlm_arch_name(vlm_arch_t arch)
 {
-    return arch == VLM_ARCH_QWEN2_VL ? "Qwen2VLForConditionalGeneration"
-                                     : "Qwen2_5_VLForConditionalGeneration";
+    switch (arch) {
+    case VLM_ARCH_QWEN2_VL:
+        return "Qwen2VLForConditionalGeneration";
+    case VLM_ARCH_QWEN2_5_VL:
+        return "Qwen2_5_VLForConditionalGeneration";
+    default:
+        return "Qwen3VLForConditionalGeneration";
+    }
 }

@@ -1,8 +1,9 @@
 /*
  * Hyperparameters of a vision-language checkpoint, read from the Hugging
- * Face config.json of Qwen2VLForConditionalGeneration and
- * Qwen2_5_VLForConditionalGeneration: the nested text_config /
- * vision_config form of recent transformers and the older flat form.
+ * Face config.json of Qwen2VLForConditionalGeneration,
+ * Qwen2_5_VLForConditionalGeneration and Qwen3VLForConditionalGeneration:
+ * the nested text_config / vision_config form of recent transformers and
+ * (Qwen2-VL, Qwen2.5-VL) the older flat form.
  * Keys that are absent take transformers' defaults (4.57).
  */
 
@@ -15,11 +16,13 @@
 
 #define VLM_MAX_FULLATT_BLOCKS  64
 #define VLM_MAX_EOS_IDS         8
+#define VLM_MAX_DEEPSTACK       8
 
 
 typedef enum {
     VLM_ARCH_QWEN2_VL = 0,
-    VLM_ARCH_QWEN2_5_VL
+    VLM_ARCH_QWEN2_5_VL,
+    VLM_ARCH_QWEN3_VL
 } vlm_arch_t;
 
 
@@ -34,6 +37,8 @@ typedef struct {
     int        max_position_embeddings;
     int        tie_word_embeddings;
     int        mrope_section[3];        /* sums to head_dim / 2 */
+    int        mrope_interleaved;       /* Qwen3-VL: THWTHW... frequencies */
+    int        qk_norm;                 /* Qwen3: RMSNorm of each q/k head */
     float      rms_norm_eps;
     float      rope_theta;
     vlm_act_t  act;
@@ -55,6 +60,9 @@ typedef struct {
     int        fullatt_blocks[VLM_MAX_FULLATT_BLOCKS];
     int        gated_mlp;               /* SwiGLU (2.5) or fc1/fc2 (2) */
     int        rms_norm;                /* RMSNorm (2.5) or LayerNorm (2) */
+    int        n_pos_embed;             /* Qwen3-VL: learned table, n x n */
+    int        n_deepstack;             /* Qwen3-VL: DeepStack mergers */
+    int        deepstack_blocks[VLM_MAX_DEEPSTACK];
     float      norm_eps;
     vlm_act_t  act;
 } vlm_vision_config_t;

@@ -5,6 +5,8 @@
  * untied) head; and get_rope_index's 3D positions for text and images.
  * Matches transformers 4.57 modeling_qwen2_vl.py / modeling_qwen2_5_vl.py
  * (Qwen2VLTextModel, apply_multimodal_rotary_pos_emb, get_rope_index).
+ * Qwen3-VL (qwen3vl/) loads its own weights and runs this forward pass
+ * too: its q/k RMSNorm and DeepStack additions are the hooks below.
  */
 
 #define _GNU_SOURCE
@@ -20,7 +22,7 @@
 vlm_status_t
 vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
 {
-    int                 l, i, H, KV, I, V, hd, half, s, q0, nq, k0, nk;
+    int                 l, i, H, Q, KV, I, V, hd, half, s, q0, nq, k0, nk;
     char                name[128];
     float              *inv;
     vlm_tp_t           *tp = &m->tp;
@@ -31,6 +33,7 @@ vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
 
     H = tc->hidden_size;
     hd = tc->head_dim;
+    Q = tc->n_heads * hd;
     KV = tc->n_kv_heads * hd;
     I = tc->intermediate_size;
     V = tc->vocab_size;
@@ -92,7 +95,7 @@ vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
         L = &w->layers[l];
 
         VLM_LM_LOAD(vlm_model_matrix_rows(m, &L->wq,
-                    VLM_LM_NAME("self_attn.q_proj.weight"), H, H, q0, nq,
+                    VLM_LM_NAME("self_attn.q_proj.weight"), Q, H, q0, nq,
                     err));
         VLM_LM_LOAD(vlm_model_matrix_rows(m, &L->wk,
                     VLM_LM_NAME("self_attn.k_proj.weight"), KV, H, k0, nk,
@@ -101,14 +104,28 @@ vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
                     VLM_LM_NAME("self_attn.v_proj.weight"), KV, H, k0, nk,
                     err));
         VLM_LM_LOAD(vlm_model_matrix_cols(m, &L->wo,
-                    VLM_LM_NAME("self_attn.o_proj.weight"), H, H, q0, nq,
+                    VLM_LM_NAME("self_attn.o_proj.weight"), H, Q, q0, nq,
                     err));
-        VLM_LM_LOAD(vlm_model_vector_part(m, &L->bq,
-                    VLM_LM_NAME("self_attn.q_proj.bias"), H, q0, nq, err));
-        VLM_LM_LOAD(vlm_model_vector_part(m, &L->bk,
-                    VLM_LM_NAME("self_attn.k_proj.bias"), KV, k0, nk, err));
-        VLM_LM_LOAD(vlm_model_vector_part(m, &L->bv,
-                    VLM_LM_NAME("self_attn.v_proj.bias"), KV, k0, nk, err));
+
+        if (tc->qk_norm) {
+            /* Qwen3: no q/k/v bias, an RMSNorm of each q and k head */
+            VLM_LM_LOAD(vlm_model_vector(m, &L->q_norm,
+                        VLM_LM_NAME("self_attn.q_norm.weight"), hd, err));
+            VLM_LM_LOAD(vlm_model_vector(m, &L->k_norm,
+                        VLM_LM_NAME("self_attn.k_norm.weight"), hd, err));
+
+        } else {
+            VLM_LM_LOAD(vlm_model_vector_part(m, &L->bq,
+                        VLM_LM_NAME("self_attn.q_proj.bias"), Q, q0, nq,
+                        err));
+            VLM_LM_LOAD(vlm_model_vector_part(m, &L->bk,
+                        VLM_LM_NAME("self_attn.k_proj.bias"), KV, k0, nk,
+                        err));
+            VLM_LM_LOAD(vlm_model_vector_part(m, &L->bv,
+                        VLM_LM_NAME("self_attn.v_proj.bias"), KV, k0, nk,
+                        err));
+        }
+
         VLM_LM_LOAD(vlm_model_matrix_rows(m, &L->w_gate,
                     VLM_LM_NAME("mlp.gate_proj.weight"), I, H, tp->inter0,
                     tp->inter, err));
@@ -127,7 +144,12 @@ vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
 #undef VLM_LM_LOAD
 #undef VLM_LM_NAME
 
-    /* inv_freq of the default rope; the section of each frequency */
+    /*
+     * inv_freq of the default rope; the section of each frequency: runs
+     * of t, h, w (Qwen2-VL), or Qwen3-VL's apply_interleaved_mrope, which
+     * gives h the frequencies 1, 4, 7.. below 3 mrope_section[1], w the
+     * frequencies 2, 5, 8.. below 3 mrope_section[2] and t the rest
+     */
 
     inv = malloc((size_t) half * sizeof(float));
     if (inv == NULL) {
@@ -137,11 +159,19 @@ vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
     s = 0;
     for (i = 0; i < half; i++) {
         inv[i] = (float) (1.0 / pow(tc->rope_theta, (double) (2 * i) / hd));
-        while (s < 2 && i >= tc->mrope_section[0]
-                            + (s >= 1 ? tc->mrope_section[1] : 0))
-        {
-            s++;
+
+        if (tc->mrope_interleaved) {
+            s = i % 3;
+            s = s != 0 && i < 3 * tc->mrope_section[s] ? s : 0;
+
+        } else {
+            while (s < 2 && i >= tc->mrope_section[0]
+                                + (s >= 1 ? tc->mrope_section[1] : 0))
+            {
+                s++;
+            }
         }
+
         w->mrope_comp[i] = (uint8_t) s;
     }
 
@@ -344,8 +374,9 @@ vlm_lm_logits(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
 vlm_status_t
 vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
 {
-    int                       l, s, T, H, Q, KV, I, nh, nkv, hd;
+    int                       l, s, T, H, Q, KV, I, nh, nkv, hd, r;
     float                     eps;
+    const int32_t            *run;
     vlm_status_t              rc;
     vlm_backend_t            *be = m->be;
     vlm_lm_ws_t              *ws = &m->ws;
@@ -393,6 +424,13 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
         op->matmul(be, ws->q, ws->h, &L->wq, L->bq, T);
         op->matmul(be, ws->k, ws->h, &L->wk, L->bk, T);
         op->matmul(be, ws->v, ws->h, &L->wv, L->bv, T);
+
+        if (L->q_norm != NULL) {
+            /* Qwen3: each head of q and of k RMS-normalised */
+            op->rms_norm(be, ws->q, ws->q, L->q_norm, T * nh, hd, eps);
+            op->rms_norm(be, ws->k, ws->k, L->k_norm, T * nkv, hd, eps);
+        }
+
         op->rope(be, ws->q, T, Q, nh, hd, ws->cos, ws->sin);
         op->rope(be, ws->k, T, KV, nkv, hd, ws->cos, ws->sin);
 
@@ -430,6 +468,17 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
         }
 
         op->add(be, ws->x, ws->o, (size_t) T * H);
+
+        /* DeepStack: level l + 1 of the image features after layer l */
+        if (l + 1 < m->feature_levels) {
+            for (r = 0; r < b->n_image_runs; r++) {
+                run = b->image_runs + 2 * r;
+                op->add(be, ws->x + (size_t) run[0] * H,
+                        ws->deepstack + ((size_t) l * ws->max_rows + run[0])
+                                        * H,
+                        (size_t) run[1] * H);
+            }
+        }
     }
 
     if (b->n_logits > 0) {

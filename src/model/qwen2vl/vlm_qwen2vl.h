@@ -1,7 +1,8 @@
 /*
  * The Qwen2-VL family's two halves, which its architecture table
  * (vlm_qwen2vl.c) puts together: the vision tower (vlm_vision.c) and the
- * Qwen2 decoder with M-RoPE (vlm_lm.c).
+ * Qwen2 decoder with M-RoPE (vlm_lm.c).  Qwen3-VL's table (qwen3vl/)
+ * calls them too.
  */
 
 #ifndef VLM_QWEN2VL_H
@@ -10,7 +11,27 @@
 #include "model/vlm_model.h"
 
 
+/* the tensor names in which the Qwen2-VL and Qwen3-VL towers differ */
+typedef struct {
+    const char  *fc1, *fc2;             /* a block's MLP, after blocks.N. */
+    const char  *merger_norm;
+    const char  *merger_fc1, *merger_fc2;
+    int          patch_bias;            /* patch_embed.proj.bias */
+} vlm_vision_names_t;
+
+
 vlm_status_t vlm_vision_load(vlm_model_t *m, vlm_error_t *err);
+vlm_status_t vlm_vision_load_tower(vlm_model_t *m,
+    const vlm_vision_names_t *names, vlm_error_t *err);
+/* a norm's weight (and, for LayerNorm, bias) of n; a TP share of a linear */
+vlm_status_t vlm_vision_norm(vlm_model_t *m, float **w, float **b,
+    const char *prefix, int n, vlm_error_t *err);
+vlm_status_t vlm_vision_linear_rows(vlm_model_t *m, vlm_weight_t *w,
+    float **b, const char *prefix, int rows, int cols, int r0, int nr,
+    vlm_error_t *err);
+vlm_status_t vlm_vision_linear_cols(vlm_model_t *m, vlm_weight_t *w,
+    float **b, const char *prefix, int rows, int cols, int c0, int nc,
+    vlm_error_t *err);
 int vlm_vision_stages(const vlm_model_t *m);
 vlm_status_t vlm_vision_encode_stage(vlm_model_t *m, const vlm_image_t *img,
     float *out, int stage, vlm_error_t *err);

@@ -7,7 +7,9 @@
  * inverse), attention restricted to each frame (cu_seqlens), and the
  * patch merger.  Matches transformers 4.57
  * Qwen2VisionTransformerPretrainedModel and
- * Qwen2_5_VisionTransformerPretrainedModel.
+ * Qwen2_5_VisionTransformerPretrainedModel.  Qwen3-VL's tower (qwen3vl/)
+ * is Qwen2-VL's under other tensor names, with a patch bias, and runs
+ * these stages with its own additions between them.
  */
 
 #define _GNU_SOURCE
@@ -20,7 +22,7 @@
 #include "vlm_qwen2vl.h"
 
 
-static vlm_status_t
+vlm_status_t
 vlm_vision_norm(vlm_model_t *m, float **w, float **b, const char *prefix,
     int n, vlm_error_t *err)
 {
@@ -77,7 +79,7 @@ vlm_vision_reduce(vlm_model_t *m, float *buf, size_t n, vlm_error_t *err)
  * after which the ranks' partial outputs are summed).  Whole when the
  * tower is not split.
  */
-static vlm_status_t
+vlm_status_t
 vlm_vision_linear_rows(vlm_model_t *m, vlm_weight_t *w, float **b,
     const char *prefix, int rows, int cols, int r0, int nr, vlm_error_t *err)
 {
@@ -96,7 +98,7 @@ vlm_vision_linear_rows(vlm_model_t *m, vlm_weight_t *w, float **b,
 }
 
 
-static vlm_status_t
+vlm_status_t
 vlm_vision_linear_cols(vlm_model_t *m, vlm_weight_t *w, float **b,
     const char *prefix, int rows, int cols, int c0, int nc, vlm_error_t *err)
 {
@@ -153,6 +155,19 @@ vlm_vision_qkv(vlm_model_t *m, vlm_weight_t *w, float **b,
 vlm_status_t
 vlm_vision_load(vlm_model_t *m, vlm_error_t *err)
 {
+    static const vlm_vision_names_t  names = {
+        "mlp.fc1", "mlp.fc2", "visual.merger.ln_q", "visual.merger.mlp.0",
+        "visual.merger.mlp.2", 0
+    };
+
+    return vlm_vision_load_tower(m, &names, err);
+}
+
+
+vlm_status_t
+vlm_vision_load_tower(vlm_model_t *m, const vlm_vision_names_t *names,
+    vlm_error_t *err)
+{
     int                    i, E, I, H, mm, hd, half, quarter, q0, nq;
     int                    i0, ni, m0, nm;
     char                   p[96];
@@ -184,6 +199,14 @@ vlm_vision_load(vlm_model_t *m, vlm_error_t *err)
                           * vc->patch_size * vc->patch_size, err);
     if (rc != VLM_OK) {
         return rc;
+    }
+
+    if (names->patch_bias) {
+        rc = vlm_model_vector(m, &w->patch_b, "visual.patch_embed.proj.bias",
+                              E, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
     }
 
     w->blocks = calloc((size_t) vc->depth, sizeof(vlm_vision_block_t));
@@ -227,23 +250,23 @@ vlm_vision_load(vlm_model_t *m, vlm_error_t *err)
 
         } else {
             VLM_TRY(vlm_vision_linear_rows(m, &B->fc1, &B->fc1_b,
-                                           VLM_P("mlp.fc1"), I, E, i0, ni,
+                                           VLM_P(names->fc1), I, E, i0, ni,
                                            err));
             VLM_TRY(vlm_vision_linear_cols(m, &B->fc2, &B->fc2_b,
-                                           VLM_P("mlp.fc2"), E, I, i0, ni,
+                                           VLM_P(names->fc2), E, I, i0, ni,
                                            err));
         }
 
 #undef VLM_P
     }
 
-    VLM_TRY(vlm_vision_norm(m, &w->ln_q_w, &w->ln_q_b, "visual.merger.ln_q",
+    VLM_TRY(vlm_vision_norm(m, &w->ln_q_w, &w->ln_q_b, names->merger_norm,
                             E, err));
     VLM_TRY(vlm_vision_linear_rows(m, &w->mlp0, &w->mlp0_b,
-                                   "visual.merger.mlp.0", mm * E, mm * E, m0,
-                                   nm, err));
+                                   names->merger_fc1, mm * E, mm * E, m0, nm,
+                                   err));
     VLM_TRY(vlm_vision_linear_cols(m, &w->mlp2, &w->mlp2_b,
-                                   "visual.merger.mlp.2", H, mm * E, m0, nm,
+                                   names->merger_fc2, H, mm * E, m0, nm,
                                    err));
 
 #undef VLM_TRY
@@ -456,7 +479,7 @@ vlm_vision_encode_stage(vlm_model_t *m, const vlm_image_t *img, float *out,
 
     op->upload(be, w->pixels, img->pixels,
                (size_t) P * vw->patch.cols * sizeof(float));
-    op->matmul(be, w->x, w->pixels, &vw->patch, NULL, P);
+    op->matmul(be, w->x, w->pixels, &vw->patch, vw->patch_b, P);
 
     x = w->x;
     h = w->h;
