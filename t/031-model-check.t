@@ -212,7 +212,7 @@ qr{\[emerg\] .*: vlm_model "[^"]+/layers": model: tensor "model\.layers\.2\.[a-z
 --- must_die
 --- suppress_stderr
 --- error_log eval
-qr{\[emerg\] .*: vlm_model "[^"]+/dtype": safetensors: tensor "[^"]+": dtype I32 is not supported.* in \S+nginx\.conf:\d+$}
+qr{\[emerg\] .*: vlm_model "[^"]+/dtype": model: tensor "[^"]+": dtype I32 is not supported.* in \S+nginx\.conf:\d+$}
 
 
 
