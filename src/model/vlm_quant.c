@@ -489,7 +489,7 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
     int rows, int cols, const int *r0, int nr, int n_runs, int c0, int nc,
     int *found, vlm_error_t *err)
 {
-    int              i, j, k, g, r, gr, nc_g, trivial, code, kk;
+    int              i, j, k, g, r, gr, nc_g, trivial, code, kk, group;
     float            sc, z, *scales, *mins;
     size_t           rb, n_codes, len;
     uint8_t         *block, *dst;
@@ -532,11 +532,14 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
         return rc;
     }
 
-    if (c0 % s.group != 0 || nc % s.group != 0) {
+    /* a scale a row: any share of the columns keeps it */
+    group = s.group == cols ? nc : s.group;
+
+    if (c0 % group != 0 || nc % group != 0 || group % 8 != 0) {
         return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
                              "model: the tensor-parallel share of columns "
                              "%d..%d of \"%s\" does not fall on its groups "
-                             "of %d columns", c0, c0 + nc, name, s.group);
+                             "of %d columns", c0, c0 + nc, name, group);
     }
 
     trivial = 1;
@@ -568,7 +571,7 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
 
     /* codes, then scales and mins, then the permutation, in one block */
     r = nr * n_runs;
-    nc_g = nc / s.group;
+    nc_g = nc / group;
     rb = vlm_quant_row_bytes(s.quant, nc);
     n_codes = vlm_align_up(rb * r, 64);
 
@@ -585,7 +588,7 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
     w->rows = r;
     w->cols = nc;
     w->quant = s.quant;
-    w->group = s.group;
+    w->group = group;
     scales = (float *) (block + n_codes);
     mins = scales + (size_t) r * nc_g;
     w->scales = scales;
@@ -625,7 +628,7 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
             }
 
             for (g = 0; g < nc_g; g++) {
-                vlm_qscale(&s, gr, c0 / s.group + g, &sc, &z);
+                vlm_qscale(&s, gr, (c0 + g * group) / s.group, &sc, &z);
                 scales[(size_t) (i * nr + j) * nc_g + g] = sc;
                 mins[(size_t) (i * nr + j) * nc_g + g] = -z * sc;
             }
