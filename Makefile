@@ -155,6 +155,9 @@ $(BUILD)/tests/test_backend_ops: $(BUILD)/tests/test_backend_ops.o $(LIB) \
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(CUDA_LIB) $(LIB) -lcmocka \
 	    $(CUDA_LIBS) $(LDLIBS)
 
+# runs the tool it tests
+$(BUILD)/tests/test_quantize: | $(CLI)
+
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $^ -lcmocka $(LDLIBS)
 
