@@ -233,14 +233,14 @@ test_matmul_bf16_kernels(void **state)
  * format (all 16 nibbles, all bytes of int8, every finite e4m3), at kernel
  * level `level`, against a double reference of w = code * scale + min:
  * the fused decode kernels (1 to 16 rows) and the dequantized panels
- * (more), groups of 8, 16 and 32 columns and one a row, an act-order
- * permutation of the columns
+ * (more), groups of 8, 16 (8-bit codes only), 32, 64, 128 columns and
+ * one a row, an act-order permutation of the columns
  */
 static void
 check_matmul_quant(int level, vlm_quant_t q, int n, int rows, int cols,
     int group, int permute)
 {
-    int             i, j, k, g, ng, c;
+    int             i, j, k, g, ng, c, shift;
     float          *x, *b, *y, *ref, *mag, *scales, *mins, *wf;
     double          s, a;
     int32_t        *perm;
@@ -291,7 +291,8 @@ check_matmul_quant(int level, vlm_quant_t q, int n, int rows, int cols,
 
             if (q == VLM_QUANT_Q4) {
                 c &= 15;
-                codes[j * rb + k / 2] |= (uint8_t) (c << (4 * (k & 1)));
+                codes[j * rb + vlm_quant_q4_byte(k, &shift)] |=
+                    (uint8_t) (c << shift);
                 wf[j * cols + k] = c * scales[g] + mins[g];
 
             } else if (q == VLM_QUANT_Q8) {
@@ -364,16 +365,17 @@ check_matmul_quant(int level, vlm_quant_t q, int n, int rows, int cols,
 static void
 test_matmul_quant_kernels(void **state)
 {
-    int          level, top, n, q, p;
+    int          level, top, n, q, p, g;
     static const int  groups[] = { 8, 16, 32, 128 };
+    static const int  groups4[] = { 32, 64, 128, 32 };
 
     top = vlm_backend_cpu_force_level(-1);
 
     for (level = LEVEL_SCALAR; level <= top; level++) {
         for (q = VLM_QUANT_Q4; q <= VLM_QUANT_F8; q++) {
             for (n = 1; n <= 18; n++) {
-                check_matmul_quant(level, q, n, 37, 128, groups[n % 4],
-                                   n % 5 == 0);
+                g = q == VLM_QUANT_Q4 ? groups4[n % 4] : groups[n % 4];
+                check_matmul_quant(level, q, n, 37, 128, g, n % 5 == 0);
             }
 
             for (p = 0; p < 2; p++) {

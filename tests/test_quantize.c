@@ -52,7 +52,7 @@ load(const char *dir)
 static float
 weight_at(const vlm_weight_t *w, int r, int k)
 {
-    int             g;
+    int             g, shift;
     float           code;
     const uint8_t  *row;
 
@@ -70,9 +70,12 @@ weight_at(const vlm_weight_t *w, int r, int k)
     row = (const uint8_t *) w->data
           + (size_t) r * vlm_quant_row_bytes(w->quant, w->cols);
     g = r * (w->cols / w->group) + k / w->group;
-    code = w->quant == VLM_QUANT_Q4 ? (float) ((row[k / 2] >> (4 * (k & 1)))
-                                               & 15)
-                                    : (float) (int8_t) row[k];
+    if (w->quant == VLM_QUANT_Q4) {
+        code = (float) ((row[vlm_quant_q4_byte(k, &shift)] >> shift) & 15);
+
+    } else {
+        code = (float) (int8_t) row[k];
+    }
 
     return code * w->scales[g] + w->mins[g];
 }

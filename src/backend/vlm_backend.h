@@ -36,7 +36,10 @@ typedef enum {
  * compressed-tensors into it): row r's codes at data + r * row_bytes,
  * column k's code q in group g = k / group, w = deq(q) * scale + min
  * with scale and min at [r * (cols / group) + g]:
- *   Q4  two unsigned 4-bit codes a byte, column 2j in the low nibble
+ *   Q4  unsigned 4-bit codes, 16 bytes a block of 32 columns: byte j of
+ *       the block holds column j in its low nibble and column j + 16 in
+ *       its high one (so that a mask and a shift give 16 columns in
+ *       order); groups and columns are multiples of 32
  *   Q8  signed 8-bit codes
  *   F8  float8 e4m3fn codes
  */
@@ -54,7 +57,8 @@ typedef struct {
     int             rows;       /* outputs */
     int             cols;       /* inputs */
     vlm_quant_t     quant;      /* VLM_QUANT_NONE: dtype elements */
-    int             group;      /* columns a scale, divides cols, % 8 */
+    int             group;      /* columns a scale, divides cols, % 8
+                                   (Q4: % 32) */
     const float    *scales;     /* [rows, cols / group] */
     const float    *mins;       /* [rows, cols / group] */
     const int32_t  *perm;       /* NULL or [cols]: column k multiplies
@@ -67,6 +71,16 @@ static inline size_t
 vlm_quant_row_bytes(vlm_quant_t q, int cols)
 {
     return q == VLM_QUANT_Q4 ? (size_t) cols / 2 : (size_t) cols;
+}
+
+
+/* where column k's 4-bit code goes in a Q4 row: byte, and shift 0 or 4 */
+static inline size_t
+vlm_quant_q4_byte(int k, int *shift)
+{
+    *shift = (k & 16) ? 4 : 0;
+
+    return (size_t) (k >> 5) * 16 + (k & 15);
 }
 
 

@@ -55,6 +55,8 @@ typedef struct {
     const vlm_quant_kernel_t *quant;    /* quantized weights */
     float             *xperm;       /* [VLM_GEMM_NB, xperm_cols] */
     int                xperm_cols;
+    float             *xsum;        /* [VLM_CPU_QUANT_FUSED, xsum_groups] */
+    int                xsum_groups;
     uint16_t          *xq;          /* [VLM_GEMM_NB, xq_cols] bf16 x */
     int                xq_cols;
     vlm_dot_pt         dot[3];      /* by vlm_dtype_t */
@@ -534,7 +536,8 @@ vlm_cpu_weight_bind_quant(vlm_backend_t *be, vlm_weight_t *w,
     vlm_cpu_t  *cpu = (vlm_cpu_t *) be;
 
     if (w->quant < VLM_QUANT_Q4 || w->quant > VLM_QUANT_F8 || w->group < 8
-        || w->group % 8 != 0 || w->cols % w->group != 0 || w->rows < 1)
+        || w->group % (w->quant == VLM_QUANT_Q4 ? 32 : 8) != 0
+        || w->cols % w->group != 0 || w->rows < 1)
     {
         return vlm_error_set(err, VLM_ERR_INTERNAL,
                              "cpu backend: a quantized matrix [%d, %d] of "
@@ -555,6 +558,19 @@ vlm_cpu_weight_bind_quant(vlm_backend_t *be, vlm_weight_t *w,
         if (cpu->wtile == NULL) {
             return vlm_error_set(err, VLM_ERR_NOMEM,
                                  "cpu backend: no memory for weight tiles");
+        }
+    }
+
+    if (w->cols / w->group > cpu->xsum_groups) {
+        vlm_cpu_release(be, cpu->xsum);
+        cpu->xsum = vlm_cpu_alloc(be, (size_t) VLM_CPU_QUANT_FUSED
+                                      * (w->cols / w->group)
+                                      * sizeof(float));
+        cpu->xsum_groups = cpu->xsum == NULL ? 0 : w->cols / w->group;
+
+        if (cpu->xsum == NULL) {
+            return vlm_error_set(err, VLM_ERR_NOMEM,
+                                 "cpu backend: no memory for activations");
         }
     }
 
@@ -739,18 +755,21 @@ vlm_matmul_tiles(void *arg, int start, int end, int thread)
 static void
 vlm_matmul_quant_rows(void *arg, int start, int end, int thread)
 {
-    int                  j, i, nx;
+    int                  j, i, nx, ng;
     float                out[4];
     vlm_matmul_job_t    *job = arg;
     const vlm_weight_t  *w = job->w;
 
     (void) thread;
 
+    ng = w->cols / w->group;
+
     for (j = start; j < end; j++) {
         for (i = 0; i < job->n; i += 4) {
             nx = vlm_min(4, job->n - i);
             job->cpu->quant->dot(w, j, job->x + (size_t) i * w->cols,
-                                 w->cols, nx, out);
+                                 w->cols, job->cpu->xsum + (size_t) i * ng,
+                                 nx, out);
 
             for (nx--; nx >= 0; nx--) {
                 job->y[(size_t) (i + nx) * w->rows + j] = out[nx]
@@ -798,7 +817,8 @@ static void
 vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
     const vlm_weight_t *w, const float *bias, int n)
 {
-    int                i, k, c, nb;
+    int                i, k, c, g, nb, ng, fused;
+    float              sum;
     vlm_matmul_job_t   job;
 
     job.cpu = cpu;
@@ -807,8 +827,13 @@ vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
     job.tile = (w->rows + cpu->n_threads - 1) / cpu->n_threads;
     job.tile = vlm_min((size_t) job.tile, cpu->wtile_floats / w->cols);
 
-    /* act order: the activations' columns permuted, a chunk at a time */
-    nb = w->perm != NULL ? VLM_GEMM_NB : n;
+    /*
+     * up to VLM_CPU_QUANT_FUSED rows at a time through the fused kernels,
+     * more through the panels; act order: the activations' columns
+     * permuted, a chunk at a time
+     */
+    fused = n <= VLM_CPU_QUANT_FUSED || job.tile < 8;
+    nb = fused ? VLM_CPU_QUANT_FUSED : w->perm != NULL ? VLM_GEMM_NB : n;
 
     for (i = 0; i < n; i += nb) {
         job.n = vlm_min(nb, n - i);
@@ -826,15 +851,27 @@ vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
             job.x = cpu->xperm;
         }
 
-        if (job.n > VLM_CPU_QUANT_FUSED && job.tile >= 8) {
+        if (!fused) {
             vlm_threadpool_run(cpu->pool,
                                (w->rows + job.tile - 1) / job.tile,
                                vlm_matmul_quant_tiles, &job);
-
-        } else {
-            vlm_threadpool_run(cpu->pool, w->rows, vlm_matmul_quant_rows,
-                               &job);
+            continue;
         }
+
+        /* the activations' group sums, for the mins */
+        ng = w->cols / w->group;
+
+        for (k = 0; k < job.n; k++) {
+            for (g = 0; g < ng; g++) {
+                sum = 0.0f;
+                for (c = g * w->group; c < (g + 1) * w->group; c++) {
+                    sum += job.x[(size_t) k * w->cols + c];
+                }
+                cpu->xsum[(size_t) k * ng + g] = sum;
+            }
+        }
+
+        vlm_threadpool_run(cpu->pool, w->rows, vlm_matmul_quant_rows, &job);
     }
 }
 
@@ -1502,6 +1539,7 @@ vlm_cpu_free(vlm_backend_t *be)
     vlm_cpu_release(be, cpu->wtile);
     vlm_cpu_release(be, cpu->xq);
     vlm_cpu_release(be, cpu->xperm);
+    vlm_cpu_release(be, cpu->xsum);
     vlm_threadpool_free(cpu->pool);
     free(cpu);
 }

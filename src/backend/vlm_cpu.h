@@ -54,13 +54,14 @@ typedef struct {
 
 /*
  * Quantized matrices (vlm_weight_t.quant): dot() of weight row `row`
- * with nx (1 to 4) activation rows x[nx, ldx] into out[nx]; dequant()
- * of the rows [r0, r0 + nr) into dst[nr, cols] f32
+ * with nx (1 to 4) activation rows x[nx, ldx] into out[nx], xsum[nx,
+ * cols / group] the sums of each row's columns in each group (for the
+ * mins); dequant() of the rows [r0, r0 + nr) into dst[nr, cols] f32
  */
 typedef struct {
     const char  *name;
     void       (*dot)(const vlm_weight_t *w, int row, const float *x,
-                   int ldx, int nx, float *out);
+                   int ldx, const float *xsum, int nx, float *out);
     void       (*dequant)(const vlm_weight_t *w, int r0, int nr,
                    float *dst);
 } vlm_quant_kernel_t;

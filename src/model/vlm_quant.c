@@ -490,6 +490,7 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
     int *found, vlm_error_t *err)
 {
     int              i, j, k, g, r, gr, nc_g, trivial, code, kk, group;
+    int              shift;
     float            sc, z, *scales, *mins;
     size_t           rb, n_codes, len;
     uint8_t         *block, *dst;
@@ -534,6 +535,13 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
 
     /* a scale a row: any share of the columns keeps it */
     group = s.group == cols ? nc : s.group;
+
+    if (s.quant == VLM_QUANT_Q4 && group % 32 != 0) {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "model: \"%s\": 4-bit groups of %d columns "
+                             "are not supported (multiples of 32)", name,
+                             group);
+    }
 
     if (c0 % group != 0 || nc % group != 0 || group % 8 != 0) {
         return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
@@ -617,7 +625,8 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
                 code = vlm_qcode(&s, gr, kk);
 
                 if (s.quant == VLM_QUANT_Q4) {
-                    dst[k / 2] |= (uint8_t) (code << (4 * (k & 1)));
+                    dst[vlm_quant_q4_byte(k, &shift)] |=
+                        (uint8_t) (code << shift);
 
                 } else {
                     dst[k] = (uint8_t) code;
