@@ -23,6 +23,7 @@
 
 #include "core/vlm.h"
 #include "core/vlm_npy.h"
+#include "backend/vlm_backend.h"
 
 
 #define FIX  "tests/fixtures/models"
@@ -428,6 +429,60 @@ test_quant_checked(void **state)
     quant_refused("quant-awq-g128", "\"quantization_config\"",
                   "\"no_quantization_config\"", NULL, NULL,
                   VLM_ERR_FORMAT, "q_proj.weight\" is missing");
+}
+
+
+/* the CPU backend without quantized matmuls, as the CUDA one is */
+static vlm_backend_ops_t  noquant_ops;
+
+
+static vlm_status_t
+noquant_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
+    vlm_error_t *err)
+{
+    vlm_status_t  rc;
+
+    rc = vlm_backend_cpu_init(be, conf, err);
+    if (rc == VLM_OK) {
+        noquant_ops = *(*be)->ops;
+        noquant_ops.name = "noquant";
+        noquant_ops.weight_bind_quant = NULL;
+        (*be)->ops = &noquant_ops;
+    }
+
+    return rc;
+}
+
+
+static void
+test_quant_refused_by_backend(void **state)
+{
+    vlm_model_t         *m;
+    vlm_error_t          err;
+    vlm_model_params_t   p;
+
+    assert_int_equal(vlm_backend_register("noquant", noquant_init), VLM_OK);
+
+    vlm_model_params_default(&p);
+    p.n_threads = 1;
+    p.max_seqs = 1;
+    p.max_seq_len = 128;
+    p.max_batch_tokens = 32;
+    p.max_image_patches = 64;
+    p.backend = "noquant";
+
+    assert_int_equal(vlm_model_load(&m, FIX "/quant-awq-g128", &p, &err),
+                     VLM_ERR_UNSUPPORTED);
+    assert_null(m);
+    assert_string_equal(err.msg, "model: the noquant backend runs no "
+                        "quantized weights "
+                        "(\"model.layers.0.self_attn.q_proj.weight\" is "
+                        "AWQ int4)");
+
+    /* the same backend runs the 16-bit checkpoints */
+    assert_int_equal(vlm_model_load(&m, FIX "/qwen2vl-f32", &p, &err),
+                     VLM_OK);
+    vlm_model_free(m);
 }
 
 
@@ -1125,6 +1180,7 @@ main(void)
         cmocka_unit_test(test_weights_checked_against_config),
         cmocka_unit_test(test_check_is_the_load_without_weights),
         cmocka_unit_test(test_quant_checked),
+        cmocka_unit_test(test_quant_refused_by_backend),
         cmocka_unit_test(test_bad_inputs_rejected),
         cmocka_unit_test(test_kv_budget_exhaustion),
         cmocka_unit_test(test_batched_decode_matches_reference),
