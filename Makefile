@@ -165,6 +165,9 @@ $(CUDA_TESTS:tests/%.c=$(BUILD)/tests/%): $(BUILD)/tests/%: \
 	    $(CUDA_LIBS) $(LDLIBS)
 $(BUILD)/tests/test_comm_nccl.o: CPPFLAGS += -I$(CUDA_HOME)/include
 
+# runs the tool it tests
+$(BUILD)/tests/test_quantize: | $(CLI)
+
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $^ -lcmocka $(LDLIBS)
 
@@ -259,8 +262,22 @@ run: deps
 fixtures:
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q -r tools/requirements.txt
-	cd $(ROOT) && for s in tools/fixtures_*.py; do \
+	cd $(ROOT) && for s in $(filter-out tools/fixtures_quant.py, \
+	    $(wildcard tools/fixtures_*.py)); do \
 	    echo "== $$s"; $(VENV)/bin/python $$s || exit 1; done
+	$(MAKE) fixtures-quant
+
+# the quantized checkpoints, packed by AutoAWQ, AutoGPTQ and
+# compressed-tensors (tools/requirements-quant.txt), in a venv of their own
+VENV_QUANT ?= $(ROOT)/.venv-quant
+
+.PHONY: fixtures-quant
+fixtures-quant:
+	@test -x $(VENV_QUANT)/bin/python || $(PYTHON) -m venv $(VENV_QUANT)
+	$(VENV_QUANT)/bin/pip install -q -r tools/requirements-quant.txt
+	$(VENV_QUANT)/bin/pip install -q --no-deps autoawq==0.2.9 \
+	    auto-gptq==0.7.1
+	cd $(ROOT) && $(VENV_QUANT)/bin/python tools/fixtures_quant.py
 
 # Train models/default (a tiny Qwen2-VL on synthetic shapes, CPU, one
 # thread, about 26 minutes) and write its held-out set and drawn examples

@@ -12,9 +12,13 @@
  *                [--streams 1,4,16,64] [--prefill N]
  *                [--kernels scalar,avx2,avx512bf16]   (default: the best
  *                                                       this CPU runs)
+ *                [--weights bf16,q4,q8]               (default: bf16)
  *
  * The weights are random bf16, L layers of q, k, v, o, gate, up and down
- * (L defaults to 4 for 3b, 24 for 0.5b: far beyond the caches).
+ * (L defaults to 4 for 3b, 24 for 0.5b: far beyond the caches); q4 the
+ * same matrices as 4-bit codes with a scale and a min a group of 128
+ * columns (AWQ, GPTQ, W4A16 checkpoints), q8 as 8-bit codes with a scale
+ * a row (W8A8), measured in the same run, interleaved.
  */
 
 #define _GNU_SOURCE
@@ -29,8 +33,10 @@
 #include "bench_stats.h"
 
 
-#define BENCH_MAX_FIG   48
+#define BENCH_MAX_FIG   96
 #define BENCH_MAX_KERN  3
+#define BENCH_MAX_WK    3
+#define BENCH_Q_GROUP   128
 
 
 typedef struct {
@@ -50,9 +56,13 @@ static const char  *kernel_names[BENCH_MAX_KERN] = {
 };
 
 
+static const char  *weight_names[BENCH_MAX_WK] = { "bf16", "q4", "q8" };
+
+
 typedef struct {
     const char    *name;
     int            kernel;
+    int            wk;             /* weight_names */
     int            n;              /* rows of the activations */
     double         t[BENCH_MAX_REPS];
     double         bw[BENCH_MAX_REPS];      /* the triad beside it */
@@ -64,12 +74,16 @@ main(int argc, char **argv)
 {
     int                  i, l, m, r, threads, reps, n_fig, max_n, prefill;
     int                  layers, n_kern, k, kern[BENCH_MAX_KERN], top;
-    char                *p, streams[64], kernels[64];
+    int                  n_wk, wk[BENCH_MAX_WK], q, j, ng;
+    char                *p, streams[64], kernels[64], weights[64];
     float               *x, *y;
     double               t0, bytes, flops, med, lo, hi, tri[BENCH_MAX_REPS];
     double               v[BENCH_MAX_REPS], bmed, blo, bhi;
-    size_t               total, off;
+    size_t               total, off, rb, qoff, soff;
     uint16_t            *w;
+    uint8_t             *qcodes[BENCH_MAX_WK];
+    float               *qscales[BENCH_MAX_WK];
+    double               wbytes[BENCH_MAX_WK];
     bench_triad_t        td;
     bench_fig_t          fig[BENCH_MAX_FIG];
     vlm_error_t          err;
@@ -86,6 +100,7 @@ main(int argc, char **argv)
     layers = 0;
     strcpy(streams, "1,4,16,64");
     kernels[0] = '\0';
+    strcpy(weights, "bf16");
     sh = (bench_shape_t) { 2048, 11008, 256, 4, 36 };
 
     for (i = 1; i + 1 < argc; i += 2) {
@@ -112,6 +127,9 @@ main(int argc, char **argv)
 
         } else if (strcmp(argv[i], "--kernels") == 0) {
             snprintf(kernels, sizeof(kernels), "%s", argv[i + 1]);
+
+        } else if (strcmp(argv[i], "--weights") == 0) {
+            snprintf(weights, sizeof(weights), "%s", argv[i + 1]);
 
         } else if (strcmp(argv[i], "--prefill") == 0) {
             prefill = atoi(argv[i + 1]);
@@ -155,6 +173,25 @@ main(int argc, char **argv)
         kern[n_kern++] = k;
     }
 
+    n_wk = 0;
+
+    for (p = strtok(weights, ","); p != NULL && n_wk < BENCH_MAX_WK;
+         p = strtok(NULL, ","))
+    {
+        for (q = 0; q < BENCH_MAX_WK; q++) {
+            if (strcmp(p, weight_names[q]) == 0) {
+                break;
+            }
+        }
+
+        if (q == BENCH_MAX_WK) {
+            fprintf(stderr, "bench_matmul: weights: bf16, q4, q8\n");
+            return 1;
+        }
+
+        wk[n_wk++] = q;
+    }
+
     n_fig = 0;
     max_n = prefill;
 
@@ -164,20 +201,26 @@ main(int argc, char **argv)
             return 1;
         }
 
-        for (k = 0; k < n_kern && n_fig < BENCH_MAX_FIG - n_kern; k++) {
-            fig[n_fig].name = "decode";
-            fig[n_fig].kernel = k;
-            fig[n_fig].n = atoi(p);
-            max_n = vlm_max(max_n, fig[n_fig].n);
-            n_fig++;
+        for (k = 0; k < n_kern; k++) {
+            for (q = 0; q < n_wk && n_fig < BENCH_MAX_FIG; q++) {
+                fig[n_fig].name = "decode";
+                fig[n_fig].kernel = k;
+                fig[n_fig].wk = q;
+                fig[n_fig].n = atoi(p);
+                max_n = vlm_max(max_n, fig[n_fig].n);
+                n_fig++;
+            }
         }
     }
 
     for (k = 0; prefill > 0 && k < n_kern; k++) {
-        fig[n_fig].name = "prefill";
-        fig[n_fig].kernel = k;
-        fig[n_fig].n = prefill;
-        n_fig++;
+        for (q = 0; q < n_wk && n_fig < BENCH_MAX_FIG; q++) {
+            fig[n_fig].name = "prefill";
+            fig[n_fig].kernel = k;
+            fig[n_fig].wk = q;
+            fig[n_fig].n = prefill;
+            n_fig++;
+        }
     }
 
     /* q, k, v, o, gate, up, down: rows x cols */
@@ -198,7 +241,7 @@ main(int argc, char **argv)
     conf.max_ctx = 64;
 
     w = malloc(total * sh.layers * sizeof(uint16_t));
-    wt = malloc(n_kern * 7 * sh.layers * sizeof(vlm_weight_t));
+    wt = malloc(n_kern * n_wk * 7 * sh.layers * sizeof(vlm_weight_t));
     x = malloc((size_t) max_n * sh.inter * sizeof(float));
     y = malloc((size_t) max_n * sh.inter * sizeof(float));
 
@@ -228,20 +271,85 @@ main(int argc, char **argv)
         x[off] = (float) ((off * 104729) % 2001) / 1000.0f - 1.0f;
     }
 
+    /* the quantized copies: codes from the bf16 bits, scales random */
+    for (q = 0; q < n_wk; q++) {
+        qcodes[q] = NULL;
+        qscales[q] = NULL;
+        wbytes[q] = (double) total * sh.layers * sizeof(uint16_t);
+
+        if (wk[q] == 0) {
+            continue;
+        }
+
+        rb = wk[q] == 1 ? total / 2 : total;
+        qcodes[q] = malloc(rb * sh.layers);
+        qscales[q] = malloc(2 * total / 8 * sh.layers * sizeof(float));
+        if (qcodes[q] == NULL || qscales[q] == NULL) {
+            fprintf(stderr, "bench_matmul: no memory\n");
+            return 1;
+        }
+
+        for (off = 0; off < rb * sh.layers; off++) {
+            qcodes[q][off] = (uint8_t) w[off % (total * sh.layers)];
+        }
+        for (off = 0; off < 2 * total / 8 * sh.layers; off++) {
+            qscales[q][off] = (float) (off % 97) / 4096.0f;
+        }
+
+        wbytes[q] = 0;
+    }
+
     for (k = 0; k < n_kern; k++) {
-        off = 0;
-        for (l = 0; l < sh.layers; l++) {
-            for (m = 0; m < 7; m++) {
-                if (be[k]->ops->weight_bind(be[k],
-                                            &wt[(k * sh.layers + l) * 7 + m],
-                                            w + off, VLM_DTYPE_BF16,
-                                            dims[m][0], dims[m][1], &err)
-                    != VLM_OK)
-                {
-                    fprintf(stderr, "bench_matmul: %s\n", err.msg);
-                    return 1;
+        for (q = 0; q < n_wk; q++) {
+            off = 0;
+            qoff = 0;
+            soff = 0;
+
+            for (l = 0; l < sh.layers; l++) {
+                for (m = 0; m < 7; m++) {
+                    j = ((k * n_wk + q) * sh.layers + l) * 7 + m;
+
+                    if (wk[q] == 0) {
+                        if (be[k]->ops->weight_bind(be[k], &wt[j], w + off,
+                                                    VLM_DTYPE_BF16,
+                                                    dims[m][0], dims[m][1],
+                                                    &err)
+                            != VLM_OK)
+                        {
+                            fprintf(stderr, "bench_matmul: %s\n", err.msg);
+                            return 1;
+                        }
+
+                        off += (size_t) dims[m][0] * dims[m][1];
+                        continue;
+                    }
+
+                    memset(&wt[j], 0, sizeof(vlm_weight_t));
+                    wt[j].rows = dims[m][0];
+                    wt[j].cols = dims[m][1];
+                    wt[j].quant = wk[q] == 1 ? VLM_QUANT_Q4 : VLM_QUANT_Q8;
+                    wt[j].group = wk[q] == 1 ? BENCH_Q_GROUP : dims[m][1];
+                    ng = dims[m][1] / wt[j].group;
+                    wt[j].data = qcodes[q] + qoff;
+                    wt[j].scales = qscales[q] + soff;
+                    wt[j].mins = qscales[q] + soff + (size_t) dims[m][0] * ng;
+                    rb = (size_t) dims[m][0]
+                         * vlm_quant_row_bytes(wt[j].quant, dims[m][1]);
+                    qoff += rb;
+                    soff += 2 * (size_t) dims[m][0] * ng;
+
+                    if (k == 0) {
+                        wbytes[q] += rb + 2.0 * dims[m][0] * ng
+                                          * sizeof(float);
+                    }
+
+                    if (be[k]->ops->weight_bind_quant(be[k], &wt[j], &err)
+                        != VLM_OK)
+                    {
+                        fprintf(stderr, "bench_matmul: %s\n", err.msg);
+                        return 1;
+                    }
                 }
-                off += (size_t) dims[m][0] * dims[m][1];
             }
         }
     }
@@ -261,10 +369,10 @@ main(int argc, char **argv)
             }
 
             k = fig[i].kernel;
+            j = (k * n_wk + fig[i].wk) * 7 * sh.layers;
             t0 = bench_now();
             for (l = 0; l < 7 * sh.layers; l++) {
-                be[k]->ops->matmul(be[k], y, x, &wt[k * 7 * sh.layers + l],
-                                   NULL, fig[i].n);
+                be[k]->ops->matmul(be[k], y, x, &wt[j + l], NULL, fig[i].n);
             }
 
             if (r >= 0) {
@@ -273,8 +381,8 @@ main(int argc, char **argv)
         }
     }
 
-    printf("%-8s %-10s %5s  %-28s  %-26s  %s\n", "figure", "kernels",
-           "rows",
+    printf("%-8s %-10s %-4s %5s  %-28s  %-26s  %s\n", "figure",
+           "kernels", "wts", "rows",
            "tokens/s (all rows): median", "weight GB/s  triad GB/s",
            "weights/triad");
 
@@ -282,15 +390,16 @@ main(int argc, char **argv)
         for (r = 0; r < reps; r++) {
             v[r] = fig[i].n * sh.layers
                    / (fig[i].t[r] * sh.model_layers);
-            tri[r] = bytes / fig[i].t[r] / 1e9 / fig[i].bw[r];
+            tri[r] = wbytes[fig[i].wk] / fig[i].t[r] / 1e9 / fig[i].bw[r];
         }
 
         bench_stats(v, reps, &med, &lo, &hi);
-        printf("%-8s %-10s %5d  %9.1f (%.1f..%.1f)", fig[i].name,
-               kernel_names[kern[fig[i].kernel]], fig[i].n, med, lo, hi);
+        printf("%-8s %-10s %-4s %5d  %9.1f (%.1f..%.1f)", fig[i].name,
+               kernel_names[kern[fig[i].kernel]], weight_names[wk[fig[i].wk]],
+               fig[i].n, med, lo, hi);
 
         for (r = 0; r < reps; r++) {
-            v[r] = bytes / fig[i].t[r] / 1e9;
+            v[r] = wbytes[fig[i].wk] / fig[i].t[r] / 1e9;
         }
         bench_stats(v, reps, &med, &lo, &hi);
         bench_stats(fig[i].bw, reps, &bmed, &blo, &bhi);
@@ -318,6 +427,10 @@ main(int argc, char **argv)
     vlm_threadpool_free(tp);
     for (k = 0; k < n_kern; k++) {
         be[k]->ops->free(be[k]);
+    }
+    for (q = 0; q < n_wk; q++) {
+        free(qcodes[q]);
+        free(qscales[q]);
     }
     free(w);
     free(wt);

@@ -1,6 +1,7 @@
 # nginx -t checks what the engine would refuse, with the engine's own
 # loader run on the safetensors headers: another architecture, no
-# weights, tensors missing, of the wrong shape or dtype, weights the
+# weights, tensors missing, of the wrong shape or dtype, quantized
+# tensors that do not fit their quantization_config, weights the
 # engine's user cannot read, and a chat template the server does not
 # render.  Each is an [emerg] that names the file and the cause.
 
@@ -85,6 +86,21 @@ unlink "$notemplate/chat_template.json" or die;
     spew("$dir/model.safetensors", $st);
 }
 
+# quantized: the AWQ fixture's config and weights with the serving
+# fixture's tokenizer; one whose config says groups of 64 where the
+# weights have 128
+for my $q (["awq", 128], ["awq-g64", 64]) {
+    my $dir = model($q->[0]);
+    for my $f (qw(config.json generation_config.json model.safetensors)) {
+        system("cp", "tests/fixtures/models/quant-awq-g128/$f", "$dir/") == 0
+            or die "cannot copy $f";
+    }
+    my $json = JSON::PP->new->canonical->pretty;
+    my $doc = $json->decode(slurp("$dir/config.json"));
+    $doc->{quantization_config}{group_size} = $q->[1];
+    spew("$dir/config.json", $json->encode($doc));
+}
+
 $ENV{TEST_NGINX_MODELS} = $models;
 
 # nginx -t itself, with a configuration of our own: the engine's user is
@@ -118,7 +134,7 @@ _EOC_
     return ($? >> 8, $out);
 }
 
-my $direct = 6;
+my $direct = 9;
 
 repeat_each(1);
 
@@ -128,6 +144,14 @@ plan tests => repeat_each() * 2 * blocks() + $direct;
     my ($rc, $out) = nginx_t("$models/good");
     is($rc, 0, "nginx -t passes a good model read as user $user")
         or diag($out);
+
+    ($rc, $out) = nginx_t("$models/awq");
+    is($rc, 0, "nginx -t passes an AWQ checkpoint") or diag($out);
+
+    ($rc, $out) = nginx_t("$models/awq-g64");
+    isnt($rc, 0, "nginx -t fails on AWQ scales of another group size");
+    like($out, qr{\[emerg\] .*vlm_model "[^"]+/awq-g64": model: tensor "model\.layers\.0\.self_attn\.q_proj\.qzeros" has shape \[1, 16\] \(2 dims\), AWQ int4 of group 64 for \[128, 128\] needs \[2, 16\]},
+         "and names the tensor, its shape and the shape the config needs");
 
     ($rc, $out) = nginx_t("$models/llama");
     isnt($rc, 0, "nginx -t fails on LlamaForCausalLM");
@@ -216,7 +240,7 @@ qr{\[emerg\] .*: vlm_model "[^"]+/layers": model: tensor "model\.layers\.2\.[a-z
 --- must_die
 --- suppress_stderr
 --- error_log eval
-qr{\[emerg\] .*: vlm_model "[^"]+/dtype": safetensors: tensor "[^"]+": dtype I32 is not supported.* in \S+nginx\.conf:\d+$}
+qr{\[emerg\] .*: vlm_model "[^"]+/dtype": model: tensor "[^"]+": dtype I32 is not supported.* in \S+nginx\.conf:\d+$}
 
 
 

@@ -228,6 +228,168 @@ test_matmul_bf16_kernels(void **state)
 }
 
 
+/*
+ * A quantized matrix of random codes, scales and mins, every code of the
+ * format (all 16 nibbles, all bytes of int8, every finite e4m3), at kernel
+ * level `level`, against a double reference of w = code * scale + min:
+ * the fused decode kernels (1 to 16 rows) and the dequantized panels
+ * (more), groups of 8, 16 (8-bit codes only), 32, 64, 128 columns and
+ * one a row, an act-order permutation of the columns
+ */
+static void
+check_matmul_quant(int level, vlm_quant_t q, int n, int rows, int cols,
+    int group, int permute)
+{
+    int             i, j, k, g, ng, c, shift;
+    float          *x, *b, *y, *ref, *mag, *scales, *mins, *wf;
+    double          s, a;
+    int32_t        *perm;
+    uint8_t        *codes, byte;
+    size_t          rb;
+    vlm_error_t     err;
+    vlm_weight_t    w;
+    vlm_backend_t  *be;
+
+    vlm_backend_cpu_force_level(level);
+    assert_int_equal(vlm_backend_cpu_init(&be,
+                         &(vlm_backend_conf_t) { .n_threads = 3,
+                                                 .max_ctx = 512 }, &err),
+                     VLM_OK);
+
+    ng = cols / group;
+    rb = vlm_quant_row_bytes(q, cols);
+    x = vlm_test_rand_vec(&rng_state, (size_t) n * cols);
+    b = vlm_test_rand_vec(&rng_state, (size_t) rows);
+    scales = vlm_test_rand_vec(&rng_state, (size_t) rows * ng);
+    mins = vlm_test_rand_vec(&rng_state, (size_t) rows * ng);
+    y = calloc((size_t) n * rows, sizeof(float));
+    ref = calloc((size_t) n * rows, sizeof(float));
+    mag = calloc((size_t) n * rows, sizeof(float));
+    wf = calloc((size_t) rows * cols, sizeof(float));
+    codes = calloc((size_t) rows, rb);
+    perm = malloc((size_t) cols * sizeof(int32_t));
+    assert_true(y != NULL && ref != NULL && mag != NULL && wf != NULL
+                && codes != NULL && perm != NULL);
+
+    for (k = 0; k < cols; k++) {
+        perm[k] = k;
+    }
+
+    /* a shuffle: column k of the codes multiplies x[perm[k]] */
+    for (k = cols - 1; permute && k > 0; k--) {
+        j = (int) ((vlm_test_frand(&rng_state) + 1.0f) * 0.5f * (k + 1))
+            % (k + 1);
+        c = perm[k];
+        perm[k] = perm[j];
+        perm[j] = c;
+    }
+
+    for (j = 0; j < rows; j++) {
+        for (k = 0; k < cols; k++) {
+            c = (j * 7 + k * 13) & 255;
+            g = j * ng + k / group;
+
+            if (q == VLM_QUANT_Q4) {
+                c &= 15;
+                codes[j * rb + vlm_quant_q4_byte(k, &shift)] |=
+                    (uint8_t) (c << shift);
+                wf[j * cols + k] = c * scales[g] + mins[g];
+
+            } else if (q == VLM_QUANT_Q8) {
+                byte = (uint8_t) c;
+                codes[j * rb + k] = byte;
+                wf[j * cols + k] = (int8_t) byte * scales[g] + mins[g];
+
+            } else {
+                byte = (c & 0x7f) == 0x7f ? 0x3c : (uint8_t) c;
+                codes[j * rb + k] = byte;
+                wf[j * cols + k] = vlm_f8e4m3_to_f32(byte) * scales[g]
+                                   + mins[g];
+            }
+        }
+    }
+
+    for (i = 0; i < n; i++) {
+        for (j = 0; j < rows; j++) {
+            s = b[j];
+            a = 0.0;
+            for (k = 0; k < cols; k++) {
+                s += (double) x[i * cols + perm[k]] * wf[j * cols + k];
+                a += fabs((double) x[i * cols + perm[k]] * wf[j * cols + k]);
+            }
+            ref[i * rows + j] = (float) s;
+            mag[i * rows + j] = (float) a;
+        }
+    }
+
+    memset(&w, 0, sizeof(vlm_weight_t));
+    w.data = codes;
+    w.rows = rows;
+    w.cols = cols;
+    w.quant = q;
+    w.group = group;
+    w.scales = scales;
+    w.mins = mins;
+    w.perm = permute ? perm : NULL;
+
+    assert_non_null(be->ops->weight_bind_quant);
+    assert_int_equal(be->ops->weight_bind_quant(be, &w, &err), VLM_OK);
+
+    be->ops->matmul(be, y, x, &w, b, n);
+
+    /* f32 sums of up to 4096 products: bound by their magnitudes */
+    for (k = 0; k < n * rows; k++) {
+        if (fabsf(y[k] - ref[k])
+            > 1e-4f * (1.0f + fabsf(ref[k])) + 1e-6f * mag[k])
+        {
+            fail_msg("level %d, quant %d, n %d, [%d, %d], group %d%s: "
+                     "element %d: %g != %g", level, q, n, rows, cols, group,
+                     permute ? ", permuted" : "", k, y[k], ref[k]);
+        }
+    }
+
+    be->ops->free(be);
+    free(x);
+    free(b);
+    free(scales);
+    free(mins);
+    free(y);
+    free(ref);
+    free(mag);
+    free(wf);
+    free(codes);
+    free(perm);
+}
+
+
+static void
+test_matmul_quant_kernels(void **state)
+{
+    int          level, top, n, q, p, g;
+    static const int  groups[] = { 8, 16, 32, 128 };
+    static const int  groups4[] = { 32, 64, 128, 32 };
+
+    top = vlm_backend_cpu_force_level(-1);
+
+    for (level = LEVEL_SCALAR; level <= top; level++) {
+        for (q = VLM_QUANT_Q4; q <= VLM_QUANT_F8; q++) {
+            for (n = 1; n <= 18; n++) {
+                g = q == VLM_QUANT_Q4 ? groups4[n % 4] : groups[n % 4];
+                check_matmul_quant(level, q, n, 37, 128, g, n % 5 == 0);
+            }
+
+            for (p = 0; p < 2; p++) {
+                check_matmul_quant(level, q, 70, 50, 96, 32, p);
+                check_matmul_quant(level, q, 3, 21, 4096, 128, p);
+                check_matmul_quant(level, q, 40, 19, 256, 256, p);
+            }
+        }
+    }
+
+    vlm_backend_cpu_force_level(-1);
+}
+
+
 static void
 test_norms(void **state)
 {
@@ -652,6 +814,7 @@ main(void)
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_bf16_kernels),
+        cmocka_unit_test(test_matmul_quant_kernels),
         cmocka_unit_test(test_norms),
         cmocka_unit_test(test_rope_mrope_sections),
         cmocka_unit_test(test_activations),

@@ -23,6 +23,7 @@
 
 #include "core/vlm.h"
 #include "core/vlm_npy.h"
+#include "backend/vlm_backend.h"
 
 
 #define FIX  "tests/fixtures/models"
@@ -333,6 +334,181 @@ test_check_is_the_load_without_weights(void **state)
     if (in > total / 8) {
         fail_msg("the check read %zu of %zu pages", in, total);
     }
+}
+
+
+/*
+ * A copy of a quantized fixture with one substitution in config.json
+ * (sed) and one in the safetensors header (same length or shorter,
+ * padded with spaces)
+ */
+static void
+edited_quant(char *dir, const char *name, const char *from, const char *to,
+    const char *hfrom, const char *hto)
+{
+    char      cmd[1024], path[256], *buf, *hit;
+    FILE     *f;
+    size_t    n, len;
+    uint64_t  hlen;
+
+    strcpy(dir, "/tmp/vlm-eng-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+
+    snprintf(cmd, sizeof(cmd),
+             "cp " FIX "/%s/model.safetensors %s/ && "
+             "sed 's/%s/%s/' " FIX "/%s/config.json > %s/config.json",
+             name, dir, from, to, name, dir);
+    assert_int_equal(system(cmd), 0);
+
+    if (hfrom == NULL) {
+        return;
+    }
+
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fread(&hlen, 8, 1, f), 1);
+    buf = calloc(1, hlen + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, hlen, f), hlen);
+
+    hit = strstr(buf, hfrom);
+    assert_non_null(hit);
+    len = strlen(hfrom);
+    n = strlen(hto);
+    assert_true(n <= len);
+    memmove(hit + n, hit + len, hlen - (hit - buf) - len);
+    memcpy(hit, hto, n);
+    memset(buf + hlen - (len - n), ' ', len - n);
+
+    assert_int_equal(fseek(f, 8, SEEK_SET), 0);
+    assert_int_equal(fwrite(buf, 1, hlen, f), hlen);
+    fclose(f);
+    free(buf);
+}
+
+
+/* check and load refuse it alike, naming the tensor or the setting */
+static void
+quant_refused(const char *name, const char *from, const char *to,
+    const char *hfrom, const char *hto, vlm_status_t want,
+    const char *what)
+{
+    char          dir[64];
+    vlm_error_t   err;
+
+    edited_quant(dir, name, from, to, hfrom, hto);
+    check_agrees(dir, want);
+    assert_null(load(dir, &err, 1, 0));
+    if (strstr(err.msg, what) == NULL) {
+        fail_msg("%s: \"%s\" does not say \"%s\"", name, err.msg, what);
+    }
+    remove_dir(dir);
+}
+
+
+static void
+test_quant_checked(void **state)
+{
+    char  dir[64];
+
+    /* unedited, every format loads */
+    edited_quant(dir, "quant-awq-g128", "x", "x", NULL, NULL);
+    check_agrees(dir, VLM_OK);
+    remove_dir(dir);
+
+    quant_refused("quant-awq-g128", "\"group_size\": 128",
+                  "\"group_size\": 64", NULL, NULL, VLM_ERR_FORMAT,
+                  "tensor \"model.layers.0.self_attn.q_proj.qzeros\" has "
+                  "shape [1, 16] (2 dims), AWQ int4 of group 64 for "
+                  "[128, 128] needs [2, 16]");
+    quant_refused("quant-awq-g32", "\"group_size\": 32",
+                  "\"group_size\": 12", NULL, NULL, VLM_ERR_FORMAT,
+                  "into AWQ groups of 12 columns");
+    quant_refused("quant-awq-g128", "\"version\": \"gemm\"",
+                  "\"version\": \"gemv\"", NULL, NULL, VLM_ERR_UNSUPPORTED,
+                  "AWQ version \"gemv\"");
+    quant_refused("quant-awq-g128", "\"quant_method\": \"awq\"",
+                  "\"quant_method\": \"bitsandbytes\"", NULL, NULL,
+                  VLM_ERR_UNSUPPORTED, "quant_method \"bitsandbytes\"");
+    quant_refused("quant-gptq-g32-actorder", "x", "x",
+                  "layers.1.self_attn.k_proj.qzeros",
+                  "layers.1.self_attn.k_proj.qzerox", VLM_ERR_FORMAT,
+                  "tensor \"model.layers.1.self_attn.k_proj.qzeros\" is "
+                  "missing");
+    quant_refused("quant-gptq-g32-actorder", "\"desc_act\": true",
+                  "\"desc_act\": false", NULL, NULL, VLM_ERR_FORMAT,
+                  "g_idx\" permutes the groups, but desc_act is false");
+    quant_refused("quant-gptq-sym-channel", "\"bits\": 4", "\"bits\": 8",
+                  NULL, NULL, VLM_ERR_UNSUPPORTED, "with 8 bits");
+    quant_refused("quant-ct-w4a16-g128", "\"group_size\": 128",
+                  "\"group_size\": 32", NULL, NULL, VLM_ERR_FORMAT,
+                  "weight_scale\" has shape [128, 1]");
+    quant_refused("quant-ct-w8a8", "x", "x",
+                  "\"dtype\":\"I8\"", "\"dtype\":\"U8\"", VLM_ERR_FORMAT,
+                  ".weight\" is U8, compressed-tensors needs I8");
+    /* blocks of 32 rows (the first of weight_block_size's two lines) */
+    quant_refused("quant-fp8-block", "^      64,$", "      32,", NULL, NULL,
+                  VLM_ERR_FORMAT, "weight_scale_inv\" has shape [2, 2]");
+
+    /* no quantization_config: the packed tensors are not the weights */
+    quant_refused("quant-awq-g128", "\"quantization_config\"",
+                  "\"no_quantization_config\"", NULL, NULL,
+                  VLM_ERR_FORMAT, "q_proj.weight\" is missing");
+}
+
+
+/* the CPU backend without quantized matmuls, as the CUDA one is */
+static vlm_backend_ops_t  noquant_ops;
+
+
+static vlm_status_t
+noquant_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
+    vlm_error_t *err)
+{
+    vlm_status_t  rc;
+
+    rc = vlm_backend_cpu_init(be, conf, err);
+    if (rc == VLM_OK) {
+        noquant_ops = *(*be)->ops;
+        noquant_ops.name = "noquant";
+        noquant_ops.weight_bind_quant = NULL;
+        (*be)->ops = &noquant_ops;
+    }
+
+    return rc;
+}
+
+
+static void
+test_quant_refused_by_backend(void **state)
+{
+    vlm_model_t         *m;
+    vlm_error_t          err;
+    vlm_model_params_t   p;
+
+    assert_int_equal(vlm_backend_register("noquant", noquant_init), VLM_OK);
+
+    vlm_model_params_default(&p);
+    p.n_threads = 1;
+    p.max_seqs = 1;
+    p.max_seq_len = 128;
+    p.max_batch_tokens = 32;
+    p.max_image_patches = 64;
+    p.backend = "noquant";
+
+    assert_int_equal(vlm_model_load(&m, FIX "/quant-awq-g128", &p, &err),
+                     VLM_ERR_UNSUPPORTED);
+    assert_null(m);
+    assert_string_equal(err.msg, "model: the noquant backend runs no "
+                        "quantized weights "
+                        "(\"model.layers.0.self_attn.q_proj.weight\" is "
+                        "AWQ int4)");
+
+    /* the same backend runs the 16-bit checkpoints */
+    assert_int_equal(vlm_model_load(&m, FIX "/qwen2vl-f32", &p, &err),
+                     VLM_OK);
+    vlm_model_free(m);
 }
 
 
@@ -1047,6 +1223,8 @@ main(void)
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_weights_checked_against_config),
         cmocka_unit_test(test_check_is_the_load_without_weights),
+        cmocka_unit_test(test_quant_checked),
+        cmocka_unit_test(test_quant_refused_by_backend),
         cmocka_unit_test(test_bad_inputs_rejected),
         cmocka_unit_test(test_kv_budget_exhaustion),
         cmocka_unit_test(test_batched_decode_matches_reference),

@@ -6,7 +6,9 @@
  * 32-token greedy continuations, for Qwen2-VL, Qwen2.5-VL and Qwen3-VL
  * (tools/fixtures_qwen3vl.py) with no, one and two images; for Qwen3-VL
  * also the pixel values of the C image pipeline (patch 16, smart_resize
- * to multiples of 32) against its processor's, to the bit.
+ * to multiples of 32) against its processor's, to the bit; the quantized
+ * checkpoints (AWQ, GPTQ, compressed-tensors, fp8) at every CPU kernel
+ * level, within 1e-4.
  */
 
 #define _GNU_SOURCE
@@ -28,6 +30,9 @@
 
 
 #define FIX  "tests/fixtures/models"
+
+
+int vlm_backend_cpu_force_level(int level);
 
 
 static vlm_model_t *
@@ -280,11 +285,95 @@ test_qwen3vl_f32(void **state)
 }
 
 
+/*
+ * The quantized checkpoints of tools/fixtures_quant.py, packed by each
+ * format's packer, against transformers on the same checkpoint
+ * dequantized to f32: the engine's kernels compute in f32 as well
+ */
+static void
+check_all_cpu_levels(const char *name)
+{
+    int  level, top;
+
+    top = vlm_backend_cpu_force_level(-1);
+
+    for (level = 0; level <= top; level++) {
+        vlm_backend_cpu_force_level(level);
+        check_model(name, 1e-4);
+    }
+
+    vlm_backend_cpu_force_level(-1);
+}
+
+
 static void
 test_qwen3vl_bf16_tied(void **state)
 {
     (void) state;
     check_model("qwen3vl-bf16", 2e-2);
+}
+
+
+static void
+test_quant_awq_g128(void **state)
+{
+    check_all_cpu_levels("quant-awq-g128");
+}
+
+
+static void
+test_quant_awq_g32(void **state)
+{
+    check_all_cpu_levels("quant-awq-g32");
+}
+
+
+static void
+test_quant_gptq_g32_act_order(void **state)
+{
+    check_all_cpu_levels("quant-gptq-g32-actorder");
+}
+
+
+static void
+test_quant_gptq_sym_per_channel(void **state)
+{
+    check_all_cpu_levels("quant-gptq-sym-channel");
+}
+
+
+static void
+test_quant_ct_w4a16_g128(void **state)
+{
+    check_all_cpu_levels("quant-ct-w4a16-g128");
+}
+
+
+static void
+test_quant_ct_w4a16_asym_g32(void **state)
+{
+    check_all_cpu_levels("quant-ct-w4a16-asym-g32");
+}
+
+
+static void
+test_quant_ct_w8a8_per_channel(void **state)
+{
+    check_all_cpu_levels("quant-ct-w8a8");
+}
+
+
+static void
+test_quant_ct_fp8_per_channel(void **state)
+{
+    check_all_cpu_levels("quant-ct-fp8-channel");
+}
+
+
+static void
+test_quant_fp8_block(void **state)
+{
+    check_all_cpu_levels("quant-fp8-block");
 }
 
 
@@ -298,6 +387,15 @@ main(void)
         cmocka_unit_test(test_qwen25vl_bf16),
         cmocka_unit_test(test_qwen3vl_f32),
         cmocka_unit_test(test_qwen3vl_bf16_tied),
+        cmocka_unit_test(test_quant_awq_g128),
+        cmocka_unit_test(test_quant_awq_g32),
+        cmocka_unit_test(test_quant_gptq_g32_act_order),
+        cmocka_unit_test(test_quant_gptq_sym_per_channel),
+        cmocka_unit_test(test_quant_ct_w4a16_g128),
+        cmocka_unit_test(test_quant_ct_w4a16_asym_g32),
+        cmocka_unit_test(test_quant_ct_w8a8_per_channel),
+        cmocka_unit_test(test_quant_ct_fp8_per_channel),
+        cmocka_unit_test(test_quant_fp8_block),
     };
 
     return cmocka_run_group_tests_name("engine_parity", tests, NULL, NULL);

@@ -201,7 +201,7 @@ test_overlapping_data(void **state)
 static void
 test_wrong_dtype(void **state)
 {
-    expect_error("{\"pos.ids\":{\"dtype\":\"I64\",\"shape\":[1],"
+    expect_error("{\"pos.ids\":{\"dtype\":\"F64\",\"shape\":[1],"
                  "\"data_offsets\":[0,8]}}", 8, VLM_ERR_UNSUPPORTED,
                  "\"pos.ids\"");
     expect_error("{\"pos.ids\":{\"dtype\":7,\"shape\":[1],"

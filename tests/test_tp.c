@@ -11,10 +11,13 @@
  * no, one and two images fed in chunks.  With 4 ranks the 2 KV heads are
  * each kept by two ranks; with 2 the vision tower is split too (its 2
  * heads), with 4 every rank runs it whole.  A split the model's heads
- * cannot take is refused at load, naming the numbers.  The engine's group
- * layer (vlm_group.h) gets the same results with rank 0 alone making the
- * calls and the others replaying its plans, the pixels read from a shared
- * arena.
+ * cannot take is refused at load, naming the numbers.  Quantized
+ * checkpoints (AWQ, GPTQ, compressed-tensors, fp8 blocks) split the same
+ * way, their row-parallel shares on group boundaries; a share that would
+ * cut a group, and GPTQ act-order columns, are refused.  The engine's
+ * group layer (vlm_group.h) gets the same results with rank 0 alone
+ * making the calls and the others replaying its plans, the pixels read
+ * from a shared arena.
  */
 
 #define _GNU_SOURCE
@@ -542,6 +545,64 @@ test_group_plans(void **state)
 }
 
 
+/*
+ * Quantized checkpoints: q/k/v and gate/up split by output rows, o and
+ * down by input columns on their groups (a scale a row splits anywhere);
+ * a share that would cut a group, and act-order columns, are refused
+ */
+static void
+test_quant(void **state)
+{
+    check_model("quant-awq-g32");
+    check_model("quant-gptq-sym-channel");
+    check_model("quant-ct-w4a16-asym-g32");
+    check_model("quant-ct-w8a8");
+    check_group("quant-fp8-block", "image1", 1, 2);
+    /* o_proj's one group a row splits, down_proj's two in halves */
+    check_group("quant-awq-g128", "image2", 2, 2);
+}
+
+
+static void
+check_refused(const char *model, int size, const char *what)
+{
+    int                  fd;
+    vlm_comm_t          *comm;
+    vlm_model_t         *m;
+    vlm_error_t          err;
+    vlm_model_params_t   p;
+
+    assert_int_equal(vlm_comm_shm_create(size, 4096, &fd, &err), VLM_OK);
+    assert_int_equal(vlm_comm_shm_open(&comm, fd, 0, &err), VLM_OK);
+
+    params(&p, 0, size, comm);
+    if (vlm_model_load(&m, model, &p, &err) != VLM_ERR_UNSUPPORTED
+        || strstr(err.msg, what) == NULL)
+    {
+        fail_msg("%s, %d ranks: \"%s\" does not say \"%s\"", model, size,
+                 err.msg, what);
+    }
+    assert_null(m);
+
+    comm->ops->free(comm);
+    close(fd);
+}
+
+
+static void
+test_quant_refused(void **state)
+{
+    /* down_proj's 256 columns in quarters of 64, groups of 128 */
+    check_refused(FIX "/quant-awq-g128", 4,
+                  "columns 0..64 of \"model.layers.0.mlp.down_proj."
+                  "weight\" does not fall on its groups of 128 columns");
+    check_refused(FIX "/quant-gptq-g32-actorder", 2,
+                  "act-order groups (desc_act)");
+    /* quarters of 32 columns, blocks of 64 */
+    check_refused(FIX "/quant-fp8-block", 4, "groups of 64 columns");
+}
+
+
 /* 4 heads over 3 or 8 ranks do not split */
 static void
 test_refused(void **state)
@@ -587,6 +648,8 @@ main(void)
         cmocka_unit_test(test_qwen3vl_f32),
         cmocka_unit_test(test_qwen3vl_bf16_tied),
         cmocka_unit_test(test_group_plans),
+        cmocka_unit_test(test_quant),
+        cmocka_unit_test(test_quant_refused),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

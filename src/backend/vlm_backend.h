@@ -31,12 +31,58 @@ typedef enum {
 } vlm_act_t;
 
 
+/*
+ * Quantized weights, in the one layout the kernels read whatever the
+ * checkpoint's format (src/model/vlm_quant.c repacks AWQ, GPTQ and
+ * compressed-tensors into it): row r's codes at data + r * row_bytes,
+ * column k's code q in group g = k / group, w = deq(q) * scale + min
+ * with scale and min at [r * (cols / group) + g]:
+ *   Q4  unsigned 4-bit codes, 16 bytes a block of 32 columns: byte j of
+ *       the block holds column j in its low nibble and column j + 16 in
+ *       its high one (so that a mask and a shift give 16 columns in
+ *       order); groups and columns are multiples of 32
+ *   Q8  signed 8-bit codes
+ *   F8  float8 e4m3fn codes
+ */
+typedef enum {
+    VLM_QUANT_NONE = 0,
+    VLM_QUANT_Q4,
+    VLM_QUANT_Q8,
+    VLM_QUANT_F8
+} vlm_quant_t;
+
+
 typedef struct {
-    const void   *data;         /* backend memory, dtype elements */
-    vlm_dtype_t   dtype;
-    int           rows;         /* outputs */
-    int           cols;         /* inputs */
+    const void     *data;       /* backend memory, dtype elements */
+    vlm_dtype_t     dtype;
+    int             rows;       /* outputs */
+    int             cols;       /* inputs */
+    vlm_quant_t     quant;      /* VLM_QUANT_NONE: dtype elements */
+    int             group;      /* columns a scale, divides cols, % 8
+                                   (Q4: % 32) */
+    const float    *scales;     /* [rows, cols / group] */
+    const float    *mins;       /* [rows, cols / group] */
+    const int32_t  *perm;       /* NULL or [cols]: column k multiplies
+                                   x[perm[k]] (GPTQ act order) */
 } vlm_weight_t;
+
+
+/* the bytes of one row of codes of a quantized matrix */
+static inline size_t
+vlm_quant_row_bytes(vlm_quant_t q, int cols)
+{
+    return q == VLM_QUANT_Q4 ? (size_t) cols / 2 : (size_t) cols;
+}
+
+
+/* where column k's 4-bit code goes in a Q4 row: byte, and shift 0 or 4 */
+static inline size_t
+vlm_quant_q4_byte(int k, int *shift)
+{
+    *shift = (k & 16) ? 4 : 0;
+
+    return (size_t) (k >> 5) * 16 + (k & 15);
+}
 
 
 typedef struct {
@@ -162,6 +208,14 @@ typedef struct {
      */
     vlm_status_t (*comm_open)(vlm_backend_t *be, struct vlm_comm_s **c,
         struct vlm_comm_s *host, vlm_error_t *err);
+
+    /*
+     * makes a quantized matrix (w->quant, group, scales, mins, perm and
+     * data filled in, host memory) usable by matmul(); NULL: the backend
+     * runs no quantized weights and refuses such checkpoints at load
+     */
+    vlm_status_t (*weight_bind_quant)(vlm_backend_t *be, vlm_weight_t *w,
+        vlm_error_t *err);
 } vlm_backend_ops_t;
 
 

@@ -5,9 +5,12 @@
  * the blocked kernels of vlm_cpu_gemm.c (AVX512_BF16, AVX2 or scalar);
  * the other dot products have an AVX2/FMA version and a scalar fallback,
  * f16 weights widened to f32 inside the kernels.  Prefill GEMMs on f32
- * and f16 weights (and bf16 ones without AVX512_BF16) go to OpenBLAS.  The reference for each op is the PyTorch
- * expression it replaces in transformers' Qwen2-VL code; the naive
- * versions in tests/test_backend_cpu.c check them.
+ * and f16 weights (and bf16 ones without AVX512_BF16) go to OpenBLAS.
+ * Quantized matrices (Q4, Q8, F8 codes: vlm_cpu_quant.c) take fused
+ * dequantize + dot kernels up to VLM_CPU_QUANT_FUSED activation rows and
+ * f32 panels dequantized for OpenBLAS above.  The reference for each op
+ * is the PyTorch expression it replaces in transformers' Qwen2-VL code;
+ * the naive versions in tests/test_backend_cpu.c check them.
  */
 
 #define _GNU_SOURCE
@@ -29,6 +32,7 @@
 #define VLM_CPU_WTILE_CAP   (32u << 20)     /* floats: larger is huge */
 #define VLM_CPU_QB          64      /* query rows per attention block */
 #define VLM_CPU_PREFILL_Q   8       /* queries from which blocks win */
+#define VLM_CPU_QUANT_FUSED 16      /* activation rows of fused kernels */
 
 
 typedef void (*vlm_dot_pt)(const void *w, const float *x, int x_stride,
@@ -48,6 +52,11 @@ typedef struct {
     size_t             wtile_floats;   /* per thread */
     vlm_cpu_level_t    level;
     const vlm_gemm_kernel_t  *gemm;     /* bf16 weights */
+    const vlm_quant_kernel_t *quant;    /* quantized weights */
+    float             *xperm;       /* [VLM_GEMM_NB, xperm_cols] */
+    int                xperm_cols;
+    float             *xsum;        /* [VLM_CPU_QUANT_FUSED, xsum_groups] */
+    int                xsum_groups;
     uint16_t          *xq;          /* [VLM_GEMM_NB, xq_cols] bf16 x */
     int                xq_cols;
     vlm_dot_pt         dot[3];      /* by vlm_dtype_t */
@@ -466,6 +475,7 @@ vlm_cpu_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
     size_t      need;
     vlm_cpu_t  *cpu = (vlm_cpu_t *) be;
 
+    memset(w, 0, sizeof(vlm_weight_t));
     w->data = host;
     w->dtype = dtype;
     w->rows = rows;
@@ -510,6 +520,69 @@ vlm_cpu_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
         if (cpu->wtile == NULL) {
             return vlm_error_set(err, VLM_ERR_NOMEM,
                                  "cpu backend: no memory for weight tiles");
+        }
+    }
+
+    return VLM_OK;
+}
+
+
+/* the weight tiles and permuted activations quantized matmuls use */
+static vlm_status_t
+vlm_cpu_weight_bind_quant(vlm_backend_t *be, vlm_weight_t *w,
+    vlm_error_t *err)
+{
+    size_t      need;
+    vlm_cpu_t  *cpu = (vlm_cpu_t *) be;
+
+    if (w->quant < VLM_QUANT_Q4 || w->quant > VLM_QUANT_F8 || w->group < 8
+        || w->group % (w->quant == VLM_QUANT_Q4 ? 32 : 8) != 0
+        || w->cols % w->group != 0 || w->rows < 1)
+    {
+        return vlm_error_set(err, VLM_ERR_INTERNAL,
+                             "cpu backend: a quantized matrix [%d, %d] of "
+                             "group %d", w->rows, w->cols, w->group);
+    }
+
+    need = (size_t) w->rows * w->cols <= VLM_CPU_WTILE_CAP
+           ? ((size_t) w->rows + cpu->n_threads - 1) / cpu->n_threads
+             * w->cols
+           : (size_t) VLM_CPU_WTILE * w->cols;
+
+    if (need > cpu->wtile_floats) {
+        vlm_cpu_release(be, cpu->wtile);
+        cpu->wtile = vlm_cpu_alloc(be, cpu->n_threads * need
+                                       * sizeof(float));
+        cpu->wtile_floats = cpu->wtile == NULL ? 0 : need;
+
+        if (cpu->wtile == NULL) {
+            return vlm_error_set(err, VLM_ERR_NOMEM,
+                                 "cpu backend: no memory for weight tiles");
+        }
+    }
+
+    if (w->cols / w->group > cpu->xsum_groups) {
+        vlm_cpu_release(be, cpu->xsum);
+        cpu->xsum = vlm_cpu_alloc(be, (size_t) VLM_CPU_QUANT_FUSED
+                                      * (w->cols / w->group)
+                                      * sizeof(float));
+        cpu->xsum_groups = cpu->xsum == NULL ? 0 : w->cols / w->group;
+
+        if (cpu->xsum == NULL) {
+            return vlm_error_set(err, VLM_ERR_NOMEM,
+                                 "cpu backend: no memory for activations");
+        }
+    }
+
+    if (w->perm != NULL && w->cols > cpu->xperm_cols) {
+        vlm_cpu_release(be, cpu->xperm);
+        cpu->xperm = vlm_cpu_alloc(be, (size_t) VLM_GEMM_NB * w->cols
+                                       * sizeof(float));
+        cpu->xperm_cols = cpu->xperm == NULL ? 0 : w->cols;
+
+        if (cpu->xperm == NULL) {
+            return vlm_error_set(err, VLM_ERR_NOMEM,
+                                 "cpu backend: no memory for activations");
         }
     }
 
@@ -678,12 +751,142 @@ vlm_matmul_tiles(void *arg, int start, int end, int thread)
 }
 
 
+/* quantized weights: fused dequantize + dot, 4 activation rows a call */
+static void
+vlm_matmul_quant_rows(void *arg, int start, int end, int thread)
+{
+    int                  j, i, nx, ng;
+    float                out[4];
+    vlm_matmul_job_t    *job = arg;
+    const vlm_weight_t  *w = job->w;
+
+    (void) thread;
+
+    ng = w->cols / w->group;
+
+    for (j = start; j < end; j++) {
+        for (i = 0; i < job->n; i += 4) {
+            nx = vlm_min(4, job->n - i);
+            job->cpu->quant->dot(w, j, job->x + (size_t) i * w->cols,
+                                 w->cols, job->cpu->xsum + (size_t) i * ng,
+                                 nx, out);
+
+            for (nx--; nx >= 0; nx--) {
+                job->y[(size_t) (i + nx) * w->rows + j] = out[nx]
+                    + (job->bias != NULL ? job->bias[j] : 0.0f);
+            }
+        }
+    }
+}
+
+
+/* quantized weights: tiles of rows dequantized into f32 panels, BLAS */
+static void
+vlm_matmul_quant_tiles(void *arg, int start, int end, int thread)
+{
+    int                  t, r0, nr, i, j;
+    float               *tile;
+    vlm_matmul_job_t    *job = arg;
+    const vlm_weight_t  *w = job->w;
+
+    tile = job->cpu->wtile + (size_t) thread * job->cpu->wtile_floats;
+
+    for (t = start; t < end; t++) {
+        r0 = t * job->tile;
+        nr = vlm_min(job->tile, w->rows - r0);
+
+        job->cpu->quant->dequant(w, r0, nr, tile);
+
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, job->n, nr,
+                    w->cols, 1.0f, job->x, w->cols, tile, w->cols, 0.0f,
+                    job->y + r0, w->rows);
+
+        if (job->bias != NULL) {
+            for (i = 0; i < job->n; i++) {
+                for (j = 0; j < nr; j++) {
+                    job->y[(size_t) i * w->rows + r0 + j] +=
+                        job->bias[r0 + j];
+                }
+            }
+        }
+    }
+}
+
+
+static void
+vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
+    const vlm_weight_t *w, const float *bias, int n)
+{
+    int                i, k, c, g, nb, ng, fused;
+    float              sum;
+    vlm_matmul_job_t   job;
+
+    job.cpu = cpu;
+    job.w = w;
+    job.bias = bias;
+    job.tile = (w->rows + cpu->n_threads - 1) / cpu->n_threads;
+    job.tile = vlm_min((size_t) job.tile, cpu->wtile_floats / w->cols);
+
+    /*
+     * up to VLM_CPU_QUANT_FUSED rows at a time through the fused kernels,
+     * more through the panels; act order: the activations' columns
+     * permuted, a chunk at a time
+     */
+    fused = n <= VLM_CPU_QUANT_FUSED || job.tile < 8;
+    nb = fused ? VLM_CPU_QUANT_FUSED : w->perm != NULL ? VLM_GEMM_NB : n;
+
+    for (i = 0; i < n; i += nb) {
+        job.n = vlm_min(nb, n - i);
+        job.y = y + (size_t) i * w->rows;
+        job.x = x + (size_t) i * w->cols;
+
+        if (w->perm != NULL) {
+            for (k = 0; k < job.n; k++) {
+                for (c = 0; c < w->cols; c++) {
+                    cpu->xperm[(size_t) k * w->cols + c] =
+                        job.x[(size_t) k * w->cols + w->perm[c]];
+                }
+            }
+
+            job.x = cpu->xperm;
+        }
+
+        if (!fused) {
+            vlm_threadpool_run(cpu->pool,
+                               (w->rows + job.tile - 1) / job.tile,
+                               vlm_matmul_quant_tiles, &job);
+            continue;
+        }
+
+        /* the activations' group sums, for the mins */
+        ng = w->cols / w->group;
+
+        for (k = 0; k < job.n; k++) {
+            for (g = 0; g < ng; g++) {
+                sum = 0.0f;
+                for (c = g * w->group; c < (g + 1) * w->group; c++) {
+                    sum += job.x[(size_t) k * w->cols + c];
+                }
+                cpu->xsum[(size_t) k * ng + g] = sum;
+            }
+        }
+
+        vlm_threadpool_run(cpu->pool, w->rows, vlm_matmul_quant_rows, &job);
+    }
+}
+
+
 static void
 vlm_cpu_matmul(vlm_backend_t *be, float *y, const float *x,
     const vlm_weight_t *w, const float *bias, int n)
 {
     vlm_cpu_t         *cpu = (vlm_cpu_t *) be;
     vlm_matmul_job_t   job;
+
+    if (w->quant != VLM_QUANT_NONE) {
+        vlm_cpu_matmul_quant(cpu, y, x, w, bias, n);
+        return;
+    }
 
     if (w->dtype == VLM_DTYPE_BF16 && n < cpu->gemm->max_n) {
         vlm_cpu_matmul_bf16(cpu, y, x, w, bias, n);
@@ -1335,6 +1538,8 @@ vlm_cpu_free(vlm_backend_t *be)
     vlm_cpu_release(be, cpu->scores);
     vlm_cpu_release(be, cpu->wtile);
     vlm_cpu_release(be, cpu->xq);
+    vlm_cpu_release(be, cpu->xperm);
+    vlm_cpu_release(be, cpu->xsum);
     vlm_threadpool_free(cpu->pool);
     free(cpu);
 }
@@ -1364,7 +1569,8 @@ static const vlm_backend_ops_t  vlm_cpu_ops = {
     vlm_cpu_attention_paged,
     vlm_cpu_kv_store,
     vlm_cpu_argmax,
-    NULL                        /* host memory: the group's communicator */
+    NULL,                       /* host memory: the group's communicator */
+    vlm_cpu_weight_bind_quant
 };
 
 
@@ -1397,6 +1603,7 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
 
     cpu->level = vlm_cpu_level;
     cpu->gemm = vlm_cpu_gemm_kernel(cpu->level);
+    cpu->quant = vlm_cpu_quant_kernel(cpu->level);
     vlm_cpu_avx2 = cpu->level >= VLM_CPU_AVX2;
 
     cpu->dot[VLM_DTYPE_F32] = vlm_dot_f32;

@@ -311,6 +311,7 @@ vlm_cuda_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
                              cudaGetErrorString(cu->error));
     }
 
+    memset(w, 0, sizeof(vlm_weight_t));
     w->data = dev;
     w->dtype = VLM_DTYPE_BF16;
     w->rows = rows;
@@ -663,7 +664,8 @@ static const vlm_backend_ops_t  vlm_cuda_ops = {
     vlm_cuda_attention_paged_op,
     vlm_cuda_kv_store_op,
     vlm_cuda_argmax_op,
-    vlm_cuda_comm_open
+    vlm_cuda_comm_open,
+    NULL                        /* no quantized weights: refused at load */
 };
 
 

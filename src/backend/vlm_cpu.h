@@ -1,13 +1,15 @@
 /*
  * Inside the CPU backend: the instruction sets it chooses kernels by
- * (read once at start-up from cpuid and the OS's xgetbv) and the bf16
- * matrix kernels of vlm_cpu_gemm.c.
+ * (read once at start-up from cpuid and the OS's xgetbv), the bf16
+ * matrix kernels of vlm_cpu_gemm.c and the quantized ones of
+ * vlm_cpu_quant.c.
  */
 
 #ifndef VLM_CPU_H
 #define VLM_CPU_H
 
 #include "core/vlm_common.h"
+#include "vlm_backend.h"
 
 
 typedef enum {
@@ -50,9 +52,25 @@ typedef struct {
 } vlm_gemm_kernel_t;
 
 
+/*
+ * Quantized matrices (vlm_weight_t.quant): dot() of weight row `row`
+ * with nx (1 to 4) activation rows x[nx, ldx] into out[nx], xsum[nx,
+ * cols / group] the sums of each row's columns in each group (for the
+ * mins); dequant() of the rows [r0, r0 + nr) into dst[nr, cols] f32
+ */
+typedef struct {
+    const char  *name;
+    void       (*dot)(const vlm_weight_t *w, int row, const float *x,
+                   int ldx, const float *xsum, int nx, float *out);
+    void       (*dequant)(const vlm_weight_t *w, int r0, int nr,
+                   float *dst);
+} vlm_quant_kernel_t;
+
+
 vlm_cpu_level_t vlm_cpu_detect(void);
 const char *vlm_cpu_level_name(vlm_cpu_level_t level);
 const vlm_gemm_kernel_t *vlm_cpu_gemm_kernel(vlm_cpu_level_t level);
+const vlm_quant_kernel_t *vlm_cpu_quant_kernel(vlm_cpu_level_t level);
 void vlm_cpu_round_bf16(uint16_t *dst, const float *src, size_t n,
     vlm_cpu_level_t level);
 

@@ -19,6 +19,7 @@ int vlm_cli_logits(int argc, char **argv);
 int vlm_cli_generate(int argc, char **argv);
 int vlm_cli_run(int argc, char **argv);
 int vlm_cli_preprocess(int argc, char **argv);
+int vlm_cli_quantize(int argc, char **argv);
 
 
 /* one line per command; each is defined in src/cli/vlm_cli_<name>.c */
@@ -44,6 +45,8 @@ static const vlm_cli_command_t  vlm_cli_commands[] = {
       "[--threads N]" },
     { "preprocess", vlm_cli_preprocess,
       "preprocess --model DIR --image FILE --out PIXELS.npy" },
+    { "quantize", vlm_cli_quantize,
+      "quantize --model DIR --out DIR --format awq|int8 [--group N]" },
     { NULL, NULL, NULL }
 };
 

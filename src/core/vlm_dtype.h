@@ -1,7 +1,9 @@
 /*
  * Element types of model weights (the safetensors dtypes the engine
  * reads) and their conversion to float32.  bfloat16 is the upper half of
- * an IEEE-754 float32; float16 is IEEE-754 binary16.
+ * an IEEE-754 float32; float16 is IEEE-754 binary16.  The integer and
+ * float8 types are those of quantized checkpoints (packed weights, zero
+ * points, group indices): only the quantized loaders read them.
  */
 
 #ifndef VLM_DTYPE_H
@@ -15,14 +17,40 @@
 typedef enum {
     VLM_DTYPE_F32 = 0,
     VLM_DTYPE_F16,
-    VLM_DTYPE_BF16
+    VLM_DTYPE_BF16,
+    VLM_DTYPE_I64,
+    VLM_DTYPE_I32,
+    VLM_DTYPE_I8,
+    VLM_DTYPE_U8,
+    VLM_DTYPE_F8_E4M3           /* float8_e4m3fn: no infinities */
 } vlm_dtype_t;
 
 
 static inline size_t
 vlm_dtype_size(vlm_dtype_t dt)
 {
-    return dt == VLM_DTYPE_F32 ? 4 : 2;
+    switch (dt) {
+    case VLM_DTYPE_F32:
+    case VLM_DTYPE_I32:
+        return 4;
+    case VLM_DTYPE_I64:
+        return 8;
+    case VLM_DTYPE_I8:
+    case VLM_DTYPE_U8:
+    case VLM_DTYPE_F8_E4M3:
+        return 1;
+    default:
+        return 2;
+    }
+}
+
+
+/* F32, F16, BF16: what vlm_dtype_to_f32() converts */
+static inline int
+vlm_dtype_is_float(vlm_dtype_t dt)
+{
+    return dt == VLM_DTYPE_F32 || dt == VLM_DTYPE_F16
+           || dt == VLM_DTYPE_BF16;
 }
 
 
@@ -34,6 +62,16 @@ vlm_dtype_name(vlm_dtype_t dt)
         return "F32";
     case VLM_DTYPE_F16:
         return "F16";
+    case VLM_DTYPE_I64:
+        return "I64";
+    case VLM_DTYPE_I32:
+        return "I32";
+    case VLM_DTYPE_I8:
+        return "I8";
+    case VLM_DTYPE_U8:
+        return "U8";
+    case VLM_DTYPE_F8_E4M3:
+        return "F8_E4M3";
     default:
         return "BF16";
     }
@@ -103,6 +141,26 @@ vlm_f16_to_f32(uint16_t h)
     memcpy(&f, &u, sizeof(f));
 
     return f;
+}
+
+
+/* float8 e4m3fn (1 sign, 4 exponent bits of bias 7, 3 mantissa bits) */
+static inline float
+vlm_f8e4m3_to_f32(uint8_t b)
+{
+    uint32_t  u;
+    float     f;
+
+    if ((b & 0x7f) == 0x7f) {
+        u = 0x7fc00000 | (uint32_t) (b & 0x80) << 24;
+        memcpy(&f, &u, sizeof(f));
+        return f;
+    }
+
+    /* as a float16 of 8 exponent steps lower: subnormals map exactly */
+    f = vlm_f16_to_f32((uint16_t) ((b & 0x80) << 8 | (b & 0x7f) << 7));
+
+    return f * 256.0f;
 }
 
 

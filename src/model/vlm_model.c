@@ -79,6 +79,30 @@ vlm_model_alloc(vlm_model_t *m, size_t size, vlm_error_t *err)
 }
 
 
+void *
+vlm_model_host_alloc(vlm_model_t *m, size_t size, vlm_error_t *err)
+{
+    void               *p;
+    vlm_model_owner_t  *o = (vlm_model_owner_t *) m;
+
+    if (o->n_host == VLM_MAX_LOAD_ALLOCS) {
+        vlm_error_set(err, VLM_ERR_LIMIT, "model: too many buffers");
+        return NULL;
+    }
+
+    p = malloc(size == 0 ? 1 : size);
+    if (p == NULL) {
+        vlm_error_set(err, VLM_ERR_NOMEM,
+                      "model: cannot allocate %zu bytes", size);
+        return NULL;
+    }
+
+    o->host[o->n_host++] = p;
+
+    return p;
+}
+
+
 const vlm_st_tensor_t *
 vlm_model_tensor(vlm_model_t *m, const char *name)
 {
@@ -136,6 +160,16 @@ vlm_model_matrix_tensor(vlm_model_t *m, const char *name, int rows,
         return NULL;
     }
 
+    if (!vlm_dtype_is_float(t->dtype)) {
+        vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                      "model: tensor \"%s\": dtype %s is not supported "
+                      "here (F32, F16, BF16%s)", name,
+                      vlm_dtype_name(t->dtype),
+                      m->cfg.quant.fmt == VLM_QFMT_NONE
+                      ? "; config.json has no quantization_config" : "");
+        return NULL;
+    }
+
     return t;
 }
 
@@ -152,7 +186,21 @@ vlm_status_t
 vlm_model_matrix_rows(vlm_model_t *m, vlm_weight_t *w, const char *name,
     int rows, int cols, int r0, int nr, vlm_error_t *err)
 {
+    int                     found;
+    vlm_status_t            rc;
     const vlm_st_tensor_t  *t;
+
+    if (r0 < 0 || nr < 1 || r0 + nr > rows) {
+        return vlm_error_set(err, VLM_ERR_INTERNAL,
+                             "model: rows %d..%d of \"%s\" [%d, %d]", r0,
+                             r0 + nr, name, rows, cols);
+    }
+
+    rc = vlm_quant_matrix(m, w, name, rows, cols, &r0, nr, 1, 0, cols,
+                          &found, err);
+    if (found || rc != VLM_OK) {
+        return rc;
+    }
 
     t = vlm_model_matrix_tensor(m, name, rows, cols, err);
     if (t == NULL) {
@@ -181,14 +229,28 @@ vlm_status_t
 vlm_model_matrix_cols(vlm_model_t *m, vlm_weight_t *w, const char *name,
     int rows, int cols, int c0, int nc, vlm_error_t *err)
 {
-    int                     r;
+    int                     r, found, r0;
     size_t                  es;
     uint8_t                *host;
+    vlm_status_t            rc;
     vlm_model_owner_t      *o = (vlm_model_owner_t *) m;
     const vlm_st_tensor_t  *t;
 
     if (c0 == 0 && nc == cols) {
         return vlm_model_matrix(m, w, name, rows, cols, err);
+    }
+
+    if (c0 < 0 || nc < 1 || c0 + nc > cols) {
+        return vlm_error_set(err, VLM_ERR_INTERNAL,
+                             "model: columns %d..%d of \"%s\" [%d, %d]", c0,
+                             c0 + nc, name, rows, cols);
+    }
+
+    r0 = 0;
+    rc = vlm_quant_matrix(m, w, name, rows, cols, &r0, rows, 1, c0, nc,
+                          &found, err);
+    if (found || rc != VLM_OK) {
+        return rc;
     }
 
     t = vlm_model_matrix_tensor(m, name, rows, cols, err);
@@ -236,14 +298,29 @@ vlm_status_t
 vlm_model_matrix_runs(vlm_model_t *m, vlm_weight_t *w, const char *name,
     int rows, int cols, const int *r0, int nr, int n_runs, vlm_error_t *err)
 {
-    int                     i;
+    int                     i, found;
     size_t                  row;
     uint8_t                *host;
+    vlm_status_t            rc;
     vlm_model_owner_t      *o = (vlm_model_owner_t *) m;
     const vlm_st_tensor_t  *t;
 
     if (n_runs == 1) {
         return vlm_model_matrix_rows(m, w, name, rows, cols, r0[0], nr, err);
+    }
+
+    for (i = 0; i < n_runs; i++) {
+        if (r0[i] < 0 || nr < 1 || r0[i] + nr > rows) {
+            return vlm_error_set(err, VLM_ERR_INTERNAL,
+                                 "model: rows %d..%d of \"%s\" [%d, %d]",
+                                 r0[i], r0[i] + nr, name, rows, cols);
+        }
+    }
+
+    rc = vlm_quant_matrix(m, w, name, rows, cols, r0, nr, n_runs, 0, cols,
+                          &found, err);
+    if (found || rc != VLM_OK) {
+        return rc;
     }
 
     t = vlm_model_matrix_tensor(m, name, rows, cols, err);
@@ -325,6 +402,13 @@ vlm_model_vector_runs(vlm_model_t *m, float **out, const char *name, int n,
                              "model: tensor \"%s\" has %lld elements in %d "
                              "dims, the config needs [%d]", name,
                              (long long) t->n_elements, t->n_dims, n);
+    }
+
+    if (!vlm_dtype_is_float(t->dtype)) {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "model: tensor \"%s\": dtype %s is not "
+                             "supported here (F32, F16, BF16)", name,
+                             vlm_dtype_name(t->dtype));
     }
 
     for (i = 0; i < n_runs; i++) {
@@ -1074,6 +1158,12 @@ vlm_model_info(const vlm_model_t *m)
 static size_t
 vlm_weight_bytes(const vlm_weight_t *w)
 {
+    if (w->quant != VLM_QUANT_NONE) {
+        return (size_t) w->rows * vlm_quant_row_bytes(w->quant, w->cols)
+               + (size_t) w->rows * (w->cols / w->group) * 2
+                 * sizeof(float);
+    }
+
     return (size_t) w->rows * w->cols * vlm_dtype_size(w->dtype);
 }
 

@@ -304,6 +304,18 @@ vlm_status_t vlm_model_upload(vlm_model_t *m, float **out, const float *host,
     int n, vlm_error_t *err);
 const vlm_st_tensor_t *vlm_model_tensor(vlm_model_t *m, const char *name);
 void *vlm_model_alloc(vlm_model_t *m, size_t size, vlm_error_t *err);
+/* host memory of the model's, freed with it */
+void *vlm_model_host_alloc(vlm_model_t *m, size_t size, vlm_error_t *err);
+
+/*
+ * vlm_quant.c: the matrix name, [rows, cols], where the checkpoint holds
+ * it quantized (quantization_config), the output rows of the runs
+ * [r0[i], r0[i] + nr) and the input columns [c0, c0 + nc); *found 0
+ * (and VLM_OK) where it is not quantized
+ */
+vlm_status_t vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w,
+    const char *name, int rows, int cols, const int *r0, int nr,
+    int n_runs, int c0, int nc, int *found, vlm_error_t *err);
 
 extern const vlm_arch_ops_t  vlm_arch_qwen2vl;
 extern const vlm_arch_ops_t  vlm_arch_qwen3vl;

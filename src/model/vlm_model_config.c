@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <jansson.h>
 
@@ -485,6 +486,229 @@ vlm_cfg_vision(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
 }
 
 
+static const char *
+vlm_cfg_str(json_t *o, const char *key, const char *def)
+{
+    const char  *v;
+
+    v = json_string_value(json_object_get(o, key));
+
+    return v != NULL ? v : def;
+}
+
+
+static int
+vlm_cfg_bool(json_t *o, const char *key, int def)
+{
+    json_t  *v;
+
+    v = json_object_get(o, key);
+
+    return json_is_boolean(v) ? json_is_true(v) : def;
+}
+
+
+/* the weights' scheme of compressed-tensors: one config group */
+static void
+vlm_cfg_quant_ct(vlm_quant_config_t *q, json_t *qc, vlm_cfg_ctx_t *c)
+{
+    json_t      *groups, *g, *wt, *bs;
+    const char  *type, *strategy;
+
+    snprintf(q->ct_format, sizeof(q->ct_format), "%s",
+             vlm_cfg_str(qc, "format", "(none)"));
+
+    groups = json_object_get(qc, "config_groups");
+    if (!json_is_object(groups) || json_object_size(groups) != 1) {
+        c->rc = vlm_error_set(c->err, VLM_ERR_UNSUPPORTED,
+                              "config: quantization_config.config_groups "
+                              "must hold one scheme");
+        return;
+    }
+
+    g = json_object_iter_value(json_object_iter(groups));
+    wt = json_object_get(g, "weights");
+
+    if (!json_is_object(wt)) {
+        c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                              "config: quantization_config.config_groups "
+                              "has no weights scheme");
+        return;
+    }
+
+    c->primary = wt;
+    c->fallback = NULL;
+    c->section = "quantization_config.config_groups.*.weights";
+
+    q->bits = vlm_cfg_int(c, "num_bits", 8, 1, 16);
+    q->sym = vlm_cfg_bool(wt, "symmetric", 1);
+    type = vlm_cfg_str(wt, "type", "int");
+    strategy = vlm_cfg_str(wt, "strategy", "tensor");
+    q->is_float = strcmp(type, "float") == 0;
+
+    if (strcmp(strategy, "group") == 0) {
+        q->strategy = VLM_QSTRAT_GROUP;
+        q->group = vlm_cfg_int(c, "group_size", 128, 1, VLM_CFG_MAX_DIM);
+
+    } else if (strcmp(strategy, "channel") == 0) {
+        q->strategy = VLM_QSTRAT_CHANNEL;
+        q->group = -1;
+
+    } else if (strcmp(strategy, "tensor") == 0) {
+        q->strategy = VLM_QSTRAT_TENSOR;
+        q->group = -1;
+
+    } else if (strcmp(strategy, "block") == 0) {
+        q->strategy = VLM_QSTRAT_BLOCK;
+        bs = json_object_get(wt, "block_structure");
+
+        if (!json_is_array(bs) || json_array_size(bs) != 2
+            || json_integer_value(json_array_get(bs, 0)) < 1
+            || json_integer_value(json_array_get(bs, 1)) < 1)
+        {
+            c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                                  "config: %s.block_structure is not "
+                                  "[rows, columns]", c->section);
+            return;
+        }
+
+        q->block[0] = (int) json_integer_value(json_array_get(bs, 0));
+        q->block[1] = (int) json_integer_value(json_array_get(bs, 1));
+        q->group = q->block[1];
+
+    } else {
+        c->rc = vlm_error_set(c->err, VLM_ERR_UNSUPPORTED,
+                              "config: %s.strategy \"%s\" is not supported "
+                              "(group, channel, block, tensor)", c->section,
+                              strategy);
+        return;
+    }
+
+    if (c->rc != VLM_OK) {
+        return;
+    }
+
+    if (strcmp(q->ct_format, "pack-quantized") == 0
+        ? q->bits != 4 || q->is_float
+        : strcmp(q->ct_format, "int-quantized") == 0
+        ? q->bits != 8 || q->is_float
+        : strcmp(q->ct_format, "float-quantized") == 0
+        ? q->bits != 8 || !q->is_float
+        : 1)
+    {
+        c->rc = vlm_error_set(c->err, VLM_ERR_UNSUPPORTED,
+                              "config: compressed-tensors format \"%s\" "
+                              "with %d-bit %s weights is not supported "
+                              "(pack-quantized int4, int-quantized int8, "
+                              "float-quantized fp8)", q->ct_format, q->bits,
+                              type);
+    }
+}
+
+
+/* quantization_config: AWQ, GPTQ, compressed-tensors, fp8 */
+static void
+vlm_cfg_quant(vlm_quant_config_t *q, json_t *qc, vlm_cfg_ctx_t *c)
+{
+    json_t      *bs;
+    const char  *method, *version, *fmt;
+
+    memset(q, 0, sizeof(vlm_quant_config_t));
+
+    if (qc == NULL || json_is_null(qc)) {
+        return;
+    }
+
+    c->primary = qc;
+    c->fallback = NULL;
+    c->section = "quantization_config";
+
+    method = vlm_cfg_str(qc, "quant_method", "(none)");
+
+    if (strcmp(method, "awq") == 0) {
+        q->fmt = VLM_QFMT_AWQ;
+        q->bits = vlm_cfg_int(c, "bits", 4, 1, 16);
+        if (json_object_get(qc, "w_bit") != NULL) {
+            q->bits = vlm_cfg_int(c, "w_bit", 4, 1, 16);
+        }
+        q->group = vlm_cfg_int(c, "group_size", 128, -1, VLM_CFG_MAX_DIM);
+        if (json_object_get(qc, "q_group_size") != NULL) {
+            q->group = vlm_cfg_int(c, "q_group_size", 128, -1,
+                                   VLM_CFG_MAX_DIM);
+        }
+        q->sym = !vlm_cfg_bool(qc, "zero_point", 1);
+        version = vlm_cfg_str(qc, "version", "gemm");
+
+        if (c->rc == VLM_OK
+            && (strcasecmp(version, "gemm") != 0 || q->bits != 4 || q->sym
+                || q->group == 0))
+        {
+            c->rc = vlm_error_set(c->err, VLM_ERR_UNSUPPORTED,
+                                  "config: AWQ version \"%s\", %d bits%s "
+                                  "is not supported (GEMM, 4 bits, zero "
+                                  "points)", version, q->bits,
+                                  q->sym ? ", no zero points" : "");
+        }
+
+    } else if (strcmp(method, "gptq") == 0) {
+        q->fmt = VLM_QFMT_GPTQ;
+        q->bits = vlm_cfg_int(c, "bits", 4, 1, 16);
+        q->group = vlm_cfg_int(c, "group_size", 128, -1, VLM_CFG_MAX_DIM);
+        q->sym = vlm_cfg_bool(qc, "sym", 1);
+        q->desc_act = vlm_cfg_bool(qc, "desc_act", 0);
+        fmt = vlm_cfg_str(qc, "checkpoint_format", "gptq");
+        q->gptq_v2 = strcmp(fmt, "gptq_v2") == 0;
+
+        if (c->rc == VLM_OK
+            && (q->bits != 4 || q->group == 0
+                || (!q->gptq_v2 && strcmp(fmt, "gptq") != 0)))
+        {
+            c->rc = vlm_error_set(c->err, VLM_ERR_UNSUPPORTED,
+                                  "config: GPTQ checkpoint_format \"%s\" "
+                                  "with %d bits is not supported (gptq, "
+                                  "gptq_v2; 4 bits)", fmt, q->bits);
+        }
+
+    } else if (strcmp(method, "compressed-tensors") == 0) {
+        q->fmt = VLM_QFMT_CT;
+        vlm_cfg_quant_ct(q, qc, c);
+
+    } else if (strcmp(method, "fp8") == 0) {
+        q->fmt = VLM_QFMT_FP8;
+        q->bits = 8;
+        q->is_float = 1;
+        q->sym = 1;
+        q->strategy = VLM_QSTRAT_TENSOR;
+        q->group = -1;
+        bs = json_object_get(qc, "weight_block_size");
+
+        if (json_is_array(bs)) {
+            if (json_array_size(bs) != 2
+                || json_integer_value(json_array_get(bs, 0)) < 1
+                || json_integer_value(json_array_get(bs, 1)) < 1)
+            {
+                c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                                      "config: quantization_config."
+                                      "weight_block_size is not [rows, "
+                                      "columns]");
+                return;
+            }
+
+            q->strategy = VLM_QSTRAT_BLOCK;
+            q->block[0] = (int) json_integer_value(json_array_get(bs, 0));
+            q->block[1] = (int) json_integer_value(json_array_get(bs, 1));
+            q->group = q->block[1];
+        }
+
+    } else {
+        c->rc = vlm_error_set(c->err, VLM_ERR_UNSUPPORTED,
+                              "config: quantization_config.quant_method "
+                              "\"%s\" is not supported (awq, gptq, "
+                              "compressed-tensors, fp8)", method);
+    }
+}
+
+
 static void
 vlm_cfg_eos(vlm_model_config_t *cfg, json_t *v)
 {
@@ -614,6 +838,12 @@ vlm_model_config_parse(vlm_model_config_t *cfg, const char *json,
         cfg->bos_token_id = vlm_cfg_int(&c, "bos_token_id", -1, -1,
                                         cfg->text.vocab_size - 1);
         vlm_cfg_eos(cfg, vlm_cfg_get(&c, "eos_token_id"));
+    }
+
+    if (c.rc == VLM_OK) {
+        vlm_cfg_quant(&cfg->quant, json_object_get(root,
+                                                   "quantization_config"),
+                      &c);
     }
 
     json_decref(root);

@@ -68,6 +68,38 @@ typedef struct {
 } vlm_vision_config_t;
 
 
+/* the quantization_config of a quantized checkpoint (vlm_quant.c) */
+typedef enum {
+    VLM_QFMT_NONE = 0,
+    VLM_QFMT_AWQ,               /* quant_method "awq", version "gemm" */
+    VLM_QFMT_GPTQ,              /* quant_method "gptq" */
+    VLM_QFMT_CT,                /* quant_method "compressed-tensors" */
+    VLM_QFMT_FP8                /* quant_method "fp8" (weight_scale_inv) */
+} vlm_qfmt_t;
+
+
+typedef enum {
+    VLM_QSTRAT_GROUP = 0,       /* a scale a group of input columns */
+    VLM_QSTRAT_CHANNEL,         /* a scale an output row */
+    VLM_QSTRAT_BLOCK,           /* a scale a [block[0], block[1]] tile */
+    VLM_QSTRAT_TENSOR           /* one scale */
+} vlm_qstrat_t;
+
+
+typedef struct {
+    vlm_qfmt_t    fmt;
+    int           bits;         /* 4 or 8 */
+    int           group;        /* columns a scale; -1: a row */
+    int           sym;          /* no zero points */
+    int           desc_act;     /* GPTQ: g_idx may permute the groups */
+    int           gptq_v2;      /* GPTQ: zero points stored without -1 */
+    int           is_float;     /* compressed-tensors type "float", fp8 */
+    vlm_qstrat_t  strategy;
+    int           block[2];     /* rows, columns of a scale tile */
+    char          ct_format[32];    /* compressed-tensors format */
+} vlm_quant_config_t;
+
+
 typedef struct {
     vlm_arch_t           arch;
     vlm_text_config_t    text;
@@ -79,6 +111,7 @@ typedef struct {
     int                  bos_token_id;  /* -1 when unset */
     int                  n_eos;
     int                  eos_token_ids[VLM_MAX_EOS_IDS];
+    vlm_quant_config_t   quant;
 } vlm_model_config_t;
 
 

@@ -458,10 +458,26 @@ vlm_st_parse_entry(vlm_st_tensor_t *t, const char *name, json_t *v,
     } else if (strcmp(ds, "BF16") == 0) {
         t->dtype = VLM_DTYPE_BF16;
 
+    } else if (strcmp(ds, "I64") == 0) {
+        t->dtype = VLM_DTYPE_I64;
+
+    } else if (strcmp(ds, "I32") == 0) {
+        t->dtype = VLM_DTYPE_I32;
+
+    } else if (strcmp(ds, "I8") == 0) {
+        t->dtype = VLM_DTYPE_I8;
+
+    } else if (strcmp(ds, "U8") == 0) {
+        t->dtype = VLM_DTYPE_U8;
+
+    } else if (strcmp(ds, "F8_E4M3") == 0) {
+        t->dtype = VLM_DTYPE_F8_E4M3;
+
     } else {
         return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
                              "safetensors: tensor \"%s\": dtype %s is not "
-                             "supported (F32, F16, BF16)", name, ds);
+                             "supported (F32, F16, BF16; I64, I32, I8, U8, "
+                             "F8_E4M3 in quantized checkpoints)", name, ds);
     }
 
     if (json_array_size(shape) > VLM_ST_MAX_DIMS) {

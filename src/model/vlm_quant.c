@@ -1,0 +1,654 @@
+/*
+ * Quantized matrices of a checkpoint, in the layouts they are published
+ * in, repacked into the one layout of the kernels (vlm_backend.h: codes
+ * a row, a scale and a min a group of columns, w = code * scale + min).
+ * A linear layer's "<prefix>.weight" of [out, in] (rows, cols) is:
+ *
+ *   AWQ GEMM (AutoAWQ WQLinear_GEMM, what transformers' AWQ integration
+ *   loads): qweight I32 [in, out / 8], eight 4-bit codes a word in the
+ *   order 0 2 4 6 1 3 5 7 of the output columns; qzeros I32
+ *   [in / group, out / 8] packed alike; scales F16 [in / group, out];
+ *   w = (q - z) * s.
+ *
+ *   GPTQ (AutoGPTQ / GPTQModel "gptq" format): qweight I32 [in / 8, out],
+ *   input row 8 i + j in bits 4 j of word i; qzeros I32
+ *   [groups, out / 8], output column 8 i + j in bits 4 j, stored one
+ *   less than the zero point (checkpoint_format "gptq"; "gptq_v2" as
+ *   is); scales [groups, out]; g_idx I32 [in], the group of each input
+ *   row (desc_act: groups in an order of their own: the columns are then
+ *   sorted by group and the activations permuted alike, w.perm);
+ *   w = (q - z) * s.
+ *
+ *   compressed-tensors (vLLM's llm-compressor): "pack-quantized" W4A16,
+ *   weight_packed I32 [out, in / 8], column 8 i + j in bits 4 j, codes
+ *   stored + 8, weight_scale [out, in / group] (or [out, 1]),
+ *   weight_zero_point I32 [out / 8, groups] packed along the rows when
+ *   asymmetric, weight_shape; "int-quantized" W8A8, weight I8
+ *   [out, in], weight_scale [out, 1] (channel), [out, groups] or [1],
+ *   weight_zero_point of the scale's shape when asymmetric;
+ *   "float-quantized" FP8, weight F8_E4M3 [out, in] and weight_scale
+ *   (channel, tensor or [out / br, in / bc] blocks).  w = (q - z) * s.
+ *
+ *   fp8 (Qwen3-VL-FP8, DeepSeek-V3): weight F8_E4M3 [out, in],
+ *   weight_scale_inv [ceil(out / br), ceil(in / bc)] of
+ *   weight_block_size [br, bc] (or one scale); w = q * s.
+ *
+ * Every packed shape, scale shape and group size is checked against the
+ * config and the layer's shape, with an error that names the tensor; a
+ * tensor-parallel share of columns must start and end on group
+ * boundaries.  Activations stay f32 (W8A8 and FP8 run as weight-only
+ * quantization, as the parity tests compare them).
+ */
+
+#define _GNU_SOURCE
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vlm_model.h"
+
+
+/*
+ * AWQ's pack order (AutoAWQ's order_map 0 2 4 6 1 3 5 7): output column
+ * 8 i + j of word i is its code vlm_awq_nibble[j]
+ */
+static const int  vlm_awq_nibble[8] = { 0, 4, 1, 5, 2, 6, 3, 7 };
+
+
+typedef struct {
+    const vlm_quant_config_t  *cfg;
+    const char                *name;
+    char                       prefix[384];
+    int                        rows, cols;
+    int                        group;       /* columns a scale */
+    int                        row_div;     /* rows a scale (blocks) */
+    vlm_quant_t                quant;
+    const vlm_st_tensor_t     *codes;
+    const vlm_st_tensor_t     *scales;
+    const vlm_st_tensor_t     *zeros;       /* NULL: symmetric */
+    const vlm_st_tensor_t     *g_idx;
+    int                        scale_cols;  /* the scale tensor's columns */
+    int                        scale_t;     /* scales [groups, rows] */
+} vlm_qsrc_t;
+
+
+static const char *
+vlm_qfmt_name(const vlm_quant_config_t *q)
+{
+    switch (q->fmt) {
+    case VLM_QFMT_AWQ:
+        return "AWQ";
+    case VLM_QFMT_GPTQ:
+        return "GPTQ";
+    case VLM_QFMT_CT:
+        return "compressed-tensors";
+    default:
+        return "fp8";
+    }
+}
+
+
+static const vlm_st_tensor_t *
+vlm_qtensor(vlm_model_t *m, const vlm_qsrc_t *s, const char *suffix)
+{
+    char  buf[512];
+
+    snprintf(buf, sizeof(buf), "%s.%s", s->prefix, suffix);
+
+    return vlm_model_tensor(m, buf);
+}
+
+
+/* checks t is [d0, d1] (d1 < 0: one dimension) of one of the dtypes */
+static vlm_status_t
+vlm_qcheck(const vlm_qsrc_t *s, const vlm_st_tensor_t *t,
+    const char *suffix, int is_float, vlm_dtype_t dt, int64_t d0,
+    int64_t d1, vlm_error_t *err)
+{
+    int  ok;
+
+    if (t == NULL) {
+        return vlm_error_set(err, VLM_ERR_FORMAT,
+                             "model: tensor \"%s.%s\" is missing (%s "
+                             "quantized \"%s\")", s->prefix, suffix,
+                             vlm_qfmt_name(s->cfg), s->name);
+    }
+
+    ok = is_float ? vlm_dtype_is_float(t->dtype) : t->dtype == dt;
+
+    if (!ok) {
+        return vlm_error_set(err, VLM_ERR_FORMAT,
+                             "model: tensor \"%s.%s\" is %s, %s needs %s",
+                             s->prefix, suffix, vlm_dtype_name(t->dtype),
+                             vlm_qfmt_name(s->cfg),
+                             is_float ? "F32, F16 or BF16"
+                                      : vlm_dtype_name(dt));
+    }
+
+    if (d1 < 0 ? !(t->n_dims == 1 && t->shape[0] == d0)
+                 && !(d0 == 1 && t->n_elements == 1)
+               : t->n_dims != 2 || t->shape[0] != d0 || t->shape[1] != d1)
+    {
+        return vlm_error_set(err, VLM_ERR_FORMAT,
+                             "model: tensor \"%s.%s\" has shape [%lld, "
+                             "%lld] (%d dims), %s int%d of group %d for "
+                             "[%d, %d] needs [%lld%s%lld]", s->prefix,
+                             suffix, (long long) t->shape[0],
+                             (long long) (t->n_dims > 1 ? t->shape[1] : 0),
+                             t->n_dims, vlm_qfmt_name(s->cfg), s->cfg->bits,
+                             s->group, s->rows, s->cols, (long long) d0,
+                             d1 < 0 ? "" : ", ",
+                             (long long) (d1 < 0 ? 0 : d1));
+    }
+
+    return VLM_OK;
+}
+
+
+static int32_t
+vlm_qi32(const vlm_st_tensor_t *t, size_t i)
+{
+    int32_t  v;
+
+    memcpy(&v, (const uint8_t *) t->data + i * 4, 4);
+
+    return v;
+}
+
+
+static float
+vlm_qf32(const vlm_st_tensor_t *t, size_t i)
+{
+    float  f;
+
+    vlm_dtype_to_f32(&f, (const uint8_t *) t->data
+                         + i * vlm_dtype_size(t->dtype), t->dtype, 1);
+
+    return f;
+}
+
+
+/* the code of output row r, input column k */
+static int
+vlm_qcode(const vlm_qsrc_t *s, int r, int k)
+{
+    int      ncw;
+    int32_t  v;
+
+    switch (s->cfg->fmt) {
+    case VLM_QFMT_AWQ:
+        v = vlm_qi32(s->codes, (size_t) k * (s->rows / 8) + r / 8);
+        return (v >> (4 * vlm_awq_nibble[r % 8])) & 15;
+    case VLM_QFMT_GPTQ:
+        v = vlm_qi32(s->codes, (size_t) (k / 8) * s->rows + r);
+        return (v >> (4 * (k % 8))) & 15;
+    default:
+        if (s->quant == VLM_QUANT_Q4) {
+            ncw = (s->cols + 7) / 8;
+            v = vlm_qi32(s->codes, (size_t) r * ncw + k / 8);
+            return (v >> (4 * (k % 8))) & 15;
+        }
+        return ((const uint8_t *) s->codes->data)[(size_t) r * s->cols + k];
+    }
+}
+
+
+/* the scale and zero point of output row r, group g */
+static void
+vlm_qscale(const vlm_qsrc_t *s, int r, int g, float *scale, float *zero)
+{
+    int      ng;
+    size_t   i;
+    int32_t  v;
+
+    ng = s->cols / s->group;
+
+    if (s->scales->n_elements == 1) {
+        i = 0;
+
+    } else if (s->scale_t) {
+        i = (size_t) g * s->rows + r;
+
+    } else {
+        i = (size_t) (r / s->row_div) * s->scale_cols
+            + (s->scale_cols == 1 ? 0 : g);
+    }
+
+    *scale = vlm_qf32(s->scales, i);
+    *zero = 0.0f;
+
+    if (s->zeros == NULL) {
+        if (s->quant == VLM_QUANT_Q4) {
+            *zero = 8.0f;
+        }
+        return;
+    }
+
+    switch (s->cfg->fmt) {
+    case VLM_QFMT_AWQ:
+        v = vlm_qi32(s->zeros, (size_t) g * (s->rows / 8) + r / 8);
+        *zero = (float) ((v >> (4 * vlm_awq_nibble[r % 8])) & 15);
+        break;
+    case VLM_QFMT_GPTQ:
+        v = vlm_qi32(s->zeros, (size_t) g * (s->rows / 8) + r / 8);
+        *zero = (float) (((v >> (4 * (r % 8))) & 15)
+                         + (s->cfg->gptq_v2 ? 0 : 1));
+        break;
+    default:
+        if (s->quant == VLM_QUANT_Q4) {
+            v = vlm_qi32(s->zeros, (size_t) (r / 8) * ng + g);
+            *zero = (float) ((v >> (4 * (r % 8))) & 15);
+
+        } else {
+            *zero = (float) ((const int8_t *) s->zeros->data)[i];
+        }
+        break;
+    }
+}
+
+
+/* finds the tensors of s->prefix and checks their shapes */
+static vlm_status_t
+vlm_qsource(vlm_model_t *m, vlm_qsrc_t *s, vlm_error_t *err)
+{
+    int                        ng, sr, sc, rows, cols;
+    vlm_status_t               rc;
+    const vlm_quant_config_t  *q = s->cfg;
+
+    rows = s->rows;
+    cols = s->cols;
+    s->row_div = 1;
+    s->group = q->group > 0 ? q->group : cols;
+
+    if (q->fmt == VLM_QFMT_AWQ || q->fmt == VLM_QFMT_GPTQ) {
+        s->quant = VLM_QUANT_Q4;
+        s->scale_t = 1;
+
+        if (cols % s->group != 0 || s->group % 8 != 0 || rows % 8 != 0) {
+            return vlm_error_set(err, VLM_ERR_FORMAT,
+                                 "model: \"%s\" [%d, %d] does not divide "
+                                 "into %s groups of %d columns and words "
+                                 "of 8 codes", s->name, rows, cols,
+                                 vlm_qfmt_name(q), s->group);
+        }
+
+        ng = cols / s->group;
+        s->codes = vlm_qtensor(m, s, "qweight");
+        s->zeros = vlm_qtensor(m, s, "qzeros");
+        s->scales = vlm_qtensor(m, s, "scales");
+
+        rc = q->fmt == VLM_QFMT_AWQ
+             ? vlm_qcheck(s, s->codes, "qweight", 0, VLM_DTYPE_I32, cols,
+                          rows / 8, err)
+             : vlm_qcheck(s, s->codes, "qweight", 0, VLM_DTYPE_I32,
+                          cols / 8, rows, err);
+        if (rc == VLM_OK) {
+            rc = vlm_qcheck(s, s->zeros, "qzeros", 0, VLM_DTYPE_I32, ng,
+                            rows / 8, err);
+        }
+        if (rc == VLM_OK) {
+            rc = vlm_qcheck(s, s->scales, "scales", 1, VLM_DTYPE_F16, ng,
+                            rows, err);
+        }
+
+        if (rc == VLM_OK && q->fmt == VLM_QFMT_GPTQ) {
+            s->g_idx = vlm_qtensor(m, s, "g_idx");
+            if (s->g_idx != NULL) {
+                rc = vlm_qcheck(s, s->g_idx, "g_idx", 0, VLM_DTYPE_I32,
+                                cols, -1, err);
+            }
+        }
+
+        return rc;
+    }
+
+    if (q->fmt == VLM_QFMT_CT && q->bits == 4) {
+        s->quant = VLM_QUANT_Q4;
+        s->codes = vlm_qtensor(m, s, "weight_packed");
+        rc = vlm_qcheck(s, s->codes, "weight_packed", 0, VLM_DTYPE_I32,
+                        rows, (cols + 7) / 8, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+    } else {
+        s->quant = q->is_float ? VLM_QUANT_F8 : VLM_QUANT_Q8;
+        s->codes = vlm_qtensor(m, s, "weight");
+        rc = vlm_qcheck(s, s->codes, "weight", 0,
+                        q->is_float ? VLM_DTYPE_F8_E4M3 : VLM_DTYPE_I8,
+                        rows, cols, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+    }
+
+    if (q->strategy == VLM_QSTRAT_BLOCK) {
+        s->row_div = q->block[0];
+    }
+
+    if (cols % s->group != 0 || s->group % 8 != 0) {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "model: \"%s\" [%d, %d]: groups of %d "
+                             "columns (%s) must divide the columns and be "
+                             "a multiple of 8", s->name, rows, cols,
+                             s->group, vlm_qfmt_name(q));
+    }
+
+    ng = cols / s->group;
+    s->scales = vlm_qtensor(m, s, q->fmt == VLM_QFMT_FP8
+                                  ? "weight_scale_inv" : "weight_scale");
+
+    switch (q->strategy) {
+    case VLM_QSTRAT_TENSOR:
+        sr = 1;
+        sc = -1;
+        break;
+    case VLM_QSTRAT_CHANNEL:
+        sr = rows;
+        sc = 1;
+        break;
+    case VLM_QSTRAT_BLOCK:
+        sr = (rows + q->block[0] - 1) / q->block[0];
+        sc = ng;
+        break;
+    default:
+        sr = rows;
+        sc = ng;
+        break;
+    }
+
+    rc = vlm_qcheck(s, s->scales, q->fmt == VLM_QFMT_FP8
+                                  ? "weight_scale_inv" : "weight_scale",
+                    1, VLM_DTYPE_F32, sr, sc, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    s->scale_cols = sc < 0 ? 1 : sc;
+    if (q->strategy == VLM_QSTRAT_TENSOR) {
+        s->row_div = rows;
+    }
+
+    if (q->sym || q->fmt == VLM_QFMT_FP8) {
+        return VLM_OK;
+    }
+
+    s->zeros = vlm_qtensor(m, s, "weight_zero_point");
+
+    if (s->quant == VLM_QUANT_Q4) {
+        return vlm_qcheck(s, s->zeros, "weight_zero_point", 0,
+                          VLM_DTYPE_I32, (rows + 7) / 8, ng, err);
+    }
+
+    if (q->strategy == VLM_QSTRAT_TENSOR || q->strategy == VLM_QSTRAT_BLOCK)
+    {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "model: \"%s\": asymmetric 8-bit weights "
+                             "with %s scales are not supported", s->name,
+                             q->strategy == VLM_QSTRAT_TENSOR ? "tensor"
+                                                              : "block");
+    }
+
+    return vlm_qcheck(s, s->zeros, "weight_zero_point", 0, VLM_DTYPE_I8,
+                      sr, sc, err);
+}
+
+
+/*
+ * GPTQ g_idx: NULL perm when the groups are in column order; else the
+ * columns sorted by group (each group group columns), into perm[cols]
+ */
+static vlm_status_t
+vlm_qperm(const vlm_qsrc_t *s, int32_t *perm, int *trivial,
+    vlm_error_t *err)
+{
+    int      k, g, ng, *fill;
+    int32_t  v;
+
+    ng = s->cols / s->group;
+    *trivial = 1;
+
+    for (k = 0; k < s->cols; k++) {
+        v = vlm_qi32(s->g_idx, k);
+
+        if (v < 0 || v >= ng) {
+            return vlm_error_set(err, VLM_ERR_FORMAT,
+                                 "model: tensor \"%s.g_idx\": column %d "
+                                 "is in group %d of %d", s->prefix, k,
+                                 (int) v, ng);
+        }
+
+        if (v != k / s->group) {
+            *trivial = 0;
+        }
+    }
+
+    if (*trivial) {
+        return VLM_OK;
+    }
+
+    if (!s->cfg->desc_act) {
+        return vlm_error_set(err, VLM_ERR_FORMAT,
+                             "model: tensor \"%s.g_idx\" permutes the "
+                             "groups, but desc_act is false", s->prefix);
+    }
+
+    fill = calloc(ng, sizeof(int));
+    if (fill == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
+    }
+
+    for (k = 0; k < s->cols; k++) {
+        g = vlm_qi32(s->g_idx, k);
+
+        if (fill[g] == s->group) {
+            free(fill);
+            return vlm_error_set(err, VLM_ERR_FORMAT,
+                                 "model: tensor \"%s.g_idx\" puts more than "
+                                 "group_size %d columns in group %d",
+                                 s->prefix, s->group, g);
+        }
+
+        if (perm != NULL) {
+            perm[g * s->group + fill[g]] = k;
+        }
+
+        fill[g]++;
+    }
+
+    free(fill);
+
+    return VLM_OK;
+}
+
+
+static int
+vlm_quant_present(vlm_model_t *m, vlm_qsrc_t *s)
+{
+    const vlm_st_tensor_t  *t;
+
+    switch (s->cfg->fmt) {
+    case VLM_QFMT_NONE:
+        return 0;
+    case VLM_QFMT_AWQ:
+    case VLM_QFMT_GPTQ:
+        return vlm_qtensor(m, s, "qweight") != NULL;
+    default:
+        if (vlm_qtensor(m, s, "weight_packed") != NULL) {
+            return 1;
+        }
+        t = vlm_qtensor(m, s, "weight");
+        return t != NULL && !vlm_dtype_is_float(t->dtype);
+    }
+}
+
+
+vlm_status_t
+vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
+    int rows, int cols, const int *r0, int nr, int n_runs, int c0, int nc,
+    int *found, vlm_error_t *err)
+{
+    int              i, j, k, g, r, gr, nc_g, trivial, code, kk, group;
+    int              shift;
+    float            sc, z, *scales, *mins;
+    size_t           rb, n_codes, len;
+    uint8_t         *block, *dst;
+    int32_t         *perm;
+    vlm_qsrc_t       s;
+    vlm_status_t     rc;
+    const uint8_t   *f8;
+
+    *found = 0;
+    memset(&s, 0, sizeof(vlm_qsrc_t));
+    s.cfg = &m->cfg.quant;
+    s.name = name;
+    s.rows = rows;
+    s.cols = cols;
+
+    len = strlen(name);
+    if (len < 7 || len >= sizeof(s.prefix) + 7
+        || strcmp(name + len - 7, ".weight") != 0)
+    {
+        return VLM_OK;
+    }
+
+    memcpy(s.prefix, name, len - 7);
+    s.prefix[len - 7] = '\0';
+
+    if (!vlm_quant_present(m, &s)) {
+        return VLM_OK;
+    }
+
+    *found = 1;
+
+    if (strstr(name, "embed_tokens") != NULL) {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "model: \"%s\" is quantized: quantized "
+                             "embeddings are not supported", name);
+    }
+
+    rc = vlm_qsource(m, &s, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    /* a scale a row: any share of the columns keeps it */
+    group = s.group == cols ? nc : s.group;
+
+    if (s.quant == VLM_QUANT_Q4 && group % 32 != 0) {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "model: \"%s\": 4-bit groups of %d columns "
+                             "are not supported (multiples of 32)", name,
+                             group);
+    }
+
+    if (c0 % group != 0 || nc % group != 0 || group % 8 != 0) {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "model: the tensor-parallel share of columns "
+                             "%d..%d of \"%s\" does not fall on its groups "
+                             "of %d columns", c0, c0 + nc, name, group);
+    }
+
+    trivial = 1;
+    if (s.g_idx != NULL) {
+        rc = vlm_qperm(&s, NULL, &trivial, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        if (!trivial && nc != cols) {
+            return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                                 "model: \"%s\" has act-order groups "
+                                 "(desc_act): its columns cannot be split "
+                                 "between tensor-parallel ranks", name);
+        }
+    }
+
+    if (m->be == NULL) {
+        return VLM_OK;
+    }
+
+    if (m->be->ops->weight_bind_quant == NULL) {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "model: the %s backend runs no quantized "
+                             "weights (\"%s\" is %s int%d)",
+                             m->be->ops->name, name, vlm_qfmt_name(s.cfg),
+                             s.cfg->bits);
+    }
+
+    /* codes, then scales and mins, then the permutation, in one block */
+    r = nr * n_runs;
+    nc_g = nc / group;
+    rb = vlm_quant_row_bytes(s.quant, nc);
+    n_codes = vlm_align_up(rb * r, 64);
+
+    block = vlm_model_host_alloc(m, n_codes + 2 * sizeof(float) * r * nc_g
+                                    + (trivial ? 0 : sizeof(int32_t) * cols),
+                                 err);
+    if (block == NULL) {
+        return VLM_ERR_NOMEM;
+    }
+
+    memset(w, 0, sizeof(vlm_weight_t));
+    w->data = block;
+    w->dtype = VLM_DTYPE_F32;
+    w->rows = r;
+    w->cols = nc;
+    w->quant = s.quant;
+    w->group = group;
+    scales = (float *) (block + n_codes);
+    mins = scales + (size_t) r * nc_g;
+    w->scales = scales;
+    w->mins = mins;
+
+    perm = NULL;
+    if (!trivial) {
+        perm = (int32_t *) (mins + (size_t) r * nc_g);
+        rc = vlm_qperm(&s, perm, &trivial, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+        w->perm = perm;
+    }
+
+    memset(block, 0, n_codes);
+    f8 = NULL;
+
+    for (i = 0; i < n_runs; i++) {
+        for (j = 0; j < nr; j++) {
+            gr = r0[i] + j;
+            dst = block + (size_t) (i * nr + j) * rb;
+
+            for (k = 0; k < nc; k++) {
+                kk = perm != NULL ? perm[k] : c0 + k;
+                code = vlm_qcode(&s, gr, kk);
+
+                if (s.quant == VLM_QUANT_Q4) {
+                    dst[vlm_quant_q4_byte(k, &shift)] |=
+                        (uint8_t) (code << shift);
+
+                } else {
+                    dst[k] = (uint8_t) code;
+                    if (s.quant == VLM_QUANT_F8 && (code & 0x7f) == 0x7f) {
+                        f8 = dst + k;
+                    }
+                }
+            }
+
+            for (g = 0; g < nc_g; g++) {
+                vlm_qscale(&s, gr, (c0 + g * group) / s.group, &sc, &z);
+                scales[(size_t) (i * nr + j) * nc_g + g] = sc;
+                mins[(size_t) (i * nr + j) * nc_g + g] = -z * sc;
+            }
+
+            if (f8 != NULL) {
+                return vlm_error_set(err, VLM_ERR_FORMAT,
+                                     "model: tensor \"%s.weight\" holds a "
+                                     "NaN code in row %d", s.prefix, gr);
+            }
+        }
+    }
+
+    return m->be->ops->weight_bind_quant(m->be, w, err);
+}
