@@ -158,6 +158,13 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       offsetof(ngx_http_vlm_main_conf_t, image_cache),
       &ngx_http_vlm_image_cache_bounds },
 
+    { ngx_string("vlm_feature_pool"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, feature_pool),
+      &ngx_http_vlm_image_cache_bounds },
+
     { ngx_string("vlm_max_queued"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_num_slot,

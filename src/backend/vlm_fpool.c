@@ -158,7 +158,8 @@ vlm_fpool_open(vlm_fpool_t **out, const vlm_fpool_ops_t *ops, int fd,
     p->region[VLM_FPOOL_HOST] = (uint8_t *) p->base + host_off;
 
     if (init) {
-        memset(p->hdr, 0, sizeof(vlm_fpool_hdr_t));
+        /* resident from the start: the engine's memory does not creep */
+        memset(p->base, 0, size);
         p->hdr->capacity[VLM_FPOOL_POOL] = pool_bytes;
         p->hdr->capacity[VLM_FPOOL_HOST] = host_bytes;
         p->hdr->magic = VLM_FPOOL_MAGIC;

@@ -43,7 +43,7 @@ typedef enum {
 } vlm_fpool_path_t;
 
 
-typedef struct {
+typedef struct vlm_fpool_handle_s {
     uint64_t   off;                     /* bytes from its region's start */
     uint64_t   bytes;
     uint32_t   gen;                     /* 0: no slice */

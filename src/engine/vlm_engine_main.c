@@ -47,6 +47,7 @@
 #include "core/vlm.h"
 #include "backend/vlm_backend.h"
 #include "backend/vlm_comm.h"
+#include "backend/vlm_fpool.h"
 #include "queue/vlm_queue.h"
 #include "vlm_group.h"
 #include "vlm_sched.h"
@@ -400,6 +401,23 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
 
             a->comm_fd = (int) n;
 
+        } else if (strcmp(argv[i], "--feature-pool-bytes") == 0) {
+            if (vlm_engine_int("--feature-pool-bytes", argv[++i], 0,
+                               1L << 40, &n))
+            {
+                return -1;
+            }
+
+            a->params.feature_pool_bytes = (size_t) n;
+
+        } else if (strcmp(argv[i], "--feature-pool-fd") == 0) {
+            if (vlm_engine_int("--feature-pool-fd", argv[++i], 0, 65535, &n))
+            {
+                return -1;
+            }
+
+            a->params.feature_pool_fd = (int) n;
+
         } else if (strcmp(argv[i], "--kv-blocks") == 0) {
             if (vlm_engine_int("--kv-blocks", argv[++i], 0, 1 << 24, &n)) {
                 return -1;
@@ -420,11 +438,12 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
     }
 
     if (a->params.tp_rank >= a->params.tp_size
-        || (a->params.tp_rank > 0) != (a->comm_fd >= 0))
+        || (a->params.tp_rank > 0) != (a->comm_fd >= 0)
+        || (a->params.tp_rank > 0) != (a->params.feature_pool_fd >= 0))
     {
         vlm_log(VLM_LOG_ERROR, "--rank %d of --tensor-parallel %d needs "
-                "--comm-fd, and only a rank above 0 takes one",
-                a->params.tp_rank, a->params.tp_size);
+                "--comm-fd and --feature-pool-fd, and only a rank above 0 "
+                "takes them", a->params.tp_rank, a->params.tp_size);
         return -1;
     }
 
@@ -480,10 +499,11 @@ vlm_engine_rss(void)
  * binary with this process's options plus their rank and the segment.
  */
 static int
-vlm_engine_start_ranks(int argc, char **argv, int n, vlm_comm_t **comm)
+vlm_engine_start_ranks(int argc, char **argv, int n, vlm_comm_t **comm,
+    int *pool_fd)
 {
     int                r, fd;
-    char             **av, rank[16], cfd[16];
+    char             **av, rank[16], cfd[16], pfd[16];
     pid_t              pid;
     vlm_error_t        err;
     struct sigaction   sa;
@@ -491,6 +511,12 @@ vlm_engine_start_ranks(int argc, char **argv, int n, vlm_comm_t **comm)
     if (vlm_comm_shm_create(n, VLM_ENGINE_COMM_CHUNK, &fd, &err) != VLM_OK
         || vlm_comm_shm_open(comm, fd, 0, &err) != VLM_OK)
     {
+        vlm_log(VLM_LOG_ERROR, "%s", err.msg);
+        return -1;
+    }
+
+    /* the feature pool's segment: every rank sizes and maps it at load */
+    if (vlm_fpool_fd(pool_fd, &err) != VLM_OK) {
         vlm_log(VLM_LOG_ERROR, "%s", err.msg);
         return -1;
     }
@@ -503,7 +529,7 @@ vlm_engine_start_ranks(int argc, char **argv, int n, vlm_comm_t **comm)
     sigaction(SIGCHLD, &sa, NULL);
 
     /* lives until the ranks are started; they exec at once */
-    av = malloc((argc + 5) * sizeof(char *));
+    av = malloc((argc + 7) * sizeof(char *));
     if (av == NULL) {
         vlm_log(VLM_LOG_ERROR, "no memory");
         return -1;
@@ -514,8 +540,11 @@ vlm_engine_start_ranks(int argc, char **argv, int n, vlm_comm_t **comm)
     av[argc + 1] = rank;
     av[argc + 2] = "--comm-fd";
     av[argc + 3] = cfd;
-    av[argc + 4] = NULL;
+    av[argc + 4] = "--feature-pool-fd";
+    av[argc + 5] = pfd;
+    av[argc + 6] = NULL;
     snprintf(cfd, sizeof(cfd), "%d", fd);
+    snprintf(pfd, sizeof(pfd), "%d", *pool_fd);
 
     for (r = 1; r < n; r++) {
         snprintf(rank, sizeof(rank), "%d", r);
@@ -539,6 +568,35 @@ vlm_engine_start_ranks(int argc, char **argv, int n, vlm_comm_t **comm)
     vlm_log(VLM_LOG_INFO, "tensor parallel: started ranks 1 to %d", n - 1);
 
     return 0;
+}
+
+
+/* a rank's memory as it loaded, for /metrics (and its log) */
+static void
+vlm_engine_rank_memory(vlm_queue_t *q, vlm_model_t *model, int rank,
+    int size)
+{
+    vlm_model_stats_t  st;
+
+    if (rank >= VLM_METRICS_RANKS) {
+        return;
+    }
+
+    vlm_model_stats(model, &st);
+    atomic_store(&q->metrics->ranks[rank].weight_bytes,
+                 st.decode_weight_bytes);
+    atomic_store(&q->metrics->ranks[rank].buffer_bytes, st.backend_bytes);
+    atomic_store(&q->metrics->ranks[rank].kv_bytes, st.kv_bytes);
+
+    if (rank == 0) {
+        atomic_store(&q->metrics->n_ranks, (uint32_t) size);
+    }
+
+    vlm_log(VLM_LOG_INFO, "rank %d of %d: %zu MB of decoder weights, %zu MB "
+            "of buffers (KV cache %zu MB), feature pool %zu KB, host "
+            "staging %zu KB", rank, size, st.decode_weight_bytes >> 20,
+            st.backend_bytes >> 20, st.kv_bytes >> 20,
+            st.pool_capacity >> 10, st.staging_capacity >> 10);
 }
 
 
@@ -590,6 +648,8 @@ vlm_engine_follow(vlm_engine_args_t *a, vlm_queue_t *q)
         vlm_model_free(model);
         goto done;
     }
+
+    vlm_engine_rank_memory(q, model, a->params.tp_rank, a->params.tp_size);
 
     /* loaded: rank 0 serves once every rank is here */
     if (comm->ops->barrier(comm) == VLM_OK) {
@@ -736,7 +796,8 @@ main(int argc, char **argv)
     comm = NULL;
 
     if (args.params.tp_size > 1) {
-        if (vlm_engine_start_ranks(argc, argv, args.params.tp_size, &comm)
+        if (vlm_engine_start_ranks(argc, argv, args.params.tp_size, &comm,
+                                   &args.params.feature_pool_fd)
             != 0)
         {
             return 1;
@@ -767,6 +828,8 @@ main(int argc, char **argv)
                 "while loading", (int) vlm_engine_rank_exited);
         return vlm_engine_fail(args.model_dir);
     }
+
+    vlm_engine_rank_memory(&q, model, 0, args.params.tp_size);
 
     if (vlm_tokenizer_load(&tok, args.model_dir, &err) != VLM_OK) {
         vlm_log(VLM_LOG_ERROR, "loading the tokenizer of %s: %s",

@@ -31,7 +31,7 @@
 #define NGX_HTTP_VLM_STABLE          (30 * 1000) /* resets the back-off */
 #define NGX_HTTP_VLM_STOP_WAIT       (10 * 1000)
 #define NGX_HTTP_VLM_RECORD_CHECK    200        /* an exiting worker, ms */
-#define NGX_HTTP_VLM_ARGS            24
+#define NGX_HTTP_VLM_ARGS            28
 
 
 typedef struct {
@@ -194,6 +194,7 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     ngx_crc32_update(&crc, (u_char *) &vmcf->max_batch_tokens,
                      sizeof(ngx_uint_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->image_cache, sizeof(size_t));
+    ngx_crc32_update(&crc, (u_char *) &vmcf->feature_pool, sizeof(size_t));
     ngx_crc32_final(crc);
 
     /* never 0, which reads "unknown" in the queue */
@@ -970,6 +971,7 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     u_char                    running[NGX_INT_T_LEN + 1];
     u_char                    rows[NGX_INT_T_LEN + 1];
     u_char                    cache[NGX_SIZE_T_LEN + 1];
+    u_char                    pool[NGX_SIZE_T_LEN + 1];
     u_char                    ranks[NGX_INT_T_LEN + 1];
     u_char                    said[VLM_QUEUE_ERR_LEN], *p;
     ngx_err_t                 err;
@@ -992,6 +994,7 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     *ngx_sprintf(running, "%ui", vmcf->max_running) = '\0';
     *ngx_sprintf(rows, "%ui", vmcf->max_batch_tokens) = '\0';
     *ngx_sprintf(cache, "%uz", vmcf->image_cache) = '\0';
+    *ngx_sprintf(pool, "%uz", vmcf->feature_pool) = '\0';
     *ngx_sprintf(ranks, "%ui", vmcf->tensor_parallel) = '\0';
 
     n = 0;
@@ -1012,6 +1015,8 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     argv[n++] = (char *) rows;
     argv[n++] = "--image-cache-bytes";
     argv[n++] = (char *) cache;
+    argv[n++] = "--feature-pool-bytes";
+    argv[n++] = (char *) pool;
     argv[n++] = "--tensor-parallel";
     argv[n++] = (char *) ranks;
 

@@ -58,6 +58,8 @@ typedef struct {
     ngx_uint_t           max_running;      /* sequences the engine runs */
     ngx_uint_t           max_batch_tokens; /* rows of one engine step */
     size_t               image_cache;      /* engine's feature cache, bytes */
+    size_t               feature_pool;     /* its feature pool; 0: sized
+                                              from the cache and ranks */
     ngx_uint_t           max_queued;       /* waiting beyond those */
     uint64_t             arena_size;       /* the zone less the slots */
 
