@@ -655,6 +655,30 @@ qr{\[emerg\] .*: "vlm_engine_cpus" has 1 CPU lists, one for each of the 2 ranks 
 
 
 
+=== TEST 36g: vlm_feature_pool: larger than a pool can be
+--- http_config
+    vlm_feature_pool 70000m;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_feature_pool" must be between 0 and 68719476736, not "70000m" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 36h: vlm_feature_pool: not a size
+--- http_config
+    vlm_feature_pool lots;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_feature_pool" directive invalid value in \S+nginx\.conf:\d+$}
+
+
+
 === TEST 37: vlm_health: not allowed at the http level
 --- http_config
     vlm_health;

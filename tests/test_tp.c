@@ -412,8 +412,9 @@ run_leader(const char *model, const prompt_t *pr, vlm_group_t *g,
 
 /*
  * pool: the feature pool's bytes (0: its default, room for the images; 1:
- * too small for any, every image through the host staging area); cache:
- * the image cache's
+ * too small for any, every image through the host staging area; -1: no
+ * shared pool, the vision tower split over the ranks, where it divides,
+ * and run by all of them); cache: the image cache's
  */
 static void
 check_plans_pool(const char *model, const char *ref_case, int n_images,
@@ -461,7 +462,10 @@ check_plans_pool(const char *model, const char *ref_case, int n_images,
 
     assert_int_equal(vlm_comm_shm_create(size, 64 * 1024, &fd, &err),
                      VLM_OK);
-    assert_int_equal(vlm_fpool_fd(&pool_fd, &err), VLM_OK);
+    pool_fd = -1;
+    if (pool != (size_t) -1) {
+        assert_int_equal(vlm_fpool_fd(&pool_fd, &err), VLM_OK);
+    }
 
     for (r = 0; r < size; r++) {
         pids[r] = fork();
@@ -483,7 +487,7 @@ check_plans_pool(const char *model, const char *ref_case, int n_images,
 
         params(&p, r, size, comm);
         p.feature_pool_fd = pool_fd;
-        p.feature_pool_bytes = pool;
+        p.feature_pool_bytes = pool != (size_t) -1 ? pool : 0;
         p.image_cache_bytes = cache;
         snprintf(path, sizeof(path), FIX "/%s", model);
 
@@ -514,7 +518,9 @@ check_plans_pool(const char *model, const char *ref_case, int n_images,
     }
 
     close(fd);
-    close(pool_fd);
+    if (pool_fd >= 0) {
+        close(pool_fd);
+    }
 
     if (res->status != 0) {
         fail_msg("%s/%s: rank 0 failed at step %d", model, ref_case,
@@ -528,7 +534,10 @@ check_plans_pool(const char *model, const char *ref_case, int n_images,
                       * pr.img[i].grid_w / 4 * res->hidden * sizeof(float);
     }
 
-    if (pool == 1) {
+    if (pool == (size_t) -1) {
+        assert_int_equal(res->transfers[0] + res->transfers[1], 0);
+
+    } else if (pool == 1) {
         assert_int_equal(res->transfers[0], 0);
         assert_int_equal(res->transfers[1], n_images);
         assert_int_equal(res->fallback_bytes, feat_bytes);
@@ -563,6 +572,7 @@ static void
 check_plans(const char *model, const char *ref_case, int n_images, int size)
 {
     check_plans_pool(model, ref_case, n_images, size, 0, 0);
+    check_plans_pool(model, ref_case, n_images, size, (size_t) -1, 0);
 }
 
 

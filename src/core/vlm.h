@@ -198,7 +198,9 @@ int vlm_prefill_busy(const vlm_model_t *model);
  * each one's features to the other ranks through the feature pool, which
  * they read instead of running the vision tower.
  *
- * vlm_prefill_encoding(): the next vlm_prefill_work() is an image's.
+ * vlm_prefill_encoding(): the next vlm_prefill_work() is an image's, for
+ * rank 0 alone (0 without a shared pool, params.feature_pool_fd -1: then
+ * every rank runs the tower, split over them where it divides).
  * vlm_prefill_image_put(): rank 0, after a vlm_prefill_work() that
  * finished an image: its features in a slice (the cache's entry, a pool
  * slice, or the host staging area) with consumers references; h->gen 0

@@ -1498,7 +1498,10 @@ vlm_prefill_image_done(vlm_model_t *m, int n_tok)
 int
 vlm_prefill_encoding(const vlm_model_t *m)
 {
-    return m->pf.seq != NULL && m->pf.image < m->pf.n_images;
+    /* without a shared pool, every rank runs the tower (split or whole) */
+    return m->tp.size > 1 && m->params.feature_pool_fd >= 0
+           && m->fpool != NULL && m->pf.seq != NULL
+           && m->pf.image < m->pf.n_images;
 }
 
 
