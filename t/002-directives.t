@@ -679,6 +679,68 @@ qr{\[emerg\] .*: "vlm_feature_pool" directive invalid value in \S+nginx\.conf:\d
 
 
 
+=== TEST 36i: vlm_engine_numa_nodes: node 0, which every host has
+--- http_config
+    vlm_engine_numa_nodes 0;
+--- config
+    location = /t { return 204; }
+--- request
+GET /t
+--- error_code: 204
+
+
+
+=== TEST 36j: vlm_engine_numa_nodes: a node this host does not have
+--- http_config
+    vlm_engine_numa_nodes 0 1000;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_engine_numa_nodes": this host has no NUMA node 1000 \(/sys/devices/system/node/node1000/cpulist\) \(2: No such file or directory\) in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 36k: vlm_engine_numa_nodes: not a node number
+--- http_config
+    vlm_engine_numa_nodes first;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_engine_numa_nodes": "first" is not a node number in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 36l: vlm_engine_numa_nodes and vlm_engine_cpus together
+--- http_config
+    vlm_engine_cpus 0;
+    vlm_engine_numa_nodes 0;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_engine_cpus" and "vlm_engine_numa_nodes" both place the ranks: set one of them in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 36m: vlm_engine_numa_nodes: a node a rank
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/good;
+    vlm_tensor_parallel 2;
+    vlm_engine_numa_nodes 0;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_engine_numa_nodes" has 1 nodes, one for each of the 2 ranks of "vlm_tensor_parallel" is needed in \S+nginx\.conf:\d+$}
+
+
+
 === TEST 37: vlm_health: not allowed at the http level
 --- http_config
     vlm_health;

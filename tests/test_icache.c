@@ -178,6 +178,7 @@ test_eviction_spares_referenced(void **state)
     vlm_fpool_stats_t    st;
     vlm_icache_key_t     a, b, c, d;
     vlm_fpool_handle_t   ha, h;
+    static uint8_t       src[POOL / 2];
 
     memset(&a, 0, sizeof(a));
     a.hash[0] = 1;
@@ -201,7 +202,7 @@ test_eviction_spares_referenced(void **state)
     assert_int_equal(f->cache.used, POOL / 4);
 
     /* a transfer that needs the pool: C goes, A stays */
-    assert_int_equal(vlm_fpool_put(f->pool, f->pixels, POOL / 2, 1, &h,
+    assert_int_equal(vlm_fpool_put(f->pool, src, POOL / 2, 1, &h,
                                    &err), VLM_OK);
     assert_int_equal(h.path, VLM_FPOOL_POOL);
     assert_null(vlm_icache_find(&f->cache, &c, NULL));

@@ -38,6 +38,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/mempolicy.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -67,6 +68,7 @@ typedef struct {
     const char          *backend;
     int                  comm_fd;       /* ranks 1..N-1: the group's */
     const char          *cpus;          /* a CPU list a rank, ':' apart */
+    const char          *numa;          /* a NUMA node a rank, ':' apart */
     vlm_model_params_t   params;
 } vlm_engine_args_t;
 
@@ -254,6 +256,53 @@ vlm_engine_pin(const char *cpus, int rank)
 }
 
 
+/*
+ * The rank's memory from its NUMA node first (--numa-nodes, which nginx
+ * gives with the node's CPUs as --cpus): the pages it touches from now
+ * on, its share of the weights among them
+ */
+static int
+vlm_engine_numa(const char *nodes, int rank)
+{
+    int            r;
+    long           node;
+    char          *end;
+    const char    *p;
+    unsigned long  mask[1024 / (8 * sizeof(unsigned long))];
+
+    p = nodes;
+
+    for (r = 0; r < rank && p != NULL; r++) {
+        p = strchr(p, ':');
+        p = p != NULL ? p + 1 : NULL;
+    }
+
+    node = p != NULL ? strtol(p, &end, 10) : -1;
+
+    if (p == NULL || end == p || node < 0 || node >= 1024
+        || (*end != ':' && *end != '\0'))
+    {
+        vlm_log(VLM_LOG_ERROR, "--numa-nodes \"%s\" has no node for rank %d",
+                nodes, rank);
+        return -1;
+    }
+
+    memset(mask, 0, sizeof(mask));
+    mask[node / (8 * sizeof(unsigned long))] |=
+        1UL << (node % (8 * sizeof(unsigned long)));
+
+    if (syscall(SYS_set_mempolicy, MPOL_PREFERRED, mask,
+                (unsigned long) (8 * sizeof(mask))) == -1)
+    {
+        vlm_log(VLM_LOG_ERROR, "rank %d: set_mempolicy(node %ld): %s", rank,
+                node, strerror(errno));
+        return -1;
+    }
+
+    return 0;
+}
+
+
 /* rank 0: a rank of the group exited; the others must not wait for it */
 static void
 vlm_engine_child(int signo)
@@ -393,6 +442,9 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
 
         } else if (strcmp(argv[i], "--cpus") == 0) {
             a->cpus = argv[++i];
+
+        } else if (strcmp(argv[i], "--numa-nodes") == 0) {
+            a->numa = argv[++i];
 
         } else if (strcmp(argv[i], "--comm-fd") == 0) {
             if (vlm_engine_int("--comm-fd", argv[++i], 0, 65535, &n)) {
@@ -621,6 +673,11 @@ vlm_engine_follow(vlm_engine_args_t *a, vlm_queue_t *q)
         return 1;
     }
 
+    if (a->numa != NULL && vlm_engine_numa(a->numa, a->params.tp_rank) != 0)
+    {
+        return 1;
+    }
+
     if (vlm_comm_shm_open(&comm, a->comm_fd, a->params.tp_rank, &err)
         != VLM_OK)
     {
@@ -779,6 +836,10 @@ main(int argc, char **argv)
     }
 
     if (args.cpus != NULL && vlm_engine_pin(args.cpus, 0) != 0) {
+        return 1;
+    }
+
+    if (args.numa != NULL && vlm_engine_numa(args.numa, 0) != 0) {
         return 1;
     }
     vlm_engine_queue = &q;

@@ -172,10 +172,13 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
            != vmcf->tensor_parallel)
     {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"vlm_engine_cpus\" has %ui CPU lists, one for "
+                           "\"%s\" has %ui %s, one for "
                            "each of the %ui ranks of \"vlm_tensor_parallel\" "
                            "is needed",
+                           vmcf->engine_numa.len ? "vlm_engine_numa_nodes"
+                                                 : "vlm_engine_cpus",
                            ngx_http_vlm_engine_cpu_lists(&vmcf->engine_cpus),
+                           vmcf->engine_numa.len ? "nodes" : "CPU lists",
                            vmcf->tensor_parallel);
         return NGX_CONF_ERROR;
     }
@@ -189,6 +192,7 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     ngx_crc32_update(&crc, (u_char *) &vmcf->tensor_parallel,
                      sizeof(ngx_uint_t));
     ngx_crc32_update(&crc, vmcf->engine_cpus.data, vmcf->engine_cpus.len);
+    ngx_crc32_update(&crc, vmcf->engine_numa.data, vmcf->engine_numa.len);
     ngx_crc32_update(&crc, (u_char *) &vmcf->max_running,
                      sizeof(ngx_uint_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->max_batch_tokens,
@@ -1023,6 +1027,11 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     if (vmcf->engine_cpus.len) {
         argv[n++] = "--cpus";
         argv[n++] = (char *) vmcf->engine_cpus.data;
+    }
+
+    if (vmcf->engine_numa.len) {
+        argv[n++] = "--numa-nodes";
+        argv[n++] = (char *) vmcf->engine_numa.data;
     }
     argv[n] = NULL;
 

@@ -49,6 +49,10 @@ typedef struct {
     ngx_str_t            engine_cpus;      /* a CPU list a rank, joined by
                                               ':'; NUL-terminated; len 0:
                                               none */
+    ngx_str_t            engine_numa;      /* a NUMA node a rank, joined by
+                                              ':'; NUL-terminated; len 0:
+                                              none (engine_cpus then holds
+                                              the nodes' CPUs) */
     size_t               max_image_pixels;
     ngx_int_t            max_images;
 
@@ -119,6 +123,8 @@ char *ngx_http_vlm_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
 char *ngx_http_vlm_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 char *ngx_http_vlm_thread_pool(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_vlm_engine_numa_nodes(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_vlm_engine_cpus(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
