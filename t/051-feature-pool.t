@@ -7,6 +7,8 @@
 # A mixed run (room for the smaller images only): each image by the path
 # its size allows, counted apart.  A rank killed in the middle of an image
 # request: the group comes back with no slice in use, and serves the same.
+# The first group is placed by vlm_engine_numa_nodes (node 0, both ranks:
+# this host has one node), which the engine applies with set_mempolicy.
 
 use strict;
 use warnings;
@@ -96,11 +98,24 @@ END { VLMTest::vlm_stop($srv) if $srv }
 
 # --- forced fallback: no image fits the pool
 
+# (the ranks placed by NUMA node: this host's one node, both of them)
 $srv = vlm_start(name => 'pool-host', port => 2006, http_config => <<'_EOC_');
     vlm_tensor_parallel 2;
-    vlm_engine_cpus 0 1;
+    vlm_engine_numa_nodes 0 0;
     vlm_feature_pool 64;
 _EOC_
+
+{
+    my $r = ranks($srv);
+    my $node = do { local @ARGV = '/sys/devices/system/node/node0/cpulist';
+                    my $l = <>; chomp $l; $l };
+
+    for my $rank (0, 1) {
+        open my $in, '<', "/proc/$r->{$rank}/status" or next;
+        my ($cpus) = join('', <$in>) =~ /^Cpus_allowed_list:\s*(\S+)/m;
+        is($cpus, $node, "rank $rank runs on node 0's CPUs ($node)");
+    }
+}
 
 my (%bytes, $before);
 $before = 0;
