@@ -687,6 +687,9 @@ qr{\[emerg\] .*: "vlm_feature_pool" directive invalid value in \S+nginx\.conf:\d
 --- request
 GET /t
 --- error_code: 204
+--- response_body
+--- no_error_log
+[emerg]
 
 
 
