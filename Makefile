@@ -18,7 +18,8 @@
 #                   engine and worker RSS and pools must stay flat
 #                   (bench/load.pl)
 #   make load-images  the same with 7 pictures of 1120x700 a request,
-#                   2,000 requests, served by models/default
+#                   2,000 requests, served by models/default (TP=N: by an
+#                   engine group of N ranks)
 
 ROOT      := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 BUILD     ?= $(ROOT)/build
@@ -253,7 +254,7 @@ load-images: all
 	    TEST_NGINX_LOAD_MODULES=$(MODULE) VLM_BUILD=$(BUILD) \
 	    perl -I$(ROOT)/t/lib bench/load.pl --workload images \
 	    --requests 2000 --warmup 1000 --concurrency $(LOAD_CONCURRENCY) \
-	    --port $(LOAD_PORT)
+	    --port $(LOAD_PORT) $(if $(TP),--tensor-parallel $(TP))
 
 run: deps
 	$(MAKE) -j$(NPROC) all

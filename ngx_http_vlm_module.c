@@ -116,6 +116,13 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       0,
       NULL },
 
+    { ngx_string("vlm_engine_numa_nodes"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_1MORE,
+      ngx_http_vlm_engine_numa_nodes,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("vlm_thread_pool"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_vlm_thread_pool,
@@ -163,6 +170,13 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       ngx_conf_set_size_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_vlm_main_conf_t, image_cache),
+      &ngx_http_vlm_image_cache_bounds },
+
+    { ngx_string("vlm_feature_pool"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, feature_pool),
       &ngx_http_vlm_image_cache_bounds },
 
     { ngx_string("vlm_max_queued"),

@@ -14,11 +14,17 @@
 #                              [--workload mixed|images] [--model DIR]
 #                              [--images 7] [--image-size 1120x700]
 #                              [--image-cache SIZE]
+#                              [--tensor-parallel N]
 #
 # --workload images is the image benchmark of VLM serving reports: every
 # request carries --images JPEG pictures of --image-size (shape scenes
 # drawn by tools/shapes_dataset.py) and asks about them, half of them
 # streamed; served by models/default unless --model says otherwise.
+#
+# --tensor-parallel N serves with an engine group of N ranks (rank r on
+# CPU r % the CPUs there are): each rank's private RSS (RssAnon) must stay
+# flat like the engine's, and at the end the feature pool must hold only
+# what the image cache keeps and its host staging area nothing.
 #
 # Exits 0 when every check passes.  make load runs it; t/010-load.t runs
 # a shorter one.
@@ -41,7 +47,18 @@ my %o = (requests => 1000, concurrency => 16, port => 1994,
 
 GetOptions(\%o, 'requests=i', 'concurrency=i', 'port=i', 'rss-growth=i',
            'warmup=i', 'name=s', 'workload=s', 'model=s', 'images=i',
-           'image-size=s', 'image-cache=s') or die "bad options\n";
+           'image-size=s', 'image-cache=s', 'tensor-parallel=i')
+    or die "bad options\n";
+
+my $ncpu = `nproc` + 0 || 1;
+my $conf = '';
+$conf .= "vlm_image_cache $o{'image-cache'};\n"
+    if defined $o{'image-cache'};
+$conf .= "vlm_tensor_parallel $o{'tensor-parallel'};\n"
+         . "vlm_engine_cpus "
+         . join(' ', map { $_ % $ncpu } 0 .. $o{'tensor-parallel'} - 1)
+         . ";\n"
+    if $o{'tensor-parallel'} && $o{'tensor-parallel'} > 1;
 
 die "--workload is mixed or images\n"
     if $o{workload} !~ /^(mixed|images)$/;
@@ -241,6 +258,24 @@ sub rss_detail {
 }
 
 
+# each engine rank's private resident memory (RssAnon), by rank
+sub ranks_rss {
+    my $srv = shift;
+    my %r;
+
+    for my $pid (vlm_engine_pids($srv)) {
+        open my $cmd, '<', "/proc/$pid/cmdline" or next;
+        my ($rank) = join(' ', split /\0/, do { local $/; <$cmd> })
+                     =~ /--rank (\d+)/;
+        open my $in, '<', "/proc/$pid/status" or next;
+        my ($anon) = join('', <$in>) =~ /^RssAnon:\s+(\d+) kB/m;
+        $r{$rank // 0} = ($anon // 0) * 1024;
+    }
+
+    return \%r;
+}
+
+
 # the nginx workers' resident memory, summed (they decode the images):
 # (private, shared); the shared part is the pages of the queue segment
 # they have touched, which grows up to the zone's size and no further
@@ -287,9 +322,7 @@ sub settle {
 my $srv = vlm_start(name => $o{name}, port => $o{port}, workers => 2,
                     model => $o{model},
                     $o{workload} eq 'images' ? (zone => '128m') : (),
-                    defined $o{'image-cache'}
-                        ? (http_config => "vlm_image_cache $o{'image-cache'};")
-                        : ());
+                    $conf ne '' ? (http_config => $conf) : ());
 $srv->{timeout} = 120;
 
 my $t0 = time;
@@ -303,6 +336,7 @@ my $m1 = settle($srv);
 my $rss1 = $m1->{vlm_engine_rss_bytes};
 my $detail1 = rss_detail($srv);
 my ($wrss1, $wshm1) = workers_rss($srv);
+my $ranks1 = ranks_rss($srv);
 
 my $t1 = time;
 $t = run_batch($srv, $warm, $o{requests}, $o{concurrency});
@@ -313,6 +347,7 @@ my $m2 = settle($srv);
 my $rss2 = $m2->{vlm_engine_rss_bytes};
 my $detail2 = rss_detail($srv);
 my ($wrss2, $wshm2) = workers_rss($srv);
+my $ranks2 = ranks_rss($srv);
 
 my $fail = 0;
 
@@ -341,6 +376,46 @@ printf "engine RSS at the end:        %d bytes (%+d) (%s)\n", $rss2,
 if ($rss2 - $rss1 > $o{'rss-growth'}) {
     print "FAIL: the engine grew by more than $o{'rss-growth'} bytes\n";
     $fail++;
+}
+
+if ($o{'tensor-parallel'} && $o{'tensor-parallel'} > 1) {
+    for my $r (sort { $a <=> $b } keys %$ranks2) {
+        my $d = $ranks2->{$r} - ($ranks1->{$r} // 0);
+
+        printf "rank %d private RSS (RssAnon) after %d requests: %d bytes, "
+               . "at the end: %d bytes (%+d)\n", $r, $warm,
+               $ranks1->{$r} // 0, $ranks2->{$r}, $d;
+
+        if (!defined $ranks1->{$r} || $d > $o{'rss-growth'}) {
+            print "FAIL: rank $r grew by more than $o{'rss-growth'} bytes "
+                  . "(or was restarted)\n";
+            $fail++;
+        }
+    }
+
+    printf "feature pool: %d of %d bytes used (peak %d), %d slices, "
+           . "staging %d of %d bytes; transfers: pool %d, host %d "
+           . "(%d bytes)\n",
+           map({ $m2->{$_} // -1 } qw(vlm_feature_pool_used_bytes
+               vlm_feature_pool_capacity_bytes vlm_feature_pool_peak_bytes
+               vlm_feature_pool_slices_in_use vlm_feature_staging_used_bytes
+               vlm_feature_staging_capacity_bytes)),
+           $m2->{'vlm_feature_transfers_total{path="pool"}'} // -1,
+           $m2->{'vlm_feature_transfers_total{path="host"}'} // -1,
+           $m2->{vlm_feature_fallback_bytes_total} // -1;
+
+    # what is left in the pool is what the image cache keeps, no more
+    if (($m2->{vlm_feature_pool_used_bytes} // -1)
+        != $m2->{vlm_image_cache_used_bytes})
+    {
+        print "FAIL: the feature pool holds more than the image cache\n";
+        $fail++;
+    }
+
+    if (($m2->{vlm_feature_staging_used_bytes} // -1) != 0) {
+        print "FAIL: vlm_feature_staging_used_bytes is not back to 0\n";
+        $fail++;
+    }
 }
 
 printf "nginx workers' private RSS after %d requests: %d bytes "

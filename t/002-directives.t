@@ -655,7 +655,96 @@ qr{\[emerg\] .*: "vlm_engine_cpus" has 1 CPU lists, one for each of the 2 ranks 
 
 
 
-=== TEST 36g: vlm_gpus: needs the cuda backend
+=== TEST 36g: vlm_feature_pool: larger than a pool can be
+--- http_config
+    vlm_feature_pool 70000m;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_feature_pool" must be between 0 and 68719476736, not "70000m" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 36h: vlm_feature_pool: not a size
+--- http_config
+    vlm_feature_pool lots;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_feature_pool" directive invalid value in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 36i: vlm_engine_numa_nodes: node 0, which every host has
+--- http_config
+    vlm_engine_numa_nodes 0;
+--- config
+    location = /t { return 204; }
+--- request
+GET /t
+--- error_code: 204
+--- response_body
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 36j: vlm_engine_numa_nodes: a node this host does not have
+--- http_config
+    vlm_engine_numa_nodes 0 1000;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_engine_numa_nodes": this host has no NUMA node 1000 \(/sys/devices/system/node/node1000/cpulist\) \(2: No such file or directory\) in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 36k: vlm_engine_numa_nodes: not a node number
+--- http_config
+    vlm_engine_numa_nodes first;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_engine_numa_nodes": "first" is not a node number in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 36l: vlm_engine_numa_nodes and vlm_engine_cpus together
+--- http_config
+    vlm_engine_cpus 0;
+    vlm_engine_numa_nodes 0;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_engine_cpus" and "vlm_engine_numa_nodes" both place the ranks: set one of them in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 36m: vlm_engine_numa_nodes: a node a rank
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/good;
+    vlm_tensor_parallel 2;
+    vlm_engine_numa_nodes 0;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_engine_numa_nodes" has 1 nodes, one for each of the 2 ranks of "vlm_tensor_parallel" is needed in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 36n: vlm_gpus: needs the cuda backend
 --- http_config
     vlm_model $TEST_NGINX_MODELS/good;
     vlm_gpus 0;
@@ -668,7 +757,7 @@ qr{\[emerg\] .*: "vlm_gpus" needs "vlm_backend cuda" in \S+nginx\.conf:\d+$}
 
 
 
-=== TEST 36h: vlm_gpus: not a device index
+=== TEST 36o: vlm_gpus: not a device index
 --- http_config
     vlm_gpus 0 x;
 --- config
@@ -680,7 +769,7 @@ qr{\[emerg\] .*: "vlm_gpus": "x" is not a device index \(0 to 1023\) in \S+nginx
 
 
 
-=== TEST 36i: vlm_gpus: a device a rank
+=== TEST 36p: vlm_gpus: a device a rank
 --- http_config
     vlm_model $TEST_NGINX_MODELS/good;
     vlm_backend cuda;
@@ -696,7 +785,7 @@ qr{\[emerg\] .*: "vlm_gpus" names 1 devices, one for each of the 2 ranks of "vlm
 
 
 
-=== TEST 36j: vlm_tensor_parallel on GPUs: an engine without NCCL
+=== TEST 36q: vlm_tensor_parallel on GPUs: an engine without NCCL
 --- http_config
     vlm_model $TEST_NGINX_MODELS/good;
     vlm_backend cuda;
@@ -711,7 +800,7 @@ qr{\[emerg\] .*: "vlm_tensor_parallel 2" with "vlm_backend cuda": the engine "[^
 
 
 
-=== TEST 36k: vlm_tensor_parallel on GPUs: two ranks on the devices named
+=== TEST 36r: vlm_tensor_parallel on GPUs: two ranks on the devices named
 --- http_config
     vlm_model $TEST_NGINX_MODELS/good;
     vlm_backend cuda;

@@ -1,8 +1,9 @@
 /*
  * Unit tests of the image feature cache's keys and lookups: the key is
  * XXH3-128 of the pixel values with the cache's own secret (drawn at
- * init), so two caches key the same picture differently; and an entry
- * is found only when its hash, grid and byte length all match.
+ * init), so two caches key the same picture differently; an entry
+ * is found only when its hash, grid and byte length all match; entries
+ * are feature pool slices, and eviction spares those a reader holds.
  */
 
 #include <stdarg.h>
@@ -24,8 +25,7 @@
 
 
 typedef struct {
-    vlm_backend_t  *be;
-    float          *pool;
+    vlm_fpool_t    *pool;
     vlm_icache_t    cache;
     float           pixels[PATCHES * PATCH_DIM];
     vlm_image_t     img;
@@ -38,17 +38,13 @@ setup(void **state)
     int                 i;
     fixture_t          *f;
     vlm_error_t         err;
-    vlm_backend_conf_t  conf = { .n_threads = 1, .max_ctx = 64 };
 
     f = calloc(1, sizeof(fixture_t));
     assert_non_null(f);
 
-    assert_int_equal(vlm_backend_cpu_init(&f->be, &conf, &err), VLM_OK);
-
-    f->pool = f->be->ops->alloc(f->be, POOL);
-    assert_non_null(f->pool);
-
-    assert_int_equal(vlm_icache_init(&f->cache, f->be, f->pool, POOL, &err),
+    assert_int_equal(vlm_fpool_open(&f->pool, &vlm_fpool_cpu_ops, -1, POOL,
+                                    0, 1, &err), VLM_OK);
+    assert_int_equal(vlm_icache_init(&f->cache, f->pool, POOL, &err),
                      VLM_OK);
 
     for (i = 0; i < PATCHES * PATCH_DIM; i++) {
@@ -71,8 +67,7 @@ teardown(void **state)
 {
     fixture_t  *f = *state;
 
-    f->be->ops->release(f->be, f->pool);
-    f->be->ops->free(f->be);
+    vlm_fpool_close(f->pool);
     free(f);
 
     return 0;
@@ -107,7 +102,7 @@ test_key_is_keyed_xxh3(void **state)
     /* another cache draws another secret: the same picture keys apart */
     other = calloc(1, sizeof(vlm_icache_t));
     assert_non_null(other);
-    assert_int_equal(vlm_icache_init(other, f->be, f->pool, POOL, &err),
+    assert_int_equal(vlm_icache_init(other, f->pool, POOL, &err),
                      VLM_OK);
     assert_memory_not_equal(other->secret, f->cache.secret,
                             sizeof(other->secret));
@@ -132,41 +127,100 @@ test_hit_needs_grid_and_length(void **state)
 
     vlm_icache_key(&f->cache, &f->img, PATCH_DIM, &key);
 
-    slot = vlm_icache_insert(&f->cache, &key, 8);
+    slot = vlm_icache_insert(&f->cache, &key, 8, NULL);
     assert_non_null(slot);
 
-    assert_ptr_equal(vlm_icache_find(&f->cache, &key), slot);
+    assert_ptr_equal(vlm_icache_find(&f->cache, &key, NULL), slot);
     assert_int_equal(f->cache.hits, 1);
 
     /* the same hash with another grid of as many patches: no match */
     probe = key;
     probe.grid_h = 2;
     probe.grid_w = 8;
-    assert_null(vlm_icache_find(&f->cache, &probe));
+    assert_null(vlm_icache_find(&f->cache, &probe, NULL));
 
     probe = key;
     probe.grid_t = 2;
     probe.grid_h = 2;
-    assert_null(vlm_icache_find(&f->cache, &probe));
+    assert_null(vlm_icache_find(&f->cache, &probe, NULL));
 
     /* the same hash and grid, another byte length: no match */
     probe = key;
     probe.bytes = key.bytes / 2;
-    assert_null(vlm_icache_find(&f->cache, &probe));
+    assert_null(vlm_icache_find(&f->cache, &probe, NULL));
 
     /* the same grid and length, a hash that differs in one half */
     probe = key;
     probe.hash[1] ^= 1;
-    assert_null(vlm_icache_find(&f->cache, &probe));
+    assert_null(vlm_icache_find(&f->cache, &probe, NULL));
 
     probe = key;
     probe.hash[0] ^= 1;
-    assert_null(vlm_icache_find(&f->cache, &probe));
+    assert_null(vlm_icache_find(&f->cache, &probe, NULL));
 
     assert_int_equal(f->cache.hits, 1);
     assert_int_equal(f->cache.misses, 5);
 
-    assert_ptr_equal(vlm_icache_find(&f->cache, &key), slot);
+    assert_ptr_equal(vlm_icache_find(&f->cache, &key, NULL), slot);
+}
+
+
+/*
+ * The entries are feature pool slices: one a reader references (a prefill
+ * handing it to the other ranks) is not evicted, neither for the cache's
+ * budget nor when a transfer needs the pool's room; once read, it goes.
+ */
+static void
+test_eviction_spares_referenced(void **state)
+{
+    fixture_t           *f = *state;
+    vlm_error_t          err;
+    vlm_fpool_stats_t    st;
+    vlm_icache_key_t     a, b, c, d;
+    vlm_fpool_handle_t   ha, h;
+    static uint8_t       src[POOL / 2];
+
+    memset(&a, 0, sizeof(a));
+    a.hash[0] = 1;
+    b = a;
+    b.hash[0] = 2;
+    c = a;
+    c.hash[0] = 3;
+    d = a;
+    d.hash[0] = 4;
+
+    /* two entries fill the budget (and the pool); a reader holds A */
+    assert_non_null(vlm_icache_insert(&f->cache, &a, POOL / 8, &ha));
+    assert_non_null(vlm_icache_insert(&f->cache, &b, POOL / 8, NULL));
+    assert_int_equal(vlm_fpool_share(f->pool, &ha, 1, &err), VLM_OK);
+
+    /* C evicts B, the older A is referenced */
+    assert_non_null(vlm_icache_insert(&f->cache, &c, POOL / 8, NULL));
+    assert_non_null(vlm_icache_find(&f->cache, &a, &h));
+    assert_memory_equal(&h, &ha, sizeof(h));
+    assert_null(vlm_icache_find(&f->cache, &b, NULL));
+    assert_int_equal(f->cache.used, POOL / 4);
+
+    /* a transfer that needs the pool: C goes, A stays */
+    assert_int_equal(vlm_fpool_put(f->pool, src, POOL / 2, 1, &h,
+                                   &err), VLM_OK);
+    assert_int_equal(h.path, VLM_FPOOL_POOL);
+    assert_null(vlm_icache_find(&f->cache, &c, NULL));
+    assert_non_null(vlm_icache_find(&f->cache, &a, NULL));
+    assert_int_equal(vlm_fpool_release(f->pool, &h, &err), VLM_OK);
+
+    /* the reader done: A is the cache's alone and may go */
+    assert_int_equal(vlm_fpool_release(f->pool, &ha, &err), VLM_OK);
+    assert_int_equal(vlm_fpool_refs(f->pool, &ha), 1);
+    assert_non_null(vlm_icache_insert(&f->cache, &c, POOL / 8, NULL));
+    assert_non_null(vlm_icache_insert(&f->cache, &d, POOL / 8, NULL));
+    assert_null(vlm_icache_find(&f->cache, &a, NULL));
+    assert_int_equal(vlm_fpool_refs(f->pool, &ha), 0);
+
+    /* what the cache keeps is what the pool counts */
+    vlm_fpool_stats(f->pool, &st);
+    assert_int_equal(st.used[VLM_FPOOL_POOL], f->cache.used * sizeof(float));
+    assert_int_equal(st.slices[VLM_FPOOL_POOL], 2);
 }
 
 
@@ -179,11 +233,11 @@ test_off(void **state)
 
     (void) state;
 
-    assert_int_equal(vlm_icache_init(&c, NULL, NULL, 0, &err), VLM_OK);
+    assert_int_equal(vlm_icache_init(&c, NULL, 0, &err), VLM_OK);
     memset(&key, 0, sizeof(key));
 
-    assert_null(vlm_icache_insert(&c, &key, 8));
-    assert_null(vlm_icache_find(&c, &key));
+    assert_null(vlm_icache_insert(&c, &key, 8, NULL));
+    assert_null(vlm_icache_find(&c, &key, NULL));
 }
 
 
@@ -194,6 +248,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_key_is_keyed_xxh3, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_hit_needs_grid_and_length,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_eviction_spares_referenced,
                                         setup, teardown),
         cmocka_unit_test(test_off),
     };

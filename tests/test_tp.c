@@ -39,6 +39,7 @@
 #include "core/vlm_npy.h"
 #include "vlm_test.h"
 #include "backend/vlm_comm.h"
+#include "backend/vlm_fpool.h"
 #include "engine/vlm_group.h"
 
 
@@ -55,6 +56,10 @@ typedef struct {
     int32_t  tokens[GREEDY];
     int      kv_used, seqs_used;        /* after the sequence is freed */
     uint64_t allocs;
+    int      hidden;
+    uint64_t transfers[2];              /* feature pool: by path */
+    uint64_t fallback_bytes;
+    int      slices;                    /* held at the end */
 } result_t;
 
 
@@ -414,15 +419,28 @@ run_leader(const char *model, const prompt_t *pr, vlm_group_t *g,
     res->kv_used = st.kv_blocks_used;
     res->seqs_used = st.seqs_used;
     res->allocs = st.backend_allocs;
+    res->hidden = vlm_model_info(m)->hidden_size;
+    res->transfers[0] = st.transfers_pool;
+    res->transfers[1] = st.transfers_host;
+    res->fallback_bytes = st.fallback_bytes;
+    res->slices = st.pool_slices;
 
     res->status = 0;
 }
 
 
+/*
+ * pool: the feature pool's bytes (0: its default, room for the images; 1:
+ * too small for any, every image through the host staging area; -1: no
+ * shared pool, the vision tower split over the ranks, where it divides,
+ * and run by all of them); cache: the image cache's
+ */
 static void
-check_plans(const char *model, const char *ref_case, int n_images, int size)
+check_plans_pool(const char *model, const char *ref_case, int n_images,
+    int size, size_t pool, size_t cache)
 {
-    int                  fd, r, i, status;
+    int                  fd, pool_fd, r, i, status;
+    uint64_t             feat_bytes;
     char                 path[256];
     pid_t                pids[VLM_COMM_MAX_WORLD];
     float               *arena;
@@ -463,6 +481,10 @@ check_plans(const char *model, const char *ref_case, int n_images, int size)
 
     assert_int_equal(vlm_comm_shm_create(size, 64 * 1024, &fd, &err),
                      VLM_OK);
+    pool_fd = -1;
+    if (pool != (size_t) -1) {
+        assert_int_equal(vlm_fpool_fd(&pool_fd, &err), VLM_OK);
+    }
 
     for (r = 0; r < size; r++) {
         pids[r] = fork();
@@ -483,6 +505,9 @@ check_plans(const char *model, const char *ref_case, int n_images, int size)
         }
 
         params(&p, r, size, comm);
+        p.feature_pool_fd = pool_fd;
+        p.feature_pool_bytes = pool != (size_t) -1 ? pool : 0;
+        p.image_cache_bytes = cache;
         snprintf(path, sizeof(path), FIX "/%s", model);
 
         if (vlm_model_load(&m, path, &p, &err) != VLM_OK
@@ -512,11 +537,39 @@ check_plans(const char *model, const char *ref_case, int n_images, int size)
     }
 
     close(fd);
+    if (pool_fd >= 0) {
+        close(pool_fd);
+    }
 
     if (res->status != 0) {
         fail_msg("%s/%s: rank 0 failed at step %d", model, ref_case,
                  res->status);
     }
+
+    /* every image went to the other ranks by the path the pool allowed */
+    feat_bytes = 0;
+    for (i = 0; i < n_images; i++) {
+        feat_bytes += (uint64_t) pr.img[i].grid_t * pr.img[i].grid_h
+                      * pr.img[i].grid_w / 4 * res->hidden * sizeof(float);
+    }
+
+    /* DeepStack's levels are not handed over: every rank runs the tower */
+    if (pool == (size_t) -1 || strncmp(model, "qwen3vl", 7) == 0) {
+        assert_int_equal(res->transfers[0] + res->transfers[1], 0);
+
+    } else if (pool == 1) {
+        assert_int_equal(res->transfers[0], 0);
+        assert_int_equal(res->transfers[1], n_images);
+        assert_int_equal(res->fallback_bytes, feat_bytes);
+
+    } else {
+        assert_int_equal(res->transfers[0], n_images);
+        assert_int_equal(res->transfers[1], 0);
+        assert_int_equal(res->fallback_bytes, 0);
+    }
+
+    /* read by every rank: only what the cache keeps is left */
+    assert_int_equal(res->slices, cache > 0 ? n_images : 0);
 
     d = vlm_test_rel_l2(res->logits, one.logits, (size_t) one.n_vocab);
     if (d > tolerance(model)) {
@@ -532,6 +585,14 @@ check_plans(const char *model, const char *ref_case, int n_images, int size)
     munmap(res, sizeof(result_t));
     munmap(arena, bytes + 4096);
     free_prompt(&pr);
+}
+
+
+static void
+check_plans(const char *model, const char *ref_case, int n_images, int size)
+{
+    check_plans_pool(model, ref_case, n_images, size, 0, 0);
+    check_plans_pool(model, ref_case, n_images, size, (size_t) -1, 0);
 }
 
 
@@ -603,6 +664,21 @@ test_quant_refused(void **state)
 }
 
 
+/*
+ * The images' features reach the other ranks through the feature pool,
+ * from the image cache's own slices when it keeps them, or through the
+ * host staging area when the pool is too small: the same logits either
+ * way, every transfer counted by its path.
+ */
+static void
+test_group_feature_pool(void **state)
+{
+    check_plans_pool("qwen2vl-f32", "image2", 2, 2, 1, 0);
+    check_plans_pool("qwen25vl-f32", "image1", 1, 4, 1, 0);
+    check_plans_pool("qwen2vl-f32", "image2", 2, 2, 0, 1 << 20);
+}
+
+
 /* 4 heads over 3 or 8 ranks do not split */
 static void
 test_refused(void **state)
@@ -650,6 +726,7 @@ main(void)
         cmocka_unit_test(test_group_plans),
         cmocka_unit_test(test_quant),
         cmocka_unit_test(test_quant_refused),
+        cmocka_unit_test(test_group_feature_pool),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

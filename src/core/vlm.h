@@ -53,6 +53,17 @@ typedef struct {
     int                  tp_rank;
     int                  tp_size;
     struct vlm_comm_s   *comm;
+
+    /*
+     * The feature pool (backend/vlm_fpool.h): bytes of the region that
+     * holds the image feature cache's entries and the images' features on
+     * their way from rank 0 to the other ranks (0: the image cache's size,
+     * plus room for two of the largest images with more than one rank),
+     * and the segment all the ranks of a group map it from (a memfd made
+     * with vlm_fpool_fd() before they start; -1: this process's own)
+     */
+    size_t               feature_pool_bytes;
+    int                  feature_pool_fd;
 } vlm_model_params_t;
 
 
@@ -106,6 +117,16 @@ typedef struct {
     uint64_t    image_cache_misses;
     uint64_t    comm_calls;         /* tensor-parallel collectives */
     uint64_t    comm_ns;            /* time in them, waits included */
+    size_t      kv_bytes;           /* this rank's KV cache */
+    size_t      pool_capacity;      /* the feature pool */
+    size_t      pool_used;
+    size_t      pool_peak;
+    int         pool_slices;        /* in use, the host's too */
+    size_t      staging_capacity;   /* its host staging area */
+    size_t      staging_used;
+    uint64_t    transfers_pool;     /* images handed to the other ranks */
+    uint64_t    transfers_host;     /* of those, through the host */
+    uint64_t    fallback_bytes;
 } vlm_model_stats_t;
 
 
@@ -171,6 +192,29 @@ vlm_status_t vlm_prefill_work(vlm_model_t *model, int *done,
     vlm_error_t *err);
 void vlm_prefill_cancel(vlm_model_t *model);
 int vlm_prefill_busy(const vlm_model_t *model);
+
+/*
+ * The images of a prefill in a tensor-parallel group (engine/vlm_group.h):
+ * rank 0 alone encodes them (or finds them in the image cache) and hands
+ * each one's features to the other ranks through the feature pool, which
+ * they read instead of running the vision tower.
+ *
+ * vlm_prefill_encoding(): the next vlm_prefill_work() is an image's, for
+ * rank 0 alone (0 without a shared pool, params.feature_pool_fd -1: then
+ * every rank runs the tower, split over them where it divides).
+ * vlm_prefill_image_put(): rank 0, after a vlm_prefill_work() that
+ * finished an image: its features in a slice (the cache's entry, a pool
+ * slice, or the host staging area) with consumers references; h->gen 0
+ * when that work finished none.  vlm_prefill_image_get(): the other
+ * ranks, the next image's features from that slice (its reference
+ * dropped).
+ */
+struct vlm_fpool_handle_s;
+int vlm_prefill_encoding(const vlm_model_t *model);
+vlm_status_t vlm_prefill_image_put(vlm_model_t *model, int consumers,
+    struct vlm_fpool_handle_s *h, vlm_error_t *err);
+vlm_status_t vlm_prefill_image_get(vlm_model_t *model,
+    const struct vlm_fpool_handle_s *h, vlm_error_t *err);
 
 /* appends tokens[i] to seqs[i] for i < n and computes their logits */
 vlm_status_t vlm_decode(vlm_model_t *model, vlm_seq_t *const *seqs,

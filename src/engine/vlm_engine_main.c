@@ -42,6 +42,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/mempolicy.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -51,6 +52,7 @@
 #include "core/vlm.h"
 #include "backend/vlm_backend.h"
 #include "backend/vlm_comm.h"
+#include "backend/vlm_fpool.h"
 #include "queue/vlm_queue.h"
 #include "vlm_group.h"
 #include "vlm_sched.h"
@@ -71,6 +73,7 @@ typedef struct {
     int                  comm_fd;       /* ranks 1..N-1: the group's */
     const char          *cpus;          /* a CPU list a rank, ':' apart */
     const char          *gpus;          /* a device a rank, ',' apart */
+    const char          *numa;          /* a NUMA node a rank, ':' apart */
     vlm_model_params_t   params;
 } vlm_engine_args_t;
 
@@ -252,6 +255,53 @@ vlm_engine_pin(const char *cpus, int rank)
     if (sched_setaffinity(0, sizeof(set), &set) == -1) {
         vlm_log(VLM_LOG_ERROR, "rank %d: sched_setaffinity(%s): %s", rank,
                 cpus, strerror(errno));
+        return -1;
+    }
+
+    return 0;
+}
+
+
+/*
+ * The rank's memory from its NUMA node first (--numa-nodes, which nginx
+ * gives with the node's CPUs as --cpus): the pages it touches from now
+ * on, its share of the weights among them
+ */
+static int
+vlm_engine_numa(const char *nodes, int rank)
+{
+    int            r;
+    long           node;
+    char          *end;
+    const char    *p;
+    unsigned long  mask[1024 / (8 * sizeof(unsigned long))];
+
+    p = nodes;
+
+    for (r = 0; r < rank && p != NULL; r++) {
+        p = strchr(p, ':');
+        p = p != NULL ? p + 1 : NULL;
+    }
+
+    node = p != NULL ? strtol(p, &end, 10) : -1;
+
+    if (p == NULL || end == p || node < 0 || node >= 1024
+        || (*end != ':' && *end != '\0'))
+    {
+        vlm_log(VLM_LOG_ERROR, "--numa-nodes \"%s\" has no node for rank %d",
+                nodes, rank);
+        return -1;
+    }
+
+    memset(mask, 0, sizeof(mask));
+    mask[node / (8 * sizeof(unsigned long))] |=
+        1UL << (node % (8 * sizeof(unsigned long)));
+
+    if (syscall(SYS_set_mempolicy, MPOL_PREFERRED, mask,
+                (unsigned long) (8 * sizeof(mask))) == -1)
+    {
+        vlm_log(VLM_LOG_ERROR, "rank %d: set_mempolicy(node %ld): %s", rank,
+                node, strerror(errno));
         return -1;
     }
 
@@ -451,12 +501,32 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
         } else if (strcmp(argv[i], "--gpus") == 0) {
             a->gpus = argv[++i];
 
+        } else if (strcmp(argv[i], "--numa-nodes") == 0) {
+            a->numa = argv[++i];
+
         } else if (strcmp(argv[i], "--comm-fd") == 0) {
             if (vlm_engine_int("--comm-fd", argv[++i], 0, 65535, &n)) {
                 return -1;
             }
 
             a->comm_fd = (int) n;
+
+        } else if (strcmp(argv[i], "--feature-pool-bytes") == 0) {
+            if (vlm_engine_int("--feature-pool-bytes", argv[++i], 0,
+                               1L << 40, &n))
+            {
+                return -1;
+            }
+
+            a->params.feature_pool_bytes = (size_t) n;
+
+        } else if (strcmp(argv[i], "--feature-pool-fd") == 0) {
+            if (vlm_engine_int("--feature-pool-fd", argv[++i], 0, 65535, &n))
+            {
+                return -1;
+            }
+
+            a->params.feature_pool_fd = (int) n;
 
         } else if (strcmp(argv[i], "--kv-blocks") == 0) {
             if (vlm_engine_int("--kv-blocks", argv[++i], 0, 1 << 24, &n)) {
@@ -478,11 +548,12 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
     }
 
     if (a->params.tp_rank >= a->params.tp_size
-        || (a->params.tp_rank > 0) != (a->comm_fd >= 0))
+        || (a->params.tp_rank > 0) != (a->comm_fd >= 0)
+        || (a->params.tp_rank > 0) != (a->params.feature_pool_fd >= 0))
     {
         vlm_log(VLM_LOG_ERROR, "--rank %d of --tensor-parallel %d needs "
-                "--comm-fd, and only a rank above 0 takes one",
-                a->params.tp_rank, a->params.tp_size);
+                "--comm-fd and --feature-pool-fd, and only a rank above 0 "
+                "takes them", a->params.tp_rank, a->params.tp_size);
         return -1;
     }
 
@@ -546,10 +617,11 @@ vlm_engine_rss(void)
  * binary with this process's options plus their rank and the segment.
  */
 static int
-vlm_engine_start_ranks(int argc, char **argv, int n, vlm_comm_t **comm)
+vlm_engine_start_ranks(int argc, char **argv, int n, vlm_comm_t **comm,
+    int *pool_fd)
 {
     int                r, fd;
-    char             **av, rank[16], cfd[16];
+    char             **av, rank[16], cfd[16], pfd[16];
     pid_t              pid;
     vlm_error_t        err;
     struct sigaction   sa;
@@ -557,6 +629,12 @@ vlm_engine_start_ranks(int argc, char **argv, int n, vlm_comm_t **comm)
     if (vlm_comm_shm_create(n, VLM_ENGINE_COMM_CHUNK, &fd, &err) != VLM_OK
         || vlm_comm_shm_open(comm, fd, 0, &err) != VLM_OK)
     {
+        vlm_log(VLM_LOG_ERROR, "%s", err.msg);
+        return -1;
+    }
+
+    /* the feature pool's segment: every rank sizes and maps it at load */
+    if (vlm_fpool_fd(pool_fd, &err) != VLM_OK) {
         vlm_log(VLM_LOG_ERROR, "%s", err.msg);
         return -1;
     }
@@ -569,7 +647,7 @@ vlm_engine_start_ranks(int argc, char **argv, int n, vlm_comm_t **comm)
     sigaction(SIGCHLD, &sa, NULL);
 
     /* lives until the ranks are started; they exec at once */
-    av = malloc((argc + 5) * sizeof(char *));
+    av = malloc((argc + 7) * sizeof(char *));
     if (av == NULL) {
         vlm_log(VLM_LOG_ERROR, "no memory");
         return -1;
@@ -580,8 +658,11 @@ vlm_engine_start_ranks(int argc, char **argv, int n, vlm_comm_t **comm)
     av[argc + 1] = rank;
     av[argc + 2] = "--comm-fd";
     av[argc + 3] = cfd;
-    av[argc + 4] = NULL;
+    av[argc + 4] = "--feature-pool-fd";
+    av[argc + 5] = pfd;
+    av[argc + 6] = NULL;
     snprintf(cfd, sizeof(cfd), "%d", fd);
+    snprintf(pfd, sizeof(pfd), "%d", *pool_fd);
 
     for (r = 1; r < n; r++) {
         snprintf(rank, sizeof(rank), "%d", r);
@@ -608,6 +689,35 @@ vlm_engine_start_ranks(int argc, char **argv, int n, vlm_comm_t **comm)
 }
 
 
+/* a rank's memory as it loaded, for /metrics (and its log) */
+static void
+vlm_engine_rank_memory(vlm_queue_t *q, vlm_model_t *model, int rank,
+    int size)
+{
+    vlm_model_stats_t  st;
+
+    if (rank >= VLM_METRICS_RANKS) {
+        return;
+    }
+
+    vlm_model_stats(model, &st);
+    atomic_store(&q->metrics->ranks[rank].weight_bytes,
+                 st.decode_weight_bytes);
+    atomic_store(&q->metrics->ranks[rank].buffer_bytes, st.backend_bytes);
+    atomic_store(&q->metrics->ranks[rank].kv_bytes, st.kv_bytes);
+
+    if (rank == 0) {
+        atomic_store(&q->metrics->n_ranks, (uint32_t) size);
+    }
+
+    vlm_log(VLM_LOG_INFO, "rank %d of %d: %zu MB of decoder weights, %zu MB "
+            "of buffers (KV cache %zu MB), feature pool %zu KB, host "
+            "staging %zu KB", rank, size, st.decode_weight_bytes >> 20,
+            st.backend_bytes >> 20, st.kv_bytes >> 20,
+            st.pool_capacity >> 10, st.staging_capacity >> 10);
+}
+
+
 /* ranks 1..N-1: the model's share, then rank 0's calls until it stops */
 static int
 vlm_engine_follow(vlm_engine_args_t *a, vlm_queue_t *q)
@@ -626,6 +736,11 @@ vlm_engine_follow(vlm_engine_args_t *a, vlm_queue_t *q)
     }
 
     if (a->cpus != NULL && vlm_engine_pin(a->cpus, a->params.tp_rank) != 0) {
+        return 1;
+    }
+
+    if (a->numa != NULL && vlm_engine_numa(a->numa, a->params.tp_rank) != 0)
+    {
         return 1;
     }
 
@@ -656,6 +771,8 @@ vlm_engine_follow(vlm_engine_args_t *a, vlm_queue_t *q)
         vlm_model_free(model);
         goto done;
     }
+
+    vlm_engine_rank_memory(q, model, a->params.tp_rank, a->params.tp_size);
 
     /* loaded: rank 0 serves once every rank is here */
     if (comm->ops->barrier(comm) == VLM_OK) {
@@ -788,6 +905,10 @@ main(int argc, char **argv)
     if (args.cpus != NULL && vlm_engine_pin(args.cpus, 0) != 0) {
         return 1;
     }
+
+    if (args.numa != NULL && vlm_engine_numa(args.numa, 0) != 0) {
+        return 1;
+    }
     vlm_engine_queue = &q;
 
     /* exits with the nginx master, which cannot tell us otherwise */
@@ -805,7 +926,8 @@ main(int argc, char **argv)
     if (args.params.tp_size > 1) {
         vlm_engine_device_group = strcmp(args.backend, "cpu") != 0;
 
-        if (vlm_engine_start_ranks(argc, argv, args.params.tp_size, &comm)
+        if (vlm_engine_start_ranks(argc, argv, args.params.tp_size, &comm,
+                                   &args.params.feature_pool_fd)
             != 0)
         {
             return 1;
@@ -836,6 +958,8 @@ main(int argc, char **argv)
                 "while loading", (int) vlm_engine_rank_exited);
         return vlm_engine_fail(args.model_dir);
     }
+
+    vlm_engine_rank_memory(&q, model, 0, args.params.tp_size);
 
     if (vlm_tokenizer_load(&tok, args.model_dir, &err) != VLM_OK) {
         vlm_log(VLM_LOG_ERROR, "loading the tokenizer of %s: %s",

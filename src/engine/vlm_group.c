@@ -3,11 +3,19 @@
  * model calls as plans broadcast to the other ranks, which make the same
  * calls.  A plan is a fixed header, then (for prefill and steps) one
  * payload of token ids, step items and image descriptions.
+ *
+ * The images of a prefill are rank 0's alone: it runs the vision tower
+ * (or finds the image in the cache) and sends each image's features as a
+ * feature pool slice (offset and generation, vlm_fpool.h), which the
+ * other ranks read instead of encoding, dropping their references; then
+ * the group meets in a barrier, so that the host staging area, when the
+ * pool had no room, is free again for the next image.
  */
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/vlm_fpool.h"
 #include "vlm_group.h"
 
 
@@ -18,7 +26,8 @@ typedef enum {
     VLM_GROUP_PREFILL_WORK,
     VLM_GROUP_PREFILL_CANCEL,
     VLM_GROUP_STEP,
-    VLM_GROUP_STOP
+    VLM_GROUP_STOP,
+    VLM_GROUP_IMAGE                     /* an image's features: a slice */
 } vlm_group_op_t;
 
 
@@ -291,7 +300,40 @@ vlm_group_prefill_start(vlm_group_t *g, vlm_seq_t *seq, const int32_t *ids,
 vlm_status_t
 vlm_group_prefill_work(vlm_group_t *g, int *done, vlm_error_t *err)
 {
-    vlm_status_t  rc;
+    vlm_status_t        rc;
+    vlm_error_t         e;
+    vlm_fpool_handle_t  h;
+
+    if (g->comm != NULL && vlm_prefill_encoding(g->model)) {
+        rc = vlm_prefill_work(g->model, done, err);
+
+        if (rc == VLM_OK) {
+            rc = vlm_prefill_image_put(g->model, g->comm->world - 1, &h, err);
+        }
+
+        if (rc != VLM_OK) {
+            vlm_prefill_cancel(g->model);
+            (void) vlm_group_send(g, VLM_GROUP_PREFILL_CANCEL, -1, 0, 0, 0,
+                                  &e);
+            return rc;
+        }
+
+        if (h.gen == 0) {
+            return VLM_OK;
+        }
+
+        memcpy(g->payload, &h, sizeof(vlm_fpool_handle_t));
+
+        rc = vlm_group_send(g, VLM_GROUP_IMAGE, -1, 0, 0,
+                            sizeof(vlm_fpool_handle_t), err);
+
+        if (rc == VLM_OK && g->comm->ops->barrier(g->comm) != VLM_OK) {
+            rc = vlm_error_set(err, VLM_ERR_INTERNAL, "group: a rank of the "
+                               "tensor-parallel group is gone");
+        }
+
+        return rc;
+    }
 
     rc = vlm_group_send(g, VLM_GROUP_PREFILL_WORK, -1, 0, 0, 0, err);
     if (rc != VLM_OK) {
@@ -377,6 +419,7 @@ vlm_group_replay(vlm_group_t *g, const vlm_group_plan_t *plan,
     size_t                    size;
     vlm_seq_t                *seq;
     vlm_status_t              rc;
+    vlm_fpool_handle_t        h;
     const vlm_group_item_t   *gi;
     const vlm_group_image_t  *im;
 
@@ -439,7 +482,31 @@ vlm_group_replay(vlm_group_t *g, const vlm_group_plan_t *plan,
                                      NULL, err);
         return VLM_OK;
 
+    case VLM_GROUP_IMAGE:
+        if (plan->payload != sizeof(vlm_fpool_handle_t)) {
+            break;
+        }
+
+        memcpy(&h, g->payload, sizeof(vlm_fpool_handle_t));
+
+        rc = vlm_prefill_image_get(g->model, &h, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        if (g->comm->ops->barrier(g->comm) != VLM_OK) {
+            return vlm_error_set(err, VLM_ERR_INTERNAL,
+                                 "group: rank 0 is gone");
+        }
+
+        return VLM_OK;
+
     case VLM_GROUP_PREFILL_WORK:
+        if (vlm_prefill_encoding(g->model)) {
+            /* rank 0 has sent every image's features before */
+            break;
+        }
+
         rc = vlm_prefill_work(g->model, &done, err);
 
         /* the prefill's own error is rank 0's too; a failed collective is

@@ -188,6 +188,26 @@ vlm_sched_free(vlm_sched_t *s)
 }
 
 
+/* the feature pool's gauges: one pool, shared by every rank */
+static void
+vlm_sched_publish_pool(vlm_metrics_t *m, const vlm_model_stats_t *st,
+    const vlm_model_stats_t *last)
+{
+    atomic_store(&m->fpool_capacity, st->pool_capacity);
+    atomic_store(&m->fpool_used, st->pool_used);
+    atomic_store(&m->fpool_peak, st->pool_peak);
+    atomic_store(&m->fpool_slices, (uint64_t) st->pool_slices);
+    atomic_store(&m->staging_capacity, st->staging_capacity);
+    atomic_store(&m->staging_used, st->staging_used);
+    atomic_fetch_add(&m->feature_transfers[0],
+                     st->transfers_pool - last->transfers_pool);
+    atomic_fetch_add(&m->feature_transfers[1],
+                     st->transfers_host - last->transfers_host);
+    atomic_fetch_add(&m->feature_fallback_bytes,
+                     st->fallback_bytes - last->fallback_bytes);
+}
+
+
 void
 vlm_sched_publish(vlm_sched_t *s)
 {
@@ -217,6 +237,7 @@ vlm_sched_publish(vlm_sched_t *s)
                      st.comm_calls - s->last.comm_calls);
     atomic_fetch_add(&s->q->metrics->tp_collective_ns,
                      st.comm_ns - s->last.comm_ns);
+    vlm_sched_publish_pool(s->q->metrics, &st, &s->last);
 
     s->last = st;
 }

@@ -54,6 +54,7 @@ ngx_http_vlm_create_main_conf(ngx_conf_t *cf)
     vmcf->max_running = NGX_CONF_UNSET_UINT;
     vmcf->max_batch_tokens = NGX_CONF_UNSET_UINT;
     vmcf->image_cache = NGX_CONF_UNSET_SIZE;
+    vmcf->feature_pool = NGX_CONF_UNSET_SIZE;
     vmcf->max_queued = NGX_CONF_UNSET_UINT;
     vmcf->engine_hang_timeout = NGX_CONF_UNSET_MSEC;
     vmcf->request_timeout = NGX_CONF_UNSET_MSEC;
@@ -104,6 +105,7 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
                              NGX_HTTP_VLM_DEFAULT_MAX_BATCH_TOKENS);
     ngx_conf_init_size_value(vmcf->image_cache,
                              NGX_HTTP_VLM_DEFAULT_IMAGE_CACHE);
+    ngx_conf_init_size_value(vmcf->feature_pool, 0);
     ngx_conf_init_uint_value(vmcf->max_queued,
                              NGX_HTTP_VLM_DEFAULT_MAX_QUEUED);
     ngx_conf_init_msec_value(vmcf->engine_hang_timeout, 60000);
@@ -327,6 +329,115 @@ ngx_http_vlm_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
  */
 
 /*
+ * vlm_engine_numa_nodes node...: the NUMA node each engine rank runs on
+ * and takes its memory from, one a rank: its CPUs (the node's cpulist in
+ * sysfs, read now) become the rank's vlm_engine_cpus list, and the engine
+ * prefers the node's memory for the rank (set_mempolicy).  A node this
+ * host does not have fails the configuration.
+ */
+char *
+ngx_http_vlm_engine_numa_nodes(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_vlm_main_conf_t *vmcf = conf;
+
+    u_char       *p, *n, path[64], cpus[8][256];
+    size_t        len, nlen;
+    ssize_t       got;
+    ngx_fd_t      fd;
+    ngx_int_t     node;
+    ngx_str_t    *value;
+    ngx_uint_t    i;
+
+    if (vmcf->engine_cpus.data && vmcf->engine_numa.data == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"vlm_engine_cpus\" and "
+                           "\"vlm_engine_numa_nodes\" both place the "
+                           "ranks: set one of them");
+        return NGX_CONF_ERROR;
+    }
+
+    if (vmcf->engine_numa.data) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (cf->args->nelts - 1 > 8) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"vlm_engine_numa_nodes\" takes one node a "
+                           "rank, 8 at most");
+        return NGX_CONF_ERROR;
+    }
+
+    len = 0;
+    nlen = 0;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+        node = ngx_atoi(value[i].data, value[i].len);
+
+        if (node == NGX_ERROR || node > 1023) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"vlm_engine_numa_nodes\": \"%V\" is not "
+                               "a node number", &value[i]);
+            return NGX_CONF_ERROR;
+        }
+
+        ngx_sprintf(path, "/sys/devices/system/node/node%i/cpulist%Z", node);
+
+        fd = ngx_open_file(path, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
+        if (fd == NGX_INVALID_FILE) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                               "\"vlm_engine_numa_nodes\": this host has "
+                               "no NUMA node %i (%s)", node, path);
+            return NGX_CONF_ERROR;
+        }
+
+        got = read(fd, cpus[i - 1], sizeof(cpus[0]) - 1);
+        ngx_close_file(fd);
+
+        while (got > 0 && (cpus[i - 1][got - 1] == '\n'
+                           || cpus[i - 1][got - 1] == ' '))
+        {
+            got--;
+        }
+
+        if (got <= 0 || got == (ssize_t) sizeof(cpus[0]) - 1) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"vlm_engine_numa_nodes\": NUMA node %i "
+                               "has no CPU list this module can use (%s)",
+                               node, path);
+            return NGX_CONF_ERROR;
+        }
+
+        cpus[i - 1][got] = '\0';
+        len += (size_t) got + 1;
+        nlen += value[i].len + 1;
+    }
+
+    p = ngx_pnalloc(cf->pool, len);
+    n = ngx_pnalloc(cf->pool, nlen);
+    if (p == NULL || n == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    vmcf->engine_cpus.data = p;
+    vmcf->engine_cpus.len = len - 1;
+    vmcf->engine_numa.data = n;
+    vmcf->engine_numa.len = nlen - 1;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+        p = ngx_cpymem(p, cpus[i - 1], ngx_strlen(cpus[i - 1]));
+        *p++ = (u_char) (i + 1 < cf->args->nelts ? ':' : '\0');
+        n = ngx_cpymem(n, value[i].data, value[i].len);
+        *n++ = (u_char) (i + 1 < cf->args->nelts ? ':' : '\0');
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/*
  * vlm_engine_cpus list...: the CPUs each engine rank runs on, one list a
  * rank ("0-15", "0,2,4-7"), so that on a server with several memory nodes
  * each rank streams its weights from its own node.
@@ -341,6 +452,14 @@ ngx_http_vlm_engine_cpus(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_int_t    lo, hi;
     ngx_str_t   *value;
     ngx_uint_t   i;
+
+    if (vmcf->engine_numa.data) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"vlm_engine_cpus\" and "
+                           "\"vlm_engine_numa_nodes\" both place the "
+                           "ranks: set one of them");
+        return NGX_CONF_ERROR;
+    }
 
     if (vmcf->engine_cpus.data) {
         return "is duplicate";
@@ -785,6 +904,7 @@ ngx_http_vlm_engine_params(ngx_http_vlm_main_conf_t *vmcf,
     params->max_seqs = (int) vmcf->max_running;
     params->max_batch_tokens = (int) vmcf->max_batch_tokens;
     params->image_cache_bytes = vmcf->image_cache;
+    params->feature_pool_bytes = vmcf->feature_pool;
     params->tp_size = (int) vmcf->tensor_parallel;
     params->backend = vmcf->backend == NGX_HTTP_VLM_BACKEND_CUDA ? "cuda"
                                                                   : "cpu";

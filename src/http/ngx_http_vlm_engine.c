@@ -196,10 +196,13 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
            != vmcf->tensor_parallel)
     {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"vlm_engine_cpus\" has %ui CPU lists, one for "
+                           "\"%s\" has %ui %s, one for "
                            "each of the %ui ranks of \"vlm_tensor_parallel\" "
                            "is needed",
+                           vmcf->engine_numa.len ? "vlm_engine_numa_nodes"
+                                                 : "vlm_engine_cpus",
                            ngx_http_vlm_engine_ranks(&vmcf->engine_cpus, ':'),
+                           vmcf->engine_numa.len ? "nodes" : "CPU lists",
                            vmcf->tensor_parallel);
         return NGX_CONF_ERROR;
     }
@@ -214,11 +217,13 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
                      sizeof(ngx_uint_t));
     ngx_crc32_update(&crc, vmcf->engine_cpus.data, vmcf->engine_cpus.len);
     ngx_crc32_update(&crc, vmcf->gpus.data, vmcf->gpus.len);
+    ngx_crc32_update(&crc, vmcf->engine_numa.data, vmcf->engine_numa.len);
     ngx_crc32_update(&crc, (u_char *) &vmcf->max_running,
                      sizeof(ngx_uint_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->max_batch_tokens,
                      sizeof(ngx_uint_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->image_cache, sizeof(size_t));
+    ngx_crc32_update(&crc, (u_char *) &vmcf->feature_pool, sizeof(size_t));
     ngx_crc32_final(crc);
 
     /* never 0, which reads "unknown" in the queue */
@@ -1006,6 +1011,7 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     u_char                    running[NGX_INT_T_LEN + 1];
     u_char                    rows[NGX_INT_T_LEN + 1];
     u_char                    cache[NGX_SIZE_T_LEN + 1];
+    u_char                    pool[NGX_SIZE_T_LEN + 1];
     u_char                    ranks[NGX_INT_T_LEN + 1];
     u_char                    said[VLM_QUEUE_ERR_LEN], *p;
     ngx_err_t                 err;
@@ -1028,6 +1034,7 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     *ngx_sprintf(running, "%ui", vmcf->max_running) = '\0';
     *ngx_sprintf(rows, "%ui", vmcf->max_batch_tokens) = '\0';
     *ngx_sprintf(cache, "%uz", vmcf->image_cache) = '\0';
+    *ngx_sprintf(pool, "%uz", vmcf->feature_pool) = '\0';
     *ngx_sprintf(ranks, "%ui", vmcf->tensor_parallel) = '\0';
 
     n = 0;
@@ -1048,6 +1055,8 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     argv[n++] = (char *) rows;
     argv[n++] = "--image-cache-bytes";
     argv[n++] = (char *) cache;
+    argv[n++] = "--feature-pool-bytes";
+    argv[n++] = (char *) pool;
     argv[n++] = "--tensor-parallel";
     argv[n++] = (char *) ranks;
 
@@ -1059,6 +1068,11 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     if (vmcf->gpus.len) {
         argv[n++] = "--gpus";
         argv[n++] = (char *) vmcf->gpus.data;
+    }
+
+    if (vmcf->engine_numa.len) {
+        argv[n++] = "--numa-nodes";
+        argv[n++] = (char *) vmcf->engine_numa.data;
     }
     argv[n] = NULL;
 

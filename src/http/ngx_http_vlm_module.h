@@ -52,6 +52,10 @@ typedef struct {
     ngx_str_t            gpus;             /* a device a rank, joined by
                                               ','; NUL-terminated; len 0:
                                               rank r on device r */
+    ngx_str_t            engine_numa;      /* a NUMA node a rank, joined by
+                                              ':'; NUL-terminated; len 0:
+                                              none (engine_cpus then holds
+                                              the nodes' CPUs) */
     size_t               max_image_pixels;
     ngx_int_t            max_images;
 
@@ -61,6 +65,8 @@ typedef struct {
     ngx_uint_t           max_running;      /* sequences the engine runs */
     ngx_uint_t           max_batch_tokens; /* rows of one engine step */
     size_t               image_cache;      /* engine's feature cache, bytes */
+    size_t               feature_pool;     /* its feature pool; 0: sized
+                                              from the cache and ranks */
     ngx_uint_t           max_queued;       /* waiting beyond those */
     uint64_t             arena_size;       /* the zone less the slots */
 
@@ -120,6 +126,8 @@ char *ngx_http_vlm_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
 char *ngx_http_vlm_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 char *ngx_http_vlm_thread_pool(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_vlm_engine_numa_nodes(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_vlm_engine_cpus(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);

@@ -2,12 +2,15 @@
  * The image feature cache: the vision encoder's merged features of recent
  * images, by the content of their pixel values, so that a conversation
  * that sends the same picture again (every turn of a chat does) skips the
- * vision tower.  One fixed pool of backend memory, taken and touched at
- * load, used as a ring: a new entry goes after the newest one and evicts
- * the entries it overlaps (oldest first); nothing is allocated afterwards.
- * The cache is shared by every client of the server, so an entry is found
- * by a keyed hash (XXH3-128 with a secret drawn at start-up: a collision
- * cannot be crafted from outside) and its grid and length must match too.
+ * vision tower.  Its entries are slices of the feature pool, the one fixed
+ * region the model takes at load (vlm_fpool.h): the cache keeps a
+ * reference on each, a prefill that hands one to the other ranks of a
+ * group adds theirs, and eviction (oldest first, when the cache's budget
+ * or the pool needs room) takes only entries that nothing but the cache
+ * references.  Nothing is allocated after init.  The cache is shared by
+ * every client of the server, so an entry is found by a keyed hash (XXH3-128
+ * with a secret drawn at start-up: a collision cannot be crafted from
+ * outside) and its grid and length must match too.
  */
 
 #define _GNU_SOURCE
@@ -21,22 +24,17 @@
 #include "vlm_icache.h"
 
 
-#define VLM_ICACHE_ZERO  (64 * 1024)
-
-
 static void vlm_icache_evict(vlm_icache_t *c, vlm_icache_entry_t *e);
 static int vlm_icache_same(const vlm_icache_key_t *a,
     const vlm_icache_key_t *b);
-
-
-static const uint8_t  vlm_icache_zero[VLM_ICACHE_ZERO];
+static int vlm_icache_evictor(void *data);
 
 
 vlm_status_t
-vlm_icache_init(vlm_icache_t *c, vlm_backend_t *be, float *pool,
-    size_t bytes, vlm_error_t *err)
+vlm_icache_init(vlm_icache_t *c, vlm_fpool_t *pool, size_t bytes,
+    vlm_error_t *err)
 {
-    size_t   off, n;
+    size_t   off;
     ssize_t  got;
 
     memset(c, 0, sizeof(vlm_icache_t));
@@ -60,14 +58,9 @@ vlm_icache_init(vlm_icache_t *c, vlm_backend_t *be, float *pool,
         }
     }
 
-    /* resident from the start: the engine's memory does not creep later */
-    for (off = 0; off < bytes; off += n) {
-        n = vlm_min(bytes - off, sizeof(vlm_icache_zero));
-        be->ops->upload(be, (uint8_t *) pool + off, vlm_icache_zero, n);
-    }
-
     c->pool = pool;
     c->cap = bytes / sizeof(float);
+    vlm_fpool_set_evict(pool, vlm_icache_evictor, c);
 
     return VLM_OK;
 }
@@ -98,9 +91,11 @@ vlm_icache_key(const vlm_icache_t *c, const vlm_image_t *img,
 
 /* the features of an image with this key, grid and length, or NULL */
 const float *
-vlm_icache_find(vlm_icache_t *c, const vlm_icache_key_t *key)
+vlm_icache_find(vlm_icache_t *c, const vlm_icache_key_t *key,
+    vlm_fpool_handle_t *h)
 {
     int                  i;
+    vlm_error_t          err;
     vlm_icache_entry_t  *e;
 
     if (c->cap == 0) {
@@ -112,7 +107,12 @@ vlm_icache_find(vlm_icache_t *c, const vlm_icache_key_t *key)
 
         if (e->n > 0 && vlm_icache_same(&e->key, key)) {
             c->hits++;
-            return c->pool + e->off;
+
+            if (h != NULL) {
+                *h = e->slice;
+            }
+
+            return vlm_fpool_data(c->pool, &e->slice, &err);
         }
     }
 
@@ -122,64 +122,103 @@ vlm_icache_find(vlm_icache_t *c, const vlm_icache_key_t *key)
 }
 
 
-/*
- * Room for n floats of a new entry with this key: the place to copy the
- * features to, or NULL when they would not fit the pool at all.
- */
 float *
-vlm_icache_insert(vlm_icache_t *c, const vlm_icache_key_t *key, size_t n)
+vlm_icache_insert(vlm_icache_t *c, const vlm_icache_key_t *key, size_t n,
+    vlm_fpool_handle_t *h)
 {
     int                  i;
+    vlm_error_t          err;
     vlm_icache_entry_t  *e, *slot;
 
     if (c->cap == 0 || n == 0 || n > c->cap) {
         return NULL;
     }
 
-    if (c->head + n > c->cap) {
-        c->head = 0;
-    }
-
-    /* the entries the new one overlaps go */
+    /* within the cache's budget, and an entry free */
     for (i = 0; i < VLM_ICACHE_ENTRIES; i++) {
         e = &c->entries[i];
 
-        if (e->n > 0 && e->off < c->head + n && c->head < e->off + e->n) {
-            vlm_icache_evict(c, e);
+        if (e->n == 0 && c->used + n <= c->cap) {
+            break;
         }
     }
 
-    /* a free entry, or else the oldest */
-    slot = &c->entries[0];
+    while (i == VLM_ICACHE_ENTRIES || c->used + n > c->cap) {
+        if (!vlm_icache_evict_oldest(c)) {
+            return NULL;
+        }
 
-    for (i = 0; i < VLM_ICACHE_ENTRIES && slot->n > 0; i++) {
-        e = &c->entries[i];
-
-        if (e->n == 0 || e->age < slot->age) {
-            slot = e;
+        for (i = 0; i < VLM_ICACHE_ENTRIES && c->entries[i].n > 0; i++) {
+            /* a free entry */
         }
     }
 
-    if (slot->n > 0) {
-        vlm_icache_evict(c, slot);
+    slot = &c->entries[i];
+
+    /* the pool makes room by evicting too (vlm_icache_evictor) */
+    if (vlm_fpool_alloc(c->pool, n * sizeof(float), 1, &slot->slice, &err)
+        != VLM_OK)
+    {
+        return NULL;
     }
 
     slot->key = *key;
-    slot->off = c->head;
     slot->n = n;
     slot->age = ++c->clock;
 
-    c->head += n;
     c->used += n;
     c->peak = c->used > c->peak ? c->used : c->peak;
 
-    return c->pool + slot->off;
+    if (h != NULL) {
+        *h = slot->slice;
+    }
+
+    return vlm_fpool_data(c->pool, &slot->slice, &err);
+}
+
+
+/* the oldest entry that no reader holds goes */
+int
+vlm_icache_evict_oldest(vlm_icache_t *c)
+{
+    int                  i;
+    vlm_icache_entry_t  *e, *old;
+
+    old = NULL;
+
+    for (i = 0; i < VLM_ICACHE_ENTRIES; i++) {
+        e = &c->entries[i];
+
+        if (e->n > 0 && vlm_fpool_refs(c->pool, &e->slice) == 1
+            && (old == NULL || e->age < old->age))
+        {
+            old = e;
+        }
+    }
+
+    if (old == NULL) {
+        return 0;
+    }
+
+    vlm_icache_evict(c, old);
+
+    return 1;
+}
+
+
+static int
+vlm_icache_evictor(void *data)
+{
+    return vlm_icache_evict_oldest(data);
 }
 
 
 static void
 vlm_icache_evict(vlm_icache_t *c, vlm_icache_entry_t *e)
 {
+    vlm_error_t  err;
+
+    (void) vlm_fpool_release(c->pool, &e->slice, &err);
     c->used -= e->n;
     e->n = 0;
 }

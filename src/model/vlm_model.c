@@ -52,6 +52,7 @@ vlm_model_params_default(vlm_model_params_t *p)
     p->max_image_patches = 4096;
     p->kv_block_size = 16;
     p->kv_blocks = 0;
+    p->feature_pool_fd = -1;
 }
 
 
@@ -541,6 +542,15 @@ vlm_model_all_gather(vlm_model_t *m, float *out, const float *in, size_t n,
  * This rank's share of the decoder; a model whose heads, MLP or
  * vocabulary the group cannot split evenly is refused, naming the number.
  */
+/* rank 0 encodes the images and hands the features to the others */
+static int
+vlm_model_hands_features(const vlm_model_t *m)
+{
+    return m->params.tp_size > 1 && m->params.feature_pool_fd >= 0
+           && m->cfg.vision.n_deepstack == 0;
+}
+
+
 static vlm_status_t
 vlm_model_tp_init(vlm_model_t *m, int check, vlm_error_t *err)
 {
@@ -606,7 +616,14 @@ vlm_model_tp_init(vlm_model_t *m, int check, vlm_error_t *err)
     merge = vc->spatial_merge_size * vc->spatial_merge_size
             * vc->hidden_size;
 
-    tp->vision_split = N > 1 && vc->n_heads % N == 0
+    /*
+     * A group that hands the features over through a shared feature pool
+     * runs the tower on rank 0 alone, whole (vlm_prefill_image_put());
+     * DeepStack's several levels of features are not handed over yet: such
+     * a tower runs on every rank
+     */
+    tp->vision_split = N > 1 && !vlm_model_hands_features(m)
+                       && vc->n_heads % N == 0
                        && vc->intermediate_size % N == 0 && merge % N == 0;
 
     if (tp->vision_split) {
@@ -1005,11 +1022,55 @@ vlm_model_check(const char *dir, const vlm_model_params_t *params,
 }
 
 
+/*
+ * The feature pool: the image cache's entries and, with more than one
+ * rank, the images' features on their way to the other ranks, plus a host
+ * staging area for one of the largest images when the pool has no room.
+ * Every rank computes the same sizes; rank 0 sets the pool up, and the
+ * others use it only once rank 0 has (the group's start-up barrier).
+ */
+static vlm_status_t
+vlm_model_feature_pool_open(vlm_model_t *m, vlm_error_t *err)
+{
+    int                  mm;
+    size_t               image, pool, host;
+    vlm_status_t         rc;
+    vlm_model_params_t  *p = &m->params;
+
+    if (p->max_image_patches == 0) {
+        return VLM_OK;
+    }
+
+    mm = m->cfg.vision.spatial_merge_size * m->cfg.vision.spatial_merge_size;
+    image = (size_t) (p->max_image_patches / mm) * m->cfg.text.hidden_size
+            * sizeof(float);
+    host = p->tp_size > 1 ? image : 0;
+    pool = p->feature_pool_bytes;
+
+    if (pool == 0) {
+        pool = p->image_cache_bytes + 2 * host;
+    }
+
+    if (pool < sizeof(float) && host == 0) {
+        return VLM_OK;
+    }
+
+    rc = vlm_fpool_open(&m->fpool, &vlm_fpool_cpu_ops,
+                        p->tp_size > 1 ? p->feature_pool_fd : -1,
+                        pool, host, p->tp_rank == 0, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    return vlm_icache_init(&m->icache, m->fpool,
+                           vlm_min(p->image_cache_bytes, pool), err);
+}
+
+
 vlm_status_t
 vlm_model_load(vlm_model_t **out, const char *dir,
     const vlm_model_params_t *params, vlm_error_t *err)
 {
-    float              *icache;
     vlm_model_t        *m;
     vlm_status_t        rc;
     vlm_model_owner_t  *o;
@@ -1040,20 +1101,9 @@ vlm_model_load(vlm_model_t **out, const char *dir,
         goto failed;
     }
 
-    if (m->params.max_image_patches > 0
-        && m->params.image_cache_bytes >= sizeof(float))
-    {
-        icache = vlm_model_alloc(m, m->params.image_cache_bytes, err);
-        if (icache == NULL) {
-            rc = VLM_ERR_NOMEM;
-            goto failed;
-        }
-
-        rc = vlm_icache_init(&m->icache, m->be, icache,
-                             m->params.image_cache_bytes, err);
-        if (rc != VLM_OK) {
-            goto failed;
-        }
+    rc = vlm_model_feature_pool_open(m, err);
+    if (rc != VLM_OK) {
+        goto failed;
     }
 
     vlm_model_fill_info(m);
@@ -1101,6 +1151,8 @@ vlm_model_free(vlm_model_t *m)
 
         vlm_kv_free(&m->kv);
     }
+
+    vlm_fpool_close(m->fpool);
 
     for (i = 0; i < o->n_host; i++) {
         free(o->host[i]);
@@ -1193,7 +1245,8 @@ vlm_model_decode_bytes(const vlm_model_t *m)
 void
 vlm_model_stats(const vlm_model_t *m, vlm_model_stats_t *s)
 {
-    int  i;
+    int                i;
+    vlm_fpool_stats_t  fs;
 
     memset(s, 0, sizeof(vlm_model_stats_t));
 
@@ -1212,6 +1265,21 @@ vlm_model_stats(const vlm_model_t *m, vlm_model_stats_t *s)
     s->image_cache_misses = m->icache.misses;
     s->comm_calls = m->comm_calls;
     s->comm_ns = m->comm_ns;
+    s->kv_bytes = 2 * (size_t) m->kv.n_layers * m->kv.n_blocks
+                  * m->kv.block_size * m->kv.kv_dim * sizeof(float);
+
+    if (m->fpool != NULL) {
+        vlm_fpool_stats(m->fpool, &fs);
+        s->pool_capacity = fs.capacity[VLM_FPOOL_POOL];
+        s->pool_used = fs.used[VLM_FPOOL_POOL];
+        s->pool_peak = fs.peak[VLM_FPOOL_POOL];
+        s->pool_slices = fs.slices[VLM_FPOOL_POOL] + fs.slices[VLM_FPOOL_HOST];
+        s->staging_capacity = fs.capacity[VLM_FPOOL_HOST];
+        s->staging_used = fs.used[VLM_FPOOL_HOST];
+        s->transfers_pool = fs.transfers[VLM_FPOOL_POOL];
+        s->transfers_host = fs.transfers[VLM_FPOOL_HOST];
+        s->fallback_bytes = fs.fallback_bytes;
+    }
 
     for (i = 0; i < m->params.max_seqs; i++) {
         s->seqs_used += m->seqs[i].in_use;
@@ -1564,6 +1632,102 @@ vlm_prefill_busy(const vlm_model_t *m)
 }
 
 
+/* the image being encoded is: its rows follow, the next image is next */
+static void
+vlm_prefill_image_done(vlm_model_t *m, int n_tok)
+{
+    vlm_prefill_job_t  *pf = &m->pf;
+
+    pf->out_feat = pf->feat;
+    pf->out_rows = n_tok;
+    pf->feat += n_tok;
+    pf->image++;
+}
+
+
+int
+vlm_prefill_encoding(const vlm_model_t *m)
+{
+    /* without a shared pool, every rank runs the tower (split or whole) */
+    return m->tp.size > 1 && vlm_model_hands_features(m)
+           && m->fpool != NULL && m->pf.seq != NULL
+           && m->pf.image < m->pf.n_images;
+}
+
+
+vlm_status_t
+vlm_prefill_image_put(vlm_model_t *m, int consumers, vlm_fpool_handle_t *h,
+    vlm_error_t *err)
+{
+    size_t              bytes;
+    vlm_prefill_job_t  *pf = &m->pf;
+
+    memset(h, 0, sizeof(vlm_fpool_handle_t));
+
+    if (pf->out_rows == 0) {
+        return VLM_OK;
+    }
+
+    if (m->fpool == NULL) {
+        return vlm_error_set(err, VLM_ERR_INTERNAL, "model: no feature pool "
+                             "to hand the image's features over");
+    }
+
+    bytes = (size_t) pf->out_rows * m->cfg.text.hidden_size * sizeof(float);
+
+    /* the cache's entry is read where it is: the consumers reference it */
+    if (pf->out_slice.gen != 0
+        && vlm_fpool_share(m->fpool, &pf->out_slice, consumers, err)
+           == VLM_OK)
+    {
+        *h = pf->out_slice;
+        return VLM_OK;
+    }
+
+    return vlm_fpool_put(m->fpool, m->ws.feats + (size_t) pf->out_feat
+                                                 * m->cfg.text.hidden_size,
+                         bytes, consumers, h, err);
+}
+
+
+vlm_status_t
+vlm_prefill_image_get(vlm_model_t *m, const vlm_fpool_handle_t *h,
+    vlm_error_t *err)
+{
+    int                 n_tok, mm;
+    vlm_status_t        rc;
+    vlm_prefill_job_t  *pf = &m->pf;
+    const vlm_image_t  *img;
+
+    if (!vlm_prefill_encoding(m) || pf->stage != 0 || m->fpool == NULL) {
+        return vlm_error_set(err, VLM_ERR_INTERNAL, "model: no image of the "
+                             "prefill waits for its features");
+    }
+
+    img = &pf->images[pf->image];
+    mm = m->cfg.vision.spatial_merge_size * m->cfg.vision.spatial_merge_size;
+    n_tok = img->grid_t * img->grid_h * img->grid_w / mm;
+
+    if (h->bytes != (size_t) n_tok * m->cfg.text.hidden_size * sizeof(float))
+    {
+        return vlm_error_set(err, VLM_ERR_INTERNAL, "model: %llu bytes of "
+                             "features for an image of %d tokens",
+                             (unsigned long long) h->bytes, n_tok);
+    }
+
+    rc = vlm_fpool_read(m->fpool, h, m->ws.feats + (size_t) pf->feat
+                                                   * m->cfg.text.hidden_size,
+                        err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    vlm_prefill_image_done(m, n_tok);
+
+    return VLM_OK;
+}
+
+
 /*
  * The next piece of the prefill in progress: one stage of the vision
  * encoder for the next image, or, once every image is encoded, one chunk
@@ -1587,6 +1751,7 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
 
     *done = 0;
     seq = pf->seq;
+    pf->out_rows = 0;
 
     if (seq == NULL) {
         return vlm_error_set(err, VLM_ERR_INVALID,
@@ -1610,20 +1775,23 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
              * m->cfg.vision.spatial_merge_size;
         n_tok = img->grid_t * img->grid_h * img->grid_w / mm;
 
+        if (pf->stage == 0) {
+            memset(&pf->out_slice, 0, sizeof(vlm_fpool_handle_t));
+        }
+
         if (pf->stage == 0 && m->icache.cap > 0) {
             /* an image seen lately: its features, without the encoder */
             vlm_icache_key(&m->icache, img, (size_t) m->info.patch_dim,
                            &pf->key);
 
-            cached = vlm_icache_find(&m->icache, &pf->key);
+            cached = vlm_icache_find(&m->icache, &pf->key, &pf->out_slice);
             if (cached != NULL) {
                 for (k = 0; k < F; k++) {
                     be->ops->gather_rows(be, feats + k * ws->feat_level,
                                          cached + (size_t) k * n_tok * H,
                                          ws->iota, n_tok, H);
                 }
-                pf->feat += n_tok;
-                pf->image++;
+                vlm_prefill_image_done(m, n_tok);
                 return VLM_OK;
             }
         }
@@ -1636,16 +1804,15 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
 
         if (++pf->stage == m->arch->image_stages(m)) {
             slot = vlm_icache_insert(&m->icache, &pf->key,
-                                     (size_t) F * n_tok * H);
+                                     (size_t) F * n_tok * H, &pf->out_slice);
             for (k = 0; slot != NULL && k < F; k++) {
                 be->ops->gather_rows(be, slot + (size_t) k * n_tok * H,
                                      feats + k * ws->feat_level, ws->iota,
                                      n_tok, H);
             }
 
-            pf->feat += n_tok;
             pf->stage = 0;
-            pf->image++;
+            vlm_prefill_image_done(m, n_tok);
         }
 
         return VLM_OK;

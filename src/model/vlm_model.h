@@ -228,6 +228,11 @@ typedef struct {
     int                 next_pos;
     int                 had_blocks;     /* the sequence's before it */
     vlm_icache_key_t    key;            /* the image's, while encoding */
+
+    /* the image the last work finished, for vlm_prefill_image_put() */
+    int                 out_feat;       /* its first row in ws.feats */
+    int                 out_rows;       /* 0: none */
+    vlm_fpool_handle_t  out_slice;      /* its cache entry, or gen 0 */
 } vlm_prefill_job_t;
 
 
@@ -253,6 +258,7 @@ struct vlm_model_s {
     int32_t                 *step_had;  /* host [max_batch_tokens] */
     vlm_prefill_job_t        pf;
     vlm_icache_t             icache;
+    vlm_fpool_t             *fpool;     /* the feature pool, NULL: none */
     uint64_t                 comm_calls;
     uint64_t                 comm_ns;
     int32_t                 *pf_pos;    /* host [3, max_seq_len] */

@@ -169,7 +169,7 @@ vlm_metrics_render(const vlm_metrics_t *m, const vlm_queue_stats_t *q,
 {
     int                      i, h;
     uint64_t                 cum;
-    uint32_t                 n_pools;
+    uint32_t                 n_pools, n_ranks;
     vlm_out_t                o;
     const vlm_hist_t        *hist;
     const vlm_pool_gauge_t  *g;
@@ -220,6 +220,66 @@ vlm_metrics_render(const vlm_metrics_t *m, const vlm_queue_stats_t *q,
     vlm_out_metric(&o, "vlm_image_cache_used_bytes", "gauge",
                    "Bytes of the pool holding cached images' features.",
                    atomic_load(&m->image_cache_used));
+    vlm_out_metric(&o, "vlm_feature_pool_capacity_bytes", "gauge",
+                   "The engine's feature pool (image cache entries and "
+                   "features on their way between ranks), fixed at "
+                   "start-up.", atomic_load(&m->fpool_capacity));
+    vlm_out_metric(&o, "vlm_feature_pool_used_bytes", "gauge",
+                   "Bytes of the feature pool in slices now.",
+                   atomic_load(&m->fpool_used));
+    vlm_out_metric(&o, "vlm_feature_pool_peak_bytes", "gauge",
+                   "The most bytes of the feature pool ever in slices.",
+                   atomic_load(&m->fpool_peak));
+    vlm_out_metric(&o, "vlm_feature_pool_slices_in_use", "gauge",
+                   "Feature slices held, in the pool or the host staging "
+                   "area.", atomic_load(&m->fpool_slices));
+    vlm_out_metric(&o, "vlm_feature_staging_capacity_bytes", "gauge",
+                   "The host staging area for features the pool has no "
+                   "room for.", atomic_load(&m->staging_capacity));
+    vlm_out_metric(&o, "vlm_feature_staging_used_bytes", "gauge",
+                   "Bytes of the host staging area in slices now.",
+                   atomic_load(&m->staging_used));
+    vlm_out(&o, "# HELP vlm_feature_transfers_total Images' features "
+                "handed from rank 0 to the other ranks, by path.\n"
+                "# TYPE vlm_feature_transfers_total counter\n"
+                "vlm_feature_transfers_total{path=\"pool\"} %llu\n"
+                "vlm_feature_transfers_total{path=\"host\"} %llu\n",
+            (unsigned long long) atomic_load(&m->feature_transfers[0]),
+            (unsigned long long) atomic_load(&m->feature_transfers[1]));
+    vlm_out_metric(&o, "vlm_feature_fallback_bytes_total", "counter",
+                   "Bytes of features that went through the host staging "
+                   "area.", atomic_load(&m->feature_fallback_bytes));
+
+    n_ranks = atomic_load(&m->n_ranks);
+    n_ranks = n_ranks < VLM_METRICS_RANKS ? n_ranks : VLM_METRICS_RANKS;
+
+    vlm_out(&o, "# HELP vlm_engine_rank_weight_bytes The decoder weights "
+                "an engine rank holds (its share).\n"
+                "# TYPE vlm_engine_rank_weight_bytes gauge\n");
+
+    for (i = 0; i < (int) n_ranks; i++) {
+        vlm_out(&o, "vlm_engine_rank_weight_bytes{rank=\"%d\"} %llu\n", i,
+                (unsigned long long) atomic_load(&m->ranks[i].weight_bytes));
+    }
+
+    vlm_out(&o, "# HELP vlm_engine_rank_buffer_bytes Backend memory an "
+                "engine rank took at load (KV cache, workspaces).\n"
+                "# TYPE vlm_engine_rank_buffer_bytes gauge\n");
+
+    for (i = 0; i < (int) n_ranks; i++) {
+        vlm_out(&o, "vlm_engine_rank_buffer_bytes{rank=\"%d\"} %llu\n", i,
+                (unsigned long long) atomic_load(&m->ranks[i].buffer_bytes));
+    }
+
+    vlm_out(&o, "# HELP vlm_engine_rank_kv_bytes The KV cache of an "
+                "engine rank (its heads).\n"
+                "# TYPE vlm_engine_rank_kv_bytes gauge\n");
+
+    for (i = 0; i < (int) n_ranks; i++) {
+        vlm_out(&o, "vlm_engine_rank_kv_bytes{rank=\"%d\"} %llu\n", i,
+                (unsigned long long) atomic_load(&m->ranks[i].kv_bytes));
+    }
+
     vlm_out_metric(&o, "vlm_queue_length", "gauge",
                    "Requests submitted and waiting for the engine.",
                    q->queued);

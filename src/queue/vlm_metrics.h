@@ -18,6 +18,7 @@
 #define VLM_POOL_NAME_LEN    24
 #define VLM_STATUS_MIN       100
 #define VLM_STATUS_MAX       599
+#define VLM_METRICS_RANKS    8
 
 
 typedef enum {
@@ -76,6 +77,24 @@ typedef struct {
     _Atomic uint64_t  engine_lost[VLM_ENGINE_LOST_N];
     _Atomic uint32_t  n_pools;
     vlm_pool_gauge_t  pools[VLM_METRICS_POOLS];
+
+    /* the engine's feature pool and host staging area (vlm_fpool.h) */
+    _Atomic uint64_t  fpool_capacity;
+    _Atomic uint64_t  fpool_used;
+    _Atomic uint64_t  fpool_peak;
+    _Atomic uint64_t  fpool_slices;
+    _Atomic uint64_t  staging_capacity;
+    _Atomic uint64_t  staging_used;
+    _Atomic uint64_t  feature_transfers[2];     /* pool, host */
+    _Atomic uint64_t  feature_fallback_bytes;
+
+    /* each engine rank's memory, as it loaded; ranks 0: none yet */
+    _Atomic uint32_t  n_ranks;
+    struct {
+        _Atomic uint64_t  weight_bytes;         /* the decoder's, its share */
+        _Atomic uint64_t  buffer_bytes;         /* KV, workspaces, copies */
+        _Atomic uint64_t  kv_bytes;
+    } ranks[VLM_METRICS_RANKS];
 } vlm_metrics_t;
 
 

@@ -1,0 +1,498 @@
+/*
+ * The feature pool (vlm_fpool.h): one shared segment of a header (the
+ * slice table and the gauges, as atomics), the pool region and the host
+ * staging region.  The producer places a slice first-fit between the live
+ * slices of its region; a slice's references are one atomic count, so
+ * that the consumer that drops the last one frees it without a lock.  The
+ * CPU primitives: a memfd mapped shared, memcpy.
+ */
+
+#define _GNU_SOURCE
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+
+#include "vlm_fpool.h"
+
+
+#define VLM_FPOOL_MAGIC  0x6c6f6f7066706c76ULL      /* "vlmfpool" */
+#define VLM_FPOOL_ALIGN  64
+
+
+typedef struct {
+    _Atomic uint32_t   state;               /* 0 free, 1 live */
+    uint32_t           gen;
+    uint32_t           path;
+    _Atomic int32_t    refs;
+    uint64_t           off;
+    uint64_t           bytes;
+} vlm_fpool_slot_t;
+
+
+typedef struct {
+    uint64_t           magic;
+    uint64_t           capacity[2];
+    _Atomic uint64_t   used[2];
+    _Atomic uint64_t   peak[2];
+    _Atomic int32_t    slices[2];
+    _Atomic uint64_t   transfers[2];
+    _Atomic uint64_t   fallback_bytes;
+    vlm_fpool_slot_t   slots[VLM_FPOOL_SLOTS];
+} vlm_fpool_hdr_t;
+
+
+struct vlm_fpool_s {
+    const vlm_fpool_ops_t  *ops;
+    vlm_fpool_hdr_t        *hdr;
+    uint8_t                *region[2];
+    void                   *base;
+    size_t                  size;
+    int                   (*evict)(void *data);
+    void                   *evict_data;
+};
+
+
+static void *
+vlm_fpool_cpu_map(int fd, size_t size, vlm_error_t *err)
+{
+    void  *p;
+
+    if (fd >= 0) {
+        if (ftruncate(fd, (off_t) size) == -1) {
+            vlm_error_set(err, VLM_ERR_IO, "feature pool: ftruncate(%zu): "
+                          "%s", size, strerror(errno));
+            return NULL;
+        }
+
+        p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+    } else {
+        p = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    }
+
+    if (p == MAP_FAILED) {
+        vlm_error_set(err, VLM_ERR_NOMEM, "feature pool: mmap(%zu): %s",
+                      size, strerror(errno));
+        return NULL;
+    }
+
+    return p;
+}
+
+
+static void
+vlm_fpool_cpu_unmap(void *base, size_t size)
+{
+    munmap(base, size);
+}
+
+
+static void
+vlm_fpool_cpu_copy(void *dst, const void *src, size_t n)
+{
+    memcpy(dst, src, n);
+}
+
+
+const vlm_fpool_ops_t  vlm_fpool_cpu_ops = {
+    "cpu",
+    vlm_fpool_cpu_map,
+    vlm_fpool_cpu_unmap,
+    vlm_fpool_cpu_copy,
+    vlm_fpool_cpu_copy,
+    vlm_fpool_cpu_copy,
+    vlm_fpool_cpu_copy
+};
+
+
+vlm_status_t
+vlm_fpool_fd(int *fd, vlm_error_t *err)
+{
+    *fd = memfd_create("vlm-feature-pool", 0);
+    if (*fd == -1) {
+        return vlm_error_set(err, VLM_ERR_IO, "feature pool: memfd_create: "
+                             "%s", strerror(errno));
+    }
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_fpool_open(vlm_fpool_t **out, const vlm_fpool_ops_t *ops, int fd,
+    size_t pool_bytes, size_t host_bytes, int init, vlm_error_t *err)
+{
+    size_t        hdr, pool_off, host_off, size;
+    vlm_fpool_t  *p;
+
+    *out = NULL;
+
+    pool_bytes = vlm_align_up(pool_bytes, VLM_FPOOL_ALIGN);
+    host_bytes = vlm_align_up(host_bytes, VLM_FPOOL_ALIGN);
+    hdr = vlm_align_up(sizeof(vlm_fpool_hdr_t), 4096);
+    pool_off = hdr;
+    host_off = pool_off + pool_bytes;
+    size = host_off + host_bytes;
+
+    p = calloc(1, sizeof(vlm_fpool_t));
+    if (p == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "feature pool: no memory");
+    }
+
+    p->ops = ops;
+    p->size = size;
+    p->base = ops->map(fd, size, err);
+
+    if (p->base == NULL) {
+        free(p);
+        return err->status;
+    }
+
+    p->hdr = p->base;
+    p->region[VLM_FPOOL_POOL] = (uint8_t *) p->base + pool_off;
+    p->region[VLM_FPOOL_HOST] = (uint8_t *) p->base + host_off;
+
+    if (init) {
+        /* resident from the start: the engine's memory does not creep */
+        memset(p->base, 0, size);
+        p->hdr->capacity[VLM_FPOOL_POOL] = pool_bytes;
+        p->hdr->capacity[VLM_FPOOL_HOST] = host_bytes;
+        p->hdr->magic = VLM_FPOOL_MAGIC;
+    }
+
+    *out = p;
+
+    return VLM_OK;
+}
+
+
+void
+vlm_fpool_close(vlm_fpool_t *p)
+{
+    if (p == NULL) {
+        return;
+    }
+
+    p->ops->unmap(p->base, p->size);
+    free(p);
+}
+
+
+void
+vlm_fpool_set_evict(vlm_fpool_t *p, int (*evict)(void *data), void *data)
+{
+    p->evict = evict;
+    p->evict_data = data;
+}
+
+
+/* the place for bytes in a region between its live slices, or -1 */
+static int64_t
+vlm_fpool_place(vlm_fpool_hdr_t *hdr, uint32_t path, size_t bytes)
+{
+    int                i, moved;
+    uint64_t           at;
+    vlm_fpool_slot_t  *s;
+
+    at = 0;
+
+    do {
+        moved = 0;
+
+        for (i = 0; i < VLM_FPOOL_SLOTS; i++) {
+            s = &hdr->slots[i];
+
+            if (atomic_load_explicit(&s->state, memory_order_acquire) == 0
+                || s->path != path)
+            {
+                continue;
+            }
+
+            if (s->off < at + bytes && at < s->off + s->bytes) {
+                at = vlm_align_up(s->off + s->bytes, VLM_FPOOL_ALIGN);
+                moved = 1;
+            }
+        }
+
+    } while (moved && at + bytes <= hdr->capacity[path]);
+
+    return at + bytes <= hdr->capacity[path] ? (int64_t) at : -1;
+}
+
+
+static vlm_fpool_slot_t *
+vlm_fpool_take(vlm_fpool_t *p, uint32_t path, size_t bytes, int refs,
+    vlm_fpool_handle_t *h)
+{
+    int                i;
+    int64_t            at;
+    uint64_t           used, peak;
+    vlm_fpool_slot_t  *s;
+    vlm_fpool_hdr_t   *hdr = p->hdr;
+
+    if (bytes == 0 || bytes > hdr->capacity[path] || refs < 1) {
+        return NULL;
+    }
+
+    for (i = 0; i < VLM_FPOOL_SLOTS; i++) {
+        if (atomic_load_explicit(&hdr->slots[i].state, memory_order_acquire)
+            == 0)
+        {
+            break;
+        }
+    }
+
+    if (i == VLM_FPOOL_SLOTS) {
+        return NULL;
+    }
+
+    at = vlm_fpool_place(hdr, path, bytes);
+    if (at < 0) {
+        return NULL;
+    }
+
+    s = &hdr->slots[i];
+    s->gen++;
+    s->gen += s->gen == 0;
+    s->path = path;
+    s->off = (uint64_t) at;
+    s->bytes = bytes;
+    atomic_store_explicit(&s->refs, refs, memory_order_relaxed);
+    atomic_store_explicit(&s->state, 1, memory_order_release);
+
+    used = atomic_fetch_add(&hdr->used[path], bytes) + bytes;
+    peak = atomic_load(&hdr->peak[path]);
+
+    while (used > peak
+           && !atomic_compare_exchange_weak(&hdr->peak[path], &peak, used))
+    {
+        /* peak reloaded */
+    }
+
+    atomic_fetch_add(&hdr->slices[path], 1);
+
+    h->off = s->off;
+    h->bytes = bytes;
+    h->gen = s->gen;
+    h->path = path;
+
+    return s;
+}
+
+
+vlm_status_t
+vlm_fpool_alloc(vlm_fpool_t *p, size_t bytes, int refs,
+    vlm_fpool_handle_t *h, vlm_error_t *err)
+{
+    memset(h, 0, sizeof(vlm_fpool_handle_t));
+
+    while (vlm_fpool_take(p, VLM_FPOOL_POOL, bytes, refs, h) == NULL) {
+        if (bytes > p->hdr->capacity[VLM_FPOOL_POOL] || p->evict == NULL
+            || !p->evict(p->evict_data))
+        {
+            return vlm_error_set(err, VLM_ERR_LIMIT, "feature pool: no room "
+                                 "for %zu bytes", bytes);
+        }
+    }
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_fpool_put(vlm_fpool_t *p, const void *src, size_t n, int consumers,
+    vlm_fpool_handle_t *h, vlm_error_t *err)
+{
+    vlm_fpool_hdr_t  *hdr = p->hdr;
+
+    if (vlm_fpool_alloc(p, n, consumers, h, err) == VLM_OK) {
+        p->ops->copy_in(p->region[VLM_FPOOL_POOL] + h->off, src, n);
+        atomic_fetch_add(&hdr->transfers[VLM_FPOOL_POOL], 1);
+        return VLM_OK;
+    }
+
+    /* the fallback: a copy in host memory, nothing of the pool kept */
+    if (vlm_fpool_take(p, VLM_FPOOL_HOST, n, consumers, h) == NULL) {
+        return vlm_error_set(err, VLM_ERR_LIMIT, "feature pool: no room for "
+                             "%zu bytes in the pool (%zu) or the host "
+                             "staging area (%zu)", n,
+                             (size_t) hdr->capacity[VLM_FPOOL_POOL],
+                             (size_t) hdr->capacity[VLM_FPOOL_HOST]);
+    }
+
+    p->ops->to_host(p->region[VLM_FPOOL_HOST] + h->off, src, n);
+    atomic_fetch_add(&hdr->transfers[VLM_FPOOL_HOST], 1);
+    atomic_fetch_add(&hdr->fallback_bytes, n);
+
+    return VLM_OK;
+}
+
+
+/* the live slice a handle names, or NULL */
+static vlm_fpool_slot_t *
+vlm_fpool_find(vlm_fpool_t *p, const vlm_fpool_handle_t *h)
+{
+    int                i;
+    vlm_fpool_slot_t  *s;
+
+    if (h->gen == 0 || h->path > VLM_FPOOL_HOST
+        || h->off >= p->hdr->capacity[h->path])
+    {
+        return NULL;
+    }
+
+    for (i = 0; i < VLM_FPOOL_SLOTS; i++) {
+        s = &p->hdr->slots[i];
+
+        if (atomic_load_explicit(&s->state, memory_order_acquire) == 1
+            && s->path == h->path && s->off == h->off && s->gen == h->gen
+            && s->bytes == h->bytes)
+        {
+            return s;
+        }
+    }
+
+    return NULL;
+}
+
+
+static vlm_status_t
+vlm_fpool_stale(const vlm_fpool_handle_t *h, vlm_error_t *err)
+{
+    return vlm_error_set(err, VLM_ERR_INTERNAL, "feature pool: no %s slice "
+                         "at %llu of generation %u",
+                         h->path == VLM_FPOOL_HOST ? "host" : "pool",
+                         (unsigned long long) h->off, h->gen);
+}
+
+
+vlm_status_t
+vlm_fpool_share(vlm_fpool_t *p, const vlm_fpool_handle_t *h, int consumers,
+    vlm_error_t *err)
+{
+    vlm_fpool_slot_t  *s;
+
+    s = vlm_fpool_find(p, h);
+    if (s == NULL || consumers < 1) {
+        return vlm_fpool_stale(h, err);
+    }
+
+    atomic_fetch_add(&s->refs, consumers);
+    atomic_fetch_add(&p->hdr->transfers[h->path], 1);
+
+    return VLM_OK;
+}
+
+
+void *
+vlm_fpool_data(vlm_fpool_t *p, const vlm_fpool_handle_t *h, vlm_error_t *err)
+{
+    if (vlm_fpool_find(p, h) == NULL) {
+        vlm_fpool_stale(h, err);
+        return NULL;
+    }
+
+    return p->region[h->path] + h->off;
+}
+
+
+vlm_status_t
+vlm_fpool_read(vlm_fpool_t *p, const vlm_fpool_handle_t *h, void *dst,
+    vlm_error_t *err)
+{
+    void  *src;
+
+    src = vlm_fpool_data(p, h, err);
+    if (src == NULL) {
+        return err->status;
+    }
+
+    if (h->path == VLM_FPOOL_POOL) {
+        p->ops->copy_out(dst, src, h->bytes);
+
+    } else {
+        p->ops->from_host(dst, src, h->bytes);
+    }
+
+    return vlm_fpool_release(p, h, err);
+}
+
+
+vlm_status_t
+vlm_fpool_release(vlm_fpool_t *p, const vlm_fpool_handle_t *h,
+    vlm_error_t *err)
+{
+    int32_t            refs;
+    vlm_fpool_slot_t  *s;
+
+    s = vlm_fpool_find(p, h);
+    if (s == NULL) {
+        return vlm_fpool_stale(h, err);
+    }
+
+    refs = atomic_fetch_sub(&s->refs, 1);
+
+    if (refs > 1) {
+        return VLM_OK;
+    }
+
+    if (refs < 1) {
+        atomic_fetch_add(&s->refs, 1);
+        return vlm_fpool_stale(h, err);
+    }
+
+    atomic_fetch_sub(&p->hdr->used[h->path], s->bytes);
+    atomic_fetch_sub(&p->hdr->slices[h->path], 1);
+    atomic_store_explicit(&s->state, 0, memory_order_release);
+
+    return VLM_OK;
+}
+
+
+int
+vlm_fpool_refs(vlm_fpool_t *p, const vlm_fpool_handle_t *h)
+{
+    vlm_fpool_slot_t  *s;
+
+    s = vlm_fpool_find(p, h);
+
+    return s != NULL ? atomic_load(&s->refs) : 0;
+}
+
+
+void
+vlm_fpool_copy_in(vlm_fpool_t *p, const vlm_fpool_handle_t *h,
+    const void *src)
+{
+    if (h->path == VLM_FPOOL_POOL) {
+        p->ops->copy_in(p->region[h->path] + h->off, src, h->bytes);
+
+    } else {
+        p->ops->to_host(p->region[h->path] + h->off, src, h->bytes);
+    }
+}
+
+
+void
+vlm_fpool_stats(vlm_fpool_t *p, vlm_fpool_stats_t *st)
+{
+    int              i;
+    vlm_fpool_hdr_t  *hdr = p->hdr;
+
+    memset(st, 0, sizeof(vlm_fpool_stats_t));
+
+    for (i = 0; i < 2; i++) {
+        st->capacity[i] = hdr->capacity[i];
+        st->used[i] = atomic_load(&hdr->used[i]);
+        st->peak[i] = atomic_load(&hdr->peak[i]);
+        st->slices[i] = atomic_load(&hdr->slices[i]);
+        st->transfers[i] = atomic_load(&hdr->transfers[i]);
+    }
+
+    st->fallback_bytes = atomic_load(&hdr->fallback_bytes);
+}
