@@ -158,6 +158,13 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       offsetof(ngx_http_vlm_main_conf_t, image_cache),
       &ngx_http_vlm_image_cache_bounds },
 
+    { ngx_string("vlm_prefix_cache"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, prefix_cache),
+      NULL },
+
     { ngx_string("vlm_max_queued"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_num_slot,

@@ -58,6 +58,7 @@ typedef struct {
     ngx_uint_t           max_running;      /* sequences the engine runs */
     ngx_uint_t           max_batch_tokens; /* rows of one engine step */
     size_t               image_cache;      /* engine's feature cache, bytes */
+    ngx_flag_t           prefix_cache;     /* engine's KV prefix cache */
     ngx_uint_t           max_queued;       /* waiting beyond those */
     uint64_t             arena_size;       /* the zone less the slots */
 

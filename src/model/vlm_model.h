@@ -113,6 +113,8 @@ struct vlm_seq_s {
     int32_t      *blocks;               /* host block table */
     int32_t      *blocks_dev;           /* the same, backend memory */
     float        *logits;               /* host [V] */
+    vlm_kv_chain_t  chain;              /* the prefix cache's hash of its
+                                           rows so far */
 };
 
 
@@ -202,6 +204,9 @@ typedef struct {
     int                 next_pos;
     int                 had_blocks;     /* the sequence's before it */
     vlm_icache_key_t    key;            /* the image's, while encoding */
+    int                 hashed;         /* rows added to the seq's chain */
+    int                 key_image;      /* the image of the next image */
+    int                 key_left;       /*   token, and its tokens left */
 } vlm_prefill_job_t;
 
 
@@ -230,6 +235,15 @@ struct vlm_model_s {
     uint64_t                 comm_calls;
     uint64_t                 comm_ns;
     int32_t                 *pf_pos;    /* host [3, max_seq_len] */
+    /* the prefix cache: the prefill's images' content keys, and a
+       lookup's positions, keys and chain */
+    int                      max_keys;
+    vlm_kv_hash_t           *pf_keys;   /* host [max_keys] */
+    vlm_kv_hash_t           *px_keys;   /* host [max_keys] */
+    int32_t                 *px_pos;    /* host [3, max_seq_len] */
+    vlm_kv_chain_t           px_chain;
+    uint64_t                 prefix_queries;
+    uint64_t                 prefix_hits;
     uint64_t                 allocs_at_load;
 };
 
