@@ -1357,13 +1357,27 @@ vlm_image_tokens(const vlm_model_t *m, const vlm_image_t *img)
 }
 
 
+/*
+ * An image's content key: its pixel values, then that hash with its grid
+ * (every feature depends on the whole image as the grid lays it out)
+ */
 static void
 vlm_image_content_key(vlm_model_t *m, const vlm_image_t *img,
     vlm_kv_hash_t *key)
 {
+    int32_t  k[8];
+
     vlm_kv_content_key(&m->kv, img->pixels,
                        (size_t) img->grid_t * img->grid_h * img->grid_w
                        * m->info.patch_dim * sizeof(float), key);
+
+    memset(k, 0, sizeof(k));
+    memcpy(k, key, sizeof(vlm_kv_hash_t));
+    k[4] = img->grid_t;
+    k[5] = img->grid_h;
+    k[6] = img->grid_w;
+
+    vlm_kv_content_key(&m->kv, k, sizeof(k), key);
 }
 
 
