@@ -308,7 +308,9 @@ ngx_module_t  ngx_http_vlm_module = {
 static ngx_int_t
 ngx_http_vlm_preconfiguration(ngx_conf_t *cf)
 {
-    if (ngx_http_vlm_chat_add_variables(cf) != NGX_OK) {
+    if (ngx_http_vlm_chat_add_variables(cf) != NGX_OK
+        || ngx_http_vlm_prefix_add_variables(cf) != NGX_OK)
+    {
         return NGX_ERROR;
     }
 

@@ -180,6 +180,9 @@ ngx_int_t ngx_http_vlm_fetch_init(ngx_conf_t *cf);
 char *ngx_http_vlm_fetch_allow(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 
+/* ngx_http_vlm_prefix.c: $vlm_prefix_key, for a front nginx */
+ngx_int_t ngx_http_vlm_prefix_add_variables(ngx_conf_t *cf);
+
 /* ngx_http_vlm_api.c: /v1/models and /metrics */
 char *ngx_http_vlm_models(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 char *ngx_http_vlm_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
