@@ -54,7 +54,7 @@ CUDA_ARCHS ?= 80 89 90
 # there) but the engine executable's main and the CUDA backend's host
 # code, which goes with the kernels into libvlm_cuda.a
 ENGINE_SRCS := src/engine/vlm_engine_main.c
-CUDA_HOST_SRCS := src/backend/vlm_backend_cuda.c
+CUDA_HOST_SRCS := src/backend/vlm_backend_cuda.c src/backend/vlm_comm_nccl.c
 LIB_SRCS  := $(sort $(filter-out $(ENGINE_SRCS) $(CUDA_HOST_SRCS), \
                  $(wildcard $(LIB_DIRS:%=src/%/vlm_*.c))))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
@@ -65,9 +65,15 @@ CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o) \
              $(CUDA_HOST_SRCS:%.c=$(BUILD)/%.o)
 ifeq ($(CUDA),1)
 CUDA_HOME ?= $(abspath $(dir $(NVCC))/..)
+comma     := ,
 CUDA_LIB  := $(BUILD)/libvlm_cuda.a
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 \
-             -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+# NCCL: the toolkit's, or NCCL_HOME with include/ and lib/ (the
+# nvidia-nccl wheel's folder, whose lib/ has libnccl.so.2 only)
+NCCL_HOME ?=
+NCCL_LIBS := $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib \
+                 -Wl$(comma)-rpath$(comma)$(NCCL_HOME)/lib) -l:libnccl.so.2
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+             $(NCCL_LIBS) -lcublas -lcudart -lstdc++
 CUDA_PTX  := $(lastword $(CUDA_ARCHS))
 CUDA_GENCODE := $(foreach a,$(CUDA_ARCHS), \
                     -gencode arch=compute_$(a),code=sm_$(a)) \
@@ -76,7 +82,8 @@ NVCCFLAGS ?= -O3 -std=c++17 -Werror all-warnings \
              -Xcompiler -fPIC,-Wall,-Wextra,-Werror,-Wno-unused-parameter \
              $(CUDA_GENCODE) $(CPPFLAGS) -I$(ROOT)/kernels
 # the CUDA backend's host code: plain C with the project's warnings
-$(CUDA_HOST_SRCS:%.c=$(BUILD)/%.o): CPPFLAGS += -I$(CUDA_HOME)/include \
+$(CUDA_HOST_SRCS:%.c=$(BUILD)/%.o): CPPFLAGS += \
+    $(if $(NCCL_HOME),-I$(NCCL_HOME)/include) -I$(CUDA_HOME)/include \
                                                 -I$(ROOT)/kernels
 $(CUDA_HOST_SRCS:%.c=$(BUILD)/%.o): $(wildcard kernels/*.h)
 $(ENGINE_SRCS:%.c=$(BUILD)/%.o): CPPFLAGS += -DVLM_HAVE_CUDA=1
@@ -93,9 +100,11 @@ CLI_SRCS  := $(sort $(wildcard src/cli/*.c))
 CLI       := $(BUILD)/vlm-cli
 ENGINE    := $(BUILD)/vlm-engine
 
-# test_backend_ops compares the CUDA ops with the CPU ops: CUDA builds only
-TEST_SRCS := $(sort $(filter-out $(if $(filter 1,$(CUDA)),,\
-                 tests/test_backend_ops.c), $(wildcard tests/test_*.c)))
+# test_backend_ops compares the CUDA ops with the CPU ops, test_comm_nccl
+# runs NCCL on the GPUs: CUDA builds only
+CUDA_TESTS := tests/test_backend_ops.c tests/test_comm_nccl.c
+TEST_SRCS := $(sort $(filter-out $(if $(filter 1,$(CUDA)),,$(CUDA_TESTS)), \
+                 $(wildcard tests/test_*.c)))
 TESTS     := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRCS := $(sort $(wildcard bench/bench_*.c))
 BENCHES   := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
@@ -150,10 +159,11 @@ $(ENGINE): $(ENGINE_SRCS:%.c=$(BUILD)/%.o) $(LIB) $(CUDA_LIB)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $(filter %.o,$^) $(CUDA_LIB) \
 	    $(LIB) $(CUDA_LIBS) $(LDLIBS)
 
-$(BUILD)/tests/test_backend_ops: $(BUILD)/tests/test_backend_ops.o $(LIB) \
-                                 $(CUDA_LIB)
+$(CUDA_TESTS:tests/%.c=$(BUILD)/tests/%): $(BUILD)/tests/%: \
+                                 $(BUILD)/tests/%.o $(LIB) $(CUDA_LIB)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(CUDA_LIB) $(LIB) -lcmocka \
 	    $(CUDA_LIBS) $(LDLIBS)
+$(BUILD)/tests/test_comm_nccl.o: CPPFLAGS += -I$(CUDA_HOME)/include
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $^ -lcmocka $(LDLIBS)

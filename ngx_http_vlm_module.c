@@ -109,6 +109,13 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       0,
       NULL },
 
+    { ngx_string("vlm_gpus"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_1MORE,
+      ngx_http_vlm_gpus,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("vlm_thread_pool"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_vlm_thread_pool,

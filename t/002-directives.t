@@ -655,6 +655,80 @@ qr{\[emerg\] .*: "vlm_engine_cpus" has 1 CPU lists, one for each of the 2 ranks 
 
 
 
+=== TEST 36g: vlm_gpus: needs the cuda backend
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/good;
+    vlm_gpus 0;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_gpus" needs "vlm_backend cuda" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 36h: vlm_gpus: not a device index
+--- http_config
+    vlm_gpus 0 x;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_gpus": "x" is not a device index \(0 to 1023\) in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 36i: vlm_gpus: a device a rank
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/good;
+    vlm_backend cuda;
+    vlm_engine_binary $TEST_NGINX_ENGINES/engine-with-cuda;
+    vlm_tensor_parallel 2;
+    vlm_gpus 3;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_gpus" names 1 devices, one for each of the 2 ranks of "vlm_tensor_parallel" is needed in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 36j: vlm_tensor_parallel on GPUs: an engine without NCCL
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/good;
+    vlm_backend cuda;
+    vlm_engine_binary $TEST_NGINX_ENGINES/engine-cuda-no-nccl;
+    vlm_tensor_parallel 2;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_tensor_parallel 2" with "vlm_backend cuda": the engine "[^"]+/engine-cuda-no-nccl" has no NCCL \(its features: "cpu cuda"\) in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 36k: vlm_tensor_parallel on GPUs: two ranks on the devices named
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/good;
+    vlm_backend cuda;
+    vlm_engine_binary $TEST_NGINX_ENGINES/engine-with-cuda;
+    vlm_tensor_parallel 2;
+    vlm_gpus 1 0;
+--- config
+    location = /health { vlm_health; }
+--- request
+GET /health
+--- error_code: 503
+--- response_body_like: "model":"good","backend":"cuda",
+--- no_error_log
+[emerg]
+
+
+
 === TEST 37: vlm_health: not allowed at the http level
 --- http_config
     vlm_health;

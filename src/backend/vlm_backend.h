@@ -19,6 +19,7 @@
 
 
 typedef struct vlm_backend_s  vlm_backend_t;
+struct vlm_comm_s;              /* backend/vlm_comm.h */
 
 
 /* the activations of the checkpoints' config.json ("hidden_act") */
@@ -42,6 +43,7 @@ typedef struct {
     int           n_threads;    /* CPU: worker threads incl. the caller */
     int           max_ctx;      /* the longest attention row (keys) */
     size_t        device_bytes; /* GPU: the memory pool; 0: 90 % of free */
+    int           device;       /* GPU: the device index */
 } vlm_backend_conf_t;
 
 
@@ -151,6 +153,15 @@ typedef struct {
     /* out[i] = argmax x[i, dim] */
     void  (*argmax)(vlm_backend_t *be, int32_t *out, const float *x, int n,
         int dim);
+
+    /*
+     * Tensor parallel: the communicator of this backend's memory, made by
+     * every rank of the group together over host, the group's host
+     * communicator.  NULL for a backend whose memory is host memory: the
+     * model uses host itself.
+     */
+    vlm_status_t (*comm_open)(vlm_backend_t *be, struct vlm_comm_s **c,
+        struct vlm_comm_s *host, vlm_error_t *err);
 } vlm_backend_ops_t;
 
 

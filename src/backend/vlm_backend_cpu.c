@@ -1363,7 +1363,8 @@ static const vlm_backend_ops_t  vlm_cpu_ops = {
     vlm_cpu_attention_varlen,
     vlm_cpu_attention_paged,
     vlm_cpu_kv_store,
-    vlm_cpu_argmax
+    vlm_cpu_argmax,
+    NULL                        /* host memory: the group's communicator */
 };
 
 

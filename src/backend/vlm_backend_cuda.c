@@ -31,6 +31,7 @@
 #include <cuda_runtime.h>
 
 #include "vlm_backend.h"
+#include "vlm_comm.h"
 #include "vlm_devpool.h"
 #include "vlm_kernels.h"
 
@@ -587,6 +588,16 @@ vlm_cuda_argmax_op(vlm_backend_t *be, int32_t *out, const float *x, int n,
 }
 
 
+static vlm_status_t
+vlm_cuda_comm_open(vlm_backend_t *be, vlm_comm_t **c, vlm_comm_t *host,
+    vlm_error_t *err)
+{
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    return vlm_comm_nccl_open(c, host, cu->device, cu->stream, err);
+}
+
+
 static void
 vlm_cuda_free(vlm_backend_t *be)
 {
@@ -651,7 +662,8 @@ static const vlm_backend_ops_t  vlm_cuda_ops = {
     vlm_cuda_attention_varlen_op,
     vlm_cuda_attention_paged_op,
     vlm_cuda_kv_store_op,
-    vlm_cuda_argmax_op
+    vlm_cuda_argmax_op,
+    vlm_cuda_comm_open
 };
 
 
@@ -688,13 +700,20 @@ vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
                                               : "no device");
     }
 
+    if (conf->device < 0 || conf->device >= n_dev) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "cuda backend: device %d is not there (%d GPU%s "
+                             "visible)", conf->device, n_dev,
+                             n_dev == 1 ? " is" : "s are");
+    }
+
     cu = calloc(1, sizeof(vlm_cuda_t));
     if (cu == NULL) {
         return vlm_error_set(err, VLM_ERR_NOMEM, "cuda backend: no memory");
     }
 
     cu->be.ops = &vlm_cuda_ops;
-    cu->device = 0;
+    cu->device = conf->device;
 
     cu->pieces = calloc(VLM_CUDA_MAX_PIECES, sizeof(vlm_devpool_piece_t));
     if (cu->pieces == NULL) {
@@ -710,7 +729,7 @@ vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
         e = cudaMemGetInfo(&free_b, &total_b);
     }
     if (e != cudaSuccess) {
-        return vlm_cuda_failed(cu, err, "device 0", e);
+        return vlm_cuda_failed(cu, err, "the device", e);
     }
 
     cu->n_sms = prop.multiProcessorCount;

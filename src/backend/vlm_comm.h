@@ -43,6 +43,12 @@ struct vlm_comm_s {
     const vlm_comm_ops_t  *ops;
     int                    rank;
     int                    world;
+    /*
+     * 0: the buffers are host memory and a collective returns when its
+     * result is there; 1: they are the backend's device memory and a
+     * collective is queued on the backend's stream (NCCL)
+     */
+    int                    device_memory;
 };
 
 
@@ -70,6 +76,16 @@ vlm_status_t vlm_comm_shm_open(vlm_comm_t **c, int fd, int rank,
  */
 void vlm_comm_shm_abort(vlm_comm_t *c);
 vlm_status_t vlm_comm_shm_abort_fd(int fd, vlm_error_t *err);
+
+
+/*
+ * The NCCL communicator (vlm_comm_nccl.c, in the CUDA library): made by
+ * every rank of a group together, on its device, its collectives queued on
+ * stream (a cudaStream_t); rank 0's unique id reaches the others over
+ * host, the group's host communicator, which stays theirs for the plans.
+ */
+vlm_status_t vlm_comm_nccl_open(vlm_comm_t **c, vlm_comm_t *host,
+    int device, void *stream, vlm_error_t *err);
 
 
 #endif /* VLM_COMM_H */

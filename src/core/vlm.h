@@ -43,6 +43,7 @@ typedef struct {
                                    vlm_backend_register() */
     size_t  device_bytes;       /* GPU backends: the device memory pool;
                                    0: 90 % of the free memory */
+    int     device;             /* GPU backends: the device index */
 
     /*
      * Tensor parallel: this process is rank tp_rank of a group of tp_size

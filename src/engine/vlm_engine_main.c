@@ -16,14 +16,18 @@
  *              [--image-cache-bytes N] [--tensor-parallel N]
  *              [--prefix-cache on|off]
  *              [--cpus LIST[:LIST...]]     (the CPUs of each rank)
- *   vlm-engine --features      prints the backends built in ("cpu cuda")
+ *              [--gpus N[,N...]]           (the GPU of each rank)
+ *   vlm-engine --features      prints what is built in ("cpu cuda nccl")
  *
  * With --tensor-parallel N > 1 this process is rank 0 of a group: it makes
  * the shared memory communicator, starts ranks 1..N-1 from its own binary
  * (the same options plus --rank R --comm-fd FD; they die with it), and
  * serves the queue as before, its model calls replayed by the others
  * (vlm_group.h).  A rank that exits takes the group down: rank 0 exits
- * with an error, and the supervisor starts the whole group again.
+ * with an error, and the supervisor starts the whole group again.  On
+ * GPUs the ranks' collectives go through NCCL, one device each (--gpus,
+ * or rank r on device r); there a rank that exits makes rank 0 exit at
+ * once, since the others may be waiting inside a kernel.
  */
 
 #define _GNU_SOURCE
@@ -67,6 +71,7 @@ typedef struct {
     const char          *backend;
     int                  comm_fd;       /* ranks 1..N-1: the group's */
     const char          *cpus;          /* a CPU list a rank, ':' apart */
+    const char          *gpus;          /* a device a rank, ',' apart */
     vlm_model_params_t   params;
 } vlm_engine_args_t;
 
@@ -75,6 +80,7 @@ static volatile sig_atomic_t  vlm_engine_stop;
 static volatile sig_atomic_t  vlm_engine_drain;
 static volatile sig_atomic_t  vlm_engine_rank_exited;
 static vlm_comm_t            *vlm_engine_comm;
+static volatile sig_atomic_t  vlm_engine_device_group;
 static volatile sig_atomic_t  vlm_engine_signo;
 
 /* the queue once attached, and the last error logged, for last words */
@@ -269,6 +275,12 @@ vlm_engine_child(int signo)
         if (vlm_engine_comm != NULL) {
             vlm_comm_shm_abort(vlm_engine_comm);
         }
+
+        if (vlm_engine_device_group) {
+            /* the others may wait in a kernel for the dead one: no flag
+               reaches them there, and nothing of this group can go on */
+            _exit(1);
+        }
     }
 
     errno = saved;
@@ -290,6 +302,49 @@ vlm_engine_int(const char *name, const char *v, long lo, long hi, long *out)
     }
 
     *out = n;
+
+    return 0;
+}
+
+
+/* this rank's device from --gpus "0,1,2,3": one index a rank */
+static int
+vlm_engine_gpu(const char *gpus, int rank, int world, int *device)
+{
+    int          r;
+    long         n;
+    char        *end;
+    const char  *p;
+
+    p = gpus;
+
+    for (r = 0; ; r++) {
+        errno = 0;
+        n = strtol(p, &end, 10);
+
+        if (errno != 0 || end == p || n < 0 || n > 1023
+            || (*end != ',' && *end != '\0'))
+        {
+            vlm_log(VLM_LOG_ERROR, "invalid --gpus \"%s\"", gpus);
+            return -1;
+        }
+
+        if (r == rank) {
+            *device = (int) n;
+        }
+
+        if (*end == '\0') {
+            break;
+        }
+
+        p = end + 1;
+    }
+
+    if (r + 1 != world) {
+        vlm_log(VLM_LOG_ERROR, "--gpus \"%s\" names %d devices for %d "
+                "ranks", gpus, r + 1, world);
+        return -1;
+    }
 
     return 0;
 }
@@ -406,6 +461,9 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
         } else if (strcmp(argv[i], "--cpus") == 0) {
             a->cpus = argv[++i];
 
+        } else if (strcmp(argv[i], "--gpus") == 0) {
+            a->gpus = argv[++i];
+
         } else if (strcmp(argv[i], "--comm-fd") == 0) {
             if (vlm_engine_int("--comm-fd", argv[++i], 0, 65535, &n)) {
                 return -1;
@@ -448,6 +506,14 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
     }
 
     a->params.backend = a->backend;
+    a->params.device = a->params.tp_rank;
+
+    if (a->gpus != NULL
+        && vlm_engine_gpu(a->gpus, a->params.tp_rank, a->params.tp_size,
+                          &a->params.device) != 0)
+    {
+        return -1;
+    }
 
     return 0;
 }
@@ -683,7 +749,8 @@ main(int argc, char **argv)
 
     /* nginx -t asks which backends this binary has */
     if (argc == 2 && strcmp(argv[1], "--features") == 0) {
-        printf("cpu%s\n", vlm_backend_available("cuda") ? " cuda" : "");
+        /* the CUDA library carries NCCL for tensor parallel on GPUs */
+        printf("cpu%s\n", vlm_backend_available("cuda") ? " cuda nccl" : "");
         return 0;
     }
 
@@ -749,6 +816,8 @@ main(int argc, char **argv)
     comm = NULL;
 
     if (args.params.tp_size > 1) {
+        vlm_engine_device_group = strcmp(args.backend, "cpu") != 0;
+
         if (vlm_engine_start_ranks(argc, argv, args.params.tp_size, &comm)
             != 0)
         {

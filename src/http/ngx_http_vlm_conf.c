@@ -408,6 +408,67 @@ ngx_http_vlm_engine_cpus(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/*
+ * vlm_gpus N...: the GPU of each engine rank with "vlm_backend cuda", one
+ * device index a rank; without it rank r runs on device r.
+ */
+char *
+ngx_http_vlm_gpus(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_vlm_main_conf_t *vmcf = conf;
+
+    u_char      *p;
+    size_t       len;
+    ngx_int_t    n;
+    ngx_str_t   *value;
+    ngx_uint_t   i;
+
+    if (vmcf->gpus.data) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (cf->args->nelts - 1 > 8) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"vlm_gpus\" takes one device a rank, 8 at "
+                           "most");
+        return NGX_CONF_ERROR;
+    }
+
+    len = 0;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+        n = ngx_atoi(value[i].data, value[i].len);
+
+        if (n == NGX_ERROR || n > 1023) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"vlm_gpus\": \"%V\" is not a device index "
+                               "(0 to 1023)", &value[i]);
+            return NGX_CONF_ERROR;
+        }
+
+        len += value[i].len + 1;
+    }
+
+    p = ngx_pnalloc(cf->pool, len);
+    if (p == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    vmcf->gpus.data = p;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+        p = ngx_cpymem(p, value[i].data, value[i].len);
+        *p++ = (u_char) (i + 1 < cf->args->nelts ? ',' : '\0');
+    }
+
+    vmcf->gpus.len = len - 1;
+
+    return NGX_CONF_OK;
+}
+
+
 char *
 ngx_http_vlm_thread_pool(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {

@@ -31,7 +31,7 @@
 #define NGX_HTTP_VLM_STABLE          (30 * 1000) /* resets the back-off */
 #define NGX_HTTP_VLM_STOP_WAIT       (10 * 1000)
 #define NGX_HTTP_VLM_RECORD_CHECK    200        /* an exiting worker, ms */
-#define NGX_HTTP_VLM_ARGS            24
+#define NGX_HTTP_VLM_ARGS            32
 
 
 typedef struct {
@@ -53,7 +53,7 @@ static char *ngx_http_vlm_engine_add_path(ngx_conf_t *cf,
 static ngx_int_t ngx_http_vlm_engine_default_binary(ngx_conf_t *cf,
     ngx_str_t *binary);
 static ngx_int_t ngx_http_vlm_engine_has_cuda(ngx_conf_t *cf,
-    ngx_str_t *binary);
+    ngx_str_t *binary, ngx_uint_t ranks);
 static ngx_msec_t ngx_http_vlm_engine_manager(void *data);
 static ngx_int_t ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf,
     ngx_log_t *log);
@@ -117,16 +117,19 @@ ngx_http_vlm_engine_on_wakeup(ngx_http_vlm_wakeup_pt handler)
 }
 
 
-/* the rank lists of vlm_engine_cpus, joined by ':' */
+/*
+ * The ranks of a list joined by sep: vlm_engine_cpus (':') and vlm_gpus
+ * (',').
+ */
 static ngx_uint_t
-ngx_http_vlm_engine_cpu_lists(ngx_str_t *cpus)
+ngx_http_vlm_engine_ranks(ngx_str_t *list, u_char sep)
 {
     ngx_uint_t  i, n;
 
     n = 1;
 
-    for (i = 0; i < cpus->len; i++) {
-        n += cpus->data[i] == ':';
+    for (i = 0; i < list->len; i++) {
+        n += list->data[i] == sep;
     }
 
     return n;
@@ -152,8 +155,29 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     }
 
     if (vmcf->backend == NGX_HTTP_VLM_BACKEND_CUDA
-        && ngx_http_vlm_engine_has_cuda(cf, &vmcf->engine_binary) != NGX_OK)
+        && ngx_http_vlm_engine_has_cuda(cf, &vmcf->engine_binary,
+                                        vmcf->tensor_parallel)
+           != NGX_OK)
     {
+        return NGX_CONF_ERROR;
+    }
+
+    if (vmcf->gpus.len && vmcf->backend != NGX_HTTP_VLM_BACKEND_CUDA) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"vlm_gpus\" needs \"vlm_backend cuda\"");
+        return NGX_CONF_ERROR;
+    }
+
+    if (vmcf->gpus.len
+        && ngx_http_vlm_engine_ranks(&vmcf->gpus, ',')
+           != vmcf->tensor_parallel)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"vlm_gpus\" names %ui devices, one for each of "
+                           "the %ui ranks of \"vlm_tensor_parallel\" is "
+                           "needed",
+                           ngx_http_vlm_engine_ranks(&vmcf->gpus, ','),
+                           vmcf->tensor_parallel);
         return NGX_CONF_ERROR;
     }
 
@@ -168,14 +192,14 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     }
 
     if (vmcf->engine_cpus.len
-        && ngx_http_vlm_engine_cpu_lists(&vmcf->engine_cpus)
+        && ngx_http_vlm_engine_ranks(&vmcf->engine_cpus, ':')
            != vmcf->tensor_parallel)
     {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"vlm_engine_cpus\" has %ui CPU lists, one for "
                            "each of the %ui ranks of \"vlm_tensor_parallel\" "
                            "is needed",
-                           ngx_http_vlm_engine_cpu_lists(&vmcf->engine_cpus),
+                           ngx_http_vlm_engine_ranks(&vmcf->engine_cpus, ':'),
                            vmcf->tensor_parallel);
         return NGX_CONF_ERROR;
     }
@@ -189,6 +213,7 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     ngx_crc32_update(&crc, (u_char *) &vmcf->tensor_parallel,
                      sizeof(ngx_uint_t));
     ngx_crc32_update(&crc, vmcf->engine_cpus.data, vmcf->engine_cpus.len);
+    ngx_crc32_update(&crc, vmcf->gpus.data, vmcf->gpus.len);
     ngx_crc32_update(&crc, (u_char *) &vmcf->max_running,
                      sizeof(ngx_uint_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->max_batch_tokens,
@@ -280,7 +305,8 @@ ngx_http_vlm_engine_default_binary(ngx_conf_t *cf, ngx_str_t *binary)
  * failing at every start.  The module itself never links CUDA.
  */
 static ngx_int_t
-ngx_http_vlm_engine_has_cuda(ngx_conf_t *cf, ngx_str_t *binary)
+ngx_http_vlm_engine_has_cuda(ngx_conf_t *cf, ngx_str_t *binary,
+    ngx_uint_t ranks)
 {
     int        fd[2], status;
     char      *argv[3];
@@ -345,6 +371,16 @@ ngx_http_vlm_engine_has_cuda(ngx_conf_t *cf, ngx_str_t *binary)
         && (ngx_strcmp(out, "cuda") == 0
             || ngx_strstr(out, " cuda") != NULL))
     {
+        /* a group of GPU ranks talks through NCCL */
+        if (ranks > 1 && ngx_strstr(out, " nccl") == NULL) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"vlm_tensor_parallel %ui\" with "
+                               "\"vlm_backend cuda\": the engine \"%V\" has "
+                               "no NCCL (its features: \"%s\")", ranks,
+                               binary, out);
+            return NGX_ERROR;
+        }
+
         return NGX_OK;
     }
 
@@ -1022,6 +1058,11 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     if (vmcf->engine_cpus.len) {
         argv[n++] = "--cpus";
         argv[n++] = (char *) vmcf->engine_cpus.data;
+    }
+
+    if (vmcf->gpus.len) {
+        argv[n++] = "--gpus";
+        argv[n++] = (char *) vmcf->gpus.data;
     }
     argv[n] = NULL;
 

@@ -49,6 +49,9 @@ typedef struct {
     ngx_str_t            engine_cpus;      /* a CPU list a rank, joined by
                                               ':'; NUL-terminated; len 0:
                                               none */
+    ngx_str_t            gpus;             /* a device a rank, joined by
+                                              ','; NUL-terminated; len 0:
+                                              rank r on device r */
     size_t               max_image_pixels;
     ngx_int_t            max_images;
 
@@ -121,6 +124,7 @@ char *ngx_http_vlm_thread_pool(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_vlm_engine_cpus(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+char *ngx_http_vlm_gpus(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 char *ngx_http_vlm_check_num(ngx_conf_t *cf, void *post, void *data);
 char *ngx_http_vlm_check_size(ngx_conf_t *cf, void *post, void *data);
 char *ngx_http_vlm_check_msec(ngx_conf_t *cf, void *post, void *data);

@@ -32,6 +32,7 @@ typedef struct {
     int           n_dev;
     void         *host[VLM_MAX_LOAD_ALLOCS];    /* weight column shares */
     int           n_host;
+    vlm_comm_t   *dcomm;        /* the backend's communicator, if its own */
 } vlm_model_owner_t;
 
 
@@ -400,7 +401,10 @@ vlm_model_all_reduce(vlm_model_t *m, float *buf, size_t n, vlm_error_t *err)
         return VLM_OK;
     }
 
-    m->be->ops->synchronize(m->be);
+    /* a device communicator is queued after the step's ops, in order */
+    if (!m->tp.comm->device_memory) {
+        m->be->ops->synchronize(m->be);
+    }
 
     t = vlm_model_ns();
     rc = m->tp.comm->ops->all_reduce_sum(m->tp.comm, buf, n);
@@ -431,7 +435,9 @@ vlm_model_all_gather(vlm_model_t *m, float *out, const float *in, size_t n,
         return VLM_OK;
     }
 
-    m->be->ops->synchronize(m->be);
+    if (!m->tp.comm->device_memory) {
+        m->be->ops->synchronize(m->be);
+    }
 
     t = vlm_model_ns();
     rc = m->tp.comm->ops->all_gather(m->tp.comm, out, in, n);
@@ -476,16 +482,6 @@ vlm_model_tp_init(vlm_model_t *m, int check, vlm_error_t *err)
         return vlm_error_set(err, VLM_ERR_INVALID,
                              "model: rank %d of %d needs a communicator of "
                              "that group", r, N);
-    }
-
-    if (N > 1 && m->params.backend != NULL
-        && strcmp(m->params.backend, "cpu") != 0)
-    {
-        /* the shared memory communicator reads host memory only */
-        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
-                             "model: tensor parallel runs on the cpu "
-                             "backend only in this version, not on \"%s\"",
-                             m->params.backend);
     }
 
     if (tc->n_heads % N != 0 || tc->intermediate_size % N != 0
@@ -783,6 +779,32 @@ vlm_model_fill_info(vlm_model_t *m)
 
 
 /*
+ * A backend whose memory the host communicator cannot read (a GPU's)
+ * makes a communicator of its own, every rank of the group together;
+ * the host one still carries the group's plans (engine/vlm_group.c).
+ */
+static vlm_status_t
+vlm_model_tp_comm(vlm_model_owner_t *o, vlm_error_t *err)
+{
+    vlm_status_t   rc;
+    vlm_model_t   *m = &o->model;
+
+    if (m->tp.comm == NULL || m->be->ops->comm_open == NULL) {
+        return VLM_OK;
+    }
+
+    rc = m->be->ops->comm_open(m->be, &o->dcomm, m->tp.comm, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    m->tp.comm = o->dcomm;
+
+    return VLM_OK;
+}
+
+
+/*
  * What vlm_model_load() and vlm_model_check() share: the config, the
  * budgets, the architecture, the safetensors headers and the
  * architecture's load(), which with check set runs without a backend
@@ -854,8 +876,14 @@ vlm_model_open(vlm_model_owner_t **out, const char *dir,
         bc.max_ctx = vlm_max(m->params.max_seq_len,
                              m->params.max_image_patches);
         bc.device_bytes = m->params.device_bytes;
+        bc.device = m->params.device;
 
         rc = vlm_backend_init(&m->be, m->params.backend, &bc, err);
+        if (rc != VLM_OK) {
+            goto failed;
+        }
+
+        rc = vlm_model_tp_comm(o, err);
         if (rc != VLM_OK) {
             goto failed;
         }
@@ -1033,6 +1061,10 @@ vlm_model_free(vlm_model_t *m)
     free(m->ws.host_pos);
     free(m->pf_pos);
     free(m->vws.host);
+
+    if (o->dcomm != NULL) {
+        o->dcomm->ops->free(o->dcomm);
+    }
 
     if (m->be != NULL) {
         m->be->ops->free(m->be);
@@ -1858,6 +1890,8 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
 
     rc = m->arch->forward(m, &b, err);
     if (rc != VLM_OK) {
+        /* as a failed image stage: the sequence as it was */
+        vlm_prefill_cancel(m);
         return rc;
     }
 

@@ -318,11 +318,21 @@ vlm_lm_logits(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
             all = ws->logits_all;
         }
 
+        /*
+         * the step's one wait for the device: a failure of any op of the
+         * step (a GPU backend's errors are sticky) is reported here
+         */
         for (i = 0; i < nl; i++) {
             for (r = 0; r < m->tp.size; r++) {
-                be->ops->download(be, b->logit_out[r0 + i] + (size_t) r * V,
-                                  all + ((size_t) r * nl + i) * V,
-                                  (size_t) V * sizeof(float));
+                rc = be->ops->download(be,
+                                       b->logit_out[r0 + i] + (size_t) r * V,
+                                       all + ((size_t) r * nl + i) * V,
+                                       (size_t) V * sizeof(float));
+                if (rc != VLM_OK) {
+                    return vlm_error_set(err, rc, "model: the %s backend "
+                                         "failed in this step (its log "
+                                         "says how)", be->ops->name);
+                }
             }
         }
     }
