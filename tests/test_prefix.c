@@ -366,6 +366,25 @@ test_image_and_placement_in_the_key(void **state)
     assert_int_equal(vlm_seq_length(seq), 0);
     vlm_seq_free(seq);
 
+    /*
+     * one token more in front: <|vision_start|> ends the first block, the
+     * placeholders begin the second; a prompt that differs after the
+     * image finds the first block only, whose end would leave the rest
+     * starting at a placeholder: nothing is mapped, and the prompt runs
+     */
+    ids[0] = 5;
+    memcpy(ids + 1, ia.data, (size_t) n * sizeof(int32_t));
+    assert_int_equal(ids[7], ((int32_t *) ia.data)[6]);
+
+    assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+    assert_int_equal(feed(m, seq, ids, n + 1, &img, 1, 16), 0);
+    vlm_seq_free(seq);
+
+    ids[15] = ids[15] == 7 ? 8 : 7;
+    assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+    assert_int_equal(feed(m, seq, ids, n + 1, &img, 1, 16), 0);
+    vlm_seq_free(seq);
+
     free(pix2);
     vlm_npy_free(&ia);
     vlm_npy_free(&pix);

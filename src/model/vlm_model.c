@@ -1524,10 +1524,11 @@ vlm_seq_prefix_map(vlm_seq_t *seq, const int32_t *ids, int n,
         seq->blocks[nb++] = b;
     }
 
-    /* the rest starts outside an image's placeholders */
-    while (nb > 0 && ids[nb * bs - 1] == m->cfg.image_token_id
-           && ids[nb * bs] == m->cfg.image_token_id)
-    {
+    /*
+     * the rest starts outside an image's placeholders (with them, its
+     * <|vision_start|> would be in the cached part)
+     */
+    while (nb > 0 && ids[nb * bs] == m->cfg.image_token_id) {
         nb--;
     }
 
