@@ -17,8 +17,14 @@
 #include "vlm_kv.h"
 
 
+#define VLM_KV_ZERO  (64 * 1024)
+
+
 static void vlm_kv_lru_unlink(vlm_kv_t *kv, int32_t b);
 static void vlm_kv_unpublish(vlm_kv_t *kv, int32_t b);
+
+
+static const uint8_t  vlm_kv_zero[VLM_KV_ZERO];
 
 
 vlm_status_t
@@ -97,7 +103,7 @@ vlm_kv_free(vlm_kv_t *kv)
 vlm_status_t
 vlm_kv_prefix_init(vlm_kv_t *kv, vlm_error_t *err)
 {
-    size_t   off;
+    size_t   off, n, bytes;
     ssize_t  got;
     int32_t  i;
 
@@ -126,6 +132,20 @@ vlm_kv_prefix_init(vlm_kv_t *kv, vlm_error_t *err)
 
     kv->lru_head = -1;
     kv->lru_tail = -1;
+
+    /*
+     * resident from the start: a cached block is not reused at once, so
+     * the cache walks over the whole pool, and the engine's memory must
+     * not creep while it does
+     */
+    bytes = (size_t) kv->n_layers * kv->n_blocks * kv->block_size
+            * kv->kv_dim * sizeof(float);
+
+    for (off = 0; off < bytes; off += n) {
+        n = vlm_min(bytes - off, sizeof(vlm_kv_zero));
+        kv->be->ops->upload(kv->be, (uint8_t *) kv->k + off, vlm_kv_zero, n);
+        kv->be->ops->upload(kv->be, (uint8_t *) kv->v + off, vlm_kv_zero, n);
+    }
 
     for (off = 0; off < sizeof(kv->secret); off += (size_t) got) {
         got = getrandom(kv->secret + off, sizeof(kv->secret) - off, 0);
