@@ -179,6 +179,13 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       offsetof(ngx_http_vlm_main_conf_t, feature_pool),
       &ngx_http_vlm_image_cache_bounds },
 
+    { ngx_string("vlm_prefix_cache"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, prefix_cache),
+      NULL },
+
     { ngx_string("vlm_max_queued"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_num_slot,
@@ -322,7 +329,9 @@ ngx_module_t  ngx_http_vlm_module = {
 static ngx_int_t
 ngx_http_vlm_preconfiguration(ngx_conf_t *cf)
 {
-    if (ngx_http_vlm_chat_add_variables(cf) != NGX_OK) {
+    if (ngx_http_vlm_chat_add_variables(cf) != NGX_OK
+        || ngx_http_vlm_prefix_add_variables(cf) != NGX_OK)
+    {
         return NGX_ERROR;
     }
 

@@ -68,7 +68,7 @@ GET /health
 --- request
 GET /metrics
 --- error_code: 200
---- response_body_like: \nvlm_engine_threads [1-9][0-9]*\n.*\nvlm_max_running 8\n.*\nvlm_max_batch_tokens 256\n.*\nvlm_zone_size_bytes 1048576\n
+--- response_body_like: \nvlm_engine_threads [1-9][0-9]*\n.*\nvlm_max_running 8\n.*\nvlm_max_batch_tokens 256\n.*\nvlm_prefix_cache 1\n.*\nvlm_zone_size_bytes 1048576\n
 --- no_error_log
 [emerg]
 
@@ -847,3 +847,30 @@ qr{\[emerg\] .*: invalid number of arguments in "vlm_health" directive in \S+ngi
 --- suppress_stderr
 --- error_log eval
 qr{\[emerg\] .*: "vlm_health" directive is duplicate in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 40: vlm_prefix_cache off, in /metrics
+--- http_config
+    vlm_zone vlm size=1m;
+    vlm_prefix_cache off;
+--- config
+    location = /metrics { vlm_metrics; }
+--- request
+GET /metrics
+--- error_code: 200
+--- response_body_like: \nvlm_prefix_cache 0\n
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 41: vlm_prefix_cache: neither on nor off
+--- http_config
+    vlm_prefix_cache yes;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: invalid value "yes" in "vlm_prefix_cache" directive, it must be "on" or "off" in \S+nginx\.conf:\d+$}

@@ -128,7 +128,8 @@ sub check_completion {
     my $u = $j->{usage};
 
     is_deeply([sort keys %$u],
-              [qw(completion_tokens prompt_tokens total_tokens)],
+              [qw(completion_tokens prompt_tokens prompt_tokens_details
+                  total_tokens)],
               "$what: usage keys");
     is($u->{prompt_tokens}, $want{prompt}, "$what: prompt_tokens")
         if defined $want{prompt};

@@ -5,7 +5,8 @@
 # another stream is running; the running stream keeps going meanwhile and
 # completes.  An image prompt, prefilled a piece per step, gets the same
 # answer alone and next to a running stream; the second time, its vision
-# features come from the engine's image cache.
+# features come from the engine's image cache.  (The prefix cache is off
+# here: with it, a prompt seen before skips these paths; t/014 tests it.)
 
 use strict;
 use warnings;
@@ -29,6 +30,7 @@ my $srv = vlm_start(name => 'chunks', port => 1999,
                     http_config => <<'_EOC_');
     vlm_max_running 2;
     vlm_max_tokens 4000;
+    vlm_prefix_cache off;
 _EOC_
 
 END { VLMTest::vlm_stop($srv) if $srv }

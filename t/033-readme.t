@@ -59,14 +59,19 @@ sub code_block {
     my $dir = tempdir("vlm-readme-XXXXXX", TMPDIR => 1, CLEANUP => 1);
     mkdir "$dir/logs";
     open my $out, '>', "$dir/nginx.conf" or die $!;
-    print $out "error_log stderr;\npid $dir/nginx.pid;\nevents { }\n"
-               . "http {\n" . ($block // '') . "\n}\n";
+    # the front loads the module for $vlm_prefix_key
+    my $mod = $ENV{TEST_NGINX_LOAD_MODULES}
+              || ($ENV{VLM_BUILD} || "$root/build") . "/ngx_http_vlm_module.so";
+    print $out "load_module $mod;\nerror_log stderr;\npid $dir/nginx.pid;\n"
+               . "events { }\nhttp {\n" . ($block // '') . "\n}\n";
     close $out;
 
     my $log = `$nginx -t -p $dir -c $dir/nginx.conf 2>&1`;
     is($? >> 8, 0, 'scaling out: the example passes nginx -t') or diag($log);
     like($block // '', qr/proxy_next_upstream\s+error timeout http_503 http_429\s+non_idempotent;/,
          'scaling out: POSTs go to the next host on 503 and 429');
+    like($block // '', qr/hash \$vlm_prefix_key consistent;/,
+         'scaling out: conversations go where their prefix is cached');
     like($readme, qr/`X-Accel-Buffering: no`/,
          'the README says streams carry X-Accel-Buffering: no');
     my $chat = slurp("$root/src/http/ngx_http_vlm_chat.c");

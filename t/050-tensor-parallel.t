@@ -1,7 +1,8 @@
 # The engine as a tensor-parallel group (vlm_tensor_parallel 2): two rank
 # processes, each on the CPU vlm_engine_cpus gives it, serve the same
 # answers as one engine, text and image prompts,
-# streamed or not; a rank killed mid-stream takes the group down (the
+# streamed or not, the streamed ones from the prefix cache both ranks
+# keep in step; a rank killed mid-stream takes the group down (the
 # stream ends with an SSE error event and [DONE]), the supervisor starts
 # both ranks again, and the next request gets the same answer; every slot
 # and the arena are free at the end.
@@ -108,6 +109,11 @@ for my $k (sort keys %$want) {
 # /metrics: the group's size and its collectives
 {
     my $m = vlm_metrics($srv);
+
+    # the streamed asks resent the plain ones: both ranks mapped the same
+    # cached blocks (or the answers above would differ)
+    cmp_ok($m->{vlm_prefix_cache_hits_tokens_total}, '>', 0,
+           'metrics: the prefix cache served both ranks');
     is($m->{vlm_tensor_parallel_ranks}, 2, 'metrics: two ranks');
     cmp_ok($m->{vlm_tensor_parallel_collectives_total}, '>', 100,
            'metrics: the collectives of the requests so far');

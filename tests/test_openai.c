@@ -1341,7 +1341,7 @@ test_completion(void **state)
     char                   buf[1024];
     size_t                 len;
     json_t                *j, *c, *msg, *u;
-    vlm_openai_usage_t     usage = { 12, 5 };
+    vlm_openai_usage_t     usage = { 12, 5, 0 };
     vlm_openai_output_t    out;
     vlm_openai_response_t  resp;
 
@@ -1362,13 +1362,15 @@ test_completion(void **state)
         "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
         "\"content\":\"A \\\"cat\\\".\\n\"},\"logprobs\":null,"
         "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":12,"
-        "\"completion_tokens\":5,\"total_tokens\":17}}"));
+        "\"completion_tokens\":5,\"total_tokens\":17,"
+        "\"prompt_tokens_details\":{\"cached_tokens\":0}}}"));
     assert_memory_equal(buf, "{\"id\":\"" ID "\",\"object\":"
         "\"chat.completion\",\"created\":1700000000,\"model\":\"" MODEL "\","
         "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
         "\"content\":\"A \\\"cat\\\".\\n\"},\"logprobs\":null,"
         "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":12,"
-        "\"completion_tokens\":5,\"total_tokens\":17}}", len);
+        "\"completion_tokens\":5,\"total_tokens\":17,"
+        "\"prompt_tokens_details\":{\"cached_tokens\":0}}}", len);
 
     j = load(buf, len);
     assert_int_equal(json_object_size(j), 6);
@@ -1397,7 +1399,10 @@ test_completion(void **state)
                         "A \"cat\".\n");
 
     u = json_object_get(j, "usage");
-    assert_int_equal(json_object_size(u), 3);
+    assert_int_equal(json_object_size(u), 4);
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(u, "prompt_tokens_details"),
+                         "cached_tokens")), 0);
     assert_int_equal(json_integer_value(json_object_get(u, "prompt_tokens")),
                      12);
     assert_int_equal(json_integer_value(json_object_get(u,
@@ -1410,6 +1415,7 @@ test_completion(void **state)
     /* "length", empty text, and the largest token counts */
     usage.prompt_tokens = UINT32_MAX;
     usage.completion_tokens = UINT32_MAX;
+    usage.cached_tokens = UINT32_MAX;
     out.text = NULL;
     out.len = 0;
 
@@ -1427,6 +1433,10 @@ test_completion(void **state)
     u = json_object_get(j, "usage");
     assert_true(json_integer_value(json_object_get(u, "total_tokens"))
                 == 2 * (json_int_t) UINT32_MAX);
+    assert_true(json_integer_value(json_object_get(
+                    json_object_get(u, "prompt_tokens_details"),
+                    "cached_tokens"))
+                == (json_int_t) UINT32_MAX);
     json_decref(j);
 }
 
@@ -1459,7 +1469,7 @@ test_completion_logprobs(void **state)
     char                   buf[4096];
     size_t                 len;
     json_t                *j, *lp, *content, *top;
-    vlm_openai_usage_t     usage = { 1, 2 };
+    vlm_openai_usage_t     usage = { 1, 2, 0 };
     vlm_openai_output_t    out;
     vlm_openai_logprob_t   tops[2], toks[2];
     vlm_openai_response_t  resp;
@@ -1534,7 +1544,7 @@ test_stream_exact_bytes(void **state)
 {
     char                   buf[1024];
     size_t                 len;
-    vlm_openai_usage_t     usage = { 7, 3 };
+    vlm_openai_usage_t     usage = { 7, 3, 0 };
     vlm_openai_output_t    out;
     vlm_openai_response_t  resp;
 
@@ -1555,7 +1565,8 @@ test_stream_exact_bytes(void **state)
         "\"finish_reason\":\"stop\"}],\"usage\":null}\n\n";
     static const char      usage_u[] = HEAD
         "],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3,"
-        "\"total_tokens\":10}}\n\n";
+        "\"total_tokens\":10,\"prompt_tokens_details\":"
+        "{\"cached_tokens\":0}}}\n\n";
 
     memset(&out, 0, sizeof(out));
     out.text = "Hi\n\x01";
@@ -1616,7 +1627,7 @@ test_stream_parsed_back(void **state)
     size_t                 len, total, n;
     json_t                *j, *c, *d;
     const char            *pieces[] = { "Hel", "lo \xe2\x80\x94", " \"w\"" };
-    vlm_openai_usage_t     usage = { 40, 3 };
+    vlm_openai_usage_t     usage = { 40, 3, 0 };
     vlm_openai_output_t    out;
     vlm_openai_response_t  resp;
     char                   text[64];
@@ -1953,7 +1964,7 @@ test_buffer_too_small(void **state)
     char                   buf[2048];
     size_t                 need, len, size, k;
     vlm_status_t           rc;
-    vlm_openai_usage_t     usage = { 1, 1 };
+    vlm_openai_usage_t     usage = { 1, 1, 0 };
     vlm_openai_error_t     err;
     vlm_openai_output_t    out;
     vlm_openai_response_t  resp;
@@ -2038,7 +2049,7 @@ test_output_bound(void **state)
 {
     char                   text[300], *buf;
     size_t                 bound, len, i;
-    vlm_openai_usage_t     usage = { UINT32_MAX, UINT32_MAX };
+    vlm_openai_usage_t     usage = { UINT32_MAX, UINT32_MAX, UINT32_MAX };
     vlm_openai_output_t    out;
     vlm_openai_logprob_t   top[20], toks[3];
     vlm_openai_response_t  resp;

@@ -17,7 +17,8 @@
  * cut a group, and GPTQ act-order columns, are refused.  The engine's
  * group layer (vlm_group.h) gets the same results with rank 0 alone
  * making the calls and the others replaying its plans, the pixels read
- * from a shared arena.
+ * from a shared arena; the prompt sent again maps the blocks the prefix
+ * cache kept, and every rank then holds the same cached blocks and counts.
  */
 
 #define _GNU_SOURCE
@@ -60,6 +61,11 @@ typedef struct {
     uint64_t transfers[2];              /* feature pool: by path */
     uint64_t fallback_bytes;
     int      slices;                    /* held at the end */
+    int      cached;                    /* tokens mapped the second time */
+    float    logits2[MAX_V];            /* and the logits then */
+    /* every rank's prefix cache at the end */
+    int      kv_cached[VLM_COMM_MAX_WORLD];
+    uint64_t prefix_hits[VLM_COMM_MAX_WORLD];
 } result_t;
 
 
@@ -357,7 +363,7 @@ static void
 run_leader(const char *model, const prompt_t *pr, vlm_group_t *g,
     vlm_model_t *m, result_t *res)
 {
-    int                 i, V, done;
+    int                 i, V, done, ci;
     int32_t             tok;
     vlm_seq_t          *seq;
     vlm_error_t         err;
@@ -415,6 +421,51 @@ run_leader(const char *model, const prompt_t *pr, vlm_group_t *g,
     }
 
     vlm_group_seq_free(g, seq);
+
+    /* the prompt again: its head from the prefix cache, on every rank */
+    res->status = 5;
+    if (vlm_group_seq_init(g, &seq, &err) != VLM_OK
+        || vlm_group_prefix_map(g, seq, pr->ids.data, (int) pr->ids.n,
+                                pr->img, pr->n_images, &res->cached, &ci,
+                                &err)
+           != VLM_OK)
+    {
+        return;
+    }
+
+    res->status = 6;
+    if (ci < pr->n_images) {
+        if (vlm_group_prefill_start(g, seq,
+                                    (const int32_t *) pr->ids.data
+                                    + res->cached,
+                                    (int) pr->ids.n - res->cached,
+                                    pr->img + ci, pr->n_images - ci, &err)
+            != VLM_OK)
+        {
+            return;
+        }
+
+        do {
+            if (vlm_group_prefill_work(g, &done, &err) != VLM_OK) {
+                return;
+            }
+        } while (!done);
+
+    } else {
+        for (i = res->cached; i < (int) pr->ids.n; i += item.n_ids) {
+            item.seq = seq;
+            item.ids = (const int32_t *) pr->ids.data + i;
+            item.n_ids = vlm_min(16, (int) pr->ids.n - i);
+
+            if (vlm_group_step(g, &item, 1, &err) != VLM_OK) {
+                return;
+            }
+        }
+    }
+
+    memcpy(res->logits2, vlm_seq_logits(seq), (size_t) V * sizeof(float));
+    vlm_group_seq_free(g, seq);
+
     vlm_model_stats(m, &st);
     res->kv_used = st.kv_blocks_used;
     res->seqs_used = st.seqs_used;
@@ -452,6 +503,7 @@ check_plans_pool(const char *model, const char *ref_case, int n_images,
     vlm_group_t         *g;
     vlm_model_t         *m;
     vlm_error_t          err;
+    vlm_model_stats_t    st;
     vlm_model_params_t   p;
 
     assert_int_equal(load_prompt(&pr, model, ref_case, n_images), 0);
@@ -521,10 +573,17 @@ check_plans_pool(const char *model, const char *ref_case, int n_images,
         if (r == 0) {
             run_leader(model, &pr, g, m, res);
             vlm_group_stop(g);
+            vlm_model_stats(m, &st);
+            res->kv_cached[0] = st.kv_blocks_cached;
+            res->prefix_hits[0] = st.prefix_hits;
             _exit(0);
         }
 
-        _exit(vlm_group_follow(g, &err) == VLM_OK ? 0 : 2);
+        status = vlm_group_follow(g, &err) == VLM_OK ? 0 : 2;
+        vlm_model_stats(m, &st);
+        res->kv_cached[r] = st.kv_blocks_cached;
+        res->prefix_hits[r] = st.prefix_hits;
+        _exit(status);
     }
 
     for (r = 0; r < size; r++) {
@@ -578,6 +637,22 @@ check_plans_pool(const char *model, const char *ref_case, int n_images,
     }
 
     assert_memory_equal(res->tokens, one.tokens, sizeof(one.tokens));
+
+    /* the second time: whole blocks mapped, the same answer */
+    assert_true(res->cached > 0);
+    assert_true(res->cached < (int) pr.ids.n);
+    d = vlm_test_rel_l2(res->logits2, res->logits, (size_t) one.n_vocab);
+    if (d > tolerance(model)) {
+        fail_msg("%s/%s, %d ranks from the prefix cache: the logits differ, "
+                 "relative L2 %g", model, ref_case, size, d);
+    }
+
+    for (r = 0; r < size; r++) {
+        assert_true(res->kv_cached[r] > 0);
+        assert_int_equal(res->kv_cached[r], res->kv_cached[0]);
+        assert_int_equal(res->prefix_hits[r], (uint64_t) res->cached);
+    }
+
     assert_int_equal(res->kv_used, 0);
     assert_int_equal(res->seqs_used, 0);
     assert_int_equal(res->allocs, 0);

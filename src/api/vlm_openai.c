@@ -2298,7 +2298,9 @@ vlm_openai_put_usage(vlm_openai_buf_t *b, const vlm_openai_usage_t *usage)
     vlm_openai_put_lit(b, ",\"total_tokens\":");
     vlm_openai_put_int(b, (int64_t) usage->prompt_tokens
                           + usage->completion_tokens);
-    vlm_openai_put_lit(b, "}");
+    vlm_openai_put_lit(b, ",\"prompt_tokens_details\":{\"cached_tokens\":");
+    vlm_openai_put_int(b, usage->cached_tokens);
+    vlm_openai_put_lit(b, "}}");
 }
 
 
@@ -2452,9 +2454,9 @@ vlm_openai_output_bound(const vlm_openai_response_t *resp,
 {
     size_t  n, i, k;
 
-    /* the chunk head is longer than the completion head; 320 bytes cover
+    /* the chunk head is longer than the completion head; 384 bytes cover
      * every fixed piece of a completion or a chunk, usage included */
-    n = resp->head_len + 320 + 6 * out->len;
+    n = resp->head_len + 384 + 6 * out->len;
 
     if (resp->flags & VLM_OPENAI_RESP_LOGPROBS) {
         for (i = 0; i < out->n_logprobs; i++) {

@@ -230,6 +230,7 @@ typedef enum {
 typedef struct {
     uint32_t  prompt_tokens;
     uint32_t  completion_tokens;
+    uint32_t  cached_tokens;    /* of the prompt's, from the prefix cache */
 } vlm_openai_usage_t;
 
 /*

@@ -37,6 +37,8 @@ typedef struct {
     int     kv_block_size;      /* tokens per KV block */
     int     kv_blocks;          /* 0: enough for max_seqs full sequences */
     size_t  image_cache_bytes;  /* vision features of recent images; 0 off */
+    int     prefix_cache;       /* keep full KV blocks for later prompts
+                                   (vlm_seq_prefix_map); 0 off */
     const char  *backend;       /* "cpu" (NULL too) or one registered with
                                    vlm_backend_register() */
     size_t  device_bytes;       /* GPU backends: the device memory pool;
@@ -109,6 +111,10 @@ typedef struct {
     int         kv_blocks_total;
     int         kv_blocks_used;
     int         kv_blocks_peak;
+    int         kv_blocks_cached;   /* held by the prefix cache alone */
+    uint64_t    kv_evictions;       /* cached blocks taken for reuse */
+    uint64_t    prefix_queries;     /* prompt tokens looked up */
+    uint64_t    prefix_hits;        /* of those, found in the cache */
     int         seqs_used;
     size_t      image_cache_bytes;  /* the feature cache's pool */
     size_t      image_cache_used;
@@ -161,6 +167,20 @@ vlm_status_t vlm_seq_fork(vlm_seq_t *src, vlm_seq_t **seq,
     vlm_error_t *err);
 /* tokens held in the KV cache */
 int vlm_seq_length(const vlm_seq_t *seq);
+
+/*
+ * The prefix cache: maps into an empty sequence the longest run of the
+ * prompt's full KV blocks that earlier sequences computed (shared
+ * read-only, reference counted), always leaving the last token, and never
+ * ending inside an image's placeholders.  *n_ids_cached and
+ * *n_images_cached: the tokens and the whole images it covers (0 when the
+ * cache is off or has nothing); the caller then feeds the rest, ids +
+ * *n_ids_cached with images + *n_images_cached.  Other errors than those
+ * of the memory are none: a prompt the prefill would refuse maps nothing.
+ */
+vlm_status_t vlm_seq_prefix_map(vlm_seq_t *seq, const int32_t *ids,
+    int n_ids, const vlm_image_t *images, int n_images, int *n_ids_cached,
+    int *n_images_cached, vlm_error_t *err);
 
 /*
  * Appends a prompt to seq and computes the logits of its last position.

@@ -14,6 +14,7 @@
  *              [--backend cpu|cuda] [--threads N] [--max-seqs N]
  *              [--max-batch-tokens N] [--max-seq-len N] [--kv-blocks N]
  *              [--image-cache-bytes N] [--tensor-parallel N]
+ *              [--prefix-cache on|off]
  *              [--cpus LIST[:LIST...]]     (the CPUs of each rank)
  *              [--gpus N[,N...]]           (the GPU of each rank)
  *   vlm-engine --features      prints what is built in ("cpu cuda nccl")
@@ -469,6 +470,18 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
             }
 
             a->params.image_cache_bytes = (size_t) n;
+
+        } else if (strcmp(argv[i], "--prefix-cache") == 0) {
+            i++;
+
+            if (strcmp(argv[i], "on") == 0 || strcmp(argv[i], "off") == 0) {
+                a->params.prefix_cache = argv[i][1] == 'n';
+
+            } else {
+                vlm_log(VLM_LOG_ERROR, "--prefix-cache takes on or off, "
+                        "not \"%s\"", argv[i]);
+                return -1;
+            }
 
         } else if (strcmp(argv[i], "--max-seq-len") == 0) {
             if (vlm_engine_int("--max-seq-len", argv[++i], 16, 1 << 20, &n)) {

@@ -27,7 +27,8 @@ typedef enum {
     VLM_GROUP_PREFILL_CANCEL,
     VLM_GROUP_STEP,
     VLM_GROUP_STOP,
-    VLM_GROUP_IMAGE                     /* an image's features: a slice */
+    VLM_GROUP_IMAGE,                    /* an image's features: a slice */
+    VLM_GROUP_PREFIX_MAP
 } vlm_group_op_t;
 
 
@@ -66,6 +67,7 @@ struct vlm_group_s {
     /* a follower's copies of what the prefill in progress reads */
     int32_t            *pf_ids;         /* [max_seq_len] */
     vlm_image_t         pf_images[VLM_GROUP_MAX_IMAGES];
+    vlm_image_t         px_images[VLM_GROUP_MAX_IMAGES];   /* a lookup's */
 
     /* one plan's payload, and a follower's step items */
     uint8_t            *payload;
@@ -238,19 +240,15 @@ vlm_group_seq_free(vlm_group_t *g, vlm_seq_t *seq)
 }
 
 
-vlm_status_t
-vlm_group_prefill_start(vlm_group_t *g, vlm_seq_t *seq, const int32_t *ids,
-    int n_ids, const vlm_image_t *images, int n_images, vlm_error_t *err)
+/* rank 0: a plan whose payload is a prompt, its ids and its images */
+static vlm_status_t
+vlm_group_send_prompt(vlm_group_t *g, uint32_t op, vlm_seq_t *seq,
+    const int32_t *ids, int n_ids, const vlm_image_t *images, int n_images,
+    vlm_error_t *err)
 {
     int                 i;
     size_t              ids_bytes, off;
-    vlm_status_t        rc;
     vlm_group_image_t  *gi;
-
-    if (g->comm == NULL) {
-        return vlm_seq_prefill_start(seq, ids, n_ids, images, n_images, NULL,
-                                     err);
-    }
 
     ids_bytes = vlm_group_ids_bytes(n_ids);
 
@@ -284,16 +282,52 @@ vlm_group_prefill_start(vlm_group_t *g, vlm_seq_t *seq, const int32_t *ids,
         gi[i].pixels_off = off;
     }
 
-    rc = vlm_group_send(g, VLM_GROUP_PREFILL_START, vlm_group_id(g, seq),
-                        (uint32_t) n_ids, (uint32_t) n_images,
-                        ids_bytes + (size_t) n_images
-                                    * sizeof(vlm_group_image_t), err);
-    if (rc != VLM_OK) {
-        return rc;
+    return vlm_group_send(g, op, vlm_group_id(g, seq), (uint32_t) n_ids,
+                          (uint32_t) n_images,
+                          ids_bytes + (size_t) n_images
+                                      * sizeof(vlm_group_image_t), err);
+}
+
+
+vlm_status_t
+vlm_group_prefill_start(vlm_group_t *g, vlm_seq_t *seq, const int32_t *ids,
+    int n_ids, const vlm_image_t *images, int n_images, vlm_error_t *err)
+{
+    vlm_status_t  rc;
+
+    if (g->comm != NULL) {
+        rc = vlm_group_send_prompt(g, VLM_GROUP_PREFILL_START, seq, ids,
+                                   n_ids, images, n_images, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
     }
 
     return vlm_seq_prefill_start(seq, ids, n_ids, images, n_images, NULL,
                                  err);
+}
+
+
+vlm_status_t
+vlm_group_prefix_map(vlm_group_t *g, vlm_seq_t *seq, const int32_t *ids,
+    int n_ids, const vlm_image_t *images, int n_images, int *n_ids_cached,
+    int *n_images_cached, vlm_error_t *err)
+{
+    vlm_status_t  rc;
+
+    *n_ids_cached = 0;
+    *n_images_cached = 0;
+
+    if (g->comm != NULL) {
+        rc = vlm_group_send_prompt(g, VLM_GROUP_PREFIX_MAP, seq, ids, n_ids,
+                                   images, n_images, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+    }
+
+    return vlm_seq_prefix_map(seq, ids, n_ids, images, n_images,
+                              n_ids_cached, n_images_cached, err);
 }
 
 
@@ -418,6 +452,7 @@ vlm_group_replay(vlm_group_t *g, const vlm_group_plan_t *plan,
     int                       i, done;
     size_t                    size;
     vlm_seq_t                *seq;
+    vlm_image_t              *images;
     vlm_status_t              rc;
     vlm_fpool_handle_t        h;
     const vlm_group_item_t   *gi;
@@ -449,6 +484,7 @@ vlm_group_replay(vlm_group_t *g, const vlm_group_plan_t *plan,
         return VLM_OK;
 
     case VLM_GROUP_PREFILL_START:
+    case VLM_GROUP_PREFIX_MAP:
         if (seq == NULL || plan->n_images > VLM_GROUP_MAX_IMAGES
             || plan->payload != vlm_group_ids_bytes((int) plan->n)
                                 + plan->n_images * sizeof(vlm_group_image_t))
@@ -456,7 +492,12 @@ vlm_group_replay(vlm_group_t *g, const vlm_group_plan_t *plan,
             break;
         }
 
-        memcpy(g->pf_ids, g->payload, plan->n * sizeof(int32_t));
+        /*
+         * a lookup reads its prompt during the call alone, from the
+         * payload; a prefill keeps reading its copies until it is done
+         */
+        images = plan->op == VLM_GROUP_PREFIX_MAP ? g->px_images
+                                                  : g->pf_images;
         im = (const vlm_group_image_t *) (g->payload
                                           + vlm_group_ids_bytes((int)
                                                                 plan->n));
@@ -469,12 +510,20 @@ vlm_group_replay(vlm_group_t *g, const vlm_group_plan_t *plan,
                                      (unsigned long long) im[i].pixels_off);
             }
 
-            g->pf_images[i].pixels = (const float *) (g->arena
-                                                      + im[i].pixels_off);
-            g->pf_images[i].grid_t = im[i].grid_t;
-            g->pf_images[i].grid_h = im[i].grid_h;
-            g->pf_images[i].grid_w = im[i].grid_w;
+            images[i].pixels = (const float *) (g->arena + im[i].pixels_off);
+            images[i].grid_t = im[i].grid_t;
+            images[i].grid_h = im[i].grid_h;
+            images[i].grid_w = im[i].grid_w;
         }
+
+        if (plan->op == VLM_GROUP_PREFIX_MAP) {
+            /* the same blocks as rank 0: the same calls, in order */
+            return vlm_seq_prefix_map(seq, (const int32_t *) g->payload,
+                                      (int) plan->n, images,
+                                      (int) plan->n_images, &done, &i, err);
+        }
+
+        memcpy(g->pf_ids, g->payload, plan->n * sizeof(int32_t));
 
         /* a prompt rank 0 refused is refused here too */
         (void) vlm_seq_prefill_start(seq, g->pf_ids, (int) plan->n,

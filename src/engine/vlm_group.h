@@ -41,6 +41,9 @@ void vlm_group_seq_free(vlm_group_t *group, vlm_seq_t *seq);
 vlm_status_t vlm_group_prefill_start(vlm_group_t *group, vlm_seq_t *seq,
     const int32_t *ids, int n_ids, const vlm_image_t *images, int n_images,
     vlm_error_t *err);
+vlm_status_t vlm_group_prefix_map(vlm_group_t *group, vlm_seq_t *seq,
+    const int32_t *ids, int n_ids, const vlm_image_t *images, int n_images,
+    int *n_ids_cached, int *n_images_cached, vlm_error_t *err);
 vlm_status_t vlm_group_prefill_work(vlm_group_t *group, int *done,
     vlm_error_t *err);
 void vlm_group_prefill_cancel(vlm_group_t *group);

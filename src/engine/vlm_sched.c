@@ -233,6 +233,14 @@ vlm_sched_publish(vlm_sched_t *s)
                      st.image_cache_hits - s->last.image_cache_hits);
     atomic_fetch_add(&s->q->metrics->image_cache_misses,
                      st.image_cache_misses - s->last.image_cache_misses);
+    atomic_store(&s->q->metrics->kv_blocks_cached,
+                 (uint64_t) st.kv_blocks_cached);
+    atomic_fetch_add(&s->q->metrics->kv_evictions,
+                     st.kv_evictions - s->last.kv_evictions);
+    atomic_fetch_add(&s->q->metrics->prefix_queries,
+                     st.prefix_queries - s->last.prefix_queries);
+    atomic_fetch_add(&s->q->metrics->prefix_hits,
+                     st.prefix_hits - s->last.prefix_hits);
     atomic_fetch_add(&s->q->metrics->tp_collectives,
                      st.comm_calls - s->last.comm_calls);
     atomic_fetch_add(&s->q->metrics->tp_collective_ns,
@@ -348,6 +356,7 @@ vlm_sched_admit(vlm_sched_t *s)
 
         memset(&r->out, 0, sizeof(r->out));
         r->slot = slot;
+        qs->n_cached = 0;
         r->n_out = 0;
         r->n_held = 0;
         r->pending = 0;
@@ -370,7 +379,7 @@ vlm_sched_admit(vlm_sched_t *s)
 static void
 vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
 {
-    int                    i;
+    int                    i, cached, cached_images;
     uint32_t               j;
     vlm_error_t            err;
     vlm_queue_slot_t      *qs;
@@ -423,18 +432,10 @@ vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
     vlm_sampler_prompt(r->sampler, ids, (int) qs->n_prompt);
     vlm_tok_stream_init(&r->stream, VLM_TOK_SKIP_SPECIAL);
 
-    if (qs->n_images == 0) {
-        if (qs->n_prompt < 1
-            || qs->n_prompt > (uint32_t) s->info->max_seq_len)
-        {
-            vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, VLM_ERR_LIMIT,
-                          "the prompt does not fit the sequence length "
-                          "budget");
-            return;
-        }
-
-        r->n_fed = 0;
-        r->state = VLM_REQ_PREFILLING;
+    if (qs->n_prompt < 1 || qs->n_prompt > (uint32_t) s->info->max_seq_len) {
+        vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, VLM_ERR_LIMIT,
+                      "the prompt does not fit the sequence length "
+                      "budget");
         return;
     }
 
@@ -447,8 +448,29 @@ vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
         s->images[j].grid_w = (int) qs->images[j].grid_w;
     }
 
-    if (vlm_group_prefill_start(s->group, r->seq, ids, (int) qs->n_prompt,
-                                s->images, (int) qs->n_images, &err)
+    /* the head of the prompt that earlier requests computed */
+    if (vlm_group_prefix_map(s->group, r->seq, ids, (int) qs->n_prompt,
+                             s->images, (int) qs->n_images, &cached,
+                             &cached_images, &err)
+        != VLM_OK)
+    {
+        vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
+        return;
+    }
+
+    qs->n_cached = (uint32_t) cached;
+
+    if ((uint32_t) cached_images == qs->n_images) {
+        /* text from here on: it joins the batched steps in chunks */
+        r->n_fed = (uint32_t) cached;
+        r->state = VLM_REQ_PREFILLING;
+        return;
+    }
+
+    if (vlm_group_prefill_start(s->group, r->seq, ids + cached,
+                                (int) qs->n_prompt - cached,
+                                s->images + cached_images,
+                                (int) qs->n_images - cached_images, &err)
         != VLM_OK)
     {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);

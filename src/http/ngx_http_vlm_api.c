@@ -176,6 +176,10 @@ ngx_http_vlm_metrics_conf(u_char *p, ngx_http_vlm_main_conf_t *vmcf)
     p = ngx_sprintf(p, "# HELP vlm_max_batch_tokens Rows of one engine "
                     "step.\n# TYPE vlm_max_batch_tokens gauge\n"
                     "vlm_max_batch_tokens %ui\n", vmcf->max_batch_tokens);
+    p = ngx_sprintf(p, "# HELP vlm_prefix_cache 1 when the engine keeps "
+                    "KV blocks for later prompts.\n"
+                    "# TYPE vlm_prefix_cache gauge\n"
+                    "vlm_prefix_cache %i\n", vmcf->prefix_cache ? 1 : 0);
     p = ngx_sprintf(p, "# HELP vlm_zone_size_bytes Size of the request "
                     "queue (vlm_zone).\n# TYPE vlm_zone_size_bytes gauge\n"
                     "vlm_zone_size_bytes %uz\n", vmcf->zone_size);

@@ -1566,6 +1566,7 @@ ngx_http_vlm_chat_finish(ngx_http_vlm_chat_ctx_t *ctx, vlm_queue_slot_t *qs)
     q = ngx_http_vlm_queue();
 
     usage.prompt_tokens = ctx->n_prompt;
+    usage.cached_tokens = qs->n_cached;
     /* the engine's count: the stop token is generated, though not shown */
     ctx->n_completion = vlm_max(ctx->n_completion, qs->n_completion);
     usage.completion_tokens = ctx->n_completion;

@@ -224,6 +224,8 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
                      sizeof(ngx_uint_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->image_cache, sizeof(size_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->feature_pool, sizeof(size_t));
+    ngx_crc32_update(&crc, (u_char *) &vmcf->prefix_cache,
+                     sizeof(ngx_flag_t));
     ngx_crc32_final(crc);
 
     /* never 0, which reads "unknown" in the queue */
@@ -1059,6 +1061,8 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     argv[n++] = (char *) pool;
     argv[n++] = "--tensor-parallel";
     argv[n++] = (char *) ranks;
+    argv[n++] = "--prefix-cache";
+    argv[n++] = vmcf->prefix_cache ? "on" : "off";
 
     if (vmcf->engine_cpus.len) {
         argv[n++] = "--cpus";

@@ -67,6 +67,7 @@ typedef struct {
     size_t               image_cache;      /* engine's feature cache, bytes */
     size_t               feature_pool;     /* its feature pool; 0: sized
                                               from the cache and ranks */
+    ngx_flag_t           prefix_cache;     /* engine's KV prefix cache */
     ngx_uint_t           max_queued;       /* waiting beyond those */
     uint64_t             arena_size;       /* the zone less the slots */
 
@@ -190,6 +191,9 @@ ngx_int_t ngx_http_vlm_fetch_add_variables(ngx_conf_t *cf);
 ngx_int_t ngx_http_vlm_fetch_init(ngx_conf_t *cf);
 char *ngx_http_vlm_fetch_allow(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+
+/* ngx_http_vlm_prefix.c: $vlm_prefix_key, for a front nginx */
+ngx_int_t ngx_http_vlm_prefix_add_variables(ngx_conf_t *cf);
 
 /* ngx_http_vlm_api.c: /v1/models and /metrics */
 char *ngx_http_vlm_models(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);

@@ -53,6 +53,7 @@ vlm_model_params_default(vlm_model_params_t *p)
     p->kv_block_size = 16;
     p->kv_blocks = 0;
     p->feature_pool_fd = -1;
+    p->prefix_cache = 1;
 }
 
 
@@ -835,9 +836,23 @@ vlm_model_slots(vlm_model_t *m, vlm_error_t *err)
         }
 
         VLM_WS(s->blocks_dev, max_blocks);
+
+        if (vlm_kv_chain_init(&m->kv, &s->chain, err) != VLM_OK) {
+            return err->status;
+        }
     }
 
-    return VLM_OK;
+    /* an image is at least its start, one placeholder and its end */
+    m->max_keys = m->params.max_seq_len / 3 + 1;
+    m->pf_keys = calloc((size_t) m->max_keys, sizeof(vlm_kv_hash_t));
+    m->px_keys = calloc((size_t) m->max_keys, sizeof(vlm_kv_hash_t));
+    m->px_pos = calloc((size_t) m->params.max_seq_len * 3, sizeof(int32_t));
+
+    if (m->pf_keys == NULL || m->px_keys == NULL || m->px_pos == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
+    }
+
+    return vlm_kv_chain_init(&m->kv, &m->px_chain, err);
 }
 
 
@@ -1091,6 +1106,13 @@ vlm_model_load(vlm_model_t **out, const char *dir,
         goto failed;
     }
 
+    if (m->params.prefix_cache) {
+        rc = vlm_kv_prefix_init(&m->kv, err);
+        if (rc != VLM_OK) {
+            goto failed;
+        }
+    }
+
     rc = vlm_model_workspace(m, err);
     if (rc != VLM_OK) {
         goto failed;
@@ -1166,8 +1188,14 @@ vlm_model_free(vlm_model_t *m)
         for (i = 0; i < m->params.max_seqs; i++) {
             free(m->seqs[i].blocks);
             free(m->seqs[i].logits);
+            vlm_kv_chain_free(&m->seqs[i].chain);
         }
     }
+
+    vlm_kv_chain_free(&m->px_chain);
+    free(m->pf_keys);
+    free(m->px_keys);
+    free(m->px_pos);
 
     free(m->seqs);
     free(m->segs);
@@ -1258,6 +1286,10 @@ vlm_model_stats(const vlm_model_t *m, vlm_model_stats_t *s)
     s->kv_blocks_total = m->kv.n_blocks;
     s->kv_blocks_used = vlm_kv_used(&m->kv);
     s->kv_blocks_peak = m->kv.peak_used;
+    s->kv_blocks_cached = vlm_kv_cached(&m->kv);
+    s->kv_evictions = m->kv.evictions;
+    s->prefix_queries = m->prefix_queries;
+    s->prefix_hits = m->prefix_hits;
     s->image_cache_bytes = m->icache.cap * sizeof(float);
     s->image_cache_used = m->icache.used * sizeof(float);
     s->image_cache_peak = m->icache.peak * sizeof(float);
@@ -1300,6 +1332,7 @@ vlm_seq_init(vlm_model_t *m, vlm_seq_t **out, vlm_error_t *err)
             m->seqs[i].n_past = 0;
             m->seqs[i].next_pos = 0;
             m->seqs[i].n_blocks = 0;
+            vlm_kv_chain_reset(&m->seqs[i].chain);
             *out = &m->seqs[i];
             return VLM_OK;
         }
@@ -1406,6 +1439,7 @@ vlm_seq_fork(vlm_seq_t *src, vlm_seq_t **out, vlm_error_t *err)
 
     dst->n_past = src->n_past;
     dst->next_pos = src->next_pos;
+    vlm_kv_chain_copy(&m->kv, &dst->chain, &src->chain);
     memcpy(dst->logits, src->logits,
            (size_t) m->cfg.text.vocab_size * sizeof(float));
 
@@ -1520,6 +1554,205 @@ vlm_upload_positions(vlm_model_t *m, const int32_t *pos, int n, int c0,
 }
 
 
+/* the placeholders of one image: its merged patches */
+static int
+vlm_image_tokens(const vlm_model_t *m, const vlm_image_t *img)
+{
+    return img->grid_t * img->grid_h * img->grid_w
+           / (m->cfg.vision.spatial_merge_size
+              * m->cfg.vision.spatial_merge_size);
+}
+
+
+/*
+ * An image's content key: its pixel values, then that hash with its grid
+ * (every feature depends on the whole image as the grid lays it out)
+ */
+static void
+vlm_image_content_key(vlm_model_t *m, const vlm_image_t *img,
+    vlm_kv_hash_t *key)
+{
+    int32_t  k[8];
+
+    vlm_kv_content_key(&m->kv, img->pixels,
+                       (size_t) img->grid_t * img->grid_h * img->grid_w
+                       * m->info.patch_dim * sizeof(float), key);
+
+    memset(k, 0, sizeof(k));
+    memcpy(k, key, sizeof(vlm_kv_hash_t));
+    k[4] = img->grid_t;
+    k[5] = img->grid_h;
+    k[6] = img->grid_w;
+
+    vlm_kv_content_key(&m->kv, k, sizeof(k), key);
+}
+
+
+/*
+ * The prefix cache's record of a row the sequence just computed (its kv
+ * index row); the block it fills is published.  publish 0: the row
+ * fills a block that may still be rolled back.
+ */
+static void
+vlm_seq_hash_row(vlm_seq_t *seq, int row, int32_t id, const int32_t *pos,
+    int stride, const vlm_kv_hash_t *key, int publish)
+{
+    vlm_kv_t  *kv = &seq->model->kv;
+
+    if (!vlm_kv_prefix_on(kv) || seq->chain.broken) {
+        return;
+    }
+
+    if (vlm_kv_chain_push(kv, &seq->chain, id, pos[0], pos[stride],
+                          pos[2 * stride], key)
+        && publish)
+    {
+        vlm_kv_block_publish(kv, seq->blocks[row / kv->block_size],
+                             &seq->chain.prev);
+    }
+}
+
+
+vlm_status_t
+vlm_seq_prefix_map(vlm_seq_t *seq, const int32_t *ids, int n,
+    const vlm_image_t *images, int n_images, int *n_ids_cached,
+    int *n_images_cached, vlm_error_t *err)
+{
+    int             i, k, bs, nb, max_nb, img, left, next_pos, pads;
+    int32_t         b;
+    vlm_kv_t       *kv;
+    vlm_model_t    *m = seq->model;
+    vlm_error_t     e;
+    vlm_status_t    rc;
+    const int32_t  *pos;
+    vlm_kv_hash_t  *key;
+
+    *n_ids_cached = 0;
+    *n_images_cached = 0;
+
+    kv = &m->kv;
+    bs = kv->block_size;
+
+    if (!vlm_kv_prefix_on(kv) || !seq->in_use || seq->n_past != 0
+        || seq->n_blocks != 0 || seq->chain.broken || m->pf.seq == seq
+        || n < 1 || n > m->params.max_seq_len || n_images < 0
+        || n_images > m->max_keys || (n_images > 0 && images == NULL))
+    {
+        return VLM_OK;
+    }
+
+    m->prefix_queries += (uint64_t) n;
+
+    /* the last token is always computed: its logits are the prompt's */
+    max_nb = (n - 1) / bs;
+
+    if (max_nb == 0 || vlm_check_ids(m, ids, n, &e) != VLM_OK
+        || m->arch->rope_index(m, ids, n, images, n_images, 0, m->px_pos,
+                               &next_pos, &e)
+           != VLM_OK)
+    {
+        return VLM_OK;
+    }
+
+    vlm_kv_chain_reset(&m->px_chain);
+
+    pos = m->px_pos;
+    img = 0;
+    left = n_images > 0 ? vlm_image_tokens(m, &images[0]) : 0;
+    nb = 0;
+
+    for (i = 0; i < max_nb * bs; i++) {
+        key = NULL;
+
+        if (ids[i] == m->cfg.image_token_id && n_images > 0) {
+            if (img == n_images || images[img].pixels == NULL
+                || images[img].grid_t * images[img].grid_h
+                   * images[img].grid_w > m->params.max_image_patches)
+            {
+                /* the prefill refuses it */
+                break;
+            }
+
+            key = &m->px_keys[img];
+
+            if (left == vlm_image_tokens(m, &images[img])) {
+                vlm_image_content_key(m, &images[img], key);
+            }
+
+            if (--left == 0 && ++img < n_images) {
+                left = vlm_image_tokens(m, &images[img]);
+            }
+        }
+
+        if (!vlm_kv_chain_push(kv, &m->px_chain, ids[i], pos[i], pos[n + i],
+                               pos[2 * n + i], key))
+        {
+            continue;
+        }
+
+        b = vlm_kv_block_find(kv, &m->px_chain.prev);
+        if (b < 0) {
+            break;
+        }
+
+        /* referenced below: nothing is allocated, nothing evicted before */
+        seq->blocks[nb++] = b;
+    }
+
+    /*
+     * the rest starts outside an image's placeholders (with them, its
+     * <|vision_start|> would be in the cached part)
+     */
+    while (nb > 0 && ids[nb * bs] == m->cfg.image_token_id) {
+        nb--;
+    }
+
+    if (nb == 0) {
+        return VLM_OK;
+    }
+
+    for (k = 0; k < nb; k++) {
+        vlm_kv_block_ref(kv, seq->blocks[k]);
+    }
+
+    seq->n_blocks = nb;
+
+    rc = m->be->ops->upload(m->be, seq->blocks_dev, seq->blocks,
+                            (size_t) nb * sizeof(int32_t));
+    if (rc != VLM_OK) {
+        vlm_seq_truncate_blocks(seq, 0);
+        return vlm_error_set(err, rc, "engine: block table upload failed");
+    }
+
+    /* after the prefix, positions go on from its largest */
+    next_pos = 0;
+    pads = 0;
+
+    for (i = 0; i < nb * bs; i++) {
+        next_pos = vlm_max(next_pos, pos[i] + 1);
+        next_pos = vlm_max(next_pos, pos[n + i] + 1);
+        next_pos = vlm_max(next_pos, pos[2 * n + i] + 1);
+        pads += ids[i] == m->cfg.image_token_id && n_images > 0;
+    }
+
+    for (k = 0; k < n_images && pads > 0; k++) {
+        pads -= vlm_image_tokens(m, &images[k]);
+    }
+
+    seq->n_past = nb * bs;
+    seq->next_pos = next_pos;
+    seq->chain.prev = kv->hash[seq->blocks[nb - 1]];
+    seq->chain.n = 0;
+
+    m->prefix_hits += (uint64_t) nb * bs;
+
+    *n_ids_cached = nb * bs;
+    *n_images_cached = k;
+
+    return VLM_OK;
+}
+
+
 vlm_status_t
 vlm_seq_prefill(vlm_seq_t *seq, const int32_t *ids, int n,
     const vlm_image_t *images, int n_images, float *all_logits,
@@ -1593,6 +1826,14 @@ vlm_seq_prefill_start(vlm_seq_t *seq, const int32_t *ids, int n,
         return rc;
     }
 
+    if (vlm_kv_prefix_on(&m->kv) && n_images > m->max_keys) {
+        seq->chain.broken = 1;
+    }
+
+    pf->hashed = 0;
+    pf->key_image = 0;
+    pf->key_left = n_images > 0 ? vlm_image_tokens(m, &images[0]) : 0;
+
     pf->seq = seq;
     pf->ids = ids;
     pf->n = n;
@@ -1621,6 +1862,12 @@ vlm_prefill_cancel(vlm_model_t *m)
 
     vlm_seq_truncate_blocks(pf->seq, pf->had_blocks);
     pf->seq->n_past -= pf->c0;
+
+    if (pf->hashed > 0) {
+        /* the chain went past what the sequence holds now */
+        pf->seq->chain.broken = 1;
+    }
+
     pf->seq = NULL;
 }
 
@@ -1725,6 +1972,54 @@ vlm_prefill_image_get(vlm_model_t *m, const vlm_fpool_handle_t *h,
     vlm_prefill_image_done(m, n_tok);
 
     return VLM_OK;
+}
+
+
+/*
+ * The prefix cache's records of the prefill's next cn rows, just
+ * computed.  A block the sequence held partly before the prefill is not
+ * published: a cancel would hand its rows back to be written again.
+ */
+static void
+vlm_prefill_hash(vlm_model_t *m, int cn)
+{
+    int                   i, idx, row, had, bs;
+    vlm_seq_t            *seq;
+    vlm_prefill_job_t    *pf = &m->pf;
+    vlm_kv_hash_t        *key;
+
+    seq = pf->seq;
+    bs = m->kv.block_size;
+    had = seq->n_past - pf->c0;
+
+    for (i = 0; i < cn; i++) {
+        idx = pf->c0 + i;
+        row = seq->n_past + i;
+        key = NULL;
+
+        if (pf->ids[idx] == m->cfg.image_token_id && pf->n_images > 0
+            && pf->key_image < pf->n_images)
+        {
+            key = &m->pf_keys[pf->key_image];
+
+            /* the image is encoded, its pixels checked by now */
+            if (pf->key_left == vlm_image_tokens(m,
+                                                 &pf->images[pf->key_image]))
+            {
+                vlm_image_content_key(m, &pf->images[pf->key_image], key);
+            }
+
+            if (--pf->key_left == 0 && ++pf->key_image < pf->n_images) {
+                pf->key_left = vlm_image_tokens(m,
+                                                &pf->images[pf->key_image]);
+            }
+        }
+
+        vlm_seq_hash_row(seq, row, pf->ids[idx], &m->pf_pos[idx], pf->n, key,
+                         had % bs == 0 || row / bs != had / bs);
+    }
+
+    pf->hashed += cn;
 }
 
 
@@ -1902,6 +2197,8 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
         return rc;
     }
 
+    vlm_prefill_hash(m, cn);
+
     seq->n_past += cn;
     pf->c0 += cn;
 
@@ -1955,7 +2252,7 @@ vlm_step(vlm_model_t *m, const vlm_step_item_t *items, int n,
     vlm_error_t *err)
 {
     int               i, k, j, rows;
-    int32_t          *pos;
+    int32_t          *pos, text_pos;
     vlm_seq_t        *seq;
     vlm_status_t      rc;
     vlm_batch_t       b;
@@ -2062,8 +2359,16 @@ vlm_step(vlm_model_t *m, const vlm_step_item_t *items, int n,
     }
 
     for (i = 0; i < n; i++) {
-        items[i].seq->n_past += items[i].n_ids;
-        items[i].seq->next_pos += items[i].n_ids;
+        seq = items[i].seq;
+
+        for (j = 0; j < items[i].n_ids; j++) {
+            text_pos = seq->next_pos + j;
+            vlm_seq_hash_row(seq, seq->n_past + j, items[i].ids[j],
+                             &text_pos, 0, NULL, 1);
+        }
+
+        seq->n_past += items[i].n_ids;
+        seq->next_pos += items[i].n_ids;
     }
 
     return VLM_OK;

@@ -130,6 +130,8 @@ struct vlm_seq_s {
     int32_t      *blocks;               /* host block table */
     int32_t      *blocks_dev;           /* the same, backend memory */
     float        *logits;               /* host [V] */
+    vlm_kv_chain_t  chain;              /* the prefix cache's hash of its
+                                           rows so far */
 };
 
 
@@ -233,6 +235,9 @@ typedef struct {
     int                 out_feat;       /* its first row in ws.feats */
     int                 out_rows;       /* 0: none */
     vlm_fpool_handle_t  out_slice;      /* its cache entry, or gen 0 */
+    int                 hashed;         /* rows added to the seq's chain */
+    int                 key_image;      /* the image of the next image */
+    int                 key_left;       /*   token, and its tokens left */
 } vlm_prefill_job_t;
 
 
@@ -264,6 +269,15 @@ struct vlm_model_s {
     int32_t                 *pf_pos;    /* host [3, max_seq_len] */
     int                      feature_levels;    /* set by load(); 0: 1 */
     int32_t                 *image_runs;        /* host [2 T] */
+    /* the prefix cache: the prefill's images' content keys, and a
+       lookup's positions, keys and chain */
+    int                      max_keys;
+    vlm_kv_hash_t           *pf_keys;   /* host [max_keys] */
+    vlm_kv_hash_t           *px_keys;   /* host [max_keys] */
+    int32_t                 *px_pos;    /* host [3, max_seq_len] */
+    vlm_kv_chain_t           px_chain;
+    uint64_t                 prefix_queries;
+    uint64_t                 prefix_hits;
     uint64_t                 allocs_at_load;
 };
 

@@ -203,6 +203,15 @@ vlm_metrics_render(const vlm_metrics_t *m, const vlm_queue_stats_t *q,
     vlm_out_metric(&o, "vlm_image_cache_misses_total", "counter",
                    "Images the vision encoder ran for.",
                    atomic_load(&m->image_cache_misses));
+    vlm_out_metric(&o, "vlm_prefix_cache_queries_tokens_total", "counter",
+                   "Prompt tokens looked up in the prefix cache.",
+                   atomic_load(&m->prefix_queries));
+    vlm_out_metric(&o, "vlm_prefix_cache_hits_tokens_total", "counter",
+                   "Prompt tokens whose KV came from the prefix cache.",
+                   atomic_load(&m->prefix_hits));
+    vlm_out_metric(&o, "vlm_kv_block_evictions_total", "counter",
+                   "Cached KV blocks taken back for new rows.",
+                   atomic_load(&m->kv_evictions));
     vlm_out_metric(&o, "vlm_tensor_parallel_collectives_total", "counter",
                    "Collectives (all-reduce, all-gather) rank 0 of a "
                    "tensor-parallel engine ran.",
@@ -280,6 +289,10 @@ vlm_metrics_render(const vlm_metrics_t *m, const vlm_queue_stats_t *q,
                 (unsigned long long) atomic_load(&m->ranks[i].kv_bytes));
     }
 
+    vlm_out_metric(&o, "vlm_kv_blocks_cached", "gauge",
+                   "KV blocks no sequence uses that the prefix cache "
+                   "keeps (part of the kv_blocks pool, not of its used).",
+                   atomic_load(&m->kv_blocks_cached));
     vlm_out_metric(&o, "vlm_queue_length", "gauge",
                    "Requests submitted and waiting for the engine.",
                    q->queued);

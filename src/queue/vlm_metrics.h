@@ -70,6 +70,10 @@ typedef struct {
     _Atomic uint64_t  image_cache_misses;
     _Atomic uint64_t  image_cache_bytes;    /* its fixed pool */
     _Atomic uint64_t  image_cache_used;     /* held by cached images */
+    _Atomic uint64_t  prefix_queries;       /* prompt tokens looked up */
+    _Atomic uint64_t  prefix_hits;          /* of those, cached */
+    _Atomic uint64_t  kv_blocks_cached;     /* held by the prefix cache */
+    _Atomic uint64_t  kv_evictions;         /* cached blocks reused */
     _Atomic uint64_t  tp_collectives;       /* rank 0's, in its steps */
     _Atomic uint64_t  tp_collective_ns;
     _Atomic uint64_t  engine_rss;

@@ -151,6 +151,8 @@ typedef struct {
     /* the result, written by the engine before FINISHED */
     uint32_t             finish_reason; /* vlm_queue_finish_t */
     uint32_t             n_completion;
+    uint32_t             n_cached;      /* prompt tokens the prefix cache
+                                           had */
     uint32_t             error_status;  /* vlm_status_t */
     char                 error_msg[VLM_QUEUE_ERR_LEN];
 
