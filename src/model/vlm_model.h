@@ -48,6 +48,8 @@ typedef struct {
     float         *fc1_b, *fc2_b;
     vlm_weight_t   gate, up, down;      /* Qwen2.5-VL: [I, E] x2, [E, I] */
     float         *gate_b, *up_b, *down_b;
+    vlm_weight_t   q, k, v;             /* SigLIP: [E, E] each */
+    float         *q_b, *k_b, *v_b;
 } vlm_vision_block_t;
 
 
@@ -59,6 +61,8 @@ typedef struct {
     float               *mlp0_b, *mlp2_b;
     float               *inv_freq;      /* [head_dim / 2] */
     uint8_t             *rope_comp;     /* [head_dim / 2]: 0 height, 1 w */
+    float               *patch_b;       /* SigLIP: [E] */
+    vlm_weight_t         pos_embed;     /* SigLIP: [side * side, E] */
 } vlm_vision_weights_t;
 
 
@@ -278,6 +282,7 @@ const vlm_st_tensor_t *vlm_model_tensor(vlm_model_t *m, const char *name);
 void *vlm_model_alloc(vlm_model_t *m, size_t size, vlm_error_t *err);
 
 extern const vlm_arch_ops_t  vlm_arch_qwen2vl;
+extern const vlm_arch_ops_t  vlm_arch_idefics3;
 
 
 #endif /* VLM_MODEL_H */

@@ -16,22 +16,13 @@
 
 #include <jansson.h>
 
-#include "vlm_model_config.h"
+#include "vlm_model_config_json.h"
 
 
 #define VLM_CFG_MAX_DIM  (1 << 22)
 
 
-typedef struct {
-    json_t       *primary;
-    json_t       *fallback;
-    const char   *section;
-    vlm_error_t  *err;
-    vlm_status_t  rc;
-} vlm_cfg_ctx_t;
-
-
-static json_t *
+json_t *
 vlm_cfg_get(vlm_cfg_ctx_t *c, const char *key)
 {
     json_t  *v;
@@ -46,7 +37,7 @@ vlm_cfg_get(vlm_cfg_ctx_t *c, const char *key)
 }
 
 
-static int
+int
 vlm_cfg_int(vlm_cfg_ctx_t *c, const char *key, int def, int min, int max)
 {
     json_t     *v;
@@ -82,7 +73,7 @@ vlm_cfg_int(vlm_cfg_ctx_t *c, const char *key, int def, int min, int max)
 }
 
 
-static double
+double
 vlm_cfg_num(vlm_cfg_ctx_t *c, const char *key, double def)
 {
     json_t  *v;
@@ -105,7 +96,7 @@ vlm_cfg_num(vlm_cfg_ctx_t *c, const char *key, double def)
 }
 
 
-static vlm_act_t
+vlm_act_t
 vlm_cfg_act(vlm_cfg_ctx_t *c, const char *key, const char *def)
 {
     json_t      *v;
@@ -164,6 +155,7 @@ vlm_cfg_text(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
     t->rms_norm_eps = (float) vlm_cfg_num(c, "rms_norm_eps", 1e-5);
     t->rope_theta = (float) vlm_cfg_num(c, "rope_theta", 1e6);
     t->act = vlm_cfg_act(c, "hidden_act", "silu");
+    t->qkv_bias = 1;
 
     rs = vlm_cfg_get(c, "tie_word_embeddings");
     t->tie_word_embeddings = rs != NULL && json_is_true(rs);
@@ -342,7 +334,7 @@ vlm_cfg_vision(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
 }
 
 
-static void
+void
 vlm_cfg_eos(vlm_model_config_t *cfg, json_t *v)
 {
     size_t  i;
@@ -399,7 +391,11 @@ vlm_model_config_parse(vlm_model_config_t *cfg, const char *json,
                : strcmp(name, "qwen2_vl") == 0
                  ? "Qwen2VLForConditionalGeneration"
                : strcmp(name, "qwen2_5_vl") == 0
-                 ? "Qwen2_5_VLForConditionalGeneration" : name;
+                 ? "Qwen2_5_VLForConditionalGeneration"
+               : strcmp(name, "smolvlm") == 0
+                 ? "SmolVLMForConditionalGeneration"
+               : strcmp(name, "idefics3") == 0
+                 ? "Idefics3ForConditionalGeneration" : name;
     }
 
     if (strcmp(name, "Qwen2VLForConditionalGeneration") == 0) {
@@ -408,11 +404,23 @@ vlm_model_config_parse(vlm_model_config_t *cfg, const char *json,
     } else if (strcmp(name, "Qwen2_5_VLForConditionalGeneration") == 0) {
         cfg->arch = VLM_ARCH_QWEN2_5_VL;
 
+    } else if (strcmp(name, "SmolVLMForConditionalGeneration") == 0
+               || strcmp(name, "Idefics3ForConditionalGeneration") == 0)
+    {
+        cfg->arch = name[0] == 'S' ? VLM_ARCH_SMOLVLM : VLM_ARCH_IDEFICS3;
+        c.err = err;
+        c.rc = VLM_OK;
+        vlm_cfg_idefics3(cfg, root, &c);
+        json_decref(root);
+        return c.rc;
+
     } else {
         vlm_error_set(err, VLM_ERR_UNSUPPORTED,
                       "config: architecture \"%s\" is not supported (this "
-                      "engine runs Qwen2VLForConditionalGeneration and "
-                      "Qwen2_5_VLForConditionalGeneration)", name);
+                      "engine runs Qwen2VLForConditionalGeneration, "
+                      "Qwen2_5_VLForConditionalGeneration, "
+                      "SmolVLMForConditionalGeneration and "
+                      "Idefics3ForConditionalGeneration)", name);
         json_decref(root);
         return VLM_ERR_UNSUPPORTED;
     }
@@ -606,6 +614,16 @@ vlm_model_config_load(vlm_model_config_t *cfg, const char *dir,
 const char *
 vlm_arch_name(vlm_arch_t arch)
 {
-    return arch == VLM_ARCH_QWEN2_VL ? "Qwen2VLForConditionalGeneration"
-                                     : "Qwen2_5_VLForConditionalGeneration";
+    switch (arch) {
+    case VLM_ARCH_QWEN2_VL:
+        return "Qwen2VLForConditionalGeneration";
+    case VLM_ARCH_QWEN2_5_VL:
+        return "Qwen2_5_VLForConditionalGeneration";
+    case VLM_ARCH_SMOLVLM:
+        return "SmolVLMForConditionalGeneration";
+    case VLM_ARCH_IDEFICS3:
+        return "Idefics3ForConditionalGeneration";
+    }
+
+    return "?";
 }

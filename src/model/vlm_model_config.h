@@ -1,7 +1,8 @@
 /*
  * Hyperparameters of a vision-language checkpoint, read from the Hugging
  * Face config.json of Qwen2VLForConditionalGeneration and
- * Qwen2_5_VLForConditionalGeneration: the nested text_config /
+ * Qwen2_5_VLForConditionalGeneration (and of SmolVLM / Idefics3, whose
+ * parser is model/idefics3/vlm_idefics3_config.c): the nested text_config /
  * vision_config form of recent transformers and the older flat form.
  * Keys that are absent take transformers' defaults (4.57).
  */
@@ -19,7 +20,9 @@
 
 typedef enum {
     VLM_ARCH_QWEN2_VL = 0,
-    VLM_ARCH_QWEN2_5_VL
+    VLM_ARCH_QWEN2_5_VL,
+    VLM_ARCH_SMOLVLM,
+    VLM_ARCH_IDEFICS3
 } vlm_arch_t;
 
 
@@ -33,6 +36,7 @@ typedef struct {
     int        head_dim;
     int        max_position_embeddings;
     int        tie_word_embeddings;
+    int        qkv_bias;                /* Qwen2; not Llama */
     int        mrope_section[3];        /* sums to head_dim / 2 */
     float      rms_norm_eps;
     float      rope_theta;
@@ -48,7 +52,8 @@ typedef struct {
     int        in_channels;
     int        patch_size;
     int        temporal_patch_size;
-    int        spatial_merge_size;
+    int        spatial_merge_size;      /* Idefics3: scale_factor */
+    int        image_size;              /* Idefics3: a tile's side */
     int        out_hidden_size;         /* the language model's width */
     int        window_size;             /* pixels; 0: no window attention */
     int        n_fullatt;

@@ -1,5 +1,7 @@
 /*
- * The Qwen2 decoder of Qwen2-VL / Qwen2.5-VL: embedding, layers of
+ * The Qwen2 decoder of Qwen2-VL / Qwen2.5-VL (and, without the q/k/v
+ * bias and with one position component, the Llama decoder of Idefics3 /
+ * SmolVLM, which calls it): embedding, layers of
  * RMSNorm, GQA attention with q/k/v bias and M-RoPE over the paged KV
  * cache, RMSNorm and a SwiGLU MLP, then the final norm and the (tied or
  * untied) head; and get_rope_index's 3D positions for text and images.
@@ -103,12 +105,19 @@ vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
         VLM_LM_LOAD(vlm_model_matrix_cols(m, &L->wo,
                     VLM_LM_NAME("self_attn.o_proj.weight"), H, H, q0, nq,
                     err));
-        VLM_LM_LOAD(vlm_model_vector_part(m, &L->bq,
-                    VLM_LM_NAME("self_attn.q_proj.bias"), H, q0, nq, err));
-        VLM_LM_LOAD(vlm_model_vector_part(m, &L->bk,
-                    VLM_LM_NAME("self_attn.k_proj.bias"), KV, k0, nk, err));
-        VLM_LM_LOAD(vlm_model_vector_part(m, &L->bv,
-                    VLM_LM_NAME("self_attn.v_proj.bias"), KV, k0, nk, err));
+
+        if (tc->qkv_bias) {
+            VLM_LM_LOAD(vlm_model_vector_part(m, &L->bq,
+                        VLM_LM_NAME("self_attn.q_proj.bias"), H, q0, nq,
+                        err));
+            VLM_LM_LOAD(vlm_model_vector_part(m, &L->bk,
+                        VLM_LM_NAME("self_attn.k_proj.bias"), KV, k0, nk,
+                        err));
+            VLM_LM_LOAD(vlm_model_vector_part(m, &L->bv,
+                        VLM_LM_NAME("self_attn.v_proj.bias"), KV, k0, nk,
+                        err));
+        }
+
         VLM_LM_LOAD(vlm_model_matrix_rows(m, &L->w_gate,
                     VLM_LM_NAME("mlp.gate_proj.weight"), I, H, tp->inter0,
                     tp->inter, err));

@@ -1,0 +1,437 @@
+/*
+ * The Idefics3 family (SmolVLM, Idefics3): config.json parsing and the
+ * variants refused, SigLIP's position ids, and parity of the engine with
+ * transformers on the tiny checkpoints of tests/fixtures/idefics3
+ * (tools/fixtures_idefics3.py): last-position logits (relative L2 within
+ * 1e-4 for f32 weights, 2e-2 for bf16), all-position logits of the text
+ * prompt and 32-token greedy continuations with no, one and two images,
+ * the prompt fed in chunks of 16 rows.
+ */
+
+#define _GNU_SOURCE
+
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "core/vlm.h"
+#include "core/vlm_npy.h"
+#include "model/vlm_model_config.h"
+#include "model/idefics3/vlm_idefics3.h"
+#include "vlm_test.h"
+
+
+#define FIX  "tests/fixtures/idefics3"
+
+
+static const char  *smol_cfg =
+    "{\"architectures\":[\"SmolVLMForConditionalGeneration\"],"
+    "\"image_token_id\":49190,\"scale_factor\":4,"
+    "\"text_config\":{\"model_type\":\"llama\",\"vocab_size\":49280,"
+    "\"hidden_size\":576,\"intermediate_size\":1536,"
+    "\"num_hidden_layers\":30,\"num_attention_heads\":9,"
+    "\"num_key_value_heads\":3,\"rms_norm_eps\":1e-5,"
+    "\"rope_theta\":100000,\"max_position_embeddings\":8192,"
+    "\"tie_word_embeddings\":true,\"bos_token_id\":1,\"eos_token_id\":2%s},"
+    "\"vision_config\":{\"hidden_size\":768,\"intermediate_size\":3072,"
+    "\"num_hidden_layers\":12,\"num_attention_heads\":12,"
+    "\"image_size\":512,\"patch_size\":16}}";
+
+
+static vlm_status_t
+parse_smol(vlm_model_config_t *cfg, const char *extra, vlm_error_t *err)
+{
+    char  json[2048];
+
+    snprintf(json, sizeof(json), smol_cfg, extra);
+    vlm_error_clear(err);
+
+    return vlm_model_config_parse(cfg, json, strlen(json), err);
+}
+
+
+static void
+test_config_smolvlm_256m(void **state)
+{
+    vlm_error_t         err;
+    vlm_model_config_t  cfg;
+
+    assert_int_equal(parse_smol(&cfg, "", &err), VLM_OK);
+
+    assert_int_equal(cfg.arch, VLM_ARCH_SMOLVLM);
+    assert_string_equal(vlm_arch_name(cfg.arch),
+                        "SmolVLMForConditionalGeneration");
+    assert_int_equal(cfg.text.vocab_size, 49280);
+    assert_int_equal(cfg.text.head_dim, 64);
+    assert_int_equal(cfg.text.n_kv_heads, 3);
+    assert_int_equal(cfg.text.qkv_bias, 0);
+    assert_true(cfg.text.tie_word_embeddings);
+    assert_int_equal(cfg.text.mrope_section[0], 32);
+    assert_int_equal(cfg.text.mrope_section[1], 0);
+    assert_true(cfg.text.rope_theta == 100000.0f);
+    assert_int_equal(cfg.vision.depth, 12);
+    assert_int_equal(cfg.vision.hidden_size, 768);
+    assert_int_equal(cfg.vision.image_size, 512);
+    assert_int_equal(cfg.vision.patch_size, 16);
+    assert_int_equal(cfg.vision.temporal_patch_size, 1);
+    assert_int_equal(cfg.vision.spatial_merge_size, 4);
+    assert_int_equal(cfg.vision.out_hidden_size, 576);
+    assert_int_equal(cfg.vision.act, VLM_ACT_GELU_TANH);
+    assert_false(cfg.vision.rms_norm);
+    assert_int_equal(cfg.image_token_id, 49190);
+    assert_int_equal(cfg.bos_token_id, 1);
+    assert_int_equal(cfg.n_eos, 1);
+    assert_int_equal(cfg.eos_token_ids[0], 2);
+}
+
+
+static void
+test_config_idefics3_defaults(void **state)
+{
+    const char          *json;
+    vlm_error_t          err;
+    vlm_model_config_t   cfg;
+
+    /*
+     * Idefics3Config's defaults but the tile (224 / 32 = 7 patches is no
+     * whole 2x2 shuffle block): Idefics3-8B-Llama3's 364 / 14
+     */
+    json = "{\"model_type\":\"idefics3\",\"text_config\":{"
+           "\"vocab_size\":128259},\"vision_config\":{"
+           "\"image_size\":364,\"patch_size\":14}}";
+
+    vlm_error_clear(&err);
+    assert_int_equal(vlm_model_config_parse(&cfg, json, strlen(json), &err),
+                     VLM_OK);
+    assert_int_equal(cfg.arch, VLM_ARCH_IDEFICS3);
+    assert_int_equal(cfg.text.hidden_size, 4096);
+    assert_int_equal(cfg.text.n_kv_heads, 32);
+    assert_int_equal(cfg.vision.hidden_size, 1152);
+    assert_int_equal(cfg.vision.depth, 12);
+    assert_int_equal(cfg.vision.image_size, 364);
+    assert_int_equal(cfg.vision.patch_size, 14);
+    assert_int_equal(cfg.vision.spatial_merge_size, 2);
+    assert_int_equal(cfg.image_token_id, 128257);
+    assert_false(cfg.text.tie_word_embeddings);
+
+    json = "{\"model_type\":\"idefics3\",\"text_config\":{"
+           "\"vocab_size\":128259}}";
+
+    vlm_error_clear(&err);
+    assert_int_equal(vlm_model_config_parse(&cfg, json, strlen(json), &err),
+                     VLM_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "image_size 224"));
+}
+
+
+static void
+test_config_refused(void **state)
+{
+    static const struct {
+        const char    *extra;
+        vlm_status_t   rc;
+        const char    *msg;
+    } bad[] = {
+        { ",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8}",
+          VLM_ERR_UNSUPPORTED, "rope_scaling" },
+        { ",\"attention_bias\":true", VLM_ERR_UNSUPPORTED,
+          "attention_bias" },
+        { ",\"mlp_bias\":true", VLM_ERR_UNSUPPORTED, "mlp_bias" },
+        { ",\"head_dim\":128", VLM_ERR_UNSUPPORTED, "head_dim" },
+        { ",\"model_type\":\"mistral\"", VLM_ERR_UNSUPPORTED, "mistral" },
+        { ",\"hidden_act\":\"relu\"", VLM_ERR_UNSUPPORTED, "relu" },
+        { ",\"num_key_value_heads\":2", VLM_ERR_FORMAT, "even heads" },
+    };
+
+    int                 i;
+    vlm_error_t         err;
+    vlm_model_config_t  cfg;
+    char                json[2048];
+    const char         *p;
+
+    for (i = 0; i < (int) (sizeof(bad) / sizeof(bad[0])); i++) {
+        assert_int_equal(parse_smol(&cfg, bad[i].extra, &err), bad[i].rc);
+        if (strstr(err.msg, bad[i].msg) == NULL) {
+            fail_msg("case %d: \"%s\" does not name %s", i, err.msg,
+                     bad[i].msg);
+        }
+    }
+
+    /* a tile that is not whole pixel-shuffle blocks of patches */
+    snprintf(json, sizeof(json), smol_cfg, "");
+    p = strstr(json, "\"image_size\":512");
+    assert_non_null(p);
+    memcpy(json + (p - json), "\"image_size\":528", 16);
+    vlm_error_clear(&err);
+    assert_int_equal(vlm_model_config_parse(&cfg, json, strlen(json), &err),
+                     VLM_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "scale_factor"));
+}
+
+
+static void
+test_position_ids(void **state)
+{
+    int32_t      ids[32 * 32];
+    vlm_npy_t    ref;
+    vlm_error_t  err;
+
+    if (vlm_npy_load(&ref, FIX "/smolvlm-f32/ref/vision_position_ids.npy",
+                     &err) != VLM_OK)
+    {
+        fail_msg("%s", err.msg);
+    }
+
+    assert_int_equal(ref.n, 16);
+    vlm_idefics3_position_ids(4, ids);
+    assert_memory_equal(ids, ref.data, 16 * sizeof(int32_t));
+    vlm_npy_free(&ref);
+
+    /* SmolVLM2's 512 / 16: the first two rows share bucket 0 */
+    vlm_idefics3_position_ids(32, ids);
+    assert_int_equal(ids[0], 0);
+    assert_int_equal(ids[1], 0);
+    assert_int_equal(ids[2], 1);
+    assert_int_equal(ids[31], 30);
+    assert_int_equal(ids[32], 0);
+    assert_int_equal(ids[64], 32);
+    assert_int_equal(ids[32 * 32 - 1], 30 * 32 + 30);
+}
+
+
+static vlm_model_t *
+load_model(const char *name)
+{
+    char                path[256];
+    vlm_error_t         err;
+    vlm_model_t        *m;
+    vlm_model_params_t  p;
+
+    vlm_test_fixture_params(&p);
+    p.max_image_patches = 256;
+
+    snprintf(path, sizeof(path), FIX "/%s", name);
+
+    if (vlm_model_check(path, &p, &err) != VLM_OK) {
+        fail_msg("check %s: %s", name, err.msg);
+    }
+
+    if (vlm_model_load(&m, path, &p, &err) != VLM_OK) {
+        fail_msg("load %s: %s", name, err.msg);
+    }
+
+    return m;
+}
+
+
+static void
+check_case(vlm_model_t *m, const char *name, const char *ref_case,
+    int n_images, double tol)
+{
+    int                      i, n, next, V;
+    char                     file[64];
+    float                   *all;
+    double                   d;
+    int32_t                 *pos, tok;
+    vlm_npy_t                ids, grid, ref_pos, last, greedy, pix[2];
+    vlm_npy_t                ref_all;
+    vlm_seq_t               *seq;
+    vlm_image_t              img[2];
+    vlm_error_t              err;
+    const vlm_model_info_t  *info;
+
+    info = vlm_model_info(m);
+    V = info->vocab_size;
+
+    vlm_test_load_npy(&ids, FIX, name, ref_case, "input_ids.npy");
+    vlm_test_load_npy(&ref_pos, FIX, name, ref_case, "position_ids.npy");
+    vlm_test_load_npy(&last, FIX, name, ref_case, "logits_last.npy");
+    vlm_test_load_npy(&greedy, FIX, name, ref_case, "greedy.npy");
+    n = (int) ids.n;
+
+    if (n_images > 0) {
+        vlm_test_load_npy(&grid, FIX, name, ref_case, "grid_thw.npy");
+        assert_int_equal(grid.shape[0], n_images);
+    }
+
+    for (i = 0; i < n_images; i++) {
+        snprintf(file, sizeof(file), "pixel_values_%d.npy", i);
+        vlm_test_load_npy(&pix[i], FIX, name, ref_case, file);
+        img[i].pixels = pix[i].data;
+        img[i].grid_t = ((int32_t *) grid.data)[3 * i];
+        img[i].grid_h = ((int32_t *) grid.data)[3 * i + 1];
+        img[i].grid_w = ((int32_t *) grid.data)[3 * i + 2];
+        assert_int_equal(pix[i].shape[1], info->patch_dim);
+    }
+
+    pos = malloc((size_t) 3 * n * sizeof(int32_t));
+    assert_non_null(pos);
+    assert_int_equal(vlm_rope_index(m, ids.data, n, img, n_images, 0, pos,
+                                    &next, &err), VLM_OK);
+    assert_memory_equal(pos, ref_pos.data, (size_t) 3 * n * sizeof(int32_t));
+    assert_int_equal(next, n);
+
+    if (n_images > 0) {
+        /* one image fewer than the prompt's <image> tokens need */
+        assert_int_equal(vlm_rope_index(m, ids.data, n, img, n_images - 1,
+                                        0, pos, &next, &err),
+                         n_images > 1 ? VLM_ERR_INVALID : VLM_OK);
+    }
+
+    free(pos);
+
+    all = malloc((size_t) n * V * sizeof(float));
+    assert_non_null(all);
+
+    assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+
+    if (vlm_seq_prefill(seq, ids.data, n, img, n_images,
+                        strcmp(ref_case, "text") == 0 ? all : NULL, &err)
+        != VLM_OK)
+    {
+        fail_msg("%s/%s: %s", name, ref_case, err.msg);
+    }
+
+    d = vlm_test_rel_l2(vlm_seq_logits(seq), last.data, (size_t) V);
+    if (d > tol) {
+        fail_msg("%s/%s: last logits differ, relative L2 %g > %g", name,
+                 ref_case, d, tol);
+    }
+
+    if (strcmp(ref_case, "text") == 0) {
+        vlm_test_load_npy(&ref_all, FIX, name, ref_case, "logits_all.npy");
+        d = vlm_test_rel_l2(all, ref_all.data, (size_t) n * V);
+        if (d > tol) {
+            fail_msg("%s/%s: all logits differ, relative L2 %g", name,
+                     ref_case, d);
+        }
+        vlm_npy_free(&ref_all);
+    }
+
+    for (i = 0; i < (int) greedy.n; i++) {
+        tok = vlm_test_argmax(vlm_seq_logits(seq), V);
+
+        if (tok != ((int32_t *) greedy.data)[i]) {
+            fail_msg("%s/%s: greedy token %d is %d, transformers says %d",
+                     name, ref_case, i, (int) tok,
+                     (int) ((int32_t *) greedy.data)[i]);
+        }
+
+        assert_int_equal(vlm_decode(m, &seq, &tok, 1, &err), VLM_OK);
+    }
+
+    assert_int_equal(vlm_seq_length(seq), n + (int) greedy.n);
+    vlm_seq_free(seq);
+
+    free(all);
+    vlm_npy_free(&ids);
+    vlm_npy_free(&ref_pos);
+    vlm_npy_free(&last);
+    vlm_npy_free(&greedy);
+    if (n_images > 0) {
+        vlm_npy_free(&grid);
+    }
+    for (i = 0; i < n_images; i++) {
+        vlm_npy_free(&pix[i]);
+    }
+}
+
+
+static void
+check_model(const char *name, double tol)
+{
+    vlm_model_t        *m;
+    vlm_model_stats_t   st;
+
+    m = load_model(name);
+
+    assert_string_equal(vlm_model_info(m)->arch,
+                        name[0] == 's' ? "SmolVLMForConditionalGeneration"
+                                       : "Idefics3ForConditionalGeneration");
+
+    check_case(m, name, "text", 0, tol);
+    check_case(m, name, "image1", 1, tol);
+    check_case(m, name, "image2", 2, tol);
+
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.backend_allocs, 0);
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(st.seqs_used, 0);
+
+    vlm_model_free(m);
+}
+
+
+static void
+test_smolvlm_f32_tied(void **state)
+{
+    check_model("smolvlm-f32", 1e-4);
+}
+
+
+static void
+test_smolvlm_bf16(void **state)
+{
+    check_model("smolvlm-bf16", 2e-2);
+}
+
+
+static void
+test_idefics3_f32(void **state)
+{
+    check_model("idefics3-f32", 1e-4);
+}
+
+
+/* vlm_model_check (nginx -t) on a copy whose config asks for more */
+static void
+test_check_refuses_variant(void **state)
+{
+    int                  rc;
+    char                 dir[] = "/tmp/vlm-idefics3-XXXXXX", cmd[512];
+    vlm_error_t          err;
+    vlm_model_params_t   p;
+
+    assert_non_null(mkdtemp(dir));
+    snprintf(cmd, sizeof(cmd),
+             "cp " FIX "/smolvlm-f32/model.safetensors %s/ && sed "
+             "'s/\"rope_scaling\": null/\"rope_scaling\": {\"rope_type\": "
+             "\"dynamic\", \"factor\": 2.0}/' " FIX "/smolvlm-f32/"
+             "config.json > %s/config.json", dir, dir);
+    assert_int_equal(system(cmd), 0);
+
+    vlm_test_fixture_params(&p);
+    vlm_error_clear(&err);
+    rc = vlm_model_check(dir, &p, &err);
+
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+
+    assert_int_equal(rc, VLM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "rope_scaling is not supported"));
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_config_smolvlm_256m),
+        cmocka_unit_test(test_config_idefics3_defaults),
+        cmocka_unit_test(test_config_refused),
+        cmocka_unit_test(test_position_ids),
+        cmocka_unit_test(test_smolvlm_f32_tied),
+        cmocka_unit_test(test_smolvlm_bf16),
+        cmocka_unit_test(test_idefics3_f32),
+        cmocka_unit_test(test_check_refuses_variant),
+    };
+
+    return cmocka_run_group_tests_name("idefics3", tests, NULL, NULL);
+}
