@@ -23,6 +23,7 @@
 
 #include "core/vlm.h"
 #include "core/vlm_npy.h"
+#include "image/vlm_image_idefics3.h"
 #include "model/vlm_model_config.h"
 #include "model/idefics3/vlm_idefics3.h"
 #include "vlm_test.h"
@@ -203,6 +204,182 @@ test_position_ids(void **state)
     assert_int_equal(ids[32], 0);
     assert_int_equal(ids[64], 32);
     assert_int_equal(ids[32 * 32 - 1], 30 * 32 + 30);
+}
+
+
+static char *
+read_file(const char *path, size_t *len)
+{
+    long   n;
+    char  *buf;
+    FILE  *f;
+
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        fail_msg("cannot open %s", path);
+    }
+
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    n = ftell(f);
+    assert_true(n >= 0);
+    assert_int_equal(fseek(f, 0, SEEK_SET), 0);
+
+    buf = malloc((size_t) n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t) n, f), (size_t) n);
+    buf[n] = '\0';
+    fclose(f);
+
+    *len = (size_t) n;
+
+    return buf;
+}
+
+
+/*
+ * The image processor against SmolVLMImageProcessor: LANCZOS with 2x3,
+ * 1x3 and 3x3 tiles, BICUBIC, and no splitting; pixel values bit for
+ * bit, the tiles and the prompt text exactly
+ */
+static void
+test_image_processor(void **state)
+{
+    int                          i;
+    char                         path[256], *json, *want, *got;
+    float                       *out;
+    size_t                       len, j, n;
+    uint8_t                     *rgb, *scratch;
+    vlm_npy_t                    raw, ref, rc;
+    vlm_error_t                  err;
+    vlm_idefics3_image_plan_t    plan;
+    vlm_idefics3_image_config_t  cfg;
+
+    for (i = 0; i < 5; i++) {
+        snprintf(path, sizeof(path), FIX "/image/config_%d.json", i);
+        json = read_file(path, &len);
+        vlm_idefics3_image_config_default(&cfg, 8);
+        if (vlm_idefics3_image_config_parse(&cfg, json, len, &err)
+            != VLM_OK)
+        {
+            fail_msg("%s: %s", path, err.msg);
+        }
+        free(json);
+
+        assert_int_equal(cfg.resample, i == 3 ? VLM_RESAMPLE_BICUBIC
+                                              : VLM_RESAMPLE_LANCZOS);
+        assert_int_equal(cfg.do_image_splitting, i != 4);
+
+#define VLM_NPY(npy, name)                                                   \
+        snprintf(path, sizeof(path), FIX "/image/" name "_%d.npy", i);      \
+        if (vlm_npy_load(&npy, path, &err) != VLM_OK) {                      \
+            fail_msg("%s", err.msg);                                         \
+        }
+
+        VLM_NPY(raw, "raw");
+        VLM_NPY(ref, "pixel_values");
+        VLM_NPY(rc, "rows_cols");
+
+#undef VLM_NPY
+
+        rgb = malloc((size_t) raw.n);
+        assert_non_null(rgb);
+        for (j = 0; j < (size_t) raw.n; j++) {
+            rgb[j] = (uint8_t) ((int32_t *) raw.data)[j];
+        }
+
+        assert_int_equal(vlm_idefics3_image_plan(&cfg, (uint32_t)
+                                                 raw.shape[1], (uint32_t)
+                                                 raw.shape[0], &plan, &err),
+                         VLM_OK);
+        assert_int_equal(plan.rows, ((int32_t *) rc.data)[0]);
+        assert_int_equal(plan.cols, ((int32_t *) rc.data)[1]);
+        assert_int_equal(plan.n_values, ref.n);
+        assert_int_equal(plan.side, 4);
+
+        scratch = malloc(plan.scratch);
+        out = malloc(plan.n_values * sizeof(float));
+        assert_non_null(scratch);
+        assert_non_null(out);
+
+        if (vlm_idefics3_image_run(&cfg, &plan, rgb, (uint32_t) raw.shape[1],
+                                   (uint32_t) raw.shape[0], scratch,
+                                   plan.scratch, out, plan.n_values, &err)
+            != VLM_OK)
+        {
+            fail_msg("image %d: %s", i, err.msg);
+        }
+
+        for (j = 0; j < plan.n_values; j++) {
+            if (memcmp(&out[j], &((float *) ref.data)[j], sizeof(float))
+                != 0)
+            {
+                fail_msg("image %d: pixel value %zu is %.9g, transformers "
+                         "says %.9g", i, j, out[j], ((float *) ref.data)[j]);
+            }
+        }
+
+        /* one float short is refused */
+        assert_int_equal(vlm_idefics3_image_run(&cfg, &plan, rgb,
+                                                (uint32_t) raw.shape[1],
+                                                (uint32_t) raw.shape[0],
+                                                scratch, plan.scratch, out,
+                                                plan.n_values - 1, &err),
+                         VLM_ERR_LIMIT);
+
+        snprintf(path, sizeof(path), FIX "/image/prompt_%d.txt", i);
+        want = read_file(path, &len);
+        n = vlm_idefics3_image_prompt(&plan, 4, NULL, 0);
+        assert_int_equal(n, len);
+        got = malloc(n + 1);
+        assert_non_null(got);
+        assert_int_equal(vlm_idefics3_image_prompt(&plan, 4, got, n + 1), n);
+        assert_string_equal(got, want);
+
+        free(got);
+        free(want);
+        free(scratch);
+        free(out);
+        free(rgb);
+        vlm_npy_free(&raw);
+        vlm_npy_free(&ref);
+        vlm_npy_free(&rc);
+    }
+}
+
+
+static void
+test_image_processor_refused(void **state)
+{
+    const char                  *bad[] = {
+        "{\"resample\": 2}",
+        "{\"size\": {\"height\": 100, \"width\": 100}}",
+        "{\"max_image_size\": {\"longest_edge\": 30}}",
+        "{\"image_std\": [0.5, 0, 0.5]}",
+    };
+    int                          i;
+    vlm_error_t                  err;
+    vlm_idefics3_image_plan_t    plan;
+    vlm_idefics3_image_config_t  cfg;
+
+    for (i = 0; i < 4; i++) {
+        vlm_idefics3_image_config_default(&cfg, 8);
+        assert_int_not_equal(vlm_idefics3_image_config_parse(&cfg, bad[i],
+                                 strlen(bad[i]), &err), VLM_OK);
+    }
+
+    /* more than 8 tiles a side: no <row_r_col_c> tokens for them */
+    vlm_idefics3_image_config_default(&cfg, 8);
+    cfg.longest_edge = 1024;
+    cfg.tile = 32;
+    assert_int_equal(vlm_idefics3_image_plan(&cfg, 4000, 10, &plan, &err),
+                     VLM_ERR_INVALID);
+    cfg.longest_edge = 256;
+    assert_int_equal(vlm_idefics3_image_plan(&cfg, 4000, 10, &plan, &err),
+                     VLM_OK);
+    assert_int_equal(plan.cols, 8);
+    assert_int_equal(plan.rows, 1);
+    assert_int_equal(vlm_idefics3_image_plan(&cfg, 0, 10, &plan, &err),
+                     VLM_ERR_INVALID);
 }
 
 
@@ -427,6 +604,8 @@ main(void)
         cmocka_unit_test(test_config_idefics3_defaults),
         cmocka_unit_test(test_config_refused),
         cmocka_unit_test(test_position_ids),
+        cmocka_unit_test(test_image_processor),
+        cmocka_unit_test(test_image_processor_refused),
         cmocka_unit_test(test_smolvlm_f32_tied),
         cmocka_unit_test(test_smolvlm_bf16),
         cmocka_unit_test(test_idefics3_f32),

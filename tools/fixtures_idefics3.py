@@ -255,17 +255,32 @@ def main():
             print("%s/%s: %d tokens, top-2 gap %.4f"
                   % (name, case, len(ids), gap))
 
-    # the image processor's inputs and outputs, for the C processor
+    # the image processor's inputs and outputs, for the C processor: the
+    # three images as configured above, the first with BICUBIC, the
+    # second without splitting; the prompt text of each
     pd = os.path.join(OUT, "image")
     os.makedirs(pd)
-    for i, im in enumerate(images):
-        save_npy(os.path.join(pd, "raw_%d.npy" % i), im["raw"])
-        save_npy(os.path.join(pd, "pixel_values_%d.npy" % i),
-                 patch_rows(im["pixels"]))
+    variants = [(proc, im) for im in range(len(IMAGES))]
+    variants.append((SmolVLMImageProcessor(**dict(
+        proc.to_dict(), resample=3)), 0))
+    variants.append((SmolVLMImageProcessor(**dict(
+        proc.to_dict(), do_image_splitting=False)), 1))
+    for i, (p, im) in enumerate(variants):
+        raw = images[im]["raw"]
+        r = p(images=[[raw]], return_tensors="np", return_row_col_info=True)
+        pv = r["pixel_values"][0].astype(np.float32)
+        rows, cols = r["rows"][0][0], r["cols"][0][0]
+        save_npy(os.path.join(pd, "raw_%d.npy" % i), raw.astype(np.int32))
+        save_npy(os.path.join(pd, "pixel_values_%d.npy" % i), patch_rows(pv))
         save_npy(os.path.join(pd, "rows_cols_%d.npy" % i),
-                 np.array([im["rows"], im["cols"]], dtype=np.int32))
-    proc.save_pretrained(pd)
-
+                 np.array([rows, cols], dtype=np.int32))
+        with open(os.path.join(pd, "config_%d.json" % i), "w") as f:
+            f.write(p.to_json_string())
+        with open(os.path.join(pd, "prompt_%d.txt" % i), "w") as f:
+            f.write(get_image_prompt_string(
+                rows, cols, SEQ_LEN,
+                fake_token_around_image="<fake_token_around_image>",
+                image_token="<image>", global_image_token="<global-img>"))
 
 if __name__ == "__main__":
     main()
