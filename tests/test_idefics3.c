@@ -567,6 +567,37 @@ test_idefics3_f32(void **state)
 }
 
 
+/* an image seen again takes its features from the image cache */
+static void
+test_image_cache(void **state)
+{
+    char                path[256];
+    vlm_error_t         err;
+    vlm_model_t        *m;
+    vlm_model_stats_t   st;
+    vlm_model_params_t  p;
+
+    vlm_test_fixture_params(&p);
+    p.max_image_patches = 256;
+    p.image_cache_bytes = 1 << 20;
+
+    snprintf(path, sizeof(path), FIX "/smolvlm-f32");
+    if (vlm_model_load(&m, path, &p, &err) != VLM_OK) {
+        fail_msg("load: %s", err.msg);
+    }
+
+    check_case(m, "smolvlm-f32", "image1", 1, 1e-4);
+    check_case(m, "smolvlm-f32", "image1", 1, 1e-4);
+    check_case(m, "smolvlm-f32", "image2", 2, 1e-4);
+
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.image_cache_misses, 3);
+    assert_int_equal(st.image_cache_hits, 1);
+    assert_int_equal(st.backend_allocs, 0);
+    vlm_model_free(m);
+}
+
+
 /* vlm_model_check (nginx -t) on a copy whose config asks for more */
 static void
 test_check_refuses_variant(void **state)
@@ -609,6 +640,7 @@ main(void)
         cmocka_unit_test(test_smolvlm_f32_tied),
         cmocka_unit_test(test_smolvlm_bf16),
         cmocka_unit_test(test_idefics3_f32),
+        cmocka_unit_test(test_image_cache),
         cmocka_unit_test(test_check_refuses_variant),
     };
 
