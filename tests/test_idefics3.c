@@ -169,11 +169,25 @@ test_config_refused(void **state)
     snprintf(json, sizeof(json), smol_cfg, "");
     p = strstr(json, "\"image_size\":512");
     assert_non_null(p);
-    memcpy(json + (p - json), "\"image_size\":528", 16);
+    memcpy(json + (p - json), "\"image_size\":560", 16);
     vlm_error_clear(&err);
     assert_int_equal(vlm_model_config_parse(&cfg, json, strlen(json), &err),
                      VLM_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "scale_factor"));
+
+    /* SmolVLM-Instruct's 384 / 14: 27 patches, the last 6 pixels dropped */
+    memcpy(json + (p - json), "\"image_size\":384", 16);
+    p = strstr(json, "\"patch_size\":16");
+    assert_non_null(p);
+    memcpy(json + (p - json), "\"patch_size\":14", 15);
+    p = strstr(json, "\"scale_factor\":4");
+    assert_non_null(p);
+    memcpy(json + (p - json), "\"scale_factor\":3", 16);
+    vlm_error_clear(&err);
+    assert_int_equal(vlm_model_config_parse(&cfg, json, strlen(json), &err),
+                     VLM_OK);
+    assert_int_equal(cfg.vision.image_size / cfg.vision.patch_size, 27);
+    assert_int_equal(cfg.vision.spatial_merge_size, 3);
 }
 
 
@@ -353,7 +367,7 @@ test_image_processor_refused(void **state)
     const char                  *bad[] = {
         "{\"resample\": 2}",
         "{\"size\": {\"height\": 100, \"width\": 100}}",
-        "{\"max_image_size\": {\"longest_edge\": 30}}",
+        "{\"max_image_size\": {\"longest_edge\": 7}}",
         "{\"image_std\": [0.5, 0, 0.5]}",
     };
     int                          i;

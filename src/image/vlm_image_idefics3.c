@@ -207,10 +207,10 @@ vlm_idefics3_image_config_parse(vlm_idefics3_image_config_t *cfg,
                              "this image processor takes", key);
     }
 
-    if (cfg->patch_size == 0 || cfg->tile % cfg->patch_size != 0) {
+    if (cfg->patch_size == 0 || cfg->tile < cfg->patch_size) {
         return vlm_error_set(err, VLM_ERR_FORMAT,
                              "preprocessor config: max_image_size %u is "
-                             "not whole patches of %u", cfg->tile,
+                             "less than a patch of %u", cfg->tile,
                              cfg->patch_size);
     }
 
@@ -239,8 +239,8 @@ vlm_idefics3_image_plan(const vlm_idefics3_image_config_t *cfg,
     M = cfg->tile;
     L = cfg->longest_edge;
 
-    if (width == 0 || height == 0 || M == 0 || cfg->patch_size == 0
-        || M % cfg->patch_size != 0)
+    if (width == 0 || height == 0 || M < cfg->patch_size
+        || cfg->patch_size == 0)
     {
         return vlm_error_set(err, VLM_ERR_INVALID,
                              "image: %ux%u with tiles of %u", width, height,

@@ -7,7 +7,9 @@
  * each resize Pillow's with the configured filter (LANCZOS by default);
  * then rescale and normalise as numpy does.  The output is every frame's
  * patches as rows [frames * side * side, 3 * P * P] (patches row-major,
- * columns (C, P, P)), the layout of the engine's vlm_image_t; and the
+ * columns (C, P, P); a tile's last tile % P pixels, which the tower's
+ * convolution drops, are left out), the layout of the engine's
+ * vlm_image_t; and the
  * image's prompt text: per tile <fake_token_around_image><row_r_col_c>
  * and the tile's <image> tokens, "\n" after each row, then "\n" and
  * <fake_token_around_image><global-img>, its <image> tokens and

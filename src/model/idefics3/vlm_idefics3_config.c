@@ -155,13 +155,12 @@ vlm_idefics3_vision(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c, int scale)
 
     side = vc->image_size / vc->patch_size;
 
-    if (vc->image_size % vc->patch_size != 0 || side % scale != 0
-        || side > VLM_IDEFICS3_MAX_SIDE)
-    {
+    /* the convolution drops a tile's last image_size % patch_size pixels */
+    if (side < 1 || side % scale != 0 || side > VLM_IDEFICS3_MAX_SIDE) {
         c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
-                              "config: vision: image_size %d is not whole "
-                              "patches of %d in blocks of scale_factor %d",
-                              vc->image_size, vc->patch_size, scale);
+                              "config: vision: image_size %d is %d patches "
+                              "of %d, not whole blocks of scale_factor %d",
+                              vc->image_size, side, vc->patch_size, scale);
     }
 }
 
