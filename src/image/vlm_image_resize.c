@@ -2,15 +2,15 @@
  * Pillow-equivalent bicubic and Lanczos resizes of RGB8 images.
  *
  * Reference: Pillow's libImaging/Resample.c (ImagingResample with the
- * BICUBIC and LANCZOS filters on 8-bit bands), re-derived: for each output index the
- * kernel is centred at (i + 0.5) * scale, spans support = 2 * max(scale, 1)
- * input samples each side, the first and last taps are chosen by
- * truncating center -/+ support + 0.5, the weights are normalised to sum
- * 1 in double precision and then rounded half away from zero to 22
- * fractional bits.  Sums start at half an output unit and are clipped to
- * 0..255 after an arithmetic shift.  A pass whose size does not change is
- * skipped, as in Pillow (it would be the identity anyway); the order of
- * the two passes follows Pillow 13's rule (vertical_first below).
+ * BICUBIC and LANCZOS filters on 8-bit bands), re-derived: for each output
+ * index the kernel is centred at (i + 0.5) * scale, spans support = 2
+ * (LANCZOS: 3) * max(scale, 1) input samples each side, the first and last
+ * taps are chosen by truncating center -/+ support + 0.5, the weights are
+ * normalised to sum 1 in double precision and then rounded half away from
+ * zero to 22 fractional bits.  Sums start at half an output unit and are
+ * clipped to 0..255 after an arithmetic shift.  A pass whose size does not
+ * change is skipped, as in Pillow (it would be the identity anyway); the
+ * order of the two passes follows Pillow 13's rule (vertical_first below).
  */
 
 #define _GNU_SOURCE
