@@ -102,8 +102,8 @@ main(int argc, char **argv)
         } else if (strcmp(argv[i], "--streams") == 0) {
             snprintf(streams, sizeof(streams), "%s", argv[i + 1]);
 
-        } else if (strcmp(argv[i], "--frames") == 0 && i + 1 < argc) {
-            frames = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--frames") == 0) {
+            frames = atoi(argv[i + 1]);
 
         } else if (strcmp(argv[i], "--grid") == 0) {
             if (sscanf(argv[i + 1], "%d,%d", &gh, &gw) != 2) {
