@@ -23,7 +23,9 @@
 
 #include "core/vlm.h"
 #include "core/vlm_npy.h"
+#include "image/vlm_image_decode.h"
 #include "image/vlm_image_idefics3.h"
+#include "text/vlm_tokenizer.h"
 #include "model/vlm_model_config.h"
 #include "model/idefics3/vlm_idefics3.h"
 #include "vlm_test.h"
@@ -612,6 +614,140 @@ test_image_cache(void **state)
 }
 
 
+/*
+ * The whole processor on smolvlm-chat (the fixture tokenizer with
+ * SmolVLM's tokens and template): transformers' rendered prompt, the PNG
+ * decoded and preprocessed, every <image> expanded, the text tokenized,
+ * gives its input ids exactly; the model continues it greedily as
+ * transformers does
+ */
+static void
+test_chat_processor(void **state)
+{
+    int                          i;
+    char                        *json, *prompt, *text, *png;
+    float                       *pixels;
+    size_t                       len, plen, n, found, n_ids, png_len;
+    int32_t                     *ids, tok;
+    uint8_t                     *rgb, *scratch;
+    vlm_npy_t                    ref_ids, greedy;
+    vlm_seq_t                   *seq;
+    vlm_image_t                  img;
+    vlm_error_t                  err;
+    vlm_model_t                 *m;
+    vlm_tok_work_t              *work;
+    vlm_tokenizer_t             *tk;
+    vlm_image_info_t             info;
+    vlm_image_limits_t           limits;
+    vlm_model_params_t           p;
+    vlm_idefics3_image_plan_t    plan;
+    vlm_idefics3_image_config_t  cfg;
+
+#define CHAT  FIX "/smolvlm-chat"
+
+    json = read_file(CHAT "/preprocessor_config.json", &len);
+    vlm_idefics3_image_config_default(&cfg, 8);
+    assert_int_equal(vlm_idefics3_image_config_parse(&cfg, json, len, &err),
+                     VLM_OK);
+    free(json);
+
+    png = read_file(CHAT "/ref/chat/image.png", &png_len);
+    vlm_image_limits_default(&limits);
+    assert_int_equal(vlm_image_probe((uint8_t *) png, png_len, &limits,
+                                     &info, &err), VLM_OK);
+    rgb = malloc(vlm_image_decode_buffer_size(info.width, info.height));
+    assert_non_null(rgb);
+    assert_int_equal(vlm_image_decode((uint8_t *) png, png_len, &limits,
+                                      rgb, vlm_image_decode_buffer_size(
+                                          info.width, info.height),
+                                      &info, &err), VLM_OK);
+    free(png);
+
+    assert_int_equal(vlm_idefics3_image_plan(&cfg, info.width, info.height,
+                                             &plan, &err), VLM_OK);
+    scratch = malloc(plan.scratch);
+    pixels = malloc(plan.n_values * sizeof(float));
+    assert_non_null(scratch);
+    assert_non_null(pixels);
+    assert_int_equal(vlm_idefics3_image_run(&cfg, &plan, rgb, info.width,
+                                            info.height, scratch,
+                                            plan.scratch, pixels,
+                                            plan.n_values, &err), VLM_OK);
+    free(scratch);
+    free(rgb);
+
+    prompt = read_file(CHAT "/ref/chat/prompt.txt", &plen);
+    n = vlm_idefics3_expand_prompt(prompt, plen, &plan, 1, 4, NULL, 0,
+                                   &found);
+    assert_int_equal(found, 1);
+    text = malloc(n + 1);
+    assert_non_null(text);
+    assert_int_equal(vlm_idefics3_expand_prompt(prompt, plen, &plan, 1, 4,
+                                                text, n + 1, &found), n);
+    free(prompt);
+
+    if (vlm_tokenizer_load(&tk, CHAT, &err) != VLM_OK) {
+        fail_msg("tokenizer: %s", err.msg);
+    }
+
+    ids = malloc((n + 1) * sizeof(int32_t));
+    assert_non_null(ids);
+    assert_int_equal(vlm_tok_work_create(&work, tk, n + 1, &err), VLM_OK);
+    assert_int_equal(vlm_tokenizer_encode(tk, work, text, n, 0, ids, n + 1,
+                                          &n_ids, &err), VLM_OK);
+    vlm_tok_work_free(work);
+    vlm_tokenizer_free(tk);
+    free(text);
+
+    if (vlm_npy_load(&ref_ids, CHAT "/ref/chat/input_ids.npy", &err)
+        != VLM_OK
+        || vlm_npy_load(&greedy, CHAT "/ref/chat/greedy.npy", &err)
+           != VLM_OK)
+    {
+        fail_msg("%s", err.msg);
+    }
+
+    assert_int_equal(n_ids, ref_ids.n);
+    assert_memory_equal(ids, ref_ids.data, n_ids * sizeof(int32_t));
+
+    /* the model on those pixels and ids */
+
+    vlm_test_fixture_params(&p);
+    p.max_image_patches = 256;
+    if (vlm_model_load(&m, CHAT, &p, &err) != VLM_OK) {
+        fail_msg("load: %s", err.msg);
+    }
+
+    img.pixels = pixels;
+    img.grid_t = (int) plan.n_frames;
+    img.grid_h = (int) plan.side;
+    img.grid_w = (int) plan.side;
+
+    assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+    if (vlm_seq_prefill(seq, ids, (int) n_ids, &img, 1, NULL, &err)
+        != VLM_OK)
+    {
+        fail_msg("prefill: %s", err.msg);
+    }
+
+    for (i = 0; i < (int) greedy.n; i++) {
+        tok = vlm_test_argmax(vlm_seq_logits(seq),
+                              vlm_model_info(m)->vocab_size);
+        assert_int_equal(tok, ((int32_t *) greedy.data)[i]);
+        assert_int_equal(vlm_decode(m, &seq, &tok, 1, &err), VLM_OK);
+    }
+
+    vlm_seq_free(seq);
+    vlm_model_free(m);
+    vlm_npy_free(&ref_ids);
+    vlm_npy_free(&greedy);
+    free(ids);
+    free(pixels);
+
+#undef CHAT
+}
+
+
 /* vlm_model_check (nginx -t) on a copy whose config asks for more */
 static void
 test_check_refuses_variant(void **state)
@@ -655,6 +791,7 @@ main(void)
         cmocka_unit_test(test_smolvlm_bf16),
         cmocka_unit_test(test_idefics3_f32),
         cmocka_unit_test(test_image_cache),
+        cmocka_unit_test(test_chat_processor),
         cmocka_unit_test(test_check_refuses_variant),
     };
 

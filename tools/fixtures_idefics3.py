@@ -26,6 +26,19 @@ from transformers.models.smolvlm.processing_smolvlm import (
     get_image_prompt_string)
 
 OUT = os.path.join("tests", "fixtures", "idefics3")
+TOKENIZER = os.path.join("tests", "fixtures", "tokenizer", "model")
+
+# SmolVLM-Instruct's chat template
+CHAT_TEMPLATE = (
+    "<|im_start|>{% for message in messages %}"
+    "{{message['role'] | capitalize}}"
+    "{% if message['content'][0]['type'] == 'image' %}{{':'}}"
+    "{% else %}{{': '}}{% endif %}"
+    "{% for line in message['content'] %}"
+    "{% if line['type'] == 'text' %}{{line['text']}}"
+    "{% elif line['type'] == 'image' %}{{ '<image>' }}{% endif %}"
+    "{% endfor %}<end_of_utterance>\n{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}")
 
 VOCAB = 384
 BOS = 290
@@ -214,6 +227,86 @@ def reference(model, ids, images, case_dir, all_logits):
     return float(top[0] - top[1])
 
 
+def make_chat(proc, images):
+    """smolvlm-chat: the fixture tokenizer with SmolVLM's special tokens
+    and chat template, a model over its vocabulary, and what the whole
+    processor (template, image processor, tokenizer) and a greedy
+    generation make of an image and a question (ref/chat/)."""
+    from PIL import Image
+    from transformers import PreTrainedTokenizerFast
+
+    d = os.path.join(OUT, "smolvlm-chat")
+    os.makedirs(d)
+    tok = PreTrainedTokenizerFast.from_pretrained(TOKENIZER)
+    extra = ["<fake_token_around_image>", "<image>", "<global-img>",
+             "<end_of_utterance>"]
+    extra += ["<row_%d_col_%d>" % (r, c) for r in range(1, 7)
+              for c in range(1, 7)]
+    tok.add_special_tokens({"additional_special_tokens": extra},
+                           replace_additional_special_tokens=False)
+    tok.chat_template = CHAT_TEMPLATE
+    tok.save_pretrained(d)
+    # transformers writes the template next to the tokenizer config
+    with open(os.path.join(d, "chat_template.json"), "w") as f:
+        json.dump({"chat_template": CHAT_TEMPLATE}, f)
+    vocab = len(tok)
+    vocab += -vocab % 4
+    image_id = tok.convert_tokens_to_ids("<image>")
+    eou = tok.convert_tokens_to_ids("<end_of_utterance>")
+
+    text = dict(TEXT, vocab_size=vocab, tie_word_embeddings=True,
+                bos_token_id=tok.convert_tokens_to_ids("<|im_start|>"),
+                eos_token_id=eou)
+    cfg = SmolVLMConfig(text_config=text, vision_config=VISION,
+                        scale_factor=SCALE, image_token_id=image_id,
+                        tie_word_embeddings=True, pad_token_id=0)
+    cfg._attn_implementation = "eager"
+    model = SmolVLMForConditionalGeneration(cfg).eval()
+    randomize(model, 300)
+    model.tie_weights()
+    model.save_pretrained(d, safe_serialization=True)
+    GenerationConfig(bos_token_id=text["bos_token_id"], eos_token_id=[eou],
+                     do_sample=False).save_pretrained(d)
+    proc.save_pretrained(d)
+
+    # Idefics3Processor: SmolVLMProcessor's text side for images, without
+    # its video dependencies (num2words)
+    from transformers import Idefics3ImageProcessor, Idefics3Processor
+
+    processor = Idefics3Processor(
+        image_processor=Idefics3ImageProcessor(**proc.to_dict()),
+        tokenizer=tok, chat_template=CHAT_TEMPLATE, image_seq_len=SEQ_LEN)
+    msgs = [{"role": "user", "content": [
+        {"type": "image"}, {"type": "text", "text": "What is in it?"}]}]
+    prompt = processor.apply_chat_template(msgs, add_generation_prompt=True)
+    img = images[0]["raw"]
+    r = processor(text=[prompt], images=[[img]], return_tensors="pt")
+
+    rd = os.path.join(d, "ref", "chat")
+    os.makedirs(rd)
+    Image.fromarray(img).save(os.path.join(rd, "image.png"))
+    save_npy(os.path.join(rd, "input_ids.npy"),
+             r["input_ids"][0].numpy().astype(np.int32))
+    with open(os.path.join(rd, "prompt.txt"), "w") as f:
+        f.write(prompt)
+
+    model = SmolVLMForConditionalGeneration.from_pretrained(
+        d, dtype=torch.float32, attn_implementation="eager").eval()
+    with torch.no_grad():
+        gen = model.generate(input_ids=r["input_ids"],
+                             pixel_values=r["pixel_values"],
+                             pixel_attention_mask=r["pixel_attention_mask"],
+                             do_sample=False, max_new_tokens=8,
+                             min_new_tokens=8, eos_token_id=None,
+                             pad_token_id=0)
+    new = gen[0, r["input_ids"].shape[1]:]
+    save_npy(os.path.join(rd, "greedy.npy"), new.numpy().astype(np.int32))
+    with open(os.path.join(rd, "answer.txt"), "w") as f:
+        f.write(tok.decode(new))
+    print("smolvlm-chat: %d prompt tokens, answer %r"
+          % (r["input_ids"].shape[1], tok.decode(new)))
+
+
 def main():
     torch.manual_seed(0)
     proc = SmolVLMImageProcessor(
@@ -254,6 +347,8 @@ def main():
                             case == "text")
             print("%s/%s: %d tokens, top-2 gap %.4f"
                   % (name, case, len(ids), gap))
+
+    make_chat(proc, images)
 
     # the image processor's inputs and outputs, for the C processor: the
     # three images as configured above, the first with BICUBIC, the

@@ -530,3 +530,53 @@ vlm_idefics3_image_prompt(const vlm_idefics3_image_plan_t *plan,
 
     return n;
 }
+
+
+size_t
+vlm_idefics3_expand_prompt(const char *text, size_t len,
+    const vlm_idefics3_image_plan_t *plans, size_t n_images,
+    uint32_t seq_len, char *buf, size_t cap, size_t *n_found)
+{
+    char        *p;
+    size_t       n, k, tag, img;
+    const char  *s, *end, *hit;
+
+    tag = sizeof(VLM_IDEFICS3_IMAGE) - 1;
+    n = 0;
+    img = 0;
+    s = text;
+    end = text + len;
+
+    if (cap > 0) {
+        buf[0] = '\0';
+    }
+
+    for ( ;; ) {
+        hit = memmem(s, (size_t) (end - s), VLM_IDEFICS3_IMAGE, tag);
+        k = (size_t) ((hit != NULL ? hit : end) - s);
+
+        if (n + k < cap) {
+            memcpy(buf + n, s, k);
+            buf[n + k] = '\0';
+        }
+
+        n += k;
+
+        if (hit == NULL) {
+            break;
+        }
+
+        if (img < n_images) {
+            p = n < cap ? buf + n : NULL;
+            n += vlm_idefics3_image_prompt(&plans[img], seq_len, p,
+                                           p != NULL ? cap - n : 0);
+        }
+
+        img++;
+        s = hit + tag;
+    }
+
+    *n_found = img;
+
+    return n;
+}

@@ -89,5 +89,16 @@ vlm_status_t vlm_idefics3_image_run(const vlm_idefics3_image_config_t *cfg,
 size_t vlm_idefics3_image_prompt(const vlm_idefics3_image_plan_t *plan,
     uint32_t seq_len, char *buf, size_t cap);
 
+/*
+ * The processor's text side: every <image> of a rendered chat prompt
+ * replaced by its image's prompt text, in order.  Returns the length of
+ * the result, written to buf (NUL-terminated) when it fits in cap bytes;
+ * *n_found is the number of <image> tags (the caller checks it against
+ * n_images; tags past n_images are dropped).
+ */
+size_t vlm_idefics3_expand_prompt(const char *text, size_t len,
+    const vlm_idefics3_image_plan_t *plans, size_t n_images,
+    uint32_t seq_len, char *buf, size_t cap, size_t *n_found);
+
 
 #endif /* VLM_IMAGE_IDEFICS3_H */
