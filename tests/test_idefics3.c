@@ -493,6 +493,8 @@ check_case(vlm_model_t *m, const char *name, const char *ref_case,
     }
 
     d = vlm_test_rel_l2(vlm_seq_logits(seq), last.data, (size_t) V);
+    print_message("%s/%s: last logits, relative L2 %.2g\n", name, ref_case,
+                  d);
     if (d > tol) {
         fail_msg("%s/%s: last logits differ, relative L2 %g > %g", name,
                  ref_case, d, tol);
