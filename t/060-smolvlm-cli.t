@@ -29,15 +29,19 @@ sub slurp {
 
 my $answer = slurp("$model/ref/chat/answer.txt");
 
-my $out = `$cli run --model $model --image $image --prompt 'What is in it?' --max-tokens 8 --temperature 0 --ignore-eos --threads 1 2>&1`;
+my $run = "$cli run --model $model --threads 1";
+
+my $cmd = "$run --image $image --prompt 'What is in it?' --max-tokens 8"
+          . " --temperature 0 --ignore-eos 2>&1";
+my $out = `$cmd`;
 is($?, 0, 'vlm-cli run exits 0');
 is($out, "$answer\n", "the greedy answer is transformers'");
 
-$out = `$cli run --model $model --image $root/no-such.png --prompt 'Hi' --max-tokens 2 2>&1`;
+$out = `$run --image $root/no-such.png --prompt 'Hi' --max-tokens 2 2>&1`;
 isnt($?, 0, 'a missing image fails');
 like($out, qr/cannot read .*no-such\.png/, 'naming the file');
 
-$out = `$cli run --model $model --prompt 'Say <image> here' --max-tokens 2 2>&1`;
+$out = `$run --prompt 'Say <image> here' --max-tokens 2 2>&1`;
 isnt($?, 0, 'an <image> tag without an image fails');
 like($out, qr/1 <image> tags for 0 images/, 'saying so');
 
