@@ -417,10 +417,8 @@ vlm_model_config_parse(vlm_model_config_t *cfg, const char *json,
     } else {
         vlm_error_set(err, VLM_ERR_UNSUPPORTED,
                       "config: architecture \"%s\" is not supported (this "
-                      "engine runs Qwen2VLForConditionalGeneration, "
-                      "Qwen2_5_VLForConditionalGeneration, "
-                      "SmolVLMForConditionalGeneration and "
-                      "Idefics3ForConditionalGeneration)", name);
+                      "engine runs the Qwen2-VL, Qwen2.5-VL, SmolVLM and "
+                      "Idefics3 families)", name);
         json_decref(root);
         return VLM_ERR_UNSUPPORTED;
     }
