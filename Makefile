@@ -37,7 +37,8 @@ CFLAGS_BASE := -std=c11 -g $(OPT) -fPIC -Wall -Wextra -Werror \
 # the parts of src/, lowest first; every folder but http/ and cli/ is
 # the engine library.  A file includes another folder's header by its
 # path from src/ ("queue/vlm_queue.h"), its own folder's by name.
-LIB_DIRS  := core queue api text image backend model model/qwen2vl model/qwen3vl engine
+LIB_DIRS  := core queue api text image backend model model/qwen2vl \
+             model/qwen3vl model/idefics3 engine
 SRC_DIRS  := $(LIB_DIRS) http cli
 CPPFLAGS  += -I$(ROOT)/src
 LDLIBS    := -lturbojpeg -lspng -lwebp -lgif -ljansson -lpcre2-8 -lutf8proc \

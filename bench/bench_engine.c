@@ -14,6 +14,8 @@
  *   bench_engine [--model DIR] [--threads N] [--prompt N] [--decode N]
  *                [--grid H,W]      (image patches; default 50,80; 0,0:
  *                                   no image)
+ *                [--frames N]      (frames of H x W patches: SmolVLM's
+ *                                   tiles plus its global image)
  *                [--streams 1,4,16] [--reps N]
  */
 
@@ -50,6 +52,7 @@ main(int argc, char **argv)
     int                      i, j, r, threads, n_prompt, n_decode, n_img;
     int                      gh, gw, n_ids, done, pieces, len, reps;
     int                      n_streams, stream[BENCH_MAX_STREAMS], max_b;
+    int                      frames, n_tok;
     char                    *p, streams[64];
     float                   *pixels;
     double                   t0, t1, t_load, t_vis, t_lm, t_max, t_pre;
@@ -76,6 +79,8 @@ main(int argc, char **argv)
     reps = 3;
     gh = 50;
     gw = 80;
+    frames = 1;
+    n_tok = 0;
     strcpy(streams, "1,4,16");
 
     for (i = 1; i + 1 < argc; i += 2) {
@@ -96,6 +101,9 @@ main(int argc, char **argv)
 
         } else if (strcmp(argv[i], "--streams") == 0) {
             snprintf(streams, sizeof(streams), "%s", argv[i + 1]);
+
+        } else if (strcmp(argv[i], "--frames") == 0) {
+            frames = atoi(argv[i + 1]);
 
         } else if (strcmp(argv[i], "--grid") == 0) {
             if (sscanf(argv[i + 1], "%d,%d", &gh, &gw) != 2) {
@@ -122,7 +130,7 @@ main(int argc, char **argv)
 
     if (threads < 1 || n_prompt < 1 || n_decode < 1 || reps < 1
         || reps > BENCH_MAX_REPS || n_streams == 0 || gh < 0 || gw < 0
-        || gh % 2 != 0 || gw % 2 != 0 || (gh == 0) != (gw == 0))
+        || frames < 1 || (gh == 0) != (gw == 0))
     {
         fprintf(stderr, "bench_engine: bad option value\n");
         return 1;
@@ -140,10 +148,10 @@ main(int argc, char **argv)
     }
 
     /* a 1120x700 image: 80 x 50 patches of 14 pixels */
-    img.grid_t = 1;
+    img.grid_t = frames;
     img.grid_h = gh;
     img.grid_w = gw;
-    n_img = img.grid_h * img.grid_w;
+    n_img = img.grid_t * img.grid_h * img.grid_w;
 
     vlm_model_params_default(&prm);
     prm.n_threads = threads;
@@ -187,11 +195,18 @@ main(int argc, char **argv)
 
     n_ids = 0;
     img_ids[n_ids++] = (info->vocab_size > 7) ? 7 : 0;
-    img_ids[n_ids++] = info->vision_start_token_id;
-    for (i = 0; i < n_img / 4; i++) {
+    n_tok = n_img / (info->spatial_merge_size * info->spatial_merge_size);
+
+    /* Qwen's <|vision_start|> and <|vision_end|> (SmolVLM has none) */
+    if (info->vision_start_token_id >= 0) {
+        img_ids[n_ids++] = info->vision_start_token_id;
+    }
+    for (i = 0; i < n_tok; i++) {
         img_ids[n_ids++] = info->image_token_id;
     }
-    img_ids[n_ids++] = info->vision_end_token_id;
+    if (info->vision_end_token_id >= 0) {
+        img_ids[n_ids++] = info->vision_end_token_id;
+    }
     img_ids[n_ids++] = (info->vocab_size > 11) ? 11 : 0;
 
     if (n_img > 0) {
@@ -236,7 +251,7 @@ main(int argc, char **argv)
 
         printf("  vision encode %4dx%-4d    %8.2f s  (%d patches, %d "
                "tokens)\n", gw * info->patch_size, gh * info->patch_size,
-               t_vis, n_img, n_img / 4);
+               t_vis, n_img, n_tok);
         printf("  its prompt's prefill       %8.2f s  (%d tokens)\n", t_lm,
                n_ids);
         printf("  longest of its %3d pieces  %8.2f s  (the longest a "

@@ -3,7 +3,8 @@
  * (the reference) on random inputs, at shapes chosen to hit odd sizes,
  * GQA ratios, KV block boundaries and the launch limits of the kernels;
  * then the whole model, CUDA against CPU, on the fixture checkpoints of
- * tests/fixtures/models (last-position logits within 1e-2 relative L2).
+ * tests/fixtures/models and the SmolVLM ones of tests/fixtures/idefics3
+ * (last-position logits within 1e-2 relative L2).
  * The idea is ggml's test-backend-ops.
  *
  * Built only when nvcc is found; with no GPU visible every test is
@@ -829,6 +830,7 @@ load_model(const char *name, const char *backend)
     vlm_test_fixture_params(&p);
     p.backend = backend;
     p.device_bytes = (size_t) 256 << 20;
+    p.max_image_patches = 256;          /* SmolVLM's 3x3 tiles + 1 */
 
     snprintf(path, sizeof(path), FIX "/%s", name);
 
@@ -1005,11 +1007,28 @@ test_model_qwen3vl_f32(void **state)
 }
 
 
+/* tests/fixtures/idefics3: the SigLIP tower and Llama decoder's ops */
+static void
+test_model_smolvlm_f32(void **state)
+{
+    require_gpu();
+    parity_model("../idefics3/smolvlm-f32");
+}
+
+
 static void
 test_model_qwen3vl_bf16(void **state)
 {
     require_gpu();
     parity_model("qwen3vl-bf16");
+}
+
+
+static void
+test_model_smolvlm_bf16(void **state)
+{
+    require_gpu();
+    parity_model("../idefics3/smolvlm-bf16");
 }
 
 
@@ -1280,6 +1299,8 @@ main(int argc, char **argv)
         cmocka_unit_test(test_model_qwen25vl_bf16),
         cmocka_unit_test(test_model_qwen3vl_f32),
         cmocka_unit_test(test_model_qwen3vl_bf16),
+        cmocka_unit_test(test_model_smolvlm_f32),
+        cmocka_unit_test(test_model_smolvlm_bf16),
     };
 
     memset(&conf, 0, sizeof(conf));

@@ -1,7 +1,7 @@
 /*
  * Tensor-parallel parity: the tiny checkpoints of tests/fixtures/models
  * (Qwen2-VL, Qwen2.5-VL and Qwen3-VL, f32 and bf16, tied and untied
- * heads) run by
+ * heads) and of tests/fixtures/idefics3 (SmolVLM, f32 tied and bf16) run by
  * groups of 2 and 4 real rank processes over the shared memory
  * communicator give every rank the last-position logits of one process
  * within 1e-5 relative L2 (2e-3 for bf16 weights, whose matmuls round the
@@ -150,6 +150,7 @@ params(vlm_model_params_t *p, int rank, int size, vlm_comm_t *comm)
 {
     vlm_test_fixture_params(p);
     p->n_threads = 1;
+    p->max_image_patches = 256;         /* SmolVLM's 3x3 tiles + 1 */
     p->tp_rank = rank;
     p->tp_size = size;
     p->comm = comm;
@@ -347,10 +348,25 @@ test_qwen3vl_f32(void **state)
 }
 
 
+/* tests/fixtures/idefics3: the tower splits over 2 ranks, not over 4 */
+static void
+test_smolvlm_f32_tied(void **state)
+{
+    check_model("../idefics3/smolvlm-f32");
+}
+
+
 static void
 test_qwen3vl_bf16_tied(void **state)
 {
     check_model("qwen3vl-bf16");
+}
+
+
+static void
+test_smolvlm_bf16(void **state)
+{
+    check_model("../idefics3/smolvlm-bf16");
 }
 
 
@@ -798,6 +814,8 @@ main(void)
         cmocka_unit_test(test_qwen25vl_bf16),
         cmocka_unit_test(test_qwen3vl_f32),
         cmocka_unit_test(test_qwen3vl_bf16_tied),
+        cmocka_unit_test(test_smolvlm_f32_tied),
+        cmocka_unit_test(test_smolvlm_bf16),
         cmocka_unit_test(test_group_plans),
         cmocka_unit_test(test_quant),
         cmocka_unit_test(test_quant_refused),

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "vlm_cli.h"
+#include "vlm_cli_idefics3.h"
 #include "core/vlm.h"
 #include "text/vlm_chat.h"
 #include "image/vlm_image.h"
@@ -328,6 +329,15 @@ vlm_cli_prompt(vlm_cli_run_t *r)
 
     if (vlm_tokenizer_load(&r->tok, r->model, &err) != VLM_OK) {
         return vlm_cli_fail("%s", err.msg);
+    }
+
+    if (vlm_cli_idefics3_model(r->model)) {
+        r->n_grids = r->n_images;
+
+        return vlm_cli_idefics3_prompt(r->model, r->tok, r->system,
+                                       r->prompt, r->image_paths,
+                                       r->n_images, r->images, r->pixels,
+                                       &r->ids, &r->n_ids);
     }
 
     snprintf(path, sizeof(path), "%s/preprocessor_config.json", r->model);

@@ -1,17 +1,19 @@
 /*
- * Pillow-equivalent bicubic resize of RGB8 images.
+ * Pillow-equivalent bicubic and Lanczos resizes of RGB8 images.
  *
  * Reference: Pillow's libImaging/Resample.c (ImagingResample with the
- * BICUBIC filter on 8-bit bands), re-derived: for each output index the
- * kernel is centred at (i + 0.5) * scale, spans support = 2 * max(scale, 1)
- * input samples each side, the first and last taps are chosen by
- * truncating center -/+ support + 0.5, the weights are normalised to sum
- * 1 in double precision and then rounded half away from zero to 22
- * fractional bits.  Sums start at half an output unit and are clipped to
- * 0..255 after an arithmetic shift.  A pass whose size does not change is
- * skipped, as in Pillow (it would be the identity anyway); the order of
- * the two passes follows Pillow 13's rule (vertical_first below).
+ * BICUBIC and LANCZOS filters on 8-bit bands), re-derived: for each output
+ * index the kernel is centred at (i + 0.5) * scale, spans support = 2
+ * (LANCZOS: 3) * max(scale, 1) input samples each side, the first and last
+ * taps are chosen by truncating center -/+ support + 0.5, the weights are
+ * normalised to sum 1 in double precision and then rounded half away from
+ * zero to 22 fractional bits.  Sums start at half an output unit and are
+ * clipped to 0..255 after an arithmetic shift.  A pass whose size does not
+ * change is skipped, as in Pillow (it would be the identity anyway); the
+ * order of the two passes follows Pillow 13's rule (vertical_first below).
  */
+
+#define _GNU_SOURCE
 
 #include <math.h>
 #include <string.h>
@@ -22,6 +24,7 @@
 #define VLM_RESIZE_BITS     22
 #define VLM_CUBIC_SUPPORT   2.0
 #define VLM_CUBIC_A         (-0.5)
+#define VLM_LANCZOS_SUPPORT 3.0
 
 
 typedef struct {
@@ -51,6 +54,39 @@ vlm_cubic(double x)
 }
 
 
+/* Pillow's lanczos_filter: a sinc windowed by a sinc three times wider */
+static double
+vlm_sinc(double x)
+{
+    if (x == 0.0) {
+        return 1.0;
+    }
+
+    x = x * M_PI;
+
+    return sin(x) / x;
+}
+
+
+static double
+vlm_lanczos(double x)
+{
+    if (-3.0 <= x && x < 3.0) {
+        return vlm_sinc(x) * vlm_sinc(x / 3);
+    }
+
+    return 0.0;
+}
+
+
+static double
+vlm_resize_support(vlm_resample_t f)
+{
+    return f == VLM_RESAMPLE_LANCZOS ? VLM_LANCZOS_SUPPORT
+                                     : VLM_CUBIC_SUPPORT;
+}
+
+
 static double
 vlm_resize_filterscale(uint32_t in, uint32_t out)
 {
@@ -63,18 +99,18 @@ vlm_resize_filterscale(uint32_t in, uint32_t out)
 
 
 static uint32_t
-vlm_resize_ksize(uint32_t in, uint32_t out)
+vlm_resize_ksize(uint32_t in, uint32_t out, vlm_resample_t f)
 {
-    return (uint32_t) ceil(VLM_CUBIC_SUPPORT * vlm_resize_filterscale(in, out))
-           * 2 + 1;
+    return (uint32_t) ceil(vlm_resize_support(f)
+                           * vlm_resize_filterscale(in, out)) * 2 + 1;
 }
 
 
 static size_t
-vlm_resize_axis_size(uint32_t in, uint32_t out)
+vlm_resize_axis_size(uint32_t in, uint32_t out, vlm_resample_t f)
 {
     return (size_t) out * 2 * sizeof(int32_t)
-           + (size_t) out * vlm_resize_ksize(in, out) * sizeof(int32_t);
+           + (size_t) out * vlm_resize_ksize(in, out, f) * sizeof(int32_t);
 }
 
 
@@ -100,20 +136,30 @@ size_t
 vlm_image_resize_scratch_size(uint32_t in_w, uint32_t in_h, uint32_t out_w,
     uint32_t out_h)
 {
+    return vlm_image_resize_scratch(in_w, in_h, out_w, out_h,
+                                    VLM_RESAMPLE_BICUBIC);
+}
+
+
+size_t
+vlm_image_resize_scratch(uint32_t in_w, uint32_t in_h, uint32_t out_w,
+    uint32_t out_h, vlm_resample_t f)
+{
     size_t  n;
 
-    n = vlm_resize_axis_size(in_w, out_w) + vlm_resize_axis_size(in_h, out_h);
-    n += vlm_max(vlm_resize_ksize(in_w, out_w), vlm_resize_ksize(in_h, out_h))
-         * sizeof(double);
+    n = vlm_resize_axis_size(in_w, out_w, f)
+        + vlm_resize_axis_size(in_h, out_h, f);
+    n += vlm_max(vlm_resize_ksize(in_w, out_w, f),
+                 vlm_resize_ksize(in_h, out_h, f)) * sizeof(double);
 
     if (in_w != out_w && in_h != out_h) {
         n += vlm_resize_vertical_first(in_w, in_h, out_w, out_h)
              ? (size_t) in_w * 3
-             : (size_t) vlm_resize_ksize(in_h, out_h) * out_w * 3;
+             : (size_t) vlm_resize_ksize(in_h, out_h, f) * out_w * 3;
     }
 
     /* the row pointers of one vertical window, and alignment */
-    n += (size_t) vlm_resize_ksize(in_h, out_h) * sizeof(uint8_t *);
+    n += (size_t) vlm_resize_ksize(in_h, out_h, f) * sizeof(uint8_t *);
 
     return n + 32;
 }
@@ -122,7 +168,7 @@ vlm_image_resize_scratch_size(uint32_t in_w, uint32_t in_h, uint32_t out_w,
 /* the kernel taps of every output sample along one axis */
 static void
 vlm_resize_axis_init(vlm_resize_axis_t *ax, uint32_t in, uint32_t out,
-    double *w)
+    double *w, vlm_resample_t f)
 {
     int32_t   xmin, xmax, x, *k;
     uint32_t  i;
@@ -130,7 +176,7 @@ vlm_resize_axis_init(vlm_resize_axis_t *ax, uint32_t in, uint32_t out,
 
     scale = (double) in / out;
     filterscale = vlm_resize_filterscale(in, out);
-    support = VLM_CUBIC_SUPPORT * filterscale;
+    support = vlm_resize_support(f) * filterscale;
     ss = 1.0 / filterscale;
 
     for (i = 0; i < out; i++) {
@@ -150,7 +196,9 @@ vlm_resize_axis_init(vlm_resize_axis_t *ax, uint32_t in, uint32_t out,
         sum = 0.0;
 
         for (x = 0; x < xmax; x++) {
-            w[x] = vlm_cubic((x + xmin - center + 0.5) * ss);
+            w[x] = f == VLM_RESAMPLE_LANCZOS
+                   ? vlm_lanczos((x + xmin - center + 0.5) * ss)
+                   : vlm_cubic((x + xmin - center + 0.5) * ss);
             sum += w[x];
         }
 
@@ -252,6 +300,16 @@ vlm_image_resize_bicubic(const uint8_t *src, uint32_t in_w, uint32_t in_h,
     uint8_t *dst, uint32_t out_w, uint32_t out_h, void *scratch,
     size_t scratch_len, vlm_error_t *err)
 {
+    return vlm_image_resize(src, in_w, in_h, dst, out_w, out_h,
+                            VLM_RESAMPLE_BICUBIC, scratch, scratch_len, err);
+}
+
+
+vlm_status_t
+vlm_image_resize(const uint8_t *src, uint32_t in_w, uint32_t in_h,
+    uint8_t *dst, uint32_t out_w, uint32_t out_h, vlm_resample_t f,
+    void *scratch, size_t scratch_len, vlm_error_t *err)
+{
     int32_t             y, n, first, next;
     uint32_t            i, ring_rows;
     uint8_t            *p, *ring, *slot;
@@ -266,13 +324,13 @@ vlm_image_resize_bicubic(const uint8_t *src, uint32_t in_w, uint32_t in_h,
                              in_w, in_h, out_w, out_h);
     }
 
-    if (scratch_len < vlm_image_resize_scratch_size(in_w, in_h, out_w, out_h))
+    if (scratch_len < vlm_image_resize_scratch(in_w, in_h, out_w, out_h, f))
     {
         return vlm_error_set(err, VLM_ERR_LIMIT,
                              "resize: %ux%u -> %ux%u needs %zu scratch "
                              "bytes, %zu given", in_w, in_h, out_w, out_h,
-                             vlm_image_resize_scratch_size(in_w, in_h,
-                                                           out_w, out_h),
+                             vlm_image_resize_scratch(in_w, in_h, out_w,
+                                                      out_h, f),
                              scratch_len);
     }
 
@@ -287,13 +345,13 @@ vlm_image_resize_bicubic(const uint8_t *src, uint32_t in_w, uint32_t in_h,
     p = (uint8_t *) vlm_align_up((uintptr_t) scratch, 8);
 
     h.out = out_w;
-    h.ksize = vlm_resize_ksize(in_w, out_w);
+    h.ksize = vlm_resize_ksize(in_w, out_w, f);
     h.bounds = (int32_t *) (void *) p;
     h.coeffs = h.bounds + 2 * (size_t) out_w;
     p = (uint8_t *) (h.coeffs + (size_t) out_w * h.ksize);
 
     v.out = out_h;
-    v.ksize = vlm_resize_ksize(in_h, out_h);
+    v.ksize = vlm_resize_ksize(in_h, out_h, f);
     v.bounds = (int32_t *) (void *) p;
     v.coeffs = v.bounds + 2 * (size_t) out_h;
     p = (uint8_t *) (v.coeffs + (size_t) out_h * v.ksize);
@@ -303,7 +361,7 @@ vlm_image_resize_bicubic(const uint8_t *src, uint32_t in_w, uint32_t in_h,
     ring = (uint8_t *) (taps + v.ksize);
 
     if (in_h == out_h) {
-        vlm_resize_axis_init(&h, in_w, out_w, w);
+        vlm_resize_axis_init(&h, in_w, out_w, w, f);
 
         for (i = 0; i < in_h; i++) {
             vlm_resize_row_h(src + i * in_row, dst + i * out_row, &h);
@@ -312,10 +370,10 @@ vlm_image_resize_bicubic(const uint8_t *src, uint32_t in_w, uint32_t in_h,
         return VLM_OK;
     }
 
-    vlm_resize_axis_init(&v, in_h, out_h, w);
+    vlm_resize_axis_init(&v, in_h, out_h, w, f);
 
     if (in_w != out_w) {
-        vlm_resize_axis_init(&h, in_w, out_w, w);
+        vlm_resize_axis_init(&h, in_w, out_w, w, f);
     }
 
     if (in_w != out_w && vlm_resize_vertical_first(in_w, in_h, out_w, out_h))

@@ -1,6 +1,6 @@
 /*
- * Bicubic resampling of packed RGB8 images, equal to Pillow's
- * Image.resize(size, Image.BICUBIC) on an "RGB" image: a separable
+ * Bicubic (and Lanczos) resampling of packed RGB8 images, equal to
+ * Pillow's Image.resize(size, Image.BICUBIC) on an "RGB" image: a separable
  * convolution (horizontal pass first, clipped to 8 bits, then vertical)
  * with the a = -0.5 cubic kernel widened by the downscale factor, and
  * 22-bit fixed-point coefficients.
@@ -16,6 +16,13 @@
 #include "core/vlm_common.h"
 
 
+/* Pillow's filters this resize has, by their Image.Resampling numbers */
+typedef enum {
+    VLM_RESAMPLE_LANCZOS = 1,           /* a = 3 windowed sinc */
+    VLM_RESAMPLE_BICUBIC = 3
+} vlm_resample_t;
+
+
 /* bytes of scratch vlm_image_resize_bicubic needs for this resize */
 size_t vlm_image_resize_scratch_size(uint32_t in_w, uint32_t in_h,
     uint32_t out_w, uint32_t out_h);
@@ -28,6 +35,13 @@ size_t vlm_image_resize_scratch_size(uint32_t in_w, uint32_t in_h,
 vlm_status_t vlm_image_resize_bicubic(const uint8_t *src, uint32_t in_w,
     uint32_t in_h, uint8_t *dst, uint32_t out_w, uint32_t out_h,
     void *scratch, size_t scratch_len, vlm_error_t *err);
+
+/* the same with Pillow's filter f (Image.resize(size, f)) */
+size_t vlm_image_resize_scratch(uint32_t in_w, uint32_t in_h,
+    uint32_t out_w, uint32_t out_h, vlm_resample_t f);
+vlm_status_t vlm_image_resize(const uint8_t *src, uint32_t in_w,
+    uint32_t in_h, uint8_t *dst, uint32_t out_w, uint32_t out_h,
+    vlm_resample_t f, void *scratch, size_t scratch_len, vlm_error_t *err);
 
 
 #endif /* VLM_IMAGE_RESIZE_H */

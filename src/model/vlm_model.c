@@ -23,6 +23,7 @@
 static const vlm_arch_ops_t  *vlm_archs[] = {
     &vlm_arch_qwen2vl,
     &vlm_arch_qwen3vl,
+    &vlm_arch_idefics3,
     NULL
 };
 
@@ -125,6 +126,13 @@ vlm_model_tensor(vlm_model_t *m, const char *name)
 
     if (strncmp(name, "model.", 6) == 0) {
         snprintf(buf, sizeof(buf), "model.language_model.%s", name + 6);
+        t = vlm_safetensors_find(m->st, buf);
+        if (t != NULL) {
+            return t;
+        }
+
+        /* Idefics3 and SmolVLM: their decoder's */
+        snprintf(buf, sizeof(buf), "model.text_model.%s", name + 6);
         return vlm_safetensors_find(m->st, buf);
     }
 

@@ -50,6 +50,8 @@ typedef struct {
     float         *fc1_b, *fc2_b;
     vlm_weight_t   gate, up, down;      /* Qwen2.5-VL: [I, E] x2, [E, I] */
     float         *gate_b, *up_b, *down_b;
+    vlm_weight_t   q, k, v;             /* SigLIP: [E, E] each */
+    float         *q_b, *k_b, *v_b;
 } vlm_vision_block_t;
 
 
@@ -63,7 +65,7 @@ typedef struct {
 
 typedef struct {
     vlm_weight_t         patch;         /* [E, C * T * P * P] */
-    float               *patch_b;       /* [E]; NULL: none */
+    float               *patch_b;       /* [E] (Qwen3-VL, SigLIP); NULL */
     vlm_vision_block_t  *blocks;        /* [depth] */
     float               *ln_q_w, *ln_q_b;   /* [E] */
     vlm_weight_t         mlp0, mlp2;    /* [4E, 4E], [H, 4E] */
@@ -73,6 +75,7 @@ typedef struct {
     float               *pos_table;     /* host [n_pos_embed, E] or NULL */
     float               *pos_host;      /* host [P, E], its interpolation */
     vlm_vision_merger_t *deepstack;     /* [n_deepstack] */
+    vlm_weight_t         pos_embed;     /* SigLIP: [side * side, E] */
 } vlm_vision_weights_t;
 
 
@@ -339,6 +342,7 @@ vlm_status_t vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w,
 
 extern const vlm_arch_ops_t  vlm_arch_qwen2vl;
 extern const vlm_arch_ops_t  vlm_arch_qwen3vl;
+extern const vlm_arch_ops_t  vlm_arch_idefics3;
 
 
 #endif /* VLM_MODEL_H */

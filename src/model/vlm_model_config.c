@@ -18,22 +18,13 @@
 
 #include <jansson.h>
 
-#include "vlm_model_config.h"
+#include "vlm_model_config_json.h"
 
 
 #define VLM_CFG_MAX_DIM  (1 << 22)
 
 
-typedef struct {
-    json_t       *primary;
-    json_t       *fallback;
-    const char   *section;
-    vlm_error_t  *err;
-    vlm_status_t  rc;
-} vlm_cfg_ctx_t;
-
-
-static json_t *
+json_t *
 vlm_cfg_get(vlm_cfg_ctx_t *c, const char *key)
 {
     json_t  *v;
@@ -48,7 +39,7 @@ vlm_cfg_get(vlm_cfg_ctx_t *c, const char *key)
 }
 
 
-static int
+int
 vlm_cfg_int(vlm_cfg_ctx_t *c, const char *key, int def, int min, int max)
 {
     json_t     *v;
@@ -84,7 +75,7 @@ vlm_cfg_int(vlm_cfg_ctx_t *c, const char *key, int def, int min, int max)
 }
 
 
-static double
+double
 vlm_cfg_num(vlm_cfg_ctx_t *c, const char *key, double def)
 {
     json_t  *v;
@@ -107,7 +98,7 @@ vlm_cfg_num(vlm_cfg_ctx_t *c, const char *key, double def)
 }
 
 
-static vlm_act_t
+vlm_act_t
 vlm_cfg_act(vlm_cfg_ctx_t *c, const char *key, const char *def)
 {
     json_t      *v;
@@ -175,6 +166,7 @@ vlm_cfg_text(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
                                           q3 ? 1e-6 : 1e-5);
     t->rope_theta = (float) vlm_cfg_num(c, "rope_theta", q3 ? 5e6 : 1e6);
     t->act = vlm_cfg_act(c, "hidden_act", "silu");
+    t->qkv_bias = 1;
 
     rs = vlm_cfg_get(c, "tie_word_embeddings");
     t->tie_word_embeddings = rs != NULL && json_is_true(rs);
@@ -187,6 +179,7 @@ vlm_cfg_text(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
         /* Qwen3: head_dim of its own, RMSNorm of q and k, no bias */
         t->head_dim = vlm_cfg_int(c, "head_dim", 128, 2, 1024);
         t->qk_norm = 1;
+        t->qkv_bias = 0;
 
         v = vlm_cfg_get(c, "attention_bias");
         if (c->rc == VLM_OK && v != NULL && !json_is_false(v)) {
@@ -709,7 +702,7 @@ vlm_cfg_quant(vlm_quant_config_t *q, json_t *qc, vlm_cfg_ctx_t *c)
 }
 
 
-static void
+void
 vlm_cfg_eos(vlm_model_config_t *cfg, json_t *v)
 {
     size_t  i;
@@ -770,7 +763,11 @@ vlm_model_config_parse(vlm_model_config_t *cfg, const char *json,
                : strcmp(name, "qwen3_vl") == 0
                  ? "Qwen3VLForConditionalGeneration"
                : strcmp(name, "qwen3_vl_moe") == 0
-                 ? "Qwen3VLMoeForConditionalGeneration" : name;
+                 ? "Qwen3VLMoeForConditionalGeneration"
+               : strcmp(name, "smolvlm") == 0
+                 ? "SmolVLMForConditionalGeneration"
+               : strcmp(name, "idefics3") == 0
+                 ? "Idefics3ForConditionalGeneration" : name;
     }
 
     if (strcmp(name, "Qwen2VLForConditionalGeneration") == 0) {
@@ -791,12 +788,21 @@ vlm_model_config_parse(vlm_model_config_t *cfg, const char *json,
         json_decref(root);
         return VLM_ERR_UNSUPPORTED;
 
+    } else if (strcmp(name, "SmolVLMForConditionalGeneration") == 0
+               || strcmp(name, "Idefics3ForConditionalGeneration") == 0)
+    {
+        cfg->arch = name[0] == 'S' ? VLM_ARCH_SMOLVLM : VLM_ARCH_IDEFICS3;
+        c.err = err;
+        c.rc = VLM_OK;
+        vlm_cfg_idefics3(cfg, root, &c);
+        json_decref(root);
+        return c.rc;
+
     } else {
         vlm_error_set(err, VLM_ERR_UNSUPPORTED,
                       "config: architecture \"%s\" is not supported (this "
-                      "engine runs Qwen2VLForConditionalGeneration, "
-                      "Qwen2_5_VLForConditionalGeneration and "
-                      "Qwen3VLForConditionalGeneration)", name);
+                      "engine runs the Qwen2-VL, Qwen2.5-VL, Qwen3-VL, "
+                      "SmolVLM and Idefics3 families)", name);
         json_decref(root);
         return VLM_ERR_UNSUPPORTED;
     }
@@ -1001,7 +1007,13 @@ vlm_arch_name(vlm_arch_t arch)
         return "Qwen2VLForConditionalGeneration";
     case VLM_ARCH_QWEN2_5_VL:
         return "Qwen2_5_VLForConditionalGeneration";
-    default:
+    case VLM_ARCH_QWEN3_VL:
         return "Qwen3VLForConditionalGeneration";
+    case VLM_ARCH_SMOLVLM:
+        return "SmolVLMForConditionalGeneration";
+    case VLM_ARCH_IDEFICS3:
+        return "Idefics3ForConditionalGeneration";
     }
+
+    return "?";
 }

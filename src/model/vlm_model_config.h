@@ -1,9 +1,11 @@
 /*
  * Hyperparameters of a vision-language checkpoint, read from the Hugging
  * Face config.json of Qwen2VLForConditionalGeneration,
- * Qwen2_5_VLForConditionalGeneration and Qwen3VLForConditionalGeneration:
- * the nested text_config / vision_config form of recent transformers and
- * (Qwen2-VL, Qwen2.5-VL) the older flat form.
+ * Qwen2_5_VLForConditionalGeneration and Qwen3VLForConditionalGeneration
+ * (and of SmolVLM / Idefics3, whose parser is
+ * model/idefics3/vlm_idefics3_config.c): the nested text_config /
+ * vision_config form of recent transformers and (Qwen2-VL, Qwen2.5-VL)
+ * the older flat form.
  * Keys that are absent take transformers' defaults (4.57).
  */
 
@@ -22,7 +24,9 @@
 typedef enum {
     VLM_ARCH_QWEN2_VL = 0,
     VLM_ARCH_QWEN2_5_VL,
-    VLM_ARCH_QWEN3_VL
+    VLM_ARCH_QWEN3_VL,
+    VLM_ARCH_SMOLVLM,
+    VLM_ARCH_IDEFICS3
 } vlm_arch_t;
 
 
@@ -36,6 +40,7 @@ typedef struct {
     int        head_dim;
     int        max_position_embeddings;
     int        tie_word_embeddings;
+    int        qkv_bias;                /* Qwen2; not Llama */
     int        mrope_section[3];        /* sums to head_dim / 2 */
     int        mrope_interleaved;       /* Qwen3-VL: THWTHW... frequencies */
     int        qk_norm;                 /* Qwen3: RMSNorm of each q/k head */
@@ -53,7 +58,8 @@ typedef struct {
     int        in_channels;
     int        patch_size;
     int        temporal_patch_size;
-    int        spatial_merge_size;
+    int        spatial_merge_size;      /* Idefics3: scale_factor */
+    int        image_size;              /* Idefics3: a tile's side */
     int        out_hidden_size;         /* the language model's width */
     int        window_size;             /* pixels; 0: no window attention */
     int        n_fullatt;

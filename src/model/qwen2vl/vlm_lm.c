@@ -1,5 +1,7 @@
 /*
- * The Qwen2 decoder of Qwen2-VL / Qwen2.5-VL: embedding, layers of
+ * The Qwen2 decoder of Qwen2-VL / Qwen2.5-VL (and, without the q/k/v
+ * bias and with one position component, the Llama decoder of Idefics3 /
+ * SmolVLM, which calls it): embedding, layers of
  * RMSNorm, GQA attention with q/k/v bias and M-RoPE over the paged KV
  * cache, RMSNorm and a SwiGLU MLP, then the final norm and the (tied or
  * untied) head; and get_rope_index's 3D positions for text and images.
@@ -108,13 +110,15 @@ vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
                     err));
 
         if (tc->qk_norm) {
-            /* Qwen3: no q/k/v bias, an RMSNorm of each q and k head */
+            /* Qwen3: an RMSNorm of each q and k head */
             VLM_LM_LOAD(vlm_model_vector(m, &L->q_norm,
                         VLM_LM_NAME("self_attn.q_norm.weight"), hd, err));
             VLM_LM_LOAD(vlm_model_vector(m, &L->k_norm,
                         VLM_LM_NAME("self_attn.k_norm.weight"), hd, err));
+        }
 
-        } else {
+        if (tc->qkv_bias) {
+            /* Qwen2's q/k/v biases (not Qwen3's, nor Llama's) */
             VLM_LM_LOAD(vlm_model_vector_part(m, &L->bq,
                         VLM_LM_NAME("self_attn.q_proj.bias"), Q, q0, nq,
                         err));

@@ -1,0 +1,108 @@
+/*
+ * The Idefics3 / SmolVLM architecture table: the SigLIP tower and
+ * connector of vlm_idefics3_vision.c, the Llama decoder of
+ * model/qwen2vl/vlm_lm.c (no q/k/v bias: text.qkv_bias is 0; one
+ * position component: mrope_section is [head_dim / 2, 0, 0]) and the
+ * positions of a plain causal LM.  Matches transformers 4.57
+ * modeling_smolvlm.py / modeling_idefics3.py.
+ */
+
+#include "vlm_idefics3.h"
+#include "model/qwen2vl/vlm_qwen2vl.h"
+
+
+static int
+vlm_idefics3_match(const vlm_model_config_t *cfg)
+{
+    return cfg->arch == VLM_ARCH_SMOLVLM || cfg->arch == VLM_ARCH_IDEFICS3;
+}
+
+
+static vlm_status_t
+vlm_idefics3_load(vlm_model_t *m, vlm_error_t *err)
+{
+    vlm_status_t  rc;
+
+    rc = vlm_lm_load(m, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    return vlm_idefics3_vision_load(m, err);
+}
+
+
+static void
+vlm_idefics3_unload(vlm_model_t *m)
+{
+    /* every buffer is owned by the model and released with it */
+    (void) m;
+}
+
+
+/*
+ * Positions count up over text and image tokens alike (the same on all
+ * three rows of the table); the images' frames must fill the prompt's
+ * <image> tokens exactly, in order, as inputs_merger requires.
+ */
+static vlm_status_t
+vlm_idefics3_rope_index(const vlm_model_t *m, const int32_t *ids, int n,
+    const vlm_image_t *images, int n_images, int start, int32_t *pos,
+    int *next_pos, vlm_error_t *err)
+{
+    int                         i, img, side, s, total, expected;
+    const vlm_image_t          *im;
+    const vlm_vision_config_t  *vc = &m->cfg.vision;
+
+    side = vc->image_size / vc->patch_size;
+    s = vc->spatial_merge_size;
+
+    total = 0;
+    for (i = 0; i < n; i++) {
+        total += ids[i] == m->cfg.image_token_id;
+    }
+
+    expected = 0;
+    for (img = 0; img < n_images; img++) {
+        im = &images[img];
+
+        if (im->grid_t < 1 || im->grid_t > 4096 || im->grid_h != side
+            || im->grid_w != side)
+        {
+            return vlm_error_set(err, VLM_ERR_INVALID,
+                                 "engine: image %d: %d frames of %dx%d "
+                                 "patches, the tower takes frames of "
+                                 "%dx%d", img, im->grid_t, im->grid_h,
+                                 im->grid_w, side, side);
+        }
+
+        expected += im->grid_t * (side / s) * (side / s);
+    }
+
+    if (n_images > 0 && total != expected) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "engine: the prompt has %d <image> tokens, "
+                             "its %d images need %d", total, n_images,
+                             expected);
+    }
+
+    for (i = 0; i < n; i++) {
+        pos[i] = pos[n + i] = pos[2 * n + i] = start + i;
+    }
+
+    *next_pos = start + n;
+
+    return VLM_OK;
+}
+
+
+const vlm_arch_ops_t  vlm_arch_idefics3 = {
+    "idefics3",
+    vlm_idefics3_match,
+    vlm_idefics3_load,
+    vlm_idefics3_unload,
+    vlm_idefics3_vision_stages,
+    vlm_idefics3_vision_encode,
+    vlm_idefics3_rope_index,
+    vlm_lm_forward
+};

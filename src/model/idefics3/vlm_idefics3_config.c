@@ -1,0 +1,230 @@
+/*
+ * config.json of SmolVLMForConditionalGeneration and
+ * Idefics3ForConditionalGeneration (transformers 4.57
+ * configuration_smolvlm.py, configuration_idefics3.py): a Llama
+ * text_config, a SigLIP vision_config and the connector's scale_factor.
+ * Absent keys take those classes' defaults; what this engine does not
+ * run (another text model, rope scaling, biased attention or MLP, a head
+ * size other than hidden_size / heads) is refused, naming the key.
+ */
+
+#define _GNU_SOURCE
+
+#include <stdio.h>
+#include <string.h>
+
+#include "model/vlm_model_config_json.h"
+#include "vlm_idefics3.h"
+
+
+#define VLM_CFG_MAX_DIM  (1 << 22)
+
+
+static void
+vlm_idefics3_refuse(vlm_cfg_ctx_t *c, const char *what)
+{
+    if (c->rc == VLM_OK) {
+        c->rc = vlm_error_set(c->err, VLM_ERR_UNSUPPORTED,
+                              "config: %s: %s is not supported",
+                              c->section, what);
+    }
+}
+
+
+static void
+vlm_idefics3_text(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
+{
+    json_t             *v;
+    const char         *type;
+    vlm_text_config_t  *t = &cfg->text;
+
+    v = vlm_cfg_get(c, "model_type");
+    type = v != NULL ? json_string_value(v) : "llama";
+
+    if (type == NULL || strcmp(type, "llama") != 0) {
+        c->rc = vlm_error_set(c->err, VLM_ERR_UNSUPPORTED,
+                              "config: text: model_type \"%s\" is not "
+                              "supported (only \"llama\")",
+                              type != NULL ? type : "?");
+        return;
+    }
+
+    t->vocab_size = vlm_cfg_int(c, "vocab_size", 32000, 1, 1 << 24);
+    t->hidden_size = vlm_cfg_int(c, "hidden_size", 4096, 1,
+                                 VLM_CFG_MAX_DIM);
+    t->intermediate_size = vlm_cfg_int(c, "intermediate_size", 11008, 1,
+                                       VLM_CFG_MAX_DIM);
+    t->n_layers = vlm_cfg_int(c, "num_hidden_layers", 32, 1, 1024);
+    t->n_heads = vlm_cfg_int(c, "num_attention_heads", 32, 1, 4096);
+    t->n_kv_heads = vlm_cfg_int(c, "num_key_value_heads", t->n_heads, 1,
+                                4096);
+    t->max_position_embeddings = vlm_cfg_int(c, "max_position_embeddings",
+                                             2048, 1, 1 << 30);
+    t->rms_norm_eps = (float) vlm_cfg_num(c, "rms_norm_eps", 1e-6);
+    t->rope_theta = (float) vlm_cfg_num(c, "rope_theta", 10000.0);
+    t->act = vlm_cfg_act(c, "hidden_act", "silu");
+    t->qkv_bias = 0;
+
+    if (c->rc != VLM_OK) {
+        return;
+    }
+
+    if (t->hidden_size % t->n_heads != 0
+        || t->n_heads % t->n_kv_heads != 0
+        || (t->hidden_size / t->n_heads) % 2 != 0)
+    {
+        c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                              "config: text: hidden_size %d, "
+                              "num_attention_heads %d and "
+                              "num_key_value_heads %d do not divide into "
+                              "even heads", t->hidden_size, t->n_heads,
+                              t->n_kv_heads);
+        return;
+    }
+
+    t->head_dim = t->hidden_size / t->n_heads;
+
+    if (vlm_cfg_int(c, "head_dim", t->head_dim, 1, VLM_CFG_MAX_DIM)
+        != t->head_dim)
+    {
+        vlm_idefics3_refuse(c, "a head_dim other than hidden_size / "
+                               "num_attention_heads");
+        return;
+    }
+
+    if (vlm_cfg_get(c, "rope_scaling") != NULL) {
+        vlm_idefics3_refuse(c, "rope_scaling");
+        return;
+    }
+
+    v = vlm_cfg_get(c, "attention_bias");
+    if (v != NULL && json_is_true(v)) {
+        vlm_idefics3_refuse(c, "attention_bias");
+        return;
+    }
+
+    v = vlm_cfg_get(c, "mlp_bias");
+    if (v != NULL && json_is_true(v)) {
+        vlm_idefics3_refuse(c, "mlp_bias");
+        return;
+    }
+
+    /* plain 1D rotary: every frequency reads the first position row */
+    t->mrope_section[0] = t->head_dim / 2;
+    t->mrope_section[1] = 0;
+    t->mrope_section[2] = 0;
+}
+
+
+static void
+vlm_idefics3_vision(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c, int scale)
+{
+    int                   side;
+    vlm_vision_config_t  *vc = &cfg->vision;
+
+    vc->depth = vlm_cfg_int(c, "num_hidden_layers", 12, 1, 1024);
+    vc->hidden_size = vlm_cfg_int(c, "hidden_size", 1152, 1,
+                                  VLM_CFG_MAX_DIM);
+    vc->intermediate_size = vlm_cfg_int(c, "intermediate_size", 3072, 1,
+                                        VLM_CFG_MAX_DIM);
+    vc->n_heads = vlm_cfg_int(c, "num_attention_heads", 16, 1, 4096);
+    vc->in_channels = vlm_cfg_int(c, "num_channels", 3, 1, 16);
+    vc->image_size = vlm_cfg_int(c, "image_size", 224, 1, 1 << 14);
+    vc->patch_size = vlm_cfg_int(c, "patch_size", 32, 1, 1024);
+    vc->norm_eps = (float) vlm_cfg_num(c, "layer_norm_eps", 1e-6);
+    vc->act = vlm_cfg_act(c, "hidden_act", "gelu_pytorch_tanh");
+    vc->temporal_patch_size = 1;
+    vc->spatial_merge_size = scale;
+    vc->out_hidden_size = cfg->text.hidden_size;
+    vc->window_size = 0;
+    vc->n_fullatt = 0;
+    vc->gated_mlp = 0;
+    vc->rms_norm = 0;
+
+    if (c->rc != VLM_OK) {
+        return;
+    }
+
+    if (vc->hidden_size % vc->n_heads != 0) {
+        c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                              "config: vision: hidden_size %d is not a "
+                              "multiple of num_attention_heads %d",
+                              vc->hidden_size, vc->n_heads);
+        return;
+    }
+
+    side = vc->image_size / vc->patch_size;
+
+    /* the convolution drops a tile's last image_size % patch_size pixels */
+    if (side < 1 || side % scale != 0 || side > VLM_IDEFICS3_MAX_SIDE) {
+        c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                              "config: vision: image_size %d is %d patches "
+                              "of %d, not whole blocks of scale_factor %d",
+                              vc->image_size, side, vc->patch_size, scale);
+    }
+}
+
+
+void
+vlm_cfg_idefics3(vlm_model_config_t *cfg, json_t *root, vlm_cfg_ctx_t *c)
+{
+    int      i, scale;
+    json_t  *tc, *vc;
+
+    tc = json_object_get(root, "text_config");
+    vc = json_object_get(root, "vision_config");
+
+    c->primary = json_is_object(tc) ? tc : NULL;
+    c->fallback = NULL;
+    c->section = "text";
+
+    vlm_idefics3_text(cfg, c);
+    if (c->rc != VLM_OK) {
+        return;
+    }
+
+    /* the tie and the tokens: text_config first, then the top level */
+    c->fallback = root;
+    tc = vlm_cfg_get(c, "tie_word_embeddings");
+    cfg->text.tie_word_embeddings = tc != NULL && json_is_true(tc);
+
+    cfg->bos_token_id = vlm_cfg_int(c, "bos_token_id", 1, -1,
+                                    cfg->text.vocab_size - 1);
+    cfg->n_eos = 1;
+    cfg->eos_token_ids[0] = 2;
+    vlm_cfg_eos(cfg, vlm_cfg_get(c, "eos_token_id"));
+
+    c->primary = root;
+    c->fallback = NULL;
+    c->section = "config";
+
+    scale = vlm_cfg_int(c, "scale_factor", 2, 1, 16);
+    cfg->image_token_id = vlm_cfg_int(c, "image_token_id", 128257, 0,
+                                      cfg->text.vocab_size - 1);
+    cfg->video_token_id = -1;
+    cfg->vision_start_token_id = -1;
+    cfg->vision_end_token_id = -1;
+
+    if (c->rc != VLM_OK) {
+        return;
+    }
+
+    c->primary = json_is_object(vc) ? vc : NULL;
+    c->section = "vision";
+
+    vlm_idefics3_vision(cfg, c, scale);
+    if (c->rc != VLM_OK) {
+        return;
+    }
+
+    for (i = 0; i < cfg->n_eos; i++) {
+        if (cfg->eos_token_ids[i] < 0
+            || cfg->eos_token_ids[i] >= cfg->text.vocab_size)
+        {
+            c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                                  "config: eos_token_id %d is outside the "
+                                  "vocabulary", cfg->eos_token_ids[i]);
+            return;
+        }
+    }
+}
