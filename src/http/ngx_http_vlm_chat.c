@@ -441,6 +441,58 @@ ngx_http_vlm_thread_state(ngx_http_vlm_chat_ctx_t *ctx, vlm_error_t *err)
 
 
 /*
+ * The request's messages as the template sees them: "developer" turns are
+ * "system" ones, as vlm_openai_request_parse() reads them.
+ */
+static json_t *
+ngx_http_vlm_chat_messages(json_t *msgs)
+{
+    size_t   i;
+    json_t  *out, *m, *role;
+
+    out = json_array();
+    if (out == NULL) {
+        return NULL;
+    }
+
+    json_array_foreach(msgs, i, m) {
+        role = json_object_get(m, "role");
+
+        if (json_is_string(role)
+            && ngx_strcmp(json_string_value(role), "developer") == 0)
+        {
+            m = json_copy(m);
+            if (m == NULL) {
+                json_decref(out);
+                return NULL;
+            }
+
+            if (json_object_set_new(m, "role", json_string("system")) != 0) {
+                json_decref(m);
+                json_decref(out);
+                return NULL;
+            }
+
+            /* json_array_append_new() takes m, also when it fails */
+            if (json_array_append_new(out, m) != 0) {
+                json_decref(out);
+                return NULL;
+            }
+
+            continue;
+        }
+
+        if (json_array_append(out, m) != 0) {
+            json_decref(out);
+            return NULL;
+        }
+    }
+
+    return out;
+}
+
+
+/*
  * The model's own chat template (vlm_jinja) over the request's messages
  * and tools, into ctx->prompt and ctx->spans (the client's text).
  */
@@ -462,7 +514,11 @@ ngx_http_vlm_chat_template(ngx_http_vlm_chat_ctx_t *ctx, vlm_error_t *e)
 
     v = json_object_get(ctx->req.json, "messages");
     if (v != NULL) {
-        json_object_set(client, "messages", v);
+        v = ngx_http_vlm_chat_messages(v);
+        if (v == NULL || json_object_set_new(client, "messages", v) != 0) {
+            json_decref(client);
+            return vlm_error_set(e, VLM_ERR_NOMEM, "no memory");
+        }
     }
 
     v = json_object_get(ctx->req.json, "tools");

@@ -2269,8 +2269,12 @@ vlm_jj_body(vlm_jlex_t *lx, vlm_jnodes_t *body, const char *const *stops,
                 return VLM_OK;
             }
 
+            for (k = 0; stops[k + 1] != NULL; k++) {
+                /* the block's end is the last of its stops */
+            }
+
             return vlm_jj_syntax(lx, t->line, "unexpected end of template, "
-                                 "expected '%s'", stops[0]);
+                                 "expected '%s'", stops[k]);
 
         case VLM_JK_DATA:
             n = vlm_jj_node(lx, VLM_JN_DATA);
