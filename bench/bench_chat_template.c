@@ -163,7 +163,8 @@ main(void)
 
         if (strcmp(json_string_value(json_object_get(c, "template")),
                    "qwen2_vl") != 0
-            || json_object_get(json_object_get(c, "client"), "tools")
+            || json_is_array(json_object_get(json_object_get(c, "client"),
+                                             "tools"))
             || !json_is_true(json_object_get(tr, "add_generation_prompt"))
             || json_is_true(json_object_get(tr, "add_vision_id"))
             || (strcmp(conv, "text") != 0 && strcmp(conv, "images") != 0

@@ -4,8 +4,8 @@
 # message.  Prompts are counted against transformers' text for the same
 # conversations (tests/fixtures/chat_template/cases.json) through the
 # tokenizer; a template error is a 400 naming it and the server goes on;
-# a client's special-token text stays plain text.  Plain Test::More, as
-# t/006-chat.t.
+# a client's special-token text stays plain text.  vlm-cli run renders
+# the same template.  Plain Test::More, as t/006-chat.t.
 
 use strict;
 use warnings;
@@ -13,6 +13,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 
+use Encode qw(decode);
 use File::Copy qw(copy);
 use File::Temp qw(tempdir);
 use Test::More;
@@ -159,6 +160,42 @@ for my $conv (qw(text system image multi_turn)) {
 {
     my ($res) = chat([ { role => 'user', content => 'still there?' } ]);
     is($res->{status}, 200, "the server goes on after a template error");
+}
+
+# vlm-cli run: the model's template too, the same answer as the server's
+{
+    my $cli = "$build/vlm-cli run --model $model --threads 1"
+            . " --temperature 0 --max-tokens 8";
+    my $want = `$cli --system 'Be brief.' --prompt 'Hi' 2>&1`;
+    is($?, 0, "vlm-cli run answers") or diag($want);
+    $want = decode('UTF-8', $want);
+    $want =~ s/\n\z//;
+    $want =~ s/\x{FFFD}\z//;
+
+    my $res = vlm_post_json($srv, {
+        model => 'qwen3vl', temperature => 0, max_tokens => 8,
+        messages => [ { role => 'system', content => 'Be brief.' },
+                      { role => 'user', content => 'Hi' } ] });
+    is(vlm_json($res->{body})->{choices}[0]{message}{content}, $want,
+       "vlm-cli run and the server give the same answer");
+
+    my $err = `$cli --system boom --prompt x 2>&1`;
+    isnt($?, 0, "vlm-cli run fails where the template raises");
+    like($err, qr/chat template: no boom here, 2/,
+         "with the template's message");
+}
+
+# vlm-cli run renders its prompt with Qwen2-VL's template in C too (it
+# used to render no message then): a prompt too long for the model's
+# sequence budget is refused
+{
+    my $long = join ' ', map { "w$_" } 1 .. 3000;
+    my $cmd = "$build/vlm-cli run --model $root/tests/fixtures/serving"
+            . " --threads 1 --max-tokens 1 --prompt '$long' 2>&1";
+    my $out = `$cmd`;
+    isnt($?, 0, "vlm-cli run reads the prompt it is given");
+    like($out, qr/tokens exceed the sequence length budget/,
+         "and refuses one longer than the model's budget");
 }
 
 VLMTest::check_log($srv, "no worker died", qr/exited on signal/);

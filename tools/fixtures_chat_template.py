@@ -7,6 +7,8 @@ text, so that tests/test_jinja.c compares byte for byte without Python:
 
   cases.json  {"templates": {name: text}, "cases": [{template, client,
               trusted, expected | error}]}
+  in/         the templates, one file each: the seeds of
+              fuzz/fuzz_chat_template.c (make fuzz)
 
 client holds what a request brings (messages, tools), trusted what the
 server sets (add_generation_prompt, add_vision_id, the special tokens).
@@ -137,10 +139,11 @@ def main():
                     for vid in (False, True):
                         if name == "whitespace" and (tools or vid):
                             continue
-                        client = {"messages": msgs}
-                        if tools is not None:
-                            client["tools"] = tools
+                        # transformers passes tools and documents, None
+                        # when there are none
+                        client = {"messages": msgs, "tools": tools}
                         trusted = dict(specials)
+                        trusted["documents"] = None
                         trusted["add_generation_prompt"] = agp
                         trusted["add_vision_id"] = vid
                         extra = {}
@@ -186,6 +189,12 @@ def main():
         json.dump({"templates": TEMPLATES, "cases": cases}, f, indent=1,
                   ensure_ascii=False)
         f.write("\n")
+
+    os.makedirs(os.path.join(OUT, "in"), exist_ok=True)
+    for name, text in TEMPLATES.items():
+        with open(os.path.join(OUT, "in", name + ".jinja"), "w",
+                  encoding="utf-8") as f:
+            f.write(text)
 
     print("%d cases over %d templates" % (len(cases), len(TEMPLATES)))
 

@@ -268,20 +268,14 @@ vlm_cli_template_jinja(vlm_tokenizer_t *tok, const char *file,
         goto done;
     }
 
-    if (json_is_array(root)) {
-        json_object_set(client, "messages", root);
-
-    } else {
-        v = json_object_get(root, "messages");
-        if (v != NULL) {
-            json_object_set(client, "messages", v);
-        }
-
-        v = json_object_get(root, "tools");
-        if (v != NULL) {
-            json_object_set(client, "tools", v);
-        }
+    v = json_is_array(root) ? root : json_object_get(root, "messages");
+    if (v != NULL) {
+        json_object_set(client, "messages", v);
     }
+
+    /* transformers passes tools=None when there are none */
+    v = json_is_array(root) ? NULL : json_object_get(root, "tools");
+    json_object_set(client, "tools", v ? v : json_null());
 
     if (vlm_jinja_render(t, client, vars, NULL, &out, &err) != VLM_OK) {
         vlm_cli_fail("%s: %s", file, err.msg);

@@ -521,9 +521,11 @@ ngx_http_vlm_chat_template(ngx_http_vlm_chat_ctx_t *ctx, vlm_error_t *e)
         }
     }
 
+    /* transformers passes tools=None when there are none */
     v = json_object_get(ctx->req.json, "tools");
-    if (v != NULL) {
-        json_object_set(client, "tools", v);
+    if (json_object_set(client, "tools", v ? v : json_null()) != 0) {
+        json_decref(client);
+        return vlm_error_set(e, VLM_ERR_NOMEM, "no memory");
     }
 
     lim.max_bytes = VLM_JINJA_DEFAULT_BYTES;

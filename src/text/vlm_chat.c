@@ -250,9 +250,10 @@ vlm_chat_template_vars(const vlm_tokenizer_t *tok, unsigned flags)
 {
     json_t  *vars;
 
-    vars = json_pack("{sbsb}", "add_generation_prompt",
+    vars = json_pack("{sbsbsn}", "add_generation_prompt",
                      (flags & VLM_CHAT_ADD_GENERATION_PROMPT) != 0,
-                     "add_vision_id", (flags & VLM_CHAT_ADD_VISION_ID) != 0);
+                     "add_vision_id", (flags & VLM_CHAT_ADD_VISION_ID) != 0,
+                     "documents");
 
     if (vars == NULL
         || vlm_chat_token_var(vars, tok, "eos_token",
