@@ -2,8 +2,9 @@
 # loader run on the safetensors headers: another architecture, no
 # weights, tensors missing, of the wrong shape or dtype, quantized
 # tensors that do not fit their quantization_config, weights the
-# engine's user cannot read, and a chat template the server does not
-# render.  Each is an [emerg] that names the file and the cause.
+# engine's user cannot read, and a chat template the interpreter cannot
+# parse (another model's template that it can is served).  Each is an
+# [emerg] that names the file and the cause.
 
 use Test::Nginx::Socket;
 use File::Temp qw(tempdir);
@@ -68,6 +69,12 @@ model("template", "chat_template.json", sub {
         slurp("tests/fixtures/tokenizer/qwen/tokenizer_config.json"));
     $_[0]{chat_template} = $qwen->{chat_template};
 });
+model("badtemplate", "chat_template.json", sub {
+    $_[0]{chat_template} = "{% for m in messages %}\n{{ m.content }}";
+});
+# chat_template.jinja comes first, as in transformers
+my $jinja = model("jinja");
+spew("$jinja/chat_template.jinja", "{% if x %}{{ x }}{% endfor %}\n");
 my $notemplate = model("notemplate", "tokenizer_config.json", sub {
     delete $_[0]{chat_template};
 });
@@ -152,6 +159,15 @@ plan tests => repeat_each() * 2 * blocks() + $direct;
     isnt($rc, 0, "nginx -t fails on AWQ scales of another group size");
     like($out, qr{\[emerg\] .*vlm_model "[^"]+/awq-g64": model: tensor "model\.layers\.0\.self_attn\.q_proj\.qzeros" has shape \[1, 16\] \(2 dims\), AWQ int4 of group 64 for \[128, 128\] needs \[2, 16\]},
          "and names the tensor, its shape and the shape the config needs");
+
+    ($rc, $out) = nginx_t("$models/template");
+    is($rc, 0, "nginx -t passes a model with Qwen3's chat template")
+        or diag($out);
+
+    ($rc, $out) = nginx_t($jinja);
+    isnt($rc, 0, "nginx -t fails on a malformed chat_template.jinja");
+    like($out, qr{\[emerg\] .*vlm_model "[^"]+/jinja": the chat_template in "[^"]+/jinja/chat_template\.jinja": chat template line 1: unexpected 'endfor'},
+         "and names chat_template.jinja, the line and the cause");
 
     ($rc, $out) = nginx_t("$models/llama");
     isnt($rc, 0, "nginx -t fails on LlamaForCausalLM");
@@ -244,15 +260,15 @@ qr{\[emerg\] .*: vlm_model "[^"]+/dtype": model: tensor "[^"]+": dtype I32 is no
 
 
 
-=== TEST 6: a chat template that is not Qwen2-VL's
+=== TEST 6: a chat template the interpreter cannot parse
 --- http_config
-    vlm_model $TEST_NGINX_MODELS/template;
+    vlm_model $TEST_NGINX_MODELS/badtemplate;
 --- config
     location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
-qr{\[emerg\] .*: vlm_model "[^"]+/template": the chat_template in "[^"]+/template/chat_template\.json" is not Qwen2-VL's, the only one the server renders in \S+nginx\.conf:\d+$}
+qr{\[emerg\] .*: vlm_model "[^"]+/badtemplate": the chat_template in "[^"]+/badtemplate/chat_template\.json": chat template line 2: unexpected end of template, expected 'endfor' in \S+nginx\.conf:\d+$}
 
 
 
@@ -264,7 +280,7 @@ qr{\[emerg\] .*: vlm_model "[^"]+/template": the chat_template in "[^"]+/templat
 --- must_die
 --- suppress_stderr
 --- error_log eval
-qr{\[emerg\] .*: vlm_model "[^"]+/notemplate": no chat_template in "[^"]+/notemplate/tokenizer_config\.json"; the server renders Qwen2-VL's template only in \S+nginx\.conf:\d+$}
+qr{\[emerg\] .*: vlm_model "[^"]+/notemplate": no chat_template in "[^"]+/notemplate/tokenizer_config\.json" in \S+nginx\.conf:\d+$}
 
 
 

@@ -30,7 +30,7 @@ static const vlm_cli_command_t  vlm_cli_commands[] = {
       "detokenize --model DIR [--skip-special] ID..." },
     { "template", vlm_cli_template,
       "template --model DIR --messages FILE.json [--no-generation-prompt] "
-      "[--vision-id]" },
+      "[--vision-id] [--jinja]" },
     { "logits", vlm_cli_logits,
       "logits --model DIR --ids FILE [--pixels NPY --grid T,H,W]... "
       "--out LOGITS.npy [--all] [--threads N]" },

@@ -28,6 +28,7 @@
 #include "vlm_cli_idefics3.h"
 #include "core/vlm.h"
 #include "text/vlm_chat.h"
+#include "text/vlm_jinja.h"
 #include "image/vlm_image.h"
 #include "core/vlm_npy.h"
 #include "engine/vlm_sampler.h"
@@ -306,6 +307,156 @@ vlm_cli_parse(vlm_cli_run_t *r, int argc, char **argv, vlm_cli_mode_t mode)
 
 
 /*
+ * The prompt of run: the system text, then one user turn with the images
+ * and the text, through the model's chat template (Qwen2-VL's in C, any
+ * other with the interpreter); *text and *spans are malloc()ed.
+ */
+static int
+vlm_cli_render(vlm_cli_run_t *r, char **text, size_t *n_text,
+    vlm_tok_span_t **spans, size_t *n_spans)
+{
+    int               i, n;
+    json_t           *msgs, *content, *client, *vars;
+    const char       *tmpl;
+    vlm_error_t       err;
+    vlm_jinja_t      *t;
+    vlm_chat_msg_t    m[2];
+    vlm_jinja_out_t   out;
+    vlm_chat_part_t   parts[VLM_CLI_MAX_IMAGES + 1];
+
+    *text = NULL;
+    *spans = NULL;
+    tmpl = vlm_tokenizer_chat_template(r->tok);
+
+    if (tmpl == NULL) {
+        return vlm_cli_fail("%s: the model has no chat template", r->model);
+    }
+
+    if (vlm_chat_template_is_qwen2_vl(tmpl)) {
+        memset(m, 0, sizeof(m));
+        n = 0;
+
+        for (i = 0; i < r->n_images; i++) {
+            parts[i].type = VLM_CHAT_PART_IMAGE;
+        }
+
+        parts[r->n_images].type = VLM_CHAT_PART_TEXT;
+        parts[r->n_images].text = r->prompt;
+        parts[r->n_images].len = strlen(r->prompt);
+
+        if (r->system != NULL) {
+            m[n].role = "system";
+            m[n].role_len = 6;
+            m[n].content = r->system;
+            m[n].content_len = strlen(r->system);
+            n++;
+        }
+
+        m[n].role = "user";
+        m[n].role_len = 4;
+        m[n].parts = parts;
+        m[n].n_parts = (size_t) r->n_images + 1;
+        n++;
+
+        if (vlm_chat_render_spans(m, (size_t) n,
+                                  VLM_CHAT_ADD_GENERATION_PROMPT, NULL, 0,
+                                  n_text, NULL, NULL, 0, n_spans, &err)
+            != VLM_OK)
+        {
+            return vlm_cli_fail("%s", err.msg);
+        }
+
+        *text = malloc(*n_text + 1);
+        *spans = malloc((*n_spans + 1) * sizeof(vlm_tok_span_t));
+
+        if (*text == NULL || *spans == NULL
+            || vlm_chat_render_spans(m, (size_t) n,
+                                     VLM_CHAT_ADD_GENERATION_PROMPT, *text,
+                                     *n_text + 1, n_text, NULL, *spans,
+                                     *n_spans + 1, n_spans, &err)
+               != VLM_OK)
+        {
+            free(*text);
+            free(*spans);
+            return vlm_cli_fail("%s", *text && *spans ? err.msg
+                                                      : "no memory");
+        }
+
+        return 0;
+    }
+
+    if (vlm_jinja_parse(&t, tmpl, strlen(tmpl), &err) != VLM_OK) {
+        return vlm_cli_fail("%s: the chat template: %s", r->model, err.msg);
+    }
+
+    content = json_array();
+    for (i = 0; content != NULL && i < r->n_images; i++) {
+        json_array_append_new(content, json_pack("{ss}", "type", "image"));
+    }
+
+    if (content != NULL) {
+        json_array_append_new(content, json_pack("{ssss}", "type", "text",
+                                                 "text", r->prompt));
+    }
+
+    msgs = json_array();
+    if (msgs != NULL && r->system != NULL) {
+        json_array_append_new(msgs, json_pack("{ssss}", "role", "system",
+                                              "content", r->system));
+    }
+
+    if (msgs != NULL && content != NULL) {
+        json_array_append_new(msgs, json_pack("{ssso}", "role", "user",
+                                              "content", content));
+        content = NULL;
+    }
+
+    client = json_pack("{sOsn}", "messages", msgs, "tools");
+    vars = vlm_chat_template_vars(r->tok, VLM_CHAT_ADD_GENERATION_PROMPT);
+    json_decref(content);
+    json_decref(msgs);
+
+    if (client == NULL || vars == NULL) {
+        json_decref(client);
+        json_decref(vars);
+        vlm_jinja_free(t);
+        return vlm_cli_fail("no memory");
+    }
+
+    i = 0;
+
+    if (vlm_jinja_render(t, client, vars, NULL, &out, &err) != VLM_OK) {
+        i = vlm_cli_fail("%s", err.msg);
+
+    } else {
+        *text = malloc(out.len + 1);
+        *spans = malloc((out.n_spans + 1) * sizeof(vlm_tok_span_t));
+
+        if (*text == NULL || *spans == NULL) {
+            free(*text);
+            free(*spans);
+            *text = NULL;
+            *spans = NULL;
+            i = vlm_cli_fail("no memory");
+
+        } else {
+            memcpy(*text, out.text, out.len + 1);
+            memcpy(*spans, out.spans, out.n_spans * sizeof(vlm_tok_span_t));
+            *n_text = out.len;
+            *n_spans = out.n_spans;
+        }
+    }
+
+    vlm_jinja_out_free(&out);
+    vlm_jinja_free(t);
+    json_decref(client);
+    json_decref(vars);
+
+    return i;
+}
+
+
+/*
  * run: the images preprocessed as Qwen2VLImageProcessor does, the chat
  * template rendered, the prompt tokenized with the image pads expanded.
  */
@@ -318,9 +469,7 @@ vlm_cli_prompt(vlm_cli_run_t *r)
     size_t                 n_pads[VLM_CLI_MAX_IMAGES];
     int32_t               *ids;
     vlm_error_t            err;
-    vlm_chat_msg_t         msgs[2];
-    vlm_tok_span_t         spans[8];
-    vlm_chat_part_t        parts[VLM_CLI_MAX_IMAGES + 1];
+    vlm_tok_span_t        *spans;
     vlm_tok_work_t        *work;
     vlm_image_ctx_t       *ictx;
     vlm_image_plan_t       plan;
@@ -382,40 +531,14 @@ vlm_cli_prompt(vlm_cli_run_t *r)
         r->images[i].grid_h = (int) plan.grid.grid_h;
         r->images[i].grid_w = (int) plan.grid.grid_w;
         n_pads[i] = plan.grid.n_tokens;
-        parts[i].type = VLM_CHAT_PART_IMAGE;
     }
 
     if (r->n_images) {
         vlm_image_ctx_free(ictx);
     }
 
-    parts[r->n_images].type = VLM_CHAT_PART_TEXT;
-    parts[r->n_images].text = r->prompt;
-    parts[r->n_images].len = strlen(r->prompt);
-
-    memset(msgs, 0, sizeof(msgs));
-    i = 0;
-
-    if (r->system != NULL) {
-        msgs[i].role = "system";
-        msgs[i].role_len = 6;
-        msgs[i].content = r->system;
-        msgs[i].content_len = strlen(r->system);
-        i++;
-    }
-
-    msgs[i].role = "user";
-    msgs[i].role_len = 4;
-    msgs[i].parts = parts;
-    msgs[i].n_parts = (size_t) r->n_images + 1;
-    i++;
-
-    if (vlm_chat_render_spans(msgs, (size_t) i,
-                              VLM_CHAT_ADD_GENERATION_PROMPT, NULL, 0,
-                              &n_text, NULL, NULL, 0, &n_spans, &err)
-        != VLM_OK)
-    {
-        return vlm_cli_fail("%s", err.msg);
+    if (vlm_cli_render(r, &text, &n_text, &spans, &n_spans) != 0) {
+        return 1;
     }
 
     /* a token has at least one byte; each image adds its pads */
@@ -425,17 +548,11 @@ vlm_cli_prompt(vlm_cli_run_t *r)
         n_all += n_pads[i];
     }
 
-    text = malloc(n_text + 1);
     ids = malloc((n_text + 1) * sizeof(int32_t));
     r->ids = malloc(n_all * sizeof(int32_t));
     work = NULL;
 
-    if (text == NULL || ids == NULL || r->ids == NULL
-        || vlm_chat_render_spans(msgs, (size_t) i,
-                                 VLM_CHAT_ADD_GENERATION_PROMPT, text,
-                                 n_text + 1, &n_text, NULL, spans, 8,
-                                 &n_spans, &err)
-           != VLM_OK
+    if (ids == NULL || r->ids == NULL
         || vlm_tok_work_create(&work, r->tok, n_text + 1, &err) != VLM_OK
         || vlm_tokenizer_encode_spans(r->tok, work, text, n_text, 0, spans,
                                       n_spans, ids, n_text + 1, &n_ids, &err)
@@ -447,10 +564,10 @@ vlm_cli_prompt(vlm_cli_run_t *r)
                                &len, &err)
            != VLM_OK)
     {
-        rc = vlm_cli_fail("%s", text && ids && r->ids ? err.msg
-                                                       : "no memory");
+        rc = vlm_cli_fail("%s", ids && r->ids ? err.msg : "no memory");
         vlm_tok_work_free(work);
         free(text);
+        free(spans);
         free(ids);
         return rc;
     }
@@ -460,6 +577,7 @@ vlm_cli_prompt(vlm_cli_run_t *r)
 
     vlm_tok_work_free(work);
     free(text);
+    free(spans);
     free(ids);
 
     return 0;

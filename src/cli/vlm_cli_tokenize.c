@@ -17,6 +17,7 @@
 
 #include "vlm_cli.h"
 #include "text/vlm_chat.h"
+#include "text/vlm_jinja.h"
 #include "text/vlm_tokenizer.h"
 
 
@@ -230,10 +231,77 @@ vlm_cli_detokenize(int argc, char **argv)
 }
 
 
+/*
+ * The model's chat template through the Jinja interpreter: json is an
+ * array of messages or an object with "messages" (and "tools").
+ */
+static int
+vlm_cli_template_jinja(vlm_tokenizer_t *tok, const char *file,
+    const char *json, size_t len, unsigned flags)
+{
+    int               rc;
+    json_t           *root, *client, *vars, *v;
+    const char       *tmpl;
+    json_error_t      jerr;
+    vlm_error_t       err;
+    vlm_jinja_t      *t;
+    vlm_jinja_out_t   out;
+
+    tmpl = vlm_tokenizer_chat_template(tok);
+
+    if (vlm_jinja_parse(&t, tmpl, strlen(tmpl), &err) != VLM_OK) {
+        return vlm_cli_fail("the model's chat template: %s", err.msg);
+    }
+
+    root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL) {
+        vlm_jinja_free(t);
+        return vlm_cli_fail("%s: line %d: %s", file, jerr.line, jerr.text);
+    }
+
+    client = json_object();
+    vars = vlm_chat_template_vars(tok, flags);
+    rc = 1;
+
+    if (client == NULL || vars == NULL) {
+        vlm_cli_fail("no memory");
+        goto done;
+    }
+
+    v = json_is_array(root) ? root : json_object_get(root, "messages");
+    if (v != NULL) {
+        json_object_set(client, "messages", v);
+    }
+
+    /* transformers passes tools=None when there are none */
+    v = json_is_array(root) ? NULL : json_object_get(root, "tools");
+    json_object_set(client, "tools", v ? v : json_null());
+
+    if (vlm_jinja_render(t, client, vars, NULL, &out, &err) != VLM_OK) {
+        vlm_cli_fail("%s: %s", file, err.msg);
+
+    } else {
+        fwrite(out.text, 1, out.len, stdout);
+        rc = 0;
+    }
+
+    vlm_jinja_out_free(&out);
+
+done:
+
+    json_decref(vars);
+    json_decref(client);
+    json_decref(root);
+    vlm_jinja_free(t);
+
+    return rc;
+}
+
+
 int
 vlm_cli_template(int argc, char **argv)
 {
-    int                    i, rc;
+    int                    i, rc, jinja;
     char                  *json, *out;
     size_t                 len, n;
     unsigned               flags;
@@ -245,6 +313,7 @@ vlm_cli_template(int argc, char **argv)
 
     model = NULL;
     file = NULL;
+    jinja = 0;
     flags = VLM_CHAT_ADD_GENERATION_PROMPT;
 
     for (i = 1; i < argc; i++) {
@@ -266,6 +335,9 @@ vlm_cli_template(int argc, char **argv)
         } else if (strcmp(argv[i], "--vision-id") == 0) {
             flags |= VLM_CHAT_ADD_VISION_ID;
 
+        } else if (strcmp(argv[i], "--jinja") == 0) {
+            jinja = 1;
+
         } else {
             return vlm_cli_fail("template: unknown option %s", argv[i]);
         }
@@ -280,18 +352,27 @@ vlm_cli_template(int argc, char **argv)
         return 1;
     }
 
-    if (!vlm_chat_template_is_qwen2_vl(vlm_tokenizer_chat_template(tok))) {
+    if (vlm_tokenizer_chat_template(tok) == NULL) {
         vlm_tokenizer_free(tok);
-        return vlm_cli_fail("%s: the model's chat template is not Qwen2-VL's,"
-                            " the only one generated", model);
+        return vlm_cli_fail("%s: the model has no chat template", model);
     }
-
-    vlm_tokenizer_free(tok);
 
     json = vlm_cli_read_file(file, &len);
     if (json == NULL) {
+        vlm_tokenizer_free(tok);
         return vlm_cli_fail("%s: %s", file, strerror(errno));
     }
+
+    if (jinja
+        || !vlm_chat_template_is_qwen2_vl(vlm_tokenizer_chat_template(tok)))
+    {
+        rc = vlm_cli_template_jinja(tok, file, json, len, flags);
+        vlm_tokenizer_free(tok);
+        free(json);
+        return rc;
+    }
+
+    vlm_tokenizer_free(tok);
 
     rc = 1;
     out = NULL;

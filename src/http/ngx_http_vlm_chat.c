@@ -441,6 +441,133 @@ ngx_http_vlm_thread_state(ngx_http_vlm_chat_ctx_t *ctx, vlm_error_t *err)
 
 
 /*
+ * The request's messages as the template sees them: "developer" turns are
+ * "system" ones, as vlm_openai_request_parse() reads them.
+ */
+static json_t *
+ngx_http_vlm_chat_messages(json_t *msgs)
+{
+    size_t   i;
+    json_t  *out, *m, *role;
+
+    out = json_array();
+    if (out == NULL) {
+        return NULL;
+    }
+
+    json_array_foreach(msgs, i, m) {
+        role = json_object_get(m, "role");
+
+        if (json_is_string(role)
+            && ngx_strcmp(json_string_value(role), "developer") == 0)
+        {
+            m = json_copy(m);
+            if (m == NULL) {
+                json_decref(out);
+                return NULL;
+            }
+
+            if (json_object_set_new(m, "role", json_string("system")) != 0) {
+                json_decref(m);
+                json_decref(out);
+                return NULL;
+            }
+
+            /* json_array_append_new() takes m, also when it fails */
+            if (json_array_append_new(out, m) != 0) {
+                json_decref(out);
+                return NULL;
+            }
+
+            continue;
+        }
+
+        if (json_array_append(out, m) != 0) {
+            json_decref(out);
+            return NULL;
+        }
+    }
+
+    return out;
+}
+
+
+/*
+ * The model's own chat template (vlm_jinja) over the request's messages
+ * and tools, into ctx->prompt and ctx->spans (the client's text).
+ */
+static vlm_status_t
+ngx_http_vlm_chat_template(ngx_http_vlm_chat_ctx_t *ctx, vlm_error_t *e)
+{
+    json_t                    *client, *v;
+    vlm_status_t               rc;
+    vlm_jinja_out_t            out;
+    vlm_jinja_limits_t         lim;
+    ngx_http_vlm_main_conf_t  *vmcf;
+
+    vmcf = ctx->vmcf;
+
+    client = json_object();
+    if (client == NULL) {
+        return vlm_error_set(e, VLM_ERR_NOMEM, "no memory");
+    }
+
+    v = json_object_get(ctx->req.json, "messages");
+    if (v != NULL) {
+        v = ngx_http_vlm_chat_messages(v);
+        if (v == NULL || json_object_set_new(client, "messages", v) != 0) {
+            json_decref(client);
+            return vlm_error_set(e, VLM_ERR_NOMEM, "no memory");
+        }
+    }
+
+    /* transformers passes tools=None when there are none */
+    v = json_object_get(ctx->req.json, "tools");
+    if (json_object_set(client, "tools", v ? v : json_null()) != 0) {
+        json_decref(client);
+        return vlm_error_set(e, VLM_ERR_NOMEM, "no memory");
+    }
+
+    lim.max_bytes = VLM_JINJA_DEFAULT_BYTES;
+    lim.max_steps = VLM_JINJA_DEFAULT_STEPS;
+    lim.max_output = ctx->vlcf->max_prompt_bytes + 1;
+
+    rc = vlm_jinja_render(vmcf->chat_template, client, vmcf->chat_vars, &lim,
+                          &out, e);
+    json_decref(client);
+
+    if (rc == VLM_ERR_LIMIT && out.len == 0
+        && ngx_strstr(e->msg, "the prompt exceeds") != NULL)
+    {
+        ctx->prompt_len = lim.max_output;
+        vlm_jinja_out_free(&out);
+        return VLM_OK;
+    }
+
+    if (rc != VLM_OK) {
+        vlm_jinja_out_free(&out);
+        return rc;
+    }
+
+    ctx->prompt = malloc(out.len + 1);
+    ctx->spans = malloc((out.n_spans + 1) * sizeof(vlm_tok_span_t));
+
+    if (ctx->prompt == NULL || ctx->spans == NULL) {
+        vlm_jinja_out_free(&out);
+        return vlm_error_set(e, VLM_ERR_NOMEM, "no memory for the prompt");
+    }
+
+    ngx_memcpy(ctx->prompt, out.text, out.len + 1);
+    ngx_memcpy(ctx->spans, out.spans, out.n_spans * sizeof(vlm_tok_span_t));
+    ctx->prompt_len = out.len;
+    ctx->n_spans = out.n_spans;
+    vlm_jinja_out_free(&out);
+
+    return VLM_OK;
+}
+
+
+/*
  * Thread pool: parse, decode base64, read image headers, render the
  * template; sizes the request's arena share.  Writes ctx->error on
  * failure.
@@ -618,6 +745,14 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
 
     /* the chat template over the request's messages */
 
+    if (vmcf->chat_template != NULL) {
+        if (ngx_http_vlm_chat_template(ctx, &e) != VLM_OK) {
+            goto template_error;
+        }
+
+        goto rendered;
+    }
+
     msgs = calloc(req->n_messages, sizeof(vlm_chat_msg_t));
     parts = calloc(req->n_parts ? req->n_parts : 1, sizeof(vlm_chat_part_t));
     if (msgs == NULL || parts == NULL) {
@@ -680,6 +815,17 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
         != VLM_OK)
     {
         goto template_error;
+    }
+
+rendered:
+
+    if (ctx->prompt_len > ctx->vlcf->max_prompt_bytes) {
+        vlm_openai_error_set(err, VLM_ERR_LIMIT, 400,
+                             "invalid_request_error", "prompt_too_long",
+                             "messages", "the prompt text has %zu bytes, "
+                             "more than the %zu this server accepts",
+                             ctx->prompt_len, ctx->vlcf->max_prompt_bytes);
+        goto failed;
     }
 
     if (ctx->n_remote == 0) {

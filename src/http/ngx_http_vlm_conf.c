@@ -734,6 +734,18 @@ ngx_http_vlm_tokenizer_cleanup(void *data)
 }
 
 
+static void
+ngx_http_vlm_template_cleanup(void *data)
+{
+    ngx_http_vlm_main_conf_t *vmcf = data;
+
+    vlm_jinja_free(vmcf->chat_template);
+    json_decref(vmcf->chat_vars);
+    vmcf->chat_template = NULL;
+    vmcf->chat_vars = NULL;
+}
+
+
 /*
  * The tokenizer and the image preprocessing settings, loaded in the master
  * while the configuration is read, so that "nginx -t" checks them and the
@@ -845,19 +857,23 @@ ngx_http_vlm_model_files(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
 
 
 /*
- * The prompt is rendered by C code that writes Qwen2-VL's chat template
- * (src/text/vlm_chat.c); a model that brings another template, or none,
- * would get prompts it was not trained on, so it is refused now.  The
- * template comes from chat_template.json when there is one, else from
+ * The prompt is rendered with the model's own chat template: Qwen2-VL's
+ * (also Qwen2.5-VL's) by C code that writes it (src/text/vlm_chat.c,
+ * compared with the interpreter by tests/test_jinja.c), any other by the
+ * Jinja interpreter (src/text/vlm_jinja.c), parsed here so that a
+ * template it cannot read fails nginx -t.  The template comes from
+ * chat_template.jinja, else chat_template.json, else
  * tokenizer_config.json (as in transformers).
  */
 
 static char *
 ngx_http_vlm_check_template(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
 {
-    u_char           *path;
-    const char       *tmpl;
-    ngx_file_info_t   fi;
+    u_char              *path;
+    const char          *tmpl;
+    vlm_error_t          err;
+    ngx_file_info_t      fi;
+    ngx_pool_cleanup_t  *cln;
 
     tmpl = vlm_tokenizer_chat_template(vmcf->tokenizer);
 
@@ -871,7 +887,11 @@ ngx_http_vlm_check_template(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
         return NGX_CONF_ERROR;
     }
 
-    ngx_sprintf(path, "%V/chat_template.json%Z", &vmcf->model);
+    ngx_sprintf(path, "%V/chat_template.jinja%Z", &vmcf->model);
+
+    if (ngx_file_info(path, &fi) == NGX_FILE_ERROR) {
+        ngx_sprintf(path, "%V/chat_template.json%Z", &vmcf->model);
+    }
 
     if (ngx_file_info(path, &fi) == NGX_FILE_ERROR) {
         ngx_sprintf(path, "%V/tokenizer_config.json%Z", &vmcf->model);
@@ -879,18 +899,37 @@ ngx_http_vlm_check_template(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
 
     if (tmpl == NULL) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "vlm_model \"%V\": no chat_template in \"%s\"; "
-                           "the server renders Qwen2-VL's template only",
+                           "vlm_model \"%V\": no chat_template in \"%s\"",
                            &vmcf->model, path);
-
-    } else {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "vlm_model \"%V\": the chat_template in \"%s\" "
-                           "is not Qwen2-VL's, the only one the server "
-                           "renders", &vmcf->model, path);
+        return NGX_CONF_ERROR;
     }
 
-    return NGX_CONF_ERROR;
+    if (vlm_jinja_parse(&vmcf->chat_template, tmpl, strlen(tmpl), &err)
+        != VLM_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "vlm_model \"%V\": the chat_template in \"%s\": "
+                           "%s", &vmcf->model, path, err.msg);
+        return NGX_CONF_ERROR;
+    }
+
+    cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == NULL) {
+        vlm_jinja_free(vmcf->chat_template);
+        vmcf->chat_template = NULL;
+        return NGX_CONF_ERROR;
+    }
+
+    cln->handler = ngx_http_vlm_template_cleanup;
+    cln->data = vmcf;
+
+    vmcf->chat_vars = vlm_chat_template_vars(vmcf->tokenizer,
+                                             VLM_CHAT_ADD_GENERATION_PROMPT);
+    if (vmcf->chat_vars == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
 }
 
 

@@ -17,6 +17,7 @@
 #include "image/vlm_image.h"
 #include "queue/vlm_queue.h"
 #include "text/vlm_tokenizer.h"
+#include "text/vlm_jinja.h"
 
 #if (NGX_THREADS)
 #include <ngx_thread_pool.h>
@@ -83,6 +84,9 @@ typedef struct {
 
     /* loaded from the model directory at configuration time */
     vlm_tokenizer_t     *tokenizer;
+    vlm_jinja_t         *chat_template;    /* NULL: Qwen2-VL's, in C */
+    json_t              *chat_vars;        /* the template's trusted
+                                              variables */
     int32_t              image_pad_id;
     vlm_qwen2vl_config_t image_config;
     vlm_image_limits_t   image_limits;

@@ -228,6 +228,47 @@ vlm_chat_template_is_qwen2_vl(const char *tmpl)
 }
 
 
+static int
+vlm_chat_token_var(json_t *vars, const vlm_tokenizer_t *tok,
+    const char *name, int32_t id)
+{
+    size_t       len;
+    const char  *s;
+
+    s = (id >= 0) ? vlm_tokenizer_token_bytes(tok, id, &len) : NULL;
+
+    if (s == NULL) {
+        return 0;
+    }
+
+    return json_object_set_new(vars, name, json_stringn(s, len));
+}
+
+
+json_t *
+vlm_chat_template_vars(const vlm_tokenizer_t *tok, unsigned flags)
+{
+    json_t  *vars;
+
+    vars = json_pack("{sbsbsn}", "add_generation_prompt",
+                     (flags & VLM_CHAT_ADD_GENERATION_PROMPT) != 0,
+                     "add_vision_id", (flags & VLM_CHAT_ADD_VISION_ID) != 0,
+                     "documents");
+
+    if (vars == NULL
+        || vlm_chat_token_var(vars, tok, "eos_token",
+                              vlm_tokenizer_eos_id(tok)) != 0
+        || vlm_chat_token_var(vars, tok, "pad_token",
+                              vlm_tokenizer_pad_id(tok)) != 0)
+    {
+        json_decref(vars);
+        return NULL;
+    }
+
+    return vars;
+}
+
+
 vlm_status_t
 vlm_chat_image_tokens(uint32_t grid_t, uint32_t grid_h, uint32_t grid_w,
     uint32_t merge_size, size_t *n_tokens, vlm_error_t *err)

@@ -86,6 +86,17 @@ int vlm_chat_template_is_qwen2_vl(const char *tmpl);
 
 
 /*
+ * The variables transformers' apply_chat_template passes to a template
+ * besides the conversation (vlm_jinja_render's trusted ones): flags'
+ * add_generation_prompt and add_vision_id, the tokenizer's eos_token
+ * and pad_token, documents (null).  The client's are messages and tools
+ * (null when there are none).  NULL without memory; json_decref() it.
+ */
+struct json_t *vlm_chat_template_vars(const vlm_tokenizer_t *tok,
+    unsigned flags);
+
+
+/*
  * The number of <|image_pad|> tokens of one image: grid_t * grid_h *
  * grid_w / merge_size^2 (Qwen2VLProcessor).  VLM_ERR_INVALID when a
  * value is 0 or the product is not a multiple of merge_size^2.

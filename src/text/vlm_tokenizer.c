@@ -1565,6 +1565,52 @@ vlm_tok_path(const char *dir, const char *name, int must_exist)
 }
 
 
+static vlm_status_t
+vlm_tok_load_text(vlm_tokenizer_t *tok, const char *path, vlm_error_t *err)
+{
+    long   size;
+    char  *text;
+    FILE  *f;
+
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        return vlm_error_set(err, VLM_ERR_IO, "%s: cannot open", path);
+    }
+
+    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0
+        || fseek(f, 0, SEEK_SET) != 0)
+    {
+        fclose(f);
+        return vlm_error_set(err, VLM_ERR_IO, "%s: cannot read", path);
+    }
+
+    text = malloc((size_t) size + 1);
+    if (text == NULL) {
+        fclose(f);
+        return vlm_error_set(err, VLM_ERR_NOMEM, "no memory");
+    }
+
+    if (fread(text, 1, (size_t) size, f) != (size_t) size) {
+        fclose(f);
+        free(text);
+        return vlm_error_set(err, VLM_ERR_IO, "%s: cannot read", path);
+    }
+
+    fclose(f);
+    text[size] = '\0';
+
+    if (strlen(text) != (size_t) size) {
+        free(text);
+        return vlm_error_set(err, VLM_ERR_FORMAT, "%s: a NUL byte", path);
+    }
+
+    free(tok->chat_template);
+    tok->chat_template = text;
+
+    return VLM_OK;
+}
+
+
 vlm_status_t
 vlm_tokenizer_load(vlm_tokenizer_t **tok, const char *model_dir,
     vlm_error_t *err)
@@ -1584,6 +1630,20 @@ vlm_tokenizer_load(vlm_tokenizer_t **tok, const char *model_dir,
 
     free(json);
     free(cfg);
+    free(tmpl);
+
+    /* chat_template.jinja, the raw text, comes before the others */
+    tmpl = vlm_tok_path(model_dir, "chat_template.jinja", 0);
+
+    if (rc == VLM_OK && tmpl != NULL) {
+        rc = vlm_tok_load_text(*tok, tmpl, err);
+
+        if (rc != VLM_OK) {
+            vlm_tokenizer_free(*tok);
+            *tok = NULL;
+        }
+    }
+
     free(tmpl);
 
     return rc;

@@ -32,7 +32,8 @@ typedef struct vlm_tok_work_s   vlm_tok_work_t;
 
 /*
  * Loads model_dir/tokenizer.json and, when present,
- * model_dir/tokenizer_config.json and model_dir/chat_template.json.
+ * model_dir/tokenizer_config.json, model_dir/chat_template.json and
+ * model_dir/chat_template.jinja.
  */
 vlm_status_t vlm_tokenizer_load(vlm_tokenizer_t **tok, const char *model_dir,
     vlm_error_t *err);
@@ -58,8 +59,8 @@ size_t vlm_tokenizer_max_token_bytes(const vlm_tokenizer_t *tok);
 /* ids of tokenizer_config.json's eos_token and pad_token, or -1 */
 int32_t vlm_tokenizer_eos_id(const vlm_tokenizer_t *tok);
 int32_t vlm_tokenizer_pad_id(const vlm_tokenizer_t *tok);
-/* the chat template (chat_template.json, else tokenizer_config.json), or
-   NULL when the model has none */
+/* the chat template (chat_template.jinja, else chat_template.json, else
+   tokenizer_config.json), or NULL when the model has none */
 const char *vlm_tokenizer_chat_template(const vlm_tokenizer_t *tok);
 
 

@@ -1,0 +1,6656 @@
+/*
+ * The Jinja interpreter of vlm_jinja.h.  It follows Jinja2 3.1 (lexer
+ * rules for whitespace control, the operator precedence of its parser,
+ * Python's semantics for the values) as transformers configures it for
+ * apply_chat_template: trim_blocks and lstrip_blocks on, the loopcontrols
+ * extension, tojson as json.dumps(ensure_ascii=False), raise_exception,
+ * strftime_now, and the default Undefined.
+ */
+
+#define _GNU_SOURCE
+
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+#include <stdarg.h>
+#include <math.h>
+#include <time.h>
+
+#include "vlm_jinja.h"
+
+
+#define VLM_JJ_MAX_DEPTH     128        /* parser and call nesting */
+#define VLM_JJ_PARSE_BYTES   (64 * 1024 * 1024)
+#define VLM_JJ_CHUNK         (64 * 1024)
+
+
+/* arena */
+
+typedef struct vlm_jj_chunk_s  vlm_jj_chunk_t;
+
+struct vlm_jj_chunk_s {
+    vlm_jj_chunk_t  *next;
+    size_t           size;
+    size_t           used;
+    char             data[];
+};
+
+
+struct vlm_jinja_arena_s {
+    vlm_jj_chunk_t  *head;
+    size_t           total;
+    size_t           limit;
+};
+
+
+static void *
+vlm_jj_alloc(vlm_jinja_arena_t *a, size_t n)
+{
+    size_t           size;
+    vlm_jj_chunk_t  *c;
+
+    n = (n + 15) & ~(size_t) 15;
+    c = a->head;
+
+    if (c == NULL || c->size - c->used < n) {
+        size = n > VLM_JJ_CHUNK ? n : VLM_JJ_CHUNK;
+
+        if (a->total + size > a->limit) {
+            return NULL;
+        }
+
+        c = malloc(sizeof(vlm_jj_chunk_t) + size);
+        if (c == NULL) {
+            return NULL;
+        }
+
+        c->size = size;
+        c->used = 0;
+        c->next = a->head;
+        a->head = c;
+        a->total += size;
+    }
+
+    c->used += n;
+
+    return c->data + c->used - n;
+}
+
+
+static void
+vlm_jj_arena_free(vlm_jinja_arena_t *a)
+{
+    vlm_jj_chunk_t  *c, *next;
+
+    if (a == NULL) {
+        return;
+    }
+
+    for (c = a->head; c; c = next) {
+        next = c->next;
+        free(c);
+    }
+
+    free(a);
+}
+
+
+static vlm_jinja_arena_t *
+vlm_jj_arena_new(size_t limit)
+{
+    vlm_jinja_arena_t  *a;
+
+    a = calloc(1, sizeof(vlm_jinja_arena_t));
+    if (a != NULL) {
+        a->limit = limit;
+    }
+
+    return a;
+}
+
+
+/* values */
+
+typedef enum {
+    VLM_JV_UNDEF = 0,
+    VLM_JV_NONE,
+    VLM_JV_BOOL,
+    VLM_JV_INT,
+    VLM_JV_FLOAT,
+    VLM_JV_STR,
+    VLM_JV_LIST,
+    VLM_JV_DICT,
+    VLM_JV_NS,
+    VLM_JV_MACRO,
+    VLM_JV_FUNC,
+    VLM_JV_METHOD,
+    VLM_JV_LOOP
+} vlm_jv_type_t;
+
+
+/* the taint of a string: none, every byte, or a mask of 0/1 bytes */
+#define VLM_JT_NONE  0
+#define VLM_JT_ALL   1
+#define VLM_JT_MASK  2
+
+
+typedef struct vlm_jv_s     vlm_jv_t;
+typedef struct vlm_jlist_s  vlm_jlist_t;
+typedef struct vlm_jdict_s  vlm_jdict_t;
+typedef struct vlm_jnode_s  vlm_jnode_t;
+typedef struct vlm_jloop_s  vlm_jloop_t;
+typedef struct vlm_jmeth_s  vlm_jmeth_t;
+
+
+struct vlm_jv_s {
+    uint8_t          type;
+    uint8_t          taint;
+    uint16_t         id;           /* FUNC, METHOD: which */
+    size_t           len;          /* STR */
+    union {
+        int64_t              i;
+        double               f;
+        const char          *s;
+        vlm_jlist_t         *list;
+        vlm_jdict_t         *dict;
+        const vlm_jnode_t   *macro;
+        vlm_jloop_t         *loop;
+        vlm_jmeth_t         *meth;
+    } u;
+    const uint8_t   *mask;         /* STR with VLM_JT_MASK */
+};
+
+
+struct vlm_jlist_s {
+    vlm_jv_t        *items;
+    size_t           n;
+    size_t           cap;
+};
+
+
+struct vlm_jdict_s {
+    vlm_jv_t        *keys;         /* strings */
+    vlm_jv_t        *vals;
+    size_t           n;
+    size_t           cap;
+};
+
+
+struct vlm_jloop_s {
+    vlm_jlist_t     *seq;
+    size_t           i;
+};
+
+
+struct vlm_jmeth_s {
+    vlm_jv_t         self;
+    const char      *name;
+};
+
+
+/* lexer */
+
+typedef enum {
+    VLM_JK_EOF = 0,
+    VLM_JK_DATA,
+    VLM_JK_VAR_BEGIN,
+    VLM_JK_VAR_END,
+    VLM_JK_BLOCK_BEGIN,
+    VLM_JK_BLOCK_END,
+    VLM_JK_NAME,
+    VLM_JK_STRING,
+    VLM_JK_INT,
+    VLM_JK_FLOAT,
+    VLM_JK_OP
+} vlm_jk_t;
+
+
+typedef struct {
+    vlm_jk_t         kind;
+    uint32_t         line;
+    const char      *s;            /* DATA, NAME, STRING (unescaped), OP */
+    size_t           len;
+    int64_t          i;
+    double           f;
+} vlm_jtok_t;
+
+
+typedef struct {
+    vlm_jinja_arena_t  *arena;
+    vlm_error_t        *err;
+    const char         *src;
+    size_t              len;
+    size_t              pos;
+    uint32_t            line;
+    vlm_jtok_t         *toks;
+    size_t              n;
+    size_t              cap;
+    size_t              at;        /* parser position */
+    unsigned            depth;
+} vlm_jlex_t;
+
+
+static vlm_status_t
+vlm_jj_syntax(vlm_jlex_t *lx, uint32_t line, const char *fmt, ...)
+{
+    char     msg[VLM_ERROR_MSG_LEN];
+    va_list  ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+
+    return vlm_error_set(lx->err, VLM_ERR_FORMAT, "chat template line %u: "
+                         "%s", line, msg);
+}
+
+
+static vlm_jtok_t *
+vlm_jj_push(vlm_jlex_t *lx, vlm_jk_t kind)
+{
+    vlm_jtok_t  *t;
+
+    if (lx->n == lx->cap) {
+        lx->cap = lx->cap ? lx->cap * 2 : 256;
+        t = vlm_jj_alloc(lx->arena, lx->cap * sizeof(vlm_jtok_t));
+        if (t == NULL) {
+            return NULL;
+        }
+
+        if (lx->n) {
+            memcpy(t, lx->toks, lx->n * sizeof(vlm_jtok_t));
+        }
+
+        lx->toks = t;
+    }
+
+    t = &lx->toks[lx->n++];
+    memset(t, 0, sizeof(vlm_jtok_t));
+    t->kind = kind;
+    t->line = lx->line;
+
+    return t;
+}
+
+
+static int
+vlm_jj_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f'
+           || c == '\v';
+}
+
+
+static void
+vlm_jj_count_lines(vlm_jlex_t *lx, size_t from, size_t to)
+{
+    for ( /* void */ ; from < to; from++) {
+        lx->line += (lx->src[from] == '\n');
+    }
+}
+
+
+static size_t
+vlm_jj_utf8(char *out, uint32_t cp)
+{
+    if (cp < 0x80) {
+        out[0] = (char) cp;
+        return 1;
+    }
+
+    if (cp < 0x800) {
+        out[0] = (char) (0xc0 | (cp >> 6));
+        out[1] = (char) (0x80 | (cp & 0x3f));
+        return 2;
+    }
+
+    if (cp < 0x10000) {
+        out[0] = (char) (0xe0 | (cp >> 12));
+        out[1] = (char) (0x80 | ((cp >> 6) & 0x3f));
+        out[2] = (char) (0x80 | (cp & 0x3f));
+        return 3;
+    }
+
+    out[0] = (char) (0xf0 | (cp >> 18));
+    out[1] = (char) (0x80 | ((cp >> 12) & 0x3f));
+    out[2] = (char) (0x80 | ((cp >> 6) & 0x3f));
+    out[3] = (char) (0x80 | (cp & 0x3f));
+    return 4;
+}
+
+
+static int
+vlm_jj_hex(const char *s, size_t n, uint32_t *v)
+{
+    size_t  i;
+    char    c;
+
+    *v = 0;
+
+    for (i = 0; i < n; i++) {
+        c = s[i];
+        *v <<= 4;
+
+        if (c >= '0' && c <= '9') {
+            *v |= (uint32_t) (c - '0');
+        } else if (c >= 'a' && c <= 'f') {
+            *v |= (uint32_t) (c - 'a' + 10);
+        } else if (c >= 'A' && c <= 'F') {
+            *v |= (uint32_t) (c - 'A' + 10);
+        } else {
+            return -1;
+        }
+    }
+
+    return 0;
+}
+
+
+/* a string literal at lx->pos, unescaped as Python does */
+static vlm_status_t
+vlm_jj_lex_string(vlm_jlex_t *lx)
+{
+    char         q, c, *out;
+    size_t       i, n, k;
+    uint32_t     cp;
+    vlm_jtok_t  *t;
+
+    q = lx->src[lx->pos];
+
+    for (i = lx->pos + 1; i < lx->len && lx->src[i] != q; i++) {
+        if (lx->src[i] == '\\') {
+            i++;
+        }
+    }
+
+    if (i >= lx->len) {
+        return vlm_jj_syntax(lx, lx->line, "unterminated string");
+    }
+
+    out = vlm_jj_alloc(lx->arena, i - lx->pos + 1);
+    t = vlm_jj_push(lx, VLM_JK_STRING);
+    if (out == NULL || t == NULL) {
+        return vlm_error_set(lx->err, VLM_ERR_NOMEM, "no memory");
+    }
+
+    n = 0;
+
+    for (k = lx->pos + 1; k < i; k++) {
+        c = lx->src[k];
+
+        if (c != '\\') {
+            out[n++] = c;
+            continue;
+        }
+
+        c = lx->src[++k];
+
+        switch (c) {
+        case 'n': out[n++] = '\n'; break;
+        case 't': out[n++] = '\t'; break;
+        case 'r': out[n++] = '\r'; break;
+        case 'b': out[n++] = '\b'; break;
+        case 'f': out[n++] = '\f'; break;
+        case 'v': out[n++] = '\v'; break;
+        case 'a': out[n++] = '\a'; break;
+        case '0': out[n++] = '\0'; break;
+        case '\\': case '\'': case '"': out[n++] = c; break;
+        case '\n': break;
+
+        case 'x':
+        case 'u':
+        case 'U':
+            cp = 0;
+            size_t w = (c == 'x') ? 2 : (c == 'u') ? 4 : 8;
+
+            if (k + w >= i || vlm_jj_hex(lx->src + k + 1, w, &cp) != 0
+                || cp > 0x10ffff)
+            {
+                return vlm_jj_syntax(lx, lx->line, "bad \\%c escape", c);
+            }
+
+            n += vlm_jj_utf8(out + n, cp);
+            k += w;
+            break;
+
+        default:
+            out[n++] = '\\';
+            out[n++] = c;
+        }
+    }
+
+    out[n] = '\0';
+    t->s = out;
+    t->len = n;
+    vlm_jj_count_lines(lx, lx->pos, i);
+    lx->pos = i + 1;
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_jj_lex_number(vlm_jlex_t *lx)
+{
+    char        buf[64], *end;
+    size_t      i, n;
+    int         is_float;
+    vlm_jtok_t *t;
+
+    n = 0;
+    is_float = 0;
+
+    for (i = lx->pos; i < lx->len && n < sizeof(buf) - 1; i++) {
+        char c = lx->src[i];
+
+        if (c >= '0' && c <= '9') {
+            buf[n++] = c;
+
+        } else if (c == '_') {
+            continue;
+
+        } else if (c == '.' && !is_float && i + 1 < lx->len
+                   && lx->src[i + 1] >= '0' && lx->src[i + 1] <= '9')
+        {
+            is_float = 1;
+            buf[n++] = c;
+
+        } else if ((c == 'e' || c == 'E') && n > 0) {
+            size_t j = i + 1;
+
+            if (j < lx->len && (lx->src[j] == '+' || lx->src[j] == '-')) {
+                j++;
+            }
+
+            if (j >= lx->len || lx->src[j] < '0' || lx->src[j] > '9') {
+                break;
+            }
+
+            is_float = 1;
+            buf[n++] = 'e';
+
+            if (lx->src[i + 1] == '+' || lx->src[i + 1] == '-') {
+                buf[n++] = lx->src[++i];
+            }
+
+        } else {
+            break;
+        }
+    }
+
+    buf[n] = '\0';
+
+    t = vlm_jj_push(lx, is_float ? VLM_JK_FLOAT : VLM_JK_INT);
+    if (t == NULL) {
+        return vlm_error_set(lx->err, VLM_ERR_NOMEM, "no memory");
+    }
+
+    if (is_float) {
+        t->f = strtod(buf, &end);
+    } else {
+        t->i = strtoll(buf, &end, 10);
+    }
+
+    lx->pos = i;
+
+    return VLM_OK;
+}
+
+
+static const char  *vlm_jj_ops[] = {
+    "//", "**", "==", "!=", "<=", ">=",
+    "+", "-", "*", "/", "%", "~", "<", ">", "=", "(", ")", "[", "]", "{",
+    "}", ".", ",", ":", "|", NULL
+};
+
+
+/* the tokens of a tag up to its end, which *end_kind closes */
+static vlm_status_t
+vlm_jj_lex_tag(vlm_jlex_t *lx, int block, int *strip_after, int *keep)
+{
+    char         c, close;
+    size_t       k;
+    unsigned     depth;
+    vlm_jtok_t  *t;
+
+    close = block ? '%' : '}';
+    depth = 0;
+
+    for ( ;; ) {
+        while (lx->pos < lx->len && vlm_jj_space(lx->src[lx->pos])) {
+            lx->line += (lx->src[lx->pos] == '\n');
+            lx->pos++;
+        }
+
+        if (lx->pos >= lx->len) {
+            return vlm_jj_syntax(lx, lx->line, "unexpected end of template "
+                                 "in a %s tag", block ? "{%" : "{{");
+        }
+
+        c = lx->src[lx->pos];
+
+        if (depth == 0 && (c == '-' || c == '+')
+            && lx->pos + 2 < lx->len + 0 && lx->src[lx->pos + 1] == close
+            && lx->src[lx->pos + 2] == '}')
+        {
+            *strip_after = (c == '-');
+            *keep = (c == '+');
+            lx->pos += 3;
+            break;
+        }
+
+        if (depth == 0 && c == close && lx->pos + 1 < lx->len
+            && lx->src[lx->pos + 1] == '}')
+        {
+            *strip_after = 0;
+            *keep = 0;
+            lx->pos += 2;
+            break;
+        }
+
+        if (c == '\'' || c == '"') {
+            if (vlm_jj_lex_string(lx) != VLM_OK) {
+                return lx->err ? lx->err->status : VLM_ERR_FORMAT;
+            }
+
+            continue;
+        }
+
+        if (c >= '0' && c <= '9') {
+            if (vlm_jj_lex_number(lx) != VLM_OK) {
+                return VLM_ERR_NOMEM;
+            }
+
+            continue;
+        }
+
+        if (c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
+            for (k = lx->pos; k < lx->len; k++) {
+                c = lx->src[k];
+
+                if (!(c == '_' || (c >= 'a' && c <= 'z')
+                      || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')))
+                {
+                    break;
+                }
+            }
+
+            t = vlm_jj_push(lx, VLM_JK_NAME);
+            if (t == NULL) {
+                return vlm_error_set(lx->err, VLM_ERR_NOMEM, "no memory");
+            }
+
+            t->s = lx->src + lx->pos;
+            t->len = k - lx->pos;
+            lx->pos = k;
+            continue;
+        }
+
+        for (k = 0; vlm_jj_ops[k]; k++) {
+            size_t ol = strlen(vlm_jj_ops[k]);
+
+            if (lx->pos + ol <= lx->len
+                && memcmp(lx->src + lx->pos, vlm_jj_ops[k], ol) == 0)
+            {
+                break;
+            }
+        }
+
+        if (vlm_jj_ops[k] == NULL) {
+            return vlm_jj_syntax(lx, lx->line, "unexpected character '%c'",
+                                 c);
+        }
+
+        if (c == '(' || c == '[' || c == '{') {
+            depth++;
+        } else if ((c == ')' || c == ']' || c == '}') && depth > 0) {
+            depth--;
+        }
+
+        t = vlm_jj_push(lx, VLM_JK_OP);
+        if (t == NULL) {
+            return vlm_error_set(lx->err, VLM_ERR_NOMEM, "no memory");
+        }
+
+        t->s = vlm_jj_ops[k];
+        t->len = strlen(vlm_jj_ops[k]);
+        lx->pos += t->len;
+    }
+
+    t = vlm_jj_push(lx, block ? VLM_JK_BLOCK_END : VLM_JK_VAR_END);
+    if (t == NULL) {
+        return vlm_error_set(lx->err, VLM_ERR_NOMEM, "no memory");
+    }
+
+    return VLM_OK;
+}
+
+
+/* is the block at p (after "{%" and a sign) "raw"? then *after: past %} */
+static int
+vlm_jj_is_raw(const char *s, size_t len, size_t p)
+{
+    while (p < len && vlm_jj_space(s[p])) {
+        p++;
+    }
+
+    if (p + 3 > len || memcmp(s + p, "raw", 3) != 0) {
+        return 0;
+    }
+
+    p += 3;
+
+    while (p < len && vlm_jj_space(s[p])) {
+        p++;
+    }
+
+    return p < len && (s[p] == '%' || ((s[p] == '-' || s[p] == '+')
+                                       && p + 1 < len && s[p + 1] == '%'));
+}
+
+
+static vlm_status_t
+vlm_jj_data(vlm_jlex_t *lx, const char *s, size_t n)
+{
+    vlm_jtok_t  *t;
+
+    if (n == 0) {
+        return VLM_OK;
+    }
+
+    t = vlm_jj_push(lx, VLM_JK_DATA);
+    if (t == NULL) {
+        return vlm_error_set(lx->err, VLM_ERR_NOMEM, "no memory");
+    }
+
+    t->s = s;
+    t->len = n;
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_jj_lex(vlm_jlex_t *lx)
+{
+    char          kind, sign;
+    size_t        p, start, text_end, l_pos, k;
+    int           strip_after, keep, trim, line_starting;
+    const char   *s, *hit;
+    vlm_status_t  rc;
+    vlm_jtok_t   *t;
+
+    s = lx->src;
+    lx->pos = 0;
+    lx->line = 1;
+    strip_after = 0;
+    keep = 0;
+    trim = 0;
+
+    for ( ;; ) {
+        start = lx->pos;
+
+        if (strip_after) {
+            while (start < lx->len && vlm_jj_space(s[start])) {
+                start++;
+            }
+
+        } else if (trim && start < lx->len && s[start] == '\n') {
+            start++;
+        }
+
+        vlm_jj_count_lines(lx, lx->pos, start);
+        lx->pos = start;
+        line_starting = (start == 0 || s[start - 1] == '\n');
+
+        /* the next tag */
+        p = start;
+        hit = NULL;
+
+        while (p + 1 < lx->len) {
+            hit = memchr(s + p, '{', lx->len - p - 1);
+            if (hit == NULL) {
+                break;
+            }
+
+            p = hit - s;
+
+            if (s[p + 1] == '{' || s[p + 1] == '%' || s[p + 1] == '#') {
+                break;
+            }
+
+            p++;
+            hit = NULL;
+        }
+
+        if (hit == NULL) {
+            rc = vlm_jj_data(lx, s + start, lx->len - start);
+            if (rc == VLM_OK && vlm_jj_push(lx, VLM_JK_EOF) == NULL) {
+                rc = vlm_error_set(lx->err, VLM_ERR_NOMEM, "no memory");
+            }
+
+            return rc;
+        }
+
+        kind = s[p + 1];
+        sign = (p + 2 < lx->len) ? s[p + 2] : 0;
+        if (sign != '-' && sign != '+') {
+            sign = 0;
+        }
+
+        text_end = p;
+
+        if (sign == '-') {
+            while (text_end > start && vlm_jj_space(s[text_end - 1])) {
+                text_end--;
+            }
+
+        } else if (sign != '+' && kind != '{') {
+            /* lstrip_blocks */
+            l_pos = text_end;
+
+            while (l_pos > start && s[l_pos - 1] != '\n') {
+                l_pos--;
+            }
+
+            if (l_pos > start || line_starting) {
+                for (k = l_pos; k < text_end && vlm_jj_space(s[k]); k++) {
+                    /* void */
+                }
+
+                if (k == text_end) {
+                    text_end = l_pos;
+                }
+            }
+        }
+
+        rc = vlm_jj_data(lx, s + start, text_end - start);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        vlm_jj_count_lines(lx, start, p);
+        lx->pos = p + 2 + (sign != 0);
+
+        if (kind == '#') {
+            hit = NULL;
+
+            for (k = lx->pos; k + 1 < lx->len; k++) {
+                if (s[k] == '#' && s[k + 1] == '}') {
+                    hit = s + k;
+                    break;
+                }
+            }
+
+            if (hit == NULL) {
+                return vlm_jj_syntax(lx, lx->line, "unterminated comment");
+            }
+
+            k = hit - s;
+            strip_after = (k > lx->pos && s[k - 1] == '-');
+            keep = (k > lx->pos && s[k - 1] == '+');
+            trim = !strip_after && !keep;
+            vlm_jj_count_lines(lx, lx->pos, k + 2);
+            lx->pos = k + 2;
+            continue;
+        }
+
+        if (kind == '%' && vlm_jj_is_raw(s, lx->len, lx->pos)) {
+            /* {% raw %}...{% endraw %}: data as it is */
+            hit = strstr(s + lx->pos, "%}");
+            if (hit == NULL) {
+                return vlm_jj_syntax(lx, lx->line, "unterminated raw");
+            }
+
+            start = hit - s + 2;
+            if (hit > s && hit[-1] == '-') {
+                while (start < lx->len && vlm_jj_space(s[start])) {
+                    start++;
+                }
+            }
+
+            for (k = start; k + 1 < lx->len; k++) {
+                size_t  e = k + 2;
+
+                if (s[k] != '{' || s[k + 1] != '%') {
+                    continue;
+                }
+
+                if (e < lx->len && (s[e] == '-' || s[e] == '+')) {
+                    e++;
+                }
+
+                while (e < lx->len && vlm_jj_space(s[e])) {
+                    e++;
+                }
+
+                if (e + 6 <= lx->len && memcmp(s + e, "endraw", 6) == 0) {
+                    break;
+                }
+            }
+
+            if (k + 1 >= lx->len) {
+                return vlm_jj_syntax(lx, lx->line, "no endraw");
+            }
+
+            text_end = k;
+            if (s[k + 2] == '-') {
+                while (text_end > start && vlm_jj_space(s[text_end - 1])) {
+                    text_end--;
+                }
+            }
+
+            rc = vlm_jj_data(lx, s + start, text_end - start);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+
+            hit = strstr(s + k, "%}");
+            if (hit == NULL) {
+                return vlm_jj_syntax(lx, lx->line, "unterminated endraw");
+            }
+
+            strip_after = (hit[-1] == '-');
+            keep = (hit[-1] == '+');
+            trim = !strip_after && !keep;
+            vlm_jj_count_lines(lx, lx->pos, hit - s + 2);
+            lx->pos = hit - s + 2;
+            continue;
+        }
+
+        t = vlm_jj_push(lx, kind == '%' ? VLM_JK_BLOCK_BEGIN
+                                        : VLM_JK_VAR_BEGIN);
+        if (t == NULL) {
+            return vlm_error_set(lx->err, VLM_ERR_NOMEM, "no memory");
+        }
+
+        rc = vlm_jj_lex_tag(lx, kind == '%', &strip_after, &keep);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        trim = (kind == '%') && !strip_after && !keep;
+    }
+}
+
+
+/* the AST */
+
+typedef enum {
+    VLM_JN_DATA = 0,
+    VLM_JN_OUTPUT,
+    VLM_JN_IF,
+    VLM_JN_FOR,
+    VLM_JN_SET,
+    VLM_JN_SET_BLOCK,
+    VLM_JN_MACRO,
+    VLM_JN_CALL_BLOCK,
+    VLM_JN_BREAK,
+    VLM_JN_CONTINUE,
+    VLM_JN_BLOCK,
+    VLM_JN_LIT,
+    VLM_JN_NAME,
+    VLM_JN_ATTR,
+    VLM_JN_ITEM,
+    VLM_JN_SLICE,
+    VLM_JN_CALL,
+    VLM_JN_FILTER,
+    VLM_JN_TEST,
+    VLM_JN_NEG,
+    VLM_JN_POS,
+    VLM_JN_NOT,
+    VLM_JN_BIN,
+    VLM_JN_CMP,
+    VLM_JN_AND,
+    VLM_JN_OR,
+    VLM_JN_COND,
+    VLM_JN_LIST,
+    VLM_JN_DICT
+} vlm_jn_t;
+
+
+typedef enum {
+    VLM_JO_ADD = 0,
+    VLM_JO_SUB,
+    VLM_JO_MUL,
+    VLM_JO_DIV,
+    VLM_JO_FLOORDIV,
+    VLM_JO_MOD,
+    VLM_JO_POW,
+    VLM_JO_CONCAT,
+    VLM_JO_EQ,
+    VLM_JO_NE,
+    VLM_JO_LT,
+    VLM_JO_LE,
+    VLM_JO_GT,
+    VLM_JO_GE,
+    VLM_JO_IN,
+    VLM_JO_NOTIN
+} vlm_jo_t;
+
+
+typedef struct {
+    vlm_jnode_t    **v;
+    size_t           n;
+} vlm_jnodes_t;
+
+
+struct vlm_jnode_s {
+    uint8_t          kind;
+    uint8_t          op;
+    uint8_t          neg;          /* TEST: "is not" */
+    uint32_t         line;
+    const char      *name;         /* NAME, ATTR, FILTER, TEST, SET,
+                                      MACRO */
+    size_t           name_len;
+    const char      *attr;         /* SET: ns.attr */
+    size_t           attr_len;
+    vlm_jv_t         lit;
+    vlm_jnode_t     *a;
+    vlm_jnode_t     *b;
+    vlm_jnode_t     *c;
+    vlm_jnodes_t     kids;         /* body, items, args, operands */
+    vlm_jnodes_t     kids2;        /* else, values, kwargs, defaults */
+    const char     **names;        /* FOR targets, MACRO params, kwargs */
+    size_t          *name_lens;
+    size_t           n_names;
+    uint8_t         *ops;          /* CMP */
+};
+
+
+struct vlm_jinja_s {
+    vlm_jinja_arena_t  *arena;
+    vlm_jnodes_t        body;
+};
+
+
+#define vlm_jj_tok(lx)       (&(lx)->toks[(lx)->at])
+#define vlm_jj_peek(lx, k)   (&(lx)->toks[(lx)->at + (k) < (lx)->n        \
+                                          ? (lx)->at + (k) : (lx)->n - 1])
+
+
+static int
+vlm_jj_is_op(const vlm_jtok_t *t, const char *op)
+{
+    return t->kind == VLM_JK_OP && strcmp(t->s, op) == 0;
+}
+
+
+static int
+vlm_jj_is_name(const vlm_jtok_t *t, const char *name)
+{
+    return t->kind == VLM_JK_NAME && t->len == strlen(name)
+           && memcmp(t->s, name, t->len) == 0;
+}
+
+
+static vlm_jnode_t *
+vlm_jj_node(vlm_jlex_t *lx, vlm_jn_t kind)
+{
+    vlm_jnode_t  *n;
+
+    n = vlm_jj_alloc(lx->arena, sizeof(vlm_jnode_t));
+    if (n == NULL) {
+        vlm_error_set(lx->err, VLM_ERR_NOMEM, "no memory");
+        return NULL;
+    }
+
+    memset(n, 0, sizeof(vlm_jnode_t));
+    n->kind = kind;
+    n->line = vlm_jj_tok(lx)->line;
+
+    return n;
+}
+
+
+/* growable node lists while parsing: doubled in the arena */
+static vlm_status_t
+vlm_jj_add(vlm_jlex_t *lx, vlm_jnodes_t *l, size_t *cap, vlm_jnode_t *n)
+{
+    vlm_jnode_t  **v;
+
+    if (l->n == *cap) {
+        *cap = *cap ? *cap * 2 : 4;
+        v = vlm_jj_alloc(lx->arena, *cap * sizeof(vlm_jnode_t *));
+        if (v == NULL) {
+            return vlm_error_set(lx->err, VLM_ERR_NOMEM, "no memory");
+        }
+
+        if (l->n) {
+            memcpy(v, l->v, l->n * sizeof(vlm_jnode_t *));
+        }
+
+        l->v = v;
+    }
+
+    l->v[l->n++] = n;
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_jj_add_name(vlm_jlex_t *lx, vlm_jnode_t *n, size_t *cap,
+    const char *s, size_t len)
+{
+    size_t        *lens;
+    const char   **names;
+
+    if (n->n_names == *cap) {
+        *cap = *cap ? *cap * 2 : 4;
+        names = vlm_jj_alloc(lx->arena, *cap * sizeof(char *));
+        lens = vlm_jj_alloc(lx->arena, *cap * sizeof(size_t));
+        if (names == NULL || lens == NULL) {
+            return vlm_error_set(lx->err, VLM_ERR_NOMEM, "no memory");
+        }
+
+        if (n->n_names) {
+            memcpy(names, n->names, n->n_names * sizeof(char *));
+            memcpy(lens, n->name_lens, n->n_names * sizeof(size_t));
+        }
+
+        n->names = names;
+        n->name_lens = lens;
+    }
+
+    n->names[n->n_names] = s;
+    n->name_lens[n->n_names++] = len;
+
+    return VLM_OK;
+}
+
+
+static const char *
+vlm_jj_tok_text(const vlm_jtok_t *t)
+{
+    switch (t->kind) {
+    case VLM_JK_EOF: return "end of template";
+    case VLM_JK_DATA: return "text";
+    case VLM_JK_VAR_BEGIN: return "'{{'";
+    case VLM_JK_VAR_END: return "'}}'";
+    case VLM_JK_BLOCK_BEGIN: return "'{%'";
+    case VLM_JK_BLOCK_END: return "'%}'";
+    case VLM_JK_NAME: return "a name";
+    case VLM_JK_STRING: return "a string";
+    case VLM_JK_INT: case VLM_JK_FLOAT: return "a number";
+    default: return t->s;
+    }
+}
+
+
+static vlm_status_t
+vlm_jj_expect_op(vlm_jlex_t *lx, const char *op)
+{
+    vlm_jtok_t  *t;
+
+    t = vlm_jj_tok(lx);
+
+    if (!vlm_jj_is_op(t, op)) {
+        return vlm_jj_syntax(lx, t->line, "expected '%s', found %s", op,
+                             vlm_jj_tok_text(t));
+    }
+
+    lx->at++;
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_jj_expect(vlm_jlex_t *lx, vlm_jk_t kind, const char *what)
+{
+    vlm_jtok_t  *t;
+
+    t = vlm_jj_tok(lx);
+
+    if (t->kind != kind) {
+        return vlm_jj_syntax(lx, t->line, "expected %s, found %s", what,
+                             vlm_jj_tok_text(t));
+    }
+
+    lx->at++;
+
+    return VLM_OK;
+}
+
+
+static vlm_jnode_t *vlm_jj_expr(vlm_jlex_t *lx);
+static vlm_jnode_t *vlm_jj_unary(vlm_jlex_t *lx, int with_filter);
+
+
+#define VLM_JJ_TRY(e)  do { if ((e) != VLM_OK) return NULL; } while (0)
+#define VLM_JJ_NEED(n) do { if ((n) == NULL) return NULL; } while (0)
+
+
+/* (args, name=kwargs) after the '(' */
+static vlm_status_t
+vlm_jj_args(vlm_jlex_t *lx, vlm_jnode_t *n)
+{
+    size_t        cap1, cap2, capn;
+    vlm_jtok_t   *t;
+    vlm_jnode_t  *e;
+
+    cap1 = cap2 = capn = 0;
+
+    while (!vlm_jj_is_op(vlm_jj_tok(lx), ")")) {
+        t = vlm_jj_tok(lx);
+
+        if (t->kind == VLM_JK_NAME && vlm_jj_is_op(vlm_jj_peek(lx, 1), "="))
+        {
+            lx->at += 2;
+            e = vlm_jj_expr(lx);
+
+            if (e == NULL
+                || vlm_jj_add_name(lx, n, &capn, t->s, t->len) != VLM_OK
+                || vlm_jj_add(lx, &n->kids2, &cap2, e) != VLM_OK)
+            {
+                return VLM_ERR_FORMAT;
+            }
+
+        } else {
+            if (n->n_names) {
+                return vlm_jj_syntax(lx, t->line, "positional argument "
+                                     "after a keyword argument");
+            }
+
+            e = vlm_jj_expr(lx);
+
+            if (e == NULL || vlm_jj_add(lx, &n->kids, &cap1, e) != VLM_OK) {
+                return VLM_ERR_FORMAT;
+            }
+        }
+
+        if (!vlm_jj_is_op(vlm_jj_tok(lx), ",")) {
+            break;
+        }
+
+        lx->at++;
+    }
+
+    return vlm_jj_expect_op(lx, ")");
+}
+
+
+static vlm_jnode_t *
+vlm_jj_primary(vlm_jlex_t *lx)
+{
+    size_t        cap, cap2, total;
+    char         *s;
+    vlm_jtok_t   *t, *u;
+    vlm_jnode_t  *n, *e;
+
+    t = vlm_jj_tok(lx);
+
+    if (t->kind == VLM_JK_NAME) {
+        n = vlm_jj_node(lx, VLM_JN_LIT);
+        VLM_JJ_NEED(n);
+        lx->at++;
+
+        if (vlm_jj_is_name(t, "true") || vlm_jj_is_name(t, "True")) {
+            n->lit.type = VLM_JV_BOOL;
+            n->lit.u.i = 1;
+
+        } else if (vlm_jj_is_name(t, "false")
+                   || vlm_jj_is_name(t, "False"))
+        {
+            n->lit.type = VLM_JV_BOOL;
+
+        } else if (vlm_jj_is_name(t, "none") || vlm_jj_is_name(t, "None")) {
+            n->lit.type = VLM_JV_NONE;
+
+        } else {
+            n->kind = VLM_JN_NAME;
+            n->name = t->s;
+            n->name_len = t->len;
+        }
+
+        return n;
+    }
+
+    if (t->kind == VLM_JK_STRING) {
+        n = vlm_jj_node(lx, VLM_JN_LIT);
+        VLM_JJ_NEED(n);
+
+        /* adjacent literals are one string */
+        total = 0;
+        for (u = t; u->kind == VLM_JK_STRING; u++) {
+            total += u->len;
+        }
+
+        if (u == t + 1) {
+            s = (char *) t->s;
+            lx->at++;
+
+        } else {
+            s = vlm_jj_alloc(lx->arena, total + 1);
+            if (s == NULL) {
+                vlm_error_set(lx->err, VLM_ERR_NOMEM, "no memory");
+                return NULL;
+            }
+
+            total = 0;
+            for (u = t; u->kind == VLM_JK_STRING; u++) {
+                memcpy(s + total, u->s, u->len);
+                total += u->len;
+                lx->at++;
+            }
+
+            s[total] = '\0';
+        }
+
+        n->lit.type = VLM_JV_STR;
+        n->lit.u.s = s;
+        n->lit.len = (u == t + 1) ? t->len : total;
+
+        return n;
+    }
+
+    if (t->kind == VLM_JK_INT || t->kind == VLM_JK_FLOAT) {
+        n = vlm_jj_node(lx, VLM_JN_LIT);
+        VLM_JJ_NEED(n);
+        lx->at++;
+
+        if (t->kind == VLM_JK_INT) {
+            n->lit.type = VLM_JV_INT;
+            n->lit.u.i = t->i;
+        } else {
+            n->lit.type = VLM_JV_FLOAT;
+            n->lit.u.f = t->f;
+        }
+
+        return n;
+    }
+
+    if (vlm_jj_is_op(t, "(")) {
+        lx->at++;
+
+        if (vlm_jj_is_op(vlm_jj_tok(lx), ")")) {
+            lx->at++;
+            return vlm_jj_node(lx, VLM_JN_LIST);
+        }
+
+        e = vlm_jj_expr(lx);
+        VLM_JJ_NEED(e);
+
+        if (vlm_jj_is_op(vlm_jj_tok(lx), ",")) {
+            /* a tuple: a list here */
+            n = vlm_jj_node(lx, VLM_JN_LIST);
+            VLM_JJ_NEED(n);
+            cap = 0;
+            VLM_JJ_TRY(vlm_jj_add(lx, &n->kids, &cap, e));
+
+            while (vlm_jj_is_op(vlm_jj_tok(lx), ",")) {
+                lx->at++;
+
+                if (vlm_jj_is_op(vlm_jj_tok(lx), ")")) {
+                    break;
+                }
+
+                e = vlm_jj_expr(lx);
+                VLM_JJ_NEED(e);
+                VLM_JJ_TRY(vlm_jj_add(lx, &n->kids, &cap, e));
+            }
+
+            e = n;
+        }
+
+        VLM_JJ_TRY(vlm_jj_expect_op(lx, ")"));
+
+        return e;
+    }
+
+    if (vlm_jj_is_op(t, "[")) {
+        lx->at++;
+        n = vlm_jj_node(lx, VLM_JN_LIST);
+        VLM_JJ_NEED(n);
+        cap = 0;
+
+        while (!vlm_jj_is_op(vlm_jj_tok(lx), "]")) {
+            e = vlm_jj_expr(lx);
+            VLM_JJ_NEED(e);
+            VLM_JJ_TRY(vlm_jj_add(lx, &n->kids, &cap, e));
+
+            if (!vlm_jj_is_op(vlm_jj_tok(lx), ",")) {
+                break;
+            }
+
+            lx->at++;
+        }
+
+        VLM_JJ_TRY(vlm_jj_expect_op(lx, "]"));
+
+        return n;
+    }
+
+    if (vlm_jj_is_op(t, "{")) {
+        lx->at++;
+        n = vlm_jj_node(lx, VLM_JN_DICT);
+        VLM_JJ_NEED(n);
+        cap = cap2 = 0;
+
+        while (!vlm_jj_is_op(vlm_jj_tok(lx), "}")) {
+            e = vlm_jj_expr(lx);
+            VLM_JJ_NEED(e);
+            VLM_JJ_TRY(vlm_jj_add(lx, &n->kids, &cap, e));
+            VLM_JJ_TRY(vlm_jj_expect_op(lx, ":"));
+            e = vlm_jj_expr(lx);
+            VLM_JJ_NEED(e);
+            VLM_JJ_TRY(vlm_jj_add(lx, &n->kids2, &cap2, e));
+
+            if (!vlm_jj_is_op(vlm_jj_tok(lx), ",")) {
+                break;
+            }
+
+            lx->at++;
+        }
+
+        VLM_JJ_TRY(vlm_jj_expect_op(lx, "}"));
+
+        return n;
+    }
+
+    vlm_jj_syntax(lx, t->line, "unexpected %s", vlm_jj_tok_text(t));
+
+    return NULL;
+}
+
+
+static vlm_jnode_t *
+vlm_jj_postfix(vlm_jlex_t *lx, vlm_jnode_t *n)
+{
+    int           k;
+    vlm_jtok_t   *t;
+    vlm_jnode_t  *m, *parts[3];
+
+    for ( ;; ) {
+        t = vlm_jj_tok(lx);
+
+        if (vlm_jj_is_op(t, ".")) {
+            lx->at++;
+            t = vlm_jj_tok(lx);
+
+            if (t->kind == VLM_JK_INT) {
+                /* foo.0 is foo[0] */
+                m = vlm_jj_node(lx, VLM_JN_ITEM);
+                VLM_JJ_NEED(m);
+                m->b = vlm_jj_node(lx, VLM_JN_LIT);
+                VLM_JJ_NEED(m->b);
+                m->b->lit.type = VLM_JV_INT;
+                m->b->lit.u.i = t->i;
+
+            } else if (t->kind == VLM_JK_NAME) {
+                m = vlm_jj_node(lx, VLM_JN_ATTR);
+                VLM_JJ_NEED(m);
+                m->name = t->s;
+                m->name_len = t->len;
+
+            } else {
+                vlm_jj_syntax(lx, t->line, "expected a name after '.'");
+                return NULL;
+            }
+
+            lx->at++;
+            m->a = n;
+            n = m;
+            continue;
+        }
+
+        if (vlm_jj_is_op(t, "[")) {
+            lx->at++;
+            parts[0] = parts[1] = parts[2] = NULL;
+            k = 0;
+
+            for ( ;; ) {
+                t = vlm_jj_tok(lx);
+
+                if (!vlm_jj_is_op(t, ":") && !vlm_jj_is_op(t, "]")) {
+                    parts[k] = vlm_jj_expr(lx);
+                    VLM_JJ_NEED(parts[k]);
+                }
+
+                if (!vlm_jj_is_op(vlm_jj_tok(lx), ":") || k == 2) {
+                    break;
+                }
+
+                lx->at++;
+                k++;
+            }
+
+            VLM_JJ_TRY(vlm_jj_expect_op(lx, "]"));
+
+            if (k == 0) {
+                if (parts[0] == NULL) {
+                    vlm_jj_syntax(lx, t->line, "empty subscript");
+                    return NULL;
+                }
+
+                m = vlm_jj_node(lx, VLM_JN_ITEM);
+                VLM_JJ_NEED(m);
+                m->b = parts[0];
+
+            } else {
+                m = vlm_jj_node(lx, VLM_JN_SLICE);
+                VLM_JJ_NEED(m);
+                m->kids.v = vlm_jj_alloc(lx->arena, 3 * sizeof(void *));
+                if (m->kids.v == NULL) {
+                    vlm_error_set(lx->err, VLM_ERR_NOMEM, "no memory");
+                    return NULL;
+                }
+
+                memcpy(m->kids.v, parts, sizeof(parts));
+                m->kids.n = 3;
+            }
+
+            m->a = n;
+            n = m;
+            continue;
+        }
+
+        if (vlm_jj_is_op(t, "(")) {
+            lx->at++;
+            m = vlm_jj_node(lx, VLM_JN_CALL);
+            VLM_JJ_NEED(m);
+            m->a = n;
+            VLM_JJ_TRY(vlm_jj_args(lx, m));
+            n = m;
+            continue;
+        }
+
+        return n;
+    }
+}
+
+
+/* | filter(args) and "is [not] test(args)" */
+static vlm_jnode_t *
+vlm_jj_filters(vlm_jlex_t *lx, vlm_jnode_t *n)
+{
+    size_t        cap;
+    vlm_jtok_t   *t;
+    vlm_jnode_t  *m, *e;
+
+    for ( ;; ) {
+        t = vlm_jj_tok(lx);
+
+        if (vlm_jj_is_op(t, "|")) {
+            lx->at++;
+            m = vlm_jj_node(lx, VLM_JN_FILTER);
+
+        } else if (vlm_jj_is_name(t, "is")) {
+            lx->at++;
+            m = vlm_jj_node(lx, VLM_JN_TEST);
+
+            if (m != NULL && vlm_jj_is_name(vlm_jj_tok(lx), "not")) {
+                m->neg = 1;
+                lx->at++;
+            }
+
+        } else {
+            return n;
+        }
+
+        VLM_JJ_NEED(m);
+        t = vlm_jj_tok(lx);
+
+        if (t->kind != VLM_JK_NAME) {
+            vlm_jj_syntax(lx, t->line, "expected a %s name",
+                          m->kind == VLM_JN_FILTER ? "filter" : "test");
+            return NULL;
+        }
+
+        lx->at++;
+
+        /* dotted names are one name (none of ours has a dot) */
+        m->name = t->s;
+        m->name_len = t->len;
+        m->a = n;
+
+        t = vlm_jj_tok(lx);
+
+        if (vlm_jj_is_op(t, "(")) {
+            lx->at++;
+            VLM_JJ_TRY(vlm_jj_args(lx, m));
+
+        } else if (m->kind == VLM_JN_TEST
+                   && (t->kind == VLM_JK_STRING || t->kind == VLM_JK_INT
+                       || t->kind == VLM_JK_FLOAT
+                       || (t->kind == VLM_JK_NAME
+                           && !vlm_jj_is_name(t, "and")
+                           && !vlm_jj_is_name(t, "or")
+                           && !vlm_jj_is_name(t, "else")
+                           && !vlm_jj_is_name(t, "if")
+                           && !vlm_jj_is_name(t, "in")
+                           && !vlm_jj_is_name(t, "is")
+                           && !vlm_jj_is_name(t, "not"))))
+        {
+            /* "is divisibleby 3", "is sameas none" */
+            cap = 0;
+            e = vlm_jj_unary(lx, 0);
+            VLM_JJ_NEED(e);
+            VLM_JJ_TRY(vlm_jj_add(lx, &m->kids, &cap, e));
+        }
+
+        n = m;
+    }
+}
+
+
+static vlm_jnode_t *
+vlm_jj_unary(vlm_jlex_t *lx, int with_filter)
+{
+    vlm_jtok_t   *t;
+    vlm_jnode_t  *n, *m;
+
+    t = vlm_jj_tok(lx);
+
+    if (++lx->depth > VLM_JJ_MAX_DEPTH) {
+        vlm_error_set(lx->err, VLM_ERR_LIMIT, "chat template line %u: "
+                      "expressions nested too deep", t->line);
+        return NULL;
+    }
+
+    if (vlm_jj_is_op(t, "-") || vlm_jj_is_op(t, "+")) {
+        lx->at++;
+        m = vlm_jj_node(lx, t->s[0] == '-' ? VLM_JN_NEG : VLM_JN_POS);
+        VLM_JJ_NEED(m);
+        m->a = vlm_jj_unary(lx, 0);
+        VLM_JJ_NEED(m->a);
+        n = m;
+
+    } else {
+        n = vlm_jj_primary(lx);
+        VLM_JJ_NEED(n);
+        n = vlm_jj_postfix(lx, n);
+        VLM_JJ_NEED(n);
+    }
+
+    if (with_filter) {
+        n = vlm_jj_filters(lx, n);
+    }
+
+    lx->depth--;
+
+    return n;
+}
+
+
+static vlm_jnode_t *
+vlm_jj_binary(vlm_jlex_t *lx, vlm_jnode_t *a, vlm_jo_t op,
+    vlm_jnode_t *(*next)(vlm_jlex_t *))
+{
+    vlm_jnode_t  *n;
+
+    VLM_JJ_NEED(a);
+    lx->at++;
+    n = vlm_jj_node(lx, VLM_JN_BIN);
+    VLM_JJ_NEED(n);
+    n->op = (uint8_t) op;
+    n->a = a;
+    n->b = next(lx);
+    VLM_JJ_NEED(n->b);
+
+    return n;
+}
+
+
+static vlm_jnode_t *
+vlm_jj_unary1(vlm_jlex_t *lx)
+{
+    return vlm_jj_unary(lx, 1);
+}
+
+
+static vlm_jnode_t *
+vlm_jj_pow(vlm_jlex_t *lx)
+{
+    vlm_jnode_t  *n;
+
+    n = vlm_jj_unary(lx, 1);
+
+    while (n != NULL && vlm_jj_is_op(vlm_jj_tok(lx), "**")) {
+        n = vlm_jj_binary(lx, n, VLM_JO_POW, vlm_jj_unary1);
+    }
+
+    return n;
+}
+
+
+static vlm_jnode_t *
+vlm_jj_math2(vlm_jlex_t *lx)
+{
+    vlm_jtok_t   *t;
+    vlm_jnode_t  *n;
+
+    n = vlm_jj_pow(lx);
+
+    for ( ;; ) {
+        VLM_JJ_NEED(n);
+        t = vlm_jj_tok(lx);
+
+        if (vlm_jj_is_op(t, "*")) {
+            n = vlm_jj_binary(lx, n, VLM_JO_MUL, vlm_jj_pow);
+        } else if (vlm_jj_is_op(t, "/")) {
+            n = vlm_jj_binary(lx, n, VLM_JO_DIV, vlm_jj_pow);
+        } else if (vlm_jj_is_op(t, "//")) {
+            n = vlm_jj_binary(lx, n, VLM_JO_FLOORDIV, vlm_jj_pow);
+        } else if (vlm_jj_is_op(t, "%")) {
+            n = vlm_jj_binary(lx, n, VLM_JO_MOD, vlm_jj_pow);
+        } else {
+            return n;
+        }
+    }
+}
+
+
+static vlm_jnode_t *
+vlm_jj_tilde(vlm_jlex_t *lx)
+{
+    vlm_jnode_t  *n;
+
+    n = vlm_jj_math2(lx);
+
+    while (n != NULL && vlm_jj_is_op(vlm_jj_tok(lx), "~")) {
+        n = vlm_jj_binary(lx, n, VLM_JO_CONCAT, vlm_jj_math2);
+    }
+
+    return n;
+}
+
+
+static vlm_jnode_t *
+vlm_jj_math1(vlm_jlex_t *lx)
+{
+    vlm_jtok_t   *t;
+    vlm_jnode_t  *n;
+
+    n = vlm_jj_tilde(lx);
+
+    for ( ;; ) {
+        VLM_JJ_NEED(n);
+        t = vlm_jj_tok(lx);
+
+        if (vlm_jj_is_op(t, "+")) {
+            n = vlm_jj_binary(lx, n, VLM_JO_ADD, vlm_jj_tilde);
+        } else if (vlm_jj_is_op(t, "-")) {
+            n = vlm_jj_binary(lx, n, VLM_JO_SUB, vlm_jj_tilde);
+        } else {
+            return n;
+        }
+    }
+}
+
+
+static vlm_jnode_t *
+vlm_jj_compare(vlm_jlex_t *lx)
+{
+    int           op;
+    size_t        cap, opcap;
+    uint8_t      *ops;
+    vlm_jtok_t   *t;
+    vlm_jnode_t  *n, *c, *e;
+
+    n = vlm_jj_math1(lx);
+    VLM_JJ_NEED(n);
+    c = NULL;
+    cap = opcap = 0;
+
+    for ( ;; ) {
+        t = vlm_jj_tok(lx);
+        op = -1;
+
+        if (vlm_jj_is_op(t, "==")) {
+            op = VLM_JO_EQ;
+        } else if (vlm_jj_is_op(t, "!=")) {
+            op = VLM_JO_NE;
+        } else if (vlm_jj_is_op(t, "<")) {
+            op = VLM_JO_LT;
+        } else if (vlm_jj_is_op(t, "<=")) {
+            op = VLM_JO_LE;
+        } else if (vlm_jj_is_op(t, ">")) {
+            op = VLM_JO_GT;
+        } else if (vlm_jj_is_op(t, ">=")) {
+            op = VLM_JO_GE;
+        } else if (vlm_jj_is_name(t, "in")) {
+            op = VLM_JO_IN;
+        } else if (vlm_jj_is_name(t, "not")
+                   && vlm_jj_is_name(vlm_jj_peek(lx, 1), "in"))
+        {
+            op = VLM_JO_NOTIN;
+            lx->at++;
+        }
+
+        if (op < 0) {
+            return c ? c : n;
+        }
+
+        lx->at++;
+
+        if (c == NULL) {
+            c = vlm_jj_node(lx, VLM_JN_CMP);
+            VLM_JJ_NEED(c);
+            c->a = n;
+        }
+
+        e = vlm_jj_math1(lx);
+        VLM_JJ_NEED(e);
+        VLM_JJ_TRY(vlm_jj_add(lx, &c->kids, &cap, e));
+
+        if (c->kids.n > opcap) {
+            opcap = opcap ? opcap * 2 : 4;
+            ops = vlm_jj_alloc(lx->arena, opcap);
+            if (ops == NULL) {
+                vlm_error_set(lx->err, VLM_ERR_NOMEM, "no memory");
+                return NULL;
+            }
+
+            if (c->ops) {
+                memcpy(ops, c->ops, c->kids.n - 1);
+            }
+
+            c->ops = ops;
+        }
+
+        c->ops[c->kids.n - 1] = (uint8_t) op;
+    }
+}
+
+
+static vlm_jnode_t *
+vlm_jj_not(vlm_jlex_t *lx)
+{
+    vlm_jnode_t  *n;
+
+    if (vlm_jj_is_name(vlm_jj_tok(lx), "not")) {
+        lx->at++;
+
+        if (++lx->depth > VLM_JJ_MAX_DEPTH) {
+            vlm_error_set(lx->err, VLM_ERR_LIMIT, "chat template line %u: "
+                          "expressions nested too deep",
+                          vlm_jj_tok(lx)->line);
+            return NULL;
+        }
+
+        n = vlm_jj_node(lx, VLM_JN_NOT);
+        VLM_JJ_NEED(n);
+        n->a = vlm_jj_not(lx);
+        VLM_JJ_NEED(n->a);
+        lx->depth--;
+
+        return n;
+    }
+
+    return vlm_jj_compare(lx);
+}
+
+
+static vlm_jnode_t *
+vlm_jj_and(vlm_jlex_t *lx)
+{
+    vlm_jnode_t  *n, *m;
+
+    n = vlm_jj_not(lx);
+
+    while (n != NULL && vlm_jj_is_name(vlm_jj_tok(lx), "and")) {
+        lx->at++;
+        m = vlm_jj_node(lx, VLM_JN_AND);
+        VLM_JJ_NEED(m);
+        m->a = n;
+        m->b = vlm_jj_not(lx);
+        VLM_JJ_NEED(m->b);
+        n = m;
+    }
+
+    return n;
+}
+
+
+static vlm_jnode_t *
+vlm_jj_or(vlm_jlex_t *lx)
+{
+    vlm_jnode_t  *n, *m;
+
+    n = vlm_jj_and(lx);
+
+    while (n != NULL && vlm_jj_is_name(vlm_jj_tok(lx), "or")) {
+        lx->at++;
+        m = vlm_jj_node(lx, VLM_JN_OR);
+        VLM_JJ_NEED(m);
+        m->a = n;
+        m->b = vlm_jj_and(lx);
+        VLM_JJ_NEED(m->b);
+        n = m;
+    }
+
+    return n;
+}
+
+
+static vlm_jnode_t *
+vlm_jj_expr(vlm_jlex_t *lx)
+{
+    vlm_jnode_t  *n, *m;
+
+    if (++lx->depth > VLM_JJ_MAX_DEPTH) {
+        vlm_error_set(lx->err, VLM_ERR_LIMIT, "chat template line %u: "
+                      "expressions nested too deep", vlm_jj_tok(lx)->line);
+        return NULL;
+    }
+
+    n = vlm_jj_or(lx);
+
+    while (n != NULL && vlm_jj_is_name(vlm_jj_tok(lx), "if")) {
+        lx->at++;
+        m = vlm_jj_node(lx, VLM_JN_COND);
+        VLM_JJ_NEED(m);
+        m->a = n;
+        m->b = vlm_jj_or(lx);
+        VLM_JJ_NEED(m->b);
+
+        if (vlm_jj_is_name(vlm_jj_tok(lx), "else")) {
+            lx->at++;
+            m->c = vlm_jj_expr(lx);
+            VLM_JJ_NEED(m->c);
+        }
+
+        n = m;
+    }
+
+    lx->depth--;
+
+    return n;
+}
+
+
+static vlm_status_t vlm_jj_body(vlm_jlex_t *lx, vlm_jnodes_t *body,
+    const char *const *stops, const vlm_jtok_t **stop);
+
+
+static vlm_status_t
+vlm_jj_block_end(vlm_jlex_t *lx)
+{
+    return vlm_jj_expect(lx, VLM_JK_BLOCK_END, "'%}'");
+}
+
+
+static vlm_status_t
+vlm_jj_stmt_if(vlm_jlex_t *lx, vlm_jnode_t *n)
+{
+    vlm_jnode_t       *elif;
+    const vlm_jtok_t  *stop;
+
+    static const char *const  stops[] = { "elif", "else", "endif", NULL };
+    static const char *const  ends[] = { "endif", NULL };
+
+    n->a = vlm_jj_expr(lx);
+
+    if (n->a == NULL || vlm_jj_block_end(lx) != VLM_OK
+        || vlm_jj_body(lx, &n->kids, stops, &stop) != VLM_OK)
+    {
+        return VLM_ERR_FORMAT;
+    }
+
+    if (vlm_jj_is_name(stop, "elif")) {
+        elif = vlm_jj_node(lx, VLM_JN_IF);
+        n->kids2.v = vlm_jj_alloc(lx->arena, sizeof(void *));
+
+        if (elif == NULL || n->kids2.v == NULL) {
+            return vlm_error_set(lx->err, VLM_ERR_NOMEM, "no memory");
+        }
+
+        n->kids2.v[0] = elif;
+        n->kids2.n = 1;
+
+        return vlm_jj_stmt_if(lx, elif);
+    }
+
+    if (vlm_jj_is_name(stop, "else")) {
+        if (vlm_jj_block_end(lx) != VLM_OK
+            || vlm_jj_body(lx, &n->kids2, ends, &stop) != VLM_OK)
+        {
+            return VLM_ERR_FORMAT;
+        }
+    }
+
+    return vlm_jj_block_end(lx);
+}
+
+
+static vlm_status_t
+vlm_jj_stmt_for(vlm_jlex_t *lx, vlm_jnode_t *n)
+{
+    size_t             cap;
+    vlm_jtok_t        *t;
+    const vlm_jtok_t  *stop;
+
+    static const char *const  stops[] = { "else", "endfor", NULL };
+    static const char *const  ends[] = { "endfor", NULL };
+
+    cap = 0;
+
+    for ( ;; ) {
+        t = vlm_jj_tok(lx);
+
+        if (t->kind != VLM_JK_NAME) {
+            return vlm_jj_syntax(lx, t->line, "expected a loop variable");
+        }
+
+        if (vlm_jj_add_name(lx, n, &cap, t->s, t->len) != VLM_OK) {
+            return VLM_ERR_NOMEM;
+        }
+
+        lx->at++;
+
+        if (!vlm_jj_is_op(vlm_jj_tok(lx), ",")) {
+            break;
+        }
+
+        lx->at++;
+    }
+
+    t = vlm_jj_tok(lx);
+
+    if (!vlm_jj_is_name(t, "in")) {
+        return vlm_jj_syntax(lx, t->line, "expected 'in' in a for loop");
+    }
+
+    lx->at++;
+    n->a = vlm_jj_or(lx);
+    if (n->a == NULL) {
+        return VLM_ERR_FORMAT;
+    }
+
+    if (vlm_jj_is_name(vlm_jj_tok(lx), "if")) {
+        lx->at++;
+        n->b = vlm_jj_expr(lx);
+        if (n->b == NULL) {
+            return VLM_ERR_FORMAT;
+        }
+    }
+
+    if (vlm_jj_is_name(vlm_jj_tok(lx), "recursive")) {
+        return vlm_jj_syntax(lx, t->line, "recursive loops are not "
+                             "supported");
+    }
+
+    if (vlm_jj_block_end(lx) != VLM_OK
+        || vlm_jj_body(lx, &n->kids, stops, &stop) != VLM_OK)
+    {
+        return VLM_ERR_FORMAT;
+    }
+
+    if (vlm_jj_is_name(stop, "else")) {
+        if (vlm_jj_block_end(lx) != VLM_OK
+            || vlm_jj_body(lx, &n->kids2, ends, &stop) != VLM_OK)
+        {
+            return VLM_ERR_FORMAT;
+        }
+    }
+
+    return vlm_jj_block_end(lx);
+}
+
+
+static vlm_status_t
+vlm_jj_stmt_set(vlm_jlex_t *lx, vlm_jnode_t *n)
+{
+    vlm_jtok_t        *t;
+    const vlm_jtok_t  *stop;
+
+    static const char *const  ends[] = { "endset", NULL };
+
+    t = vlm_jj_tok(lx);
+
+    if (t->kind != VLM_JK_NAME) {
+        return vlm_jj_syntax(lx, t->line, "expected a name after 'set'");
+    }
+
+    n->name = t->s;
+    n->name_len = t->len;
+    lx->at++;
+
+    if (vlm_jj_is_op(vlm_jj_tok(lx), ".")) {
+        lx->at++;
+        t = vlm_jj_tok(lx);
+
+        if (t->kind != VLM_JK_NAME) {
+            return vlm_jj_syntax(lx, t->line, "expected an attribute name");
+        }
+
+        n->attr = t->s;
+        n->attr_len = t->len;
+        lx->at++;
+    }
+
+    t = vlm_jj_tok(lx);
+
+    if (t->kind == VLM_JK_BLOCK_END && n->attr == NULL) {
+        n->kind = VLM_JN_SET_BLOCK;
+        lx->at++;
+
+        if (vlm_jj_body(lx, &n->kids, ends, &stop) != VLM_OK) {
+            return VLM_ERR_FORMAT;
+        }
+
+        return vlm_jj_block_end(lx);
+    }
+
+    if (vlm_jj_expect_op(lx, "=") != VLM_OK) {
+        return VLM_ERR_FORMAT;
+    }
+
+    n->a = vlm_jj_expr(lx);
+    if (n->a == NULL) {
+        return VLM_ERR_FORMAT;
+    }
+
+    return vlm_jj_block_end(lx);
+}
+
+
+/* (a, b=default) of a macro or a call block */
+static vlm_status_t
+vlm_jj_params(vlm_jlex_t *lx, vlm_jnode_t *n)
+{
+    size_t        cap, cap2;
+    vlm_jtok_t   *t;
+    vlm_jnode_t  *d;
+
+    cap = cap2 = 0;
+
+    if (vlm_jj_expect_op(lx, "(") != VLM_OK) {
+        return VLM_ERR_FORMAT;
+    }
+
+    while (!vlm_jj_is_op(vlm_jj_tok(lx), ")")) {
+        t = vlm_jj_tok(lx);
+
+        if (t->kind != VLM_JK_NAME) {
+            return vlm_jj_syntax(lx, t->line, "expected a parameter name");
+        }
+
+        lx->at++;
+        d = NULL;
+
+        if (vlm_jj_is_op(vlm_jj_tok(lx), "=")) {
+            lx->at++;
+            d = vlm_jj_expr(lx);
+            if (d == NULL) {
+                return VLM_ERR_FORMAT;
+            }
+        }
+
+        if (vlm_jj_add_name(lx, n, &cap, t->s, t->len) != VLM_OK
+            || vlm_jj_add(lx, &n->kids2, &cap2, d) != VLM_OK)
+        {
+            return VLM_ERR_NOMEM;
+        }
+
+        if (!vlm_jj_is_op(vlm_jj_tok(lx), ",")) {
+            break;
+        }
+
+        lx->at++;
+    }
+
+    return vlm_jj_expect_op(lx, ")");
+}
+
+
+static vlm_status_t
+vlm_jj_stmt_macro(vlm_jlex_t *lx, vlm_jnode_t *n)
+{
+    vlm_jtok_t        *t;
+    const vlm_jtok_t  *stop;
+
+    static const char *const  ends[] = { "endmacro", NULL };
+
+    t = vlm_jj_tok(lx);
+
+    if (t->kind != VLM_JK_NAME) {
+        return vlm_jj_syntax(lx, t->line, "expected a macro name");
+    }
+
+    n->name = t->s;
+    n->name_len = t->len;
+    lx->at++;
+
+    if (vlm_jj_params(lx, n) != VLM_OK || vlm_jj_block_end(lx) != VLM_OK
+        || vlm_jj_body(lx, &n->kids, ends, &stop) != VLM_OK)
+    {
+        return VLM_ERR_FORMAT;
+    }
+
+    if (vlm_jj_tok(lx)->kind == VLM_JK_NAME) {
+        lx->at++;                       /* {% endmacro name %} */
+    }
+
+    return vlm_jj_block_end(lx);
+}
+
+
+static vlm_status_t
+vlm_jj_stmt_call(vlm_jlex_t *lx, vlm_jnode_t *n)
+{
+    vlm_jtok_t        *t;
+    const vlm_jtok_t  *stop;
+
+    static const char *const  ends[] = { "endcall", NULL };
+
+    if (vlm_jj_is_op(vlm_jj_tok(lx), "(")
+        && vlm_jj_params(lx, n) != VLM_OK)
+    {
+        return VLM_ERR_FORMAT;
+    }
+
+    t = vlm_jj_tok(lx);
+    n->a = vlm_jj_expr(lx);
+    if (n->a == NULL) {
+        return VLM_ERR_FORMAT;
+    }
+
+    if (n->a->kind != VLM_JN_CALL) {
+        return vlm_jj_syntax(lx, t->line, "expected a macro call after "
+                             "'call'");
+    }
+
+    if (vlm_jj_block_end(lx) != VLM_OK
+        || vlm_jj_body(lx, &n->kids, ends, &stop) != VLM_OK)
+    {
+        return VLM_ERR_FORMAT;
+    }
+
+    return vlm_jj_block_end(lx);
+}
+
+
+static vlm_status_t
+vlm_jj_stmt(vlm_jlex_t *lx, vlm_jnode_t **out)
+{
+    vlm_jtok_t        *t;
+    vlm_jnode_t       *n;
+    vlm_status_t       rc;
+    const vlm_jtok_t  *stop;
+
+    static const char *const  gen_ends[] = { "endgeneration", NULL };
+
+    t = vlm_jj_tok(lx);
+    *out = NULL;
+
+    if (t->kind != VLM_JK_NAME) {
+        return vlm_jj_syntax(lx, t->line, "expected a statement name, "
+                             "found %s", vlm_jj_tok_text(t));
+    }
+
+    if (++lx->depth > VLM_JJ_MAX_DEPTH) {
+        return vlm_error_set(lx->err, VLM_ERR_LIMIT, "chat template line "
+                             "%u: blocks nested too deep", t->line);
+    }
+
+    n = vlm_jj_node(lx, VLM_JN_IF);
+    if (n == NULL) {
+        return VLM_ERR_NOMEM;
+    }
+
+    lx->at++;
+
+    if (vlm_jj_is_name(t, "if")) {
+        rc = vlm_jj_stmt_if(lx, n);
+
+    } else if (vlm_jj_is_name(t, "for")) {
+        n->kind = VLM_JN_FOR;
+        rc = vlm_jj_stmt_for(lx, n);
+
+    } else if (vlm_jj_is_name(t, "set")) {
+        n->kind = VLM_JN_SET;
+        rc = vlm_jj_stmt_set(lx, n);
+
+    } else if (vlm_jj_is_name(t, "macro")) {
+        n->kind = VLM_JN_MACRO;
+        rc = vlm_jj_stmt_macro(lx, n);
+
+    } else if (vlm_jj_is_name(t, "call")) {
+        n->kind = VLM_JN_CALL_BLOCK;
+        rc = vlm_jj_stmt_call(lx, n);
+
+    } else if (vlm_jj_is_name(t, "break")
+               || vlm_jj_is_name(t, "continue"))
+    {
+        n->kind = (t->s[0] == 'b') ? VLM_JN_BREAK : VLM_JN_CONTINUE;
+        rc = vlm_jj_block_end(lx);
+
+    } else if (vlm_jj_is_name(t, "generation")) {
+        /* transformers' AssistantTracker: the body as it is */
+        n->kind = VLM_JN_BLOCK;
+        rc = vlm_jj_block_end(lx);
+
+        if (rc == VLM_OK) {
+            rc = vlm_jj_body(lx, &n->kids, gen_ends, &stop);
+        }
+
+        if (rc == VLM_OK) {
+            rc = vlm_jj_block_end(lx);
+        }
+
+    } else {
+        rc = vlm_jj_syntax(lx, t->line, "unknown statement '%.*s'",
+                           (int) t->len, t->s);
+    }
+
+    lx->depth--;
+    *out = n;
+
+    return rc;
+}
+
+
+/*
+ * Statements up to a block whose name is in stops (NULL: the end of the
+ * template); *stop is that name's token, the parser is past it.
+ */
+static vlm_status_t
+vlm_jj_body(vlm_jlex_t *lx, vlm_jnodes_t *body, const char *const *stops,
+    const vlm_jtok_t **stop)
+{
+    size_t             cap, k;
+    vlm_jtok_t        *t, *name;
+    vlm_jnode_t       *n;
+    vlm_status_t       rc;
+
+    cap = 0;
+    *stop = NULL;
+
+    for ( ;; ) {
+        t = vlm_jj_tok(lx);
+
+        switch (t->kind) {
+
+        case VLM_JK_EOF:
+            if (stops == NULL) {
+                return VLM_OK;
+            }
+
+            for (k = 0; stops[k + 1] != NULL; k++) {
+                /* the block's end is the last of its stops */
+            }
+
+            return vlm_jj_syntax(lx, t->line, "unexpected end of template, "
+                                 "expected '%s'", stops[k]);
+
+        case VLM_JK_DATA:
+            n = vlm_jj_node(lx, VLM_JN_DATA);
+            if (n == NULL) {
+                return VLM_ERR_NOMEM;
+            }
+
+            n->lit.type = VLM_JV_STR;
+            n->lit.u.s = t->s;
+            n->lit.len = t->len;
+            lx->at++;
+            break;
+
+        case VLM_JK_VAR_BEGIN:
+            lx->at++;
+            n = vlm_jj_node(lx, VLM_JN_OUTPUT);
+            if (n == NULL) {
+                return VLM_ERR_NOMEM;
+            }
+
+            n->a = vlm_jj_expr(lx);
+            if (n->a == NULL) {
+                return lx->err->status;
+            }
+
+            rc = vlm_jj_expect(lx, VLM_JK_VAR_END, "'}}'");
+            if (rc != VLM_OK) {
+                return rc;
+            }
+
+            break;
+
+        case VLM_JK_BLOCK_BEGIN:
+            name = vlm_jj_peek(lx, 1);
+
+            for (k = 0; stops != NULL && stops[k] != NULL; k++) {
+                if (vlm_jj_is_name(name, stops[k])) {
+                    lx->at += 2;
+                    *stop = name;
+                    return VLM_OK;
+                }
+            }
+
+            if (name->kind == VLM_JK_NAME
+                && (vlm_jj_is_name(name, "endif")
+                    || vlm_jj_is_name(name, "endfor")
+                    || vlm_jj_is_name(name, "else")
+                    || vlm_jj_is_name(name, "elif")
+                    || vlm_jj_is_name(name, "endset")
+                    || vlm_jj_is_name(name, "endmacro")
+                    || vlm_jj_is_name(name, "endcall")
+                    || vlm_jj_is_name(name, "endgeneration")))
+            {
+                return vlm_jj_syntax(lx, name->line, "unexpected '%.*s'",
+                                     (int) name->len, name->s);
+            }
+
+            lx->at++;
+            rc = vlm_jj_stmt(lx, &n);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+
+            break;
+
+        default:
+            return vlm_jj_syntax(lx, t->line, "unexpected %s",
+                                 vlm_jj_tok_text(t));
+        }
+
+        rc = vlm_jj_add(lx, body, &cap, n);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+    }
+}
+
+
+vlm_status_t
+vlm_jinja_parse(vlm_jinja_t **out, const char *src, size_t len,
+    vlm_error_t *err)
+{
+    char              *s;
+    size_t             i, n;
+    vlm_jlex_t         lx;
+    vlm_error_t        local;
+    vlm_status_t       rc;
+    vlm_jinja_t       *t;
+    const vlm_jtok_t  *stop;
+
+    *out = NULL;
+
+    if (err == NULL) {
+        err = &local;
+    }
+
+    t = calloc(1, sizeof(vlm_jinja_t));
+    if (t == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "no memory");
+    }
+
+    t->arena = vlm_jj_arena_new(VLM_JJ_PARSE_BYTES);
+    s = (t->arena && len < VLM_JJ_PARSE_BYTES / 8)
+        ? vlm_jj_alloc(t->arena, len + 1) : NULL;
+
+    if (s == NULL) {
+        vlm_jinja_free(t);
+        return vlm_error_set(err, VLM_ERR_NOMEM, "no memory for a chat "
+                             "template of %zu bytes", len);
+    }
+
+    /* newlines as Jinja reads them: \r\n and \r are \n, one final \n
+     * is dropped */
+    n = 0;
+
+    for (i = 0; i < len; i++) {
+        if (src[i] == '\r') {
+            s[n++] = '\n';
+            i += (i + 1 < len && src[i + 1] == '\n');
+            continue;
+        }
+
+        s[n++] = src[i];
+    }
+
+    if (n > 0 && s[n - 1] == '\n') {
+        n--;
+    }
+
+    s[n] = '\0';
+
+    memset(&lx, 0, sizeof(vlm_jlex_t));
+    lx.arena = t->arena;
+    lx.err = err;
+    lx.src = s;
+    lx.len = n;
+
+    rc = vlm_jj_lex(&lx);
+
+    if (rc == VLM_OK) {
+        rc = vlm_jj_body(&lx, &t->body, NULL, &stop);
+    }
+
+    if (rc != VLM_OK) {
+        vlm_jinja_free(t);
+        return err->status != VLM_OK ? err->status : rc;
+    }
+
+    *out = t;
+
+    return VLM_OK;
+}
+
+
+void
+vlm_jinja_free(vlm_jinja_t *tmpl)
+{
+    if (tmpl == NULL) {
+        return;
+    }
+
+    vlm_jj_arena_free(tmpl->arena);
+    free(tmpl);
+}
+
+
+/* rendering */
+
+#define VLM_JF_BREAK     1
+#define VLM_JF_CONTINUE  2
+
+#define VLM_JJ_FN_RANGE       1
+#define VLM_JJ_FN_NAMESPACE   2
+#define VLM_JJ_FN_RAISE       3
+#define VLM_JJ_FN_STRFTIME    4
+#define VLM_JJ_FN_DICT        5
+#define VLM_JJ_FN_CYCLE       6
+
+
+typedef struct vlm_jframe_s  vlm_jframe_t;
+
+struct vlm_jframe_s {
+    vlm_jframe_t    *parent;
+    vlm_jdict_t      vars;
+};
+
+
+typedef struct {
+    char            *buf;
+    uint8_t         *mask;
+    size_t           len;
+    size_t           cap;
+    unsigned         tainted;
+} vlm_jbuf_t;
+
+
+typedef struct {
+    vlm_jinja_arena_t         *arena;
+    vlm_error_t               *err;
+    const vlm_jinja_limits_t  *lim;
+    size_t                     steps;
+    unsigned                   depth;
+    unsigned                   flow;
+    vlm_jbuf_t                *out;
+    vlm_jframe_t              *root;
+    vlm_jframe_t              *frame;
+    vlm_jdict_t                client;
+    vlm_jdict_t                trusted;
+    uint32_t                   line;
+} vlm_jctx_t;
+
+
+typedef struct {
+    vlm_jv_t        *args;
+    size_t           n;
+    const char     **names;      /* keyword arguments */
+    size_t          *name_lens;
+    vlm_jv_t        *kw;
+    size_t           n_kw;
+} vlm_jargs_t;
+
+
+static vlm_status_t vlm_jj_eval(vlm_jctx_t *ctx, const vlm_jnode_t *n,
+    vlm_jv_t *v);
+static vlm_status_t vlm_jj_exec(vlm_jctx_t *ctx, const vlm_jnodes_t *body,
+    vlm_jframe_t *frame);
+static vlm_status_t vlm_jj_to_str(vlm_jctx_t *ctx, const vlm_jv_t *v,
+    vlm_jv_t *s);
+
+
+static vlm_status_t
+vlm_jj_fail(vlm_jctx_t *ctx, const char *fmt, ...)
+{
+    char     msg[VLM_ERROR_MSG_LEN];
+    va_list  ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+
+    return vlm_error_set(ctx->err, VLM_ERR_INVALID, "chat template line %u: "
+                         "%s", ctx->line, msg);
+}
+
+
+static vlm_status_t
+vlm_jj_nomem(vlm_jctx_t *ctx)
+{
+    return vlm_error_set(ctx->err, VLM_ERR_LIMIT, "chat template line %u: "
+                         "the render needs more than its %zu bytes of "
+                         "memory", ctx->line, ctx->lim->max_bytes);
+}
+
+
+static void *
+vlm_jj_ralloc(vlm_jctx_t *ctx, size_t n)
+{
+    return vlm_jj_alloc(ctx->arena, n ? n : 1);
+}
+
+
+static const char *
+vlm_jj_type_name(const vlm_jv_t *v)
+{
+    static const char  *names[] = {
+        "undefined", "none", "bool", "int", "float", "str", "list",
+        "dict", "namespace", "macro", "function", "method", "loop"
+    };
+
+    return names[v->type];
+}
+
+
+static void
+vlm_jj_set_str(vlm_jv_t *v, const char *s, size_t len, unsigned taint)
+{
+    memset(v, 0, sizeof(vlm_jv_t));
+    v->type = VLM_JV_STR;
+    v->u.s = s;
+    v->len = len;
+    v->taint = (uint8_t) taint;
+}
+
+
+static void
+vlm_jj_set_int(vlm_jv_t *v, int64_t i)
+{
+    memset(v, 0, sizeof(vlm_jv_t));
+    v->type = VLM_JV_INT;
+    v->u.i = i;
+}
+
+
+static void
+vlm_jj_set_bool(vlm_jv_t *v, int b)
+{
+    memset(v, 0, sizeof(vlm_jv_t));
+    v->type = VLM_JV_BOOL;
+    v->u.i = b != 0;
+}
+
+
+static uint8_t
+vlm_jj_taint_at(const vlm_jv_t *v, size_t i)
+{
+    return v->taint == VLM_JT_ALL ? 1
+           : v->taint == VLM_JT_MASK ? v->mask[i] : 0;
+}
+
+
+/* a substring of s keeps its taint */
+static void
+vlm_jj_substr(const vlm_jv_t *s, size_t off, size_t len, vlm_jv_t *out)
+{
+    vlm_jj_set_str(out, s->u.s + off, len, s->taint);
+
+    if (s->taint == VLM_JT_MASK) {
+        out->mask = s->mask + off;
+    }
+}
+
+
+/* growing lists and dicts in the render's arena */
+
+static vlm_jlist_t *
+vlm_jj_list_new(vlm_jctx_t *ctx, size_t cap)
+{
+    vlm_jlist_t  *l;
+
+    l = vlm_jj_ralloc(ctx, sizeof(vlm_jlist_t));
+    if (l == NULL) {
+        return NULL;
+    }
+
+    l->n = 0;
+    l->cap = cap;
+    l->items = vlm_jj_ralloc(ctx, cap * sizeof(vlm_jv_t));
+
+    return l->items ? l : NULL;
+}
+
+
+static vlm_status_t
+vlm_jj_list_push(vlm_jctx_t *ctx, vlm_jlist_t *l, const vlm_jv_t *v)
+{
+    vlm_jv_t  *items;
+
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 4;
+        items = vlm_jj_ralloc(ctx, l->cap * sizeof(vlm_jv_t));
+        if (items == NULL) {
+            return vlm_jj_nomem(ctx);
+        }
+
+        if (l->n) {
+            memcpy(items, l->items, l->n * sizeof(vlm_jv_t));
+        }
+
+        l->items = items;
+    }
+
+    l->items[l->n++] = *v;
+
+    return VLM_OK;
+}
+
+
+static vlm_jv_t *
+vlm_jj_dict_find(const vlm_jdict_t *d, const char *k, size_t len)
+{
+    size_t  i;
+
+    for (i = 0; i < d->n; i++) {
+        if (d->keys[i].len == len && d->keys[i].type == VLM_JV_STR
+            && memcmp(d->keys[i].u.s, k, len) == 0)
+        {
+            return &d->vals[i];
+        }
+    }
+
+    return NULL;
+}
+
+
+static int vlm_jj_eq(const vlm_jv_t *a, const vlm_jv_t *b);
+
+
+static vlm_jv_t *
+vlm_jj_dict_get(const vlm_jdict_t *d, const vlm_jv_t *k)
+{
+    size_t  i;
+
+    if (k->type == VLM_JV_STR) {
+        return vlm_jj_dict_find(d, k->u.s, k->len);
+    }
+
+    for (i = 0; i < d->n; i++) {
+        if (vlm_jj_eq(&d->keys[i], k)) {
+            return &d->vals[i];
+        }
+    }
+
+    return NULL;
+}
+
+
+static vlm_status_t
+vlm_jj_dict_set(vlm_jctx_t *ctx, vlm_jdict_t *d, const vlm_jv_t *k,
+    const vlm_jv_t *v)
+{
+    vlm_jv_t  *old, *keys, *vals;
+
+    old = vlm_jj_dict_get(d, k);
+
+    if (old != NULL) {
+        *old = *v;
+        return VLM_OK;
+    }
+
+    if (d->n == d->cap) {
+        d->cap = d->cap ? d->cap * 2 : 4;
+        keys = vlm_jj_ralloc(ctx, d->cap * sizeof(vlm_jv_t));
+        vals = vlm_jj_ralloc(ctx, d->cap * sizeof(vlm_jv_t));
+        if (keys == NULL || vals == NULL) {
+            return vlm_jj_nomem(ctx);
+        }
+
+        if (d->n) {
+            memcpy(keys, d->keys, d->n * sizeof(vlm_jv_t));
+            memcpy(vals, d->vals, d->n * sizeof(vlm_jv_t));
+        }
+
+        d->keys = keys;
+        d->vals = vals;
+    }
+
+    d->keys[d->n] = *k;
+    d->vals[d->n++] = *v;
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_jj_dict_set_name(vlm_jctx_t *ctx, vlm_jdict_t *d, const char *name,
+    size_t len, const vlm_jv_t *v)
+{
+    vlm_jv_t  k;
+
+    vlm_jj_set_str(&k, name, len, VLM_JT_NONE);
+
+    return vlm_jj_dict_set(ctx, d, &k, v);
+}
+
+
+/* the request's JSON as values; strings point into the JSON */
+static vlm_status_t
+vlm_jj_from_json(vlm_jctx_t *ctx, json_t *j, unsigned taint, vlm_jv_t *v)
+{
+    size_t        i, n;
+    json_t       *item;
+    vlm_jv_t      k, e;
+    const char   *key;
+    vlm_status_t  rc;
+
+    memset(v, 0, sizeof(vlm_jv_t));
+
+    if (++ctx->steps > ctx->lim->max_steps) {
+        return vlm_error_set(ctx->err, VLM_ERR_LIMIT, "chat template: the "
+                             "variables exceed %zu steps",
+                             ctx->lim->max_steps);
+    }
+
+    switch (json_typeof(j)) {
+
+    case JSON_STRING:
+        vlm_jj_set_str(v, json_string_value(j), json_string_length(j),
+                       taint);
+        return VLM_OK;
+
+    case JSON_INTEGER:
+        vlm_jj_set_int(v, json_integer_value(j));
+        return VLM_OK;
+
+    case JSON_REAL:
+        v->type = VLM_JV_FLOAT;
+        v->u.f = json_real_value(j);
+        return VLM_OK;
+
+    case JSON_TRUE:
+    case JSON_FALSE:
+        vlm_jj_set_bool(v, json_is_true(j));
+        return VLM_OK;
+
+    case JSON_NULL:
+        v->type = VLM_JV_NONE;
+        return VLM_OK;
+
+    case JSON_ARRAY:
+        n = json_array_size(j);
+        v->type = VLM_JV_LIST;
+        v->u.list = vlm_jj_list_new(ctx, n);
+        if (v->u.list == NULL) {
+            return vlm_jj_nomem(ctx);
+        }
+
+        json_array_foreach(j, i, item) {
+            rc = vlm_jj_from_json(ctx, item, taint, &v->u.list->items[i]);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+        }
+
+        v->u.list->n = n;
+        return VLM_OK;
+
+    case JSON_OBJECT:
+        v->type = VLM_JV_DICT;
+        v->u.dict = vlm_jj_ralloc(ctx, sizeof(vlm_jdict_t));
+        if (v->u.dict == NULL) {
+            return vlm_jj_nomem(ctx);
+        }
+
+        memset(v->u.dict, 0, sizeof(vlm_jdict_t));
+        n = json_object_size(j);
+        v->u.dict->keys = vlm_jj_ralloc(ctx, n * sizeof(vlm_jv_t));
+        v->u.dict->vals = vlm_jj_ralloc(ctx, n * sizeof(vlm_jv_t));
+        if (v->u.dict->keys == NULL || v->u.dict->vals == NULL) {
+            return vlm_jj_nomem(ctx);
+        }
+
+        v->u.dict->cap = n;
+        i = 0;
+
+        json_object_foreach(j, key, item) {
+            vlm_jj_set_str(&k, key, strlen(key), taint);
+            rc = vlm_jj_from_json(ctx, item, taint, &e);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+
+            v->u.dict->keys[i] = k;
+            v->u.dict->vals[i++] = e;
+        }
+
+        v->u.dict->n = i;
+        return VLM_OK;
+    }
+
+    return vlm_jj_fail(ctx, "a variable of an unknown JSON type");
+}
+
+
+/* output */
+
+static vlm_status_t
+vlm_jj_emit(vlm_jctx_t *ctx, const vlm_jv_t *s)
+{
+    char        *buf;
+    size_t       cap, i;
+    uint8_t     *mask;
+    vlm_jbuf_t  *b;
+
+    b = ctx->out;
+
+    if (s->len == 0) {
+        return VLM_OK;
+    }
+
+    if (b->len + s->len > ctx->lim->max_output) {
+        return vlm_error_set(ctx->err, VLM_ERR_LIMIT, "chat template line "
+                             "%u: the prompt exceeds %zu bytes", ctx->line,
+                             ctx->lim->max_output);
+    }
+
+    if (b->len + s->len + 1 > b->cap) {
+        cap = b->cap ? b->cap : 1024;
+
+        while (cap < b->len + s->len + 1) {
+            cap *= 2;
+        }
+
+        buf = vlm_jj_ralloc(ctx, cap);
+        mask = vlm_jj_ralloc(ctx, cap);
+        if (buf == NULL || mask == NULL) {
+            return vlm_jj_nomem(ctx);
+        }
+
+        if (b->len) {
+            memcpy(buf, b->buf, b->len);
+            memcpy(mask, b->mask, b->len);
+        }
+
+        b->buf = buf;
+        b->mask = mask;
+        b->cap = cap;
+    }
+
+    memcpy(b->buf + b->len, s->u.s, s->len);
+
+    switch (s->taint) {
+    case VLM_JT_NONE:
+        memset(b->mask + b->len, 0, s->len);
+        break;
+
+    case VLM_JT_ALL:
+        memset(b->mask + b->len, 1, s->len);
+        b->tainted = 1;
+        break;
+
+    default:
+        memcpy(b->mask + b->len, s->mask, s->len);
+
+        for (i = 0; i < s->len; i++) {
+            b->tainted |= s->mask[i];
+        }
+    }
+
+    b->len += s->len;
+    b->buf[b->len] = '\0';
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_jj_emit_raw(vlm_jctx_t *ctx, const char *s, size_t len)
+{
+    vlm_jv_t  v;
+
+    vlm_jj_set_str(&v, s, len, VLM_JT_NONE);
+
+    return vlm_jj_emit(ctx, &v);
+}
+
+
+/* a capture buffer's text as a string value */
+static void
+vlm_jj_buf_value(vlm_jbuf_t *b, vlm_jv_t *v)
+{
+    vlm_jj_set_str(v, b->buf ? b->buf : "", b->len,
+                   b->tainted ? VLM_JT_MASK : VLM_JT_NONE);
+    v->mask = b->mask;
+}
+
+
+/* a string built from pieces: a capture buffer with printf */
+static vlm_status_t
+vlm_jj_printf(vlm_jctx_t *ctx, const char *fmt, ...)
+{
+    int      n;
+    char     buf[512];
+    va_list  ap;
+
+    va_start(ap, fmt);
+    n = vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+
+    if (n < 0 || (size_t) n >= sizeof(buf)) {
+        return vlm_jj_fail(ctx, "a formatted value is too long");
+    }
+
+    return vlm_jj_emit_raw(ctx, buf, (size_t) n);
+}
+
+
+/* Python's repr() of a float */
+static void
+vlm_jj_float_repr(double d, char *out, size_t size, int json)
+{
+    int     p, e, nd, i;
+    char    buf[48], digits[24], *s;
+    size_t  n;
+
+    if (isnan(d)) {
+        snprintf(out, size, json ? "NaN" : "nan");
+        return;
+    }
+
+    if (isinf(d)) {
+        snprintf(out, size, d > 0 ? (json ? "Infinity" : "inf")
+                                  : (json ? "-Infinity" : "-inf"));
+        return;
+    }
+
+    for (p = 1; p <= 17; p++) {
+        snprintf(buf, sizeof(buf), "%.*e", p - 1, d);
+        if (strtod(buf, NULL) == d) {
+            break;
+        }
+    }
+
+    s = buf;
+    n = 0;
+
+    if (*s == '-') {
+        out[n++] = '-';
+        s++;
+    }
+
+    nd = 0;
+
+    for ( /* void */ ; *s && *s != 'e'; s++) {
+        if (*s != '.') {
+            digits[nd++] = *s;
+        }
+    }
+
+    e = atoi(s + 1);
+
+    while (nd > 1 && digits[nd - 1] == '0') {
+        nd--;
+    }
+
+    digits[nd] = '\0';
+
+    if (e >= -5 + 1 && e < 16) {
+        if (e >= 0) {
+            for (i = 0; i <= e; i++) {
+                out[n++] = i < nd ? digits[i] : '0';
+            }
+
+            out[n++] = '.';
+
+            if (nd > e + 1) {
+                for (i = e + 1; i < nd; i++) {
+                    out[n++] = digits[i];
+                }
+
+            } else {
+                out[n++] = '0';
+            }
+
+        } else {
+            out[n++] = '0';
+            out[n++] = '.';
+
+            for (i = 0; i < -e - 1; i++) {
+                out[n++] = '0';
+            }
+
+            for (i = 0; i < nd; i++) {
+                out[n++] = digits[i];
+            }
+        }
+
+        out[n] = '\0';
+        return;
+    }
+
+    out[n++] = digits[0];
+
+    if (nd > 1) {
+        out[n++] = '.';
+
+        for (i = 1; i < nd; i++) {
+            out[n++] = digits[i];
+        }
+    }
+
+    snprintf(out + n, size - n, "e%c%02d", e < 0 ? '-' : '+', abs(e));
+}
+
+
+static int
+vlm_jj_truthy(const vlm_jv_t *v)
+{
+    switch (v->type) {
+    case VLM_JV_UNDEF:
+    case VLM_JV_NONE:
+        return 0;
+    case VLM_JV_BOOL:
+    case VLM_JV_INT:
+        return v->u.i != 0;
+    case VLM_JV_FLOAT:
+        return v->u.f != 0.0;
+    case VLM_JV_STR:
+        return v->len != 0;
+    case VLM_JV_LIST:
+        return v->u.list->n != 0;
+    case VLM_JV_DICT:
+        return v->u.dict->n != 0;
+    default:
+        return 1;
+    }
+}
+
+
+static int
+vlm_jj_is_num(const vlm_jv_t *v)
+{
+    return v->type == VLM_JV_INT || v->type == VLM_JV_FLOAT
+           || v->type == VLM_JV_BOOL;
+}
+
+
+static double
+vlm_jj_num(const vlm_jv_t *v)
+{
+    return v->type == VLM_JV_FLOAT ? v->u.f : (double) v->u.i;
+}
+
+
+static int
+vlm_jj_eq(const vlm_jv_t *a, const vlm_jv_t *b)
+{
+    size_t      i;
+    vlm_jv_t   *o;
+
+    if (vlm_jj_is_num(a) && vlm_jj_is_num(b)) {
+        if (a->type != VLM_JV_FLOAT && b->type != VLM_JV_FLOAT) {
+            return a->u.i == b->u.i;
+        }
+
+        return vlm_jj_num(a) == vlm_jj_num(b);
+    }
+
+    if (a->type != b->type) {
+        return 0;
+    }
+
+    switch (a->type) {
+    case VLM_JV_UNDEF:
+    case VLM_JV_NONE:
+        return 1;
+
+    case VLM_JV_STR:
+        return a->len == b->len && memcmp(a->u.s, b->u.s, a->len) == 0;
+
+    case VLM_JV_LIST:
+        if (a->u.list->n != b->u.list->n) {
+            return 0;
+        }
+
+        for (i = 0; i < a->u.list->n; i++) {
+            if (!vlm_jj_eq(&a->u.list->items[i], &b->u.list->items[i])) {
+                return 0;
+            }
+        }
+
+        return 1;
+
+    case VLM_JV_DICT:
+        if (a->u.dict->n != b->u.dict->n) {
+            return 0;
+        }
+
+        for (i = 0; i < a->u.dict->n; i++) {
+            o = vlm_jj_dict_get(b->u.dict, &a->u.dict->keys[i]);
+
+            if (o == NULL || !vlm_jj_eq(&a->u.dict->vals[i], o)) {
+                return 0;
+            }
+        }
+
+        return 1;
+
+    default:
+        return a->u.list == b->u.list;
+    }
+}
+
+
+/* <0, 0, >0 in *r; an error for types Python does not order */
+static vlm_status_t
+vlm_jj_order(vlm_jctx_t *ctx, const vlm_jv_t *a, const vlm_jv_t *b, int *r)
+{
+    int     c;
+    size_t  n;
+    double  x, y;
+
+    if (vlm_jj_is_num(a) && vlm_jj_is_num(b)) {
+        if (a->type != VLM_JV_FLOAT && b->type != VLM_JV_FLOAT) {
+            *r = (a->u.i > b->u.i) - (a->u.i < b->u.i);
+        } else {
+            x = vlm_jj_num(a);
+            y = vlm_jj_num(b);
+            *r = (x > y) - (x < y);
+        }
+
+        return VLM_OK;
+    }
+
+    if (a->type == VLM_JV_STR && b->type == VLM_JV_STR) {
+        n = a->len < b->len ? a->len : b->len;
+        c = memcmp(a->u.s, b->u.s, n);
+        *r = c ? c : (a->len > b->len) - (a->len < b->len);
+        return VLM_OK;
+    }
+
+    return vlm_jj_fail(ctx, "'<' not supported between %s and %s",
+                       vlm_jj_type_name(a), vlm_jj_type_name(b));
+}
+
+
+/* a string's content emitted with escapes, taint kept on plain runs */
+static vlm_status_t
+vlm_jj_emit_escaped(vlm_jctx_t *ctx, const vlm_jv_t *s, int json, char q,
+    int ascii)
+{
+    char          esc[16];
+    size_t        i, run, k;
+    uint32_t      cp;
+    vlm_jv_t      part;
+    vlm_status_t  rc;
+    unsigned char c;
+
+    run = 0;
+
+    for (i = 0; i < s->len; i++) {
+        c = (unsigned char) s->u.s[i];
+        esc[0] = '\0';
+        k = 1;
+
+        if (c == '\\' || c == (unsigned char) q) {
+            snprintf(esc, sizeof(esc), "\\%c", c);
+        } else if (c == '\n') {
+            snprintf(esc, sizeof(esc), "\\n");
+        } else if (c == '\r') {
+            snprintf(esc, sizeof(esc), "\\r");
+        } else if (c == '\t') {
+            snprintf(esc, sizeof(esc), "\\t");
+        } else if (json && c == '\b') {
+            snprintf(esc, sizeof(esc), "\\b");
+        } else if (json && c == '\f') {
+            snprintf(esc, sizeof(esc), "\\f");
+        } else if (c < 0x20 || (!json && c == 0x7f)) {
+            snprintf(esc, sizeof(esc), json ? "\\u%04x" : "\\x%02x", c);
+        } else if (ascii && c >= 0x80) {
+            /* a UTF-8 sequence as \uXXXX (surrogate pairs above) */
+            cp = 0;
+            k = (c >= 0xf0) ? 4 : (c >= 0xe0) ? 3 : 2;
+            cp = c & (0x3f >> (k - 1));
+
+            for (size_t j = 1; j < k && i + j < s->len; j++) {
+                cp = (cp << 6) | ((unsigned char) s->u.s[i + j] & 0x3f);
+            }
+
+            if (cp >= 0x10000) {
+                cp -= 0x10000;
+                snprintf(esc, sizeof(esc), "\\u%04x\\u%04x",
+                         0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
+            } else {
+                snprintf(esc, sizeof(esc), "\\u%04x", cp);
+            }
+        }
+
+        if (esc[0] == '\0') {
+            continue;
+        }
+
+        if (i > run) {
+            vlm_jj_substr(s, run, i - run, &part);
+            rc = vlm_jj_emit(ctx, &part);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+        }
+
+        vlm_jj_set_str(&part, esc, strlen(esc),
+                       vlm_jj_taint_at(s, i) ? VLM_JT_ALL : VLM_JT_NONE);
+        rc = vlm_jj_emit(ctx, &part);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        i += k - 1;
+        run = i + 1;
+    }
+
+    if (s->len > run) {
+        vlm_jj_substr(s, run, s->len - run, &part);
+        return vlm_jj_emit(ctx, &part);
+    }
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_jj_write_repr(vlm_jctx_t *ctx, const vlm_jv_t *v, int top)
+{
+    char          q, num[48];
+    size_t        i;
+    vlm_status_t  rc;
+
+    switch (v->type) {
+
+    case VLM_JV_UNDEF:
+        return VLM_OK;
+
+    case VLM_JV_NONE:
+        return vlm_jj_emit_raw(ctx, "None", 4);
+
+    case VLM_JV_BOOL:
+        return v->u.i ? vlm_jj_emit_raw(ctx, "True", 4)
+                      : vlm_jj_emit_raw(ctx, "False", 5);
+
+    case VLM_JV_INT:
+        return vlm_jj_printf(ctx, "%lld", (long long) v->u.i);
+
+    case VLM_JV_FLOAT:
+        vlm_jj_float_repr(v->u.f, num, sizeof(num), 0);
+        return vlm_jj_emit_raw(ctx, num, strlen(num));
+
+    case VLM_JV_STR:
+        if (top) {
+            return vlm_jj_emit(ctx, v);
+        }
+
+        q = (memchr(v->u.s, '\'', v->len) && !memchr(v->u.s, '"', v->len))
+            ? '"' : '\'';
+
+        rc = vlm_jj_emit_raw(ctx, &q, 1);
+        if (rc == VLM_OK) {
+            rc = vlm_jj_emit_escaped(ctx, v, 0, q, 0);
+        }
+
+        return rc == VLM_OK ? vlm_jj_emit_raw(ctx, &q, 1) : rc;
+
+    case VLM_JV_LIST:
+        rc = vlm_jj_emit_raw(ctx, "[", 1);
+
+        for (i = 0; rc == VLM_OK && i < v->u.list->n; i++) {
+            if (i) {
+                rc = vlm_jj_emit_raw(ctx, ", ", 2);
+            }
+
+            if (rc == VLM_OK) {
+                rc = vlm_jj_write_repr(ctx, &v->u.list->items[i], 0);
+            }
+        }
+
+        return rc == VLM_OK ? vlm_jj_emit_raw(ctx, "]", 1) : rc;
+
+    case VLM_JV_DICT:
+    case VLM_JV_NS:
+        rc = vlm_jj_emit_raw(ctx, v->type == VLM_JV_NS ? "<Namespace {"
+                                                       : "{",
+                             v->type == VLM_JV_NS ? 12 : 1);
+
+        for (i = 0; rc == VLM_OK && i < v->u.dict->n; i++) {
+            if (i) {
+                rc = vlm_jj_emit_raw(ctx, ", ", 2);
+            }
+
+            if (rc == VLM_OK) {
+                rc = vlm_jj_write_repr(ctx, &v->u.dict->keys[i], 0);
+            }
+
+            if (rc == VLM_OK) {
+                rc = vlm_jj_emit_raw(ctx, ": ", 2);
+            }
+
+            if (rc == VLM_OK) {
+                rc = vlm_jj_write_repr(ctx, &v->u.dict->vals[i], 0);
+            }
+        }
+
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        return v->type == VLM_JV_NS ? vlm_jj_emit_raw(ctx, "}>", 2)
+                                    : vlm_jj_emit_raw(ctx, "}", 1);
+
+    default:
+        return vlm_jj_printf(ctx, "<%s>", vlm_jj_type_name(v));
+    }
+}
+
+
+typedef struct {
+    int64_t          indent;       /* -1: none */
+    const char      *item_sep;
+    size_t           item_sep_len;
+    const char      *key_sep;
+    size_t           key_sep_len;
+    int              sort_keys;
+    int              ascii;
+} vlm_jjson_t;
+
+
+static vlm_status_t
+vlm_jj_json_nl(vlm_jctx_t *ctx, const vlm_jjson_t *o, unsigned level)
+{
+    int64_t       i;
+    vlm_status_t  rc;
+
+    rc = vlm_jj_emit_raw(ctx, "\n", 1);
+
+    for (i = 0; rc == VLM_OK && i < o->indent * (int64_t) level; i++) {
+        rc = vlm_jj_emit_raw(ctx, " ", 1);
+    }
+
+    return rc;
+}
+
+
+static vlm_status_t
+vlm_jj_write_json(vlm_jctx_t *ctx, const vlm_jv_t *v, const vlm_jjson_t *o,
+    unsigned level)
+{
+    int           r;
+    char          num[48];
+    size_t        i, j, n, *order, t;
+    vlm_status_t  rc;
+    vlm_jv_t     *keys;
+
+    if (level > VLM_JJ_MAX_DEPTH) {
+        return vlm_jj_fail(ctx, "tojson: a value nested too deep");
+    }
+
+    switch (v->type) {
+
+    case VLM_JV_NONE:
+        return vlm_jj_emit_raw(ctx, "null", 4);
+
+    case VLM_JV_BOOL:
+        return v->u.i ? vlm_jj_emit_raw(ctx, "true", 4)
+                      : vlm_jj_emit_raw(ctx, "false", 5);
+
+    case VLM_JV_INT:
+        return vlm_jj_printf(ctx, "%lld", (long long) v->u.i);
+
+    case VLM_JV_FLOAT:
+        vlm_jj_float_repr(v->u.f, num, sizeof(num), 1);
+        return vlm_jj_emit_raw(ctx, num, strlen(num));
+
+    case VLM_JV_STR:
+        rc = vlm_jj_emit_raw(ctx, "\"", 1);
+        if (rc == VLM_OK) {
+            rc = vlm_jj_emit_escaped(ctx, v, 1, '"', o->ascii);
+        }
+
+        return rc == VLM_OK ? vlm_jj_emit_raw(ctx, "\"", 1) : rc;
+
+    case VLM_JV_LIST:
+        n = v->u.list->n;
+
+        if (n == 0) {
+            return vlm_jj_emit_raw(ctx, "[]", 2);
+        }
+
+        rc = vlm_jj_emit_raw(ctx, "[", 1);
+
+        for (i = 0; rc == VLM_OK && i < n; i++) {
+            if (i) {
+                rc = vlm_jj_emit_raw(ctx, o->item_sep, o->item_sep_len);
+            }
+
+            if (rc == VLM_OK && o->indent >= 0) {
+                rc = vlm_jj_json_nl(ctx, o, level + 1);
+            }
+
+            if (rc == VLM_OK) {
+                rc = vlm_jj_write_json(ctx, &v->u.list->items[i], o,
+                                       level + 1);
+            }
+        }
+
+        if (rc == VLM_OK && o->indent >= 0) {
+            rc = vlm_jj_json_nl(ctx, o, level);
+        }
+
+        return rc == VLM_OK ? vlm_jj_emit_raw(ctx, "]", 1) : rc;
+
+    case VLM_JV_DICT:
+    case VLM_JV_NS:
+        n = v->u.dict->n;
+        keys = v->u.dict->keys;
+
+        if (n == 0) {
+            return vlm_jj_emit_raw(ctx, "{}", 2);
+        }
+
+        order = vlm_jj_ralloc(ctx, n * sizeof(size_t));
+        if (order == NULL) {
+            return vlm_jj_nomem(ctx);
+        }
+
+        for (i = 0; i < n; i++) {
+            order[i] = i;
+
+            if (keys[i].type != VLM_JV_STR) {
+                return vlm_jj_fail(ctx, "tojson: a key that is not a "
+                                   "string");
+            }
+        }
+
+        for (i = 1; o->sort_keys && i < n; i++) {
+            for (j = i; j > 0; j--) {
+                if (vlm_jj_order(ctx, &keys[order[j - 1]], &keys[order[j]],
+                                 &r) != VLM_OK || r <= 0)
+                {
+                    break;
+                }
+
+                t = order[j];
+                order[j] = order[j - 1];
+                order[j - 1] = t;
+            }
+        }
+
+        rc = vlm_jj_emit_raw(ctx, "{", 1);
+
+        for (i = 0; rc == VLM_OK && i < n; i++) {
+            if (i) {
+                rc = vlm_jj_emit_raw(ctx, o->item_sep, o->item_sep_len);
+            }
+
+            if (rc == VLM_OK && o->indent >= 0) {
+                rc = vlm_jj_json_nl(ctx, o, level + 1);
+            }
+
+            if (rc == VLM_OK) {
+                rc = vlm_jj_write_json(ctx, &keys[order[i]], o, level + 1);
+            }
+
+            if (rc == VLM_OK) {
+                rc = vlm_jj_emit_raw(ctx, o->key_sep, o->key_sep_len);
+            }
+
+            if (rc == VLM_OK) {
+                rc = vlm_jj_write_json(ctx, &v->u.dict->vals[order[i]], o,
+                                       level + 1);
+            }
+        }
+
+        if (rc == VLM_OK && o->indent >= 0) {
+            rc = vlm_jj_json_nl(ctx, o, level);
+        }
+
+        return rc == VLM_OK ? vlm_jj_emit_raw(ctx, "}", 1) : rc;
+
+    default:
+        return vlm_jj_fail(ctx, "tojson: Object of type %s is not JSON "
+                           "serializable", vlm_jj_type_name(v));
+    }
+}
+
+
+/* runs fn's output into a string value */
+static vlm_status_t
+vlm_jj_capture_begin(vlm_jctx_t *ctx, vlm_jbuf_t *b, vlm_jbuf_t **saved)
+{
+    memset(b, 0, sizeof(vlm_jbuf_t));
+    *saved = ctx->out;
+    ctx->out = b;
+
+    return VLM_OK;
+}
+
+
+static void
+vlm_jj_capture_end(vlm_jctx_t *ctx, vlm_jbuf_t *b, vlm_jbuf_t *saved,
+    vlm_jv_t *v)
+{
+    ctx->out = saved;
+    vlm_jj_buf_value(b, v);
+}
+
+
+static vlm_status_t
+vlm_jj_to_str(vlm_jctx_t *ctx, const vlm_jv_t *v, vlm_jv_t *s)
+{
+    vlm_jbuf_t    b, *saved;
+    vlm_status_t  rc;
+
+    if (v->type == VLM_JV_STR) {
+        *s = *v;
+        return VLM_OK;
+    }
+
+    vlm_jj_capture_begin(ctx, &b, &saved);
+    rc = vlm_jj_write_repr(ctx, v, 1);
+    vlm_jj_capture_end(ctx, &b, saved, s);
+
+    return rc;
+}
+
+
+static vlm_status_t
+vlm_jj_to_json(vlm_jctx_t *ctx, const vlm_jv_t *v, const vlm_jjson_t *o,
+    vlm_jv_t *s)
+{
+    vlm_jbuf_t    b, *saved;
+    vlm_status_t  rc;
+
+    vlm_jj_capture_begin(ctx, &b, &saved);
+    rc = vlm_jj_write_json(ctx, v, o, 0);
+    vlm_jj_capture_end(ctx, &b, saved, s);
+
+    return rc;
+}
+
+
+/* concatenation keeps each side's taint */
+static vlm_status_t
+vlm_jj_concat(vlm_jctx_t *ctx, const vlm_jv_t *a, const vlm_jv_t *b,
+    vlm_jv_t *out)
+{
+    char     *s;
+    uint8_t  *m;
+
+    if (a->len == 0) {
+        *out = *b;
+        return VLM_OK;
+    }
+
+    if (b->len == 0) {
+        *out = *a;
+        return VLM_OK;
+    }
+
+    s = vlm_jj_ralloc(ctx, a->len + b->len + 1);
+    if (s == NULL) {
+        return vlm_jj_nomem(ctx);
+    }
+
+    memcpy(s, a->u.s, a->len);
+    memcpy(s + a->len, b->u.s, b->len);
+    s[a->len + b->len] = '\0';
+
+    if (a->taint == b->taint && a->taint != VLM_JT_MASK) {
+        vlm_jj_set_str(out, s, a->len + b->len, a->taint);
+        return VLM_OK;
+    }
+
+    m = vlm_jj_ralloc(ctx, a->len + b->len);
+    if (m == NULL) {
+        return vlm_jj_nomem(ctx);
+    }
+
+    if (a->taint == VLM_JT_MASK) {
+        memcpy(m, a->mask, a->len);
+    } else {
+        memset(m, a->taint, a->len);
+    }
+
+    if (b->taint == VLM_JT_MASK) {
+        memcpy(m + a->len, b->mask, b->len);
+    } else {
+        memset(m + a->len, b->taint, b->len);
+    }
+
+    vlm_jj_set_str(out, s, a->len + b->len, VLM_JT_MASK);
+    out->mask = m;
+
+    return VLM_OK;
+}
+
+
+/* a copy of a string, transformed bytewise; derived text keeps taint */
+static vlm_status_t
+vlm_jj_str_dup(vlm_jctx_t *ctx, const vlm_jv_t *src, vlm_jv_t *out,
+    char **s)
+{
+    *s = vlm_jj_ralloc(ctx, src->len + 1);
+    if (*s == NULL) {
+        return vlm_jj_nomem(ctx);
+    }
+
+    memcpy(*s, src->u.s, src->len);
+    (*s)[src->len] = '\0';
+    vlm_jj_set_str(out, *s, src->len, src->taint);
+    out->mask = src->mask;
+
+    return VLM_OK;
+}
+
+
+/* UTF-8: Python indexes strings by code point */
+
+static size_t
+vlm_jj_cp_count(const char *s, size_t len)
+{
+    size_t  i, n;
+
+    n = 0;
+
+    for (i = 0; i < len; i++) {
+        n += (((unsigned char) s[i] & 0xc0) != 0x80);
+    }
+
+    return n;
+}
+
+
+/* offsets[i]: the byte of code point i, offsets[n] = len */
+static vlm_status_t
+vlm_jj_cp_offsets(vlm_jctx_t *ctx, const vlm_jv_t *s, size_t **offsets,
+    size_t *n)
+{
+    size_t  i, k;
+
+    *n = vlm_jj_cp_count(s->u.s, s->len);
+    *offsets = vlm_jj_ralloc(ctx, (*n + 1) * sizeof(size_t));
+    if (*offsets == NULL) {
+        return vlm_jj_nomem(ctx);
+    }
+
+    k = 0;
+
+    for (i = 0; i < s->len; i++) {
+        if (((unsigned char) s->u.s[i] & 0xc0) != 0x80) {
+            (*offsets)[k++] = i;
+        }
+    }
+
+    (*offsets)[k] = s->len;
+
+    return VLM_OK;
+}
+
+
+static void
+vlm_jj_slice_bounds(int64_t n, const vlm_jv_t *a, const vlm_jv_t *b,
+    int64_t step, int64_t *start, int64_t *stop)
+{
+    int64_t  lower, upper, *p;
+    size_t   k;
+
+    const vlm_jv_t  *v[2];
+
+    lower = step > 0 ? 0 : -1;
+    upper = step > 0 ? n : n - 1;
+    v[0] = a;
+    v[1] = b;
+
+    for (k = 0; k < 2; k++) {
+        p = k ? stop : start;
+
+        if (v[k]->type != VLM_JV_INT && v[k]->type != VLM_JV_BOOL) {
+            *p = (step < 0) == (k == 0) ? upper : lower;
+            continue;
+        }
+
+        *p = v[k]->u.i;
+
+        if (*p < 0) {
+            *p += n;
+            if (*p < lower) {
+                *p = lower;
+            }
+
+        } else if (*p > upper) {
+            *p = upper;
+        }
+    }
+}
+
+
+static vlm_status_t
+vlm_jj_slice(vlm_jctx_t *ctx, const vlm_jv_t *obj, const vlm_jv_t *a,
+    const vlm_jv_t *b, const vlm_jv_t *c, vlm_jv_t *out)
+{
+    char          *s;
+    size_t        *offs, n, len, k;
+    int64_t        step, start, stop, i;
+    uint8_t       *m;
+    vlm_jlist_t   *l;
+    vlm_status_t   rc;
+
+    step = 1;
+
+    if (c->type == VLM_JV_INT) {
+        step = c->u.i;
+    }
+
+    if (step == 0) {
+        return vlm_jj_fail(ctx, "slice step cannot be zero");
+    }
+
+    if (obj->type == VLM_JV_LIST) {
+        n = obj->u.list->n;
+        vlm_jj_slice_bounds((int64_t) n, a, b, step, &start, &stop);
+        l = vlm_jj_list_new(ctx, n);
+        if (l == NULL) {
+            return vlm_jj_nomem(ctx);
+        }
+
+        for (i = start; step > 0 ? i < stop : i > stop; i += step) {
+            l->items[l->n++] = obj->u.list->items[i];
+        }
+
+        memset(out, 0, sizeof(vlm_jv_t));
+        out->type = VLM_JV_LIST;
+        out->u.list = l;
+
+        return VLM_OK;
+    }
+
+    if (obj->type != VLM_JV_STR) {
+        return vlm_jj_fail(ctx, "cannot slice a %s", vlm_jj_type_name(obj));
+    }
+
+    rc = vlm_jj_cp_offsets(ctx, obj, &offs, &n);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    vlm_jj_slice_bounds((int64_t) n, a, b, step, &start, &stop);
+
+    if (step == 1) {
+        if (stop < start) {
+            stop = start;
+        }
+
+        vlm_jj_substr(obj, offs[start], offs[stop] - offs[start], out);
+        return VLM_OK;
+    }
+
+    s = vlm_jj_ralloc(ctx, obj->len + 1);
+    m = vlm_jj_ralloc(ctx, obj->len + 1);
+    if (s == NULL || m == NULL) {
+        return vlm_jj_nomem(ctx);
+    }
+
+    len = 0;
+
+    for (i = start; step > 0 ? i < stop : i > stop; i += step) {
+        for (k = offs[i]; k < offs[i + 1]; k++) {
+            m[len] = vlm_jj_taint_at(obj, k);
+            s[len++] = obj->u.s[k];
+        }
+    }
+
+    s[len] = '\0';
+    vlm_jj_set_str(out, s, len, obj->taint ? VLM_JT_MASK : VLM_JT_NONE);
+    out->mask = m;
+
+    return VLM_OK;
+}
+
+
+static const char  *vlm_jj_str_methods[] = {
+    "startswith", "endswith", "split", "strip", "lstrip", "rstrip",
+    "replace", "upper", "lower", "title", "capitalize", "find", "rfind",
+    "count", "join", "splitlines", "isdigit", "isalpha", "isalnum",
+    "isspace", "islower", "isupper", "removeprefix", "removesuffix",
+    "format", "index", NULL
+};
+
+static const char  *vlm_jj_dict_methods[] = {
+    "items", "keys", "values", "get", NULL
+};
+
+
+static vlm_status_t
+vlm_jj_method(vlm_jctx_t *ctx, const vlm_jv_t *self, const char *name,
+    vlm_jv_t *out)
+{
+    vlm_jmeth_t  *m;
+
+    m = vlm_jj_ralloc(ctx, sizeof(vlm_jmeth_t));
+    if (m == NULL) {
+        return vlm_jj_nomem(ctx);
+    }
+
+    m->self = *self;
+    m->name = name;
+    memset(out, 0, sizeof(vlm_jv_t));
+    out->type = VLM_JV_METHOD;
+    out->u.meth = m;
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_jj_loop_attr(vlm_jctx_t *ctx, vlm_jloop_t *lp, const char *name,
+    size_t len, vlm_jv_t *out)
+{
+    size_t  i, n;
+
+    i = lp->i;
+    n = lp->seq->n;
+    memset(out, 0, sizeof(vlm_jv_t));
+
+#define VLM_JJ_IS(s)  (len == sizeof(s) - 1 && memcmp(name, s, len) == 0)
+
+    if (VLM_JJ_IS("index")) {
+        vlm_jj_set_int(out, (int64_t) i + 1);
+    } else if (VLM_JJ_IS("index0")) {
+        vlm_jj_set_int(out, (int64_t) i);
+    } else if (VLM_JJ_IS("revindex")) {
+        vlm_jj_set_int(out, (int64_t) (n - i));
+    } else if (VLM_JJ_IS("revindex0")) {
+        vlm_jj_set_int(out, (int64_t) (n - i - 1));
+    } else if (VLM_JJ_IS("first")) {
+        vlm_jj_set_bool(out, i == 0);
+    } else if (VLM_JJ_IS("last")) {
+        vlm_jj_set_bool(out, i + 1 == n);
+    } else if (VLM_JJ_IS("length")) {
+        vlm_jj_set_int(out, (int64_t) n);
+    } else if (VLM_JJ_IS("depth")) {
+        vlm_jj_set_int(out, 1);
+    } else if (VLM_JJ_IS("depth0")) {
+        vlm_jj_set_int(out, 0);
+    } else if (VLM_JJ_IS("previtem")) {
+        if (i > 0) {
+            *out = lp->seq->items[i - 1];
+        }
+    } else if (VLM_JJ_IS("nextitem")) {
+        if (i + 1 < n) {
+            *out = lp->seq->items[i + 1];
+        }
+    } else if (VLM_JJ_IS("cycle")) {
+        out->type = VLM_JV_FUNC;
+        out->id = VLM_JJ_FN_CYCLE;
+        out->u.loop = lp;
+    }
+
+#undef VLM_JJ_IS
+
+    (void) ctx;
+
+    return VLM_OK;
+}
+
+
+/* Jinja's getattr: obj.name */
+static vlm_status_t
+vlm_jj_getattr(vlm_jctx_t *ctx, const vlm_jv_t *obj, const char *name,
+    size_t len, vlm_jv_t *out)
+{
+    size_t       i;
+    vlm_jv_t    *v;
+
+    memset(out, 0, sizeof(vlm_jv_t));
+
+    switch (obj->type) {
+
+    case VLM_JV_UNDEF:
+        if (obj->u.s != NULL) {
+            return vlm_jj_fail(ctx, "'%.*s' is undefined", (int) obj->len,
+                               obj->u.s);
+        }
+
+        return vlm_jj_fail(ctx, "an undefined value has no attribute "
+                           "'%.*s'", (int) len, name);
+
+    case VLM_JV_DICT:
+        for (i = 0; vlm_jj_dict_methods[i]; i++) {
+            if (strlen(vlm_jj_dict_methods[i]) == len
+                && memcmp(vlm_jj_dict_methods[i], name, len) == 0)
+            {
+                return vlm_jj_method(ctx, obj, vlm_jj_dict_methods[i], out);
+            }
+        }
+
+        /* fall through */
+
+    case VLM_JV_NS:
+        v = vlm_jj_dict_find(obj->u.dict, name, len);
+        if (v != NULL) {
+            *out = *v;
+        }
+
+        return VLM_OK;
+
+    case VLM_JV_STR:
+        for (i = 0; vlm_jj_str_methods[i]; i++) {
+            if (strlen(vlm_jj_str_methods[i]) == len
+                && memcmp(vlm_jj_str_methods[i], name, len) == 0)
+            {
+                return vlm_jj_method(ctx, obj, vlm_jj_str_methods[i], out);
+            }
+        }
+
+        return VLM_OK;
+
+    case VLM_JV_LOOP:
+        return vlm_jj_loop_attr(ctx, obj->u.loop, name, len, out);
+
+    default:
+        return VLM_OK;
+    }
+}
+
+
+/* Jinja's getitem: obj[key] */
+static vlm_status_t
+vlm_jj_getitem(vlm_jctx_t *ctx, const vlm_jv_t *obj, const vlm_jv_t *key,
+    vlm_jv_t *out)
+{
+    int64_t        i, n;
+    size_t        *offs, cn;
+    vlm_jv_t      *v;
+    vlm_status_t   rc;
+
+    memset(out, 0, sizeof(vlm_jv_t));
+
+    if (obj->type == VLM_JV_UNDEF) {
+        if (obj->u.s != NULL) {
+            return vlm_jj_fail(ctx, "'%.*s' is undefined", (int) obj->len,
+                               obj->u.s);
+        }
+
+        return vlm_jj_fail(ctx, "an undefined value has no item");
+    }
+
+    if (obj->type == VLM_JV_DICT) {
+        v = vlm_jj_dict_get(obj->u.dict, key);
+        if (v != NULL) {
+            *out = *v;
+        }
+
+        return VLM_OK;
+    }
+
+    if ((obj->type == VLM_JV_LIST || obj->type == VLM_JV_STR)
+        && (key->type == VLM_JV_INT || key->type == VLM_JV_BOOL))
+    {
+        if (obj->type == VLM_JV_LIST) {
+            n = (int64_t) obj->u.list->n;
+            i = key->u.i < 0 ? key->u.i + n : key->u.i;
+
+            if (i >= 0 && i < n) {
+                *out = obj->u.list->items[i];
+            }
+
+            return VLM_OK;
+        }
+
+        rc = vlm_jj_cp_offsets(ctx, obj, &offs, &cn);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        n = (int64_t) cn;
+        i = key->u.i < 0 ? key->u.i + n : key->u.i;
+
+        if (i >= 0 && i < n) {
+            vlm_jj_substr(obj, offs[i], offs[i + 1] - offs[i], out);
+        }
+
+        return VLM_OK;
+    }
+
+    if (key->type == VLM_JV_STR) {
+        return vlm_jj_getattr(ctx, obj, key->u.s, key->len, out);
+    }
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_jj_lookup(vlm_jctx_t *ctx, vlm_jframe_t *f, const char *name,
+    size_t len, vlm_jv_t *out)
+{
+    vlm_jv_t  *v;
+
+    for ( /* void */ ; f; f = f->parent) {
+        v = vlm_jj_dict_find(&f->vars, name, len);
+        if (v != NULL) {
+            *out = *v;
+            return VLM_OK;
+        }
+    }
+
+    v = vlm_jj_dict_find(&ctx->trusted, name, len);
+    if (v == NULL) {
+        v = vlm_jj_dict_find(&ctx->client, name, len);
+    }
+
+    if (v != NULL) {
+        *out = *v;
+        return VLM_OK;
+    }
+
+    memset(out, 0, sizeof(vlm_jv_t));
+
+#define VLM_JJ_IS(s)  (len == sizeof(s) - 1 && memcmp(name, s, len) == 0)
+
+    if (VLM_JJ_IS("range")) {
+        out->id = VLM_JJ_FN_RANGE;
+    } else if (VLM_JJ_IS("namespace")) {
+        out->id = VLM_JJ_FN_NAMESPACE;
+    } else if (VLM_JJ_IS("raise_exception")) {
+        out->id = VLM_JJ_FN_RAISE;
+    } else if (VLM_JJ_IS("strftime_now")) {
+        out->id = VLM_JJ_FN_STRFTIME;
+    } else if (VLM_JJ_IS("dict")) {
+        out->id = VLM_JJ_FN_DICT;
+    }
+
+#undef VLM_JJ_IS
+
+    if (out->id) {
+        out->type = VLM_JV_FUNC;
+        return VLM_OK;
+    }
+
+    out->type = VLM_JV_UNDEF;
+    out->u.s = name;
+    out->len = len;
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_jj_iterable(vlm_jctx_t *ctx, const vlm_jv_t *v, vlm_jlist_t **out)
+{
+    size_t        *offs, n, i;
+    vlm_jlist_t   *l;
+    vlm_status_t   rc;
+
+    switch (v->type) {
+
+    case VLM_JV_LIST:
+        *out = v->u.list;
+        return VLM_OK;
+
+    case VLM_JV_UNDEF:
+        *out = vlm_jj_list_new(ctx, 0);
+        return *out ? VLM_OK : vlm_jj_nomem(ctx);
+
+    case VLM_JV_DICT:
+        l = vlm_jj_list_new(ctx, v->u.dict->n);
+        if (l == NULL) {
+            return vlm_jj_nomem(ctx);
+        }
+
+        memcpy(l->items, v->u.dict->keys, v->u.dict->n * sizeof(vlm_jv_t));
+        l->n = v->u.dict->n;
+        *out = l;
+        return VLM_OK;
+
+    case VLM_JV_STR:
+        rc = vlm_jj_cp_offsets(ctx, v, &offs, &n);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        l = vlm_jj_list_new(ctx, n);
+        if (l == NULL) {
+            return vlm_jj_nomem(ctx);
+        }
+
+        for (i = 0; i < n; i++) {
+            vlm_jj_substr(v, offs[i], offs[i + 1] - offs[i], &l->items[i]);
+        }
+
+        l->n = n;
+        *out = l;
+        return VLM_OK;
+
+    default:
+        return vlm_jj_fail(ctx, "'%s' object is not iterable",
+                           vlm_jj_type_name(v));
+    }
+}
+
+
+static const vlm_jv_t *
+vlm_jj_arg(const vlm_jargs_t *a, size_t pos, const char *name)
+{
+    size_t  i;
+
+    if (pos < a->n) {
+        return &a->args[pos];
+    }
+
+    for (i = 0; name != NULL && i < a->n_kw; i++) {
+        if (a->name_lens[i] == strlen(name)
+            && memcmp(a->names[i], name, a->name_lens[i]) == 0)
+        {
+            return &a->kw[i];
+        }
+    }
+
+    return NULL;
+}
+
+
+static vlm_status_t
+vlm_jj_need_str(vlm_jctx_t *ctx, const vlm_jv_t *v, const char *what)
+{
+    if (v == NULL || v->type != VLM_JV_STR) {
+        return vlm_jj_fail(ctx, "%s: expected a string, not %s", what,
+                           v ? vlm_jj_type_name(v) : "nothing");
+    }
+
+    return VLM_OK;
+}
+
+
+static int
+vlm_jj_in_chars(char c, const vlm_jv_t *chars)
+{
+    if (chars == NULL || chars->type != VLM_JV_STR) {
+        return vlm_jj_space(c);
+    }
+
+    return memchr(chars->u.s, c, chars->len) != NULL;
+}
+
+
+static void
+vlm_jj_strip(const vlm_jv_t *s, const vlm_jv_t *chars, int left, int right,
+    vlm_jv_t *out)
+{
+    size_t  a, b;
+
+    a = 0;
+    b = s->len;
+
+    while (left && a < b && vlm_jj_in_chars(s->u.s[a], chars)) {
+        a++;
+    }
+
+    while (right && b > a && vlm_jj_in_chars(s->u.s[b - 1], chars)) {
+        b--;
+    }
+
+    vlm_jj_substr(s, a, b - a, out);
+}
+
+
+static vlm_status_t
+vlm_jj_split(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jv_t *sep,
+    int64_t maxsplit, vlm_jv_t *out)
+{
+    size_t         i, start;
+    vlm_jv_t       part;
+    const char    *hit;
+    vlm_jlist_t   *l;
+    vlm_status_t   rc;
+
+    l = vlm_jj_list_new(ctx, 4);
+    if (l == NULL) {
+        return vlm_jj_nomem(ctx);
+    }
+
+    memset(out, 0, sizeof(vlm_jv_t));
+    out->type = VLM_JV_LIST;
+    out->u.list = l;
+
+    if (sep == NULL || sep->type == VLM_JV_NONE) {
+        i = 0;
+
+        for ( ;; ) {
+            while (i < s->len && vlm_jj_space(s->u.s[i])) {
+                i++;
+            }
+
+            if (i == s->len) {
+                return VLM_OK;
+            }
+
+            start = i;
+
+            if (maxsplit >= 0 && (int64_t) l->n == maxsplit) {
+                i = s->len;
+                while (i > start && vlm_jj_space(s->u.s[i - 1])) {
+                    i--;
+                }
+
+            } else {
+                while (i < s->len && !vlm_jj_space(s->u.s[i])) {
+                    i++;
+                }
+            }
+
+            vlm_jj_substr(s, start, i - start, &part);
+            rc = vlm_jj_list_push(ctx, l, &part);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+        }
+    }
+
+    rc = vlm_jj_need_str(ctx, sep, "split");
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    if (sep->len == 0) {
+        return vlm_jj_fail(ctx, "split: empty separator");
+    }
+
+    start = 0;
+
+    for ( ;; ) {
+        hit = (maxsplit < 0 || (int64_t) l->n < maxsplit)
+              ? memmem(s->u.s + start, s->len - start, sep->u.s, sep->len)
+              : NULL;
+
+        if (hit == NULL) {
+            vlm_jj_substr(s, start, s->len - start, &part);
+            return vlm_jj_list_push(ctx, l, &part);
+        }
+
+        vlm_jj_substr(s, start, hit - s->u.s - start, &part);
+        rc = vlm_jj_list_push(ctx, l, &part);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        start = hit - s->u.s + sep->len;
+    }
+}
+
+
+static vlm_status_t
+vlm_jj_replace(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jv_t *old,
+    const vlm_jv_t *new, int64_t count, vlm_jv_t *out)
+{
+    size_t        start;
+    int64_t       done;
+    vlm_jv_t      part;
+    vlm_jbuf_t    b, *saved;
+    const char   *hit;
+    vlm_status_t  rc;
+
+    if (old->len == 0) {
+        return vlm_jj_fail(ctx, "replace: an empty string to replace is "
+                           "not supported");
+    }
+
+    vlm_jj_capture_begin(ctx, &b, &saved);
+    start = 0;
+    done = 0;
+    rc = VLM_OK;
+
+    while (rc == VLM_OK) {
+        hit = (count < 0 || done < count)
+              ? memmem(s->u.s + start, s->len - start, old->u.s, old->len)
+              : NULL;
+
+        if (hit == NULL) {
+            vlm_jj_substr(s, start, s->len - start, &part);
+            rc = vlm_jj_emit(ctx, &part);
+            break;
+        }
+
+        vlm_jj_substr(s, start, hit - s->u.s - start, &part);
+        rc = vlm_jj_emit(ctx, &part);
+
+        if (rc == VLM_OK) {
+            rc = vlm_jj_emit(ctx, new);
+        }
+
+        start = hit - s->u.s + old->len;
+        done++;
+    }
+
+    vlm_jj_capture_end(ctx, &b, saved, out);
+
+    return rc;
+}
+
+
+/* upper, lower, title, capitalize: ASCII letters, the rest as it is */
+static vlm_status_t
+vlm_jj_case(vlm_jctx_t *ctx, const vlm_jv_t *s, int how, vlm_jv_t *out)
+{
+    char          *d;
+    size_t         i;
+    int            word;
+    vlm_status_t   rc;
+
+    rc = vlm_jj_str_dup(ctx, s, out, &d);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    word = 0;
+
+    for (i = 0; i < s->len; i++) {
+        char  c = d[i];
+        int   up;
+
+        switch (how) {
+        case 0: up = 1; break;
+        case 1: up = 0; break;
+        case 2: up = !word; break;
+        default: up = (i == 0); break;
+        }
+
+        if (up && c >= 'a' && c <= 'z') {
+            d[i] = (char) (c - 32);
+        } else if (!up && c >= 'A' && c <= 'Z') {
+            d[i] = (char) (c + 32);
+        }
+
+        word = (how == 2) ? ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+                             || (c >= '0' && c <= '9')
+                             || ((unsigned char) c >= 0x80))
+                          : word;
+    }
+
+    return VLM_OK;
+}
+
+
+static int
+vlm_jj_affix(const vlm_jv_t *s, const vlm_jv_t *p, int end)
+{
+    if (p->type != VLM_JV_STR || p->len > s->len) {
+        return 0;
+    }
+
+    return memcmp(s->u.s + (end ? s->len - p->len : 0), p->u.s, p->len)
+           == 0;
+}
+
+
+static vlm_status_t
+vlm_jj_join(vlm_jctx_t *ctx, const vlm_jlist_t *l, const vlm_jv_t *sep,
+    const vlm_jv_t *attr, vlm_jv_t *out)
+{
+    size_t        i;
+    vlm_jv_t      s, item;
+    vlm_jbuf_t    b, *saved;
+    vlm_status_t  rc;
+
+    vlm_jj_capture_begin(ctx, &b, &saved);
+    rc = VLM_OK;
+
+    for (i = 0; rc == VLM_OK && i < l->n; i++) {
+        if (i && sep != NULL) {
+            rc = vlm_jj_emit(ctx, sep);
+        }
+
+        item = l->items[i];
+
+        if (rc == VLM_OK && attr != NULL && attr->type == VLM_JV_STR) {
+            rc = vlm_jj_getitem(ctx, &l->items[i], attr, &item);
+        }
+
+        if (rc == VLM_OK) {
+            rc = vlm_jj_to_str(ctx, &item, &s);
+        }
+
+        if (rc == VLM_OK) {
+            rc = vlm_jj_emit(ctx, &s);
+        }
+    }
+
+    vlm_jj_capture_end(ctx, &b, saved, out);
+
+    return rc;
+}
+
+
+static vlm_status_t
+vlm_jj_call_str_method(vlm_jctx_t *ctx, const vlm_jv_t *s,
+    const char *name, const vlm_jargs_t *a, vlm_jv_t *out)
+{
+    size_t           i, n, k;
+    int64_t          cnt;
+    const char      *hit;
+    vlm_jlist_t     *l;
+    vlm_status_t     rc;
+    const vlm_jv_t  *x, *y, *z;
+
+    x = vlm_jj_arg(a, 0, NULL);
+    y = vlm_jj_arg(a, 1, NULL);
+    memset(out, 0, sizeof(vlm_jv_t));
+
+#define VLM_JJ_IS(m)  (strcmp(name, m) == 0)
+
+    if (VLM_JJ_IS("startswith") || VLM_JJ_IS("endswith")) {
+        if (x == NULL) {
+            return vlm_jj_fail(ctx, "%s: an argument is needed", name);
+        }
+
+        k = 0;
+
+        if (x->type == VLM_JV_LIST) {
+            for (i = 0; i < x->u.list->n; i++) {
+                k |= vlm_jj_affix(s, &x->u.list->items[i], name[0] == 'e');
+            }
+
+        } else {
+            rc = vlm_jj_need_str(ctx, x, name);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+
+            k = vlm_jj_affix(s, x, name[0] == 'e');
+        }
+
+        vlm_jj_set_bool(out, (int) k);
+        return VLM_OK;
+    }
+
+    if (VLM_JJ_IS("split")) {
+        x = vlm_jj_arg(a, 0, "sep");
+        y = vlm_jj_arg(a, 1, "maxsplit");
+        return vlm_jj_split(ctx, s, x, y && y->type == VLM_JV_INT
+                                       ? y->u.i : -1, out);
+    }
+
+    if (VLM_JJ_IS("strip") || VLM_JJ_IS("lstrip") || VLM_JJ_IS("rstrip")) {
+        vlm_jj_strip(s, x, name[0] != 'r', name[0] != 'l', out);
+        return VLM_OK;
+    }
+
+    if (VLM_JJ_IS("replace")) {
+        if (x == NULL || y == NULL) {
+            return vlm_jj_fail(ctx, "replace: two arguments are needed");
+        }
+
+        if (vlm_jj_need_str(ctx, x, name) != VLM_OK
+            || vlm_jj_need_str(ctx, y, name) != VLM_OK)
+        {
+            return VLM_ERR_INVALID;
+        }
+
+        z = vlm_jj_arg(a, 2, "count");
+        return vlm_jj_replace(ctx, s, x, y, z && z->type == VLM_JV_INT
+                                            ? z->u.i : -1, out);
+    }
+
+    if (VLM_JJ_IS("upper") || VLM_JJ_IS("lower") || VLM_JJ_IS("title")
+        || VLM_JJ_IS("capitalize"))
+    {
+        return vlm_jj_case(ctx, s, VLM_JJ_IS("upper") ? 0
+                                   : VLM_JJ_IS("lower") ? 1
+                                   : VLM_JJ_IS("title") ? 2 : 3, out);
+    }
+
+    if (VLM_JJ_IS("find") || VLM_JJ_IS("rfind") || VLM_JJ_IS("index")
+        || VLM_JJ_IS("count"))
+    {
+        rc = vlm_jj_need_str(ctx, x, name);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        cnt = -1;
+
+        if (VLM_JJ_IS("count")) {
+            cnt = 0;
+            for (i = 0; x->len && i + x->len <= s->len; ) {
+                if (memcmp(s->u.s + i, x->u.s, x->len) == 0) {
+                    cnt++;
+                    i += x->len;
+                } else {
+                    i++;
+                }
+            }
+
+        } else if (VLM_JJ_IS("rfind")) {
+            for (i = s->len + 1; i-- > 0; ) {
+                if (i + x->len <= s->len
+                    && memcmp(s->u.s + i, x->u.s, x->len) == 0)
+                {
+                    cnt = (int64_t) vlm_jj_cp_count(s->u.s, i);
+                    break;
+                }
+            }
+
+        } else {
+            hit = memmem(s->u.s, s->len, x->u.s, x->len);
+            if (hit != NULL) {
+                cnt = (int64_t) vlm_jj_cp_count(s->u.s, hit - s->u.s);
+            } else if (VLM_JJ_IS("index")) {
+                return vlm_jj_fail(ctx, "substring not found");
+            }
+        }
+
+        vlm_jj_set_int(out, cnt);
+        return VLM_OK;
+    }
+
+    if (VLM_JJ_IS("join")) {
+        if (x == NULL || x->type != VLM_JV_LIST) {
+            return vlm_jj_fail(ctx, "join: expected a list");
+        }
+
+        return vlm_jj_join(ctx, x->u.list, s, NULL, out);
+    }
+
+    if (VLM_JJ_IS("splitlines")) {
+        l = vlm_jj_list_new(ctx, 4);
+        if (l == NULL) {
+            return vlm_jj_nomem(ctx);
+        }
+
+        out->type = VLM_JV_LIST;
+        out->u.list = l;
+        k = 0;
+
+        for (i = 0; i < s->len; i = n) {
+            for (n = i; n < s->len && s->u.s[n] != '\n' && s->u.s[n] != '\r';
+                 n++)
+            {
+                /* void */
+            }
+
+            vlm_jv_t  part;
+
+            vlm_jj_substr(s, i, n - i, &part);
+            rc = vlm_jj_list_push(ctx, l, &part);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+
+            if (n < s->len) {
+                n += (s->u.s[n] == '\r' && n + 1 < s->len
+                      && s->u.s[n + 1] == '\n') ? 2 : 1;
+            }
+        }
+
+        return VLM_OK;
+    }
+
+    if (VLM_JJ_IS("removeprefix") || VLM_JJ_IS("removesuffix")) {
+        rc = vlm_jj_need_str(ctx, x, name);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        if (!vlm_jj_affix(s, x, name[6] == 's')) {
+            *out = *s;
+        } else if (name[6] == 's') {
+            vlm_jj_substr(s, 0, s->len - x->len, out);
+        } else {
+            vlm_jj_substr(s, x->len, s->len - x->len, out);
+        }
+
+        return VLM_OK;
+    }
+
+    if (name[0] == 'i' && name[1] == 's') {
+        k = s->len > 0;
+
+        for (i = 0; i < s->len; i++) {
+            char c = s->u.s[i];
+
+            if (VLM_JJ_IS("isdigit")) {
+                k &= (c >= '0' && c <= '9');
+            } else if (VLM_JJ_IS("isalpha")) {
+                k &= ((c | 32) >= 'a' && (c | 32) <= 'z');
+            } else if (VLM_JJ_IS("isalnum")) {
+                k &= ((c | 32) >= 'a' && (c | 32) <= 'z')
+                     || (c >= '0' && c <= '9');
+            } else if (VLM_JJ_IS("isspace")) {
+                k &= vlm_jj_space(c);
+            } else if (VLM_JJ_IS("islower")) {
+                k &= !(c >= 'A' && c <= 'Z');
+            } else {
+                k &= !(c >= 'a' && c <= 'z');
+            }
+        }
+
+        vlm_jj_set_bool(out, (int) k);
+        return VLM_OK;
+    }
+
+#undef VLM_JJ_IS
+
+    return vlm_jj_fail(ctx, "the string method '%s' is not supported", name);
+}
+
+
+static vlm_status_t
+vlm_jj_pairs(vlm_jctx_t *ctx, const vlm_jdict_t *d, int what,
+    vlm_jv_t *out)
+{
+    size_t        i;
+    vlm_jlist_t  *l, *pair;
+
+    l = vlm_jj_list_new(ctx, d->n);
+    if (l == NULL) {
+        return vlm_jj_nomem(ctx);
+    }
+
+    for (i = 0; i < d->n; i++) {
+        if (what == 0) {
+            pair = vlm_jj_list_new(ctx, 2);
+            if (pair == NULL) {
+                return vlm_jj_nomem(ctx);
+            }
+
+            pair->items[0] = d->keys[i];
+            pair->items[1] = d->vals[i];
+            pair->n = 2;
+            memset(&l->items[i], 0, sizeof(vlm_jv_t));
+            l->items[i].type = VLM_JV_LIST;
+            l->items[i].u.list = pair;
+
+        } else {
+            l->items[i] = what == 1 ? d->keys[i] : d->vals[i];
+        }
+    }
+
+    l->n = d->n;
+    memset(out, 0, sizeof(vlm_jv_t));
+    out->type = VLM_JV_LIST;
+    out->u.list = l;
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_jj_call_method(vlm_jctx_t *ctx, const vlm_jmeth_t *m,
+    const vlm_jargs_t *a, vlm_jv_t *out)
+{
+    const vlm_jv_t  *k, *d, *v;
+
+    if (m->self.type == VLM_JV_STR) {
+        return vlm_jj_call_str_method(ctx, &m->self, m->name, a, out);
+    }
+
+    if (strcmp(m->name, "get") == 0) {
+        k = vlm_jj_arg(a, 0, NULL);
+        d = vlm_jj_arg(a, 1, NULL);
+
+        if (k == NULL) {
+            return vlm_jj_fail(ctx, "get: a key is needed");
+        }
+
+        v = vlm_jj_dict_get(m->self.u.dict, k);
+        memset(out, 0, sizeof(vlm_jv_t));
+        out->type = VLM_JV_NONE;
+
+        if (v != NULL) {
+            *out = *v;
+        } else if (d != NULL) {
+            *out = *d;
+        }
+
+        return VLM_OK;
+    }
+
+    return vlm_jj_pairs(ctx, m->self.u.dict,
+                        m->name[0] == 'i' ? 0 : m->name[0] == 'k' ? 1 : 2,
+                        out);
+}
+
+
+static vlm_status_t
+vlm_jj_call_func(vlm_jctx_t *ctx, const vlm_jv_t *f, const vlm_jargs_t *a,
+    vlm_jv_t *out)
+{
+    char             buf[256], fmt[128];
+    size_t           i, n;
+    int64_t          start, stop, step, x;
+    time_t           now;
+    struct tm        tm;
+    vlm_jv_t         s;
+    vlm_jdict_t     *d;
+    vlm_jlist_t     *l;
+    vlm_status_t     rc;
+    const vlm_jv_t  *p;
+
+    memset(out, 0, sizeof(vlm_jv_t));
+
+    switch (f->id) {
+
+    case VLM_JJ_FN_RANGE:
+        start = 0;
+        step = 1;
+
+        for (i = 0; i < a->n; i++) {
+            if (a->args[i].type != VLM_JV_INT) {
+                return vlm_jj_fail(ctx, "range: expected integers");
+            }
+        }
+
+        if (a->n == 1) {
+            stop = a->args[0].u.i;
+        } else if (a->n >= 2) {
+            start = a->args[0].u.i;
+            stop = a->args[1].u.i;
+            step = a->n > 2 ? a->args[2].u.i : 1;
+        } else {
+            return vlm_jj_fail(ctx, "range: expected 1 to 3 arguments");
+        }
+
+        if (step == 0) {
+            return vlm_jj_fail(ctx, "range: step cannot be zero");
+        }
+
+        n = 0;
+        for (x = start; step > 0 ? x < stop : x > stop; x += step) {
+            if (++n > 100000) {
+                return vlm_jj_fail(ctx, "range: more than 100000 items");
+            }
+        }
+
+        l = vlm_jj_list_new(ctx, n);
+        if (l == NULL) {
+            return vlm_jj_nomem(ctx);
+        }
+
+        for (x = start; step > 0 ? x < stop : x > stop; x += step) {
+            vlm_jj_set_int(&l->items[l->n++], x);
+        }
+
+        out->type = VLM_JV_LIST;
+        out->u.list = l;
+        return VLM_OK;
+
+    case VLM_JJ_FN_NAMESPACE:
+    case VLM_JJ_FN_DICT:
+        d = vlm_jj_ralloc(ctx, sizeof(vlm_jdict_t));
+        if (d == NULL) {
+            return vlm_jj_nomem(ctx);
+        }
+
+        memset(d, 0, sizeof(vlm_jdict_t));
+
+        if (a->n > 0 && a->args[0].type == VLM_JV_DICT) {
+            for (i = 0; i < a->args[0].u.dict->n; i++) {
+                rc = vlm_jj_dict_set(ctx, d, &a->args[0].u.dict->keys[i],
+                                     &a->args[0].u.dict->vals[i]);
+                if (rc != VLM_OK) {
+                    return rc;
+                }
+            }
+        }
+
+        for (i = 0; i < a->n_kw; i++) {
+            rc = vlm_jj_dict_set_name(ctx, d, a->names[i], a->name_lens[i],
+                                      &a->kw[i]);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+        }
+
+        out->type = (f->id == VLM_JJ_FN_DICT) ? VLM_JV_DICT : VLM_JV_NS;
+        out->u.dict = d;
+        return VLM_OK;
+
+    case VLM_JJ_FN_RAISE:
+        p = vlm_jj_arg(a, 0, NULL);
+
+        if (p != NULL && vlm_jj_to_str(ctx, p, &s) == VLM_OK) {
+            return vlm_error_set(ctx->err, VLM_ERR_INVALID, "chat template: "
+                                 "%.*s", (int) (s.len > 200 ? 200 : s.len),
+                                 s.u.s);
+        }
+
+        return vlm_error_set(ctx->err, VLM_ERR_INVALID, "chat template: "
+                             "raise_exception");
+
+    case VLM_JJ_FN_STRFTIME:
+        p = vlm_jj_arg(a, 0, NULL);
+
+        if (p == NULL || p->type != VLM_JV_STR || p->len >= sizeof(fmt)) {
+            return vlm_jj_fail(ctx, "strftime_now: expected a format");
+        }
+
+        memcpy(fmt, p->u.s, p->len);
+        fmt[p->len] = '\0';
+        now = time(NULL);
+        localtime_r(&now, &tm);
+        n = strftime(buf, sizeof(buf), fmt, &tm);
+
+        s.u.s = vlm_jj_ralloc(ctx, n + 1);
+        if (s.u.s == NULL) {
+            return vlm_jj_nomem(ctx);
+        }
+
+        memcpy((char *) s.u.s, buf, n + 1);
+        vlm_jj_set_str(out, s.u.s, n, VLM_JT_NONE);
+        return VLM_OK;
+
+    case VLM_JJ_FN_CYCLE:
+        if (a->n == 0) {
+            return vlm_jj_fail(ctx, "loop.cycle: no items");
+        }
+
+        *out = a->args[f->u.loop->i % a->n];
+        return VLM_OK;
+    }
+
+    return vlm_jj_fail(ctx, "an unknown function");
+}
+
+
+static vlm_status_t vlm_jj_test(vlm_jctx_t *ctx, const char *name,
+    size_t len, const vlm_jv_t *v, const vlm_jargs_t *a, int *r);
+static vlm_status_t vlm_jj_filter(vlm_jctx_t *ctx, const char *name,
+    size_t len, const vlm_jv_t *v, const vlm_jargs_t *a, vlm_jv_t *out);
+
+
+/* attribute "a.b.c" of an item, as selectattr and map read it */
+static vlm_status_t
+vlm_jj_attr_path(vlm_jctx_t *ctx, const vlm_jv_t *item, const vlm_jv_t *path,
+    vlm_jv_t *out)
+{
+    size_t        i, start;
+    vlm_jv_t      cur, key, next;
+    vlm_status_t  rc;
+
+    if (path->type == VLM_JV_INT) {
+        return vlm_jj_getitem(ctx, item, path, out);
+    }
+
+    rc = vlm_jj_need_str(ctx, path, "attribute");
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    cur = *item;
+    start = 0;
+
+    for (i = 0; i <= path->len; i++) {
+        if (i < path->len && path->u.s[i] != '.') {
+            continue;
+        }
+
+        vlm_jj_set_str(&key, path->u.s + start, i - start, VLM_JT_NONE);
+
+        if (cur.type == VLM_JV_UNDEF) {
+            break;
+        }
+
+        rc = vlm_jj_getitem(ctx, &cur, &key, &next);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        cur = next;
+
+        start = i + 1;
+    }
+
+    *out = cur;
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_jj_select(vlm_jctx_t *ctx, const vlm_jv_t *v, const vlm_jargs_t *a,
+    int by_attr, int reject, vlm_jv_t *out)
+{
+    int              r;
+    size_t           i, first;
+    vlm_jv_t         x;
+    vlm_jargs_t      ta;
+    vlm_jlist_t     *src, *l;
+    vlm_status_t     rc;
+    const vlm_jv_t  *test;
+
+    rc = vlm_jj_iterable(ctx, v, &src);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    first = by_attr ? 1 : 0;
+
+    if (by_attr && a->n < 1) {
+        return vlm_jj_fail(ctx, "selectattr: an attribute is needed");
+    }
+
+    test = a->n > first ? &a->args[first] : NULL;
+
+    if (test != NULL && test->type != VLM_JV_STR) {
+        return vlm_jj_fail(ctx, "select: the test is not a name");
+    }
+
+    memset(&ta, 0, sizeof(vlm_jargs_t));
+    ta.args = a->args + first + 1;
+    ta.n = a->n > first + 1 ? a->n - first - 1 : 0;
+
+    l = vlm_jj_list_new(ctx, src->n);
+    if (l == NULL) {
+        return vlm_jj_nomem(ctx);
+    }
+
+    for (i = 0; i < src->n; i++) {
+        x = src->items[i];
+
+        if (by_attr) {
+            rc = vlm_jj_attr_path(ctx, &src->items[i], &a->args[0], &x);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+        }
+
+        if (test == NULL) {
+            r = vlm_jj_truthy(&x);
+        } else {
+            rc = vlm_jj_test(ctx, test->u.s, test->len, &x, &ta, &r);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+        }
+
+        if (r != reject) {
+            l->items[l->n++] = src->items[i];
+        }
+    }
+
+    memset(out, 0, sizeof(vlm_jv_t));
+    out->type = VLM_JV_LIST;
+    out->u.list = l;
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_jj_map(vlm_jctx_t *ctx, const vlm_jv_t *v, const vlm_jargs_t *a,
+    vlm_jv_t *out)
+{
+    size_t           i;
+    vlm_jv_t         x;
+    vlm_jargs_t      fa;
+    vlm_jlist_t     *src, *l;
+    vlm_status_t     rc;
+    const vlm_jv_t  *attr, *dflt;
+
+    rc = vlm_jj_iterable(ctx, v, &src);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    attr = vlm_jj_arg(a, (size_t) -1, "attribute");
+    dflt = vlm_jj_arg(a, (size_t) -1, "default");
+
+    if (attr == NULL && (a->n < 1 || a->args[0].type != VLM_JV_STR)) {
+        return vlm_jj_fail(ctx, "map: a filter name or attribute= is "
+                           "needed");
+    }
+
+    memset(&fa, 0, sizeof(vlm_jargs_t));
+    if (attr == NULL) {
+        fa.args = a->args + 1;
+        fa.n = a->n - 1;
+    }
+
+    l = vlm_jj_list_new(ctx, src->n);
+    if (l == NULL) {
+        return vlm_jj_nomem(ctx);
+    }
+
+    for (i = 0; i < src->n; i++) {
+        if (attr != NULL) {
+            rc = vlm_jj_attr_path(ctx, &src->items[i], attr, &x);
+            if (rc == VLM_OK && x.type == VLM_JV_UNDEF && dflt != NULL) {
+                x = *dflt;
+            }
+
+        } else {
+            rc = vlm_jj_filter(ctx, a->args[0].u.s, a->args[0].len,
+                               &src->items[i], &fa, &x);
+        }
+
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        l->items[l->n++] = x;
+    }
+
+    memset(out, 0, sizeof(vlm_jv_t));
+    out->type = VLM_JV_LIST;
+    out->u.list = l;
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_jj_tojson(vlm_jctx_t *ctx, const vlm_jv_t *v, const vlm_jargs_t *a,
+    vlm_jv_t *out)
+{
+    vlm_jjson_t      o;
+    const vlm_jv_t  *indent, *seps, *sort, *ascii;
+
+    indent = vlm_jj_arg(a, 0, "indent");
+    ascii = vlm_jj_arg(a, (size_t) -1, "ensure_ascii");
+    seps = vlm_jj_arg(a, (size_t) -1, "separators");
+    sort = vlm_jj_arg(a, (size_t) -1, "sort_keys");
+
+    o.indent = (indent && indent->type == VLM_JV_INT) ? indent->u.i : -1;
+    o.item_sep = o.indent >= 0 ? "," : ", ";
+    o.item_sep_len = strlen(o.item_sep);
+    o.key_sep = ": ";
+    o.key_sep_len = 2;
+    o.sort_keys = sort ? vlm_jj_truthy(sort) : 0;
+    o.ascii = ascii ? vlm_jj_truthy(ascii) : 0;
+
+    if (o.indent > 64) {
+        return vlm_jj_fail(ctx, "tojson: indent %lld is too large",
+                           (long long) o.indent);
+    }
+
+    if (seps != NULL && seps->type == VLM_JV_LIST) {
+        if (seps->u.list->n != 2
+            || seps->u.list->items[0].type != VLM_JV_STR
+            || seps->u.list->items[1].type != VLM_JV_STR)
+        {
+            return vlm_jj_fail(ctx, "tojson: separators must be two "
+                               "strings");
+        }
+
+        o.item_sep = seps->u.list->items[0].u.s;
+        o.item_sep_len = seps->u.list->items[0].len;
+        o.key_sep = seps->u.list->items[1].u.s;
+        o.key_sep_len = seps->u.list->items[1].len;
+    }
+
+    return vlm_jj_to_json(ctx, v, &o, out);
+}
+
+
+static vlm_status_t
+vlm_jj_indent(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jargs_t *a,
+    vlm_jv_t *out)
+{
+    size_t           i, start;
+    int              first, blank, line;
+    vlm_jv_t         pad, part;
+    vlm_jbuf_t       b, *saved;
+    vlm_status_t     rc;
+    const vlm_jv_t  *w;
+
+    static const char  spaces[] = "                                ";
+
+    w = vlm_jj_arg(a, 0, "width");
+    first = vlm_jj_arg(a, 1, "first")
+            ? vlm_jj_truthy(vlm_jj_arg(a, 1, "first")) : 0;
+    blank = vlm_jj_arg(a, 2, "blank")
+            ? vlm_jj_truthy(vlm_jj_arg(a, 2, "blank")) : 0;
+
+    if (w == NULL) {
+        vlm_jj_set_str(&pad, spaces, 4, VLM_JT_NONE);
+    } else if (w->type == VLM_JV_INT && w->u.i >= 0 && w->u.i <= 32) {
+        vlm_jj_set_str(&pad, spaces, (size_t) w->u.i, VLM_JT_NONE);
+    } else if (w->type == VLM_JV_STR) {
+        pad = *w;
+    } else {
+        return vlm_jj_fail(ctx, "indent: a bad width");
+    }
+
+    vlm_jj_capture_begin(ctx, &b, &saved);
+    rc = VLM_OK;
+    start = 0;
+    line = 0;
+
+    for (i = 0; rc == VLM_OK && i <= s->len; i++) {
+        if (i < s->len && s->u.s[i] != '\n') {
+            continue;
+        }
+
+        if ((line > 0 || first) && (blank || i > start)) {
+            rc = vlm_jj_emit(ctx, &pad);
+        }
+
+        vlm_jj_substr(s, start, i - start + (i < s->len), &part);
+
+        if (rc == VLM_OK) {
+            rc = vlm_jj_emit(ctx, &part);
+        }
+
+        start = i + 1;
+        line++;
+    }
+
+    vlm_jj_capture_end(ctx, &b, saved, out);
+
+    return rc;
+}
+
+
+static vlm_status_t
+vlm_jj_filter(vlm_jctx_t *ctx, const char *name, size_t len,
+    const vlm_jv_t *v, const vlm_jargs_t *a, vlm_jv_t *out)
+{
+    int              r;
+    size_t           i, j, n;
+    vlm_jv_t         s, t;
+    vlm_jlist_t     *src, *l;
+    vlm_status_t     rc;
+    const vlm_jv_t  *x, *y;
+
+    memset(out, 0, sizeof(vlm_jv_t));
+    x = vlm_jj_arg(a, 0, NULL);
+
+#define VLM_JJ_IS(f)  (len == sizeof(f) - 1 && memcmp(name, f, len) == 0)
+
+    if (VLM_JJ_IS("tojson")) {
+        return vlm_jj_tojson(ctx, v, a, out);
+    }
+
+    if (VLM_JJ_IS("safe") || VLM_JJ_IS("string")) {
+        return vlm_jj_to_str(ctx, v, out);
+    }
+
+    if (VLM_JJ_IS("trim") || VLM_JJ_IS("upper") || VLM_JJ_IS("lower")
+        || VLM_JJ_IS("capitalize") || VLM_JJ_IS("title")
+        || VLM_JJ_IS("replace") || VLM_JJ_IS("indent"))
+    {
+        rc = vlm_jj_to_str(ctx, v, &s);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        if (VLM_JJ_IS("trim")) {
+            vlm_jj_strip(&s, x, 1, 1, out);
+            return VLM_OK;
+        }
+
+        if (VLM_JJ_IS("indent")) {
+            return vlm_jj_indent(ctx, &s, a, out);
+        }
+
+        if (VLM_JJ_IS("replace")) {
+            y = vlm_jj_arg(a, 1, NULL);
+
+            if (x == NULL || y == NULL
+                || vlm_jj_to_str(ctx, x, &t) != VLM_OK)
+            {
+                return vlm_jj_fail(ctx, "replace: two strings are needed");
+            }
+
+            rc = vlm_jj_to_str(ctx, y, &s);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+
+            {
+                vlm_jv_t  src_str;
+
+                rc = vlm_jj_to_str(ctx, v, &src_str);
+                if (rc != VLM_OK) {
+                    return rc;
+                }
+
+                x = vlm_jj_arg(a, 2, "count");
+
+                return vlm_jj_replace(ctx, &src_str, &t, &s,
+                                      x && x->type == VLM_JV_INT
+                                      ? x->u.i : -1, out);
+            }
+        }
+
+        return vlm_jj_case(ctx, &s, VLM_JJ_IS("upper") ? 0
+                                    : VLM_JJ_IS("lower") ? 1
+                                    : VLM_JJ_IS("title") ? 2 : 3, out);
+    }
+
+    if (VLM_JJ_IS("length") || VLM_JJ_IS("count")) {
+        switch (v->type) {
+        case VLM_JV_STR:
+            vlm_jj_set_int(out, (int64_t) vlm_jj_cp_count(v->u.s, v->len));
+            return VLM_OK;
+        case VLM_JV_LIST:
+            vlm_jj_set_int(out, (int64_t) v->u.list->n);
+            return VLM_OK;
+        case VLM_JV_DICT:
+        case VLM_JV_NS:
+            vlm_jj_set_int(out, (int64_t) v->u.dict->n);
+            return VLM_OK;
+        case VLM_JV_UNDEF:
+            vlm_jj_set_int(out, 0);
+            return VLM_OK;
+        default:
+            return vlm_jj_fail(ctx, "object of type '%s' has no len()",
+                               vlm_jj_type_name(v));
+        }
+    }
+
+    if (VLM_JJ_IS("default") || VLM_JJ_IS("d")) {
+        y = vlm_jj_arg(a, 1, "boolean");
+
+        if (v->type == VLM_JV_UNDEF
+            || (y != NULL && vlm_jj_truthy(y) && !vlm_jj_truthy(v)))
+        {
+            if (x != NULL) {
+                *out = *x;
+            } else {
+                vlm_jj_set_str(out, "", 0, VLM_JT_NONE);
+            }
+
+            return VLM_OK;
+        }
+
+        *out = *v;
+        return VLM_OK;
+    }
+
+    if (VLM_JJ_IS("selectattr") || VLM_JJ_IS("rejectattr")) {
+        return vlm_jj_select(ctx, v, a, 1, name[0] == 'r', out);
+    }
+
+    if (VLM_JJ_IS("select") || VLM_JJ_IS("reject")) {
+        return vlm_jj_select(ctx, v, a, 0, name[0] == 'r', out);
+    }
+
+    if (VLM_JJ_IS("map")) {
+        return vlm_jj_map(ctx, v, a, out);
+    }
+
+    if (VLM_JJ_IS("items")) {
+        if (v->type == VLM_JV_UNDEF) {
+            out->type = VLM_JV_LIST;
+            out->u.list = vlm_jj_list_new(ctx, 0);
+            return out->u.list ? VLM_OK : vlm_jj_nomem(ctx);
+        }
+
+        if (v->type != VLM_JV_DICT && v->type != VLM_JV_NS) {
+            return vlm_jj_fail(ctx, "items: expected a mapping, not %s",
+                               vlm_jj_type_name(v));
+        }
+
+        return vlm_jj_pairs(ctx, v->u.dict, 0, out);
+    }
+
+    if (VLM_JJ_IS("join")) {
+        rc = vlm_jj_iterable(ctx, v, &src);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        if (x != NULL && (rc = vlm_jj_to_str(ctx, x, &s)) != VLM_OK) {
+            return rc;
+        }
+
+        return vlm_jj_join(ctx, src, x ? &s : NULL,
+                           vlm_jj_arg(a, 1, "attribute"), out);
+    }
+
+    if (VLM_JJ_IS("list") || VLM_JJ_IS("first") || VLM_JJ_IS("last")
+        || VLM_JJ_IS("reverse") || VLM_JJ_IS("unique") || VLM_JJ_IS("sort")
+        || VLM_JJ_IS("sum") || VLM_JJ_IS("min") || VLM_JJ_IS("max"))
+    {
+        rc = vlm_jj_iterable(ctx, v, &src);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        if (VLM_JJ_IS("first") || VLM_JJ_IS("last")) {
+            if (src->n > 0) {
+                *out = src->items[name[0] == 'f' ? 0 : src->n - 1];
+            }
+
+            return VLM_OK;
+        }
+
+        if (VLM_JJ_IS("reverse") && v->type == VLM_JV_STR) {
+            vlm_jv_t  none, step;
+
+            memset(&none, 0, sizeof(vlm_jv_t));
+            vlm_jj_set_int(&step, -1);
+
+            return vlm_jj_slice(ctx, v, &none, &none, &step, out);
+        }
+
+        if (VLM_JJ_IS("sum")) {
+            vlm_jj_set_int(out, 0);
+
+            for (i = 0; i < src->n; i++) {
+                if (!vlm_jj_is_num(&src->items[i])) {
+                    return vlm_jj_fail(ctx, "sum: not a number");
+                }
+
+                if (out->type == VLM_JV_INT
+                    && src->items[i].type != VLM_JV_FLOAT)
+                {
+                    out->u.i += src->items[i].u.i;
+                } else {
+                    out->u.f = vlm_jj_num(out) + vlm_jj_num(&src->items[i]);
+                    out->type = VLM_JV_FLOAT;
+                }
+            }
+
+            return VLM_OK;
+        }
+
+        l = vlm_jj_list_new(ctx, src->n);
+        if (l == NULL) {
+            return vlm_jj_nomem(ctx);
+        }
+
+        n = src->n;
+
+        for (i = 0; i < n; i++) {
+            if (VLM_JJ_IS("unique")) {
+                for (j = 0; j < l->n; j++) {
+                    if (vlm_jj_eq(&l->items[j], &src->items[i])) {
+                        break;
+                    }
+                }
+
+                if (j < l->n) {
+                    continue;
+                }
+            }
+
+            l->items[l->n++] = src->items[VLM_JJ_IS("reverse")
+                                          ? n - 1 - i : i];
+        }
+
+        if (VLM_JJ_IS("sort") || VLM_JJ_IS("min") || VLM_JJ_IS("max")) {
+            y = vlm_jj_arg(a, (size_t) -1, "attribute");
+            x = vlm_jj_arg(a, 0, "reverse");
+
+            for (i = 1; i < l->n; i++) {
+                for (j = i; j > 0; j--) {
+                    vlm_jv_t  p = l->items[j - 1], q = l->items[j];
+
+                    if (y != NULL
+                        && (vlm_jj_attr_path(ctx, &l->items[j - 1], y, &p)
+                            != VLM_OK
+                            || vlm_jj_attr_path(ctx, &l->items[j], y, &q)
+                               != VLM_OK))
+                    {
+                        return VLM_ERR_INVALID;
+                    }
+
+                    rc = vlm_jj_order(ctx, &p, &q, &r);
+                    if (rc != VLM_OK) {
+                        return rc;
+                    }
+
+                    if ((x && vlm_jj_truthy(x) && VLM_JJ_IS("sort"))
+                        ? r >= 0 : r <= 0)
+                    {
+                        break;
+                    }
+
+                    t = l->items[j];
+                    l->items[j] = l->items[j - 1];
+                    l->items[j - 1] = t;
+                }
+            }
+
+            if (!VLM_JJ_IS("sort")) {
+                if (l->n > 0) {
+                    *out = l->items[name[1] == 'i' ? 0 : l->n - 1];
+                }
+
+                return VLM_OK;
+            }
+        }
+
+        out->type = VLM_JV_LIST;
+        out->u.list = l;
+        return VLM_OK;
+    }
+
+    if (VLM_JJ_IS("int") || VLM_JJ_IS("float") || VLM_JJ_IS("abs")) {
+        if (VLM_JJ_IS("abs")) {
+            if (!vlm_jj_is_num(v)) {
+                return vlm_jj_fail(ctx, "abs: not a number");
+            }
+
+            *out = *v;
+            if (v->type == VLM_JV_FLOAT) {
+                out->u.f = fabs(v->u.f);
+            } else {
+                out->type = VLM_JV_INT;
+                out->u.i = v->u.i < 0 ? -v->u.i : v->u.i;
+            }
+
+            return VLM_OK;
+        }
+
+        double  d = 0;
+        char    tmp[64];
+
+        if (vlm_jj_is_num(v)) {
+            d = vlm_jj_num(v);
+        } else if (v->type == VLM_JV_STR && v->len < sizeof(tmp)) {
+            memcpy(tmp, v->u.s, v->len);
+            tmp[v->len] = '\0';
+            d = strtod(tmp, NULL);
+        } else if (x != NULL && vlm_jj_is_num(x)) {
+            d = vlm_jj_num(x);
+        }
+
+        if (name[0] == 'i') {
+            vlm_jj_set_int(out, (int64_t) d);
+        } else {
+            out->type = VLM_JV_FLOAT;
+            out->u.f = d;
+        }
+
+        return VLM_OK;
+    }
+
+#undef VLM_JJ_IS
+
+    return vlm_jj_fail(ctx, "no filter named '%.*s'", (int) len, name);
+}
+
+
+static vlm_status_t
+vlm_jj_test(vlm_jctx_t *ctx, const char *name, size_t len,
+    const vlm_jv_t *v, const vlm_jargs_t *a, int *r)
+{
+    int              c;
+    size_t           i;
+    vlm_jlist_t     *l;
+    vlm_status_t     rc;
+    const vlm_jv_t  *x;
+
+    x = vlm_jj_arg(a, 0, NULL);
+
+#define VLM_JJ_IS(f)  (len == sizeof(f) - 1 && memcmp(name, f, len) == 0)
+
+    if (VLM_JJ_IS("defined")) {
+        *r = v->type != VLM_JV_UNDEF;
+    } else if (VLM_JJ_IS("undefined")) {
+        *r = v->type == VLM_JV_UNDEF;
+    } else if (VLM_JJ_IS("none")) {
+        *r = v->type == VLM_JV_NONE;
+    } else if (VLM_JJ_IS("string")) {
+        *r = v->type == VLM_JV_STR;
+    } else if (VLM_JJ_IS("mapping")) {
+        *r = v->type == VLM_JV_DICT;
+    } else if (VLM_JJ_IS("sequence") || VLM_JJ_IS("iterable")) {
+        *r = v->type == VLM_JV_LIST || v->type == VLM_JV_STR
+             || v->type == VLM_JV_DICT;
+    } else if (VLM_JJ_IS("number")) {
+        *r = vlm_jj_is_num(v);
+    } else if (VLM_JJ_IS("integer")) {
+        *r = v->type == VLM_JV_INT;
+    } else if (VLM_JJ_IS("float")) {
+        *r = v->type == VLM_JV_FLOAT;
+    } else if (VLM_JJ_IS("boolean")) {
+        *r = v->type == VLM_JV_BOOL;
+    } else if (VLM_JJ_IS("true") || VLM_JJ_IS("false")) {
+        *r = v->type == VLM_JV_BOOL && v->u.i == (name[0] == 't');
+    } else if (VLM_JJ_IS("callable")) {
+        *r = v->type == VLM_JV_MACRO || v->type == VLM_JV_FUNC
+             || v->type == VLM_JV_METHOD;
+    } else if (VLM_JJ_IS("lower") || VLM_JJ_IS("upper")) {
+        *r = v->type == VLM_JV_STR;
+
+        for (i = 0; *r && i < v->len; i++) {
+            c = v->u.s[i];
+            *r = name[0] == 'l' ? !(c >= 'A' && c <= 'Z')
+                                : !(c >= 'a' && c <= 'z');
+        }
+
+    } else if (VLM_JJ_IS("even") || VLM_JJ_IS("odd")) {
+        if (v->type != VLM_JV_INT && v->type != VLM_JV_BOOL) {
+            return vlm_jj_fail(ctx, "%.*s: not an integer", (int) len, name);
+        }
+
+        *r = (v->u.i % 2 == 0) == (name[0] == 'e');
+
+    } else if (VLM_JJ_IS("divisibleby")) {
+        if (x == NULL || x->type != VLM_JV_INT || x->u.i == 0
+            || v->type != VLM_JV_INT)
+        {
+            return vlm_jj_fail(ctx, "divisibleby: expected integers");
+        }
+
+        *r = v->u.i % x->u.i == 0;
+
+    } else if (VLM_JJ_IS("eq") || VLM_JJ_IS("equalto") || VLM_JJ_IS("==")
+               || VLM_JJ_IS("ne") || VLM_JJ_IS("!=")
+               || VLM_JJ_IS("sameas"))
+    {
+        if (x == NULL) {
+            return vlm_jj_fail(ctx, "%.*s: an argument is needed",
+                               (int) len, name);
+        }
+
+        *r = vlm_jj_eq(v, x) == !(name[0] == 'n' || name[0] == '!');
+
+    } else if (VLM_JJ_IS("lt") || VLM_JJ_IS("le") || VLM_JJ_IS("gt")
+               || VLM_JJ_IS("ge") || VLM_JJ_IS("lessthan")
+               || VLM_JJ_IS("greaterthan"))
+    {
+        if (x == NULL) {
+            return vlm_jj_fail(ctx, "%.*s: an argument is needed",
+                               (int) len, name);
+        }
+
+        rc = vlm_jj_order(ctx, v, x, &c);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        *r = (name[0] == 'l') ? (name[1] == 'e' && len == 2 ? c <= 0 : c < 0)
+                              : (name[1] == 'e' ? c >= 0 : c > 0);
+
+    } else if (VLM_JJ_IS("in")) {
+        if (x == NULL) {
+            return vlm_jj_fail(ctx, "in: an argument is needed");
+        }
+
+        if (x->type == VLM_JV_STR && v->type == VLM_JV_STR) {
+            *r = memmem(x->u.s, x->len, v->u.s, v->len) != NULL;
+            return VLM_OK;
+        }
+
+        rc = vlm_jj_iterable(ctx, x, &l);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        *r = 0;
+        for (i = 0; !*r && i < l->n; i++) {
+            *r = vlm_jj_eq(v, &l->items[i]);
+        }
+
+    } else {
+        return vlm_jj_fail(ctx, "no test named '%.*s'", (int) len, name);
+    }
+
+#undef VLM_JJ_IS
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_jj_eval_args(vlm_jctx_t *ctx, const vlm_jnode_t *n, vlm_jargs_t *a)
+{
+    size_t        i;
+    vlm_status_t  rc;
+
+    memset(a, 0, sizeof(vlm_jargs_t));
+    a->n = n->kids.n;
+    a->n_kw = n->kids2.n;
+    a->names = n->names;
+    a->name_lens = n->name_lens;
+    a->args = vlm_jj_ralloc(ctx, (a->n + a->n_kw) * sizeof(vlm_jv_t));
+    if (a->args == NULL) {
+        return vlm_jj_nomem(ctx);
+    }
+
+    a->kw = a->args + a->n;
+
+    for (i = 0; i < a->n; i++) {
+        rc = vlm_jj_eval(ctx, n->kids.v[i], &a->args[i]);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+    }
+
+    for (i = 0; i < a->n_kw; i++) {
+        rc = vlm_jj_eval(ctx, n->kids2.v[i], &a->kw[i]);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+    }
+
+    return VLM_OK;
+}
+
+
+/* a macro (or a call block's caller) with its arguments, captured */
+static vlm_status_t
+vlm_jj_call_macro(vlm_jctx_t *ctx, const vlm_jv_t *m, const vlm_jargs_t *a,
+    const vlm_jv_t *caller, vlm_jv_t *out)
+{
+    size_t              i, k;
+    uint32_t            line;
+    vlm_jv_t            v;
+    vlm_jbuf_t          b, *saved;
+    vlm_jframe_t       *frame, *saved_frame;
+    vlm_status_t        rc;
+    const vlm_jv_t     *arg;
+    const vlm_jnode_t  *def;
+
+    def = m->u.macro;
+
+    if (++ctx->depth > 32) {
+        return vlm_jj_fail(ctx, "macro calls nested too deep");
+    }
+
+    frame = vlm_jj_ralloc(ctx, sizeof(vlm_jframe_t));
+    if (frame == NULL) {
+        return vlm_jj_nomem(ctx);
+    }
+
+    memset(frame, 0, sizeof(vlm_jframe_t));
+    /* a macro sees the template's top level; a caller its block's frame */
+    frame->parent = (m->id == 1) ? (vlm_jframe_t *) m->mask : ctx->root;
+
+    if (a->n > def->n_names) {
+        return vlm_jj_fail(ctx, "macro '%.*s' takes %zu arguments, %zu "
+                           "given", (int) def->name_len, def->name,
+                           def->n_names, a->n);
+    }
+
+    for (k = 0; k < a->n_kw; k++) {
+        for (i = 0; i < def->n_names; i++) {
+            if (def->name_lens[i] == a->name_lens[k]
+                && memcmp(def->names[i], a->names[k], a->name_lens[k]) == 0)
+            {
+                break;
+            }
+        }
+
+        if (i == def->n_names) {
+            return vlm_jj_fail(ctx, "macro '%.*s' has no parameter '%.*s'",
+                               (int) def->name_len, def->name,
+                               (int) a->name_lens[k], a->names[k]);
+        }
+    }
+
+    for (i = 0; i < def->n_names; i++) {
+        arg = NULL;
+
+        if (i < a->n) {
+            arg = &a->args[i];
+        }
+
+        for (k = 0; arg == NULL && k < a->n_kw; k++) {
+            if (def->name_lens[i] == a->name_lens[k]
+                && memcmp(def->names[i], a->names[k], a->name_lens[k]) == 0)
+            {
+                arg = &a->kw[k];
+            }
+        }
+
+        if (arg != NULL) {
+            v = *arg;
+
+        } else if (def->kids2.v[i] != NULL) {
+            saved_frame = ctx->frame;
+            ctx->frame = frame;
+            rc = vlm_jj_eval(ctx, def->kids2.v[i], &v);
+            ctx->frame = saved_frame;
+            if (rc != VLM_OK) {
+                return rc;
+            }
+
+        } else {
+            memset(&v, 0, sizeof(vlm_jv_t));
+            v.u.s = def->names[i];
+            v.len = def->name_lens[i];
+        }
+
+        rc = vlm_jj_dict_set_name(ctx, &frame->vars, def->names[i],
+                                  def->name_lens[i], &v);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+    }
+
+    if (caller != NULL) {
+        rc = vlm_jj_dict_set_name(ctx, &frame->vars, "caller", 6, caller);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+    }
+
+    line = ctx->line;
+    vlm_jj_capture_begin(ctx, &b, &saved);
+    rc = vlm_jj_exec(ctx, &def->kids, frame);
+    vlm_jj_capture_end(ctx, &b, saved, out);
+    ctx->flow = 0;
+    ctx->line = line;
+    ctx->depth--;
+
+    return rc;
+}
+
+
+static vlm_status_t
+vlm_jj_call(vlm_jctx_t *ctx, const vlm_jnode_t *n, const vlm_jv_t *caller,
+    vlm_jv_t *out)
+{
+    vlm_jv_t      f;
+    vlm_jargs_t   a;
+    vlm_status_t  rc;
+
+    rc = vlm_jj_eval(ctx, n->a, &f);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    rc = vlm_jj_eval_args(ctx, n, &a);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    ctx->line = n->line;
+
+    switch (f.type) {
+    case VLM_JV_MACRO:
+        return vlm_jj_call_macro(ctx, &f, &a, caller, out);
+    case VLM_JV_FUNC:
+        return vlm_jj_call_func(ctx, &f, &a, out);
+    case VLM_JV_METHOD:
+        return vlm_jj_call_method(ctx, f.u.meth, &a, out);
+    case VLM_JV_UNDEF:
+        if (f.u.s != NULL) {
+            return vlm_jj_fail(ctx, "'%.*s' is undefined", (int) f.len,
+                               f.u.s);
+        }
+
+        return vlm_jj_fail(ctx, "an undefined value is not callable");
+    default:
+        return vlm_jj_fail(ctx, "'%s' object is not callable",
+                           vlm_jj_type_name(&f));
+    }
+}
+
+
+static vlm_status_t
+vlm_jj_arith(vlm_jctx_t *ctx, vlm_jo_t op, const vlm_jv_t *a,
+    const vlm_jv_t *b, vlm_jv_t *out)
+{
+    size_t        i, n;
+    int64_t       x, y, r;
+    double        f, g;
+    vlm_jv_t      s, t;
+    vlm_jbuf_t    buf, *saved;
+    vlm_jlist_t  *l;
+    vlm_status_t  rc;
+
+    memset(out, 0, sizeof(vlm_jv_t));
+
+    if (op == VLM_JO_CONCAT) {
+        rc = vlm_jj_to_str(ctx, a, &s);
+        if (rc == VLM_OK) {
+            rc = vlm_jj_to_str(ctx, b, &t);
+        }
+
+        return rc == VLM_OK ? vlm_jj_concat(ctx, &s, &t, out) : rc;
+    }
+
+    if (a->type == VLM_JV_UNDEF || b->type == VLM_JV_UNDEF) {
+        s = a->type == VLM_JV_UNDEF ? *a : *b;
+
+        if (s.u.s != NULL) {
+            return vlm_jj_fail(ctx, "'%.*s' is undefined", (int) s.len,
+                               s.u.s);
+        }
+
+        return vlm_jj_fail(ctx, "an undefined value in arithmetic");
+    }
+
+    if (op == VLM_JO_ADD && a->type == VLM_JV_STR && b->type == VLM_JV_STR) {
+        return vlm_jj_concat(ctx, a, b, out);
+    }
+
+    if (op == VLM_JO_ADD && a->type == VLM_JV_LIST
+        && b->type == VLM_JV_LIST)
+    {
+        l = vlm_jj_list_new(ctx, a->u.list->n + b->u.list->n);
+        if (l == NULL) {
+            return vlm_jj_nomem(ctx);
+        }
+
+        memcpy(l->items, a->u.list->items, a->u.list->n * sizeof(vlm_jv_t));
+        memcpy(l->items + a->u.list->n, b->u.list->items,
+               b->u.list->n * sizeof(vlm_jv_t));
+        l->n = a->u.list->n + b->u.list->n;
+        out->type = VLM_JV_LIST;
+        out->u.list = l;
+        return VLM_OK;
+    }
+
+    if (op == VLM_JO_MUL && a->type == VLM_JV_STR && b->type == VLM_JV_INT) {
+        n = b->u.i > 0 ? (size_t) b->u.i : 0;
+
+        if (n * a->len > ctx->lim->max_output) {
+            return vlm_jj_fail(ctx, "a string repeated %zu times is too "
+                               "long", n);
+        }
+
+        vlm_jj_capture_begin(ctx, &buf, &saved);
+        rc = VLM_OK;
+
+        for (i = 0; rc == VLM_OK && i < n; i++) {
+            rc = vlm_jj_emit(ctx, a);
+        }
+
+        vlm_jj_capture_end(ctx, &buf, saved, out);
+        return rc;
+    }
+
+    if (!vlm_jj_is_num(a) || !vlm_jj_is_num(b)) {
+        return vlm_jj_fail(ctx, "unsupported operand types: %s and %s",
+                           vlm_jj_type_name(a), vlm_jj_type_name(b));
+    }
+
+    if (a->type != VLM_JV_FLOAT && b->type != VLM_JV_FLOAT
+        && op != VLM_JO_DIV && op != VLM_JO_POW)
+    {
+        x = a->u.i;
+        y = b->u.i;
+        out->type = VLM_JV_INT;
+
+        switch (op) {
+        case VLM_JO_ADD:
+            if (__builtin_add_overflow(x, y, &r)) {
+                return vlm_jj_fail(ctx, "integer overflow");
+            }
+            break;
+        case VLM_JO_SUB:
+            if (__builtin_sub_overflow(x, y, &r)) {
+                return vlm_jj_fail(ctx, "integer overflow");
+            }
+            break;
+        case VLM_JO_MUL:
+            if (__builtin_mul_overflow(x, y, &r)) {
+                return vlm_jj_fail(ctx, "integer overflow");
+            }
+            break;
+        default:
+            if (y == 0) {
+                return vlm_jj_fail(ctx, "integer division or modulo by "
+                                   "zero");
+            }
+
+            if (x == INT64_MIN && y == -1) {
+                return vlm_jj_fail(ctx, "integer overflow");
+            }
+
+            r = x / y;
+
+            if ((x % y != 0) && ((x < 0) != (y < 0))) {
+                r--;
+            }
+
+            if (op == VLM_JO_MOD) {
+                r = x - r * y;
+            }
+        }
+
+        out->u.i = r;
+        return VLM_OK;
+    }
+
+    f = vlm_jj_num(a);
+    g = vlm_jj_num(b);
+    out->type = VLM_JV_FLOAT;
+
+    switch (op) {
+    case VLM_JO_ADD: out->u.f = f + g; break;
+    case VLM_JO_SUB: out->u.f = f - g; break;
+    case VLM_JO_MUL: out->u.f = f * g; break;
+    case VLM_JO_POW:
+        out->u.f = pow(f, g);
+
+        if (a->type != VLM_JV_FLOAT && b->type != VLM_JV_FLOAT
+            && b->u.i >= 0 && fabs(out->u.f) < 9e18)
+        {
+            out->type = VLM_JV_INT;
+            out->u.i = (int64_t) out->u.f;
+        }
+
+        break;
+    default:
+        if (g == 0.0) {
+            return vlm_jj_fail(ctx, "float division by zero");
+        }
+
+        if (op == VLM_JO_DIV) {
+            out->u.f = f / g;
+        } else if (op == VLM_JO_FLOORDIV) {
+            out->u.f = floor(f / g);
+        } else {
+            out->u.f = fmod(f, g);
+            if (out->u.f != 0.0 && ((out->u.f < 0) != (g < 0))) {
+                out->u.f += g;
+            }
+        }
+    }
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_jj_contains(vlm_jctx_t *ctx, const vlm_jv_t *item, const vlm_jv_t *c,
+    int *r)
+{
+    size_t  i;
+
+    *r = 0;
+
+    switch (c->type) {
+    case VLM_JV_STR:
+        if (item->type != VLM_JV_STR) {
+            return vlm_jj_fail(ctx, "'in <string>' requires a string on "
+                               "the left, not %s", vlm_jj_type_name(item));
+        }
+
+        *r = memmem(c->u.s, c->len, item->u.s, item->len) != NULL;
+        return VLM_OK;
+
+    case VLM_JV_LIST:
+        for (i = 0; !*r && i < c->u.list->n; i++) {
+            *r = vlm_jj_eq(item, &c->u.list->items[i]);
+        }
+
+        return VLM_OK;
+
+    case VLM_JV_DICT:
+    case VLM_JV_NS:
+        *r = vlm_jj_dict_get(c->u.dict, item) != NULL;
+        return VLM_OK;
+
+    case VLM_JV_UNDEF:
+        return VLM_OK;
+
+    default:
+        return vlm_jj_fail(ctx, "argument of type '%s' is not iterable",
+                           vlm_jj_type_name(c));
+    }
+}
+
+
+static vlm_status_t
+vlm_jj_eval(vlm_jctx_t *ctx, const vlm_jnode_t *n, vlm_jv_t *v)
+{
+    int           r;
+    size_t        i;
+    vlm_jv_t      a, b, c;
+    vlm_jargs_t   args;
+    vlm_status_t  rc;
+
+    if (++ctx->steps > ctx->lim->max_steps) {
+        return vlm_error_set(ctx->err, VLM_ERR_LIMIT, "chat template line "
+                             "%u: the render exceeds %zu steps", n->line,
+                             ctx->lim->max_steps);
+    }
+
+    ctx->line = n->line;
+    memset(v, 0, sizeof(vlm_jv_t));
+
+    switch (n->kind) {
+
+    case VLM_JN_LIT:
+        *v = n->lit;
+        return VLM_OK;
+
+    case VLM_JN_NAME:
+        return vlm_jj_lookup(ctx, ctx->frame, n->name,
+                             n->name_len, v);
+
+    case VLM_JN_ATTR:
+        rc = vlm_jj_eval(ctx, n->a, &a);
+        ctx->line = n->line;
+        return rc == VLM_OK ? vlm_jj_getattr(ctx, &a, n->name, n->name_len,
+                                             v)
+                            : rc;
+
+    case VLM_JN_ITEM:
+        rc = vlm_jj_eval(ctx, n->a, &a);
+        if (rc == VLM_OK) {
+            rc = vlm_jj_eval(ctx, n->b, &b);
+        }
+
+        ctx->line = n->line;
+        return rc == VLM_OK ? vlm_jj_getitem(ctx, &a, &b, v) : rc;
+
+    case VLM_JN_SLICE:
+        rc = vlm_jj_eval(ctx, n->a, &a);
+        memset(&b, 0, sizeof(vlm_jv_t));
+        memset(&c, 0, sizeof(vlm_jv_t));
+
+        {
+            vlm_jv_t  parts[3];
+
+            memset(parts, 0, sizeof(parts));
+
+            for (i = 0; rc == VLM_OK && i < 3; i++) {
+                if (n->kids.v[i] != NULL) {
+                    rc = vlm_jj_eval(ctx, n->kids.v[i], &parts[i]);
+                }
+            }
+
+            ctx->line = n->line;
+            return rc == VLM_OK ? vlm_jj_slice(ctx, &a, &parts[0],
+                                               &parts[1], &parts[2], v)
+                                : rc;
+        }
+
+    case VLM_JN_CALL:
+        return vlm_jj_call(ctx, n, NULL, v);
+
+    case VLM_JN_FILTER:
+    case VLM_JN_TEST:
+        rc = vlm_jj_eval(ctx, n->a, &a);
+        if (rc == VLM_OK) {
+            rc = vlm_jj_eval_args(ctx, n, &args);
+        }
+
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        ctx->line = n->line;
+
+        if (n->kind == VLM_JN_FILTER) {
+            return vlm_jj_filter(ctx, n->name, n->name_len, &a, &args, v);
+        }
+
+        rc = vlm_jj_test(ctx, n->name, n->name_len, &a, &args, &r);
+        vlm_jj_set_bool(v, r != n->neg);
+        return rc;
+
+    case VLM_JN_NEG:
+    case VLM_JN_POS:
+        rc = vlm_jj_eval(ctx, n->a, &a);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        if (!vlm_jj_is_num(&a)) {
+            return vlm_jj_fail(ctx, "bad operand type for unary %c: %s",
+                               n->kind == VLM_JN_NEG ? '-' : '+',
+                               vlm_jj_type_name(&a));
+        }
+
+        *v = a;
+
+        if (a.type == VLM_JV_BOOL) {
+            v->type = VLM_JV_INT;
+        }
+
+        if (n->kind == VLM_JN_NEG) {
+            if (a.type == VLM_JV_FLOAT) {
+                v->u.f = -a.u.f;
+            } else if (a.u.i == INT64_MIN) {
+                return vlm_jj_fail(ctx, "integer overflow");
+            } else {
+                v->u.i = -a.u.i;
+            }
+        }
+
+        return VLM_OK;
+
+    case VLM_JN_NOT:
+        rc = vlm_jj_eval(ctx, n->a, &a);
+        vlm_jj_set_bool(v, !vlm_jj_truthy(&a));
+        return rc;
+
+    case VLM_JN_AND:
+    case VLM_JN_OR:
+        rc = vlm_jj_eval(ctx, n->a, v);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        if (vlm_jj_truthy(v) == (n->kind == VLM_JN_OR)) {
+            return VLM_OK;
+        }
+
+        return vlm_jj_eval(ctx, n->b, v);
+
+    case VLM_JN_COND:
+        rc = vlm_jj_eval(ctx, n->b, &c);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        if (vlm_jj_truthy(&c)) {
+            return vlm_jj_eval(ctx, n->a, v);
+        }
+
+        return n->c ? vlm_jj_eval(ctx, n->c, v) : VLM_OK;
+
+    case VLM_JN_BIN:
+        rc = vlm_jj_eval(ctx, n->a, &a);
+        if (rc == VLM_OK) {
+            rc = vlm_jj_eval(ctx, n->b, &b);
+        }
+
+        ctx->line = n->line;
+        return rc == VLM_OK ? vlm_jj_arith(ctx, n->op, &a, &b, v) : rc;
+
+    case VLM_JN_CMP:
+        rc = vlm_jj_eval(ctx, n->a, &a);
+
+        for (i = 0; rc == VLM_OK && i < n->kids.n; i++) {
+            rc = vlm_jj_eval(ctx, n->kids.v[i], &b);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+
+            ctx->line = n->line;
+
+            switch (n->ops[i]) {
+            case VLM_JO_EQ:
+                r = vlm_jj_eq(&a, &b);
+                break;
+            case VLM_JO_NE:
+                r = !vlm_jj_eq(&a, &b);
+                break;
+            case VLM_JO_IN:
+            case VLM_JO_NOTIN:
+                rc = vlm_jj_contains(ctx, &a, &b, &r);
+                r = (n->ops[i] == VLM_JO_IN) ? r : !r;
+                break;
+            default:
+                rc = vlm_jj_order(ctx, &a, &b, &r);
+                r = (n->ops[i] == VLM_JO_LT) ? r < 0
+                    : (n->ops[i] == VLM_JO_LE) ? r <= 0
+                    : (n->ops[i] == VLM_JO_GT) ? r > 0 : r >= 0;
+            }
+
+            if (rc != VLM_OK) {
+                return rc;
+            }
+
+            vlm_jj_set_bool(v, r);
+
+            if (!r) {
+                return VLM_OK;
+            }
+
+            a = b;
+        }
+
+        return rc;
+
+    case VLM_JN_LIST:
+        v->type = VLM_JV_LIST;
+        v->u.list = vlm_jj_list_new(ctx, n->kids.n);
+        if (v->u.list == NULL) {
+            return vlm_jj_nomem(ctx);
+        }
+
+        for (i = 0; i < n->kids.n; i++) {
+            rc = vlm_jj_eval(ctx, n->kids.v[i], &v->u.list->items[i]);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+        }
+
+        v->u.list->n = n->kids.n;
+        return VLM_OK;
+
+    case VLM_JN_DICT:
+        v->type = VLM_JV_DICT;
+        v->u.dict = vlm_jj_ralloc(ctx, sizeof(vlm_jdict_t));
+        if (v->u.dict == NULL) {
+            return vlm_jj_nomem(ctx);
+        }
+
+        memset(v->u.dict, 0, sizeof(vlm_jdict_t));
+
+        for (i = 0; i < n->kids.n; i++) {
+            rc = vlm_jj_eval(ctx, n->kids.v[i], &a);
+            if (rc == VLM_OK) {
+                rc = vlm_jj_eval(ctx, n->kids2.v[i], &b);
+            }
+
+            if (rc == VLM_OK) {
+                rc = vlm_jj_dict_set(ctx, v->u.dict, &a, &b);
+            }
+
+            if (rc != VLM_OK) {
+                return rc;
+            }
+        }
+
+        return VLM_OK;
+    }
+
+    return vlm_jj_fail(ctx, "a statement where an expression belongs");
+}
+
+
+static vlm_status_t
+vlm_jj_exec_for(vlm_jctx_t *ctx, const vlm_jnode_t *n)
+{
+    size_t         i, k;
+    vlm_jv_t       it, item, lv, *sub;
+    vlm_jloop_t   *lp;
+    vlm_jlist_t   *seq, *src;
+    vlm_jframe_t  *frame;
+    vlm_status_t   rc;
+
+    rc = vlm_jj_eval(ctx, n->a, &it);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    ctx->line = n->line;
+
+    rc = vlm_jj_iterable(ctx, &it, &src);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    frame = vlm_jj_ralloc(ctx, sizeof(vlm_jframe_t));
+    lp = vlm_jj_ralloc(ctx, sizeof(vlm_jloop_t));
+    if (frame == NULL || lp == NULL) {
+        return vlm_jj_nomem(ctx);
+    }
+
+    memset(frame, 0, sizeof(vlm_jframe_t));
+    frame->parent = ctx->frame;
+    seq = src;
+
+    if (n->b != NULL) {
+        /* {% for x in xs if cond %}: loop.* counts what passes */
+        seq = vlm_jj_list_new(ctx, src->n);
+        if (seq == NULL) {
+            return vlm_jj_nomem(ctx);
+        }
+
+        ctx->frame = frame;
+
+        for (i = 0; i < src->n; i++) {
+            rc = vlm_jj_dict_set_name(ctx, &frame->vars, n->names[0],
+                                      n->name_lens[0], &src->items[i]);
+            if (rc == VLM_OK) {
+                rc = vlm_jj_eval(ctx, n->b, &item);
+            }
+
+            if (rc != VLM_OK) {
+                ctx->frame = frame->parent;
+                return rc;
+            }
+
+            if (vlm_jj_truthy(&item)) {
+                seq->items[seq->n++] = src->items[i];
+            }
+        }
+
+        ctx->frame = frame->parent;
+    }
+
+    lp->seq = seq;
+    memset(&lv, 0, sizeof(vlm_jv_t));
+    lv.type = VLM_JV_LOOP;
+    lv.u.loop = lp;
+
+    if (seq->n == 0) {
+        return vlm_jj_exec(ctx, &n->kids2, ctx->frame);
+    }
+
+    for (i = 0; i < seq->n; i++) {
+        if (++ctx->steps > ctx->lim->max_steps) {
+            return vlm_error_set(ctx->err, VLM_ERR_LIMIT, "chat template "
+                                 "line %u: the render exceeds %zu steps",
+                                 n->line, ctx->lim->max_steps);
+        }
+
+        lp->i = i;
+        item = seq->items[i];
+
+        if (n->n_names == 1) {
+            rc = vlm_jj_dict_set_name(ctx, &frame->vars, n->names[0],
+                                      n->name_lens[0], &item);
+
+        } else {
+            if (item.type != VLM_JV_LIST || item.u.list->n != n->n_names) {
+                return vlm_jj_fail(ctx, "cannot unpack %s into %zu loop "
+                                   "variables", vlm_jj_type_name(&item),
+                                   n->n_names);
+            }
+
+            rc = VLM_OK;
+
+            for (k = 0; rc == VLM_OK && k < n->n_names; k++) {
+                sub = &item.u.list->items[k];
+                rc = vlm_jj_dict_set_name(ctx, &frame->vars, n->names[k],
+                                          n->name_lens[k], sub);
+            }
+        }
+
+        if (rc == VLM_OK) {
+            rc = vlm_jj_dict_set_name(ctx, &frame->vars, "loop", 4, &lv);
+        }
+
+        if (rc == VLM_OK) {
+            rc = vlm_jj_exec(ctx, &n->kids, frame);
+        }
+
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        if (ctx->flow == VLM_JF_BREAK) {
+            ctx->flow = 0;
+            break;
+        }
+
+        ctx->flow = 0;
+    }
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_jj_exec_set(vlm_jctx_t *ctx, const vlm_jnode_t *n)
+{
+    vlm_jv_t      v, ns;
+    vlm_jbuf_t    b, *saved;
+    vlm_status_t  rc;
+
+    if (n->kind == VLM_JN_SET_BLOCK) {
+        vlm_jj_capture_begin(ctx, &b, &saved);
+        rc = vlm_jj_exec(ctx, &n->kids, ctx->frame);
+        vlm_jj_capture_end(ctx, &b, saved, &v);
+
+    } else {
+        rc = vlm_jj_eval(ctx, n->a, &v);
+    }
+
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    ctx->line = n->line;
+
+    if (n->attr == NULL) {
+        return vlm_jj_dict_set_name(ctx, &ctx->frame->vars, n->name,
+                                    n->name_len, &v);
+    }
+
+    rc = vlm_jj_lookup(ctx, ctx->frame, n->name, n->name_len, &ns);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    if (ns.type != VLM_JV_NS) {
+        return vlm_jj_fail(ctx, "cannot assign attribute on non-namespace "
+                           "object '%.*s'", (int) n->name_len, n->name);
+    }
+
+    return vlm_jj_dict_set_name(ctx, ns.u.dict, n->attr, n->attr_len, &v);
+}
+
+
+static vlm_status_t
+vlm_jj_exec(vlm_jctx_t *ctx, const vlm_jnodes_t *body, vlm_jframe_t *frame)
+{
+    size_t              i;
+    vlm_jv_t            v, s;
+    vlm_jframe_t       *saved;
+    vlm_status_t        rc;
+    const vlm_jnode_t  *n;
+
+    saved = ctx->frame;
+    ctx->frame = frame;
+    rc = VLM_OK;
+
+    for (i = 0; rc == VLM_OK && i < body->n && ctx->flow == 0; i++) {
+        n = body->v[i];
+        ctx->line = n->line;
+
+        if (++ctx->steps > ctx->lim->max_steps) {
+            rc = vlm_error_set(ctx->err, VLM_ERR_LIMIT, "chat template line "
+                               "%u: the render exceeds %zu steps", n->line,
+                               ctx->lim->max_steps);
+            break;
+        }
+
+        switch (n->kind) {
+
+        case VLM_JN_DATA:
+            rc = vlm_jj_emit(ctx, &n->lit);
+            break;
+
+        case VLM_JN_OUTPUT:
+            rc = vlm_jj_eval(ctx, n->a, &v);
+            if (rc == VLM_OK) {
+                rc = vlm_jj_to_str(ctx, &v, &s);
+            }
+
+            if (rc == VLM_OK) {
+                rc = vlm_jj_emit(ctx, &s);
+            }
+
+            break;
+
+        case VLM_JN_IF:
+            rc = vlm_jj_eval(ctx, n->a, &v);
+            if (rc == VLM_OK) {
+                rc = vlm_jj_exec(ctx, vlm_jj_truthy(&v) ? &n->kids
+                                                        : &n->kids2, frame);
+            }
+
+            break;
+
+        case VLM_JN_FOR:
+            rc = vlm_jj_exec_for(ctx, n);
+            break;
+
+        case VLM_JN_SET:
+        case VLM_JN_SET_BLOCK:
+            rc = vlm_jj_exec_set(ctx, n);
+            break;
+
+        case VLM_JN_MACRO:
+            memset(&v, 0, sizeof(vlm_jv_t));
+            v.type = VLM_JV_MACRO;
+            v.u.macro = n;
+            rc = vlm_jj_dict_set_name(ctx, &frame->vars, n->name,
+                                      n->name_len, &v);
+            break;
+
+        case VLM_JN_CALL_BLOCK:
+            /* caller(): the block's body, a macro that sees this frame */
+            memset(&v, 0, sizeof(vlm_jv_t));
+            v.type = VLM_JV_MACRO;
+            v.id = 1;
+            v.u.macro = n;
+            v.mask = (const uint8_t *) frame;
+            rc = vlm_jj_call(ctx, n->a, &v, &s);
+            if (rc == VLM_OK) {
+                rc = vlm_jj_emit(ctx, &s);
+            }
+
+            break;
+
+        case VLM_JN_BREAK:
+            ctx->flow = VLM_JF_BREAK;
+            break;
+
+        case VLM_JN_CONTINUE:
+            ctx->flow = VLM_JF_CONTINUE;
+            break;
+
+        case VLM_JN_BLOCK:
+            rc = vlm_jj_exec(ctx, &n->kids, frame);
+            break;
+
+        default:
+            rc = vlm_jj_fail(ctx, "an expression where a statement "
+                             "belongs");
+        }
+    }
+
+    ctx->frame = saved;
+
+    return rc;
+}
+
+
+static vlm_status_t
+vlm_jj_vars(vlm_jctx_t *ctx, json_t *obj, unsigned taint, vlm_jdict_t *d)
+{
+    json_t        *item;
+    vlm_jv_t       v;
+    const char    *key;
+    vlm_status_t   rc;
+
+    if (obj == NULL) {
+        return VLM_OK;
+    }
+
+    if (!json_is_object(obj)) {
+        return vlm_error_set(ctx->err, VLM_ERR_INVALID, "chat template: "
+                             "the variables are not an object");
+    }
+
+    json_object_foreach(obj, key, item) {
+        rc = vlm_jj_from_json(ctx, item, taint, &v);
+        if (rc == VLM_OK) {
+            rc = vlm_jj_dict_set_name(ctx, d, key, strlen(key), &v);
+        }
+
+        if (rc != VLM_OK) {
+            return rc;
+        }
+    }
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_jinja_render(const vlm_jinja_t *tmpl, json_t *client, json_t *trusted,
+    const vlm_jinja_limits_t *limits, vlm_jinja_out_t *out,
+    vlm_error_t *err)
+{
+    size_t               i, n;
+    vlm_jctx_t           ctx;
+    vlm_jbuf_t           b;
+    vlm_error_t          local;
+    vlm_status_t         rc;
+    vlm_jframe_t        *root;
+    vlm_tok_span_t      *spans;
+    vlm_jinja_limits_t   lim;
+
+    memset(out, 0, sizeof(vlm_jinja_out_t));
+    out->text = "";
+
+    if (err == NULL) {
+        err = &local;
+    }
+
+    lim.max_bytes = (limits && limits->max_bytes) ? limits->max_bytes
+                                                  : VLM_JINJA_DEFAULT_BYTES;
+    lim.max_steps = (limits && limits->max_steps) ? limits->max_steps
+                                                  : VLM_JINJA_DEFAULT_STEPS;
+    lim.max_output = (limits && limits->max_output)
+                     ? limits->max_output : VLM_JINJA_DEFAULT_OUTPUT;
+
+    out->arena = vlm_jj_arena_new(lim.max_bytes);
+    if (out->arena == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "no memory");
+    }
+
+    memset(&ctx, 0, sizeof(vlm_jctx_t));
+    memset(&b, 0, sizeof(vlm_jbuf_t));
+    ctx.arena = out->arena;
+    ctx.err = err;
+    ctx.lim = &lim;
+    ctx.out = &b;
+
+    root = vlm_jj_ralloc(&ctx, sizeof(vlm_jframe_t));
+    if (root == NULL) {
+        return vlm_jj_nomem(&ctx);
+    }
+
+    memset(root, 0, sizeof(vlm_jframe_t));
+    ctx.root = root;
+    ctx.frame = root;
+
+    rc = vlm_jj_vars(&ctx, client, VLM_JT_ALL, &ctx.client);
+
+    if (rc == VLM_OK) {
+        rc = vlm_jj_vars(&ctx, trusted, VLM_JT_NONE, &ctx.trusted);
+    }
+
+    if (rc == VLM_OK) {
+        rc = vlm_jj_exec(&ctx, &tmpl->body, root);
+    }
+
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    /* the runs of client bytes */
+    n = 0;
+
+    for (i = 0; i < b.len; i++) {
+        n += b.mask[i] && (i == 0 || !b.mask[i - 1]);
+    }
+
+    spans = vlm_jj_ralloc(&ctx, n * sizeof(vlm_tok_span_t));
+    if (spans == NULL) {
+        return vlm_jj_nomem(&ctx);
+    }
+
+    n = 0;
+
+    for (i = 0; i < b.len; i++) {
+        if (!b.mask[i]) {
+            continue;
+        }
+
+        if (i == 0 || !b.mask[i - 1]) {
+            spans[n].start = i;
+            n++;
+        }
+
+        spans[n - 1].end = i + 1;
+    }
+
+    out->text = b.buf ? b.buf : "";
+    out->len = b.len;
+    out->spans = spans;
+    out->n_spans = n;
+
+    return VLM_OK;
+}
+
+
+void
+vlm_jinja_out_free(vlm_jinja_out_t *out)
+{
+    if (out == NULL) {
+        return;
+    }
+
+    vlm_jj_arena_free(out->arena);
+    out->arena = NULL;
+    out->text = "";
+    out->len = 0;
+    out->spans = NULL;
+    out->n_spans = 0;
+}

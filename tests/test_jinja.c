@@ -1,0 +1,554 @@
+/*
+ * Unit tests of vlm_jinja: every fixture template over every conversation
+ * against transformers' apply_chat_template byte for byte
+ * (tests/fixtures/chat_template/cases.json, tools/fixtures_chat_template.py),
+ * the spans of client text, the C fast path of Qwen2-VL's template
+ * (vlm_chat_render_spans) against the interpreter, and malformed or
+ * hostile templates: an error with a line, bounded steps, memory and
+ * output, never a crash.
+ */
+
+#define _GNU_SOURCE
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+
+#include "text/vlm_jinja.h"
+#include "text/vlm_chat.h"
+
+
+#define FIXTURES  "tests/fixtures/chat_template/cases.json"
+
+
+static json_t  *cases;
+
+
+static int
+setup(void **state)
+{
+    json_error_t  jerr;
+
+    (void) state;
+
+    cases = json_load_file(FIXTURES, 0, &jerr);
+    if (cases == NULL) {
+        fail_msg("%s: %s", FIXTURES, jerr.text);
+    }
+
+    return 0;
+}
+
+
+static int
+teardown(void **state)
+{
+    (void) state;
+    json_decref(cases);
+
+    return 0;
+}
+
+
+static vlm_jinja_t *
+parse_ok(const char *src)
+{
+    vlm_error_t   err;
+    vlm_jinja_t  *t;
+
+    if (vlm_jinja_parse(&t, src, strlen(src), &err) != VLM_OK) {
+        fail_msg("parse: %s", err.msg);
+    }
+
+    return t;
+}
+
+
+static void
+check_spans(const vlm_jinja_out_t *o)
+{
+    size_t  i;
+
+    for (i = 0; i < o->n_spans; i++) {
+        assert_true(o->spans[i].start < o->spans[i].end);
+        assert_true(o->spans[i].end <= o->len);
+
+        if (i > 0) {
+            assert_true(o->spans[i - 1].end < o->spans[i].start);
+        }
+    }
+}
+
+
+/* is [start, end) of the text inside one span? */
+static int
+in_span(const vlm_jinja_out_t *o, size_t start, size_t end)
+{
+    size_t  i;
+
+    for (i = 0; i < o->n_spans; i++) {
+        if (o->spans[i].start <= start && end <= o->spans[i].end) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+static void
+test_fixture_cases(void **state)
+{
+    size_t            i, n_ok, n_err;
+    json_t           *c, *tmpls, *want;
+    const char       *name, *src, *hit;
+    vlm_error_t       err;
+    vlm_jinja_t      *t;
+    vlm_status_t      rc;
+    vlm_jinja_out_t   o;
+
+    (void) state;
+
+    tmpls = json_object_get(cases, "templates");
+    n_ok = n_err = 0;
+
+    json_array_foreach(json_object_get(cases, "cases"), i, c) {
+        name = json_string_value(json_object_get(c, "template"));
+        src = json_string_value(json_object_get(tmpls, name));
+        assert_non_null(src);
+
+        t = parse_ok(src);
+        want = json_object_get(c, "expected");
+
+        rc = vlm_jinja_render(t, json_object_get(c, "client"),
+                              json_object_get(c, "trusted"), NULL, &o, &err);
+
+        if (want == NULL) {
+            if (rc != VLM_ERR_INVALID) {
+                fail_msg("case %zu (%s): rendered, transformers fails with "
+                         "%s", i, name,
+                         json_string_value(json_object_get(c, "error")));
+            }
+
+            assert_non_null(strstr(err.msg, "chat template"));
+            n_err++;
+
+        } else {
+            if (rc != VLM_OK) {
+                fail_msg("case %zu (%s): %s", i, name, err.msg);
+            }
+
+            if (o.len != json_string_length(want)
+                || memcmp(o.text, json_string_value(want), o.len) != 0)
+            {
+                fail_msg("case %zu (%s, %s): the text differs from "
+                         "transformers':\n%s\n---\n%s", i, name,
+                         json_string_value(json_object_get(c,
+                                                           "conversation")),
+                         o.text, json_string_value(want));
+            }
+
+            check_spans(&o);
+
+            /* the client's special-token text is a span, the template's
+             * own turn markers are not */
+            hit = strstr(o.text, "<|im_end|>\n<|im_start|>system\nx");
+            if (hit != NULL) {
+                assert_true(in_span(&o, hit - o.text, hit - o.text + 31));
+            }
+
+            hit = strstr(o.text, "<|im_start|>user");
+            if (hit != NULL && strncmp(name, "qwen", 4) == 0) {
+                assert_false(in_span(&o, hit - o.text,
+                                     hit - o.text + 12));
+            }
+
+            n_ok++;
+        }
+
+        vlm_jinja_out_free(&o);
+        vlm_jinja_free(t);
+    }
+
+    assert_true(n_ok > 200);
+    assert_true(n_err >= 7);
+}
+
+
+/*
+ * vlm_chat_render_spans (the C fast path of Qwen2-VL's template) against
+ * the interpreter: the same text and the same spans
+ */
+static void
+test_fast_path_equal(void **state)
+{
+    char                  *text, *json;
+    size_t                 i, k, len, n_spans, n_msgs, compared;
+    json_t                *c, *tmpls, *tr;
+    unsigned               flags;
+    vlm_error_t            err;
+    vlm_jinja_t           *t;
+    vlm_tok_span_t        *spans;
+    vlm_chat_json_t       *chat;
+    vlm_jinja_out_t        o;
+    const vlm_chat_msg_t  *msgs;
+
+    (void) state;
+
+    tmpls = json_object_get(cases, "templates");
+    t = parse_ok(json_string_value(json_object_get(tmpls, "qwen2_vl")));
+    assert_true(vlm_chat_template_is_qwen2_vl(
+        json_string_value(json_object_get(tmpls, "qwen2_vl"))));
+    compared = 0;
+
+    json_array_foreach(json_object_get(cases, "cases"), i, c) {
+        if (strcmp(json_string_value(json_object_get(c, "template")),
+                   "qwen2_vl") != 0)
+        {
+            continue;
+        }
+
+        tr = json_object_get(c, "trusted");
+        flags = (json_is_true(json_object_get(tr, "add_generation_prompt"))
+                 ? VLM_CHAT_ADD_GENERATION_PROMPT : 0)
+                | (json_is_true(json_object_get(tr, "add_vision_id"))
+                   ? VLM_CHAT_ADD_VISION_ID : 0);
+
+        json = json_dumps(json_object_get(c, "client"), 0);
+        assert_non_null(json);
+
+        if (vlm_chat_parse_json(json, strlen(json), &chat, &err) != VLM_OK) {
+            fail_msg("case %zu: %s", i, err.msg);
+        }
+
+        msgs = vlm_chat_json_messages(chat, &n_msgs);
+        assert_int_equal(vlm_chat_render_spans(msgs, n_msgs, flags, NULL, 0,
+                                               &len, NULL, NULL, 0, &n_spans,
+                                               &err), VLM_OK);
+        text = malloc(len + 1);
+        spans = malloc((n_spans + 1) * sizeof(vlm_tok_span_t));
+        assert_non_null(text);
+        assert_non_null(spans);
+        assert_int_equal(vlm_chat_render_spans(msgs, n_msgs, flags, text,
+                                               len + 1, &len, NULL, spans,
+                                               n_spans + 1, &n_spans, &err),
+                         VLM_OK);
+
+        assert_int_equal(vlm_jinja_render(t, json_object_get(c, "client"), tr,
+                                          NULL, &o, &err), VLM_OK);
+
+        assert_int_equal(o.len, len);
+        assert_memory_equal(o.text, text, len);
+
+        /* the fast path cuts a span per message string; adjacent ones
+         * are one run in the interpreter's */
+        k = 0;
+
+        for (size_t j = 0; j < n_spans; j++) {
+            if (k > 0 && spans[j].start == spans[k - 1].end) {
+                spans[k - 1].end = spans[j].end;
+                continue;
+            }
+
+            spans[k++] = spans[j];
+        }
+
+        assert_int_equal(k, o.n_spans);
+
+        for (size_t j = 0; j < k; j++) {
+            assert_int_equal(spans[j].start, o.spans[j].start);
+            assert_int_equal(spans[j].end, o.spans[j].end);
+        }
+
+        compared++;
+        vlm_jinja_out_free(&o);
+        vlm_chat_json_free(chat);
+        free(text);
+        free(spans);
+        free(json);
+    }
+
+    assert_true(compared >= 30);
+    vlm_jinja_free(t);
+}
+
+
+static void
+test_malformed(void **state)
+{
+    char          *deep;
+    size_t         i;
+    vlm_error_t    err;
+    vlm_jinja_t   *t;
+    vlm_status_t   rc;
+
+    static const char  *bad[] = {
+        "{% if x %}unclosed",
+        "{{ x ",
+        "{{ x }",
+        "{% for %}{% endfor %}",
+        "{% for x on y %}{% endfor %}",
+        "{% endif %}",
+        "{% if a %}{% endfor %}",
+        "{{ 'abc }}",
+        "{% set %}",
+        "{% set x %}no end",
+        "{{ a[ }}",
+        "{{ a[] }}",
+        "{% macro m( %}{% endmacro %}",
+        "{% macro %}{% endmacro %}",
+        "{{ 1 + }}",
+        "{{ }}",
+        "{% unknown %}",
+        "{# unterminated",
+        "{% raw %}x",
+        "{{ a.  }}",
+        "{{ a | }}",
+        "{{ a is }}",
+        "{{ f(a=1, 2) }}",
+        "{% call x %}{% endcall %}",
+        "{{ '\\x4' }}",
+        "{{ @ }}",
+        "{% for x in y recursive %}{% endfor %}",
+        "{% if a %}{% else %}{% else %}{% endif %}",
+        "{{ (1, 2 }}",
+        "{{ {'a': } }}",
+        NULL
+    };
+
+    (void) state;
+
+    for (i = 0; bad[i] != NULL; i++) {
+        rc = vlm_jinja_parse(&t, bad[i], strlen(bad[i]), &err);
+
+        if (rc == VLM_OK) {
+            vlm_jinja_free(t);
+            fail_msg("\"%s\" parsed", bad[i]);
+        }
+
+        assert_int_equal(rc, VLM_ERR_FORMAT);
+        assert_non_null(strstr(err.msg, "line"));
+    }
+
+    /* nesting that would overflow a recursive parser */
+    deep = malloc(200010);
+    assert_non_null(deep);
+    memcpy(deep, "{{ ", 3);
+    memset(deep + 3, '(', 100000);
+    memset(deep + 100003, ')', 100000);
+    memcpy(deep + 200003, " }}", 4);
+    assert_int_equal(vlm_jinja_parse(&t, deep, strlen(deep), &err),
+                     VLM_ERR_LIMIT);
+
+    memset(deep, 0, 200010);
+    for (i = 0; i < 20000; i++) {
+        memcpy(deep + i * 10, "{% if 1 %}", 10);
+    }
+
+    assert_int_equal(vlm_jinja_parse(&t, deep, strlen(deep), &err),
+                     VLM_ERR_LIMIT);
+
+    memset(deep, 0, 200010);
+    memcpy(deep, "{{ ", 3);
+    for (i = 0; i < 40000; i++) {
+        memcpy(deep + 3 + i * 4, "not ", 4);
+    }
+
+    memcpy(deep + 3 + i * 4, "1 }}", 5);
+
+    assert_int_equal(vlm_jinja_parse(&t, deep, strlen(deep), &err),
+                     VLM_ERR_LIMIT);
+    free(deep);
+}
+
+
+static void
+render_fails(const char *src, vlm_status_t want, const char *msg,
+    const vlm_jinja_limits_t *lim)
+{
+    clock_t           t0;
+    vlm_error_t       err;
+    vlm_jinja_t      *t;
+    vlm_jinja_out_t   o;
+
+    t = parse_ok(src);
+    t0 = clock();
+
+    if (vlm_jinja_render(t, NULL, NULL, lim, &o, &err) != want) {
+        fail_msg("\"%s\": not status %d (%s)", src, want, err.msg);
+    }
+
+    /* bounded: well under the limits' worth of seconds */
+    assert_true((double) (clock() - t0) / CLOCKS_PER_SEC < 10.0);
+
+    if (strstr(err.msg, msg) == NULL) {
+        fail_msg("\"%s\": \"%s\" has no \"%s\"", src, err.msg, msg);
+    }
+
+    vlm_jinja_out_free(&o);
+    vlm_jinja_free(t);
+}
+
+
+static void
+test_limits(void **state)
+{
+    vlm_jinja_limits_t  lim;
+
+    (void) state;
+
+    memset(&lim, 0, sizeof(lim));
+
+    render_fails("{% set xs = range(3000) %}{% for i in xs %}{% for j in "
+                 "xs %}{% endfor %}{% endfor %}", VLM_ERR_LIMIT, "steps",
+                 NULL);
+    render_fails("{% for i in range(100000) %}{% for j in range(100000) %}"
+                 "{% endfor %}{% endfor %}", VLM_ERR_LIMIT, "memory", NULL);
+    lim.max_output = 1024 * 1024;
+    render_fails("{% set xs = range(3000) %}{% for i in xs %}{% for j in "
+                 "xs %}xxxxxxxxxxxxxxxx{% endfor %}{% endfor %}",
+                 VLM_ERR_LIMIT, "exceeds 1048576 bytes", &lim);
+    lim.max_output = 0;
+    render_fails("{% set ns = namespace(s='xxxxxxxx') %}{% for i in "
+                 "range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+                 VLM_ERR_LIMIT, "memory", NULL);
+    render_fails("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(1) }}",
+                 VLM_ERR_INVALID, "nested too deep", NULL);
+    render_fails("{{ 'x' * 100000000 }}", VLM_ERR_INVALID, "too long", NULL);
+    render_fails("{{ range(10000000) | length }}", VLM_ERR_INVALID,
+                 "range", NULL);
+    render_fails("{{ raise_exception('no tools here') }}", VLM_ERR_INVALID,
+                 "no tools here", NULL);
+    render_fails("{{ x.y }}", VLM_ERR_INVALID, "line 1: 'x' is undefined",
+                 NULL);
+    render_fails("\n\n{{ [1] | nosuch }}", VLM_ERR_INVALID,
+                 "line 3: no filter named 'nosuch'", NULL);
+    render_fails("{{ 9223372036854775807 + 1 }}", VLM_ERR_INVALID,
+                 "overflow", NULL);
+
+    lim.max_output = 100;
+    render_fails("{% for i in range(1000) %}{{ i }}{% endfor %}",
+                 VLM_ERR_LIMIT, "100 bytes", &lim);
+
+    lim.max_output = 0;
+    lim.max_steps = 1000;
+    render_fails("{% for i in range(1000) %}{{ i }}{% endfor %}",
+                 VLM_ERR_LIMIT, "1000 steps", &lim);
+}
+
+
+/* xorshift */
+static uint64_t
+rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+
+    return *s;
+}
+
+
+/* mutated fixture templates: parse and render without a crash */
+static void
+test_mutations(void **state)
+{
+    char                *buf;
+    size_t               len, i, k, n, pos;
+    json_t              *tmpls, *c, *v;
+    uint64_t             seed;
+    const char          *key, *src;
+    vlm_error_t          err;
+    vlm_jinja_t         *t;
+    vlm_jinja_out_t      o;
+    vlm_jinja_limits_t   lim;
+
+    static const char  *tokens[] = {
+        "{{", "}}", "{%", "%}", "-", "(", ")", "[", "]", "|", ".", "'",
+        "\"", " if ", " for ", " endfor ", " endif ", " not ", " in ",
+        "loop.", "~", "*", ",", ":", "=", "0", "-1", "{#", "#}", "\n"
+    };
+
+    (void) state;
+
+    tmpls = json_object_get(cases, "templates");
+    c = json_array_get(json_object_get(cases, "cases"), 60);
+    seed = 0x9e3779b97f4a7c15ull;
+    memset(&lim, 0, sizeof(lim));
+    lim.max_steps = 200000;
+    lim.max_bytes = 4 * 1024 * 1024;
+    n = 0;
+
+    json_object_foreach(tmpls, key, v) {
+        src = json_string_value(v);
+        len = strlen(src);
+        buf = malloc(len + 64 * 16 + 1);
+        assert_non_null(buf);
+
+        for (i = 0; i < 300; i++) {
+            memcpy(buf, src, len + 1);
+
+            for (k = 0; k < 1 + rnd(&seed) % 4; k++) {
+                size_t      cur = strlen(buf);
+                const char *tok = tokens[rnd(&seed)
+                                         % (sizeof(tokens)
+                                            / sizeof(tokens[0]))];
+
+                pos = cur ? rnd(&seed) % cur : 0;
+
+                if (rnd(&seed) % 2 && cur > 0) {
+                    /* delete a few bytes */
+                    size_t del = 1 + rnd(&seed) % 8;
+
+                    if (pos + del > cur) {
+                        del = cur - pos;
+                    }
+
+                    memmove(buf + pos, buf + pos + del, cur - pos - del + 1);
+
+                } else {
+                    memmove(buf + pos + strlen(tok), buf + pos,
+                            cur - pos + 1);
+                    memcpy(buf + pos, tok, strlen(tok));
+                }
+            }
+
+            if (vlm_jinja_parse(&t, buf, strlen(buf), &err) != VLM_OK) {
+                continue;
+            }
+
+            vlm_jinja_render(t, json_object_get(c, "client"),
+                             json_object_get(c, "trusted"), &lim, &o, &err);
+            vlm_jinja_out_free(&o);
+            vlm_jinja_free(t);
+            n++;
+        }
+
+        free(buf);
+    }
+
+    assert_true(n > 0);
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_fixture_cases),
+        cmocka_unit_test(test_fast_path_equal),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_mutations),
+    };
+
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
