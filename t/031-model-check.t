@@ -141,7 +141,7 @@ _EOC_
     return ($? >> 8, $out);
 }
 
-my $direct = 9;
+my $direct = 12;
 
 repeat_each(1);
 
