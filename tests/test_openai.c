@@ -874,8 +874,6 @@ test_unsupported_parameters(void **state)
           "'response_format'" },
         { BODY("\"response_format\":\"text\""), VLM_ERR_UNSUPPORTED,
           "unsupported_parameter", "response_format", "'response_format'" },
-        { BODY("\"logit_bias\":{\"50256\":-100}"), VLM_ERR_UNSUPPORTED,
-          "unsupported_parameter", "logit_bias", "'logit_bias'" },
     };
 
     run_error_cases(cases, sizeof(cases) / sizeof(cases[0]));
@@ -947,6 +945,88 @@ test_malformed_bodies(void **state)
     expect_error(USER("[[[[{\"type\":\"text\"}]]]]"), NULL, VLM_ERR_INVALID,
                  "invalid_type", "messages[0].content[0]",
                  "expected an object, but got an array");
+}
+
+
+static void
+test_logit_bias(void **state)
+{
+    size_t                i;
+    char                  body[8192], *b;
+    vlm_openai_limits_t   lim;
+    vlm_openai_request_t  req;
+
+    static const error_case_t  cases[] = {
+        { BODY("\"logit_bias\":[1]"), VLM_ERR_INVALID, "invalid_type",
+          "logit_bias", "expected an object, but got an array" },
+        { BODY("\"logit_bias\":{\"abc\":1}"), VLM_ERR_INVALID,
+          "invalid_value", "logit_bias", "\"abc\" is not a token id" },
+        { BODY("\"logit_bias\":{\"-1\":1}"), VLM_ERR_INVALID,
+          "invalid_value", "logit_bias", "is not a token id" },
+        { BODY("\"logit_bias\":{\"01\":1}"), VLM_ERR_INVALID,
+          "invalid_value", "logit_bias", "is not a token id" },
+        { BODY("\"logit_bias\":{\"\":1}"), VLM_ERR_INVALID,
+          "invalid_value", "logit_bias", "is not a token id" },
+        { BODY("\"logit_bias\":{\"99999999999\":1}"), VLM_ERR_INVALID,
+          "invalid_value", "logit_bias", "is not a token id" },
+        { BODY("\"logit_bias\":{\"4294967296\":1}"), VLM_ERR_INVALID,
+          "invalid_value", "logit_bias", "Invalid token id" },
+        { BODY("\"logit_bias\":{\"5\":\"x\"}"), VLM_ERR_INVALID,
+          "invalid_type", "logit_bias",
+          "'logit_bias.5': expected a number, but got a string" },
+        { BODY("\"logit_bias\":{\"5\":100.5}"), VLM_ERR_INVALID,
+          "invalid_value", "logit_bias",
+          "between -100 and 100, but got 100.5" },
+        { BODY("\"logit_bias\":{\"5\":-101}"), VLM_ERR_INVALID,
+          "invalid_value", "logit_bias", "but got -101" },
+    };
+
+    run_error_cases(cases, sizeof(cases) / sizeof(cases[0]));
+
+    parse_ok(BODY("\"logit_bias\":{\"0\":-100,\"50256\":100,"
+                  "\"7\":0.5}"), NULL, &req);
+    assert_int_equal(req.n_logit_bias, 3);
+    assert_int_equal(req.logit_bias_id[0], 0);
+    assert_true(req.logit_bias[0] == -100.0f);
+    assert_int_equal(req.logit_bias_id[1], 50256);
+    assert_true(req.logit_bias[1] == 100.0f);
+    assert_int_equal(req.logit_bias_id[2], 7);
+    assert_true(req.logit_bias[2] == 0.5f);
+    vlm_openai_request_free(&req);
+
+    memset(&lim, 0, sizeof(lim));
+    lim.vocab_size = 100;
+    parse_ok(BODY("\"logit_bias\":{\"99\":1}"), &lim, &req);
+    vlm_openai_request_free(&req);
+    expect_error(BODY("\"logit_bias\":{\"100\":1}"), &lim,
+                 VLM_ERR_INVALID, "invalid_value", "logit_bias",
+                 "Invalid token id in 'logit_bias': 100; token ids are "
+                 "between 0 and 99 on this server.");
+
+    /* 300 entries, and one more */
+    for (i = 300; i <= 301; i++) {
+        size_t  k;
+
+        b = body;
+        b += sprintf(b, "{\"model\":\"m\",\"messages\":[{\"role\":"
+                     "\"user\",\"content\":\"x\"}],\"logit_bias\":{");
+        for (k = 0; k < i; k++) {
+            b += sprintf(b, "%s\"%zu\":1", k ? "," : "", k);
+        }
+        sprintf(b, "}}");
+
+        if (i == 300) {
+            parse_ok(body, NULL, &req);
+            assert_int_equal(req.n_logit_bias, 300);
+            vlm_openai_request_free(&req);
+
+        } else {
+            expect_error(body, NULL, VLM_ERR_LIMIT,
+                         "object_above_max_properties", "logit_bias",
+                         "at most 300 properties, but got an object with "
+                         "301 properties");
+        }
+    }
 }
 
 
@@ -1229,7 +1309,7 @@ test_long_strings_errors(void **state)
 
     body = long_body(BODY("\"stop\":[\"a\",\"%s\"]"), text);
     {
-        vlm_openai_limits_t  lim = { 0, 0, 0, 100, 0 };
+        vlm_openai_limits_t  lim = { 0, 0, 0, 100, 0, 0 };
 
         expect_error(body, &lim, VLM_ERR_LIMIT, "string_above_max_length",
                      "stop[1]", "at most 100 bytes, but got 2000");
@@ -2116,6 +2196,7 @@ main(void)
         cmocka_unit_test(test_image_url_errors),
         cmocka_unit_test(test_unsupported_parameters),
         cmocka_unit_test(test_malformed_bodies),
+        cmocka_unit_test(test_logit_bias),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_long_strings_in_body),
         cmocka_unit_test(test_long_strings_errors),

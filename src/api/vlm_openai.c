@@ -689,6 +689,99 @@ vlm_openai_parse_logprobs(vlm_openai_parser_t *p, const json_t *root)
 }
 
 
+/*
+ * logit_bias: {"<token id>": bias}, a decimal id (as OpenAI writes it: no
+ * sign, no leading zero) below the vocabulary size and a bias in
+ * [-100, 100], at most VLM_OPENAI_LOGIT_BIAS_MAX entries.
+ */
+static vlm_status_t
+vlm_openai_parse_logit_bias(vlm_openai_parser_t *p, const json_t *root)
+{
+    size_t                 n, i;
+    double                 d;
+    json_t                *v, *bias;
+    uint64_t               id;
+    const char            *key, *c;
+    vlm_openai_request_t  *req;
+
+    req = p->req;
+
+    v = vlm_openai_get(root, "logit_bias");
+    if (v == NULL) {
+        return VLM_OK;
+    }
+
+    if (!json_is_object(v)) {
+        return vlm_openai_bad_type(p->err, "logit_bias", "an object", v);
+    }
+
+    n = json_object_size(v);
+
+    if (n > VLM_OPENAI_LOGIT_BIAS_MAX) {
+        return vlm_openai_bad(p->err, VLM_ERR_LIMIT,
+                              "object_above_max_properties", "logit_bias",
+                              "Invalid 'logit_bias': expected an object "
+                              "with at most %d properties, but got an "
+                              "object with %zu properties instead.",
+                              VLM_OPENAI_LOGIT_BIAS_MAX, n);
+    }
+
+    i = 0;
+
+    json_object_foreach(v, key, bias) {
+        id = 0;
+
+        for (c = key; *c >= '0' && *c <= '9' && c - key < 10; c++) {
+            id = id * 10 + (uint64_t) (*c - '0');
+        }
+
+        if (c == key || *c != '\0' || (key[0] == '0' && key[1] != '\0')) {
+            return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value",
+                                  "logit_bias", "Invalid key in "
+                                  "'logit_bias': \"%.64s\" is not a token "
+                                  "id (a non-negative integer).", key);
+        }
+
+        if (id > UINT32_MAX
+            || (p->limits->vocab_size != 0
+                && id >= p->limits->vocab_size))
+        {
+            return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value",
+                                  "logit_bias", "Invalid token id in "
+                                  "'logit_bias': %llu; token ids are "
+                                  "between 0 and %u on this server.",
+                                  (unsigned long long) id,
+                                  p->limits->vocab_size - 1);
+        }
+
+        if (!json_is_number(bias)) {
+            return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_type",
+                                  "logit_bias", "Invalid type for "
+                                  "'logit_bias.%.64s': expected a number, "
+                                  "but got %s instead.", key,
+                                  vlm_openai_type_name(bias));
+        }
+
+        d = json_number_value(bias);
+
+        if (!(d >= -100.0 && d <= 100.0)) {
+            return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value",
+                                  "logit_bias", "Invalid 'logit_bias.%.64s': "
+                                  "expected a value between -100 and 100, "
+                                  "but got %g instead.", key, d);
+        }
+
+        req->logit_bias_id[i] = (uint32_t) id;
+        req->logit_bias[i] = (float) d;
+        i++;
+    }
+
+    req->n_logit_bias = (uint32_t) i;
+
+    return VLM_OK;
+}
+
+
 static vlm_status_t
 vlm_openai_parse_max_tokens(vlm_openai_parser_t *p, const json_t *root)
 {
@@ -844,11 +937,6 @@ vlm_openai_parse_unsupported(vlm_openai_parser_t *p, const json_t *root)
         if (s == NULL || strcmp(s, "text") != 0) {
             param = "response_format";
         }
-    }
-
-    v = vlm_openai_get(root, "logit_bias");
-    if (v != NULL && !(json_is_object(v) && json_object_size(v) == 0)) {
-        param = "logit_bias";
     }
 
     if (param == NULL) {
@@ -1739,6 +1827,7 @@ vlm_openai_parse_fields(vlm_openai_parser_t *p, const json_t *root)
         || (rc = vlm_openai_parse_sampling(p, root)) != VLM_OK
         || (rc = vlm_openai_parse_stop(p, root)) != VLM_OK
         || (rc = vlm_openai_parse_logprobs(p, root)) != VLM_OK
+        || (rc = vlm_openai_parse_logit_bias(p, root)) != VLM_OK
         || (rc = vlm_openai_parse_user(p, root)) != VLM_OK)
     {
         return rc;

@@ -21,6 +21,7 @@
 
 #define VLM_OPENAI_MAX_STOP          4     /* stop strings, as OpenAI */
 #define VLM_OPENAI_TOP_LOGPROBS_MAX  20
+#define VLM_OPENAI_LOGIT_BIAS_MAX    300   /* entries, as OpenAI */
 #define VLM_OPENAI_MODEL_MAX_LEN     256   /* bytes of a model name */
 
 #define VLM_OPENAI_PARAM_LEN         128
@@ -60,6 +61,7 @@ typedef struct {
     uint32_t  max_images;       /* image_url parts over all messages */
     uint32_t  max_stop_len;     /* bytes of one stop string */
     uint32_t  max_tokens;       /* upper bound of max_(completion_)tokens */
+    uint32_t  vocab_size;       /* token ids of logit_bias are below it */
 } vlm_openai_limits_t;
 
 
@@ -179,6 +181,11 @@ typedef struct {
     double                  presence_penalty;   /* [-2, 2] */
     double                  frequency_penalty;  /* [-2, 2] */
     double                  repetition_penalty; /* > 0 */
+
+    /* logit_bias: token ids in the order of the JSON object */
+    uint32_t                n_logit_bias;
+    uint32_t                logit_bias_id[VLM_OPENAI_LOGIT_BIAS_MAX];
+    float                   logit_bias[VLM_OPENAI_LOGIT_BIAS_MAX];
 
     /* private */
     void                   *json;           /* json_t of the body */

@@ -392,7 +392,13 @@ vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
         sp.stop_ids[sp.n_stop++] = (int32_t) p->stop_ids[j];
     }
 
-    if (vlm_sampler_reset(r->sampler, &sp, &err) != VLM_OK) {
+    if (vlm_sampler_reset(r->sampler, &sp, &err) != VLM_OK
+        || vlm_sampler_bias(r->sampler, p->logit_bias_id, p->logit_bias,
+                            (int) vlm_min(p->n_logit_bias,
+                                          VLM_QUEUE_MAX_LOGIT_BIAS),
+                            &err)
+           != VLM_OK)
+    {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
         return;
     }

@@ -519,6 +519,7 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
     limits.max_images = (uint32_t) ctx->vlcf->max_images;
     limits.max_stop_len = VLM_QUEUE_STOP_LEN - 1;
     limits.max_tokens = (uint32_t) ctx->vlcf->max_tokens;
+    limits.vocab_size = (uint32_t) vlm_tokenizer_vocab_size(vmcf->tokenizer);
 
     if (vlm_openai_request_parse(req, (const char *) ctx->body, ctx->body_len,
                                  &limits, err)
@@ -853,6 +854,11 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
     p->logprobs = req->logprobs;
     p->top_logprobs = req->top_logprobs;
     p->n_stop = req->n_stop;
+    p->n_logit_bias = req->n_logit_bias;
+    ngx_memcpy(p->logit_bias_id, req->logit_bias_id,
+               req->n_logit_bias * sizeof(uint32_t));
+    ngx_memcpy(p->logit_bias, req->logit_bias,
+               req->n_logit_bias * sizeof(float));
 
     for (i = 0; i < req->n_stop; i++) {
         ngx_memcpy(p->stop[i], req->stop[i].data, req->stop[i].len);

@@ -42,13 +42,14 @@
 
 
 #define VLM_QUEUE_MAGIC           0x564c4d51u       /* "VLMQ" */
-#define VLM_QUEUE_VERSION         2
+#define VLM_QUEUE_VERSION         3
 
 #define VLM_QUEUE_MAX_IMAGES      16
 #define VLM_QUEUE_MAX_STOP        4
 #define VLM_QUEUE_STOP_LEN        64
 #define VLM_QUEUE_MAX_STOP_IDS    8
 #define VLM_QUEUE_TOP_LOGPROBS    20
+#define VLM_QUEUE_MAX_LOGIT_BIAS  300
 #define VLM_QUEUE_OUT_RECORDS     32
 #define VLM_QUEUE_OUT_TEXT        4096              /* power of two */
 #define VLM_QUEUE_ERR_LEN         160
@@ -111,6 +112,9 @@ typedef struct {
     char      stop[VLM_QUEUE_MAX_STOP][VLM_QUEUE_STOP_LEN];
     uint32_t  n_stop_ids;
     uint32_t  stop_ids[VLM_QUEUE_MAX_STOP_IDS];
+    uint32_t  n_logit_bias;
+    uint32_t  logit_bias_id[VLM_QUEUE_MAX_LOGIT_BIAS];
+    float     logit_bias[VLM_QUEUE_MAX_LOGIT_BIAS];    /* [-100, 100] */
 } vlm_queue_params_t;
 
 
