@@ -1869,6 +1869,7 @@ test_models(void **state)
     json_t                  *j, *d, *m;
     vlm_openai_model_info_t  models[2];
 
+    memset(models, 0, sizeof(models));
     models[0].id.data = "qwen2-vl-2b";
     models[0].id.len = strlen(models[0].id.data);
     models[0].owned_by.data = "vlm";
@@ -1908,6 +1909,23 @@ test_models(void **state)
                                               &len), VLM_OK);
     assert_int_equal(len, strlen("{\"object\":\"list\",\"data\":[]}"));
     assert_memory_equal(buf, "{\"object\":\"list\",\"data\":[]}", len);
+
+    /* one model alone, with its root, as GET /v1/models/{id} */
+    models[0].root.data = "Qwen2-VL-2B";
+    models[0].root.len = strlen(models[0].root.data);
+    assert_int_equal(vlm_openai_format_model(&models[0], buf, sizeof(buf),
+                                             &len), VLM_OK);
+    assert_int_equal(len, strlen("{\"id\":\"qwen2-vl-2b\",\"object\":"
+                                 "\"model\",\"created\":1700000001,"
+                                 "\"owned_by\":\"vlm\",\"root\":"
+                                 "\"Qwen2-VL-2B\",\"parent\":null,"
+                                 "\"max_model_len\":32768}"));
+    assert_memory_equal(buf, "{\"id\":\"qwen2-vl-2b\",\"object\":\"model\","
+                        "\"created\":1700000001,\"owned_by\":\"vlm\","
+                        "\"root\":\"Qwen2-VL-2B\",\"parent\":null,"
+                        "\"max_model_len\":32768}", len);
+    assert_int_equal(vlm_openai_format_model(&models[0], buf, 20, &len),
+                     VLM_ERR_LIMIT);
 }
 
 
@@ -2038,7 +2056,8 @@ test_buffer_too_small(void **state)
     vlm_openai_output_t    out;
     vlm_openai_response_t  resp;
     vlm_openai_logprob_t   lp = { "tok\n", 4, -0.5f, NULL, 0 };
-    vlm_openai_model_info_t  model = { { "m", 1 }, { "o", 1 }, 1, 2 };
+    vlm_openai_model_info_t  model = { { "m", 1 }, { "o", 1 }, 1, 2,
+                                       { "r", 1 } };
 
     response(&resp, VLM_OPENAI_RESP_INCLUDE_USAGE
                     | VLM_OPENAI_RESP_LOGPROBS);

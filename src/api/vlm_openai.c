@@ -2602,40 +2602,63 @@ vlm_openai_format_stream_error(const vlm_openai_error_t *err, char *buf,
 }
 
 
+static void
+vlm_openai_put_model(vlm_openai_buf_t *b, const vlm_openai_model_info_t *m)
+{
+    vlm_openai_put_lit(b, "{\"id\":");
+    vlm_openai_put_quoted(b, m->id.data, m->id.len);
+    vlm_openai_put_lit(b, ",\"object\":\"model\",\"created\":");
+    vlm_openai_put_int(b, m->created);
+    vlm_openai_put_lit(b, ",\"owned_by\":");
+    vlm_openai_put_quoted(b, m->owned_by.data, m->owned_by.len);
+
+    if (m->root.len != 0) {
+        vlm_openai_put_lit(b, ",\"root\":");
+        vlm_openai_put_quoted(b, m->root.data, m->root.len);
+        vlm_openai_put_lit(b, ",\"parent\":null");
+    }
+
+    if (m->max_model_len != 0) {
+        vlm_openai_put_lit(b, ",\"max_model_len\":");
+        vlm_openai_put_int(b, m->max_model_len);
+    }
+
+    vlm_openai_put_lit(b, "}");
+}
+
+
 vlm_status_t
 vlm_openai_format_models(const vlm_openai_model_info_t *models, size_t n,
     char *buf, size_t size, size_t *len)
 {
-    size_t                          i;
-    vlm_openai_buf_t                b;
-    const vlm_openai_model_info_t  *m;
+    size_t            i;
+    vlm_openai_buf_t  b;
 
     vlm_openai_buf_init(&b, buf, size);
     vlm_openai_put_lit(&b, "{\"object\":\"list\",\"data\":[");
 
     for (i = 0; i < n; i++) {
-        m = &models[i];
-
         if (i != 0) {
             vlm_openai_put_lit(&b, ",");
         }
 
-        vlm_openai_put_lit(&b, "{\"id\":");
-        vlm_openai_put_quoted(&b, m->id.data, m->id.len);
-        vlm_openai_put_lit(&b, ",\"object\":\"model\",\"created\":");
-        vlm_openai_put_int(&b, m->created);
-        vlm_openai_put_lit(&b, ",\"owned_by\":");
-        vlm_openai_put_quoted(&b, m->owned_by.data, m->owned_by.len);
-
-        if (m->max_model_len != 0) {
-            vlm_openai_put_lit(&b, ",\"max_model_len\":");
-            vlm_openai_put_int(&b, m->max_model_len);
-        }
-
-        vlm_openai_put_lit(&b, "}");
+        vlm_openai_put_model(&b, &models[i]);
     }
 
     vlm_openai_put_lit(&b, "]}");
+
+    return vlm_openai_buf_done(&b, len);
+}
+
+
+vlm_status_t
+vlm_openai_format_model(const vlm_openai_model_info_t *model, char *buf,
+    size_t size, size_t *len)
+{
+    vlm_openai_buf_t  b;
+
+    vlm_openai_buf_init(&b, buf, size);
+    vlm_openai_put_model(&b, model);
 
     return vlm_openai_buf_done(&b, len);
 }

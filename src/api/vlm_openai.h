@@ -342,11 +342,18 @@ typedef struct {
     vlm_openai_str_t  owned_by;
     int64_t           created;
     uint32_t          max_model_len;        /* 0: not shown */
+    vlm_openai_str_t  root;                 /* empty: not shown */
 } vlm_openai_model_info_t;
 
-/* {"object":"list","data":[{"id","object":"model","created","owned_by"}]} */
+/*
+ * {"object":"list","data":[model...]}, each model (also alone, for
+ * GET /v1/models/{id}) {"id","object":"model","created","owned_by",
+ * "root","parent":null,"max_model_len"} as vLLM writes it
+ */
 vlm_status_t vlm_openai_format_models(const vlm_openai_model_info_t *models,
     size_t n, char *buf, size_t size, size_t *len);
+vlm_status_t vlm_openai_format_model(const vlm_openai_model_info_t *model,
+    char *buf, size_t size, size_t *len);
 
 
 /*

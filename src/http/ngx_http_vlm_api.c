@@ -1,6 +1,6 @@
 /*
- * GET /v1/models (vlm_models) and the Prometheus exposition of every
- * counter, histogram and pool gauge (vlm_metrics).
+ * GET /v1/models and /v1/models/{id} (vlm_models) and the Prometheus
+ * exposition of every counter, histogram and pool gauge (vlm_metrics).
  */
 
 #include "ngx_http_vlm_module.h"
@@ -50,12 +50,18 @@ ngx_http_vlm_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/*
+ * GET /v1/models lists the served model, GET /v1/models/{id} (in a prefix
+ * location such as "location /v1/models") retrieves it: the URI after its
+ * first "/models" is empty or "/" for the list, else "/" and the id.
+ */
 static ngx_int_t
 ngx_http_vlm_models_handler(ngx_http_request_t *r)
 {
     size_t                     len, size;
-    u_char                    *json;
+    u_char                    *json, *p, *last;
     ngx_int_t                  rc;
+    ngx_str_t                  id, param;
     vlm_queue_t               *q;
     vlm_openai_model_info_t    info;
     ngx_http_vlm_main_conf_t  *vmcf;
@@ -67,29 +73,88 @@ ngx_http_vlm_models_handler(ngx_http_request_t *r)
 
     vmcf = ngx_http_get_module_main_conf(r, ngx_http_vlm_module);
 
+    ngx_str_null(&id);
+    last = r->uri.data + r->uri.len;
+    p = ngx_strlcasestrn(r->uri.data, last, (u_char *) "/models", 7 - 1);
+
+    if (p != NULL) {
+        p += 7;
+
+        if (p < last && *p != '/') {
+            return NGX_HTTP_NOT_FOUND;
+        }
+
+        if (p + 1 < last) {
+            id.data = p + 1;
+            id.len = last - id.data;
+        }
+    }
+
+    if (id.len != 0
+        && (vmcf->served_model.len == 0
+            || id.len != vmcf->served_model.len
+            || ngx_strncmp(id.data, vmcf->served_model.data, id.len) != 0))
+    {
+        ngx_str_set(&param, "model");
+
+        return ngx_http_vlm_send_error(r, NGX_HTTP_NOT_FOUND,
+                   "invalid_request_error", "model_not_found", &param,
+                   "The model '%*s' does not exist; this server serves "
+                   "'%V'", ngx_min(id.len, 128), id.data,
+                   &vmcf->served_model);
+    }
+
     ngx_memzero(&info, sizeof(vlm_openai_model_info_t));
 
     info.id.data = (const char *) vmcf->served_model.data;
     info.id.len = vmcf->served_model.len;
     info.owned_by.data = "ngx_http_vlm_module";
     info.owned_by.len = sizeof("ngx_http_vlm_module") - 1;
-    info.created = (int64_t) ngx_time();
 
-    /* the context the engine serves, once it has loaded the model */
+    /* the model directory's name, never its path */
+    info.root.data = (const char *) vmcf->model.data + vmcf->model.len;
+
+    while (info.root.data > (const char *) vmcf->model.data
+           && info.root.data[-1] == '/')
+    {
+        info.root.data--;
+    }
+
+    p = (u_char *) info.root.data;
+
+    while (info.root.data > (const char *) vmcf->model.data
+           && info.root.data[-1] != '/')
+    {
+        info.root.data--;
+    }
+
+    info.root.len = (const char *) p - info.root.data;
+
+    /* the context the engine serves and when it loaded the model */
     q = ngx_http_vlm_queue();
     info.max_model_len = q != NULL ? vlm_queue_max_seq_len(q) : 0;
+    info.created = q != NULL ? vlm_queue_model_loaded(q) : 0;
 
-    size = 512 + 6 * vmcf->served_model.len;
+    if (info.created == 0) {
+        info.created = (int64_t) ngx_time();
+    }
+
+    size = 512 + 6 * (vmcf->served_model.len + info.root.len);
 
     json = ngx_pnalloc(r->pool, size);
     if (json == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (vlm_openai_format_models(&info, vmcf->served_model.len ? 1 : 0,
-                                 (char *) json, size, &len)
-        != VLM_OK)
-    {
+    if (id.len != 0) {
+        rc = vlm_openai_format_model(&info, (char *) json, size, &len);
+
+    } else {
+        rc = vlm_openai_format_models(&info, vmcf->served_model.len ? 1 : 0,
+                                      (char *) json, size, &len);
+    }
+
+    if (rc != VLM_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 

@@ -45,6 +45,7 @@ struct vlm_queue_header_s {
     _Atomic uint32_t     engine_signalled;
     _Atomic uint64_t     engine_conf;   /* hash of the engine's settings */
     _Atomic uint32_t     engine_max_seq_len; /* 0 until the model loaded */
+    _Atomic int64_t      engine_loaded; /* Unix time the model loaded */
     _Atomic uint32_t     retired;       /* replaced by another segment */
     _Atomic int32_t      supervisor;    /* pid of the engine's supervisor */
     _Atomic uint64_t     reloads;       /* nginx reloads that kept it */
@@ -849,7 +850,15 @@ vlm_queue_previous_engine(vlm_queue_t *q)
 void
 vlm_queue_engine_limits(vlm_queue_t *q, uint32_t max_seq_len)
 {
+    atomic_store(&q->hdr->engine_loaded, (int64_t) time(NULL));
     atomic_store(&q->hdr->engine_max_seq_len, max_seq_len);
+}
+
+
+int64_t
+vlm_queue_model_loaded(vlm_queue_t *q)
+{
+    return atomic_load(&q->hdr->engine_loaded);
 }
 
 

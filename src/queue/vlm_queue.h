@@ -243,6 +243,8 @@ void vlm_queue_heartbeat(vlm_queue_t *q);
  */
 void vlm_queue_engine_limits(vlm_queue_t *q, uint32_t max_seq_len);
 uint32_t vlm_queue_max_seq_len(vlm_queue_t *q);
+/* the Unix time the running engine loaded its model (0: not yet) */
+int64_t vlm_queue_model_loaded(vlm_queue_t *q);
 
 /*
  * The settings the running engine was started with (a hash), so that a

@@ -112,7 +112,7 @@ $http
         listen 127.0.0.1:$port $listen;
 
         location = /v1/chat/completions { vlm_chat; }
-        location = /v1/models { vlm_models; }
+        location /v1/models { vlm_models; }
         location = /metrics { vlm_metrics; }
         location = /health { vlm_health; }
 $extra
