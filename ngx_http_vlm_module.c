@@ -256,6 +256,13 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       0,
       NULL },
 
+    { ngx_string("vlm_version"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_vlm_version,
+      0,
+      0,
+      NULL },
+
     { ngx_string("vlm_health"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_vlm_health,

@@ -1,6 +1,7 @@
 /*
- * GET /v1/models and /v1/models/{id} (vlm_models) and the Prometheus
- * exposition of every counter, histogram and pool gauge (vlm_metrics).
+ * GET /v1/models and /v1/models/{id} (vlm_models), the Prometheus
+ * exposition of every counter, histogram and pool gauge (vlm_metrics)
+ * and GET /version (vlm_version).
  */
 
 #include "ngx_http_vlm_module.h"
@@ -10,6 +11,7 @@
 
 static ngx_int_t ngx_http_vlm_models_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_vlm_metrics_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_vlm_version_handler(ngx_http_request_t *r);
 static size_t ngx_http_vlm_label_len(ngx_str_t *s);
 static u_char *ngx_http_vlm_label(u_char *p, ngx_str_t *s);
 static u_char *ngx_http_vlm_metrics_conf(u_char *p,
@@ -47,6 +49,80 @@ char *
 ngx_http_vlm_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     return ngx_http_vlm_set_handler(cf, ngx_http_vlm_metrics_handler);
+}
+
+
+char *
+ngx_http_vlm_version(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    return ngx_http_vlm_set_handler(cf, ngx_http_vlm_version_handler);
+}
+
+
+/*
+ * {"version", "nginx", "engine": {"version", "backend", "backends",
+ * "simd", "cuda", "tensor_parallel"} or null before an engine started}:
+ * the module's version first, as vLLM's /version has it
+ */
+static ngx_int_t
+ngx_http_vlm_version_handler(ngx_http_request_t *r)
+{
+    u_char             *json, *p, *s, *e;
+    ngx_int_t           rc;
+    vlm_queue_t        *q;
+    vlm_queue_build_t   b;
+
+    rc = ngx_http_vlm_get_only(r);
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
+
+    json = ngx_pnalloc(r->pool, 512);
+    if (json == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = ngx_sprintf(json, "{\"version\":\"%s\",\"nginx\":\"%s\","
+                    "\"engine\":", VLM_VERSION, NGINX_VERSION);
+
+    q = ngx_http_vlm_queue();
+
+    if (q == NULL || !vlm_queue_engine_build_get(q, &b)) {
+        p = ngx_cpymem(p, "null}", 5);
+        return ngx_http_vlm_send_json(r, NGX_HTTP_OK, json, p - json);
+    }
+
+    p = ngx_sprintf(p, "{\"version\":\"%s\",\"backend\":\"%s\","
+                    "\"backends\":[", b.version, b.backend);
+
+    /* "cpu cuda" as ["cpu","cuda"] */
+    for (s = (u_char *) b.backends; *s; s = e) {
+        e = (u_char *) ngx_strchr(s, ' ');
+        if (e == NULL) {
+            e = s + ngx_strlen(s);
+        }
+
+        p = ngx_sprintf(p, "%s\"%*s\"", s == (u_char *) b.backends ? "" : ",",
+                        (size_t) (e - s), s);
+
+        while (*e == ' ') {
+            e++;
+        }
+    }
+
+    p = ngx_sprintf(p, "],\"simd\":\"%s\",\"cuda\":", b.simd);
+
+    if (b.cuda_version != 0) {
+        p = ngx_sprintf(p, "\"%uD.%uD\"", b.cuda_version / 1000,
+                        b.cuda_version % 1000 / 10);
+
+    } else {
+        p = ngx_cpymem(p, "null", 4);
+    }
+
+    p = ngx_sprintf(p, ",\"tensor_parallel\":%uD}}", b.tensor_parallel);
+
+    return ngx_http_vlm_send_json(r, NGX_HTTP_OK, json, p - json);
 }
 
 

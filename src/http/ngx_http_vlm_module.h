@@ -179,9 +179,10 @@ ngx_int_t ngx_http_vlm_fetch_init(ngx_conf_t *cf);
 char *ngx_http_vlm_fetch_allow(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 
-/* ngx_http_vlm_api.c: /v1/models and /metrics */
+/* ngx_http_vlm_api.c: /v1/models, /metrics and /version */
 char *ngx_http_vlm_models(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 char *ngx_http_vlm_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+char *ngx_http_vlm_version(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 
 /* ngx_http_vlm_conf.c: the model's files, loaded once in the master */
 char *ngx_http_vlm_model_files(ngx_conf_t *cf,

@@ -178,6 +178,17 @@ typedef struct {
 
 
 
+/* how the running engine was built and runs, for GET /version */
+typedef struct {
+    char      version[16];      /* VLM_VERSION of the engine binary */
+    char      backend[16];      /* the backend it runs: "cpu", "cuda" */
+    char      backends[32];     /* the backends built in: "cpu cuda" */
+    char      simd[16];         /* the CPU kernels' instruction set */
+    uint32_t  cuda_version;     /* CUDA runtime built with (12040); 0: none */
+    uint32_t  tensor_parallel;  /* ranks */
+} vlm_queue_build_t;
+
+
 typedef struct {
     uint32_t  n_slots;
     uint32_t  n_workers;
@@ -245,6 +256,9 @@ void vlm_queue_engine_limits(vlm_queue_t *q, uint32_t max_seq_len);
 uint32_t vlm_queue_max_seq_len(vlm_queue_t *q);
 /* the Unix time the running engine loaded its model (0: not yet) */
 int64_t vlm_queue_model_loaded(vlm_queue_t *q);
+/* the engine writes its build before it loads the model; 0 if none yet */
+void vlm_queue_engine_build(vlm_queue_t *q, const vlm_queue_build_t *b);
+int vlm_queue_engine_build_get(vlm_queue_t *q, vlm_queue_build_t *b);
 
 /*
  * The settings the running engine was started with (a hash), so that a
