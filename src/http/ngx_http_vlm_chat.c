@@ -81,6 +81,7 @@ typedef struct {
     size_t                    n_spans;
     size_t                    ids_cap;
     uint64_t                  arena_bytes;
+    uint64_t                  bias_off;     /* logit_bias in the arena */
     uint32_t                  n_remote;     /* images to fetch */
     ngx_http_vlm_fetch_t     *fetch;
 
@@ -727,6 +728,7 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
 
     size_t                        i, n_ids, n_out, n_pads[VLM_QUEUE_MAX_IMAGES];
     float                        *pixels;
+    u_char                       *bias;
     int32_t                      *ids, pad;
     vlm_error_t                   e;
     vlm_queue_t                  *q;
@@ -854,11 +856,17 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
     p->logprobs = req->logprobs;
     p->top_logprobs = req->top_logprobs;
     p->n_stop = req->n_stop;
-    p->n_logit_bias = req->n_logit_bias;
-    ngx_memcpy(p->logit_bias_id, req->logit_bias_id,
-               req->n_logit_bias * sizeof(uint32_t));
-    ngx_memcpy(p->logit_bias, req->logit_bias,
-               req->n_logit_bias * sizeof(float));
+
+    if (req->n_logit_bias != 0) {
+        bias = vlm_queue_arena(q, qs->arena_off + ctx->bias_off);
+        ngx_memcpy(bias, req->logit_bias_id,
+                   req->n_logit_bias * sizeof(uint32_t));
+        ngx_memcpy(bias + req->n_logit_bias * sizeof(uint32_t),
+                   req->logit_bias, req->n_logit_bias * sizeof(float));
+
+        p->n_logit_bias = req->n_logit_bias;
+        p->logit_bias_off = qs->arena_off + ctx->bias_off;
+    }
 
     for (i = 0; i < req->n_stop; i++) {
         ngx_memcpy(p->stop[i], req->stop[i].data, req->stop[i].len);
@@ -934,6 +942,12 @@ ngx_http_vlm_chat_size(ngx_http_vlm_chat_ctx_t *ctx)
                               NGX_HTTP_VLM_ID_ALIGN);
         ids += ci->plan.grid.n_tokens;
     }
+
+    /* logit_bias: its ids, then its values */
+    ctx->bias_off = arena;
+    arena += vlm_align_up(ctx->req.n_logit_bias
+                          * (sizeof(uint32_t) + sizeof(float)),
+                          NGX_HTTP_VLM_ID_ALIGN);
 
     /* every token has at least one byte: a bound on the prompt's ids */
     ctx->ids_cap = ctx->prompt_len + ids;

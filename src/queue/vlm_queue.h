@@ -112,9 +112,8 @@ typedef struct {
     char      stop[VLM_QUEUE_MAX_STOP][VLM_QUEUE_STOP_LEN];
     uint32_t  n_stop_ids;
     uint32_t  stop_ids[VLM_QUEUE_MAX_STOP_IDS];
-    uint32_t  n_logit_bias;
-    uint32_t  logit_bias_id[VLM_QUEUE_MAX_LOGIT_BIAS];
-    float     logit_bias[VLM_QUEUE_MAX_LOGIT_BIAS];    /* [-100, 100] */
+    uint32_t  n_logit_bias;     /* 0..VLM_QUEUE_MAX_LOGIT_BIAS */
+    uint64_t  logit_bias_off;   /* arena: uint32 ids[n], float bias[n] */
 } vlm_queue_params_t;
 
 
