@@ -136,6 +136,14 @@ typedef struct {
 #define VLM_OPENAI_SET_TOP_LOGPROBS        0x0200
 
 
+/* what a body asks for: the endpoint it was posted to */
+typedef enum {
+    VLM_OPENAI_KIND_CHAT = 0,       /* POST /v1/chat/completions */
+    VLM_OPENAI_KIND_TOKENIZE,       /* POST /tokenize: prompt or messages */
+    VLM_OPENAI_KIND_DETOKENIZE      /* POST /detokenize: tokens */
+} vlm_openai_kind_t;
+
+
 /*
  * A validated request.  Fields not given by the client hold the OpenAI
  * defaults (temperature 1, top_p 1, top_k 0, min_p 0, penalties 0,
@@ -182,6 +190,14 @@ typedef struct {
     double                  frequency_penalty;  /* [-2, 2] */
     double                  repetition_penalty; /* > 0 */
 
+    /* /tokenize and /detokenize (vLLM's shapes); model may be empty */
+    vlm_openai_kind_t       kind;
+    vlm_openai_str_t        prompt;         /* TOKENIZE without messages */
+    unsigned                add_special_tokens:1;
+    unsigned                add_generation_prompt:1;
+    int32_t                *tokens;         /* DETOKENIZE; malloc */
+    uint32_t                n_tokens;
+
     /* logit_bias: token ids in the order of the JSON object */
     uint32_t                n_logit_bias;
     uint32_t                logit_bias_id[VLM_OPENAI_LOGIT_BIAS_MAX];
@@ -203,6 +219,10 @@ typedef struct {
 vlm_status_t vlm_openai_request_parse(vlm_openai_request_t *req,
     const char *body, size_t len, const vlm_openai_limits_t *limits,
     vlm_openai_error_t *err);
+/* the same for the body of another endpoint */
+vlm_status_t vlm_openai_request_parse_kind(vlm_openai_request_t *req,
+    vlm_openai_kind_t kind, const char *body, size_t len,
+    const vlm_openai_limits_t *limits, vlm_openai_error_t *err);
 void vlm_openai_request_free(vlm_openai_request_t *req);
 
 /* "messages[m].content[p].image_url" of images[i], for decoder errors */

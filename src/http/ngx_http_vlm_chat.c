@@ -42,6 +42,7 @@ typedef enum {
     NGX_HTTP_VLM_CHAT_PREPARING,
     NGX_HTTP_VLM_CHAT_FETCHING,
     NGX_HTTP_VLM_CHAT_FILLING,
+    NGX_HTTP_VLM_CHAT_COUNTING,         /* /tokenize, /detokenize */
     NGX_HTTP_VLM_CHAT_RUNNING,
     NGX_HTTP_VLM_CHAT_DONE
 } ngx_http_vlm_chat_phase_e;
@@ -64,6 +65,7 @@ typedef struct {
     ngx_http_vlm_loc_conf_t  *vlcf;         /* the location's limits */
     ngx_queue_t               queue;        /* in the worker's active list */
     ngx_http_vlm_chat_phase_e phase;
+    vlm_openai_kind_t         kind;         /* the endpoint */
 
     /* the request body, one contiguous buffer */
     u_char                   *body;
@@ -108,6 +110,8 @@ typedef struct {
     u_char                   *text;         /* non-streaming: the answer */
     size_t                    text_len;
     size_t                    text_cap;
+    u_char                   *json;         /* malloc: a /tokenize answer */
+    size_t                    json_len;
     vlm_openai_logprob_t     *lps;          /* non-streaming logprobs */
     size_t                    n_lps;
     size_t                    lps_cap;
@@ -129,6 +133,11 @@ typedef struct {
 
 
 static ngx_int_t ngx_http_vlm_chat_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_vlm_tokenize_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_vlm_chat_start(ngx_http_request_t *r,
+    vlm_openai_kind_t kind);
+static void ngx_http_vlm_tokenize_count(void *data, ngx_log_t *log);
+static void ngx_http_vlm_tokenize_done(ngx_http_vlm_chat_ctx_t *ctx);
 static void ngx_http_vlm_chat_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_vlm_chat_post(ngx_http_vlm_chat_ctx_t *ctx,
     ngx_http_vlm_task_pt handler, ngx_http_vlm_chat_phase_e phase);
@@ -194,6 +203,30 @@ ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/*
+ * POST /tokenize and /detokenize (a URI ending in "detokenize"): the
+ * chat request's parsing, images (headers only) and template, then the
+ * prompt's token ids, with each image's pad expanded to its tokens, as
+ * vLLM's /tokenize counts them; no engine is involved.
+ */
+char *
+ngx_http_vlm_tokenize(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (clcf->handler) {
+        return "is duplicate";
+    }
+
+    clcf->handler = ngx_http_vlm_tokenize_handler;
+    ngx_http_vlm_errors_location(cf, NGX_HTTP_VLM_LOC_CHAT);
+
+    return NGX_CONF_OK;
+}
+
+
 static void
 ngx_http_vlm_chat_wakeup(void)
 {
@@ -248,6 +281,30 @@ ngx_http_vlm_chat_unavailable(ngx_http_request_t *r, const char *code,
 static ngx_int_t
 ngx_http_vlm_chat_handler(ngx_http_request_t *r)
 {
+    return ngx_http_vlm_chat_start(r, VLM_OPENAI_KIND_CHAT);
+}
+
+
+static ngx_int_t
+ngx_http_vlm_tokenize_handler(ngx_http_request_t *r)
+{
+    size_t  n;
+
+    n = sizeof("detokenize") - 1;
+
+    if (r->uri.len >= n
+        && ngx_strncmp(r->uri.data + r->uri.len - n, "detokenize", n) == 0)
+    {
+        return ngx_http_vlm_chat_start(r, VLM_OPENAI_KIND_DETOKENIZE);
+    }
+
+    return ngx_http_vlm_chat_start(r, VLM_OPENAI_KIND_TOKENIZE);
+}
+
+
+static ngx_int_t
+ngx_http_vlm_chat_start(ngx_http_request_t *r, vlm_openai_kind_t kind)
+{
     ngx_int_t                  rc;
     ngx_pool_cleanup_t        *cln;
     ngx_http_vlm_chat_ctx_t   *ctx;
@@ -266,13 +323,15 @@ ngx_http_vlm_chat_handler(ngx_http_request_t *r)
                    "no model is configured on this server (vlm_model)");
     }
 
-    if (ngx_http_vlm_queue() == NULL || ngx_http_vlm_worker() < 0) {
+    if (kind != VLM_OPENAI_KIND_CHAT) {
+        /* the tokenizer is in this worker: no queue, no engine */
+
+    } else if (ngx_http_vlm_queue() == NULL || ngx_http_vlm_worker() < 0) {
         (void) ngx_http_discard_request_body(r);
         return ngx_http_vlm_chat_unavailable(r, "queue_unavailable",
                    "this worker has no access to the request queue");
-    }
 
-    if (!ngx_http_vlm_engine_accepting()) {
+    } else if (!ngx_http_vlm_engine_accepting()) {
         (void) ngx_http_discard_request_body(r);
         return ngx_http_vlm_chat_unavailable(r, "engine_unavailable",
                    "the inference engine is not ready, retry later");
@@ -284,6 +343,7 @@ ngx_http_vlm_chat_handler(ngx_http_request_t *r)
     }
 
     ctx->request = r;
+    ctx->kind = kind;
     ctx->vmcf = vmcf;
     ctx->vlcf = ngx_http_get_module_loc_conf(r, ngx_http_vlm_module);
     ctx->t_start = vlm_queue_now();
@@ -453,6 +513,7 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
 
     size_t                      i, j, n_images, len, n_parts;
     ssize_t                     n;
+    unsigned                    flags;
     ngx_buf_t                  *b;
     ngx_chain_t                *cl;
     vlm_error_t                 e;
@@ -522,8 +583,9 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
     limits.max_tokens = (uint32_t) ctx->vlcf->max_tokens;
     limits.vocab_size = (uint32_t) vlm_tokenizer_vocab_size(vmcf->tokenizer);
 
-    if (vlm_openai_request_parse(req, (const char *) ctx->body, ctx->body_len,
-                                 &limits, err)
+    if (vlm_openai_request_parse_kind(req, ctx->kind,
+                                      (const char *) ctx->body,
+                                      ctx->body_len, &limits, err)
         != VLM_OK)
     {
         ctx->parsed = 1;
@@ -532,9 +594,10 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
 
     ctx->parsed = 1;
 
-    if (req->model.len != vmcf->served_model.len
-        || ngx_strncmp(req->model.data, vmcf->served_model.data,
-                       req->model.len) != 0)
+    if ((ctx->kind == VLM_OPENAI_KIND_CHAT || req->model.len != 0)
+        && (req->model.len != vmcf->served_model.len
+            || ngx_strncmp(req->model.data, vmcf->served_model.data,
+                           req->model.len) != 0))
     {
         vlm_openai_error_set(err, VLM_ERR_INVALID, 404,
                              "invalid_request_error", "model_not_found",
@@ -544,6 +607,35 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
                              req->model.data,
                              (int) vmcf->served_model.len,
                              vmcf->served_model.data);
+        return;
+    }
+
+    if (ctx->kind == VLM_OPENAI_KIND_DETOKENIZE) {
+        return;
+    }
+
+    if (ctx->kind == VLM_OPENAI_KIND_TOKENIZE && req->n_messages == 0) {
+        /* a prompt: its text as it is, special tokens recognized */
+        if (req->prompt.len > ctx->vlcf->max_prompt_bytes) {
+            vlm_openai_error_set(err, VLM_ERR_LIMIT, 400,
+                                 "invalid_request_error", "prompt_too_long",
+                                 "prompt", "the prompt has %zu bytes, more "
+                                 "than the %zu this server accepts",
+                                 req->prompt.len,
+                                 ctx->vlcf->max_prompt_bytes);
+            return;
+        }
+
+        ctx->prompt = malloc(req->prompt.len + 1);
+        if (ctx->prompt == NULL) {
+            goto nomem;
+        }
+
+        ngx_memcpy(ctx->prompt, req->prompt.data, req->prompt.len);
+        ctx->prompt_len = req->prompt.len;
+        ctx->n_spans = 0;
+        ngx_http_vlm_chat_size(ctx);
+
         return;
     }
 
@@ -650,8 +742,11 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
         }
     }
 
-    if (vlm_chat_render_spans(msgs, req->n_messages,
-                              VLM_CHAT_ADD_GENERATION_PROMPT, NULL, 0,
+    flags = req->add_generation_prompt
+            || ctx->kind == VLM_OPENAI_KIND_CHAT
+            ? VLM_CHAT_ADD_GENERATION_PROMPT : 0;
+
+    if (vlm_chat_render_spans(msgs, req->n_messages, flags, NULL, 0,
                               &ctx->prompt_len, NULL, NULL, 0,
                               &ctx->n_spans, &e)
         != VLM_OK)
@@ -674,8 +769,7 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
         goto nomem;
     }
 
-    if (vlm_chat_render_spans(msgs, req->n_messages,
-                              VLM_CHAT_ADD_GENERATION_PROMPT, ctx->prompt,
+    if (vlm_chat_render_spans(msgs, req->n_messages, flags, ctx->prompt,
                               ctx->prompt_len + 1, &ctx->prompt_len, NULL,
                               ctx->spans, ctx->n_spans + 1, &ctx->n_spans,
                               &e)
@@ -875,6 +969,168 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
 }
 
 
+/*
+ * Thread pool, /tokenize: the prompt's ids with the images' pads
+ * expanded, as {"count","max_model_len","tokens","token_strs":null};
+ * /detokenize: {"prompt"}.  Into ctx->json.
+ */
+static void
+ngx_http_vlm_tokenize_count(void *data, ngx_log_t *log)
+{
+    ngx_http_vlm_chat_ctx_t *ctx = *(ngx_http_vlm_chat_ctx_t **) data;
+
+    char                         *text;
+    size_t                        i, n_ids, n_out, len, size;
+    size_t                        n_pads[VLM_QUEUE_MAX_IMAGES];
+    u_char                       *p;
+    int32_t                      *ids;
+    uint32_t                      max_len;
+    vlm_error_t                   e;
+    vlm_queue_t                  *q;
+    vlm_openai_request_t         *req;
+    ngx_http_vlm_thread_state_t  *ts;
+    ngx_http_vlm_main_conf_t     *vmcf;
+
+    vmcf = ctx->vmcf;
+    req = &ctx->req;
+
+    if (ctx->kind == VLM_OPENAI_KIND_DETOKENIZE) {
+        if (vlm_tokenizer_decode(vmcf->tokenizer, req->tokens, req->n_tokens,
+                                 0, NULL, 0, &len, &e)
+            != VLM_OK)
+        {
+            vlm_openai_error_from(&ctx->error, &e, "tokens");
+            return;
+        }
+
+        text = malloc(len + 1);
+        size = len * 6 + 32;
+        ctx->json = malloc(size);
+
+        if (text == NULL || ctx->json == NULL
+            || vlm_tokenizer_decode(vmcf->tokenizer, req->tokens,
+                                    req->n_tokens, 0, text, len + 1, &len,
+                                    &e)
+               != VLM_OK)
+        {
+            free(text);
+            vlm_openai_error_set(&ctx->error, VLM_ERR_NOMEM, 503,
+                                 "server_error", NULL, NULL,
+                                 "no memory to detokenize");
+            return;
+        }
+
+        p = ngx_cpymem(ctx->json, "{\"prompt\":\"", 11);
+        (void) vlm_openai_json_escape(text, len, (char *) p,
+                                      size - 11 - 2, &len);
+        p += len;
+        *p++ = '"';
+        *p++ = '}';
+        ctx->json_len = p - ctx->json;
+        free(text);
+
+        return;
+    }
+
+    ts = ngx_http_vlm_thread_state(ctx, &e);
+    if (ts == NULL) {
+        vlm_openai_error_from(&ctx->error, &e, NULL);
+        return;
+    }
+
+    if (req->n_images > VLM_QUEUE_MAX_IMAGES) {
+        vlm_openai_error_set(&ctx->error, VLM_ERR_LIMIT, 400,
+                             "invalid_request_error", "too_many_images",
+                             "messages", "at most %d images per request",
+                             VLM_QUEUE_MAX_IMAGES);
+        return;
+    }
+
+    for (i = 0; i < req->n_images; i++) {
+        n_pads[i] = ctx->images[i].plan.grid.n_tokens;
+    }
+
+    if (ts->ids_cap < ctx->prompt_len + 1) {
+        free(ts->ids);
+        ts->ids_cap = ngx_max(ctx->prompt_len + 1, 4096);
+        ts->ids = malloc(ts->ids_cap * sizeof(int32_t));
+        if (ts->ids == NULL) {
+            ts->ids_cap = 0;
+            goto nomem;
+        }
+    }
+
+    if (vlm_tokenizer_encode_spans(vmcf->tokenizer, ts->tok, ctx->prompt,
+                                   ctx->prompt_len, 0, ctx->spans,
+                                   ctx->n_spans, ts->ids, ts->ids_cap,
+                                   &n_ids, &e)
+        != VLM_OK)
+    {
+        vlm_openai_error_from(&ctx->error, &e,
+                              req->n_messages ? "messages" : "prompt");
+        return;
+    }
+
+    ids = malloc((ctx->ids_cap + 1) * sizeof(int32_t));
+    if (ids == NULL) {
+        goto nomem;
+    }
+
+    if (vlm_chat_expand_ids(ts->ids, n_ids, vmcf->image_pad_id, n_pads,
+                            req->n_images, ids, ctx->ids_cap + 1, &n_out,
+                            &e)
+        != VLM_OK)
+    {
+        free(ids);
+        vlm_openai_error_from(&ctx->error, &e, "messages");
+        return;
+    }
+
+    q = ngx_http_vlm_queue();
+    max_len = q != NULL ? vlm_queue_max_seq_len(q) : 0;
+
+    size = 96 + n_out * (NGX_INT32_LEN + 1);
+    ctx->json = malloc(size);
+    if (ctx->json == NULL) {
+        free(ids);
+        goto nomem;
+    }
+
+    p = ngx_sprintf(ctx->json, "{\"count\":%uz,\"max_model_len\":", n_out);
+    p = max_len ? ngx_sprintf(p, "%uD", max_len)
+                : ngx_cpymem(p, "null", 4);
+    p = ngx_cpymem(p, ",\"tokens\":[", 11);
+
+    for (i = 0; i < n_out; i++) {
+        p = ngx_sprintf(p, i ? ",%D" : "%D", ids[i]);
+    }
+
+    p = ngx_cpymem(p, "],\"token_strs\":null}", 20);
+    ctx->json_len = p - ctx->json;
+    ctx->n_prompt = (uint32_t) n_out;
+    free(ids);
+
+    return;
+
+nomem:
+
+    vlm_openai_error_set(&ctx->error, VLM_ERR_NOMEM, 503, "server_error",
+                         NULL, NULL, "no memory to tokenize the prompt");
+}
+
+
+static void
+ngx_http_vlm_tokenize_done(ngx_http_vlm_chat_ctx_t *ctx)
+{
+    ngx_int_t  rc;
+
+    ctx->headers_sent = 1;
+    rc = ngx_http_vlm_send_json(ctx->request, NGX_HTTP_OK, ctx->json,
+                                ctx->json_len);
+    ngx_http_vlm_chat_end(ctx, rc);
+}
+
+
 static void
 ngx_http_vlm_chat_task_done(ngx_event_t *ev)
 {
@@ -909,6 +1165,14 @@ ngx_http_vlm_chat_task_done(ngx_event_t *ev)
 
     if (ctx->phase == NGX_HTTP_VLM_CHAT_PREPARING && ctx->n_remote) {
         ngx_http_vlm_chat_fetch(ctx);
+
+    } else if (ctx->phase == NGX_HTTP_VLM_CHAT_COUNTING) {
+        ngx_http_vlm_tokenize_done(ctx);
+
+    } else if (ctx->phase == NGX_HTTP_VLM_CHAT_PREPARING
+               && ctx->kind != VLM_OPENAI_KIND_CHAT)
+    {
+        ngx_http_vlm_chat_admit(ctx);
 
     } else if (ctx->phase == NGX_HTTP_VLM_CHAT_PREPARING) {
         ngx_http_vlm_chat_admit(ctx);
@@ -1041,6 +1305,22 @@ ngx_http_vlm_chat_admit(ngx_http_vlm_chat_ctx_t *ctx)
     vlm_status_t         rc;
     vlm_error_t          e;
     vlm_openai_error_t   err;
+
+    if (ctx->kind != VLM_OPENAI_KIND_CHAT) {
+        /* no slot: the ids are counted in the thread pool, then sent */
+        if (ngx_http_vlm_chat_post(ctx, ngx_http_vlm_tokenize_count,
+                                   NGX_HTTP_VLM_CHAT_COUNTING)
+            != NGX_OK)
+        {
+            vlm_openai_error_set(&err, VLM_ERR_INTERNAL,
+                                 NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                 "server_error", NULL, NULL,
+                                 "cannot post to the thread pool");
+            ngx_http_vlm_chat_fail(ctx, &err);
+        }
+
+        return;
+    }
 
     rc = vlm_queue_alloc(ngx_http_vlm_queue(),
                          (uint32_t) ngx_http_vlm_worker(), (int32_t) ngx_pid,
@@ -1780,7 +2060,7 @@ ngx_http_vlm_chat_end(ngx_http_vlm_chat_ctx_t *ctx, ngx_int_t rc)
 
     ngx_http_vlm_chat_release(ctx);
 
-    if (q != NULL) {
+    if (q != NULL && ctx->kind == VLM_OPENAI_KIND_CHAT) {
         vlm_hist_observe(&q->metrics->hist[VLM_HIST_E2E],
                          vlm_queue_now() - ctx->t_start);
     }
@@ -1993,6 +2273,7 @@ ngx_http_vlm_chat_cleanup(void *data)
     free(ctx->prompt);
     free(ctx->spans);
     free(ctx->body_copy);
+    free(ctx->json);
 }
 
 
