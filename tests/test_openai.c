@@ -1031,6 +1031,73 @@ test_logit_bias(void **state)
 
 
 static void
+test_tokenize_bodies(void **state)
+{
+    vlm_status_t          rc;
+    vlm_openai_error_t    err;
+    vlm_openai_request_t  req;
+    vlm_openai_limits_t   lim;
+
+    static const char  *prompt = "{\"prompt\":\"hi <|im_end|>\"}";
+    static const char  *msgs = "{\"model\":\"m\",\"messages\":[{\"role\":"
+                               "\"user\",\"content\":\"x\"}],"
+                               "\"add_generation_prompt\":false}";
+
+    rc = vlm_openai_request_parse_kind(&req, VLM_OPENAI_KIND_TOKENIZE,
+                                       prompt, strlen(prompt), NULL, &err);
+    assert_int_equal(rc, VLM_OK);
+    assert_str(req.prompt, "hi <|im_end|>");
+    assert_int_equal(req.model.len, 0);
+    assert_int_equal(req.add_special_tokens, 1);
+    assert_int_equal(req.n_messages, 0);
+    vlm_openai_request_free(&req);
+
+    rc = vlm_openai_request_parse_kind(&req, VLM_OPENAI_KIND_TOKENIZE, msgs,
+                                       strlen(msgs), NULL, &err);
+    assert_int_equal(rc, VLM_OK);
+    assert_str(req.model, "m");
+    assert_int_equal(req.n_messages, 1);
+    assert_int_equal(req.add_generation_prompt, 0);
+    assert_int_equal(req.add_special_tokens, 0);
+    vlm_openai_request_free(&req);
+
+    memset(&lim, 0, sizeof(lim));
+    lim.vocab_size = 10;
+
+    rc = vlm_openai_request_parse_kind(&req, VLM_OPENAI_KIND_DETOKENIZE,
+                                       "{\"tokens\":[1,9,0]}", 18, &lim,
+                                       &err);
+    assert_int_equal(rc, VLM_OK);
+    assert_int_equal(req.n_tokens, 3);
+    assert_int_equal(req.tokens[1], 9);
+    vlm_openai_request_free(&req);
+
+    rc = vlm_openai_request_parse_kind(&req, VLM_OPENAI_KIND_DETOKENIZE,
+                                       "{\"tokens\":[1,10]}", 17, &lim,
+                                       &err);
+    assert_int_equal(rc, VLM_ERR_INVALID);
+    assert_string_equal(err.param, "tokens[1]");
+    assert_non_null(strstr(err.message, "10 is not a token id of this "
+                                        "model (0 to 9)"));
+    vlm_openai_request_free(&req);
+
+    rc = vlm_openai_request_parse_kind(&req, VLM_OPENAI_KIND_TOKENIZE,
+                                       "{}", 2, NULL, &err);
+    assert_int_equal(rc, VLM_ERR_INVALID);
+    assert_string_equal(err.code, "missing_required_parameter");
+    assert_string_equal(err.param, "prompt");
+    vlm_openai_request_free(&req);
+
+    rc = vlm_openai_request_parse_kind(&req, VLM_OPENAI_KIND_TOKENIZE,
+                                       "{\"prompt\":\"a\",\"messages\":[]}",
+                                       28, NULL, &err);
+    assert_int_equal(rc, VLM_ERR_INVALID);
+    assert_non_null(strstr(err.message, "not both"));
+    vlm_openai_request_free(&req);
+}
+
+
+static void
 test_limits(void **state)
 {
     vlm_openai_limits_t   lim;
@@ -2216,6 +2283,7 @@ main(void)
         cmocka_unit_test(test_unsupported_parameters),
         cmocka_unit_test(test_malformed_bodies),
         cmocka_unit_test(test_logit_bias),
+        cmocka_unit_test(test_tokenize_bodies),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_long_strings_in_body),
         cmocka_unit_test(test_long_strings_errors),
