@@ -242,6 +242,13 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       0,
       NULL },
 
+    { ngx_string("vlm_completions"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_vlm_completions,
+      0,
+      0,
+      NULL },
+
     { ngx_string("vlm_tokenize"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_vlm_tokenize,

@@ -1,5 +1,6 @@
 # The OpenAI Python SDK (build/venv-test, `make venv-test`) on the rest of
-# the API surface: logit_bias, models.list and models.retrieve, with
+# the API surface: logit_bias, completions (plain, streamed, token ids,
+# logprobs), models.list and models.retrieve, with
 # errors as the SDK's exceptions (tests/sdk/openai_sdk_api.py).  Skipped
 # when the SDK is not installed.
 
@@ -22,7 +23,9 @@ if (!-x $python || system("$python -c 'import openai' 2>/dev/null") != 0) {
         . "$build/venv-test: run `make venv-test` (needs PyPI)";
 }
 
-my $srv = vlm_start(name => 'sdk-api');
+my $srv = vlm_start(name => 'sdk-api', locations => <<'_EOC_');
+        location = /v1/completions { vlm_completions; }
+_EOC_
 END { VLMTest::vlm_stop($srv) if $srv }
 
 my ($a, $b) = split ' ', `$build/vlm-cli tokenize --model $model --text hello`;
@@ -49,7 +52,7 @@ while (my $line = <$py>) {
 
 close $py;
 is($?, 0, 'sdk: the script ran to its end');
-ok($n >= 7, "sdk: $n checks");
+ok($n >= 13, "sdk: $n checks");
 
 my $zone = vlm_wait_idle($srv, 3);
 ok($zone->{slots_used} == 0 && $zone->{arena_used} == 0,

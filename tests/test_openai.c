@@ -1482,6 +1482,86 @@ test_response_init(void **state)
 }
 
 
+/* /v1/completions: text_completion objects and chunks, legacy logprobs */
+static void
+test_text_completion(void **state)
+{
+    char                   buf[1024];
+    size_t                 len;
+    vlm_openai_usage_t     usage = { 3, 2 };
+    vlm_openai_output_t    out;
+    vlm_openai_logprob_t   lp[2], top[2];
+    vlm_openai_response_t  resp;
+
+#define TEXT_ID  "cmpl-00000000000000010123456789abcdef"
+#define TEXT_HEAD  "{\"id\":\"" TEXT_ID "\",\"object\":\"text_completion\"," \
+                   "\"created\":1700000000,\"model\":\"" MODEL "\","
+
+    response(&resp, VLM_OPENAI_RESP_TEXT | VLM_OPENAI_RESP_LOGPROBS);
+    assert_string_equal(resp.id, TEXT_ID);
+
+    top[0].token = "ab";
+    top[0].len = 2;
+    top[0].logprob = -0.5f;
+    top[1].token = "x\"";
+    top[1].len = 2;
+    top[1].logprob = -1.0f;
+    lp[0].token = "ab";
+    lp[0].len = 2;
+    lp[0].logprob = -0.5f;
+    lp[0].top = top;
+    lp[0].n_top = 2;
+    lp[1].token = "c";
+    lp[1].len = 1;
+    lp[1].logprob = -0.25f;
+    lp[1].top = NULL;
+    lp[1].n_top = 0;
+
+    memset(&out, 0, sizeof(out));
+    out.text = "abc";
+    out.len = 3;
+    out.logprobs = lp;
+    out.n_logprobs = 2;
+    out.text_offset = 5;
+
+    assert_int_equal(vlm_openai_format_completion(&resp, &out,
+                                                  VLM_OPENAI_FINISH_LENGTH,
+                                                  &usage, buf, sizeof(buf),
+                                                  &len), VLM_OK);
+    assert_true(len <= vlm_openai_output_bound(&resp, &out));
+    buf[len] = '\0';
+    assert_string_equal(buf, TEXT_HEAD "\"choices\":[{\"index\":0,"
+        "\"text\":\"abc\",\"logprobs\":{\"tokens\":[\"ab\",\"c\"],"
+        "\"token_logprobs\":[-0.5,-0.25],\"top_logprobs\":[{\"ab\":-0.5,"
+        "\"x\\\"\":-1},{}],\"text_offset\":[5,7]},"
+        "\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":3,"
+        "\"completion_tokens\":2,\"total_tokens\":5}}");
+
+    out.n_logprobs = 1;
+    assert_int_equal(vlm_openai_format_chunk_content(&resp, &out, buf,
+                                                     sizeof(buf), &len),
+                     VLM_OK);
+    buf[len] = '\0';
+    assert_string_equal(buf, "data: " TEXT_HEAD "\"choices\":[{\"index\":0,"
+        "\"text\":\"abc\",\"logprobs\":{\"tokens\":[\"ab\"],"
+        "\"token_logprobs\":[-0.5],\"top_logprobs\":[{\"ab\":-0.5,"
+        "\"x\\\"\":-1}],\"text_offset\":[5]},\"finish_reason\":null}]}"
+        "\n\n");
+
+    assert_int_equal(vlm_openai_format_chunk_finish(&resp,
+                                                    VLM_OPENAI_FINISH_STOP,
+                                                    buf, sizeof(buf), &len),
+                     VLM_OK);
+    buf[len] = '\0';
+    assert_string_equal(buf, "data: " TEXT_HEAD "\"choices\":[{\"index\":0,"
+        "\"text\":\"\",\"logprobs\":null,\"finish_reason\":\"stop\"}]}"
+        "\n\n");
+
+#undef TEXT_HEAD
+#undef TEXT_ID
+}
+
+
 static void
 test_completion(void **state)
 {
@@ -2284,6 +2364,7 @@ main(void)
         cmocka_unit_test(test_malformed_bodies),
         cmocka_unit_test(test_logit_bias),
         cmocka_unit_test(test_tokenize_bodies),
+        cmocka_unit_test(test_text_completion),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_long_strings_in_body),
         cmocka_unit_test(test_long_strings_errors),

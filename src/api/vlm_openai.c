@@ -2001,6 +2001,166 @@ vlm_openai_parse_tokenize(vlm_openai_parser_t *p, const json_t *root)
 }
 
 
+static const vlm_openai_range_t  vlm_openai_completion_logprobs =
+    { "logprobs", 0.0, VLM_OPENAI_TOP_LOGPROBS_MAX, 0, "between 0 and 20" };
+static const vlm_openai_range_t  vlm_openai_best_of =
+    { "best_of", 1.0, 2147483647.0, 0, "of at least 1" };
+
+
+/*
+ * "prompt" of POST /v1/completions: a string, or one prompt as an array
+ * of one string, of token ids, or of one array of token ids.
+ */
+static vlm_status_t
+vlm_openai_parse_prompt(vlm_openai_parser_t *p, const json_t *root)
+{
+    char                   path[VLM_OPENAI_PATH_LEN];
+    json_t                *v, *first, *holder;
+    vlm_status_t           rc;
+    vlm_openai_request_t  *req;
+
+    req = p->req;
+
+    v = vlm_openai_get(root, "prompt");
+    if (v == NULL) {
+        return vlm_openai_missing(p->err, "prompt");
+    }
+
+    if (json_is_string(v)) {
+        vlm_openai_str_set(p, &req->prompt, v);
+        return VLM_OK;
+    }
+
+    if (!json_is_array(v)) {
+        return vlm_openai_bad_type(p->err, "prompt",
+                                   "a string or an array", v);
+    }
+
+    if (json_array_size(v) == 0) {
+        return vlm_openai_bad(p->err, VLM_ERR_INVALID, "empty_array",
+                              "prompt", "Invalid 'prompt': empty array. "
+                              "Expected a string, strings or token ids.");
+    }
+
+    first = json_array_get(v, 0);
+
+    if (json_is_integer(first)) {
+        return vlm_openai_parse_tokens(p, root, "prompt");
+    }
+
+    if (!json_is_string(first) && !json_is_array(first)) {
+        return vlm_openai_bad_type(p->err, "prompt[0]",
+                                   "a string or an array", first);
+    }
+
+    if (json_array_size(v) > 1) {
+        return vlm_openai_bad(p->err, VLM_ERR_UNSUPPORTED,
+                              "unsupported_value", "prompt",
+                              "Unsupported value for 'prompt': this server "
+                              "takes one prompt per request, but got %zu.",
+                              json_array_size(v));
+    }
+
+    if (json_is_string(first)) {
+        vlm_openai_str_set(p, &req->prompt, first);
+        return VLM_OK;
+    }
+
+    /* [[ids]]: the ids as a prompt of their own */
+    holder = json_object();
+    if (holder == NULL || json_object_set(holder, "prompt", first) != 0) {
+        json_decref(holder);
+        return vlm_openai_error_set(p->err, VLM_ERR_NOMEM, 500,
+                                    "server_error", NULL, NULL,
+                                    "no memory for the prompt");
+    }
+
+    rc = vlm_openai_parse_tokens(p, holder, "prompt");
+    json_decref(holder);
+
+    if (rc != VLM_OK && strncmp(p->err->param, "prompt[", 7) == 0) {
+        /* prompt[i] of the inner array is prompt[0][i] */
+        vlm_openai_pathf(path, "prompt[0]%s", p->err->param + 6);
+        snprintf(p->err->param, sizeof(p->err->param), "%s", path);
+    }
+
+    return rc;
+}
+
+
+/*
+ * POST /v1/completions: the chat's sampling, stop, stream, max_tokens
+ * (16 when not given, as OpenAI and vLLM) and logit_bias, "logprobs" as
+ * the number of top tokens; echo, suffix and best_of other than 1 are
+ * refused.
+ */
+static vlm_status_t
+vlm_openai_parse_completion(vlm_openai_parser_t *p, const json_t *root)
+{
+    int                    echo;
+    json_t                *v;
+    int64_t                top, best_of;
+    vlm_status_t           rc;
+    vlm_openai_request_t  *req;
+
+    req = p->req;
+    echo = 0;
+    top = -1;
+    best_of = 1;
+
+    if ((rc = vlm_openai_parse_model(p, root)) != VLM_OK
+        || (rc = vlm_openai_parse_prompt(p, root)) != VLM_OK
+        || (rc = vlm_openai_parse_stream(p, root)) != VLM_OK
+        || (rc = vlm_openai_parse_max_tokens(p, root)) != VLM_OK
+        || (rc = vlm_openai_parse_sampling(p, root)) != VLM_OK
+        || (rc = vlm_openai_parse_stop(p, root)) != VLM_OK
+        || (rc = vlm_openai_parse_logit_bias(p, root)) != VLM_OK
+        || (rc = vlm_openai_parse_user(p, root)) != VLM_OK
+        || (rc = vlm_openai_int(p, root, &vlm_openai_completion_logprobs,
+                                &top, 0)) != VLM_OK
+        || (rc = vlm_openai_int(p, root, &vlm_openai_best_of, &best_of, 0))
+           != VLM_OK
+        || (rc = vlm_openai_bool(p, root, "echo", "echo", &echo)) != VLM_OK)
+    {
+        return rc;
+    }
+
+    if (echo) {
+        return vlm_openai_bad(p->err, VLM_ERR_UNSUPPORTED,
+                              "unsupported_value", "echo",
+                              "Unsupported value for 'echo': this server "
+                              "does not echo the prompt.");
+    }
+
+    v = vlm_openai_get(root, "suffix");
+    if (v != NULL && !(json_is_string(v) && json_string_length(v) == 0)) {
+        return vlm_openai_bad(p->err, VLM_ERR_UNSUPPORTED,
+                              "unsupported_parameter", "suffix",
+                              "Unsupported parameter: 'suffix' (insertion) "
+                              "is not supported by this server.");
+    }
+
+    if (best_of != 1) {
+        return vlm_openai_bad(p->err, VLM_ERR_UNSUPPORTED,
+                              "unsupported_value", "best_of",
+                              "Unsupported value for 'best_of': only 1 is "
+                              "supported, but got %lld.",
+                              (long long) best_of);
+    }
+
+    if (top >= 0) {
+        req->logprobs = 1;
+        req->top_logprobs = (uint32_t) top;
+    }
+
+    if (!(req->set & VLM_OPENAI_SET_MAX_TOKENS)) {
+        req->max_tokens = 16;
+    }
+
+    return VLM_OK;
+}
+
+
 vlm_status_t
 vlm_openai_request_parse(vlm_openai_request_t *req, const char *body,
     size_t len, const vlm_openai_limits_t *limits, vlm_openai_error_t *err)
@@ -2052,9 +2212,11 @@ vlm_openai_request_parse_kind(vlm_openai_request_t *req,
     req->json = root;
 
     if (json_is_object(root)) {
-        rc = kind == VLM_OPENAI_KIND_CHAT ? vlm_openai_parse_fields(&p, root)
-                                          : vlm_openai_parse_tokenize(&p,
-                                                                      root);
+        rc = kind == VLM_OPENAI_KIND_CHAT
+             ? vlm_openai_parse_fields(&p, root)
+             : kind == VLM_OPENAI_KIND_COMPLETION
+             ? vlm_openai_parse_completion(&p, root)
+             : vlm_openai_parse_tokenize(&p, root);
 
     } else {
         rc = vlm_openai_bad(err, VLM_ERR_INVALID, "invalid_json", NULL,
@@ -2463,7 +2625,8 @@ vlm_openai_response_init(vlm_openai_response_t *resp, const char *model,
         return VLM_ERR_INVALID;
     }
 
-    snprintf(resp->id, sizeof(resp->id), "chatcmpl-%016llx%016llx",
+    snprintf(resp->id, sizeof(resp->id), "%s-%016llx%016llx",
+             (flags & VLM_OPENAI_RESP_TEXT) ? "cmpl" : "chatcmpl",
              (unsigned long long) id_hi, (unsigned long long) id_lo);
 
     resp->created = created;
@@ -2476,7 +2639,9 @@ vlm_openai_response_init(vlm_openai_response_t *resp, const char *model,
 
     vlm_openai_buf_init(&b, resp->head, sizeof(resp->head));
     vlm_openai_put_lit(&b, "data: ");
-    vlm_openai_put_head(&b, resp, "chat.completion.chunk");
+    vlm_openai_put_head(&b, resp, (flags & VLM_OPENAI_RESP_TEXT)
+                                  ? "text_completion"
+                                  : "chat.completion.chunk");
     vlm_openai_put_lit(&b, ",\"choices\":[");
 
     return vlm_openai_buf_done(&b, &resp->head_len) == VLM_OK
@@ -2571,6 +2736,88 @@ vlm_openai_put_usage(vlm_openai_buf_t *b, const vlm_openai_usage_t *usage)
 }
 
 
+/*
+ * The legacy completions' logprobs: {"tokens", "token_logprobs",
+ * "top_logprobs": [{token: logprob}], "text_offset"}, the offsets in
+ * bytes of the tokens' text from out->text_offset on.
+ */
+static void
+vlm_openai_put_text_logprobs(vlm_openai_buf_t *b,
+    const vlm_openai_response_t *resp, const vlm_openai_output_t *out)
+{
+    size_t                       i, j, off;
+    const vlm_openai_logprob_t  *lp;
+
+    if (out == NULL || !(resp->flags & VLM_OPENAI_RESP_LOGPROBS)) {
+        vlm_openai_put_lit(b, ",\"logprobs\":null");
+        return;
+    }
+
+    vlm_openai_put_lit(b, ",\"logprobs\":{\"tokens\":[");
+
+    for (i = 0; i < out->n_logprobs; i++) {
+        lp = &out->logprobs[i];
+        vlm_openai_put(b, ",", i != 0);
+        vlm_openai_put_quoted(b, lp->token, lp->len);
+    }
+
+    vlm_openai_put_lit(b, "],\"token_logprobs\":[");
+
+    for (i = 0; i < out->n_logprobs; i++) {
+        vlm_openai_put(b, ",", i != 0);
+        vlm_openai_put_float(b, out->logprobs[i].logprob);
+    }
+
+    vlm_openai_put_lit(b, "],\"top_logprobs\":[");
+
+    for (i = 0; i < out->n_logprobs; i++) {
+        lp = &out->logprobs[i];
+        vlm_openai_put(b, ",", i != 0);
+        vlm_openai_put_lit(b, "{");
+
+        for (j = 0; j < lp->n_top; j++) {
+            vlm_openai_put(b, ",", j != 0);
+            vlm_openai_put_quoted(b, lp->top[j].token, lp->top[j].len);
+            vlm_openai_put_lit(b, ":");
+            vlm_openai_put_float(b, lp->top[j].logprob);
+        }
+
+        vlm_openai_put_lit(b, "}");
+    }
+
+    vlm_openai_put_lit(b, "],\"text_offset\":[");
+
+    off = out->text_offset;
+
+    for (i = 0; i < out->n_logprobs; i++) {
+        vlm_openai_put(b, ",", i != 0);
+        vlm_openai_put_int(b, (int64_t) off);
+        off += out->logprobs[i].len;
+    }
+
+    vlm_openai_put_lit(b, "]}");
+}
+
+
+/* {"index":0,"text":"...","logprobs":...,"finish_reason":...} */
+static void
+vlm_openai_put_text_choice(vlm_openai_buf_t *b,
+    const vlm_openai_response_t *resp, const vlm_openai_output_t *out,
+    const char *finish)
+{
+    vlm_openai_put_lit(b, "{\"index\":0,\"text\":\"");
+
+    if (out != NULL) {
+        vlm_openai_put_escaped(b, out->text, out->len);
+    }
+
+    vlm_openai_put_lit(b, "\"");
+    vlm_openai_put_text_logprobs(b, resp, out);
+    vlm_openai_put_lit(b, ",\"finish_reason\":");
+    vlm_openai_put(b, finish, strlen(finish));
+}
+
+
 vlm_status_t
 vlm_openai_format_completion(const vlm_openai_response_t *resp,
     const vlm_openai_output_t *out, vlm_openai_finish_t finish,
@@ -2579,6 +2826,18 @@ vlm_openai_format_completion(const vlm_openai_response_t *resp,
     vlm_openai_buf_t  b;
 
     vlm_openai_buf_init(&b, buf, size);
+
+    if (resp->flags & VLM_OPENAI_RESP_TEXT) {
+        vlm_openai_put_head(&b, resp, "text_completion");
+        vlm_openai_put_lit(&b, ",\"choices\":[");
+        vlm_openai_put_text_choice(&b, resp, out,
+                                   vlm_openai_finish_name(finish));
+        vlm_openai_put_lit(&b, "}],");
+        vlm_openai_put_usage(&b, usage);
+        vlm_openai_put_lit(&b, "}");
+
+        return vlm_openai_buf_done(&b, len);
+    }
 
     vlm_openai_put_head(&b, resp, "chat.completion");
     vlm_openai_put_lit(&b, ",\"choices\":[{\"index\":0,\"message\":"
@@ -2642,6 +2901,14 @@ vlm_openai_format_chunk_content(const vlm_openai_response_t *resp,
     vlm_openai_buf_init(&b, buf, size);
 
     vlm_openai_put(&b, resp->head, resp->head_len);
+
+    if (resp->flags & VLM_OPENAI_RESP_TEXT) {
+        vlm_openai_put_text_choice(&b, resp, out, "null");
+        vlm_openai_put_chunk_end(&b, resp);
+
+        return vlm_openai_buf_done(&b, len);
+    }
+
     vlm_openai_put_lit(&b, "{\"index\":0,\"delta\":{\"content\":\"");
     vlm_openai_put_escaped(&b, out->text, out->len);
     vlm_openai_put_lit(&b, "\"}");
@@ -2665,6 +2932,13 @@ vlm_openai_format_chunk_finish(const vlm_openai_response_t *resp,
     name = vlm_openai_finish_name(finish);
 
     vlm_openai_put(&b, resp->head, resp->head_len);
+
+    if (resp->flags & VLM_OPENAI_RESP_TEXT) {
+        vlm_openai_put_text_choice(&b, resp, NULL, name);
+        vlm_openai_put_chunk_end(&b, resp);
+
+        return vlm_openai_buf_done(&b, len);
+    }
     vlm_openai_put_lit(&b, "{\"index\":0,\"delta\":{},\"logprobs\":null,"
                            "\"finish_reason\":");
     vlm_openai_put(&b, name, strlen(name));

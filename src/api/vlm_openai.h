@@ -140,7 +140,8 @@ typedef struct {
 typedef enum {
     VLM_OPENAI_KIND_CHAT = 0,       /* POST /v1/chat/completions */
     VLM_OPENAI_KIND_TOKENIZE,       /* POST /tokenize: prompt or messages */
-    VLM_OPENAI_KIND_DETOKENIZE      /* POST /detokenize: tokens */
+    VLM_OPENAI_KIND_DETOKENIZE,     /* POST /detokenize: tokens */
+    VLM_OPENAI_KIND_COMPLETION      /* POST /v1/completions: prompt */
 } vlm_openai_kind_t;
 
 
@@ -192,10 +193,12 @@ typedef struct {
 
     /* /tokenize and /detokenize (vLLM's shapes); model may be empty */
     vlm_openai_kind_t       kind;
-    vlm_openai_str_t        prompt;         /* TOKENIZE without messages */
+    vlm_openai_str_t        prompt;         /* TOKENIZE without messages,
+                                               COMPLETION without tokens */
     unsigned                add_special_tokens:1;
     unsigned                add_generation_prompt:1;
-    int32_t                *tokens;         /* DETOKENIZE; malloc */
+    int32_t                *tokens;         /* DETOKENIZE, COMPLETION's
+                                               prompt of ids; malloc */
     uint32_t                n_tokens;
 
     /* logit_bias: token ids in the order of the JSON object */
@@ -281,6 +284,8 @@ typedef struct {
     size_t                       len;
     const vlm_openai_logprob_t  *logprobs;
     size_t                       n_logprobs;
+    size_t                       text_offset;   /* text_completion: bytes
+                                                   of tokens before these */
 } vlm_openai_output_t;
 
 
@@ -289,6 +294,8 @@ typedef struct {
 
 #define VLM_OPENAI_RESP_INCLUDE_USAGE  0x01   /* "usage": null in chunks */
 #define VLM_OPENAI_RESP_LOGPROBS       0x02   /* logprobs objects */
+#define VLM_OPENAI_RESP_TEXT           0x04   /* /v1/completions: "cmpl-",
+                                                 text_completion objects */
 
 /*
  * Per-response state: the id, the creation time, and the JSON-escaped

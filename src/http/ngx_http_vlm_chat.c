@@ -36,6 +36,10 @@
 #define NGX_HTTP_VLM_MAX_BUSY       4
 #define NGX_HTTP_VLM_ID_ALIGN       64
 
+/* /tokenize and /detokenize: answered by the worker, no engine */
+#define NGX_HTTP_VLM_KIND_TOKENS(kind)                                        \
+    ((kind) == VLM_OPENAI_KIND_TOKENIZE || (kind) == VLM_OPENAI_KIND_DETOKENIZE)
+
 
 typedef enum {
     NGX_HTTP_VLM_CHAT_READING = 0,
@@ -111,6 +115,7 @@ typedef struct {
     size_t                    text_len;
     size_t                    text_cap;
     u_char                   *json;         /* malloc: a /tokenize answer */
+    size_t                    text_offset;  /* streamed tokens' bytes */
     size_t                    json_len;
     vlm_openai_logprob_t     *lps;          /* non-streaming logprobs */
     size_t                    n_lps;
@@ -134,6 +139,7 @@ typedef struct {
 
 static ngx_int_t ngx_http_vlm_chat_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_vlm_tokenize_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_vlm_completions_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_vlm_chat_start(ngx_http_request_t *r,
     vlm_openai_kind_t kind);
 static void ngx_http_vlm_tokenize_count(void *data, ngx_log_t *log);
@@ -196,6 +202,29 @@ ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     clcf->handler = ngx_http_vlm_chat_handler;
+    ngx_http_vlm_engine_on_wakeup(ngx_http_vlm_chat_wakeup);
+    ngx_http_vlm_errors_location(cf, NGX_HTTP_VLM_LOC_CHAT);
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * POST /v1/completions: a text prompt (a string or token ids, no images)
+ * through the chat's path, answered as text_completion objects.
+ */
+char *
+ngx_http_vlm_completions(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (clcf->handler) {
+        return "is duplicate";
+    }
+
+    clcf->handler = ngx_http_vlm_completions_handler;
     ngx_http_vlm_engine_on_wakeup(ngx_http_vlm_chat_wakeup);
     ngx_http_vlm_errors_location(cf, NGX_HTTP_VLM_LOC_CHAT);
 
@@ -286,6 +315,13 @@ ngx_http_vlm_chat_handler(ngx_http_request_t *r)
 
 
 static ngx_int_t
+ngx_http_vlm_completions_handler(ngx_http_request_t *r)
+{
+    return ngx_http_vlm_chat_start(r, VLM_OPENAI_KIND_COMPLETION);
+}
+
+
+static ngx_int_t
 ngx_http_vlm_tokenize_handler(ngx_http_request_t *r)
 {
     size_t  n;
@@ -323,7 +359,7 @@ ngx_http_vlm_chat_start(ngx_http_request_t *r, vlm_openai_kind_t kind)
                    "no model is configured on this server (vlm_model)");
     }
 
-    if (kind != VLM_OPENAI_KIND_CHAT) {
+    if (NGX_HTTP_VLM_KIND_TOKENS(kind)) {
         /* the tokenizer is in this worker: no queue, no engine */
 
     } else if (ngx_http_vlm_queue() == NULL || ngx_http_vlm_worker() < 0) {
@@ -614,7 +650,26 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
         return;
     }
 
-    if (ctx->kind == VLM_OPENAI_KIND_TOKENIZE && req->n_messages == 0) {
+    if (ctx->kind == VLM_OPENAI_KIND_COMPLETION && req->n_tokens != 0) {
+        /* token ids: they go to the arena as they are */
+        ctx->prompt_len = 0;
+        ctx->n_spans = 0;
+        ngx_http_vlm_chat_size(ctx);
+
+        return;
+    }
+
+    if (ctx->kind == VLM_OPENAI_KIND_COMPLETION && req->prompt.len == 0) {
+        vlm_openai_error_set(err, VLM_ERR_INVALID, 400,
+                             "invalid_request_error", "invalid_value",
+                             "prompt", "Invalid 'prompt': the prompt is "
+                             "empty.");
+        return;
+    }
+
+    if ((ctx->kind == VLM_OPENAI_KIND_TOKENIZE && req->n_messages == 0)
+        || ctx->kind == VLM_OPENAI_KIND_COMPLETION)
+    {
         /* a prompt: its text as it is, special tokens recognized */
         if (req->prompt.len > ctx->vlcf->max_prompt_bytes) {
             vlm_openai_error_set(err, VLM_ERR_LIMIT, 400,
@@ -886,6 +941,17 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
         ci->data = NULL;
     }
 
+    ids = vlm_queue_arena(q, qs->arena_off + ctx->arena_bytes
+                             - vlm_align_up(ctx->ids_cap * sizeof(int32_t),
+                                            NGX_HTTP_VLM_ID_ALIGN));
+
+    if (ctx->kind == VLM_OPENAI_KIND_COMPLETION && req->n_tokens != 0) {
+        /* a prompt of token ids, checked against the vocabulary */
+        ngx_memcpy(ids, req->tokens, req->n_tokens * sizeof(int32_t));
+        n_out = req->n_tokens;
+        goto prompted;
+    }
+
     /* the prompt: ids with one pad per image, then the pads expanded */
 
     if (ts->ids_cap < ctx->prompt_len + 1) {
@@ -911,9 +977,6 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
         return;
     }
 
-    ids = vlm_queue_arena(q, qs->arena_off + ctx->arena_bytes
-                             - vlm_align_up(ctx->ids_cap * sizeof(int32_t),
-                                            NGX_HTTP_VLM_ID_ALIGN));
     pad = vmcf->image_pad_id;
 
     if (vlm_chat_expand_ids(ts->ids, n_ids, pad, n_pads, req->n_images, ids,
@@ -923,6 +986,8 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
         vlm_openai_error_from(&ctx->error, &e, "messages");
         return;
     }
+
+prompted:
 
     qs->prompt_off = (uint64_t) ((u_char *) ids
                                  - (u_char *) vlm_queue_arena(q, 0));
@@ -1170,7 +1235,7 @@ ngx_http_vlm_chat_task_done(ngx_event_t *ev)
         ngx_http_vlm_tokenize_done(ctx);
 
     } else if (ctx->phase == NGX_HTTP_VLM_CHAT_PREPARING
-               && ctx->kind != VLM_OPENAI_KIND_CHAT)
+               && NGX_HTTP_VLM_KIND_TOKENS(ctx->kind))
     {
         ngx_http_vlm_chat_admit(ctx);
 
@@ -1214,7 +1279,7 @@ ngx_http_vlm_chat_size(ngx_http_vlm_chat_ctx_t *ctx)
                           NGX_HTTP_VLM_ID_ALIGN);
 
     /* every token has at least one byte: a bound on the prompt's ids */
-    ctx->ids_cap = ctx->prompt_len + ids;
+    ctx->ids_cap = ctx->prompt_len + ids + ctx->req.n_tokens;
     ctx->arena_bytes = arena + vlm_align_up(ctx->ids_cap * sizeof(int32_t),
                                             NGX_HTTP_VLM_ID_ALIGN);
 }
@@ -1306,7 +1371,7 @@ ngx_http_vlm_chat_admit(ngx_http_vlm_chat_ctx_t *ctx)
     vlm_error_t          e;
     vlm_openai_error_t   err;
 
-    if (ctx->kind != VLM_OPENAI_KIND_CHAT) {
+    if (NGX_HTTP_VLM_KIND_TOKENS(ctx->kind)) {
         /* no slot: the ids are counted in the thread pool, then sent */
         if (ngx_http_vlm_chat_post(ctx, ngx_http_vlm_tokenize_count,
                                    NGX_HTTP_VLM_CHAT_COUNTING)
@@ -1368,6 +1433,7 @@ static void
 ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx)
 {
     size_t                     len;
+    const char                *what;
     uint32_t                   max_len;
     uint64_t                   id_hi, id_lo;
     ngx_int_t                  rc;
@@ -1386,12 +1452,14 @@ ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx)
     max_len = vlm_queue_max_seq_len(q);
 
     if (max_len != 0 && ctx->n_prompt > max_len) {
+        what = ctx->kind == VLM_OPENAI_KIND_COMPLETION ? "prompt"
+                                                       : "messages";
         vlm_openai_error_set(&err, VLM_ERR_LIMIT, NGX_HTTP_BAD_REQUEST,
                              "invalid_request_error",
-                             "context_length_exceeded", "messages",
+                             "context_length_exceeded", what,
                              "This model's maximum context length is %u "
-                             "tokens, but the messages resulted in %u "
-                             "tokens.", max_len, ctx->n_prompt);
+                             "tokens, but the %s resulted in %u "
+                             "tokens.", max_len, what, ctx->n_prompt);
         ngx_http_vlm_chat_fail(ctx, &err);
         return;
     }
@@ -1406,7 +1474,9 @@ ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx)
                                  (ctx->req.include_usage
                                   ? VLM_OPENAI_RESP_INCLUDE_USAGE : 0)
                                  | (ctx->req.logprobs
-                                    ? VLM_OPENAI_RESP_LOGPROBS : 0))
+                                    ? VLM_OPENAI_RESP_LOGPROBS : 0)
+                                 | (ctx->kind == VLM_OPENAI_KIND_COMPLETION
+                                    ? VLM_OPENAI_RESP_TEXT : 0))
         != VLM_OK
         || vlm_queue_submit(q, ctx->slot) != VLM_OK)
     {
@@ -1467,6 +1537,17 @@ ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx)
 
     if (rc == NGX_ERROR || rc > NGX_OK) {
         ngx_http_vlm_chat_end(ctx, rc);
+        return;
+    }
+
+    if (ctx->kind == VLM_OPENAI_KIND_COMPLETION) {
+        /* no role chunk: the headers now, the text as it comes */
+        if (ngx_http_send_special(r, NGX_HTTP_FLUSH) == NGX_ERROR) {
+            ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+            return;
+        }
+
+        ngx_http_vlm_chat_drain(ctx);
         return;
     }
 
@@ -1693,11 +1774,13 @@ ngx_http_vlm_chat_stream_out(ngx_http_vlm_chat_ctx_t *ctx,
     o.len = rec->text_len;
     o.logprobs = NULL;
     o.n_logprobs = 0;
+    o.text_offset = ctx->text_offset;
 
     if (ctx->req.logprobs && rec->token != VLM_QUEUE_NONE) {
         ngx_http_vlm_chat_logprob(ctx, rec, &lp, top);
         o.logprobs = &lp;
         o.n_logprobs = 1;
+        ctx->text_offset += lp.len;
     }
 
     cl = *clp;
@@ -1904,6 +1987,7 @@ ngx_http_vlm_chat_finish(ngx_http_vlm_chat_ctx_t *ctx, vlm_queue_slot_t *qs)
         o.len = ctx->text_len;
         o.logprobs = ctx->lps;
         o.n_logprobs = ctx->n_lps;
+        o.text_offset = 0;
 
         size = vlm_openai_output_bound(&ctx->resp, &o) + 512;
 
@@ -2060,7 +2144,7 @@ ngx_http_vlm_chat_end(ngx_http_vlm_chat_ctx_t *ctx, ngx_int_t rc)
 
     ngx_http_vlm_chat_release(ctx);
 
-    if (q != NULL && ctx->kind == VLM_OPENAI_KIND_CHAT) {
+    if (q != NULL && !NGX_HTTP_VLM_KIND_TOKENS(ctx->kind)) {
         vlm_hist_observe(&q->metrics->hist[VLM_HIST_E2E],
                          vlm_queue_now() - ctx->t_start);
     }

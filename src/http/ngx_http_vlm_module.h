@@ -158,6 +158,8 @@ void ngx_http_vlm_engine_on_wakeup(ngx_http_vlm_wakeup_pt handler);
 /* ngx_http_vlm_chat.c: the chat completions handler */
 char *ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 char *ngx_http_vlm_tokenize(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+char *ngx_http_vlm_completions(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 ngx_int_t ngx_http_vlm_chat_add_variables(ngx_conf_t *cf);
 
 /* ngx_http_vlm_fetch.c: images given as http(s) URLs (vlm_image_fetch) */

@@ -39,6 +39,31 @@ def main():
         check(e.status_code == 400 and e.param == "logit_bias",
               "a bad logit_bias key raises BadRequestError")
 
+    # completions
+    c = client.completions.create(model="serving", prompt="The answer is",
+                                  max_tokens=4, temperature=0, logprobs=1)
+    check(c.object == "text_completion" and c.id.startswith("cmpl-"),
+          "completions: a text_completion")
+    check(c.usage.completion_tokens == 4 and c.choices[0].finish_reason
+          == "length", "completions: usage and finish_reason")
+    check("".join(c.choices[0].logprobs.tokens) == c.choices[0].text
+          and c.choices[0].logprobs.text_offset[0] == 0,
+          "completions: logprobs tokens and text_offset")
+    streamed = "".join(ch.choices[0].text for ch in client.completions.create(
+        model="serving", prompt="The answer is", max_tokens=4,
+        temperature=0, stream=True) if ch.choices)
+    check(streamed == c.choices[0].text, "completions: streamed the same")
+    c2 = client.completions.create(model="serving", prompt=[[1, 2, 3]],
+                                   max_tokens=2, temperature=0)
+    check(c2.usage.prompt_tokens == 3, "completions: a prompt of token ids")
+
+    try:
+        client.completions.create(model="serving", prompt="x", echo=True)
+        check(False, "completions: echo raises BadRequestError")
+    except openai.BadRequestError as e:
+        check(e.status_code == 400 and e.param == "echo",
+              "completions: echo raises BadRequestError")
+
     # models
     models = client.models.list()
     check([m.id for m in models.data] == ["serving"], "models.list")
