@@ -16,6 +16,8 @@ static size_t ngx_http_vlm_label_len(ngx_str_t *s);
 static u_char *ngx_http_vlm_label(u_char *p, ngx_str_t *s);
 static u_char *ngx_http_vlm_metrics_conf(u_char *p,
     ngx_http_vlm_main_conf_t *vmcf);
+static u_char *ngx_http_vlm_model_label(u_char *dst, u_char *text,
+    u_char *last, ngx_str_t *model);
 static char *ngx_http_vlm_set_handler(ngx_conf_t *cf,
     ngx_http_handler_pt handler);
 
@@ -241,8 +243,8 @@ ngx_http_vlm_models_handler(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_vlm_metrics_handler(ngx_http_request_t *r)
 {
-    size_t                     size, len;
-    u_char                    *text, *p;
+    size_t                     size, len, n;
+    u_char                    *text, *p, *s, *labeled;
     ngx_int_t                  rc;
     vlm_queue_t               *q;
     vlm_queue_stats_t          st;
@@ -282,7 +284,73 @@ ngx_http_vlm_metrics_handler(ngx_http_request_t *r)
 
     p = ngx_http_vlm_metrics_conf(text + len, vmcf);
 
-    return ngx_http_vlm_send_body(r, NGX_HTTP_OK, &type, text, p - text);
+    /* every series again, with model_name="..." as vLLM labels them */
+    for (n = 0, s = text; s < p; s++) {
+        n += (*s == '\n');
+    }
+
+    labeled = ngx_pnalloc(r->pool, (p - text)
+                                   + n * (sizeof("{model_name=\"\",}") - 1
+                                          + ngx_http_vlm_label_len(
+                                                &vmcf->served_model)));
+    if (labeled == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    s = ngx_http_vlm_model_label(labeled, text, p, &vmcf->served_model);
+
+    return ngx_http_vlm_send_body(r, NGX_HTTP_OK, &type, labeled,
+                                  s - labeled);
+}
+
+
+/*
+ * Copies the exposition text to dst with model_name="model" as the first
+ * label of every sample line ("name value" or "name{...} value"); comment
+ * lines (# HELP, # TYPE) are copied as they are.
+ */
+static u_char *
+ngx_http_vlm_model_label(u_char *dst, u_char *text, u_char *last,
+    ngx_str_t *model)
+{
+    u_char  *eol, *name;
+
+    while (text < last) {
+        eol = ngx_strlchr(text, last, '\n');
+        eol = eol ? eol + 1 : last;
+
+        if (*text == '#' || *text == '\n') {
+            dst = ngx_cpymem(dst, text, eol - text);
+            text = eol;
+            continue;
+        }
+
+        for (name = text;
+             name < eol && *name != '{' && *name != ' ';
+             name++)
+        {
+            /* the metric name */
+        }
+
+        dst = ngx_cpymem(dst, text, name - text);
+        dst = ngx_cpymem(dst, "{model_name=\"", sizeof("{model_name=\"") - 1);
+        dst = ngx_http_vlm_label(dst, model);
+        *dst++ = '"';
+
+        if (name < eol && *name == '{') {
+            /* its own labels follow ours */
+            *dst++ = (name[1] == '}') ? '}' : ',';
+            name += (name[1] == '}') ? 2 : 1;
+
+        } else {
+            *dst++ = '}';
+        }
+
+        dst = ngx_cpymem(dst, name, eol - name);
+        text = eol;
+    }
+
+    return dst;
 }
 
 
