@@ -148,6 +148,8 @@ static void ngx_http_vlm_chat_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_vlm_chat_post(ngx_http_vlm_chat_ctx_t *ctx,
     ngx_http_vlm_task_pt handler, ngx_http_vlm_chat_phase_e phase);
 static void ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log);
+static const vlm_qwen2vl_config_t *ngx_http_vlm_chat_image_config(
+    ngx_http_vlm_chat_ctx_t *ctx, size_t i, vlm_qwen2vl_config_t *cfg);
 static void ngx_http_vlm_chat_fill(void *data, ngx_log_t *log);
 static void ngx_http_vlm_chat_task_done(ngx_event_t *ev);
 static void ngx_http_vlm_chat_size(ngx_http_vlm_chat_ctx_t *ctx);
@@ -537,6 +539,19 @@ ngx_http_vlm_thread_state(ngx_http_vlm_chat_ctx_t *ctx, vlm_error_t *err)
 }
 
 
+/* the processor's settings for image i: its detail's pixel budget */
+static const vlm_qwen2vl_config_t *
+ngx_http_vlm_chat_image_config(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
+    vlm_qwen2vl_config_t *cfg)
+{
+    *cfg = ctx->vmcf->image_config;
+    cfg->max_pixels = vlm_image_detail_pixels(cfg,
+                          ctx->req.images[i].detail == VLM_OPENAI_DETAIL_LOW);
+
+    return cfg;
+}
+
+
 /*
  * Thread pool: parse, decode base64, read image headers, render the
  * template; sizes the request's arena share.  Writes ctx->error on
@@ -553,6 +568,7 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
     ngx_buf_t                  *b;
     ngx_chain_t                *cl;
     vlm_error_t                 e;
+    vlm_qwen2vl_config_t        cfg;
     vlm_chat_msg_t             *msgs;
     vlm_chat_part_t            *parts;
     vlm_data_url_t              url;
@@ -757,7 +773,8 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
         if (vlm_base64_decode(url.data, url.data_len, ci->data, len,
                               &ci->len, &e)
             != VLM_OK
-            || vlm_image_plan(&ctx->vlcf->image_limits, &vmcf->image_config,
+            || vlm_image_plan(&ctx->vlcf->image_limits,
+                              ngx_http_vlm_chat_image_config(ctx, i, &cfg),
                               ci->data, ci->len, &ci->plan, &e)
                != VLM_OK)
         {
@@ -878,6 +895,7 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
     size_t                        i, n_ids, n_out, n_pads[VLM_QUEUE_MAX_IMAGES];
     float                        *pixels;
     u_char                       *bias;
+    vlm_qwen2vl_config_t          cfg;
     int32_t                      *ids, pad;
     vlm_error_t                   e;
     vlm_queue_t                  *q;
@@ -913,6 +931,9 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
         qi = &qs->images[i];
 
         pixels = vlm_queue_arena(q, qs->arena_off + ci->pixels_off);
+
+        vlm_image_ctx_max_pixels(ts->image,
+            ngx_http_vlm_chat_image_config(ctx, i, &cfg)->max_pixels);
 
         if (vlm_image_ctx_run(ts->image, ci->data, ci->len, pixels,
                               ci->plan.n_values, &ci->plan, &e)
@@ -1324,6 +1345,7 @@ ngx_http_vlm_chat_fetched(void *data, vlm_openai_error_t *err)
 
     uint32_t                    i;
     vlm_error_t                 e;
+    vlm_qwen2vl_config_t        cfg;
     ngx_http_vlm_chat_image_t  *ci;
 
     if (ctx->phase != NGX_HTTP_VLM_CHAT_FETCHING) {
@@ -1346,7 +1368,8 @@ ngx_http_vlm_chat_fetched(void *data, vlm_openai_error_t *err)
         ci->data = ngx_http_vlm_fetch_take(ctx->fetch, i, &ci->len);
 
         /* a header read: no decoding on the event loop */
-        if (vlm_image_plan(&ctx->vlcf->image_limits, &ctx->vmcf->image_config,
+        if (vlm_image_plan(&ctx->vlcf->image_limits,
+                           ngx_http_vlm_chat_image_config(ctx, i, &cfg),
                            ci->data, ci->len, &ci->plan, &e)
             != VLM_OK)
         {
