@@ -2095,7 +2095,7 @@ ngx_http_vlm_chat_fail(ngx_http_vlm_chat_ctx_t *ctx, vlm_openai_error_t *err)
                   err->http_status, err->code ? err->code : "",
                   err->param[0] ? " at " : "", err->param, err->message);
 
-    if (q != NULL) {
+    if (q != NULL && !NGX_HTTP_VLM_KIND_TOKENS(ctx->kind)) {
         vlm_metrics_request(q->metrics, err->http_status);
     }
 
