@@ -52,7 +52,7 @@ fuzz_format(const vlm_openai_request_t *req, const vlm_openai_str_t *text)
 {
     char                   *buf;
     size_t                  bound, len, i, n;
-    vlm_openai_usage_t      usage = { 1, 2 };
+    vlm_openai_usage_t      usage = { 1, 2, 0 };
     vlm_openai_output_t     out;
     vlm_openai_logprob_t    lps[8];
     vlm_openai_response_t   resp;
@@ -248,7 +248,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     vlm_openai_error_t          err;
     vlm_openai_request_t        req;
 
-    static const vlm_openai_limits_t  limits = { 16, 64, 8, 32, 4096 };
+    static const vlm_openai_limits_t  limits = { 16, 64, 8, 32, 4096, 0 };
 
     rc = vlm_openai_request_parse(&req, (const char *) data, size,
                                   (size & 1) ? &limits : NULL, &err);

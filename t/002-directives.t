@@ -68,7 +68,7 @@ GET /health
 --- request
 GET /metrics
 --- error_code: 200
---- response_body_like: \nvlm_engine_threads [1-9][0-9]*\n.*\nvlm_max_running 8\n.*\nvlm_max_batch_tokens 256\n.*\nvlm_prefix_cache 1\n.*\nvlm_zone_size_bytes 1048576\n
+--- response_body_like: \nvlm_engine_threads\{model_name="[^"]*"\} [1-9][0-9]*\n.*\nvlm_max_running\{model_name="[^"]*"\} 8\n.*\nvlm_max_batch_tokens\{model_name="[^"]*"\} 256\n.*\nvlm_prefix_cache\{model_name="[^"]*"\} 1\n.*\nvlm_zone_size_bytes\{model_name="[^"]*"\} 1048576\n
 --- no_error_log
 [emerg]
 
@@ -96,7 +96,7 @@ GET /health
 --- request
 GET /metrics
 --- error_code: 200
---- response_body_like: \nvlm_model_info\{model="good",path="/[^"]*/servroot/(\.\./)+[^"]*/good",backend="cpu"\} 1\n
+--- response_body_like: \nvlm_model_info\{model_name="[^"]*",model="good",path="/[^"]*/servroot/(\.\./)+[^"]*/good",backend="cpu"\} 1\n
 --- no_error_log
 [emerg]
 
@@ -264,7 +264,7 @@ qr{\[emerg\] .*: invalid value "gpu" in \S+nginx\.conf:\d+$}
 --- request
 GET /metrics
 --- error_code: 200
---- response_body_like: \nvlm_engine_threads 3\n
+--- response_body_like: \nvlm_engine_threads\{model_name="[^"]*"\} 3\n
 --- no_error_log
 [emerg]
 
@@ -373,7 +373,7 @@ qr{\[emerg\] .*: "vlm_thread_pool" directive is duplicate in \S+nginx\.conf:\d+$
 --- request
 GET /metrics
 --- error_code: 200
---- response_body_like: \nvlm_pool_capacity\{pool="request_slots",unit="slots"\} 64\nvlm_pool_capacity\{pool="queue_arena",unit="bytes"\} [1-9][0-9]*\n.*\nvlm_zone_size_bytes 2097152\n
+--- response_body_like: \nvlm_pool_capacity\{model_name="[^"]*",pool="request_slots",unit="slots"\} 64\nvlm_pool_capacity\{model_name="[^"]*",pool="queue_arena",unit="bytes"\} [1-9][0-9]*\n.*\nvlm_zone_size_bytes\{model_name="[^"]*"\} 2097152\n
 --- no_error_log
 [emerg]
 
@@ -574,7 +574,7 @@ qr{\[emerg\] .*: "vlm_max_images" directive invalid number in \S+nginx\.conf:\d+
 --- request
 GET /metrics
 --- error_code: 200
---- response_body_like: \nvlm_max_batch_tokens 16\n
+--- response_body_like: \nvlm_max_batch_tokens\{model_name="[^"]*"\} 16\n
 --- no_error_log
 [emerg]
 

@@ -874,8 +874,6 @@ test_unsupported_parameters(void **state)
           "'response_format'" },
         { BODY("\"response_format\":\"text\""), VLM_ERR_UNSUPPORTED,
           "unsupported_parameter", "response_format", "'response_format'" },
-        { BODY("\"logit_bias\":{\"50256\":-100}"), VLM_ERR_UNSUPPORTED,
-          "unsupported_parameter", "logit_bias", "'logit_bias'" },
     };
 
     run_error_cases(cases, sizeof(cases) / sizeof(cases[0]));
@@ -947,6 +945,155 @@ test_malformed_bodies(void **state)
     expect_error(USER("[[[[{\"type\":\"text\"}]]]]"), NULL, VLM_ERR_INVALID,
                  "invalid_type", "messages[0].content[0]",
                  "expected an object, but got an array");
+}
+
+
+static void
+test_logit_bias(void **state)
+{
+    size_t                i;
+    char                  body[8192], *b;
+    vlm_openai_limits_t   lim;
+    vlm_openai_request_t  req;
+
+    static const error_case_t  cases[] = {
+        { BODY("\"logit_bias\":[1]"), VLM_ERR_INVALID, "invalid_type",
+          "logit_bias", "expected an object, but got an array" },
+        { BODY("\"logit_bias\":{\"abc\":1}"), VLM_ERR_INVALID,
+          "invalid_value", "logit_bias", "\"abc\" is not a token id" },
+        { BODY("\"logit_bias\":{\"-1\":1}"), VLM_ERR_INVALID,
+          "invalid_value", "logit_bias", "is not a token id" },
+        { BODY("\"logit_bias\":{\"01\":1}"), VLM_ERR_INVALID,
+          "invalid_value", "logit_bias", "is not a token id" },
+        { BODY("\"logit_bias\":{\"\":1}"), VLM_ERR_INVALID,
+          "invalid_value", "logit_bias", "is not a token id" },
+        { BODY("\"logit_bias\":{\"99999999999\":1}"), VLM_ERR_INVALID,
+          "invalid_value", "logit_bias", "is not a token id" },
+        { BODY("\"logit_bias\":{\"4294967296\":1}"), VLM_ERR_INVALID,
+          "invalid_value", "logit_bias", "Invalid token id" },
+        { BODY("\"logit_bias\":{\"5\":\"x\"}"), VLM_ERR_INVALID,
+          "invalid_type", "logit_bias",
+          "'logit_bias.5': expected a number, but got a string" },
+        { BODY("\"logit_bias\":{\"5\":100.5}"), VLM_ERR_INVALID,
+          "invalid_value", "logit_bias",
+          "between -100 and 100, but got 100.5" },
+        { BODY("\"logit_bias\":{\"5\":-101}"), VLM_ERR_INVALID,
+          "invalid_value", "logit_bias", "but got -101" },
+    };
+
+    run_error_cases(cases, sizeof(cases) / sizeof(cases[0]));
+
+    parse_ok(BODY("\"logit_bias\":{\"0\":-100,\"50256\":100,"
+                  "\"7\":0.5}"), NULL, &req);
+    assert_int_equal(req.n_logit_bias, 3);
+    assert_int_equal(req.logit_bias_id[0], 0);
+    assert_true(req.logit_bias[0] == -100.0f);
+    assert_int_equal(req.logit_bias_id[1], 50256);
+    assert_true(req.logit_bias[1] == 100.0f);
+    assert_int_equal(req.logit_bias_id[2], 7);
+    assert_true(req.logit_bias[2] == 0.5f);
+    vlm_openai_request_free(&req);
+
+    memset(&lim, 0, sizeof(lim));
+    lim.vocab_size = 100;
+    parse_ok(BODY("\"logit_bias\":{\"99\":1}"), &lim, &req);
+    vlm_openai_request_free(&req);
+    expect_error(BODY("\"logit_bias\":{\"100\":1}"), &lim,
+                 VLM_ERR_INVALID, "invalid_value", "logit_bias",
+                 "Invalid token id in 'logit_bias': 100; token ids are "
+                 "between 0 and 99 on this server.");
+
+    /* 300 entries, and one more */
+    for (i = 300; i <= 301; i++) {
+        size_t  k;
+
+        b = body;
+        b += sprintf(b, "{\"model\":\"m\",\"messages\":[{\"role\":"
+                     "\"user\",\"content\":\"x\"}],\"logit_bias\":{");
+        for (k = 0; k < i; k++) {
+            b += sprintf(b, "%s\"%zu\":1", k ? "," : "", k);
+        }
+        sprintf(b, "}}");
+
+        if (i == 300) {
+            parse_ok(body, NULL, &req);
+            assert_int_equal(req.n_logit_bias, 300);
+            vlm_openai_request_free(&req);
+
+        } else {
+            expect_error(body, NULL, VLM_ERR_LIMIT,
+                         "object_above_max_properties", "logit_bias",
+                         "at most 300 properties, but got an object with "
+                         "301 properties");
+        }
+    }
+}
+
+
+static void
+test_tokenize_bodies(void **state)
+{
+    vlm_status_t          rc;
+    vlm_openai_error_t    err;
+    vlm_openai_request_t  req;
+    vlm_openai_limits_t   lim;
+
+    static const char  *prompt = "{\"prompt\":\"hi <|im_end|>\"}";
+    static const char  *msgs = "{\"model\":\"m\",\"messages\":[{\"role\":"
+                               "\"user\",\"content\":\"x\"}],"
+                               "\"add_generation_prompt\":false}";
+
+    rc = vlm_openai_request_parse_kind(&req, VLM_OPENAI_KIND_TOKENIZE,
+                                       prompt, strlen(prompt), NULL, &err);
+    assert_int_equal(rc, VLM_OK);
+    assert_str(req.prompt, "hi <|im_end|>");
+    assert_int_equal(req.model.len, 0);
+    assert_int_equal(req.add_special_tokens, 1);
+    assert_int_equal(req.n_messages, 0);
+    vlm_openai_request_free(&req);
+
+    rc = vlm_openai_request_parse_kind(&req, VLM_OPENAI_KIND_TOKENIZE, msgs,
+                                       strlen(msgs), NULL, &err);
+    assert_int_equal(rc, VLM_OK);
+    assert_str(req.model, "m");
+    assert_int_equal(req.n_messages, 1);
+    assert_int_equal(req.add_generation_prompt, 0);
+    assert_int_equal(req.add_special_tokens, 0);
+    vlm_openai_request_free(&req);
+
+    memset(&lim, 0, sizeof(lim));
+    lim.vocab_size = 10;
+
+    rc = vlm_openai_request_parse_kind(&req, VLM_OPENAI_KIND_DETOKENIZE,
+                                       "{\"tokens\":[1,9,0]}", 18, &lim,
+                                       &err);
+    assert_int_equal(rc, VLM_OK);
+    assert_int_equal(req.n_tokens, 3);
+    assert_int_equal(req.tokens[1], 9);
+    vlm_openai_request_free(&req);
+
+    rc = vlm_openai_request_parse_kind(&req, VLM_OPENAI_KIND_DETOKENIZE,
+                                       "{\"tokens\":[1,10]}", 17, &lim,
+                                       &err);
+    assert_int_equal(rc, VLM_ERR_INVALID);
+    assert_string_equal(err.param, "tokens[1]");
+    assert_non_null(strstr(err.message, "10 is not a token id of this "
+                                        "model (0 to 9)"));
+    vlm_openai_request_free(&req);
+
+    rc = vlm_openai_request_parse_kind(&req, VLM_OPENAI_KIND_TOKENIZE,
+                                       "{}", 2, NULL, &err);
+    assert_int_equal(rc, VLM_ERR_INVALID);
+    assert_string_equal(err.code, "missing_required_parameter");
+    assert_string_equal(err.param, "prompt");
+    vlm_openai_request_free(&req);
+
+    rc = vlm_openai_request_parse_kind(&req, VLM_OPENAI_KIND_TOKENIZE,
+                                       "{\"prompt\":\"a\",\"messages\":[]}",
+                                       28, NULL, &err);
+    assert_int_equal(rc, VLM_ERR_INVALID);
+    assert_non_null(strstr(err.message, "not both"));
+    vlm_openai_request_free(&req);
 }
 
 
@@ -1229,7 +1376,7 @@ test_long_strings_errors(void **state)
 
     body = long_body(BODY("\"stop\":[\"a\",\"%s\"]"), text);
     {
-        vlm_openai_limits_t  lim = { 0, 0, 0, 100, 0 };
+        vlm_openai_limits_t  lim = { 0, 0, 0, 100, 0, 0 };
 
         expect_error(body, &lim, VLM_ERR_LIMIT, "string_above_max_length",
                      "stop[1]", "at most 100 bytes, but got 2000");
@@ -1332,6 +1479,87 @@ test_response_init(void **state)
                                               UINT64_MAX,
                                               VLM_OPENAI_RESP_INCLUDE_USAGE),
                      VLM_OK);
+}
+
+
+/* /v1/completions: text_completion objects and chunks, legacy logprobs */
+static void
+test_text_completion(void **state)
+{
+    char                   buf[1024];
+    size_t                 len;
+    vlm_openai_usage_t     usage = { 3, 2, 0 };
+    vlm_openai_output_t    out;
+    vlm_openai_logprob_t   lp[2], top[2];
+    vlm_openai_response_t  resp;
+
+#define TEXT_ID  "cmpl-00000000000000010123456789abcdef"
+#define TEXT_HEAD  "{\"id\":\"" TEXT_ID "\",\"object\":\"text_completion\"," \
+                   "\"created\":1700000000,\"model\":\"" MODEL "\","
+
+    response(&resp, VLM_OPENAI_RESP_TEXT | VLM_OPENAI_RESP_LOGPROBS);
+    assert_string_equal(resp.id, TEXT_ID);
+
+    top[0].token = "ab";
+    top[0].len = 2;
+    top[0].logprob = -0.5f;
+    top[1].token = "x\"";
+    top[1].len = 2;
+    top[1].logprob = -1.0f;
+    lp[0].token = "ab";
+    lp[0].len = 2;
+    lp[0].logprob = -0.5f;
+    lp[0].top = top;
+    lp[0].n_top = 2;
+    lp[1].token = "c";
+    lp[1].len = 1;
+    lp[1].logprob = -0.25f;
+    lp[1].top = NULL;
+    lp[1].n_top = 0;
+
+    memset(&out, 0, sizeof(out));
+    out.text = "abc";
+    out.len = 3;
+    out.logprobs = lp;
+    out.n_logprobs = 2;
+    out.text_offset = 5;
+
+    assert_int_equal(vlm_openai_format_completion(&resp, &out,
+                                                  VLM_OPENAI_FINISH_LENGTH,
+                                                  &usage, buf, sizeof(buf),
+                                                  &len), VLM_OK);
+    assert_true(len <= vlm_openai_output_bound(&resp, &out));
+    buf[len] = '\0';
+    assert_string_equal(buf, TEXT_HEAD "\"choices\":[{\"index\":0,"
+        "\"text\":\"abc\",\"logprobs\":{\"tokens\":[\"ab\",\"c\"],"
+        "\"token_logprobs\":[-0.5,-0.25],\"top_logprobs\":[{\"ab\":-0.5,"
+        "\"x\\\"\":-1},{}],\"text_offset\":[5,7]},"
+        "\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":3,"
+        "\"completion_tokens\":2,\"total_tokens\":5,"
+        "\"prompt_tokens_details\":{\"cached_tokens\":0}}}");
+
+    out.n_logprobs = 1;
+    assert_int_equal(vlm_openai_format_chunk_content(&resp, &out, buf,
+                                                     sizeof(buf), &len),
+                     VLM_OK);
+    buf[len] = '\0';
+    assert_string_equal(buf, "data: " TEXT_HEAD "\"choices\":[{\"index\":0,"
+        "\"text\":\"abc\",\"logprobs\":{\"tokens\":[\"ab\"],"
+        "\"token_logprobs\":[-0.5],\"top_logprobs\":[{\"ab\":-0.5,"
+        "\"x\\\"\":-1}],\"text_offset\":[5]},\"finish_reason\":null}]}"
+        "\n\n");
+
+    assert_int_equal(vlm_openai_format_chunk_finish(&resp,
+                                                    VLM_OPENAI_FINISH_STOP,
+                                                    buf, sizeof(buf), &len),
+                     VLM_OK);
+    buf[len] = '\0';
+    assert_string_equal(buf, "data: " TEXT_HEAD "\"choices\":[{\"index\":0,"
+        "\"text\":\"\",\"logprobs\":null,\"finish_reason\":\"stop\"}]}"
+        "\n\n");
+
+#undef TEXT_HEAD
+#undef TEXT_ID
 }
 
 
@@ -1800,6 +2028,7 @@ test_models(void **state)
     json_t                  *j, *d, *m;
     vlm_openai_model_info_t  models[2];
 
+    memset(models, 0, sizeof(models));
     models[0].id.data = "qwen2-vl-2b";
     models[0].id.len = strlen(models[0].id.data);
     models[0].owned_by.data = "vlm";
@@ -1839,6 +2068,23 @@ test_models(void **state)
                                               &len), VLM_OK);
     assert_int_equal(len, strlen("{\"object\":\"list\",\"data\":[]}"));
     assert_memory_equal(buf, "{\"object\":\"list\",\"data\":[]}", len);
+
+    /* one model alone, with its root, as GET /v1/models/{id} */
+    models[0].root.data = "Qwen2-VL-2B";
+    models[0].root.len = strlen(models[0].root.data);
+    assert_int_equal(vlm_openai_format_model(&models[0], buf, sizeof(buf),
+                                             &len), VLM_OK);
+    assert_int_equal(len, strlen("{\"id\":\"qwen2-vl-2b\",\"object\":"
+                                 "\"model\",\"created\":1700000001,"
+                                 "\"owned_by\":\"vlm\",\"root\":"
+                                 "\"Qwen2-VL-2B\",\"parent\":null,"
+                                 "\"max_model_len\":32768}"));
+    assert_memory_equal(buf, "{\"id\":\"qwen2-vl-2b\",\"object\":\"model\","
+                        "\"created\":1700000001,\"owned_by\":\"vlm\","
+                        "\"root\":\"Qwen2-VL-2B\",\"parent\":null,"
+                        "\"max_model_len\":32768}", len);
+    assert_int_equal(vlm_openai_format_model(&models[0], buf, 20, &len),
+                     VLM_ERR_LIMIT);
 }
 
 
@@ -1969,7 +2215,8 @@ test_buffer_too_small(void **state)
     vlm_openai_output_t    out;
     vlm_openai_response_t  resp;
     vlm_openai_logprob_t   lp = { "tok\n", 4, -0.5f, NULL, 0 };
-    vlm_openai_model_info_t  model = { { "m", 1 }, { "o", 1 }, 1, 2 };
+    vlm_openai_model_info_t  model = { { "m", 1 }, { "o", 1 }, 1, 2,
+                                       { "r", 1 } };
 
     response(&resp, VLM_OPENAI_RESP_INCLUDE_USAGE
                     | VLM_OPENAI_RESP_LOGPROBS);
@@ -2127,6 +2374,9 @@ main(void)
         cmocka_unit_test(test_image_url_errors),
         cmocka_unit_test(test_unsupported_parameters),
         cmocka_unit_test(test_malformed_bodies),
+        cmocka_unit_test(test_logit_bias),
+        cmocka_unit_test(test_tokenize_bodies),
+        cmocka_unit_test(test_text_completion),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_long_strings_in_body),
         cmocka_unit_test(test_long_strings_errors),

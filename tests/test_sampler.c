@@ -2,7 +2,7 @@
  * Unit tests of the sampler: greedy, reproducible seeded draws, the
  * distribution at a temperature, top_k / top_p / min_p truncation,
  * penalties with transformers' and OpenAI's formulas, stop ids,
- * max_tokens, log probabilities, and rejected parameters.
+ * max_tokens, log probabilities, logit_bias, and rejected parameters.
  */
 
 #include <math.h>
@@ -309,6 +309,68 @@ test_logprobs(void **state)
 }
 
 
+/* logit_bias moves the draw and the log probabilities; a reset forgets it */
+static void
+test_logit_bias(void **state)
+{
+    int                   i;
+    double                z;
+    vlm_error_t           err;
+    vlm_sample_t          out;
+    vlm_sampler_t        *s;
+    vlm_sampler_params_t  p;
+
+    static const uint32_t  ids[] = { 0, 3 };
+    static const float     bias[] = { 5.0f, -100.0f };
+    static const uint32_t  bad_id[] = { V };
+    static const float     bad_bias[] = { 100.5f };
+
+    vlm_sampler_params_default(&p);
+    p.temperature = 0.0f;
+    p.top_logprobs = 2;
+    s = sampler(&p);
+
+    assert_int_equal(vlm_sampler_bias(s, ids, bias, 2, &err), VLM_OK);
+    assert_int_equal(vlm_sampler_sample(s, logits, &out, &err), VLM_OK);
+
+    /* token 0: 0 + 5 beats token 2's 2; token 3: 3 - 100 */
+    z = exp(5.0) + exp(1.0) + exp(2.0) + exp(-97.0) + exp(-6.0)
+        + exp(-7.0);
+    assert_int_equal(out.token, 0);
+    assert_true(fabs(out.logprob - (5.0 - log(z))) < 1e-5);
+    assert_int_equal(out.top[1].id, 2);
+    assert_true(fabs(out.top[1].logprob - (2.0 - log(z))) < 1e-5);
+
+    /* sampled at a temperature, a -100 token is never drawn */
+    p.temperature = 1.0f;
+    p.seed = 7;
+    assert_int_equal(vlm_sampler_reset(s, &p, &err), VLM_OK);
+    assert_int_equal(vlm_sampler_bias(s, ids + 1, bias + 1, 1, &err),
+                     VLM_OK);
+
+    for (i = 0; i < 2000; i++) {
+        assert_int_equal(vlm_sampler_sample(s, logits, &out, &err), VLM_OK);
+        assert_int_not_equal(out.token, 3);
+    }
+
+    /* the next request has no bias */
+    p.temperature = 0.0f;
+    assert_int_equal(vlm_sampler_reset(s, &p, &err), VLM_OK);
+    assert_int_equal(vlm_sampler_sample(s, logits, &out, &err), VLM_OK);
+    assert_int_equal(out.token, 3);
+
+    assert_int_equal(vlm_sampler_bias(s, bad_id, bias, 1, &err),
+                     VLM_ERR_INVALID);
+    assert_int_equal(vlm_sampler_bias(s, ids, bad_bias, 1, &err),
+                     VLM_ERR_INVALID);
+    assert_int_equal(vlm_sampler_bias(s, ids, bias, VLM_SAMPLER_MAX_BIAS + 1,
+                                      &err),
+                     VLM_ERR_INVALID);
+
+    vlm_sampler_free(s);
+}
+
+
 static void
 test_rejected_params(void **state)
 {
@@ -360,6 +422,7 @@ main(void)
         cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_stop_and_length),
         cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_logit_bias),
         cmocka_unit_test(test_rejected_params),
     };
 

@@ -689,6 +689,99 @@ vlm_openai_parse_logprobs(vlm_openai_parser_t *p, const json_t *root)
 }
 
 
+/*
+ * logit_bias: {"<token id>": bias}, a decimal id (as OpenAI writes it: no
+ * sign, no leading zero) below the vocabulary size and a bias in
+ * [-100, 100], at most VLM_OPENAI_LOGIT_BIAS_MAX entries.
+ */
+static vlm_status_t
+vlm_openai_parse_logit_bias(vlm_openai_parser_t *p, const json_t *root)
+{
+    size_t                 n, i;
+    double                 d;
+    json_t                *v, *bias;
+    uint64_t               id;
+    const char            *key, *c;
+    vlm_openai_request_t  *req;
+
+    req = p->req;
+
+    v = vlm_openai_get(root, "logit_bias");
+    if (v == NULL) {
+        return VLM_OK;
+    }
+
+    if (!json_is_object(v)) {
+        return vlm_openai_bad_type(p->err, "logit_bias", "an object", v);
+    }
+
+    n = json_object_size(v);
+
+    if (n > VLM_OPENAI_LOGIT_BIAS_MAX) {
+        return vlm_openai_bad(p->err, VLM_ERR_LIMIT,
+                              "object_above_max_properties", "logit_bias",
+                              "Invalid 'logit_bias': expected an object "
+                              "with at most %d properties, but got an "
+                              "object with %zu properties instead.",
+                              VLM_OPENAI_LOGIT_BIAS_MAX, n);
+    }
+
+    i = 0;
+
+    json_object_foreach(v, key, bias) {
+        id = 0;
+
+        for (c = key; *c >= '0' && *c <= '9' && c - key < 10; c++) {
+            id = id * 10 + (uint64_t) (*c - '0');
+        }
+
+        if (c == key || *c != '\0' || (key[0] == '0' && key[1] != '\0')) {
+            return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value",
+                                  "logit_bias", "Invalid key in "
+                                  "'logit_bias': \"%.64s\" is not a token "
+                                  "id (a non-negative integer).", key);
+        }
+
+        if (id > UINT32_MAX
+            || (p->limits->vocab_size != 0
+                && id >= p->limits->vocab_size))
+        {
+            return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value",
+                                  "logit_bias", "Invalid token id in "
+                                  "'logit_bias': %llu; token ids are "
+                                  "between 0 and %u on this server.",
+                                  (unsigned long long) id,
+                                  p->limits->vocab_size - 1);
+        }
+
+        if (!json_is_number(bias)) {
+            return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_type",
+                                  "logit_bias", "Invalid type for "
+                                  "'logit_bias.%.64s': expected a number, "
+                                  "but got %s instead.", key,
+                                  vlm_openai_type_name(bias));
+        }
+
+        d = json_number_value(bias);
+
+        if (!(d >= -100.0 && d <= 100.0)) {
+            return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value",
+                                  "logit_bias", "Invalid 'logit_bias.%.64s': "
+                                  "expected a value between -100 and 100, "
+                                  "but got %g instead.", key, d);
+        }
+
+        req->logit_bias_id[i] = (uint32_t) id;
+        req->logit_bias[i] = (float) d;
+        i++;
+    }
+
+    req->n_logit_bias = (uint32_t) i;
+
+    return VLM_OK;
+}
+
+
 static vlm_status_t
 vlm_openai_parse_max_tokens(vlm_openai_parser_t *p, const json_t *root)
 {
@@ -844,11 +937,6 @@ vlm_openai_parse_unsupported(vlm_openai_parser_t *p, const json_t *root)
         if (s == NULL || strcmp(s, "text") != 0) {
             param = "response_format";
         }
-    }
-
-    v = vlm_openai_get(root, "logit_bias");
-    if (v != NULL && !(json_is_object(v) && json_object_size(v) == 0)) {
-        param = "logit_bias";
     }
 
     if (param == NULL) {
@@ -1739,6 +1827,7 @@ vlm_openai_parse_fields(vlm_openai_parser_t *p, const json_t *root)
         || (rc = vlm_openai_parse_sampling(p, root)) != VLM_OK
         || (rc = vlm_openai_parse_stop(p, root)) != VLM_OK
         || (rc = vlm_openai_parse_logprobs(p, root)) != VLM_OK
+        || (rc = vlm_openai_parse_logit_bias(p, root)) != VLM_OK
         || (rc = vlm_openai_parse_user(p, root)) != VLM_OK)
     {
         return rc;
@@ -1748,9 +1837,343 @@ vlm_openai_parse_fields(vlm_openai_parser_t *p, const json_t *root)
 }
 
 
+/* token ids: a non-empty array of integers below the vocabulary size */
+static vlm_status_t
+vlm_openai_parse_tokens(vlm_openai_parser_t *p, const json_t *root,
+    const char *name)
+{
+    char                   path[VLM_OPENAI_PATH_LEN];
+    size_t                 i, n;
+    json_t                *v, *t;
+    json_int_t             id;
+    uint32_t               vocab;
+    vlm_openai_request_t  *req;
+
+    req = p->req;
+    vocab = p->limits->vocab_size;
+
+    v = vlm_openai_get(root, name);
+    if (v == NULL) {
+        return vlm_openai_missing(p->err, name);
+    }
+
+    if (!json_is_array(v)) {
+        return vlm_openai_bad_type(p->err, name, "an array", v);
+    }
+
+    n = json_array_size(v);
+
+    if (n == 0) {
+        return vlm_openai_bad(p->err, VLM_ERR_INVALID, "empty_array", name,
+                              "Invalid '%s': empty array. Expected an array "
+                              "of token ids.", name);
+    }
+
+    if (n > INT32_MAX / sizeof(int32_t)) {
+        return vlm_openai_bad(p->err, VLM_ERR_LIMIT,
+                              "array_above_max_length", name,
+                              "Invalid '%s': too many token ids.", name);
+    }
+
+    req->tokens = malloc(n * sizeof(int32_t));
+    if (req->tokens == NULL) {
+        return vlm_openai_error_set(p->err, VLM_ERR_NOMEM, 500,
+                                    "server_error", NULL, NULL,
+                                    "no memory for %zu token ids", n);
+    }
+
+    json_array_foreach(v, i, t) {
+        if (!json_is_integer(t)) {
+            vlm_openai_pathf(path, "%s[%zu]", name, i);
+            return vlm_openai_bad_type(p->err, path, "an integer", t);
+        }
+
+        id = json_integer_value(t);
+
+        if (id < 0 || id > INT32_MAX || (vocab != 0 && id >= vocab)) {
+            vlm_openai_pathf(path, "%s[%zu]", name, i);
+            return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value",
+                                  path, "Invalid '%s': %lld is not a token "
+                                  "id of this model (0 to %u).", path,
+                                  (long long) id, vocab ? vocab - 1
+                                                        : INT32_MAX);
+        }
+
+        req->tokens[i] = (int32_t) id;
+    }
+
+    req->n_tokens = (uint32_t) n;
+
+    return VLM_OK;
+}
+
+
+/*
+ * vLLM's POST /tokenize ("prompt" or "messages", add_special_tokens,
+ * add_generation_prompt) and POST /detokenize ("tokens"); "model" is
+ * optional in both.
+ */
+static vlm_status_t
+vlm_openai_parse_tokenize(vlm_openai_parser_t *p, const json_t *root)
+{
+    int                    special, generation, strs;
+    json_t                *prompt, *messages, *v;
+    vlm_status_t           rc;
+    vlm_openai_request_t  *req;
+
+    req = p->req;
+
+    if (vlm_openai_get(root, "model") != NULL) {
+        rc = vlm_openai_parse_model(p, root);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+    }
+
+    if (req->kind == VLM_OPENAI_KIND_DETOKENIZE) {
+        return vlm_openai_parse_tokens(p, root, "tokens");
+    }
+
+    prompt = vlm_openai_get(root, "prompt");
+    messages = vlm_openai_get(root, "messages");
+
+    if (prompt != NULL && messages != NULL) {
+        return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value",
+                              "messages", "Invalid request: give either "
+                              "'prompt' or 'messages', not both.");
+    }
+
+    if (prompt == NULL && messages == NULL) {
+        return vlm_openai_missing(p->err, "prompt");
+    }
+
+    if (prompt != NULL) {
+        if (!json_is_string(prompt)) {
+            return vlm_openai_bad_type(p->err, "prompt", "a string", prompt);
+        }
+
+        vlm_openai_str_set(p, &req->prompt, prompt);
+        special = 1;
+
+    } else {
+        rc = vlm_openai_parse_messages(p, root);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        special = 0;
+    }
+
+    generation = 1;
+    strs = 0;
+
+    if ((rc = vlm_openai_bool(p, root, "add_special_tokens",
+                              "add_special_tokens", &special)) != VLM_OK
+        || (rc = vlm_openai_bool(p, root, "add_generation_prompt",
+                                 "add_generation_prompt", &generation))
+           != VLM_OK
+        || (rc = vlm_openai_bool(p, root, "return_token_strs",
+                                 "return_token_strs", &strs)) != VLM_OK)
+    {
+        return rc;
+    }
+
+    if (strs) {
+        return vlm_openai_bad(p->err, VLM_ERR_UNSUPPORTED,
+                              "unsupported_parameter", "return_token_strs",
+                              "Unsupported parameter: 'return_token_strs' "
+                              "is not supported by this server.");
+    }
+
+    v = vlm_openai_get(root, "continue_final_message");
+    if (v != NULL && !json_is_false(v)) {
+        return vlm_openai_bad(p->err, VLM_ERR_UNSUPPORTED,
+                              "unsupported_parameter",
+                              "continue_final_message", "Unsupported "
+                              "parameter: 'continue_final_message' is not "
+                              "supported by this server.");
+    }
+
+    req->add_special_tokens = special ? 1 : 0;
+    req->add_generation_prompt = generation ? 1 : 0;
+
+    return VLM_OK;
+}
+
+
+static const vlm_openai_range_t  vlm_openai_completion_logprobs =
+    { "logprobs", 0.0, VLM_OPENAI_TOP_LOGPROBS_MAX, 0, "between 0 and 20" };
+static const vlm_openai_range_t  vlm_openai_best_of =
+    { "best_of", 1.0, 2147483647.0, 0, "of at least 1" };
+
+
+/*
+ * "prompt" of POST /v1/completions: a string, or one prompt as an array
+ * of one string, of token ids, or of one array of token ids.
+ */
+static vlm_status_t
+vlm_openai_parse_prompt(vlm_openai_parser_t *p, const json_t *root)
+{
+    char                   path[VLM_OPENAI_PATH_LEN];
+    json_t                *v, *first, *holder;
+    vlm_status_t           rc;
+    vlm_openai_request_t  *req;
+
+    req = p->req;
+
+    v = vlm_openai_get(root, "prompt");
+    if (v == NULL) {
+        return vlm_openai_missing(p->err, "prompt");
+    }
+
+    if (json_is_string(v)) {
+        vlm_openai_str_set(p, &req->prompt, v);
+        return VLM_OK;
+    }
+
+    if (!json_is_array(v)) {
+        return vlm_openai_bad_type(p->err, "prompt",
+                                   "a string or an array", v);
+    }
+
+    if (json_array_size(v) == 0) {
+        return vlm_openai_bad(p->err, VLM_ERR_INVALID, "empty_array",
+                              "prompt", "Invalid 'prompt': empty array. "
+                              "Expected a string, strings or token ids.");
+    }
+
+    first = json_array_get(v, 0);
+
+    if (json_is_integer(first)) {
+        return vlm_openai_parse_tokens(p, root, "prompt");
+    }
+
+    if (!json_is_string(first) && !json_is_array(first)) {
+        return vlm_openai_bad_type(p->err, "prompt[0]",
+                                   "a string or an array", first);
+    }
+
+    if (json_array_size(v) > 1) {
+        return vlm_openai_bad(p->err, VLM_ERR_UNSUPPORTED,
+                              "unsupported_value", "prompt",
+                              "Unsupported value for 'prompt': this server "
+                              "takes one prompt per request, but got %zu.",
+                              json_array_size(v));
+    }
+
+    if (json_is_string(first)) {
+        vlm_openai_str_set(p, &req->prompt, first);
+        return VLM_OK;
+    }
+
+    /* [[ids]]: the ids as a prompt of their own */
+    holder = json_object();
+    if (holder == NULL || json_object_set(holder, "prompt", first) != 0) {
+        json_decref(holder);
+        return vlm_openai_error_set(p->err, VLM_ERR_NOMEM, 500,
+                                    "server_error", NULL, NULL,
+                                    "no memory for the prompt");
+    }
+
+    rc = vlm_openai_parse_tokens(p, holder, "prompt");
+    json_decref(holder);
+
+    if (rc != VLM_OK && strncmp(p->err->param, "prompt[", 7) == 0) {
+        /* prompt[i] of the inner array is prompt[0][i] */
+        vlm_openai_pathf(path, "prompt[0]%s", p->err->param + 6);
+        snprintf(p->err->param, sizeof(p->err->param), "%s", path);
+    }
+
+    return rc;
+}
+
+
+/*
+ * POST /v1/completions: the chat's sampling, stop, stream, max_tokens
+ * (16 when not given, as OpenAI and vLLM) and logit_bias, "logprobs" as
+ * the number of top tokens; echo, suffix and best_of other than 1 are
+ * refused.
+ */
+static vlm_status_t
+vlm_openai_parse_completion(vlm_openai_parser_t *p, const json_t *root)
+{
+    int                    echo;
+    json_t                *v;
+    int64_t                top, best_of;
+    vlm_status_t           rc;
+    vlm_openai_request_t  *req;
+
+    req = p->req;
+    echo = 0;
+    top = -1;
+    best_of = 1;
+
+    if ((rc = vlm_openai_parse_model(p, root)) != VLM_OK
+        || (rc = vlm_openai_parse_prompt(p, root)) != VLM_OK
+        || (rc = vlm_openai_parse_stream(p, root)) != VLM_OK
+        || (rc = vlm_openai_parse_max_tokens(p, root)) != VLM_OK
+        || (rc = vlm_openai_parse_sampling(p, root)) != VLM_OK
+        || (rc = vlm_openai_parse_stop(p, root)) != VLM_OK
+        || (rc = vlm_openai_parse_logit_bias(p, root)) != VLM_OK
+        || (rc = vlm_openai_parse_user(p, root)) != VLM_OK
+        || (rc = vlm_openai_int(p, root, &vlm_openai_completion_logprobs,
+                                &top, 0)) != VLM_OK
+        || (rc = vlm_openai_int(p, root, &vlm_openai_best_of, &best_of, 0))
+           != VLM_OK
+        || (rc = vlm_openai_bool(p, root, "echo", "echo", &echo)) != VLM_OK)
+    {
+        return rc;
+    }
+
+    if (echo) {
+        return vlm_openai_bad(p->err, VLM_ERR_UNSUPPORTED,
+                              "unsupported_value", "echo",
+                              "Unsupported value for 'echo': this server "
+                              "does not echo the prompt.");
+    }
+
+    v = vlm_openai_get(root, "suffix");
+    if (v != NULL && !(json_is_string(v) && json_string_length(v) == 0)) {
+        return vlm_openai_bad(p->err, VLM_ERR_UNSUPPORTED,
+                              "unsupported_parameter", "suffix",
+                              "Unsupported parameter: 'suffix' (insertion) "
+                              "is not supported by this server.");
+    }
+
+    if (best_of != 1) {
+        return vlm_openai_bad(p->err, VLM_ERR_UNSUPPORTED,
+                              "unsupported_value", "best_of",
+                              "Unsupported value for 'best_of': only 1 is "
+                              "supported, but got %lld.",
+                              (long long) best_of);
+    }
+
+    if (top >= 0) {
+        req->logprobs = 1;
+        req->top_logprobs = (uint32_t) top;
+    }
+
+    if (!(req->set & VLM_OPENAI_SET_MAX_TOKENS)) {
+        req->max_tokens = 16;
+    }
+
+    return VLM_OK;
+}
+
+
 vlm_status_t
 vlm_openai_request_parse(vlm_openai_request_t *req, const char *body,
     size_t len, const vlm_openai_limits_t *limits, vlm_openai_error_t *err)
+{
+    return vlm_openai_request_parse_kind(req, VLM_OPENAI_KIND_CHAT, body,
+                                         len, limits, err);
+}
+
+
+vlm_status_t
+vlm_openai_request_parse_kind(vlm_openai_request_t *req,
+    vlm_openai_kind_t kind, const char *body, size_t len,
+    const vlm_openai_limits_t *limits, vlm_openai_error_t *err)
 {
     json_t                *root;
     vlm_status_t           rc;
@@ -1759,6 +2182,7 @@ vlm_openai_request_parse(vlm_openai_request_t *req, const char *body,
     vlm_openai_limits_t    none;
 
     memset(req, 0, sizeof(*req));
+    req->kind = kind;
     req->temperature = 1.0;
     req->top_p = 1.0;
     req->repetition_penalty = 1.0;
@@ -1788,7 +2212,11 @@ vlm_openai_request_parse(vlm_openai_request_t *req, const char *body,
     req->json = root;
 
     if (json_is_object(root)) {
-        rc = vlm_openai_parse_fields(&p, root);
+        rc = kind == VLM_OPENAI_KIND_CHAT
+             ? vlm_openai_parse_fields(&p, root)
+             : kind == VLM_OPENAI_KIND_COMPLETION
+             ? vlm_openai_parse_completion(&p, root)
+             : vlm_openai_parse_tokenize(&p, root);
 
     } else {
         rc = vlm_openai_bad(err, VLM_ERR_INVALID, "invalid_json", NULL,
@@ -1811,7 +2239,10 @@ vlm_openai_request_free(vlm_openai_request_t *req)
     }
 
     free(req->mem);
+    free(req->tokens);
     req->mem = NULL;
+    req->tokens = NULL;
+    req->n_tokens = 0;
     req->messages = NULL;
     req->parts = NULL;
     req->images = NULL;
@@ -2194,7 +2625,8 @@ vlm_openai_response_init(vlm_openai_response_t *resp, const char *model,
         return VLM_ERR_INVALID;
     }
 
-    snprintf(resp->id, sizeof(resp->id), "chatcmpl-%016llx%016llx",
+    snprintf(resp->id, sizeof(resp->id), "%s-%016llx%016llx",
+             (flags & VLM_OPENAI_RESP_TEXT) ? "cmpl" : "chatcmpl",
              (unsigned long long) id_hi, (unsigned long long) id_lo);
 
     resp->created = created;
@@ -2207,7 +2639,9 @@ vlm_openai_response_init(vlm_openai_response_t *resp, const char *model,
 
     vlm_openai_buf_init(&b, resp->head, sizeof(resp->head));
     vlm_openai_put_lit(&b, "data: ");
-    vlm_openai_put_head(&b, resp, "chat.completion.chunk");
+    vlm_openai_put_head(&b, resp, (flags & VLM_OPENAI_RESP_TEXT)
+                                  ? "text_completion"
+                                  : "chat.completion.chunk");
     vlm_openai_put_lit(&b, ",\"choices\":[");
 
     return vlm_openai_buf_done(&b, &resp->head_len) == VLM_OK
@@ -2304,6 +2738,88 @@ vlm_openai_put_usage(vlm_openai_buf_t *b, const vlm_openai_usage_t *usage)
 }
 
 
+/*
+ * The legacy completions' logprobs: {"tokens", "token_logprobs",
+ * "top_logprobs": [{token: logprob}], "text_offset"}, the offsets in
+ * bytes of the tokens' text from out->text_offset on.
+ */
+static void
+vlm_openai_put_text_logprobs(vlm_openai_buf_t *b,
+    const vlm_openai_response_t *resp, const vlm_openai_output_t *out)
+{
+    size_t                       i, j, off;
+    const vlm_openai_logprob_t  *lp;
+
+    if (out == NULL || !(resp->flags & VLM_OPENAI_RESP_LOGPROBS)) {
+        vlm_openai_put_lit(b, ",\"logprobs\":null");
+        return;
+    }
+
+    vlm_openai_put_lit(b, ",\"logprobs\":{\"tokens\":[");
+
+    for (i = 0; i < out->n_logprobs; i++) {
+        lp = &out->logprobs[i];
+        vlm_openai_put(b, ",", i != 0);
+        vlm_openai_put_quoted(b, lp->token, lp->len);
+    }
+
+    vlm_openai_put_lit(b, "],\"token_logprobs\":[");
+
+    for (i = 0; i < out->n_logprobs; i++) {
+        vlm_openai_put(b, ",", i != 0);
+        vlm_openai_put_float(b, out->logprobs[i].logprob);
+    }
+
+    vlm_openai_put_lit(b, "],\"top_logprobs\":[");
+
+    for (i = 0; i < out->n_logprobs; i++) {
+        lp = &out->logprobs[i];
+        vlm_openai_put(b, ",", i != 0);
+        vlm_openai_put_lit(b, "{");
+
+        for (j = 0; j < lp->n_top; j++) {
+            vlm_openai_put(b, ",", j != 0);
+            vlm_openai_put_quoted(b, lp->top[j].token, lp->top[j].len);
+            vlm_openai_put_lit(b, ":");
+            vlm_openai_put_float(b, lp->top[j].logprob);
+        }
+
+        vlm_openai_put_lit(b, "}");
+    }
+
+    vlm_openai_put_lit(b, "],\"text_offset\":[");
+
+    off = out->text_offset;
+
+    for (i = 0; i < out->n_logprobs; i++) {
+        vlm_openai_put(b, ",", i != 0);
+        vlm_openai_put_int(b, (int64_t) off);
+        off += out->logprobs[i].len;
+    }
+
+    vlm_openai_put_lit(b, "]}");
+}
+
+
+/* {"index":0,"text":"...","logprobs":...,"finish_reason":...} */
+static void
+vlm_openai_put_text_choice(vlm_openai_buf_t *b,
+    const vlm_openai_response_t *resp, const vlm_openai_output_t *out,
+    const char *finish)
+{
+    vlm_openai_put_lit(b, "{\"index\":0,\"text\":\"");
+
+    if (out != NULL) {
+        vlm_openai_put_escaped(b, out->text, out->len);
+    }
+
+    vlm_openai_put_lit(b, "\"");
+    vlm_openai_put_text_logprobs(b, resp, out);
+    vlm_openai_put_lit(b, ",\"finish_reason\":");
+    vlm_openai_put(b, finish, strlen(finish));
+}
+
+
 vlm_status_t
 vlm_openai_format_completion(const vlm_openai_response_t *resp,
     const vlm_openai_output_t *out, vlm_openai_finish_t finish,
@@ -2312,6 +2828,18 @@ vlm_openai_format_completion(const vlm_openai_response_t *resp,
     vlm_openai_buf_t  b;
 
     vlm_openai_buf_init(&b, buf, size);
+
+    if (resp->flags & VLM_OPENAI_RESP_TEXT) {
+        vlm_openai_put_head(&b, resp, "text_completion");
+        vlm_openai_put_lit(&b, ",\"choices\":[");
+        vlm_openai_put_text_choice(&b, resp, out,
+                                   vlm_openai_finish_name(finish));
+        vlm_openai_put_lit(&b, "}],");
+        vlm_openai_put_usage(&b, usage);
+        vlm_openai_put_lit(&b, "}");
+
+        return vlm_openai_buf_done(&b, len);
+    }
 
     vlm_openai_put_head(&b, resp, "chat.completion");
     vlm_openai_put_lit(&b, ",\"choices\":[{\"index\":0,\"message\":"
@@ -2375,6 +2903,14 @@ vlm_openai_format_chunk_content(const vlm_openai_response_t *resp,
     vlm_openai_buf_init(&b, buf, size);
 
     vlm_openai_put(&b, resp->head, resp->head_len);
+
+    if (resp->flags & VLM_OPENAI_RESP_TEXT) {
+        vlm_openai_put_text_choice(&b, resp, out, "null");
+        vlm_openai_put_chunk_end(&b, resp);
+
+        return vlm_openai_buf_done(&b, len);
+    }
+
     vlm_openai_put_lit(&b, "{\"index\":0,\"delta\":{\"content\":\"");
     vlm_openai_put_escaped(&b, out->text, out->len);
     vlm_openai_put_lit(&b, "\"}");
@@ -2398,6 +2934,13 @@ vlm_openai_format_chunk_finish(const vlm_openai_response_t *resp,
     name = vlm_openai_finish_name(finish);
 
     vlm_openai_put(&b, resp->head, resp->head_len);
+
+    if (resp->flags & VLM_OPENAI_RESP_TEXT) {
+        vlm_openai_put_text_choice(&b, resp, NULL, name);
+        vlm_openai_put_chunk_end(&b, resp);
+
+        return vlm_openai_buf_done(&b, len);
+    }
     vlm_openai_put_lit(&b, "{\"index\":0,\"delta\":{},\"logprobs\":null,"
                            "\"finish_reason\":");
     vlm_openai_put(&b, name, strlen(name));
@@ -2515,40 +3058,63 @@ vlm_openai_format_stream_error(const vlm_openai_error_t *err, char *buf,
 }
 
 
+static void
+vlm_openai_put_model(vlm_openai_buf_t *b, const vlm_openai_model_info_t *m)
+{
+    vlm_openai_put_lit(b, "{\"id\":");
+    vlm_openai_put_quoted(b, m->id.data, m->id.len);
+    vlm_openai_put_lit(b, ",\"object\":\"model\",\"created\":");
+    vlm_openai_put_int(b, m->created);
+    vlm_openai_put_lit(b, ",\"owned_by\":");
+    vlm_openai_put_quoted(b, m->owned_by.data, m->owned_by.len);
+
+    if (m->root.len != 0) {
+        vlm_openai_put_lit(b, ",\"root\":");
+        vlm_openai_put_quoted(b, m->root.data, m->root.len);
+        vlm_openai_put_lit(b, ",\"parent\":null");
+    }
+
+    if (m->max_model_len != 0) {
+        vlm_openai_put_lit(b, ",\"max_model_len\":");
+        vlm_openai_put_int(b, m->max_model_len);
+    }
+
+    vlm_openai_put_lit(b, "}");
+}
+
+
 vlm_status_t
 vlm_openai_format_models(const vlm_openai_model_info_t *models, size_t n,
     char *buf, size_t size, size_t *len)
 {
-    size_t                          i;
-    vlm_openai_buf_t                b;
-    const vlm_openai_model_info_t  *m;
+    size_t            i;
+    vlm_openai_buf_t  b;
 
     vlm_openai_buf_init(&b, buf, size);
     vlm_openai_put_lit(&b, "{\"object\":\"list\",\"data\":[");
 
     for (i = 0; i < n; i++) {
-        m = &models[i];
-
         if (i != 0) {
             vlm_openai_put_lit(&b, ",");
         }
 
-        vlm_openai_put_lit(&b, "{\"id\":");
-        vlm_openai_put_quoted(&b, m->id.data, m->id.len);
-        vlm_openai_put_lit(&b, ",\"object\":\"model\",\"created\":");
-        vlm_openai_put_int(&b, m->created);
-        vlm_openai_put_lit(&b, ",\"owned_by\":");
-        vlm_openai_put_quoted(&b, m->owned_by.data, m->owned_by.len);
-
-        if (m->max_model_len != 0) {
-            vlm_openai_put_lit(&b, ",\"max_model_len\":");
-            vlm_openai_put_int(&b, m->max_model_len);
-        }
-
-        vlm_openai_put_lit(&b, "}");
+        vlm_openai_put_model(&b, &models[i]);
     }
 
     vlm_openai_put_lit(&b, "]}");
+
+    return vlm_openai_buf_done(&b, len);
+}
+
+
+vlm_status_t
+vlm_openai_format_model(const vlm_openai_model_info_t *model, char *buf,
+    size_t size, size_t *len)
+{
+    vlm_openai_buf_t  b;
+
+    vlm_openai_buf_init(&b, buf, size);
+    vlm_openai_put_model(&b, model);
 
     return vlm_openai_buf_done(&b, len);
 }

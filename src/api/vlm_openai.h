@@ -21,6 +21,7 @@
 
 #define VLM_OPENAI_MAX_STOP          4     /* stop strings, as OpenAI */
 #define VLM_OPENAI_TOP_LOGPROBS_MAX  20
+#define VLM_OPENAI_LOGIT_BIAS_MAX    300   /* entries, as OpenAI */
 #define VLM_OPENAI_MODEL_MAX_LEN     256   /* bytes of a model name */
 
 #define VLM_OPENAI_PARAM_LEN         128
@@ -60,6 +61,7 @@ typedef struct {
     uint32_t  max_images;       /* image_url parts over all messages */
     uint32_t  max_stop_len;     /* bytes of one stop string */
     uint32_t  max_tokens;       /* upper bound of max_(completion_)tokens */
+    uint32_t  vocab_size;       /* token ids of logit_bias are below it */
 } vlm_openai_limits_t;
 
 
@@ -134,6 +136,15 @@ typedef struct {
 #define VLM_OPENAI_SET_TOP_LOGPROBS        0x0200
 
 
+/* what a body asks for: the endpoint it was posted to */
+typedef enum {
+    VLM_OPENAI_KIND_CHAT = 0,       /* POST /v1/chat/completions */
+    VLM_OPENAI_KIND_TOKENIZE,       /* POST /tokenize: prompt or messages */
+    VLM_OPENAI_KIND_DETOKENIZE,     /* POST /detokenize: tokens */
+    VLM_OPENAI_KIND_COMPLETION      /* POST /v1/completions: prompt */
+} vlm_openai_kind_t;
+
+
 /*
  * A validated request.  Fields not given by the client hold the OpenAI
  * defaults (temperature 1, top_p 1, top_k 0, min_p 0, penalties 0,
@@ -180,6 +191,21 @@ typedef struct {
     double                  frequency_penalty;  /* [-2, 2] */
     double                  repetition_penalty; /* > 0 */
 
+    /* /tokenize and /detokenize (vLLM's shapes); model may be empty */
+    vlm_openai_kind_t       kind;
+    vlm_openai_str_t        prompt;         /* TOKENIZE without messages,
+                                               COMPLETION without tokens */
+    unsigned                add_special_tokens:1;
+    unsigned                add_generation_prompt:1;
+    int32_t                *tokens;         /* DETOKENIZE, COMPLETION's
+                                               prompt of ids; malloc */
+    uint32_t                n_tokens;
+
+    /* logit_bias: token ids in the order of the JSON object */
+    uint32_t                n_logit_bias;
+    uint32_t                logit_bias_id[VLM_OPENAI_LOGIT_BIAS_MAX];
+    float                   logit_bias[VLM_OPENAI_LOGIT_BIAS_MAX];
+
     /* private */
     void                   *json;           /* json_t of the body */
     void                   *mem;            /* messages, parts, images */
@@ -196,6 +222,10 @@ typedef struct {
 vlm_status_t vlm_openai_request_parse(vlm_openai_request_t *req,
     const char *body, size_t len, const vlm_openai_limits_t *limits,
     vlm_openai_error_t *err);
+/* the same for the body of another endpoint */
+vlm_status_t vlm_openai_request_parse_kind(vlm_openai_request_t *req,
+    vlm_openai_kind_t kind, const char *body, size_t len,
+    const vlm_openai_limits_t *limits, vlm_openai_error_t *err);
 void vlm_openai_request_free(vlm_openai_request_t *req);
 
 /* "messages[m].content[p].image_url" of images[i], for decoder errors */
@@ -255,6 +285,8 @@ typedef struct {
     size_t                       len;
     const vlm_openai_logprob_t  *logprobs;
     size_t                       n_logprobs;
+    size_t                       text_offset;   /* text_completion: bytes
+                                                   of tokens before these */
 } vlm_openai_output_t;
 
 
@@ -263,6 +295,8 @@ typedef struct {
 
 #define VLM_OPENAI_RESP_INCLUDE_USAGE  0x01   /* "usage": null in chunks */
 #define VLM_OPENAI_RESP_LOGPROBS       0x02   /* logprobs objects */
+#define VLM_OPENAI_RESP_TEXT           0x04   /* /v1/completions: "cmpl-",
+                                                 text_completion objects */
 
 /*
  * Per-response state: the id, the creation time, and the JSON-escaped
@@ -336,11 +370,18 @@ typedef struct {
     vlm_openai_str_t  owned_by;
     int64_t           created;
     uint32_t          max_model_len;        /* 0: not shown */
+    vlm_openai_str_t  root;                 /* empty: not shown */
 } vlm_openai_model_info_t;
 
-/* {"object":"list","data":[{"id","object":"model","created","owned_by"}]} */
+/*
+ * {"object":"list","data":[model...]}, each model (also alone, for
+ * GET /v1/models/{id}) {"id","object":"model","created","owned_by",
+ * "root","parent":null,"max_model_len"} as vLLM writes it
+ */
 vlm_status_t vlm_openai_format_models(const vlm_openai_model_info_t *models,
     size_t n, char *buf, size_t size, size_t *len);
+vlm_status_t vlm_openai_format_model(const vlm_openai_model_info_t *model,
+    char *buf, size_t size, size_t *len);
 
 
 /*

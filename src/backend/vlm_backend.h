@@ -237,6 +237,11 @@ vlm_status_t vlm_backend_cpu_init(vlm_backend_t **be,
 vlm_status_t vlm_backend_cuda_init(vlm_backend_t **be,
     const vlm_backend_conf_t *conf, vlm_error_t *err);
 
+/* the instruction set of the CPU kernels on this CPU ("avx2") */
+const char *vlm_backend_cpu_simd(void);
+/* in build/libvlm_cuda.a: the CUDA runtime version built with (12040) */
+int vlm_backend_cuda_version(void);
+
 /*
  * Backends by name: "cpu" is always there; an executable linked with
  * another backend registers it before loading a model.

@@ -1574,6 +1574,13 @@ static const vlm_backend_ops_t  vlm_cpu_ops = {
 };
 
 
+const char *
+vlm_backend_cpu_simd(void)
+{
+    return vlm_cpu_level_name(vlm_cpu_detect());
+}
+
+
 vlm_status_t
 vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     vlm_error_t *err)

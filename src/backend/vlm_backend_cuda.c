@@ -680,6 +680,13 @@ vlm_cuda_failed(vlm_cuda_t *cu, vlm_error_t *err, const char *what,
 }
 
 
+int
+vlm_backend_cuda_version(void)
+{
+    return CUDART_VERSION;
+}
+
+
 vlm_status_t
 vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     vlm_error_t *err)

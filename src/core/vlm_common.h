@@ -13,6 +13,10 @@
 #include <stdint.h>
 
 
+/* of the nginx module, the engine and vlm-cli (GET /version) */
+#define VLM_VERSION  "0.1.0"
+
+
 typedef enum {
     VLM_OK = 0,
     VLM_ERR_NOMEM,          /* an allocation or a pool budget failed */

@@ -625,6 +625,28 @@ vlm_engine_rss(void)
 }
 
 
+/* what GET /version shows of this engine */
+static void
+vlm_engine_build(vlm_queue_t *q, const vlm_engine_args_t *a)
+{
+    vlm_queue_build_t  b;
+
+    memset(&b, 0, sizeof(b));
+
+    snprintf(b.version, sizeof(b.version), "%s", VLM_VERSION);
+    snprintf(b.backend, sizeof(b.backend), "%s", a->backend);
+    snprintf(b.backends, sizeof(b.backends), "cpu%s",
+             vlm_backend_available("cuda") ? " cuda" : "");
+    snprintf(b.simd, sizeof(b.simd), "%s", vlm_backend_cpu_simd());
+#if (VLM_HAVE_CUDA)
+    b.cuda_version = (uint32_t) vlm_backend_cuda_version();
+#endif
+    b.tensor_parallel = (uint32_t) a->params.tp_size;
+
+    vlm_queue_engine_build(q, &b);
+}
+
+
 /*
  * Rank 0 of a group: the communicator, and ranks 1..N-1 started from this
  * binary with this process's options plus their rank and the segment.
@@ -932,6 +954,7 @@ main(int argc, char **argv)
         return vlm_engine_fail(args.model_dir);
     }
 
+    vlm_engine_build(&q, &args);
     vlm_queue_engine_state(&q, VLM_ENGINE_LOADING, getpid());
 
     comm = NULL;

@@ -25,6 +25,9 @@ struct vlm_sampler_s {
     int32_t               *idx;         /* [vocab] candidate ids */
     int32_t               *counts;      /* [vocab] generated counts */
     uint8_t               *seen;        /* [vocab] prompt or generated */
+    float                 *bias;        /* [vocab] logit_bias, else 0 */
+    int                    n_bias;
+    int32_t                bias_ids[VLM_SAMPLER_MAX_BIAS];
 };
 
 
@@ -61,9 +64,10 @@ vlm_sampler_init(vlm_sampler_t **out, int vocab, vlm_error_t *err)
     s->idx = malloc((size_t) vocab * sizeof(int32_t));
     s->counts = calloc((size_t) vocab, sizeof(int32_t));
     s->seen = calloc((size_t) vocab, 1);
+    s->bias = calloc((size_t) vocab, sizeof(float));
 
     if (s->work == NULL || s->idx == NULL || s->counts == NULL
-        || s->seen == NULL)
+        || s->seen == NULL || s->bias == NULL)
     {
         vlm_sampler_free(s);
         return vlm_error_set(err, VLM_ERR_NOMEM, "sampler: no memory");
@@ -87,6 +91,7 @@ vlm_sampler_free(vlm_sampler_t *s)
     free(s->idx);
     free(s->counts);
     free(s->seen);
+    free(s->bias);
     free(s);
 }
 
@@ -191,12 +196,56 @@ vlm_sampler_reset(vlm_sampler_t *s, const vlm_sampler_params_t *p,
 
     s->p = *p;
     s->n_generated = 0;
+
+    for (i = 0; i < s->n_bias; i++) {
+        s->bias[s->bias_ids[i]] = 0.0f;
+    }
+
+    s->n_bias = 0;
     memset(s->counts, 0, (size_t) s->vocab * sizeof(int32_t));
     memset(s->seen, 0, (size_t) s->vocab);
 
     x = p->seed;
     for (i = 0; i < 4; i++) {
         s->rng[i] = vlm_splitmix64(&x);
+    }
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_sampler_bias(vlm_sampler_t *s, const uint32_t *ids, const float *bias,
+    int n, vlm_error_t *err)
+{
+    int  i;
+
+    if (n < 0 || n > VLM_SAMPLER_MAX_BIAS) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "sampler: %d logit_bias entries (at most %d)",
+                             n, VLM_SAMPLER_MAX_BIAS);
+    }
+
+    for (i = 0; i < n; i++) {
+        if (ids[i] >= (uint32_t) s->vocab) {
+            return vlm_error_set(err, VLM_ERR_INVALID,
+                                 "sampler: logit_bias token %u is outside "
+                                 "the vocabulary", ids[i]);
+        }
+
+        if (!(fabsf(bias[i]) <= VLM_SAMPLER_BIAS_MAX)) {
+            return vlm_error_set(err, VLM_ERR_INVALID,
+                                 "sampler: logit_bias of token %u must be "
+                                 "in [-100, 100]", ids[i]);
+        }
+    }
+
+    for (i = 0; i < n; i++) {
+        if (s->bias[ids[i]] == 0.0f) {
+            s->bias_ids[s->n_bias++] = (int32_t) ids[i];
+        }
+
+        s->bias[ids[i]] = bias[i];
     }
 
     return VLM_OK;
@@ -348,6 +397,8 @@ vlm_sampler_sample(vlm_sampler_t *s, const float *logits, vlm_sample_t *out,
         if (s->counts[i] > 0) {
             x -= p->presence_penalty + p->frequency_penalty * s->counts[i];
         }
+
+        x += s->bias[i];
 
         s->work[i] = x;
         m = x > m ? x : m;

@@ -3,7 +3,7 @@
  * top_p, min_p, a per-request seed (reproducible draws), repetition
  * penalty (as transformers' RepetitionPenaltyLogitsProcessor, prompt
  * included), presence and frequency penalties (as OpenAI's API, on the
- * generated tokens), stop token ids, max tokens, and the log
+ * generated tokens), logit_bias, stop token ids, max tokens, and the log
  * probabilities of the chosen token and of the most likely ones.
  *
  * One sampler per sequence slot, created at start-up with buffers for the
@@ -18,6 +18,8 @@
 
 #define VLM_SAMPLER_MAX_STOP      16
 #define VLM_SAMPLER_MAX_TOP       20
+#define VLM_SAMPLER_MAX_BIAS      300     /* logit_bias entries, as OpenAI */
+#define VLM_SAMPLER_BIAS_MAX      100.0f  /* |bias| */
 
 
 typedef struct {
@@ -68,6 +70,14 @@ void vlm_sampler_free(vlm_sampler_t *s);
 /* starts a request: validates p, seeds the generator, forgets tokens */
 vlm_status_t vlm_sampler_reset(vlm_sampler_t *s,
     const vlm_sampler_params_t *p, vlm_error_t *err);
+/*
+ * logit_bias, after vlm_sampler_reset(): bias[i] is added to the logit of
+ * token ids[i] (after the penalties) for every draw of the request, and
+ * so also to the log probabilities reported, as OpenAI does.  The arrays
+ * are read here only.  The next reset forgets them.
+ */
+vlm_status_t vlm_sampler_bias(vlm_sampler_t *s, const uint32_t *ids,
+    const float *bias, int n, vlm_error_t *err);
 /* the prompt, seen by the repetition penalty */
 void vlm_sampler_prompt(vlm_sampler_t *s, const int32_t *ids, int n);
 /* draws the next token from logits[vocab_size] and records it */

@@ -371,6 +371,35 @@ vlm_sched_admit(vlm_sched_t *s)
 }
 
 
+/* logit_bias from the slot's arena share, where the worker wrote it */
+static vlm_status_t
+vlm_sched_logit_bias(vlm_sched_t *s, vlm_sched_req_t *r,
+    const vlm_queue_params_t *p, vlm_error_t *err)
+{
+    uint64_t           bytes;
+    const uint32_t    *ids;
+    vlm_queue_slot_t  *qs;
+
+    qs = vlm_queue_slot(s->q, r->slot);
+    bytes = (uint64_t) p->n_logit_bias * (sizeof(uint32_t) + sizeof(float));
+
+    if (p->n_logit_bias > VLM_QUEUE_MAX_LOGIT_BIAS
+        || p->logit_bias_off < qs->arena_off
+        || p->logit_bias_off + bytes > qs->arena_off + qs->arena_len
+        || p->logit_bias_off % sizeof(uint32_t) != 0)
+    {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "logit_bias outside the request's arena");
+    }
+
+    ids = vlm_queue_arena(s->q, p->logit_bias_off);
+
+    return vlm_sampler_bias(r->sampler, ids,
+                            (const float *) (ids + p->n_logit_bias),
+                            (int) p->n_logit_bias, err);
+}
+
+
 /*
  * A request's first step: its sampler, then the start of its prompt: a
  * text prompt is fed to vlm_sched_run in chunks, a prompt with images to
@@ -422,7 +451,10 @@ vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
         sp.stop_ids[sp.n_stop++] = (int32_t) p->stop_ids[j];
     }
 
-    if (vlm_sampler_reset(r->sampler, &sp, &err) != VLM_OK) {
+    if (vlm_sampler_reset(r->sampler, &sp, &err) != VLM_OK
+        || (p->n_logit_bias != 0
+            && vlm_sched_logit_bias(s, r, p, &err) != VLM_OK))
+    {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
         return;
     }

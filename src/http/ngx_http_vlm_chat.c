@@ -36,12 +36,17 @@
 #define NGX_HTTP_VLM_MAX_BUSY       4
 #define NGX_HTTP_VLM_ID_ALIGN       64
 
+/* /tokenize and /detokenize: answered by the worker, no engine */
+#define NGX_HTTP_VLM_KIND_TOKENS(kind)                                        \
+    ((kind) == VLM_OPENAI_KIND_TOKENIZE || (kind) == VLM_OPENAI_KIND_DETOKENIZE)
+
 
 typedef enum {
     NGX_HTTP_VLM_CHAT_READING = 0,
     NGX_HTTP_VLM_CHAT_PREPARING,
     NGX_HTTP_VLM_CHAT_FETCHING,
     NGX_HTTP_VLM_CHAT_FILLING,
+    NGX_HTTP_VLM_CHAT_COUNTING,         /* /tokenize, /detokenize */
     NGX_HTTP_VLM_CHAT_RUNNING,
     NGX_HTTP_VLM_CHAT_DONE
 } ngx_http_vlm_chat_phase_e;
@@ -64,6 +69,7 @@ typedef struct {
     ngx_http_vlm_loc_conf_t  *vlcf;         /* the location's limits */
     ngx_queue_t               queue;        /* in the worker's active list */
     ngx_http_vlm_chat_phase_e phase;
+    vlm_openai_kind_t         kind;         /* the endpoint */
 
     /* the request body, one contiguous buffer */
     u_char                   *body;
@@ -81,6 +87,7 @@ typedef struct {
     size_t                    n_spans;
     size_t                    ids_cap;
     uint64_t                  arena_bytes;
+    uint64_t                  bias_off;     /* logit_bias in the arena */
     uint32_t                  n_remote;     /* images to fetch */
     ngx_http_vlm_fetch_t     *fetch;
 
@@ -107,6 +114,9 @@ typedef struct {
     u_char                   *text;         /* non-streaming: the answer */
     size_t                    text_len;
     size_t                    text_cap;
+    u_char                   *json;         /* malloc: a /tokenize answer */
+    size_t                    text_offset;  /* streamed tokens' bytes */
+    size_t                    json_len;
     vlm_openai_logprob_t     *lps;          /* non-streaming logprobs */
     size_t                    n_lps;
     size_t                    lps_cap;
@@ -128,10 +138,18 @@ typedef struct {
 
 
 static ngx_int_t ngx_http_vlm_chat_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_vlm_tokenize_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_vlm_completions_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_vlm_chat_start(ngx_http_request_t *r,
+    vlm_openai_kind_t kind);
+static void ngx_http_vlm_tokenize_count(void *data, ngx_log_t *log);
+static void ngx_http_vlm_tokenize_done(ngx_http_vlm_chat_ctx_t *ctx);
 static void ngx_http_vlm_chat_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_vlm_chat_post(ngx_http_vlm_chat_ctx_t *ctx,
     ngx_http_vlm_task_pt handler, ngx_http_vlm_chat_phase_e phase);
 static void ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log);
+static const vlm_qwen2vl_config_t *ngx_http_vlm_chat_image_config(
+    ngx_http_vlm_chat_ctx_t *ctx, size_t i, vlm_qwen2vl_config_t *cfg);
 static void ngx_http_vlm_chat_fill(void *data, ngx_log_t *log);
 static void ngx_http_vlm_chat_task_done(ngx_event_t *ev);
 static void ngx_http_vlm_chat_size(ngx_http_vlm_chat_ctx_t *ctx);
@@ -193,6 +211,53 @@ ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/*
+ * POST /v1/completions: a text prompt (a string or token ids, no images)
+ * through the chat's path, answered as text_completion objects.
+ */
+char *
+ngx_http_vlm_completions(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (clcf->handler) {
+        return "is duplicate";
+    }
+
+    clcf->handler = ngx_http_vlm_completions_handler;
+    ngx_http_vlm_engine_on_wakeup(ngx_http_vlm_chat_wakeup);
+    ngx_http_vlm_errors_location(cf, NGX_HTTP_VLM_LOC_CHAT);
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * POST /tokenize and /detokenize (a URI ending in "detokenize"): the
+ * chat request's parsing, images (headers only) and template, then the
+ * prompt's token ids, with each image's pad expanded to its tokens, as
+ * vLLM's /tokenize counts them; no engine is involved.
+ */
+char *
+ngx_http_vlm_tokenize(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (clcf->handler) {
+        return "is duplicate";
+    }
+
+    clcf->handler = ngx_http_vlm_tokenize_handler;
+    ngx_http_vlm_errors_location(cf, NGX_HTTP_VLM_LOC_CHAT);
+
+    return NGX_CONF_OK;
+}
+
+
 static void
 ngx_http_vlm_chat_wakeup(void)
 {
@@ -247,6 +312,37 @@ ngx_http_vlm_chat_unavailable(ngx_http_request_t *r, const char *code,
 static ngx_int_t
 ngx_http_vlm_chat_handler(ngx_http_request_t *r)
 {
+    return ngx_http_vlm_chat_start(r, VLM_OPENAI_KIND_CHAT);
+}
+
+
+static ngx_int_t
+ngx_http_vlm_completions_handler(ngx_http_request_t *r)
+{
+    return ngx_http_vlm_chat_start(r, VLM_OPENAI_KIND_COMPLETION);
+}
+
+
+static ngx_int_t
+ngx_http_vlm_tokenize_handler(ngx_http_request_t *r)
+{
+    size_t  n;
+
+    n = sizeof("detokenize") - 1;
+
+    if (r->uri.len >= n
+        && ngx_strncmp(r->uri.data + r->uri.len - n, "detokenize", n) == 0)
+    {
+        return ngx_http_vlm_chat_start(r, VLM_OPENAI_KIND_DETOKENIZE);
+    }
+
+    return ngx_http_vlm_chat_start(r, VLM_OPENAI_KIND_TOKENIZE);
+}
+
+
+static ngx_int_t
+ngx_http_vlm_chat_start(ngx_http_request_t *r, vlm_openai_kind_t kind)
+{
     ngx_int_t                  rc;
     ngx_pool_cleanup_t        *cln;
     ngx_http_vlm_chat_ctx_t   *ctx;
@@ -265,13 +361,15 @@ ngx_http_vlm_chat_handler(ngx_http_request_t *r)
                    "no model is configured on this server (vlm_model)");
     }
 
-    if (ngx_http_vlm_queue() == NULL || ngx_http_vlm_worker() < 0) {
+    if (NGX_HTTP_VLM_KIND_TOKENS(kind)) {
+        /* the tokenizer is in this worker: no queue, no engine */
+
+    } else if (ngx_http_vlm_queue() == NULL || ngx_http_vlm_worker() < 0) {
         (void) ngx_http_discard_request_body(r);
         return ngx_http_vlm_chat_unavailable(r, "queue_unavailable",
                    "this worker has no access to the request queue");
-    }
 
-    if (!ngx_http_vlm_engine_accepting()) {
+    } else if (!ngx_http_vlm_engine_accepting()) {
         (void) ngx_http_discard_request_body(r);
         return ngx_http_vlm_chat_unavailable(r, "engine_unavailable",
                    "the inference engine is not ready, retry later");
@@ -283,6 +381,7 @@ ngx_http_vlm_chat_handler(ngx_http_request_t *r)
     }
 
     ctx->request = r;
+    ctx->kind = kind;
     ctx->vmcf = vmcf;
     ctx->vlcf = ngx_http_get_module_loc_conf(r, ngx_http_vlm_module);
     ctx->t_start = vlm_queue_now();
@@ -440,6 +539,19 @@ ngx_http_vlm_thread_state(ngx_http_vlm_chat_ctx_t *ctx, vlm_error_t *err)
 }
 
 
+/* the processor's settings for image i: its detail's pixel budget */
+static const vlm_qwen2vl_config_t *
+ngx_http_vlm_chat_image_config(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
+    vlm_qwen2vl_config_t *cfg)
+{
+    *cfg = ctx->vmcf->image_config;
+    cfg->max_pixels = vlm_image_detail_pixels(cfg,
+                          ctx->req.images[i].detail == VLM_OPENAI_DETAIL_LOW);
+
+    return cfg;
+}
+
+
 /*
  * The request's messages as the template sees them: "developer" turns are
  * "system" ones, as vlm_openai_request_parse() reads them.
@@ -579,9 +691,11 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
 
     size_t                      i, j, n_images, len, n_parts;
     ssize_t                     n;
+    unsigned                    flags;
     ngx_buf_t                  *b;
     ngx_chain_t                *cl;
     vlm_error_t                 e;
+    vlm_qwen2vl_config_t        cfg;
     vlm_chat_msg_t             *msgs;
     vlm_chat_part_t            *parts;
     vlm_data_url_t              url;
@@ -646,9 +760,11 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
     limits.max_images = (uint32_t) ctx->vlcf->max_images;
     limits.max_stop_len = VLM_QUEUE_STOP_LEN - 1;
     limits.max_tokens = (uint32_t) ctx->vlcf->max_tokens;
+    limits.vocab_size = (uint32_t) vlm_tokenizer_vocab_size(vmcf->tokenizer);
 
-    if (vlm_openai_request_parse(req, (const char *) ctx->body, ctx->body_len,
-                                 &limits, err)
+    if (vlm_openai_request_parse_kind(req, ctx->kind,
+                                      (const char *) ctx->body,
+                                      ctx->body_len, &limits, err)
         != VLM_OK)
     {
         ctx->parsed = 1;
@@ -657,9 +773,10 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
 
     ctx->parsed = 1;
 
-    if (req->model.len != vmcf->served_model.len
-        || ngx_strncmp(req->model.data, vmcf->served_model.data,
-                       req->model.len) != 0)
+    if ((ctx->kind == VLM_OPENAI_KIND_CHAT || req->model.len != 0)
+        && (req->model.len != vmcf->served_model.len
+            || ngx_strncmp(req->model.data, vmcf->served_model.data,
+                           req->model.len) != 0))
     {
         vlm_openai_error_set(err, VLM_ERR_INVALID, 404,
                              "invalid_request_error", "model_not_found",
@@ -669,6 +786,54 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
                              req->model.data,
                              (int) vmcf->served_model.len,
                              vmcf->served_model.data);
+        return;
+    }
+
+    if (ctx->kind == VLM_OPENAI_KIND_DETOKENIZE) {
+        return;
+    }
+
+    if (ctx->kind == VLM_OPENAI_KIND_COMPLETION && req->n_tokens != 0) {
+        /* token ids: they go to the arena as they are */
+        ctx->prompt_len = 0;
+        ctx->n_spans = 0;
+        ngx_http_vlm_chat_size(ctx);
+
+        return;
+    }
+
+    if (ctx->kind == VLM_OPENAI_KIND_COMPLETION && req->prompt.len == 0) {
+        vlm_openai_error_set(err, VLM_ERR_INVALID, 400,
+                             "invalid_request_error", "invalid_value",
+                             "prompt", "Invalid 'prompt': the prompt is "
+                             "empty.");
+        return;
+    }
+
+    if ((ctx->kind == VLM_OPENAI_KIND_TOKENIZE && req->n_messages == 0)
+        || ctx->kind == VLM_OPENAI_KIND_COMPLETION)
+    {
+        /* a prompt: its text as it is, special tokens recognized */
+        if (req->prompt.len > ctx->vlcf->max_prompt_bytes) {
+            vlm_openai_error_set(err, VLM_ERR_LIMIT, 400,
+                                 "invalid_request_error", "prompt_too_long",
+                                 "prompt", "the prompt has %zu bytes, more "
+                                 "than the %zu this server accepts",
+                                 req->prompt.len,
+                                 ctx->vlcf->max_prompt_bytes);
+            return;
+        }
+
+        ctx->prompt = malloc(req->prompt.len + 1);
+        if (ctx->prompt == NULL) {
+            goto nomem;
+        }
+
+        ngx_memcpy(ctx->prompt, req->prompt.data, req->prompt.len);
+        ctx->prompt_len = req->prompt.len;
+        ctx->n_spans = 0;
+        ngx_http_vlm_chat_size(ctx);
+
         return;
     }
 
@@ -735,7 +900,8 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
         if (vlm_base64_decode(url.data, url.data_len, ci->data, len,
                               &ci->len, &e)
             != VLM_OK
-            || vlm_image_plan(&ctx->vlcf->image_limits, &vmcf->image_config,
+            || vlm_image_plan(&ctx->vlcf->image_limits,
+                              ngx_http_vlm_chat_image_config(ctx, i, &cfg),
                               ci->data, ci->len, &ci->plan, &e)
                != VLM_OK)
         {
@@ -783,8 +949,11 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
         }
     }
 
-    if (vlm_chat_render_spans(msgs, req->n_messages,
-                              VLM_CHAT_ADD_GENERATION_PROMPT, NULL, 0,
+    flags = req->add_generation_prompt
+            || ctx->kind == VLM_OPENAI_KIND_CHAT
+            ? VLM_CHAT_ADD_GENERATION_PROMPT : 0;
+
+    if (vlm_chat_render_spans(msgs, req->n_messages, flags, NULL, 0,
                               &ctx->prompt_len, NULL, NULL, 0,
                               &ctx->n_spans, &e)
         != VLM_OK)
@@ -807,8 +976,7 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
         goto nomem;
     }
 
-    if (vlm_chat_render_spans(msgs, req->n_messages,
-                              VLM_CHAT_ADD_GENERATION_PROMPT, ctx->prompt,
+    if (vlm_chat_render_spans(msgs, req->n_messages, flags, ctx->prompt,
                               ctx->prompt_len + 1, &ctx->prompt_len, NULL,
                               ctx->spans, ctx->n_spans + 1, &ctx->n_spans,
                               &e)
@@ -872,6 +1040,8 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
 
     size_t                        i, n_ids, n_out, n_pads[VLM_QUEUE_MAX_IMAGES];
     float                        *pixels;
+    u_char                       *bias;
+    vlm_qwen2vl_config_t          cfg;
     int32_t                      *ids, pad;
     vlm_error_t                   e;
     vlm_queue_t                  *q;
@@ -908,6 +1078,9 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
 
         pixels = vlm_queue_arena(q, qs->arena_off + ci->pixels_off);
 
+        vlm_image_ctx_max_pixels(ts->image,
+            ngx_http_vlm_chat_image_config(ctx, i, &cfg)->max_pixels);
+
         if (vlm_image_ctx_run(ts->image, ci->data, ci->len, pixels,
                               ci->plan.n_values, &ci->plan, &e)
             != VLM_OK)
@@ -935,6 +1108,17 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
         ci->data = NULL;
     }
 
+    ids = vlm_queue_arena(q, qs->arena_off + ctx->arena_bytes
+                             - vlm_align_up(ctx->ids_cap * sizeof(int32_t),
+                                            NGX_HTTP_VLM_ID_ALIGN));
+
+    if (ctx->kind == VLM_OPENAI_KIND_COMPLETION && req->n_tokens != 0) {
+        /* a prompt of token ids, checked against the vocabulary */
+        ngx_memcpy(ids, req->tokens, req->n_tokens * sizeof(int32_t));
+        n_out = req->n_tokens;
+        goto prompted;
+    }
+
     /* the prompt: ids with one pad per image, then the pads expanded */
 
     if (ts->ids_cap < ctx->prompt_len + 1) {
@@ -960,9 +1144,6 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
         return;
     }
 
-    ids = vlm_queue_arena(q, qs->arena_off + ctx->arena_bytes
-                             - vlm_align_up(ctx->ids_cap * sizeof(int32_t),
-                                            NGX_HTTP_VLM_ID_ALIGN));
     pad = vmcf->image_pad_id;
 
     if (vlm_chat_expand_ids(ts->ids, n_ids, pad, n_pads, req->n_images, ids,
@@ -972,6 +1153,8 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
         vlm_openai_error_from(&ctx->error, &e, "messages");
         return;
     }
+
+prompted:
 
     qs->prompt_off = (uint64_t) ((u_char *) ids
                                  - (u_char *) vlm_queue_arena(q, 0));
@@ -1000,10 +1183,183 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
     p->top_logprobs = req->top_logprobs;
     p->n_stop = req->n_stop;
 
+    if (req->n_logit_bias != 0) {
+        bias = vlm_queue_arena(q, qs->arena_off + ctx->bias_off);
+        ngx_memcpy(bias, req->logit_bias_id,
+                   req->n_logit_bias * sizeof(uint32_t));
+        ngx_memcpy(bias + req->n_logit_bias * sizeof(uint32_t),
+                   req->logit_bias, req->n_logit_bias * sizeof(float));
+
+        p->n_logit_bias = req->n_logit_bias;
+        p->logit_bias_off = qs->arena_off + ctx->bias_off;
+    }
+
     for (i = 0; i < req->n_stop; i++) {
         ngx_memcpy(p->stop[i], req->stop[i].data, req->stop[i].len);
         p->stop[i][req->stop[i].len] = '\0';
     }
+}
+
+
+/*
+ * Thread pool, /tokenize: the prompt's ids with the images' pads
+ * expanded, as {"count","max_model_len","tokens","token_strs":null};
+ * /detokenize: {"prompt"}.  Into ctx->json.
+ */
+static void
+ngx_http_vlm_tokenize_count(void *data, ngx_log_t *log)
+{
+    ngx_http_vlm_chat_ctx_t *ctx = *(ngx_http_vlm_chat_ctx_t **) data;
+
+    char                         *text;
+    size_t                        i, n_ids, n_out, len, size;
+    size_t                        n_pads[VLM_QUEUE_MAX_IMAGES];
+    u_char                       *p;
+    int32_t                      *ids;
+    uint32_t                      max_len;
+    vlm_error_t                   e;
+    vlm_queue_t                  *q;
+    vlm_openai_request_t         *req;
+    ngx_http_vlm_thread_state_t  *ts;
+    ngx_http_vlm_main_conf_t     *vmcf;
+
+    vmcf = ctx->vmcf;
+    req = &ctx->req;
+
+    if (ctx->kind == VLM_OPENAI_KIND_DETOKENIZE) {
+        if (vlm_tokenizer_decode(vmcf->tokenizer, req->tokens, req->n_tokens,
+                                 0, NULL, 0, &len, &e)
+            != VLM_OK)
+        {
+            vlm_openai_error_from(&ctx->error, &e, "tokens");
+            return;
+        }
+
+        text = malloc(len + 1);
+        size = len * 6 + 32;
+        ctx->json = malloc(size);
+
+        if (text == NULL || ctx->json == NULL
+            || vlm_tokenizer_decode(vmcf->tokenizer, req->tokens,
+                                    req->n_tokens, 0, text, len + 1, &len,
+                                    &e)
+               != VLM_OK)
+        {
+            free(text);
+            vlm_openai_error_set(&ctx->error, VLM_ERR_NOMEM, 503,
+                                 "server_error", NULL, NULL,
+                                 "no memory to detokenize");
+            return;
+        }
+
+        p = ngx_cpymem(ctx->json, "{\"prompt\":\"", 11);
+        (void) vlm_openai_json_escape(text, len, (char *) p,
+                                      size - 11 - 2, &len);
+        p += len;
+        *p++ = '"';
+        *p++ = '}';
+        ctx->json_len = p - ctx->json;
+        free(text);
+
+        return;
+    }
+
+    ts = ngx_http_vlm_thread_state(ctx, &e);
+    if (ts == NULL) {
+        vlm_openai_error_from(&ctx->error, &e, NULL);
+        return;
+    }
+
+    if (req->n_images > VLM_QUEUE_MAX_IMAGES) {
+        vlm_openai_error_set(&ctx->error, VLM_ERR_LIMIT, 400,
+                             "invalid_request_error", "too_many_images",
+                             "messages", "at most %d images per request",
+                             VLM_QUEUE_MAX_IMAGES);
+        return;
+    }
+
+    for (i = 0; i < req->n_images; i++) {
+        n_pads[i] = ctx->images[i].plan.grid.n_tokens;
+    }
+
+    if (ts->ids_cap < ctx->prompt_len + 1) {
+        free(ts->ids);
+        ts->ids_cap = ngx_max(ctx->prompt_len + 1, 4096);
+        ts->ids = malloc(ts->ids_cap * sizeof(int32_t));
+        if (ts->ids == NULL) {
+            ts->ids_cap = 0;
+            goto nomem;
+        }
+    }
+
+    if (vlm_tokenizer_encode_spans(vmcf->tokenizer, ts->tok, ctx->prompt,
+                                   ctx->prompt_len, 0, ctx->spans,
+                                   ctx->n_spans, ts->ids, ts->ids_cap,
+                                   &n_ids, &e)
+        != VLM_OK)
+    {
+        vlm_openai_error_from(&ctx->error, &e,
+                              req->n_messages ? "messages" : "prompt");
+        return;
+    }
+
+    ids = malloc((ctx->ids_cap + 1) * sizeof(int32_t));
+    if (ids == NULL) {
+        goto nomem;
+    }
+
+    if (vlm_chat_expand_ids(ts->ids, n_ids, vmcf->image_pad_id, n_pads,
+                            req->n_images, ids, ctx->ids_cap + 1, &n_out,
+                            &e)
+        != VLM_OK)
+    {
+        free(ids);
+        vlm_openai_error_from(&ctx->error, &e, "messages");
+        return;
+    }
+
+    q = ngx_http_vlm_queue();
+    max_len = q != NULL ? vlm_queue_max_seq_len(q) : 0;
+
+    size = 96 + n_out * (NGX_INT32_LEN + 1);
+    ctx->json = malloc(size);
+    if (ctx->json == NULL) {
+        free(ids);
+        goto nomem;
+    }
+
+    p = ngx_sprintf(ctx->json, "{\"count\":%uz,\"max_model_len\":", n_out);
+    p = max_len ? ngx_sprintf(p, "%uD", max_len)
+                : ngx_cpymem(p, "null", 4);
+    p = ngx_cpymem(p, ",\"tokens\":[", 11);
+
+    for (i = 0; i < n_out; i++) {
+        p = ngx_sprintf(p, i ? ",%D" : "%D", ids[i]);
+    }
+
+    p = ngx_cpymem(p, "],\"token_strs\":null}", 20);
+    ctx->json_len = p - ctx->json;
+    ctx->n_prompt = (uint32_t) n_out;
+    free(ids);
+
+    return;
+
+nomem:
+
+    vlm_openai_error_set(&ctx->error, VLM_ERR_NOMEM, 503, "server_error",
+                         NULL, NULL, "no memory to tokenize the prompt");
+}
+
+
+static void
+ngx_http_vlm_tokenize_done(ngx_http_vlm_chat_ctx_t *ctx)
+{
+    ngx_int_t  rc;
+
+    ctx->headers_sent = 1;
+    rc = ngx_http_vlm_send_json(ctx->request, NGX_HTTP_OK, ctx->json,
+                                ctx->json_len);
+    ngx_http_vlm_chat_end(ctx, rc);
 }
 
 
@@ -1042,6 +1398,14 @@ ngx_http_vlm_chat_task_done(ngx_event_t *ev)
     if (ctx->phase == NGX_HTTP_VLM_CHAT_PREPARING && ctx->n_remote) {
         ngx_http_vlm_chat_fetch(ctx);
 
+    } else if (ctx->phase == NGX_HTTP_VLM_CHAT_COUNTING) {
+        ngx_http_vlm_tokenize_done(ctx);
+
+    } else if (ctx->phase == NGX_HTTP_VLM_CHAT_PREPARING
+               && NGX_HTTP_VLM_KIND_TOKENS(ctx->kind))
+    {
+        ngx_http_vlm_chat_admit(ctx);
+
     } else if (ctx->phase == NGX_HTTP_VLM_CHAT_PREPARING) {
         ngx_http_vlm_chat_admit(ctx);
 
@@ -1075,8 +1439,14 @@ ngx_http_vlm_chat_size(ngx_http_vlm_chat_ctx_t *ctx)
         ids += ci->plan.grid.n_tokens;
     }
 
+    /* logit_bias: its ids, then its values */
+    ctx->bias_off = arena;
+    arena += vlm_align_up(ctx->req.n_logit_bias
+                          * (sizeof(uint32_t) + sizeof(float)),
+                          NGX_HTTP_VLM_ID_ALIGN);
+
     /* every token has at least one byte: a bound on the prompt's ids */
-    ctx->ids_cap = ctx->prompt_len + ids;
+    ctx->ids_cap = ctx->prompt_len + ids + ctx->req.n_tokens;
     ctx->arena_bytes = arena + vlm_align_up(ctx->ids_cap * sizeof(int32_t),
                                             NGX_HTTP_VLM_ID_ALIGN);
 }
@@ -1121,6 +1491,7 @@ ngx_http_vlm_chat_fetched(void *data, vlm_openai_error_t *err)
 
     uint32_t                    i;
     vlm_error_t                 e;
+    vlm_qwen2vl_config_t        cfg;
     ngx_http_vlm_chat_image_t  *ci;
 
     if (ctx->phase != NGX_HTTP_VLM_CHAT_FETCHING) {
@@ -1143,7 +1514,8 @@ ngx_http_vlm_chat_fetched(void *data, vlm_openai_error_t *err)
         ci->data = ngx_http_vlm_fetch_take(ctx->fetch, i, &ci->len);
 
         /* a header read: no decoding on the event loop */
-        if (vlm_image_plan(&ctx->vlcf->image_limits, &ctx->vmcf->image_config,
+        if (vlm_image_plan(&ctx->vlcf->image_limits,
+                           ngx_http_vlm_chat_image_config(ctx, i, &cfg),
                            ci->data, ci->len, &ci->plan, &e)
             != VLM_OK)
         {
@@ -1167,6 +1539,22 @@ ngx_http_vlm_chat_admit(ngx_http_vlm_chat_ctx_t *ctx)
     vlm_status_t         rc;
     vlm_error_t          e;
     vlm_openai_error_t   err;
+
+    if (NGX_HTTP_VLM_KIND_TOKENS(ctx->kind)) {
+        /* no slot: the ids are counted in the thread pool, then sent */
+        if (ngx_http_vlm_chat_post(ctx, ngx_http_vlm_tokenize_count,
+                                   NGX_HTTP_VLM_CHAT_COUNTING)
+            != NGX_OK)
+        {
+            vlm_openai_error_set(&err, VLM_ERR_INTERNAL,
+                                 NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                 "server_error", NULL, NULL,
+                                 "cannot post to the thread pool");
+            ngx_http_vlm_chat_fail(ctx, &err);
+        }
+
+        return;
+    }
 
     rc = vlm_queue_alloc(ngx_http_vlm_queue(),
                          (uint32_t) ngx_http_vlm_worker(), (int32_t) ngx_pid,
@@ -1214,6 +1602,7 @@ static void
 ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx)
 {
     size_t                     len;
+    const char                *what;
     uint32_t                   max_len;
     uint64_t                   id_hi, id_lo;
     ngx_int_t                  rc;
@@ -1232,12 +1621,14 @@ ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx)
     max_len = vlm_queue_max_seq_len(q);
 
     if (max_len != 0 && ctx->n_prompt > max_len) {
+        what = ctx->kind == VLM_OPENAI_KIND_COMPLETION ? "prompt"
+                                                       : "messages";
         vlm_openai_error_set(&err, VLM_ERR_LIMIT, NGX_HTTP_BAD_REQUEST,
                              "invalid_request_error",
-                             "context_length_exceeded", "messages",
+                             "context_length_exceeded", what,
                              "This model's maximum context length is %u "
-                             "tokens, but the messages resulted in %u "
-                             "tokens.", max_len, ctx->n_prompt);
+                             "tokens, but the %s resulted in %u "
+                             "tokens.", max_len, what, ctx->n_prompt);
         ngx_http_vlm_chat_fail(ctx, &err);
         return;
     }
@@ -1252,7 +1643,9 @@ ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx)
                                  (ctx->req.include_usage
                                   ? VLM_OPENAI_RESP_INCLUDE_USAGE : 0)
                                  | (ctx->req.logprobs
-                                    ? VLM_OPENAI_RESP_LOGPROBS : 0))
+                                    ? VLM_OPENAI_RESP_LOGPROBS : 0)
+                                 | (ctx->kind == VLM_OPENAI_KIND_COMPLETION
+                                    ? VLM_OPENAI_RESP_TEXT : 0))
         != VLM_OK
         || vlm_queue_submit(q, ctx->slot) != VLM_OK)
     {
@@ -1313,6 +1706,17 @@ ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx)
 
     if (rc == NGX_ERROR || rc > NGX_OK) {
         ngx_http_vlm_chat_end(ctx, rc);
+        return;
+    }
+
+    if (ctx->kind == VLM_OPENAI_KIND_COMPLETION) {
+        /* no role chunk: the headers now, the text as it comes */
+        if (ngx_http_send_special(r, NGX_HTTP_FLUSH) == NGX_ERROR) {
+            ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+            return;
+        }
+
+        ngx_http_vlm_chat_drain(ctx);
         return;
     }
 
@@ -1539,11 +1943,13 @@ ngx_http_vlm_chat_stream_out(ngx_http_vlm_chat_ctx_t *ctx,
     o.len = rec->text_len;
     o.logprobs = NULL;
     o.n_logprobs = 0;
+    o.text_offset = ctx->text_offset;
 
     if (ctx->req.logprobs && rec->token != VLM_QUEUE_NONE) {
         ngx_http_vlm_chat_logprob(ctx, rec, &lp, top);
         o.logprobs = &lp;
         o.n_logprobs = 1;
+        ctx->text_offset += lp.len;
     }
 
     cl = *clp;
@@ -1751,6 +2157,7 @@ ngx_http_vlm_chat_finish(ngx_http_vlm_chat_ctx_t *ctx, vlm_queue_slot_t *qs)
         o.len = ctx->text_len;
         o.logprobs = ctx->lps;
         o.n_logprobs = ctx->n_lps;
+        o.text_offset = 0;
 
         size = vlm_openai_output_bound(&ctx->resp, &o) + 512;
 
@@ -1835,7 +2242,7 @@ ngx_http_vlm_chat_fail(ngx_http_vlm_chat_ctx_t *ctx, vlm_openai_error_t *err)
                   err->http_status, err->code ? err->code : "",
                   err->param[0] ? " at " : "", err->param, err->message);
 
-    if (q != NULL) {
+    if (q != NULL && !NGX_HTTP_VLM_KIND_TOKENS(ctx->kind)) {
         vlm_metrics_request(q->metrics, err->http_status);
     }
 
@@ -1907,7 +2314,7 @@ ngx_http_vlm_chat_end(ngx_http_vlm_chat_ctx_t *ctx, ngx_int_t rc)
 
     ngx_http_vlm_chat_release(ctx);
 
-    if (q != NULL) {
+    if (q != NULL && !NGX_HTTP_VLM_KIND_TOKENS(ctx->kind)) {
         vlm_hist_observe(&q->metrics->hist[VLM_HIST_E2E],
                          vlm_queue_now() - ctx->t_start);
     }
@@ -2120,6 +2527,7 @@ ngx_http_vlm_chat_cleanup(void *data)
     free(ctx->prompt);
     free(ctx->spans);
     free(ctx->body_copy);
+    free(ctx->json);
 }
 
 

@@ -174,6 +174,9 @@ void ngx_http_vlm_engine_on_wakeup(ngx_http_vlm_wakeup_pt handler);
 
 /* ngx_http_vlm_chat.c: the chat completions handler */
 char *ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+char *ngx_http_vlm_tokenize(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+char *ngx_http_vlm_completions(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 ngx_int_t ngx_http_vlm_chat_add_variables(ngx_conf_t *cf);
 
 /* ngx_http_vlm_fetch.c: images given as http(s) URLs (vlm_image_fetch) */
@@ -199,9 +202,10 @@ char *ngx_http_vlm_fetch_allow(ngx_conf_t *cf, ngx_command_t *cmd,
 /* ngx_http_vlm_prefix.c: $vlm_prefix_key, for a front nginx */
 ngx_int_t ngx_http_vlm_prefix_add_variables(ngx_conf_t *cf);
 
-/* ngx_http_vlm_api.c: /v1/models and /metrics */
+/* ngx_http_vlm_api.c: /v1/models, /metrics and /version */
 char *ngx_http_vlm_models(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 char *ngx_http_vlm_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+char *ngx_http_vlm_version(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 
 /* ngx_http_vlm_conf.c: the model's files, loaded once in the master */
 char *ngx_http_vlm_model_files(ngx_conf_t *cf,

@@ -19,6 +19,7 @@
 struct vlm_image_ctx_s {
     vlm_image_limits_t     limits;
     vlm_qwen2vl_config_t   cfg;
+    uint64_t               max_pixels;    /* cfg's, as configured */
     float                  lut[3 * 256];
     uint8_t               *decoded;       /* [max_pixels * 4] */
     size_t                 decoded_cap;
@@ -110,6 +111,34 @@ vlm_image_worst_case(const vlm_image_limits_t *limits,
 }
 
 
+uint64_t
+vlm_image_detail_pixels(const vlm_qwen2vl_config_t *cfg, int low)
+{
+    uint64_t  side, px;
+
+    if (!low) {
+        return cfg->max_pixels;
+    }
+
+    side = (uint64_t) cfg->patch_size * cfg->merge_size;
+    px = VLM_IMAGE_LOW_TOKENS * side * side;
+
+    if (px < cfg->min_pixels) {
+        px = cfg->min_pixels;
+    }
+
+    return px < cfg->max_pixels ? px : cfg->max_pixels;
+}
+
+
+void
+vlm_image_ctx_max_pixels(vlm_image_ctx_t *ctx, uint64_t max_pixels)
+{
+    ctx->cfg.max_pixels = max_pixels < ctx->max_pixels ? max_pixels
+                                                       : ctx->max_pixels;
+}
+
+
 vlm_status_t
 vlm_image_ctx_init(vlm_image_ctx_t **ctxp, const vlm_image_limits_t *limits,
     const vlm_qwen2vl_config_t *cfg, vlm_error_t *err)
@@ -133,6 +162,7 @@ vlm_image_ctx_init(vlm_image_ctx_t **ctxp, const vlm_image_limits_t *limits,
 
     ctx->limits = *limits;
     ctx->cfg = *cfg;
+    ctx->max_pixels = cfg->max_pixels;
     vlm_qwen2vl_build_lut(cfg, ctx->lut);
 
     vlm_image_worst_case(limits, cfg, &ctx->resized_cap, &ctx->scratch_cap);

@@ -45,6 +45,19 @@ vlm_status_t vlm_image_plan(const vlm_image_limits_t *limits,
     const vlm_qwen2vl_config_t *cfg, const uint8_t *data, size_t len,
     vlm_image_plan_t *plan, vlm_error_t *err);
 
+/*
+ * The pixel budget (the processor's max_pixels) of an image part's
+ * "detail": "low" is at most VLM_IMAGE_LOW_TOKENS image tokens (64 * 28 *
+ * 28 pixels for Qwen2-VL), never below min_pixels nor above the
+ * configured max_pixels; "high" and "auto" are the configured max_pixels.
+ */
+#define VLM_IMAGE_LOW_TOKENS  64
+
+uint64_t vlm_image_detail_pixels(const vlm_qwen2vl_config_t *cfg, int low);
+
+/* the max_pixels of the context's next runs (at most its configured one) */
+void vlm_image_ctx_max_pixels(vlm_image_ctx_t *ctx, uint64_t max_pixels);
+
 /* allocates the scratch for these limits and config (copied) */
 vlm_status_t vlm_image_ctx_init(vlm_image_ctx_t **ctx,
     const vlm_image_limits_t *limits, const vlm_qwen2vl_config_t *cfg,

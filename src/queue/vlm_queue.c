@@ -45,6 +45,9 @@ struct vlm_queue_header_s {
     _Atomic uint32_t     engine_signalled;
     _Atomic uint64_t     engine_conf;   /* hash of the engine's settings */
     _Atomic uint32_t     engine_max_seq_len; /* 0 until the model loaded */
+    _Atomic int64_t      engine_loaded; /* Unix time the model loaded */
+    vlm_queue_build_t    engine_build;  /* valid once build_seen */
+    _Atomic uint32_t     build_seen;
     _Atomic uint32_t     retired;       /* replaced by another segment */
     _Atomic int32_t      supervisor;    /* pid of the engine's supervisor */
     _Atomic uint64_t     reloads;       /* nginx reloads that kept it */
@@ -849,7 +852,42 @@ vlm_queue_previous_engine(vlm_queue_t *q)
 void
 vlm_queue_engine_limits(vlm_queue_t *q, uint32_t max_seq_len)
 {
+    atomic_store(&q->hdr->engine_loaded, (int64_t) time(NULL));
     atomic_store(&q->hdr->engine_max_seq_len, max_seq_len);
+}
+
+
+int64_t
+vlm_queue_model_loaded(vlm_queue_t *q)
+{
+    return atomic_load(&q->hdr->engine_loaded);
+}
+
+
+/* written again by each engine of the same binary: the same bytes */
+void
+vlm_queue_engine_build(vlm_queue_t *q, const vlm_queue_build_t *b)
+{
+    q->hdr->engine_build = *b;
+    atomic_store(&q->hdr->build_seen, 1);
+}
+
+
+int
+vlm_queue_engine_build_get(vlm_queue_t *q, vlm_queue_build_t *b)
+{
+    if (!atomic_load(&q->hdr->build_seen)) {
+        return 0;
+    }
+
+    *b = q->hdr->engine_build;
+
+    b->version[sizeof(b->version) - 1] = '\0';
+    b->backend[sizeof(b->backend) - 1] = '\0';
+    b->backends[sizeof(b->backends) - 1] = '\0';
+    b->simd[sizeof(b->simd) - 1] = '\0';
+
+    return 1;
 }
 
 

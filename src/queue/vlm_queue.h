@@ -42,13 +42,14 @@
 
 
 #define VLM_QUEUE_MAGIC           0x564c4d51u       /* "VLMQ" */
-#define VLM_QUEUE_VERSION         2
+#define VLM_QUEUE_VERSION         3
 
 #define VLM_QUEUE_MAX_IMAGES      16
 #define VLM_QUEUE_MAX_STOP        4
 #define VLM_QUEUE_STOP_LEN        64
 #define VLM_QUEUE_MAX_STOP_IDS    8
 #define VLM_QUEUE_TOP_LOGPROBS    20
+#define VLM_QUEUE_MAX_LOGIT_BIAS  300
 #define VLM_QUEUE_OUT_RECORDS     32
 #define VLM_QUEUE_OUT_TEXT        4096              /* power of two */
 #define VLM_QUEUE_ERR_LEN         160
@@ -111,6 +112,8 @@ typedef struct {
     char      stop[VLM_QUEUE_MAX_STOP][VLM_QUEUE_STOP_LEN];
     uint32_t  n_stop_ids;
     uint32_t  stop_ids[VLM_QUEUE_MAX_STOP_IDS];
+    uint32_t  n_logit_bias;     /* 0..VLM_QUEUE_MAX_LOGIT_BIAS */
+    uint64_t  logit_bias_off;   /* arena: uint32 ids[n], float bias[n] */
 } vlm_queue_params_t;
 
 
@@ -174,6 +177,17 @@ typedef struct {
 
 
 
+
+
+/* how the running engine was built and runs, for GET /version */
+typedef struct {
+    char      version[16];      /* VLM_VERSION of the engine binary */
+    char      backend[16];      /* the backend it runs: "cpu", "cuda" */
+    char      backends[32];     /* the backends built in: "cpu cuda" */
+    char      simd[16];         /* the CPU kernels' instruction set */
+    uint32_t  cuda_version;     /* CUDA runtime built with (12040); 0: none */
+    uint32_t  tensor_parallel;  /* ranks */
+} vlm_queue_build_t;
 
 
 typedef struct {
@@ -241,6 +255,11 @@ void vlm_queue_heartbeat(vlm_queue_t *q);
  */
 void vlm_queue_engine_limits(vlm_queue_t *q, uint32_t max_seq_len);
 uint32_t vlm_queue_max_seq_len(vlm_queue_t *q);
+/* the Unix time the running engine loaded its model (0: not yet) */
+int64_t vlm_queue_model_loaded(vlm_queue_t *q);
+/* the engine writes its build before it loads the model; 0 if none yet */
+void vlm_queue_engine_build(vlm_queue_t *q, const vlm_queue_build_t *b);
+int vlm_queue_engine_build_get(vlm_queue_t *q, vlm_queue_build_t *b);
 
 /*
  * The settings the running engine was started with (a hash), so that a

@@ -112,7 +112,7 @@ $http
         listen 127.0.0.1:$port $listen;
 
         location = /v1/chat/completions { vlm_chat; }
-        location = /v1/models { vlm_models; }
+        location /v1/models { vlm_models; }
         location = /metrics { vlm_metrics; }
         location = /health { vlm_health; }
 $extra
@@ -455,7 +455,8 @@ sub vlm_stream_ok ($$;$) {
 }
 
 
-# /metrics as { "name{labels}" => value }
+# /metrics as { "name{labels}" => value }, the model_name label left out
+# (_unlabeled counts the series without it)
 sub vlm_metrics ($) {
     my $srv = shift;
 
@@ -465,6 +466,11 @@ sub vlm_metrics ($) {
     for my $l (split /\n/, $res->{body}) {
         next if $l =~ /^#/;
         my ($k, $v) = $l =~ /^(\S+) (\S+)$/ or next;
+
+        # every series has model_name first; the keys go without it
+        $k =~ s/^([^{]+)\{model_name="(?:[^"\\]|\\.)*"(?:,|\}$)/$1\{/
+            or $m{_unlabeled}++;
+        $k =~ s/\{$//;
         $m{$k} = $v;
     }
 
