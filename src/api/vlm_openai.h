@@ -121,6 +121,14 @@ typedef struct {
 } vlm_openai_message_t;
 
 
+typedef enum {
+    VLM_OPENAI_TOOLS_NONE = 0,      /* no tools, or tool_choice "none" */
+    VLM_OPENAI_TOOLS_AUTO,
+    VLM_OPENAI_TOOLS_REQUIRED,
+    VLM_OPENAI_TOOLS_NAMED          /* {"type":"function","function":...} */
+} vlm_openai_tool_choice_t;
+
+
 /* bits of vlm_openai_request_t.set: the parameters the client gave */
 #define VLM_OPENAI_SET_MAX_TOKENS          0x0001
 #define VLM_OPENAI_SET_TEMPERATURE         0x0002
@@ -179,6 +187,19 @@ typedef struct {
     double                  presence_penalty;   /* [-2, 2] */
     double                  frequency_penalty;  /* [-2, 2] */
     double                  repetition_penalty; /* > 0 */
+
+    /*
+     * Constrained output: a grammar program (engine/vlm_grammar.h) from
+     * response_format's json_object or json_schema, or from the tools
+     * when tool_choice requires a call; NULL: free text.
+     */
+    void                   *grammar;
+    size_t                  grammar_len;
+
+    vlm_openai_tool_choice_t  tool_choice;
+    unsigned                parallel_tool_calls:1;
+    uint32_t                n_tools;
+    const void             *tools;          /* json_t array, in json */
 
     /* private */
     void                   *json;           /* json_t of the body */

@@ -80,6 +80,7 @@ typedef struct {
     vlm_tok_span_t           *spans;        /* malloc: client text ranges */
     size_t                    n_spans;
     size_t                    ids_cap;
+    uint64_t                  grammar_off;  /* in the slot's arena */
     uint64_t                  arena_bytes;
     uint32_t                  n_remote;     /* images to fetch */
     ngx_http_vlm_fetch_t     *fetch;
@@ -853,6 +854,14 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
     p->logprobs = req->logprobs;
     p->top_logprobs = req->top_logprobs;
     p->n_stop = req->n_stop;
+    p->grammar_len = 0;
+
+    if (req->grammar != NULL) {
+        p->grammar_off = qs->arena_off + ctx->grammar_off;
+        p->grammar_len = (uint32_t) req->grammar_len;
+        ngx_memcpy(vlm_queue_arena(q, p->grammar_off), req->grammar,
+                   req->grammar_len);
+    }
 
     for (i = 0; i < req->n_stop; i++) {
         ngx_memcpy(p->stop[i], req->stop[i].data, req->stop[i].len);
@@ -928,6 +937,10 @@ ngx_http_vlm_chat_size(ngx_http_vlm_chat_ctx_t *ctx)
                               NGX_HTTP_VLM_ID_ALIGN);
         ids += ci->plan.grid.n_tokens;
     }
+
+    /* the grammar program of a constrained output */
+    ctx->grammar_off = arena;
+    arena += vlm_align_up(ctx->req.grammar_len, NGX_HTTP_VLM_ID_ALIGN);
 
     /* every token has at least one byte: a bound on the prompt's ids */
     ctx->ids_cap = ctx->prompt_len + ids;

@@ -111,6 +111,8 @@ typedef struct {
     char      stop[VLM_QUEUE_MAX_STOP][VLM_QUEUE_STOP_LEN];
     uint32_t  n_stop_ids;
     uint32_t  stop_ids[VLM_QUEUE_MAX_STOP_IDS];
+    uint64_t  grammar_off;      /* arena offset of a grammar program */
+    uint32_t  grammar_len;      /* its bytes; 0: unconstrained output */
 } vlm_queue_params_t;
 
 
