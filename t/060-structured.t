@@ -65,7 +65,7 @@ is($res->{status}, 200, 'json_object with max_tokens 3');
 
 my $pid = open my $py, '-|', $python, "$root/tests/sdk/structured.py",
     "http://127.0.0.1:$srv->{port}/v1", $n, qw(constrained json_object
-    refused parse)
+    refused parse tools)
     or die "cannot run $python: $!";
 
 my $checks = 0;
@@ -84,7 +84,7 @@ while (my $line = <$py>) {
 
 close $py;
 is($?, 0, 'structured: the script ran to its end');
-ok($checks >= 13, "structured: $checks checks");
+ok($checks >= 17, "structured: $checks checks");
 
 my $zone = vlm_wait_idle($srv, 3);
 ok($zone->{slots_used} == 0 && $zone->{arena_used} == 0,

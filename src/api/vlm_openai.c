@@ -841,6 +841,110 @@ vlm_openai_parse_unsupported(vlm_openai_parser_t *p, const json_t *root)
 }
 
 
+/* elided strings of a value (a schema, a tool) put back, depth-bounded */
+static vlm_status_t
+vlm_openai_unelide(vlm_openai_parser_t *p, json_t *v, int depth)
+{
+    size_t            i;
+    json_t           *c;
+    const char       *k;
+    vlm_openai_str_t  str;
+
+    if (depth > 64) {
+        return VLM_OK;
+    }
+
+    if (json_is_string(v)) {
+        vlm_openai_str_set(p, &str, v);
+
+        if (str.data != json_string_value(v)
+            && json_string_setn(v, str.data, str.len) != 0)
+        {
+            return vlm_openai_error_set(p->err, VLM_ERR_NOMEM, 503,
+                                        "server_error", NULL, NULL,
+                                        "no memory for the request");
+        }
+
+        return VLM_OK;
+    }
+
+    if (json_is_array(v)) {
+        json_array_foreach(v, i, c) {
+            if (vlm_openai_unelide(p, c, depth + 1) != VLM_OK) {
+                return p->err->status;
+            }
+        }
+    }
+
+    if (json_is_object(v)) {
+        json_object_foreach(v, k, c) {
+            if (vlm_openai_unelide(p, c, depth + 1) != VLM_OK) {
+                return p->err->status;
+            }
+        }
+    }
+
+    return VLM_OK;
+}
+
+
+/*
+ * Qwen2.5's tools block of the system turn (its chat template's text,
+ * each tool as transformers' tojson writes it: ", " and ": ").
+ */
+static vlm_status_t
+vlm_openai_tools_prompt(vlm_openai_parser_t *p, const json_t *tools)
+{
+    char    *text, *out;
+    size_t   i, n, len;
+    json_t  *t;
+
+    static const char  head[] =
+        "\n\n# Tools\n\nYou may call one or more functions to assist with "
+        "the user query.\n\nYou are provided with function signatures "
+        "within <tools></tools> XML tags:\n<tools>";
+    static const char  tail[] =
+        "\n</tools>\n\nFor each function call, return a json object with "
+        "function name and arguments within <tool_call></tool_call> XML "
+        "tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+        "<args-json-object>}\n</tool_call>";
+
+    len = sizeof(head) - 1 + sizeof(tail) - 1;
+    n = json_array_size(tools);
+
+    for (i = 0; i < n; i++) {
+        len += 1 + json_dumpb(json_array_get(tools, i), NULL, 0,
+                              JSON_ENCODE_ANY);
+    }
+
+    out = malloc(len + 1);
+    if (out == NULL) {
+        return vlm_openai_error_set(p->err, VLM_ERR_NOMEM, 503,
+                                    "server_error", NULL, NULL,
+                                    "no memory for the request");
+    }
+
+    text = out;
+    memcpy(text, head, sizeof(head) - 1);
+    text += sizeof(head) - 1;
+
+    json_array_foreach(tools, i, t) {
+        *text++ = '\n';
+        text += json_dumpb(t, text, len - (size_t) (text - out),
+                           JSON_ENCODE_ANY);
+    }
+
+    memcpy(text, tail, sizeof(tail) - 1);
+    text += sizeof(tail) - 1;
+    *text = '\0';
+
+    p->req->tools_prompt = out;
+    p->req->tools_prompt_len = (size_t) (text - out);
+
+    return VLM_OK;
+}
+
+
 /*
  * response_format: "text", "json_object" (any JSON object) or
  * "json_schema" (json_schema.schema compiled to a grammar; a keyword the
@@ -873,6 +977,10 @@ vlm_openai_parse_response_format(vlm_openai_parser_t *p, const json_t *root)
 
     if (strcmp(type, "text") == 0 || req->grammar != NULL) {
         return VLM_OK;
+    }
+
+    if (vlm_openai_unelide(p, v, 0) != VLM_OK) {
+        return p->err->status;
     }
 
     if (strcmp(type, "json_object") == 0) {
@@ -967,6 +1075,10 @@ vlm_openai_parse_tools(vlm_openai_parser_t *p, const json_t *root)
         }
     }
 
+    if (n && vlm_openai_unelide(p, tools, 0) != VLM_OK) {
+        return p->err->status;
+    }
+
     for (i = 0; i < n; i++) {
         t = json_array_get(tools, i);
         vlm_openai_pathf(param, "tools[%zu]", i);
@@ -1046,14 +1158,20 @@ vlm_openai_parse_tools(vlm_openai_parser_t *p, const json_t *root)
 
     choice = vlm_openai_get(root, "tool_choice");
     want = NULL;
+    s = json_string_value(choice);
+
+    /* with "none" the model is not told of the tools */
+    if (n && (s == NULL || strcmp(s, "none") != 0)
+        && vlm_openai_tools_prompt(p, tools) != VLM_OK)
+    {
+        return p->err->status;
+    }
 
     if (choice == NULL) {
         return VLM_OK;
     }
 
     if (json_is_string(choice)) {
-        s = json_string_value(choice);
-
         if (strcmp(s, "none") == 0) {
             req->tool_choice = VLM_OPENAI_TOOLS_NONE;
             return VLM_OK;
@@ -2086,6 +2204,9 @@ vlm_openai_request_free(vlm_openai_request_t *req)
 
     free(req->mem);
     free(req->grammar);
+    free(req->tools_prompt);
+    req->tools_prompt = NULL;
+    req->tools_prompt_len = 0;
     req->mem = NULL;
     req->grammar = NULL;
     req->grammar_len = 0;
@@ -2497,7 +2618,14 @@ vlm_openai_response_init(vlm_openai_response_t *resp, const char *model,
 static const char *
 vlm_openai_finish_name(vlm_openai_finish_t finish)
 {
-    return finish == VLM_OPENAI_FINISH_LENGTH ? "\"length\"" : "\"stop\"";
+    switch (finish) {
+    case VLM_OPENAI_FINISH_LENGTH:
+        return "\"length\"";
+    case VLM_OPENAI_FINISH_TOOL_CALLS:
+        return "\"tool_calls\"";
+    default:
+        return "\"stop\"";
+    }
 }
 
 
@@ -2607,6 +2735,67 @@ vlm_openai_format_completion(const vlm_openai_response_t *resp,
 }
 
 
+void
+vlm_openai_call_id(const vlm_openai_response_t *resp, uint32_t index,
+    char *id)
+{
+    /* "call_", 22 hex digits of the response's id, the index in 2 */
+    snprintf(id, VLM_OPENAI_CALL_ID_LEN + 1, "call_%.22s%02x",
+             resp->id + sizeof("chatcmpl-") - 1, index & 0xff);
+}
+
+
+vlm_status_t
+vlm_openai_format_completion_calls(const vlm_openai_response_t *resp,
+    const vlm_openai_output_t *out, const vlm_openai_tool_call_t *calls,
+    size_t n_calls, vlm_openai_finish_t finish,
+    const vlm_openai_usage_t *usage, char *buf, size_t size, size_t *len)
+{
+    char              id[VLM_OPENAI_CALL_ID_LEN + 1];
+    size_t            i;
+    vlm_openai_buf_t  b;
+
+    vlm_openai_buf_init(&b, buf, size);
+
+    vlm_openai_put_head(&b, resp, "chat.completion");
+    vlm_openai_put_lit(&b, ",\"choices\":[{\"index\":0,\"message\":"
+                           "{\"role\":\"assistant\",\"content\":");
+
+    if (out->len) {
+        vlm_openai_put_quoted(&b, out->text, out->len);
+
+    } else {
+        vlm_openai_put_lit(&b, "null");
+    }
+
+    vlm_openai_put_lit(&b, ",\"tool_calls\":[");
+
+    for (i = 0; i < n_calls; i++) {
+        vlm_openai_call_id(resp, (uint32_t) i, id);
+
+        vlm_openai_put_lit(&b, i ? ",{\"id\":\"" : "{\"id\":\"");
+        vlm_openai_put(&b, id, strlen(id));
+        vlm_openai_put_lit(&b, "\",\"type\":\"function\",\"function\":"
+                               "{\"name\":");
+        vlm_openai_put_quoted(&b, calls[i].name, calls[i].name_len);
+        vlm_openai_put_lit(&b, ",\"arguments\":");
+        vlm_openai_put_quoted(&b, calls[i].args, calls[i].args_len);
+        vlm_openai_put_lit(&b, "}}");
+    }
+
+    vlm_openai_put_lit(&b, "]}");
+    vlm_openai_put_logprobs(&b, resp, out);
+    vlm_openai_put_lit(&b, ",\"finish_reason\":");
+    vlm_openai_put(&b, vlm_openai_finish_name(finish),
+                   strlen(vlm_openai_finish_name(finish)));
+    vlm_openai_put_lit(&b, "}],");
+    vlm_openai_put_usage(&b, usage);
+    vlm_openai_put_lit(&b, "}");
+
+    return vlm_openai_buf_done(&b, len);
+}
+
+
 /*
  * A chunk: the prebuilt head, one choice (choice is its inside after
  * "index"), and the tail; with include_usage every chunk but the usage
@@ -2637,6 +2826,46 @@ vlm_openai_format_chunk_role(const vlm_openai_response_t *resp, char *buf,
     vlm_openai_put_lit(&b, "{\"index\":0,\"delta\":{\"role\":\"assistant\","
                            "\"content\":\"\"},\"logprobs\":null,"
                            "\"finish_reason\":null");
+    vlm_openai_put_chunk_end(&b, resp);
+
+    return vlm_openai_buf_done(&b, len);
+}
+
+
+vlm_status_t
+vlm_openai_format_chunk_call(const vlm_openai_response_t *resp,
+    uint32_t index, const char *name, size_t name_len, const char *args,
+    size_t args_len, char *buf, size_t size, size_t *len)
+{
+    char              id[VLM_OPENAI_CALL_ID_LEN + 1];
+    char              num[16];
+    vlm_openai_buf_t  b;
+
+    vlm_openai_buf_init(&b, buf, size);
+
+    snprintf(num, sizeof(num), "%u", index);
+
+    vlm_openai_put(&b, resp->head, resp->head_len);
+    vlm_openai_put_lit(&b, "{\"index\":0,\"delta\":{\"tool_calls\":"
+                           "[{\"index\":");
+    vlm_openai_put(&b, num, strlen(num));
+
+    if (name != NULL) {
+        vlm_openai_call_id(resp, index, id);
+
+        vlm_openai_put_lit(&b, ",\"id\":\"");
+        vlm_openai_put(&b, id, strlen(id));
+        vlm_openai_put_lit(&b, "\",\"type\":\"function\",\"function\":"
+                               "{\"name\":");
+        vlm_openai_put_quoted(&b, name, name_len);
+        vlm_openai_put_lit(&b, ",\"arguments\":");
+
+    } else {
+        vlm_openai_put_lit(&b, ",\"function\":{\"arguments\":");
+    }
+
+    vlm_openai_put_quoted(&b, args, args_len);
+    vlm_openai_put_lit(&b, "}}]},\"logprobs\":null,\"finish_reason\":null");
     vlm_openai_put_chunk_end(&b, resp);
 
     return vlm_openai_buf_done(&b, len);
