@@ -12,6 +12,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 
+use JSON::PP;
 use Test::More;
 use VLMTest;
 
@@ -56,6 +57,41 @@ $res = vlm_post_json($srv, {
     tools => [ { type => 'function', function => { name => 'f' } } ],
     tool_choice => { type => 'function', function => { name => 'g' } } });
 is($res->{status}, 400, 'a named tool_choice not in tools is a 400');
+
+# tools reach the prompt (Qwen2.5's tools block), except with "none"
+my $tool = { type => 'function', function => { name => 'add',
+    parameters => { type => 'object', properties => {
+        a => { type => 'integer' }, b => { type => 'integer' } },
+        required => ['a', 'b'] } } };
+my %tokens;
+
+for my $case (['plain'], ['auto', tools => [$tool]],
+              ['none', tools => [$tool], tool_choice => 'none'])
+{
+    my ($name, @extra) = @$case;
+    $res = vlm_post_json($srv, {
+        %{ vlm_chat_body('hi') }, max_tokens => 1, @extra });
+    is($res->{status}, 200, "tools in the prompt: $name");
+    $tokens{$name} = vlm_json($res->{body})->{usage}{prompt_tokens};
+}
+
+ok($tokens{auto} > $tokens{plain} + 50, 'the tools block is in the prompt');
+is($tokens{none}, $tokens{plain}, 'tool_choice none: no tools block');
+
+# parallel_tool_calls false: one call, always
+my $single = 0;
+
+for (1 .. 5) {
+    $res = vlm_post_json($srv, {
+        %{ vlm_chat_body('hi') }, max_tokens => 80, temperature => 1,
+        tools => [$tool], tool_choice => 'required',
+        parallel_tool_calls => JSON::PP::false });
+    my $c = vlm_json($res->{body})->{choices}[0];
+    $single++ if $res->{status} == 200 && @{ $c->{message}{tool_calls} } == 1
+                 && $c->{finish_reason} eq 'tool_calls';
+}
+
+is($single, 5, 'parallel_tool_calls false: one call each time');
 
 # max_tokens too small for the shortest document: cut, never an error
 $res = vlm_post_json($srv, {

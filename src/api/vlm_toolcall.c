@@ -209,10 +209,6 @@ vlm_toolcall_feed(vlm_toolcall_t *tc, const char *s, size_t len,
         case VLM_TC_HEAD:
             c = s[i++];
 
-            if (tc->n_hold == 0 && vlm_tc_space(c)) {
-                break;
-            }
-
             if (tc->n_hold == VLM_TOOLCALL_HOLD) {
                 if ((rc = vlm_tc_give_back(tc, cb, data))) {
                     return rc;
