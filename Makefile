@@ -340,7 +340,8 @@ fuzz-openai:
 	$(FUZZ_CC) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=undefined -DVLM_OPENAI_ELIDE_MIN=4 \
 	    $(CPPFLAGS) \
-	    fuzz/fuzz_openai.c src/api/vlm_openai.c src/core/vlm_common.c \
+	    fuzz/fuzz_openai.c src/api/vlm_openai.c src/api/vlm_schema.c \
+	    src/engine/vlm_grammar.c src/core/vlm_common.c \
 	    -o $(FUZZ_OUT)/fuzz_openai -ljansson -lm
 	$(FUZZ_OUT)/fuzz_openai -max_total_time=$(FUZZ_TIME) \
 	    -dict=fuzz/openai.dict -max_len=4096 \

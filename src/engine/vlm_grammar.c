@@ -62,6 +62,17 @@ struct vlm_trie_s {
     uint8_t   *byte;
     int32_t   *tok_next;    /* [vocab] the next token of the same bytes */
     size_t     max_len;
+
+    /*
+     * Inside a string most tokens are plain text: a subtree whose bytes
+     * are all printable ASCII but '"' and '\\' is accepted whole, its
+     * tokens listed together in order[lo[node], hi[node]).
+     */
+    uint8_t   *plain;
+    uint32_t  *lo;
+    uint32_t  *hi;
+    int32_t   *order;       /* [vocab] token ids, depth first */
+    uint32_t   n_order;
 };
 
 
@@ -1444,6 +1455,39 @@ vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes, uint32_t root,
 
 /* the trie */
 
+static int
+vlm_trie_plain_byte(uint8_t b)
+{
+    return b >= 0x20 && b < 0x7f && b != '"' && b != '\\';
+}
+
+
+/* depth first: each subtree's tokens in one range, and its plain flag */
+static void
+vlm_trie_order(vlm_trie_t *t, uint32_t node)
+{
+    int32_t   id;
+    uint32_t  c;
+    uint8_t   plain;
+
+    t->lo[node] = t->n_order;
+
+    for (id = t->token[node]; id >= 0; id = t->tok_next[id]) {
+        t->order[t->n_order++] = id;
+    }
+
+    plain = node == 0 || vlm_trie_plain_byte(t->byte[node]);
+
+    for (c = t->child[node]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
+        vlm_trie_order(t, c);
+        plain &= t->plain[c];
+    }
+
+    t->plain[node] = plain;
+    t->hi[node] = t->n_order;
+}
+
+
 vlm_status_t
 vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
     const size_t *lens, vlm_error_t *err)
@@ -1476,9 +1520,14 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
     t->token = malloc(total * sizeof(int32_t));
     t->byte = malloc(total);
     t->tok_next = malloc((size_t) vocab * sizeof(int32_t));
+    t->plain = malloc(total);
+    t->lo = malloc(total * sizeof(uint32_t));
+    t->hi = malloc(total * sizeof(uint32_t));
+    t->order = malloc((size_t) vocab * sizeof(int32_t));
 
     if (t->child == NULL || t->next == NULL || t->token == NULL
-        || t->byte == NULL || t->tok_next == NULL)
+        || t->byte == NULL || t->tok_next == NULL || t->plain == NULL
+        || t->lo == NULL || t->hi == NULL || t->order == NULL)
     {
         vlm_trie_free(t);
         return vlm_error_set(err, VLM_ERR_NOMEM, "token trie: no memory");
@@ -1525,6 +1574,8 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
         t->max_len = lens[id] > t->max_len ? lens[id] : t->max_len;
     }
 
+    vlm_trie_order(t, 0);
+
     *out = t;
 
     return VLM_OK;
@@ -1543,6 +1594,10 @@ vlm_trie_free(vlm_trie_t *t)
     free(t->token);
     free(t->byte);
     free(t->tok_next);
+    free(t->plain);
+    free(t->lo);
+    free(t->hi);
+    free(t->order);
     free(t);
 }
 
@@ -1642,17 +1697,53 @@ vlm_g_undo(vlm_matcher_t *m, size_t mark, uint32_t depth)
 }
 
 
+/*
+ * Plain text may follow: the top frame is inside a string without a
+ * format or a maxLength, and the document can end in the budget (more
+ * characters never make it longer).
+ */
+static int
+vlm_g_plain_ok(const vlm_matcher_t *m)
+{
+    const vlm_gframe_t  *f;
+    const vlm_gnode_t   *n;
+
+    if (m->depth == 0) {
+        return 0;
+    }
+
+    f = &m->frames[m->depth - 1];
+    n = &m->g.nodes[f->node];
+
+    return n->kind == VLM_GNODE_STRING && f->st == 1
+           && n->c == VLM_GRAMMAR_NONE && n->b == VLM_GRAMMAR_NONE
+           && (m->budget == 0 || vlm_matcher_distance(m) < m->budget);
+}
+
+
 static void
 vlm_g_walk(vlm_matcher_t *m, uint32_t first)
 {
+    int                plain;
     int32_t            id;
     size_t             mark;
-    uint32_t           c, depth;
+    uint32_t           c, depth, k;
     const vlm_trie_t  *t;
 
     t = m->trie;
+    plain = vlm_g_plain_ok(m);
 
     for (c = first; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
+        if (plain && t->plain[c]) {
+            for (k = t->lo[c]; k < t->hi[c]; k++) {
+                id = t->order[k];
+                m->mask[id >> 5] |= 1u << (id & 31);
+            }
+
+            m->n_allowed += t->hi[c] - t->lo[c];
+            continue;
+        }
+
         mark = m->log_n;
         depth = m->depth;
 
