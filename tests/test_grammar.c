@@ -301,6 +301,59 @@ test_mask(void **state)
 }
 
 
+/* the mask against feeding every token alone, after a few prefixes */
+static void
+test_mask_brute(void **state)
+{
+    int              id, ok;
+    size_t           i, j;
+    gram_t           gr;
+    int32_t          end;
+    const uint32_t  *mask;
+
+    static const char  *cases[][2] = {
+        { NULL, "{\"a\":\"x" },
+        { NULL, "{\"a\":[1,\"" },
+        { NULL, "{\"" },
+        { "{\"type\":\"string\",\"maxLength\":2}", "\"a" },
+        { "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":"
+          "\"string\",\"minLength\":2}}}", "{\"name\":\"" },
+        { "{\"enum\":[\"true\",true,\"abc\"]}", "" },
+    };
+
+    end = END_ID;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        gram_compile(&gr, cases[i][0]);
+
+        vlm_matcher_reset(gr.m, &gr.g);
+        assert_true(vlm_matcher_feed(gr.m, cases[i][1],
+                                     strlen(cases[i][1])));
+        (void) vlm_matcher_mask(gr.m, 0, &end, 1, &mask);
+
+        for (id = 0; id < END_ID; id++) {
+            vlm_matcher_reset(gr.m, &gr.g);
+            (void) vlm_matcher_feed(gr.m, cases[i][1], strlen(cases[i][1]));
+            ok = vlm_matcher_feed(gr.m, tok_bytes[id], tok_lens[id]);
+
+            if (ok != (int) ((mask[id >> 5] >> (id & 31)) & 1)) {
+                fail_msg("case %zu, token %d: fed %d, mask %d", i, id, ok,
+                         !ok);
+            }
+        }
+
+        /* the mask left the state as it was */
+        vlm_matcher_reset(gr.m, &gr.g);
+        (void) vlm_matcher_feed(gr.m, cases[i][1], strlen(cases[i][1]));
+        j = vlm_matcher_distance(gr.m);
+        (void) vlm_matcher_mask(gr.m, 0, &end, 1, &mask);
+        assert_int_equal(vlm_matcher_distance(gr.m), j);
+
+        gram_free(&gr);
+    }
+}
+
+
 static uint64_t  rng = 88172645463325252ull;
 
 static uint32_t
@@ -440,6 +493,7 @@ main(void)
         cmocka_unit_test(test_accept_reject),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_mask),
+        cmocka_unit_test(test_mask_brute),
         cmocka_unit_test(test_random_walks),
         cmocka_unit_test(test_bad_programs),
     };
