@@ -64,8 +64,9 @@ struct vlm_trie_s {
     size_t     max_len;
 
     /*
-     * Inside a string most tokens are plain text: a subtree whose bytes
-     * are all printable ASCII but '"' and '\\' is accepted whole, its
+     * Inside a string most tokens are plain text: a subtree whose every
+     * path from the root is well-formed UTF-8 (a last character may be
+     * cut) without '"', '\\' or control bytes is accepted whole, its
      * tokens listed together in order[lo[node], hi[node]).
      */
     uint8_t   *plain;
@@ -1455,16 +1456,57 @@ vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes, uint32_t root,
 
 /* the trie */
 
+/*
+ * The next byte of string text after a path in the UTF-8 state *need
+ * (continuation bytes to come, in [*lo, *hi]): 1 if it may follow, as
+ * vlm_g_step_string's table says.
+ */
 static int
-vlm_trie_plain_byte(uint8_t b)
+vlm_trie_text_byte(uint8_t b, uint8_t *need, uint8_t *lo, uint8_t *hi)
 {
-    return b >= 0x20 && b < 0x7f && b != '"' && b != '\\';
+    if (*need) {
+        if (b < *lo || b > *hi) {
+            return 0;
+        }
+
+        (*need)--;
+        *lo = 0x80;
+        *hi = 0xbf;
+        return 1;
+    }
+
+    if (b < 0x80) {
+        return b >= 0x20 && b != '"' && b != '\\';
+    }
+
+    *lo = 0x80;
+    *hi = 0xbf;
+
+    if (b >= 0xc2 && b <= 0xdf) {
+        *need = 1;
+
+    } else if (b >= 0xe0 && b <= 0xef) {
+        *need = 2;
+        *lo = (b == 0xe0) ? 0xa0 : 0x80;
+        *hi = (b == 0xed) ? 0x9f : 0xbf;
+
+    } else if (b >= 0xf0 && b <= 0xf4) {
+        *need = 3;
+        *lo = (b == 0xf0) ? 0x90 : 0x80;
+        *hi = (b == 0xf4) ? 0x8f : 0xbf;
+
+    } else {
+        return 0;
+    }
+
+    return 1;
 }
 
 
-/* depth first: each subtree's tokens in one range, and its plain flag */
+/* depth first: each subtree's tokens in one range, and its text flag */
 static void
-vlm_trie_order(vlm_trie_t *t, uint32_t node)
+vlm_trie_order(vlm_trie_t *t, uint32_t node, int valid, uint8_t need,
+    uint8_t lo, uint8_t hi)
 {
     int32_t   id;
     uint32_t  c;
@@ -1476,10 +1518,14 @@ vlm_trie_order(vlm_trie_t *t, uint32_t node)
         t->order[t->n_order++] = id;
     }
 
-    plain = node == 0 || vlm_trie_plain_byte(t->byte[node]);
+    if (node != 0 && valid) {
+        valid = vlm_trie_text_byte(t->byte[node], &need, &lo, &hi);
+    }
+
+    plain = (uint8_t) valid;
 
     for (c = t->child[node]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
-        vlm_trie_order(t, c);
+        vlm_trie_order(t, c, valid, need, lo, hi);
         plain &= t->plain[c];
     }
 
@@ -1574,7 +1620,7 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
         t->max_len = lens[id] > t->max_len ? lens[id] : t->max_len;
     }
 
-    vlm_trie_order(t, 0);
+    vlm_trie_order(t, 0, 1, 0, 0x80, 0xbf);
 
     *out = t;
 
@@ -1698,9 +1744,10 @@ vlm_g_undo(vlm_matcher_t *m, size_t mark, uint32_t depth)
 
 
 /*
- * Plain text may follow: the top frame is inside a string without a
- * format or a maxLength, and the document can end in the budget (more
- * characters never make it longer).
+ * Plain text may follow: the top frame is inside a string, between
+ * characters, without a format or a maxLength, and the document can end
+ * in the budget (more characters never make it longer, but for the up to
+ * three bytes that finish a character cut at a token's end).
  */
 static int
 vlm_g_plain_ok(const vlm_matcher_t *m)
@@ -1717,21 +1764,24 @@ vlm_g_plain_ok(const vlm_matcher_t *m)
 
     return n->kind == VLM_GNODE_STRING && f->st == 1
            && n->c == VLM_GRAMMAR_NONE && n->b == VLM_GRAMMAR_NONE
-           && (m->budget == 0 || vlm_matcher_distance(m) < m->budget);
+           && (m->budget == 0 || vlm_matcher_distance(m) + 3 < m->budget);
 }
 
 
+/*
+ * plain: the walk started inside a string between characters (see
+ * vlm_g_plain_ok): then a node whose subtree is all text from the root
+ * (the trie's plain flag) is accepted whole without feeding it.
+ */
 static void
-vlm_g_walk(vlm_matcher_t *m, uint32_t first)
+vlm_g_walk(vlm_matcher_t *m, uint32_t first, int plain)
 {
-    int                plain;
     int32_t            id;
     size_t             mark;
     uint32_t           c, depth, k;
     const vlm_trie_t  *t;
 
     t = m->trie;
-    plain = vlm_g_plain_ok(m);
 
     for (c = first; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
         if (plain && t->plain[c]) {
@@ -1759,7 +1809,7 @@ vlm_g_walk(vlm_matcher_t *m, uint32_t first)
             }
 
             if (t->child[c] != VLM_GRAMMAR_NONE) {
-                vlm_g_walk(m, t->child[c]);
+                vlm_g_walk(m, t->child[c], plain);
             }
         }
 
@@ -1790,7 +1840,7 @@ vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
     m->logging = 1;
     m->log_n = 0;
 
-    vlm_g_walk(m, m->trie->child[0]);
+    vlm_g_walk(m, m->trie->child[0], vlm_g_plain_ok(m));
 
     m->logging = 0;
     *mask = m->mask;
