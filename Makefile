@@ -36,7 +36,8 @@ CFLAGS_BASE := -std=c11 -g $(OPT) -fPIC -Wall -Wextra -Werror \
 # the parts of src/, lowest first; every folder but http/ and cli/ is
 # the engine library.  A file includes another folder's header by its
 # path from src/ ("queue/vlm_queue.h"), its own folder's by name.
-LIB_DIRS  := core queue api text image backend model model/qwen2vl engine
+LIB_DIRS  := core queue grammar api text image backend model model/qwen2vl \
+             engine
 SRC_DIRS  := $(LIB_DIRS) http cli
 CPPFLAGS  += -I$(ROOT)/src
 LDLIBS    := -lturbojpeg -lspng -lwebp -lgif -ljansson -lpcre2-8 -lutf8proc \
@@ -341,7 +342,7 @@ fuzz-openai:
 	    -fno-sanitize-recover=undefined -DVLM_OPENAI_ELIDE_MIN=4 \
 	    $(CPPFLAGS) \
 	    fuzz/fuzz_openai.c src/api/vlm_openai.c src/api/vlm_schema.c \
-	    src/engine/vlm_grammar.c src/core/vlm_common.c \
+	    src/grammar/vlm_grammar.c src/core/vlm_common.c \
 	    -o $(FUZZ_OUT)/fuzz_openai -ljansson -lm
 	$(FUZZ_OUT)/fuzz_openai -max_total_time=$(FUZZ_TIME) \
 	    -dict=fuzz/openai.dict -max_len=4096 \

@@ -22,7 +22,7 @@
 
 #include "core/vlm.h"
 #include "api/vlm_schema.h"
-#include "engine/vlm_grammar.h"
+#include "grammar/vlm_grammar.h"
 #include "text/vlm_tokenizer.h"
 #include "bench_stats.h"
 

@@ -19,7 +19,7 @@
 #include <jansson.h>
 
 #include "api/vlm_schema.h"
-#include "engine/vlm_grammar.h"
+#include "grammar/vlm_grammar.h"
 
 
 #define fuzz_check(cond)  do { if (!(cond)) abort(); } while (0)

@@ -18,7 +18,7 @@
 #include <jansson.h>
 
 #include "api/vlm_schema.h"
-#include "engine/vlm_grammar.h"
+#include "grammar/vlm_grammar.h"
 
 
 #define N_MULTI  24

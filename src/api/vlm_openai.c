@@ -18,7 +18,7 @@
 
 #include <jansson.h>
 
-#include "engine/vlm_grammar.h"
+#include "grammar/vlm_grammar.h"
 #include "vlm_openai.h"
 #include "vlm_schema.h"
 

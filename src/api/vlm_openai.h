@@ -191,7 +191,7 @@ typedef struct {
     double                  repetition_penalty; /* > 0 */
 
     /*
-     * Constrained output: a grammar program (engine/vlm_grammar.h) from
+     * Constrained output: a grammar program (grammar/vlm_grammar.h) from
      * response_format's json_object or json_schema, or from the tools
      * when tool_choice requires a call; NULL: free text.
      */

@@ -2,7 +2,7 @@
  * JSON Schema (2020-12, the subset OpenAI's structured outputs document:
  * type, properties, required, additionalProperties, enum, const, items,
  * minItems, maxItems, anyOf, oneOf, $ref to $defs, minLength, maxLength,
- * a few formats) compiled to the grammar program of engine/vlm_grammar.h.
+ * a few formats) compiled to the grammar program of grammar/vlm_grammar.h.
  * Annotations (title, description, default, ...) are ignored; any other
  * keyword is refused with its path.
  */
@@ -15,7 +15,7 @@
 
 #include <jansson.h>
 
-#include "engine/vlm_grammar.h"
+#include "grammar/vlm_grammar.h"
 #include "vlm_schema.h"
 
 

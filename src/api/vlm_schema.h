@@ -1,5 +1,5 @@
 /*
- * JSON Schema to a grammar program (engine/vlm_grammar.h), in an nginx
+ * JSON Schema to a grammar program (grammar/vlm_grammar.h), in an nginx
  * worker: response_format's json_object and json_schema, and the
  * arguments of tool calls.  A keyword the grammar cannot honour is an
  * error that names the keyword and its JSON path ("$.properties.age"),

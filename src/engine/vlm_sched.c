@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "vlm_grammar.h"
+#include "grammar/vlm_grammar.h"
 #include "vlm_sampler.h"
 #include "vlm_sched.h"
 
