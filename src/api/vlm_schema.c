@@ -247,6 +247,10 @@ vlm_sb_words(vlm_sb_t *sb, const char *const *words, size_t n,
     size_t   i;
     json_t  *v[4];
 
+    /* at most 4 words: true, false, null */
+    memset(v, 0, sizeof(v));
+    n = n < 4 ? n : 4;
+
     for (i = 0; i < n; i++) {
         v[i] = json_loads(words[i], JSON_DECODE_ANY, NULL);
         if (v[i] == NULL) {
