@@ -180,8 +180,12 @@ vlm_sb_bytes(vlm_sb_t *sb, const char *s, size_t len)
     }
 
     off = sb->n_bytes;
-    memcpy(sb->bytes + off, s, len);
-    sb->n_bytes += (uint32_t) len;
+
+    if (len) {
+        memcpy(sb->bytes + off, s, len);
+        sb->n_bytes += (uint32_t) len;
+    }
+
 
     return off;
 }
@@ -1054,8 +1058,11 @@ vlm_sb_finish(vlm_sb_t *sb, uint32_t root)
 
     memcpy(p, &h, sizeof(h));
     memcpy(p + sizeof(h), sb->nodes, sb->n_nodes * sizeof(vlm_gnode_t));
-    memcpy(p + sizeof(h) + sb->n_nodes * sizeof(vlm_gnode_t), sb->idx,
-           sb->n_idx * sizeof(uint32_t));
+    if (sb->n_idx) {
+        memcpy(p + sizeof(h) + sb->n_nodes * sizeof(vlm_gnode_t), sb->idx,
+               sb->n_idx * sizeof(uint32_t));
+    }
+
     if (sb->n_bytes) {
         memcpy(p + len - sb->n_bytes, sb->bytes, sb->n_bytes);
     }
