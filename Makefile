@@ -37,7 +37,7 @@ CFLAGS_BASE := -std=c11 -g $(OPT) -fPIC -Wall -Wextra -Werror \
 # the parts of src/, lowest first; every folder but http/ and cli/ is
 # the engine library.  A file includes another folder's header by its
 # path from src/ ("queue/vlm_queue.h"), its own folder's by name.
-LIB_DIRS  := core queue api text image backend model model/qwen2vl \
+LIB_DIRS  := core queue grammar api text image backend model model/qwen2vl \
              model/qwen3vl model/idefics3 engine
 SRC_DIRS  := $(LIB_DIRS) http cli
 CPPFLAGS  += -I$(ROOT)/src
@@ -369,7 +369,8 @@ fuzz-openai:
 	$(FUZZ_CC) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=undefined -DVLM_OPENAI_ELIDE_MIN=4 \
 	    $(CPPFLAGS) \
-	    fuzz/fuzz_openai.c src/api/vlm_openai.c src/core/vlm_common.c \
+	    fuzz/fuzz_openai.c src/api/vlm_openai.c src/api/vlm_schema.c \
+	    src/grammar/vlm_grammar.c src/core/vlm_common.c \
 	    -o $(FUZZ_OUT)/fuzz_openai -ljansson -lm
 	$(FUZZ_OUT)/fuzz_openai -max_total_time=$(FUZZ_TIME) \
 	    -dict=fuzz/openai.dict -max_len=4096 \

@@ -183,7 +183,48 @@ sub request {
     $r{presence_penalty} = rand(4) - 2 if rand() < 0.1;
     $r{repetition_penalty} = rand 2 if rand() < 0.1;
 
+    if (rand() < 0.15) {
+        $r{response_format} = rand() < 0.3 ? { type => 'json_object' }
+            : { type => 'json_schema',
+                json_schema => { name => 'x', schema => schema(3) } };
+    }
+
+    if (rand() < 0.1) {
+        $r{tools} = [ map { { type => 'function', function => {
+            name => "f$_", parameters => schema(2) } } } 1 .. 1 + int rand 3 ];
+        $r{tool_choice} = pick('auto', 'none', 'required',
+            { type => 'function', function => { name => 'f1' } });
+        $r{parallel_tool_calls} = JSON::PP::false if rand() < 0.5;
+    }
+
     return \%r;
+}
+
+
+# a random JSON schema (mutate_value may break it further)
+sub schema {
+    my ($depth) = @_;
+    my $t = pick('string', 'integer', 'number', 'boolean', 'null', 'object',
+                 'array', 'enum', 'anyOf');
+
+    $t = 'string' if $depth <= 0 && ($t eq 'object' || $t eq 'array'
+                                     || $t eq 'anyOf');
+
+    return { enum => [ 'a', 1, JSON::PP::true, undef ] } if $t eq 'enum';
+    return { anyOf => [ schema($depth - 1), { type => 'null' } ] }
+        if $t eq 'anyOf';
+    return { type => 'string', maxLength => int rand 8 } if $t eq 'string';
+
+    if ($t eq 'object') {
+        my %p = map { ("k$_" => schema($depth - 1)) } 1 .. int rand 3;
+        return { type => 'object', properties => \%p,
+                 required => [ grep { rand() < 0.5 } sort keys %p ] };
+    }
+
+    return { type => 'array', items => schema($depth - 1),
+             maxItems => int rand 4 } if $t eq 'array';
+
+    return { type => $t };
 }
 
 

@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "api/vlm_openai.h"
+#include "grammar/vlm_grammar.h"
 
 
 #define BODY(x)                                                               \
@@ -853,27 +854,100 @@ test_image_url_errors(void **state)
 }
 
 
+/* response_format and tools give a grammar, tools a prompt block */
+static void
+test_structured_output(void **state)
+{
+    vlm_error_t           e;
+    vlm_grammar_t         g;
+    vlm_openai_request_t  req;
+
+    parse_ok(BODY("\"response_format\":{\"type\":\"json_schema\","
+                  "\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":"
+                  "\"array\",\"items\":{\"enum\":[1,2]}}}}"), NULL, &req);
+    assert_non_null(req.grammar);
+    assert_int_equal(vlm_grammar_open(&g, req.grammar, req.grammar_len, &e),
+                     VLM_OK);
+    assert_int_equal(req.tool_choice, VLM_OPENAI_TOOLS_NONE);
+    vlm_openai_request_free(&req);
+
+    parse_ok(BODY("\"response_format\":{\"type\":\"text\"}"), NULL, &req);
+    assert_null(req.grammar);
+    vlm_openai_request_free(&req);
+
+    /* auto: the tools in the prompt, no grammar */
+    parse_ok(BODY("\"tools\":[{\"type\":\"function\",\"function\":"
+                  "{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}]"),
+             NULL, &req);
+    assert_int_equal(req.tool_choice, VLM_OPENAI_TOOLS_AUTO);
+    assert_int_equal(req.n_tools, 1);
+    assert_null(req.grammar);
+    assert_non_null(req.tools_prompt);
+    assert_non_null(strstr(req.tools_prompt, "\n\n# Tools\n\nYou may call "
+                           "one or more functions"));
+    assert_non_null(strstr(req.tools_prompt, "<tools>\n{\"type\": "
+                           "\"function\", \"function\": {\"name\": \"f\", "
+                           "\"parameters\": {\"type\": \"object\"}}}\n"
+                           "</tools>"));
+    vlm_openai_request_free(&req);
+
+    /* required: a grammar of calls; none: no prompt block */
+    parse_ok(BODY("\"tools\":[{\"type\":\"function\",\"function\":"
+                  "{\"name\":\"f\"}}],\"tool_choice\":\"required\","
+                  "\"parallel_tool_calls\":false"), NULL, &req);
+    assert_int_equal(req.tool_choice, VLM_OPENAI_TOOLS_REQUIRED);
+    assert_int_equal(req.parallel_tool_calls, 0);
+    assert_non_null(req.grammar);
+    vlm_openai_request_free(&req);
+
+    parse_ok(BODY("\"tools\":[{\"type\":\"function\",\"function\":"
+                  "{\"name\":\"f\"}}],\"tool_choice\":\"none\""), NULL,
+             &req);
+    assert_int_equal(req.tool_choice, VLM_OPENAI_TOOLS_NONE);
+    assert_null(req.tools_prompt);
+    assert_null(req.grammar);
+    vlm_openai_request_free(&req);
+}
+
+
 static void
 test_unsupported_parameters(void **state)
 {
     static const error_case_t  cases[] = {
+        { BODY("\"tools\":[{\"type\":\"retrieval\"}]"), VLM_ERR_INVALID,
+          "invalid_value", "tools[0].type", "only 'function'" },
         { BODY("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
-               "\"f\"}}]"), VLM_ERR_UNSUPPORTED, "unsupported_parameter",
-          "tools", "Unsupported parameter: 'tools'" },
-        { BODY("\"tool_choice\":\"required\""), VLM_ERR_UNSUPPORTED,
-          "unsupported_parameter", "tool_choice", "'tool_choice'" },
+               "\"a b\"}}]"), VLM_ERR_INVALID, "invalid_value",
+          "tools[0].function.name", "a-z, A-Z, 0-9" },
+        { BODY("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+               "\"f\",\"parameters\":{\"type\":\"object\",\"properties\":"
+               "{\"x\":{\"not\":{}}}}}}],\"tool_choice\":\"required\""),
+          VLM_ERR_UNSUPPORTED, "invalid_function_parameters",
+          "tools[0].function.parameters.properties.x",
+          "unsupported keyword 'not'" },
+        { BODY("\"tool_choice\":\"required\""), VLM_ERR_INVALID,
+          "invalid_value", "tool_choice", "'tools' lists no function" },
         { BODY("\"tool_choice\":{\"type\":\"function\"}"),
-          VLM_ERR_UNSUPPORTED, "unsupported_parameter", "tool_choice",
-          "'tool_choice'" },
+          VLM_ERR_INVALID, "missing_required_parameter",
+          "tool_choice.function.name", "'tool_choice.function.name'" },
+        { BODY("\"parallel_tool_calls\":1"), VLM_ERR_INVALID,
+          "invalid_type", "parallel_tool_calls", "a boolean" },
         { BODY("\"functions\":[{\"name\":\"f\"}]"), VLM_ERR_UNSUPPORTED,
           "unsupported_parameter", "functions", "'functions'" },
         { BODY("\"function_call\":{\"name\":\"f\"}"), VLM_ERR_UNSUPPORTED,
           "unsupported_parameter", "function_call", "'function_call'" },
-        { BODY("\"response_format\":{\"type\":\"json_object\"}"),
-          VLM_ERR_UNSUPPORTED, "unsupported_parameter", "response_format",
-          "'response_format'" },
-        { BODY("\"response_format\":\"text\""), VLM_ERR_UNSUPPORTED,
-          "unsupported_parameter", "response_format", "'response_format'" },
+        { BODY("\"response_format\":{\"type\":\"xml\"}"),
+          VLM_ERR_INVALID, "invalid_value", "response_format.type",
+          "'json_schema'" },
+        { BODY("\"response_format\":\"text\""), VLM_ERR_INVALID,
+          "invalid_type", "response_format", "an object" },
+        { BODY("\"response_format\":{\"type\":\"json_schema\","
+               "\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":"
+               "\"object\",\"properties\":{\"a\":{\"type\":\"string\","
+               "\"pattern\":\"x\"}}}}}"),
+          VLM_ERR_UNSUPPORTED, "invalid_json_schema",
+          "response_format.json_schema.schema",
+          "$.properties.a: unsupported keyword 'pattern'" },
     };
 
     run_error_cases(cases, sizeof(cases) / sizeof(cases[0]));
@@ -1384,7 +1458,7 @@ test_long_strings_errors(void **state)
     free(body);
 
     body = long_body(BODY("\"tool_choice\":\"%s\""), text);
-    expect_error(body, NULL, VLM_ERR_UNSUPPORTED, "unsupported_parameter",
+    expect_error(body, NULL, VLM_ERR_INVALID, "invalid_value",
                  "tool_choice", "'tool_choice'");
     free(body);
 
@@ -2367,6 +2441,7 @@ main(void)
         cmocka_unit_test(test_parameter_edges),
         cmocka_unit_test(test_nulls_are_absent),
         cmocka_unit_test(test_unknown_fields_ignored),
+        cmocka_unit_test(test_structured_output),
         cmocka_unit_test(test_text_is_unescaped_utf8),
         cmocka_unit_test(test_wrong_types),
         cmocka_unit_test(test_out_of_range),

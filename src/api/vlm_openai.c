@@ -18,7 +18,9 @@
 
 #include <jansson.h>
 
+#include "grammar/vlm_grammar.h"
 #include "vlm_openai.h"
+#include "vlm_schema.h"
 
 
 #define VLM_OPENAI_INVALID_REQUEST  "invalid_request_error"
@@ -896,29 +898,15 @@ vlm_openai_parse_sampling(vlm_openai_parser_t *p, const json_t *root)
 static vlm_status_t
 vlm_openai_parse_unsupported(vlm_openai_parser_t *p, const json_t *root)
 {
-    json_t       *v, *t;
+    json_t       *v;
     const char   *s;
     const char   *param;
 
     param = NULL;
 
-    v = vlm_openai_get(root, "tools");
-    if (v != NULL && !(json_is_array(v) && json_array_size(v) == 0)) {
-        param = "tools";
-    }
-
     v = vlm_openai_get(root, "functions");
     if (v != NULL && !(json_is_array(v) && json_array_size(v) == 0)) {
         param = "functions";
-    }
-
-    v = vlm_openai_get(root, "tool_choice");
-    if (v != NULL) {
-        s = json_string_value(v);
-        if (s == NULL || (strcmp(s, "none") != 0 && strcmp(s, "auto") != 0))
-        {
-            param = "tool_choice";
-        }
     }
 
     v = vlm_openai_get(root, "function_call");
@@ -930,15 +918,6 @@ vlm_openai_parse_unsupported(vlm_openai_parser_t *p, const json_t *root)
         }
     }
 
-    v = vlm_openai_get(root, "response_format");
-    if (v != NULL) {
-        t = json_is_object(v) ? json_object_get(v, "type") : NULL;
-        s = json_string_value(t);
-        if (s == NULL || strcmp(s, "text") != 0) {
-            param = "response_format";
-        }
-    }
-
     if (param == NULL) {
         return VLM_OK;
     }
@@ -947,6 +926,413 @@ vlm_openai_parse_unsupported(vlm_openai_parser_t *p, const json_t *root)
                           "unsupported_parameter", param,
                           "Unsupported parameter: '%s' is not supported by "
                           "this server.", param);
+}
+
+
+/* elided strings of a value (a schema, a tool) put back, depth-bounded */
+static vlm_status_t
+vlm_openai_unelide(vlm_openai_parser_t *p, json_t *v, int depth)
+{
+    size_t            i;
+    json_t           *c;
+    const char       *k;
+    vlm_openai_str_t  str;
+
+    if (depth > 64) {
+        return VLM_OK;
+    }
+
+    if (json_is_string(v)) {
+        vlm_openai_str_set(p, &str, v);
+
+        if (str.data != json_string_value(v)
+            && json_string_setn(v, str.data, str.len) != 0)
+        {
+            return vlm_openai_error_set(p->err, VLM_ERR_NOMEM, 503,
+                                        "server_error", NULL, NULL,
+                                        "no memory for the request");
+        }
+
+        return VLM_OK;
+    }
+
+    if (json_is_array(v)) {
+        json_array_foreach(v, i, c) {
+            if (vlm_openai_unelide(p, c, depth + 1) != VLM_OK) {
+                return p->err->status;
+            }
+        }
+    }
+
+    if (json_is_object(v)) {
+        json_object_foreach(v, k, c) {
+            if (vlm_openai_unelide(p, c, depth + 1) != VLM_OK) {
+                return p->err->status;
+            }
+        }
+    }
+
+    return VLM_OK;
+}
+
+
+/*
+ * Qwen2.5's tools block of the system turn (its chat template's text,
+ * each tool as transformers' tojson writes it: ", " and ": ").
+ */
+static vlm_status_t
+vlm_openai_tools_prompt(vlm_openai_parser_t *p, const json_t *tools)
+{
+    char    *text, *out;
+    size_t   i, n, len;
+    json_t  *t;
+
+    static const char  head[] =
+        "\n\n# Tools\n\nYou may call one or more functions to assist with "
+        "the user query.\n\nYou are provided with function signatures "
+        "within <tools></tools> XML tags:\n<tools>";
+    static const char  tail[] =
+        "\n</tools>\n\nFor each function call, return a json object with "
+        "function name and arguments within <tool_call></tool_call> XML "
+        "tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+        "<args-json-object>}\n</tool_call>";
+
+    len = sizeof(head) - 1 + sizeof(tail) - 1;
+    n = json_array_size(tools);
+
+    for (i = 0; i < n; i++) {
+        len += 1 + json_dumpb(json_array_get(tools, i), NULL, 0,
+                              JSON_ENCODE_ANY);
+    }
+
+    out = malloc(len + 1);
+    if (out == NULL) {
+        return vlm_openai_error_set(p->err, VLM_ERR_NOMEM, 503,
+                                    "server_error", NULL, NULL,
+                                    "no memory for the request");
+    }
+
+    text = out;
+    memcpy(text, head, sizeof(head) - 1);
+    text += sizeof(head) - 1;
+
+    json_array_foreach(tools, i, t) {
+        *text++ = '\n';
+        text += json_dumpb(t, text, len - (size_t) (text - out),
+                           JSON_ENCODE_ANY);
+    }
+
+    memcpy(text, tail, sizeof(tail) - 1);
+    text += sizeof(tail) - 1;
+    *text = '\0';
+
+    p->req->tools_prompt = out;
+    p->req->tools_prompt_len = (size_t) (text - out);
+
+    return VLM_OK;
+}
+
+
+/*
+ * response_format: "text", "json_object" (any JSON object) or
+ * "json_schema" (json_schema.schema compiled to a grammar; a keyword the
+ * grammar cannot honour is a 400 that names its JSON path).  A grammar
+ * the tools already set (tool_choice "required" or named) comes first.
+ */
+static vlm_status_t
+vlm_openai_parse_response_format(vlm_openai_parser_t *p, const json_t *root)
+{
+    json_t            *v, *js, *schema, *name;
+    const char        *type;
+    vlm_error_t        e;
+    vlm_schema_out_t   out;
+    vlm_openai_request_t  *req = p->req;
+
+    v = vlm_openai_get(root, "response_format");
+    if (v == NULL) {
+        return VLM_OK;
+    }
+
+    if (!json_is_object(v)) {
+        return vlm_openai_bad_type(p->err, "response_format", "an object", v);
+    }
+
+    type = json_string_value(json_object_get(v, "type"));
+
+    if (type == NULL) {
+        return vlm_openai_missing(p->err, "response_format.type");
+    }
+
+    if (strcmp(type, "text") == 0 || req->grammar != NULL) {
+        return VLM_OK;
+    }
+
+    if (vlm_openai_unelide(p, v, 0) != VLM_OK) {
+        return p->err->status;
+    }
+
+    if (strcmp(type, "json_object") == 0) {
+        schema = NULL;
+
+    } else if (strcmp(type, "json_schema") == 0) {
+        js = json_object_get(v, "json_schema");
+
+        if (!json_is_object(js)) {
+            return js ? vlm_openai_bad_type(p->err,
+                                            "response_format.json_schema",
+                                            "an object", js)
+                      : vlm_openai_missing(p->err,
+                                           "response_format.json_schema");
+        }
+
+        name = json_object_get(js, "name");
+        if (!json_is_string(name)) {
+            return name ? vlm_openai_bad_type(p->err,
+                                         "response_format.json_schema.name",
+                                         "a string", name)
+                        : vlm_openai_missing(p->err,
+                                         "response_format.json_schema.name");
+        }
+
+        schema = json_object_get(js, "schema");
+
+        if (schema != NULL && !json_is_object(schema)) {
+            return vlm_openai_bad_type(p->err,
+                                       "response_format.json_schema.schema",
+                                       "an object", schema);
+        }
+
+    } else {
+        return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value",
+                              "response_format.type", "Invalid value for "
+                              "'response_format.type': expected one of "
+                              "'text', 'json_object' or 'json_schema'.");
+    }
+
+    if (vlm_schema_compile(schema, &out, &e) != VLM_OK) {
+        if (e.status == VLM_ERR_NOMEM) {
+            return vlm_openai_error_from(p->err, &e, NULL);
+        }
+
+        return vlm_openai_bad(p->err, VLM_ERR_UNSUPPORTED,
+                              "invalid_json_schema",
+                              "response_format.json_schema.schema",
+                              "Invalid schema for response_format: %s.",
+                              e.msg);
+    }
+
+    req->grammar = out.prog;
+    req->grammar_len = out.len;
+
+    return VLM_OK;
+}
+
+
+/*
+ * tools (functions), tool_choice and parallel_tool_calls.  "required" or
+ * a named function constrains the output to <tool_call>s whose arguments
+ * follow the function's parameters schema.
+ */
+static vlm_status_t
+vlm_openai_parse_tools(vlm_openai_parser_t *p, const json_t *root)
+{
+    char                   param[VLM_OPENAI_PATH_LEN];
+    size_t                 i, n, k;
+    json_t                *tools, *t, *fn, *v, *choice;
+    const char            *s, *want;
+    vlm_error_t            e;
+    vlm_schema_out_t       out;
+    vlm_schema_fn_t        fns[VLM_GRAMMAR_MAX_CAND];
+    vlm_openai_request_t  *req = p->req;
+
+    tools = vlm_openai_get(root, "tools");
+    n = 0;
+
+    if (tools != NULL) {
+        if (!json_is_array(tools)) {
+            return vlm_openai_bad_type(p->err, "tools", "an array", tools);
+        }
+
+        n = json_array_size(tools);
+
+        if (n > VLM_GRAMMAR_MAX_CAND) {
+            return vlm_openai_bad(p->err, VLM_ERR_UNSUPPORTED,
+                                  "unsupported_value", "tools", "Invalid "
+                                  "'tools': at most %d tools are "
+                                  "supported.", VLM_GRAMMAR_MAX_CAND);
+        }
+    }
+
+    if (n && vlm_openai_unelide(p, tools, 0) != VLM_OK) {
+        return p->err->status;
+    }
+
+    for (i = 0; i < n; i++) {
+        t = json_array_get(tools, i);
+        vlm_openai_pathf(param, "tools[%zu]", i);
+
+        if (!json_is_object(t)) {
+            return vlm_openai_bad_type(p->err, param, "an object", t);
+        }
+
+        s = json_string_value(json_object_get(t, "type"));
+        vlm_openai_pathf(param, "tools[%zu].type", i);
+
+        if (s == NULL || strcmp(s, "function") != 0) {
+            return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value",
+                                  param, "Invalid value for '%s': only "
+                                  "'function' is supported.", param);
+        }
+
+        fn = json_object_get(t, "function");
+        vlm_openai_pathf(param, "tools[%zu].function", i);
+
+        if (!json_is_object(fn)) {
+            return fn ? vlm_openai_bad_type(p->err, param, "an object", fn)
+                      : vlm_openai_missing(p->err, param);
+        }
+
+        v = json_object_get(fn, "name");
+        s = json_string_value(v);
+        vlm_openai_pathf(param, "tools[%zu].function.name", i);
+
+        if (s == NULL) {
+            return v ? vlm_openai_bad_type(p->err, param, "a string", v)
+                     : vlm_openai_missing(p->err, param);
+        }
+
+        /* OpenAI's rule for function names */
+        for (k = 0; s[k]; k++) {
+            if (!((s[k] >= 'a' && s[k] <= 'z') || (s[k] >= 'A' && s[k] <= 'Z')
+                  || (s[k] >= '0' && s[k] <= '9') || s[k] == '_'
+                  || s[k] == '-'))
+            {
+                break;
+            }
+        }
+
+        if (k == 0 || k > 64 || s[k] != '\0') {
+            return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value",
+                                  param, "Invalid '%s': a function name is "
+                                  "1 to 64 of a-z, A-Z, 0-9, '_' and '-'.",
+                                  param);
+        }
+
+        v = json_object_get(fn, "parameters");
+        vlm_openai_pathf(param, "tools[%zu].function.parameters", i);
+
+        if (v != NULL && !json_is_object(v)) {
+            return vlm_openai_bad_type(p->err, param, "an object", v);
+        }
+
+        fns[i].name = s;
+        fns[i].parameters = v;
+    }
+
+    req->tools = tools;
+    req->n_tools = (uint32_t) n;
+    req->tool_choice = n ? VLM_OPENAI_TOOLS_AUTO : VLM_OPENAI_TOOLS_NONE;
+    req->parallel_tool_calls = 1;
+
+    v = vlm_openai_get(root, "parallel_tool_calls");
+    if (v != NULL) {
+        if (!json_is_boolean(v)) {
+            return vlm_openai_bad_type(p->err, "parallel_tool_calls",
+                                       "a boolean", v);
+        }
+
+        req->parallel_tool_calls = json_is_true(v);
+    }
+
+    choice = vlm_openai_get(root, "tool_choice");
+    want = NULL;
+    s = json_string_value(choice);
+
+    /* with "none" the model is not told of the tools */
+    if (n && (s == NULL || strcmp(s, "none") != 0)
+        && vlm_openai_tools_prompt(p, tools) != VLM_OK)
+    {
+        return p->err->status;
+    }
+
+    if (choice == NULL) {
+        return VLM_OK;
+    }
+
+    if (json_is_string(choice)) {
+        if (strcmp(s, "none") == 0) {
+            req->tool_choice = VLM_OPENAI_TOOLS_NONE;
+            return VLM_OK;
+        }
+
+        if (strcmp(s, "auto") == 0) {
+            return VLM_OK;
+        }
+
+        if (strcmp(s, "required") != 0) {
+            return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value",
+                                  "tool_choice", "Invalid value for "
+                                  "'tool_choice': expected 'none', 'auto', "
+                                  "'required' or a function.");
+        }
+
+        req->tool_choice = VLM_OPENAI_TOOLS_REQUIRED;
+
+    } else if (json_is_object(choice)) {
+        want = json_string_value(json_object_get(json_object_get(choice,
+                                                     "function"), "name"));
+        if (want == NULL) {
+            return vlm_openai_missing(p->err, "tool_choice.function.name");
+        }
+
+        for (i = 0; i < n; i++) {
+            if (strcmp(fns[i].name, want) == 0) {
+                break;
+            }
+        }
+
+        if (i == n) {
+            return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value",
+                                  "tool_choice", "Invalid value for "
+                                  "'tool_choice': no function named '%.64s' "
+                                  "in 'tools'.", want);
+        }
+
+        fns[0] = fns[i];
+        req->tool_choice = VLM_OPENAI_TOOLS_NAMED;
+
+    } else {
+        return vlm_openai_bad_type(p->err, "tool_choice", "a string or an "
+                                   "object", choice);
+    }
+
+    if (n == 0) {
+        return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value",
+                              "tool_choice", "Invalid value for "
+                              "'tool_choice': 'tools' lists no function.");
+    }
+
+    if (vlm_schema_compile_tools(fns, want ? 1 : (uint32_t) n,
+                                 (want || !req->parallel_tool_calls) ? 1 : 8,
+                                 &out, &e)
+        != VLM_OK)
+    {
+        if (e.status == VLM_ERR_NOMEM) {
+            return vlm_openai_error_from(p->err, &e, NULL);
+        }
+
+        vlm_openai_pathf(param, "%s", out.path[0] ? out.path : "tools");
+
+        return vlm_openai_bad(p->err, VLM_ERR_UNSUPPORTED,
+                              "invalid_function_parameters", param,
+                              "Invalid schema for function parameters: "
+                              "%s.", e.msg);
+    }
+
+    req->grammar = out.prog;
+    req->grammar_len = out.len;
+
+    return VLM_OK;
 }
 
 
@@ -1833,6 +2219,12 @@ vlm_openai_parse_fields(vlm_openai_parser_t *p, const json_t *root)
         return rc;
     }
 
+    if ((rc = vlm_openai_parse_tools(p, root)) != VLM_OK
+        || (rc = vlm_openai_parse_response_format(p, root)) != VLM_OK)
+    {
+        return rc;
+    }
+
     return vlm_openai_parse_unsupported(p, root);
 }
 
@@ -2240,9 +2632,17 @@ vlm_openai_request_free(vlm_openai_request_t *req)
 
     free(req->mem);
     free(req->tokens);
+    free(req->grammar);
+    free(req->tools_prompt);
     req->mem = NULL;
     req->tokens = NULL;
     req->n_tokens = 0;
+    req->tools_prompt = NULL;
+    req->tools_prompt_len = 0;
+    req->grammar = NULL;
+    req->grammar_len = 0;
+    req->tools = NULL;
+    req->n_tools = 0;
     req->messages = NULL;
     req->parts = NULL;
     req->images = NULL;
@@ -2652,7 +3052,14 @@ vlm_openai_response_init(vlm_openai_response_t *resp, const char *model,
 static const char *
 vlm_openai_finish_name(vlm_openai_finish_t finish)
 {
-    return finish == VLM_OPENAI_FINISH_LENGTH ? "\"length\"" : "\"stop\"";
+    switch (finish) {
+    case VLM_OPENAI_FINISH_LENGTH:
+        return "\"length\"";
+    case VLM_OPENAI_FINISH_TOOL_CALLS:
+        return "\"tool_calls\"";
+    default:
+        return "\"stop\"";
+    }
 }
 
 
@@ -2858,6 +3265,67 @@ vlm_openai_format_completion(const vlm_openai_response_t *resp,
 }
 
 
+void
+vlm_openai_call_id(const vlm_openai_response_t *resp, uint32_t index,
+    char *id)
+{
+    /* "call_", 22 hex digits of the response's id, the index in 2 */
+    snprintf(id, VLM_OPENAI_CALL_ID_LEN + 1, "call_%.22s%02x",
+             resp->id + sizeof("chatcmpl-") - 1, index & 0xff);
+}
+
+
+vlm_status_t
+vlm_openai_format_completion_calls(const vlm_openai_response_t *resp,
+    const vlm_openai_output_t *out, const vlm_openai_tool_call_t *calls,
+    size_t n_calls, vlm_openai_finish_t finish,
+    const vlm_openai_usage_t *usage, char *buf, size_t size, size_t *len)
+{
+    char              id[VLM_OPENAI_CALL_ID_LEN + 1];
+    size_t            i;
+    vlm_openai_buf_t  b;
+
+    vlm_openai_buf_init(&b, buf, size);
+
+    vlm_openai_put_head(&b, resp, "chat.completion");
+    vlm_openai_put_lit(&b, ",\"choices\":[{\"index\":0,\"message\":"
+                           "{\"role\":\"assistant\",\"content\":");
+
+    if (out->len) {
+        vlm_openai_put_quoted(&b, out->text, out->len);
+
+    } else {
+        vlm_openai_put_lit(&b, "null");
+    }
+
+    vlm_openai_put_lit(&b, ",\"tool_calls\":[");
+
+    for (i = 0; i < n_calls; i++) {
+        vlm_openai_call_id(resp, (uint32_t) i, id);
+
+        vlm_openai_put_lit(&b, i ? ",{\"id\":\"" : "{\"id\":\"");
+        vlm_openai_put(&b, id, strlen(id));
+        vlm_openai_put_lit(&b, "\",\"type\":\"function\",\"function\":"
+                               "{\"name\":");
+        vlm_openai_put_quoted(&b, calls[i].name, calls[i].name_len);
+        vlm_openai_put_lit(&b, ",\"arguments\":");
+        vlm_openai_put_quoted(&b, calls[i].args, calls[i].args_len);
+        vlm_openai_put_lit(&b, "}}");
+    }
+
+    vlm_openai_put_lit(&b, "]}");
+    vlm_openai_put_logprobs(&b, resp, out);
+    vlm_openai_put_lit(&b, ",\"finish_reason\":");
+    vlm_openai_put(&b, vlm_openai_finish_name(finish),
+                   strlen(vlm_openai_finish_name(finish)));
+    vlm_openai_put_lit(&b, "}],");
+    vlm_openai_put_usage(&b, usage);
+    vlm_openai_put_lit(&b, "}");
+
+    return vlm_openai_buf_done(&b, len);
+}
+
+
 /*
  * A chunk: the prebuilt head, one choice (choice is its inside after
  * "index"), and the tail; with include_usage every chunk but the usage
@@ -2888,6 +3356,46 @@ vlm_openai_format_chunk_role(const vlm_openai_response_t *resp, char *buf,
     vlm_openai_put_lit(&b, "{\"index\":0,\"delta\":{\"role\":\"assistant\","
                            "\"content\":\"\"},\"logprobs\":null,"
                            "\"finish_reason\":null");
+    vlm_openai_put_chunk_end(&b, resp);
+
+    return vlm_openai_buf_done(&b, len);
+}
+
+
+vlm_status_t
+vlm_openai_format_chunk_call(const vlm_openai_response_t *resp,
+    uint32_t index, const char *name, size_t name_len, const char *args,
+    size_t args_len, char *buf, size_t size, size_t *len)
+{
+    char              id[VLM_OPENAI_CALL_ID_LEN + 1];
+    char              num[16];
+    vlm_openai_buf_t  b;
+
+    vlm_openai_buf_init(&b, buf, size);
+
+    snprintf(num, sizeof(num), "%u", index);
+
+    vlm_openai_put(&b, resp->head, resp->head_len);
+    vlm_openai_put_lit(&b, "{\"index\":0,\"delta\":{\"tool_calls\":"
+                           "[{\"index\":");
+    vlm_openai_put(&b, num, strlen(num));
+
+    if (name != NULL) {
+        vlm_openai_call_id(resp, index, id);
+
+        vlm_openai_put_lit(&b, ",\"id\":\"");
+        vlm_openai_put(&b, id, strlen(id));
+        vlm_openai_put_lit(&b, "\",\"type\":\"function\",\"function\":"
+                               "{\"name\":");
+        vlm_openai_put_quoted(&b, name, name_len);
+        vlm_openai_put_lit(&b, ",\"arguments\":");
+
+    } else {
+        vlm_openai_put_lit(&b, ",\"function\":{\"arguments\":");
+    }
+
+    vlm_openai_put_quoted(&b, args, args_len);
+    vlm_openai_put_lit(&b, "}}]},\"logprobs\":null,\"finish_reason\":null");
     vlm_openai_put_chunk_end(&b, resp);
 
     return vlm_openai_buf_done(&b, len);

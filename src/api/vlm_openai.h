@@ -25,6 +25,8 @@
 #define VLM_OPENAI_MODEL_MAX_LEN     256   /* bytes of a model name */
 
 #define VLM_OPENAI_PARAM_LEN         128
+#define VLM_OPENAI_QWEN_SYSTEM                                                \
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 #define VLM_OPENAI_MESSAGE_LEN       512
 
 /* room that always suffices for vlm_openai_format_(stream_)error() */
@@ -123,6 +125,14 @@ typedef struct {
 } vlm_openai_message_t;
 
 
+typedef enum {
+    VLM_OPENAI_TOOLS_NONE = 0,      /* no tools, or tool_choice "none" */
+    VLM_OPENAI_TOOLS_AUTO,
+    VLM_OPENAI_TOOLS_REQUIRED,
+    VLM_OPENAI_TOOLS_NAMED          /* {"type":"function","function":...} */
+} vlm_openai_tool_choice_t;
+
+
 /* bits of vlm_openai_request_t.set: the parameters the client gave */
 #define VLM_OPENAI_SET_MAX_TOKENS          0x0001
 #define VLM_OPENAI_SET_TEMPERATURE         0x0002
@@ -206,6 +216,22 @@ typedef struct {
     uint32_t                logit_bias_id[VLM_OPENAI_LOGIT_BIAS_MAX];
     float                   logit_bias[VLM_OPENAI_LOGIT_BIAS_MAX];
 
+    /*
+     * Constrained output: a grammar program (grammar/vlm_grammar.h) from
+     * response_format's json_object or json_schema, or from the tools
+     * when tool_choice requires a call; NULL: free text.
+     */
+    void                   *grammar;
+    size_t                  grammar_len;
+
+    vlm_openai_tool_choice_t  tool_choice;
+    unsigned                parallel_tool_calls:1;
+    uint32_t                n_tools;
+    const void             *tools;          /* json_t array, in json */
+    char                   *tools_prompt;   /* malloc()ed: the tools for
+                                               the system turn, or NULL */
+    size_t                  tools_prompt_len;
+
     /* private */
     void                   *json;           /* json_t of the body */
     void                   *mem;            /* messages, parts, images */
@@ -254,7 +280,8 @@ vlm_status_t vlm_openai_error_from(vlm_openai_error_t *err,
 
 typedef enum {
     VLM_OPENAI_FINISH_STOP = 0,
-    VLM_OPENAI_FINISH_LENGTH
+    VLM_OPENAI_FINISH_LENGTH,
+    VLM_OPENAI_FINISH_TOOL_CALLS
 } vlm_openai_finish_t;
 
 typedef struct {
@@ -334,6 +361,35 @@ vlm_status_t vlm_openai_response_init(vlm_openai_response_t *resp,
 vlm_status_t vlm_openai_format_completion(const vlm_openai_response_t *resp,
     const vlm_openai_output_t *out, vlm_openai_finish_t finish,
     const vlm_openai_usage_t *usage, char *buf, size_t size, size_t *len);
+
+/* a tool call of the output (api/vlm_toolcall.h read it) */
+typedef struct {
+    const char  *name;
+    size_t       name_len;
+    const char  *args;          /* its arguments' JSON text */
+    size_t       args_len;
+} vlm_openai_tool_call_t;
+
+#define VLM_OPENAI_CALL_ID_LEN    29      /* "call_" and 24 hex */
+
+/* the id of a response's call number index */
+void vlm_openai_call_id(const vlm_openai_response_t *resp, uint32_t index,
+    char *id);
+
+/* chat.completion with "tool_calls"; out->len 0: "content":null */
+vlm_status_t vlm_openai_format_completion_calls(
+    const vlm_openai_response_t *resp, const vlm_openai_output_t *out,
+    const vlm_openai_tool_call_t *calls, size_t n_calls,
+    vlm_openai_finish_t finish, const vlm_openai_usage_t *usage, char *buf,
+    size_t size, size_t *len);
+
+/*
+ * data: {... "delta":{"tool_calls":[{"index":i,...}]} ...}\n\n: with a name,
+ * a call's first chunk (id, type, name, "arguments":""), else arguments
+ */
+vlm_status_t vlm_openai_format_chunk_call(const vlm_openai_response_t *resp,
+    uint32_t index, const char *name, size_t name_len, const char *args,
+    size_t args_len, char *buf, size_t size, size_t *len);
 
 /* SSE events of a stream, in this order: */
 /* data: {... "delta":{"role":"assistant","content":""} ...}\n\n */

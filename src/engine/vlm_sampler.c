@@ -28,6 +28,7 @@ struct vlm_sampler_s {
     float                 *bias;        /* [vocab] logit_bias, else 0 */
     int                    n_bias;
     int32_t                bias_ids[VLM_SAMPLER_MAX_BIAS];
+    const uint32_t        *mask;        /* the next draw's tokens, or NULL */
 };
 
 
@@ -202,6 +203,7 @@ vlm_sampler_reset(vlm_sampler_t *s, const vlm_sampler_params_t *p,
     }
 
     s->n_bias = 0;
+    s->mask = NULL;
     memset(s->counts, 0, (size_t) s->vocab * sizeof(int32_t));
     memset(s->seen, 0, (size_t) s->vocab);
 
@@ -365,6 +367,13 @@ vlm_sampler_select(vlm_sampler_t *s, int32_t *v, int n, int k)
 }
 
 
+void
+vlm_sampler_mask(vlm_sampler_t *s, const uint32_t *mask)
+{
+    s->mask = mask;
+}
+
+
 vlm_status_t
 vlm_sampler_sample(vlm_sampler_t *s, const float *logits, vlm_sample_t *out,
     vlm_error_t *err)
@@ -400,6 +409,10 @@ vlm_sampler_sample(vlm_sampler_t *s, const float *logits, vlm_sample_t *out,
 
         x += s->bias[i];
 
+        if (s->mask != NULL && !((s->mask[i >> 5] >> (i & 31)) & 1)) {
+            x = -INFINITY;
+        }
+
         s->work[i] = x;
         m = x > m ? x : m;
     }
@@ -413,20 +426,29 @@ vlm_sampler_sample(vlm_sampler_t *s, const float *logits, vlm_sample_t *out,
 
     /* the candidates, best first where an order is needed */
 
+    n = 0;
+
     for (i = 0; i < s->vocab; i++) {
-        s->idx[i] = i;
+        if (s->mask == NULL || s->work[i] != -INFINITY) {
+            s->idx[n++] = i;
+        }
+    }
+
+    if (n == 0 || m == -INFINITY) {
+        s->mask = NULL;
+        return vlm_error_set(err, VLM_ERR_INTERNAL,
+                             "sampler: no token is allowed");
     }
 
     if (p->temperature == 0.0f || p->top_k == 1) {
-        tok = 0;
-        for (i = 1; i < s->vocab; i++) {
-            if (s->work[i] > s->work[tok]) {
-                tok = i;
+        tok = s->idx[0];
+        for (i = 1; i < n; i++) {
+            if (s->work[s->idx[i]] > s->work[tok]) {
+                tok = s->idx[i];
             }
         }
 
     } else {
-        n = s->vocab;
 
         if (p->top_k > 0 && p->top_k < n) {
             vlm_sampler_select(s, s->idx, n, p->top_k);
@@ -483,6 +505,8 @@ vlm_sampler_sample(vlm_sampler_t *s, const float *logits, vlm_sample_t *out,
             }
         }
     }
+
+    s->mask = NULL;
 
     out->token = tok;
     out->logprob = (float) (s->work[tok] - lse);

@@ -80,6 +80,11 @@ vlm_status_t vlm_sampler_bias(vlm_sampler_t *s, const uint32_t *ids,
     const float *bias, int n, vlm_error_t *err);
 /* the prompt, seen by the repetition penalty */
 void vlm_sampler_prompt(vlm_sampler_t *s, const int32_t *ids, int n);
+/*
+ * Restricts the next draw to the tokens whose bit is set in mask (one bit
+ * per id, vocab_size bits; the caller keeps it alive until the draw).
+ */
+void vlm_sampler_mask(vlm_sampler_t *s, const uint32_t *mask);
 /* draws the next token from logits[vocab_size] and records it */
 vlm_status_t vlm_sampler_sample(vlm_sampler_t *s, const float *logits,
     vlm_sample_t *out, vlm_error_t *err);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "grammar/vlm_grammar.h"
 #include "vlm_sampler.h"
 #include "vlm_sched.h"
 
@@ -30,6 +31,9 @@ typedef struct {
     uint32_t             slot;
     vlm_seq_t           *seq;
     vlm_sampler_t       *sampler;
+    vlm_matcher_t       *matcher;       /* the request's grammar state */
+    vlm_grammar_t        grammar;       /* read in place in the arena */
+    unsigned             constrained:1;
     vlm_tok_stream_t     stream;
     int32_t              next;
     uint32_t             n_fed;
@@ -54,6 +58,7 @@ struct vlm_sched_s {
     const vlm_model_info_t   *info;
     const vlm_tokenizer_t    *tok;
     vlm_queue_t              *q;
+    vlm_trie_t               *trie;         /* the vocabulary's bytes */
 
     int                       n_reqs;
     vlm_sched_req_t          *reqs;
@@ -85,13 +90,17 @@ static void vlm_sched_end(vlm_sched_t *s, vlm_sched_req_t *r,
     vlm_queue_finish_t finish, vlm_status_t status, const char *msg);
 static size_t vlm_sched_stop_cut(vlm_sched_t *s, vlm_sched_req_t *r,
     size_t *keep, int *stopped);
+static vlm_status_t vlm_sched_trie(vlm_sched_t *s, int vocab,
+    vlm_error_t *err);
+static vlm_status_t vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r,
+    vlm_sample_t *sample, vlm_error_t *err);
 
 
 vlm_status_t
 vlm_sched_init(vlm_sched_t **sched, vlm_model_t *model, vlm_group_t *group,
     const vlm_tokenizer_t *tok, vlm_queue_t *q, vlm_error_t *err)
 {
-    int           i;
+    int           i, vocab;
     vlm_sched_t  *s;
 
     s = calloc(1, sizeof(vlm_sched_t));
@@ -142,11 +151,12 @@ vlm_sched_init(vlm_sched_t **sched, vlm_model_t *model, vlm_group_t *group,
          * tokens (Qwen2-VL: 151936 against 151665): those ids are never
          * drawn
          */
-        if (vlm_sampler_init(&s->reqs[i].sampler,
-                             vlm_min(s->info->vocab_size,
-                                     vlm_tokenizer_vocab_size(tok)),
-                             err)
-            != VLM_OK)
+        vocab = vlm_min(s->info->vocab_size, vlm_tokenizer_vocab_size(tok));
+
+        if ((s->trie == NULL && vlm_sched_trie(s, vocab, err) != VLM_OK)
+            || vlm_sampler_init(&s->reqs[i].sampler, vocab, err) != VLM_OK
+            || vlm_matcher_create(&s->reqs[i].matcher, s->trie, err)
+               != VLM_OK)
         {
             vlm_sched_free(s);
             return err->status;
@@ -176,6 +186,7 @@ vlm_sched_free(vlm_sched_t *s)
         }
 
         vlm_sampler_free(s->reqs[i].sampler);
+        vlm_matcher_free(s->reqs[i].matcher);
         free(s->reqs[i].held);
         free(s->reqs[i].out_text);
     }
@@ -184,6 +195,7 @@ vlm_sched_free(vlm_sched_t *s)
     free(s->items);
     free(s->batch_reqs);
     free(s->piece);
+    vlm_trie_free(s->trie);
     free(s);
 }
 
@@ -205,6 +217,123 @@ vlm_sched_publish_pool(vlm_metrics_t *m, const vlm_model_stats_t *st,
                      st->transfers_host - last->transfers_host);
     atomic_fetch_add(&m->feature_fallback_bytes,
                      st->fallback_bytes - last->fallback_bytes);
+}
+
+
+/*
+ * The token trie of constrained decoding, once at start-up: every token
+ * by the bytes it decodes to, special tokens left out (never allowed but
+ * for the end of text, which the mask adds itself).
+ */
+static vlm_status_t
+vlm_sched_trie(vlm_sched_t *s, int vocab, vlm_error_t *err)
+{
+    int            id;
+    size_t        *lens;
+    vlm_status_t   rc;
+    const char   **bytes;
+
+    bytes = calloc((size_t) vocab, sizeof(char *));
+    lens = calloc((size_t) vocab, sizeof(size_t));
+
+    if (bytes == NULL || lens == NULL) {
+        free(bytes);
+        free(lens);
+        return vlm_error_set(err, VLM_ERR_NOMEM, "scheduler: no memory");
+    }
+
+    for (id = 0; id < vocab; id++) {
+        bytes[id] = vlm_tokenizer_token_bytes(s->tok, id, &lens[id]);
+
+        if (bytes[id] == NULL || vlm_tokenizer_is_special(s->tok, id)) {
+            bytes[id] = "";
+            lens[id] = 0;
+        }
+    }
+
+    rc = vlm_trie_build(&s->trie, vocab, bytes, lens, err);
+
+    free(bytes);
+    free(lens);
+
+    return rc;
+}
+
+
+/*
+ * Draws a request's next token; with a grammar, from the tokens its mask
+ * allows, computed here between the forward step and the draw.
+ */
+static vlm_status_t
+vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r, vlm_sample_t *sample,
+    vlm_error_t *err)
+{
+    int                  i;
+    size_t               n, len;
+    uint32_t             left, room;
+    const char          *bytes;
+    const uint32_t      *mask;
+    vlm_queue_slot_t    *qs;
+
+    if (r->constrained) {
+        qs = vlm_queue_slot(s->q, r->slot);
+
+        /* the tokens this one included that the request may still draw */
+        left = UINT32_MAX;
+
+        if (qs->params.max_tokens > r->n_out) {
+            left = qs->params.max_tokens - r->n_out;
+        }
+
+        room = (uint32_t) s->info->max_seq_len;
+        room = room > (uint32_t) vlm_seq_length(r->seq)
+               ? room - (uint32_t) vlm_seq_length(r->seq) + 1 : 1;
+        left = vlm_min(left, room);
+
+        /* and one more for the end of text after the document */
+        left = left > 1 ? left - 1 : 1;
+
+        n = vlm_matcher_mask(r->matcher, left, s->info->eos_token_ids,
+                             s->info->n_eos, &mask);
+
+        if (n == 0) {
+            /* too few tokens left to finish: the closest the grammar can */
+            n = vlm_matcher_mask(r->matcher, 0, s->info->eos_token_ids,
+                                 s->info->n_eos, &mask);
+        }
+
+        if (n == 0) {
+            return vlm_error_set(err, VLM_ERR_INTERNAL, "grammar: no token "
+                                 "of the vocabulary continues the output");
+        }
+
+        vlm_sampler_mask(r->sampler, mask);
+    }
+
+    if (vlm_sampler_sample(r->sampler, vlm_seq_logits(r->seq), sample, err)
+        != VLM_OK)
+    {
+        return err->status;
+    }
+
+    if (!r->constrained) {
+        return VLM_OK;
+    }
+
+    for (i = 0; i < s->info->n_eos; i++) {
+        if (sample->token == s->info->eos_token_ids[i]) {
+            return VLM_OK;
+        }
+    }
+
+    bytes = vlm_tokenizer_token_bytes(s->tok, sample->token, &len);
+
+    if (bytes == NULL || !vlm_matcher_feed(r->matcher, bytes, len)) {
+        return vlm_error_set(err, VLM_ERR_INTERNAL, "grammar: token %d "
+                             "outside the mask", (int) sample->token);
+    }
+
+    return VLM_OK;
 }
 
 
@@ -459,6 +588,26 @@ vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
         return;
     }
 
+    r->constrained = 0;
+
+    if (p->grammar_len > 0) {
+        if (p->grammar_off < qs->arena_off
+            || p->grammar_off + p->grammar_len
+               > qs->arena_off + qs->arena_len
+            || vlm_grammar_open(&r->grammar,
+                                vlm_queue_arena(s->q, p->grammar_off),
+                                p->grammar_len, &err)
+               != VLM_OK)
+        {
+            vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, VLM_ERR_INVALID,
+                          "the request's grammar is not valid");
+            return;
+        }
+
+        vlm_matcher_reset(r->matcher, &r->grammar);
+        r->constrained = 1;
+    }
+
     ids = vlm_queue_arena(s->q, qs->prompt_off);
 
     vlm_sampler_prompt(r->sampler, ids, (int) qs->n_prompt);
@@ -548,9 +697,7 @@ vlm_sched_encode(vlm_sched_t *s)
 
     r->state = VLM_REQ_DECODING;
 
-    if (vlm_sampler_sample(r->sampler, vlm_seq_logits(r->seq), &sample, &err)
-        != VLM_OK)
-    {
+    if (vlm_sched_sample(s, r, &sample, &err) != VLM_OK) {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
         return;
     }
@@ -666,10 +813,7 @@ vlm_sched_run(vlm_sched_t *s)
             r->t_last = vlm_queue_now();
         }
 
-        if (vlm_sampler_sample(r->sampler, vlm_seq_logits(r->seq), &sample,
-                               &err)
-            != VLM_OK)
-        {
+        if (vlm_sched_sample(s, r, &sample, &err) != VLM_OK) {
             vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
             continue;
         }

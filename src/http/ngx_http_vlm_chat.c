@@ -29,6 +29,7 @@
 #include "text/vlm_chat.h"
 #include "image/vlm_image.h"
 #include "api/vlm_openai.h"
+#include "api/vlm_toolcall.h"
 #include "text/vlm_tokenizer.h"
 
 
@@ -86,6 +87,7 @@ typedef struct {
     vlm_tok_span_t           *spans;        /* malloc: client text ranges */
     size_t                    n_spans;
     size_t                    ids_cap;
+    uint64_t                  grammar_off;  /* in the slot's arena */
     uint64_t                  arena_bytes;
     uint64_t                  bias_off;     /* logit_bias in the arena */
     uint32_t                  n_remote;     /* images to fetch */
@@ -121,8 +123,21 @@ typedef struct {
     size_t                    n_lps;
     size_t                    lps_cap;
 
+    /* tool calls read from the output, when the request has tools */
+    unsigned                  tool_calls:1;
+    vlm_toolcall_t            tc;
+    ngx_buf_t                *tc_buf;       /* streaming: chunks go here */
+    vlm_openai_output_t      *tc_out;       /* the record's logprobs */
+    u_char                   *tc_text;      /* non-streaming: content */
+    size_t                    tc_len;
+    vlm_openai_tool_call_t   *calls;        /* non-streaming: the calls */
+    size_t                    n_calls;
+
     ngx_event_t               timeout;
 } ngx_http_vlm_chat_ctx_t;
+
+
+#define NGX_HTTP_VLM_MAX_CALLS      64
 
 
 typedef void (*ngx_http_vlm_task_pt)(void *data, ngx_log_t *log);
@@ -166,6 +181,12 @@ static ngx_int_t ngx_http_vlm_chat_emit(ngx_http_vlm_chat_ctx_t *ctx,
 static void ngx_http_vlm_chat_logprob(ngx_http_vlm_chat_ctx_t *ctx,
     const vlm_queue_out_t *rec, vlm_openai_logprob_t *lp,
     vlm_openai_logprob_t *top);
+static int ngx_http_vlm_chat_tc_stream(void *data, vlm_toolcall_event_t ev,
+    uint32_t index, const char *s, size_t len);
+static int ngx_http_vlm_chat_tc_collect(void *data, vlm_toolcall_event_t ev,
+    uint32_t index, const char *s, size_t len);
+static ngx_int_t ngx_http_vlm_chat_read_calls(ngx_http_vlm_chat_ctx_t *ctx,
+    vlm_openai_output_t *o, vlm_openai_finish_t *finish, size_t *size);
 static void ngx_http_vlm_chat_finish(ngx_http_vlm_chat_ctx_t *ctx,
     vlm_queue_slot_t *qs);
 static ngx_int_t ngx_http_vlm_chat_send(ngx_http_vlm_chat_ctx_t *ctx,
@@ -689,7 +710,7 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
 {
     ngx_http_vlm_chat_ctx_t *ctx = *(ngx_http_vlm_chat_ctx_t **) data;
 
-    size_t                      i, j, n_images, len, n_parts;
+    size_t                      i, j, n_images, len, n_parts, n_msgs;
     ssize_t                     n;
     unsigned                    flags;
     ngx_buf_t                  *b;
@@ -919,21 +940,46 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
         goto rendered;
     }
 
-    msgs = calloc(req->n_messages, sizeof(vlm_chat_msg_t));
-    parts = calloc(req->n_parts ? req->n_parts : 1, sizeof(vlm_chat_part_t));
+    msgs = calloc(req->n_messages + 1, sizeof(vlm_chat_msg_t));
+    parts = calloc(req->n_parts + 2, sizeof(vlm_chat_part_t));
     if (msgs == NULL || parts == NULL) {
         goto nomem;
     }
 
     n_parts = 0;
+    n_msgs = 0;
+
+    /*
+     * tools: Qwen2.5's system turn (the given system message or Qwen's
+     * default, then the tools block)
+     */
+    if (req->tools_prompt != NULL
+        && (req->n_messages == 0
+            || req->messages[0].role != VLM_OPENAI_ROLE_SYSTEM))
+    {
+        msgs[0].role = "system";
+        msgs[0].role_len = sizeof("system") - 1;
+        msgs[0].parts = parts;
+        msgs[0].n_parts = 1;
+        parts[0].type = VLM_CHAT_PART_TEXT;
+        parts[0].text = VLM_OPENAI_QWEN_SYSTEM;
+        parts[0].len = sizeof(VLM_OPENAI_QWEN_SYSTEM) - 1;
+        parts[1].type = VLM_CHAT_PART_TEXT;
+        parts[1].text = req->tools_prompt;
+        parts[1].len = req->tools_prompt_len;
+        msgs[0].n_parts = 2;
+        n_parts = 2;
+        n_msgs = 1;
+    }
 
     for (i = 0; i < req->n_messages; i++) {
         m = &req->messages[i];
 
-        msgs[i].role = roles[m->role];
-        msgs[i].role_len = ngx_strlen(roles[m->role]);
-        msgs[i].parts = &parts[n_parts];
-        msgs[i].n_parts = m->n_parts;
+        msgs[n_msgs].role = roles[m->role];
+        msgs[n_msgs].role_len = ngx_strlen(roles[m->role]);
+        msgs[n_msgs].parts = &parts[n_parts];
+        msgs[n_msgs].n_parts = m->n_parts;
+        n_msgs++;
 
         for (j = 0; j < m->n_parts; j++) {
             if (m->parts[j].type == VLM_OPENAI_PART_TEXT) {
@@ -947,13 +993,22 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
 
             n_parts++;
         }
+
+        if (i == 0 && n_msgs == 1 && req->tools_prompt != NULL) {
+            /* the given system message, then the tools block */
+            parts[n_parts].type = VLM_CHAT_PART_TEXT;
+            parts[n_parts].text = req->tools_prompt;
+            parts[n_parts].len = req->tools_prompt_len;
+            n_parts++;
+            msgs[0].n_parts++;
+        }
     }
 
     flags = req->add_generation_prompt
             || ctx->kind == VLM_OPENAI_KIND_CHAT
             ? VLM_CHAT_ADD_GENERATION_PROMPT : 0;
 
-    if (vlm_chat_render_spans(msgs, req->n_messages, flags, NULL, 0,
+    if (vlm_chat_render_spans(msgs, n_msgs, flags, NULL, 0,
                               &ctx->prompt_len, NULL, NULL, 0,
                               &ctx->n_spans, &e)
         != VLM_OK)
@@ -976,7 +1031,7 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
         goto nomem;
     }
 
-    if (vlm_chat_render_spans(msgs, req->n_messages, flags, ctx->prompt,
+    if (vlm_chat_render_spans(msgs, n_msgs, flags, ctx->prompt,
                               ctx->prompt_len + 1, &ctx->prompt_len, NULL,
                               ctx->spans, ctx->n_spans + 1, &ctx->n_spans,
                               &e)
@@ -1182,6 +1237,14 @@ prompted:
     p->logprobs = req->logprobs;
     p->top_logprobs = req->top_logprobs;
     p->n_stop = req->n_stop;
+    p->grammar_len = 0;
+
+    if (req->grammar != NULL) {
+        p->grammar_off = qs->arena_off + ctx->grammar_off;
+        p->grammar_len = (uint32_t) req->grammar_len;
+        ngx_memcpy(vlm_queue_arena(q, p->grammar_off), req->grammar,
+                   req->grammar_len);
+    }
 
     if (req->n_logit_bias != 0) {
         bias = vlm_queue_arena(q, qs->arena_off + ctx->bias_off);
@@ -1445,6 +1508,10 @@ ngx_http_vlm_chat_size(ngx_http_vlm_chat_ctx_t *ctx)
                           * (sizeof(uint32_t) + sizeof(float)),
                           NGX_HTTP_VLM_ID_ALIGN);
 
+    /* the grammar program of a constrained output */
+    ctx->grammar_off = arena;
+    arena += vlm_align_up(ctx->req.grammar_len, NGX_HTTP_VLM_ID_ALIGN);
+
     /* every token has at least one byte: a bound on the prompt's ids */
     ctx->ids_cap = ctx->prompt_len + ids + ctx->req.n_tokens;
     ctx->arena_bytes = arena + vlm_align_up(ctx->ids_cap * sizeof(int32_t),
@@ -1657,6 +1724,10 @@ ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx)
 
     ctx->submitted = 1;
     ctx->phase = NGX_HTTP_VLM_CHAT_RUNNING;
+
+    /* the output is read for <tool_call>s when tools may be called */
+    ctx->tool_calls = (ctx->req.tool_choice != VLM_OPENAI_TOOLS_NONE);
+    vlm_toolcall_init(&ctx->tc);
 
     atomic_fetch_add(&q->metrics->prompt_tokens, ctx->n_prompt);
     atomic_fetch_add(&q->metrics->images, ctx->req.n_images);
@@ -1903,6 +1974,17 @@ ngx_http_vlm_chat_drain(ngx_http_vlm_chat_ctx_t *ctx)
             }
         }
 
+        if (cl != NULL && cl->buf->last == cl->buf->pos) {
+            /* the records' text is held back (a tool call's head) */
+            cl->next = ctx->free;
+            ctx->free = cl;
+            cl = NULL;
+
+            if (got) {
+                continue;
+            }
+        }
+
         if (cl != NULL) {
             cl->buf->flush = 1;
 
@@ -1933,7 +2015,7 @@ static ngx_int_t
 ngx_http_vlm_chat_stream_out(ngx_http_vlm_chat_ctx_t *ctx,
     const vlm_queue_out_t *rec, const char *text, ngx_chain_t **clp)
 {
-    size_t                 len;
+    size_t                 len, bound;
     ngx_buf_t             *b;
     ngx_chain_t           *cl;
     vlm_openai_output_t    o;
@@ -1953,11 +2035,16 @@ ngx_http_vlm_chat_stream_out(ngx_http_vlm_chat_ctx_t *ctx,
     }
 
     cl = *clp;
+    bound = vlm_openai_output_bound(&ctx->resp, &o);
 
-    if (cl != NULL
-        && (size_t) (cl->buf->end - cl->buf->last)
-           < vlm_openai_output_bound(&ctx->resp, &o))
-    {
+    if (ctx->tool_calls) {
+        /* held text given back, a call's name, its arguments */
+        o.len += VLM_TOOLCALL_HOLD + 16;
+        bound = 3 * vlm_openai_output_bound(&ctx->resp, &o);
+        o.len = rec->text_len;
+    }
+
+    if (cl != NULL && (size_t) (cl->buf->end - cl->buf->last) < bound) {
         /* this buffer is full: send it, continue in another */
         cl->buf->flush = 1;
         *clp = NULL;
@@ -1980,6 +2067,15 @@ ngx_http_vlm_chat_stream_out(ngx_http_vlm_chat_ctx_t *ctx,
 
     b = cl->buf;
 
+    if (ctx->tool_calls) {
+        ctx->tc_buf = b;
+        ctx->tc_out = &o;
+
+        return vlm_toolcall_feed(&ctx->tc, text, rec->text_len,
+                                 ngx_http_vlm_chat_tc_stream, ctx)
+               ? NGX_ERROR : NGX_OK;
+    }
+
     if (vlm_openai_format_chunk_content(&ctx->resp, &o, (char *) b->last,
                                         b->end - b->last, &len)
         != VLM_OK)
@@ -1990,6 +2086,138 @@ ngx_http_vlm_chat_stream_out(ngx_http_vlm_chat_ctx_t *ctx,
     b->last += len;
 
     return NGX_OK;
+}
+
+
+/* only spaces: the text between and after tool calls, not content */
+static ngx_uint_t
+ngx_http_vlm_chat_blank(const char *s, size_t len)
+{
+    size_t  i;
+
+    for (i = 0; i < len; i++) {
+        if (s[i] != ' ' && s[i] != '\n' && s[i] != '\r' && s[i] != '\t') {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+/* streaming: an event of the tool-call reader becomes a chunk */
+static int
+ngx_http_vlm_chat_tc_stream(void *data, vlm_toolcall_event_t ev,
+    uint32_t index, const char *s, size_t len)
+{
+    ngx_http_vlm_chat_ctx_t *ctx = data;
+
+    size_t                n;
+    ngx_buf_t            *b;
+    vlm_status_t          rc;
+    vlm_openai_output_t   o;
+
+    b = ctx->tc_buf;
+
+    switch (ev) {
+
+    case VLM_TOOLCALL_CONTENT:
+        if (ctx->tc.n_calls > 0 && ngx_http_vlm_chat_blank(s, len)) {
+            return 0;
+        }
+
+        o.text = s;
+        o.len = len;
+        o.logprobs = NULL;
+        o.n_logprobs = 0;
+
+        /* the record's logprobs go with its first chunk */
+        if (ctx->tc_out != NULL) {
+            o.logprobs = ctx->tc_out->logprobs;
+            o.n_logprobs = ctx->tc_out->n_logprobs;
+            ctx->tc_out = NULL;
+        }
+
+        rc = vlm_openai_format_chunk_content(&ctx->resp, &o,
+                                             (char *) b->last,
+                                             b->end - b->last, &n);
+        break;
+
+    case VLM_TOOLCALL_NAME:
+        rc = vlm_openai_format_chunk_call(&ctx->resp, index, s, len, "", 0,
+                                          (char *) b->last, b->end - b->last,
+                                          &n);
+        break;
+
+    case VLM_TOOLCALL_ARGS:
+        rc = vlm_openai_format_chunk_call(&ctx->resp, index, NULL, 0, s, len,
+                                          (char *) b->last, b->end - b->last,
+                                          &n);
+        break;
+
+    default:
+        return 0;
+    }
+
+    if (rc != VLM_OK) {
+        return 1;
+    }
+
+    b->last += n;
+
+    return 0;
+}
+
+
+/* non-streaming: content and calls gathered for the completion */
+static int
+ngx_http_vlm_chat_tc_collect(void *data, vlm_toolcall_event_t ev,
+    uint32_t index, const char *s, size_t len)
+{
+    ngx_http_vlm_chat_ctx_t *ctx = data;
+
+    u_char                  *p;
+    vlm_openai_tool_call_t  *c;
+
+    switch (ev) {
+
+    case VLM_TOOLCALL_CONTENT:
+        /* never more than the text: held bytes are the text's own */
+        ngx_memcpy(ctx->tc_text + ctx->tc_len, s, len);
+        ctx->tc_len += len;
+        return 0;
+
+    case VLM_TOOLCALL_NAME:
+        if (ctx->n_calls == NGX_HTTP_VLM_MAX_CALLS) {
+            return 1;
+        }
+
+        p = ngx_pnalloc(ctx->request->pool, len);
+        if (p == NULL) {
+            return 1;
+        }
+
+        c = &ctx->calls[ctx->n_calls++];
+        c->name = (const char *) ngx_cpymem(p, s, len) - len;
+        c->name_len = len;
+        c->args = NULL;
+        c->args_len = 0;
+        return 0;
+
+    case VLM_TOOLCALL_ARGS:
+        c = &ctx->calls[ctx->n_calls - 1];
+
+        /* the text is fed at once: a call's arguments are one span */
+        if (c->args == NULL) {
+            c->args = s;
+        }
+
+        c->args_len = (size_t) (s + len - c->args);
+        return 0;
+
+    default:
+        return 0;
+    }
 }
 
 
@@ -2161,14 +2389,27 @@ ngx_http_vlm_chat_finish(ngx_http_vlm_chat_ctx_t *ctx, vlm_queue_slot_t *qs)
 
         size = vlm_openai_output_bound(&ctx->resp, &o) + 512;
 
+        if (ctx->tool_calls
+            && ngx_http_vlm_chat_read_calls(ctx, &o, &finish, &size)
+               != NGX_OK)
+        {
+            ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+            return;
+        }
+
         json = ngx_pnalloc(r->pool, size);
         if (json == NULL) {
             ngx_http_vlm_chat_end(ctx, NGX_ERROR);
             return;
         }
 
-        if (vlm_openai_format_completion(&ctx->resp, &o, finish, &usage,
-                                         (char *) json, size, &len)
+        if ((ctx->n_calls
+             ? vlm_openai_format_completion_calls(&ctx->resp, &o, ctx->calls,
+                                                  ctx->n_calls, finish,
+                                                  &usage, (char *) json,
+                                                  size, &len)
+             : vlm_openai_format_completion(&ctx->resp, &o, finish, &usage,
+                                            (char *) json, size, &len))
             != VLM_OK)
         {
             ngx_http_vlm_chat_end(ctx, NGX_ERROR);
@@ -2190,6 +2431,22 @@ ngx_http_vlm_chat_finish(ngx_http_vlm_chat_ctx_t *ctx, vlm_queue_slot_t *qs)
     }
 
     b = cl->buf;
+
+    if (ctx->tool_calls) {
+        /* text the reader held back, then the reason */
+        ctx->tc_buf = b;
+        ctx->tc_out = NULL;
+
+        if (vlm_toolcall_finish(&ctx->tc, ngx_http_vlm_chat_tc_stream, ctx))
+        {
+            ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+            return;
+        }
+
+        if (ctx->tc.n_calls > 0 && finish == VLM_OPENAI_FINISH_STOP) {
+            finish = VLM_OPENAI_FINISH_TOOL_CALLS;
+        }
+    }
 
     (void) vlm_openai_format_chunk_finish(&ctx->resp, finish,
                                           (char *) b->last,
@@ -2214,6 +2471,71 @@ ngx_http_vlm_chat_finish(ngx_http_vlm_chat_ctx_t *ctx, vlm_queue_slot_t *qs)
     rc = ngx_http_vlm_chat_send(ctx, cl);
 
     ngx_http_vlm_chat_end(ctx, rc);
+}
+
+
+/*
+ * Non-streaming: the answer read for tool calls; o becomes the content
+ * (the text before and between the calls, less blank lines), *size what
+ * the completion needs.
+ */
+static ngx_int_t
+ngx_http_vlm_chat_read_calls(ngx_http_vlm_chat_ctx_t *ctx,
+    vlm_openai_output_t *o, vlm_openai_finish_t *finish, size_t *size)
+{
+    size_t  i, start, end;
+
+    ctx->tc_text = ngx_pnalloc(ctx->request->pool, ctx->text_len + 1);
+    ctx->calls = ngx_palloc(ctx->request->pool, NGX_HTTP_VLM_MAX_CALLS
+                            * sizeof(vlm_openai_tool_call_t));
+    if (ctx->tc_text == NULL || ctx->calls == NULL) {
+        return NGX_ERROR;
+    }
+
+    ctx->tc_len = 0;
+    ctx->n_calls = 0;
+
+    if (vlm_toolcall_feed(&ctx->tc, o->text, o->len,
+                          ngx_http_vlm_chat_tc_collect, ctx)
+        || vlm_toolcall_finish(&ctx->tc, ngx_http_vlm_chat_tc_collect, ctx))
+    {
+        /* more calls than a response lists: the text stays content */
+        ctx->n_calls = 0;
+        return NGX_OK;
+    }
+
+    if (ctx->n_calls == 0) {
+        return NGX_OK;
+    }
+
+    for (start = 0; start < ctx->tc_len
+                    && ngx_http_vlm_chat_blank((char *) ctx->tc_text + start,
+                                               1);
+         start++)
+    {
+        /* void */
+    }
+
+    for (end = ctx->tc_len; end > start
+                            && ngx_http_vlm_chat_blank(
+                                   (char *) ctx->tc_text + end - 1, 1);
+         end--)
+    {
+        /* void */
+    }
+
+    o->text = (const char *) ctx->tc_text + start;
+    o->len = end - start;
+
+    if (*finish == VLM_OPENAI_FINISH_STOP) {
+        *finish = VLM_OPENAI_FINISH_TOOL_CALLS;
+    }
+
+    for (i = 0; i < ctx->n_calls; i++) {
+        *size += 6 * (ctx->calls[i].name_len + ctx->calls[i].args_len) + 128;
+    }
+
+    return NGX_OK;
 }
 
 

@@ -114,6 +114,8 @@ typedef struct {
     uint32_t  stop_ids[VLM_QUEUE_MAX_STOP_IDS];
     uint32_t  n_logit_bias;     /* 0..VLM_QUEUE_MAX_LOGIT_BIAS */
     uint64_t  logit_bias_off;   /* arena: uint32 ids[n], float bias[n] */
+    uint64_t  grammar_off;      /* arena offset of a grammar program */
+    uint32_t  grammar_len;      /* its bytes; 0: unconstrained output */
 } vlm_queue_params_t;
 
 

@@ -1,0 +1,266 @@
+/*
+ * The cost of constrained decoding: the token trie over Qwen2's 151k
+ * vocabulary (build time, nodes), then the per-token mask along random
+ * documents of a few grammars (each token drawn among the allowed ones,
+ * so strings run long: the mask's worst case, most of the vocabulary
+ * stays allowed).  With --model (a bench_checkpoint directory), decode
+ * steps of that model are timed interleaved with the masks and the mask
+ * is printed as a share of a step.
+ *
+ *   bench_grammar [--tokenizer DIR] [--model DIR] [--threads N]
+ *                 [--tokens N]
+ */
+
+#define _GNU_SOURCE
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "core/vlm.h"
+#include "api/vlm_schema.h"
+#include "grammar/vlm_grammar.h"
+#include "text/vlm_tokenizer.h"
+#include "bench_stats.h"
+
+
+static const char  *schemas[] = {
+    NULL,
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+    "\"age\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\",\"items\":"
+    "{\"type\":\"string\"}},\"address\":{\"type\":\"object\",\"properties\":"
+    "{\"city\":{\"type\":\"string\"},\"zip\":{\"type\":\"string\"}},"
+    "\"required\":[\"city\",\"zip\"]}},\"required\":[\"name\",\"age\","
+    "\"tags\",\"address\"]}",
+    "{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":"
+    "{\"x\":{\"type\":\"number\"},\"y\":{\"type\":\"number\"},\"kind\":"
+    "{\"enum\":[\"point\",\"corner\",\"centre\"]}},\"required\":[\"x\","
+    "\"y\",\"kind\"]}}",
+};
+
+static const char  *schema_names[] = {
+    "json_object", "nested object", "array of objects"
+};
+
+
+static uint64_t  rng = 0x9e3779b97f4a7c15ull;
+
+static uint32_t
+draw(uint32_t n)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+
+    return (uint32_t) (rng % n);
+}
+
+
+int
+main(int argc, char **argv)
+{
+    int                  i, k, vocab, threads, n_tokens, pick, id, s;
+    int32_t              eos, tok;
+    size_t               n, len, *lens;
+    double               t0, t_trie, t_mask, t_max, t_dec, t_all;
+    json_t              *js;
+    const char          *tok_dir, *model_dir, **bytes, *b;
+    const uint32_t      *mask;
+    vlm_error_t          err;
+    vlm_trie_t          *trie;
+    vlm_grammar_t        g;
+    vlm_matcher_t       *m;
+    vlm_tokenizer_t     *tk;
+    vlm_schema_out_t     out;
+    vlm_model_t         *model;
+    vlm_seq_t           *seq;
+    vlm_model_params_t   prm;
+    int32_t              ids[8];
+
+    tok_dir = "tests/fixtures/tokenizer/qwen";
+    model_dir = NULL;
+    threads = 2;
+    n_tokens = 400;
+
+    for (i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--tokenizer") == 0) {
+            tok_dir = argv[i + 1];
+
+        } else if (strcmp(argv[i], "--model") == 0) {
+            model_dir = argv[i + 1];
+
+        } else if (strcmp(argv[i], "--threads") == 0) {
+            threads = atoi(argv[i + 1]);
+
+        } else if (strcmp(argv[i], "--tokens") == 0) {
+            n_tokens = atoi(argv[i + 1]);
+
+        } else {
+            fprintf(stderr, "bench_grammar: unknown option %s\n", argv[i]);
+            return 1;
+        }
+    }
+
+    if (vlm_tokenizer_load(&tk, tok_dir, &err) != VLM_OK) {
+        fprintf(stderr, "bench_grammar: %s\n", err.msg);
+        return 1;
+    }
+
+    vocab = vlm_tokenizer_vocab_size(tk);
+    eos = vlm_tokenizer_eos_id(tk);
+
+    bytes = calloc((size_t) vocab, sizeof(char *));
+    lens = calloc((size_t) vocab, sizeof(size_t));
+
+    if (bytes == NULL || lens == NULL) {
+        fprintf(stderr, "bench_grammar: no memory\n");
+        return 1;
+    }
+
+    for (id = 0; id < vocab; id++) {
+        bytes[id] = vlm_tokenizer_token_bytes(tk, id, &lens[id]);
+
+        if (bytes[id] == NULL || vlm_tokenizer_is_special(tk, id)) {
+            bytes[id] = "";
+            lens[id] = 0;
+        }
+    }
+
+    t0 = bench_now();
+    if (vlm_trie_build(&trie, vocab, bytes, lens, &err) != VLM_OK
+        || vlm_matcher_create(&m, trie, &err) != VLM_OK)
+    {
+        fprintf(stderr, "bench_grammar: %s\n", err.msg);
+        return 1;
+    }
+    t_trie = bench_now() - t0;
+
+    printf("bench_grammar: %s, %d tokens\n", tok_dir, vocab);
+    printf("  token trie                 %8.1f ms  (%zu nodes, once at "
+           "load)\n", t_trie * 1e3, vlm_trie_nodes(trie));
+
+    model = NULL;
+    seq = NULL;
+    t_dec = 0.0;
+
+    if (model_dir != NULL) {
+        vlm_model_params_default(&prm);
+        prm.n_threads = threads;
+        prm.max_seqs = 1;
+        prm.max_seq_len = n_tokens * 4 + 64;
+
+        if (vlm_model_load(&model, model_dir, &prm, &err) != VLM_OK
+            || vlm_seq_init(model, &seq, &err) != VLM_OK)
+        {
+            fprintf(stderr, "bench_grammar: %s (run bench_checkpoint "
+                    "first)\n", err.msg);
+            return 1;
+        }
+
+        for (i = 0; i < 8; i++) {
+            ids[i] = (i * 7331) % vlm_model_info(model)->vocab_size;
+        }
+
+        if (vlm_seq_prefill(seq, ids, 8, NULL, 0, NULL, &err) != VLM_OK) {
+            fprintf(stderr, "bench_grammar: %s\n", err.msg);
+            return 1;
+        }
+    }
+
+    t_all = 0.0;
+    k = 0;
+
+    for (s = 0; s < (int) (sizeof(schemas) / sizeof(schemas[0])); s++) {
+        js = schemas[s] ? json_loads(schemas[s], 0, NULL) : NULL;
+
+        if (vlm_schema_compile(js, &out, &err) != VLM_OK
+            || vlm_grammar_open(&g, out.prog, out.len, &err) != VLM_OK)
+        {
+            fprintf(stderr, "bench_grammar: %s\n", err.msg);
+            return 1;
+        }
+
+        json_decref(js);
+
+        vlm_matcher_reset(m, &g);
+        t_mask = 0.0;
+        t_max = 0.0;
+
+        for (i = 0; i < n_tokens; i++) {
+            t0 = bench_now();
+            n = vlm_matcher_mask(m, (uint32_t) (n_tokens - i + 64), &eos, 1,
+                                 &mask);
+            t0 = bench_now() - t0;
+
+            t_mask += t0;
+            t_max = t0 > t_max ? t0 : t_max;
+
+            if (model != NULL && i < 4) {
+                /* a decode step between the masks, as the engine does */
+                tok = (int32_t) (i * 13 + 7);
+                t0 = bench_now();
+                if (vlm_decode(model, &seq, &tok, 1, &err) != VLM_OK) {
+                    fprintf(stderr, "bench_grammar: %s\n", err.msg);
+                    return 1;
+                }
+                t_dec += bench_now() - t0;
+                k++;
+            }
+
+            pick = (int) draw((uint32_t) n);
+
+            for (id = 0; id < vocab; id++) {
+                if (((mask[id >> 5] >> (id & 31)) & 1) && pick-- == 0) {
+                    break;
+                }
+            }
+
+            if (id == eos || id == vocab) {
+                vlm_matcher_reset(m, &g);
+                continue;
+            }
+
+            b = vlm_tokenizer_token_bytes(tk, id, &len);
+
+            if (!vlm_matcher_feed(m, b, len)) {
+                fprintf(stderr, "bench_grammar: token %d refused\n", id);
+                return 1;
+            }
+        }
+
+        t_all += t_mask;
+
+        printf("  mask, %-18s %8.1f us a token  (max %.1f us, %d tokens)\n",
+               schema_names[s], t_mask / n_tokens * 1e6, t_max * 1e6,
+               n_tokens);
+
+        free(out.prog);
+    }
+
+    t_all /= n_tokens * (double) (sizeof(schemas) / sizeof(schemas[0]));
+
+    if (model != NULL) {
+        t_dec /= k;
+        printf("  decode step, %s   %8.1f ms  (%d threads)\n", model_dir,
+               t_dec * 1e3, threads);
+        printf("  mask / decode step         %8.2f %%  (goal: under 5 %%)\n",
+               100.0 * t_all / t_dec);
+        vlm_seq_free(seq);
+        vlm_model_free(model);
+
+    } else {
+        printf("  (--model DIR of bench_checkpoint --shape 3b: the mask "
+               "against a decode step)\n");
+    }
+
+    vlm_matcher_free(m);
+    vlm_trie_free(trie);
+    vlm_tokenizer_free(tk);
+    free(bytes);
+    free(lens);
+
+    return 0;
+}

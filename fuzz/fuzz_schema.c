@@ -1,0 +1,157 @@
+/*
+ * libFuzzer harness of constrained decoding: the input is a JSON schema
+ * (or, when it is an array, tools: [{"name", "parameters"}]), a NUL byte,
+ * then a document.  A schema either compiles to a program that
+ * vlm_grammar_open accepts or fails with a message; the document's bytes
+ * are fed one at a time, and before each the mask (over a vocabulary of
+ * every single byte and a few words) must allow that byte's token exactly
+ * when the automaton then accepts it, the mask leaving the state as it
+ * was.  A complete document must parse as JSON (jansson) and be at
+ * distance 0.
+ *
+ *   make fuzz                      (clang; every fuzz/fuzz_*.c)
+ */
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "api/vlm_schema.h"
+#include "grammar/vlm_grammar.h"
+
+
+#define fuzz_check(cond)  do { if (!(cond)) abort(); } while (0)
+
+#define N_WORDS  6
+#define VOCAB    (256 + N_WORDS)
+
+
+static vlm_trie_t     *trie;
+static vlm_matcher_t  *matcher;
+
+
+static void
+fuzz_init(void)
+{
+    int           i;
+    size_t        lens[VOCAB];
+    const char   *bytes[VOCAB];
+    vlm_error_t   err;
+
+    static char         singles[256];
+    static const char  *words[N_WORDS] = {
+        "{\"", "\":", "\",\"", "true", "<tool_call>", "\", \"arguments\": "
+    };
+
+    for (i = 0; i < 256; i++) {
+        singles[i] = (char) i;
+        bytes[i] = &singles[i];
+        lens[i] = 1;
+    }
+
+    for (i = 0; i < N_WORDS; i++) {
+        bytes[256 + i] = words[i];
+        lens[256 + i] = strlen(words[i]);
+    }
+
+    fuzz_check(vlm_trie_build(&trie, VOCAB, bytes, lens, &err) == VLM_OK);
+    fuzz_check(vlm_matcher_create(&matcher, trie, &err) == VLM_OK);
+}
+
+
+static vlm_status_t
+fuzz_compile(json_t *s, vlm_schema_out_t *out, vlm_error_t *err)
+{
+    size_t           i, n;
+    json_t          *t;
+    vlm_schema_fn_t  fns[8];
+
+    if (!json_is_array(s)) {
+        return vlm_schema_compile(s, out, err);
+    }
+
+    n = json_array_size(s);
+    n = n > 8 ? 8 : n;
+
+    for (i = 0; i < n; i++) {
+        t = json_array_get(s, i);
+        fns[i].name = json_string_value(json_object_get(t, "name"));
+        fns[i].name = fns[i].name ? fns[i].name : "f";
+        fns[i].parameters = json_object_get(t, "parameters");
+    }
+
+    return vlm_schema_compile_tools(fns, (uint32_t) n, 2, out, err);
+}
+
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    int               ok, allowed;
+    size_t            i, slen, dlen;
+    json_t           *s, *doc;
+    int32_t           end;
+    const uint8_t    *d, *nul;
+    const uint32_t   *mask;
+    vlm_error_t       err;
+    vlm_grammar_t     g;
+    vlm_schema_out_t  out;
+
+    if (trie == NULL) {
+        fuzz_init();
+    }
+
+    nul = memchr(data, 0, size);
+    slen = nul ? (size_t) (nul - data) : size;
+    d = nul ? nul + 1 : data + size;
+    dlen = (size_t) (data + size - d);
+    dlen = dlen > 256 ? 256 : dlen;
+
+    s = slen ? json_loadb((const char *) data, slen, 0, NULL) : NULL;
+
+    if (slen && s == NULL) {
+        return 0;
+    }
+
+    if (fuzz_compile(s, &out, &err) != VLM_OK) {
+        fuzz_check(err.msg[0] != '\0');
+        json_decref(s);
+        return 0;
+    }
+
+    json_decref(s);
+
+    fuzz_check(vlm_grammar_open(&g, out.prog, out.len, &err) == VLM_OK);
+
+    vlm_matcher_reset(matcher, &g);
+    end = VOCAB;        /* out of the vocabulary: never set */
+
+    for (i = 0; i < dlen; i++) {
+        (void) vlm_matcher_mask(matcher, 0, &end, 1, &mask);
+        allowed = (mask[d[i] >> 5] >> (d[i] & 31)) & 1;
+
+        ok = vlm_matcher_feed(matcher, (const char *) d + i, 1);
+        fuzz_check(ok == allowed);
+
+        if (!ok) {
+            break;
+        }
+
+        if (vlm_matcher_complete(matcher)) {
+            fuzz_check(vlm_matcher_distance(matcher) == 0);
+
+            if (g.nodes[g.hdr->root].kind != VLM_GNODE_TOOLCALLS) {
+                doc = json_loadb((const char *) d, i + 1, JSON_DECODE_ANY,
+                                 NULL);
+                fuzz_check(doc != NULL);
+                json_decref(doc);
+            }
+        }
+    }
+
+    free(out.prog);
+
+    return 0;
+}

@@ -1,0 +1,1210 @@
+/*
+ * JSON Schema (2020-12, the subset OpenAI's structured outputs document:
+ * type, properties, required, additionalProperties, enum, const, items,
+ * minItems, maxItems, anyOf, oneOf, $ref to $defs, minLength, maxLength,
+ * a few formats) compiled to the grammar program of grammar/vlm_grammar.h.
+ * Annotations (title, description, default, ...) are ignored; any other
+ * keyword is refused with its path.
+ */
+
+#define _GNU_SOURCE
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "grammar/vlm_grammar.h"
+#include "vlm_schema.h"
+
+
+#define VLM_SB_MAX_NODES     4096
+#define VLM_SB_MAX_REFS      256
+#define VLM_SB_MAX_DEPTH     64
+#define VLM_SB_MAX_LITERAL   4096
+#define VLM_SB_MAX_CHARS     (1u << 20)
+
+
+typedef struct {
+    vlm_gnode_t     *nodes;
+    char           **paths;
+    uint32_t         n_nodes;
+    uint32_t         cap_nodes;
+    uint32_t        *idx;
+    uint32_t         n_idx;
+    uint32_t         cap_idx;
+    unsigned char   *bytes;
+    uint32_t         n_bytes;
+    uint32_t         cap_bytes;
+
+    const json_t    *root;
+    const char      *ref_name[VLM_SB_MAX_REFS];
+    uint32_t         ref_node[VLM_SB_MAX_REFS];
+    uint32_t         n_refs;
+    uint32_t         any;           /* any JSON value, built on demand */
+    uint32_t         depth;
+
+    vlm_schema_out_t  *out;
+    vlm_error_t       *err;
+} vlm_sb_t;
+
+
+static uint32_t vlm_sb_value(vlm_sb_t *sb, const json_t *s, const char *path,
+    uint32_t into);
+
+
+static uint32_t
+vlm_sb_fail(vlm_sb_t *sb, const char *path, const char *fmt, const char *arg)
+{
+    char    msg[256];
+    size_t  len;
+
+    /* a path longer than the room is cut, never the message */
+    len = strlen(path);
+    len = len < sizeof(sb->out->path) ? len : sizeof(sb->out->path) - 1;
+    memcpy(sb->out->path, path, len);
+    sb->out->path[len] = '\0';
+
+    snprintf(msg, sizeof(msg), fmt, arg);
+    vlm_error_set(sb->err, VLM_ERR_UNSUPPORTED, "%s: %s", path, msg);
+
+    return VLM_GRAMMAR_NONE;
+}
+
+
+static uint32_t
+vlm_sb_node(vlm_sb_t *sb, const char *path)
+{
+    uint32_t      cap;
+    char        **paths;
+    vlm_gnode_t  *nodes;
+
+    if (sb->n_nodes == VLM_SB_MAX_NODES) {
+        return vlm_sb_fail(sb, path, "the schema is too large%s", "");
+    }
+
+    if (sb->n_nodes == sb->cap_nodes) {
+        cap = sb->cap_nodes ? sb->cap_nodes * 2 : 32;
+
+        nodes = realloc(sb->nodes, cap * sizeof(vlm_gnode_t));
+        if (nodes == NULL) {
+            goto nomem;
+        }
+
+        sb->nodes = nodes;
+
+        paths = realloc(sb->paths, cap * sizeof(char *));
+        if (paths == NULL) {
+            goto nomem;
+        }
+
+        sb->paths = paths;
+        sb->cap_nodes = cap;
+    }
+
+    memset(&sb->nodes[sb->n_nodes], 0, sizeof(vlm_gnode_t));
+    sb->paths[sb->n_nodes] = strdup(path);
+
+    if (sb->paths[sb->n_nodes] == NULL) {
+        goto nomem;
+    }
+
+    return sb->n_nodes++;
+
+nomem:
+
+    vlm_error_set(sb->err, VLM_ERR_NOMEM, "schema: no memory");
+    return VLM_GRAMMAR_NONE;
+}
+
+
+/* room for n more index entries; their offset, or NONE */
+static uint32_t
+vlm_sb_idx(vlm_sb_t *sb, uint32_t n)
+{
+    uint32_t   cap, off;
+    uint32_t  *idx;
+
+    if (sb->n_idx + n > sb->cap_idx) {
+        cap = sb->cap_idx ? sb->cap_idx : 64;
+
+        while (cap < sb->n_idx + n) {
+            cap *= 2;
+        }
+
+        idx = realloc(sb->idx, cap * sizeof(uint32_t));
+        if (idx == NULL) {
+            vlm_error_set(sb->err, VLM_ERR_NOMEM, "schema: no memory");
+            return VLM_GRAMMAR_NONE;
+        }
+
+        sb->idx = idx;
+        sb->cap_idx = cap;
+    }
+
+    off = sb->n_idx;
+    sb->n_idx += n;
+
+    return off;
+}
+
+
+static uint32_t
+vlm_sb_bytes(vlm_sb_t *sb, const char *s, size_t len)
+{
+    uint32_t        cap, off;
+    unsigned char  *b;
+
+    if (sb->n_bytes + len > VLM_GRAMMAR_MAX_BYTES / 2) {
+        vlm_error_set(sb->err, VLM_ERR_UNSUPPORTED, "the schema is too "
+                      "large");
+        return VLM_GRAMMAR_NONE;
+    }
+
+    if (sb->n_bytes + len > sb->cap_bytes) {
+        cap = sb->cap_bytes ? sb->cap_bytes : 256;
+
+        while (cap < sb->n_bytes + len) {
+            cap *= 2;
+        }
+
+        b = realloc(sb->bytes, cap);
+        if (b == NULL) {
+            vlm_error_set(sb->err, VLM_ERR_NOMEM, "schema: no memory");
+            return VLM_GRAMMAR_NONE;
+        }
+
+        sb->bytes = b;
+        sb->cap_bytes = cap;
+    }
+
+    off = sb->n_bytes;
+
+    if (len) {
+        memcpy(sb->bytes + off, s, len);
+        sb->n_bytes += (uint32_t) len;
+    }
+
+
+    return off;
+}
+
+
+/* a LITERALS node of the compact JSON texts of values[0..n) */
+static uint32_t
+vlm_sb_literals(vlm_sb_t *sb, json_t *const *values, size_t n,
+    const char *path, uint32_t id)
+{
+    char      *text;
+    size_t     i, len;
+    uint32_t   list, off;
+
+    if (n == 0 || n > VLM_GRAMMAR_MAX_CAND) {
+        return vlm_sb_fail(sb, path, "an enum of 1 to 64 values is "
+                           "supported%s", "");
+    }
+
+    list = vlm_sb_idx(sb, (uint32_t) (2 * n));
+    if (list == VLM_GRAMMAR_NONE) {
+        return list;
+    }
+
+    for (i = 0; i < n; i++) {
+        text = json_dumps(values[i], JSON_COMPACT | JSON_ENCODE_ANY);
+        if (text == NULL) {
+            vlm_error_set(sb->err, VLM_ERR_NOMEM, "schema: no memory");
+            return VLM_GRAMMAR_NONE;
+        }
+
+        len = strlen(text);
+
+        if (len > VLM_SB_MAX_LITERAL) {
+            free(text);
+            return vlm_sb_fail(sb, path, "an enum or const value is "
+                               "longer than 4096 bytes%s", "");
+        }
+
+        off = vlm_sb_bytes(sb, text, len);
+        free(text);
+
+        if (off == VLM_GRAMMAR_NONE) {
+            return off;
+        }
+
+        sb->idx[list + 2 * i] = off;
+        sb->idx[list + 2 * i + 1] = (uint32_t) len;
+    }
+
+    sb->nodes[id].kind = VLM_GNODE_LITERALS;
+    sb->nodes[id].a = list;
+    sb->nodes[id].b = (uint32_t) n;
+
+    return id;
+}
+
+
+static uint32_t
+vlm_sb_words(vlm_sb_t *sb, const char *const *words, size_t n,
+    const char *path, uint32_t id)
+{
+    size_t   i;
+    json_t  *v[4];
+
+    /* at most 4 words: true, false, null */
+    memset(v, 0, sizeof(v));
+    n = n < 4 ? n : 4;
+
+    for (i = 0; i < n; i++) {
+        v[i] = json_loads(words[i], JSON_DECODE_ANY, NULL);
+        if (v[i] == NULL) {
+            while (i-- > 0) {
+                json_decref(v[i]);
+            }
+
+            vlm_error_set(sb->err, VLM_ERR_NOMEM, "schema: no memory");
+            return VLM_GRAMMAR_NONE;
+        }
+    }
+
+    id = vlm_sb_literals(sb, v, n, path, id);
+
+    for (i = 0; i < n; i++) {
+        json_decref(v[i]);
+    }
+
+    return id;
+}
+
+
+static uint32_t
+vlm_sb_string(vlm_sb_t *sb, uint32_t min, uint32_t max, uint32_t id)
+{
+    sb->nodes[id].kind = VLM_GNODE_STRING;
+    sb->nodes[id].a = min;
+    sb->nodes[id].b = max;
+    sb->nodes[id].c = VLM_GRAMMAR_NONE;
+
+    return id;
+}
+
+
+/* any JSON value: one node, shared */
+static uint32_t
+vlm_sb_any(vlm_sb_t *sb, const char *path)
+{
+    uint32_t  any, obj, arr, str, key, num, lit, list;
+
+    static const char  *words[] = { "true", "false", "null" };
+
+    if (sb->any != VLM_GRAMMAR_NONE) {
+        return sb->any;
+    }
+
+    any = vlm_sb_node(sb, path);
+    obj = vlm_sb_node(sb, path);
+    arr = vlm_sb_node(sb, path);
+    str = vlm_sb_node(sb, path);
+    key = vlm_sb_node(sb, path);
+    num = vlm_sb_node(sb, path);
+    lit = vlm_sb_node(sb, path);
+
+    if (lit == VLM_GRAMMAR_NONE) {
+        return lit;
+    }
+
+    sb->any = any;
+
+    vlm_sb_string(sb, 0, VLM_GRAMMAR_NONE, str);
+    vlm_sb_string(sb, 0, VLM_GRAMMAR_NONE, key);
+    sb->nodes[num].kind = VLM_GNODE_NUMBER;
+
+    if (vlm_sb_words(sb, words, 3, path, lit) == VLM_GRAMMAR_NONE) {
+        return VLM_GRAMMAR_NONE;
+    }
+
+    sb->nodes[obj].kind = VLM_GNODE_OBJECT;
+    sb->nodes[obj].c = any;
+    sb->nodes[obj].d = key;
+
+    sb->nodes[arr].kind = VLM_GNODE_ARRAY;
+    sb->nodes[arr].a = any;
+    sb->nodes[arr].c = VLM_GRAMMAR_NONE;
+
+    list = vlm_sb_idx(sb, 5);
+    if (list == VLM_GRAMMAR_NONE) {
+        return list;
+    }
+
+    sb->idx[list] = obj;
+    sb->idx[list + 1] = arr;
+    sb->idx[list + 2] = str;
+    sb->idx[list + 3] = num;
+    sb->idx[list + 4] = lit;
+
+    sb->nodes[any].kind = VLM_GNODE_ANYOF;
+    sb->nodes[any].a = list;
+    sb->nodes[any].b = 5;
+
+    return any;
+}
+
+
+static int
+vlm_sb_count(vlm_sb_t *sb, const json_t *s, const char *key,
+    const char *path, uint32_t limit, uint32_t *out)
+{
+    json_t     *v;
+    json_int_t  n;
+
+    v = json_object_get(s, key);
+    if (v == NULL) {
+        return 0;
+    }
+
+    n = json_is_integer(v) ? json_integer_value(v) : -1;
+
+    if (json_is_real(v) && json_real_value(v) >= 0
+        && json_real_value(v) == (double) (json_int_t) json_real_value(v))
+    {
+        n = (json_int_t) json_real_value(v);
+    }
+
+    if (n < 0 || (uint64_t) n > limit) {
+        vlm_sb_fail(sb, path, "'%s' must be an integer from 0 to its "
+                    "supported limit", key);
+        return -1;
+    }
+
+    *out = (uint32_t) n;
+
+    return 1;
+}
+
+
+static int
+vlm_sb_key_ok(const char *k)
+{
+    const unsigned char  *p;
+
+    for (p = (const unsigned char *) k; *p; p++) {
+        if (*p < 0x20 || *p == '"' || *p == '\\') {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+static uint32_t
+vlm_sb_object(vlm_sb_t *sb, const json_t *s, const char *path, uint32_t id)
+{
+    char         sub[VLM_SCHEMA_PATH_LEN * 2];
+    size_t       i, j, n;
+    uint32_t     list, child, key, off;
+    json_t      *props, *req, *add, *v;
+    const char  *k;
+
+    props = json_object_get(s, "properties");
+    req = json_object_get(s, "required");
+    add = json_object_get(s, "additionalProperties");
+
+    if (props != NULL && !json_is_object(props)) {
+        return vlm_sb_fail(sb, path, "'properties' must be an object%s", "");
+    }
+
+    if (req != NULL && !json_is_array(req)) {
+        return vlm_sb_fail(sb, path, "'required' must be an array%s", "");
+    }
+
+    n = props ? json_object_size(props) : 0;
+
+    if (n > VLM_GRAMMAR_MAX_CAND) {
+        return vlm_sb_fail(sb, path, "more than 64 properties%s", "");
+    }
+
+    for (j = 0; req && j < json_array_size(req); j++) {
+        k = json_string_value(json_array_get(req, j));
+
+        if (k == NULL || props == NULL || json_object_get(props, k) == NULL)
+        {
+            snprintf(sub, sizeof(sub), "%s.required[%zu]", path, j);
+            return vlm_sb_fail(sb, sub, "a required property must be "
+                               "named in 'properties'%s", "");
+        }
+    }
+
+    sb->nodes[id].kind = VLM_GNODE_OBJECT;
+    sb->nodes[id].c = VLM_GRAMMAR_NONE;
+
+    if (n == 0) {
+        /* a map: any keys, values of additionalProperties */
+
+        if (add != NULL && json_is_false(add)) {
+            return id;
+        }
+
+        if (add == NULL || json_is_true(add)) {
+            child = vlm_sb_any(sb, path);
+
+        } else {
+            snprintf(sub, sizeof(sub), "%s.additionalProperties", path);
+            child = vlm_sb_value(sb, add, sub, VLM_GRAMMAR_NONE);
+        }
+
+        key = vlm_sb_node(sb, path);
+
+        if (child == VLM_GRAMMAR_NONE || key == VLM_GRAMMAR_NONE) {
+            return VLM_GRAMMAR_NONE;
+        }
+
+        vlm_sb_string(sb, 0, VLM_GRAMMAR_NONE, key);
+        sb->nodes[id].c = child;
+        sb->nodes[id].d = key;
+
+        return id;
+    }
+
+    /* declared properties only, in their order */
+
+    list = vlm_sb_idx(sb, (uint32_t) (4 * n));
+    if (list == VLM_GRAMMAR_NONE) {
+        return list;
+    }
+
+    i = 0;
+
+    json_object_foreach(props, k, v) {
+        snprintf(sub, sizeof(sub), "%s.properties.%s", path, k);
+
+        if (!vlm_sb_key_ok(k)) {
+            return vlm_sb_fail(sb, sub, "a property name with '\"', '\\' "
+                               "or a control character%s", "");
+        }
+
+        child = vlm_sb_value(sb, v, sub, VLM_GRAMMAR_NONE);
+        if (child == VLM_GRAMMAR_NONE) {
+            return child;
+        }
+
+        off = vlm_sb_bytes(sb, k, strlen(k));
+        if (off == VLM_GRAMMAR_NONE) {
+            return off;
+        }
+
+        sb->idx[list + 4 * i] = off;
+        sb->idx[list + 4 * i + 1] = (uint32_t) strlen(k);
+        sb->idx[list + 4 * i + 2] = child;
+        sb->idx[list + 4 * i + 3] = 0;
+
+        for (j = 0; req && j < json_array_size(req); j++) {
+            if (strcmp(json_string_value(json_array_get(req, j)), k) == 0) {
+                sb->idx[list + 4 * i + 3] = 1;
+            }
+        }
+
+        i++;
+    }
+
+    sb->nodes[id].a = list;
+    sb->nodes[id].b = (uint32_t) n;
+
+    return id;
+}
+
+
+static uint32_t
+vlm_sb_type(vlm_sb_t *sb, const json_t *s, const char *type,
+    const char *path, uint32_t id)
+{
+    char         sub[VLM_SCHEMA_PATH_LEN * 2];
+    int          rc;
+    uint32_t     min, max, off, item;
+    json_t      *v;
+    const char  *fmt, *tpl;
+
+    static const char  *bools[] = { "true", "false" };
+    static const char  *nulls[] = { "null" };
+
+    if (strcmp(type, "string") == 0) {
+        min = 0;
+        max = VLM_GRAMMAR_NONE;
+
+        if (vlm_sb_count(sb, s, "minLength", path, 4096, &min) < 0
+            || (rc = vlm_sb_count(sb, s, "maxLength", path,
+                                  VLM_SB_MAX_CHARS, &max)) < 0)
+        {
+            return VLM_GRAMMAR_NONE;
+        }
+
+        if (min > max) {
+            return vlm_sb_fail(sb, path, "minLength above maxLength%s", "");
+        }
+
+        vlm_sb_string(sb, min, max, id);
+
+        v = json_object_get(s, "format");
+        if (v == NULL) {
+            return id;
+        }
+
+        fmt = json_string_value(v);
+        tpl = NULL;
+
+        /* shapes whose every instance is a valid value */
+        if (fmt == NULL) {
+            tpl = NULL;
+
+        } else if (strcmp(fmt, "uuid") == 0) {
+            tpl = "hhhhhhhh-hhhh-hhhh-hhhh-hhhhhhhhhhhh";
+
+        } else if (strcmp(fmt, "date") == 0) {
+            tpl = "dddd-0n-bn";
+
+        } else if (strcmp(fmt, "time") == 0) {
+            tpl = "ad:cd:cdZ";
+
+        } else if (strcmp(fmt, "date-time") == 0) {
+            tpl = "dddd-0n-bnTad:cd:cdZ";
+        }
+
+        if (tpl == NULL) {
+            snprintf(sub, sizeof(sub), "%s.format", path);
+            return vlm_sb_fail(sb, sub, "unsupported format '%s' (uuid, "
+                               "date, time and date-time are supported)",
+                               fmt ? fmt : "");
+        }
+
+        if (strlen(tpl) < min || strlen(tpl) > max) {
+            return vlm_sb_fail(sb, path, "a format and lengths that "
+                               "disagree%s", "");
+        }
+
+        off = vlm_sb_bytes(sb, tpl, strlen(tpl));
+        if (off == VLM_GRAMMAR_NONE) {
+            return off;
+        }
+
+        sb->nodes[id].c = off;
+        sb->nodes[id].d = (uint32_t) strlen(tpl);
+
+        return id;
+    }
+
+    if (strcmp(type, "integer") == 0 || strcmp(type, "number") == 0) {
+        sb->nodes[id].kind = VLM_GNODE_NUMBER;
+        sb->nodes[id].flags = type[0] == 'i' ? VLM_GNODE_INTEGER : 0;
+
+        v = json_object_get(s, "minimum");
+
+        if (v != NULL) {
+            if (!json_is_number(v) || json_number_value(v) != 0.0) {
+                snprintf(sub, sizeof(sub), "%s.minimum", path);
+                return vlm_sb_fail(sb, sub, "only 'minimum': 0 is "
+                                   "supported%s", "");
+            }
+
+            sb->nodes[id].flags |= VLM_GNODE_NONNEG;
+        }
+
+        return id;
+    }
+
+    if (strcmp(type, "boolean") == 0) {
+        return vlm_sb_words(sb, bools, 2, path, id);
+    }
+
+    if (strcmp(type, "null") == 0) {
+        return vlm_sb_words(sb, nulls, 1, path, id);
+    }
+
+    if (strcmp(type, "object") == 0) {
+        return vlm_sb_object(sb, s, path, id);
+    }
+
+    if (strcmp(type, "array") == 0) {
+        min = 0;
+        max = VLM_GRAMMAR_NONE;
+
+        if (vlm_sb_count(sb, s, "minItems", path, VLM_GRAMMAR_MAX_ITEMS,
+                         &min) < 0
+            || vlm_sb_count(sb, s, "maxItems", path, VLM_GRAMMAR_NONE - 1,
+                            &max) < 0)
+        {
+            return VLM_GRAMMAR_NONE;
+        }
+
+        if (min > max) {
+            return vlm_sb_fail(sb, path, "minItems above maxItems%s", "");
+        }
+
+        v = json_object_get(s, "items");
+        snprintf(sub, sizeof(sub), "%s.items", path);
+
+        if (v == NULL || json_is_true(v)) {
+            item = vlm_sb_any(sb, sub);
+
+        } else if (json_is_object(v)) {
+            item = vlm_sb_value(sb, v, sub, VLM_GRAMMAR_NONE);
+
+        } else {
+            return vlm_sb_fail(sb, sub, "'items' must be a schema%s", "");
+        }
+
+        if (item == VLM_GRAMMAR_NONE) {
+            return item;
+        }
+
+        sb->nodes[id].kind = VLM_GNODE_ARRAY;
+        sb->nodes[id].a = item;
+        sb->nodes[id].b = min;
+        sb->nodes[id].c = max;
+
+        return id;
+    }
+
+    snprintf(sub, sizeof(sub), "%s.type", path);
+    return vlm_sb_fail(sb, sub, "unknown type '%s'", type);
+}
+
+
+static const char  *vlm_sb_known[] = {
+    /* annotations */
+    "title", "description", "default", "examples", "$schema", "$id",
+    "$comment", "deprecated", "readOnly", "writeOnly", "$defs",
+    "definitions", "strict",
+    /* constraints */
+    "type", "properties", "required", "additionalProperties", "enum",
+    "const", "items", "minItems", "maxItems", "anyOf", "oneOf", "allOf",
+    "$ref", "minLength", "maxLength", "format", "minimum",
+    NULL
+};
+
+
+static uint32_t
+vlm_sb_ref(vlm_sb_t *sb, const char *ref, const char *path, uint32_t into)
+{
+    char         name[256];
+    uint32_t     i, id, list;
+    const char  *p, *end;
+    json_t      *t;
+
+    for (i = 0; i < sb->n_refs; i++) {
+        if (strcmp(sb->ref_name[i], ref) == 0) {
+            id = sb->ref_node[i];
+
+            if (into == VLM_GRAMMAR_NONE) {
+                return id;
+            }
+
+            /* the same node under two names: one ANYOF of one child */
+            list = vlm_sb_idx(sb, 1);
+            if (list == VLM_GRAMMAR_NONE) {
+                return list;
+            }
+
+            sb->idx[list] = id;
+            sb->nodes[into].kind = VLM_GNODE_ANYOF;
+            sb->nodes[into].a = list;
+            sb->nodes[into].b = 1;
+
+            return into;
+        }
+    }
+
+    /* "#", "#/$defs/Name", "#/definitions/Name" */
+
+    t = (json_t *) sb->root;
+
+    if (ref[0] != '#') {
+        return vlm_sb_fail(sb, path, "only local references are supported "
+                           "('%s')", ref);
+    }
+
+    for (p = ref + 1; *p == '/'; p = end) {
+        p++;
+        end = strchr(p, '/');
+        end = end ? end : p + strlen(p);
+
+        if ((size_t) (end - p) >= sizeof(name)) {
+            return vlm_sb_fail(sb, path, "reference too long%s", "");
+        }
+
+        memcpy(name, p, (size_t) (end - p));
+        name[end - p] = '\0';
+
+        t = json_is_object(t) ? json_object_get(t, name) : NULL;
+        if (t == NULL) {
+            return vlm_sb_fail(sb, path, "unresolved reference '%s'", ref);
+        }
+    }
+
+    if (*p != '\0') {
+        return vlm_sb_fail(sb, path, "unresolved reference '%s'", ref);
+    }
+
+    if (sb->n_refs == VLM_SB_MAX_REFS) {
+        return vlm_sb_fail(sb, path, "too many references%s", "");
+    }
+
+    id = into != VLM_GRAMMAR_NONE ? into : vlm_sb_node(sb, path);
+    if (id == VLM_GRAMMAR_NONE) {
+        return id;
+    }
+
+    sb->ref_name[sb->n_refs] = ref;
+    sb->ref_node[sb->n_refs] = id;
+    sb->n_refs++;
+
+    return vlm_sb_value(sb, t, path, id);
+}
+
+
+static uint32_t
+vlm_sb_alternatives(vlm_sb_t *sb, const json_t *list, const char *key,
+    const char *path, uint32_t id)
+{
+    char      sub[VLM_SCHEMA_PATH_LEN * 2];
+    size_t    i, n;
+    uint32_t  kids[VLM_GRAMMAR_MAX_CAND], off;
+
+    n = json_is_array(list) ? json_array_size(list) : 0;
+
+    if (n == 0 || n > VLM_GRAMMAR_MAX_CAND) {
+        return vlm_sb_fail(sb, path, "'%s' must list 1 to 64 schemas", key);
+    }
+
+    for (i = 0; i < n; i++) {
+        snprintf(sub, sizeof(sub), "%s.%s[%zu]", path, key, i);
+        kids[i] = vlm_sb_value(sb, json_array_get(list, i), sub,
+                               VLM_GRAMMAR_NONE);
+        if (kids[i] == VLM_GRAMMAR_NONE) {
+            return kids[i];
+        }
+    }
+
+    off = vlm_sb_idx(sb, (uint32_t) n);
+    if (off == VLM_GRAMMAR_NONE) {
+        return off;
+    }
+
+    memcpy(sb->idx + off, kids, n * sizeof(uint32_t));
+
+    sb->nodes[id].kind = VLM_GNODE_ANYOF;
+    sb->nodes[id].a = off;
+    sb->nodes[id].b = (uint32_t) n;
+
+    return id;
+}
+
+
+static uint32_t
+vlm_sb_schema(vlm_sb_t *sb, const json_t *s, const char *path, uint32_t id)
+{
+    char         sub[VLM_SCHEMA_PATH_LEN * 2];
+    size_t       i, n;
+    uint32_t     kids[8], off;
+    json_t      *v, *t;
+    const char  *k, **known;
+
+    if (json_is_true(s)) {
+        return vlm_sb_any(sb, path);
+    }
+
+    if (!json_is_object(s)) {
+        return vlm_sb_fail(sb, path, "a schema must be an object%s", "");
+    }
+
+    json_object_foreach((json_t *) s, k, v) {
+        for (known = vlm_sb_known; *known; known++) {
+            if (strcmp(*known, k) == 0) {
+                break;
+            }
+        }
+
+        if (*known == NULL) {
+            return vlm_sb_fail(sb, path, "unsupported keyword '%s'", k);
+        }
+    }
+
+    v = json_object_get(s, "$ref");
+    if (v != NULL) {
+        if (!json_is_string(v)) {
+            return vlm_sb_fail(sb, path, "'$ref' must be a string%s", "");
+        }
+
+        return vlm_sb_ref(sb, json_string_value(v), path, id);
+    }
+
+    v = json_object_get(s, "const");
+    if (v != NULL) {
+        return vlm_sb_literals(sb, &v, 1, path, id);
+    }
+
+    v = json_object_get(s, "enum");
+    if (v != NULL) {
+        if (!json_is_array(v)) {
+            return vlm_sb_fail(sb, path, "'enum' must be an array%s", "");
+        }
+
+        snprintf(sub, sizeof(sub), "%s.enum", path);
+        n = json_array_size(v);
+
+        if (n == 0 || n > VLM_GRAMMAR_MAX_CAND) {
+            return vlm_sb_fail(sb, sub, "an enum of 1 to 64 values is "
+                               "supported%s", "");
+        }
+
+        {
+            json_t  *vals[VLM_GRAMMAR_MAX_CAND];
+
+            for (i = 0; i < n; i++) {
+                vals[i] = json_array_get(v, i);
+            }
+
+            return vlm_sb_literals(sb, vals, n, sub, id);
+        }
+    }
+
+    v = json_object_get(s, "anyOf");
+    if (v != NULL) {
+        return vlm_sb_alternatives(sb, v, "anyOf", path, id);
+    }
+
+    /* alternatives told apart by their first byte match one at most */
+    v = json_object_get(s, "oneOf");
+    if (v != NULL) {
+        return vlm_sb_alternatives(sb, v, "oneOf", path, id);
+    }
+
+    v = json_object_get(s, "allOf");
+    if (v != NULL) {
+        if (!json_is_array(v) || json_array_size(v) != 1) {
+            return vlm_sb_fail(sb, path, "'allOf' of one schema is "
+                               "supported%s", "");
+        }
+
+        snprintf(sub, sizeof(sub), "%s.allOf[0]", path);
+        return vlm_sb_alternatives(sb, v, "allOf", path, id);
+    }
+
+    t = json_object_get(s, "type");
+
+    if (t == NULL) {
+        if (json_object_get(s, "properties") || json_object_get(s,
+            "required") || json_object_get(s, "additionalProperties"))
+        {
+            return vlm_sb_type(sb, s, "object", path, id);
+        }
+
+        if (json_object_get(s, "items") || json_object_get(s, "minItems")
+            || json_object_get(s, "maxItems"))
+        {
+            return vlm_sb_type(sb, s, "array", path, id);
+        }
+
+        if (json_object_get(s, "minLength") || json_object_get(s,
+            "maxLength") || json_object_get(s, "format"))
+        {
+            return vlm_sb_type(sb, s, "string", path, id);
+        }
+
+        /* any value: an alias of the shared node */
+        kids[0] = vlm_sb_any(sb, path);
+        if (kids[0] == VLM_GRAMMAR_NONE) {
+            return kids[0];
+        }
+
+        off = vlm_sb_idx(sb, 1);
+        if (off == VLM_GRAMMAR_NONE) {
+            return off;
+        }
+
+        sb->idx[off] = kids[0];
+        sb->nodes[id].kind = VLM_GNODE_ANYOF;
+        sb->nodes[id].a = off;
+        sb->nodes[id].b = 1;
+
+        return id;
+    }
+
+    if (json_is_string(t)) {
+        return vlm_sb_type(sb, s, json_string_value(t), path, id);
+    }
+
+    n = json_is_array(t) ? json_array_size(t) : 0;
+
+    if (n == 0 || n > 8) {
+        snprintf(sub, sizeof(sub), "%s.type", path);
+        return vlm_sb_fail(sb, sub, "'type' must be a name or a list of up "
+                           "to 8 names%s", "");
+    }
+
+    for (i = 0; i < n; i++) {
+        k = json_string_value(json_array_get(t, i));
+        snprintf(sub, sizeof(sub), "%s.type[%zu]", path, i);
+
+        if (k == NULL) {
+            return vlm_sb_fail(sb, sub, "a type must be a name%s", "");
+        }
+
+        kids[i] = vlm_sb_node(sb, sub);
+        if (kids[i] == VLM_GRAMMAR_NONE
+            || vlm_sb_type(sb, s, k, sub, kids[i]) == VLM_GRAMMAR_NONE)
+        {
+            return VLM_GRAMMAR_NONE;
+        }
+    }
+
+    off = vlm_sb_idx(sb, (uint32_t) n);
+    if (off == VLM_GRAMMAR_NONE) {
+        return off;
+    }
+
+    memcpy(sb->idx + off, kids, n * sizeof(uint32_t));
+
+    sb->nodes[id].kind = VLM_GNODE_ANYOF;
+    sb->nodes[id].a = off;
+    sb->nodes[id].b = (uint32_t) n;
+
+    return id;
+}
+
+
+static uint32_t
+vlm_sb_value(vlm_sb_t *sb, const json_t *s, const char *path, uint32_t into)
+{
+    uint32_t  id;
+
+    if (sb->depth == VLM_SB_MAX_DEPTH) {
+        return vlm_sb_fail(sb, path, "the schema nests too deeply%s", "");
+    }
+
+    if (into == VLM_GRAMMAR_NONE && json_is_true(s)) {
+        return vlm_sb_any(sb, path);
+    }
+
+    id = into != VLM_GRAMMAR_NONE ? into : vlm_sb_node(sb, path);
+    if (id == VLM_GRAMMAR_NONE) {
+        return id;
+    }
+
+    sb->depth++;
+    id = vlm_sb_schema(sb, s, path, id);
+    sb->depth--;
+
+    return id;
+}
+
+
+static void
+vlm_sb_free(vlm_sb_t *sb)
+{
+    uint32_t  i;
+
+    for (i = 0; i < sb->n_nodes; i++) {
+        free(sb->paths[i]);
+    }
+
+    free(sb->paths);
+    free(sb->nodes);
+    free(sb->idx);
+    free(sb->bytes);
+}
+
+
+static vlm_status_t
+vlm_sb_finish(vlm_sb_t *sb, uint32_t root)
+{
+    size_t              len;
+    uint32_t            bad;
+    unsigned char      *p;
+    vlm_error_t         e;
+    vlm_grammar_hdr_t   h;
+
+    if (root == VLM_GRAMMAR_NONE) {
+        return sb->err->status ? sb->err->status : VLM_ERR_UNSUPPORTED;
+    }
+
+    if (vlm_grammar_derive(sb->nodes, sb->n_nodes, root, sb->idx, sb->bytes,
+                           &bad, &e)
+        != VLM_OK)
+    {
+        vlm_sb_fail(sb, bad < sb->n_nodes ? sb->paths[bad] : "$", "%s",
+                    e.msg);
+        return VLM_ERR_UNSUPPORTED;
+    }
+
+    len = sizeof(vlm_grammar_hdr_t) + sb->n_nodes * sizeof(vlm_gnode_t)
+          + sb->n_idx * sizeof(uint32_t) + sb->n_bytes;
+
+    if (len > VLM_GRAMMAR_MAX_BYTES) {
+        vlm_sb_fail(sb, "$", "the schema is too large%s", "");
+        return VLM_ERR_UNSUPPORTED;
+    }
+
+    p = malloc(len);
+    if (p == NULL) {
+        return vlm_error_set(sb->err, VLM_ERR_NOMEM, "schema: no memory");
+    }
+
+    h.magic = VLM_GRAMMAR_MAGIC;
+    h.size = (uint32_t) len;
+    h.n_nodes = sb->n_nodes;
+    h.root = root;
+    h.n_idx = sb->n_idx;
+    h.n_bytes = sb->n_bytes;
+
+    memcpy(p, &h, sizeof(h));
+    memcpy(p + sizeof(h), sb->nodes, sb->n_nodes * sizeof(vlm_gnode_t));
+    if (sb->n_idx) {
+        memcpy(p + sizeof(h) + sb->n_nodes * sizeof(vlm_gnode_t), sb->idx,
+               sb->n_idx * sizeof(uint32_t));
+    }
+
+    if (sb->n_bytes) {
+        memcpy(p + len - sb->n_bytes, sb->bytes, sb->n_bytes);
+    }
+
+    sb->out->prog = p;
+    sb->out->len = len;
+
+    return VLM_OK;
+}
+
+
+static void
+vlm_sb_init(vlm_sb_t *sb, const json_t *root, vlm_schema_out_t *out,
+    vlm_error_t *err)
+{
+    memset(sb, 0, sizeof(vlm_sb_t));
+    memset(out, 0, sizeof(vlm_schema_out_t));
+
+    sb->root = root;
+    sb->any = VLM_GRAMMAR_NONE;
+    sb->out = out;
+    sb->err = err;
+    err->status = VLM_OK;
+}
+
+
+vlm_status_t
+vlm_schema_compile(const void *schema, vlm_schema_out_t *out,
+    vlm_error_t *err)
+{
+    uint32_t      root, any, key;
+    vlm_status_t  rc;
+    vlm_sb_t      sb;
+
+    vlm_sb_init(&sb, schema, out, err);
+
+    if (schema == NULL) {
+        /* json_object: an object of any keys and values */
+        root = vlm_sb_node(&sb, "$");
+        any = vlm_sb_any(&sb, "$");
+        key = vlm_sb_node(&sb, "$");
+
+        if (key != VLM_GRAMMAR_NONE && any != VLM_GRAMMAR_NONE) {
+            sb.nodes[root].kind = VLM_GNODE_OBJECT;
+            sb.nodes[root].c = any;
+            sb.nodes[root].d = key;
+            vlm_sb_string(&sb, 0, VLM_GRAMMAR_NONE, key);
+
+        } else {
+            root = VLM_GRAMMAR_NONE;
+        }
+
+    } else {
+        root = vlm_sb_value(&sb, schema, "$", VLM_GRAMMAR_NONE);
+    }
+
+    rc = vlm_sb_finish(&sb, root);
+    vlm_sb_free(&sb);
+
+    return rc;
+}
+
+
+vlm_status_t
+vlm_schema_compile_tools(const vlm_schema_fn_t *fns, uint32_t n,
+    uint32_t max_calls, vlm_schema_out_t *out, vlm_error_t *err)
+{
+    char          path[VLM_SCHEMA_PATH_LEN];
+    uint32_t      i, list, tool, root, args, off;
+    vlm_status_t  rc;
+    vlm_sb_t      sb;
+
+    vlm_sb_init(&sb, NULL, out, err);
+
+    root = VLM_GRAMMAR_NONE;
+
+    if (n == 0 || n > VLM_GRAMMAR_MAX_CAND) {
+        vlm_sb_fail(&sb, "tools", "1 to 64 functions are supported%s", "");
+        goto done;
+    }
+
+    root = vlm_sb_node(&sb, "tools");
+    tool = vlm_sb_node(&sb, "tools");
+    list = vlm_sb_idx(&sb, 3 * n);
+
+    if (list == VLM_GRAMMAR_NONE || tool == VLM_GRAMMAR_NONE) {
+        root = VLM_GRAMMAR_NONE;
+        goto done;
+    }
+
+    for (i = 0; i < n; i++) {
+        snprintf(path, sizeof(path), "tools[%u].function.parameters", i);
+
+        if (!vlm_sb_key_ok(fns[i].name) || fns[i].name[0] == '\0') {
+            root = vlm_sb_fail(&sb, path, "a function name with '\"', '\\' "
+                               "or a control character%s", "");
+            goto done;
+        }
+
+        sb.root = fns[i].parameters;
+        sb.n_refs = 0;
+
+        if (fns[i].parameters == NULL) {
+            args = vlm_sb_node(&sb, path);
+            if (args != VLM_GRAMMAR_NONE) {
+                sb.nodes[args].kind = VLM_GNODE_OBJECT;
+                sb.nodes[args].c = VLM_GRAMMAR_NONE;
+            }
+
+        } else {
+            args = vlm_sb_value(&sb, fns[i].parameters, path,
+                                VLM_GRAMMAR_NONE);
+        }
+
+        if (args == VLM_GRAMMAR_NONE) {
+            root = VLM_GRAMMAR_NONE;
+            goto done;
+        }
+
+        off = vlm_sb_bytes(&sb, fns[i].name, strlen(fns[i].name));
+        if (off == VLM_GRAMMAR_NONE) {
+            root = VLM_GRAMMAR_NONE;
+            goto done;
+        }
+
+        sb.idx[list + 3 * i] = off;
+        sb.idx[list + 3 * i + 1] = (uint32_t) strlen(fns[i].name);
+        sb.idx[list + 3 * i + 2] = args;
+    }
+
+    sb.nodes[tool].kind = VLM_GNODE_TOOLCALL;
+    sb.nodes[tool].a = list;
+    sb.nodes[tool].b = n;
+
+    sb.nodes[root].kind = VLM_GNODE_TOOLCALLS;
+    sb.nodes[root].a = tool;
+    sb.nodes[root].b = max_calls ? max_calls : 1;
+
+done:
+
+    rc = vlm_sb_finish(&sb, root);
+    vlm_sb_free(&sb);
+
+    return rc;
+}

@@ -1,0 +1,1849 @@
+/*
+ * The JSON grammar automaton, the token trie and the per-step mask (see
+ * vlm_grammar.h).  A state is a stack of frames, one per open value; a
+ * byte goes to the top frame, which consumes it, refuses it, or ends and
+ * hands it to its parent.  A container sets its own state to "after the
+ * child" before it pushes the child, so ending a child is a pop.
+ *
+ * The mask walks the token trie depth first, feeding one byte per trie
+ * edge; every frame write is logged so that leaving an edge undoes it
+ * (no copies of the whole state), and the walk leaves a subtree as soon
+ * as the automaton refuses its prefix.
+ */
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "vlm_grammar.h"
+
+
+#define VLM_G_INF           VLM_GRAMMAR_INF
+#define VLM_G_RETRIES       (2 * VLM_GRAMMAR_MAX_DEPTH + 8)
+#define VLM_G_INT_DIGITS    15
+#define VLM_G_EXP_DIGITS    2
+
+#define VLM_G_OPEN          "<tool_call>\n"
+#define VLM_G_CLOSE         "\n</tool_call>"
+#define VLM_G_PRE           "{\"name\": \""
+#define VLM_G_MID           ", \"arguments\": "
+
+#define vlm_g_len(s)        (sizeof(s) - 1)
+
+
+enum {
+    VLM_G_NO = 0,           /* refused */
+    VLM_G_OK,               /* consumed */
+    VLM_G_DONE,             /* consumed, and the value is complete */
+    VLM_G_POP,              /* complete before this byte: the parent's */
+    VLM_G_RETRY             /* the top frame changed: feed it again */
+};
+
+
+typedef struct {
+    uint32_t  node;
+    uint32_t  pos;          /* bytes into a key, literal or template */
+    uint32_t  count;        /* chars, items, or the next property */
+    uint32_t  sel;          /* the property or function chosen */
+    uint64_t  cand;         /* literals, keys or names still matching */
+    uint8_t   st;
+    uint8_t   need;         /* UTF-8 continuation bytes to come */
+    uint8_t   lo;           /* the range of the next continuation byte */
+    uint8_t   hi;
+    uint32_t  reserved;
+} vlm_gframe_t;
+
+
+struct vlm_trie_s {
+    int        vocab;
+    uint32_t   n_nodes;
+    uint32_t  *child;       /* first child, VLM_GRAMMAR_NONE */
+    uint32_t  *next;        /* next sibling */
+    int32_t   *token;       /* a token ending here, -1 */
+    uint8_t   *byte;
+    int32_t   *tok_next;    /* [vocab] the next token of the same bytes */
+    size_t     max_len;
+
+    /*
+     * Inside a string most tokens are plain text: a subtree whose every
+     * path from the root is well-formed UTF-8 (a last character may be
+     * cut) without '"', '\\' or control bytes is accepted whole, its
+     * tokens listed together in order[lo[node], hi[node]).
+     */
+    uint8_t   *plain;
+    uint32_t  *lo;
+    uint32_t  *hi;
+    int32_t   *order;       /* [vocab] token ids, depth first */
+    uint32_t   n_order;
+};
+
+
+struct vlm_matcher_s {
+    const vlm_trie_t  *trie;
+    vlm_grammar_t      g;
+    uint32_t           depth;
+    vlm_gframe_t       frames[VLM_GRAMMAR_MAX_DEPTH];
+
+    int                logging;
+    size_t             log_n;
+    size_t             log_cap;
+    uint32_t          *log_at;      /* [log_cap] frame index */
+    vlm_gframe_t      *log;         /* [log_cap] its previous value */
+
+    uint32_t           budget;
+    size_t             n_allowed;
+    uint32_t          *mask;        /* [(vocab + 31) / 32] */
+    size_t             mask_words;
+};
+
+
+/* program checks */
+
+static int
+vlm_grammar_list_ok(const vlm_grammar_hdr_t *h, uint32_t off, uint32_t n,
+    uint32_t width)
+{
+    return n <= VLM_GRAMMAR_MAX_CAND
+           && (uint64_t) off + (uint64_t) n * width <= h->n_idx;
+}
+
+
+static int
+vlm_grammar_span_ok(const vlm_grammar_hdr_t *h, uint32_t off, uint32_t len)
+{
+    return (uint64_t) off + len <= h->n_bytes;
+}
+
+
+vlm_status_t
+vlm_grammar_open(vlm_grammar_t *g, const void *prog, size_t len,
+    vlm_error_t *err)
+{
+    size_t                    need;
+    uint32_t                  i, j, n;
+    const uint32_t           *l;
+    const vlm_gnode_t        *nd;
+    const vlm_grammar_hdr_t  *h;
+
+    h = prog;
+
+    if (len < sizeof(vlm_grammar_hdr_t) || h->magic != VLM_GRAMMAR_MAGIC
+        || h->size != len || h->n_nodes == 0
+        || h->n_nodes > VLM_GRAMMAR_MAX_NODES || h->root >= h->n_nodes
+        || len > VLM_GRAMMAR_MAX_BYTES)
+    {
+        return vlm_error_set(err, VLM_ERR_INVALID, "grammar: bad header");
+    }
+
+    need = sizeof(vlm_grammar_hdr_t)
+           + (size_t) h->n_nodes * sizeof(vlm_gnode_t)
+           + (size_t) h->n_idx * sizeof(uint32_t) + h->n_bytes;
+
+    if (need != len) {
+        return vlm_error_set(err, VLM_ERR_INVALID, "grammar: bad size");
+    }
+
+    g->hdr = h;
+    g->nodes = (const vlm_gnode_t *) (h + 1);
+    g->idx = (const uint32_t *) (g->nodes + h->n_nodes);
+    g->bytes = (const unsigned char *) (g->idx + h->n_idx);
+
+    n = h->n_nodes;
+
+    for (i = 0; i < n; i++) {
+        nd = &g->nodes[i];
+
+        if (nd->min_len >= VLM_G_INF) {
+            goto bad;
+        }
+
+        switch (nd->kind) {
+
+        case VLM_GNODE_LITERALS:
+            if (nd->b == 0 || !vlm_grammar_list_ok(h, nd->a, nd->b, 2)) {
+                goto bad;
+            }
+
+            for (j = 0; j < nd->b; j++) {
+                l = g->idx + nd->a + 2 * j;
+                if (l[1] == 0 || !vlm_grammar_span_ok(h, l[0], l[1])) {
+                    goto bad;
+                }
+            }
+
+            break;
+
+        case VLM_GNODE_STRING:
+            if (nd->a > nd->b
+                || (nd->c != VLM_GRAMMAR_NONE
+                    && !vlm_grammar_span_ok(h, nd->c, nd->d)))
+            {
+                goto bad;
+            }
+
+            break;
+
+        case VLM_GNODE_NUMBER:
+            break;
+
+        case VLM_GNODE_OBJECT:
+            if (!vlm_grammar_list_ok(h, nd->a, nd->b, 4)) {
+                goto bad;
+            }
+
+            for (j = 0; j < nd->b; j++) {
+                l = g->idx + nd->a + 4 * j;
+                if (!vlm_grammar_span_ok(h, l[0], l[1]) || l[2] >= n) {
+                    goto bad;
+                }
+            }
+
+            if (nd->b == 0 && nd->c != VLM_GRAMMAR_NONE
+                && (nd->c >= n || nd->d >= n
+                    || g->nodes[nd->d].kind != VLM_GNODE_STRING))
+            {
+                goto bad;
+            }
+
+            break;
+
+        case VLM_GNODE_ARRAY:
+            if (nd->a >= n || nd->b > nd->c) {
+                goto bad;
+            }
+
+            break;
+
+        case VLM_GNODE_ANYOF:
+            if (nd->b == 0 || !vlm_grammar_list_ok(h, nd->a, nd->b, 1)) {
+                goto bad;
+            }
+
+            for (j = 0; j < nd->b; j++) {
+                if (g->idx[nd->a + j] >= n) {
+                    goto bad;
+                }
+            }
+
+            break;
+
+        case VLM_GNODE_TOOLCALL:
+            if (nd->b == 0 || !vlm_grammar_list_ok(h, nd->a, nd->b, 3)) {
+                goto bad;
+            }
+
+            for (j = 0; j < nd->b; j++) {
+                l = g->idx + nd->a + 3 * j;
+                if (!vlm_grammar_span_ok(h, l[0], l[1]) || l[2] >= n) {
+                    goto bad;
+                }
+            }
+
+            break;
+
+        case VLM_GNODE_TOOLCALLS:
+            if (nd->a >= n || g->nodes[nd->a].kind != VLM_GNODE_TOOLCALL
+                || nd->b == 0)
+            {
+                goto bad;
+            }
+
+            break;
+
+        default:
+            goto bad;
+        }
+    }
+
+    return VLM_OK;
+
+bad:
+
+    return vlm_error_set(err, VLM_ERR_INVALID, "grammar: bad node %u", i);
+}
+
+
+/* the matcher's frames */
+
+static vlm_gframe_t *
+vlm_g_write(vlm_matcher_t *m, uint32_t i)
+{
+    if (m->logging) {
+        if (m->log_n == m->log_cap) {
+            return NULL;
+        }
+
+        m->log_at[m->log_n] = i;
+        m->log[m->log_n] = m->frames[i];
+        m->log_n++;
+    }
+
+    return &m->frames[i];
+}
+
+
+static void
+vlm_g_init(vlm_matcher_t *m, vlm_gframe_t *f, uint32_t node, uint8_t st)
+{
+    uint32_t  n;
+
+    memset(f, 0, sizeof(vlm_gframe_t));
+
+    f->node = node;
+    f->st = st;
+
+    if (m->g.nodes[node].kind == VLM_GNODE_LITERALS) {
+        n = m->g.nodes[node].b;
+        f->cand = n >= 64 ? ~0ull : (1ull << n) - 1;
+    }
+}
+
+
+static int
+vlm_g_push(vlm_matcher_t *m, uint32_t node, uint8_t st)
+{
+    vlm_gframe_t  *f;
+
+    if (m->depth == VLM_GRAMMAR_MAX_DEPTH) {
+        return 0;
+    }
+
+    f = vlm_g_write(m, m->depth);
+    if (f == NULL) {
+        return 0;
+    }
+
+    vlm_g_init(m, f, node, st);
+    m->depth++;
+
+    return 1;
+}
+
+
+static int
+vlm_g_in(const uint32_t *set, uint32_t b)
+{
+    return (set[b >> 5] >> (b & 31)) & 1;
+}
+
+
+static int
+vlm_g_template(uint32_t c, uint32_t b)
+{
+    switch (c) {
+    case 'd':
+        return b >= '0' && b <= '9';
+    case 'n':
+        return b >= '1' && b <= '9';
+    case 'a':
+        return b == '0' || b == '1';
+    case 'b':
+        return b >= '0' && b <= '2';
+    case 'c':
+        return b >= '0' && b <= '5';
+    case 'h':
+        return (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f');
+    default:
+        return b == c;
+    }
+}
+
+
+/* the first required property at or after i, or n */
+static uint32_t
+vlm_g_first_required(const uint32_t *props, uint32_t n, uint32_t i)
+{
+    while (i < n && !props[4 * i + 3]) {
+        i++;
+    }
+
+    return i;
+}
+
+
+/* the properties a key may name next: from i to the first required */
+static uint64_t
+vlm_g_eligible(const uint32_t *props, uint32_t n, uint32_t i)
+{
+    uint32_t  r, j;
+    uint64_t  c;
+
+    r = vlm_g_first_required(props, n, i);
+    c = 0;
+
+    for (j = i; j < n && j <= r; j++) {
+        c |= 1ull << j;
+    }
+
+    return c;
+}
+
+
+static int
+vlm_g_step_literals(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
+    uint32_t b)
+{
+    int              full, longer;
+    uint32_t         i, len;
+    uint64_t         c, next;
+    const uint32_t  *l;
+
+    l = m->g.idx + n->a;
+    next = 0;
+    full = 0;
+
+    for (c = f->cand; c; c &= c - 1) {
+        i = (uint32_t) __builtin_ctzll(c);
+        len = l[2 * i + 1];
+
+        if (len == f->pos) {
+            full = 1;
+
+        } else if (m->g.bytes[l[2 * i] + f->pos] == b) {
+            next |= 1ull << i;
+        }
+    }
+
+    if (next == 0) {
+        return full ? VLM_G_POP : VLM_G_NO;
+    }
+
+    f->cand = next;
+    f->pos++;
+
+    full = 0;
+    longer = 0;
+
+    for (c = next; c; c &= c - 1) {
+        i = (uint32_t) __builtin_ctzll(c);
+
+        if (l[2 * i + 1] == f->pos) {
+            full = 1;
+
+        } else {
+            longer = 1;
+        }
+    }
+
+    return (full && !longer) ? VLM_G_DONE : VLM_G_OK;
+}
+
+
+static int
+vlm_g_step_number(vlm_gframe_t *f, const vlm_gnode_t *n, uint32_t b)
+{
+    int  digit, real;
+
+    digit = (b >= '0' && b <= '9');
+    real = !(n->flags & VLM_GNODE_INTEGER);
+
+    switch (f->st) {
+
+    case 0:
+        if (b == '-' && !(n->flags & VLM_GNODE_NONNEG)) {
+            f->st = 1;
+            return VLM_G_OK;
+        }
+
+        /* fall through */
+
+    case 1:
+        if (b == '0') {
+            f->st = 2;
+            return VLM_G_OK;
+        }
+
+        if (digit) {
+            f->st = 3;
+            f->count = 1;
+            return VLM_G_OK;
+        }
+
+        return VLM_G_NO;
+
+    case 3:
+        if (digit) {
+            if (f->count == VLM_G_INT_DIGITS) {
+                return VLM_G_NO;
+            }
+
+            f->count++;
+            return VLM_G_OK;
+        }
+
+        /* fall through */
+
+    case 2:
+        if (real && b == '.') {
+            f->st = 4;
+            return VLM_G_OK;
+        }
+
+        if (real && (b == 'e' || b == 'E')) {
+            f->st = 6;
+            return VLM_G_OK;
+        }
+
+        return digit ? VLM_G_NO : VLM_G_POP;
+
+    case 4:
+        if (digit) {
+            f->st = 5;
+            f->count = 1;
+            return VLM_G_OK;
+        }
+
+        return VLM_G_NO;
+
+    case 5:
+        if (digit) {
+            if (f->count == VLM_G_INT_DIGITS) {
+                return VLM_G_NO;
+            }
+
+            f->count++;
+            return VLM_G_OK;
+        }
+
+        if (b == 'e' || b == 'E') {
+            f->st = 6;
+            return VLM_G_OK;
+        }
+
+        return VLM_G_POP;
+
+    case 6:
+        if (b == '+' || b == '-') {
+            f->st = 7;
+            return VLM_G_OK;
+        }
+
+        /* fall through */
+
+    case 7:
+        if (digit) {
+            f->st = 8;
+            f->count = 1;
+            return VLM_G_OK;
+        }
+
+        return VLM_G_NO;
+
+    default: /* 8 */
+        if (digit) {
+            if (f->count == VLM_G_EXP_DIGITS) {
+                return VLM_G_NO;
+            }
+
+            f->count++;
+            return VLM_G_OK;
+        }
+
+        return VLM_G_POP;
+    }
+}
+
+
+static int
+vlm_g_step_string(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
+    uint32_t b)
+{
+    switch (f->st) {
+
+    case 0:
+        if (b != '"') {
+            return VLM_G_NO;
+        }
+
+        f->st = 1;
+        return VLM_G_OK;
+
+    case 1:
+        if (n->c != VLM_GRAMMAR_NONE) {
+            if (f->pos == n->d) {
+                return b == '"' ? VLM_G_DONE : VLM_G_NO;
+            }
+
+            if (!vlm_g_template(m->g.bytes[n->c + f->pos], b)) {
+                return VLM_G_NO;
+            }
+
+            f->pos++;
+            return VLM_G_OK;
+        }
+
+        if (b == '"') {
+            return f->count >= n->a ? VLM_G_DONE : VLM_G_NO;
+        }
+
+        if (f->count >= n->b || b < 0x20) {
+            return VLM_G_NO;
+        }
+
+        if (b == '\\') {
+            f->st = 2;
+            f->count++;
+            return VLM_G_OK;
+        }
+
+        if (b < 0x80) {
+            f->count++;
+            return VLM_G_OK;
+        }
+
+        /* a UTF-8 lead byte: RFC 3629's table of well-formed sequences */
+
+        f->lo = 0x80;
+        f->hi = 0xbf;
+
+        if (b >= 0xc2 && b <= 0xdf) {
+            f->need = 1;
+
+        } else if (b >= 0xe0 && b <= 0xef) {
+            f->need = 2;
+            f->lo = (b == 0xe0) ? 0xa0 : 0x80;
+            f->hi = (b == 0xed) ? 0x9f : 0xbf;
+
+        } else if (b >= 0xf0 && b <= 0xf4) {
+            f->need = 3;
+            f->lo = (b == 0xf0) ? 0x90 : 0x80;
+            f->hi = (b == 0xf4) ? 0x8f : 0xbf;
+
+        } else {
+            return VLM_G_NO;
+        }
+
+        f->st = 3;
+        f->count++;
+        return VLM_G_OK;
+
+    case 2:
+        if (b == '"' || b == '\\' || b == '/' || b == 'b' || b == 'f'
+            || b == 'n' || b == 'r' || b == 't')
+        {
+            f->st = 1;
+            return VLM_G_OK;
+        }
+
+        return VLM_G_NO;
+
+    default: /* 3 */
+        if (b < f->lo || b > f->hi) {
+            return VLM_G_NO;
+        }
+
+        f->lo = 0x80;
+        f->hi = 0xbf;
+
+        if (--f->need == 0) {
+            f->st = 1;
+        }
+
+        return VLM_G_OK;
+    }
+}
+
+
+static int
+vlm_g_step_object(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
+    uint32_t b)
+{
+    int              generic;
+    uint32_t         i;
+    uint64_t         c, next;
+    const uint32_t  *props;
+
+    props = m->g.idx + n->a;
+    generic = (n->b == 0 && n->c != VLM_GRAMMAR_NONE);
+
+    switch (f->st) {
+
+    case 0:
+        if (b != '{') {
+            return VLM_G_NO;
+        }
+
+        f->st = 1;
+        return VLM_G_OK;
+
+    case 1:
+    case 5:
+        if (b == '}') {
+            if (generic
+                || vlm_g_first_required(props, n->b, f->count) == n->b)
+            {
+                return VLM_G_DONE;
+            }
+
+            return VLM_G_NO;
+        }
+
+        if (f->st == 5) {
+            if (b != ',' || (!generic && f->count >= n->b)) {
+                return VLM_G_NO;
+            }
+
+            f->st = 2;
+            return VLM_G_OK;
+        }
+
+        /* fall through */
+
+    case 2:
+        if (b != '"') {
+            return VLM_G_NO;
+        }
+
+        if (generic) {
+            f->st = 4;
+            return vlm_g_push(m, n->d, 1) ? VLM_G_OK : VLM_G_NO;
+        }
+
+        if (f->count >= n->b) {
+            return VLM_G_NO;
+        }
+
+        f->cand = vlm_g_eligible(props, n->b, f->count);
+        f->pos = 0;
+        f->st = 3;
+        return VLM_G_OK;
+
+    case 3:
+        next = 0;
+
+        for (c = f->cand; c; c &= c - 1) {
+            i = (uint32_t) __builtin_ctzll(c);
+
+            if (props[4 * i + 1] == f->pos) {
+                if (b == '"') {
+                    f->sel = i;
+                    f->count = i + 1;
+                    f->st = 4;
+                    return VLM_G_OK;
+                }
+
+            } else if (m->g.bytes[props[4 * i] + f->pos] == b) {
+                next |= 1ull << i;
+            }
+        }
+
+        if (next == 0) {
+            return VLM_G_NO;
+        }
+
+        f->cand = next;
+        f->pos++;
+        return VLM_G_OK;
+
+    default: /* 4 */
+        if (b != ':') {
+            return VLM_G_NO;
+        }
+
+        f->st = 5;
+        return vlm_g_push(m, generic ? n->c : props[4 * f->sel + 2], 0)
+               ? VLM_G_OK : VLM_G_NO;
+    }
+}
+
+
+static int
+vlm_g_step_array(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
+    uint32_t b)
+{
+    switch (f->st) {
+
+    case 0:
+        if (b != '[') {
+            return VLM_G_NO;
+        }
+
+        f->st = 1;
+        return VLM_G_OK;
+
+    case 1:
+        if (b == ']') {
+            return n->b == 0 ? VLM_G_DONE : VLM_G_NO;
+        }
+
+        if (n->c == 0) {
+            return VLM_G_NO;
+        }
+
+        break;
+
+    case 2:
+        if (b == ',' && f->count < n->c) {
+            f->st = 3;
+            return VLM_G_OK;
+        }
+
+        if (b == ']' && f->count >= n->b) {
+            return VLM_G_DONE;
+        }
+
+        return VLM_G_NO;
+
+    default: /* 3 */
+        break;
+    }
+
+    /* the first byte of an item */
+
+    f->st = 2;
+    f->count++;
+
+    return vlm_g_push(m, n->a, 0) ? VLM_G_RETRY : VLM_G_NO;
+}
+
+
+static int
+vlm_g_step_tool(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
+    uint32_t b)
+{
+    uint32_t         i;
+    uint64_t         c, next;
+    const uint32_t  *fns;
+
+    fns = m->g.idx + n->a;
+
+    switch (f->st) {
+
+    case 0:
+        if ((uint8_t) VLM_G_PRE[f->pos] != b) {
+            return VLM_G_NO;
+        }
+
+        if (++f->pos == vlm_g_len(VLM_G_PRE)) {
+            f->st = 1;
+            f->pos = 0;
+            f->cand = n->b >= 64 ? ~0ull : (1ull << n->b) - 1;
+        }
+
+        return VLM_G_OK;
+
+    case 1:
+        next = 0;
+
+        for (c = f->cand; c; c &= c - 1) {
+            i = (uint32_t) __builtin_ctzll(c);
+
+            if (fns[3 * i + 1] == f->pos) {
+                if (b == '"') {
+                    f->sel = i;
+                    f->st = 2;
+                    f->pos = 0;
+                    return VLM_G_OK;
+                }
+
+            } else if (m->g.bytes[fns[3 * i] + f->pos] == b) {
+                next |= 1ull << i;
+            }
+        }
+
+        if (next == 0) {
+            return VLM_G_NO;
+        }
+
+        f->cand = next;
+        f->pos++;
+        return VLM_G_OK;
+
+    case 2:
+        if ((uint8_t) VLM_G_MID[f->pos] != b) {
+            return VLM_G_NO;
+        }
+
+        if (++f->pos < vlm_g_len(VLM_G_MID)) {
+            return VLM_G_OK;
+        }
+
+        f->st = 3;
+        return vlm_g_push(m, fns[3 * f->sel + 2], 0) ? VLM_G_OK : VLM_G_NO;
+
+    default: /* 3 */
+        return b == '}' ? VLM_G_DONE : VLM_G_NO;
+    }
+}
+
+
+static int
+vlm_g_step_calls(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
+    uint32_t b)
+{
+    switch (f->st) {
+
+    case 0:
+        if ((uint8_t) VLM_G_OPEN[f->pos] != b) {
+            return VLM_G_NO;
+        }
+
+        if (++f->pos < vlm_g_len(VLM_G_OPEN)) {
+            return VLM_G_OK;
+        }
+
+        f->st = 1;
+        f->pos = 0;
+        return vlm_g_push(m, n->a, 0) ? VLM_G_OK : VLM_G_NO;
+
+    case 1:
+        if ((uint8_t) VLM_G_CLOSE[f->pos] != b) {
+            return VLM_G_NO;
+        }
+
+        if (++f->pos == vlm_g_len(VLM_G_CLOSE)) {
+            f->st = 2;
+            f->pos = 0;
+            f->count++;
+        }
+
+        return VLM_G_OK;
+
+    default: /* 2: another call, or the end */
+        if (b == '\n' && f->count < n->b) {
+            f->st = 0;
+            return VLM_G_OK;
+        }
+
+        return VLM_G_POP;
+    }
+}
+
+
+static int
+vlm_g_step(vlm_matcher_t *m, uint32_t b)
+{
+    uint32_t            i, k;
+    vlm_gframe_t       *f;
+    const vlm_gnode_t  *n;
+
+    f = vlm_g_write(m, m->depth - 1);
+    if (f == NULL) {
+        return VLM_G_NO;
+    }
+
+    n = &m->g.nodes[f->node];
+
+    switch (n->kind) {
+
+    case VLM_GNODE_LITERALS:
+        return vlm_g_step_literals(m, f, n, b);
+
+    case VLM_GNODE_STRING:
+        return vlm_g_step_string(m, f, n, b);
+
+    case VLM_GNODE_NUMBER:
+        return vlm_g_step_number(f, n, b);
+
+    case VLM_GNODE_OBJECT:
+        return vlm_g_step_object(m, f, n, b);
+
+    case VLM_GNODE_ARRAY:
+        return vlm_g_step_array(m, f, n, b);
+
+    case VLM_GNODE_ANYOF:
+        for (i = 0; i < n->b; i++) {
+            k = m->g.idx[n->a + i];
+
+            if (vlm_g_in(m->g.nodes[k].first, b)) {
+                vlm_g_init(m, f, k, 0);
+                return VLM_G_RETRY;
+            }
+        }
+
+        return VLM_G_NO;
+
+    case VLM_GNODE_TOOLCALL:
+        return vlm_g_step_tool(m, f, n, b);
+
+    default:
+        return vlm_g_step_calls(m, f, n, b);
+    }
+}
+
+
+static int
+vlm_g_byte(vlm_matcher_t *m, uint32_t b)
+{
+    int  i;
+
+    for (i = 0; i < VLM_G_RETRIES; i++) {
+        if (m->depth == 0) {
+            return 0;
+        }
+
+        switch (vlm_g_step(m, b)) {
+
+        case VLM_G_OK:
+            return 1;
+
+        case VLM_G_DONE:
+            m->depth--;
+            return 1;
+
+        case VLM_G_POP:
+            m->depth--;
+            break;
+
+        case VLM_G_RETRY:
+            break;
+
+        default:
+            return 0;
+        }
+    }
+
+    return 0;
+}
+
+
+/* can the frame's value end before the next byte */
+static int
+vlm_g_can_end(const vlm_matcher_t *m, const vlm_gframe_t *f)
+{
+    uint32_t            i;
+    uint64_t            c;
+    const vlm_gnode_t  *n;
+
+    n = &m->g.nodes[f->node];
+
+    switch (n->kind) {
+
+    case VLM_GNODE_LITERALS:
+        for (c = f->cand; c; c &= c - 1) {
+            i = (uint32_t) __builtin_ctzll(c);
+            if (m->g.idx[n->a + 2 * i + 1] == f->pos) {
+                return 1;
+            }
+        }
+
+        return 0;
+
+    case VLM_GNODE_NUMBER:
+        return f->st == 2 || f->st == 3 || f->st == 5 || f->st == 8;
+
+    case VLM_GNODE_TOOLCALLS:
+        return f->st == 2;
+
+    default:
+        return 0;
+    }
+}
+
+
+/*
+ * The tail of an object after its property i - 1: every required one from
+ * i on, then '}' (each as ,"key":value).
+ */
+static uint32_t
+vlm_g_object_tail(const vlm_grammar_t *g, const uint32_t *props, uint32_t n,
+    uint32_t i)
+{
+    uint32_t  len;
+
+    len = 1;
+
+    for ( /* void */ ; i < n; i++) {
+        if (props[4 * i + 3]) {
+            len += 4 + props[4 * i + 1] + g->nodes[props[4 * i + 2]].min_len;
+        }
+    }
+
+    return len;
+}
+
+
+/* from inside the key of the cheapest candidate: key, '":', value, tail */
+static uint32_t
+vlm_g_object_keys(const vlm_grammar_t *g, const uint32_t *props, uint32_t n,
+    uint64_t cand, uint32_t pos)
+{
+    uint32_t  i, len, best;
+
+    best = VLM_G_INF;
+
+    for ( /* void */ ; cand; cand &= cand - 1) {
+        i = (uint32_t) __builtin_ctzll(cand);
+        len = props[4 * i + 1] - pos + 2 + g->nodes[props[4 * i + 2]].min_len
+              + vlm_g_object_tail(g, props, n, i + 1);
+        best = len < best ? len : best;
+    }
+
+    return best;
+}
+
+
+static uint32_t
+vlm_g_tool_names(const vlm_grammar_t *g, const vlm_gnode_t *n, uint64_t cand,
+    uint32_t pos)
+{
+    uint32_t         i, len, best;
+    const uint32_t  *fns;
+
+    fns = g->idx + n->a;
+    best = VLM_G_INF;
+
+    for ( /* void */ ; cand; cand &= cand - 1) {
+        i = (uint32_t) __builtin_ctzll(cand);
+        len = fns[3 * i + 1] - pos + 1 + vlm_g_len(VLM_G_MID)
+              + g->nodes[fns[3 * i + 2]].min_len + 1;
+        best = len < best ? len : best;
+    }
+
+    return best;
+}
+
+
+static uint32_t
+vlm_g_literals_rest(const vlm_grammar_t *g, const vlm_gframe_t *f)
+{
+    uint32_t            i, len, best;
+    uint64_t            c;
+    const vlm_gnode_t  *n;
+
+    n = &g->nodes[f->node];
+    best = VLM_G_INF;
+
+    for (c = f->cand; c; c &= c - 1) {
+        i = (uint32_t) __builtin_ctzll(c);
+        len = g->idx[n->a + 2 * i + 1] - f->pos;
+        best = len < best ? len : best;
+    }
+
+    return best;
+}
+
+
+/* the fewest bytes that finish a frame, its open children excluded */
+static uint32_t
+vlm_g_rest(const vlm_grammar_t *g, const vlm_gframe_t *f)
+{
+    uint32_t            r, miss, item;
+    uint64_t            all;
+    const uint32_t     *props;
+    const vlm_gnode_t  *n;
+
+    n = &g->nodes[f->node];
+
+    if (f->st == 0 && n->kind != VLM_GNODE_LITERALS
+        && n->kind != VLM_GNODE_TOOLCALL && n->kind != VLM_GNODE_TOOLCALLS)
+    {
+        return n->min_len;
+    }
+
+    switch (n->kind) {
+
+    case VLM_GNODE_LITERALS:
+        return vlm_g_literals_rest(g, f);
+
+    case VLM_GNODE_STRING:
+        if (n->c != VLM_GRAMMAR_NONE) {
+            return n->d - f->pos + 1;
+        }
+
+        miss = f->count < n->a ? n->a - f->count : 0;
+        return miss + 1 + (f->st == 2 ? 1 : 0) + (f->st == 3 ? f->need : 0);
+
+    case VLM_GNODE_NUMBER:
+        return (f->st == 2 || f->st == 3 || f->st == 5 || f->st == 8) ? 0 : 1;
+
+    case VLM_GNODE_OBJECT:
+        props = g->idx + n->a;
+
+        if (n->b == 0) {
+            /* any keys: "":value} from ',' */
+            item = n->c == VLM_GRAMMAR_NONE ? 0 : g->nodes[n->c].min_len;
+
+            switch (f->st) {
+            case 2:
+                return 4 + item;
+            case 4:
+                return 2 + item;
+            default:
+                return 1;
+            }
+        }
+
+        switch (f->st) {
+        case 3:
+            return vlm_g_object_keys(g, props, n->b, f->cand, f->pos);
+        case 4:
+            return 1 + g->nodes[props[4 * f->sel + 2]].min_len
+                   + vlm_g_object_tail(g, props, n->b, f->sel + 1);
+        default:
+            break;
+        }
+
+        if (vlm_g_first_required(props, n->b, f->count) == n->b
+            && f->st != 2)
+        {
+            return 1;
+        }
+
+        all = vlm_g_eligible(props, n->b, f->count);
+        r = 1 + vlm_g_object_keys(g, props, n->b, all, 0);
+
+        return f->st == 5 ? r + 1 : r;
+
+    case VLM_GNODE_ARRAY:
+        item = g->nodes[n->a].min_len;
+
+        switch (f->st) {
+        case 1:
+            return n->b == 0 ? 1 : n->b * item + n->b;
+        case 2:
+            return f->count >= n->b ? 1 : (n->b - f->count) * (1 + item) + 1;
+        default: /* 3 */
+            miss = n->b > f->count + 1 ? n->b - f->count - 1 : 0;
+            return item + miss * (1 + item) + 1;
+        }
+
+    case VLM_GNODE_TOOLCALL:
+        switch (f->st) {
+        case 0:
+            all = n->b >= 64 ? ~0ull : (1ull << n->b) - 1;
+            return vlm_g_len(VLM_G_PRE) - f->pos
+                   + vlm_g_tool_names(g, n, all, 0);
+        case 1:
+            return vlm_g_tool_names(g, n, f->cand, f->pos);
+        case 2:
+            return vlm_g_len(VLM_G_MID) - f->pos
+                   + g->nodes[g->idx[n->a + 3 * f->sel + 2]].min_len + 1;
+        default:
+            return 1;
+        }
+
+    case VLM_GNODE_TOOLCALLS:
+        switch (f->st) {
+        case 0:
+            return vlm_g_len(VLM_G_OPEN) - f->pos + g->nodes[n->a].min_len
+                   + vlm_g_len(VLM_G_CLOSE);
+        case 1:
+            return vlm_g_len(VLM_G_CLOSE) - f->pos;
+        default:
+            return 0;
+        }
+
+    default:
+        return n->min_len;
+    }
+}
+
+
+uint32_t
+vlm_matcher_distance(const vlm_matcher_t *m)
+{
+    uint32_t             i, d;
+    const vlm_gframe_t  *f;
+
+    d = 0;
+
+    for (i = 0; i < m->depth; i++) {
+        f = &m->frames[i];
+        d += vlm_g_rest(&m->g, f);
+    }
+
+    return d;
+}
+
+
+int
+vlm_matcher_complete(const vlm_matcher_t *m)
+{
+    uint32_t  i;
+
+    for (i = 0; i < m->depth; i++) {
+        if (!vlm_g_can_end(m, &m->frames[i])) {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+/* the compiler's part: lengths and first bytes, to a fixed point */
+
+static void
+vlm_g_set(uint32_t *set, uint32_t b)
+{
+    set[b >> 5] |= 1u << (b & 31);
+}
+
+
+static uint32_t
+vlm_g_min_len(const vlm_grammar_t *g, uint32_t i)
+{
+    uint32_t            j, len, best;
+    vlm_gframe_t        f;
+    const vlm_gnode_t  *n;
+
+    n = &g->nodes[i];
+
+    memset(&f, 0, sizeof(vlm_gframe_t));
+    f.node = i;
+
+    switch (n->kind) {
+
+    case VLM_GNODE_LITERALS:
+        best = VLM_G_INF;
+        for (j = 0; j < n->b; j++) {
+            len = g->idx[n->a + 2 * j + 1];
+            best = len < best ? len : best;
+        }
+
+        return best;
+
+    case VLM_GNODE_STRING:
+        return (n->c != VLM_GRAMMAR_NONE ? n->d : n->a) + 2;
+
+    case VLM_GNODE_NUMBER:
+        return 1;
+
+    case VLM_GNODE_OBJECT:
+    case VLM_GNODE_ARRAY:
+        f.st = 1;
+        return 1 + vlm_g_rest(g, &f);
+
+    case VLM_GNODE_ANYOF:
+        best = VLM_G_INF;
+        for (j = 0; j < n->b; j++) {
+            len = g->nodes[g->idx[n->a + j]].min_len;
+            best = len < best ? len : best;
+        }
+
+        return best;
+
+    default:
+        return vlm_g_rest(g, &f);
+    }
+}
+
+
+static void
+vlm_g_first(const vlm_grammar_t *g, uint32_t i, uint32_t *set)
+{
+    uint32_t            j, k, b;
+    const vlm_gnode_t  *n;
+
+    n = &g->nodes[i];
+    memset(set, 0, 8 * sizeof(uint32_t));
+
+    switch (n->kind) {
+
+    case VLM_GNODE_LITERALS:
+        for (j = 0; j < n->b; j++) {
+            vlm_g_set(set, g->bytes[g->idx[n->a + 2 * j]]);
+        }
+
+        break;
+
+    case VLM_GNODE_STRING:
+        vlm_g_set(set, '"');
+        break;
+
+    case VLM_GNODE_NUMBER:
+        for (b = '0'; b <= '9'; b++) {
+            vlm_g_set(set, b);
+        }
+
+        if (!(n->flags & VLM_GNODE_NONNEG)) {
+            vlm_g_set(set, '-');
+        }
+
+        break;
+
+    case VLM_GNODE_OBJECT:
+    case VLM_GNODE_TOOLCALL:
+        vlm_g_set(set, '{');
+        break;
+
+    case VLM_GNODE_ARRAY:
+        vlm_g_set(set, '[');
+        break;
+
+    case VLM_GNODE_ANYOF:
+        for (j = 0; j < n->b; j++) {
+            for (k = 0; k < 8; k++) {
+                set[k] |= g->nodes[g->idx[n->a + j]].first[k];
+            }
+        }
+
+        break;
+
+    default:
+        vlm_g_set(set, '<');
+        break;
+    }
+}
+
+
+vlm_status_t
+vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes, uint32_t root,
+    const uint32_t *idx, const unsigned char *bytes, uint32_t *bad,
+    vlm_error_t *err)
+{
+    int            changed;
+    uint32_t       i, j, k, c, len, pass;
+    uint32_t       set[8], seen[8];
+    vlm_grammar_t  g;
+
+    g.hdr = NULL;
+    g.nodes = nodes;
+    g.idx = idx;
+    g.bytes = bytes;
+
+    *bad = VLM_GRAMMAR_NONE;
+
+    for (i = 0; i < n_nodes; i++) {
+        nodes[i].min_len = VLM_G_INF;
+        memset(nodes[i].first, 0, sizeof(nodes[i].first));
+    }
+
+    for (pass = 0, changed = 1; changed && pass <= n_nodes + 1; pass++) {
+        changed = 0;
+
+        for (i = n_nodes; i-- > 0; /* void */) {
+            len = vlm_g_min_len(&g, i);
+            len = len > VLM_G_INF ? VLM_G_INF : len;
+
+            if (len < nodes[i].min_len) {
+                nodes[i].min_len = len;
+                changed = 1;
+            }
+
+            vlm_g_first(&g, i, set);
+
+            if (memcmp(set, nodes[i].first, sizeof(set)) != 0) {
+                memcpy(nodes[i].first, set, sizeof(set));
+                changed = 1;
+            }
+        }
+    }
+
+    for (i = 0; i < n_nodes; i++) {
+        if (nodes[i].min_len >= VLM_G_INF) {
+            *bad = i;
+            return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                                 "the schema admits no finite document");
+        }
+
+        if (nodes[i].kind != VLM_GNODE_ANYOF) {
+            continue;
+        }
+
+        memset(seen, 0, sizeof(seen));
+
+        for (j = 0; j < nodes[i].b; j++) {
+            c = idx[nodes[i].a + j];
+
+            for (k = 0; k < 8; k++) {
+                if (seen[k] & nodes[c].first[k]) {
+                    *bad = i;
+                    return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                                         "alternatives that start alike");
+                }
+
+                seen[k] |= nodes[c].first[k];
+            }
+        }
+    }
+
+    (void) root;
+
+    return VLM_OK;
+}
+
+
+/* the trie */
+
+/*
+ * The next byte of string text after a path in the UTF-8 state *need
+ * (continuation bytes to come, in [*lo, *hi]): 1 if it may follow, as
+ * vlm_g_step_string's table says.
+ */
+static int
+vlm_trie_text_byte(uint8_t b, uint8_t *need, uint8_t *lo, uint8_t *hi)
+{
+    if (*need) {
+        if (b < *lo || b > *hi) {
+            return 0;
+        }
+
+        (*need)--;
+        *lo = 0x80;
+        *hi = 0xbf;
+        return 1;
+    }
+
+    if (b < 0x80) {
+        return b >= 0x20 && b != '"' && b != '\\';
+    }
+
+    *lo = 0x80;
+    *hi = 0xbf;
+
+    if (b >= 0xc2 && b <= 0xdf) {
+        *need = 1;
+
+    } else if (b >= 0xe0 && b <= 0xef) {
+        *need = 2;
+        *lo = (b == 0xe0) ? 0xa0 : 0x80;
+        *hi = (b == 0xed) ? 0x9f : 0xbf;
+
+    } else if (b >= 0xf0 && b <= 0xf4) {
+        *need = 3;
+        *lo = (b == 0xf0) ? 0x90 : 0x80;
+        *hi = (b == 0xf4) ? 0x8f : 0xbf;
+
+    } else {
+        return 0;
+    }
+
+    return 1;
+}
+
+
+/* depth first: each subtree's tokens in one range, and its text flag */
+static void
+vlm_trie_order(vlm_trie_t *t, uint32_t node, int valid, uint8_t need,
+    uint8_t lo, uint8_t hi)
+{
+    int32_t   id;
+    uint32_t  c;
+    uint8_t   plain;
+
+    t->lo[node] = t->n_order;
+
+    for (id = t->token[node]; id >= 0; id = t->tok_next[id]) {
+        t->order[t->n_order++] = id;
+    }
+
+    if (node != 0 && valid) {
+        valid = vlm_trie_text_byte(t->byte[node], &need, &lo, &hi);
+    }
+
+    plain = (uint8_t) valid;
+
+    for (c = t->child[node]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
+        vlm_trie_order(t, c, valid, need, lo, hi);
+        plain &= t->plain[c];
+    }
+
+    t->plain[node] = plain;
+    t->hi[node] = t->n_order;
+}
+
+
+vlm_status_t
+vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
+    const size_t *lens, vlm_error_t *err)
+{
+    int          id;
+    size_t       total, j;
+    uint32_t     cur, c;
+    uint8_t      b;
+    vlm_trie_t  *t;
+
+    *out = NULL;
+    total = 1;
+
+    for (id = 0; id < vocab; id++) {
+        total += lens[id];
+    }
+
+    if (total >= VLM_GRAMMAR_NONE) {
+        return vlm_error_set(err, VLM_ERR_LIMIT, "token trie: too large");
+    }
+
+    t = calloc(1, sizeof(vlm_trie_t));
+    if (t == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "token trie: no memory");
+    }
+
+    t->vocab = vocab;
+    t->child = malloc(total * sizeof(uint32_t));
+    t->next = malloc(total * sizeof(uint32_t));
+    t->token = malloc(total * sizeof(int32_t));
+    t->byte = malloc(total);
+    t->tok_next = malloc((size_t) vocab * sizeof(int32_t));
+    t->plain = malloc(total);
+    t->lo = malloc(total * sizeof(uint32_t));
+    t->hi = malloc(total * sizeof(uint32_t));
+    t->order = malloc((size_t) vocab * sizeof(int32_t));
+
+    if (t->child == NULL || t->next == NULL || t->token == NULL
+        || t->byte == NULL || t->tok_next == NULL || t->plain == NULL
+        || t->lo == NULL || t->hi == NULL || t->order == NULL)
+    {
+        vlm_trie_free(t);
+        return vlm_error_set(err, VLM_ERR_NOMEM, "token trie: no memory");
+    }
+
+    t->n_nodes = 1;
+    t->child[0] = VLM_GRAMMAR_NONE;
+    t->next[0] = VLM_GRAMMAR_NONE;
+    t->token[0] = -1;
+    t->byte[0] = 0;
+
+    for (id = 0; id < vocab; id++) {
+        t->tok_next[id] = -1;
+
+        if (lens[id] == 0) {
+            continue;
+        }
+
+        cur = 0;
+
+        for (j = 0; j < lens[id]; j++) {
+            b = (uint8_t) bytes[id][j];
+
+            for (c = t->child[cur]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
+                if (t->byte[c] == b) {
+                    break;
+                }
+            }
+
+            if (c == VLM_GRAMMAR_NONE) {
+                c = t->n_nodes++;
+                t->byte[c] = b;
+                t->child[c] = VLM_GRAMMAR_NONE;
+                t->token[c] = -1;
+                t->next[c] = t->child[cur];
+                t->child[cur] = c;
+            }
+
+            cur = c;
+        }
+
+        t->tok_next[id] = t->token[cur];
+        t->token[cur] = id;
+        t->max_len = lens[id] > t->max_len ? lens[id] : t->max_len;
+    }
+
+    vlm_trie_order(t, 0, 1, 0, 0x80, 0xbf);
+
+    *out = t;
+
+    return VLM_OK;
+}
+
+
+void
+vlm_trie_free(vlm_trie_t *t)
+{
+    if (t == NULL) {
+        return;
+    }
+
+    free(t->child);
+    free(t->next);
+    free(t->token);
+    free(t->byte);
+    free(t->tok_next);
+    free(t->plain);
+    free(t->lo);
+    free(t->hi);
+    free(t->order);
+    free(t);
+}
+
+
+size_t
+vlm_trie_nodes(const vlm_trie_t *t)
+{
+    return t->n_nodes;
+}
+
+
+/* the matcher */
+
+vlm_status_t
+vlm_matcher_create(vlm_matcher_t **out, const vlm_trie_t *trie,
+    vlm_error_t *err)
+{
+    vlm_matcher_t  *m;
+
+    *out = NULL;
+
+    m = calloc(1, sizeof(vlm_matcher_t));
+    if (m == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "matcher: no memory");
+    }
+
+    m->trie = trie;
+    m->log_cap = (trie->max_len + 1) * 8 + 256;
+    m->log_at = malloc(m->log_cap * sizeof(uint32_t));
+    m->log = malloc(m->log_cap * sizeof(vlm_gframe_t));
+    m->mask_words = ((size_t) trie->vocab + 31) / 32;
+    m->mask = calloc(m->mask_words, sizeof(uint32_t));
+
+    if (m->log_at == NULL || m->log == NULL || m->mask == NULL) {
+        vlm_matcher_free(m);
+        return vlm_error_set(err, VLM_ERR_NOMEM, "matcher: no memory");
+    }
+
+    *out = m;
+
+    return VLM_OK;
+}
+
+
+void
+vlm_matcher_free(vlm_matcher_t *m)
+{
+    if (m == NULL) {
+        return;
+    }
+
+    free(m->log_at);
+    free(m->log);
+    free(m->mask);
+    free(m);
+}
+
+
+void
+vlm_matcher_reset(vlm_matcher_t *m, const vlm_grammar_t *g)
+{
+    m->g = *g;
+    m->depth = 0;
+    m->logging = 0;
+    m->log_n = 0;
+
+    (void) vlm_g_push(m, g->hdr->root, 0);
+}
+
+
+int
+vlm_matcher_feed(vlm_matcher_t *m, const char *s, size_t len)
+{
+    size_t  i;
+
+    m->logging = 0;
+
+    for (i = 0; i < len; i++) {
+        if (!vlm_g_byte(m, (uint8_t) s[i])) {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+static void
+vlm_g_undo(vlm_matcher_t *m, size_t mark, uint32_t depth)
+{
+    while (m->log_n > mark) {
+        m->log_n--;
+        m->frames[m->log_at[m->log_n]] = m->log[m->log_n];
+    }
+
+    m->depth = depth;
+}
+
+
+/*
+ * Plain text may follow: the top frame is inside a string, between
+ * characters, without a format or a maxLength, and the document can end
+ * in the budget (more characters never make it longer, but for the up to
+ * three bytes that finish a character cut at a token's end).
+ */
+static int
+vlm_g_plain_ok(const vlm_matcher_t *m)
+{
+    const vlm_gframe_t  *f;
+    const vlm_gnode_t   *n;
+
+    if (m->depth == 0) {
+        return 0;
+    }
+
+    f = &m->frames[m->depth - 1];
+    n = &m->g.nodes[f->node];
+
+    return n->kind == VLM_GNODE_STRING && f->st == 1
+           && n->c == VLM_GRAMMAR_NONE && n->b == VLM_GRAMMAR_NONE
+           && (m->budget == 0 || vlm_matcher_distance(m) + 3 < m->budget);
+}
+
+
+/*
+ * plain: the walk started inside a string between characters (see
+ * vlm_g_plain_ok): then a node whose subtree is all text from the root
+ * (the trie's plain flag) is accepted whole without feeding it.
+ */
+static void
+vlm_g_walk(vlm_matcher_t *m, uint32_t first, int plain)
+{
+    int32_t            id;
+    size_t             mark;
+    uint32_t           c, depth, k;
+    const vlm_trie_t  *t;
+
+    t = m->trie;
+
+    for (c = first; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
+        if (plain && t->plain[c]) {
+            for (k = t->lo[c]; k < t->hi[c]; k++) {
+                id = t->order[k];
+                m->mask[id >> 5] |= 1u << (id & 31);
+            }
+
+            m->n_allowed += t->hi[c] - t->lo[c];
+            continue;
+        }
+
+        mark = m->log_n;
+        depth = m->depth;
+
+        if (vlm_g_byte(m, t->byte[c])) {
+            if (t->token[c] >= 0
+                && (m->budget == 0
+                    || vlm_matcher_distance(m) < m->budget))
+            {
+                for (id = t->token[c]; id >= 0; id = t->tok_next[id]) {
+                    m->mask[id >> 5] |= 1u << (id & 31);
+                    m->n_allowed++;
+                }
+            }
+
+            if (t->child[c] != VLM_GRAMMAR_NONE) {
+                vlm_g_walk(m, t->child[c], plain);
+            }
+        }
+
+        vlm_g_undo(m, mark, depth);
+    }
+}
+
+
+size_t
+vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
+    int n_end, const uint32_t **mask)
+{
+    int  i;
+
+    memset(m->mask, 0, m->mask_words * sizeof(uint32_t));
+    m->n_allowed = 0;
+    m->budget = budget;
+
+    if (vlm_matcher_complete(m)) {
+        for (i = 0; i < n_end; i++) {
+            if (end_ids[i] >= 0 && end_ids[i] < m->trie->vocab) {
+                m->mask[end_ids[i] >> 5] |= 1u << (end_ids[i] & 31);
+                m->n_allowed++;
+            }
+        }
+    }
+
+    m->logging = 1;
+    m->log_n = 0;
+
+    vlm_g_walk(m, m->trie->child[0], vlm_g_plain_ok(m));
+
+    m->logging = 0;
+    *mask = m->mask;
+
+    return m->n_allowed;
+}

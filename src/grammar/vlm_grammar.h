@@ -1,0 +1,158 @@
+/*
+ * Constrained decoding: a compiled JSON grammar (a "program", compiled
+ * from a JSON schema by api/vlm_schema.c in an nginx worker and carried
+ * to the engine in the request's arena bytes), a byte-level pushdown
+ * automaton that runs it, and a token trie over the vocabulary that turns
+ * the automaton's state into a per-step mask of the tokens allowed.
+ *
+ * The automaton accepts compact JSON (no whitespace between tokens), keys
+ * in the schema's order, strings without \u escapes: a subset of the
+ * documents the schema accepts, so every document it completes validates.
+ * It also knows the fewest bytes that complete the document from any
+ * state, so the mask keeps only tokens after which the document can still
+ * be completed within the tokens left: a request never ends cut off by
+ * max_tokens in the middle of its JSON.
+ *
+ * References: JSON (RFC 8259), JSON Schema 2020-12 (the keywords listed in
+ * the README), Qwen2.5's <tool_call> format; the mask-over-a-token-trie
+ * idea as in llama.cpp's grammar sampler and llguidance.
+ */
+
+#ifndef VLM_GRAMMAR_H
+#define VLM_GRAMMAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/vlm_common.h"
+
+
+#define VLM_GRAMMAR_MAGIC       0x4d524756u     /* "VGRM" */
+#define VLM_GRAMMAR_NONE        UINT32_MAX
+#define VLM_GRAMMAR_MAX_DEPTH   32              /* nesting of values */
+#define VLM_GRAMMAR_MAX_CAND    64              /* enum values, properties */
+#define VLM_GRAMMAR_MAX_NODES   65536
+#define VLM_GRAMMAR_MAX_BYTES   (1u << 20)      /* a program, at most */
+#define VLM_GRAMMAR_INF         (1u << 20)      /* "no finite value" */
+#define VLM_GRAMMAR_MAX_ITEMS   256             /* a minItems, at most */
+
+
+typedef enum {
+    VLM_GNODE_LITERALS = 1,     /* one of a set of JSON texts (enum, const) */
+    VLM_GNODE_STRING,           /* a: min chars, b: max, c,d: format */
+    VLM_GNODE_NUMBER,           /* flags: INTEGER, NONNEG */
+    VLM_GNODE_OBJECT,           /* a: props (idx), b: n, c: values of other
+                                   keys (no props), d: key string node */
+    VLM_GNODE_ARRAY,            /* a: item node, b: min items, c: max */
+    VLM_GNODE_ANYOF,            /* a: children (idx), b: n; told apart by
+                                   their first byte */
+    VLM_GNODE_TOOLCALL,         /* a: functions (idx), b: n */
+    VLM_GNODE_TOOLCALLS         /* a: the TOOLCALL node, b: max calls */
+} vlm_gnode_kind_t;
+
+
+#define VLM_GNODE_INTEGER       0x01
+#define VLM_GNODE_NONNEG        0x02
+
+
+/*
+ * The list fields point into the program's index pool (uint32 each):
+ *   LITERALS  [byte offset, length] per value
+ *   OBJECT    [key offset, key length, value node, required] per property
+ *   ANYOF     [child node] per child
+ *   TOOLCALL  [name offset, name length, arguments node] per function
+ * Byte offsets point into the byte pool.
+ */
+typedef struct {
+    uint8_t   kind;
+    uint8_t   flags;
+    uint16_t  reserved;
+    uint32_t  a;
+    uint32_t  b;
+    uint32_t  c;
+    uint32_t  d;
+    uint32_t  min_len;          /* the fewest bytes of a value */
+    uint32_t  first[8];         /* the bytes a value can start with */
+} vlm_gnode_t;
+
+
+typedef struct {
+    uint32_t  magic;
+    uint32_t  size;             /* the whole program, bytes */
+    uint32_t  n_nodes;
+    uint32_t  root;
+    uint32_t  n_idx;
+    uint32_t  n_bytes;
+    /* vlm_gnode_t nodes[n_nodes], uint32_t idx[n_idx], bytes[n_bytes] */
+} vlm_grammar_hdr_t;
+
+
+/* a program as read in place (from the arena) */
+typedef struct {
+    const vlm_grammar_hdr_t  *hdr;
+    const vlm_gnode_t        *nodes;
+    const uint32_t           *idx;
+    const unsigned char      *bytes;
+} vlm_grammar_t;
+
+
+/*
+ * Checks a program (every node, list and offset within bounds) and sets
+ * up g to read it; the engine calls this before trusting arena bytes.
+ */
+vlm_status_t vlm_grammar_open(vlm_grammar_t *g, const void *prog,
+    size_t len, vlm_error_t *err);
+
+
+/*
+ * For the compiler: fills in every node's min_len and first set (nodes
+ * may refer to each other in cycles, through $ref) and checks that the
+ * children of every ANYOF start with different bytes.  On failure *bad
+ * is the node at fault (VLM_GRAMMAR_NONE: no finite document).
+ */
+vlm_status_t vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes,
+    uint32_t root, const uint32_t *idx, const unsigned char *bytes,
+    uint32_t *bad, vlm_error_t *err);
+
+
+/* the token trie, built once at model load */
+typedef struct vlm_trie_s  vlm_trie_t;
+
+/* bytes[i], lens[i]: the bytes token i decodes to; len 0: never allowed */
+vlm_status_t vlm_trie_build(vlm_trie_t **trie, int vocab,
+    const char *const *bytes, const size_t *lens, vlm_error_t *err);
+void vlm_trie_free(vlm_trie_t *trie);
+size_t vlm_trie_nodes(const vlm_trie_t *trie);
+
+
+/* the automaton's state for one sequence, with its mask buffer */
+typedef struct vlm_matcher_s  vlm_matcher_t;
+
+vlm_status_t vlm_matcher_create(vlm_matcher_t **m, const vlm_trie_t *trie,
+    vlm_error_t *err);
+void vlm_matcher_free(vlm_matcher_t *m);
+
+/* starts a document of g (g's memory must outlive the matcher's use) */
+void vlm_matcher_reset(vlm_matcher_t *m, const vlm_grammar_t *g);
+
+/* feeds bytes: 1 if every byte was accepted (else the state is unknown) */
+int vlm_matcher_feed(vlm_matcher_t *m, const char *s, size_t len);
+
+/* 1 when the document is complete (end of text allowed here) */
+int vlm_matcher_complete(const vlm_matcher_t *m);
+
+/* the fewest bytes that complete the document from here */
+uint32_t vlm_matcher_distance(const vlm_matcher_t *m);
+
+/*
+ * The tokens allowed next, as a bit set over the vocabulary: tokens whose
+ * bytes the automaton accepts and after which the document can still be
+ * completed in budget - 1 tokens (budget 0: no limit), and the end ids
+ * when the document is complete.  Returns the number of allowed tokens;
+ * allocates nothing.
+ */
+size_t vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget,
+    const int32_t *end_ids, int n_end, const uint32_t **mask);
+
+
+#endif /* VLM_GRAMMAR_H */

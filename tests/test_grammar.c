@@ -1,0 +1,502 @@
+/*
+ * Unit tests of constrained decoding: JSON schemas compiled to grammar
+ * programs (api/vlm_schema.c), the automaton accepting and refusing
+ * documents, the token mask over a small vocabulary, the length budget
+ * (random walks over the mask always end in a complete document), and
+ * schemas refused with their JSON path.
+ */
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+
+#include "api/vlm_schema.h"
+#include "grammar/vlm_grammar.h"
+
+
+#define N_MULTI  24
+#define VOCAB    (256 + N_MULTI + 1)      /* bytes, words, an end id */
+#define END_ID   (VOCAB - 1)
+
+
+static const char  *multi[N_MULTI] = {
+    "{\"", "\":", "\",\"", "\"}", "true", "false", "null", "abc", "12",
+    "-3", ".5", "e+", "[", "]}", "\"name\":\"", "\"age\":", "<tool_call>",
+    "\n</tool_call>", "{\"name\": \"", "\", \"arguments\": ", "get", "city",
+    "\xc3\xa9", "\xff"
+};
+
+static char         singles[256];
+static const char  *tok_bytes[VOCAB];
+static size_t       tok_lens[VOCAB];
+static vlm_trie_t  *trie;
+
+
+static int
+setup(void **state)
+{
+    int          i;
+    vlm_error_t  err;
+
+    for (i = 0; i < 256; i++) {
+        singles[i] = (char) i;
+        tok_bytes[i] = &singles[i];
+        tok_lens[i] = 1;
+    }
+
+    for (i = 0; i < N_MULTI; i++) {
+        tok_bytes[256 + i] = multi[i];
+        tok_lens[256 + i] = strlen(multi[i]);
+    }
+
+    tok_bytes[END_ID] = "";
+    tok_lens[END_ID] = 0;
+
+    return vlm_trie_build(&trie, VOCAB, tok_bytes, tok_lens, &err) == VLM_OK
+           ? 0 : -1;
+}
+
+
+static int
+teardown(void **state)
+{
+    vlm_trie_free(trie);
+    return 0;
+}
+
+
+typedef struct {
+    vlm_schema_out_t   out;
+    vlm_grammar_t      g;
+    vlm_matcher_t     *m;
+} gram_t;
+
+
+static void
+gram_compile(gram_t *gr, const char *schema)
+{
+    json_t       *s;
+    vlm_error_t   err;
+
+    s = NULL;
+
+    if (schema != NULL) {
+        s = json_loads(schema, 0, NULL);
+        assert_non_null(s);
+    }
+
+    if (vlm_schema_compile(s, &gr->out, &err) != VLM_OK) {
+        fail_msg("%s: %s", schema, err.msg);
+    }
+
+    json_decref(s);
+
+    assert_int_equal(vlm_grammar_open(&gr->g, gr->out.prog, gr->out.len,
+                                      &err), VLM_OK);
+    assert_int_equal(vlm_matcher_create(&gr->m, trie, &err), VLM_OK);
+}
+
+
+static void
+gram_free(gram_t *gr)
+{
+    vlm_matcher_free(gr->m);
+    free(gr->out.prog);
+}
+
+
+static int
+accepts(gram_t *gr, const char *doc)
+{
+    vlm_matcher_reset(gr->m, &gr->g);
+
+    return vlm_matcher_feed(gr->m, doc, strlen(doc))
+           && vlm_matcher_complete(gr->m);
+}
+
+
+static void
+check(const char *schema, const char *const *good, const char *const *bad)
+{
+    gram_t  gr;
+
+    gram_compile(&gr, schema);
+
+    for (; *good; good++) {
+        if (!accepts(&gr, *good)) {
+            fail_msg("%s refuses %s", schema ? schema : "json_object", *good);
+        }
+    }
+
+    for (; *bad; bad++) {
+        if (accepts(&gr, *bad)) {
+            fail_msg("%s accepts %s", schema ? schema : "json_object", *bad);
+        }
+    }
+
+    gram_free(&gr);
+}
+
+
+static void
+test_accept_reject(void **state)
+{
+    static const char  *obj_good[] = {
+        "{\"name\":\"x\",\"age\":3}", "{\"name\":\"\",\"age\":-1,\"ok\":true}",
+        "{\"name\":\"\xc3\xa9\\n\",\"age\":0}", NULL };
+    static const char  *obj_bad[] = {
+        "{\"age\":3,\"name\":\"x\"}", "{\"name\":\"x\"}", "{\"name\":1,"
+        "\"age\":3}", "{\"name\":\"x\",\"age\":3.5}", "{\"name\":\"x\","
+        "\"age\":3,\"zz\":1}", "{ \"name\":\"x\",\"age\":3}",
+        "{\"name\":\"x\",\"age\":03}", "{\"name\":\"\xff\",\"age\":1}",
+        "{\"name\":\"\xc3\",\"age\":1}", "{\"name\":\"x\",\"age\":3}x", NULL };
+
+    static const char  *arr_good[] = { "[1,2]", "[1,2,3]", NULL };
+    static const char  *arr_bad[] = { "[]", "[1]", "[1,2,3,4]", "[1,]",
+                                      NULL };
+
+    static const char  *any_good[] = { "{}", "{\"a\":[1,{\"b\":null}],"
+                                       "\"c\":\"d\",\"e\":-1.5e+3}", NULL };
+    static const char  *any_bad[] = { "[]", "{\"a\"}", "{\"a\":tru}",
+                                      "\"x\"", NULL };
+
+    static const char  *enum_good[] = { "\"red\"", "1", "12", "null",
+                                        "{\"k\":[1]}", NULL };
+    static const char  *enum_bad[] = { "\"re\"", "2", "123", NULL };
+
+    static const char  *ref_good[] = { "{\"v\":1,\"next\":{\"v\":2,\"next\":null}}",
+                                       "{\"v\":1,\"next\":null}", NULL };
+    static const char  *ref_bad[] = { "{\"next\":null}", NULL };
+
+    static const char  *str_good[] = { "\"ab\"", "\"abcd\"", NULL };
+    static const char  *str_bad[] = { "\"a\"", "\"abcde\"", NULL };
+
+    static const char  *fmt_good[] = {
+        "\"0123abcd-0000-ffff-1234-0123456789ab\"", NULL };
+    static const char  *fmt_bad[] = {
+        "\"0123abcd-0000-ffff-1234-0123456789a\"",
+        "\"0123abcg-0000-ffff-1234-0123456789ab\"", NULL };
+
+    check("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":"
+          "\"string\"},\"age\":{\"type\":\"integer\"},\"ok\":{\"type\":"
+          "\"boolean\"}},\"required\":[\"name\",\"age\"],"
+          "\"additionalProperties\":false}", obj_good, obj_bad);
+    check("{\"type\":\"array\",\"items\":{\"type\":\"number\"},"
+          "\"minItems\":2,\"maxItems\":3}", arr_good, arr_bad);
+    check(NULL, any_good, any_bad);
+    check("{\"enum\":[\"red\",1,12,null,{\"k\":[1]}]}", enum_good, enum_bad);
+    check("{\"$ref\":\"#/$defs/node\",\"$defs\":{\"node\":{\"type\":"
+          "\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},"
+          "\"next\":{\"anyOf\":[{\"$ref\":\"#/$defs/node\"},{\"type\":"
+          "\"null\"}]}},\"required\":[\"v\",\"next\"]}}}", ref_good,
+          ref_bad);
+    check("{\"type\":\"string\",\"minLength\":2,\"maxLength\":4}", str_good,
+          str_bad);
+    check("{\"type\":\"string\",\"format\":\"uuid\"}", fmt_good, fmt_bad);
+}
+
+
+static void
+test_refused(void **state)
+{
+    size_t             i;
+    json_t            *s;
+    vlm_error_t        err;
+    vlm_schema_out_t   out;
+
+    static const char  *cases[][2] = {
+        { "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\","
+          "\"pattern\":\"x+\"}}}", "$.properties.a" },
+        { "{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"string\","
+          "\"maxLength\":3}]}", "$" },
+        { "{\"type\":\"integer\",\"maximum\":5}", "$" },
+        { "{\"type\":\"strin\"}", "$.type" },
+        { "{\"$ref\":\"#/$defs/nope\"}", "$" },
+        { "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"format\":"
+          "\"email\"}}", "$.items.format" },
+        { "{\"$ref\":\"#/$defs/a\",\"$defs\":{\"a\":{\"type\":\"object\","
+          "\"properties\":{\"x\":{\"$ref\":\"#/$defs/a\"}},\"required\":"
+          "[\"x\"]}}}", "$" },
+    };
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        s = json_loads(cases[i][0], 0, NULL);
+        assert_non_null(s);
+
+        if (vlm_schema_compile(s, &out, &err) == VLM_OK) {
+            fail_msg("accepted %s", cases[i][0]);
+        }
+
+        if (strcmp(out.path, cases[i][1]) != 0) {
+            fail_msg("%s: path %s, message %s", cases[i][0], out.path,
+                     err.msg);
+        }
+
+        json_decref(s);
+    }
+}
+
+
+static int
+allowed(const uint32_t *mask, int id)
+{
+    return (mask[id >> 5] >> (id & 31)) & 1;
+}
+
+
+static void
+test_mask(void **state)
+{
+    gram_t           gr;
+    int32_t          end;
+    const uint32_t  *mask;
+
+    end = END_ID;
+
+    gram_compile(&gr, "{\"type\":\"object\",\"properties\":{\"name\":"
+                 "{\"type\":\"string\"},\"age\":{\"type\":\"integer\"}},"
+                 "\"required\":[\"name\",\"age\"]}");
+
+    vlm_matcher_reset(gr.m, &gr.g);
+
+    /* at the start: '{' and {" only */
+    assert_int_equal(vlm_matcher_mask(gr.m, 0, &end, 1, &mask), 2);
+    assert_true(allowed(mask, '{'));
+    assert_true(allowed(mask, 256 + 0));
+    assert_false(allowed(mask, END_ID));
+
+    assert_true(vlm_matcher_feed(gr.m, "{\"name\":\"", 9));
+
+    /* in a string: most bytes, no control bytes, not the end */
+    vlm_matcher_mask(gr.m, 0, &end, 1, &mask);
+    assert_true(allowed(mask, 'a'));
+    assert_true(allowed(mask, '"'));
+    assert_false(allowed(mask, 256 + 3));       /* "} (no age yet) */
+    assert_false(allowed(mask, '\n'));
+    assert_false(allowed(mask, 0xff));
+    assert_false(allowed(mask, 256 + 23));
+    assert_true(allowed(mask, 256 + 22));       /* é */
+    assert_false(allowed(mask, END_ID));
+
+    /* a budget of 10 tokens: "\",\"age\":0}" is 10 bytes: what closes */
+    assert_int_equal(vlm_matcher_distance(gr.m), 10);
+    assert_int_equal(vlm_matcher_mask(gr.m, 10, &end, 1, &mask), 3);
+    assert_true(allowed(mask, '"'));
+    assert_true(allowed(mask, 256 + 2));        /* "," */
+    assert_true(allowed(mask, 256 + 0));        /* {" */
+
+    assert_true(vlm_matcher_feed(gr.m, "x\",\"age\":12}", 12));
+    assert_true(vlm_matcher_complete(gr.m));
+    assert_int_equal(vlm_matcher_mask(gr.m, 0, &end, 1, &mask), 1);
+    assert_true(allowed(mask, END_ID));
+
+    gram_free(&gr);
+}
+
+
+/* the mask against feeding every token alone, after a few prefixes */
+static void
+test_mask_brute(void **state)
+{
+    int              id, ok;
+    size_t           i, j;
+    gram_t           gr;
+    int32_t          end;
+    const uint32_t  *mask;
+
+    static const char  *cases[][2] = {
+        { NULL, "{\"a\":\"x" },
+        { NULL, "{\"a\":[1,\"" },
+        { NULL, "{\"" },
+        { "{\"type\":\"string\",\"maxLength\":2}", "\"a" },
+        { "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":"
+          "\"string\",\"minLength\":2}}}", "{\"name\":\"" },
+        { "{\"enum\":[\"true\",true,\"abc\"]}", "" },
+    };
+
+    end = END_ID;
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        gram_compile(&gr, cases[i][0]);
+
+        vlm_matcher_reset(gr.m, &gr.g);
+        assert_true(vlm_matcher_feed(gr.m, cases[i][1],
+                                     strlen(cases[i][1])));
+        (void) vlm_matcher_mask(gr.m, 0, &end, 1, &mask);
+
+        for (id = 0; id < END_ID; id++) {
+            vlm_matcher_reset(gr.m, &gr.g);
+            (void) vlm_matcher_feed(gr.m, cases[i][1], strlen(cases[i][1]));
+            ok = vlm_matcher_feed(gr.m, tok_bytes[id], tok_lens[id]);
+
+            if (ok != (int) ((mask[id >> 5] >> (id & 31)) & 1)) {
+                fail_msg("case %zu, token %d: fed %d, mask %d", i, id, ok,
+                         !ok);
+            }
+        }
+
+        /* the mask left the state as it was */
+        vlm_matcher_reset(gr.m, &gr.g);
+        (void) vlm_matcher_feed(gr.m, cases[i][1], strlen(cases[i][1]));
+        j = vlm_matcher_distance(gr.m);
+        (void) vlm_matcher_mask(gr.m, 0, &end, 1, &mask);
+        assert_int_equal(vlm_matcher_distance(gr.m), j);
+
+        gram_free(&gr);
+    }
+}
+
+
+static uint64_t  rng = 88172645463325252ull;
+
+static uint32_t
+draw(uint32_t n)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+
+    return (uint32_t) (rng % n);
+}
+
+
+/* draws uniformly among the allowed tokens until the end id */
+static void
+walk(gram_t *gr, uint32_t budget, char *doc, size_t cap)
+{
+    int              i, k, pick;
+    size_t           n, len;
+    uint32_t         t;
+    int32_t          end;
+    const uint32_t  *mask;
+
+    end = END_ID;
+    len = 0;
+    vlm_matcher_reset(gr->m, &gr->g);
+
+    for (t = budget; t > 0; t--) {
+        n = vlm_matcher_mask(gr->m, t, &end, 1, &mask);
+
+        if (n == 0) {
+            doc[len] = '\0';
+            fail_msg("no token allowed after %s, %u left", doc, t);
+        }
+
+        pick = (int) draw((uint32_t) n);
+        k = -1;
+
+        for (i = 0; i < VOCAB; i++) {
+            if (allowed(mask, i) && pick-- == 0) {
+                k = i;
+                break;
+            }
+        }
+
+        assert_true(k >= 0);
+
+        if (k == END_ID) {
+            break;
+        }
+
+        assert_true(len + tok_lens[k] < cap);
+        memcpy(doc + len, tok_bytes[k], tok_lens[k]);
+        len += tok_lens[k];
+        assert_true(vlm_matcher_feed(gr->m, tok_bytes[k], tok_lens[k]));
+    }
+
+    doc[len] = '\0';
+    assert_true(vlm_matcher_complete(gr->m));
+}
+
+
+static void
+test_random_walks(void **state)
+{
+    int          i, j;
+    char         doc[8192];
+    gram_t       gr;
+    json_t      *v;
+
+    static const char  *schemas[] = {
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\","
+        "\"minLength\":3},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":"
+        "[\"a\",\"b\"]},\"minItems\":2},\"n\":{\"type\":\"number\"}},"
+        "\"required\":[\"name\",\"tags\"]}",
+        "{\"type\":[\"integer\",\"null\",\"string\"]}",
+        NULL,
+    };
+
+    for (i = 0; i < 3; i++) {
+        gram_compile(&gr, schemas[i]);
+
+        for (j = 0; j < 40; j++) {
+            walk(&gr, 40 + (uint32_t) j * 4, doc, sizeof(doc));
+
+            v = json_loads(doc, JSON_DECODE_ANY, NULL);
+            if (v == NULL) {
+                fail_msg("not JSON: %s", doc);
+            }
+
+            json_decref(v);
+            assert_true(accepts(&gr, doc));
+        }
+
+        gram_free(&gr);
+    }
+}
+
+
+static void
+test_bad_programs(void **state)
+{
+    gram_t          gr;
+    vlm_error_t     err;
+    vlm_grammar_t   g;
+    unsigned char  *p;
+    size_t          i;
+
+    gram_compile(&gr, "{\"enum\":[\"a\",\"b\"]}");
+
+    p = malloc(gr.out.len);
+    assert_non_null(p);
+
+    assert_int_equal(vlm_grammar_open(&g, gr.out.prog, gr.out.len - 1,
+                                      &err), VLM_ERR_INVALID);
+
+    /* every single-byte change either is refused or stays in bounds */
+    for (i = 0; i < gr.out.len; i++) {
+        memcpy(p, gr.out.prog, gr.out.len);
+        p[i] ^= 0x80;
+
+        if (vlm_grammar_open(&g, p, gr.out.len, &err) == VLM_OK) {
+            vlm_matcher_reset(gr.m, &g);
+            (void) vlm_matcher_feed(gr.m, "\"a\"", 3);
+        }
+    }
+
+    free(p);
+    gram_free(&gr);
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_accept_reject),
+        cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_mask),
+        cmocka_unit_test(test_mask_brute),
+        cmocka_unit_test(test_random_walks),
+        cmocka_unit_test(test_bad_programs),
+    };
+
+    return cmocka_run_group_tests_name("grammar", tests, setup, teardown);
+}
