@@ -859,7 +859,7 @@ qr{\[emerg\] .*: "vlm_health" directive is duplicate in \S+nginx\.conf:\d+$}
 --- request
 GET /metrics
 --- error_code: 200
---- response_body_like: \nvlm_prefix_cache 0\n
+--- response_body_like: \nvlm_prefix_cache\{model_name="[^"]*"\} 0\n
 --- no_error_log
 [emerg]
 

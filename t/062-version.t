@@ -25,6 +25,8 @@ my ($version) = do {
 my $nginx = $ENV{TEST_NGINX_BINARY} || '/usr/sbin/nginx';
 my ($nginx_version) = `$nginx -v 2>&1` =~ m{nginx/(\S+)};
 my @features = split ' ', `$build/vlm-engine --features`;
+# the backends among them ("nccl" is the CUDA backend's communicator)
+my @backends = grep { $_ ne 'nccl' } @features;
 
 my $flags = do {
     open my $in, '<', '/proc/cpuinfo' or die;
@@ -55,7 +57,7 @@ my $j = eval { vlm_json($res->{body}) };
 is_deeply($j, {
     version => $version, nginx => $nginx_version,
     engine => { version => $version, backend => 'cpu',
-                backends => \@features, simd => $simd, cuda => $cuda,
+                backends => \@backends, simd => $simd, cuda => $cuda,
                 tensor_parallel => 1 } },
     "the versions and the engine's build ($simd, cuda "
     . ($cuda // 'none') . ')') or diag($res->{body});

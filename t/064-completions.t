@@ -70,7 +70,8 @@ is($c->{logprobs}, undef, 'logprobs null');
 is($c->{finish_reason}, 'length', 'finish_reason length');
 is_deeply($j->{usage}, { prompt_tokens => scalar @ids,
                          completion_tokens => 6,
-                         total_tokens => @ids + 6 },
+                         total_tokens => @ids + 6,
+                         prompt_tokens_details => { cached_tokens => 0 } },
           'usage: the prompt\'s ids, no template');
 my $text = $c->{text};
 

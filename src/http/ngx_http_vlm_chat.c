@@ -213,8 +213,10 @@ static ngx_queue_t  ngx_http_vlm_chat_active;
 static __thread ngx_http_vlm_thread_state_t  *ngx_http_vlm_tls;
 
 
-char *
-ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+/* a location of the chat's path, its handler one of the request kinds */
+static char *
+ngx_http_vlm_chat_location(ngx_conf_t *cf, ngx_http_handler_pt handler,
+    ngx_uint_t wakeup)
 {
     ngx_http_core_loc_conf_t  *clcf;
 
@@ -224,11 +226,22 @@ ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return "is duplicate";
     }
 
-    clcf->handler = ngx_http_vlm_chat_handler;
-    ngx_http_vlm_engine_on_wakeup(ngx_http_vlm_chat_wakeup);
+    clcf->handler = handler;
+
+    if (wakeup) {
+        ngx_http_vlm_engine_on_wakeup(ngx_http_vlm_chat_wakeup);
+    }
+
     ngx_http_vlm_errors_location(cf, NGX_HTTP_VLM_LOC_CHAT);
 
     return NGX_CONF_OK;
+}
+
+
+char *
+ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    return ngx_http_vlm_chat_location(cf, ngx_http_vlm_chat_handler, 1);
 }
 
 
@@ -239,19 +252,8 @@ ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 char *
 ngx_http_vlm_completions(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    ngx_http_core_loc_conf_t  *clcf;
-
-    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-
-    if (clcf->handler) {
-        return "is duplicate";
-    }
-
-    clcf->handler = ngx_http_vlm_completions_handler;
-    ngx_http_vlm_engine_on_wakeup(ngx_http_vlm_chat_wakeup);
-    ngx_http_vlm_errors_location(cf, NGX_HTTP_VLM_LOC_CHAT);
-
-    return NGX_CONF_OK;
+    return ngx_http_vlm_chat_location(cf, ngx_http_vlm_completions_handler,
+                                      1);
 }
 
 
@@ -264,18 +266,7 @@ ngx_http_vlm_completions(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 char *
 ngx_http_vlm_tokenize(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    ngx_http_core_loc_conf_t  *clcf;
-
-    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-
-    if (clcf->handler) {
-        return "is duplicate";
-    }
-
-    clcf->handler = ngx_http_vlm_tokenize_handler;
-    ngx_http_vlm_errors_location(cf, NGX_HTTP_VLM_LOC_CHAT);
-
-    return NGX_CONF_OK;
+    return ngx_http_vlm_chat_location(cf, ngx_http_vlm_tokenize_handler, 0);
 }
 
 
