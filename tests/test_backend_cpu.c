@@ -245,7 +245,7 @@ check_matmul_quant(int level, vlm_quant_t q, int n, int rows, int cols,
     double          s, a;
     int32_t        *perm;
     uint8_t        *codes, byte;
-    size_t          rb;
+    size_t          rb, at;
     vlm_error_t     err;
     vlm_weight_t    w;
     vlm_backend_t  *be;
@@ -291,8 +291,8 @@ check_matmul_quant(int level, vlm_quant_t q, int n, int rows, int cols,
 
             if (q == VLM_QUANT_Q4) {
                 c &= 15;
-                codes[j * rb + vlm_quant_q4_byte(k, &shift)] |=
-                    (uint8_t) (c << shift);
+                at = vlm_quant_q4_byte(k, &shift);
+                codes[j * rb + at] |= (uint8_t) (c << shift);
                 wf[j * cols + k] = c * scales[g] + mins[g];
 
             } else if (q == VLM_QUANT_Q8) {

@@ -431,10 +431,8 @@ check_case(vlm_model_t *m, const char *name, const char *ref_case,
     int                      i, n, next, V;
     char                     file[64];
     float                   *all;
-    double                   d;
-    int32_t                 *pos, tok;
+    int32_t                 *pos;
     vlm_npy_t                ids, grid, ref_pos, last, greedy, pix[2];
-    vlm_npy_t                ref_all;
     vlm_seq_t               *seq;
     vlm_image_t              img[2];
     vlm_error_t              err;
@@ -492,37 +490,8 @@ check_case(vlm_model_t *m, const char *name, const char *ref_case,
         fail_msg("%s/%s: %s", name, ref_case, err.msg);
     }
 
-    d = vlm_test_rel_l2(vlm_seq_logits(seq), last.data, (size_t) V);
-    print_message("%s/%s: last logits, relative L2 %.2g\n", name, ref_case,
-                  d);
-    if (d > tol) {
-        fail_msg("%s/%s: last logits differ, relative L2 %g > %g", name,
-                 ref_case, d, tol);
-    }
-
-    if (strcmp(ref_case, "text") == 0) {
-        vlm_test_load_npy(&ref_all, FIX, name, ref_case, "logits_all.npy");
-        d = vlm_test_rel_l2(all, ref_all.data, (size_t) n * V);
-        if (d > tol) {
-            fail_msg("%s/%s: all logits differ, relative L2 %g", name,
-                     ref_case, d);
-        }
-        vlm_npy_free(&ref_all);
-    }
-
-    for (i = 0; i < (int) greedy.n; i++) {
-        tok = vlm_test_argmax(vlm_seq_logits(seq), V);
-
-        if (tok != ((int32_t *) greedy.data)[i]) {
-            fail_msg("%s/%s: greedy token %d is %d, transformers says %d",
-                     name, ref_case, i, (int) tok,
-                     (int) ((int32_t *) greedy.data)[i]);
-        }
-
-        assert_int_equal(vlm_decode(m, &seq, &tok, 1, &err), VLM_OK);
-    }
-
-    assert_int_equal(vlm_seq_length(seq), n + (int) greedy.n);
+    vlm_test_check_answer(m, seq, FIX, name, ref_case, all, n, &last,
+                          &greedy, tol);
     vlm_seq_free(seq);
 
     free(all);

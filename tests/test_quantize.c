@@ -54,6 +54,7 @@ weight_at(const vlm_weight_t *w, int r, int k)
 {
     int             g, shift;
     float           code;
+    size_t          at;
     const uint8_t  *row;
 
     if (w->quant == VLM_QUANT_NONE) {
@@ -71,7 +72,8 @@ weight_at(const vlm_weight_t *w, int r, int k)
           + (size_t) r * vlm_quant_row_bytes(w->quant, w->cols);
     g = r * (w->cols / w->group) + k / w->group;
     if (w->quant == VLM_QUANT_Q4) {
-        code = (float) ((row[vlm_quant_q4_byte(k, &shift)] >> shift) & 15);
+        at = vlm_quant_q4_byte(k, &shift);
+        code = (float) ((row[at] >> shift) & 15);
 
     } else {
         code = (float) (int8_t) row[k];

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/vlm.h"
 #include "core/vlm_npy.h"
@@ -86,6 +87,59 @@ vlm_test_load_npy(vlm_npy_t *npy, const char *dir, const char *model,
     if (vlm_npy_load(npy, path, &err) != VLM_OK) {
         fail_msg("%s", err.msg);
     }
+}
+
+
+/*
+ * A fixture case's answer after its prefill: the last-position logits
+ * (and with the "text" case every position's, all[n, vocab]) within tol
+ * relative L2 of transformers', then the greedy continuation token for
+ * token, decoded on seq
+ */
+static inline void
+vlm_test_check_answer(vlm_model_t *m, vlm_seq_t *seq, const char *dir,
+    const char *name, const char *ref_case, const float *all, int n,
+    const vlm_npy_t *last, const vlm_npy_t *greedy, double tol)
+{
+    int          i, V;
+    double       d;
+    int32_t      tok;
+    vlm_npy_t    ref_all;
+    vlm_error_t  err;
+
+    V = vlm_model_info(m)->vocab_size;
+
+    d = vlm_test_rel_l2(vlm_seq_logits(seq), last->data, (size_t) V);
+    print_message("%s/%s: last logits, relative L2 %.2g\n", name, ref_case,
+                  d);
+    if (d > tol) {
+        fail_msg("%s/%s: last logits differ, relative L2 %g > %g", name,
+                 ref_case, d, tol);
+    }
+
+    if (strcmp(ref_case, "text") == 0) {
+        vlm_test_load_npy(&ref_all, dir, name, ref_case, "logits_all.npy");
+        d = vlm_test_rel_l2(all, ref_all.data, (size_t) n * V);
+        if (d > tol) {
+            fail_msg("%s/%s: all logits differ, relative L2 %g", name,
+                     ref_case, d);
+        }
+        vlm_npy_free(&ref_all);
+    }
+
+    for (i = 0; i < (int) greedy->n; i++) {
+        tok = vlm_test_argmax(vlm_seq_logits(seq), V);
+
+        if (tok != ((int32_t *) greedy->data)[i]) {
+            fail_msg("%s/%s: greedy token %d is %d, transformers says %d",
+                     name, ref_case, i, (int) tok,
+                     (int) ((int32_t *) greedy->data)[i]);
+        }
+
+        assert_int_equal(vlm_decode(m, &seq, &tok, 1, &err), VLM_OK);
+    }
+
+    assert_int_equal(vlm_seq_length(seq), n + (int) greedy->n);
 }
 
 

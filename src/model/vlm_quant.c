@@ -492,7 +492,7 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
     int              i, j, k, g, r, gr, nc_g, trivial, code, kk, group;
     int              shift;
     float            sc, z, *scales, *mins;
-    size_t           rb, n_codes, len;
+    size_t           rb, n_codes, len, at;
     uint8_t         *block, *dst;
     int32_t         *perm;
     vlm_qsrc_t       s;
@@ -625,8 +625,9 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
                 code = vlm_qcode(&s, gr, kk);
 
                 if (s.quant == VLM_QUANT_Q4) {
-                    dst[vlm_quant_q4_byte(k, &shift)] |=
-                        (uint8_t) (code << shift);
+                    /* the byte first: shift is read after it is set */
+                    at = vlm_quant_q4_byte(k, &shift);
+                    dst[at] |= (uint8_t) (code << shift);
 
                 } else {
                     dst[k] = (uint8_t) code;
