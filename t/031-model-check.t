@@ -56,6 +56,9 @@ model("qwen3moe", "config.json", sub {
     $_[0]{architectures} = ["Qwen3VLMoeForConditionalGeneration"];
     $_[0]{model_type} = "qwen3_vl_moe";
 });
+model("smolvlmproc", "preprocessor_config.json", sub {
+    $_[0]{image_processor_type} = "SmolVLMImageProcessor";
+});
 my $noweights = model("noweights");
 unlink "$noweights/model.safetensors" or die;
 model("shape", "config.json", sub {
@@ -293,3 +296,15 @@ qr{\[emerg\] .*: vlm_model "[^"]+/notemplate": no chat_template in "[^"]+/notemp
 --- suppress_stderr
 --- error_log eval
 qr{\[emerg\] .*: vlm_model "[^"]+/qwen3moe": config: "[^"]+/qwen3moe/config\.json": architecture "Qwen3VLMoeForConditionalGeneration" \(the mixture-of-experts Qwen3-VL\) is not supported; of Qwen3-VL this engine runs the dense Qwen3VLForConditionalGeneration in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 9: another family's image processor, refused by name
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/smolvlmproc;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: vlm_model "[^"]+/smolvlmproc": \S+/smolvlmproc/preprocessor_config\.json: image_processor_type "SmolVLMImageProcessor" is not Qwen2-VL's, which this image pipeline is \(SmolVLM and Idefics3 run in the engine and vlm-cli only\) in \S+nginx\.conf:\d+$}

@@ -321,6 +321,7 @@ vlm_qwen2vl_config_load(vlm_qwen2vl_config_t *cfg, const char *path,
     vlm_error_t *err)
 {
     json_t        *root;
+    const char    *type;
     vlm_status_t   rc;
     json_error_t   jerr;
 
@@ -336,6 +337,22 @@ vlm_qwen2vl_config_load(vlm_qwen2vl_config_t *cfg, const char *path,
         json_decref(root);
         return vlm_error_set(err, VLM_ERR_FORMAT, "%s: not a JSON object",
                              path);
+    }
+
+    /* another family's processor (its settings are not these) */
+    type = json_string_value(json_object_get(root, "image_processor_type"));
+
+    if (type != NULL
+        && (strncmp(type, "Idefics3", 8) == 0
+            || strncmp(type, "SmolVLM", 7) == 0))
+    {
+        rc = vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                           "%s: image_processor_type \"%.64s\" is not "
+                           "Qwen2-VL's, which this image pipeline is "
+                           "(SmolVLM and Idefics3 run in the engine and "
+                           "vlm-cli only)", path, type);
+        json_decref(root);
+        return rc;
     }
 
     rc = vlm_qwen2vl_config_read(cfg, root, err);
