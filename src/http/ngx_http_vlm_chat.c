@@ -551,6 +551,34 @@ ngx_http_vlm_thread_state(ngx_http_vlm_chat_ctx_t *ctx, vlm_error_t *err)
 }
 
 
+/*
+ * A tokenizing task's start (the chat's and /tokenize's): this thread's
+ * state, and the images a queue slot can carry; NULL with ctx->error set
+ */
+static ngx_http_vlm_thread_state_t *
+ngx_http_vlm_task_state(ngx_http_vlm_chat_ctx_t *ctx)
+{
+    vlm_error_t                   e;
+    ngx_http_vlm_thread_state_t  *ts;
+
+    ts = ngx_http_vlm_thread_state(ctx, &e);
+    if (ts == NULL) {
+        vlm_openai_error_from(&ctx->error, &e, NULL);
+        return NULL;
+    }
+
+    if (ctx->req.n_images > VLM_QUEUE_MAX_IMAGES) {
+        vlm_openai_error_set(&ctx->error, VLM_ERR_LIMIT, 400,
+                             "invalid_request_error", "too_many_images",
+                             "messages", "at most %d images per request",
+                             VLM_QUEUE_MAX_IMAGES);
+        return NULL;
+    }
+
+    return ts;
+}
+
+
 /* the processor's settings for image i: its detail's pixel budget */
 static const vlm_qwen2vl_config_t *
 ngx_http_vlm_chat_image_config(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
@@ -1104,17 +1132,8 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
     q = ngx_http_vlm_queue();
     qs = vlm_queue_slot(q, ctx->slot);
 
-    ts = ngx_http_vlm_thread_state(ctx, &e);
+    ts = ngx_http_vlm_task_state(ctx);
     if (ts == NULL) {
-        vlm_openai_error_from(&ctx->error, &e, NULL);
-        return;
-    }
-
-    if (req->n_images > VLM_QUEUE_MAX_IMAGES) {
-        vlm_openai_error_set(&ctx->error, VLM_ERR_LIMIT, 400,
-                             "invalid_request_error", "too_many_images",
-                             "messages", "at most %d images per request",
-                             VLM_QUEUE_MAX_IMAGES);
         return;
     }
 
@@ -1318,17 +1337,8 @@ ngx_http_vlm_tokenize_count(void *data, ngx_log_t *log)
         return;
     }
 
-    ts = ngx_http_vlm_thread_state(ctx, &e);
+    ts = ngx_http_vlm_task_state(ctx);
     if (ts == NULL) {
-        vlm_openai_error_from(&ctx->error, &e, NULL);
-        return;
-    }
-
-    if (req->n_images > VLM_QUEUE_MAX_IMAGES) {
-        vlm_openai_error_set(&ctx->error, VLM_ERR_LIMIT, 400,
-                             "invalid_request_error", "too_many_images",
-                             "messages", "at most %d images per request",
-                             VLM_QUEUE_MAX_IMAGES);
         return;
     }
 
