@@ -27,6 +27,9 @@
 #define MSGS(x)   "{\"model\":\"m\",\"messages\":" x "}"
 #define USER(x)   MSGS("[{\"role\":\"user\",\"content\":" x "}]")
 #define IMAGE(x)  USER("[{\"type\":\"image_url\",\"image_url\":" x "}]")
+#define CALLS(x)  MSGS("[{\"role\":\"user\",\"content\":\"q\"},"       \
+                       "{\"role\":\"assistant\",\"content\":null,"       \
+                       "\"tool_calls\":" x "}]")
 
 
 static void
@@ -392,6 +395,65 @@ test_conversation(void **state)
 }
 
 
+/* tool results and the assistant's tool calls in the history */
+static void
+test_tool_history(void **state)
+{
+    char                   *args;
+    json_t                 *fn;
+    vlm_openai_message_t   *m;
+    vlm_openai_request_t    req;
+
+    parse_ok(MSGS("[{\"role\":\"user\",\"content\":\"weather?\"},"
+                  "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":["
+                  "{\"id\":\"call_1\",\"type\":\"function\",\"function\":"
+                  "{\"name\":\"get_weather\",\"arguments\":"
+                  "\"{\\\"city\\\":\\\"Paris\\\",\\\"n\\\":[1,2]}\"}},"
+                  "{\"id\":\"call_2\",\"type\":\"function\",\"function\":"
+                  "{\"name\":\"zoom\",\"arguments\":\"{}\"}}]},"
+                  "{\"role\":\"tool\",\"tool_call_id\":\"call_1\","
+                  "\"content\":\"18 C\"},"
+                  "{\"role\":\"tool\",\"tool_call_id\":\"call_2\","
+                  "\"content\":[{\"type\":\"text\",\"text\":\"x2\"}]},"
+                  "{\"role\":\"assistant\",\"content\":\"ok\",\"tool_calls\":"
+                  "[{\"id\":\"c3\",\"type\":\"function\",\"function\":"
+                  "{\"name\":\"f\",\"arguments\":\"\\\"s\\\"\"}}]}]"),
+             NULL, &req);
+
+    assert_int_equal(req.n_messages, 5);
+    m = req.messages;
+    assert_int_equal(m[1].role, VLM_OPENAI_ROLE_ASSISTANT);
+    assert_int_equal(m[1].n_parts, 0);
+    assert_int_equal(m[1].n_calls, 2);
+    assert_str(m[1].calls[0].name, "get_weather");
+    assert_str(m[1].calls[0].id, "call_1");
+    assert_str(m[1].calls[1].name, "zoom");
+    assert_int_equal(m[2].role, VLM_OPENAI_ROLE_TOOL);
+    assert_str(m[2].parts[0].text, "18 C");
+    assert_int_equal(m[2].n_calls, 0);
+    assert_int_equal(m[3].role, VLM_OPENAI_ROLE_TOOL);
+    assert_str(m[3].parts[0].text, "x2");
+    assert_int_equal(m[4].n_calls, 1);
+    assert_str(m[4].parts[0].text, "ok");
+    assert_ptr_equal(m[4].calls, m[1].calls + 2);
+
+    /* the arguments are parsed, and so a mapping for the template */
+    args = json_dumps(m[1].calls[0].arguments, JSON_COMPACT);
+    assert_string_equal(args, "{\"city\":\"Paris\",\"n\":[1,2]}");
+    free(args);
+
+    fn = json_object_get(json_array_get(json_object_get(req.json,
+                                                        "messages"), 1),
+                         "tool_calls");
+    fn = json_object_get(json_array_get(fn, 0), "function");
+    assert_ptr_equal(json_object_get(fn, "arguments"),
+                     m[1].calls[0].arguments);
+    assert_true(json_is_string((const json_t *) m[4].calls[0].arguments));
+
+    vlm_openai_request_free(&req);
+}
+
+
 static void
 test_every_parameter(void **state)
 {
@@ -723,15 +785,79 @@ test_model_and_messages_errors(void **state)
           "invalid_type", "messages[0].role", "expected a string" },
         { MSGS("[{\"role\":\"bot\",\"content\":\"a\"}]"), VLM_ERR_INVALID,
           "invalid_value", "messages[0].role",
-          "'bot'. Supported values are: 'system', 'developer', 'user' and "
-          "'assistant'." },
-        { MSGS("[{\"role\":\"tool\",\"content\":\"a\","
-               "\"tool_call_id\":\"1\"}]"), VLM_ERR_UNSUPPORTED,
-          "unsupported_value", "messages[0].role",
-          "'tool' messages are not supported" },
+          "'bot'. Supported values are: 'system', 'developer', 'user', "
+          "'assistant' and 'tool'." },
         { MSGS("[{\"role\":\"function\",\"content\":\"a\"}]"),
           VLM_ERR_UNSUPPORTED, "unsupported_value", "messages[0].role",
           "'function' messages" },
+        { MSGS("[{\"role\":\"tool\",\"content\":\"a\"}]"),
+          VLM_ERR_INVALID, "missing_required_parameter",
+          "messages[0].tool_call_id", "'messages[0].tool_call_id'" },
+        { MSGS("[{\"role\":\"tool\",\"content\":\"a\","
+               "\"tool_call_id\":1}]"), VLM_ERR_INVALID, "invalid_type",
+          "messages[0].tool_call_id", "expected a string" },
+        { MSGS("[{\"role\":\"tool\",\"tool_call_id\":\"1\"}]"),
+          VLM_ERR_INVALID, "missing_required_parameter",
+          "messages[0].content", "'messages[0].content'" },
+        { MSGS("[{\"role\":\"tool\",\"tool_call_id\":\"1\","
+               "\"content\":[{\"type\":\"image_url\",\"image_url\":"
+               "\"http://h/a\"}]}]"), VLM_ERR_INVALID, "invalid_value",
+          "messages[0].content[0].type", "only allowed in user messages" },
+        { MSGS("[{\"role\":\"user\",\"content\":\"q\","
+               "\"tool_calls\":[]}]"), VLM_ERR_INVALID, "invalid_value",
+          "messages[0].tool_calls", "only allowed in assistant messages" },
+        { CALLS("{}"), VLM_ERR_INVALID, "invalid_type",
+          "messages[1].tool_calls", "expected an array, but got an object" },
+        { CALLS("[5]"), VLM_ERR_INVALID, "invalid_type",
+          "messages[1].tool_calls[0]", "expected an object" },
+        { CALLS("[{\"type\":\"function\",\"function\":{\"name\":"
+                "\"f\",\"arguments\":\"{}\"}}]"), VLM_ERR_INVALID,
+          "missing_required_parameter", "messages[1].tool_calls[0].id",
+          "'messages[1].tool_calls[0].id'" },
+        { CALLS("[{\"id\":\"c\",\"function\":{\"name\":\"f\","
+                "\"arguments\":\"{}\"}}]"), VLM_ERR_INVALID,
+          "missing_required_parameter", "messages[1].tool_calls[0].type",
+          "'messages[1].tool_calls[0].type'" },
+        { CALLS("[{\"id\":\"c\",\"type\":\"custom\",\"function\":"
+                "{\"name\":\"f\",\"arguments\":\"{}\"}}]"),
+          VLM_ERR_INVALID, "invalid_value",
+          "messages[1].tool_calls[0].type", "'custom'. Supported values "
+          "are: 'function'." },
+        { CALLS("[{\"id\":\"c\",\"type\":\"function\"}]"),
+          VLM_ERR_INVALID, "missing_required_parameter",
+          "messages[1].tool_calls[0].function",
+          "'messages[1].tool_calls[0].function'" },
+        { CALLS("[{\"id\":\"c\",\"type\":\"function\",\"function\":"
+                "{\"arguments\":\"{}\"}}]"), VLM_ERR_INVALID,
+          "missing_required_parameter",
+          "messages[1].tool_calls[0].function.name",
+          "'messages[1].tool_calls[0].function.name'" },
+        { CALLS("[{\"id\":\"c\",\"type\":\"function\",\"function\":"
+                "{\"name\":\"\",\"arguments\":\"{}\"}}]"),
+          VLM_ERR_INVALID, "invalid_value",
+          "messages[1].tool_calls[0].function.name", "empty string" },
+        { CALLS("[{\"id\":\"c\",\"type\":\"function\",\"function\":"
+                "{\"name\":\"f\"}}]"), VLM_ERR_INVALID,
+          "missing_required_parameter",
+          "messages[1].tool_calls[0].function.arguments",
+          "'messages[1].tool_calls[0].function.arguments'" },
+        { CALLS("[{\"id\":\"c\",\"type\":\"function\",\"function\":"
+                "{\"name\":\"f\",\"arguments\":{\"a\":1}}}]"),
+          VLM_ERR_INVALID, "invalid_type",
+          "messages[1].tool_calls[0].function.arguments",
+          "expected a string (JSON text), but got an object" },
+        { CALLS("[{\"id\":\"c\",\"type\":\"function\",\"function\":"
+                "{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":\"}}]"),
+          VLM_ERR_INVALID, "invalid_value",
+          "messages[1].tool_calls[0].function.arguments",
+          "is not valid JSON" },
+        { CALLS("[{\"id\":\"c\",\"type\":\"function\",\"function\":"
+                "{\"name\":\"f\",\"arguments\":\"{}\"}},"
+                "{\"id\":\"d\",\"type\":\"function\",\"function\":"
+                "{\"name\":\"g\",\"arguments\":\"[1\"}}]"),
+          VLM_ERR_INVALID, "invalid_value",
+          "messages[1].tool_calls[1].function.arguments",
+          "is not valid JSON" },
         { MSGS("[{\"role\":\"user\"}]"), VLM_ERR_INVALID,
           "missing_required_parameter", "messages[0].content",
           "'messages[0].content'" },
@@ -791,11 +917,6 @@ test_model_and_messages_errors(void **state)
                "\"image_url\":\"http://h/a\"}]}]"), VLM_ERR_INVALID,
           "invalid_value", "messages[1].content[0].type",
           "only allowed in user messages" },
-        { MSGS("[{\"role\":\"user\",\"content\":\"q\"},{\"role\":"
-               "\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":"
-               "\"c\",\"type\":\"function\"}]}]"), VLM_ERR_UNSUPPORTED,
-          "unsupported_parameter", "messages[1].tool_calls",
-          "no tool calling" },
         { MSGS("[{\"role\":\"user\",\"content\":\"a\"},{\"role\":"
                "\"assistant\",\"content\":\"b\"},{\"role\":\"user\","
                "\"content\":[{\"type\":\"text\",\"text\":\"c\"},{\"type\":"
@@ -2437,6 +2558,7 @@ main(void)
         cmocka_unit_test(test_sdk_vision_base64),
         cmocka_unit_test(test_image_url_forms),
         cmocka_unit_test(test_conversation),
+        cmocka_unit_test(test_tool_history),
         cmocka_unit_test(test_every_parameter),
         cmocka_unit_test(test_parameter_edges),
         cmocka_unit_test(test_nulls_are_absent),

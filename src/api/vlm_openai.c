@@ -1623,22 +1623,140 @@ vlm_openai_parse_role(vlm_openai_parser_t *p, vlm_openai_message_t *m,
     } else if (vlm_openai_str_is(&r, "assistant")) {
         m->role = VLM_OPENAI_ROLE_ASSISTANT;
 
-    } else if (vlm_openai_str_is(&r, "tool")
-               || vlm_openai_str_is(&r, "function"))
-    {
+    } else if (vlm_openai_str_is(&r, "tool")) {
+        m->role = VLM_OPENAI_ROLE_TOOL;
+
+    } else if (vlm_openai_str_is(&r, "function")) {
         return vlm_openai_bad(p->err, VLM_ERR_UNSUPPORTED,
                               "unsupported_value", path, "Invalid value for "
                               "'%s': '%.*s' messages are not supported "
-                              "(this server has no tool calling).", path,
-                              vlm_openai_str_quote(&r));
+                              "(deprecated by OpenAI: use 'tool' "
+                              "messages).", path, vlm_openai_str_quote(&r));
 
     } else {
         return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value", path,
                               "Invalid value for '%s': '%.*s'. Supported "
-                              "values are: 'system', 'developer', 'user' "
-                              "and 'assistant'.", path,
+                              "values are: 'system', 'developer', 'user', "
+                              "'assistant' and 'tool'.", path,
                               vlm_openai_str_quote(&r));
     }
+
+    return VLM_OK;
+}
+
+
+/*
+ * One entry of an assistant message's tool_calls: {"id", "type":
+ * "function", "function": {"name", "arguments": JSON text}}.  The
+ * arguments are parsed and put in place of the string in the document.
+ */
+static vlm_status_t
+vlm_openai_parse_call(vlm_openai_parser_t *p, vlm_openai_msg_call_t *c,
+    const json_t *jcall, const char *base)
+{
+    char              path[VLM_OPENAI_PATH_LEN];
+    char              fpath[VLM_OPENAI_PATH_LEN];
+    json_t           *v, *fn, *args;
+    json_error_t      jerr;
+    vlm_openai_str_t  s;
+
+    if (!json_is_object(jcall)) {
+        return vlm_openai_bad_type(p->err, base, "an object", jcall);
+    }
+
+    vlm_openai_path(path, base, "id");
+
+    v = vlm_openai_get(jcall, "id");
+    if (v == NULL) {
+        return vlm_openai_missing(p->err, path);
+    }
+
+    if (!json_is_string(v)) {
+        return vlm_openai_bad_type(p->err, path, "a string", v);
+    }
+
+    vlm_openai_str_set(p, &c->id, v);
+
+    vlm_openai_path(path, base, "type");
+
+    v = vlm_openai_get(jcall, "type");
+    if (v == NULL) {
+        return vlm_openai_missing(p->err, path);
+    }
+
+    if (!json_is_string(v)) {
+        return vlm_openai_bad_type(p->err, path, "a string", v);
+    }
+
+    vlm_openai_str_set(p, &s, v);
+
+    if (!vlm_openai_str_is(&s, "function")) {
+        return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value", path,
+                              "Invalid value for '%s': '%.*s'. Supported "
+                              "values are: 'function'.", path,
+                              vlm_openai_str_quote(&s));
+    }
+
+    vlm_openai_path(fpath, base, "function");
+
+    fn = vlm_openai_get(jcall, "function");
+    if (fn == NULL) {
+        return vlm_openai_missing(p->err, fpath);
+    }
+
+    if (!json_is_object(fn)) {
+        return vlm_openai_bad_type(p->err, fpath, "an object", fn);
+    }
+
+    vlm_openai_path(path, fpath, "name");
+
+    v = vlm_openai_get(fn, "name");
+    if (v == NULL) {
+        return vlm_openai_missing(p->err, path);
+    }
+
+    if (!json_is_string(v)) {
+        return vlm_openai_bad_type(p->err, path, "a string", v);
+    }
+
+    vlm_openai_str_set(p, &c->name, v);
+
+    if (c->name.len == 0) {
+        return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value", path,
+                              "Invalid '%s': expected a function name, but "
+                              "got an empty string instead.", path);
+    }
+
+    vlm_openai_path(path, fpath, "arguments");
+
+    v = vlm_openai_get(fn, "arguments");
+    if (v == NULL) {
+        return vlm_openai_missing(p->err, path);
+    }
+
+    if (!json_is_string(v)) {
+        return vlm_openai_bad_type(p->err, path, "a string (JSON text)", v);
+    }
+
+    vlm_openai_str_set(p, &s, v);
+
+    args = json_loadb(s.data, s.len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES,
+                      &jerr);
+    if (args == NULL) {
+        return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value", path,
+                              "Invalid '%s': the arguments is not valid "
+                              "JSON (column %d: %s).", path, jerr.column,
+                              jerr.text);
+    }
+
+    /* json_object_set_new() takes args, also when it fails */
+    if (json_object_set_new(fn, "arguments", args) != 0) {
+        return vlm_openai_error_set(p->err, VLM_ERR_NOMEM, 500,
+                                    VLM_OPENAI_SERVER_ERROR, NULL, NULL,
+                                    "Out of memory parsing the request.");
+    }
+
+    c->arguments = args;
 
     return VLM_OK;
 }
@@ -1652,7 +1770,7 @@ vlm_openai_parse_message(vlm_openai_parser_t *p, vlm_openai_message_t *m,
     char          path[VLM_OPENAI_PATH_LEN];
     char          ppath[VLM_OPENAI_PATH_LEN];
     size_t        i, n;
-    json_t       *content, *calls;
+    json_t       *content, *calls, *id;
     vlm_status_t  rc;
 
     vlm_openai_pathf(base, "messages[%u]", index);
@@ -1663,14 +1781,45 @@ vlm_openai_parse_message(vlm_openai_parser_t *p, vlm_openai_message_t *m,
     }
 
     calls = vlm_openai_get(jmsg, "tool_calls");
-    if (calls != NULL
-        && !(json_is_array(calls) && json_array_size(calls) == 0))
-    {
+    if (calls != NULL) {
         vlm_openai_path(path, base, "tool_calls");
-        return vlm_openai_bad(p->err, VLM_ERR_UNSUPPORTED,
-                              "unsupported_parameter", path, "Unsupported "
-                              "parameter: '%s' (this server has no tool "
-                              "calling).", path);
+
+        if (m->role != VLM_OPENAI_ROLE_ASSISTANT) {
+            return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value",
+                                  path, "Invalid parameter: '%s' is only "
+                                  "allowed in assistant messages.", path);
+        }
+
+        if (!json_is_array(calls)) {
+            return vlm_openai_bad_type(p->err, path, "an array", calls);
+        }
+
+        n = json_array_size(calls);
+
+        for (i = 0; i < n; i++) {
+            vlm_openai_pathf(ppath, "%s[%zu]", path, i);
+
+            rc = vlm_openai_parse_call(p, &m->calls[i],
+                                       json_array_get(calls, i), ppath);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+
+            m->n_calls++;
+        }
+    }
+
+    if (m->role == VLM_OPENAI_ROLE_TOOL) {
+        vlm_openai_path(path, base, "tool_call_id");
+
+        id = vlm_openai_get(jmsg, "tool_call_id");
+        if (id == NULL) {
+            return vlm_openai_missing(p->err, path);
+        }
+
+        if (!json_is_string(id)) {
+            return vlm_openai_bad_type(p->err, path, "a string", id);
+        }
     }
 
     vlm_openai_path(path, base, "content");
@@ -1730,12 +1879,13 @@ static vlm_status_t
 vlm_openai_parse_messages(vlm_openai_parser_t *p, const json_t *root)
 {
     char                   path[VLM_OPENAI_PATH_LEN];
-    size_t                 i, n, parts, size;
-    json_t                *msgs, *m, *content;
-    uint32_t               max;
-    vlm_status_t           rc;
-    vlm_openai_part_t     *part;
-    vlm_openai_request_t  *req;
+    size_t                  i, n, parts, calls, size;
+    json_t                 *msgs, *m, *content;
+    uint32_t                max;
+    vlm_status_t            rc;
+    vlm_openai_part_t      *part;
+    vlm_openai_msg_call_t  *call;
+    vlm_openai_request_t   *req;
 
     req = p->req;
 
@@ -1767,6 +1917,7 @@ vlm_openai_parse_messages(vlm_openai_parser_t *p, const json_t *root)
     }
 
     parts = 0;
+    calls = 0;
 
     for (i = 0; i < n; i++) {
         m = json_array_get(msgs, i);
@@ -1774,6 +1925,12 @@ vlm_openai_parse_messages(vlm_openai_parser_t *p, const json_t *root)
         if (!json_is_object(m)) {
             vlm_openai_pathf(path, "messages[%zu]", i);
             return vlm_openai_bad_type(p->err, path, "an object", m);
+        }
+
+        content = vlm_openai_get(m, "tool_calls");
+
+        if (json_is_array(content)) {
+            calls += json_array_size(content);
         }
 
         content = vlm_openai_get(m, "content");
@@ -1806,7 +1963,8 @@ vlm_openai_parse_messages(vlm_openai_parser_t *p, const json_t *root)
 
     /* images are at most as many as parts */
     size = n * sizeof(vlm_openai_message_t)
-           + parts * (sizeof(vlm_openai_part_t) + sizeof(vlm_openai_image_t));
+           + parts * (sizeof(vlm_openai_part_t) + sizeof(vlm_openai_image_t))
+           + calls * sizeof(vlm_openai_msg_call_t);
 
     req->mem = calloc(1, size);
     if (req->mem == NULL) {
@@ -1818,11 +1976,13 @@ vlm_openai_parse_messages(vlm_openai_parser_t *p, const json_t *root)
     req->messages = req->mem;
     req->parts = (vlm_openai_part_t *) (req->messages + n);
     req->images = (vlm_openai_image_t *) (req->parts + parts);
+    call = (vlm_openai_msg_call_t *) (req->images + parts);
 
     part = req->parts;
 
     for (i = 0; i < n; i++) {
         req->messages[i].parts = part;
+        req->messages[i].calls = call;
 
         rc = vlm_openai_parse_message(p, &req->messages[i],
                                       json_array_get(msgs, i), (uint32_t) i);
@@ -1831,6 +1991,7 @@ vlm_openai_parse_messages(vlm_openai_parser_t *p, const json_t *root)
         }
 
         part += req->messages[i].n_parts;
+        call += req->messages[i].n_calls;
         req->n_messages++;
     }
 

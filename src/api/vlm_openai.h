@@ -70,7 +70,8 @@ typedef struct {
 typedef enum {
     VLM_OPENAI_ROLE_SYSTEM = 0,     /* "system", and "developer" mapped */
     VLM_OPENAI_ROLE_USER,
-    VLM_OPENAI_ROLE_ASSISTANT
+    VLM_OPENAI_ROLE_ASSISTANT,
+    VLM_OPENAI_ROLE_TOOL            /* a tool's result: tool_call_id */
 } vlm_openai_role_t;
 
 typedef enum {
@@ -117,11 +118,26 @@ typedef struct {
 } vlm_openai_part_t;
 
 
+/*
+ * A tool call of an assistant message of the history.  arguments is
+ * function.arguments parsed (json_t, any JSON value): the request's JSON
+ * document holds it in place of the string, so that a chat template sees
+ * a mapping, as transformers' templates expect (and as vLLM passes it).
+ */
+typedef struct {
+    vlm_openai_str_t        id;
+    vlm_openai_str_t        name;
+    const void             *arguments;
+} vlm_openai_msg_call_t;
+
+
 /* a string "content" is one TEXT part; a null assistant content none */
 typedef struct {
     vlm_openai_role_t       role;
     vlm_openai_part_t      *parts;
     uint32_t                n_parts;
+    vlm_openai_msg_call_t  *calls;          /* assistant: tool_calls */
+    uint32_t                n_calls;
 } vlm_openai_message_t;
 
 
