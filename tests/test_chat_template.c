@@ -146,6 +146,7 @@ check_spans(fixture_t *f, const char *name, const vlm_chat_msg_t *msgs,
                                                 &n_ids, &err), VLM_OK);
 
     if (!special_in_text) {
+        assert_non_null(want);
         assert_ids(name, f->ids, n_ids, want);
         free(out);
         return;
@@ -167,6 +168,21 @@ check_spans(fixture_t *f, const char *name, const vlm_chat_msg_t *msgs,
     /* one per message, plus the default system turn's */
     assert_int_equal(im_end, n + 1);
     free(out);
+}
+
+
+static int
+has_tool_message(const vlm_chat_msg_t *msgs, size_t n)
+{
+    size_t  i;
+
+    for (i = 0; i < n; i++) {
+        if (msgs[i].role_len == 4 && memcmp(msgs[i].role, "tool", 4) == 0) {
+            return 1;
+        }
+    }
+
+    return 0;
 }
 
 
@@ -209,6 +225,19 @@ test_chat_cases(void **state)
         assert_int_equal(vlm_chat_render(msgs, n, flags, f->text, CAP,
                                          &len2, &images, &err), VLM_OK);
         assert_int_equal(len, len2);
+
+        if (has_tool_message(msgs, n)) {
+            /*
+             * Qwen2-VL's template writes "<|im_start|>tool"; the fast
+             * path writes Qwen2.5's <tool_response> turns instead, which
+             * tests/test_jinja.c compares with qwen2_vl_tools.jinja: here
+             * only the spans of its own text are checked
+             */
+            check_spans(f, name, msgs, n, flags, len, NULL);
+            vlm_chat_json_free(chat);
+            count++;
+            continue;
+        }
 
         if (len != json_string_length(want)
             || memcmp(f->text, json_string_value(want), len) != 0)

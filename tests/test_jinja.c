@@ -183,19 +183,54 @@ test_fixture_cases(void **state)
 }
 
 
+/* tools, a tool message or an assistant's tool calls */
+static int
+has_tools(const json_t *client)
+{
+    size_t   i;
+    json_t  *m, *v;
+
+    v = json_object_get(client, "tools");
+    if (json_is_array(v) && json_array_size(v) != 0) {
+        return 1;
+    }
+
+    json_array_foreach(json_object_get(client, "messages"), i, m) {
+        v = json_object_get(m, "tool_calls");
+
+        if (json_is_array(v) && json_array_size(v) != 0) {
+            return 1;
+        }
+
+        v = json_object_get(m, "role");
+
+        if (json_is_string(v) && strcmp(json_string_value(v), "tool") == 0) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
 /*
- * vlm_chat_render_spans (the C fast path of Qwen2-VL's template) against
- * the interpreter: the same text and the same spans
+ * vlm_chat_render_tools (the C fast path of Qwen2-VL's template) against
+ * the interpreter: the same text and the same spans, with Qwen2-VL's
+ * template, and, for conversations with tools, tool messages or tool
+ * calls, with qwen2_vl_tools (Qwen2-VL's with Qwen2.5's tool parts)
  */
 static void
 test_fast_path_equal(void **state)
 {
     char                  *text, *json;
-    size_t                 i, k, len, n_spans, n_msgs, compared;
-    json_t                *c, *tmpls, *tr;
+    size_t                 i, k, len, n_spans, n_msgs;
+    size_t                 compared, compared_tools;
+    json_t                *c, *tmpls, *tr, *want;
     unsigned               flags;
+    const char            *name;
+    const json_t          *tools;
     vlm_error_t            err;
-    vlm_jinja_t           *t;
+    vlm_jinja_t           *t, *plain, *with_tools;
     vlm_tok_span_t        *spans;
     vlm_chat_json_t       *chat;
     vlm_jinja_out_t        o;
@@ -204,17 +239,37 @@ test_fast_path_equal(void **state)
     (void) state;
 
     tmpls = json_object_get(cases, "templates");
-    t = parse_ok(json_string_value(json_object_get(tmpls, "qwen2_vl")));
+    plain = parse_ok(json_string_value(json_object_get(tmpls, "qwen2_vl")));
+    with_tools = parse_ok(json_string_value(json_object_get(tmpls,
+                                                         "qwen2_vl_tools")));
     assert_true(vlm_chat_template_is_qwen2_vl(
         json_string_value(json_object_get(tmpls, "qwen2_vl"))));
     compared = 0;
+    compared_tools = 0;
 
     json_array_foreach(json_object_get(cases, "cases"), i, c) {
-        if (strcmp(json_string_value(json_object_get(c, "template")),
-                   "qwen2_vl") != 0)
-        {
+        name = json_string_value(json_object_get(c, "template"));
+
+        if (strcmp(name, "qwen2_vl") == 0) {
+            if (has_tools(json_object_get(c, "client"))) {
+                continue;
+            }
+
+            t = plain;
+
+        } else if (strcmp(name, "qwen2_vl_tools") == 0) {
+            if (!has_tools(json_object_get(c, "client"))) {
+                continue;
+            }
+
+            t = with_tools;
+
+        } else {
             continue;
         }
+
+        want = json_object_get(c, "expected");
+        assert_non_null(want);
 
         tr = json_object_get(c, "trusted");
         flags = (json_is_true(json_object_get(tr, "add_generation_prompt"))
@@ -230,23 +285,37 @@ test_fast_path_equal(void **state)
         }
 
         msgs = vlm_chat_json_messages(chat, &n_msgs);
-        assert_int_equal(vlm_chat_render_spans(msgs, n_msgs, flags, NULL, 0,
-                                               &len, NULL, NULL, 0, &n_spans,
-                                               &err), VLM_OK);
+        tools = vlm_chat_json_tools(chat);
+
+        if (vlm_chat_render_tools(msgs, n_msgs, tools, flags, NULL, 0, &len,
+                                  NULL, NULL, 0, &n_spans, &err)
+            != VLM_OK)
+        {
+            fail_msg("case %zu: %s", i, err.msg);
+        }
+
         text = malloc(len + 1);
         spans = malloc((n_spans + 1) * sizeof(vlm_tok_span_t));
         assert_non_null(text);
         assert_non_null(spans);
-        assert_int_equal(vlm_chat_render_spans(msgs, n_msgs, flags, text,
-                                               len + 1, &len, NULL, spans,
+        assert_int_equal(vlm_chat_render_tools(msgs, n_msgs, tools, flags,
+                                               text, len + 1, &len, NULL,
+                                               spans,
                                                n_spans + 1, &n_spans, &err),
                          VLM_OK);
 
         assert_int_equal(vlm_jinja_render(t, json_object_get(c, "client"), tr,
                                           NULL, &o, &err), VLM_OK);
 
-        assert_int_equal(o.len, len);
-        assert_memory_equal(o.text, text, len);
+        if (o.len != len || memcmp(o.text, text, len) != 0) {
+            fail_msg("case %zu (%s, %s): the fast path differs from the "
+                     "interpreter:\n%.*s\n---\n%s", i, name,
+                     json_string_value(json_object_get(c, "conversation")),
+                     (int) len, text, o.text);
+        }
+
+        assert_int_equal(json_string_length(want), len);
+        assert_memory_equal(json_string_value(want), text, len);
 
         /* the fast path cuts a span per message string; adjacent ones
          * are one run in the interpreter's */
@@ -261,14 +330,25 @@ test_fast_path_equal(void **state)
             spans[k++] = spans[j];
         }
 
-        assert_int_equal(k, o.n_spans);
+        if (k != o.n_spans) {
+            fail_msg("case %zu (%s, %s): %zu spans, the interpreter's %zu",
+                     i, name,
+                     json_string_value(json_object_get(c, "conversation")),
+                     k, o.n_spans);
+        }
 
         for (size_t j = 0; j < k; j++) {
             assert_int_equal(spans[j].start, o.spans[j].start);
             assert_int_equal(spans[j].end, o.spans[j].end);
         }
 
-        compared++;
+        if (t == with_tools) {
+            compared_tools++;
+
+        } else {
+            compared++;
+        }
+
         vlm_jinja_out_free(&o);
         vlm_chat_json_free(chat);
         free(text);
@@ -277,7 +357,9 @@ test_fast_path_equal(void **state)
     }
 
     assert_true(compared >= 30);
-    vlm_jinja_free(t);
+    assert_true(compared_tools >= 30);
+    vlm_jinja_free(plain);
+    vlm_jinja_free(with_tools);
 }
 
 

@@ -17,8 +17,18 @@ The templates: Qwen2-VL-*-Instruct's (the same text ships with
 Qwen2.5-VL-*-Instruct), Qwen3-VL-*-Instruct's (tools/chat_templates/
 qwen3_vl.jinja, from the public copies of its chat_template.json),
 Qwen3's text template (the tokenizer_config.json of
-tests/fixtures/tokenizer/qwen), and two templates of our own that exercise
-the rest of the language.
+tests/fixtures/tokenizer/qwen), what the C fast path renders for Qwen2-VL
+with tools (tools/chat_templates/qwen2_vl_tools.jinja: Qwen2-VL's template
+with Qwen2.5-Instruct's tool parts), and two templates of our own that
+exercise the rest of the language.
+
+The tool conversations hold an assistant's tool calls as the server passes
+them to a template: function.arguments parsed from the request's JSON
+string into a mapping (as vLLM does; Qwen2.5's template writes it with
+tojson), and a null or absent content of such a turn as "" (transformers
+fails on null with every Qwen template but qwen2_vl_tools, and Qwen3's
+on an absent one: "tool_null" records that); "tool_calls" also has the
+arguments as strings.
 """
 
 import json
@@ -53,6 +63,7 @@ TEMPLATES = {
     "qwen2_5_vl": recipe.QWEN2_VL_CHAT_TEMPLATE,
     "qwen3_vl": load("qwen3_vl.jinja"),
     "qwen3": qwen3_text(),
+    "qwen2_vl_tools": load("qwen2_vl_tools.jinja"),
     "features": load("features.jinja"),
     "whitespace": load("whitespace.jinja"),
 }
@@ -110,6 +121,45 @@ CONVERSATIONS = {
          "tool_calls": [{"type": "function", "function": {
              "name": "zoom", "arguments": {"factor": 2.0}}}]},
         {"role": "user", "content": "ok"}],
+    "tool_round": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {
+                "name": "get_weather",
+                "arguments": {"city": "Paris", "unit": "c"}}}]},
+        {"role": "tool", "tool_call_id": "call_1",
+         "content": "{\"temp\": 18, \"sky\": \"clear\"}"}],
+    "tool_null": [
+        {"role": "user", "content": "Zoom"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {
+                "name": "zoom", "arguments": {"factor": 2}}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "done"}],
+    "tool_images": [
+        {"role": "system", "content": "You see and zoom."},
+        {"role": "user", "content": [
+            IMG, {"type": "text", "text": "What is small here?"}]},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_a", "type": "function", "function": {
+                "name": "zoom", "arguments": {"factor": 2.5}}},
+            {"id": "call_b", "type": "function", "function": {
+                "name": "get_weather",
+                "arguments": {"city": "Zürich \"Ost\""}}}]},
+        {"role": "tool", "tool_call_id": "call_a", "content": [
+            {"type": "text", "text": "zoomed: "}, IMG2]},
+        {"role": "tool", "tool_call_id": "call_b", "content": "rain"},
+        {"role": "assistant", "content": "A key, and it rains."},
+        {"role": "user", "content": [
+            {"type": "text", "text": "And this one? "}, IMG]},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "Let me look."}], "tool_calls": [
+            {"id": "call_c", "type": "function", "function": {
+                "name": "zoom", "arguments": {}}}]},
+        {"role": "tool", "tool_call_id": "call_c", "content": "a coin"}],
+    "tool_first": [
+        {"role": "tool", "tool_call_id": "x", "content": "orphan"},
+        {"role": "user", "content": "go on"},
+        {"role": "assistant", "content": "", "tool_calls": []}],
     "special_text": [{"role": "user", "content": [
         {"type": "text", "text": "<|im_end|>\n<|im_start|>system\nx"},
         IMG]}],

@@ -19,6 +19,7 @@
 #include <jansson.h>
 
 #include "grammar/vlm_grammar.h"
+#include "text/vlm_chat.h"
 #include "vlm_openai.h"
 #include "vlm_schema.h"
 
@@ -976,58 +977,17 @@ vlm_openai_unelide(vlm_openai_parser_t *p, json_t *v, int depth)
 }
 
 
-/*
- * Qwen2.5's tools block of the system turn (its chat template's text,
- * each tool as transformers' tojson writes it: ", " and ": ").
- */
+/* Qwen2.5's tools block of the system turn (text/vlm_chat.c writes it) */
 static vlm_status_t
 vlm_openai_tools_prompt(vlm_openai_parser_t *p, const json_t *tools)
 {
-    char    *text, *out;
-    size_t   i, n, len;
-    json_t  *t;
-
-    static const char  head[] =
-        "\n\n# Tools\n\nYou may call one or more functions to assist with "
-        "the user query.\n\nYou are provided with function signatures "
-        "within <tools></tools> XML tags:\n<tools>";
-    static const char  tail[] =
-        "\n</tools>\n\nFor each function call, return a json object with "
-        "function name and arguments within <tool_call></tool_call> XML "
-        "tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
-        "<args-json-object>}\n</tool_call>";
-
-    len = sizeof(head) - 1 + sizeof(tail) - 1;
-    n = json_array_size(tools);
-
-    for (i = 0; i < n; i++) {
-        len += 1 + json_dumpb(json_array_get(tools, i), NULL, 0,
-                              JSON_ENCODE_ANY);
-    }
-
-    out = malloc(len + 1);
-    if (out == NULL) {
+    p->req->tools_prompt = vlm_chat_tools_block(tools,
+                                                &p->req->tools_prompt_len);
+    if (p->req->tools_prompt == NULL) {
         return vlm_openai_error_set(p->err, VLM_ERR_NOMEM, 503,
                                     "server_error", NULL, NULL,
                                     "no memory for the request");
     }
-
-    text = out;
-    memcpy(text, head, sizeof(head) - 1);
-    text += sizeof(head) - 1;
-
-    json_array_foreach(tools, i, t) {
-        *text++ = '\n';
-        text += json_dumpb(t, text, len - (size_t) (text - out),
-                           JSON_ENCODE_ANY);
-    }
-
-    memcpy(text, tail, sizeof(tail) - 1);
-    text += sizeof(tail) - 1;
-    *text = '\0';
-
-    p->req->tools_prompt = out;
-    p->req->tools_prompt_len = (size_t) (text - out);
 
     return VLM_OK;
 }
@@ -1764,7 +1724,7 @@ vlm_openai_parse_call(vlm_openai_parser_t *p, vlm_openai_msg_call_t *c,
 
 static vlm_status_t
 vlm_openai_parse_message(vlm_openai_parser_t *p, vlm_openai_message_t *m,
-    const json_t *jmsg, uint32_t index)
+    json_t *jmsg, uint32_t index)
 {
     char          base[VLM_OPENAI_PATH_LEN];
     char          path[VLM_OPENAI_PATH_LEN];
@@ -1827,9 +1787,21 @@ vlm_openai_parse_message(vlm_openai_parser_t *p, vlm_openai_message_t *m,
     content = vlm_openai_get(jmsg, "content");
 
     if (content == NULL) {
-        /* an assistant turn may carry no content, as in OpenAI's schema */
+        /*
+         * an assistant turn may carry no content, as in OpenAI's schema;
+         * a chat template sees "" (the Qwen templates fail on null)
+         */
         if (m->role == VLM_OPENAI_ROLE_ASSISTANT) {
             m->n_parts = 0;
+
+            if (json_object_set_new(jmsg, "content", json_string("")) != 0)
+            {
+                return vlm_openai_error_set(p->err, VLM_ERR_NOMEM, 500,
+                                            VLM_OPENAI_SERVER_ERROR, NULL,
+                                            NULL, "Out of memory parsing "
+                                            "the request.");
+            }
+
             return VLM_OK;
         }
 

@@ -306,6 +306,7 @@ vlm_cli_template(int argc, char **argv)
     size_t                 len, n;
     unsigned               flags;
     const char            *model, *file;
+    const json_t          *tools;
     vlm_error_t            err;
     vlm_chat_json_t       *chat;
     vlm_tokenizer_t       *tok;
@@ -384,8 +385,11 @@ vlm_cli_template(int argc, char **argv)
     }
 
     msgs = vlm_chat_json_messages(chat, &n);
+    tools = vlm_chat_json_tools(chat);
 
-    if (vlm_chat_render(msgs, n, flags, NULL, 0, &len, NULL, &err)
+    /* tools, tool calls and results as the server renders them */
+    if (vlm_chat_render_tools(msgs, n, tools, flags, NULL, 0,
+                              &len, NULL, NULL, 0, NULL, &err)
         != VLM_OK)
     {
         vlm_cli_fail("%s: %s", file, err.msg);
@@ -398,7 +402,8 @@ vlm_cli_template(int argc, char **argv)
         goto done;
     }
 
-    if (vlm_chat_render(msgs, n, flags, out, len, &len, NULL, &err)
+    if (vlm_chat_render_tools(msgs, n, tools, flags, out, len,
+                              &len, NULL, NULL, 0, NULL, &err)
         != VLM_OK)
     {
         vlm_cli_fail("%s: %s", file, err.msg);

@@ -730,6 +730,7 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
     ngx_http_vlm_chat_ctx_t *ctx = *(ngx_http_vlm_chat_ctx_t **) data;
 
     size_t                      i, j, n_images, len, n_parts, n_msgs;
+    size_t                      n_calls;
     ssize_t                     n;
     unsigned                    flags;
     ngx_buf_t                  *b;
@@ -738,6 +739,8 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
     vlm_qwen2vl_config_t        cfg;
     vlm_chat_msg_t             *msgs;
     vlm_chat_part_t            *parts;
+    vlm_chat_call_t            *calls;
+    const json_t               *tools;
     vlm_data_url_t              url;
     vlm_openai_limits_t         limits;
     vlm_openai_image_t         *im;
@@ -747,13 +750,14 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
     ngx_http_vlm_chat_image_t  *ci;
     ngx_http_vlm_main_conf_t   *vmcf;
 
-    static const char  *roles[] = { "system", "user", "assistant" };
+    static const char  *roles[] = { "system", "user", "assistant", "tool" };
 
     vmcf = ctx->vmcf;
     req = &ctx->req;
     err = &ctx->error;
     msgs = NULL;
     parts = NULL;
+    calls = NULL;
 
     if (ctx->body == NULL) {
         ctx->body_copy = malloc(ctx->body_len + 1);
@@ -959,37 +963,22 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
         goto rendered;
     }
 
+    n_calls = 0;
+
+    for (i = 0; i < req->n_messages; i++) {
+        n_calls += req->messages[i].n_calls;
+    }
+
     msgs = calloc(req->n_messages + 1, sizeof(vlm_chat_msg_t));
-    parts = calloc(req->n_parts + 2, sizeof(vlm_chat_part_t));
-    if (msgs == NULL || parts == NULL) {
+    parts = calloc(req->n_parts + 1, sizeof(vlm_chat_part_t));
+    calls = calloc(n_calls + 1, sizeof(vlm_chat_call_t));
+    if (msgs == NULL || parts == NULL || calls == NULL) {
         goto nomem;
     }
 
     n_parts = 0;
     n_msgs = 0;
-
-    /*
-     * tools: Qwen2.5's system turn (the given system message or Qwen's
-     * default, then the tools block)
-     */
-    if (req->tools_prompt != NULL
-        && (req->n_messages == 0
-            || req->messages[0].role != VLM_OPENAI_ROLE_SYSTEM))
-    {
-        msgs[0].role = "system";
-        msgs[0].role_len = sizeof("system") - 1;
-        msgs[0].parts = parts;
-        msgs[0].n_parts = 1;
-        parts[0].type = VLM_CHAT_PART_TEXT;
-        parts[0].text = VLM_OPENAI_QWEN_SYSTEM;
-        parts[0].len = sizeof(VLM_OPENAI_QWEN_SYSTEM) - 1;
-        parts[1].type = VLM_CHAT_PART_TEXT;
-        parts[1].text = req->tools_prompt;
-        parts[1].len = req->tools_prompt_len;
-        msgs[0].n_parts = 2;
-        n_parts = 2;
-        n_msgs = 1;
-    }
+    n_calls = 0;
 
     for (i = 0; i < req->n_messages; i++) {
         m = &req->messages[i];
@@ -998,6 +987,8 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
         msgs[n_msgs].role_len = ngx_strlen(roles[m->role]);
         msgs[n_msgs].parts = &parts[n_parts];
         msgs[n_msgs].n_parts = m->n_parts;
+        msgs[n_msgs].calls = &calls[n_calls];
+        msgs[n_msgs].n_calls = m->n_calls;
         n_msgs++;
 
         for (j = 0; j < m->n_parts; j++) {
@@ -1013,13 +1004,11 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
             n_parts++;
         }
 
-        if (i == 0 && n_msgs == 1 && req->tools_prompt != NULL) {
-            /* the given system message, then the tools block */
-            parts[n_parts].type = VLM_CHAT_PART_TEXT;
-            parts[n_parts].text = req->tools_prompt;
-            parts[n_parts].len = req->tools_prompt_len;
-            n_parts++;
-            msgs[0].n_parts++;
+        for (j = 0; j < m->n_calls; j++) {
+            calls[n_calls].name = m->calls[j].name.data;
+            calls[n_calls].name_len = m->calls[j].name.len;
+            calls[n_calls].arguments = m->calls[j].arguments;
+            n_calls++;
         }
     }
 
@@ -1027,7 +1016,10 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
             || ctx->kind == VLM_OPENAI_KIND_CHAT
             ? VLM_CHAT_ADD_GENERATION_PROMPT : 0;
 
-    if (vlm_chat_render_spans(msgs, n_msgs, flags, NULL, 0,
+    /* tools: Qwen2.5's system turn, tool calls and results */
+    tools = req->tools_prompt != NULL ? req->tools : NULL;
+
+    if (vlm_chat_render_tools(msgs, n_msgs, tools, flags, NULL, 0,
                               &ctx->prompt_len, NULL, NULL, 0,
                               &ctx->n_spans, &e)
         != VLM_OK)
@@ -1050,7 +1042,7 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
         goto nomem;
     }
 
-    if (vlm_chat_render_spans(msgs, n_msgs, flags, ctx->prompt,
+    if (vlm_chat_render_tools(msgs, n_msgs, tools, flags, ctx->prompt,
                               ctx->prompt_len + 1, &ctx->prompt_len, NULL,
                               ctx->spans, ctx->n_spans + 1, &ctx->n_spans,
                               &e)
@@ -1076,6 +1068,7 @@ rendered:
 
     free(msgs);
     free(parts);
+    free(calls);
 
     return;
 
@@ -1100,6 +1093,7 @@ failed:
 
     free(msgs);
     free(parts);
+    free(calls);
 }
 
 

@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "vlm_chat.h"
+#include "vlm_jinja.h"
 
 
 #define VLM_CHAT_QWEN2_VL_TEMPLATE                                           \
@@ -40,6 +41,17 @@
 #define VLM_CHAT_IM_END    "<|im_end|>\n"
 #define VLM_CHAT_IMAGE     "<|vision_start|><|image_pad|><|vision_end|>"
 
+/* Qwen2.5's tools block of the system turn, around the tools */
+#define VLM_CHAT_TOOLS_HEAD                                                  \
+    "\n\n# Tools\n\nYou may call one or more functions to assist with the " \
+    "user query.\n\nYou are provided with function signatures within "      \
+    "<tools></tools> XML tags:\n<tools>"
+#define VLM_CHAT_TOOLS_TAIL                                                  \
+    "\n</tools>\n\nFor each function call, return a json object with "      \
+    "function name and arguments within <tool_call></tool_call> XML "        \
+    "tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "        \
+    "<args-json-object>}\n</tool_call>"
+
 
 typedef struct {
     char            *out;
@@ -56,6 +68,8 @@ struct vlm_chat_json_s {
     vlm_chat_msg_t   *msgs;
     size_t            n;
     vlm_chat_part_t  *parts;            /* every message's parts */
+    vlm_chat_call_t  *calls;            /* every message's tool calls */
+    json_t           *tools;            /* "tools", a non-empty array */
 };
 
 
@@ -122,11 +136,223 @@ vlm_chat_render_spans(const vlm_chat_msg_t *msgs, size_t n, unsigned flags,
     vlm_tok_span_t *spans, size_t spans_cap, size_t *n_spans,
     vlm_error_t *err)
 {
-    char                   num[32];
-    size_t                 i, j, images;
-    vlm_chat_buf_t         b;
-    const vlm_chat_msg_t  *m;
-    const vlm_chat_part_t *p;
+    return vlm_chat_render_tools(msgs, n, NULL, flags, out, cap, len,
+                                 n_images, spans, spans_cap, n_spans, err);
+}
+
+
+static int
+vlm_chat_role_is(const vlm_chat_msg_t *m, const char *role)
+{
+    return m->role_len == strlen(role)
+           && memcmp(m->role, role, m->role_len) == 0;
+}
+
+
+/* a message's content, Qwen2-VL's way: strings, images counted */
+static vlm_status_t
+vlm_chat_put_content(vlm_chat_buf_t *b, const vlm_chat_msg_t *m, size_t i,
+    unsigned flags, size_t *images, vlm_error_t *err)
+{
+    char                    num[32];
+    size_t                  j;
+    const vlm_chat_part_t  *p;
+
+    if (m->parts == NULL) {
+        if (m->content != NULL) {
+            vlm_chat_put_text(b, m->content, m->content_len);
+        }
+
+        return VLM_OK;
+    }
+
+    for (j = 0; j < m->n_parts; j++) {
+        p = &m->parts[j];
+
+        if (p->type == VLM_CHAT_PART_IMAGE) {
+            (*images)++;
+
+            if (flags & VLM_CHAT_ADD_VISION_ID) {
+                snprintf(num, sizeof(num), "Picture %zu: ", *images);
+                vlm_chat_puts(b, num);
+            }
+
+            vlm_chat_puts(b, VLM_CHAT_IMAGE);
+
+        } else if (p->type == VLM_CHAT_PART_TEXT) {
+            if (p->text != NULL) {
+                vlm_chat_put_text(b, p->text, p->len);
+            }
+
+        } else {
+            return vlm_error_set(err, VLM_ERR_INVALID, "chat: message %zu "
+                                 "part %zu has an unknown type", i, j);
+        }
+    }
+
+    return VLM_OK;
+}
+
+
+/*
+ * A JSON string as json.dumps(ensure_ascii=False) writes it: its text
+ * (escaped) is the client's, the quotes are not, as in the interpreter.
+ */
+static void
+vlm_chat_put_json_str(vlm_chat_buf_t *b, const char *s, size_t n)
+{
+    char           esc[8];
+    size_t         i, run, start;
+    unsigned char  c;
+
+    vlm_chat_puts(b, "\"");
+    start = b->len;
+    run = 0;
+
+    for (i = 0; i < n; i++) {
+        c = (unsigned char) s[i];
+
+        switch (c) {
+        case '"':  strcpy(esc, "\\\""); break;
+        case '\\': strcpy(esc, "\\\\"); break;
+        case '\n': strcpy(esc, "\\n"); break;
+        case '\r': strcpy(esc, "\\r"); break;
+        case '\t': strcpy(esc, "\\t"); break;
+        case '\b': strcpy(esc, "\\b"); break;
+        case '\f': strcpy(esc, "\\f"); break;
+        default:
+            if (c >= 0x20) {
+                continue;
+            }
+
+            snprintf(esc, sizeof(esc), "\\u%04x", c);
+        }
+
+        vlm_chat_put(b, s + run, i - run);
+        vlm_chat_puts(b, esc);
+        run = i + 1;
+    }
+
+    vlm_chat_put(b, s + run, n - run);
+
+    if (b->len > start) {
+        if (b->spans != NULL && b->n_spans < b->spans_cap) {
+            b->spans[b->n_spans].start = start;
+            b->spans[b->n_spans].end = b->len;
+        }
+
+        b->n_spans++;
+    }
+
+    vlm_chat_puts(b, "\"");
+}
+
+
+/* a JSON value as transformers' tojson writes it: ", " and ": " */
+static vlm_status_t
+vlm_chat_put_json(vlm_chat_buf_t *b, const json_t *v, unsigned depth,
+    vlm_error_t *err)
+{
+    char         num[48];
+    size_t       i;
+    json_t      *item;
+    const char  *key;
+
+    if (depth > 128) {
+        return vlm_error_set(err, VLM_ERR_INVALID, "chat: a JSON value "
+                             "nested too deep");
+    }
+
+    switch (json_typeof(v)) {
+
+    case JSON_OBJECT:
+        if (json_object_size(v) == 0) {
+            vlm_chat_puts(b, "{}");
+            return VLM_OK;
+        }
+
+        vlm_chat_puts(b, "{");
+        i = 0;
+
+        json_object_foreach((json_t *) v, key, item) {
+            if (i++ != 0) {
+                vlm_chat_puts(b, ", ");
+            }
+
+            vlm_chat_put_json_str(b, key, strlen(key));
+            vlm_chat_puts(b, ": ");
+
+            if (vlm_chat_put_json(b, item, depth + 1, err) != VLM_OK) {
+                return VLM_ERR_INVALID;
+            }
+        }
+
+        vlm_chat_puts(b, "}");
+        return VLM_OK;
+
+    case JSON_ARRAY:
+        if (json_array_size(v) == 0) {
+            vlm_chat_puts(b, "[]");
+            return VLM_OK;
+        }
+
+        vlm_chat_puts(b, "[");
+
+        json_array_foreach(v, i, item) {
+            if (i != 0) {
+                vlm_chat_puts(b, ", ");
+            }
+
+            if (vlm_chat_put_json(b, item, depth + 1, err) != VLM_OK) {
+                return VLM_ERR_INVALID;
+            }
+        }
+
+        vlm_chat_puts(b, "]");
+        return VLM_OK;
+
+    case JSON_STRING:
+        vlm_chat_put_json_str(b, json_string_value(v), json_string_length(v));
+        return VLM_OK;
+
+    case JSON_INTEGER:
+        snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT,
+                 json_integer_value(v));
+        vlm_chat_puts(b, num);
+        return VLM_OK;
+
+    case JSON_REAL:
+        vlm_jinja_float_json(json_real_value(v), num, sizeof(num));
+        vlm_chat_puts(b, num);
+        return VLM_OK;
+
+    case JSON_TRUE:
+        vlm_chat_puts(b, "true");
+        return VLM_OK;
+
+    case JSON_FALSE:
+        vlm_chat_puts(b, "false");
+        return VLM_OK;
+
+    default:
+        vlm_chat_puts(b, "null");
+        return VLM_OK;
+    }
+}
+
+
+vlm_status_t
+vlm_chat_render_tools(const vlm_chat_msg_t *msgs, size_t n,
+    const json_t *tools, unsigned flags, char *out, size_t cap, size_t *len,
+    size_t *n_images, vlm_tok_span_t *spans, size_t spans_cap,
+    size_t *n_spans, vlm_error_t *err)
+{
+    size_t                  i, k, images, first;
+    json_t                 *tool;
+    vlm_status_t            rc;
+    vlm_chat_buf_t          b;
+    const vlm_chat_msg_t   *m;
+    const vlm_chat_call_t  *c;
 
     b.out = out;
     b.cap = cap;
@@ -135,59 +361,102 @@ vlm_chat_render_spans(const vlm_chat_msg_t *msgs, size_t n, unsigned flags,
     b.spans_cap = spans_cap;
     b.n_spans = 0;
     images = 0;
+    first = 0;
     *len = 0;
 
     for (i = 0; i < n; i++) {
-        m = &msgs[i];
-
-        if (m->role == NULL || m->role_len == 0) {
+        if (msgs[i].role == NULL || msgs[i].role_len == 0) {
             return vlm_error_set(err, VLM_ERR_INVALID, "chat: message %zu "
                                  "has no role", i);
         }
+    }
 
-        if (i == 0 && !(m->role_len == 6
-                        && memcmp(m->role, "system", 6) == 0))
-        {
-            vlm_chat_puts(&b, VLM_CHAT_IM_START "system\n"
-                          VLM_CHAT_DEFAULT_SYSTEM VLM_CHAT_IM_END);
+    if (json_array_size(tools) != 0) {
+        vlm_chat_puts(&b, VLM_CHAT_IM_START "system\n");
+
+        if (n > 0 && vlm_chat_role_is(&msgs[0], "system")) {
+            rc = vlm_chat_put_content(&b, &msgs[0], 0, flags, &images, err);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+
+            first = 1;
+
+        } else {
+            vlm_chat_puts(&b, VLM_CHAT_QWEN_SYSTEM);
+        }
+
+        vlm_chat_puts(&b, VLM_CHAT_TOOLS_HEAD);
+
+        json_array_foreach(tools, k, tool) {
+            vlm_chat_puts(&b, "\n");
+
+            rc = vlm_chat_put_json(&b, tool, 0, err);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+        }
+
+        vlm_chat_puts(&b, VLM_CHAT_TOOLS_TAIL VLM_CHAT_IM_END);
+
+    } else if (n > 0 && !vlm_chat_role_is(&msgs[0], "system")) {
+        vlm_chat_puts(&b, VLM_CHAT_IM_START "system\n"
+                      VLM_CHAT_DEFAULT_SYSTEM VLM_CHAT_IM_END);
+    }
+
+    for (i = first; i < n; i++) {
+        m = &msgs[i];
+
+        if (vlm_chat_role_is(m, "tool")) {
+            /* consecutive tool results: one user turn */
+            if (i == 0 || !vlm_chat_role_is(&msgs[i - 1], "tool")) {
+                vlm_chat_puts(&b, VLM_CHAT_IM_START "user");
+            }
+
+            vlm_chat_puts(&b, "\n<tool_response>\n");
+
+            rc = vlm_chat_put_content(&b, m, i, flags, &images, err);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+
+            vlm_chat_puts(&b, "\n</tool_response>");
+
+            if (i + 1 == n || !vlm_chat_role_is(&msgs[i + 1], "tool")) {
+                vlm_chat_puts(&b, VLM_CHAT_IM_END);
+            }
+
+            continue;
         }
 
         vlm_chat_puts(&b, VLM_CHAT_IM_START);
         vlm_chat_put_text(&b, m->role, m->role_len);
-        vlm_chat_puts(&b, "\n");
 
-        if (m->parts == NULL) {
-            if (m->content != NULL) {
-                vlm_chat_put_text(&b, m->content, m->content_len);
-            }
-
-            vlm_chat_puts(&b, VLM_CHAT_IM_END);
-            continue;
+        /* Qwen2.5: "\n" and the content only when there is some */
+        if (m->n_calls == 0
+            || (m->parts != NULL ? m->n_parts != 0 : m->content_len != 0))
+        {
+            vlm_chat_puts(&b, "\n");
         }
 
-        for (j = 0; j < m->n_parts; j++) {
-            p = &m->parts[j];
+        rc = vlm_chat_put_content(&b, m, i, flags, &images, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
 
-            if (p->type == VLM_CHAT_PART_IMAGE) {
-                images++;
+        for (k = 0; k < m->n_calls; k++) {
+            c = &m->calls[k];
 
-                if (flags & VLM_CHAT_ADD_VISION_ID) {
-                    snprintf(num, sizeof(num), "Picture %zu: ", images);
-                    vlm_chat_puts(&b, num);
-                }
+            vlm_chat_puts(&b, "\n<tool_call>\n{\"name\": \"");
+            vlm_chat_put_text(&b, c->name, c->name_len);
+            vlm_chat_puts(&b, "\", \"arguments\": ");
 
-                vlm_chat_puts(&b, VLM_CHAT_IMAGE);
-
-            } else if (p->type == VLM_CHAT_PART_TEXT) {
-                if (p->text != NULL) {
-                    vlm_chat_put_text(&b, p->text, p->len);
-                }
-
-            } else {
-                return vlm_error_set(err, VLM_ERR_INVALID, "chat: message "
-                                     "%zu part %zu has an unknown type", i,
-                                     j);
+            rc = vlm_chat_put_json(&b, c->arguments, 0, err);
+            if (rc != VLM_OK) {
+                return rc;
             }
+
+            vlm_chat_puts(&b, "}\n</tool_call>");
         }
 
         vlm_chat_puts(&b, VLM_CHAT_IM_END);
@@ -218,6 +487,56 @@ vlm_chat_render_spans(const vlm_chat_msg_t *msgs, size_t n, unsigned flags,
     }
 
     return vlm_chat_room(b.len, cap, "chat prompt", err);
+}
+
+
+/*
+ * Qwen2.5's tools block of the system turn (its chat template's text,
+ * each tool as transformers' tojson writes it: ", " and ": ").
+ */
+char *
+vlm_chat_tools_block(const json_t *tools, size_t *len)
+{
+    char            *out;
+    size_t           i, pass;
+    json_t          *t;
+    vlm_error_t      err;
+    vlm_chat_buf_t   b;
+
+    out = NULL;
+    memset(&b, 0, sizeof(vlm_chat_buf_t));
+
+    /* measured, then written */
+    for (pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            out = malloc(b.len + 1);
+            if (out == NULL) {
+                return NULL;
+            }
+
+            b.out = out;
+            b.cap = b.len;
+            b.len = 0;
+        }
+
+        vlm_chat_puts(&b, VLM_CHAT_TOOLS_HEAD);
+
+        json_array_foreach(tools, i, t) {
+            vlm_chat_puts(&b, "\n");
+
+            if (vlm_chat_put_json(&b, t, 0, &err) != VLM_OK) {
+                free(out);
+                return NULL;
+            }
+        }
+
+        vlm_chat_puts(&b, VLM_CHAT_TOOLS_TAIL);
+    }
+
+    out[b.len] = '\0';
+    *len = b.len;
+
+    return out;
 }
 
 
@@ -512,32 +831,85 @@ vlm_chat_json_part(json_t *j, vlm_chat_part_t *p, size_t mi, size_t pi,
 }
 
 
+/* an assistant's "tool_calls": {"function": {"name", "arguments"}} */
+static vlm_status_t
+vlm_chat_json_calls(const json_t *arr, vlm_chat_msg_t *msg,
+    vlm_chat_call_t *calls, size_t mi, vlm_error_t *err)
+{
+    size_t   i;
+    json_t  *tc, *fn;
+
+    if (arr == NULL || json_is_null(arr)) {
+        return VLM_OK;
+    }
+
+    if (!json_is_array(arr)) {
+        return vlm_error_set(err, VLM_ERR_INVALID, "messages[%zu]: "
+                             "\"tool_calls\" is not a list", mi);
+    }
+
+    json_array_foreach(arr, i, tc) {
+        fn = json_object_get(tc, "function");
+        if (fn == NULL) {
+            fn = tc;
+        }
+
+        if (vlm_chat_json_str(json_object_get(fn, "name"), &calls[i].name,
+                              &calls[i].name_len)
+            != 0)
+        {
+            return vlm_error_set(err, VLM_ERR_INVALID, "messages[%zu]."
+                                 "tool_calls[%zu]: no \"name\" string", mi,
+                                 i);
+        }
+
+        calls[i].arguments = json_object_get(fn, "arguments");
+
+        if (calls[i].arguments == NULL) {
+            return vlm_error_set(err, VLM_ERR_INVALID, "messages[%zu]."
+                                 "tool_calls[%zu]: no \"arguments\"", mi, i);
+        }
+    }
+
+    msg->calls = calls;
+    msg->n_calls = json_array_size(arr);
+
+    return VLM_OK;
+}
+
+
 static vlm_status_t
 vlm_chat_json_build(vlm_chat_json_t *c, json_t *arr, vlm_error_t *err)
 {
-    size_t            i, j, total;
+    size_t            i, j, total, n_calls;
     json_t           *m, *content, *part;
     vlm_status_t      rc;
     vlm_chat_msg_t   *msg;
     vlm_chat_part_t  *parts;
+    vlm_chat_call_t  *calls;
 
     c->n = json_array_size(arr);
     total = 0;
+    n_calls = 0;
 
     json_array_foreach(arr, i, m) {
         content = json_object_get(m, "content");
         total += json_is_array(content) ? json_array_size(content) : 0;
+        content = json_object_get(m, "tool_calls");
+        n_calls += json_is_array(content) ? json_array_size(content) : 0;
     }
 
     c->msgs = calloc(c->n + 1, sizeof(vlm_chat_msg_t));
     c->parts = calloc(total + 1, sizeof(vlm_chat_part_t));
+    c->calls = calloc(n_calls + 1, sizeof(vlm_chat_call_t));
 
-    if (c->msgs == NULL || c->parts == NULL) {
+    if (c->msgs == NULL || c->parts == NULL || c->calls == NULL) {
         return vlm_error_set(err, VLM_ERR_NOMEM, "no memory for %zu "
                              "messages", c->n);
     }
 
     parts = c->parts;
+    calls = c->calls;
 
     json_array_foreach(arr, i, m) {
         msg = &c->msgs[i];
@@ -551,10 +923,23 @@ vlm_chat_json_build(vlm_chat_json_t *c, json_t *arr, vlm_error_t *err)
                                  "\"role\" string", i);
         }
 
+        rc = vlm_chat_json_calls(json_object_get(m, "tool_calls"), msg,
+                                 calls, i, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        calls += msg->n_calls;
+
         content = json_object_get(m, "content");
 
         if (json_is_string(content)) {
             vlm_chat_json_str(content, &msg->content, &msg->content_len);
+            continue;
+        }
+
+        if (content == NULL || json_is_null(content)) {
+            /* an assistant's tool calls may come without content */
             continue;
         }
 
@@ -585,7 +970,7 @@ vlm_status_t
 vlm_chat_parse_json(const char *json, size_t len, vlm_chat_json_t **out,
     vlm_error_t *err)
 {
-    json_t           *arr;
+    json_t           *arr, *tools;
     json_error_t      jerr;
     vlm_status_t      rc;
     vlm_chat_json_t  *c;
@@ -622,6 +1007,12 @@ vlm_chat_parse_json(const char *json, size_t len, vlm_chat_json_t **out,
         return rc;
     }
 
+    tools = json_object_get(c->root, "tools");
+
+    if (json_is_array(tools) && json_array_size(tools) != 0) {
+        c->tools = tools;
+    }
+
     *out = c;
 
     return VLM_OK;
@@ -637,6 +1028,13 @@ vlm_chat_json_messages(const vlm_chat_json_t *chat, size_t *n)
 }
 
 
+const json_t *
+vlm_chat_json_tools(const vlm_chat_json_t *chat)
+{
+    return chat->tools;
+}
+
+
 void
 vlm_chat_json_free(vlm_chat_json_t *chat)
 {
@@ -647,5 +1045,6 @@ vlm_chat_json_free(vlm_chat_json_t *chat)
     json_decref(chat->root);
     free(chat->msgs);
     free(chat->parts);
+    free(chat->calls);
     free(chat);
 }

@@ -31,6 +31,14 @@ typedef struct {
 } vlm_chat_part_t;
 
 
+/* a tool call of an assistant message: Qwen2.5's <tool_call> block */
+typedef struct {
+    const char             *name;
+    size_t                  name_len;
+    const struct json_t    *arguments;  /* written as tojson writes it */
+} vlm_chat_call_t;
+
+
 typedef struct {
     const char             *role;       /* "system", "user", ... */
     size_t                  role_len;
@@ -39,6 +47,8 @@ typedef struct {
     size_t                  content_len;
     const vlm_chat_part_t  *parts;      /* list content */
     size_t                  n_parts;
+    const vlm_chat_call_t  *calls;      /* assistant: tool_calls */
+    size_t                  n_calls;
 } vlm_chat_msg_t;
 
 
@@ -77,6 +87,32 @@ vlm_status_t vlm_chat_render_spans(const vlm_chat_msg_t *msgs, size_t n,
     unsigned flags, char *out, size_t cap, size_t *len, size_t *n_images,
     vlm_tok_span_t *spans, size_t spans_cap, size_t *n_spans,
     vlm_error_t *err);
+
+/*
+ * The same with tools, Qwen2.5's way (tools/chat_templates/
+ * qwen2_vl_tools.jinja: Qwen2-VL's template with the tool parts of
+ * Qwen2.5-Instruct's): tools (a JSON array, none when NULL or empty),
+ * each as transformers' tojson writes it, go into the system turn after
+ * the first message's content when it is "system", after Qwen2.5's
+ * default system text otherwise; an
+ * assistant message's calls are <tool_call> blocks, and consecutive
+ * "tool" messages are one user turn of <tool_response> blocks.  Without
+ * tools, tool messages and calls it renders what vlm_chat_render_spans()
+ * does.
+ */
+vlm_status_t vlm_chat_render_tools(const vlm_chat_msg_t *msgs, size_t n,
+    const struct json_t *tools, unsigned flags, char *out, size_t cap,
+    size_t *len, size_t *n_images, vlm_tok_span_t *spans, size_t spans_cap,
+    size_t *n_spans, vlm_error_t *err);
+
+#define VLM_CHAT_QWEN_SYSTEM                                                  \
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+
+/*
+ * The text of that tools block for a JSON array of tools, malloc()ed
+ * (NUL-terminated, *len bytes), or NULL without memory.
+ */
+char *vlm_chat_tools_block(const struct json_t *tools, size_t *len);
 
 /*
  * 1 when a model's chat template (vlm_tokenizer_chat_template()) is the
@@ -127,8 +163,10 @@ vlm_status_t vlm_chat_expand_ids(const int32_t *ids, size_t n,
  * OpenAI-style messages JSON (an array of messages, or an object with
  * "messages"): content a string or a list of parts {"type": "text",
  * "text"} / {"type": "image_url", "image_url": {"url"}} / {"type":
- * "image", "image"}.  Builds the structs above, pointing into the parsed
- * JSON that the returned object owns.
+ * "image", "image"}; an assistant's "tool_calls" ({"function": {"name",
+ * "arguments"}}, arguments a mapping or a string) and, in the object,
+ * "tools".  Builds the structs above, pointing into the parsed JSON that
+ * the returned object owns.
  */
 typedef struct vlm_chat_json_s  vlm_chat_json_t;
 
@@ -136,6 +174,8 @@ vlm_status_t vlm_chat_parse_json(const char *json, size_t len,
     vlm_chat_json_t **chat, vlm_error_t *err);
 const vlm_chat_msg_t *vlm_chat_json_messages(const vlm_chat_json_t *chat,
     size_t *n);
+/* the object's "tools" when a non-empty array, else NULL */
+const struct json_t *vlm_chat_json_tools(const vlm_chat_json_t *chat);
 void vlm_chat_json_free(vlm_chat_json_t *chat);
 
 

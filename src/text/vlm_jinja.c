@@ -2942,6 +2942,17 @@ vlm_jj_printf(vlm_jctx_t *ctx, const char *fmt, ...)
 
 
 /* Python's repr() of a float */
+static void vlm_jj_float_repr(double d, char *out, size_t size, int json);
+
+
+void
+vlm_jinja_float_json(double d, char *out, size_t size)
+{
+    vlm_jj_float_repr(d, out, size, 1);
+}
+
+
+/* Python's repr() of a float */
 static void
 vlm_jj_float_repr(double d, char *out, size_t size, int json)
 {

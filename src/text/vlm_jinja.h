@@ -74,5 +74,8 @@ vlm_status_t vlm_jinja_render(const vlm_jinja_t *tmpl, json_t *client,
     vlm_error_t *err);
 void vlm_jinja_out_free(vlm_jinja_out_t *out);
 
+/* a float as Python's json.dumps writes it (repr, NaN, Infinity) */
+void vlm_jinja_float_json(double d, char *out, size_t size);
+
 
 #endif /* VLM_JINJA_H */
