@@ -175,6 +175,32 @@ CONVERSATIONS = {
 }
 
 
+# conversations that t/067-tool-history.t sends as an OpenAI client does
+REQUESTS = ("tool_round", "tool_null", "tool_first")
+
+
+def request(msgs, tools):
+    """The body's members (no braces) that carry msgs and tools: the
+    arguments as JSON text, an empty content of a tool-call turn null;
+    JSON text, so that the order of every object stays."""
+    out = []
+    for m in msgs:
+        m = dict(m)
+        if m.get("tool_calls"):
+            m["tool_calls"] = [
+                dict(tc, function=dict(
+                    tc["function"],
+                    arguments=json.dumps(tc["function"]["arguments"])))
+                for tc in m["tool_calls"]]
+            if m.get("content") == "":
+                m["content"] = None
+        out.append(m)
+    body = {"messages": out}
+    if tools:
+        body["tools"] = tools
+    return json.dumps(body, ensure_ascii=False)[1:-1]
+
+
 def main():
     tok = PreTrainedTokenizerFast.from_pretrained(
         os.path.join(ROOT, "tests", "fixtures", "tokenizer", "model"))
@@ -204,6 +230,8 @@ def main():
                         case = {"template": name,
                                 "conversation": conv_name,
                                 "client": client, "trusted": trusted}
+                        if conv_name in REQUESTS:
+                            case["request"] = request(msgs, tools)
                         try:
                             case["expected"] = tok.apply_chat_template(
                                 msgs, tools=tools, chat_template=text,
