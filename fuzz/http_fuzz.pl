@@ -148,6 +148,22 @@ sub image_url {
 sub message {
     my $role = rand() < 0.8 ? 'user' : pick(@roles);
 
+    # a tool round trip's history: an assistant's calls, a tool's result
+    if (rand() < 0.05) {
+        return { role => 'assistant', content => undef, tool_calls => [
+            map { { id => "call_$_", type => 'function', function => {
+                name => "f$_", arguments => pick('{}', '{"a": [1, 2.5]}',
+                                                 '"s"', '{"b": "\\u00e9"}',
+                                                 '{"a":', rand_text()) } } }
+            1 .. 1 + int rand 3 ] };
+    }
+
+    return { role => 'tool', tool_call_id => 'call_1',
+             content => rand() < 0.5 ? rand_text()
+                                     : [ { type => 'text',
+                                           text => rand_text() } ] }
+        if rand() < 0.05;
+
     return { role => $role, content => rand_text() }
         if $role ne 'user' || rand() < 0.4;
 
