@@ -85,14 +85,15 @@ my $tool = { type => 'function', function => { name => 'get_weather',
 my @history = ({ role => 'user', content => 'Weather in Paris?' });
 
 my $res = vlm_post_json($srv, {
-    model => 'serving', messages => \@history, max_tokens => 60,
-    temperature => 1, tools => [$tool], tool_choice => 'required' });
+    model => 'serving', messages => \@history, max_tokens => 120,
+    temperature => 1, tools => [$tool], tool_choice => 'required',
+    parallel_tool_calls => JSON::PP::false });
 is($res->{status}, 200, 'round trip: the first request') or diag($res->{body});
 
 my $first = vlm_json($res->{body});
 my $msg = $first->{choices}[0]{message};
 is($first->{choices}[0]{finish_reason}, 'tool_calls',
-   'round trip: the answer calls a tool');
+   'round trip: the answer calls a tool') or diag($res->{body});
 ok(!defined $msg->{content}, 'round trip: content null');
 
 push @history, $msg;
@@ -256,6 +257,32 @@ for my $case (['tool_round', 1], ['tool_round', 0], ['tool_first', 1]) {
        n_tokens($model, $text),
        "template, $conv, tools $tools: the prompt is transformers' text "
        . "with Qwen3-VL's template");
+}
+
+# a long tool result (a string the parser reads from the body in place)
+# reaches the template as its text, as a string and as a text part
+{
+    my $long = join ' ', ('result') x 300;
+    my @n;
+
+    for my $content ($long, "$long.",
+                     [ { type => 'text', text => 'x' },
+                       { type => 'text', text => $long } ])
+    {
+        $res = vlm_post_json($srv, { model => 'qwen3vl', max_tokens => 1,
+            messages => [ @history[0, 1], { role => 'tool',
+                tool_call_id => $history[1]{tool_calls}[0]{id},
+                content => $content } ] });
+        is($res->{status}, 200, 'template: a long tool result')
+            or diag($res->{body});
+        push @n, vlm_json($res->{body})->{usage}{prompt_tokens};
+    }
+
+    cmp_ok($n[0], '>', 300, "template: the long result is in the prompt "
+           . "($n[0] tokens)");
+    cmp_ok($n[1] - $n[0], '<=', 2, 'template: as long as the same text '
+           . 'with one more byte');
+    cmp_ok(abs($n[2] - $n[0]), '<=', 2, 'template: a long text part too');
 }
 
 # the raw round trip's history too

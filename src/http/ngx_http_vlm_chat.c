@@ -593,14 +593,122 @@ ngx_http_vlm_chat_image_config(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
 
 
 /*
- * The request's messages as the template sees them: "developer" turns are
- * "system" ones, as vlm_openai_request_parse() reads them.
+ * A string that the parser left in the body (a long one without escapes:
+ * the document holds a placeholder that starts with a NUL byte)
+ */
+static ngx_int_t
+ngx_http_vlm_chat_elided(const json_t *v)
+{
+    return json_is_string(v) && json_string_length(v) >= 2
+           && json_string_value(v)[0] == '\0';
+}
+
+
+/*
+ * One message as the template sees it (a new reference, NULL without
+ * memory): a "developer" turn is a "system" one, as
+ * vlm_openai_request_parse() reads it, and a text the parser left in the
+ * body is its text.
  */
 static json_t *
-ngx_http_vlm_chat_messages(json_t *msgs)
+ngx_http_vlm_chat_message(json_t *m, const vlm_openai_message_t *om)
+{
+    size_t   j;
+    json_t  *role, *content, *part, *text, *v;
+
+    role = json_object_get(m, "role");
+    content = json_object_get(m, "content");
+
+    if (!(json_is_string(role)
+          && ngx_strcmp(json_string_value(role), "developer") == 0)
+        && !ngx_http_vlm_chat_elided(content))
+    {
+        for (j = 0; j < json_array_size(content); j++) {
+            text = json_object_get(json_array_get(content, j), "text");
+
+            if (ngx_http_vlm_chat_elided(text)) {
+                break;
+            }
+        }
+
+        if (j == json_array_size(content)) {
+            return json_incref(m);
+        }
+    }
+
+    m = json_copy(m);
+    if (m == NULL) {
+        return NULL;
+    }
+
+    if (json_is_string(role)
+        && ngx_strcmp(json_string_value(role), "developer") == 0
+        && json_object_set_new(m, "role", json_string("system")) != 0)
+    {
+        goto failed;
+    }
+
+    if (ngx_http_vlm_chat_elided(content) && om->n_parts == 1) {
+        /* json_object_set_new() takes v (NULL: fails), also when it fails */
+        v = json_stringn(om->parts[0].text.data, om->parts[0].text.len);
+
+        if (json_object_set_new(m, "content", v) != 0) {
+            goto failed;
+        }
+
+        return m;
+    }
+
+    if (!json_is_array(content) || json_array_size(content) != om->n_parts) {
+        return m;
+    }
+
+    content = json_copy(content);
+    if (content == NULL || json_object_set_new(m, "content", content) != 0) {
+        goto failed;
+    }
+
+    for (j = 0; j < om->n_parts; j++) {
+        part = json_array_get(content, j);
+
+        if (!ngx_http_vlm_chat_elided(json_object_get(part, "text"))) {
+            continue;
+        }
+
+        part = json_copy(part);
+        if (part == NULL) {
+            goto failed;
+        }
+
+        /* json_*_set_new() take the value, also when they fail */
+        v = json_stringn(om->parts[j].text.data, om->parts[j].text.len);
+
+        if (json_object_set_new(part, "text", v) != 0) {
+            json_decref(part);
+            goto failed;
+        }
+
+        if (json_array_set_new(content, j, part) != 0) {
+            goto failed;
+        }
+    }
+
+    return m;
+
+failed:
+
+    json_decref(m);
+
+    return NULL;
+}
+
+
+/* the request's messages as the template sees them */
+static json_t *
+ngx_http_vlm_chat_messages(json_t *msgs, const vlm_openai_request_t *req)
 {
     size_t   i;
-    json_t  *out, *m, *role;
+    json_t  *out, *m;
 
     out = json_array();
     if (out == NULL) {
@@ -608,33 +716,14 @@ ngx_http_vlm_chat_messages(json_t *msgs)
     }
 
     json_array_foreach(msgs, i, m) {
-        role = json_object_get(m, "role");
-
-        if (json_is_string(role)
-            && ngx_strcmp(json_string_value(role), "developer") == 0)
-        {
-            m = json_copy(m);
-            if (m == NULL) {
-                json_decref(out);
-                return NULL;
-            }
-
-            if (json_object_set_new(m, "role", json_string("system")) != 0) {
-                json_decref(m);
-                json_decref(out);
-                return NULL;
-            }
-
-            /* json_array_append_new() takes m, also when it fails */
-            if (json_array_append_new(out, m) != 0) {
-                json_decref(out);
-                return NULL;
-            }
-
-            continue;
+        if (i >= req->n_messages) {
+            break;
         }
 
-        if (json_array_append(out, m) != 0) {
+        m = ngx_http_vlm_chat_message(m, &req->messages[i]);
+
+        /* json_array_append_new() takes m, also when it fails */
+        if (m == NULL || json_array_append_new(out, m) != 0) {
             json_decref(out);
             return NULL;
         }
@@ -666,7 +755,7 @@ ngx_http_vlm_chat_template(ngx_http_vlm_chat_ctx_t *ctx, vlm_error_t *e)
 
     v = json_object_get(ctx->req.json, "messages");
     if (v != NULL) {
-        v = ngx_http_vlm_chat_messages(v);
+        v = ngx_http_vlm_chat_messages(v, &ctx->req);
         if (v == NULL || json_object_set_new(client, "messages", v) != 0) {
             json_decref(client);
             return vlm_error_set(e, VLM_ERR_NOMEM, "no memory");
