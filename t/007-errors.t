@@ -84,7 +84,8 @@ my @cases = (
                            messages => [ { role => 'robot',
                                            content => 'hi' } ] }, 400,
       bad("Invalid value for 'messages[0].role': 'robot'. Supported "
-          . "values are: 'system', 'developer', 'user' and 'assistant'.",
+          . "values are: 'system', 'developer', 'user', 'assistant' and "
+          . "'tool'.",
           'messages[0].role') ],
     [ 'temperature of the wrong type', { model => 'serving',
                                          messages => $hi,

@@ -151,7 +151,8 @@ bad('another model', '/tokenize', { model => 'gpt-4', prompt => 'x' },
     404, 'model', 'model_not_found', qr/"gpt-4" does not exist/);
 bad('a bad message', '/tokenize', { messages => [ { role => 'tool',
                                                      content => 'x' } ] },
-    400, 'messages[0].role', 'unsupported_value', qr/tool/);
+    400, 'messages[0].tool_call_id', 'missing_required_parameter',
+    qr/tool_call_id/);
 bad('invalid JSON', '/tokenize', '{"prompt":', 400, undef, 'invalid_json',
     qr/JSON/);
 bad('no tokens', '/detokenize', { model => 'serving' }, 400, 'tokens',
