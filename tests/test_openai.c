@@ -850,14 +850,14 @@ test_model_and_messages_errors(void **state)
                 "{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":\"}}]"),
           VLM_ERR_INVALID, "invalid_value",
           "messages[1].tool_calls[0].function.arguments",
-          "is not valid JSON" },
+          "are not valid JSON" },
         { CALLS("[{\"id\":\"c\",\"type\":\"function\",\"function\":"
                 "{\"name\":\"f\",\"arguments\":\"{}\"}},"
                 "{\"id\":\"d\",\"type\":\"function\",\"function\":"
                 "{\"name\":\"g\",\"arguments\":\"[1\"}}]"),
           VLM_ERR_INVALID, "invalid_value",
           "messages[1].tool_calls[1].function.arguments",
-          "is not valid JSON" },
+          "are not valid JSON" },
         { MSGS("[{\"role\":\"user\"}]"), VLM_ERR_INVALID,
           "missing_required_parameter", "messages[0].content",
           "'messages[0].content'" },

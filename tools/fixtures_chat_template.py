@@ -144,7 +144,7 @@ CONVERSATIONS = {
                 "name": "zoom", "arguments": {"factor": 2.5}}},
             {"id": "call_b", "type": "function", "function": {
                 "name": "get_weather",
-                "arguments": {"city": "Zürich \"Ost\""}}}]},
+                "arguments": {"city": "Zürich \"Ost\"\n\t\x01\\"}}}]},
         {"role": "tool", "tool_call_id": "call_a", "content": [
             {"type": "text", "text": "zoomed: "}, IMG2]},
         {"role": "tool", "tool_call_id": "call_b", "content": "rain"},

@@ -1704,7 +1704,7 @@ vlm_openai_parse_call(vlm_openai_parser_t *p, vlm_openai_msg_call_t *c,
                       &jerr);
     if (args == NULL) {
         return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value", path,
-                              "Invalid '%s': the arguments is not valid "
+                              "Invalid '%s': the arguments are not valid "
                               "JSON (column %d: %s).", path, jerr.column,
                               jerr.text);
     }
@@ -1850,7 +1850,7 @@ vlm_openai_parse_message(vlm_openai_parser_t *p, vlm_openai_message_t *m,
 static vlm_status_t
 vlm_openai_parse_messages(vlm_openai_parser_t *p, const json_t *root)
 {
-    char                   path[VLM_OPENAI_PATH_LEN];
+    char                    path[VLM_OPENAI_PATH_LEN];
     size_t                  i, n, parts, calls, size;
     json_t                 *msgs, *m, *content;
     uint32_t                max;

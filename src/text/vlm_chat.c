@@ -203,7 +203,10 @@ vlm_chat_put_json_str(vlm_chat_buf_t *b, const char *s, size_t n)
 {
     char           esc[8];
     size_t         i, run, start;
+    const char    *p;
     unsigned char  c;
+
+    static const char  short_esc[] = "\n\r\t\b\f";
 
     vlm_chat_puts(b, "\"");
     start = b->len;
@@ -212,20 +215,26 @@ vlm_chat_put_json_str(vlm_chat_buf_t *b, const char *s, size_t n)
     for (i = 0; i < n; i++) {
         c = (unsigned char) s[i];
 
-        switch (c) {
-        case '"':  strcpy(esc, "\\\""); break;
-        case '\\': strcpy(esc, "\\\\"); break;
-        case '\n': strcpy(esc, "\\n"); break;
-        case '\r': strcpy(esc, "\\r"); break;
-        case '\t': strcpy(esc, "\\t"); break;
-        case '\b': strcpy(esc, "\\b"); break;
-        case '\f': strcpy(esc, "\\f"); break;
-        default:
-            if (c >= 0x20) {
-                continue;
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char) c;
+            esc[2] = '\0';
+
+        } else if (c < 0x20) {
+            /* as json.dumps: the short escapes, else \u00XX */
+            p = strchr(short_esc, c);
+
+            if (c != '\0' && p != NULL) {
+                esc[0] = '\\';
+                esc[1] = "nrtbf"[p - short_esc];
+                esc[2] = '\0';
+
+            } else {
+                snprintf(esc, sizeof(esc), "\\u%04x", c);
             }
 
-            snprintf(esc, sizeof(esc), "\\u%04x", c);
+        } else {
+            continue;
         }
 
         vlm_chat_put(b, s + run, i - run);
