@@ -1,9 +1,11 @@
 /*
  * Benchmark of the chat template: Qwen2-VL's template rendered by the C
- * fast path (vlm_chat_render_spans, measured then written, as the chat
+ * fast path (vlm_chat_render_tools, measured then written, as the chat
  * handler does) against the Jinja interpreter (vlm_jinja_render) on the
- * conversations of tests/fixtures/chat_template, interleaved in rounds;
- * the median of the rounds, in microseconds per render.
+ * conversations of tests/fixtures/chat_template, and a tool conversation
+ * (tools, calls, results, images) against qwen2_vl_tools, the template it
+ * renders then, interleaved in rounds; the median of the rounds, in
+ * microseconds per render.
  */
 
 #define _GNU_SOURCE
@@ -34,18 +36,19 @@ bench_cmp(const void *a, const void *b)
 
 
 static int
-bench_fast(const vlm_chat_msg_t *msgs, size_t n, char *out, size_t cap,
-    vlm_tok_span_t *spans, size_t spans_cap)
+bench_fast(const vlm_chat_msg_t *msgs, size_t n, const json_t *tools,
+    char *out, size_t cap, vlm_tok_span_t *spans, size_t spans_cap)
 {
     size_t       len, n_spans;
     vlm_error_t  err;
 
-    if (vlm_chat_render_spans(msgs, n, VLM_CHAT_ADD_GENERATION_PROMPT, NULL,
-                              0, &len, NULL, NULL, 0, &n_spans, &err)
+    if (vlm_chat_render_tools(msgs, n, tools, VLM_CHAT_ADD_GENERATION_PROMPT,
+                              NULL, 0, &len, NULL, NULL, 0, &n_spans, &err)
         != VLM_OK
-        || vlm_chat_render_spans(msgs, n, VLM_CHAT_ADD_GENERATION_PROMPT,
-                                 out, cap, &len, NULL, spans, spans_cap,
-                                 &n_spans, &err)
+        || vlm_chat_render_tools(msgs, n, tools,
+                                 VLM_CHAT_ADD_GENERATION_PROMPT, out, cap,
+                                 &len, NULL, spans, spans_cap, &n_spans,
+                                 &err)
            != VLM_OK)
     {
         fprintf(stderr, "fast path: %s\n", err.msg);
@@ -83,7 +86,10 @@ bench_one(const char *conv, json_t *client, json_t *vars,
         t0 = bench_now();
 
         for (i = 0; i < BENCH_RENDERS; i++) {
-            if (bench_fast(msgs, n, out, sizeof(out), spans, 256) != 0) {
+            if (bench_fast(msgs, n, vlm_chat_json_tools(chat), out,
+                           sizeof(out), spans, 256)
+                != 0)
+            {
                 return -1;
             }
         }
@@ -169,6 +175,37 @@ main(void)
             || json_is_true(json_object_get(tr, "add_vision_id"))
             || (strcmp(conv, "text") != 0 && strcmp(conv, "images") != 0
                 && strcmp(conv, "multi_turn") != 0))
+        {
+            continue;
+        }
+
+        if (bench_one(conv, json_object_get(c, "client"), tr, t) != 0) {
+            return 1;
+        }
+    }
+
+    vlm_jinja_free(t);
+
+    src = json_string_value(json_object_get(json_object_get(root,
+                                                            "templates"),
+                                            "qwen2_vl_tools"));
+
+    if (vlm_jinja_parse(&t, src, strlen(src), &err) != VLM_OK) {
+        fprintf(stderr, "parse: %s\n", err.msg);
+        return 1;
+    }
+
+    json_array_foreach(json_object_get(root, "cases"), i, c) {
+        tr = json_object_get(c, "trusted");
+        conv = json_string_value(json_object_get(c, "conversation"));
+
+        if (strcmp(json_string_value(json_object_get(c, "template")),
+                   "qwen2_vl_tools") != 0
+            || !json_is_array(json_object_get(json_object_get(c, "client"),
+                                              "tools"))
+            || !json_is_true(json_object_get(tr, "add_generation_prompt"))
+            || json_is_true(json_object_get(tr, "add_vision_id"))
+            || strcmp(conv, "tool_images") != 0)
         {
             continue;
         }

@@ -41,6 +41,11 @@
 #define VLM_CHAT_IM_END    "<|im_end|>\n"
 #define VLM_CHAT_IMAGE     "<|vision_start|><|image_pad|><|vision_end|>"
 
+/* is a message's role the literal r? */
+#define vlm_chat_role_is(m, r)                                               \
+    ((m)->role_len == sizeof(r) - 1                                          \
+     && memcmp((m)->role, r, sizeof(r) - 1) == 0)
+
 /* Qwen2.5's tools block of the system turn, around the tools */
 #define VLM_CHAT_TOOLS_HEAD                                                  \
     "\n\n# Tools\n\nYou may call one or more functions to assist with the " \
@@ -138,14 +143,6 @@ vlm_chat_render_spans(const vlm_chat_msg_t *msgs, size_t n, unsigned flags,
 {
     return vlm_chat_render_tools(msgs, n, NULL, flags, out, cap, len,
                                  n_images, spans, spans_cap, n_spans, err);
-}
-
-
-static int
-vlm_chat_role_is(const vlm_chat_msg_t *m, const char *role)
-{
-    return m->role_len == strlen(role)
-           && memcmp(m->role, role, m->role_len) == 0;
 }
 
 
@@ -373,13 +370,6 @@ vlm_chat_render_tools(const vlm_chat_msg_t *msgs, size_t n,
     first = 0;
     *len = 0;
 
-    for (i = 0; i < n; i++) {
-        if (msgs[i].role == NULL || msgs[i].role_len == 0) {
-            return vlm_error_set(err, VLM_ERR_INVALID, "chat: message %zu "
-                                 "has no role", i);
-        }
-    }
-
     if (json_array_size(tools) != 0) {
         vlm_chat_puts(&b, VLM_CHAT_IM_START "system\n");
 
@@ -415,6 +405,11 @@ vlm_chat_render_tools(const vlm_chat_msg_t *msgs, size_t n,
 
     for (i = first; i < n; i++) {
         m = &msgs[i];
+
+        if (m->role == NULL || m->role_len == 0) {
+            return vlm_error_set(err, VLM_ERR_INVALID, "chat: message %zu "
+                                 "has no role", i);
+        }
 
         if (vlm_chat_role_is(m, "tool")) {
             /* consecutive tool results: one user turn */
