@@ -25,8 +25,6 @@
 #define VLM_OPENAI_MODEL_MAX_LEN     256   /* bytes of a model name */
 
 #define VLM_OPENAI_PARAM_LEN         128
-#define VLM_OPENAI_QWEN_SYSTEM                                                \
-    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 #define VLM_OPENAI_MESSAGE_LEN       512
 
 /* room that always suffices for vlm_openai_format_(stream_)error() */

@@ -94,11 +94,10 @@ vlm_status_t vlm_chat_render_spans(const vlm_chat_msg_t *msgs, size_t n,
  * Qwen2.5-Instruct's): tools (a JSON array, none when NULL or empty),
  * each as transformers' tojson writes it, go into the system turn after
  * the first message's content when it is "system", after Qwen2.5's
- * default system text otherwise; an
- * assistant message's calls are <tool_call> blocks, and consecutive
- * "tool" messages are one user turn of <tool_response> blocks.  Without
- * tools, tool messages and calls it renders what vlm_chat_render_spans()
- * does.
+ * default system text otherwise; an assistant message's calls are
+ * <tool_call> blocks, and consecutive "tool" messages are one user turn
+ * of <tool_response> blocks.  Without tools, tool messages and calls it
+ * renders what vlm_chat_render_spans() does.
  */
 vlm_status_t vlm_chat_render_tools(const vlm_chat_msg_t *msgs, size_t n,
     const struct json_t *tools, unsigned flags, char *out, size_t cap,
