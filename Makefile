@@ -261,10 +261,12 @@ run: deps
 	$(MAKE) -j$(NPROC) all
 	@$(ROOT)/scripts/serve $(PORT)
 
+# the tokenizer first: the serving and model fixtures copy the one it writes
 fixtures:
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q -r tools/requirements.txt
-	cd $(ROOT) && for s in $(filter-out tools/fixtures_quant.py, \
+	cd $(ROOT) && for s in tools/fixtures_tokenizer.py \
+	    $(filter-out tools/fixtures_quant.py tools/fixtures_tokenizer.py, \
 	    $(wildcard tools/fixtures_*.py)); do \
 	    echo "== $$s"; $(VENV)/bin/python $$s || exit 1; done
 	$(MAKE) fixtures-quant
