@@ -93,7 +93,7 @@ sub check_answers {
     }
 }
 
-my $srv = vlm_start(name => 'qwen3vl', port => 2021, model => $model,
+my $srv = vlm_start(name => 'qwen3vl', port => 2071, model => $model,
                     locations => <<'_EOC_');
         location = /tokenize { vlm_tokenize; }
 _EOC_
@@ -137,7 +137,7 @@ check_answers($srv, 'one engine');
 vlm_stop($srv);
 
 # tensor parallel: two ranks, the same greedy tokens
-my $tp = vlm_start(name => 'qwen3vl-tp', port => 2022, model => $model,
+my $tp = vlm_start(name => 'qwen3vl-tp', port => 2072, model => $model,
                    http_config => <<'_EOC_');
     vlm_tensor_parallel 2;
 _EOC_
@@ -147,6 +147,10 @@ check_answers($tp, 'two ranks');
 {
     my $m = vlm_metrics($tp);
     is($m->{vlm_tensor_parallel_ranks}, 2, 'two ranks: in /metrics');
+    # DeepStack's several levels are not handed over: every rank runs
+    # the tower, nothing goes through the feature pool
+    is($m->{'vlm_feature_transfers_total{path="pool"}'} // 0, 0,
+       'two ranks: no feature transfer');
 }
 
 vlm_stop($tp);

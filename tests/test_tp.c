@@ -694,6 +694,8 @@ test_group_plans(void **state)
     check_plans("qwen2vl-f32", "image2", 2, 2);
     check_plans("qwen25vl-bf16", "image1", 1, 4);
     check_plans("qwen3vl-f32", "image2", 2, 2);
+    /* SmolVLM: frames * (side / scale)^2 features an image, handed over */
+    check_plans("../idefics3/smolvlm-f32", "image2", 2, 2);
 }
 
 
