@@ -666,8 +666,6 @@ test_out_of_range(void **state)
           "top_logprobs", "'logprobs' must be true" },
         { BODY("\"logprobs\":false,\"top_logprobs\":0"), VLM_ERR_INVALID,
           "invalid_value", "top_logprobs", "'logprobs' must be true" },
-        { BODY("\"n\":2"), VLM_ERR_UNSUPPORTED, "unsupported_value", "n",
-          "only n=1 is supported, but got 2" },
         { BODY("\"n\":0"), VLM_ERR_INVALID, "invalid_value", "n",
           "at least 1" },
         { BODY("\"seed\":1e19"), VLM_ERR_INVALID, "invalid_value", "seed",
@@ -1229,6 +1227,17 @@ test_limits(void **state)
                  "at most 4 bytes, but got 6");
 
     lim.max_stop_len = 0;
+    lim.max_n = 4;
+    parse_ok(BODY("\"n\":4"), &lim, &req);
+    assert_int_equal(req.n, 4);
+    vlm_openai_request_free(&req);
+    parse_ok(BODY("\"max_tokens\":3"), &lim, &req);
+    assert_int_equal(req.n, 1);
+    vlm_openai_request_free(&req);
+    expect_error(BODY("\"n\":5"), &lim, VLM_ERR_LIMIT, "invalid_value", "n",
+                 "at most 4 on this server (vlm_max_n), but got 5");
+
+    lim.max_n = 0;
     lim.max_tokens = 100;
     parse_ok(BODY("\"max_tokens\":100"), &lim, &req);
     vlm_openai_request_free(&req);
@@ -1450,7 +1459,7 @@ test_long_strings_errors(void **state)
 
     body = long_body(BODY("\"stop\":[\"a\",\"%s\"]"), text);
     {
-        vlm_openai_limits_t  lim = { 0, 0, 0, 100, 0, 0 };
+        vlm_openai_limits_t  lim = { 0, 0, 0, 100, 0, 0, 0 };
 
         expect_error(body, &lim, VLM_ERR_LIMIT, "string_above_max_length",
                      "stop[1]", "at most 100 bytes, but got 2000");
