@@ -76,6 +76,30 @@ is($j->{usage}{total_tokens}, $j->{usage}{prompt_tokens} + $sum,
 is($j->{choices}[0]{message}{content}, $j1->{choices}[0]{message}{content},
    'seeded: choice 0 draws as the request without n');
 
+# the prompt is looked up and prefilled once, its image encoded once
+{
+    my $q = 'vlm_prefix_cache_queries_tokens_total';
+    my $before = vlm_metrics($srv)->{$q};
+    chat({ max_tokens => 2 });
+    my $one = vlm_metrics($srv)->{$q} - $before;
+    $before = vlm_metrics($srv)->{$q};
+    chat({ n => 4, max_tokens => 2 });
+    my $four = vlm_metrics($srv)->{$q} - $before;
+    ok($one > 0 && $four == $one,
+       "n=4: the prompt looked up once ($four tokens, n=1: $one)");
+
+    my $img = vlm_data_url('image/png', vlm_png(56, 56, 67));
+    my $m = vlm_metrics($srv)->{vlm_image_cache_misses_total};
+    my $r = vlm_post_json($srv, { %{ vlm_chat_body('What is it?', $img) },
+                                  n => 3, max_tokens => 3,
+                                  temperature => 1 });
+    my $jj = eval { vlm_json($r->{body}) };
+    is(scalar @{ $jj->{choices} || [] }, 3, 'an image, n=3: three choices')
+        or diag($r->{body});
+    is(vlm_metrics($srv)->{vlm_image_cache_misses_total} - $m, 1,
+       'an image, n=3: encoded once');
+}
+
 # reproducible with a seed, and the choices differ from each other
 my ($res2, $j2) = chat({ n => 3, max_tokens => 8, temperature => 1,
                          seed => 7, logprobs => JSON::PP::true });
@@ -243,6 +267,48 @@ like($j->{error}{message}, qr/at most 4/, 'n=5: the message says the limit');
                                 stream => JSON::PP::true })
     } 1 .. 4;
     vlm_stream_ok($_, 'four requests of n=4 at once') for @st;
+}
+
+# a tensor-parallel engine: its follower rank forks the same sequences
+{
+    my $tp = vlm_start(name => 'n-tp', port => 2067, http_config => <<'_EOC_');
+    vlm_tensor_parallel 2;
+_EOC_
+
+    my $r1 = vlm_post_json($tp, { %{ vlm_chat_body('Tell me a story.') },
+                                  max_tokens => 8, temperature => 0 });
+    my $r2 = vlm_post_json($tp, { %{ vlm_chat_body('Tell me a story.') },
+                                  n => 3, max_tokens => 8, temperature => 0 });
+    my ($a, $b) = map { eval { vlm_json($_->{body}) } } $r1, $r2;
+    is($r2->{status}, 200, 'tensor parallel n=3: 200') or diag($r2->{body});
+    is_deeply(texts($b), [ ($a->{choices}[0]{message}{content}) x 3 ],
+              'tensor parallel, greedy n=3: the greedy answer three times');
+    is($a->{choices}[0]{message}{content}, $greedy,
+       'tensor parallel: the answer of one rank');
+
+    my $st = vlm_open_stream($tp, {
+        %{ vlm_chat_body('Tell me a long story.') }, n => 4,
+        max_tokens => 400, temperature => 1, stream => JSON::PP::true });
+    ok(vlm_read_some($st, 20, qr/("content":"[^"]+".*){6}/s),
+       'tensor parallel, abort n=4: the stream has begun');
+    close $st->{sock};
+    vlm_wait_idle($tp, 10);
+
+    my $used;
+    for (1 .. 50) {
+        $used = vlm_metrics($tp)
+                    ->{'vlm_pool_used{pool="kv_blocks",unit="blocks"}'};
+        last if defined $used && $used == 0;
+        select(undef, undef, undef, 0.1);
+    }
+    is($used, 0, 'tensor parallel, abort n=4: no KV block used');
+
+    $r2 = vlm_post_json($tp, { %{ vlm_chat_body('Tell me a story.') },
+                               n => 2, max_tokens => 8, temperature => 0 });
+    is($r2->{status}, 200, 'tensor parallel: serving after the abort');
+
+    VLMTest::check_log($tp, 'tensor parallel n', qr/\[(error|alert|crit)\]/);
+    VLMTest::vlm_stop($tp);
 }
 
 my $zone = vlm_wait_idle($srv, 5);
