@@ -944,8 +944,13 @@ vlm_sched_run(vlm_sched_t *s)
         vlm_log(VLM_LOG_ERROR, "step of %d sequences: %s", n, err.msg);
 
         for (k = 0; k < n; k++) {
-            vlm_sched_end(s, &s->reqs[s->batch_reqs[k]],
-                          VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
+            r = &s->reqs[s->batch_reqs[k]];
+
+            /* a choice may have ended with another of its request */
+            if (r->state != VLM_REQ_FREE) {
+                vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status,
+                              err.msg);
+            }
         }
 
         return;
