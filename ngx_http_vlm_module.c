@@ -36,6 +36,10 @@ static ngx_http_vlm_bounds_t  ngx_http_vlm_max_running_bounds = {
     ngx_http_vlm_check_num, 1, 4096
 };
 
+static ngx_http_vlm_bounds_t  ngx_http_vlm_max_n_bounds = {
+    ngx_http_vlm_check_num, 1, VLM_QUEUE_MAX_N
+};
+
 static ngx_http_vlm_bounds_t  ngx_http_vlm_max_batch_tokens_bounds = {
     ngx_http_vlm_check_num, 16, 65536
 };
@@ -157,6 +161,13 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_vlm_main_conf_t, max_running),
       &ngx_http_vlm_max_running_bounds },
+
+    { ngx_string("vlm_max_n"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, max_n),
+      &ngx_http_vlm_max_n_bounds },
 
     { ngx_string("vlm_max_batch_tokens"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,

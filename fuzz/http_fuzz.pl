@@ -89,6 +89,13 @@ my @roles = qw(system developer user assistant);
 
 sub pick { return $_[int rand @_] }
 
+# one of @values, a copy: a shared [] or {} that a later mutation filled
+# would grow across requests, and could come to hold itself
+sub value {
+    my $v = pick(@values);
+    return ref $v ? $JSON->decode($JSON->encode($v)) : $v;
+}
+
 
 sub rand_text {
     my @parts = map {
@@ -196,7 +203,9 @@ sub request {
     $r{stop} = [ map { rand_text() } 1 .. 1 + int rand 3 ] if rand() < 0.2;
     $r{logprobs} = JSON::PP::true, $r{top_logprobs} = int rand 5
         if rand() < 0.2;
-    $r{presence_penalty} = rand(4) - 2 if rand() < 0.1;
+    # n choices: mostly within vlm_max_n (4 here), sometimes above or below
+    $r{n} = pick(1, 2, 3, 4, 4, 0, 5, -1, 64) if rand() < 0.25;
+        $r{presence_penalty} = rand(4) - 2 if rand() < 0.1;
     $r{repetition_penalty} = rand 2 if rand() < 0.1;
 
     if (rand() < 0.15) {
@@ -271,7 +280,7 @@ sub mutate_value {
 
     my ($c, $k) = @{ pick(@slots) };
     my $r = rand;
-    my $new = $r < 0.6 ? pick(@values)
+    my $new = $r < 0.6 ? value()
             : $r < 0.8 ? rand_text()
             : undef;
 
@@ -281,7 +290,7 @@ sub mutate_value {
         } elsif ($r >= 0.9) {
             $c->{ pick(qw(tools functions n logit_bias response_format
                           tool_choice max_completion_tokens min_p name
-                          tool_calls unknown)) } = pick(@values);
+                          tool_calls unknown)) } = value();
         } else {
             $c->{$k} = $new;
         }
@@ -352,6 +361,7 @@ sub http_text {
 
 my $srv = vlm_start(name => 'fuzz', port => $o{port}, http_config => <<'_EOC_');
     vlm_max_tokens 8;
+    vlm_max_n 4;
     vlm_max_images 4;
     vlm_max_image_pixels 4m;
 _EOC_

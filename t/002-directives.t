@@ -592,6 +592,80 @@ qr{\[emerg\] .*: "vlm_max_batch_tokens" must be between 16 and 65536, not "15" i
 
 
 
+=== TEST 36ba: vlm_max_n 4
+--- http_config
+    vlm_max_n 4;
+--- config
+    location = /t { return 204; }
+--- request
+GET /t
+--- error_code: 204
+--- response_body_like: ^$
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 36bb: vlm_max_n: zero
+--- http_config
+    vlm_max_n 0;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_max_n" must be between 1 and 64, not "0" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 36bc: vlm_max_n: above 64
+--- http_config
+    vlm_max_n 65;
+    vlm_max_running 128;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_max_n" must be between 1 and 64, not "65" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 36bd: vlm_max_n: not a number
+--- http_config
+    vlm_max_n many;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_max_n" directive invalid number in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 36be: vlm_max_n: more than vlm_max_running
+--- http_config
+    vlm_max_running 2;
+    vlm_max_n 3;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*"vlm_max_n 3" is more than vlm_max_running \(2\): the n choices of a request run at once}
+
+
+
+=== TEST 36bf: vlm_max_n: not allowed in a location
+--- config
+    location = /t { vlm_max_n 2; return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_max_n" directive is not allowed here in \S+nginx\.conf:\d+$}
+
+
+
 === TEST 36c: vlm_tensor_parallel: none
 --- http_config
     vlm_tensor_parallel 0;

@@ -113,9 +113,9 @@ my @cases = (
     [ 'an unknown model', { model => 'gpt-4', messages => $hi }, 404,
       bad('The model "gpt-4" does not exist; this server serves '
           . '"serving"', 'model', 'model_not_found') ],
-    [ 'n=2', { model => 'serving', messages => $hi, n => 2 }, 400,
-      bad("Unsupported value for 'n': only n=1 is supported, but got 2.",
-          'n', 'unsupported_value') ],
+    [ 'n above vlm_max_n', { model => 'serving', messages => $hi, n => 9 },
+      400, bad("Invalid 'n': expected a value of at most 8 on this server "
+               . "(vlm_max_n), but got 9 instead.", 'n') ],
     [ 'more images than vlm_max_images',
       vlm_chat_body('x', $png_url, $png_url, $png_url), 400,
       bad('Too many images: this server accepts at most 2 images per '

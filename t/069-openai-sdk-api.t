@@ -1,6 +1,7 @@
 # The OpenAI Python SDK (build/venv-test, `make venv-test`) on the rest of
 # the API surface: logit_bias, completions (plain, streamed, token ids,
-# logprobs), models.list and models.retrieve, with
+# logprobs), n (two choices, plain and streamed), models.list and
+# models.retrieve, with
 # errors as the SDK's exceptions (tests/sdk/openai_sdk_api.py).  Skipped
 # when the SDK is not installed.
 
@@ -52,7 +53,7 @@ while (my $line = <$py>) {
 
 close $py;
 is($?, 0, 'sdk: the script ran to its end');
-ok($n >= 13, "sdk: $n checks");
+ok($n >= 19, "sdk: $n checks");
 
 my $zone = vlm_wait_idle($srv, 3);
 ok($zone->{slots_used} == 0 && $zone->{arena_used} == 0,

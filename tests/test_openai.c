@@ -728,8 +728,6 @@ test_out_of_range(void **state)
           "top_logprobs", "'logprobs' must be true" },
         { BODY("\"logprobs\":false,\"top_logprobs\":0"), VLM_ERR_INVALID,
           "invalid_value", "top_logprobs", "'logprobs' must be true" },
-        { BODY("\"n\":2"), VLM_ERR_UNSUPPORTED, "unsupported_value", "n",
-          "only n=1 is supported, but got 2" },
         { BODY("\"n\":0"), VLM_ERR_INVALID, "invalid_value", "n",
           "at least 1" },
         { BODY("\"seed\":1e19"), VLM_ERR_INVALID, "invalid_value", "seed",
@@ -1350,6 +1348,17 @@ test_limits(void **state)
                  "at most 4 bytes, but got 6");
 
     lim.max_stop_len = 0;
+    lim.max_n = 4;
+    parse_ok(BODY("\"n\":4"), &lim, &req);
+    assert_int_equal(req.n, 4);
+    vlm_openai_request_free(&req);
+    parse_ok(BODY("\"max_tokens\":3"), &lim, &req);
+    assert_int_equal(req.n, 1);
+    vlm_openai_request_free(&req);
+    expect_error(BODY("\"n\":5"), &lim, VLM_ERR_LIMIT, "invalid_value", "n",
+                 "at most 4 on this server (vlm_max_n), but got 5");
+
+    lim.max_n = 0;
     lim.max_tokens = 100;
     parse_ok(BODY("\"max_tokens\":100"), &lim, &req);
     vlm_openai_request_free(&req);
@@ -1571,7 +1580,7 @@ test_long_strings_errors(void **state)
 
     body = long_body(BODY("\"stop\":[\"a\",\"%s\"]"), text);
     {
-        vlm_openai_limits_t  lim = { 0, 0, 0, 100, 0, 0 };
+        vlm_openai_limits_t  lim = { 0, 0, 0, 100, 0, 0, 0 };
 
         expect_error(body, &lim, VLM_ERR_LIMIT, "string_above_max_length",
                      "stop[1]", "at most 100 bytes, but got 2000");
@@ -1883,6 +1892,110 @@ check_logprob(json_t *e, const char *token, float logprob, const char *bytes,
         assert_int_equal(json_integer_value(json_array_get(b, i)),
                          (unsigned char) bytes[i]);
     }
+}
+
+
+/* n choices: "index" 0..n-1, each its finish and calls, usage once */
+static void
+test_completion_n(void **state)
+{
+    char                    buf[2048], id0[VLM_OPENAI_CALL_ID_LEN + 1];
+    char                    id1[VLM_OPENAI_CALL_ID_LEN + 1];
+    size_t                  len, i;
+    json_t                 *j, *c, *calls;
+    vlm_openai_usage_t      usage = { 12, 9, 0 };
+    vlm_openai_output_t     out[3];
+    vlm_openai_choice_t     ch[3];
+    vlm_openai_response_t   resp;
+    vlm_openai_tool_call_t  call = { "add", 3, "{\"a\":1}", 7 };
+
+    response(&resp, 0);
+
+    memset(out, 0, sizeof(out));
+    memset(ch, 0, sizeof(ch));
+    out[0].text = "one";
+    out[0].len = 3;
+    out[1].text = "two";
+    out[1].len = 3;
+
+    for (i = 0; i < 3; i++) {
+        ch[i].out = &out[i];
+    }
+
+    ch[1].finish = VLM_OPENAI_FINISH_LENGTH;
+    ch[2].calls = &call;
+    ch[2].n_calls = 1;
+    ch[2].finish = VLM_OPENAI_FINISH_TOOL_CALLS;
+
+    assert_int_equal(vlm_openai_format_completion_n(&resp, ch, 3, &usage,
+                                                    buf, sizeof(buf), &len),
+                     VLM_OK);
+
+    j = load(buf, len);
+    assert_string_equal(json_string_value(json_object_get(j, "object")),
+                        "chat.completion");
+    assert_int_equal(json_array_size(json_object_get(j, "choices")), 3);
+
+    for (i = 0; i < 3; i++) {
+        c = json_array_get(json_object_get(j, "choices"), i);
+        assert_int_equal(json_integer_value(json_object_get(c, "index")), i);
+    }
+
+    c = json_array_get(json_object_get(j, "choices"), 1);
+    assert_string_equal(json_string_value(json_object_get(c,
+                                                          "finish_reason")),
+                        "length");
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(c, "message"), "content")),
+                        "two");
+
+    c = json_array_get(json_object_get(j, "choices"), 2);
+    assert_true(json_is_null(json_object_get(json_object_get(c, "message"),
+                                             "content")));
+    calls = json_object_get(json_object_get(c, "message"), "tool_calls");
+    assert_int_equal(json_array_size(calls), 1);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(json_array_get(calls, 0),
+                                            "function"), "arguments")),
+                        "{\"a\":1}");
+
+    /* call ids differ between choices, choice 0 keeps n = 1's */
+    vlm_openai_call_id(&resp, 0, id0);
+    resp.choice = 2;
+    vlm_openai_call_id(&resp, 0, id1);
+    assert_int_equal(strlen(id0), strlen(id1));
+    assert_string_not_equal(id0, id1);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(calls, 0), "id")), id1);
+    resp.choice = 0;
+
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(j, "usage"), "completion_tokens")),
+                     9);
+    json_decref(j);
+
+    /* a chunk of choice 2 */
+    resp.choice = 2;
+    assert_int_equal(vlm_openai_format_chunk_content(&resp, &out[0], buf,
+                                                     sizeof(buf), &len),
+                     VLM_OK);
+    assert_non_null(strstr(buf, "\"choices\":[{\"index\":2,\"delta\":"));
+    assert_int_equal(vlm_openai_format_chunk_finish(&resp,
+                                                    VLM_OPENAI_FINISH_STOP,
+                                                    buf, sizeof(buf), &len),
+                     VLM_OK);
+    assert_non_null(strstr(buf, "{\"index\":2,\"delta\":{}"));
+
+    /* text_completion */
+    response(&resp, VLM_OPENAI_RESP_TEXT);
+    assert_int_equal(vlm_openai_format_completion_n(&resp, ch, 2, &usage,
+                                                    buf, sizeof(buf), &len),
+                     VLM_OK);
+    j = load(buf, len);
+    c = json_array_get(json_object_get(j, "choices"), 1);
+    assert_int_equal(json_integer_value(json_object_get(c, "index")), 1);
+    assert_string_equal(json_string_value(json_object_get(c, "text")), "two");
+    json_decref(j);
 }
 
 
@@ -2580,6 +2693,7 @@ main(void)
         cmocka_unit_test(test_error_helpers),
         cmocka_unit_test(test_response_init),
         cmocka_unit_test(test_completion),
+        cmocka_unit_test(test_completion_n),
         cmocka_unit_test(test_completion_logprobs),
         cmocka_unit_test(test_stream_exact_bytes),
         cmocka_unit_test(test_stream_parsed_back),

@@ -285,6 +285,66 @@ test_take_is_fifo_and_cancel_frees_once(void **state)
 }
 
 
+/*
+ * A request of n choices is taken only when its n sequences are free; it
+ * waits at the head (those behind it wait too), and one that no room fits
+ * is taken for the engine to refuse
+ */
+static void
+test_take_fit_waits_for_n_sequences(void **state)
+{
+    uint32_t      a, b, c;
+    vlm_error_t   err;
+    fixture_t    *f = *state;
+
+    assert_int_equal(vlm_queue_alloc(&f->q, 0, 1, 4096, &a, &err), VLM_OK);
+    assert_int_equal(vlm_queue_alloc(&f->q, 0, 1, 4096, &b, &err), VLM_OK);
+    assert_int_equal(vlm_queue_alloc(&f->q, 0, 1, 4096, &c, &err), VLM_OK);
+
+    vlm_queue_slot(&f->q, a)->params.n = 3;
+    vlm_queue_slot(&f->q, b)->params.n = 0;     /* one, as n = 1 */
+    vlm_queue_slot(&f->q, c)->params.n = 9;
+
+    assert_int_equal(vlm_queue_submit(&f->q, a), VLM_OK);
+    assert_int_equal(vlm_queue_submit(&f->q, b), VLM_OK);
+    assert_int_equal(vlm_queue_submit(&f->q, c), VLM_OK);
+
+    /* two free sequences: a waits, and b behind it */
+    assert_int_equal(vlm_queue_take_fit(&f->q, 2, 8), VLM_QUEUE_NONE);
+    assert_int_equal(atomic_load(&vlm_queue_slot(&f->q, a)->state),
+                     VLM_SLOT_SUBMITTED);
+    assert_int_equal(vlm_queue_take_fit(&f->q, 0, 8), VLM_QUEUE_NONE);
+
+    assert_int_equal(vlm_queue_take_fit(&f->q, 3, 8), a);
+    assert_int_equal(vlm_queue_take_fit(&f->q, 1, 8), b);
+
+    /* c needs more than the engine has at all: taken, to be refused */
+    assert_int_equal(vlm_queue_take_fit(&f->q, 1, 8), c);
+    assert_int_equal(vlm_queue_take_fit(&f->q, 8, 8), VLM_QUEUE_NONE);
+
+    vlm_queue_finish(&f->q, a, VLM_QUEUE_FINISH_STOP, VLM_OK, NULL);
+    vlm_queue_finish(&f->q, b, VLM_QUEUE_FINISH_STOP, VLM_OK, NULL);
+    vlm_queue_finish(&f->q, c, VLM_QUEUE_FINISH_ERROR, VLM_ERR_LIMIT, "n");
+    vlm_queue_free(&f->q, a);
+    vlm_queue_free(&f->q, b);
+    vlm_queue_free(&f->q, c);
+
+    /* a waiting head cancelled by its client does not hold the queue */
+    assert_int_equal(vlm_queue_alloc(&f->q, 0, 1, 4096, &a, &err), VLM_OK);
+    assert_int_equal(vlm_queue_alloc(&f->q, 0, 1, 4096, &b, &err), VLM_OK);
+    vlm_queue_slot(&f->q, a)->params.n = 4;
+    assert_int_equal(vlm_queue_submit(&f->q, a), VLM_OK);
+    assert_int_equal(vlm_queue_submit(&f->q, b), VLM_OK);
+    assert_int_equal(vlm_queue_take_fit(&f->q, 1, 8), VLM_QUEUE_NONE);
+    vlm_queue_cancel(&f->q, a);
+    assert_int_equal(vlm_queue_take_fit(&f->q, 1, 8), b);
+    vlm_queue_finish(&f->q, b, VLM_QUEUE_FINISH_STOP, VLM_OK, NULL);
+    vlm_queue_free(&f->q, b);
+
+    assert_idle(&f->q);
+}
+
+
 /* a client gone while queued gets its slot back before the engine looks */
 static void
 test_reap_frees_queued_cancellations(void **state)
@@ -837,6 +897,8 @@ main(void)
             test_output_ring_wraps_and_pushes_back, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_worker_notification_is_edge_triggered, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_take_fit_waits_for_n_sequences,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_processes_share_the_queue,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(

@@ -852,12 +852,14 @@ vlm_openai_parse_sampling(vlm_openai_parser_t *p, const json_t *root)
         return rc;
     }
 
-    if (n != 1) {
-        return vlm_openai_bad(p->err, VLM_ERR_UNSUPPORTED,
-                              "unsupported_value", "n", "Unsupported value "
-                              "for 'n': only n=1 is supported, but got %lld.",
-                              (long long) n);
+    if (p->limits->max_n != 0 && n > p->limits->max_n) {
+        return vlm_openai_bad(p->err, VLM_ERR_LIMIT, "invalid_value", "n",
+                              "Invalid 'n': expected a value of at most %u "
+                              "on this server (vlm_max_n), but got %lld "
+                              "instead.", p->limits->max_n, (long long) n);
     }
+
+    req->n = (uint32_t) n;
 
     if ((rc = vlm_openai_real(p, root, &vlm_openai_temperature,
                               &req->temperature,
@@ -3164,6 +3166,7 @@ vlm_openai_response_init(vlm_openai_response_t *resp, const char *model,
 
     resp->created = created;
     resp->flags = flags;
+    resp->choice = 0;
 
     /* 6 bytes per byte of model name always fit */
     vlm_openai_buf_init(&b, resp->model, sizeof(resp->model));
@@ -3341,13 +3344,24 @@ vlm_openai_put_text_logprobs(vlm_openai_buf_t *b,
 }
 
 
+/* {"index":N, with N the choice the response writes */
+static void
+vlm_openai_put_index(vlm_openai_buf_t *b, const vlm_openai_response_t *resp)
+{
+    vlm_openai_put_lit(b, "{\"index\":");
+    vlm_openai_put_int(b, resp->choice);
+    vlm_openai_put_lit(b, ",");
+}
+
+
 /* {"index":0,"text":"...","logprobs":...,"finish_reason":...} */
 static void
 vlm_openai_put_text_choice(vlm_openai_buf_t *b,
     const vlm_openai_response_t *resp, const vlm_openai_output_t *out,
     const char *finish)
 {
-    vlm_openai_put_lit(b, "{\"index\":0,\"text\":\"");
+    vlm_openai_put_index(b, resp);
+    vlm_openai_put_lit(b, "\"text\":\"");
 
     if (out != NULL) {
         vlm_openai_put_escaped(b, out->text, out->len);
@@ -3402,9 +3416,19 @@ void
 vlm_openai_call_id(const vlm_openai_response_t *resp, uint32_t index,
     char *id)
 {
-    /* "call_", 22 hex digits of the response's id, the index in 2 */
-    snprintf(id, VLM_OPENAI_CALL_ID_LEN + 1, "call_%.22s%02x",
-             resp->id + sizeof("chatcmpl-") - 1, index & 0xff);
+    /*
+     * "call_", 22 hex digits of the response's id, the index in 2; a
+     * choice after the first: 20 digits, the choice in 2, the index in 2
+     */
+    if (resp->choice == 0) {
+        snprintf(id, VLM_OPENAI_CALL_ID_LEN + 1, "call_%.22s%02x",
+                 resp->id + sizeof("chatcmpl-") - 1, index & 0xff);
+        return;
+    }
+
+    snprintf(id, VLM_OPENAI_CALL_ID_LEN + 1, "call_%.20s%02x%02x",
+             resp->id + sizeof("chatcmpl-") - 1, resp->choice & 0xff,
+             index & 0xff);
 }
 
 
@@ -3459,6 +3483,94 @@ vlm_openai_format_completion_calls(const vlm_openai_response_t *resp,
 }
 
 
+/* one choice object of a chat.completion, "index" resp->choice */
+static void
+vlm_openai_put_chat_choice(vlm_openai_buf_t *b,
+    const vlm_openai_response_t *resp, const vlm_openai_choice_t *c)
+{
+    char    id[VLM_OPENAI_CALL_ID_LEN + 1];
+    size_t  i;
+
+    vlm_openai_put_index(b, resp);
+    vlm_openai_put_lit(b, "\"message\":{\"role\":\"assistant\","
+                          "\"content\":");
+
+    if (c->n_calls == 0 || c->out->len) {
+        vlm_openai_put_quoted(b, c->out->text, c->out->len);
+
+    } else {
+        vlm_openai_put_lit(b, "null");
+    }
+
+    if (c->n_calls) {
+        vlm_openai_put_lit(b, ",\"tool_calls\":[");
+
+        for (i = 0; i < c->n_calls; i++) {
+            vlm_openai_call_id(resp, (uint32_t) i, id);
+
+            vlm_openai_put_lit(b, i ? ",{\"id\":\"" : "{\"id\":\"");
+            vlm_openai_put(b, id, strlen(id));
+            vlm_openai_put_lit(b, "\",\"type\":\"function\",\"function\":"
+                                  "{\"name\":");
+            vlm_openai_put_quoted(b, c->calls[i].name, c->calls[i].name_len);
+            vlm_openai_put_lit(b, ",\"arguments\":");
+            vlm_openai_put_quoted(b, c->calls[i].args, c->calls[i].args_len);
+            vlm_openai_put_lit(b, "}}");
+        }
+
+        vlm_openai_put_lit(b, "]");
+    }
+
+    vlm_openai_put_lit(b, "}");
+    vlm_openai_put_logprobs(b, resp, c->out);
+    vlm_openai_put_lit(b, ",\"finish_reason\":");
+    vlm_openai_put(b, vlm_openai_finish_name(c->finish),
+                   strlen(vlm_openai_finish_name(c->finish)));
+    vlm_openai_put_lit(b, "}");
+}
+
+
+vlm_status_t
+vlm_openai_format_completion_n(const vlm_openai_response_t *resp,
+    const vlm_openai_choice_t *choices, size_t n,
+    const vlm_openai_usage_t *usage, char *buf, size_t size, size_t *len)
+{
+    size_t                 i;
+    vlm_openai_buf_t       b;
+    vlm_openai_response_t  r;
+
+    vlm_openai_buf_init(&b, buf, size);
+
+    /* the choices' indexes, on a copy: resp stays as it is */
+    r = *resp;
+
+    vlm_openai_put_head(&b, resp, (resp->flags & VLM_OPENAI_RESP_TEXT)
+                                  ? "text_completion" : "chat.completion");
+    vlm_openai_put_lit(&b, ",\"choices\":[");
+
+    for (i = 0; i < n; i++) {
+        r.choice = (uint32_t) i;
+        vlm_openai_put(&b, ",", i != 0);
+
+        if (resp->flags & VLM_OPENAI_RESP_TEXT) {
+            vlm_openai_put_text_choice(&b, &r, choices[i].out,
+                                       vlm_openai_finish_name(
+                                           choices[i].finish));
+            vlm_openai_put_lit(&b, "}");
+
+        } else {
+            vlm_openai_put_chat_choice(&b, &r, &choices[i]);
+        }
+    }
+
+    vlm_openai_put_lit(&b, "],");
+    vlm_openai_put_usage(&b, usage);
+    vlm_openai_put_lit(&b, "}");
+
+    return vlm_openai_buf_done(&b, len);
+}
+
+
 /*
  * A chunk: the prebuilt head, one choice (choice is its inside after
  * "index"), and the tail; with include_usage every chunk but the usage
@@ -3486,7 +3598,8 @@ vlm_openai_format_chunk_role(const vlm_openai_response_t *resp, char *buf,
     vlm_openai_buf_init(&b, buf, size);
 
     vlm_openai_put(&b, resp->head, resp->head_len);
-    vlm_openai_put_lit(&b, "{\"index\":0,\"delta\":{\"role\":\"assistant\","
+    vlm_openai_put_index(&b, resp);
+    vlm_openai_put_lit(&b, "\"delta\":{\"role\":\"assistant\","
                            "\"content\":\"\"},\"logprobs\":null,"
                            "\"finish_reason\":null");
     vlm_openai_put_chunk_end(&b, resp);
@@ -3509,8 +3622,8 @@ vlm_openai_format_chunk_call(const vlm_openai_response_t *resp,
     snprintf(num, sizeof(num), "%u", index);
 
     vlm_openai_put(&b, resp->head, resp->head_len);
-    vlm_openai_put_lit(&b, "{\"index\":0,\"delta\":{\"tool_calls\":"
-                           "[{\"index\":");
+    vlm_openai_put_index(&b, resp);
+    vlm_openai_put_lit(&b, "\"delta\":{\"tool_calls\":[{\"index\":");
     vlm_openai_put(&b, num, strlen(num));
 
     if (name != NULL) {
@@ -3552,7 +3665,8 @@ vlm_openai_format_chunk_content(const vlm_openai_response_t *resp,
         return vlm_openai_buf_done(&b, len);
     }
 
-    vlm_openai_put_lit(&b, "{\"index\":0,\"delta\":{\"content\":\"");
+    vlm_openai_put_index(&b, resp);
+    vlm_openai_put_lit(&b, "\"delta\":{\"content\":\"");
     vlm_openai_put_escaped(&b, out->text, out->len);
     vlm_openai_put_lit(&b, "\"}");
     vlm_openai_put_logprobs(&b, resp, out);
@@ -3582,7 +3696,8 @@ vlm_openai_format_chunk_finish(const vlm_openai_response_t *resp,
 
         return vlm_openai_buf_done(&b, len);
     }
-    vlm_openai_put_lit(&b, "{\"index\":0,\"delta\":{},\"logprobs\":null,"
+    vlm_openai_put_index(&b, resp);
+    vlm_openai_put_lit(&b, "\"delta\":{},\"logprobs\":null,"
                            "\"finish_reason\":");
     vlm_openai_put(&b, name, strlen(name));
     vlm_openai_put_chunk_end(&b, resp);

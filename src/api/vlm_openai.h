@@ -62,6 +62,7 @@ typedef struct {
     uint32_t  max_stop_len;     /* bytes of one stop string */
     uint32_t  max_tokens;       /* upper bound of max_(completion_)tokens */
     uint32_t  vocab_size;       /* token ids of logit_bias are below it */
+    uint32_t  max_n;            /* upper bound of n (choices) */
 } vlm_openai_limits_t;
 
 
@@ -205,6 +206,7 @@ typedef struct {
     uint32_t                set;            /* VLM_OPENAI_SET_* */
 
     uint32_t                max_tokens;     /* 0: not given */
+    uint32_t                n;              /* choices, 1 when not given */
     uint32_t                top_logprobs;   /* 0..20, needs logprobs */
     int32_t                 top_k;          /* 0: off (-1 accepted as 0) */
     int64_t                 seed;
@@ -352,6 +354,8 @@ typedef struct {
     char        model[VLM_OPENAI_MODEL_MAX_LEN * 6];
     size_t      head_len;
     char        head[VLM_OPENAI_HEAD_MAX];  /* data: {...,"choices":[ */
+    uint32_t    choice;                     /* the "index" the chunk and
+                                               call formatters write; 0 */
 } vlm_openai_response_t;
 
 
@@ -386,7 +390,16 @@ typedef struct {
 
 #define VLM_OPENAI_CALL_ID_LEN    29      /* "call_" and 24 hex */
 
-/* the id of a response's call number index */
+/* one choice of a completion of n (OpenAI's n parameter) */
+typedef struct {
+    const vlm_openai_output_t     *out;
+    const vlm_openai_tool_call_t  *calls;      /* NULL: no tool calls */
+    size_t                         n_calls;
+    vlm_openai_finish_t            finish;
+} vlm_openai_choice_t;
+
+
+/* the id of a response's call number index (of choice resp->choice) */
 void vlm_openai_call_id(const vlm_openai_response_t *resp, uint32_t index,
     char *id);
 
@@ -396,6 +409,14 @@ vlm_status_t vlm_openai_format_completion_calls(
     const vlm_openai_tool_call_t *calls, size_t n_calls,
     vlm_openai_finish_t finish, const vlm_openai_usage_t *usage, char *buf,
     size_t size, size_t *len);
+
+/*
+ * chat.completion (text_completion with VLM_OPENAI_RESP_TEXT) of n choices,
+ * "index" 0..n-1; usage once, for all of them
+ */
+vlm_status_t vlm_openai_format_completion_n(const vlm_openai_response_t *resp,
+    const vlm_openai_choice_t *choices, size_t n,
+    const vlm_openai_usage_t *usage, char *buf, size_t size, size_t *len);
 
 /*
  * data: {... "delta":{"tool_calls":[{"index":i,...}]} ...}\n\n: with a name,

@@ -28,7 +28,8 @@ typedef enum {
     VLM_GROUP_STEP,
     VLM_GROUP_STOP,
     VLM_GROUP_IMAGE,                    /* an image's features: a slice */
-    VLM_GROUP_PREFIX_MAP
+    VLM_GROUP_PREFIX_MAP,
+    VLM_GROUP_SEQ_FORK                  /* n: the id of the source */
 } vlm_group_op_t;
 
 
@@ -237,6 +238,36 @@ vlm_group_seq_free(vlm_group_t *g, vlm_seq_t *seq)
     }
 
     vlm_seq_free(seq);
+}
+
+
+vlm_status_t
+vlm_group_seq_fork(vlm_group_t *g, vlm_seq_t *src, vlm_seq_t **seq,
+    vlm_error_t *err)
+{
+    int           id, from;
+    vlm_status_t  rc;
+
+    id = vlm_group_id(g, NULL);
+    from = vlm_group_id(g, src);
+
+    if (id < 0 || from < 0) {
+        return vlm_error_set(err, VLM_ERR_LIMIT,
+                             "group: every sequence slot is in use");
+    }
+
+    rc = vlm_group_send(g, VLM_GROUP_SEQ_FORK, id, (uint32_t) from, 0, 0,
+                        err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    rc = vlm_seq_fork(src, seq, err);
+    if (rc == VLM_OK) {
+        g->seqs[id] = *seq;
+    }
+
+    return rc;
 }
 
 
@@ -471,6 +502,23 @@ vlm_group_replay(vlm_group_t *g, const vlm_group_plan_t *plan,
         rc = vlm_seq_init(g->model, &g->seqs[plan->seq], err);
 
         /* rank 0's call failed the same way: nothing changed anywhere */
+        return rc == VLM_ERR_LIMIT ? VLM_OK : rc;
+
+    case VLM_GROUP_SEQ_FORK:
+        if (plan->seq < 0 || plan->seq >= g->max_seqs || seq != NULL
+            || plan->n >= (uint32_t) g->max_seqs
+            || g->seqs[plan->n] == NULL)
+        {
+            break;
+        }
+
+        rc = vlm_seq_fork(g->seqs[plan->n], &g->seqs[plan->seq], err);
+
+        /* rank 0's fork failed the same way (its KV cache is this one's) */
+        if (rc != VLM_OK) {
+            g->seqs[plan->seq] = NULL;
+        }
+
         return rc == VLM_ERR_LIMIT ? VLM_OK : rc;
 
     case VLM_GROUP_SEQ_FREE:

@@ -38,6 +38,9 @@ void vlm_group_free(vlm_group_t *group);
 vlm_status_t vlm_group_seq_init(vlm_group_t *group, vlm_seq_t **seq,
     vlm_error_t *err);
 void vlm_group_seq_free(vlm_group_t *group, vlm_seq_t *seq);
+/* vlm_seq_fork() on every rank: a choice of n continues from the prompt */
+vlm_status_t vlm_group_seq_fork(vlm_group_t *group, vlm_seq_t *src,
+    vlm_seq_t **seq, vlm_error_t *err);
 vlm_status_t vlm_group_prefill_start(vlm_group_t *group, vlm_seq_t *seq,
     const int32_t *ids, int n_ids, const vlm_image_t *images, int n_images,
     vlm_error_t *err);

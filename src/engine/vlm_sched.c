@@ -22,13 +22,17 @@ typedef enum {
     VLM_REQ_PREFILLING,         /* a text prompt, n_fed tokens in so far */
     VLM_REQ_ENCODING,           /* an image prompt, the model's prefill */
     VLM_REQ_DECODING,           /* next holds the token to feed */
-    VLM_REQ_DRAINING            /* finished; output still to be written */
+    VLM_REQ_DRAINING,           /* finished; output still to be written */
+    VLM_REQ_FORKING             /* a choice after the first: waits for the
+                                   prompt that choice 0 prefills, then
+                                   forks its sequence */
 } vlm_req_state_t;
 
 
 typedef struct {
     vlm_req_state_t      state;
     uint32_t             slot;
+    uint32_t             choice;        /* 0..n-1 of the request's n */
     vlm_seq_t           *seq;
     vlm_sampler_t       *sampler;
     vlm_matcher_t       *matcher;       /* the request's grammar state */
@@ -81,6 +85,9 @@ struct vlm_sched_s {
 
 static void vlm_sched_admit(vlm_sched_t *s);
 static void vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r);
+static vlm_status_t vlm_sched_setup(vlm_sched_t *s, vlm_sched_req_t *r,
+    vlm_error_t *err);
+static int vlm_sched_fork(vlm_sched_t *s, vlm_sched_req_t *r);
 static void vlm_sched_encode(vlm_sched_t *s);
 static void vlm_sched_run(vlm_sched_t *s);
 static void vlm_sched_emit(vlm_sched_t *s, vlm_sched_req_t *r,
@@ -456,24 +463,32 @@ vlm_sched_step(vlm_sched_t *s, int admit)
 }
 
 
-/* takes queued requests while a sequence slot is free */
+/*
+ * Takes queued requests while their sequences are free: a request of n
+ * choices needs n (one for the prompt, n - 1 forked from it), and waits
+ * at the head of the queue until they are.
+ */
 static void
 vlm_sched_admit(vlm_sched_t *s)
 {
     int                  i;
-    uint32_t             slot;
+    uint32_t             slot, n, c, n_free;
     vlm_error_t          err;
-    vlm_sched_req_t     *r;
+    vlm_sched_req_t     *r, *lead;
     vlm_queue_slot_t    *qs;
 
-    for (i = 0; i < s->n_reqs; i++) {
-        r = &s->reqs[i];
+    for ( ;; ) {
+        n_free = 0;
 
-        if (r->state != VLM_REQ_FREE) {
-            continue;
+        for (i = 0; i < s->n_reqs; i++) {
+            n_free += (s->reqs[i].state == VLM_REQ_FREE);
         }
 
-        slot = vlm_queue_take(s->q);
+        if (n_free == 0) {
+            return;
+        }
+
+        slot = vlm_queue_take_fit(s->q, n_free, (uint32_t) s->n_reqs);
         if (slot == VLM_QUEUE_NONE) {
             return;
         }
@@ -483,18 +498,49 @@ vlm_sched_admit(vlm_sched_t *s)
         vlm_hist_observe(&s->q->metrics->hist[VLM_HIST_QUEUE],
                          qs->t_start - qs->t_submit);
 
-        memset(&r->out, 0, sizeof(r->out));
-        r->slot = slot;
         qs->n_cached = 0;
-        r->n_out = 0;
-        r->n_held = 0;
-        r->pending = 0;
-        r->finish = VLM_QUEUE_FINISH_NONE;
-        r->state = VLM_REQ_WAITING;
+        n = qs->params.n > 1 ? qs->params.n : 1;
 
-        if (vlm_group_seq_init(s->group, &r->seq, &err) != VLM_OK) {
+        if (n > n_free) {
+            /* more than the engine runs at once (the worker checks too) */
+            vlm_queue_finish(s->q, slot, VLM_QUEUE_FINISH_ERROR,
+                             VLM_ERR_LIMIT, "n is more than the sequences "
+                             "the engine runs at once");
+            s->progress++;
+            continue;
+        }
+
+        lead = NULL;
+        c = 0;
+
+        for (i = 0; i < s->n_reqs && c < n; i++) {
+            r = &s->reqs[i];
+
+            if (r->state != VLM_REQ_FREE) {
+                continue;
+            }
+
+            memset(&r->out, 0, sizeof(r->out));
+            r->slot = slot;
+            r->choice = c;
             r->seq = NULL;
-            vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
+            r->n_out = 0;
+            r->n_held = 0;
+            r->pending = 0;
+            r->finish = VLM_QUEUE_FINISH_NONE;
+            r->state = c == 0 ? VLM_REQ_WAITING : VLM_REQ_FORKING;
+
+            if (c == 0) {
+                lead = r;
+            }
+
+            c++;
+        }
+
+        if (vlm_group_seq_init(s->group, &lead->seq, &err) != VLM_OK) {
+            lead->seq = NULL;
+            vlm_sched_end(s, lead, VLM_QUEUE_FINISH_ERROR, err.status,
+                          err.msg);
         }
     }
 }
@@ -530,16 +576,31 @@ vlm_sched_logit_bias(vlm_sched_t *s, vlm_sched_req_t *r,
 
 
 /*
- * A request's first step: its sampler, then the start of its prompt: a
- * text prompt is fed to vlm_sched_run in chunks, a prompt with images to
- * the model's prefill in pieces (vlm_sched_encode).
+ * Choice i of a request draws from its own stream: with a seed, the
+ * stream of seed + i * 0x9e3779b97f4a7c15 (mod 2^64), so choice 0 is the
+ * request's seed and n = 1 draws as a request without n; without one,
+ * a different stream per choice and per request.
  */
-static void
-vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
+static uint64_t
+vlm_sched_seed(vlm_sched_t *s, const vlm_queue_params_t *p, uint32_t choice)
 {
-    int                    i, cached, cached_images;
+    /* no seed: a different draw per request */
+    s->seed_counter += 0x9e3779b97f4a7c15ull;
+
+    return p->has_seed ? p->seed + (uint64_t) choice * 0x9e3779b97f4a7c15ull
+                       : s->seed_counter;
+}
+
+
+/*
+ * A choice's sampler, grammar matcher and detokenizer, each its own: the
+ * prompt's state, before the choice's first token.
+ */
+static vlm_status_t
+vlm_sched_setup(vlm_sched_t *s, vlm_sched_req_t *r, vlm_error_t *err)
+{
+    int                    i;
     uint32_t               j;
-    vlm_error_t            err;
     vlm_queue_slot_t      *qs;
     vlm_queue_params_t    *p;
     const int32_t         *ids;
@@ -547,14 +608,6 @@ vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
 
     qs = vlm_queue_slot(s->q, r->slot);
     p = &qs->params;
-
-    s->progress++;
-
-    if (qs->n_images > VLM_QUEUE_MAX_IMAGES) {
-        vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, VLM_ERR_INVALID,
-                      "too many images");
-        return;
-    }
 
     vlm_sampler_params_default(&sp);
     sp.temperature = p->temperature;
@@ -566,9 +619,7 @@ vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
     sp.frequency_penalty = p->frequency_penalty;
     sp.max_tokens = (int) p->max_tokens;
     sp.top_logprobs = p->logprobs ? (int) p->top_logprobs : 0;
-    /* no seed: a different draw per request */
-    s->seed_counter += 0x9e3779b97f4a7c15ull;
-    sp.seed = p->has_seed ? p->seed : s->seed_counter;
+    sp.seed = vlm_sched_seed(s, p, r->choice);
 
     sp.n_stop = 0;
 
@@ -580,12 +631,11 @@ vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
         sp.stop_ids[sp.n_stop++] = (int32_t) p->stop_ids[j];
     }
 
-    if (vlm_sampler_reset(r->sampler, &sp, &err) != VLM_OK
+    if (vlm_sampler_reset(r->sampler, &sp, err) != VLM_OK
         || (p->n_logit_bias != 0
-            && vlm_sched_logit_bias(s, r, p, &err) != VLM_OK))
+            && vlm_sched_logit_bias(s, r, p, err) != VLM_OK))
     {
-        vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
-        return;
+        return err->status;
     }
 
     r->constrained = 0;
@@ -596,12 +646,11 @@ vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
                > qs->arena_off + qs->arena_len
             || vlm_grammar_open(&r->grammar,
                                 vlm_queue_arena(s->q, p->grammar_off),
-                                p->grammar_len, &err)
+                                p->grammar_len, err)
                != VLM_OK)
         {
-            vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, VLM_ERR_INVALID,
-                          "the request's grammar is not valid");
-            return;
+            return vlm_error_set(err, VLM_ERR_INVALID,
+                                 "the request's grammar is not valid");
         }
 
         vlm_matcher_reset(r->matcher, &r->grammar);
@@ -612,6 +661,53 @@ vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
 
     vlm_sampler_prompt(r->sampler, ids, (int) qs->n_prompt);
     vlm_tok_stream_init(&r->stream, VLM_TOK_SKIP_SPECIAL);
+
+    return VLM_OK;
+}
+
+
+/*
+ * A request's first step: the samplers of its choices, then the start of
+ * its prompt: a text prompt is fed to vlm_sched_run in chunks, a prompt
+ * with images to the model's prefill in pieces (vlm_sched_encode).
+ */
+static void
+vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
+{
+    int                    i, cached, cached_images;
+    uint32_t               j;
+    vlm_error_t            err;
+    vlm_sched_req_t       *c;
+    vlm_queue_slot_t      *qs;
+    const int32_t         *ids;
+
+    qs = vlm_queue_slot(s->q, r->slot);
+
+    s->progress++;
+
+    if (qs->n_images > VLM_QUEUE_MAX_IMAGES) {
+        vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, VLM_ERR_INVALID,
+                      "too many images");
+        return;
+    }
+
+    if (vlm_sched_setup(s, r, &err) != VLM_OK) {
+        vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
+        return;
+    }
+
+    for (i = 0; i < s->n_reqs; i++) {
+        c = &s->reqs[i];
+
+        if (c->state == VLM_REQ_FORKING && c->slot == r->slot
+            && vlm_sched_setup(s, c, &err) != VLM_OK)
+        {
+            vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
+            return;
+        }
+    }
+
+    ids = vlm_queue_arena(s->q, qs->prompt_off);
 
     if (qs->n_prompt < 1 || qs->n_prompt > (uint32_t) s->info->max_seq_len) {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, VLM_ERR_LIMIT,
@@ -697,6 +793,10 @@ vlm_sched_encode(vlm_sched_t *s)
 
     r->state = VLM_REQ_DECODING;
 
+    if (!vlm_sched_fork(s, r)) {
+        return;
+    }
+
     if (vlm_sched_sample(s, r, &sample, &err) != VLM_OK) {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
         return;
@@ -704,6 +804,48 @@ vlm_sched_encode(vlm_sched_t *s)
 
     r->t_last = vlm_queue_now();
     vlm_sched_emit(s, r, &sample);
+}
+
+
+/*
+ * The prompt of choice 0 is in: the request's other choices fork its
+ * sequence (the prompt's full KV blocks shared, its last partial block
+ * copied) and draw their first tokens from its logits, each with its own
+ * sampler.  0 when the request has ended (a fork failed).
+ */
+static int
+vlm_sched_fork(vlm_sched_t *s, vlm_sched_req_t *r)
+{
+    int                i;
+    vlm_error_t        err;
+    vlm_sample_t       sample;
+    vlm_sched_req_t   *c;
+
+    for (i = 0; i < s->n_reqs && r->state != VLM_REQ_FREE; i++) {
+        c = &s->reqs[i];
+
+        if (c->state != VLM_REQ_FORKING || c->slot != r->slot) {
+            continue;
+        }
+
+        if (vlm_group_seq_fork(s->group, r->seq, &c->seq, &err) != VLM_OK) {
+            c->seq = NULL;
+            vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
+            return 0;
+        }
+
+        c->state = VLM_REQ_DECODING;
+        c->t_last = vlm_queue_now();
+
+        if (vlm_sched_sample(s, c, &sample, &err) != VLM_OK) {
+            vlm_sched_end(s, c, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
+            return 0;
+        }
+
+        vlm_sched_emit(s, c, &sample);
+    }
+
+    return r->state != VLM_REQ_FREE;
 }
 
 
@@ -735,6 +877,16 @@ vlm_sched_run(vlm_sched_t *s)
         if (vlm_seq_length(r->seq) >= s->info->max_seq_len) {
             r->finish = VLM_QUEUE_FINISH_LENGTH;
             r->state = VLM_REQ_DRAINING;
+
+            if (vlm_queue_slot(s->q, r->slot)->params.n > 1) {
+                /* one of n choices: its end is a record of its own */
+                memset(&r->out, 0, sizeof(r->out));
+                r->out.choice = (uint8_t) r->choice;
+                r->out.finish = VLM_QUEUE_FINISH_LENGTH;
+                r->out.token = VLM_QUEUE_NONE;
+                r->pending = 1;
+            }
+
             (void) vlm_sched_flush(s, r);
             continue;
         }
@@ -792,8 +944,13 @@ vlm_sched_run(vlm_sched_t *s)
         vlm_log(VLM_LOG_ERROR, "step of %d sequences: %s", n, err.msg);
 
         for (k = 0; k < n; k++) {
-            vlm_sched_end(s, &s->reqs[s->batch_reqs[k]],
-                          VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
+            r = &s->reqs[s->batch_reqs[k]];
+
+            /* a choice may have ended with another of its request */
+            if (r->state != VLM_REQ_FREE) {
+                vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status,
+                              err.msg);
+            }
         }
 
         return;
@@ -801,6 +958,11 @@ vlm_sched_run(vlm_sched_t *s)
 
     for (k = 0; k < n; k++) {
         r = &s->reqs[s->batch_reqs[k]];
+
+        if (r->state == VLM_REQ_FREE) {
+            /* ended with another choice of its request */
+            continue;
+        }
 
         if (r->state == VLM_REQ_PREFILLING) {
             r->n_fed += (uint32_t) s->items[k].n_ids;
@@ -811,6 +973,10 @@ vlm_sched_run(vlm_sched_t *s)
 
             r->state = VLM_REQ_DECODING;
             r->t_last = vlm_queue_now();
+
+            if (!vlm_sched_fork(s, r)) {
+                continue;
+            }
         }
 
         if (vlm_sched_sample(s, r, &sample, &err) != VLM_OK) {
@@ -845,11 +1011,11 @@ vlm_sched_emit(vlm_sched_t *s, vlm_sched_req_t *r, const vlm_sample_t *sample)
     r->t_last = now;
 
     r->n_out++;
-    qs->n_completion = r->n_out;
+    qs->n_completion++;             /* over the request's choices */
 
     r->out.token = (uint32_t) sample->token;
     r->out.logprob = sample->logprob;
-    r->out.n_top = (uint32_t) sample->n_top;
+    r->out.n_top = (uint8_t) sample->n_top;
 
     for (i = 0; i < sample->n_top; i++) {
         r->out.top_token[i] = (uint32_t) sample->top[i].id;
@@ -910,6 +1076,8 @@ vlm_sched_emit(vlm_sched_t *s, vlm_sched_req_t *r, const vlm_sample_t *sample)
     memmove(r->held, r->held + r->n_held - keep, keep);
     r->n_held = keep;
 
+    r->out.choice = (uint8_t) r->choice;
+    r->out.finish = (uint8_t) r->finish;
     r->pending = 1;
     r->next = sample->token;
 
@@ -1007,16 +1175,48 @@ vlm_sched_stop_cut(vlm_sched_t *s, vlm_sched_req_t *r, size_t *keep,
 }
 
 
+/*
+ * A choice ends: its sequence is freed, and the request finishes with its
+ * last choice.  An error ends every choice of the request.
+ */
 static void
 vlm_sched_end(vlm_sched_t *s, vlm_sched_req_t *r, vlm_queue_finish_t finish,
     vlm_status_t status, const char *msg)
 {
+    int               i, alive;
+    vlm_sched_req_t  *c;
+
+    alive = 0;
+
+    for (i = 0; i < s->n_reqs; i++) {
+        c = &s->reqs[i];
+
+        if (c == r || c->state == VLM_REQ_FREE || c->slot != r->slot) {
+            continue;
+        }
+
+        if (finish != VLM_QUEUE_FINISH_ERROR) {
+            alive++;
+            continue;
+        }
+
+        if (c->seq != NULL) {
+            vlm_group_seq_free(s->group, c->seq);
+            c->seq = NULL;
+        }
+
+        c->state = VLM_REQ_FREE;
+        c->pending = 0;
+    }
+
     if (r->seq != NULL) {
         vlm_group_seq_free(s->group, r->seq);
         r->seq = NULL;
     }
 
-    vlm_queue_finish(s->q, r->slot, finish, status, msg);
+    if (alive == 0) {
+        vlm_queue_finish(s->q, r->slot, finish, status, msg);
+    }
 
     r->state = VLM_REQ_FREE;
     r->pending = 0;

@@ -9,7 +9,11 @@
  * detokenizes, applies stop strings and writes tokens and text to each
  * request's output ring.  A
  * request whose reader is slow holds its place (the ring is full) without
- * holding the others; a cancelled one is dropped within one step.
+ * holding the others; a cancelled one is dropped within one step.  A
+ * request of n choices is taken when n sequence slots are free: its
+ * prompt is prefilled on one, which the other n - 1 fork when it is in;
+ * each choice has its sampler, grammar matcher and stop state, and the
+ * request finishes with its last choice.
  *
  * Every buffer is allocated by vlm_sched_init for the model's sequence
  * slots; a step allocates nothing.

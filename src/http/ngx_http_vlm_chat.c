@@ -64,6 +64,30 @@ typedef struct {
 } ngx_http_vlm_chat_image_t;
 
 
+/*
+ * One of n choices (OpenAI's n): what the context holds of the choice
+ * being read, kept here while another one is (ngx_http_vlm_chat_choose).
+ */
+typedef struct {
+    u_char                   *text;
+    size_t                    text_len;
+    size_t                    text_cap;
+    size_t                    text_offset;
+    vlm_openai_logprob_t     *lps;
+    size_t                    n_lps;
+    size_t                    lps_cap;
+    vlm_toolcall_t            tc;
+    u_char                   *tc_text;
+    size_t                    tc_len;
+    vlm_openai_tool_call_t   *calls;
+    size_t                    n_calls;
+
+    /* not swapped: read where they are */
+    unsigned                  finished:1;   /* its last record is in */
+    uint32_t                  finish;       /* vlm_queue_finish_t */
+} ngx_http_vlm_chat_choice_t;
+
+
 typedef struct {
     ngx_http_request_t       *request;
     ngx_http_vlm_main_conf_t *vmcf;
@@ -133,6 +157,14 @@ typedef struct {
     vlm_openai_tool_call_t   *calls;        /* non-streaming: the calls */
     size_t                    n_calls;
 
+    /*
+     * n > 1 choices: the fields above hold the state of choice number
+     * "choice"; the others wait in choices[] (NULL when n is 1)
+     */
+    uint32_t                  n_choices;
+    uint32_t                  choice;
+    ngx_http_vlm_chat_choice_t *choices;
+
     ngx_event_t               timeout;
 } ngx_http_vlm_chat_ctx_t;
 
@@ -194,6 +226,12 @@ static int ngx_http_vlm_chat_tc_collect(void *data, vlm_toolcall_event_t ev,
     uint32_t index, const char *s, size_t len);
 static ngx_int_t ngx_http_vlm_chat_read_calls(ngx_http_vlm_chat_ctx_t *ctx,
     vlm_openai_output_t *o, vlm_openai_finish_t *finish, size_t *size);
+static void ngx_http_vlm_chat_choose(ngx_http_vlm_chat_ctx_t *ctx,
+    uint32_t choice);
+static ngx_int_t ngx_http_vlm_chat_stream_finish(
+    ngx_http_vlm_chat_ctx_t *ctx, uint32_t reason, ngx_chain_t **clp);
+static void ngx_http_vlm_chat_finish_n(ngx_http_vlm_chat_ctx_t *ctx,
+    vlm_queue_slot_t *qs);
 static void ngx_http_vlm_chat_finish(ngx_http_vlm_chat_ctx_t *ctx,
     vlm_queue_slot_t *qs);
 static ngx_int_t ngx_http_vlm_chat_send(ngx_http_vlm_chat_ctx_t *ctx,
@@ -1013,6 +1051,7 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
     limits.max_images = (uint32_t) ctx->vlcf->max_images;
     limits.max_stop_len = VLM_QUEUE_STOP_LEN - 1;
     limits.max_tokens = (uint32_t) ctx->vlcf->max_tokens;
+    limits.max_n = (uint32_t) vmcf->max_n;
     limits.vocab_size = (uint32_t) vlm_tokenizer_vocab_size(vmcf->tokenizer);
 
     if (vlm_openai_request_parse_kind(req, ctx->kind,
@@ -1443,6 +1482,7 @@ prompted:
     p->max_tokens = req->max_tokens ? req->max_tokens
                                     : (uint32_t) ctx->vlcf->max_tokens;
     p->has_seed = (req->set & VLM_OPENAI_SET_SEED) ? 1 : 0;
+    p->n = req->n > 1 ? req->n : 1;
     p->seed = (uint64_t) req->seed;
     p->logprobs = req->logprobs;
     p->top_logprobs = req->top_logprobs;
@@ -1924,6 +1964,22 @@ ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx)
     ctx->tool_calls = (ctx->req.tool_choice != VLM_OPENAI_TOOLS_NONE);
     vlm_toolcall_init(&ctx->tc);
 
+    ctx->n_choices = ctx->req.n > 1 ? ctx->req.n : 1;
+    ctx->choice = 0;
+
+    if (ctx->n_choices > 1) {
+        ctx->choices = ngx_pcalloc(r->pool, ctx->n_choices
+                                   * sizeof(ngx_http_vlm_chat_choice_t));
+        if (ctx->choices == NULL) {
+            ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+            return;
+        }
+
+        for (len = 0; len < ctx->n_choices; len++) {
+            vlm_toolcall_init(&ctx->choices[len].tc);
+        }
+    }
+
     atomic_fetch_add(&q->metrics->prompt_tokens, ctx->n_prompt);
     atomic_fetch_add(&q->metrics->images, ctx->req.n_images);
     vlm_hist_observe(&q->metrics->hist[VLM_HIST_PREPROCESS],
@@ -1994,9 +2050,37 @@ ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx)
 
     b = cl->buf;
 
-    (void) vlm_openai_format_chunk_role(&ctx->resp, (char *) b->last,
-                                        b->end - b->last, &len);
-    b->last += len;
+    /* a role chunk per choice, "index" 0..n-1 */
+    for (ctx->resp.choice = 0; ctx->resp.choice < ctx->n_choices;
+         ctx->resp.choice++)
+    {
+        if (vlm_openai_format_chunk_role(&ctx->resp, (char *) b->last,
+                                         b->end - b->last, &len)
+            == VLM_OK)
+        {
+            b->last += len;
+            continue;
+        }
+
+        /* this buffer is full: on to another */
+        b->flush = 1;
+
+        if (ngx_http_vlm_chat_send(ctx, cl) == NGX_ERROR) {
+            ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+            return;
+        }
+
+        cl = ngx_http_vlm_chat_buf(ctx);
+        if (cl == NULL) {
+            ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+            return;
+        }
+
+        b = cl->buf;
+        ctx->resp.choice--;
+    }
+
+    ctx->resp.choice = 0;
     b->flush = 1;
 
     if (ngx_http_vlm_chat_send(ctx, cl) == NGX_ERROR) {
@@ -2144,24 +2228,51 @@ ngx_http_vlm_chat_drain(ngx_http_vlm_chat_ctx_t *ctx)
                 ctx->n_completion++;
             }
 
+            if (rec.choice >= ctx->n_choices) {
+                ngx_log_error(NGX_LOG_ALERT, ctx->request->connection->log,
+                              0, "vlm: output of choice %uD of %uD",
+                              rec.choice, ctx->n_choices);
+                ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+                return;
+            }
+
+            ngx_http_vlm_chat_choose(ctx, rec.choice);
+
             if (!ctx->req.stream) {
                 if (ngx_http_vlm_chat_emit(ctx, &rec, text) != NGX_OK) {
                     ngx_http_vlm_chat_end(ctx, NGX_ERROR);
                     return;
                 }
 
+                if (ctx->choices != NULL
+                    && rec.finish != VLM_QUEUE_FINISH_NONE)
+                {
+                    ctx->choices[rec.choice].finished = 1;
+                    ctx->choices[rec.choice].finish = rec.finish;
+                }
+
                 continue;
             }
 
-            if (rec.text_len == 0 && !ctx->req.logprobs) {
-                continue;
-            }
-
-            if (ngx_http_vlm_chat_stream_out(ctx, &rec, text, &cl)
-                != NGX_OK)
+            if ((rec.text_len != 0 || ctx->req.logprobs)
+                && ngx_http_vlm_chat_stream_out(ctx, &rec, text, &cl)
+                   != NGX_OK)
             {
                 ngx_http_vlm_chat_end(ctx, NGX_ERROR);
                 return;
+            }
+
+            if (ctx->choices != NULL && rec.finish != VLM_QUEUE_FINISH_NONE) {
+                /* one choice is done; the others go on */
+                if (ngx_http_vlm_chat_stream_finish(ctx, rec.finish, &cl)
+                    != NGX_OK)
+                {
+                    ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+                    return;
+                }
+
+            } else if (rec.text_len == 0 && !ctx->req.logprobs) {
+                continue;
             }
 
             if (ctx->n_busy + 1 >= NGX_HTTP_VLM_MAX_BUSY) {
@@ -2575,6 +2686,11 @@ ngx_http_vlm_chat_finish(ngx_http_vlm_chat_ctx_t *ctx, vlm_queue_slot_t *qs)
         return;
     }
 
+    if (ctx->choices != NULL) {
+        ngx_http_vlm_chat_finish_n(ctx, qs);
+        return;
+    }
+
     if (!ctx->req.stream) {
         o.text = (const char *) ctx->text;
         o.len = ctx->text_len;
@@ -2647,6 +2763,279 @@ ngx_http_vlm_chat_finish(ngx_http_vlm_chat_ctx_t *ctx, vlm_queue_slot_t *qs)
                                           (char *) b->last,
                                           b->end - b->last, &len);
     b->last += len;
+
+    if (ctx->req.include_usage) {
+        (void) vlm_openai_format_chunk_usage(&ctx->resp, &usage,
+                                             (char *) b->last,
+                                             b->end - b->last, &len);
+        b->last += len;
+    }
+
+    (void) vlm_openai_format_done((char *) b->last, b->end - b->last, &len);
+    b->last += len;
+    b->last_buf = 1;
+    b->flush = 1;
+
+    ctx->phase = NGX_HTTP_VLM_CHAT_DONE;
+    vlm_metrics_request(q->metrics, NGX_HTTP_OK);
+
+    rc = ngx_http_vlm_chat_send(ctx, cl);
+
+    ngx_http_vlm_chat_end(ctx, rc);
+}
+
+
+/* the context takes the state of another of the n choices */
+static void
+ngx_http_vlm_chat_choose(ngx_http_vlm_chat_ctx_t *ctx, uint32_t choice)
+{
+    ngx_http_vlm_chat_choice_t  *ch;
+
+    if (ctx->choices == NULL || choice == ctx->choice) {
+        return;
+    }
+
+#define NGX_HTTP_VLM_CHOICE_FIELDS(to, from)                                 \
+    (to)->text = (from)->text;                                               \
+    (to)->text_len = (from)->text_len;                                       \
+    (to)->text_cap = (from)->text_cap;                                       \
+    (to)->text_offset = (from)->text_offset;                                 \
+    (to)->lps = (from)->lps;                                                 \
+    (to)->n_lps = (from)->n_lps;                                             \
+    (to)->lps_cap = (from)->lps_cap;                                         \
+    (to)->tc = (from)->tc;                                                   \
+    (to)->tc_text = (from)->tc_text;                                         \
+    (to)->tc_len = (from)->tc_len;                                           \
+    (to)->calls = (from)->calls;                                             \
+    (to)->n_calls = (from)->n_calls
+
+    ch = &ctx->choices[ctx->choice];
+    NGX_HTTP_VLM_CHOICE_FIELDS(ch, ctx);
+
+    ch = &ctx->choices[choice];
+    NGX_HTTP_VLM_CHOICE_FIELDS(ctx, ch);
+
+#undef NGX_HTTP_VLM_CHOICE_FIELDS
+
+    ctx->choice = choice;
+    ctx->resp.choice = choice;
+}
+
+
+/*
+ * streaming, n > 1: the current choice's last chunk (text a tool-call
+ * reader held back, then its finish_reason) into *clp
+ */
+static ngx_int_t
+ngx_http_vlm_chat_stream_finish(ngx_http_vlm_chat_ctx_t *ctx,
+    uint32_t reason, ngx_chain_t **clp)
+{
+    size_t                       len, bound;
+    ngx_buf_t                   *b;
+    ngx_chain_t                 *cl;
+    vlm_openai_finish_t          finish;
+    ngx_http_vlm_chat_choice_t  *ch;
+
+    ch = &ctx->choices[ctx->choice];
+
+    if (ch->finished) {
+        return NGX_OK;
+    }
+
+    ch->finished = 1;
+    ch->finish = reason;
+
+    finish = reason == VLM_QUEUE_FINISH_LENGTH ? VLM_OPENAI_FINISH_LENGTH
+                                               : VLM_OPENAI_FINISH_STOP;
+
+    bound = VLM_OPENAI_HEAD_MAX + 256;
+
+    if (ctx->tool_calls) {
+        bound += 3 * (VLM_OPENAI_HEAD_MAX + 6 * VLM_TOOLCALL_HOLD + 256);
+    }
+
+    cl = *clp;
+
+    if (cl != NULL && (size_t) (cl->buf->end - cl->buf->last) < bound) {
+        cl->buf->flush = 1;
+        *clp = NULL;
+
+        if (ngx_http_vlm_chat_send(ctx, cl) == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        cl = NULL;
+    }
+
+    if (cl == NULL) {
+        cl = ngx_http_vlm_chat_buf(ctx);
+        if (cl == NULL) {
+            return NGX_ERROR;
+        }
+
+        *clp = cl;
+    }
+
+    b = cl->buf;
+
+    if (ctx->tool_calls) {
+        ctx->tc_buf = b;
+        ctx->tc_out = NULL;
+
+        if (vlm_toolcall_finish(&ctx->tc, ngx_http_vlm_chat_tc_stream, ctx))
+        {
+            return NGX_ERROR;
+        }
+
+        if (ctx->tc.n_calls > 0 && finish == VLM_OPENAI_FINISH_STOP) {
+            finish = VLM_OPENAI_FINISH_TOOL_CALLS;
+        }
+    }
+
+    if (vlm_openai_format_chunk_finish(&ctx->resp, finish, (char *) b->last,
+                                       b->end - b->last, &len)
+        != VLM_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    b->last += len;
+
+    return NGX_OK;
+}
+
+
+/*
+ * The end of a request of n > 1 choices: a completion listing them all,
+ * or, streaming, the finish of the choices not finished yet, the usage
+ * chunk once, and [DONE].
+ */
+static void
+ngx_http_vlm_chat_finish_n(ngx_http_vlm_chat_ctx_t *ctx,
+    vlm_queue_slot_t *qs)
+{
+    size_t                       len, size;
+    u_char                      *json;
+    uint32_t                     i, reason;
+    ngx_int_t                    rc;
+    ngx_buf_t                   *b;
+    ngx_chain_t                 *cl;
+    vlm_queue_t                 *q;
+    vlm_openai_usage_t           usage;
+    vlm_openai_output_t         *o;
+    vlm_openai_choice_t         *c;
+    ngx_http_request_t          *r;
+    ngx_http_vlm_chat_choice_t  *ch;
+
+    r = ctx->request;
+    q = ngx_http_vlm_queue();
+
+    /* the prompt once, the completions of every choice */
+    usage.prompt_tokens = ctx->n_prompt;
+    usage.cached_tokens = qs->n_cached;
+    usage.completion_tokens = ctx->n_completion;
+
+    if (!ctx->req.stream) {
+        o = ngx_palloc(r->pool, ctx->n_choices * sizeof(vlm_openai_output_t));
+        c = ngx_palloc(r->pool, ctx->n_choices * sizeof(vlm_openai_choice_t));
+        if (o == NULL || c == NULL) {
+            ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+            return;
+        }
+
+        size = 512;
+
+        for (i = 0; i < ctx->n_choices; i++) {
+            ngx_http_vlm_chat_choose(ctx, i);
+            ch = &ctx->choices[i];
+            reason = ch->finished ? ch->finish : qs->finish_reason;
+
+            o[i].text = (const char *) ctx->text;
+            o[i].len = ctx->text_len;
+            o[i].logprobs = ctx->lps;
+            o[i].n_logprobs = ctx->n_lps;
+            o[i].text_offset = 0;
+
+            c[i].out = &o[i];
+            c[i].finish = reason == VLM_QUEUE_FINISH_LENGTH
+                          ? VLM_OPENAI_FINISH_LENGTH : VLM_OPENAI_FINISH_STOP;
+            c[i].calls = NULL;
+            c[i].n_calls = 0;
+
+            size += vlm_openai_output_bound(&ctx->resp, &o[i]) + 512;
+
+            if (ctx->tool_calls) {
+                if (ngx_http_vlm_chat_read_calls(ctx, &o[i], &c[i].finish,
+                                                 &size)
+                    != NGX_OK)
+                {
+                    ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+                    return;
+                }
+
+                c[i].calls = ctx->calls;
+                c[i].n_calls = ctx->n_calls;
+            }
+        }
+
+        json = ngx_pnalloc(r->pool, size);
+        if (json == NULL
+            || vlm_openai_format_completion_n(&ctx->resp, c, ctx->n_choices,
+                                              &usage, (char *) json, size,
+                                              &len)
+               != VLM_OK)
+        {
+            ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+            return;
+        }
+
+        ctx->phase = NGX_HTTP_VLM_CHAT_DONE;
+        vlm_metrics_request(q->metrics, NGX_HTTP_OK);
+
+        rc = ngx_http_vlm_send_json(r, NGX_HTTP_OK, json, len);
+        ngx_http_vlm_chat_end(ctx, rc);
+        return;
+    }
+
+    cl = NULL;
+
+    for (i = 0; i < ctx->n_choices; i++) {
+        if (ctx->choices[i].finished) {
+            continue;
+        }
+
+        ngx_http_vlm_chat_choose(ctx, i);
+
+        if (ngx_http_vlm_chat_stream_finish(ctx, qs->finish_reason, &cl)
+            != NGX_OK)
+        {
+            ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+            return;
+        }
+    }
+
+    if (cl != NULL
+        && (size_t) (cl->buf->end - cl->buf->last) < VLM_OPENAI_HEAD_MAX + 512)
+    {
+        cl->buf->flush = 1;
+
+        if (ngx_http_vlm_chat_send(ctx, cl) == NGX_ERROR) {
+            ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+            return;
+        }
+
+        cl = NULL;
+    }
+
+    if (cl == NULL) {
+        cl = ngx_http_vlm_chat_buf(ctx);
+        if (cl == NULL) {
+            ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+            return;
+        }
+    }
+
+    b = cl->buf;
 
     if (ctx->req.include_usage) {
         (void) vlm_openai_format_chunk_usage(&ctx->resp, &usage,

@@ -52,6 +52,7 @@ ngx_http_vlm_create_main_conf(ngx_conf_t *cf)
     vmcf->max_image_pixels = NGX_CONF_UNSET_SIZE;
     vmcf->max_images = NGX_CONF_UNSET;
     vmcf->max_running = NGX_CONF_UNSET_UINT;
+    vmcf->max_n = NGX_CONF_UNSET_UINT;
     vmcf->max_batch_tokens = NGX_CONF_UNSET_UINT;
     vmcf->image_cache = NGX_CONF_UNSET_SIZE;
     vmcf->feature_pool = NGX_CONF_UNSET_SIZE;
@@ -102,6 +103,20 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_value(vmcf->max_images, NGX_HTTP_VLM_DEFAULT_MAX_IMAGES);
     ngx_conf_init_uint_value(vmcf->max_running,
                              NGX_HTTP_VLM_DEFAULT_MAX_RUNNING);
+
+    /* a request's n choices run at once: as many sequences as they */
+    if (vmcf->max_n == NGX_CONF_UNSET_UINT) {
+        vmcf->max_n = ngx_min(8, vmcf->max_running);
+
+    } else if (vmcf->max_n > vmcf->max_running) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"vlm_max_n %ui\" is more than vlm_max_running "
+                           "(%ui): the n choices of a request run at once, "
+                           "one sequence each", vmcf->max_n,
+                           vmcf->max_running);
+        return NGX_CONF_ERROR;
+    }
+
     ngx_conf_init_uint_value(vmcf->max_batch_tokens,
                              NGX_HTTP_VLM_DEFAULT_MAX_BATCH_TOKENS);
     ngx_conf_init_size_value(vmcf->image_cache,

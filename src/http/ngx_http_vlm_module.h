@@ -64,6 +64,7 @@ typedef struct {
     ngx_str_t            zone_name;        /* len 0 when not configured */
     size_t               zone_size;
     ngx_uint_t           max_running;      /* sequences the engine runs */
+    ngx_uint_t           max_n;            /* choices of one request */
     ngx_uint_t           max_batch_tokens; /* rows of one engine step */
     size_t               image_cache;      /* engine's feature cache, bytes */
     size_t               feature_pool;     /* its feature pool; 0: sized

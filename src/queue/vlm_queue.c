@@ -919,7 +919,14 @@ vlm_queue_heartbeat(vlm_queue_t *q)
 uint32_t
 vlm_queue_take(vlm_queue_t *q)
 {
-    uint32_t             slot, expected;
+    return vlm_queue_take_fit(q, UINT32_MAX, UINT32_MAX);
+}
+
+
+uint32_t
+vlm_queue_take_fit(vlm_queue_t *q, uint32_t room, uint32_t max)
+{
+    uint32_t             slot, expected, need;
     uint64_t             head;
     vlm_queue_slot_t    *s;
     vlm_queue_header_t  *hdr;
@@ -934,9 +941,19 @@ vlm_queue_take(vlm_queue_t *q)
         }
 
         slot = atomic_load(&q->ring[head % hdr->n_slots]);
+        s = &q->slots[slot];
+
+        need = s->params.n > 1 ? s->params.n : 1;
+
+        if (need > room && need <= max
+            && atomic_load(&s->state) == VLM_SLOT_SUBMITTED)
+        {
+            /* it waits for its sequences, and those behind it with it */
+            return VLM_QUEUE_NONE;
+        }
+
         atomic_store(&hdr->ring_head, head + 1);
 
-        s = &q->slots[slot];
         expected = VLM_SLOT_SUBMITTED;
 
         if (atomic_compare_exchange_strong(&s->state, &expected,

@@ -42,7 +42,7 @@
 
 
 #define VLM_QUEUE_MAGIC           0x564c4d51u       /* "VLMQ" */
-#define VLM_QUEUE_VERSION         3
+#define VLM_QUEUE_VERSION         4
 
 #define VLM_QUEUE_MAX_IMAGES      16
 #define VLM_QUEUE_MAX_STOP        4
@@ -50,6 +50,7 @@
 #define VLM_QUEUE_MAX_STOP_IDS    8
 #define VLM_QUEUE_TOP_LOGPROBS    20
 #define VLM_QUEUE_MAX_LOGIT_BIAS  300
+#define VLM_QUEUE_MAX_N           64        /* choices of one request */
 #define VLM_QUEUE_OUT_RECORDS     32
 #define VLM_QUEUE_OUT_TEXT        4096              /* power of two */
 #define VLM_QUEUE_ERR_LEN         160
@@ -116,15 +117,25 @@ typedef struct {
     uint64_t  logit_bias_off;   /* arena: uint32 ids[n], float bias[n] */
     uint64_t  grammar_off;      /* arena offset of a grammar program */
     uint32_t  grammar_len;      /* its bytes; 0: unconstrained output */
+    uint32_t  n;                /* choices (OpenAI's n): 0 or 1 is one;
+                                   the engine runs them as n sequences
+                                   forked from one prefill */
 } vlm_queue_params_t;
 
 
-/* one generated token; its text bytes follow in the slot's text ring */
+/*
+ * One generated token of one choice; its text bytes follow in the slot's
+ * text ring.  finish is set (vlm_queue_finish_t) on a choice's last
+ * record: with n choices every choice ends with one.
+ */
 typedef struct {
     uint32_t  token;
     float     logprob;
     uint32_t  text_len;
-    uint32_t  n_top;
+    uint8_t   n_top;            /* 0..VLM_QUEUE_TOP_LOGPROBS */
+    uint8_t   choice;           /* 0..n-1 (VLM_QUEUE_MAX_N) */
+    uint8_t   finish;           /* VLM_QUEUE_FINISH_NONE but on the last */
+    uint8_t   reserved;
     uint32_t  top_token[VLM_QUEUE_TOP_LOGPROBS];
     float     top_logprob[VLM_QUEUE_TOP_LOGPROBS];
 } vlm_queue_out_t;
@@ -269,6 +280,13 @@ int vlm_queue_engine_build_get(vlm_queue_t *q, vlm_queue_build_t *b);
  */
 uint64_t vlm_queue_engine_conf(vlm_queue_t *q, uint64_t conf);
 uint32_t vlm_queue_take(vlm_queue_t *q);
+/*
+ * The next request only if its choices (params.n sequences) fit in room
+ * free sequences; one that needs more waits at the head of the queue
+ * (first come, first served), unless it needs more than max, which no
+ * room will ever fit: it is taken, for the caller to refuse.
+ */
+uint32_t vlm_queue_take_fit(vlm_queue_t *q, uint32_t room, uint32_t max);
 uint32_t vlm_queue_reap(vlm_queue_t *q);
 int vlm_queue_cancelled(vlm_queue_t *q, uint32_t slot);
 vlm_status_t vlm_queue_push_output(vlm_queue_t *q, uint32_t slot,

@@ -64,6 +64,51 @@ def main():
         check(e.status_code == 400 and e.param == "echo",
               "completions: echo raises BadRequestError")
 
+    # n: two choices, streamed interleaved by index, usage once
+    r = client.chat.completions.create(model="serving", messages=messages,
+                                       n=2, max_tokens=6, temperature=1,
+                                       seed=5)
+    check([ch.index for ch in r.choices] == [0, 1]
+          and all(ch.finish_reason in ("stop", "length")
+                  for ch in r.choices), "n=2: choices 0 and 1")
+    r1 = client.chat.completions.create(model="serving", messages=messages,
+                                        max_tokens=6, temperature=1, seed=5)
+    check(r.usage.prompt_tokens == r1.usage.prompt_tokens
+          and r.choices[0].message.content == r1.choices[0].message.content,
+          "n=2: the prompt counted once; choice 0 is the seed's draw")
+    texts = {0: "", 1: ""}
+    finishes = {}
+    usage = []
+    for ch in client.chat.completions.create(
+            model="serving", messages=messages, n=2, max_tokens=6,
+            temperature=1, seed=5, stream=True,
+            stream_options={"include_usage": True}):
+        if ch.usage is not None:
+            usage.append(ch.usage)
+        for c in ch.choices:
+            texts[c.index] += c.delta.content or ""
+            if c.finish_reason:
+                finishes[c.index] = c.finish_reason
+    check([texts[0], texts[1]] == [c.message.content for c in r.choices]
+          and sorted(finishes) == [0, 1],
+          "n=2 streamed: the same choices, a finish each")
+    check(len(usage) == 1
+          and usage[0].completion_tokens == r.usage.completion_tokens,
+          "n=2 streamed: usage once, the same")
+    c = client.completions.create(model="serving", prompt="The answer is",
+                                  n=2, max_tokens=3, temperature=0)
+    check([ch.index for ch in c.choices] == [0, 1]
+          and c.choices[0].text == c.choices[1].text,
+          "completions n=2: two greedy choices")
+
+    try:
+        client.chat.completions.create(model="serving", messages=messages,
+                                       n=9)
+        check(False, "n above vlm_max_n raises BadRequestError")
+    except openai.BadRequestError as e:
+        check(e.status_code == 400 and e.param == "n",
+              "n above vlm_max_n raises BadRequestError")
+
     # models
     models = client.models.list()
     check([m.id for m in models.data] == ["serving"], "models.list")
