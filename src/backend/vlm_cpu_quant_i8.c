@@ -98,10 +98,10 @@ vlm_qi8_dot_scalar(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
     int i0, int nx, float *out)
 {
     int             i, b, l, j, k, nb, ng, bpg, p, c, shift;
-    float           acc[2][8], t[8], sc, mn;
+    float           acc[4][8], t[8], mn[8], sc;
     size_t          at;
     const int8_t   *q;
-    const float    *s, *m, *d;
+    const float    *s, *m, *d, *gs;
     const uint8_t  *codes;
 
     nb = w->cols / VLM_QUANT_QB;
@@ -115,12 +115,17 @@ vlm_qi8_dot_scalar(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
     for (i = 0; i < nx; i++) {
         q = a->q + (size_t) (i0 + i) * a->cols;
         d = a->d + (size_t) (i0 + i) * nb;
+        gs = a->gsum + (size_t) (i0 + i) * a->groups;
 
         for (l = 0; l < 8; l++) {
             acc[0][l] = 0.0f;
             acc[1][l] = 0.0f;
+            acc[2][l] = 0.0f;
+            acc[3][l] = 0.0f;
+            mn[l] = 0.0f;
         }
 
+        /* block b into lane set b % 4 */
         for (b = 0; b < nb; b++) {
             sc = d[b] * s[b / bpg];
 
@@ -141,20 +146,20 @@ vlm_qi8_dot_scalar(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
                     p += c * q[k];
                 }
 
-                acc[b & 1][l] = fmaf((float) p, sc, acc[b & 1][l]);
+                acc[b & 3][l] = fmaf((float) p, sc, acc[b & 3][l]);
             }
         }
 
-        for (l = 0; l < 8; l++) {
-            t[l] = acc[0][l] + acc[1][l];
-        }
-
-        mn = 0.0f;
+        /* group g into lane g % 8 */
         for (k = 0; k < ng; k++) {
-            mn = fmaf(m[k], a->gsum[(size_t) (i0 + i) * a->groups + k], mn);
+            mn[k & 7] = fmaf(m[k], gs[k], mn[k & 7]);
         }
 
-        out[i] = vlm_qi8_hsum8(t) + mn;
+        for (l = 0; l < 8; l++) {
+            t[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+        }
+
+        out[i] = vlm_qi8_hsum8(t) + vlm_qi8_hsum8(mn);
     }
 }
 
@@ -187,6 +192,36 @@ vlm_qi8_hsum256(__m256 v)
     lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
 
     return _mm_cvtss_f32(lo);
+}
+
+
+/*
+ * sum_g min_g gsum_g of activation row i, group g in lane g % 8; the
+ * lanes past the last group take 0 * 0, which leaves them as they are
+ * (a lane is never -0: it starts at +0 and exact sums round to +0)
+ */
+VLM_AVX2 static VLM_INLINE float
+vlm_qi8_mins(const float *m, const float *gs, int ng)
+{
+    int      g;
+    __m256   acc;
+    __m256i  mask;
+
+    acc = _mm256_setzero_ps();
+
+    for (g = 0; g + 8 <= ng; g += 8) {
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(m + g), _mm256_loadu_ps(gs + g),
+                              acc);
+    }
+
+    if (g < ng) {
+        mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(ng - g),
+                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        acc = _mm256_fmadd_ps(_mm256_maskload_ps(m + g, mask),
+                              _mm256_maskload_ps(gs + g, mask), acc);
+    }
+
+    return vlm_qi8_hsum256(acc);
 }
 
 
@@ -226,22 +261,45 @@ vlm_qi8_idot_avxvnni(__m256i u, __m256i x)
 
 
 /*
- * The 256-bit kernels, one per integer dot product: blocks b (even, acc)
- * and b + 1 (odd, acc2) a step; c the codes, u the unsigned operand
- * (Q8: |c|, the activations take c's sign)
+ * The 256-bit kernels, one per integer dot product, 1 or 2 activation
+ * rows a call (four lane sets a row fill the 16 registers): name_blk adds
+ * block b, its group's scale sg, into acc[i] of rows i0.., name_q walks
+ * the blocks four at a time (lane sets 0..3)
  */
 #define VLM_QI8_DOT256(name, target, idot)                                   \
+                                                                             \
+target static VLM_INLINE void                                                \
+name##_blk(vlm_quant_t Q, const uint8_t *codes, int b, float sg,             \
+    const vlm_quant_act_t *a, int i0, int nb, int NX, __m256 *acc)           \
+{                                                                            \
+    int             i;                                                       \
+    __m256i         c, u, x;                                                 \
+    const int8_t   *xr;                                                      \
+                                                                             \
+    c = vlm_qi8_codes32(Q, codes, b);                                        \
+    u = Q == VLM_QUANT_Q8 ? _mm256_abs_epi8(c) : c;                          \
+                                                                             \
+    _Pragma("GCC unroll 2")                                                  \
+    for (i = 0; i < NX; i++) {                                               \
+        xr = a->q + (size_t) (i0 + i) * a->cols + 32 * b;                    \
+        x = _mm256_loadu_si256((const __m256i *) xr);                        \
+        x = Q == VLM_QUANT_Q8 ? _mm256_sign_epi8(x, c) : x;                  \
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot(u, x)),             \
+                                 _mm256_set1_ps(a->d[(size_t) (i0 + i) * nb  \
+                                                     + b] * sg),             \
+                                 acc[i]);                                    \
+    }                                                                        \
+}                                                                            \
+                                                                             \
                                                                              \
 target static VLM_INLINE void                                                \
 name##_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,   \
     int NX, float *out, vlm_quant_t Q)                                       \
 {                                                                            \
     int             i, b, nb, ng, bpg, g, bi;                                \
-    float           s0, s1, mn[4];                                           \
-    __m256          acc[4], acc2[4];                                         \
-    __m256i         c, c2, u, u2, x, x2;                                     \
-    const int8_t   *xr;                                                      \
-    const float    *s, *m, *dr;                                              \
+    float           sg[4];                                                   \
+    __m256          acc0[2], acc1[2], acc2[2], acc3[2];                      \
+    const float    *s, *m;                                                   \
     const uint8_t  *codes;                                                   \
                                                                              \
     nb = w->cols / VLM_QUANT_QB;                                             \
@@ -252,69 +310,46 @@ name##_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,   \
     s = w->scales + (size_t) row * ng;                                       \
     m = w->mins + (size_t) row * ng;                                         \
                                                                              \
-    _Pragma("GCC unroll 4")                                                  \
     for (i = 0; i < NX; i++) {                                               \
-        acc[i] = _mm256_setzero_ps();                                        \
+        acc0[i] = _mm256_setzero_ps();                                       \
+        acc1[i] = _mm256_setzero_ps();                                       \
         acc2[i] = _mm256_setzero_ps();                                       \
+        acc3[i] = _mm256_setzero_ps();                                       \
     }                                                                        \
                                                                              \
     g = 0;                                                                   \
     bi = 0;                                                                  \
                                                                              \
-    for (b = 0; b < nb; b += 2) {                                            \
-        c = vlm_qi8_codes32(Q, codes, b);                                    \
-        u = Q == VLM_QUANT_Q8 ? _mm256_abs_epi8(c) : c;                      \
-        s0 = s[g];                                                           \
-        if (++bi == bpg) {                                                   \
-            bi = 0;                                                          \
-            g++;                                                             \
+    for (b = 0; b < nb; b += 4) {                                            \
+        for (i = 0; i < 4; i++) {                                            \
+            sg[i] = b + i < nb ? s[g] : 0.0f;                                \
+            if (++bi == bpg) {                                               \
+                bi = 0;                                                      \
+                g++;                                                         \
+            }                                                                \
         }                                                                    \
                                                                              \
+        name##_blk(Q, codes, b, sg[0], a, i0, nb, NX, acc0);                 \
         if (b + 1 == nb) {                                                   \
-            _Pragma("GCC unroll 4")                                          \
-            for (i = 0; i < NX; i++) {                                       \
-                xr = a->q + (size_t) (i0 + i) * a->cols + 32 * b;            \
-                dr = a->d + (size_t) (i0 + i) * nb + b;                      \
-                x = _mm256_loadu_si256((const __m256i *) xr);                \
-                x = Q == VLM_QUANT_Q8 ? _mm256_sign_epi8(x, c) : x;          \
-                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot(u, x)),     \
-                                         _mm256_set1_ps(dr[0] * s0),         \
-                                         acc[i]);                            \
-            }                                                                \
             break;                                                           \
         }                                                                    \
-                                                                             \
-        c2 = vlm_qi8_codes32(Q, codes, b + 1);                               \
-        u2 = Q == VLM_QUANT_Q8 ? _mm256_abs_epi8(c2) : c2;                   \
-        s1 = s[g];                                                           \
-        if (++bi == bpg) {                                                   \
-            bi = 0;                                                          \
-            g++;                                                             \
+        name##_blk(Q, codes, b + 1, sg[1], a, i0, nb, NX, acc1);             \
+        if (b + 2 == nb) {                                                   \
+            break;                                                           \
         }                                                                    \
-                                                                             \
-        _Pragma("GCC unroll 4")                                              \
-        for (i = 0; i < NX; i++) {                                           \
-            xr = a->q + (size_t) (i0 + i) * a->cols + 32 * b;                \
-            dr = a->d + (size_t) (i0 + i) * nb + b;                          \
-            x = _mm256_loadu_si256((const __m256i *) xr);                    \
-            x2 = _mm256_loadu_si256((const __m256i *) (xr + 32));            \
-            x = Q == VLM_QUANT_Q8 ? _mm256_sign_epi8(x, c) : x;              \
-            x2 = Q == VLM_QUANT_Q8 ? _mm256_sign_epi8(x2, c2) : x2;          \
-            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot(u, x)),         \
-                                     _mm256_set1_ps(dr[0] * s0), acc[i]);    \
-            acc2[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot(u2, x2)),      \
-                                      _mm256_set1_ps(dr[1] * s1), acc2[i]);  \
+        name##_blk(Q, codes, b + 2, sg[2], a, i0, nb, NX, acc2);             \
+        if (b + 3 == nb) {                                                   \
+            break;                                                           \
         }                                                                    \
+        name##_blk(Q, codes, b + 3, sg[3], a, i0, nb, NX, acc3);             \
     }                                                                        \
                                                                              \
-    _Pragma("GCC unroll 4")                                                  \
     for (i = 0; i < NX; i++) {                                               \
-        mn[i] = 0.0f;                                                        \
-        for (g = 0; g < ng; g++) {                                           \
-            mn[i] = fmaf(m[g], a->gsum[(size_t) (i0 + i) * a->groups + g],   \
-                         mn[i]);                                             \
-        }                                                                    \
-        out[i] = vlm_qi8_hsum256(_mm256_add_ps(acc[i], acc2[i])) + mn[i];    \
+        out[i] = vlm_qi8_hsum256(_mm256_add_ps(                              \
+                                     _mm256_add_ps(acc0[i], acc2[i]),        \
+                                     _mm256_add_ps(acc1[i], acc3[i])))       \
+                 + vlm_qi8_mins(m, a->gsum + (size_t) (i0 + i) * a->groups,  \
+                                ng);                                         \
     }                                                                        \
 }                                                                            \
                                                                              \
@@ -323,17 +358,20 @@ target static void                                                           \
 name(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,       \
     int nx, float *out)                                                      \
 {                                                                            \
-    vlm_quant_t  q = w->quant;                                               \
+    for ( /* void */ ; nx > 0; nx -= 2, i0 += 2, out += 2) {                 \
+        if (w->quant == VLM_QUANT_Q8) {                                      \
+            if (nx >= 2) {                                                   \
+                name##_q(w, row, a, i0, 2, out, VLM_QUANT_Q8);               \
+            } else {                                                         \
+                name##_q(w, row, a, i0, 1, out, VLM_QUANT_Q8);               \
+            }                                                                \
                                                                              \
-    switch (nx * 4 + (q == VLM_QUANT_Q8)) {                                  \
-    case 16: name##_q(w, row, a, i0, 4, out, VLM_QUANT_Q4); break;           \
-    case 17: name##_q(w, row, a, i0, 4, out, VLM_QUANT_Q8); break;           \
-    case 12: name##_q(w, row, a, i0, 3, out, VLM_QUANT_Q4); break;           \
-    case 13: name##_q(w, row, a, i0, 3, out, VLM_QUANT_Q8); break;           \
-    case 8:  name##_q(w, row, a, i0, 2, out, VLM_QUANT_Q4); break;           \
-    case 9:  name##_q(w, row, a, i0, 2, out, VLM_QUANT_Q8); break;           \
-    case 5:  name##_q(w, row, a, i0, 1, out, VLM_QUANT_Q8); break;           \
-    default: name##_q(w, row, a, i0, 1, out, VLM_QUANT_Q4); break;           \
+        } else if (nx >= 2) {                                                \
+            name##_q(w, row, a, i0, 2, out, VLM_QUANT_Q4);                   \
+                                                                             \
+        } else {                                                             \
+            name##_q(w, row, a, i0, 1, out, VLM_QUANT_Q4);                   \
+        }                                                                    \
     }                                                                        \
                                                                              \
     _mm256_zeroupper();                                                      \
@@ -353,33 +391,94 @@ static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_avxvnni = {
 };
 
 
-/* the 8 floats of lo in lanes 0..7, of hi in 8..15 */
+/* two adjacent floats: p[0] in lanes 0..7, p[1] in 8..15 */
 VLM_AVX512 static VLM_INLINE __m512
-vlm_qi8_pair(float lo, float hi)
+vlm_qi8_pair(const float *p)
 {
-    return _mm512_castpd_ps(_mm512_insertf64x4(
-               _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_set1_ps(lo))),
-               _mm256_castps_pd(_mm256_set1_ps(hi)), 1));
+    return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1,
+                                                  0, 0, 0, 0, 0, 0, 0, 0),
+                                 _mm512_castps128_ps512(_mm_castsi128_ps(
+                                     _mm_loadl_epi64((const __m128i *) p))));
 }
 
 
 /*
- * blocks b and b + 1 (lanes 0..7 and 8..15: the even blocks and the odd
- * ones of the 256-bit kernels) a step; an odd last block in lanes 0..7
+ * blocks b, b + 1 (lane sets b % 4 and b % 4 + 1 of the 256-bit kernels
+ * in lanes 0..7 and 8..15) into acc[i]; sp their groups' scales; an odd
+ * last block (one) in lanes 0..7 only
  */
+VLM_AVX512 static VLM_INLINE void
+vlm_qi8_pair_512(vlm_quant_t Q, const uint8_t *codes, int b, int one,
+    __m512 sp, const vlm_quant_act_t *a, int i0, int nb, int NX, __m512 *acc)
+{
+    int             i;
+    __m256i         y;
+    __m512          p, sc;
+    __m512i         c, u, x;
+    __mmask64       neg;
+    const int8_t   *xr;
+    const float    *dr;
+
+    if (one) {
+        c = _mm512_zextsi256_si512(vlm_qi8_codes32(Q, codes, b));
+
+    } else if (Q == VLM_QUANT_Q8) {
+        c = _mm512_loadu_si512((const void *) (codes + 32 * b));
+
+    } else {
+        /* 128-bit lanes: block b, b, b + 1, b + 1; then the nibbles */
+        y = _mm256_loadu_si256((const __m256i *) (codes + 16 * b));
+        c = _mm512_shuffle_i64x2(_mm512_castsi256_si512(y),
+                                 _mm512_castsi256_si512(y),
+                                 _MM_SHUFFLE(1, 1, 0, 0));
+        c = _mm512_and_si512(_mm512_srlv_epi32(c,
+                                 _mm512_set_epi32(4, 4, 4, 4, 0, 0, 0, 0,
+                                                  4, 4, 4, 4, 0, 0, 0, 0)),
+                             _mm512_set1_epi8(15));
+    }
+
+    u = Q == VLM_QUANT_Q8 ? _mm512_abs_epi8(c) : c;
+    neg = _mm512_movepi8_mask(c);
+
+    #pragma GCC unroll 4
+    for (i = 0; i < NX; i++) {
+        xr = a->q + (size_t) (i0 + i) * a->cols + 32 * b;
+        dr = a->d + (size_t) (i0 + i) * nb + b;
+
+        if (one) {
+            x = _mm512_zextsi256_si512(_mm256_loadu_si256(
+                    (const __m256i *) xr));
+            sc = _mm512_set1_ps(dr[0]);
+
+        } else {
+            x = _mm512_loadu_si512((const void *) xr);
+            sc = vlm_qi8_pair(dr);
+        }
+
+        if (Q == VLM_QUANT_Q8) {
+            x = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);
+        }
+
+        p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                                   u, x));
+        sc = _mm512_mul_ps(sc, sp);
+
+        acc[i] = one ? _mm512_mask3_fmadd_ps(p, sc, acc[i], 0x00ff)
+                     : _mm512_fmadd_ps(p, sc, acc[i]);
+    }
+}
+
+
+/* four blocks a step: b, b + 1 in acc, b + 2, b + 3 in acc2 */
 VLM_AVX512 static VLM_INLINE void
 vlm_qi8_dot_512_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
     int i0, int NX, float *out, vlm_quant_t Q)
 {
-    int             i, b, nb, ng, bpg, g, bi;
-    float           s0, s1, mn[4];
+    int             i, b, nb, ng, bpg, k;
+    float           sg[4];
     __m256          t;
-    __m256i         y;
-    __m512          acc[4], sp;
-    __m512i         c, u, x;
-    __mmask64       neg;
-    const int8_t   *xr;
-    const float    *s, *m, *dr;
+    __m512          acc[4], acc2[4], sp, sp2;
+    const float    *s, *m;
     const uint8_t  *codes;
 
     nb = w->cols / VLM_QUANT_QB;
@@ -393,105 +492,50 @@ vlm_qi8_dot_512_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
     #pragma GCC unroll 4
     for (i = 0; i < NX; i++) {
         acc[i] = _mm512_setzero_ps();
+        acc2[i] = _mm512_setzero_ps();
     }
 
-    g = 0;
-    bi = 0;
+    for (b = 0; b < nb; b += 4) {
+        if (bpg % 4 == 0) {
+            /* the four blocks in one group */
+            sp = _mm512_set1_ps(s[b / bpg]);
+            sp2 = sp;
 
-    for (b = 0; b + 2 <= nb; b += 2) {
-        if (Q == VLM_QUANT_Q8) {
-            c = _mm512_loadu_si512((const void *) (codes + 32 * b));
+        } else if (bpg == 1 && b + 4 <= nb) {
+            sp = vlm_qi8_pair(s + b);
+            sp2 = vlm_qi8_pair(s + b + 2);
 
-        } else {
-            /* 128-bit lanes: block b, b, b + 1, b + 1; then the nibbles */
-            y = _mm256_loadu_si256((const __m256i *) (codes + 16 * b));
-            c = _mm512_shuffle_i64x2(_mm512_castsi256_si512(y),
-                                     _mm512_castsi256_si512(y),
-                                     _MM_SHUFFLE(1, 1, 0, 0));
-            c = _mm512_and_si512(_mm512_srlv_epi32(c,
-                                     _mm512_set_epi32(4, 4, 4, 4, 0, 0, 0, 0,
-                                                      4, 4, 4, 4, 0, 0, 0, 0)),
-                                 _mm512_set1_epi8(15));
-        }
-
-        u = Q == VLM_QUANT_Q8 ? _mm512_abs_epi8(c) : c;
-        neg = _mm512_movepi8_mask(c);
-
-        s0 = s[g];
-        if (++bi == bpg) {
-            bi = 0;
-            g++;
-        }
-
-        s1 = s[g];
-        if (++bi == bpg) {
-            bi = 0;
-            g++;
-        }
-
-        sp = vlm_qi8_pair(s0, s1);
-
-        #pragma GCC unroll 4
-        for (i = 0; i < NX; i++) {
-            xr = a->q + (size_t) (i0 + i) * a->cols + 32 * b;
-            dr = a->d + (size_t) (i0 + i) * nb + b;
-            x = _mm512_loadu_si512((const void *) xr);
-            if (Q == VLM_QUANT_Q8) {
-                x = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);
-            }
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(
-                                         _mm512_dpbusd_epi32(
-                                             _mm512_setzero_si512(), u, x)),
-                                     _mm512_mul_ps(vlm_qi8_pair(dr[0], dr[1]),
-                                                   sp),
-                                     acc[i]);
-        }
-    }
-
-    if (b < nb) {
-        if (Q == VLM_QUANT_Q8) {
-            c = _mm512_zextsi256_si512(_mm256_loadu_si256(
-                    (const __m256i *) (codes + 32 * b)));
+        } else if (bpg == 2) {
+            sp = _mm512_set1_ps(s[b / 2]);
+            sp2 = b + 2 < nb ? _mm512_set1_ps(s[b / 2 + 1]) : sp;
 
         } else {
-            c = _mm512_zextsi256_si512(vlm_qi8_codes32(Q, codes, b));
+            for (k = 0; k < 4; k++) {
+                sg[k] = b + k < nb ? s[(b + k) / bpg] : 0.0f;
+            }
+
+            sp = vlm_qi8_pair(sg);
+            sp2 = vlm_qi8_pair(sg + 2);
         }
 
-        u = Q == VLM_QUANT_Q8 ? _mm512_abs_epi8(c) : c;
-        neg = _mm512_movepi8_mask(c);
-        s0 = s[g];
+        vlm_qi8_pair_512(Q, codes, b, b + 1 == nb, sp, a, i0, nb, NX, acc);
 
-        #pragma GCC unroll 4
-        for (i = 0; i < NX; i++) {
-            xr = a->q + (size_t) (i0 + i) * a->cols + 32 * b;
-            dr = a->d + (size_t) (i0 + i) * nb + b;
-            x = _mm512_zextsi256_si512(_mm256_loadu_si256(
-                    (const __m256i *) xr));
-            if (Q == VLM_QUANT_Q8) {
-                x = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);
-            }
-            acc[i] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(
-                                               _mm512_dpbusd_epi32(
-                                                   _mm512_setzero_si512(),
-                                                   u, x)),
-                                           _mm512_set1_ps(dr[0] * s0),
-                                           acc[i], 0x00ff);
+        if (b + 2 < nb) {
+            vlm_qi8_pair_512(Q, codes, b + 2, b + 3 == nb, sp2, a, i0, nb,
+                             NX, acc2);
         }
     }
 
     #pragma GCC unroll 4
     for (i = 0; i < NX; i++) {
-        mn[i] = 0.0f;
-        for (g = 0; g < ng; g++) {
-            mn[i] = fmaf(m[g], a->gsum[(size_t) (i0 + i) * a->groups + g],
-                         mn[i]);
-        }
-
-        /* lane l of the even blocks plus lane l of the odd ones */
+        /* sets 0 + 2 in lanes 0..7, 1 + 3 in 8..15, then the two halves */
+        acc[i] = _mm512_add_ps(acc[i], acc2[i]);
         t = _mm256_add_ps(_mm512_castps512_ps256(acc[i]),
                           _mm256_castpd_ps(_mm512_extractf64x4_pd(
                               _mm512_castps_pd(acc[i]), 1)));
-        out[i] = vlm_qi8_hsum256(t) + mn[i];
+        out[i] = vlm_qi8_hsum256(t)
+                 + vlm_qi8_mins(m, a->gsum + (size_t) (i0 + i) * a->groups,
+                                ng);
     }
 }
 
