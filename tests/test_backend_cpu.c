@@ -399,7 +399,8 @@ test_matmul_quant_kernels(void **state)
  * the f32 sum of code * scale + min times q * d (to 1e-5 of the sum of
  * magnitudes) and within the activations' rounding of x W^T, half a
  * block's d times sum |w|; then matmul() at 1 to 16 rows through the
- * backend at every level, bit for bit the scalar level's
+ * backend at every level, bit for bit the scalar level's (more than 16
+ * rows: 16 at a time)
  */
 static void
 check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
@@ -643,6 +644,10 @@ test_matmul_quant_i8_kernels(void **state)
                 check_quant_i8(q, n, n % 2 ? 37 : 16, shapes[n % 8][0],
                                shapes[n % 8][1], asym, n % 3 == 0);
             }
+
+            /* prefill: 16 rows at a time */
+            check_quant_i8(q, 40, 19, 160, 32, asym, 1);
+            check_quant_i8(q, 37, 21, 384, 128, asym, 0);
         }
     }
 }

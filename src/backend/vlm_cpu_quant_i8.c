@@ -175,6 +175,8 @@ static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_scalar = {
 #include <immintrin.h>
 
 #define VLM_INLINE    inline __attribute__((always_inline))
+/* weight rows a kernel prefetches ahead */
+#define VLM_QI8_AHEAD  2
 #define VLM_AVX2      __attribute__((target("avx2,fma,f16c")))
 #define VLM_AVXVNNI   __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define VLM_AVX512    __attribute__((target("avx2,fma,f16c,avx512f," \
@@ -476,6 +478,7 @@ vlm_qi8_dot_512_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
 {
     int             i, b, nb, ng, bpg, k;
     float           sg[4];
+    size_t          rb;
     __m256          t;
     __m512          acc[4], acc2[4], sp, sp2;
     const float    *s, *m;
@@ -484,8 +487,8 @@ vlm_qi8_dot_512_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
     nb = w->cols / VLM_QUANT_QB;
     ng = w->cols / w->group;
     bpg = w->group / VLM_QUANT_QB;
-    codes = (const uint8_t *) w->data
-            + (size_t) row * vlm_quant_row_bytes(Q, w->cols);
+    rb = vlm_quant_row_bytes(Q, w->cols);
+    codes = (const uint8_t *) w->data + (size_t) row * rb;
     s = w->scales + (size_t) row * ng;
     m = w->mins + (size_t) row * ng;
 
@@ -496,6 +499,15 @@ vlm_qi8_dot_512_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
     }
 
     for (b = 0; b < nb; b += 4) {
+        /* the same columns VLM_QI8_AHEAD rows on */
+        _mm_prefetch((const char *) (codes + VLM_QI8_AHEAD * rb
+                                     + (Q == VLM_QUANT_Q8 ? 32 : 16) * b),
+                     _MM_HINT_T0);
+        if (Q == VLM_QUANT_Q8) {
+            _mm_prefetch((const char *) (codes + VLM_QI8_AHEAD * rb + 32 * b
+                                         + 64), _MM_HINT_T0);
+        }
+
         if (bpg % 4 == 0) {
             /* the four blocks in one group */
             sp = _mm512_set1_ps(s[b / bpg]);
