@@ -476,7 +476,7 @@ VLM_AVX512 static VLM_INLINE void
 vlm_qi8_dot_512_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
     int i0, int NX, float *out, vlm_quant_t Q)
 {
-    int             i, b, nb, ng, bpg, k;
+    int             i, b, nb, ng, bpg, k, g, gq;
     float           sg[4];
     size_t          rb;
     __m256          t;
@@ -498,6 +498,9 @@ vlm_qi8_dot_512_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
         acc2[i] = _mm512_setzero_ps();
     }
 
+    g = 0;
+    gq = 0;
+
     for (b = 0; b < nb; b += 4) {
         /* the same columns VLM_QI8_AHEAD rows on */
         _mm_prefetch((const char *) (codes + VLM_QI8_AHEAD * rb
@@ -509,9 +512,14 @@ vlm_qi8_dot_512_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
         }
 
         if (bpg % 4 == 0) {
-            /* the four blocks in one group */
-            sp = _mm512_set1_ps(s[b / bpg]);
+            /* the four blocks in one group: group g, quad gq of it */
+            sp = _mm512_set1_ps(s[g]);
             sp2 = sp;
+
+            if (++gq == bpg / 4) {
+                gq = 0;
+                g++;
+            }
 
         } else if (bpg == 1 && b + 4 <= nb) {
             sp = vlm_qi8_pair(s + b);
