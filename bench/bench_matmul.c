@@ -189,7 +189,8 @@ main(int argc, char **argv)
         }
 
         if (q == BENCH_MAX_WK) {
-            fprintf(stderr, "bench_matmul: weights: bf16, q4, q8, q4i8, q8i8\n");
+            fprintf(stderr, "bench_matmul: weights: bf16, q4, q8, q4i8, "
+                    "q8i8\n");
             return 1;
         }
 
