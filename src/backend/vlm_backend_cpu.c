@@ -928,7 +928,6 @@ vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
         }
 
         /* the activations' group sums, for the mins */
-
         for (k = 0; k < job.n; k++) {
             for (g = 0; g < ng; g++) {
                 sum = 0.0f;
