@@ -15,6 +15,13 @@ static ngx_conf_enum_t  ngx_http_vlm_backends[] = {
 };
 
 
+static ngx_conf_enum_t  ngx_http_vlm_quant_activations[] = {
+    { ngx_string("int8"), NGX_HTTP_VLM_QUANT_ACT_INT8 },
+    { ngx_string("f32"), NGX_HTTP_VLM_QUANT_ACT_F32 },
+    { ngx_null_string, 0 }
+};
+
+
 static ngx_http_vlm_bounds_t  ngx_http_vlm_engine_threads_bounds = {
     ngx_http_vlm_check_num, 1, 1024
 };
@@ -196,6 +203,13 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_vlm_main_conf_t, prefix_cache),
       NULL },
+
+    { ngx_string("vlm_quant_activations"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, quant_activations),
+      &ngx_http_vlm_quant_activations },
 
     { ngx_string("vlm_max_queued"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,

@@ -17,6 +17,7 @@
  *                [--frames N]      (frames of H x W patches: SmolVLM's
  *                                   tiles plus its global image)
  *                [--streams 1,4,16] [--reps N]
+ *                [--quant-activations int8|f32]   (default int8)
  */
 
 #define _GNU_SOURCE
@@ -52,7 +53,7 @@ main(int argc, char **argv)
     int                      i, j, r, threads, n_prompt, n_decode, n_img;
     int                      gh, gw, n_ids, done, pieces, len, reps;
     int                      n_streams, stream[BENCH_MAX_STREAMS], max_b;
-    int                      frames, n_tok;
+    int                      frames, n_tok, act_f32;
     char                    *p, streams[64];
     float                   *pixels;
     double                   t0, t1, t_load, t_vis, t_lm, t_max, t_pre;
@@ -77,6 +78,7 @@ main(int argc, char **argv)
     n_prompt = 128;
     n_decode = 16;
     reps = 3;
+    act_f32 = 0;
     gh = 50;
     gw = 80;
     frames = 1;
@@ -101,6 +103,14 @@ main(int argc, char **argv)
 
         } else if (strcmp(argv[i], "--streams") == 0) {
             snprintf(streams, sizeof(streams), "%s", argv[i + 1]);
+
+        } else if (strcmp(argv[i], "--quant-activations") == 0) {
+            act_f32 = strcmp(argv[i + 1], "f32") == 0;
+
+            if (!act_f32 && strcmp(argv[i + 1], "int8") != 0) {
+                fprintf(stderr, "bench_engine: bad --quant-activations\n");
+                return 1;
+            }
 
         } else if (strcmp(argv[i], "--frames") == 0) {
             frames = atoi(argv[i + 1]);
@@ -138,7 +148,8 @@ main(int argc, char **argv)
 
     vlm_log_set_handler(bench_log, NULL, VLM_LOG_INFO);
 
-    printf("bench_engine: %s, %d threads\n", dir, threads);
+    printf("bench_engine: %s, %d threads, %s activations\n", dir, threads,
+           act_f32 ? "f32" : "int8");
 
     if (bench_triad_init(&td) != 0
         || vlm_threadpool_init(&tp, threads, &err) != VLM_OK)
@@ -155,6 +166,7 @@ main(int argc, char **argv)
 
     vlm_model_params_default(&prm);
     prm.n_threads = threads;
+    prm.quant_act_int8 = !act_f32;
     prm.max_seqs = max_b + 1;
     prm.max_seq_len = n_prompt + n_streams * (reps * n_decode + 1) + 8;
     prm.max_seq_len = vlm_max(prm.max_seq_len, n_img / 4 + 8);

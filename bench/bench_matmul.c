@@ -12,13 +12,15 @@
  *                [--streams 1,4,16,64] [--prefill N]
  *                [--kernels scalar,avx2,avx512bf16]   (default: the best
  *                                                       this CPU runs)
- *                [--weights bf16,q4,q8]               (default: bf16)
+ *                [--weights bf16,q4,q8,q4i8,q8i8]     (default: bf16)
  *
  * The weights are random bf16, L layers of q, k, v, o, gate, up and down
  * (L defaults to 4 for 3b, 24 for 0.5b: far beyond the caches); q4 the
  * same matrices as 4-bit codes with a scale and a min a group of 128
  * columns (AWQ, GPTQ, W4A16 checkpoints), q8 as 8-bit codes with a scale
- * a row (W8A8), measured in the same run, interleaved.
+ * a row (W8A8), measured in the same run, interleaved; q4i8 and q8i8 the
+ * same codes times activations quantized to int8 (integer dot products,
+ * vlm_cpu_quant_i8.c) up to 16 rows, the f32 panels above.
  */
 
 #define _GNU_SOURCE
@@ -35,7 +37,7 @@
 
 #define BENCH_MAX_FIG   96
 #define BENCH_MAX_KERN  3
-#define BENCH_MAX_WK    3
+#define BENCH_MAX_WK    5
 #define BENCH_Q_GROUP   128
 
 
@@ -56,7 +58,9 @@ static const char  *kernel_names[BENCH_MAX_KERN] = {
 };
 
 
-static const char  *weight_names[BENCH_MAX_WK] = { "bf16", "q4", "q8" };
+static const char  *weight_names[BENCH_MAX_WK] = {
+    "bf16", "q4", "q8", "q4i8", "q8i8"
+};
 
 
 typedef struct {
@@ -89,7 +93,7 @@ main(int argc, char **argv)
     vlm_error_t          err;
     vlm_weight_t        *wt;
     bench_shape_t        sh;
-    vlm_backend_t       *be[BENCH_MAX_KERN];
+    vlm_backend_t       *be[BENCH_MAX_KERN], *bi8[BENCH_MAX_KERN], *b;
     vlm_threadpool_t    *tp;
     vlm_backend_conf_t   conf;
     int                  dims[7][2];
@@ -185,7 +189,8 @@ main(int argc, char **argv)
         }
 
         if (q == BENCH_MAX_WK) {
-            fprintf(stderr, "bench_matmul: weights: bf16, q4, q8\n");
+            fprintf(stderr, "bench_matmul: weights: bf16, q4, q8, q4i8, "
+                    "q8i8\n");
             return 1;
         }
 
@@ -256,7 +261,14 @@ main(int argc, char **argv)
     for (k = 0; k < n_kern; k++) {
         vlm_backend_cpu_force_level(kern[k]);
 
+        conf.quant_act_int8 = 0;
         if (vlm_backend_cpu_init(&be[k], &conf, &err) != VLM_OK) {
+            fprintf(stderr, "bench_matmul: %s\n", err.msg);
+            return 1;
+        }
+
+        conf.quant_act_int8 = 1;
+        if (vlm_backend_cpu_init(&bi8[k], &conf, &err) != VLM_OK) {
             fprintf(stderr, "bench_matmul: %s\n", err.msg);
             return 1;
         }
@@ -281,7 +293,7 @@ main(int argc, char **argv)
             continue;
         }
 
-        rb = wk[q] == 1 ? total / 2 : total;
+        rb = wk[q] % 2 == 1 ? total / 2 : total;
         qcodes[q] = malloc(rb * sh.layers);
         qscales[q] = malloc(2 * total / 8 * sh.layers * sizeof(float));
         if (qcodes[q] == NULL || qscales[q] == NULL) {
@@ -327,8 +339,10 @@ main(int argc, char **argv)
                     memset(&wt[j], 0, sizeof(vlm_weight_t));
                     wt[j].rows = dims[m][0];
                     wt[j].cols = dims[m][1];
-                    wt[j].quant = wk[q] == 1 ? VLM_QUANT_Q4 : VLM_QUANT_Q8;
-                    wt[j].group = wk[q] == 1 ? BENCH_Q_GROUP : dims[m][1];
+                    wt[j].quant = wk[q] % 2 == 1 ? VLM_QUANT_Q4
+                                                 : VLM_QUANT_Q8;
+                    wt[j].group = wk[q] % 2 == 1 ? BENCH_Q_GROUP
+                                                 : dims[m][1];
                     ng = dims[m][1] / wt[j].group;
                     wt[j].data = qcodes[q] + qoff;
                     wt[j].scales = qscales[q] + soff;
@@ -343,7 +357,9 @@ main(int argc, char **argv)
                                           * sizeof(float);
                     }
 
-                    if (be[k]->ops->weight_bind_quant(be[k], &wt[j], &err)
+                    b = wk[q] >= 3 ? bi8[k] : be[k];
+
+                    if (b->ops->weight_bind_quant(b, &wt[j], &err)
                         != VLM_OK)
                     {
                         fprintf(stderr, "bench_matmul: %s\n", err.msg);
@@ -372,7 +388,8 @@ main(int argc, char **argv)
             j = (k * n_wk + fig[i].wk) * 7 * sh.layers;
             t0 = bench_now();
             for (l = 0; l < 7 * sh.layers; l++) {
-                be[k]->ops->matmul(be[k], y, x, &wt[j + l], NULL, fig[i].n);
+                b = wk[fig[i].wk] >= 3 ? bi8[k] : be[k];
+                b->ops->matmul(b, y, x, &wt[j + l], NULL, fig[i].n);
             }
 
             if (r >= 0) {
@@ -427,6 +444,7 @@ main(int argc, char **argv)
     vlm_threadpool_free(tp);
     for (k = 0; k < n_kern; k++) {
         be[k]->ops->free(be[k]);
+        bi8[k]->ops->free(bi8[k]);
     }
     for (q = 0; q < n_wk; q++) {
         free(qcodes[q]);

@@ -948,3 +948,40 @@ GET /metrics
 --- suppress_stderr
 --- error_log eval
 qr{\[emerg\] .*: invalid value "yes" in "vlm_prefix_cache" directive, it must be "on" or "off" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 42: vlm_quant_activations f32 (and int8, the default)
+--- http_config
+    vlm_zone vlm size=1m;
+    vlm_quant_activations f32;
+--- config
+    location = /t { return 204; }
+--- request
+GET /t
+--- error_code: 204
+--- response_body_like: ^$
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 43: vlm_quant_activations: a value it does not know
+--- http_config
+    vlm_quant_activations int4;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: invalid value "int4" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 44: vlm_quant_activations: not in a location (an engine setting)
+--- config
+    location = /t { vlm_quant_activations f32; return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_quant_activations" directive is not allowed here in \S+nginx\.conf:\d+$}

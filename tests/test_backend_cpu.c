@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "backend/vlm_backend.h"
+#include "backend/vlm_cpu.h"
 #include "model/vlm_kv.h"
 #include "vlm_test.h"
 
@@ -387,6 +388,268 @@ test_matmul_quant_kernels(void **state)
     }
 
     vlm_backend_cpu_force_level(-1);
+}
+
+
+/*
+ * Int8 activations (vlm_cpu_quant_i8.c) on a matrix of every code, sym
+ * (Q4: min -8 scale, Q8: 0) or asym (random mins), an act-order shuffle
+ * or none: each kernel variant this CPU runs gives the scalar one's
+ * results bit for bit, at each of 1 to 4 rows a call; the scalar one is
+ * the f32 sum of code * scale + min times q * d (to 1e-5 of the sum of
+ * magnitudes) and within the activations' rounding of x W^T, half a
+ * block's d times sum |w|; then matmul() at 1 to 16 rows through the
+ * backend at every level, bit for bit the scalar level's (more than 16
+ * rows: 16 at a time)
+ */
+static void
+check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
+    int asym, int permute)
+{
+    int              i, j, k, g, ng, nb, c, shift, v, lv, top, nx;
+    float           *x, *xp, *b, *y, *y0, *scales, *mins, *wf, *d, *gsum;
+    float           *ref, *out, *got;
+    double           s, a, e;
+    int8_t          *xq;
+    int32_t         *perm;
+    uint8_t         *codes;
+    size_t           rb, at;
+    vlm_error_t      err;
+    vlm_weight_t     w;
+    vlm_backend_t   *be;
+    vlm_quant_act_t  act;
+    const vlm_quant_i8_kernel_t  *kv;
+
+    ng = cols / group;
+    nb = cols / VLM_QUANT_QB;
+    rb = vlm_quant_row_bytes(q, cols);
+    x = vlm_test_rand_vec(&rng_state, (size_t) n * cols);
+    b = vlm_test_rand_vec(&rng_state, (size_t) rows);
+    scales = vlm_test_rand_vec(&rng_state, (size_t) rows * ng);
+    mins = vlm_test_rand_vec(&rng_state, (size_t) rows * ng);
+    xp = calloc((size_t) n * cols, sizeof(float));
+    y = calloc((size_t) n * rows, sizeof(float));
+    y0 = calloc((size_t) n * rows, sizeof(float));
+    ref = calloc((size_t) n * rows, sizeof(float));
+    got = calloc((size_t) n * rows, sizeof(float));
+    out = calloc(4, sizeof(float));
+    wf = calloc((size_t) rows * cols, sizeof(float));
+    codes = calloc((size_t) rows, rb);
+    perm = malloc((size_t) cols * sizeof(int32_t));
+    xq = malloc((size_t) n * cols);
+    d = malloc((size_t) n * nb * sizeof(float));
+    gsum = malloc((size_t) n * ng * sizeof(float));
+    assert_true(xp != NULL && y != NULL && y0 != NULL && ref != NULL
+                && got != NULL && out != NULL && wf != NULL && codes != NULL
+                && perm != NULL && xq != NULL && d != NULL && gsum != NULL);
+
+    for (k = 0; k < cols; k++) {
+        perm[k] = k;
+    }
+
+    for (k = cols - 1; permute && k > 0; k--) {
+        j = (int) ((vlm_test_frand(&rng_state) + 1.0f) * 0.5f * (k + 1))
+            % (k + 1);
+        c = perm[k];
+        perm[k] = perm[j];
+        perm[j] = c;
+    }
+
+    for (j = 0; j < rows * ng; j++) {
+        mins[j] = asym ? mins[j]
+                  : q == VLM_QUANT_Q4 ? -8.0f * scales[j] : 0.0f;
+    }
+
+    for (j = 0; j < rows; j++) {
+        for (k = 0; k < cols; k++) {
+            c = (j * 7 + k * 13) & 255;
+            g = j * ng + k / group;
+
+            if (q == VLM_QUANT_Q4) {
+                c &= 15;
+                at = vlm_quant_q4_byte(k, &shift);
+                codes[j * rb + at] |= (uint8_t) (c << shift);
+                wf[j * cols + k] = c * scales[g] + mins[g];
+
+            } else {
+                codes[j * rb + k] = (uint8_t) c;
+                wf[j * cols + k] = (int8_t) c * scales[g] + mins[g];
+            }
+        }
+    }
+
+    for (i = 0; i < n; i++) {
+        for (k = 0; k < cols; k++) {
+            xp[i * cols + k] = x[i * cols + perm[k]];
+        }
+    }
+
+    memset(&w, 0, sizeof(vlm_weight_t));
+    w.data = codes;
+    w.rows = rows;
+    w.cols = cols;
+    w.quant = q;
+    w.group = group;
+    w.scales = scales;
+    w.mins = mins;
+
+    assert_true(vlm_cpu_quant_i8_fits(&w));
+    vlm_cpu_quant_act(xp, n, cols, group, xq, d, gsum);
+
+    act.q = xq;
+    act.d = d;
+    act.gsum = gsum;
+    act.cols = cols;
+    act.groups = ng;
+
+    /* the scalar reference, a row a call, against double sums */
+    kv = vlm_cpu_quant_i8_kernel(VLM_QI8_SCALAR);
+    assert_non_null(kv);
+
+    for (j = 0; j < rows; j++) {
+        for (i = 0; i < n; i++) {
+            kv->dot(&w, j, &act, i, 1, &ref[i * rows + j]);
+
+            s = 0.0;
+            a = 0.0;
+            e = 0.0;
+            for (k = 0; k < cols; k++) {
+                s += (double) wf[j * cols + k] * xq[i * cols + k]
+                     * d[i * nb + k / VLM_QUANT_QB];
+                a += fabs((double) wf[j * cols + k] * xp[i * cols + k]);
+                e += fabs((double) wf[j * cols + k])
+                     * d[i * nb + k / VLM_QUANT_QB] * 0.5;
+            }
+
+            if (fabs(ref[i * rows + j] - s) > 1e-5 * a + 1e-6) {
+                fail_msg("quant %d, [%d, %d], group %d: row %d, %d: %g, "
+                         "double %g", q, rows, cols, group, i, j,
+                         ref[i * rows + j], s);
+            }
+
+            /* the activations' rounding: against x W^T in double */
+            s = 0.0;
+            for (k = 0; k < cols; k++) {
+                s += (double) wf[j * cols + k] * xp[i * cols + k];
+            }
+
+            if (fabs(ref[i * rows + j] - s) > e * 1.0001 + 1e-5 * a) {
+                fail_msg("quant %d, [%d, %d], group %d: row %d, %d: %g, "
+                         "f32 x %g beyond %g", q, rows, cols, group, i, j,
+                         ref[i * rows + j], s, e);
+            }
+        }
+    }
+
+    /* every variant at 1 to 4 rows a call: the same bits */
+    for (v = VLM_QI8_SCALAR; v < VLM_QI8_N; v++) {
+        kv = vlm_cpu_quant_i8_kernel(v);
+        if (kv == NULL) {
+            continue;
+        }
+
+        for (nx = 1; nx <= 4; nx++) {
+            memset(got, 0, (size_t) n * rows * sizeof(float));
+
+            for (j = 0; j < rows; j++) {
+                for (i = 0; i < n; i += nx) {
+                    kv->dot(&w, j, &act, i, vlm_min(nx, n - i), out);
+                    for (k = 0; k < vlm_min(nx, n - i); k++) {
+                        got[(i + k) * rows + j] = out[k];
+                    }
+                }
+            }
+
+            for (k = 0; k < n * rows; k++) {
+                if (memcmp(&got[k], &ref[k], sizeof(float)) != 0) {
+                    fail_msg("%s, quant %d, %d rows a call, [%d, %d], "
+                             "group %d%s: element %d: %a != %a", kv->name,
+                             q, nx, rows, cols, group, asym ? ", asym" : "",
+                             k, got[k], ref[k]);
+                }
+            }
+        }
+    }
+
+    /* through matmul(): permutation, bias, 4 rows a call, threads */
+    w.perm = permute ? perm : NULL;
+    top = vlm_backend_cpu_force_level(-1);
+
+    for (lv = LEVEL_SCALAR; lv <= top; lv++) {
+        vlm_backend_cpu_force_level(lv);
+        assert_int_equal(vlm_backend_cpu_init(&be,
+                             &(vlm_backend_conf_t) { .n_threads = 3,
+                                                     .max_ctx = 512,
+                                                     .quant_act_int8 = 1 },
+                             &err),
+                         VLM_OK);
+        assert_int_equal(be->ops->weight_bind_quant(be, &w, &err), VLM_OK);
+
+        be->ops->matmul(be, lv == LEVEL_SCALAR ? y0 : y, x, &w, b, n);
+
+        for (k = 0; lv > LEVEL_SCALAR && k < n * rows; k++) {
+            if (memcmp(&y[k], &y0[k], sizeof(float)) != 0) {
+                fail_msg("level %d, quant %d, n %d, [%d, %d], group %d: "
+                         "element %d: %a != %a", lv, q, n, rows, cols,
+                         group, k, y[k], y0[k]);
+            }
+        }
+
+        be->ops->free(be);
+    }
+
+    /* and the scalar level is the kernels' result plus the bias */
+    for (i = 0; i < n; i++) {
+        for (j = 0; j < rows; j++) {
+            if (y0[i * rows + j] != ref[i * rows + j] + b[j]) {
+                fail_msg("matmul: element %d, %d: %g != %g", i, j,
+                         y0[i * rows + j], ref[i * rows + j] + b[j]);
+            }
+        }
+    }
+
+    vlm_backend_cpu_force_level(-1);
+
+    free(x);
+    free(xp);
+    free(b);
+    free(scales);
+    free(mins);
+    free(y);
+    free(y0);
+    free(ref);
+    free(got);
+    free(out);
+    free(wf);
+    free(codes);
+    free(perm);
+    free(xq);
+    free(d);
+    free(gsum);
+}
+
+
+static void
+test_matmul_quant_i8_kernels(void **state)
+{
+    int  n, q, asym;
+    static const int  shapes[][2] = {   /* cols, group */
+        { 96, 32 }, { 160, 160 }, { 192, 64 }, { 384, 128 }, { 224, 32 },
+        { 256, 128 }, { 128, 64 }, { 2048, 128 }
+    };
+
+    for (q = VLM_QUANT_Q4; q <= VLM_QUANT_Q8; q++) {
+        for (asym = 0; asym < 2; asym++) {
+            for (n = 1; n <= 16; n++) {
+                check_quant_i8(q, n, n % 2 ? 37 : 16, shapes[n % 8][0],
+                               shapes[n % 8][1], asym, n % 3 == 0);
+            }
+
+            /* prefill: 16 rows at a time */
+            check_quant_i8(q, 40, 19, 160, 32, asym, 1);
+            check_quant_i8(q, 37, 21, 384, 128, asym, 0);
+        }
+    }
 }
 
 
@@ -815,6 +1078,7 @@ main(void)
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_bf16_kernels),
         cmocka_unit_test(test_matmul_quant_kernels),
+        cmocka_unit_test(test_matmul_quant_i8_kernels),
         cmocka_unit_test(test_norms),
         cmocka_unit_test(test_rope_mrope_sections),
         cmocka_unit_test(test_activations),

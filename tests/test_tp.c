@@ -47,6 +47,8 @@
 #define FIX       "tests/fixtures/models"
 #define GREEDY    32
 #define MAX_V     4096
+/* int8 activations on int4/int8 weights: see tolerance() */
+#define QUANT_I8_TP_TOL  2e-2
 
 
 /* what one rank (or the single process) found */
@@ -76,10 +78,25 @@ typedef struct {
 } prompt_t;
 
 
+/*
+ * The quantized checkpoints' activations: f32, or int8 (the default),
+ * where the ranks' differently ordered f32 sums move an activation
+ * across a rounding step of its int8 code now and then (relative L2 4e-7
+ * mostly, 0.0039 at most measured; the greedy tokens stayed the same)
+ */
+static int  act_int8;
+
+
 /* f32 weights: f32 arithmetic throughout; bf16: see above */
 static double
 tolerance(const char *model)
 {
+    if (act_int8 && strncmp(model, "quant-", 6) == 0
+        && strstr(model, "fp8") == NULL)
+    {
+        return QUANT_I8_TP_TOL;
+    }
+
     return strstr(model, "bf16") != NULL ? 2e-3 : 1e-5;
 }
 
@@ -149,6 +166,7 @@ static void
 params(vlm_model_params_t *p, int rank, int size, vlm_comm_t *comm)
 {
     vlm_test_fixture_params(p);
+    p->quant_act_int8 = act_int8;
     p->n_threads = 1;
     p->max_image_patches = 256;         /* SmolVLM's 3x3 tiles + 1 */
     p->tp_rank = rank;
@@ -280,6 +298,15 @@ check_group(const char *model, const char *ref_case, int n_images,
         }
 
         d = vlm_test_rel_l2(res[r].logits, one.logits, (size_t) one.n_vocab);
+        if (act_int8) {
+            print_message("%s/%s, %d ranks, int8 activations: rank %d, "
+                          "relative L2 %.2g, greedy tokens %s\n", model,
+                          ref_case, size, r, d,
+                          memcmp(res[r].tokens, one.tokens,
+                                 sizeof(one.tokens)) == 0
+                          ? "the same" : "differ");
+        }
+
         if (d > tolerance(model)) {
             fail_msg("%s/%s, %d ranks: rank %d's logits differ from one "
                      "process's, relative L2 %g", model, ref_case, size, r,
@@ -712,13 +739,17 @@ test_group_plans(void **state)
 static void
 test_quant(void **state)
 {
-    check_model("quant-awq-g32");
-    check_model("quant-gptq-sym-channel");
-    check_model("quant-ct-w4a16-asym-g32");
-    check_model("quant-ct-w8a8");
-    check_group("quant-fp8-block", "image1", 1, 2);
-    /* o_proj's one group a row splits, down_proj's two in halves */
-    check_group("quant-awq-g128", "image2", 2, 2);
+    for (act_int8 = 0; act_int8 < 2; act_int8++) {
+        check_model("quant-awq-g32");
+        check_model("quant-gptq-sym-channel");
+        check_model("quant-ct-w4a16-asym-g32");
+        check_model("quant-ct-w8a8");
+        check_group("quant-fp8-block", "image1", 1, 2);
+        /* o_proj's one group a row splits, down_proj's two in halves */
+        check_group("quant-awq-g128", "image2", 2, 2);
+    }
+
+    act_int8 = 0;
 }
 
 

@@ -90,6 +90,8 @@ typedef struct {
     int           max_ctx;      /* the longest attention row (keys) */
     size_t        device_bytes; /* GPU: the memory pool; 0: 90 % of free */
     int           device;       /* GPU: the device index */
+    int           quant_act_int8;   /* quantized matrices take int8
+                                       activations at 1 to 16 rows */
 } vlm_backend_conf_t;
 
 

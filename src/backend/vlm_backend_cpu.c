@@ -8,7 +8,9 @@
  * and f16 weights (and bf16 ones without AVX512_BF16) go to OpenBLAS.
  * Quantized matrices (Q4, Q8, F8 codes: vlm_cpu_quant.c) take fused
  * dequantize + dot kernels up to VLM_CPU_QUANT_FUSED activation rows and
- * f32 panels dequantized for OpenBLAS above.  The reference for each op
+ * f32 panels dequantized for OpenBLAS above, or, with int8 activations
+ * (vlm_cpu_quant_i8.c: Q4 and Q8 codes), integer dot products at every
+ * row count.  The reference for each op
  * is the PyTorch expression it replaces in transformers' Qwen2-VL code;
  * the naive versions in tests/test_backend_cpu.c check them.
  */
@@ -57,6 +59,10 @@ typedef struct {
     int                xperm_cols;
     float             *xsum;        /* [VLM_CPU_QUANT_FUSED, xsum_groups] */
     int                xsum_groups;
+    const vlm_quant_i8_kernel_t *qi8;   /* NULL: f32 activations */
+    int8_t            *xi8;         /* [VLM_CPU_QUANT_FUSED, xi8_cols] */
+    float             *xd;          /* [VLM_CPU_QUANT_FUSED, xi8_cols/32] */
+    int                xi8_cols;
     uint16_t          *xq;          /* [VLM_GEMM_NB, xq_cols] bf16 x */
     int                xq_cols;
     vlm_dot_pt         dot[3];      /* by vlm_dtype_t */
@@ -574,6 +580,21 @@ vlm_cpu_weight_bind_quant(vlm_backend_t *be, vlm_weight_t *w,
         }
     }
 
+    if (cpu->qi8 != NULL && w->cols > cpu->xi8_cols) {
+        vlm_cpu_release(be, cpu->xi8);
+        vlm_cpu_release(be, cpu->xd);
+        cpu->xi8 = vlm_cpu_alloc(be, (size_t) VLM_CPU_QUANT_FUSED * w->cols);
+        cpu->xd = vlm_cpu_alloc(be, (size_t) VLM_CPU_QUANT_FUSED
+                                    * (w->cols / VLM_QUANT_QB)
+                                    * sizeof(float));
+        cpu->xi8_cols = cpu->xi8 == NULL || cpu->xd == NULL ? 0 : w->cols;
+
+        if (cpu->xi8_cols == 0) {
+            return vlm_error_set(err, VLM_ERR_NOMEM,
+                                 "cpu backend: no memory for activations");
+        }
+    }
+
     if (w->perm != NULL && w->cols > cpu->xperm_cols) {
         vlm_cpu_release(be, cpu->xperm);
         cpu->xperm = vlm_cpu_alloc(be, (size_t) VLM_GEMM_NB * w->cols
@@ -616,6 +637,7 @@ typedef struct {
     const float         *bias;
     int                  n;
     int                  tile;      /* weight rows per BLAS call */
+    const vlm_quant_act_t  *act;    /* int8 activations */
 } vlm_matmul_job_t;
 
 
@@ -780,6 +802,31 @@ vlm_matmul_quant_rows(void *arg, int start, int end, int thread)
 }
 
 
+/* quantized weights times int8 activations, 4 activation rows a call */
+static void
+vlm_matmul_quant_i8_rows(void *arg, int start, int end, int thread)
+{
+    int                  j, i, nx;
+    float                out[4];
+    vlm_matmul_job_t    *job = arg;
+    const vlm_weight_t  *w = job->w;
+
+    (void) thread;
+
+    for (j = start; j < end; j++) {
+        for (i = 0; i < job->n; i += 4) {
+            nx = vlm_min(4, job->n - i);
+            job->cpu->qi8->dot(w, j, job->act, i, nx, out);
+
+            for (nx--; nx >= 0; nx--) {
+                job->y[(size_t) (i + nx) * w->rows + j] = out[nx]
+                    + (job->bias != NULL ? job->bias[j] : 0.0f);
+            }
+        }
+    }
+}
+
+
 /* quantized weights: tiles of rows dequantized into f32 panels, BLAS */
 static void
 vlm_matmul_quant_tiles(void *arg, int start, int end, int thread)
@@ -819,6 +866,7 @@ vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
 {
     int                i, k, c, g, nb, ng, fused;
     float              sum;
+    vlm_quant_act_t    act;
     vlm_matmul_job_t   job;
 
     job.cpu = cpu;
@@ -829,10 +877,13 @@ vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
 
     /*
      * up to VLM_CPU_QUANT_FUSED rows at a time through the fused kernels,
-     * more through the panels; act order: the activations' columns
-     * permuted, a chunk at a time
+     * more through the panels (with int8 activations every row count
+     * through the integer kernels, VLM_CPU_QUANT_FUSED rows at a time:
+     * they beat the panels at prefill too); act order: the activations'
+     * columns permuted, a chunk at a time
      */
-    fused = n <= VLM_CPU_QUANT_FUSED || job.tile < 8;
+    fused = n <= VLM_CPU_QUANT_FUSED || job.tile < 8
+            || (cpu->qi8 != NULL && vlm_cpu_quant_i8_fits(w));
     nb = fused ? VLM_CPU_QUANT_FUSED : w->perm != NULL ? VLM_GEMM_NB : n;
 
     for (i = 0; i < n; i += nb) {
@@ -858,9 +909,25 @@ vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
             continue;
         }
 
-        /* the activations' group sums, for the mins */
         ng = w->cols / w->group;
 
+        /* int8 activations: their blocks' codes and scales, group sums */
+        if (cpu->qi8 != NULL && vlm_cpu_quant_i8_fits(w)) {
+            vlm_cpu_quant_act(job.x, job.n, w->cols, w->group, cpu->xi8,
+                              cpu->xd, cpu->xsum);
+            act.q = cpu->xi8;
+            act.d = cpu->xd;
+            act.gsum = cpu->xsum;
+            act.cols = w->cols;
+            act.groups = ng;
+            job.act = &act;
+
+            vlm_threadpool_run(cpu->pool, w->rows, vlm_matmul_quant_i8_rows,
+                               &job);
+            continue;
+        }
+
+        /* the activations' group sums, for the mins */
         for (k = 0; k < job.n; k++) {
             for (g = 0; g < ng; g++) {
                 sum = 0.0f;
@@ -1540,6 +1607,8 @@ vlm_cpu_free(vlm_backend_t *be)
     vlm_cpu_release(be, cpu->xq);
     vlm_cpu_release(be, cpu->xperm);
     vlm_cpu_release(be, cpu->xsum);
+    vlm_cpu_release(be, cpu->xi8);
+    vlm_cpu_release(be, cpu->xd);
     vlm_threadpool_free(cpu->pool);
     free(cpu);
 }
@@ -1611,6 +1680,9 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     cpu->level = vlm_cpu_level;
     cpu->gemm = vlm_cpu_gemm_kernel(cpu->level);
     cpu->quant = vlm_cpu_quant_kernel(cpu->level);
+    cpu->qi8 = conf->quant_act_int8
+               ? vlm_cpu_quant_i8_kernel(vlm_cpu_quant_i8_best(cpu->level))
+               : NULL;
     vlm_cpu_avx2 = cpu->level >= VLM_CPU_AVX2;
 
     cpu->dot[VLM_DTYPE_F32] = vlm_dot_f32;

@@ -67,10 +67,57 @@ typedef struct {
 } vlm_quant_kernel_t;
 
 
+/*
+ * Quantized matrices times activations quantized to int8 (decode rows
+ * of Q4 and Q8 matrices whose groups are multiples of VLM_QUANT_QB):
+ * each activation row in blocks of VLM_QUANT_QB columns, q = round(x / d)
+ * with d = max |x| / 127 a block; the kernels sum code * q in int32
+ * (exact), then in f32 lane l (0..7) of block b's partial of columns
+ * 4l..4l+3 times d_b * scale, even blocks and odd ones apart, the lanes
+ * added in one fixed order, then sum_g min_g * gsum_g: every variant
+ * gives the scalar one's result bit for bit
+ */
+#define VLM_QUANT_QB  32
+
+typedef struct {
+    const int8_t  *q;           /* [n, cols] */
+    const float   *d;           /* [n, cols / VLM_QUANT_QB] */
+    const float   *gsum;        /* [n, groups]: sum of each group's q d */
+    int            cols;
+    int            groups;      /* cols / group of the matrix */
+} vlm_quant_act_t;
+
+
+typedef enum {
+    VLM_QI8_SCALAR = 0,
+    VLM_QI8_AVX2,               /* vpmaddubsw + vpmaddwd */
+    VLM_QI8_AVXVNNI,            /* AVX-VNNI vpdpbusd, 256 bits */
+    VLM_QI8_AVX512VNNI,         /* AVX512_VNNI vpdpbusd, 512 bits */
+    VLM_QI8_N
+} vlm_qi8_level_t;
+
+
+typedef struct {
+    const char  *name;
+    /* out[nx] = W[row] . activation rows i0..i0 + nx - 1 (nx 1 to 4) */
+    void       (*dot)(const vlm_weight_t *w, int row,
+                   const vlm_quant_act_t *a, int i0, int nx, float *out);
+} vlm_quant_i8_kernel_t;
+
+
 vlm_cpu_level_t vlm_cpu_detect(void);
 const char *vlm_cpu_level_name(vlm_cpu_level_t level);
 const vlm_gemm_kernel_t *vlm_cpu_gemm_kernel(vlm_cpu_level_t level);
 const vlm_quant_kernel_t *vlm_cpu_quant_kernel(vlm_cpu_level_t level);
+/* NULL where this CPU cannot run the variant */
+const vlm_quant_i8_kernel_t *vlm_cpu_quant_i8_kernel(vlm_qi8_level_t v);
+/* the best variant at most at a kernel level */
+vlm_qi8_level_t vlm_cpu_quant_i8_best(vlm_cpu_level_t level);
+/* whether a matrix can take int8 activations */
+int vlm_cpu_quant_i8_fits(const vlm_weight_t *w);
+/* x[n, cols] into q, d, gsum (vlm_quant_act_t) for groups of `group` */
+void vlm_cpu_quant_act(const float *x, int n, int cols, int group,
+    int8_t *q, float *d, float *gsum);
 void vlm_cpu_round_bf16(uint16_t *dst, const float *src, size_t n,
     vlm_cpu_level_t level);
 

@@ -5,10 +5,12 @@
  *
  *   vlm-cli logits --model DIR --ids FILE [--pixels NPY --grid T,H,W]...
  *                  --out LOGITS.npy [--all] [--threads N]
+ *                  [--quant-activations int8|f32]
  *   vlm-cli generate --model DIR --ids FILE [--pixels NPY --grid T,H,W]...
  *                  [--max-tokens N] [--temperature T] [--top-k K]
  *                  [--top-p P] [--min-p P] [--seed S]
  *                  [--repetition-penalty R] [--ignore-eos] [--threads N]
+ *                  [--quant-activations int8|f32]
  *   vlm-cli run --model DIR [--image FILE]... --prompt TEXT
  *                  [--system TEXT] [sampling options as generate]
  *
@@ -44,6 +46,7 @@ typedef struct {
     const char            *out;
     int                    all;
     int                    threads;
+    int                    act_f32;     /* --quant-activations f32 */
     int                    max_tokens;
     int                    ignore_eos;
     int                    n_images;
@@ -208,6 +211,14 @@ vlm_cli_parse(vlm_cli_run_t *r, int argc, char **argv, vlm_cli_mode_t mode)
 
         } else if (strcmp(o, "--threads") == 0) {
             r->threads = atoi(v);
+
+        } else if (strcmp(o, "--quant-activations") == 0) {
+            if (strcmp(v, "int8") != 0 && strcmp(v, "f32") != 0) {
+                return vlm_cli_fail("--quant-activations takes int8 or f32, "
+                                    "not \"%s\"", v);
+            }
+
+            r->act_f32 = v[0] == 'f';
 
         } else if (strcmp(o, "--pixels") == 0 && mode != VLM_CLI_RUN) {
             if (r->n_images == VLM_CLI_MAX_IMAGES) {
@@ -631,6 +642,7 @@ vlm_cli_open(vlm_cli_run_t *r, int extra, vlm_model_t **m, vlm_seq_t **seq)
 
     vlm_model_params_default(&p);
     p.n_threads = r->threads;
+    p.quant_act_int8 = !r->act_f32;
     p.max_seqs = 1;
     p.max_seq_len = r->n_ids + extra + 1;
     p.max_image_patches = patches;

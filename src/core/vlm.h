@@ -37,6 +37,9 @@ typedef struct {
     int     kv_block_size;      /* tokens per KV block */
     int     kv_blocks;          /* 0: enough for max_seqs full sequences */
     size_t  image_cache_bytes;  /* vision features of recent images; 0 off */
+    int     quant_act_int8;     /* quantized weights times activations
+                                   quantized to int8 (integer dot
+                                   products) at 1 to 16 rows; 0: f32 */
     int     prefix_cache;       /* keep full KV blocks for later prompts
                                    (vlm_seq_prefix_map); 0 off */
     const char  *backend;       /* "cpu" (NULL too) or one registered with

@@ -14,7 +14,7 @@
  *              [--backend cpu|cuda] [--threads N] [--max-seqs N]
  *              [--max-batch-tokens N] [--max-seq-len N] [--kv-blocks N]
  *              [--image-cache-bytes N] [--tensor-parallel N]
- *              [--prefix-cache on|off]
+ *              [--prefix-cache on|off] [--quant-activations int8|f32]
  *              [--cpus LIST[:LIST...]]     (the CPUs of each rank)
  *              [--gpus N[,N...]]           (the GPU of each rank)
  *   vlm-engine --features      prints what is built in ("cpu cuda nccl")
@@ -480,6 +480,18 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
             } else {
                 vlm_log(VLM_LOG_ERROR, "--prefix-cache takes on or off, "
                         "not \"%s\"", argv[i]);
+                return -1;
+            }
+
+        } else if (strcmp(argv[i], "--quant-activations") == 0) {
+            i++;
+
+            if (strcmp(argv[i], "int8") == 0 || strcmp(argv[i], "f32") == 0) {
+                a->params.quant_act_int8 = argv[i][0] == 'i';
+
+            } else {
+                vlm_log(VLM_LOG_ERROR, "--quant-activations takes int8 or "
+                        "f32, not \"%s\"", argv[i]);
                 return -1;
             }
 

@@ -31,7 +31,7 @@
 #define NGX_HTTP_VLM_STABLE          (30 * 1000) /* resets the back-off */
 #define NGX_HTTP_VLM_STOP_WAIT       (10 * 1000)
 #define NGX_HTTP_VLM_RECORD_CHECK    200        /* an exiting worker, ms */
-#define NGX_HTTP_VLM_ARGS            32
+#define NGX_HTTP_VLM_ARGS            40
 
 
 typedef struct {
@@ -226,6 +226,8 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     ngx_crc32_update(&crc, (u_char *) &vmcf->feature_pool, sizeof(size_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->prefix_cache,
                      sizeof(ngx_flag_t));
+    ngx_crc32_update(&crc, (u_char *) &vmcf->quant_activations,
+                     sizeof(ngx_uint_t));
     ngx_crc32_final(crc);
 
     /* never 0, which reads "unknown" in the queue */
@@ -1065,6 +1067,9 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     argv[n++] = (char *) ranks;
     argv[n++] = "--prefix-cache";
     argv[n++] = vmcf->prefix_cache ? "on" : "off";
+    argv[n++] = "--quant-activations";
+    argv[n++] = vmcf->quant_activations == NGX_HTTP_VLM_QUANT_ACT_INT8
+                ? "int8" : "f32";
 
     if (vmcf->engine_cpus.len) {
         argv[n++] = "--cpus";

@@ -27,6 +27,9 @@
 #define NGX_HTTP_VLM_BACKEND_CPU       0
 #define NGX_HTTP_VLM_BACKEND_CUDA      1
 
+#define NGX_HTTP_VLM_QUANT_ACT_F32     0
+#define NGX_HTTP_VLM_QUANT_ACT_INT8    1
+
 #define NGX_HTTP_VLM_DEFAULT_MAX_IMAGES        8
 #define NGX_HTTP_VLM_DEFAULT_MAX_IMAGE_PIXELS  (16 * 1024 * 1024)
 
@@ -70,6 +73,7 @@ typedef struct {
     size_t               feature_pool;     /* its feature pool; 0: sized
                                               from the cache and ranks */
     ngx_flag_t           prefix_cache;     /* engine's KV prefix cache */
+    ngx_uint_t           quant_activations; /* NGX_HTTP_VLM_QUANT_ACT_* */
     ngx_uint_t           max_queued;       /* waiting beyond those */
     uint64_t             arena_size;       /* the zone less the slots */
 

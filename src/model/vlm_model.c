@@ -55,6 +55,7 @@ vlm_model_params_default(vlm_model_params_t *p)
     p->kv_blocks = 0;
     p->feature_pool_fd = -1;
     p->prefix_cache = 1;
+    p->quant_act_int8 = 1;
 }
 
 
@@ -998,6 +999,7 @@ vlm_model_open(vlm_model_owner_t **out, const char *dir,
                              m->params.max_image_patches);
         bc.device_bytes = m->params.device_bytes;
         bc.device = m->params.device;
+        bc.quant_act_int8 = m->params.quant_act_int8;
 
         rc = vlm_backend_init(&m->be, m->params.backend, &bc, err);
         if (rc != VLM_OK) {

@@ -1,0 +1,651 @@
+/*
+ * Quantized weight matrices (Q4, Q8: vlm_backend.h) times activations
+ * quantized to int8, as llama.cpp's Q4_1/Q8_0 x Q8_1 dot products:
+ *   act      each activation row in blocks of 32 columns, d = max |x| /
+ *            127 and q = round(x / d) a block, plus each weight group's
+ *            sum of q d (for the mins, the zero points); one function
+ *            for every variant, run once a matmul
+ *   dot      one weight row with up to 4 activation rows: a block's 32
+ *            products summed exactly in int32, 4 columns a lane, then
+ *            in f32 lane += partial * (d * scale), the even blocks and
+ *            the odd ones in two sets of 8 lanes; the lanes added in one
+ *            fixed order, then the mins' sum_g min_g * gsum_g
+ * Because the integer sums are exact and the float operations are the
+ * same in the same order (fmaf where the vector code has an FMA), every
+ * variant gives the scalar one's result bit for bit (tests/
+ * test_backend_cpu.c checks this):
+ *   scalar      the reference
+ *   avx2        vpmaddubsw + vpmaddwd, a block a step
+ *   avxvnni     AVX-VNNI vpdpbusd, a block a step
+ *   avx512vnni  AVX512_VNNI vpdpbusd, two blocks a step in 512 bits
+ * Q8's signed codes multiply as |code| times the activation with the
+ * code's sign (vpsignb; a mask and a subtraction in AVX-512): codes of
+ * -128 give 128, activations are within [-127, 127].
+ */
+
+#define _GNU_SOURCE
+
+#include <math.h>
+#include <string.h>
+
+#include "vlm_cpu.h"
+
+
+int
+vlm_cpu_quant_i8_fits(const vlm_weight_t *w)
+{
+    return (w->quant == VLM_QUANT_Q4 || w->quant == VLM_QUANT_Q8)
+           && w->group % VLM_QUANT_QB == 0 && w->cols % w->group == 0;
+}
+
+
+void
+vlm_cpu_quant_act(const float *x, int n, int cols, int group, int8_t *q,
+    float *d, float *gsum)
+{
+    int           i, b, k, nb, bpg, isum, c;
+    float         amax, db, id, gs;
+    const float  *xb;
+
+    nb = cols / VLM_QUANT_QB;
+    bpg = group / VLM_QUANT_QB;
+
+    for (i = 0; i < n; i++) {
+        gs = 0.0f;
+
+        for (b = 0; b < nb; b++) {
+            xb = x + (size_t) i * cols + (size_t) b * VLM_QUANT_QB;
+
+            amax = 0.0f;
+            for (k = 0; k < VLM_QUANT_QB; k++) {
+                amax = fabsf(xb[k]) > amax ? fabsf(xb[k]) : amax;
+            }
+
+            db = amax / 127.0f;
+            id = db > 0.0f ? 1.0f / db : 0.0f;
+
+            isum = 0;
+            for (k = 0; k < VLM_QUANT_QB; k++) {
+                c = (int) lrintf(xb[k] * id);
+                c = c > 127 ? 127 : c < -127 ? -127 : c;
+                q[(size_t) i * cols + (size_t) b * VLM_QUANT_QB + k] =
+                    (int8_t) c;
+                isum += c;
+            }
+
+            d[(size_t) i * nb + b] = db;
+            gs += db * (float) isum;
+
+            if ((b + 1) % bpg == 0) {
+                gsum[(size_t) i * (nb / bpg) + b / bpg] = gs;
+                gs = 0.0f;
+            }
+        }
+    }
+}
+
+
+/* lanes t[0..7] added as the vector code does (vlm_qi8_hsum256) */
+static float
+vlm_qi8_hsum8(const float *t)
+{
+    return ((t[0] + t[4]) + (t[2] + t[6])) + ((t[1] + t[5]) + (t[3] + t[7]));
+}
+
+
+static void
+vlm_qi8_dot_scalar(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
+    int i0, int nx, float *out)
+{
+    int             i, b, l, j, k, nb, ng, bpg, p, c, shift;
+    float           acc[4][8], t[8], mn[8], sc;
+    size_t          at;
+    const int8_t   *q;
+    const float    *s, *m, *d, *gs;
+    const uint8_t  *codes;
+
+    nb = w->cols / VLM_QUANT_QB;
+    ng = w->cols / w->group;
+    bpg = w->group / VLM_QUANT_QB;
+    codes = (const uint8_t *) w->data
+            + (size_t) row * vlm_quant_row_bytes(w->quant, w->cols);
+    s = w->scales + (size_t) row * ng;
+    m = w->mins + (size_t) row * ng;
+
+    for (i = 0; i < nx; i++) {
+        q = a->q + (size_t) (i0 + i) * a->cols;
+        d = a->d + (size_t) (i0 + i) * nb;
+        gs = a->gsum + (size_t) (i0 + i) * a->groups;
+
+        for (l = 0; l < 8; l++) {
+            acc[0][l] = 0.0f;
+            acc[1][l] = 0.0f;
+            acc[2][l] = 0.0f;
+            acc[3][l] = 0.0f;
+            mn[l] = 0.0f;
+        }
+
+        /* block b into lane set b % 4 */
+        for (b = 0; b < nb; b++) {
+            sc = d[b] * s[b / bpg];
+
+            for (l = 0; l < 8; l++) {
+                p = 0;
+
+                for (j = 0; j < 4; j++) {
+                    k = b * VLM_QUANT_QB + 4 * l + j;
+
+                    if (w->quant == VLM_QUANT_Q4) {
+                        at = vlm_quant_q4_byte(k, &shift);
+                        c = (codes[at] >> shift) & 15;
+
+                    } else {
+                        c = (int8_t) codes[k];
+                    }
+
+                    p += c * q[k];
+                }
+
+                acc[b & 3][l] = fmaf((float) p, sc, acc[b & 3][l]);
+            }
+        }
+
+        /* group g into lane g % 8 */
+        for (k = 0; k < ng; k++) {
+            mn[k & 7] = fmaf(m[k], gs[k], mn[k & 7]);
+        }
+
+        for (l = 0; l < 8; l++) {
+            t[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+        }
+
+        out[i] = vlm_qi8_hsum8(t) + vlm_qi8_hsum8(mn);
+    }
+}
+
+
+static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_scalar = {
+    "scalar", vlm_qi8_dot_scalar
+};
+
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#include <cpuid.h>
+#include <immintrin.h>
+
+#define VLM_INLINE    inline __attribute__((always_inline))
+/* weight rows a kernel prefetches ahead */
+#define VLM_QI8_AHEAD  2
+#define VLM_AVX2      __attribute__((target("avx2,fma,f16c")))
+#define VLM_AVXVNNI   __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define VLM_AVX512    __attribute__((target("avx2,fma,f16c,avx512f," \
+                                            "avx512bw,avx512vl,"         \
+                                            "avx512vnni")))
+
+
+VLM_AVX2 static VLM_INLINE float
+vlm_qi8_hsum256(__m256 v)
+{
+    __m128  lo;
+
+    lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+
+    return _mm_cvtss_f32(lo);
+}
+
+
+/*
+ * sum_g min_g gsum_g of activation row i, group g in lane g % 8; the
+ * lanes past the last group take 0 * 0, which leaves them as they are
+ * (a lane is never -0: it starts at +0 and exact sums round to +0)
+ */
+VLM_AVX2 static VLM_INLINE float
+vlm_qi8_mins(const float *m, const float *gs, int ng)
+{
+    int      g;
+    __m256   acc;
+    __m256i  mask;
+
+    acc = _mm256_setzero_ps();
+
+    for (g = 0; g + 8 <= ng; g += 8) {
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(m + g), _mm256_loadu_ps(gs + g),
+                              acc);
+    }
+
+    if (g < ng) {
+        mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(ng - g),
+                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        acc = _mm256_fmadd_ps(_mm256_maskload_ps(m + g, mask),
+                              _mm256_maskload_ps(gs + g, mask), acc);
+    }
+
+    return vlm_qi8_hsum256(acc);
+}
+
+
+/* block b's 32 codes in column order: Q4 unsigned, Q8 signed */
+VLM_AVX2 static VLM_INLINE __m256i
+vlm_qi8_codes32(vlm_quant_t Q, const uint8_t *codes, int b)
+{
+    __m128i  v;
+
+    if (Q == VLM_QUANT_Q8) {
+        return _mm256_loadu_si256((const __m256i *) (codes + 32 * b));
+    }
+
+    /* low nibbles: columns 0..15, high ones 16..31 */
+    v = _mm_loadu_si128((const __m128i *) (codes + 16 * b));
+
+    return _mm256_and_si256(_mm256_srlv_epi32(
+                                _mm256_broadcastsi128_si256(v),
+                                _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0)),
+                            _mm256_set1_epi8(15));
+}
+
+
+VLM_AVX2 static VLM_INLINE __m256i
+vlm_qi8_idot_avx2(__m256i u, __m256i x)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x),
+                             _mm256_set1_epi16(1));
+}
+
+
+VLM_AVXVNNI static VLM_INLINE __m256i
+vlm_qi8_idot_avxvnni(__m256i u, __m256i x)
+{
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, x);
+}
+
+
+/*
+ * The 256-bit kernels, one per integer dot product, 1 or 2 activation
+ * rows a call (four lane sets a row fill the 16 registers): name_blk adds
+ * block b, its group's scale sg, into acc[i] of rows i0.., name_q walks
+ * the blocks four at a time (lane sets 0..3)
+ */
+#define VLM_QI8_DOT256(name, target, idot)                                   \
+                                                                             \
+target static VLM_INLINE void                                                \
+name##_blk(vlm_quant_t Q, const uint8_t *codes, int b, float sg,             \
+    const vlm_quant_act_t *a, int i0, int nb, int NX, __m256 *acc)           \
+{                                                                            \
+    int             i;                                                       \
+    __m256i         c, u, x;                                                 \
+    const int8_t   *xr;                                                      \
+                                                                             \
+    c = vlm_qi8_codes32(Q, codes, b);                                        \
+    u = Q == VLM_QUANT_Q8 ? _mm256_abs_epi8(c) : c;                          \
+                                                                             \
+    _Pragma("GCC unroll 2")                                                  \
+    for (i = 0; i < NX; i++) {                                               \
+        xr = a->q + (size_t) (i0 + i) * a->cols + 32 * b;                    \
+        x = _mm256_loadu_si256((const __m256i *) xr);                        \
+        x = Q == VLM_QUANT_Q8 ? _mm256_sign_epi8(x, c) : x;                  \
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot(u, x)),             \
+                                 _mm256_set1_ps(a->d[(size_t) (i0 + i) * nb  \
+                                                     + b] * sg),             \
+                                 acc[i]);                                    \
+    }                                                                        \
+}                                                                            \
+                                                                             \
+                                                                             \
+target static VLM_INLINE void                                                \
+name##_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,   \
+    int NX, float *out, vlm_quant_t Q)                                       \
+{                                                                            \
+    int             i, b, nb, ng, bpg, g, bi;                                \
+    float           sg[4];                                                   \
+    __m256          acc0[2], acc1[2], acc2[2], acc3[2];                      \
+    const float    *s, *m;                                                   \
+    const uint8_t  *codes;                                                   \
+                                                                             \
+    nb = w->cols / VLM_QUANT_QB;                                             \
+    ng = w->cols / w->group;                                                 \
+    bpg = w->group / VLM_QUANT_QB;                                           \
+    codes = (const uint8_t *) w->data                                        \
+            + (size_t) row * vlm_quant_row_bytes(Q, w->cols);                \
+    s = w->scales + (size_t) row * ng;                                       \
+    m = w->mins + (size_t) row * ng;                                         \
+                                                                             \
+    for (i = 0; i < NX; i++) {                                               \
+        acc0[i] = _mm256_setzero_ps();                                       \
+        acc1[i] = _mm256_setzero_ps();                                       \
+        acc2[i] = _mm256_setzero_ps();                                       \
+        acc3[i] = _mm256_setzero_ps();                                       \
+    }                                                                        \
+                                                                             \
+    g = 0;                                                                   \
+    bi = 0;                                                                  \
+                                                                             \
+    for (b = 0; b < nb; b += 4) {                                            \
+        for (i = 0; i < 4; i++) {                                            \
+            sg[i] = b + i < nb ? s[g] : 0.0f;                                \
+            if (++bi == bpg) {                                               \
+                bi = 0;                                                      \
+                g++;                                                         \
+            }                                                                \
+        }                                                                    \
+                                                                             \
+        name##_blk(Q, codes, b, sg[0], a, i0, nb, NX, acc0);                 \
+        if (b + 1 == nb) {                                                   \
+            break;                                                           \
+        }                                                                    \
+        name##_blk(Q, codes, b + 1, sg[1], a, i0, nb, NX, acc1);             \
+        if (b + 2 == nb) {                                                   \
+            break;                                                           \
+        }                                                                    \
+        name##_blk(Q, codes, b + 2, sg[2], a, i0, nb, NX, acc2);             \
+        if (b + 3 == nb) {                                                   \
+            break;                                                           \
+        }                                                                    \
+        name##_blk(Q, codes, b + 3, sg[3], a, i0, nb, NX, acc3);             \
+    }                                                                        \
+                                                                             \
+    for (i = 0; i < NX; i++) {                                               \
+        out[i] = vlm_qi8_hsum256(_mm256_add_ps(                              \
+                                     _mm256_add_ps(acc0[i], acc2[i]),        \
+                                     _mm256_add_ps(acc1[i], acc3[i])))       \
+                 + vlm_qi8_mins(m, a->gsum + (size_t) (i0 + i) * a->groups,  \
+                                ng);                                         \
+    }                                                                        \
+}                                                                            \
+                                                                             \
+                                                                             \
+target static void                                                           \
+name(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,       \
+    int nx, float *out)                                                      \
+{                                                                            \
+    for ( /* void */ ; nx > 0; nx -= 2, i0 += 2, out += 2) {                 \
+        if (w->quant == VLM_QUANT_Q8) {                                      \
+            if (nx >= 2) {                                                   \
+                name##_q(w, row, a, i0, 2, out, VLM_QUANT_Q8);               \
+            } else {                                                         \
+                name##_q(w, row, a, i0, 1, out, VLM_QUANT_Q8);               \
+            }                                                                \
+                                                                             \
+        } else if (nx >= 2) {                                                \
+            name##_q(w, row, a, i0, 2, out, VLM_QUANT_Q4);                   \
+                                                                             \
+        } else {                                                             \
+            name##_q(w, row, a, i0, 1, out, VLM_QUANT_Q4);                   \
+        }                                                                    \
+    }                                                                        \
+                                                                             \
+    _mm256_zeroupper();                                                      \
+}
+
+
+VLM_QI8_DOT256(vlm_qi8_dot_avx2, VLM_AVX2, vlm_qi8_idot_avx2)
+VLM_QI8_DOT256(vlm_qi8_dot_avxvnni, VLM_AVXVNNI, vlm_qi8_idot_avxvnni)
+
+
+static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_avx2 = {
+    "avx2", vlm_qi8_dot_avx2
+};
+
+static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_avxvnni = {
+    "avxvnni", vlm_qi8_dot_avxvnni
+};
+
+
+/* two adjacent floats: p[0] in lanes 0..7, p[1] in 8..15 */
+VLM_AVX512 static VLM_INLINE __m512
+vlm_qi8_pair(const float *p)
+{
+    return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1,
+                                                  0, 0, 0, 0, 0, 0, 0, 0),
+                                 _mm512_castps128_ps512(_mm_castsi128_ps(
+                                     _mm_loadl_epi64((const __m128i *) p))));
+}
+
+
+/*
+ * blocks b, b + 1 (lane sets b % 4 and b % 4 + 1 of the 256-bit kernels
+ * in lanes 0..7 and 8..15) into acc[i]; sp their groups' scales; an odd
+ * last block (one) in lanes 0..7 only
+ */
+VLM_AVX512 static VLM_INLINE void
+vlm_qi8_pair_512(vlm_quant_t Q, const uint8_t *codes, int b, int one,
+    __m512 sp, const vlm_quant_act_t *a, int i0, int nb, int NX, __m512 *acc)
+{
+    int             i;
+    __m256i         y;
+    __m512          p, sc;
+    __m512i         c, u, x;
+    __mmask64       neg;
+    const int8_t   *xr;
+    const float    *dr;
+
+    if (one) {
+        c = _mm512_zextsi256_si512(vlm_qi8_codes32(Q, codes, b));
+
+    } else if (Q == VLM_QUANT_Q8) {
+        c = _mm512_loadu_si512((const void *) (codes + 32 * b));
+
+    } else {
+        /* 128-bit lanes: block b, b, b + 1, b + 1; then the nibbles */
+        y = _mm256_loadu_si256((const __m256i *) (codes + 16 * b));
+        c = _mm512_shuffle_i64x2(_mm512_castsi256_si512(y),
+                                 _mm512_castsi256_si512(y),
+                                 _MM_SHUFFLE(1, 1, 0, 0));
+        c = _mm512_and_si512(_mm512_srlv_epi32(c,
+                                 _mm512_set_epi32(4, 4, 4, 4, 0, 0, 0, 0,
+                                                  4, 4, 4, 4, 0, 0, 0, 0)),
+                             _mm512_set1_epi8(15));
+    }
+
+    u = Q == VLM_QUANT_Q8 ? _mm512_abs_epi8(c) : c;
+    neg = _mm512_movepi8_mask(c);
+
+    #pragma GCC unroll 4
+    for (i = 0; i < NX; i++) {
+        xr = a->q + (size_t) (i0 + i) * a->cols + 32 * b;
+        dr = a->d + (size_t) (i0 + i) * nb + b;
+
+        if (one) {
+            x = _mm512_zextsi256_si512(_mm256_loadu_si256(
+                    (const __m256i *) xr));
+            sc = _mm512_set1_ps(dr[0]);
+
+        } else {
+            x = _mm512_loadu_si512((const void *) xr);
+            sc = vlm_qi8_pair(dr);
+        }
+
+        if (Q == VLM_QUANT_Q8) {
+            x = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);
+        }
+
+        p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                                   u, x));
+        sc = _mm512_mul_ps(sc, sp);
+
+        acc[i] = one ? _mm512_mask3_fmadd_ps(p, sc, acc[i], 0x00ff)
+                     : _mm512_fmadd_ps(p, sc, acc[i]);
+    }
+}
+
+
+/* four blocks a step: b, b + 1 in acc, b + 2, b + 3 in acc2 */
+VLM_AVX512 static VLM_INLINE void
+vlm_qi8_dot_512_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
+    int i0, int NX, float *out, vlm_quant_t Q)
+{
+    int             i, b, nb, ng, bpg, k, g, gq;
+    float           sg[4];
+    size_t          rb;
+    __m256          t;
+    __m512          acc[4], acc2[4], sp, sp2;
+    const float    *s, *m;
+    const uint8_t  *codes;
+
+    nb = w->cols / VLM_QUANT_QB;
+    ng = w->cols / w->group;
+    bpg = w->group / VLM_QUANT_QB;
+    rb = vlm_quant_row_bytes(Q, w->cols);
+    codes = (const uint8_t *) w->data + (size_t) row * rb;
+    s = w->scales + (size_t) row * ng;
+    m = w->mins + (size_t) row * ng;
+
+    #pragma GCC unroll 4
+    for (i = 0; i < NX; i++) {
+        acc[i] = _mm512_setzero_ps();
+        acc2[i] = _mm512_setzero_ps();
+    }
+
+    g = 0;
+    gq = 0;
+
+    for (b = 0; b < nb; b += 4) {
+        /* the same columns VLM_QI8_AHEAD rows on */
+        _mm_prefetch((const char *) (codes + VLM_QI8_AHEAD * rb
+                                     + (Q == VLM_QUANT_Q8 ? 32 : 16) * b),
+                     _MM_HINT_T0);
+        if (Q == VLM_QUANT_Q8) {
+            _mm_prefetch((const char *) (codes + VLM_QI8_AHEAD * rb + 32 * b
+                                         + 64), _MM_HINT_T0);
+        }
+
+        if (bpg % 4 == 0) {
+            /* the four blocks in one group: group g, quad gq of it */
+            sp = _mm512_set1_ps(s[g]);
+            sp2 = sp;
+
+            if (++gq == bpg / 4) {
+                gq = 0;
+                g++;
+            }
+
+        } else if (bpg == 1 && b + 4 <= nb) {
+            sp = vlm_qi8_pair(s + b);
+            sp2 = vlm_qi8_pair(s + b + 2);
+
+        } else if (bpg == 2) {
+            sp = _mm512_set1_ps(s[b / 2]);
+            sp2 = b + 2 < nb ? _mm512_set1_ps(s[b / 2 + 1]) : sp;
+
+        } else {
+            for (k = 0; k < 4; k++) {
+                sg[k] = b + k < nb ? s[(b + k) / bpg] : 0.0f;
+            }
+
+            sp = vlm_qi8_pair(sg);
+            sp2 = vlm_qi8_pair(sg + 2);
+        }
+
+        vlm_qi8_pair_512(Q, codes, b, b + 1 == nb, sp, a, i0, nb, NX, acc);
+
+        if (b + 2 < nb) {
+            vlm_qi8_pair_512(Q, codes, b + 2, b + 3 == nb, sp2, a, i0, nb,
+                             NX, acc2);
+        }
+    }
+
+    #pragma GCC unroll 4
+    for (i = 0; i < NX; i++) {
+        /* sets 0 + 2 in lanes 0..7, 1 + 3 in 8..15, then the two halves */
+        acc[i] = _mm512_add_ps(acc[i], acc2[i]);
+        t = _mm256_add_ps(_mm512_castps512_ps256(acc[i]),
+                          _mm256_castpd_ps(_mm512_extractf64x4_pd(
+                              _mm512_castps_pd(acc[i]), 1)));
+        out[i] = vlm_qi8_hsum256(t)
+                 + vlm_qi8_mins(m, a->gsum + (size_t) (i0 + i) * a->groups,
+                                ng);
+    }
+}
+
+
+VLM_AVX512 static void
+vlm_qi8_dot_512(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
+    int i0, int nx, float *out)
+{
+    vlm_quant_t  q = w->quant;
+
+    switch (nx * 4 + (q == VLM_QUANT_Q8)) {
+    case 16: vlm_qi8_dot_512_q(w, row, a, i0, 4, out, VLM_QUANT_Q4); break;
+    case 17: vlm_qi8_dot_512_q(w, row, a, i0, 4, out, VLM_QUANT_Q8); break;
+    case 12: vlm_qi8_dot_512_q(w, row, a, i0, 3, out, VLM_QUANT_Q4); break;
+    case 13: vlm_qi8_dot_512_q(w, row, a, i0, 3, out, VLM_QUANT_Q8); break;
+    case 8:  vlm_qi8_dot_512_q(w, row, a, i0, 2, out, VLM_QUANT_Q4); break;
+    case 9:  vlm_qi8_dot_512_q(w, row, a, i0, 2, out, VLM_QUANT_Q8); break;
+    case 5:  vlm_qi8_dot_512_q(w, row, a, i0, 1, out, VLM_QUANT_Q8); break;
+    default: vlm_qi8_dot_512_q(w, row, a, i0, 1, out, VLM_QUANT_Q4); break;
+    }
+
+    _mm256_zeroupper();
+}
+
+
+static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_512 = {
+    "avx512vnni", vlm_qi8_dot_512
+};
+
+
+/* cpuid leaf 7: AVX512_VNNI (subleaf 0 ecx 11), AVX-VNNI (1, eax 4) */
+static int
+vlm_qi8_cpu_has(vlm_qi8_level_t v)
+{
+    unsigned int  a, b, c, d;
+
+    if (v == VLM_QI8_AVX512VNNI) {
+        return vlm_cpu_detect() >= VLM_CPU_AVX512BF16
+               && __get_cpuid_count(7, 0, &a, &b, &c, &d)
+               && (c & (1u << 11));
+    }
+
+    if (v == VLM_QI8_AVXVNNI) {
+        return vlm_cpu_detect() >= VLM_CPU_AVX2
+               && __get_cpuid_count(7, 1, &a, &b, &c, &d)
+               && (a & (1u << 4));
+    }
+
+    return v == VLM_QI8_SCALAR
+           || (v == VLM_QI8_AVX2 && vlm_cpu_detect() >= VLM_CPU_AVX2);
+}
+
+#endif
+
+
+const vlm_quant_i8_kernel_t *
+vlm_cpu_quant_i8_kernel(vlm_qi8_level_t v)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (!vlm_qi8_cpu_has(v)) {
+        return NULL;
+    }
+
+    switch (v) {
+    case VLM_QI8_AVX512VNNI:
+        return &vlm_qi8_kernel_512;
+    case VLM_QI8_AVXVNNI:
+        return &vlm_qi8_kernel_avxvnni;
+    case VLM_QI8_AVX2:
+        return &vlm_qi8_kernel_avx2;
+    default:
+        return &vlm_qi8_kernel_scalar;
+    }
+#else
+    return v == VLM_QI8_SCALAR ? &vlm_qi8_kernel_scalar : NULL;
+#endif
+}
+
+
+vlm_qi8_level_t
+vlm_cpu_quant_i8_best(vlm_cpu_level_t level)
+{
+    vlm_qi8_level_t  v;
+
+    v = level >= VLM_CPU_AVX512BF16 ? VLM_QI8_AVX512VNNI
+        : level >= VLM_CPU_AVX2 ? VLM_QI8_AVXVNNI : VLM_QI8_SCALAR;
+
+    while (v > VLM_QI8_SCALAR && vlm_cpu_quant_i8_kernel(v) == NULL) {
+        v--;
+    }
+
+    return v;
+}
