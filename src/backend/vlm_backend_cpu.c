@@ -33,6 +33,7 @@
 #define VLM_CPU_QB          64      /* query rows per attention block */
 #define VLM_CPU_PREFILL_Q   8       /* queries from which blocks win */
 #define VLM_CPU_QUANT_FUSED 16      /* activation rows of fused kernels */
+#define VLM_CPU_KVTILE      8192    /* floats: 16-bit KV rows widened */
 
 
 typedef void (*vlm_dot_pt)(const void *w, const float *x, int x_stride,
@@ -59,6 +60,8 @@ typedef struct {
     int                xsum_groups;
     uint16_t          *xq;          /* [VLM_GEMM_NB, xq_cols] bf16 x */
     int                xq_cols;
+    const vlm_kv_kernel_t    *kv;       /* 16-bit KV caches */
+    float             *kvtile;      /* [n_threads, VLM_CPU_KVTILE] */
     vlm_dot_pt         dot[3];      /* by vlm_dtype_t */
     vlm_axpy_pt        axpy;
     vlm_softmax_pt     softmax;
@@ -1219,6 +1222,29 @@ vlm_attend(const vlm_cpu_t *cpu, float *out, const float *q,
 }
 
 
+/* the same over a 16-bit paged cache: the query kept in f32 */
+static void
+vlm_attend_h(const vlm_cpu_t *cpu, float *out, const float *q,
+    const vlm_attn_paged_t *a, int kvh, const int32_t *block_table,
+    int n_kv, float *scores)
+{
+    vlm_kv_rows_t  r;
+
+    r.stride = (size_t) a->n_kv_heads * a->head_dim;
+    r.table = block_table;
+    r.block_size = a->block_size;
+    r.dtype = a->kv_dtype;
+
+    r.base = (const uint16_t *) a->k_cache + kvh * a->head_dim;
+    cpu->kv->qk(scores, q, &r, n_kv, a->head_dim, a->scale);
+
+    cpu->softmax(scores, n_kv);
+
+    r.base = (const uint16_t *) a->v_cache + kvh * a->head_dim;
+    cpu->kv->pv(out, scores, &r, n_kv, a->head_dim);
+}
+
+
 typedef struct {
     vlm_cpu_t                *cpu;
     const vlm_attn_varlen_t  *va;
@@ -1370,15 +1396,100 @@ vlm_attn_paged_rows(void *arg, int start, int end, int thread)
         h = r % a->n_heads;
         kvh = h / (a->n_heads / a->n_kv_heads);
 
+        if (a->kv_dtype != VLM_DTYPE_F32) {
+            vlm_attend_h(job->cpu,
+                         sq->out + (size_t) i * a->n_heads * a->head_dim
+                         + h * a->head_dim,
+                         sq->q + (size_t) i * a->n_heads * a->head_dim
+                         + h * a->head_dim, a, kvh, sq->block_table,
+                         sq->kv_start + i + 1, scores);
+            continue;
+        }
+
         vlm_attend(job->cpu,
                    sq->out + (size_t) i * a->n_heads * a->head_dim
                    + h * a->head_dim,
                    sq->q + (size_t) i * a->n_heads * a->head_dim
                    + h * a->head_dim,
-                   a->k_cache + kvh * a->head_dim,
-                   a->v_cache + kvh * a->head_dim, kv_dim, sq->block_table,
-                   a->block_size, sq->kv_start + i + 1, a->head_dim,
-                   a->scale, scores);
+                   (const float *) a->k_cache + kvh * a->head_dim,
+                   (const float *) a->v_cache + kvh * a->head_dim, kv_dim,
+                   sq->block_table, a->block_size, sq->kv_start + i + 1,
+                   a->head_dim, a->scale, scores);
+    }
+}
+
+
+/*
+ * Prefill with a 16-bit cache: the rows [j0, j0 + n) of one block (of
+ * one kv head) widened into the thread's tile, hd floats apart
+ */
+static const float *
+vlm_attn_widen_rows(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
+    const void *cache, int kvh, const int32_t *table, int j0, int n,
+    float *tile)
+{
+    int              i, hd;
+    const uint16_t  *src;
+
+    hd = a->head_dim;
+    src = (const uint16_t *) cache
+          + ((size_t) table[j0 / a->block_size] * a->block_size
+             + j0 % a->block_size) * a->n_kv_heads * hd + kvh * hd;
+
+    for (i = 0; i < n; i++) {
+        cpu->kv->widen(tile + (size_t) i * hd, a->kv_dtype,
+                       src + (size_t) i * a->n_kv_heads * hd, (size_t) hd);
+    }
+
+    return tile;
+}
+
+
+/*
+ * A block of queries (rows r0.. of sq, nk keys) of head h over a 16-bit
+ * cache: as below, each run of key / value rows widened into the thread's
+ * tile before its product
+ */
+static void
+vlm_attn_paged_blocks_h(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
+    const vlm_attn_seq_t *sq, int h, int kvh, int r0, int nq, int nk,
+    float *S, float *tile)
+{
+    int           i, j, n, run, valid, hd, nh;
+    const float  *rows;
+
+    hd = a->head_dim;
+    nh = a->n_heads;
+    run = vlm_max(1, vlm_min(a->block_size, VLM_CPU_KVTILE / hd));
+
+    for (j = 0; j < nk; j += n) {
+        /* within one block */
+        n = vlm_min(vlm_min(run, nk - j),
+                    a->block_size - j % a->block_size);
+        rows = vlm_attn_widen_rows(cpu, a, a->k_cache, kvh, sq->block_table,
+                                   j, n, tile);
+
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, n, hd,
+                    a->scale, sq->q + (size_t) r0 * nh * hd + h * hd,
+                    nh * hd, rows, hd, 0.0f, S + j, nk);
+    }
+
+    for (i = 0; i < nq; i++) {
+        valid = sq->kv_start + r0 + i + 1;
+        cpu->softmax(S + (size_t) i * nk, valid);
+        memset(S + (size_t) i * nk + valid, 0,
+               (size_t) (nk - valid) * sizeof(float));
+    }
+
+    for (j = 0; j < nk; j += n) {
+        n = vlm_min(vlm_min(run, nk - j),
+                    a->block_size - j % a->block_size);
+        rows = vlm_attn_widen_rows(cpu, a, a->v_cache, kvh, sq->block_table,
+                                   j, n, tile);
+
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd, n,
+                    1.0f, S + j, nk, rows, hd, j == 0 ? 0.0f : 1.0f,
+                    sq->out + (size_t) r0 * nh * hd + h * hd, nh * hd);
     }
 }
 
@@ -1426,14 +1537,21 @@ vlm_attn_paged_blocks(void *arg, int start, int end, int thread)
         nk = sq->kv_start + r0 + nq;
         kvh = h / (nh / a->n_kv_heads);
 
+        if (a->kv_dtype != VLM_DTYPE_F32) {
+            vlm_attn_paged_blocks_h(job->cpu, a, sq, h, kvh, r0, nq, nk,
+                                    S, job->cpu->kvtile
+                                       + (size_t) thread * VLM_CPU_KVTILE);
+            continue;
+        }
+
         for (jb = 0; jb * bs < nk; jb++) {
             cols = vlm_min(bs, nk - jb * bs);
             koff = (size_t) sq->block_table[jb] * bs * kvd + kvh * hd;
 
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, cols,
                         hd, a->scale, sq->q + (size_t) r0 * nh * hd + h * hd,
-                        nh * hd, a->k_cache + koff, kvd, 0.0f, S + jb * bs,
-                        nk);
+                        nh * hd, (const float *) a->k_cache + koff, kvd,
+                        0.0f, S + jb * bs, nk);
         }
 
         for (i = 0; i < nq; i++) {
@@ -1448,7 +1566,8 @@ vlm_attn_paged_blocks(void *arg, int start, int end, int thread)
             koff = (size_t) sq->block_table[jb] * bs * kvd + kvh * hd;
 
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd,
-                        cols, 1.0f, S + jb * bs, nk, a->v_cache + koff, kvd,
+                        cols, 1.0f, S + jb * bs, nk,
+                        (const float *) a->v_cache + koff, kvd,
                         jb == 0 ? 0.0f : 1.0f,
                         sq->out + (size_t) r0 * nh * hd + h * hd, nh * hd);
         }
@@ -1483,22 +1602,31 @@ vlm_cpu_attention_paged(vlm_backend_t *be, const vlm_attn_paged_t *a)
 
 
 static void
-vlm_cpu_kv_store(vlm_backend_t *be, float *k_cache, float *v_cache,
-    const int32_t *block_table, int block_size, int kv_dim, int start,
-    const float *k, const float *v, int kv_stride, int n)
+vlm_cpu_kv_store(vlm_backend_t *be, void *k_cache, void *v_cache,
+    vlm_dtype_t dtype, const int32_t *block_table, int block_size,
+    int kv_dim, int start, const float *k, const float *v, int kv_stride,
+    int n)
 {
-    int     i, j;
-    size_t  off;
-
-    (void) be;
+    int         i, j;
+    size_t      off;
+    vlm_cpu_t  *cpu = (vlm_cpu_t *) be;
 
     for (i = 0; i < n; i++) {
         j = start + i;
         off = (size_t) (block_table[j / block_size] * block_size
                         + j % block_size) * kv_dim;
-        memcpy(k_cache + off, k + (size_t) i * kv_stride,
+
+        if (dtype != VLM_DTYPE_F32) {
+            cpu->kv->narrow((uint16_t *) k_cache + off, dtype,
+                            k + (size_t) i * kv_stride, (size_t) kv_dim);
+            cpu->kv->narrow((uint16_t *) v_cache + off, dtype,
+                            v + (size_t) i * kv_stride, (size_t) kv_dim);
+            continue;
+        }
+
+        memcpy((float *) k_cache + off, k + (size_t) i * kv_stride,
                (size_t) kv_dim * sizeof(float));
-        memcpy(v_cache + off, v + (size_t) i * kv_stride,
+        memcpy((float *) v_cache + off, v + (size_t) i * kv_stride,
                (size_t) kv_dim * sizeof(float));
     }
 }
@@ -1536,6 +1664,7 @@ vlm_cpu_free(vlm_backend_t *be)
     }
 
     vlm_cpu_release(be, cpu->scores);
+    vlm_cpu_release(be, cpu->kvtile);
     vlm_cpu_release(be, cpu->wtile);
     vlm_cpu_release(be, cpu->xq);
     vlm_cpu_release(be, cpu->xperm);
@@ -1570,7 +1699,8 @@ static const vlm_backend_ops_t  vlm_cpu_ops = {
     vlm_cpu_kv_store,
     vlm_cpu_argmax,
     NULL,                       /* host memory: the group's communicator */
-    vlm_cpu_weight_bind_quant
+    vlm_cpu_weight_bind_quant,
+    1u << VLM_DTYPE_F32 | 1u << VLM_DTYPE_BF16 | 1u << VLM_DTYPE_F16
 };
 
 
@@ -1611,6 +1741,7 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     cpu->level = vlm_cpu_level;
     cpu->gemm = vlm_cpu_gemm_kernel(cpu->level);
     cpu->quant = vlm_cpu_quant_kernel(cpu->level);
+    cpu->kv = vlm_cpu_kv_kernel(cpu->level);
     vlm_cpu_avx2 = cpu->level >= VLM_CPU_AVX2;
 
     cpu->dot[VLM_DTYPE_F32] = vlm_dot_f32;
@@ -1638,7 +1769,9 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     cpu->scores = vlm_cpu_alloc(&cpu->be, (size_t) cpu->n_threads
                                           * VLM_CPU_QB * conf->max_ctx
                                           * sizeof(float));
-    if (cpu->scores == NULL) {
+    cpu->kvtile = vlm_cpu_alloc(&cpu->be, (size_t) cpu->n_threads
+                                          * VLM_CPU_KVTILE * sizeof(float));
+    if (cpu->scores == NULL || cpu->kvtile == NULL) {
         vlm_cpu_free(&cpu->be);
         return vlm_error_set(err, VLM_ERR_NOMEM,
                              "cpu backend: no memory for attention scratch");

@@ -1,0 +1,495 @@
+/*
+ * The kernels of a 16-bit KV cache (bf16 or f16 rows): rounding the new
+ * keys and values to the cache's type (round to nearest even, as torch's
+ * .to(dtype)), the scores of a query against a run of paged key rows, the
+ * probability-weighted sum of value rows, and the widening of rows to f32
+ * for the BLAS products of prefill.  Every product is f32 (the rows
+ * widened exactly, the query kept in f32), so the levels differ only in
+ * the order of their sums:
+ *   scalar      the reference
+ *   avx2        8 columns, F16C for f16, 4 key rows at a time
+ *   avx512bf16  16 columns (AVX-512F/BW) with masked tails; vdpbf16ps is
+ *               not used: it would round the query to bf16, and these
+ *               loops are bound by reading the rows, not by the FMAs
+ */
+
+#include "vlm_cpu.h"
+
+
+static void
+vlm_kv_narrow_scalar(uint16_t *dst, vlm_dtype_t dt, const float *src,
+    size_t n)
+{
+    size_t  i;
+
+    for (i = 0; i < n; i++) {
+        dst[i] = dt == VLM_DTYPE_BF16 ? vlm_f32_to_bf16(src[i])
+                                      : vlm_f32_to_f16(src[i]);
+    }
+}
+
+
+static void
+vlm_kv_widen_scalar(float *dst, vlm_dtype_t dt, const uint16_t *src,
+    size_t n)
+{
+    vlm_dtype_to_f32(dst, src, dt, n);
+}
+
+
+static inline float
+vlm_kv_f32(vlm_dtype_t dt, uint16_t h)
+{
+    return dt == VLM_DTYPE_BF16 ? vlm_bf16_to_f32(h) : vlm_f16_to_f32(h);
+}
+
+
+static void
+vlm_kv_qk_scalar(float *s, const float *q, const vlm_kv_rows_t *r, int n,
+    int hd, float scale)
+{
+    int              j, d;
+    float            acc;
+    const uint16_t  *k;
+
+    for (j = 0; j < n; j++) {
+        k = vlm_kv_row(r, j);
+        acc = 0.0f;
+
+        for (d = 0; d < hd; d++) {
+            acc += vlm_kv_f32(r->dtype, k[d]) * q[d];
+        }
+
+        s[j] = acc * scale;
+    }
+}
+
+
+static void
+vlm_kv_pv_scalar(float *out, const float *p, const vlm_kv_rows_t *r, int n,
+    int hd)
+{
+    int              j, d;
+    const uint16_t  *v;
+
+    for (d = 0; d < hd; d++) {
+        out[d] = 0.0f;
+    }
+
+    for (j = 0; j < n; j++) {
+        v = vlm_kv_row(r, j);
+
+        for (d = 0; d < hd; d++) {
+            out[d] += p[j] * vlm_kv_f32(r->dtype, v[d]);
+        }
+    }
+}
+
+
+static const vlm_kv_kernel_t  vlm_kv_kernel_scalar = {
+    "scalar", vlm_kv_narrow_scalar, vlm_kv_widen_scalar, vlm_kv_qk_scalar,
+    vlm_kv_pv_scalar
+};
+
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#include <immintrin.h>
+
+#define VLM_AVX2        __attribute__((target("avx2,fma,f16c")))
+#define VLM_AVX512      __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define VLM_INLINE      inline __attribute__((always_inline))
+
+
+/* avx2 */
+
+static VLM_AVX2 VLM_INLINE __m256
+vlm_kv_load8(vlm_dtype_t dt, const uint16_t *p)
+{
+    __m128i  h;
+
+    h = _mm_loadu_si128((const __m128i *) p);
+
+    if (dt == VLM_DTYPE_BF16) {
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+
+    return _mm256_cvtph_ps(h);
+}
+
+
+static VLM_AVX2 VLM_INLINE float
+vlm_kv_hsum8(__m256 v)
+{
+    __m128  lo;
+
+    lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+
+    return _mm_cvtss_f32(lo);
+}
+
+
+/* bf16 and f16 rounded to nearest even, as the scalar conversions */
+static VLM_AVX2 void
+vlm_kv_narrow_avx2(uint16_t *dst, vlm_dtype_t dt, const float *src,
+    size_t n)
+{
+    size_t   i;
+    __m256i  u, nan, r;
+    __m128i  lo, hi;
+
+    for (i = 0; i + 8 <= n; i += 8) {
+        if (dt == VLM_DTYPE_F16) {
+            _mm_storeu_si128((__m128i *) (dst + i),
+                             _mm256_cvtps_ph(_mm256_loadu_ps(src + i),
+                                             _MM_FROUND_TO_NEAREST_INT
+                                             | _MM_FROUND_NO_EXC));
+            continue;
+        }
+
+        u = _mm256_castps_si256(_mm256_loadu_ps(src + i));
+        nan = _mm256_cmpgt_epi32(
+                  _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                  _mm256_set1_epi32(0x7f800000));
+        r = _mm256_add_epi32(u, _mm256_add_epi32(
+                _mm256_set1_epi32(0x7fff),
+                _mm256_and_si256(_mm256_srli_epi32(u, 16),
+                                 _mm256_set1_epi32(1))));
+        r = _mm256_blendv_epi8(r, _mm256_or_si256(u,
+                                      _mm256_set1_epi32(0x400000)), nan);
+        r = _mm256_srli_epi32(r, 16);
+        lo = _mm256_castsi256_si128(r);
+        hi = _mm256_extracti128_si256(r, 1);
+        _mm_storeu_si128((__m128i *) (dst + i), _mm_packus_epi32(lo, hi));
+    }
+
+    vlm_kv_narrow_scalar(dst + i, dt, src + i, n - i);
+}
+
+
+static VLM_AVX2 void
+vlm_kv_widen_avx2(float *dst, vlm_dtype_t dt, const uint16_t *src,
+    size_t n)
+{
+    size_t  i;
+
+    for (i = 0; i + 8 <= n; i += 8) {
+        _mm256_storeu_ps(dst + i, vlm_kv_load8(dt, src + i));
+    }
+
+    vlm_kv_widen_scalar(dst + i, dt, src + i, n - i);
+}
+
+
+static VLM_AVX2 VLM_INLINE void
+vlm_kv_qk4_avx2(float *s, vlm_dtype_t dt, const float *q,
+    const uint16_t *k, size_t stride, int nr, int hd, float scale)
+{
+    int      i, d;
+    __m256   acc[4], qv;
+    float    out[4];
+
+    for (i = 0; i < 4; i++) {
+        acc[i] = _mm256_setzero_ps();
+    }
+
+    for (d = 0; d + 8 <= hd; d += 8) {
+        qv = _mm256_loadu_ps(q + d);
+
+        for (i = 0; i < nr; i++) {
+            acc[i] = _mm256_fmadd_ps(vlm_kv_load8(dt, k + i * stride + d),
+                                     qv, acc[i]);
+        }
+    }
+
+    for (i = 0; i < nr; i++) {
+        out[i] = vlm_kv_hsum8(acc[i]);
+    }
+
+    for ( /* void */ ; d < hd; d++) {
+        for (i = 0; i < nr; i++) {
+            out[i] += vlm_kv_f32(dt, k[i * stride + d]) * q[d];
+        }
+    }
+
+    for (i = 0; i < nr; i++) {
+        s[i] = out[i] * scale;
+    }
+}
+
+
+static VLM_AVX2 void
+vlm_kv_qk_avx2(float *s, const float *q, const vlm_kv_rows_t *r, int n,
+    int hd, float scale)
+{
+    int  j, nr;
+
+    for (j = 0; j < n; j += nr) {
+        /* four rows of one block at a time */
+        nr = vlm_min(4, vlm_min(n - j, r->block_size - j % r->block_size));
+
+        if (nr == 4) {
+            vlm_kv_qk4_avx2(s + j, r->dtype, q, vlm_kv_row(r, j), r->stride,
+                            4, hd, scale);
+
+        } else {
+            vlm_kv_qk4_avx2(s + j, r->dtype, q, vlm_kv_row(r, j), r->stride,
+                            nr, hd, scale);
+        }
+    }
+}
+
+
+static VLM_AVX2 void
+vlm_kv_pv_avx2(float *out, const float *p, const vlm_kv_rows_t *r, int n,
+    int hd)
+{
+    int              j, j0, j1, d, d0, c, nc;
+    __m256           acc[4], pv;
+    const uint16_t  *v;
+
+    for (d = 0; d < hd; d++) {
+        out[d] = 0.0f;
+    }
+
+    /* a block's rows, 32 columns at a time, the sums in registers */
+    for (j0 = 0; j0 < n; j0 = j1) {
+        j1 = vlm_min(n, (j0 / r->block_size + 1) * r->block_size);
+        v = vlm_kv_row(r, j0);
+
+        for (d0 = 0; d0 + 8 <= hd; d0 += 32) {
+            nc = vlm_min(4, (hd - d0) / 8);
+
+            for (c = 0; c < nc; c++) {
+                acc[c] = _mm256_loadu_ps(out + d0 + 8 * c);
+            }
+
+            for (j = j0; j < j1; j++) {
+                pv = _mm256_set1_ps(p[j]);
+
+                for (c = 0; c < nc; c++) {
+                    acc[c] = _mm256_fmadd_ps(pv,
+                                 vlm_kv_load8(r->dtype,
+                                              v + (j - j0) * r->stride
+                                              + d0 + 8 * c), acc[c]);
+                }
+            }
+
+            for (c = 0; c < nc; c++) {
+                _mm256_storeu_ps(out + d0 + 8 * c, acc[c]);
+            }
+        }
+
+        for (d = hd & ~7; d < hd; d++) {
+            for (j = j0; j < j1; j++) {
+                out[d] += p[j] * vlm_kv_f32(r->dtype,
+                                            v[(j - j0) * r->stride + d]);
+            }
+        }
+    }
+}
+
+
+static const vlm_kv_kernel_t  vlm_kv_kernel_avx2 = {
+    "avx2", vlm_kv_narrow_avx2, vlm_kv_widen_avx2, vlm_kv_qk_avx2,
+    vlm_kv_pv_avx2
+};
+
+
+/* avx-512: 16 columns, masked loads for the tail of a row */
+
+static VLM_AVX512 VLM_INLINE __m512
+vlm_kv_load16(vlm_dtype_t dt, const uint16_t *p, __mmask16 m)
+{
+    __m256i  h;
+
+    h = _mm256_maskz_loadu_epi16(m, p);
+
+    if (dt == VLM_DTYPE_BF16) {
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+
+    return _mm512_cvtph_ps(h);
+}
+
+
+static VLM_AVX512 VLM_INLINE __mmask16
+vlm_kv_mask16(int left)
+{
+    return left >= 16 ? (__mmask16) 0xffff
+                      : (__mmask16) ((1u << (left > 0 ? left : 0)) - 1);
+}
+
+
+static VLM_AVX512 void
+vlm_kv_narrow_512(uint16_t *dst, vlm_dtype_t dt, const float *src,
+    size_t n)
+{
+    size_t     i;
+    __m512i    u, r;
+    __mmask16  nan;
+
+    for (i = 0; i + 16 <= n; i += 16) {
+        if (dt == VLM_DTYPE_F16) {
+            _mm256_storeu_si256((__m256i *) (dst + i),
+                                _mm512_cvtps_ph(_mm512_loadu_ps(src + i),
+                                                _MM_FROUND_TO_NEAREST_INT
+                                                | _MM_FROUND_NO_EXC));
+            continue;
+        }
+
+        u = _mm512_castps_si512(_mm512_loadu_ps(src + i));
+        nan = _mm512_cmpgt_epu32_mask(
+                  _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                  _mm512_set1_epi32(0x7f800000));
+        r = _mm512_add_epi32(u, _mm512_add_epi32(
+                _mm512_set1_epi32(0x7fff),
+                _mm512_and_si512(_mm512_srli_epi32(u, 16),
+                                 _mm512_set1_epi32(1))));
+        r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000));
+        _mm256_storeu_si256((__m256i *) (dst + i),
+                            _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+    }
+
+    vlm_kv_narrow_scalar(dst + i, dt, src + i, n - i);
+}
+
+
+static VLM_AVX512 void
+vlm_kv_widen_512(float *dst, vlm_dtype_t dt, const uint16_t *src,
+    size_t n)
+{
+    size_t  i;
+
+    for (i = 0; i + 16 <= n; i += 16) {
+        _mm512_storeu_ps(dst + i, vlm_kv_load16(dt, src + i, 0xffff));
+    }
+
+    vlm_kv_widen_scalar(dst + i, dt, src + i, n - i);
+}
+
+
+static VLM_AVX512 VLM_INLINE void
+vlm_kv_qk4_512(float *s, vlm_dtype_t dt, const float *q, const uint16_t *k,
+    size_t stride, int nr, int hd, float scale)
+{
+    int        i, d;
+    __m512     acc[4], qv;
+    __mmask16  m;
+
+    for (i = 0; i < 4; i++) {
+        acc[i] = _mm512_setzero_ps();
+    }
+
+    for (d = 0; d < hd; d += 16) {
+        m = vlm_kv_mask16(hd - d);
+        qv = _mm512_maskz_loadu_ps(m, q + d);
+
+        for (i = 0; i < nr; i++) {
+            acc[i] = _mm512_fmadd_ps(vlm_kv_load16(dt, k + i * stride + d,
+                                                   m),
+                                     qv, acc[i]);
+        }
+    }
+
+    for (i = 0; i < nr; i++) {
+        s[i] = _mm512_reduce_add_ps(acc[i]) * scale;
+    }
+}
+
+
+static VLM_AVX512 void
+vlm_kv_qk_512(float *s, const float *q, const vlm_kv_rows_t *r, int n,
+    int hd, float scale)
+{
+    int  j, nr;
+
+    for (j = 0; j < n; j += nr) {
+        nr = vlm_min(4, vlm_min(n - j, r->block_size - j % r->block_size));
+
+        if (nr == 4) {
+            vlm_kv_qk4_512(s + j, r->dtype, q, vlm_kv_row(r, j), r->stride,
+                           4, hd, scale);
+
+        } else {
+            vlm_kv_qk4_512(s + j, r->dtype, q, vlm_kv_row(r, j), r->stride,
+                           nr, hd, scale);
+        }
+    }
+}
+
+
+static VLM_AVX512 void
+vlm_kv_pv_512(float *out, const float *p, const vlm_kv_rows_t *r, int n,
+    int hd)
+{
+    int              j, j0, j1, d, d0, c, nc;
+    __m512           acc[4], pv;
+    __mmask16        m[4];
+    const uint16_t  *v;
+
+    for (d = 0; d < hd; d++) {
+        out[d] = 0.0f;
+    }
+
+    /* a block's rows, 64 columns at a time, the sums in registers */
+    for (j0 = 0; j0 < n; j0 = j1) {
+        j1 = vlm_min(n, (j0 / r->block_size + 1) * r->block_size);
+        v = vlm_kv_row(r, j0);
+
+        for (d0 = 0; d0 < hd; d0 += 64) {
+            nc = vlm_min(4, (hd - d0 + 15) / 16);
+
+            for (c = 0; c < nc; c++) {
+                m[c] = vlm_kv_mask16(hd - d0 - 16 * c);
+                acc[c] = _mm512_maskz_loadu_ps(m[c], out + d0 + 16 * c);
+            }
+
+            for (j = j0; j < j1; j++) {
+                pv = _mm512_set1_ps(p[j]);
+
+                for (c = 0; c < nc; c++) {
+                    acc[c] = _mm512_fmadd_ps(pv,
+                                 vlm_kv_load16(r->dtype,
+                                               v + (j - j0) * r->stride
+                                               + d0 + 16 * c, m[c]),
+                                 acc[c]);
+                }
+            }
+
+            for (c = 0; c < nc; c++) {
+                _mm512_mask_storeu_ps(out + d0 + 16 * c, m[c], acc[c]);
+            }
+        }
+    }
+}
+
+
+static const vlm_kv_kernel_t  vlm_kv_kernel_512 = {
+    "avx512bf16", vlm_kv_narrow_512, vlm_kv_widen_512, vlm_kv_qk_512,
+    vlm_kv_pv_512
+};
+
+#endif
+
+
+const vlm_kv_kernel_t *
+vlm_cpu_kv_kernel(vlm_cpu_level_t level)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    switch (level) {
+    case VLM_CPU_AVX512BF16:
+        return &vlm_kv_kernel_512;
+    case VLM_CPU_AVX2:
+        return &vlm_kv_kernel_avx2;
+    default:
+        break;
+    }
+#endif
+
+    return &vlm_kv_kernel_scalar;
+}
