@@ -5,6 +5,7 @@
  *
  *   vlm-cli logits --model DIR --ids FILE [--pixels NPY --grid T,H,W]...
  *                  --out LOGITS.npy [--all] [--threads N]
+ *                  [--kv-dtype auto|f32|bf16|f16]
  *   vlm-cli generate --model DIR --ids FILE [--pixels NPY --grid T,H,W]...
  *                  [--max-tokens N] [--temperature T] [--top-k K]
  *                  [--top-p P] [--min-p P] [--seed S]
@@ -44,6 +45,7 @@ typedef struct {
     const char            *out;
     int                    all;
     int                    threads;
+    const char            *kv_dtype;      /* --kv-dtype, NULL: auto */
     int                    max_tokens;
     int                    ignore_eos;
     int                    n_images;
@@ -208,6 +210,16 @@ vlm_cli_parse(vlm_cli_run_t *r, int argc, char **argv, vlm_cli_mode_t mode)
 
         } else if (strcmp(o, "--threads") == 0) {
             r->threads = atoi(v);
+
+        } else if (strcmp(o, "--kv-dtype") == 0) {
+            if (strcmp(v, "auto") != 0 && strcmp(v, "f32") != 0
+                && strcmp(v, "bf16") != 0 && strcmp(v, "f16") != 0)
+            {
+                return vlm_cli_fail("--kv-dtype takes auto, f32, bf16 or "
+                                    "f16, not \"%s\"", v);
+            }
+
+            r->kv_dtype = v;
 
         } else if (strcmp(o, "--pixels") == 0 && mode != VLM_CLI_RUN) {
             if (r->n_images == VLM_CLI_MAX_IMAGES) {
@@ -620,6 +632,7 @@ vlm_cli_open(vlm_cli_run_t *r, int extra, vlm_model_t **m, vlm_seq_t **seq)
 
     vlm_model_params_default(&p);
     p.n_threads = r->threads;
+    p.kv_dtype = r->kv_dtype;
     p.max_seqs = 1;
     p.max_seq_len = r->n_ids + extra + 1;
     p.max_image_patches = patches;

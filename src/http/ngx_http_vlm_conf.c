@@ -56,6 +56,7 @@ ngx_http_vlm_create_main_conf(ngx_conf_t *cf)
     vmcf->image_cache = NGX_CONF_UNSET_SIZE;
     vmcf->feature_pool = NGX_CONF_UNSET_SIZE;
     vmcf->prefix_cache = NGX_CONF_UNSET;
+    vmcf->kv_dtype = NGX_CONF_UNSET_UINT;
     vmcf->max_queued = NGX_CONF_UNSET_UINT;
     vmcf->engine_hang_timeout = NGX_CONF_UNSET_MSEC;
     vmcf->request_timeout = NGX_CONF_UNSET_MSEC;
@@ -108,6 +109,7 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
                              NGX_HTTP_VLM_DEFAULT_IMAGE_CACHE);
     ngx_conf_init_size_value(vmcf->feature_pool, 0);
     ngx_conf_init_value(vmcf->prefix_cache, 1);
+    ngx_conf_init_uint_value(vmcf->kv_dtype, NGX_HTTP_VLM_KV_AUTO);
     ngx_conf_init_uint_value(vmcf->max_queued,
                              NGX_HTTP_VLM_DEFAULT_MAX_QUEUED);
     ngx_conf_init_msec_value(vmcf->engine_hang_timeout, 60000);
@@ -947,6 +949,8 @@ ngx_http_vlm_engine_params(ngx_http_vlm_main_conf_t *vmcf,
     params->image_cache_bytes = vmcf->image_cache;
     params->feature_pool_bytes = vmcf->feature_pool;
     params->prefix_cache = (int) vmcf->prefix_cache;
+    params->kv_dtype =
+        (const char *) ngx_http_vlm_kv_dtypes[vmcf->kv_dtype].name.data;
     params->tp_size = (int) vmcf->tensor_parallel;
     params->backend = vmcf->backend == NGX_HTTP_VLM_BACKEND_CUDA ? "cuda"
                                                                   : "cpu";
