@@ -983,6 +983,18 @@ check_kv16(int level, vlm_dtype_t dt, int nh, int nkv, int hd, int bs,
     be->ops->attention_paged(be, &pa);
     assert_close(out, sc, (size_t) n * nh * hd, 1e-4f);
 
+    /* the last row alone: its heads split between the threads */
+    memset(out, 0, (size_t) n * nh * hd * sizeof(float));
+    pa.seqs = &rows[n - 1];
+    pa.n_seqs = 1;
+    be->ops->attention_paged(be, &pa);
+    assert_close(out + (size_t) (n - 1) * nh * hd,
+                 sc + (size_t) (n - 1) * nh * hd, (size_t) nh * hd, 1e-4f);
+
+    pa.seqs = rows;
+    pa.n_seqs = n;
+    be->ops->attention_paged(be, &pa);
+
     if (scalar_out != NULL) {
         assert_close(out, scalar_out, (size_t) n * nh * hd, 2e-5f);
     }

@@ -1222,33 +1222,12 @@ vlm_attend(const vlm_cpu_t *cpu, float *out, const float *q,
 }
 
 
-/* the same over a 16-bit paged cache: the query kept in f32 */
-static void
-vlm_attend_h(const vlm_cpu_t *cpu, float *out, const float *q,
-    const vlm_attn_paged_t *a, int kvh, const int32_t *block_table,
-    int n_kv, float *scores)
-{
-    vlm_kv_rows_t  r;
-
-    r.stride = (size_t) a->n_kv_heads * a->head_dim;
-    r.table = block_table;
-    r.block_size = a->block_size;
-    r.dtype = a->kv_dtype;
-
-    r.base = (const uint16_t *) a->k_cache + kvh * a->head_dim;
-    cpu->kv->qk(scores, q, &r, n_kv, a->head_dim, a->scale);
-
-    cpu->softmax(scores, n_kv);
-
-    r.base = (const uint16_t *) a->v_cache + kvh * a->head_dim;
-    cpu->kv->pv(out, scores, &r, n_kv, a->head_dim);
-}
-
-
 typedef struct {
     vlm_cpu_t                *cpu;
     const vlm_attn_varlen_t  *va;
     const vlm_attn_paged_t   *pa;
+    int                       chunks;   /* 16-bit decode: jobs a kv head */
+    int                       per;      /*   of per query heads each */
 } vlm_attn_job_t;
 
 
@@ -1396,16 +1375,6 @@ vlm_attn_paged_rows(void *arg, int start, int end, int thread)
         h = r % a->n_heads;
         kvh = h / (a->n_heads / a->n_kv_heads);
 
-        if (a->kv_dtype != VLM_DTYPE_F32) {
-            vlm_attend_h(job->cpu,
-                         sq->out + (size_t) i * a->n_heads * a->head_dim
-                         + h * a->head_dim,
-                         sq->q + (size_t) i * a->n_heads * a->head_dim
-                         + h * a->head_dim, a, kvh, sq->block_table,
-                         sq->kv_start + i + 1, scores);
-            continue;
-        }
-
         vlm_attend(job->cpu,
                    sq->out + (size_t) i * a->n_heads * a->head_dim
                    + h * a->head_dim,
@@ -1415,6 +1384,87 @@ vlm_attn_paged_rows(void *arg, int start, int end, int thread)
                    (const float *) a->v_cache + kvh * a->head_dim, kv_dim,
                    sq->block_table, a->block_size, sq->kv_start + i + 1,
                    a->head_dim, a->scale, scores);
+    }
+}
+
+
+/*
+ * Decode rows over a 16-bit cache: a job is one query row and a run of
+ * the query heads of one kv head (all of them when there are enough
+ * jobs for the threads), so that each key and value row is read from
+ * memory once for the run, block by block, the other heads finding it
+ * in L1: scores of every head, their softmax, then the weighted sums
+ */
+static void
+vlm_attn_paged_group(void *arg, int start, int end, int thread)
+{
+    int                      t, s, base, r, i, kvh, c, g, g0, g1, G, hd;
+    int                      nh, n, jb, bs, rows, jobs;
+    float                   *S;
+    vlm_kv_rows_t            kr;
+    vlm_attn_job_t          *job = arg;
+    const vlm_attn_seq_t    *sq;
+    const vlm_attn_paged_t  *a = job->pa;
+
+    S = job->cpu->scores + (size_t) thread * VLM_CPU_QB * job->cpu->max_ctx;
+    hd = a->head_dim;
+    nh = a->n_heads;
+    bs = a->block_size;
+    G = nh / a->n_kv_heads;
+    jobs = a->n_kv_heads * job->chunks;
+    s = 0;
+    base = 0;
+
+    kr.stride = (size_t) a->n_kv_heads * hd;
+    kr.block_size = bs;
+    kr.dtype = a->kv_dtype;
+
+    for (t = start; t < end; t++) {
+        while (t - base >= a->seqs[s].n_q * jobs) {
+            base += a->seqs[s].n_q * jobs;
+            s++;
+        }
+
+        sq = &a->seqs[s];
+        r = t - base;
+        i = r / jobs;
+        kvh = r % jobs / job->chunks;
+        c = r % job->chunks;
+        g0 = kvh * G + c * job->per;
+        g1 = vlm_min(g0 + job->per, (kvh + 1) * G);
+        n = sq->kv_start + i + 1;
+
+        kr.base = (const uint16_t *) a->k_cache + kvh * hd;
+
+        for (jb = 0; jb * bs < n; jb++) {
+            kr.table = sq->block_table + jb;
+            rows = vlm_min(bs, n - jb * bs);
+
+            for (g = g0; g < g1; g++) {
+                job->cpu->kv->qk(S + (size_t) (g - g0) * n + jb * bs,
+                                 sq->q + ((size_t) i * nh + g) * hd, &kr,
+                                 rows, hd, a->scale);
+            }
+        }
+
+        for (g = g0; g < g1; g++) {
+            job->cpu->softmax(S + (size_t) (g - g0) * n, n);
+            memset(sq->out + ((size_t) i * nh + g) * hd, 0,
+                   (size_t) hd * sizeof(float));
+        }
+
+        kr.base = (const uint16_t *) a->v_cache + kvh * hd;
+
+        for (jb = 0; jb * bs < n; jb++) {
+            kr.table = sq->block_table + jb;
+            rows = vlm_min(bs, n - jb * bs);
+
+            for (g = g0; g < g1; g++) {
+                job->cpu->kv->pv(sq->out + ((size_t) i * nh + g) * hd,
+                                 S + (size_t) (g - g0) * n + jb * bs, &kr,
+                                 rows, hd);
+            }
+        }
     }
 }
 
@@ -1578,7 +1628,7 @@ vlm_attn_paged_blocks(void *arg, int start, int end, int thread)
 static void
 vlm_cpu_attention_paged(vlm_backend_t *be, const vlm_attn_paged_t *a)
 {
-    int             s, n, blocks, max_q;
+    int             s, n, blocks, max_q, G, rows;
     vlm_attn_job_t  job = { .cpu = (vlm_cpu_t *) be, .pa = a };
 
     n = 0;
@@ -1594,6 +1644,20 @@ vlm_cpu_attention_paged(vlm_backend_t *be, const vlm_attn_paged_t *a)
     if (max_q >= VLM_CPU_PREFILL_Q) {
         vlm_threadpool_run(job.cpu->pool, blocks * a->n_heads,
                            vlm_attn_paged_blocks, &job);
+        return;
+    }
+
+    if (a->kv_dtype != VLM_DTYPE_F32) {
+        /* runs of query heads: as long as the threads need no more jobs */
+        G = a->n_heads / a->n_kv_heads;
+        rows = n / a->n_heads * a->n_kv_heads;
+        job.chunks = vlm_min(G, vlm_max(1, (job.cpu->n_threads + rows - 1)
+                                           / rows));
+        job.per = vlm_min((G + job.chunks - 1) / job.chunks, VLM_CPU_QB);
+        job.chunks = (G + job.per - 1) / job.per;
+
+        vlm_threadpool_run(job.cpu->pool, rows * job.chunks,
+                           vlm_attn_paged_group, &job);
         return;
     }
 

@@ -91,7 +91,7 @@ vlm_kv_row(const vlm_kv_rows_t *r, int j)
 
 /*
  * narrow(): f32 to dtype, rounded to nearest even; widen(): back;
- * qk(): s[j] = scale * q . k_j for rows 0..n-1; pv(): out[hd] =
+ * qk(): s[j] = scale * q . k_j for rows 0..n-1; pv(): out[hd] +=
  * sum_j p[j] v_j
  */
 typedef struct {

@@ -72,10 +72,6 @@ vlm_kv_pv_scalar(float *out, const float *p, const vlm_kv_rows_t *r, int n,
     int              j, d;
     const uint16_t  *v;
 
-    for (d = 0; d < hd; d++) {
-        out[d] = 0.0f;
-    }
-
     for (j = 0; j < n; j++) {
         v = vlm_kv_row(r, j);
 
@@ -251,10 +247,6 @@ vlm_kv_pv_avx2(float *out, const float *p, const vlm_kv_rows_t *r, int n,
     __m256           acc[4], pv;
     const uint16_t  *v;
 
-    for (d = 0; d < hd; d++) {
-        out[d] = 0.0f;
-    }
-
     /* a block's rows, 32 columns at a time, the sums in registers */
     for (j0 = 0; j0 < n; j0 = j1) {
         j1 = vlm_min(n, (j0 / r->block_size + 1) * r->block_size);
@@ -427,14 +419,10 @@ static VLM_AVX512 void
 vlm_kv_pv_512(float *out, const float *p, const vlm_kv_rows_t *r, int n,
     int hd)
 {
-    int              j, j0, j1, d, d0, c, nc;
+    int              j, j0, j1, d0, c, nc;
     __m512           acc[4], pv;
     __mmask16        m[4];
     const uint16_t  *v;
-
-    for (d = 0; d < hd; d++) {
-        out[d] = 0.0f;
-    }
 
     /* a block's rows, 64 columns at a time, the sums in registers */
     for (j0 = 0; j0 < n; j0 = j1) {
