@@ -15,6 +15,7 @@
  *            [--heads 14,2,64]  (the attention's heads, KV heads and head
  *                                dim: the 0.5B shape's; the layers are
  *                                the model's)
+ *            [--layers N]       (the attention alone, N layers: no model)
  */
 
 #define _GNU_SOURCE
@@ -215,6 +216,7 @@ main(int argc, char **argv)
 {
     int                      i, j, c, r, d, threads, n_decode, reps, n_kv;
     int                      n_ctx, ctx[BENCH_MAX_CTX], o, nl, nh, nkv, hd;
+    int                      layers;
     char                     kvs[BENCH_MAX_KV][8], ctxs[BENCH_MAX_CTX][8];
     double                   t0, t_pre, base;
     double                   tok[BENCH_MAX_KV][BENCH_MAX_REPS];
@@ -235,6 +237,7 @@ main(int argc, char **argv)
     nh = 14;
     nkv = 2;
     hd = 64;
+    layers = 0;
 
     for (i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--model") == 0) {
@@ -254,6 +257,9 @@ main(int argc, char **argv)
 
         } else if (strcmp(argv[i], "--ctx") == 0) {
             ctx_list = argv[i + 1];
+
+        } else if (strcmp(argv[i], "--layers") == 0) {
+            layers = atoi(argv[i + 1]);
 
         } else if (strcmp(argv[i], "--heads") == 0) {
             if (sscanf(argv[i + 1], "%d,%d,%d", &nh, &nkv, &hd) != 3
@@ -295,6 +301,11 @@ main(int argc, char **argv)
            "interleaved\n", dir, threads, n_decode, reps);
 
     for (c = 0; c < n_ctx; c++) {
+        if (layers > 0) {
+            nl = layers;
+            goto attention;
+        }
+
         ids = malloc((size_t) ctx[c] * sizeof(int32_t));
         if (ids == NULL) {
             return 1;
@@ -374,6 +385,8 @@ main(int argc, char **argv)
         }
 
         free(ids);
+
+    attention:
 
         for (r = 0; r < reps; r++) {
             for (o = 0; o < n_kv; o++) {

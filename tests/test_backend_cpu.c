@@ -673,8 +673,8 @@ test_paged_attention_matches_contiguous(void **state)
     be->ops->kv_store(be, vlm_kv_layer_k(&kv, 0), vlm_kv_layer_v(&kv, 0),
                       VLM_DTYPE_F32, table, 8, kvd, 0, k, v, kvd, 13);
     be->ops->kv_store(be, vlm_kv_layer_k(&kv, 0), vlm_kv_layer_v(&kv, 0),
-                      VLM_DTYPE_F32, table, 8, kvd, 13, k + 13 * kvd, v + 13 * kvd, kvd,
-                      8);
+                      VLM_DTYPE_F32, table, 8, kvd, 13, k + 13 * kvd,
+                      v + 13 * kvd, kvd, 8);
 
     sq[0].out = out;
     sq[0].q = q;

@@ -613,7 +613,8 @@ check_paged(int n_seqs, int n_heads, int n_kv_heads, int head_dim,
         sg[s].block_table = dbt + (size_t) s * nb;
 
         cpu->ops->kv_store(cpu, kc, vc, VLM_DTYPE_F32, sc[s].block_table,
-                           block_size, kv_dim, sc[s].kv_start, k + (size_t) used * kv_dim,
+                           block_size, kv_dim, sc[s].kv_start,
+                           k + (size_t) used * kv_dim,
                            v + (size_t) used * kv_dim, kv_dim, sc[s].n_q);
         gpu->ops->kv_store(gpu, dkc, dvc, VLM_DTYPE_F32, sg[s].block_table,
                            block_size, kv_dim, sg[s].kv_start,

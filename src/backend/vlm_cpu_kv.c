@@ -180,39 +180,75 @@ vlm_kv_widen_avx2(float *dst, vlm_dtype_t dt, const uint16_t *src,
 }
 
 
-static VLM_AVX2 VLM_INLINE void
-vlm_kv_qk4_avx2(float *s, vlm_dtype_t dt, const float *q,
-    const uint16_t *k, size_t stride, int nr, int hd, float scale)
+/* one row's dot product with q, 8 columns at a time */
+static VLM_AVX2 VLM_INLINE float
+vlm_kv_dot_avx2(vlm_dtype_t dt, const float *q, const uint16_t *k, int hd)
 {
-    int      i, d;
-    __m256   acc[4], qv;
-    float    out[4];
+    int     d;
+    float   s;
+    __m256  acc;
 
-    for (i = 0; i < 4; i++) {
-        acc[i] = _mm256_setzero_ps();
-    }
+    acc = _mm256_setzero_ps();
 
     for (d = 0; d + 8 <= hd; d += 8) {
-        qv = _mm256_loadu_ps(q + d);
-
-        for (i = 0; i < nr; i++) {
-            acc[i] = _mm256_fmadd_ps(vlm_kv_load8(dt, k + i * stride + d),
-                                     qv, acc[i]);
-        }
+        acc = _mm256_fmadd_ps(vlm_kv_load8(dt, k + d), _mm256_loadu_ps(q + d),
+                              acc);
     }
 
-    for (i = 0; i < nr; i++) {
-        out[i] = vlm_kv_hsum8(acc[i]);
-    }
+    s = vlm_kv_hsum8(acc);
 
     for ( /* void */ ; d < hd; d++) {
-        for (i = 0; i < nr; i++) {
-            out[i] += vlm_kv_f32(dt, k[i * stride + d]) * q[d];
-        }
+        s += vlm_kv_f32(dt, k[d]) * q[d];
     }
 
-    for (i = 0; i < nr; i++) {
-        s[i] = out[i] * scale;
+    return s;
+}
+
+
+/* dt a constant where inlined: one loop a dtype */
+static VLM_AVX2 VLM_INLINE void
+vlm_kv_qk_avx2_dt(vlm_dtype_t dt, float *s, const float *q,
+    const vlm_kv_rows_t *r, int n, int hd, float scale)
+{
+    int              j, d, left;
+    __m256           a0, a1, a2, a3, qv;
+    const uint16_t  *k;
+    size_t           st;
+
+    st = r->stride;
+
+    for (j = 0; j < n; /* void */) {
+        k = vlm_kv_row(r, j);
+        left = vlm_min(n - j, r->block_size - j % r->block_size);
+
+        /* four rows of one block at a time */
+        for ( /* void */ ; left >= 4 && (hd & 7) == 0; left -= 4, j += 4) {
+            a0 = _mm256_setzero_ps();
+            a1 = a0;
+            a2 = a0;
+            a3 = a0;
+
+            for (d = 0; d < hd; d += 8) {
+                qv = _mm256_loadu_ps(q + d);
+                a0 = _mm256_fmadd_ps(vlm_kv_load8(dt, k + d), qv, a0);
+                a1 = _mm256_fmadd_ps(vlm_kv_load8(dt, k + st + d), qv, a1);
+                a2 = _mm256_fmadd_ps(vlm_kv_load8(dt, k + 2 * st + d), qv,
+                                     a2);
+                a3 = _mm256_fmadd_ps(vlm_kv_load8(dt, k + 3 * st + d), qv,
+                                     a3);
+            }
+
+            s[j] = vlm_kv_hsum8(a0) * scale;
+            s[j + 1] = vlm_kv_hsum8(a1) * scale;
+            s[j + 2] = vlm_kv_hsum8(a2) * scale;
+            s[j + 3] = vlm_kv_hsum8(a3) * scale;
+            k += 4 * st;
+        }
+
+        for ( /* void */ ; left > 0; left--, j++) {
+            s[j] = vlm_kv_dot_avx2(dt, q, k, hd) * scale;
+            k += st;
+        }
     }
 }
 
@@ -221,19 +257,68 @@ static VLM_AVX2 void
 vlm_kv_qk_avx2(float *s, const float *q, const vlm_kv_rows_t *r, int n,
     int hd, float scale)
 {
-    int  j, nr;
+    if (r->dtype == VLM_DTYPE_BF16) {
+        vlm_kv_qk_avx2_dt(VLM_DTYPE_BF16, s, q, r, n, hd, scale);
 
-    for (j = 0; j < n; j += nr) {
-        /* four rows of one block at a time */
-        nr = vlm_min(4, vlm_min(n - j, r->block_size - j % r->block_size));
+    } else {
+        vlm_kv_qk_avx2_dt(VLM_DTYPE_F16, s, q, r, n, hd, scale);
+    }
+}
 
-        if (nr == 4) {
-            vlm_kv_qk4_avx2(s + j, r->dtype, q, vlm_kv_row(r, j), r->stride,
-                            4, hd, scale);
 
-        } else {
-            vlm_kv_qk4_avx2(s + j, r->dtype, q, vlm_kv_row(r, j), r->stride,
-                            nr, hd, scale);
+static VLM_AVX2 VLM_INLINE void
+vlm_kv_pv_avx2_dt(vlm_dtype_t dt, float *out, const float *p,
+    const vlm_kv_rows_t *r, int n, int hd)
+{
+    int              j, j0, j1, d, d0, c, nc;
+    __m256           a0, a1, a2, a3, pv;
+    const uint16_t  *v, *row;
+
+    /* a block's rows, 32 columns at a time, the sums in registers */
+    for (j0 = 0; j0 < n; j0 = j1) {
+        j1 = vlm_min(n, (j0 / r->block_size + 1) * r->block_size);
+        v = vlm_kv_row(r, j0);
+
+        for (d0 = 0; d0 + 32 <= hd; d0 += 32) {
+            a0 = _mm256_loadu_ps(out + d0);
+            a1 = _mm256_loadu_ps(out + d0 + 8);
+            a2 = _mm256_loadu_ps(out + d0 + 16);
+            a3 = _mm256_loadu_ps(out + d0 + 24);
+
+            for (j = j0; j < j1; j++) {
+                pv = _mm256_set1_ps(p[j]);
+                row = v + (j - j0) * r->stride + d0;
+                a0 = _mm256_fmadd_ps(pv, vlm_kv_load8(dt, row), a0);
+                a1 = _mm256_fmadd_ps(pv, vlm_kv_load8(dt, row + 8), a1);
+                a2 = _mm256_fmadd_ps(pv, vlm_kv_load8(dt, row + 16), a2);
+                a3 = _mm256_fmadd_ps(pv, vlm_kv_load8(dt, row + 24), a3);
+            }
+
+            _mm256_storeu_ps(out + d0, a0);
+            _mm256_storeu_ps(out + d0 + 8, a1);
+            _mm256_storeu_ps(out + d0 + 16, a2);
+            _mm256_storeu_ps(out + d0 + 24, a3);
+        }
+
+        /* the columns past the last 32: 8 at a time, then one by one */
+        nc = (hd - d0) / 8;
+
+        for (c = 0; c < nc; c++) {
+            a0 = _mm256_loadu_ps(out + d0 + 8 * c);
+
+            for (j = j0; j < j1; j++) {
+                a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[j]),
+                                     vlm_kv_load8(dt, v + (j - j0) * r->stride
+                                                      + d0 + 8 * c), a0);
+            }
+
+            _mm256_storeu_ps(out + d0 + 8 * c, a0);
+        }
+
+        for (d = d0 + 8 * nc; d < hd; d++) {
+            for (j = j0; j < j1; j++) {
+                out[d] += p[j] * vlm_kv_f32(dt, v[(j - j0) * r->stride + d]);
+            }
         }
     }
 }
@@ -243,44 +328,11 @@ static VLM_AVX2 void
 vlm_kv_pv_avx2(float *out, const float *p, const vlm_kv_rows_t *r, int n,
     int hd)
 {
-    int              j, j0, j1, d, d0, c, nc;
-    __m256           acc[4], pv;
-    const uint16_t  *v;
+    if (r->dtype == VLM_DTYPE_BF16) {
+        vlm_kv_pv_avx2_dt(VLM_DTYPE_BF16, out, p, r, n, hd);
 
-    /* a block's rows, 32 columns at a time, the sums in registers */
-    for (j0 = 0; j0 < n; j0 = j1) {
-        j1 = vlm_min(n, (j0 / r->block_size + 1) * r->block_size);
-        v = vlm_kv_row(r, j0);
-
-        for (d0 = 0; d0 + 8 <= hd; d0 += 32) {
-            nc = vlm_min(4, (hd - d0) / 8);
-
-            for (c = 0; c < nc; c++) {
-                acc[c] = _mm256_loadu_ps(out + d0 + 8 * c);
-            }
-
-            for (j = j0; j < j1; j++) {
-                pv = _mm256_set1_ps(p[j]);
-
-                for (c = 0; c < nc; c++) {
-                    acc[c] = _mm256_fmadd_ps(pv,
-                                 vlm_kv_load8(r->dtype,
-                                              v + (j - j0) * r->stride
-                                              + d0 + 8 * c), acc[c]);
-                }
-            }
-
-            for (c = 0; c < nc; c++) {
-                _mm256_storeu_ps(out + d0 + 8 * c, acc[c]);
-            }
-        }
-
-        for (d = hd & ~7; d < hd; d++) {
-            for (j = j0; j < j1; j++) {
-                out[d] += p[j] * vlm_kv_f32(r->dtype,
-                                            v[(j - j0) * r->stride + d]);
-            }
-        }
+    } else {
+        vlm_kv_pv_avx2_dt(VLM_DTYPE_F16, out, p, r, n, hd);
     }
 }
 
@@ -365,31 +417,70 @@ vlm_kv_widen_512(float *dst, vlm_dtype_t dt, const uint16_t *src,
 }
 
 
-static VLM_AVX512 VLM_INLINE void
-vlm_kv_qk4_512(float *s, vlm_dtype_t dt, const float *q, const uint16_t *k,
-    size_t stride, int nr, int hd, float scale)
+static VLM_AVX512 VLM_INLINE float
+vlm_kv_dot_512(vlm_dtype_t dt, const float *q, const uint16_t *k, int hd)
 {
-    int        i, d;
-    __m512     acc[4], qv;
+    int        d;
+    __m512     acc;
     __mmask16  m;
 
-    for (i = 0; i < 4; i++) {
-        acc[i] = _mm512_setzero_ps();
-    }
+    acc = _mm512_setzero_ps();
 
     for (d = 0; d < hd; d += 16) {
         m = vlm_kv_mask16(hd - d);
-        qv = _mm512_maskz_loadu_ps(m, q + d);
-
-        for (i = 0; i < nr; i++) {
-            acc[i] = _mm512_fmadd_ps(vlm_kv_load16(dt, k + i * stride + d,
-                                                   m),
-                                     qv, acc[i]);
-        }
+        acc = _mm512_fmadd_ps(vlm_kv_load16(dt, k + d, m),
+                              _mm512_maskz_loadu_ps(m, q + d), acc);
     }
 
-    for (i = 0; i < nr; i++) {
-        s[i] = _mm512_reduce_add_ps(acc[i]) * scale;
+    return _mm512_reduce_add_ps(acc);
+}
+
+
+static VLM_AVX512 VLM_INLINE void
+vlm_kv_qk_512_dt(vlm_dtype_t dt, float *s, const float *q,
+    const vlm_kv_rows_t *r, int n, int hd, float scale)
+{
+    int              j, d, left;
+    __m512           a0, a1, a2, a3, qv;
+    const uint16_t  *k;
+    size_t           st;
+
+    st = r->stride;
+
+    for (j = 0; j < n; /* void */) {
+        k = vlm_kv_row(r, j);
+        left = vlm_min(n - j, r->block_size - j % r->block_size);
+
+        /* four rows of one block at a time, whole zmm columns */
+        for ( /* void */ ; left >= 4 && (hd & 15) == 0; left -= 4, j += 4) {
+            a0 = _mm512_setzero_ps();
+            a1 = a0;
+            a2 = a0;
+            a3 = a0;
+
+            for (d = 0; d < hd; d += 16) {
+                qv = _mm512_loadu_ps(q + d);
+                a0 = _mm512_fmadd_ps(vlm_kv_load16(dt, k + d, 0xffff), qv,
+                                     a0);
+                a1 = _mm512_fmadd_ps(vlm_kv_load16(dt, k + st + d, 0xffff),
+                                     qv, a1);
+                a2 = _mm512_fmadd_ps(vlm_kv_load16(dt, k + 2 * st + d,
+                                                   0xffff), qv, a2);
+                a3 = _mm512_fmadd_ps(vlm_kv_load16(dt, k + 3 * st + d,
+                                                   0xffff), qv, a3);
+            }
+
+            s[j] = _mm512_reduce_add_ps(a0) * scale;
+            s[j + 1] = _mm512_reduce_add_ps(a1) * scale;
+            s[j + 2] = _mm512_reduce_add_ps(a2) * scale;
+            s[j + 3] = _mm512_reduce_add_ps(a3) * scale;
+            k += 4 * st;
+        }
+
+        for ( /* void */ ; left > 0; left--, j++) {
+            s[j] = vlm_kv_dot_512(dt, q, k, hd) * scale;
+            k += st;
+        }
     }
 }
 
@@ -398,18 +489,68 @@ static VLM_AVX512 void
 vlm_kv_qk_512(float *s, const float *q, const vlm_kv_rows_t *r, int n,
     int hd, float scale)
 {
-    int  j, nr;
+    if (r->dtype == VLM_DTYPE_BF16) {
+        vlm_kv_qk_512_dt(VLM_DTYPE_BF16, s, q, r, n, hd, scale);
 
-    for (j = 0; j < n; j += nr) {
-        nr = vlm_min(4, vlm_min(n - j, r->block_size - j % r->block_size));
+    } else {
+        vlm_kv_qk_512_dt(VLM_DTYPE_F16, s, q, r, n, hd, scale);
+    }
+}
 
-        if (nr == 4) {
-            vlm_kv_qk4_512(s + j, r->dtype, q, vlm_kv_row(r, j), r->stride,
-                           4, hd, scale);
 
-        } else {
-            vlm_kv_qk4_512(s + j, r->dtype, q, vlm_kv_row(r, j), r->stride,
-                           nr, hd, scale);
+static VLM_AVX512 VLM_INLINE void
+vlm_kv_pv_512_dt(vlm_dtype_t dt, float *out, const float *p,
+    const vlm_kv_rows_t *r, int n, int hd)
+{
+    int              j, j0, j1, d0, c, nc;
+    __m512           a0, a1, a2, a3, pv;
+    __mmask16        m;
+    const uint16_t  *v, *row;
+
+    /* a block's rows, 64 columns at a time, the sums in registers */
+    for (j0 = 0; j0 < n; j0 = j1) {
+        j1 = vlm_min(n, (j0 / r->block_size + 1) * r->block_size);
+        v = vlm_kv_row(r, j0);
+
+        for (d0 = 0; d0 + 64 <= hd; d0 += 64) {
+            a0 = _mm512_loadu_ps(out + d0);
+            a1 = _mm512_loadu_ps(out + d0 + 16);
+            a2 = _mm512_loadu_ps(out + d0 + 32);
+            a3 = _mm512_loadu_ps(out + d0 + 48);
+
+            for (j = j0; j < j1; j++) {
+                pv = _mm512_set1_ps(p[j]);
+                row = v + (j - j0) * r->stride + d0;
+                a0 = _mm512_fmadd_ps(pv, vlm_kv_load16(dt, row, 0xffff), a0);
+                a1 = _mm512_fmadd_ps(pv, vlm_kv_load16(dt, row + 16, 0xffff),
+                                     a1);
+                a2 = _mm512_fmadd_ps(pv, vlm_kv_load16(dt, row + 32, 0xffff),
+                                     a2);
+                a3 = _mm512_fmadd_ps(pv, vlm_kv_load16(dt, row + 48, 0xffff),
+                                     a3);
+            }
+
+            _mm512_storeu_ps(out + d0, a0);
+            _mm512_storeu_ps(out + d0 + 16, a1);
+            _mm512_storeu_ps(out + d0 + 32, a2);
+            _mm512_storeu_ps(out + d0 + 48, a3);
+        }
+
+        /* the columns past the last 64: 16 at a time, the tail masked */
+        nc = (hd - d0 + 15) / 16;
+
+        for (c = 0; c < nc; c++) {
+            m = vlm_kv_mask16(hd - d0 - 16 * c);
+            a0 = _mm512_maskz_loadu_ps(m, out + d0 + 16 * c);
+
+            for (j = j0; j < j1; j++) {
+                a0 = _mm512_fmadd_ps(_mm512_set1_ps(p[j]),
+                                     vlm_kv_load16(dt, v + (j - j0) * r->stride
+                                                       + d0 + 16 * c, m),
+                                     a0);
+            }
+
+            _mm512_mask_storeu_ps(out + d0 + 16 * c, m, a0);
         }
     }
 }
@@ -419,40 +560,11 @@ static VLM_AVX512 void
 vlm_kv_pv_512(float *out, const float *p, const vlm_kv_rows_t *r, int n,
     int hd)
 {
-    int              j, j0, j1, d0, c, nc;
-    __m512           acc[4], pv;
-    __mmask16        m[4];
-    const uint16_t  *v;
+    if (r->dtype == VLM_DTYPE_BF16) {
+        vlm_kv_pv_512_dt(VLM_DTYPE_BF16, out, p, r, n, hd);
 
-    /* a block's rows, 64 columns at a time, the sums in registers */
-    for (j0 = 0; j0 < n; j0 = j1) {
-        j1 = vlm_min(n, (j0 / r->block_size + 1) * r->block_size);
-        v = vlm_kv_row(r, j0);
-
-        for (d0 = 0; d0 < hd; d0 += 64) {
-            nc = vlm_min(4, (hd - d0 + 15) / 16);
-
-            for (c = 0; c < nc; c++) {
-                m[c] = vlm_kv_mask16(hd - d0 - 16 * c);
-                acc[c] = _mm512_maskz_loadu_ps(m[c], out + d0 + 16 * c);
-            }
-
-            for (j = j0; j < j1; j++) {
-                pv = _mm512_set1_ps(p[j]);
-
-                for (c = 0; c < nc; c++) {
-                    acc[c] = _mm512_fmadd_ps(pv,
-                                 vlm_kv_load16(r->dtype,
-                                               v + (j - j0) * r->stride
-                                               + d0 + 16 * c, m[c]),
-                                 acc[c]);
-                }
-            }
-
-            for (c = 0; c < nc; c++) {
-                _mm512_mask_storeu_ps(out + d0 + 16 * c, m[c], acc[c]);
-            }
-        }
+    } else {
+        vlm_kv_pv_512_dt(VLM_DTYPE_F16, out, p, r, n, hd);
     }
 }
 
