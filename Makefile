@@ -131,11 +131,22 @@ module: $(MODULE)
 deps:
 	@$(ROOT)/scripts/install-deps
 
-$(BUILD)/%.o: %.c $(HDRS)
+# Each object depends on the headers it includes, as the compiler lists
+# them (-MMD) in a .d file next to it; an object without its .d file is
+# rebuilt, so the first build after this rule writes them all.
+$(BUILD)/%.o: %.c $(BUILD)/%.d
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(CPPFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(CPPFLAGS) -MMD -MP -MT $@ \
+	    -MF $(BUILD)/$*.Td -c $< -o $@
+	@mv -f $(BUILD)/$*.Td $(BUILD)/$*.d && touch $@
 
-$(BUILD)/kernels/%.o: kernels/%.cu $(HDRS) $(wildcard kernels/*.h) \
+DEPS := $(patsubst %.c,$(BUILD)/%.d,$(wildcard src/*/*.c src/*/*/*.c \
+                                               tests/*.c bench/*.c))
+$(DEPS):
+-include $(wildcard $(DEPS))
+
+# the kernels include only kernels/ headers
+$(BUILD)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.h kernels/*.cuh) \
                       $(BUILD)/cuda.flag
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
@@ -261,10 +272,12 @@ run: deps
 	$(MAKE) -j$(NPROC) all
 	@$(ROOT)/scripts/serve $(PORT)
 
+# the tokenizer first: the serving and model fixtures copy the one it writes
 fixtures:
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q -r tools/requirements.txt
-	cd $(ROOT) && for s in $(filter-out tools/fixtures_quant.py, \
+	cd $(ROOT) && for s in tools/fixtures_tokenizer.py \
+	    $(filter-out tools/fixtures_quant.py tools/fixtures_tokenizer.py, \
 	    $(wildcard tools/fixtures_*.py)); do \
 	    echo "== $$s"; $(VENV)/bin/python $$s || exit 1; done
 	$(MAKE) fixtures-quant

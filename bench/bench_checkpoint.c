@@ -24,12 +24,7 @@
 
 #include <jansson.h>
 
-#include "core/vlm_common.h"
-#include "core/vlm_dtype.h"
-
-
-#define MAX_TENSORS  1024
-#define POOL         (1 << 24)       /* random bf16 values reused */
+#include "bench_safetensors.h"
 
 
 typedef struct {
@@ -163,37 +158,14 @@ static const char  *config_fmt =
     "}\n";
 
 
-typedef struct {
-    char     name[96];
-    int      n_dims;
-    int64_t  shape[5];
-    int      shard;
-} tensor_t;
-
-
-static tensor_t  tensors[MAX_TENSORS];
-static int       n_tensors;
-
-
-static void
-add(int shard, const char *name, int n_dims, int64_t a, int64_t b)
-{
-    tensor_t  *t = &tensors[n_tensors++];
-
-    snprintf(t->name, sizeof(t->name), "%s", name);
-    t->n_dims = n_dims;
-    t->shape[0] = a;
-    t->shape[1] = b;
-    t->shard = shard;
-}
-
 
 /* Qwen3-VL-2B's tensors: no q/k/v bias, q/k norms, DeepStack mergers */
 static void
 build_qwen3(void)
 {
-    int   l, h, f, kv, q, hd, nl;
-    char  n[96], pre[64];
+    int                 l, h, f, kv, q, hd, nl;
+    char                n[96], pre[64];
+    bench_st_tensor_t  *t;
 
     h = shape->hidden;
     f = shape->inter;
@@ -202,13 +174,13 @@ build_qwen3(void)
     q = shape->heads * hd;
     kv = shape->kv_heads * hd;
 
-    add(0, "model.language_model.embed_tokens.weight", 2, 151936, h);
-    add(0, "model.language_model.norm.weight", 1, h, 0);
+    bench_st_add(0, "model.language_model.embed_tokens.weight", 2, 151936, h);
+    bench_st_add(0, "model.language_model.norm.weight", 1, h, 0);
 
     for (l = 0; l < nl; l++) {
 #define T(s, nd, a, b)                                                       \
         snprintf(n, sizeof(n), "model.language_model.layers.%d.%s", l, s);   \
-        add(l < nl / 2 ? 0 : 1, n, nd, a, b)
+        bench_st_add(l < nl / 2 ? 0 : 1, n, nd, a, b)
         T("input_layernorm.weight", 1, h, 0);
         T("post_attention_layernorm.weight", 1, h, 0);
         T("self_attn.q_proj.weight", 2, q, h);
@@ -223,18 +195,18 @@ build_qwen3(void)
 #undef T
     }
 
-    add(1, "model.visual.patch_embed.proj.weight", 5, 1024, 0);
-    tensors[n_tensors - 1].shape[1] = 3;
-    tensors[n_tensors - 1].shape[2] = 2;
-    tensors[n_tensors - 1].shape[3] = 16;
-    tensors[n_tensors - 1].shape[4] = 16;
-    add(1, "model.visual.patch_embed.proj.bias", 1, 1024, 0);
-    add(1, "model.visual.pos_embed.weight", 2, 2304, 1024);
+    t = bench_st_add(1, "model.visual.patch_embed.proj.weight", 5, 1024, 0);
+    t->shape[1] = 3;
+    t->shape[2] = 2;
+    t->shape[3] = 16;
+    t->shape[4] = 16;
+    bench_st_add(1, "model.visual.patch_embed.proj.bias", 1, 1024, 0);
+    bench_st_add(1, "model.visual.pos_embed.weight", 2, 2304, 1024);
 
     for (l = 0; l < 24; l++) {
 #define T(s, nd, a, b)                                                       \
         snprintf(n, sizeof(n), "model.visual.blocks.%d.%s", l, s);           \
-        add(1, n, nd, a, b)
+        bench_st_add(1, n, nd, a, b)
         T("norm1.weight", 1, 1024, 0);
         T("norm1.bias", 1, 1024, 0);
         T("norm2.weight", 1, 1024, 0);
@@ -261,7 +233,7 @@ build_qwen3(void)
 
 #define T(s, nd, a, b)                                                       \
         snprintf(n, sizeof(n), "%s.%s", pre, s);                             \
-        add(1, n, nd, a, b)
+        bench_st_add(1, n, nd, a, b)
         T("norm.weight", 1, l < 0 ? 1024 : 4096, 0);
         T("norm.bias", 1, l < 0 ? 1024 : 4096, 0);
         T("linear_fc1.weight", 2, 4096, 4096);
@@ -276,8 +248,9 @@ build_qwen3(void)
 static void
 build(void)
 {
-    int   l, h, f, kv, nl;
-    char  n[96];
+    int                 l, h, f, kv, nl;
+    char                n[96];
+    bench_st_tensor_t  *t;
 
     if (shape->head_dim != 0) {
         build_qwen3();
@@ -289,16 +262,16 @@ build(void)
     nl = shape->layers;
     kv = h / shape->heads * shape->kv_heads;
 
-    add(0, "model.embed_tokens.weight", 2, 151936, h);
-    add(0, "model.norm.weight", 1, h, 0);
+    bench_st_add(0, "model.embed_tokens.weight", 2, 151936, h);
+    bench_st_add(0, "model.norm.weight", 1, h, 0);
 
     if (!shape->tied) {
-        add(1, "lm_head.weight", 2, 151936, h);
+        bench_st_add(1, "lm_head.weight", 2, 151936, h);
     }
 
     for (l = 0; l < nl; l++) {
 #define T(s, nd, a, b)  snprintf(n, sizeof(n), "model.layers.%d.%s", l, s);  \
-                        add(l < nl / 2 ? 0 : 1, n, nd, a, b)
+                        bench_st_add(l < nl / 2 ? 0 : 1, n, nd, a, b)
         T("input_layernorm.weight", 1, h, 0);
         T("post_attention_layernorm.weight", 1, h, 0);
         T("self_attn.q_proj.weight", 2, h, h);
@@ -314,15 +287,15 @@ build(void)
 #undef T
     }
 
-    add(1, "visual.patch_embed.proj.weight", 5, 1280, 0);
-    tensors[n_tensors - 1].shape[1] = 3;
-    tensors[n_tensors - 1].shape[2] = 2;
-    tensors[n_tensors - 1].shape[3] = 14;
-    tensors[n_tensors - 1].shape[4] = 14;
+    t = bench_st_add(1, "visual.patch_embed.proj.weight", 5, 1280, 0);
+    t->shape[1] = 3;
+    t->shape[2] = 2;
+    t->shape[3] = 14;
+    t->shape[4] = 14;
 
     for (l = 0; l < 32; l++) {
 #define T(s, nd, a, b)  snprintf(n, sizeof(n), "visual.blocks.%d.%s", l, s); \
-                        add(1, n, nd, a, b)
+                        bench_st_add(1, n, nd, a, b)
         T("norm1.weight", 1, 1280, 0);
         T("norm2.weight", 1, 1280, 0);
         T("attn.qkv.weight", 2, 3840, 1280);
@@ -338,150 +311,28 @@ build(void)
 #undef T
     }
 
-    add(1, "visual.merger.ln_q.weight", 1, 1280, 0);
-    add(1, "visual.merger.mlp.0.weight", 2, 5120, 5120);
-    add(1, "visual.merger.mlp.0.bias", 1, 5120, 0);
-    add(1, "visual.merger.mlp.2.weight", 2, h, 5120);
-    add(1, "visual.merger.mlp.2.bias", 1, h, 0);
+    bench_st_add(1, "visual.merger.ln_q.weight", 1, 1280, 0);
+    bench_st_add(1, "visual.merger.mlp.0.weight", 2, 5120, 5120);
+    bench_st_add(1, "visual.merger.mlp.0.bias", 1, 5120, 0);
+    bench_st_add(1, "visual.merger.mlp.2.weight", 2, h, 5120);
+    bench_st_add(1, "visual.merger.mlp.2.bias", 1, h, 0);
 }
 
 
-static int64_t
-count(const tensor_t *t)
-{
-    int      i;
-    int64_t  n;
 
-    n = 1;
-    for (i = 0; i < t->n_dims; i++) {
-        n *= t->shape[i];
-    }
-
-    return n;
-}
-
-
-static int
-write_text(const char *dir, const char *name, const char *text)
-{
-    char   path[512];
-    FILE  *f;
-
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-
-    f = fopen(path, "w");
-    if (f == NULL || fputs(text, f) < 0 || fclose(f) != 0) {
-        fprintf(stderr, "bench_checkpoint: cannot write %s\n", path);
-        return -1;
-    }
-
-    return 0;
-}
 
 
 static int
 write_shard(const char *dir, int shard, const uint16_t *pool,
     json_t *weight_map)
 {
-    int       i, k;
-    char      path[512], file[64], *hdr;
-    size_t    hlen, off, n, chunk, pos;
-    uint8_t   len8[8];
-    uint16_t  one[2048];
-    json_t   *root, *e, *shape;
-    FILE     *f;
-    tensor_t *t;
+    char  path[512], file[64];
 
     snprintf(file, sizeof(file), "model-%05d-of-00002.safetensors",
              shard + 1);
     snprintf(path, sizeof(path), "%s/%s", dir, file);
 
-    root = json_object();
-    off = 0;
-
-    for (i = 0; i < n_tensors; i++) {
-        t = &tensors[i];
-        if (t->shard != shard) {
-            continue;
-        }
-
-        shape = json_array();
-        for (k = 0; k < t->n_dims; k++) {
-            json_array_append_new(shape, json_integer(t->shape[k]));
-        }
-
-        e = json_object();
-        json_object_set_new(e, "dtype", json_string("BF16"));
-        json_object_set_new(e, "shape", shape);
-        json_object_set_new(e, "data_offsets",
-                            json_pack("[II]", (json_int_t) off,
-                                      (json_int_t) (off + 2 * count(t))));
-        json_object_set_new(root, t->name, e);
-        json_object_set_new(weight_map, t->name, json_string(file));
-        off += 2 * (size_t) count(t);
-    }
-
-    hdr = json_dumps(root, JSON_COMPACT);
-    json_decref(root);
-
-    if (hdr == NULL) {
-        return -1;
-    }
-
-    hlen = (strlen(hdr) + 7) & ~(size_t) 7;
-    for (k = 0; k < 8; k++) {
-        len8[k] = (uint8_t) ((uint64_t) hlen >> (8 * k));
-    }
-
-    f = fopen(path, "wb");
-    if (f == NULL) {
-        free(hdr);
-        fprintf(stderr, "bench_checkpoint: cannot create %s\n", path);
-        return -1;
-    }
-
-    fwrite(len8, 1, 8, f);
-    fwrite(hdr, 1, strlen(hdr), f);
-    for (k = (int) strlen(hdr); k < (int) hlen; k++) {
-        fputc(' ', f);
-    }
-    free(hdr);
-
-    for (k = 0; k < 2048; k++) {
-        one[k] = vlm_f32_to_bf16(1.0f);
-    }
-
-    pos = 0;
-
-    for (i = 0; i < n_tensors; i++) {
-        t = &tensors[i];
-        if (t->shard != shard) {
-            continue;
-        }
-
-        n = (size_t) count(t);
-
-        if (t->n_dims == 1 && strstr(t->name, "bias") == NULL) {
-            /* norm weights: ones */
-            for (off = 0; off < n; off += chunk) {
-                chunk = vlm_min(n - off, (size_t) 2048);
-                fwrite(one, 2, chunk, f);
-            }
-            continue;
-        }
-
-        for (off = 0; off < n; off += chunk) {
-            pos = (pos * 2654435761u + 12345) % (POOL / 2);
-            chunk = vlm_min(n - off, (size_t) POOL / 2);
-            if (fwrite(pool + pos, 2, chunk, f) != chunk) {
-                fclose(f);
-                fprintf(stderr, "bench_checkpoint: write failed\n");
-                return -1;
-            }
-        }
-    }
-
-    return fclose(f) == 0 ? 0 : -1;
+    return bench_st_write(path, shard, pool, weight_map, file);
 }
 
 
@@ -491,8 +342,6 @@ main(int argc, char **argv)
     int        i;
     char       path[512], *text, config[4096];
     size_t     k;
-    float      u;
-    uint64_t   x;
     json_t    *index, *map;
     uint16_t  *pool;
     struct timespec  t0, t1;
@@ -553,19 +402,9 @@ main(int argc, char **argv)
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
 
-    /* uniform values with the standard deviation 0.02 of HF's init */
-    pool = malloc(POOL * sizeof(uint16_t));
+    pool = bench_st_pool();
     if (pool == NULL) {
         return 1;
-    }
-
-    x = 0x243f6a8885a308d3ull;
-    for (i = 0; i < POOL; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        u = (float) ((x >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-        pool[i] = vlm_f32_to_bf16(u * 0.0346f);
     }
 
     build();
@@ -575,8 +414,8 @@ main(int argc, char **argv)
 
     if (write_shard(dir, 0, pool, map) != 0
         || write_shard(dir, 1, pool, map) != 0
-        || write_text(dir, "config.json", config) != 0
-        || write_text(dir, "generation_config.json",
+        || bench_st_write_text(dir, "config.json", config) != 0
+        || bench_st_write_text(dir, "generation_config.json",
                       "{\"bos_token_id\": 151643, \"eos_token_id\": "
                       "[151645, 151643]}\n") != 0)
     {
@@ -595,7 +434,7 @@ main(int argc, char **argv)
     json_decref(index);
 
     if (text == NULL
-        || write_text(dir, "model.safetensors.index.json", text) != 0)
+        || bench_st_write_text(dir, "model.safetensors.index.json", text) != 0)
     {
         free(text);
         return 1;
@@ -605,7 +444,7 @@ main(int argc, char **argv)
     clock_gettime(CLOCK_MONOTONIC, &t1);
 
     printf("bench_checkpoint: wrote %d tensors to %s in %.1f s\n",
-           n_tensors, dir, (double) (t1.tv_sec - t0.tv_sec)
+           bench_st_n, dir, (double) (t1.tv_sec - t0.tv_sec)
                            + (t1.tv_nsec - t0.tv_nsec) / 1e9);
 
     return 0;

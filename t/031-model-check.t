@@ -29,13 +29,14 @@ sub spew {
     close $out;
 }
 
-# a copy of the serving fixture, then an edit of one of its JSON files
+# a copy of the serving fixture (or of $src's files), then an edit of one
+# of its JSON files
 sub model {
-    my ($name, $file, $edit) = @_;
+    my ($name, $file, $edit, $src) = @_;
     my $dir = "$models/$name";
     mkdir $dir or die "$dir: $!";
     chmod 0755, $dir;
-    for my $f (glob "tests/fixtures/serving/*") {
+    for my $f (grep { -f } glob(($src || "tests/fixtures/serving") . "/*")) {
         system("cp", $f, "$dir/") == 0 or die "cannot copy $f";
     }
     if (defined $file) {
@@ -59,6 +60,12 @@ model("qwen3moe", "config.json", sub {
 model("smolvlmproc", "preprocessor_config.json", sub {
     $_[0]{image_processor_type} = "SmolVLMImageProcessor";
 });
+# SmolVLM: served with its own processor, refused with Qwen2-VL's
+my $smolvlm = "tests/fixtures/idefics3/smolvlm-chat";
+model("smolvlm", undef, undef, $smolvlm);
+model("smolvlm-qwenproc", "preprocessor_config.json", sub {
+    $_[0]{image_processor_type} = "Qwen2VLImageProcessor";
+}, $smolvlm);
 my $noweights = model("noweights");
 unlink "$noweights/model.safetensors" or die;
 model("shape", "config.json", sub {
@@ -144,7 +151,7 @@ _EOC_
     return ($? >> 8, $out);
 }
 
-my $direct = 12;
+my $direct = 15;
 
 repeat_each(1);
 
@@ -162,6 +169,14 @@ plan tests => repeat_each() * 2 * blocks() + $direct;
     isnt($rc, 0, "nginx -t fails on AWQ scales of another group size");
     like($out, qr{\[emerg\] .*vlm_model "[^"]+/awq-g64": model: tensor "model\.layers\.0\.self_attn\.q_proj\.qzeros" has shape \[1, 16\] \(2 dims\), AWQ int4 of group 64 for \[128, 128\] needs \[2, 16\]},
          "and names the tensor, its shape and the shape the config needs");
+
+    ($rc, $out) = nginx_t("$models/smolvlm");
+    is($rc, 0, "nginx -t passes a SmolVLM checkpoint") or diag($out);
+
+    ($rc, $out) = nginx_t("$models/smolvlm-qwenproc");
+    isnt($rc, 0, "nginx -t fails on SmolVLM with Qwen2-VL's processor");
+    like($out, qr{\[emerg\] .*vlm_model "[^"]+/smolvlm-qwenproc": \S+/smolvlm-qwenproc/preprocessor_config\.json: image_processor_type "Qwen2VLImageProcessor" is not the Idefics3 / SmolVLM processor this model's architecture takes},
+         "and names the file and the processor");
 
     ($rc, $out) = nginx_t("$models/template");
     is($rc, 0, "nginx -t passes a model with Qwen3's chat template")
@@ -299,7 +314,7 @@ qr{\[emerg\] .*: vlm_model "[^"]+/qwen3moe": config: "[^"]+/qwen3moe/config\.jso
 
 
 
-=== TEST 9: another family's image processor, refused by name
+=== TEST 9: another family's image processor than the model's, refused by name
 --- http_config
     vlm_model $TEST_NGINX_MODELS/smolvlmproc;
 --- config
@@ -307,4 +322,4 @@ qr{\[emerg\] .*: vlm_model "[^"]+/qwen3moe": config: "[^"]+/qwen3moe/config\.jso
 --- must_die
 --- suppress_stderr
 --- error_log eval
-qr{\[emerg\] .*: vlm_model "[^"]+/smolvlmproc": \S+/smolvlmproc/preprocessor_config\.json: image_processor_type "SmolVLMImageProcessor" is not Qwen2-VL's, which this image pipeline is \(SmolVLM and Idefics3 run in the engine and vlm-cli only\) in \S+nginx\.conf:\d+$}
+qr{\[emerg\] .*: vlm_model "[^"]+/smolvlmproc": \S+/smolvlmproc/preprocessor_config\.json: image_processor_type "SmolVLMImageProcessor" is not Qwen2-VL's, which this model's architecture takes \(SmolVLM's and Idefics3's processor is for their own architectures\) in \S+nginx\.conf:\d+$}

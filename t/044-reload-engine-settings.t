@@ -89,8 +89,10 @@ sub change {
     ok(vlm_read_some($streams[0], 10, qr/"content":"[^"]+"/),
        "$what: the streams have begun");
 
+    # every stream's request reaches the queue (a loaded machine may take
+    # a while to read them all)
     my $m;
-    for (1 .. 100) {
+    for (1 .. 600) {
         $m = vlm_metrics($srv);
         last if $m->{vlm_queue_length} > 0;
         sleep 0.05;

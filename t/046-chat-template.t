@@ -198,6 +198,18 @@ for my $conv (qw(text system image multi_turn)) {
          "and refuses one longer than the model's budget");
 }
 
+# vlm-cli run names why an image is refused (it used to say "no memory"
+# for a file that does not decode)
+{
+    my $cmd = "$build/vlm-cli run --model $root/tests/fixtures/serving"
+            . " --threads 1 --max-tokens 1 --prompt 'What is it?'"
+            . " --image $0 2>&1";
+    my $out = `$cmd`;
+    isnt($?, 0, "vlm-cli run refuses a file that is not an image");
+    like($out, qr/\Q$0\E: .*(image|format)/i, "naming the file and why");
+    unlike($out, qr/no memory/, "not as a lack of memory");
+}
+
 VLMTest::check_log($srv, "no worker died", qr/exited on signal/);
 
 done_testing();

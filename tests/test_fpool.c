@@ -111,6 +111,71 @@ test_slice_lifetime(void **state)
 }
 
 
+/*
+ * DeepStack's levels: pieces from apart, one slice, read back apart; the
+ * host staging area the same way when the pool has no room
+ */
+static void
+test_parts(void **state)
+{
+    int                  k;
+    void                *dsts[3];
+    fixture_t           *f = *state;
+    vlm_error_t          err;
+    const void          *srcs[3];
+    vlm_fpool_stats_t    st;
+    vlm_fpool_handle_t   h, full;
+
+    for (k = 0; k < 3; k++) {
+        srcs[k] = f->src + 1000 * (2 - k);
+        dsts[k] = f->dst + 1000 * k;
+    }
+
+    assert_int_equal(vlm_fpool_put_parts(f->pool, srcs, 500, 3, 1, &h, &err),
+                     VLM_OK);
+    assert_int_equal(h.path, VLM_FPOOL_POOL);
+    assert_int_equal(h.bytes, 1500);
+
+    memset(f->dst, 0, sizeof(f->dst));
+    assert_int_equal(vlm_fpool_read_parts(f->pool, &h, dsts, 3, &err),
+                     VLM_OK);
+
+    for (k = 0; k < 3; k++) {
+        assert_memory_equal(dsts[k], srcs[k], 500);
+    }
+
+    vlm_fpool_stats(f->pool, &st);
+    assert_int_equal(st.used[VLM_FPOOL_POOL], 0);
+    assert_int_equal(st.transfers[VLM_FPOOL_POOL], 1);
+
+    /* a full pool: the parts go through the host */
+    assert_int_equal(vlm_fpool_put(f->pool, f->src, POOL, 1, &full, &err),
+                     VLM_OK);
+    assert_int_equal(vlm_fpool_put_parts(f->pool, srcs, 500, 3, 1, &h, &err),
+                     VLM_OK);
+    assert_int_equal(h.path, VLM_FPOOL_HOST);
+
+    /* read in another number of parts than it was put in: refused */
+    assert_int_equal(vlm_fpool_read_parts(f->pool, &h, dsts, 7, &err),
+                     VLM_ERR_INTERNAL);
+
+    memset(f->dst, 0, sizeof(f->dst));
+    assert_int_equal(vlm_fpool_read_parts(f->pool, &h, dsts, 3, &err),
+                     VLM_OK);
+
+    for (k = 0; k < 3; k++) {
+        assert_memory_equal(dsts[k], srcs[k], 500);
+    }
+
+    vlm_fpool_stats(f->pool, &st);
+    assert_int_equal(st.used[VLM_FPOOL_HOST], 0);
+    assert_int_equal(st.transfers[VLM_FPOOL_HOST], 1);
+    assert_int_equal(st.fallback_bytes, 1500);
+
+    assert_int_equal(vlm_fpool_release(f->pool, &full, &err), VLM_OK);
+}
+
+
 static void
 test_stale_handles_are_refused(void **state)
 {
@@ -371,6 +436,7 @@ main(void)
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test_setup_teardown(test_slice_lifetime, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_parts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_handles_are_refused,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_pool_falls_back_to_host,

@@ -23,8 +23,10 @@
 
 #include "core/vlm.h"
 #include "core/vlm_npy.h"
+#include "image/vlm_image.h"
 #include "image/vlm_image_decode.h"
 #include "image/vlm_image_idefics3.h"
+#include "text/vlm_chat.h"
 #include "text/vlm_tokenizer.h"
 #include "model/vlm_model_config.h"
 #include "model/idefics3/vlm_idefics3.h"
@@ -719,6 +721,146 @@ test_chat_processor(void **state)
 }
 
 
+/*
+ * The server's path (ngx_http_vlm_chat.c) on smolvlm-chat: the pipeline
+ * chosen by config.json (vlm_image_config_load), one context's run on the
+ * PNG gives transformers' pixel values (smolvlm-f32/ref/image1, the same
+ * image and processor) and the engine's image (frames of side x side
+ * patches, frames * seq_len features); the rendered prompt tokenized with
+ * its one <image>, then that id replaced by the ids of the image's text
+ * (vlm_chat_splice_ids), gives Idefics3Processor's input ids.  A Qwen
+ * checkpoint gets Qwen2-VL's pipeline.
+ */
+static void
+test_server_pipeline(void **state)
+{
+    char                *png, *prompt, *text;
+    float               *pixels;
+    size_t               png_len, plen, n, n_ids, n_img, n_out, lens[1];
+    int32_t             *ids, *img_ids, *out, image_id;
+    vlm_npy_t            want, ref_ids;
+    vlm_error_t          err;
+    vlm_tok_work_t      *work;
+    vlm_tokenizer_t     *tk;
+    vlm_image_ctx_t     *ctx;
+    vlm_image_plan_t     plan;
+    vlm_image_limits_t   limits;
+    vlm_image_config_t   cfg;
+    const int32_t       *seqs[1];
+
+#define CHAT  FIX "/smolvlm-chat"
+
+    assert_int_equal(vlm_image_config_load(&cfg, "tests/fixtures/serving",
+                                           &err), VLM_OK);
+    assert_int_equal(cfg.family, VLM_IMAGE_QWEN2VL);
+    assert_int_equal(cfg.qwen2vl.patch_size, 14);
+
+    if (vlm_image_config_load(&cfg, CHAT, &err) != VLM_OK) {
+        fail_msg("%s", err.msg);
+    }
+
+    assert_int_equal(cfg.family, VLM_IMAGE_IDEFICS3);
+    assert_int_equal(cfg.seq_len, 4);
+    assert_int_equal(cfg.idefics3.tile, 32);
+    assert_int_equal(cfg.idefics3.patch_size, 8);
+
+    vlm_image_limits_default(&limits);
+    limits.max_pixels = 1 << 20;
+    limits.max_side = 2048;
+    assert_int_equal(vlm_image_ctx_init_config(&ctx, &limits, &cfg, &err),
+                     VLM_OK);
+
+    png = read_file(CHAT "/ref/chat/image.png", &png_len);
+    assert_int_equal(vlm_npy_load(&want, FIX "/smolvlm-f32/ref/image1/"
+                                  "pixel_values_0.npy", &err), VLM_OK);
+    pixels = malloc(want.n * sizeof(float));
+    assert_non_null(pixels);
+
+    if (vlm_image_ctx_run(ctx, (uint8_t *) png, png_len, pixels, want.n,
+                          &plan, &err)
+        != VLM_OK)
+    {
+        fail_msg("%s", err.msg);
+    }
+
+    assert_int_equal(plan.n_values, want.n);
+    assert_memory_equal(pixels, want.data, want.n * sizeof(float));
+    assert_int_equal(plan.idefics3.rows, 2);
+    assert_int_equal(plan.idefics3.cols, 3);
+    assert_int_equal(plan.grid.grid_t, 7);
+    assert_int_equal(plan.grid.grid_h, 4);
+    assert_int_equal(plan.grid.grid_w, 4);
+    assert_int_equal(plan.grid.n_patches, 7 * 16);
+    assert_int_equal(plan.grid.n_tokens, 7 * 4);
+    assert_int_equal(plan.grid.patch_dim, 3 * 8 * 8);
+
+    /* the stages are Qwen2-VL's */
+    assert_int_equal(vlm_image_ctx_patchify(ctx, &plan, pixels, want.n,
+                                            &err), VLM_ERR_UNSUPPORTED);
+    vlm_image_ctx_free(ctx);
+    vlm_npy_free(&want);
+    free(pixels);
+    free(png);
+
+    if (vlm_tokenizer_load(&tk, CHAT, &err) != VLM_OK) {
+        fail_msg("tokenizer: %s", err.msg);
+    }
+
+    image_id = vlm_tokenizer_token_id(tk, VLM_IDEFICS3_IMAGE);
+    assert_true(image_id >= 0);
+
+    n_img = vlm_image_prompt_text(&cfg, &plan, NULL, 0);
+    assert_true(n_img <= plan.n_ids);
+    text = malloc(n_img + 1);
+    assert_non_null(text);
+    assert_int_equal(vlm_image_prompt_text(&cfg, &plan, text, n_img + 1),
+                     n_img);
+
+    prompt = read_file(CHAT "/ref/chat/prompt.txt", &plen);
+    n = plen + n_img + 1;
+    ids = malloc(n * sizeof(int32_t));
+    img_ids = malloc(n * sizeof(int32_t));
+    out = malloc(n * sizeof(int32_t));
+    assert_non_null(ids);
+    assert_non_null(img_ids);
+    assert_non_null(out);
+
+    assert_int_equal(vlm_tok_work_create(&work, tk, n, &err), VLM_OK);
+    assert_int_equal(vlm_tokenizer_encode(tk, work, prompt, plen, 0, ids, n,
+                                          &n_ids, &err), VLM_OK);
+    assert_int_equal(vlm_tokenizer_encode(tk, work, text, n_img, 0, img_ids,
+                                          n, &lens[0], &err), VLM_OK);
+    seqs[0] = img_ids;
+
+    assert_int_equal(vlm_chat_splice_ids(ids, n_ids, image_id, seqs, lens, 1,
+                                         out, n, &n_out, &err), VLM_OK);
+    assert_int_equal(vlm_npy_load(&ref_ids, CHAT "/ref/chat/input_ids.npy",
+                                  &err), VLM_OK);
+    assert_int_equal(n_out, ref_ids.n);
+    assert_memory_equal(out, ref_ids.data, n_out * sizeof(int32_t));
+
+    /* one placeholder for two images; no room */
+    assert_int_equal(vlm_chat_splice_ids(ids, n_ids, image_id, seqs, lens, 0,
+                                         out, n, &n_out, &err),
+                     VLM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "1 image placeholders for 0 images"));
+    assert_int_equal(vlm_chat_splice_ids(ids, n_ids, image_id, seqs, lens, 1,
+                                         out, ref_ids.n - 1, &n_out, &err),
+                     VLM_ERR_LIMIT);
+
+    vlm_npy_free(&ref_ids);
+    vlm_tok_work_free(work);
+    vlm_tokenizer_free(tk);
+    free(prompt);
+    free(text);
+    free(ids);
+    free(img_ids);
+    free(out);
+
+#undef CHAT
+}
+
+
 /* vlm_model_check (nginx -t) on a copy whose config asks for more */
 static void
 test_check_refuses_variant(void **state)
@@ -756,6 +898,7 @@ main(void)
         cmocka_unit_test(test_config_idefics3_defaults),
         cmocka_unit_test(test_config_refused),
         cmocka_unit_test(test_position_ids),
+        cmocka_unit_test(test_server_pipeline),
         cmocka_unit_test(test_image_processor),
         cmocka_unit_test(test_image_processor_refused),
         cmocka_unit_test(test_smolvlm_f32_tied),

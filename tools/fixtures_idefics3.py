@@ -254,16 +254,17 @@ def make_chat(proc, images):
     image_id = tok.convert_tokens_to_ids("<image>")
     eou = tok.convert_tokens_to_ids("<end_of_utterance>")
 
-    text = dict(TEXT, vocab_size=vocab, tie_word_embeddings=True,
+    # an untied head: a tied one answers the prompt's last token again and
+    # again, whatever the image
+    text = dict(TEXT, vocab_size=vocab, tie_word_embeddings=False,
                 bos_token_id=tok.convert_tokens_to_ids("<|im_start|>"),
                 eos_token_id=eou)
     cfg = SmolVLMConfig(text_config=text, vision_config=VISION,
                         scale_factor=SCALE, image_token_id=image_id,
-                        tie_word_embeddings=True, pad_token_id=0)
+                        tie_word_embeddings=False, pad_token_id=0)
     cfg._attn_implementation = "eager"
     model = SmolVLMForConditionalGeneration(cfg).eval()
     randomize(model, 300)
-    model.tie_weights()
     model.save_pretrained(d, safe_serialization=True)
     GenerationConfig(bos_token_id=text["bos_token_id"], eos_token_id=[eou],
                      do_sample=False).save_pretrained(d)
@@ -305,6 +306,59 @@ def make_chat(proc, images):
         f.write(tok.decode(new))
     print("smolvlm-chat: %d prompt tokens, answer %r"
           % (r["input_ids"].shape[1], tok.decode(new)))
+
+    serve_cases(d, model, processor, tok, images)
+
+
+def serve_cases(d, model, processor, tok, images):
+    """ref/serve-<case>/ for t/072-smolvlm.t: chats of 0, 1 and 2 images
+    (image_<i>.png, question.txt) and expect.json: the processor's prompt
+    ids, 8 greedy tokens, their ids and bytes (as "logprobs" gives
+    them)"""
+    from PIL import Image
+    from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
+
+    dec = {c: b for b, c in bytes_to_unicode().items()}
+    cases = [("text", [], "Tell me about the sea."),
+             ("image1", [images[0]], "What is in it?"),
+             ("image2", [images[1], images[2]], "Compare the two.")]
+
+    for case, imgs, question in cases:
+        rd = os.path.join(d, "ref", "serve-" + case)
+        os.makedirs(rd)
+        content = [{"type": "image"} for _ in imgs]
+        content.append({"type": "text", "text": question})
+        prompt = processor.apply_chat_template(
+            [{"role": "user", "content": content}],
+            add_generation_prompt=True)
+        kw = {}
+        if imgs:
+            r = processor(text=[prompt], images=[[im["raw"] for im in imgs]],
+                          return_tensors="pt")
+            kw = dict(pixel_values=r["pixel_values"],
+                      pixel_attention_mask=r["pixel_attention_mask"])
+        else:
+            r = processor(text=[prompt], return_tensors="pt")
+        with torch.no_grad():
+            gen = model.generate(input_ids=r["input_ids"], **kw,
+                                 do_sample=False, max_new_tokens=8,
+                                 min_new_tokens=8, eos_token_id=None,
+                                 pad_token_id=0)
+        new = gen[0, r["input_ids"].shape[1]:].tolist()
+        for i, im in enumerate(imgs):
+            Image.fromarray(im["raw"]).save(
+                os.path.join(rd, "image_%d.png" % i))
+        with open(os.path.join(rd, "question.txt"), "w") as f:
+            f.write(question)
+        with open(os.path.join(rd, "expect.json"), "w") as f:
+            json.dump({"prompt_ids": r["input_ids"][0].tolist(),
+                       "greedy_ids": new,
+                       "greedy_bytes": [
+                           [dec[c] for c in tok.convert_ids_to_tokens(t)]
+                           for t in new]}, f)
+            f.write("\n")
+        print("smolvlm-chat/serve-%s: %d prompt tokens, answer %r %s"
+              % (case, r["input_ids"].shape[1], tok.decode(new), new))
 
 
 def main():

@@ -308,26 +308,49 @@ vlm_status_t
 vlm_fpool_put(vlm_fpool_t *p, const void *src, size_t n, int consumers,
     vlm_fpool_handle_t *h, vlm_error_t *err)
 {
+    return vlm_fpool_put_parts(p, &src, n, 1, consumers, h, err);
+}
+
+
+vlm_status_t
+vlm_fpool_put_parts(vlm_fpool_t *p, const void *const *srcs, size_t n,
+    int parts, int consumers, vlm_fpool_handle_t *h, vlm_error_t *err)
+{
+    int               k;
+    size_t            total;
+    uint8_t          *dst;
     vlm_fpool_hdr_t  *hdr = p->hdr;
 
-    if (vlm_fpool_alloc(p, n, consumers, h, err) == VLM_OK) {
-        p->ops->copy_in(p->region[VLM_FPOOL_POOL] + h->off, src, n);
+    total = n * (size_t) parts;
+
+    if (vlm_fpool_alloc(p, total, consumers, h, err) == VLM_OK) {
+        dst = p->region[VLM_FPOOL_POOL] + h->off;
+
+        for (k = 0; k < parts; k++) {
+            p->ops->copy_in(dst + (size_t) k * n, srcs[k], n);
+        }
+
         atomic_fetch_add(&hdr->transfers[VLM_FPOOL_POOL], 1);
         return VLM_OK;
     }
 
     /* the fallback: a copy in host memory, nothing of the pool kept */
-    if (vlm_fpool_take(p, VLM_FPOOL_HOST, n, consumers, h) == NULL) {
+    if (vlm_fpool_take(p, VLM_FPOOL_HOST, total, consumers, h) == NULL) {
         return vlm_error_set(err, VLM_ERR_LIMIT, "feature pool: no room for "
                              "%zu bytes in the pool (%zu) or the host "
-                             "staging area (%zu)", n,
+                             "staging area (%zu)", total,
                              (size_t) hdr->capacity[VLM_FPOOL_POOL],
                              (size_t) hdr->capacity[VLM_FPOOL_HOST]);
     }
 
-    p->ops->to_host(p->region[VLM_FPOOL_HOST] + h->off, src, n);
+    dst = p->region[VLM_FPOOL_HOST] + h->off;
+
+    for (k = 0; k < parts; k++) {
+        p->ops->to_host(dst + (size_t) k * n, srcs[k], n);
+    }
+
     atomic_fetch_add(&hdr->transfers[VLM_FPOOL_HOST], 1);
-    atomic_fetch_add(&hdr->fallback_bytes, n);
+    atomic_fetch_add(&hdr->fallback_bytes, total);
 
     return VLM_OK;
 }
@@ -405,18 +428,38 @@ vlm_status_t
 vlm_fpool_read(vlm_fpool_t *p, const vlm_fpool_handle_t *h, void *dst,
     vlm_error_t *err)
 {
-    void  *src;
+    return vlm_fpool_read_parts(p, h, &dst, 1, err);
+}
+
+
+vlm_status_t
+vlm_fpool_read_parts(vlm_fpool_t *p, const vlm_fpool_handle_t *h,
+    void *const *dsts, int parts, vlm_error_t *err)
+{
+    int             k;
+    size_t          n;
+    const uint8_t  *src;
 
     src = vlm_fpool_data(p, h, err);
     if (src == NULL) {
         return err->status;
     }
 
-    if (h->path == VLM_FPOOL_POOL) {
-        p->ops->copy_out(dst, src, h->bytes);
+    if (parts < 1 || h->bytes % (uint64_t) parts != 0) {
+        return vlm_error_set(err, VLM_ERR_INTERNAL, "feature pool: a slice "
+                             "of %llu bytes read in %d parts",
+                             (unsigned long long) h->bytes, parts);
+    }
 
-    } else {
-        p->ops->from_host(dst, src, h->bytes);
+    n = (size_t) h->bytes / (size_t) parts;
+
+    for (k = 0; k < parts; k++) {
+        if (h->path == VLM_FPOOL_POOL) {
+            p->ops->copy_out(dsts[k], src + (size_t) k * n, n);
+
+        } else {
+            p->ops->from_host(dsts[k], src + (size_t) k * n, n);
+        }
     }
 
     return vlm_fpool_release(p, h, err);

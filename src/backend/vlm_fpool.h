@@ -117,6 +117,13 @@ vlm_status_t vlm_fpool_alloc(vlm_fpool_t *pool, size_t bytes, int refs,
  */
 vlm_status_t vlm_fpool_put(vlm_fpool_t *pool, const void *src, size_t n,
     int consumers, vlm_fpool_handle_t *h, vlm_error_t *err);
+/*
+ * The same for parts pieces of n bytes each (DeepStack's feature levels),
+ * one after the other in the slice
+ */
+vlm_status_t vlm_fpool_put_parts(vlm_fpool_t *pool, const void *const *srcs,
+    size_t n, int parts, int consumers, vlm_fpool_handle_t *h,
+    vlm_error_t *err);
 /* producer: consumers more readers of a live slice, counted a transfer */
 vlm_status_t vlm_fpool_share(vlm_fpool_t *pool, const vlm_fpool_handle_t *h,
     int consumers, vlm_error_t *err);
@@ -127,6 +134,10 @@ void *vlm_fpool_data(vlm_fpool_t *pool, const vlm_fpool_handle_t *h,
 /* consumer: the slice's bytes into dst (backend memory), then release */
 vlm_status_t vlm_fpool_read(vlm_fpool_t *pool, const vlm_fpool_handle_t *h,
     void *dst, vlm_error_t *err);
+/* the same, the slice's bytes in parts equal pieces into dsts[] */
+vlm_status_t vlm_fpool_read_parts(vlm_fpool_t *pool,
+    const vlm_fpool_handle_t *h, void *const *dsts, int parts,
+    vlm_error_t *err);
 /*
  * Drops one reference (a consumer's, or the cache's keep); the last frees
  * the slice, of either path.  A stale handle is refused, nothing changes.

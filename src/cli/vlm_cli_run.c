@@ -381,17 +381,21 @@ vlm_cli_render(vlm_cli_run_t *r, char **text, size_t *n_text,
         *text = malloc(*n_text + 1);
         *spans = malloc((*n_spans + 1) * sizeof(vlm_tok_span_t));
 
-        if (*text == NULL || *spans == NULL
-            || vlm_chat_render_spans(m, (size_t) n,
-                                     VLM_CHAT_ADD_GENERATION_PROMPT, *text,
-                                     *n_text + 1, n_text, NULL, *spans,
-                                     *n_spans + 1, n_spans, &err)
-               != VLM_OK)
+        if (*text == NULL || *spans == NULL) {
+            free(*text);
+            free(*spans);
+            return vlm_cli_fail("no memory");
+        }
+
+        if (vlm_chat_render_spans(m, (size_t) n,
+                                  VLM_CHAT_ADD_GENERATION_PROMPT, *text,
+                                  *n_text + 1, n_text, NULL, *spans,
+                                  *n_spans + 1, n_spans, &err)
+            != VLM_OK)
         {
             free(*text);
             free(*spans);
-            return vlm_cli_fail("%s", *text && *spans ? err.msg
-                                                      : "no memory");
+            return vlm_cli_fail("%s", err.msg);
         }
 
         return 0;
@@ -521,9 +525,16 @@ vlm_cli_prompt(vlm_cli_run_t *r)
 
         if (vlm_image_plan(&limits, &cfg, (uint8_t *) data, len, &plan,
                            &err)
-            != VLM_OK
-            || (r->pixels[i].data = malloc(plan.n_values * sizeof(float)))
-               == NULL
+            != VLM_OK)
+        {
+            free(data);
+            rc = vlm_cli_fail("%s: %s", r->image_paths[i], err.msg);
+            goto image_failed;
+        }
+
+        r->pixels[i].data = malloc(plan.n_values * sizeof(float));
+
+        if (r->pixels[i].data == NULL
             || vlm_image_ctx_run(ictx, (uint8_t *) data, len,
                                  r->pixels[i].data, plan.n_values, &plan,
                                  &err)

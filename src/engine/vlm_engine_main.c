@@ -1137,6 +1137,17 @@ main(int argc, char **argv)
                              VLM_ERR_INTERNAL, "the inference engine was "
                              "replaced by a reload, retry");
         }
+
+        /*
+         * the old queue's supervisor, if it outlives this engine, sees an
+         * exit it expects rather than one without a word
+         */
+        if (rc == 0) {
+            vlm_queue_engine_said(&q, (int32_t) getpid(),
+                                  VLM_ENGINE_LOST_RELOAD,
+                                  "the queue was replaced by a reload and "
+                                  "what it held is served");
+        }
     }
 
     vlm_sched_free(sched);

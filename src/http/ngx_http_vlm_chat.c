@@ -149,6 +149,10 @@ typedef struct {
     vlm_tok_work_t           *tok;
     int32_t                  *ids;
     size_t                    ids_cap;
+    char                     *image_text;   /* Idefics3: an image's text */
+    size_t                    image_text_cap;
+    int32_t                  *image_ids;    /* Idefics3: the images' ids */
+    size_t                    image_ids_cap;
 } ngx_http_vlm_thread_state_t;
 
 
@@ -163,8 +167,11 @@ static void ngx_http_vlm_chat_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_vlm_chat_post(ngx_http_vlm_chat_ctx_t *ctx,
     ngx_http_vlm_task_pt handler, ngx_http_vlm_chat_phase_e phase);
 static void ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log);
-static const vlm_qwen2vl_config_t *ngx_http_vlm_chat_image_config(
-    ngx_http_vlm_chat_ctx_t *ctx, size_t i, vlm_qwen2vl_config_t *cfg);
+static const vlm_image_config_t *ngx_http_vlm_chat_image_config(
+    ngx_http_vlm_chat_ctx_t *ctx, size_t i, vlm_image_config_t *cfg);
+static vlm_status_t ngx_http_vlm_chat_expand(ngx_http_vlm_chat_ctx_t *ctx,
+    ngx_http_vlm_thread_state_t *ts, size_t n_ids, int32_t *out,
+    size_t cap, size_t *n_out, vlm_error_t *e);
 static void ngx_http_vlm_chat_fill(void *data, ngx_log_t *log);
 static void ngx_http_vlm_chat_task_done(ngx_event_t *ev);
 static void ngx_http_vlm_chat_size(ngx_http_vlm_chat_ctx_t *ctx);
@@ -533,8 +540,8 @@ ngx_http_vlm_thread_state(ngx_http_vlm_chat_ctx_t *ctx, vlm_error_t *err)
         return NULL;
     }
 
-    if (vlm_image_ctx_init(&ts->image, &vmcf->image_limits,
-                           &vmcf->image_config, err)
+    if (vlm_image_ctx_init_config(&ts->image, &vmcf->image_limits,
+                                  &vmcf->image_config, err)
         != VLM_OK
         || vlm_tok_work_create(&ts->tok, vmcf->tokenizer,
                                vmcf->max_prompt_bytes, err)
@@ -579,28 +586,207 @@ ngx_http_vlm_task_state(ngx_http_vlm_chat_ctx_t *ctx)
 }
 
 
-/* the processor's settings for image i: its detail's pixel budget */
-static const vlm_qwen2vl_config_t *
+/*
+ * The processor's settings for image i: its detail's pixel budget
+ * (Qwen2-VL's; Idefics3's processor has its own sizes, whatever the
+ * detail)
+ */
+static const vlm_image_config_t *
 ngx_http_vlm_chat_image_config(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
-    vlm_qwen2vl_config_t *cfg)
+    vlm_image_config_t *cfg)
 {
     *cfg = ctx->vmcf->image_config;
-    cfg->max_pixels = vlm_image_detail_pixels(cfg,
+
+    if (cfg->family == VLM_IMAGE_QWEN2VL) {
+        cfg->qwen2vl.max_pixels = vlm_image_detail_pixels(&cfg->qwen2vl,
                           ctx->req.images[i].detail == VLM_OPENAI_DETAIL_LOW);
+    }
 
     return cfg;
 }
 
 
 /*
- * The request's messages as the template sees them: "developer" turns are
- * "system" ones, as vlm_openai_request_parse() reads them.
+ * The prompt's ids (ts->ids, n_ids, one placeholder per image) with each
+ * image expanded as the model's processor does it: Qwen2-VL's pad
+ * repeated for each of the image's features, Idefics3's <image> replaced
+ * by its tiles' text (row / column tokens, the tiles' <image> tokens, the
+ * global image), tokenized as the whole expanded prompt would be: the
+ * text starts and ends with a special token.  Into out.
  */
+static vlm_status_t
+ngx_http_vlm_chat_expand(ngx_http_vlm_chat_ctx_t *ctx,
+    ngx_http_vlm_thread_state_t *ts, size_t n_ids, int32_t *out, size_t cap,
+    size_t *n_out, vlm_error_t *e)
+{
+    char                      *text;
+    size_t                     i, n, len, max_len, total, used, k;
+    size_t                     lens[VLM_QUEUE_MAX_IMAGES];
+    int32_t                   *ids;
+    vlm_status_t               rc;
+    const int32_t             *seqs[VLM_QUEUE_MAX_IMAGES];
+    const vlm_image_config_t  *cfg;
+    ngx_http_vlm_main_conf_t  *vmcf;
+
+    vmcf = ctx->vmcf;
+    cfg = &vmcf->image_config;
+    n = ctx->req.n_images;
+
+    if (cfg->family != VLM_IMAGE_IDEFICS3) {
+        for (i = 0; i < n; i++) {
+            lens[i] = ctx->images[i].plan.grid.n_tokens;
+        }
+
+        return vlm_chat_expand_ids(ts->ids, n_ids, vmcf->image_pad_id, lens,
+                                   n, out, cap, n_out, e);
+    }
+
+    max_len = 0;
+    total = 0;
+
+    for (i = 0; i < n; i++) {
+        len = vlm_image_prompt_text(cfg, &ctx->images[i].plan, NULL, 0);
+        max_len = ngx_max(max_len, len);
+        total += len;
+    }
+
+    if (ts->image_text_cap < max_len + 1) {
+        free(ts->image_text);
+        ts->image_text_cap = 0;
+        ts->image_text = malloc(max_len + 1);
+        if (ts->image_text == NULL) {
+            return vlm_error_set(e, VLM_ERR_NOMEM, "no memory for the "
+                                 "images' text");
+        }
+
+        ts->image_text_cap = max_len + 1;
+    }
+
+    /* every token has at least one byte */
+    if (ts->image_ids_cap < total + 1) {
+        free(ts->image_ids);
+        ts->image_ids_cap = 0;
+        ts->image_ids = malloc((total + 1) * sizeof(int32_t));
+        if (ts->image_ids == NULL) {
+            return vlm_error_set(e, VLM_ERR_NOMEM, "no memory for the "
+                                 "images' tokens");
+        }
+
+        ts->image_ids_cap = total + 1;
+    }
+
+    text = ts->image_text;
+    ids = ts->image_ids;
+    used = 0;
+
+    for (i = 0; i < n; i++) {
+        len = vlm_image_prompt_text(cfg, &ctx->images[i].plan, text,
+                                    ts->image_text_cap);
+
+        rc = vlm_tokenizer_encode(vmcf->tokenizer, ts->tok, text, len, 0,
+                                  ids + used, ts->image_ids_cap - used, &k,
+                                  e);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        seqs[i] = ids + used;
+        lens[i] = k;
+        used += k;
+    }
+
+    return vlm_chat_splice_ids(ts->ids, n_ids, vmcf->image_pad_id, seqs,
+                               lens, n, out, cap, n_out, e);
+}
+
+
+/*
+ * A message as the template sees it: its image parts {"type": "image"},
+ * as vLLM gives them (the templates of SmolVLM and Idefics3 know no
+ * other), "developer" turns "system" ones, as vlm_openai_request_parse()
+ * reads them.  A new reference, NULL when out of memory.
+ */
+static json_t *
+ngx_http_vlm_chat_message(json_t *m)
+{
+    size_t   i;
+    json_t  *role, *content, *part, *type, *parts;
+    int      developer, images;
+
+    role = json_object_get(m, "role");
+    developer = json_is_string(role)
+                && ngx_strcmp(json_string_value(role), "developer") == 0;
+
+    content = json_object_get(m, "content");
+    images = 0;
+
+    json_array_foreach(content, i, part) {
+        type = json_object_get(part, "type");
+        images += json_is_string(type)
+                  && ngx_strcmp(json_string_value(type), "image_url") == 0;
+    }
+
+    if (!developer && images == 0) {
+        return json_incref(m);
+    }
+
+    m = json_copy(m);
+    if (m == NULL) {
+        return NULL;
+    }
+
+    if (developer
+        && json_object_set_new(m, "role", json_string("system")) != 0)
+    {
+        json_decref(m);
+        return NULL;
+    }
+
+    if (images == 0) {
+        return m;
+    }
+
+    parts = json_array();
+    if (parts == NULL) {
+        json_decref(m);
+        return NULL;
+    }
+
+    json_array_foreach(content, i, part) {
+        type = json_object_get(part, "type");
+
+        if (json_is_string(type)
+            && ngx_strcmp(json_string_value(type), "image_url") == 0)
+        {
+            part = json_pack("{ss}", "type", "image");
+
+        } else {
+            part = json_incref(part);
+        }
+
+        /* json_array_append_new() takes part, also when it fails */
+        if (part == NULL || json_array_append_new(parts, part) != 0) {
+            json_decref(parts);
+            json_decref(m);
+            return NULL;
+        }
+    }
+
+    if (json_object_set_new(m, "content", parts) != 0) {
+        json_decref(m);
+        return NULL;
+    }
+
+    return m;
+}
+
+
+/* the request's messages as the template sees them */
 static json_t *
 ngx_http_vlm_chat_messages(json_t *msgs)
 {
     size_t   i;
-    json_t  *out, *m, *role;
+    json_t  *out, *m;
 
     out = json_array();
     if (out == NULL) {
@@ -608,33 +794,10 @@ ngx_http_vlm_chat_messages(json_t *msgs)
     }
 
     json_array_foreach(msgs, i, m) {
-        role = json_object_get(m, "role");
+        m = ngx_http_vlm_chat_message(m);
 
-        if (json_is_string(role)
-            && ngx_strcmp(json_string_value(role), "developer") == 0)
-        {
-            m = json_copy(m);
-            if (m == NULL) {
-                json_decref(out);
-                return NULL;
-            }
-
-            if (json_object_set_new(m, "role", json_string("system")) != 0) {
-                json_decref(m);
-                json_decref(out);
-                return NULL;
-            }
-
-            /* json_array_append_new() takes m, also when it fails */
-            if (json_array_append_new(out, m) != 0) {
-                json_decref(out);
-                return NULL;
-            }
-
-            continue;
-        }
-
-        if (json_array_append(out, m) != 0) {
+        /* json_array_append_new() takes m, also when it fails */
+        if (m == NULL || json_array_append_new(out, m) != 0) {
             json_decref(out);
             return NULL;
         }
@@ -735,7 +898,7 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
     ngx_buf_t                  *b;
     ngx_chain_t                *cl;
     vlm_error_t                 e;
-    vlm_qwen2vl_config_t        cfg;
+    vlm_image_config_t          cfg;
     vlm_chat_msg_t             *msgs;
     vlm_chat_part_t            *parts;
     vlm_data_url_t              url;
@@ -940,7 +1103,7 @@ ngx_http_vlm_chat_prepare(void *data, ngx_log_t *log)
         if (vlm_base64_decode(url.data, url.data_len, ci->data, len,
                               &ci->len, &e)
             != VLM_OK
-            || vlm_image_plan(&ctx->vlcf->image_limits,
+            || vlm_image_plan_config(&ctx->vlcf->image_limits,
                               ngx_http_vlm_chat_image_config(ctx, i, &cfg),
                               ci->data, ci->len, &ci->plan, &e)
                != VLM_OK)
@@ -1112,11 +1275,11 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
 {
     ngx_http_vlm_chat_ctx_t *ctx = *(ngx_http_vlm_chat_ctx_t **) data;
 
-    size_t                        i, n_ids, n_out, n_pads[VLM_QUEUE_MAX_IMAGES];
+    size_t                        i, n_ids, n_out;
     float                        *pixels;
     u_char                       *bias;
-    vlm_qwen2vl_config_t          cfg;
-    int32_t                      *ids, pad;
+    vlm_image_config_t            cfg;
+    int32_t                      *ids;
     vlm_error_t                   e;
     vlm_queue_t                  *q;
     vlm_queue_slot_t             *qs;
@@ -1144,7 +1307,7 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
         pixels = vlm_queue_arena(q, qs->arena_off + ci->pixels_off);
 
         vlm_image_ctx_max_pixels(ts->image,
-            ngx_http_vlm_chat_image_config(ctx, i, &cfg)->max_pixels);
+            ngx_http_vlm_chat_image_config(ctx, i, &cfg)->qwen2vl.max_pixels);
 
         if (vlm_image_ctx_run(ts->image, ci->data, ci->len, pixels,
                               ci->plan.n_values, &ci->plan, &e)
@@ -1163,7 +1326,6 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
         qi->grid_h = ci->plan.grid.grid_h;
         qi->grid_w = ci->plan.grid.grid_w;
         qi->n_tokens = ci->plan.grid.n_tokens;
-        n_pads[i] = ci->plan.grid.n_tokens;
 
         /* the file is no longer needed: give its memory back now */
         if (!ci->in_body) {
@@ -1209,10 +1371,8 @@ ngx_http_vlm_chat_fill(void *data, ngx_log_t *log)
         return;
     }
 
-    pad = vmcf->image_pad_id;
-
-    if (vlm_chat_expand_ids(ts->ids, n_ids, pad, n_pads, req->n_images, ids,
-                            ctx->ids_cap, &n_out, &e)
+    if (ngx_http_vlm_chat_expand(ctx, ts, n_ids, ids, ctx->ids_cap, &n_out,
+                                 &e)
         != VLM_OK)
     {
         vlm_openai_error_from(&ctx->error, &e, "messages");
@@ -1286,7 +1446,6 @@ ngx_http_vlm_tokenize_count(void *data, ngx_log_t *log)
 
     char                         *text;
     size_t                        i, n_ids, n_out, len, size;
-    size_t                        n_pads[VLM_QUEUE_MAX_IMAGES];
     u_char                       *p;
     int32_t                      *ids;
     uint32_t                      max_len;
@@ -1342,10 +1501,6 @@ ngx_http_vlm_tokenize_count(void *data, ngx_log_t *log)
         return;
     }
 
-    for (i = 0; i < req->n_images; i++) {
-        n_pads[i] = ctx->images[i].plan.grid.n_tokens;
-    }
-
     if (ts->ids_cap < ctx->prompt_len + 1) {
         free(ts->ids);
         ts->ids_cap = ngx_max(ctx->prompt_len + 1, 4096);
@@ -1372,9 +1527,8 @@ ngx_http_vlm_tokenize_count(void *data, ngx_log_t *log)
         goto nomem;
     }
 
-    if (vlm_chat_expand_ids(ts->ids, n_ids, vmcf->image_pad_id, n_pads,
-                            req->n_images, ids, ctx->ids_cap + 1, &n_out,
-                            &e)
+    if (ngx_http_vlm_chat_expand(ctx, ts, n_ids, ids, ctx->ids_cap + 1,
+                                 &n_out, &e)
         != VLM_OK)
     {
         free(ids);
@@ -1500,7 +1654,7 @@ ngx_http_vlm_chat_size(ngx_http_vlm_chat_ctx_t *ctx)
         ci->pixels_off = arena;
         arena += vlm_align_up(ci->plan.n_values * sizeof(float),
                               NGX_HTTP_VLM_ID_ALIGN);
-        ids += ci->plan.grid.n_tokens;
+        ids += ci->plan.n_ids;
     }
 
     /* logit_bias: its ids, then its values */
@@ -1559,7 +1713,7 @@ ngx_http_vlm_chat_fetched(void *data, vlm_openai_error_t *err)
 
     uint32_t                    i;
     vlm_error_t                 e;
-    vlm_qwen2vl_config_t        cfg;
+    vlm_image_config_t          cfg;
     ngx_http_vlm_chat_image_t  *ci;
 
     if (ctx->phase != NGX_HTTP_VLM_CHAT_FETCHING) {
@@ -1582,7 +1736,7 @@ ngx_http_vlm_chat_fetched(void *data, vlm_openai_error_t *err)
         ci->data = ngx_http_vlm_fetch_take(ctx->fetch, i, &ci->len);
 
         /* a header read: no decoding on the event loop */
-        if (vlm_image_plan(&ctx->vlcf->image_limits,
+        if (vlm_image_plan_config(&ctx->vlcf->image_limits,
                            ngx_http_vlm_chat_image_config(ctx, i, &cfg),
                            ci->data, ci->len, &ci->plan, &e)
             != VLM_OK)

@@ -757,7 +757,8 @@ ngx_http_vlm_template_cleanup(void *data)
 char *
 ngx_http_vlm_model_files(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
 {
-    u_char              *p, *path;
+    u_char              *p;
+    const char          *pad;
     vlm_error_t          err;
     ngx_pool_cleanup_t  *cln;
     vlm_model_params_t   params;
@@ -826,28 +827,34 @@ ngx_http_vlm_model_files(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
         return NGX_CONF_ERROR;
     }
 
-    vmcf->image_pad_id = vlm_tokenizer_token_id(vmcf->tokenizer,
-                                                VLM_CHAT_IMAGE_PAD);
-    if (vmcf->image_pad_id < 0) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "vlm_model \"%V\": the tokenizer has no %s "
-                           "token", &vmcf->model, VLM_CHAT_IMAGE_PAD);
-        return NGX_CONF_ERROR;
-    }
-
-    path = ngx_pnalloc(cf->pool, vmcf->model.len
-                                 + sizeof("/preprocessor_config.json"));
-    if (path == NULL) {
-        return NGX_CONF_ERROR;
-    }
-
-    ngx_sprintf(path, "%V/preprocessor_config.json%Z", &vmcf->model);
-
-    if (vlm_qwen2vl_config_load(&vmcf->image_config, (char *) path, &err)
+    /* the image processor of the model's family, by its config.json */
+    if (vlm_image_config_load(&vmcf->image_config,
+                              (char *) vmcf->model.data, &err)
         != VLM_OK)
     {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "vlm_model \"%V\": %s", &vmcf->model, err.msg);
+        return NGX_CONF_ERROR;
+    }
+
+    /* the placeholder the template writes for an image */
+    pad = vmcf->image_config.family == VLM_IMAGE_IDEFICS3
+          ? VLM_IDEFICS3_IMAGE : VLM_CHAT_IMAGE_PAD;
+
+    vmcf->image_pad_id = vlm_tokenizer_token_id(vmcf->tokenizer, pad);
+    if (vmcf->image_pad_id < 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "vlm_model \"%V\": the tokenizer has no %s "
+                           "token", &vmcf->model, pad);
+        return NGX_CONF_ERROR;
+    }
+
+    if (vmcf->image_config.family == VLM_IMAGE_IDEFICS3
+        && vlm_tokenizer_token_id(vmcf->tokenizer, VLM_IDEFICS3_FAKE) < 0)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "vlm_model \"%V\": the tokenizer has no %s "
+                           "token", &vmcf->model, VLM_IDEFICS3_FAKE);
         return NGX_CONF_ERROR;
     }
 

@@ -968,10 +968,12 @@ ngx_http_vlm_engine_exited(vlm_queue_t *q, ngx_http_vlm_supervisor_t *sup)
     /*
      * an engine that stopped on its own error said so in the log already;
      * one told to stop by someone else (a service manager stopping every
-     * process of nginx at once) is no emergency
+     * process of nginx at once), or one that served a queue a reload
+     * replaced and stopped, is no emergency
      */
     level = reason == VLM_ENGINE_LOST_ERROR ? NGX_LOG_ERR
-            : reason == VLM_ENGINE_LOST_STOP ? NGX_LOG_NOTICE
+            : reason == VLM_ENGINE_LOST_STOP
+              || reason == VLM_ENGINE_LOST_RELOAD ? NGX_LOG_NOTICE
             : NGX_LOG_ALERT;
 
     ngx_log_error(level, ngx_cycle->log, 0,

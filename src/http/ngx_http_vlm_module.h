@@ -95,7 +95,7 @@ typedef struct {
     json_t              *chat_vars;        /* the template's trusted
                                               variables */
     int32_t              image_pad_id;
-    vlm_qwen2vl_config_t image_config;
+    vlm_image_config_t   image_config;
     vlm_image_limits_t   image_limits;
 
     /* the engine process */

@@ -9,8 +9,11 @@
  */
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "vlm_image.h"
 #include "vlm_image_resize.h"
@@ -18,7 +21,7 @@
 
 struct vlm_image_ctx_s {
     vlm_image_limits_t     limits;
-    vlm_qwen2vl_config_t   cfg;
+    vlm_image_config_t     cfg;
     uint64_t               max_pixels;    /* cfg's, as configured */
     float                  lut[3 * 256];
     uint8_t               *decoded;       /* [max_pixels * 4] */
@@ -30,12 +33,199 @@ struct vlm_image_ctx_s {
 };
 
 
+void
+vlm_image_config_qwen2vl(vlm_image_config_t *cfg,
+    const vlm_qwen2vl_config_t *qwen2vl)
+{
+    memset(cfg, 0, sizeof(vlm_image_config_t));
+
+    cfg->family = VLM_IMAGE_QWEN2VL;
+    cfg->qwen2vl = *qwen2vl;
+}
+
+
+/* whether a name (an architecture, a processor type) is Idefics3's */
+static int
+vlm_image_idefics3_name(const char *name)
+{
+    return name != NULL && (strncmp(name, "Idefics3", 8) == 0
+                            || strncmp(name, "SmolVLM", 7) == 0);
+}
+
+
+/* config.json: the family, and Idefics3's tower geometry */
+static vlm_status_t
+vlm_image_model_config(vlm_image_config_t *cfg, const char *dir,
+    uint32_t *patch, vlm_error_t *err)
+{
+    int            size, p, scale;
+    char           path[4096];
+    json_t        *root, *vc, *v;
+    json_error_t   jerr;
+
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+
+    root = json_load_file(path, 0, &jerr);
+    if (root == NULL) {
+        return vlm_error_set(err, jerr.line < 0 ? VLM_ERR_IO : VLM_ERR_FORMAT,
+                             "%s: %s", path, jerr.text);
+    }
+
+    v = json_array_get(json_object_get(root, "architectures"), 0);
+    cfg->family = vlm_image_idefics3_name(json_string_value(v))
+                  ? VLM_IMAGE_IDEFICS3 : VLM_IMAGE_QWEN2VL;
+
+    if (cfg->family == VLM_IMAGE_QWEN2VL) {
+        json_decref(root);
+        return VLM_OK;
+    }
+
+    /* the model's defaults (Idefics3Config, SmolVLMConfig) */
+    vc = json_object_get(root, "vision_config");
+    v = json_object_get(vc, "image_size");
+    size = json_is_integer(v) ? (int) json_integer_value(v) : 224;
+    v = json_object_get(vc, "patch_size");
+    p = json_is_integer(v) ? (int) json_integer_value(v) : 32;
+    v = json_object_get(root, "scale_factor");
+    scale = json_is_integer(v) ? (int) json_integer_value(v) : 2;
+    json_decref(root);
+
+    if (p < 1 || scale < 1 || size < p || size > 65536
+        || (size / p) % scale != 0)
+    {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "%s: tiles of %d pixels, patches of %d and a "
+                             "scale factor of %d", path, size, p, scale);
+    }
+
+    *patch = (uint32_t) p;
+    cfg->seq_len = (uint32_t) ((size / p) / scale * ((size / p) / scale));
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_image_config_load(vlm_image_config_t *cfg, const char *dir,
+    vlm_error_t *err)
+{
+    char          *text, path[4096], msg[VLM_ERROR_MSG_LEN];
+    long           n;
+    FILE          *f;
+    json_t        *root;
+    uint32_t       patch;
+    const char    *type;
+    vlm_status_t   rc;
+    json_error_t   jerr;
+
+    memset(cfg, 0, sizeof(vlm_image_config_t));
+    patch = 0;
+
+    rc = vlm_image_model_config(cfg, dir, &patch, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    snprintf(path, sizeof(path), "%s/preprocessor_config.json", dir);
+
+    if (cfg->family == VLM_IMAGE_QWEN2VL) {
+        return vlm_qwen2vl_config_load(&cfg->qwen2vl, path, err);
+    }
+
+    root = json_load_file(path, 0, &jerr);
+    if (root == NULL) {
+        return vlm_error_set(err, jerr.line < 0 ? VLM_ERR_IO : VLM_ERR_FORMAT,
+                             "%s: %s", path, jerr.text);
+    }
+
+    type = json_string_value(json_object_get(root, "image_processor_type"));
+
+    if (type != NULL && !vlm_image_idefics3_name(type)) {
+        rc = vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                           "%s: image_processor_type \"%.64s\" is not the "
+                           "Idefics3 / SmolVLM processor this model's "
+                           "architecture takes", path, type);
+        json_decref(root);
+        return rc;
+    }
+
+    json_decref(root);
+
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        return vlm_error_set(err, VLM_ERR_IO, "%s: cannot open", path);
+    }
+
+    text = NULL;
+    n = -1;
+
+    if (fseek(f, 0, SEEK_END) == 0) {
+        n = ftell(f);
+    }
+
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+        text = malloc((size_t) n + 1);
+    }
+
+    if (text == NULL || fread(text, 1, (size_t) n, f) != (size_t) n) {
+        free(text);
+        fclose(f);
+        return vlm_error_set(err, VLM_ERR_IO, "%s: cannot read", path);
+    }
+
+    fclose(f);
+
+    vlm_idefics3_image_config_default(&cfg->idefics3, patch);
+    rc = vlm_idefics3_image_config_parse(&cfg->idefics3, text, (size_t) n,
+                                         err);
+    free(text);
+
+    if (rc != VLM_OK) {
+        memcpy(msg, err->msg, sizeof(msg));
+        return vlm_error_set(err, rc, "%s: %s", path, msg);
+    }
+
+    return VLM_OK;
+}
+
+
+size_t
+vlm_image_prompt_text(const vlm_image_config_t *cfg,
+    const vlm_image_plan_t *plan, char *buf, size_t cap)
+{
+    if (cfg->family != VLM_IMAGE_IDEFICS3) {
+        if (cap > 0) {
+            buf[0] = '\0';
+        }
+
+        return 0;
+    }
+
+    return vlm_idefics3_image_prompt(&plan->idefics3, cfg->seq_len, buf, cap);
+}
+
+
 vlm_status_t
 vlm_image_plan(const vlm_image_limits_t *limits,
     const vlm_qwen2vl_config_t *cfg, const uint8_t *data, size_t len,
     vlm_image_plan_t *plan, vlm_error_t *err)
 {
-    vlm_status_t  rc;
+    vlm_image_config_t  c;
+
+    vlm_image_config_qwen2vl(&c, cfg);
+
+    return vlm_image_plan_config(limits, &c, data, len, plan, err);
+}
+
+
+vlm_status_t
+vlm_image_plan_config(const vlm_image_limits_t *limits,
+    const vlm_image_config_t *cfg, const uint8_t *data, size_t len,
+    vlm_image_plan_t *plan, vlm_error_t *err)
+{
+    vlm_status_t                rc;
+    vlm_qwen2vl_grid_t         *g;
+    vlm_idefics3_image_plan_t  *ip;
 
     memset(plan, 0, sizeof(*plan));
 
@@ -44,13 +234,42 @@ vlm_image_plan(const vlm_image_limits_t *limits,
         return rc;
     }
 
-    rc = vlm_qwen2vl_grid(cfg, plan->info.height, plan->info.width,
-                          &plan->grid, err);
+    if (cfg->family == VLM_IMAGE_QWEN2VL) {
+        rc = vlm_qwen2vl_grid(&cfg->qwen2vl, plan->info.height,
+                              plan->info.width, &plan->grid, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        plan->n_values = vlm_qwen2vl_values(&plan->grid);
+        plan->n_ids = plan->grid.n_tokens;
+
+        return VLM_OK;
+    }
+
+    ip = &plan->idefics3;
+
+    rc = vlm_idefics3_image_plan(&cfg->idefics3, plan->info.width,
+                                 plan->info.height, ip, err);
     if (rc != VLM_OK) {
         return rc;
     }
 
-    plan->n_values = vlm_qwen2vl_values(&plan->grid);
+    /* the engine's image: frames of side x side patches */
+    g = &plan->grid;
+    g->resized_w = ip->split_w;
+    g->resized_h = ip->split_h;
+    g->grid_t = ip->n_frames;
+    g->grid_h = ip->side;
+    g->grid_w = ip->side;
+    g->n_patches = ip->n_frames * ip->side * ip->side;
+    g->patch_dim = ip->patch_dim;
+    g->n_tokens = ip->n_frames * cfg->seq_len;
+
+    plan->n_values = ip->n_values;
+
+    /* every token of the image's text has at least one byte */
+    plan->n_ids = vlm_idefics3_image_prompt(ip, cfg->seq_len, NULL, 0);
 
     return VLM_OK;
 }
@@ -111,6 +330,38 @@ vlm_image_worst_case(const vlm_image_limits_t *limits,
 }
 
 
+/* Idefics3: the largest scratch of any image the limits let in */
+static void
+vlm_image_worst_case_idefics3(const vlm_image_limits_t *limits,
+    const vlm_idefics3_image_config_t *cfg, size_t *scratch)
+{
+    int                        o;
+    uint32_t                   h, w, max_side;
+    uint64_t                   wmax;
+    vlm_idefics3_image_plan_t  plan;
+
+    max_side = limits->max_side;
+    *scratch = 0;
+
+    for (h = 1; h <= max_side; h++) {
+        wmax = vlm_min((uint64_t) max_side, limits->max_pixels / h);
+        if (wmax == 0) {
+            break;
+        }
+
+        w = (uint32_t) wmax;
+
+        for (o = 0; o < 2; o++) {
+            if (vlm_idefics3_image_plan(cfg, o ? h : w, o ? w : h, &plan,
+                                        NULL) == VLM_OK)
+            {
+                *scratch = vlm_max(*scratch, plan.scratch);
+            }
+        }
+    }
+}
+
+
 uint64_t
 vlm_image_detail_pixels(const vlm_qwen2vl_config_t *cfg, int low)
 {
@@ -134,14 +385,27 @@ vlm_image_detail_pixels(const vlm_qwen2vl_config_t *cfg, int low)
 void
 vlm_image_ctx_max_pixels(vlm_image_ctx_t *ctx, uint64_t max_pixels)
 {
-    ctx->cfg.max_pixels = max_pixels < ctx->max_pixels ? max_pixels
-                                                       : ctx->max_pixels;
+    ctx->cfg.qwen2vl.max_pixels = max_pixels < ctx->max_pixels
+                                  ? max_pixels : ctx->max_pixels;
 }
 
 
 vlm_status_t
 vlm_image_ctx_init(vlm_image_ctx_t **ctxp, const vlm_image_limits_t *limits,
     const vlm_qwen2vl_config_t *cfg, vlm_error_t *err)
+{
+    vlm_image_config_t  c;
+
+    vlm_image_config_qwen2vl(&c, cfg);
+
+    return vlm_image_ctx_init_config(ctxp, limits, &c, err);
+}
+
+
+vlm_status_t
+vlm_image_ctx_init_config(vlm_image_ctx_t **ctxp,
+    const vlm_image_limits_t *limits, const vlm_image_config_t *cfg,
+    vlm_error_t *err)
 {
     vlm_image_ctx_t  *ctx;
 
@@ -162,10 +426,21 @@ vlm_image_ctx_init(vlm_image_ctx_t **ctxp, const vlm_image_limits_t *limits,
 
     ctx->limits = *limits;
     ctx->cfg = *cfg;
-    ctx->max_pixels = cfg->max_pixels;
-    vlm_qwen2vl_build_lut(cfg, ctx->lut);
+    ctx->max_pixels = cfg->qwen2vl.max_pixels;
 
-    vlm_image_worst_case(limits, cfg, &ctx->resized_cap, &ctx->scratch_cap);
+    if (cfg->family == VLM_IMAGE_IDEFICS3) {
+        /* its own resizes and table, in the scratch */
+        ctx->resized_cap = 1;
+        vlm_image_worst_case_idefics3(limits, &cfg->idefics3,
+                                      &ctx->scratch_cap);
+        ctx->scratch_cap = vlm_max(ctx->scratch_cap, 1);
+
+    } else {
+        vlm_qwen2vl_build_lut(&cfg->qwen2vl, ctx->lut);
+        vlm_image_worst_case(limits, &cfg->qwen2vl, &ctx->resized_cap,
+                             &ctx->scratch_cap);
+    }
+
     ctx->decoded_cap = (size_t) limits->max_pixels * 4;
 
     ctx->decoded = malloc(ctx->decoded_cap);
@@ -227,7 +502,8 @@ vlm_image_ctx_decode(vlm_image_ctx_t *ctx, const uint8_t *data, size_t len,
     vlm_status_t  rc;
 
     /* plan first: an image preprocessing would reject is never decoded */
-    rc = vlm_image_plan(&ctx->limits, &ctx->cfg, data, len, plan, err);
+    rc = vlm_image_plan_config(&ctx->limits, &ctx->cfg, data, len, plan,
+                               err);
     if (rc != VLM_OK) {
         return rc;
     }
@@ -250,6 +526,11 @@ vlm_image_ctx_resize(vlm_image_ctx_t *ctx, const vlm_image_plan_t *plan,
 {
     vlm_status_t               rc;
     const vlm_qwen2vl_grid_t  *g;
+
+    if (ctx->cfg.family != VLM_IMAGE_QWEN2VL) {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "image: the resize stage is Qwen2-VL's");
+    }
 
     g = &plan->grid;
 
@@ -283,8 +564,13 @@ vlm_image_ctx_patchify(vlm_image_ctx_t *ctx, const vlm_image_plan_t *plan,
                              "buffer holds %zu", plan->n_values, cap_values);
     }
 
-    vlm_qwen2vl_patchify(&ctx->cfg, &plan->grid, ctx->resized, ctx->lut,
-                         pixel_values);
+    if (ctx->cfg.family != VLM_IMAGE_QWEN2VL) {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "image: the patchify stage is Qwen2-VL's");
+    }
+
+    vlm_qwen2vl_patchify(&ctx->cfg.qwen2vl, &plan->grid, ctx->resized,
+                         ctx->lut, pixel_values);
 
     return VLM_OK;
 }
@@ -307,6 +593,14 @@ vlm_image_ctx_run(vlm_image_ctx_t *ctx, const uint8_t *data, size_t len,
         return vlm_error_set(err, VLM_ERR_LIMIT,
                              "image: pixel_values needs %zu floats, the "
                              "buffer holds %zu", plan->n_values, cap_values);
+    }
+
+    if (ctx->cfg.family == VLM_IMAGE_IDEFICS3) {
+        return vlm_idefics3_image_run(&ctx->cfg.idefics3, &plan->idefics3,
+                                      rgb, plan->info.width,
+                                      plan->info.height, ctx->scratch,
+                                      ctx->scratch_cap, pixel_values,
+                                      cap_values, err);
     }
 
     rc = vlm_image_ctx_resize(ctx, plan, &resized, err);

@@ -23,17 +23,63 @@
 #include "core/vlm_common.h"
 #include "vlm_base64.h"
 #include "vlm_image_decode.h"
+#include "vlm_image_idefics3.h"
 #include "vlm_image_qwen2vl.h"
 
 
 typedef struct vlm_image_ctx_s  vlm_image_ctx_t;
 
 
+/* the image processor of a model family */
+typedef enum {
+    VLM_IMAGE_QWEN2VL = 0,       /* Qwen2-VL, Qwen2.5-VL, Qwen3-VL */
+    VLM_IMAGE_IDEFICS3           /* SmolVLM, Idefics3 */
+} vlm_image_family_t;
+
+
+typedef struct {
+    vlm_image_family_t           family;
+    vlm_qwen2vl_config_t         qwen2vl;
+    vlm_idefics3_image_config_t  idefics3;
+    uint32_t                     seq_len;   /* Idefics3: <image> tokens of
+                                               a tile */
+} vlm_image_config_t;
+
+
 typedef struct {
     vlm_image_info_t    info;    /* format, width, height as declared */
-    vlm_qwen2vl_grid_t  grid;    /* resized size, grid_thw, n_tokens */
+    vlm_qwen2vl_grid_t  grid;    /* resized size, grid_thw, n_tokens (the
+                                    image's features); Idefics3: frames,
+                                    side, side patches */
     size_t              n_values;    /* floats of pixel_values */
+    size_t              n_ids;   /* prompt ids the image takes, at most */
+    vlm_idefics3_image_plan_t  idefics3;    /* Idefics3: its tiles */
 } vlm_image_plan_t;
+
+
+/* Qwen2-VL's processor with these settings */
+void vlm_image_config_qwen2vl(vlm_image_config_t *cfg,
+    const vlm_qwen2vl_config_t *qwen2vl);
+
+/*
+ * The image processor of the model in dir, chosen by its config.json's
+ * architectures (SmolVLM's and Idefics3's take the Idefics3 processor,
+ * the others Qwen2-VL's), its settings from preprocessor_config.json (and
+ * for Idefics3 the tower's patch and tile size and the connector's scale
+ * factor from config.json).  A preprocessor_config.json whose
+ * image_processor_type is another family's is refused
+ * (VLM_ERR_UNSUPPORTED), as are the errors of the families' parsers.
+ */
+vlm_status_t vlm_image_config_load(vlm_image_config_t *cfg, const char *dir,
+    vlm_error_t *err);
+
+/*
+ * The image's prompt text (Idefics3: its tiles' tokens, which replace its
+ * <image>; NULL for Qwen2-VL's, whose pad the ids expand): its length,
+ * written to buf (NUL-terminated) when it fits in cap bytes.
+ */
+size_t vlm_image_prompt_text(const vlm_image_config_t *cfg,
+    const vlm_image_plan_t *plan, char *buf, size_t cap);
 
 
 /*
@@ -43,6 +89,10 @@ typedef struct {
  */
 vlm_status_t vlm_image_plan(const vlm_image_limits_t *limits,
     const vlm_qwen2vl_config_t *cfg, const uint8_t *data, size_t len,
+    vlm_image_plan_t *plan, vlm_error_t *err);
+/* the same, for the family's processor */
+vlm_status_t vlm_image_plan_config(const vlm_image_limits_t *limits,
+    const vlm_image_config_t *cfg, const uint8_t *data, size_t len,
     vlm_image_plan_t *plan, vlm_error_t *err);
 
 /*
@@ -62,6 +112,10 @@ void vlm_image_ctx_max_pixels(vlm_image_ctx_t *ctx, uint64_t max_pixels);
 vlm_status_t vlm_image_ctx_init(vlm_image_ctx_t **ctx,
     const vlm_image_limits_t *limits, const vlm_qwen2vl_config_t *cfg,
     vlm_error_t *err);
+/* the same, for the family's processor */
+vlm_status_t vlm_image_ctx_init_config(vlm_image_ctx_t **ctx,
+    const vlm_image_limits_t *limits, const vlm_image_config_t *cfg,
+    vlm_error_t *err);
 void vlm_image_ctx_free(vlm_image_ctx_t *ctx);
 
 /* bytes of scratch the context holds */
@@ -80,7 +134,8 @@ vlm_status_t vlm_image_ctx_run(vlm_image_ctx_t *ctx, const uint8_t *data,
 /*
  * The stages of vlm_image_ctx_run, for benchmarks and tests: decode into
  * the context (*rgb points into it until the next call), resize into the
- * context, patchify into the caller's buffer.
+ * context, patchify into the caller's buffer (Qwen2-VL's processor only:
+ * VLM_ERR_UNSUPPORTED for another).
  */
 vlm_status_t vlm_image_ctx_decode(vlm_image_ctx_t *ctx, const uint8_t *data,
     size_t len, vlm_image_plan_t *plan, const uint8_t **rgb,

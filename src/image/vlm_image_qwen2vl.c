@@ -348,9 +348,9 @@ vlm_qwen2vl_config_load(vlm_qwen2vl_config_t *cfg, const char *path,
     {
         rc = vlm_error_set(err, VLM_ERR_UNSUPPORTED,
                            "%s: image_processor_type \"%.64s\" is not "
-                           "Qwen2-VL's, which this image pipeline is "
-                           "(SmolVLM and Idefics3 run in the engine and "
-                           "vlm-cli only)", path, type);
+                           "Qwen2-VL's, which this model's architecture "
+                           "takes (SmolVLM's and Idefics3's processor is "
+                           "for their own architectures)", path, type);
         json_decref(root);
         return rc;
     }

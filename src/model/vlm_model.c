@@ -551,12 +551,14 @@ vlm_model_all_gather(vlm_model_t *m, float *out, const float *in, size_t n,
  * This rank's share of the decoder; a model whose heads, MLP or
  * vocabulary the group cannot split evenly is refused, naming the number.
  */
-/* rank 0 encodes the images and hands the features to the others */
+/*
+ * rank 0 encodes the images and hands the features to the others (with
+ * DeepStack, every level of them, one after the other in the slice)
+ */
 static int
 vlm_model_hands_features(const vlm_model_t *m)
 {
-    return m->params.tp_size > 1 && m->params.feature_pool_fd >= 0
-           && m->cfg.vision.n_deepstack == 0;
+    return m->params.tp_size > 1 && m->params.feature_pool_fd >= 0;
 }
 
 
@@ -627,9 +629,7 @@ vlm_model_tp_init(vlm_model_t *m, int check, vlm_error_t *err)
 
     /*
      * A group that hands the features over through a shared feature pool
-     * runs the tower on rank 0 alone, whole (vlm_prefill_image_put());
-     * DeepStack's several levels of features are not handed over yet: such
-     * a tower runs on every rank
+     * runs the tower on rank 0 alone, whole (vlm_prefill_image_put())
      */
     tp->vision_split = N > 1 && !vlm_model_hands_features(m)
                        && vc->n_heads % N == 0
@@ -1125,9 +1125,10 @@ vlm_model_feature_pool_open(vlm_model_t *m, vlm_error_t *err)
         return VLM_OK;
     }
 
+    /* an image's features, every DeepStack level of them */
     mm = m->cfg.vision.spatial_merge_size * m->cfg.vision.spatial_merge_size;
     image = (size_t) (p->max_image_patches / mm) * m->cfg.text.hidden_size
-            * sizeof(float);
+            * sizeof(float) * (size_t) vlm_max(m->feature_levels, 1);
     host = p->tp_size > 1 ? image : 0;
     pool = p->feature_pool_bytes;
 
@@ -1976,7 +1977,9 @@ vlm_status_t
 vlm_prefill_image_put(vlm_model_t *m, int consumers, vlm_fpool_handle_t *h,
     vlm_error_t *err)
 {
+    int                 k, F;
     size_t              bytes;
+    const void         *srcs[VLM_MAX_DEEPSTACK + 1];
     vlm_prefill_job_t  *pf = &m->pf;
 
     memset(h, 0, sizeof(vlm_fpool_handle_t));
@@ -1990,9 +1993,13 @@ vlm_prefill_image_put(vlm_model_t *m, int consumers, vlm_fpool_handle_t *h,
                              "to hand the image's features over");
     }
 
+    F = vlm_max(m->feature_levels, 1);
     bytes = (size_t) pf->out_rows * m->cfg.text.hidden_size * sizeof(float);
 
-    /* the cache's entry is read where it is: the consumers reference it */
+    /*
+     * the cache's entry is read where it is: the consumers reference it
+     * (its levels lie one after the other, as a transfer's do)
+     */
     if (pf->out_slice.gen != 0
         && vlm_fpool_share(m->fpool, &pf->out_slice, consumers, err)
            == VLM_OK)
@@ -2001,9 +2008,12 @@ vlm_prefill_image_put(vlm_model_t *m, int consumers, vlm_fpool_handle_t *h,
         return VLM_OK;
     }
 
-    return vlm_fpool_put(m->fpool, m->ws.feats + (size_t) pf->out_feat
-                                                 * m->cfg.text.hidden_size,
-                         bytes, consumers, h, err);
+    for (k = 0; k < F; k++) {
+        srcs[k] = m->ws.feats + k * m->ws.feat_level
+                  + (size_t) pf->out_feat * m->cfg.text.hidden_size;
+    }
+
+    return vlm_fpool_put_parts(m->fpool, srcs, bytes, F, consumers, h, err);
 }
 
 
@@ -2011,7 +2021,8 @@ vlm_status_t
 vlm_prefill_image_get(vlm_model_t *m, const vlm_fpool_handle_t *h,
     vlm_error_t *err)
 {
-    int                 n_tok, mm;
+    int                 n_tok, mm, k, F;
+    void               *dsts[VLM_MAX_DEEPSTACK + 1];
     vlm_status_t        rc;
     vlm_prefill_job_t  *pf = &m->pf;
     const vlm_image_t  *img;
@@ -2025,16 +2036,23 @@ vlm_prefill_image_get(vlm_model_t *m, const vlm_fpool_handle_t *h,
     mm = m->cfg.vision.spatial_merge_size * m->cfg.vision.spatial_merge_size;
     n_tok = img->grid_t * img->grid_h * img->grid_w / mm;
 
-    if (h->bytes != (size_t) n_tok * m->cfg.text.hidden_size * sizeof(float))
+    F = vlm_max(m->feature_levels, 1);
+
+    if (h->bytes != (size_t) F * n_tok * m->cfg.text.hidden_size
+                    * sizeof(float))
     {
         return vlm_error_set(err, VLM_ERR_INTERNAL, "model: %llu bytes of "
-                             "features for an image of %d tokens",
-                             (unsigned long long) h->bytes, n_tok);
+                             "features for an image of %d tokens in %d "
+                             "levels", (unsigned long long) h->bytes, n_tok,
+                             F);
     }
 
-    rc = vlm_fpool_read(m->fpool, h, m->ws.feats + (size_t) pf->feat
-                                                   * m->cfg.text.hidden_size,
-                        err);
+    for (k = 0; k < F; k++) {
+        dsts[k] = m->ws.feats + k * m->ws.feat_level
+                  + (size_t) pf->feat * m->cfg.text.hidden_size;
+    }
+
+    rc = vlm_fpool_read_parts(m->fpool, h, dsts, F, err);
     if (rc != VLM_OK) {
         return rc;
     }

@@ -433,6 +433,57 @@ vlm_chat_expand_ids(const int32_t *ids, size_t n, int32_t pad_id,
 }
 
 
+vlm_status_t
+vlm_chat_splice_ids(const int32_t *ids, size_t n, int32_t image_id,
+    const int32_t *const *seqs, const size_t *lens, size_t n_images,
+    int32_t *out, size_t cap, size_t *n_out, vlm_error_t *err)
+{
+    size_t        i, found, image, total;
+    vlm_status_t  rc;
+
+    *n_out = 0;
+    found = 0;
+
+    for (i = 0; i < n; i++) {
+        found += (ids[i] == image_id);
+    }
+
+    rc = vlm_chat_check_images(found, n_images, lens, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    total = n - n_images;
+
+    for (i = 0; i < n_images; i++) {
+        total += lens[i];
+    }
+
+    if (total > cap) {
+        return vlm_error_set(err, VLM_ERR_LIMIT, "expanded prompt: %zu ids "
+                             "do not fit in %zu", total, cap);
+    }
+
+    image = 0;
+    total = 0;
+
+    for (i = 0; i < n; i++) {
+        if (ids[i] != image_id) {
+            out[total++] = ids[i];
+            continue;
+        }
+
+        memcpy(out + total, seqs[image], lens[image] * sizeof(int32_t));
+        total += lens[image];
+        image++;
+    }
+
+    *n_out = total;
+
+    return VLM_OK;
+}
+
+
 /* messages JSON */
 
 static int
