@@ -1470,25 +1470,29 @@ vlm_attn_paged_group(void *arg, int start, int end, int thread)
 
 
 /*
- * Prefill with a 16-bit cache: the rows [j0, j0 + n) of one block (of
- * one kv head) widened into the thread's tile, hd floats apart
+ * Prefill with a 16-bit cache: the rows [j0, j0 + n) (of one kv head)
+ * widened into the thread's tile, hd floats apart, a block's part at a
+ * time
  */
 static const float *
 vlm_attn_widen_rows(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
     const void *cache, int kvh, const int32_t *table, int j0, int n,
     float *tile)
 {
-    int              i, hd;
+    int              j, part, hd, bs;
     const uint16_t  *src;
 
     hd = a->head_dim;
-    src = (const uint16_t *) cache
-          + ((size_t) table[j0 / a->block_size] * a->block_size
-             + j0 % a->block_size) * a->n_kv_heads * hd + kvh * hd;
+    bs = a->block_size;
 
-    for (i = 0; i < n; i++) {
-        cpu->kv->widen(tile + (size_t) i * hd, a->kv_dtype,
-                       src + (size_t) i * a->n_kv_heads * hd, (size_t) hd);
+    for (j = j0; j < j0 + n; j += part) {
+        part = vlm_min(j0 + n - j, bs - j % bs);
+        src = (const uint16_t *) cache
+              + ((size_t) table[j / bs] * bs + j % bs) * a->n_kv_heads * hd
+              + kvh * hd;
+
+        cpu->kv->widen_rows(tile + (size_t) (j - j0) * hd, a->kv_dtype, src,
+                            (size_t) a->n_kv_heads * hd, part, hd);
     }
 
     return tile;
@@ -1510,12 +1514,11 @@ vlm_attn_paged_blocks_h(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
 
     hd = a->head_dim;
     nh = a->n_heads;
-    run = vlm_max(1, vlm_min(a->block_size, VLM_CPU_KVTILE / hd));
+    run = vlm_max(1, VLM_CPU_KVTILE / hd);
 
     for (j = 0; j < nk; j += n) {
-        /* within one block */
-        n = vlm_min(vlm_min(run, nk - j),
-                    a->block_size - j % a->block_size);
+        /* runs of the tile's rows, across blocks */
+        n = vlm_min(run, nk - j);
         rows = vlm_attn_widen_rows(cpu, a, a->k_cache, kvh, sq->block_table,
                                    j, n, tile);
 
@@ -1532,8 +1535,7 @@ vlm_attn_paged_blocks_h(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
     }
 
     for (j = 0; j < nk; j += n) {
-        n = vlm_min(vlm_min(run, nk - j),
-                    a->block_size - j % a->block_size);
+        n = vlm_min(run, nk - j);
         rows = vlm_attn_widen_rows(cpu, a, a->v_cache, kvh, sq->block_table,
                                    j, n, tile);
 

@@ -90,7 +90,8 @@ vlm_kv_row(const vlm_kv_rows_t *r, int j)
 
 
 /*
- * narrow(): f32 to dtype, rounded to nearest even; widen(): back;
+ * narrow(): f32 to dtype, rounded to nearest even; widen(), widen_rows():
+ * back;
  * qk(): s[j] = scale * q . k_j for rows 0..n-1; pv(): out[hd] +=
  * sum_j p[j] v_j
  */
@@ -100,6 +101,9 @@ typedef struct {
                    size_t n);
     void       (*widen)(float *dst, vlm_dtype_t dt, const uint16_t *src,
                    size_t n);
+    /* rows of cols elements stride apart into dst[rows, cols] */
+    void       (*widen_rows)(float *dst, vlm_dtype_t dt,
+                   const uint16_t *src, size_t stride, int rows, int cols);
     void       (*qk)(float *s, const float *q, const vlm_kv_rows_t *r,
                    int n, int hd, float scale);
     void       (*pv)(float *out, const float *p, const vlm_kv_rows_t *r,

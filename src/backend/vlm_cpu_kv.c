@@ -37,6 +37,19 @@ vlm_kv_widen_scalar(float *dst, vlm_dtype_t dt, const uint16_t *src,
 }
 
 
+static void
+vlm_kv_widen_rows_scalar(float *dst, vlm_dtype_t dt, const uint16_t *src,
+    size_t stride, int rows, int cols)
+{
+    int  i;
+
+    for (i = 0; i < rows; i++) {
+        vlm_dtype_to_f32(dst + (size_t) i * cols, src + i * stride, dt,
+                         (size_t) cols);
+    }
+}
+
+
 static inline float
 vlm_kv_f32(vlm_dtype_t dt, uint16_t h)
 {
@@ -83,8 +96,8 @@ vlm_kv_pv_scalar(float *out, const float *p, const vlm_kv_rows_t *r, int n,
 
 
 static const vlm_kv_kernel_t  vlm_kv_kernel_scalar = {
-    "scalar", vlm_kv_narrow_scalar, vlm_kv_widen_scalar, vlm_kv_qk_scalar,
-    vlm_kv_pv_scalar
+    "scalar", vlm_kv_narrow_scalar, vlm_kv_widen_scalar,
+    vlm_kv_widen_rows_scalar, vlm_kv_qk_scalar, vlm_kv_pv_scalar
 };
 
 
@@ -177,6 +190,26 @@ vlm_kv_widen_avx2(float *dst, vlm_dtype_t dt, const uint16_t *src,
     }
 
     vlm_kv_widen_scalar(dst + i, dt, src + i, n - i);
+}
+
+
+static VLM_AVX2 void
+vlm_kv_widen_rows_avx2(float *dst, vlm_dtype_t dt, const uint16_t *src,
+    size_t stride, int rows, int cols)
+{
+    int  i, d;
+
+    for (i = 0; i < rows; i++) {
+        for (d = 0; d + 8 <= cols; d += 8) {
+            _mm256_storeu_ps(dst + d, dt == VLM_DTYPE_BF16
+                                      ? vlm_kv_load8(VLM_DTYPE_BF16, src + d)
+                                      : vlm_kv_load8(VLM_DTYPE_F16, src + d));
+        }
+
+        vlm_kv_widen_scalar(dst + d, dt, src + d, (size_t) (cols - d));
+        dst += cols;
+        src += stride;
+    }
 }
 
 
@@ -338,8 +371,8 @@ vlm_kv_pv_avx2(float *out, const float *p, const vlm_kv_rows_t *r, int n,
 
 
 static const vlm_kv_kernel_t  vlm_kv_kernel_avx2 = {
-    "avx2", vlm_kv_narrow_avx2, vlm_kv_widen_avx2, vlm_kv_qk_avx2,
-    vlm_kv_pv_avx2
+    "avx2", vlm_kv_narrow_avx2, vlm_kv_widen_avx2, vlm_kv_widen_rows_avx2,
+    vlm_kv_qk_avx2, vlm_kv_pv_avx2
 };
 
 
@@ -414,6 +447,28 @@ vlm_kv_widen_512(float *dst, vlm_dtype_t dt, const uint16_t *src,
     }
 
     vlm_kv_widen_scalar(dst + i, dt, src + i, n - i);
+}
+
+
+static VLM_AVX512 void
+vlm_kv_widen_rows_512(float *dst, vlm_dtype_t dt, const uint16_t *src,
+    size_t stride, int rows, int cols)
+{
+    int        i, d;
+    __mmask16  m;
+
+    for (i = 0; i < rows; i++) {
+        for (d = 0; d < cols; d += 16) {
+            m = vlm_kv_mask16(cols - d);
+            _mm512_mask_storeu_ps(dst + d, m,
+                                  dt == VLM_DTYPE_BF16
+                                  ? vlm_kv_load16(VLM_DTYPE_BF16, src + d, m)
+                                  : vlm_kv_load16(VLM_DTYPE_F16, src + d, m));
+        }
+
+        dst += cols;
+        src += stride;
+    }
 }
 
 
@@ -570,8 +625,8 @@ vlm_kv_pv_512(float *out, const float *p, const vlm_kv_rows_t *r, int n,
 
 
 static const vlm_kv_kernel_t  vlm_kv_kernel_512 = {
-    "avx512bf16", vlm_kv_narrow_512, vlm_kv_widen_512, vlm_kv_qk_512,
-    vlm_kv_pv_512
+    "avx512bf16", vlm_kv_narrow_512, vlm_kv_widen_512, vlm_kv_widen_rows_512,
+    vlm_kv_qk_512, vlm_kv_pv_512
 };
 
 #endif
