@@ -22,6 +22,16 @@ static ngx_conf_enum_t  ngx_http_vlm_quant_activations[] = {
 };
 
 
+/* the names are the engine's --kv-dtype values (ngx_http_vlm_engine.c) */
+ngx_conf_enum_t  ngx_http_vlm_kv_dtypes[] = {
+    { ngx_string("auto"), NGX_HTTP_VLM_KV_AUTO },
+    { ngx_string("f32"), NGX_HTTP_VLM_KV_F32 },
+    { ngx_string("bf16"), NGX_HTTP_VLM_KV_BF16 },
+    { ngx_string("f16"), NGX_HTTP_VLM_KV_F16 },
+    { ngx_null_string, 0 }
+};
+
+
 static ngx_http_vlm_bounds_t  ngx_http_vlm_engine_threads_bounds = {
     ngx_http_vlm_check_num, 1, 1024
 };
@@ -210,6 +220,12 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_vlm_main_conf_t, quant_activations),
       &ngx_http_vlm_quant_activations },
+    { ngx_string("vlm_kv_dtype"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, kv_dtype),
+      &ngx_http_vlm_kv_dtypes },
 
     { ngx_string("vlm_max_queued"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,

@@ -951,6 +951,117 @@ qr{\[emerg\] .*: invalid value "yes" in "vlm_prefix_cache" directive, it must be
 
 
 
+=== TEST 41a: vlm_kv_dtype: auto by default, in /metrics
+--- http_config
+    vlm_zone vlm size=1m;
+--- config
+    location = /metrics { vlm_metrics; }
+--- request
+GET /metrics
+--- error_code: 200
+--- response_body_like: \nvlm_kv_dtype\{model_name="[^"]*",dtype="auto"\} 1\n
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 41b: vlm_kv_dtype bf16, in /metrics
+--- http_config
+    vlm_zone vlm size=1m;
+    vlm_kv_dtype bf16;
+--- config
+    location = /metrics { vlm_metrics; }
+--- request
+GET /metrics
+--- error_code: 200
+--- response_body_like: \nvlm_kv_dtype\{model_name="[^"]*",dtype="bf16"\} 1\n
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 41c: vlm_kv_dtype f16 and f32 are values too
+--- http_config
+    vlm_zone vlm size=1m;
+    vlm_kv_dtype f16;
+--- config
+    location = /metrics { vlm_metrics; }
+--- request
+GET /metrics
+--- error_code: 200
+--- response_body_like: \nvlm_kv_dtype\{model_name="[^"]*",dtype="f16"\} 1\n
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 41d: vlm_kv_dtype: an unknown dtype
+--- http_config
+    vlm_kv_dtype fp8;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: invalid value "fp8" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 41e: vlm_kv_dtype: given twice
+--- http_config
+    vlm_kv_dtype f32;
+    vlm_kv_dtype bf16;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_kv_dtype" directive is duplicate in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 41f: vlm_kv_dtype: not allowed in a location
+--- config
+    location = /t { vlm_kv_dtype f32; return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_kv_dtype" directive is not allowed here in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 41g: vlm_kv_dtype bf16 with vlm_backend cuda: its KV cache is f32
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/good;
+    vlm_backend cuda;
+    vlm_kv_dtype bf16;
+    vlm_engine_binary $TEST_NGINX_ENGINES/engine-with-cuda;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_kv_dtype bf16" needs "vlm_backend cpu": the CUDA backend keeps an f32 KV cache in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 41h: vlm_kv_dtype f32 with vlm_backend cuda
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/good;
+    vlm_backend cuda;
+    vlm_kv_dtype f32;
+    vlm_engine_binary $TEST_NGINX_ENGINES/engine-with-cuda;
+--- config
+    location = /health { vlm_health; }
+--- request
+GET /health
+--- error_code: 503
+--- response_body_like: "model":"good","backend":"cuda",
+--- no_error_log
+[emerg]
+
+
+
 === TEST 42: vlm_quant_activations f32 (and int8, the default)
 --- http_config
     vlm_zone vlm size=1m;

@@ -47,6 +47,14 @@ assert_close(const float *a, const float *b, size_t n, float tol)
 }
 
 
+/* a 16-bit element's value */
+static double
+vlm_dtype_round(vlm_dtype_t dt, uint16_t h)
+{
+    return dt == VLM_DTYPE_BF16 ? vlm_bf16_to_f32(h) : vlm_f16_to_f32(h);
+}
+
+
 static vlm_backend_t *
 backend(int scalar)
 {
@@ -905,7 +913,8 @@ test_paged_attention_matches_contiguous(void **state)
     vlm_attn_varlen_t   va;
 
     be = backend(0);
-    assert_int_equal(vlm_kv_init(&kv, be, 1, kvd, 8, 6, &err), VLM_OK);
+    assert_int_equal(vlm_kv_init(&kv, be, 1, kvd, 8, 6, VLM_DTYPE_F32, &err),
+                     VLM_OK);
 
     /* blocks out of order: the table decides */
     for (i = 0; i < 3; i++) {
@@ -924,10 +933,10 @@ test_paged_attention_matches_contiguous(void **state)
 
     /* stored in two steps, queried as a prefill run and a decode row */
     be->ops->kv_store(be, vlm_kv_layer_k(&kv, 0), vlm_kv_layer_v(&kv, 0),
-                      table, 8, kvd, 0, k, v, kvd, 13);
+                      VLM_DTYPE_F32, table, 8, kvd, 0, k, v, kvd, 13);
     be->ops->kv_store(be, vlm_kv_layer_k(&kv, 0), vlm_kv_layer_v(&kv, 0),
-                      table, 8, kvd, 13, k + 13 * kvd, v + 13 * kvd, kvd,
-                      8);
+                      VLM_DTYPE_F32, table, 8, kvd, 13, k + 13 * kvd,
+                      v + 13 * kvd, kvd, 8);
 
     sq[0].out = out;
     sq[0].q = q;
@@ -942,6 +951,7 @@ test_paged_attention_matches_contiguous(void **state)
 
     pa.k_cache = vlm_kv_layer_k(&kv, 0);
     pa.v_cache = vlm_kv_layer_v(&kv, 0);
+    pa.kv_dtype = VLM_DTYPE_F32;
     pa.block_size = 8;
     pa.n_heads = nh;
     pa.n_kv_heads = nkv;
@@ -1000,6 +1010,324 @@ test_paged_attention_matches_contiguous(void **state)
 }
 
 
+/*
+ * f32 to f16, the scalar conversion against F16C (when the CPU has it)
+ * and against its definition: every f16 value back to itself, and the
+ * points halfway between neighbours to the even one
+ */
+static void
+test_f32_to_f16_rounding(void **state)
+{
+    int                     level, i, n;
+    float                  *x, lo, hi;
+    uint16_t               *h, *ref;
+    const vlm_kv_kernel_t  *kk;
+
+    n = 3 * 65536;
+    x = malloc((size_t) n * sizeof(float));
+    h = malloc((size_t) n * sizeof(uint16_t));
+    ref = malloc((size_t) n * sizeof(uint16_t));
+    assert_true(x != NULL && h != NULL && ref != NULL);
+
+    for (i = 0; i < 65536; i++) {
+        lo = vlm_f16_to_f32((uint16_t) i);
+        hi = vlm_f16_to_f32((uint16_t) (i + 1));
+        x[3 * i] = lo;
+        x[3 * i + 1] = isfinite(hi) && (i & 0x7fff) < 0x7bff
+                       ? (float) (((double) lo + hi) / 2) : 70000.0f;
+        x[3 * i + 2] = (float) i * 1e-9f - 3e-5f;
+
+        if ((i & 0x7c00) == 0x7c00 && (i & 0x3ff) != 0) {
+            x[3 * i] = 1.0f;                    /* NaNs: not compared */
+        }
+    }
+
+    for (i = 0; i < 65536; i++) {
+        if ((i & 0x7c00) != 0x7c00 || (i & 0x3ff) == 0) {
+            assert_int_equal(vlm_f32_to_f16(vlm_f16_to_f32((uint16_t) i)),
+                             i);
+        }
+
+        if ((i & 0x7fff) < 0x7bff) {
+            /* a tie: to the even neighbour */
+            assert_int_equal(vlm_f32_to_f16(x[3 * i + 1]) & 1, 0);
+        }
+    }
+
+    assert_int_equal(vlm_f32_to_f16(65519.0f), 0x7bff);
+    assert_int_equal(vlm_f32_to_f16(65520.0f), 0x7c00);
+    assert_int_equal(vlm_f32_to_f16(-1e-8f), 0x8000);
+    assert_int_equal(vlm_f32_to_f16(3e-8f), 0x0001);
+
+    for (i = 0; i < n; i++) {
+        ref[i] = vlm_f32_to_f16(x[i]);
+    }
+
+    for (level = LEVEL_SCALAR; level <= vlm_backend_cpu_force_level(-1);
+         level++)
+    {
+        kk = vlm_cpu_kv_kernel((vlm_cpu_level_t) level);
+        memset(h, 0, (size_t) n * sizeof(uint16_t));
+        kk->narrow(h, VLM_DTYPE_F16, x, (size_t) n);
+
+        for (i = 0; i < n; i++) {
+            if (h[i] != ref[i]) {
+                fail_msg("%s: f16 of %a: %04x != %04x", kk->name, x[i],
+                         h[i], ref[i]);
+            }
+        }
+
+        kk->narrow(h, VLM_DTYPE_BF16, x, (size_t) n);
+
+        for (i = 0; i < n; i++) {
+            if (h[i] != vlm_f32_to_bf16(x[i])) {
+                fail_msg("%s: bf16 of %a", kk->name, x[i]);
+            }
+        }
+    }
+
+    free(x);
+    free(h);
+    free(ref);
+}
+
+
+/*
+ * A 16-bit KV cache at kernel level `level`: kv_store() rounds exactly as
+ * the scalar conversions do, and attention_paged() (a prefill run, then
+ * every position as a decode row) matches a double reference over the
+ * rounded rows and the scalar level's output; the blocks out of order
+ */
+static void
+check_kv16(int level, vlm_dtype_t dt, int nh, int nkv, int hd, int bs,
+    int n, const float *scalar_out, float *out_keep)
+{
+    int                 i, j, h, d, nb, kvd, split, kvh;
+    int32_t            *table;
+    float              *q, *k, *v, *out, *sc;
+    double              acc, mx, sum, *p;
+    uint16_t           *hk, *hv;
+    const uint16_t     *ck, *cv;
+    size_t              off;
+    vlm_kv_t            kv;
+    vlm_error_t         err;
+    vlm_backend_t      *be;
+    vlm_attn_seq_t      sq, *rows;
+    vlm_attn_paged_t    pa;
+
+    vlm_backend_cpu_force_level(level);
+    assert_int_equal(vlm_backend_cpu_init(&be,
+                         &(vlm_backend_conf_t) { .n_threads = 3,
+                                                 .max_ctx = 512 }, &err),
+                     VLM_OK);
+
+    kvd = nkv * hd;
+    nb = (n + bs - 1) / bs;
+    assert_int_equal(vlm_kv_init(&kv, be, 2, kvd, bs, nb + 3, dt, &err),
+                     VLM_OK);
+
+    table = malloc((size_t) nb * sizeof(int32_t));
+    rows = malloc((size_t) n * sizeof(vlm_attn_seq_t));
+    p = malloc((size_t) n * sizeof(double));
+    hk = malloc((size_t) n * kvd * sizeof(uint16_t));
+    hv = malloc((size_t) n * kvd * sizeof(uint16_t));
+    out = calloc((size_t) n * nh * hd, sizeof(float));
+    sc = calloc((size_t) n * nh * hd, sizeof(float));
+    assert_true(table != NULL && rows != NULL && p != NULL && hk != NULL
+                && hv != NULL && out != NULL && sc != NULL);
+
+    for (i = 0; i < nb; i++) {
+        table[i] = nb + 2 - i;              /* the last blocks, reversed */
+    }
+
+    q = vlm_test_rand_vec(&rng_state, (size_t) n * nh * hd);
+    k = vlm_test_rand_vec(&rng_state, (size_t) n * kvd);
+    v = vlm_test_rand_vec(&rng_state, (size_t) n * kvd);
+
+    for (i = 0; i < n * kvd; i++) {
+        hk[i] = dt == VLM_DTYPE_BF16 ? vlm_f32_to_bf16(k[i] * 3.0f)
+                                     : vlm_f32_to_f16(k[i] * 3.0f);
+        hv[i] = dt == VLM_DTYPE_BF16 ? vlm_f32_to_bf16(v[i])
+                                     : vlm_f32_to_f16(v[i]);
+        k[i] *= 3.0f;
+    }
+
+    /* layer 1, in two pieces of odd lengths */
+    split = n / 2 | 1;
+    split = vlm_min(split, n);
+    be->ops->kv_store(be, vlm_kv_layer_k(&kv, 1), vlm_kv_layer_v(&kv, 1), dt,
+                      table, bs, kvd, 0, k, v, kvd, split);
+    be->ops->kv_store(be, vlm_kv_layer_k(&kv, 1), vlm_kv_layer_v(&kv, 1), dt,
+                      table, bs, kvd, split, k + (size_t) split * kvd,
+                      v + (size_t) split * kvd, kvd, n - split);
+
+    ck = vlm_kv_layer_k(&kv, 1);
+    cv = vlm_kv_layer_v(&kv, 1);
+
+    for (j = 0; j < n; j++) {
+        off = ((size_t) table[j / bs] * bs + j % bs) * kvd;
+        assert_memory_equal(ck + off, hk + (size_t) j * kvd,
+                            (size_t) kvd * sizeof(uint16_t));
+        assert_memory_equal(cv + off, hv + (size_t) j * kvd,
+                            (size_t) kvd * sizeof(uint16_t));
+    }
+
+    memset(&pa, 0, sizeof(pa));
+    pa.k_cache = ck;
+    pa.v_cache = cv;
+    pa.kv_dtype = dt;
+    pa.block_size = bs;
+    pa.n_heads = nh;
+    pa.n_kv_heads = nkv;
+    pa.head_dim = hd;
+    pa.scale = 1.0f / sqrtf((float) hd);
+
+    /* the prefill run: blocks of queries from 8 on, rows below */
+    sq.out = out;
+    sq.q = q;
+    sq.block_table = table;
+    sq.n_q = n;
+    sq.kv_start = 0;
+    pa.seqs = &sq;
+    pa.n_seqs = 1;
+    be->ops->attention_paged(be, &pa);
+
+    /* the double reference over the rounded rows */
+    for (i = 0; i < n; i++) {
+        for (h = 0; h < nh; h++) {
+            kvh = h / (nh / nkv);
+            mx = -INFINITY;
+
+            for (j = 0; j <= i; j++) {
+                acc = 0;
+                for (d = 0; d < hd; d++) {
+                    acc += (double) q[((size_t) i * nh + h) * hd + d]
+                           * vlm_dtype_round(dt, hk[(size_t) j * kvd
+                                                    + kvh * hd + d]);
+                }
+                p[j] = acc * pa.scale;
+                mx = p[j] > mx ? p[j] : mx;
+            }
+
+            sum = 0;
+            for (j = 0; j <= i; j++) {
+                p[j] = exp(p[j] - mx);
+                sum += p[j];
+            }
+
+            for (d = 0; d < hd; d++) {
+                acc = 0;
+                for (j = 0; j <= i; j++) {
+                    acc += p[j] / sum
+                           * vlm_dtype_round(dt, hv[(size_t) j * kvd
+                                                    + kvh * hd + d]);
+                }
+                sc[((size_t) i * nh + h) * hd + d] = (float) acc;
+            }
+        }
+    }
+
+    assert_close(out, sc, (size_t) n * nh * hd, 1e-4f);
+
+    /* every position as a decode row */
+    memset(out, 0, (size_t) n * nh * hd * sizeof(float));
+
+    for (i = 0; i < n; i++) {
+        rows[i].out = out + (size_t) i * nh * hd;
+        rows[i].q = q + (size_t) i * nh * hd;
+        rows[i].block_table = table;
+        rows[i].n_q = 1;
+        rows[i].kv_start = i;
+    }
+
+    pa.seqs = rows;
+    pa.n_seqs = n;
+    be->ops->attention_paged(be, &pa);
+    assert_close(out, sc, (size_t) n * nh * hd, 1e-4f);
+
+    /* the last row alone: its heads split between the threads */
+    memset(out, 0, (size_t) n * nh * hd * sizeof(float));
+    pa.seqs = &rows[n - 1];
+    pa.n_seqs = 1;
+    be->ops->attention_paged(be, &pa);
+    assert_close(out + (size_t) (n - 1) * nh * hd,
+                 sc + (size_t) (n - 1) * nh * hd, (size_t) nh * hd, 1e-4f);
+
+    pa.seqs = rows;
+    pa.n_seqs = n;
+    be->ops->attention_paged(be, &pa);
+
+    if (scalar_out != NULL) {
+        assert_close(out, scalar_out, (size_t) n * nh * hd, 2e-5f);
+    }
+
+    if (out_keep != NULL) {
+        memcpy(out_keep, out, (size_t) n * nh * hd * sizeof(float));
+    }
+
+    vlm_kv_free(&kv);
+    be->ops->free(be);
+    free(table);
+    free(rows);
+    free(p);
+    free(hk);
+    free(hv);
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    free(sc);
+}
+
+
+/*
+ * bf16 and f16 caches at every level this CPU runs, against the scalar
+ * level: head dims 64 and 128 (and 36: tails of 8 and 16 columns), GQA
+ * groups of 2 and 6, blocks of 16 and of 5, odd lengths
+ */
+static void
+test_kv16_kernels(void **state)
+{
+    int            c, top, level, dti, seed_n;
+    float         *ref;
+    uint64_t       seed;
+    vlm_dtype_t    dt;
+    static const int  cases[][5] = {
+        /* n_heads, n_kv_heads, head_dim, block_size, length */
+        { 4, 2, 64, 16, 37 },
+        { 6, 1, 128, 16, 75 },
+        { 4, 2, 128, 5, 1 },
+        { 4, 4, 36, 5, 23 },
+        { 12, 2, 64, 16, 130 },
+    };
+
+    top = vlm_backend_cpu_force_level(-1);
+    ref = malloc((size_t) 130 * 12 * 128 * sizeof(float));
+    assert_non_null(ref);
+
+    for (dti = 0; dti < 2; dti++) {
+        dt = dti == 0 ? VLM_DTYPE_BF16 : VLM_DTYPE_F16;
+
+        for (c = 0; c < (int) (sizeof(cases) / sizeof(cases[0])); c++) {
+            seed = rng_state;
+            seed_n = cases[c][4];
+
+            for (level = LEVEL_SCALAR; level <= top; level++) {
+                /* the same inputs at each level */
+                rng_state = seed;
+                check_kv16(level, dt, cases[c][0], cases[c][1], cases[c][2],
+                           cases[c][3], seed_n,
+                           level == LEVEL_SCALAR ? NULL : ref,
+                           level == LEVEL_SCALAR ? ref : NULL);
+            }
+        }
+    }
+
+    free(ref);
+    vlm_backend_cpu_force_level(-1);
+}
+
+
 static void
 test_kv_pool_exhaustion_and_sharing(void **state)
 {
@@ -1009,7 +1337,8 @@ test_kv_pool_exhaustion_and_sharing(void **state)
     vlm_backend_t  *be;
 
     be = backend(0);
-    assert_int_equal(vlm_kv_init(&kv, be, 2, 4, 4, 3, &err), VLM_OK);
+    assert_int_equal(vlm_kv_init(&kv, be, 2, 4, 4, 3, VLM_DTYPE_F32, &err),
+                     VLM_OK);
 
     for (i = 0; i < 3; i++) {
         assert_int_equal(vlm_kv_block_alloc(&kv), i);
@@ -1025,7 +1354,19 @@ test_kv_pool_exhaustion_and_sharing(void **state)
     assert_int_equal(vlm_kv_block_alloc(&kv), 1);
 
     vlm_kv_free(&kv);
-    assert_int_equal(vlm_kv_init(&kv, be, 1, 4, 0, 3, &err), VLM_ERR_INVALID);
+    assert_int_equal(vlm_kv_init(&kv, be, 1, 4, 0, 3, VLM_DTYPE_F32, &err),
+                     VLM_ERR_INVALID);
+
+    /* a 16-bit pool: the same blocks in half the bytes */
+    assert_int_equal(vlm_kv_init(&kv, be, 2, 4, 4, 3, VLM_DTYPE_BF16, &err),
+                     VLM_OK);
+    assert_int_equal(vlm_kv_bytes(&kv), 2 * 2 * 3 * 4 * 4 * 2);
+    assert_int_equal(vlm_kv_block_bytes(&kv), 4 * 4 * 2);
+    assert_ptr_equal(vlm_kv_layer_k(&kv, 1),
+                     (uint8_t *) kv.k + 3 * vlm_kv_block_bytes(&kv));
+    vlm_kv_free(&kv);
+    assert_int_equal(vlm_kv_init(&kv, be, 1, 4, 4, 3, VLM_DTYPE_I8, &err),
+                     VLM_ERR_UNSUPPORTED);
 
     be->ops->free(be);
 }
@@ -1085,6 +1426,8 @@ main(void)
         cmocka_unit_test(test_attention_varlen_block_diagonal_and_causal),
         cmocka_unit_test(test_paged_attention_matches_contiguous),
         cmocka_unit_test(test_kv_pool_exhaustion_and_sharing),
+        cmocka_unit_test(test_f32_to_f16_rounding),
+        cmocka_unit_test(test_kv16_kernels),
         cmocka_unit_test(test_embed_gather_argmax),
     };
 

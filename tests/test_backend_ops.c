@@ -612,16 +612,18 @@ check_paged(int n_seqs, int n_heads, int n_kv_heads, int head_dim,
         sg[s].out = dout + (size_t) used * D;
         sg[s].block_table = dbt + (size_t) s * nb;
 
-        cpu->ops->kv_store(cpu, kc, vc, sc[s].block_table, block_size,
-                           kv_dim, sc[s].kv_start, k + (size_t) used * kv_dim,
+        cpu->ops->kv_store(cpu, kc, vc, VLM_DTYPE_F32, sc[s].block_table,
+                           block_size, kv_dim, sc[s].kv_start,
+                           k + (size_t) used * kv_dim,
                            v + (size_t) used * kv_dim, kv_dim, sc[s].n_q);
-        gpu->ops->kv_store(gpu, dkc, dvc, sg[s].block_table, block_size,
-                           kv_dim, sg[s].kv_start,
+        gpu->ops->kv_store(gpu, dkc, dvc, VLM_DTYPE_F32, sg[s].block_table,
+                           block_size, kv_dim, sg[s].kv_start,
                            dk + (size_t) used * kv_dim,
                            dv + (size_t) used * kv_dim, kv_dim, sg[s].n_q);
         used += sc[s].n_q;
     }
 
+    pa.kv_dtype = VLM_DTYPE_F32;
     pa.block_size = block_size;
     pa.n_heads = n_heads;
     pa.n_kv_heads = n_kv_heads;
@@ -1202,6 +1204,7 @@ bench(int n_layers)
     sq.n_q = 1;
     sq.kv_start = ctx - 1;
 
+    pa.kv_dtype = VLM_DTYPE_F32;
     pa.block_size = bs;
     pa.n_heads = nh;
     pa.n_kv_heads = nkv;
@@ -1231,8 +1234,8 @@ bench(int n_layers)
             gpu->ops->matmul(gpu, v, h, &L[l].wv, L[l].bv, 1);
             gpu->ops->rope(gpu, q, 1, H, nh, hd, cs, sn);
             gpu->ops->rope(gpu, k, 1, KV, nkv, hd, cs, sn);
-            gpu->ops->kv_store(gpu, lk, lv, dbt, bs, KV, ctx - 1, k, v, KV,
-                               1);
+            gpu->ops->kv_store(gpu, lk, lv, VLM_DTYPE_F32, dbt, bs, KV,
+                               ctx - 1, k, v, KV, 1);
             pa.k_cache = lk;
             pa.v_cache = lv;
             gpu->ops->attention_paged(gpu, &pa);

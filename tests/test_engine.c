@@ -745,11 +745,32 @@ test_batched_decode_matches_reference(void **state)
 }
 
 
-/* a fork shares the prompt's full KV blocks and continues the same way */
+static double
+rel_l2(const float *a, const float *b, int n)
+{
+    int     i;
+    double  num, den;
+
+    num = 0.0;
+    den = 0.0;
+    for (i = 0; i < n; i++) {
+        num += ((double) a[i] - b[i]) * ((double) a[i] - b[i]);
+        den += (double) b[i] * b[i];
+    }
+
+    return den > 0.0 ? num / den : num;
+}
+
+
+/*
+ * A fork shares the prompt's full KV blocks, copies its partial one, and
+ * continues the same way; want: the KV dtype the checkpoint resolves to
+ */
 static void
-test_fork_shares_prefix(void **state)
+check_fork_shares_prefix(const char *model, const char *want)
 {
     int                i, s, V;
+    char               path[256];
     int32_t            tok[2];
     vlm_npy_t          ids, greedy, pix, grid;
     vlm_seq_t         *seq[2];
@@ -758,13 +779,17 @@ test_fork_shares_prefix(void **state)
     vlm_model_t       *m;
     vlm_model_stats_t  st;
 
-    m = load(FIX "/qwen2vl-f32", &err, 2, 0);
+    snprintf(path, sizeof(path), FIX "/%s", model);
+    m = load(path, &err, 2, 0);
     assert_non_null(m);
     V = vlm_model_info(m)->vocab_size;
+    assert_string_equal(vlm_model_info(m)->kv_dtype, want);
 
-    npy(&ids, FIX "/qwen2vl-f32/ref/image1/input_ids.npy");
-    npy(&greedy, FIX "/qwen2vl-f32/ref/image1/greedy.npy");
-    image1("qwen2vl-f32", &pix, &grid, &img);
+    snprintf(path, sizeof(path), FIX "/%s/ref/image1/input_ids.npy", model);
+    npy(&ids, path);
+    snprintf(path, sizeof(path), FIX "/%s/ref/image1/greedy.npy", model);
+    npy(&greedy, path);
+    image1(model, &pix, &grid, &img);
 
     /* 23 tokens: two full blocks of 8 and a partial one */
     assert_int_equal(ids.n, 23);
@@ -781,6 +806,10 @@ test_fork_shares_prefix(void **state)
             tok[s] = argmax(vlm_seq_logits(seq[s]), V);
             assert_int_equal(tok[s], ((int32_t *) greedy.data)[i]);
         }
+
+        /* the copied rows are the original's, whatever their size */
+        assert_true(rel_l2(vlm_seq_logits(seq[1]), vlm_seq_logits(seq[0]),
+                           V) < 1e-10);
 
         assert_int_equal(vlm_decode(m, seq, tok, 2, &err), VLM_OK);
     }
@@ -800,20 +829,12 @@ test_fork_shares_prefix(void **state)
 }
 
 
-static double
-rel_l2(const float *a, const float *b, int n)
+static void
+test_fork_shares_prefix(void **state)
 {
-    int     i;
-    double  num, den;
-
-    num = 0.0;
-    den = 0.0;
-    for (i = 0; i < n; i++) {
-        num += ((double) a[i] - b[i]) * ((double) a[i] - b[i]);
-        den += (double) b[i] * b[i];
-    }
-
-    return den > 0.0 ? num / den : num;
+    check_fork_shares_prefix("qwen2vl-f32", "f32");
+    /* bf16 weights: a bf16 cache, half the bytes a block */
+    check_fork_shares_prefix("qwen2vl-bf16", "bf16");
 }
 
 

@@ -51,8 +51,9 @@ static int  act_int8;
 static int  act_diff;
 
 
+/* kv: the KV cache's dtype (NULL: auto), want: what it resolves to */
 static vlm_model_t *
-load_model(const char *name)
+load_model_kv(const char *name, const char *kv, const char *want)
 {
     char                path[256];
     vlm_error_t         err;
@@ -61,11 +62,16 @@ load_model(const char *name)
 
     vlm_test_fixture_params(&p);
     p.quant_act_int8 = act_int8;
+    p.kv_dtype = kv;
 
     snprintf(path, sizeof(path), FIX "/%s", name);
 
     if (vlm_model_load(&m, path, &p, &err) != VLM_OK) {
         fail_msg("load %s: %s", name, err.msg);
+    }
+
+    if (want != NULL) {
+        assert_string_equal(vlm_model_info(m)->kv_dtype, want);
     }
 
     return m;
@@ -270,12 +276,13 @@ check_case(vlm_model_t *m, const char *name, const char *ref_case,
 
 
 static void
-check_model(const char *name, double tol)
+check_model_kv(const char *name, double tol, const char *kv,
+    const char *want)
 {
     vlm_model_t        *m;
     vlm_model_stats_t   st;
 
-    m = load_model(name);
+    m = load_model_kv(name, kv, want);
 
     check_case(m, name, "text", 0, tol);
     check_case(m, name, "image1", 1, tol);
@@ -290,6 +297,14 @@ check_model(const char *name, double tol)
 }
 
 
+/* the KV cache "auto": f32 weights keep f32 keys and values */
+static void
+check_model(const char *name, double tol)
+{
+    check_model_kv(name, tol, NULL, tol < 1e-3 ? "f32" : NULL);
+}
+
+
 static void
 test_qwen2vl_f32(void **state)
 {
@@ -297,10 +312,25 @@ test_qwen2vl_f32(void **state)
 }
 
 
+/*
+ * bf16 weights: "auto" keeps bf16 keys and values, as transformers'
+ * cache of a bf16 model does, within the bf16 tolerance; an f32 cache
+ * (vlm_kv_dtype f32) stays within it too, and an f16 cache on f32
+ * weights within the same 16-bit bound
+ */
 static void
 test_qwen2vl_bf16_flat_config_tied(void **state)
 {
-    check_model("qwen2vl-bf16", 2e-2);
+    check_model_kv("qwen2vl-bf16", 2e-2, NULL, "bf16");
+    check_model_kv("qwen2vl-bf16", 2e-2, "f32", "f32");
+}
+
+
+static void
+test_kv16_on_f32_weights(void **state)
+{
+    check_model_kv("qwen25vl-f32", 2e-2, "f16", "f16");
+    check_model_kv("qwen25vl-f32", 2e-2, "bf16", "bf16");
 }
 
 
@@ -314,7 +344,7 @@ test_qwen25vl_f32_tied(void **state)
 static void
 test_qwen25vl_bf16(void **state)
 {
-    check_model("qwen25vl-bf16", 2e-2);
+    check_model_kv("qwen25vl-bf16", 2e-2, NULL, "bf16");
 }
 
 
@@ -363,7 +393,7 @@ static void
 test_qwen3vl_bf16_tied(void **state)
 {
     (void) state;
-    check_model("qwen3vl-bf16", 2e-2);
+    check_model_kv("qwen3vl-bf16", 2e-2, NULL, "bf16");
 }
 
 
@@ -436,6 +466,7 @@ main(void)
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_qwen2vl_f32),
         cmocka_unit_test(test_qwen2vl_bf16_flat_config_tied),
+        cmocka_unit_test(test_kv16_on_f32_weights),
         cmocka_unit_test(test_qwen25vl_f32_tied),
         cmocka_unit_test(test_qwen25vl_bf16),
         cmocka_unit_test(test_qwen3vl_f32),

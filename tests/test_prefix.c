@@ -24,6 +24,9 @@
 #define MAXN   128
 
 
+static const char  *kv_dtype;       /* the KV cache's, NULL: auto */
+
+
 static vlm_model_t *
 load(int prefix_cache, int kv_blocks)
 {
@@ -35,6 +38,7 @@ load(int prefix_cache, int kv_blocks)
     p.max_seq_len = MAXN;
     p.kv_blocks = kv_blocks;
     p.prefix_cache = prefix_cache;
+    p.kv_dtype = kv_dtype;
 
     if (vlm_model_load(&m, MODEL, &p, &err) != VLM_OK) {
         fail_msg("%s", err.msg);
@@ -165,7 +169,7 @@ reference(vlm_model_t *m, const int32_t *ids, const vlm_image_t *img,
  * and in their greedy token.
  */
 static void
-test_second_turn_hits_bitwise(void **state)
+check_second_turn_hits_bitwise(void)
 {
     int                 n1, n2, i, V, cached;
     int32_t             ids[MAXN], gen[6], gen_c[6];
@@ -279,6 +283,26 @@ test_second_turn_hits_bitwise(void **state)
     vlm_npy_free(&grid);
     vlm_model_free(off);
     vlm_model_free(on);
+}
+
+
+static void
+test_second_turn_hits_bitwise(void **state)
+{
+    kv_dtype = NULL;
+    check_second_turn_hits_bitwise();
+}
+
+
+/* the same with a 16-bit cache: its blocks are mapped as they were kept */
+static void
+test_second_turn_hits_bitwise_kv16(void **state)
+{
+    kv_dtype = "bf16";
+    check_second_turn_hits_bitwise();
+    kv_dtype = "f16";
+    check_second_turn_hits_bitwise();
+    kv_dtype = NULL;
 }
 
 
@@ -532,6 +556,7 @@ main(void)
 {
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_second_turn_hits_bitwise),
+        cmocka_unit_test(test_second_turn_hits_bitwise_kv16),
         cmocka_unit_test(test_image_and_placement_in_the_key),
         cmocka_unit_test(test_lru_eviction_and_references),
         cmocka_unit_test(test_off_keeps_nothing),

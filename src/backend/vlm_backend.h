@@ -123,9 +123,15 @@ typedef struct {
 } vlm_attn_seq_t;
 
 
+/*
+ * The paged KV cache's rows are kv_dtype elements: F32, or BF16 / F16
+ * (half the bytes), written by kv_store() rounded to nearest even and
+ * widened to f32 when attention reads them
+ */
 typedef struct {
-    const float    *k_cache;    /* [n_blocks, block_size, kv_dim] */
-    const float    *v_cache;
+    const void     *k_cache;    /* [n_blocks, block_size, kv_dim] */
+    const void     *v_cache;
+    vlm_dtype_t     kv_dtype;   /* F32 (0), BF16 or F16 */
     int             block_size;
     int             n_heads;
     int             n_kv_heads;
@@ -194,10 +200,14 @@ typedef struct {
     void  (*attention_varlen)(vlm_backend_t *be,
         const vlm_attn_varlen_t *a);
     void  (*attention_paged)(vlm_backend_t *be, const vlm_attn_paged_t *a);
-    /* writes k, v[n, kv_dim] at kv indices start.. of a block table */
-    void  (*kv_store)(vlm_backend_t *be, float *k_cache, float *v_cache,
-        const int32_t *block_table, int block_size, int kv_dim, int start,
-        const float *k, const float *v, int kv_stride, int n);
+    /*
+     * writes k, v[n, kv_dim] at kv indices start.. of a block table, as
+     * dtype elements (F32, BF16, F16: see kv_dtypes)
+     */
+    void  (*kv_store)(vlm_backend_t *be, void *k_cache, void *v_cache,
+        vlm_dtype_t dtype, const int32_t *block_table, int block_size,
+        int kv_dim, int start, const float *k, const float *v,
+        int kv_stride, int n);
     /* out[i] = argmax x[i, dim] */
     void  (*argmax)(vlm_backend_t *be, int32_t *out, const float *x, int n,
         int dim);
@@ -218,6 +228,9 @@ typedef struct {
      */
     vlm_status_t (*weight_bind_quant)(vlm_backend_t *be, vlm_weight_t *w,
         vlm_error_t *err);
+
+    /* the KV element types kv_store() and attention_paged() take */
+    unsigned  kv_dtypes;        /* 1 << vlm_dtype_t, bit by bit */
 } vlm_backend_ops_t;
 
 

@@ -35,6 +35,7 @@
 #define VLM_CPU_QB          64      /* query rows per attention block */
 #define VLM_CPU_PREFILL_Q   8       /* queries from which blocks win */
 #define VLM_CPU_QUANT_FUSED 16      /* activation rows of fused kernels */
+#define VLM_CPU_KVTILE      8192    /* floats: 16-bit KV rows widened */
 
 
 typedef void (*vlm_dot_pt)(const void *w, const float *x, int x_stride,
@@ -65,6 +66,8 @@ typedef struct {
     int                xi8_cols;
     uint16_t          *xq;          /* [VLM_GEMM_NB, xq_cols] bf16 x */
     int                xq_cols;
+    const vlm_kv_kernel_t    *kv;       /* 16-bit KV caches */
+    float             *kvtile;      /* [n_threads, VLM_CPU_KVTILE] */
     vlm_dot_pt         dot[3];      /* by vlm_dtype_t */
     vlm_axpy_pt        axpy;
     vlm_softmax_pt     softmax;
@@ -1290,6 +1293,8 @@ typedef struct {
     vlm_cpu_t                *cpu;
     const vlm_attn_varlen_t  *va;
     const vlm_attn_paged_t   *pa;
+    int                       chunks;   /* 16-bit decode: jobs a kv head */
+    int                       per;      /*   of per query heads each */
 } vlm_attn_job_t;
 
 
@@ -1442,10 +1447,168 @@ vlm_attn_paged_rows(void *arg, int start, int end, int thread)
                    + h * a->head_dim,
                    sq->q + (size_t) i * a->n_heads * a->head_dim
                    + h * a->head_dim,
-                   a->k_cache + kvh * a->head_dim,
-                   a->v_cache + kvh * a->head_dim, kv_dim, sq->block_table,
-                   a->block_size, sq->kv_start + i + 1, a->head_dim,
-                   a->scale, scores);
+                   (const float *) a->k_cache + kvh * a->head_dim,
+                   (const float *) a->v_cache + kvh * a->head_dim, kv_dim,
+                   sq->block_table, a->block_size, sq->kv_start + i + 1,
+                   a->head_dim, a->scale, scores);
+    }
+}
+
+
+/*
+ * Decode rows over a 16-bit cache: a job is one query row and a run of
+ * the query heads of one kv head (all of them when there are enough
+ * jobs for the threads), so that each key and value row is read from
+ * memory once for the run, block by block, the other heads finding it
+ * in L1: scores of every head, their softmax, then the weighted sums
+ */
+static void
+vlm_attn_paged_group(void *arg, int start, int end, int thread)
+{
+    int                      t, s, base, r, i, kvh, c, g, g0, g1, G, hd;
+    int                      nh, n, jb, bs, rows, jobs;
+    float                   *S;
+    vlm_kv_rows_t            kr;
+    vlm_attn_job_t          *job = arg;
+    const vlm_attn_seq_t    *sq;
+    const vlm_attn_paged_t  *a = job->pa;
+
+    S = job->cpu->scores + (size_t) thread * VLM_CPU_QB * job->cpu->max_ctx;
+    hd = a->head_dim;
+    nh = a->n_heads;
+    bs = a->block_size;
+    G = nh / a->n_kv_heads;
+    jobs = a->n_kv_heads * job->chunks;
+    s = 0;
+    base = 0;
+
+    kr.stride = (size_t) a->n_kv_heads * hd;
+    kr.block_size = bs;
+    kr.dtype = a->kv_dtype;
+
+    for (t = start; t < end; t++) {
+        while (t - base >= a->seqs[s].n_q * jobs) {
+            base += a->seqs[s].n_q * jobs;
+            s++;
+        }
+
+        sq = &a->seqs[s];
+        r = t - base;
+        i = r / jobs;
+        kvh = r % jobs / job->chunks;
+        c = r % job->chunks;
+        g0 = kvh * G + c * job->per;
+        g1 = vlm_min(g0 + job->per, (kvh + 1) * G);
+        n = sq->kv_start + i + 1;
+
+        kr.base = (const uint16_t *) a->k_cache + kvh * hd;
+
+        for (jb = 0; jb * bs < n; jb++) {
+            kr.table = sq->block_table + jb;
+            rows = vlm_min(bs, n - jb * bs);
+
+            for (g = g0; g < g1; g++) {
+                job->cpu->kv->qk(S + (size_t) (g - g0) * n + jb * bs,
+                                 sq->q + ((size_t) i * nh + g) * hd, &kr,
+                                 rows, hd, a->scale);
+            }
+        }
+
+        for (g = g0; g < g1; g++) {
+            job->cpu->softmax(S + (size_t) (g - g0) * n, n);
+            memset(sq->out + ((size_t) i * nh + g) * hd, 0,
+                   (size_t) hd * sizeof(float));
+        }
+
+        kr.base = (const uint16_t *) a->v_cache + kvh * hd;
+
+        for (jb = 0; jb * bs < n; jb++) {
+            kr.table = sq->block_table + jb;
+            rows = vlm_min(bs, n - jb * bs);
+
+            for (g = g0; g < g1; g++) {
+                job->cpu->kv->pv(sq->out + ((size_t) i * nh + g) * hd,
+                                 S + (size_t) (g - g0) * n + jb * bs, &kr,
+                                 rows, hd);
+            }
+        }
+    }
+}
+
+
+/*
+ * Prefill with a 16-bit cache: the rows [j0, j0 + n) (of one kv head)
+ * widened into the thread's tile, hd floats apart, a block's part at a
+ * time
+ */
+static const float *
+vlm_attn_widen_rows(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
+    const void *cache, int kvh, const int32_t *table, int j0, int n,
+    float *tile)
+{
+    int              j, part, hd, bs;
+    const uint16_t  *src;
+
+    hd = a->head_dim;
+    bs = a->block_size;
+
+    for (j = j0; j < j0 + n; j += part) {
+        part = vlm_min(j0 + n - j, bs - j % bs);
+        src = (const uint16_t *) cache
+              + ((size_t) table[j / bs] * bs + j % bs) * a->n_kv_heads * hd
+              + kvh * hd;
+
+        cpu->kv->widen_rows(tile + (size_t) (j - j0) * hd, a->kv_dtype, src,
+                            (size_t) a->n_kv_heads * hd, part, hd);
+    }
+
+    return tile;
+}
+
+
+/*
+ * A block of queries (rows r0.. of sq, nk keys) of head h over a 16-bit
+ * cache: as below, each run of key / value rows widened into the thread's
+ * tile before its product
+ */
+static void
+vlm_attn_paged_blocks_h(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
+    const vlm_attn_seq_t *sq, int h, int kvh, int r0, int nq, int nk,
+    float *S, float *tile)
+{
+    int           i, j, n, run, valid, hd, nh;
+    const float  *rows;
+
+    hd = a->head_dim;
+    nh = a->n_heads;
+    run = vlm_max(1, VLM_CPU_KVTILE / hd);
+
+    for (j = 0; j < nk; j += n) {
+        /* runs of the tile's rows, across blocks */
+        n = vlm_min(run, nk - j);
+        rows = vlm_attn_widen_rows(cpu, a, a->k_cache, kvh, sq->block_table,
+                                   j, n, tile);
+
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, n, hd,
+                    a->scale, sq->q + (size_t) r0 * nh * hd + h * hd,
+                    nh * hd, rows, hd, 0.0f, S + j, nk);
+    }
+
+    for (i = 0; i < nq; i++) {
+        valid = sq->kv_start + r0 + i + 1;
+        cpu->softmax(S + (size_t) i * nk, valid);
+        memset(S + (size_t) i * nk + valid, 0,
+               (size_t) (nk - valid) * sizeof(float));
+    }
+
+    for (j = 0; j < nk; j += n) {
+        n = vlm_min(run, nk - j);
+        rows = vlm_attn_widen_rows(cpu, a, a->v_cache, kvh, sq->block_table,
+                                   j, n, tile);
+
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd, n,
+                    1.0f, S + j, nk, rows, hd, j == 0 ? 0.0f : 1.0f,
+                    sq->out + (size_t) r0 * nh * hd + h * hd, nh * hd);
     }
 }
 
@@ -1493,14 +1656,21 @@ vlm_attn_paged_blocks(void *arg, int start, int end, int thread)
         nk = sq->kv_start + r0 + nq;
         kvh = h / (nh / a->n_kv_heads);
 
+        if (a->kv_dtype != VLM_DTYPE_F32) {
+            vlm_attn_paged_blocks_h(job->cpu, a, sq, h, kvh, r0, nq, nk,
+                                    S, job->cpu->kvtile
+                                       + (size_t) thread * VLM_CPU_KVTILE);
+            continue;
+        }
+
         for (jb = 0; jb * bs < nk; jb++) {
             cols = vlm_min(bs, nk - jb * bs);
             koff = (size_t) sq->block_table[jb] * bs * kvd + kvh * hd;
 
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, cols,
                         hd, a->scale, sq->q + (size_t) r0 * nh * hd + h * hd,
-                        nh * hd, a->k_cache + koff, kvd, 0.0f, S + jb * bs,
-                        nk);
+                        nh * hd, (const float *) a->k_cache + koff, kvd,
+                        0.0f, S + jb * bs, nk);
         }
 
         for (i = 0; i < nq; i++) {
@@ -1515,7 +1685,8 @@ vlm_attn_paged_blocks(void *arg, int start, int end, int thread)
             koff = (size_t) sq->block_table[jb] * bs * kvd + kvh * hd;
 
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd,
-                        cols, 1.0f, S + jb * bs, nk, a->v_cache + koff, kvd,
+                        cols, 1.0f, S + jb * bs, nk,
+                        (const float *) a->v_cache + koff, kvd,
                         jb == 0 ? 0.0f : 1.0f,
                         sq->out + (size_t) r0 * nh * hd + h * hd, nh * hd);
         }
@@ -1526,7 +1697,7 @@ vlm_attn_paged_blocks(void *arg, int start, int end, int thread)
 static void
 vlm_cpu_attention_paged(vlm_backend_t *be, const vlm_attn_paged_t *a)
 {
-    int             s, n, blocks, max_q;
+    int             s, n, blocks, max_q, G, rows;
     vlm_attn_job_t  job = { .cpu = (vlm_cpu_t *) be, .pa = a };
 
     n = 0;
@@ -1545,27 +1716,50 @@ vlm_cpu_attention_paged(vlm_backend_t *be, const vlm_attn_paged_t *a)
         return;
     }
 
+    if (a->kv_dtype != VLM_DTYPE_F32) {
+        /* runs of query heads: as long as the threads need no more jobs */
+        G = a->n_heads / a->n_kv_heads;
+        rows = n / a->n_heads * a->n_kv_heads;
+        job.chunks = vlm_min(G, vlm_max(1, (job.cpu->n_threads + rows - 1)
+                                           / rows));
+        job.per = vlm_min((G + job.chunks - 1) / job.chunks, VLM_CPU_QB);
+        job.chunks = (G + job.per - 1) / job.per;
+
+        vlm_threadpool_run(job.cpu->pool, rows * job.chunks,
+                           vlm_attn_paged_group, &job);
+        return;
+    }
+
     vlm_threadpool_run(job.cpu->pool, n, vlm_attn_paged_rows, &job);
 }
 
 
 static void
-vlm_cpu_kv_store(vlm_backend_t *be, float *k_cache, float *v_cache,
-    const int32_t *block_table, int block_size, int kv_dim, int start,
-    const float *k, const float *v, int kv_stride, int n)
+vlm_cpu_kv_store(vlm_backend_t *be, void *k_cache, void *v_cache,
+    vlm_dtype_t dtype, const int32_t *block_table, int block_size,
+    int kv_dim, int start, const float *k, const float *v, int kv_stride,
+    int n)
 {
-    int     i, j;
-    size_t  off;
-
-    (void) be;
+    int         i, j;
+    size_t      off;
+    vlm_cpu_t  *cpu = (vlm_cpu_t *) be;
 
     for (i = 0; i < n; i++) {
         j = start + i;
         off = (size_t) (block_table[j / block_size] * block_size
                         + j % block_size) * kv_dim;
-        memcpy(k_cache + off, k + (size_t) i * kv_stride,
+
+        if (dtype != VLM_DTYPE_F32) {
+            cpu->kv->narrow((uint16_t *) k_cache + off, dtype,
+                            k + (size_t) i * kv_stride, (size_t) kv_dim);
+            cpu->kv->narrow((uint16_t *) v_cache + off, dtype,
+                            v + (size_t) i * kv_stride, (size_t) kv_dim);
+            continue;
+        }
+
+        memcpy((float *) k_cache + off, k + (size_t) i * kv_stride,
                (size_t) kv_dim * sizeof(float));
-        memcpy(v_cache + off, v + (size_t) i * kv_stride,
+        memcpy((float *) v_cache + off, v + (size_t) i * kv_stride,
                (size_t) kv_dim * sizeof(float));
     }
 }
@@ -1603,6 +1797,7 @@ vlm_cpu_free(vlm_backend_t *be)
     }
 
     vlm_cpu_release(be, cpu->scores);
+    vlm_cpu_release(be, cpu->kvtile);
     vlm_cpu_release(be, cpu->wtile);
     vlm_cpu_release(be, cpu->xq);
     vlm_cpu_release(be, cpu->xperm);
@@ -1639,7 +1834,8 @@ static const vlm_backend_ops_t  vlm_cpu_ops = {
     vlm_cpu_kv_store,
     vlm_cpu_argmax,
     NULL,                       /* host memory: the group's communicator */
-    vlm_cpu_weight_bind_quant
+    vlm_cpu_weight_bind_quant,
+    1u << VLM_DTYPE_F32 | 1u << VLM_DTYPE_BF16 | 1u << VLM_DTYPE_F16
 };
 
 
@@ -1683,6 +1879,7 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     cpu->qi8 = conf->quant_act_int8
                ? vlm_cpu_quant_i8_kernel(vlm_cpu_quant_i8_best(cpu->level))
                : NULL;
+    cpu->kv = vlm_cpu_kv_kernel(cpu->level);
     vlm_cpu_avx2 = cpu->level >= VLM_CPU_AVX2;
 
     cpu->dot[VLM_DTYPE_F32] = vlm_dot_f32;
@@ -1710,7 +1907,9 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     cpu->scores = vlm_cpu_alloc(&cpu->be, (size_t) cpu->n_threads
                                           * VLM_CPU_QB * conf->max_ctx
                                           * sizeof(float));
-    if (cpu->scores == NULL) {
+    cpu->kvtile = vlm_cpu_alloc(&cpu->be, (size_t) cpu->n_threads
+                                          * VLM_CPU_KVTILE * sizeof(float));
+    if (cpu->scores == NULL || cpu->kvtile == NULL) {
         vlm_cpu_free(&cpu->be);
         return vlm_error_set(err, VLM_ERR_NOMEM,
                              "cpu backend: no memory for attention scratch");

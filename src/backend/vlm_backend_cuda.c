@@ -538,6 +538,11 @@ vlm_cuda_attention_paged_op(vlm_backend_t *be, const vlm_attn_paged_t *a)
     vlm_cuda_t           *cu = (vlm_cuda_t *) be;
     vlm_cuda_attn_seq_t   seqs[VLM_CUDA_ATTN_SEQS];
 
+    if (a->kv_dtype != VLM_DTYPE_F32) {
+        vlm_cuda_check(cu, cudaErrorNotSupported, "attention_paged");
+        return;
+    }
+
     /* the sequences travel with the launch, VLM_CUDA_ATTN_SEQS at a time */
     for (s = 0; s < a->n_seqs; s += n) {
         n = vlm_min(VLM_CUDA_ATTN_SEQS, a->n_seqs - s);
@@ -564,12 +569,19 @@ vlm_cuda_attention_paged_op(vlm_backend_t *be, const vlm_attn_paged_t *a)
 }
 
 
+/* f32 keys and values only (kv_dtypes): the model refuses others at load */
 static void
-vlm_cuda_kv_store_op(vlm_backend_t *be, float *k_cache, float *v_cache,
-    const int32_t *block_table, int block_size, int kv_dim, int start,
-    const float *k, const float *v, int kv_stride, int n)
+vlm_cuda_kv_store_op(vlm_backend_t *be, void *k_cache, void *v_cache,
+    vlm_dtype_t dtype, const int32_t *block_table, int block_size,
+    int kv_dim, int start, const float *k, const float *v, int kv_stride,
+    int n)
 {
     vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    if (dtype != VLM_DTYPE_F32) {
+        vlm_cuda_check(cu, cudaErrorNotSupported, "kv_store");
+        return;
+    }
 
     vlm_cuda_check(cu, vlm_cuda_kv_store(cu->stream, k_cache, v_cache,
                                          block_table, block_size, kv_dim,
@@ -665,7 +677,8 @@ static const vlm_backend_ops_t  vlm_cuda_ops = {
     vlm_cuda_kv_store_op,
     vlm_cuda_argmax_op,
     vlm_cuda_comm_open,
-    NULL                        /* no quantized weights: refused at load */
+    NULL,                       /* no quantized weights: refused at load */
+    1u << VLM_DTYPE_F32
 };
 
 

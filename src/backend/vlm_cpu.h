@@ -105,7 +105,52 @@ typedef struct {
 } vlm_quant_i8_kernel_t;
 
 
+/*
+ * The rows of a 16-bit KV cache one (query, kv head) reads: row j at
+ * base + (table[j / block_size] * block_size + j % block_size) * stride
+ * elements (base: the layer's cache plus the head's offset)
+ */
+typedef struct {
+    const uint16_t  *base;
+    size_t           stride;        /* kv_dim */
+    const int32_t   *table;
+    int              block_size;
+    vlm_dtype_t      dtype;         /* BF16 or F16 */
+} vlm_kv_rows_t;
+
+
+static inline const uint16_t *
+vlm_kv_row(const vlm_kv_rows_t *r, int j)
+{
+    return r->base + ((size_t) r->table[j / r->block_size] * r->block_size
+                      + j % r->block_size) * r->stride;
+}
+
+
+/*
+ * narrow(): f32 to dtype, rounded to nearest even; widen(), widen_rows():
+ * back;
+ * qk(): s[j] = scale * q . k_j for rows 0..n-1; pv(): out[hd] +=
+ * sum_j p[j] v_j
+ */
+typedef struct {
+    const char  *name;
+    void       (*narrow)(uint16_t *dst, vlm_dtype_t dt, const float *src,
+                   size_t n);
+    void       (*widen)(float *dst, vlm_dtype_t dt, const uint16_t *src,
+                   size_t n);
+    /* rows of cols elements stride apart into dst[rows, cols] */
+    void       (*widen_rows)(float *dst, vlm_dtype_t dt,
+                   const uint16_t *src, size_t stride, int rows, int cols);
+    void       (*qk)(float *s, const float *q, const vlm_kv_rows_t *r,
+                   int n, int hd, float scale);
+    void       (*pv)(float *out, const float *p, const vlm_kv_rows_t *r,
+                   int n, int hd);
+} vlm_kv_kernel_t;
+
+
 vlm_cpu_level_t vlm_cpu_detect(void);
+const vlm_kv_kernel_t *vlm_cpu_kv_kernel(vlm_cpu_level_t level);
 const char *vlm_cpu_level_name(vlm_cpu_level_t level);
 const vlm_gemm_kernel_t *vlm_cpu_gemm_kernel(vlm_cpu_level_t level);
 const vlm_quant_kernel_t *vlm_cpu_quant_kernel(vlm_cpu_level_t level);

@@ -34,16 +34,18 @@ static const vlm_cli_command_t  vlm_cli_commands[] = {
     { "logits", vlm_cli_logits,
       "logits --model DIR --ids FILE [--pixels NPY --grid T,H,W]... "
       "--out LOGITS.npy [--all] [--threads N] "
-      "[--quant-activations int8|f32]" },
+      "[--quant-activations int8|f32] [--kv-dtype auto|f32|bf16|f16]" },
     { "run", vlm_cli_run,
       "run --model DIR [--image FILE]... --prompt TEXT [--system TEXT] "
       "[--max-tokens N] [--temperature T] [--top-k K] [--top-p P] "
-      "[--seed S] [--threads N] [--quant-activations int8|f32]" },
+      "[--seed S] [--threads N] [--quant-activations int8|f32] "
+      "[--kv-dtype auto|f32|bf16|f16]" },
     { "generate", vlm_cli_generate,
       "generate --model DIR --ids FILE [--pixels NPY --grid T,H,W]... "
       "[--max-tokens N] [--temperature T] [--top-k K] [--top-p P] "
       "[--min-p P] [--seed S] [--repetition-penalty R] [--ignore-eos] "
-      "[--threads N] [--quant-activations int8|f32]" },
+      "[--threads N] [--quant-activations int8|f32] "
+      "[--kv-dtype auto|f32|bf16|f16]" },
     { "preprocess", vlm_cli_preprocess,
       "preprocess --model DIR --image FILE --out PIXELS.npy" },
     { "quantize", vlm_cli_quantize,

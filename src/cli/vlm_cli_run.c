@@ -6,11 +6,13 @@
  *   vlm-cli logits --model DIR --ids FILE [--pixels NPY --grid T,H,W]...
  *                  --out LOGITS.npy [--all] [--threads N]
  *                  [--quant-activations int8|f32]
+ *                  [--kv-dtype auto|f32|bf16|f16]
  *   vlm-cli generate --model DIR --ids FILE [--pixels NPY --grid T,H,W]...
  *                  [--max-tokens N] [--temperature T] [--top-k K]
  *                  [--top-p P] [--min-p P] [--seed S]
  *                  [--repetition-penalty R] [--ignore-eos] [--threads N]
  *                  [--quant-activations int8|f32]
+ *                  [--kv-dtype auto|f32|bf16|f16]
  *   vlm-cli run --model DIR [--image FILE]... --prompt TEXT
  *                  [--system TEXT] [sampling options as generate]
  *
@@ -47,6 +49,7 @@ typedef struct {
     int                    all;
     int                    threads;
     int                    act_f32;     /* --quant-activations f32 */
+    const char            *kv_dtype;    /* --kv-dtype, NULL: auto */
     int                    max_tokens;
     int                    ignore_eos;
     int                    n_images;
@@ -219,6 +222,16 @@ vlm_cli_parse(vlm_cli_run_t *r, int argc, char **argv, vlm_cli_mode_t mode)
             }
 
             r->act_f32 = v[0] == 'f';
+
+        } else if (strcmp(o, "--kv-dtype") == 0) {
+            if (strcmp(v, "auto") != 0 && strcmp(v, "f32") != 0
+                && strcmp(v, "bf16") != 0 && strcmp(v, "f16") != 0)
+            {
+                return vlm_cli_fail("--kv-dtype takes auto, f32, bf16 or "
+                                    "f16, not \"%s\"", v);
+            }
+
+            r->kv_dtype = v;
 
         } else if (strcmp(o, "--pixels") == 0 && mode != VLM_CLI_RUN) {
             if (r->n_images == VLM_CLI_MAX_IMAGES) {
@@ -643,6 +656,7 @@ vlm_cli_open(vlm_cli_run_t *r, int extra, vlm_model_t **m, vlm_seq_t **seq)
     vlm_model_params_default(&p);
     p.n_threads = r->threads;
     p.quant_act_int8 = !r->act_f32;
+    p.kv_dtype = r->kv_dtype;
     p.max_seqs = 1;
     p.max_seq_len = r->n_ids + extra + 1;
     p.max_image_patches = patches;

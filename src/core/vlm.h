@@ -44,6 +44,12 @@ typedef struct {
                                    (vlm_seq_prefix_map); 0 off */
     const char  *backend;       /* "cpu" (NULL too) or one registered with
                                    vlm_backend_register() */
+    const char  *kv_dtype;      /* the KV cache's elements: "f32", "bf16",
+                                   "f16", or "auto" (NULL too): the
+                                   dtype of the decoder's dense weights,
+                                   as transformers computes in (f32 for
+                                   quantized ones, and on a backend
+                                   without it) */
     size_t  device_bytes;       /* GPU backends: the device memory pool;
                                    0: 90 % of the free memory */
     int     device;             /* GPU backends: the device index */
@@ -93,6 +99,9 @@ typedef struct {
     int          max_seq_len;       /* with */
     int          max_batch_tokens;
     int          max_image_patches;
+    const char  *kv_dtype;          /* as resolved: "f32", "bf16", "f16" */
+    size_t       kv_token_bytes;    /* KV bytes a token takes, all layers
+                                       (this rank's heads) */
 } vlm_model_info_t;
 
 

@@ -144,6 +144,59 @@ vlm_f16_to_f32(uint16_t h)
 }
 
 
+/* round to nearest even, as F16C's vcvtps2ph; overflow to infinity */
+static inline uint16_t
+vlm_f32_to_f16(float f)
+{
+    uint32_t  u, sign, abs, m, q, rem, half;
+    int       shift;
+
+    memcpy(&u, &f, sizeof(u));
+
+    sign = (u >> 16) & 0x8000;
+    abs = u & 0x7fffffff;
+
+    if (abs > 0x7f800000) {
+        return (uint16_t) (sign | 0x7e00 | ((abs >> 13) & 0x3ff));
+    }
+
+    if (abs >= 0x477ff000) {
+        /* 65520 and above (infinity too) round to infinity */
+        return (uint16_t) (sign | 0x7c00);
+    }
+
+    if (abs >= 0x38800000) {
+        /* normal: the exponent rebiased, 13 mantissa bits rounded off */
+        q = (abs >> 13) - (112u << 10);
+        rem = abs & 0x1fff;
+
+        if (rem > 0x1000 || (rem == 0x1000 && (q & 1))) {
+            q++;
+        }
+
+        return (uint16_t) (sign | q);
+    }
+
+    if (abs <= 0x33000000) {
+        /* up to half the smallest subnormal, 2^-25: zero */
+        return (uint16_t) sign;
+    }
+
+    /* subnormal: units of 2^-24 */
+    m = (abs & 0x7fffff) | 0x800000;
+    shift = 126 - (int) (abs >> 23);
+    q = m >> shift;
+    rem = m & ((1u << shift) - 1);
+    half = 1u << (shift - 1);
+
+    if (rem > half || (rem == half && (q & 1))) {
+        q++;
+    }
+
+    return (uint16_t) (sign | q);
+}
+
+
 /* float8 e4m3fn (1 sign, 4 exponent bits of bias 7, 3 mantissa bits) */
 static inline float
 vlm_f8e4m3_to_f32(uint8_t b)

@@ -15,6 +15,7 @@
  *              [--max-batch-tokens N] [--max-seq-len N] [--kv-blocks N]
  *              [--image-cache-bytes N] [--tensor-parallel N]
  *              [--prefix-cache on|off] [--quant-activations int8|f32]
+ *              [--kv-dtype auto|f32|bf16|f16]
  *              [--cpus LIST[:LIST...]]     (the CPUs of each rank)
  *              [--gpus N[,N...]]           (the GPU of each rank)
  *   vlm-engine --features      prints what is built in ("cpu cuda nccl")
@@ -495,6 +496,20 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
                 return -1;
             }
 
+        } else if (strcmp(argv[i], "--kv-dtype") == 0) {
+            i++;
+
+            if (strcmp(argv[i], "auto") != 0 && strcmp(argv[i], "f32") != 0
+                && strcmp(argv[i], "bf16") != 0
+                && strcmp(argv[i], "f16") != 0)
+            {
+                vlm_log(VLM_LOG_ERROR, "--kv-dtype takes auto, f32, bf16 "
+                        "or f16, not \"%s\"", argv[i]);
+                return -1;
+            }
+
+            a->params.kv_dtype = argv[i];
+
         } else if (strcmp(argv[i], "--max-seq-len") == 0) {
             if (vlm_engine_int("--max-seq-len", argv[++i], 16, 1 << 20, &n)) {
                 return -1;
@@ -741,6 +756,7 @@ static void
 vlm_engine_rank_memory(vlm_queue_t *q, vlm_model_t *model, int rank,
     int size)
 {
+    const char        *kv;
     vlm_model_stats_t  st;
 
     if (rank >= VLM_METRICS_RANKS) {
@@ -752,15 +768,23 @@ vlm_engine_rank_memory(vlm_queue_t *q, vlm_model_t *model, int rank,
                  st.decode_weight_bytes);
     atomic_store(&q->metrics->ranks[rank].buffer_bytes, st.backend_bytes);
     atomic_store(&q->metrics->ranks[rank].kv_bytes, st.kv_bytes);
+    atomic_store(&q->metrics->ranks[rank].kv_token_bytes,
+                 vlm_model_info(model)->kv_token_bytes);
+    kv = vlm_model_info(model)->kv_dtype;
+    atomic_store(&q->metrics->ranks[rank].kv_dtype,
+                 strcmp(kv, "bf16") == 0 ? VLM_METRICS_KV_BF16
+                 : strcmp(kv, "f16") == 0 ? VLM_METRICS_KV_F16
+                 : VLM_METRICS_KV_F32);
 
     if (rank == 0) {
         atomic_store(&q->metrics->n_ranks, (uint32_t) size);
     }
 
     vlm_log(VLM_LOG_INFO, "rank %d of %d: %zu MB of decoder weights, %zu MB "
-            "of buffers (KV cache %zu MB), feature pool %zu KB, host "
-            "staging %zu KB", rank, size, st.decode_weight_bytes >> 20,
-            st.backend_bytes >> 20, st.kv_bytes >> 20,
+            "of buffers (KV cache %zu MB, %s, %zu bytes a token), feature "
+            "pool %zu KB, host staging %zu KB", rank, size,
+            st.decode_weight_bytes >> 20, st.backend_bytes >> 20,
+            st.kv_bytes >> 20, kv, vlm_model_info(model)->kv_token_bytes,
             st.pool_capacity >> 10, st.staging_capacity >> 10);
 }
 

@@ -272,7 +272,7 @@ ngx_http_vlm_metrics_handler(ngx_http_request_t *r)
 
     size = vlm_metrics_render(q->metrics, &st, NULL, 0);
 
-    text = ngx_pnalloc(r->pool, size + 1280
+    text = ngx_pnalloc(r->pool, size + 1536
                                 + ngx_http_vlm_label_len(&vmcf->served_model)
                                 + ngx_http_vlm_label_len(&vmcf->model)
                                 + 4 * NGX_INT_T_LEN);
@@ -356,7 +356,7 @@ ngx_http_vlm_model_label(u_char *dst, u_char *text, u_char *last,
 
 /*
  * The model and the engine's sizing: here rather than in /health, which
- * anyone may ask (fits in the 1280 bytes above plus the two labels).
+ * anyone may ask (fits in the 1536 bytes above plus the two labels).
  */
 static u_char *
 ngx_http_vlm_metrics_conf(u_char *p, ngx_http_vlm_main_conf_t *vmcf)
@@ -389,6 +389,12 @@ ngx_http_vlm_metrics_conf(u_char *p, ngx_http_vlm_main_conf_t *vmcf)
                     "KV blocks for later prompts.\n"
                     "# TYPE vlm_prefix_cache gauge\n"
                     "vlm_prefix_cache %i\n", vmcf->prefix_cache ? 1 : 0);
+    p = ngx_sprintf(p, "# HELP vlm_kv_dtype The KV cache's dtype "
+                    "vlm_kv_dtype asks for (the engine's own: "
+                    "vlm_engine_rank_kv_dtype).\n"
+                    "# TYPE vlm_kv_dtype gauge\n"
+                    "vlm_kv_dtype{dtype=\"%V\"} 1\n",
+                    &ngx_http_vlm_kv_dtypes[vmcf->kv_dtype].name);
     p = ngx_sprintf(p, "# HELP vlm_zone_size_bytes Size of the request "
                     "queue (vlm_zone).\n# TYPE vlm_zone_size_bytes gauge\n"
                     "vlm_zone_size_bytes %uz\n", vmcf->zone_size);

@@ -162,6 +162,17 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
         return NGX_CONF_ERROR;
     }
 
+    if (vmcf->backend == NGX_HTTP_VLM_BACKEND_CUDA
+        && vmcf->kv_dtype != NGX_HTTP_VLM_KV_AUTO
+        && vmcf->kv_dtype != NGX_HTTP_VLM_KV_F32)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"vlm_kv_dtype %V\" needs \"vlm_backend cpu\": "
+                           "the CUDA backend keeps an f32 KV cache",
+                           &ngx_http_vlm_kv_dtypes[vmcf->kv_dtype].name);
+        return NGX_CONF_ERROR;
+    }
+
     if (vmcf->gpus.len && vmcf->backend != NGX_HTTP_VLM_BACKEND_CUDA) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"vlm_gpus\" needs \"vlm_backend cuda\"");
@@ -228,6 +239,7 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
                      sizeof(ngx_flag_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->quant_activations,
                      sizeof(ngx_uint_t));
+    ngx_crc32_update(&crc, (u_char *) &vmcf->kv_dtype, sizeof(ngx_uint_t));
     ngx_crc32_final(crc);
 
     /* never 0, which reads "unknown" in the queue */
@@ -1070,6 +1082,8 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     argv[n++] = "--quant-activations";
     argv[n++] = vmcf->quant_activations == NGX_HTTP_VLM_QUANT_ACT_INT8
                 ? "int8" : "f32";
+    argv[n++] = "--kv-dtype";
+    argv[n++] = (char *) ngx_http_vlm_kv_dtypes[vmcf->kv_dtype].name.data;
 
     if (vmcf->engine_cpus.len) {
         argv[n++] = "--cpus";

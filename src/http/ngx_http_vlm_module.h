@@ -24,6 +24,12 @@
 #endif
 
 
+/* vlm_kv_dtype: the engine's KV cache elements (its --kv-dtype) */
+#define NGX_HTTP_VLM_KV_AUTO           0
+#define NGX_HTTP_VLM_KV_F32            1
+#define NGX_HTTP_VLM_KV_BF16           2
+#define NGX_HTTP_VLM_KV_F16            3
+
 #define NGX_HTTP_VLM_BACKEND_CPU       0
 #define NGX_HTTP_VLM_BACKEND_CUDA      1
 
@@ -74,6 +80,7 @@ typedef struct {
                                               from the cache and ranks */
     ngx_flag_t           prefix_cache;     /* engine's KV prefix cache */
     ngx_uint_t           quant_activations; /* NGX_HTTP_VLM_QUANT_ACT_* */
+    ngx_uint_t           kv_dtype;         /* NGX_HTTP_VLM_KV_* */
     ngx_uint_t           max_queued;       /* waiting beyond those */
     uint64_t             arena_size;       /* the zone less the slots */
 
@@ -126,6 +133,8 @@ typedef struct {
 
 
 extern ngx_module_t  ngx_http_vlm_module;
+/* vlm_kv_dtype's names, by NGX_HTTP_VLM_KV_* */
+extern ngx_conf_enum_t  ngx_http_vlm_kv_dtypes[];
 
 
 /* ngx_http_vlm_conf.c: the main configuration and its directives */

@@ -29,7 +29,7 @@ static const uint8_t  vlm_kv_zero[VLM_KV_ZERO];
 
 vlm_status_t
 vlm_kv_init(vlm_kv_t *kv, vlm_backend_t *be, int n_layers, int kv_dim,
-    int block_size, int n_blocks, vlm_error_t *err)
+    int block_size, int n_blocks, vlm_dtype_t dtype, vlm_error_t *err)
 {
     int     i;
     size_t  bytes;
@@ -44,14 +44,24 @@ vlm_kv_init(vlm_kv_t *kv, vlm_backend_t *be, int n_layers, int kv_dim,
                              n_blocks, block_size);
     }
 
+    if (!vlm_dtype_is_float(dtype)
+        || (be->ops->kv_dtypes & (1u << dtype)) == 0)
+    {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "kv cache: the %s backend keeps no %s keys "
+                             "and values (f32 does)", be->ops->name,
+                             vlm_kv_dtype_name(dtype));
+    }
+
     kv->be = be;
     kv->n_layers = n_layers;
     kv->kv_dim = kv_dim;
     kv->block_size = block_size;
     kv->n_blocks = n_blocks;
+    kv->dtype = dtype;
+    kv->esize = vlm_dtype_size(dtype);
 
-    bytes = (size_t) n_layers * n_blocks * block_size * kv_dim
-            * sizeof(float);
+    bytes = (size_t) n_layers * n_blocks * block_size * kv_dim * kv->esize;
 
     kv->k = be->ops->alloc(be, bytes);
     kv->v = be->ops->alloc(be, bytes);
@@ -138,8 +148,7 @@ vlm_kv_prefix_init(vlm_kv_t *kv, vlm_error_t *err)
      * the cache walks over the whole pool, and the engine's memory must
      * not creep while it does
      */
-    bytes = (size_t) kv->n_layers * kv->n_blocks * kv->block_size
-            * kv->kv_dim * sizeof(float);
+    bytes = vlm_kv_bytes(kv) / 2;
 
     for (off = 0; off < bytes; off += n) {
         n = vlm_min(bytes - off, sizeof(vlm_kv_zero));
@@ -440,17 +449,47 @@ vlm_kv_content_key(const vlm_kv_t *kv, const void *data, size_t n,
 }
 
 
-float *
+void *
 vlm_kv_layer_k(const vlm_kv_t *kv, int layer)
 {
-    return kv->k + (size_t) layer * kv->n_blocks * kv->block_size
-                   * kv->kv_dim;
+    return (uint8_t *) kv->k + (size_t) layer * kv->n_blocks
+                               * vlm_kv_block_bytes(kv);
 }
 
 
-float *
+void *
 vlm_kv_layer_v(const vlm_kv_t *kv, int layer)
 {
-    return kv->v + (size_t) layer * kv->n_blocks * kv->block_size
-                   * kv->kv_dim;
+    return (uint8_t *) kv->v + (size_t) layer * kv->n_blocks
+                               * vlm_kv_block_bytes(kv);
+}
+
+
+size_t
+vlm_kv_block_bytes(const vlm_kv_t *kv)
+{
+    return (size_t) kv->block_size * kv->kv_dim * kv->esize;
+}
+
+
+size_t
+vlm_kv_bytes(const vlm_kv_t *kv)
+{
+    return 2 * (size_t) kv->n_layers * kv->n_blocks * vlm_kv_block_bytes(kv);
+}
+
+
+const char *
+vlm_kv_dtype_name(vlm_dtype_t dtype)
+{
+    switch (dtype) {
+    case VLM_DTYPE_F32:
+        return "f32";
+    case VLM_DTYPE_BF16:
+        return "bf16";
+    case VLM_DTYPE_F16:
+        return "f16";
+    default:
+        return "?";
+    }
 }

@@ -42,9 +42,11 @@ typedef struct {
     int             kv_dim;         /* n_kv_heads * head_dim */
     int             block_size;     /* token rows per block */
     int             n_blocks;
-    float          *k;              /* [n_layers, n_blocks, block_size,
-                                        kv_dim], backend memory */
-    float          *v;
+    vlm_dtype_t     dtype;          /* of the rows: F32, BF16 or F16 */
+    size_t          esize;          /* its bytes */
+    void           *k;              /* [n_layers, n_blocks, block_size,
+                                        kv_dim] dtype, backend memory */
+    void           *v;
     int32_t        *free_list;      /* host: free block ids (a stack) */
     int             n_free;
     uint16_t       *refs;           /* host: references per block */
@@ -79,8 +81,13 @@ typedef struct {
 } vlm_kv_chain_t;
 
 
+/*
+ * The pool: n_blocks blocks whatever dtype (a 16-bit dtype halves its
+ * bytes); the backend must take dtype (vlm_backend_ops_t.kv_dtypes)
+ */
 vlm_status_t vlm_kv_init(vlm_kv_t *kv, vlm_backend_t *be, int n_layers,
-    int kv_dim, int block_size, int n_blocks, vlm_error_t *err);
+    int kv_dim, int block_size, int n_blocks, vlm_dtype_t dtype,
+    vlm_error_t *err);
 void vlm_kv_free(vlm_kv_t *kv);
 
 /* a free block with one reference, or -1 when the pool is exhausted */
@@ -127,8 +134,14 @@ void vlm_kv_content_key(const vlm_kv_t *kv, const void *data, size_t n,
     vlm_kv_hash_t *key);
 
 /* the base of layer l's key / value blocks */
-float *vlm_kv_layer_k(const vlm_kv_t *kv, int layer);
-float *vlm_kv_layer_v(const vlm_kv_t *kv, int layer);
+void *vlm_kv_layer_k(const vlm_kv_t *kv, int layer);
+void *vlm_kv_layer_v(const vlm_kv_t *kv, int layer);
+/* the bytes of one block of one layer (of keys, or of values) */
+size_t vlm_kv_block_bytes(const vlm_kv_t *kv);
+/* the bytes of the whole pool, keys and values */
+size_t vlm_kv_bytes(const vlm_kv_t *kv);
+/* "f32", "bf16", "f16" */
+const char *vlm_kv_dtype_name(vlm_dtype_t dtype);
 
 
 #endif /* VLM_KV_H */

@@ -897,6 +897,62 @@ vlm_model_fill_info(vlm_model_t *m)
     in->max_seq_len = m->params.max_seq_len;
     in->max_batch_tokens = m->params.max_batch_tokens;
     in->max_image_patches = m->params.max_image_patches;
+    in->kv_dtype = vlm_kv_dtype_name(m->kv_dtype);
+    in->kv_token_bytes = 2 * (size_t) m->cfg.text.n_layers
+                         * m->tp.n_kv_heads * m->cfg.text.head_dim
+                         * vlm_dtype_size(m->kv_dtype);
+}
+
+
+/*
+ * params.kv_dtype: "auto" follows the checkpoint as transformers does,
+ * whose cache holds the keys and values in the dtype the model computes
+ * in: that of the decoder's dense weights (bf16 q_proj, bf16 keys and
+ * values; f16 likewise); f32 for f32 weights and for quantized
+ * checkpoints, whose weights this engine dequantizes and multiplies in
+ * f32, and on a backend that keeps no such cache.  An explicit dtype the
+ * backend lacks fails in vlm_kv_init().
+ */
+static vlm_status_t
+vlm_model_kv_dtype(vlm_model_t *m, vlm_error_t *err)
+{
+    const char             *s;
+    const vlm_st_tensor_t  *t;
+
+    s = m->params.kv_dtype;
+
+    if (s == NULL || strcmp(s, "auto") == 0) {
+        t = vlm_model_tensor(m, "model.layers.0.self_attn.q_proj.weight");
+
+        m->kv_dtype = t != NULL && (t->dtype == VLM_DTYPE_BF16
+                                    || t->dtype == VLM_DTYPE_F16)
+                      ? t->dtype : VLM_DTYPE_F32;
+
+        if (m->be != NULL
+            && (m->be->ops->kv_dtypes & (1u << m->kv_dtype)) == 0)
+        {
+            m->kv_dtype = VLM_DTYPE_F32;
+        }
+
+        return VLM_OK;
+    }
+
+    if (strcmp(s, "f32") == 0) {
+        m->kv_dtype = VLM_DTYPE_F32;
+
+    } else if (strcmp(s, "bf16") == 0) {
+        m->kv_dtype = VLM_DTYPE_BF16;
+
+    } else if (strcmp(s, "f16") == 0) {
+        m->kv_dtype = VLM_DTYPE_F16;
+
+    } else {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "model: KV dtype \"%s\": auto, f32, bf16 or "
+                             "f16", s);
+    }
+
+    return VLM_OK;
 }
 
 
@@ -1017,6 +1073,11 @@ vlm_model_open(vlm_model_owner_t **out, const char *dir,
         goto failed;
     }
 
+    rc = vlm_model_kv_dtype(m, err);
+    if (rc != VLM_OK) {
+        goto failed;
+    }
+
     *out = o;
 
     return VLM_OK;
@@ -1112,7 +1173,8 @@ vlm_model_load(vlm_model_t **out, const char *dir,
 
     rc = vlm_kv_init(&m->kv, m->be, m->cfg.text.n_layers,
                      m->tp.n_kv_heads * m->cfg.text.head_dim,
-                     m->params.kv_block_size, m->params.kv_blocks, err);
+                     m->params.kv_block_size, m->params.kv_blocks,
+                     m->kv_dtype, err);
     if (rc != VLM_OK) {
         goto failed;
     }
@@ -1308,8 +1370,7 @@ vlm_model_stats(const vlm_model_t *m, vlm_model_stats_t *s)
     s->image_cache_misses = m->icache.misses;
     s->comm_calls = m->comm_calls;
     s->comm_ns = m->comm_ns;
-    s->kv_bytes = 2 * (size_t) m->kv.n_layers * m->kv.n_blocks
-                  * m->kv.block_size * m->kv.kv_dim * sizeof(float);
+    s->kv_bytes = vlm_kv_bytes(&m->kv);
 
     if (m->fpool != NULL) {
         vlm_fpool_stats(m->fpool, &fs);
@@ -1421,21 +1482,22 @@ vlm_seq_fork(vlm_seq_t *src, vlm_seq_t **out, vlm_error_t *err)
                                  m->kv.n_blocks);
         }
 
-        block_bytes = (size_t) bs * m->kv.kv_dim * sizeof(float);
+        /* the partial block's rows, whatever the cache's element size */
+        block_bytes = vlm_kv_block_bytes(&m->kv);
 
         for (l = 0; l < m->kv.n_layers; l++) {
             m->be->ops->copy(m->be,
-                             vlm_kv_layer_k(&m->kv, l) + (size_t) b * bs
-                                                         * m->kv.kv_dim,
-                             vlm_kv_layer_k(&m->kv, l)
-                             + (size_t) src->blocks[full] * bs
-                               * m->kv.kv_dim, block_bytes);
+                             (uint8_t *) vlm_kv_layer_k(&m->kv, l)
+                             + (size_t) b * block_bytes,
+                             (uint8_t *) vlm_kv_layer_k(&m->kv, l)
+                             + (size_t) src->blocks[full] * block_bytes,
+                             block_bytes);
             m->be->ops->copy(m->be,
-                             vlm_kv_layer_v(&m->kv, l) + (size_t) b * bs
-                                                         * m->kv.kv_dim,
-                             vlm_kv_layer_v(&m->kv, l)
-                             + (size_t) src->blocks[full] * bs
-                               * m->kv.kv_dim, block_bytes);
+                             (uint8_t *) vlm_kv_layer_v(&m->kv, l)
+                             + (size_t) b * block_bytes,
+                             (uint8_t *) vlm_kv_layer_v(&m->kv, l)
+                             + (size_t) src->blocks[full] * block_bytes,
+                             block_bytes);
         }
 
         dst->blocks[dst->n_blocks++] = b;

@@ -253,6 +253,7 @@ struct vlm_model_s {
     vlm_safetensors_t       *st;
     vlm_backend_t           *be;
     vlm_kv_t                 kv;
+    vlm_dtype_t              kv_dtype;  /* params.kv_dtype resolved */
     vlm_lm_weights_t         lm;
     vlm_vision_weights_t     vis;
     vlm_lm_ws_t              ws;

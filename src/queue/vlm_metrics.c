@@ -169,10 +169,11 @@ vlm_metrics_render(const vlm_metrics_t *m, const vlm_queue_stats_t *q,
 {
     int                      i, h;
     uint64_t                 cum;
-    uint32_t                 n_pools, n_ranks;
+    uint32_t                 n_pools, n_ranks, d;
     vlm_out_t                o;
     const vlm_hist_t        *hist;
     const vlm_pool_gauge_t  *g;
+    static const char       *kv_names[] = { "", "f32", "bf16", "f16" };
 
     o.buf = buf;
     o.cap = cap;
@@ -287,6 +288,30 @@ vlm_metrics_render(const vlm_metrics_t *m, const vlm_queue_stats_t *q,
     for (i = 0; i < (int) n_ranks; i++) {
         vlm_out(&o, "vlm_engine_rank_kv_bytes{rank=\"%d\"} %llu\n", i,
                 (unsigned long long) atomic_load(&m->ranks[i].kv_bytes));
+    }
+
+    vlm_out(&o, "# HELP vlm_engine_rank_kv_token_bytes The KV cache bytes "
+                "a token takes on an engine rank, all layers.\n"
+                "# TYPE vlm_engine_rank_kv_token_bytes gauge\n");
+
+    for (i = 0; i < (int) n_ranks; i++) {
+        vlm_out(&o, "vlm_engine_rank_kv_token_bytes{rank=\"%d\"} %llu\n", i,
+                (unsigned long long)
+                atomic_load(&m->ranks[i].kv_token_bytes));
+    }
+
+    vlm_out(&o, "# HELP vlm_engine_rank_kv_dtype The element type of an "
+                "engine rank's KV cache (vlm_kv_dtype), 1 for the one it "
+                "holds.\n"
+                "# TYPE vlm_engine_rank_kv_dtype gauge\n");
+
+    for (i = 0; i < (int) n_ranks; i++) {
+        d = atomic_load(&m->ranks[i].kv_dtype);
+
+        if (d != VLM_METRICS_KV_NONE && d <= VLM_METRICS_KV_F16) {
+            vlm_out(&o, "vlm_engine_rank_kv_dtype{rank=\"%d\","
+                        "dtype=\"%s\"} 1\n", i, kv_names[d]);
+        }
     }
 
     vlm_out_metric(&o, "vlm_kv_blocks_cached", "gauge",

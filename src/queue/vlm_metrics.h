@@ -20,6 +20,12 @@
 #define VLM_STATUS_MAX       599
 #define VLM_METRICS_RANKS    8
 
+/* the element type of an engine rank's KV cache, as it loaded */
+#define VLM_METRICS_KV_NONE  0
+#define VLM_METRICS_KV_F32   1
+#define VLM_METRICS_KV_BF16  2
+#define VLM_METRICS_KV_F16   3
+
 
 typedef enum {
     VLM_HIST_TTFT = 0,          /* submit -> first token */
@@ -98,6 +104,8 @@ typedef struct {
         _Atomic uint64_t  weight_bytes;         /* the decoder's, its share */
         _Atomic uint64_t  buffer_bytes;         /* KV, workspaces, copies */
         _Atomic uint64_t  kv_bytes;
+        _Atomic uint64_t  kv_token_bytes;       /* a token's, all layers */
+        _Atomic uint32_t  kv_dtype;             /* VLM_METRICS_KV_* */
     } ranks[VLM_METRICS_RANKS];
 } vlm_metrics_t;
 

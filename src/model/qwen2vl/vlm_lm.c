@@ -404,6 +404,7 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
     op->rope_table(be, ws->cos, ws->sin, ws->pos, T, 3, m->lm.inv_freq,
                    m->lm.mrope_comp, hd / 2);
 
+    pa.kv_dtype = m->kv.dtype;
     pa.block_size = m->kv.block_size;
     pa.n_heads = nh;
     pa.n_kv_heads = nkv;
@@ -441,7 +442,8 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
         for (s = 0; s < b->n_segs; s++) {
             sg = &b->segs[s];
             op->kv_store(be, vlm_kv_layer_k(&m->kv, l),
-                         vlm_kv_layer_v(&m->kv, l), sg->seq->blocks_dev,
+                         vlm_kv_layer_v(&m->kv, l), m->kv.dtype,
+                         sg->seq->blocks_dev,
                          m->kv.block_size, KV, sg->kv_start,
                          ws->k + (size_t) sg->row * KV,
                          ws->v + (size_t) sg->row * KV, KV, sg->n);
