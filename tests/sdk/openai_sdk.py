@@ -98,11 +98,11 @@ def main():
 
     try:
         client.chat.completions.create(model="serving", messages=messages,
-                                       n=2)
-        check(False, "n=2 raises BadRequestError")
+                                       n=100)
+        check(False, "n above vlm_max_n raises BadRequestError")
     except openai.BadRequestError as e:
         check(e.status_code == 400 and e.param == "n",
-              "n=2 raises BadRequestError")
+              "n above vlm_max_n raises BadRequestError")
 
 
 if __name__ == "__main__":
