@@ -124,6 +124,22 @@ for my $case (['tool_round', 1], ['tool_round', 0], ['tool_first', 0]) {
        "fast path, $conv, tools $tools: the prompt is qwen2_vl_tools' text");
 }
 
+# tool_choice "none": the model is not told of the tools
+sub tools_none {
+    my ($tmpl, $model, $dir, $what) = @_;
+    my ($text) = expected($tmpl, 'tool_round', 0, $model);
+    my (undef, $body) = expected($tmpl, 'tool_round', 1, $model);
+
+    $body =~ s/^\{/{"tool_choice": "none", / or die;
+    $res = vlm_post_json($srv, $body);
+    is($res->{status}, 200, "$what, tool_choice none: 200")
+        or diag($res->{body});
+    is(vlm_json($res->{body})->{usage}{prompt_tokens}, n_tokens($dir, $text),
+       "$what, tool_choice none: the prompt is the one without tools");
+}
+
+tools_none('qwen2_vl_tools', 'serving', $serving, 'fast path');
+
 # malformed shapes: 400s naming the field
 my $q = { role => 'user', content => 'q' };
 my $call = sub {
@@ -258,6 +274,8 @@ for my $case (['tool_round', 1], ['tool_round', 0], ['tool_first', 1]) {
        "template, $conv, tools $tools: the prompt is transformers' text "
        . "with Qwen3-VL's template");
 }
+
+tools_none('qwen3_vl', 'qwen3vl', $model, 'template');
 
 # a long tool result (a string the parser reads from the body in place)
 # reaches the template as its text, as a string and as a text part

@@ -920,8 +920,12 @@ ngx_http_vlm_chat_template(ngx_http_vlm_chat_ctx_t *ctx, vlm_error_t *e)
         }
     }
 
-    /* transformers passes tools=None when there are none */
-    v = json_object_get(ctx->req.json, "tools");
+    /*
+     * transformers passes tools=None when there are none; with tool_choice
+     * "none" the model is not told of them, as on the fast path
+     */
+    v = ctx->req.tools_prompt != NULL ? json_object_get(ctx->req.json, "tools")
+                                      : NULL;
     if (json_object_set(client, "tools", v ? v : json_null()) != 0) {
         json_decref(client);
         return vlm_error_set(e, VLM_ERR_NOMEM, "no memory");
