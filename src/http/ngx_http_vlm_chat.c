@@ -237,6 +237,8 @@ static void ngx_http_vlm_chat_finish(ngx_http_vlm_chat_ctx_t *ctx,
 static ngx_int_t ngx_http_vlm_chat_send(ngx_http_vlm_chat_ctx_t *ctx,
     ngx_chain_t *out);
 static ngx_chain_t *ngx_http_vlm_chat_buf(ngx_http_vlm_chat_ctx_t *ctx);
+static ngx_buf_t *ngx_http_vlm_chat_room(ngx_http_vlm_chat_ctx_t *ctx,
+    ngx_chain_t **clp, size_t bound);
 static void ngx_http_vlm_chat_fail(ngx_http_vlm_chat_ctx_t *ctx,
     vlm_openai_error_t *err);
 static void ngx_http_vlm_chat_end(ngx_http_vlm_chat_ctx_t *ctx,
@@ -2134,6 +2136,42 @@ ngx_http_vlm_chat_buf(ngx_http_vlm_chat_ctx_t *ctx)
 }
 
 
+/*
+ * the buffer *clp with room for bound bytes: one with less is sent and
+ * another takes its place, as does one where *clp is NULL
+ */
+static ngx_buf_t *
+ngx_http_vlm_chat_room(ngx_http_vlm_chat_ctx_t *ctx, ngx_chain_t **clp,
+    size_t bound)
+{
+    ngx_chain_t  *cl;
+
+    cl = *clp;
+
+    if (cl != NULL && (size_t) (cl->buf->end - cl->buf->last) < bound) {
+        cl->buf->flush = 1;
+        *clp = NULL;
+
+        if (ngx_http_vlm_chat_send(ctx, cl) == NGX_ERROR) {
+            return NULL;
+        }
+
+        cl = NULL;
+    }
+
+    if (cl == NULL) {
+        cl = ngx_http_vlm_chat_buf(ctx);
+        if (cl == NULL) {
+            return NULL;
+        }
+
+        *clp = cl;
+    }
+
+    return cl->buf;
+}
+
+
 static ngx_int_t
 ngx_http_vlm_chat_send(ngx_http_vlm_chat_ctx_t *ctx, ngx_chain_t *out)
 {
@@ -2327,7 +2365,6 @@ ngx_http_vlm_chat_stream_out(ngx_http_vlm_chat_ctx_t *ctx,
 {
     size_t                 len, bound;
     ngx_buf_t             *b;
-    ngx_chain_t           *cl;
     vlm_openai_output_t    o;
     vlm_openai_logprob_t   lp, top[VLM_QUEUE_TOP_LOGPROBS];
 
@@ -2344,7 +2381,6 @@ ngx_http_vlm_chat_stream_out(ngx_http_vlm_chat_ctx_t *ctx,
         ctx->text_offset += lp.len;
     }
 
-    cl = *clp;
     bound = vlm_openai_output_bound(&ctx->resp, &o);
 
     if (ctx->tool_calls) {
@@ -2354,28 +2390,10 @@ ngx_http_vlm_chat_stream_out(ngx_http_vlm_chat_ctx_t *ctx,
         o.len = rec->text_len;
     }
 
-    if (cl != NULL && (size_t) (cl->buf->end - cl->buf->last) < bound) {
-        /* this buffer is full: send it, continue in another */
-        cl->buf->flush = 1;
-        *clp = NULL;
-
-        if (ngx_http_vlm_chat_send(ctx, cl) == NGX_ERROR) {
-            return NGX_ERROR;
-        }
-
-        cl = NULL;
+    b = ngx_http_vlm_chat_room(ctx, clp, bound);
+    if (b == NULL) {
+        return NGX_ERROR;
     }
-
-    if (cl == NULL) {
-        cl = ngx_http_vlm_chat_buf(ctx);
-        if (cl == NULL) {
-            return NGX_ERROR;
-        }
-
-        *clp = cl;
-    }
-
-    b = cl->buf;
 
     if (ctx->tool_calls) {
         ctx->tc_buf = b;
@@ -2836,7 +2854,6 @@ ngx_http_vlm_chat_stream_finish(ngx_http_vlm_chat_ctx_t *ctx,
 {
     size_t                       len, bound;
     ngx_buf_t                   *b;
-    ngx_chain_t                 *cl;
     vlm_openai_finish_t          finish;
     ngx_http_vlm_chat_choice_t  *ch;
 
@@ -2858,29 +2875,10 @@ ngx_http_vlm_chat_stream_finish(ngx_http_vlm_chat_ctx_t *ctx,
         bound += 3 * (VLM_OPENAI_HEAD_MAX + 6 * VLM_TOOLCALL_HOLD + 256);
     }
 
-    cl = *clp;
-
-    if (cl != NULL && (size_t) (cl->buf->end - cl->buf->last) < bound) {
-        cl->buf->flush = 1;
-        *clp = NULL;
-
-        if (ngx_http_vlm_chat_send(ctx, cl) == NGX_ERROR) {
-            return NGX_ERROR;
-        }
-
-        cl = NULL;
+    b = ngx_http_vlm_chat_room(ctx, clp, bound);
+    if (b == NULL) {
+        return NGX_ERROR;
     }
-
-    if (cl == NULL) {
-        cl = ngx_http_vlm_chat_buf(ctx);
-        if (cl == NULL) {
-            return NGX_ERROR;
-        }
-
-        *clp = cl;
-    }
-
-    b = cl->buf;
 
     if (ctx->tool_calls) {
         ctx->tc_buf = b;
@@ -3018,28 +3016,11 @@ ngx_http_vlm_chat_finish_n(ngx_http_vlm_chat_ctx_t *ctx,
         }
     }
 
-    if (cl != NULL
-        && (size_t) (cl->buf->end - cl->buf->last) < VLM_OPENAI_HEAD_MAX + 512)
-    {
-        cl->buf->flush = 1;
-
-        if (ngx_http_vlm_chat_send(ctx, cl) == NGX_ERROR) {
-            ngx_http_vlm_chat_end(ctx, NGX_ERROR);
-            return;
-        }
-
-        cl = NULL;
+    b = ngx_http_vlm_chat_room(ctx, &cl, VLM_OPENAI_HEAD_MAX + 512);
+    if (b == NULL) {
+        ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+        return;
     }
-
-    if (cl == NULL) {
-        cl = ngx_http_vlm_chat_buf(ctx);
-        if (cl == NULL) {
-            ngx_http_vlm_chat_end(ctx, NGX_ERROR);
-            return;
-        }
-    }
-
-    b = cl->buf;
 
     if (ctx->req.include_usage) {
         (void) vlm_openai_format_chunk_usage(&ctx->resp, &usage,
