@@ -18,6 +18,7 @@
  *                                   tiles plus its global image)
  *                [--streams 1,4,16] [--reps N]
  *                [--quant-activations int8|f32]   (default int8)
+ *                [--kv-dtype auto|f32|bf16|f16]   (default auto)
  */
 
 #define _GNU_SOURCE
@@ -62,7 +63,7 @@ main(int argc, char **argv)
     double                   bw[BENCH_MAX_STREAMS][BENCH_MAX_REPS];
     double                   v[BENCH_MAX_REPS];
     int32_t                 *ids, *img_ids, *toks;
-    const char              *dir;
+    const char              *dir, *kv;
     vlm_seq_t               *seq, **seqs;
     vlm_image_t              img;
     vlm_error_t              err;
@@ -79,6 +80,7 @@ main(int argc, char **argv)
     n_decode = 16;
     reps = 3;
     act_f32 = 0;
+    kv = NULL;
     gh = 50;
     gw = 80;
     frames = 1;
@@ -111,6 +113,9 @@ main(int argc, char **argv)
                 fprintf(stderr, "bench_engine: bad --quant-activations\n");
                 return 1;
             }
+
+        } else if (strcmp(argv[i], "--kv-dtype") == 0) {
+            kv = argv[i + 1];
 
         } else if (strcmp(argv[i], "--frames") == 0) {
             frames = atoi(argv[i + 1]);
@@ -167,6 +172,7 @@ main(int argc, char **argv)
     vlm_model_params_default(&prm);
     prm.n_threads = threads;
     prm.quant_act_int8 = !act_f32;
+    prm.kv_dtype = kv;
     prm.max_seqs = max_b + 1;
     prm.max_seq_len = n_prompt + n_streams * (reps * n_decode + 1) + 8;
     prm.max_seq_len = vlm_max(prm.max_seq_len, n_img / 4 + 8);
@@ -181,7 +187,8 @@ main(int argc, char **argv)
     t_load = bench_now() - t0;
 
     info = vlm_model_info(m);
-    printf("  load                       %8.2f s\n", t_load);
+    printf("  load                       %8.2f s  (KV cache %s)\n", t_load,
+           info->kv_dtype);
 
     pixels = malloc((size_t) vlm_max(n_img, 1) * info->patch_dim
                     * sizeof(float));

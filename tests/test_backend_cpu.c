@@ -210,7 +210,8 @@ test_matmul(void **state)
  * The bf16 kernels, every level this CPU runs, against the reference:
  * 1 to 17 rows (tiles of 4 and their remainders), more than one batch of
  * 64 rows, weight rows that leave partial blocks of 16 and tiles of 4,
- * columns with tails of every width and more than one 2048-column block
+ * columns with tails of every width and more than one 2048-column block,
+ * and the packed rows of prefill
  */
 static void
 test_matmul_bf16_kernels(void **state)
@@ -230,6 +231,21 @@ test_matmul_bf16_kernels(void **state)
             check_matmul_level(level, VLM_DTYPE_BF16, 5, 19, 2100, x_bf16);
             check_matmul_level(level, VLM_DTYPE_BF16, 9, 33, 4127, x_bf16);
             check_matmul_level(level, VLM_DTYPE_BF16, 2, 21, 4127, x_bf16);
+
+            /*
+             * packed rows (VLM_GEMM_PACK_MIN and more): groups of 16
+             * with a partial last one, odd columns, several column
+             * blocks, weight rows that leave partial tiles, more than
+             * VLM_PANEL_NG groups, a batch of 256 packed and a remainder
+             * that is not, then one that is
+             */
+            check_matmul_level(level, VLM_DTYPE_BF16, 32, 16, 64, x_bf16);
+            check_matmul_level(level, VLM_DTYPE_BF16, 33, 37, 4127, x_bf16);
+            check_matmul_level(level, VLM_DTYPE_BF16, 47, 21, 45, x_bf16);
+            check_matmul_level(level, VLM_DTYPE_BF16, 64, 50, 2049, x_bf16);
+            check_matmul_level(level, VLM_DTYPE_BF16, 100, 19, 96, x_bf16);
+            check_matmul_level(level, VLM_DTYPE_BF16, 270, 13, 45, x_bf16);
+            check_matmul_level(level, VLM_DTYPE_BF16, 300, 7, 33, x_bf16);
         }
     }
 

@@ -4,9 +4,11 @@
  * heads) and of tests/fixtures/idefics3 (SmolVLM, f32 tied and bf16) run by
  * groups of 2 and 4 real rank processes over the shared memory
  * communicator give every rank the last-position logits of one process
- * within 1e-5 relative L2 (2e-3 for bf16 weights, whose matmuls round the
+ * within 1e-5 relative L2 (5e-3 for bf16 weights, whose matmuls round the
  * activations to bf16 where the CPU has AVX512_BF16, so that the ranks'
- * differently ordered sums can round an element the other way), and the
+ * differently ordered sums can round an element the other way: up to
+ * 2.8e-3 measured with two images, 1.7e-3 before prefill's packed
+ * kernel summed each output's pairs in one lane), and the
  * same 32 greedy tokens, for prompts with
  * no, one and two images fed in chunks.  With 4 ranks the 2 KV heads are
  * each kept by two ranks; with 2 the vision tower is split too (its 2
@@ -97,7 +99,7 @@ tolerance(const char *model)
         return QUANT_I8_TP_TOL;
     }
 
-    return strstr(model, "bf16") != NULL ? 2e-3 : 1e-5;
+    return strstr(model, "bf16") != NULL ? 5e-3 : 1e-5;
 }
 
 

@@ -64,7 +64,7 @@ typedef struct {
     int8_t            *xi8;         /* [VLM_CPU_QUANT_FUSED, xi8_cols] */
     float             *xd;          /* [VLM_CPU_QUANT_FUSED, xi8_cols/32] */
     int                xi8_cols;
-    uint16_t          *xq;          /* [VLM_GEMM_NB, xq_cols] bf16 x */
+    uint16_t          *xq;          /* 2 [PACK_NB, xq_cols + 1] bf16 x */
     int                xq_cols;
     const vlm_kv_kernel_t    *kv;       /* 16-bit KV caches */
     float             *kvtile;      /* [n_threads, VLM_CPU_KVTILE] */
@@ -505,8 +505,9 @@ vlm_cpu_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
         && cols > cpu->xq_cols)
     {
         vlm_cpu_release(be, cpu->xq);
-        cpu->xq = vlm_cpu_alloc(be, (size_t) VLM_GEMM_NB * cols
-                                    * sizeof(uint16_t));
+        /* the rounded rows, then pack()'s copy of them */
+        cpu->xq = vlm_cpu_alloc(be, 2 * (size_t) VLM_GEMM_PACK_NB
+                                    * (cols + 1) * sizeof(uint16_t));
         cpu->xq_cols = cpu->xq == NULL ? 0 : cols;
 
         if (cpu->xq == NULL) {
@@ -695,15 +696,16 @@ vlm_matmul_bf16_blocks(void *arg, int start, int end, int thread)
 
 
 /*
- * bf16 weights: VLM_GEMM_NB activation rows at a time (rounded to bf16
- * first where the kernel wants them so), weight row blocks split over
- * the threads
+ * bf16 weights: VLM_GEMM_NB activation rows at a time, or
+ * VLM_GEMM_PACK_NB packed ones (rounded to bf16 first where the kernel
+ * wants them so), weight row blocks split over the threads
  */
 static void
 vlm_cpu_matmul_bf16(vlm_cpu_t *cpu, float *y, const float *x,
     const vlm_weight_t *w, const float *bias, int n)
 {
-    int             i, nb;
+    int             i, nb, pack;
+    uint16_t       *xp;
     vlm_gemm_job_t  job;
 
     job.kernel = cpu->gemm;
@@ -713,15 +715,25 @@ vlm_cpu_matmul_bf16(vlm_cpu_t *cpu, float *y, const float *x,
     job.g.cols = w->cols;
     job.g.bias = bias;
 
-    for (i = 0; i < n; i += VLM_GEMM_NB) {
-        nb = vlm_min(VLM_GEMM_NB, n - i);
+    for (i = 0; i < n; i += nb) {
+        pack = cpu->gemm->pack != NULL && n - i >= VLM_GEMM_PACK_MIN;
+        nb = vlm_min(pack ? VLM_GEMM_PACK_NB : VLM_GEMM_NB, n - i);
         job.g.y = y + (size_t) i * w->rows;
         job.g.n = nb;
+        job.g.packed = 0;
 
         if (cpu->gemm->x_bf16) {
             vlm_cpu_round_bf16(cpu->xq, x + (size_t) i * w->cols,
                                (size_t) nb * w->cols, cpu->level);
             job.g.x = cpu->xq;
+
+            if (pack) {
+                xp = cpu->xq + (size_t) VLM_GEMM_PACK_NB
+                               * (cpu->xq_cols + 1);
+                cpu->gemm->pack(xp, cpu->xq, nb, w->cols);
+                job.g.x = xp;
+                job.g.packed = 1;
+            }
 
         } else {
             job.g.x = x + (size_t) i * w->cols;

@@ -23,6 +23,9 @@ typedef enum {
 #define VLM_GEMM_RB  16
 /* activation rows converted and multiplied at a time */
 #define VLM_GEMM_NB  64
+/* activation rows from which a kernel's pack() pays, and its batches */
+#define VLM_GEMM_PACK_MIN  32
+#define VLM_GEMM_PACK_NB   128
 /* max_n of a kernel that wins at every row count */
 #define VLM_CPU_ALL_ROWS  0x7fffffff
 
@@ -41,6 +44,7 @@ typedef struct {
     int              cols;
     const float     *bias;      /* [rows] or NULL */
     int              n;
+    int              packed;    /* x is pack()'s layout */
 } vlm_gemm_bf16_t;
 
 
@@ -49,6 +53,12 @@ typedef struct {
     int          x_bf16;        /* the activations are rounded to bf16 */
     int          max_n;         /* rows from which widen + sgemm wins */
     void       (*gemm)(const vlm_gemm_bf16_t *g, int b0, int b1);
+    /*
+     * NULL, or: n (VLM_GEMM_PACK_MIN to VLM_GEMM_PACK_NB) rows of x
+     * rounded to bf16 into dst, the layout gemm() takes with packed set
+     * (at most VLM_GEMM_PACK_NB * (cols + 1) elements)
+     */
+    void       (*pack)(uint16_t *dst, const uint16_t *x, int n, int cols);
 } vlm_gemm_kernel_t;
 
 

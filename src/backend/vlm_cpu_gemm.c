@@ -13,7 +13,10 @@
  *               4 weight rows x 2 activation rows
  *   avx512bf16  vdpbf16ps on bf16 weights and activations rounded to
  *               bf16 (as ggml does for bf16 weights); tiles of 4 x 4
- *               zmm accumulators, masked loads for the tail columns
+ *               zmm accumulators, masked loads for the tail columns;
+ *               from VLM_GEMM_PACK_MIN rows (prefill, the vision tower)
+ *               the rows packed in column pairs and tiles of 6 weight
+ *               rows x 64 activation rows
  *
  * tests/test_backend_cpu.c checks every variant the machine can run
  * against the scalar one.
@@ -122,7 +125,7 @@ vlm_round_bf16_scalar(uint16_t *dst, const float *src, size_t n)
 
 
 static const vlm_gemm_kernel_t  vlm_gemm_kernel_scalar = {
-    "scalar", 0, 8, vlm_gemm_scalar
+    "scalar", 0, 8, vlm_gemm_scalar, NULL
 };
 
 
@@ -272,7 +275,7 @@ vlm_gemm_avx2(const vlm_gemm_bf16_t *g, int b0, int b1)
 
 
 static const vlm_gemm_kernel_t  vlm_gemm_kernel_avx2 = {
-    "avx2", 0, 8, vlm_gemm_avx2
+    "avx2", 0, 8, vlm_gemm_avx2, NULL
 };
 
 
@@ -386,10 +389,226 @@ vlm_tile_512_any(const uint16_t *w, int ldw, const void *x, int ldx,
 }
 
 
-static void
+/*
+ * avx512bf16 at VLM_GEMM_PACK_MIN activation rows and more (prefill): the
+ * rows rounded to bf16 are packed (vlm_pack_512) into groups of 16 rows,
+ * a vector a column pair: lane l holds row 16g + l's (x[k], x[k + 1]), as
+ * vdpbf16ps pairs them.  A tile of RW weight rows x NG groups keeps RW *
+ * NG accumulators, each 16 rows' sums of one output column, and for each
+ * pair loads NG vectors and broadcasts RW weight pairs: no horizontal
+ * sums, and a weight row's pair is read once for all the rows of the
+ * batch.  Each output lane adds the pairs of a column block in order,
+ * whatever the group or the thread: a row's result does not depend on
+ * the rows beside it.
+ */
+
+#define VLM_PANEL_RW  6
+#define VLM_PANEL_NG  4
+#define VLM_PANEL_KC  VLM_GEMM_KC
+
+
+VLM_AVX512BF16 static void
+vlm_pack_512(uint16_t *dst, const uint16_t *x, int n, int cols)
+{
+    int         g, q, l, np, full;
+    uint32_t   *d;
+    __m512i     idx, two, v;
+    __mmask16   m;
+
+    d = (uint32_t *) dst;
+    np = (cols + 1) / 2;
+    full = cols / 2;
+    two = _mm512_set1_epi32(2);
+
+    for (g = 0; g * 16 < n; g++) {
+        m = n - g * 16 >= 16 ? (__mmask16) 0xffff
+                             : (__mmask16) ((1u << (n - g * 16)) - 1);
+
+        /* the element offset of each lane's row */
+        idx = _mm512_mullo_epi32(
+                  _mm512_add_epi32(_mm512_set1_epi32(g * 16),
+                                   _mm512_set_epi32(15, 14, 13, 12, 11, 10,
+                                                    9, 8, 7, 6, 5, 4, 3, 2,
+                                                    1, 0)),
+                  _mm512_set1_epi32(cols));
+
+        for (q = 0; q < full; q++) {
+            v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx,
+                                            x, 2);
+            _mm512_storeu_si512(d + ((size_t) g * np + q) * 16, v);
+            idx = _mm512_add_epi32(idx, two);
+        }
+
+        /* an odd last column pairs with a zero */
+        for (l = 0; full < np && l < 16; l++) {
+            d[((size_t) g * np + full) * 16 + l] =
+                g * 16 + l < n ? x[(size_t) (g * 16 + l) * cols + cols - 1]
+                               : 0;
+        }
+    }
+
+    _mm256_zeroupper();
+}
+
+
+VLM_AVX512BF16 static VLM_INLINE void
+vlm_panel_512_rn(const vlm_gemm_bf16_t *g, const uint32_t *xp, float *yb,
+    int n, int r0, int q0, int q1, int RW, int NG)
+{
+    int              r, i, q, np, full, ldy;
+    float           *y;
+    uint32_t         wp;
+    __m512           acc[VLM_PANEL_RW][VLM_PANEL_NG], v;
+    __m512i          xv[VLM_PANEL_NG], wb, yi;
+    __mmask16        m[VLM_PANEL_NG];
+    const uint16_t  *w;
+
+    np = (g->cols + 1) / 2;
+    full = g->cols / 2;
+    w = g->w + (size_t) r0 * g->cols;
+
+    #pragma GCC unroll 6
+    for (r = 0; r < RW; r++) {
+        #pragma GCC unroll 4
+        for (i = 0; i < NG; i++) {
+            acc[r][i] = _mm512_setzero_ps();
+        }
+    }
+
+    for (q = q0; q < vlm_min(q1, full); q++) {
+        #pragma GCC unroll 4
+        for (i = 0; i < NG; i++) {
+            xv[i] = _mm512_loadu_si512(xp + ((size_t) i * np + q) * 16);
+        }
+
+        #pragma GCC unroll 6
+        for (r = 0; r < RW; r++) {
+            memcpy(&wp, w + (size_t) r * g->cols + 2 * q, sizeof(wp));
+            wb = _mm512_set1_epi32((int) wp);
+
+            #pragma GCC unroll 4
+            for (i = 0; i < NG; i++) {
+                acc[r][i] = _mm512_dpbf16_ps(acc[r][i], (__m512bh) xv[i],
+                                             (__m512bh) wb);
+            }
+        }
+    }
+
+    /* the odd last column: its weight alone, not the next row's first */
+    if (q1 > full) {
+        #pragma GCC unroll 4
+        for (i = 0; i < NG; i++) {
+            xv[i] = _mm512_loadu_si512(xp + ((size_t) i * np + full) * 16);
+        }
+
+        #pragma GCC unroll 6
+        for (r = 0; r < RW; r++) {
+            wb = _mm512_set1_epi32((int) w[(size_t) r * g->cols
+                                           + g->cols - 1]);
+
+            #pragma GCC unroll 4
+            for (i = 0; i < NG; i++) {
+                acc[r][i] = _mm512_dpbf16_ps(acc[r][i], (__m512bh) xv[i],
+                                             (__m512bh) wb);
+            }
+        }
+    }
+
+    /* lane l of acc[r][i] is y[16 i + l, r0 + r] */
+    ldy = g->ldy;
+    yi = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8,
+                                             7, 6, 5, 4, 3, 2, 1, 0),
+                            _mm512_set1_epi32(ldy));
+
+    #pragma GCC unroll 4
+    for (i = 0; i < NG; i++) {
+        m[i] = n - i * 16 >= 16 ? (__mmask16) 0xffff
+                                : (__mmask16) ((1u << (n - i * 16)) - 1);
+    }
+
+    #pragma GCC unroll 6
+    for (r = 0; r < RW; r++) {
+        #pragma GCC unroll 4
+        for (i = 0; i < NG; i++) {
+            y = yb + (size_t) i * 16 * ldy + r0 + r;
+
+            if (q0 == 0) {
+                v = g->bias != NULL
+                    ? _mm512_add_ps(acc[r][i],
+                                    _mm512_set1_ps(g->bias[r0 + r]))
+                    : acc[r][i];
+
+            } else {
+                v = _mm512_add_ps(acc[r][i],
+                                  _mm512_mask_i32gather_ps(
+                                      _mm512_setzero_ps(), m[i], yi, y, 4));
+            }
+
+            _mm512_mask_i32scatter_ps(y, m[i], yi, v, 4);
+        }
+    }
+}
+
+
+/*
+ * RW weight rows (a few KB a column block, in L1) times every group of
+ * the batch, VLM_PANEL_NG groups at a time
+ */
+VLM_AVX512BF16 static VLM_INLINE void
+vlm_panel_512_rw(const vlm_gemm_bf16_t *g, int r0, int q0, int q1, int RW)
+{
+    int              s, n, np;
+    float           *y;
+    const uint32_t  *xp;
+
+    np = (g->cols + 1) / 2;
+
+    for (s = 0; s < g->n; s += VLM_PANEL_NG * 16) {
+        n = vlm_min(VLM_PANEL_NG * 16, g->n - s);
+        xp = (const uint32_t *) g->x + (size_t) s * np;
+        y = g->y + (size_t) s * g->ldy;
+
+        switch ((n + 15) / 16) {
+        case 4:  vlm_panel_512_rn(g, xp, y, n, r0, q0, q1, RW, 4); break;
+        case 3:  vlm_panel_512_rn(g, xp, y, n, r0, q0, q1, RW, 3); break;
+        case 2:  vlm_panel_512_rn(g, xp, y, n, r0, q0, q1, RW, 2); break;
+        default: vlm_panel_512_rn(g, xp, y, n, r0, q0, q1, RW, 1); break;
+        }
+    }
+}
+
+
+VLM_AVX512BF16 static void
 vlm_gemm_512(const vlm_gemm_bf16_t *g, int b0, int b1)
 {
-    vlm_gemm_blocked(g, b0, b1, vlm_tile_512_any, 4, 4, sizeof(uint16_t));
+    int  r, re, q0, q1, np;
+
+    if (!g->packed) {
+        vlm_gemm_blocked(g, b0, b1, vlm_tile_512_any, 4, 4,
+                         sizeof(uint16_t));
+        return;
+    }
+
+    np = (g->cols + 1) / 2;
+    re = vlm_min(b1 * VLM_GEMM_RB, g->rows);
+
+    /* column blocks: the batch's panel of a block stays in L2 */
+    for (q0 = 0; q0 < np; q0 += VLM_PANEL_KC / 2) {
+        q1 = vlm_min(q0 + VLM_PANEL_KC / 2, np);
+
+        for (r = b0 * VLM_GEMM_RB; r < re; r += VLM_PANEL_RW) {
+            switch (vlm_min(VLM_PANEL_RW, re - r)) {
+            case 6:  vlm_panel_512_rw(g, r, q0, q1, 6); break;
+            case 5:  vlm_panel_512_rw(g, r, q0, q1, 5); break;
+            case 4:  vlm_panel_512_rw(g, r, q0, q1, 4); break;
+            case 3:  vlm_panel_512_rw(g, r, q0, q1, 3); break;
+            case 2:  vlm_panel_512_rw(g, r, q0, q1, 2); break;
+            default: vlm_panel_512_rw(g, r, q0, q1, 1); break;
+            }
+        }
+    }
+
+    _mm256_zeroupper();
 }
 
 
@@ -411,7 +630,7 @@ vlm_round_bf16_512(uint16_t *dst, const float *src, size_t n)
 
 
 static const vlm_gemm_kernel_t  vlm_gemm_kernel_512 = {
-    "avx512bf16", 1, VLM_CPU_ALL_ROWS, vlm_gemm_512
+    "avx512bf16", 1, VLM_CPU_ALL_ROWS, vlm_gemm_512, vlm_pack_512
 };
 
 
