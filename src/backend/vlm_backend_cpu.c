@@ -66,6 +66,8 @@ typedef struct {
     int                xi8_cols;
     uint16_t          *xq;          /* 2 [PACK_NB, xq_cols + 1] bf16 x */
     int                xq_cols;
+    float             *qpanel;      /* [n_threads, 24 * qpanel_cols] */
+    int                qpanel_cols;
     const vlm_kv_kernel_t    *kv;       /* 16-bit KV caches */
     float             *kvtile;      /* [n_threads, VLM_CPU_KVTILE] */
     vlm_dot_pt         dot[3];      /* by vlm_dtype_t */
@@ -477,6 +479,30 @@ vlm_cpu_copy(vlm_backend_t *be, void *dst, const void *src, size_t size)
 }
 
 
+/* activations rounded to bf16, then pack()'s copy of them */
+static vlm_status_t
+vlm_cpu_xq_reserve(vlm_backend_t *be, int cols, vlm_error_t *err)
+{
+    vlm_cpu_t  *cpu = (vlm_cpu_t *) be;
+
+    if (cols <= cpu->xq_cols) {
+        return VLM_OK;
+    }
+
+    vlm_cpu_release(be, cpu->xq);
+    cpu->xq = vlm_cpu_alloc(be, 2 * (size_t) VLM_GEMM_PACK_NB * (cols + 1)
+                                * sizeof(uint16_t));
+    cpu->xq_cols = cpu->xq == NULL ? 0 : cols;
+
+    if (cpu->xq == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM,
+                             "cpu backend: no memory for activations");
+    }
+
+    return VLM_OK;
+}
+
+
 static vlm_status_t
 vlm_cpu_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
     vlm_dtype_t dtype, int rows, int cols, vlm_error_t *err)
@@ -502,18 +528,9 @@ vlm_cpu_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
            : (size_t) VLM_CPU_WTILE * cols;
 
     if (dtype == VLM_DTYPE_BF16 && cpu->gemm->x_bf16
-        && cols > cpu->xq_cols)
+        && vlm_cpu_xq_reserve(be, cols, err) != VLM_OK)
     {
-        vlm_cpu_release(be, cpu->xq);
-        /* the rounded rows, then pack()'s copy of them */
-        cpu->xq = vlm_cpu_alloc(be, 2 * (size_t) VLM_GEMM_PACK_NB
-                                    * (cols + 1) * sizeof(uint16_t));
-        cpu->xq_cols = cpu->xq == NULL ? 0 : cols;
-
-        if (cpu->xq == NULL) {
-            return vlm_error_set(err, VLM_ERR_NOMEM,
-                                 "cpu backend: no memory for activations");
-        }
+        return VLM_ERR_NOMEM;
     }
 
     /* bf16 matrices widen only for the rows the bf16 kernels leave */
@@ -568,6 +585,26 @@ vlm_cpu_weight_bind_quant(vlm_backend_t *be, vlm_weight_t *w,
         if (cpu->wtile == NULL) {
             return vlm_error_set(err, VLM_ERR_NOMEM,
                                  "cpu backend: no memory for weight tiles");
+        }
+    }
+
+    /* prefill's panels: the rows packed, a block dequantized, in bf16 */
+    if (cpu->qi8 != NULL && cpu->gemm->pack != NULL) {
+        if (vlm_cpu_xq_reserve(be, w->cols, err) != VLM_OK) {
+            return VLM_ERR_NOMEM;
+        }
+
+        if (w->cols > cpu->qpanel_cols) {
+            vlm_cpu_release(be, cpu->qpanel);
+            cpu->qpanel = vlm_cpu_alloc(be, (size_t) cpu->n_threads
+                                            * VLM_GEMM_RB * 3 / 2 * w->cols
+                                            * sizeof(float));
+            cpu->qpanel_cols = cpu->qpanel == NULL ? 0 : w->cols;
+
+            if (cpu->qpanel == NULL) {
+                return vlm_error_set(err, VLM_ERR_NOMEM, "cpu backend: no "
+                                     "memory for quantized panels");
+            }
         }
     }
 
@@ -642,6 +679,7 @@ typedef struct {
     int                  n;
     int                  tile;      /* weight rows per BLAS call */
     const vlm_quant_act_t  *act;    /* int8 activations */
+    const uint16_t      *xp;        /* the rows packed for gemm->gemm() */
 } vlm_matmul_job_t;
 
 
@@ -875,12 +913,56 @@ vlm_matmul_quant_tiles(void *arg, int start, int end, int thread)
 }
 
 
+/*
+ * Prefill with int8 activations where the bf16 kernels pack: each block
+ * of VLM_GEMM_RB weight rows dequantized, rounded to bf16 and multiplied
+ * by the packed rows as a bf16 matrix's (the rounding, like the int8
+ * codes', is within vlm_quant_activations int8's tolerance)
+ */
+static void
+vlm_matmul_quant_panels(void *arg, int start, int end, int thread)
+{
+    int                  t, r0, nr;
+    float               *f;
+    uint16_t            *h;
+    vlm_gemm_bf16_t      g;
+    vlm_matmul_job_t    *job = arg;
+    const vlm_weight_t  *w = job->w;
+
+    f = job->cpu->qpanel + (size_t) thread * VLM_GEMM_RB * 3 / 2
+                           * job->cpu->qpanel_cols;
+    h = (uint16_t *) (f + (size_t) VLM_GEMM_RB * w->cols);
+
+    g.ldy = w->rows;
+    g.x = job->xp;
+    g.cols = w->cols;
+    g.n = job->n;
+    g.packed = 1;
+
+    for (t = start; t < end; t++) {
+        r0 = t * VLM_GEMM_RB;
+        nr = vlm_min(VLM_GEMM_RB, w->rows - r0);
+
+        job->cpu->quant->dequant(w, r0, nr, f);
+        vlm_cpu_round_bf16(h, f, (size_t) nr * w->cols, job->cpu->level);
+
+        g.y = job->y + r0;
+        g.w = h;
+        g.rows = nr;
+        g.bias = job->bias != NULL ? job->bias + r0 : NULL;
+
+        job->cpu->gemm->gemm(&g, 0, 1);
+    }
+}
+
+
 static void
 vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
     const vlm_weight_t *w, const float *bias, int n)
 {
     int                i, k, c, g, nb, ng, fused;
     float              sum;
+    uint16_t          *xp;
     vlm_quant_act_t    act;
     vlm_matmul_job_t   job;
 
@@ -900,6 +982,31 @@ vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
     fused = n <= VLM_CPU_QUANT_FUSED || job.tile < 8
             || (cpu->qi8 != NULL && vlm_cpu_quant_i8_fits(w));
     nb = fused ? VLM_CPU_QUANT_FUSED : w->perm != NULL ? VLM_GEMM_NB : n;
+
+    /* prefill with int8 activations: the bf16 kernels' packed path */
+    if (cpu->qi8 != NULL && vlm_cpu_quant_i8_fits(w)
+        && cpu->gemm->pack != NULL && w->perm == NULL
+        && n >= VLM_GEMM_PACK_MIN && cpu->xq_cols >= w->cols
+        && cpu->qpanel_cols >= w->cols)
+    {
+        for (i = 0; i < n; i += nb) {
+            nb = vlm_min(VLM_GEMM_PACK_NB, n - i);
+            job.n = nb;
+            job.y = y + (size_t) i * w->rows;
+
+            vlm_cpu_round_bf16(cpu->xq, x + (size_t) i * w->cols,
+                               (size_t) nb * w->cols, cpu->level);
+            xp = cpu->xq + (size_t) VLM_GEMM_PACK_NB * (cpu->xq_cols + 1);
+            cpu->gemm->pack(xp, cpu->xq, nb, w->cols);
+            job.xp = xp;
+
+            vlm_threadpool_run(cpu->pool,
+                               (w->rows + VLM_GEMM_RB - 1) / VLM_GEMM_RB,
+                               vlm_matmul_quant_panels, &job);
+        }
+
+        return;
+    }
 
     for (i = 0; i < n; i += nb) {
         job.n = vlm_min(nb, n - i);
@@ -1812,6 +1919,7 @@ vlm_cpu_free(vlm_backend_t *be)
     vlm_cpu_release(be, cpu->kvtile);
     vlm_cpu_release(be, cpu->wtile);
     vlm_cpu_release(be, cpu->xq);
+    vlm_cpu_release(be, cpu->qpanel);
     vlm_cpu_release(be, cpu->xperm);
     vlm_cpu_release(be, cpu->xsum);
     vlm_cpu_release(be, cpu->xi8);
