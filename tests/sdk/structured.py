@@ -120,7 +120,10 @@ def constrained(client, n):
                 uuid.UUID(doc["id"])
             return name, None
         except Exception as e:  # noqa: BLE001 - reported, not hidden
-            return name, "%r: %s" % (text, str(e).splitlines()[0])
+            return name, "%r (finish_reason %s, %s completion tokens): %s" % (
+                text, r.choices[0].finish_reason,
+                r.usage.completion_tokens if r.usage else "?",
+                str(e).splitlines()[0])
 
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(one, range(n)))
