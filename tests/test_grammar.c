@@ -423,6 +423,7 @@ test_random_walks(void **state)
     char         doc[8192];
     gram_t       gr;
     json_t      *v;
+    uint32_t     min;
 
     static const char  *schemas[] = {
         "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\","
@@ -433,11 +434,45 @@ test_random_walks(void **state)
         NULL,
     };
 
+    static const char  *formats[] = {
+        "{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":"
+        "\"event\"},\"id\":{\"type\":\"string\",\"format\":\"uuid\"},"
+        "\"when\":{\"type\":\"string\",\"format\":\"date-time\"},"
+        "\"day\":{\"type\":\"string\",\"format\":\"date\"}},"
+        "\"required\":[\"kind\",\"id\",\"when\",\"day\"]}",
+        "{\"type\":\"string\",\"format\":\"time\"}",
+        NULL,
+    };
+
     for (i = 0; i < 3; i++) {
         gram_compile(&gr, schemas[i]);
 
         for (j = 0; j < 40; j++) {
             walk(&gr, 40 + (uint32_t) j * 4, doc, sizeof(doc));
+
+            v = json_loads(doc, JSON_DECODE_ANY, NULL);
+            if (v == NULL) {
+                fail_msg("not JSON: %s", doc);
+            }
+
+            json_decref(v);
+            assert_true(accepts(&gr, doc));
+        }
+
+        gram_free(&gr);
+    }
+
+    /*
+     * the format strings at the tightest budgets: the fewest bytes that
+     * complete the document from the start, plus 0 to 7 tokens
+     */
+    for (i = 0; formats[i] != NULL; i++) {
+        gram_compile(&gr, formats[i]);
+        vlm_matcher_reset(gr.m, &gr.g);
+        min = vlm_matcher_distance(gr.m);
+
+        for (j = 0; j < 200; j++) {
+            walk(&gr, min + 1 + (uint32_t) (j % 8), doc, sizeof(doc));
 
             v = json_loads(doc, JSON_DECODE_ANY, NULL);
             if (v == NULL) {
