@@ -699,69 +699,16 @@ vlm_chat_expand_text(const char *text, size_t len, const size_t *n_pads,
 }
 
 
-vlm_status_t
-vlm_chat_expand_ids(const int32_t *ids, size_t n, int32_t pad_id,
-    const size_t *n_pads, size_t n_images, int32_t *out, size_t cap,
-    size_t *n_out, vlm_error_t *err)
-{
-    size_t        i, k, found, image, total;
-    vlm_status_t  rc;
-
-    *n_out = 0;
-    found = 0;
-
-    for (i = 0; i < n; i++) {
-        found += (ids[i] == pad_id);
-    }
-
-    rc = vlm_chat_check_images(found, n_images, n_pads, err);
-    if (rc != VLM_OK) {
-        return rc;
-    }
-
-    total = n - n_images;
-
-    for (i = 0; i < n_images; i++) {
-        total += n_pads[i];
-    }
-
-    *n_out = total;
-
-    if (out == NULL) {
-        return VLM_OK;
-    }
-
-    if (total > cap) {
-        return vlm_error_set(err, VLM_ERR_LIMIT, "expanded prompt: %zu ids "
-                             "do not fit in %zu", total, cap);
-    }
-
-    image = 0;
-    total = 0;
-
-    for (i = 0; i < n; i++) {
-        if (ids[i] != pad_id) {
-            out[total++] = ids[i];
-            continue;
-        }
-
-        for (k = 0; k < n_pads[image]; k++) {
-            out[total++] = pad_id;
-        }
-
-        image++;
-    }
-
-    return VLM_OK;
-}
-
-
-vlm_status_t
-vlm_chat_splice_ids(const int32_t *ids, size_t n, int32_t image_id,
+/*
+ * The i-th image_id of ids becomes lens[i] ids: seqs[i], or with seqs
+ * NULL as many image_ids
+ */
+static vlm_status_t
+vlm_chat_replace_ids(const int32_t *ids, size_t n, int32_t image_id,
     const int32_t *const *seqs, const size_t *lens, size_t n_images,
     int32_t *out, size_t cap, size_t *n_out, vlm_error_t *err)
 {
-    size_t        i, found, image, total;
+    size_t        i, k, found, image, total;
     vlm_status_t  rc;
 
     *n_out = 0;
@@ -782,6 +729,12 @@ vlm_chat_splice_ids(const int32_t *ids, size_t n, int32_t image_id,
         total += lens[i];
     }
 
+    *n_out = total;
+
+    if (out == NULL) {
+        return VLM_OK;
+    }
+
     if (total > cap) {
         return vlm_error_set(err, VLM_ERR_LIMIT, "expanded prompt: %zu ids "
                              "do not fit in %zu", total, cap);
@@ -796,14 +749,40 @@ vlm_chat_splice_ids(const int32_t *ids, size_t n, int32_t image_id,
             continue;
         }
 
-        memcpy(out + total, seqs[image], lens[image] * sizeof(int32_t));
-        total += lens[image];
+        if (seqs != NULL) {
+            memcpy(out + total, seqs[image], lens[image] * sizeof(int32_t));
+            total += lens[image];
+
+        } else {
+            for (k = 0; k < lens[image]; k++) {
+                out[total++] = image_id;
+            }
+        }
+
         image++;
     }
 
-    *n_out = total;
-
     return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_chat_expand_ids(const int32_t *ids, size_t n, int32_t pad_id,
+    const size_t *n_pads, size_t n_images, int32_t *out, size_t cap,
+    size_t *n_out, vlm_error_t *err)
+{
+    return vlm_chat_replace_ids(ids, n, pad_id, NULL, n_pads, n_images, out,
+                                cap, n_out, err);
+}
+
+
+vlm_status_t
+vlm_chat_splice_ids(const int32_t *ids, size_t n, int32_t image_id,
+    const int32_t *const *seqs, const size_t *lens, size_t n_images,
+    int32_t *out, size_t cap, size_t *n_out, vlm_error_t *err)
+{
+    return vlm_chat_replace_ids(ids, n, image_id, seqs, lens, n_images, out,
+                                cap, n_out, err);
 }
 
 

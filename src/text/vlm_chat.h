@@ -161,7 +161,7 @@ vlm_status_t vlm_chat_expand_ids(const int32_t *ids, size_t n,
  * The i-th image_id of ids replaced by the image's own ids, seqs[i]
  * (lens[i] of them): the Idefics3 processor's expansion of each <image>
  * into its tiles' tokens, on ids.  The number of image_ids must equal
- * n_images; *n_out is the count.
+ * n_images; out == NULL only measures; *n_out is the count.
  */
 vlm_status_t vlm_chat_splice_ids(const int32_t *ids, size_t n,
     int32_t image_id, const int32_t *const *seqs, const size_t *lens,
