@@ -16,82 +16,14 @@ use lib "$FindBin::Bin/lib";
 
 use Test::More;
 use VLMTest;
+use VLMServed;
 
 vlm_prereqs();
 
 my $root = vlm_root();
 my $model = "$root/tests/fixtures/serving-qwen3vl";
 
-sub slurp {
-    my ($path) = @_;
-    open my $in, '<:raw', $path or die "$path: $!";
-    local $/;
-    return scalar <$in>;
-}
-
-my @cases;
-
-for my $case (qw(text image1 image2)) {
-    my $d = "$model/ref/$case";
-    my @urls = map { vlm_data_url('image/png', slurp($_)) }
-               sort glob("$d/image_*.png");
-    push @cases, {
-        name => $case,
-        urls => \@urls,
-        question => slurp("$d/question.txt"),
-        expect => vlm_json(slurp("$d/expect.json")),
-    };
-}
-
-sub body {
-    my ($c, %more) = @_;
-    my @content = map { { type => 'image_url', image_url => { url => $_ } } }
-                  @{ $c->{urls} };
-    push @content, { type => 'text', text => $c->{question} };
-
-    return { model => 'serving-qwen3vl', temperature => 0,
-             max_tokens => scalar @{ $c->{expect}{greedy_ids} },
-             messages => [ { role => 'user', content => \@content } ],
-             %more };
-}
-
-# the greedy answer: plain (token bytes from logprobs) and streamed
-sub check_answers {
-    my ($srv, $what) = @_;
-
-    for my $c (@cases) {
-        my $name = "$what, $c->{name}";
-        my $res = vlm_post_json($srv, body($c, logprobs => JSON::PP::true));
-        is($res->{status}, 200, "$name: 200") or diag($res->{body});
-        my $j = eval { vlm_json($res->{body}) } || {};
-        my @got = map { $_->{bytes} }
-                  @{ $j->{choices}[0]{logprobs}{content} || [] };
-        is_deeply(\@got, $c->{expect}{greedy_bytes},
-                  "$name: transformers' greedy tokens");
-        is($j->{usage}{prompt_tokens}, scalar @{ $c->{expect}{prompt_ids} },
-           "$name: the prompt's tokens in usage");
-        is($j->{choices}[0]{finish_reason}, 'length', "$name: length");
-
-        my $want = join '', map { pack 'C*', @$_ }
-                   @{ $c->{expect}{greedy_bytes} };
-        my $st = vlm_open_stream($srv, body($c, stream => JSON::PP::true));
-        vlm_read_some($st, 30);
-        close $st->{sock};
-        my @ev = vlm_sse(VLMTest::parse_response($st->{raw})->{body});
-        is($ev[-1], '[DONE]', "$name streamed: [DONE]");
-        my $text = join '', map {
-            ref $_ && $_->{choices} && @{ $_->{choices} }
-                ? $_->{choices}[0]{delta}{content} // '' : ''
-        } @ev;
-        utf8::encode($text);
-        # a token that ends inside a character is held back to its end
-        my $plain = $j->{choices}[0]{message}{content} // '';
-        utf8::encode($plain);
-        is($text, $plain, "$name streamed: the plain answer's text");
-        ok(length $text && index($want, substr($text, 0, 1)) == 0,
-           "$name streamed: it starts as the greedy bytes do");
-    }
-}
+my @cases = vlm_served_cases($model, '', 'serving-qwen3vl');
 
 my $srv = vlm_start(name => 'qwen3vl', port => 2071, model => $model,
                     locations => <<'_EOC_');
@@ -100,7 +32,7 @@ _EOC_
 
 # the prompt ids of the whole processor
 for my $c (@cases) {
-    my $b = body($c);
+    my $b = vlm_served_body($c);
     my $res = vlm_request($srv, 'POST', '/tokenize',
                           VLMTest::vlm_json_text({
                               model => $b->{model},
@@ -112,7 +44,7 @@ for my $c (@cases) {
               "/tokenize, $c->{name}: transformers' prompt ids");
 }
 
-check_answers($srv, 'one engine');
+vlm_check_served($srv, 'one engine', @cases);
 
 # every picture was encoded once (the streamed requests found the whole
 # prompt in the prefix cache); a question before a picture seen already
@@ -123,7 +55,7 @@ check_answers($srv, 'one engine');
     is($m->{vlm_image_cache_misses_total}, 3, 'image cache: three misses');
     is($m->{vlm_image_cache_hits_total}, 0, 'image cache: no hit yet');
 
-    my $b = body($cases[1]);
+    my $b = vlm_served_body($cases[1]);
     unshift @{ $b->{messages}[0]{content} },
         { type => 'text', text => 'A question first.' };
     my $res = vlm_post_json($srv, $b);
@@ -142,7 +74,7 @@ my $tp = vlm_start(name => 'qwen3vl-tp', port => 2072, model => $model,
     vlm_tensor_parallel 2;
 _EOC_
 
-check_answers($tp, 'two ranks');
+vlm_check_served($tp, 'two ranks', @cases);
 
 {
     my $m = vlm_metrics($tp);

@@ -1,12 +1,11 @@
-# Qwen3-VL served by nginx: the tiny random checkpoint of
-# tools/fixtures_serving_qwen3vl.py (tests/fixtures/SMOLDIR, the
-# fixture tokenizer with Qwen3-VL's chat template) answers chats of 0, 1
-# and 2 images, plain and streamed, with transformers' greedy tokens
-# (ref/<case>/expect.json: the prompt ids, which /tokenize answers too,
-# and the continuation's ids, compared by their bytes in "logprobs"); a
-# picture sent again after other text comes from the image feature cache;
-# a group of two
-# tensor-parallel ranks gives the same answers.
+# SmolVLM (Idefics3) served by nginx: the tiny random checkpoint of
+# tools/fixtures_idefics3.py (tests/fixtures/idefics3/smolvlm-chat, its
+# processor and chat template) answers chats of 0, 1 and 2 images, plain
+# and streamed, with transformers' greedy tokens (ref/serve-<case>/
+# expect.json: the prompt ids, which /tokenize answers too, and the
+# continuation's ids, compared by their bytes in "logprobs"); a picture
+# sent again after other text comes from the image feature cache; a
+# group of two tensor-parallel ranks gives the same answers.
 
 use strict;
 use warnings;
@@ -16,82 +15,14 @@ use lib "$FindBin::Bin/lib";
 
 use Test::More;
 use VLMTest;
+use VLMServed;
 
 vlm_prereqs();
 
 my $root = vlm_root();
 my $model = "$root/tests/fixtures/idefics3/smolvlm-chat";
 
-sub slurp {
-    my ($path) = @_;
-    open my $in, '<:raw', $path or die "$path: $!";
-    local $/;
-    return scalar <$in>;
-}
-
-my @cases;
-
-for my $case (qw(text image1 image2)) {
-    my $d = "$model/ref/serve-$case";
-    my @urls = map { vlm_data_url('image/png', slurp($_)) }
-               sort glob("$d/image_*.png");
-    push @cases, {
-        name => $case,
-        urls => \@urls,
-        question => slurp("$d/question.txt"),
-        expect => vlm_json(slurp("$d/expect.json")),
-    };
-}
-
-sub body {
-    my ($c, %more) = @_;
-    my @content = map { { type => 'image_url', image_url => { url => $_ } } }
-                  @{ $c->{urls} };
-    push @content, { type => 'text', text => $c->{question} };
-
-    return { model => 'smolvlm-chat', temperature => 0,
-             max_tokens => scalar @{ $c->{expect}{greedy_ids} },
-             messages => [ { role => 'user', content => \@content } ],
-             %more };
-}
-
-# the greedy answer: plain (token bytes from logprobs) and streamed
-sub check_answers {
-    my ($srv, $what) = @_;
-
-    for my $c (@cases) {
-        my $name = "$what, $c->{name}";
-        my $res = vlm_post_json($srv, body($c, logprobs => JSON::PP::true));
-        is($res->{status}, 200, "$name: 200") or diag($res->{body});
-        my $j = eval { vlm_json($res->{body}) } || {};
-        my @got = map { $_->{bytes} }
-                  @{ $j->{choices}[0]{logprobs}{content} || [] };
-        is_deeply(\@got, $c->{expect}{greedy_bytes},
-                  "$name: transformers' greedy tokens");
-        is($j->{usage}{prompt_tokens}, scalar @{ $c->{expect}{prompt_ids} },
-           "$name: the prompt's tokens in usage");
-        is($j->{choices}[0]{finish_reason}, 'length', "$name: length");
-
-        my $want = join '', map { pack 'C*', @$_ }
-                   @{ $c->{expect}{greedy_bytes} };
-        my $st = vlm_open_stream($srv, body($c, stream => JSON::PP::true));
-        vlm_read_some($st, 30);
-        close $st->{sock};
-        my @ev = vlm_sse(VLMTest::parse_response($st->{raw})->{body});
-        is($ev[-1], '[DONE]', "$name streamed: [DONE]");
-        my $text = join '', map {
-            ref $_ && $_->{choices} && @{ $_->{choices} }
-                ? $_->{choices}[0]{delta}{content} // '' : ''
-        } @ev;
-        utf8::encode($text);
-        # a token that ends inside a character is held back to its end
-        my $plain = $j->{choices}[0]{message}{content} // '';
-        utf8::encode($plain);
-        is($text, $plain, "$name streamed: the plain answer's text");
-        ok(length $text && index($want, substr($text, 0, 1)) == 0,
-           "$name streamed: it starts as the greedy bytes do");
-    }
-}
+my @cases = vlm_served_cases($model, 'serve-', 'smolvlm-chat');
 
 my $srv = vlm_start(name => 'smolvlm', port => 2073, model => $model,
                     http_config => "    vlm_max_image_pixels 40000;\n",
@@ -101,7 +32,7 @@ _EOC_
 
 # the prompt ids of the whole processor
 for my $c (@cases) {
-    my $b = body($c);
+    my $b = vlm_served_body($c);
     my $res = vlm_request($srv, 'POST', '/tokenize',
                           VLMTest::vlm_json_text({
                               model => $b->{model},
@@ -123,13 +54,13 @@ for my $c (@cases) {
     is($res->{status}, 200, '/tokenize, a typed <image>: 200')
         or diag($res->{body});
     my $j = eval { vlm_json($res->{body}) } || {};
-    my $image = vlm_json(slurp("$model/config.json"))->{image_token_id};
+    my $image = vlm_json(vlm_slurp("$model/config.json"))->{image_token_id};
     ok(@{ $j->{tokens} || [] } > 10
        && !grep({ $_ == $image } @{ $j->{tokens} }),
        '/tokenize, a typed <image>: plain text, no image token');
 }
 
-check_answers($srv, 'one engine');
+vlm_check_served($srv, 'one engine', @cases);
 
 # a question before a picture seen already changes the prefix but not
 # the picture: its features come from the image feature cache
@@ -139,7 +70,7 @@ check_answers($srv, 'one engine');
        'image cache: one miss a picture');
     my $hits = $m->{vlm_image_cache_hits_total};
 
-    my $b = body($cases[1]);
+    my $b = vlm_served_body($cases[1]);
     unshift @{ $b->{messages}[0]{content} },
         { type => 'text', text => 'A question first.' };
     my $res = vlm_post_json($srv, $b);
@@ -162,7 +93,7 @@ check_answers($srv, 'one engine');
 
     for my $b (@bad) {
         my ($what, $data, $msg) = @$b;
-        my $body = body($cases[1]);
+        my $body = vlm_served_body($cases[1]);
         $body->{messages}[0]{content}[0]{image_url}{url}
             = vlm_data_url('image/png', $data);
         my $res = vlm_post_json($srv, $body);
@@ -174,7 +105,7 @@ check_answers($srv, 'one engine');
     }
 
     # the server goes on
-    my $res = vlm_post_json($srv, body($cases[0]));
+    my $res = vlm_post_json($srv, vlm_served_body($cases[0]));
     is($res->{status}, 200, 'after them: 200');
 }
 
@@ -187,7 +118,7 @@ my $tp = vlm_start(name => 'smolvlm-tp', port => 2074, model => $model,
     vlm_tensor_parallel 2;
 _EOC_
 
-check_answers($tp, 'two ranks');
+vlm_check_served($tp, 'two ranks', @cases);
 
 {
     my $m = vlm_metrics($tp);
