@@ -416,13 +416,30 @@ walk(gram_t *gr, uint32_t budget, char *doc, size_t cap)
 }
 
 
+/* a walk, its document JSON that the grammar accepts */
+static void
+walk_json(gram_t *gr, uint32_t budget, char *doc, size_t cap)
+{
+    json_t  *v;
+
+    walk(gr, budget, doc, cap);
+
+    v = json_loads(doc, JSON_DECODE_ANY, NULL);
+    if (v == NULL) {
+        fail_msg("not JSON: %s", doc);
+    }
+
+    json_decref(v);
+    assert_true(accepts(gr, doc));
+}
+
+
 static void
 test_random_walks(void **state)
 {
     int          i, j;
     char         doc[8192];
     gram_t       gr;
-    json_t      *v;
     uint32_t     min;
 
     static const char  *schemas[] = {
@@ -448,15 +465,7 @@ test_random_walks(void **state)
         gram_compile(&gr, schemas[i]);
 
         for (j = 0; j < 40; j++) {
-            walk(&gr, 40 + (uint32_t) j * 4, doc, sizeof(doc));
-
-            v = json_loads(doc, JSON_DECODE_ANY, NULL);
-            if (v == NULL) {
-                fail_msg("not JSON: %s", doc);
-            }
-
-            json_decref(v);
-            assert_true(accepts(&gr, doc));
+            walk_json(&gr, 40 + (uint32_t) j * 4, doc, sizeof(doc));
         }
 
         gram_free(&gr);
@@ -472,15 +481,7 @@ test_random_walks(void **state)
         min = vlm_matcher_distance(gr.m);
 
         for (j = 0; j < 200; j++) {
-            walk(&gr, min + 1 + (uint32_t) (j % 8), doc, sizeof(doc));
-
-            v = json_loads(doc, JSON_DECODE_ANY, NULL);
-            if (v == NULL) {
-                fail_msg("not JSON: %s", doc);
-            }
-
-            json_decref(v);
-            assert_true(accepts(&gr, doc));
+            walk_json(&gr, min + 1 + (uint32_t) (j % 8), doc, sizeof(doc));
         }
 
         gram_free(&gr);
