@@ -30,14 +30,14 @@
 
 static vlm_trie_t     *trie;
 static vlm_matcher_t  *matcher;
+static const char     *tok_bytes[VOCAB];
+static size_t          tok_lens[VOCAB];
 
 
 static void
 fuzz_init(void)
 {
     int           i;
-    size_t        lens[VOCAB];
-    const char   *bytes[VOCAB];
     vlm_error_t   err;
 
     static char         singles[256];
@@ -47,17 +47,48 @@ fuzz_init(void)
 
     for (i = 0; i < 256; i++) {
         singles[i] = (char) i;
-        bytes[i] = &singles[i];
-        lens[i] = 1;
+        tok_bytes[i] = &singles[i];
+        tok_lens[i] = 1;
     }
 
     for (i = 0; i < N_WORDS; i++) {
-        bytes[256 + i] = words[i];
-        lens[256 + i] = strlen(words[i]);
+        tok_bytes[256 + i] = words[i];
+        tok_lens[256 + i] = strlen(words[i]);
     }
 
-    fuzz_check(vlm_trie_build(&trie, VOCAB, bytes, lens, &err) == VLM_OK);
+    fuzz_check(vlm_trie_build(&trie, VOCAB, tok_bytes, tok_lens, &err) == VLM_OK);
     fuzz_check(vlm_matcher_create(&matcher, trie, &err) == VLM_OK);
+}
+
+
+/*
+ * The plan: a bound in tokens no more than the one in bytes, its first
+ * token leaving the rest of it, the state unchanged.
+ */
+static void
+fuzz_plan(vlm_matcher_t *m)
+{
+    int32_t   first;
+    uint32_t  plan, d;
+
+    d = vlm_matcher_distance(m);
+    plan = vlm_matcher_plan(m, &first);
+
+    if (plan == VLM_GRAMMAR_NONE) {
+        return;
+    }
+
+    fuzz_check(plan <= d);
+    fuzz_check((plan == 0) == (first < 0));
+    fuzz_check((plan == 0) == vlm_matcher_complete(m));
+
+    if (first >= 0) {
+        fuzz_check(vlm_matcher_plan_after(m, tok_bytes[first],
+                                          tok_lens[first])
+                   == plan - 1);
+    }
+
+    fuzz_check(vlm_matcher_distance(m) == d);
 }
 
 
@@ -138,6 +169,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!ok) {
             break;
         }
+
+        fuzz_plan(matcher);
 
         if (vlm_matcher_complete(matcher)) {
             fuzz_check(vlm_matcher_distance(matcher) == 0);

@@ -1,8 +1,9 @@
 # Structured output and tool calls through nginx with the random-weight
 # fixture model (tests/sdk/structured.py, on the OpenAI SDK and jsonschema
 # of tests/requirements-sdk.txt, installed by `make venv-test`): answers
-# at temperature 1 under a JSON schema all validate, json_object answers
-# are objects, unsupported schemas are 400s naming the JSON path, the
+# at temperature 1 under a JSON schema all validate (also where only the
+# plan in tokens, not the bound in bytes, fits in max_tokens), json_object
+# answers are objects, unsupported schemas are 400s naming the JSON path, the
 # SDK's parse() with a Pydantic model, tool calls required and named,
 # streamed and not.  Skipped when the SDK is not installed.
 
@@ -100,7 +101,7 @@ $res = vlm_post_json($srv, {
 is($res->{status}, 200, 'json_object with max_tokens 3');
 
 my $pid = open my $py, '-|', $python, "$root/tests/sdk/structured.py",
-    "http://127.0.0.1:$srv->{port}/v1", $n, qw(constrained json_object
+    "http://127.0.0.1:$srv->{port}/v1", $n, qw(constrained tight json_object
     refused parse tools)
     or die "cannot run $python: $!";
 
@@ -120,7 +121,7 @@ while (my $line = <$py>) {
 
 close $py;
 is($?, 0, 'structured: the script ran to its end');
-ok($checks >= 17, "structured: $checks checks");
+ok($checks >= 18, "structured: $checks checks");
 
 my $zone = vlm_wait_idle($srv, 3);
 ok($zone->{slots_used} == 0 && $zone->{arena_used} == 0,

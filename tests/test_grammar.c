@@ -367,11 +367,30 @@ draw(uint32_t n)
 }
 
 
+/* one of the n tokens the mask allows, uniformly */
+static int
+pick(const uint32_t *mask, size_t n)
+{
+    int  i, k;
+
+    k = (int) draw((uint32_t) n);
+
+    for (i = 0; i < VOCAB; i++) {
+        if (allowed(mask, i) && k-- == 0) {
+            return i;
+        }
+    }
+
+    fail_msg("fewer than %zu tokens allowed", n);
+    return -1;
+}
+
+
 /* draws uniformly among the allowed tokens until the end id */
 static void
 walk(gram_t *gr, uint32_t budget, char *doc, size_t cap)
 {
-    int              i, k, pick;
+    int              k;
     size_t           n, len;
     uint32_t         t;
     int32_t          end;
@@ -389,17 +408,7 @@ walk(gram_t *gr, uint32_t budget, char *doc, size_t cap)
             fail_msg("no token allowed after %s, %u left", doc, t);
         }
 
-        pick = (int) draw((uint32_t) n);
-        k = -1;
-
-        for (i = 0; i < VOCAB; i++) {
-            if (allowed(mask, i) && pick-- == 0) {
-                k = i;
-                break;
-            }
-        }
-
-        assert_true(k >= 0);
+        k = pick(mask, n);
 
         if (k == END_ID) {
             break;
@@ -489,6 +498,146 @@ test_random_walks(void **state)
 }
 
 
+/*
+ * The engine's rule where the bound in bytes does not fit: any token the
+ * grammar allows, unless the plan in tokens after it does not fit in what
+ * is left; then the plan's first token.  Every walk at a budget of the
+ * plan from the start, less than the fewest bytes, ends complete.
+ */
+static void
+walk_tight(gram_t *gr, uint32_t budget, char *doc, size_t cap)
+{
+    int              k, tight;
+    size_t           n, len;
+    int32_t          end, first;
+    uint32_t         t;
+    const uint32_t  *mask;
+
+    end = END_ID;
+    len = 0;
+    vlm_matcher_reset(gr->m, &gr->g);
+
+    for (t = budget; t > 0; t--) {
+        tight = 0;
+        n = vlm_matcher_mask(gr->m, t > 1 ? t - 1 : 1, &end, 1, &mask);
+
+        if (n == 0) {
+            n = vlm_matcher_mask(gr->m, 0, &end, 1, &mask);
+            tight = vlm_matcher_plan(gr->m, &first) <= t;
+            assert_true(tight && first >= 0);
+        }
+
+        k = pick(mask, n);
+
+        if (k == END_ID) {
+            break;
+        }
+
+        if (tight
+            && vlm_matcher_plan_after(gr->m, tok_bytes[k], tok_lens[k])
+               > t - 1)
+        {
+            k = first;
+        }
+
+        assert_true(len + tok_lens[k] < cap);
+        memcpy(doc + len, tok_bytes[k], tok_lens[k]);
+        len += tok_lens[k];
+        assert_true(vlm_matcher_feed(gr->m, tok_bytes[k], tok_lens[k]));
+    }
+
+    doc[len] = '\0';
+
+    if (!vlm_matcher_complete(gr->m)) {
+        fail_msg("not complete in %u tokens: %s", budget, doc);
+    }
+
+    assert_true(accepts(gr, doc));
+}
+
+
+static void
+test_plan(void **state)
+{
+    int          i, j;
+    char         doc[8192];
+    gram_t       gr;
+    int32_t      first;
+    uint32_t     plan, bytes, after;
+
+    static const char  *schemas[] = {
+        /* "name":" and "age": are tokens of the unit vocabulary */
+        "{\"type\":\"array\",\"items\":{\"type\":\"object\","
+        "\"properties\":{\"name\":{\"const\":\"abcabcabc\"},"
+        "\"age\":{\"type\":\"integer\"}},"
+        "\"required\":[\"name\",\"age\"]},\"minItems\":5}",
+        "{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":"
+        "\"event\"},\"id\":{\"type\":\"string\",\"format\":\"uuid\"},"
+        "\"day\":{\"type\":\"string\",\"format\":\"date\"}},"
+        "\"required\":[\"kind\",\"id\",\"day\"]}",
+        NULL,
+    };
+
+    for (i = 0; schemas[i] != NULL; i++) {
+        gram_compile(&gr, schemas[i]);
+        vlm_matcher_reset(gr.m, &gr.g);
+
+        bytes = vlm_matcher_distance(gr.m);
+        plan = vlm_matcher_plan(gr.m, &first);
+
+        /* a bound in tokens, no more than one token a byte */
+        assert_true(plan <= bytes);
+        assert_true(first >= 0);
+        assert_int_equal(vlm_matcher_distance(gr.m), bytes);
+
+        /* its first token leaves the rest of the same plan */
+        after = vlm_matcher_plan_after(gr.m, tok_bytes[first],
+                                       tok_lens[first]);
+        assert_int_equal(after, plan - 1);
+
+        /* a refused byte has no plan; the state is unchanged */
+        assert_int_equal(vlm_matcher_plan_after(gr.m, "x", 1),
+                         VLM_GRAMMAR_NONE);
+        assert_int_equal(vlm_matcher_distance(gr.m), bytes);
+
+        for (j = 0; j < 200; j++) {
+            walk_tight(&gr, plan + (uint32_t) (j % 4), doc, sizeof(doc));
+        }
+
+        gram_free(&gr);
+    }
+
+    /* the first schema needs the plan: far fewer tokens than bytes */
+    gram_compile(&gr, schemas[0]);
+    vlm_matcher_reset(gr.m, &gr.g);
+    assert_true(vlm_matcher_plan(gr.m, &first) + 20
+                < vlm_matcher_distance(gr.m));
+
+    /* a complete document: nothing to plan */
+    assert_true(vlm_matcher_feed(gr.m, "[", 1));
+    for (j = 0; j < 5; j++) {
+        const char  *item = "{\"name\":\"abcabcabc\",\"age\":1}";
+
+        if (j > 0) {
+            assert_true(vlm_matcher_feed(gr.m, ",", 1));
+        }
+        assert_true(vlm_matcher_feed(gr.m, item, strlen(item)));
+    }
+    assert_true(vlm_matcher_feed(gr.m, "]", 1));
+    assert_int_equal(vlm_matcher_plan(gr.m, &first), 0);
+    assert_int_equal(first, -1);
+    gram_free(&gr);
+
+    /* longer than a plan may be: none */
+    gram_compile(&gr, "{\"type\":\"array\",\"items\":{\"const\":"
+                 "\"abcabcabcabcabcabc\"},\"minItems\":256}");
+    vlm_matcher_reset(gr.m, &gr.g);
+    assert_int_equal(vlm_matcher_plan(gr.m, &first), VLM_GRAMMAR_NONE);
+    assert_int_equal(first, -1);
+    gram_free(&gr);
+}
+
+
 static void
 test_bad_programs(void **state)
 {
@@ -531,6 +680,7 @@ main(void)
         cmocka_unit_test(test_mask),
         cmocka_unit_test(test_mask_brute),
         cmocka_unit_test(test_random_walks),
+        cmocka_unit_test(test_plan),
         cmocka_unit_test(test_bad_programs),
     };
 

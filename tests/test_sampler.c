@@ -2,7 +2,8 @@
  * Unit tests of the sampler: greedy, reproducible seeded draws, the
  * distribution at a temperature, top_k / top_p / min_p truncation,
  * penalties with transformers' and OpenAI's formulas, stop ids,
- * max_tokens, log probabilities, logit_bias, and rejected parameters.
+ * max_tokens, log probabilities, logit_bias, a forced token, and
+ * rejected parameters.
  */
 
 #include <math.h>
@@ -276,6 +277,55 @@ test_stop_and_length(void **state)
 }
 
 
+/* a grammar's forced token replaces the draw: logprob, counts, finish */
+static void
+test_force(void **state)
+{
+    uint32_t              mask[1] = { 0x0b };       /* tokens 0, 1 and 3 */
+    vlm_error_t           err;
+    vlm_sample_t          out;
+    vlm_sampler_t        *s;
+    vlm_sampler_params_t  p;
+    double                lse;
+
+    vlm_sampler_params_default(&p);
+    p.temperature = 0.0f;
+    p.frequency_penalty = 1.5f;
+    p.max_tokens = 3;
+    p.n_stop = 1;
+    p.stop_ids[0] = 3;
+    s = sampler(&p);
+
+    /* the draw is 3, a stop id; forced to 1, the request goes on */
+    vlm_sampler_mask(s, mask);
+    assert_int_equal(vlm_sampler_sample(s, logits, &out, &err), VLM_OK);
+    assert_int_equal(out.token, 3);
+    assert_int_equal(out.finish, VLM_FINISH_STOP);
+
+    vlm_sampler_force(s, 1, &out);
+    lse = log(exp(0.0) + exp(1.0) + exp(3.0));
+    assert_int_equal(out.token, 1);
+    assert_int_equal(out.finish, VLM_FINISH_NONE);
+    assert_true(fabs(out.logprob - (1.0 - lse)) < 1e-5);
+
+    /* the counts are the forced token's: 3 unpenalised, 1 at 1.0 - 1.5 */
+    assert_int_equal(vlm_sampler_sample(s, logits, &out, &err), VLM_OK);
+    assert_int_equal(out.token, 3);
+    vlm_sampler_force(s, 2, &out);
+    assert_int_equal(out.token, 2);
+    assert_int_equal(out.finish, VLM_FINISH_NONE);
+
+    /* 3: 3.0 > 2.0 - 1.5; the last token, forced or not, is the length */
+    assert_int_equal(vlm_sampler_sample(s, logits, &out, &err), VLM_OK);
+    assert_int_equal(out.token, 3);
+    vlm_sampler_force(s, 0, &out);
+    assert_int_equal(out.token, 0);
+    assert_int_equal(out.finish, VLM_FINISH_LENGTH);
+
+    vlm_sampler_free(s);
+}
+
+
 static void
 test_logprobs(void **state)
 {
@@ -421,6 +471,7 @@ main(void)
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_stop_and_length),
+        cmocka_unit_test(test_force),
         cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_logit_bias),
         cmocka_unit_test(test_rejected_params),

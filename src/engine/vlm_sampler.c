@@ -29,6 +29,8 @@ struct vlm_sampler_s {
     int                    n_bias;
     int32_t                bias_ids[VLM_SAMPLER_MAX_BIAS];
     const uint32_t        *mask;        /* the next draw's tokens, or NULL */
+    double                 lse;         /* the last draw's log-sum-exp */
+    uint8_t                was_seen;    /* its token's seen before it */
 };
 
 
@@ -374,6 +376,27 @@ vlm_sampler_mask(vlm_sampler_t *s, const uint32_t *mask)
 }
 
 
+/* the end of the request the drawn token makes: a stop id, or the last */
+static void
+vlm_sampler_finish(vlm_sampler_t *s, vlm_sample_t *out)
+{
+    int                    i;
+    vlm_sampler_params_t  *p = &s->p;
+
+    for (i = 0; i < p->n_stop; i++) {
+        if (p->stop_ids[i] == out->token) {
+            out->finish = VLM_FINISH_STOP;
+        }
+    }
+
+    if (out->finish == VLM_FINISH_NONE && p->max_tokens > 0
+        && s->n_generated >= p->max_tokens)
+    {
+        out->finish = VLM_FINISH_LENGTH;
+    }
+}
+
+
 vlm_status_t
 vlm_sampler_sample(vlm_sampler_t *s, const float *logits, vlm_sample_t *out,
     vlm_error_t *err)
@@ -532,21 +555,39 @@ vlm_sampler_sample(vlm_sampler_t *s, const float *logits, vlm_sample_t *out,
 
     /* bookkeeping and the end of the request */
 
+    s->lse = lse;
+    s->was_seen = s->seen[tok];
     s->counts[tok]++;
     s->seen[tok] = 1;
     s->n_generated++;
 
-    for (i = 0; i < p->n_stop; i++) {
-        if (p->stop_ids[i] == tok) {
-            out->finish = VLM_FINISH_STOP;
-        }
-    }
-
-    if (out->finish == VLM_FINISH_NONE && p->max_tokens > 0
-        && s->n_generated >= p->max_tokens)
-    {
-        out->finish = VLM_FINISH_LENGTH;
-    }
+    vlm_sampler_finish(s, out);
 
     return VLM_OK;
+}
+
+
+void
+vlm_sampler_force(vlm_sampler_t *s, int32_t id, vlm_sample_t *out)
+{
+    int32_t  tok;
+
+    tok = out->token;
+
+    if (id == tok || id < 0 || id >= s->vocab) {
+        return;
+    }
+
+    s->counts[tok]--;
+    s->seen[tok] = s->counts[tok] > 0 || s->was_seen;
+
+    s->was_seen = s->seen[id];
+    s->counts[id]++;
+    s->seen[id] = 1;
+
+    out->token = id;
+    out->logprob = (float) (s->work[id] - s->lse);
+    out->finish = VLM_FINISH_NONE;
+
+    vlm_sampler_finish(s, out);
 }

@@ -88,6 +88,12 @@ void vlm_sampler_mask(vlm_sampler_t *s, const uint32_t *mask);
 /* draws the next token from logits[vocab_size] and records it */
 vlm_status_t vlm_sampler_sample(vlm_sampler_t *s, const float *logits,
     vlm_sample_t *out, vlm_error_t *err);
+/*
+ * Replaces the token of the last draw in out by id, one the last mask
+ * allowed (a grammar's forced token): its logprob against the same
+ * distribution, the counts and the finish follow; top logprobs stay.
+ */
+void vlm_sampler_force(vlm_sampler_t *s, int32_t id, vlm_sample_t *out);
 
 
 #endif /* VLM_SAMPLER_H */

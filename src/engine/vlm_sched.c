@@ -275,12 +275,17 @@ static vlm_status_t
 vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r, vlm_sample_t *sample,
     vlm_error_t *err)
 {
-    int                  i;
+    int                  i, tight;
     size_t               n, len;
-    uint32_t             left, room;
+    int32_t              first;
+    uint32_t             left, room, budget;
     const char          *bytes;
     const uint32_t      *mask;
     vlm_queue_slot_t    *qs;
+
+    tight = 0;
+    left = 0;
+    first = -1;
 
     if (r->constrained) {
         qs = vlm_queue_slot(s->q, r->slot);
@@ -298,15 +303,22 @@ vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r, vlm_sample_t *sample,
         left = vlm_min(left, room);
 
         /* and one more for the end of text after the document */
-        left = left > 1 ? left - 1 : 1;
+        budget = left > 1 ? left - 1 : 1;
 
-        n = vlm_matcher_mask(r->matcher, left, s->info->eos_token_ids,
+        n = vlm_matcher_mask(r->matcher, budget, s->info->eos_token_ids,
                              s->info->n_eos, &mask);
 
         if (n == 0) {
-            /* too few tokens left to finish: the closest the grammar can */
+            /*
+             * Too few tokens left for the bound in bytes: any token the
+             * grammar allows, while the plan in tokens after it still fits
+             * in what is left (checked after the draw, below).
+             */
             n = vlm_matcher_mask(r->matcher, 0, s->info->eos_token_ids,
                                  s->info->n_eos, &mask);
+
+            tight = vlm_matcher_plan(r->matcher, &first) <= left
+                    && first >= 0;
         }
 
         if (n == 0) {
@@ -334,6 +346,14 @@ vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r, vlm_sample_t *sample,
     }
 
     bytes = vlm_tokenizer_token_bytes(s->tok, sample->token, &len);
+
+    if (tight && bytes != NULL
+        && vlm_matcher_plan_after(r->matcher, bytes, len) > left - 1)
+    {
+        /* the draw would leave the document unfinished: the plan's token */
+        vlm_sampler_force(r->sampler, first, sample);
+        bytes = vlm_tokenizer_token_bytes(s->tok, sample->token, &len);
+    }
 
     if (bytes == NULL || !vlm_matcher_feed(r->matcher, bytes, len)) {
         return vlm_error_set(err, VLM_ERR_INTERNAL, "grammar: token %d "

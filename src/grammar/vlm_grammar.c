@@ -93,6 +93,19 @@ struct vlm_matcher_s {
     size_t             n_allowed;
     uint32_t          *mask;        /* [(vocab + 31) / 32] */
     size_t             mask_words;
+
+    /*
+     * The plan (vlm_matcher_plan): the canonical completion's bytes and,
+     * from each of them on, the fewest tokens that spell the rest and the
+     * first of those tokens; plan_ok while it is the current state's.
+     */
+    int                plan_ok;
+    uint32_t           plan_len;
+    uint8_t           *plan_bytes;  /* [VLM_GRAMMAR_PLAN_MAX] */
+    uint32_t          *plan_tokens; /* [VLM_GRAMMAR_PLAN_MAX + 1] */
+    int32_t           *plan_first;  /* [VLM_GRAMMAR_PLAN_MAX + 1] */
+    uint32_t           saved_depth;
+    vlm_gframe_t       saved[VLM_GRAMMAR_MAX_DEPTH];
 };
 
 
@@ -1676,8 +1689,14 @@ vlm_matcher_create(vlm_matcher_t **out, const vlm_trie_t *trie,
     m->log = malloc(m->log_cap * sizeof(vlm_gframe_t));
     m->mask_words = ((size_t) trie->vocab + 31) / 32;
     m->mask = calloc(m->mask_words, sizeof(uint32_t));
+    m->plan_bytes = malloc(VLM_GRAMMAR_PLAN_MAX);
+    m->plan_tokens = malloc((VLM_GRAMMAR_PLAN_MAX + 1) * sizeof(uint32_t));
+    m->plan_first = malloc((VLM_GRAMMAR_PLAN_MAX + 1) * sizeof(int32_t));
 
-    if (m->log_at == NULL || m->log == NULL || m->mask == NULL) {
+    if (m->log_at == NULL || m->log == NULL || m->mask == NULL
+        || m->plan_bytes == NULL || m->plan_tokens == NULL
+        || m->plan_first == NULL)
+    {
         vlm_matcher_free(m);
         return vlm_error_set(err, VLM_ERR_NOMEM, "matcher: no memory");
     }
@@ -1698,6 +1717,9 @@ vlm_matcher_free(vlm_matcher_t *m)
     free(m->log_at);
     free(m->log);
     free(m->mask);
+    free(m->plan_bytes);
+    free(m->plan_tokens);
+    free(m->plan_first);
     free(m);
 }
 
@@ -1709,6 +1731,7 @@ vlm_matcher_reset(vlm_matcher_t *m, const vlm_grammar_t *g)
     m->depth = 0;
     m->logging = 0;
     m->log_n = 0;
+    m->plan_ok = 0;
 
     (void) vlm_g_push(m, g->hdr->root, 0);
 }
@@ -1720,6 +1743,7 @@ vlm_matcher_feed(vlm_matcher_t *m, const char *s, size_t len)
     size_t  i;
 
     m->logging = 0;
+    m->plan_ok = 0;
 
     for (i = 0; i < len; i++) {
         if (!vlm_g_byte(m, (uint8_t) s[i])) {
@@ -1846,4 +1870,213 @@ vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
     *mask = m->mask;
 
     return m->n_allowed;
+}
+
+
+/*
+ * The plan.  The canonical completion takes at each byte the first that
+ * brings the document one byte closer to its end, trying JSON's usual
+ * bytes first; the trie then spells it in the fewest tokens, from every
+ * byte on (a shortest path over the bytes, back to front).
+ */
+
+static const char  vlm_g_plan_order[] = "\"}],:0a";
+
+
+static uint32_t
+vlm_g_canonical(vlm_matcher_t *m)
+{
+    size_t    mark;
+    uint32_t  k, b, best, d, dd, bd, len, depth, n_order;
+
+    n_order = vlm_g_len(vlm_g_plan_order);
+    len = 0;
+
+    m->logging = 1;
+    m->log_n = 0;
+
+    while (!vlm_matcher_complete(m)) {
+        d = vlm_matcher_distance(m);
+
+        if (len == VLM_GRAMMAR_PLAN_MAX || d == 0 || d >= VLM_G_INF) {
+            len = VLM_GRAMMAR_NONE;
+            break;
+        }
+
+        best = 256;
+        bd = d;
+
+        for (k = 0; k < n_order + 256 && bd != d - 1; k++) {
+            b = k < n_order ? (uint8_t) vlm_g_plan_order[k] : k - n_order;
+
+            if (k >= n_order && memchr(vlm_g_plan_order, (int) b, n_order)) {
+                continue;
+            }
+
+            mark = m->log_n;
+            depth = m->depth;
+
+            if (vlm_g_byte(m, b)) {
+                dd = vlm_matcher_distance(m);
+
+                if (dd < bd) {
+                    bd = dd;
+                    best = b;
+                }
+            }
+
+            vlm_g_undo(m, mark, depth);
+        }
+
+        if (best == 256 || !vlm_g_byte(m, best)) {
+            len = VLM_GRAMMAR_NONE;
+            break;
+        }
+
+        /* kept: the caller restores the state it saved */
+        m->log_n = 0;
+        m->plan_bytes[len++] = (uint8_t) best;
+    }
+
+    m->logging = 0;
+    m->log_n = 0;
+
+    return len;
+}
+
+
+static void
+vlm_g_spell(vlm_matcher_t *m, uint32_t len)
+{
+    int32_t            first;
+    uint32_t           i, j, c, node, best;
+    const vlm_trie_t  *t;
+
+    t = m->trie;
+
+    m->plan_tokens[len] = 0;
+    m->plan_first[len] = -1;
+
+    for (i = len; i-- > 0; /* void */ ) {
+        best = VLM_GRAMMAR_NONE;
+        first = -1;
+        node = 0;
+
+        for (j = i; j < len; j++) {
+            for (c = t->child[node];
+                 c != VLM_GRAMMAR_NONE && t->byte[c] != m->plan_bytes[j];
+                 c = t->next[c])
+            {
+                /* void */
+            }
+
+            if (c == VLM_GRAMMAR_NONE) {
+                break;
+            }
+
+            /* the longer token where two spell the rest as short */
+            if (t->token[c] >= 0 && m->plan_tokens[j + 1] != VLM_GRAMMAR_NONE
+                && m->plan_tokens[j + 1] + 1 <= best)
+            {
+                best = m->plan_tokens[j + 1] + 1;
+                first = t->token[c];
+            }
+
+            node = c;
+        }
+
+        m->plan_tokens[i] = best;
+        m->plan_first[i] = first;
+    }
+}
+
+
+static void
+vlm_g_save(vlm_matcher_t *m)
+{
+    m->saved_depth = m->depth;
+    memcpy(m->saved, m->frames, m->depth * sizeof(vlm_gframe_t));
+}
+
+
+static void
+vlm_g_restore(vlm_matcher_t *m)
+{
+    m->depth = m->saved_depth;
+    memcpy(m->frames, m->saved, m->depth * sizeof(vlm_gframe_t));
+}
+
+
+/* the plan from the current state, which it leaves as it found it */
+static uint32_t
+vlm_g_plan(vlm_matcher_t *m)
+{
+    uint32_t  len;
+
+    vlm_g_save(m);
+    len = vlm_g_canonical(m);
+    vlm_g_restore(m);
+
+    if (len == VLM_GRAMMAR_NONE) {
+        m->plan_ok = 0;
+        return VLM_GRAMMAR_NONE;
+    }
+
+    vlm_g_spell(m, len);
+    m->plan_len = len;
+
+    return m->plan_tokens[0];
+}
+
+
+uint32_t
+vlm_matcher_plan(vlm_matcher_t *m, int32_t *first)
+{
+    uint32_t  n;
+
+    n = vlm_g_plan(m);
+
+    m->plan_ok = (n != VLM_GRAMMAR_NONE);
+    *first = m->plan_ok ? m->plan_first[0] : -1;
+
+    return n;
+}
+
+
+uint32_t
+vlm_matcher_plan_after(vlm_matcher_t *m, const char *s, size_t len)
+{
+    size_t        i;
+    uint32_t      n, depth;
+    vlm_gframe_t  top[VLM_GRAMMAR_MAX_DEPTH];
+
+    if (m->plan_ok && len <= m->plan_len
+        && memcmp(s, m->plan_bytes, len) == 0)
+    {
+        /* on the canonical path: the rest of the same plan */
+        return m->plan_tokens[len];
+    }
+
+    depth = m->depth;
+    memcpy(top, m->frames, depth * sizeof(vlm_gframe_t));
+
+    n = VLM_GRAMMAR_NONE;
+
+    for (i = 0; i < len; i++) {
+        if (!vlm_g_byte(m, (uint8_t) s[i])) {
+            break;
+        }
+    }
+
+    if (i == len) {
+        n = vlm_g_plan(m);
+    }
+
+    m->depth = depth;
+    memcpy(m->frames, top, depth * sizeof(vlm_gframe_t));
+
+    /* the buffers now hold another state's plan */
+    m->plan_ok = 0;
+
+    return n;
 }

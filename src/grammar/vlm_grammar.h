@@ -34,6 +34,7 @@
 #define VLM_GRAMMAR_MAX_NODES   65536
 #define VLM_GRAMMAR_MAX_BYTES   (1u << 20)      /* a program, at most */
 #define VLM_GRAMMAR_INF         (1u << 20)      /* "no finite value" */
+#define VLM_GRAMMAR_PLAN_MAX    4096            /* bytes a plan may spell */
 #define VLM_GRAMMAR_MAX_ITEMS   256             /* a minItems, at most */
 
 
@@ -153,6 +154,23 @@ uint32_t vlm_matcher_distance(const vlm_matcher_t *m);
  */
 size_t vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget,
     const int32_t *end_ids, int n_end, const uint32_t **mask);
+
+/*
+ * A bound in tokens where the one in bytes is too loose: the fewest
+ * tokens that spell the canonical completion (at each byte the first one
+ * that brings the end one byte closer) and *first, the first of them (-1
+ * when the document is complete).  VLM_GRAMMAR_NONE when there is no plan
+ * (longer than VLM_GRAMMAR_PLAN_MAX bytes).  The state is unchanged;
+ * allocates nothing.
+ */
+uint32_t vlm_matcher_plan(vlm_matcher_t *m, int32_t *first);
+
+/*
+ * The same bound after the bytes s (VLM_GRAMMAR_NONE when refused), the
+ * state unchanged; cheap for a prefix of the last plan's completion.
+ */
+uint32_t vlm_matcher_plan_after(vlm_matcher_t *m, const char *s,
+    size_t len);
 
 
 #endif /* VLM_GRAMMAR_H */

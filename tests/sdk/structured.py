@@ -137,6 +137,40 @@ def constrained(client, n):
               "%d answers of schema '%s' validate" % (count, name))
 
 
+# six items of one long const: 300-odd bytes that the fixture's vocabulary
+# spells in about 20 tokens, so the bound in bytes never holds at
+# max_tokens 30 and only the plan in tokens finishes the document in time
+TIGHT = {
+    "type": "array",
+    "items": {"const": "\u89c6\u89c9\u8bed\u8a00\u6a21\u578b\u53ef"
+                       "\u4ee5\u540c\u65f6\u7406\u89e3\u56fe\u50cf"
+                       "\u548c\u6587\u5b57"},
+    "minItems": 6,
+    "maxItems": 6,
+}
+
+
+def tight(client):
+    bad = []
+    for _ in range(20):
+        r = client.chat.completions.create(
+            model="serving", messages=MESSAGES, temperature=1,
+            max_tokens=30, response_format={"type": "json_schema",
+                                            "json_schema": {
+                                                "name": "tight",
+                                                "schema": TIGHT}})
+        text = r.choices[0].message.content
+        try:
+            jsonschema.validate(json.loads(text), TIGHT)
+        except Exception as e:  # noqa: BLE001 - reported, not hidden
+            bad.append("%r (finish_reason %s, %s completion tokens): %s" % (
+                text, r.choices[0].finish_reason, r.usage.completion_tokens,
+                str(e).splitlines()[0]))
+    for e in bad[:3]:
+        print("# tight: " + e)
+    check(not bad, "20 answers of 300-odd bytes in max_tokens 30 validate")
+
+
 def json_object(client):
     ok = 0
     for _ in range(10):
@@ -292,11 +326,13 @@ def main():
     base, n = sys.argv[1], int(sys.argv[2])
     client = OpenAI(base_url=base, api_key="unused", max_retries=0,
                     timeout=120)
-    parts = sys.argv[3:] or ["constrained", "json_object", "refused",
-                             "parse", "tools"]
+    parts = sys.argv[3:] or ["constrained", "tight", "json_object",
+                             "refused", "parse", "tools"]
 
     if "constrained" in parts:
         constrained(client, n)
+    if "tight" in parts:
+        tight(client)
     if "json_object" in parts:
         json_object(client)
     if "refused" in parts:
