@@ -29,9 +29,11 @@ my $ask = { %{ vlm_chat_body('Say something.') }, temperature => 0,
             max_tokens => 8 };
 
 
-# the engine that holds a $dtype cache, once it serves ($secs at most)
+# the engine that holds a $dtype cache, once it serves ($secs at most),
+# answered by a worker whose vlm_kv_dtype is $asked (the old workers of a
+# reload may still answer for a while)
 sub engine_with {
-    my ($dtype, $secs) = @_;
+    my ($dtype, $secs, $asked) = @_;
 
     my $deadline = time + $secs;
     my $m = {};
@@ -40,7 +42,9 @@ sub engine_with {
         if (vlm_wait_ready($srv, 1)) {
             $m = vlm_metrics($srv);
             return $m
-                if $m->{"vlm_engine_rank_kv_dtype{rank=\"0\",dtype=\"$dtype\"}"};
+                if $m->{"vlm_engine_rank_kv_dtype{rank=\"0\",dtype=\"$dtype\"}"}
+                   && (!defined $asked
+                       || $m->{"vlm_kv_dtype{dtype=\"$asked\"}"});
         }
 
         sleep 0.1;
@@ -64,7 +68,7 @@ sub answer {
 }
 
 
-my $m = engine_with('bf16', 30);
+my $m = engine_with('bf16', 30, 'bf16');
 
 is($m->{'vlm_engine_rank_kv_dtype{rank="0",dtype="bf16"}'}, 1,
    'bf16: the engine holds a bf16 cache');
@@ -78,7 +82,7 @@ answer('bf16');
 my ($old) = vlm_engine_pids($srv);
 
 vlm_reload($srv, 'vlm_kv_dtype bf16;', 'vlm_kv_dtype f32;');
-$m = engine_with('f32', 60);
+$m = engine_with('f32', 60, 'f32');
 
 is($m->{'vlm_engine_rank_kv_dtype{rank="0",dtype="f32"}'}, 1,
    'f32: the engine holds an f32 cache');
@@ -94,13 +98,7 @@ my $f32 = answer('f32');
 vlm_reload($srv, 'vlm_kv_dtype f32;', 'vlm_kv_dtype auto;');
 
 # the f32 engine holds f32 too: wait for the config to be the new one
-for (1 .. 300) {
-    $m = vlm_metrics($srv);
-    last if $m->{'vlm_kv_dtype{dtype="auto"}'};
-    sleep 0.1;
-}
-
-$m = engine_with('f32', 60);
+$m = engine_with('f32', 60, 'auto');
 
 is($m->{'vlm_kv_dtype{dtype="auto"}'}, 1, 'auto: as vlm_kv_dtype asks');
 is($m->{'vlm_engine_rank_kv_dtype{rank="0",dtype="f32"}'}, 1,
