@@ -10,7 +10,7 @@
  *
  *   bench_matmul [--shape 3b|0.5b] [--layers N] [--threads N] [--reps N]
  *                [--streams 1,4,16,64] [--prefill N]
- *                [--kernels scalar,avx2,avx512bf16]   (default: the best
+ *                [--kernels scalar,avx2,avx512bf16,amx] (default: the best
  *                                                       this CPU runs)
  *                [--weights bf16,q4,q8,q4i8,q8i8]     (default: bf16)
  *
@@ -36,7 +36,7 @@
 
 
 #define BENCH_MAX_FIG   96
-#define BENCH_MAX_KERN  3
+#define BENCH_MAX_KERN  4
 #define BENCH_MAX_WK    5
 #define BENCH_Q_GROUP   128
 
@@ -54,7 +54,7 @@ int vlm_backend_cpu_force_level(int level);
 
 
 static const char  *kernel_names[BENCH_MAX_KERN] = {
-    "scalar", "avx2", "avx512bf16"
+    "scalar", "avx2", "avx512bf16", "amx"
 };
 
 

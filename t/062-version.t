@@ -34,7 +34,9 @@ my $flags = do {
     " $l ";
 };
 my $simd = $flags =~ / avx512_bf16 / && $flags =~ / avx512bw /
-           && $flags =~ / avx512vl / ? 'avx512bf16'
+           && $flags =~ / avx512vl /
+           ? ($flags =~ / amx_bf16 / && $flags =~ / amx_tile /
+              ? 'amx' : 'avx512bf16')
          : $flags =~ / avx2 / && $flags =~ / fma / && $flags =~ / f16c /
            ? 'avx2' : 'scalar';
 

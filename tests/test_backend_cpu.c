@@ -28,7 +28,8 @@ int vlm_backend_cpu_force_level(int level);
 
 /* the kernel levels of vlm_cpu.h */
 #define LEVEL_SCALAR      0
-#define LEVEL_AVX512BF16  2
+#define LEVEL_AVX512BF16  2     /* and 3, amx: the same rounding */
+#define LEVEL_AMX         3
 
 
 static uint64_t  rng_state = 88172645463325252ull;
@@ -156,7 +157,7 @@ check_matmul_level(int level, vlm_dtype_t dt, int n, int rows, int cols,
 
     be->ops->matmul(be, y, x, &w, b, n);
 
-    if (level == LEVEL_AVX512BF16 && dt == VLM_DTYPE_BF16 && !x_bf16) {
+    if (level >= LEVEL_AVX512BF16 && dt == VLM_DTYPE_BF16 && !x_bf16) {
         for (k = 0; k < n * rows; k++) {
             tol = 1e-4f * (1.0f + fabsf(ref[k])) + mag[k] / 256.0f;
             if (fabsf(y[k] - ref[k]) > tol) {
@@ -237,9 +238,13 @@ test_matmul_bf16_kernels(void **state)
              * with a partial last one, odd columns, several column
              * blocks, weight rows that leave partial tiles, more than
              * VLM_PANEL_NG groups, a batch of 256 packed and a remainder
-             * that is not, then one that is
+             * that is not, then one that is; for amx, 2 x 2 tiles over
+             * every thread's rows and columns a multiple of 32
              */
             check_matmul_level(level, VLM_DTYPE_BF16, 32, 16, 64, x_bf16);
+            check_matmul_level(level, VLM_DTYPE_BF16, 128, 96, 512, x_bf16);
+            check_matmul_level(level, VLM_DTYPE_BF16, 77, 112, 2080,
+                               x_bf16);
             check_matmul_level(level, VLM_DTYPE_BF16, 33, 37, 4127, x_bf16);
             check_matmul_level(level, VLM_DTYPE_BF16, 47, 21, 45, x_bf16);
             check_matmul_level(level, VLM_DTYPE_BF16, 64, 50, 2049, x_bf16);
@@ -424,8 +429,9 @@ test_matmul_quant_kernels(void **state)
  * magnitudes) and within the activations' rounding of x W^T, half a
  * block's d times sum |w|; then matmul() at 1 to 16 rows through the
  * backend at every level, bit for bit the scalar level's (more than 16
- * rows: 16 at a time), but for prefill's bf16 panels (AVX512_BF16, from
- * VLM_GEMM_PACK_MIN rows), within 2e-2 relative L2 of it
+ * rows: 16 at a time), but for prefill's bf16 panels (AVX512_BF16 from
+ * VLM_GEMM_PACK_MIN rows, AMX from VLM_QUANT_PANEL_MIN), within 2e-2
+ * relative L2 of it
  */
 static void
 check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
@@ -616,7 +622,10 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
          * prefill where the bf16 kernels pack: the weights dequantized
          * and multiplied in bf16, within the int8 codes' error
          */
-        if (lv == LEVEL_AVX512BF16 && n >= VLM_GEMM_PACK_MIN && !permute) {
+        if (lv >= LEVEL_AVX512BF16 && !permute
+            && n >= (lv == LEVEL_AMX ? VLM_QUANT_PANEL_MIN
+                                     : VLM_GEMM_PACK_MIN))
+        {
             e = vlm_test_rel_l2(y, y0, (size_t) n * rows);
             if (e > 2e-2) {
                 fail_msg("bf16 panels, quant %d, n %d, [%d, %d], group "

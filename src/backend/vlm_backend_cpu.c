@@ -754,7 +754,7 @@ vlm_cpu_matmul_bf16(vlm_cpu_t *cpu, float *y, const float *x,
     job.g.bias = bias;
 
     for (i = 0; i < n; i += nb) {
-        pack = cpu->gemm->pack != NULL && n - i >= VLM_GEMM_PACK_MIN;
+        pack = cpu->gemm->pack != NULL && n - i >= cpu->gemm->pack_min;
         nb = vlm_min(pack ? VLM_GEMM_PACK_NB : VLM_GEMM_NB, n - i);
         job.g.y = y + (size_t) i * w->rows;
         job.g.n = nb;
@@ -986,7 +986,8 @@ vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
     /* prefill with int8 activations: the bf16 kernels' packed path */
     if (cpu->qi8 != NULL && vlm_cpu_quant_i8_fits(w)
         && cpu->gemm->pack != NULL && w->perm == NULL
-        && n >= VLM_GEMM_PACK_MIN && cpu->xq_cols >= w->cols
+        && n >= vlm_max(cpu->gemm->pack_min, VLM_QUANT_PANEL_MIN)
+        && cpu->xq_cols >= w->cols
         && cpu->qpanel_cols >= w->cols)
     {
         for (i = 0; i < n; i += nb) {

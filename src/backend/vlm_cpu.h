@@ -15,7 +15,8 @@
 typedef enum {
     VLM_CPU_SCALAR = 0,
     VLM_CPU_AVX2,               /* AVX2, FMA, F16C */
-    VLM_CPU_AVX512BF16          /* AVX-512F/BW/VL and AVX512_BF16 */
+    VLM_CPU_AVX512BF16,         /* AVX-512F/BW/VL and AVX512_BF16 */
+    VLM_CPU_AMX                 /* and AMX-TILE, AMX-BF16 (Linux's leave) */
 } vlm_cpu_level_t;
 
 
@@ -23,8 +24,13 @@ typedef enum {
 #define VLM_GEMM_RB  16
 /* activation rows converted and multiplied at a time */
 #define VLM_GEMM_NB  64
-/* activation rows from which a kernel's pack() pays, and its batches */
+/* activation rows from which avx512bf16's pack() pays; packed batches */
 #define VLM_GEMM_PACK_MIN  32
+/* and amx's, whose tiles of 16 rows cost little where fewer are full */
+#define VLM_GEMM_AMX_MIN   8
+/* and a quantized matrix's dequantized panels, at least (amx: 1.75x the
+   int8 kernels at 16 rows, 0.9x at 8) */
+#define VLM_QUANT_PANEL_MIN  16
 #define VLM_GEMM_PACK_NB   128
 /* max_n of a kernel that wins at every row count */
 #define VLM_CPU_ALL_ROWS  0x7fffffff
@@ -54,11 +60,12 @@ typedef struct {
     int          max_n;         /* rows from which widen + sgemm wins */
     void       (*gemm)(const vlm_gemm_bf16_t *g, int b0, int b1);
     /*
-     * NULL, or: n (VLM_GEMM_PACK_MIN to VLM_GEMM_PACK_NB) rows of x
-     * rounded to bf16 into dst, the layout gemm() takes with packed set
-     * (at most VLM_GEMM_PACK_NB * (cols + 1) elements)
+     * NULL, or: n (pack_min to VLM_GEMM_PACK_NB) rows of x rounded to
+     * bf16 into dst, the layout gemm() takes with packed set (at most
+     * VLM_GEMM_PACK_NB * (cols + 1) elements)
      */
     void       (*pack)(uint16_t *dst, const uint16_t *x, int n, int cols);
+    int          pack_min;      /* rows from which pack() pays */
 } vlm_gemm_kernel_t;
 
 

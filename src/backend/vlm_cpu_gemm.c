@@ -17,6 +17,11 @@
  *               from VLM_GEMM_PACK_MIN rows (prefill, the vision tower)
  *               the rows packed in column pairs and tiles of 6 weight
  *               rows x 64 activation rows
+ *   amx         AMX-BF16 tdpbf16ps from VLM_GEMM_AMX_MIN rows (batched
+ *               decode, prefill, the vision tower) on the same packed
+ *               rows: tiles of 16 weight rows x 16 activation rows x 32
+ *               columns, 2 x 2 of them in the tile registers; else
+ *               avx512bf16's kernels
  *
  * tests/test_backend_cpu.c checks every variant the machine can run
  * against the scalar one.
@@ -125,7 +130,7 @@ vlm_round_bf16_scalar(uint16_t *dst, const float *src, size_t n)
 
 
 static const vlm_gemm_kernel_t  vlm_gemm_kernel_scalar = {
-    "scalar", 0, 8, vlm_gemm_scalar, NULL
+    "scalar", 0, 8, vlm_gemm_scalar, NULL, 0
 };
 
 
@@ -133,6 +138,8 @@ static const vlm_gemm_kernel_t  vlm_gemm_kernel_scalar = {
 
 #include <cpuid.h>
 #include <immintrin.h>
+#include <unistd.h>
+#include <sys/syscall.h>
 
 #define VLM_AVX2        __attribute__((target("avx2,fma,f16c")))
 #define VLM_AVX512BF16  \
@@ -275,7 +282,7 @@ vlm_gemm_avx2(const vlm_gemm_bf16_t *g, int b0, int b1)
 
 
 static const vlm_gemm_kernel_t  vlm_gemm_kernel_avx2 = {
-    "avx2", 0, 8, vlm_gemm_avx2, NULL
+    "avx2", 0, 8, vlm_gemm_avx2, NULL, 0
 };
 
 
@@ -578,25 +585,19 @@ vlm_panel_512_rw(const vlm_gemm_bf16_t *g, int r0, int q0, int q1, int RW)
 }
 
 
+/* the packed path over the weight rows [rs, re) */
 VLM_AVX512BF16 static void
-vlm_gemm_512(const vlm_gemm_bf16_t *g, int b0, int b1)
+vlm_gemm_512_packed(const vlm_gemm_bf16_t *g, int rs, int re)
 {
-    int  r, re, q0, q1, np;
-
-    if (!g->packed) {
-        vlm_gemm_blocked(g, b0, b1, vlm_tile_512_any, 4, 4,
-                         sizeof(uint16_t));
-        return;
-    }
+    int  r, q0, q1, np;
 
     np = (g->cols + 1) / 2;
-    re = vlm_min(b1 * VLM_GEMM_RB, g->rows);
 
     /* column blocks: the batch's panel of a block stays in L2 */
     for (q0 = 0; q0 < np; q0 += VLM_PANEL_KC / 2) {
         q1 = vlm_min(q0 + VLM_PANEL_KC / 2, np);
 
-        for (r = b0 * VLM_GEMM_RB; r < re; r += VLM_PANEL_RW) {
+        for (r = rs; r < re; r += VLM_PANEL_RW) {
             switch (vlm_min(VLM_PANEL_RW, re - r)) {
             case 6:  vlm_panel_512_rw(g, r, q0, q1, 6); break;
             case 5:  vlm_panel_512_rw(g, r, q0, q1, 5); break;
@@ -609,6 +610,20 @@ vlm_gemm_512(const vlm_gemm_bf16_t *g, int b0, int b1)
     }
 
     _mm256_zeroupper();
+}
+
+
+VLM_AVX512BF16 static void
+vlm_gemm_512(const vlm_gemm_bf16_t *g, int b0, int b1)
+{
+    if (!g->packed) {
+        vlm_gemm_blocked(g, b0, b1, vlm_tile_512_any, 4, 4,
+                         sizeof(uint16_t));
+        return;
+    }
+
+    vlm_gemm_512_packed(g, b0 * VLM_GEMM_RB,
+                        vlm_min(b1 * VLM_GEMM_RB, g->rows));
 }
 
 
@@ -630,8 +645,257 @@ vlm_round_bf16_512(uint16_t *dst, const float *src, size_t n)
 
 
 static const vlm_gemm_kernel_t  vlm_gemm_kernel_512 = {
-    "avx512bf16", 1, VLM_CPU_ALL_ROWS, vlm_gemm_512, vlm_pack_512
+    "avx512bf16", 1, VLM_CPU_ALL_ROWS, vlm_gemm_512, vlm_pack_512,
+    VLM_GEMM_PACK_MIN
 };
+
+
+/*
+ * amx (AMX-BF16, with AVX512_BF16) at VLM_GEMM_AMX_MIN rows and more:
+ * pack()'s layout is already AMX's for the second operand of
+ * tdpbf16ps (a tile row is 16 column pairs of 16 batch rows, 64 bytes)
+ * and the weight rows are the first as they lie in memory (16 rows x 32
+ * columns, a row stride apart), so nothing more is packed.  2 x 2 tiles
+ * of 16 weight rows x 16 batch rows accumulate in the tile registers
+ * over a column block; each 16 x 16 sum, weight rows as its rows, is
+ * turned into 16 rows of y (a gather a batch row).  The columns past the
+ * last multiple of 32 are added in avx512bf16's way on the last column
+ * block, and the weight rows past the last multiple of 16 go through
+ * avx512bf16's packed path.  Other row counts (decode) are avx512bf16's.
+ */
+
+#define VLM_AMX  __attribute__((target("avx512f,avx512bw,avx512vl," \
+                                       "avx512bf16,amx-tile,amx-bf16")))
+
+
+typedef struct {
+    uint8_t   palette;
+    uint8_t   start_row;
+    uint8_t   reserved[14];
+    uint16_t  colsb[16];
+    uint8_t   rows[16];
+} vlm_amx_cfg_t;
+
+
+/* tmm0..3: sums, 4..5: weight tiles, 6..7: batch tiles; 16 x 64 bytes */
+static const vlm_amx_cfg_t  vlm_amx_cfg = {
+    1, 0, { 0 },
+    { 64, 64, 64, 64, 64, 64, 64, 64 },
+    { 16, 16, 16, 16, 16, 16, 16, 16 }
+};
+
+
+/* NR (1, 2) tiles of 16 weight rows x NG (1, 2) groups, pairs [q0, q1) */
+VLM_AMX static VLM_INLINE void
+vlm_amx_tiles(const vlm_gemm_bf16_t *g, int r, int gi, int q0, int q1,
+    int NR, int NG, float *c)
+{
+    int              q, np;
+    size_t           ldw;
+    const uint16_t  *w0, *w1;
+    const uint32_t  *x0, *x1;
+
+    np = (g->cols + 1) / 2;
+    ldw = (size_t) g->cols * sizeof(uint16_t);
+    w0 = g->w + (size_t) r * g->cols;
+    w1 = w0 + (size_t) 16 * g->cols;
+    x0 = (const uint32_t *) g->x + (size_t) gi * np * 16;
+    x1 = x0 + (size_t) np * 16;
+
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+
+    for (q = q0; q < q1; q += 16) {
+        _tile_loadd(4, w0 + 2 * q, ldw);
+        _tile_loadd(6, x0 + (size_t) q * 16, 64);
+        _tile_dpbf16ps(0, 4, 6);
+
+        if (NG == 2) {
+            _tile_loadd(7, x1 + (size_t) q * 16, 64);
+            _tile_dpbf16ps(1, 4, 7);
+        }
+
+        if (NR == 2) {
+            _tile_loadd(5, w1 + 2 * q, ldw);
+            _tile_dpbf16ps(2, 5, 6);
+
+            if (NG == 2) {
+                _tile_dpbf16ps(3, 5, 7);
+            }
+        }
+    }
+
+    _tile_stored(0, c, 64);
+    _tile_stored(1, c + 256, 64);
+    _tile_stored(2, c + 512, 64);
+    _tile_stored(3, c + 768, 64);
+}
+
+
+/*
+ * A 16 x 16 sum c (row i: weight row r + i, lane j: batch row t + j)
+ * into y's rows t..t + nt - 1, the tail columns added first on the last
+ * column block
+ */
+VLM_AMX static VLM_INLINE void
+vlm_amx_out(const vlm_gemm_bf16_t *g, float *c, int gi, int r, int nt,
+    int qa, int first, int last)
+{
+    int              i, j, q, np, full;
+    float           *y;
+    __m512           v, acc;
+    __m512i          xv, idx;
+    const uint16_t  *w;
+    const uint32_t  *xp;
+
+    np = (g->cols + 1) / 2;
+    full = g->cols / 2;
+
+    if (last && qa < np) {
+        xp = (const uint32_t *) g->x + (size_t) gi * np * 16;
+        w = g->w + (size_t) r * g->cols;
+
+        for (i = 0; i < 16; i++) {
+            acc = _mm512_loadu_ps(c + 16 * i);
+
+            for (q = qa; q < full; q++) {
+                xv = _mm512_loadu_si512(xp + (size_t) q * 16);
+                acc = _mm512_dpbf16_ps(acc, (__m512bh) xv,
+                          (__m512bh) _mm512_set1_epi32(
+                              (int) *(const uint32_t *) (const void *)
+                                  (w + (size_t) i * g->cols + 2 * q)));
+            }
+
+            if (full < np) {
+                xv = _mm512_loadu_si512(xp + (size_t) full * 16);
+                acc = _mm512_dpbf16_ps(acc, (__m512bh) xv,
+                          (__m512bh) _mm512_set1_epi32(
+                              (int) w[(size_t) i * g->cols + g->cols - 1]));
+            }
+
+            _mm512_storeu_ps(c + 16 * i, acc);
+        }
+    }
+
+    idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8,
+                                              7, 6, 5, 4, 3, 2, 1, 0),
+                             _mm512_set1_epi32(16));
+
+    for (j = 0; j < nt; j++) {
+        v = _mm512_i32gather_ps(_mm512_add_epi32(idx, _mm512_set1_epi32(j)),
+                                c, 4);
+        y = g->y + (size_t) (gi * 16 + j) * g->ldy + r;
+
+        if (!first) {
+            v = _mm512_add_ps(v, _mm512_loadu_ps(y));
+
+        } else if (g->bias != NULL) {
+            v = _mm512_add_ps(v, _mm512_loadu_ps(g->bias + r));
+        }
+
+        _mm512_storeu_ps(y, v);
+    }
+}
+
+
+VLM_AMX static VLM_INLINE void
+vlm_amx_block(const vlm_gemm_bf16_t *g, int r, int gi, int q0, int q1,
+    int qa, int NR, int NG)
+{
+    int    a, b, first, last;
+    float  c[4 * 256] __attribute__((aligned(64)));
+
+    vlm_amx_tiles(g, r, gi, q0, q1, NR, NG, c);
+
+    first = (q0 == 0);
+    last = (q1 == qa);
+
+    for (a = 0; a < NR; a++) {
+        for (b = 0; b < NG; b++) {
+            vlm_amx_out(g, c + 256 * (2 * a + b), gi + b, r + 16 * a,
+                        vlm_min(16, g->n - (gi + b) * 16), qa, first, last);
+        }
+    }
+}
+
+
+VLM_AMX static void
+vlm_gemm_amx(const vlm_gemm_bf16_t *g, int b0, int b1)
+{
+    int  rs, re, ra, r, gi, ng, qa, q0, q1;
+
+    if (!g->packed) {
+        vlm_gemm_512(g, b0, b1);
+        return;
+    }
+
+    rs = b0 * VLM_GEMM_RB;
+    re = vlm_min(b1 * VLM_GEMM_RB, g->rows);
+    qa = g->cols / 32 * 16;
+    ra = qa > 0 ? rs + (re - rs) / 16 * 16 : rs;
+    ng = (g->n + 15) / 16;
+
+    if (ra > rs) {
+        _tile_loadconfig(&vlm_amx_cfg);
+
+        for (q0 = 0; q0 < qa; q0 += VLM_PANEL_KC / 2) {
+            q1 = vlm_min(q0 + VLM_PANEL_KC / 2, qa);
+
+            for (r = rs; r < ra; r += 32) {
+                for (gi = 0; gi < ng; gi += 2) {
+                    switch ((ra - r >= 32) * 2 + (ng - gi >= 2)) {
+                    case 3:
+                        vlm_amx_block(g, r, gi, q0, q1, qa, 2, 2);
+                        break;
+                    case 2:
+                        vlm_amx_block(g, r, gi, q0, q1, qa, 2, 1);
+                        break;
+                    case 1:
+                        vlm_amx_block(g, r, gi, q0, q1, qa, 1, 2);
+                        break;
+                    default:
+                        vlm_amx_block(g, r, gi, q0, q1, qa, 1, 1);
+                        break;
+                    }
+                }
+            }
+        }
+
+        _tile_release();
+    }
+
+    if (ra < re) {
+        vlm_gemm_512_packed(g, ra, re);
+    }
+
+    _mm256_zeroupper();
+}
+
+
+static const vlm_gemm_kernel_t  vlm_gemm_kernel_amx = {
+    "amx", 1, VLM_CPU_ALL_ROWS, vlm_gemm_amx, vlm_pack_512,
+    VLM_GEMM_AMX_MIN
+};
+
+
+/*
+ * Linux hands out the AMX tile state only to a process that asks
+ * (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA), once
+ */
+static int
+vlm_amx_permitted(void)
+{
+    static int  permitted = -1;
+
+    if (permitted == -1) {
+        permitted = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */,
+                            18 /* XFEATURE_XTILEDATA */) == 0;
+    }
+
+    return permitted;
+}
 
 
 static uint64_t
@@ -687,6 +951,14 @@ vlm_cpu_detect(void)
         && (a & (1u << 5)))
     {
         level = VLM_CPU_AVX512BF16;
+
+        /* AMX-BF16 and AMX-TILE, their state saved (XTILECFG, XTILEDATA) */
+        if (__get_cpuid_count(7, 0, &a, &b, &c, &d)
+            && (d & (1u << 22)) && (d & (1u << 24))
+            && (xcr0 & 0x60000) == 0x60000 && vlm_amx_permitted())
+        {
+            level = VLM_CPU_AMX;
+        }
     }
 
     return level;
@@ -708,6 +980,8 @@ vlm_cpu_gemm_kernel(vlm_cpu_level_t level)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     switch (level) {
+    case VLM_CPU_AMX:
+        return &vlm_gemm_kernel_amx;
     case VLM_CPU_AVX512BF16:
         return &vlm_gemm_kernel_512;
     case VLM_CPU_AVX2:
@@ -726,7 +1000,7 @@ vlm_cpu_round_bf16(uint16_t *dst, const float *src, size_t n,
     vlm_cpu_level_t level)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (level == VLM_CPU_AVX512BF16) {
+    if (level >= VLM_CPU_AVX512BF16) {
         vlm_round_bf16_512(dst, src, n);
         return;
     }

@@ -554,6 +554,7 @@ vlm_cpu_quant_kernel(vlm_cpu_level_t level)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     switch (level) {
+    case VLM_CPU_AMX:
     case VLM_CPU_AVX512BF16:
         return &vlm_quant_kernel_512;
     case VLM_CPU_AVX2:
