@@ -658,7 +658,7 @@ static const vlm_gemm_kernel_t  vlm_gemm_kernel_512 = {
  * columns, a row stride apart), so nothing more is packed.  2 x 2 tiles
  * of 16 weight rows x 16 batch rows accumulate in the tile registers
  * over a column block; each 16 x 16 sum, weight rows as its rows, is
- * turned into 16 rows of y (a gather a batch row).  The columns past the
+ * turned into 16 rows of y (a transpose in registers).  The columns past the
  * last multiple of 32 are added in avx512bf16's way on the last column
  * block, and the weight rows past the last multiple of 16 go through
  * avx512bf16's packed path.  Other row counts (decode) are avx512bf16's.
@@ -734,59 +734,103 @@ vlm_amx_tiles(const vlm_gemm_bf16_t *g, int r, int gi, int q0, int q1,
 }
 
 
+/* t[j] = column j of the 16 x 16 rows r[i] */
+VLM_AMX static VLM_INLINE void
+vlm_amx_transpose(const __m512 *r, __m512 *t)
+{
+    int      i, k;
+    __m512   a[16], u[16], v0, v1, v2, v3;
+
+    /* pairs of rows, then fours: u[4 q + k] lane L is column 4 L + k of
+       rows 4 q .. 4 q + 3 */
+    for (i = 0; i < 16; i += 2) {
+        a[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        a[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+
+    for (i = 0; i < 16; i += 4) {
+        u[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a[i]),
+                                    _mm512_castps_pd(a[i + 2])));
+        u[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(
+                       _mm512_castps_pd(a[i]), _mm512_castps_pd(a[i + 2])));
+        u[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(
+                       _mm512_castps_pd(a[i + 1]),
+                       _mm512_castps_pd(a[i + 3])));
+        u[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(
+                       _mm512_castps_pd(a[i + 1]),
+                       _mm512_castps_pd(a[i + 3])));
+    }
+
+    /* then the lanes: column 4 L + k is lane L of u[k], u[4 + k], ... */
+    for (k = 0; k < 4; k++) {
+        v0 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x44);
+        v1 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xee);
+        v2 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x44);
+        v3 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xee);
+
+        t[k] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+        t[4 + k] = _mm512_shuffle_f32x4(v0, v2, 0xdd);
+        t[8 + k] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+        t[12 + k] = _mm512_shuffle_f32x4(v1, v3, 0xdd);
+    }
+}
+
+
 /*
  * A 16 x 16 sum c (row i: weight row r + i, lane j: batch row t + j)
  * into y's rows t..t + nt - 1, the tail columns added first on the last
  * column block
  */
 VLM_AMX static VLM_INLINE void
-vlm_amx_out(const vlm_gemm_bf16_t *g, float *c, int gi, int r, int nt,
-    int qa, int first, int last)
+vlm_amx_out(const vlm_gemm_bf16_t *g, const float *c, int gi, int r,
+    int nt, int qa, int first, int last)
 {
     int              i, j, q, np, full;
     float           *y;
-    __m512           v, acc;
-    __m512i          xv, idx;
+    __m512           acc[16], t[16], v;
+    __m512i          xv;
     const uint16_t  *w;
     const uint32_t  *xp;
 
     np = (g->cols + 1) / 2;
     full = g->cols / 2;
 
+    for (i = 0; i < 16; i++) {
+        acc[i] = _mm512_loadu_ps(c + 16 * i);
+    }
+
     if (last && qa < np) {
         xp = (const uint32_t *) g->x + (size_t) gi * np * 16;
         w = g->w + (size_t) r * g->cols;
 
-        for (i = 0; i < 16; i++) {
-            acc = _mm512_loadu_ps(c + 16 * i);
+        for (q = qa; q < full; q++) {
+            xv = _mm512_loadu_si512(xp + (size_t) q * 16);
 
-            for (q = qa; q < full; q++) {
-                xv = _mm512_loadu_si512(xp + (size_t) q * 16);
-                acc = _mm512_dpbf16_ps(acc, (__m512bh) xv,
-                          (__m512bh) _mm512_set1_epi32(
-                              (int) *(const uint32_t *) (const void *)
-                                  (w + (size_t) i * g->cols + 2 * q)));
+            for (i = 0; i < 16; i++) {
+                acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh) xv,
+                             (__m512bh) _mm512_set1_epi32(
+                                 (int) *(const uint32_t *) (const void *)
+                                     (w + (size_t) i * g->cols + 2 * q)));
             }
+        }
 
-            if (full < np) {
-                xv = _mm512_loadu_si512(xp + (size_t) full * 16);
-                acc = _mm512_dpbf16_ps(acc, (__m512bh) xv,
-                          (__m512bh) _mm512_set1_epi32(
-                              (int) w[(size_t) i * g->cols + g->cols - 1]));
+        if (full < np) {
+            xv = _mm512_loadu_si512(xp + (size_t) full * 16);
+
+            for (i = 0; i < 16; i++) {
+                acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh) xv,
+                             (__m512bh) _mm512_set1_epi32(
+                                 (int) w[(size_t) i * g->cols
+                                         + g->cols - 1]));
             }
-
-            _mm512_storeu_ps(c + 16 * i, acc);
         }
     }
 
-    idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8,
-                                              7, 6, 5, 4, 3, 2, 1, 0),
-                             _mm512_set1_epi32(16));
+    vlm_amx_transpose(acc, t);
 
     for (j = 0; j < nt; j++) {
-        v = _mm512_i32gather_ps(_mm512_add_epi32(idx, _mm512_set1_epi32(j)),
-                                c, 4);
         y = g->y + (size_t) (gi * 16 + j) * g->ldy + r;
+        v = t[j];
 
         if (!first) {
             v = _mm512_add_ps(v, _mm512_loadu_ps(y));
