@@ -19,6 +19,8 @@
  *                [--streams 1,4,16] [--reps N]
  *                [--quant-activations int8|f32]   (default int8)
  *                [--kv-dtype auto|f32|bf16|f16]   (default auto)
+ *                [--kernels scalar|avx2|avx512bf16|amx] (default: the
+ *                                   best this CPU runs)
  */
 
 #define _GNU_SOURCE
@@ -35,6 +37,12 @@
 
 
 #define BENCH_DIR          "/tmp/vlm-bench-qwen25vl-3b"
+
+
+int vlm_backend_cpu_force_level(int level);
+
+
+static const char  *kernel_names[] = { "scalar", "avx2", "avx512bf16", "amx" };
 #define BENCH_MAX_STREAMS  8
 
 
@@ -54,6 +62,7 @@ main(int argc, char **argv)
     int                      i, j, r, threads, n_prompt, n_decode, n_img;
     int                      gh, gw, n_ids, done, pieces, len, reps;
     int                      n_streams, stream[BENCH_MAX_STREAMS], max_b;
+    int                      level;
     int                      frames, n_tok, act_f32;
     char                    *p, streams[64];
     float                   *pixels;
@@ -119,6 +128,19 @@ main(int argc, char **argv)
 
         } else if (strcmp(argv[i], "--frames") == 0) {
             frames = atoi(argv[i + 1]);
+
+        } else if (strcmp(argv[i], "--kernels") == 0) {
+            for (level = 0; level < 4; level++) {
+                if (strcmp(argv[i + 1], kernel_names[level]) == 0) {
+                    break;
+                }
+            }
+
+            if (level == 4 || vlm_backend_cpu_force_level(level) != level) {
+                fprintf(stderr, "bench_engine: this CPU does not run "
+                        "--kernels %s\n", argv[i + 1]);
+                return 1;
+            }
 
         } else if (strcmp(argv[i], "--grid") == 0) {
             if (sscanf(argv[i + 1], "%d,%d", &gh, &gw) != 2) {
