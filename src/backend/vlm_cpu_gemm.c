@@ -787,6 +787,7 @@ vlm_amx_out(const vlm_gemm_bf16_t *g, const float *c, int gi, int r,
 {
     int              i, j, q, np, full;
     float           *y;
+    uint32_t         wp;
     __m512           acc[16], t[16], v;
     __m512i          xv;
     const uint16_t  *w;
@@ -807,10 +808,10 @@ vlm_amx_out(const vlm_gemm_bf16_t *g, const float *c, int gi, int r,
             xv = _mm512_loadu_si512(xp + (size_t) q * 16);
 
             for (i = 0; i < 16; i++) {
+                /* a row's pair at an odd column count: 2-byte aligned */
+                memcpy(&wp, w + (size_t) i * g->cols + 2 * q, sizeof(wp));
                 acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh) xv,
-                             (__m512bh) _mm512_set1_epi32(
-                                 (int) *(const uint32_t *) (const void *)
-                                     (w + (size_t) i * g->cols + 2 * q)));
+                             (__m512bh) _mm512_set1_epi32((int) wp));
             }
         }
 
