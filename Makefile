@@ -328,11 +328,15 @@ asan:
 HTTP_FUZZ_REQUESTS ?= 20000
 HTTP_FUZZ_SECONDS  ?= 0
 HTTP_FUZZ_SEED     ?= 1
+# the suites' waits for a whole answer (t/lib/VLMTest.pm vlm_secs): an
+# ASan engine generates several times slower
+ASAN_TIME_SCALE ?= 4
 ASAN_NGINX    := $(ASAN_BUILD)/nginx-asan
 ASAN_REPORTS  := $(ASAN_BUILD)/sanitizer
 ASAN_ENV      := TEST_NGINX_BINARY=$(ASAN_NGINX) \
                  TEST_NGINX_LOAD_MODULES=$(ASAN_BUILD)/ngx_http_vlm_module.so \
-                 VLM_BUILD=$(ASAN_BUILD) VLM_SANITIZER_LOGS=$(ASAN_REPORTS)
+                 VLM_BUILD=$(ASAN_BUILD) VLM_SANITIZER_LOGS=$(ASAN_REPORTS) \
+                 VLM_TIME_SCALE=$(ASAN_TIME_SCALE)
 HTTP_FUZZ     := perl -I$(ROOT)/t/lib fuzz/http_fuzz.pl \
                  --requests $(HTTP_FUZZ_REQUESTS) \
                  --seconds $(HTTP_FUZZ_SECONDS) --seed $(HTTP_FUZZ_SEED)

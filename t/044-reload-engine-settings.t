@@ -110,7 +110,7 @@ sub change {
        . "is served") or diag($res->{body});
     diag(sprintf "$what: that request took %.1f s", time - $t0);
 
-    my $left = read_all(\@streams, $ENV{VLM_STREAM_WAIT} || 120);
+    my $left = read_all(\@streams, vlm_secs($ENV{VLM_STREAM_WAIT} || 120));
     is($left, 0, "$what: every stream ended");
 
     my %why;

@@ -26,7 +26,7 @@ our @EXPORT = qw(
     vlm_start vlm_stop vlm_request vlm_post_json vlm_sse vlm_metrics
     vlm_health vlm_wait_idle vlm_wait_ready vlm_engine_pids vlm_png
     vlm_jpeg vlm_data_url vlm_json vlm_chat_body vlm_open_stream
-    vlm_read_some vlm_prereqs vlm_root vlm_reload vlm_stream_ok
+    vlm_read_some vlm_prereqs vlm_root vlm_reload vlm_stream_ok vlm_secs
 );
 
 my $ROOT = abs_path(__FILE__ . '/../../..');
@@ -34,6 +34,15 @@ my $ROOT = abs_path(__FILE__ . '/../../..');
 our $JSON = JSON::PP->new->utf8(1)->canonical(1)->allow_nonref(1);
 
 sub vlm_root () { $ROOT }
+
+# a wait of $secs seconds, times VLM_TIME_SCALE: a sanitizer build serves
+# several times slower (make asan-nginx sets it), while what a test
+# checks stays the same
+sub vlm_secs ($) {
+    my ($secs) = @_;
+
+    return $secs * ($ENV{VLM_TIME_SCALE} || 1);
+}
 
 sub vlm_json ($) { $JSON->decode(shift) }
 
@@ -362,7 +371,7 @@ sub vlm_request ($$$;$$) {
 
     my $raw = '';
     my $sel = IO::Select->new($sock);
-    my $deadline = time + ($srv->{timeout} || 60);
+    my $deadline = time + vlm_secs($srv->{timeout} || 60);
 
     while (time < $deadline && $sel->can_read($deadline - time)) {
         my $n = sysread($sock, my $buf, 65536);
@@ -546,7 +555,7 @@ sub vlm_read_some ($$;$) {
     my ($st, $secs, $until) = @_;
 
     my $sel = IO::Select->new($st->{sock});
-    my $deadline = time + $secs;
+    my $deadline = time + vlm_secs($secs);
 
     while (time < $deadline) {
         return 1 if defined $until && $st->{raw} =~ $until;
