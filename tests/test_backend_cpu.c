@@ -807,41 +807,6 @@ test_rope_mrope_sections(void **state)
 }
 
 
-static void
-test_activations(void **state)
-{
-    int             k;
-    float           g[6] = { -3.0f, -0.5f, 0.0f, 0.25f, 1.0f, 4.0f };
-    float           u[6] = { 1.0f, 2.0f, 3.0f, -1.0f, 0.5f, 2.0f };
-    float           y[6], x[6], ref[6];
-    vlm_backend_t  *be;
-
-    be = backend(0);
-
-    be->ops->gated_act(be, y, g, u, 1, 6, VLM_ACT_SILU);
-    for (k = 0; k < 6; k++) {
-        ref[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
-    }
-    assert_close(y, ref, 6, 1e-6f);
-
-    memcpy(x, g, sizeof(x));
-    be->ops->act(be, x, 2, 3, VLM_ACT_GELU);
-    for (k = 0; k < 6; k++) {
-        ref[k] = 0.5f * g[k] * (1.0f + erff(g[k] / sqrtf(2.0f)));
-    }
-    assert_close(x, ref, 6, 1e-6f);
-
-    memcpy(x, g, sizeof(x));
-    be->ops->act(be, x, 1, 6, VLM_ACT_QUICK_GELU);
-    for (k = 0; k < 6; k++) {
-        ref[k] = g[k] / (1.0f + expf(-1.702f * g[k]));
-    }
-    assert_close(x, ref, 6, 1e-6f);
-
-    be->ops->free(be);
-}
-
-
 /* softmax(q k^T * scale + mask) v for one head, keys [k0, k1) */
 static void
 naive_attend(float *out, const float *q, const float *k, const float *v,
@@ -890,6 +855,8 @@ check_attention_varlen(const int32_t *cu, int n_seg)
     out = malloc((size_t) n * nh * hd * sizeof(float));
     ref = malloc((size_t) n * nh * hd * sizeof(float));
 
+    memset(&a, 0, sizeof(a));
+
     for (causal = 0; causal < 2; causal++) {
         a.out = out;
         a.q = q;
@@ -927,6 +894,215 @@ check_attention_varlen(const int32_t *cu, int n_seg)
     free(kv);
     free(out);
     free(ref);
+}
+
+
+static float
+round_bf16(float f)
+{
+    return vlm_bf16_to_f32(vlm_f32_to_bf16(f));
+}
+
+
+/*
+ * bf16 products (vlm_attn_varlen_t.bf16, non-causal, as the vision
+ * towers run): at each level that has them, against the double
+ * reference on q, k and v rounded to bf16, within the probabilities'
+ * rounding; segments of one key to several query blocks, head_dim 80
+ * (a tail of 16 columns past the tiles) and GQA; without work the f32
+ * products hold to 1e-5 of the reference on the f32 values
+ */
+static void
+test_attention_varlen_bf16(void **state)
+{
+    int                 i, h, seg, lv, top, nh = 4, nkv = 2, hd = 80, n;
+    int                 stride;
+    float              *q, *kv, *qr, *kvr, *out, *ref, *ref32;
+    double              e;
+    void               *work;
+    size_t              work_size;
+    vlm_error_t         err;
+    vlm_backend_t      *be;
+    vlm_attn_varlen_t   a;
+    const int32_t       cu[5] = { 0, 1, 64, 130, 330 };
+
+    (void) state;
+
+    n = cu[4];
+    stride = 2 * nkv * hd;
+    q = vlm_test_rand_vec(&rng_state, (size_t) n * nh * hd);
+    kv = vlm_test_rand_vec(&rng_state, (size_t) n * stride);
+    qr = malloc((size_t) n * nh * hd * sizeof(float));
+    kvr = malloc((size_t) n * stride * sizeof(float));
+    out = malloc((size_t) n * nh * hd * sizeof(float));
+    ref = malloc((size_t) n * nh * hd * sizeof(float));
+    ref32 = malloc((size_t) n * nh * hd * sizeof(float));
+    work_size = (size_t) 2 * nkv * n * hd * sizeof(uint16_t);
+    work = malloc(work_size);
+    assert_true(qr && kvr && out && ref && ref32 && work);
+
+    for (i = 0; i < n * nh * hd; i++) {
+        q[i] *= 3.0f;
+        qr[i] = round_bf16(q[i]);
+    }
+    for (i = 0; i < n * stride; i++) {
+        kvr[i] = round_bf16(kv[i]);
+    }
+
+    for (i = 0; i < n; i++) {
+        for (seg = 0; cu[seg + 1] <= i; seg++) {
+            /* void */
+        }
+        for (h = 0; h < nh; h++) {
+            naive_attend(ref + (i * nh + h) * hd, qr + (i * nh + h) * hd,
+                         kvr + (h / 2) * hd, kvr + nkv * hd + (h / 2) * hd,
+                         stride, cu[seg], cu[seg + 1], hd, 0.11f);
+            naive_attend(ref32 + (i * nh + h) * hd, q + (i * nh + h) * hd,
+                         kv + (h / 2) * hd, kv + nkv * hd + (h / 2) * hd,
+                         stride, cu[seg], cu[seg + 1], hd, 0.11f);
+        }
+    }
+
+    memset(&a, 0, sizeof(a));
+    a.out = out;
+    a.q = q;
+    a.k = kv;
+    a.v = kv + nkv * hd;
+    a.q_stride = nh * hd;
+    a.kv_stride = stride;
+    a.n_heads = nh;
+    a.n_kv_heads = nkv;
+    a.head_dim = hd;
+    a.scale = 0.11f;
+    a.cu_seqlens = cu;
+    a.n_segments = 4;
+    a.bf16 = 1;
+
+    top = vlm_backend_cpu_force_level(-1);
+
+    for (lv = LEVEL_SCALAR; lv <= top; lv++) {
+        vlm_backend_cpu_force_level(lv);
+        assert_int_equal(vlm_backend_cpu_init(&be,
+                             &(vlm_backend_conf_t) { .n_threads = 3,
+                                                     .max_ctx = 512 },
+                             &err),
+                         VLM_OK);
+
+        /* no work: f32 products at every level */
+        a.work = NULL;
+        a.work_size = 0;
+        memset(out, 0, (size_t) n * nh * hd * sizeof(float));
+        be->ops->attention_varlen(be, &a);
+        assert_close(out, ref32, (size_t) n * nh * hd, 1e-5f);
+
+        a.work = work;
+        a.work_size = work_size;
+        memset(out, 0, (size_t) n * nh * hd * sizeof(float));
+        be->ops->attention_varlen(be, &a);
+
+        if (lv >= LEVEL_AVX512BF16) {
+            e = vlm_test_rel_l2(out, ref, (size_t) n * nh * hd);
+            print_message("bf16 attention, level %d: relative L2 %.2g "
+                          "(%.2g to the f32 values)\n", lv, e,
+                          vlm_test_rel_l2(out, ref32,
+                                          (size_t) n * nh * hd));
+            if (e > 4e-3) {
+                fail_msg("bf16 attention, level %d: relative L2 %g", lv, e);
+            }
+
+        } else {
+            assert_close(out, ref32, (size_t) n * nh * hd, 1e-5f);
+        }
+
+        be->ops->free(be);
+    }
+
+    vlm_backend_cpu_force_level(-1);
+
+    free(q);
+    free(kv);
+    free(qr);
+    free(kvr);
+    free(out);
+    free(ref);
+    free(ref32);
+    free(work);
+}
+
+
+static double
+act_ref(double x, vlm_act_t act)
+{
+    switch (act) {
+    case VLM_ACT_SILU:
+        return x / (1.0 + exp(-x));
+    case VLM_ACT_GELU:
+        return 0.5 * x * (1.0 + erf(x * 0.70710678118654752));
+    case VLM_ACT_GELU_TANH:
+        return 0.5 * x * (1.0 + tanh(0.79788456080286536
+                                     * (x + 0.044715 * x * x * x)));
+    default:
+        return x / (1.0 + exp(-1.702 * x));
+    }
+}
+
+
+/*
+ * act() and gated_act() of each activation at the machine's level (the
+ * AVX2 one 8 at a time) against double: x over [-30, 30] and beyond,
+ * rows of a length that leaves a tail
+ */
+static void
+test_activations(void **state)
+{
+    int             i, a, n = 5, dim = 203;
+    float          *x, *up, *y, *g;
+    double          r, tol;
+    vlm_backend_t  *be;
+
+    (void) state;
+
+    be = backend(0);
+    x = vlm_test_rand_vec(&rng_state, (size_t) n * dim);
+    up = vlm_test_rand_vec(&rng_state, (size_t) n * dim);
+    y = malloc((size_t) n * dim * sizeof(float));
+    g = malloc((size_t) n * dim * sizeof(float));
+    assert_true(y != NULL && g != NULL);
+
+    for (i = 0; i < n * dim; i++) {
+        x[i] *= 30.0f;
+    }
+    x[0] = 0.0f;
+    x[1] = -0.0f;
+    x[2] = 100.0f;
+    x[3] = -100.0f;
+    x[4] = 1e-30f;
+    x[5] = -90.0f;
+    x[6] = 89.0f;
+
+    for (a = VLM_ACT_SILU; a <= VLM_ACT_QUICK_GELU; a++) {
+        memcpy(y, x, (size_t) n * dim * sizeof(float));
+        be->ops->act(be, y, n, dim, (vlm_act_t) a);
+        be->ops->gated_act(be, g, x, up, n, dim, (vlm_act_t) a);
+
+        for (i = 0; i < n * dim; i++) {
+            r = act_ref(x[i], (vlm_act_t) a);
+            tol = 4e-7 * fmax(1.0, fabs(r)) + 1e-30;
+
+            if (!(fabs(y[i] - r) <= tol)
+                || !(fabs(g[i] - r * up[i]) <= tol))
+            {
+                fail_msg("act %d of %g: %g, gated %g; %g expected", a,
+                         x[i], y[i], g[i], r);
+            }
+        }
+    }
+
+    be->ops->free(be);
+    free(x);
+    free(up);
+    free(y);
+    free(g);
 }
 
 
@@ -1003,6 +1179,7 @@ test_paged_attention_matches_contiguous(void **state)
     pa.n_seqs = 2;
     be->ops->attention_paged(be, &pa);
 
+    memset(&va, 0, sizeof(va));
     va.out = ref;
     va.q = q;
     va.k = k;
@@ -1138,7 +1315,8 @@ test_f32_to_f16_rounding(void **state)
  * A 16-bit KV cache at kernel level `level`: kv_store() rounds exactly as
  * the scalar conversions do, and attention_paged() (a prefill run, then
  * every position as a decode row) matches a double reference over the
- * rounded rows and the scalar level's output; the blocks out of order
+ * rounded rows (the prefill's bf16 x 2 products where the bf16 kernels
+ * run too) and the scalar level's output; the blocks out of order
  */
 static void
 check_kv16(int level, vlm_dtype_t dt, int nh, int nkv, int hd, int bs,
@@ -1325,7 +1503,8 @@ check_kv16(int level, vlm_dtype_t dt, int nh, int nkv, int hd, int bs,
 /*
  * bf16 and f16 caches at every level this CPU runs, against the scalar
  * level: head dims 64 and 128 (and 36: tails of 8 and 16 columns), GQA
- * groups of 2 and 6, blocks of 16 and of 5, odd lengths
+ * groups of 2 and 6, blocks of 16 and of 5, odd lengths, and keys past
+ * one tile
  */
 static void
 test_kv16_kernels(void **state)
@@ -1341,6 +1520,7 @@ test_kv16_kernels(void **state)
         { 4, 2, 128, 5, 1 },
         { 4, 4, 36, 5, 23 },
         { 12, 2, 64, 16, 130 },
+        { 4, 2, 128, 16, 300 },     /* keys in three runs of a tile */
     };
 
     top = vlm_backend_cpu_force_level(-1);
@@ -1466,6 +1646,7 @@ main(void)
         cmocka_unit_test(test_rope_mrope_sections),
         cmocka_unit_test(test_activations),
         cmocka_unit_test(test_attention_varlen_block_diagonal_and_causal),
+        cmocka_unit_test(test_attention_varlen_bf16),
         cmocka_unit_test(test_paged_attention_matches_contiguous),
         cmocka_unit_test(test_kv_pool_exhaustion_and_sharing),
         cmocka_unit_test(test_f32_to_f16_rounding),

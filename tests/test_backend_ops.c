@@ -725,6 +725,7 @@ check_varlen(const int32_t *cu, int n_seg, int n_heads, int n_kv_heads,
     dout = dev(NULL, (size_t) rows * D * sizeof(float));
     dcu = dev(cu, (size_t) (n_seg + 1) * sizeof(int32_t));
 
+    memset(&a, 0, sizeof(a));
     a.q_stride = q_stride;
     a.kv_stride = kv_stride;
     a.n_heads = n_heads;

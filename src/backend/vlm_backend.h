@@ -110,6 +110,14 @@ typedef struct {
     const int32_t  *cu_seqlens; /* n_segments + 1 row offsets */
     int             n_segments;
     int             causal;
+    /*
+     * the products may round q, k, v and the probabilities to bf16, as
+     * the matmuls of bf16 weights round their activations; work: NULL,
+     * or work_size bytes of device memory the op may use meanwhile
+     */
+    int             bf16;
+    void           *work;
+    size_t          work_size;
 } vlm_attn_varlen_t;
 
 

@@ -36,6 +36,7 @@
 #define VLM_CPU_PREFILL_Q   8       /* queries from which blocks win */
 #define VLM_CPU_QUANT_FUSED 16      /* activation rows of fused kernels */
 #define VLM_CPU_KVTILE      8192    /* floats: 16-bit KV rows widened */
+#define VLM_CPU_ATTN_HD     256     /* head_dim of the bf16 attention, at most */
 
 
 typedef void (*vlm_dot_pt)(const void *w, const float *x, int x_stride,
@@ -70,6 +71,10 @@ typedef struct {
     int                qpanel_cols;
     const vlm_kv_kernel_t    *kv;       /* 16-bit KV caches */
     float             *kvtile;      /* [n_threads, VLM_CPU_KVTILE] */
+    uint16_t          *apack;       /* NULL or [n_threads, 2, QB,
+                                       apack_cols + 1]: packed bf16
+                                       queries, probabilities */
+    int                apack_cols;
     vlm_dot_pt         dot[3];      /* by vlm_dtype_t */
     vlm_axpy_pt        axpy;
     vlm_softmax_pt     softmax;
@@ -390,6 +395,52 @@ vlm_softmax_avx2(float *x, int n)
     }
     for ( /* void */ ; j < n; j++) {
         x[j] *= 1.0f / sum;
+    }
+}
+
+
+static float vlm_act_f(float x, vlm_act_t act);
+
+
+/*
+ * y[k] = x[k] sigmoid(a x[k]) (up[k]), 8 at a time: SiLU (a = 1),
+ * QuickGELU (a = 1.702) and the tanh GELU (0.5 (1 + tanh u) is
+ * sigmoid(2 u)); sigmoid from exp(-|z|), which stays at or below 1
+ */
+VLM_AVX2 static void
+vlm_act_sigmoid_avx2(float *y, const float *x, const float *up, size_t n,
+    vlm_act_t act)
+{
+    size_t  k;
+    __m256  v, z, t, one, pos, s, c1, c3;
+
+    one = _mm256_set1_ps(1.0f);
+    c1 = _mm256_set1_ps(act == VLM_ACT_SILU ? 1.0f
+                        : act == VLM_ACT_QUICK_GELU ? 1.702f
+                        : 2.0f * 0.79788456080286536f);
+    c3 = _mm256_set1_ps(act == VLM_ACT_GELU_TANH
+                        ? 2.0f * 0.79788456080286536f * 0.044715f : 0.0f);
+
+    for (k = 0; k + 8 <= n; k += 8) {
+        v = _mm256_loadu_ps(x + k);
+        z = _mm256_mul_ps(v, _mm256_fmadd_ps(_mm256_mul_ps(c3, v), v, c1));
+
+        /* exp(-|z|): the sign bit set */
+        t = vlm_exp_avx2(_mm256_or_ps(z, _mm256_set1_ps(-0.0f)));
+        pos = _mm256_cmp_ps(z, _mm256_setzero_ps(), _CMP_GE_OQ);
+        s = _mm256_div_ps(_mm256_blendv_ps(t, one, pos),
+                          _mm256_add_ps(one, t));
+        v = _mm256_mul_ps(v, s);
+
+        if (up != NULL) {
+            v = _mm256_mul_ps(v, _mm256_loadu_ps(up + k));
+        }
+
+        _mm256_storeu_ps(y + k, v);
+    }
+
+    for ( /* void */ ; k < n; k++) {
+        y[k] = vlm_act_f(x[k], act) * (up != NULL ? up[k] : 1.0f);
     }
 }
 
@@ -759,6 +810,7 @@ vlm_cpu_matmul_bf16(vlm_cpu_t *cpu, float *y, const float *x,
         job.g.y = y + (size_t) i * w->rows;
         job.g.n = nb;
         job.g.packed = 0;
+        job.g.accum = 0;
 
         if (cpu->gemm->x_bf16) {
             vlm_cpu_round_bf16(cpu->xq, x + (size_t) i * w->cols,
@@ -938,6 +990,7 @@ vlm_matmul_quant_panels(void *arg, int start, int end, int thread)
     g.cols = w->cols;
     g.n = job->n;
     g.packed = 1;
+    g.accum = 0;
 
     for (t = start; t < end; t++) {
         r0 = t * VLM_GEMM_RB;
@@ -1295,6 +1348,17 @@ vlm_act_rows(void *arg, int start, int end, int thread)
 
     (void) thread;
 
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (vlm_cpu_avx2 && job->act != VLM_ACT_GELU) {
+        k = (size_t) start * job->dim;
+        vlm_act_sigmoid_avx2(job->y + k, (job->up == NULL ? job->y
+                                                          : job->x) + k,
+                             job->up == NULL ? NULL : job->up + k,
+                             (size_t) (end - start) * job->dim, job->act);
+        return;
+    }
+#endif
+
     for (k = (size_t) start * job->dim; k < (size_t) end * job->dim; k++) {
         job->y[k] = vlm_act_f(job->up == NULL ? job->y[k] : job->x[k],
                               job->act)
@@ -1415,6 +1479,8 @@ typedef struct {
     const vlm_attn_paged_t   *pa;
     int                       chunks;   /* 16-bit decode: jobs a kv head */
     int                       per;      /*   of per query heads each */
+    uint16_t                 *kb;       /* bf16 varlen: [kv heads, n, hd] */
+    uint16_t                 *vt;       /*   each segment's V^T [hd, len] */
 } vlm_attn_job_t;
 
 
@@ -1454,8 +1520,103 @@ vlm_attn_varlen_rows(void *arg, int start, int end, int thread)
 
 
 /*
+ * bf16 products (vlm_attn_varlen_t.bf16): each kv head's keys rounded
+ * to bf16 as the rows of a weight matrix, and each segment's values
+ * transposed, [hd, len], as the rows of another (job t: kv head t /
+ * n_segments, segment t % n_segments); then per block of queries S = Q
+ * K^T and O = P V by the bf16 matmul kernels (amx: tdpbf16ps), the
+ * queries and the probabilities rounded to bf16 as they are packed
+ */
+static void
+vlm_attn_bf16_kv(void *arg, int start, int end, int thread)
+{
+    int                       t, kvh, seg, s0, nk, i, d, hd, n;
+    uint16_t                 *vt;
+    const float              *v;
+    vlm_attn_job_t           *job = arg;
+    const vlm_attn_varlen_t  *a = job->va;
+
+    (void) thread;
+
+    hd = a->head_dim;
+    n = a->cu_seqlens[a->n_segments];
+
+    for (t = start; t < end; t++) {
+        kvh = t / a->n_segments;
+        seg = t % a->n_segments;
+        s0 = a->cu_seqlens[seg];
+        nk = a->cu_seqlens[seg + 1] - s0;
+        vt = job->vt + ((size_t) kvh * n + s0) * hd;
+
+        for (i = s0; i < s0 + nk; i++) {
+            vlm_cpu_round_bf16(job->kb + ((size_t) kvh * n + i) * hd,
+                               a->k + (size_t) i * a->kv_stride + kvh * hd,
+                               (size_t) hd, job->cpu->level);
+
+            v = a->v + (size_t) i * a->kv_stride + kvh * hd;
+            for (d = 0; d < hd; d++) {
+                vt[(size_t) d * nk + i - s0] = vlm_f32_to_bf16(v[d]);
+            }
+        }
+    }
+}
+
+
+/* queries [r0, r0 + nq) of head h against the nk keys from s0 */
+static void
+vlm_attn_bf16_block(const vlm_attn_job_t *job, float *S, uint16_t *xp,
+    int h, int kvh, int s0, int nk, int r0, int nq)
+{
+    int                       i, j, hd, nh, n;
+    float                    *row;
+    vlm_gemm_bf16_t           g;
+    const vlm_gemm_kernel_t  *kr = job->cpu->gemm;
+    const vlm_attn_varlen_t  *a = job->va;
+
+    hd = a->head_dim;
+    nh = a->n_heads;
+    n = a->cu_seqlens[a->n_segments];
+
+    /* S = Q K^T: the keys are the weight rows */
+    kr->pack_f32(xp, a->q + (size_t) r0 * a->q_stride + h * hd,
+                 a->q_stride, nq, hd, 0);
+
+    g.y = S;
+    g.ldy = nk;
+    g.x = xp;
+    g.w = job->kb + ((size_t) kvh * n + s0) * hd;
+    g.rows = nk;
+    g.cols = hd;
+    g.bias = NULL;
+    g.n = nq;
+    g.packed = 1;
+    g.accum = 0;
+    kr->gemm(&g, 0, (nk + VLM_GEMM_RB - 1) / VLM_GEMM_RB);
+
+    for (i = 0; i < nq; i++) {
+        row = S + (size_t) i * nk;
+        for (j = 0; j < nk; j++) {
+            row[j] *= a->scale;
+        }
+        job->cpu->softmax(row, nk);
+    }
+
+    /* O = P V: the values' columns are the weight rows */
+    kr->pack_f32(xp, S, nk, nq, nk, 0);
+
+    g.y = a->out + (size_t) r0 * nh * hd + h * hd;
+    g.ldy = nh * hd;
+    g.w = job->vt + ((size_t) kvh * n + s0) * hd;
+    g.rows = hd;
+    g.cols = nk;
+    kr->gemm(&g, 0, (hd + VLM_GEMM_RB - 1) / VLM_GEMM_RB);
+}
+
+
+/*
  * Non-causal segments, a block of VLM_CPU_QB queries of one head at a
- * time: S = scale Q K^T and O = softmax(S) V as two BLAS products.
+ * time: S = scale Q K^T and O = softmax(S) V as two BLAS products, or
+ * the bf16 kernels' (job->kb set).
  */
 static void
 vlm_attn_varlen_blocks(void *arg, int start, int end, int thread)
@@ -1463,10 +1624,14 @@ vlm_attn_varlen_blocks(void *arg, int start, int end, int thread)
     int                       t, b, h, kvh, seg, base, nb, s0, s1, r0, nq;
     int                       nk, i, hd, nh;
     float                    *S;
+    uint16_t                 *xp;
     vlm_attn_job_t           *job = arg;
     const vlm_attn_varlen_t  *a = job->va;
 
     S = job->cpu->scores + (size_t) thread * VLM_CPU_QB * job->cpu->max_ctx;
+    xp = job->cpu->apack == NULL ? NULL
+         : job->cpu->apack + (size_t) thread * 2 * VLM_CPU_QB
+                             * (job->cpu->apack_cols + 1);
     hd = a->head_dim;
     nh = a->n_heads;
     seg = 0;
@@ -1493,6 +1658,11 @@ vlm_attn_varlen_blocks(void *arg, int start, int end, int thread)
         nq = vlm_min(VLM_CPU_QB, s1 - r0);
         kvh = h / (nh / a->n_kv_heads);
 
+        if (job->kb != NULL) {
+            vlm_attn_bf16_block(job, S, xp, h, kvh, s0, nk, r0, nq);
+            continue;
+        }
+
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hd,
                     a->scale, a->q + (size_t) r0 * a->q_stride + h * hd,
                     a->q_stride, a->k + (size_t) s0 * a->kv_stride
@@ -1515,8 +1685,33 @@ vlm_attn_varlen_blocks(void *arg, int start, int end, int thread)
 static void
 vlm_cpu_attention_varlen(vlm_backend_t *be, const vlm_attn_varlen_t *a)
 {
-    int             s, blocks;
+    int             s, blocks, n;
+    size_t          kv;
     vlm_attn_job_t  job = { .cpu = (vlm_cpu_t *) be, .va = a };
+
+    n = a->cu_seqlens[a->n_segments];
+    kv = (size_t) a->n_kv_heads * n * a->head_dim;
+
+    if (a->bf16 && !a->causal && job.cpu->gemm->pack_f32 != NULL
+        && a->head_dim <= VLM_CPU_ATTN_HD && a->work != NULL
+        && a->work_size >= 2 * kv * sizeof(uint16_t))
+    {
+        job.kb = a->work;
+        job.vt = job.kb + kv;
+
+        vlm_threadpool_run(job.cpu->pool, a->n_kv_heads * a->n_segments,
+                           vlm_attn_bf16_kv, &job);
+
+        blocks = 0;
+        for (s = 0; s < a->n_segments; s++) {
+            blocks += (a->cu_seqlens[s + 1] - a->cu_seqlens[s]
+                       + VLM_CPU_QB - 1) / VLM_CPU_QB;
+        }
+
+        vlm_threadpool_run(job.cpu->pool, blocks * a->n_heads,
+                           vlm_attn_varlen_blocks, &job);
+        return;
+    }
 
     if (a->causal) {
         vlm_threadpool_run(job.cpu->pool, a->cu_seqlens[a->n_segments]
@@ -1687,6 +1882,109 @@ vlm_attn_widen_rows(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
 
 
 /*
+ * The same over a bf16 cache with the bf16 kernels (amx: tdpbf16ps): each
+ * run of key rows copied into the thread's tile as the weight rows of S =
+ * Q K^T, then each run of value rows transposed there for O += P V.  The
+ * keys and values are bf16 already; the queries and the probabilities go
+ * in twice, rounded to bf16 and what the rounding left (bf16 x 2), so the
+ * products keep about f32's precision: the model's parity, and a prompt
+ * in other chunks agreeing to rounding, hold as with f32 products
+ */
+static void
+vlm_attn_paged_bf16_h(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
+    const vlm_attn_seq_t *sq, int h, int kvh, int r0, int nq, int nk,
+    float *S, uint16_t *tile, uint16_t *xp)
+{
+    int                       i, j, jj, d, n, run, valid, hd, nh, kvd, bs;
+    float                    *row;
+    uint16_t                 *xr;
+    const uint16_t           *src;
+    vlm_gemm_bf16_t           g;
+    const vlm_gemm_kernel_t  *kr = cpu->gemm;
+
+    hd = a->head_dim;
+    nh = a->n_heads;
+    kvd = a->n_kv_heads * hd;
+    bs = a->block_size;
+    run = vlm_min(2 * VLM_CPU_KVTILE / hd, cpu->apack_cols);
+
+    /* the two parts: xp and the second half of the thread's apack */
+    xr = xp + (size_t) VLM_CPU_QB * (cpu->apack_cols + 1);
+    kr->pack_f32(xp, sq->q + (size_t) r0 * nh * hd + h * hd, nh * hd, nq,
+                 hd, 0);
+    kr->pack_f32(xr, sq->q + (size_t) r0 * nh * hd + h * hd, nh * hd, nq,
+                 hd, 1);
+
+    g.bias = NULL;
+    g.n = nq;
+    g.packed = 1;
+    g.w = tile;
+    g.cols = hd;
+    g.ldy = nk;
+
+    for (j = 0; j < nk; j += n) {
+        n = vlm_min(run, nk - j);
+
+        for (jj = j; jj < j + n; jj++) {
+            src = (const uint16_t *) a->k_cache
+                  + ((size_t) sq->block_table[jj / bs] * bs + jj % bs) * kvd
+                  + kvh * hd;
+            memcpy(tile + (size_t) (jj - j) * hd, src,
+                   (size_t) hd * sizeof(uint16_t));
+        }
+
+        g.y = S + j;
+        g.rows = n;
+        g.x = xp;
+        g.accum = 0;
+        kr->gemm(&g, 0, (n + VLM_GEMM_RB - 1) / VLM_GEMM_RB);
+        g.x = xr;
+        g.accum = 1;
+        kr->gemm(&g, 0, (n + VLM_GEMM_RB - 1) / VLM_GEMM_RB);
+    }
+
+    for (i = 0; i < nq; i++) {
+        valid = sq->kv_start + r0 + i + 1;
+        row = S + (size_t) i * nk;
+
+        for (j = 0; j < valid; j++) {
+            row[j] *= a->scale;
+        }
+
+        cpu->softmax(row, valid);
+        memset(row + valid, 0, (size_t) (nk - valid) * sizeof(float));
+    }
+
+    g.y = sq->out + (size_t) r0 * nh * hd + h * hd;
+    g.ldy = nh * hd;
+    g.rows = hd;
+
+    for (j = 0; j < nk; j += n) {
+        n = vlm_min(run, nk - j);
+
+        for (jj = j; jj < j + n; jj++) {
+            src = (const uint16_t *) a->v_cache
+                  + ((size_t) sq->block_table[jj / bs] * bs + jj % bs) * kvd
+                  + kvh * hd;
+            for (d = 0; d < hd; d++) {
+                tile[(size_t) d * n + jj - j] = src[d];
+            }
+        }
+
+        kr->pack_f32(xp, S + j, nk, nq, n, 0);
+        kr->pack_f32(xr, S + j, nk, nq, n, 1);
+        g.cols = n;
+        g.x = xp;
+        g.accum = j > 0;
+        kr->gemm(&g, 0, (hd + VLM_GEMM_RB - 1) / VLM_GEMM_RB);
+        g.x = xr;
+        g.accum = 1;
+        kr->gemm(&g, 0, (hd + VLM_GEMM_RB - 1) / VLM_GEMM_RB);
+    }
+}
+
+
+/*
  * A block of queries (rows r0.. of sq, nk keys) of head h over a 16-bit
  * cache: as below, each run of key / value rows widened into the thread's
  * tile before its product
@@ -1775,6 +2073,19 @@ vlm_attn_paged_blocks(void *arg, int start, int end, int thread)
         nq = vlm_min(VLM_CPU_QB, sq->n_q - r0);
         nk = sq->kv_start + r0 + nq;
         kvh = h / (nh / a->n_kv_heads);
+
+        if (a->kv_dtype == VLM_DTYPE_BF16 && job->cpu->gemm->pack_f32 != NULL
+            && hd <= VLM_CPU_ATTN_HD)
+        {
+            vlm_attn_paged_bf16_h(job->cpu, a, sq, h, kvh, r0, nq, nk, S,
+                                  (uint16_t *) (job->cpu->kvtile
+                                                + (size_t) thread
+                                                  * VLM_CPU_KVTILE),
+                                  job->cpu->apack
+                                  + (size_t) thread * 2 * VLM_CPU_QB
+                                    * (job->cpu->apack_cols + 1));
+            continue;
+        }
 
         if (a->kv_dtype != VLM_DTYPE_F32) {
             vlm_attn_paged_blocks_h(job->cpu, a, sq, h, kvh, r0, nq, nk,
@@ -1918,6 +2229,7 @@ vlm_cpu_free(vlm_backend_t *be)
 
     vlm_cpu_release(be, cpu->scores);
     vlm_cpu_release(be, cpu->kvtile);
+    vlm_cpu_release(be, cpu->apack);
     vlm_cpu_release(be, cpu->wtile);
     vlm_cpu_release(be, cpu->xq);
     vlm_cpu_release(be, cpu->qpanel);
@@ -2030,7 +2342,17 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
                                           * sizeof(float));
     cpu->kvtile = vlm_cpu_alloc(&cpu->be, (size_t) cpu->n_threads
                                           * VLM_CPU_KVTILE * sizeof(float));
-    if (cpu->scores == NULL || cpu->kvtile == NULL) {
+    if (cpu->gemm->pack_f32 != NULL) {
+        cpu->apack_cols = vlm_max(conf->max_ctx, VLM_CPU_ATTN_HD);
+        cpu->apack = vlm_cpu_alloc(&cpu->be, (size_t) cpu->n_threads * 2
+                                             * VLM_CPU_QB
+                                             * (cpu->apack_cols + 1)
+                                             * sizeof(uint16_t));
+    }
+
+    if (cpu->scores == NULL || cpu->kvtile == NULL
+        || (cpu->gemm->pack_f32 != NULL && cpu->apack == NULL))
+    {
         vlm_cpu_free(&cpu->be);
         return vlm_error_set(err, VLM_ERR_NOMEM,
                              "cpu backend: no memory for attention scratch");

@@ -51,6 +51,7 @@ typedef struct {
     const float     *bias;      /* [rows] or NULL */
     int              n;
     int              packed;    /* x is pack()'s layout */
+    int              accum;     /* packed: y += x W^T, no bias */
 } vlm_gemm_bf16_t;
 
 
@@ -66,6 +67,13 @@ typedef struct {
      */
     void       (*pack)(uint16_t *dst, const uint16_t *x, int n, int cols);
     int          pack_min;      /* rows from which pack() pays */
+    /*
+     * NULL, or: n (1 to VLM_GEMM_PACK_NB) f32 rows of x, ldx apart,
+     * rounded to bf16 straight into pack()'s layout (the attention's
+     * queries and probabilities); rest: x - bf16(x) instead, rounded
+     */
+    void       (*pack_f32)(uint16_t *dst, const float *x, int ldx, int n,
+                   int cols, int rest);
 } vlm_gemm_kernel_t;
 
 

@@ -130,7 +130,7 @@ vlm_round_bf16_scalar(uint16_t *dst, const float *src, size_t n)
 
 
 static const vlm_gemm_kernel_t  vlm_gemm_kernel_scalar = {
-    "scalar", 0, 8, vlm_gemm_scalar, NULL, 0
+    "scalar", 0, 8, vlm_gemm_scalar, NULL, 0, NULL
 };
 
 
@@ -282,7 +282,7 @@ vlm_gemm_avx2(const vlm_gemm_bf16_t *g, int b0, int b1)
 
 
 static const vlm_gemm_kernel_t  vlm_gemm_kernel_avx2 = {
-    "avx2", 0, 8, vlm_gemm_avx2, NULL, 0
+    "avx2", 0, 8, vlm_gemm_avx2, NULL, 0, NULL
 };
 
 
@@ -539,7 +539,7 @@ vlm_panel_512_rn(const vlm_gemm_bf16_t *g, const uint32_t *xp, float *yb,
         for (i = 0; i < NG; i++) {
             y = yb + (size_t) i * 16 * ldy + r0 + r;
 
-            if (q0 == 0) {
+            if (q0 == 0 && !g->accum) {
                 v = g->bias != NULL
                     ? _mm512_add_ps(acc[r][i],
                                     _mm512_set1_ps(g->bias[r0 + r]))
@@ -644,9 +644,92 @@ vlm_round_bf16_512(uint16_t *dst, const float *src, size_t n)
 }
 
 
+/* 16 bf16 back to f32 */
+VLM_AVX512BF16 static VLM_INLINE __m512
+vlm_bf16_widen_512(__m256bh v)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+               _mm512_cvtepu16_epi32((__m256i) v), 16));
+}
+
+
+/*
+ * pack()'s layout from f32 rows ldx apart: the column pair of 8 rows is
+ * gathered as 8 64-bit lanes, whose 16 floats round to 8 lanes of
+ * (bf16 x[k], bf16 x[k + 1]) at once; rest: what that rounding leaves,
+ * x - bf16(x), rounded (the two products sum to x's within 2^-16)
+ */
+VLM_AVX512BF16 static void
+vlm_pack_f32_512(uint16_t *dst, const float *x, int ldx, int n, int cols,
+    int rest)
+{
+    int         g, q, l, np, full, row;
+    float       f;
+    uint32_t   *d;
+    __m256i     idx0, idx1, two;
+    __m512i     lo, hi;
+    __m512      a, b;
+    __mmask8    m0, m1;
+
+    d = (uint32_t *) dst;
+    np = (cols + 1) / 2;
+    full = cols / 2;
+    two = _mm256_set1_epi32(2);
+
+    for (g = 0; g * 16 < n; g++) {
+        l = vlm_min(16, n - g * 16);
+        m0 = (__mmask8) (l >= 8 ? 0xff : (1u << l) - 1);
+        m1 = (__mmask8) (l >= 16 ? 0xff : l > 8 ? (1u << (l - 8)) - 1 : 0);
+
+        /* the float offset of each lane's row */
+        idx0 = _mm256_mullo_epi32(
+                   _mm256_add_epi32(_mm256_set1_epi32(g * 16),
+                                    _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0)),
+                   _mm256_set1_epi32(ldx));
+        idx1 = _mm256_add_epi32(idx0, _mm256_set1_epi32(8 * ldx));
+
+        for (q = 0; q < full; q++) {
+            lo = _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), m0,
+                                             idx0, x, 4);
+            hi = _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), m1,
+                                             idx1, x, 4);
+
+            if (rest) {
+                a = _mm512_castsi512_ps(lo);
+                b = _mm512_castsi512_ps(hi);
+                lo = _mm512_castps_si512(_mm512_sub_ps(a,
+                         vlm_bf16_widen_512(_mm512_cvtneps_pbh(a))));
+                hi = _mm512_castps_si512(_mm512_sub_ps(b,
+                         vlm_bf16_widen_512(_mm512_cvtneps_pbh(b))));
+            }
+
+            _mm512_storeu_si512(d + ((size_t) g * np + q) * 16,
+                                (__m512i) _mm512_cvtne2ps_pbh(
+                                    _mm512_castsi512_ps(hi),
+                                    _mm512_castsi512_ps(lo)));
+
+            idx0 = _mm256_add_epi32(idx0, two);
+            idx1 = _mm256_add_epi32(idx1, two);
+        }
+
+        /* an odd last column pairs with a zero */
+        for (l = 0; full < np && l < 16; l++) {
+            row = g * 16 + l;
+            f = row < n ? x[(size_t) row * ldx + cols - 1] : 0.0f;
+            if (rest) {
+                f -= vlm_bf16_to_f32(vlm_f32_to_bf16(f));
+            }
+            d[((size_t) g * np + full) * 16 + l] = vlm_f32_to_bf16(f);
+        }
+    }
+
+    _mm256_zeroupper();
+}
+
+
 static const vlm_gemm_kernel_t  vlm_gemm_kernel_512 = {
     "avx512bf16", 1, VLM_CPU_ALL_ROWS, vlm_gemm_512, vlm_pack_512,
-    VLM_GEMM_PACK_MIN
+    VLM_GEMM_PACK_MIN, vlm_pack_f32_512
 };
 
 
@@ -854,7 +937,7 @@ vlm_amx_block(const vlm_gemm_bf16_t *g, int r, int gi, int q0, int q1,
 
     vlm_amx_tiles(g, r, gi, q0, q1, NR, NG, c);
 
-    first = (q0 == 0);
+    first = (q0 == 0 && !g->accum);
     last = (q1 == qa);
 
     for (a = 0; a < NR; a++) {
@@ -921,7 +1004,7 @@ vlm_gemm_amx(const vlm_gemm_bf16_t *g, int b0, int b1)
 
 static const vlm_gemm_kernel_t  vlm_gemm_kernel_amx = {
     "amx", 1, VLM_CPU_ALL_ROWS, vlm_gemm_amx, vlm_pack_512,
-    VLM_GEMM_AMX_MIN
+    VLM_GEMM_AMX_MIN, vlm_pack_f32_512
 };
 
 

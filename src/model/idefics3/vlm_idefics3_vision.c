@@ -327,6 +327,11 @@ vlm_idefics3_vision_encode(vlm_model_t *m, const vlm_image_t *img,
         va.cu_seqlens = w->cu_full;
         va.n_segments = img->grid_t;
         va.causal = 0;
+        /* bf16 weights: bf16 products, in m1 (the MLP's, free meanwhile) */
+        va.bf16 = B->q.dtype == VLM_DTYPE_BF16;
+        va.work = w->m1;
+        va.work_size = (size_t) m->params.max_image_patches
+                       * vc->intermediate_size * sizeof(float);
 
         op->layer_norm(be, w->h, w->x, B->norm1_w, B->norm1_b, P, E,
                        vc->norm_eps);

@@ -530,6 +530,11 @@ run:
         va.head_dim = hd;
         va.scale = 1.0f / sqrtf((float) hd);
         va.causal = 0;
+        /* bf16 weights: bf16 products, in m1 (the MLP's, free meanwhile) */
+        va.bf16 = B->qkv.dtype == VLM_DTYPE_BF16;
+        va.work = w->m1;
+        va.work_size = (size_t) m->params.max_image_patches
+                       * vc->intermediate_size * sizeof(float);
 
         vlm_vision_norm_apply(m, h, x, B->norm1_w, B->norm1_b, P);
         op->matmul(be, w->qkv, h, &B->qkv, B->qkv_b, P);
