@@ -8,14 +8,17 @@
  * it.  Samples of all figures are interleaved; each figure prints its
  * median and its spread (min..max) over the repetitions.
  *
- *   bench_matmul [--shape 3b|0.5b] [--layers N] [--threads N] [--reps N]
+ *   bench_matmul [--shape 3b|0.5b|vision] [--layers N] [--threads N]
+ *                [--reps N]
  *                [--streams 1,4,16,64] [--prefill N]
  *                [--kernels scalar,avx2,avx512bf16,amx] (default: the best
  *                                                       this CPU runs)
  *                [--weights bf16,q4,q8,q4i8,q8i8]     (default: bf16)
  *
  * The weights are random bf16, L layers of q, k, v, o, gate, up and down
- * (L defaults to 4 for 3b, 24 for 0.5b: far beyond the caches); q4 the
+ * (L defaults to 4 for 3b, 24 for 0.5b: far beyond the caches; vision:
+ * the 32 blocks of Qwen2.5-VL's vision tower, q, k and v the thirds of its
+ * qkv, 4 of them by default, tokens its patches); q4 the
  * same matrices as 4-bit codes with a scale and a min a group of 128
  * columns (AWQ, GPTQ, W4A16 checkpoints), q8 as 8-bit codes with a scale
  * a row (W8A8), measured in the same run, interleaved; q4i8 and q8i8 the
@@ -112,8 +115,12 @@ main(int argc, char **argv)
             if (strcmp(argv[i + 1], "0.5b") == 0) {
                 sh = (bench_shape_t) { 896, 4864, 128, 24, 24 };
 
+            } else if (strcmp(argv[i + 1], "vision") == 0) {
+                /* Qwen2.5-VL's vision blocks: q, k, v the qkv's thirds */
+                sh = (bench_shape_t) { 1280, 3420, 1280, 4, 32 };
+
             } else if (strcmp(argv[i + 1], "3b") != 0) {
-                fprintf(stderr, "bench_matmul: shapes: 3b, 0.5b\n");
+                fprintf(stderr, "bench_matmul: shapes: 3b, 0.5b, vision\n");
                 return 1;
             }
 

@@ -770,6 +770,7 @@ vlm_matmul_rows(void *arg, int start, int end, int thread)
 typedef struct {
     const vlm_gemm_kernel_t  *kernel;
     vlm_gemm_bf16_t           g;
+    const float              *x;        /* f32 rows to pack */
 } vlm_gemm_job_t;
 
 
@@ -784,10 +785,32 @@ vlm_matmul_bf16_blocks(void *arg, int start, int end, int thread)
 }
 
 
+/* groups [start, end) of 16 rows of x packed from f32, over the threads */
+static void
+vlm_matmul_bf16_pack(void *arg, int start, int end, int thread)
+{
+    int              gr, cols;
+    uint16_t        *xp;
+    vlm_gemm_job_t  *job = arg;
+
+    (void) thread;
+
+    cols = job->g.cols;
+    xp = (uint16_t *) job->g.x;
+
+    for (gr = start; gr < end; gr++) {
+        job->kernel->pack_f32(xp + (size_t) gr * 16 * (cols + cols % 2),
+                              job->x + (size_t) gr * 16 * cols, cols,
+                              vlm_min(16, job->g.n - gr * 16), cols, 0);
+    }
+}
+
+
 /*
  * bf16 weights: VLM_GEMM_NB activation rows at a time, or
  * VLM_GEMM_PACK_NB packed ones (rounded to bf16 first where the kernel
- * wants them so), weight row blocks split over the threads
+ * wants them so, straight into the packed layout where it can), weight
+ * row blocks split over the threads
  */
 static void
 vlm_cpu_matmul_bf16(vlm_cpu_t *cpu, float *y, const float *x,
@@ -812,7 +835,15 @@ vlm_cpu_matmul_bf16(vlm_cpu_t *cpu, float *y, const float *x,
         job.g.packed = 0;
         job.g.accum = 0;
 
-        if (cpu->gemm->x_bf16) {
+        if (pack && cpu->gemm->pack_f32 != NULL) {
+            /* rounded straight into the packed layout, by the threads */
+            job.x = x + (size_t) i * w->cols;
+            job.g.x = cpu->xq;
+            job.g.packed = 1;
+            vlm_threadpool_run(cpu->pool, (nb + 15) / 16,
+                               vlm_matmul_bf16_pack, &job);
+
+        } else if (cpu->gemm->x_bf16) {
             vlm_cpu_round_bf16(cpu->xq, x + (size_t) i * w->cols,
                                (size_t) nb * w->cols, cpu->level);
             job.g.x = cpu->xq;
