@@ -807,6 +807,43 @@ test_rope_mrope_sections(void **state)
 }
 
 
+/* add(): short rows on the caller, long ones in chunks over the threads */
+static void
+test_add(void **state)
+{
+    int             c;
+    float          *x, *y, *ref;
+    size_t          i, n;
+    vlm_backend_t  *be;
+    static const size_t  sizes[] = { 1, 16383, 16384, 20000, 32769, 100003 };
+
+    (void) state;
+
+    be = backend(0);
+
+    for (c = 0; c < (int) (sizeof(sizes) / sizeof(sizes[0])); c++) {
+        n = sizes[c];
+        x = vlm_test_rand_vec(&rng_state, n);
+        y = vlm_test_rand_vec(&rng_state, n);
+        ref = malloc(n * sizeof(float));
+        assert_non_null(ref);
+
+        for (i = 0; i < n; i++) {
+            ref[i] = y[i] + x[i];
+        }
+
+        be->ops->add(be, y, x, n);
+        assert_memory_equal(y, ref, n * sizeof(float));
+
+        free(x);
+        free(y);
+        free(ref);
+    }
+
+    be->ops->free(be);
+}
+
+
 /* softmax(q k^T * scale + mask) v for one head, keys [k0, k1) */
 static void
 naive_attend(float *out, const float *q, const float *k, const float *v,
@@ -1645,6 +1682,7 @@ main(void)
         cmocka_unit_test(test_norms),
         cmocka_unit_test(test_rope_mrope_sections),
         cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_add),
         cmocka_unit_test(test_attention_varlen_block_diagonal_and_causal),
         cmocka_unit_test(test_attention_varlen_bf16),
         cmocka_unit_test(test_paged_attention_matches_contiguous),

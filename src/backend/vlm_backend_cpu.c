@@ -37,6 +37,7 @@
 #define VLM_CPU_QUANT_FUSED 16      /* activation rows of fused kernels */
 #define VLM_CPU_KVTILE      8192    /* floats: 16-bit KV rows widened */
 #define VLM_CPU_ATTN_HD     256     /* head_dim of the bf16 attention, at most */
+#define VLM_CPU_ADD_CHUNK   16384   /* floats of add() a job */
 
 
 typedef void (*vlm_dot_pt)(const void *w, const float *x, int x_stride,
@@ -1418,16 +1419,45 @@ vlm_cpu_gated_act(vlm_backend_t *be, float *y, const float *gate,
 }
 
 
+typedef struct {
+    float        *y;
+    const float  *x;
+    size_t        n;
+} vlm_add_job_t;
+
+
+static void
+vlm_add_chunks(void *arg, int start, int end, int thread)
+{
+    size_t          i, e;
+    vlm_add_job_t  *job = arg;
+
+    (void) thread;
+
+    e = vlm_min((size_t) end * VLM_CPU_ADD_CHUNK, job->n);
+
+    for (i = (size_t) start * VLM_CPU_ADD_CHUNK; i < e; i++) {
+        job->y[i] += job->x[i];
+    }
+}
+
+
+/* a decode step's rows in place; a prompt's or an image's over the threads */
 static void
 vlm_cpu_add(vlm_backend_t *be, float *y, const float *x, size_t n)
 {
-    size_t  i;
+    int            chunks;
+    vlm_add_job_t  job = { y, x, n };
 
-    (void) be;
+    chunks = (int) ((n + VLM_CPU_ADD_CHUNK - 1) / VLM_CPU_ADD_CHUNK);
 
-    for (i = 0; i < n; i++) {
-        y[i] += x[i];
+    if (chunks < 2) {
+        vlm_add_chunks(&job, 0, chunks, 0);
+        return;
     }
+
+    vlm_threadpool_run(((vlm_cpu_t *) be)->pool, chunks, vlm_add_chunks,
+                       &job);
 }
 
 
