@@ -1763,18 +1763,7 @@ vlm_cpu_attention_varlen(vlm_backend_t *be, const vlm_attn_varlen_t *a)
         vlm_threadpool_run(job.cpu->pool, a->n_kv_heads * a->n_segments,
                            vlm_attn_bf16_kv, &job);
 
-        blocks = 0;
-        for (s = 0; s < a->n_segments; s++) {
-            blocks += (a->cu_seqlens[s + 1] - a->cu_seqlens[s]
-                       + VLM_CPU_QB - 1) / VLM_CPU_QB;
-        }
-
-        vlm_threadpool_run(job.cpu->pool, blocks * a->n_heads,
-                           vlm_attn_varlen_blocks, &job);
-        return;
-    }
-
-    if (a->causal) {
+    } else if (a->causal) {
         vlm_threadpool_run(job.cpu->pool, a->cu_seqlens[a->n_segments]
                                           * a->n_heads,
                            vlm_attn_varlen_rows, &job);
