@@ -3,7 +3,8 @@
 # backend it runs, the backends built in (as `vlm-engine --features`
 # says), the instruction set of the CPU kernels on this CPU (from
 # /proc/cpuinfo's flags), the CUDA version it was built with (nvcc's, in
-# a CUDA build) and its ranks; HEAD answers, POST is a 405.
+# a CUDA build) and its ranks; HEAD answers, POST is a 405.  With
+# AVX512_BF16, OpenBLAS runs its AVX-512 kernels in the engine.
 
 use strict;
 use warnings;
@@ -64,6 +65,17 @@ is_deeply($j, {
     "the versions and the engine's build ($simd, cuda "
     . ($cuda // 'none') . ')') or diag($res->{body});
 like($res->{body}, qr/^\{"version":/, 'the version comes first, as vLLM');
+
+# OpenBLAS 0.3.21 takes its SSE3 or Haswell kernels on CPUs newer than it
+# knows; with AVX512_BF16 the engine names the core type it runs
+my ($blas) = map { /cpu backend: .* kernels, OpenBLAS (\S+)/ ? $1 : () }
+             VLMTest::error_log_since($srv);
+ok(defined $blas, 'the engine logs the OpenBLAS kernels it runs ('
+   . ($blas // 'none') . ')');
+if ($simd eq 'amx' || $simd eq 'avx512bf16') {
+    like($blas // '', qr/^(cooperlake|skylakex|sapphirerapids)$/i,
+         "$simd: OpenBLAS runs its AVX-512 kernels");
+}
 
 is(vlm_request($srv, 'HEAD', '/version')->{status}, 200, 'HEAD: 200');
 is(vlm_request($srv, 'POST', '/version', '{}')->{status}, 405, 'POST: 405');

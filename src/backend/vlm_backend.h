@@ -262,6 +262,8 @@ vlm_status_t vlm_backend_cuda_init(vlm_backend_t **be,
 
 /* the instruction set of the CPU kernels on this CPU ("avx2") */
 const char *vlm_backend_cpu_simd(void);
+/* OPENBLAS_CORETYPE for this CPU where OpenBLAS chose older kernels */
+const char *vlm_backend_cpu_blas_core(void);
 /* in build/libvlm_cuda.a: the CUDA runtime version built with (12040) */
 int vlm_backend_cuda_version(void);
 

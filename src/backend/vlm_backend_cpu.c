@@ -20,6 +20,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <cblas.h>
 
@@ -2329,6 +2330,36 @@ vlm_backend_cpu_simd(void)
 }
 
 
+/*
+ * OpenBLAS (0.3.21) picks its kernels in its constructor from the CPU
+ * models it knows, and falls back to older ones on newer CPUs (its SSE3
+ * "Prescott" kernels on a Sapphire Rapids-family Xeon, "Haswell" on Zen
+ * 5).  The core type whose kernels this CPU runs, where OpenBLAS chose
+ * below it; NULL where its choice stands.  f32/f16 weights and the
+ * attention blocks the bf16 kernels do not take go through it.
+ */
+const char *
+vlm_backend_cpu_blas_core(void)
+{
+    const char  *have;
+
+    if (vlm_cpu_detect() < VLM_CPU_AVX512BF16) {
+        return NULL;
+    }
+
+    have = openblas_get_corename();
+
+    if (have == NULL || strcasecmp(have, "cooperlake") == 0
+        || strcasecmp(have, "sapphirerapids") == 0
+        || strcasecmp(have, "skylakex") == 0)
+    {
+        return NULL;
+    }
+
+    return "Cooperlake";
+}
+
+
 vlm_status_t
 vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     vlm_error_t *err)
@@ -2411,8 +2442,9 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     /* BLAS runs inside our workers, one tile each */
     openblas_set_num_threads(1);
 
-    vlm_log(VLM_LOG_INFO, "cpu backend: %d threads, %s kernels",
-            cpu->n_threads, vlm_cpu_level_name(cpu->level));
+    vlm_log(VLM_LOG_INFO, "cpu backend: %d threads, %s kernels, OpenBLAS "
+            "%s", cpu->n_threads, vlm_cpu_level_name(cpu->level),
+            openblas_get_corename());
 
     *out = &cpu->be;
 

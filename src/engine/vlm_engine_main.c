@@ -901,7 +901,7 @@ main(int argc, char **argv)
 {
     int                 pidfd, active, timeout, rc;
     void               *base;
-    const char         *why;
+    const char         *why, *blas;
     vlm_comm_t         *comm;
     vlm_group_t        *group;
     uint32_t            slot;
@@ -931,6 +931,23 @@ main(int argc, char **argv)
 
     if (vlm_engine_parse(argc, argv, &args) != 0) {
         return 2;
+    }
+
+    /*
+     * OpenBLAS chose its kernels before main(): where it took older ones
+     * than this CPU runs, once more with the core type named (the
+     * process, its descriptors and its arguments stay); a core type the
+     * environment names stands
+     */
+    blas = vlm_backend_cpu_blas_core();
+
+    if (blas != NULL && getenv("OPENBLAS_CORETYPE") == NULL) {
+        if (setenv("OPENBLAS_CORETYPE", blas, 1) == 0) {
+            execv("/proc/self/exe", argv);
+        }
+
+        vlm_log(VLM_LOG_WARN, "OPENBLAS_CORETYPE=%s: %s", blas,
+                strerror(errno));
     }
 
     memset(&sa, 0, sizeof(sa));
