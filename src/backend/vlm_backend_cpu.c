@@ -67,7 +67,7 @@ typedef struct {
     int8_t            *xi8;         /* [VLM_CPU_QUANT_FUSED, xi8_cols] */
     float             *xd;          /* [VLM_CPU_QUANT_FUSED, xi8_cols/32] */
     int                xi8_cols;
-    uint16_t          *xq;          /* 2 [PACK_NB, xq_cols + 1] bf16 x */
+    uint16_t          *xq;          /* [PACK_NB, xq_cols + 1] bf16 x */
     int                xq_cols;
     float             *qpanel;      /* [n_threads, 24 * qpanel_cols] */
     int                qpanel_cols;
@@ -532,7 +532,7 @@ vlm_cpu_copy(vlm_backend_t *be, void *dst, const void *src, size_t size)
 }
 
 
-/* activations rounded to bf16, then pack()'s copy of them */
+/* activations rounded to bf16, or pack()'s layout of them */
 static vlm_status_t
 vlm_cpu_xq_reserve(vlm_backend_t *be, int cols, vlm_error_t *err)
 {
@@ -543,7 +543,7 @@ vlm_cpu_xq_reserve(vlm_backend_t *be, int cols, vlm_error_t *err)
     }
 
     vlm_cpu_release(be, cpu->xq);
-    cpu->xq = vlm_cpu_alloc(be, 2 * (size_t) VLM_GEMM_PACK_NB * (cols + 1)
+    cpu->xq = vlm_cpu_alloc(be, (size_t) VLM_GEMM_PACK_NB * (cols + 1)
                                 * sizeof(uint16_t));
     cpu->xq_cols = cpu->xq == NULL ? 0 : cols;
 
@@ -772,7 +772,6 @@ vlm_matmul_rows(void *arg, int start, int end, int thread)
 typedef struct {
     const vlm_gemm_kernel_t  *kernel;
     vlm_gemm_bf16_t           g;
-    const float              *x;        /* f32 rows to pack */
 } vlm_gemm_job_t;
 
 
@@ -787,24 +786,45 @@ vlm_matmul_bf16_blocks(void *arg, int start, int end, int thread)
 }
 
 
-/* groups [start, end) of 16 rows of x packed from f32, over the threads */
+typedef struct {
+    const vlm_gemm_kernel_t  *kernel;
+    uint16_t                 *dst;
+    const float              *x;
+    int                       n;
+    int                       cols;
+} vlm_pack_job_t;
+
+
+/* groups [start, end) of 16 rows */
 static void
-vlm_matmul_bf16_pack(void *arg, int start, int end, int thread)
+vlm_pack_groups(void *arg, int start, int end, int thread)
 {
-    int              gr, cols;
-    uint16_t        *xp;
-    vlm_gemm_job_t  *job = arg;
+    int              gr;
+    vlm_pack_job_t  *job = arg;
 
     (void) thread;
 
-    cols = job->g.cols;
-    xp = (uint16_t *) job->g.x;
-
     for (gr = start; gr < end; gr++) {
-        job->kernel->pack_f32(xp + (size_t) gr * 16 * (cols + cols % 2),
-                              job->x + (size_t) gr * 16 * cols, cols,
-                              vlm_min(16, job->g.n - gr * 16), cols, 0);
+        job->kernel->pack(job->dst + (size_t) gr * 16
+                                     * (job->cols + job->cols % 2),
+                          job->x + (size_t) gr * 16 * job->cols, job->cols,
+                          vlm_min(16, job->n - gr * 16), job->cols, 0);
     }
+}
+
+
+/*
+ * n (at most VLM_GEMM_PACK_NB) rows of x rounded to bf16 into the packed
+ * layout in cpu->xq, 16 rows a job over the threads
+ */
+static const uint16_t *
+vlm_cpu_pack_rows(vlm_cpu_t *cpu, const float *x, int n, int cols)
+{
+    vlm_pack_job_t  job = { cpu->gemm, cpu->xq, x, n, cols };
+
+    vlm_threadpool_run(cpu->pool, (n + 15) / 16, vlm_pack_groups, &job);
+
+    return cpu->xq;
 }
 
 
@@ -819,7 +839,6 @@ vlm_cpu_matmul_bf16(vlm_cpu_t *cpu, float *y, const float *x,
     const vlm_weight_t *w, const float *bias, int n)
 {
     int             i, nb, pack;
-    uint16_t       *xp;
     vlm_gemm_job_t  job;
 
     job.kernel = cpu->gemm;
@@ -837,26 +856,15 @@ vlm_cpu_matmul_bf16(vlm_cpu_t *cpu, float *y, const float *x,
         job.g.packed = 0;
         job.g.accum = 0;
 
-        if (pack && cpu->gemm->pack_f32 != NULL) {
-            /* rounded straight into the packed layout, by the threads */
-            job.x = x + (size_t) i * w->cols;
-            job.g.x = cpu->xq;
+        if (pack) {
+            job.g.x = vlm_cpu_pack_rows(cpu, x + (size_t) i * w->cols, nb,
+                                        w->cols);
             job.g.packed = 1;
-            vlm_threadpool_run(cpu->pool, (nb + 15) / 16,
-                               vlm_matmul_bf16_pack, &job);
 
         } else if (cpu->gemm->x_bf16) {
             vlm_cpu_round_bf16(cpu->xq, x + (size_t) i * w->cols,
                                (size_t) nb * w->cols, cpu->level);
             job.g.x = cpu->xq;
-
-            if (pack) {
-                xp = cpu->xq + (size_t) VLM_GEMM_PACK_NB
-                               * (cpu->xq_cols + 1);
-                cpu->gemm->pack(xp, cpu->xq, nb, w->cols);
-                job.g.x = xp;
-                job.g.packed = 1;
-            }
 
         } else {
             job.g.x = x + (size_t) i * w->cols;
@@ -1048,7 +1056,6 @@ vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
 {
     int                i, k, c, g, nb, ng, fused;
     float              sum;
-    uint16_t          *xp;
     vlm_quant_act_t    act;
     vlm_matmul_job_t   job;
 
@@ -1081,11 +1088,8 @@ vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
             job.n = nb;
             job.y = y + (size_t) i * w->rows;
 
-            vlm_cpu_round_bf16(cpu->xq, x + (size_t) i * w->cols,
-                               (size_t) nb * w->cols, cpu->level);
-            xp = cpu->xq + (size_t) VLM_GEMM_PACK_NB * (cpu->xq_cols + 1);
-            cpu->gemm->pack(xp, cpu->xq, nb, w->cols);
-            job.xp = xp;
+            job.xp = vlm_cpu_pack_rows(cpu, x + (size_t) i * w->cols, nb,
+                                       w->cols);
 
             vlm_threadpool_run(cpu->pool,
                                (w->rows + VLM_GEMM_RB - 1) / VLM_GEMM_RB,
@@ -1640,8 +1644,8 @@ vlm_attn_bf16_block(const vlm_attn_job_t *job, float *S, uint16_t *xp,
     n = a->cu_seqlens[a->n_segments];
 
     /* S = Q K^T: the keys are the weight rows */
-    kr->pack_f32(xp, a->q + (size_t) r0 * a->q_stride + h * hd,
-                 a->q_stride, nq, hd, 0);
+    kr->pack(xp, a->q + (size_t) r0 * a->q_stride + h * hd, a->q_stride,
+             nq, hd, 0);
 
     g.y = S;
     g.ldy = nk;
@@ -1664,7 +1668,7 @@ vlm_attn_bf16_block(const vlm_attn_job_t *job, float *S, uint16_t *xp,
     }
 
     /* O = P V: the values' columns are the weight rows */
-    kr->pack_f32(xp, S, nk, nq, nk, 0);
+    kr->pack(xp, S, nk, nq, nk, 0);
 
     g.y = a->out + (size_t) r0 * nh * hd + h * hd;
     g.ldy = nh * hd;
@@ -1754,7 +1758,7 @@ vlm_cpu_attention_varlen(vlm_backend_t *be, const vlm_attn_varlen_t *a)
     n = a->cu_seqlens[a->n_segments];
     kv = (size_t) a->n_kv_heads * n * a->head_dim;
 
-    if (a->bf16 && !a->causal && job.cpu->gemm->pack_f32 != NULL
+    if (a->bf16 && !a->causal && job.cpu->gemm->pack != NULL
         && a->head_dim <= VLM_CPU_ATTN_HD && a->work != NULL
         && a->work_size >= 2 * kv * sizeof(uint16_t))
     {
@@ -1765,8 +1769,7 @@ vlm_cpu_attention_varlen(vlm_backend_t *be, const vlm_attn_varlen_t *a)
                            vlm_attn_bf16_kv, &job);
 
     } else if (a->causal) {
-        vlm_threadpool_run(job.cpu->pool, a->cu_seqlens[a->n_segments]
-                                          * a->n_heads,
+        vlm_threadpool_run(job.cpu->pool, n * a->n_heads,
                            vlm_attn_varlen_rows, &job);
         return;
     }
@@ -1902,6 +1905,20 @@ vlm_attn_paged_group(void *arg, int start, int end, int thread)
 }
 
 
+/* key or value row j of kv head kvh in a 16-bit cache */
+static const uint16_t *
+vlm_attn_row16(const vlm_attn_paged_t *a, const void *cache,
+    const int32_t *table, int kvh, int j)
+{
+    int  bs = a->block_size;
+
+    return (const uint16_t *) cache
+           + ((size_t) table[j / bs] * bs + j % bs) * a->n_kv_heads
+             * a->head_dim
+           + kvh * a->head_dim;
+}
+
+
 /*
  * Prefill with a 16-bit cache: the rows [j0, j0 + n) (of one kv head)
  * widened into the thread's tile, hd floats apart, a block's part at a
@@ -1920,9 +1937,7 @@ vlm_attn_widen_rows(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
 
     for (j = j0; j < j0 + n; j += part) {
         part = vlm_min(j0 + n - j, bs - j % bs);
-        src = (const uint16_t *) cache
-              + ((size_t) table[j / bs] * bs + j % bs) * a->n_kv_heads * hd
-              + kvh * hd;
+        src = vlm_attn_row16(a, cache, table, kvh, j);
 
         cpu->kv->widen_rows(tile + (size_t) (j - j0) * hd, a->kv_dtype, src,
                             (size_t) a->n_kv_heads * hd, part, hd);
@@ -1941,30 +1956,42 @@ vlm_attn_widen_rows(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
  * products keep about f32's precision: the model's parity, and a prompt
  * in other chunks agreeing to rounding, hold as with f32 products
  */
+/* y (+)= xp W^T, then y += xr W^T: the two bf16 parts of the rows */
+static void
+vlm_attn_gemm_x2(const vlm_gemm_kernel_t *kr, vlm_gemm_bf16_t *g,
+    const uint16_t *xp, const uint16_t *xr, int accum)
+{
+    g->x = xp;
+    g->accum = accum;
+    kr->gemm(g, 0, (g->rows + VLM_GEMM_RB - 1) / VLM_GEMM_RB);
+    g->x = xr;
+    g->accum = 1;
+    kr->gemm(g, 0, (g->rows + VLM_GEMM_RB - 1) / VLM_GEMM_RB);
+}
+
+
 static void
 vlm_attn_paged_bf16_h(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
     const vlm_attn_seq_t *sq, int h, int kvh, int r0, int nq, int nk,
     float *S, uint16_t *tile, uint16_t *xp)
 {
-    int                       i, j, jj, d, n, run, valid, hd, nh, kvd, bs;
+    int                       i, j, jj, d, n, run, valid, hd, nh;
     float                    *row;
     uint16_t                 *xr;
+    const float              *q;
     const uint16_t           *src;
     vlm_gemm_bf16_t           g;
     const vlm_gemm_kernel_t  *kr = cpu->gemm;
 
     hd = a->head_dim;
     nh = a->n_heads;
-    kvd = a->n_kv_heads * hd;
-    bs = a->block_size;
     run = vlm_min(2 * VLM_CPU_KVTILE / hd, cpu->apack_cols);
 
     /* the two parts: xp and the second half of the thread's apack */
     xr = xp + (size_t) VLM_CPU_QB * (cpu->apack_cols + 1);
-    kr->pack_f32(xp, sq->q + (size_t) r0 * nh * hd + h * hd, nh * hd, nq,
-                 hd, 0);
-    kr->pack_f32(xr, sq->q + (size_t) r0 * nh * hd + h * hd, nh * hd, nq,
-                 hd, 1);
+    q = sq->q + (size_t) r0 * nh * hd + h * hd;
+    kr->pack(xp, q, nh * hd, nq, hd, 0);
+    kr->pack(xr, q, nh * hd, nq, hd, 1);
 
     g.bias = NULL;
     g.n = nq;
@@ -1977,21 +2004,14 @@ vlm_attn_paged_bf16_h(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
         n = vlm_min(run, nk - j);
 
         for (jj = j; jj < j + n; jj++) {
-            src = (const uint16_t *) a->k_cache
-                  + ((size_t) sq->block_table[jj / bs] * bs + jj % bs) * kvd
-                  + kvh * hd;
-            memcpy(tile + (size_t) (jj - j) * hd, src,
+            memcpy(tile + (size_t) (jj - j) * hd,
+                   vlm_attn_row16(a, a->k_cache, sq->block_table, kvh, jj),
                    (size_t) hd * sizeof(uint16_t));
         }
 
         g.y = S + j;
         g.rows = n;
-        g.x = xp;
-        g.accum = 0;
-        kr->gemm(&g, 0, (n + VLM_GEMM_RB - 1) / VLM_GEMM_RB);
-        g.x = xr;
-        g.accum = 1;
-        kr->gemm(&g, 0, (n + VLM_GEMM_RB - 1) / VLM_GEMM_RB);
+        vlm_attn_gemm_x2(kr, &g, xp, xr, 0);
     }
 
     for (i = 0; i < nq; i++) {
@@ -2014,23 +2034,16 @@ vlm_attn_paged_bf16_h(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
         n = vlm_min(run, nk - j);
 
         for (jj = j; jj < j + n; jj++) {
-            src = (const uint16_t *) a->v_cache
-                  + ((size_t) sq->block_table[jj / bs] * bs + jj % bs) * kvd
-                  + kvh * hd;
+            src = vlm_attn_row16(a, a->v_cache, sq->block_table, kvh, jj);
             for (d = 0; d < hd; d++) {
                 tile[(size_t) d * n + jj - j] = src[d];
             }
         }
 
-        kr->pack_f32(xp, S + j, nk, nq, n, 0);
-        kr->pack_f32(xr, S + j, nk, nq, n, 1);
+        kr->pack(xp, S + j, nk, nq, n, 0);
+        kr->pack(xr, S + j, nk, nq, n, 1);
         g.cols = n;
-        g.x = xp;
-        g.accum = j > 0;
-        kr->gemm(&g, 0, (hd + VLM_GEMM_RB - 1) / VLM_GEMM_RB);
-        g.x = xr;
-        g.accum = 1;
-        kr->gemm(&g, 0, (hd + VLM_GEMM_RB - 1) / VLM_GEMM_RB);
+        vlm_attn_gemm_x2(kr, &g, xp, xr, j > 0);
     }
 }
 
@@ -2125,7 +2138,7 @@ vlm_attn_paged_blocks(void *arg, int start, int end, int thread)
         nk = sq->kv_start + r0 + nq;
         kvh = h / (nh / a->n_kv_heads);
 
-        if (a->kv_dtype == VLM_DTYPE_BF16 && job->cpu->gemm->pack_f32 != NULL
+        if (a->kv_dtype == VLM_DTYPE_BF16 && job->cpu->gemm->pack != NULL
             && hd <= VLM_CPU_ATTN_HD)
         {
             vlm_attn_paged_bf16_h(job->cpu, a, sq, h, kvh, r0, nq, nk, S,
@@ -2423,7 +2436,7 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
                                           * sizeof(float));
     cpu->kvtile = vlm_cpu_alloc(&cpu->be, (size_t) cpu->n_threads
                                           * VLM_CPU_KVTILE * sizeof(float));
-    if (cpu->gemm->pack_f32 != NULL) {
+    if (cpu->gemm->pack != NULL) {
         cpu->apack_cols = vlm_max(conf->max_ctx, VLM_CPU_ATTN_HD);
         cpu->apack = vlm_cpu_alloc(&cpu->be, (size_t) cpu->n_threads * 2
                                              * VLM_CPU_QB
@@ -2432,7 +2445,7 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     }
 
     if (cpu->scores == NULL || cpu->kvtile == NULL
-        || (cpu->gemm->pack_f32 != NULL && cpu->apack == NULL))
+        || (cpu->gemm->pack != NULL && cpu->apack == NULL))
     {
         vlm_cpu_free(&cpu->be);
         return vlm_error_set(err, VLM_ERR_NOMEM,

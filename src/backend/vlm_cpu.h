@@ -61,19 +61,14 @@ typedef struct {
     int          max_n;         /* rows from which widen + sgemm wins */
     void       (*gemm)(const vlm_gemm_bf16_t *g, int b0, int b1);
     /*
-     * NULL, or: n (pack_min to VLM_GEMM_PACK_NB) rows of x rounded to
-     * bf16 into dst, the layout gemm() takes with packed set (at most
-     * VLM_GEMM_PACK_NB * (cols + 1) elements)
-     */
-    void       (*pack)(uint16_t *dst, const uint16_t *x, int n, int cols);
-    int          pack_min;      /* rows from which pack() pays */
-    /*
      * NULL, or: n (1 to VLM_GEMM_PACK_NB) f32 rows of x, ldx apart,
-     * rounded to bf16 straight into pack()'s layout (the attention's
-     * queries and probabilities); rest: x - bf16(x) instead, rounded
+     * rounded to bf16 into dst, the layout gemm() takes with packed set
+     * (at most VLM_GEMM_PACK_NB * (cols + 1) elements); rest: x - bf16(x)
+     * instead, rounded (the attention's bf16 x 2 products)
      */
-    void       (*pack_f32)(uint16_t *dst, const float *x, int ldx, int n,
+    void       (*pack)(uint16_t *dst, const float *x, int ldx, int n,
                    int cols, int rest);
+    int          pack_min;      /* rows from which pack() pays */
 } vlm_gemm_kernel_t;
 
 

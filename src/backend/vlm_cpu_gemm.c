@@ -130,7 +130,7 @@ vlm_round_bf16_scalar(uint16_t *dst, const float *src, size_t n)
 
 
 static const vlm_gemm_kernel_t  vlm_gemm_kernel_scalar = {
-    "scalar", 0, 8, vlm_gemm_scalar, NULL, 0, NULL
+    "scalar", 0, 8, vlm_gemm_scalar, NULL, 0
 };
 
 
@@ -282,7 +282,7 @@ vlm_gemm_avx2(const vlm_gemm_bf16_t *g, int b0, int b1)
 
 
 static const vlm_gemm_kernel_t  vlm_gemm_kernel_avx2 = {
-    "avx2", 0, 8, vlm_gemm_avx2, NULL, 0, NULL
+    "avx2", 0, 8, vlm_gemm_avx2, NULL, 0
 };
 
 
@@ -398,8 +398,8 @@ vlm_tile_512_any(const uint16_t *w, int ldw, const void *x, int ldx,
 
 /*
  * avx512bf16 at VLM_GEMM_PACK_MIN activation rows and more (prefill): the
- * rows rounded to bf16 are packed (vlm_pack_512) into groups of 16 rows,
- * a vector a column pair: lane l holds row 16g + l's (x[k], x[k + 1]), as
+ * rows are rounded to bf16 and packed (vlm_pack_512) into groups of 16
+ * rows, a vector a column pair: lane l holds row 16g + l's (x[k], x[k + 1]), as
  * vdpbf16ps pairs them.  A tile of RW weight rows x NG groups keeps RW *
  * NG accumulators, each 16 rows' sums of one output column, and for each
  * pair loads NG vectors and broadcasts RW weight pairs: no horizontal
@@ -412,50 +412,6 @@ vlm_tile_512_any(const uint16_t *w, int ldw, const void *x, int ldx,
 #define VLM_PANEL_RW  6
 #define VLM_PANEL_NG  4
 #define VLM_PANEL_KC  VLM_GEMM_KC
-
-
-VLM_AVX512BF16 static void
-vlm_pack_512(uint16_t *dst, const uint16_t *x, int n, int cols)
-{
-    int         g, q, l, np, full;
-    uint32_t   *d;
-    __m512i     idx, two, v;
-    __mmask16   m;
-
-    d = (uint32_t *) dst;
-    np = (cols + 1) / 2;
-    full = cols / 2;
-    two = _mm512_set1_epi32(2);
-
-    for (g = 0; g * 16 < n; g++) {
-        m = n - g * 16 >= 16 ? (__mmask16) 0xffff
-                             : (__mmask16) ((1u << (n - g * 16)) - 1);
-
-        /* the element offset of each lane's row */
-        idx = _mm512_mullo_epi32(
-                  _mm512_add_epi32(_mm512_set1_epi32(g * 16),
-                                   _mm512_set_epi32(15, 14, 13, 12, 11, 10,
-                                                    9, 8, 7, 6, 5, 4, 3, 2,
-                                                    1, 0)),
-                  _mm512_set1_epi32(cols));
-
-        for (q = 0; q < full; q++) {
-            v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx,
-                                            x, 2);
-            _mm512_storeu_si512(d + ((size_t) g * np + q) * 16, v);
-            idx = _mm512_add_epi32(idx, two);
-        }
-
-        /* an odd last column pairs with a zero */
-        for (l = 0; full < np && l < 16; l++) {
-            d[((size_t) g * np + full) * 16 + l] =
-                g * 16 + l < n ? x[(size_t) (g * 16 + l) * cols + cols - 1]
-                               : 0;
-        }
-    }
-
-    _mm256_zeroupper();
-}
 
 
 VLM_AVX512BF16 static VLM_INLINE void
@@ -660,7 +616,7 @@ vlm_bf16_widen_512(__m256bh v)
  * x - bf16(x), rounded (the two products sum to x's within 2^-16)
  */
 VLM_AVX512BF16 static void
-vlm_pack_f32_512(uint16_t *dst, const float *x, int ldx, int n, int cols,
+vlm_pack_512(uint16_t *dst, const float *x, int ldx, int n, int cols,
     int rest)
 {
     int         g, q, l, np, full, row;
@@ -729,7 +685,7 @@ vlm_pack_f32_512(uint16_t *dst, const float *x, int ldx, int n, int cols,
 
 static const vlm_gemm_kernel_t  vlm_gemm_kernel_512 = {
     "avx512bf16", 1, VLM_CPU_ALL_ROWS, vlm_gemm_512, vlm_pack_512,
-    VLM_GEMM_PACK_MIN, vlm_pack_f32_512
+    VLM_GEMM_PACK_MIN
 };
 
 
@@ -1004,7 +960,7 @@ vlm_gemm_amx(const vlm_gemm_bf16_t *g, int b0, int b1)
 
 static const vlm_gemm_kernel_t  vlm_gemm_kernel_amx = {
     "amx", 1, VLM_CPU_ALL_ROWS, vlm_gemm_amx, vlm_pack_512,
-    VLM_GEMM_AMX_MIN, vlm_pack_f32_512
+    VLM_GEMM_AMX_MIN
 };
 
 
