@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "core/vlm.h"
+#include "backend/vlm_backend.h"
 #include "backend/vlm_threadpool.h"
 #include "bench_stats.h"
 
@@ -84,6 +85,9 @@ main(int argc, char **argv)
     const vlm_model_info_t  *info;
 
     dir = BENCH_DIR;
+    /* OpenBLAS's kernels as the engine runs them */
+    vlm_backend_cpu_blas_reexec(argv);
+
     threads = (int) sysconf(_SC_NPROCESSORS_ONLN);
     n_prompt = 128;
     n_decode = 16;

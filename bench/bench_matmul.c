@@ -101,6 +101,9 @@ main(int argc, char **argv)
     vlm_backend_conf_t   conf;
     int                  dims[7][2];
 
+    /* OpenBLAS's kernels as the engine runs them */
+    vlm_backend_cpu_blas_reexec(argv);
+
     threads = (int) sysconf(_SC_NPROCESSORS_ONLN);
     reps = 7;
     prefill = 512;

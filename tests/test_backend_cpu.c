@@ -441,7 +441,7 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
     float           *x, *xp, *b, *y, *y0, *scales, *mins, *wf, *d, *gsum;
     float           *ref, *out, *got;
     double           s, a, e;
-    int8_t          *xq;
+    int8_t          *xq, *xq4;
     int32_t         *perm;
     uint8_t         *codes;
     size_t           rb, at;
@@ -468,11 +468,13 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
     codes = calloc((size_t) rows, rb);
     perm = malloc((size_t) cols * sizeof(int32_t));
     xq = malloc((size_t) n * cols);
+    xq4 = malloc((size_t) n * vlm_quant_q4_act_cols(cols));
     d = malloc((size_t) n * nb * sizeof(float));
     gsum = malloc((size_t) n * ng * sizeof(float));
     assert_true(xp != NULL && y != NULL && y0 != NULL && ref != NULL
                 && got != NULL && out != NULL && wf != NULL && codes != NULL
-                && perm != NULL && xq != NULL && d != NULL && gsum != NULL);
+                && perm != NULL && xq != NULL && xq4 != NULL && d != NULL
+                && gsum != NULL);
 
     for (k = 0; k < cols; k++) {
         perm[k] = k;
@@ -525,9 +527,20 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
     w.mins = mins;
 
     assert_true(vlm_cpu_quant_i8_fits(&w));
-    vlm_cpu_quant_act(xp, n, cols, group, xq, d, gsum);
+    vlm_cpu_quant_act(xp, n, cols, group, xq, xq4, d, gsum);
+
+    /* Q4's order: block k / 32's halves at 16 (k / 32 % 4), + 64 */
+    for (i = 0; i < n; i++) {
+        for (k = 0; k < cols; k++) {
+            c = (k / 128) * 128 + (k % 32 >= 16) * 64 + (k / 32 % 4) * 16
+                + k % 16;
+            assert_int_equal(xq4[(size_t) i * vlm_quant_q4_act_cols(cols)
+                                 + c], xq[(size_t) i * cols + k]);
+        }
+    }
 
     act.q = xq;
+    act.q4 = NULL;
     act.d = d;
     act.gsum = gsum;
     act.cols = cols;
@@ -572,12 +585,17 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
         }
     }
 
-    /* every variant at 1 to 4 rows a call: the same bits */
-    for (v = VLM_QI8_SCALAR; v < VLM_QI8_N; v++) {
-        kv = vlm_cpu_quant_i8_kernel(v);
+    /*
+     * every variant at 1 to 4 rows a call, with the activations in Q4's
+     * order too and without: the same bits
+     */
+    for (v = VLM_QI8_SCALAR; v < 2 * VLM_QI8_N; v++) {
+        kv = vlm_cpu_quant_i8_kernel(v % VLM_QI8_N);
         if (kv == NULL) {
             continue;
         }
+
+        act.q4 = v >= VLM_QI8_N ? xq4 : NULL;
 
         for (nx = 1; nx <= 4; nx++) {
             memset(got, 0, (size_t) n * rows * sizeof(float));
@@ -593,10 +611,11 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
 
             for (k = 0; k < n * rows; k++) {
                 if (memcmp(&got[k], &ref[k], sizeof(float)) != 0) {
-                    fail_msg("%s, quant %d, %d rows a call, [%d, %d], "
+                    fail_msg("%s%s, quant %d, %d rows a call, [%d, %d], "
                              "group %d%s: element %d: %a != %a", kv->name,
-                             q, nx, rows, cols, group, asym ? ", asym" : "",
-                             k, got[k], ref[k]);
+                             act.q4 != NULL ? " (q4)" : "", q, nx, rows,
+                             cols, group, asym ? ", asym" : "", k, got[k],
+                             ref[k]);
                 }
             }
         }
@@ -673,6 +692,7 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
     free(codes);
     free(perm);
     free(xq);
+    free(xq4);
     free(d);
     free(gsum);
 }

@@ -264,6 +264,12 @@ vlm_status_t vlm_backend_cuda_init(vlm_backend_t **be,
 const char *vlm_backend_cpu_simd(void);
 /* OPENBLAS_CORETYPE for this CPU where OpenBLAS chose older kernels */
 const char *vlm_backend_cpu_blas_core(void);
+/*
+ * where it does, executes this program again at once with that
+ * OPENBLAS_CORETYPE (the process, its descriptors and argv stay); returns
+ * where it need not (or the environment names one), or could not
+ */
+void vlm_backend_cpu_blas_reexec(char **argv);
 /* in build/libvlm_cuda.a: the CUDA runtime version built with (12040) */
 int vlm_backend_cuda_version(void);
 

@@ -17,10 +17,12 @@
 
 #define _GNU_SOURCE
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include <cblas.h>
 
@@ -65,6 +67,7 @@ typedef struct {
     int                xsum_groups;
     const vlm_quant_i8_kernel_t *qi8;   /* NULL: f32 activations */
     int8_t            *xi8;         /* [VLM_CPU_QUANT_FUSED, xi8_cols] */
+    int8_t            *xq4;         /* the same in Q4's order (q4_act_cols) */
     float             *xd;          /* [VLM_CPU_QUANT_FUSED, xi8_cols/32] */
     int                xi8_cols;
     uint16_t          *xq;          /* [PACK_NB, xq_cols + 1] bf16 x */
@@ -676,12 +679,16 @@ vlm_cpu_weight_bind_quant(vlm_backend_t *be, vlm_weight_t *w,
 
     if (cpu->qi8 != NULL && w->cols > cpu->xi8_cols) {
         vlm_cpu_release(be, cpu->xi8);
+        vlm_cpu_release(be, cpu->xq4);
         vlm_cpu_release(be, cpu->xd);
         cpu->xi8 = vlm_cpu_alloc(be, (size_t) VLM_CPU_QUANT_FUSED * w->cols);
+        cpu->xq4 = vlm_cpu_alloc(be, (size_t) VLM_CPU_QUANT_FUSED
+                                     * vlm_quant_q4_act_cols(w->cols));
         cpu->xd = vlm_cpu_alloc(be, (size_t) VLM_CPU_QUANT_FUSED
                                     * (w->cols / VLM_QUANT_QB)
                                     * sizeof(float));
-        cpu->xi8_cols = cpu->xi8 == NULL || cpu->xd == NULL ? 0 : w->cols;
+        cpu->xi8_cols = cpu->xi8 == NULL || cpu->xq4 == NULL
+                        || cpu->xd == NULL ? 0 : w->cols;
 
         if (cpu->xi8_cols == 0) {
             return vlm_error_set(err, VLM_ERR_NOMEM,
@@ -1056,6 +1063,7 @@ vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
 {
     int                i, k, c, g, nb, ng, fused;
     float              sum;
+    int8_t            *q4;
     vlm_quant_act_t    act;
     vlm_matmul_job_t   job;
 
@@ -1126,9 +1134,11 @@ vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
 
         /* int8 activations: their blocks' codes and scales, group sums */
         if (cpu->qi8 != NULL && vlm_cpu_quant_i8_fits(w)) {
+            q4 = w->quant == VLM_QUANT_Q4 ? cpu->xq4 : NULL;
             vlm_cpu_quant_act(job.x, job.n, w->cols, w->group, cpu->xi8,
-                              cpu->xd, cpu->xsum);
+                              q4, cpu->xd, cpu->xsum);
             act.q = cpu->xi8;
+            act.q4 = q4;
             act.d = cpu->xd;
             act.gsum = cpu->xsum;
             act.cols = w->cols;
@@ -2300,6 +2310,7 @@ vlm_cpu_free(vlm_backend_t *be)
     vlm_cpu_release(be, cpu->xperm);
     vlm_cpu_release(be, cpu->xsum);
     vlm_cpu_release(be, cpu->xi8);
+    vlm_cpu_release(be, cpu->xq4);
     vlm_cpu_release(be, cpu->xd);
     vlm_threadpool_free(cpu->pool);
     free(cpu);
@@ -2373,6 +2384,25 @@ vlm_backend_cpu_blas_core(void)
 }
 
 
+void
+vlm_backend_cpu_blas_reexec(char **argv)
+{
+    const char  *blas;
+
+    blas = vlm_backend_cpu_blas_core();
+
+    if (blas == NULL || getenv("OPENBLAS_CORETYPE") != NULL) {
+        return;
+    }
+
+    if (setenv("OPENBLAS_CORETYPE", blas, 1) == 0) {
+        execv("/proc/self/exe", argv);
+    }
+
+    vlm_log(VLM_LOG_WARN, "OPENBLAS_CORETYPE=%s: %s", blas, strerror(errno));
+}
+
+
 vlm_status_t
 vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     vlm_error_t *err)
@@ -2402,6 +2432,13 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
 
     cpu->level = vlm_cpu_level;
     cpu->gemm = vlm_cpu_gemm_kernel(cpu->level);
+
+    /* prefill through OpenBLAS's AVX-512 sgemm where it gives more */
+    if (cpu->level == VLM_CPU_AVX512BF16 && vlm_backend_cpu_blas_core() == NULL
+        && vlm_cpu_bf16_dot_slow())
+    {
+        cpu->gemm = vlm_cpu_gemm_kernel_widen(cpu->level);
+    }
     cpu->quant = vlm_cpu_quant_kernel(cpu->level);
     cpu->qi8 = conf->quant_act_int8
                ? vlm_cpu_quant_i8_kernel(vlm_cpu_quant_i8_best(cpu->level))
@@ -2458,6 +2495,12 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     vlm_log(VLM_LOG_INFO, "cpu backend: %d threads, %s kernels, OpenBLAS "
             "%s", cpu->n_threads, vlm_cpu_level_name(cpu->level),
             openblas_get_corename());
+
+    if (cpu->gemm->x_bf16 && cpu->gemm->max_n != VLM_CPU_ALL_ROWS) {
+        vlm_log(VLM_LOG_INFO, "cpu backend: vdpbf16ps gives fewer flops "
+                "than FMA here: bf16 matrices widened for sgemm from %d "
+                "rows", cpu->gemm->max_n);
+    }
 
     *out = &cpu->be;
 

@@ -32,6 +32,13 @@ typedef enum {
    int8 kernels at 16 rows, 0.9x at 8) */
 #define VLM_QUANT_PANEL_MIN  16
 #define VLM_GEMM_PACK_NB   128
+/*
+ * where vdpbf16ps gives fewer flops than f32 FMAs (vlm_cpu_bf16_dot_slow)
+ * and OpenBLAS runs its AVX-512 kernels, activation rows from which the
+ * bf16 matrices are widened to f32 for sgemm (1.1x the packed kernels at
+ * 128 rows, 1.4x at 256, 1.5x at 512 on such a Xeon)
+ */
+#define VLM_GEMM_WIDEN_MIN  128
 /* max_n of a kernel that wins at every row count */
 #define VLM_CPU_ALL_ROWS  0x7fffffff
 
@@ -101,12 +108,22 @@ typedef struct {
 
 typedef struct {
     const int8_t  *q;           /* [n, cols] */
+    /*
+     * or NULL: q again in the order of a Q4 row's bytes, for kernels that
+     * take four blocks' 64 bytes of codes at once: chunks of 128 columns,
+     * 128 bytes each (vlm_quant_q4_act_cols), the low halves (columns
+     * 0..15) of the chunk's four blocks, then their high halves; a last
+     * chunk of fewer blocks is padded with zeros
+     */
+    const int8_t  *q4;          /* [n, vlm_quant_q4_act_cols(cols)] */
     const float   *d;           /* [n, cols / VLM_QUANT_QB] */
     const float   *gsum;        /* [n, groups]: sum of each group's q d */
     int            cols;
     int            groups;      /* cols / group of the matrix */
 } vlm_quant_act_t;
 
+
+#define vlm_quant_q4_act_cols(cols)  (((cols) + 127) / 128 * 128)
 
 typedef enum {
     VLM_QI8_SCALAR = 0,
@@ -173,6 +190,9 @@ vlm_cpu_level_t vlm_cpu_detect(void);
 const vlm_kv_kernel_t *vlm_cpu_kv_kernel(vlm_cpu_level_t level);
 const char *vlm_cpu_level_name(vlm_cpu_level_t level);
 const vlm_gemm_kernel_t *vlm_cpu_gemm_kernel(vlm_cpu_level_t level);
+/* the same, but from VLM_GEMM_WIDEN_MIN rows widen + sgemm */
+const vlm_gemm_kernel_t *vlm_cpu_gemm_kernel_widen(vlm_cpu_level_t level);
+int vlm_cpu_bf16_dot_slow(void);
 const vlm_quant_kernel_t *vlm_cpu_quant_kernel(vlm_cpu_level_t level);
 /* NULL where this CPU cannot run the variant */
 const vlm_quant_i8_kernel_t *vlm_cpu_quant_i8_kernel(vlm_qi8_level_t v);
@@ -180,9 +200,10 @@ const vlm_quant_i8_kernel_t *vlm_cpu_quant_i8_kernel(vlm_qi8_level_t v);
 vlm_qi8_level_t vlm_cpu_quant_i8_best(vlm_cpu_level_t level);
 /* whether a matrix can take int8 activations */
 int vlm_cpu_quant_i8_fits(const vlm_weight_t *w);
-/* x[n, cols] into q, d, gsum (vlm_quant_act_t) for groups of `group` */
+/* x[n, cols] into q, d, gsum (vlm_quant_act_t) for groups of `group`,
+   and into q4 unless NULL */
 void vlm_cpu_quant_act(const float *x, int n, int cols, int group,
-    int8_t *q, float *d, float *gsum);
+    int8_t *q, int8_t *q4, float *d, float *gsum);
 void vlm_cpu_round_bf16(uint16_t *dst, const float *src, size_t n,
     vlm_cpu_level_t level);
 

@@ -30,6 +30,7 @@
 #define _GNU_SOURCE
 
 #include <string.h>
+#include <time.h>
 
 #include "core/vlm_dtype.h"
 #include "vlm_cpu.h"
@@ -688,6 +689,71 @@ static const vlm_gemm_kernel_t  vlm_gemm_kernel_512 = {
     VLM_GEMM_PACK_MIN
 };
 
+/* the same where vdpbf16ps is slow: from VLM_GEMM_WIDEN_MIN rows sgemm */
+static const vlm_gemm_kernel_t  vlm_gemm_kernel_512_widen = {
+    "avx512bf16", 1, VLM_GEMM_WIDEN_MIN, vlm_gemm_512, vlm_pack_512,
+    VLM_GEMM_PACK_MIN
+};
+
+
+/*
+ * The time of `reps` steps of 16 independent vdpbf16ps (dot) or
+ * vfmadd231ps, in seconds; the operands pass through an empty asm each
+ * step so that nothing is folded
+ */
+#define VLM_PROBE_ACC  16
+
+VLM_AVX512BF16 static double
+vlm_probe_512(int dot, int reps)
+{
+    int              i, k;
+    float            r;
+    __m512           acc[VLM_PROBE_ACC];
+    __m512i          x, y;
+    struct timespec  t0, t1;
+
+    x = _mm512_set1_epi32(0x3f803f80);
+    y = _mm512_set1_epi32(0x3a003a00);
+
+    for (i = 0; i < VLM_PROBE_ACC; i++) {
+        acc[i] = _mm512_setzero_ps();
+    }
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+
+    for (k = 0; k < reps; k++) {
+        if (dot) {
+            #pragma GCC unroll 16
+            for (i = 0; i < VLM_PROBE_ACC; i++) {
+                acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh) x,
+                                          (__m512bh) y);
+            }
+
+        } else {
+            #pragma GCC unroll 16
+            for (i = 0; i < VLM_PROBE_ACC; i++) {
+                acc[i] = _mm512_fmadd_ps(_mm512_castsi512_ps(x),
+                                         _mm512_castsi512_ps(y), acc[i]);
+            }
+        }
+
+        __asm__ volatile ("" : "+v" (x), "+v" (y));
+    }
+
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+
+    r = 0.0f;
+    for (i = 0; i < VLM_PROBE_ACC; i++) {
+        r += _mm512_reduce_add_ps(acc[i]);
+    }
+
+    _mm256_zeroupper();
+
+    /* the sums are used (0 * r: a finite r adds nothing) */
+    return (double) (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9
+           + 0.0 * r;
+}
+
 
 /*
  * amx (AMX-BF16, with AVX512_BF16) at VLM_GEMM_AMX_MIN rows and more:
@@ -1056,6 +1122,65 @@ const char *
 vlm_cpu_level_name(vlm_cpu_level_t level)
 {
     return vlm_cpu_gemm_kernel(level)->name;
+}
+
+
+const vlm_gemm_kernel_t *
+vlm_cpu_gemm_kernel_widen(vlm_cpu_level_t level)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (level == VLM_CPU_AVX512BF16) {
+        return &vlm_gemm_kernel_512_widen;
+    }
+#endif
+
+    return vlm_cpu_gemm_kernel(level);
+}
+
+
+/*
+ * vdpbf16ps does 64 flops, vfmadd231ps on f32 32: on some CPUs (Zen 4
+ * and 5) the first runs at the second's rate, on others (a Sapphire
+ * Rapids-family Xeon without AMX: a quarter of it) it gives fewer flops
+ * than f32 FMAs.  The best of 7 interleaved timings of
+ * each, once a process (well under a millisecond)
+ */
+int
+vlm_cpu_bf16_dot_slow(void)
+{
+    static int  slow = -1;
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    int     i;
+    double  td, tf, t;
+
+    if (slow != -1) {
+        return slow;
+    }
+
+    slow = 0;
+
+    if (vlm_cpu_detect() < VLM_CPU_AVX512BF16) {
+        return slow;
+    }
+
+    td = 1e9;
+    tf = 1e9;
+
+    for (i = 0; i < 7; i++) {
+        t = vlm_probe_512(1, 2000);
+        td = t < td ? t : td;
+        t = vlm_probe_512(0, 2000);
+        tf = t < tf ? t : tf;
+    }
+
+    /* bf16 dots' flops below 0.75 of FMA's: 64 / td < 0.75 * 32 / tf */
+    slow = td * 0.75 > 2.0 * tf;
+#else
+    slow = 0;
+#endif
+
+    return slow;
 }
 
 

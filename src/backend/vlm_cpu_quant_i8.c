@@ -17,7 +17,10 @@
  *   scalar      the reference
  *   avx2        vpmaddubsw + vpmaddwd, a block a step
  *   avxvnni     AVX-VNNI vpdpbusd, a block a step
- *   avx512vnni  AVX512_VNNI vpdpbusd, two blocks a step in 512 bits
+ *   avx512vnni  AVX512_VNNI vpdpbusd, two blocks a step in 512 bits;
+ *               Q4 with the activations in the codes' order too
+ *               (vlm_quant_act_t.q4), four blocks a step, their codes in
+ *               one load
  * Q8's signed codes multiply as |code| times the activation with the
  * code's sign (vpsignb; a mask and a subtraction in AVX-512): codes of
  * -128 give 128, activations are within [-127, 127].
@@ -41,10 +44,12 @@ vlm_cpu_quant_i8_fits(const vlm_weight_t *w)
 
 void
 vlm_cpu_quant_act(const float *x, int n, int cols, int group, int8_t *q,
-    float *d, float *gsum)
+    int8_t *q4, float *d, float *gsum)
 {
-    int           i, b, k, nb, bpg, isum, c;
+    int           i, b, k, nb, bpg, isum, c, c4;
     float         amax, db, id, gs;
+    int8_t       *r4;
+    const int8_t *qb;
     const float  *xb;
 
     nb = cols / VLM_QUANT_QB;
@@ -80,6 +85,26 @@ vlm_cpu_quant_act(const float *x, int n, int cols, int group, int8_t *q,
                 gsum[(size_t) i * (nb / bpg) + b / bpg] = gs;
                 gs = 0.0f;
             }
+        }
+
+        if (q4 == NULL) {
+            continue;
+        }
+
+        /* block b's halves at 16 (b % 4) and 64 + 16 (b % 4) of its chunk */
+        c4 = vlm_quant_q4_act_cols(cols);
+        r4 = q4 + (size_t) i * c4;
+
+        for (b = 0; b < nb; b++) {
+            qb = q + (size_t) i * cols + (size_t) b * VLM_QUANT_QB;
+            memcpy(r4 + (b / 4) * 128 + (b % 4) * 16, qb, 16);
+            memcpy(r4 + (b / 4) * 128 + 64 + (b % 4) * 16, qb + 16, 16);
+        }
+
+        /* a last chunk's missing blocks */
+        for (b = nb; b % 4 != 0; b++) {
+            memset(r4 + (b / 4) * 128 + (b % 4) * 16, 0, 16);
+            memset(r4 + (b / 4) * 128 + 64 + (b % 4) * 16, 0, 16);
         }
     }
 }
@@ -560,11 +585,135 @@ vlm_qi8_dot_512_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
 }
 
 
+/*
+ * Q4 with a->q4: four blocks b..b + 3 a step, their 64 bytes of codes in
+ * one load, the low nibbles (the blocks' columns 0..15, 16 bytes a
+ * block) against q4's first half of the chunk, the high ones (16..31)
+ * against its second.  Lane 4j + m of the low sums is block b + j's
+ * columns 4m..4m + 3, the 256-bit kernels' lane m of lane set j; of the
+ * high sums, their lane 4 + m: each zmm lane is one of the scalar
+ * kernel's sums acc[j][l], added to in the same order (a last chunk of
+ * fewer blocks masked), so that the result is the scalar one's
+ */
+VLM_AVX512 static VLM_INLINE void
+vlm_qi8_dot_512_q4(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
+    int i0, int NX, float *out)
+{
+    int             i, b, r, k, nb, ng, bpg, c4;
+    float           sg[4];
+    size_t          rb;
+    __m128          t4, u4;
+    __m256          t;
+    __m512          lacc[4], hacc[4], sv, sc;
+    __m512i         v, lo, hi, ex, f;
+    __mmask16       mf;
+    __mmask64       mc;
+    const float    *s, *m;
+    const int8_t   *xr;
+    const uint8_t  *codes;
+
+    nb = w->cols / VLM_QUANT_QB;
+    ng = w->cols / w->group;
+    bpg = w->group / VLM_QUANT_QB;
+    rb = vlm_quant_row_bytes(VLM_QUANT_Q4, w->cols);
+    codes = (const uint8_t *) w->data + (size_t) row * rb;
+    s = w->scales + (size_t) row * ng;
+    m = w->mins + (size_t) row * ng;
+    c4 = vlm_quant_q4_act_cols(w->cols);
+    /* lane 4j + m takes block j's scale */
+    ex = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    f = _mm512_set1_epi8(15);
+
+    #pragma GCC unroll 4
+    for (i = 0; i < NX; i++) {
+        lacc[i] = _mm512_setzero_ps();
+        hacc[i] = _mm512_setzero_ps();
+    }
+
+    for (b = 0; b < nb; b += 4) {
+        r = vlm_min(4, nb - b);
+        mc = r == 4 ? ~(__mmask64) 0 : ((__mmask64) 1 << (16 * r)) - 1;
+        mf = (__mmask16) ((1u << (4 * r)) - 1);
+
+        _mm_prefetch((const char *) (codes + VLM_QI8_AHEAD * rb + 16 * b),
+                     _MM_HINT_T0);
+
+        v = _mm512_maskz_loadu_epi8(mc, codes + 16 * b);
+        lo = _mm512_and_si512(v, f);
+        hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), f);
+
+        if (bpg % 4 == 0) {
+            sv = _mm512_set1_ps(s[b / bpg]);
+
+        } else {
+            for (k = 0; k < 4; k++) {
+                sg[k] = b + k < nb ? s[(b + k) / bpg] : 0.0f;
+            }
+
+            sv = _mm512_permutexvar_ps(ex, _mm512_castps128_ps512(
+                                               _mm_loadu_ps(sg)));
+        }
+
+        #pragma GCC unroll 4
+        for (i = 0; i < NX; i++) {
+            xr = a->q4 + (size_t) (i0 + i) * c4 + 32 * b;
+            sc = _mm512_mul_ps(_mm512_permutexvar_ps(ex,
+                                   _mm512_castps128_ps512(_mm_maskz_loadu_ps(
+                                       (__mmask8) ((1u << r) - 1),
+                                       a->d + (size_t) (i0 + i) * nb + b))),
+                               sv);
+
+            lacc[i] = _mm512_mask3_fmadd_ps(
+                          _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
+                              _mm512_setzero_si512(), lo,
+                              _mm512_loadu_si512((const void *) xr))),
+                          sc, lacc[i], mf);
+            hacc[i] = _mm512_mask3_fmadd_ps(
+                          _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(
+                              _mm512_setzero_si512(), hi,
+                              _mm512_loadu_si512((const void *) (xr + 64)))),
+                          sc, hacc[i], mf);
+        }
+    }
+
+    #pragma GCC unroll 4
+    for (i = 0; i < NX; i++) {
+        /* lanes 0..3 of each: (set 0 + set 2) + (set 1 + set 3) */
+        t = _mm256_add_ps(_mm512_castps512_ps256(lacc[i]),
+                          _mm256_castpd_ps(_mm512_extractf64x4_pd(
+                              _mm512_castps_pd(lacc[i]), 1)));
+        t4 = _mm_add_ps(_mm256_castps256_ps128(t),
+                        _mm256_extractf128_ps(t, 1));
+        t = _mm256_add_ps(_mm512_castps512_ps256(hacc[i]),
+                          _mm256_castpd_ps(_mm512_extractf64x4_pd(
+                              _mm512_castps_pd(hacc[i]), 1)));
+        u4 = _mm_add_ps(_mm256_castps256_ps128(t),
+                        _mm256_extractf128_ps(t, 1));
+
+        out[i] = vlm_qi8_hsum256(_mm256_set_m128(u4, t4))
+                 + vlm_qi8_mins(m, a->gsum + (size_t) (i0 + i) * a->groups,
+                                ng);
+    }
+}
+
+
 VLM_AVX512 static void
 vlm_qi8_dot_512(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
     int i0, int nx, float *out)
 {
     vlm_quant_t  q = w->quant;
+
+    if (q == VLM_QUANT_Q4 && a->q4 != NULL) {
+        switch (nx) {
+        case 4:  vlm_qi8_dot_512_q4(w, row, a, i0, 4, out); break;
+        case 3:  vlm_qi8_dot_512_q4(w, row, a, i0, 3, out); break;
+        case 2:  vlm_qi8_dot_512_q4(w, row, a, i0, 2, out); break;
+        default: vlm_qi8_dot_512_q4(w, row, a, i0, 1, out); break;
+        }
+
+        _mm256_zeroupper();
+        return;
+    }
 
     switch (nx * 4 + (q == VLM_QUANT_Q8)) {
     case 16: vlm_qi8_dot_512_q(w, row, a, i0, 4, out, VLM_QUANT_Q4); break;

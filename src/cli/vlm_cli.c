@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/vlm_backend.h"
 #include "vlm_cli.h"
 
 
@@ -145,6 +146,9 @@ int
 main(int argc, char **argv)
 {
     const vlm_cli_command_t  *c;
+
+    /* OpenBLAS's kernels as the engine runs them */
+    vlm_backend_cpu_blas_reexec(argv);
 
     if (argc < 2) {
         vlm_cli_usage(stderr);

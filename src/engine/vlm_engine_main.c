@@ -901,7 +901,7 @@ main(int argc, char **argv)
 {
     int                 pidfd, active, timeout, rc;
     void               *base;
-    const char         *why, *blas;
+    const char         *why;
     vlm_comm_t         *comm;
     vlm_group_t        *group;
     uint32_t            slot;
@@ -939,16 +939,7 @@ main(int argc, char **argv)
      * process, its descriptors and its arguments stay); a core type the
      * environment names stands
      */
-    blas = vlm_backend_cpu_blas_core();
-
-    if (blas != NULL && getenv("OPENBLAS_CORETYPE") == NULL) {
-        if (setenv("OPENBLAS_CORETYPE", blas, 1) == 0) {
-            execv("/proc/self/exe", argv);
-        }
-
-        vlm_log(VLM_LOG_WARN, "OPENBLAS_CORETYPE=%s: %s", blas,
-                strerror(errno));
-    }
+    vlm_backend_cpu_blas_reexec(argv);
 
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = vlm_engine_signal;
