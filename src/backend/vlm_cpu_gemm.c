@@ -415,16 +415,81 @@ vlm_tile_512_any(const uint16_t *w, int ldw, const void *x, int ldx,
 #define VLM_PANEL_KC  VLM_GEMM_KC
 
 
+/*
+ * One group's RW accumulators (lane l: row l) into y[16 rows, RW
+ * columns]: an 8 x 16 transpose in registers, then each row's RW sums
+ * with one masked store (added to y, or to the bias, or alone), where
+ * scattering them would store 16 lanes one by one for each column
+ */
+VLM_AVX512BF16 static VLM_INLINE void
+vlm_panel_512_store(const __m512 *a, int RW, float *y, int ldy, int m,
+    int add, const float *bias)
+{
+    int        j, l;
+    __m256     v, b;
+    __m512     t[8], u[8], z, lo, hi;
+    __m512     rows[8];
+    __mmask8   mw;
+
+    z = _mm512_setzero_ps();
+
+    #pragma GCC unroll 8
+    for (j = 0; j < 8; j += 2) {
+        t[j] = _mm512_unpacklo_ps(j < RW ? a[j] : z,
+                                  j + 1 < RW ? a[j + 1] : z);
+        t[j + 1] = _mm512_unpackhi_ps(j < RW ? a[j] : z,
+                                      j + 1 < RW ? a[j + 1] : z);
+    }
+
+    /* u[j], u[4 + j]: lane k holds columns 0-3, 4-7 of row 4k + j */
+    #pragma GCC unroll 2
+    for (j = 0; j < 8; j += 4) {
+        u[j] = _mm512_shuffle_ps(t[j], t[j + 2], 0x44);
+        u[j + 1] = _mm512_shuffle_ps(t[j], t[j + 2], 0xee);
+        u[j + 2] = _mm512_shuffle_ps(t[j + 1], t[j + 3], 0x44);
+        u[j + 3] = _mm512_shuffle_ps(t[j + 1], t[j + 3], 0xee);
+    }
+
+    /* rows[j] holds rows j and 4 + j, rows[4 + j] rows 8 + j and 12 + j */
+    #pragma GCC unroll 4
+    for (j = 0; j < 4; j++) {
+        lo = _mm512_shuffle_f32x4(u[j], u[4 + j], _MM_SHUFFLE(1, 0, 1, 0));
+        hi = _mm512_shuffle_f32x4(u[j], u[4 + j], _MM_SHUFFLE(3, 2, 3, 2));
+        rows[j] = _mm512_shuffle_f32x4(lo, lo, _MM_SHUFFLE(3, 1, 2, 0));
+        rows[4 + j] = _mm512_shuffle_f32x4(hi, hi, _MM_SHUFFLE(3, 1, 2, 0));
+    }
+
+    mw = (__mmask8) ((1u << RW) - 1);
+    b = bias != NULL ? _mm256_maskz_loadu_ps(mw, bias) : _mm256_setzero_ps();
+
+    #pragma GCC unroll 16
+    for (l = 0; l < 16; l++) {
+        if (l == m) {
+            break;
+        }
+
+        /* row l = 8 h + 4 k + j: rows[4 h + j], its half k */
+        j = (l & 3) + ((l >> 3) << 2);
+        v = (l >> 2) & 1
+            ? _mm256_castpd_ps(_mm512_extractf64x4_pd(
+                                   _mm512_castps_pd(rows[j]), 1))
+            : _mm512_castps512_ps256(rows[j]);
+
+        v = _mm256_add_ps(v, add ? _mm256_maskz_loadu_ps(mw, y) : b);
+        _mm256_mask_storeu_ps(y, mw, v);
+        y += ldy;
+    }
+}
+
+
 VLM_AVX512BF16 static VLM_INLINE void
 vlm_panel_512_rn(const vlm_gemm_bf16_t *g, const uint32_t *xp, float *yb,
     int n, int r0, int q0, int q1, int RW, int NG)
 {
-    int              r, i, q, np, full, ldy;
-    float           *y;
+    int              r, i, q, np, full, ldy, add;
     uint32_t         wp;
-    __m512           acc[VLM_PANEL_RW][VLM_PANEL_NG], v;
-    __m512i          xv[VLM_PANEL_NG], wb, yi;
-    __mmask16        m[VLM_PANEL_NG];
+    __m512           acc[VLM_PANEL_RW][VLM_PANEL_NG], col[VLM_PANEL_RW];
+    __m512i          xv[VLM_PANEL_NG], wb;
     const uint16_t  *w;
 
     np = (g->cols + 1) / 2;
@@ -480,36 +545,18 @@ vlm_panel_512_rn(const vlm_gemm_bf16_t *g, const uint32_t *xp, float *yb,
 
     /* lane l of acc[r][i] is y[16 i + l, r0 + r] */
     ldy = g->ldy;
-    yi = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8,
-                                             7, 6, 5, 4, 3, 2, 1, 0),
-                            _mm512_set1_epi32(ldy));
+    add = q0 > 0 || g->accum;
 
     #pragma GCC unroll 4
     for (i = 0; i < NG; i++) {
-        m[i] = n - i * 16 >= 16 ? (__mmask16) 0xffff
-                                : (__mmask16) ((1u << (n - i * 16)) - 1);
-    }
-
-    #pragma GCC unroll 6
-    for (r = 0; r < RW; r++) {
-        #pragma GCC unroll 4
-        for (i = 0; i < NG; i++) {
-            y = yb + (size_t) i * 16 * ldy + r0 + r;
-
-            if (q0 == 0 && !g->accum) {
-                v = g->bias != NULL
-                    ? _mm512_add_ps(acc[r][i],
-                                    _mm512_set1_ps(g->bias[r0 + r]))
-                    : acc[r][i];
-
-            } else {
-                v = _mm512_add_ps(acc[r][i],
-                                  _mm512_mask_i32gather_ps(
-                                      _mm512_setzero_ps(), m[i], yi, y, 4));
-            }
-
-            _mm512_mask_i32scatter_ps(y, m[i], yi, v, 4);
+        #pragma GCC unroll 6
+        for (r = 0; r < RW; r++) {
+            col[r] = acc[r][i];
         }
+
+        vlm_panel_512_store(col, RW, yb + (size_t) i * 16 * ldy + r0, ldy,
+                            vlm_min(16, n - i * 16), add,
+                            add || g->bias == NULL ? NULL : g->bias + r0);
     }
 }
 
