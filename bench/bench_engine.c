@@ -4,7 +4,9 @@
  * 0.5b/7b-shaped one): load time, the prefill of a prompt holding one
  * 1120x700 image run in pieces as the scheduler runs it (the vision
  * encoder's time, the prompt's, and the longest piece: the longest a
- * running stream waits for it), text prefill tokens/s, and decode of 1, 4
+ * running stream waits for it), text prefill tokens/s (each with the
+ * GFLOP/s of its matmuls and attention, as the backend counts them: the
+ * rate to set beside bench_matmul's), and decode of 1, 4
  * and 16 streams together (forks of one prompt, as llama-batched-bench
  * runs them): tokens/s of all streams and the weight bandwidth achieved,
  * each sample beside a STREAM-style triad measured just before it, the
@@ -68,6 +70,8 @@ main(int argc, char **argv)
     char                    *p, streams[64];
     float                   *pixels;
     double                   t0, t1, t_load, t_vis, t_lm, t_max, t_pre;
+    double                   f_vis, f_lm, f_pre;
+    uint64_t                 f0;
     double                   med, lo, hi, bmed, blo, bhi, gb;
     double                   t_dec[BENCH_MAX_STREAMS][BENCH_MAX_REPS];
     double                   bw[BENCH_MAX_STREAMS][BENCH_MAX_REPS];
@@ -266,11 +270,15 @@ main(int argc, char **argv)
 
         t_vis = 0.0;
         t_lm = 0.0;
+        f_vis = 0.0;
+        f_lm = 0.0;
         t_max = 0.0;
         pieces = 0;
 
         do {
             len = vlm_seq_length(seq);
+            vlm_model_stats(m, &st);
+            f0 = st.backend_flops;
             t0 = bench_now();
 
             if (vlm_prefill_work(m, &done, &err) != VLM_OK) {
@@ -281,13 +289,16 @@ main(int argc, char **argv)
             t1 = bench_now() - t0;
             t_max = t1 > t_max ? t1 : t_max;
             pieces++;
+            vlm_model_stats(m, &st);
 
             /* the vision encoder's pieces add no token to the sequence */
             if (vlm_seq_length(seq) == len) {
                 t_vis += t1;
+                f_vis += (double) (st.backend_flops - f0);
 
             } else {
                 t_lm += t1;
+                f_lm += (double) (st.backend_flops - f0);
             }
 
         } while (!done);
@@ -295,10 +306,11 @@ main(int argc, char **argv)
         vlm_seq_free(seq);
 
         printf("  vision encode %4dx%-4d    %8.2f s  (%d patches, %d "
-               "tokens)\n", gw * info->patch_size, gh * info->patch_size,
-               t_vis, n_img, n_tok);
-        printf("  its prompt's prefill       %8.2f s  (%d tokens)\n", t_lm,
-               n_ids);
+               "tokens, %.1f GFLOP/s)\n", gw * info->patch_size,
+               gh * info->patch_size, t_vis, n_img, n_tok,
+               f_vis / t_vis / 1e9);
+        printf("  its prompt's prefill       %8.2f s  (%d tokens, %.1f "
+               "GFLOP/s)\n", t_lm, n_ids, f_lm / t_lm / 1e9);
         printf("  longest of its %3d pieces  %8.2f s  (the longest a "
                "running stream waits)\n", pieces, t_max);
     }
@@ -312,6 +324,8 @@ main(int argc, char **argv)
         return 1;
     }
 
+    vlm_model_stats(m, &st);
+    f0 = st.backend_flops;
     t0 = bench_now();
     if (vlm_seq_prefill(seqs[0], ids, n_prompt, NULL, 0, NULL, &err)
         != VLM_OK)
@@ -320,9 +334,12 @@ main(int argc, char **argv)
         return 1;
     }
     t_pre = bench_now() - t0;
+    vlm_model_stats(m, &st);
+    f_pre = (double) (st.backend_flops - f0);
 
     printf("  prefill                    %8.1f tokens/s  (%d tokens in "
-           "%.2f s)\n", n_prompt / t_pre, n_prompt, t_pre);
+           "%.2f s, %.1f GFLOP/s)\n", n_prompt / t_pre, n_prompt, t_pre,
+           f_pre / t_pre / 1e9);
 
     for (i = 1; i < max_b; i++) {
         if (vlm_seq_fork(seqs[0], &seqs[i], &err) != VLM_OK) {

@@ -84,6 +84,7 @@ check_matmul_level(int level, vlm_dtype_t dt, int n, int rows, int cols,
     float          *x, *wf, *b, *y, *ref, *mag, tol;
     double          s, a;
     uint16_t       *wh;
+    uint64_t        f0;
     const void     *wdata;
     vlm_error_t     err;
     vlm_weight_t    w;
@@ -155,7 +156,9 @@ check_matmul_level(int level, vlm_dtype_t dt, int n, int rows, int cols,
         }
     }
 
+    f0 = be->flops;
     be->ops->matmul(be, y, x, &w, b, n);
+    assert_true(be->flops - f0 == 2 * (uint64_t) n * rows * cols);
 
     if (level >= LEVEL_AVX512BF16 && dt == VLM_DTYPE_BF16 && !x_bf16) {
         for (k = 0; k < n * rows; k++) {
@@ -1179,6 +1182,7 @@ test_paged_attention_matches_contiguous(void **state)
 {
     int                 i, nh = 4, nkv = 2, hd = 8, n = 21, kvd = 16;
     int32_t             table[3], cu[2] = { 0, 21 };
+    uint64_t            f0, flops;
     float              *q, *k, *v, *out, *ref;
     vlm_kv_t            kv;
     vlm_error_t         err;
@@ -1234,7 +1238,12 @@ test_paged_attention_matches_contiguous(void **state)
     pa.scale = 0.3f;
     pa.seqs = sq;
     pa.n_seqs = 2;
+    f0 = be->flops;
     be->ops->attention_paged(be, &pa);
+
+    /* 2 x 2 flops a dimension of each query and key it sees: 21 x 22 / 2 */
+    flops = (uint64_t) 4 * nh * hd * 231;
+    assert_true(be->flops - f0 == flops);
 
     memset(&va, 0, sizeof(va));
     va.out = ref;
@@ -1250,7 +1259,9 @@ test_paged_attention_matches_contiguous(void **state)
     va.cu_seqlens = cu;
     va.n_segments = 1;
     va.causal = 1;
+    f0 = be->flops;
     be->ops->attention_varlen(be, &va);
+    assert_true(be->flops - f0 == flops);
 
     assert_close(out, ref, (size_t) n * nh * hd, 1e-5f);
 
@@ -1267,7 +1278,9 @@ test_paged_attention_matches_contiguous(void **state)
 
     pa.seqs = rows;
     pa.n_seqs = n;
+    f0 = be->flops;
     be->ops->attention_paged(be, &pa);
+    assert_true(be->flops - f0 == flops);
     assert_close(out, ref, (size_t) n * nh * hd, 1e-5f);
 
     for (i = 0; i < 3; i++) {

@@ -247,6 +247,11 @@ struct vlm_backend_s {
     size_t                    allocated;    /* bytes from alloc() now */
     size_t                    peak;
     uint64_t                  n_allocs;     /* alloc() calls ever */
+    /*
+     * the flops (2 a multiply-add) of matmul() and the attention ops since
+     * init, where the backend counts them (cpu): a benchmark's rate
+     */
+    uint64_t                  flops;
 };
 
 

@@ -1173,6 +1173,8 @@ vlm_cpu_matmul(vlm_backend_t *be, float *y, const float *x,
     vlm_cpu_t         *cpu = (vlm_cpu_t *) be;
     vlm_matmul_job_t   job;
 
+    be->flops += 2 * (uint64_t) n * w->rows * w->cols;
+
     if (w->quant != VLM_QUANT_NONE) {
         vlm_cpu_matmul_quant(cpu, y, x, w, bias, n);
         return;
@@ -1763,10 +1765,18 @@ vlm_cpu_attention_varlen(vlm_backend_t *be, const vlm_attn_varlen_t *a)
 {
     int             s, blocks, n;
     size_t          kv;
+    uint64_t        len;
     vlm_attn_job_t  job = { .cpu = (vlm_cpu_t *) be, .va = a };
 
     n = a->cu_seqlens[a->n_segments];
     kv = (size_t) a->n_kv_heads * n * a->head_dim;
+
+    /* q k^T and p v: 2 x 2 flops a query, key and dimension */
+    for (s = 0; s < a->n_segments; s++) {
+        len = a->cu_seqlens[s + 1] - a->cu_seqlens[s];
+        be->flops += (uint64_t) 4 * a->n_heads * a->head_dim
+                     * (a->causal ? len * (len + 1) / 2 : len * len);
+    }
 
     if (a->bf16 && !a->causal && job.cpu->gemm->pack != NULL
         && a->head_dim <= VLM_CPU_ATTN_HD && a->work != NULL
@@ -2203,6 +2213,7 @@ static void
 vlm_cpu_attention_paged(vlm_backend_t *be, const vlm_attn_paged_t *a)
 {
     int             s, n, blocks, max_q, G, rows;
+    uint64_t        nq;
     vlm_attn_job_t  job = { .cpu = (vlm_cpu_t *) be, .pa = a };
 
     n = 0;
@@ -2213,6 +2224,11 @@ vlm_cpu_attention_paged(vlm_backend_t *be, const vlm_attn_paged_t *a)
         n += a->seqs[s].n_q * a->n_heads;
         blocks += (a->seqs[s].n_q + VLM_CPU_QB - 1) / VLM_CPU_QB;
         max_q = vlm_max(max_q, a->seqs[s].n_q);
+
+        /* query i sees the keys up to kv_start + i */
+        nq = a->seqs[s].n_q;
+        be->flops += (uint64_t) 4 * a->n_heads * a->head_dim
+                     * (nq * a->seqs[s].kv_start + nq * (nq + 1) / 2);
     }
 
     if (max_q >= VLM_CPU_PREFILL_Q) {

@@ -119,6 +119,8 @@ typedef struct {
     size_t      backend_bytes;      /* backend memory held now */
     size_t      backend_peak;
     uint64_t    backend_allocs;     /* backend allocations since load */
+    uint64_t    backend_flops;      /* matmul and attention flops since
+                                       init (the cpu backend counts) */
     size_t      decode_weight_bytes;  /* weights one decode step reads */
     int         kv_blocks_total;
     int         kv_blocks_used;

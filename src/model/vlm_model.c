@@ -1355,6 +1355,7 @@ vlm_model_stats(const vlm_model_t *m, vlm_model_stats_t *s)
     s->backend_bytes = m->be->allocated;
     s->backend_peak = m->be->peak;
     s->backend_allocs = m->be->n_allocs - m->allocs_at_load;
+    s->backend_flops = m->be->flops;
     s->decode_weight_bytes = vlm_model_decode_bytes(m);
     s->kv_blocks_total = m->kv.n_blocks;
     s->kv_blocks_used = vlm_kv_used(&m->kv);
