@@ -22,6 +22,14 @@ static ngx_conf_enum_t  ngx_http_vlm_quant_activations[] = {
 };
 
 
+static ngx_conf_enum_t  ngx_http_vlm_head_quants[] = {
+    { ngx_string("off"), NGX_HTTP_VLM_HEAD_OFF },
+    { ngx_string("int8"), NGX_HTTP_VLM_HEAD_INT8 },
+    { ngx_string("int4"), NGX_HTTP_VLM_HEAD_INT4 },
+    { ngx_null_string, 0 }
+};
+
+
 /* the names are the engine's --kv-dtype values (ngx_http_vlm_engine.c) */
 ngx_conf_enum_t  ngx_http_vlm_kv_dtypes[] = {
     { ngx_string("auto"), NGX_HTTP_VLM_KV_AUTO },
@@ -226,6 +234,13 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_vlm_main_conf_t, kv_dtype),
       &ngx_http_vlm_kv_dtypes },
+
+    { ngx_string("vlm_head_quant"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, head_quant),
+      &ngx_http_vlm_head_quants },
 
     { ngx_string("vlm_max_queued"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,

@@ -21,6 +21,7 @@
  *                [--streams 1,4,16] [--reps N]
  *                [--quant-activations int8|f32]   (default int8)
  *                [--kv-dtype auto|f32|bf16|f16]   (default auto)
+ *                [--head-quant off|int8|int4]     (default off)
  *                [--kernels scalar|avx2|avx512bf16|amx] (default: the
  *                                   best this CPU runs)
  */
@@ -65,7 +66,7 @@ main(int argc, char **argv)
     int                      i, j, r, threads, n_prompt, n_decode, n_img;
     int                      gh, gw, n_ids, done, pieces, len, reps;
     int                      n_streams, stream[BENCH_MAX_STREAMS], max_b;
-    int                      level;
+    int                      level, head;
     int                      frames, n_tok, act_f32;
     char                    *p, streams[64];
     float                   *pixels;
@@ -98,6 +99,7 @@ main(int argc, char **argv)
     reps = 3;
     act_f32 = 0;
     kv = NULL;
+    head = 0;
     gh = 50;
     gw = 80;
     frames = 1;
@@ -133,6 +135,16 @@ main(int argc, char **argv)
 
         } else if (strcmp(argv[i], "--kv-dtype") == 0) {
             kv = argv[i + 1];
+
+        } else if (strcmp(argv[i], "--head-quant") == 0) {
+            head = strcmp(argv[i + 1], "int8") == 0 ? 8
+                   : strcmp(argv[i + 1], "int4") == 0 ? 4
+                   : strcmp(argv[i + 1], "off") == 0 ? 0 : -1;
+
+            if (head < 0) {
+                fprintf(stderr, "bench_engine: bad --head-quant\n");
+                return 1;
+            }
 
         } else if (strcmp(argv[i], "--frames") == 0) {
             frames = atoi(argv[i + 1]);
@@ -203,6 +215,7 @@ main(int argc, char **argv)
     prm.n_threads = threads;
     prm.quant_act_int8 = !act_f32;
     prm.kv_dtype = kv;
+    prm.head_quant = head;
     prm.max_seqs = max_b + 1;
     prm.max_seq_len = n_prompt + n_streams * (reps * n_decode + 1) + 8;
     prm.max_seq_len = vlm_max(prm.max_seq_len, n_img / 4 + 8);

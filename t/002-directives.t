@@ -1045,6 +1045,60 @@ qr{\[emerg\] .*: "vlm_kv_dtype bf16" needs "vlm_backend cpu": the CUDA backend k
 
 
 
+=== TEST 41h: vlm_head_quant: off, int8 and int4 are its values
+--- http_config
+    vlm_head_quant int4;
+--- config
+    location = /t { return 204; }
+--- request
+GET /t
+--- error_code: 204
+--- response_body
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 41i: vlm_head_quant: an unknown value
+--- http_config
+    vlm_head_quant int2;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: invalid value "int2" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 41j: vlm_head_quant: given twice
+--- http_config
+    vlm_head_quant int8;
+    vlm_head_quant off;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_head_quant" directive is duplicate in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 41k: vlm_head_quant int8 with vlm_backend cuda
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/good;
+    vlm_backend cuda;
+    vlm_head_quant int8;
+    vlm_engine_binary $TEST_NGINX_ENGINES/engine-with-cuda;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_head_quant int8" needs "vlm_backend cpu": the CUDA backend runs no quantized weights in \S+nginx\.conf:\d+$}
+
+
+
 === TEST 41h: vlm_kv_dtype f32 with vlm_backend cuda
 --- http_config
     vlm_model $TEST_NGINX_MODELS/good;

@@ -17,7 +17,6 @@ use lib "$FindBin::Bin/lib";
 use File::Copy qw(copy);
 use File::Temp qw(tempdir);
 use Test::More;
-use Time::HiRes qw(sleep);
 use VLMTest;
 
 my $build = vlm_prereqs();
@@ -40,53 +39,15 @@ my $srv = vlm_start(name => 'quantact', model => $model,
 END { VLMTest::vlm_stop($srv) if $srv }
 
 
-# the engine's value of --quant-activations
-sub engine_setting {
-    my @pids = vlm_engine_pids($srv);
-    return undef if @pids != 1;
+is(vlm_engine_arg($srv, '--quant-activations'), 'f32',
+   'f32: the engine has --quant-activations f32');
+vlm_answer_ok($srv, 'f32 activations');
 
-    open my $in, '<', "/proc/$pids[0]/cmdline" or return undef;
-    local $/;
-    my @argv = split /\0/, <$in>;
-    close $in;
-
-    for my $i (0 .. $#argv - 1) {
-        return $argv[$i + 1] if $argv[$i] eq '--quant-activations';
-    }
-
-    return '';
-}
-
-
-sub answer_ok {
-    my ($what) = @_;
-
-    my $res = vlm_post_json($srv, { %{ vlm_chat_body('hi') },
-                                    temperature => 0, max_tokens => 4 });
-    my $j = eval { vlm_json($res->{body}) };
-
-    is($res->{status}, 200, "$what: 200") or diag($res->{raw});
-    ok($j && $j->{usage}{completion_tokens} > 0, "$what: tokens generated");
-}
-
-
-is(engine_setting(), 'f32', 'f32: the engine has --quant-activations f32');
-answer_ok('f32 activations');
-
-my @old = vlm_engine_pids($srv);
-vlm_reload($srv, 'vlm_quant_activations f32;', 'vlm_quant_activations int8;');
-
-my @new;
-for (1 .. 200) {
-    @new = vlm_engine_pids($srv);
-    last if @new == 1 && $new[0] != $old[0]
-            && vlm_health($srv)->{_status} == 200;
-    sleep 0.1;
-}
-
-isnt($new[0], $old[0], 'int8: another setting, another engine');
-is(engine_setting(), 'int8', 'int8: the engine has --quant-activations int8');
-answer_ok('int8 activations');
+vlm_reload_engine($srv, 'vlm_quant_activations f32;',
+                  'vlm_quant_activations int8;', 'int8');
+is(vlm_engine_arg($srv, '--quant-activations'), 'int8',
+   'int8: the engine has --quant-activations int8');
+vlm_answer_ok($srv, 'int8 activations');
 
 my $out = `$build/vlm-engine --model $model --quant-activations int4 2>&1`;
 isnt($? >> 8, 0, 'the engine refuses --quant-activations int4');

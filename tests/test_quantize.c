@@ -121,16 +121,44 @@ check_rtn(const vlm_weight_t *q, const vlm_weight_t *o, const char *what,
 }
 
 
+/* the text prompt's logits of mq within max_l2 of mo's, not the same */
+static void
+check_logits(vlm_model_t *mq, vlm_model_t *mo, const char *model,
+    const char *what, double max_l2)
+{
+    double       d;
+    vlm_npy_t    ids;
+    vlm_seq_t   *sq, *so;
+    vlm_error_t  err;
+
+    vlm_test_load_npy(&ids, FIX, model, "text", "input_ids.npy");
+    assert_int_equal(vlm_seq_init(mq, &sq, &err), VLM_OK);
+    assert_int_equal(vlm_seq_init(mo, &so, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(sq, ids.data, (int) ids.n, NULL, 0, NULL,
+                                     &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(so, ids.data, (int) ids.n, NULL, 0, NULL,
+                                     &err), VLM_OK);
+
+    d = vlm_test_rel_l2(vlm_seq_logits(sq), vlm_seq_logits(so),
+                        (size_t) mq->cfg.text.vocab_size);
+    print_message("%s: logits at relative L2 %.4f of the original's\n",
+                  what, d);
+    if (d > max_l2 || d == 0.0) {
+        fail_msg("%s: logits at relative L2 %g", what, d);
+    }
+
+    vlm_seq_free(sq);
+    vlm_seq_free(so);
+    vlm_npy_free(&ids);
+}
+
+
 static void
 check_quantize(const char *model, const char *fmt, int group,
     double max_l2)
 {
-    int                    l, i, V;
+    int                    l, i;
     char                   dir[64], cmd[8192], src[512];
-    const float           *lq, *lo;
-    double                 d;
-    vlm_npy_t              ids;
-    vlm_seq_t             *sq, *so;
     vlm_model_t           *mq, *mo;
     vlm_error_t            err;
     vlm_quant_t            want;
@@ -178,27 +206,9 @@ check_quantize(const char *model, const char *fmt, int group,
                         * vlm_dtype_size(mo->lm.embed.dtype));
 
     /* the text prompt's logits, near the original's */
-    vlm_test_load_npy(&ids, FIX, model, "text", "input_ids.npy");
-    assert_int_equal(vlm_seq_init(mq, &sq, &err), VLM_OK);
-    assert_int_equal(vlm_seq_init(mo, &so, &err), VLM_OK);
-    assert_int_equal(vlm_seq_prefill(sq, ids.data, (int) ids.n, NULL, 0, NULL,
-                                     &err), VLM_OK);
-    assert_int_equal(vlm_seq_prefill(so, ids.data, (int) ids.n, NULL, 0, NULL,
-                                     &err), VLM_OK);
+    snprintf(cmd, sizeof(cmd), "%s %s g%d", model, fmt, group);
+    check_logits(mq, mo, model, cmd, max_l2);
 
-    V = mq->cfg.text.vocab_size;
-    lq = vlm_seq_logits(sq);
-    lo = vlm_seq_logits(so);
-    d = vlm_test_rel_l2(lq, lo, (size_t) V);
-    print_message("%s %s g%d: logits at relative L2 %.4f of the "
-                  "original's\n", model, fmt, group, d);
-    if (d > max_l2) {
-        fail_msg("%s %s: logits at relative L2 %g", model, fmt, d);
-    }
-
-    vlm_seq_free(sq);
-    vlm_seq_free(so);
-    vlm_npy_free(&ids);
     vlm_model_free(mq);
     vlm_model_free(mo);
 
@@ -220,6 +230,65 @@ test_int8(void **state)
 {
     check_quantize("qwen2vl-bf16", "int8", 128, 0.03);
     check_quantize("qwen25vl-f32", "int8", 128, 0.03);
+}
+
+
+/*
+ * vlm_model_params_t.head_quant: the head of a 16- or 32-bit checkpoint
+ * rounded to nearest at load, every element within half a step, the
+ * logits near the original's, fewer bytes a decode step
+ */
+static void
+check_head_quant(const char *model, int bits, double max_l2)
+{
+    char                dir[512], what[600];
+    vlm_error_t         err;
+    vlm_model_t        *mq, *mo;
+    vlm_model_stats_t   stq, sto;
+    vlm_model_params_t  p;
+
+    snprintf(dir, sizeof(dir), FIX "/%s", model);
+    vlm_test_fixture_params(&p);
+    p.head_quant = bits;
+
+    if (vlm_model_load(&mq, dir, &p, &err) != VLM_OK) {
+        fail_msg("load %s: %s", dir, err.msg);
+    }
+    mo = load(dir);
+
+    snprintf(what, sizeof(what), "%s head int%d", model, bits);
+    check_rtn(&mq->lm.head, &mo->lm.head, what,
+              bits == 8 ? VLM_QUANT_Q8 : VLM_QUANT_Q4, 0.5f);
+    assert_int_equal(mq->lm.embed.quant, VLM_QUANT_NONE);
+
+    vlm_model_stats(mq, &stq);
+    vlm_model_stats(mo, &sto);
+    assert_true(stq.decode_weight_bytes < sto.decode_weight_bytes);
+
+    check_logits(mq, mo, model, what, max_l2);
+
+    vlm_model_free(mq);
+    vlm_model_free(mo);
+}
+
+
+static void
+test_head_quant(void **state)
+{
+    vlm_error_t         err;
+    vlm_model_t        *m;
+    vlm_model_params_t  p;
+
+    check_head_quant("qwen2vl-bf16", 8, 0.03);
+    check_head_quant("qwen2vl-bf16", 4, 0.3);
+    check_head_quant("qwen25vl-f32", 8, 0.03);
+    check_head_quant("qwen25vl-f32", 4, 0.3);
+
+    vlm_test_fixture_params(&p);
+    p.head_quant = 3;
+    assert_int_equal(vlm_model_load(&m, FIX "/qwen2vl-bf16", &p, &err),
+                     VLM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "4 or 8 bits"));
 }
 
 
@@ -250,6 +319,7 @@ main(int argc, char **argv)
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_awq_int4),
         cmocka_unit_test(test_int8),
+        cmocka_unit_test(test_head_quant),
         cmocka_unit_test(test_refused),
     };
 

@@ -40,6 +40,11 @@ typedef struct {
     int     quant_act_int8;     /* quantized weights times activations
                                    quantized to int8 (integer dot
                                    products) at 1 to 16 rows; 0: f32 */
+    int     head_quant;         /* 8 or 4: a 16/32-bit LM head rounded to
+                                   int8 codes a row or int4 ones a group
+                                   at load (fewer bytes a decode step;
+                                   the logits move by the rounding); 0:
+                                   as the checkpoint holds it */
     int     prefix_cache;       /* keep full KV blocks for later prompts
                                    (vlm_seq_prefix_map); 0 off */
     const char  *backend;       /* "cpu" (NULL too) or one registered with

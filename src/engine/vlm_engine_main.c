@@ -15,7 +15,7 @@
  *              [--max-batch-tokens N] [--max-seq-len N] [--kv-blocks N]
  *              [--image-cache-bytes N] [--tensor-parallel N]
  *              [--prefix-cache on|off] [--quant-activations int8|f32]
- *              [--kv-dtype auto|f32|bf16|f16]
+ *              [--kv-dtype auto|f32|bf16|f16] [--head-quant off|int8|int4]
  *              [--cpus LIST[:LIST...]]     (the CPUs of each rank)
  *              [--gpus N[,N...]]           (the GPU of each rank)
  *   vlm-engine --features      prints what is built in ("cpu cuda nccl")
@@ -493,6 +493,23 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
             } else {
                 vlm_log(VLM_LOG_ERROR, "--quant-activations takes int8 or "
                         "f32, not \"%s\"", argv[i]);
+                return -1;
+            }
+
+        } else if (strcmp(argv[i], "--head-quant") == 0) {
+            i++;
+
+            if (strcmp(argv[i], "off") == 0) {
+                a->params.head_quant = 0;
+
+            } else if (strcmp(argv[i], "int8") == 0
+                       || strcmp(argv[i], "int4") == 0)
+            {
+                a->params.head_quant = argv[i][3] == '8' ? 8 : 4;
+
+            } else {
+                vlm_log(VLM_LOG_ERROR, "--head-quant takes off, int8 or "
+                        "int4, not \"%s\"", argv[i]);
                 return -1;
             }
 

@@ -59,6 +59,7 @@ ngx_http_vlm_create_main_conf(ngx_conf_t *cf)
     vmcf->prefix_cache = NGX_CONF_UNSET;
     vmcf->quant_activations = NGX_CONF_UNSET_UINT;
     vmcf->kv_dtype = NGX_CONF_UNSET_UINT;
+    vmcf->head_quant = NGX_CONF_UNSET_UINT;
     vmcf->max_queued = NGX_CONF_UNSET_UINT;
     vmcf->engine_hang_timeout = NGX_CONF_UNSET_MSEC;
     vmcf->request_timeout = NGX_CONF_UNSET_MSEC;
@@ -128,6 +129,7 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(vmcf->quant_activations,
                              NGX_HTTP_VLM_QUANT_ACT_INT8);
     ngx_conf_init_uint_value(vmcf->kv_dtype, NGX_HTTP_VLM_KV_AUTO);
+    ngx_conf_init_uint_value(vmcf->head_quant, NGX_HTTP_VLM_HEAD_OFF);
     ngx_conf_init_uint_value(vmcf->max_queued,
                              NGX_HTTP_VLM_DEFAULT_MAX_QUEUED);
     ngx_conf_init_msec_value(vmcf->engine_hang_timeout, 60000);
@@ -978,6 +980,7 @@ ngx_http_vlm_engine_params(ngx_http_vlm_main_conf_t *vmcf,
         vmcf->quant_activations == NGX_HTTP_VLM_QUANT_ACT_INT8;
     params->kv_dtype =
         (const char *) ngx_http_vlm_kv_dtypes[vmcf->kv_dtype].name.data;
+    params->head_quant = (int) vmcf->head_quant;
     params->tp_size = (int) vmcf->tensor_parallel;
     params->backend = vmcf->backend == NGX_HTTP_VLM_BACKEND_CUDA ? "cuda"
                                                                   : "cpu";

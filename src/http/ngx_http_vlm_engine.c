@@ -173,6 +173,16 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
         return NGX_CONF_ERROR;
     }
 
+    if (vmcf->backend == NGX_HTTP_VLM_BACKEND_CUDA
+        && vmcf->head_quant != NGX_HTTP_VLM_HEAD_OFF)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"vlm_head_quant int%ui\" needs \"vlm_backend "
+                           "cpu\": the CUDA backend runs no quantized "
+                           "weights", vmcf->head_quant);
+        return NGX_CONF_ERROR;
+    }
+
     if (vmcf->gpus.len && vmcf->backend != NGX_HTTP_VLM_BACKEND_CUDA) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"vlm_gpus\" needs \"vlm_backend cuda\"");
@@ -240,6 +250,7 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     ngx_crc32_update(&crc, (u_char *) &vmcf->quant_activations,
                      sizeof(ngx_uint_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->kv_dtype, sizeof(ngx_uint_t));
+    ngx_crc32_update(&crc, (u_char *) &vmcf->head_quant, sizeof(ngx_uint_t));
     ngx_crc32_final(crc);
 
     /* never 0, which reads "unknown" in the queue */
@@ -1084,6 +1095,9 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
                 ? "int8" : "f32";
     argv[n++] = "--kv-dtype";
     argv[n++] = (char *) ngx_http_vlm_kv_dtypes[vmcf->kv_dtype].name.data;
+    argv[n++] = "--head-quant";
+    argv[n++] = vmcf->head_quant == NGX_HTTP_VLM_HEAD_INT8 ? "int8"
+                : vmcf->head_quant == NGX_HTTP_VLM_HEAD_INT4 ? "int4" : "off";
 
     if (vmcf->engine_cpus.len) {
         argv[n++] = "--cpus";

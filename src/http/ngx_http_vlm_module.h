@@ -36,6 +36,11 @@
 #define NGX_HTTP_VLM_QUANT_ACT_F32     0
 #define NGX_HTTP_VLM_QUANT_ACT_INT8    1
 
+/* vlm_head_quant: the engine's --head-quant (the bits; 0: off) */
+#define NGX_HTTP_VLM_HEAD_OFF          0
+#define NGX_HTTP_VLM_HEAD_INT8         8
+#define NGX_HTTP_VLM_HEAD_INT4         4
+
 #define NGX_HTTP_VLM_DEFAULT_MAX_IMAGES        8
 #define NGX_HTTP_VLM_DEFAULT_MAX_IMAGE_PIXELS  (16 * 1024 * 1024)
 
@@ -81,6 +86,7 @@ typedef struct {
     ngx_flag_t           prefix_cache;     /* engine's KV prefix cache */
     ngx_uint_t           quant_activations; /* NGX_HTTP_VLM_QUANT_ACT_* */
     ngx_uint_t           kv_dtype;         /* NGX_HTTP_VLM_KV_* */
+    ngx_uint_t           head_quant;       /* NGX_HTTP_VLM_HEAD_* */
     ngx_uint_t           max_queued;       /* waiting beyond those */
     uint64_t             arena_size;       /* the zone less the slots */
 

@@ -142,7 +142,7 @@ vlm_model_tensor(vlm_model_t *m, const char *name)
 
 
 /* the tensor name, checked to be a [rows, cols] matrix */
-static const vlm_st_tensor_t *
+const vlm_st_tensor_t *
 vlm_model_matrix_tensor(vlm_model_t *m, const char *name, int rows,
     int cols, vlm_error_t *err)
 {
@@ -670,6 +670,12 @@ vlm_model_check_params(vlm_model_t *m, vlm_error_t *err)
     {
         return vlm_error_set(err, VLM_ERR_INVALID,
                              "model: a budget parameter is out of range");
+    }
+
+    if (p->head_quant != 0 && p->head_quant != 4 && p->head_quant != 8) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "model: the head is quantized to 4 or 8 bits, "
+                             "not %d", p->head_quant);
     }
 
     p->max_seq_len = vlm_min(p->max_seq_len,

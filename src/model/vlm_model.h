@@ -341,6 +341,18 @@ vlm_status_t vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w,
     const char *name, int rows, int cols, const int *r0, int nr,
     int n_runs, int c0, int nc, int *found, vlm_error_t *err);
 
+/*
+ * the LM head's rows [r0, r0 + nr) of name rounded to bits (8 or 4) at
+ * load, where the checkpoint holds it in 16 or 32 bits (else as it holds
+ * it)
+ */
+vlm_status_t vlm_quant_head(vlm_model_t *m, vlm_weight_t *w,
+    const char *name, int bits, int rows, int cols, int r0, int nr,
+    vlm_error_t *err);
+/* the float tensor name, checked to be a [rows, cols] matrix */
+const vlm_st_tensor_t *vlm_model_matrix_tensor(vlm_model_t *m,
+    const char *name, int rows, int cols, vlm_error_t *err);
+
 extern const vlm_arch_ops_t  vlm_arch_qwen2vl;
 extern const vlm_arch_ops_t  vlm_arch_qwen3vl;
 extern const vlm_arch_ops_t  vlm_arch_idefics3;

@@ -42,6 +42,7 @@
 
 #define _GNU_SOURCE
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -652,4 +653,154 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
     }
 
     return m->be->ops->weight_bind_quant(m->be, w, err);
+}
+
+
+/*
+ * The LM head's rows [r0, r0 + nr) of the 16- or 32-bit matrix name
+ * rounded to nearest at load (vlm_model_params_t.head_quant): 8 bits,
+ * signed codes with a scale a row (symmetric, as W8A8's per-channel
+ * weights), or 4 bits, unsigned codes with a scale and a min a group of
+ * 128 columns (64 or 32 where those do not divide the row: AWQ's grid),
+ * in the layout of vlm_backend.h for the backend's quantized matmul.  The
+ * head is the largest single matrix a decode step reads (0.62 of AWQ
+ * Qwen2.5-VL-3B's 2.18 GB); the logits move by the rounding.
+ */
+vlm_status_t
+vlm_quant_head(vlm_model_t *m, vlm_weight_t *w, const char *name, int bits,
+    int rows, int cols, int r0, int nr, vlm_error_t *err)
+{
+    int                     r, k, g, ng, group, shift, code, found;
+    float                  *row, *scales, *mins, lo, hi, s;
+    size_t                  rb, n_codes;
+    uint8_t                *block, *dst;
+    vlm_status_t            rc;
+    const uint8_t          *src;
+    const vlm_st_tensor_t  *t;
+
+    rc = vlm_quant_matrix(m, w, name, rows, cols, &r0, nr, 1, 0, cols,
+                          &found, err);
+    if (found || rc != VLM_OK) {
+        return rc;
+    }
+
+    t = vlm_model_matrix_tensor(m, name, rows, cols, err);
+    if (t == NULL) {
+        return VLM_ERR_FORMAT;
+    }
+
+    if (m->be == NULL) {
+        return VLM_OK;
+    }
+
+    if (m->be->ops->weight_bind_quant == NULL) {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "model: the %s backend runs no quantized "
+                             "weights: the head cannot be int%d",
+                             m->be->ops->name, bits);
+    }
+
+    if (bits == 8) {
+        group = cols;
+
+    } else {
+        for (group = 128; group >= 32 && cols % group != 0; group /= 2) {
+            /* void */
+        }
+
+        if (group < 32) {
+            return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                                 "model: the head's %d columns do not "
+                                 "divide into 4-bit groups of 32", cols);
+        }
+    }
+
+    ng = cols / group;
+    rb = vlm_quant_row_bytes(bits == 8 ? VLM_QUANT_Q8 : VLM_QUANT_Q4, cols);
+    n_codes = vlm_align_up(rb * nr, 64);
+
+    block = vlm_model_host_alloc(m, n_codes + 2 * sizeof(float) * nr * ng
+                                    + sizeof(float) * cols, err);
+    if (block == NULL) {
+        return VLM_ERR_NOMEM;
+    }
+
+    memset(block, 0, n_codes);
+    scales = (float *) (block + n_codes);
+    mins = scales + (size_t) nr * ng;
+    row = mins + (size_t) nr * ng;
+
+    for (r = 0; r < nr; r++) {
+        src = (const uint8_t *) t->data
+              + (size_t) (r0 + r) * cols * vlm_dtype_size(t->dtype);
+
+        for (k = 0; k < cols; k++) {
+            row[k] = t->dtype == VLM_DTYPE_F32
+                     ? ((const float *) src)[k]
+                     : t->dtype == VLM_DTYPE_BF16
+                     ? vlm_bf16_to_f32(((const uint16_t *) src)[k])
+                     : vlm_f16_to_f32(((const uint16_t *) src)[k]);
+        }
+
+        dst = block + (size_t) r * rb;
+
+        for (g = 0; g < ng; g++) {
+            lo = row[g * group];
+            hi = lo;
+
+            for (k = g * group; k < (g + 1) * group; k++) {
+                lo = row[k] < lo ? row[k] : lo;
+                hi = row[k] > hi ? row[k] : hi;
+            }
+
+            if (bits == 8) {
+                hi = fmaxf(fabsf(lo), fabsf(hi));
+                s = hi > 0.0f ? hi / 127.0f : 1.0f;
+                lo = 0.0f;
+
+            } else {
+                s = hi > lo ? (hi - lo) / 15.0f : 1.0f;
+            }
+
+            scales[(size_t) r * ng + g] = s;
+            mins[(size_t) r * ng + g] = lo;
+
+            for (k = g * group; k < (g + 1) * group; k++) {
+                code = (int) lrintf((row[k] - lo) / s);
+
+                if (bits == 8) {
+                    dst[k] = (uint8_t) (int8_t) vlm_max(-127,
+                                                        vlm_min(127, code));
+
+                } else {
+                    code = vlm_max(0, vlm_min(15, code));
+                    dst[vlm_quant_q4_byte(k, &shift)] |=
+                        (uint8_t) (code << shift);
+                }
+            }
+        }
+    }
+
+    memset(w, 0, sizeof(vlm_weight_t));
+    w->data = block;
+    w->dtype = VLM_DTYPE_F32;
+    w->rows = nr;
+    w->cols = cols;
+    w->quant = bits == 8 ? VLM_QUANT_Q8 : VLM_QUANT_Q4;
+    w->group = group;
+    w->scales = scales;
+    w->mins = mins;
+
+    rc = m->be->ops->weight_bind_quant(m->be, w, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    vlm_log(VLM_LOG_INFO, "model: the LM head rounded to int%d at load "
+            "(%zu MB, from %zu MB of %s)", bits,
+            (rb * nr + 2 * sizeof(float) * nr * ng) >> 20,
+            ((size_t) nr * cols * vlm_dtype_size(t->dtype)) >> 20,
+            vlm_dtype_name(t->dtype));
+
+    return VLM_OK;
 }

@@ -27,6 +27,7 @@ our @EXPORT = qw(
     vlm_health vlm_wait_idle vlm_wait_ready vlm_engine_pids vlm_png
     vlm_jpeg vlm_data_url vlm_json vlm_chat_body vlm_open_stream
     vlm_read_some vlm_prereqs vlm_root vlm_reload vlm_stream_ok vlm_secs
+    vlm_engine_arg vlm_reload_engine vlm_answer_ok
 );
 
 my $ROOT = abs_path(__FILE__ . '/../../..');
@@ -215,6 +216,63 @@ sub vlm_engine_pids ($) {
     }
 
     return @pids;
+}
+
+
+# the value that follows $flag on the command line of the one engine
+# (undef: not one engine; '': it has no such option)
+sub vlm_engine_arg ($$) {
+    my ($srv, $flag) = @_;
+
+    my @pids = vlm_engine_pids($srv);
+    return undef if @pids != 1;
+
+    open my $in, '<', "/proc/$pids[0]/cmdline" or return undef;
+    local $/;
+    my @argv = split /\0/, <$in>;
+    close $in;
+
+    for my $i (0 .. $#argv - 1) {
+        return $argv[$i + 1] if $argv[$i] eq $flag;
+    }
+
+    return '';
+}
+
+
+# reloads with $from replaced by $to (an engine setting): checks that
+# another engine serves
+sub vlm_reload_engine ($$$$) {
+    my ($srv, $from, $to, $what) = @_;
+
+    my @old = vlm_engine_pids($srv);
+    vlm_reload($srv, $from, $to);
+
+    my @new;
+    for (1 .. 200) {
+        @new = vlm_engine_pids($srv);
+        last if @new == 1 && $new[0] != $old[0]
+                && vlm_health($srv)->{_status} == 200;
+        sleep 0.1;
+    }
+
+    Test::More::isnt($new[0], $old[0],
+                     "$what: another setting, another engine");
+}
+
+
+# a greedy answer of a few tokens: 200 and tokens generated
+sub vlm_answer_ok ($$) {
+    my ($srv, $what) = @_;
+
+    my $res = vlm_post_json($srv, { %{ vlm_chat_body('hi') },
+                                    temperature => 0, max_tokens => 4 });
+    my $j = eval { vlm_json($res->{body}) };
+
+    Test::More::is($res->{status}, 200, "$what: 200")
+        or Test::More::diag($res->{raw});
+    Test::More::ok($j && $j->{usage}{completion_tokens} > 0,
+                   "$what: tokens generated");
 }
 
 

@@ -26,6 +26,7 @@ vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
 {
     int                 l, i, H, Q, KV, I, V, hd, half, s, q0, nq, k0, nk;
     char                name[128];
+    const char         *head;
     float              *inv;
     vlm_tp_t           *tp = &m->tp;
     vlm_status_t        rc;
@@ -53,15 +54,17 @@ vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
         return rc;
     }
 
-    if (vlm_model_tensor(m, "lm_head.weight") != NULL
-        || !tc->tie_word_embeddings)
-    {
-        rc = vlm_model_matrix_rows(m, &w->head, "lm_head.weight", V, H,
-                                   tp->vocab0, tp->vocab, err);
+    head = vlm_model_tensor(m, "lm_head.weight") != NULL
+           || !tc->tie_word_embeddings
+           ? "lm_head.weight" : "model.embed_tokens.weight";
+
+    if (m->params.head_quant != 0) {
+        rc = vlm_quant_head(m, &w->head, head, m->params.head_quant, V, H,
+                            tp->vocab0, tp->vocab, err);
 
     } else {
-        rc = vlm_model_matrix_rows(m, &w->head, "model.embed_tokens.weight",
-                                   V, H, tp->vocab0, tp->vocab, err);
+        rc = vlm_model_matrix_rows(m, &w->head, head, V, H, tp->vocab0,
+                                   tp->vocab, err);
     }
 
     if (rc != VLM_OK) {
