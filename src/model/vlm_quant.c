@@ -663,8 +663,8 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
  * weights), or 4 bits, unsigned codes with a scale and a min a group of
  * 128 columns (64 or 32 where those do not divide the row: AWQ's grid),
  * in the layout of vlm_backend.h for the backend's quantized matmul.  The
- * head is the largest single matrix a decode step reads (0.62 of AWQ
- * Qwen2.5-VL-3B's 2.18 GB); the logits move by the rounding.
+ * head is the largest single matrix a decode step reads (0.62 GB of the
+ * 2.18 GB of AWQ Qwen2.5-VL-3B); the logits move by the rounding.
  */
 vlm_status_t
 vlm_quant_head(vlm_model_t *m, vlm_weight_t *w, const char *name, int bits,
@@ -689,17 +689,6 @@ vlm_quant_head(vlm_model_t *m, vlm_weight_t *w, const char *name, int bits,
         return VLM_ERR_FORMAT;
     }
 
-    if (m->be == NULL) {
-        return VLM_OK;
-    }
-
-    if (m->be->ops->weight_bind_quant == NULL) {
-        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
-                             "model: the %s backend runs no quantized "
-                             "weights: the head cannot be int%d",
-                             m->be->ops->name, bits);
-    }
-
     if (bits == 8) {
         group = cols;
 
@@ -713,6 +702,17 @@ vlm_quant_head(vlm_model_t *m, vlm_weight_t *w, const char *name, int bits,
                                  "model: the head's %d columns do not "
                                  "divide into 4-bit groups of 32", cols);
         }
+    }
+
+    if (m->be == NULL) {
+        return VLM_OK;
+    }
+
+    if (m->be->ops->weight_bind_quant == NULL) {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "model: the %s backend runs no quantized "
+                             "weights: the head cannot be int%d",
+                             m->be->ops->name, bits);
     }
 
     ng = cols / group;
