@@ -142,7 +142,7 @@ vlm_model_tensor(vlm_model_t *m, const char *name)
 
 
 /* the tensor name, checked to be a [rows, cols] matrix */
-const vlm_st_tensor_t *
+static const vlm_st_tensor_t *
 vlm_model_matrix_tensor(vlm_model_t *m, const char *name, int rows,
     int cols, vlm_error_t *err)
 {
@@ -197,6 +197,14 @@ vlm_status_t
 vlm_model_matrix_rows(vlm_model_t *m, vlm_weight_t *w, const char *name,
     int rows, int cols, int r0, int nr, vlm_error_t *err)
 {
+    return vlm_model_head_rows(m, w, name, rows, cols, r0, nr, 0, err);
+}
+
+
+vlm_status_t
+vlm_model_head_rows(vlm_model_t *m, vlm_weight_t *w, const char *name,
+    int rows, int cols, int r0, int nr, int bits, vlm_error_t *err)
+{
     int                     found;
     vlm_status_t            rc;
     const vlm_st_tensor_t  *t;
@@ -222,6 +230,10 @@ vlm_model_matrix_rows(vlm_model_t *m, vlm_weight_t *w, const char *name,
         return vlm_error_set(err, VLM_ERR_INTERNAL,
                              "model: rows %d..%d of \"%s\" [%d, %d]", r0,
                              r0 + nr, name, rows, cols);
+    }
+
+    if (bits != 0) {
+        return vlm_quant_round(m, w, t, bits, r0, nr, err);
     }
 
     if (m->be == NULL) {

@@ -303,6 +303,14 @@ vlm_status_t vlm_model_vector(vlm_model_t *m, float **out, const char *name,
  */
 vlm_status_t vlm_model_matrix_rows(vlm_model_t *m, vlm_weight_t *w,
     const char *name, int rows, int cols, int r0, int nr, vlm_error_t *err);
+/*
+ * the same, a 16- or 32-bit matrix rounded to bits (8 or 4; 0: as it is)
+ * at load, as vlm_model_params_t.head_quant asks for the LM head; one the
+ * checkpoint holds quantized stays so
+ */
+vlm_status_t vlm_model_head_rows(vlm_model_t *m, vlm_weight_t *w,
+    const char *name, int rows, int cols, int r0, int nr, int bits,
+    vlm_error_t *err);
 vlm_status_t vlm_model_matrix_cols(vlm_model_t *m, vlm_weight_t *w,
     const char *name, int rows, int cols, int c0, int nc, vlm_error_t *err);
 vlm_status_t vlm_model_vector_part(vlm_model_t *m, float **out,
@@ -342,16 +350,11 @@ vlm_status_t vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w,
     int n_runs, int c0, int nc, int *found, vlm_error_t *err);
 
 /*
- * the LM head's rows [r0, r0 + nr) of name rounded to bits (8 or 4) at
- * load, where the checkpoint holds it in 16 or 32 bits (else as it holds
- * it)
+ * vlm_quant.c: rows [r0, r0 + nr) of the 16- or 32-bit matrix t rounded
+ * to bits (8 or 4) at load (vlm_model_head_rows)
  */
-vlm_status_t vlm_quant_head(vlm_model_t *m, vlm_weight_t *w,
-    const char *name, int bits, int rows, int cols, int r0, int nr,
-    vlm_error_t *err);
-/* the float tensor name, checked to be a [rows, cols] matrix */
-const vlm_st_tensor_t *vlm_model_matrix_tensor(vlm_model_t *m,
-    const char *name, int rows, int cols, vlm_error_t *err);
+vlm_status_t vlm_quant_round(vlm_model_t *m, vlm_weight_t *w,
+    const vlm_st_tensor_t *t, int bits, int r0, int nr, vlm_error_t *err);
 
 extern const vlm_arch_ops_t  vlm_arch_qwen2vl;
 extern const vlm_arch_ops_t  vlm_arch_qwen3vl;

@@ -485,6 +485,41 @@ vlm_quant_present(vlm_model_t *m, vlm_qsrc_t *s)
 }
 
 
+/*
+ * w: a quantized [rows, cols] matrix in one host block of the model's:
+ * the codes (zeroed), then scales and mins, then extra bytes
+ */
+static uint8_t *
+vlm_quant_block(vlm_model_t *m, vlm_weight_t *w, vlm_quant_t quant,
+    int rows, int cols, int group, size_t extra, vlm_error_t *err)
+{
+    size_t    n_codes, n_groups;
+    uint8_t  *block;
+
+    n_codes = vlm_align_up(vlm_quant_row_bytes(quant, cols) * rows, 64);
+    n_groups = (size_t) rows * (cols / group);
+
+    block = vlm_model_host_alloc(m, n_codes + 2 * sizeof(float) * n_groups
+                                    + extra, err);
+    if (block == NULL) {
+        return NULL;
+    }
+
+    memset(block, 0, n_codes);
+    memset(w, 0, sizeof(vlm_weight_t));
+    w->data = block;
+    w->dtype = VLM_DTYPE_F32;
+    w->rows = rows;
+    w->cols = cols;
+    w->quant = quant;
+    w->group = group;
+    w->scales = (float *) (block + n_codes);
+    w->mins = w->scales + n_groups;
+
+    return block;
+}
+
+
 vlm_status_t
 vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
     int rows, int cols, const int *r0, int nr, int n_runs, int c0, int nc,
@@ -493,7 +528,7 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
     int              i, j, k, g, r, gr, nc_g, trivial, code, kk, group;
     int              shift;
     float            sc, z, *scales, *mins;
-    size_t           rb, n_codes, len, at;
+    size_t           rb, len, at;
     uint8_t         *block, *dst;
     int32_t         *perm;
     vlm_qsrc_t       s;
@@ -582,26 +617,15 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
     r = nr * n_runs;
     nc_g = nc / group;
     rb = vlm_quant_row_bytes(s.quant, nc);
-    n_codes = vlm_align_up(rb * r, 64);
 
-    block = vlm_model_host_alloc(m, n_codes + 2 * sizeof(float) * r * nc_g
-                                    + (trivial ? 0 : sizeof(int32_t) * cols),
-                                 err);
+    block = vlm_quant_block(m, w, s.quant, r, nc, group,
+                            trivial ? 0 : sizeof(int32_t) * cols, err);
     if (block == NULL) {
         return VLM_ERR_NOMEM;
     }
 
-    memset(w, 0, sizeof(vlm_weight_t));
-    w->data = block;
-    w->dtype = VLM_DTYPE_F32;
-    w->rows = r;
-    w->cols = nc;
-    w->quant = s.quant;
-    w->group = group;
-    scales = (float *) (block + n_codes);
-    mins = scales + (size_t) r * nc_g;
-    w->scales = scales;
-    w->mins = mins;
+    scales = (float *) w->scales;
+    mins = (float *) w->mins;
 
     perm = NULL;
     if (!trivial) {
@@ -613,7 +637,6 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
         w->perm = perm;
     }
 
-    memset(block, 0, n_codes);
     f8 = NULL;
 
     for (i = 0; i < n_runs; i++) {
@@ -657,8 +680,8 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
 
 
 /*
- * The LM head's rows [r0, r0 + nr) of the 16- or 32-bit matrix name
- * rounded to nearest at load (vlm_model_params_t.head_quant): 8 bits,
+ * Rows [r0, r0 + nr) of the 16- or 32-bit matrix t (the LM head, by
+ * vlm_model_head_rows) rounded to nearest at load (vlm_model_params_t.head_quant): 8 bits,
  * signed codes with a scale a row (symmetric, as W8A8's per-channel
  * weights), or 4 bits, unsigned codes with a scale and a min a group of
  * 128 columns (64 or 32 where those do not divide the row: AWQ's grid),
@@ -667,27 +690,19 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
  * 2.18 GB of AWQ Qwen2.5-VL-3B); the logits move by the rounding.
  */
 vlm_status_t
-vlm_quant_head(vlm_model_t *m, vlm_weight_t *w, const char *name, int bits,
-    int rows, int cols, int r0, int nr, vlm_error_t *err)
+vlm_quant_round(vlm_model_t *m, vlm_weight_t *w, const vlm_st_tensor_t *t,
+    int bits, int r0, int nr, vlm_error_t *err)
 {
-    int                     r, k, g, ng, group, shift, code, found;
+    int                     r, k, g, ng, cols, group, shift, code;
     float                  *row, *scales, *mins, lo, hi, s;
-    size_t                  rb, n_codes;
+    size_t                  rb;
     uint8_t                *block, *dst;
+    vlm_quant_t             quant;
     vlm_status_t            rc;
     const uint8_t          *src;
-    const vlm_st_tensor_t  *t;
 
-    rc = vlm_quant_matrix(m, w, name, rows, cols, &r0, nr, 1, 0, cols,
-                          &found, err);
-    if (found || rc != VLM_OK) {
-        return rc;
-    }
-
-    t = vlm_model_matrix_tensor(m, name, rows, cols, err);
-    if (t == NULL) {
-        return VLM_ERR_FORMAT;
-    }
+    cols = (int) (t->n_elements / t->shape[0]);
+    quant = bits == 8 ? VLM_QUANT_Q8 : VLM_QUANT_Q4;
 
     if (bits == 8) {
         group = cols;
@@ -716,18 +731,17 @@ vlm_quant_head(vlm_model_t *m, vlm_weight_t *w, const char *name, int bits,
     }
 
     ng = cols / group;
-    rb = vlm_quant_row_bytes(bits == 8 ? VLM_QUANT_Q8 : VLM_QUANT_Q4, cols);
-    n_codes = vlm_align_up(rb * nr, 64);
+    rb = vlm_quant_row_bytes(quant, cols);
 
-    block = vlm_model_host_alloc(m, n_codes + 2 * sizeof(float) * nr * ng
-                                    + sizeof(float) * cols, err);
+    /* a row widened to f32 after the scales and mins */
+    block = vlm_quant_block(m, w, quant, nr, cols, group,
+                            sizeof(float) * cols, err);
     if (block == NULL) {
         return VLM_ERR_NOMEM;
     }
 
-    memset(block, 0, n_codes);
-    scales = (float *) (block + n_codes);
-    mins = scales + (size_t) nr * ng;
+    scales = (float *) w->scales;
+    mins = (float *) w->mins;
     row = mins + (size_t) nr * ng;
 
     for (r = 0; r < nr; r++) {
@@ -780,16 +794,6 @@ vlm_quant_head(vlm_model_t *m, vlm_weight_t *w, const char *name, int bits,
             }
         }
     }
-
-    memset(w, 0, sizeof(vlm_weight_t));
-    w->data = block;
-    w->dtype = VLM_DTYPE_F32;
-    w->rows = nr;
-    w->cols = cols;
-    w->quant = bits == 8 ? VLM_QUANT_Q8 : VLM_QUANT_Q4;
-    w->group = group;
-    w->scales = scales;
-    w->mins = mins;
 
     rc = m->be->ops->weight_bind_quant(m->be, w, err);
     if (rc != VLM_OK) {

@@ -58,14 +58,8 @@ vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
            || !tc->tie_word_embeddings
            ? "lm_head.weight" : "model.embed_tokens.weight";
 
-    if (m->params.head_quant != 0) {
-        rc = vlm_quant_head(m, &w->head, head, m->params.head_quant, V, H,
-                            tp->vocab0, tp->vocab, err);
-
-    } else {
-        rc = vlm_model_matrix_rows(m, &w->head, head, V, H, tp->vocab0,
-                                   tp->vocab, err);
-    }
+    rc = vlm_model_head_rows(m, &w->head, head, V, H, tp->vocab0, tp->vocab,
+                             m->params.head_quant, err);
 
     if (rc != VLM_OK) {
         return rc;
