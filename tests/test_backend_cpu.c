@@ -237,6 +237,13 @@ test_matmul_bf16_kernels(void **state)
             check_matmul_level(level, VLM_DTYPE_BF16, 2, 21, 4127, x_bf16);
 
             /*
+             * 16 to 127 rows where the kernels leave them to sgemm
+             * (scalar, avx2): widened in tiles of 64 weight rows, more
+             * than one a thread and a partial last one
+             */
+            check_matmul_level(level, VLM_DTYPE_BF16, 20, 300, 96, x_bf16);
+
+            /*
              * packed rows (VLM_GEMM_PACK_MIN and more): groups of 16
              * with a partial last one, odd columns, several column
              * blocks, weight rows that leave partial tiles, more than

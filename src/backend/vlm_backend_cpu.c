@@ -35,6 +35,8 @@
 #define VLM_CPU_GEMM_MIN_N  8       /* tokens from which BLAS wins */
 #define VLM_CPU_WTILE       256     /* rows per BLAS call, huge matrices */
 #define VLM_CPU_WTILE_CAP   (32u << 20)     /* floats: larger is huge */
+#define VLM_CPU_WTILE_SMALL 64      /* rows per BLAS call, few tokens */
+#define VLM_CPU_SHARE_MIN_N 128     /* tokens from which a share pays */
 #define VLM_CPU_QB          64      /* query rows per attention block */
 #define VLM_CPU_PREFILL_Q   8       /* queries from which blocks win */
 #define VLM_CPU_QUANT_FUSED 16      /* activation rows of fused kernels */
@@ -583,7 +585,8 @@ vlm_cpu_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
            ? ((size_t) rows + cpu->n_threads - 1) / cpu->n_threads * cols
            : (size_t) VLM_CPU_WTILE * cols;
 
-    if (dtype == VLM_DTYPE_BF16 && cpu->gemm->x_bf16
+    if (dtype == VLM_DTYPE_BF16
+        && (cpu->gemm->x_bf16 || cpu->gemm->order != NULL)
         && vlm_cpu_xq_reserve(be, cols, err) != VLM_OK)
     {
         return VLM_ERR_NOMEM;
@@ -871,6 +874,12 @@ vlm_cpu_matmul_bf16(vlm_cpu_t *cpu, float *y, const float *x,
         } else if (cpu->gemm->x_bf16) {
             vlm_cpu_round_bf16(cpu->xq, x + (size_t) i * w->cols,
                                (size_t) nb * w->cols, cpu->level);
+            job.g.x = cpu->xq;
+
+        } else if (cpu->gemm->order != NULL) {
+            /* VLM_GEMM_NB f32 rows fit in xq's PACK_NB bf16 ones */
+            cpu->gemm->order((float *) cpu->xq, x + (size_t) i * w->cols,
+                             nb, w->cols);
             job.g.x = cpu->xq;
 
         } else {
@@ -1192,8 +1201,18 @@ vlm_cpu_matmul(vlm_backend_t *be, float *y, const float *x,
     job.bias = bias;
     job.n = n;
 
-    /* one share of the rows per thread, as far as the scratch allows */
+    /*
+     * one share of the rows per thread, as far as the scratch allows;
+     * fewer activation rows than VLM_CPU_SHARE_MIN_N: tiles of
+     * VLM_CPU_WTILE_SMALL rows, widened while they stay in L2 (a share
+     * widened whole goes out to memory and back, which only many rows
+     * pay for: 16 rows of the 3B shapes took twice as long so on AVX2)
+     */
     job.tile = (w->rows + cpu->n_threads - 1) / cpu->n_threads;
+
+    if (n < VLM_CPU_SHARE_MIN_N && w->dtype != VLM_DTYPE_F32) {
+        job.tile = vlm_min(job.tile, VLM_CPU_WTILE_SMALL);
+    }
 
     if (w->dtype != VLM_DTYPE_F32) {
         job.tile = vlm_min((size_t) job.tile, cpu->wtile_floats / w->cols);

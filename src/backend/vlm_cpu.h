@@ -45,8 +45,9 @@ typedef enum {
 
 /*
  * y[n, ldy] (=|+=) x[n, cols] W[rows, cols]^T (+ bias) for the weight
- * rows of blocks [b0, b1) of VLM_GEMM_RB rows; x is f32 or, for kernels
- * with x_bf16, bf16 rounded by vlm_cpu_round_bf16()
+ * rows of blocks [b0, b1) of VLM_GEMM_RB rows; x is f32 (in the order
+ * of the kernel's order() where it has one) or, for kernels with x_bf16,
+ * bf16 rounded by vlm_cpu_round_bf16()
  */
 typedef struct {
     float           *y;
@@ -76,6 +77,11 @@ typedef struct {
     void       (*pack)(uint16_t *dst, const float *x, int ldx, int n,
                    int cols, int rest);
     int          pack_min;      /* rows from which pack() pays */
+    /*
+     * NULL, or: n f32 rows of x, cols apart, into dst (as many floats)
+     * in the order in which gemm() takes them unpacked
+     */
+    void       (*order)(float *dst, const float *x, int n, int cols);
 } vlm_gemm_kernel_t;
 
 

@@ -9,8 +9,9 @@
  *
  * Variants, chosen once at start-up from cpuid (vlm_cpu_detect):
  *   scalar      the reference: f32 products, f32 sums
- *   avx2        weights widened to f32 in registers, FMA; tiles of
- *               4 weight rows x 2 activation rows
+ *   avx2        weights widened to f32 in registers (even and odd
+ *               columns apart), FMA; tiles of 4 weight rows x 2
+ *               activation rows
  *   avx512bf16  vdpbf16ps on bf16 weights and activations rounded to
  *               bf16 (as ggml does for bf16 weights); tiles of 4 x 4
  *               zmm accumulators, masked loads for the tail columns;
@@ -131,7 +132,7 @@ vlm_round_bf16_scalar(uint16_t *dst, const float *src, size_t n)
 
 
 static const vlm_gemm_kernel_t  vlm_gemm_kernel_scalar = {
-    "scalar", 0, 8, vlm_gemm_scalar, NULL, 0
+    "scalar", 0, 8, vlm_gemm_scalar, NULL, 0, NULL
 };
 
 
@@ -168,7 +169,13 @@ vlm_tile_store(float *y, int ldy, int rw, int nx, const float *sum,
 }
 
 
-/* avx2: RW (<= 4) weight rows x NX (<= 2) activation rows, 8 columns */
+/*
+ * avx2: RW (<= 4) weight rows x NX (<= 2) activation rows, 16 columns a
+ * step.  The 8 dwords of 16 bf16 weights widen in two ALU ops, with no
+ * shuffle: a shift left by 16 gives the even columns, a mask of the high
+ * halves the odd ones.  The activations come split the same way, once
+ * per matmul (vlm_order_avx2); the tail columns keep their order.
+ */
 
 VLM_AVX2 static VLM_INLINE float
 vlm_hsum256(__m256 v)
@@ -187,37 +194,46 @@ VLM_AVX2 static VLM_INLINE void
 vlm_tile_avx2_rn(const uint16_t *w, int ldw, const float *x, int ldx,
     int k0, int k1, int RW, int NX, float *sum)
 {
-    int      r, i, k;
+    int      r, i, j, k;
     float    t;
-    __m256   acc[4][2], wv[4];
+    __m256   acc[4][2], we[4], wo[4], xe[2], xo[2];
+    __m256i  wi, odd;
+
+    odd = _mm256_set1_epi32((int) 0xffff0000);
 
     #pragma GCC unroll 4
     for (r = 0; r < RW; r++) {
-        #pragma GCC unroll 4
-        for (i = 0; i < NX; i++) {
-            acc[r][i] = _mm256_setzero_ps();
-        }
+        acc[r][0] = _mm256_setzero_ps();
+        acc[r][1] = _mm256_setzero_ps();
     }
 
-    for (k = k0; k + 8 <= k1; k += 8) {
+    for (k = k0; k + 16 <= k1; k += 16) {
         #pragma GCC unroll 4
         for (r = 0; r < RW; r++) {
-            wv[r] = _mm256_castsi256_ps(_mm256_slli_epi32(
-                        _mm256_cvtepu16_epi32(_mm_loadu_si128(
-                            (const __m128i *) (w + (size_t) r * ldw + k))),
-                        16));
+            wi = _mm256_loadu_si256((const __m256i *)
+                                    (w + (size_t) r * ldw + k));
+            we[r] = _mm256_castsi256_ps(_mm256_slli_epi32(wi, 16));
+            wo[r] = _mm256_castsi256_ps(_mm256_and_si256(wi, odd));
             /* the next tile's rows, as in the AVX512_BF16 tiles */
             _mm_prefetch((const char *) (w + (size_t) (RW + r) * ldw + k),
                          _MM_HINT_T0);
         }
 
+        /* vlm_order_avx2(): the even columns, then the odd ones */
         #pragma GCC unroll 4
         for (i = 0; i < NX; i++) {
-            __m256  xv = _mm256_loadu_ps(x + (size_t) i * ldx + k);
+            xe[i] = _mm256_loadu_ps(x + (size_t) i * ldx + k);
+            xo[i] = _mm256_loadu_ps(x + (size_t) i * ldx + k + 8);
+        }
 
+        /* one activation row: the odd columns in the free accumulator */
+        #pragma GCC unroll 4
+        for (i = 0; i < NX; i++) {
             #pragma GCC unroll 4
             for (r = 0; r < RW; r++) {
-                acc[r][i] = _mm256_fmadd_ps(wv[r], xv, acc[r][i]);
+                acc[r][i] = _mm256_fmadd_ps(we[r], xe[i], acc[r][i]);
+                acc[r][NX == 1 ? 1 : i] =
+                    _mm256_fmadd_ps(wo[r], xo[i], acc[r][NX == 1 ? 1 : i]);
             }
         }
     }
@@ -226,13 +242,12 @@ vlm_tile_avx2_rn(const uint16_t *w, int ldw, const float *x, int ldx,
     for (i = 0; i < NX; i++) {
         #pragma GCC unroll 4
         for (r = 0; r < RW; r++) {
-            t = vlm_hsum256(acc[r][i]);
+            t = vlm_hsum256(NX == 1 ? _mm256_add_ps(acc[r][0], acc[r][1])
+                                    : acc[r][i]);
 
-            for (k = k1 & ~7; k < k1; k++) {
-                if (k >= k0) {
-                    t += vlm_bf16_to_f32(w[(size_t) r * ldw + k])
-                         * x[(size_t) i * ldx + k];
-                }
+            for (j = k; j < k1; j++) {
+                t += vlm_bf16_to_f32(w[(size_t) r * ldw + j])
+                     * x[(size_t) i * ldx + j];
             }
 
             sum[i * 4 + r] = t;
@@ -282,8 +297,41 @@ vlm_gemm_avx2(const vlm_gemm_bf16_t *g, int b0, int b1)
 }
 
 
+/* each 16 columns as x[k + 0, 2, .. 14], x[k + 1, 3, .. 15] */
+VLM_AVX2 static void
+vlm_order_avx2(float *dst, const float *x, int n, int cols)
+{
+    int            i, k;
+    __m256         a, b, lo, hi;
+    float         *d;
+    const float   *s;
+
+    for (i = 0; i < n; i++) {
+        s = x + (size_t) i * cols;
+        d = dst + (size_t) i * cols;
+
+        for (k = 0; k + 16 <= cols; k += 16) {
+            a = _mm256_loadu_ps(s + k);
+            b = _mm256_loadu_ps(s + k + 8);
+            lo = _mm256_permute2f128_ps(a, b, 0x20);
+            hi = _mm256_permute2f128_ps(a, b, 0x31);
+            _mm256_storeu_ps(d + k, _mm256_shuffle_ps(lo, hi,
+                                              _MM_SHUFFLE(2, 0, 2, 0)));
+            _mm256_storeu_ps(d + k + 8, _mm256_shuffle_ps(lo, hi,
+                                              _MM_SHUFFLE(3, 1, 3, 1)));
+        }
+
+        for ( /* void */ ; k < cols; k++) {
+            d[k] = s[k];
+        }
+    }
+
+    _mm256_zeroupper();
+}
+
+
 static const vlm_gemm_kernel_t  vlm_gemm_kernel_avx2 = {
-    "avx2", 0, 8, vlm_gemm_avx2, NULL, 0
+    "avx2", 0, 16, vlm_gemm_avx2, NULL, 0, vlm_order_avx2
 };
 
 
@@ -733,13 +781,13 @@ vlm_pack_512(uint16_t *dst, const float *x, int ldx, int n, int cols,
 
 static const vlm_gemm_kernel_t  vlm_gemm_kernel_512 = {
     "avx512bf16", 1, VLM_CPU_ALL_ROWS, vlm_gemm_512, vlm_pack_512,
-    VLM_GEMM_PACK_MIN
+    VLM_GEMM_PACK_MIN, NULL
 };
 
 /* the same where vdpbf16ps is slow: from VLM_GEMM_WIDEN_MIN rows sgemm */
 static const vlm_gemm_kernel_t  vlm_gemm_kernel_512_widen = {
     "avx512bf16", 1, VLM_GEMM_WIDEN_MIN, vlm_gemm_512, vlm_pack_512,
-    VLM_GEMM_PACK_MIN
+    VLM_GEMM_PACK_MIN, NULL
 };
 
 
@@ -1073,7 +1121,7 @@ vlm_gemm_amx(const vlm_gemm_bf16_t *g, int b0, int b1)
 
 static const vlm_gemm_kernel_t  vlm_gemm_kernel_amx = {
     "amx", 1, VLM_CPU_ALL_ROWS, vlm_gemm_amx, vlm_pack_512,
-    VLM_GEMM_AMX_MIN
+    VLM_GEMM_AMX_MIN, NULL
 };
 
 
