@@ -537,7 +537,8 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
     w.mins = mins;
 
     assert_true(vlm_cpu_quant_i8_fits(&w));
-    vlm_cpu_quant_act(xp, n, cols, group, xq, xq4, d, gsum);
+    vlm_cpu_quant_i8_kernel(VLM_QI8_SCALAR)->act(xp, n, cols, group, xq, xq4,
+                                                 d, gsum);
 
     /* Q4's order: block k / 32's halves at 16 (k / 32 % 4), + 64 */
     for (i = 0; i < n; i++) {
@@ -729,6 +730,107 @@ test_matmul_quant_i8_kernels(void **state)
             check_quant_i8(q, 37, 21, 384, 128, asym, 0);
             check_quant_i8(q, 140, 70, 2048, 128, asym, 0);
         }
+    }
+}
+
+
+/*
+ * The activations' quantization of every variant against the scalar one,
+ * bit for bit: random rows of several magnitudes, a zero block, a block
+ * of ties (d = 1: x.5 to the even code), one of denormals and one whose
+ * largest magnitude is negative; Q4's order of the codes too
+ */
+static void
+test_quant_act_kernels(void **state)
+{
+    int            n, cols, group, nb, ng, c4, i, k, v, t;
+    float         *x, *d[2], *gsum[2];
+    int8_t        *q[2], *q4[2];
+    const vlm_quant_i8_kernel_t  *kv;
+    static const int  shapes[][2] = {   /* cols, group */
+        { 2048, 128 }, { 160, 32 }, { 96, 96 }, { 11008, 128 }
+    };
+
+    for (t = 0; t < 4; t++) {
+        n = 3;
+        cols = shapes[t][0];
+        group = shapes[t][1];
+        nb = cols / VLM_QUANT_QB;
+        ng = cols / group;
+        c4 = vlm_quant_q4_act_cols(cols);
+
+        x = vlm_test_rand_vec(&rng_state, (size_t) n * cols);
+        assert_non_null(x);
+
+        for (i = 0; i < n * cols; i++) {
+            x[i] *= i / cols == 1 ? 1e-3f : i / cols == 2 ? 3e4f : 1.0f;
+        }
+
+        for (k = 0; k < VLM_QUANT_QB; k++) {
+            x[k] = 0.0f;
+            x[cols + k] = k == 5 ? 127.0f : (float) (k - 16) + 0.5f;
+            x[2 * cols + k] = (float) (k + 1) * 1e-40f;
+            x[VLM_QUANT_QB + k] = k == 9 ? -2.0f : 1.0f / (k + 1);
+        }
+
+        for (v = 0; v < 2; v++) {
+            q[v] = malloc((size_t) n * cols);
+            q4[v] = calloc((size_t) n, c4);
+            d[v] = malloc((size_t) n * nb * sizeof(float));
+            gsum[v] = malloc((size_t) n * ng * sizeof(float));
+            assert_true(q[v] != NULL && q4[v] != NULL && d[v] != NULL
+                        && gsum[v] != NULL);
+        }
+
+        vlm_cpu_quant_i8_kernel(VLM_QI8_SCALAR)->act(x, n, cols, group,
+                                                     q[0], q4[0], d[0],
+                                                     gsum[0]);
+
+        /* the ties went to the even codes, the zero block to zeros */
+        assert_int_equal(q[0][cols + 0], -16);      /* -15.5 */
+        assert_int_equal(q[0][cols + 1], -14);      /* -14.5 */
+        assert_int_equal(q[0][cols + 17], 2);       /* 1.5 */
+        assert_int_equal(q[0][cols + 18], 2);       /* 2.5 */
+        assert_int_equal(q[0][cols + 5], 127);
+        assert_true(d[0][nb] == 1.0f && d[0][0] == 0.0f && q[0][7] == 0);
+        assert_int_equal(q[0][VLM_QUANT_QB + 9], -127);
+
+        /* 1 / d beyond f32 (d denormal): the block is zero, not garbage */
+        if (d[0][2 * nb] != 0.0f || q[0][2 * cols + 31] != 0) {
+            fail_msg("denormal block: d %a, code %d", d[0][2 * nb],
+                     q[0][2 * cols + 31]);
+        }
+
+        for (v = VLM_QI8_AVX2; v < VLM_QI8_N; v++) {
+            kv = vlm_cpu_quant_i8_kernel(v);
+            if (kv == NULL) {
+                continue;
+            }
+
+            memset(q4[1], 0x55, (size_t) n * c4);
+            kv->act(x, n, cols, group, q[1], q4[1], d[1], gsum[1]);
+
+            for (i = 0; i < n * cols; i++) {
+                if (q[1][i] != q[0][i]) {
+                    fail_msg("%s, cols %d: code %d: %d != %d (x %a)",
+                             kv->name, cols, i, q[1][i], q[0][i], x[i]);
+                }
+            }
+
+            assert_memory_equal(q4[1], q4[0], (size_t) n * c4);
+            assert_memory_equal(d[1], d[0], (size_t) n * nb * sizeof(float));
+            assert_memory_equal(gsum[1], gsum[0],
+                                (size_t) n * ng * sizeof(float));
+        }
+
+        for (v = 0; v < 2; v++) {
+            free(q[v]);
+            free(q4[v]);
+            free(d[v]);
+            free(gsum[v]);
+        }
+
+        free(x);
     }
 }
 
@@ -1719,6 +1821,7 @@ main(void)
         cmocka_unit_test(test_matmul_bf16_kernels),
         cmocka_unit_test(test_matmul_quant_kernels),
         cmocka_unit_test(test_matmul_quant_i8_kernels),
+        cmocka_unit_test(test_quant_act_kernels),
         cmocka_unit_test(test_norms),
         cmocka_unit_test(test_rope_mrope_sections),
         cmocka_unit_test(test_activations),

@@ -1144,7 +1144,7 @@ vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
         /* int8 activations: their blocks' codes and scales, group sums */
         if (cpu->qi8 != NULL && vlm_cpu_quant_i8_fits(w)) {
             q4 = w->quant == VLM_QUANT_Q4 ? cpu->xq4 : NULL;
-            vlm_cpu_quant_act(job.x, job.n, w->cols, w->group, cpu->xi8,
+            cpu->qi8->act(job.x, job.n, w->cols, w->group, cpu->xi8,
                               q4, cpu->xd, cpu->xsum);
             act.q = cpu->xi8;
             act.q4 = q4;

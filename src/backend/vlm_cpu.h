@@ -145,6 +145,13 @@ typedef struct {
     /* out[nx] = W[row] . activation rows i0..i0 + nx - 1 (nx 1 to 4) */
     void       (*dot)(const vlm_weight_t *w, int row,
                    const vlm_quant_act_t *a, int i0, int nx, float *out);
+    /*
+     * x[n, cols] into q, d, gsum (vlm_quant_act_t) for groups of `group`,
+     * and into q4 unless NULL; every variant the scalar one's bits for
+     * finite x
+     */
+    void       (*act)(const float *x, int n, int cols, int group,
+                   int8_t *q, int8_t *q4, float *d, float *gsum);
 } vlm_quant_i8_kernel_t;
 
 
@@ -206,10 +213,6 @@ const vlm_quant_i8_kernel_t *vlm_cpu_quant_i8_kernel(vlm_qi8_level_t v);
 vlm_qi8_level_t vlm_cpu_quant_i8_best(vlm_cpu_level_t level);
 /* whether a matrix can take int8 activations */
 int vlm_cpu_quant_i8_fits(const vlm_weight_t *w);
-/* x[n, cols] into q, d, gsum (vlm_quant_act_t) for groups of `group`,
-   and into q4 unless NULL */
-void vlm_cpu_quant_act(const float *x, int n, int cols, int group,
-    int8_t *q, int8_t *q4, float *d, float *gsum);
 void vlm_cpu_round_bf16(uint16_t *dst, const float *src, size_t n,
     vlm_cpu_level_t level);
 

@@ -3,8 +3,8 @@
  * quantized to int8, as llama.cpp's Q4_1/Q8_0 x Q8_1 dot products:
  *   act      each activation row in blocks of 32 columns, d = max |x| /
  *            127 and q = round(x / d) a block, plus each weight group's
- *            sum of q d (for the mins, the zero points); one function
- *            for every variant, run once a matmul
+ *            sum of q d (for the mins, the zero points), run once a
+ *            matmul; scalar (lrintf) or 8 lanes a step (AVX2 and up)
  *   dot      one weight row with up to 4 activation rows: a block's 32
  *            products summed exactly in int32, 4 columns a lane, then
  *            in f32 lane += partial * (d * scale), the even blocks and
@@ -28,6 +28,7 @@
 
 #define _GNU_SOURCE
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -42,72 +43,126 @@ vlm_cpu_quant_i8_fits(const vlm_weight_t *w)
 }
 
 
-void
-vlm_cpu_quant_act(const float *x, int n, int cols, int group, int8_t *q,
-    int8_t *q4, float *d, float *gsum)
+/*
+ * row i's codes again in the order of a Q4 row's bytes (vlm_quant_act_t.q4):
+ * block b's halves at 16 (b % 4) and 64 + 16 (b % 4) of its chunk, a last
+ * chunk's missing blocks zero
+ */
+static void
+vlm_qi8_act_q4(const int8_t *q, int cols, int8_t *r4)
 {
-    int           i, b, k, nb, bpg, isum, c, c4;
-    float         amax, db, id, gs;
-    int8_t       *r4;
-    const int8_t *qb;
-    const float  *xb;
+    int  b, nb;
 
     nb = cols / VLM_QUANT_QB;
-    bpg = group / VLM_QUANT_QB;
 
-    for (i = 0; i < n; i++) {
-        gs = 0.0f;
+    for (b = 0; b < nb; b++) {
+        memcpy(r4 + (b / 4) * 128 + (b % 4) * 16, q + b * VLM_QUANT_QB, 16);
+        memcpy(r4 + (b / 4) * 128 + 64 + (b % 4) * 16,
+               q + b * VLM_QUANT_QB + 16, 16);
+    }
 
-        for (b = 0; b < nb; b++) {
-            xb = x + (size_t) i * cols + (size_t) b * VLM_QUANT_QB;
-
-            amax = 0.0f;
-            for (k = 0; k < VLM_QUANT_QB; k++) {
-                amax = fabsf(xb[k]) > amax ? fabsf(xb[k]) : amax;
-            }
-
-            db = amax / 127.0f;
-            id = db > 0.0f ? 1.0f / db : 0.0f;
-
-            isum = 0;
-            for (k = 0; k < VLM_QUANT_QB; k++) {
-                c = (int) lrintf(xb[k] * id);
-                c = c > 127 ? 127 : c < -127 ? -127 : c;
-                q[(size_t) i * cols + (size_t) b * VLM_QUANT_QB + k] =
-                    (int8_t) c;
-                isum += c;
-            }
-
-            d[(size_t) i * nb + b] = db;
-            gs += db * (float) isum;
-
-            if ((b + 1) % bpg == 0) {
-                gsum[(size_t) i * (nb / bpg) + b / bpg] = gs;
-                gs = 0.0f;
-            }
-        }
-
-        if (q4 == NULL) {
-            continue;
-        }
-
-        /* block b's halves at 16 (b % 4) and 64 + 16 (b % 4) of its chunk */
-        c4 = vlm_quant_q4_act_cols(cols);
-        r4 = q4 + (size_t) i * c4;
-
-        for (b = 0; b < nb; b++) {
-            qb = q + (size_t) i * cols + (size_t) b * VLM_QUANT_QB;
-            memcpy(r4 + (b / 4) * 128 + (b % 4) * 16, qb, 16);
-            memcpy(r4 + (b / 4) * 128 + 64 + (b % 4) * 16, qb + 16, 16);
-        }
-
-        /* a last chunk's missing blocks */
-        for (b = nb; b % 4 != 0; b++) {
-            memset(r4 + (b / 4) * 128 + (b % 4) * 16, 0, 16);
-            memset(r4 + (b / 4) * 128 + 64 + (b % 4) * 16, 0, 16);
-        }
+    for ( /* void */ ; b % 4 != 0; b++) {
+        memset(r4 + (b / 4) * 128 + (b % 4) * 16, 0, 16);
+        memset(r4 + (b / 4) * 128 + 64 + (b % 4) * 16, 0, 16);
     }
 }
+
+
+/*
+ * The activations' blocks: name##_blk quantizes the 32 floats of xb into
+ * qb and returns their scale d, *isum the codes' sum; name runs it over
+ * the rows and keeps each group's sum of q d, the blocks added in order
+ */
+#define VLM_QI8_ACT(name, target)                                            \
+                                                                             \
+target static void                                                           \
+name(const float *x, int n, int cols, int group, int8_t *q, int8_t *q4,      \
+    float *d, float *gsum)                                                   \
+{                                                                            \
+    int            i, b, nb, bpg, bi, isum;                                  \
+    float          db, gs, *gi;                                              \
+    size_t         at;                                                       \
+                                                                             \
+    nb = cols / VLM_QUANT_QB;                                                \
+    bpg = group / VLM_QUANT_QB;                                              \
+                                                                             \
+    for (i = 0; i < n; i++) {                                                \
+        gs = 0.0f;                                                           \
+        gi = gsum + (size_t) i * (nb / bpg);                                 \
+        bi = 0;                                                              \
+                                                                             \
+        for (b = 0; b < nb; b++) {                                           \
+            at = (size_t) i * cols + (size_t) b * VLM_QUANT_QB;              \
+            db = name##_blk(x + at, q + at, &isum);                          \
+                                                                             \
+            d[(size_t) i * nb + b] = db;                                     \
+            gs += db * (float) isum;                                         \
+                                                                             \
+            if (++bi == bpg) {                                               \
+                *gi++ = gs;                                                  \
+                gs = 0.0f;                                                   \
+                bi = 0;                                                      \
+            }                                                                \
+        }                                                                    \
+                                                                             \
+        if (q4 != NULL) {                                                    \
+            vlm_qi8_act_q4(q + (size_t) i * cols, cols,                      \
+                           q4 + (size_t) i * vlm_quant_q4_act_cols(cols));   \
+        }                                                                    \
+    }                                                                        \
+}
+
+
+/*
+ * a block's d = max |x| / 127 and *id = 1 / d; a block so small that 1 / d
+ * is beyond f32 (|x| < 3.7e-37) is zero (x * inf would give no code)
+ */
+static inline float
+vlm_qi8_act_scale(float amax, float *id)
+{
+    float  db;
+
+    db = amax / 127.0f;
+    *id = db > 0.0f ? 1.0f / db : 0.0f;
+
+    if (*id > FLT_MAX) {
+        *id = 0.0f;
+        return 0.0f;
+    }
+
+    return db;
+}
+
+
+/* q = round(x / d) to nearest even (lrintf) */
+static inline float
+vlm_qi8_act_scalar_blk(const float *xb, int8_t *qb, int *isum)
+{
+    int    k, c, s;
+    float  amax, db, id;
+
+    amax = 0.0f;
+    for (k = 0; k < VLM_QUANT_QB; k++) {
+        amax = fabsf(xb[k]) > amax ? fabsf(xb[k]) : amax;
+    }
+
+    db = vlm_qi8_act_scale(amax, &id);
+
+    s = 0;
+    for (k = 0; k < VLM_QUANT_QB; k++) {
+        c = (int) lrintf(xb[k] * id);
+        c = c > 127 ? 127 : c < -127 ? -127 : c;
+        qb[k] = (int8_t) c;
+        s += c;
+    }
+
+    *isum = s;
+
+    return db;
+}
+
+
+VLM_QI8_ACT(vlm_qi8_act_scalar, /* the reference */)
 
 
 /* lanes t[0..7] added as the vector code does (vlm_qi8_hsum256) */
@@ -190,7 +245,7 @@ vlm_qi8_dot_scalar(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
 
 
 static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_scalar = {
-    "scalar", vlm_qi8_dot_scalar
+    "scalar", vlm_qi8_dot_scalar, vlm_qi8_act_scalar
 };
 
 
@@ -220,6 +275,68 @@ vlm_qi8_hsum256(__m256 v)
 
     return _mm_cvtss_f32(lo);
 }
+
+
+/*
+ * vlm_qi8_act_scalar_blk() 8 lanes at a time, the same bits for finite x:
+ * max |x| is exact in any order (a NaN lane is passed over as there),
+ * the division, the reciprocal and the products are the same IEEE
+ * operations, and vcvtps2dq rounds to nearest even as lrintf does
+ */
+VLM_AVX2 static VLM_INLINE float
+vlm_qi8_act_avx2_blk(const float *xb, int8_t *qb, int *isum)
+{
+    int      j;
+    float    amax, db, id;
+    __m128   h;
+    __m128i  s;
+    __m256   v[4], m, abs;
+    __m256i  c[4], lo, hi, lim;
+
+    abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    m = _mm256_setzero_ps();
+
+    for (j = 0; j < 4; j++) {
+        v[j] = _mm256_loadu_ps(xb + 8 * j);
+        m = _mm256_max_ps(_mm256_and_ps(v[j], abs), m);
+    }
+
+    h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    amax = _mm_cvtss_f32(h);
+
+    db = vlm_qi8_act_scale(amax, &id);
+    lim = _mm256_set1_epi32(127);
+
+    for (j = 0; j < 4; j++) {
+        c[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], _mm256_set1_ps(id)));
+        c[j] = _mm256_max_epi32(_mm256_min_epi32(c[j], lim),
+                                _mm256_sub_epi32(_mm256_setzero_si256(),
+                                                 lim));
+    }
+
+    lo = _mm256_add_epi32(_mm256_add_epi32(c[0], c[1]),
+                          _mm256_add_epi32(c[2], c[3]));
+    s = _mm_add_epi32(_mm256_castsi256_si128(lo),
+                      _mm256_extracti128_si256(lo, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    *isum = _mm_cvtsi128_si32(s);
+
+    /* the packs work within 128-bit lanes: dwords 0 4 1 5 2 6 3 7 */
+    lo = _mm256_packs_epi32(c[0], c[1]);
+    hi = _mm256_packs_epi32(c[2], c[3]);
+    lo = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(lo, hi),
+                                     _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3,
+                                                       7));
+    _mm256_storeu_si256((__m256i *) qb, lo);
+
+    return db;
+}
+
+
+VLM_QI8_ACT(vlm_qi8_act_avx2, VLM_AVX2)
 
 
 /*
@@ -290,14 +407,16 @@ vlm_qi8_idot_avxvnni(__m256i u, __m256i x)
 /*
  * The 256-bit kernels, one per integer dot product, 1 or 2 activation
  * rows a call (four lane sets a row fill the 16 registers): name_blk adds
- * block b, its group's scale sg, into acc[i] of rows i0.., name_q walks
- * the blocks four at a time (lane sets 0..3)
+ * block b into acc[i] of rows i0.., sc[4 i] its d * scale for row i;
+ * name_q walks the blocks four at a time (lane sets 0..3), their scales
+ * multiplied four at a time (the same products as one at a time), the
+ * group's scale once a step where groups are multiples of four blocks
  */
 #define VLM_QI8_DOT256(name, target, idot)                                   \
                                                                              \
 target static VLM_INLINE void                                                \
-name##_blk(vlm_quant_t Q, const uint8_t *codes, int b, float sg,             \
-    const vlm_quant_act_t *a, int i0, int nb, int NX, __m256 *acc)           \
+name##_blk(vlm_quant_t Q, const uint8_t *codes, int b, const float *sc,      \
+    const vlm_quant_act_t *a, int i0, int NX, __m256 *acc)                   \
 {                                                                            \
     int             i;                                                       \
     __m256i         c, u, x;                                                 \
@@ -312,9 +431,7 @@ name##_blk(vlm_quant_t Q, const uint8_t *codes, int b, float sg,             \
         x = _mm256_loadu_si256((const __m256i *) xr);                        \
         x = Q == VLM_QUANT_Q8 ? _mm256_sign_epi8(x, c) : x;                  \
         acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot(u, x)),             \
-                                 _mm256_set1_ps(a->d[(size_t) (i0 + i) * nb  \
-                                                     + b] * sg),             \
-                                 acc[i]);                                    \
+                                 _mm256_broadcast_ss(sc + 4 * i), acc[i]);   \
     }                                                                        \
 }                                                                            \
                                                                              \
@@ -323,21 +440,24 @@ target static VLM_INLINE void                                                \
 name##_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,   \
     int NX, float *out, vlm_quant_t Q)                                       \
 {                                                                            \
-    int             i, b, nb, ng, bpg, g, bi;                                \
-    float           sg[4];                                                   \
+    int             i, k, b, nb, ng, bpg, g, bi, uni;                        \
+    float           sg[4], sc[8] __attribute__((aligned(16)));               \
+    __m128          sv;                                                      \
     __m256          acc0[2], acc1[2], acc2[2], acc3[2];                      \
-    const float    *s, *m;                                                   \
+    const float    *s, *m, *d[2];                                            \
     const uint8_t  *codes;                                                   \
                                                                              \
     nb = w->cols / VLM_QUANT_QB;                                             \
     ng = w->cols / w->group;                                                 \
     bpg = w->group / VLM_QUANT_QB;                                           \
+    uni = bpg % 4 == 0;                                                      \
     codes = (const uint8_t *) w->data                                        \
             + (size_t) row * vlm_quant_row_bytes(Q, w->cols);                \
     s = w->scales + (size_t) row * ng;                                       \
     m = w->mins + (size_t) row * ng;                                         \
                                                                              \
     for (i = 0; i < NX; i++) {                                               \
+        d[i] = a->d + (size_t) (i0 + i) * nb;                                \
         acc0[i] = _mm256_setzero_ps();                                       \
         acc1[i] = _mm256_setzero_ps();                                       \
         acc2[i] = _mm256_setzero_ps();                                       \
@@ -347,28 +467,58 @@ name##_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,   \
     g = 0;                                                                   \
     bi = 0;                                                                  \
                                                                              \
-    for (b = 0; b < nb; b += 4) {                                            \
-        for (i = 0; i < 4; i++) {                                            \
-            sg[i] = b + i < nb ? s[g] : 0.0f;                                \
-            if (++bi == bpg) {                                               \
+    for (b = 0; b + 4 <= nb; b += 4) {                                       \
+        if (uni) {                                                           \
+            sv = _mm_set1_ps(s[g]);                                          \
+            bi += 4;                                                         \
+            if (bi == bpg) {                                                 \
                 bi = 0;                                                      \
                 g++;                                                         \
             }                                                                \
+                                                                             \
+        } else {                                                             \
+            for (k = 0; k < 4; k++) {                                        \
+                sg[k] = s[g];                                                \
+                if (++bi == bpg) {                                           \
+                    bi = 0;                                                  \
+                    g++;                                                     \
+                }                                                            \
+            }                                                                \
+                                                                             \
+            sv = _mm_loadu_ps(sg);                                           \
         }                                                                    \
                                                                              \
-        name##_blk(Q, codes, b, sg[0], a, i0, nb, NX, acc0);                 \
-        if (b + 1 == nb) {                                                   \
-            break;                                                           \
+        for (i = 0; i < NX; i++) {                                           \
+            _mm_store_ps(sc + 4 * i, _mm_mul_ps(_mm_loadu_ps(d[i] + b), sv)); \
         }                                                                    \
-        name##_blk(Q, codes, b + 1, sg[1], a, i0, nb, NX, acc1);             \
-        if (b + 2 == nb) {                                                   \
-            break;                                                           \
+                                                                             \
+        name##_blk(Q, codes, b, sc, a, i0, NX, acc0);                        \
+        name##_blk(Q, codes, b + 1, sc + 1, a, i0, NX, acc1);                \
+        name##_blk(Q, codes, b + 2, sc + 2, a, i0, NX, acc2);                \
+        name##_blk(Q, codes, b + 3, sc + 3, a, i0, NX, acc3);                \
+    }                                                                        \
+                                                                             \
+    /* the last 1 to 3 blocks */                                             \
+    for (k = 0; b + k < nb; k++) {                                           \
+        for (i = 0; i < NX; i++) {                                           \
+            sc[4 * i + k] = d[i][b + k] * s[g];                              \
         }                                                                    \
-        name##_blk(Q, codes, b + 2, sg[2], a, i0, nb, NX, acc2);             \
-        if (b + 3 == nb) {                                                   \
-            break;                                                           \
+        if (++bi == bpg) {                                                   \
+            bi = 0;                                                          \
+            g++;                                                             \
         }                                                                    \
-        name##_blk(Q, codes, b + 3, sg[3], a, i0, nb, NX, acc3);             \
+    }                                                                        \
+                                                                             \
+    switch (nb - b) {                                                        \
+    case 3:                                                                  \
+        name##_blk(Q, codes, b + 2, sc + 2, a, i0, NX, acc2);                \
+        /* fall through */                                                   \
+    case 2:                                                                  \
+        name##_blk(Q, codes, b + 1, sc + 1, a, i0, NX, acc1);                \
+        /* fall through */                                                   \
+    case 1:                                                                  \
+        name##_blk(Q, codes, b, sc, a, i0, NX, acc0);                        \
+        break;                                                               \
     }                                                                        \
                                                                              \
     for (i = 0; i < NX; i++) {                                               \
@@ -410,11 +560,11 @@ VLM_QI8_DOT256(vlm_qi8_dot_avxvnni, VLM_AVXVNNI, vlm_qi8_idot_avxvnni)
 
 
 static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_avx2 = {
-    "avx2", vlm_qi8_dot_avx2
+    "avx2", vlm_qi8_dot_avx2, vlm_qi8_act_avx2
 };
 
 static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_avxvnni = {
-    "avxvnni", vlm_qi8_dot_avxvnni
+    "avxvnni", vlm_qi8_dot_avxvnni, vlm_qi8_act_avx2
 };
 
 
@@ -731,7 +881,7 @@ vlm_qi8_dot_512(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
 
 
 static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_512 = {
-    "avx512vnni", vlm_qi8_dot_512
+    "avx512vnni", vlm_qi8_dot_512, vlm_qi8_act_avx2
 };
 
 
