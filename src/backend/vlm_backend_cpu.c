@@ -9,8 +9,8 @@
  * Quantized matrices (Q4, Q8, F8 codes: vlm_cpu_quant.c) take fused
  * dequantize + dot kernels up to VLM_CPU_QUANT_FUSED activation rows and
  * f32 panels dequantized for OpenBLAS above, or, with int8 activations
- * (vlm_cpu_quant_i8.c: Q4 and Q8 codes), integer dot products at every
- * row count.  The reference for each op
+ * (vlm_cpu_quant_i8.c: Q4 and Q8 codes), integer dot products up to the
+ * prefill sizes where bf16 or f32 panels win.  The reference for each op
  * is the PyTorch expression it replaces in transformers' Qwen2-VL code;
  * the naive versions in tests/test_backend_cpu.c check them.
  */
@@ -1084,13 +1084,15 @@ vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
 
     /*
      * up to VLM_CPU_QUANT_FUSED rows at a time through the fused kernels,
-     * more through the panels (with int8 activations every row count
-     * through the integer kernels, VLM_CPU_QUANT_FUSED rows at a time:
-     * they beat the panels at prefill too); act order: the activations'
-     * columns permuted, a chunk at a time
+     * more through the panels (with int8 activations the integer kernels,
+     * VLM_CPU_QUANT_FUSED rows at a time, up to where the panels win:
+     * VLM_QUANT_F32_PANEL_MIN rows, or the bf16 kernels' packed path
+     * below); act order: the activations' columns permuted, a chunk at a
+     * time
      */
     fused = n <= VLM_CPU_QUANT_FUSED || job.tile < 8
-            || (cpu->qi8 != NULL && vlm_cpu_quant_i8_fits(w));
+            || (cpu->qi8 != NULL && vlm_cpu_quant_i8_fits(w)
+                && (n < VLM_QUANT_F32_PANEL_MIN || cpu->gemm->pack != NULL));
     nb = fused ? VLM_CPU_QUANT_FUSED : w->perm != NULL ? VLM_GEMM_NB : n;
 
     /* prefill with int8 activations: the bf16 kernels' packed path */

@@ -31,6 +31,13 @@ typedef enum {
 /* and a quantized matrix's dequantized panels, at least (amx: 1.75x the
    int8 kernels at 16 rows, 0.9x at 8) */
 #define VLM_QUANT_PANEL_MIN  16
+/*
+ * where no bf16 kernel packs (AVX2, scalar), activation rows from which a
+ * quantized matrix with int8 activations is dequantized into f32 panels
+ * for sgemm instead (Zen 2: 1.13x the int8 kernels at 128 rows, 1.55x at
+ * 512; 0.83x at 64)
+ */
+#define VLM_QUANT_F32_PANEL_MIN  128
 #define VLM_GEMM_PACK_NB   128
 /*
  * where vdpbf16ps gives fewer flops than f32 FMAs (vlm_cpu_bf16_dot_slow)
