@@ -444,6 +444,7 @@ name##_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,   \
     float           sg[4], sc[8] __attribute__((aligned(16)));               \
     __m128          sv;                                                      \
     __m256          acc0[2], acc1[2], acc2[2], acc3[2];                      \
+    size_t          rb;                                                      \
     const float    *s, *m, *d[2];                                            \
     const uint8_t  *codes;                                                   \
                                                                              \
@@ -451,8 +452,8 @@ name##_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,   \
     ng = w->cols / w->group;                                                 \
     bpg = w->group / VLM_QUANT_QB;                                           \
     uni = bpg % 4 == 0;                                                      \
-    codes = (const uint8_t *) w->data                                        \
-            + (size_t) row * vlm_quant_row_bytes(Q, w->cols);                \
+    rb = vlm_quant_row_bytes(Q, w->cols);                                    \
+    codes = (const uint8_t *) w->data + (size_t) row * rb;                   \
     s = w->scales + (size_t) row * ng;                                       \
     m = w->mins + (size_t) row * ng;                                         \
                                                                              \
@@ -490,6 +491,15 @@ name##_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,   \
                                                                              \
         for (i = 0; i < NX; i++) {                                           \
             _mm_store_ps(sc + 4 * i, _mm_mul_ps(_mm_loadu_ps(d[i] + b), sv)); \
+        }                                                                    \
+                                                                             \
+        /* the same columns VLM_QI8_AHEAD rows on: 64 or 128 bytes */        \
+        _mm_prefetch((const char *) (codes + VLM_QI8_AHEAD * rb              \
+                                     + (Q == VLM_QUANT_Q8 ? 32 : 16) * b),   \
+                     _MM_HINT_T0);                                           \
+        if (Q == VLM_QUANT_Q8) {                                             \
+            _mm_prefetch((const char *) (codes + VLM_QI8_AHEAD * rb          \
+                                         + 32 * b + 64), _MM_HINT_T0);       \
         }                                                                    \
                                                                              \
         name##_blk(Q, codes, b, sc, a, i0, NX, acc0);                        \
