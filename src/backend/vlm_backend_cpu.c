@@ -1087,12 +1087,14 @@ vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
      * more through the panels (with int8 activations the integer kernels,
      * VLM_CPU_QUANT_FUSED rows at a time, up to where the panels win:
      * VLM_QUANT_F32_PANEL_MIN rows, or the bf16 kernels' packed path
-     * below); act order: the activations' columns permuted, a chunk at a
+     * below, without act order, whose panels go VLM_GEMM_NB rows at a
+     * time); act order: the activations' columns permuted, a chunk at a
      * time
      */
     fused = n <= VLM_CPU_QUANT_FUSED || job.tile < 8
             || (cpu->qi8 != NULL && vlm_cpu_quant_i8_fits(w)
-                && (n < VLM_QUANT_F32_PANEL_MIN || cpu->gemm->pack != NULL));
+                && (n < VLM_QUANT_F32_PANEL_MIN || cpu->gemm->pack != NULL
+                    || w->perm != NULL));
     nb = fused ? VLM_CPU_QUANT_FUSED : w->perm != NULL ? VLM_GEMM_NB : n;
 
     /* prefill with int8 activations: the bf16 kernels' packed path */
