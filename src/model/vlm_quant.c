@@ -695,7 +695,7 @@ vlm_quant_round(vlm_model_t *m, vlm_weight_t *w, const vlm_st_tensor_t *t,
 {
     int                     r, k, g, ng, cols, group, shift, code;
     float                  *row, *scales, *mins, lo, hi, s;
-    size_t                  rb;
+    size_t                  rb, at;
     uint8_t                *block, *dst;
     vlm_quant_t             quant;
     vlm_status_t            rc;
@@ -787,9 +787,10 @@ vlm_quant_round(vlm_model_t *m, vlm_weight_t *w, const vlm_st_tensor_t *t,
                                                         vlm_min(127, code));
 
                 } else {
+                    /* the byte first: it sets shift */
                     code = vlm_max(0, vlm_min(15, code));
-                    dst[vlm_quant_q4_byte(k, &shift)] |=
-                        (uint8_t) (code << shift);
+                    at = vlm_quant_q4_byte(k, &shift);
+                    dst[at] |= (uint8_t) (code << shift);
                 }
             }
         }
