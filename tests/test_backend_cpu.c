@@ -485,10 +485,9 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
     d = malloc((size_t) n * nb * sizeof(float));
     gsum = malloc((size_t) n * ng * sizeof(float));
     assert_true(xp != NULL && y != NULL && y0 != NULL && yd != NULL
-                && ref != NULL
-                && got != NULL && out != NULL && wf != NULL && codes != NULL
-                && perm != NULL && xq != NULL && xq4 != NULL && d != NULL
-                && gsum != NULL);
+                && ref != NULL && got != NULL && out != NULL && wf != NULL
+                && codes != NULL && perm != NULL && xq != NULL && xq4 != NULL
+                && d != NULL && gsum != NULL);
 
     for (k = 0; k < cols; k++) {
         perm[k] = k;

@@ -1084,12 +1084,13 @@ vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
 
     /*
      * up to VLM_CPU_QUANT_FUSED rows at a time through the fused kernels,
-     * more through the panels (with int8 activations the integer kernels,
-     * VLM_CPU_QUANT_FUSED rows at a time, up to where the panels win:
-     * VLM_QUANT_F32_PANEL_MIN rows, or the bf16 kernels' packed path
-     * below, without act order, whose panels go VLM_GEMM_NB rows at a
-     * time); act order: the activations' columns permuted, a chunk at a
-     * time
+     * more through the panels; with int8 activations the integer
+     * kernels, VLM_CPU_QUANT_FUSED rows at a time, but for prefill's
+     * panels: the bf16 kernels' packed path below, or where none packs
+     * the f32 panels from VLM_QUANT_F32_PANEL_MIN rows (not with act
+     * order, whose panels go VLM_GEMM_NB rows at a time, each chunk
+     * dequantizing the whole matrix again); act order: the activations'
+     * columns permuted, a chunk at a time
      */
     fused = n <= VLM_CPU_QUANT_FUSED || job.tile < 8
             || (cpu->qi8 != NULL && vlm_cpu_quant_i8_fits(w)
@@ -1148,8 +1149,8 @@ vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
         /* int8 activations: their blocks' codes and scales, group sums */
         if (cpu->qi8 != NULL && vlm_cpu_quant_i8_fits(w)) {
             q4 = w->quant == VLM_QUANT_Q4 ? cpu->xq4 : NULL;
-            cpu->qi8->act(job.x, job.n, w->cols, w->group, cpu->xi8,
-                              q4, cpu->xd, cpu->xsum);
+            cpu->qi8->act(job.x, job.n, w->cols, w->group, cpu->xi8, q4,
+                          cpu->xd, cpu->xsum);
             act.q = cpu->xi8;
             act.q4 = q4;
             act.d = cpu->xd;

@@ -405,6 +405,27 @@ vlm_qi8_idot_avxvnni(__m256i u, __m256i x)
 
 
 /*
+ * the scale of the next step's group (a step: one block, or four where
+ * bpg counts steps of four), *g and *bi, the step within the group,
+ * advanced
+ */
+static VLM_INLINE float
+vlm_qi8_group_scale(const float *s, int bpg, int *g, int *bi)
+{
+    float  sg;
+
+    sg = s[*g];
+
+    if (++*bi == bpg) {
+        *bi = 0;
+        (*g)++;
+    }
+
+    return sg;
+}
+
+
+/*
  * The 256-bit kernels, one per integer dot product, 1 or 2 activation
  * rows a call (four lane sets a row fill the 16 registers): name_blk adds
  * block b into acc[i] of rows i0.., sc[4 i] its d * scale for row i;
@@ -470,20 +491,11 @@ name##_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,   \
                                                                              \
     for (b = 0; b + 4 <= nb; b += 4) {                                       \
         if (uni) {                                                           \
-            sv = _mm_set1_ps(s[g]);                                          \
-            bi += 4;                                                         \
-            if (bi == bpg) {                                                 \
-                bi = 0;                                                      \
-                g++;                                                         \
-            }                                                                \
+            sv = _mm_set1_ps(vlm_qi8_group_scale(s, bpg / 4, &g, &bi));      \
                                                                              \
         } else {                                                             \
             for (k = 0; k < 4; k++) {                                        \
-                sg[k] = s[g];                                                \
-                if (++bi == bpg) {                                           \
-                    bi = 0;                                                  \
-                    g++;                                                     \
-                }                                                            \
+                sg[k] = vlm_qi8_group_scale(s, bpg, &g, &bi);                \
             }                                                                \
                                                                              \
             sv = _mm_loadu_ps(sg);                                           \
@@ -508,14 +520,11 @@ name##_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,   \
         name##_blk(Q, codes, b + 3, sc + 3, a, i0, NX, acc3);                \
     }                                                                        \
                                                                              \
-    /* the last 1 to 3 blocks */                                             \
+    /* the last 1 to 3 blocks (groups of 1 to 3 blocks: not uni) */         \
     for (k = 0; b + k < nb; k++) {                                           \
+        sg[k] = vlm_qi8_group_scale(s, bpg, &g, &bi);                        \
         for (i = 0; i < NX; i++) {                                           \
-            sc[4 * i + k] = d[i][b + k] * s[g];                              \
-        }                                                                    \
-        if (++bi == bpg) {                                                   \
-            bi = 0;                                                          \
-            g++;                                                             \
+            sc[4 * i + k] = d[i][b + k] * sg[k];                             \
         }                                                                    \
     }                                                                        \
                                                                              \
