@@ -633,6 +633,22 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
                 }
             }
         }
+
+        /* rows(): weight rows 1.. (row 0 left alone), the bias added */
+        memset(got, 0, (size_t) n * rows * sizeof(float));
+        kv->rows(&w, 1, rows, &act, n, b, got, rows);
+
+        for (k = 0; k < n * rows; k++) {
+            s = k % rows == 0 ? 0.0f : ref[k] + b[k % rows];
+
+            if (memcmp(&got[k], &(float) { (float) s }, sizeof(float)) != 0)
+            {
+                fail_msg("%s%s rows(), quant %d, [%d, %d], group %d%s: "
+                         "element %d: %a != %a", kv->name,
+                         act.q4 != NULL ? " (q4)" : "", q, rows, cols, group,
+                         asym ? ", asym" : "", k, got[k], s);
+            }
+        }
     }
 
     /*

@@ -964,28 +964,16 @@ vlm_matmul_quant_rows(void *arg, int start, int end, int thread)
 }
 
 
-/* quantized weights times int8 activations, 4 activation rows a call */
+/* quantized weights times int8 activations */
 static void
 vlm_matmul_quant_i8_rows(void *arg, int start, int end, int thread)
 {
-    int                  j, i, nx;
-    float                out[4];
-    vlm_matmul_job_t    *job = arg;
-    const vlm_weight_t  *w = job->w;
+    vlm_matmul_job_t  *job = arg;
 
     (void) thread;
 
-    for (j = start; j < end; j++) {
-        for (i = 0; i < job->n; i += 4) {
-            nx = vlm_min(4, job->n - i);
-            job->cpu->qi8->dot(w, j, job->act, i, nx, out);
-
-            for (nx--; nx >= 0; nx--) {
-                job->y[(size_t) (i + nx) * w->rows + j] = out[nx]
-                    + (job->bias != NULL ? job->bias[j] : 0.0f);
-            }
-        }
-    }
+    job->cpu->qi8->rows(job->w, start, end, job->act, job->n, job->bias,
+                        job->y, job->w->rows);
 }
 
 

@@ -153,6 +153,14 @@ typedef struct {
     void       (*dot)(const vlm_weight_t *w, int row,
                    const vlm_quant_act_t *a, int i0, int nx, float *out);
     /*
+     * y[i * ldy + j] = dot's W[j] . activation row i + bias[j] (+ 0.0f
+     * without a bias) for weight rows j = r0..r1 - 1 and activation rows
+     * i = 0..n - 1
+     */
+    void       (*rows)(const vlm_weight_t *w, int r0, int r1,
+                   const vlm_quant_act_t *a, int n, const float *bias,
+                   float *y, size_t ldy);
+    /*
      * x[n, cols] into q, d, gsum (vlm_quant_act_t) for groups of `group`,
      * and into q4 unless NULL; every variant the scalar one's bits for
      * finite x

@@ -244,8 +244,40 @@ vlm_qi8_dot_scalar(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
 }
 
 
+/*
+ * A kernel's rows(): its dot() over weight rows r0..r1 - 1 and every
+ * activation row, 4 a call; fini: what ends the kernel's vector code
+ */
+#define VLM_QI8_ROWS(name, dot, target, fini)                                \
+                                                                             \
+target static void                                                           \
+name(const vlm_weight_t *w, int r0, int r1, const vlm_quant_act_t *a, int n, \
+    const float *bias, float *y, size_t ldy)                                 \
+{                                                                            \
+    int    j, i, k, nx;                                                      \
+    float  out[4];                                                           \
+                                                                             \
+    for (j = r0; j < r1; j++) {                                              \
+        for (i = 0; i < n; i += 4) {                                         \
+            nx = vlm_min(4, n - i);                                          \
+            dot(w, j, a, i, nx, out);                                        \
+                                                                             \
+            for (k = 0; k < nx; k++) {                                       \
+                y[(size_t) (i + k) * ldy + j] = out[k]                       \
+                    + (bias != NULL ? bias[j] : 0.0f);                       \
+            }                                                                \
+        }                                                                    \
+    }                                                                        \
+                                                                             \
+    fini;                                                                    \
+}
+
+
+VLM_QI8_ROWS(vlm_qi8_rows_scalar, vlm_qi8_dot_scalar, /* void */, /* void */)
+
+
 static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_scalar = {
-    "scalar", vlm_qi8_dot_scalar, vlm_qi8_act_scalar
+    "scalar", vlm_qi8_dot_scalar, vlm_qi8_rows_scalar, vlm_qi8_act_scalar
 };
 
 
@@ -426,12 +458,32 @@ vlm_qi8_group_scale(const float *s, int bpg, int *g, int *bi)
 
 
 /*
+ * the codes of four blocks, b..b + 3, from two 32-byte loads: c[0] the
+ * low nibbles of blocks b and b + 1 (their columns 0..15), c[1] their
+ * high ones (16..31), c[2] and c[3] those of b + 2 and b + 3
+ */
+VLM_AVX2 static VLM_INLINE void
+vlm_qi8_q4_split(__m256i v01, __m256i v23, __m256i *c)
+{
+    __m256i  f;
+
+    f = _mm256_set1_epi8(15);
+    c[0] = _mm256_and_si256(v01, f);
+    c[1] = _mm256_and_si256(_mm256_srli_epi16(v01, 4), f);
+    c[2] = _mm256_and_si256(v23, f);
+    c[3] = _mm256_and_si256(_mm256_srli_epi16(v23, 4), f);
+}
+
+
+/*
  * The 256-bit kernels, one per integer dot product, 1 or 2 activation
  * rows a call (four lane sets a row fill the 16 registers): name_blk adds
  * block b into acc[i] of rows i0.., sc[4 i] its d * scale for row i;
  * name_q walks the blocks four at a time (lane sets 0..3), their scales
  * multiplied four at a time (the same products as one at a time), the
- * group's scale once a step where groups are multiples of four blocks
+ * group's scale once a step where groups are multiples of four blocks;
+ * name_q4 does Q4 so where the activations come in the q4 order too;
+ * name_nx takes 1 to 4 rows, name and name_rows are dot() and rows()
  */
 #define VLM_QI8_DOT256(name, target, idot)                                   \
                                                                              \
@@ -550,12 +602,164 @@ name##_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,   \
 }                                                                            \
                                                                              \
                                                                              \
-target static void                                                           \
-name(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,       \
+/*                                                                           \
+ * Q4 against the activations' q4 order (name_q4), two blocks a 32-byte      \
+ * load of codes; name_q4_row adds a chunk of four blocks b..b + 3 into      \
+ * the sums of one activation row: c[0] the low nibbles (columns 0..15)      \
+ * of blocks b and b + 1 against the chunk's xr[0..31], c[1] their high      \
+ * ones (16..31) against xr[64..95], c[2] and c[3] those of b + 2 and        \
+ * b + 3 against xr[32..63] and xr[96..127]; d4 the four blocks' d *         \
+ * scale.  Lane 4j + m of acc[0] is name_q's lane m of lane set j, of        \
+ * acc[1] its lane 4 + m, of acc[2] and acc[3] those of set 2 + j: each      \
+ * lane added to in name_q's order with the same scale, so that closing      \
+ * the sets in its order gives its bits                                      \
+ */                                                                          \
+target static VLM_INLINE void                                                \
+name##_q4_row(const __m256i *c, __m128 d4, const int8_t *xr, __m256 *acc)    \
+{                                                                            \
+    __m256  sc;                                                              \
+                                                                             \
+    sc = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4),                \
+                                  _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));\
+    acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot(c[0],                   \
+                 _mm256_loadu_si256((const __m256i *) xr))), sc, acc[0]);    \
+    acc[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot(c[1],                   \
+                 _mm256_loadu_si256((const __m256i *) (xr + 64)))), sc,      \
+                 acc[1]);                                                    \
+                                                                             \
+    sc = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4),                \
+                                  _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3));\
+    acc[2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot(c[2],                   \
+                 _mm256_loadu_si256((const __m256i *) (xr + 32)))), sc,      \
+                 acc[2]);                                                    \
+    acc[3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot(c[3],                   \
+                 _mm256_loadu_si256((const __m256i *) (xr + 96)))), sc,      \
+                 acc[3]);                                                    \
+}                                                                            \
+                                                                             \
+                                                                             \
+/*                                                                           \
+ * NX rows (1 or 2) against Q4 row `row` in the q4 order; a last chunk of    \
+ * fewer blocks loads zero codes and takes zero scales for the missing       \
+ * ones, which add +0 to lanes that are never -0                             \
+ */                                                                          \
+target static VLM_INLINE void                                                \
+name##_q4(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,  \
+    int NX, float *out)                                                      \
+{                                                                            \
+    int             i, k, b, r, nb, ng, bpg, g, bi, c4;                      \
+    float           sg[4];                                                   \
+    __m128          sv, t4, u4;                                              \
+    __m128i         dm;                                                      \
+    __m256          acc[2][4], t;                                            \
+    __m256i         c[4], v01, v23, ix;                                      \
+    size_t          rb;                                                      \
+    const float    *s, *m, *d[2];                                            \
+    const int8_t   *x[2];                                                    \
+    const uint8_t  *codes;                                                   \
+                                                                             \
+    nb = w->cols / VLM_QUANT_QB;                                             \
+    ng = w->cols / w->group;                                                 \
+    bpg = w->group / VLM_QUANT_QB;                                           \
+    rb = vlm_quant_row_bytes(VLM_QUANT_Q4, w->cols);                         \
+    codes = (const uint8_t *) w->data + (size_t) row * rb;                   \
+    s = w->scales + (size_t) row * ng;                                       \
+    m = w->mins + (size_t) row * ng;                                         \
+    c4 = vlm_quant_q4_act_cols(w->cols);                                     \
+                                                                             \
+    _Pragma("GCC unroll 2")                                                  \
+    for (i = 0; i < NX; i++) {                                               \
+        d[i] = a->d + (size_t) (i0 + i) * nb;                                \
+        x[i] = a->q4 + (size_t) (i0 + i) * c4;                               \
+                                                                             \
+        for (k = 0; k < 4; k++) {                                            \
+            acc[i][k] = _mm256_setzero_ps();                                 \
+        }                                                                    \
+    }                                                                        \
+                                                                             \
+    g = 0;                                                                   \
+    bi = 0;                                                                  \
+                                                                             \
+    for (b = 0; b + 4 <= nb; b += 4) {                                       \
+        _mm_prefetch((const char *) (codes + VLM_QI8_AHEAD * rb + 16 * b),   \
+                     _MM_HINT_T0);                                           \
+                                                                             \
+        if (bpg % 4 == 0) {                                                  \
+            sv = _mm_set1_ps(vlm_qi8_group_scale(s, bpg / 4, &g, &bi));      \
+                                                                             \
+        } else {                                                             \
+            for (k = 0; k < 4; k++) {                                        \
+                sg[k] = vlm_qi8_group_scale(s, bpg, &g, &bi);                \
+            }                                                                \
+                                                                             \
+            sv = _mm_loadu_ps(sg);                                           \
+        }                                                                    \
+                                                                             \
+        v01 = _mm256_loadu_si256((const __m256i *) (codes + 16 * b));        \
+        v23 = _mm256_loadu_si256((const __m256i *) (codes + 16 * b + 32));   \
+        vlm_qi8_q4_split(v01, v23, c);                                       \
+                                                                             \
+        _Pragma("GCC unroll 2")                                              \
+        for (i = 0; i < NX; i++) {                                           \
+            name##_q4_row(c, _mm_mul_ps(_mm_loadu_ps(d[i] + b), sv),         \
+                          x[i] + 32 * b, acc[i]);                            \
+        }                                                                    \
+    }                                                                        \
+                                                                             \
+    /* a last chunk of 1 to 3 blocks */                                      \
+    if (b < nb) {                                                            \
+        r = nb - b;                                                          \
+        ix = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);                      \
+        dm = _mm_cmpgt_epi32(_mm_set1_epi32(r), _mm_setr_epi32(0, 1, 2, 3)); \
+                                                                             \
+        for (k = 0; k < 4; k++) {                                            \
+            sg[k] = k < r ? vlm_qi8_group_scale(s, bpg, &g, &bi) : 0.0f;     \
+        }                                                                    \
+                                                                             \
+        sv = _mm_loadu_ps(sg);                                               \
+        v01 = _mm256_maskload_epi32((const int *) (codes + 16 * b),          \
+                  _mm256_cmpgt_epi32(_mm256_set1_epi32(4 * r), ix));         \
+        v23 = _mm256_maskload_epi32((const int *) (codes + 16 * b + 32),     \
+                  _mm256_cmpgt_epi32(_mm256_set1_epi32(4 * r - 8), ix));     \
+        vlm_qi8_q4_split(v01, v23, c);                                       \
+                                                                             \
+        _Pragma("GCC unroll 2")                                              \
+        for (i = 0; i < NX; i++) {                                           \
+            name##_q4_row(c, _mm_mul_ps(_mm_maskload_ps(d[i] + b, dm), sv),  \
+                          x[i] + 32 * b, acc[i]);                            \
+        }                                                                    \
+    }                                                                        \
+                                                                             \
+    _Pragma("GCC unroll 2")                                                  \
+    for (i = 0; i < NX; i++) {                                               \
+        /* lanes 0..3: (set 0 + set 2) + (set 1 + set 3); then 4..7 */       \
+        t = _mm256_add_ps(acc[i][0], acc[i][2]);                             \
+        t4 = _mm_add_ps(_mm256_castps256_ps128(t),                           \
+                        _mm256_extractf128_ps(t, 1));                        \
+        t = _mm256_add_ps(acc[i][1], acc[i][3]);                             \
+        u4 = _mm_add_ps(_mm256_castps256_ps128(t),                           \
+                        _mm256_extractf128_ps(t, 1));                        \
+                                                                             \
+        out[i] = vlm_qi8_hsum256(_mm256_set_m128(u4, t4))                    \
+                 + vlm_qi8_mins(m, a->gsum + (size_t) (i0 + i) * a->groups,  \
+                                ng);                                         \
+    }                                                                        \
+}                                                                            \
+                                                                             \
+                                                                             \
+target static VLM_INLINE void                                                \
+name##_nx(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,  \
     int nx, float *out)                                                      \
 {                                                                            \
     for ( /* void */ ; nx > 0; nx -= 2, i0 += 2, out += 2) {                 \
-        if (w->quant == VLM_QUANT_Q8) {                                      \
+        if (w->quant == VLM_QUANT_Q4 && a->q4 != NULL) {                     \
+            if (nx >= 2) {                                                   \
+                name##_q4(w, row, a, i0, 2, out);                            \
+            } else {                                                         \
+                name##_q4(w, row, a, i0, 1, out);                            \
+            }                                                                \
+                                                                             \
+        } else if (w->quant == VLM_QUANT_Q8) {                               \
             if (nx >= 2) {                                                   \
                 name##_q(w, row, a, i0, 2, out, VLM_QUANT_Q8);               \
             } else {                                                         \
@@ -569,9 +773,19 @@ name(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,       \
             name##_q(w, row, a, i0, 1, out, VLM_QUANT_Q4);                   \
         }                                                                    \
     }                                                                        \
+}                                                                            \
                                                                              \
+                                                                             \
+target static void                                                           \
+name(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,       \
+    int nx, float *out)                                                      \
+{                                                                            \
+    name##_nx(w, row, a, i0, nx, out);                                       \
     _mm256_zeroupper();                                                      \
-}
+}                                                                            \
+                                                                             \
+                                                                             \
+VLM_QI8_ROWS(name##_rows, name##_nx, target, _mm256_zeroupper())
 
 
 VLM_QI8_DOT256(vlm_qi8_dot_avx2, VLM_AVX2, vlm_qi8_idot_avx2)
@@ -579,11 +793,12 @@ VLM_QI8_DOT256(vlm_qi8_dot_avxvnni, VLM_AVXVNNI, vlm_qi8_idot_avxvnni)
 
 
 static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_avx2 = {
-    "avx2", vlm_qi8_dot_avx2, vlm_qi8_act_avx2
+    "avx2", vlm_qi8_dot_avx2, vlm_qi8_dot_avx2_rows, vlm_qi8_act_avx2
 };
 
 static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_avxvnni = {
-    "avxvnni", vlm_qi8_dot_avxvnni, vlm_qi8_act_avx2
+    "avxvnni", vlm_qi8_dot_avxvnni, vlm_qi8_dot_avxvnni_rows,
+    vlm_qi8_act_avx2
 };
 
 
@@ -899,8 +1114,11 @@ vlm_qi8_dot_512(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
 }
 
 
+VLM_QI8_ROWS(vlm_qi8_rows_512, vlm_qi8_dot_512, VLM_AVX512, /* void */)
+
+
 static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_512 = {
-    "avx512vnni", vlm_qi8_dot_512, vlm_qi8_act_avx2
+    "avx512vnni", vlm_qi8_dot_512, vlm_qi8_rows_512, vlm_qi8_act_avx2
 };
 
 
