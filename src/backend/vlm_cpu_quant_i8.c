@@ -608,27 +608,25 @@ name##_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,   \
  * the sums of one activation row: c[0] the low nibbles (columns 0..15)      \
  * of blocks b and b + 1 against the chunk's xr[0..31], c[1] their high      \
  * ones (16..31) against xr[64..95], c[2] and c[3] those of b + 2 and        \
- * b + 3 against xr[32..63] and xr[96..127]; d4 the four blocks' d *         \
- * scale.  Lane 4j + m of acc[0] is name_q's lane m of lane set j, of        \
- * acc[1] its lane 4 + m, of acc[2] and acc[3] those of set 2 + j: each      \
- * lane added to in name_q's order with the same scale, so that closing      \
- * the sets in its order gives its bits                                      \
+ * b + 3 against xr[32..63] and xr[96..127]; dd the four blocks' d *         \
+ * scale in each 128-bit half.  Lane 4j + m of acc[0] is name_q's lane m     \
+ * of lane set j, of acc[1] its lane 4 + m, of acc[2] and acc[3] those of    \
+ * set 2 + j: each lane added to in name_q's order with the same scale,      \
+ * so that closing the sets in its order gives its bits                      \
  */                                                                          \
 target static VLM_INLINE void                                                \
-name##_q4_row(const __m256i *c, __m128 d4, const int8_t *xr, __m256 *acc)    \
+name##_q4_row(const __m256i *c, __m256 dd, const int8_t *xr, __m256 *acc)    \
 {                                                                            \
     __m256  sc;                                                              \
                                                                              \
-    sc = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4),                \
-                                  _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));\
+    sc = _mm256_permutevar_ps(dd, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)); \
     acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot(c[0],                   \
                  _mm256_loadu_si256((const __m256i *) xr))), sc, acc[0]);    \
     acc[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot(c[1],                   \
                  _mm256_loadu_si256((const __m256i *) (xr + 64)))), sc,      \
                  acc[1]);                                                    \
                                                                              \
-    sc = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4),                \
-                                  _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3));\
+    sc = _mm256_permutevar_ps(dd, _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3)); \
     acc[2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(idot(c[2],                   \
                  _mm256_loadu_si256((const __m256i *) (xr + 32)))), sc,      \
                  acc[2]);                                                    \
@@ -649,7 +647,8 @@ name##_q4(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,  \
 {                                                                            \
     int             i, k, b, r, nb, ng, bpg, g, bi, c4;                      \
     float           sg[4];                                                   \
-    __m128          sv, t4, u4;                                              \
+    __m128          t4, u4;                                                  \
+    __m256          sv;                                                      \
     __m128i         dm;                                                      \
     __m256          acc[2][4], t;                                            \
     __m256i         c[4], v01, v23, ix;                                      \
@@ -685,14 +684,14 @@ name##_q4(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,  \
                      _MM_HINT_T0);                                           \
                                                                              \
         if (bpg % 4 == 0) {                                                  \
-            sv = _mm_set1_ps(vlm_qi8_group_scale(s, bpg / 4, &g, &bi));      \
+            sv = _mm256_set1_ps(vlm_qi8_group_scale(s, bpg / 4, &g, &bi));   \
                                                                              \
         } else {                                                             \
             for (k = 0; k < 4; k++) {                                        \
                 sg[k] = vlm_qi8_group_scale(s, bpg, &g, &bi);                \
             }                                                                \
                                                                              \
-            sv = _mm_loadu_ps(sg);                                           \
+            sv = _mm256_broadcast_ps((const __m128 *) sg);                   \
         }                                                                    \
                                                                              \
         v01 = _mm256_loadu_si256((const __m256i *) (codes + 16 * b));        \
@@ -701,7 +700,8 @@ name##_q4(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,  \
                                                                              \
         _Pragma("GCC unroll 2")                                              \
         for (i = 0; i < NX; i++) {                                           \
-            name##_q4_row(c, _mm_mul_ps(_mm_loadu_ps(d[i] + b), sv),         \
+            name##_q4_row(c, _mm256_mul_ps(_mm256_broadcast_ps(              \
+                                 (const __m128 *) (d[i] + b)), sv),          \
                           x[i] + 32 * b, acc[i]);                            \
         }                                                                    \
     }                                                                        \
@@ -716,7 +716,7 @@ name##_q4(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,  \
             sg[k] = k < r ? vlm_qi8_group_scale(s, bpg, &g, &bi) : 0.0f;     \
         }                                                                    \
                                                                              \
-        sv = _mm_loadu_ps(sg);                                               \
+        sv = _mm256_broadcast_ps((const __m128 *) sg);                       \
         v01 = _mm256_maskload_epi32((const int *) (codes + 16 * b),          \
                   _mm256_cmpgt_epi32(_mm256_set1_epi32(4 * r), ix));         \
         v23 = _mm256_maskload_epi32((const int *) (codes + 16 * b + 32),     \
@@ -725,7 +725,8 @@ name##_q4(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,  \
                                                                              \
         _Pragma("GCC unroll 2")                                              \
         for (i = 0; i < NX; i++) {                                           \
-            name##_q4_row(c, _mm_mul_ps(_mm_maskload_ps(d[i] + b, dm), sv),  \
+            t4 = _mm_maskload_ps(d[i] + b, dm);                              \
+            name##_q4_row(c, _mm256_mul_ps(_mm256_set_m128(t4, t4), sv),     \
                           x[i] + 32 * b, acc[i]);                            \
         }                                                                    \
     }                                                                        \
