@@ -769,6 +769,8 @@ test_matmul_quant_i8_kernels(void **state)
             check_quant_i8(q, 37, 21, 384, 128, asym, 0);
             check_quant_i8(q, 140, 70, 2048, 128, asym, 0);
             check_quant_i8(q, 130, 48, 384, 64, asym, 1);
+            /* groups of 12 blocks: four at a time, not a power of two */
+            check_quant_i8(q, 3, 21, 768, 384, asym, 0);
         }
     }
 }

@@ -636,6 +636,30 @@ name##_q4_row(const __m256i *c, __m256 dd, const int8_t *xr, __m256 *acc)    \
 }                                                                            \
                                                                              \
                                                                              \
+/* a step of name_q4: blocks b..b + 3, sv their groups' scales */            \
+target static VLM_INLINE void                                                \
+name##_q4_step(const uint8_t *codes, size_t rb, int b, __m256 sv,            \
+    const float **d, const int8_t **x, int NX, __m256 (*acc)[4])             \
+{                                                                            \
+    int      i;                                                              \
+    __m256i  c[4];                                                           \
+                                                                             \
+    _mm_prefetch((const char *) (codes + VLM_QI8_AHEAD * rb + 16 * b),       \
+                 _MM_HINT_T0);                                               \
+                                                                             \
+    vlm_qi8_q4_split(_mm256_loadu_si256((const __m256i *) (codes + 16 * b)), \
+                     _mm256_loadu_si256((const __m256i *) (codes + 16 * b    \
+                                                           + 32)), c);       \
+                                                                             \
+    _Pragma("GCC unroll 2")                                                  \
+    for (i = 0; i < NX; i++) {                                               \
+        name##_q4_row(c, _mm256_mul_ps(_mm256_broadcast_ps(                  \
+                             (const __m128 *) (d[i] + b)), sv),              \
+                      x[i] + 32 * b, acc[i]);                                \
+    }                                                                        \
+}                                                                            \
+                                                                             \
+                                                                             \
 /*                                                                           \
  * NX rows (1 or 2) against Q4 row `row` in the q4 order; a last chunk of    \
  * fewer blocks loads zero codes and takes zero scales for the missing       \
@@ -645,7 +669,7 @@ target static VLM_INLINE void                                                \
 name##_q4(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,  \
     int NX, float *out)                                                      \
 {                                                                            \
-    int             i, k, b, r, nb, ng, bpg, g, bi, c4;                      \
+    int             i, k, b, r, nb, ng, bpg, g, bi, c4, sh;                  \
     float           sg[4];                                                   \
     __m128          t4, u4;                                                  \
     __m256          sv;                                                      \
@@ -678,11 +702,19 @@ name##_q4(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,  \
                                                                              \
     g = 0;                                                                   \
     bi = 0;                                                                  \
+    b = 0;                                                                   \
                                                                              \
-    for (b = 0; b + 4 <= nb; b += 4) {                                       \
-        _mm_prefetch((const char *) (codes + VLM_QI8_AHEAD * rb + 16 * b),   \
-                     _MM_HINT_T0);                                           \
+    /* groups of 4, 8, 16.. blocks: a step's group is b >> sh */             \
+    if (bpg % 4 == 0 && (bpg & (bpg - 1)) == 0) {                            \
+        sh = __builtin_ctz(bpg);                                             \
                                                                              \
+        for (b = 0; b + 4 <= nb; b += 4) {                                   \
+            name##_q4_step(codes, rb, b, _mm256_broadcast_ss(s + (b >> sh)), \
+                           d, x, NX, acc);                                   \
+        }                                                                    \
+    }                                                                        \
+                                                                             \
+    for ( /* void */ ; b + 4 <= nb; b += 4) {                                \
         if (bpg % 4 == 0) {                                                  \
             sv = _mm256_set1_ps(vlm_qi8_group_scale(s, bpg / 4, &g, &bi));   \
                                                                              \
@@ -694,16 +726,7 @@ name##_q4(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,  \
             sv = _mm256_broadcast_ps((const __m128 *) sg);                   \
         }                                                                    \
                                                                              \
-        v01 = _mm256_loadu_si256((const __m256i *) (codes + 16 * b));        \
-        v23 = _mm256_loadu_si256((const __m256i *) (codes + 16 * b + 32));   \
-        vlm_qi8_q4_split(v01, v23, c);                                       \
-                                                                             \
-        _Pragma("GCC unroll 2")                                              \
-        for (i = 0; i < NX; i++) {                                           \
-            name##_q4_row(c, _mm256_mul_ps(_mm256_broadcast_ps(              \
-                                 (const __m128 *) (d[i] + b)), sv),          \
-                          x[i] + 32 * b, acc[i]);                            \
-        }                                                                    \
+        name##_q4_step(codes, rb, b, sv, d, x, NX, acc);                     \
     }                                                                        \
                                                                              \
     /* a last chunk of 1 to 3 blocks */                                      \
