@@ -246,9 +246,10 @@ vlm_qi8_dot_scalar(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
 
 /*
  * A kernel's rows(): its dot() over weight rows r0..r1 - 1 and every
- * activation row, 4 a call; fini: what ends the kernel's vector code
+ * activation row, 4 a call; first: what may do the first rows otherwise
+ * (advancing r0), fini: what ends the kernel's vector code
  */
-#define VLM_QI8_ROWS(name, dot, target, fini)                                \
+#define VLM_QI8_ROWS(name, dot, target, first, fini)                         \
                                                                              \
 target static void                                                           \
 name(const vlm_weight_t *w, int r0, int r1, const vlm_quant_act_t *a, int n, \
@@ -256,6 +257,8 @@ name(const vlm_weight_t *w, int r0, int r1, const vlm_quant_act_t *a, int n, \
 {                                                                            \
     int    j, i, k, nx;                                                      \
     float  out[4];                                                           \
+                                                                             \
+    first;                                                                   \
                                                                              \
     for (j = r0; j < r1; j++) {                                              \
         for (i = 0; i < n; i += 4) {                                         \
@@ -273,7 +276,8 @@ name(const vlm_weight_t *w, int r0, int r1, const vlm_quant_act_t *a, int n, \
 }
 
 
-VLM_QI8_ROWS(vlm_qi8_rows_scalar, vlm_qi8_dot_scalar, /* void */, /* void */)
+VLM_QI8_ROWS(vlm_qi8_rows_scalar, vlm_qi8_dot_scalar, /* void */, /* void */,
+             /* void */)
 
 
 static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_scalar = {
@@ -482,8 +486,10 @@ vlm_qi8_q4_split(__m256i v01, __m256i v23, __m256i *c)
  * name_q walks the blocks four at a time (lane sets 0..3), their scales
  * multiplied four at a time (the same products as one at a time), the
  * group's scale once a step where groups are multiples of four blocks;
- * name_q4 does Q4 so where the activations come in the q4 order too;
- * name_nx takes 1 to 4 rows, name and name_rows are dot() and rows()
+ * name_q4 does Q4 so where the activations come in the q4 order too
+ * (name_q4_sums, then name_q4_close), name_pipe one activation row of it
+ * over many weight rows; name_nx takes 1 to 4 rows, name and name_rows
+ * are dot() and rows()
  */
 #define VLM_QI8_DOT256(name, target, idot)                                   \
                                                                              \
@@ -572,7 +578,7 @@ name##_q(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,   \
         name##_blk(Q, codes, b + 3, sc + 3, a, i0, NX, acc3);                \
     }                                                                        \
                                                                              \
-    /* the last 1 to 3 blocks (groups of 1 to 3 blocks: not uni) */         \
+    /* the last 1 to 3 blocks (groups of 1 to 3 blocks: not uni) */          \
     for (k = 0; b + k < nb; k++) {                                           \
         sg[k] = vlm_qi8_group_scale(s, bpg, &g, &bi);                        \
         for (i = 0; i < NX; i++) {                                           \
@@ -666,18 +672,17 @@ name##_q4_step(const uint8_t *codes, size_t rb, int b, __m256 sv,            \
  * ones, which add +0 to lanes that are never -0                             \
  */                                                                          \
 target static VLM_INLINE void                                                \
-name##_q4(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,  \
-    int NX, float *out)                                                      \
+name##_q4_sums(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,     \
+    int i0, int NX, __m256 (*acc)[4])                                        \
 {                                                                            \
     int             i, k, b, r, nb, ng, bpg, g, bi, c4, sh;                  \
     float           sg[4];                                                   \
-    __m128          t4, u4;                                                  \
+    __m128          t4;                                                      \
     __m256          sv;                                                      \
     __m128i         dm;                                                      \
-    __m256          acc[2][4], t;                                            \
     __m256i         c[4], v01, v23, ix;                                      \
     size_t          rb;                                                      \
-    const float    *s, *m, *d[2];                                            \
+    const float    *s, *d[2];                                                \
     const int8_t   *x[2];                                                    \
     const uint8_t  *codes;                                                   \
                                                                              \
@@ -687,7 +692,6 @@ name##_q4(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,  \
     rb = vlm_quant_row_bytes(VLM_QUANT_Q4, w->cols);                         \
     codes = (const uint8_t *) w->data + (size_t) row * rb;                   \
     s = w->scales + (size_t) row * ng;                                       \
-    m = w->mins + (size_t) row * ng;                                         \
     c4 = vlm_quant_q4_act_cols(w->cols);                                     \
                                                                              \
     _Pragma("GCC unroll 2")                                                  \
@@ -753,6 +757,21 @@ name##_q4(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,  \
                           x[i] + 32 * b, acc[i]);                            \
         }                                                                    \
     }                                                                        \
+}                                                                            \
+                                                                             \
+                                                                             \
+/* name_q4_sums' lane sets closed in name_q's order, the mins added */       \
+target static VLM_INLINE void                                                \
+name##_q4_close(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,    \
+    int i0, int NX, __m256 (*acc)[4], float *out)                            \
+{                                                                            \
+    int           i, ng;                                                     \
+    __m128        t4, u4;                                                    \
+    __m256        t;                                                         \
+    const float  *m;                                                         \
+                                                                             \
+    ng = w->cols / w->group;                                                 \
+    m = w->mins + (size_t) row * ng;                                         \
                                                                              \
     _Pragma("GCC unroll 2")                                                  \
     for (i = 0; i < NX; i++) {                                               \
@@ -768,6 +787,17 @@ name##_q4(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,  \
                  + vlm_qi8_mins(m, a->gsum + (size_t) (i0 + i) * a->groups,  \
                                 ng);                                         \
     }                                                                        \
+}                                                                            \
+                                                                             \
+                                                                             \
+target static VLM_INLINE void                                                \
+name##_q4(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,  \
+    int NX, float *out)                                                      \
+{                                                                            \
+    __m256  acc[2][4];                                                       \
+                                                                             \
+    name##_q4_sums(w, row, a, i0, NX, acc);                                  \
+    name##_q4_close(w, row, a, i0, NX, acc, out);                            \
 }                                                                            \
                                                                              \
                                                                              \
@@ -809,7 +839,56 @@ name(const vlm_weight_t *w, int row, const vlm_quant_act_t *a, int i0,       \
 }                                                                            \
                                                                              \
                                                                              \
-VLM_QI8_ROWS(name##_rows, name##_nx, target, _mm256_zeroupper())
+/*                                                                           \
+ * one activation row of Q4: each weight row's sets closed after the next    \
+ * row's sums, from memory, so that the closing adds wait on nothing and     \
+ * hold no registers through the blocks; the row it stops at                 \
+ */                                                                          \
+target static VLM_INLINE int                                                 \
+name##_pipe(const vlm_weight_t *w, int r0, int r1,                           \
+    const vlm_quant_act_t *a, int n, const float *bias, float *y)            \
+{                                                                            \
+    int     j, k;                                                            \
+    float   out, held[4][8] __attribute__((aligned(32))) = { { 0 } };        \
+    __m256  acc[1][4], prev[1][4];                                           \
+                                                                             \
+    if (n != 1 || w->quant != VLM_QUANT_Q4 || a->q4 == NULL) {               \
+        return r0;                                                           \
+    }                                                                        \
+                                                                             \
+    for (j = r0; j < r1; j++) {                                              \
+        name##_q4_sums(w, j, a, 0, 1, acc);                                  \
+                                                                             \
+        if (j > r0) {                                                        \
+            for (k = 0; k < 4; k++) {                                        \
+                prev[0][k] = _mm256_load_ps(held[k]);                        \
+            }                                                                \
+                                                                             \
+            name##_q4_close(w, j - 1, a, 0, 1, prev, &out);                  \
+            y[j - 1] = out + (bias != NULL ? bias[j - 1] : 0.0f);            \
+        }                                                                    \
+                                                                             \
+        for (k = 0; k < 4; k++) {                                            \
+            _mm256_store_ps(held[k], acc[0][k]);                             \
+        }                                                                    \
+    }                                                                        \
+                                                                             \
+    if (r1 > r0) {                                                           \
+        for (k = 0; k < 4; k++) {                                            \
+            prev[0][k] = _mm256_load_ps(held[k]);                            \
+        }                                                                    \
+                                                                             \
+        name##_q4_close(w, r1 - 1, a, 0, 1, prev, &out);                     \
+        y[r1 - 1] = out + (bias != NULL ? bias[r1 - 1] : 0.0f);              \
+    }                                                                        \
+                                                                             \
+    return r1;                                                               \
+}                                                                            \
+                                                                             \
+                                                                             \
+VLM_QI8_ROWS(name##_rows, name##_nx, target,                                 \
+             r0 = name##_pipe(w, r0, r1, a, n, bias, y),                     \
+             _mm256_zeroupper())
 
 
 VLM_QI8_DOT256(vlm_qi8_dot_avx2, VLM_AVX2, vlm_qi8_idot_avx2)
@@ -1138,7 +1217,8 @@ vlm_qi8_dot_512(const vlm_weight_t *w, int row, const vlm_quant_act_t *a,
 }
 
 
-VLM_QI8_ROWS(vlm_qi8_rows_512, vlm_qi8_dot_512, VLM_AVX512, /* void */)
+VLM_QI8_ROWS(vlm_qi8_rows_512, vlm_qi8_dot_512, VLM_AVX512, /* void */,
+             /* void */)
 
 
 static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_512 = {
