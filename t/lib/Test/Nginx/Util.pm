@@ -401,10 +401,31 @@ sub stop_nginx ($) {
     unlink $PidFile;
 }
 
+# the pids of the master's worker processes (Linux /proc; none where it
+# cannot be read)
+sub worker_pids ($) {
+    my $pid = shift;
+    my @pids;
+
+    for my $f (glob("/proc/$pid/task/*/children")) {
+        open my $in, '<', $f or next;
+        push @pids, split ' ', (<$in> // '');
+        close $in;
+    }
+
+    return grep {
+        open my $in, '<', "/proc/$_/cmdline";
+        defined $in && (<$in> // '') =~ /worker process/;
+    } @pids;
+}
+
 # reloads the running nginx with the new configuration (TEST_NGINX_USE_HUP)
-# and waits until a request is answered by the new configuration
+# and waits until a request is answered by the new configuration, then
+# until the old workers are gone (until then an old worker that has not
+# yet closed its listening socket may still take the block's request)
 sub reload_nginx ($$) {
     my ($name, $pid) = @_;
+    my @old = worker_pids($pid);
 
     kill SIGUSR1, $pid;
     sleep $Sleep;
@@ -418,8 +439,13 @@ sub reload_nginx ($$) {
         my $got = http_get_ver();
 
         if (defined $got && $got eq $ConfigVersion) {
-            return 1 if ++$matched >= 3;
-            next;
+            next if ++$matched < 3;
+
+            while (time < $deadline && grep { kill 0, $_ } @old) {
+                sleep 0.05;
+            }
+
+            return 1;
         }
 
         $matched = 0;
