@@ -771,6 +771,16 @@ test_matmul_quant_i8_kernels(void **state)
             check_quant_i8(q, 130, 48, 384, 64, asym, 1);
             /* groups of 12 blocks: four at a time, not a power of two */
             check_quant_i8(q, 3, 21, 768, 384, asym, 0);
+            /*
+             * one row (decode): rows() takes the share's halves side by
+             * side; odd and even shares, groups of 1, 2, 4 and 5 blocks,
+             * last chunks of 2 and 3 blocks, a share of one row
+             */
+            check_quant_i8(q, 1, 38, 2048, 128, asym, 0);
+            check_quant_i8(q, 1, 20, 96, 32, asym, 1);
+            check_quant_i8(q, 1, 23, 192, 64, asym, 0);
+            check_quant_i8(q, 1, 9, 160, 160, asym, 0);
+            check_quant_i8(q, 1, 2, 256, 128, asym, 0);
         }
     }
 }
