@@ -304,8 +304,9 @@ main(int argc, char **argv)
         }
 
         rb = wk[q] % 2 == 1 ? total / 2 : total;
-        qcodes[q] = malloc(rb * sh.layers);
-        qscales[q] = malloc(2 * total / 8 * sh.layers * sizeof(float));
+        /* in huge pages, as the engine keeps quantized weights */
+        qcodes[q] = vlm_huge_alloc(rb * sh.layers);
+        qscales[q] = vlm_huge_alloc(2 * total / 8 * sh.layers * sizeof(float));
         if (qcodes[q] == NULL || qscales[q] == NULL) {
             fprintf(stderr, "bench_matmul: no memory\n");
             return 1;

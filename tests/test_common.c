@@ -1,11 +1,14 @@
 /*
- * Unit tests of vlm_common: error records and status names.
+ * Unit tests of vlm_common: error records, status names and the memory
+ * the kernels stream.
  */
 
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -79,6 +82,95 @@ test_log_respects_level(void **state)
 }
 
 
+/*
+ * the THPeligible field of the mapping in /proc/self/smaps that holds p:
+ * 1 or 0, -1 where the kernel does not say
+ */
+static int
+thp_eligible(const void *p)
+{
+    int                 v;
+    char                line[512];
+    FILE               *f;
+    unsigned long long  lo, hi, a, b, at;
+
+    f = fopen("/proc/self/smaps", "r");
+    if (f == NULL) {
+        return -1;
+    }
+
+    v = -1;
+    lo = hi = 0;
+    at = (unsigned long long) (uintptr_t) p;
+
+    while (fgets(line, sizeof(line), f) != NULL) {
+        /* a mapping's first line: its range */
+        if (sscanf(line, "%llx-%llx ", &a, &b) == 2) {
+            lo = a;
+            hi = b;
+            continue;
+        }
+
+        if (at >= lo && at < hi && sscanf(line, "THPeligible: %d", &v) == 1) {
+            break;
+        }
+    }
+
+    fclose(f);
+
+    return v;
+}
+
+
+static void
+test_huge_alloc(void **state)
+{
+    char     mode[128];
+    size_t   size;
+    FILE    *f;
+    uint8_t *p;
+
+    (void) state;
+
+    /* small buffers: plain malloc(), 0 bytes a valid pointer */
+    p = vlm_huge_alloc(0);
+    assert_non_null(p);
+    free(p);
+
+    p = vlm_huge_alloc(100);
+    assert_non_null(p);
+    memset(p, 1, 100);
+    free(p);
+
+    /* a weight's buffer: aligned to 2 MiB, all of it usable */
+    size = 5 * (size_t) VLM_HUGE_PAGE + 123;
+    p = vlm_huge_alloc(size);
+    assert_non_null(p);
+    assert_int_equal((uintptr_t) p % VLM_HUGE_PAGE, 0);
+    memset(p, 7, size);
+    assert_int_equal(p[size - 1], 7);
+
+    /* and advised into huge pages, unless the kernel has them off */
+    mode[0] = '\0';
+    f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f != NULL) {
+        if (fgets(mode, sizeof(mode), f) == NULL) {
+            mode[0] = '\0';
+        }
+
+        fclose(f);
+    }
+
+    if (mode[0] != '\0' && strstr(mode, "[never]") == NULL
+        && thp_eligible(p) != -1)
+    {
+        assert_int_equal(thp_eligible(p), 1);
+    }
+
+    free(p);
+}
+
+
 int
 main(void)
 {
@@ -87,6 +179,7 @@ main(void)
         cmocka_unit_test(test_error_message_is_truncated_not_overflowed),
         cmocka_unit_test(test_status_names),
         cmocka_unit_test(test_log_respects_level),
+        cmocka_unit_test(test_huge_alloc),
     };
 
     return cmocka_run_group_tests_name("common", tests, NULL, NULL);

@@ -94,7 +94,7 @@ vlm_model_host_alloc(vlm_model_t *m, size_t size, vlm_error_t *err)
         return NULL;
     }
 
-    p = malloc(size == 0 ? 1 : size);
+    p = vlm_huge_alloc(size);
     if (p == NULL) {
         vlm_error_set(err, VLM_ERR_NOMEM,
                       "model: cannot allocate %zu bytes", size);
@@ -298,7 +298,7 @@ vlm_model_matrix_cols(vlm_model_t *m, vlm_weight_t *w, const char *name,
     /* columns are strided in the file: this rank's share is copied once */
     es = vlm_dtype_size(t->dtype);
 
-    host = malloc((size_t) rows * nc * es);
+    host = vlm_huge_alloc((size_t) rows * nc * es);
     if (host == NULL) {
         return vlm_error_set(err, VLM_ERR_NOMEM,
                              "model: no memory for a share of \"%s\"",
@@ -369,7 +369,7 @@ vlm_model_matrix_runs(vlm_model_t *m, vlm_weight_t *w, const char *name,
 
     row = (size_t) cols * vlm_dtype_size(t->dtype);
 
-    host = malloc(row * nr * n_runs);
+    host = vlm_huge_alloc(row * nr * n_runs);
     if (host == NULL) {
         return vlm_error_set(err, VLM_ERR_NOMEM,
                              "model: no memory for a share of \"%s\"",
