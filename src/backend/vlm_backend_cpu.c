@@ -1531,20 +1531,15 @@ vlm_cpu_gather_rows(vlm_backend_t *be, float *y, const float *x,
 
 static void
 vlm_attend(const vlm_cpu_t *cpu, float *out, const float *q,
-    const float *k_base, const float *v_base, int kv_stride,
-    const int32_t *block_table, int block_size, int n_kv, int head_dim,
-    float scale, float *scores)
+    const float *k_base, const float *v_base, int kv_stride, int n_kv,
+    int head_dim, float scale, float *scores)
 {
-    int           j, d;
-    float         s;
-    size_t        row;
+    int    j, d;
+    float  s;
 
     for (j = 0; j < n_kv; j++) {
-        row = block_table == NULL ? (size_t) j
-              : (size_t) block_table[j / block_size] * block_size
-                + j % block_size;
-        cpu->dot[VLM_DTYPE_F32](k_base + row * kv_stride, q, 0, 1, head_dim,
-                               &s);
+        cpu->dot[VLM_DTYPE_F32](k_base + (size_t) j * kv_stride, q, 0, 1,
+                               head_dim, &s);
         scores[j] = s * scale;
     }
 
@@ -1555,10 +1550,7 @@ vlm_attend(const vlm_cpu_t *cpu, float *out, const float *q,
     }
 
     for (j = 0; j < n_kv; j++) {
-        row = block_table == NULL ? (size_t) j
-              : (size_t) block_table[j / block_size] * block_size
-                + j % block_size;
-        cpu->axpy(out, scores[j], v_base + row * kv_stride, head_dim);
+        cpu->axpy(out, scores[j], v_base + (size_t) j * kv_stride, head_dim);
     }
 }
 
@@ -1603,8 +1595,7 @@ vlm_attn_varlen_rows(void *arg, int start, int end, int thread)
                    a->q + (size_t) i * a->q_stride + h * a->head_dim,
                    a->k + (size_t) s0 * a->kv_stride + kvh * a->head_dim,
                    a->v + (size_t) s0 * a->kv_stride + kvh * a->head_dim,
-                   a->kv_stride, NULL, 1, s1 - s0, a->head_dim, a->scale,
-                   scores);
+                   a->kv_stride, s1 - s0, a->head_dim, a->scale, scores);
     }
 }
 
@@ -1817,51 +1808,47 @@ vlm_cpu_attention_varlen(vlm_backend_t *be, const vlm_attn_varlen_t *a)
 }
 
 
+/*
+ * An f32 cache's block of rows (r->table[0]'s, n of them, from kv head's
+ * k or v): the scores and the weighted sums of vlm_attend, the same
+ * calls in the same order, so the same bits
+ */
 static void
-vlm_attn_paged_rows(void *arg, int start, int end, int thread)
+vlm_attn_qk_f32(const vlm_cpu_t *cpu, float *s, const float *q,
+    const float *k, const vlm_kv_rows_t *r, int n, int hd, float scale)
 {
-    int                      t, s, base, r, i, h, kvh, kv_dim;
-    float                   *scores;
-    vlm_attn_job_t          *job = arg;
-    const vlm_attn_seq_t    *sq;
-    const vlm_attn_paged_t  *a = job->pa;
+    int     j;
+    float   v;
 
-    scores = job->cpu->scores + (size_t) thread * job->cpu->max_ctx;
-    kv_dim = a->n_kv_heads * a->head_dim;
-    s = 0;
-    base = 0;
+    k += (size_t) r->table[0] * r->block_size * r->stride;
 
-    for (t = start; t < end; t++) {
-        while (t - base >= a->seqs[s].n_q * a->n_heads) {
-            base += a->seqs[s].n_q * a->n_heads;
-            s++;
-        }
+    for (j = 0; j < n; j++) {
+        cpu->dot[VLM_DTYPE_F32](k + (size_t) j * r->stride, q, 0, 1, hd, &v);
+        s[j] = v * scale;
+    }
+}
 
-        sq = &a->seqs[s];
-        r = t - base;
-        i = r / a->n_heads;
-        h = r % a->n_heads;
-        kvh = h / (a->n_heads / a->n_kv_heads);
 
-        vlm_attend(job->cpu,
-                   sq->out + (size_t) i * a->n_heads * a->head_dim
-                   + h * a->head_dim,
-                   sq->q + (size_t) i * a->n_heads * a->head_dim
-                   + h * a->head_dim,
-                   (const float *) a->k_cache + kvh * a->head_dim,
-                   (const float *) a->v_cache + kvh * a->head_dim, kv_dim,
-                   sq->block_table, a->block_size, sq->kv_start + i + 1,
-                   a->head_dim, a->scale, scores);
+static void
+vlm_attn_pv_f32(const vlm_cpu_t *cpu, float *out, const float *p,
+    const float *v, const vlm_kv_rows_t *r, int n, int hd)
+{
+    int  j;
+
+    v += (size_t) r->table[0] * r->block_size * r->stride;
+
+    for (j = 0; j < n; j++) {
+        cpu->axpy(out, p[j], v + (size_t) j * r->stride, hd);
     }
 }
 
 
 /*
- * Decode rows over a 16-bit cache: a job is one query row and a run of
- * the query heads of one kv head (all of them when there are enough
- * jobs for the threads), so that each key and value row is read from
- * memory once for the run, block by block, the other heads finding it
- * in L1: scores of every head, their softmax, then the weighted sums
+ * Decode rows: a job is one query row and a run of the query heads of
+ * one kv head (all of them when there are enough jobs for the threads),
+ * so that each key and value row is read from memory once for the run,
+ * block by block, the other heads finding it in L1: scores of every
+ * head, their softmax, then the weighted sums
  */
 static void
 vlm_attn_paged_group(void *arg, int start, int end, int thread)
@@ -1869,6 +1856,7 @@ vlm_attn_paged_group(void *arg, int start, int end, int thread)
     int                      t, s, base, r, i, kvh, c, g, g0, g1, G, hd;
     int                      nh, n, jb, bs, rows, jobs;
     float                   *S;
+    const float             *kf, *vf;
     vlm_kv_rows_t            kr;
     vlm_attn_job_t          *job = arg;
     const vlm_attn_seq_t    *sq;
@@ -1903,12 +1891,21 @@ vlm_attn_paged_group(void *arg, int start, int end, int thread)
         n = sq->kv_start + i + 1;
 
         kr.base = (const uint16_t *) a->k_cache + kvh * hd;
+        kf = (const float *) a->k_cache + kvh * hd;
 
         for (jb = 0; jb * bs < n; jb++) {
             kr.table = sq->block_table + jb;
             rows = vlm_min(bs, n - jb * bs);
 
             for (g = g0; g < g1; g++) {
+                if (a->kv_dtype == VLM_DTYPE_F32) {
+                    vlm_attn_qk_f32(job->cpu,
+                                    S + (size_t) (g - g0) * n + jb * bs,
+                                    sq->q + ((size_t) i * nh + g) * hd, kf,
+                                    &kr, rows, hd, a->scale);
+                    continue;
+                }
+
                 job->cpu->kv->qk(S + (size_t) (g - g0) * n + jb * bs,
                                  sq->q + ((size_t) i * nh + g) * hd, &kr,
                                  rows, hd, a->scale);
@@ -1922,12 +1919,21 @@ vlm_attn_paged_group(void *arg, int start, int end, int thread)
         }
 
         kr.base = (const uint16_t *) a->v_cache + kvh * hd;
+        vf = (const float *) a->v_cache + kvh * hd;
 
         for (jb = 0; jb * bs < n; jb++) {
             kr.table = sq->block_table + jb;
             rows = vlm_min(bs, n - jb * bs);
 
             for (g = g0; g < g1; g++) {
+                if (a->kv_dtype == VLM_DTYPE_F32) {
+                    vlm_attn_pv_f32(job->cpu,
+                                    sq->out + ((size_t) i * nh + g) * hd,
+                                    S + (size_t) (g - g0) * n + jb * bs, vf,
+                                    &kr, rows, hd);
+                    continue;
+                }
+
                 job->cpu->kv->pv(sq->out + ((size_t) i * nh + g) * hd,
                                  S + (size_t) (g - g0) * n + jb * bs, &kr,
                                  rows, hd);
@@ -2249,21 +2255,16 @@ vlm_cpu_attention_paged(vlm_backend_t *be, const vlm_attn_paged_t *a)
         return;
     }
 
-    if (a->kv_dtype != VLM_DTYPE_F32) {
-        /* runs of query heads: as long as the threads need no more jobs */
-        G = a->n_heads / a->n_kv_heads;
-        rows = n / a->n_heads * a->n_kv_heads;
-        job.chunks = vlm_min(G, vlm_max(1, (job.cpu->n_threads + rows - 1)
-                                           / rows));
-        job.per = vlm_min((G + job.chunks - 1) / job.chunks, VLM_CPU_QB);
-        job.chunks = (G + job.per - 1) / job.per;
+    /* runs of query heads: as long as the threads need no more jobs */
+    G = a->n_heads / a->n_kv_heads;
+    rows = n / a->n_heads * a->n_kv_heads;
+    job.chunks = vlm_min(G, vlm_max(1, (job.cpu->n_threads + rows - 1)
+                                       / rows));
+    job.per = vlm_min((G + job.chunks - 1) / job.chunks, VLM_CPU_QB);
+    job.chunks = (G + job.per - 1) / job.per;
 
-        vlm_threadpool_run(job.cpu->pool, rows * job.chunks,
-                           vlm_attn_paged_group, &job);
-        return;
-    }
-
-    vlm_threadpool_run(job.cpu->pool, n, vlm_attn_paged_rows, &job);
+    vlm_threadpool_run(job.cpu->pool, rows * job.chunks,
+                       vlm_attn_paged_group, &job);
 }
 
 
