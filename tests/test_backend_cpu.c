@@ -772,9 +772,10 @@ test_matmul_quant_i8_kernels(void **state)
             /* groups of 12 blocks: four at a time, not a power of two */
             check_quant_i8(q, 3, 21, 768, 384, asym, 0);
             /*
-             * one row (decode): rows() takes the share's halves side by
-             * side; odd and even shares, groups of 1, 2, 4 and 5 blocks,
-             * last chunks of 2 and 3 blocks, a share of one row
+             * one row (decode), rows() one weight row after another with
+             * each row closed after the next one's sums: odd and even
+             * shares, groups of 1, 2, 4 and 5 blocks, last chunks of 2
+             * and 3 blocks, a share of one row
              */
             check_quant_i8(q, 1, 38, 2048, 128, asym, 0);
             check_quant_i8(q, 1, 20, 96, 32, asym, 1);

@@ -71,13 +71,13 @@ void vlm_log(vlm_log_level_t level, const char *fmt, ...)
 #endif
     ;
 
+#define VLM_HUGE_PAGE  (2 * 1024 * 1024)
+
 /*
  * Memory for what the kernels stream (weights), freed by free(); from
  * VLM_HUGE_PAGE bytes on aligned to it and in transparent huge pages
  */
 void *vlm_huge_alloc(size_t size);
-
-#define VLM_HUGE_PAGE  (2 * 1024 * 1024)
 
 
 #define vlm_min(a, b)  ((a) < (b) ? (a) : (b))
