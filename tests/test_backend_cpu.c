@@ -1753,6 +1753,8 @@ test_kv16_kernels(void **state)
         { 4, 4, 36, 5, 23 },
         { 12, 2, 64, 16, 130 },
         { 4, 2, 128, 16, 300 },     /* keys in three runs of a tile */
+        { 16, 2, 128, 16, 70 },     /* 8 query heads a kv head (3B) */
+        { 18, 2, 64, 5, 41 },       /* 9: a run of 8 heads, then one */
     };
 
     top = vlm_backend_cpu_force_level(-1);
@@ -1779,6 +1781,102 @@ test_kv16_kernels(void **state)
 
     free(ref);
     vlm_backend_cpu_force_level(-1);
+}
+
+
+/*
+ * The kernels' qk() and pv() over several query heads at once, at every
+ * level this CPU runs: each head's scores and sums the bits of that head
+ * alone (heads = 1), for 1 to 11 heads (runs of 8 and what is left), head
+ * dims with and without tails of 8 columns, the rows in blocks out of
+ * order, the last block part full
+ */
+static void
+test_kv16_heads(void **state)
+{
+    int                     level, top, dti, c, h, heads, j, n, hd, bs;
+    int32_t                 table[8];
+    float                  *q, *p, *s1, *s2, *o1, *o2, *o0;
+    uint16_t               *cache;
+    vlm_kv_rows_t           r;
+    const vlm_kv_kernel_t  *kk;
+    static const int        cases[][3] = {
+        /* head dim, block size, rows */
+        { 128, 16, 37 }, { 64, 5, 23 }, { 36, 16, 20 }, { 20, 4, 9 },
+    };
+
+    top = vlm_backend_cpu_force_level(-1);
+    cache = malloc((size_t) (8 * 16 + 1) * 2 * 128 * sizeof(uint16_t));
+    assert_non_null(cache);
+
+    for (j = 0; j < (8 * 16 + 1) * 2 * 128; j++) {
+        cache[j] = vlm_f32_to_f16(((j * 7919) % 2001 - 1000) * 1e-3f);
+    }
+
+    for (j = 0; j < 8; j++) {
+        table[j] = 7 - j;
+    }
+
+    for (dti = 0; dti < 2; dti++) {
+        for (c = 0; c < (int) (sizeof(cases) / sizeof(cases[0])); c++) {
+            hd = cases[c][0];
+            bs = cases[c][1];
+            n = cases[c][2];
+            r.base = cache + 3 + hd;      /* kv head 1 of 2, unaligned */
+            r.stride = (size_t) 2 * hd;
+            r.table = table;
+            r.block_size = bs;
+            r.dtype = dti == 0 ? VLM_DTYPE_BF16 : VLM_DTYPE_F16;
+
+            for (heads = 1; heads <= 11; heads++) {
+                q = vlm_test_rand_vec(&rng_state, (size_t) heads * hd);
+                p = vlm_test_rand_vec(&rng_state, (size_t) heads * n);
+                o0 = vlm_test_rand_vec(&rng_state, (size_t) heads * hd);
+                s1 = calloc((size_t) heads * n, sizeof(float));
+                s2 = calloc((size_t) heads * n, sizeof(float));
+                o1 = malloc((size_t) heads * hd * sizeof(float));
+                o2 = malloc((size_t) heads * hd * sizeof(float));
+                assert_true(s1 != NULL && s2 != NULL && o1 != NULL
+                            && o2 != NULL);
+
+                for (level = LEVEL_SCALAR; level <= top; level++) {
+                    kk = vlm_cpu_kv_kernel((vlm_cpu_level_t) level);
+
+                    kk->qk(s1, n, q, hd, heads, &r, n, hd, 0.125f);
+                    memcpy(o1, o0, (size_t) heads * hd * sizeof(float));
+                    kk->pv(o1, hd, p, n, heads, &r, n, hd);
+
+                    for (h = 0; h < heads; h++) {
+                        kk->qk(s2 + h * n, n, q + h * hd, hd, 1, &r, n, hd,
+                               0.125f);
+                        memcpy(o2 + h * hd, o0 + h * hd,
+                               (size_t) hd * sizeof(float));
+                        kk->pv(o2 + h * hd, hd, p + h * n, n, 1, &r, n, hd);
+                    }
+
+                    if (memcmp(s1, s2, (size_t) heads * n * sizeof(float))
+                        != 0
+                        || memcmp(o1, o2, (size_t) heads * hd * sizeof(float))
+                           != 0)
+                    {
+                        fail_msg("%s: %d heads, hd %d, bs %d: a head's "
+                                 "result differs from its own", kk->name,
+                                 heads, hd, bs);
+                    }
+                }
+
+                free(q);
+                free(p);
+                free(o0);
+                free(s1);
+                free(s2);
+                free(o1);
+                free(o2);
+            }
+        }
+    }
+
+    free(cache);
 }
 
 
@@ -1885,6 +1983,7 @@ main(void)
         cmocka_unit_test(test_kv_pool_exhaustion_and_sharing),
         cmocka_unit_test(test_f32_to_f16_rounding),
         cmocka_unit_test(test_kv16_kernels),
+        cmocka_unit_test(test_kv16_heads),
         cmocka_unit_test(test_embed_gather_argmax),
     };
 

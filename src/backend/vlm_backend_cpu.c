@@ -1897,18 +1897,17 @@ vlm_attn_paged_group(void *arg, int start, int end, int thread)
             kr.table = sq->block_table + jb;
             rows = vlm_min(bs, n - jb * bs);
 
-            for (g = g0; g < g1; g++) {
-                if (a->kv_dtype == VLM_DTYPE_F32) {
-                    vlm_attn_qk_f32(job->cpu,
-                                    S + (size_t) (g - g0) * n + jb * bs,
-                                    sq->q + ((size_t) i * nh + g) * hd, kf,
-                                    &kr, rows, hd, a->scale);
-                    continue;
-                }
+            if (a->kv_dtype != VLM_DTYPE_F32) {
+                job->cpu->kv->qk(S + jb * bs, n,
+                                 sq->q + ((size_t) i * nh + g0) * hd, hd,
+                                 g1 - g0, &kr, rows, hd, a->scale);
+                continue;
+            }
 
-                job->cpu->kv->qk(S + (size_t) (g - g0) * n + jb * bs,
-                                 sq->q + ((size_t) i * nh + g) * hd, &kr,
-                                 rows, hd, a->scale);
+            for (g = g0; g < g1; g++) {
+                vlm_attn_qk_f32(job->cpu, S + (size_t) (g - g0) * n + jb * bs,
+                                sq->q + ((size_t) i * nh + g) * hd, kf, &kr,
+                                rows, hd, a->scale);
             }
         }
 
@@ -1925,18 +1924,16 @@ vlm_attn_paged_group(void *arg, int start, int end, int thread)
             kr.table = sq->block_table + jb;
             rows = vlm_min(bs, n - jb * bs);
 
-            for (g = g0; g < g1; g++) {
-                if (a->kv_dtype == VLM_DTYPE_F32) {
-                    vlm_attn_pv_f32(job->cpu,
-                                    sq->out + ((size_t) i * nh + g) * hd,
-                                    S + (size_t) (g - g0) * n + jb * bs, vf,
-                                    &kr, rows, hd);
-                    continue;
-                }
+            if (a->kv_dtype != VLM_DTYPE_F32) {
+                job->cpu->kv->pv(sq->out + ((size_t) i * nh + g0) * hd, hd,
+                                 S + jb * bs, n, g1 - g0, &kr, rows, hd);
+                continue;
+            }
 
-                job->cpu->kv->pv(sq->out + ((size_t) i * nh + g) * hd,
-                                 S + (size_t) (g - g0) * n + jb * bs, &kr,
-                                 rows, hd);
+            for (g = g0; g < g1; g++) {
+                vlm_attn_pv_f32(job->cpu, sq->out + ((size_t) i * nh + g) * hd,
+                                S + (size_t) (g - g0) * n + jb * bs, vf, &kr,
+                                rows, hd);
             }
         }
     }

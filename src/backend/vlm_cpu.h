@@ -195,8 +195,10 @@ vlm_kv_row(const vlm_kv_rows_t *r, int j)
 /*
  * narrow(): f32 to dtype, rounded to nearest even; widen(), widen_rows():
  * back;
- * qk(): s[j] = scale * q . k_j for rows 0..n-1; pv(): out[hd] +=
- * sum_j p[j] v_j
+ * qk(): for each of `heads` query heads h (q + h * ldq), s[h * lds + j] =
+ * scale * q_h . k_j for rows 0..n-1; pv(): out[h * ldo + 0..hd-1] +=
+ * sum_j p[h * ldp + j] v_j.  A head's result does not depend on the heads
+ * beside it (the same sums in the same order as that head alone)
  */
 typedef struct {
     const char  *name;
@@ -207,10 +209,11 @@ typedef struct {
     /* rows of cols elements stride apart into dst[rows, cols] */
     void       (*widen_rows)(float *dst, vlm_dtype_t dt,
                    const uint16_t *src, size_t stride, int rows, int cols);
-    void       (*qk)(float *s, const float *q, const vlm_kv_rows_t *r,
-                   int n, int hd, float scale);
-    void       (*pv)(float *out, const float *p, const vlm_kv_rows_t *r,
-                   int n, int hd);
+    void       (*qk)(float *s, size_t lds, const float *q, size_t ldq,
+                   int heads, const vlm_kv_rows_t *r, int n, int hd,
+                   float scale);
+    void       (*pv)(float *out, size_t ldo, const float *p, size_t ldp,
+                   int heads, const vlm_kv_rows_t *r, int n, int hd);
 } vlm_kv_kernel_t;
 
 

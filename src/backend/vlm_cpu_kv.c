@@ -7,7 +7,8 @@
  * widened exactly, the query kept in f32), so the levels differ only in
  * the order of their sums:
  *   scalar      the reference
- *   avx2        8 columns, F16C for f16, 4 key rows at a time
+ *   avx2        8 columns, F16C for f16, each row widened once for up to
+ *               8 query heads, a register of sums a head
  *   avx512bf16  16 columns (AVX-512F/BW) with masked tails; vdpbf16ps is
  *               not used: it would round the query to bf16, and these
  *               loops are bound by reading the rows, not by the FMAs
@@ -58,8 +59,8 @@ vlm_kv_f32(vlm_dtype_t dt, uint16_t h)
 
 
 static void
-vlm_kv_qk_scalar(float *s, const float *q, const vlm_kv_rows_t *r, int n,
-    int hd, float scale)
+vlm_kv_qk_scalar_one(float *s, const float *q, const vlm_kv_rows_t *r,
+    int n, int hd, float scale)
 {
     int              j, d;
     float            acc;
@@ -79,8 +80,8 @@ vlm_kv_qk_scalar(float *s, const float *q, const vlm_kv_rows_t *r, int n,
 
 
 static void
-vlm_kv_pv_scalar(float *out, const float *p, const vlm_kv_rows_t *r, int n,
-    int hd)
+vlm_kv_pv_scalar_one(float *out, const float *p, const vlm_kv_rows_t *r,
+    int n, int hd)
 {
     int              j, d;
     const uint16_t  *v;
@@ -91,6 +92,30 @@ vlm_kv_pv_scalar(float *out, const float *p, const vlm_kv_rows_t *r, int n,
         for (d = 0; d < hd; d++) {
             out[d] += p[j] * vlm_kv_f32(r->dtype, v[d]);
         }
+    }
+}
+
+
+static void
+vlm_kv_qk_scalar(float *s, size_t lds, const float *q, size_t ldq,
+    int heads, const vlm_kv_rows_t *r, int n, int hd, float scale)
+{
+    int  h;
+
+    for (h = 0; h < heads; h++) {
+        vlm_kv_qk_scalar_one(s + h * lds, q + h * ldq, r, n, hd, scale);
+    }
+}
+
+
+static void
+vlm_kv_pv_scalar(float *out, size_t ldo, const float *p, size_t ldp,
+    int heads, const vlm_kv_rows_t *r, int n, int hd)
+{
+    int  h;
+
+    for (h = 0; h < heads; h++) {
+        vlm_kv_pv_scalar_one(out + h * ldo, p + h * ldp, r, n, hd);
     }
 }
 
@@ -213,159 +238,167 @@ vlm_kv_widen_rows_avx2(float *dst, vlm_dtype_t dt, const uint16_t *src,
 }
 
 
-/* one row's dot product with q, 8 columns at a time */
-static VLM_AVX2 VLM_INLINE float
-vlm_kv_dot_avx2(vlm_dtype_t dt, const float *q, const uint16_t *k, int hd)
-{
-    int     d;
-    float   s;
-    __m256  acc;
-
-    acc = _mm256_setzero_ps();
-
-    for (d = 0; d + 8 <= hd; d += 8) {
-        acc = _mm256_fmadd_ps(vlm_kv_load8(dt, k + d), _mm256_loadu_ps(q + d),
-                              acc);
-    }
-
-    s = vlm_kv_hsum8(acc);
-
-    for ( /* void */ ; d < hd; d++) {
-        s += vlm_kv_f32(dt, k[d]) * q[d];
-    }
-
-    return s;
-}
-
-
-/* dt a constant where inlined: one loop a dtype */
+/*
+ * The scores of nh query heads (nh a constant where inlined, 1 to 8)
+ * against a run of key rows: each 8 columns of a row widened once for all
+ * the heads, a register of sums a head; per head and row the same sums in
+ * the same order as one head alone
+ */
 static VLM_AVX2 VLM_INLINE void
-vlm_kv_qk_avx2_dt(vlm_dtype_t dt, float *s, const float *q,
-    const vlm_kv_rows_t *r, int n, int hd, float scale)
+vlm_kv_qk_heads_avx2(vlm_dtype_t dt, int nh, float *s, size_t lds,
+    const float *q, size_t ldq, const vlm_kv_rows_t *r, int n, int hd,
+    float scale)
 {
-    int              j, d, left;
-    __m256           a0, a1, a2, a3, qv;
+    int              j, d, h, e, left;
+    float            v;
+    __m256           acc[8], kw;
     const uint16_t  *k;
-    size_t           st;
-
-    st = r->stride;
 
     for (j = 0; j < n; /* void */) {
         k = vlm_kv_row(r, j);
         left = vlm_min(n - j, r->block_size - j % r->block_size);
 
-        /* four rows of one block at a time */
-        for ( /* void */ ; left >= 4 && (hd & 7) == 0; left -= 4, j += 4) {
-            a0 = _mm256_setzero_ps();
-            a1 = a0;
-            a2 = a0;
-            a3 = a0;
-
-            for (d = 0; d < hd; d += 8) {
-                qv = _mm256_loadu_ps(q + d);
-                a0 = _mm256_fmadd_ps(vlm_kv_load8(dt, k + d), qv, a0);
-                a1 = _mm256_fmadd_ps(vlm_kv_load8(dt, k + st + d), qv, a1);
-                a2 = _mm256_fmadd_ps(vlm_kv_load8(dt, k + 2 * st + d), qv,
-                                     a2);
-                a3 = _mm256_fmadd_ps(vlm_kv_load8(dt, k + 3 * st + d), qv,
-                                     a3);
+        for ( /* void */ ; left > 0; left--, j++, k += r->stride) {
+#pragma GCC unroll 8
+            for (h = 0; h < nh; h++) {
+                acc[h] = _mm256_setzero_ps();
             }
 
-            s[j] = vlm_kv_hsum8(a0) * scale;
-            s[j + 1] = vlm_kv_hsum8(a1) * scale;
-            s[j + 2] = vlm_kv_hsum8(a2) * scale;
-            s[j + 3] = vlm_kv_hsum8(a3) * scale;
-            k += 4 * st;
-        }
+            for (d = 0; d + 8 <= hd; d += 8) {
+                kw = vlm_kv_load8(dt, k + d);
 
-        for ( /* void */ ; left > 0; left--, j++) {
-            s[j] = vlm_kv_dot_avx2(dt, q, k, hd) * scale;
-            k += st;
+#pragma GCC unroll 8
+                for (h = 0; h < nh; h++) {
+                    acc[h] = _mm256_fmadd_ps(kw,
+                                             _mm256_loadu_ps(q + h * ldq + d),
+                                             acc[h]);
+                }
+            }
+
+#pragma GCC unroll 8
+            for (h = 0; h < nh; h++) {
+                v = vlm_kv_hsum8(acc[h]);
+
+                for (e = d; e < hd; e++) {
+                    v += vlm_kv_f32(dt, k[e]) * q[h * ldq + e];
+                }
+
+                s[h * lds + j] = v * scale;
+            }
         }
     }
 }
 
 
-static VLM_AVX2 void
-vlm_kv_qk_avx2(float *s, const float *q, const vlm_kv_rows_t *r, int n,
-    int hd, float scale)
-{
-    if (r->dtype == VLM_DTYPE_BF16) {
-        vlm_kv_qk_avx2_dt(VLM_DTYPE_BF16, s, q, r, n, hd, scale);
-
-    } else {
-        vlm_kv_qk_avx2_dt(VLM_DTYPE_F16, s, q, r, n, hd, scale);
-    }
-}
-
-
+/*
+ * out[h] += sum_j p[h][j] v_j for nh heads (a constant where inlined, 1
+ * to 8): a block's rows 8 columns at a time, each widened once for all
+ * the heads, a register of sums a head; per head the same sums in the
+ * same order as one head alone
+ */
 static VLM_AVX2 VLM_INLINE void
-vlm_kv_pv_avx2_dt(vlm_dtype_t dt, float *out, const float *p,
-    const vlm_kv_rows_t *r, int n, int hd)
+vlm_kv_pv_heads_avx2(vlm_dtype_t dt, int nh, float *out, size_t ldo,
+    const float *p, size_t ldp, const vlm_kv_rows_t *r, int n, int hd)
 {
-    int              j, j0, j1, d, d0, c, nc;
-    __m256           a0, a1, a2, a3, pv;
+    int              j, j0, j1, d, e, h;
+    __m256           acc[8], vw;
     const uint16_t  *v, *row;
 
-    /* a block's rows, 32 columns at a time, the sums in registers */
     for (j0 = 0; j0 < n; j0 = j1) {
         j1 = vlm_min(n, (j0 / r->block_size + 1) * r->block_size);
         v = vlm_kv_row(r, j0);
 
-        for (d0 = 0; d0 + 32 <= hd; d0 += 32) {
-            a0 = _mm256_loadu_ps(out + d0);
-            a1 = _mm256_loadu_ps(out + d0 + 8);
-            a2 = _mm256_loadu_ps(out + d0 + 16);
-            a3 = _mm256_loadu_ps(out + d0 + 24);
-
-            for (j = j0; j < j1; j++) {
-                pv = _mm256_set1_ps(p[j]);
-                row = v + (j - j0) * r->stride + d0;
-                a0 = _mm256_fmadd_ps(pv, vlm_kv_load8(dt, row), a0);
-                a1 = _mm256_fmadd_ps(pv, vlm_kv_load8(dt, row + 8), a1);
-                a2 = _mm256_fmadd_ps(pv, vlm_kv_load8(dt, row + 16), a2);
-                a3 = _mm256_fmadd_ps(pv, vlm_kv_load8(dt, row + 24), a3);
+        for (d = 0; d + 8 <= hd; d += 8) {
+#pragma GCC unroll 8
+            for (h = 0; h < nh; h++) {
+                acc[h] = _mm256_loadu_ps(out + h * ldo + d);
             }
 
-            _mm256_storeu_ps(out + d0, a0);
-            _mm256_storeu_ps(out + d0 + 8, a1);
-            _mm256_storeu_ps(out + d0 + 16, a2);
-            _mm256_storeu_ps(out + d0 + 24, a3);
-        }
+            for (j = j0, row = v + d; j < j1; j++, row += r->stride) {
+                vw = vlm_kv_load8(dt, row);
 
-        /* the columns past the last 32: 8 at a time, then one by one */
-        nc = (hd - d0) / 8;
-
-        for (c = 0; c < nc; c++) {
-            a0 = _mm256_loadu_ps(out + d0 + 8 * c);
-
-            for (j = j0; j < j1; j++) {
-                a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[j]),
-                                     vlm_kv_load8(dt, v + (j - j0) * r->stride
-                                                      + d0 + 8 * c), a0);
+#pragma GCC unroll 8
+                for (h = 0; h < nh; h++) {
+                    acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(p[h * ldp + j]),
+                                             vw, acc[h]);
+                }
             }
 
-            _mm256_storeu_ps(out + d0 + 8 * c, a0);
+#pragma GCC unroll 8
+            for (h = 0; h < nh; h++) {
+                _mm256_storeu_ps(out + h * ldo + d, acc[h]);
+            }
         }
 
-        for (d = d0 + 8 * nc; d < hd; d++) {
-            for (j = j0; j < j1; j++) {
-                out[d] += p[j] * vlm_kv_f32(dt, v[(j - j0) * r->stride + d]);
+        for (h = 0; h < nh; h++) {
+            for (e = d; e < hd; e++) {
+                for (j = j0; j < j1; j++) {
+                    out[h * ldo + e] += p[h * ldp + j]
+                                        * vlm_kv_f32(dt, v[(j - j0)
+                                                           * r->stride + e]);
+                }
             }
         }
     }
 }
 
 
-static VLM_AVX2 void
-vlm_kv_pv_avx2(float *out, const float *p, const vlm_kv_rows_t *r, int n,
-    int hd)
-{
-    if (r->dtype == VLM_DTYPE_BF16) {
-        vlm_kv_pv_avx2_dt(VLM_DTYPE_BF16, out, p, r, n, hd);
+/* the heads 8 at a time, the count and the dtype constants in each */
+#define VLM_KV_HEADS_AVX2(kernel, dt, nh, ...)                                \
+    switch (nh) {                                                             \
+    case 1: kernel(dt, 1, __VA_ARGS__); break;                                \
+    case 2: kernel(dt, 2, __VA_ARGS__); break;                                \
+    case 3: kernel(dt, 3, __VA_ARGS__); break;                                \
+    case 4: kernel(dt, 4, __VA_ARGS__); break;                                \
+    case 5: kernel(dt, 5, __VA_ARGS__); break;                                \
+    case 6: kernel(dt, 6, __VA_ARGS__); break;                                \
+    case 7: kernel(dt, 7, __VA_ARGS__); break;                                \
+    default: kernel(dt, 8, __VA_ARGS__); break;                               \
+    }
 
-    } else {
-        vlm_kv_pv_avx2_dt(VLM_DTYPE_F16, out, p, r, n, hd);
+
+static VLM_AVX2 void
+vlm_kv_qk_avx2(float *s, size_t lds, const float *q, size_t ldq, int heads,
+    const vlm_kv_rows_t *r, int n, int hd, float scale)
+{
+    int  h, nh;
+
+    for (h = 0; h < heads; h += 8) {
+        nh = vlm_min(heads - h, 8);
+
+        if (r->dtype == VLM_DTYPE_BF16) {
+            VLM_KV_HEADS_AVX2(vlm_kv_qk_heads_avx2, VLM_DTYPE_BF16, nh,
+                              s + h * lds, lds, q + h * ldq, ldq, r, n, hd,
+                              scale);
+
+        } else {
+            VLM_KV_HEADS_AVX2(vlm_kv_qk_heads_avx2, VLM_DTYPE_F16, nh,
+                              s + h * lds, lds, q + h * ldq, ldq, r, n, hd,
+                              scale);
+        }
+    }
+}
+
+
+static VLM_AVX2 void
+vlm_kv_pv_avx2(float *out, size_t ldo, const float *p, size_t ldp,
+    int heads, const vlm_kv_rows_t *r, int n, int hd)
+{
+    int  h, nh;
+
+    for (h = 0; h < heads; h += 8) {
+        nh = vlm_min(heads - h, 8);
+
+        if (r->dtype == VLM_DTYPE_BF16) {
+            VLM_KV_HEADS_AVX2(vlm_kv_pv_heads_avx2, VLM_DTYPE_BF16, nh,
+                              out + h * ldo, ldo, p + h * ldp, ldp, r, n,
+                              hd);
+
+        } else {
+            VLM_KV_HEADS_AVX2(vlm_kv_pv_heads_avx2, VLM_DTYPE_F16, nh,
+                              out + h * ldo, ldo, p + h * ldp, ldp, r, n,
+                              hd);
+        }
     }
 }
 
@@ -541,14 +574,20 @@ vlm_kv_qk_512_dt(vlm_dtype_t dt, float *s, const float *q,
 
 
 static VLM_AVX512 void
-vlm_kv_qk_512(float *s, const float *q, const vlm_kv_rows_t *r, int n,
-    int hd, float scale)
+vlm_kv_qk_512(float *s, size_t lds, const float *q, size_t ldq, int heads,
+    const vlm_kv_rows_t *r, int n, int hd, float scale)
 {
-    if (r->dtype == VLM_DTYPE_BF16) {
-        vlm_kv_qk_512_dt(VLM_DTYPE_BF16, s, q, r, n, hd, scale);
+    int  h;
 
-    } else {
-        vlm_kv_qk_512_dt(VLM_DTYPE_F16, s, q, r, n, hd, scale);
+    for (h = 0; h < heads; h++) {
+        if (r->dtype == VLM_DTYPE_BF16) {
+            vlm_kv_qk_512_dt(VLM_DTYPE_BF16, s + h * lds, q + h * ldq, r, n,
+                             hd, scale);
+
+        } else {
+            vlm_kv_qk_512_dt(VLM_DTYPE_F16, s + h * lds, q + h * ldq, r, n,
+                             hd, scale);
+        }
     }
 }
 
@@ -612,14 +651,20 @@ vlm_kv_pv_512_dt(vlm_dtype_t dt, float *out, const float *p,
 
 
 static VLM_AVX512 void
-vlm_kv_pv_512(float *out, const float *p, const vlm_kv_rows_t *r, int n,
-    int hd)
+vlm_kv_pv_512(float *out, size_t ldo, const float *p, size_t ldp, int heads,
+    const vlm_kv_rows_t *r, int n, int hd)
 {
-    if (r->dtype == VLM_DTYPE_BF16) {
-        vlm_kv_pv_512_dt(VLM_DTYPE_BF16, out, p, r, n, hd);
+    int  h;
 
-    } else {
-        vlm_kv_pv_512_dt(VLM_DTYPE_F16, out, p, r, n, hd);
+    for (h = 0; h < heads; h++) {
+        if (r->dtype == VLM_DTYPE_BF16) {
+            vlm_kv_pv_512_dt(VLM_DTYPE_BF16, out + h * ldo, p + h * ldp, r,
+                             n, hd);
+
+        } else {
+            vlm_kv_pv_512_dt(VLM_DTYPE_F16, out + h * ldo, p + h * ldp, r,
+                             n, hd);
+        }
     }
 }
 
