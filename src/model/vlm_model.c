@@ -926,9 +926,12 @@ vlm_model_fill_info(vlm_model_t *m)
  * params.kv_dtype: "auto" follows the checkpoint as transformers does,
  * whose cache holds the keys and values in the dtype the model computes
  * in: that of the decoder's dense weights (bf16 q_proj, bf16 keys and
- * values; f16 likewise); f32 for f32 weights and for quantized
- * checkpoints, whose weights this engine dequantizes and multiplies in
- * f32, and on a backend that keeps no such cache.  An explicit dtype the
+ * values; f16 likewise), f32 for f32 weights.  A quantized checkpoint
+ * computes in the dtype of its unquantized tensors (AWQ's and GPTQ's f16,
+ * FP8's bf16: the embeddings'), so its cache takes that dtype, but not
+ * where the activations stay f32 (quant_act_int8 0: the path held to
+ * transformers on the dequantized checkpoint in f32), which keeps f32.
+ * f32 on a backend that keeps no 16-bit cache.  An explicit dtype the
  * backend lacks fails in vlm_kv_init().
  */
 static vlm_status_t
@@ -941,6 +944,13 @@ vlm_model_kv_dtype(vlm_model_t *m, vlm_error_t *err)
 
     if (s == NULL || strcmp(s, "auto") == 0) {
         t = vlm_model_tensor(m, "model.layers.0.self_attn.q_proj.weight");
+
+        if (m->cfg.quant.fmt != VLM_QFMT_NONE && m->params.quant_act_int8
+            && (t == NULL || (t->dtype != VLM_DTYPE_BF16
+                              && t->dtype != VLM_DTYPE_F16)))
+        {
+            t = vlm_model_tensor(m, "model.embed_tokens.weight");
+        }
 
         m->kv_dtype = t != NULL && (t->dtype == VLM_DTYPE_BF16
                                     || t->dtype == VLM_DTYPE_F16)
