@@ -449,7 +449,7 @@ static void
 check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
     int asym, int permute)
 {
-    int              i, j, k, g, ng, nb, c, shift, v, lv, top, nx;
+    int              i, j, k, g, ng, nb, c, shift, v, lv, top, nx, widen;
     float           *x, *xp, *b, *y, *y0, *scales, *mins, *wf, *d, *gsum;
     float           *ref, *out, *got, *yd;
     double           s, a, e;
@@ -683,10 +683,18 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
         be->ops->matmul(be, y, x, &w, b, n);
 
         /*
+         * where vdpbf16ps is slow the avx512bf16 level widens bf16
+         * matrices for sgemm from VLM_GEMM_WIDEN_MIN rows, and takes the
+         * f32 panels below from there
+         */
+        widen = lv == LEVEL_AVX512BF16 && vlm_backend_cpu_blas_core() == NULL
+                && vlm_cpu_bf16_dot_slow() && n >= VLM_GEMM_WIDEN_MIN;
+
+        /*
          * prefill where the bf16 kernels pack: the weights dequantized
          * and multiplied in bf16, within the int8 codes' error
          */
-        if (lv >= LEVEL_AVX512BF16 && !permute
+        if (lv >= LEVEL_AVX512BF16 && !permute && !widen
             && n >= (lv == LEVEL_AMX ? VLM_QUANT_PANEL_MIN
                                      : VLM_GEMM_PACK_MIN))
         {
@@ -697,11 +705,11 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
             }
 
         /*
-         * where nothing packs, from VLM_QUANT_F32_PANEL_MIN rows: f32
-         * panels and f32 activations, x W^T + b to f32's precision (the
-         * int8 activations' error is 1e3 times that)
+         * where nothing packs (or widen), from VLM_QUANT_F32_PANEL_MIN
+         * rows: f32 panels and f32 activations, x W^T + b to f32's
+         * precision (the int8 activations' error is 1e3 times that)
          */
-        } else if (lv < LEVEL_AVX512BF16 && !permute
+        } else if ((lv < LEVEL_AVX512BF16 || widen) && !permute
                    && n >= VLM_QUANT_F32_PANEL_MIN)
         {
             e = vlm_test_rel_l2(y, yd, (size_t) n * rows);
@@ -1965,7 +1973,7 @@ test_embed_gather_argmax(void **state)
 
 
 int
-main(void)
+main(int argc, char **argv)
 {
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_matmul),
@@ -1986,6 +1994,15 @@ main(void)
         cmocka_unit_test(test_kv16_heads),
         cmocka_unit_test(test_embed_gather_argmax),
     };
+
+    (void) argc;
+
+    /*
+     * OpenBLAS's kernels for this CPU, as the engine takes them (on a
+     * CPU it does not know it runs older ones, and the avx512bf16 level
+     * then keeps its bf16 kernels for every row count)
+     */
+    vlm_backend_cpu_blas_reexec(argv);
 
     return cmocka_run_group_tests_name("backend_cpu", tests, NULL, NULL);
 }

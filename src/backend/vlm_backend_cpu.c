@@ -1058,7 +1058,7 @@ static void
 vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
     const vlm_weight_t *w, const float *bias, int n)
 {
-    int                i, k, c, g, nb, ng, fused;
+    int                i, k, c, g, nb, ng, fused, packed;
     float              sum;
     int8_t            *q4;
     vlm_quant_act_t    act;
@@ -1074,21 +1074,24 @@ vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
      * up to VLM_CPU_QUANT_FUSED rows at a time through the fused kernels,
      * more through the panels; with int8 activations the integer
      * kernels, VLM_CPU_QUANT_FUSED rows at a time, but for prefill's
-     * panels: the bf16 kernels' packed path below, or where none packs
-     * the f32 panels from VLM_QUANT_F32_PANEL_MIN rows (not with act
-     * order, whose panels go VLM_GEMM_NB rows at a time, each chunk
-     * dequantizing the whole matrix again); act order: the activations'
-     * columns permuted, a chunk at a time
+     * panels: the bf16 kernels' packed path below (up to the rows from
+     * which their bf16 matrices widen for sgemm, where vdpbf16ps is
+     * slow), or where none packs the f32 panels from
+     * VLM_QUANT_F32_PANEL_MIN rows (not with act order, whose panels go
+     * VLM_GEMM_NB rows at a time, each chunk dequantizing the whole matrix
+     * again); act order: the activations' columns permuted, a chunk at a
+     * time
      */
+    packed = cpu->gemm->pack != NULL && n < cpu->gemm->max_n;
     fused = n <= VLM_CPU_QUANT_FUSED || job.tile < 8
             || (cpu->qi8 != NULL && vlm_cpu_quant_i8_fits(w)
-                && (n < VLM_QUANT_F32_PANEL_MIN || cpu->gemm->pack != NULL
+                && (n < VLM_QUANT_F32_PANEL_MIN || packed
                     || w->perm != NULL));
     nb = fused ? VLM_CPU_QUANT_FUSED : w->perm != NULL ? VLM_GEMM_NB : n;
 
     /* prefill with int8 activations: the bf16 kernels' packed path */
     if (cpu->qi8 != NULL && vlm_cpu_quant_i8_fits(w)
-        && cpu->gemm->pack != NULL && w->perm == NULL
+        && packed && w->perm == NULL
         && n >= vlm_max(cpu->gemm->pack_min, VLM_QUANT_PANEL_MIN)
         && cpu->xq_cols >= w->cols
         && cpu->qpanel_cols >= w->cols)
