@@ -195,6 +195,54 @@ vlm_qcode(const vlm_qsrc_t *s, int r, int k)
 }
 
 
+/*
+ * vlm_qcode() of output row r, input columns c0 .. c0 + nc - 1, of a
+ * 4-bit matrix, into the row's codes dst (zeroed) in the backend's layout,
+ * without a call and a switch a code (they took most of the load of a 3B
+ * AWQ checkpoint)
+ */
+static void
+vlm_qcodes_q4_row(const vlm_qsrc_t *s, int r, int c0, int nc, uint8_t *dst)
+{
+    int             k, c, sh, shift;
+    size_t          at, step;
+    int32_t         v;
+    const uint8_t  *p;
+
+    p = s->codes->data;
+
+    if (s->cfg->fmt == VLM_QFMT_AWQ) {
+        /* [cols, rows / 8]: a word a column for eight rows */
+        sh = 4 * vlm_awq_nibble[r % 8];
+        step = (size_t) (s->rows / 8) * 4;
+        p += (size_t) c0 * step + (size_t) (r / 8) * 4;
+
+        for (k = 0; k < nc; k++, p += step) {
+            memcpy(&v, p, 4);
+            at = vlm_quant_q4_byte(k, &shift);
+            dst[at] |= (uint8_t) (((v >> sh) & 15) << shift);
+        }
+
+        return;
+    }
+
+    for (k = 0; k < nc; k++) {
+        c = c0 + k;
+
+        if (s->cfg->fmt == VLM_QFMT_GPTQ) {
+            /* [cols / 8, rows]: a word eight columns of a row */
+            memcpy(&v, p + ((size_t) (c / 8) * s->rows + r) * 4, 4);
+
+        } else {
+            memcpy(&v, p + ((size_t) r * ((s->cols + 7) / 8) + c / 8) * 4, 4);
+        }
+
+        at = vlm_quant_q4_byte(k, &shift);
+        dst[at] |= (uint8_t) (((v >> (4 * (c % 8))) & 15) << shift);
+    }
+}
+
+
 /* the scale and zero point of output row r, group g */
 static void
 vlm_qscale(const vlm_qsrc_t *s, int r, int g, float *scale, float *zero)
@@ -644,19 +692,26 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
             gr = r0[i] + j;
             dst = block + (size_t) (i * nr + j) * rb;
 
-            for (k = 0; k < nc; k++) {
-                kk = perm != NULL ? perm[k] : c0 + k;
-                code = vlm_qcode(&s, gr, kk);
+            if (s.quant == VLM_QUANT_Q4 && perm == NULL) {
+                vlm_qcodes_q4_row(&s, gr, c0, nc, dst);
 
-                if (s.quant == VLM_QUANT_Q4) {
-                    /* the byte first: shift is read after it is set */
-                    at = vlm_quant_q4_byte(k, &shift);
-                    dst[at] |= (uint8_t) (code << shift);
+            } else {
+                for (k = 0; k < nc; k++) {
+                    kk = perm != NULL ? perm[k] : c0 + k;
+                    code = vlm_qcode(&s, gr, kk);
 
-                } else {
-                    dst[k] = (uint8_t) code;
-                    if (s.quant == VLM_QUANT_F8 && (code & 0x7f) == 0x7f) {
-                        f8 = dst + k;
+                    if (s.quant == VLM_QUANT_Q4) {
+                        /* the byte first: shift is read after it is set */
+                        at = vlm_quant_q4_byte(k, &shift);
+                        dst[at] |= (uint8_t) (code << shift);
+
+                    } else {
+                        dst[k] = (uint8_t) code;
+                        if (s.quant == VLM_QUANT_F8
+                            && (code & 0x7f) == 0x7f)
+                        {
+                            f8 = dst + k;
+                        }
                     }
                 }
             }
