@@ -56,6 +56,9 @@
  */
 static const int  vlm_awq_nibble[8] = { 0, 4, 1, 5, 2, 6, 3, 7 };
 
+/* AWQ rows repacked together: a column's 64 bytes of words a block */
+#define VLM_QUANT_AWQ_ROWS  128
+
 
 typedef struct {
     const vlm_quant_config_t  *cfg;
@@ -239,6 +242,53 @@ vlm_qcodes_q4_row(const vlm_qsrc_t *s, int r, int c0, int nc, uint8_t *dst)
 
         at = vlm_quant_q4_byte(k, &shift);
         dst[at] |= (uint8_t) (((v >> (4 * (c % 8))) & 15) << shift);
+    }
+}
+
+
+/*
+ * AWQ: vlm_qcodes_q4_row() of rows r .. r + n - 1 (r and n multiples of
+ * 8, n at most VLM_QUANT_AWQ_ROWS) into dst, dst + rb, ..: a block of 32
+ * columns at a time, each column's words (n / 8 adjacent ones) read once
+ * a block of rows, not once a row, the rows' 16 bytes of the block
+ * gathered in a contiguous buffer (rows a power of two apart in dst share
+ * a few cache sets)
+ */
+static void
+vlm_qcodes_awq_rows(const vlm_qsrc_t *s, int r, int n, int c0, int nc,
+    uint8_t *dst, size_t rb)
+{
+    int             k, kb, i, t, shift;
+    size_t          at, step;
+    int32_t         v;
+    uint8_t         blk[VLM_QUANT_AWQ_ROWS][16];
+    const uint8_t  *p, *base;
+
+    step = (size_t) (s->rows / 8) * 4;
+    base = (const uint8_t *) s->codes->data + (size_t) r / 8 * 4;
+
+    for (kb = 0; kb < nc; kb += 32) {
+        memset(blk, 0, sizeof(blk[0]) * n);
+
+        for (k = 0; k < 32; k++) {
+            at = vlm_quant_q4_byte(k, &shift);
+            p = base + (size_t) (c0 + kb + k) * step;
+
+            for (i = 0; i < n / 8; i++) {
+                memcpy(&v, p + 4 * i, 4);
+
+                #pragma GCC unroll 8
+                for (t = 0; t < 8; t++) {
+                    blk[8 * i + t][at] |=
+                        (uint8_t) (((v >> (4 * vlm_awq_nibble[t])) & 15)
+                                   << shift);
+                }
+            }
+        }
+
+        for (i = 0; i < n; i++) {
+            memcpy(dst + i * rb + vlm_quant_q4_byte(kb, &shift), blk[i], 16);
+        }
     }
 }
 
@@ -574,7 +624,7 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
     int *found, vlm_error_t *err)
 {
     int              i, j, k, g, r, gr, nc_g, trivial, code, kk, group;
-    int              shift;
+    int              shift, held;
     float            sc, z, *scales, *mins;
     size_t           rb, len, at;
     uint8_t         *block, *dst;
@@ -686,13 +736,26 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
     }
 
     f8 = NULL;
+    held = 0;
 
     for (i = 0; i < n_runs; i++) {
         for (j = 0; j < nr; j++) {
             gr = r0[i] + j;
             dst = block + (size_t) (i * nr + j) * rb;
 
-            if (s.quant == VLM_QUANT_Q4 && perm == NULL) {
+            if (held > 0) {
+                /* written with the block of rows above */
+                held--;
+
+            } else if (s.quant == VLM_QUANT_Q4 && perm == NULL
+                       && s.cfg->fmt == VLM_QFMT_AWQ && gr % 8 == 0
+                       && nr - j >= 8)
+            {
+                held = vlm_min(VLM_QUANT_AWQ_ROWS, (nr - j) / 8 * 8);
+                vlm_qcodes_awq_rows(&s, gr, held, c0, nc, dst, rb);
+                held--;
+
+            } else if (s.quant == VLM_QUANT_Q4 && perm == NULL) {
                 vlm_qcodes_q4_row(&s, gr, c0, nc, dst);
 
             } else {
