@@ -200,34 +200,19 @@ vlm_qcode(const vlm_qsrc_t *s, int r, int k)
 
 /*
  * vlm_qcode() of output row r, input columns c0 .. c0 + nc - 1, of a
- * 4-bit matrix, into the row's codes dst (zeroed) in the backend's layout,
- * without a call and a switch a code (they took most of the load of a 3B
- * AWQ checkpoint)
+ * GPTQ or compressed-tensors 4-bit matrix (a word eight columns of a row),
+ * into the row's codes dst (zeroed) in the backend's layout, without a
+ * call and a switch a code
  */
 static void
 vlm_qcodes_q4_row(const vlm_qsrc_t *s, int r, int c0, int nc, uint8_t *dst)
 {
-    int             k, c, sh, shift;
-    size_t          at, step;
+    int             k, c, shift;
+    size_t          at;
     int32_t         v;
     const uint8_t  *p;
 
     p = s->codes->data;
-
-    if (s->cfg->fmt == VLM_QFMT_AWQ) {
-        /* [cols, rows / 8]: a word a column for eight rows */
-        sh = 4 * vlm_awq_nibble[r % 8];
-        step = (size_t) (s->rows / 8) * 4;
-        p += (size_t) c0 * step + (size_t) (r / 8) * 4;
-
-        for (k = 0; k < nc; k++, p += step) {
-            memcpy(&v, p, 4);
-            at = vlm_quant_q4_byte(k, &shift);
-            dst[at] |= (uint8_t) (((v >> sh) & 15) << shift);
-        }
-
-        return;
-    }
 
     for (k = 0; k < nc; k++) {
         c = c0 + k;
@@ -247,8 +232,8 @@ vlm_qcodes_q4_row(const vlm_qsrc_t *s, int r, int c0, int nc, uint8_t *dst)
 
 
 /*
- * AWQ: vlm_qcodes_q4_row() of rows r .. r + n - 1 (r and n multiples of
- * 8, n at most VLM_QUANT_AWQ_ROWS) into dst, dst + rb, ..: a block of 32
+ * AWQ: vlm_qcode() of rows r .. r + n - 1 (r and n multiples of 8, n at
+ * most VLM_QUANT_AWQ_ROWS) into dst, dst + rb, ..: a block of 32
  * columns at a time, each column's words (n / 8 adjacent ones) read once
  * a block of rows, not once a row, the rows' 16 bytes of the block
  * gathered in a contiguous buffer (rows a power of two apart in dst share
@@ -624,7 +609,7 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
     int *found, vlm_error_t *err)
 {
     int              i, j, k, g, r, gr, nc_g, trivial, code, kk, group;
-    int              shift, held;
+    int              shift, n;
     float            sc, z, *scales, *mins;
     size_t           rb, len, at;
     uint8_t         *block, *dst;
@@ -736,59 +721,59 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
     }
 
     f8 = NULL;
-    held = 0;
 
     for (i = 0; i < n_runs; i++) {
-        for (j = 0; j < nr; j++) {
+        /* the codes: AWQ's rows a block at a time where they align */
+        for (j = 0; j < nr; j += n) {
             gr = r0[i] + j;
             dst = block + (size_t) (i * nr + j) * rb;
+            n = 1;
 
-            if (held > 0) {
-                /* written with the block of rows above */
-                held--;
-
-            } else if (s.quant == VLM_QUANT_Q4 && perm == NULL
-                       && s.cfg->fmt == VLM_QFMT_AWQ && gr % 8 == 0
-                       && nr - j >= 8)
+            if (s.quant == VLM_QUANT_Q4 && perm == NULL
+                && s.cfg->fmt == VLM_QFMT_AWQ && gr % 8 == 0 && nr - j >= 8)
             {
-                held = vlm_min(VLM_QUANT_AWQ_ROWS, (nr - j) / 8 * 8);
-                vlm_qcodes_awq_rows(&s, gr, held, c0, nc, dst, rb);
-                held--;
-
-            } else if (s.quant == VLM_QUANT_Q4 && perm == NULL) {
-                vlm_qcodes_q4_row(&s, gr, c0, nc, dst);
-
-            } else {
-                for (k = 0; k < nc; k++) {
-                    kk = perm != NULL ? perm[k] : c0 + k;
-                    code = vlm_qcode(&s, gr, kk);
-
-                    if (s.quant == VLM_QUANT_Q4) {
-                        /* the byte first: shift is read after it is set */
-                        at = vlm_quant_q4_byte(k, &shift);
-                        dst[at] |= (uint8_t) (code << shift);
-
-                    } else {
-                        dst[k] = (uint8_t) code;
-                        if (s.quant == VLM_QUANT_F8
-                            && (code & 0x7f) == 0x7f)
-                        {
-                            f8 = dst + k;
-                        }
-                    }
-                }
+                n = vlm_min(VLM_QUANT_AWQ_ROWS, (nr - j) / 8 * 8);
+                vlm_qcodes_awq_rows(&s, gr, n, c0, nc, dst, rb);
+                continue;
             }
 
-            for (g = 0; g < nc_g; g++) {
-                vlm_qscale(&s, gr, (c0 + g * group) / s.group, &sc, &z);
-                scales[(size_t) (i * nr + j) * nc_g + g] = sc;
-                mins[(size_t) (i * nr + j) * nc_g + g] = -z * sc;
+            if (s.quant == VLM_QUANT_Q4 && perm == NULL
+                && s.cfg->fmt != VLM_QFMT_AWQ)
+            {
+                vlm_qcodes_q4_row(&s, gr, c0, nc, dst);
+                continue;
+            }
+
+            for (k = 0; k < nc; k++) {
+                kk = perm != NULL ? perm[k] : c0 + k;
+                code = vlm_qcode(&s, gr, kk);
+
+                if (s.quant == VLM_QUANT_Q4) {
+                    /* the byte first: shift is read after it is set */
+                    at = vlm_quant_q4_byte(k, &shift);
+                    dst[at] |= (uint8_t) (code << shift);
+
+                } else {
+                    dst[k] = (uint8_t) code;
+                    if (s.quant == VLM_QUANT_F8 && (code & 0x7f) == 0x7f) {
+                        f8 = dst + k;
+                    }
+                }
             }
 
             if (f8 != NULL) {
                 return vlm_error_set(err, VLM_ERR_FORMAT,
                                      "model: tensor \"%s.weight\" holds a "
                                      "NaN code in row %d", s.prefix, gr);
+            }
+        }
+
+        for (j = 0; j < nr; j++) {
+            for (g = 0; g < nc_g; g++) {
+                vlm_qscale(&s, r0[i] + j, (c0 + g * group) / s.group, &sc,
+                           &z);
+                scales[(size_t) (i * nr + j) * nc_g + g] = sc;
+                mins[(size_t) (i * nr + j) * nc_g + g] = -z * sc;
             }
         }
     }
