@@ -450,8 +450,10 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
     int asym, int permute)
 {
     int              i, j, k, g, ng, nb, c, shift, v, lv, top, nx, widen;
+    int              qgemm;
     float           *x, *xp, *b, *y, *y0, *scales, *mins, *wf, *d, *gsum;
-    float           *ref, *out, *got, *yd;
+    float           *ref, *out, *got, *yd, *yg;
+    void            *panel;
     double           s, a, e;
     int8_t          *xq, *xq4;
     int32_t         *perm;
@@ -476,6 +478,8 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
     yd = calloc((size_t) n * rows, sizeof(float));
     ref = calloc((size_t) n * rows, sizeof(float));
     got = calloc((size_t) n * rows, sizeof(float));
+    yg = calloc((size_t) n * rows, sizeof(float));
+    panel = malloc(vlm_qi8_panel_bytes(cols, cols / group));
     out = calloc(4, sizeof(float));
     wf = calloc((size_t) rows * cols, sizeof(float));
     codes = calloc((size_t) rows, rb);
@@ -487,7 +491,7 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
     assert_true(xp != NULL && y != NULL && y0 != NULL && yd != NULL
                 && ref != NULL && got != NULL && out != NULL && wf != NULL
                 && codes != NULL && perm != NULL && xq != NULL && xq4 != NULL
-                && d != NULL && gsum != NULL);
+                && d != NULL && gsum != NULL && yg != NULL && panel != NULL);
 
     for (k = 0; k < cols; k++) {
         perm[k] = k;
@@ -600,8 +604,34 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
     }
 
     /*
+     * the scalar GEMM (prefill's order: a group's blocks, then its scale
+     * and min) against double sums as the dot above, its bias added
+     */
+    kv->gemm(&w, 0, rows, &act, n, b, yg, rows, NULL);
+
+    for (j = 0; j < rows; j++) {
+        for (i = 0; i < n; i++) {
+            s = b[j];
+            a = fabs(b[j]);
+            for (k = 0; k < cols; k++) {
+                s += (double) wf[j * cols + k] * xq[i * cols + k]
+                     * d[i * nb + k / VLM_QUANT_QB];
+                a += fabs((double) wf[j * cols + k] * xp[i * cols + k]);
+            }
+
+            if (fabs(yg[i * rows + j] - s) > 1e-5 * a + 1e-6) {
+                fail_msg("gemm, quant %d, [%d, %d], group %d: row %d, %d: "
+                         "%g, double %g", q, rows, cols, group, i, j,
+                         yg[i * rows + j], s);
+            }
+        }
+    }
+
+    /*
      * every variant at 1 to 4 rows a call, with the activations in Q4's
-     * order too and without: the same bits
+     * order too and without: the same bits; those with a GEMM, the
+     * scalar one's bits over weight rows 1.. (row 0 left alone: panels
+     * that start past the matrix's first row)
      */
     for (v = VLM_QI8_SCALAR; v < 2 * VLM_QI8_N; v++) {
         kv = vlm_cpu_quant_i8_kernel(v % VLM_QI8_N);
@@ -610,6 +640,24 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
         }
 
         act.q4 = v >= VLM_QI8_N ? xq4 : NULL;
+
+        if (kv->gemm != NULL && v > VLM_QI8_SCALAR && v < VLM_QI8_N) {
+            memset(got, 0, (size_t) n * rows * sizeof(float));
+            kv->gemm(&w, 1, rows, &act, n, b, got, rows, panel);
+
+            for (k = 0; k < n * rows; k++) {
+                e = k % rows == 0 ? 0.0f : yg[k];
+
+                if (memcmp(&got[k], &(float) { (float) e }, sizeof(float))
+                    != 0)
+                {
+                    fail_msg("%s gemm(), quant %d, n %d, [%d, %d], group "
+                             "%d%s: element %d: %a != %a", kv->name, q, n,
+                             rows, cols, group, asym ? ", asym" : "", k,
+                             got[k], e);
+                }
+            }
+        }
 
         for (nx = 1; nx <= 4; nx++) {
             memset(got, 0, (size_t) n * rows * sizeof(float));
@@ -691,12 +739,29 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
                 && vlm_cpu_bf16_dot_slow() && n >= VLM_GEMM_WIDEN_MIN;
 
         /*
+         * and takes the int8 GEMM from VLM_QI8_GEMM_MIN rows (no act
+         * order) where AVX512_VNNI is there
+         */
+        qgemm = lv == LEVEL_AVX512BF16 && vlm_cpu_bf16_dot_slow()
+                && vlm_cpu_quant_i8_kernel(VLM_QI8_AVX512VNNI) != NULL
+                && !permute && n >= VLM_QI8_GEMM_MIN;
+
+        if (qgemm) {
+            for (k = 0; k < n * rows; k++) {
+                if (memcmp(&y[k], &yg[k], sizeof(float)) != 0) {
+                    fail_msg("int8 gemm, quant %d, n %d, [%d, %d], group "
+                             "%d: element %d: %a != %a", q, n, rows, cols,
+                             group, k, y[k], yg[k]);
+                }
+            }
+
+        /*
          * prefill where the bf16 kernels pack: the weights dequantized
          * and multiplied in bf16, within the int8 codes' error
          */
-        if (lv >= LEVEL_AVX512BF16 && !permute && !widen
-            && n >= (lv == LEVEL_AMX ? VLM_QUANT_PANEL_MIN
-                                     : VLM_GEMM_PACK_MIN))
+        } else if (lv >= LEVEL_AVX512BF16 && !permute && !widen
+                   && n >= (lv == LEVEL_AMX ? VLM_QUANT_PANEL_MIN
+                                            : VLM_GEMM_PACK_MIN))
         {
             e = vlm_test_rel_l2(y, y0, (size_t) n * rows);
             if (e > 2e-2) {
@@ -745,6 +810,8 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
     free(yd);
     free(ref);
     free(got);
+    free(yg);
+    free(panel);
     free(out);
     free(wf);
     free(codes);
@@ -779,6 +846,16 @@ test_matmul_quant_i8_kernels(void **state)
             check_quant_i8(q, 130, 48, 384, 64, asym, 1);
             /* groups of 12 blocks: four at a time, not a power of two */
             check_quant_i8(q, 3, 21, 768, 384, asym, 0);
+            /*
+             * the int8 GEMM: 1 to 3 rows past the last 4, panels of 48
+             * rows with 1, 2 or 33 left, groups of 12 blocks, of a row,
+             * of one block (8 a chunk of the columns), more rows than
+             * are quantized at a time
+             */
+            check_quant_i8(q, 19, 50, 768, 384, asym, 0);
+            check_quant_i8(q, 18, 97, 160, 160, asym, 0);
+            check_quant_i8(q, 21, 33, 1024, 32, asym, 0);
+            check_quant_i8(q, VLM_QI8_GEMM_NB + 9, 40, 96, 32, asym, 0);
             /*
              * one row (decode), rows() one weight row after another with
              * each row closed after the next one's sums: odd and even

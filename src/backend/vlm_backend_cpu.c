@@ -10,7 +10,8 @@
  * dequantize + dot kernels up to VLM_CPU_QUANT_FUSED activation rows and
  * f32 panels dequantized for OpenBLAS above, or, with int8 activations
  * (vlm_cpu_quant_i8.c: Q4 and Q8 codes), integer dot products up to the
- * prefill sizes where bf16 or f32 panels win.  The reference for each op
+ * prefill sizes where bf16 or f32 panels win, or where AVX512_VNNI is
+ * there and vdpbf16ps slow, an int8 GEMM from VLM_QI8_GEMM_MIN rows.  The reference for each op
  * is the PyTorch expression it replaces in transformers' Qwen2-VL code;
  * the naive versions in tests/test_backend_cpu.c check them.
  */
@@ -65,13 +66,20 @@ typedef struct {
     const vlm_quant_kernel_t *quant;    /* quantized weights */
     float             *xperm;       /* [VLM_GEMM_NB, xperm_cols] */
     int                xperm_cols;
-    float             *xsum;        /* [VLM_CPU_QUANT_FUSED, xsum_groups] */
+    float             *xsum;        /* [xrows, xsum_groups] */
     int                xsum_groups;
     const vlm_quant_i8_kernel_t *qi8;   /* NULL: f32 activations */
-    int8_t            *xi8;         /* [VLM_CPU_QUANT_FUSED, xi8_cols] */
-    int8_t            *xq4;         /* the same in Q4's order (q4_act_cols) */
-    float             *xd;          /* [VLM_CPU_QUANT_FUSED, xi8_cols/32] */
+    int                qgemm;       /* prefill through qi8->gemm */
+    int                xrows;       /* activation rows of xsum, xi8, xd:
+                                       VLM_QI8_GEMM_NB with qgemm, else
+                                       VLM_CPU_QUANT_FUSED */
+    int8_t            *xi8;         /* [xrows, xi8_cols] */
+    int8_t            *xq4;         /* [VLM_CPU_QUANT_FUSED, ...]: xi8 in
+                                       Q4's order (q4_act_cols) */
+    float             *xd;          /* [xrows, xi8_cols/32] */
     int                xi8_cols;
+    uint8_t           *qgpanel;     /* [n_threads, qgpanel_bytes] */
+    size_t             qgpanel_bytes;
     uint16_t          *xq;          /* [PACK_NB, xq_cols + 1] bf16 x */
     int                xq_cols;
     float             *qpanel;      /* [n_threads, 24 * qpanel_cols] */
@@ -669,7 +677,7 @@ vlm_cpu_weight_bind_quant(vlm_backend_t *be, vlm_weight_t *w,
 
     if (w->cols / w->group > cpu->xsum_groups) {
         vlm_cpu_release(be, cpu->xsum);
-        cpu->xsum = vlm_cpu_alloc(be, (size_t) VLM_CPU_QUANT_FUSED
+        cpu->xsum = vlm_cpu_alloc(be, (size_t) cpu->xrows
                                       * (w->cols / w->group)
                                       * sizeof(float));
         cpu->xsum_groups = cpu->xsum == NULL ? 0 : w->cols / w->group;
@@ -684,10 +692,10 @@ vlm_cpu_weight_bind_quant(vlm_backend_t *be, vlm_weight_t *w,
         vlm_cpu_release(be, cpu->xi8);
         vlm_cpu_release(be, cpu->xq4);
         vlm_cpu_release(be, cpu->xd);
-        cpu->xi8 = vlm_cpu_alloc(be, (size_t) VLM_CPU_QUANT_FUSED * w->cols);
+        cpu->xi8 = vlm_cpu_alloc(be, (size_t) cpu->xrows * w->cols);
         cpu->xq4 = vlm_cpu_alloc(be, (size_t) VLM_CPU_QUANT_FUSED
                                      * vlm_quant_q4_act_cols(w->cols));
-        cpu->xd = vlm_cpu_alloc(be, (size_t) VLM_CPU_QUANT_FUSED
+        cpu->xd = vlm_cpu_alloc(be, (size_t) cpu->xrows
                                     * (w->cols / VLM_QUANT_QB)
                                     * sizeof(float));
         cpu->xi8_cols = cpu->xi8 == NULL || cpu->xq4 == NULL
@@ -696,6 +704,19 @@ vlm_cpu_weight_bind_quant(vlm_backend_t *be, vlm_weight_t *w,
         if (cpu->xi8_cols == 0) {
             return vlm_error_set(err, VLM_ERR_NOMEM,
                                  "cpu backend: no memory for activations");
+        }
+    }
+
+    need = vlm_qi8_panel_bytes(w->cols, w->cols / w->group);
+
+    if (cpu->qgemm && need > cpu->qgpanel_bytes) {
+        vlm_cpu_release(be, cpu->qgpanel);
+        cpu->qgpanel = vlm_cpu_alloc(be, cpu->n_threads * need);
+        cpu->qgpanel_bytes = cpu->qgpanel == NULL ? 0 : need;
+
+        if (cpu->qgpanel == NULL) {
+            return vlm_error_set(err, VLM_ERR_NOMEM, "cpu backend: no "
+                                 "memory for quantized panels");
         }
     }
 
@@ -977,6 +998,42 @@ vlm_matmul_quant_i8_rows(void *arg, int start, int end, int thread)
 }
 
 
+/*
+ * activation rows [start, end) quantized to int8 for qi8->gemm, into the
+ * rows of xi8, xd and xsum of job->act
+ */
+static void
+vlm_matmul_quant_act(void *arg, int start, int end, int thread)
+{
+    vlm_cpu_t           *cpu;
+    vlm_matmul_job_t    *job = arg;
+    const vlm_weight_t  *w = job->w;
+
+    (void) thread;
+
+    cpu = job->cpu;
+    cpu->qi8->act(job->x + (size_t) start * w->cols, end - start, w->cols,
+                  w->group, cpu->xi8 + (size_t) start * w->cols, NULL,
+                  cpu->xd + (size_t) start * (w->cols / VLM_QUANT_QB),
+                  cpu->xsum + (size_t) start * (w->cols / w->group));
+}
+
+
+/* panels [start, end) of VLM_QI8_NR weight rows through qi8->gemm */
+static void
+vlm_matmul_quant_gemm(void *arg, int start, int end, int thread)
+{
+    vlm_matmul_job_t    *job = arg;
+    const vlm_weight_t  *w = job->w;
+
+    job->cpu->qi8->gemm(w, start * VLM_QI8_NR,
+                        vlm_min(end * VLM_QI8_NR, w->rows), job->act,
+                        job->n, job->bias, job->y, w->rows,
+                        job->cpu->qgpanel + (size_t) thread
+                                            * job->cpu->qgpanel_bytes);
+}
+
+
 /* quantized weights: tiles of rows dequantized into f32 panels, BLAS */
 static void
 vlm_matmul_quant_tiles(void *arg, int start, int end, int thread)
@@ -1088,6 +1145,39 @@ vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
                 && (n < VLM_QUANT_F32_PANEL_MIN || packed
                     || w->perm != NULL));
     nb = fused ? VLM_CPU_QUANT_FUSED : w->perm != NULL ? VLM_GEMM_NB : n;
+    ng = w->cols / w->group;
+
+    /* where int8 activations go: their codes, blocks' scales, group sums */
+    act.q = cpu->xi8;
+    act.q4 = NULL;
+    act.d = cpu->xd;
+    act.gsum = cpu->xsum;
+    act.cols = w->cols;
+    act.groups = ng;
+    job.act = &act;
+
+    /*
+     * prefill with int8 activations through the kernels' int8 GEMM,
+     * VLM_QI8_GEMM_NB rows at a time, each quantized over the threads
+     */
+    if (cpu->qgemm && vlm_cpu_quant_i8_fits(w) && w->perm == NULL
+        && n >= VLM_QI8_GEMM_MIN && cpu->xi8_cols >= w->cols
+        && cpu->qgpanel_bytes >= vlm_qi8_panel_bytes(w->cols, ng))
+    {
+        for (i = 0; i < n; i += nb) {
+            nb = vlm_min(VLM_QI8_GEMM_NB, n - i);
+            job.n = nb;
+            job.x = x + (size_t) i * w->cols;
+            job.y = y + (size_t) i * w->rows;
+
+            vlm_threadpool_run(cpu->pool, nb, vlm_matmul_quant_act, &job);
+            vlm_threadpool_run(cpu->pool,
+                               (w->rows + VLM_QI8_NR - 1) / VLM_QI8_NR,
+                               vlm_matmul_quant_gemm, &job);
+        }
+
+        return;
+    }
 
     /* prefill with int8 activations: the bf16 kernels' packed path */
     if (cpu->qi8 != NULL && vlm_cpu_quant_i8_fits(w)
@@ -1135,20 +1225,12 @@ vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
             continue;
         }
 
-        ng = w->cols / w->group;
-
         /* int8 activations: their blocks' codes and scales, group sums */
         if (cpu->qi8 != NULL && vlm_cpu_quant_i8_fits(w)) {
             q4 = w->quant == VLM_QUANT_Q4 ? cpu->xq4 : NULL;
             cpu->qi8->act(job.x, job.n, w->cols, w->group, cpu->xi8, q4,
                           cpu->xd, cpu->xsum);
-            act.q = cpu->xi8;
             act.q4 = q4;
-            act.d = cpu->xd;
-            act.gsum = cpu->xsum;
-            act.cols = w->cols;
-            act.groups = ng;
-            job.act = &act;
 
             vlm_threadpool_run(cpu->pool, w->rows, vlm_matmul_quant_i8_rows,
                                &job);
@@ -2341,6 +2423,7 @@ vlm_cpu_free(vlm_backend_t *be)
     vlm_cpu_release(be, cpu->xi8);
     vlm_cpu_release(be, cpu->xq4);
     vlm_cpu_release(be, cpu->xd);
+    vlm_cpu_release(be, cpu->qgpanel);
     vlm_threadpool_free(cpu->pool);
     free(cpu);
 }
@@ -2472,6 +2555,17 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     cpu->qi8 = conf->quant_act_int8
                ? vlm_cpu_quant_i8_kernel(vlm_cpu_quant_i8_best(cpu->level))
                : NULL;
+
+    /*
+     * prefill's int8 GEMM (AVX512_VNNI) where vdpbf16ps is slow (such a
+     * Xeon: ~3x the f32 panels' sgemm, bench_matmul q4i8 at 512 rows);
+     * with a fast one (and AMX) the bf16 panels as before
+     */
+    cpu->qgemm = cpu->qi8 != NULL && cpu->qi8->gemm != NULL
+                 && cpu->qi8 != vlm_cpu_quant_i8_kernel(VLM_QI8_SCALAR)
+                 && cpu->level == VLM_CPU_AVX512BF16
+                 && vlm_cpu_bf16_dot_slow();
+    cpu->xrows = cpu->qgemm ? VLM_QI8_GEMM_NB : VLM_CPU_QUANT_FUSED;
     cpu->kv = vlm_cpu_kv_kernel(cpu->level);
     vlm_cpu_avx2 = cpu->level >= VLM_CPU_AVX2;
 

@@ -138,6 +138,21 @@ typedef struct {
 
 #define vlm_quant_q4_act_cols(cols)  (((cols) + 127) / 128 * 128)
 
+/*
+ * Prefill's int8 GEMM (gemm below): VLM_QI8_NR weight rows a panel, their
+ * codes repacked so that one 64-byte load holds 4 adjacent columns of 16
+ * rows (vpdpbusd's layout), then the panel's scales and mins a group at a
+ * time; activation rows quantized VLM_QI8_GEMM_NB at a time, from
+ * VLM_QI8_GEMM_MIN rows (a Sapphire Rapids Xeon, Q4 3B-shaped layers, 2
+ * threads: 1.3x-1.9x the dot kernels at 8 rows, 0.75x at 4)
+ */
+#define VLM_QI8_NR       48
+#define VLM_QI8_GEMM_NB  512
+#define VLM_QI8_GEMM_MIN 8
+#define vlm_qi8_panel_bytes(cols, groups)                                    \
+    ((size_t) (cols) * VLM_QI8_NR                                            \
+     + 2 * (size_t) (groups) * VLM_QI8_NR * sizeof(float))
+
 typedef enum {
     VLM_QI8_SCALAR = 0,
     VLM_QI8_AVX2,               /* vpmaddubsw + vpmaddwd */
@@ -167,6 +182,19 @@ typedef struct {
      */
     void       (*act)(const float *x, int n, int cols, int group,
                    int8_t *q, int8_t *q4, float *d, float *gsum);
+    /*
+     * NULL, or prefill's GEMM over weight rows r0..r1 - 1 and activation
+     * rows 0..n - 1: y[i * ldy + j] = acc + bias[j] (+ 0.0f without a
+     * bias), acc from +0 a group g at a time (in order) fmaf(t_g,
+     * scale_g, acc), then fmaf(gsum_g, min_g, acc); t_g from +0 a block
+     * b of g at a time fmaf((float) p_b, d_b, t_g), p_b the exact sum of
+     * the block's codes times its q: Q4's codes as they are, Q8's plus
+     * 128, whose min_g is min_g - 128 scale_g; panel: scratch of
+     * vlm_qi8_panel_bytes(cols, groups)
+     */
+    void       (*gemm)(const vlm_weight_t *w, int r0, int r1,
+                   const vlm_quant_act_t *a, int n, const float *bias,
+                   float *y, size_t ldy, void *panel);
 } vlm_quant_i8_kernel_t;
 
 

@@ -10,6 +10,11 @@
  *            in f32 lane += partial * (d * scale), the even blocks and
  *            the odd ones in two sets of 8 lanes; the lanes added in one
  *            fixed order, then the mins' sum_g min_g * gsum_g
+ *   gemm     prefill (AVX512_VNNI, and the scalar reference): panels of
+ *            48 weight rows repacked for vpdpbusd (Q8's codes made
+ *            unsigned: plus 128, the min less 128 scale), 4 activation
+ *            rows a step, each block's exact sums times d into a group's
+ *            t, t * scale and the mins added a group at a time
  * Because the integer sums are exact and the float operations are the
  * same in the same order (fmaf where the vector code has an FMA), every
  * variant gives the scalar one's result bit for bit (tests/
@@ -280,8 +285,78 @@ VLM_QI8_ROWS(vlm_qi8_rows_scalar, vlm_qi8_dot_scalar, /* void */, /* void */,
              /* void */)
 
 
+/* the GEMM's min of a group: Q8's codes take 128 more (unsigned) */
+static inline float
+vlm_qi8_gemm_min(vlm_quant_t Q, float scale, float min)
+{
+    return Q == VLM_QUANT_Q8 ? min - 128.0f * scale : min;
+}
+
+
+static void
+vlm_qi8_gemm_scalar(const vlm_weight_t *w, int r0, int r1,
+    const vlm_quant_act_t *a, int n, const float *bias, float *y,
+    size_t ldy, void *panel)
+{
+    int             i, j, g, b, k, c, p, ng, nb, bpg, shift;
+    float           acc, t, s;
+    const int8_t   *q;
+    const uint8_t  *codes;
+
+    (void) panel;
+
+    nb = w->cols / VLM_QUANT_QB;
+    ng = w->cols / w->group;
+    bpg = w->group / VLM_QUANT_QB;
+
+    for (j = r0; j < r1; j++) {
+        codes = (const uint8_t *) w->data
+                + (size_t) j * vlm_quant_row_bytes(w->quant, w->cols);
+
+        for (i = 0; i < n; i++) {
+            q = a->q + (size_t) i * a->cols;
+            acc = 0.0f;
+
+            for (g = 0; g < ng; g++) {
+                t = 0.0f;
+
+                for (b = g * bpg; b < (g + 1) * bpg; b++) {
+                    p = 0;
+
+                    for (k = b * VLM_QUANT_QB; k < (b + 1) * VLM_QUANT_QB;
+                         k++)
+                    {
+                        if (w->quant == VLM_QUANT_Q4) {
+                            c = (codes[vlm_quant_q4_byte(k, &shift)]
+                                 >> shift) & 15;
+
+                        } else {
+                            c = (int8_t) codes[k] + 128;
+                        }
+
+                        p += c * q[k];
+                    }
+
+                    t = fmaf((float) p, a->d[(size_t) i * nb + b], t);
+                }
+
+                s = w->scales[(size_t) j * ng + g];
+                acc = fmaf(t, s, acc);
+                acc = fmaf(a->gsum[(size_t) i * a->groups + g],
+                           vlm_qi8_gemm_min(w->quant, s,
+                                            w->mins[(size_t) j * ng + g]),
+                           acc);
+            }
+
+            y[(size_t) i * ldy + j] = acc + (bias != NULL ? bias[j] : 0.0f);
+        }
+    }
+}
+
+
 static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_scalar = {
-    "scalar", vlm_qi8_dot_scalar, vlm_qi8_rows_scalar, vlm_qi8_act_scalar
+    "scalar", vlm_qi8_dot_scalar, vlm_qi8_rows_scalar, vlm_qi8_act_scalar,
+    vlm_qi8_gemm_scalar
 };
 
 
@@ -910,12 +985,12 @@ VLM_QI8_DOT256(vlm_qi8_dot_avxvnni, VLM_AVXVNNI, vlm_qi8_idot_avxvnni)
 
 
 static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_avx2 = {
-    "avx2", vlm_qi8_dot_avx2, vlm_qi8_dot_avx2_rows, vlm_qi8_act_avx2
+    "avx2", vlm_qi8_dot_avx2, vlm_qi8_dot_avx2_rows, vlm_qi8_act_avx2, NULL
 };
 
 static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_avxvnni = {
     "avxvnni", vlm_qi8_dot_avxvnni, vlm_qi8_dot_avxvnni_rows,
-    vlm_qi8_act_avx2
+    vlm_qi8_act_avx2, NULL
 };
 
 
@@ -1253,8 +1328,256 @@ VLM_QI8_ROWS(vlm_qi8_rows_512, vlm_qi8_dot_512, VLM_AVX512,
              _mm256_zeroupper())
 
 
+/* the GEMM's activation rows a step (1 to 4), 16-row vectors a panel */
+#define VLM_QI8_MR  4
+#define VLM_QI8_NV  (VLM_QI8_NR / 16)
+
+/*
+ * Prefill's GEMM: weight rows r0..r0 + nr - 1 (nr up to VLM_QI8_NR)
+ * into the panel, 4 adjacent columns of row 16 v + l at dword kk * 48 +
+ * 16 v + l (kk: the columns' fourth), gathered from the rows 16 at a
+ * time; the rows past nr zero codes, scales and mins
+ */
+VLM_AVX512 static void
+vlm_qi8_gemm_pack(const vlm_weight_t *w, int r0, int nr, uint8_t *panel)
+{
+    int             v, b, t, g, l, j, nb, ng;
+    float          *ps, *pm;
+    size_t          rb;
+    int32_t        *pc;
+    __m512i         idx, x, f;
+    __mmask16       mk;
+    const uint8_t  *base;
+
+    nb = w->cols / VLM_QUANT_QB;
+    ng = w->cols / w->group;
+    rb = vlm_quant_row_bytes(w->quant, w->cols);
+    pc = (int32_t *) panel;
+    idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
+                                               10, 11, 12, 13, 14, 15),
+                             _mm512_set1_epi32((int) rb));
+    f = _mm512_set1_epi8(15);
+
+    for (v = 0; v < VLM_QI8_NR / 16; v++) {
+        l = vlm_max(0, vlm_min(16, nr - 16 * v));
+        mk = (__mmask16) ((1u << l) - 1);
+        base = (const uint8_t *) w->data + (size_t) (r0 + 16 * v) * rb;
+
+        for (b = 0; b < nb; b++) {
+            if (w->quant == VLM_QUANT_Q4) {
+                /* a block's 16 bytes: columns 0..15 low, 16..31 high */
+                for (t = 0; t < 4; t++) {
+                    x = l == 0 ? _mm512_setzero_si512()
+                        : _mm512_mask_i32gather_epi32(_mm512_setzero_si512(),
+                              mk, idx, base + 16 * b + 4 * t, 1);
+                    _mm512_storeu_si512(pc + (size_t) (8 * b + t)
+                                             * VLM_QI8_NR + 16 * v,
+                                        _mm512_and_si512(x, f));
+                    _mm512_storeu_si512(pc + (size_t) (8 * b + 4 + t)
+                                             * VLM_QI8_NR + 16 * v,
+                                        _mm512_and_si512(
+                                            _mm512_srli_epi32(x, 4), f));
+                }
+
+                continue;
+            }
+
+            for (t = 0; t < 8; t++) {
+                x = l == 0 ? _mm512_setzero_si512()
+                    : _mm512_mask_i32gather_epi32(_mm512_setzero_si512(),
+                          mk, idx, base + 32 * b + 4 * t, 1);
+                _mm512_storeu_si512(pc + (size_t) (8 * b + t) * VLM_QI8_NR
+                                         + 16 * v,
+                                    _mm512_maskz_xor_epi32(mk, x,
+                                        _mm512_set1_epi8((char) 0x80)));
+            }
+        }
+    }
+
+    ps = (float *) (panel + (size_t) w->cols * VLM_QI8_NR);
+    pm = ps + (size_t) ng * VLM_QI8_NR;
+
+    for (g = 0; g < ng; g++) {
+        for (j = 0; j < VLM_QI8_NR; j++) {
+            if (j < nr) {
+                ps[g * VLM_QI8_NR + j] = w->scales[(size_t) (r0 + j) * ng
+                                                   + g];
+                pm[g * VLM_QI8_NR + j] = vlm_qi8_gemm_min(w->quant,
+                    ps[g * VLM_QI8_NR + j],
+                    w->mins[(size_t) (r0 + j) * ng + g]);
+
+            } else {
+                ps[g * VLM_QI8_NR + j] = 0.0f;
+                pm[g * VLM_QI8_NR + j] = 0.0f;
+            }
+        }
+    }
+}
+
+
+/*
+ * MR activation rows i0.. (1 to 4) against a panel, groups g0..g1 - 1:
+ * each block's integer sums in p (a row, 16 weight rows a vector), its
+ * d times them into t, a group's t and mins into y (from +0 at group 0,
+ * the bias added at the last) through the masks mk of the panel's rows
+ */
+VLM_AVX512 static VLM_INLINE void
+vlm_qi8_gemm_rows(const uint8_t *panel, const vlm_weight_t *w, int g0,
+    int g1, const vlm_quant_act_t *a, int i0, int MR, const float *bias,
+    float *y, size_t ldy, const __mmask16 *mk)
+{
+    int             g, b, kk, m, v, ng, nb, bpg;
+    int32_t         x4;
+    float          *yr;
+    __m512          t[VLM_QI8_MR][VLM_QI8_NV], acc, sv, mv, dd;
+    __m512i         p[VLM_QI8_MR][VLM_QI8_NV], wv[VLM_QI8_NV], x;
+    const float    *ps, *pm, *d[VLM_QI8_MR];
+    const int8_t   *q[VLM_QI8_MR];
+
+    nb = w->cols / VLM_QUANT_QB;
+    ng = w->cols / w->group;
+    bpg = w->group / VLM_QUANT_QB;
+    ps = (const float *) (panel + (size_t) w->cols * VLM_QI8_NR);
+    pm = ps + (size_t) ng * VLM_QI8_NR;
+
+    #pragma GCC unroll 8
+    for (m = 0; m < MR; m++) {
+        q[m] = a->q + (size_t) (i0 + m) * a->cols;
+        d[m] = a->d + (size_t) (i0 + m) * nb;
+    }
+
+    for (g = g0; g < g1; g++) {
+        #pragma GCC unroll 8
+        for (m = 0; m < MR; m++) {
+            #pragma GCC unroll 3
+            for (v = 0; v < VLM_QI8_NV; v++) {
+                t[m][v] = _mm512_setzero_ps();
+            }
+        }
+
+        for (b = g * bpg; b < (g + 1) * bpg; b++) {
+            #pragma GCC unroll 8
+            for (m = 0; m < MR; m++) {
+                #pragma GCC unroll 3
+                for (v = 0; v < VLM_QI8_NV; v++) {
+                    p[m][v] = _mm512_setzero_si512();
+                }
+            }
+
+            #pragma GCC unroll 8
+            for (kk = 8 * b; kk < 8 * b + 8; kk++) {
+                #pragma GCC unroll 3
+                for (v = 0; v < VLM_QI8_NV; v++) {
+                    wv[v] = _mm512_loadu_si512((const void *) (panel
+                                + (size_t) kk * 4 * VLM_QI8_NR + 64 * v));
+                }
+
+                #pragma GCC unroll 8
+                for (m = 0; m < MR; m++) {
+                    memcpy(&x4, q[m] + 4 * kk, 4);
+                    x = _mm512_set1_epi32(x4);
+
+                    #pragma GCC unroll 3
+                    for (v = 0; v < VLM_QI8_NV; v++) {
+                        p[m][v] = _mm512_dpbusd_epi32(p[m][v], wv[v], x);
+                    }
+                }
+            }
+
+            #pragma GCC unroll 8
+            for (m = 0; m < MR; m++) {
+                dd = _mm512_set1_ps(d[m][b]);
+
+                #pragma GCC unroll 3
+                for (v = 0; v < VLM_QI8_NV; v++) {
+                    t[m][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[m][v]),
+                                              dd, t[m][v]);
+                }
+            }
+        }
+
+        #pragma GCC unroll 3
+        for (v = 0; v < VLM_QI8_NV; v++) {
+            sv = _mm512_loadu_ps(ps + g * VLM_QI8_NR + 16 * v);
+            mv = _mm512_loadu_ps(pm + g * VLM_QI8_NR + 16 * v);
+
+            #pragma GCC unroll 8
+            for (m = 0; m < MR; m++) {
+                yr = y + (size_t) (i0 + m) * ldy + 16 * v;
+                acc = g == 0 ? _mm512_setzero_ps()
+                             : _mm512_maskz_loadu_ps(mk[v], yr);
+                acc = _mm512_fmadd_ps(t[m][v], sv, acc);
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(a->gsum[(size_t)
+                                          (i0 + m) * a->groups + g]),
+                                      mv, acc);
+
+                if (g == ng - 1) {
+                    acc = _mm512_add_ps(acc, bias == NULL
+                                        ? _mm512_setzero_ps()
+                                        : _mm512_maskz_loadu_ps(mk[v],
+                                              bias + 16 * v));
+                }
+
+                _mm512_mask_storeu_ps(yr, mk[v], acc);
+            }
+        }
+    }
+}
+
+
+/*
+ * a panel of VLM_QI8_NR weight rows at a time against every activation
+ * row, the groups in chunks of about 256 columns so that the panel's
+ * part stays in L1 while the rows pass
+ */
+#define VLM_QI8_GEMM_CASE(mr)                                                \
+                case mr:                                                     \
+                    vlm_qi8_gemm_rows(panel, w, g0, g1, a, i, mr,            \
+                                      bias != NULL ? bias + r : NULL, y + r, \
+                                      ldy, mk);                              \
+                    break;
+
+VLM_AVX512 static void
+vlm_qi8_gemm_512(const vlm_weight_t *w, int r0, int r1,
+    const vlm_quant_act_t *a, int n, const float *bias, float *y,
+    size_t ldy, void *panel)
+{
+    int        r, nr, v, l, i, g0, g1, gc, ng;
+    __mmask16  mk[VLM_QI8_NV];
+
+    ng = w->cols / w->group;
+    gc = vlm_max(1, 256 / w->group);
+
+    for (r = r0; r < r1; r += VLM_QI8_NR) {
+        nr = vlm_min(VLM_QI8_NR, r1 - r);
+        vlm_qi8_gemm_pack(w, r, nr, panel);
+
+        for (v = 0; v < VLM_QI8_NV; v++) {
+            l = vlm_max(0, vlm_min(16, nr - 16 * v));
+            mk[v] = (__mmask16) ((1u << l) - 1);
+        }
+
+        for (g0 = 0; g0 < ng; g0 = g1) {
+            g1 = vlm_min(ng, g0 + gc);
+
+            for (i = 0; i < n; i += VLM_QI8_MR) {
+                switch (vlm_min(VLM_QI8_MR, n - i)) {
+                VLM_QI8_GEMM_CASE(4)
+                VLM_QI8_GEMM_CASE(3)
+                VLM_QI8_GEMM_CASE(2)
+                VLM_QI8_GEMM_CASE(1)
+                }
+            }
+        }
+    }
+
+    _mm256_zeroupper();
+}
+
+
 static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_512 = {
-    "avx512vnni", vlm_qi8_dot_512, vlm_qi8_rows_512, vlm_qi8_act_avx2
+    "avx512vnni", vlm_qi8_dot_512, vlm_qi8_rows_512, vlm_qi8_act_avx2,
+    vlm_qi8_gemm_512
 };
 
 
