@@ -437,9 +437,13 @@ test_matmul_quant_kernels(void **state)
  * results bit for bit, at each of 1 to 4 rows a call; the scalar one is
  * the f32 sum of code * scale + min times q * d (to 1e-5 of the sum of
  * magnitudes) and within the activations' rounding of x W^T, half a
- * block's d times sum |w|; then matmul() at 1 to 16 rows through the
+ * block's d times sum |w|; the scalar GEMM (prefill's order) to 1e-5 of
+ * the same double sum, the variants' GEMMs its bits over weight rows
+ * 1..; then matmul() at 1 to 16 rows through the
  * backend at every level, bit for bit the scalar kernel's plus the bias
- * (more than 16 rows: 16 at a time), but for prefill's bf16 panels
+ * (more than 16 rows: 16 at a time), but for the int8 GEMM (where
+ * vdpbf16ps is slow and AVX512_VNNI there, from VLM_QI8_GEMM_MIN rows,
+ * act order too: the scalar GEMM's bits), prefill's bf16 panels
  * (AVX512_BF16 from VLM_GEMM_PACK_MIN rows, AMX from
  * VLM_QUANT_PANEL_MIN), within 2e-2 relative L2 of it, and its f32
  * panels at the other levels (from VLM_QUANT_F32_PANEL_MIN rows, no act
@@ -739,12 +743,12 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
                 && vlm_cpu_bf16_dot_slow() && n >= VLM_GEMM_WIDEN_MIN;
 
         /*
-         * and takes the int8 GEMM from VLM_QI8_GEMM_MIN rows (no act
-         * order) where AVX512_VNNI is there
+         * and takes the int8 GEMM from VLM_QI8_GEMM_MIN rows (act order
+         * too) where AVX512_VNNI is there
          */
         qgemm = lv == LEVEL_AVX512BF16 && vlm_cpu_bf16_dot_slow()
                 && vlm_cpu_quant_i8_kernel(VLM_QI8_AVX512VNNI) != NULL
-                && !permute && n >= VLM_QI8_GEMM_MIN;
+                && n >= VLM_QI8_GEMM_MIN;
 
         if (qgemm) {
             for (k = 0; k < n * rows; k++) {

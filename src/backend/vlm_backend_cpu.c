@@ -64,7 +64,8 @@ typedef struct {
     vlm_cpu_level_t    level;
     const vlm_gemm_kernel_t  *gemm;     /* bf16 weights */
     const vlm_quant_kernel_t *quant;    /* quantized weights */
-    float             *xperm;       /* [VLM_GEMM_NB, xperm_cols] */
+    float             *xperm;       /* [max(VLM_GEMM_NB, n_threads),
+                                       xperm_cols] */
     int                xperm_cols;
     float             *xsum;        /* [xrows, xsum_groups] */
     int                xsum_groups;
@@ -722,7 +723,9 @@ vlm_cpu_weight_bind_quant(vlm_backend_t *be, vlm_weight_t *w,
 
     if (w->perm != NULL && w->cols > cpu->xperm_cols) {
         vlm_cpu_release(be, cpu->xperm);
-        cpu->xperm = vlm_cpu_alloc(be, (size_t) VLM_GEMM_NB * w->cols
+        cpu->xperm = vlm_cpu_alloc(be, (size_t) vlm_max(VLM_GEMM_NB,
+                                                        cpu->n_threads)
+                                       * w->cols
                                        * sizeof(float));
         cpu->xperm_cols = cpu->xperm == NULL ? 0 : w->cols;
 
@@ -1000,22 +1003,40 @@ vlm_matmul_quant_i8_rows(void *arg, int start, int end, int thread)
 
 /*
  * activation rows [start, end) quantized to int8 for qi8->gemm, into the
- * rows of xi8, xd and xsum of job->act
+ * rows of xi8, xd and xsum of job->act; with act order each row's
+ * columns permuted first, into the thread's row of xperm
  */
 static void
 vlm_matmul_quant_act(void *arg, int start, int end, int thread)
 {
+    int                  r, c, n;
+    float               *xp;
     vlm_cpu_t           *cpu;
+    const float         *x;
     vlm_matmul_job_t    *job = arg;
     const vlm_weight_t  *w = job->w;
 
-    (void) thread;
-
     cpu = job->cpu;
-    cpu->qi8->act(job->x + (size_t) start * w->cols, end - start, w->cols,
-                  w->group, cpu->xi8 + (size_t) start * w->cols, NULL,
-                  cpu->xd + (size_t) start * (w->cols / VLM_QUANT_QB),
-                  cpu->xsum + (size_t) start * (w->cols / w->group));
+    xp = cpu->xperm + (size_t) thread * w->cols;
+
+    for (r = start; r < end; r += n) {
+        x = job->x + (size_t) r * w->cols;
+        n = end - r;
+
+        if (w->perm != NULL) {
+            for (c = 0; c < w->cols; c++) {
+                xp[c] = x[w->perm[c]];
+            }
+
+            x = xp;
+            n = 1;
+        }
+
+        cpu->qi8->act(x, n, w->cols, w->group,
+                      cpu->xi8 + (size_t) r * w->cols, NULL,
+                      cpu->xd + (size_t) r * (w->cols / VLM_QUANT_QB),
+                      cpu->xsum + (size_t) r * (w->cols / w->group));
+    }
 }
 
 
@@ -1159,8 +1180,9 @@ vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
     /*
      * prefill with int8 activations through the kernels' int8 GEMM,
      * VLM_QI8_GEMM_NB rows at a time, each quantized over the threads
+     * (act order: permuted first)
      */
-    if (cpu->qgemm && vlm_cpu_quant_i8_fits(w) && w->perm == NULL
+    if (cpu->qgemm && vlm_cpu_quant_i8_fits(w)
         && n >= VLM_QI8_GEMM_MIN && cpu->xi8_cols >= w->cols
         && cpu->qgpanel_bytes >= vlm_qi8_panel_bytes(w->cols, ng))
     {
