@@ -11,9 +11,10 @@
  * f32 panels dequantized for OpenBLAS above, or, with int8 activations
  * (vlm_cpu_quant_i8.c: Q4 and Q8 codes), integer dot products up to the
  * prefill sizes where bf16 or f32 panels win, or where AVX512_VNNI is
- * there and vdpbf16ps slow, an int8 GEMM from VLM_QI8_GEMM_MIN rows.  The reference for each op
- * is the PyTorch expression it replaces in transformers' Qwen2-VL code;
- * the naive versions in tests/test_backend_cpu.c check them.
+ * there and vdpbf16ps slow, an int8 GEMM from VLM_QI8_GEMM_MIN rows.
+ * The reference for each op is the PyTorch expression it replaces in
+ * transformers' Qwen2-VL code; the naive versions in
+ * tests/test_backend_cpu.c check them.
  */
 
 #define _GNU_SOURCE
@@ -67,17 +68,14 @@ typedef struct {
     float             *xperm;       /* [max(VLM_GEMM_NB, n_threads),
                                        xperm_cols] */
     int                xperm_cols;
-    float             *xsum;        /* [xrows, xsum_groups] */
+    float             *xsum;        /* [vlm_cpu_xrows(), xsum_groups] */
     int                xsum_groups;
     const vlm_quant_i8_kernel_t *qi8;   /* NULL: f32 activations */
     int                qgemm;       /* prefill through qi8->gemm */
-    int                xrows;       /* activation rows of xsum, xi8, xd:
-                                       VLM_QI8_GEMM_NB with qgemm, else
-                                       VLM_CPU_QUANT_FUSED */
-    int8_t            *xi8;         /* [xrows, xi8_cols] */
+    int8_t            *xi8;         /* [vlm_cpu_xrows(), xi8_cols] */
     int8_t            *xq4;         /* [VLM_CPU_QUANT_FUSED, ...]: xi8 in
                                        Q4's order (q4_act_cols) */
-    float             *xd;          /* [xrows, xi8_cols/32] */
+    float             *xd;          /* [vlm_cpu_xrows(), xi8_cols/32] */
     int                xi8_cols;
     uint8_t           *qgpanel;     /* [n_threads, qgpanel_bytes] */
     size_t             qgpanel_bytes;
@@ -95,6 +93,14 @@ typedef struct {
     vlm_axpy_pt        axpy;
     vlm_softmax_pt     softmax;
 } vlm_cpu_t;
+
+
+/*
+ * the activation rows xsum, xi8 and xd hold: those the int8 GEMM
+ * quantizes at a time, else the fused kernels'
+ */
+#define vlm_cpu_xrows(cpu)                                                   \
+    ((size_t) ((cpu)->qgemm ? VLM_QI8_GEMM_NB : VLM_CPU_QUANT_FUSED))
 
 
 /* dot products of one weight row with up to 4 activation rows */
@@ -678,7 +684,7 @@ vlm_cpu_weight_bind_quant(vlm_backend_t *be, vlm_weight_t *w,
 
     if (w->cols / w->group > cpu->xsum_groups) {
         vlm_cpu_release(be, cpu->xsum);
-        cpu->xsum = vlm_cpu_alloc(be, (size_t) cpu->xrows
+        cpu->xsum = vlm_cpu_alloc(be, vlm_cpu_xrows(cpu)
                                       * (w->cols / w->group)
                                       * sizeof(float));
         cpu->xsum_groups = cpu->xsum == NULL ? 0 : w->cols / w->group;
@@ -693,10 +699,10 @@ vlm_cpu_weight_bind_quant(vlm_backend_t *be, vlm_weight_t *w,
         vlm_cpu_release(be, cpu->xi8);
         vlm_cpu_release(be, cpu->xq4);
         vlm_cpu_release(be, cpu->xd);
-        cpu->xi8 = vlm_cpu_alloc(be, (size_t) cpu->xrows * w->cols);
+        cpu->xi8 = vlm_cpu_alloc(be, vlm_cpu_xrows(cpu) * w->cols);
         cpu->xq4 = vlm_cpu_alloc(be, (size_t) VLM_CPU_QUANT_FUSED
                                      * vlm_quant_q4_act_cols(w->cols));
-        cpu->xd = vlm_cpu_alloc(be, (size_t) cpu->xrows
+        cpu->xd = vlm_cpu_alloc(be, vlm_cpu_xrows(cpu)
                                     * (w->cols / VLM_QUANT_QB)
                                     * sizeof(float));
         cpu->xi8_cols = cpu->xi8 == NULL || cpu->xq4 == NULL
@@ -1017,13 +1023,14 @@ vlm_matmul_quant_act(void *arg, int start, int end, int thread)
     const vlm_weight_t  *w = job->w;
 
     cpu = job->cpu;
-    xp = cpu->xperm + (size_t) thread * w->cols;
 
     for (r = start; r < end; r += n) {
         x = job->x + (size_t) r * w->cols;
         n = end - r;
 
         if (w->perm != NULL) {
+            xp = cpu->xperm + (size_t) thread * w->cols;
+
             for (c = 0; c < w->cols; c++) {
                 xp[c] = x[w->perm[c]];
             }
@@ -2584,10 +2591,8 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
      * with a fast one (and AMX) the bf16 panels as before
      */
     cpu->qgemm = cpu->qi8 != NULL && cpu->qi8->gemm != NULL
-                 && cpu->qi8 != vlm_cpu_quant_i8_kernel(VLM_QI8_SCALAR)
                  && cpu->level == VLM_CPU_AVX512BF16
                  && vlm_cpu_bf16_dot_slow();
-    cpu->xrows = cpu->qgemm ? VLM_QI8_GEMM_NB : VLM_CPU_QUANT_FUSED;
     cpu->kv = vlm_cpu_kv_kernel(cpu->level);
     vlm_cpu_avx2 = cpu->level >= VLM_CPU_AVX2;
 

@@ -1332,6 +1332,14 @@ VLM_QI8_ROWS(vlm_qi8_rows_512, vlm_qi8_dot_512, VLM_AVX512,
 #define VLM_QI8_MR  4
 #define VLM_QI8_NV  (VLM_QI8_NR / 16)
 
+/* the lanes of a panel's 16-row vector v that hold its nr rows */
+static inline __mmask16
+vlm_qi8_gemm_mask(int nr, int v)
+{
+    return (__mmask16) ((1u << vlm_max(0, vlm_min(16, nr - 16 * v))) - 1);
+}
+
+
 /*
  * Prefill's GEMM: weight rows r0..r0 + nr - 1 (nr up to VLM_QI8_NR)
  * into the panel, 4 adjacent columns of row 16 v + l at dword kk * 48 +
@@ -1341,7 +1349,7 @@ VLM_QI8_ROWS(vlm_qi8_rows_512, vlm_qi8_dot_512, VLM_AVX512,
 VLM_AVX512 static void
 vlm_qi8_gemm_pack(const vlm_weight_t *w, int r0, int nr, uint8_t *panel)
 {
-    int             v, b, t, g, l, j, nb, ng;
+    int             v, b, t, g, j, nb, ng;
     float          *ps, *pm;
     size_t          rb;
     int32_t        *pc;
@@ -1359,15 +1367,14 @@ vlm_qi8_gemm_pack(const vlm_weight_t *w, int r0, int nr, uint8_t *panel)
     f = _mm512_set1_epi8(15);
 
     for (v = 0; v < VLM_QI8_NR / 16; v++) {
-        l = vlm_max(0, vlm_min(16, nr - 16 * v));
-        mk = (__mmask16) ((1u << l) - 1);
+        mk = vlm_qi8_gemm_mask(nr, v);
         base = (const uint8_t *) w->data + (size_t) (r0 + 16 * v) * rb;
 
         for (b = 0; b < nb; b++) {
             if (w->quant == VLM_QUANT_Q4) {
                 /* a block's 16 bytes: columns 0..15 low, 16..31 high */
                 for (t = 0; t < 4; t++) {
-                    x = l == 0 ? _mm512_setzero_si512()
+                    x = mk == 0 ? _mm512_setzero_si512()
                         : _mm512_mask_i32gather_epi32(_mm512_setzero_si512(),
                               mk, idx, base + 16 * b + 4 * t, 1);
                     _mm512_storeu_si512(pc + (size_t) (8 * b + t)
@@ -1383,7 +1390,7 @@ vlm_qi8_gemm_pack(const vlm_weight_t *w, int r0, int nr, uint8_t *panel)
             }
 
             for (t = 0; t < 8; t++) {
-                x = l == 0 ? _mm512_setzero_si512()
+                x = mk == 0 ? _mm512_setzero_si512()
                     : _mm512_mask_i32gather_epi32(_mm512_setzero_si512(),
                           mk, idx, base + 32 * b + 4 * t, 1);
                 _mm512_storeu_si512(pc + (size_t) (8 * b + t) * VLM_QI8_NR
@@ -1542,7 +1549,7 @@ vlm_qi8_gemm_512(const vlm_weight_t *w, int r0, int r1,
     const vlm_quant_act_t *a, int n, const float *bias, float *y,
     size_t ldy, void *panel)
 {
-    int        r, nr, v, l, i, g0, g1, gc, ng;
+    int        r, nr, v, i, g0, g1, gc, ng;
     __mmask16  mk[VLM_QI8_NV];
 
     ng = w->cols / w->group;
@@ -1553,8 +1560,7 @@ vlm_qi8_gemm_512(const vlm_weight_t *w, int r0, int r1,
         vlm_qi8_gemm_pack(w, r, nr, panel);
 
         for (v = 0; v < VLM_QI8_NV; v++) {
-            l = vlm_max(0, vlm_min(16, nr - 16 * v));
-            mk[v] = (__mmask16) ((1u << l) - 1);
+            mk[v] = vlm_qi8_gemm_mask(nr, v);
         }
 
         for (g0 = 0; g0 < ng; g0 = g1) {
