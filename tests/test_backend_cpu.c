@@ -269,6 +269,94 @@ test_matmul_bf16_kernels(void **state)
 
 
 /*
+ * Where vdpbf16ps is slow the packed path does each vdpbf16ps as two f32
+ * FMAs (vlm_cpu_gemm_kernel_widen): the same bits as vdpbf16ps's, the
+ * same packed rows, on every CPU with AVX512_BF16 (slow or not): partial
+ * groups of 16 and panels of 6 weight rows, odd columns, column blocks
+ * of 2048 and FMA chunks of 256 that do not divide them, bias or y +=
+ */
+static void
+check_gemm_fma(int n, int rows, int cols, int bias, int accum)
+{
+    int                       k, np;
+    float                    *x, *b, *y0, *y1;
+    uint16_t                 *w;
+    uint32_t                 *xp;
+    vlm_gemm_bf16_t           g;
+    const vlm_gemm_kernel_t  *kd, *kf;
+
+    kd = vlm_cpu_gemm_kernel(VLM_CPU_AVX512BF16);
+    kf = vlm_cpu_gemm_kernel_widen(VLM_CPU_AVX512BF16);
+    assert_true(kd->pack != NULL && kf->pack == kd->pack
+                && kf->gemm != kd->gemm);
+
+    np = (cols + 1) / 2;
+    x = vlm_test_rand_vec(&rng_state, (size_t) n * cols);
+    b = vlm_test_rand_vec(&rng_state, (size_t) rows);
+    y0 = vlm_test_rand_vec(&rng_state, (size_t) n * rows);
+    y1 = malloc((size_t) n * rows * sizeof(float));
+    w = malloc((size_t) rows * cols * sizeof(uint16_t));
+    xp = malloc((size_t) (n + 15) / 16 * 16 * np * sizeof(uint32_t));
+    assert_true(y1 != NULL && w != NULL && xp != NULL);
+
+    memcpy(y1, y0, (size_t) n * rows * sizeof(float));
+
+    for (k = 0; k < rows * cols; k++) {
+        w[k] = vlm_f32_to_bf16(vlm_test_frand(&rng_state));
+    }
+
+    kd->pack((uint16_t *) xp, x, cols, n, cols, 0);
+
+    g.ldy = rows;
+    g.x = xp;
+    g.w = w;
+    g.rows = rows;
+    g.cols = cols;
+    g.bias = bias ? b : NULL;
+    g.n = n;
+    g.packed = 1;
+    g.accum = accum;
+
+    g.y = y0;
+    kd->gemm(&g, 0, (rows + VLM_GEMM_RB - 1) / VLM_GEMM_RB);
+    g.y = y1;
+    kf->gemm(&g, 0, (rows + VLM_GEMM_RB - 1) / VLM_GEMM_RB);
+
+    for (k = 0; k < n * rows; k++) {
+        if (memcmp(&y0[k], &y1[k], sizeof(float)) != 0) {
+            fail_msg("n %d rows %d cols %d: element %d: %.9g != %.9g", n,
+                     rows, cols, k, y1[k], y0[k]);
+        }
+    }
+
+    free(x);
+    free(b);
+    free(y0);
+    free(y1);
+    free(w);
+    free(xp);
+}
+
+
+static void
+test_gemm_fma_panels(void **state)
+{
+    if (vlm_cpu_detect() < VLM_CPU_AVX512BF16) {
+        skip();
+    }
+
+    check_gemm_fma(64, 37, 80, 0, 0);
+    check_gemm_fma(1, 6, 2, 1, 0);
+    check_gemm_fma(17, 13, 81, 1, 0);
+    check_gemm_fma(33, 80, 4127, 0, 0);
+    check_gemm_fma(64, 80, 4000, 0, 1);
+    check_gemm_fma(100, 21, 513, 1, 0);
+    check_gemm_fma(128, 50, 2049, 1, 0);
+    check_gemm_fma(48, 7, 255, 0, 1);
+}
+
+
+/*
  * A quantized matrix of random codes, scales and mins, every code of the
  * format (all 16 nibbles, all bytes of int8, every finite e4m3), at kernel
  * level `level`, against a double reference of w = code * scale + min:
@@ -2059,6 +2147,7 @@ main(int argc, char **argv)
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_bf16_kernels),
+        cmocka_unit_test(test_gemm_fma_panels),
         cmocka_unit_test(test_matmul_quant_kernels),
         cmocka_unit_test(test_matmul_quant_i8_kernels),
         cmocka_unit_test(test_quant_act_kernels),

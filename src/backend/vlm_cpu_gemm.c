@@ -609,12 +609,155 @@ vlm_panel_512_rn(const vlm_gemm_bf16_t *g, const uint32_t *xp, float *yb,
 }
 
 
+/* 16 bf16 back to f32 */
+VLM_AVX512BF16 static VLM_INLINE __m512
+vlm_bf16_widen_512(__m256bh v)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+               _mm512_cvtepu16_epi32((__m256i) v), 16));
+}
+
+
+/*
+ * The packed path where vdpbf16ps is slow (vlm_cpu_bf16_dot_slow): the
+ * same tiles, each vdpbf16ps done as two f32 FMAs on the pair's halves,
+ * odd then even as vdpbf16ps adds them (a bf16 product is exact in f32):
+ * the same bits for normal numbers (vdpbf16ps flushes denormals).  The
+ * packed rows' halves are split in registers; the RW weight rows of
+ * VLM_PANEL_FMA_KC columns are widened into an L1 buffer first, so that
+ * each FMA takes its weight as a broadcast from memory.
+ */
+
+#define VLM_PANEL_FMA_KC  256
+
+
+VLM_AVX512BF16 static VLM_INLINE void
+vlm_panel_fma_rn(const vlm_gemm_bf16_t *g, const uint32_t *xp, float *yb,
+    int n, int r0, int q0, int q1, int RW, int NG)
+{
+    int              r, i, q, qc, qe, np, ldy, add, k, kn;
+    float            wf[VLM_PANEL_RW][VLM_PANEL_FMA_KC];
+    __m512           acc[VLM_PANEL_RW][VLM_PANEL_NG], col[VLM_PANEL_RW];
+    __m512           xh[VLM_PANEL_NG];
+    __m512i          hi;
+    __mmask16        m;
+    const uint16_t  *w, *next;
+
+    np = (g->cols + 1) / 2;
+    w = g->w + (size_t) r0 * g->cols;
+    hi = _mm512_set1_epi32((int) 0xffff0000);
+
+    #pragma GCC unroll 6
+    for (r = 0; r < RW; r++) {
+        #pragma GCC unroll 4
+        for (i = 0; i < NG; i++) {
+            acc[r][i] = _mm512_setzero_ps();
+        }
+    }
+
+    for (qc = q0; qc < q1; qc += VLM_PANEL_FMA_KC / 2) {
+        qe = vlm_min(qc + VLM_PANEL_FMA_KC / 2, q1);
+
+        /*
+         * the rows' columns [2 qc, 2 qe) in f32 (an odd last one pairs
+         * with a zero, not the next row's first); the next chunk's, or
+         * the next panel's first, prefetched meanwhile: short runs of
+         * six rows that the hardware prefetchers do not follow
+         */
+        kn = vlm_min(2 * qe, g->cols) - 2 * qc;
+        next = qe < q1 ? w + 2 * qe : w + (size_t) RW * g->cols + 2 * q0;
+
+        for (r = 0; r < RW; r++) {
+            for (k = 0; k < kn; k += 16) {
+                m = kn - k >= 16 ? (__mmask16) 0xffff
+                                 : (__mmask16) ((1u << (kn - k)) - 1);
+                _mm512_storeu_ps(wf[r] + k, vlm_bf16_widen_512((__m256bh)
+                    _mm256_maskz_loadu_epi16(m, w + (size_t) r * g->cols
+                                                + 2 * qc + k)));
+            }
+
+            for (k = 0; k < VLM_PANEL_FMA_KC; k += 32) {
+                _mm_prefetch((const char *) (next + (size_t) r * g->cols
+                                             + k), _MM_HINT_T0);
+            }
+        }
+
+        /* a pair's odd products, then its even ones, as vdpbf16ps */
+        for (q = qc; q < qe; q++) {
+            k = 2 * (q - qc);
+
+            #pragma GCC unroll 4
+            for (i = 0; i < NG; i++) {
+                xh[i] = _mm512_castsi512_ps(_mm512_and_si512(
+                            _mm512_loadu_si512(xp + ((size_t) i * np + q)
+                                                    * 16), hi));
+            }
+
+            #pragma GCC unroll 6
+            for (r = 0; r < RW; r++) {
+                #pragma GCC unroll 4
+                for (i = 0; i < NG; i++) {
+                    acc[r][i] = _mm512_fmadd_ps(xh[i],
+                                    _mm512_set1_ps(wf[r][k + 1]), acc[r][i]);
+                }
+            }
+
+            #pragma GCC unroll 4
+            for (i = 0; i < NG; i++) {
+                xh[i] = _mm512_castsi512_ps(_mm512_slli_epi32(
+                            _mm512_loadu_si512(xp + ((size_t) i * np + q)
+                                                    * 16), 16));
+            }
+
+            #pragma GCC unroll 6
+            for (r = 0; r < RW; r++) {
+                #pragma GCC unroll 4
+                for (i = 0; i < NG; i++) {
+                    acc[r][i] = _mm512_fmadd_ps(xh[i],
+                                    _mm512_set1_ps(wf[r][k]), acc[r][i]);
+                }
+            }
+        }
+    }
+
+    ldy = g->ldy;
+    add = q0 > 0 || g->accum;
+
+    #pragma GCC unroll 4
+    for (i = 0; i < NG; i++) {
+        #pragma GCC unroll 6
+        for (r = 0; r < RW; r++) {
+            col[r] = acc[r][i];
+        }
+
+        vlm_panel_512_store(col, RW, yb + (size_t) i * 16 * ldy + r0, ldy,
+                            vlm_min(16, n - i * 16), add,
+                            add || g->bias == NULL ? NULL : g->bias + r0);
+    }
+}
+
+
+/* a tile of RW rows x NG groups, by vdpbf16ps or by FMAs */
+VLM_AVX512BF16 static VLM_INLINE void
+vlm_panel_512_ng(const vlm_gemm_bf16_t *g, const uint32_t *xp, float *yb,
+    int n, int r0, int q0, int q1, int RW, int NG, int fma)
+{
+    if (fma) {
+        vlm_panel_fma_rn(g, xp, yb, n, r0, q0, q1, RW, NG);
+
+    } else {
+        vlm_panel_512_rn(g, xp, yb, n, r0, q0, q1, RW, NG);
+    }
+}
+
+
 /*
  * RW weight rows (a few KB a column block, in L1) times every group of
  * the batch, VLM_PANEL_NG groups at a time
  */
 VLM_AVX512BF16 static VLM_INLINE void
-vlm_panel_512_rw(const vlm_gemm_bf16_t *g, int r0, int q0, int q1, int RW)
+vlm_panel_512_rw(const vlm_gemm_bf16_t *g, int r0, int q0, int q1, int RW,
+    int fma)
 {
     int              s, n, np;
     float           *y;
@@ -628,18 +771,22 @@ vlm_panel_512_rw(const vlm_gemm_bf16_t *g, int r0, int q0, int q1, int RW)
         y = g->y + (size_t) s * g->ldy;
 
         switch ((n + 15) / 16) {
-        case 4:  vlm_panel_512_rn(g, xp, y, n, r0, q0, q1, RW, 4); break;
-        case 3:  vlm_panel_512_rn(g, xp, y, n, r0, q0, q1, RW, 3); break;
-        case 2:  vlm_panel_512_rn(g, xp, y, n, r0, q0, q1, RW, 2); break;
-        default: vlm_panel_512_rn(g, xp, y, n, r0, q0, q1, RW, 1); break;
+        case 4:  vlm_panel_512_ng(g, xp, y, n, r0, q0, q1, RW, 4, fma);
+                 break;
+        case 3:  vlm_panel_512_ng(g, xp, y, n, r0, q0, q1, RW, 3, fma);
+                 break;
+        case 2:  vlm_panel_512_ng(g, xp, y, n, r0, q0, q1, RW, 2, fma);
+                 break;
+        default: vlm_panel_512_ng(g, xp, y, n, r0, q0, q1, RW, 1, fma);
+                 break;
         }
     }
 }
 
 
-/* the packed path over the weight rows [rs, re) */
+/* the packed path over the weight rows [rs, re); fma: vdpbf16ps's FMAs */
 VLM_AVX512BF16 static void
-vlm_gemm_512_packed(const vlm_gemm_bf16_t *g, int rs, int re)
+vlm_gemm_512_packed(const vlm_gemm_bf16_t *g, int rs, int re, int fma)
 {
     int  r, q0, q1, np;
 
@@ -651,12 +798,12 @@ vlm_gemm_512_packed(const vlm_gemm_bf16_t *g, int rs, int re)
 
         for (r = rs; r < re; r += VLM_PANEL_RW) {
             switch (vlm_min(VLM_PANEL_RW, re - r)) {
-            case 6:  vlm_panel_512_rw(g, r, q0, q1, 6); break;
-            case 5:  vlm_panel_512_rw(g, r, q0, q1, 5); break;
-            case 4:  vlm_panel_512_rw(g, r, q0, q1, 4); break;
-            case 3:  vlm_panel_512_rw(g, r, q0, q1, 3); break;
-            case 2:  vlm_panel_512_rw(g, r, q0, q1, 2); break;
-            default: vlm_panel_512_rw(g, r, q0, q1, 1); break;
+            case 6:  vlm_panel_512_rw(g, r, q0, q1, 6, fma); break;
+            case 5:  vlm_panel_512_rw(g, r, q0, q1, 5, fma); break;
+            case 4:  vlm_panel_512_rw(g, r, q0, q1, 4, fma); break;
+            case 3:  vlm_panel_512_rw(g, r, q0, q1, 3, fma); break;
+            case 2:  vlm_panel_512_rw(g, r, q0, q1, 2, fma); break;
+            default: vlm_panel_512_rw(g, r, q0, q1, 1, fma); break;
             }
         }
     }
@@ -675,7 +822,7 @@ vlm_gemm_512(const vlm_gemm_bf16_t *g, int b0, int b1)
     }
 
     vlm_gemm_512_packed(g, b0 * VLM_GEMM_RB,
-                        vlm_min(b1 * VLM_GEMM_RB, g->rows));
+                        vlm_min(b1 * VLM_GEMM_RB, g->rows), 0);
 }
 
 
@@ -693,15 +840,6 @@ vlm_round_bf16_512(uint16_t *dst, const float *src, size_t n)
     _mm256_zeroupper();
 
     vlm_round_bf16_scalar(dst + k, src + k, n - k);
-}
-
-
-/* 16 bf16 back to f32 */
-VLM_AVX512BF16 static VLM_INLINE __m512
-vlm_bf16_widen_512(__m256bh v)
-{
-    return _mm512_castsi512_ps(_mm512_slli_epi32(
-               _mm512_cvtepu16_epi32((__m256i) v), 16));
 }
 
 
@@ -779,6 +917,20 @@ vlm_pack_512(uint16_t *dst, const float *x, int ldx, int n, int cols,
 }
 
 
+VLM_AVX512BF16 static void
+vlm_gemm_512_fma(const vlm_gemm_bf16_t *g, int b0, int b1)
+{
+    if (!g->packed) {
+        vlm_gemm_blocked(g, b0, b1, vlm_tile_512_any, 4, 4,
+                         sizeof(uint16_t));
+        return;
+    }
+
+    vlm_gemm_512_packed(g, b0 * VLM_GEMM_RB,
+                        vlm_min(b1 * VLM_GEMM_RB, g->rows), 1);
+}
+
+
 static const vlm_gemm_kernel_t  vlm_gemm_kernel_512 = {
     "avx512bf16", 1, VLM_CPU_ALL_ROWS, vlm_gemm_512, vlm_pack_512,
     VLM_GEMM_PACK_MIN, NULL
@@ -786,7 +938,7 @@ static const vlm_gemm_kernel_t  vlm_gemm_kernel_512 = {
 
 /* the same where vdpbf16ps is slow: from VLM_GEMM_WIDEN_MIN rows sgemm */
 static const vlm_gemm_kernel_t  vlm_gemm_kernel_512_widen = {
-    "avx512bf16", 1, VLM_GEMM_WIDEN_MIN, vlm_gemm_512, vlm_pack_512,
+    "avx512bf16", 1, VLM_GEMM_WIDEN_MIN, vlm_gemm_512_fma, vlm_pack_512,
     VLM_GEMM_PACK_MIN, NULL
 };
 
@@ -1112,7 +1264,7 @@ vlm_gemm_amx(const vlm_gemm_bf16_t *g, int b0, int b1)
     }
 
     if (ra < re) {
-        vlm_gemm_512_packed(g, ra, re);
+        vlm_gemm_512_packed(g, ra, re, 0);
     }
 
     _mm256_zeroupper();
