@@ -923,11 +923,34 @@ vlm_cpu_matmul_bf16(vlm_cpu_t *cpu, float *y, const float *x,
 }
 
 
+/*
+ * y's columns [r0, r0 + nr) = x tile^T (+ bias) by sgemm; the bias is
+ * where sgemm starts (beta 1), in place of the pass that zeroes y for
+ * beta 0 and one that adds it after
+ */
+static void
+vlm_matmul_sgemm(const vlm_matmul_job_t *job, const float *tile, int r0,
+    int nr)
+{
+    int                  i;
+    const vlm_weight_t  *w = job->w;
+
+    for (i = 0; job->bias != NULL && i < job->n; i++) {
+        memcpy(job->y + (size_t) i * w->rows + r0, job->bias + r0,
+               (size_t) nr * sizeof(float));
+    }
+
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, job->n, nr,
+                w->cols, 1.0f, job->x, w->cols, tile, w->cols,
+                job->bias != NULL ? 1.0f : 0.0f, job->y + r0, w->rows);
+}
+
+
 /* tiles of bf16/f16 weight rows are widened, then multiplied by BLAS */
 static void
 vlm_matmul_tiles(void *arg, int start, int end, int thread)
 {
-    int                  t, r0, nr, i, j;
+    int                  t, r0, nr;
     float               *tile;
     size_t               esize;
     vlm_matmul_job_t    *job = arg;
@@ -949,18 +972,7 @@ vlm_matmul_tiles(void *arg, int start, int end, int thread)
                           w->dtype, (size_t) nr * w->cols);
         }
 
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, job->n, nr,
-                    w->cols, 1.0f, job->x, w->cols, tile, w->cols, 0.0f,
-                    job->y + r0, w->rows);
-
-        if (job->bias != NULL) {
-            for (i = 0; i < job->n; i++) {
-                for (j = 0; j < nr; j++) {
-                    job->y[(size_t) i * w->rows + r0 + j] +=
-                        job->bias[r0 + j];
-                }
-            }
-        }
+        vlm_matmul_sgemm(job, tile, r0, nr);
     }
 }
 
@@ -1066,7 +1078,7 @@ vlm_matmul_quant_gemm(void *arg, int start, int end, int thread)
 static void
 vlm_matmul_quant_tiles(void *arg, int start, int end, int thread)
 {
-    int                  t, r0, nr, i, j;
+    int                  t, r0, nr;
     float               *tile;
     vlm_matmul_job_t    *job = arg;
     const vlm_weight_t  *w = job->w;
@@ -1079,18 +1091,7 @@ vlm_matmul_quant_tiles(void *arg, int start, int end, int thread)
 
         job->cpu->quant->dequant(w, r0, nr, tile);
 
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, job->n, nr,
-                    w->cols, 1.0f, job->x, w->cols, tile, w->cols, 0.0f,
-                    job->y + r0, w->rows);
-
-        if (job->bias != NULL) {
-            for (i = 0; i < job->n; i++) {
-                for (j = 0; j < nr; j++) {
-                    job->y[(size_t) i * w->rows + r0 + j] +=
-                        job->bias[r0 + j];
-                }
-            }
-        }
+        vlm_matmul_sgemm(job, tile, r0, nr);
     }
 }
 
