@@ -42,10 +42,12 @@ typedef enum {
 /*
  * where vdpbf16ps gives fewer flops than f32 FMAs (vlm_cpu_bf16_dot_slow)
  * and OpenBLAS runs its AVX-512 kernels, activation rows from which the
- * bf16 matrices are widened to f32 for sgemm (1.1x the packed kernels at
- * 128 rows, 1.4x at 256, 1.5x at 512 on such a Xeon)
+ * bf16 matrices are widened to f32 for sgemm rather than packed for the
+ * FMA panels (on such a Xeon, bench_matmul: sgemm 0.8x of the panels at
+ * 128 rows of the 3B shapes, even at 256, 1.1x at 512; vision shapes
+ * 1.45x at 512)
  */
-#define VLM_GEMM_WIDEN_MIN  128
+#define VLM_GEMM_WIDEN_MIN  256
 /* max_n of a kernel that wins at every row count */
 #define VLM_CPU_ALL_ROWS  0x7fffffff
 
