@@ -785,7 +785,7 @@ vlm_panel_512_rw(const vlm_gemm_bf16_t *g, int r0, int q0, int q1, int RW,
 
 
 /* the packed path over the weight rows [rs, re); fma: vdpbf16ps's FMAs */
-VLM_AVX512BF16 static void
+VLM_AVX512BF16 static VLM_INLINE void
 vlm_gemm_512_packed(const vlm_gemm_bf16_t *g, int rs, int re, int fma)
 {
     int  r, q0, q1, np;
