@@ -51,7 +51,8 @@ typedef void (*vlm_dot_pt)(const void *w, const float *x, int x_stride,
     int nx, int cols, float *out);
 typedef void (*vlm_axpy_pt)(float *y, float a, const float *x, int n);
 /* x[n] = exp(x - max) / sum, in place */
-typedef void (*vlm_softmax_pt)(float *x, int n);
+/* x = softmax(scale x) */
+typedef void (*vlm_softmax_pt)(float *x, int n, float scale);
 
 
 typedef struct {
@@ -134,8 +135,9 @@ vlm_axpy(float *y, float a, const float *x, int n)
 }
 
 
+/* scale > 0: the max of the scaled values is the scaled max, exactly */
 static void
-vlm_softmax(float *x, int n)
+vlm_softmax(float *x, int n, float scale)
 {
     int    j;
     float  m, sum;
@@ -145,9 +147,10 @@ vlm_softmax(float *x, int n)
         m = x[j] > m ? x[j] : m;
     }
 
+    m *= scale;
     sum = 0.0f;
     for (j = 0; j < n; j++) {
-        x[j] = expf(x[j] - m);
+        x[j] = expf(x[j] * scale - m);
         sum += x[j];
     }
 
@@ -376,11 +379,11 @@ vlm_exp_avx2(__m256 x)
 
 
 VLM_AVX2 static void
-vlm_softmax_avx2(float *x, int n)
+vlm_softmax_avx2(float *x, int n, float scale)
 {
     int     j;
     float   m, sum, buf[8];
-    __m256  mv, sv, v;
+    __m256  mv, sv, kv, v;
 
     mv = _mm256_set1_ps(-INFINITY);
     for (j = 0; j + 8 <= n; j += 8) {
@@ -396,18 +399,21 @@ vlm_softmax_avx2(float *x, int n)
         m = x[j] > m ? x[j] : m;
     }
 
+    m *= scale;
     mv = _mm256_set1_ps(m);
+    kv = _mm256_set1_ps(scale);
     sv = _mm256_setzero_ps();
 
     for (j = 0; j + 8 <= n; j += 8) {
-        v = vlm_exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv));
+        v = vlm_exp_avx2(_mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(x + j),
+                                                     kv), mv));
         _mm256_storeu_ps(x + j, v);
         sv = _mm256_add_ps(sv, v);
     }
 
     sum = vlm_hsum256(sv);
     for ( /* void */ ; j < n; j++) {
-        x[j] = expf(x[j] - m);
+        x[j] = expf(x[j] * scale - m);
         sum += x[j];
     }
 
@@ -1658,7 +1664,7 @@ vlm_attend(const vlm_cpu_t *cpu, float *out, const float *q,
         scores[j] = s * scale;
     }
 
-    cpu->softmax(scores, n_kv);
+    cpu->softmax(scores, n_kv, 1.0f);
 
     for (d = 0; d < head_dim; d++) {
         out[d] = 0.0f;
@@ -1763,8 +1769,7 @@ static void
 vlm_attn_bf16_block(const vlm_attn_job_t *job, float *S, uint16_t *xp,
     int h, int kvh, int s0, int nk, int r0, int nq)
 {
-    int                       i, j, hd, nh, n;
-    float                    *row;
+    int                       i, hd, nh, n;
     vlm_gemm_bf16_t           g;
     const vlm_gemm_kernel_t  *kr = job->cpu->gemm;
     const vlm_attn_varlen_t  *a = job->va;
@@ -1790,11 +1795,7 @@ vlm_attn_bf16_block(const vlm_attn_job_t *job, float *S, uint16_t *xp,
     kr->gemm(&g, 0, (nk + VLM_GEMM_RB - 1) / VLM_GEMM_RB);
 
     for (i = 0; i < nq; i++) {
-        row = S + (size_t) i * nk;
-        for (j = 0; j < nk; j++) {
-            row[j] *= a->scale;
-        }
-        job->cpu->softmax(row, nk);
+        job->cpu->softmax(S + (size_t) i * nk, nk, a->scale);
     }
 
     /* O = P V: the values' columns are the weight rows */
@@ -1866,7 +1867,7 @@ vlm_attn_varlen_blocks(void *arg, int start, int end, int thread)
                     a->kv_stride, 0.0f, S, nk);
 
         for (i = 0; i < nq; i++) {
-            job->cpu->softmax(S + (size_t) i * nk, nk);
+            job->cpu->softmax(S + (size_t) i * nk, nk, 1.0f);
         }
 
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd, nk,
@@ -2027,7 +2028,7 @@ vlm_attn_paged_group(void *arg, int start, int end, int thread)
         }
 
         for (g = g0; g < g1; g++) {
-            job->cpu->softmax(S + (size_t) (g - g0) * n, n);
+            job->cpu->softmax(S + (size_t) (g - g0) * n, n, 1.0f);
             memset(sq->out + ((size_t) i * nh + g) * hd, 0,
                    (size_t) hd * sizeof(float));
         }
@@ -2168,11 +2169,7 @@ vlm_attn_paged_bf16_h(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
         valid = sq->kv_start + r0 + i + 1;
         row = S + (size_t) i * nk;
 
-        for (j = 0; j < valid; j++) {
-            row[j] *= a->scale;
-        }
-
-        cpu->softmax(row, valid);
+        cpu->softmax(row, valid, a->scale);
         memset(row + valid, 0, (size_t) (nk - valid) * sizeof(float));
     }
 
@@ -2228,7 +2225,7 @@ vlm_attn_paged_blocks_h(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
 
     for (i = 0; i < nq; i++) {
         valid = sq->kv_start + r0 + i + 1;
-        cpu->softmax(S + (size_t) i * nk, valid);
+        cpu->softmax(S + (size_t) i * nk, valid, 1.0f);
         memset(S + (size_t) i * nk + valid, 0,
                (size_t) (nk - valid) * sizeof(float));
     }
@@ -2320,7 +2317,7 @@ vlm_attn_paged_blocks(void *arg, int start, int end, int thread)
 
         for (i = 0; i < nq; i++) {
             valid = sq->kv_start + r0 + i + 1;
-            job->cpu->softmax(S + (size_t) i * nk, valid);
+            job->cpu->softmax(S + (size_t) i * nk, valid, 1.0f);
             memset(S + (size_t) i * nk + valid, 0,
                    (size_t) (nk - valid) * sizeof(float));
         }
