@@ -269,11 +269,13 @@ test_matmul_bf16_kernels(void **state)
 
 
 /*
- * Where vdpbf16ps is slow the packed path does each vdpbf16ps as two f32
- * FMAs (vlm_cpu_gemm_kernel_widen): the same bits as vdpbf16ps's, the
- * same packed rows, on every CPU with AVX512_BF16 (slow or not): partial
- * groups of 16 and panels of 6 weight rows, odd columns, column blocks
- * of 2048 and FMA chunks of 256 that do not divide them, bias or y +=
+ * Where vdpbf16ps is slow the kernels do each vdpbf16ps as two f32 FMAs
+ * (vlm_cpu_gemm_kernel_widen): the same bits as vdpbf16ps's, on every
+ * CPU with AVX512_BF16 (slow or not).  Packed rows: partial groups of 16
+ * and panels of 6 weight rows, odd columns, column blocks of 2048 and
+ * FMA chunks of 256 that do not divide them, bias or y +=; rows as they
+ * are (below VLM_GEMM_PACK_MIN): tiles of 4 x 1-4 and the remainder
+ * rows, tails of the 32-column steps, several column blocks
  */
 static void
 check_gemm_fma(int n, int rows, int cols, int bias, int accum)
@@ -305,7 +307,13 @@ check_gemm_fma(int n, int rows, int cols, int bias, int accum)
         w[k] = vlm_f32_to_bf16(vlm_test_frand(&rng_state));
     }
 
-    kd->pack((uint16_t *) xp, x, cols, n, cols, 0);
+    if (n >= VLM_GEMM_PACK_MIN) {
+        kd->pack((uint16_t *) xp, x, cols, n, cols, 0);
+
+    } else {
+        vlm_cpu_round_bf16((uint16_t *) xp, x, (size_t) n * cols,
+                           VLM_CPU_AVX512BF16);
+    }
 
     g.ldy = rows;
     g.x = xp;
@@ -314,7 +322,7 @@ check_gemm_fma(int n, int rows, int cols, int bias, int accum)
     g.cols = cols;
     g.bias = bias ? b : NULL;
     g.n = n;
-    g.packed = 1;
+    g.packed = n >= VLM_GEMM_PACK_MIN;
     g.accum = accum;
 
     g.y = y0;
@@ -353,6 +361,12 @@ test_gemm_fma_panels(void **state)
     check_gemm_fma(100, 21, 513, 1, 0);
     check_gemm_fma(128, 50, 2049, 1, 0);
     check_gemm_fma(48, 7, 255, 0, 1);
+
+    check_gemm_fma(1, 37, 45, 1, 0);
+    check_gemm_fma(4, 16, 2100, 0, 0);
+    check_gemm_fma(7, 21, 4127, 1, 0);
+    check_gemm_fma(16, 33, 96, 1, 0);
+    check_gemm_fma(31, 5, 31, 0, 0);
 }
 
 

@@ -341,16 +341,20 @@ static const vlm_gemm_kernel_t  vlm_gemm_kernel_avx2 = {
  * of the next tile are prefetched a step ahead in the same pattern: the
  * hardware prefetchers lose the four interleaved short streams of a tile
  * (rows of 896 columns: 0.6 of the triad at one row, 0.4 at four).
+ * fma (where vdpbf16ps is slow): the pairs' halves split, each
+ * vdpbf16ps done as two FMAs, odd then even, the same bits.
  */
 
 VLM_AVX512BF16 static VLM_INLINE void
 vlm_tile_512_rn(const uint16_t *w, int ldw, const uint16_t *x, int ldx,
-    int k0, int k1, int RW, int NX, float *sum)
+    int k0, int k1, int RW, int NX, float *sum, int fma)
 {
     int        r, i, k;
-    __m512     acc[4][4];
-    __m512i    wv[4], xv;
+    __m512     acc[4][4], wo[4], we[4], xo, xe;
+    __m512i    wv[4], xv, hi;
     __mmask32  m;
+
+    hi = _mm512_set1_epi32((int) 0xffff0000);
 
     #pragma GCC unroll 4
     for (r = 0; r < RW; r++) {
@@ -371,14 +375,30 @@ vlm_tile_512_rn(const uint16_t *w, int ldw, const uint16_t *x, int ldx,
                          _MM_HINT_T0);
         }
 
+        /* fma: vdpbf16ps's two products as FMAs, odd then even */
+        #pragma GCC unroll 4
+        for (r = 0; fma && r < RW; r++) {
+            wo[r] = _mm512_castsi512_ps(_mm512_and_si512(wv[r], hi));
+            we[r] = _mm512_castsi512_ps(_mm512_slli_epi32(wv[r], 16));
+        }
+
         #pragma GCC unroll 4
         for (i = 0; i < NX; i++) {
             xv = _mm512_maskz_loadu_epi16(m, x + (size_t) i * ldx + k);
+            xo = _mm512_castsi512_ps(_mm512_and_si512(xv, hi));
+            xe = _mm512_castsi512_ps(_mm512_slli_epi32(xv, 16));
 
             #pragma GCC unroll 4
             for (r = 0; r < RW; r++) {
-                acc[r][i] = _mm512_dpbf16_ps(acc[r][i], (__m512bh) wv[r],
-                                             (__m512bh) xv);
+                if (fma) {
+                    acc[r][i] = _mm512_fmadd_ps(wo[r], xo, acc[r][i]);
+                    acc[r][i] = _mm512_fmadd_ps(we[r], xe, acc[r][i]);
+
+                } else {
+                    acc[r][i] = _mm512_dpbf16_ps(acc[r][i],
+                                                 (__m512bh) wv[r],
+                                                 (__m512bh) xv);
+                }
             }
         }
     }
@@ -393,29 +413,30 @@ vlm_tile_512_rn(const uint16_t *w, int ldw, const uint16_t *x, int ldx,
 }
 
 
-VLM_AVX512BF16 static void
-vlm_tile_512(const uint16_t *w, int ldw, const void *xp, int ldx, int k0,
-    int k1, int rw, int nx, float *y, int ldy, int first, const float *bias)
+VLM_AVX512BF16 static VLM_INLINE void
+vlm_tile_512_x(const uint16_t *w, int ldw, const void *xp, int ldx, int k0,
+    int k1, int rw, int nx, float *y, int ldy, int first, const float *bias,
+    int fma)
 {
     float            sum[16];
     const uint16_t  *x = xp;
 
     switch (rw * 8 + nx) {
-    case 4 * 8 + 4: vlm_tile_512_rn(w, ldw, x, ldx, k0, k1, 4, 4, sum);
+    case 4 * 8 + 4: vlm_tile_512_rn(w, ldw, x, ldx, k0, k1, 4, 4, sum, fma);
                     break;
-    case 4 * 8 + 3: vlm_tile_512_rn(w, ldw, x, ldx, k0, k1, 4, 3, sum);
+    case 4 * 8 + 3: vlm_tile_512_rn(w, ldw, x, ldx, k0, k1, 4, 3, sum, fma);
                     break;
-    case 4 * 8 + 2: vlm_tile_512_rn(w, ldw, x, ldx, k0, k1, 4, 2, sum);
+    case 4 * 8 + 2: vlm_tile_512_rn(w, ldw, x, ldx, k0, k1, 4, 2, sum, fma);
                     break;
-    case 4 * 8 + 1: vlm_tile_512_rn(w, ldw, x, ldx, k0, k1, 4, 1, sum);
+    case 4 * 8 + 1: vlm_tile_512_rn(w, ldw, x, ldx, k0, k1, 4, 1, sum, fma);
                     break;
-    case 1 * 8 + 4: vlm_tile_512_rn(w, ldw, x, ldx, k0, k1, 1, 4, sum);
+    case 1 * 8 + 4: vlm_tile_512_rn(w, ldw, x, ldx, k0, k1, 1, 4, sum, fma);
                     break;
-    case 1 * 8 + 3: vlm_tile_512_rn(w, ldw, x, ldx, k0, k1, 1, 3, sum);
+    case 1 * 8 + 3: vlm_tile_512_rn(w, ldw, x, ldx, k0, k1, 1, 3, sum, fma);
                     break;
-    case 1 * 8 + 2: vlm_tile_512_rn(w, ldw, x, ldx, k0, k1, 1, 2, sum);
+    case 1 * 8 + 2: vlm_tile_512_rn(w, ldw, x, ldx, k0, k1, 1, 2, sum, fma);
                     break;
-    default:        vlm_tile_512_rn(w, ldw, x, ldx, k0, k1, 1, 1, sum);
+    default:        vlm_tile_512_rn(w, ldw, x, ldx, k0, k1, 1, 1, sum, fma);
                     break;
     }
 
@@ -425,23 +446,60 @@ vlm_tile_512(const uint16_t *w, int ldw, const void *xp, int ldx, int k0,
 }
 
 
+VLM_AVX512BF16 static void
+vlm_tile_512(const uint16_t *w, int ldw, const void *xp, int ldx, int k0,
+    int k1, int rw, int nx, float *y, int ldy, int first, const float *bias)
+{
+    vlm_tile_512_x(w, ldw, xp, ldx, k0, k1, rw, nx, y, ldy, first, bias, 0);
+}
+
+
+/* the same where vdpbf16ps is slow: two FMAs for each, the same bits */
+VLM_AVX512BF16 static void
+vlm_tile_fma(const uint16_t *w, int ldw, const void *xp, int ldx, int k0,
+    int k1, int rw, int nx, float *y, int ldy, int first, const float *bias)
+{
+    vlm_tile_512_x(w, ldw, xp, ldx, k0, k1, rw, nx, y, ldy, first, bias, 1);
+}
+
+
 /* the remainder rows of a block (rows % 4) go one at a time */
+static VLM_INLINE void
+vlm_tile_512_rows(const uint16_t *w, int ldw, const void *x, int ldx,
+    int k0, int k1, int rw, int nx, float *y, int ldy, int first,
+    const float *bias, vlm_tile_pt tile)
+{
+    int  r;
+
+    if (rw == 4) {
+        tile(w, ldw, x, ldx, k0, k1, 4, nx, y, ldy, first, bias);
+        return;
+    }
+
+    for (r = 0; r < rw; r++) {
+        tile(w + (size_t) r * ldw, ldw, x, ldx, k0, k1, 1, nx, y + r, ldy,
+             first, bias != NULL ? bias + r : NULL);
+    }
+}
+
+
 static void
 vlm_tile_512_any(const uint16_t *w, int ldw, const void *x, int ldx,
     int k0, int k1, int rw, int nx, float *y, int ldy, int first,
     const float *bias)
 {
-    int  r;
+    vlm_tile_512_rows(w, ldw, x, ldx, k0, k1, rw, nx, y, ldy, first, bias,
+                      vlm_tile_512);
+}
 
-    if (rw == 4) {
-        vlm_tile_512(w, ldw, x, ldx, k0, k1, 4, nx, y, ldy, first, bias);
-        return;
-    }
 
-    for (r = 0; r < rw; r++) {
-        vlm_tile_512(w + (size_t) r * ldw, ldw, x, ldx, k0, k1, 1, nx,
-                     y + r, ldy, first, bias != NULL ? bias + r : NULL);
-    }
+static void
+vlm_tile_fma_any(const uint16_t *w, int ldw, const void *x, int ldx,
+    int k0, int k1, int rw, int nx, float *y, int ldy, int first,
+    const float *bias)
+{
+    vlm_tile_512_rows(w, ldw, x, ldx, k0, k1, rw, nx, y, ldy, first, bias,
+                      vlm_tile_fma);
 }
 
 
@@ -920,9 +978,15 @@ vlm_pack_512(uint16_t *dst, const float *x, int ldx, int n, int cols,
 VLM_AVX512BF16 static void
 vlm_gemm_512_fma(const vlm_gemm_bf16_t *g, int b0, int b1)
 {
+    /*
+     * one row (decode, bound by memory) keeps vdpbf16ps: the FMA tiles
+     * gave no more there, and 1.1-1.3x from 2 rows (bench_matmul, 3B
+     * shapes, 2 threads, interleaved)
+     */
     if (!g->packed) {
-        vlm_gemm_blocked(g, b0, b1, vlm_tile_512_any, 4, 4,
-                         sizeof(uint16_t));
+        vlm_gemm_blocked(g, b0, b1,
+                         g->n > 1 ? vlm_tile_fma_any : vlm_tile_512_any, 4,
+                         4, sizeof(uint16_t));
         return;
     }
 
