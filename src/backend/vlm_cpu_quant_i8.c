@@ -300,6 +300,7 @@ vlm_qi8_gemm_scalar(const vlm_weight_t *w, int r0, int r1,
 {
     int             i, j, g, b, k, c, p, ng, nb, bpg, shift;
     float           acc, t, s;
+    size_t          at;
     const int8_t   *q;
     const uint8_t  *codes;
 
@@ -327,8 +328,10 @@ vlm_qi8_gemm_scalar(const vlm_weight_t *w, int r0, int r1,
                          k++)
                     {
                         if (w->quant == VLM_QUANT_Q4) {
-                            c = (codes[vlm_quant_q4_byte(k, &shift)]
-                                 >> shift) & 15;
+                            /* the byte first: >>'s operands are not
+                               sequenced, shift must be set before */
+                            at = vlm_quant_q4_byte(k, &shift);
+                            c = (codes[at] >> shift) & 15;
 
                         } else {
                             c = (int8_t) codes[k] + 128;
