@@ -6,7 +6,8 @@
 #   make test       install what is missing, build, run every test
 #   make fixtures   regenerate tests/fixtures with Hugging Face transformers
 #   make default-model  retrain models/default (CPU, one core, about 26 minutes)
-#   make asan       unit tests under AddressSanitizer/LeakSanitizer
+#   make asan       unit tests under ASan (and LeakSanitizer) + UBSan;
+#                   make test runs them last
 #   make asan-nginx the module and the engine under ASan + UBSan: every
 #                   t/ suite and the HTTP fuzzer (fuzz/http_fuzz.pl)
 #   make bench      benchmarks under bench/
@@ -239,6 +240,7 @@ test: deps
 	-$(MAKE) venv-test
 	$(MAKE) prove
 	$(MAKE) asan-fuzz HTTP_FUZZ_REQUESTS=3000 HTTP_FUZZ_SECONDS=120
+	$(MAKE) -j$(NPROC) asan
 
 # the OpenAI Python SDK for t/009-openai-sdk.t; without PyPI the suite is
 # skipped, which is why make test goes on when this fails
