@@ -385,20 +385,24 @@ vlm_tile_512_rn(const uint16_t *w, int ldw, const uint16_t *x, int ldx,
         #pragma GCC unroll 4
         for (i = 0; i < NX; i++) {
             xv = _mm512_maskz_loadu_epi16(m, x + (size_t) i * ldx + k);
+
+            #pragma GCC unroll 4
+            for (r = 0; !fma && r < RW; r++) {
+                acc[r][i] = _mm512_dpbf16_ps(acc[r][i], (__m512bh) wv[r],
+                                             (__m512bh) xv);
+            }
+
+            if (!fma) {
+                continue;
+            }
+
             xo = _mm512_castsi512_ps(_mm512_and_si512(xv, hi));
             xe = _mm512_castsi512_ps(_mm512_slli_epi32(xv, 16));
 
             #pragma GCC unroll 4
             for (r = 0; r < RW; r++) {
-                if (fma) {
-                    acc[r][i] = _mm512_fmadd_ps(wo[r], xo, acc[r][i]);
-                    acc[r][i] = _mm512_fmadd_ps(we[r], xe, acc[r][i]);
-
-                } else {
-                    acc[r][i] = _mm512_dpbf16_ps(acc[r][i],
-                                                 (__m512bh) wv[r],
-                                                 (__m512bh) xv);
-                }
+                acc[r][i] = _mm512_fmadd_ps(wo[r], xo, acc[r][i]);
+                acc[r][i] = _mm512_fmadd_ps(we[r], xe, acc[r][i]);
             }
         }
     }
@@ -588,13 +592,40 @@ vlm_panel_512_store(const __m512 *a, int RW, float *y, int ldy, int m,
 }
 
 
+/*
+ * A tile's accumulators into y (lane l of acc[r][i] is y[16 i + l,
+ * r0 + r]): y = sum (+ bias) for the first column block, else y += sum
+ */
+VLM_AVX512BF16 static VLM_INLINE void
+vlm_panel_512_flush(const vlm_gemm_bf16_t *g, __m512 acc[][VLM_PANEL_NG],
+    float *yb, int n, int r0, int q0, int RW, int NG)
+{
+    int     r, i, add;
+    __m512  col[VLM_PANEL_RW];
+
+    add = q0 > 0 || g->accum;
+
+    #pragma GCC unroll 4
+    for (i = 0; i < NG; i++) {
+        #pragma GCC unroll 6
+        for (r = 0; r < RW; r++) {
+            col[r] = acc[r][i];
+        }
+
+        vlm_panel_512_store(col, RW, yb + (size_t) i * 16 * g->ldy + r0,
+                            g->ldy, vlm_min(16, n - i * 16), add,
+                            add || g->bias == NULL ? NULL : g->bias + r0);
+    }
+}
+
+
 VLM_AVX512BF16 static VLM_INLINE void
 vlm_panel_512_rn(const vlm_gemm_bf16_t *g, const uint32_t *xp, float *yb,
     int n, int r0, int q0, int q1, int RW, int NG)
 {
-    int              r, i, q, np, full, ldy, add;
+    int              r, i, q, np, full;
     uint32_t         wp;
-    __m512           acc[VLM_PANEL_RW][VLM_PANEL_NG], col[VLM_PANEL_RW];
+    __m512           acc[VLM_PANEL_RW][VLM_PANEL_NG];
     __m512i          xv[VLM_PANEL_NG], wb;
     const uint16_t  *w;
 
@@ -649,21 +680,7 @@ vlm_panel_512_rn(const vlm_gemm_bf16_t *g, const uint32_t *xp, float *yb,
         }
     }
 
-    /* lane l of acc[r][i] is y[16 i + l, r0 + r] */
-    ldy = g->ldy;
-    add = q0 > 0 || g->accum;
-
-    #pragma GCC unroll 4
-    for (i = 0; i < NG; i++) {
-        #pragma GCC unroll 6
-        for (r = 0; r < RW; r++) {
-            col[r] = acc[r][i];
-        }
-
-        vlm_panel_512_store(col, RW, yb + (size_t) i * 16 * ldy + r0, ldy,
-                            vlm_min(16, n - i * 16), add,
-                            add || g->bias == NULL ? NULL : g->bias + r0);
-    }
+    vlm_panel_512_flush(g, acc, yb, n, r0, q0, RW, NG);
 }
 
 
@@ -693,9 +710,9 @@ VLM_AVX512BF16 static VLM_INLINE void
 vlm_panel_fma_rn(const vlm_gemm_bf16_t *g, const uint32_t *xp, float *yb,
     int n, int r0, int q0, int q1, int RW, int NG)
 {
-    int              r, i, q, qc, qe, np, ldy, add, k, kn;
+    int              r, i, q, qc, qe, np, k, kn;
     float            wf[VLM_PANEL_RW][VLM_PANEL_FMA_KC];
-    __m512           acc[VLM_PANEL_RW][VLM_PANEL_NG], col[VLM_PANEL_RW];
+    __m512           acc[VLM_PANEL_RW][VLM_PANEL_NG];
     __m512           xh[VLM_PANEL_NG];
     __m512i          hi;
     __mmask16        m;
@@ -778,20 +795,7 @@ vlm_panel_fma_rn(const vlm_gemm_bf16_t *g, const uint32_t *xp, float *yb,
         }
     }
 
-    ldy = g->ldy;
-    add = q0 > 0 || g->accum;
-
-    #pragma GCC unroll 4
-    for (i = 0; i < NG; i++) {
-        #pragma GCC unroll 6
-        for (r = 0; r < RW; r++) {
-            col[r] = acc[r][i];
-        }
-
-        vlm_panel_512_store(col, RW, yb + (size_t) i * 16 * ldy + r0, ldy,
-                            vlm_min(16, n - i * 16), add,
-                            add || g->bias == NULL ? NULL : g->bias + r0);
-    }
+    vlm_panel_512_flush(g, acc, yb, n, r0, q0, RW, NG);
 }
 
 
