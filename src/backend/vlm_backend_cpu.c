@@ -50,8 +50,7 @@
 typedef void (*vlm_dot_pt)(const void *w, const float *x, int x_stride,
     int nx, int cols, float *out);
 typedef void (*vlm_axpy_pt)(float *y, float a, const float *x, int n);
-/* x[n] = exp(x - max) / sum, in place */
-/* x = softmax(scale x) */
+/* x[n] = softmax(scale x) in place: exp(scale x - max) / sum, scale > 0 */
 typedef void (*vlm_softmax_pt)(float *x, int n, float scale);
 
 
