@@ -115,8 +115,7 @@ BENCHES   := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 MODULE    := $(BUILD)/ngx_http_vlm_module.so
 NGX_BUILD := $(BUILD)/nginx
 HDRS      := $(wildcard $(SRC_DIRS:%=src/%/*.h)) $(wildcard tests/*.h)
-MOD_SRCS  := config ngx_http_vlm_module.c $(wildcard src/http/*.c) \
-             $(LIB_SRCS) $(HDRS)
+MOD_SRCS  := config ngx_http_vlm_module.c $(wildcard src/http/*.c) $(HDRS)
 
 .PHONY: all lib cli engine module deps unit prove test run fixtures asan \
         bench bench-build fuzz fuzz-openai clean FORCE venv-test load \
@@ -190,12 +189,14 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
 
 # The nginx module is built by nginx's own build system, against Debian's
 # nginx-dev sources with the flags of Debian's nginx binary (--with-compat,
-# -Werror), so the .so loads into the packaged nginx.  configure runs again
-# only when the list of sources or the config file changes.
+# -Werror), so the .so loads into the packaged nginx.  It compiles the glue
+# of src/http only and links the engine library built above (VLM_LIB: the
+# config file then leaves building it to this Makefile).  configure runs
+# again only when the list of sources or the config file changes.
 $(NGX_BUILD)/srcs.list: FORCE
 	@mkdir -p $(dir $@)
 	@ls config ngx_http_vlm_module.c $(sort $(wildcard src/http/*.c)) \
-	    $(LIB_SRCS) > $@.new; \
+	    > $@.new; echo "$(LIB)" >> $@.new; \
 	 if cmp -s $@.new $@; then rm $@.new; else mv $@.new $@; fi
 
 $(NGX_BUILD)/objs/Makefile: $(NGX_BUILD)/srcs.list config
@@ -203,7 +204,8 @@ $(NGX_BUILD)/objs/Makefile: $(NGX_BUILD)/srcs.list config
 	$(NGX_SRC): install the Debian package nginx-dev"; exit 1; }
 	rm -rf $(NGX_BUILD)/src && mkdir -p $(NGX_BUILD) && \
 	    cp -r $(NGX_SRC) $(NGX_BUILD)/src
-	cd $(NGX_BUILD)/src && bash -c '. ./conf_flags && ./configure \
+	cd $(NGX_BUILD)/src && VLM_LIB=$(LIB) bash -c '. ./conf_flags && \
+	    ./configure \
 	    "$${NGX_CONF_FLAGS[@]}" \
 	    --with-cc-opt="$$(dpkg-buildflags --get CFLAGS) -fPIC $(SAN)" \
 	    --with-ld-opt="$$(dpkg-buildflags --get LDFLAGS) -fPIC $(SAN)" \
@@ -211,7 +213,7 @@ $(NGX_BUILD)/objs/Makefile: $(NGX_BUILD)/srcs.list config
 	    --add-dynamic-module=$(ROOT)' > $(NGX_BUILD)/configure.log 2>&1 || \
 	    { tail -20 $(NGX_BUILD)/configure.log; exit 1; }
 
-$(MODULE): $(NGX_BUILD)/objs/Makefile $(MOD_SRCS)
+$(MODULE): $(NGX_BUILD)/objs/Makefile $(MOD_SRCS) $(LIB)
 	cd $(NGX_BUILD)/src && $(MAKE) -f $(NGX_BUILD)/objs/Makefile modules
 	cp $(NGX_BUILD)/objs/ngx_http_vlm_module.so $@
 
