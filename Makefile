@@ -1,7 +1,11 @@
 # ngx_http_vlm_module: build, run and test.
 #
 #   make            the engine library, vlm-cli, the engine executable and
-#                   the nginx dynamic module (build/)
+#                   the nginx dynamic module (build/), for the CPU backend
+#   make CUDA=1     the same with the CUDA backend (nvcc, cuBLAS, NCCL)
+#   make install    the module and vlm-engine where nginx loads modules,
+#                   vlm-cli and a sample configuration under PREFIX
+#                   (DESTDIR for staging, see docs/building.md)
 #   make run        serve the default model on 127.0.0.1 (CPU backend)
 #   make test       install what is missing, build, run every test
 #   make fixtures   regenerate tests/fixtures with Hugging Face transformers
@@ -21,6 +25,8 @@
 #   make load-images  the same with 7 pictures of 1120x700 a request,
 #                   2,000 requests, served by models/default (TP=N: by an
 #                   engine group of N ranks)
+
+.DEFAULT_GOAL := all
 
 ROOT      := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 BUILD     ?= $(ROOT)/build
@@ -45,10 +51,17 @@ CPPFLAGS  += -I$(ROOT)/src
 LDLIBS    := -lturbojpeg -lspng -lwebp -lgif -ljansson -lpcre2-8 -lutf8proc \
              -lopenblas -lxxhash -lm -lpthread -lrt
 
+# CUDA=1 builds the CUDA backend too (the kernels for CUDA_ARCHS, which
+# takes minutes): only when asked, so that a CPU build never waits for it
+CUDA      ?= 0
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || \
                      { test -x /usr/local/cuda/bin/nvcc && \
                        echo /usr/local/cuda/bin/nvcc; })
-CUDA      ?= $(if $(NVCC),1,0)
+ifeq ($(CUDA),1)
+ifeq ($(NVCC),)
+$(error CUDA=1: nvcc not found: install the CUDA Toolkit or set NVCC)
+endif
+endif
 # the GPUs of the fat binary: machine code for each, PTX for the last
 # (make CUDA_ARCHS=90 builds Hopper only, much faster)
 CUDA_ARCHS ?= 80 89 90
@@ -238,11 +251,26 @@ test: deps
 	$(MAKE) -j$(NPROC) all
 	$(MAKE) -j$(NPROC) $(TESTS)
 	$(MAKE) -j$(NPROC) bench-build
+	$(MAKE) cuda
 	$(MAKE) unit
 	-$(MAKE) venv-test
 	$(MAKE) prove
 	$(MAKE) asan-fuzz HTTP_FUZZ_REQUESTS=3000 HTTP_FUZZ_SECONDS=120
 	$(MAKE) -j$(NPROC) asan
+
+# make cuda: the CUDA backend (the engine with it, the CUDA tests) built
+# in build-cuda/, apart from the CPU build that make run serves; make test
+# runs it so that the CUDA code keeps compiling wherever nvcc is installed
+CUDA_BUILD := $(ROOT)/build-cuda
+
+.PHONY: cuda
+cuda:
+	@if [ -z "$(NVCC)" ]; then \
+	    echo "make cuda: nvcc not found, the CUDA backend is not built"; \
+	 else \
+	    $(MAKE) -j$(NPROC) BUILD=$(CUDA_BUILD) CUDA=1 engine \
+	        $(CUDA_TESTS:tests/%.c=$(CUDA_BUILD)/tests/%); \
+	 fi
 
 # the OpenAI Python SDK for t/009-openai-sdk.t; without PyPI the suite is
 # skipped, which is why make test goes on when this fails
@@ -275,6 +303,40 @@ load-images: all
 run: deps
 	$(MAKE) -j$(NPROC) all
 	@$(ROOT)/scripts/serve $(PORT)
+
+# make install: the module where nginx loads modules from (nginx -V's
+# --modules-path), vlm-engine beside it (the module starts the engine it
+# finds next to itself), vlm-cli in BINDIR, and under DATADIR the default
+# model, a sample nginx.conf that serves it and mod-http-vlm.conf, the
+# load_module line for /etc/nginx/modules-enabled.  DESTDIR stages it all.
+PREFIX    ?= /usr/local
+BINDIR    ?= $(PREFIX)/bin
+DATADIR   ?= $(PREFIX)/share/ngx_http_vlm_module
+NGX_MODULES_PATH ?= $(or $(shell $(NGINX) -V 2>&1 | \
+                        sed -n 's/.*--modules-path=\([^ ]*\).*/\1/p'), \
+                        /usr/lib/nginx/modules)
+DESTDIR   ?=
+
+.PHONY: install
+install: all
+	install -d $(DESTDIR)$(NGX_MODULES_PATH) $(DESTDIR)$(BINDIR) \
+	    $(DESTDIR)$(DATADIR)/models/default
+	install -m 644 $(MODULE) $(DESTDIR)$(NGX_MODULES_PATH)/
+	install -m 755 $(ENGINE) $(DESTDIR)$(NGX_MODULES_PATH)/
+	install -m 755 $(CLI) $(DESTDIR)$(BINDIR)/
+	install -m 644 models/default/* $(DESTDIR)$(DATADIR)/models/default/
+	printf 'load_module %s;\n' \
+	    $(NGX_MODULES_PATH)/ngx_http_vlm_module.so \
+	    > $(DESTDIR)$(DATADIR)/mod-http-vlm.conf
+	{ echo "# ngx_http_vlm_module: a sample configuration serving the"; \
+	  echo "# default model (make install).  Relative paths are relative"; \
+	  echo "# to nginx's prefix (nginx -p)."; echo; \
+	  echo "load_module $(NGX_MODULES_PATH)/ngx_http_vlm_module.so;"; \
+	  sed -e '1,/^$$/d' \
+	      -e 's|^\([[:space:]]*vlm_model[[:space:]]\{1,\}\)[^;]*;|\1$(DATADIR)/models/default;|' \
+	      conf/nginx.conf; } > $(DESTDIR)$(DATADIR)/nginx.conf
+	@echo "installed: $(NGX_MODULES_PATH)/ngx_http_vlm_module.so," \
+	    "vlm-engine beside it, $(BINDIR)/vlm-cli, $(DATADIR)/"
 
 # the tokenizer first: the serving and model fixtures copy the one it writes
 fixtures:
@@ -425,4 +487,4 @@ fuzz:
 	done
 
 clean:
-	rm -rf $(BUILD) $(ROOT)/build-asan $(ROOT)/build-fuzz t/servroot*
+	rm -rf $(BUILD) $(CUDA_BUILD) $(ROOT)/build-asan $(ROOT)/build-fuzz t/servroot*
