@@ -1,8 +1,9 @@
-# What the README tells an operator to do works: every path of its layout
-# table exists, its front-proxy example passes nginx -t (the variables it
-# hashes on exist), the quick start's picture generator runs even with
-# another python3 first in PATH, and `make run`'s port and log files are
-# the ones the Makefile, scripts/serve and conf/nginx.conf use.
+# What the README and docs/ tell an operator to do works: every path of
+# their layout tables exists, the front-proxy example of docs/serving.md
+# passes nginx -t (the variables it hashes on exist), the quick start's
+# picture generator runs even with another python3 first in PATH, and
+# `make run`'s port and log files are the ones the Makefile, scripts/serve
+# and conf/nginx.conf use.
 
 use strict;
 use warnings;
@@ -23,11 +24,12 @@ sub slurp {
 }
 
 my $readme = slurp("$root/README.md");
+my $serving = slurp("$root/docs/serving.md");
 
-# the indented (code) block of the README holding a line that matches re
+# the indented (code) block of a page holding a line that matches re
 sub code_block {
-    my ($re) = @_;
-    my @lines = split /\n/, $readme;
+    my ($text, $re) = @_;
+    my @lines = split /\n/, $text;
     for my $i (0 .. $#lines) {
         next unless $lines[$i] =~ /^    / && $lines[$i] =~ $re;
         my ($first, $last) = ($i, $i);
@@ -39,12 +41,12 @@ sub code_block {
     return undef;
 }
 
-# --- the layout table: every path it lists is in the tree
+# --- the layout tables: every path they list is in the tree
 
-{
-    my ($layout) = $readme =~ /^## Layout\n(.*?)^## /ms;
-    my @paths = $layout =~ /^\| `([^`]+)` \|/mg;
-    ok(@paths > 10, 'layout: the table lists the tree');
+for my $page ('README.md', 'docs/architecture.md') {
+    my ($layout) = slurp("$root/$page") =~ /^## Layout\n(.*?)(?=^## |\z)/ms;
+    my @paths = ($layout // '') =~ /^\| `([^`]+)` \|/mg;
+    ok(@paths > 10, "layout: the table of $page lists the tree");
     for my $p (@paths) {
         ok(-e "$root/$p", "layout: $p exists");
     }
@@ -53,8 +55,8 @@ sub code_block {
 # --- the front nginx of "Scaling out" passes nginx -t
 
 {
-    my $block = code_block(qr/^\s*upstream vlm \{/);
-    ok(defined $block, 'scaling out: the README has a front-proxy example');
+    my $block = code_block($serving, qr/^\s*upstream vlm \{/);
+    ok(defined $block, 'scaling out: docs/serving.md has a front-proxy example');
 
     my $dir = tempdir("vlm-readme-XXXXXX", TMPDIR => 1, CLEANUP => 1);
     mkdir "$dir/logs";
@@ -72,10 +74,10 @@ sub code_block {
          'scaling out: POSTs go to the next host on 503 and 429');
     like($block // '', qr/hash \$vlm_prefix_key consistent;/,
          'scaling out: conversations go where their prefix is cached');
-    like($readme, qr/`X-Accel-Buffering: no`/,
-         'the README says streams carry X-Accel-Buffering: no');
-    my $chat = slurp("$root/src/http/ngx_http_vlm_chat.c");
-    like($chat, qr/ngx_str_set\(&h->key, "X-Accel-Buffering"\);\s*ngx_str_set\(&h->value, "no"\);/,
+    like($serving, qr/`X-Accel-Buffering: no`/,
+         'docs/serving.md says streams carry X-Accel-Buffering: no');
+    my $glue = join '', map { slurp($_) } glob("$root/src/http/*.c");
+    like($glue, qr/ngx_str_set\(&h->key, "X-Accel-Buffering"\);\s*ngx_str_set\(&h->value, "no"\);/,
          'and the chat handler sends it');
 }
 
@@ -85,7 +87,7 @@ sub code_block {
 SKIP: {
     skip 'no /usr/bin/python3', 3 unless -x '/usr/bin/python3';
 
-    my $cmd = code_block(qr{tools/shapes_dataset\.py});
+    my $cmd = code_block($readme, qr{tools/shapes_dataset\.py});
     ok(defined $cmd, 'quick start: the generator command');
     ($cmd) = ($cmd // '') =~ /^(\S*python3?\s+tools\/shapes_dataset\.py.*?[^\\])$/ms;
 
