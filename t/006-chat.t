@@ -257,7 +257,7 @@ my $answer;
     like($res->{headers}{'content-type'}, qr{^text/event-stream},
          'stream: text/event-stream');
     is($res->{headers}{'transfer-encoding'}, 'chunked', 'stream: chunked');
-    # the README says so: a proxy in front passes the events on at once
+    # docs/serving.md says so: a proxy in front passes the events on at once
     is($res->{headers}{'x-accel-buffering'}, 'no',
        'stream: X-Accel-Buffering: no');
     check_chunks('stream', $ev, finish => 'length', usage => 1,

@@ -7,7 +7,7 @@
 # says so, however the address is spelled and whatever a name resolves
 # to, even when its DNS answer changes between two lookups.
 #
-# Three nginx instances: the README's configuration (port P =
+# Three nginx instances: docs/serving.md's configuration (port P =
 # TEST_NGINX_PORT), one that allows 127.0.0.1/32 (P + 1) and one with
 # small fetch limits and no resolver (P + 2).  Origins: an image server
 # on 127.0.0.1:P+10, canaries that must never be hit on 127.0.0.1,
@@ -60,7 +60,7 @@ my $dns = vlm_dns_start(port => $dport, log => "$tmp/dns.log", names => {
 push @servers, $origin, @canaries, $dns;
 
 
-# the fetch location: as in the README, behind the tests' own net
+# the fetch location: as in docs/serving.md, behind the tests' own net
 sub fetch_location {
     my ($extra, $read_timeout) = @_;
 
@@ -139,7 +139,7 @@ sub fetch_fails {
 }
 
 
-# --- 6. SSRF: the README's configuration refuses every internal target
+# --- 6. SSRF: docs/serving.md's configuration refuses every internal target
 
 my @loopback = (
     [ "http://127.0.0.1:$cport/a.png", 'loopback' ],
