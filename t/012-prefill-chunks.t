@@ -26,7 +26,7 @@ my $model = "$root/tests/fixtures/serving";
 
 plan skip_all => "$cli is not built" if !-x $cli;
 
-my $srv = vlm_start(name => 'chunks', port => 1999,
+my $srv = vlm_start(name => 'chunks', port => vlm_port(5),
                     http_config => <<'_EOC_');
     vlm_max_running 2;
     vlm_max_tokens 4000;

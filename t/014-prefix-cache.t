@@ -62,7 +62,7 @@ my ($on_answers, $on_usage, $on_metrics);
 
 # the cache on
 {
-    my $srv = vlm_start(name => 'prefix-on', port => 2011,
+    my $srv = vlm_start(name => 'prefix-on', port => vlm_port(17),
                         http_config => "    vlm_max_tokens 4000;\n");
 
     my ($answers, $usage) = conversation($srv, 'on');
@@ -201,7 +201,7 @@ my ($on_answers, $on_usage, $on_metrics);
 
 # the cache off: the same answers, nothing cached
 {
-    my $srv = vlm_start(name => 'prefix-off', port => 2012,
+    my $srv = vlm_start(name => 'prefix-off', port => vlm_port(18),
                         http_config => "    vlm_prefix_cache off;\n");
 
     my ($answers, $usage) = conversation($srv, 'off');

@@ -25,7 +25,8 @@ my $build = $ENV{VLM_BUILD} || "$root/build";
 my $nginx = $ENV{TEST_NGINX_BINARY} || '/usr/sbin/nginx';
 my $mod = $ENV{TEST_NGINX_LOAD_MODULES} || "$build/ngx_http_vlm_module.so";
 
-my %port = (a => 2013, b => 2014);
+my %port = (a => vlm_port(19), b => vlm_port(20));
+my $front_port = vlm_port(21);
 my %host;
 
 for my $n (sort keys %port) {
@@ -65,7 +66,7 @@ http {
     }
 
     server {
-        listen 127.0.0.1:2015;
+        listen 127.0.0.1:$front_port;
 
         location /v1/ {
             proxy_pass http://vlm;
@@ -100,7 +101,7 @@ for (1 .. 100) {
     select(undef, undef, undef, 0.05);
 }
 
-my $front = { name => 'route-front', port => 2015, prefix => $prefix,
+my $front = { name => 'route-front', port => $front_port, prefix => $prefix,
               conf => "$prefix/conf/nginx.conf", log_pos => 0 };
 $front->{pid} = VLMTest::master_pid($front);
 

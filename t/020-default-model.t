@@ -13,10 +13,13 @@ use strict;
 use warnings;
 
 use Cwd qw(getcwd);
+use FindBin;
+use lib "$FindBin::Bin/lib";
 use File::Path qw(make_path remove_tree);
 use HTTP::Tiny;
 use JSON::PP;
 use MIME::Base64 qw(encode_base64);
+use VLMTest qw(vlm_port);
 use Test::More;
 use Time::HiRes qw(sleep time);
 
@@ -26,7 +29,7 @@ my $fixtures = "$root/tests/fixtures/default_model";
 my $nginx = $ENV{TEST_NGINX_BINARY} || '/usr/sbin/nginx';
 my $module = $ENV{TEST_NGINX_LOAD_MODULES}
              || "$root/build/ngx_http_vlm_module.so";
-my $port = $ENV{TEST_NGINX_DEFAULT_MODEL_PORT} || 1990;
+my $port = vlm_port(-4);
 my $prefix = "$root/t/servroot-default";
 
 if (!-f "$model/config.json" || !-f "$fixtures/items.jsonl") {

@@ -12,6 +12,10 @@ use JSON::PP ();
 use Cwd qw(abs_path);
 
 my $models = tempdir("vlm-check-XXXXXX", TMPDIR => 1, CLEANUP => 1);
+
+# the port of the configurations that only pass nginx -t (it binds
+# nothing), below TEST_NGINX_PORT as every port of the suites derives
+my $check_port = ($ENV{TEST_NGINX_PORT} || 1994) - 11;
 # the engine's user (nobody, when the tests run as root) walks it
 chmod 0755, $models or die;
 
@@ -143,7 +147,7 @@ events { }
 http {
     vlm_model $model;
     vlm_engine_binary $engine;
-    server { listen 127.0.0.1:1983; location / { return 204; } }
+    server { listen 127.0.0.1:$check_port; location / { return 204; } }
 }
 $user_line
 _EOC_

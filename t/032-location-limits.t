@@ -156,6 +156,9 @@ my $public = '/public/v1/chat/completions';
 # nginx -t: a server or location may lower the http level's limits, never
 # raise them (those size the server)
 
+# the configurations below only pass nginx -t, which binds nothing
+my $check_port = vlm_port(-12);
+
 sub nginx_t {
     my ($http) = @_;
     my $dir = File::Temp::tempdir("vlm-limits-XXXXXX", TMPDIR => 1,
@@ -174,20 +177,20 @@ sub nginx_t {
 }
 
 {
-    my ($rc, $log) = nginx_t(<<'_EOC_');
+    my ($rc, $log) = nginx_t(<<"_EOC_");
     vlm_max_tokens 100;
     server {
-        listen 127.0.0.1:1982;
+        listen 127.0.0.1:$check_port;
         location /a { vlm_max_tokens 50; vlm_request_timeout 1m; }
         location /b { vlm_max_images 1; vlm_max_prompt_bytes 2k; }
     }
 _EOC_
     is($rc, 0, 'nginx -t: lower limits in a location pass') or diag($log);
 
-    ($rc, $log) = nginx_t(<<'_EOC_');
+    ($rc, $log) = nginx_t(<<"_EOC_");
     vlm_max_tokens 100;
     server {
-        listen 127.0.0.1:1982;
+        listen 127.0.0.1:$check_port;
         location /a { vlm_max_tokens 200; }
     }
 _EOC_
@@ -195,19 +198,19 @@ _EOC_
     like($log, qr/\[emerg\] .*"vlm_max_tokens 200" in a server or location is larger than the http level's 100, which sizes the server: a server or location may only lower it \(set the largest at the http level\)/,
          'nginx -t: and names the directive and both values');
 
-    ($rc, $log) = nginx_t(<<'_EOC_');
+    ($rc, $log) = nginx_t(<<"_EOC_");
     server {
-        listen 127.0.0.1:1982;
+        listen 127.0.0.1:$check_port;
         vlm_max_image_pixels 32m;
     }
 _EOC_
     like($log, qr/\[emerg\] .*"vlm_max_image_pixels 33554432" in a server or location is larger than the http level's 16777216/,
          'nginx -t: a server above the default of the http level fails');
 
-    ($rc, $log) = nginx_t(<<'_EOC_');
+    ($rc, $log) = nginx_t(<<"_EOC_");
     vlm_request_timeout 1m;
     server {
-        listen 127.0.0.1:1982;
+        listen 127.0.0.1:$check_port;
         location /a { vlm_request_timeout 2m; }
     }
 _EOC_

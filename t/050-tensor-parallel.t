@@ -75,11 +75,11 @@ sub ranks {
 
 
 # the harness runs the engine with one thread (in each rank)
-my $one = vlm_start(name => 'tp1', port => 2003);
+my $one = vlm_start(name => 'tp1', port => vlm_port(9));
 my $want = answers($one, 'one engine');
 VLMTest::vlm_stop($one);
 
-my $srv = vlm_start(name => 'tp2', port => 2004, http_config => <<'_EOC_');
+my $srv = vlm_start(name => 'tp2', port => vlm_port(10), http_config => <<'_EOC_');
     vlm_tensor_parallel 2;
     vlm_engine_cpus 0 1;
     vlm_max_tokens 4000;

@@ -88,7 +88,7 @@ sub ranks {
 
 # --- one engine: the answers to match
 
-my $one = vlm_start(name => 'pool1', port => 2005);
+my $one = vlm_start(name => 'pool1', port => vlm_port(11));
 my %want = map { $_->[0] => ask($one, $_->[1]) } @asks;
 ok(length($want{$_}) > 5, "one engine, $_: an answer") for sort keys %want;
 VLMTest::vlm_stop($one);
@@ -99,7 +99,7 @@ END { VLMTest::vlm_stop($srv) if $srv }
 # --- forced fallback: no image fits the pool
 
 # (the ranks placed by NUMA node: this host's one node, both of them)
-$srv = vlm_start(name => 'pool-host', port => 2006, http_config => <<'_EOC_');
+$srv = vlm_start(name => 'pool-host', port => vlm_port(12), http_config => <<'_EOC_');
     vlm_tensor_parallel 2;
     vlm_engine_numa_nodes 0 0;
     vlm_feature_pool 64;
@@ -173,7 +173,7 @@ for my $a (@asks) {
 
 ok($fit > 0 && $over > 0, "mixed: $fit images fit, $over do not");
 
-$srv = vlm_start(name => 'pool-mixed', port => 2007, http_config => <<"_EOC_");
+$srv = vlm_start(name => 'pool-mixed', port => vlm_port(13), http_config => <<"_EOC_");
     vlm_tensor_parallel 2;
     vlm_engine_cpus 0 1;
     vlm_image_cache 0;

@@ -271,7 +271,7 @@ like($j->{error}{message}, qr/at most 4/, 'n=5: the message says the limit');
 
 # a tensor-parallel engine: its follower rank forks the same sequences
 {
-    my $tp = vlm_start(name => 'n-tp', port => 2068, http_config => <<'_EOC_');
+    my $tp = vlm_start(name => 'n-tp', port => vlm_port(74), http_config => <<'_EOC_');
     vlm_tensor_parallel 2;
 _EOC_
 

@@ -25,7 +25,7 @@ my $model = "$root/tests/fixtures/serving-qwen3vl";
 
 my @cases = vlm_served_cases($model, '', 'serving-qwen3vl');
 
-my $srv = vlm_start(name => 'qwen3vl', port => 2071, model => $model,
+my $srv = vlm_start(name => 'qwen3vl', port => vlm_port(77), model => $model,
                     locations => <<'_EOC_');
         location = /tokenize { vlm_tokenize; }
 _EOC_
@@ -69,7 +69,7 @@ vlm_check_served($srv, 'one engine', @cases);
 vlm_stop($srv);
 
 # tensor parallel: two ranks, the same greedy tokens
-my $tp = vlm_start(name => 'qwen3vl-tp', port => 2072, model => $model,
+my $tp = vlm_start(name => 'qwen3vl-tp', port => vlm_port(78), model => $model,
                    http_config => <<'_EOC_');
     vlm_tensor_parallel 2;
 _EOC_

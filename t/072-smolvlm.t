@@ -24,7 +24,7 @@ my $model = "$root/tests/fixtures/idefics3/smolvlm-chat";
 
 my @cases = vlm_served_cases($model, 'serve-', 'smolvlm-chat');
 
-my $srv = vlm_start(name => 'smolvlm', port => 2073, model => $model,
+my $srv = vlm_start(name => 'smolvlm', port => vlm_port(79), model => $model,
                     http_config => "    vlm_max_image_pixels 40000;\n",
                     locations => <<'_EOC_');
         location = /tokenize { vlm_tokenize; }
@@ -113,7 +113,7 @@ my @left = vlm_stop($srv);
 is(scalar @left, 0, 'no engine process left');
 
 # tensor parallel: two ranks, the same greedy tokens
-my $tp = vlm_start(name => 'smolvlm-tp', port => 2074, model => $model,
+my $tp = vlm_start(name => 'smolvlm-tp', port => vlm_port(80), model => $model,
                    http_config => <<'_EOC_');
     vlm_tensor_parallel 2;
 _EOC_

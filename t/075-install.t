@@ -16,7 +16,7 @@ my $build = vlm_prereqs();
 my $root = vlm_root();
 my $nginx = $ENV{TEST_NGINX_BINARY} || '/usr/sbin/nginx';
 my $mod = $ENV{TEST_NGINX_LOAD_MODULES} || "$build/ngx_http_vlm_module.so";
-my $port = ($ENV{TEST_NGINX_PORT} || 1984) + 95;
+my $port = vlm_port(85);
 
 my $dir = tempdir("vlm-install-XXXXXX", TMPDIR => 1,
                   CLEANUP => !$ENV{TEST_NGINX_NO_CLEAN});

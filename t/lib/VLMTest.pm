@@ -27,7 +27,7 @@ our @EXPORT = qw(
     vlm_health vlm_wait_idle vlm_wait_ready vlm_engine_pids vlm_png
     vlm_jpeg vlm_data_url vlm_json vlm_chat_body vlm_open_stream
     vlm_read_some vlm_prereqs vlm_root vlm_reload vlm_stream_ok vlm_secs
-    vlm_engine_arg vlm_reload_engine vlm_answer_ok
+    vlm_engine_arg vlm_reload_engine vlm_answer_ok vlm_port
 );
 
 my $ROOT = abs_path(__FILE__ . '/../../..');
@@ -46,6 +46,16 @@ sub vlm_secs ($) {
 }
 
 sub vlm_json ($) { $JSON->decode(shift) }
+
+
+# the port $offset above TEST_NGINX_PORT (1994 without it): a suite's
+# every listener derives from it, so that two runs on one machine with
+# different TEST_NGINX_PORT do not collide
+sub vlm_port ($) {
+    my ($offset) = @_;
+
+    return ($ENV{TEST_NGINX_PORT} || 1994) + $offset;
+}
 
 
 # skips the whole script when the module or the engine is not built
@@ -70,7 +80,7 @@ sub vlm_start (%) {
 
     my $build = $ENV{VLM_BUILD} || "$ROOT/build";
     my $name = $o{name} or die "vlm_start needs a name";
-    my $port = $o{port} || $ENV{TEST_NGINX_PORT} || 1994;
+    my $port = $o{port} || vlm_port(0);
     my $prefix = "$ROOT/t/servroot-$name";
     my $nginx = $ENV{TEST_NGINX_BINARY} || '/usr/sbin/nginx';
     my $mod = $ENV{TEST_NGINX_LOAD_MODULES}
