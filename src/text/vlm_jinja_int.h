@@ -1,0 +1,273 @@
+/*
+ * Inside the Jinja interpreter of vlm_jinja.h: the types its files share
+ * (the values, the tokens, the AST, the state of a render) and the
+ * functions they call across files.
+ */
+
+#ifndef VLM_JINJA_INT_H
+#define VLM_JINJA_INT_H
+
+#include <string.h>
+
+#include "vlm_jinja.h"
+
+
+/* values */
+
+typedef enum {
+    VLM_JV_UNDEF = 0,
+    VLM_JV_NONE,
+    VLM_JV_BOOL,
+    VLM_JV_INT,
+    VLM_JV_FLOAT,
+    VLM_JV_STR,
+    VLM_JV_LIST,
+    VLM_JV_DICT,
+    VLM_JV_NS,
+    VLM_JV_MACRO,
+    VLM_JV_FUNC,
+    VLM_JV_METHOD,
+    VLM_JV_LOOP
+} vlm_jv_type_t;
+
+
+/* the taint of a string: none, every byte, or a mask of 0/1 bytes */
+#define VLM_JT_NONE  0
+#define VLM_JT_ALL   1
+#define VLM_JT_MASK  2
+
+
+typedef struct vlm_jv_s     vlm_jv_t;
+typedef struct vlm_jlist_s  vlm_jlist_t;
+typedef struct vlm_jdict_s  vlm_jdict_t;
+typedef struct vlm_jnode_s  vlm_jnode_t;
+typedef struct vlm_jloop_s  vlm_jloop_t;
+typedef struct vlm_jmeth_s  vlm_jmeth_t;
+
+
+struct vlm_jv_s {
+    uint8_t          type;
+    uint8_t          taint;
+    uint16_t         id;           /* FUNC, METHOD: which */
+    size_t           len;          /* STR */
+    union {
+        int64_t              i;
+        double               f;
+        const char          *s;
+        vlm_jlist_t         *list;
+        vlm_jdict_t         *dict;
+        const vlm_jnode_t   *macro;
+        vlm_jloop_t         *loop;
+        vlm_jmeth_t         *meth;
+    } u;
+    const uint8_t   *mask;         /* STR with VLM_JT_MASK */
+};
+
+
+struct vlm_jlist_s {
+    vlm_jv_t        *items;
+    size_t           n;
+    size_t           cap;
+};
+
+
+struct vlm_jdict_s {
+    vlm_jv_t        *keys;         /* strings */
+    vlm_jv_t        *vals;
+    size_t           n;
+    size_t           cap;
+};
+
+
+struct vlm_jloop_s {
+    vlm_jlist_t     *seq;
+    size_t           i;
+};
+
+
+struct vlm_jmeth_s {
+    vlm_jv_t         self;
+    const char      *name;
+};
+
+
+/* lexer */
+
+typedef enum {
+    VLM_JK_EOF = 0,
+    VLM_JK_DATA,
+    VLM_JK_VAR_BEGIN,
+    VLM_JK_VAR_END,
+    VLM_JK_BLOCK_BEGIN,
+    VLM_JK_BLOCK_END,
+    VLM_JK_NAME,
+    VLM_JK_STRING,
+    VLM_JK_INT,
+    VLM_JK_FLOAT,
+    VLM_JK_OP
+} vlm_jk_t;
+
+
+typedef struct {
+    vlm_jk_t         kind;
+    uint32_t         line;
+    const char      *s;            /* DATA, NAME, STRING (unescaped), OP */
+    size_t           len;
+    int64_t          i;
+    double           f;
+} vlm_jtok_t;
+
+
+typedef struct {
+    vlm_jinja_arena_t  *arena;
+    vlm_error_t        *err;
+    const char         *src;
+    size_t              len;
+    size_t              pos;
+    uint32_t            line;
+    vlm_jtok_t         *toks;
+    size_t              n;
+    size_t              cap;
+    size_t              at;        /* parser position */
+    unsigned            depth;
+} vlm_jlex_t;
+
+
+/* the AST */
+
+typedef enum {
+    VLM_JN_DATA = 0,
+    VLM_JN_OUTPUT,
+    VLM_JN_IF,
+    VLM_JN_FOR,
+    VLM_JN_SET,
+    VLM_JN_SET_BLOCK,
+    VLM_JN_MACRO,
+    VLM_JN_CALL_BLOCK,
+    VLM_JN_BREAK,
+    VLM_JN_CONTINUE,
+    VLM_JN_BLOCK,
+    VLM_JN_LIT,
+    VLM_JN_NAME,
+    VLM_JN_ATTR,
+    VLM_JN_ITEM,
+    VLM_JN_SLICE,
+    VLM_JN_CALL,
+    VLM_JN_FILTER,
+    VLM_JN_TEST,
+    VLM_JN_NEG,
+    VLM_JN_POS,
+    VLM_JN_NOT,
+    VLM_JN_BIN,
+    VLM_JN_CMP,
+    VLM_JN_AND,
+    VLM_JN_OR,
+    VLM_JN_COND,
+    VLM_JN_LIST,
+    VLM_JN_DICT
+} vlm_jn_t;
+
+
+typedef enum {
+    VLM_JO_ADD = 0,
+    VLM_JO_SUB,
+    VLM_JO_MUL,
+    VLM_JO_DIV,
+    VLM_JO_FLOORDIV,
+    VLM_JO_MOD,
+    VLM_JO_POW,
+    VLM_JO_CONCAT,
+    VLM_JO_EQ,
+    VLM_JO_NE,
+    VLM_JO_LT,
+    VLM_JO_LE,
+    VLM_JO_GT,
+    VLM_JO_GE,
+    VLM_JO_IN,
+    VLM_JO_NOTIN
+} vlm_jo_t;
+
+
+typedef struct {
+    vlm_jnode_t    **v;
+    size_t           n;
+} vlm_jnodes_t;
+
+
+struct vlm_jnode_s {
+    uint8_t          kind;
+    uint8_t          op;
+    uint8_t          neg;          /* TEST: "is not" */
+    uint32_t         line;
+    const char      *name;         /* NAME, ATTR, FILTER, TEST, SET,
+                                      MACRO */
+    size_t           name_len;
+    const char      *attr;         /* SET: ns.attr */
+    size_t           attr_len;
+    vlm_jv_t         lit;
+    vlm_jnode_t     *a;
+    vlm_jnode_t     *b;
+    vlm_jnode_t     *c;
+    vlm_jnodes_t     kids;         /* body, items, args, operands */
+    vlm_jnodes_t     kids2;        /* else, values, kwargs, defaults */
+    const char     **names;        /* FOR targets, MACRO params, kwargs */
+    size_t          *name_lens;
+    size_t           n_names;
+    uint8_t         *ops;          /* CMP */
+};
+
+
+/* rendering */
+
+#define VLM_JJ_FN_RANGE       1
+#define VLM_JJ_FN_NAMESPACE   2
+#define VLM_JJ_FN_RAISE       3
+#define VLM_JJ_FN_STRFTIME    4
+#define VLM_JJ_FN_DICT        5
+#define VLM_JJ_FN_CYCLE       6
+
+
+typedef struct vlm_jframe_s  vlm_jframe_t;
+
+struct vlm_jframe_s {
+    vlm_jframe_t    *parent;
+    vlm_jdict_t      vars;
+};
+
+
+typedef struct {
+    char            *buf;
+    uint8_t         *mask;
+    size_t           len;
+    size_t           cap;
+    unsigned         tainted;
+} vlm_jbuf_t;
+
+
+typedef struct {
+    vlm_jinja_arena_t         *arena;
+    vlm_error_t               *err;
+    const vlm_jinja_limits_t  *lim;
+    size_t                     steps;
+    unsigned                   depth;
+    unsigned                   flow;
+    vlm_jbuf_t                *out;
+    vlm_jframe_t              *root;
+    vlm_jframe_t              *frame;
+    vlm_jdict_t                client;
+    vlm_jdict_t                trusted;
+    uint32_t                   line;
+} vlm_jctx_t;
+
+
+typedef struct {
+    vlm_jv_t        *args;
+    size_t           n;
+    const char     **names;      /* keyword arguments */
+    size_t          *name_lens;
+    vlm_jv_t        *kw;
+    size_t           n_kw;
+} vlm_jargs_t;
+
+
+#endif /* VLM_JINJA_INT_H */
