@@ -7,9 +7,66 @@
 #ifndef VLM_JINJA_INT_H
 #define VLM_JINJA_INT_H
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "vlm_jinja.h"
+
+
+/* arena */
+
+#define VLM_JJ_CHUNK  (64 * 1024)
+
+
+typedef struct vlm_jj_chunk_s  vlm_jj_chunk_t;
+
+struct vlm_jj_chunk_s {
+    vlm_jj_chunk_t  *next;
+    size_t           size;
+    size_t           used;
+    char             data[];
+};
+
+
+struct vlm_jinja_arena_s {
+    vlm_jj_chunk_t  *head;
+    size_t           total;
+    size_t           limit;
+};
+
+
+static inline void *
+vlm_jj_alloc(vlm_jinja_arena_t *a, size_t n)
+{
+    size_t           size;
+    vlm_jj_chunk_t  *c;
+
+    n = (n + 15) & ~(size_t) 15;
+    c = a->head;
+
+    if (c == NULL || c->size - c->used < n) {
+        size = n > VLM_JJ_CHUNK ? n : VLM_JJ_CHUNK;
+
+        if (a->total + size > a->limit) {
+            return NULL;
+        }
+
+        c = malloc(sizeof(vlm_jj_chunk_t) + size);
+        if (c == NULL) {
+            return NULL;
+        }
+
+        c->size = size;
+        c->used = 0;
+        c->next = a->head;
+        a->head = c;
+        a->total += size;
+    }
+
+    c->used += n;
+
+    return c->data + c->used - n;
+}
 
 
 /* values */
@@ -131,6 +188,21 @@ typedef struct {
     size_t              at;        /* parser position */
     unsigned            depth;
 } vlm_jlex_t;
+
+
+/* vlm_jinja_lex.c */
+
+vlm_status_t vlm_jj_lex(vlm_jlex_t *lx);
+vlm_status_t vlm_jj_syntax(vlm_jlex_t *lx, uint32_t line, const char *fmt,
+    ...);
+
+
+static inline int
+vlm_jj_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f'
+           || c == '\v';
+}
 
 
 /* the AST */
