@@ -13,6 +13,9 @@
 #include "vlm_jinja.h"
 
 
+#define VLM_JJ_MAX_DEPTH     128        /* parser and call nesting */
+
+
 /* arena */
 
 #define VLM_JJ_CHUNK  (64 * 1024)
@@ -287,6 +290,42 @@ struct vlm_jnode_s {
     size_t           n_names;
     uint8_t         *ops;          /* CMP */
 };
+
+
+#define vlm_jj_tok(lx)       (&(lx)->toks[(lx)->at])
+#define vlm_jj_peek(lx, k)   (&(lx)->toks[(lx)->at + (k) < (lx)->n        \
+                                          ? (lx)->at + (k) : (lx)->n - 1])
+
+
+static inline int
+vlm_jj_is_op(const vlm_jtok_t *t, const char *op)
+{
+    return t->kind == VLM_JK_OP && strcmp(t->s, op) == 0;
+}
+
+
+static inline int
+vlm_jj_is_name(const vlm_jtok_t *t, const char *name)
+{
+    return t->kind == VLM_JK_NAME && t->len == strlen(name)
+           && memcmp(t->s, name, t->len) == 0;
+}
+
+
+/* vlm_jinja_parse_expr.c */
+
+vlm_jnode_t *vlm_jj_expr(vlm_jlex_t *lx);
+/* an expression but "a if c else b": a for loop's sequence */
+vlm_jnode_t *vlm_jj_or(vlm_jlex_t *lx);
+
+vlm_jnode_t *vlm_jj_node(vlm_jlex_t *lx, vlm_jn_t kind);
+vlm_status_t vlm_jj_add(vlm_jlex_t *lx, vlm_jnodes_t *l, size_t *cap,
+    vlm_jnode_t *n);
+vlm_status_t vlm_jj_add_name(vlm_jlex_t *lx, vlm_jnode_t *n, size_t *cap,
+    const char *s, size_t len);
+const char *vlm_jj_tok_text(const vlm_jtok_t *t);
+vlm_status_t vlm_jj_expect_op(vlm_jlex_t *lx, const char *op);
+vlm_status_t vlm_jj_expect(vlm_jlex_t *lx, vlm_jk_t kind, const char *what);
 
 
 /* rendering */
