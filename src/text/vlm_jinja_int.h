@@ -328,6 +328,12 @@ vlm_status_t vlm_jj_expect_op(vlm_jlex_t *lx, const char *op);
 vlm_status_t vlm_jj_expect(vlm_jlex_t *lx, vlm_jk_t kind, const char *what);
 
 
+/* vlm_jinja_parse.c: the statements up to one in stops, or to the end */
+
+vlm_status_t vlm_jj_body(vlm_jlex_t *lx, vlm_jnodes_t *body,
+    const char *const *stops, const vlm_jtok_t **stop);
+
+
 /* rendering */
 
 #define VLM_JJ_FN_RANGE       1
