@@ -387,4 +387,165 @@ typedef struct {
 } vlm_jargs_t;
 
 
+/* vlm_jinja_value.c */
+
+vlm_status_t vlm_jj_fail(vlm_jctx_t *ctx, const char *fmt, ...);
+vlm_status_t vlm_jj_nomem(vlm_jctx_t *ctx);
+
+vlm_jlist_t *vlm_jj_list_new(vlm_jctx_t *ctx, size_t cap);
+vlm_status_t vlm_jj_list_push(vlm_jctx_t *ctx, vlm_jlist_t *l,
+    const vlm_jv_t *v);
+vlm_jv_t *vlm_jj_dict_find(const vlm_jdict_t *d, const char *k, size_t len);
+vlm_jv_t *vlm_jj_dict_get(const vlm_jdict_t *d, const vlm_jv_t *k);
+vlm_status_t vlm_jj_dict_set(vlm_jctx_t *ctx, vlm_jdict_t *d,
+    const vlm_jv_t *k, const vlm_jv_t *v);
+vlm_status_t vlm_jj_from_json(vlm_jctx_t *ctx, json_t *j, unsigned taint,
+    vlm_jv_t *v);
+
+int vlm_jj_eq(const vlm_jv_t *a, const vlm_jv_t *b);
+vlm_status_t vlm_jj_order(vlm_jctx_t *ctx, const vlm_jv_t *a,
+    const vlm_jv_t *b, int *r);
+/* a list to iterate: a dict's keys, a string's characters */
+vlm_status_t vlm_jj_iterable(vlm_jctx_t *ctx, const vlm_jv_t *v,
+    vlm_jlist_t **out);
+
+void vlm_jj_substr(const vlm_jv_t *s, size_t off, size_t len,
+    vlm_jv_t *out);
+vlm_status_t vlm_jj_concat(vlm_jctx_t *ctx, const vlm_jv_t *a,
+    const vlm_jv_t *b, vlm_jv_t *out);
+vlm_status_t vlm_jj_str_dup(vlm_jctx_t *ctx, const vlm_jv_t *src,
+    vlm_jv_t *out, char **s);
+vlm_status_t vlm_jj_cp_offsets(vlm_jctx_t *ctx, const vlm_jv_t *s,
+    size_t **offsets, size_t *n);
+
+/* argument pos, or else the keyword argument name (NULL: none) */
+const vlm_jv_t *vlm_jj_arg(const vlm_jargs_t *a, size_t pos,
+    const char *name);
+vlm_status_t vlm_jj_need_str(vlm_jctx_t *ctx, const vlm_jv_t *v,
+    const char *what);
+
+
+static inline void *
+vlm_jj_ralloc(vlm_jctx_t *ctx, size_t n)
+{
+    return vlm_jj_alloc(ctx->arena, n ? n : 1);
+}
+
+
+static inline const char *
+vlm_jj_type_name(const vlm_jv_t *v)
+{
+    static const char  *names[] = {
+        "undefined", "none", "bool", "int", "float", "str", "list",
+        "dict", "namespace", "macro", "function", "method", "loop"
+    };
+
+    return names[v->type];
+}
+
+
+static inline void
+vlm_jj_set_str(vlm_jv_t *v, const char *s, size_t len, unsigned taint)
+{
+    memset(v, 0, sizeof(vlm_jv_t));
+    v->type = VLM_JV_STR;
+    v->u.s = s;
+    v->len = len;
+    v->taint = (uint8_t) taint;
+}
+
+
+static inline void
+vlm_jj_set_int(vlm_jv_t *v, int64_t i)
+{
+    memset(v, 0, sizeof(vlm_jv_t));
+    v->type = VLM_JV_INT;
+    v->u.i = i;
+}
+
+
+static inline void
+vlm_jj_set_bool(vlm_jv_t *v, int b)
+{
+    memset(v, 0, sizeof(vlm_jv_t));
+    v->type = VLM_JV_BOOL;
+    v->u.i = b != 0;
+}
+
+
+static inline uint8_t
+vlm_jj_taint_at(const vlm_jv_t *v, size_t i)
+{
+    return v->taint == VLM_JT_ALL ? 1
+           : v->taint == VLM_JT_MASK ? v->mask[i] : 0;
+}
+
+
+static inline int
+vlm_jj_truthy(const vlm_jv_t *v)
+{
+    switch (v->type) {
+    case VLM_JV_UNDEF:
+    case VLM_JV_NONE:
+        return 0;
+    case VLM_JV_BOOL:
+    case VLM_JV_INT:
+        return v->u.i != 0;
+    case VLM_JV_FLOAT:
+        return v->u.f != 0.0;
+    case VLM_JV_STR:
+        return v->len != 0;
+    case VLM_JV_LIST:
+        return v->u.list->n != 0;
+    case VLM_JV_DICT:
+        return v->u.dict->n != 0;
+    default:
+        return 1;
+    }
+}
+
+
+static inline int
+vlm_jj_is_num(const vlm_jv_t *v)
+{
+    return v->type == VLM_JV_INT || v->type == VLM_JV_FLOAT
+           || v->type == VLM_JV_BOOL;
+}
+
+
+static inline double
+vlm_jj_num(const vlm_jv_t *v)
+{
+    return v->type == VLM_JV_FLOAT ? v->u.f : (double) v->u.i;
+}
+
+
+/* UTF-8: Python indexes strings by code point */
+static inline size_t
+vlm_jj_cp_count(const char *s, size_t len)
+{
+    size_t  i, n;
+
+    n = 0;
+
+    for (i = 0; i < len; i++) {
+        n += (((unsigned char) s[i] & 0xc0) != 0x80);
+    }
+
+    return n;
+}
+
+
+static inline vlm_status_t
+vlm_jj_dict_set_name(vlm_jctx_t *ctx, vlm_jdict_t *d, const char *name,
+    size_t len, const vlm_jv_t *v)
+{
+    vlm_jv_t  k;
+
+    vlm_jj_set_str(&k, name, len, VLM_JT_NONE);
+
+    return vlm_jj_dict_set(ctx, d, &k, v);
+}
+
+
 #endif /* VLM_JINJA_INT_H */
