@@ -387,6 +387,18 @@ typedef struct {
 } vlm_jargs_t;
 
 
+/* the options of json.dumps that tojson passes */
+typedef struct {
+    int64_t          indent;       /* -1: none */
+    const char      *item_sep;
+    size_t           item_sep_len;
+    const char      *key_sep;
+    size_t           key_sep_len;
+    int              sort_keys;
+    int              ascii;
+} vlm_jjson_t;
+
+
 /* vlm_jinja_value.c */
 
 vlm_status_t vlm_jj_fail(vlm_jctx_t *ctx, const char *fmt, ...);
@@ -545,6 +557,46 @@ vlm_jj_dict_set_name(vlm_jctx_t *ctx, vlm_jdict_t *d, const char *name,
     vlm_jj_set_str(&k, name, len, VLM_JT_NONE);
 
     return vlm_jj_dict_set(ctx, d, &k, v);
+}
+
+
+/* vlm_jinja_output.c */
+
+vlm_status_t vlm_jj_emit(vlm_jctx_t *ctx, const vlm_jv_t *s);
+/* Python's str(): a string as it is, other values as repr() writes them */
+vlm_status_t vlm_jj_to_str(vlm_jctx_t *ctx, const vlm_jv_t *v, vlm_jv_t *s);
+vlm_status_t vlm_jj_to_json(vlm_jctx_t *ctx, const vlm_jv_t *v,
+    const vlm_jjson_t *o, vlm_jv_t *s);
+
+
+/* a capture buffer's text as a string value */
+static inline void
+vlm_jj_buf_value(vlm_jbuf_t *b, vlm_jv_t *v)
+{
+    vlm_jj_set_str(v, b->buf ? b->buf : "", b->len,
+                   b->tainted ? VLM_JT_MASK : VLM_JT_NONE);
+    v->mask = b->mask;
+}
+
+
+/* runs fn's output into a string value */
+static inline vlm_status_t
+vlm_jj_capture_begin(vlm_jctx_t *ctx, vlm_jbuf_t *b, vlm_jbuf_t **saved)
+{
+    memset(b, 0, sizeof(vlm_jbuf_t));
+    *saved = ctx->out;
+    ctx->out = b;
+
+    return VLM_OK;
+}
+
+
+static inline void
+vlm_jj_capture_end(vlm_jctx_t *ctx, vlm_jbuf_t *b, vlm_jbuf_t *saved,
+    vlm_jv_t *v)
+{
+    ctx->out = saved;
+    vlm_jj_buf_value(b, v);
 }
 
 
