@@ -600,4 +600,30 @@ vlm_jj_capture_end(vlm_jctx_t *ctx, vlm_jbuf_t *b, vlm_jbuf_t *saved,
 }
 
 
+/* vlm_jinja_methods.c */
+
+vlm_status_t vlm_jj_getattr(vlm_jctx_t *ctx, const vlm_jv_t *obj,
+    const char *name, size_t len, vlm_jv_t *out);
+vlm_status_t vlm_jj_getitem(vlm_jctx_t *ctx, const vlm_jv_t *obj,
+    const vlm_jv_t *key, vlm_jv_t *out);
+vlm_status_t vlm_jj_slice(vlm_jctx_t *ctx, const vlm_jv_t *obj,
+    const vlm_jv_t *a, const vlm_jv_t *b, const vlm_jv_t *c, vlm_jv_t *out);
+vlm_status_t vlm_jj_call_method(vlm_jctx_t *ctx, const vlm_jmeth_t *m,
+    const vlm_jargs_t *a, vlm_jv_t *out);
+
+/* the str and dict methods that filters share */
+void vlm_jj_strip(const vlm_jv_t *s, const vlm_jv_t *chars, int left,
+    int right, vlm_jv_t *out);
+vlm_status_t vlm_jj_replace(vlm_jctx_t *ctx, const vlm_jv_t *s,
+    const vlm_jv_t *old, const vlm_jv_t *new, int64_t count, vlm_jv_t *out);
+/* how: 0 upper, 1 lower, 2 title, 3 capitalize */
+vlm_status_t vlm_jj_case(vlm_jctx_t *ctx, const vlm_jv_t *s, int how,
+    vlm_jv_t *out);
+vlm_status_t vlm_jj_join(vlm_jctx_t *ctx, const vlm_jlist_t *l,
+    const vlm_jv_t *sep, const vlm_jv_t *attr, vlm_jv_t *out);
+/* what: 0 items, 1 keys, 2 values */
+vlm_status_t vlm_jj_pairs(vlm_jctx_t *ctx, const vlm_jdict_t *d, int what,
+    vlm_jv_t *out);
+
+
 #endif /* VLM_JINJA_INT_H */
