@@ -626,4 +626,12 @@ vlm_status_t vlm_jj_pairs(vlm_jctx_t *ctx, const vlm_jdict_t *d, int what,
     vlm_jv_t *out);
 
 
+/* vlm_jinja_filters.c: v | name(a), v is name(a) */
+
+vlm_status_t vlm_jj_filter(vlm_jctx_t *ctx, const char *name, size_t len,
+    const vlm_jv_t *v, const vlm_jargs_t *a, vlm_jv_t *out);
+vlm_status_t vlm_jj_test(vlm_jctx_t *ctx, const char *name, size_t len,
+    const vlm_jv_t *v, const vlm_jargs_t *a, int *r);
+
+
 #endif /* VLM_JINJA_INT_H */
