@@ -634,4 +634,12 @@ vlm_status_t vlm_jj_test(vlm_jctx_t *ctx, const char *name, size_t len,
     const vlm_jv_t *v, const vlm_jargs_t *a, int *r);
 
 
+/* vlm_jinja_globals.c */
+
+vlm_status_t vlm_jj_lookup(vlm_jctx_t *ctx, vlm_jframe_t *f, const char *name,
+    size_t len, vlm_jv_t *out);
+vlm_status_t vlm_jj_call_func(vlm_jctx_t *ctx, const vlm_jv_t *f,
+    const vlm_jargs_t *a, vlm_jv_t *out);
+
+
 #endif /* VLM_JINJA_INT_H */
