@@ -642,4 +642,10 @@ vlm_status_t vlm_jj_call_func(vlm_jctx_t *ctx, const vlm_jv_t *f,
     const vlm_jargs_t *a, vlm_jv_t *out);
 
 
+/* vlm_jinja_eval.c: runs body's statements in frame */
+
+vlm_status_t vlm_jj_exec(vlm_jctx_t *ctx, const vlm_jnodes_t *body,
+    vlm_jframe_t *frame);
+
+
 #endif /* VLM_JINJA_INT_H */
