@@ -5,16 +5,25 @@
  * apply_chat_template: trim_blocks and lstrip_blocks on, the loopcontrols
  * extension, tojson as json.dumps(ensure_ascii=False), raise_exception,
  * strftime_now, and the default Undefined.
+ *
+ * This file holds its entry points: a template parsed into an arena of
+ * its own, a render in an arena bounded by its limits, and the spans of
+ * the client's bytes in the output.  The stages, which share the types
+ * of vlm_jinja_int.h:
+ *
+ *   vlm_jinja_lex.c         the text to tokens
+ *   vlm_jinja_parse.c       the statements
+ *   vlm_jinja_parse_expr.c  the expressions
+ *   vlm_jinja_eval.c        the evaluator
+ *   vlm_jinja_value.c       the values: Python's ==, <, strings, taint
+ *   vlm_jinja_output.c      the output, str(), repr(), json.dumps
+ *   vlm_jinja_methods.c     getattr, getitem, the str and dict methods
+ *   vlm_jinja_filters.c     the filters and tests
+ *   vlm_jinja_globals.c     name lookup and the global functions
  */
-
-#define _GNU_SOURCE
 
 #include <stdlib.h>
 #include <string.h>
-#include <stdio.h>
-#include <stdarg.h>
-#include <math.h>
-#include <time.h>
 
 #include "vlm_jinja_int.h"
 

@@ -1,7 +1,8 @@
 /*
  * Inside the Jinja interpreter of vlm_jinja.h: the types its files share
  * (the values, the tokens, the AST, the state of a render) and the
- * functions they call across files.
+ * functions they call across files, under the name of the file that
+ * defines them (vlm_jinja.c lists the files).
  */
 
 #ifndef VLM_JINJA_INT_H
