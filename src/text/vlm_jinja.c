@@ -128,10 +128,10 @@ vlm_jinja_parse(vlm_jinja_t **out, const char *src, size_t len,
     lx.src = s;
     lx.len = n;
 
-    rc = vlm_jj_lex(&lx);
+    rc = vlm_jinja_lex(&lx);
 
     if (rc == VLM_OK) {
-        rc = vlm_jj_body(&lx, &t->body, NULL, &stop);
+        rc = vlm_jinja_body(&lx, &t->body, NULL, &stop);
     }
 
     if (rc != VLM_OK) {
@@ -175,7 +175,7 @@ vlm_jj_vars(vlm_jctx_t *ctx, json_t *obj, unsigned taint, vlm_jdict_t *d)
     }
 
     json_object_foreach(obj, key, item) {
-        rc = vlm_jj_from_json(ctx, item, taint, &v);
+        rc = vlm_jinja_from_json(ctx, item, taint, &v);
         if (rc == VLM_OK) {
             rc = vlm_jj_dict_set_name(ctx, d, key, strlen(key), &v);
         }
@@ -231,7 +231,7 @@ vlm_jinja_render(const vlm_jinja_t *tmpl, json_t *client, json_t *trusted,
 
     root = vlm_jj_ralloc(&ctx, sizeof(vlm_jframe_t));
     if (root == NULL) {
-        return vlm_jj_nomem(&ctx);
+        return vlm_jinja_nomem(&ctx);
     }
 
     memset(root, 0, sizeof(vlm_jframe_t));
@@ -245,7 +245,7 @@ vlm_jinja_render(const vlm_jinja_t *tmpl, json_t *client, json_t *trusted,
     }
 
     if (rc == VLM_OK) {
-        rc = vlm_jj_exec(&ctx, &tmpl->body, root);
+        rc = vlm_jinja_exec(&ctx, &tmpl->body, root);
     }
 
     if (rc != VLM_OK) {
@@ -261,7 +261,7 @@ vlm_jinja_render(const vlm_jinja_t *tmpl, json_t *client, json_t *trusted,
 
     spans = vlm_jj_ralloc(&ctx, n * sizeof(vlm_tok_span_t));
     if (spans == NULL) {
-        return vlm_jj_nomem(&ctx);
+        return vlm_jinja_nomem(&ctx);
     }
 
     n = 0;

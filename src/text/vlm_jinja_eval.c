@@ -36,7 +36,7 @@ vlm_jj_eval_args(vlm_jctx_t *ctx, const vlm_jnode_t *n, vlm_jargs_t *a)
     a->name_lens = n->name_lens;
     a->args = vlm_jj_ralloc(ctx, (a->n + a->n_kw) * sizeof(vlm_jv_t));
     if (a->args == NULL) {
-        return vlm_jj_nomem(ctx);
+        return vlm_jinja_nomem(ctx);
     }
 
     a->kw = a->args + a->n;
@@ -76,12 +76,12 @@ vlm_jj_call_macro(vlm_jctx_t *ctx, const vlm_jv_t *m, const vlm_jargs_t *a,
     def = m->u.macro;
 
     if (++ctx->depth > 32) {
-        return vlm_jj_fail(ctx, "macro calls nested too deep");
+        return vlm_jinja_fail(ctx, "macro calls nested too deep");
     }
 
     frame = vlm_jj_ralloc(ctx, sizeof(vlm_jframe_t));
     if (frame == NULL) {
-        return vlm_jj_nomem(ctx);
+        return vlm_jinja_nomem(ctx);
     }
 
     memset(frame, 0, sizeof(vlm_jframe_t));
@@ -89,9 +89,9 @@ vlm_jj_call_macro(vlm_jctx_t *ctx, const vlm_jv_t *m, const vlm_jargs_t *a,
     frame->parent = (m->id == 1) ? (vlm_jframe_t *) m->mask : ctx->root;
 
     if (a->n > def->n_names) {
-        return vlm_jj_fail(ctx, "macro '%.*s' takes %zu arguments, %zu "
-                           "given", (int) def->name_len, def->name,
-                           def->n_names, a->n);
+        return vlm_jinja_fail(ctx, "macro '%.*s' takes %zu arguments, %zu "
+                              "given", (int) def->name_len, def->name,
+                              def->n_names, a->n);
     }
 
     for (k = 0; k < a->n_kw; k++) {
@@ -104,9 +104,9 @@ vlm_jj_call_macro(vlm_jctx_t *ctx, const vlm_jv_t *m, const vlm_jargs_t *a,
         }
 
         if (i == def->n_names) {
-            return vlm_jj_fail(ctx, "macro '%.*s' has no parameter '%.*s'",
-                               (int) def->name_len, def->name,
-                               (int) a->name_lens[k], a->names[k]);
+            return vlm_jinja_fail(ctx, "macro '%.*s' has no parameter '%.*s'",
+                                  (int) def->name_len, def->name,
+                                  (int) a->name_lens[k], a->names[k]);
         }
     }
 
@@ -159,7 +159,7 @@ vlm_jj_call_macro(vlm_jctx_t *ctx, const vlm_jv_t *m, const vlm_jargs_t *a,
 
     line = ctx->line;
     vlm_jj_capture_begin(ctx, &b, &saved);
-    rc = vlm_jj_exec(ctx, &def->kids, frame);
+    rc = vlm_jinja_exec(ctx, &def->kids, frame);
     vlm_jj_capture_end(ctx, &b, saved, out);
     ctx->flow = 0;
     ctx->line = line;
@@ -193,19 +193,19 @@ vlm_jj_call(vlm_jctx_t *ctx, const vlm_jnode_t *n, const vlm_jv_t *caller,
     case VLM_JV_MACRO:
         return vlm_jj_call_macro(ctx, &f, &a, caller, out);
     case VLM_JV_FUNC:
-        return vlm_jj_call_func(ctx, &f, &a, out);
+        return vlm_jinja_call_func(ctx, &f, &a, out);
     case VLM_JV_METHOD:
-        return vlm_jj_call_method(ctx, f.u.meth, &a, out);
+        return vlm_jinja_call_method(ctx, f.u.meth, &a, out);
     case VLM_JV_UNDEF:
         if (f.u.s != NULL) {
-            return vlm_jj_fail(ctx, "'%.*s' is undefined", (int) f.len,
-                               f.u.s);
+            return vlm_jinja_fail(ctx, "'%.*s' is undefined", (int) f.len,
+                                  f.u.s);
         }
 
-        return vlm_jj_fail(ctx, "an undefined value is not callable");
+        return vlm_jinja_fail(ctx, "an undefined value is not callable");
     default:
-        return vlm_jj_fail(ctx, "'%s' object is not callable",
-                           vlm_jj_type_name(&f));
+        return vlm_jinja_fail(ctx, "'%s' object is not callable",
+                              vlm_jj_type_name(&f));
     }
 }
 
@@ -225,35 +225,35 @@ vlm_jj_arith(vlm_jctx_t *ctx, vlm_jo_t op, const vlm_jv_t *a,
     memset(out, 0, sizeof(vlm_jv_t));
 
     if (op == VLM_JO_CONCAT) {
-        rc = vlm_jj_to_str(ctx, a, &s);
+        rc = vlm_jinja_to_str(ctx, a, &s);
         if (rc == VLM_OK) {
-            rc = vlm_jj_to_str(ctx, b, &t);
+            rc = vlm_jinja_to_str(ctx, b, &t);
         }
 
-        return rc == VLM_OK ? vlm_jj_concat(ctx, &s, &t, out) : rc;
+        return rc == VLM_OK ? vlm_jinja_concat(ctx, &s, &t, out) : rc;
     }
 
     if (a->type == VLM_JV_UNDEF || b->type == VLM_JV_UNDEF) {
         s = a->type == VLM_JV_UNDEF ? *a : *b;
 
         if (s.u.s != NULL) {
-            return vlm_jj_fail(ctx, "'%.*s' is undefined", (int) s.len,
-                               s.u.s);
+            return vlm_jinja_fail(ctx, "'%.*s' is undefined", (int) s.len,
+                                  s.u.s);
         }
 
-        return vlm_jj_fail(ctx, "an undefined value in arithmetic");
+        return vlm_jinja_fail(ctx, "an undefined value in arithmetic");
     }
 
     if (op == VLM_JO_ADD && a->type == VLM_JV_STR && b->type == VLM_JV_STR) {
-        return vlm_jj_concat(ctx, a, b, out);
+        return vlm_jinja_concat(ctx, a, b, out);
     }
 
     if (op == VLM_JO_ADD && a->type == VLM_JV_LIST
         && b->type == VLM_JV_LIST)
     {
-        l = vlm_jj_list_new(ctx, a->u.list->n + b->u.list->n);
+        l = vlm_jinja_list_new(ctx, a->u.list->n + b->u.list->n);
         if (l == NULL) {
-            return vlm_jj_nomem(ctx);
+            return vlm_jinja_nomem(ctx);
         }
 
         memcpy(l->items, a->u.list->items, a->u.list->n * sizeof(vlm_jv_t));
@@ -269,15 +269,15 @@ vlm_jj_arith(vlm_jctx_t *ctx, vlm_jo_t op, const vlm_jv_t *a,
         n = b->u.i > 0 ? (size_t) b->u.i : 0;
 
         if (n * a->len > ctx->lim->max_output) {
-            return vlm_jj_fail(ctx, "a string repeated %zu times is too "
-                               "long", n);
+            return vlm_jinja_fail(ctx, "a string repeated %zu times is too "
+                                  "long", n);
         }
 
         vlm_jj_capture_begin(ctx, &buf, &saved);
         rc = VLM_OK;
 
         for (i = 0; rc == VLM_OK && i < n; i++) {
-            rc = vlm_jj_emit(ctx, a);
+            rc = vlm_jinja_emit(ctx, a);
         }
 
         vlm_jj_capture_end(ctx, &buf, saved, out);
@@ -285,8 +285,8 @@ vlm_jj_arith(vlm_jctx_t *ctx, vlm_jo_t op, const vlm_jv_t *a,
     }
 
     if (!vlm_jj_is_num(a) || !vlm_jj_is_num(b)) {
-        return vlm_jj_fail(ctx, "unsupported operand types: %s and %s",
-                           vlm_jj_type_name(a), vlm_jj_type_name(b));
+        return vlm_jinja_fail(ctx, "unsupported operand types: %s and %s",
+                              vlm_jj_type_name(a), vlm_jj_type_name(b));
     }
 
     if (a->type != VLM_JV_FLOAT && b->type != VLM_JV_FLOAT
@@ -299,27 +299,27 @@ vlm_jj_arith(vlm_jctx_t *ctx, vlm_jo_t op, const vlm_jv_t *a,
         switch (op) {
         case VLM_JO_ADD:
             if (__builtin_add_overflow(x, y, &r)) {
-                return vlm_jj_fail(ctx, "integer overflow");
+                return vlm_jinja_fail(ctx, "integer overflow");
             }
             break;
         case VLM_JO_SUB:
             if (__builtin_sub_overflow(x, y, &r)) {
-                return vlm_jj_fail(ctx, "integer overflow");
+                return vlm_jinja_fail(ctx, "integer overflow");
             }
             break;
         case VLM_JO_MUL:
             if (__builtin_mul_overflow(x, y, &r)) {
-                return vlm_jj_fail(ctx, "integer overflow");
+                return vlm_jinja_fail(ctx, "integer overflow");
             }
             break;
         default:
             if (y == 0) {
-                return vlm_jj_fail(ctx, "integer division or modulo by "
-                                   "zero");
+                return vlm_jinja_fail(ctx, "integer division or modulo by "
+                                      "zero");
             }
 
             if (x == INT64_MIN && y == -1) {
-                return vlm_jj_fail(ctx, "integer overflow");
+                return vlm_jinja_fail(ctx, "integer overflow");
             }
 
             r = x / y;
@@ -358,7 +358,7 @@ vlm_jj_arith(vlm_jctx_t *ctx, vlm_jo_t op, const vlm_jv_t *a,
         break;
     default:
         if (g == 0.0) {
-            return vlm_jj_fail(ctx, "float division by zero");
+            return vlm_jinja_fail(ctx, "float division by zero");
         }
 
         if (op == VLM_JO_DIV) {
@@ -388,8 +388,8 @@ vlm_jj_contains(vlm_jctx_t *ctx, const vlm_jv_t *item, const vlm_jv_t *c,
     switch (c->type) {
     case VLM_JV_STR:
         if (item->type != VLM_JV_STR) {
-            return vlm_jj_fail(ctx, "'in <string>' requires a string on "
-                               "the left, not %s", vlm_jj_type_name(item));
+            return vlm_jinja_fail(ctx, "'in <string>' requires a string on "
+                                  "the left, not %s", vlm_jj_type_name(item));
         }
 
         *r = memmem(c->u.s, c->len, item->u.s, item->len) != NULL;
@@ -397,22 +397,22 @@ vlm_jj_contains(vlm_jctx_t *ctx, const vlm_jv_t *item, const vlm_jv_t *c,
 
     case VLM_JV_LIST:
         for (i = 0; !*r && i < c->u.list->n; i++) {
-            *r = vlm_jj_eq(item, &c->u.list->items[i]);
+            *r = vlm_jinja_eq(item, &c->u.list->items[i]);
         }
 
         return VLM_OK;
 
     case VLM_JV_DICT:
     case VLM_JV_NS:
-        *r = vlm_jj_dict_get(c->u.dict, item) != NULL;
+        *r = vlm_jinja_dict_get(c->u.dict, item) != NULL;
         return VLM_OK;
 
     case VLM_JV_UNDEF:
         return VLM_OK;
 
     default:
-        return vlm_jj_fail(ctx, "argument of type '%s' is not iterable",
-                           vlm_jj_type_name(c));
+        return vlm_jinja_fail(ctx, "argument of type '%s' is not iterable",
+                              vlm_jj_type_name(c));
     }
 }
 
@@ -442,14 +442,14 @@ vlm_jj_eval(vlm_jctx_t *ctx, const vlm_jnode_t *n, vlm_jv_t *v)
         return VLM_OK;
 
     case VLM_JN_NAME:
-        return vlm_jj_lookup(ctx, ctx->frame, n->name,
-                             n->name_len, v);
+        return vlm_jinja_lookup(ctx, ctx->frame, n->name,
+                                n->name_len, v);
 
     case VLM_JN_ATTR:
         rc = vlm_jj_eval(ctx, n->a, &a);
         ctx->line = n->line;
-        return rc == VLM_OK ? vlm_jj_getattr(ctx, &a, n->name, n->name_len,
-                                             v)
+        return rc == VLM_OK ? vlm_jinja_getattr(ctx, &a, n->name, n->name_len,
+                                                v)
                             : rc;
 
     case VLM_JN_ITEM:
@@ -459,7 +459,7 @@ vlm_jj_eval(vlm_jctx_t *ctx, const vlm_jnode_t *n, vlm_jv_t *v)
         }
 
         ctx->line = n->line;
-        return rc == VLM_OK ? vlm_jj_getitem(ctx, &a, &b, v) : rc;
+        return rc == VLM_OK ? vlm_jinja_getitem(ctx, &a, &b, v) : rc;
 
     case VLM_JN_SLICE:
         rc = vlm_jj_eval(ctx, n->a, &a);
@@ -478,8 +478,8 @@ vlm_jj_eval(vlm_jctx_t *ctx, const vlm_jnode_t *n, vlm_jv_t *v)
             }
 
             ctx->line = n->line;
-            return rc == VLM_OK ? vlm_jj_slice(ctx, &a, &parts[0],
-                                               &parts[1], &parts[2], v)
+            return rc == VLM_OK ? vlm_jinja_slice(ctx, &a, &parts[0],
+                                                  &parts[1], &parts[2], v)
                                 : rc;
         }
 
@@ -500,10 +500,10 @@ vlm_jj_eval(vlm_jctx_t *ctx, const vlm_jnode_t *n, vlm_jv_t *v)
         ctx->line = n->line;
 
         if (n->kind == VLM_JN_FILTER) {
-            return vlm_jj_filter(ctx, n->name, n->name_len, &a, &args, v);
+            return vlm_jinja_filter(ctx, n->name, n->name_len, &a, &args, v);
         }
 
-        rc = vlm_jj_test(ctx, n->name, n->name_len, &a, &args, &r);
+        rc = vlm_jinja_test(ctx, n->name, n->name_len, &a, &args, &r);
         vlm_jj_set_bool(v, r != n->neg);
         return rc;
 
@@ -515,9 +515,9 @@ vlm_jj_eval(vlm_jctx_t *ctx, const vlm_jnode_t *n, vlm_jv_t *v)
         }
 
         if (!vlm_jj_is_num(&a)) {
-            return vlm_jj_fail(ctx, "bad operand type for unary %c: %s",
-                               n->kind == VLM_JN_NEG ? '-' : '+',
-                               vlm_jj_type_name(&a));
+            return vlm_jinja_fail(ctx, "bad operand type for unary %c: %s",
+                                  n->kind == VLM_JN_NEG ? '-' : '+',
+                                  vlm_jj_type_name(&a));
         }
 
         *v = a;
@@ -530,7 +530,7 @@ vlm_jj_eval(vlm_jctx_t *ctx, const vlm_jnode_t *n, vlm_jv_t *v)
             if (a.type == VLM_JV_FLOAT) {
                 v->u.f = -a.u.f;
             } else if (a.u.i == INT64_MIN) {
-                return vlm_jj_fail(ctx, "integer overflow");
+                return vlm_jinja_fail(ctx, "integer overflow");
             } else {
                 v->u.i = -a.u.i;
             }
@@ -590,10 +590,10 @@ vlm_jj_eval(vlm_jctx_t *ctx, const vlm_jnode_t *n, vlm_jv_t *v)
 
             switch (n->ops[i]) {
             case VLM_JO_EQ:
-                r = vlm_jj_eq(&a, &b);
+                r = vlm_jinja_eq(&a, &b);
                 break;
             case VLM_JO_NE:
-                r = !vlm_jj_eq(&a, &b);
+                r = !vlm_jinja_eq(&a, &b);
                 break;
             case VLM_JO_IN:
             case VLM_JO_NOTIN:
@@ -601,7 +601,7 @@ vlm_jj_eval(vlm_jctx_t *ctx, const vlm_jnode_t *n, vlm_jv_t *v)
                 r = (n->ops[i] == VLM_JO_IN) ? r : !r;
                 break;
             default:
-                rc = vlm_jj_order(ctx, &a, &b, &r);
+                rc = vlm_jinja_order(ctx, &a, &b, &r);
                 r = (n->ops[i] == VLM_JO_LT) ? r < 0
                     : (n->ops[i] == VLM_JO_LE) ? r <= 0
                     : (n->ops[i] == VLM_JO_GT) ? r > 0 : r >= 0;
@@ -624,9 +624,9 @@ vlm_jj_eval(vlm_jctx_t *ctx, const vlm_jnode_t *n, vlm_jv_t *v)
 
     case VLM_JN_LIST:
         v->type = VLM_JV_LIST;
-        v->u.list = vlm_jj_list_new(ctx, n->kids.n);
+        v->u.list = vlm_jinja_list_new(ctx, n->kids.n);
         if (v->u.list == NULL) {
-            return vlm_jj_nomem(ctx);
+            return vlm_jinja_nomem(ctx);
         }
 
         for (i = 0; i < n->kids.n; i++) {
@@ -643,7 +643,7 @@ vlm_jj_eval(vlm_jctx_t *ctx, const vlm_jnode_t *n, vlm_jv_t *v)
         v->type = VLM_JV_DICT;
         v->u.dict = vlm_jj_ralloc(ctx, sizeof(vlm_jdict_t));
         if (v->u.dict == NULL) {
-            return vlm_jj_nomem(ctx);
+            return vlm_jinja_nomem(ctx);
         }
 
         memset(v->u.dict, 0, sizeof(vlm_jdict_t));
@@ -655,7 +655,7 @@ vlm_jj_eval(vlm_jctx_t *ctx, const vlm_jnode_t *n, vlm_jv_t *v)
             }
 
             if (rc == VLM_OK) {
-                rc = vlm_jj_dict_set(ctx, v->u.dict, &a, &b);
+                rc = vlm_jinja_dict_set(ctx, v->u.dict, &a, &b);
             }
 
             if (rc != VLM_OK) {
@@ -666,7 +666,7 @@ vlm_jj_eval(vlm_jctx_t *ctx, const vlm_jnode_t *n, vlm_jv_t *v)
         return VLM_OK;
     }
 
-    return vlm_jj_fail(ctx, "a statement where an expression belongs");
+    return vlm_jinja_fail(ctx, "a statement where an expression belongs");
 }
 
 
@@ -687,7 +687,7 @@ vlm_jj_exec_for(vlm_jctx_t *ctx, const vlm_jnode_t *n)
 
     ctx->line = n->line;
 
-    rc = vlm_jj_iterable(ctx, &it, &src);
+    rc = vlm_jinja_iterable(ctx, &it, &src);
     if (rc != VLM_OK) {
         return rc;
     }
@@ -695,7 +695,7 @@ vlm_jj_exec_for(vlm_jctx_t *ctx, const vlm_jnode_t *n)
     frame = vlm_jj_ralloc(ctx, sizeof(vlm_jframe_t));
     lp = vlm_jj_ralloc(ctx, sizeof(vlm_jloop_t));
     if (frame == NULL || lp == NULL) {
-        return vlm_jj_nomem(ctx);
+        return vlm_jinja_nomem(ctx);
     }
 
     memset(frame, 0, sizeof(vlm_jframe_t));
@@ -704,9 +704,9 @@ vlm_jj_exec_for(vlm_jctx_t *ctx, const vlm_jnode_t *n)
 
     if (n->b != NULL) {
         /* {% for x in xs if cond %}: loop.* counts what passes */
-        seq = vlm_jj_list_new(ctx, src->n);
+        seq = vlm_jinja_list_new(ctx, src->n);
         if (seq == NULL) {
-            return vlm_jj_nomem(ctx);
+            return vlm_jinja_nomem(ctx);
         }
 
         ctx->frame = frame;
@@ -737,7 +737,7 @@ vlm_jj_exec_for(vlm_jctx_t *ctx, const vlm_jnode_t *n)
     lv.u.loop = lp;
 
     if (seq->n == 0) {
-        return vlm_jj_exec(ctx, &n->kids2, ctx->frame);
+        return vlm_jinja_exec(ctx, &n->kids2, ctx->frame);
     }
 
     for (i = 0; i < seq->n; i++) {
@@ -756,9 +756,9 @@ vlm_jj_exec_for(vlm_jctx_t *ctx, const vlm_jnode_t *n)
 
         } else {
             if (item.type != VLM_JV_LIST || item.u.list->n != n->n_names) {
-                return vlm_jj_fail(ctx, "cannot unpack %s into %zu loop "
-                                   "variables", vlm_jj_type_name(&item),
-                                   n->n_names);
+                return vlm_jinja_fail(ctx, "cannot unpack %s into %zu loop "
+                                      "variables", vlm_jj_type_name(&item),
+                                      n->n_names);
             }
 
             rc = VLM_OK;
@@ -775,7 +775,7 @@ vlm_jj_exec_for(vlm_jctx_t *ctx, const vlm_jnode_t *n)
         }
 
         if (rc == VLM_OK) {
-            rc = vlm_jj_exec(ctx, &n->kids, frame);
+            rc = vlm_jinja_exec(ctx, &n->kids, frame);
         }
 
         if (rc != VLM_OK) {
@@ -803,7 +803,7 @@ vlm_jj_exec_set(vlm_jctx_t *ctx, const vlm_jnode_t *n)
 
     if (n->kind == VLM_JN_SET_BLOCK) {
         vlm_jj_capture_begin(ctx, &b, &saved);
-        rc = vlm_jj_exec(ctx, &n->kids, ctx->frame);
+        rc = vlm_jinja_exec(ctx, &n->kids, ctx->frame);
         vlm_jj_capture_end(ctx, &b, saved, &v);
 
     } else {
@@ -821,14 +821,14 @@ vlm_jj_exec_set(vlm_jctx_t *ctx, const vlm_jnode_t *n)
                                     n->name_len, &v);
     }
 
-    rc = vlm_jj_lookup(ctx, ctx->frame, n->name, n->name_len, &ns);
+    rc = vlm_jinja_lookup(ctx, ctx->frame, n->name, n->name_len, &ns);
     if (rc != VLM_OK) {
         return rc;
     }
 
     if (ns.type != VLM_JV_NS) {
-        return vlm_jj_fail(ctx, "cannot assign attribute on non-namespace "
-                           "object '%.*s'", (int) n->name_len, n->name);
+        return vlm_jinja_fail(ctx, "cannot assign attribute on non-namespace "
+                              "object '%.*s'", (int) n->name_len, n->name);
     }
 
     return vlm_jj_dict_set_name(ctx, ns.u.dict, n->attr, n->attr_len, &v);
@@ -836,7 +836,7 @@ vlm_jj_exec_set(vlm_jctx_t *ctx, const vlm_jnode_t *n)
 
 
 vlm_status_t
-vlm_jj_exec(vlm_jctx_t *ctx, const vlm_jnodes_t *body, vlm_jframe_t *frame)
+vlm_jinja_exec(vlm_jctx_t *ctx, const vlm_jnodes_t *body, vlm_jframe_t *frame)
 {
     size_t              i;
     vlm_jv_t            v, s;
@@ -862,17 +862,17 @@ vlm_jj_exec(vlm_jctx_t *ctx, const vlm_jnodes_t *body, vlm_jframe_t *frame)
         switch (n->kind) {
 
         case VLM_JN_DATA:
-            rc = vlm_jj_emit(ctx, &n->lit);
+            rc = vlm_jinja_emit(ctx, &n->lit);
             break;
 
         case VLM_JN_OUTPUT:
             rc = vlm_jj_eval(ctx, n->a, &v);
             if (rc == VLM_OK) {
-                rc = vlm_jj_to_str(ctx, &v, &s);
+                rc = vlm_jinja_to_str(ctx, &v, &s);
             }
 
             if (rc == VLM_OK) {
-                rc = vlm_jj_emit(ctx, &s);
+                rc = vlm_jinja_emit(ctx, &s);
             }
 
             break;
@@ -880,7 +880,7 @@ vlm_jj_exec(vlm_jctx_t *ctx, const vlm_jnodes_t *body, vlm_jframe_t *frame)
         case VLM_JN_IF:
             rc = vlm_jj_eval(ctx, n->a, &v);
             if (rc == VLM_OK) {
-                rc = vlm_jj_exec(ctx, vlm_jj_truthy(&v) ? &n->kids
+                rc = vlm_jinja_exec(ctx, vlm_jj_truthy(&v) ? &n->kids
                                                         : &n->kids2, frame);
             }
 
@@ -912,7 +912,7 @@ vlm_jj_exec(vlm_jctx_t *ctx, const vlm_jnodes_t *body, vlm_jframe_t *frame)
             v.mask = (const uint8_t *) frame;
             rc = vlm_jj_call(ctx, n->a, &v, &s);
             if (rc == VLM_OK) {
-                rc = vlm_jj_emit(ctx, &s);
+                rc = vlm_jinja_emit(ctx, &s);
             }
 
             break;
@@ -926,12 +926,12 @@ vlm_jj_exec(vlm_jctx_t *ctx, const vlm_jnodes_t *body, vlm_jframe_t *frame)
             break;
 
         case VLM_JN_BLOCK:
-            rc = vlm_jj_exec(ctx, &n->kids, frame);
+            rc = vlm_jinja_exec(ctx, &n->kids, frame);
             break;
 
         default:
-            rc = vlm_jj_fail(ctx, "an expression where a statement "
-                             "belongs");
+            rc = vlm_jinja_fail(ctx, "an expression where a statement "
+                                "belongs");
         }
     }
 

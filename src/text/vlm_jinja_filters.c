@@ -25,10 +25,10 @@ vlm_jj_attr_path(vlm_jctx_t *ctx, const vlm_jv_t *item, const vlm_jv_t *path,
     vlm_status_t  rc;
 
     if (path->type == VLM_JV_INT) {
-        return vlm_jj_getitem(ctx, item, path, out);
+        return vlm_jinja_getitem(ctx, item, path, out);
     }
 
-    rc = vlm_jj_need_str(ctx, path, "attribute");
+    rc = vlm_jinja_need_str(ctx, path, "attribute");
     if (rc != VLM_OK) {
         return rc;
     }
@@ -47,7 +47,7 @@ vlm_jj_attr_path(vlm_jctx_t *ctx, const vlm_jv_t *item, const vlm_jv_t *path,
             break;
         }
 
-        rc = vlm_jj_getitem(ctx, &cur, &key, &next);
+        rc = vlm_jinja_getitem(ctx, &cur, &key, &next);
         if (rc != VLM_OK) {
             return rc;
         }
@@ -75,7 +75,7 @@ vlm_jj_select(vlm_jctx_t *ctx, const vlm_jv_t *v, const vlm_jargs_t *a,
     vlm_status_t     rc;
     const vlm_jv_t  *test;
 
-    rc = vlm_jj_iterable(ctx, v, &src);
+    rc = vlm_jinja_iterable(ctx, v, &src);
     if (rc != VLM_OK) {
         return rc;
     }
@@ -83,22 +83,22 @@ vlm_jj_select(vlm_jctx_t *ctx, const vlm_jv_t *v, const vlm_jargs_t *a,
     first = by_attr ? 1 : 0;
 
     if (by_attr && a->n < 1) {
-        return vlm_jj_fail(ctx, "selectattr: an attribute is needed");
+        return vlm_jinja_fail(ctx, "selectattr: an attribute is needed");
     }
 
     test = a->n > first ? &a->args[first] : NULL;
 
     if (test != NULL && test->type != VLM_JV_STR) {
-        return vlm_jj_fail(ctx, "select: the test is not a name");
+        return vlm_jinja_fail(ctx, "select: the test is not a name");
     }
 
     memset(&ta, 0, sizeof(vlm_jargs_t));
     ta.args = a->args + first + 1;
     ta.n = a->n > first + 1 ? a->n - first - 1 : 0;
 
-    l = vlm_jj_list_new(ctx, src->n);
+    l = vlm_jinja_list_new(ctx, src->n);
     if (l == NULL) {
-        return vlm_jj_nomem(ctx);
+        return vlm_jinja_nomem(ctx);
     }
 
     for (i = 0; i < src->n; i++) {
@@ -114,7 +114,7 @@ vlm_jj_select(vlm_jctx_t *ctx, const vlm_jv_t *v, const vlm_jargs_t *a,
         if (test == NULL) {
             r = vlm_jj_truthy(&x);
         } else {
-            rc = vlm_jj_test(ctx, test->u.s, test->len, &x, &ta, &r);
+            rc = vlm_jinja_test(ctx, test->u.s, test->len, &x, &ta, &r);
             if (rc != VLM_OK) {
                 return rc;
             }
@@ -144,17 +144,17 @@ vlm_jj_map(vlm_jctx_t *ctx, const vlm_jv_t *v, const vlm_jargs_t *a,
     vlm_status_t     rc;
     const vlm_jv_t  *attr, *dflt;
 
-    rc = vlm_jj_iterable(ctx, v, &src);
+    rc = vlm_jinja_iterable(ctx, v, &src);
     if (rc != VLM_OK) {
         return rc;
     }
 
-    attr = vlm_jj_arg(a, (size_t) -1, "attribute");
-    dflt = vlm_jj_arg(a, (size_t) -1, "default");
+    attr = vlm_jinja_arg(a, (size_t) -1, "attribute");
+    dflt = vlm_jinja_arg(a, (size_t) -1, "default");
 
     if (attr == NULL && (a->n < 1 || a->args[0].type != VLM_JV_STR)) {
-        return vlm_jj_fail(ctx, "map: a filter name or attribute= is "
-                           "needed");
+        return vlm_jinja_fail(ctx, "map: a filter name or attribute= is "
+                              "needed");
     }
 
     memset(&fa, 0, sizeof(vlm_jargs_t));
@@ -163,9 +163,9 @@ vlm_jj_map(vlm_jctx_t *ctx, const vlm_jv_t *v, const vlm_jargs_t *a,
         fa.n = a->n - 1;
     }
 
-    l = vlm_jj_list_new(ctx, src->n);
+    l = vlm_jinja_list_new(ctx, src->n);
     if (l == NULL) {
-        return vlm_jj_nomem(ctx);
+        return vlm_jinja_nomem(ctx);
     }
 
     for (i = 0; i < src->n; i++) {
@@ -176,8 +176,8 @@ vlm_jj_map(vlm_jctx_t *ctx, const vlm_jv_t *v, const vlm_jargs_t *a,
             }
 
         } else {
-            rc = vlm_jj_filter(ctx, a->args[0].u.s, a->args[0].len,
-                               &src->items[i], &fa, &x);
+            rc = vlm_jinja_filter(ctx, a->args[0].u.s, a->args[0].len,
+                                  &src->items[i], &fa, &x);
         }
 
         if (rc != VLM_OK) {
@@ -202,10 +202,10 @@ vlm_jj_tojson(vlm_jctx_t *ctx, const vlm_jv_t *v, const vlm_jargs_t *a,
     vlm_jjson_t      o;
     const vlm_jv_t  *indent, *seps, *sort, *ascii;
 
-    indent = vlm_jj_arg(a, 0, "indent");
-    ascii = vlm_jj_arg(a, (size_t) -1, "ensure_ascii");
-    seps = vlm_jj_arg(a, (size_t) -1, "separators");
-    sort = vlm_jj_arg(a, (size_t) -1, "sort_keys");
+    indent = vlm_jinja_arg(a, 0, "indent");
+    ascii = vlm_jinja_arg(a, (size_t) -1, "ensure_ascii");
+    seps = vlm_jinja_arg(a, (size_t) -1, "separators");
+    sort = vlm_jinja_arg(a, (size_t) -1, "sort_keys");
 
     o.indent = (indent && indent->type == VLM_JV_INT) ? indent->u.i : -1;
     o.item_sep = o.indent >= 0 ? "," : ", ";
@@ -216,8 +216,8 @@ vlm_jj_tojson(vlm_jctx_t *ctx, const vlm_jv_t *v, const vlm_jargs_t *a,
     o.ascii = ascii ? vlm_jj_truthy(ascii) : 0;
 
     if (o.indent > 64) {
-        return vlm_jj_fail(ctx, "tojson: indent %lld is too large",
-                           (long long) o.indent);
+        return vlm_jinja_fail(ctx, "tojson: indent %lld is too large",
+                              (long long) o.indent);
     }
 
     if (seps != NULL && seps->type == VLM_JV_LIST) {
@@ -225,8 +225,8 @@ vlm_jj_tojson(vlm_jctx_t *ctx, const vlm_jv_t *v, const vlm_jargs_t *a,
             || seps->u.list->items[0].type != VLM_JV_STR
             || seps->u.list->items[1].type != VLM_JV_STR)
         {
-            return vlm_jj_fail(ctx, "tojson: separators must be two "
-                               "strings");
+            return vlm_jinja_fail(ctx, "tojson: separators must be two "
+                                  "strings");
         }
 
         o.item_sep = seps->u.list->items[0].u.s;
@@ -235,7 +235,7 @@ vlm_jj_tojson(vlm_jctx_t *ctx, const vlm_jv_t *v, const vlm_jargs_t *a,
         o.key_sep_len = seps->u.list->items[1].len;
     }
 
-    return vlm_jj_to_json(ctx, v, &o, out);
+    return vlm_jinja_to_json(ctx, v, &o, out);
 }
 
 
@@ -252,11 +252,11 @@ vlm_jj_indent(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jargs_t *a,
 
     static const char  spaces[] = "                                ";
 
-    w = vlm_jj_arg(a, 0, "width");
-    first = vlm_jj_arg(a, 1, "first")
-            ? vlm_jj_truthy(vlm_jj_arg(a, 1, "first")) : 0;
-    blank = vlm_jj_arg(a, 2, "blank")
-            ? vlm_jj_truthy(vlm_jj_arg(a, 2, "blank")) : 0;
+    w = vlm_jinja_arg(a, 0, "width");
+    first = vlm_jinja_arg(a, 1, "first")
+            ? vlm_jj_truthy(vlm_jinja_arg(a, 1, "first")) : 0;
+    blank = vlm_jinja_arg(a, 2, "blank")
+            ? vlm_jj_truthy(vlm_jinja_arg(a, 2, "blank")) : 0;
 
     if (w == NULL) {
         vlm_jj_set_str(&pad, spaces, 4, VLM_JT_NONE);
@@ -265,7 +265,7 @@ vlm_jj_indent(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jargs_t *a,
     } else if (w->type == VLM_JV_STR) {
         pad = *w;
     } else {
-        return vlm_jj_fail(ctx, "indent: a bad width");
+        return vlm_jinja_fail(ctx, "indent: a bad width");
     }
 
     vlm_jj_capture_begin(ctx, &b, &saved);
@@ -279,13 +279,13 @@ vlm_jj_indent(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jargs_t *a,
         }
 
         if ((line > 0 || first) && (blank || i > start)) {
-            rc = vlm_jj_emit(ctx, &pad);
+            rc = vlm_jinja_emit(ctx, &pad);
         }
 
-        vlm_jj_substr(s, start, i - start + (i < s->len), &part);
+        vlm_jinja_substr(s, start, i - start + (i < s->len), &part);
 
         if (rc == VLM_OK) {
-            rc = vlm_jj_emit(ctx, &part);
+            rc = vlm_jinja_emit(ctx, &part);
         }
 
         start = i + 1;
@@ -299,7 +299,7 @@ vlm_jj_indent(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jargs_t *a,
 
 
 vlm_status_t
-vlm_jj_filter(vlm_jctx_t *ctx, const char *name, size_t len,
+vlm_jinja_filter(vlm_jctx_t *ctx, const char *name, size_t len,
     const vlm_jv_t *v, const vlm_jargs_t *a, vlm_jv_t *out)
 {
     int              r;
@@ -310,7 +310,7 @@ vlm_jj_filter(vlm_jctx_t *ctx, const char *name, size_t len,
     const vlm_jv_t  *x, *y;
 
     memset(out, 0, sizeof(vlm_jv_t));
-    x = vlm_jj_arg(a, 0, NULL);
+    x = vlm_jinja_arg(a, 0, NULL);
 
 #define VLM_JJ_IS(f)  (len == sizeof(f) - 1 && memcmp(name, f, len) == 0)
 
@@ -319,20 +319,20 @@ vlm_jj_filter(vlm_jctx_t *ctx, const char *name, size_t len,
     }
 
     if (VLM_JJ_IS("safe") || VLM_JJ_IS("string")) {
-        return vlm_jj_to_str(ctx, v, out);
+        return vlm_jinja_to_str(ctx, v, out);
     }
 
     if (VLM_JJ_IS("trim") || VLM_JJ_IS("upper") || VLM_JJ_IS("lower")
         || VLM_JJ_IS("capitalize") || VLM_JJ_IS("title")
         || VLM_JJ_IS("replace") || VLM_JJ_IS("indent"))
     {
-        rc = vlm_jj_to_str(ctx, v, &s);
+        rc = vlm_jinja_to_str(ctx, v, &s);
         if (rc != VLM_OK) {
             return rc;
         }
 
         if (VLM_JJ_IS("trim")) {
-            vlm_jj_strip(&s, x, 1, 1, out);
+            vlm_jinja_strip(&s, x, 1, 1, out);
             return VLM_OK;
         }
 
@@ -341,15 +341,15 @@ vlm_jj_filter(vlm_jctx_t *ctx, const char *name, size_t len,
         }
 
         if (VLM_JJ_IS("replace")) {
-            y = vlm_jj_arg(a, 1, NULL);
+            y = vlm_jinja_arg(a, 1, NULL);
 
             if (x == NULL || y == NULL
-                || vlm_jj_to_str(ctx, x, &t) != VLM_OK)
+                || vlm_jinja_to_str(ctx, x, &t) != VLM_OK)
             {
-                return vlm_jj_fail(ctx, "replace: two strings are needed");
+                return vlm_jinja_fail(ctx, "replace: two strings are needed");
             }
 
-            rc = vlm_jj_to_str(ctx, y, &s);
+            rc = vlm_jinja_to_str(ctx, y, &s);
             if (rc != VLM_OK) {
                 return rc;
             }
@@ -357,20 +357,20 @@ vlm_jj_filter(vlm_jctx_t *ctx, const char *name, size_t len,
             {
                 vlm_jv_t  src_str;
 
-                rc = vlm_jj_to_str(ctx, v, &src_str);
+                rc = vlm_jinja_to_str(ctx, v, &src_str);
                 if (rc != VLM_OK) {
                     return rc;
                 }
 
-                x = vlm_jj_arg(a, 2, "count");
+                x = vlm_jinja_arg(a, 2, "count");
 
-                return vlm_jj_replace(ctx, &src_str, &t, &s,
-                                      x && x->type == VLM_JV_INT
-                                      ? x->u.i : -1, out);
+                return vlm_jinja_replace(ctx, &src_str, &t, &s,
+                                         x && x->type == VLM_JV_INT
+                                         ? x->u.i : -1, out);
             }
         }
 
-        return vlm_jj_case(ctx, &s, VLM_JJ_IS("upper") ? 0
+        return vlm_jinja_case(ctx, &s, VLM_JJ_IS("upper") ? 0
                                     : VLM_JJ_IS("lower") ? 1
                                     : VLM_JJ_IS("title") ? 2 : 3, out);
     }
@@ -391,13 +391,13 @@ vlm_jj_filter(vlm_jctx_t *ctx, const char *name, size_t len,
             vlm_jj_set_int(out, 0);
             return VLM_OK;
         default:
-            return vlm_jj_fail(ctx, "object of type '%s' has no len()",
-                               vlm_jj_type_name(v));
+            return vlm_jinja_fail(ctx, "object of type '%s' has no len()",
+                                  vlm_jj_type_name(v));
         }
     }
 
     if (VLM_JJ_IS("default") || VLM_JJ_IS("d")) {
-        y = vlm_jj_arg(a, 1, "boolean");
+        y = vlm_jinja_arg(a, 1, "boolean");
 
         if (v->type == VLM_JV_UNDEF
             || (y != NULL && vlm_jj_truthy(y) && !vlm_jj_truthy(v)))
@@ -430,37 +430,37 @@ vlm_jj_filter(vlm_jctx_t *ctx, const char *name, size_t len,
     if (VLM_JJ_IS("items")) {
         if (v->type == VLM_JV_UNDEF) {
             out->type = VLM_JV_LIST;
-            out->u.list = vlm_jj_list_new(ctx, 0);
-            return out->u.list ? VLM_OK : vlm_jj_nomem(ctx);
+            out->u.list = vlm_jinja_list_new(ctx, 0);
+            return out->u.list ? VLM_OK : vlm_jinja_nomem(ctx);
         }
 
         if (v->type != VLM_JV_DICT && v->type != VLM_JV_NS) {
-            return vlm_jj_fail(ctx, "items: expected a mapping, not %s",
-                               vlm_jj_type_name(v));
+            return vlm_jinja_fail(ctx, "items: expected a mapping, not %s",
+                                  vlm_jj_type_name(v));
         }
 
-        return vlm_jj_pairs(ctx, v->u.dict, 0, out);
+        return vlm_jinja_pairs(ctx, v->u.dict, 0, out);
     }
 
     if (VLM_JJ_IS("join")) {
-        rc = vlm_jj_iterable(ctx, v, &src);
+        rc = vlm_jinja_iterable(ctx, v, &src);
         if (rc != VLM_OK) {
             return rc;
         }
 
-        if (x != NULL && (rc = vlm_jj_to_str(ctx, x, &s)) != VLM_OK) {
+        if (x != NULL && (rc = vlm_jinja_to_str(ctx, x, &s)) != VLM_OK) {
             return rc;
         }
 
-        return vlm_jj_join(ctx, src, x ? &s : NULL,
-                           vlm_jj_arg(a, 1, "attribute"), out);
+        return vlm_jinja_join(ctx, src, x ? &s : NULL,
+                              vlm_jinja_arg(a, 1, "attribute"), out);
     }
 
     if (VLM_JJ_IS("list") || VLM_JJ_IS("first") || VLM_JJ_IS("last")
         || VLM_JJ_IS("reverse") || VLM_JJ_IS("unique") || VLM_JJ_IS("sort")
         || VLM_JJ_IS("sum") || VLM_JJ_IS("min") || VLM_JJ_IS("max"))
     {
-        rc = vlm_jj_iterable(ctx, v, &src);
+        rc = vlm_jinja_iterable(ctx, v, &src);
         if (rc != VLM_OK) {
             return rc;
         }
@@ -479,7 +479,7 @@ vlm_jj_filter(vlm_jctx_t *ctx, const char *name, size_t len,
             memset(&none, 0, sizeof(vlm_jv_t));
             vlm_jj_set_int(&step, -1);
 
-            return vlm_jj_slice(ctx, v, &none, &none, &step, out);
+            return vlm_jinja_slice(ctx, v, &none, &none, &step, out);
         }
 
         if (VLM_JJ_IS("sum")) {
@@ -487,7 +487,7 @@ vlm_jj_filter(vlm_jctx_t *ctx, const char *name, size_t len,
 
             for (i = 0; i < src->n; i++) {
                 if (!vlm_jj_is_num(&src->items[i])) {
-                    return vlm_jj_fail(ctx, "sum: not a number");
+                    return vlm_jinja_fail(ctx, "sum: not a number");
                 }
 
                 if (out->type == VLM_JV_INT
@@ -503,9 +503,9 @@ vlm_jj_filter(vlm_jctx_t *ctx, const char *name, size_t len,
             return VLM_OK;
         }
 
-        l = vlm_jj_list_new(ctx, src->n);
+        l = vlm_jinja_list_new(ctx, src->n);
         if (l == NULL) {
-            return vlm_jj_nomem(ctx);
+            return vlm_jinja_nomem(ctx);
         }
 
         n = src->n;
@@ -513,7 +513,7 @@ vlm_jj_filter(vlm_jctx_t *ctx, const char *name, size_t len,
         for (i = 0; i < n; i++) {
             if (VLM_JJ_IS("unique")) {
                 for (j = 0; j < l->n; j++) {
-                    if (vlm_jj_eq(&l->items[j], &src->items[i])) {
+                    if (vlm_jinja_eq(&l->items[j], &src->items[i])) {
                         break;
                     }
                 }
@@ -528,8 +528,8 @@ vlm_jj_filter(vlm_jctx_t *ctx, const char *name, size_t len,
         }
 
         if (VLM_JJ_IS("sort") || VLM_JJ_IS("min") || VLM_JJ_IS("max")) {
-            y = vlm_jj_arg(a, (size_t) -1, "attribute");
-            x = vlm_jj_arg(a, 0, "reverse");
+            y = vlm_jinja_arg(a, (size_t) -1, "attribute");
+            x = vlm_jinja_arg(a, 0, "reverse");
 
             for (i = 1; i < l->n; i++) {
                 for (j = i; j > 0; j--) {
@@ -544,7 +544,7 @@ vlm_jj_filter(vlm_jctx_t *ctx, const char *name, size_t len,
                         return VLM_ERR_INVALID;
                     }
 
-                    rc = vlm_jj_order(ctx, &p, &q, &r);
+                    rc = vlm_jinja_order(ctx, &p, &q, &r);
                     if (rc != VLM_OK) {
                         return rc;
                     }
@@ -578,7 +578,7 @@ vlm_jj_filter(vlm_jctx_t *ctx, const char *name, size_t len,
     if (VLM_JJ_IS("int") || VLM_JJ_IS("float") || VLM_JJ_IS("abs")) {
         if (VLM_JJ_IS("abs")) {
             if (!vlm_jj_is_num(v)) {
-                return vlm_jj_fail(ctx, "abs: not a number");
+                return vlm_jinja_fail(ctx, "abs: not a number");
             }
 
             *out = *v;
@@ -617,12 +617,12 @@ vlm_jj_filter(vlm_jctx_t *ctx, const char *name, size_t len,
 
 #undef VLM_JJ_IS
 
-    return vlm_jj_fail(ctx, "no filter named '%.*s'", (int) len, name);
+    return vlm_jinja_fail(ctx, "no filter named '%.*s'", (int) len, name);
 }
 
 
 vlm_status_t
-vlm_jj_test(vlm_jctx_t *ctx, const char *name, size_t len,
+vlm_jinja_test(vlm_jctx_t *ctx, const char *name, size_t len,
     const vlm_jv_t *v, const vlm_jargs_t *a, int *r)
 {
     int              c;
@@ -631,7 +631,7 @@ vlm_jj_test(vlm_jctx_t *ctx, const char *name, size_t len,
     vlm_status_t     rc;
     const vlm_jv_t  *x;
 
-    x = vlm_jj_arg(a, 0, NULL);
+    x = vlm_jinja_arg(a, 0, NULL);
 
 #define VLM_JJ_IS(f)  (len == sizeof(f) - 1 && memcmp(name, f, len) == 0)
 
@@ -672,7 +672,7 @@ vlm_jj_test(vlm_jctx_t *ctx, const char *name, size_t len,
 
     } else if (VLM_JJ_IS("even") || VLM_JJ_IS("odd")) {
         if (v->type != VLM_JV_INT && v->type != VLM_JV_BOOL) {
-            return vlm_jj_fail(ctx, "%.*s: not an integer", (int) len, name);
+            return vlm_jinja_fail(ctx, "%.*s: not an integer", (int) len, name);
         }
 
         *r = (v->u.i % 2 == 0) == (name[0] == 'e');
@@ -681,7 +681,7 @@ vlm_jj_test(vlm_jctx_t *ctx, const char *name, size_t len,
         if (x == NULL || x->type != VLM_JV_INT || x->u.i == 0
             || v->type != VLM_JV_INT)
         {
-            return vlm_jj_fail(ctx, "divisibleby: expected integers");
+            return vlm_jinja_fail(ctx, "divisibleby: expected integers");
         }
 
         *r = v->u.i % x->u.i == 0;
@@ -691,22 +691,22 @@ vlm_jj_test(vlm_jctx_t *ctx, const char *name, size_t len,
                || VLM_JJ_IS("sameas"))
     {
         if (x == NULL) {
-            return vlm_jj_fail(ctx, "%.*s: an argument is needed",
-                               (int) len, name);
+            return vlm_jinja_fail(ctx, "%.*s: an argument is needed",
+                                  (int) len, name);
         }
 
-        *r = vlm_jj_eq(v, x) == !(name[0] == 'n' || name[0] == '!');
+        *r = vlm_jinja_eq(v, x) == !(name[0] == 'n' || name[0] == '!');
 
     } else if (VLM_JJ_IS("lt") || VLM_JJ_IS("le") || VLM_JJ_IS("gt")
                || VLM_JJ_IS("ge") || VLM_JJ_IS("lessthan")
                || VLM_JJ_IS("greaterthan"))
     {
         if (x == NULL) {
-            return vlm_jj_fail(ctx, "%.*s: an argument is needed",
-                               (int) len, name);
+            return vlm_jinja_fail(ctx, "%.*s: an argument is needed",
+                                  (int) len, name);
         }
 
-        rc = vlm_jj_order(ctx, v, x, &c);
+        rc = vlm_jinja_order(ctx, v, x, &c);
         if (rc != VLM_OK) {
             return rc;
         }
@@ -716,7 +716,7 @@ vlm_jj_test(vlm_jctx_t *ctx, const char *name, size_t len,
 
     } else if (VLM_JJ_IS("in")) {
         if (x == NULL) {
-            return vlm_jj_fail(ctx, "in: an argument is needed");
+            return vlm_jinja_fail(ctx, "in: an argument is needed");
         }
 
         if (x->type == VLM_JV_STR && v->type == VLM_JV_STR) {
@@ -724,18 +724,18 @@ vlm_jj_test(vlm_jctx_t *ctx, const char *name, size_t len,
             return VLM_OK;
         }
 
-        rc = vlm_jj_iterable(ctx, x, &l);
+        rc = vlm_jinja_iterable(ctx, x, &l);
         if (rc != VLM_OK) {
             return rc;
         }
 
         *r = 0;
         for (i = 0; !*r && i < l->n; i++) {
-            *r = vlm_jj_eq(v, &l->items[i]);
+            *r = vlm_jinja_eq(v, &l->items[i]);
         }
 
     } else {
-        return vlm_jj_fail(ctx, "no test named '%.*s'", (int) len, name);
+        return vlm_jinja_fail(ctx, "no test named '%.*s'", (int) len, name);
     }
 
 #undef VLM_JJ_IS

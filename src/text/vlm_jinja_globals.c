@@ -15,22 +15,22 @@
 
 
 vlm_status_t
-vlm_jj_lookup(vlm_jctx_t *ctx, vlm_jframe_t *f, const char *name,
+vlm_jinja_lookup(vlm_jctx_t *ctx, vlm_jframe_t *f, const char *name,
     size_t len, vlm_jv_t *out)
 {
     vlm_jv_t  *v;
 
     for ( /* void */ ; f; f = f->parent) {
-        v = vlm_jj_dict_find(&f->vars, name, len);
+        v = vlm_jinja_dict_find(&f->vars, name, len);
         if (v != NULL) {
             *out = *v;
             return VLM_OK;
         }
     }
 
-    v = vlm_jj_dict_find(&ctx->trusted, name, len);
+    v = vlm_jinja_dict_find(&ctx->trusted, name, len);
     if (v == NULL) {
-        v = vlm_jj_dict_find(&ctx->client, name, len);
+        v = vlm_jinja_dict_find(&ctx->client, name, len);
     }
 
     if (v != NULL) {
@@ -70,7 +70,7 @@ vlm_jj_lookup(vlm_jctx_t *ctx, vlm_jframe_t *f, const char *name,
 
 
 vlm_status_t
-vlm_jj_call_func(vlm_jctx_t *ctx, const vlm_jv_t *f, const vlm_jargs_t *a,
+vlm_jinja_call_func(vlm_jctx_t *ctx, const vlm_jv_t *f, const vlm_jargs_t *a,
     vlm_jv_t *out)
 {
     char             buf[256], fmt[128];
@@ -94,7 +94,7 @@ vlm_jj_call_func(vlm_jctx_t *ctx, const vlm_jv_t *f, const vlm_jargs_t *a,
 
         for (i = 0; i < a->n; i++) {
             if (a->args[i].type != VLM_JV_INT) {
-                return vlm_jj_fail(ctx, "range: expected integers");
+                return vlm_jinja_fail(ctx, "range: expected integers");
             }
         }
 
@@ -105,23 +105,23 @@ vlm_jj_call_func(vlm_jctx_t *ctx, const vlm_jv_t *f, const vlm_jargs_t *a,
             stop = a->args[1].u.i;
             step = a->n > 2 ? a->args[2].u.i : 1;
         } else {
-            return vlm_jj_fail(ctx, "range: expected 1 to 3 arguments");
+            return vlm_jinja_fail(ctx, "range: expected 1 to 3 arguments");
         }
 
         if (step == 0) {
-            return vlm_jj_fail(ctx, "range: step cannot be zero");
+            return vlm_jinja_fail(ctx, "range: step cannot be zero");
         }
 
         n = 0;
         for (x = start; step > 0 ? x < stop : x > stop; x += step) {
             if (++n > 100000) {
-                return vlm_jj_fail(ctx, "range: more than 100000 items");
+                return vlm_jinja_fail(ctx, "range: more than 100000 items");
             }
         }
 
-        l = vlm_jj_list_new(ctx, n);
+        l = vlm_jinja_list_new(ctx, n);
         if (l == NULL) {
-            return vlm_jj_nomem(ctx);
+            return vlm_jinja_nomem(ctx);
         }
 
         for (x = start; step > 0 ? x < stop : x > stop; x += step) {
@@ -136,15 +136,15 @@ vlm_jj_call_func(vlm_jctx_t *ctx, const vlm_jv_t *f, const vlm_jargs_t *a,
     case VLM_JJ_FN_DICT:
         d = vlm_jj_ralloc(ctx, sizeof(vlm_jdict_t));
         if (d == NULL) {
-            return vlm_jj_nomem(ctx);
+            return vlm_jinja_nomem(ctx);
         }
 
         memset(d, 0, sizeof(vlm_jdict_t));
 
         if (a->n > 0 && a->args[0].type == VLM_JV_DICT) {
             for (i = 0; i < a->args[0].u.dict->n; i++) {
-                rc = vlm_jj_dict_set(ctx, d, &a->args[0].u.dict->keys[i],
-                                     &a->args[0].u.dict->vals[i]);
+                rc = vlm_jinja_dict_set(ctx, d, &a->args[0].u.dict->keys[i],
+                                        &a->args[0].u.dict->vals[i]);
                 if (rc != VLM_OK) {
                     return rc;
                 }
@@ -164,9 +164,9 @@ vlm_jj_call_func(vlm_jctx_t *ctx, const vlm_jv_t *f, const vlm_jargs_t *a,
         return VLM_OK;
 
     case VLM_JJ_FN_RAISE:
-        p = vlm_jj_arg(a, 0, NULL);
+        p = vlm_jinja_arg(a, 0, NULL);
 
-        if (p != NULL && vlm_jj_to_str(ctx, p, &s) == VLM_OK) {
+        if (p != NULL && vlm_jinja_to_str(ctx, p, &s) == VLM_OK) {
             return vlm_error_set(ctx->err, VLM_ERR_INVALID, "chat template: "
                                  "%.*s", (int) (s.len > 200 ? 200 : s.len),
                                  s.u.s);
@@ -176,10 +176,10 @@ vlm_jj_call_func(vlm_jctx_t *ctx, const vlm_jv_t *f, const vlm_jargs_t *a,
                              "raise_exception");
 
     case VLM_JJ_FN_STRFTIME:
-        p = vlm_jj_arg(a, 0, NULL);
+        p = vlm_jinja_arg(a, 0, NULL);
 
         if (p == NULL || p->type != VLM_JV_STR || p->len >= sizeof(fmt)) {
-            return vlm_jj_fail(ctx, "strftime_now: expected a format");
+            return vlm_jinja_fail(ctx, "strftime_now: expected a format");
         }
 
         memcpy(fmt, p->u.s, p->len);
@@ -190,7 +190,7 @@ vlm_jj_call_func(vlm_jctx_t *ctx, const vlm_jv_t *f, const vlm_jargs_t *a,
 
         s.u.s = vlm_jj_ralloc(ctx, n + 1);
         if (s.u.s == NULL) {
-            return vlm_jj_nomem(ctx);
+            return vlm_jinja_nomem(ctx);
         }
 
         memcpy((char *) s.u.s, buf, n + 1);
@@ -199,12 +199,12 @@ vlm_jj_call_func(vlm_jctx_t *ctx, const vlm_jv_t *f, const vlm_jargs_t *a,
 
     case VLM_JJ_FN_CYCLE:
         if (a->n == 0) {
-            return vlm_jj_fail(ctx, "loop.cycle: no items");
+            return vlm_jinja_fail(ctx, "loop.cycle: no items");
         }
 
         *out = a->args[f->u.loop->i % a->n];
         return VLM_OK;
     }
 
-    return vlm_jj_fail(ctx, "an unknown function");
+    return vlm_jinja_fail(ctx, "an unknown function");
 }

@@ -1,7 +1,8 @@
 /*
  * Inside the Jinja interpreter of vlm_jinja.h: the types its files share
- * (the values, the tokens, the AST, the state of a render) and the
- * functions they call across files, under the name of the file that
+ * (the values, the tokens, the AST, the state of a render), the small
+ * helpers they all use, inline here (vlm_jj_*), and the functions they
+ * call across files (vlm_jinja_*), under the name of the file that
  * defines them (vlm_jinja.c lists the files).
  */
 
@@ -196,8 +197,8 @@ typedef struct {
 
 /* vlm_jinja_lex.c */
 
-vlm_status_t vlm_jj_lex(vlm_jlex_t *lx);
-vlm_status_t vlm_jj_syntax(vlm_jlex_t *lx, uint32_t line, const char *fmt,
+vlm_status_t vlm_jinja_lex(vlm_jlex_t *lx);
+vlm_status_t vlm_jinja_syntax(vlm_jlex_t *lx, uint32_t line, const char *fmt,
     ...);
 
 
@@ -315,23 +316,23 @@ vlm_jj_is_name(const vlm_jtok_t *t, const char *name)
 
 /* vlm_jinja_parse_expr.c */
 
-vlm_jnode_t *vlm_jj_expr(vlm_jlex_t *lx);
+vlm_jnode_t *vlm_jinja_expr(vlm_jlex_t *lx);
 /* an expression but "a if c else b": a for loop's sequence */
-vlm_jnode_t *vlm_jj_or(vlm_jlex_t *lx);
+vlm_jnode_t *vlm_jinja_or(vlm_jlex_t *lx);
 
-vlm_jnode_t *vlm_jj_node(vlm_jlex_t *lx, vlm_jn_t kind);
-vlm_status_t vlm_jj_add(vlm_jlex_t *lx, vlm_jnodes_t *l, size_t *cap,
+vlm_jnode_t *vlm_jinja_node(vlm_jlex_t *lx, vlm_jn_t kind);
+vlm_status_t vlm_jinja_add(vlm_jlex_t *lx, vlm_jnodes_t *l, size_t *cap,
     vlm_jnode_t *n);
-vlm_status_t vlm_jj_add_name(vlm_jlex_t *lx, vlm_jnode_t *n, size_t *cap,
+vlm_status_t vlm_jinja_add_name(vlm_jlex_t *lx, vlm_jnode_t *n, size_t *cap,
     const char *s, size_t len);
-const char *vlm_jj_tok_text(const vlm_jtok_t *t);
-vlm_status_t vlm_jj_expect_op(vlm_jlex_t *lx, const char *op);
-vlm_status_t vlm_jj_expect(vlm_jlex_t *lx, vlm_jk_t kind, const char *what);
+const char *vlm_jinja_tok_text(const vlm_jtok_t *t);
+vlm_status_t vlm_jinja_expect_op(vlm_jlex_t *lx, const char *op);
+vlm_status_t vlm_jinja_expect(vlm_jlex_t *lx, vlm_jk_t kind, const char *what);
 
 
 /* vlm_jinja_parse.c: the statements up to one in stops, or to the end */
 
-vlm_status_t vlm_jj_body(vlm_jlex_t *lx, vlm_jnodes_t *body,
+vlm_status_t vlm_jinja_body(vlm_jlex_t *lx, vlm_jnodes_t *body,
     const char *const *stops, const vlm_jtok_t **stop);
 
 
@@ -402,39 +403,39 @@ typedef struct {
 
 /* vlm_jinja_value.c */
 
-vlm_status_t vlm_jj_fail(vlm_jctx_t *ctx, const char *fmt, ...);
-vlm_status_t vlm_jj_nomem(vlm_jctx_t *ctx);
+vlm_status_t vlm_jinja_fail(vlm_jctx_t *ctx, const char *fmt, ...);
+vlm_status_t vlm_jinja_nomem(vlm_jctx_t *ctx);
 
-vlm_jlist_t *vlm_jj_list_new(vlm_jctx_t *ctx, size_t cap);
-vlm_status_t vlm_jj_list_push(vlm_jctx_t *ctx, vlm_jlist_t *l,
+vlm_jlist_t *vlm_jinja_list_new(vlm_jctx_t *ctx, size_t cap);
+vlm_status_t vlm_jinja_list_push(vlm_jctx_t *ctx, vlm_jlist_t *l,
     const vlm_jv_t *v);
-vlm_jv_t *vlm_jj_dict_find(const vlm_jdict_t *d, const char *k, size_t len);
-vlm_jv_t *vlm_jj_dict_get(const vlm_jdict_t *d, const vlm_jv_t *k);
-vlm_status_t vlm_jj_dict_set(vlm_jctx_t *ctx, vlm_jdict_t *d,
+vlm_jv_t *vlm_jinja_dict_find(const vlm_jdict_t *d, const char *k, size_t len);
+vlm_jv_t *vlm_jinja_dict_get(const vlm_jdict_t *d, const vlm_jv_t *k);
+vlm_status_t vlm_jinja_dict_set(vlm_jctx_t *ctx, vlm_jdict_t *d,
     const vlm_jv_t *k, const vlm_jv_t *v);
-vlm_status_t vlm_jj_from_json(vlm_jctx_t *ctx, json_t *j, unsigned taint,
+vlm_status_t vlm_jinja_from_json(vlm_jctx_t *ctx, json_t *j, unsigned taint,
     vlm_jv_t *v);
 
-int vlm_jj_eq(const vlm_jv_t *a, const vlm_jv_t *b);
-vlm_status_t vlm_jj_order(vlm_jctx_t *ctx, const vlm_jv_t *a,
+int vlm_jinja_eq(const vlm_jv_t *a, const vlm_jv_t *b);
+vlm_status_t vlm_jinja_order(vlm_jctx_t *ctx, const vlm_jv_t *a,
     const vlm_jv_t *b, int *r);
 /* a list to iterate: a dict's keys, a string's characters */
-vlm_status_t vlm_jj_iterable(vlm_jctx_t *ctx, const vlm_jv_t *v,
+vlm_status_t vlm_jinja_iterable(vlm_jctx_t *ctx, const vlm_jv_t *v,
     vlm_jlist_t **out);
 
-void vlm_jj_substr(const vlm_jv_t *s, size_t off, size_t len,
+void vlm_jinja_substr(const vlm_jv_t *s, size_t off, size_t len,
     vlm_jv_t *out);
-vlm_status_t vlm_jj_concat(vlm_jctx_t *ctx, const vlm_jv_t *a,
+vlm_status_t vlm_jinja_concat(vlm_jctx_t *ctx, const vlm_jv_t *a,
     const vlm_jv_t *b, vlm_jv_t *out);
-vlm_status_t vlm_jj_str_dup(vlm_jctx_t *ctx, const vlm_jv_t *src,
+vlm_status_t vlm_jinja_str_dup(vlm_jctx_t *ctx, const vlm_jv_t *src,
     vlm_jv_t *out, char **s);
-vlm_status_t vlm_jj_cp_offsets(vlm_jctx_t *ctx, const vlm_jv_t *s,
+vlm_status_t vlm_jinja_cp_offsets(vlm_jctx_t *ctx, const vlm_jv_t *s,
     size_t **offsets, size_t *n);
 
 /* argument pos, or else the keyword argument name (NULL: none) */
-const vlm_jv_t *vlm_jj_arg(const vlm_jargs_t *a, size_t pos,
+const vlm_jv_t *vlm_jinja_arg(const vlm_jargs_t *a, size_t pos,
     const char *name);
-vlm_status_t vlm_jj_need_str(vlm_jctx_t *ctx, const vlm_jv_t *v,
+vlm_status_t vlm_jinja_need_str(vlm_jctx_t *ctx, const vlm_jv_t *v,
     const char *what);
 
 
@@ -557,16 +558,16 @@ vlm_jj_dict_set_name(vlm_jctx_t *ctx, vlm_jdict_t *d, const char *name,
 
     vlm_jj_set_str(&k, name, len, VLM_JT_NONE);
 
-    return vlm_jj_dict_set(ctx, d, &k, v);
+    return vlm_jinja_dict_set(ctx, d, &k, v);
 }
 
 
 /* vlm_jinja_output.c */
 
-vlm_status_t vlm_jj_emit(vlm_jctx_t *ctx, const vlm_jv_t *s);
+vlm_status_t vlm_jinja_emit(vlm_jctx_t *ctx, const vlm_jv_t *s);
 /* Python's str(): a string as it is, other values as repr() writes them */
-vlm_status_t vlm_jj_to_str(vlm_jctx_t *ctx, const vlm_jv_t *v, vlm_jv_t *s);
-vlm_status_t vlm_jj_to_json(vlm_jctx_t *ctx, const vlm_jv_t *v,
+vlm_status_t vlm_jinja_to_str(vlm_jctx_t *ctx, const vlm_jv_t *v, vlm_jv_t *s);
+vlm_status_t vlm_jinja_to_json(vlm_jctx_t *ctx, const vlm_jv_t *v,
     const vlm_jjson_t *o, vlm_jv_t *s);
 
 
@@ -603,49 +604,49 @@ vlm_jj_capture_end(vlm_jctx_t *ctx, vlm_jbuf_t *b, vlm_jbuf_t *saved,
 
 /* vlm_jinja_methods.c */
 
-vlm_status_t vlm_jj_getattr(vlm_jctx_t *ctx, const vlm_jv_t *obj,
+vlm_status_t vlm_jinja_getattr(vlm_jctx_t *ctx, const vlm_jv_t *obj,
     const char *name, size_t len, vlm_jv_t *out);
-vlm_status_t vlm_jj_getitem(vlm_jctx_t *ctx, const vlm_jv_t *obj,
+vlm_status_t vlm_jinja_getitem(vlm_jctx_t *ctx, const vlm_jv_t *obj,
     const vlm_jv_t *key, vlm_jv_t *out);
-vlm_status_t vlm_jj_slice(vlm_jctx_t *ctx, const vlm_jv_t *obj,
+vlm_status_t vlm_jinja_slice(vlm_jctx_t *ctx, const vlm_jv_t *obj,
     const vlm_jv_t *a, const vlm_jv_t *b, const vlm_jv_t *c, vlm_jv_t *out);
-vlm_status_t vlm_jj_call_method(vlm_jctx_t *ctx, const vlm_jmeth_t *m,
+vlm_status_t vlm_jinja_call_method(vlm_jctx_t *ctx, const vlm_jmeth_t *m,
     const vlm_jargs_t *a, vlm_jv_t *out);
 
 /* the str and dict methods that filters share */
-void vlm_jj_strip(const vlm_jv_t *s, const vlm_jv_t *chars, int left,
+void vlm_jinja_strip(const vlm_jv_t *s, const vlm_jv_t *chars, int left,
     int right, vlm_jv_t *out);
-vlm_status_t vlm_jj_replace(vlm_jctx_t *ctx, const vlm_jv_t *s,
+vlm_status_t vlm_jinja_replace(vlm_jctx_t *ctx, const vlm_jv_t *s,
     const vlm_jv_t *old, const vlm_jv_t *new, int64_t count, vlm_jv_t *out);
 /* how: 0 upper, 1 lower, 2 title, 3 capitalize */
-vlm_status_t vlm_jj_case(vlm_jctx_t *ctx, const vlm_jv_t *s, int how,
+vlm_status_t vlm_jinja_case(vlm_jctx_t *ctx, const vlm_jv_t *s, int how,
     vlm_jv_t *out);
-vlm_status_t vlm_jj_join(vlm_jctx_t *ctx, const vlm_jlist_t *l,
+vlm_status_t vlm_jinja_join(vlm_jctx_t *ctx, const vlm_jlist_t *l,
     const vlm_jv_t *sep, const vlm_jv_t *attr, vlm_jv_t *out);
 /* what: 0 items, 1 keys, 2 values */
-vlm_status_t vlm_jj_pairs(vlm_jctx_t *ctx, const vlm_jdict_t *d, int what,
+vlm_status_t vlm_jinja_pairs(vlm_jctx_t *ctx, const vlm_jdict_t *d, int what,
     vlm_jv_t *out);
 
 
 /* vlm_jinja_filters.c: v | name(a), v is name(a) */
 
-vlm_status_t vlm_jj_filter(vlm_jctx_t *ctx, const char *name, size_t len,
+vlm_status_t vlm_jinja_filter(vlm_jctx_t *ctx, const char *name, size_t len,
     const vlm_jv_t *v, const vlm_jargs_t *a, vlm_jv_t *out);
-vlm_status_t vlm_jj_test(vlm_jctx_t *ctx, const char *name, size_t len,
+vlm_status_t vlm_jinja_test(vlm_jctx_t *ctx, const char *name, size_t len,
     const vlm_jv_t *v, const vlm_jargs_t *a, int *r);
 
 
 /* vlm_jinja_globals.c */
 
-vlm_status_t vlm_jj_lookup(vlm_jctx_t *ctx, vlm_jframe_t *f, const char *name,
-    size_t len, vlm_jv_t *out);
-vlm_status_t vlm_jj_call_func(vlm_jctx_t *ctx, const vlm_jv_t *f,
+vlm_status_t vlm_jinja_lookup(vlm_jctx_t *ctx, vlm_jframe_t *f,
+    const char *name, size_t len, vlm_jv_t *out);
+vlm_status_t vlm_jinja_call_func(vlm_jctx_t *ctx, const vlm_jv_t *f,
     const vlm_jargs_t *a, vlm_jv_t *out);
 
 
 /* vlm_jinja_eval.c: runs body's statements in frame */
 
-vlm_status_t vlm_jj_exec(vlm_jctx_t *ctx, const vlm_jnodes_t *body,
+vlm_status_t vlm_jinja_exec(vlm_jctx_t *ctx, const vlm_jnodes_t *body,
     vlm_jframe_t *frame);
 
 

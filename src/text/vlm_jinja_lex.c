@@ -14,7 +14,7 @@
 
 
 vlm_status_t
-vlm_jj_syntax(vlm_jlex_t *lx, uint32_t line, const char *fmt, ...)
+vlm_jinja_syntax(vlm_jlex_t *lx, uint32_t line, const char *fmt, ...)
 {
     char     msg[VLM_ERROR_MSG_LEN];
     va_list  ap;
@@ -139,7 +139,7 @@ vlm_jj_lex_string(vlm_jlex_t *lx)
     }
 
     if (i >= lx->len) {
-        return vlm_jj_syntax(lx, lx->line, "unterminated string");
+        return vlm_jinja_syntax(lx, lx->line, "unterminated string");
     }
 
     out = vlm_jj_alloc(lx->arena, i - lx->pos + 1);
@@ -181,7 +181,7 @@ vlm_jj_lex_string(vlm_jlex_t *lx)
             if (k + w >= i || vlm_jj_hex(lx->src + k + 1, w, &cp) != 0
                 || cp > 0x10ffff)
             {
-                return vlm_jj_syntax(lx, lx->line, "bad \\%c escape", c);
+                return vlm_jinja_syntax(lx, lx->line, "bad \\%c escape", c);
             }
 
             n += vlm_jj_utf8(out + n, cp);
@@ -298,8 +298,8 @@ vlm_jj_lex_tag(vlm_jlex_t *lx, int block, int *strip_after, int *keep)
         }
 
         if (lx->pos >= lx->len) {
-            return vlm_jj_syntax(lx, lx->line, "unexpected end of template "
-                                 "in a %s tag", block ? "{%" : "{{");
+            return vlm_jinja_syntax(lx, lx->line, "unexpected end of template "
+                                    "in a %s tag", block ? "{%" : "{{");
         }
 
         c = lx->src[lx->pos];
@@ -372,8 +372,8 @@ vlm_jj_lex_tag(vlm_jlex_t *lx, int block, int *strip_after, int *keep)
         }
 
         if (vlm_jj_ops[k] == NULL) {
-            return vlm_jj_syntax(lx, lx->line, "unexpected character '%c'",
-                                 c);
+            return vlm_jinja_syntax(lx, lx->line, "unexpected character '%c'",
+                                    c);
         }
 
         if (c == '(' || c == '[' || c == '{') {
@@ -446,7 +446,7 @@ vlm_jj_data(vlm_jlex_t *lx, const char *s, size_t n)
 
 
 vlm_status_t
-vlm_jj_lex(vlm_jlex_t *lx)
+vlm_jinja_lex(vlm_jlex_t *lx)
 {
     char          kind, sign;
     size_t        p, start, text_end, l_pos, k;
@@ -558,7 +558,7 @@ vlm_jj_lex(vlm_jlex_t *lx)
             }
 
             if (hit == NULL) {
-                return vlm_jj_syntax(lx, lx->line, "unterminated comment");
+                return vlm_jinja_syntax(lx, lx->line, "unterminated comment");
             }
 
             k = hit - s;
@@ -574,7 +574,7 @@ vlm_jj_lex(vlm_jlex_t *lx)
             /* {% raw %}...{% endraw %}: data as it is */
             hit = strstr(s + lx->pos, "%}");
             if (hit == NULL) {
-                return vlm_jj_syntax(lx, lx->line, "unterminated raw");
+                return vlm_jinja_syntax(lx, lx->line, "unterminated raw");
             }
 
             start = hit - s + 2;
@@ -605,7 +605,7 @@ vlm_jj_lex(vlm_jlex_t *lx)
             }
 
             if (k + 1 >= lx->len) {
-                return vlm_jj_syntax(lx, lx->line, "no endraw");
+                return vlm_jinja_syntax(lx, lx->line, "no endraw");
             }
 
             text_end = k;
@@ -622,7 +622,7 @@ vlm_jj_lex(vlm_jlex_t *lx)
 
             hit = strstr(s + k, "%}");
             if (hit == NULL) {
-                return vlm_jj_syntax(lx, lx->line, "unterminated endraw");
+                return vlm_jinja_syntax(lx, lx->line, "unterminated endraw");
             }
 
             strip_after = (hit[-1] == '-');

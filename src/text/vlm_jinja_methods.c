@@ -50,7 +50,7 @@ vlm_jj_slice_bounds(int64_t n, const vlm_jv_t *a, const vlm_jv_t *b,
 
 
 vlm_status_t
-vlm_jj_slice(vlm_jctx_t *ctx, const vlm_jv_t *obj, const vlm_jv_t *a,
+vlm_jinja_slice(vlm_jctx_t *ctx, const vlm_jv_t *obj, const vlm_jv_t *a,
     const vlm_jv_t *b, const vlm_jv_t *c, vlm_jv_t *out)
 {
     char          *s;
@@ -67,15 +67,15 @@ vlm_jj_slice(vlm_jctx_t *ctx, const vlm_jv_t *obj, const vlm_jv_t *a,
     }
 
     if (step == 0) {
-        return vlm_jj_fail(ctx, "slice step cannot be zero");
+        return vlm_jinja_fail(ctx, "slice step cannot be zero");
     }
 
     if (obj->type == VLM_JV_LIST) {
         n = obj->u.list->n;
         vlm_jj_slice_bounds((int64_t) n, a, b, step, &start, &stop);
-        l = vlm_jj_list_new(ctx, n);
+        l = vlm_jinja_list_new(ctx, n);
         if (l == NULL) {
-            return vlm_jj_nomem(ctx);
+            return vlm_jinja_nomem(ctx);
         }
 
         for (i = start; step > 0 ? i < stop : i > stop; i += step) {
@@ -90,10 +90,10 @@ vlm_jj_slice(vlm_jctx_t *ctx, const vlm_jv_t *obj, const vlm_jv_t *a,
     }
 
     if (obj->type != VLM_JV_STR) {
-        return vlm_jj_fail(ctx, "cannot slice a %s", vlm_jj_type_name(obj));
+        return vlm_jinja_fail(ctx, "cannot slice a %s", vlm_jj_type_name(obj));
     }
 
-    rc = vlm_jj_cp_offsets(ctx, obj, &offs, &n);
+    rc = vlm_jinja_cp_offsets(ctx, obj, &offs, &n);
     if (rc != VLM_OK) {
         return rc;
     }
@@ -105,14 +105,14 @@ vlm_jj_slice(vlm_jctx_t *ctx, const vlm_jv_t *obj, const vlm_jv_t *a,
             stop = start;
         }
 
-        vlm_jj_substr(obj, offs[start], offs[stop] - offs[start], out);
+        vlm_jinja_substr(obj, offs[start], offs[stop] - offs[start], out);
         return VLM_OK;
     }
 
     s = vlm_jj_ralloc(ctx, obj->len + 1);
     m = vlm_jj_ralloc(ctx, obj->len + 1);
     if (s == NULL || m == NULL) {
-        return vlm_jj_nomem(ctx);
+        return vlm_jinja_nomem(ctx);
     }
 
     len = 0;
@@ -153,7 +153,7 @@ vlm_jj_method(vlm_jctx_t *ctx, const vlm_jv_t *self, const char *name,
 
     m = vlm_jj_ralloc(ctx, sizeof(vlm_jmeth_t));
     if (m == NULL) {
-        return vlm_jj_nomem(ctx);
+        return vlm_jinja_nomem(ctx);
     }
 
     m->self = *self;
@@ -220,7 +220,7 @@ vlm_jj_loop_attr(vlm_jctx_t *ctx, vlm_jloop_t *lp, const char *name,
 
 /* Jinja's getattr: obj.name */
 vlm_status_t
-vlm_jj_getattr(vlm_jctx_t *ctx, const vlm_jv_t *obj, const char *name,
+vlm_jinja_getattr(vlm_jctx_t *ctx, const vlm_jv_t *obj, const char *name,
     size_t len, vlm_jv_t *out)
 {
     size_t       i;
@@ -232,12 +232,12 @@ vlm_jj_getattr(vlm_jctx_t *ctx, const vlm_jv_t *obj, const char *name,
 
     case VLM_JV_UNDEF:
         if (obj->u.s != NULL) {
-            return vlm_jj_fail(ctx, "'%.*s' is undefined", (int) obj->len,
-                               obj->u.s);
+            return vlm_jinja_fail(ctx, "'%.*s' is undefined", (int) obj->len,
+                                  obj->u.s);
         }
 
-        return vlm_jj_fail(ctx, "an undefined value has no attribute "
-                           "'%.*s'", (int) len, name);
+        return vlm_jinja_fail(ctx, "an undefined value has no attribute "
+                              "'%.*s'", (int) len, name);
 
     case VLM_JV_DICT:
         for (i = 0; vlm_jj_dict_methods[i]; i++) {
@@ -251,7 +251,7 @@ vlm_jj_getattr(vlm_jctx_t *ctx, const vlm_jv_t *obj, const char *name,
         /* fall through */
 
     case VLM_JV_NS:
-        v = vlm_jj_dict_find(obj->u.dict, name, len);
+        v = vlm_jinja_dict_find(obj->u.dict, name, len);
         if (v != NULL) {
             *out = *v;
         }
@@ -280,7 +280,7 @@ vlm_jj_getattr(vlm_jctx_t *ctx, const vlm_jv_t *obj, const char *name,
 
 /* Jinja's getitem: obj[key] */
 vlm_status_t
-vlm_jj_getitem(vlm_jctx_t *ctx, const vlm_jv_t *obj, const vlm_jv_t *key,
+vlm_jinja_getitem(vlm_jctx_t *ctx, const vlm_jv_t *obj, const vlm_jv_t *key,
     vlm_jv_t *out)
 {
     int64_t        i, n;
@@ -292,15 +292,15 @@ vlm_jj_getitem(vlm_jctx_t *ctx, const vlm_jv_t *obj, const vlm_jv_t *key,
 
     if (obj->type == VLM_JV_UNDEF) {
         if (obj->u.s != NULL) {
-            return vlm_jj_fail(ctx, "'%.*s' is undefined", (int) obj->len,
-                               obj->u.s);
+            return vlm_jinja_fail(ctx, "'%.*s' is undefined", (int) obj->len,
+                                  obj->u.s);
         }
 
-        return vlm_jj_fail(ctx, "an undefined value has no item");
+        return vlm_jinja_fail(ctx, "an undefined value has no item");
     }
 
     if (obj->type == VLM_JV_DICT) {
-        v = vlm_jj_dict_get(obj->u.dict, key);
+        v = vlm_jinja_dict_get(obj->u.dict, key);
         if (v != NULL) {
             *out = *v;
         }
@@ -322,7 +322,7 @@ vlm_jj_getitem(vlm_jctx_t *ctx, const vlm_jv_t *obj, const vlm_jv_t *key,
             return VLM_OK;
         }
 
-        rc = vlm_jj_cp_offsets(ctx, obj, &offs, &cn);
+        rc = vlm_jinja_cp_offsets(ctx, obj, &offs, &cn);
         if (rc != VLM_OK) {
             return rc;
         }
@@ -331,14 +331,14 @@ vlm_jj_getitem(vlm_jctx_t *ctx, const vlm_jv_t *obj, const vlm_jv_t *key,
         i = key->u.i < 0 ? key->u.i + n : key->u.i;
 
         if (i >= 0 && i < n) {
-            vlm_jj_substr(obj, offs[i], offs[i + 1] - offs[i], out);
+            vlm_jinja_substr(obj, offs[i], offs[i + 1] - offs[i], out);
         }
 
         return VLM_OK;
     }
 
     if (key->type == VLM_JV_STR) {
-        return vlm_jj_getattr(ctx, obj, key->u.s, key->len, out);
+        return vlm_jinja_getattr(ctx, obj, key->u.s, key->len, out);
     }
 
     return VLM_OK;
@@ -357,7 +357,7 @@ vlm_jj_in_chars(char c, const vlm_jv_t *chars)
 
 
 void
-vlm_jj_strip(const vlm_jv_t *s, const vlm_jv_t *chars, int left, int right,
+vlm_jinja_strip(const vlm_jv_t *s, const vlm_jv_t *chars, int left, int right,
     vlm_jv_t *out)
 {
     size_t  a, b;
@@ -373,7 +373,7 @@ vlm_jj_strip(const vlm_jv_t *s, const vlm_jv_t *chars, int left, int right,
         b--;
     }
 
-    vlm_jj_substr(s, a, b - a, out);
+    vlm_jinja_substr(s, a, b - a, out);
 }
 
 
@@ -387,9 +387,9 @@ vlm_jj_split(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jv_t *sep,
     vlm_jlist_t   *l;
     vlm_status_t   rc;
 
-    l = vlm_jj_list_new(ctx, 4);
+    l = vlm_jinja_list_new(ctx, 4);
     if (l == NULL) {
-        return vlm_jj_nomem(ctx);
+        return vlm_jinja_nomem(ctx);
     }
 
     memset(out, 0, sizeof(vlm_jv_t));
@@ -422,21 +422,21 @@ vlm_jj_split(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jv_t *sep,
                 }
             }
 
-            vlm_jj_substr(s, start, i - start, &part);
-            rc = vlm_jj_list_push(ctx, l, &part);
+            vlm_jinja_substr(s, start, i - start, &part);
+            rc = vlm_jinja_list_push(ctx, l, &part);
             if (rc != VLM_OK) {
                 return rc;
             }
         }
     }
 
-    rc = vlm_jj_need_str(ctx, sep, "split");
+    rc = vlm_jinja_need_str(ctx, sep, "split");
     if (rc != VLM_OK) {
         return rc;
     }
 
     if (sep->len == 0) {
-        return vlm_jj_fail(ctx, "split: empty separator");
+        return vlm_jinja_fail(ctx, "split: empty separator");
     }
 
     start = 0;
@@ -447,12 +447,12 @@ vlm_jj_split(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jv_t *sep,
               : NULL;
 
         if (hit == NULL) {
-            vlm_jj_substr(s, start, s->len - start, &part);
-            return vlm_jj_list_push(ctx, l, &part);
+            vlm_jinja_substr(s, start, s->len - start, &part);
+            return vlm_jinja_list_push(ctx, l, &part);
         }
 
-        vlm_jj_substr(s, start, hit - s->u.s - start, &part);
-        rc = vlm_jj_list_push(ctx, l, &part);
+        vlm_jinja_substr(s, start, hit - s->u.s - start, &part);
+        rc = vlm_jinja_list_push(ctx, l, &part);
         if (rc != VLM_OK) {
             return rc;
         }
@@ -463,7 +463,7 @@ vlm_jj_split(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jv_t *sep,
 
 
 vlm_status_t
-vlm_jj_replace(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jv_t *old,
+vlm_jinja_replace(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jv_t *old,
     const vlm_jv_t *new, int64_t count, vlm_jv_t *out)
 {
     size_t        start;
@@ -474,8 +474,8 @@ vlm_jj_replace(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jv_t *old,
     vlm_status_t  rc;
 
     if (old->len == 0) {
-        return vlm_jj_fail(ctx, "replace: an empty string to replace is "
-                           "not supported");
+        return vlm_jinja_fail(ctx, "replace: an empty string to replace is "
+                              "not supported");
     }
 
     vlm_jj_capture_begin(ctx, &b, &saved);
@@ -489,16 +489,16 @@ vlm_jj_replace(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jv_t *old,
               : NULL;
 
         if (hit == NULL) {
-            vlm_jj_substr(s, start, s->len - start, &part);
-            rc = vlm_jj_emit(ctx, &part);
+            vlm_jinja_substr(s, start, s->len - start, &part);
+            rc = vlm_jinja_emit(ctx, &part);
             break;
         }
 
-        vlm_jj_substr(s, start, hit - s->u.s - start, &part);
-        rc = vlm_jj_emit(ctx, &part);
+        vlm_jinja_substr(s, start, hit - s->u.s - start, &part);
+        rc = vlm_jinja_emit(ctx, &part);
 
         if (rc == VLM_OK) {
-            rc = vlm_jj_emit(ctx, new);
+            rc = vlm_jinja_emit(ctx, new);
         }
 
         start = hit - s->u.s + old->len;
@@ -513,14 +513,14 @@ vlm_jj_replace(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jv_t *old,
 
 /* upper, lower, title, capitalize: ASCII letters, the rest as it is */
 vlm_status_t
-vlm_jj_case(vlm_jctx_t *ctx, const vlm_jv_t *s, int how, vlm_jv_t *out)
+vlm_jinja_case(vlm_jctx_t *ctx, const vlm_jv_t *s, int how, vlm_jv_t *out)
 {
     char          *d;
     size_t         i;
     int            word;
     vlm_status_t   rc;
 
-    rc = vlm_jj_str_dup(ctx, s, out, &d);
+    rc = vlm_jinja_str_dup(ctx, s, out, &d);
     if (rc != VLM_OK) {
         return rc;
     }
@@ -567,7 +567,7 @@ vlm_jj_affix(const vlm_jv_t *s, const vlm_jv_t *p, int end)
 
 
 vlm_status_t
-vlm_jj_join(vlm_jctx_t *ctx, const vlm_jlist_t *l, const vlm_jv_t *sep,
+vlm_jinja_join(vlm_jctx_t *ctx, const vlm_jlist_t *l, const vlm_jv_t *sep,
     const vlm_jv_t *attr, vlm_jv_t *out)
 {
     size_t        i;
@@ -580,21 +580,21 @@ vlm_jj_join(vlm_jctx_t *ctx, const vlm_jlist_t *l, const vlm_jv_t *sep,
 
     for (i = 0; rc == VLM_OK && i < l->n; i++) {
         if (i && sep != NULL) {
-            rc = vlm_jj_emit(ctx, sep);
+            rc = vlm_jinja_emit(ctx, sep);
         }
 
         item = l->items[i];
 
         if (rc == VLM_OK && attr != NULL && attr->type == VLM_JV_STR) {
-            rc = vlm_jj_getitem(ctx, &l->items[i], attr, &item);
+            rc = vlm_jinja_getitem(ctx, &l->items[i], attr, &item);
         }
 
         if (rc == VLM_OK) {
-            rc = vlm_jj_to_str(ctx, &item, &s);
+            rc = vlm_jinja_to_str(ctx, &item, &s);
         }
 
         if (rc == VLM_OK) {
-            rc = vlm_jj_emit(ctx, &s);
+            rc = vlm_jinja_emit(ctx, &s);
         }
     }
 
@@ -615,15 +615,15 @@ vlm_jj_call_str_method(vlm_jctx_t *ctx, const vlm_jv_t *s,
     vlm_status_t     rc;
     const vlm_jv_t  *x, *y, *z;
 
-    x = vlm_jj_arg(a, 0, NULL);
-    y = vlm_jj_arg(a, 1, NULL);
+    x = vlm_jinja_arg(a, 0, NULL);
+    y = vlm_jinja_arg(a, 1, NULL);
     memset(out, 0, sizeof(vlm_jv_t));
 
 #define VLM_JJ_IS(m)  (strcmp(name, m) == 0)
 
     if (VLM_JJ_IS("startswith") || VLM_JJ_IS("endswith")) {
         if (x == NULL) {
-            return vlm_jj_fail(ctx, "%s: an argument is needed", name);
+            return vlm_jinja_fail(ctx, "%s: an argument is needed", name);
         }
 
         k = 0;
@@ -634,7 +634,7 @@ vlm_jj_call_str_method(vlm_jctx_t *ctx, const vlm_jv_t *s,
             }
 
         } else {
-            rc = vlm_jj_need_str(ctx, x, name);
+            rc = vlm_jinja_need_str(ctx, x, name);
             if (rc != VLM_OK) {
                 return rc;
             }
@@ -647,37 +647,37 @@ vlm_jj_call_str_method(vlm_jctx_t *ctx, const vlm_jv_t *s,
     }
 
     if (VLM_JJ_IS("split")) {
-        x = vlm_jj_arg(a, 0, "sep");
-        y = vlm_jj_arg(a, 1, "maxsplit");
+        x = vlm_jinja_arg(a, 0, "sep");
+        y = vlm_jinja_arg(a, 1, "maxsplit");
         return vlm_jj_split(ctx, s, x, y && y->type == VLM_JV_INT
                                        ? y->u.i : -1, out);
     }
 
     if (VLM_JJ_IS("strip") || VLM_JJ_IS("lstrip") || VLM_JJ_IS("rstrip")) {
-        vlm_jj_strip(s, x, name[0] != 'r', name[0] != 'l', out);
+        vlm_jinja_strip(s, x, name[0] != 'r', name[0] != 'l', out);
         return VLM_OK;
     }
 
     if (VLM_JJ_IS("replace")) {
         if (x == NULL || y == NULL) {
-            return vlm_jj_fail(ctx, "replace: two arguments are needed");
+            return vlm_jinja_fail(ctx, "replace: two arguments are needed");
         }
 
-        if (vlm_jj_need_str(ctx, x, name) != VLM_OK
-            || vlm_jj_need_str(ctx, y, name) != VLM_OK)
+        if (vlm_jinja_need_str(ctx, x, name) != VLM_OK
+            || vlm_jinja_need_str(ctx, y, name) != VLM_OK)
         {
             return VLM_ERR_INVALID;
         }
 
-        z = vlm_jj_arg(a, 2, "count");
-        return vlm_jj_replace(ctx, s, x, y, z && z->type == VLM_JV_INT
+        z = vlm_jinja_arg(a, 2, "count");
+        return vlm_jinja_replace(ctx, s, x, y, z && z->type == VLM_JV_INT
                                             ? z->u.i : -1, out);
     }
 
     if (VLM_JJ_IS("upper") || VLM_JJ_IS("lower") || VLM_JJ_IS("title")
         || VLM_JJ_IS("capitalize"))
     {
-        return vlm_jj_case(ctx, s, VLM_JJ_IS("upper") ? 0
+        return vlm_jinja_case(ctx, s, VLM_JJ_IS("upper") ? 0
                                    : VLM_JJ_IS("lower") ? 1
                                    : VLM_JJ_IS("title") ? 2 : 3, out);
     }
@@ -685,7 +685,7 @@ vlm_jj_call_str_method(vlm_jctx_t *ctx, const vlm_jv_t *s,
     if (VLM_JJ_IS("find") || VLM_JJ_IS("rfind") || VLM_JJ_IS("index")
         || VLM_JJ_IS("count"))
     {
-        rc = vlm_jj_need_str(ctx, x, name);
+        rc = vlm_jinja_need_str(ctx, x, name);
         if (rc != VLM_OK) {
             return rc;
         }
@@ -718,7 +718,7 @@ vlm_jj_call_str_method(vlm_jctx_t *ctx, const vlm_jv_t *s,
             if (hit != NULL) {
                 cnt = (int64_t) vlm_jj_cp_count(s->u.s, hit - s->u.s);
             } else if (VLM_JJ_IS("index")) {
-                return vlm_jj_fail(ctx, "substring not found");
+                return vlm_jinja_fail(ctx, "substring not found");
             }
         }
 
@@ -728,16 +728,16 @@ vlm_jj_call_str_method(vlm_jctx_t *ctx, const vlm_jv_t *s,
 
     if (VLM_JJ_IS("join")) {
         if (x == NULL || x->type != VLM_JV_LIST) {
-            return vlm_jj_fail(ctx, "join: expected a list");
+            return vlm_jinja_fail(ctx, "join: expected a list");
         }
 
-        return vlm_jj_join(ctx, x->u.list, s, NULL, out);
+        return vlm_jinja_join(ctx, x->u.list, s, NULL, out);
     }
 
     if (VLM_JJ_IS("splitlines")) {
-        l = vlm_jj_list_new(ctx, 4);
+        l = vlm_jinja_list_new(ctx, 4);
         if (l == NULL) {
-            return vlm_jj_nomem(ctx);
+            return vlm_jinja_nomem(ctx);
         }
 
         out->type = VLM_JV_LIST;
@@ -753,8 +753,8 @@ vlm_jj_call_str_method(vlm_jctx_t *ctx, const vlm_jv_t *s,
 
             vlm_jv_t  part;
 
-            vlm_jj_substr(s, i, n - i, &part);
-            rc = vlm_jj_list_push(ctx, l, &part);
+            vlm_jinja_substr(s, i, n - i, &part);
+            rc = vlm_jinja_list_push(ctx, l, &part);
             if (rc != VLM_OK) {
                 return rc;
             }
@@ -769,7 +769,7 @@ vlm_jj_call_str_method(vlm_jctx_t *ctx, const vlm_jv_t *s,
     }
 
     if (VLM_JJ_IS("removeprefix") || VLM_JJ_IS("removesuffix")) {
-        rc = vlm_jj_need_str(ctx, x, name);
+        rc = vlm_jinja_need_str(ctx, x, name);
         if (rc != VLM_OK) {
             return rc;
         }
@@ -777,9 +777,9 @@ vlm_jj_call_str_method(vlm_jctx_t *ctx, const vlm_jv_t *s,
         if (!vlm_jj_affix(s, x, name[6] == 's')) {
             *out = *s;
         } else if (name[6] == 's') {
-            vlm_jj_substr(s, 0, s->len - x->len, out);
+            vlm_jinja_substr(s, 0, s->len - x->len, out);
         } else {
-            vlm_jj_substr(s, x->len, s->len - x->len, out);
+            vlm_jinja_substr(s, x->len, s->len - x->len, out);
         }
 
         return VLM_OK;
@@ -813,27 +813,27 @@ vlm_jj_call_str_method(vlm_jctx_t *ctx, const vlm_jv_t *s,
 
 #undef VLM_JJ_IS
 
-    return vlm_jj_fail(ctx, "the string method '%s' is not supported", name);
+    return vlm_jinja_fail(ctx, "the string method '%s' is not supported", name);
 }
 
 
 vlm_status_t
-vlm_jj_pairs(vlm_jctx_t *ctx, const vlm_jdict_t *d, int what,
+vlm_jinja_pairs(vlm_jctx_t *ctx, const vlm_jdict_t *d, int what,
     vlm_jv_t *out)
 {
     size_t        i;
     vlm_jlist_t  *l, *pair;
 
-    l = vlm_jj_list_new(ctx, d->n);
+    l = vlm_jinja_list_new(ctx, d->n);
     if (l == NULL) {
-        return vlm_jj_nomem(ctx);
+        return vlm_jinja_nomem(ctx);
     }
 
     for (i = 0; i < d->n; i++) {
         if (what == 0) {
-            pair = vlm_jj_list_new(ctx, 2);
+            pair = vlm_jinja_list_new(ctx, 2);
             if (pair == NULL) {
-                return vlm_jj_nomem(ctx);
+                return vlm_jinja_nomem(ctx);
             }
 
             pair->items[0] = d->keys[i];
@@ -858,7 +858,7 @@ vlm_jj_pairs(vlm_jctx_t *ctx, const vlm_jdict_t *d, int what,
 
 
 vlm_status_t
-vlm_jj_call_method(vlm_jctx_t *ctx, const vlm_jmeth_t *m,
+vlm_jinja_call_method(vlm_jctx_t *ctx, const vlm_jmeth_t *m,
     const vlm_jargs_t *a, vlm_jv_t *out)
 {
     const vlm_jv_t  *k, *d, *v;
@@ -868,14 +868,14 @@ vlm_jj_call_method(vlm_jctx_t *ctx, const vlm_jmeth_t *m,
     }
 
     if (strcmp(m->name, "get") == 0) {
-        k = vlm_jj_arg(a, 0, NULL);
-        d = vlm_jj_arg(a, 1, NULL);
+        k = vlm_jinja_arg(a, 0, NULL);
+        d = vlm_jinja_arg(a, 1, NULL);
 
         if (k == NULL) {
-            return vlm_jj_fail(ctx, "get: a key is needed");
+            return vlm_jinja_fail(ctx, "get: a key is needed");
         }
 
-        v = vlm_jj_dict_get(m->self.u.dict, k);
+        v = vlm_jinja_dict_get(m->self.u.dict, k);
         memset(out, 0, sizeof(vlm_jv_t));
         out->type = VLM_JV_NONE;
 
@@ -888,7 +888,7 @@ vlm_jj_call_method(vlm_jctx_t *ctx, const vlm_jmeth_t *m,
         return VLM_OK;
     }
 
-    return vlm_jj_pairs(ctx, m->self.u.dict,
-                        m->name[0] == 'i' ? 0 : m->name[0] == 'k' ? 1 : 2,
-                        out);
+    return vlm_jinja_pairs(ctx, m->self.u.dict,
+                           m->name[0] == 'i' ? 0 : m->name[0] == 'k' ? 1 : 2,
+                           out);
 }

@@ -15,7 +15,7 @@
 
 
 vlm_status_t
-vlm_jj_emit(vlm_jctx_t *ctx, const vlm_jv_t *s)
+vlm_jinja_emit(vlm_jctx_t *ctx, const vlm_jv_t *s)
 {
     char        *buf;
     size_t       cap, i;
@@ -44,7 +44,7 @@ vlm_jj_emit(vlm_jctx_t *ctx, const vlm_jv_t *s)
         buf = vlm_jj_ralloc(ctx, cap);
         mask = vlm_jj_ralloc(ctx, cap);
         if (buf == NULL || mask == NULL) {
-            return vlm_jj_nomem(ctx);
+            return vlm_jinja_nomem(ctx);
         }
 
         if (b->len) {
@@ -91,7 +91,7 @@ vlm_jj_emit_raw(vlm_jctx_t *ctx, const char *s, size_t len)
 
     vlm_jj_set_str(&v, s, len, VLM_JT_NONE);
 
-    return vlm_jj_emit(ctx, &v);
+    return vlm_jinja_emit(ctx, &v);
 }
 
 
@@ -108,7 +108,7 @@ vlm_jj_printf(vlm_jctx_t *ctx, const char *fmt, ...)
     va_end(ap);
 
     if (n < 0 || (size_t) n >= sizeof(buf)) {
-        return vlm_jj_fail(ctx, "a formatted value is too long");
+        return vlm_jinja_fail(ctx, "a formatted value is too long");
     }
 
     return vlm_jj_emit_raw(ctx, buf, (size_t) n);
@@ -281,8 +281,8 @@ vlm_jj_emit_escaped(vlm_jctx_t *ctx, const vlm_jv_t *s, int json, char q,
         }
 
         if (i > run) {
-            vlm_jj_substr(s, run, i - run, &part);
-            rc = vlm_jj_emit(ctx, &part);
+            vlm_jinja_substr(s, run, i - run, &part);
+            rc = vlm_jinja_emit(ctx, &part);
             if (rc != VLM_OK) {
                 return rc;
             }
@@ -290,7 +290,7 @@ vlm_jj_emit_escaped(vlm_jctx_t *ctx, const vlm_jv_t *s, int json, char q,
 
         vlm_jj_set_str(&part, esc, strlen(esc),
                        vlm_jj_taint_at(s, i) ? VLM_JT_ALL : VLM_JT_NONE);
-        rc = vlm_jj_emit(ctx, &part);
+        rc = vlm_jinja_emit(ctx, &part);
         if (rc != VLM_OK) {
             return rc;
         }
@@ -300,8 +300,8 @@ vlm_jj_emit_escaped(vlm_jctx_t *ctx, const vlm_jv_t *s, int json, char q,
     }
 
     if (s->len > run) {
-        vlm_jj_substr(s, run, s->len - run, &part);
-        return vlm_jj_emit(ctx, &part);
+        vlm_jinja_substr(s, run, s->len - run, &part);
+        return vlm_jinja_emit(ctx, &part);
     }
 
     return VLM_OK;
@@ -336,7 +336,7 @@ vlm_jj_write_repr(vlm_jctx_t *ctx, const vlm_jv_t *v, int top)
 
     case VLM_JV_STR:
         if (top) {
-            return vlm_jj_emit(ctx, v);
+            return vlm_jinja_emit(ctx, v);
         }
 
         q = (memchr(v->u.s, '\'', v->len) && !memchr(v->u.s, '"', v->len))
@@ -428,7 +428,7 @@ vlm_jj_write_json(vlm_jctx_t *ctx, const vlm_jv_t *v, const vlm_jjson_t *o,
     vlm_jv_t     *keys;
 
     if (level > VLM_JJ_MAX_DEPTH) {
-        return vlm_jj_fail(ctx, "tojson: a value nested too deep");
+        return vlm_jinja_fail(ctx, "tojson: a value nested too deep");
     }
 
     switch (v->type) {
@@ -496,22 +496,22 @@ vlm_jj_write_json(vlm_jctx_t *ctx, const vlm_jv_t *v, const vlm_jjson_t *o,
 
         order = vlm_jj_ralloc(ctx, n * sizeof(size_t));
         if (order == NULL) {
-            return vlm_jj_nomem(ctx);
+            return vlm_jinja_nomem(ctx);
         }
 
         for (i = 0; i < n; i++) {
             order[i] = i;
 
             if (keys[i].type != VLM_JV_STR) {
-                return vlm_jj_fail(ctx, "tojson: a key that is not a "
-                                   "string");
+                return vlm_jinja_fail(ctx, "tojson: a key that is not a "
+                                      "string");
             }
         }
 
         for (i = 1; o->sort_keys && i < n; i++) {
             for (j = i; j > 0; j--) {
-                if (vlm_jj_order(ctx, &keys[order[j - 1]], &keys[order[j]],
-                                 &r) != VLM_OK || r <= 0)
+                if (vlm_jinja_order(ctx, &keys[order[j - 1]], &keys[order[j]],
+                                    &r) != VLM_OK || r <= 0)
                 {
                     break;
                 }
@@ -554,14 +554,14 @@ vlm_jj_write_json(vlm_jctx_t *ctx, const vlm_jv_t *v, const vlm_jjson_t *o,
         return rc == VLM_OK ? vlm_jj_emit_raw(ctx, "}", 1) : rc;
 
     default:
-        return vlm_jj_fail(ctx, "tojson: Object of type %s is not JSON "
-                           "serializable", vlm_jj_type_name(v));
+        return vlm_jinja_fail(ctx, "tojson: Object of type %s is not JSON "
+                              "serializable", vlm_jj_type_name(v));
     }
 }
 
 
 vlm_status_t
-vlm_jj_to_str(vlm_jctx_t *ctx, const vlm_jv_t *v, vlm_jv_t *s)
+vlm_jinja_to_str(vlm_jctx_t *ctx, const vlm_jv_t *v, vlm_jv_t *s)
 {
     vlm_jbuf_t    b, *saved;
     vlm_status_t  rc;
@@ -580,7 +580,7 @@ vlm_jj_to_str(vlm_jctx_t *ctx, const vlm_jv_t *v, vlm_jv_t *s)
 
 
 vlm_status_t
-vlm_jj_to_json(vlm_jctx_t *ctx, const vlm_jv_t *v, const vlm_jjson_t *o,
+vlm_jinja_to_json(vlm_jctx_t *ctx, const vlm_jv_t *v, const vlm_jjson_t *o,
     vlm_jv_t *s)
 {
     vlm_jbuf_t    b, *saved;

@@ -13,7 +13,7 @@
 static vlm_status_t
 vlm_jj_block_end(vlm_jlex_t *lx)
 {
-    return vlm_jj_expect(lx, VLM_JK_BLOCK_END, "'%}'");
+    return vlm_jinja_expect(lx, VLM_JK_BLOCK_END, "'%}'");
 }
 
 
@@ -26,16 +26,16 @@ vlm_jj_stmt_if(vlm_jlex_t *lx, vlm_jnode_t *n)
     static const char *const  stops[] = { "elif", "else", "endif", NULL };
     static const char *const  ends[] = { "endif", NULL };
 
-    n->a = vlm_jj_expr(lx);
+    n->a = vlm_jinja_expr(lx);
 
     if (n->a == NULL || vlm_jj_block_end(lx) != VLM_OK
-        || vlm_jj_body(lx, &n->kids, stops, &stop) != VLM_OK)
+        || vlm_jinja_body(lx, &n->kids, stops, &stop) != VLM_OK)
     {
         return VLM_ERR_FORMAT;
     }
 
     if (vlm_jj_is_name(stop, "elif")) {
-        elif = vlm_jj_node(lx, VLM_JN_IF);
+        elif = vlm_jinja_node(lx, VLM_JN_IF);
         n->kids2.v = vlm_jj_alloc(lx->arena, sizeof(void *));
 
         if (elif == NULL || n->kids2.v == NULL) {
@@ -50,7 +50,7 @@ vlm_jj_stmt_if(vlm_jlex_t *lx, vlm_jnode_t *n)
 
     if (vlm_jj_is_name(stop, "else")) {
         if (vlm_jj_block_end(lx) != VLM_OK
-            || vlm_jj_body(lx, &n->kids2, ends, &stop) != VLM_OK)
+            || vlm_jinja_body(lx, &n->kids2, ends, &stop) != VLM_OK)
         {
             return VLM_ERR_FORMAT;
         }
@@ -76,10 +76,10 @@ vlm_jj_stmt_for(vlm_jlex_t *lx, vlm_jnode_t *n)
         t = vlm_jj_tok(lx);
 
         if (t->kind != VLM_JK_NAME) {
-            return vlm_jj_syntax(lx, t->line, "expected a loop variable");
+            return vlm_jinja_syntax(lx, t->line, "expected a loop variable");
         }
 
-        if (vlm_jj_add_name(lx, n, &cap, t->s, t->len) != VLM_OK) {
+        if (vlm_jinja_add_name(lx, n, &cap, t->s, t->len) != VLM_OK) {
             return VLM_ERR_NOMEM;
         }
 
@@ -95,37 +95,37 @@ vlm_jj_stmt_for(vlm_jlex_t *lx, vlm_jnode_t *n)
     t = vlm_jj_tok(lx);
 
     if (!vlm_jj_is_name(t, "in")) {
-        return vlm_jj_syntax(lx, t->line, "expected 'in' in a for loop");
+        return vlm_jinja_syntax(lx, t->line, "expected 'in' in a for loop");
     }
 
     lx->at++;
-    n->a = vlm_jj_or(lx);
+    n->a = vlm_jinja_or(lx);
     if (n->a == NULL) {
         return VLM_ERR_FORMAT;
     }
 
     if (vlm_jj_is_name(vlm_jj_tok(lx), "if")) {
         lx->at++;
-        n->b = vlm_jj_expr(lx);
+        n->b = vlm_jinja_expr(lx);
         if (n->b == NULL) {
             return VLM_ERR_FORMAT;
         }
     }
 
     if (vlm_jj_is_name(vlm_jj_tok(lx), "recursive")) {
-        return vlm_jj_syntax(lx, t->line, "recursive loops are not "
-                             "supported");
+        return vlm_jinja_syntax(lx, t->line, "recursive loops are not "
+                                "supported");
     }
 
     if (vlm_jj_block_end(lx) != VLM_OK
-        || vlm_jj_body(lx, &n->kids, stops, &stop) != VLM_OK)
+        || vlm_jinja_body(lx, &n->kids, stops, &stop) != VLM_OK)
     {
         return VLM_ERR_FORMAT;
     }
 
     if (vlm_jj_is_name(stop, "else")) {
         if (vlm_jj_block_end(lx) != VLM_OK
-            || vlm_jj_body(lx, &n->kids2, ends, &stop) != VLM_OK)
+            || vlm_jinja_body(lx, &n->kids2, ends, &stop) != VLM_OK)
         {
             return VLM_ERR_FORMAT;
         }
@@ -146,7 +146,7 @@ vlm_jj_stmt_set(vlm_jlex_t *lx, vlm_jnode_t *n)
     t = vlm_jj_tok(lx);
 
     if (t->kind != VLM_JK_NAME) {
-        return vlm_jj_syntax(lx, t->line, "expected a name after 'set'");
+        return vlm_jinja_syntax(lx, t->line, "expected a name after 'set'");
     }
 
     n->name = t->s;
@@ -158,7 +158,7 @@ vlm_jj_stmt_set(vlm_jlex_t *lx, vlm_jnode_t *n)
         t = vlm_jj_tok(lx);
 
         if (t->kind != VLM_JK_NAME) {
-            return vlm_jj_syntax(lx, t->line, "expected an attribute name");
+            return vlm_jinja_syntax(lx, t->line, "expected an attribute name");
         }
 
         n->attr = t->s;
@@ -172,18 +172,18 @@ vlm_jj_stmt_set(vlm_jlex_t *lx, vlm_jnode_t *n)
         n->kind = VLM_JN_SET_BLOCK;
         lx->at++;
 
-        if (vlm_jj_body(lx, &n->kids, ends, &stop) != VLM_OK) {
+        if (vlm_jinja_body(lx, &n->kids, ends, &stop) != VLM_OK) {
             return VLM_ERR_FORMAT;
         }
 
         return vlm_jj_block_end(lx);
     }
 
-    if (vlm_jj_expect_op(lx, "=") != VLM_OK) {
+    if (vlm_jinja_expect_op(lx, "=") != VLM_OK) {
         return VLM_ERR_FORMAT;
     }
 
-    n->a = vlm_jj_expr(lx);
+    n->a = vlm_jinja_expr(lx);
     if (n->a == NULL) {
         return VLM_ERR_FORMAT;
     }
@@ -202,7 +202,7 @@ vlm_jj_params(vlm_jlex_t *lx, vlm_jnode_t *n)
 
     cap = cap2 = 0;
 
-    if (vlm_jj_expect_op(lx, "(") != VLM_OK) {
+    if (vlm_jinja_expect_op(lx, "(") != VLM_OK) {
         return VLM_ERR_FORMAT;
     }
 
@@ -210,7 +210,7 @@ vlm_jj_params(vlm_jlex_t *lx, vlm_jnode_t *n)
         t = vlm_jj_tok(lx);
 
         if (t->kind != VLM_JK_NAME) {
-            return vlm_jj_syntax(lx, t->line, "expected a parameter name");
+            return vlm_jinja_syntax(lx, t->line, "expected a parameter name");
         }
 
         lx->at++;
@@ -218,14 +218,14 @@ vlm_jj_params(vlm_jlex_t *lx, vlm_jnode_t *n)
 
         if (vlm_jj_is_op(vlm_jj_tok(lx), "=")) {
             lx->at++;
-            d = vlm_jj_expr(lx);
+            d = vlm_jinja_expr(lx);
             if (d == NULL) {
                 return VLM_ERR_FORMAT;
             }
         }
 
-        if (vlm_jj_add_name(lx, n, &cap, t->s, t->len) != VLM_OK
-            || vlm_jj_add(lx, &n->kids2, &cap2, d) != VLM_OK)
+        if (vlm_jinja_add_name(lx, n, &cap, t->s, t->len) != VLM_OK
+            || vlm_jinja_add(lx, &n->kids2, &cap2, d) != VLM_OK)
         {
             return VLM_ERR_NOMEM;
         }
@@ -237,7 +237,7 @@ vlm_jj_params(vlm_jlex_t *lx, vlm_jnode_t *n)
         lx->at++;
     }
 
-    return vlm_jj_expect_op(lx, ")");
+    return vlm_jinja_expect_op(lx, ")");
 }
 
 
@@ -252,7 +252,7 @@ vlm_jj_stmt_macro(vlm_jlex_t *lx, vlm_jnode_t *n)
     t = vlm_jj_tok(lx);
 
     if (t->kind != VLM_JK_NAME) {
-        return vlm_jj_syntax(lx, t->line, "expected a macro name");
+        return vlm_jinja_syntax(lx, t->line, "expected a macro name");
     }
 
     n->name = t->s;
@@ -260,7 +260,7 @@ vlm_jj_stmt_macro(vlm_jlex_t *lx, vlm_jnode_t *n)
     lx->at++;
 
     if (vlm_jj_params(lx, n) != VLM_OK || vlm_jj_block_end(lx) != VLM_OK
-        || vlm_jj_body(lx, &n->kids, ends, &stop) != VLM_OK)
+        || vlm_jinja_body(lx, &n->kids, ends, &stop) != VLM_OK)
     {
         return VLM_ERR_FORMAT;
     }
@@ -288,18 +288,18 @@ vlm_jj_stmt_call(vlm_jlex_t *lx, vlm_jnode_t *n)
     }
 
     t = vlm_jj_tok(lx);
-    n->a = vlm_jj_expr(lx);
+    n->a = vlm_jinja_expr(lx);
     if (n->a == NULL) {
         return VLM_ERR_FORMAT;
     }
 
     if (n->a->kind != VLM_JN_CALL) {
-        return vlm_jj_syntax(lx, t->line, "expected a macro call after "
-                             "'call'");
+        return vlm_jinja_syntax(lx, t->line, "expected a macro call after "
+                                "'call'");
     }
 
     if (vlm_jj_block_end(lx) != VLM_OK
-        || vlm_jj_body(lx, &n->kids, ends, &stop) != VLM_OK)
+        || vlm_jinja_body(lx, &n->kids, ends, &stop) != VLM_OK)
     {
         return VLM_ERR_FORMAT;
     }
@@ -322,8 +322,8 @@ vlm_jj_stmt(vlm_jlex_t *lx, vlm_jnode_t **out)
     *out = NULL;
 
     if (t->kind != VLM_JK_NAME) {
-        return vlm_jj_syntax(lx, t->line, "expected a statement name, "
-                             "found %s", vlm_jj_tok_text(t));
+        return vlm_jinja_syntax(lx, t->line, "expected a statement name, "
+                                "found %s", vlm_jinja_tok_text(t));
     }
 
     if (++lx->depth > VLM_JJ_MAX_DEPTH) {
@@ -331,7 +331,7 @@ vlm_jj_stmt(vlm_jlex_t *lx, vlm_jnode_t **out)
                              "%u: blocks nested too deep", t->line);
     }
 
-    n = vlm_jj_node(lx, VLM_JN_IF);
+    n = vlm_jinja_node(lx, VLM_JN_IF);
     if (n == NULL) {
         return VLM_ERR_NOMEM;
     }
@@ -369,7 +369,7 @@ vlm_jj_stmt(vlm_jlex_t *lx, vlm_jnode_t **out)
         rc = vlm_jj_block_end(lx);
 
         if (rc == VLM_OK) {
-            rc = vlm_jj_body(lx, &n->kids, gen_ends, &stop);
+            rc = vlm_jinja_body(lx, &n->kids, gen_ends, &stop);
         }
 
         if (rc == VLM_OK) {
@@ -377,8 +377,8 @@ vlm_jj_stmt(vlm_jlex_t *lx, vlm_jnode_t **out)
         }
 
     } else {
-        rc = vlm_jj_syntax(lx, t->line, "unknown statement '%.*s'",
-                           (int) t->len, t->s);
+        rc = vlm_jinja_syntax(lx, t->line, "unknown statement '%.*s'",
+                              (int) t->len, t->s);
     }
 
     lx->depth--;
@@ -393,7 +393,7 @@ vlm_jj_stmt(vlm_jlex_t *lx, vlm_jnode_t **out)
  * template); *stop is that name's token, the parser is past it.
  */
 vlm_status_t
-vlm_jj_body(vlm_jlex_t *lx, vlm_jnodes_t *body, const char *const *stops,
+vlm_jinja_body(vlm_jlex_t *lx, vlm_jnodes_t *body, const char *const *stops,
     const vlm_jtok_t **stop)
 {
     size_t             cap, k;
@@ -418,11 +418,11 @@ vlm_jj_body(vlm_jlex_t *lx, vlm_jnodes_t *body, const char *const *stops,
                 /* the block's end is the last of its stops */
             }
 
-            return vlm_jj_syntax(lx, t->line, "unexpected end of template, "
-                                 "expected '%s'", stops[k]);
+            return vlm_jinja_syntax(lx, t->line, "unexpected end of template, "
+                                    "expected '%s'", stops[k]);
 
         case VLM_JK_DATA:
-            n = vlm_jj_node(lx, VLM_JN_DATA);
+            n = vlm_jinja_node(lx, VLM_JN_DATA);
             if (n == NULL) {
                 return VLM_ERR_NOMEM;
             }
@@ -435,17 +435,17 @@ vlm_jj_body(vlm_jlex_t *lx, vlm_jnodes_t *body, const char *const *stops,
 
         case VLM_JK_VAR_BEGIN:
             lx->at++;
-            n = vlm_jj_node(lx, VLM_JN_OUTPUT);
+            n = vlm_jinja_node(lx, VLM_JN_OUTPUT);
             if (n == NULL) {
                 return VLM_ERR_NOMEM;
             }
 
-            n->a = vlm_jj_expr(lx);
+            n->a = vlm_jinja_expr(lx);
             if (n->a == NULL) {
                 return lx->err->status;
             }
 
-            rc = vlm_jj_expect(lx, VLM_JK_VAR_END, "'}}'");
+            rc = vlm_jinja_expect(lx, VLM_JK_VAR_END, "'}}'");
             if (rc != VLM_OK) {
                 return rc;
             }
@@ -473,8 +473,8 @@ vlm_jj_body(vlm_jlex_t *lx, vlm_jnodes_t *body, const char *const *stops,
                     || vlm_jj_is_name(name, "endcall")
                     || vlm_jj_is_name(name, "endgeneration")))
             {
-                return vlm_jj_syntax(lx, name->line, "unexpected '%.*s'",
-                                     (int) name->len, name->s);
+                return vlm_jinja_syntax(lx, name->line, "unexpected '%.*s'",
+                                        (int) name->len, name->s);
             }
 
             lx->at++;
@@ -486,11 +486,11 @@ vlm_jj_body(vlm_jlex_t *lx, vlm_jnodes_t *body, const char *const *stops,
             break;
 
         default:
-            return vlm_jj_syntax(lx, t->line, "unexpected %s",
-                                 vlm_jj_tok_text(t));
+            return vlm_jinja_syntax(lx, t->line, "unexpected %s",
+                                    vlm_jinja_tok_text(t));
         }
 
-        rc = vlm_jj_add(lx, body, &cap, n);
+        rc = vlm_jinja_add(lx, body, &cap, n);
         if (rc != VLM_OK) {
             return rc;
         }

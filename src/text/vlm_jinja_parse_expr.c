@@ -12,7 +12,7 @@
 
 
 vlm_jnode_t *
-vlm_jj_node(vlm_jlex_t *lx, vlm_jn_t kind)
+vlm_jinja_node(vlm_jlex_t *lx, vlm_jn_t kind)
 {
     vlm_jnode_t  *n;
 
@@ -32,7 +32,7 @@ vlm_jj_node(vlm_jlex_t *lx, vlm_jn_t kind)
 
 /* growable node lists while parsing: doubled in the arena */
 vlm_status_t
-vlm_jj_add(vlm_jlex_t *lx, vlm_jnodes_t *l, size_t *cap, vlm_jnode_t *n)
+vlm_jinja_add(vlm_jlex_t *lx, vlm_jnodes_t *l, size_t *cap, vlm_jnode_t *n)
 {
     vlm_jnode_t  **v;
 
@@ -57,7 +57,7 @@ vlm_jj_add(vlm_jlex_t *lx, vlm_jnodes_t *l, size_t *cap, vlm_jnode_t *n)
 
 
 vlm_status_t
-vlm_jj_add_name(vlm_jlex_t *lx, vlm_jnode_t *n, size_t *cap,
+vlm_jinja_add_name(vlm_jlex_t *lx, vlm_jnode_t *n, size_t *cap,
     const char *s, size_t len)
 {
     size_t        *lens;
@@ -88,7 +88,7 @@ vlm_jj_add_name(vlm_jlex_t *lx, vlm_jnode_t *n, size_t *cap,
 
 
 const char *
-vlm_jj_tok_text(const vlm_jtok_t *t)
+vlm_jinja_tok_text(const vlm_jtok_t *t)
 {
     switch (t->kind) {
     case VLM_JK_EOF: return "end of template";
@@ -106,15 +106,15 @@ vlm_jj_tok_text(const vlm_jtok_t *t)
 
 
 vlm_status_t
-vlm_jj_expect_op(vlm_jlex_t *lx, const char *op)
+vlm_jinja_expect_op(vlm_jlex_t *lx, const char *op)
 {
     vlm_jtok_t  *t;
 
     t = vlm_jj_tok(lx);
 
     if (!vlm_jj_is_op(t, op)) {
-        return vlm_jj_syntax(lx, t->line, "expected '%s', found %s", op,
-                             vlm_jj_tok_text(t));
+        return vlm_jinja_syntax(lx, t->line, "expected '%s', found %s", op,
+                                vlm_jinja_tok_text(t));
     }
 
     lx->at++;
@@ -124,15 +124,15 @@ vlm_jj_expect_op(vlm_jlex_t *lx, const char *op)
 
 
 vlm_status_t
-vlm_jj_expect(vlm_jlex_t *lx, vlm_jk_t kind, const char *what)
+vlm_jinja_expect(vlm_jlex_t *lx, vlm_jk_t kind, const char *what)
 {
     vlm_jtok_t  *t;
 
     t = vlm_jj_tok(lx);
 
     if (t->kind != kind) {
-        return vlm_jj_syntax(lx, t->line, "expected %s, found %s", what,
-                             vlm_jj_tok_text(t));
+        return vlm_jinja_syntax(lx, t->line, "expected %s, found %s", what,
+                                vlm_jinja_tok_text(t));
     }
 
     lx->at++;
@@ -164,24 +164,24 @@ vlm_jj_args(vlm_jlex_t *lx, vlm_jnode_t *n)
         if (t->kind == VLM_JK_NAME && vlm_jj_is_op(vlm_jj_peek(lx, 1), "="))
         {
             lx->at += 2;
-            e = vlm_jj_expr(lx);
+            e = vlm_jinja_expr(lx);
 
             if (e == NULL
-                || vlm_jj_add_name(lx, n, &capn, t->s, t->len) != VLM_OK
-                || vlm_jj_add(lx, &n->kids2, &cap2, e) != VLM_OK)
+                || vlm_jinja_add_name(lx, n, &capn, t->s, t->len) != VLM_OK
+                || vlm_jinja_add(lx, &n->kids2, &cap2, e) != VLM_OK)
             {
                 return VLM_ERR_FORMAT;
             }
 
         } else {
             if (n->n_names) {
-                return vlm_jj_syntax(lx, t->line, "positional argument "
-                                     "after a keyword argument");
+                return vlm_jinja_syntax(lx, t->line, "positional argument "
+                                        "after a keyword argument");
             }
 
-            e = vlm_jj_expr(lx);
+            e = vlm_jinja_expr(lx);
 
-            if (e == NULL || vlm_jj_add(lx, &n->kids, &cap1, e) != VLM_OK) {
+            if (e == NULL || vlm_jinja_add(lx, &n->kids, &cap1, e) != VLM_OK) {
                 return VLM_ERR_FORMAT;
             }
         }
@@ -193,7 +193,7 @@ vlm_jj_args(vlm_jlex_t *lx, vlm_jnode_t *n)
         lx->at++;
     }
 
-    return vlm_jj_expect_op(lx, ")");
+    return vlm_jinja_expect_op(lx, ")");
 }
 
 
@@ -208,7 +208,7 @@ vlm_jj_primary(vlm_jlex_t *lx)
     t = vlm_jj_tok(lx);
 
     if (t->kind == VLM_JK_NAME) {
-        n = vlm_jj_node(lx, VLM_JN_LIT);
+        n = vlm_jinja_node(lx, VLM_JN_LIT);
         VLM_JJ_NEED(n);
         lx->at++;
 
@@ -234,7 +234,7 @@ vlm_jj_primary(vlm_jlex_t *lx)
     }
 
     if (t->kind == VLM_JK_STRING) {
-        n = vlm_jj_node(lx, VLM_JN_LIT);
+        n = vlm_jinja_node(lx, VLM_JN_LIT);
         VLM_JJ_NEED(n);
 
         /* adjacent literals are one string */
@@ -272,7 +272,7 @@ vlm_jj_primary(vlm_jlex_t *lx)
     }
 
     if (t->kind == VLM_JK_INT || t->kind == VLM_JK_FLOAT) {
-        n = vlm_jj_node(lx, VLM_JN_LIT);
+        n = vlm_jinja_node(lx, VLM_JN_LIT);
         VLM_JJ_NEED(n);
         lx->at++;
 
@@ -292,18 +292,18 @@ vlm_jj_primary(vlm_jlex_t *lx)
 
         if (vlm_jj_is_op(vlm_jj_tok(lx), ")")) {
             lx->at++;
-            return vlm_jj_node(lx, VLM_JN_LIST);
+            return vlm_jinja_node(lx, VLM_JN_LIST);
         }
 
-        e = vlm_jj_expr(lx);
+        e = vlm_jinja_expr(lx);
         VLM_JJ_NEED(e);
 
         if (vlm_jj_is_op(vlm_jj_tok(lx), ",")) {
             /* a tuple: a list here */
-            n = vlm_jj_node(lx, VLM_JN_LIST);
+            n = vlm_jinja_node(lx, VLM_JN_LIST);
             VLM_JJ_NEED(n);
             cap = 0;
-            VLM_JJ_TRY(vlm_jj_add(lx, &n->kids, &cap, e));
+            VLM_JJ_TRY(vlm_jinja_add(lx, &n->kids, &cap, e));
 
             while (vlm_jj_is_op(vlm_jj_tok(lx), ",")) {
                 lx->at++;
@@ -312,29 +312,29 @@ vlm_jj_primary(vlm_jlex_t *lx)
                     break;
                 }
 
-                e = vlm_jj_expr(lx);
+                e = vlm_jinja_expr(lx);
                 VLM_JJ_NEED(e);
-                VLM_JJ_TRY(vlm_jj_add(lx, &n->kids, &cap, e));
+                VLM_JJ_TRY(vlm_jinja_add(lx, &n->kids, &cap, e));
             }
 
             e = n;
         }
 
-        VLM_JJ_TRY(vlm_jj_expect_op(lx, ")"));
+        VLM_JJ_TRY(vlm_jinja_expect_op(lx, ")"));
 
         return e;
     }
 
     if (vlm_jj_is_op(t, "[")) {
         lx->at++;
-        n = vlm_jj_node(lx, VLM_JN_LIST);
+        n = vlm_jinja_node(lx, VLM_JN_LIST);
         VLM_JJ_NEED(n);
         cap = 0;
 
         while (!vlm_jj_is_op(vlm_jj_tok(lx), "]")) {
-            e = vlm_jj_expr(lx);
+            e = vlm_jinja_expr(lx);
             VLM_JJ_NEED(e);
-            VLM_JJ_TRY(vlm_jj_add(lx, &n->kids, &cap, e));
+            VLM_JJ_TRY(vlm_jinja_add(lx, &n->kids, &cap, e));
 
             if (!vlm_jj_is_op(vlm_jj_tok(lx), ",")) {
                 break;
@@ -343,25 +343,25 @@ vlm_jj_primary(vlm_jlex_t *lx)
             lx->at++;
         }
 
-        VLM_JJ_TRY(vlm_jj_expect_op(lx, "]"));
+        VLM_JJ_TRY(vlm_jinja_expect_op(lx, "]"));
 
         return n;
     }
 
     if (vlm_jj_is_op(t, "{")) {
         lx->at++;
-        n = vlm_jj_node(lx, VLM_JN_DICT);
+        n = vlm_jinja_node(lx, VLM_JN_DICT);
         VLM_JJ_NEED(n);
         cap = cap2 = 0;
 
         while (!vlm_jj_is_op(vlm_jj_tok(lx), "}")) {
-            e = vlm_jj_expr(lx);
+            e = vlm_jinja_expr(lx);
             VLM_JJ_NEED(e);
-            VLM_JJ_TRY(vlm_jj_add(lx, &n->kids, &cap, e));
-            VLM_JJ_TRY(vlm_jj_expect_op(lx, ":"));
-            e = vlm_jj_expr(lx);
+            VLM_JJ_TRY(vlm_jinja_add(lx, &n->kids, &cap, e));
+            VLM_JJ_TRY(vlm_jinja_expect_op(lx, ":"));
+            e = vlm_jinja_expr(lx);
             VLM_JJ_NEED(e);
-            VLM_JJ_TRY(vlm_jj_add(lx, &n->kids2, &cap2, e));
+            VLM_JJ_TRY(vlm_jinja_add(lx, &n->kids2, &cap2, e));
 
             if (!vlm_jj_is_op(vlm_jj_tok(lx), ",")) {
                 break;
@@ -370,12 +370,12 @@ vlm_jj_primary(vlm_jlex_t *lx)
             lx->at++;
         }
 
-        VLM_JJ_TRY(vlm_jj_expect_op(lx, "}"));
+        VLM_JJ_TRY(vlm_jinja_expect_op(lx, "}"));
 
         return n;
     }
 
-    vlm_jj_syntax(lx, t->line, "unexpected %s", vlm_jj_tok_text(t));
+    vlm_jinja_syntax(lx, t->line, "unexpected %s", vlm_jinja_tok_text(t));
 
     return NULL;
 }
@@ -397,21 +397,21 @@ vlm_jj_postfix(vlm_jlex_t *lx, vlm_jnode_t *n)
 
             if (t->kind == VLM_JK_INT) {
                 /* foo.0 is foo[0] */
-                m = vlm_jj_node(lx, VLM_JN_ITEM);
+                m = vlm_jinja_node(lx, VLM_JN_ITEM);
                 VLM_JJ_NEED(m);
-                m->b = vlm_jj_node(lx, VLM_JN_LIT);
+                m->b = vlm_jinja_node(lx, VLM_JN_LIT);
                 VLM_JJ_NEED(m->b);
                 m->b->lit.type = VLM_JV_INT;
                 m->b->lit.u.i = t->i;
 
             } else if (t->kind == VLM_JK_NAME) {
-                m = vlm_jj_node(lx, VLM_JN_ATTR);
+                m = vlm_jinja_node(lx, VLM_JN_ATTR);
                 VLM_JJ_NEED(m);
                 m->name = t->s;
                 m->name_len = t->len;
 
             } else {
-                vlm_jj_syntax(lx, t->line, "expected a name after '.'");
+                vlm_jinja_syntax(lx, t->line, "expected a name after '.'");
                 return NULL;
             }
 
@@ -430,7 +430,7 @@ vlm_jj_postfix(vlm_jlex_t *lx, vlm_jnode_t *n)
                 t = vlm_jj_tok(lx);
 
                 if (!vlm_jj_is_op(t, ":") && !vlm_jj_is_op(t, "]")) {
-                    parts[k] = vlm_jj_expr(lx);
+                    parts[k] = vlm_jinja_expr(lx);
                     VLM_JJ_NEED(parts[k]);
                 }
 
@@ -442,20 +442,20 @@ vlm_jj_postfix(vlm_jlex_t *lx, vlm_jnode_t *n)
                 k++;
             }
 
-            VLM_JJ_TRY(vlm_jj_expect_op(lx, "]"));
+            VLM_JJ_TRY(vlm_jinja_expect_op(lx, "]"));
 
             if (k == 0) {
                 if (parts[0] == NULL) {
-                    vlm_jj_syntax(lx, t->line, "empty subscript");
+                    vlm_jinja_syntax(lx, t->line, "empty subscript");
                     return NULL;
                 }
 
-                m = vlm_jj_node(lx, VLM_JN_ITEM);
+                m = vlm_jinja_node(lx, VLM_JN_ITEM);
                 VLM_JJ_NEED(m);
                 m->b = parts[0];
 
             } else {
-                m = vlm_jj_node(lx, VLM_JN_SLICE);
+                m = vlm_jinja_node(lx, VLM_JN_SLICE);
                 VLM_JJ_NEED(m);
                 m->kids.v = vlm_jj_alloc(lx->arena, 3 * sizeof(void *));
                 if (m->kids.v == NULL) {
@@ -474,7 +474,7 @@ vlm_jj_postfix(vlm_jlex_t *lx, vlm_jnode_t *n)
 
         if (vlm_jj_is_op(t, "(")) {
             lx->at++;
-            m = vlm_jj_node(lx, VLM_JN_CALL);
+            m = vlm_jinja_node(lx, VLM_JN_CALL);
             VLM_JJ_NEED(m);
             m->a = n;
             VLM_JJ_TRY(vlm_jj_args(lx, m));
@@ -500,11 +500,11 @@ vlm_jj_filters(vlm_jlex_t *lx, vlm_jnode_t *n)
 
         if (vlm_jj_is_op(t, "|")) {
             lx->at++;
-            m = vlm_jj_node(lx, VLM_JN_FILTER);
+            m = vlm_jinja_node(lx, VLM_JN_FILTER);
 
         } else if (vlm_jj_is_name(t, "is")) {
             lx->at++;
-            m = vlm_jj_node(lx, VLM_JN_TEST);
+            m = vlm_jinja_node(lx, VLM_JN_TEST);
 
             if (m != NULL && vlm_jj_is_name(vlm_jj_tok(lx), "not")) {
                 m->neg = 1;
@@ -519,8 +519,8 @@ vlm_jj_filters(vlm_jlex_t *lx, vlm_jnode_t *n)
         t = vlm_jj_tok(lx);
 
         if (t->kind != VLM_JK_NAME) {
-            vlm_jj_syntax(lx, t->line, "expected a %s name",
-                          m->kind == VLM_JN_FILTER ? "filter" : "test");
+            vlm_jinja_syntax(lx, t->line, "expected a %s name",
+                             m->kind == VLM_JN_FILTER ? "filter" : "test");
             return NULL;
         }
 
@@ -553,7 +553,7 @@ vlm_jj_filters(vlm_jlex_t *lx, vlm_jnode_t *n)
             cap = 0;
             e = vlm_jj_unary(lx, 0);
             VLM_JJ_NEED(e);
-            VLM_JJ_TRY(vlm_jj_add(lx, &m->kids, &cap, e));
+            VLM_JJ_TRY(vlm_jinja_add(lx, &m->kids, &cap, e));
         }
 
         n = m;
@@ -577,7 +577,7 @@ vlm_jj_unary(vlm_jlex_t *lx, int with_filter)
 
     if (vlm_jj_is_op(t, "-") || vlm_jj_is_op(t, "+")) {
         lx->at++;
-        m = vlm_jj_node(lx, t->s[0] == '-' ? VLM_JN_NEG : VLM_JN_POS);
+        m = vlm_jinja_node(lx, t->s[0] == '-' ? VLM_JN_NEG : VLM_JN_POS);
         VLM_JJ_NEED(m);
         m->a = vlm_jj_unary(lx, 0);
         VLM_JJ_NEED(m->a);
@@ -608,7 +608,7 @@ vlm_jj_binary(vlm_jlex_t *lx, vlm_jnode_t *a, vlm_jo_t op,
 
     VLM_JJ_NEED(a);
     lx->at++;
-    n = vlm_jj_node(lx, VLM_JN_BIN);
+    n = vlm_jinja_node(lx, VLM_JN_BIN);
     VLM_JJ_NEED(n);
     n->op = (uint8_t) op;
     n->a = a;
@@ -752,14 +752,14 @@ vlm_jj_compare(vlm_jlex_t *lx)
         lx->at++;
 
         if (c == NULL) {
-            c = vlm_jj_node(lx, VLM_JN_CMP);
+            c = vlm_jinja_node(lx, VLM_JN_CMP);
             VLM_JJ_NEED(c);
             c->a = n;
         }
 
         e = vlm_jj_math1(lx);
         VLM_JJ_NEED(e);
-        VLM_JJ_TRY(vlm_jj_add(lx, &c->kids, &cap, e));
+        VLM_JJ_TRY(vlm_jinja_add(lx, &c->kids, &cap, e));
 
         if (c->kids.n > opcap) {
             opcap = opcap ? opcap * 2 : 4;
@@ -796,7 +796,7 @@ vlm_jj_not(vlm_jlex_t *lx)
             return NULL;
         }
 
-        n = vlm_jj_node(lx, VLM_JN_NOT);
+        n = vlm_jinja_node(lx, VLM_JN_NOT);
         VLM_JJ_NEED(n);
         n->a = vlm_jj_not(lx);
         VLM_JJ_NEED(n->a);
@@ -818,7 +818,7 @@ vlm_jj_and(vlm_jlex_t *lx)
 
     while (n != NULL && vlm_jj_is_name(vlm_jj_tok(lx), "and")) {
         lx->at++;
-        m = vlm_jj_node(lx, VLM_JN_AND);
+        m = vlm_jinja_node(lx, VLM_JN_AND);
         VLM_JJ_NEED(m);
         m->a = n;
         m->b = vlm_jj_not(lx);
@@ -831,7 +831,7 @@ vlm_jj_and(vlm_jlex_t *lx)
 
 
 vlm_jnode_t *
-vlm_jj_or(vlm_jlex_t *lx)
+vlm_jinja_or(vlm_jlex_t *lx)
 {
     vlm_jnode_t  *n, *m;
 
@@ -839,7 +839,7 @@ vlm_jj_or(vlm_jlex_t *lx)
 
     while (n != NULL && vlm_jj_is_name(vlm_jj_tok(lx), "or")) {
         lx->at++;
-        m = vlm_jj_node(lx, VLM_JN_OR);
+        m = vlm_jinja_node(lx, VLM_JN_OR);
         VLM_JJ_NEED(m);
         m->a = n;
         m->b = vlm_jj_and(lx);
@@ -852,7 +852,7 @@ vlm_jj_or(vlm_jlex_t *lx)
 
 
 vlm_jnode_t *
-vlm_jj_expr(vlm_jlex_t *lx)
+vlm_jinja_expr(vlm_jlex_t *lx)
 {
     vlm_jnode_t  *n, *m;
 
@@ -862,19 +862,19 @@ vlm_jj_expr(vlm_jlex_t *lx)
         return NULL;
     }
 
-    n = vlm_jj_or(lx);
+    n = vlm_jinja_or(lx);
 
     while (n != NULL && vlm_jj_is_name(vlm_jj_tok(lx), "if")) {
         lx->at++;
-        m = vlm_jj_node(lx, VLM_JN_COND);
+        m = vlm_jinja_node(lx, VLM_JN_COND);
         VLM_JJ_NEED(m);
         m->a = n;
-        m->b = vlm_jj_or(lx);
+        m->b = vlm_jinja_or(lx);
         VLM_JJ_NEED(m->b);
 
         if (vlm_jj_is_name(vlm_jj_tok(lx), "else")) {
             lx->at++;
-            m->c = vlm_jj_expr(lx);
+            m->c = vlm_jinja_expr(lx);
             VLM_JJ_NEED(m->c);
         }
 

@@ -14,7 +14,7 @@
 
 
 vlm_status_t
-vlm_jj_fail(vlm_jctx_t *ctx, const char *fmt, ...)
+vlm_jinja_fail(vlm_jctx_t *ctx, const char *fmt, ...)
 {
     char     msg[VLM_ERROR_MSG_LEN];
     va_list  ap;
@@ -29,7 +29,7 @@ vlm_jj_fail(vlm_jctx_t *ctx, const char *fmt, ...)
 
 
 vlm_status_t
-vlm_jj_nomem(vlm_jctx_t *ctx)
+vlm_jinja_nomem(vlm_jctx_t *ctx)
 {
     return vlm_error_set(ctx->err, VLM_ERR_LIMIT, "chat template line %u: "
                          "the render needs more than its %zu bytes of "
@@ -39,7 +39,7 @@ vlm_jj_nomem(vlm_jctx_t *ctx)
 
 /* a substring of s keeps its taint */
 void
-vlm_jj_substr(const vlm_jv_t *s, size_t off, size_t len, vlm_jv_t *out)
+vlm_jinja_substr(const vlm_jv_t *s, size_t off, size_t len, vlm_jv_t *out)
 {
     vlm_jj_set_str(out, s->u.s + off, len, s->taint);
 
@@ -52,7 +52,7 @@ vlm_jj_substr(const vlm_jv_t *s, size_t off, size_t len, vlm_jv_t *out)
 /* growing lists and dicts in the render's arena */
 
 vlm_jlist_t *
-vlm_jj_list_new(vlm_jctx_t *ctx, size_t cap)
+vlm_jinja_list_new(vlm_jctx_t *ctx, size_t cap)
 {
     vlm_jlist_t  *l;
 
@@ -70,7 +70,7 @@ vlm_jj_list_new(vlm_jctx_t *ctx, size_t cap)
 
 
 vlm_status_t
-vlm_jj_list_push(vlm_jctx_t *ctx, vlm_jlist_t *l, const vlm_jv_t *v)
+vlm_jinja_list_push(vlm_jctx_t *ctx, vlm_jlist_t *l, const vlm_jv_t *v)
 {
     vlm_jv_t  *items;
 
@@ -78,7 +78,7 @@ vlm_jj_list_push(vlm_jctx_t *ctx, vlm_jlist_t *l, const vlm_jv_t *v)
         l->cap = l->cap ? l->cap * 2 : 4;
         items = vlm_jj_ralloc(ctx, l->cap * sizeof(vlm_jv_t));
         if (items == NULL) {
-            return vlm_jj_nomem(ctx);
+            return vlm_jinja_nomem(ctx);
         }
 
         if (l->n) {
@@ -95,7 +95,7 @@ vlm_jj_list_push(vlm_jctx_t *ctx, vlm_jlist_t *l, const vlm_jv_t *v)
 
 
 vlm_jv_t *
-vlm_jj_dict_find(const vlm_jdict_t *d, const char *k, size_t len)
+vlm_jinja_dict_find(const vlm_jdict_t *d, const char *k, size_t len)
 {
     size_t  i;
 
@@ -112,16 +112,16 @@ vlm_jj_dict_find(const vlm_jdict_t *d, const char *k, size_t len)
 
 
 vlm_jv_t *
-vlm_jj_dict_get(const vlm_jdict_t *d, const vlm_jv_t *k)
+vlm_jinja_dict_get(const vlm_jdict_t *d, const vlm_jv_t *k)
 {
     size_t  i;
 
     if (k->type == VLM_JV_STR) {
-        return vlm_jj_dict_find(d, k->u.s, k->len);
+        return vlm_jinja_dict_find(d, k->u.s, k->len);
     }
 
     for (i = 0; i < d->n; i++) {
-        if (vlm_jj_eq(&d->keys[i], k)) {
+        if (vlm_jinja_eq(&d->keys[i], k)) {
             return &d->vals[i];
         }
     }
@@ -131,12 +131,12 @@ vlm_jj_dict_get(const vlm_jdict_t *d, const vlm_jv_t *k)
 
 
 vlm_status_t
-vlm_jj_dict_set(vlm_jctx_t *ctx, vlm_jdict_t *d, const vlm_jv_t *k,
+vlm_jinja_dict_set(vlm_jctx_t *ctx, vlm_jdict_t *d, const vlm_jv_t *k,
     const vlm_jv_t *v)
 {
     vlm_jv_t  *old, *keys, *vals;
 
-    old = vlm_jj_dict_get(d, k);
+    old = vlm_jinja_dict_get(d, k);
 
     if (old != NULL) {
         *old = *v;
@@ -148,7 +148,7 @@ vlm_jj_dict_set(vlm_jctx_t *ctx, vlm_jdict_t *d, const vlm_jv_t *k,
         keys = vlm_jj_ralloc(ctx, d->cap * sizeof(vlm_jv_t));
         vals = vlm_jj_ralloc(ctx, d->cap * sizeof(vlm_jv_t));
         if (keys == NULL || vals == NULL) {
-            return vlm_jj_nomem(ctx);
+            return vlm_jinja_nomem(ctx);
         }
 
         if (d->n) {
@@ -169,7 +169,7 @@ vlm_jj_dict_set(vlm_jctx_t *ctx, vlm_jdict_t *d, const vlm_jv_t *k,
 
 /* the request's JSON as values; strings point into the JSON */
 vlm_status_t
-vlm_jj_from_json(vlm_jctx_t *ctx, json_t *j, unsigned taint, vlm_jv_t *v)
+vlm_jinja_from_json(vlm_jctx_t *ctx, json_t *j, unsigned taint, vlm_jv_t *v)
 {
     size_t        i, n;
     json_t       *item;
@@ -213,13 +213,13 @@ vlm_jj_from_json(vlm_jctx_t *ctx, json_t *j, unsigned taint, vlm_jv_t *v)
     case JSON_ARRAY:
         n = json_array_size(j);
         v->type = VLM_JV_LIST;
-        v->u.list = vlm_jj_list_new(ctx, n);
+        v->u.list = vlm_jinja_list_new(ctx, n);
         if (v->u.list == NULL) {
-            return vlm_jj_nomem(ctx);
+            return vlm_jinja_nomem(ctx);
         }
 
         json_array_foreach(j, i, item) {
-            rc = vlm_jj_from_json(ctx, item, taint, &v->u.list->items[i]);
+            rc = vlm_jinja_from_json(ctx, item, taint, &v->u.list->items[i]);
             if (rc != VLM_OK) {
                 return rc;
             }
@@ -232,7 +232,7 @@ vlm_jj_from_json(vlm_jctx_t *ctx, json_t *j, unsigned taint, vlm_jv_t *v)
         v->type = VLM_JV_DICT;
         v->u.dict = vlm_jj_ralloc(ctx, sizeof(vlm_jdict_t));
         if (v->u.dict == NULL) {
-            return vlm_jj_nomem(ctx);
+            return vlm_jinja_nomem(ctx);
         }
 
         memset(v->u.dict, 0, sizeof(vlm_jdict_t));
@@ -240,7 +240,7 @@ vlm_jj_from_json(vlm_jctx_t *ctx, json_t *j, unsigned taint, vlm_jv_t *v)
         v->u.dict->keys = vlm_jj_ralloc(ctx, n * sizeof(vlm_jv_t));
         v->u.dict->vals = vlm_jj_ralloc(ctx, n * sizeof(vlm_jv_t));
         if (v->u.dict->keys == NULL || v->u.dict->vals == NULL) {
-            return vlm_jj_nomem(ctx);
+            return vlm_jinja_nomem(ctx);
         }
 
         v->u.dict->cap = n;
@@ -248,7 +248,7 @@ vlm_jj_from_json(vlm_jctx_t *ctx, json_t *j, unsigned taint, vlm_jv_t *v)
 
         json_object_foreach(j, key, item) {
             vlm_jj_set_str(&k, key, strlen(key), taint);
-            rc = vlm_jj_from_json(ctx, item, taint, &e);
+            rc = vlm_jinja_from_json(ctx, item, taint, &e);
             if (rc != VLM_OK) {
                 return rc;
             }
@@ -261,12 +261,12 @@ vlm_jj_from_json(vlm_jctx_t *ctx, json_t *j, unsigned taint, vlm_jv_t *v)
         return VLM_OK;
     }
 
-    return vlm_jj_fail(ctx, "a variable of an unknown JSON type");
+    return vlm_jinja_fail(ctx, "a variable of an unknown JSON type");
 }
 
 
 int
-vlm_jj_eq(const vlm_jv_t *a, const vlm_jv_t *b)
+vlm_jinja_eq(const vlm_jv_t *a, const vlm_jv_t *b)
 {
     size_t      i;
     vlm_jv_t   *o;
@@ -297,7 +297,7 @@ vlm_jj_eq(const vlm_jv_t *a, const vlm_jv_t *b)
         }
 
         for (i = 0; i < a->u.list->n; i++) {
-            if (!vlm_jj_eq(&a->u.list->items[i], &b->u.list->items[i])) {
+            if (!vlm_jinja_eq(&a->u.list->items[i], &b->u.list->items[i])) {
                 return 0;
             }
         }
@@ -310,9 +310,9 @@ vlm_jj_eq(const vlm_jv_t *a, const vlm_jv_t *b)
         }
 
         for (i = 0; i < a->u.dict->n; i++) {
-            o = vlm_jj_dict_get(b->u.dict, &a->u.dict->keys[i]);
+            o = vlm_jinja_dict_get(b->u.dict, &a->u.dict->keys[i]);
 
-            if (o == NULL || !vlm_jj_eq(&a->u.dict->vals[i], o)) {
+            if (o == NULL || !vlm_jinja_eq(&a->u.dict->vals[i], o)) {
                 return 0;
             }
         }
@@ -327,7 +327,7 @@ vlm_jj_eq(const vlm_jv_t *a, const vlm_jv_t *b)
 
 /* <0, 0, >0 in *r; an error for types Python does not order */
 vlm_status_t
-vlm_jj_order(vlm_jctx_t *ctx, const vlm_jv_t *a, const vlm_jv_t *b, int *r)
+vlm_jinja_order(vlm_jctx_t *ctx, const vlm_jv_t *a, const vlm_jv_t *b, int *r)
 {
     int     c;
     size_t  n;
@@ -352,14 +352,14 @@ vlm_jj_order(vlm_jctx_t *ctx, const vlm_jv_t *a, const vlm_jv_t *b, int *r)
         return VLM_OK;
     }
 
-    return vlm_jj_fail(ctx, "'<' not supported between %s and %s",
-                       vlm_jj_type_name(a), vlm_jj_type_name(b));
+    return vlm_jinja_fail(ctx, "'<' not supported between %s and %s",
+                          vlm_jj_type_name(a), vlm_jj_type_name(b));
 }
 
 
 /* concatenation keeps each side's taint */
 vlm_status_t
-vlm_jj_concat(vlm_jctx_t *ctx, const vlm_jv_t *a, const vlm_jv_t *b,
+vlm_jinja_concat(vlm_jctx_t *ctx, const vlm_jv_t *a, const vlm_jv_t *b,
     vlm_jv_t *out)
 {
     char     *s;
@@ -377,7 +377,7 @@ vlm_jj_concat(vlm_jctx_t *ctx, const vlm_jv_t *a, const vlm_jv_t *b,
 
     s = vlm_jj_ralloc(ctx, a->len + b->len + 1);
     if (s == NULL) {
-        return vlm_jj_nomem(ctx);
+        return vlm_jinja_nomem(ctx);
     }
 
     memcpy(s, a->u.s, a->len);
@@ -391,7 +391,7 @@ vlm_jj_concat(vlm_jctx_t *ctx, const vlm_jv_t *a, const vlm_jv_t *b,
 
     m = vlm_jj_ralloc(ctx, a->len + b->len);
     if (m == NULL) {
-        return vlm_jj_nomem(ctx);
+        return vlm_jinja_nomem(ctx);
     }
 
     if (a->taint == VLM_JT_MASK) {
@@ -415,12 +415,12 @@ vlm_jj_concat(vlm_jctx_t *ctx, const vlm_jv_t *a, const vlm_jv_t *b,
 
 /* a copy of a string, transformed bytewise; derived text keeps taint */
 vlm_status_t
-vlm_jj_str_dup(vlm_jctx_t *ctx, const vlm_jv_t *src, vlm_jv_t *out,
+vlm_jinja_str_dup(vlm_jctx_t *ctx, const vlm_jv_t *src, vlm_jv_t *out,
     char **s)
 {
     *s = vlm_jj_ralloc(ctx, src->len + 1);
     if (*s == NULL) {
-        return vlm_jj_nomem(ctx);
+        return vlm_jinja_nomem(ctx);
     }
 
     memcpy(*s, src->u.s, src->len);
@@ -436,7 +436,7 @@ vlm_jj_str_dup(vlm_jctx_t *ctx, const vlm_jv_t *src, vlm_jv_t *out,
 
 /* offsets[i]: the byte of code point i, offsets[n] = len */
 vlm_status_t
-vlm_jj_cp_offsets(vlm_jctx_t *ctx, const vlm_jv_t *s, size_t **offsets,
+vlm_jinja_cp_offsets(vlm_jctx_t *ctx, const vlm_jv_t *s, size_t **offsets,
     size_t *n)
 {
     size_t  i, k;
@@ -444,7 +444,7 @@ vlm_jj_cp_offsets(vlm_jctx_t *ctx, const vlm_jv_t *s, size_t **offsets,
     *n = vlm_jj_cp_count(s->u.s, s->len);
     *offsets = vlm_jj_ralloc(ctx, (*n + 1) * sizeof(size_t));
     if (*offsets == NULL) {
-        return vlm_jj_nomem(ctx);
+        return vlm_jinja_nomem(ctx);
     }
 
     k = 0;
@@ -462,7 +462,7 @@ vlm_jj_cp_offsets(vlm_jctx_t *ctx, const vlm_jv_t *s, size_t **offsets,
 
 
 vlm_status_t
-vlm_jj_iterable(vlm_jctx_t *ctx, const vlm_jv_t *v, vlm_jlist_t **out)
+vlm_jinja_iterable(vlm_jctx_t *ctx, const vlm_jv_t *v, vlm_jlist_t **out)
 {
     size_t        *offs, n, i;
     vlm_jlist_t   *l;
@@ -475,13 +475,13 @@ vlm_jj_iterable(vlm_jctx_t *ctx, const vlm_jv_t *v, vlm_jlist_t **out)
         return VLM_OK;
 
     case VLM_JV_UNDEF:
-        *out = vlm_jj_list_new(ctx, 0);
-        return *out ? VLM_OK : vlm_jj_nomem(ctx);
+        *out = vlm_jinja_list_new(ctx, 0);
+        return *out ? VLM_OK : vlm_jinja_nomem(ctx);
 
     case VLM_JV_DICT:
-        l = vlm_jj_list_new(ctx, v->u.dict->n);
+        l = vlm_jinja_list_new(ctx, v->u.dict->n);
         if (l == NULL) {
-            return vlm_jj_nomem(ctx);
+            return vlm_jinja_nomem(ctx);
         }
 
         memcpy(l->items, v->u.dict->keys, v->u.dict->n * sizeof(vlm_jv_t));
@@ -490,18 +490,18 @@ vlm_jj_iterable(vlm_jctx_t *ctx, const vlm_jv_t *v, vlm_jlist_t **out)
         return VLM_OK;
 
     case VLM_JV_STR:
-        rc = vlm_jj_cp_offsets(ctx, v, &offs, &n);
+        rc = vlm_jinja_cp_offsets(ctx, v, &offs, &n);
         if (rc != VLM_OK) {
             return rc;
         }
 
-        l = vlm_jj_list_new(ctx, n);
+        l = vlm_jinja_list_new(ctx, n);
         if (l == NULL) {
-            return vlm_jj_nomem(ctx);
+            return vlm_jinja_nomem(ctx);
         }
 
         for (i = 0; i < n; i++) {
-            vlm_jj_substr(v, offs[i], offs[i + 1] - offs[i], &l->items[i]);
+            vlm_jinja_substr(v, offs[i], offs[i + 1] - offs[i], &l->items[i]);
         }
 
         l->n = n;
@@ -509,14 +509,14 @@ vlm_jj_iterable(vlm_jctx_t *ctx, const vlm_jv_t *v, vlm_jlist_t **out)
         return VLM_OK;
 
     default:
-        return vlm_jj_fail(ctx, "'%s' object is not iterable",
-                           vlm_jj_type_name(v));
+        return vlm_jinja_fail(ctx, "'%s' object is not iterable",
+                              vlm_jj_type_name(v));
     }
 }
 
 
 const vlm_jv_t *
-vlm_jj_arg(const vlm_jargs_t *a, size_t pos, const char *name)
+vlm_jinja_arg(const vlm_jargs_t *a, size_t pos, const char *name)
 {
     size_t  i;
 
@@ -537,11 +537,11 @@ vlm_jj_arg(const vlm_jargs_t *a, size_t pos, const char *name)
 
 
 vlm_status_t
-vlm_jj_need_str(vlm_jctx_t *ctx, const vlm_jv_t *v, const char *what)
+vlm_jinja_need_str(vlm_jctx_t *ctx, const vlm_jv_t *v, const char *what)
 {
     if (v == NULL || v->type != VLM_JV_STR) {
-        return vlm_jj_fail(ctx, "%s: expected a string, not %s", what,
-                           v ? vlm_jj_type_name(v) : "nothing");
+        return vlm_jinja_fail(ctx, "%s: expected a string, not %s", what,
+                              v ? vlm_jj_type_name(v) : "nothing");
     }
 
     return VLM_OK;
