@@ -1,0 +1,894 @@
+/*
+ * What the attributes and items of values reach in the Jinja interpreter:
+ * Jinja's getattr and getitem (obj.name, obj[key]) and slices, the loop
+ * object's attributes, and the methods of str and dict that chat
+ * templates call (split, strip, replace, startswith, join, items, get).
+ */
+
+#define _GNU_SOURCE
+
+#include <string.h>
+
+#include "vlm_jinja_int.h"
+
+
+static void
+vlm_jj_slice_bounds(int64_t n, const vlm_jv_t *a, const vlm_jv_t *b,
+    int64_t step, int64_t *start, int64_t *stop)
+{
+    int64_t  lower, upper, *p;
+    size_t   k;
+
+    const vlm_jv_t  *v[2];
+
+    lower = step > 0 ? 0 : -1;
+    upper = step > 0 ? n : n - 1;
+    v[0] = a;
+    v[1] = b;
+
+    for (k = 0; k < 2; k++) {
+        p = k ? stop : start;
+
+        if (v[k]->type != VLM_JV_INT && v[k]->type != VLM_JV_BOOL) {
+            *p = (step < 0) == (k == 0) ? upper : lower;
+            continue;
+        }
+
+        *p = v[k]->u.i;
+
+        if (*p < 0) {
+            *p += n;
+            if (*p < lower) {
+                *p = lower;
+            }
+
+        } else if (*p > upper) {
+            *p = upper;
+        }
+    }
+}
+
+
+vlm_status_t
+vlm_jinja_slice(vlm_jctx_t *ctx, const vlm_jv_t *obj, const vlm_jv_t *a,
+    const vlm_jv_t *b, const vlm_jv_t *c, vlm_jv_t *out)
+{
+    char          *s;
+    size_t        *offs, n, len, k;
+    int64_t        step, start, stop, i;
+    uint8_t       *m;
+    vlm_jlist_t   *l;
+    vlm_status_t   rc;
+
+    step = 1;
+
+    if (c->type == VLM_JV_INT) {
+        step = c->u.i;
+    }
+
+    if (step == 0) {
+        return vlm_jinja_fail(ctx, "slice step cannot be zero");
+    }
+
+    if (obj->type == VLM_JV_LIST) {
+        n = obj->u.list->n;
+        vlm_jj_slice_bounds((int64_t) n, a, b, step, &start, &stop);
+        l = vlm_jinja_list_new(ctx, n);
+        if (l == NULL) {
+            return vlm_jinja_nomem(ctx);
+        }
+
+        for (i = start; step > 0 ? i < stop : i > stop; i += step) {
+            l->items[l->n++] = obj->u.list->items[i];
+        }
+
+        memset(out, 0, sizeof(vlm_jv_t));
+        out->type = VLM_JV_LIST;
+        out->u.list = l;
+
+        return VLM_OK;
+    }
+
+    if (obj->type != VLM_JV_STR) {
+        return vlm_jinja_fail(ctx, "cannot slice a %s", vlm_jj_type_name(obj));
+    }
+
+    rc = vlm_jinja_cp_offsets(ctx, obj, &offs, &n);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    vlm_jj_slice_bounds((int64_t) n, a, b, step, &start, &stop);
+
+    if (step == 1) {
+        if (stop < start) {
+            stop = start;
+        }
+
+        vlm_jinja_substr(obj, offs[start], offs[stop] - offs[start], out);
+        return VLM_OK;
+    }
+
+    s = vlm_jj_ralloc(ctx, obj->len + 1);
+    m = vlm_jj_ralloc(ctx, obj->len + 1);
+    if (s == NULL || m == NULL) {
+        return vlm_jinja_nomem(ctx);
+    }
+
+    len = 0;
+
+    for (i = start; step > 0 ? i < stop : i > stop; i += step) {
+        for (k = offs[i]; k < offs[i + 1]; k++) {
+            m[len] = vlm_jj_taint_at(obj, k);
+            s[len++] = obj->u.s[k];
+        }
+    }
+
+    s[len] = '\0';
+    vlm_jj_set_str(out, s, len, obj->taint ? VLM_JT_MASK : VLM_JT_NONE);
+    out->mask = m;
+
+    return VLM_OK;
+}
+
+
+static const char  *vlm_jj_str_methods[] = {
+    "startswith", "endswith", "split", "strip", "lstrip", "rstrip",
+    "replace", "upper", "lower", "title", "capitalize", "find", "rfind",
+    "count", "join", "splitlines", "isdigit", "isalpha", "isalnum",
+    "isspace", "islower", "isupper", "removeprefix", "removesuffix",
+    "format", "index", NULL
+};
+
+static const char  *vlm_jj_dict_methods[] = {
+    "items", "keys", "values", "get", NULL
+};
+
+
+static vlm_status_t
+vlm_jj_method(vlm_jctx_t *ctx, const vlm_jv_t *self, const char *name,
+    vlm_jv_t *out)
+{
+    vlm_jmeth_t  *m;
+
+    m = vlm_jj_ralloc(ctx, sizeof(vlm_jmeth_t));
+    if (m == NULL) {
+        return vlm_jinja_nomem(ctx);
+    }
+
+    m->self = *self;
+    m->name = name;
+    memset(out, 0, sizeof(vlm_jv_t));
+    out->type = VLM_JV_METHOD;
+    out->u.meth = m;
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_jj_loop_attr(vlm_jctx_t *ctx, vlm_jloop_t *lp, const char *name,
+    size_t len, vlm_jv_t *out)
+{
+    size_t  i, n;
+
+    i = lp->i;
+    n = lp->seq->n;
+    memset(out, 0, sizeof(vlm_jv_t));
+
+#define VLM_JJ_IS(s)  (len == sizeof(s) - 1 && memcmp(name, s, len) == 0)
+
+    if (VLM_JJ_IS("index")) {
+        vlm_jj_set_int(out, (int64_t) i + 1);
+    } else if (VLM_JJ_IS("index0")) {
+        vlm_jj_set_int(out, (int64_t) i);
+    } else if (VLM_JJ_IS("revindex")) {
+        vlm_jj_set_int(out, (int64_t) (n - i));
+    } else if (VLM_JJ_IS("revindex0")) {
+        vlm_jj_set_int(out, (int64_t) (n - i - 1));
+    } else if (VLM_JJ_IS("first")) {
+        vlm_jj_set_bool(out, i == 0);
+    } else if (VLM_JJ_IS("last")) {
+        vlm_jj_set_bool(out, i + 1 == n);
+    } else if (VLM_JJ_IS("length")) {
+        vlm_jj_set_int(out, (int64_t) n);
+    } else if (VLM_JJ_IS("depth")) {
+        vlm_jj_set_int(out, 1);
+    } else if (VLM_JJ_IS("depth0")) {
+        vlm_jj_set_int(out, 0);
+    } else if (VLM_JJ_IS("previtem")) {
+        if (i > 0) {
+            *out = lp->seq->items[i - 1];
+        }
+    } else if (VLM_JJ_IS("nextitem")) {
+        if (i + 1 < n) {
+            *out = lp->seq->items[i + 1];
+        }
+    } else if (VLM_JJ_IS("cycle")) {
+        out->type = VLM_JV_FUNC;
+        out->id = VLM_JJ_FN_CYCLE;
+        out->u.loop = lp;
+    }
+
+#undef VLM_JJ_IS
+
+    (void) ctx;
+
+    return VLM_OK;
+}
+
+
+/* Jinja's getattr: obj.name */
+vlm_status_t
+vlm_jinja_getattr(vlm_jctx_t *ctx, const vlm_jv_t *obj, const char *name,
+    size_t len, vlm_jv_t *out)
+{
+    size_t       i;
+    vlm_jv_t    *v;
+
+    memset(out, 0, sizeof(vlm_jv_t));
+
+    switch (obj->type) {
+
+    case VLM_JV_UNDEF:
+        if (obj->u.s != NULL) {
+            return vlm_jinja_fail(ctx, "'%.*s' is undefined", (int) obj->len,
+                                  obj->u.s);
+        }
+
+        return vlm_jinja_fail(ctx, "an undefined value has no attribute "
+                              "'%.*s'", (int) len, name);
+
+    case VLM_JV_DICT:
+        for (i = 0; vlm_jj_dict_methods[i]; i++) {
+            if (strlen(vlm_jj_dict_methods[i]) == len
+                && memcmp(vlm_jj_dict_methods[i], name, len) == 0)
+            {
+                return vlm_jj_method(ctx, obj, vlm_jj_dict_methods[i], out);
+            }
+        }
+
+        /* fall through */
+
+    case VLM_JV_NS:
+        v = vlm_jinja_dict_find(obj->u.dict, name, len);
+        if (v != NULL) {
+            *out = *v;
+        }
+
+        return VLM_OK;
+
+    case VLM_JV_STR:
+        for (i = 0; vlm_jj_str_methods[i]; i++) {
+            if (strlen(vlm_jj_str_methods[i]) == len
+                && memcmp(vlm_jj_str_methods[i], name, len) == 0)
+            {
+                return vlm_jj_method(ctx, obj, vlm_jj_str_methods[i], out);
+            }
+        }
+
+        return VLM_OK;
+
+    case VLM_JV_LOOP:
+        return vlm_jj_loop_attr(ctx, obj->u.loop, name, len, out);
+
+    default:
+        return VLM_OK;
+    }
+}
+
+
+/* Jinja's getitem: obj[key] */
+vlm_status_t
+vlm_jinja_getitem(vlm_jctx_t *ctx, const vlm_jv_t *obj, const vlm_jv_t *key,
+    vlm_jv_t *out)
+{
+    int64_t        i, n;
+    size_t        *offs, cn;
+    vlm_jv_t      *v;
+    vlm_status_t   rc;
+
+    memset(out, 0, sizeof(vlm_jv_t));
+
+    if (obj->type == VLM_JV_UNDEF) {
+        if (obj->u.s != NULL) {
+            return vlm_jinja_fail(ctx, "'%.*s' is undefined", (int) obj->len,
+                                  obj->u.s);
+        }
+
+        return vlm_jinja_fail(ctx, "an undefined value has no item");
+    }
+
+    if (obj->type == VLM_JV_DICT) {
+        v = vlm_jinja_dict_get(obj->u.dict, key);
+        if (v != NULL) {
+            *out = *v;
+        }
+
+        return VLM_OK;
+    }
+
+    if ((obj->type == VLM_JV_LIST || obj->type == VLM_JV_STR)
+        && (key->type == VLM_JV_INT || key->type == VLM_JV_BOOL))
+    {
+        if (obj->type == VLM_JV_LIST) {
+            n = (int64_t) obj->u.list->n;
+            i = key->u.i < 0 ? key->u.i + n : key->u.i;
+
+            if (i >= 0 && i < n) {
+                *out = obj->u.list->items[i];
+            }
+
+            return VLM_OK;
+        }
+
+        rc = vlm_jinja_cp_offsets(ctx, obj, &offs, &cn);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        n = (int64_t) cn;
+        i = key->u.i < 0 ? key->u.i + n : key->u.i;
+
+        if (i >= 0 && i < n) {
+            vlm_jinja_substr(obj, offs[i], offs[i + 1] - offs[i], out);
+        }
+
+        return VLM_OK;
+    }
+
+    if (key->type == VLM_JV_STR) {
+        return vlm_jinja_getattr(ctx, obj, key->u.s, key->len, out);
+    }
+
+    return VLM_OK;
+}
+
+
+static int
+vlm_jj_in_chars(char c, const vlm_jv_t *chars)
+{
+    if (chars == NULL || chars->type != VLM_JV_STR) {
+        return vlm_jj_space(c);
+    }
+
+    return memchr(chars->u.s, c, chars->len) != NULL;
+}
+
+
+void
+vlm_jinja_strip(const vlm_jv_t *s, const vlm_jv_t *chars, int left, int right,
+    vlm_jv_t *out)
+{
+    size_t  a, b;
+
+    a = 0;
+    b = s->len;
+
+    while (left && a < b && vlm_jj_in_chars(s->u.s[a], chars)) {
+        a++;
+    }
+
+    while (right && b > a && vlm_jj_in_chars(s->u.s[b - 1], chars)) {
+        b--;
+    }
+
+    vlm_jinja_substr(s, a, b - a, out);
+}
+
+
+static vlm_status_t
+vlm_jj_split(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jv_t *sep,
+    int64_t maxsplit, vlm_jv_t *out)
+{
+    size_t         i, start;
+    vlm_jv_t       part;
+    const char    *hit;
+    vlm_jlist_t   *l;
+    vlm_status_t   rc;
+
+    l = vlm_jinja_list_new(ctx, 4);
+    if (l == NULL) {
+        return vlm_jinja_nomem(ctx);
+    }
+
+    memset(out, 0, sizeof(vlm_jv_t));
+    out->type = VLM_JV_LIST;
+    out->u.list = l;
+
+    if (sep == NULL || sep->type == VLM_JV_NONE) {
+        i = 0;
+
+        for ( ;; ) {
+            while (i < s->len && vlm_jj_space(s->u.s[i])) {
+                i++;
+            }
+
+            if (i == s->len) {
+                return VLM_OK;
+            }
+
+            start = i;
+
+            if (maxsplit >= 0 && (int64_t) l->n == maxsplit) {
+                i = s->len;
+                while (i > start && vlm_jj_space(s->u.s[i - 1])) {
+                    i--;
+                }
+
+            } else {
+                while (i < s->len && !vlm_jj_space(s->u.s[i])) {
+                    i++;
+                }
+            }
+
+            vlm_jinja_substr(s, start, i - start, &part);
+            rc = vlm_jinja_list_push(ctx, l, &part);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+        }
+    }
+
+    rc = vlm_jinja_need_str(ctx, sep, "split");
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    if (sep->len == 0) {
+        return vlm_jinja_fail(ctx, "split: empty separator");
+    }
+
+    start = 0;
+
+    for ( ;; ) {
+        hit = (maxsplit < 0 || (int64_t) l->n < maxsplit)
+              ? memmem(s->u.s + start, s->len - start, sep->u.s, sep->len)
+              : NULL;
+
+        if (hit == NULL) {
+            vlm_jinja_substr(s, start, s->len - start, &part);
+            return vlm_jinja_list_push(ctx, l, &part);
+        }
+
+        vlm_jinja_substr(s, start, hit - s->u.s - start, &part);
+        rc = vlm_jinja_list_push(ctx, l, &part);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        start = hit - s->u.s + sep->len;
+    }
+}
+
+
+vlm_status_t
+vlm_jinja_replace(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jv_t *old,
+    const vlm_jv_t *new, int64_t count, vlm_jv_t *out)
+{
+    size_t        start;
+    int64_t       done;
+    vlm_jv_t      part;
+    vlm_jbuf_t    b, *saved;
+    const char   *hit;
+    vlm_status_t  rc;
+
+    if (old->len == 0) {
+        return vlm_jinja_fail(ctx, "replace: an empty string to replace is "
+                              "not supported");
+    }
+
+    vlm_jj_capture_begin(ctx, &b, &saved);
+    start = 0;
+    done = 0;
+    rc = VLM_OK;
+
+    while (rc == VLM_OK) {
+        hit = (count < 0 || done < count)
+              ? memmem(s->u.s + start, s->len - start, old->u.s, old->len)
+              : NULL;
+
+        if (hit == NULL) {
+            vlm_jinja_substr(s, start, s->len - start, &part);
+            rc = vlm_jinja_emit(ctx, &part);
+            break;
+        }
+
+        vlm_jinja_substr(s, start, hit - s->u.s - start, &part);
+        rc = vlm_jinja_emit(ctx, &part);
+
+        if (rc == VLM_OK) {
+            rc = vlm_jinja_emit(ctx, new);
+        }
+
+        start = hit - s->u.s + old->len;
+        done++;
+    }
+
+    vlm_jj_capture_end(ctx, &b, saved, out);
+
+    return rc;
+}
+
+
+/* upper, lower, title, capitalize: ASCII letters, the rest as it is */
+vlm_status_t
+vlm_jinja_case(vlm_jctx_t *ctx, const vlm_jv_t *s, int how, vlm_jv_t *out)
+{
+    char          *d;
+    size_t         i;
+    int            word;
+    vlm_status_t   rc;
+
+    rc = vlm_jinja_str_dup(ctx, s, out, &d);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    word = 0;
+
+    for (i = 0; i < s->len; i++) {
+        char  c = d[i];
+        int   up;
+
+        switch (how) {
+        case 0: up = 1; break;
+        case 1: up = 0; break;
+        case 2: up = !word; break;
+        default: up = (i == 0); break;
+        }
+
+        if (up && c >= 'a' && c <= 'z') {
+            d[i] = (char) (c - 32);
+        } else if (!up && c >= 'A' && c <= 'Z') {
+            d[i] = (char) (c + 32);
+        }
+
+        word = (how == 2) ? ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+                             || (c >= '0' && c <= '9')
+                             || ((unsigned char) c >= 0x80))
+                          : word;
+    }
+
+    return VLM_OK;
+}
+
+
+static int
+vlm_jj_affix(const vlm_jv_t *s, const vlm_jv_t *p, int end)
+{
+    if (p->type != VLM_JV_STR || p->len > s->len) {
+        return 0;
+    }
+
+    return memcmp(s->u.s + (end ? s->len - p->len : 0), p->u.s, p->len)
+           == 0;
+}
+
+
+vlm_status_t
+vlm_jinja_join(vlm_jctx_t *ctx, const vlm_jlist_t *l, const vlm_jv_t *sep,
+    const vlm_jv_t *attr, vlm_jv_t *out)
+{
+    size_t        i;
+    vlm_jv_t      s, item;
+    vlm_jbuf_t    b, *saved;
+    vlm_status_t  rc;
+
+    vlm_jj_capture_begin(ctx, &b, &saved);
+    rc = VLM_OK;
+
+    for (i = 0; rc == VLM_OK && i < l->n; i++) {
+        if (i && sep != NULL) {
+            rc = vlm_jinja_emit(ctx, sep);
+        }
+
+        item = l->items[i];
+
+        if (rc == VLM_OK && attr != NULL && attr->type == VLM_JV_STR) {
+            rc = vlm_jinja_getitem(ctx, &l->items[i], attr, &item);
+        }
+
+        if (rc == VLM_OK) {
+            rc = vlm_jinja_to_str(ctx, &item, &s);
+        }
+
+        if (rc == VLM_OK) {
+            rc = vlm_jinja_emit(ctx, &s);
+        }
+    }
+
+    vlm_jj_capture_end(ctx, &b, saved, out);
+
+    return rc;
+}
+
+
+static vlm_status_t
+vlm_jj_call_str_method(vlm_jctx_t *ctx, const vlm_jv_t *s,
+    const char *name, const vlm_jargs_t *a, vlm_jv_t *out)
+{
+    size_t           i, n, k;
+    int64_t          cnt;
+    const char      *hit;
+    vlm_jlist_t     *l;
+    vlm_status_t     rc;
+    const vlm_jv_t  *x, *y, *z;
+
+    x = vlm_jinja_arg(a, 0, NULL);
+    y = vlm_jinja_arg(a, 1, NULL);
+    memset(out, 0, sizeof(vlm_jv_t));
+
+#define VLM_JJ_IS(m)  (strcmp(name, m) == 0)
+
+    if (VLM_JJ_IS("startswith") || VLM_JJ_IS("endswith")) {
+        if (x == NULL) {
+            return vlm_jinja_fail(ctx, "%s: an argument is needed", name);
+        }
+
+        k = 0;
+
+        if (x->type == VLM_JV_LIST) {
+            for (i = 0; i < x->u.list->n; i++) {
+                k |= vlm_jj_affix(s, &x->u.list->items[i], name[0] == 'e');
+            }
+
+        } else {
+            rc = vlm_jinja_need_str(ctx, x, name);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+
+            k = vlm_jj_affix(s, x, name[0] == 'e');
+        }
+
+        vlm_jj_set_bool(out, (int) k);
+        return VLM_OK;
+    }
+
+    if (VLM_JJ_IS("split")) {
+        x = vlm_jinja_arg(a, 0, "sep");
+        y = vlm_jinja_arg(a, 1, "maxsplit");
+        return vlm_jj_split(ctx, s, x, y && y->type == VLM_JV_INT
+                                       ? y->u.i : -1, out);
+    }
+
+    if (VLM_JJ_IS("strip") || VLM_JJ_IS("lstrip") || VLM_JJ_IS("rstrip")) {
+        vlm_jinja_strip(s, x, name[0] != 'r', name[0] != 'l', out);
+        return VLM_OK;
+    }
+
+    if (VLM_JJ_IS("replace")) {
+        if (x == NULL || y == NULL) {
+            return vlm_jinja_fail(ctx, "replace: two arguments are needed");
+        }
+
+        if (vlm_jinja_need_str(ctx, x, name) != VLM_OK
+            || vlm_jinja_need_str(ctx, y, name) != VLM_OK)
+        {
+            return VLM_ERR_INVALID;
+        }
+
+        z = vlm_jinja_arg(a, 2, "count");
+        return vlm_jinja_replace(ctx, s, x, y, z && z->type == VLM_JV_INT
+                                            ? z->u.i : -1, out);
+    }
+
+    if (VLM_JJ_IS("upper") || VLM_JJ_IS("lower") || VLM_JJ_IS("title")
+        || VLM_JJ_IS("capitalize"))
+    {
+        return vlm_jinja_case(ctx, s, VLM_JJ_IS("upper") ? 0
+                                   : VLM_JJ_IS("lower") ? 1
+                                   : VLM_JJ_IS("title") ? 2 : 3, out);
+    }
+
+    if (VLM_JJ_IS("find") || VLM_JJ_IS("rfind") || VLM_JJ_IS("index")
+        || VLM_JJ_IS("count"))
+    {
+        rc = vlm_jinja_need_str(ctx, x, name);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        cnt = -1;
+
+        if (VLM_JJ_IS("count")) {
+            cnt = 0;
+            for (i = 0; x->len && i + x->len <= s->len; ) {
+                if (memcmp(s->u.s + i, x->u.s, x->len) == 0) {
+                    cnt++;
+                    i += x->len;
+                } else {
+                    i++;
+                }
+            }
+
+        } else if (VLM_JJ_IS("rfind")) {
+            for (i = s->len + 1; i-- > 0; ) {
+                if (i + x->len <= s->len
+                    && memcmp(s->u.s + i, x->u.s, x->len) == 0)
+                {
+                    cnt = (int64_t) vlm_jj_cp_count(s->u.s, i);
+                    break;
+                }
+            }
+
+        } else {
+            hit = memmem(s->u.s, s->len, x->u.s, x->len);
+            if (hit != NULL) {
+                cnt = (int64_t) vlm_jj_cp_count(s->u.s, hit - s->u.s);
+            } else if (VLM_JJ_IS("index")) {
+                return vlm_jinja_fail(ctx, "substring not found");
+            }
+        }
+
+        vlm_jj_set_int(out, cnt);
+        return VLM_OK;
+    }
+
+    if (VLM_JJ_IS("join")) {
+        if (x == NULL || x->type != VLM_JV_LIST) {
+            return vlm_jinja_fail(ctx, "join: expected a list");
+        }
+
+        return vlm_jinja_join(ctx, x->u.list, s, NULL, out);
+    }
+
+    if (VLM_JJ_IS("splitlines")) {
+        l = vlm_jinja_list_new(ctx, 4);
+        if (l == NULL) {
+            return vlm_jinja_nomem(ctx);
+        }
+
+        out->type = VLM_JV_LIST;
+        out->u.list = l;
+        k = 0;
+
+        for (i = 0; i < s->len; i = n) {
+            for (n = i; n < s->len && s->u.s[n] != '\n' && s->u.s[n] != '\r';
+                 n++)
+            {
+                /* void */
+            }
+
+            vlm_jv_t  part;
+
+            vlm_jinja_substr(s, i, n - i, &part);
+            rc = vlm_jinja_list_push(ctx, l, &part);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+
+            if (n < s->len) {
+                n += (s->u.s[n] == '\r' && n + 1 < s->len
+                      && s->u.s[n + 1] == '\n') ? 2 : 1;
+            }
+        }
+
+        return VLM_OK;
+    }
+
+    if (VLM_JJ_IS("removeprefix") || VLM_JJ_IS("removesuffix")) {
+        rc = vlm_jinja_need_str(ctx, x, name);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        if (!vlm_jj_affix(s, x, name[6] == 's')) {
+            *out = *s;
+        } else if (name[6] == 's') {
+            vlm_jinja_substr(s, 0, s->len - x->len, out);
+        } else {
+            vlm_jinja_substr(s, x->len, s->len - x->len, out);
+        }
+
+        return VLM_OK;
+    }
+
+    if (name[0] == 'i' && name[1] == 's') {
+        k = s->len > 0;
+
+        for (i = 0; i < s->len; i++) {
+            char c = s->u.s[i];
+
+            if (VLM_JJ_IS("isdigit")) {
+                k &= (c >= '0' && c <= '9');
+            } else if (VLM_JJ_IS("isalpha")) {
+                k &= ((c | 32) >= 'a' && (c | 32) <= 'z');
+            } else if (VLM_JJ_IS("isalnum")) {
+                k &= ((c | 32) >= 'a' && (c | 32) <= 'z')
+                     || (c >= '0' && c <= '9');
+            } else if (VLM_JJ_IS("isspace")) {
+                k &= vlm_jj_space(c);
+            } else if (VLM_JJ_IS("islower")) {
+                k &= !(c >= 'A' && c <= 'Z');
+            } else {
+                k &= !(c >= 'a' && c <= 'z');
+            }
+        }
+
+        vlm_jj_set_bool(out, (int) k);
+        return VLM_OK;
+    }
+
+#undef VLM_JJ_IS
+
+    return vlm_jinja_fail(ctx, "the string method '%s' is not supported", name);
+}
+
+
+vlm_status_t
+vlm_jinja_pairs(vlm_jctx_t *ctx, const vlm_jdict_t *d, int what,
+    vlm_jv_t *out)
+{
+    size_t        i;
+    vlm_jlist_t  *l, *pair;
+
+    l = vlm_jinja_list_new(ctx, d->n);
+    if (l == NULL) {
+        return vlm_jinja_nomem(ctx);
+    }
+
+    for (i = 0; i < d->n; i++) {
+        if (what == 0) {
+            pair = vlm_jinja_list_new(ctx, 2);
+            if (pair == NULL) {
+                return vlm_jinja_nomem(ctx);
+            }
+
+            pair->items[0] = d->keys[i];
+            pair->items[1] = d->vals[i];
+            pair->n = 2;
+            memset(&l->items[i], 0, sizeof(vlm_jv_t));
+            l->items[i].type = VLM_JV_LIST;
+            l->items[i].u.list = pair;
+
+        } else {
+            l->items[i] = what == 1 ? d->keys[i] : d->vals[i];
+        }
+    }
+
+    l->n = d->n;
+    memset(out, 0, sizeof(vlm_jv_t));
+    out->type = VLM_JV_LIST;
+    out->u.list = l;
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_jinja_call_method(vlm_jctx_t *ctx, const vlm_jmeth_t *m,
+    const vlm_jargs_t *a, vlm_jv_t *out)
+{
+    const vlm_jv_t  *k, *d, *v;
+
+    if (m->self.type == VLM_JV_STR) {
+        return vlm_jj_call_str_method(ctx, &m->self, m->name, a, out);
+    }
+
+    if (strcmp(m->name, "get") == 0) {
+        k = vlm_jinja_arg(a, 0, NULL);
+        d = vlm_jinja_arg(a, 1, NULL);
+
+        if (k == NULL) {
+            return vlm_jinja_fail(ctx, "get: a key is needed");
+        }
+
+        v = vlm_jinja_dict_get(m->self.u.dict, k);
+        memset(out, 0, sizeof(vlm_jv_t));
+        out->type = VLM_JV_NONE;
+
+        if (v != NULL) {
+            *out = *v;
+        } else if (d != NULL) {
+            *out = *d;
+        }
+
+        return VLM_OK;
+    }
+
+    return vlm_jinja_pairs(ctx, m->self.u.dict,
+                           m->name[0] == 'i' ? 0 : m->name[0] == 'k' ? 1 : 2,
+                           out);
+}
