@@ -226,9 +226,11 @@ $(NGX_BUILD)/objs/Makefile: $(NGX_BUILD)/srcs.list config
 	    --add-dynamic-module=$(ROOT)' > $(NGX_BUILD)/configure.log 2>&1 || \
 	    { tail -20 $(NGX_BUILD)/configure.log; exit 1; }
 
+# the new module replaces the old one by a rename, never in place: an
+# nginx running from build/ keeps the file it mapped
 $(MODULE): $(NGX_BUILD)/objs/Makefile $(MOD_SRCS) $(LIB)
 	cd $(NGX_BUILD)/src && $(MAKE) -f $(NGX_BUILD)/objs/Makefile modules
-	cp $(NGX_BUILD)/objs/ngx_http_vlm_module.so $@
+	cp $(NGX_BUILD)/objs/ngx_http_vlm_module.so $@.new && mv -f $@.new $@
 
 FORCE:
 
