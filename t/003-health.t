@@ -78,7 +78,7 @@ GET /health
 --- response_headers
 Content-Type: application/json
 !Allow
---- response_body_like: ^\{"status":"unavailable","reason":"the engine is (not running|loading the model)","engine":"(absent|loading)",.*"zone":\{"name":"vlm","reloads":0,"health_requests":[1-9][0-9]*,"slots_used":0,"arena_used":0,"engine_restarts":[0-9]+\}\}$
+--- response_body_like: ^\{"status":"unavailable","reason":"the engine is (not running|loading the model)","engine":"(absent|loading)",.*"zone":\{"name":"vlm","reloads":0,"health_requests":[1-9][0-9]*,"slots_used":0,"arena_used":0,"engine_restarts":[0-9]+,"oldest_queued_seconds":0\.000,"oldest_running_seconds":0\.000\}\}$
 --- no_error_log
 [emerg]
 [crit]

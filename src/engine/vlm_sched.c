@@ -42,6 +42,8 @@ typedef struct {
     int32_t              next;
     uint32_t             n_fed;
     uint32_t             n_out;
+    uint64_t             order;         /* when admitted: the first
+                                           admitted is the first served */
     uint64_t             t_last;        /* last token written, ns */
     vlm_queue_finish_t   finish;
 
@@ -73,6 +75,7 @@ struct vlm_sched_s {
     size_t                    piece_cap;
     size_t                    held_cap;
     uint64_t                  seed_counter;
+    uint64_t                  admitted;     /* requests admitted so far */
 
     vlm_pool_gauge_t         *kv_gauge;
     vlm_pool_gauge_t         *seq_gauge;
@@ -88,6 +91,8 @@ static void vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r);
 static vlm_status_t vlm_sched_setup(vlm_sched_t *s, vlm_sched_req_t *r,
     vlm_error_t *err);
 static int vlm_sched_fork(vlm_sched_t *s, vlm_sched_req_t *r);
+static vlm_sched_req_t *vlm_sched_first(vlm_sched_t *s,
+    vlm_req_state_t state);
 static void vlm_sched_encode(vlm_sched_t *s);
 static void vlm_sched_run(vlm_sched_t *s);
 static void vlm_sched_emit(vlm_sched_t *s, vlm_sched_req_t *r,
@@ -412,7 +417,6 @@ vlm_sched_step(vlm_sched_t *s, int admit)
 {
     int                i, n;
     vlm_sched_req_t   *r;
-    vlm_queue_slot_t  *qs;
 
     n = 0;
     s->progress = 0;
@@ -454,20 +458,26 @@ vlm_sched_step(vlm_sched_t *s, int admit)
      * new requests start: text prompts join the batched steps in chunks;
      * a prompt with images waits until the model's prefill is free, then
      * is encoded and prefilled a piece a step (one vision block, or one
-     * chunk of its prompt) ahead of each batched step
+     * chunk of its prompt) ahead of each batched step.  The prefill goes
+     * to the request admitted first: taken in the order of the request
+     * table, a later request in a lower entry won it every time, and
+     * under steady image traffic one in a higher entry waited until the
+     * traffic stopped.
      */
     for (i = 0; i < s->n_reqs; i++) {
         r = &s->reqs[i];
 
-        if (r->state != VLM_REQ_WAITING) {
-            continue;
-        }
-
-        qs = vlm_queue_slot(s->q, r->slot);
-
-        if (qs->n_images == 0 || !vlm_prefill_busy(s->model)) {
+        if (r->state == VLM_REQ_WAITING
+            && vlm_queue_slot(s->q, r->slot)->n_images == 0)
+        {
             vlm_sched_start(s, r);
         }
+    }
+
+    while (!vlm_prefill_busy(s->model)
+           && (r = vlm_sched_first(s, VLM_REQ_WAITING)) != NULL)
+    {
+        vlm_sched_start(s, r);
     }
 
     vlm_sched_encode(s);
@@ -549,6 +559,7 @@ vlm_sched_admit(vlm_sched_t *s)
             r->pending = 0;
             r->finish = VLM_QUEUE_FINISH_NONE;
             r->state = c == 0 ? VLM_REQ_WAITING : VLM_REQ_FORKING;
+            r->order = s->admitted;
 
             if (c == 0) {
                 lead = r;
@@ -556,6 +567,8 @@ vlm_sched_admit(vlm_sched_t *s)
 
             c++;
         }
+
+        s->admitted++;
 
         if (vlm_group_seq_init(s->group, &lead->seq, &err) != VLM_OK) {
             lead->seq = NULL;
@@ -778,6 +791,27 @@ vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
 }
 
 
+/* of the requests in a state, the one admitted first; NULL if none */
+static vlm_sched_req_t *
+vlm_sched_first(vlm_sched_t *s, vlm_req_state_t state)
+{
+    int               i;
+    vlm_sched_req_t  *r, *first;
+
+    first = NULL;
+
+    for (i = 0; i < s->n_reqs; i++) {
+        r = &s->reqs[i];
+
+        if (r->state == state && (first == NULL || r->order < first->order)) {
+            first = r;
+        }
+    }
+
+    return first;
+}
+
+
 /* the next piece of the image prompt being prefilled, if any */
 static void
 vlm_sched_encode(vlm_sched_t *s)
@@ -921,13 +955,10 @@ vlm_sched_run(vlm_sched_t *s)
     n_decode = n;
     room = s->info->max_batch_tokens - n;
 
-    for (i = 0; i < s->n_reqs && room > 0; i++) {
-        r = &s->reqs[i];
+    /* the prompt admitted first, as for the prefill of images */
+    r = room > 0 ? vlm_sched_first(s, VLM_REQ_PREFILLING) : NULL;
 
-        if (r->state != VLM_REQ_PREFILLING) {
-            continue;
-        }
-
+    if (r != NULL) {
         qs = vlm_queue_slot(s->q, r->slot);
         ids = vlm_queue_arena(s->q, qs->prompt_off);
         chunk = vlm_min(qs->n_prompt - r->n_fed, (uint32_t) room);
@@ -935,10 +966,8 @@ vlm_sched_run(vlm_sched_t *s)
         s->items[n].seq = r->seq;
         s->items[n].ids = ids + r->n_fed;
         s->items[n].n_ids = (int) chunk;
-        s->batch_reqs[n] = i;
+        s->batch_reqs[n] = (int) (r - s->reqs);
         n++;
-
-        break;
     }
 
     if (n == 0) {

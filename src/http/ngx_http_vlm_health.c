@@ -126,7 +126,9 @@ ngx_http_vlm_health_handler(ngx_http_request_t *r)
                  "\"thread_pool\":,\"max_images\":,\"max_image_pixels\":,"
                  "\"zone\":{\"name\":,\"reloads\":,"
                  "\"health_requests\":,\"slots_used\":,"
-                 "\"arena_used\":,\"engine_restarts\":}}\n") - 1
+                 "\"arena_used\":,\"engine_restarts\":,"
+                 "\"oldest_queued_seconds\":.,"
+                 "\"oldest_running_seconds\":.}}\n") - 1
           + ngx_http_vlm_json_str_len(reason)
           + ngx_http_vlm_json_str_len(&ngx_http_vlm_engine_states[state])
           + ngx_http_vlm_json_str_len(&last_error)
@@ -135,7 +137,7 @@ ngx_http_vlm_health_handler(ngx_http_request_t *r)
                 &ngx_http_vlm_backend_names[vmcf->backend])
           + ngx_http_vlm_json_str_len(&vmcf->thread_pool_name)
           + ngx_http_vlm_json_str_len(&vmcf->zone_name)
-          + NGX_INT_T_LEN + 5 * NGX_INT64_LEN + NGX_SIZE_T_LEN;
+          + NGX_INT_T_LEN + 9 * NGX_INT64_LEN + NGX_SIZE_T_LEN;
 
     json = ngx_pnalloc(r->pool, len);
     if (json == NULL) {
@@ -165,9 +167,15 @@ ngx_http_vlm_health_handler(ngx_http_request_t *r)
         p = ngx_http_vlm_json_str(p, &vmcf->zone_name);
         p = ngx_sprintf(p, ",\"reloads\":%uL,\"health_requests\":%uL,"
                         "\"slots_used\":%uL,\"arena_used\":%uL,"
-                        "\"engine_restarts\":%uL}",
+                        "\"engine_restarts\":%uL,"
+                        "\"oldest_queued_seconds\":%uL.%03uL,"
+                        "\"oldest_running_seconds\":%uL.%03uL}",
                         st.reloads, served, st.slots_used, st.arena_used,
-                        st.engine_restarts);
+                        st.engine_restarts,
+                        st.oldest_queued / 1000000000,
+                        st.oldest_queued / 1000000 % 1000,
+                        st.oldest_running / 1000000000,
+                        st.oldest_running / 1000000 % 1000);
 
     } else {
         p = ngx_cpymem(p, ",\"zone\":null", sizeof(",\"zone\":null") - 1);

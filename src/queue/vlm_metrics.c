@@ -323,6 +323,17 @@ vlm_metrics_render(const vlm_metrics_t *m, const vlm_queue_stats_t *q,
                    q->queued);
     vlm_out_metric(&o, "vlm_running_requests", "gauge",
                    "Requests the engine is generating for.", q->running);
+    vlm_out(&o, "# HELP vlm_oldest_queued_request_seconds The age of the "
+                "oldest request waiting for the engine, 0 when none waits.\n"
+                "# TYPE vlm_oldest_queued_request_seconds gauge\n"
+                "vlm_oldest_queued_request_seconds %.3f\n"
+                "# HELP vlm_oldest_running_request_seconds The age (since "
+                "it was submitted) of the oldest request the engine runs, "
+                "0 when it runs none.\n"
+                "# TYPE vlm_oldest_running_request_seconds gauge\n"
+                "vlm_oldest_running_request_seconds %.3f\n",
+            (double) q->oldest_queued / 1e9,
+            (double) q->oldest_running / 1e9);
     vlm_out_metric(&o, "vlm_engine_up", "gauge",
                    "1 when the engine is loaded and serving.",
                    q->engine_up);

@@ -125,6 +125,9 @@ typedef struct {
     uint64_t  cancelled;
     uint64_t  queued;           /* SUBMITTED, not yet taken */
     uint64_t  running;
+    uint64_t  oldest_queued;    /* ns since the oldest queued request was
+                                   submitted, 0 when none is */
+    uint64_t  oldest_running;   /* the same for the running ones */
     uint64_t  engine_restarts;
     uint64_t  reloads;
     uint32_t  engine_state;

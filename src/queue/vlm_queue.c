@@ -1345,6 +1345,7 @@ void
 vlm_queue_stats(vlm_queue_t *q, vlm_queue_stats_t *st)
 {
     uint32_t             i, state;
+    uint64_t             now, age, t;
     vlm_queue_header_t  *hdr;
 
     hdr = q->hdr;
@@ -1364,14 +1365,26 @@ vlm_queue_stats(vlm_queue_t *q, vlm_queue_stats_t *st)
 
     vlm_queue_unlock(q);
 
+    now = vlm_queue_now();
+
     for (i = 0; i < hdr->n_slots; i++) {
         state = atomic_load(&q->slots[i].state);
 
+        if (state != VLM_SLOT_SUBMITTED && state != VLM_SLOT_RUNNING) {
+            continue;
+        }
+
+        /* written before the slot was submitted */
+        t = q->slots[i].t_submit;
+        age = now > t ? now - t : 0;
+
         if (state == VLM_SLOT_SUBMITTED) {
             st->queued++;
+            st->oldest_queued = vlm_max(st->oldest_queued, age);
 
-        } else if (state == VLM_SLOT_RUNNING) {
+        } else {
             st->running++;
+            st->oldest_running = vlm_max(st->oldest_running, age);
         }
     }
 
