@@ -18,6 +18,7 @@
  *              [--kv-dtype auto|f32|bf16|f16] [--head-quant off|int8|int4]
  *              [--cpus LIST[:LIST...]]     (the CPUs of each rank)
  *              [--gpus N[,N...]]           (the GPU of each rank)
+ *              [--log-file PATH]  (its stderr's file: SIGUSR1 reopens it)
  *   vlm-engine --features      prints what is built in ("cpu cuda nccl")
  *
  * With --tensor-parallel N > 1 this process is rank 0 of a group: it makes
@@ -34,6 +35,7 @@
 #define _GNU_SOURCE
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <sched.h>
 #include <poll.h>
@@ -81,6 +83,8 @@ typedef struct {
 
 
 static volatile sig_atomic_t  vlm_engine_stop;
+static volatile sig_atomic_t  vlm_engine_reopened;
+static const char            *vlm_engine_log_file;
 static volatile sig_atomic_t  vlm_engine_drain;
 static volatile sig_atomic_t  vlm_engine_rank_exited;
 static vlm_comm_t            *vlm_engine_comm;
@@ -187,6 +191,36 @@ vlm_engine_crash(int signo)
     }
 
     raise(signo);
+}
+
+
+/*
+ * SIGUSR1 (nginx -s reopen): stderr, the error log nginx gave, is opened
+ * again by its path, so that a rotated log is left behind.  Only
+ * async-signal-safe calls.
+ */
+static void
+vlm_engine_reopen(int signo)
+{
+    int  fd, saved;
+
+    saved = errno;
+
+    if (vlm_engine_log_file != NULL) {
+        fd = open(vlm_engine_log_file, O_WRONLY | O_APPEND | O_CREAT
+                                       | O_CLOEXEC, 0644);
+
+        if (fd != -1) {
+            if (fd != STDERR_FILENO) {
+                (void) dup2(fd, STDERR_FILENO);
+                (void) close(fd);
+            }
+
+            vlm_engine_reopened = 1;
+        }
+    }
+
+    errno = saved;
 }
 
 
@@ -560,6 +594,10 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
 
         } else if (strcmp(argv[i], "--numa-nodes") == 0) {
             a->numa = argv[++i];
+
+        } else if (strcmp(argv[i], "--log-file") == 0) {
+            /* reopened on SIGUSR1 */
+            vlm_engine_log_file = argv[++i];
 
         } else if (strcmp(argv[i], "--comm-fd") == 0) {
             if (vlm_engine_int("--comm-fd", argv[++i], 0, 65535, &n)) {
@@ -963,6 +1001,10 @@ main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGQUIT, &sa, NULL);
+    sa.sa_handler = vlm_engine_reopen;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &sa, NULL);
+    sa.sa_flags = 0;
     sa.sa_handler = SIG_IGN;
     sigaction(SIGPIPE, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
@@ -1091,6 +1133,11 @@ main(int argc, char **argv)
     pfd[1].events = POLLIN;
 
     while (!vlm_engine_stop) {
+        if (vlm_engine_reopened) {
+            vlm_engine_reopened = 0;
+            vlm_log(VLM_LOG_INFO, "reopened its log %s", vlm_engine_log_file);
+        }
+
         if (active == 0) {
             timeout = VLM_ENGINE_IDLE_POLL_MS;
 

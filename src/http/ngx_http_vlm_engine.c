@@ -45,6 +45,10 @@ typedef struct {
     unsigned           looked:1;        /* looked for an engine to adopt */
     unsigned           stop_forced:1;   /* the drain took too long */
     unsigned           hung:1;          /* killed for its heartbeat */
+
+    /* the error log the engine writes to (nginx's stderr when started) */
+    dev_t              log_dev;
+    ino_t              log_ino;
 } ngx_http_vlm_supervisor_t;
 
 
@@ -59,6 +63,9 @@ static ngx_int_t ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf,
     ngx_log_t *log);
 static ngx_int_t ngx_http_vlm_engine_alive(ngx_pid_t pid);
 static ngx_int_t ngx_http_vlm_master_gone(void);
+static void ngx_http_vlm_engine_log_reopen(ngx_http_vlm_supervisor_t *sup,
+    ngx_uint_t engine_up);
+static u_char *ngx_http_vlm_engine_log_path(void);
 static void ngx_http_vlm_engine_exited(vlm_queue_t *q,
     ngx_http_vlm_supervisor_t *sup);
 static ngx_int_t ngx_http_vlm_worker_claim(ngx_log_t *log);
@@ -793,6 +800,10 @@ ngx_http_vlm_engine_manager(void *data)
                 sup->pid = pid;
                 sup->started = now;
 
+                /* it may write to a log this cycle reopened: told once */
+                sup->log_dev = 0;
+                sup->log_ino = 0;
+
             } else {
                 /*
                  * the old engine drains: its running requests finish,
@@ -891,6 +902,8 @@ ngx_http_vlm_engine_manager(void *data)
                 sup->hung = 1;
             }
 
+            ngx_http_vlm_engine_log_reopen(sup, st.engine_up);
+
             goto done;
         }
 
@@ -924,6 +937,73 @@ done:
     }
 
     return NGX_HTTP_VLM_TICK;
+}
+
+
+/*
+ * nginx -s reopen (log rotation): nginx reopens its error log and points
+ * its stderr at the new file, which the engine, another executable, does
+ * not see; when stderr is another file than the one the engine was given,
+ * the engine's process group (its tensor-parallel ranks with it) is told
+ * to reopen the log by its path (SIGUSR1).  Only a loaded engine: before
+ * it has its handler, SIGUSR1 would end it.
+ */
+static void
+ngx_http_vlm_engine_log_reopen(ngx_http_vlm_supervisor_t *sup,
+    ngx_uint_t engine_up)
+{
+    ngx_file_info_t  fi;
+
+    if (!engine_up || ngx_fd_info(ngx_stderr, &fi) == NGX_FILE_ERROR
+        || (fi.st_dev == sup->log_dev && fi.st_ino == sup->log_ino))
+    {
+        return;
+    }
+
+    sup->log_dev = fi.st_dev;
+    sup->log_ino = fi.st_ino;
+
+    if (ngx_http_vlm_engine_log_path() == NULL) {
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                  "vlm: engine %P reopens its log", sup->pid);
+
+    if (kill(-sup->pid, SIGUSR1) == -1) {
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, ngx_errno,
+                      "vlm: kill(-%P, SIGUSR1) failed", sup->pid);
+    }
+}
+
+
+/*
+ * The file nginx points its stderr at, which the engine inherits and
+ * reopens on SIGUSR1; NULL when stderr is nginx's own (error_log stderr,
+ * or not a file).
+ */
+static u_char *
+ngx_http_vlm_engine_log_path(void)
+{
+    ngx_log_t      *log;
+    static u_char   path[NGX_MAX_PATH + 1];
+
+    if (ngx_cycle->log_use_stderr) {
+        return NULL;
+    }
+
+    log = ngx_log_get_file_log(ngx_cycle->log);
+
+    if (log == NULL || log->file == NULL || log->file->name.len == 0
+        || log->file->name.len > NGX_MAX_PATH
+        || log->file->fd == ngx_stderr)
+    {
+        return NULL;
+    }
+
+    *ngx_cpymem(path, log->file->name.data, log->file->name.len) = '\0';
+
+    return path;
 }
 
 
@@ -1042,12 +1122,13 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     u_char                    cache[NGX_SIZE_T_LEN + 1];
     u_char                    pool[NGX_SIZE_T_LEN + 1];
     u_char                    ranks[NGX_INT_T_LEN + 1];
-    u_char                    said[VLM_QUEUE_ERR_LEN], *p;
+    u_char                    said[VLM_QUEUE_ERR_LEN], *p, *log_path;
     ngx_err_t                 err;
     ngx_pid_t                 pid;
     sigset_t                  set;
     ngx_uint_t                n;
     vlm_queue_t              *q;
+    ngx_file_info_t           fi;
 
     q = ngx_http_vlm_queue();
 
@@ -1113,6 +1194,14 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
         argv[n++] = "--numa-nodes";
         argv[n++] = (char *) vmcf->engine_numa.data;
     }
+
+    log_path = ngx_http_vlm_engine_log_path();
+
+    if (log_path) {
+        argv[n++] = "--log-file";
+        argv[n++] = (char *) log_path;
+    }
+
     argv[n] = NULL;
 
     pid = fork();
@@ -1169,6 +1258,12 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
 
     ngx_http_vlm_supervisor.pid = pid;
     ngx_http_vlm_supervisor.started = ngx_current_msec;
+
+    /* the log the engine writes to: stderr, inherited */
+    if (ngx_fd_info(ngx_stderr, &fi) != NGX_FILE_ERROR) {
+        ngx_http_vlm_supervisor.log_dev = fi.st_dev;
+        ngx_http_vlm_supervisor.log_ino = fi.st_ino;
+    }
 
     return NGX_OK;
 }
