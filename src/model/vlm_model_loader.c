@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "vlm_model_int.h"
+#include "vlm_quant.h"
 
 
 void *
@@ -101,6 +102,47 @@ vlm_model_tensor(vlm_model_t *m, const char *name)
 }
 
 
+/*
+ * What the quantizer is handed (vlm_quant.h): the lookup and the
+ * allocator above, as callbacks, for it calls no function of this file
+ */
+static void
+vlm_model_quant_loader(vlm_model_t *m, vlm_quant_loader_t *ld)
+{
+    ld->cfg = &m->cfg.quant;
+    ld->be = m->be;
+    ld->model = m;
+    ld->tensor = vlm_model_tensor;
+    ld->alloc = vlm_model_host_alloc;
+}
+
+
+static vlm_status_t
+vlm_model_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
+    int rows, int cols, const int *r0, int nr, int n_runs, int c0, int nc,
+    int *found, vlm_error_t *err)
+{
+    vlm_quant_loader_t  ld;
+
+    vlm_model_quant_loader(m, &ld);
+
+    return vlm_quant_matrix(&ld, w, name, rows, cols, r0, nr, n_runs, c0,
+                            nc, found, err);
+}
+
+
+static vlm_status_t
+vlm_model_quant_round(vlm_model_t *m, vlm_weight_t *w,
+    const vlm_st_tensor_t *t, int bits, int r0, int nr, vlm_error_t *err)
+{
+    vlm_quant_loader_t  ld;
+
+    vlm_model_quant_loader(m, &ld);
+
+    return vlm_quant_round(&ld, w, t, bits, r0, nr, err);
+}
+
+
 /* the tensor name, checked to be a [rows, cols] matrix */
 static const vlm_st_tensor_t *
 vlm_model_matrix_tensor(vlm_model_t *m, const char *name, int rows,
@@ -175,8 +217,8 @@ vlm_model_head_rows(vlm_model_t *m, vlm_weight_t *w, const char *name,
                              r0 + nr, name, rows, cols);
     }
 
-    rc = vlm_quant_matrix(m, w, name, rows, cols, &r0, nr, 1, 0, cols,
-                          &found, err);
+    rc = vlm_model_quant_matrix(m, w, name, rows, cols, &r0, nr, 1, 0,
+                                cols, &found, err);
     if (found || rc != VLM_OK) {
         return rc;
     }
@@ -193,7 +235,7 @@ vlm_model_head_rows(vlm_model_t *m, vlm_weight_t *w, const char *name,
     }
 
     if (bits != 0) {
-        return vlm_quant_round(m, w, t, bits, r0, nr, err);
+        return vlm_model_quant_round(m, w, t, bits, r0, nr, err);
     }
 
     if (m->be == NULL) {
@@ -230,8 +272,8 @@ vlm_model_matrix_cols(vlm_model_t *m, vlm_weight_t *w, const char *name,
     }
 
     r0 = 0;
-    rc = vlm_quant_matrix(m, w, name, rows, cols, &r0, rows, 1, c0, nc,
-                          &found, err);
+    rc = vlm_model_quant_matrix(m, w, name, rows, cols, &r0, rows, 1, c0,
+                                nc, &found, err);
     if (found || rc != VLM_OK) {
         return rc;
     }
@@ -300,8 +342,8 @@ vlm_model_matrix_runs(vlm_model_t *m, vlm_weight_t *w, const char *name,
         }
     }
 
-    rc = vlm_quant_matrix(m, w, name, rows, cols, r0, nr, n_runs, 0, cols,
-                          &found, err);
+    rc = vlm_model_quant_matrix(m, w, name, rows, cols, r0, nr, n_runs, 0,
+                                cols, &found, err);
     if (found || rc != VLM_OK) {
         return rc;
     }
