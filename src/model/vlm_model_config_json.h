@@ -1,7 +1,7 @@
 /*
  * The config.json readers that the parsers of every family share
- * (vlm_model_config.c): a key looked up in a primary object, then in a
- * fallback, checked and range-limited, the first error kept in the
+ * (vlm_model_config_json.c): a key looked up in a primary object, then
+ * in a fallback, checked and range-limited, the first error kept in the
  * context with the section it was in.
  */
 
