@@ -12,6 +12,16 @@
 #include "vlm_model_config_json.h"
 
 
+void
+vlm_cfg_section(vlm_cfg_ctx_t *c, const char *section, json_t *primary,
+    json_t *fallback)
+{
+    c->primary = json_is_object(primary) ? primary : NULL;
+    c->fallback = json_is_object(fallback) ? fallback : NULL;
+    c->section = section;
+}
+
+
 json_t *
 vlm_cfg_get(vlm_cfg_ctx_t *c, const char *key)
 {
