@@ -1,10 +1,13 @@
 /*
  * Internal state of a loaded model, shared by the generic driver
- * (vlm_model.c) and an architecture's files.  An architecture is a table
- * of functions (vlm_arch_ops_t); Qwen2-VL and Qwen2.5-VL share one
- * (vision tower in vlm_vision.c, Qwen2 decoder in vlm_lm.c), and Qwen3-VL
- * has its own (qwen3vl/), which calls those files' shared pieces rather
- * than forking them.
+ * (vlm_model.c, vlm_model_loader.c, vlm_model_tp.c, vlm_seq.c,
+ * vlm_prefill.c, vlm_decode.c) and an architecture's files, which call the
+ * weight helpers and the group's collectives declared below and nothing
+ * else of the driver's.  An architecture is a table of functions
+ * (vlm_arch_ops_t); Qwen2-VL and Qwen2.5-VL share one (vision tower in
+ * vlm_vision.c, Qwen2 decoder in vlm_lm.c), and Qwen3-VL has its own
+ * (qwen3vl/), which calls those files' shared pieces rather than forking
+ * them.
  */
 
 #ifndef VLM_MODEL_H
