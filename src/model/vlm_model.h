@@ -1,10 +1,13 @@
 /*
  * Internal state of a loaded model, shared by the generic driver
- * (vlm_model.c) and an architecture's files.  An architecture is a table
- * of functions (vlm_arch_ops_t); Qwen2-VL and Qwen2.5-VL share one
- * (vision tower in vlm_vision.c, Qwen2 decoder in vlm_lm.c), and Qwen3-VL
- * has its own (qwen3vl/), which calls those files' shared pieces rather
- * than forking them.
+ * (vlm_model.c, vlm_model_loader.c, vlm_model_tp.c, vlm_seq.c,
+ * vlm_prefill.c, vlm_decode.c) and an architecture's files, which call the
+ * weight helpers and the group's collectives declared below and nothing
+ * else of the driver's.  An architecture is a table of functions
+ * (vlm_arch_ops_t); Qwen2-VL and Qwen2.5-VL share one (vision tower in
+ * vlm_vision.c, Qwen2 decoder in vlm_lm.c), and Qwen3-VL has its own
+ * (qwen3vl/), which calls those files' shared pieces rather than forking
+ * them.
  */
 
 #ifndef VLM_MODEL_H
@@ -338,23 +341,6 @@ const vlm_st_tensor_t *vlm_model_tensor(vlm_model_t *m, const char *name);
 void *vlm_model_alloc(vlm_model_t *m, size_t size, vlm_error_t *err);
 /* host memory of the model's, freed with it */
 void *vlm_model_host_alloc(vlm_model_t *m, size_t size, vlm_error_t *err);
-
-/*
- * vlm_quant.c: the matrix name, [rows, cols], where the checkpoint holds
- * it quantized (quantization_config), the output rows of the runs
- * [r0[i], r0[i] + nr) and the input columns [c0, c0 + nc); *found 0
- * (and VLM_OK) where it is not quantized
- */
-vlm_status_t vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w,
-    const char *name, int rows, int cols, const int *r0, int nr,
-    int n_runs, int c0, int nc, int *found, vlm_error_t *err);
-
-/*
- * vlm_quant.c: rows [r0, r0 + nr) of the 16- or 32-bit matrix t rounded
- * to bits (8 or 4) at load (vlm_model_head_rows)
- */
-vlm_status_t vlm_quant_round(vlm_model_t *m, vlm_weight_t *w,
-    const vlm_st_tensor_t *t, int bits, int r0, int nr, vlm_error_t *err);
 
 extern const vlm_arch_ops_t  vlm_arch_qwen2vl;
 extern const vlm_arch_ops_t  vlm_arch_qwen3vl;

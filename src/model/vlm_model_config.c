@@ -4,7 +4,9 @@
  * configuration_qwen2_5_vl.py, configuration_qwen3_vl.py): a text key is
  * looked up in text_config first and at the top level second, so both the
  * nested and the older flat layout load; absent keys take the defaults of
- * those classes.
+ * those classes.  The parser picks the family by the class config.json
+ * names from a table (vlm_cfg_families), where the Idefics3 folder
+ * registers its own parser.
  */
 
 #define _GNU_SOURCE
@@ -19,120 +21,6 @@
 #include <jansson.h>
 
 #include "vlm_model_config_json.h"
-
-
-#define VLM_CFG_MAX_DIM  (1 << 22)
-
-
-json_t *
-vlm_cfg_get(vlm_cfg_ctx_t *c, const char *key)
-{
-    json_t  *v;
-
-    v = c->primary != NULL ? json_object_get(c->primary, key) : NULL;
-
-    if ((v == NULL || json_is_null(v)) && c->fallback != NULL) {
-        v = json_object_get(c->fallback, key);
-    }
-
-    return json_is_null(v) ? NULL : v;
-}
-
-
-int
-vlm_cfg_int(vlm_cfg_ctx_t *c, const char *key, int def, int min, int max)
-{
-    json_t     *v;
-    json_int_t  x;
-
-    v = vlm_cfg_get(c, key);
-    if (v == NULL) {
-        x = def;
-
-    } else if (json_is_integer(v)) {
-        x = json_integer_value(v);
-
-    } else {
-        if (c->rc == VLM_OK) {
-            c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
-                                  "config: %s.%s is not an integer",
-                                  c->section, key);
-        }
-        return min;
-    }
-
-    if (x < min || x > max) {
-        if (c->rc == VLM_OK) {
-            c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
-                                  "config: %s.%s = %lld is out of range "
-                                  "[%d, %d]", c->section, key,
-                                  (long long) x, min, max);
-        }
-        return min;
-    }
-
-    return (int) x;
-}
-
-
-double
-vlm_cfg_num(vlm_cfg_ctx_t *c, const char *key, double def)
-{
-    json_t  *v;
-
-    v = vlm_cfg_get(c, key);
-    if (v == NULL) {
-        return def;
-    }
-
-    if (!json_is_number(v) || !(json_number_value(v) > 0.0)) {
-        if (c->rc == VLM_OK) {
-            c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
-                                  "config: %s.%s is not a positive number",
-                                  c->section, key);
-        }
-        return def;
-    }
-
-    return json_number_value(v);
-}
-
-
-vlm_act_t
-vlm_cfg_act(vlm_cfg_ctx_t *c, const char *key, const char *def)
-{
-    json_t      *v;
-    const char  *s;
-
-    v = vlm_cfg_get(c, key);
-    s = v != NULL ? json_string_value(v) : def;
-
-    if (s != NULL) {
-        if (strcmp(s, "silu") == 0 || strcmp(s, "swish") == 0) {
-            return VLM_ACT_SILU;
-        }
-        if (strcmp(s, "gelu") == 0) {
-            return VLM_ACT_GELU;
-        }
-        if (strcmp(s, "gelu_pytorch_tanh") == 0
-            || strcmp(s, "gelu_new") == 0)
-        {
-            return VLM_ACT_GELU_TANH;
-        }
-        if (strcmp(s, "quick_gelu") == 0) {
-            return VLM_ACT_QUICK_GELU;
-        }
-    }
-
-    if (c->rc == VLM_OK) {
-        c->rc = vlm_error_set(c->err, VLM_ERR_UNSUPPORTED,
-                              "config: %s.%s: activation \"%s\" is not "
-                              "supported", c->section, key,
-                              s != NULL ? s : "?");
-    }
-
-    return VLM_ACT_SILU;
-}
 
 
 static void
@@ -702,29 +590,119 @@ vlm_cfg_quant(vlm_quant_config_t *q, json_t *qc, vlm_cfg_ctx_t *c)
 }
 
 
-void
-vlm_cfg_eos(vlm_model_config_t *cfg, json_t *v)
+/*
+ * Qwen2-VL, Qwen2.5-VL and Qwen3-VL: text_config (or the top level),
+ * vision_config, the special tokens, quantization_config
+ */
+static void
+vlm_cfg_qwen(vlm_model_config_t *cfg, json_t *root, vlm_cfg_ctx_t *c)
 {
-    size_t  i;
+    int      i, *ids[4];
+    json_t  *tc, *vc;
 
-    if (json_is_integer(v)) {
-        cfg->n_eos = 1;
-        cfg->eos_token_ids[0] = (int) json_integer_value(v);
+    tc = json_object_get(root, "text_config");
+    vc = json_object_get(root, "vision_config");
+
+    vlm_cfg_section(c, "text", tc, root);
+    vlm_cfg_text(cfg, c);
+
+    if (c->rc == VLM_OK) {
+        vlm_cfg_section(c, "vision", vc, NULL);
+        vlm_cfg_vision(cfg, c);
+    }
+
+    if (c->rc == VLM_OK) {
+        vlm_cfg_section(c, "config", root, tc);
+
+        cfg->image_token_id = vlm_cfg_int(c, "image_token_id", 151655, 0,
+                                          cfg->text.vocab_size - 1);
+        cfg->video_token_id = vlm_cfg_int(c, "video_token_id", 151656, 0,
+                                          cfg->text.vocab_size - 1);
+        cfg->vision_start_token_id = vlm_cfg_int(c, "vision_start_token_id",
+                                                 151652, 0,
+                                                 cfg->text.vocab_size - 1);
+        cfg->vision_end_token_id = vlm_cfg_int(c, "vision_end_token_id",
+                                               151653, 0,
+                                               cfg->text.vocab_size - 1);
+        cfg->bos_token_id = vlm_cfg_int(c, "bos_token_id", -1, -1,
+                                        cfg->text.vocab_size - 1);
+        vlm_cfg_eos(cfg, vlm_cfg_get(c, "eos_token_id"));
+    }
+
+    if (c->rc == VLM_OK) {
+        vlm_cfg_quant(&cfg->quant, json_object_get(root,
+                                                   "quantization_config"),
+                      c);
+    }
+
+    if (c->rc != VLM_OK) {
         return;
     }
 
-    if (!json_is_array(v)) {
-        return;
-    }
+    ids[0] = &cfg->image_token_id;
+    ids[1] = &cfg->vision_start_token_id;
+    ids[2] = &cfg->vision_end_token_id;
+    ids[3] = &cfg->video_token_id;
 
-    cfg->n_eos = 0;
-
-    for (i = 0; i < json_array_size(v) && i < VLM_MAX_EOS_IDS; i++) {
-        if (json_is_integer(json_array_get(v, i))) {
-            cfg->eos_token_ids[cfg->n_eos++] =
-                (int) json_integer_value(json_array_get(v, i));
+    for (i = 1; i < 4; i++) {
+        if (*ids[i] == *ids[0]) {
+            c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                                  "config: special token ids collide with "
+                                  "image_token_id %d", *ids[0]);
+            return;
         }
     }
+}
+
+
+static const vlm_cfg_family_t  vlm_cfg_family_qwen2vl = {
+    "Qwen2VLForConditionalGeneration", "qwen2_vl", VLM_ARCH_QWEN2_VL,
+    vlm_cfg_qwen
+};
+
+static const vlm_cfg_family_t  vlm_cfg_family_qwen2_5vl = {
+    "Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl", VLM_ARCH_QWEN2_5_VL,
+    vlm_cfg_qwen
+};
+
+static const vlm_cfg_family_t  vlm_cfg_family_qwen3vl = {
+    "Qwen3VLForConditionalGeneration", "qwen3_vl", VLM_ARCH_QWEN3_VL,
+    vlm_cfg_qwen
+};
+
+
+/*
+ * The families whose config.json this build reads; a family with a
+ * parser of its own (model/<family>/) registers its entries here, and
+ * this file calls it only through the table.
+ */
+static const vlm_cfg_family_t  *vlm_cfg_families[] = {
+    &vlm_cfg_family_qwen2vl,
+    &vlm_cfg_family_qwen2_5vl,
+    &vlm_cfg_family_qwen3vl,
+    &vlm_cfg_family_smolvlm,
+    &vlm_cfg_family_idefics3,
+    NULL
+};
+
+
+/* the class a config.json without "architectures" names by model_type */
+static const char *
+vlm_cfg_class(const char *model_type)
+{
+    int  i;
+
+    if (strcmp(model_type, "qwen3_vl_moe") == 0) {
+        return "Qwen3VLMoeForConditionalGeneration";
+    }
+
+    for (i = 0; vlm_cfg_families[i] != NULL; i++) {
+        if (strcmp(model_type, vlm_cfg_families[i]->model_type) == 0) {
+            return vlm_cfg_families[i]->name;
+        }
+    }
+
+    return model_type;
 }
 
 
@@ -732,11 +710,12 @@ vlm_status_t
 vlm_model_config_parse(vlm_model_config_t *cfg, const char *json,
     size_t len, vlm_error_t *err)
 {
-    int            i, *ids[4];
-    json_t        *root, *arch, *tc, *vc, *v;
-    const char    *name;
-    json_error_t   jerr;
-    vlm_cfg_ctx_t  c;
+    int                      i;
+    json_t                  *root, *arch, *v;
+    const char              *name;
+    json_error_t             jerr;
+    vlm_cfg_ctx_t            c;
+    const vlm_cfg_family_t  *family;
 
     memset(cfg, 0, sizeof(vlm_model_config_t));
 
@@ -755,102 +734,42 @@ vlm_model_config_parse(vlm_model_config_t *cfg, const char *json,
     if (name == NULL) {
         v = json_object_get(root, "model_type");
         name = json_string_value(v);
-        name = name == NULL ? "(none)"
-               : strcmp(name, "qwen2_vl") == 0
-                 ? "Qwen2VLForConditionalGeneration"
-               : strcmp(name, "qwen2_5_vl") == 0
-                 ? "Qwen2_5_VLForConditionalGeneration"
-               : strcmp(name, "qwen3_vl") == 0
-                 ? "Qwen3VLForConditionalGeneration"
-               : strcmp(name, "qwen3_vl_moe") == 0
-                 ? "Qwen3VLMoeForConditionalGeneration"
-               : strcmp(name, "smolvlm") == 0
-                 ? "SmolVLMForConditionalGeneration"
-               : strcmp(name, "idefics3") == 0
-                 ? "Idefics3ForConditionalGeneration" : name;
+        name = name == NULL ? "(none)" : vlm_cfg_class(name);
     }
 
-    if (strcmp(name, "Qwen2VLForConditionalGeneration") == 0) {
-        cfg->arch = VLM_ARCH_QWEN2_VL;
+    family = NULL;
 
-    } else if (strcmp(name, "Qwen2_5_VLForConditionalGeneration") == 0) {
-        cfg->arch = VLM_ARCH_QWEN2_5_VL;
+    for (i = 0; vlm_cfg_families[i] != NULL; i++) {
+        if (strcmp(name, vlm_cfg_families[i]->name) == 0) {
+            family = vlm_cfg_families[i];
+            break;
+        }
+    }
 
-    } else if (strcmp(name, "Qwen3VLForConditionalGeneration") == 0) {
-        cfg->arch = VLM_ARCH_QWEN3_VL;
+    if (family == NULL) {
+        if (strcmp(name, "Qwen3VLMoeForConditionalGeneration") == 0) {
+            vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                          "config: architecture \"%s\" (the "
+                          "mixture-of-experts Qwen3-VL) is not supported; "
+                          "of Qwen3-VL this engine runs the dense "
+                          "Qwen3VLForConditionalGeneration", name);
 
-    } else if (strcmp(name, "Qwen3VLMoeForConditionalGeneration") == 0) {
-        vlm_error_set(err, VLM_ERR_UNSUPPORTED,
-                      "config: architecture \"%s\" (the mixture-of-experts "
-                      "Qwen3-VL) is not supported; of Qwen3-VL this engine "
-                      "runs the dense Qwen3VLForConditionalGeneration",
-                      name);
-        json_decref(root);
-        return VLM_ERR_UNSUPPORTED;
+        } else {
+            vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                          "config: architecture \"%s\" is not supported "
+                          "(this engine runs the Qwen2-VL, Qwen2.5-VL, "
+                          "Qwen3-VL, SmolVLM and Idefics3 families)", name);
+        }
 
-    } else if (strcmp(name, "SmolVLMForConditionalGeneration") == 0
-               || strcmp(name, "Idefics3ForConditionalGeneration") == 0)
-    {
-        cfg->arch = name[0] == 'S' ? VLM_ARCH_SMOLVLM : VLM_ARCH_IDEFICS3;
-        c.err = err;
-        c.rc = VLM_OK;
-        vlm_cfg_idefics3(cfg, root, &c);
-        json_decref(root);
-        return c.rc;
-
-    } else {
-        vlm_error_set(err, VLM_ERR_UNSUPPORTED,
-                      "config: architecture \"%s\" is not supported (this "
-                      "engine runs the Qwen2-VL, Qwen2.5-VL, Qwen3-VL, "
-                      "SmolVLM and Idefics3 families)", name);
         json_decref(root);
         return VLM_ERR_UNSUPPORTED;
     }
 
+    cfg->arch = family->arch;
     c.err = err;
     c.rc = VLM_OK;
 
-    tc = json_object_get(root, "text_config");
-    c.primary = json_is_object(tc) ? tc : NULL;
-    c.fallback = root;
-    c.section = "text";
-
-    vlm_cfg_text(cfg, &c);
-
-    if (c.rc == VLM_OK) {
-        vc = json_object_get(root, "vision_config");
-        c.primary = json_is_object(vc) ? vc : NULL;
-        c.fallback = NULL;
-        c.section = "vision";
-
-        vlm_cfg_vision(cfg, &c);
-    }
-
-    if (c.rc == VLM_OK) {
-        c.primary = root;
-        c.fallback = json_is_object(tc) ? tc : NULL;
-        c.section = "config";
-
-        cfg->image_token_id = vlm_cfg_int(&c, "image_token_id", 151655, 0,
-                                          cfg->text.vocab_size - 1);
-        cfg->video_token_id = vlm_cfg_int(&c, "video_token_id", 151656, 0,
-                                          cfg->text.vocab_size - 1);
-        cfg->vision_start_token_id = vlm_cfg_int(&c, "vision_start_token_id",
-                                                 151652, 0,
-                                                 cfg->text.vocab_size - 1);
-        cfg->vision_end_token_id = vlm_cfg_int(&c, "vision_end_token_id",
-                                               151653, 0,
-                                               cfg->text.vocab_size - 1);
-        cfg->bos_token_id = vlm_cfg_int(&c, "bos_token_id", -1, -1,
-                                        cfg->text.vocab_size - 1);
-        vlm_cfg_eos(cfg, vlm_cfg_get(&c, "eos_token_id"));
-    }
-
-    if (c.rc == VLM_OK) {
-        vlm_cfg_quant(&cfg->quant, json_object_get(root,
-                                                   "quantization_config"),
-                      &c);
-    }
+    family->parse(cfg, root, &c);
 
     json_decref(root);
 
@@ -858,19 +777,7 @@ vlm_model_config_parse(vlm_model_config_t *cfg, const char *json,
         return c.rc;
     }
 
-    ids[0] = &cfg->image_token_id;
-    ids[1] = &cfg->vision_start_token_id;
-    ids[2] = &cfg->vision_end_token_id;
-    ids[3] = &cfg->video_token_id;
-
-    for (i = 1; i < 4; i++) {
-        if (*ids[i] == *ids[0]) {
-            return vlm_error_set(err, VLM_ERR_FORMAT,
-                                 "config: special token ids collide with "
-                                 "image_token_id %d", *ids[0]);
-        }
-    }
-
+    /* every family's stop tokens, within its vocabulary */
     for (i = 0; i < cfg->n_eos; i++) {
         if (cfg->eos_token_ids[i] < 0
             || cfg->eos_token_ids[i] >= cfg->text.vocab_size)

@@ -1,8 +1,9 @@
 /*
  * The config.json readers that the parsers of every family share
- * (vlm_model_config.c): a key looked up in a primary object, then in a
- * fallback, checked and range-limited, the first error kept in the
- * context with the section it was in.
+ * (vlm_model_config_json.c): a key looked up in a primary object, then
+ * in a fallback, checked and range-limited, the first error kept in the
+ * context with the section it was in; and the entry of a family in the
+ * parser's table (vlm_model_config.c).
  */
 
 #ifndef VLM_MODEL_CONFIG_JSON_H
@@ -11,6 +12,9 @@
 #include <jansson.h>
 
 #include "vlm_model_config.h"
+
+
+#define VLM_CFG_MAX_DIM  (1 << 22)
 
 
 typedef struct {
@@ -22,6 +26,12 @@ typedef struct {
 } vlm_cfg_ctx_t;
 
 
+/*
+ * the keys that follow are of section, looked up in primary, then in
+ * fallback (either NULL or not an object: none)
+ */
+void vlm_cfg_section(vlm_cfg_ctx_t *c, const char *section, json_t *primary,
+    json_t *fallback);
 /* NULL when absent or null in both */
 json_t *vlm_cfg_get(vlm_cfg_ctx_t *c, const char *key);
 int vlm_cfg_int(vlm_cfg_ctx_t *c, const char *key, int def, int min,
@@ -32,9 +42,31 @@ vlm_act_t vlm_cfg_act(vlm_cfg_ctx_t *c, const char *key, const char *def);
 /* eos_token_id: an integer or a list of them */
 void vlm_cfg_eos(vlm_model_config_t *cfg, json_t *v);
 
+
+/*
+ * A family of checkpoints as config.json names it, and the parser of its
+ * keys: vlm_model_config_parse() finds the entry by the class in
+ * "architectures" (or by model_type) in its table and calls the parser
+ * through it, with cfg->arch set and c's error fields ready; the parser
+ * sets the sections it reads and leaves the first error in c->rc.
+ *
+ * A registry, not a call by name: the family folders call the readers
+ * above (vlm_model_config_json.c), and the dispatcher calls them back
+ * only through these entries, so no file of model/ names a function of
+ * a family's and no two files call each other.
+ */
+typedef struct {
+    const char  *name;          /* the class in "architectures" */
+    const char  *model_type;
+    vlm_arch_t   arch;
+    void       (*parse)(vlm_model_config_t *cfg, json_t *root,
+                        vlm_cfg_ctx_t *c);
+} vlm_cfg_family_t;
+
+
 /* SmolVLM and Idefics3 (model/idefics3/vlm_idefics3_config.c) */
-void vlm_cfg_idefics3(vlm_model_config_t *cfg, json_t *root,
-    vlm_cfg_ctx_t *c);
+extern const vlm_cfg_family_t  vlm_cfg_family_smolvlm;
+extern const vlm_cfg_family_t  vlm_cfg_family_idefics3;
 
 
 #endif /* VLM_MODEL_CONFIG_JSON_H */

@@ -47,7 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vlm_model.h"
+#include "vlm_quant.h"
 
 
 /*
@@ -94,13 +94,14 @@ vlm_qfmt_name(const vlm_quant_config_t *q)
 
 
 static const vlm_st_tensor_t *
-vlm_qtensor(vlm_model_t *m, const vlm_qsrc_t *s, const char *suffix)
+vlm_qtensor(const vlm_quant_loader_t *ld, const vlm_qsrc_t *s,
+    const char *suffix)
 {
     char  buf[512];
 
     snprintf(buf, sizeof(buf), "%s.%s", s->prefix, suffix);
 
-    return vlm_model_tensor(m, buf);
+    return ld->tensor(ld->model, buf);
 }
 
 
@@ -334,7 +335,7 @@ vlm_qscale(const vlm_qsrc_t *s, int r, int g, float *scale, float *zero)
 
 /* finds the tensors of s->prefix and checks their shapes */
 static vlm_status_t
-vlm_qsource(vlm_model_t *m, vlm_qsrc_t *s, vlm_error_t *err)
+vlm_qsource(const vlm_quant_loader_t *ld, vlm_qsrc_t *s, vlm_error_t *err)
 {
     int                        ng, sr, sc, rows, cols;
     vlm_status_t               rc;
@@ -358,9 +359,9 @@ vlm_qsource(vlm_model_t *m, vlm_qsrc_t *s, vlm_error_t *err)
         }
 
         ng = cols / s->group;
-        s->codes = vlm_qtensor(m, s, "qweight");
-        s->zeros = vlm_qtensor(m, s, "qzeros");
-        s->scales = vlm_qtensor(m, s, "scales");
+        s->codes = vlm_qtensor(ld, s, "qweight");
+        s->zeros = vlm_qtensor(ld, s, "qzeros");
+        s->scales = vlm_qtensor(ld, s, "scales");
 
         rc = q->fmt == VLM_QFMT_AWQ
              ? vlm_qcheck(s, s->codes, "qweight", 0, VLM_DTYPE_I32, cols,
@@ -377,7 +378,7 @@ vlm_qsource(vlm_model_t *m, vlm_qsrc_t *s, vlm_error_t *err)
         }
 
         if (rc == VLM_OK && q->fmt == VLM_QFMT_GPTQ) {
-            s->g_idx = vlm_qtensor(m, s, "g_idx");
+            s->g_idx = vlm_qtensor(ld, s, "g_idx");
             if (s->g_idx != NULL) {
                 rc = vlm_qcheck(s, s->g_idx, "g_idx", 0, VLM_DTYPE_I32,
                                 cols, -1, err);
@@ -389,7 +390,7 @@ vlm_qsource(vlm_model_t *m, vlm_qsrc_t *s, vlm_error_t *err)
 
     if (q->fmt == VLM_QFMT_CT && q->bits == 4) {
         s->quant = VLM_QUANT_Q4;
-        s->codes = vlm_qtensor(m, s, "weight_packed");
+        s->codes = vlm_qtensor(ld, s, "weight_packed");
         rc = vlm_qcheck(s, s->codes, "weight_packed", 0, VLM_DTYPE_I32,
                         rows, (cols + 7) / 8, err);
         if (rc != VLM_OK) {
@@ -398,7 +399,7 @@ vlm_qsource(vlm_model_t *m, vlm_qsrc_t *s, vlm_error_t *err)
 
     } else {
         s->quant = q->is_float ? VLM_QUANT_F8 : VLM_QUANT_Q8;
-        s->codes = vlm_qtensor(m, s, "weight");
+        s->codes = vlm_qtensor(ld, s, "weight");
         rc = vlm_qcheck(s, s->codes, "weight", 0,
                         q->is_float ? VLM_DTYPE_F8_E4M3 : VLM_DTYPE_I8,
                         rows, cols, err);
@@ -420,7 +421,7 @@ vlm_qsource(vlm_model_t *m, vlm_qsrc_t *s, vlm_error_t *err)
     }
 
     ng = cols / s->group;
-    s->scales = vlm_qtensor(m, s, q->fmt == VLM_QFMT_FP8
+    s->scales = vlm_qtensor(ld, s, q->fmt == VLM_QFMT_FP8
                                   ? "weight_scale_inv" : "weight_scale");
 
     switch (q->strategy) {
@@ -458,7 +459,7 @@ vlm_qsource(vlm_model_t *m, vlm_qsrc_t *s, vlm_error_t *err)
         return VLM_OK;
     }
 
-    s->zeros = vlm_qtensor(m, s, "weight_zero_point");
+    s->zeros = vlm_qtensor(ld, s, "weight_zero_point");
 
     if (s->quant == VLM_QUANT_Q4) {
         return vlm_qcheck(s, s->zeros, "weight_zero_point", 0,
@@ -548,7 +549,7 @@ vlm_qperm(const vlm_qsrc_t *s, int32_t *perm, int *trivial,
 
 
 static int
-vlm_quant_present(vlm_model_t *m, vlm_qsrc_t *s)
+vlm_quant_present(const vlm_quant_loader_t *ld, vlm_qsrc_t *s)
 {
     const vlm_st_tensor_t  *t;
 
@@ -557,12 +558,12 @@ vlm_quant_present(vlm_model_t *m, vlm_qsrc_t *s)
         return 0;
     case VLM_QFMT_AWQ:
     case VLM_QFMT_GPTQ:
-        return vlm_qtensor(m, s, "qweight") != NULL;
+        return vlm_qtensor(ld, s, "qweight") != NULL;
     default:
-        if (vlm_qtensor(m, s, "weight_packed") != NULL) {
+        if (vlm_qtensor(ld, s, "weight_packed") != NULL) {
             return 1;
         }
-        t = vlm_qtensor(m, s, "weight");
+        t = vlm_qtensor(ld, s, "weight");
         return t != NULL && !vlm_dtype_is_float(t->dtype);
     }
 }
@@ -573,8 +574,9 @@ vlm_quant_present(vlm_model_t *m, vlm_qsrc_t *s)
  * the codes (zeroed), then scales and mins, then extra bytes
  */
 static uint8_t *
-vlm_quant_block(vlm_model_t *m, vlm_weight_t *w, vlm_quant_t quant,
-    int rows, int cols, int group, size_t extra, vlm_error_t *err)
+vlm_quant_block(const vlm_quant_loader_t *ld, vlm_weight_t *w,
+    vlm_quant_t quant, int rows, int cols, int group, size_t extra,
+    vlm_error_t *err)
 {
     size_t    n_codes, n_groups;
     uint8_t  *block;
@@ -582,8 +584,8 @@ vlm_quant_block(vlm_model_t *m, vlm_weight_t *w, vlm_quant_t quant,
     n_codes = vlm_align_up(vlm_quant_row_bytes(quant, cols) * rows, 64);
     n_groups = (size_t) rows * (cols / group);
 
-    block = vlm_model_host_alloc(m, n_codes + 2 * sizeof(float) * n_groups
-                                    + extra, err);
+    block = ld->alloc(ld->model, n_codes + 2 * sizeof(float) * n_groups
+                                 + extra, err);
     if (block == NULL) {
         return NULL;
     }
@@ -604,9 +606,9 @@ vlm_quant_block(vlm_model_t *m, vlm_weight_t *w, vlm_quant_t quant,
 
 
 vlm_status_t
-vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
-    int rows, int cols, const int *r0, int nr, int n_runs, int c0, int nc,
-    int *found, vlm_error_t *err)
+vlm_quant_matrix(const vlm_quant_loader_t *ld, vlm_weight_t *w,
+    const char *name, int rows, int cols, const int *r0, int nr, int n_runs,
+    int c0, int nc, int *found, vlm_error_t *err)
 {
     int              i, j, k, g, r, gr, nc_g, trivial, code, kk, group;
     int              shift, n;
@@ -620,7 +622,7 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
 
     *found = 0;
     memset(&s, 0, sizeof(vlm_qsrc_t));
-    s.cfg = &m->cfg.quant;
+    s.cfg = ld->cfg;
     s.name = name;
     s.rows = rows;
     s.cols = cols;
@@ -635,7 +637,7 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
     memcpy(s.prefix, name, len - 7);
     s.prefix[len - 7] = '\0';
 
-    if (!vlm_quant_present(m, &s)) {
+    if (!vlm_quant_present(ld, &s)) {
         return VLM_OK;
     }
 
@@ -647,7 +649,7 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
                              "embeddings are not supported", name);
     }
 
-    rc = vlm_qsource(m, &s, err);
+    rc = vlm_qsource(ld, &s, err);
     if (rc != VLM_OK) {
         return rc;
     }
@@ -684,15 +686,15 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
         }
     }
 
-    if (m->be == NULL) {
+    if (ld->be == NULL) {
         return VLM_OK;
     }
 
-    if (m->be->ops->weight_bind_quant == NULL) {
+    if (ld->be->ops->weight_bind_quant == NULL) {
         return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
                              "model: the %s backend runs no quantized "
                              "weights (\"%s\" is %s int%d)",
-                             m->be->ops->name, name, vlm_qfmt_name(s.cfg),
+                             ld->be->ops->name, name, vlm_qfmt_name(s.cfg),
                              s.cfg->bits);
     }
 
@@ -701,7 +703,7 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
     nc_g = nc / group;
     rb = vlm_quant_row_bytes(s.quant, nc);
 
-    block = vlm_quant_block(m, w, s.quant, r, nc, group,
+    block = vlm_quant_block(ld, w, s.quant, r, nc, group,
                             trivial ? 0 : sizeof(int32_t) * cols, err);
     if (block == NULL) {
         return VLM_ERR_NOMEM;
@@ -778,7 +780,7 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
         }
     }
 
-    return m->be->ops->weight_bind_quant(m->be, w, err);
+    return ld->be->ops->weight_bind_quant(ld->be, w, err);
 }
 
 
@@ -793,8 +795,8 @@ vlm_quant_matrix(vlm_model_t *m, vlm_weight_t *w, const char *name,
  * 2.18 GB of AWQ Qwen2.5-VL-3B); the logits move by the rounding.
  */
 vlm_status_t
-vlm_quant_round(vlm_model_t *m, vlm_weight_t *w, const vlm_st_tensor_t *t,
-    int bits, int r0, int nr, vlm_error_t *err)
+vlm_quant_round(const vlm_quant_loader_t *ld, vlm_weight_t *w,
+    const vlm_st_tensor_t *t, int bits, int r0, int nr, vlm_error_t *err)
 {
     int                     r, k, g, ng, cols, group, shift, code;
     float                  *row, *scales, *mins, lo, hi, s;
@@ -822,22 +824,22 @@ vlm_quant_round(vlm_model_t *m, vlm_weight_t *w, const vlm_st_tensor_t *t,
         }
     }
 
-    if (m->be == NULL) {
+    if (ld->be == NULL) {
         return VLM_OK;
     }
 
-    if (m->be->ops->weight_bind_quant == NULL) {
+    if (ld->be->ops->weight_bind_quant == NULL) {
         return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
                              "model: the %s backend runs no quantized "
                              "weights: the head cannot be int%d",
-                             m->be->ops->name, bits);
+                             ld->be->ops->name, bits);
     }
 
     ng = cols / group;
     rb = vlm_quant_row_bytes(quant, cols);
 
     /* a row widened to f32 after the scales and mins */
-    block = vlm_quant_block(m, w, quant, nr, cols, group,
+    block = vlm_quant_block(ld, w, quant, nr, cols, group,
                             sizeof(float) * cols, err);
     if (block == NULL) {
         return VLM_ERR_NOMEM;
@@ -899,7 +901,7 @@ vlm_quant_round(vlm_model_t *m, vlm_weight_t *w, const vlm_st_tensor_t *t,
         }
     }
 
-    rc = m->be->ops->weight_bind_quant(m->be, w, err);
+    rc = ld->be->ops->weight_bind_quant(ld->be, w, err);
     if (rc != VLM_OK) {
         return rc;
     }

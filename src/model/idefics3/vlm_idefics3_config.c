@@ -17,9 +17,6 @@
 #include "vlm_idefics3.h"
 
 
-#define VLM_CFG_MAX_DIM  (1 << 22)
-
-
 static void
 vlm_idefics3_refuse(vlm_cfg_ctx_t *c, const char *what)
 {
@@ -165,19 +162,16 @@ vlm_idefics3_vision(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c, int scale)
 }
 
 
-void
-vlm_cfg_idefics3(vlm_model_config_t *cfg, json_t *root, vlm_cfg_ctx_t *c)
+static void
+vlm_idefics3_config(vlm_model_config_t *cfg, json_t *root, vlm_cfg_ctx_t *c)
 {
-    int      i, scale;
+    int      scale;
     json_t  *tc, *vc;
 
     tc = json_object_get(root, "text_config");
     vc = json_object_get(root, "vision_config");
 
-    c->primary = json_is_object(tc) ? tc : NULL;
-    c->fallback = NULL;
-    c->section = "text";
-
+    vlm_cfg_section(c, "text", tc, NULL);
     vlm_idefics3_text(cfg, c);
     if (c->rc != VLM_OK) {
         return;
@@ -194,9 +188,7 @@ vlm_cfg_idefics3(vlm_model_config_t *cfg, json_t *root, vlm_cfg_ctx_t *c)
     cfg->eos_token_ids[0] = 2;
     vlm_cfg_eos(cfg, vlm_cfg_get(c, "eos_token_id"));
 
-    c->primary = root;
-    c->fallback = NULL;
-    c->section = "config";
+    vlm_cfg_section(c, "config", root, NULL);
 
     scale = vlm_cfg_int(c, "scale_factor", 2, 1, 16);
     cfg->image_token_id = vlm_cfg_int(c, "image_token_id", 128257, 0,
@@ -209,22 +201,18 @@ vlm_cfg_idefics3(vlm_model_config_t *cfg, json_t *root, vlm_cfg_ctx_t *c)
         return;
     }
 
-    c->primary = json_is_object(vc) ? vc : NULL;
-    c->section = "vision";
-
+    vlm_cfg_section(c, "vision", vc, NULL);
     vlm_idefics3_vision(cfg, c, scale);
-    if (c->rc != VLM_OK) {
-        return;
-    }
-
-    for (i = 0; i < cfg->n_eos; i++) {
-        if (cfg->eos_token_ids[i] < 0
-            || cfg->eos_token_ids[i] >= cfg->text.vocab_size)
-        {
-            c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
-                                  "config: eos_token_id %d is outside the "
-                                  "vocabulary", cfg->eos_token_ids[i]);
-            return;
-        }
-    }
 }
+
+
+/* the family's entries in the parser's table (vlm_model_config_json.h) */
+const vlm_cfg_family_t  vlm_cfg_family_smolvlm = {
+    "SmolVLMForConditionalGeneration", "smolvlm", VLM_ARCH_SMOLVLM,
+    vlm_idefics3_config
+};
+
+const vlm_cfg_family_t  vlm_cfg_family_idefics3 = {
+    "Idefics3ForConditionalGeneration", "idefics3", VLM_ARCH_IDEFICS3,
+    vlm_idefics3_config
+};

@@ -1,0 +1,167 @@
+/*
+ * One scheduler iteration over several sequences at once, each with its
+ * decode token (vlm_decode) or a few text tokens (vlm_step), as vLLM's
+ * continuous batching runs them: every item's KV room reserved first, for
+ * all or none, then one batch of segments through the architecture's
+ * forward pass and each sequence's last logits.
+ */
+
+#define _GNU_SOURCE
+
+#include "vlm_model_int.h"
+
+
+vlm_status_t
+vlm_decode(vlm_model_t *m, vlm_seq_t *const *seqs, const int32_t *tokens,
+    int n, vlm_error_t *err)
+{
+    int  i;
+
+    if (n < 1 || n > m->params.max_batch_tokens) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "engine: decode batch of %d sequences is out "
+                             "of range", n);
+    }
+
+    for (i = 0; i < n; i++) {
+        if (seqs[i] == NULL || seqs[i]->n_past == 0) {
+            return vlm_error_set(err, VLM_ERR_INVALID,
+                                 "engine: decode entry %d is not a prefilled "
+                                 "sequence", i);
+        }
+
+        m->steps[i].seq = seqs[i];
+        m->steps[i].ids = &tokens[i];
+        m->steps[i].n_ids = 1;
+    }
+
+    return vlm_step(m, m->steps, n, err);
+}
+
+
+vlm_status_t
+vlm_step(vlm_model_t *m, const vlm_step_item_t *items, int n,
+    vlm_error_t *err)
+{
+    int               i, k, j, rows;
+    int32_t          *pos, text_pos;
+    vlm_seq_t        *seq;
+    vlm_status_t      rc;
+    vlm_batch_t       b;
+    vlm_backend_t    *be = m->be;
+    vlm_lm_ws_t      *ws = &m->ws;
+
+    if (n < 1 || n > m->params.max_batch_tokens) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "engine: a step of %d sequences is out of "
+                             "range", n);
+    }
+
+    rows = 0;
+
+    for (i = 0; i < n; i++) {
+        seq = items[i].seq;
+
+        if (seq == NULL || !seq->in_use || seq->model != m
+            || items[i].n_ids < 1 || items[i].ids == NULL)
+        {
+            return vlm_error_set(err, VLM_ERR_INVALID,
+                                 "engine: step entry %d is not a live "
+                                 "sequence of this model with tokens", i);
+        }
+
+        for (k = 0; k < i; k++) {
+            if (items[k].seq == seq) {
+                return vlm_error_set(err, VLM_ERR_INVALID,
+                                     "engine: a sequence appears twice in "
+                                     "one step");
+            }
+        }
+
+        if (items[i].n_ids > m->params.max_batch_tokens - rows) {
+            return vlm_error_set(err, VLM_ERR_LIMIT,
+                                 "engine: a step of more than %d tokens",
+                                 m->params.max_batch_tokens);
+        }
+
+        rc = vlm_check_ids(m, items[i].ids, items[i].n_ids, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        rows += items[i].n_ids;
+    }
+
+    /* KV room for every item, or for none */
+
+    for (i = 0; i < n; i++) {
+        m->step_had[i] = items[i].seq->n_blocks;
+
+        rc = vlm_seq_reserve(items[i].seq, items[i].n_ids, err);
+        if (rc != VLM_OK) {
+            for (k = 0; k < i; k++) {
+                vlm_seq_truncate_blocks(items[k].seq, m->step_had[k]);
+            }
+            return rc;
+        }
+    }
+
+    /* the rows: tokens, positions (t = h = w for text), segments */
+
+    pos = ws->host_pos;
+    rows = 0;
+
+    for (i = 0; i < n; i++) {
+        seq = items[i].seq;
+
+        for (j = 0; j < items[i].n_ids; j++) {
+            ws->host_ids[rows + j] = items[i].ids[j];
+            pos[3 * (rows + j)] = seq->next_pos + j;
+            pos[3 * (rows + j) + 1] = seq->next_pos + j;
+            pos[3 * (rows + j) + 2] = seq->next_pos + j;
+        }
+
+        m->segs[i].seq = seq;
+        m->segs[i].row = rows;
+        m->segs[i].n = items[i].n_ids;
+        m->segs[i].kv_start = seq->n_past;
+        m->seg_rows[i] = rows + items[i].n_ids - 1;
+        m->seg_out[i] = seq->logits;
+
+        rows += items[i].n_ids;
+    }
+
+    be->ops->upload(be, ws->ids, ws->host_ids,
+                    (size_t) rows * sizeof(int32_t));
+    be->ops->upload(be, ws->pos, pos, (size_t) rows * 3 * sizeof(int32_t));
+    be->ops->embed(be, ws->x, &m->lm.embed, ws->ids, rows);
+
+    b.n_rows = rows;
+    b.n_segs = n;
+    b.segs = m->segs;
+    b.n_image_runs = 0;
+    b.image_runs = NULL;
+    b.n_logits = n;
+    b.logit_rows = m->seg_rows;
+    b.logit_out = m->seg_out;
+
+    rc = m->arch->forward(m, &b, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    for (i = 0; i < n; i++) {
+        seq = items[i].seq;
+
+        for (j = 0; j < items[i].n_ids; j++) {
+            text_pos = seq->next_pos + j;
+            vlm_seq_hash_row(seq, seq->n_past + j, items[i].ids[j],
+                             &text_pos, 0, NULL, 1);
+        }
+
+        seq->n_past += items[i].n_ids;
+        seq->next_pos += items[i].n_ids;
+    }
+
+    return VLM_OK;
+}

@@ -1,0 +1,54 @@
+/*
+ * What the files of the generic model driver share and an architecture's
+ * files do not see (they include vlm_model.h): the model as the driver
+ * owns it, with the buffers of its load, and the pieces of the group and
+ * of the sequences that loading, prefill and decode each call.
+ */
+
+#ifndef VLM_MODEL_INT_H
+#define VLM_MODEL_INT_H
+
+#include "vlm_model.h"
+
+
+#define VLM_MAX_LOAD_ALLOCS  4096
+
+
+/* the model and the buffers its load took, all freed by vlm_model_free() */
+typedef struct {
+    vlm_model_t   model;
+    void         *dev[VLM_MAX_LOAD_ALLOCS];     /* backend, freed at end */
+    int           n_dev;
+    void         *host[VLM_MAX_LOAD_ALLOCS];    /* weight column shares */
+    int           n_host;
+    vlm_comm_t   *dcomm;        /* the backend's communicator, if its own */
+} vlm_model_owner_t;
+
+
+/* vlm_model_tp.c */
+int vlm_model_hands_features(const vlm_model_t *m);
+vlm_status_t vlm_model_tp_init(vlm_model_t *m, int check, vlm_error_t *err);
+vlm_status_t vlm_model_tp_comm(vlm_model_owner_t *o, vlm_error_t *err);
+
+/* vlm_seq.c */
+void vlm_seq_truncate_blocks(vlm_seq_t *seq, int n_blocks);
+vlm_status_t vlm_seq_reserve(vlm_seq_t *seq, int n, vlm_error_t *err);
+vlm_status_t vlm_check_ids(const vlm_model_t *m, const int32_t *ids, int n,
+    vlm_error_t *err);
+void vlm_image_content_key(vlm_model_t *m, const vlm_image_t *img,
+    vlm_kv_hash_t *key);
+void vlm_seq_hash_row(vlm_seq_t *seq, int row, int32_t id,
+    const int32_t *pos, int stride, const vlm_kv_hash_t *key, int publish);
+
+
+/* the placeholders of one image: its merged patches */
+static inline int
+vlm_image_tokens(const vlm_model_t *m, const vlm_image_t *img)
+{
+    return img->grid_t * img->grid_h * img->grid_w
+           / (m->cfg.vision.spatial_merge_size
+              * m->cfg.vision.spatial_merge_size);
+}
+
+
+#endif /* VLM_MODEL_INT_H */
