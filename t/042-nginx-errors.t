@@ -1,6 +1,7 @@
 # What nginx answers itself in the module's locations is an OpenAI error
 # too, not nginx's HTML page: a body over client_max_body_size (413), a
-# chunked body nginx cannot read (400), limit_req (503), any status a
+# chunked body nginx cannot read (400), limit_req and limit_conn (a
+# rate_limit_error with Retry-After, 503 or their *_status), any status a
 # location returns without a body (500, 502, 503, 504), and, with
 # "vlm_errors on" in a server, what nginx answers before it picks a
 # location (414).  An operator's error_page still wins, locations that
@@ -24,6 +25,8 @@ my $port2 = $port + 1;
 
 my $srv = vlm_start(name => 'nginx-errors', http_config => <<"_EOC_",
     limit_req_zone \$binary_remote_addr zone=one:1m rate=1r/m;
+    limit_req_zone \$binary_remote_addr zone=two:1m rate=1r/m;
+    limit_conn_zone \$binary_remote_addr zone=addr:1m;
 
     server {
         listen 127.0.0.1:$port2;
@@ -36,6 +39,14 @@ _EOC_
     locations => <<'_EOC_');
         location = /small { client_max_body_size 1k; vlm_chat; }
         location = /limited { limit_req zone=one; vlm_chat; }
+        location = /limited429 {
+            limit_req zone=two;
+            limit_req_status 429;
+            vlm_retry_after 7s;
+            vlm_chat;
+        }
+        location = /conn { limit_conn addr 1; vlm_chat; }
+        location = /r429 { vlm_models; vlm_retry_after 0; return 429; }
         location = /short { client_body_timeout 1s; vlm_chat; }
         location = /custom {
             client_max_body_size 1k;
@@ -120,9 +131,44 @@ my $first = vlm_request($srv, 'POST', '/limited',
                         VLMTest::vlm_json_text({ %{ vlm_chat_body('hi') },
                                                  max_tokens => 1 }));
 is($first->{status}, 200, 'limit_req: the first request passes');
-is_error(vlm_request($srv, 'POST', '/limited',
-                     VLMTest::vlm_json_text(vlm_chat_body('hi'))),
-         503, 'server_error', 'service_unavailable', 'limit_req refuses');
+my $limited = vlm_request($srv, 'POST', '/limited',
+                          VLMTest::vlm_json_text(vlm_chat_body('hi')));
+is_error($limited, 503, 'rate_limit_error', 'rate_limit_exceeded',
+         'limit_req refuses', qr/over the request rate/);
+is($limited->{headers}{'retry-after'}, '1', 'limit_req: Retry-After: 1');
+
+vlm_request($srv, 'POST', '/limited429',
+            VLMTest::vlm_json_text({ %{ vlm_chat_body('hi') },
+                                     max_tokens => 1 }));
+my $limited429 = vlm_request($srv, 'POST', '/limited429',
+                             VLMTest::vlm_json_text(vlm_chat_body('hi')));
+is_error($limited429, 429, 'rate_limit_error', 'rate_limit_exceeded',
+         'limit_req_status 429', qr/over the request rate/);
+is($limited429->{headers}{'retry-after'}, '7',
+   'limit_req_status 429: Retry-After: vlm_retry_after');
+
+my $conn = vlm_request($srv, 'POST', '/conn',
+                       VLMTest::vlm_json_text({ %{ vlm_chat_body('hi') },
+                                                max_tokens => 1 }));
+is($conn->{status}, 200, 'limit_conn: one request at a time passes');
+
+# a request whose body is still coming holds the one limit_conn allows
+my $held = VLMTest::connect_to($srv);
+print {$held} "POST /conn HTTP/1.1\r\nHost: localhost\r\n"
+               . "Content-Type: application/json\r\nContent-Length: 5000"
+               . "\r\n\r\n{";
+sleep 0.3;
+my $refused = vlm_request($srv, 'POST', '/conn',
+                          VLMTest::vlm_json_text(vlm_chat_body('hi')));
+is_error($refused, 503, 'rate_limit_error', 'rate_limit_exceeded',
+         'limit_conn refuses', qr/over the connections/);
+is($refused->{headers}{'retry-after'}, '1', 'limit_conn: Retry-After: 1');
+close $held;
+
+my $r429 = vlm_request($srv, 'GET', '/r429');
+is_error($r429, 429, 'rate_limit_error', 'rate_limit_exceeded',
+         'return 429 in a vlm_models location');
+ok(!exists $r429->{headers}{'retry-after'}, 'vlm_retry_after 0: none');
 
 for my $s (500, 502, 503, 504) {
     is_error(vlm_request($srv, 'GET', "/r$s"), $s, 'server_error',
@@ -178,10 +224,11 @@ is($get->{status}, 405, 'GET on the chat location: 405');
 sleep 0.2;
 my $m1 = vlm_metrics($srv);
 
-for my $s (qw(405 413 400 503 408 200)) {
+for my $s (qw(405 413 400 503 408 429 200)) {
     my $k = "vlm_requests_total{status=\"$s\"}";
     # /custom's 413 went on to the error_page's location, out of the chat
-    my $want = { 200 => 2 }->{$s} || 1;
+    # (the request that held limit_conn's place ended unread: a 400)
+    my $want = { 200 => 4, 503 => 2, 400 => 2 }->{$s} || 1;
     is(($m1->{$k} || 0) - ($m0->{$k} || 0), $want,
        "vlm_requests_total counts $want of status $s");
 }

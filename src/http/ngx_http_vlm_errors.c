@@ -3,7 +3,9 @@
  * OpenAI error shape: a body over client_max_body_size (413), a body
  * nginx cannot read (400), limit_req and limit_conn (503, or their
  * *_status), an internal error (500), and any other special response,
- * which would otherwise be nginx's HTML page.
+ * which would otherwise be nginx's HTML page.  A refusal of limit_req or
+ * limit_conn, whatever status they answer with, and any 429 are OpenAI's
+ * rate_limit_error with a Retry-After of vlm_retry_after.
  *
  * nginx renders those pages in ngx_http_special_response_handler() after
  * looking for an error_page, so the operator's error_page still wins;
@@ -26,8 +28,18 @@
 
 typedef struct {
     ngx_flag_t                errors;
+    time_t                    retry_after;
     ngx_uint_t                kind;      /* NGX_HTTP_VLM_LOC_* or 0 */
 } ngx_http_vlm_errors_loc_conf_t;
+
+
+/*
+ * r->main->limit_req_status and limit_conn_status (nginx 1.17.6), whose
+ * values only ngx_http_limit_req_module.c and ngx_http_limit_conn_module.c
+ * define
+ */
+#define NGX_HTTP_VLM_LIMIT_REQ_REJECTED   3
+#define NGX_HTTP_VLM_LIMIT_CONN_REJECTED  2
 
 
 typedef struct {
@@ -51,6 +63,7 @@ static ngx_int_t ngx_http_vlm_errors_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_vlm_errors_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 static ngx_int_t ngx_http_vlm_errors_log_handler(ngx_http_request_t *r);
+static const char *ngx_http_vlm_errors_limited(ngx_http_request_t *r);
 
 
 static ngx_command_t  ngx_http_vlm_errors_commands[] = {
@@ -60,6 +73,13 @@ static ngx_command_t  ngx_http_vlm_errors_commands[] = {
       ngx_conf_set_flag_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_vlm_errors_loc_conf_t, errors),
+      NULL },
+
+    { ngx_string("vlm_retry_after"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_vlm_errors_loc_conf_t, retry_after),
       NULL },
 
       ngx_null_command
@@ -160,6 +180,7 @@ ngx_http_vlm_errors_create_loc_conf(ngx_conf_t *cf)
 
     /* conf->kind = 0: the handler of a location is not inherited */
     conf->errors = NGX_CONF_UNSET;
+    conf->retry_after = NGX_CONF_UNSET;
 
     return conf;
 }
@@ -176,6 +197,7 @@ ngx_http_vlm_errors_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     }
 
     ngx_conf_merge_value(conf->errors, prev->errors, 0);
+    ngx_conf_merge_sec_value(conf->retry_after, prev->retry_after, 1);
 
     return NGX_CONF_OK;
 }
@@ -209,9 +231,11 @@ ngx_http_vlm_errors_init(ngx_conf_t *cf)
 static ngx_int_t
 ngx_http_vlm_errors_header_filter(ngx_http_request_t *r)
 {
+    u_char                           *p;
     ngx_str_t                        *type;
-    const char                       *code, *message, *kind;
+    const char                       *code, *message, *kind, *limited;
     ngx_uint_t                        status;
+    ngx_table_elt_t                  *h;
     ngx_http_core_loc_conf_t         *clcf;
     ngx_http_vlm_errors_ctx_t        *ctx;
     ngx_http_vlm_errors_text_t       *t;
@@ -260,6 +284,31 @@ ngx_http_vlm_errors_header_filter(ngx_http_request_t *r)
     kind = status >= NGX_HTTP_INTERNAL_SERVER_ERROR ? "server_error"
                                                     : "invalid_request_error";
 
+    limited = ngx_http_vlm_errors_limited(r);
+
+    if (limited || status == NGX_HTTP_TOO_MANY_REQUESTS) {
+        kind = "rate_limit_error";
+        code = "rate_limit_exceeded";
+        message = limited ? limited : message;
+
+        if (elcf->retry_after > 0) {
+            h = ngx_list_push(&r->headers_out.headers);
+            if (h == NULL) {
+                return NGX_ERROR;
+            }
+
+            p = ngx_pnalloc(r->pool, NGX_TIME_T_LEN);
+            if (p == NULL) {
+                return NGX_ERROR;
+            }
+
+            h->hash = 1;
+            ngx_str_set(&h->key, "Retry-After");
+            h->value.data = p;
+            h->value.len = ngx_sprintf(p, "%T", elcf->retry_after) - p;
+        }
+    }
+
     if (status == NGX_HTTP_REQUEST_ENTITY_TOO_LARGE) {
         clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
 
@@ -294,6 +343,28 @@ ngx_http_vlm_errors_header_filter(ngx_http_request_t *r)
     }
 
     return ngx_http_next_header_filter(r);
+}
+
+
+/* what limit_req or limit_conn refused the request for, or NULL */
+static const char *
+ngx_http_vlm_errors_limited(ngx_http_request_t *r)
+{
+#if (nginx_version >= 1017006)
+
+    if (r->main->limit_req_status == NGX_HTTP_VLM_LIMIT_REQ_REJECTED) {
+        return "Too many requests: this client is over the request rate "
+               "of this location, retry later.";
+    }
+
+    if (r->main->limit_conn_status == NGX_HTTP_VLM_LIMIT_CONN_REJECTED) {
+        return "Too many requests: this client is over the connections "
+               "this location allows, retry later.";
+    }
+
+#endif
+
+    return NULL;
 }
 
 
