@@ -134,7 +134,8 @@ my $engine = abs_path("build/vlm-engine");
 my $user = $> == 0 ? "nobody" : scalar getpwuid($>);
 
 sub nginx_t {
-    my ($model) = @_;
+    my ($model, $http) = @_;
+    $http //= '';
     my $prefix = tempdir("vlm-check-prefix-XXXXXX", TMPDIR => 1,
                          CLEANUP => 1);
     mkdir "$prefix/logs";
@@ -147,6 +148,7 @@ events { }
 http {
     vlm_model $model;
     vlm_engine_binary $engine;
+$http
     server { listen 127.0.0.1:$check_port; location / { return 204; } }
 }
 $user_line
@@ -155,7 +157,21 @@ _EOC_
     return ($? >> 8, $out);
 }
 
-my $direct = 15;
+
+# the configuration line an emerg names ("... in FILE:LINE"), and whether
+# nginx said "syntax is ok" first
+sub named_line {
+    my ($out) = @_;
+
+    my ($file, $line) = $out =~ /\[emerg\] .* in (\S+):(\d+)$/m
+        or return ('', 0);
+    open my $in, '<', $file or return ('', 0);
+    my @lines = <$in>;
+
+    return ($lines[$line - 1] // '', $out =~ /syntax is ok/ ? 1 : 0);
+}
+
+my $direct = 23;
 
 repeat_each(1);
 
@@ -195,6 +211,19 @@ plan tests => repeat_each() * 2 * blocks() + $direct;
     isnt($rc, 0, "nginx -t fails on LlamaForCausalLM");
     like($out, qr{\[emerg\] .*vlm_model "[^"]+/llama": config: "[^"]+/llama/config\.json": architecture "LlamaForCausalLM" is not supported},
          "and names config.json and the architecture");
+    my ($named, $ok_first) = named_line($out);
+    like($named, qr/^\s*vlm_model /,
+         "a broken config.json is reported at vlm_model's line")
+        or diag($out);
+    is($ok_first, 0, 'before nginx -t says "syntax is ok"');
+
+    ($rc, $out) = nginx_t("$models/good", "    vlm_max_queued 4000;\n"
+                                          . "    vlm_zone vlm size=1m;\n");
+    like($out, qr/vlm_zone "vlm" of 1048576 bytes is too small/,
+         'a vlm_zone too small for its slots fails');
+    ($named) = named_line($out);
+    like($named, qr/^\s*vlm_zone /, "and is reported at vlm_zone's line")
+        or diag($out);
 
     # weights only the master's user can read
     my $dir = model("unreadable");
@@ -203,6 +232,25 @@ plan tests => repeat_each() * 2 * blocks() + $direct;
     isnt($rc, 0, "nginx -t fails on weights user $user cannot read");
     like($out, qr{\[emerg\] .*vlm_model "[^"]+/unreadable": safetensors: open\("[^"]+/unreadable/model\.safetensors"\): Permission denied \(the engine runs as user "\Q$user\E"\)},
          "and names the file, the cause and the engine's user");
+    ($named, $ok_first) = named_line($out);
+    like($named, qr/^\s*vlm_model /, "at vlm_model's line") or diag($out);
+    is($ok_first, 0, 'before nginx -t says "syntax is ok"');
+
+    # the "user" given before http{}, as most configurations do
+    SKIP: {
+        skip "not run as root: no other user for the engine", 2 if $> != 0;
+        my $p = tempdir("vlm-check-prefix-XXXXXX", TMPDIR => 1,
+                        CLEANUP => 1);
+        spew("$p/nginx.conf", "load_module $module;\nerror_log stderr;\n"
+             . "pid $p/nginx.pid;\nuser nobody nogroup;\nevents { }\n"
+             . "http {\n    vlm_model $dir;\n"
+             . "    vlm_engine_binary $engine;\n}\n");
+        my $o = `$nginx -t -p $p -c $p/nginx.conf 2>&1`;
+        like($o, qr{vlm_model "[^"]+/unreadable": .*Permission denied \(the engine runs as user "nobody"\) in \S+nginx\.conf:7$}m,
+             '"user" before http{}: at vlm_model\'s line');
+        unlike($o, qr/syntax is ok/, 'and nginx -t does not say the syntax '
+                                     . 'is ok');
+    }
 
     # the directory itself closed to the engine's user (its owner, root,
     # still enters it: only a run as root has another user to test)

@@ -21,6 +21,14 @@ static char *ngx_http_vlm_check_template(ngx_conf_t *cf,
 static void ngx_http_vlm_engine_params(ngx_http_vlm_main_conf_t *vmcf,
     vlm_model_params_t *params);
 static const char *ngx_http_vlm_user_name(ngx_uid_t uid);
+static char *ngx_http_vlm_conf_at(ngx_conf_t *cf, ngx_str_t *file,
+    ngx_uint_t line, char *(*check)(ngx_conf_t *cf,
+    ngx_http_vlm_main_conf_t *vmcf), ngx_http_vlm_main_conf_t *vmcf);
+static ngx_int_t ngx_http_vlm_engine_user(ngx_cycle_t *cycle,
+    ngx_uid_t *uid, ngx_gid_t *gid, const char **name);
+static ngx_int_t ngx_http_vlm_model_check_as(ngx_cycle_t *cycle,
+    ngx_http_vlm_main_conf_t *vmcf, ngx_uid_t uid, ngx_gid_t gid,
+    const char *name, char *msg, size_t size);
 static char *ngx_http_vlm_value_error(ngx_conf_t *cf, char *rv,
     const char *what);
 
@@ -141,7 +149,10 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_size_value(vmcf->image_fetch_max_size,
                              NGX_HTTP_VLM_DEFAULT_FETCH_MAX_SIZE);
 
-    if (vmcf->model.len && ngx_http_vlm_model_files(cf, vmcf) != NGX_CONF_OK)
+    if (vmcf->model.len
+        && ngx_http_vlm_conf_at(cf, &vmcf->model_file, vmcf->model_line,
+                                ngx_http_vlm_model_files, vmcf)
+           != NGX_CONF_OK)
     {
         return NGX_CONF_ERROR;
     }
@@ -151,10 +162,14 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
     if (vmcf->model.len && vmcf->zone_name.len == 0) {
         ngx_str_set(&vmcf->zone_name, "vlm");
         vmcf->zone_size = NGX_HTTP_VLM_DEFAULT_ZONE_SIZE;
+        vmcf->zone_file = vmcf->model_file;
+        vmcf->zone_line = vmcf->model_line;
     }
 
     if (vmcf->zone_name.len
-        && ngx_http_vlm_zone_geometry(cf, vmcf) != NGX_CONF_OK)
+        && ngx_http_vlm_conf_at(cf, &vmcf->zone_file, vmcf->zone_line,
+                                ngx_http_vlm_zone_geometry, vmcf)
+           != NGX_CONF_OK)
     {
         return NGX_CONF_ERROR;
     }
@@ -286,6 +301,9 @@ ngx_http_vlm_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     if (vmcf->model.data) {
         return "is duplicate";
     }
+
+    vmcf->model_file = cf->conf_file->file.name;
+    vmcf->model_line = cf->conf_file->line;
 
     value = cf->args->elts;
     path = value[1];
@@ -778,7 +796,10 @@ char *
 ngx_http_vlm_model_files(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
 {
     u_char              *p;
-    const char          *pad;
+    char                 msg[VLM_ERROR_MSG_LEN];
+    ngx_gid_t            gid;
+    ngx_uid_t            uid;
+    const char          *pad, *user;
     vlm_error_t          err;
     ngx_pool_cleanup_t  *cln;
     vlm_model_params_t   params;
@@ -824,8 +845,7 @@ ngx_http_vlm_model_files(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     /*
      * what the engine's load would refuse (architecture, tensors, dtypes,
      * shapes, unreadable files), from the headers, with the engine's own
-     * code; as the engine's user, where that is another one, in
-     * ngx_http_vlm_model_check_user()
+     * code; then as the engine's user, where that is another one
      */
 
     ngx_http_vlm_engine_params(vmcf, &params);
@@ -845,6 +865,28 @@ ngx_http_vlm_model_files(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
         }
 
         return NGX_CONF_ERROR;
+    }
+
+    /*
+     * the engine runs as the workers' user (the cache manager, which
+     * starts it, has switched to it): weights the master reads but that
+     * user cannot would make the engine fail and restart forever, so the
+     * model is read as that user too, now, when a failed check still
+     * fails nginx -t or leaves a reload undone with the old engine serving
+     */
+    if (ngx_http_vlm_engine_user(cf->cycle, &uid, &gid, &user) == NGX_OK) {
+        if (ngx_http_vlm_model_check_as(cf->cycle, vmcf, uid, gid, user,
+                                        msg, sizeof(msg))
+            != NGX_OK)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "vlm_model \"%V\": %s (the engine runs as "
+                               "user \"%s\")", &vmcf->model, msg, user);
+            return NGX_CONF_ERROR;
+        }
+
+        vmcf->checked_user = uid;
+        vmcf->checked_as = 1;
     }
 
     /* the image processor of the model's family, by its config.json */
@@ -999,57 +1041,106 @@ ngx_http_vlm_user_name(ngx_uid_t uid)
 
 
 /*
- * init_module (nginx -t included): the engine runs as the workers' user
- * (it is started by the cache manager, which has switched to it), so
- * when that is not the master's, the model is checked again as that user
- * in a child process: weights the master reads but the engine cannot
- * would otherwise make the engine fail and restart forever.  nginx fails
- * the start or the test; a reload goes on with an alert (a failed
- * init_module would end the running master).
+ * The errors of a check made at the end of http{} about a directive given
+ * before (vlm_model's files, vlm_zone's size) name that directive's file
+ * and line, as nginx names a directive's own errors, not the closing
+ * brace.
  */
-
-ngx_int_t
-ngx_http_vlm_model_check_user(ngx_cycle_t *cycle)
+static char *
+ngx_http_vlm_conf_at(ngx_conf_t *cf, ngx_str_t *file, ngx_uint_t line,
+    char *(*check)(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf),
+    ngx_http_vlm_main_conf_t *vmcf)
 {
-    int                        fds[2], status;
-    char                       msg[VLM_ERROR_MSG_LEN];
-    ssize_t                    n, got;
-    ngx_pid_t                  pid;
-    ngx_uint_t                 level;
-    vlm_error_t                err;
-    ngx_core_conf_t           *ccf;
-    vlm_tokenizer_t           *tok;
-    vlm_model_params_t         params;
-    ngx_http_vlm_main_conf_t  *vmcf;
+    char             *rv;
+    ngx_conf_file_t  *saved, at;
 
-    vmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_vlm_module);
+    saved = cf->conf_file;
 
-    if (vmcf == NULL || vmcf->model.len == 0) {
-        return NGX_OK;
+    if (file->len && saved != NULL) {
+        at = *saved;
+        at.file.name = *file;
+        at.line = line;
+        cf->conf_file = &at;
     }
+
+    rv = check(cf, vmcf);
+
+    cf->conf_file = saved;
+
+    return rv;
+}
+
+
+/*
+ * The user the engine will run as, when it is another than this
+ * process's: a master run as root switches its workers (and the cache
+ * manager, which starts the engine) to the "user" directive's, or to
+ * nginx's default one where none is given (yet: "user" may come after
+ * http{}, which init_module then sees).  NGX_DECLINED: no switch.
+ */
+static ngx_int_t
+ngx_http_vlm_engine_user(ngx_cycle_t *cycle, ngx_uid_t *uid, ngx_gid_t *gid,
+    const char **name)
+{
+    struct group     *grp;
+    struct passwd    *pwd;
+    ngx_core_conf_t  *ccf;
 
     ccf = (ngx_core_conf_t *) ngx_get_conf(cycle->conf_ctx, ngx_core_module);
 
-    /* without a master process, or not as root, no process switches user */
-
-    if (!ccf->master || geteuid() != 0
-        || ccf->user == (ngx_uid_t) NGX_CONF_UNSET_UINT
-        || ccf->user == geteuid())
-    {
-        return NGX_OK;
+    if (ccf == NULL || ccf->master == 0 || geteuid() != 0) {
+        return NGX_DECLINED;
     }
 
+    if (ccf->user != (ngx_uid_t) NGX_CONF_UNSET_UINT) {
+        *uid = ccf->user;
+        *gid = ccf->group;
+        *name = ccf->username;
+
+    } else {
+        pwd = getpwnam(NGX_USER);
+        grp = getgrnam(NGX_GROUP);
+
+        if (pwd == NULL || grp == NULL) {
+            /* nginx refuses to start for the same reason */
+            return NGX_DECLINED;
+        }
+
+        *uid = pwd->pw_uid;
+        *gid = grp->gr_gid;
+        *name = NGX_USER;
+    }
+
+    return *uid == geteuid() ? NGX_DECLINED : NGX_OK;
+}
+
+
+/*
+ * The model's check (vlm_model_check and the tokenizer) as another user,
+ * in a child process that switches to it; msg gets what failed.
+ */
+static ngx_int_t
+ngx_http_vlm_model_check_as(ngx_cycle_t *cycle,
+    ngx_http_vlm_main_conf_t *vmcf, ngx_uid_t uid, ngx_gid_t gid,
+    const char *name, char *msg, size_t size)
+{
+    int                  fds[2], status;
+    ssize_t              n, got;
+    ngx_pid_t            pid;
+    vlm_error_t          err;
+    vlm_tokenizer_t     *tok;
+    vlm_model_params_t   params;
+
     if (pipe(fds) == -1) {
-        ngx_log_error(NGX_LOG_ALERT, cycle->log, ngx_errno,
-                      "vlm: pipe() failed");
+        snprintf(msg, size, "pipe() failed: %s", strerror(errno));
         return NGX_ERROR;
     }
 
     pid = fork();
 
     if (pid == -1) {
-        ngx_log_error(NGX_LOG_ALERT, cycle->log, ngx_errno,
-                      "vlm: fork() for the model check failed");
+        snprintf(msg, size, "fork() for the check failed: %s",
+                 strerror(errno));
         close(fds[0]);
         close(fds[1]);
         return NGX_ERROR;
@@ -1060,12 +1151,11 @@ ngx_http_vlm_model_check_user(ngx_cycle_t *cycle)
 
         ngx_memzero(&err, sizeof(vlm_error_t));
 
-        if (setgid(ccf->group) == -1
-            || initgroups(ccf->username, ccf->group) == -1
-            || setuid(ccf->user) == -1)
+        if (setgid(gid) == -1 || initgroups(name, gid) == -1
+            || setuid(uid) == -1)
         {
             snprintf(err.msg, sizeof(err.msg), "cannot switch to user "
-                     "\"%s\": %s", ccf->username, strerror(errno));
+                     "\"%s\": %s", name, strerror(errno));
 
         } else {
             ngx_http_vlm_engine_params(vmcf, &params);
@@ -1092,8 +1182,8 @@ ngx_http_vlm_model_check_user(ngx_cycle_t *cycle)
 
     n = 0;
 
-    while (n < (ssize_t) sizeof(msg) - 1) {
-        got = read(fds[0], msg + n, sizeof(msg) - 1 - n);
+    while (n < (ssize_t) size - 1) {
+        got = read(fds[0], msg + n, size - 1 - n);
 
         if (got == -1 && ngx_errno == NGX_EINTR) {
             continue;
@@ -1117,13 +1207,53 @@ ngx_http_vlm_model_check_user(ngx_cycle_t *cycle)
         return NGX_OK;
     }
 
+    if (n == 0) {
+        snprintf(msg, size, "the check as that user failed");
+    }
+
+    return NGX_ERROR;
+}
+
+
+/*
+ * init_module (nginx -t included): the model was read as the engine's
+ * user at configuration time, unless a "user" directive after http{} made
+ * that another user, which is checked here.  nginx then fails the start
+ * or the test; a reload goes on with an alert (a failed init_module would
+ * end the running master).
+ */
+ngx_int_t
+ngx_http_vlm_model_check_user(ngx_cycle_t *cycle)
+{
+    char                       msg[VLM_ERROR_MSG_LEN];
+    ngx_gid_t                  gid;
+    ngx_uid_t                  uid;
+    ngx_uint_t                 level;
+    const char                *user;
+    ngx_http_vlm_main_conf_t  *vmcf;
+
+    vmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_vlm_module);
+
+    if (vmcf == NULL || vmcf->model.len == 0
+        || ngx_http_vlm_engine_user(cycle, &uid, &gid, &user) != NGX_OK
+        || (vmcf->checked_as && vmcf->checked_user == uid))
+    {
+        return NGX_OK;
+    }
+
+    if (ngx_http_vlm_model_check_as(cycle, vmcf, uid, gid, user, msg,
+                                    sizeof(msg))
+        == NGX_OK)
+    {
+        return NGX_OK;
+    }
+
     level = ngx_is_init_cycle(cycle->old_cycle) ? NGX_LOG_EMERG
                                                 : NGX_LOG_ALERT;
 
     ngx_log_error(level, cycle->log, 0,
                   "vlm_model \"%V\": %s (the engine runs as user \"%s\")",
-                  &vmcf->model, n ? msg : "the check as that user failed",
-                  ccf->username);
+                  &vmcf->model, msg, user);
 
     return level == NGX_LOG_EMERG ? NGX_ERROR : NGX_OK;
 }

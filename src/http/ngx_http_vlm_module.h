@@ -114,6 +114,16 @@ typedef struct {
     ngx_str_t            engine_dir;
     ngx_msec_t           engine_hang_timeout;
     uint64_t             engine_hash;      /* of the engine's settings */
+    ngx_uid_t            checked_user;     /* the model was read as this
+                                              user at configuration time */
+    unsigned             checked_as:1;     /* (checked_user is set) */
+
+    /* where vlm_model and vlm_zone were given: the checks at the end of
+       http{} name their lines */
+    ngx_str_t            model_file;
+    ngx_uint_t           model_line;
+    ngx_str_t            zone_file;
+    ngx_uint_t           zone_line;
 
     ngx_str_t            thread_pool_name; /* len 0 when none */
 #if (NGX_THREADS)

@@ -92,6 +92,8 @@ ngx_http_vlm_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     vmcf->zone_name = name;
     vmcf->zone_size = (size_t) size;
+    vmcf->zone_file = cf->conf_file->file.name;
+    vmcf->zone_line = cf->conf_file->line;
 
     return NGX_CONF_OK;
 }

@@ -74,7 +74,8 @@ sub vlm_prereqs () {
 
 # starts nginx; options: name, port, listen (more listen parameters),
 # zone (its size, 16m by default), workers, master (on|off), main_config, http_config, locations (extra
-# server text), model, wait
+# server text), model, wait, user (the workers' "user": root's own by
+# default when run as root)
 sub vlm_start (%) {
     my %o = @_;
 
@@ -93,7 +94,7 @@ sub vlm_start (%) {
     my $extra = $o{locations} || '';
     my $listen = $o{listen} || '';
     my $zone = $o{zone} || '16m';
-    my $user = $> == 0 ? 'user root;' : '';
+    my $user = $o{user} ? "user $o{user};" : $> == 0 ? 'user root;' : '';
 
     remove_tree($prefix);
     make_path("$prefix/logs", "$prefix/conf");
