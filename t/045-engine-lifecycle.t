@@ -7,7 +7,8 @@
 #   only "the engine is not running"), /metrics counts the exits;
 # - a normal stop (QUIT, TERM, and Ctrl-C on a foreground nginx) logs no
 #   [alert]: the engine's exit at stop is no emergency;
-# - the master SIGKILLed: 5 s later no engine runs for that prefix and the
+# - the master SIGKILLed: /health answers 503 (the master is gone), the
+#   worker shuts down, and no engine runs for that prefix and the
 #   cache manager helper is gone (it must not start an engine with
 #   --master-pid 1).
 #
@@ -83,6 +84,18 @@ sub children {
     }
 
     return @kids;
+}
+
+
+# running, not a zombie
+sub alive {
+    my ($pid) = @_;
+
+    open my $in, '<', "/proc/$pid/stat" or return 0;
+    my $stat = <$in> // '';
+    close $in;
+
+    return $stat =~ /\) ([A-Za-z])/ && $1 ne 'Z' && $1 ne 'X';
 }
 
 
@@ -291,16 +304,38 @@ for my $how ('TERM', 'INT') {
     ok($helper, 'master killed: the cache manager helper runs');
     is(scalar engines_in($prefix), 1, 'master killed: one engine');
 
+    my @workers = grep { cmdline($_) =~ /worker process/ } @kids;
+    is(vlm_health($srv)->{_status}, 200, 'master killed: ready before');
+
     kill 'KILL', $master;
-    sleep 5;
+    my $killed = time;
+
+    # the workers outlive a killed master, as in stock nginx, but cannot
+    # serve (the engine follows the master): /health says so, then they
+    # shut down
+    my (@late_ok, @said);
+
+    while (time - $killed < vlm_secs(5) && grep { alive($_) } @workers) {
+        my $h = eval { vlm_health($srv) } || {};
+        my $s = $h->{_status} // 0;
+        push @late_ok, $s if $s == 200 && time - $killed > vlm_secs(1);
+        push @said, $h->{reason} // '' if $s == 503;
+        sleep 0.05;
+    }
+
+    is_deeply(\@late_ok, [], 'master killed: /health no longer says ready');
+    is_deeply([grep { !/the nginx master process is gone/ } @said], [],
+              'master killed: a 503 that says the master is gone');
+    is_deeply([grep { alive($_) } @workers], [],
+              'master killed: the worker exited');
+    sleep 1 if time - $killed < 2;
 
     my @left = engines_in($prefix);
-    is(scalar @left, 0, 'master killed: 5 s later no engine runs')
+    is(scalar @left, 0, 'master killed: no engine runs')
         or diag(join "\n", map { cmdline($_) } @left);
-    ok(!$helper || !kill(0, $helper), 'master killed: the helper exited');
+    ok(!$helper || !alive($helper), 'master killed: the helper exited');
 
-    # the workers outlive a killed master, as in stock nginx: ours go now
-    kill 'KILL', @left, grep { kill 0, $_ } @kids;
+    kill 'KILL', @left, grep { alive($_) } @kids;
     delete $srv->{pid};
 
     system('rm', '-rf', $prefix) if Test::More->builder->is_passing;

@@ -71,6 +71,7 @@ static void ngx_http_vlm_engine_exited(vlm_queue_t *q,
 static ngx_int_t ngx_http_vlm_worker_claim(ngx_log_t *log);
 static void ngx_http_vlm_worker_release(void);
 static void ngx_http_vlm_record_handler(ngx_event_t *ev);
+static void ngx_http_vlm_orphan(ngx_log_t *log);
 static void ngx_http_vlm_engine_close_fds(void);
 static void ngx_http_vlm_engine_timer_handler(ngx_event_t *ev);
 static void ngx_http_vlm_notify_handler(ngx_event_t *ev);
@@ -78,6 +79,8 @@ static void ngx_http_vlm_notify_handler(ngx_event_t *ev);
 
 static ngx_http_vlm_supervisor_t  ngx_http_vlm_supervisor;
 static ngx_int_t                  ngx_http_vlm_worker_index = -1;
+static ngx_uint_t                 ngx_http_vlm_orphaned;
+static ngx_uint_t                 ngx_http_vlm_orphan_quit;
 static ngx_connection_t          *ngx_http_vlm_notify_conn;
 static ngx_event_t                ngx_http_vlm_engine_timer;
 static ngx_event_t                ngx_http_vlm_record_timer;
@@ -108,7 +111,15 @@ ngx_http_vlm_engine_accepting(void)
 
     q = ngx_http_vlm_queue();
 
-    return q != NULL && vlm_queue_accepting(q);
+    return q != NULL && !ngx_http_vlm_orphaned && vlm_queue_accepting(q);
+}
+
+
+/* this worker's master was killed (see ngx_http_vlm_orphan) */
+ngx_int_t
+ngx_http_vlm_engine_orphaned(void)
+{
+    return ngx_http_vlm_orphaned;
 }
 
 
@@ -615,6 +626,10 @@ ngx_http_vlm_record_handler(ngx_event_t *ev)
 {
     vlm_queue_t  *q;
 
+    if (getppid() != ngx_parent || ngx_http_vlm_orphaned) {
+        ngx_http_vlm_orphan(ev->log);
+    }
+
     q = ngx_http_vlm_queue();
 
     if (ngx_exiting && ngx_http_vlm_worker_index >= 0 && q != NULL
@@ -627,6 +642,57 @@ ngx_http_vlm_record_handler(ngx_event_t *ev)
     }
 
     ngx_add_timer(ev, NGX_HTTP_VLM_RECORD_CHECK);
+}
+
+
+/*
+ * The master was killed: this worker lives on (as in stock nginx), but
+ * the engine follows the master and no supervisor starts another, so it
+ * can serve nothing.  It answers 503 (/health and new requests); once the
+ * engine is gone its requests end with an error; then it shuts down as
+ * on "nginx -s quit", so that a load balancer finds the port closed.
+ */
+static void
+ngx_http_vlm_orphan(ngx_log_t *log)
+{
+    vlm_queue_t        *q;
+    vlm_queue_stats_t   st;
+
+    if (!ngx_http_vlm_orphaned) {
+        ngx_http_vlm_orphaned = 1;
+
+        ngx_log_error(NGX_LOG_ALERT, log, 0,
+                      "vlm: the nginx master process is gone: this worker "
+                      "answers 503 and exits when its requests are done");
+    }
+
+    q = ngx_http_vlm_queue();
+
+    if (q == NULL || ngx_http_vlm_worker_index < 0) {
+        goto quit;
+    }
+
+    vlm_queue_stats(q, &st);
+
+    if (st.engine_pid > 0 && kill(st.engine_pid, 0) == 0) {
+        /* it stops by itself when it sees the master gone */
+        return;
+    }
+
+    (void) vlm_queue_worker_abandon(q, (uint32_t) ngx_http_vlm_worker_index,
+                                    "the nginx master process is gone");
+
+    if (vlm_queue_worker_busy(q, (uint32_t) ngx_http_vlm_worker_index) != 0)
+    {
+        return;
+    }
+
+quit:
+
+    if (!ngx_http_vlm_orphan_quit) {
+        ngx_http_vlm_orphan_quit = 1;
+        ngx_quit = 1;
+    }
 }
 
 

@@ -62,6 +62,8 @@ ngx_http_vlm_health_handler(ngx_http_request_t *r)
     ngx_http_vlm_main_conf_t  *vmcf;
 
     static ngx_str_t  no_model = ngx_string("vlm_model is not configured");
+    static ngx_str_t  orphaned = ngx_string("the nginx master process is "
+                                            "gone: this worker exits");
     static ngx_str_t  no_record = ngx_string("this worker has no record "
                                              "in the request queue (all "
                                              "are held by other workers)");
@@ -108,6 +110,9 @@ ngx_http_vlm_health_handler(ngx_http_request_t *r)
 
     if (vmcf->model.len == 0) {
         reason = &no_model;
+
+    } else if (ngx_http_vlm_engine_orphaned()) {
+        reason = &orphaned;
 
     } else if (!record) {
         reason = &no_record;

@@ -200,6 +200,7 @@ void ngx_http_vlm_engine_exit_process(ngx_cycle_t *cycle);
 ngx_int_t ngx_http_vlm_worker(void);
 vlm_engine_state_t ngx_http_vlm_engine_state(void);
 ngx_int_t ngx_http_vlm_engine_accepting(void);
+ngx_int_t ngx_http_vlm_engine_orphaned(void);
 void ngx_http_vlm_engine_on_wakeup(ngx_http_vlm_wakeup_pt handler);
 
 /* ngx_http_vlm_chat.c: the chat completions handler */

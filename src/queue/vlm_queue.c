@@ -1109,6 +1109,53 @@ vlm_queue_finish(vlm_queue_t *q, uint32_t slot, vlm_queue_finish_t reason,
 
 
 /*
+ * The engine is gone for good (the nginx master was killed, the engine
+ * followed it, and no supervisor will start another): a worker's
+ * requests, queued or running, end with an error, which the worker reads
+ * as any other.  The submit ring may still name the queued ones; no engine
+ * takes from it again.
+ */
+uint32_t
+vlm_queue_worker_abandon(vlm_queue_t *q, uint32_t worker, const char *msg)
+{
+    uint32_t           i, n, state;
+    vlm_queue_slot_t  *s;
+
+    n = 0;
+
+    for (i = 0; i < q->hdr->n_slots; i++) {
+        s = &q->slots[i];
+        state = atomic_load(&s->state);
+
+        if (s->worker != worker
+            || (state != VLM_SLOT_SUBMITTED && state != VLM_SLOT_RUNNING))
+        {
+            continue;
+        }
+
+        s->finish_reason = VLM_QUEUE_FINISH_ERROR;
+        s->error_status = VLM_ERR_INTERNAL;
+        s->t_finish = vlm_queue_now();
+        strncpy(s->error_msg, msg, VLM_QUEUE_ERR_LEN - 1);
+        s->error_msg[VLM_QUEUE_ERR_LEN - 1] = '\0';
+
+        if (atomic_compare_exchange_strong(&s->state, &state,
+                                           VLM_SLOT_FINISHED))
+        {
+            atomic_fetch_add(&q->hdr->finished, 1);
+            n++;
+        }
+    }
+
+    if (n > 0) {
+        vlm_queue_notify_worker(q, worker);
+    }
+
+    return n;
+}
+
+
+/*
  * The engine died: the requests it was running end with an error, the
  * cancelled ones it would have freed are freed, and the submit ring is
  * rebuilt from the slots still waiting (in submission order), so a request

@@ -308,6 +308,8 @@ int32_t vlm_queue_previous_engine(vlm_queue_t *q);
 /* supervisor side (the nginx master) */
 uint32_t vlm_queue_engine_lost(vlm_queue_t *q);
 uint32_t vlm_queue_worker_lost(vlm_queue_t *q, uint32_t worker);
+uint32_t vlm_queue_worker_abandon(vlm_queue_t *q, uint32_t worker,
+    const char *msg);
 uint32_t vlm_queue_sweep_workers(vlm_queue_t *q);
 void vlm_queue_reloaded(vlm_queue_t *q);
 
