@@ -390,7 +390,8 @@ fuzz-openai:
 	    $(CPPFLAGS) \
 	    fuzz/fuzz_openai.c src/api/vlm_openai.c src/api/vlm_schema.c \
 	    src/grammar/vlm_grammar.c src/core/vlm_common.c \
-	    -o $(FUZZ_OUT)/fuzz_openai -ljansson -lm
+	    src/text/vlm_chat.c src/text/vlm_jinja.c src/text/vlm_tokenizer.c \
+	    -o $(FUZZ_OUT)/fuzz_openai -ljansson -lpcre2-8 -lutf8proc -lm
 	$(FUZZ_OUT)/fuzz_openai -max_total_time=$(FUZZ_TIME) \
 	    -dict=fuzz/openai.dict -max_len=4096 \
 	    $(FUZZ_OUT)/corpus-openai fuzz/corpus/openai
