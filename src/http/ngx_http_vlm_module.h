@@ -366,9 +366,29 @@ typedef struct {
 } ngx_http_vlm_thread_state_t;
 
 
+/* ngx_http_vlm_chat.c: a request's life on the event loop */
+void ngx_http_vlm_chat_admit(ngx_http_vlm_chat_ctx_t *ctx);
+void ngx_http_vlm_chat_fail(ngx_http_vlm_chat_ctx_t *ctx,
+    vlm_openai_error_t *err);
+
+/* ngx_http_vlm_task.c: the thread pool's tasks of a request */
+ngx_http_vlm_thread_state_t *ngx_http_vlm_task_state(
+    ngx_http_vlm_chat_ctx_t *ctx);
+void ngx_http_vlm_task_prepare(void *data, ngx_log_t *log);
+void ngx_http_vlm_task_fill(void *data, ngx_log_t *log);
+void ngx_http_vlm_task_size(ngx_http_vlm_chat_ctx_t *ctx);
+
 /* ngx_http_vlm_template.c: the model's own chat template */
 vlm_status_t ngx_http_vlm_template_render(ngx_http_vlm_chat_ctx_t *ctx,
     vlm_error_t *e);
+
+/* ngx_http_vlm_image.c: a request's images */
+const vlm_image_config_t *ngx_http_vlm_image_config(
+    ngx_http_vlm_chat_ctx_t *ctx, size_t i, vlm_image_config_t *cfg);
+vlm_status_t ngx_http_vlm_image_expand(ngx_http_vlm_chat_ctx_t *ctx,
+    ngx_http_vlm_thread_state_t *ts, size_t n_ids, int32_t *out, size_t cap,
+    size_t *n_out, vlm_error_t *e);
+void ngx_http_vlm_image_fetch(ngx_http_vlm_chat_ctx_t *ctx);
 
 
 /* ngx_http_vlm_prefix.c: $vlm_prefix_key, for a front nginx */
