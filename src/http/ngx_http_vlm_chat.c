@@ -1,7 +1,8 @@
 /*
- * POST /v1/chat/completions (the vlm_chat location handler).
- *
- * The path of a request through an nginx worker:
+ * POST /v1/chat/completions (the vlm_chat location handler), and the path
+ * of a request through an nginx worker, which POST /v1/completions
+ * (ngx_http_vlm_completions.c) and /tokenize (ngx_http_vlm_tokenize.c)
+ * take too:
  *
  *   1. the body is read (asynchronously, by nginx);
  *   2. thread pool, "prepare" (ngx_http_vlm_task.c): parse and validate
@@ -48,12 +49,6 @@ typedef void (*ngx_http_vlm_task_pt)(void *data, ngx_log_t *log);
 
 
 static ngx_int_t ngx_http_vlm_chat_handler(ngx_http_request_t *r);
-static ngx_int_t ngx_http_vlm_tokenize_handler(ngx_http_request_t *r);
-static ngx_int_t ngx_http_vlm_completions_handler(ngx_http_request_t *r);
-static ngx_int_t ngx_http_vlm_chat_start(ngx_http_request_t *r,
-    vlm_openai_kind_t kind);
-static void ngx_http_vlm_tokenize_count(void *data, ngx_log_t *log);
-static void ngx_http_vlm_tokenize_done(ngx_http_vlm_chat_ctx_t *ctx);
 static void ngx_http_vlm_chat_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_vlm_chat_post(ngx_http_vlm_chat_ctx_t *ctx,
     ngx_http_vlm_task_pt handler, ngx_http_vlm_chat_phase_e phase);
@@ -87,8 +82,6 @@ static ngx_int_t ngx_http_vlm_chat_send(ngx_http_vlm_chat_ctx_t *ctx,
 static ngx_chain_t *ngx_http_vlm_chat_buf(ngx_http_vlm_chat_ctx_t *ctx);
 static ngx_buf_t *ngx_http_vlm_chat_room(ngx_http_vlm_chat_ctx_t *ctx,
     ngx_chain_t **clp, size_t bound);
-static void ngx_http_vlm_chat_end(ngx_http_vlm_chat_ctx_t *ctx,
-    ngx_int_t rc);
 static void ngx_http_vlm_chat_read_handler(ngx_http_request_t *r);
 static void ngx_http_vlm_chat_write_handler(ngx_http_request_t *r);
 static void ngx_http_vlm_chat_timeout_handler(ngx_event_t *ev);
@@ -103,7 +96,7 @@ static ngx_queue_t  ngx_http_vlm_chat_active;
 
 
 /* a location of the chat's path, its handler one of the request kinds */
-static char *
+char *
 ngx_http_vlm_chat_location(ngx_conf_t *cf, ngx_http_handler_pt handler,
     ngx_uint_t wakeup)
 {
@@ -131,31 +124,6 @@ char *
 ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     return ngx_http_vlm_chat_location(cf, ngx_http_vlm_chat_handler, 1);
-}
-
-
-/*
- * POST /v1/completions: a text prompt (a string or token ids, no images)
- * through the chat's path, answered as text_completion objects.
- */
-char *
-ngx_http_vlm_completions(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    return ngx_http_vlm_chat_location(cf, ngx_http_vlm_completions_handler,
-                                      1);
-}
-
-
-/*
- * POST /tokenize and /detokenize (a URI ending in "detokenize"): the
- * chat request's parsing, images (headers only) and template, then the
- * prompt's token ids, with each image's pad expanded to its tokens, as
- * vLLM's /tokenize counts them; no engine is involved.
- */
-char *
-ngx_http_vlm_tokenize(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    return ngx_http_vlm_chat_location(cf, ngx_http_vlm_tokenize_handler, 0);
 }
 
 
@@ -217,31 +185,7 @@ ngx_http_vlm_chat_handler(ngx_http_request_t *r)
 }
 
 
-static ngx_int_t
-ngx_http_vlm_completions_handler(ngx_http_request_t *r)
-{
-    return ngx_http_vlm_chat_start(r, VLM_OPENAI_KIND_COMPLETION);
-}
-
-
-static ngx_int_t
-ngx_http_vlm_tokenize_handler(ngx_http_request_t *r)
-{
-    size_t  n;
-
-    n = sizeof("detokenize") - 1;
-
-    if (r->uri.len >= n
-        && ngx_strncmp(r->uri.data + r->uri.len - n, "detokenize", n) == 0)
-    {
-        return ngx_http_vlm_chat_start(r, VLM_OPENAI_KIND_DETOKENIZE);
-    }
-
-    return ngx_http_vlm_chat_start(r, VLM_OPENAI_KIND_TOKENIZE);
-}
-
-
-static ngx_int_t
+ngx_int_t
 ngx_http_vlm_chat_start(ngx_http_request_t *r, vlm_openai_kind_t kind)
 {
     ngx_int_t                  rc;
@@ -401,153 +345,6 @@ ngx_http_vlm_chat_post(ngx_http_vlm_chat_ctx_t *ctx,
     r->aio = 1;
 
     return NGX_OK;
-}
-
-
-/*
- * Thread pool, /tokenize: the prompt's ids with the images' pads
- * expanded, as {"count","max_model_len","tokens","token_strs":null};
- * /detokenize: {"prompt"}.  Into ctx->json.
- */
-static void
-ngx_http_vlm_tokenize_count(void *data, ngx_log_t *log)
-{
-    ngx_http_vlm_chat_ctx_t *ctx = *(ngx_http_vlm_chat_ctx_t **) data;
-
-    char                         *text;
-    size_t                        i, n_ids, n_out, len, size;
-    u_char                       *p;
-    int32_t                      *ids;
-    uint32_t                      max_len;
-    vlm_error_t                   e;
-    vlm_queue_t                  *q;
-    vlm_openai_request_t         *req;
-    ngx_http_vlm_thread_state_t  *ts;
-    ngx_http_vlm_main_conf_t     *vmcf;
-
-    vmcf = ctx->vmcf;
-    req = &ctx->req;
-
-    if (ctx->kind == VLM_OPENAI_KIND_DETOKENIZE) {
-        if (vlm_tokenizer_decode(vmcf->tokenizer, req->tokens, req->n_tokens,
-                                 0, NULL, 0, &len, &e)
-            != VLM_OK)
-        {
-            vlm_openai_error_from(&ctx->error, &e, "tokens");
-            return;
-        }
-
-        text = malloc(len + 1);
-        size = len * 6 + 32;
-        ctx->json = malloc(size);
-
-        if (text == NULL || ctx->json == NULL
-            || vlm_tokenizer_decode(vmcf->tokenizer, req->tokens,
-                                    req->n_tokens, 0, text, len + 1, &len,
-                                    &e)
-               != VLM_OK)
-        {
-            free(text);
-            vlm_openai_error_set(&ctx->error, VLM_ERR_NOMEM, 503,
-                                 "server_error", NULL, NULL,
-                                 "no memory to detokenize");
-            return;
-        }
-
-        p = ngx_cpymem(ctx->json, "{\"prompt\":\"", 11);
-        (void) vlm_openai_json_escape(text, len, (char *) p,
-                                      size - 11 - 2, &len);
-        p += len;
-        *p++ = '"';
-        *p++ = '}';
-        ctx->json_len = p - ctx->json;
-        free(text);
-
-        return;
-    }
-
-    ts = ngx_http_vlm_task_state(ctx);
-    if (ts == NULL) {
-        return;
-    }
-
-    if (ts->ids_cap < ctx->prompt_len + 1) {
-        free(ts->ids);
-        ts->ids_cap = ngx_max(ctx->prompt_len + 1, 4096);
-        ts->ids = malloc(ts->ids_cap * sizeof(int32_t));
-        if (ts->ids == NULL) {
-            ts->ids_cap = 0;
-            goto nomem;
-        }
-    }
-
-    if (vlm_tokenizer_encode_spans(vmcf->tokenizer, ts->tok, ctx->prompt,
-                                   ctx->prompt_len, 0, ctx->spans,
-                                   ctx->n_spans, ts->ids, ts->ids_cap,
-                                   &n_ids, &e)
-        != VLM_OK)
-    {
-        vlm_openai_error_from(&ctx->error, &e,
-                              req->n_messages ? "messages" : "prompt");
-        return;
-    }
-
-    ids = malloc((ctx->ids_cap + 1) * sizeof(int32_t));
-    if (ids == NULL) {
-        goto nomem;
-    }
-
-    if (ngx_http_vlm_image_expand(ctx, ts, n_ids, ids, ctx->ids_cap + 1,
-                                 &n_out, &e)
-        != VLM_OK)
-    {
-        free(ids);
-        vlm_openai_error_from(&ctx->error, &e, "messages");
-        return;
-    }
-
-    q = ngx_http_vlm_queue();
-    max_len = q != NULL ? vlm_queue_max_seq_len(q) : 0;
-
-    size = 96 + n_out * (NGX_INT32_LEN + 1);
-    ctx->json = malloc(size);
-    if (ctx->json == NULL) {
-        free(ids);
-        goto nomem;
-    }
-
-    p = ngx_sprintf(ctx->json, "{\"count\":%uz,\"max_model_len\":", n_out);
-    p = max_len ? ngx_sprintf(p, "%uD", max_len)
-                : ngx_cpymem(p, "null", 4);
-    p = ngx_cpymem(p, ",\"tokens\":[", 11);
-
-    for (i = 0; i < n_out; i++) {
-        p = ngx_sprintf(p, i ? ",%D" : "%D", ids[i]);
-    }
-
-    p = ngx_cpymem(p, "],\"token_strs\":null}", 20);
-    ctx->json_len = p - ctx->json;
-    ctx->n_prompt = (uint32_t) n_out;
-    free(ids);
-
-    return;
-
-nomem:
-
-    vlm_openai_error_set(&ctx->error, VLM_ERR_NOMEM, 503, "server_error",
-                         NULL, NULL, "no memory to tokenize the prompt");
-}
-
-
-static void
-ngx_http_vlm_tokenize_done(ngx_http_vlm_chat_ctx_t *ctx)
-{
-    ngx_int_t  rc;
-
-    ctx->headers_sent = 1;
-    rc = ngx_http_vlm_send_json(ctx->request, NGX_HTTP_OK, ctx->json,
-                                ctx->json_len);
-    ngx_http_vlm_chat_end(ctx, rc);
 }
 
 
@@ -1963,7 +1760,7 @@ ngx_http_vlm_chat_fail(ngx_http_vlm_chat_ctx_t *ctx, vlm_openai_error_t *err)
 
 
 /* gives the slot back, leaves the active list, finalizes the request */
-static void
+void
 ngx_http_vlm_chat_end(ngx_http_vlm_chat_ctx_t *ctx, ngx_int_t rc)
 {
     vlm_queue_t  *q;

@@ -193,13 +193,6 @@ vlm_engine_state_t ngx_http_vlm_engine_state(void);
 ngx_int_t ngx_http_vlm_engine_accepting(void);
 void ngx_http_vlm_engine_on_wakeup(ngx_http_vlm_wakeup_pt handler);
 
-/* ngx_http_vlm_chat.c: the chat completions handler */
-char *ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
-char *ngx_http_vlm_tokenize(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
-char *ngx_http_vlm_completions(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-ngx_int_t ngx_http_vlm_chat_add_variables(ngx_conf_t *cf);
-
 /* ngx_http_vlm_fetch.c: images given as http(s) URLs (vlm_image_fetch) */
 typedef struct ngx_http_vlm_fetch_s  ngx_http_vlm_fetch_t;
 
@@ -366,10 +359,26 @@ typedef struct {
 } ngx_http_vlm_thread_state_t;
 
 
-/* ngx_http_vlm_chat.c: a request's life on the event loop */
+/* ngx_http_vlm_chat.c: the chat completions handler, the request's path */
+char *ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+ngx_int_t ngx_http_vlm_chat_add_variables(ngx_conf_t *cf);
+char *ngx_http_vlm_chat_location(ngx_conf_t *cf, ngx_http_handler_pt handler,
+    ngx_uint_t wakeup);
+ngx_int_t ngx_http_vlm_chat_start(ngx_http_request_t *r,
+    vlm_openai_kind_t kind);
 void ngx_http_vlm_chat_admit(ngx_http_vlm_chat_ctx_t *ctx);
 void ngx_http_vlm_chat_fail(ngx_http_vlm_chat_ctx_t *ctx,
     vlm_openai_error_t *err);
+void ngx_http_vlm_chat_end(ngx_http_vlm_chat_ctx_t *ctx, ngx_int_t rc);
+
+/* ngx_http_vlm_completions.c: the completions handler */
+char *ngx_http_vlm_completions(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+/* ngx_http_vlm_tokenize.c: the /tokenize and /detokenize handler */
+char *ngx_http_vlm_tokenize(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+void ngx_http_vlm_tokenize_count(void *data, ngx_log_t *log);
+void ngx_http_vlm_tokenize_done(ngx_http_vlm_chat_ctx_t *ctx);
 
 /* ngx_http_vlm_task.c: the thread pool's tasks of a request */
 ngx_http_vlm_thread_state_t *ngx_http_vlm_task_state(
