@@ -399,6 +399,18 @@ vlm_status_t ngx_http_vlm_image_expand(ngx_http_vlm_chat_ctx_t *ctx,
     size_t *n_out, vlm_error_t *e);
 void ngx_http_vlm_image_fetch(ngx_http_vlm_chat_ctx_t *ctx);
 
+/* ngx_http_vlm_output.c: the engine's output into the response */
+ngx_chain_t *ngx_http_vlm_output_buf(ngx_http_vlm_chat_ctx_t *ctx);
+ngx_int_t ngx_http_vlm_output_send(ngx_http_vlm_chat_ctx_t *ctx,
+    ngx_chain_t *out);
+void ngx_http_vlm_output_drain(ngx_http_vlm_chat_ctx_t *ctx);
+
+/* ngx_http_vlm_toolcall.c: tool calls in the output */
+int ngx_http_vlm_toolcall_stream(void *data, vlm_toolcall_event_t ev,
+    uint32_t index, const char *s, size_t len);
+ngx_int_t ngx_http_vlm_toolcall_read(ngx_http_vlm_chat_ctx_t *ctx,
+    vlm_openai_output_t *o, vlm_openai_finish_t *finish, size_t *size);
+
 
 /* ngx_http_vlm_prefix.c: $vlm_prefix_key, for a front nginx */
 ngx_int_t ngx_http_vlm_prefix_add_variables(ngx_conf_t *cf);
