@@ -454,9 +454,15 @@ fuzz-openai:
 	$(FUZZ_CC) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=undefined -DVLM_OPENAI_ELIDE_MIN=4 \
 	    $(CPPFLAGS) \
-	    fuzz/fuzz_openai.c src/api/vlm_openai.c src/api/vlm_schema.c \
+	    fuzz/fuzz_openai.c src/api/vlm_openai.c src/api/vlm_openai_chat.c \
+	    src/api/vlm_openai_completion.c src/api/vlm_openai_messages.c \
+	    src/api/vlm_openai_params.c src/api/vlm_openai_request.c \
+	    src/api/vlm_openai_response.c src/api/vlm_openai_sse.c \
+	    src/api/vlm_openai_tokenize.c src/api/vlm_openai_write.c \
+	    src/api/vlm_schema.c \
 	    src/grammar/vlm_grammar.c src/core/vlm_common.c \
-	    -o $(FUZZ_OUT)/fuzz_openai -ljansson -lm
+	    src/text/vlm_chat.c src/text/vlm_jinja.c src/text/vlm_tokenizer.c \
+	    -o $(FUZZ_OUT)/fuzz_openai -ljansson -lpcre2-8 -lutf8proc -lm
 	$(FUZZ_OUT)/fuzz_openai -max_total_time=$(FUZZ_TIME) \
 	    -dict=fuzz/openai.dict -max_len=4096 \
 	    $(FUZZ_OUT)/corpus-openai fuzz/corpus/openai

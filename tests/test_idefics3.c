@@ -722,14 +722,15 @@ test_chat_processor(void **state)
 
 
 /*
- * The server's path (ngx_http_vlm_chat.c) on smolvlm-chat: the pipeline
- * chosen by config.json (vlm_image_config_load), one context's run on the
- * PNG gives transformers' pixel values (smolvlm-f32/ref/image1, the same
- * image and processor) and the engine's image (frames of side x side
- * patches, frames * seq_len features); the rendered prompt tokenized with
- * its one <image>, then that id replaced by the ids of the image's text
- * (vlm_chat_splice_ids), gives Idefics3Processor's input ids.  A Qwen
- * checkpoint gets Qwen2-VL's pipeline.
+ * The server's path (ngx_http_vlm_task.c, ngx_http_vlm_image.c) on
+ * smolvlm-chat: the pipeline chosen by config.json (vlm_image_config_load),
+ * one context's run on the PNG gives transformers' pixel values
+ * (smolvlm-f32/ref/image1, the same image and processor) and the engine's
+ * image (frames of side x side patches, frames * seq_len features); the
+ * rendered prompt tokenized with its one <image>, then that id replaced by
+ * the ids of the image's text (vlm_chat_splice_ids), gives
+ * Idefics3Processor's input ids.  A Qwen checkpoint gets Qwen2-VL's
+ * pipeline.
  */
 static void
 test_server_pipeline(void **state)

@@ -14,6 +14,7 @@
 #include <ngx_http.h>
 
 #include "api/vlm_openai.h"
+#include "api/vlm_toolcall.h"
 #include "image/vlm_image.h"
 #include "queue/vlm_queue.h"
 #include "text/vlm_tokenizer.h"
@@ -203,13 +204,6 @@ ngx_int_t ngx_http_vlm_engine_accepting(void);
 ngx_int_t ngx_http_vlm_engine_orphaned(void);
 void ngx_http_vlm_engine_on_wakeup(ngx_http_vlm_wakeup_pt handler);
 
-/* ngx_http_vlm_chat.c: the chat completions handler */
-char *ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
-char *ngx_http_vlm_tokenize(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
-char *ngx_http_vlm_completions(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-ngx_int_t ngx_http_vlm_chat_add_variables(ngx_conf_t *cf);
-
 /* ngx_http_vlm_fetch.c: images given as http(s) URLs (vlm_image_fetch) */
 typedef struct ngx_http_vlm_fetch_s  ngx_http_vlm_fetch_t;
 
@@ -229,6 +223,205 @@ ngx_int_t ngx_http_vlm_fetch_add_variables(ngx_conf_t *cf);
 ngx_int_t ngx_http_vlm_fetch_init(ngx_conf_t *cf);
 char *ngx_http_vlm_fetch_allow(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+
+
+/*
+ * A request of the chat's path (ngx_http_vlm_chat.c): its context, and what
+ * the files that serve it export to each other.
+ */
+
+typedef enum {
+    NGX_HTTP_VLM_CHAT_READING = 0,
+    NGX_HTTP_VLM_CHAT_PREPARING,
+    NGX_HTTP_VLM_CHAT_FETCHING,
+    NGX_HTTP_VLM_CHAT_FILLING,
+    NGX_HTTP_VLM_CHAT_COUNTING,         /* /tokenize, /detokenize */
+    NGX_HTTP_VLM_CHAT_RUNNING,
+    NGX_HTTP_VLM_CHAT_DONE
+} ngx_http_vlm_chat_phase_e;
+
+
+typedef struct {
+    uint8_t                  *data;         /* the decoded image file */
+    size_t                    len;
+    vlm_image_plan_t          plan;
+    uint64_t                  pixels_off;   /* in the slot's arena */
+    unsigned                  remote:1;     /* an http(s) URL to fetch */
+    unsigned                  in_body:1;    /* data is in the body, not
+                                               malloc'ed */
+} ngx_http_vlm_chat_image_t;
+
+
+/*
+ * One of n choices (OpenAI's n): what the context holds of the choice
+ * being read, kept here while another one is (ngx_http_vlm_chat_choose).
+ */
+typedef struct {
+    u_char                   *text;
+    size_t                    text_len;
+    size_t                    text_cap;
+    size_t                    text_offset;
+    vlm_openai_logprob_t     *lps;
+    size_t                    n_lps;
+    size_t                    lps_cap;
+    vlm_toolcall_t            tc;
+    u_char                   *tc_text;
+    size_t                    tc_len;
+    vlm_openai_tool_call_t   *calls;
+    size_t                    n_calls;
+
+    /* not swapped: read where they are */
+    unsigned                  finished:1;   /* its last record is in */
+    uint32_t                  finish;       /* vlm_queue_finish_t */
+} ngx_http_vlm_chat_choice_t;
+
+
+typedef struct {
+    ngx_http_request_t       *request;
+    ngx_http_vlm_main_conf_t *vmcf;
+    ngx_http_vlm_loc_conf_t  *vlcf;         /* the location's limits */
+    ngx_queue_t               queue;        /* in the worker's active list */
+    ngx_http_vlm_chat_phase_e phase;
+    vlm_openai_kind_t         kind;         /* the endpoint */
+
+    /* the request body, one contiguous buffer */
+    u_char                   *body;
+    size_t                    body_len;
+    u_char                   *body_copy;    /* malloc, when nginx split it */
+
+    vlm_openai_request_t      req;
+    unsigned                  parsed:1;
+    vlm_openai_error_t        error;        /* set by a failed task */
+
+    ngx_http_vlm_chat_image_t *images;      /* malloc, [req.n_images] */
+    char                     *prompt;       /* malloc: rendered template */
+    size_t                    prompt_len;
+    vlm_tok_span_t           *spans;        /* malloc: client text ranges */
+    size_t                    n_spans;
+    size_t                    ids_cap;
+    uint64_t                  grammar_off;  /* in the slot's arena */
+    uint64_t                  arena_bytes;
+    uint64_t                  bias_off;     /* logit_bias in the arena */
+    uint32_t                  n_remote;     /* images to fetch */
+    ngx_http_vlm_fetch_t     *fetch;
+
+    uint32_t                  slot;
+    unsigned                  has_slot:1;
+    unsigned                  submitted:1;
+    unsigned                  queued:1;     /* in the active list */
+    unsigned                  task_busy:1;
+    unsigned                  client_gone:1;
+    unsigned                  headers_sent:1;
+    unsigned                  timer_fired:1;
+
+    uint32_t                  n_prompt;
+    uint32_t                  n_completion;
+    uint64_t                  t_start;      /* ns, request arrival */
+    uint64_t                  t_first;      /* ns, first token */
+    uint64_t                  t_queue;      /* ns, waited for the engine */
+
+    /* the response */
+    vlm_openai_response_t     resp;
+    ngx_chain_t              *free;
+    ngx_chain_t              *busy;
+    ngx_uint_t                n_busy;
+    u_char                   *text;         /* non-streaming: the answer */
+    size_t                    text_len;
+    size_t                    text_cap;
+    u_char                   *json;         /* malloc: a /tokenize answer */
+    size_t                    text_offset;  /* streamed tokens' bytes */
+    size_t                    json_len;
+    vlm_openai_logprob_t     *lps;          /* non-streaming logprobs */
+    size_t                    n_lps;
+    size_t                    lps_cap;
+
+    /* tool calls read from the output, when the request has tools */
+    unsigned                  tool_calls:1;
+    vlm_toolcall_t            tc;
+    ngx_buf_t                *tc_buf;       /* streaming: chunks go here */
+    vlm_openai_output_t      *tc_out;       /* the record's logprobs */
+    u_char                   *tc_text;      /* non-streaming: content */
+    size_t                    tc_len;
+    vlm_openai_tool_call_t   *calls;        /* non-streaming: the calls */
+    size_t                    n_calls;
+
+    /*
+     * n > 1 choices: the fields above hold the state of choice number
+     * "choice"; the others wait in choices[] (NULL when n is 1)
+     */
+    uint32_t                  n_choices;
+    uint32_t                  choice;
+    ngx_http_vlm_chat_choice_t *choices;
+
+    ngx_event_t               timeout;
+} ngx_http_vlm_chat_ctx_t;
+
+
+/* what the thread pool needs per thread, made once, kept for good */
+typedef struct {
+    vlm_image_ctx_t          *image;
+    vlm_tok_work_t           *tok;
+    int32_t                  *ids;
+    size_t                    ids_cap;
+    char                     *image_text;   /* Idefics3: an image's text */
+    size_t                    image_text_cap;
+    int32_t                  *image_ids;    /* Idefics3: the images' ids */
+    size_t                    image_ids_cap;
+} ngx_http_vlm_thread_state_t;
+
+
+/* ngx_http_vlm_chat.c: the chat completions handler, the request's path */
+char *ngx_http_vlm_chat(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+ngx_int_t ngx_http_vlm_chat_add_variables(ngx_conf_t *cf);
+char *ngx_http_vlm_chat_location(ngx_conf_t *cf, ngx_http_handler_pt handler,
+    ngx_uint_t wakeup);
+ngx_int_t ngx_http_vlm_chat_start(ngx_http_request_t *r,
+    vlm_openai_kind_t kind);
+void ngx_http_vlm_chat_admit(ngx_http_vlm_chat_ctx_t *ctx);
+void ngx_http_vlm_chat_fail(ngx_http_vlm_chat_ctx_t *ctx,
+    vlm_openai_error_t *err);
+void ngx_http_vlm_chat_end(ngx_http_vlm_chat_ctx_t *ctx, ngx_int_t rc);
+
+/* ngx_http_vlm_completions.c: the completions handler */
+char *ngx_http_vlm_completions(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+/* ngx_http_vlm_tokenize.c: the /tokenize and /detokenize handler */
+char *ngx_http_vlm_tokenize(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+void ngx_http_vlm_tokenize_count(void *data, ngx_log_t *log);
+void ngx_http_vlm_tokenize_done(ngx_http_vlm_chat_ctx_t *ctx);
+
+/* ngx_http_vlm_task.c: the thread pool's tasks of a request */
+ngx_http_vlm_thread_state_t *ngx_http_vlm_task_state(
+    ngx_http_vlm_chat_ctx_t *ctx);
+void ngx_http_vlm_task_prepare(void *data, ngx_log_t *log);
+void ngx_http_vlm_task_fill(void *data, ngx_log_t *log);
+void ngx_http_vlm_task_size(ngx_http_vlm_chat_ctx_t *ctx);
+
+/* ngx_http_vlm_template.c: the model's own chat template */
+vlm_status_t ngx_http_vlm_template_render(ngx_http_vlm_chat_ctx_t *ctx,
+    vlm_error_t *e);
+
+/* ngx_http_vlm_image.c: a request's images */
+const vlm_image_config_t *ngx_http_vlm_image_config(
+    ngx_http_vlm_chat_ctx_t *ctx, size_t i, vlm_image_config_t *cfg);
+vlm_status_t ngx_http_vlm_image_expand(ngx_http_vlm_chat_ctx_t *ctx,
+    ngx_http_vlm_thread_state_t *ts, size_t n_ids, int32_t *out, size_t cap,
+    size_t *n_out, vlm_error_t *e);
+void ngx_http_vlm_image_fetch(ngx_http_vlm_chat_ctx_t *ctx);
+
+/* ngx_http_vlm_output.c: the engine's output into the response */
+ngx_chain_t *ngx_http_vlm_output_buf(ngx_http_vlm_chat_ctx_t *ctx);
+ngx_int_t ngx_http_vlm_output_send(ngx_http_vlm_chat_ctx_t *ctx,
+    ngx_chain_t *out);
+void ngx_http_vlm_output_drain(ngx_http_vlm_chat_ctx_t *ctx);
+
+/* ngx_http_vlm_toolcall.c: tool calls in the output */
+int ngx_http_vlm_toolcall_stream(void *data, vlm_toolcall_event_t ev,
+    uint32_t index, const char *s, size_t len);
+ngx_int_t ngx_http_vlm_toolcall_read(ngx_http_vlm_chat_ctx_t *ctx,
+    vlm_openai_output_t *o, vlm_openai_finish_t *finish, size_t *size);
+
 
 /* ngx_http_vlm_prefix.c: $vlm_prefix_key, for a front nginx */
 ngx_int_t ngx_http_vlm_prefix_add_variables(ngx_conf_t *cf);

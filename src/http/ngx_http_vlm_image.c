@@ -1,0 +1,210 @@
+/*
+ * A request's images apart from their decoding: the processor's settings
+ * for each one's detail, the images given as http(s) URLs fetched
+ * (ngx_http_vlm_fetch.c) before the request is admitted, and the prompt's
+ * image placeholders expanded to the images' tokens.
+ */
+
+#include "ngx_http_vlm_module.h"
+
+#include "text/vlm_chat.h"
+#include "image/vlm_image.h"
+#include "api/vlm_openai.h"
+#include "text/vlm_tokenizer.h"
+
+
+static void ngx_http_vlm_chat_fetched(void *data, vlm_openai_error_t *err);
+
+
+/*
+ * The processor's settings for image i: its detail's pixel budget
+ * (Qwen2-VL's; Idefics3's processor has its own sizes, whatever the
+ * detail)
+ */
+const vlm_image_config_t *
+ngx_http_vlm_image_config(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
+    vlm_image_config_t *cfg)
+{
+    *cfg = ctx->vmcf->image_config;
+
+    if (cfg->family == VLM_IMAGE_QWEN2VL) {
+        cfg->qwen2vl.max_pixels = vlm_image_detail_pixels(&cfg->qwen2vl,
+                          ctx->req.images[i].detail == VLM_OPENAI_DETAIL_LOW);
+    }
+
+    return cfg;
+}
+
+
+/*
+ * The prompt's ids (ts->ids, n_ids, one placeholder per image) with each
+ * image expanded as the model's processor does it: Qwen2-VL's pad
+ * repeated for each of the image's features, Idefics3's <image> replaced
+ * by its tiles' text (row / column tokens, the tiles' <image> tokens, the
+ * global image), tokenized as the whole expanded prompt would be: the
+ * text starts and ends with a special token.  Into out.
+ */
+vlm_status_t
+ngx_http_vlm_image_expand(ngx_http_vlm_chat_ctx_t *ctx,
+    ngx_http_vlm_thread_state_t *ts, size_t n_ids, int32_t *out, size_t cap,
+    size_t *n_out, vlm_error_t *e)
+{
+    char                      *text;
+    size_t                     i, n, len, max_len, total, used, k;
+    size_t                     lens[VLM_QUEUE_MAX_IMAGES];
+    int32_t                   *ids;
+    vlm_status_t               rc;
+    const int32_t             *seqs[VLM_QUEUE_MAX_IMAGES];
+    const vlm_image_config_t  *cfg;
+    ngx_http_vlm_main_conf_t  *vmcf;
+
+    vmcf = ctx->vmcf;
+    cfg = &vmcf->image_config;
+    n = ctx->req.n_images;
+
+    if (cfg->family != VLM_IMAGE_IDEFICS3) {
+        for (i = 0; i < n; i++) {
+            lens[i] = ctx->images[i].plan.grid.n_tokens;
+        }
+
+        return vlm_chat_expand_ids(ts->ids, n_ids, vmcf->image_pad_id, lens,
+                                   n, out, cap, n_out, e);
+    }
+
+    max_len = 0;
+    total = 0;
+
+    for (i = 0; i < n; i++) {
+        len = vlm_image_prompt_text(cfg, &ctx->images[i].plan, NULL, 0);
+        max_len = ngx_max(max_len, len);
+        total += len;
+    }
+
+    if (ts->image_text_cap < max_len + 1) {
+        free(ts->image_text);
+        ts->image_text_cap = 0;
+        ts->image_text = malloc(max_len + 1);
+        if (ts->image_text == NULL) {
+            return vlm_error_set(e, VLM_ERR_NOMEM, "no memory for the "
+                                 "images' text");
+        }
+
+        ts->image_text_cap = max_len + 1;
+    }
+
+    /* every token has at least one byte */
+    if (ts->image_ids_cap < total + 1) {
+        free(ts->image_ids);
+        ts->image_ids_cap = 0;
+        ts->image_ids = malloc((total + 1) * sizeof(int32_t));
+        if (ts->image_ids == NULL) {
+            return vlm_error_set(e, VLM_ERR_NOMEM, "no memory for the "
+                                 "images' tokens");
+        }
+
+        ts->image_ids_cap = total + 1;
+    }
+
+    text = ts->image_text;
+    ids = ts->image_ids;
+    used = 0;
+
+    for (i = 0; i < n; i++) {
+        len = vlm_image_prompt_text(cfg, &ctx->images[i].plan, text,
+                                    ts->image_text_cap);
+
+        rc = vlm_tokenizer_encode(vmcf->tokenizer, ts->tok, text, len, 0,
+                                  ids + used, ts->image_ids_cap - used, &k,
+                                  e);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        seqs[i] = ids + used;
+        lens[i] = k;
+        used += k;
+    }
+
+    return vlm_chat_splice_ids(ts->ids, n_ids, vmcf->image_pad_id, seqs,
+                               lens, n, out, cap, n_out, e);
+}
+
+
+/*
+ * Remote images: ngx_http_vlm_fetch.c resolves and checks each URL's host
+ * and fetches it with a subrequest to the vlm_image_fetch location.
+ */
+void
+ngx_http_vlm_image_fetch(ngx_http_vlm_chat_ctx_t *ctx)
+{
+    uint32_t            i;
+    vlm_openai_error_t  err;
+
+    ctx->phase = NGX_HTTP_VLM_CHAT_FETCHING;
+
+    ctx->fetch = ngx_http_vlm_fetch_create(ctx->request, &ctx->req,
+                                           ngx_http_vlm_chat_fetched, ctx);
+    if (ctx->fetch == NULL) {
+        vlm_openai_error_set(&err, VLM_ERR_NOMEM, 500, "server_error", NULL,
+                             NULL, "cannot start fetching the image URLs");
+        ngx_http_vlm_chat_fail(ctx, &err);
+        return;
+    }
+
+    for (i = 0; i < ctx->req.n_images; i++) {
+        if (ctx->images[i].remote) {
+            ngx_http_vlm_fetch_add(ctx->fetch, i);
+        }
+    }
+
+    ngx_http_vlm_fetch_start(ctx->fetch);
+}
+
+
+/* every image is here: read their headers, size the request, admit it */
+static void
+ngx_http_vlm_chat_fetched(void *data, vlm_openai_error_t *err)
+{
+    ngx_http_vlm_chat_ctx_t *ctx = data;
+
+    uint32_t                    i;
+    vlm_error_t                 e;
+    vlm_image_config_t          cfg;
+    ngx_http_vlm_chat_image_t  *ci;
+
+    if (ctx->phase != NGX_HTTP_VLM_CHAT_FETCHING) {
+        return;
+    }
+
+    if (err != NULL) {
+        ctx->error = *err;
+        ngx_http_vlm_chat_fail(ctx, &ctx->error);
+        return;
+    }
+
+    for (i = 0; i < ctx->req.n_images; i++) {
+        ci = &ctx->images[i];
+
+        if (!ci->remote) {
+            continue;
+        }
+
+        ci->data = ngx_http_vlm_fetch_take(ctx->fetch, i, &ci->len);
+
+        /* a header read: no decoding on the event loop */
+        if (vlm_image_plan_config(&ctx->vlcf->image_limits,
+                           ngx_http_vlm_image_config(ctx, i, &cfg),
+                           ci->data, ci->len, &ci->plan, &e)
+            != VLM_OK)
+        {
+            vlm_openai_error_from(&ctx->error, &e, NULL);
+            vlm_openai_image_param(&ctx->req, i, ctx->error.param,
+                                   sizeof(ctx->error.param));
+            ngx_http_vlm_chat_fail(ctx, &ctx->error);
+            return;
+        }
+    }
+
+    ngx_http_vlm_task_size(ctx);
+    ngx_http_vlm_chat_admit(ctx);
+}
