@@ -24,7 +24,10 @@ my ($version) = do {
     <$in> =~ /#define VLM_VERSION\s+"([^"]+)"/;
 };
 my $nginx = $ENV{TEST_NGINX_BINARY} || '/usr/sbin/nginx';
-my ($nginx_version) = `$nginx -v 2>&1` =~ m{nginx/(\S+)};
+# the core's version (NGINX_VERSION, what the module reports): the
+# binary says nginx/1.30.4, or openresty/1.31.1.1 for OpenResty's
+# nginx 1.31.1
+my ($nginx_version) = `$nginx -v 2>&1` =~ m{version: [^/\s]+/(\d+\.\d+\.\d+)};
 my @features = split ' ', `$build/vlm-engine --features`;
 # the backends among them ("nccl" is the CUDA backend's communicator)
 my @backends = grep { $_ ne 'nccl' } @features;
