@@ -760,6 +760,22 @@ ngx_http_vlm_chat_read_handler(ngx_http_request_t *r)
         return;
     }
 
+    /*
+     * an HTTP/2 stream the client reset (RST_STREAM), or whose connection
+     * closed: nginx sets error on the stream's connection and calls this
+     * handler; such a connection has no socket of its own to look at
+     */
+    if (c->error) {
+        err = 0;
+        goto closed;
+    }
+
+#if (NGX_HTTP_V2)
+    if (r->stream) {
+        return;
+    }
+#endif
+
 #if (NGX_HAVE_EPOLLRDHUP)
 
     if ((ngx_event_flags & NGX_USE_EPOLL_EVENT) && ngx_use_epoll_rdhup) {
