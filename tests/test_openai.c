@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "api/vlm_openai.h"
+#include "queue/vlm_queue.h"
 #include "grammar/vlm_grammar.h"
 
 
@@ -1659,6 +1660,49 @@ response(vlm_openai_response_t *resp, unsigned flags)
 }
 
 
+/*
+ * Every tool call id of a response differs, whatever its random digits:
+ * choice c's took the digits choice 0 writes there, and equalled choice
+ * 0's where those spelled c (about 1 in 128 responses of n = 3).
+ */
+static void
+test_call_id_choices(void **state)
+{
+    char                   ids[VLM_QUEUE_MAX_N * 4]
+                              [VLM_OPENAI_CALL_ID_LEN + 1];
+    uint32_t               v, c, i, a, b, n;
+    vlm_openai_response_t  resp;
+
+    for (v = 0; v < 256; v++) {
+        /* the id's hex digits 20 and 21 spell v */
+        assert_int_equal(vlm_openai_response_init(&resp, MODEL,
+                                                  strlen(MODEL), 0, 1,
+                                                  (uint64_t) v << 40, 0),
+                         VLM_OK);
+        n = 0;
+
+        for (c = 0; c < VLM_QUEUE_MAX_N; c++) {
+            resp.choice = c;
+
+            for (i = 0; i < 4; i++) {
+                vlm_openai_call_id(&resp, i, ids[n]);
+                assert_int_equal(strlen(ids[n]), VLM_OPENAI_CALL_ID_LEN);
+                n++;
+            }
+        }
+
+        for (a = 0; a < n; a++) {
+            for (b = a + 1; b < n; b++) {
+                if (strcmp(ids[a], ids[b]) == 0) {
+                    fail_msg("digits %02x: call ids %u and %u are both %s",
+                             v, a, b, ids[a]);
+                }
+            }
+        }
+    }
+}
+
+
 static void
 test_response_init(void **state)
 {
@@ -2703,6 +2747,7 @@ main(void)
         cmocka_unit_test(test_utf8_complete_len),
         cmocka_unit_test(test_buffer_too_small),
         cmocka_unit_test(test_output_bound),
+        cmocka_unit_test(test_call_id_choices),
     };
 
     return cmocka_run_group_tests_name("openai", tests, NULL, NULL);

@@ -299,19 +299,24 @@ void
 vlm_openai_call_id(const vlm_openai_response_t *resp, uint32_t index,
     char *id)
 {
+    unsigned     d;
+    const char  *hex;
+
     /*
-     * "call_", 22 hex digits of the response's id, the index in 2; a
-     * choice after the first: 20 digits, the choice in 2, the index in 2
+     * "call_", 20 hex digits of the response's id, the next 2 plus the
+     * choice (mod 256), the index in 2: choice 0's are n = 1's ("call_",
+     * 22 digits, the index), and no two choices of VLM_QUEUE_MAX_N share
+     * an id (the choice itself in those digits equalled choice 0's where
+     * the id's digits spelled it)
      */
-    if (resp->choice == 0) {
-        snprintf(id, VLM_OPENAI_CALL_ID_LEN + 1, "call_%.22s%02x",
-                 resp->id + sizeof("chatcmpl-") - 1, index & 0xff);
-        return;
+    hex = resp->id + sizeof("chatcmpl-") - 1;
+
+    if (sscanf(hex + 20, "%2x", &d) != 1) {
+        d = 0;
     }
 
-    snprintf(id, VLM_OPENAI_CALL_ID_LEN + 1, "call_%.20s%02x%02x",
-             resp->id + sizeof("chatcmpl-") - 1, resp->choice & 0xff,
-             index & 0xff);
+    snprintf(id, VLM_OPENAI_CALL_ID_LEN + 1, "call_%.20s%02x%02x", hex,
+             (d + resp->choice) & 0xff, index & 0xff);
 }
 
 
