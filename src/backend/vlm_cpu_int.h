@@ -1,8 +1,8 @@
 /*
  * Inside the CPU backend: its object (vlm_cpu_t: the thread pool, the
  * kernels chosen at start-up and the threads' scratch), shared by the
- * files of its ops: vlm_backend_cpu.c (memory, weights, init, the ops)
- * and vlm_cpu_vec.c (the vector kernels).
+ * files of its ops: vlm_backend_cpu.c (memory, weights, init, the ops),
+ * vlm_cpu_vec.c (the vector kernels) and vlm_cpu_matmul.c.
  */
 
 #ifndef VLM_CPU_INT_H
@@ -123,6 +123,12 @@ vlm_cpu_widen(float *dst, const void *src, vlm_dtype_t dt, size_t n)
 
     vlm_dtype_to_f32(dst, src, dt, n);
 }
+
+
+/* the ops of vlm_backend_ops_t, each in the file of its concern */
+
+void vlm_cpu_matmul(vlm_backend_t *be, float *y, const float *x,
+    const vlm_weight_t *w, const float *bias, int n);
 
 
 #endif /* VLM_CPU_INT_H */
