@@ -2,7 +2,8 @@
  * Inside the CPU backend: its object (vlm_cpu_t: the thread pool, the
  * kernels chosen at start-up and the threads' scratch), shared by the
  * files of its ops: vlm_backend_cpu.c (memory, weights, init, the ops),
- * vlm_cpu_vec.c (the vector kernels) and vlm_cpu_matmul.c.
+ * vlm_cpu_vec.c (the vector kernels), vlm_cpu_matmul.c and
+ * vlm_cpu_attn.c.
  */
 
 #ifndef VLM_CPU_INT_H
@@ -129,6 +130,14 @@ vlm_cpu_widen(float *dst, const void *src, vlm_dtype_t dt, size_t n)
 
 void vlm_cpu_matmul(vlm_backend_t *be, float *y, const float *x,
     const vlm_weight_t *w, const float *bias, int n);
+
+void vlm_cpu_attention_varlen(vlm_backend_t *be,
+    const vlm_attn_varlen_t *a);
+void vlm_cpu_attention_paged(vlm_backend_t *be, const vlm_attn_paged_t *a);
+void vlm_cpu_kv_store(vlm_backend_t *be, void *k_cache, void *v_cache,
+    vlm_dtype_t dtype, const int32_t *block_table, int block_size,
+    int kv_dim, int start, const float *k, const float *v, int kv_stride,
+    int n);
 
 
 #endif /* VLM_CPU_INT_H */
