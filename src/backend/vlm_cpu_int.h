@@ -1,9 +1,9 @@
 /*
  * Inside the CPU backend: its object (vlm_cpu_t: the thread pool, the
  * kernels chosen at start-up and the threads' scratch), shared by the
- * files of its ops: vlm_backend_cpu.c (memory, weights, init, the ops),
- * vlm_cpu_vec.c (the vector kernels), vlm_cpu_matmul.c and
- * vlm_cpu_attn.c.
+ * files of its ops: vlm_backend_cpu.c (memory, weights, init, the op
+ * table), vlm_cpu_vec.c (the vector kernels), vlm_cpu_matmul.c,
+ * vlm_cpu_rows.c (the row-wise ops) and vlm_cpu_attn.c.
  */
 
 #ifndef VLM_CPU_INT_H
@@ -130,6 +130,27 @@ vlm_cpu_widen(float *dst, const void *src, vlm_dtype_t dt, size_t n)
 
 void vlm_cpu_matmul(vlm_backend_t *be, float *y, const float *x,
     const vlm_weight_t *w, const float *bias, int n);
+
+void vlm_cpu_rms_norm(vlm_backend_t *be, float *y, const float *x,
+    const float *g, int n, int dim, float eps);
+void vlm_cpu_layer_norm(vlm_backend_t *be, float *y, const float *x,
+    const float *g, const float *b, int n, int dim, float eps);
+void vlm_cpu_rope_table(vlm_backend_t *be, float *cos, float *sin,
+    const int32_t *pos, int n, int n_comp, const float *inv_freq,
+    const uint8_t *comp, int half);
+void vlm_cpu_rope(vlm_backend_t *be, float *x, int n, int stride,
+    int n_heads, int head_dim, const float *cos, const float *sin);
+void vlm_cpu_act(vlm_backend_t *be, float *x, int n, int dim,
+    vlm_act_t act);
+void vlm_cpu_gated_act(vlm_backend_t *be, float *y, const float *gate,
+    const float *up, int n, int dim, vlm_act_t act);
+void vlm_cpu_add(vlm_backend_t *be, float *y, const float *x, size_t n);
+void vlm_cpu_embed(vlm_backend_t *be, float *y, const vlm_weight_t *table,
+    const int32_t *ids, int n);
+void vlm_cpu_gather_rows(vlm_backend_t *be, float *y, const float *x,
+    const int32_t *idx, int n, int dim);
+void vlm_cpu_argmax(vlm_backend_t *be, int32_t *out, const float *x, int n,
+    int dim);
 
 void vlm_cpu_attention_varlen(vlm_backend_t *be,
     const vlm_attn_varlen_t *a);

@@ -3,7 +3,8 @@
  * bf16 or f16, widened inside) with up to 4 activation rows, axpy,
  * softmax, the sigmoid-shaped activations (SiLU, QuickGELU, the tanh
  * GELU) and the widening of 16-bit rows; the scalar reference first, then
- * the AVX2/FMA/F16C versions, chosen once per backend from its level.
+ * the AVX2/FMA/F16C versions, chosen once per backend from its level
+ * (the activations' scalar reference, vlm_act_f, is in vlm_cpu_int.h).
  * The reference for each is the PyTorch expression it replaces in
  * transformers' Qwen2-VL code; tests/test_backend_cpu.c checks them.
  */
