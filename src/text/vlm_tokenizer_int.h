@@ -1,8 +1,8 @@
 /*
- * Inside the tokenizer: its tables (struct vlm_tokenizer_s), built and
- * encoded with by vlm_tokenizer.c and read by the decoder
- * (vlm_tokenizer_decode.c), and the lookups they share, inline in each:
- * the UTF-8 classifier and the vocabulary's hash table.
+ * Inside the tokenizer: its tables (struct vlm_tokenizer_s), built by
+ * vlm_tokenizer.c and read by the encoder (vlm_tokenizer_encode.c) and
+ * the decoder (vlm_tokenizer_decode.c), and the lookups they share,
+ * inline in each: the UTF-8 classifier and the vocabulary's hash table.
  */
 
 #ifndef VLM_TOKENIZER_INT_H
