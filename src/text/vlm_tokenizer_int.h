@@ -1,7 +1,7 @@
 /*
  * Inside the tokenizer: its tables (struct vlm_tokenizer_s), built by
- * vlm_tokenizer.c and read by the encoder (vlm_tokenizer_encode.c) and
- * the decoder (vlm_tokenizer_decode.c), and the lookups they share,
+ * vlm_tokenizer_load.c and read by the encoder (vlm_tokenizer_encode.c)
+ * and the decoder (vlm_tokenizer_decode.c), and the lookups they share,
  * inline in each: the UTF-8 classifier and the vocabulary's hash table.
  */
 
@@ -197,6 +197,14 @@ vlm_tok_pair_slot(const vlm_tokenizer_t *tok, uint64_t key)
 {
     return (uint32_t) ((key * 0x9e3779b97f4a7c15ULL) >> tok->pair_shift);
 }
+
+
+/* vlm_tokenizer.c */
+void vlm_tok_byte_level_init(vlm_tokenizer_t *tok);
+size_t vlm_tok_byte_level_decode(const vlm_tokenizer_t *tok, const char *s,
+    size_t len, char *out);
+int32_t vlm_tok_vocab_find_string(const vlm_tokenizer_t *tok, const char *s,
+    size_t len);
 
 
 #endif /* VLM_TOKENIZER_INT_H */
