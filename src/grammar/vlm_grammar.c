@@ -1,9 +1,10 @@
 /*
- * The JSON grammar automaton, the token trie and the per-step mask (see
- * vlm_grammar.h).  A state is a stack of frames, one per open value; a
- * byte goes to the top frame, which consumes it, refuses it, or ends and
- * hands it to its parent.  A container sets its own state to "after the
- * child" before it pushes the child, so ending a child is a pop.
+ * The JSON grammar automaton and the per-step mask over the token trie
+ * of vlm_grammar_trie.c (see vlm_grammar.h).  A state is a stack of
+ * frames, one per open value; a byte goes to the top frame, which
+ * consumes it, refuses it, or ends and hands it to its parent.  A
+ * container sets its own state to "after the child" before it pushes the
+ * child, so ending a child is a pop.
  *
  * The mask walks the token trie depth first, feeding one byte per trie
  * edge; every frame write is logged so that leaving an edge undoes it
@@ -14,20 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vlm_grammar.h"
+#include "vlm_grammar_int.h"
 
 
-#define VLM_G_INF           VLM_GRAMMAR_INF
 #define VLM_G_RETRIES       (2 * VLM_GRAMMAR_MAX_DEPTH + 8)
 #define VLM_G_INT_DIGITS    15
 #define VLM_G_EXP_DIGITS    2
-
-#define VLM_G_OPEN          "<tool_call>\n"
-#define VLM_G_CLOSE         "\n</tool_call>"
-#define VLM_G_PRE           "{\"name\": \""
-#define VLM_G_MID           ", \"arguments\": "
-
-#define vlm_g_len(s)        (sizeof(s) - 1)
 
 
 enum {
@@ -36,76 +29,6 @@ enum {
     VLM_G_DONE,             /* consumed, and the value is complete */
     VLM_G_POP,              /* complete before this byte: the parent's */
     VLM_G_RETRY             /* the top frame changed: feed it again */
-};
-
-
-typedef struct {
-    uint32_t  node;
-    uint32_t  pos;          /* bytes into a key, literal or template */
-    uint32_t  count;        /* chars, items, or the next property */
-    uint32_t  sel;          /* the property or function chosen */
-    uint64_t  cand;         /* literals, keys or names still matching */
-    uint8_t   st;
-    uint8_t   need;         /* UTF-8 continuation bytes to come */
-    uint8_t   lo;           /* the range of the next continuation byte */
-    uint8_t   hi;
-    uint32_t  reserved;
-} vlm_gframe_t;
-
-
-struct vlm_trie_s {
-    int        vocab;
-    uint32_t   n_nodes;
-    uint32_t  *child;       /* first child, VLM_GRAMMAR_NONE */
-    uint32_t  *next;        /* next sibling */
-    int32_t   *token;       /* a token ending here, -1 */
-    uint8_t   *byte;
-    int32_t   *tok_next;    /* [vocab] the next token of the same bytes */
-    size_t     max_len;
-
-    /*
-     * Inside a string most tokens are plain text: a subtree whose every
-     * path from the root is well-formed UTF-8 (a last character may be
-     * cut) without '"', '\\' or control bytes is accepted whole, its
-     * tokens listed together in order[lo[node], hi[node]).
-     */
-    uint8_t   *plain;
-    uint32_t  *lo;
-    uint32_t  *hi;
-    int32_t   *order;       /* [vocab] token ids, depth first */
-    uint32_t   n_order;
-};
-
-
-struct vlm_matcher_s {
-    const vlm_trie_t  *trie;
-    vlm_grammar_t      g;
-    uint32_t           depth;
-    vlm_gframe_t       frames[VLM_GRAMMAR_MAX_DEPTH];
-
-    int                logging;
-    size_t             log_n;
-    size_t             log_cap;
-    uint32_t          *log_at;      /* [log_cap] frame index */
-    vlm_gframe_t      *log;         /* [log_cap] its previous value */
-
-    uint32_t           budget;
-    size_t             n_allowed;
-    uint32_t          *mask;        /* [(vocab + 31) / 32] */
-    size_t             mask_words;
-
-    /*
-     * The plan (vlm_matcher_plan): the canonical completion's bytes and,
-     * from each of them on, the fewest tokens that spell the rest and the
-     * first of those tokens; plan_ok while it is the current state's.
-     */
-    int                plan_ok;
-    uint32_t           plan_len;
-    uint8_t           *plan_bytes;  /* [VLM_GRAMMAR_PLAN_MAX] */
-    uint32_t          *plan_tokens; /* [VLM_GRAMMAR_PLAN_MAX + 1] */
-    int32_t           *plan_first;  /* [VLM_GRAMMAR_PLAN_MAX + 1] */
-    uint32_t           saved_depth;
-    vlm_gframe_t       saved[VLM_GRAMMAR_MAX_DEPTH];
 };
 
 
@@ -358,36 +281,6 @@ vlm_g_template(uint32_t c, uint32_t b)
     default:
         return b == c;
     }
-}
-
-
-/* the first required property at or after i, or n */
-static uint32_t
-vlm_g_first_required(const uint32_t *props, uint32_t n, uint32_t i)
-{
-    while (i < n && !props[4 * i + 3]) {
-        i++;
-    }
-
-    return i;
-}
-
-
-/* the properties a key may name next: from i to the first required */
-static uint64_t
-vlm_g_eligible(const uint32_t *props, uint32_t n, uint32_t i)
-{
-    uint32_t  r, j;
-    uint64_t  c;
-
-    r = vlm_g_first_required(props, n, i);
-    c = 0;
-
-    for (j = i; j < n && j <= r; j++) {
-        c |= 1ull << j;
-    }
-
-    return c;
 }
 
 
@@ -1464,207 +1357,6 @@ vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes, uint32_t root,
     (void) root;
 
     return VLM_OK;
-}
-
-
-/* the trie */
-
-/*
- * The next byte of string text after a path in the UTF-8 state *need
- * (continuation bytes to come, in [*lo, *hi]): 1 if it may follow, as
- * vlm_g_step_string's table says.
- */
-static int
-vlm_trie_text_byte(uint8_t b, uint8_t *need, uint8_t *lo, uint8_t *hi)
-{
-    if (*need) {
-        if (b < *lo || b > *hi) {
-            return 0;
-        }
-
-        (*need)--;
-        *lo = 0x80;
-        *hi = 0xbf;
-        return 1;
-    }
-
-    if (b < 0x80) {
-        return b >= 0x20 && b != '"' && b != '\\';
-    }
-
-    *lo = 0x80;
-    *hi = 0xbf;
-
-    if (b >= 0xc2 && b <= 0xdf) {
-        *need = 1;
-
-    } else if (b >= 0xe0 && b <= 0xef) {
-        *need = 2;
-        *lo = (b == 0xe0) ? 0xa0 : 0x80;
-        *hi = (b == 0xed) ? 0x9f : 0xbf;
-
-    } else if (b >= 0xf0 && b <= 0xf4) {
-        *need = 3;
-        *lo = (b == 0xf0) ? 0x90 : 0x80;
-        *hi = (b == 0xf4) ? 0x8f : 0xbf;
-
-    } else {
-        return 0;
-    }
-
-    return 1;
-}
-
-
-/* depth first: each subtree's tokens in one range, and its text flag */
-static void
-vlm_trie_order(vlm_trie_t *t, uint32_t node, int valid, uint8_t need,
-    uint8_t lo, uint8_t hi)
-{
-    int32_t   id;
-    uint32_t  c;
-    uint8_t   plain;
-
-    t->lo[node] = t->n_order;
-
-    for (id = t->token[node]; id >= 0; id = t->tok_next[id]) {
-        t->order[t->n_order++] = id;
-    }
-
-    if (node != 0 && valid) {
-        valid = vlm_trie_text_byte(t->byte[node], &need, &lo, &hi);
-    }
-
-    plain = (uint8_t) valid;
-
-    for (c = t->child[node]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
-        vlm_trie_order(t, c, valid, need, lo, hi);
-        plain &= t->plain[c];
-    }
-
-    t->plain[node] = plain;
-    t->hi[node] = t->n_order;
-}
-
-
-vlm_status_t
-vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
-    const size_t *lens, vlm_error_t *err)
-{
-    int          id;
-    size_t       total, j;
-    uint32_t     cur, c;
-    uint8_t      b;
-    vlm_trie_t  *t;
-
-    *out = NULL;
-    total = 1;
-
-    for (id = 0; id < vocab; id++) {
-        total += lens[id];
-    }
-
-    if (total >= VLM_GRAMMAR_NONE) {
-        return vlm_error_set(err, VLM_ERR_LIMIT, "token trie: too large");
-    }
-
-    t = calloc(1, sizeof(vlm_trie_t));
-    if (t == NULL) {
-        return vlm_error_set(err, VLM_ERR_NOMEM, "token trie: no memory");
-    }
-
-    t->vocab = vocab;
-    t->child = malloc(total * sizeof(uint32_t));
-    t->next = malloc(total * sizeof(uint32_t));
-    t->token = malloc(total * sizeof(int32_t));
-    t->byte = malloc(total);
-    t->tok_next = malloc((size_t) vocab * sizeof(int32_t));
-    t->plain = malloc(total);
-    t->lo = malloc(total * sizeof(uint32_t));
-    t->hi = malloc(total * sizeof(uint32_t));
-    t->order = malloc((size_t) vocab * sizeof(int32_t));
-
-    if (t->child == NULL || t->next == NULL || t->token == NULL
-        || t->byte == NULL || t->tok_next == NULL || t->plain == NULL
-        || t->lo == NULL || t->hi == NULL || t->order == NULL)
-    {
-        vlm_trie_free(t);
-        return vlm_error_set(err, VLM_ERR_NOMEM, "token trie: no memory");
-    }
-
-    t->n_nodes = 1;
-    t->child[0] = VLM_GRAMMAR_NONE;
-    t->next[0] = VLM_GRAMMAR_NONE;
-    t->token[0] = -1;
-    t->byte[0] = 0;
-
-    for (id = 0; id < vocab; id++) {
-        t->tok_next[id] = -1;
-
-        if (lens[id] == 0) {
-            continue;
-        }
-
-        cur = 0;
-
-        for (j = 0; j < lens[id]; j++) {
-            b = (uint8_t) bytes[id][j];
-
-            for (c = t->child[cur]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
-                if (t->byte[c] == b) {
-                    break;
-                }
-            }
-
-            if (c == VLM_GRAMMAR_NONE) {
-                c = t->n_nodes++;
-                t->byte[c] = b;
-                t->child[c] = VLM_GRAMMAR_NONE;
-                t->token[c] = -1;
-                t->next[c] = t->child[cur];
-                t->child[cur] = c;
-            }
-
-            cur = c;
-        }
-
-        t->tok_next[id] = t->token[cur];
-        t->token[cur] = id;
-        t->max_len = lens[id] > t->max_len ? lens[id] : t->max_len;
-    }
-
-    vlm_trie_order(t, 0, 1, 0, 0x80, 0xbf);
-
-    *out = t;
-
-    return VLM_OK;
-}
-
-
-void
-vlm_trie_free(vlm_trie_t *t)
-{
-    if (t == NULL) {
-        return;
-    }
-
-    free(t->child);
-    free(t->next);
-    free(t->token);
-    free(t->byte);
-    free(t->tok_next);
-    free(t->plain);
-    free(t->lo);
-    free(t->hi);
-    free(t->order);
-    free(t);
-}
-
-
-size_t
-vlm_trie_nodes(const vlm_trie_t *t)
-{
-    return t->n_nodes;
 }
 
 
