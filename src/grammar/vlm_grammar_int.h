@@ -1,7 +1,9 @@
 /*
  * Inside the grammar: the matcher's frames and state and the token
- * trie's arrays, shared by vlm_grammar.c (the program, the automaton,
- * the masks) and vlm_grammar_trie.c (the trie).
+ * trie's arrays, shared by the program's file (vlm_grammar.c: its checks,
+ * the fewest bytes that finish a value, the compiler's derivation), the
+ * matcher's (vlm_grammar_match.c: the automaton, the masks, the plan) and
+ * the trie's (vlm_grammar_trie.c).
  */
 
 #ifndef VLM_GRAMMAR_INT_H
