@@ -1,0 +1,125 @@
+/*
+ * Inside the grammar: the matcher's frames and state and the token
+ * trie's arrays, shared by the program's file (vlm_grammar.c: its checks,
+ * the fewest bytes that finish a value, the compiler's derivation), the
+ * matcher's (vlm_grammar_match.c: the automaton, the masks, the plan) and
+ * the trie's (vlm_grammar_trie.c).
+ */
+
+#ifndef VLM_GRAMMAR_INT_H
+#define VLM_GRAMMAR_INT_H
+
+#include "vlm_grammar.h"
+
+
+#define VLM_G_INF           VLM_GRAMMAR_INF
+
+#define VLM_G_OPEN          "<tool_call>\n"
+#define VLM_G_CLOSE         "\n</tool_call>"
+#define VLM_G_PRE           "{\"name\": \""
+#define VLM_G_MID           ", \"arguments\": "
+
+#define vlm_g_len(s)        (sizeof(s) - 1)
+
+
+typedef struct {
+    uint32_t  node;
+    uint32_t  pos;          /* bytes into a key, literal or template */
+    uint32_t  count;        /* chars, items, or the next property */
+    uint32_t  sel;          /* the property or function chosen */
+    uint64_t  cand;         /* literals, keys or names still matching */
+    uint8_t   st;
+    uint8_t   need;         /* UTF-8 continuation bytes to come */
+    uint8_t   lo;           /* the range of the next continuation byte */
+    uint8_t   hi;
+    uint32_t  reserved;
+} vlm_gframe_t;
+
+
+struct vlm_trie_s {
+    int        vocab;
+    uint32_t   n_nodes;
+    uint32_t  *child;       /* first child, VLM_GRAMMAR_NONE */
+    uint32_t  *next;        /* next sibling */
+    int32_t   *token;       /* a token ending here, -1 */
+    uint8_t   *byte;
+    int32_t   *tok_next;    /* [vocab] the next token of the same bytes */
+    size_t     max_len;
+
+    /*
+     * Inside a string most tokens are plain text: a subtree whose every
+     * path from the root is well-formed UTF-8 (a last character may be
+     * cut) without '"', '\\' or control bytes is accepted whole, its
+     * tokens listed together in order[lo[node], hi[node]).
+     */
+    uint8_t   *plain;
+    uint32_t  *lo;
+    uint32_t  *hi;
+    int32_t   *order;       /* [vocab] token ids, depth first */
+    uint32_t   n_order;
+};
+
+
+struct vlm_matcher_s {
+    const vlm_trie_t  *trie;
+    vlm_grammar_t      g;
+    uint32_t           depth;
+    vlm_gframe_t       frames[VLM_GRAMMAR_MAX_DEPTH];
+
+    int                logging;
+    size_t             log_n;
+    size_t             log_cap;
+    uint32_t          *log_at;      /* [log_cap] frame index */
+    vlm_gframe_t      *log;         /* [log_cap] its previous value */
+
+    uint32_t           budget;
+    size_t             n_allowed;
+    uint32_t          *mask;        /* [(vocab + 31) / 32] */
+    size_t             mask_words;
+
+    /*
+     * The plan (vlm_matcher_plan): the canonical completion's bytes and,
+     * from each of them on, the fewest tokens that spell the rest and the
+     * first of those tokens; plan_ok while it is the current state's.
+     */
+    int                plan_ok;
+    uint32_t           plan_len;
+    uint8_t           *plan_bytes;  /* [VLM_GRAMMAR_PLAN_MAX] */
+    uint32_t          *plan_tokens; /* [VLM_GRAMMAR_PLAN_MAX + 1] */
+    int32_t           *plan_first;  /* [VLM_GRAMMAR_PLAN_MAX + 1] */
+    uint32_t           saved_depth;
+    vlm_gframe_t       saved[VLM_GRAMMAR_MAX_DEPTH];
+};
+
+
+/* the first required property at or after i, or n */
+static inline uint32_t
+vlm_g_first_required(const uint32_t *props, uint32_t n, uint32_t i)
+{
+    while (i < n && !props[4 * i + 3]) {
+        i++;
+    }
+
+    return i;
+}
+
+
+/* the properties a key may name next: from i to the first required */
+static inline uint64_t
+vlm_g_eligible(const uint32_t *props, uint32_t n, uint32_t i)
+{
+    uint32_t  r, j;
+    uint64_t  c;
+
+    r = vlm_g_first_required(props, n, i);
+    c = 0;
+
+    for (j = i; j < n && j <= r; j++) {
+        c |= 1ull << j;
+    }
+
+    return c;
+}
+
+
+#endif /* VLM_GRAMMAR_INT_H */

@@ -1,0 +1,1150 @@
+/*
+ * The JSON grammar automaton, the per-step mask and the plan (see
+ * vlm_grammar.h).  A state is a stack of frames, one per open value; a
+ * byte goes to the top frame, which consumes it, refuses it, or ends and
+ * hands it to its parent.  A container sets its own state to "after the
+ * child" before it pushes the child, so ending a child is a pop.
+ *
+ * The mask walks the token trie depth first, feeding one byte per trie
+ * edge; every frame write is logged so that leaving an edge undoes it
+ * (no copies of the whole state), and the walk leaves a subtree as soon
+ * as the automaton refuses its prefix.
+ */
+
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "vlm_grammar_int.h"
+
+
+#define VLM_G_RETRIES       (2 * VLM_GRAMMAR_MAX_DEPTH + 8)
+#define VLM_G_INT_DIGITS    15
+#define VLM_G_EXP_DIGITS    2
+
+
+enum {
+    VLM_G_NO = 0,           /* refused */
+    VLM_G_OK,               /* consumed */
+    VLM_G_DONE,             /* consumed, and the value is complete */
+    VLM_G_POP,              /* complete before this byte: the parent's */
+    VLM_G_RETRY             /* the top frame changed: feed it again */
+};
+
+
+/* the matcher's frames */
+
+static vlm_gframe_t *
+vlm_g_write(vlm_matcher_t *m, uint32_t i)
+{
+    if (m->logging) {
+        if (m->log_n == m->log_cap) {
+            return NULL;
+        }
+
+        m->log_at[m->log_n] = i;
+        m->log[m->log_n] = m->frames[i];
+        m->log_n++;
+    }
+
+    return &m->frames[i];
+}
+
+
+static void
+vlm_g_init(vlm_matcher_t *m, vlm_gframe_t *f, uint32_t node, uint8_t st)
+{
+    uint32_t  n;
+
+    memset(f, 0, sizeof(vlm_gframe_t));
+
+    f->node = node;
+    f->st = st;
+
+    if (m->g.nodes[node].kind == VLM_GNODE_LITERALS) {
+        n = m->g.nodes[node].b;
+        f->cand = n >= 64 ? ~0ull : (1ull << n) - 1;
+    }
+}
+
+
+static int
+vlm_g_push(vlm_matcher_t *m, uint32_t node, uint8_t st)
+{
+    vlm_gframe_t  *f;
+
+    if (m->depth == VLM_GRAMMAR_MAX_DEPTH) {
+        return 0;
+    }
+
+    f = vlm_g_write(m, m->depth);
+    if (f == NULL) {
+        return 0;
+    }
+
+    vlm_g_init(m, f, node, st);
+    m->depth++;
+
+    return 1;
+}
+
+
+static int
+vlm_g_in(const uint32_t *set, uint32_t b)
+{
+    return (set[b >> 5] >> (b & 31)) & 1;
+}
+
+
+static int
+vlm_g_template(uint32_t c, uint32_t b)
+{
+    switch (c) {
+    case 'd':
+        return b >= '0' && b <= '9';
+    case 'n':
+        return b >= '1' && b <= '9';
+    case 'a':
+        return b == '0' || b == '1';
+    case 'b':
+        return b >= '0' && b <= '2';
+    case 'c':
+        return b >= '0' && b <= '5';
+    case 'h':
+        return (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f');
+    default:
+        return b == c;
+    }
+}
+
+
+static int
+vlm_g_step_literals(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
+    uint32_t b)
+{
+    int              full, longer;
+    uint32_t         i, len;
+    uint64_t         c, next;
+    const uint32_t  *l;
+
+    l = m->g.idx + n->a;
+    next = 0;
+    full = 0;
+
+    for (c = f->cand; c; c &= c - 1) {
+        i = (uint32_t) __builtin_ctzll(c);
+        len = l[2 * i + 1];
+
+        if (len == f->pos) {
+            full = 1;
+
+        } else if (m->g.bytes[l[2 * i] + f->pos] == b) {
+            next |= 1ull << i;
+        }
+    }
+
+    if (next == 0) {
+        return full ? VLM_G_POP : VLM_G_NO;
+    }
+
+    f->cand = next;
+    f->pos++;
+
+    full = 0;
+    longer = 0;
+
+    for (c = next; c; c &= c - 1) {
+        i = (uint32_t) __builtin_ctzll(c);
+
+        if (l[2 * i + 1] == f->pos) {
+            full = 1;
+
+        } else {
+            longer = 1;
+        }
+    }
+
+    return (full && !longer) ? VLM_G_DONE : VLM_G_OK;
+}
+
+
+static int
+vlm_g_step_number(vlm_gframe_t *f, const vlm_gnode_t *n, uint32_t b)
+{
+    int  digit, real;
+
+    digit = (b >= '0' && b <= '9');
+    real = !(n->flags & VLM_GNODE_INTEGER);
+
+    switch (f->st) {
+
+    case 0:
+        if (b == '-' && !(n->flags & VLM_GNODE_NONNEG)) {
+            f->st = 1;
+            return VLM_G_OK;
+        }
+
+        /* fall through */
+
+    case 1:
+        if (b == '0') {
+            f->st = 2;
+            return VLM_G_OK;
+        }
+
+        if (digit) {
+            f->st = 3;
+            f->count = 1;
+            return VLM_G_OK;
+        }
+
+        return VLM_G_NO;
+
+    case 3:
+        if (digit) {
+            if (f->count == VLM_G_INT_DIGITS) {
+                return VLM_G_NO;
+            }
+
+            f->count++;
+            return VLM_G_OK;
+        }
+
+        /* fall through */
+
+    case 2:
+        if (real && b == '.') {
+            f->st = 4;
+            return VLM_G_OK;
+        }
+
+        if (real && (b == 'e' || b == 'E')) {
+            f->st = 6;
+            return VLM_G_OK;
+        }
+
+        return digit ? VLM_G_NO : VLM_G_POP;
+
+    case 4:
+        if (digit) {
+            f->st = 5;
+            f->count = 1;
+            return VLM_G_OK;
+        }
+
+        return VLM_G_NO;
+
+    case 5:
+        if (digit) {
+            if (f->count == VLM_G_INT_DIGITS) {
+                return VLM_G_NO;
+            }
+
+            f->count++;
+            return VLM_G_OK;
+        }
+
+        if (b == 'e' || b == 'E') {
+            f->st = 6;
+            return VLM_G_OK;
+        }
+
+        return VLM_G_POP;
+
+    case 6:
+        if (b == '+' || b == '-') {
+            f->st = 7;
+            return VLM_G_OK;
+        }
+
+        /* fall through */
+
+    case 7:
+        if (digit) {
+            f->st = 8;
+            f->count = 1;
+            return VLM_G_OK;
+        }
+
+        return VLM_G_NO;
+
+    default: /* 8 */
+        if (digit) {
+            if (f->count == VLM_G_EXP_DIGITS) {
+                return VLM_G_NO;
+            }
+
+            f->count++;
+            return VLM_G_OK;
+        }
+
+        return VLM_G_POP;
+    }
+}
+
+
+static int
+vlm_g_step_string(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
+    uint32_t b)
+{
+    switch (f->st) {
+
+    case 0:
+        if (b != '"') {
+            return VLM_G_NO;
+        }
+
+        f->st = 1;
+        return VLM_G_OK;
+
+    case 1:
+        if (n->c != VLM_GRAMMAR_NONE) {
+            if (f->pos == n->d) {
+                return b == '"' ? VLM_G_DONE : VLM_G_NO;
+            }
+
+            if (!vlm_g_template(m->g.bytes[n->c + f->pos], b)) {
+                return VLM_G_NO;
+            }
+
+            f->pos++;
+            return VLM_G_OK;
+        }
+
+        if (b == '"') {
+            return f->count >= n->a ? VLM_G_DONE : VLM_G_NO;
+        }
+
+        if (f->count >= n->b || b < 0x20) {
+            return VLM_G_NO;
+        }
+
+        if (b == '\\') {
+            f->st = 2;
+            f->count++;
+            return VLM_G_OK;
+        }
+
+        if (b < 0x80) {
+            f->count++;
+            return VLM_G_OK;
+        }
+
+        /* a UTF-8 lead byte: RFC 3629's table of well-formed sequences */
+
+        f->lo = 0x80;
+        f->hi = 0xbf;
+
+        if (b >= 0xc2 && b <= 0xdf) {
+            f->need = 1;
+
+        } else if (b >= 0xe0 && b <= 0xef) {
+            f->need = 2;
+            f->lo = (b == 0xe0) ? 0xa0 : 0x80;
+            f->hi = (b == 0xed) ? 0x9f : 0xbf;
+
+        } else if (b >= 0xf0 && b <= 0xf4) {
+            f->need = 3;
+            f->lo = (b == 0xf0) ? 0x90 : 0x80;
+            f->hi = (b == 0xf4) ? 0x8f : 0xbf;
+
+        } else {
+            return VLM_G_NO;
+        }
+
+        f->st = 3;
+        f->count++;
+        return VLM_G_OK;
+
+    case 2:
+        if (b == '"' || b == '\\' || b == '/' || b == 'b' || b == 'f'
+            || b == 'n' || b == 'r' || b == 't')
+        {
+            f->st = 1;
+            return VLM_G_OK;
+        }
+
+        return VLM_G_NO;
+
+    default: /* 3 */
+        if (b < f->lo || b > f->hi) {
+            return VLM_G_NO;
+        }
+
+        f->lo = 0x80;
+        f->hi = 0xbf;
+
+        if (--f->need == 0) {
+            f->st = 1;
+        }
+
+        return VLM_G_OK;
+    }
+}
+
+
+static int
+vlm_g_step_object(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
+    uint32_t b)
+{
+    int              generic;
+    uint32_t         i;
+    uint64_t         c, next;
+    const uint32_t  *props;
+
+    props = m->g.idx + n->a;
+    generic = (n->b == 0 && n->c != VLM_GRAMMAR_NONE);
+
+    switch (f->st) {
+
+    case 0:
+        if (b != '{') {
+            return VLM_G_NO;
+        }
+
+        f->st = 1;
+        return VLM_G_OK;
+
+    case 1:
+    case 5:
+        if (b == '}') {
+            if (generic
+                || vlm_g_first_required(props, n->b, f->count) == n->b)
+            {
+                return VLM_G_DONE;
+            }
+
+            return VLM_G_NO;
+        }
+
+        if (f->st == 5) {
+            if (b != ',' || (!generic && f->count >= n->b)) {
+                return VLM_G_NO;
+            }
+
+            f->st = 2;
+            return VLM_G_OK;
+        }
+
+        /* fall through */
+
+    case 2:
+        if (b != '"') {
+            return VLM_G_NO;
+        }
+
+        if (generic) {
+            f->st = 4;
+            return vlm_g_push(m, n->d, 1) ? VLM_G_OK : VLM_G_NO;
+        }
+
+        if (f->count >= n->b) {
+            return VLM_G_NO;
+        }
+
+        f->cand = vlm_g_eligible(props, n->b, f->count);
+        f->pos = 0;
+        f->st = 3;
+        return VLM_G_OK;
+
+    case 3:
+        next = 0;
+
+        for (c = f->cand; c; c &= c - 1) {
+            i = (uint32_t) __builtin_ctzll(c);
+
+            if (props[4 * i + 1] == f->pos) {
+                if (b == '"') {
+                    f->sel = i;
+                    f->count = i + 1;
+                    f->st = 4;
+                    return VLM_G_OK;
+                }
+
+            } else if (m->g.bytes[props[4 * i] + f->pos] == b) {
+                next |= 1ull << i;
+            }
+        }
+
+        if (next == 0) {
+            return VLM_G_NO;
+        }
+
+        f->cand = next;
+        f->pos++;
+        return VLM_G_OK;
+
+    default: /* 4 */
+        if (b != ':') {
+            return VLM_G_NO;
+        }
+
+        f->st = 5;
+        return vlm_g_push(m, generic ? n->c : props[4 * f->sel + 2], 0)
+               ? VLM_G_OK : VLM_G_NO;
+    }
+}
+
+
+static int
+vlm_g_step_array(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
+    uint32_t b)
+{
+    switch (f->st) {
+
+    case 0:
+        if (b != '[') {
+            return VLM_G_NO;
+        }
+
+        f->st = 1;
+        return VLM_G_OK;
+
+    case 1:
+        if (b == ']') {
+            return n->b == 0 ? VLM_G_DONE : VLM_G_NO;
+        }
+
+        if (n->c == 0) {
+            return VLM_G_NO;
+        }
+
+        break;
+
+    case 2:
+        if (b == ',' && f->count < n->c) {
+            f->st = 3;
+            return VLM_G_OK;
+        }
+
+        if (b == ']' && f->count >= n->b) {
+            return VLM_G_DONE;
+        }
+
+        return VLM_G_NO;
+
+    default: /* 3 */
+        break;
+    }
+
+    /* the first byte of an item */
+
+    f->st = 2;
+    f->count++;
+
+    return vlm_g_push(m, n->a, 0) ? VLM_G_RETRY : VLM_G_NO;
+}
+
+
+static int
+vlm_g_step_tool(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
+    uint32_t b)
+{
+    uint32_t         i;
+    uint64_t         c, next;
+    const uint32_t  *fns;
+
+    fns = m->g.idx + n->a;
+
+    switch (f->st) {
+
+    case 0:
+        if ((uint8_t) VLM_G_PRE[f->pos] != b) {
+            return VLM_G_NO;
+        }
+
+        if (++f->pos == vlm_g_len(VLM_G_PRE)) {
+            f->st = 1;
+            f->pos = 0;
+            f->cand = n->b >= 64 ? ~0ull : (1ull << n->b) - 1;
+        }
+
+        return VLM_G_OK;
+
+    case 1:
+        next = 0;
+
+        for (c = f->cand; c; c &= c - 1) {
+            i = (uint32_t) __builtin_ctzll(c);
+
+            if (fns[3 * i + 1] == f->pos) {
+                if (b == '"') {
+                    f->sel = i;
+                    f->st = 2;
+                    f->pos = 0;
+                    return VLM_G_OK;
+                }
+
+            } else if (m->g.bytes[fns[3 * i] + f->pos] == b) {
+                next |= 1ull << i;
+            }
+        }
+
+        if (next == 0) {
+            return VLM_G_NO;
+        }
+
+        f->cand = next;
+        f->pos++;
+        return VLM_G_OK;
+
+    case 2:
+        if ((uint8_t) VLM_G_MID[f->pos] != b) {
+            return VLM_G_NO;
+        }
+
+        if (++f->pos < vlm_g_len(VLM_G_MID)) {
+            return VLM_G_OK;
+        }
+
+        f->st = 3;
+        return vlm_g_push(m, fns[3 * f->sel + 2], 0) ? VLM_G_OK : VLM_G_NO;
+
+    default: /* 3 */
+        return b == '}' ? VLM_G_DONE : VLM_G_NO;
+    }
+}
+
+
+static int
+vlm_g_step_calls(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
+    uint32_t b)
+{
+    switch (f->st) {
+
+    case 0:
+        if ((uint8_t) VLM_G_OPEN[f->pos] != b) {
+            return VLM_G_NO;
+        }
+
+        if (++f->pos < vlm_g_len(VLM_G_OPEN)) {
+            return VLM_G_OK;
+        }
+
+        f->st = 1;
+        f->pos = 0;
+        return vlm_g_push(m, n->a, 0) ? VLM_G_OK : VLM_G_NO;
+
+    case 1:
+        if ((uint8_t) VLM_G_CLOSE[f->pos] != b) {
+            return VLM_G_NO;
+        }
+
+        if (++f->pos == vlm_g_len(VLM_G_CLOSE)) {
+            f->st = 2;
+            f->pos = 0;
+            f->count++;
+        }
+
+        return VLM_G_OK;
+
+    default: /* 2: another call, or the end */
+        if (b == '\n' && f->count < n->b) {
+            f->st = 0;
+            return VLM_G_OK;
+        }
+
+        return VLM_G_POP;
+    }
+}
+
+
+static int
+vlm_g_step(vlm_matcher_t *m, uint32_t b)
+{
+    uint32_t            i, k;
+    vlm_gframe_t       *f;
+    const vlm_gnode_t  *n;
+
+    f = vlm_g_write(m, m->depth - 1);
+    if (f == NULL) {
+        return VLM_G_NO;
+    }
+
+    n = &m->g.nodes[f->node];
+
+    switch (n->kind) {
+
+    case VLM_GNODE_LITERALS:
+        return vlm_g_step_literals(m, f, n, b);
+
+    case VLM_GNODE_STRING:
+        return vlm_g_step_string(m, f, n, b);
+
+    case VLM_GNODE_NUMBER:
+        return vlm_g_step_number(f, n, b);
+
+    case VLM_GNODE_OBJECT:
+        return vlm_g_step_object(m, f, n, b);
+
+    case VLM_GNODE_ARRAY:
+        return vlm_g_step_array(m, f, n, b);
+
+    case VLM_GNODE_ANYOF:
+        for (i = 0; i < n->b; i++) {
+            k = m->g.idx[n->a + i];
+
+            if (vlm_g_in(m->g.nodes[k].first, b)) {
+                vlm_g_init(m, f, k, 0);
+                return VLM_G_RETRY;
+            }
+        }
+
+        return VLM_G_NO;
+
+    case VLM_GNODE_TOOLCALL:
+        return vlm_g_step_tool(m, f, n, b);
+
+    default:
+        return vlm_g_step_calls(m, f, n, b);
+    }
+}
+
+
+static int
+vlm_g_byte(vlm_matcher_t *m, uint32_t b)
+{
+    int  i;
+
+    for (i = 0; i < VLM_G_RETRIES; i++) {
+        if (m->depth == 0) {
+            return 0;
+        }
+
+        switch (vlm_g_step(m, b)) {
+
+        case VLM_G_OK:
+            return 1;
+
+        case VLM_G_DONE:
+            m->depth--;
+            return 1;
+
+        case VLM_G_POP:
+            m->depth--;
+            break;
+
+        case VLM_G_RETRY:
+            break;
+
+        default:
+            return 0;
+        }
+    }
+
+    return 0;
+}
+
+
+/* the matcher */
+
+vlm_status_t
+vlm_matcher_create(vlm_matcher_t **out, const vlm_trie_t *trie,
+    vlm_error_t *err)
+{
+    vlm_matcher_t  *m;
+
+    *out = NULL;
+
+    m = calloc(1, sizeof(vlm_matcher_t));
+    if (m == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "matcher: no memory");
+    }
+
+    m->trie = trie;
+    m->log_cap = (trie->max_len + 1) * 8 + 256;
+    m->log_at = malloc(m->log_cap * sizeof(uint32_t));
+    m->log = malloc(m->log_cap * sizeof(vlm_gframe_t));
+    m->mask_words = ((size_t) trie->vocab + 31) / 32;
+    m->mask = calloc(m->mask_words, sizeof(uint32_t));
+    m->plan_bytes = malloc(VLM_GRAMMAR_PLAN_MAX);
+    m->plan_tokens = malloc((VLM_GRAMMAR_PLAN_MAX + 1) * sizeof(uint32_t));
+    m->plan_first = malloc((VLM_GRAMMAR_PLAN_MAX + 1) * sizeof(int32_t));
+
+    if (m->log_at == NULL || m->log == NULL || m->mask == NULL
+        || m->plan_bytes == NULL || m->plan_tokens == NULL
+        || m->plan_first == NULL)
+    {
+        vlm_matcher_free(m);
+        return vlm_error_set(err, VLM_ERR_NOMEM, "matcher: no memory");
+    }
+
+    *out = m;
+
+    return VLM_OK;
+}
+
+
+void
+vlm_matcher_free(vlm_matcher_t *m)
+{
+    if (m == NULL) {
+        return;
+    }
+
+    free(m->log_at);
+    free(m->log);
+    free(m->mask);
+    free(m->plan_bytes);
+    free(m->plan_tokens);
+    free(m->plan_first);
+    free(m);
+}
+
+
+void
+vlm_matcher_reset(vlm_matcher_t *m, const vlm_grammar_t *g)
+{
+    m->g = *g;
+    m->depth = 0;
+    m->logging = 0;
+    m->log_n = 0;
+    m->plan_ok = 0;
+
+    (void) vlm_g_push(m, g->hdr->root, 0);
+}
+
+
+int
+vlm_matcher_feed(vlm_matcher_t *m, const char *s, size_t len)
+{
+    size_t  i;
+
+    m->logging = 0;
+    m->plan_ok = 0;
+
+    for (i = 0; i < len; i++) {
+        if (!vlm_g_byte(m, (uint8_t) s[i])) {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+static void
+vlm_g_undo(vlm_matcher_t *m, size_t mark, uint32_t depth)
+{
+    while (m->log_n > mark) {
+        m->log_n--;
+        m->frames[m->log_at[m->log_n]] = m->log[m->log_n];
+    }
+
+    m->depth = depth;
+}
+
+
+/*
+ * Plain text may follow: the top frame is inside a string, between
+ * characters, without a format or a maxLength, and the document can end
+ * in the budget (more characters never make it longer, but for the up to
+ * three bytes that finish a character cut at a token's end).
+ */
+static int
+vlm_g_plain_ok(const vlm_matcher_t *m)
+{
+    const vlm_gframe_t  *f;
+    const vlm_gnode_t   *n;
+
+    if (m->depth == 0) {
+        return 0;
+    }
+
+    f = &m->frames[m->depth - 1];
+    n = &m->g.nodes[f->node];
+
+    return n->kind == VLM_GNODE_STRING && f->st == 1
+           && n->c == VLM_GRAMMAR_NONE && n->b == VLM_GRAMMAR_NONE
+           && (m->budget == 0 || vlm_matcher_distance(m) + 3 < m->budget);
+}
+
+
+/*
+ * plain: the walk started inside a string between characters (see
+ * vlm_g_plain_ok): then a node whose subtree is all text from the root
+ * (the trie's plain flag) is accepted whole without feeding it.
+ */
+static void
+vlm_g_walk(vlm_matcher_t *m, uint32_t first, int plain)
+{
+    int32_t            id;
+    size_t             mark;
+    uint32_t           c, depth, k;
+    const vlm_trie_t  *t;
+
+    t = m->trie;
+
+    for (c = first; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
+        if (plain && t->plain[c]) {
+            for (k = t->lo[c]; k < t->hi[c]; k++) {
+                id = t->order[k];
+                m->mask[id >> 5] |= 1u << (id & 31);
+            }
+
+            m->n_allowed += t->hi[c] - t->lo[c];
+            continue;
+        }
+
+        mark = m->log_n;
+        depth = m->depth;
+
+        if (vlm_g_byte(m, t->byte[c])) {
+            if (t->token[c] >= 0
+                && (m->budget == 0
+                    || vlm_matcher_distance(m) < m->budget))
+            {
+                for (id = t->token[c]; id >= 0; id = t->tok_next[id]) {
+                    m->mask[id >> 5] |= 1u << (id & 31);
+                    m->n_allowed++;
+                }
+            }
+
+            if (t->child[c] != VLM_GRAMMAR_NONE) {
+                vlm_g_walk(m, t->child[c], plain);
+            }
+        }
+
+        vlm_g_undo(m, mark, depth);
+    }
+}
+
+
+size_t
+vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
+    int n_end, const uint32_t **mask)
+{
+    int  i;
+
+    memset(m->mask, 0, m->mask_words * sizeof(uint32_t));
+    m->n_allowed = 0;
+    m->budget = budget;
+
+    if (vlm_matcher_complete(m)) {
+        for (i = 0; i < n_end; i++) {
+            if (end_ids[i] >= 0 && end_ids[i] < m->trie->vocab) {
+                m->mask[end_ids[i] >> 5] |= 1u << (end_ids[i] & 31);
+                m->n_allowed++;
+            }
+        }
+    }
+
+    m->logging = 1;
+    m->log_n = 0;
+
+    vlm_g_walk(m, m->trie->child[0], vlm_g_plain_ok(m));
+
+    m->logging = 0;
+    *mask = m->mask;
+
+    return m->n_allowed;
+}
+
+
+/*
+ * The plan.  The canonical completion takes at each byte the first that
+ * brings the document one byte closer to its end, trying JSON's usual
+ * bytes first; the trie then spells it in the fewest tokens, from every
+ * byte on (a shortest path over the bytes, back to front).
+ */
+
+static const char  vlm_g_plan_order[] = "\"}],:0a";
+
+
+static uint32_t
+vlm_g_canonical(vlm_matcher_t *m)
+{
+    size_t    mark;
+    uint32_t  k, b, best, d, dd, bd, len, depth, n_order;
+
+    n_order = vlm_g_len(vlm_g_plan_order);
+    len = 0;
+
+    m->logging = 1;
+    m->log_n = 0;
+
+    while (!vlm_matcher_complete(m)) {
+        d = vlm_matcher_distance(m);
+
+        if (len == VLM_GRAMMAR_PLAN_MAX || d == 0 || d >= VLM_G_INF) {
+            len = VLM_GRAMMAR_NONE;
+            break;
+        }
+
+        best = 256;
+        bd = d;
+
+        for (k = 0; k < n_order + 256 && bd != d - 1; k++) {
+            b = k < n_order ? (uint8_t) vlm_g_plan_order[k] : k - n_order;
+
+            if (k >= n_order && memchr(vlm_g_plan_order, (int) b, n_order)) {
+                continue;
+            }
+
+            mark = m->log_n;
+            depth = m->depth;
+
+            if (vlm_g_byte(m, b)) {
+                dd = vlm_matcher_distance(m);
+
+                if (dd < bd) {
+                    bd = dd;
+                    best = b;
+                }
+            }
+
+            vlm_g_undo(m, mark, depth);
+        }
+
+        if (best == 256 || !vlm_g_byte(m, best)) {
+            len = VLM_GRAMMAR_NONE;
+            break;
+        }
+
+        /* kept: the caller restores the state it saved */
+        m->log_n = 0;
+        m->plan_bytes[len++] = (uint8_t) best;
+    }
+
+    m->logging = 0;
+    m->log_n = 0;
+
+    return len;
+}
+
+
+static void
+vlm_g_spell(vlm_matcher_t *m, uint32_t len)
+{
+    int32_t            first;
+    uint32_t           i, j, c, node, best;
+    const vlm_trie_t  *t;
+
+    t = m->trie;
+
+    m->plan_tokens[len] = 0;
+    m->plan_first[len] = -1;
+
+    for (i = len; i-- > 0; /* void */ ) {
+        best = VLM_GRAMMAR_NONE;
+        first = -1;
+        node = 0;
+
+        for (j = i; j < len; j++) {
+            for (c = t->child[node];
+                 c != VLM_GRAMMAR_NONE && t->byte[c] != m->plan_bytes[j];
+                 c = t->next[c])
+            {
+                /* void */
+            }
+
+            if (c == VLM_GRAMMAR_NONE) {
+                break;
+            }
+
+            /* the longer token where two spell the rest as short */
+            if (t->token[c] >= 0 && m->plan_tokens[j + 1] != VLM_GRAMMAR_NONE
+                && m->plan_tokens[j + 1] + 1 <= best)
+            {
+                best = m->plan_tokens[j + 1] + 1;
+                first = t->token[c];
+            }
+
+            node = c;
+        }
+
+        m->plan_tokens[i] = best;
+        m->plan_first[i] = first;
+    }
+}
+
+
+static void
+vlm_g_save(vlm_matcher_t *m)
+{
+    m->saved_depth = m->depth;
+    memcpy(m->saved, m->frames, m->depth * sizeof(vlm_gframe_t));
+}
+
+
+static void
+vlm_g_restore(vlm_matcher_t *m)
+{
+    m->depth = m->saved_depth;
+    memcpy(m->frames, m->saved, m->depth * sizeof(vlm_gframe_t));
+}
+
+
+/* the plan from the current state, which it leaves as it found it */
+static uint32_t
+vlm_g_plan(vlm_matcher_t *m)
+{
+    uint32_t  len;
+
+    vlm_g_save(m);
+    len = vlm_g_canonical(m);
+    vlm_g_restore(m);
+
+    if (len == VLM_GRAMMAR_NONE) {
+        m->plan_ok = 0;
+        return VLM_GRAMMAR_NONE;
+    }
+
+    vlm_g_spell(m, len);
+    m->plan_len = len;
+
+    return m->plan_tokens[0];
+}
+
+
+uint32_t
+vlm_matcher_plan(vlm_matcher_t *m, int32_t *first)
+{
+    uint32_t  n;
+
+    n = vlm_g_plan(m);
+
+    m->plan_ok = (n != VLM_GRAMMAR_NONE);
+    *first = m->plan_ok ? m->plan_first[0] : -1;
+
+    return n;
+}
+
+
+uint32_t
+vlm_matcher_plan_after(vlm_matcher_t *m, const char *s, size_t len)
+{
+    size_t        i;
+    uint32_t      n, depth;
+    vlm_gframe_t  top[VLM_GRAMMAR_MAX_DEPTH];
+
+    if (m->plan_ok && len <= m->plan_len
+        && memcmp(s, m->plan_bytes, len) == 0)
+    {
+        /* on the canonical path: the rest of the same plan */
+        return m->plan_tokens[len];
+    }
+
+    depth = m->depth;
+    memcpy(top, m->frames, depth * sizeof(vlm_gframe_t));
+
+    n = VLM_GRAMMAR_NONE;
+
+    for (i = 0; i < len; i++) {
+        if (!vlm_g_byte(m, (uint8_t) s[i])) {
+            break;
+        }
+    }
+
+    if (i == len) {
+        n = vlm_g_plan(m);
+    }
+
+    m->depth = depth;
+    memcpy(m->frames, top, depth * sizeof(vlm_gframe_t));
+
+    /* the buffers now hold another state's plan */
+    m->plan_ok = 0;
+
+    return n;
+}

@@ -1,0 +1,211 @@
+/*
+ * The token trie of a vocabulary (vlm_grammar.h): every token's bytes a
+ * path from the root, the tokens ending at a node chained, and, in depth
+ * first order, each subtree's tokens in one range with a flag saying
+ * whether every path into it is plain string text (well-formed UTF-8,
+ * a last character possibly cut, without '"', '\\' or control bytes),
+ * which the mask accepts whole inside a string.
+ */
+
+#include <stdlib.h>
+
+#include "vlm_grammar_int.h"
+
+
+/*
+ * The next byte of string text after a path in the UTF-8 state *need
+ * (continuation bytes to come, in [*lo, *hi]): 1 if it may follow, as
+ * vlm_g_step_string's table says.
+ */
+static int
+vlm_trie_text_byte(uint8_t b, uint8_t *need, uint8_t *lo, uint8_t *hi)
+{
+    if (*need) {
+        if (b < *lo || b > *hi) {
+            return 0;
+        }
+
+        (*need)--;
+        *lo = 0x80;
+        *hi = 0xbf;
+        return 1;
+    }
+
+    if (b < 0x80) {
+        return b >= 0x20 && b != '"' && b != '\\';
+    }
+
+    *lo = 0x80;
+    *hi = 0xbf;
+
+    if (b >= 0xc2 && b <= 0xdf) {
+        *need = 1;
+
+    } else if (b >= 0xe0 && b <= 0xef) {
+        *need = 2;
+        *lo = (b == 0xe0) ? 0xa0 : 0x80;
+        *hi = (b == 0xed) ? 0x9f : 0xbf;
+
+    } else if (b >= 0xf0 && b <= 0xf4) {
+        *need = 3;
+        *lo = (b == 0xf0) ? 0x90 : 0x80;
+        *hi = (b == 0xf4) ? 0x8f : 0xbf;
+
+    } else {
+        return 0;
+    }
+
+    return 1;
+}
+
+
+/* depth first: each subtree's tokens in one range, and its text flag */
+static void
+vlm_trie_order(vlm_trie_t *t, uint32_t node, int valid, uint8_t need,
+    uint8_t lo, uint8_t hi)
+{
+    int32_t   id;
+    uint32_t  c;
+    uint8_t   plain;
+
+    t->lo[node] = t->n_order;
+
+    for (id = t->token[node]; id >= 0; id = t->tok_next[id]) {
+        t->order[t->n_order++] = id;
+    }
+
+    if (node != 0 && valid) {
+        valid = vlm_trie_text_byte(t->byte[node], &need, &lo, &hi);
+    }
+
+    plain = (uint8_t) valid;
+
+    for (c = t->child[node]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
+        vlm_trie_order(t, c, valid, need, lo, hi);
+        plain &= t->plain[c];
+    }
+
+    t->plain[node] = plain;
+    t->hi[node] = t->n_order;
+}
+
+
+vlm_status_t
+vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
+    const size_t *lens, vlm_error_t *err)
+{
+    int          id;
+    size_t       total, j;
+    uint32_t     cur, c;
+    uint8_t      b;
+    vlm_trie_t  *t;
+
+    *out = NULL;
+    total = 1;
+
+    for (id = 0; id < vocab; id++) {
+        total += lens[id];
+    }
+
+    if (total >= VLM_GRAMMAR_NONE) {
+        return vlm_error_set(err, VLM_ERR_LIMIT, "token trie: too large");
+    }
+
+    t = calloc(1, sizeof(vlm_trie_t));
+    if (t == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "token trie: no memory");
+    }
+
+    t->vocab = vocab;
+    t->child = malloc(total * sizeof(uint32_t));
+    t->next = malloc(total * sizeof(uint32_t));
+    t->token = malloc(total * sizeof(int32_t));
+    t->byte = malloc(total);
+    t->tok_next = malloc((size_t) vocab * sizeof(int32_t));
+    t->plain = malloc(total);
+    t->lo = malloc(total * sizeof(uint32_t));
+    t->hi = malloc(total * sizeof(uint32_t));
+    t->order = malloc((size_t) vocab * sizeof(int32_t));
+
+    if (t->child == NULL || t->next == NULL || t->token == NULL
+        || t->byte == NULL || t->tok_next == NULL || t->plain == NULL
+        || t->lo == NULL || t->hi == NULL || t->order == NULL)
+    {
+        vlm_trie_free(t);
+        return vlm_error_set(err, VLM_ERR_NOMEM, "token trie: no memory");
+    }
+
+    t->n_nodes = 1;
+    t->child[0] = VLM_GRAMMAR_NONE;
+    t->next[0] = VLM_GRAMMAR_NONE;
+    t->token[0] = -1;
+    t->byte[0] = 0;
+
+    for (id = 0; id < vocab; id++) {
+        t->tok_next[id] = -1;
+
+        if (lens[id] == 0) {
+            continue;
+        }
+
+        cur = 0;
+
+        for (j = 0; j < lens[id]; j++) {
+            b = (uint8_t) bytes[id][j];
+
+            for (c = t->child[cur]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
+                if (t->byte[c] == b) {
+                    break;
+                }
+            }
+
+            if (c == VLM_GRAMMAR_NONE) {
+                c = t->n_nodes++;
+                t->byte[c] = b;
+                t->child[c] = VLM_GRAMMAR_NONE;
+                t->token[c] = -1;
+                t->next[c] = t->child[cur];
+                t->child[cur] = c;
+            }
+
+            cur = c;
+        }
+
+        t->tok_next[id] = t->token[cur];
+        t->token[cur] = id;
+        t->max_len = lens[id] > t->max_len ? lens[id] : t->max_len;
+    }
+
+    vlm_trie_order(t, 0, 1, 0, 0x80, 0xbf);
+
+    *out = t;
+
+    return VLM_OK;
+}
+
+
+void
+vlm_trie_free(vlm_trie_t *t)
+{
+    if (t == NULL) {
+        return;
+    }
+
+    free(t->child);
+    free(t->next);
+    free(t->token);
+    free(t->byte);
+    free(t->tok_next);
+    free(t->plain);
+    free(t->lo);
+    free(t->hi);
+    free(t->order);
+    free(t);
+}
+
+
+size_t
+vlm_trie_nodes(const vlm_trie_t *t)
+{
+    return t->n_nodes;
+}
