@@ -454,14 +454,9 @@ fuzz-openai:
 	$(FUZZ_CC) -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=undefined -DVLM_OPENAI_ELIDE_MIN=4 \
 	    $(CPPFLAGS) \
-	    fuzz/fuzz_openai.c src/api/vlm_openai.c src/api/vlm_openai_chat.c \
-	    src/api/vlm_openai_completion.c src/api/vlm_openai_messages.c \
-	    src/api/vlm_openai_params.c src/api/vlm_openai_request.c \
-	    src/api/vlm_openai_response.c src/api/vlm_openai_sse.c \
-	    src/api/vlm_openai_tokenize.c src/api/vlm_openai_write.c \
-	    src/api/vlm_schema.c \
-	    src/grammar/vlm_grammar.c src/core/vlm_common.c \
-	    src/text/vlm_chat.c src/text/vlm_jinja.c src/text/vlm_tokenizer.c \
+	    fuzz/fuzz_openai.c $(wildcard src/api/vlm_openai*.c) \
+	    src/api/vlm_schema.c $(wildcard src/grammar/vlm_*.c) \
+	    src/core/vlm_common.c $(wildcard src/text/vlm_*.c) \
 	    -o $(FUZZ_OUT)/fuzz_openai -ljansson -lpcre2-8 -lutf8proc -lm
 	$(FUZZ_OUT)/fuzz_openai -max_total_time=$(FUZZ_TIME) \
 	    -dict=fuzz/openai.dict -max_len=4096 \
