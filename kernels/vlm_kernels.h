@@ -8,7 +8,7 @@
  * are bfloat16 (__nv_bfloat16 is passed as uint16_t here so that C code
  * can include this header).  The op each launcher implements is the one
  * of src/backend/vlm_backend.h with the same name, whose CPU version in
- * vlm_backend_cpu.c is the reference.
+ * the CPU backend (vlm_backend_cpu.c, vlm_cpu_*.c) is the reference.
  */
 
 #ifndef VLM_KERNELS_H

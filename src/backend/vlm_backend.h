@@ -1,7 +1,7 @@
 /*
  * The compute backend interface: one table of operations that the model
- * code calls and that each backend (vlm_backend_cpu.c, vlm_backend_cuda.c)
- * implements.
+ * code calls and that each backend (vlm_backend_cpu.c with its vlm_cpu_*.c,
+ * vlm_backend_cuda.c) implements.
  *
  * Every buffer an op reads or writes is backend memory obtained from
  * alloc() at load time (or a weight bound with weight_bind()); the model
