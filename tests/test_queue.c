@@ -736,6 +736,47 @@ test_worker_lost_releases_its_slots(void **state)
 }
 
 
+/*
+ * The engine gone for good: one worker's queued and running requests end
+ * with the error, which its requests read as any finish; its allocated
+ * one (not yet submitted) and the other worker's stay as they are.
+ */
+static void
+test_worker_abandon_ends_its_requests(void **state)
+{
+    uint32_t            a, b, c, d;
+    vlm_error_t         err;
+    vlm_queue_slot_t   *s;
+    fixture_t          *f = *state;
+
+    assert_int_equal(vlm_queue_alloc(&f->q, 1, 1, 4096, &a, &err), VLM_OK);
+    assert_int_equal(vlm_queue_alloc(&f->q, 1, 1, 4096, &b, &err), VLM_OK);
+    assert_int_equal(vlm_queue_alloc(&f->q, 1, 1, 4096, &c, &err), VLM_OK);
+    assert_int_equal(vlm_queue_alloc(&f->q, 0, 1, 4096, &d, &err), VLM_OK);
+    assert_int_equal(vlm_queue_submit(&f->q, b), VLM_OK);
+    assert_int_equal(vlm_queue_submit(&f->q, c), VLM_OK);
+    assert_int_equal(vlm_queue_submit(&f->q, d), VLM_OK);
+    assert_int_equal(vlm_queue_take(&f->q), b);
+
+    assert_int_equal(vlm_queue_worker_abandon(&f->q, 1, "gone"), 2);
+
+    s = vlm_queue_slot(&f->q, b);
+    assert_int_equal(atomic_load(&s->state), VLM_SLOT_FINISHED);
+    assert_int_equal(s->finish_reason, VLM_QUEUE_FINISH_ERROR);
+    assert_int_equal(s->error_status, VLM_ERR_INTERNAL);
+    assert_string_equal(s->error_msg, "gone");
+    assert_int_equal(atomic_load(&vlm_queue_slot(&f->q, c)->state),
+                     VLM_SLOT_FINISHED);
+    assert_int_equal(atomic_load(&vlm_queue_slot(&f->q, a)->state),
+                     VLM_SLOT_ALLOCATED);
+    assert_int_equal(atomic_load(&vlm_queue_slot(&f->q, d)->state),
+                     VLM_SLOT_SUBMITTED);
+
+    /* nothing more to end */
+    assert_int_equal(vlm_queue_worker_abandon(&f->q, 1, "gone"), 0);
+}
+
+
 static void
 test_worker_records_are_claimed_and_reclaimed(void **state)
 {
@@ -903,6 +944,8 @@ main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_engine_crash_fails_running_keeps_queued, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_worker_abandon_ends_its_requests,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_worker_lost_releases_its_slots,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(

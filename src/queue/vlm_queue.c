@@ -1074,6 +1074,22 @@ vlm_queue_push_output(vlm_queue_t *q, uint32_t slot,
 }
 
 
+/* the result a slot is finished with, written before its state says so */
+static void
+vlm_queue_set_finish(vlm_queue_slot_t *s, vlm_queue_finish_t reason,
+    vlm_status_t status, const char *msg)
+{
+    s->finish_reason = reason;
+    s->error_status = status;
+    s->t_finish = vlm_queue_now();
+
+    if (msg != NULL) {
+        strncpy(s->error_msg, msg, VLM_QUEUE_ERR_LEN - 1);
+        s->error_msg[VLM_QUEUE_ERR_LEN - 1] = '\0';
+    }
+}
+
+
 void
 vlm_queue_finish(vlm_queue_t *q, uint32_t slot, vlm_queue_finish_t reason,
     vlm_status_t status, const char *msg)
@@ -1083,14 +1099,7 @@ vlm_queue_finish(vlm_queue_t *q, uint32_t slot, vlm_queue_finish_t reason,
 
     s = &q->slots[slot];
 
-    s->finish_reason = reason;
-    s->error_status = status;
-    s->t_finish = vlm_queue_now();
-
-    if (msg != NULL) {
-        strncpy(s->error_msg, msg, VLM_QUEUE_ERR_LEN - 1);
-        s->error_msg[VLM_QUEUE_ERR_LEN - 1] = '\0';
-    }
+    vlm_queue_set_finish(s, reason, status, msg);
 
     expected = VLM_SLOT_RUNNING;
 
@@ -1133,11 +1142,7 @@ vlm_queue_worker_abandon(vlm_queue_t *q, uint32_t worker, const char *msg)
             continue;
         }
 
-        s->finish_reason = VLM_QUEUE_FINISH_ERROR;
-        s->error_status = VLM_ERR_INTERNAL;
-        s->t_finish = vlm_queue_now();
-        strncpy(s->error_msg, msg, VLM_QUEUE_ERR_LEN - 1);
-        s->error_msg[VLM_QUEUE_ERR_LEN - 1] = '\0';
+        vlm_queue_set_finish(s, VLM_QUEUE_FINISH_ERROR, VLM_ERR_INTERNAL, msg);
 
         if (atomic_compare_exchange_strong(&s->state, &state,
                                            VLM_SLOT_FINISHED))
