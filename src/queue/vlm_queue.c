@@ -101,6 +101,8 @@ static void vlm_queue_unlock(vlm_queue_t *q);
 static void vlm_queue_release(vlm_queue_t *q, uint32_t slot);
 static void vlm_queue_release_locked(vlm_queue_t *q, uint32_t slot);
 static void vlm_queue_notify_worker(vlm_queue_t *q, uint32_t worker);
+static void vlm_queue_set_finish(vlm_queue_slot_t *s,
+    vlm_queue_finish_t reason, vlm_status_t status, const char *msg);
 static void vlm_queue_notify_engine(vlm_queue_t *q);
 static void vlm_queue_signal(int fd, _Atomic uint32_t *signalled);
 static int64_t vlm_queue_blocks_find(vlm_queue_t *q, uint32_t n);
