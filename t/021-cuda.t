@@ -3,7 +3,8 @@
 # prompt counts equal, every answer complete; whether the text is the
 # CPU's is noted), a streamed one, an image,
 # and the KV blocks and sequence slots back to idle afterwards.  Skipped
-# unless the engine was built with CUDA and nvidia-smi sees a GPU.
+# unless an engine was built with CUDA (the build's, or make cuda's in
+# build-cuda/) and nvidia-smi sees a GPU.
 
 use strict;
 use warnings;
@@ -16,9 +17,9 @@ use VLMTest;
 
 my $build = vlm_prereqs();
 
-my $features = `$build/vlm-engine --features 2>/dev/null` // '';
-plan skip_all => "the engine has no CUDA backend ($features)"
-    if $features !~ /\bcuda\b/;
+my ($engine, $features) = vlm_cuda_engine($build);
+plan skip_all => "no engine has the CUDA backend ($features): make cuda"
+    if !defined $engine;
 plan skip_all => 'no GPU visible (nvidia-smi -L)'
     if system('nvidia-smi -L >/dev/null 2>&1') != 0;
 
@@ -47,7 +48,8 @@ my @ref = answers($cpu);
 VLMTest::vlm_stop($cpu);
 
 my $gpu = vlm_start(name => 'cuda-gpu',
-                    http_config => "    vlm_backend cuda;\n");
+                    http_config => "    vlm_backend cuda;\n"
+                                   . "    vlm_engine_binary $engine;\n");
 END { VLMTest::vlm_stop($gpu) if $gpu }
 
 is(vlm_health($gpu)->{backend}, 'cuda', '/health: backend cuda');

@@ -1,8 +1,9 @@
 # "vlm_backend cuda" with an engine built with CUDA on a machine with no
 # GPU (CI): nginx starts, the engine's start-up fails with a message that
 # says no GPU is visible (in nginx's error log, where the engine writes),
-# /health stays 503 and chat requests get 503.  Skipped where the engine
-# has no CUDA backend or a GPU is visible (t/021 serves on it there).
+# /health stays 503 and chat requests get 503.  The engine is the build's
+# if it has CUDA, else make cuda's (build-cuda/); skipped where none has
+# or a GPU is visible (t/021 serves on it there).
 
 use strict;
 use warnings;
@@ -16,14 +17,15 @@ use VLMTest;
 
 my $build = vlm_prereqs();
 
-my $features = `$build/vlm-engine --features 2>/dev/null` // '';
-plan skip_all => "the engine has no CUDA backend ($features)"
-    if $features !~ /\bcuda\b/;
+my ($engine, $features) = vlm_cuda_engine($build);
+plan skip_all => "no engine has the CUDA backend ($features): make cuda"
+    if !defined $engine;
 plan skip_all => 'a GPU is visible: t/021-cuda.t serves on it'
     if system('nvidia-smi -L >/dev/null 2>&1') == 0;
 
 my $srv = vlm_start(name => 'cuda-nogpu', wait => 0,
-                    http_config => "    vlm_backend cuda;\n");
+                    http_config => "    vlm_backend cuda;\n"
+                                   . "    vlm_engine_binary $engine;\n");
 END { VLMTest::vlm_stop($srv) if $srv }
 
 my ($line, $log) = (undef, '');

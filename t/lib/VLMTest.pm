@@ -27,7 +27,7 @@ our @EXPORT = qw(
     vlm_health vlm_wait_idle vlm_wait_ready vlm_engine_pids vlm_png
     vlm_jpeg vlm_data_url vlm_json vlm_chat_body vlm_open_stream
     vlm_read_some vlm_prereqs vlm_root vlm_reload vlm_stream_ok vlm_secs
-    vlm_engine_arg vlm_reload_engine vlm_answer_ok vlm_port
+    vlm_engine_arg vlm_reload_engine vlm_answer_ok vlm_port vlm_cuda_engine
 );
 
 my $ROOT = abs_path(__FILE__ . '/../../..');
@@ -69,6 +69,25 @@ sub vlm_prereqs () {
     }
 
     return $build;
+}
+
+
+# an engine built with the CUDA backend: the build's own, else make cuda's
+# (VLM_CUDA_BUILD, build-cuda/: the CPU build has none); undef and what
+# the last one looked at said, when there is none
+sub vlm_cuda_engine ($) {
+    my ($build) = @_;
+    my $said = '';
+
+    for my $dir ($build, $ENV{VLM_CUDA_BUILD} || "$ROOT/build-cuda") {
+        my $engine = "$dir/vlm-engine";
+        next if !-x $engine;
+
+        $said = `$engine --features 2>/dev/null` // '';
+        return ($engine, $said) if $said =~ /\bcuda\b/;
+    }
+
+    return (undef, $said);
 }
 
 
