@@ -1,7 +1,8 @@
 /*
  * Kernel launches on the emulated CUDA device: the blocks of the grid one
- * after the other, each block's threads as ucontext fibers that switch at
- * __syncthreads and at warp operations, so that a block's threads see
+ * after the other, each block's threads as fibers (a stack each, switched
+ * by cudaemu_switch, which saves what the x86-64 ABI has the callee keep)
+ * that switch at __syncthreads and at warp operations, so that a block's threads see
  * each other's shared memory writes exactly where CUDA guarantees it.
  * A barrier or a warp operation that cannot complete on hardware (part
  * of the block gone, a lane missing from a mask, a wait forever) fails
@@ -12,13 +13,50 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <ucontext.h>
 
 #include <vector>
 
 #include "cudaemu_int.h"
+
+
+#ifndef __x86_64__
+#error "the emulated CUDA device switches fibers on x86-64 only"
+#endif
+
+
+/* saves the callee-saved registers on this stack, *from = it, runs to */
+extern "C" void cudaemu_switch(void **from, void *to);
+
+__asm__(
+    ".text\n"
+    ".globl cudaemu_switch\n"
+    ".type cudaemu_switch, @function\n"
+    "cudaemu_switch:\n"
+    "    pushq %rbp\n"
+    "    pushq %rbx\n"
+    "    pushq %r12\n"
+    "    pushq %r13\n"
+    "    pushq %r14\n"
+    "    pushq %r15\n"
+    "    subq $8, %rsp\n"
+    "    stmxcsr (%rsp)\n"
+    "    fnstcw 4(%rsp)\n"
+    "    movq %rsp, (%rdi)\n"
+    "    movq %rsi, %rsp\n"
+    "    ldmxcsr (%rsp)\n"
+    "    fldcw 4(%rsp)\n"
+    "    addq $8, %rsp\n"
+    "    popq %r15\n"
+    "    popq %r14\n"
+    "    popq %r13\n"
+    "    popq %r12\n"
+    "    popq %rbx\n"
+    "    popq %rbp\n"
+    "    ret\n"
+    ".size cudaemu_switch, .-cudaemu_switch\n");
 
 
 namespace cudaemu {
@@ -33,7 +71,7 @@ thread_local block_ctx   *cur_block;
 
 
 struct fiber {
-    ucontext_t  ctx;
+    void       *sp;
     thread_ctx  t;
     bool        done;
 };
@@ -57,7 +95,7 @@ struct run_state {
     bool                progress;
     bool                failed;
     fiber              *cur;
-    ucontext_t          sched;
+    void               *sched_sp;
 };
 
 static thread_local run_state  *run;
@@ -72,7 +110,7 @@ fail_here(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void
 wait_turn()
 {
-    swapcontext(&run->cur->ctx, &run->sched);
+    cudaemu_switch(&run->cur->sp, run->sched_sp);
 }
 
 
@@ -222,6 +260,7 @@ ballot(unsigned mask, int pred, const char *op)
 }
 
 
+/* a fiber's life: the kernel, then back to the scheduler for good */
 static void
 fiber_main()
 {
@@ -235,6 +274,35 @@ fiber_main()
         fail_here("exited while %u threads of the block wait at "
                   "__syncthreads", run->bar_arrived);
     }
+
+    for ( ;; ) {
+        wait_turn();            /* never resumed */
+    }
+}
+
+
+/* a stack whose first switch to it returns into fiber_main */
+static void *
+fiber_stack(char *stack, size_t size)
+{
+    uintptr_t   top;
+    uint64_t   *sp;
+    uint32_t    csr[2] = { 0, 0 };
+
+    top = ((uintptr_t) stack + size) & ~(uintptr_t) 15;
+    sp = (uint64_t *) (top - 16);
+
+    sp[0] = (uint64_t) (uintptr_t) fiber_main;
+    sp[1] = 0;                              /* fiber_main's return */
+
+    __asm__ volatile ("stmxcsr %0\n\tfnstcw %1" : "=m" (csr[0]),
+                      "=m" (csr[1]));
+
+    sp -= 7;                                /* rbp .. r15 and the csrs */
+    memset(sp, 0, 7 * sizeof(uint64_t));
+    memcpy(sp, csr, sizeof(csr));
+
+    return sp;
 }
 
 
@@ -252,11 +320,7 @@ run_block(run_state *r)
     for (i = 0; i < r->n; i++) {
         f = &r->fibers[i];
         f->done = false;
-        getcontext(&f->ctx);
-        f->ctx.uc_stack.ss_sp = stacks + (size_t) i * FIBER_STACK;
-        f->ctx.uc_stack.ss_size = FIBER_STACK;
-        f->ctx.uc_link = &r->sched;
-        makecontext(&f->ctx, fiber_main, 0);
+        f->sp = fiber_stack(stacks + (size_t) i * FIBER_STACK, FIBER_STACK);
     }
 
     for ( ;; ) {
@@ -271,7 +335,7 @@ run_block(run_state *r)
 
             r->cur = f;
             cur_thread = &f->t;
-            swapcontext(&r->sched, &f->ctx);
+            cudaemu_switch(&r->sched_sp, f->sp);
 
             if (r->failed) {
                 return false;
