@@ -855,7 +855,7 @@ test_pool_idle(void **state)
 /* the model: CUDA against CPU on the fixture checkpoints */
 
 static vlm_model_t *
-load_model(const char *name, const char *backend)
+load_model(const char *name, const char *backend, size_t image_cache)
 {
     char                path[256];
     vlm_error_t         err;
@@ -866,6 +866,7 @@ load_model(const char *name, const char *backend)
     p.backend = backend;
     p.device_bytes = (size_t) 256 << 20;
     p.max_image_patches = 256;          /* SmolVLM's 3x3 tiles + 1 */
+    p.image_cache_bytes = image_cache;
 
     snprintf(path, sizeof(path), FIX "/%s", name);
 
@@ -984,8 +985,8 @@ parity_model(const char *name)
     vlm_model_t        *mc, *mg;
     vlm_model_stats_t   st;
 
-    mc = load_model(name, "cpu");
-    mg = load_model(name, "cuda");
+    mc = load_model(name, "cpu", 0);
+    mg = load_model(name, "cuda", 0);
 
     parity_case(mc, mg, name, "text", 0);
     parity_case(mc, mg, name, "image1", 1);
@@ -996,6 +997,33 @@ parity_model(const char *name)
     assert_int_equal(st.backend_allocs, 0);
     assert_int_equal(st.kv_blocks_used, 0);
     assert_int_equal(st.seqs_used, 0);
+
+    vlm_model_free(mc);
+    vlm_model_free(mg);
+}
+
+
+/*
+ * the image cache on: the second prefill of the same image takes its
+ * features from the cache, which lives in the feature pool
+ */
+static void
+test_model_image_cache(void **state)
+{
+    vlm_model_t        *mc, *mg;
+    vlm_model_stats_t   st;
+
+    require_gpu();
+
+    mc = load_model("qwen2vl-f32", "cpu", (size_t) 8 << 20);
+    mg = load_model("qwen2vl-f32", "cuda", (size_t) 8 << 20);
+
+    parity_case(mc, mg, "qwen2vl-f32", "image1", 1);
+    parity_case(mc, mg, "qwen2vl-f32", "image1", 1);
+
+    vlm_model_stats(mg, &st);
+    assert_int_equal(st.image_cache_misses, 1);
+    assert_int_equal(st.image_cache_hits, 1);
 
     vlm_model_free(mc);
     vlm_model_free(mg);
@@ -1329,6 +1357,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_attention_paged),
         cmocka_unit_test(test_attention_varlen),
         cmocka_unit_test(test_pool_idle),
+        cmocka_unit_test(test_model_image_cache),
         cmocka_unit_test(test_model_qwen2vl_f32),
         cmocka_unit_test(test_model_qwen2vl_bf16),
         cmocka_unit_test(test_model_qwen25vl_f32),

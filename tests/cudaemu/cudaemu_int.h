@@ -23,6 +23,7 @@ struct region {
     char     *base;
     size_t    size;
     mem_kind  kind;
+    bool      registered;       /* host memory of its owner's, pinned */
 };
 
 /* where p lies; MEM_HOST (and r untouched) when in no region */

@@ -200,7 +200,7 @@ map_region(size_t size, mem_kind kind)
 
     std::lock_guard<std::mutex>  g(lock);
 
-    regions[(uintptr_t) p] = region{p, size, kind};
+    regions[(uintptr_t) p] = region{p, size, kind, false};
     if (kind == MEM_DEVICE) {
         device_used += len;
     }
@@ -222,7 +222,7 @@ unmap_region(void *p, mem_kind kind)
     {
         std::lock_guard<std::mutex>  g(lock);
 
-        if (find_locked(p, &r) != kind || r.base != p) {
+        if (find_locked(p, &r) != kind || r.base != p || r.registered) {
             return cudaErrorInvalidValue;
         }
 
@@ -474,6 +474,51 @@ cudaFreeHost(void *p)
 {
     return unmap_region(p, MEM_PINNED) == cudaSuccess
            ? enter() : set_error(cudaErrorInvalidValue, false);
+}
+
+
+/* pinned from now on, device-accessible at the same address */
+cudaError_t
+cudaHostRegister(void *p, size_t size, unsigned flags)
+{
+    char  *b = (char *) p;
+
+    (void) flags;
+
+    if (p == NULL || size == 0) {
+        return set_error(cudaErrorInvalidValue, false);
+    }
+
+    std::lock_guard<std::mutex>  g(lock);
+
+    if (find_locked(b, NULL) != MEM_HOST
+        || find_locked(b + size - 1, NULL) != MEM_HOST)
+    {
+        last_error = cudaErrorInvalidValue;
+        return cudaErrorInvalidValue;
+    }
+
+    regions[(uintptr_t) p] = region{b, size, MEM_PINNED, true};
+
+    return sticky;
+}
+
+
+cudaError_t
+cudaHostUnregister(void *p)
+{
+    region  r;
+
+    std::lock_guard<std::mutex>  g(lock);
+
+    if (find_locked(p, &r) != MEM_PINNED || r.base != p || !r.registered) {
+        last_error = cudaErrorInvalidValue;
+        return cudaErrorInvalidValue;
+    }
+
+    regions.erase((uintptr_t) p);
+
+    return sticky;
 }
 
 

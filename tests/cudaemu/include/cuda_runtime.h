@@ -76,6 +76,9 @@ typedef struct cudaDeviceProp {
 #define cudaEventInterprocess        0x04
 #define cudaHostAllocDefault         0x00
 #define cudaHostAllocPortable        0x01
+#define cudaHostRegisterDefault      0x00
+#define cudaHostRegisterPortable     0x01
+#define cudaHostRegisterMapped       0x02
 
 
 const char *cudaGetErrorString(cudaError_t e);
@@ -94,6 +97,8 @@ cudaError_t cudaFree(void *p);
 cudaError_t cudaHostAlloc(void **p, size_t size, unsigned flags);
 cudaError_t cudaMallocHost(void **p, size_t size);
 cudaError_t cudaFreeHost(void *p);
+cudaError_t cudaHostRegister(void *p, size_t size, unsigned flags);
+cudaError_t cudaHostUnregister(void *p);
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t size,
     cudaMemcpyKind kind);
