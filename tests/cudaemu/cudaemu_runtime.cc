@@ -309,6 +309,21 @@ copy(void *dst, const void *src, size_t size, cudaMemcpyKind kind)
     return cudaSuccess;
 }
 
+/* a stream or an event */
+template <typename H>
+static cudaError_t
+create(H **h, unsigned flags)
+{
+    *h = (H *) calloc(1, sizeof(H));
+    if (*h == NULL) {
+        return set_error(cudaErrorMemoryAllocation, false);
+    }
+
+    (*h)->flags = flags;
+
+    return enter();
+}
+
 } /* namespace cudaemu */
 
 
@@ -573,14 +588,7 @@ cudaMemsetAsync(void *p, int v, size_t size, cudaStream_t s)
 cudaError_t
 cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
 {
-    *s = (cudaStream_t) calloc(1, sizeof(**s));
-    if (*s == NULL) {
-        return set_error(cudaErrorMemoryAllocation, false);
-    }
-
-    (*s)->flags = flags;
-
-    return enter();
+    return create(s, flags);
 }
 
 
@@ -623,14 +631,7 @@ cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned flags)
 cudaError_t
 cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned flags)
 {
-    *ev = (cudaEvent_t) calloc(1, sizeof(**ev));
-    if (*ev == NULL) {
-        return set_error(cudaErrorMemoryAllocation, false);
-    }
-
-    (*ev)->flags = flags;
-
-    return enter();
+    return create(ev, flags);
 }
 
 

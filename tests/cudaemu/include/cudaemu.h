@@ -274,48 +274,21 @@ __all_sync(unsigned mask, int pred)
 
 
 /* the fibers of a block never run at once: plain read-modify-writes */
-template <typename T>
-static inline T
-atomicAdd(T *p, T v)
-{
-    T  old = *p;
+#define CUDAEMU_ATOMIC(name, update)                                        \
+    template <typename T>                                                   \
+    static inline T                                                         \
+    name(T *p, T v)                                                         \
+    {                                                                       \
+        T  old = *p;                                                        \
+                                                                            \
+        *p = (update);                                                      \
+        return old;                                                         \
+    }
 
-    *p = old + v;
-    return old;
-}
-
-
-template <typename T>
-static inline T
-atomicMax(T *p, T v)
-{
-    T  old = *p;
-
-    *p = old < v ? v : old;
-    return old;
-}
-
-
-template <typename T>
-static inline T
-atomicMin(T *p, T v)
-{
-    T  old = *p;
-
-    *p = v < old ? v : old;
-    return old;
-}
-
-
-template <typename T>
-static inline T
-atomicExch(T *p, T v)
-{
-    T  old = *p;
-
-    *p = v;
-    return old;
-}
+CUDAEMU_ATOMIC(atomicAdd, old + v)
+CUDAEMU_ATOMIC(atomicMax, old < v ? v : old)
+CUDAEMU_ATOMIC(atomicMin, v < old ? v : old)
+CUDAEMU_ATOMIC(atomicExch, v)
 
 
 template <typename T>
