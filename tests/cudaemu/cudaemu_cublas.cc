@@ -213,6 +213,8 @@ cublasGemmEx(cublasHandle_t h, cublasOperation_t transa,
         return CUBLAS_STATUS_INVALID_VALUE;
     }
 
+    device_open  open;
+
     for (j = 0; j < n; j++) {
         for (i = 0; i < m; i++) {
             acc = 0.0f;

@@ -33,6 +33,15 @@ mem_kind find(const void *p, region *r);
 cudaError_t set_error(cudaError_t e, bool sticky);
 cudaError_t sticky_error();
 
+/*
+ * device memory is PROT_NONE but within kernels, copies and cuBLAS: the
+ * host touching it faults, as it would on a GPU; open while alive
+ */
+struct device_open {
+    device_open();
+    ~device_open();
+};
+
 void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 } /* namespace cudaemu */

@@ -422,6 +422,8 @@ launch(const char *kernel, dim3 grid, dim3 block, size_t shared,
         r.fibers[i].t.linear = i;
     }
 
+    device_open  open;
+
     run = &r;
     cur_block = &r.block;
 

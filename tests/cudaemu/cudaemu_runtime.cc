@@ -6,6 +6,7 @@
  * the device's properties; the error state, sticky after a kernel fails.
  */
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,84 @@ static std::map<uintptr_t, region>    regions;     /* by base */
 static size_t                         device_used;
 static cudaError_t                    last_error;
 static cudaError_t                    sticky;
+static int                            opened;
+
+
+static void
+protect_device(int prot)
+{
+    size_t  page, len;
+
+    page = (size_t) sysconf(_SC_PAGESIZE);
+
+    for (auto &it : regions) {
+        if (it.second.kind == MEM_DEVICE) {
+            len = (it.second.size + page - 1) / page * page;
+            mprotect(it.second.base, len, prot);
+        }
+    }
+}
+
+
+device_open::device_open()
+{
+    std::lock_guard<std::mutex>  g(lock);
+
+    if (opened++ == 0) {
+        protect_device(PROT_READ | PROT_WRITE);
+    }
+}
+
+
+device_open::~device_open()
+{
+    std::lock_guard<std::mutex>  g(lock);
+
+    if (--opened == 0) {
+        protect_device(PROT_NONE);
+    }
+}
+
+
+/* names device memory that the host touched, then faults as it would */
+static void
+on_segv(int sig, siginfo_t *si, void *uc)
+{
+    static const char  msg[] = "cudaemu: the host touched device memory "
+                               "(outside kernels and copies)\n";
+    uintptr_t          a = (uintptr_t) si->si_addr;
+
+    (void) uc;
+
+    for (auto &it : regions) {
+        if (it.second.kind == MEM_DEVICE && a >= it.first
+            && a < it.first + it.second.size)
+        {
+            (void) !write(2, msg, sizeof(msg) - 1);
+            break;
+        }
+    }
+
+    signal(sig, SIG_DFL);
+}
+
+
+static void
+catch_host_access()
+{
+    static bool       done;
+    struct sigaction  sa;
+
+    if (done) {
+        return;
+    }
+
+    done = true;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_RESETHAND;
+    sigaction(SIGSEGV, &sa, NULL);
+}
 
 
 void
@@ -200,6 +279,13 @@ map_region(size_t size, mem_kind kind)
 
     std::lock_guard<std::mutex>  g(lock);
 
+    if (kind == MEM_DEVICE) {
+        catch_host_access();
+        if (opened == 0) {
+            mprotect(p, len, PROT_NONE);
+        }
+    }
+
     regions[(uintptr_t) p] = region{p, size, kind, false};
     if (kind == MEM_DEVICE) {
         device_used += len;
@@ -303,6 +389,8 @@ copy(void *dst, const void *src, size_t size, cudaMemcpyKind kind)
                "allocation)", size, src, dst, (int) kind);
         return set_error(cudaErrorInvalidValue, false);
     }
+
+    device_open  open;
 
     memmove(dst, src, size);
 
@@ -569,6 +657,8 @@ cudaMemset(void *p, int v, size_t size)
         report("cudaMemset of %zu bytes at %p: not device memory", size, p);
         return set_error(cudaErrorInvalidValue, false);
     }
+
+    device_open  open;
 
     memset(p, v, size);
 

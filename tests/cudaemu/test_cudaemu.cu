@@ -1,12 +1,13 @@
 /*
  * The emulated CUDA device against CUDA's semantics: __syncthreads and
  * shared memory, warp shuffles and votes, bf16 rounding, copies checked
- * against where their pointers live, kernel arguments that are host
- * memory, barriers and shuffles that hardware could not complete, and
+ * against where their pointers live, the host touching device memory,
+ * kernel arguments that are host memory, barriers and shuffles that hardware could not complete, and
  * cublasGemmEx with its transposes and leading dimensions.
  */
 
 #include <math.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -241,6 +242,7 @@ in_child(void (*fn)(void))
 
     pid = fork();
     if (pid == 0) {
+        signal(SIGSEGV, SIG_DFL);       /* cmocka's handler goes on */
         fn();
         _exit(cudaGetLastError() == cudaSuccess ? 0 : 3);
     }
@@ -285,6 +287,23 @@ launch_fine(void)
     float  *y = (float *) dev_alloc(64 * sizeof(float));
 
     VLM_LAUNCH(emu_copy, 2, 32, 0, NULL, y, x, 64);
+}
+
+
+/* the host reads device memory: a fault, as on a GPU */
+static void
+host_reads_device(void)
+{
+    volatile float  *d = (volatile float *) dev_alloc(64 * sizeof(float));
+
+    (void) d[3];
+}
+
+
+static void
+test_host_access(void **state)
+{
+    assert_int_equal(in_child(host_reads_device), 128 + SIGSEGV);
 }
 
 
@@ -395,6 +414,7 @@ main(void)
         cmocka_unit_test(test_bf16_rounding),
         cmocka_unit_test(test_launch_errors),
         cmocka_unit_test(test_copy_kinds),
+        cmocka_unit_test(test_host_access),
         cmocka_unit_test(test_gemm),
     };
 
