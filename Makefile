@@ -255,6 +255,7 @@ test: deps
 	$(MAKE) -j$(NPROC) bench-build
 	$(MAKE) cuda
 	$(MAKE) unit
+	$(MAKE) test-cuda-emu
 	-$(MAKE) venv-test
 	$(MAKE) prove
 	$(MAKE) asan-fuzz HTTP_FUZZ_REQUESTS=3000 HTTP_FUZZ_SECONDS=120
