@@ -255,6 +255,7 @@ test: deps
 	$(MAKE) -j$(NPROC) bench-build
 	$(MAKE) cuda
 	$(MAKE) unit
+	$(MAKE) test-cuda-emu
 	-$(MAKE) venv-test
 	$(MAKE) prove
 	$(MAKE) asan-fuzz HTTP_FUZZ_REQUESTS=3000 HTTP_FUZZ_SECONDS=120
@@ -273,6 +274,48 @@ cuda:
 	    $(MAKE) -j$(NPROC) BUILD=$(CUDA_BUILD) CUDA=1 engine \
 	        $(CUDA_TESTS:tests/%.c=$(CUDA_BUILD)/tests/%); \
 	 fi
+
+# make test-cuda-emu: the CUDA backend on the emulated device of
+# tests/cudaemu (the kernels built by the host C++ compiler, the runtime,
+# cuBLAS and NCCL run on the CPU), in build-cudaemu/, and on it the CUDA
+# tests; no GPU and no CUDA toolkit needed
+EMU_BUILD := $(ROOT)/build-cudaemu
+EMU_DIR   := tests/cudaemu
+EMU_SRCS  := $(sort $(wildcard $(EMU_DIR)/*.cc))
+EMU_HDRS  := $(wildcard $(EMU_DIR)/*.h $(EMU_DIR)/include/*.h \
+                        kernels/*.h kernels/*.cuh)
+EMU_OBJS  := $(EMU_SRCS:%.cc=$(EMU_BUILD)/%.o) \
+             $(CUDA_SRCS:%.cu=$(EMU_BUILD)/%.o) \
+             $(CUDA_HOST_SRCS:%.c=$(EMU_BUILD)/%.o)
+EMU_SELF  := $(EMU_BUILD)/$(EMU_DIR)/test_cudaemu
+EMU_TESTS := $(EMU_SELF) $(EMU_BUILD)/tests/test_backend_ops
+CXX       ?= c++
+EMU_CXXFLAGS := -std=c++17 -g $(OPT) -fPIC -Wall -Wextra -Werror \
+                -Wno-unused-parameter -Wno-unknown-pragmas -pthread $(SAN) \
+                -I$(ROOT)/$(EMU_DIR)/include -I$(ROOT)/kernels
+EMU_CPPFLAGS := $(CPPFLAGS) -I$(ROOT)/$(EMU_DIR)/include \
+                -I$(ROOT)/kernels -I$(ROOT)/$(EMU_DIR)
+
+$(EMU_BUILD)/$(EMU_DIR)/%.o: $(EMU_DIR)/%.cc $(EMU_HDRS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -I$(ROOT)/$(EMU_DIR) -c $< -o $@
+
+$(EMU_BUILD)/%.o: %.cu $(EMU_HDRS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -x c++ -c $< -o $@
+
+$(EMU_BUILD)/%.o: %.c $(EMU_HDRS) $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(EMU_CPPFLAGS) -c $< -o $@
+
+$(EMU_TESTS): %: %.o $(EMU_OBJS) $(LIB)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(EMU_OBJS) $(LIB) -lcmocka \
+	    -lstdc++ $(LDLIBS)
+
+.PHONY: test-cuda-emu
+test-cuda-emu: $(EMU_TESTS)
+	@UNIT_LABEL=cuda-emu UNIT_SKIP_FAILS=1 $(ROOT)/scripts/run-unit \
+	    $(EMU_TESTS)
 
 # the OpenAI Python SDK for t/009-openai-sdk.t; without PyPI the suite is
 # skipped, which is why make test goes on when this fails
@@ -490,4 +533,4 @@ fuzz:
 	done
 
 clean:
-	rm -rf $(BUILD) $(CUDA_BUILD) $(ROOT)/build-asan $(ROOT)/build-fuzz t/servroot*
+	rm -rf $(BUILD) $(CUDA_BUILD) $(EMU_BUILD) $(ROOT)/build-asan $(ROOT)/build-fuzz t/servroot*

@@ -111,8 +111,8 @@ vlm_cuda_act(cudaStream_t s, float *x, int n, int dim, int act)
         return cudaSuccess;
     }
 
-    vlm_act_kernel<<<vlm_cuda_blocks(total, VLM_ELT_THREADS),
-                     VLM_ELT_THREADS, 0, s>>>(x, x, NULL, total, act);
+    VLM_LAUNCH(vlm_act_kernel, vlm_cuda_blocks(total, VLM_ELT_THREADS),
+        VLM_ELT_THREADS, 0, s, x, x, NULL, total, act);
 
     return vlm_cuda_launched();
 }
@@ -133,8 +133,8 @@ vlm_cuda_gated_act(cudaStream_t s, float *y, const float *gate,
         return cudaSuccess;
     }
 
-    vlm_act_kernel<<<vlm_cuda_blocks(total, VLM_ELT_THREADS),
-                     VLM_ELT_THREADS, 0, s>>>(y, gate, up, total, act);
+    VLM_LAUNCH(vlm_act_kernel, vlm_cuda_blocks(total, VLM_ELT_THREADS),
+        VLM_ELT_THREADS, 0, s, y, gate, up, total, act);
 
     return vlm_cuda_launched();
 }
@@ -147,8 +147,8 @@ vlm_cuda_add(cudaStream_t s, float *y, const float *x, size_t n)
         return cudaSuccess;
     }
 
-    vlm_add_kernel<<<vlm_cuda_blocks(n, VLM_ELT_THREADS), VLM_ELT_THREADS,
-                     0, s>>>(y, x, n);
+    VLM_LAUNCH(vlm_add_kernel, vlm_cuda_blocks(n, VLM_ELT_THREADS),
+        VLM_ELT_THREADS, 0, s, y, x, n);
 
     return vlm_cuda_launched();
 }
@@ -169,8 +169,8 @@ vlm_cuda_add_bias(cudaStream_t s, float *y, const float *bias, int n,
         return cudaSuccess;
     }
 
-    vlm_add_bias_kernel<<<vlm_cuda_blocks(total, VLM_ELT_THREADS),
-                          VLM_ELT_THREADS, 0, s>>>(y, bias, total, dim);
+    VLM_LAUNCH(vlm_add_bias_kernel, vlm_cuda_blocks(total, VLM_ELT_THREADS),
+        VLM_ELT_THREADS, 0, s, y, bias, total, dim);
 
     return vlm_cuda_launched();
 }
@@ -183,9 +183,8 @@ vlm_cuda_to_bf16(cudaStream_t s, uint16_t *dst, const float *src, size_t n)
         return cudaSuccess;
     }
 
-    vlm_to_bf16_kernel<<<vlm_cuda_blocks(n, VLM_ELT_THREADS),
-                         VLM_ELT_THREADS, 0, s>>>((__nv_bfloat16 *) dst, src,
-                                                  n);
+    VLM_LAUNCH(vlm_to_bf16_kernel, vlm_cuda_blocks(n, VLM_ELT_THREADS),
+        VLM_ELT_THREADS, 0, s, (__nv_bfloat16 *) dst, src, n);
 
     return vlm_cuda_launched();
 }

@@ -91,7 +91,7 @@ vlm_cuda_argmax(cudaStream_t s, int32_t *out, const float *x, int n,
         return cudaSuccess;
     }
 
-    vlm_argmax_kernel<<<n, VLM_ARGMAX_THREADS, 0, s>>>(out, x, dim);
+    VLM_LAUNCH(vlm_argmax_kernel, n, VLM_ARGMAX_THREADS, 0, s, out, x, dim);
 
     return vlm_cuda_launched();
 }

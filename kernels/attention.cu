@@ -224,7 +224,7 @@ vlm_attn_paged_kernel(const float *k_cache, const float *v_cache,
     int block_size, int n_heads, int n_kv_heads, int hd, float scale,
     int bk, vlm_attn_seqs_t seqs, float *ws)
 {
-    extern __shared__ float  smem[];
+    VLM_DYNAMIC_SHARED(float, smem);
     __shared__ int           lims[2 * VLM_ATTN_WARPS];
     int                      s, i, group, per_kv, kvh, h, warp, kv_dim;
     const float             *qp;
@@ -357,7 +357,7 @@ vlm_attn_varlen_kernel(float *out, const float *q, const float *k,
     int n_kv_heads, int hd, float scale, const int32_t *cu_seqlens,
     int n_segments, int causal, int bk)
 {
-    extern __shared__ float  smem[];
+    VLM_DYNAMIC_SHARED(float, smem);
     __shared__ int           lims[2 * VLM_ATTN_WARPS];
     int                      total, tiles, t, h, i, a, b, mid, lo, hi;
     int                      kvh, warp;
@@ -485,19 +485,18 @@ vlm_cuda_attention_paged(cudaStream_t s, const float *k_cache,
     grid = dim3((unsigned) rows, (unsigned) (n_kv_heads * per_kv),
                 (unsigned) split);
 
-    vlm_attn_paged_kernel<<<grid, VLM_ATTN_THREADS,
-                            vlm_attn_smem(head_dim, bk), s>>>(
-        k_cache, v_cache, block_size, n_heads, n_kv_heads, head_dim, scale,
-        bk, p, ws);
+    VLM_LAUNCH(vlm_attn_paged_kernel, grid, VLM_ATTN_THREADS,
+        vlm_attn_smem(head_dim, bk), s, k_cache, v_cache, block_size, n_heads,
+        n_kv_heads, head_dim, scale, bk, p, ws);
 
     e = vlm_cuda_launched();
     if (e != cudaSuccess || split == 1) {
         return e;
     }
 
-    vlm_attn_merge_kernel<<<dim3((unsigned) rows, (unsigned) n_heads),
-                            VLM_WARP, 0, s>>>(ws, n_heads, head_dim, split,
-                                              p);
+    VLM_LAUNCH(vlm_attn_merge_kernel,
+        dim3((unsigned) rows, (unsigned) n_heads), VLM_WARP, 0, s,
+        ws, n_heads, head_dim, split, p);
 
     return vlm_cuda_launched();
 }
@@ -524,10 +523,10 @@ vlm_cuda_attention_varlen(cudaStream_t s, float *out, const float *q,
 
     bk = vlm_attn_bk(head_dim);
 
-    vlm_attn_varlen_kernel<<<max_blocks, VLM_ATTN_THREADS,
-                             vlm_attn_smem(head_dim, bk), s>>>(
-        out, q, k, v, q_stride, kv_stride, n_heads, n_kv_heads, head_dim,
-        scale, cu_seqlens, n_segments, causal, bk);
+    VLM_LAUNCH(vlm_attn_varlen_kernel, max_blocks, VLM_ATTN_THREADS,
+        vlm_attn_smem(head_dim, bk), s, out, q, k, v, q_stride, kv_stride,
+        n_heads, n_kv_heads, head_dim, scale, cu_seqlens, n_segments, causal,
+        bk);
 
     return vlm_cuda_launched();
 }

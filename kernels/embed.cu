@@ -99,7 +99,7 @@ vlm_cuda_embed(cudaStream_t s, float *y, const uint16_t *table, int cols,
         return cudaSuccess;
     }
 
-    vlm_embed_kernel<<<n, VLM_ROW_THREADS, 0, s>>>(
+    VLM_LAUNCH(vlm_embed_kernel, n, VLM_ROW_THREADS, 0, s,
         y, (const __nv_bfloat16 *) table, cols, ids);
 
     return vlm_cuda_launched();
@@ -118,7 +118,8 @@ vlm_cuda_gather_rows(cudaStream_t s, float *y, const float *x,
         return cudaSuccess;
     }
 
-    vlm_gather_rows_kernel<<<n, VLM_ROW_THREADS, 0, s>>>(y, x, idx, dim);
+    VLM_LAUNCH(vlm_gather_rows_kernel, n, VLM_ROW_THREADS, 0, s, y, x, idx,
+        dim);
 
     return vlm_cuda_launched();
 }
@@ -137,9 +138,8 @@ vlm_cuda_kv_store(cudaStream_t s, float *k_cache, float *v_cache,
         return cudaSuccess;
     }
 
-    vlm_kv_store_kernel<<<n, VLM_ROW_THREADS, 0, s>>>(
-        k_cache, v_cache, block_table, block_size, kv_dim, start, k, v,
-        kv_stride);
+    VLM_LAUNCH(vlm_kv_store_kernel, n, VLM_ROW_THREADS, 0, s, k_cache,
+        v_cache, block_table, block_size, kv_dim, start, k, v, kv_stride);
 
     return vlm_cuda_launched();
 }

@@ -146,20 +146,20 @@ vlm_cuda_gemv(cudaStream_t s, float *y, const float *x, const uint16_t *w,
 
     switch (n) {
     case 1:
-        vlm_gemv_kernel<1><<<blocks, VLM_GEMV_THREADS, 0, s>>>(
-            y, x, wb, bias, rows, cols);
+        VLM_LAUNCH(vlm_gemv_kernel<1>, blocks, VLM_GEMV_THREADS, 0, s, y, x,
+            wb, bias, rows, cols);
         break;
     case 2:
-        vlm_gemv_kernel<2><<<blocks, VLM_GEMV_THREADS, 0, s>>>(
-            y, x, wb, bias, rows, cols);
+        VLM_LAUNCH(vlm_gemv_kernel<2>, blocks, VLM_GEMV_THREADS, 0, s, y, x,
+            wb, bias, rows, cols);
         break;
     case 3:
-        vlm_gemv_kernel<3><<<blocks, VLM_GEMV_THREADS, 0, s>>>(
-            y, x, wb, bias, rows, cols);
+        VLM_LAUNCH(vlm_gemv_kernel<3>, blocks, VLM_GEMV_THREADS, 0, s, y, x,
+            wb, bias, rows, cols);
         break;
     default:
-        vlm_gemv_kernel<4><<<blocks, VLM_GEMV_THREADS, 0, s>>>(
-            y, x, wb, bias, rows, cols);
+        VLM_LAUNCH(vlm_gemv_kernel<4>, blocks, VLM_GEMV_THREADS, 0, s, y, x,
+            wb, bias, rows, cols);
         break;
     }
 

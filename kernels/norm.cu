@@ -90,7 +90,8 @@ vlm_cuda_rms_norm(cudaStream_t s, float *y, const float *x, const float *g,
         return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
     }
 
-    vlm_rms_norm_kernel<<<n, VLM_NORM_THREADS, 0, s>>>(y, x, g, dim, eps);
+    VLM_LAUNCH(vlm_rms_norm_kernel, n, VLM_NORM_THREADS, 0, s, y, x, g, dim,
+        eps);
 
     return vlm_cuda_launched();
 }
@@ -104,8 +105,8 @@ vlm_cuda_layer_norm(cudaStream_t s, float *y, const float *x,
         return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
     }
 
-    vlm_layer_norm_kernel<<<n, VLM_NORM_THREADS, 0, s>>>(y, x, g, b, dim,
-                                                         eps);
+    VLM_LAUNCH(vlm_layer_norm_kernel, n, VLM_NORM_THREADS, 0, s, y, x, g, b,
+        dim, eps);
 
     return vlm_cuda_launched();
 }

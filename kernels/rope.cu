@@ -104,11 +104,9 @@ vlm_cuda_rope_table(cudaStream_t s, float *cos_out, float *sin_out,
     memset(&c, 0, sizeof(c));
     memcpy(c.c, comp, (size_t) half);
 
-    vlm_rope_table_kernel<<<vlm_cuda_blocks((size_t) n * half,
-                                            VLM_ROPE_THREADS),
-                            VLM_ROPE_THREADS, 0, s>>>(cos_out, sin_out, pos,
-                                                      n, n_comp, inv_freq,
-                                                      c, half);
+    VLM_LAUNCH(vlm_rope_table_kernel, vlm_cuda_blocks((size_t) n * half,
+        VLM_ROPE_THREADS), VLM_ROPE_THREADS, 0, s, cos_out, sin_out, pos, n,
+        n_comp, inv_freq, c, half);
 
     return vlm_cuda_launched();
 }
@@ -126,10 +124,9 @@ vlm_cuda_rope(cudaStream_t s, float *x, int n, int stride, int n_heads,
         return cudaSuccess;
     }
 
-    vlm_rope_kernel<<<vlm_cuda_blocks((size_t) n * n_heads * (head_dim / 2),
-                                      VLM_ROPE_THREADS),
-                      VLM_ROPE_THREADS, 0, s>>>(x, n, stride, n_heads,
-                                                head_dim, cos_in, sin_in);
+    VLM_LAUNCH(vlm_rope_kernel, vlm_cuda_blocks((size_t) n * n_heads *
+        (head_dim / 2), VLM_ROPE_THREADS), VLM_ROPE_THREADS, 0, s, x, n,
+        stride, n_heads, head_dim, cos_in, sin_in);
 
     return vlm_cuda_launched();
 }

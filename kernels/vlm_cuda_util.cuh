@@ -1,6 +1,6 @@
 /*
- * Device helpers shared by the kernels: warp and block reductions, and
- * the launch checks every launcher ends with.
+ * Device helpers shared by the kernels: warp and block reductions, the
+ * launch and the launch checks every launcher ends with.
  */
 
 #ifndef VLM_CUDA_UTIL_CUH
@@ -12,6 +12,32 @@
 
 
 #define VLM_WARP  32
+
+
+/*
+ * every launch goes through VLM_LAUNCH, so that the same source builds
+ * with nvcc and with the host compiler for the emulated device
+ * (tests/cudaemu), which runs the grid on the CPU; its dynamic shared
+ * memory is VLM_DYNAMIC_SHARED's array
+ */
+#ifdef __CUDACC__
+
+#define VLM_LAUNCH(kernel, grid, block, shared, stream, ...)                \
+    kernel<<<grid, block, shared, stream>>>(__VA_ARGS__)
+
+#define VLM_DYNAMIC_SHARED(type, name)                                      \
+    extern __shared__ type  name[]
+
+#else
+
+#define VLM_LAUNCH(kernel, grid, block, shared, stream, ...)                \
+    cudaemu_launch(#kernel, kernel, grid, block, shared, stream,            \
+                   #__VA_ARGS__, __VA_ARGS__)
+
+#define VLM_DYNAMIC_SHARED(type, name)                                      \
+    type  *name = (type *) cudaemu_dynamic_shared()
+
+#endif
 
 
 static __device__ __forceinline__ float

@@ -16,6 +16,7 @@
 
 #include "core/vlm_common.h"
 #include "core/vlm_dtype.h"
+#include "vlm_fpool.h"
 
 
 typedef struct vlm_backend_s  vlm_backend_t;
@@ -239,6 +240,13 @@ typedef struct {
 
     /* the KV element types kv_store() and attention_paged() take */
     unsigned  kv_dtypes;        /* 1 << vlm_dtype_t, bit by bit */
+
+    /*
+     * the feature pool's memory (the image cache, the tensor-parallel
+     * image transfers), which the ops read and write as this backend's
+     * memory; NULL: host memory, vlm_fpool_cpu_ops
+     */
+    const vlm_fpool_ops_t  *fpool_ops;
 } vlm_backend_ops_t;
 
 

@@ -652,6 +652,74 @@ vlm_cuda_free(vlm_backend_t *be)
 }
 
 
+/*
+ * The feature pool: host memory (shared between the ranks' processes
+ * where it has an fd) registered as mapped pinned memory, which kernels
+ * read and write through its device address (the same address: unified
+ * addressing), and which copies reach from device memory or host memory
+ * alike.  The copies wait for the device first: the slices are written
+ * by the step that just ran on the backend's stream.
+ */
+static void *
+vlm_cuda_fpool_map(int fd, size_t size, vlm_error_t *err)
+{
+    void         *p;
+    cudaError_t   e;
+
+    p = vlm_fpool_cpu_ops.map(fd, size, err);
+    if (p == NULL) {
+        return NULL;
+    }
+
+    e = cudaHostRegister(p, size,
+                         cudaHostRegisterMapped | cudaHostRegisterPortable);
+    if (e != cudaSuccess) {
+        vlm_fpool_cpu_ops.unmap(p, size);
+        vlm_error_set(err, VLM_ERR_NOMEM, "feature pool: cudaHostRegister("
+                      "%zu): %s", size, cudaGetErrorString(e));
+        return NULL;
+    }
+
+    return p;
+}
+
+
+static void
+vlm_cuda_fpool_unmap(void *base, size_t size)
+{
+    cudaHostUnregister(base);
+    vlm_fpool_cpu_ops.unmap(base, size);
+}
+
+
+static void
+vlm_cuda_fpool_copy(void *dst, const void *src, size_t n)
+{
+    cudaError_t  e;
+
+    e = cudaDeviceSynchronize();
+    if (e == cudaSuccess) {
+        e = cudaMemcpy(dst, src, n, cudaMemcpyDefault);
+    }
+
+    if (e != cudaSuccess) {
+        vlm_log(VLM_LOG_ERROR, "cuda backend: feature pool copy of %zu "
+                "bytes: %s", n, cudaGetErrorString(e));
+    }
+}
+
+
+static const vlm_fpool_ops_t  vlm_cuda_fpool_ops = {
+    "cuda",
+    vlm_cuda_fpool_map,
+    vlm_cuda_fpool_unmap,
+    vlm_cuda_fpool_copy,
+    vlm_cuda_fpool_copy,
+    vlm_cuda_fpool_copy,
+    vlm_cuda_fpool_copy
+};
+
+
 static const vlm_backend_ops_t  vlm_cuda_ops = {
     "cuda",
     vlm_cuda_free,
@@ -678,7 +746,8 @@ static const vlm_backend_ops_t  vlm_cuda_ops = {
     vlm_cuda_argmax_op,
     vlm_cuda_comm_open,
     NULL,                       /* no quantized weights: refused at load */
-    1u << VLM_DTYPE_F32
+    1u << VLM_DTYPE_F32,
+    &vlm_cuda_fpool_ops
 };
 
 

@@ -1,0 +1,49 @@
+/*
+ * What the parts of the emulated CUDA device share: the registry of
+ * device and pinned host memory, and the error state.
+ */
+
+#ifndef CUDAEMU_INT_H
+#define CUDAEMU_INT_H
+
+#include <stddef.h>
+
+#include "cuda_runtime.h"
+
+
+namespace cudaemu {
+
+enum mem_kind {
+    MEM_HOST = 0,               /* not the emulator's */
+    MEM_DEVICE,
+    MEM_PINNED
+};
+
+struct region {
+    char     *base;
+    size_t    size;
+    mem_kind  kind;
+    bool      registered;       /* host memory of its owner's, pinned */
+};
+
+/* where p lies; MEM_HOST (and r untouched) when in no region */
+mem_kind find(const void *p, region *r);
+
+/* e for cudaGetLastError; a sticky e is returned by every later call */
+cudaError_t set_error(cudaError_t e, bool sticky);
+cudaError_t sticky_error();
+
+/*
+ * device memory is PROT_NONE but within kernels, copies and cuBLAS: the
+ * host touching it faults, as it would on a GPU; open while alive
+ */
+struct device_open {
+    device_open();
+    ~device_open();
+};
+
+void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+} /* namespace cudaemu */
+
+#endif /* CUDAEMU_INT_H */

@@ -1,0 +1,451 @@
+/*
+ * Kernel launches on the emulated CUDA device: the blocks of the grid one
+ * after the other, each block's threads as fibers (a stack each, switched
+ * by cudaemu_switch, which saves what the x86-64 ABI has the callee keep)
+ * that switch at __syncthreads and at warp operations, so that a block's threads see
+ * each other's shared memory writes exactly where CUDA guarantees it.
+ * A barrier or a warp operation that cannot complete on hardware (part
+ * of the block gone, a lane missing from a mask, a wait forever) fails
+ * the launch with a report that names the kernel, the block and the
+ * thread.
+ */
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <vector>
+
+#include "cudaemu_int.h"
+
+
+#ifndef __x86_64__
+#error "the emulated CUDA device switches fibers on x86-64 only"
+#endif
+
+
+/* saves the callee-saved registers on this stack, *from = it, runs to */
+extern "C" void cudaemu_switch(void **from, void *to);
+
+__asm__(
+    ".text\n"
+    ".globl cudaemu_switch\n"
+    ".type cudaemu_switch, @function\n"
+    "cudaemu_switch:\n"
+    "    pushq %rbp\n"
+    "    pushq %rbx\n"
+    "    pushq %r12\n"
+    "    pushq %r13\n"
+    "    pushq %r14\n"
+    "    pushq %r15\n"
+    "    subq $8, %rsp\n"
+    "    stmxcsr (%rsp)\n"
+    "    fnstcw 4(%rsp)\n"
+    "    movq %rsp, (%rdi)\n"
+    "    movq %rsi, %rsp\n"
+    "    ldmxcsr (%rsp)\n"
+    "    fldcw 4(%rsp)\n"
+    "    addq $8, %rsp\n"
+    "    popq %r15\n"
+    "    popq %r14\n"
+    "    popq %r13\n"
+    "    popq %r12\n"
+    "    popq %rbx\n"
+    "    popq %rbp\n"
+    "    ret\n"
+    ".size cudaemu_switch, .-cudaemu_switch\n");
+
+
+namespace cudaemu {
+
+thread_local thread_ctx  *cur_thread;
+thread_local block_ctx   *cur_block;
+
+
+#define FIBER_STACK     (256 * 1024)
+#define MAX_THREADS     1024
+#define MAX_SHARED      (227 * 1024)
+
+
+struct fiber {
+    void       *sp;
+    thread_ctx  t;
+    bool        done;
+};
+
+struct warp {
+    unsigned long long  val[2][32];
+    unsigned            gen[32];
+};
+
+struct run_state {
+    const char         *kernel;
+    body_fn             body;
+    void               *arg;
+    block_ctx           block;
+    std::vector<fiber>  fibers;
+    std::vector<warp>   warps;
+    unsigned            n;
+    unsigned            n_done;
+    unsigned            bar_arrived;
+    unsigned            bar_gen;
+    bool                progress;
+    bool                failed;
+    fiber              *cur;
+    void               *sched_sp;
+};
+
+static thread_local run_state  *run;
+static thread_local char       *stacks;
+static thread_local std::vector<char>  dynamic_shared;
+
+
+static void
+fail_here(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+
+static void
+wait_turn()
+{
+    cudaemu_switch(&run->cur->sp, run->sched_sp);
+}
+
+
+static void
+fail_here(const char *fmt, ...)
+{
+    va_list  ap;
+    char     why[512];
+    uint3    b = run->block.idx;
+    uint3    t = cur_thread->idx;
+
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+
+    report("kernel %s, block (%u,%u,%u), thread (%u,%u,%u): %s", run->kernel,
+           b.x, b.y, b.z, t.x, t.y, t.z, why);
+
+    set_error(cudaErrorLaunchFailure, true);
+    run->failed = true;
+
+    for ( ;; ) {
+        wait_turn();            /* never resumed */
+    }
+}
+
+
+void
+fail_launch(const char *kernel, const char *why)
+{
+    report("kernel %s: %s", kernel, why);
+    set_error(cudaErrorLaunchFailure, true);
+}
+
+
+void
+syncthreads()
+{
+    unsigned  g;
+
+    if (run->n_done != 0) {
+        fail_here("__syncthreads reached after %u of the block's %u threads "
+                  "exited", run->n_done, run->n);
+    }
+
+    g = run->bar_gen;
+    run->progress = true;
+
+    if (++run->bar_arrived == run->n) {
+        run->bar_arrived = 0;
+        run->bar_gen++;
+        return;
+    }
+
+    while (run->bar_gen == g) {
+        wait_turn();
+    }
+}
+
+
+/* deposits v for this lane; waits for every lane of mask; their values */
+static unsigned long long *
+warp_exchange(unsigned mask, unsigned long long v, const char *op)
+{
+    unsigned   l, base, m, g;
+    warp      *w;
+    bool       all;
+
+    l = cur_thread->linear % 32;
+    base = cur_thread->linear - l;
+    w = &run->warps[cur_thread->linear / 32];
+
+    if ((mask & (1u << l)) == 0) {
+        fail_here("%s with mask 0x%08x from lane %u, which it omits", op,
+                  mask, l);
+    }
+
+    for (m = 0; m < 32; m++) {
+        if ((mask & (1u << m)) && base + m >= run->n) {
+            fail_here("%s with mask 0x%08x: lane %u is not in the block "
+                      "(%u threads)", op, mask, m, run->n);
+        }
+    }
+
+    g = w->gen[l];
+    w->val[g & 1][l] = v;
+    w->gen[l] = g + 1;
+    run->progress = true;
+
+    for ( ;; ) {
+        all = true;
+
+        for (m = 0; m < 32; m++) {
+            if ((mask & (1u << m)) == 0 || w->gen[m] > g) {
+                continue;
+            }
+
+            all = false;
+
+            if (run->fibers[base + m].done) {
+                fail_here("%s with mask 0x%08x: lane %u exited without it",
+                          op, mask, m);
+            }
+        }
+
+        if (all) {
+            return w->val[g & 1];
+        }
+
+        wait_turn();
+    }
+}
+
+
+unsigned long long
+shfl(unsigned mask, unsigned long long v, int src, const char *op)
+{
+    unsigned long long  *vals;
+
+    vals = warp_exchange(mask, v, op);
+
+    if (src < 0 || src > 31 || (mask & (1u << src)) == 0) {
+        fail_here("%s with mask 0x%08x reads lane %d, outside the mask", op,
+                  mask, src);
+    }
+
+    return vals[src];
+}
+
+
+unsigned
+ballot(unsigned mask, int pred, const char *op)
+{
+    unsigned long long  *vals;
+    unsigned             m, r;
+
+    vals = warp_exchange(mask, pred != 0, op);
+
+    r = 0;
+    for (m = 0; m < 32; m++) {
+        if ((mask & (1u << m)) && vals[m]) {
+            r |= 1u << m;
+        }
+    }
+
+    return r;
+}
+
+
+/* a fiber's life: the kernel, then back to the scheduler for good */
+static void
+fiber_main()
+{
+    run->body(run->arg);
+
+    run->cur->done = true;
+    run->n_done++;
+    run->progress = true;
+
+    if (run->bar_arrived != 0) {
+        fail_here("exited while %u threads of the block wait at "
+                  "__syncthreads", run->bar_arrived);
+    }
+
+    for ( ;; ) {
+        wait_turn();            /* never resumed */
+    }
+}
+
+
+/* a stack whose first switch to it returns into fiber_main */
+static void *
+fiber_stack(char *stack, size_t size)
+{
+    uintptr_t   top;
+    uint64_t   *sp;
+    uint32_t    csr[2] = { 0, 0 };
+
+    top = ((uintptr_t) stack + size) & ~(uintptr_t) 15;
+    sp = (uint64_t *) (top - 16);
+
+    sp[0] = (uint64_t) (uintptr_t) fiber_main;
+    sp[1] = 0;                              /* fiber_main's return */
+
+    __asm__ volatile ("stmxcsr %0\n\tfnstcw %1" : "=m" (csr[0]),
+                      "=m" (csr[1]));
+
+    sp -= 7;                                /* rbp .. r15 and the csrs */
+    memset(sp, 0, 7 * sizeof(uint64_t));
+    memcpy(sp, csr, sizeof(csr));
+
+    return sp;
+}
+
+
+static bool
+run_block(run_state *r)
+{
+    unsigned  i, left;
+    fiber    *f;
+
+    r->n_done = 0;
+    r->bar_arrived = 0;
+    r->bar_gen = 0;
+    memset(r->warps.data(), 0, r->warps.size() * sizeof(warp));
+
+    for (i = 0; i < r->n; i++) {
+        f = &r->fibers[i];
+        f->done = false;
+        f->sp = fiber_stack(stacks + (size_t) i * FIBER_STACK, FIBER_STACK);
+    }
+
+    for ( ;; ) {
+        r->progress = false;
+        left = 0;
+
+        for (i = 0; i < r->n; i++) {
+            f = &r->fibers[i];
+            if (f->done) {
+                continue;
+            }
+
+            r->cur = f;
+            cur_thread = &f->t;
+            cudaemu_switch(&r->sched_sp, f->sp);
+
+            if (r->failed) {
+                return false;
+            }
+
+            left += !f->done;
+        }
+
+        if (left == 0) {
+            return true;
+        }
+
+        if (!r->progress) {
+            for (i = 0; i < r->n && r->fibers[i].done; i++) { /* void */ }
+            cur_thread = &r->fibers[i].t;
+            report("kernel %s, block (%u,%u,%u): %u threads wait forever "
+                   "(a barrier or warp operation that part of the block "
+                   "never reaches)", r->kernel, r->block.idx.x,
+                   r->block.idx.y, r->block.idx.z, left);
+            set_error(cudaErrorLaunchFailure, true);
+            return false;
+        }
+    }
+}
+
+
+void
+launch(const char *kernel, dim3 grid, dim3 block, size_t shared,
+    void *stream, body_fn body, void *arg)
+{
+    run_state  r;
+    unsigned   i, x, y, z;
+    char       why[160];
+
+    (void) stream;
+
+    if (sticky_error() != cudaSuccess) {
+        return;
+    }
+
+    r.n = block.x * block.y * block.z;
+
+    if (r.n == 0 || r.n > MAX_THREADS || block.z > 64 || grid.x == 0
+        || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535
+        || shared > MAX_SHARED)
+    {
+        snprintf(why, sizeof(why), "launch of grid (%u,%u,%u), block "
+                 "(%u,%u,%u), %zu bytes of shared memory: invalid", grid.x,
+                 grid.y, grid.z, block.x, block.y, block.z, shared);
+        report("kernel %s: %s", kernel, why);
+        set_error(cudaErrorInvalidConfiguration, false);
+        return;
+    }
+
+    if (stacks == NULL) {
+        stacks = (char *) mmap(NULL, (size_t) MAX_THREADS * FIBER_STACK,
+                               PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                               -1, 0);
+        if (stacks == MAP_FAILED) {
+            stacks = NULL;
+            set_error(cudaErrorMemoryAllocation, false);
+            return;
+        }
+    }
+
+    /* what a kernel finds in fresh shared memory is not zero */
+    dynamic_shared.assign(shared + 16, (char) 0xa5);
+
+    r.kernel = kernel;
+    r.body = body;
+    r.arg = arg;
+    r.block.dim = block;
+    r.block.grid = grid;
+    r.block.dynamic_shared = shared ? dynamic_shared.data() : NULL;
+    r.fibers.resize(r.n);
+    r.warps.resize((r.n + 31) / 32);
+    r.failed = false;
+
+    for (i = 0; i < r.n; i++) {
+        r.fibers[i].t.idx.x = i % block.x;
+        r.fibers[i].t.idx.y = i / block.x % block.y;
+        r.fibers[i].t.idx.z = i / (block.x * block.y);
+        r.fibers[i].t.linear = i;
+    }
+
+    device_open  open;
+
+    run = &r;
+    cur_block = &r.block;
+
+    for (z = 0; z < grid.z; z++) {
+        for (y = 0; y < grid.y; y++) {
+            for (x = 0; x < grid.x; x++) {
+                r.block.idx.x = x;
+                r.block.idx.y = y;
+                r.block.idx.z = z;
+
+                if (!run_block(&r)) {
+                    goto done;
+                }
+            }
+        }
+    }
+
+done:
+
+    run = NULL;
+    cur_block = NULL;
+    cur_thread = NULL;
+}
+
+} /* namespace cudaemu */

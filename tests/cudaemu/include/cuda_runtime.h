@@ -1,0 +1,136 @@
+/*
+ * The emulated CUDA device: the runtime API that the CUDA backend and its
+ * tests call, run on the CPU.  Device memory is mapped regions of its own
+ * (registered, so that copies and kernel arguments are checked against
+ * where their pointers live); streams run their work in order at the time
+ * it is issued; a kernel runs each block's threads as fibers (cudaemu.h).
+ * C code sees the host API only; C++ code (the kernels) also gets the
+ * device side: the index variables, shared memory, warp and block
+ * synchronisation, and the launch.
+ */
+
+#ifndef CUDAEMU_CUDA_RUNTIME_H
+#define CUDAEMU_CUDA_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CUDAEMU         1
+#define CUDART_VERSION  13000     /* the API it follows */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+
+typedef enum {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorInvalidDevicePointer = 17,
+    cudaErrorInvalidMemcpyDirection = 21,
+    cudaErrorInvalidResourceHandle = 400,
+    cudaErrorNotReady = 600,
+    cudaErrorIllegalAddress = 700,
+    cudaErrorLaunchFailure = 719,
+    cudaErrorNotSupported = 801,
+    cudaErrorUnknown = 999
+} cudaError_t;
+
+typedef enum {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4
+} cudaMemcpyKind;
+
+typedef enum {
+    CUDA_R_32F = 0,
+    CUDA_R_16F = 2,
+    CUDA_R_16BF = 14
+} cudaDataType;
+
+typedef cudaDataType  cudaDataType_t;
+
+typedef struct cudaemu_stream_s  *cudaStream_t;
+typedef struct cudaemu_event_s   *cudaEvent_t;
+
+typedef struct cudaDeviceProp {
+    char    name[256];
+    size_t  totalGlobalMem;
+    size_t  sharedMemPerBlock;
+    int     multiProcessorCount;
+    int     warpSize;
+    int     maxThreadsPerBlock;
+    int     major;
+    int     minor;
+} cudaDeviceProp;
+
+#define cudaStreamDefault            0x00
+#define cudaStreamNonBlocking        0x01
+#define cudaEventDefault             0x00
+#define cudaEventBlockingSync        0x01
+#define cudaEventDisableTiming       0x02
+#define cudaEventInterprocess        0x04
+#define cudaHostAllocDefault         0x00
+#define cudaHostAllocPortable        0x01
+#define cudaHostRegisterDefault      0x00
+#define cudaHostRegisterPortable     0x01
+#define cudaHostRegisterMapped       0x02
+
+
+const char *cudaGetErrorString(cudaError_t e);
+cudaError_t cudaGetLastError(void);
+cudaError_t cudaPeekAtLastError(void);
+
+cudaError_t cudaGetDeviceCount(int *n);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDevice(int *device);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device);
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b);
+cudaError_t cudaDeviceSynchronize(void);
+
+cudaError_t cudaMalloc(void **p, size_t size);
+cudaError_t cudaFree(void *p);
+cudaError_t cudaHostAlloc(void **p, size_t size, unsigned flags);
+cudaError_t cudaMallocHost(void **p, size_t size);
+cudaError_t cudaFreeHost(void *p);
+cudaError_t cudaHostRegister(void *p, size_t size, unsigned flags);
+cudaError_t cudaHostUnregister(void *p);
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t size,
+    cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t size,
+    cudaMemcpyKind kind, cudaStream_t s);
+cudaError_t cudaMemset(void *p, int v, size_t size);
+cudaError_t cudaMemsetAsync(void *p, int v, size_t size, cudaStream_t s);
+
+cudaError_t cudaStreamCreate(cudaStream_t *s);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev,
+    unsigned flags);
+
+cudaError_t cudaEventCreate(cudaEvent_t *ev);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t ev);
+cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s);
+cudaError_t cudaEventSynchronize(cudaEvent_t ev);
+cudaError_t cudaEventQuery(cudaEvent_t ev);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b);
+
+/* the emulator's own: whether p lies in device memory (for the tests) */
+int cudaemu_is_device_pointer(const void *p);
+
+
+#ifdef __cplusplus
+}
+
+#include "cudaemu.h"
+
+#endif
+
+#endif /* CUDAEMU_CUDA_RUNTIME_H */

@@ -1,0 +1,422 @@
+/*
+ * The emulated CUDA device against CUDA's semantics: __syncthreads and
+ * shared memory, warp shuffles and votes, bf16 rounding, copies checked
+ * against where their pointers live, the host touching device memory,
+ * kernel arguments that are host memory, barriers and shuffles that hardware could not complete, and
+ * cublasGemmEx with its transposes and leading dimensions.
+ */
+
+#include <math.h>
+#include <signal.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern "C" {
+#include <cmocka.h>
+}
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "vlm_cuda_util.cuh"
+
+
+/* out[b] = the sum of in[b * n .. b * n + n), one block a row */
+static __global__ void
+emu_row_sum(float *out, const float *in, int n)
+{
+    __shared__ float  red[VLM_WARP];
+    float             v;
+    int               k;
+
+    v = 0.0f;
+    for (k = threadIdx.x; k < n; k += blockDim.x) {
+        v += in[(size_t) blockIdx.x * n + k];
+    }
+
+    v = vlm_block_sum(v, red);
+
+    if (threadIdx.x == 0) {
+        out[blockIdx.x] = v;
+    }
+}
+
+
+/* out[t] = the value thread blockDim - 1 - t wrote to shared memory */
+static __global__ void
+emu_reverse(int *out, int base, int with_barrier)
+{
+    __shared__ int  s[1024];
+    unsigned        t = threadIdx.x;
+
+    s[t] = (int) t * 3 + base;
+
+    if (with_barrier) {
+        __syncthreads();
+    }
+
+    out[t] = s[blockDim.x - 1 - t];
+}
+
+
+/* out[t] = lane (t ^ m) of the warp's values, and the warp's ballot */
+static __global__ void
+emu_shuffle(int *out, unsigned *vote, int m)
+{
+    int  t = (int) threadIdx.x;
+
+    out[t] = __shfl_xor_sync(0xffffffffu, t * 10, m);
+    out[blockDim.x + t] = __shfl_sync(0xffffffffu, t * 10, 5);
+    vote[t] = __ballot_sync(0xffffffffu, t % 3 == 0);
+}
+
+
+static __global__ void
+emu_divergent_barrier(int *out)
+{
+    if (threadIdx.x < 16) {
+        return;
+    }
+
+    __syncthreads();
+    out[threadIdx.x] = 1;
+}
+
+
+static __global__ void
+emu_short_mask(int *out)
+{
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, (int) threadIdx.x, 1);
+}
+
+
+static __global__ void
+emu_copy(float *y, const float *x, int n)
+{
+    int  i = (int) (blockIdx.x * blockDim.x + threadIdx.x);
+
+    if (i < n) {
+        y[i] = x[i];
+    }
+}
+
+
+static void *
+dev_alloc(size_t size)
+{
+    void  *p;
+
+    assert_int_equal(cudaMalloc(&p, size), cudaSuccess);
+    return p;
+}
+
+
+static void
+test_block_sum(void **state)
+{
+    int     rows = 5, n = 1000, r, k;
+    float  *h, *d_in, *d_out, out[5];
+    double  ref;
+
+    h = (float *) malloc((size_t) rows * n * sizeof(float));
+    assert_non_null(h);
+
+    for (k = 0; k < rows * n; k++) {
+        h[k] = (float) ((k * 7919) % 1000) / 997.0f - 0.5f;
+    }
+
+    d_in = (float *) dev_alloc((size_t) rows * n * sizeof(float));
+    d_out = (float *) dev_alloc(sizeof(out));
+
+    assert_int_equal(cudaMemcpy(d_in, h, (size_t) rows * n * sizeof(float),
+                                cudaMemcpyHostToDevice), cudaSuccess);
+
+    VLM_LAUNCH(emu_row_sum, rows, 256, 0, NULL, d_out, d_in, n);
+    assert_int_equal(cudaGetLastError(), cudaSuccess);
+
+    assert_int_equal(cudaMemcpy(out, d_out, sizeof(out),
+                                cudaMemcpyDeviceToHost), cudaSuccess);
+
+    for (r = 0; r < rows; r++) {
+        ref = 0.0;
+        for (k = 0; k < n; k++) {
+            ref += h[r * n + k];
+        }
+        assert_true(fabs(out[r] - ref) < 1e-3);
+    }
+
+    cudaFree(d_in);
+    cudaFree(d_out);
+    free(h);
+}
+
+
+/* without the barrier, thread t reads s[n - 1 - t] before it is written */
+static void
+test_shared_barrier(void **state)
+{
+    int   *d, h[256], t, wrong;
+
+    d = (int *) dev_alloc(sizeof(h));
+
+    VLM_LAUNCH(emu_reverse, 1, 256, 0, NULL, d, 1, 1);
+    assert_int_equal(cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+
+    for (t = 0; t < 256; t++) {
+        assert_int_equal(h[t], (255 - t) * 3 + 1);
+    }
+
+    /* the lower threads read what the first launch left there */
+    VLM_LAUNCH(emu_reverse, 1, 128, 0, NULL, d, 2, 0);
+    assert_int_equal(cudaMemcpy(h, d, 128 * sizeof(int),
+                                cudaMemcpyDeviceToHost), cudaSuccess);
+
+    wrong = 0;
+    for (t = 0; t < 64; t++) {
+        wrong += h[t] != (127 - t) * 3 + 2;
+    }
+    assert_true(wrong > 0);
+
+    cudaFree(d);
+}
+
+
+static void
+test_shuffle_vote(void **state)
+{
+    int       *d, h[128], t;
+    unsigned  *dv, v[64];
+
+    d = (int *) dev_alloc(sizeof(h));
+    dv = (unsigned *) dev_alloc(sizeof(v));
+
+    VLM_LAUNCH(emu_shuffle, 1, 64, 0, NULL, d, dv, 3);
+    assert_int_equal(cudaGetLastError(), cudaSuccess);
+    assert_int_equal(cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    assert_int_equal(cudaMemcpy(v, dv, sizeof(v), cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+
+    for (t = 0; t < 64; t++) {
+        assert_int_equal(h[t], (t ^ 3) * 10);
+        assert_int_equal(h[64 + t], ((t & ~31) + 5) * 10);
+    }
+
+    /* lanes 0, 3, .., 30 of warp 0; warp 1 starts at thread 32 */
+    assert_int_equal(v[0], 0x49249249u);
+    assert_int_equal(v[32], 0x92492492u);
+
+    cudaFree(d);
+    cudaFree(dv);
+}
+
+
+static void
+test_bf16_rounding(void **state)
+{
+    /* ties go to even: 1 + 2^-8 is halfway between 1 and 1 + 2^-7 */
+    assert_int_equal(__float2bfloat16_rn(1.0f + 1.0f / 256).__x, 0x3f80);
+    assert_int_equal(__float2bfloat16_rn(1.0f + 3.0f / 256).__x, 0x3f82);
+    assert_int_equal(__float2bfloat16_rn(1.0f + 1.5f / 256).__x, 0x3f81);
+    assert_int_equal(__float2bfloat16_rn(-2.0f).__x, 0xc000);
+    assert_true(isnan(__bfloat162float(__float2bfloat16_rn(NAN))));
+    assert_int_equal(__float2bfloat16_rn(INFINITY).__x, 0x7f80);
+    assert_true(__bfloat162float(__float2bfloat16_rn(3.0e38f)) > 2.9e38f);
+}
+
+
+/* the errors that end the process's device: each test runs in a child */
+static int
+in_child(void (*fn)(void))
+{
+    pid_t  pid;
+    int    st;
+
+    pid = fork();
+    if (pid == 0) {
+        signal(SIGSEGV, SIG_DFL);       /* cmocka's handler goes on */
+        fn();
+        _exit(cudaGetLastError() == cudaSuccess ? 0 : 3);
+    }
+
+    assert_true(pid > 0);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+
+static void
+launch_host_pointer(void)
+{
+    float  host[64];
+    float *d = (float *) dev_alloc(sizeof(host));
+
+    VLM_LAUNCH(emu_copy, 1, 64, 0, NULL, d, host, 64);
+}
+
+
+static void
+launch_divergent_barrier(void)
+{
+    VLM_LAUNCH(emu_divergent_barrier, 1, 64, 0, NULL,
+               (int *) dev_alloc(64 * sizeof(int)));
+}
+
+
+static void
+launch_short_mask(void)
+{
+    VLM_LAUNCH(emu_short_mask, 1, 16, 0, NULL,
+               (int *) dev_alloc(16 * sizeof(int)));
+}
+
+
+static void
+launch_fine(void)
+{
+    float  *x = (float *) dev_alloc(64 * sizeof(float));
+    float  *y = (float *) dev_alloc(64 * sizeof(float));
+
+    VLM_LAUNCH(emu_copy, 2, 32, 0, NULL, y, x, 64);
+}
+
+
+/* the host reads device memory: a fault, as on a GPU */
+static void
+host_reads_device(void)
+{
+    volatile float  *d = (volatile float *) dev_alloc(64 * sizeof(float));
+
+    (void) d[3];
+}
+
+
+static void
+test_host_access(void **state)
+{
+    assert_int_equal(in_child(host_reads_device), 128 + SIGSEGV);
+}
+
+
+static void
+test_launch_errors(void **state)
+{
+    assert_int_equal(in_child(launch_fine), 0);
+    assert_int_equal(in_child(launch_host_pointer), 3);
+    assert_int_equal(in_child(launch_divergent_barrier), 3);
+    assert_int_equal(in_child(launch_short_mask), 3);
+}
+
+
+static void
+test_copy_kinds(void **state)
+{
+    float   h[16], *d, *pinned;
+
+    d = (float *) dev_alloc(sizeof(h));
+    assert_int_equal(cudaHostAlloc((void **) &pinned, sizeof(h),
+                                   cudaHostAllocDefault), cudaSuccess);
+    memset(h, 0, sizeof(h));
+
+    assert_int_equal(cudaMemcpy(d, h, sizeof(h), cudaMemcpyHostToDevice),
+                     cudaSuccess);
+    assert_int_equal(cudaMemcpy(pinned, d, sizeof(h),
+                                cudaMemcpyDeviceToHost), cudaSuccess);
+
+    /* the wrong way round, and past the allocation's end */
+    assert_int_equal(cudaMemcpy(h, d, sizeof(h), cudaMemcpyHostToDevice),
+                     cudaErrorInvalidValue);
+    assert_int_equal(cudaMemcpy(d, h, sizeof(h), cudaMemcpyDeviceToHost),
+                     cudaErrorInvalidValue);
+    assert_int_equal(cudaMemcpy(d + 1, h, sizeof(h), cudaMemcpyHostToDevice),
+                     cudaErrorInvalidValue);
+    assert_int_equal(cudaGetLastError(), cudaErrorInvalidValue);
+    assert_int_equal(cudaGetLastError(), cudaSuccess);
+
+    cudaFree(d);
+    cudaFreeHost(pinned);
+}
+
+
+/* C[m, n] = A^T B with A stored k x m (lda), B k x n (ldb), column-major */
+static void
+test_gemm(void **state)
+{
+    enum { M = 5, N = 3, K = 7, LDA = 9, LDB = 8, LDC = 6 };
+    __nv_bfloat16   a[LDA * M], *da;
+    float           b[LDB * N], c[LDC * N], *db, *dc, one, zero, ref;
+    cublasHandle_t  h;
+    int             i, j, l;
+
+    for (i = 0; i < LDA * M; i++) {
+        a[i] = __float2bfloat16_rn((float) (i % 11) - 5.0f);
+    }
+    for (i = 0; i < LDB * N; i++) {
+        b[i] = (float) (i % 7) * 0.5f - 1.0f;
+    }
+
+    da = (__nv_bfloat16 *) dev_alloc(sizeof(a));
+    db = (float *) dev_alloc(sizeof(b));
+    dc = (float *) dev_alloc(sizeof(c));
+    cudaMemcpy(da, a, sizeof(a), cudaMemcpyHostToDevice);
+    cudaMemcpy(db, b, sizeof(b), cudaMemcpyHostToDevice);
+
+    one = 1.0f;
+    zero = 0.0f;
+    assert_int_equal(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &one,
+                                  da, CUDA_R_16BF, LDA, db, CUDA_R_32F, LDB,
+                                  &zero, dc, CUDA_R_32F, LDC,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     CUBLAS_STATUS_SUCCESS);
+    cudaMemcpy(c, dc, sizeof(c), cudaMemcpyDeviceToHost);
+
+    for (j = 0; j < N; j++) {
+        for (i = 0; i < M; i++) {
+            ref = 0.0f;
+            for (l = 0; l < K; l++) {
+                ref += __bfloat162float(a[i * LDA + l]) * b[j * LDB + l];
+            }
+            assert_true(fabsf(c[j * LDC + i] - ref) < 1e-5f);
+        }
+    }
+
+    /* a host matrix is refused */
+    assert_int_equal(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &one,
+                                  a, CUDA_R_16BF, LDA, db, CUDA_R_32F, LDB,
+                                  &zero, dc, CUDA_R_32F, LDC,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     CUBLAS_STATUS_INVALID_VALUE);
+
+    cublasDestroy(h);
+    cudaFree(da);
+    cudaFree(db);
+    cudaFree(dc);
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_block_sum),
+        cmocka_unit_test(test_shared_barrier),
+        cmocka_unit_test(test_shuffle_vote),
+        cmocka_unit_test(test_bf16_rounding),
+        cmocka_unit_test(test_launch_errors),
+        cmocka_unit_test(test_copy_kinds),
+        cmocka_unit_test(test_host_access),
+        cmocka_unit_test(test_gemm),
+    };
+
+    return cmocka_run_group_tests_name("cudaemu", tests, NULL, NULL);
+}
