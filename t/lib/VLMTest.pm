@@ -27,7 +27,7 @@ our @EXPORT = qw(
     vlm_health vlm_wait_idle vlm_wait_ready vlm_engine_pids vlm_png
     vlm_jpeg vlm_data_url vlm_json vlm_chat_body vlm_open_stream
     vlm_read_some vlm_prereqs vlm_root vlm_reload vlm_stream_ok vlm_secs
-    vlm_engine_arg vlm_reload_engine vlm_answer_ok vlm_port
+    vlm_engine_arg vlm_reload_engine vlm_answer_ok vlm_port vlm_sdk_checks
 );
 
 my $ROOT = abs_path(__FILE__ . '/../../..');
@@ -684,6 +684,34 @@ sub vlm_data_url ($$) {
     (my $b64 = encode_base64($data)) =~ s/\s+//g;
 
     return "data:$mime;base64,$b64";
+}
+
+
+# runs a Python script of tests/sdk/ (its argv after the interpreter),
+# each "ok - name" or "not ok - name" line it prints a test; then that it
+# ran to its end and printed at least $min checks
+sub vlm_sdk_checks ($@) {
+    my ($min, @argv) = @_;
+
+    open my $py, '-|', @argv or die "cannot run $argv[0]: $!";
+
+    my $n = 0;
+
+    while (my $line = <$py>) {
+        chomp $line;
+
+        if ($line =~ /^(not )?ok - (.*)$/) {
+            Test::More::ok(!$1, "sdk: $2");
+            $n++;
+
+        } else {
+            Test::More::diag($line);
+        }
+    }
+
+    close $py;
+    Test::More::is($?, 0, 'sdk: the script ran to its end');
+    Test::More::ok($n >= $min, "sdk: $n checks");
 }
 
 
