@@ -14,9 +14,7 @@ use Cwd qw(abs_path);
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use File::Path qw(remove_tree);
-use HTTP::Tiny;
-use JSON::PP;
-use VLMTest qw(vlm_port vlm_prereqs);
+use VLMTest;
 use Test::More;
 use Time::HiRes qw(sleep);
 
@@ -40,6 +38,7 @@ sub slurp {
 my @api = (
     [ '= /v1/chat/completions', 'vlm_chat' ],
     [ '= /v1/completions',      'vlm_completions' ],
+    [ '= /v1/responses',        'vlm_responses' ],
     [ '= /tokenize',            'vlm_tokenize' ],
     [ '= /detokenize',          'vlm_tokenize' ],
     [ '/v1/models',             'vlm_models' ],
@@ -101,25 +100,24 @@ system($nginx, '-p', "$prefix/", '-c', 'conf/nginx.conf',
        '-e', 'logs/error.log', @user) == 0
     or BAIL_OUT("nginx did not start on the shipped configuration");
 
-my $http = HTTP::Tiny->new(timeout => 60);
-my $base = "http://127.0.0.1:$port";
+my $srv = { name => 'conf', port => $port, prefix => $prefix,
+            nginx => $nginx, conf => "$prefix/conf/nginx.conf",
+            log_pos => 0, keep => 1 };
 
-my $ready = 0;
-for (1 .. 300) {
-    my $res = $http->get("$base/health");
-    if ($res->{status} == 200) { $ready = 1; last }
-    sleep 0.1;
+for (1 .. 100) {
+    last if -s "$prefix/logs/nginx.pid";
+    sleep 0.05;
 }
 
-ok($ready, 'GET /health: the engine serves the model');
+$srv->{pid} = VLMTest::master_pid($srv);
+END { VLMTest::vlm_stop($srv) if $srv && $srv->{pid} }
+
+ok(vlm_wait_ready($srv, 30), 'GET /health: the engine serves the model');
 
 sub post {
     my ($path, $body) = @_;
-    my $res = $http->post("$base$path", {
-        headers => { 'Content-Type' => 'application/json' },
-        content => encode_json($body) });
-    my $json = eval { decode_json($res->{content}) };
-    return ($res, $json);
+    my $res = vlm_request($srv, 'POST', $path, $VLMTest::JSON->encode($body));
+    return ($res, eval { vlm_json($res->{body}) });
 }
 
 my ($res, $json);
@@ -135,6 +133,11 @@ is($json->{object}, 'chat.completion', 'a chat.completion');
 is($res->{status}, 200, 'POST /v1/completions: 200');
 is($json->{object}, 'text_completion', 'a text_completion');
 
+($res, $json) = post('/v1/responses', {
+    model => 'default', max_output_tokens => 4, input => 'Hello' });
+is($res->{status}, 200, 'POST /v1/responses: 200');
+is($json->{object}, 'response', 'a response');
+
 ($res, $json) = post('/tokenize', { prompt => 'Hello world' });
 is($res->{status}, 200, 'POST /tokenize: 200');
 ok($json->{count} > 0, 'it counts tokens');
@@ -144,7 +147,7 @@ is($res->{status}, 200, 'POST /detokenize: 200');
 is($json->{prompt}, 'Hello world', 'the tokens are the prompt');
 
 for my $get ('/v1/models', '/v1/models/default', '/metrics', '/version') {
-    $res = $http->get("$base$get");
+    $res = vlm_request($srv, 'GET', $get);
     is($res->{status}, 200, "GET $get: 200");
 }
 
@@ -153,36 +156,18 @@ for my $case ([ 'GET', '/v1/unknown' ], [ 'POST', '/v1/embeddings' ],
               [ 'GET', '/nothing/here' ])
 {
     my ($method, $path) = @$case;
-    $res = $http->request($method, "$base$path",
-                          { content => '{}' });
+    $res = vlm_request($srv, $method, $path, '{}');
     is($res->{status}, 404, "$method $path: 404");
     like($res->{headers}{'content-type'} // '', qr{^application/json},
          "$method $path: application/json");
-    $json = eval { decode_json($res->{content}) };
+    $json = eval { vlm_json($res->{body}) };
     is($json && $json->{error}{code}, 'not_found',
-       "$method $path: an OpenAI error object") or diag($res->{content});
+       "$method $path: an OpenAI error object") or diag($res->{body});
     is($json && $json->{error}{type}, 'invalid_request_error',
        "$method $path: invalid_request_error");
 }
 
-my $master = do {
-    open my $in, '<', "$prefix/logs/nginx.pid" or die "$prefix: $!";
-    my $pid = <$in>;
-    close $in;
-    chomp $pid;
-    $pid;
-};
-
-system($nginx, '-p', "$prefix/", '-c', 'conf/nginx.conf',
-       '-e', 'logs/error.log', '-s', 'stop');
-
-my $left = 1;
-for (1 .. 50) {
-    $left = `pgrep -f 'vlm-engin[e] .*--master-pid $master ' | wc -l` + 0;
-    last if $left == 0;
-    sleep 0.1;
-}
-
-is($left, 0, 'no engine process left after stop');
+my @left = VLMTest::vlm_stop($srv);
+is(scalar @left, 0, 'no engine process left after stop');
 
 done_testing();
