@@ -628,7 +628,8 @@ vlm_openai_resp_copy(const json_t *root, json_t *chat)
     const char  *same[] = { "model", "temperature", "top_p", "user",
                             "stream", "parallel_tool_calls", "seed",
                             "top_k", "min_p", "presence_penalty",
-                            "frequency_penalty", "repetition_penalty" };
+                            "frequency_penalty", "repetition_penalty",
+                            "chat_template_kwargs" };
 
     for (i = 0; i < sizeof(same) / sizeof(same[0]); i++) {
         v = json_object_get(root, same[i]);

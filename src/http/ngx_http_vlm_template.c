@@ -181,7 +181,14 @@ ngx_http_vlm_template_render(ngx_http_vlm_chat_ctx_t *ctx, vlm_error_t *e)
     /* a Responses body: the chat body it was made into */
     body = ctx->req.json_chat != NULL ? ctx->req.json_chat : ctx->req.json;
 
-    client = json_object();
+    /*
+     * the request's chat_template_kwargs are the template's variables too
+     * (the client's strings, as vLLM passes them), below the messages and
+     * tools, and below the trusted ones (bos_token, add_generation_prompt)
+     */
+    v = json_object_get(body, "chat_template_kwargs");
+    client = json_is_object(v) ? json_deep_copy(v) : json_object();
+
     if (client == NULL) {
         return vlm_error_set(e, VLM_ERR_NOMEM, "no memory");
     }
