@@ -15,13 +15,16 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 
+use Socket qw(SOL_SOCKET SO_RCVBUF);
 use Test::More;
 use VLMTest;
 
 my $build = vlm_prereqs();
 my $root = vlm_root();
 
-my $srv = vlm_start(name => 'responses', locations => <<'_EOC_');
+my $srv = vlm_start(name => 'responses', listen => 'sndbuf=4k',
+                    http_config => 'vlm_max_tokens 2000;',
+                    locations => <<'_EOC_');
         location = /v1/responses { vlm_responses; }
         location = /tokenize { vlm_tokenize; }
 _EOC_
@@ -171,6 +174,37 @@ is($deltas, chat_text([ { role => 'system', content => 'Be brief.' },
 is(output_text($final), $deltas, 'stream: the final response holds it');
 is($final->{usage}{output_tokens}, 8, 'stream: the final usage');
 is($ev[0]{response}{status}, 'in_progress', 'stream: created in_progress');
+
+# --- a client that reads slowly: the events wait for it, and all come
+
+{
+    my $sock = VLMTest::connect_to($srv);
+    setsockopt($sock, SOL_SOCKET, SO_RCVBUF, 4096);
+    print $sock VLMTest::request_text('POST', '/v1/responses',
+        $VLMTest::JSON->encode({ model => 'serving', input => 'Hello',
+                                 max_output_tokens => 2000,
+                                 stream => JSON::PP::true() }));
+    my $st = { sock => $sock, raw => '' };
+
+    ok(vlm_read_some($st, 10, qr/output_text\.delta/),
+       'slow reader: the stream has begun');
+    sleep 2;
+    vlm_read_some($st, 60);
+    close $sock;
+
+    my @slow = events(VLMTest::parse_response($st->{raw})->{body});
+    my $last = $slow[-1]{response};
+    like($slow[-1]{type}, qr/^response\.(completed|incomplete)$/,
+         'slow reader: the stream ends with the response')
+        or diag(substr($st->{raw}, -400));
+    ok($last && $last->{usage}{output_tokens} > 200,
+       'slow reader: a long one');
+    is(join('', map { $_->{delta} }
+                grep { $_->{type} eq 'response.output_text.delta' } @slow),
+       output_text($last), 'slow reader: every delta came');
+    ok(!grep({ $_->{type} =~ /^bad/ } @slow),
+       'slow reader: every event whole');
+}
 
 # --- text.format json_schema, and a required function tool
 

@@ -420,6 +420,7 @@ static vlm_status_t
 vlm_openai_resp_call(vlm_openai_responses_t *rs, const json_t *call)
 {
     char           id[64];
+    size_t         len;
     json_t        *fn;
     int64_t        index;
     const char    *args, *call_id;
@@ -457,17 +458,17 @@ vlm_openai_resp_call(vlm_openai_responses_t *rs, const json_t *call)
         return VLM_OK;
     }
 
-    if (vlm_openai_resp_append(rs->item, "arguments", args, strlen(args))
-        != VLM_OK)
-    {
+    len = json_string_length(json_object_get(fn, "arguments"));
+
+    if (vlm_openai_resp_append(rs->item, "arguments", args, len) != VLM_OK) {
         return VLM_ERR_NOMEM;
     }
 
     return vlm_openai_resp_event(rs, "response.function_call_arguments.delta",
-               json_pack("{s:O, s:I, s:s}", "item_id",
+               json_pack("{s:O, s:I, s:s%}", "item_id",
                          json_object_get(rs->item, "id"), "output_index",
                          (json_int_t) json_array_size(rs->output) - 1,
-                         "delta", args));
+                         "delta", args, len));
 }
 
 
@@ -579,7 +580,7 @@ vlm_openai_responses_completion(vlm_openai_responses_t *rs,
 
     *out = NULL;
 
-    chat = json_loadb(json, len, 0, NULL);
+    chat = json_loadb(json, len, JSON_ALLOW_NUL, NULL);
     if (chat == NULL) {
         return VLM_ERR_INTERNAL;
     }
@@ -632,7 +633,7 @@ vlm_openai_resp_chunk(vlm_openai_responses_t *rs, const char *data,
                                                         : "completed")));
     }
 
-    chunk = json_loadb(data, len, 0, NULL);
+    chunk = json_loadb(data, len, JSON_ALLOW_NUL, NULL);
     if (chunk == NULL) {
         return VLM_ERR_INTERNAL;
     }

@@ -122,12 +122,14 @@ ngx_http_vlm_output_send(ngx_http_vlm_chat_ctx_t *ctx, ngx_chain_t *out)
     r = ctx->request;
     wev = r->connection->write;
 
-    if (ctx->responses != NULL) {
-        rc = ngx_http_vlm_responses_events(ctx, &out);
-
-        if (rc != NGX_OK) {
-            return rc == NGX_DECLINED ? NGX_OK : NGX_ERROR;
-        }
+    /*
+     * out NULL sends what is buffered; chunks that make no event yet
+     * (NGX_DECLINED) leave out NULL too
+     */
+    if (ctx->responses != NULL && out != NULL
+        && ngx_http_vlm_responses_events(ctx, &out) == NGX_ERROR)
+    {
+        return NGX_ERROR;
     }
 
     rc = ngx_http_output_filter(r, out);

@@ -11,8 +11,6 @@
 
 static ngx_int_t ngx_http_vlm_responses_handler(ngx_http_request_t *r);
 static void ngx_http_vlm_responses_cleanup(void *data);
-static ngx_int_t ngx_http_vlm_responses_link(ngx_http_request_t *r,
-    ngx_buf_t *b, ngx_chain_t **head, ngx_chain_t **tail);
 
 
 char *
@@ -88,7 +86,7 @@ ngx_http_vlm_responses_object(ngx_http_vlm_chat_ctx_t *ctx, u_char **json,
 
 /*
  * The chat chunks of *chain as the Responses events: the chunk buffers go
- * back to the free list, the events go out in buffers of the pool, the
+ * back to the free list, the events go out in the module's buffers, the
  * last of which takes the chunks' flush and last_buf; NGX_DECLINED:
  * nothing to send.
  */
@@ -96,11 +94,11 @@ ngx_int_t
 ngx_http_vlm_responses_events(ngx_http_vlm_chat_ctx_t *ctx,
     ngx_chain_t **chain)
 {
-    size_t               n, len;
+    size_t               n, len, size;
     ngx_buf_t           *b;
     ngx_uint_t           flush, last;
     const char          *events;
-    ngx_chain_t         *cl, *next, *head, *tail;
+    ngx_chain_t         *cl, *ncl, *next, *head, *tail;
     ngx_http_request_t  *r;
 
     r = ctx->request;
@@ -133,19 +131,26 @@ ngx_http_vlm_responses_events(ngx_http_vlm_chat_ctx_t *ctx,
             ctx->free = cl;
         }
 
-        if (len == 0) {
-            continue;
-        }
+        /* the module's buffers, so that a slow client holds the engine */
+        while (len != 0) {
+            ncl = ngx_http_vlm_output_buf(ctx);
+            if (ncl == NULL) {
+                return NGX_ERROR;
+            }
 
-        b = ngx_create_temp_buf(r->pool, len);
-        if (b == NULL) {
-            return NGX_ERROR;
-        }
+            size = ngx_min(len, (size_t) (ncl->buf->end - ncl->buf->last));
+            ncl->buf->last = ngx_cpymem(ncl->buf->last, events, size);
+            events += size;
+            len -= size;
 
-        b->last = ngx_cpymem(b->last, events, len);
+            if (tail == NULL) {
+                head = ncl;
 
-        if (ngx_http_vlm_responses_link(r, b, &head, &tail) != NGX_OK) {
-            return NGX_ERROR;
+            } else {
+                tail->next = ncl;
+            }
+
+            tail = ncl;
         }
     }
 
@@ -157,11 +162,18 @@ ngx_http_vlm_responses_events(ngx_http_vlm_chat_ctx_t *ctx,
         }
 
         b = ngx_calloc_buf(r->pool);
-        if (b == NULL
-            || ngx_http_vlm_responses_link(r, b, &head, &tail) != NGX_OK)
-        {
+        if (b == NULL) {
             return NGX_ERROR;
         }
+
+        head = ngx_alloc_chain_link(r->pool);
+        if (head == NULL) {
+            return NGX_ERROR;
+        }
+
+        head->buf = b;
+        head->next = NULL;
+        tail = head;
     }
 
     tail->buf->flush = flush;
@@ -171,29 +183,3 @@ ngx_http_vlm_responses_events(ngx_http_vlm_chat_ctx_t *ctx,
     return NGX_OK;
 }
 
-
-static ngx_int_t
-ngx_http_vlm_responses_link(ngx_http_request_t *r, ngx_buf_t *b,
-    ngx_chain_t **head, ngx_chain_t **tail)
-{
-    ngx_chain_t  *cl;
-
-    cl = ngx_alloc_chain_link(r->pool);
-    if (cl == NULL) {
-        return NGX_ERROR;
-    }
-
-    cl->buf = b;
-    cl->next = NULL;
-
-    if (*tail == NULL) {
-        *head = cl;
-
-    } else {
-        (*tail)->next = cl;
-    }
-
-    *tail = cl;
-
-    return NGX_OK;
-}
