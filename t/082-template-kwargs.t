@@ -12,7 +12,6 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 
-use File::Copy qw(copy);
 use File::Temp qw(tempdir);
 use Test::More;
 use VLMTest;
@@ -22,17 +21,7 @@ my $root = vlm_root();
 my $tmp = tempdir("vlm-kwargs-XXXXXX", TMPDIR => 1, CLEANUP => 1);
 chmod 0755, $tmp;
 
-my $model = "$tmp/thinking";
-mkdir $model or die "$model: $!";
-chmod 0755, $model;
-
-for my $f (glob "$root/tests/fixtures/serving/*") {
-    copy($f, $model) or die "cannot copy $f: $!";
-}
-
-{
-    open my $out, '>:raw', "$model/chat_template.jinja" or die;
-    print $out <<'_EOT_';
+my $model = vlm_model_with_template("$tmp/thinking", <<'_EOT_');
 {%- for m in messages %}<|im_start|>{{ m.role }}
 {{ m.content }}<|im_end|>
 {% endfor %}
@@ -45,8 +34,6 @@ for my $f (glob "$root/tests/fixtures/serving/*") {
 {%- if persona is defined %}{{ persona }}{% endif %}
 {% endif %}
 _EOT_
-    close $out;
-}
 
 my $srv = vlm_start(name => 'kwargs', model => $model,
                     locations => <<'_EOC_');
