@@ -333,6 +333,13 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       0,
       NULL },
 
+    { ngx_string("vlm_responses"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_vlm_responses,
+      0,
+      0,
+      NULL },
+
     { ngx_string("vlm_tokenize"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_vlm_tokenize,

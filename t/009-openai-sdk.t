@@ -43,27 +43,8 @@ my $j = vlm_json($res->{body});
 my $text = $j->{choices}[0]{message}{content};
 my $prompt = $j->{usage}{prompt_tokens};
 
-my $pid = open my $py, '-|', $python, "$root/tests/sdk/openai_sdk.py",
-    "http://127.0.0.1:$srv->{port}/v1", "$tmp/image.png", $prompt, $text
-    or die "cannot run $python: $!";
-
-my $n = 0;
-
-while (my $line = <$py>) {
-    chomp $line;
-
-    if ($line =~ /^(not )?ok - (.*)$/) {
-        ok(!$1, "sdk: $2");
-        $n++;
-
-    } else {
-        diag($line);
-    }
-}
-
-close $py;
-is($?, 0, 'sdk: the script ran to its end');
-ok($n >= 20, "sdk: $n checks");
+vlm_sdk_checks(20, $python, "$root/tests/sdk/openai_sdk.py",
+    "http://127.0.0.1:$srv->{port}/v1", "$tmp/image.png", $prompt, $text);
 
 my $zone = vlm_wait_idle($srv, 3);
 ok($zone->{slots_used} == 0 && $zone->{arena_used} == 0,

@@ -14,7 +14,6 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 
 use Encode qw(decode);
-use File::Copy qw(copy);
 use File::Temp qw(tempdir);
 use Test::More;
 use VLMTest;
@@ -24,13 +23,6 @@ my $root = vlm_root();
 my $tmp = tempdir("vlm-tmpl-XXXXXX", TMPDIR => 1, CLEANUP => 1);
 chmod 0755, $tmp;
 
-my $model = "$tmp/qwen3vl";
-mkdir $model or die "$model: $!";
-chmod 0755, $model;
-
-for my $f (glob "$root/tests/fixtures/serving/*") {
-    copy($f, $model) or die "cannot copy $f: $!";
-}
 
 sub slurp {
     my ($path) = @_;
@@ -46,11 +38,8 @@ my $guard = "{%- if messages[0].content == 'boom' %}"
           . "{{- raise_exception('no boom here, ' ~ messages | length) }}"
           . "{%- endif %}";
 
-{
-    open my $out, '>:raw', "$model/chat_template.jinja" or die;
-    print $out $guard . $fixture->{templates}{qwen3_vl};
-    close $out;
-}
+my $model = vlm_model_with_template("$tmp/qwen3vl",
+                                    $guard . $fixture->{templates}{qwen3_vl});
 
 # transformers' text of a fixture conversation with Qwen3-VL's template
 sub expected {

@@ -18,7 +18,6 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 
 use Encode qw(encode);
-use File::Copy qw(copy);
 use File::Temp qw(tempdir);
 use JSON::PP;
 use Test::More;
@@ -246,19 +245,8 @@ undef $srv;
 is(scalar @left, 0, 'no engine process left');
 
 # the model's own template in the interpreter: Qwen3-VL's
-my $model = "$tmp/qwen3vl";
-mkdir $model or die "$model: $!";
-chmod 0755, $model;
-
-for my $f (glob "$serving/*") {
-    copy($f, $model) or die "cannot copy $f: $!";
-}
-
-{
-    open my $out, '>:raw', "$model/chat_template.jinja" or die;
-    print $out $fixture->{templates}{qwen3_vl};
-    close $out;
-}
+my $model = vlm_model_with_template("$tmp/qwen3vl",
+                                    $fixture->{templates}{qwen3_vl});
 
 $srv = vlm_start(name => 'tool-history-jinja', model => $model);
 

@@ -33,27 +33,8 @@ my ($a, $b) = split ' ', `$build/vlm-cli tokenize --model $model --text hello`;
 my $a_text = `$build/vlm-cli detokenize --model $model $a`;
 my $b_text = `$build/vlm-cli detokenize --model $model $b`;
 
-my $pid = open my $py, '-|', $python, "$root/tests/sdk/openai_sdk_api.py",
-    "http://127.0.0.1:$srv->{port}/v1", $a, $a_text, $b, $b_text
-    or die "cannot run $python: $!";
-
-my $n = 0;
-
-while (my $line = <$py>) {
-    chomp $line;
-
-    if ($line =~ /^(not )?ok - (.*)$/) {
-        ok(!$1, "sdk: $2");
-        $n++;
-
-    } else {
-        diag($line);
-    }
-}
-
-close $py;
-is($?, 0, 'sdk: the script ran to its end');
-ok($n >= 19, "sdk: $n checks");
+vlm_sdk_checks(19, $python, "$root/tests/sdk/openai_sdk_api.py",
+    "http://127.0.0.1:$srv->{port}/v1", $a, $a_text, $b, $b_text);
 
 my $zone = vlm_wait_idle($srv, 3);
 ok($zone->{slots_used} == 0 && $zone->{arena_used} == 0,

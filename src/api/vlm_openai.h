@@ -166,7 +166,9 @@ typedef enum {
     VLM_OPENAI_KIND_CHAT = 0,       /* POST /v1/chat/completions */
     VLM_OPENAI_KIND_TOKENIZE,       /* POST /tokenize: prompt or messages */
     VLM_OPENAI_KIND_DETOKENIZE,     /* POST /detokenize: tokens */
-    VLM_OPENAI_KIND_COMPLETION      /* POST /v1/completions: prompt */
+    VLM_OPENAI_KIND_COMPLETION,     /* POST /v1/completions: prompt */
+    VLM_OPENAI_KIND_RESPONSES       /* POST /v1/responses: input, served
+                                       as the chat request it means */
 } vlm_openai_kind_t;
 
 
@@ -250,6 +252,11 @@ typedef struct {
 
     /* private */
     void                   *json;           /* json_t of the body */
+    void                   *json_chat;      /* RESPONSES: json_t of the
+                                               chat body made of it */
+    int32_t                *origin;         /* RESPONSES: the input item
+                                               of each message; malloc */
+    uint32_t                n_origin;
     void                   *mem;            /* messages, parts, images */
 } vlm_openai_request_t;
 
@@ -269,6 +276,32 @@ vlm_status_t vlm_openai_request_parse_kind(vlm_openai_request_t *req,
     vlm_openai_kind_t kind, const char *body, size_t len,
     const vlm_openai_limits_t *limits, vlm_openai_error_t *err);
 void vlm_openai_request_free(vlm_openai_request_t *req);
+
+/*
+ * A parameter's path in the chat body (param, VLM_OPENAI_PARAM_LEN bytes)
+ * rewritten as the path in the Responses body it came from.
+ */
+void vlm_openai_responses_param(const vlm_openai_request_t *req,
+    char *param);
+
+/*
+ * The answer of POST /v1/responses made of the chat's.  new() keeps a
+ * pointer to the request's body (it echoes its parameters): free it
+ * before the request.  completion() makes a chat.completion object into
+ * the response object, malloc()ed; stream() reads SSE chat chunks (an
+ * event may be cut anywhere: the rest waits for the next call) and writes
+ * the Responses events they mean into a buffer of its own, valid until
+ * the next call.
+ */
+typedef struct vlm_openai_responses_s  vlm_openai_responses_t;
+
+vlm_openai_responses_t *vlm_openai_responses_new(
+    const vlm_openai_request_t *req);
+void vlm_openai_responses_free(vlm_openai_responses_t *rs);
+vlm_status_t vlm_openai_responses_completion(vlm_openai_responses_t *rs,
+    const char *json, size_t len, char **out, size_t *out_len);
+vlm_status_t vlm_openai_responses_stream(vlm_openai_responses_t *rs,
+    const char *sse, size_t len, const char **out, size_t *out_len);
 
 /* "messages[m].content[p].image_url" of images[i], for decoder errors */
 void vlm_openai_image_param(const vlm_openai_request_t *req, uint32_t i,

@@ -119,6 +119,8 @@ vlm_status_t vlm_openai_parse_completion(vlm_openai_parser_t *p,
     const json_t *root);                        /* vlm_openai_completion.c */
 vlm_status_t vlm_openai_parse_tokenize(vlm_openai_parser_t *p,
     const json_t *root);                        /* vlm_openai_tokenize.c */
+vlm_status_t vlm_openai_parse_responses(vlm_openai_parser_t *p,
+    json_t *root);                              /* vlm_openai_responses.c */
 vlm_status_t vlm_openai_parse_tokens(vlm_openai_parser_t *p,
     const json_t *root, const char *name);
 

@@ -632,6 +632,13 @@ vlm_openai_parse_messages(vlm_openai_parser_t *p, const json_t *root)
 
     req = p->req;
 
+    /* variables of the model's chat template (enable_thinking, ...) */
+    msgs = vlm_openai_get(root, "chat_template_kwargs");
+    if (msgs != NULL && !json_is_object(msgs)) {
+        return vlm_openai_bad_type(p->err, "chat_template_kwargs",
+                                   "an object", msgs);
+    }
+
     msgs = vlm_openai_get(root, "messages");
     if (msgs == NULL) {
         return vlm_openai_missing(p->err, "messages");

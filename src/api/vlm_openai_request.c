@@ -446,6 +446,8 @@ vlm_openai_request_parse_kind(vlm_openai_request_t *req,
              ? vlm_openai_parse_fields(&p, root)
              : kind == VLM_OPENAI_KIND_COMPLETION
              ? vlm_openai_parse_completion(&p, root)
+             : kind == VLM_OPENAI_KIND_RESPONSES
+             ? vlm_openai_parse_responses(&p, root)
              : vlm_openai_parse_tokenize(&p, root);
 
     } else {
@@ -467,6 +469,15 @@ vlm_openai_request_free(vlm_openai_request_t *req)
         json_decref(req->json);
         req->json = NULL;
     }
+
+    if (req->json_chat != NULL) {
+        json_decref(req->json_chat);
+        req->json_chat = NULL;
+    }
+
+    free(req->origin);
+    req->origin = NULL;
+    req->n_origin = 0;
 
     free(req->mem);
     free(req->tokens);
@@ -501,4 +512,10 @@ vlm_openai_image_param(const vlm_openai_request_t *req, uint32_t i,
 
     snprintf(buf, size, "messages[%u].content[%u].image_url",
              req->images[i].message, req->images[i].part);
+
+    if (req->kind == VLM_OPENAI_KIND_RESPONSES
+        && size >= VLM_OPENAI_PARAM_LEN)
+    {
+        vlm_openai_responses_param(req, buf);
+    }
 }

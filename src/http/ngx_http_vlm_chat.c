@@ -497,6 +497,13 @@ ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx)
     ctx->submitted = 1;
     ctx->phase = NGX_HTTP_VLM_CHAT_RUNNING;
 
+    if (ctx->kind == VLM_OPENAI_KIND_RESPONSES
+        && ngx_http_vlm_responses_init(ctx) != NGX_OK)
+    {
+        ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+        return;
+    }
+
     /* the output is read for <tool_call>s when tools may be called */
     ctx->tool_calls = (ctx->req.tool_choice != VLM_OPENAI_TOOLS_NONE);
     vlm_toolcall_init(&ctx->tc);

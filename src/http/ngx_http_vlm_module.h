@@ -353,6 +353,9 @@ typedef struct {
     uint32_t                  choice;
     ngx_http_vlm_chat_choice_t *choices;
 
+    /* POST /v1/responses: the chat's answer rewritten on its way out */
+    vlm_openai_responses_t   *responses;
+
     ngx_event_t               timeout;
 } ngx_http_vlm_chat_ctx_t;
 
@@ -385,6 +388,15 @@ void ngx_http_vlm_chat_end(ngx_http_vlm_chat_ctx_t *ctx, ngx_int_t rc);
 /* ngx_http_vlm_completions.c: the completions handler */
 char *ngx_http_vlm_completions(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+
+/* ngx_http_vlm_responses.c: the Responses API handler */
+char *ngx_http_vlm_responses(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+ngx_int_t ngx_http_vlm_responses_init(ngx_http_vlm_chat_ctx_t *ctx);
+ngx_int_t ngx_http_vlm_responses_object(ngx_http_vlm_chat_ctx_t *ctx,
+    u_char **json, size_t *len);
+ngx_int_t ngx_http_vlm_responses_events(ngx_http_vlm_chat_ctx_t *ctx,
+    ngx_chain_t **chain);
 
 /* ngx_http_vlm_tokenize.c: the /tokenize and /detokenize handler */
 char *ngx_http_vlm_tokenize(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);

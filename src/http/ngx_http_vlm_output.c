@@ -122,6 +122,16 @@ ngx_http_vlm_output_send(ngx_http_vlm_chat_ctx_t *ctx, ngx_chain_t *out)
     r = ctx->request;
     wev = r->connection->write;
 
+    /*
+     * out NULL sends what is buffered; chunks that make no event yet
+     * (NGX_DECLINED) leave out NULL too
+     */
+    if (ctx->responses != NULL && out != NULL
+        && ngx_http_vlm_responses_events(ctx, &out) == NGX_ERROR)
+    {
+        return NGX_ERROR;
+    }
+
     rc = ngx_http_output_filter(r, out);
 
     ngx_chain_update_chains(r->pool, &ctx->free, &ctx->busy, &out,
@@ -555,6 +565,13 @@ ngx_http_vlm_chat_finish(ngx_http_vlm_chat_ctx_t *ctx, vlm_queue_slot_t *qs)
             return;
         }
 
+        if (ctx->responses != NULL
+            && ngx_http_vlm_responses_object(ctx, &json, &len) != NGX_OK)
+        {
+            ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+            return;
+        }
+
         ctx->phase = NGX_HTTP_VLM_CHAT_DONE;
         vlm_metrics_request(q->metrics, NGX_HTTP_OK);
 
@@ -792,6 +809,13 @@ ngx_http_vlm_chat_finish_n(ngx_http_vlm_chat_ctx_t *ctx,
                                               &usage, (char *) json, size,
                                               &len)
                != VLM_OK)
+        {
+            ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+            return;
+        }
+
+        if (ctx->responses != NULL
+            && ngx_http_vlm_responses_object(ctx, &json, &len) != NGX_OK)
         {
             ngx_http_vlm_chat_end(ctx, NGX_ERROR);
             return;

@@ -188,7 +188,8 @@ ngx_http_vlm_task_prepare(void *data, ngx_log_t *log)
 
     ctx->parsed = 1;
 
-    if ((ctx->kind == VLM_OPENAI_KIND_CHAT || req->model.len != 0)
+    if ((ctx->kind == VLM_OPENAI_KIND_CHAT
+         || ctx->kind == VLM_OPENAI_KIND_RESPONSES || req->model.len != 0)
         && (req->model.len != vmcf->served_model.len
             || ngx_strncmp(req->model.data, vmcf->served_model.data,
                            req->model.len) != 0))
@@ -385,6 +386,7 @@ ngx_http_vlm_task_prepare(void *data, ngx_log_t *log)
 
     flags = req->add_generation_prompt
             || ctx->kind == VLM_OPENAI_KIND_CHAT
+            || ctx->kind == VLM_OPENAI_KIND_RESPONSES
             ? VLM_CHAT_ADD_GENERATION_PROMPT : 0;
 
     /* tools: Qwen2.5's system turn, tool calls and results */

@@ -170,7 +170,7 @@ ngx_http_vlm_chat_messages(json_t *msgs, const vlm_openai_request_t *req)
 vlm_status_t
 ngx_http_vlm_template_render(ngx_http_vlm_chat_ctx_t *ctx, vlm_error_t *e)
 {
-    json_t                    *client, *v;
+    json_t                    *client, *body, *v;
     vlm_status_t               rc;
     vlm_jinja_out_t            out;
     vlm_jinja_limits_t         lim;
@@ -178,12 +178,22 @@ ngx_http_vlm_template_render(ngx_http_vlm_chat_ctx_t *ctx, vlm_error_t *e)
 
     vmcf = ctx->vmcf;
 
-    client = json_object();
+    /* a Responses body: the chat body it was made into */
+    body = ctx->req.json_chat != NULL ? ctx->req.json_chat : ctx->req.json;
+
+    /*
+     * the request's chat_template_kwargs are the template's variables too
+     * (the client's strings, as vLLM passes them), below the messages and
+     * tools, and below the trusted ones (bos_token, add_generation_prompt)
+     */
+    v = json_object_get(body, "chat_template_kwargs");
+    client = json_is_object(v) ? json_deep_copy(v) : json_object();
+
     if (client == NULL) {
         return vlm_error_set(e, VLM_ERR_NOMEM, "no memory");
     }
 
-    v = json_object_get(ctx->req.json, "messages");
+    v = json_object_get(body, "messages");
     if (v != NULL) {
         v = ngx_http_vlm_chat_messages(v, &ctx->req);
         if (v == NULL || json_object_set_new(client, "messages", v) != 0) {
@@ -196,8 +206,7 @@ ngx_http_vlm_template_render(ngx_http_vlm_chat_ctx_t *ctx, vlm_error_t *e)
      * transformers passes tools=None when there are none; with tool_choice
      * "none" the model is not told of them, as on the fast path
      */
-    v = ctx->req.tools_prompt != NULL ? json_object_get(ctx->req.json, "tools")
-                                      : NULL;
+    v = ctx->req.tools_prompt != NULL ? json_object_get(body, "tools") : NULL;
     if (json_object_set(client, "tools", v ? v : json_null()) != 0) {
         json_decref(client);
         return vlm_error_set(e, VLM_ERR_NOMEM, "no memory");

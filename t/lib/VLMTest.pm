@@ -13,6 +13,7 @@ use warnings;
 use Cwd qw(abs_path);
 use Compress::Zlib ();
 use Exporter 'import';
+use File::Copy ();
 use File::Path qw(make_path remove_tree);
 use IO::Select ();
 use IO::Socket::INET ();
@@ -28,6 +29,7 @@ our @EXPORT = qw(
     vlm_jpeg vlm_data_url vlm_json vlm_chat_body vlm_open_stream
     vlm_read_some vlm_prereqs vlm_root vlm_reload vlm_stream_ok vlm_secs
     vlm_engine_arg vlm_reload_engine vlm_answer_ok vlm_port vlm_cuda_engine
+    vlm_sdk_checks vlm_model_with_template
 );
 
 my $ROOT = abs_path(__FILE__ . '/../../..');
@@ -703,6 +705,54 @@ sub vlm_data_url ($$) {
     (my $b64 = encode_base64($data)) =~ s/\s+//g;
 
     return "data:$mime;base64,$b64";
+}
+
+
+# runs a Python script of tests/sdk/ (its argv after the interpreter),
+# each "ok - name" or "not ok - name" line it prints a test; then that it
+# ran to its end and printed at least $min checks
+sub vlm_sdk_checks ($@) {
+    my ($min, @argv) = @_;
+
+    open my $py, '-|', @argv or die "cannot run $argv[0]: $!";
+
+    my $n = 0;
+
+    while (my $line = <$py>) {
+        chomp $line;
+
+        if ($line =~ /^(not )?ok - (.*)$/) {
+            Test::More::ok(!$1, "sdk: $2");
+            $n++;
+
+        } else {
+            Test::More::diag($line);
+        }
+    }
+
+    close $py;
+    Test::More::is($?, 0, 'sdk: the script ran to its end');
+    Test::More::ok($n >= $min, "sdk: $n checks");
+}
+
+
+# a copy of the serving fixture in $dir (made here) with $template as its
+# chat_template.jinja: a model that brings its own chat template
+sub vlm_model_with_template ($$) {
+    my ($dir, $template) = @_;
+
+    mkdir $dir or die "$dir: $!";
+    chmod 0755, $dir;
+
+    for my $f (glob "$ROOT/tests/fixtures/serving/*") {
+        File::Copy::copy($f, $dir) or die "cannot copy $f: $!";
+    }
+
+    open my $out, '>:raw', "$dir/chat_template.jinja" or die "$dir: $!";
+    print $out $template;
+    close $out;
+
+    return $dir;
 }
 
 
