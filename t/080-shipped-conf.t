@@ -24,7 +24,7 @@ my $root = abs_path("$FindBin::Bin/..");
 my $nginx = $ENV{TEST_NGINX_BINARY} || '/usr/sbin/nginx';
 my $module = $ENV{TEST_NGINX_LOAD_MODULES}
              || ($ENV{VLM_BUILD} || "$root/build") . "/ngx_http_vlm_module.so";
-my $port = vlm_port(30);
+my $port = vlm_port(32);
 my $prefix = "$root/t/servroot-conf";
 
 sub slurp {
