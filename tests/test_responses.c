@@ -470,8 +470,12 @@ events(const char *body, const char *sse, size_t step)
                                                      &len), VLM_OK);
         all = realloc(all, total + len + 1);
         assert_non_null(all);
-        memcpy(all + total, out, len);
-        total += len;
+
+        if (len != 0) {
+            memcpy(all + total, out, len);
+            total += len;
+        }
+
         all[total] = '\0';
     }
 
