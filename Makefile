@@ -293,7 +293,7 @@ CXX       ?= c++
 EMU_CXXFLAGS := -std=c++17 -g $(OPT) -fPIC -Wall -Wextra -Werror \
                 -Wno-unused-parameter -Wno-unknown-pragmas -pthread $(SAN) \
                 -I$(ROOT)/$(EMU_DIR)/include -I$(ROOT)/kernels
-EMU_CPPFLAGS := $(CPPFLAGS) -I$(ROOT)/$(EMU_DIR)/include \
+EMU_CPPFLAGS := $(CPPFLAGS) -DVLM_CUDAEMU=1 -I$(ROOT)/$(EMU_DIR)/include \
                 -I$(ROOT)/kernels -I$(ROOT)/$(EMU_DIR)
 
 $(EMU_BUILD)/$(EMU_DIR)/%.o: $(EMU_DIR)/%.cc $(EMU_HDRS)

@@ -30,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <sys/wait.h>
 #include <cmocka.h>
 
 #include "backend/vlm_backend.h"
@@ -1030,6 +1032,81 @@ test_model_image_cache(void **state)
 }
 
 
+#ifdef VLM_CUDAEMU
+
+/*
+ * A kernel that faults on the device (an illegal address, planted by the
+ * emulated device's CUDAEMU_FAULT): the prefill that ran it fails with
+ * the CUDA error, so does every later one (the context is lost), and the
+ * model is freed; in a child, which must exit on its own
+ */
+static void
+fault_child(void)
+{
+    int32_t       ids[5] = { 1, 2, 3, 4, 5 };
+    vlm_seq_t    *s;
+    vlm_model_t  *m;
+    vlm_error_t   err;
+
+    setenv("CUDAEMU_FAULT", "vlm_rms_norm_kernel:3", 1);
+
+    m = load_model("qwen2vl-f32", "cuda", 0);
+
+    if (vlm_seq_init(m, &s, &err) != VLM_OK) {
+        _exit(2);
+    }
+
+    if (vlm_seq_prefill(s, ids, 5, NULL, 0, NULL, &err) == VLM_OK) {
+        _exit(3);
+    }
+
+    print_message("the planted fault: %s\n", err.msg);
+
+    if (strstr(err.msg, "illegal memory access") == NULL) {
+        _exit(4);
+    }
+
+    vlm_seq_free(s);
+
+    if (vlm_seq_init(m, &s, &err) == VLM_OK) {
+        if (vlm_seq_prefill(s, ids, 5, NULL, 0, NULL, &err) == VLM_OK) {
+            _exit(5);
+        }
+
+        vlm_seq_free(s);
+    }
+
+    vlm_model_free(m);
+
+    _exit(0);
+}
+
+
+static void
+test_model_fault(void **state)
+{
+    pid_t  pid;
+    int    st;
+
+    require_gpu();
+
+    pid = fork();
+    if (pid == 0) {
+        alarm(120);
+        fault_child();
+    }
+
+    assert_true(pid > 0);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fail_msg("the faulting model's child ended with status 0x%x", st);
+    }
+}
+
+#endif
+
+
 static void
 test_model_qwen2vl_f32(void **state)
 {
@@ -1358,6 +1435,9 @@ main(int argc, char **argv)
         cmocka_unit_test(test_attention_varlen),
         cmocka_unit_test(test_pool_idle),
         cmocka_unit_test(test_model_image_cache),
+#ifdef VLM_CUDAEMU
+        cmocka_unit_test(test_model_fault),
+#endif
         cmocka_unit_test(test_model_qwen2vl_f32),
         cmocka_unit_test(test_model_qwen2vl_bf16),
         cmocka_unit_test(test_model_qwen25vl_f32),

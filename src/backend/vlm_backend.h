@@ -247,6 +247,13 @@ typedef struct {
      * memory; NULL: host memory, vlm_fpool_cpu_ops
      */
     const vlm_fpool_ops_t  *fpool_ops;
+
+    /*
+     * what failed, once download() or synchronize() has failed (e.g. "a
+     * kernel of the step: an illegal memory access was encountered");
+     * NULL: the backend does not fail so
+     */
+    const char *(*failure)(vlm_backend_t *be);
 } vlm_backend_ops_t;
 
 

@@ -24,6 +24,7 @@
  * caller reads the bytes next.
  */
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,6 +71,7 @@ typedef struct {
 
     cudaError_t         error;      /* the first failure, sticky */
     const char         *error_op;
+    char                error_text[160];
 } vlm_cuda_t;
 
 
@@ -720,6 +722,22 @@ static const vlm_fpool_ops_t  vlm_cuda_fpool_ops = {
 };
 
 
+static const char *
+vlm_cuda_failure(vlm_backend_t *be)
+{
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    if (cu->error == cudaSuccess) {
+        return NULL;
+    }
+
+    snprintf(cu->error_text, sizeof(cu->error_text), "%s: %s",
+             cu->error_op, cudaGetErrorString(cu->error));
+
+    return cu->error_text;
+}
+
+
 static const vlm_backend_ops_t  vlm_cuda_ops = {
     "cuda",
     vlm_cuda_free,
@@ -747,7 +765,8 @@ static const vlm_backend_ops_t  vlm_cuda_ops = {
     vlm_cuda_comm_open,
     NULL,                       /* no quantized weights: refused at load */
     1u << VLM_DTYPE_F32,
-    &vlm_cuda_fpool_ops
+    &vlm_cuda_fpool_ops,
+    vlm_cuda_failure
 };
 
 

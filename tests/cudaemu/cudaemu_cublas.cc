@@ -165,10 +165,8 @@ cublasGemmEx(cublasHandle_t h, cublasOperation_t transa,
     cudaDataType_t ctype, int ldc, cublasComputeType_t compute,
     cublasGemmAlgo_t algo)
 {
-    int     i, j, l;
     bool    ta, tb, half;
-    float   al, be, acc, p;
-    size_t  ai, bi;
+    float   al, be;
 
     (void) algo;
 
@@ -213,27 +211,34 @@ cublasGemmEx(cublasHandle_t h, cublasOperation_t transa,
         return CUBLAS_STATUS_INVALID_VALUE;
     }
 
-    device_open  open;
+    /* issued to the handle's stream, run when it gets there */
+    enqueue(h->stream, [=] {
+        int    i, j, l;
+        float  acc, p;
+        size_t ai, bi;
 
-    for (j = 0; j < n; j++) {
-        for (i = 0; i < m; i++) {
-            acc = 0.0f;
+        device_open  open;
 
-            for (l = 0; l < k; l++) {
-                ai = ta ? (size_t) i * lda + l : (size_t) l * lda + i;
-                bi = tb ? (size_t) l * ldb + j : (size_t) j * ldb + l;
-                p = load(A, atype, ai) * load(B, btype, bi);
-                acc = half ? (float) (_Float16) (acc + p) : acc + p;
+        for (j = 0; j < n; j++) {
+            for (i = 0; i < m; i++) {
+                acc = 0.0f;
+
+                for (l = 0; l < k; l++) {
+                    ai = ta ? (size_t) i * lda + l : (size_t) l * lda + i;
+                    bi = tb ? (size_t) l * ldb + j : (size_t) j * ldb + l;
+                    p = load(A, atype, ai) * load(B, btype, bi);
+                    acc = half ? (float) (_Float16) (acc + p) : acc + p;
+                }
+
+                acc *= al;
+                if (be != 0.0f) {
+                    acc += be * load(C, ctype, (size_t) j * ldc + i);
+                }
+
+                store(C, ctype, (size_t) j * ldc + i, acc);
             }
-
-            acc *= al;
-            if (be != 0.0f) {
-                acc += be * load(C, ctype, (size_t) j * ldc + i);
-            }
-
-            store(C, ctype, (size_t) j * ldc + i, acc);
         }
-    }
+    });
 
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -8,6 +8,8 @@
 
 #include <stddef.h>
 
+#include <functional>
+
 #include "cuda_runtime.h"
 
 
@@ -43,6 +45,14 @@ struct device_open {
 };
 
 void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* work for a stream (NULL: the legacy one), run when it is waited for */
+typedef std::function<void()>  work;
+
+void enqueue(cudaStream_t s, work fn);
+void sync_stream(cudaStream_t s);
+void sync_all();
+bool stream_valid(cudaStream_t s);
 
 } /* namespace cudaemu */
 

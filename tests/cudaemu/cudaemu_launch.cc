@@ -17,6 +17,9 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include <map>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "cudaemu_int.h"
@@ -82,9 +85,8 @@ struct warp {
 };
 
 struct run_state {
-    const char         *kernel;
-    body_fn             body;
-    void               *arg;
+    const char                    *kernel;
+    const std::function<void()>   *body;
     block_ctx           block;
     std::vector<fiber>  fibers;
     std::vector<warp>   warps;
@@ -264,7 +266,7 @@ ballot(unsigned mask, int pred, const char *op)
 static void
 fiber_main()
 {
-    run->body(run->arg);
+    (*run->body)();
 
     run->cur->done = true;
     run->n_done++;
@@ -362,33 +364,50 @@ run_block(run_state *r)
 }
 
 
-void
-launch(const char *kernel, dim3 grid, dim3 block, size_t shared,
-    void *stream, body_fn body, void *arg)
+/*
+ * CUDAEMU_FAULT=kernel:n[,kernel:n...]: the n-th launch (from 1) of that
+ * kernel faults when it runs, as an illegal address does on a GPU
+ */
+static bool
+fault_planned(const char *kernel)
+{
+    static std::mutex                  flock;
+    static std::map<std::string, int>  seen;
+    const char                        *env, *p, *colon;
+    size_t                             len;
+    int                                n;
+
+    env = getenv("CUDAEMU_FAULT");
+    if (env == NULL || *env == '\0') {
+        return false;
+    }
+
+    std::lock_guard<std::mutex>  g(flock);
+
+    len = strlen(kernel);
+    n = ++seen[kernel];
+
+    for (p = env; p != NULL; p = strchr(p, ',')) {
+        p += *p == ',';
+        colon = strchr(p, ':');
+
+        if (colon != NULL && (size_t) (colon - p) == len
+            && strncmp(p, kernel, len) == 0 && atoi(colon + 1) == n)
+        {
+            return true;
+        }
+    }
+
+    return false;
+}
+
+
+static void
+run_grid(const char *kernel, dim3 grid, dim3 block, size_t shared,
+    const std::function<void()> *body)
 {
     run_state  r;
     unsigned   i, x, y, z;
-    char       why[160];
-
-    (void) stream;
-
-    if (sticky_error() != cudaSuccess) {
-        return;
-    }
-
-    r.n = block.x * block.y * block.z;
-
-    if (r.n == 0 || r.n > MAX_THREADS || block.z > 64 || grid.x == 0
-        || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535
-        || shared > MAX_SHARED)
-    {
-        snprintf(why, sizeof(why), "launch of grid (%u,%u,%u), block "
-                 "(%u,%u,%u), %zu bytes of shared memory: invalid", grid.x,
-                 grid.y, grid.z, block.x, block.y, block.z, shared);
-        report("kernel %s: %s", kernel, why);
-        set_error(cudaErrorInvalidConfiguration, false);
-        return;
-    }
 
     if (stacks == NULL) {
         stacks = (char *) mmap(NULL, (size_t) MAX_THREADS * FIBER_STACK,
@@ -397,7 +416,8 @@ launch(const char *kernel, dim3 grid, dim3 block, size_t shared,
                                -1, 0);
         if (stacks == MAP_FAILED) {
             stacks = NULL;
-            set_error(cudaErrorMemoryAllocation, false);
+            report("kernel %s: no memory for the threads' stacks", kernel);
+            set_error(cudaErrorLaunchFailure, true);
             return;
         }
     }
@@ -405,9 +425,9 @@ launch(const char *kernel, dim3 grid, dim3 block, size_t shared,
     /* what a kernel finds in fresh shared memory is not zero */
     dynamic_shared.assign(shared + 16, (char) 0xa5);
 
+    r.n = block.x * block.y * block.z;
     r.kernel = kernel;
     r.body = body;
-    r.arg = arg;
     r.block.dim = block;
     r.block.grid = grid;
     r.block.dynamic_shared = shared ? dynamic_shared.data() : NULL;
@@ -446,6 +466,54 @@ done:
     run = NULL;
     cur_block = NULL;
     cur_thread = NULL;
+}
+
+
+void
+launch(const char *kernel, dim3 grid, dim3 block, size_t shared,
+    void *stream, std::function<void()> body)
+{
+    unsigned  n;
+    char      why[160];
+
+    if (sticky_error() != cudaSuccess) {
+        return;
+    }
+
+    n = block.x * block.y * block.z;
+
+    if (n == 0 || n > MAX_THREADS || block.z > 64 || grid.x == 0
+        || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535
+        || shared > MAX_SHARED)
+    {
+        snprintf(why, sizeof(why), "launch of grid (%u,%u,%u), block "
+                 "(%u,%u,%u), %zu bytes of shared memory: invalid", grid.x,
+                 grid.y, grid.z, block.x, block.y, block.z, shared);
+        report("kernel %s: %s", kernel, why);
+        set_error(cudaErrorInvalidConfiguration, false);
+        return;
+    }
+
+    if (!stream_valid((cudaStream_t) stream)) {
+        report("kernel %s: launched to a stream that does not exist",
+               kernel);
+        set_error(cudaErrorInvalidResourceHandle, false);
+        return;
+    }
+
+    if (fault_planned(kernel)) {
+        enqueue((cudaStream_t) stream, [kernel] {
+            report("kernel %s: an illegal memory access (CUDAEMU_FAULT)",
+                   kernel);
+            set_error(cudaErrorIllegalAddress, true);
+        });
+        return;
+    }
+
+    enqueue((cudaStream_t) stream,
+            [kernel, grid, block, shared, body = std::move(body)] {
+                run_grid(kernel, grid, block, shared, &body);
+            });
 }
 
 } /* namespace cudaemu */

@@ -2,7 +2,7 @@
  * The CUDA runtime API of the emulated device: device memory as mapped
  * regions of its own, registered so that every copy and every kernel
  * argument is checked against where its pointers live; pinned host
- * memory; streams that run their work in order as it is issued; events;
+ * memory; copies and memsets issued to the streams of cudaemu_stream.cc;
  * the device's properties; the error state, sticky after a kernel fails.
  */
 
@@ -15,18 +15,11 @@
 #include <unistd.h>
 
 #include <map>
+#include <memory>
 #include <mutex>
+#include <vector>
 
 #include "cudaemu_int.h"
-
-
-struct cudaemu_stream_s {
-    unsigned  flags;
-};
-
-struct cudaemu_event_s {
-    unsigned  flags;
-};
 
 
 namespace cudaemu {
@@ -349,13 +342,25 @@ within(const void *p, size_t size, mem_kind kind, mem_kind alt)
 }
 
 
+/*
+ * a copy issued to stream s (NULL: the legacy stream), checked now; as in
+ * CUDA, a copy from pageable host memory reads it before the call
+ * returns, and one to pageable host memory is done when the call returns;
+ * pinned memory is read and written when the stream gets there
+ */
 static cudaError_t
-copy(void *dst, const void *src, size_t size, cudaMemcpyKind kind)
+copy(void *dst, const void *src, size_t size, cudaMemcpyKind kind,
+    cudaStream_t s, bool sync)
 {
-    bool  ok;
+    bool      ok;
+    mem_kind  sk, dk;
 
     if (size == 0) {
         return cudaSuccess;
+    }
+
+    if (!stream_valid(s)) {
+        return set_error(cudaErrorInvalidResourceHandle, false);
     }
 
     switch (kind) {
@@ -377,7 +382,8 @@ copy(void *dst, const void *src, size_t size, cudaMemcpyKind kind)
         ok = find(src, NULL) != MEM_DEVICE && find(dst, NULL) != MEM_DEVICE;
         break;
     case cudaMemcpyDefault:
-        ok = true;
+        ok = within(src, size, find(src, NULL), find(src, NULL))
+             && within(dst, size, find(dst, NULL), find(dst, NULL));
         break;
     default:
         ok = false;
@@ -390,26 +396,33 @@ copy(void *dst, const void *src, size_t size, cudaMemcpyKind kind)
         return set_error(cudaErrorInvalidValue, false);
     }
 
-    device_open  open;
+    sk = find(src, NULL);
+    dk = find(dst, NULL);
 
-    memmove(dst, src, size);
+    if (sk == MEM_HOST) {
+        /* staged now: the caller may reuse its buffer at once */
+        auto  staged = std::make_shared<std::vector<char>>(
+                           (const char *) src, (const char *) src + size);
 
-    return cudaSuccess;
-}
+        enqueue(s, [dst, staged] {
+            device_open  open;
 
-/* a stream or an event */
-template <typename H>
-static cudaError_t
-create(H **h, unsigned flags)
-{
-    *h = (H *) calloc(1, sizeof(H));
-    if (*h == NULL) {
-        return set_error(cudaErrorMemoryAllocation, false);
+            memcpy(dst, staged->data(), staged->size());
+        });
+
+    } else {
+        enqueue(s, [dst, src, size] {
+            device_open  open;
+
+            memmove(dst, src, size);
+        });
     }
 
-    (*h)->flags = flags;
+    if (sync || dk == MEM_HOST) {
+        sync_stream(s);
+    }
 
-    return enter();
+    return sticky_error();
 }
 
 } /* namespace cudaemu */
@@ -520,13 +533,6 @@ cudaMemGetInfo(size_t *free_b, size_t *total_b)
 
 
 cudaError_t
-cudaDeviceSynchronize(void)
-{
-    return enter();
-}
-
-
-cudaError_t
 cudaMalloc(void **p, size_t size)
 {
     if (enter() != cudaSuccess) {
@@ -545,9 +551,12 @@ cudaMalloc(void **p, size_t size)
 }
 
 
+/* waits for the device first, as CUDA's does */
 cudaError_t
 cudaFree(void *p)
 {
+    sync_all();
+
     return unmap_region(p, MEM_DEVICE) == cudaSuccess
            ? enter() : set_error(cudaErrorInvalidValue, false);
 }
@@ -575,6 +584,8 @@ cudaMallocHost(void **p, size_t size)
 cudaError_t
 cudaFreeHost(void *p)
 {
+    sync_all();
+
     return unmap_region(p, MEM_PINNED) == cudaSuccess
            ? enter() : set_error(cudaErrorInvalidValue, false);
 }
@@ -612,6 +623,8 @@ cudaHostUnregister(void *p)
 {
     region  r;
 
+    sync_all();
+
     std::lock_guard<std::mutex>  g(lock);
 
     if (find_locked(p, &r) != MEM_PINNED || r.base != p || !r.registered) {
@@ -632,7 +645,7 @@ cudaMemcpy(void *dst, const void *src, size_t size, cudaMemcpyKind kind)
         return enter();
     }
 
-    return copy(dst, src, size, kind);
+    return copy(dst, src, size, kind, NULL, true);
 }
 
 
@@ -640,17 +653,24 @@ cudaError_t
 cudaMemcpyAsync(void *dst, const void *src, size_t size,
     cudaMemcpyKind kind, cudaStream_t s)
 {
-    (void) s;
+    if (enter() != cudaSuccess) {
+        return enter();
+    }
 
-    return cudaMemcpy(dst, src, size, kind);
+    return copy(dst, src, size, kind, s, false);
 }
 
 
+/* asynchronous to the host for device memory, cudaMemset too */
 cudaError_t
-cudaMemset(void *p, int v, size_t size)
+cudaMemsetAsync(void *p, int v, size_t size, cudaStream_t s)
 {
     if (enter() != cudaSuccess) {
         return enter();
+    }
+
+    if (!stream_valid(s)) {
+        return set_error(cudaErrorInvalidResourceHandle, false);
     }
 
     if (size != 0 && !within(p, size, MEM_DEVICE, MEM_DEVICE)) {
@@ -658,126 +678,20 @@ cudaMemset(void *p, int v, size_t size)
         return set_error(cudaErrorInvalidValue, false);
     }
 
-    device_open  open;
+    enqueue(s, [p, v, size] {
+        device_open  open;
 
-    memset(p, v, size);
+        memset(p, v, size);
+    });
 
     return cudaSuccess;
 }
 
 
 cudaError_t
-cudaMemsetAsync(void *p, int v, size_t size, cudaStream_t s)
+cudaMemset(void *p, int v, size_t size)
 {
-    (void) s;
-
-    return cudaMemset(p, v, size);
-}
-
-
-cudaError_t
-cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
-{
-    return create(s, flags);
-}
-
-
-cudaError_t
-cudaStreamCreate(cudaStream_t *s)
-{
-    return cudaStreamCreateWithFlags(s, cudaStreamDefault);
-}
-
-
-cudaError_t
-cudaStreamDestroy(cudaStream_t s)
-{
-    free(s);
-    return enter();
-}
-
-
-/* a stream's work ran as it was issued: waiting is checking */
-cudaError_t
-cudaStreamSynchronize(cudaStream_t s)
-{
-    (void) s;
-
-    return enter();
-}
-
-
-cudaError_t
-cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned flags)
-{
-    (void) s;
-    (void) flags;
-
-    return ev != NULL ? enter()
-                      : set_error(cudaErrorInvalidResourceHandle, false);
-}
-
-
-cudaError_t
-cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned flags)
-{
-    return create(ev, flags);
-}
-
-
-cudaError_t
-cudaEventCreate(cudaEvent_t *ev)
-{
-    return cudaEventCreateWithFlags(ev, cudaEventDefault);
-}
-
-
-cudaError_t
-cudaEventDestroy(cudaEvent_t ev)
-{
-    free(ev);
-    return enter();
-}
-
-
-cudaError_t
-cudaEventRecord(cudaEvent_t ev, cudaStream_t s)
-{
-    (void) s;
-
-    return ev != NULL ? enter()
-                      : set_error(cudaErrorInvalidResourceHandle, false);
-}
-
-
-cudaError_t
-cudaEventSynchronize(cudaEvent_t ev)
-{
-    return ev != NULL ? enter()
-                      : set_error(cudaErrorInvalidResourceHandle, false);
-}
-
-
-cudaError_t
-cudaEventQuery(cudaEvent_t ev)
-{
-    return cudaEventSynchronize(ev);
-}
-
-
-cudaError_t
-cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
-{
-    if (a == NULL || b == NULL
-        || (a->flags & cudaEventDisableTiming)
-        || (b->flags & cudaEventDisableTiming))
-    {
-        return set_error(cudaErrorInvalidResourceHandle, false);
-    }
-
-    *ms = 0.0f;
-
-    return enter();
+    return cudaMemsetAsync(p, v, size, NULL);
 }
 
 

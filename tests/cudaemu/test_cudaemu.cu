@@ -2,8 +2,10 @@
  * The emulated CUDA device against CUDA's semantics: __syncthreads and
  * shared memory, warp shuffles and votes, bf16 rounding, copies checked
  * against where their pointers live, the host touching device memory,
- * kernel arguments that are host memory, barriers and shuffles that hardware could not complete, and
- * cublasGemmEx with its transposes and leading dimensions.
+ * kernel arguments that are host memory, barriers and shuffles that
+ * hardware could not complete, cublasGemmEx with its transposes and
+ * leading dimensions, streams that keep no order but their events', and
+ * a planted kernel fault.
  */
 
 #include <math.h>
@@ -244,7 +246,9 @@ in_child(void (*fn)(void))
     if (pid == 0) {
         signal(SIGSEGV, SIG_DFL);       /* cmocka's handler goes on */
         fn();
-        _exit(cudaGetLastError() == cudaSuccess ? 0 : 3);
+        /* a kernel's fault is known once its stream is waited for */
+        _exit(cudaDeviceSynchronize() == cudaSuccess
+              && cudaGetLastError() == cudaSuccess ? 0 : 3);
     }
 
     assert_true(pid > 0);
@@ -347,6 +351,130 @@ test_copy_kinds(void **state)
 }
 
 
+/*
+ * y = x on stream b after x = ones on stream a: without an event between
+ * them the emulated device runs b's copy first (a GPU may), with one it
+ * cannot; pinned memory written by an asynchronous copy stays unwritten
+ * until the stream is waited for
+ */
+static void
+test_stream_order(void **state)
+{
+    enum { N = 64 };
+    float         h[N], *ones, *x, *y, *pinned;
+    cudaStream_t  a, b;
+    cudaEvent_t   ev;
+    int           i;
+
+    for (i = 0; i < N; i++) {
+        h[i] = 1.0f;
+    }
+
+    ones = (float *) dev_alloc(sizeof(h));
+    x = (float *) dev_alloc(sizeof(h));
+    y = (float *) dev_alloc(sizeof(h));
+    assert_int_equal(cudaHostAlloc((void **) &pinned, sizeof(h),
+                                   cudaHostAllocDefault), cudaSuccess);
+    assert_int_equal(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking),
+                     cudaSuccess);
+    assert_int_equal(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking),
+                     cudaSuccess);
+    assert_int_equal(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
+                     cudaSuccess);
+
+    assert_int_equal(cudaMemcpy(ones, h, sizeof(h), cudaMemcpyHostToDevice),
+                     cudaSuccess);
+    assert_int_equal(cudaMemset(x, 0, sizeof(h)), cudaSuccess);
+    assert_int_equal(cudaMemset(y, 0, sizeof(h)), cudaSuccess);
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+
+    /* no event: b's copy reads x before a has written it */
+    VLM_LAUNCH(emu_copy, 1, N, 0, a, x, ones, N);
+    VLM_LAUNCH(emu_copy, 1, N, 0, b, y, x, N);
+    pinned[0] = -1.0f;
+    assert_int_equal(cudaMemcpyAsync(pinned, y, sizeof(h),
+                                     cudaMemcpyDeviceToHost, b),
+                     cudaSuccess);
+    assert_true(pinned[0] == -1.0f);    /* not yet waited for */
+    assert_int_equal(cudaStreamSynchronize(b), cudaSuccess);
+    assert_true(pinned[0] == 0.0f);
+    assert_int_equal(cudaStreamQuery(a), cudaErrorNotReady);
+    assert_int_equal(cudaStreamQuery(a), cudaSuccess);
+
+    /* with the event, b waits for a */
+    assert_int_equal(cudaMemset(x, 0, sizeof(h)), cudaSuccess);
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    VLM_LAUNCH(emu_copy, 1, N, 0, a, x, ones, N);
+    assert_int_equal(cudaEventRecord(ev, a), cudaSuccess);
+    assert_int_equal(cudaStreamWaitEvent(b, ev, 0), cudaSuccess);
+    VLM_LAUNCH(emu_copy, 1, N, 0, b, y, x, N);
+    assert_int_equal(cudaMemcpyAsync(pinned, y, sizeof(h),
+                                     cudaMemcpyDeviceToHost, b),
+                     cudaSuccess);
+    assert_int_equal(cudaStreamSynchronize(b), cudaSuccess);
+    for (i = 0; i < N; i++) {
+        assert_true(pinned[i] == 1.0f);
+    }
+
+    /* a synchronous copy does not wait for a non-blocking stream */
+    assert_int_equal(cudaMemset(x, 0, sizeof(h)), cudaSuccess);
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    VLM_LAUNCH(emu_copy, 1, N, 0, a, x, ones, N);
+    assert_int_equal(cudaMemcpy(h, x, sizeof(h), cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    assert_true(h[0] == 0.0f);
+    assert_int_equal(cudaEventRecord(ev, a), cudaSuccess);
+    assert_int_equal(cudaEventSynchronize(ev), cudaSuccess);
+    assert_int_equal(cudaMemcpy(h, x, sizeof(h), cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    assert_true(h[0] == 1.0f);
+
+    cudaEventDestroy(ev);
+    cudaStreamDestroy(a);
+    cudaStreamDestroy(b);
+    cudaFree(ones);
+    cudaFree(x);
+    cudaFree(y);
+    cudaFreeHost(pinned);
+}
+
+
+/* CUDAEMU_FAULT: the planned launch faults when it runs, and stays */
+static void
+fault_second_copy(void)
+{
+    float  *x = (float *) dev_alloc(64 * sizeof(float));
+    float  *y = (float *) dev_alloc(64 * sizeof(float));
+
+    setenv("CUDAEMU_FAULT", "emu_other:1,emu_copy:2", 1);
+
+    VLM_LAUNCH(emu_copy, 1, 64, 0, NULL, y, x, 64);
+    if (cudaDeviceSynchronize() != cudaSuccess) {
+        _exit(4);
+    }
+
+    VLM_LAUNCH(emu_copy, 1, 64, 0, NULL, y, x, 64);
+    if (cudaGetLastError() != cudaSuccess) {
+        _exit(5);                       /* known only when waited for */
+    }
+
+    if (cudaDeviceSynchronize() != cudaErrorIllegalAddress
+        || cudaMemset(x, 0, 4) != cudaErrorIllegalAddress)
+    {
+        _exit(6);
+    }
+
+    _exit(7);
+}
+
+
+static void
+test_fault(void **state)
+{
+    assert_int_equal(in_child(fault_second_copy), 7);
+}
+
+
 /* C[m, n] = A^T B with A stored k x m (lda), B k x n (ldb), column-major */
 static void
 test_gemm(void **state)
@@ -416,6 +544,8 @@ main(void)
         cmocka_unit_test(test_copy_kinds),
         cmocka_unit_test(test_host_access),
         cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_stream_order),
+        cmocka_unit_test(test_fault),
     };
 
     return cmocka_run_group_tests_name("cudaemu", tests, NULL, NULL);

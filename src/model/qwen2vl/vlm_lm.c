@@ -319,6 +319,7 @@ vlm_lm_logits(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
 {
     int             r0, nl, i, r, H, V;
     float          *all;
+    const char     *why;
     vlm_status_t    rc;
     vlm_backend_t  *be = m->be;
     vlm_lm_ws_t    *ws = &m->ws;
@@ -360,9 +361,12 @@ vlm_lm_logits(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
                                        all + ((size_t) r * nl + i) * V,
                                        (size_t) V * sizeof(float));
                 if (rc != VLM_OK) {
+                    why = be->ops->failure != NULL ? be->ops->failure(be)
+                                                   : NULL;
                     return vlm_error_set(err, rc, "model: the %s backend "
-                                         "failed in this step (its log "
-                                         "says how)", be->ops->name);
+                                         "failed in this step: %s",
+                                         be->ops->name, why != NULL
+                                         ? why : "(its log says how)");
                 }
             }
         }

@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <functional>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -101,11 +103,9 @@ unsigned long long shfl(unsigned mask, unsigned long long v, int src,
 /* every lane of mask deposits pred; the lanes whose pred is true */
 unsigned ballot(unsigned mask, int pred, const char *op);
 
-typedef void (*body_fn)(void *ctx);
-
-/* runs body(ctx) on every thread of every block; cudaSuccess or why not */
+/* issues body, to be run by every thread of every block, to stream */
 void launch(const char *kernel, dim3 grid, dim3 block, size_t shared,
-    void *stream, body_fn body, void *ctx);
+    void *stream, std::function<void()> body);
 /* false (and the launch's error set) when p is not where a kernel may go */
 bool check_pointer(const char *kernel, const char *names, int index,
     const void *p);
@@ -359,29 +359,22 @@ cudaemu_launch(const char *kernel, void (*k)(P...), dim3 grid, dim3 block,
     size_t shared, void *stream, const char *names, A &&...a)
 {
     typedef std::tuple<typename std::decay<P>::type...>  args_t;
-    struct call_t {
-        void    (*k)(P...);
-        args_t   *args;
-    };
 
-    args_t   args(cudaemu::convert_arg<P>(a)...);
-    call_t   call = { k, &args };
-    int      i = 0;
-    bool     ok = true;
+    /* copied as a launch copies them: the kernel runs later */
+    auto  args = std::make_shared<args_t>(cudaemu::convert_arg<P>(a)...);
+    int   i = 0;
+    bool  ok = true;
 
     std::apply([&](const auto &...v) {
         ((ok = cudaemu::check_arg(kernel, names, i++, v) && ok), ...);
-    }, args);
+    }, *args);
 
     if (!ok) {
         return;
     }
 
     cudaemu::launch(kernel, grid, block, shared, stream,
-                    [](void *c) {
-                        call_t  *cl = (call_t *) c;
-                        std::apply(cl->k, *cl->args);
-                    }, &call);
+                    [k, args] { std::apply(k, *args); });
 }
 
 #endif /* CUDAEMU_H */
