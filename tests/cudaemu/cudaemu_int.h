@@ -26,6 +26,8 @@ struct region {
     size_t    size;
     mem_kind  kind;
     bool      registered;       /* host memory of its owner's, pinned */
+    char     *map;              /* the pages it lies in, between guards */
+    size_t    map_len;
 };
 
 /* where p lies; MEM_HOST (and r untouched) when in no region */
@@ -43,6 +45,9 @@ struct device_open {
     device_open();
     ~device_open();
 };
+
+/* the kernel this thread runs now, for the fault handler to name */
+extern thread_local const char  *kernel_running;
 
 void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

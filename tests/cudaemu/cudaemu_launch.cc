@@ -24,6 +24,18 @@
 
 #include "cudaemu_int.h"
 
+/*
+ * under ASan each switch is announced, so that it knows which stack is
+ * running (and checks the fibers' frames as it does threads')
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define ASAN_FIBERS  1
+#else
+#define ASAN_UNPOISON_MEMORY_REGION(p, n)  ((void) (p), (void) (n))
+#endif
+
 
 #ifndef __x86_64__
 #error "the emulated CUDA device switches fibers on x86-64 only"
@@ -65,6 +77,7 @@ __asm__(
 namespace cudaemu {
 
 thread_local thread_ctx  *cur_thread;
+thread_local const char  *kernel_running;
 thread_local block_ctx   *cur_block;
 
 
@@ -77,6 +90,8 @@ struct fiber {
     void       *sp;
     thread_ctx  t;
     bool        done;
+    char       *stack;
+    void       *fake;           /* ASan's fake stack while switched out */
 };
 
 struct warp {
@@ -98,6 +113,8 @@ struct run_state {
     bool                failed;
     fiber              *cur;
     void               *sched_sp;
+    const void         *sched_bottom;   /* the scheduler's stack, for ASan */
+    size_t              sched_size;
 };
 
 static thread_local run_state  *run;
@@ -112,7 +129,33 @@ fail_here(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void
 wait_turn()
 {
+#ifdef ASAN_FIBERS
+    fiber  *f = run->cur;
+
+    /* a fiber done for good has no frames to keep */
+    __sanitizer_start_switch_fiber(f->done || run->failed ? NULL : &f->fake,
+                                   run->sched_bottom, run->sched_size);
+    cudaemu_switch(&f->sp, run->sched_sp);
+    __sanitizer_finish_switch_fiber(f->fake, NULL, NULL);
+#else
     cudaemu_switch(&run->cur->sp, run->sched_sp);
+#endif
+}
+
+
+/* from the scheduler to fiber f, until it switches back */
+static void
+resume(run_state *r, fiber *f)
+{
+#ifdef ASAN_FIBERS
+    void  *fake = NULL;
+
+    __sanitizer_start_switch_fiber(&fake, f->stack, FIBER_STACK);
+    cudaemu_switch(&r->sched_sp, f->sp);
+    __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#else
+    cudaemu_switch(&r->sched_sp, f->sp);
+#endif
 }
 
 
@@ -266,6 +309,11 @@ ballot(unsigned mask, int pred, const char *op)
 static void
 fiber_main()
 {
+#ifdef ASAN_FIBERS
+    __sanitizer_finish_switch_fiber(NULL, &run->sched_bottom,
+                                    &run->sched_size);
+#endif
+
     (*run->body)();
 
     run->cur->done = true;
@@ -322,7 +370,11 @@ run_block(run_state *r)
     for (i = 0; i < r->n; i++) {
         f = &r->fibers[i];
         f->done = false;
-        f->sp = fiber_stack(stacks + (size_t) i * FIBER_STACK, FIBER_STACK);
+        f->fake = NULL;
+        f->stack = stacks + (size_t) i * FIBER_STACK;
+        /* the frames of fibers abandoned by a failed launch */
+        ASAN_UNPOISON_MEMORY_REGION(f->stack, FIBER_STACK);
+        f->sp = fiber_stack(f->stack, FIBER_STACK);
     }
 
     for ( ;; ) {
@@ -337,7 +389,7 @@ run_block(run_state *r)
 
             r->cur = f;
             cur_thread = &f->t;
-            cudaemu_switch(&r->sched_sp, f->sp);
+            resume(r, f);
 
             if (r->failed) {
                 return false;
@@ -446,6 +498,7 @@ run_grid(const char *kernel, dim3 grid, dim3 block, size_t shared,
 
     run = &r;
     cur_block = &r.block;
+    kernel_running = kernel;
 
     for (z = 0; z < grid.z; z++) {
         for (y = 0; y < grid.y; y++) {
@@ -466,6 +519,7 @@ done:
     run = NULL;
     cur_block = NULL;
     cur_thread = NULL;
+    kernel_running = NULL;
 }
 
 

@@ -21,6 +21,13 @@
 
 #include "cudaemu_int.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#else
+#define ASAN_POISON_MEMORY_REGION(p, n)    ((void) (p), (void) (n))
+#define ASAN_UNPOISON_MEMORY_REGION(p, n)  ((void) (p), (void) (n))
+#endif
+
 
 namespace cudaemu {
 
@@ -37,14 +44,9 @@ static int                            opened;
 static void
 protect_device(int prot)
 {
-    size_t  page, len;
-
-    page = (size_t) sysconf(_SC_PAGESIZE);
-
     for (auto &it : regions) {
         if (it.second.kind == MEM_DEVICE) {
-            len = (it.second.size + page - 1) / page * page;
-            mprotect(it.second.base, len, prot);
+            mprotect(it.second.map, it.second.map_len, prot);
         }
     }
 }
@@ -76,13 +78,26 @@ on_segv(int sig, siginfo_t *si, void *uc)
 {
     static const char  msg[] = "cudaemu: the host touched device memory "
                                "(outside kernels and copies)\n";
+    static const char  oob[] = " touched memory outside the allocations "
+                               "it was given (out of bounds)\n";
     uintptr_t          a = (uintptr_t) si->si_addr;
+    const char        *k = kernel_running;
 
     (void) uc;
 
+    /* a GPU would end the kernel with an illegal address */
+    if (k != NULL) {
+        (void) !write(2, "cudaemu: kernel ", 16);
+        (void) !write(2, k, strlen(k));
+        (void) !write(2, oob, sizeof(oob) - 1);
+        signal(sig, SIG_DFL);
+        return;
+    }
+
     for (auto &it : regions) {
-        if (it.second.kind == MEM_DEVICE && a >= it.first
-            && a < it.first + it.second.size)
+        if (it.second.kind == MEM_DEVICE
+            && a >= (uintptr_t) it.second.map
+            && a < (uintptr_t) it.second.map + it.second.map_len)
         {
             (void) !write(2, msg, sizeof(msg) - 1);
             break;
@@ -252,34 +267,47 @@ enter()
 }
 
 
+/*
+ * a region between two guard pages, its end at the 256-byte boundary
+ * (CUDA's alignment) next to the guard after it, so that a kernel's read
+ * or write past its end faults; under ASan the bytes between its end and
+ * that boundary, and those before it, are poisoned, so that every byte
+ * out of bounds is reported
+ */
 static void *
 map_region(size_t size, mem_kind kind)
 {
-    size_t  page, len;
-    char   *p;
+    size_t  page, len, room;
+    char   *m, *p;
 
     page = (size_t) sysconf(_SC_PAGESIZE);
     len = (size + page - 1) / page * page;
+    room = (size + 255) / 256 * 256;
 
-    /* a guard page after each region */
-    p = (char *) mmap(NULL, len + page, PROT_READ | PROT_WRITE,
+    m = (char *) mmap(NULL, len + 2 * page, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) {
+    if (m == MAP_FAILED) {
         return NULL;
     }
 
-    mprotect(p + len, page, PROT_NONE);
+    mprotect(m, page, PROT_NONE);
+    mprotect(m + page + len, page, PROT_NONE);
+
+    p = m + page + len - room;
+
+    ASAN_POISON_MEMORY_REGION(m + page, (size_t) (p - (m + page)));
+    ASAN_POISON_MEMORY_REGION(p + size, room - size);
 
     std::lock_guard<std::mutex>  g(lock);
 
     if (kind == MEM_DEVICE) {
         catch_host_access();
         if (opened == 0) {
-            mprotect(p, len, PROT_NONE);
+            mprotect(m + page, len, PROT_NONE);
         }
     }
 
-    regions[(uintptr_t) p] = region{p, size, kind, false};
+    regions[(uintptr_t) p] = region{p, size, kind, false, m + page, len};
     if (kind == MEM_DEVICE) {
         device_used += len;
     }
@@ -308,14 +336,15 @@ unmap_region(void *p, mem_kind kind)
         regions.erase((uintptr_t) p);
 
         page = (size_t) sysconf(_SC_PAGESIZE);
-        len = (r.size + page - 1) / page * page;
+        len = r.map_len;
 
         if (kind == MEM_DEVICE) {
             device_used -= len;
         }
     }
 
-    munmap(p, len + page);
+    ASAN_UNPOISON_MEMORY_REGION(r.map, len);
+    munmap(r.map - page, len + 2 * page);
 
     return cudaSuccess;
 }
@@ -612,7 +641,7 @@ cudaHostRegister(void *p, size_t size, unsigned flags)
         return cudaErrorInvalidValue;
     }
 
-    regions[(uintptr_t) p] = region{b, size, MEM_PINNED, true};
+    regions[(uintptr_t) p] = region{b, size, MEM_PINNED, true, b, size};
 
     return sticky;
 }

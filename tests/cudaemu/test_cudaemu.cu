@@ -304,10 +304,27 @@ host_reads_device(void)
 }
 
 
+/* a kernel writes past the end of its output: a fault, ASan's or the guard's */
+static void
+kernel_out_of_bounds(void)
+{
+    float  *x = (float *) dev_alloc(128 * sizeof(float));
+    float  *y = (float *) dev_alloc(60 * sizeof(float));
+
+    VLM_LAUNCH(emu_copy, 1, 128, 0, NULL, y, x, 128);
+    cudaDeviceSynchronize();
+}
+
+
 static void
 test_host_access(void **state)
 {
+    int  st;
+
     assert_int_equal(in_child(host_reads_device), 128 + SIGSEGV);
+
+    st = in_child(kernel_out_of_bounds);
+    assert_true(st == 128 + SIGSEGV || st == 1);
 }
 
 
