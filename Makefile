@@ -312,8 +312,19 @@ $(EMU_TESTS): %: %.o $(EMU_OBJS) $(LIB)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(EMU_OBJS) $(LIB) -lcmocka \
 	    -lstdc++ $(LDLIBS)
 
+# the engine with the CUDA backend on the emulated device; its
+# --features says "cudaemu", that nobody takes it for a GPU's
+EMU_ENGINE := $(EMU_BUILD)/vlm-engine
+
+$(ENGINE_SRCS:%.c=$(EMU_BUILD)/%.o): EMU_CPPFLAGS += -DVLM_HAVE_CUDA=1 \
+                                                    -DVLM_CUDAEMU=1
+
+$(EMU_ENGINE): $(ENGINE_SRCS:%.c=$(EMU_BUILD)/%.o) $(EMU_OBJS) $(LIB)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $(filter %.o,$^) $(LIB) \
+	    -lstdc++ $(LDLIBS)
+
 .PHONY: test-cuda-emu
-test-cuda-emu: $(EMU_TESTS)
+test-cuda-emu: $(EMU_TESTS) $(EMU_ENGINE)
 	@UNIT_LABEL=cuda-emu UNIT_SKIP_FAILS=1 $(ROOT)/scripts/run-unit \
 	    $(EMU_TESTS)
 

@@ -68,6 +68,11 @@
 #define VLM_ENGINE_STATS_NS       1000000000ull
 #define VLM_ENGINE_COMM_CHUNK     (4 * 1024 * 1024)
 
+/* 1 in make test-cuda-emu's engine: its CUDA device is tests/cudaemu */
+#ifndef VLM_CUDAEMU
+#define VLM_CUDAEMU               0
+#endif
+
 
 typedef struct {
     int                  queue_fd;
@@ -979,8 +984,14 @@ main(int argc, char **argv)
 
     /* nginx -t asks which backends this binary has */
     if (argc == 2 && strcmp(argv[1], "--features") == 0) {
-        /* the CUDA library carries NCCL for tensor parallel on GPUs */
-        printf("cpu%s\n", vlm_backend_available("cuda") ? " cuda nccl" : "");
+        /*
+         * the CUDA library carries NCCL for tensor parallel on GPUs; an
+         * engine linked with the emulated device of tests/cudaemu says
+         * so, that nobody takes it for a GPU
+         */
+        printf("cpu%s%s\n",
+               vlm_backend_available("cuda") ? " cuda nccl" : "",
+               VLM_CUDAEMU ? " cudaemu" : "");
         return 0;
     }
 
