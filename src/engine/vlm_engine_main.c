@@ -1194,6 +1194,15 @@ main(int argc, char **argv)
         /* a retired queue's requests have no other engine: all are run */
         active = vlm_sched_step(sched, !vlm_engine_drain);
 
+        if (vlm_sched_device_lost(sched)) {
+            /* the supervisor starts an engine on a device that works */
+            vlm_log(VLM_LOG_ERROR, "the %s device failed: the engine "
+                    "stops (its log says how)", args.backend);
+            why = "the device of the inference engine failed";
+            rc = 1;
+            break;
+        }
+
         if (vlm_queue_retired(&q) && active == 0) {
             vlm_log(VLM_LOG_INFO, "the queue was replaced and what it "
                     "held is served, stopping");
