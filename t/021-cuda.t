@@ -98,6 +98,17 @@ sub engine_log {
     return join '', VLMTest::error_log_since($srv);
 }
 
+sub whole_log {
+    my ($srv) = @_;
+
+    open my $in, '<', "$srv->{prefix}/logs/error.log" or return '';
+    local $/;
+    my $log = <$in>;
+    close $in;
+
+    return $log;
+}
+
 # why an engine that is not ready exited, each reason once
 sub why_down {
     my ($srv) = @_;
@@ -180,6 +191,9 @@ SKIP: {
     is($ev[-1], '[DONE]', "tensor parallel 2 $where: a stream ends");
 
     ok(kill(0, $tp->{pid}), "tensor parallel 2 $where: nginx is up");
+    my @silent = grep { /exited without a word/ } split /\n/, whole_log($tp);
+    ok(!@silent, "tensor parallel 2 $where: every engine that exited said why")
+        or diag(join "\n", @silent);
     VLMTest::vlm_stop($tp);
 }
 

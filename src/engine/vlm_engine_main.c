@@ -367,8 +367,18 @@ vlm_engine_child(int signo)
         }
 
         if (vlm_engine_device_group) {
-            /* the others may wait in a kernel for the dead one: no flag
-               reaches them there, and nothing of this group can go on */
+            /*
+             * the others may wait in a kernel for the dead one: no flag
+             * reaches them there, and nothing of this group can go on;
+             * the supervisor hears why (async-signal-safe: plain stores)
+             */
+            if (vlm_engine_queue != NULL) {
+                vlm_queue_engine_said(vlm_engine_queue, (int32_t) getpid(),
+                                      VLM_ENGINE_LOST_ERROR,
+                                      "a rank of the inference engine "
+                                      "stopped unexpectedly");
+            }
+
             _exit(1);
         }
     }
