@@ -181,8 +181,15 @@ SKIP: {
                                       . ($emu ? "    vlm_gpus 0 0;\n" : ''));
     push @servers, $tp;
 
-    ok(vlm_wait_ready($tp, vlm_secs(15)), "tensor parallel 2 $where: ready")
-        or diag(why_down($tp));
+    my $ready = vlm_wait_ready($tp, vlm_secs(15));
+    my $why = $ready ? '' : why_down($tp);
+
+    ok($ready, "tensor parallel 2 $where: ready") or diag($why);
+
+    # a group that cannot start says what NCCL said
+    like($why, qr/nccl rank \d of 2: nccl\w+( on device \d+)?: /,
+         "tensor parallel 2 $where: an exit names NCCL's error")
+        if !$ready;
 
     served_ok($tp, \@ref, "tensor parallel 2 $where");
 
