@@ -312,10 +312,27 @@ $(EMU_TESTS): %: %.o $(EMU_OBJS) $(LIB)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(EMU_OBJS) $(LIB) -lcmocka \
 	    -lstdc++ $(LDLIBS)
 
+# the engine with the CUDA backend on the emulated device; its
+# --features says "cudaemu", that nobody takes it for a GPU's.  t/021
+# serves through nginx with it (the module and the CPU engine of BUILD
+# beside it), counted in the closing line with the tests above
+EMU_ENGINE := $(EMU_BUILD)/vlm-engine
+EMU_SUITES := t/021-cuda.t
+
+$(ENGINE_SRCS:%.c=$(EMU_BUILD)/%.o): EMU_CPPFLAGS += -DVLM_HAVE_CUDA=1 \
+                                                    -DVLM_CUDAEMU=1
+
+$(EMU_ENGINE): $(ENGINE_SRCS:%.c=$(EMU_BUILD)/%.o) $(EMU_OBJS) $(LIB)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $(filter %.o,$^) $(LIB) \
+	    -lstdc++ $(LDLIBS)
+
 .PHONY: test-cuda-emu
-test-cuda-emu: $(EMU_TESTS)
-	@UNIT_LABEL=cuda-emu UNIT_SKIP_FAILS=1 $(ROOT)/scripts/run-unit \
-	    $(EMU_TESTS)
+test-cuda-emu: $(EMU_TESTS) $(EMU_ENGINE) module engine
+	@cd $(ROOT) && TEST_NGINX_BINARY=$(NGINX) \
+	    TEST_NGINX_LOAD_MODULES=$(MODULE) VLM_BUILD=$(BUILD) \
+	    VLM_CUDAEMU_BUILD=$(EMU_BUILD) \
+	    UNIT_LABEL=cuda-emu UNIT_SKIP_FAILS=1 $(ROOT)/scripts/run-unit \
+	    $(EMU_TESTS) $(EMU_SUITES)
 
 # the OpenAI Python SDK for t/009-openai-sdk.t; without PyPI the suite is
 # skipped, which is why make test goes on when this fails

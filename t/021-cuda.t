@@ -1,10 +1,16 @@
 # Serving with "vlm_backend cuda": the tiny model of tests/fixtures/serving
-# through nginx on the GPU, the same greedy requests as on the CPU (the
+# through nginx on the GPU, or without one on the emulated device of
+# tests/cudaemu (make test-cuda-emu builds its engine in build-cudaemu/
+# and runs this suite).  The same greedy requests as on the CPU (the
 # prompt counts equal, every answer complete; whether the text is the
-# CPU's is noted), a streamed one, an image,
-# and the KV blocks and sequence slots back to idle afterwards.  Skipped
-# unless an engine was built with CUDA (the build's, or make cuda's in
-# build-cuda/) and nvidia-smi sees a GPU.
+# CPU's is noted), an image, the same image again from the image cache,
+# a stream with the same text, and the KV blocks and sequence slots back
+# to idle afterwards; then "vlm_tensor_parallel 2" (two GPUs, or twice
+# the emulated device), and on the emulated device a kernel that faults
+# (CUDAEMU_FAULT): that request fails with a 5xx, the engine is started
+# again and the next request is served.  A real CUDA engine and a GPU
+# come first; without either, the emulated engine that VLM_CUDAEMU_BUILD
+# names (make test-cuda-emu); skipped without both.
 
 use strict;
 use warnings;
@@ -13,73 +19,236 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 
 use Test::More;
+use Time::HiRes qw(sleep time);
 use VLMTest;
+
+# the answers of this random model are any characters of its vocabulary
+binmode(Test::More->builder->$_, ':encoding(UTF-8)')
+    for qw(output failure_output todo_output);
 
 my $build = vlm_prereqs();
 
 my ($engine, $features) = vlm_cuda_engine($build);
-plan skip_all => "no engine has the CUDA backend ($features): make cuda"
-    if !defined $engine;
-plan skip_all => 'no GPU visible (nvidia-smi -L)'
-    if system('nvidia-smi -L >/dev/null 2>&1') != 0;
+$features =~ s/\s+\z//;
+my $gpus = () = `nvidia-smi -L 2>/dev/null` =~ /^GPU \d+/mg;
+my $emu = !defined $engine || $gpus == 0;
+
+if ($emu) {
+    my $why = !defined $engine ? "no engine has the CUDA backend ($features)"
+                               : 'no GPU visible (nvidia-smi -L)';
+    ($engine, $features) = vlm_cudaemu_engine();
+    plan skip_all => "$why; on the emulated device: make test-cuda-emu "
+                     . "($features)"
+        if !defined $engine;
+}
+
+my $where = $emu ? 'on the emulated device' : 'on the GPU';
+my $t_start = time;
 
 my $png = vlm_data_url('image/png', vlm_png(56, 56, 1));
-my $T0 = { temperature => 0, max_tokens => 8 };
+my $T0 = { temperature => 0, max_tokens => 6 };
 my @bodies = (
     { %{ vlm_chat_body('Hello there') }, %$T0 },
     { %{ vlm_chat_body('What is in the picture?', $png) }, %$T0 },
 );
 
-sub answers {
-    my ($srv) = @_;
-    my @out;
+# the picture again after another system prompt: no prefix in common
+# with the first, so its features come from the image cache
+my $again = { %{ vlm_chat_body('And now?', $png) }, %$T0 };
+unshift @{ $again->{messages} }, { role => 'system', content => 'Be brief.' };
 
-    for my $b (@bodies) {
-        my $res = vlm_post_json($srv, $b);
-        my $j = eval { vlm_json($res->{body}) } || {};
-        push @out, { status => $res->{status}, j => $j };
+sub answer {
+    my ($srv, $b) = @_;
+
+    my $res = vlm_post_json($srv, $b);
+    my $j = eval { vlm_json($res->{body}) } || {};
+
+    return { status => $res->{status}, j => $j, raw => $res->{raw} };
+}
+
+sub text { $_[0]{j}{choices}[0]{message}{content} // '' }
+
+# the answers of @bodies, each checked against the CPU's
+sub served_ok {
+    my ($srv, $ref, $what) = @_;
+    my @got = map { answer($srv, $_) } @bodies;
+
+    for my $i (0 .. $#bodies) {
+        is($got[$i]{status}, 200, "$what, request $i: 200")
+            or diag(substr($got[$i]{raw} // '', 0, 400));
+        is($got[$i]{j}{usage}{prompt_tokens},
+           $ref->[$i]{j}{usage}{prompt_tokens},
+           "$what, request $i: the CPU's prompt token count");
+        ok($got[$i]{j}{choices}[0]{finish_reason},
+           "$what, request $i: finished");
+        # bf16 weights may flip a near tie of this random model's logits:
+        # test_backend_ops holds the numbers, this says what it saw
+        my ($a, $b) = (text($got[$i]), text($ref->[$i]));
+        note("$what, request $i: " . ($a eq $b ? 'the CPU\'s greedy answer'
+                                               : "\"$a\", CPU \"$b\""));
     }
 
-    return @out;
+    return @got;
+}
+
+# the engine's log lines in nginx's error log since the last look
+sub engine_log {
+    my ($srv) = @_;
+
+    return join '', VLMTest::error_log_since($srv);
+}
+
+sub whole_log {
+    my ($srv) = @_;
+
+    open my $in, '<', "$srv->{prefix}/logs/error.log" or return '';
+    local $/;
+    my $log = <$in>;
+    close $in;
+
+    return $log;
+}
+
+# why an engine that is not ready exited, each reason once
+sub why_down {
+    my ($srv) = @_;
+    my %seen;
+
+    return join '', grep { !$seen{$_}++ }
+                    map { /vlm: engine \d+ exited: (.*)$/ ? "$1\n" : () }
+                    split /\n/, engine_log($srv);
 }
 
 my $cpu = vlm_start(name => 'cuda-cpu');
-my @ref = answers($cpu);
+my @ref = map { answer($cpu, $_) } @bodies;
 VLMTest::vlm_stop($cpu);
 
-my $gpu = vlm_start(name => 'cuda-gpu',
-                    http_config => "    vlm_backend cuda;\n"
-                                   . "    vlm_engine_binary $engine;\n");
-END { VLMTest::vlm_stop($gpu) if $gpu }
+my $cuda_conf = "    vlm_backend cuda;\n    vlm_engine_binary $engine;\n";
 
-is(vlm_health($gpu)->{backend}, 'cuda', '/health: backend cuda');
+my $srv = vlm_start(name => 'cuda', http_config => $cuda_conf);
+my @servers = ($srv);
+END { VLMTest::vlm_stop($_) for grep { $_ } @servers }
 
-my @got = answers($gpu);
+is(vlm_health($srv)->{backend}, 'cuda', "/health: backend cuda $where");
 
-for my $i (0 .. $#bodies) {
-    is($got[$i]{status}, 200, "request $i: 200 on the GPU");
-    is($got[$i]{j}{usage}{prompt_tokens}, $ref[$i]{j}{usage}{prompt_tokens},
-       "request $i: the CPU's prompt token count");
-    ok($got[$i]{j}{choices}[0]{finish_reason}, "request $i: finished");
-    # bf16 weights may flip a near tie of this random model's logits:
-    # test_backend_ops holds the numbers, this says what it saw
-    my ($a, $b) = map { $_->{j}{choices}[0]{message}{content} // '' }
-                  $got[$i], $ref[$i];
-    note("request $i: " . ($a eq $b ? 'the CPU\'s greedy answer'
-                                    : "GPU \"$a\", CPU \"$b\""));
+if ($emu) {
+    like($features, qr/^cpu cuda nccl cudaemu$/,
+         'the emulated engine says so in its --features');
+    like(engine_log($srv), qr/cuda backend: cudaemu \(emulated on the CPU\)/,
+         'the engine\'s log names the emulated device');
 }
 
-my $res = vlm_post_json($gpu, { %{ $bodies[0] }, stream => JSON::PP::true });
-my @ev = vlm_sse($res->{body});
-is($ev[-1], '[DONE]', 'a stream on the GPU ends with [DONE]');
+my @got = served_ok($srv, \@ref, $where);
 
-# 50 more, then everything back
-answers($gpu) for 1 .. 25;
-vlm_wait_idle($gpu, 5);
-my $m = vlm_metrics($gpu);
+my $m0 = vlm_metrics($srv);
+my $cached = answer($srv, $again);
+my $m1 = vlm_metrics($srv);
+is($cached->{status}, 200, "$where: the picture again: 200");
+is(($m1->{vlm_image_cache_hits_total} // 0)
+   - ($m0->{vlm_image_cache_hits_total} // 0), 1,
+   "$where: the picture again is an image cache hit");
+is(($m1->{vlm_image_cache_misses_total} // 0)
+   - ($m0->{vlm_image_cache_misses_total} // 0), 0,
+   "$where: and no miss");
+
+my $res = vlm_post_json($srv, { %{ $bodies[0] }, stream => JSON::PP::true });
+my @ev = vlm_sse($res->{body});
+is($ev[-1], '[DONE]', "a stream $where ends with [DONE]");
+is(join('', map { ref $_ && $_->{choices} && @{ $_->{choices} }
+                  ? $_->{choices}[0]{delta}{content} // '' : '' } @ev),
+   text($got[0]), "the stream $where: the same text as without");
+
+# a few more, then everything back
+answer($srv, $_) for (@bodies) x 3;
+vlm_wait_idle($srv, vlm_secs(10));
+my $m = vlm_metrics($srv);
 is($m->{'vlm_pool_used{pool="kv_blocks",unit="blocks"}'}, 0,
-   'no KV block left in use');
+   "$where: no KV block left in use");
 is($m->{'vlm_pool_used{pool="sequences",unit="slots"}'}, 0,
-   'no sequence left in use');
+   "$where: no sequence left in use");
+
+VLMTest::vlm_stop($srv);
+
+# tensor parallel: the ranks' collectives through NCCL (on the emulated
+# device, its stand-in between the rank processes)
+SKIP: {
+    skip "vlm_tensor_parallel 2 needs two GPUs ($gpus visible)", 1
+        if !$emu && $gpus < 2;
+
+    my $tp = vlm_start(name => 'cuda-tp', wait => 0,
+                       http_config => $cuda_conf
+                                      . "    vlm_tensor_parallel 2;\n"
+                                      . ($emu ? "    vlm_gpus 0 0;\n" : ''));
+    push @servers, $tp;
+
+    my $ready = vlm_wait_ready($tp, vlm_secs(15));
+    my $why = $ready ? '' : why_down($tp);
+
+    ok($ready, "tensor parallel 2 $where: ready") or diag($why);
+
+    # a group that cannot start says what NCCL said
+    like($why, qr/nccl rank \d of 2: nccl\w+( on device \d+)?: /,
+         "tensor parallel 2 $where: an exit names NCCL's error")
+        if !$ready;
+
+    served_ok($tp, \@ref, "tensor parallel 2 $where");
+
+    $res = vlm_post_json($tp, { %{ $bodies[1] }, stream => JSON::PP::true });
+    @ev = vlm_sse($res->{body});
+    is($ev[-1], '[DONE]', "tensor parallel 2 $where: a stream ends");
+
+    ok(kill(0, $tp->{pid}), "tensor parallel 2 $where: nginx is up");
+    my @silent = grep { /exited without a word/ } split /\n/, whole_log($tp);
+    ok(!@silent, "tensor parallel 2 $where: every engine that exited said why")
+        or diag(join "\n", @silent);
+    VLMTest::vlm_stop($tp);
+}
+
+# a kernel of the vision encoder faults at its first launch in every
+# engine (a sticky illegal address, as a GPU's): the image request fails,
+# the engine is started again, and a text request is served
+SKIP: {
+    skip 'a kernel fault is injected on the emulated device only', 1
+        if !$emu;
+
+    my $fault = vlm_start(name => 'cuda-fault', http_config => $cuda_conf,
+                          main_config => 'env CUDAEMU_FAULT='
+                                         . 'vlm_layer_norm_kernel:1;');
+    push @servers, $fault;
+
+    my @before = vlm_engine_pids($fault);
+    my $t0 = time;
+    my $r = answer($fault, $bodies[1]);
+
+    cmp_ok($r->{status}, '>=', 500, 'a kernel fault: a 5xx')
+        or diag(substr($r->{raw} // '', 0, 400));
+    ok($r->{j}{error} && $r->{j}{error}{message},
+       'a kernel fault: an error in JSON')
+        or diag(substr($r->{raw} // '', 0, 400));
+    note("a kernel fault: $r->{status} after " . sprintf('%.1f s', time - $t0)
+         . ': ' . ($r->{j}{error}{message} // ''));
+    like(engine_log($fault), qr/illegal memory access/i,
+         'a kernel fault: the engine\'s log says what the device said');
+
+    ok(kill(0, $fault->{pid}), 'a kernel fault: nginx is up');
+
+    my @after;
+    for (1 .. 100) {
+        @after = vlm_engine_pids($fault);
+        last if @after == 1 && @before == 1 && $after[0] != $before[0]
+                && vlm_health($fault)->{_status} == 200;
+        sleep 0.1;
+    }
+
+    ok(@after == 1 && @before == 1 && $after[0] != $before[0],
+       'a kernel fault: another engine is started');
+
+    my $next = answer($fault, $bodies[0]);
+    is($next->{status}, 200, 'a kernel fault: the next request is served');
+    is(text($next), text($got[0]),
+       'a kernel fault: the next request: the same answer as before');
+}
+
+note(sprintf('%s: %.1f s', $where, time - $t_start));
 
 done_testing();

@@ -75,7 +75,12 @@ typedef struct {
 } vlm_cuda_t;
 
 
-/* an op that failed: kept for download() and synchronize() to report */
+/*
+ * An op that failed: kept for download() and synchronize() to report.
+ * Nothing runs on this backend from then on (a GPU's fault in a kernel
+ * is sticky too): its errors are VLM_ERR_DEVICE, on which the engine
+ * exits and its supervisor starts another.
+ */
 static void
 vlm_cuda_check(vlm_cuda_t *cu, cudaError_t e, const char *op)
 {
@@ -215,7 +220,7 @@ vlm_cuda_stage(vlm_cuda_t *cu, void *dst, const void *src, size_t n_out,
             e = cudaEventSynchronize(cu->stage_ev[cu->stage_cur]);
             if (e != cudaSuccess) {
                 vlm_cuda_check(cu, e, "upload");
-                return VLM_ERR_INTERNAL;
+                return VLM_ERR_DEVICE;
             }
 
             continue;
@@ -239,7 +244,7 @@ vlm_cuda_stage(vlm_cuda_t *cu, void *dst, const void *src, size_t n_out,
 
         if (e != cudaSuccess) {
             vlm_cuda_check(cu, e, "upload");
-            return VLM_ERR_INTERNAL;
+            return VLM_ERR_DEVICE;
         }
 
         /* keep the ring's pieces aligned for the next copy */
@@ -273,7 +278,7 @@ vlm_cuda_download(vlm_backend_t *be, void *dst, const void *src,
                    "download");
     vlm_cuda_check(cu, cudaStreamSynchronize(cu->stream), "download");
 
-    return cu->error == cudaSuccess ? VLM_OK : VLM_ERR_INTERNAL;
+    return cu->error == cudaSuccess ? VLM_OK : VLM_ERR_DEVICE;
 }
 
 

@@ -191,17 +191,25 @@ vlm_comm_nccl_open(vlm_comm_t **out, vlm_comm_t *host, int device,
 
     /* rank 0 makes the id; a failure is sent as zeros, which all refuse */
     memset(&id, 0, sizeof(id));
+    r = ncclSuccess;
 
     if (host->rank == 0) {
         r = ncclGetUniqueId(&id);
         if (r != ncclSuccess) {
-            vlm_log(VLM_LOG_ERROR, "nccl: ncclGetUniqueId: %s",
-                    ncclGetErrorString(r));
             memset(&id, 0, sizeof(id));
         }
     }
 
     rc = host->ops->broadcast(host, &id, sizeof(id), 0);
+
+    /* rank 0's own reason first: a rank that refused the zeros and
+       exited may have failed the broadcast too */
+    if (r != ncclSuccess) {
+        return vlm_error_set(err, VLM_ERR_INTERNAL, "nccl rank 0 of %d: "
+                             "ncclGetUniqueId: %s", host->world,
+                             ncclGetErrorString(r));
+    }
+
     if (rc != VLM_OK) {
         return vlm_error_set(err, rc, "nccl rank %d of %d: the unique id did "
                              "not arrive: the group is going down",

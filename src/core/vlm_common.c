@@ -26,7 +26,8 @@ static const char  *vlm_status_names[VLM_ERR_LAST] = {
     "invalid argument",
     "limit exceeded",
     "unsupported",
-    "internal error"
+    "internal error",
+    "device failure"
 };
 
 

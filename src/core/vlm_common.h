@@ -26,6 +26,7 @@ typedef enum {
     VLM_ERR_LIMIT,          /* a configured limit was exceeded */
     VLM_ERR_UNSUPPORTED,    /* valid, but not supported by this build */
     VLM_ERR_INTERNAL,       /* a bug: an invariant did not hold */
+    VLM_ERR_DEVICE,         /* the device failed: what it held is lost */
     VLM_ERR_LAST
 } vlm_status_t;
 

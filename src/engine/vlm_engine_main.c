@@ -68,6 +68,11 @@
 #define VLM_ENGINE_STATS_NS       1000000000ull
 #define VLM_ENGINE_COMM_CHUNK     (4 * 1024 * 1024)
 
+/* 1 in make test-cuda-emu's engine: its CUDA device is tests/cudaemu */
+#ifndef VLM_CUDAEMU
+#define VLM_CUDAEMU               0
+#endif
+
 
 typedef struct {
     int                  queue_fd;
@@ -362,8 +367,18 @@ vlm_engine_child(int signo)
         }
 
         if (vlm_engine_device_group) {
-            /* the others may wait in a kernel for the dead one: no flag
-               reaches them there, and nothing of this group can go on */
+            /*
+             * the others may wait in a kernel for the dead one: no flag
+             * reaches them there, and nothing of this group can go on;
+             * the supervisor hears why (async-signal-safe: plain stores)
+             */
+            if (vlm_engine_queue != NULL) {
+                vlm_queue_engine_said(vlm_engine_queue, (int32_t) getpid(),
+                                      VLM_ENGINE_LOST_ERROR,
+                                      "a rank of the inference engine "
+                                      "stopped unexpectedly");
+            }
+
             _exit(1);
         }
     }
@@ -979,8 +994,14 @@ main(int argc, char **argv)
 
     /* nginx -t asks which backends this binary has */
     if (argc == 2 && strcmp(argv[1], "--features") == 0) {
-        /* the CUDA library carries NCCL for tensor parallel on GPUs */
-        printf("cpu%s\n", vlm_backend_available("cuda") ? " cuda nccl" : "");
+        /*
+         * the CUDA library carries NCCL for tensor parallel on GPUs; an
+         * engine linked with the emulated device of tests/cudaemu says
+         * so, that nobody takes it for a GPU
+         */
+        printf("cpu%s%s\n",
+               vlm_backend_available("cuda") ? " cuda nccl" : "",
+               VLM_CUDAEMU ? " cudaemu" : "");
         return 0;
     }
 
@@ -1182,6 +1203,15 @@ main(int argc, char **argv)
 
         /* a retired queue's requests have no other engine: all are run */
         active = vlm_sched_step(sched, !vlm_engine_drain);
+
+        if (vlm_sched_device_lost(sched)) {
+            /* the supervisor starts an engine on a device that works */
+            vlm_log(VLM_LOG_ERROR, "the %s device failed: the engine "
+                    "stops (its log says how)", args.backend);
+            why = "the device of the inference engine failed";
+            rc = 1;
+            break;
+        }
 
         if (vlm_queue_retired(&q) && active == 0) {
             vlm_log(VLM_LOG_INFO, "the queue was replaced and what it "

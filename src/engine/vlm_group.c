@@ -606,9 +606,9 @@ vlm_group_replay(vlm_group_t *g, const vlm_group_plan_t *plan,
 
         rc = vlm_prefill_work(g->model, &done, err);
 
-        /* the prefill's own error is rank 0's too; a failed collective is
-           the group's */
-        return rc == VLM_ERR_INTERNAL ? rc : VLM_OK;
+        /* the prefill's own error is rank 0's too; a failed collective or
+           a lost device is the group's */
+        return rc == VLM_ERR_INTERNAL || rc == VLM_ERR_DEVICE ? rc : VLM_OK;
 
     case VLM_GROUP_PREFILL_CANCEL:
         vlm_prefill_cancel(g->model);
@@ -641,7 +641,7 @@ vlm_group_replay(vlm_group_t *g, const vlm_group_plan_t *plan,
 
         rc = vlm_step(g->model, g->items, (int) plan->n, err);
 
-        return rc == VLM_ERR_INTERNAL ? rc : VLM_OK;
+        return rc == VLM_ERR_INTERNAL || rc == VLM_ERR_DEVICE ? rc : VLM_OK;
     }
 
     return vlm_error_set(err, VLM_ERR_INTERNAL,

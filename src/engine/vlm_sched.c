@@ -83,6 +83,9 @@ struct vlm_sched_s {
 
     /* what the last step did: 0 when every request waits for its reader */
     int                       progress;
+
+    /* a request ended on VLM_ERR_DEVICE: nothing more runs on the device */
+    unsigned                  device_lost:1;
 };
 
 
@@ -1237,6 +1240,10 @@ vlm_sched_end(vlm_sched_t *s, vlm_sched_req_t *r, vlm_queue_finish_t finish,
 
     alive = 0;
 
+    if (status == VLM_ERR_DEVICE) {
+        s->device_lost = 1;
+    }
+
     for (i = 0; i < s->n_reqs; i++) {
         c = &s->reqs[i];
 
@@ -1277,6 +1284,13 @@ int
 vlm_sched_progressed(vlm_sched_t *s)
 {
     return s->progress != 0;
+}
+
+
+int
+vlm_sched_device_lost(vlm_sched_t *s)
+{
+    return s->device_lost;
 }
 
 

@@ -50,6 +50,12 @@ int vlm_sched_step(vlm_sched_t *sched, int admit);
  */
 int vlm_sched_progressed(vlm_sched_t *sched);
 
+/*
+ * Whether a request ended because the device failed (VLM_ERR_DEVICE: a
+ * GPU's sticky fault): what it held is lost and the engine must stop.
+ */
+int vlm_sched_device_lost(vlm_sched_t *sched);
+
 /* publishes the engine's pools (KV blocks, sequences) to /metrics */
 void vlm_sched_publish(vlm_sched_t *sched);
 

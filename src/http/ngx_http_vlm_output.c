@@ -515,7 +515,7 @@ ngx_http_vlm_chat_finish(ngx_http_vlm_chat_ctx_t *ctx, vlm_queue_slot_t *qs)
 
         vlm_openai_error_from(&err, &e, NULL);
 
-        if (e.status == VLM_ERR_INTERNAL) {
+        if (e.status == VLM_ERR_INTERNAL || e.status == VLM_ERR_DEVICE) {
             err.http_status = NGX_HTTP_SERVICE_UNAVAILABLE;
             err.type = "server_error";
         }

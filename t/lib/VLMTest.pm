@@ -29,7 +29,7 @@ our @EXPORT = qw(
     vlm_jpeg vlm_data_url vlm_json vlm_chat_body vlm_open_stream
     vlm_read_some vlm_prereqs vlm_root vlm_reload vlm_stream_ok vlm_secs
     vlm_engine_arg vlm_reload_engine vlm_answer_ok vlm_port vlm_cuda_engine
-    vlm_sdk_checks vlm_model_with_template
+    vlm_cudaemu_engine vlm_sdk_checks vlm_model_with_template
 );
 
 my $ROOT = abs_path(__FILE__ . '/../../..');
@@ -90,6 +90,25 @@ sub vlm_cuda_engine ($) {
     }
 
     return (undef, $said);
+}
+
+
+# the engine of make test-cuda-emu: the CUDA backend on the emulated
+# device of tests/cudaemu, in the folder VLM_CUDAEMU_BUILD names (make
+# test-cuda-emu sets it, make prove does not, so that make test runs the
+# emulated suites once), which its --features says ("cudaemu"); undef and
+# why when there is none
+sub vlm_cudaemu_engine () {
+    return (undef, 'VLM_CUDAEMU_BUILD is not set') if !$ENV{VLM_CUDAEMU_BUILD};
+
+    my $engine = "$ENV{VLM_CUDAEMU_BUILD}/vlm-engine";
+
+    return (undef, "$engine is not built") if !-x $engine;
+
+    my $said = `$engine --features 2>/dev/null` // '';
+    chomp $said;
+
+    return ($said =~ /\bcudaemu\b/ ? $engine : undef, $said);
 }
 
 
