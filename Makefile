@@ -130,7 +130,7 @@ NGX_BUILD := $(BUILD)/nginx
 HDRS      := $(wildcard $(SRC_DIRS:%=src/%/*.h)) $(wildcard tests/*.h)
 MOD_SRCS  := config ngx_http_vlm_module.c $(wildcard src/http/*.c) $(HDRS)
 
-.PHONY: all lib cli engine module deps unit prove test run fixtures asan \
+.PHONY: all lib cli engine module deps unit prove test run fixtures asan asan-cuda-emu \
         bench bench-build fuzz fuzz-openai clean FORCE venv-test load \
         load-images
 
@@ -440,6 +440,22 @@ ASAN_MAKE  := $(MAKE) BUILD=$(ASAN_BUILD) OPT=-O1 SAN="$(ASAN_SAN)"
 
 asan:
 	$(ASAN_MAKE) unit
+
+# the emulated CUDA suite under ASan + UBSan (build-asan-cudaemu/): an
+# out-of-bounds access in a kernel, in the emulated runtime or in the
+# backend's host code is reported where it happens; the op tests and one
+# model family (the rest are the same kernels at other types)
+ASAN_EMU_BUILD := $(ROOT)/build-asan-cudaemu
+ASAN_EMU_SKIP  ?= test_model_*_bf16
+
+asan-cuda-emu:
+	$(ASAN_MAKE) EMU_BUILD=$(ASAN_EMU_BUILD) \
+	    $(ASAN_EMU_BUILD)/$(EMU_DIR)/test_cudaemu \
+	    $(ASAN_EMU_BUILD)/tests/test_backend_ops
+	@cd $(ROOT) && VLM_TEST_SKIP='$(ASAN_EMU_SKIP)' \
+	    UNIT_LABEL=asan-cuda-emu $(ROOT)/scripts/run-unit \
+	    $(ASAN_EMU_BUILD)/$(EMU_DIR)/test_cudaemu \
+	    $(ASAN_EMU_BUILD)/tests/test_backend_ops
 
 # The module, the engine and vlm-cli with ASan + UBSan, against Debian's
 # nginx binary (not instrumented: nginx-dev ships headers only): the

@@ -1448,6 +1448,11 @@ main(int argc, char **argv)
         cmocka_unit_test(test_model_smolvlm_bf16),
     };
 
+    /* e.g. "test_model_*_bf16": the tests it names are skipped */
+    if (getenv("VLM_TEST_SKIP") != NULL) {
+        cmocka_set_skip_filter(getenv("VLM_TEST_SKIP"));
+    }
+
     memset(&conf, 0, sizeof(conf));
     conf.n_threads = 2;
     conf.max_ctx = 8192;            /* the longest test: 4,097 keys */
