@@ -287,7 +287,8 @@ EMU_HDRS  := $(wildcard $(EMU_DIR)/*.h $(EMU_DIR)/include/*.h \
 EMU_OBJS  := $(EMU_SRCS:%.cc=$(EMU_BUILD)/%.o) \
              $(CUDA_SRCS:%.cu=$(EMU_BUILD)/%.o) \
              $(CUDA_HOST_SRCS:%.c=$(EMU_BUILD)/%.o)
-EMU_SELF  := $(EMU_BUILD)/$(EMU_DIR)/test_cudaemu
+EMU_SELF  := $(EMU_BUILD)/$(EMU_DIR)/test_cudaemu \
+             $(EMU_BUILD)/$(EMU_DIR)/test_cudaemu_nccl
 EMU_TESTS := $(EMU_SELF) $(EMU_BUILD)/tests/test_backend_ops
 CXX       ?= c++
 EMU_CXXFLAGS := -std=c++17 -g $(OPT) -fPIC -Wall -Wextra -Werror \
