@@ -289,7 +289,8 @@ EMU_OBJS  := $(EMU_SRCS:%.cc=$(EMU_BUILD)/%.o) \
              $(CUDA_HOST_SRCS:%.c=$(EMU_BUILD)/%.o)
 EMU_SELF  := $(EMU_BUILD)/$(EMU_DIR)/test_cudaemu \
              $(EMU_BUILD)/$(EMU_DIR)/test_cudaemu_nccl
-EMU_TESTS := $(EMU_SELF) $(EMU_BUILD)/tests/test_backend_ops
+EMU_TESTS := $(EMU_SELF) $(EMU_BUILD)/tests/test_backend_ops \
+             $(EMU_BUILD)/tests/test_comm_nccl
 CXX       ?= c++
 EMU_CXXFLAGS := -std=c++17 -g $(OPT) -fPIC -Wall -Wextra -Werror \
                 -Wno-unused-parameter -Wno-unknown-pragmas -pthread $(SAN) \
