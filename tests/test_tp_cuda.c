@@ -11,7 +11,8 @@
  *   - through the host staging area, the pool too small for any image;
  *   - without a shared pool: every rank runs the vision tower, split;
  *   - with the image cache: the prompt twice, the second time the
- *     features handed over are the cache's entries.
+ *     features handed over are the cache's entries; then a third time,
+ *     its head mapped from the prefix cache on every rank.
  *
  * Each time the last-position logits are within 1e-2 relative L2 of one
  * process on the CPU backend (test_backend_ops' bound for one GPU) and
@@ -74,6 +75,9 @@ typedef struct {
     int32_t    tokens[GREEDY];
     float      margin[GREEDY];          /* best logit less the second */
     float      logits2[MAX_V];          /* the same prompt again */
+    float      logits3[MAX_V];          /* and its head from the prefix
+                                           cache */
+    int        cached;                  /* tokens it mapped */
     int        kv_used, seqs_used, slices;
     uint64_t   cache_hits;
     uint64_t   comm_calls;              /* the collectives of the steps */
@@ -230,15 +234,16 @@ run_cpu(const prompt_t *pr, result_t *res)
 }
 
 
-/* the prompt's prefill; its logits to out */
+/* the prompt's prefill from token `from`, image `image` on; its logits */
 static int
-prefill(const prompt_t *pr, vlm_group_t *g, vlm_seq_t *seq, float *out,
-    int n_vocab, vlm_error_t *err)
+prefill(const prompt_t *pr, vlm_group_t *g, vlm_seq_t *seq, int from,
+    int image, float *out, int n_vocab, vlm_error_t *err)
 {
     int  done;
 
-    if (vlm_group_prefill_start(g, seq, pr->ids.data, (int) pr->ids.n,
-                                pr->img, N_IMAGES, err)
+    if (vlm_group_prefill_start(g, seq, (const int32_t *) pr->ids.data + from,
+                                (int) pr->ids.n - from, pr->img + image,
+                                N_IMAGES - image, err)
         != VLM_OK)
     {
         return 4;
@@ -258,13 +263,14 @@ prefill(const prompt_t *pr, vlm_group_t *g, vlm_seq_t *seq, float *out,
 
 /*
  * rank 0: the calls of one process, as the scheduler makes them; with
- * the image cache, the prompt a second time
+ * the image cache, the prompt a second time, and a third with its head
+ * mapped from the prefix cache
  */
 static int
 run_leader(const prompt_t *pr, vlm_group_t *g, vlm_model_t *m, int cache,
     result_t *res, vlm_error_t *err)
 {
-    int                 i, rc;
+    int                 i, rc, ci;
     int32_t             tok;
     vlm_seq_t          *seq;
     vlm_step_item_t     item;
@@ -277,7 +283,7 @@ run_leader(const prompt_t *pr, vlm_group_t *g, vlm_model_t *m, int cache,
         return 3;
     }
 
-    rc = prefill(pr, g, seq, res->logits, res->n_vocab, err);
+    rc = prefill(pr, g, seq, 0, 0, res->logits, res->n_vocab, err);
     if (rc != 0) {
         return rc;
     }
@@ -301,7 +307,24 @@ run_leader(const prompt_t *pr, vlm_group_t *g, vlm_model_t *m, int cache,
             return 3;
         }
 
-        rc = prefill(pr, g, seq, res->logits2, res->n_vocab, err);
+        rc = prefill(pr, g, seq, 0, 0, res->logits2, res->n_vocab, err);
+        if (rc != 0) {
+            return rc;
+        }
+
+        vlm_group_seq_free(g, seq);
+
+        if (vlm_group_seq_init(g, &seq, err) != VLM_OK
+            || vlm_group_prefix_map(g, seq, pr->ids.data, (int) pr->ids.n,
+                                    pr->img, N_IMAGES, &res->cached, &ci,
+                                    err)
+               != VLM_OK)
+        {
+            return 7;
+        }
+
+        rc = prefill(pr, g, seq, res->cached, ci, res->logits3,
+                     res->n_vocab, err);
         if (rc != 0) {
             return rc;
         }
@@ -508,6 +531,18 @@ check_group(const prompt_t *pr, const result_t *one, size_t pool,
         if (d > 1e-6) {
             fail_msg("%s: the second prompt's logits differ from the "
                      "first's, relative L2 %g", what, d);
+        }
+
+        /* chunks cut elsewhere: within the CPU's bound again */
+        assert_true(res[0].cached > 0);
+        assert_true(res[0].cached < (int) pr->ids.n);
+        d = vlm_test_rel_l2(res[0].logits3, one->logits,
+                            (size_t) one->n_vocab);
+        print_message("%s: from the prefix cache (%d tokens): relative L2 "
+                      "%.3g\n", what, res[0].cached, d);
+        if (d > TOL) {
+            fail_msg("%s: from the prefix cache, the logits differ from the "
+                     "CPU's, relative L2 %g", what, d);
         }
     }
 
