@@ -13,6 +13,9 @@
  * finished reading it, so that a round costs one barrier.  A sum is
  * computed by every rank in rank order: the same bits on every rank.
  *
+ * As NCCL does, it refuses two ranks on one device (the current device
+ * of the thread that creates the communicator).
+ *
  * As NCCL's, a collective is ordered on its stream: the stream is
  * synchronized first (its work ran as it was issued), then the data move
  * with device memory open to the host, and the call returns when every
@@ -74,6 +77,7 @@ struct seg_hdr {
     std::atomic<uint32_t>  arrived;
     std::atomic<uint32_t>  gen;             /* futex word: barriers done */
     std::atomic<int32_t>   error;           /* the group's ncclResult_t */
+    int32_t                device[NCCL_MAX_RANKS];  /* by rank */
 };
 
 static_assert(std::atomic<uint32_t>::is_always_lock_free,
@@ -680,11 +684,16 @@ ncclGetUniqueId(ncclUniqueId *id)
 ncclResult_t
 ncclCommInitRank(ncclComm_t *comm, int n_ranks, ncclUniqueId id, int rank)
 {
+    int           r, device;
     ncclComm_t    c;
     ncclResult_t  rc;
     uint32_t      j;
 
     *comm = NULL;
+
+    if (cudaGetDevice(&device) != cudaSuccess) {
+        return ncclUnhandledCudaError;
+    }
 
     if (n_ranks < 1 || n_ranks > NCCL_MAX_RANKS || rank < 0
         || rank >= n_ranks || !valid_id(&id))
@@ -708,12 +717,22 @@ ncclCommInitRank(ncclComm_t *comm, int n_ranks, ncclUniqueId id, int rank)
     rc = map_segment(c);
 
     if (rc == ncclSuccess) {
+        c->hdr->device[rank] = device;
         j = c->hdr->joined.fetch_add(1, std::memory_order_acq_rel) + 1;
         futex_wake(&c->hdr->joined);
 
         while (rc == ncclSuccess && j < (uint32_t) n_ranks) {
             rc = wait_while(c, &c->hdr->joined, j, "ncclCommInitRank");
             j = c->hdr->joined.load(std::memory_order_acquire);
+        }
+    }
+
+    /* as NCCL, one device a rank: every rank finds the same pair */
+    for (r = 0; rc == ncclSuccess && r < n_ranks; r++) {
+        if (r != rank && c->hdr->device[r] == device) {
+            report("ncclCommInitRank: rank %d and rank %d both on device %d",
+                   r < rank ? r : rank, r < rank ? rank : r, device);
+            rc = ncclInvalidUsage;
         }
     }
 

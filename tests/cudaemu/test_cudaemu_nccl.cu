@@ -2,10 +2,11 @@
  * The emulated device's NCCL between rank processes: two devices; a group
  * of two ranks sums float32 (in place and across several chunks of the
  * segment), bf16 and int32, gathers and broadcasts, with the same bits on
- * both ranks; the segment's name is gone once the group met.  A host
- * pointer or a count past the allocation is ncclInvalidArgument; a rank
- * that never comes fails the others after CUDAEMU_NCCL_TIMEOUT, a rank
- * that dies fails them at once, and ncclCommGetAsyncError() says so.
+ * both ranks; the segment's name is gone once the group met.  Two ranks
+ * on one device are refused.  A host pointer or a count past the
+ * allocation is ncclInvalidArgument; a rank that never comes fails the
+ * others after CUDAEMU_NCCL_TIMEOUT, a rank that dies fails them at
+ * once, and ncclCommGetAsyncError() says so.
  */
 
 #include <errno.h>
@@ -320,6 +321,37 @@ test_invalid(void **state)
 }
 
 
+/* two ranks on one device: refused to both, as NCCL refuses them */
+static void
+test_same_device(void **state)
+{
+    int           r;
+    pid_t         pids[2];
+    ncclComm_t    c;
+    ncclUniqueId  id;
+
+    assert_int_equal(ncclGetUniqueId(&id), ncclSuccess);
+
+    for (r = 0; r < 2; r++) {
+        pids[r] = fork();
+        assert_true(pids[r] >= 0);
+
+        if (pids[r] == 0) {
+            alarm(30);
+            cudaSetDevice(1);
+            _exit(ncclCommInitRank(&c, 2, id, r) == ncclInvalidUsage
+                  && c == NULL ? 0 : 1);
+        }
+    }
+
+    for (r = 0; r < 2; r++) {
+        assert_int_equal(wait_rank(pids[r]), 0);
+    }
+
+    assert_true(unlinked(&id));
+}
+
+
 /* rank 1 never comes: rank 0 gives up after the timeout */
 static void
 never_comes(ncclUniqueId id)
@@ -435,6 +467,7 @@ main(void)
         cmocka_unit_test(test_devices),
         cmocka_unit_test(test_invalid),
         cmocka_unit_test(test_group),
+        cmocka_unit_test(test_same_device),
         cmocka_unit_test(test_rank_lost),
     };
 
