@@ -117,8 +117,10 @@ CLI       := $(BUILD)/vlm-cli
 ENGINE    := $(BUILD)/vlm-engine
 
 # test_backend_ops compares the CUDA ops with the CPU ops, test_comm_nccl
-# runs NCCL on the GPUs: CUDA builds only
-CUDA_TESTS := tests/test_backend_ops.c tests/test_comm_nccl.c
+# runs NCCL on the GPUs, test_tp_cuda a tensor-parallel group with images
+# on two: CUDA builds only
+CUDA_TESTS := tests/test_backend_ops.c tests/test_comm_nccl.c \
+              tests/test_tp_cuda.c
 TEST_SRCS := $(sort $(filter-out $(if $(filter 1,$(CUDA)),,$(CUDA_TESTS)), \
                  $(wildcard tests/test_*.c)))
 TESTS     := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
@@ -189,7 +191,8 @@ $(CUDA_TESTS:tests/%.c=$(BUILD)/tests/%): $(BUILD)/tests/%: \
                                  $(BUILD)/tests/%.o $(LIB) $(CUDA_LIB)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(CUDA_LIB) $(LIB) -lcmocka \
 	    $(CUDA_LIBS) $(LDLIBS)
-$(BUILD)/tests/test_comm_nccl.o: CPPFLAGS += -I$(CUDA_HOME)/include
+$(BUILD)/tests/test_comm_nccl.o $(BUILD)/tests/test_tp_cuda.o: \
+    CPPFLAGS += -I$(CUDA_HOME)/include
 
 # runs the tool it tests
 $(BUILD)/tests/test_quantize: | $(CLI)
@@ -287,8 +290,9 @@ EMU_HDRS  := $(wildcard $(EMU_DIR)/*.h $(EMU_DIR)/include/*.h \
 EMU_OBJS  := $(EMU_SRCS:%.cc=$(EMU_BUILD)/%.o) \
              $(CUDA_SRCS:%.cu=$(EMU_BUILD)/%.o) \
              $(CUDA_HOST_SRCS:%.c=$(EMU_BUILD)/%.o)
-EMU_SELF  := $(EMU_BUILD)/$(EMU_DIR)/test_cudaemu
-EMU_TESTS := $(EMU_SELF) $(EMU_BUILD)/tests/test_backend_ops
+EMU_SELF  := $(EMU_BUILD)/$(EMU_DIR)/test_cudaemu \
+             $(EMU_BUILD)/$(EMU_DIR)/test_cudaemu_nccl
+EMU_TESTS := $(EMU_SELF) $(CUDA_TESTS:tests/%.c=$(EMU_BUILD)/tests/%)
 CXX       ?= c++
 EMU_CXXFLAGS := -std=c++17 -g $(OPT) -fPIC -Wall -Wextra -Werror \
                 -Wno-unused-parameter -Wno-unknown-pragmas -pthread $(SAN) \

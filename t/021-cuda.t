@@ -178,7 +178,7 @@ SKIP: {
     my $tp = vlm_start(name => 'cuda-tp', wait => 0,
                        http_config => $cuda_conf
                                       . "    vlm_tensor_parallel 2;\n"
-                                      . ($emu ? "    vlm_gpus 0 0;\n" : ''));
+                                      . ($emu ? "    vlm_gpus 0 1;\n" : ''));
     push @servers, $tp;
 
     my $ready = vlm_wait_ready($tp, vlm_secs(15));

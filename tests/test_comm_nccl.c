@@ -8,9 +8,12 @@
  * rank, and the gathered and broadcast bytes exact.  With one GPU the
  * group has one rank, which still checks the set-up and the data paths.
  *
- * Built only when nvcc is found; with no GPU visible it is skipped with a
- * message that says so.  The parent never touches CUDA (a process that
- * forks must not have a CUDA context): a child counts the devices.
+ * Built when nvcc is found; with no GPU visible it is skipped with a
+ * message that says so.  make test-cuda-emu runs it on the emulated
+ * device's two devices and its NCCL between the rank processes
+ * (tests/cudaemu), at the same sizes.  The parent never touches CUDA (a
+ * process that forks must not have a CUDA context): a child counts the
+ * devices.
  */
 
 #define _GNU_SOURCE

@@ -4,7 +4,8 @@
  * (whichever process drops it), stale and foreign handles refused, the
  * cache's unreferenced slices evicted to make room, the host fallback
  * when the pool is full or too small, both paths freed by one function
- * and counted apart, and the table shared by forked processes.
+ * and counted apart, a failed copy failing its transfer with nothing
+ * kept, and the table shared by forked processes.
  */
 
 #define _GNU_SOURCE
@@ -280,6 +281,86 @@ test_full_pool_falls_back_to_host(void **state)
 }
 
 
+/* the backend's copies, failing while `failing` says so */
+static int  failing;
+
+
+static vlm_status_t
+flaky_copy(void *dst, const void *src, size_t n)
+{
+    if (failing) {
+        return VLM_ERR_INTERNAL;
+    }
+
+    memcpy(dst, src, n);
+
+    return VLM_OK;
+}
+
+
+/*
+ * a copy that fails fails its transfer: the producer's slice goes back
+ * (nothing handed over, nothing counted), a consumer's reference is
+ * dropped all the same
+ */
+static void
+test_failed_copy(void **state)
+{
+    uint8_t              src[3000], dst[3000];
+    vlm_fpool_t         *p;
+    vlm_error_t          err;
+    vlm_fpool_ops_t      ops;
+    vlm_fpool_stats_t    st;
+    vlm_fpool_handle_t   h, a;
+
+    ops = vlm_fpool_cpu_ops;
+    ops.copy_in = flaky_copy;
+    ops.copy_out = flaky_copy;
+    ops.to_host = flaky_copy;
+    ops.from_host = flaky_copy;
+
+    assert_int_equal(vlm_fpool_open(&p, &ops, -1, POOL, HOST, 1, &err),
+                     VLM_OK);
+    memset(src, 5, sizeof(src));
+
+    /* the pool's path, then the host's (larger than the pool's room) */
+    failing = 1;
+    assert_int_equal(vlm_fpool_put(p, src, 1000, 2, &h, &err),
+                     VLM_ERR_INTERNAL);
+    assert_non_null(strstr(err.msg, "copy"));
+    assert_int_equal(vlm_fpool_alloc(p, POOL - 1000, 1, &a, &err), VLM_OK);
+    assert_int_equal(vlm_fpool_put(p, src, 1500, 1, &h, &err),
+                     VLM_ERR_INTERNAL);
+
+    vlm_fpool_stats(p, &st);
+    assert_int_equal(st.used[VLM_FPOOL_POOL], POOL - 1000);
+    assert_int_equal(st.used[VLM_FPOOL_HOST], 0);
+    assert_int_equal(st.slices[VLM_FPOOL_POOL], 1);
+    assert_int_equal(st.slices[VLM_FPOOL_HOST], 0);
+    assert_int_equal(st.transfers[VLM_FPOOL_POOL], 0);
+    assert_int_equal(st.transfers[VLM_FPOOL_HOST], 0);
+    assert_int_equal(st.fallback_bytes, 0);
+    assert_int_equal(vlm_fpool_release(p, &a, &err), VLM_OK);
+
+    /* two consumers: the first one's copy fails, the second's does not */
+    failing = 0;
+    assert_int_equal(vlm_fpool_put(p, src, 1000, 2, &h, &err), VLM_OK);
+    failing = 1;
+    assert_int_equal(vlm_fpool_read(p, &h, dst, &err), VLM_ERR_INTERNAL);
+    assert_int_equal(vlm_fpool_refs(p, &h), 1);
+    failing = 0;
+    assert_int_equal(vlm_fpool_read(p, &h, dst, &err), VLM_OK);
+    assert_memory_equal(dst, src, 1000);
+
+    vlm_fpool_stats(p, &st);
+    assert_int_equal(st.used[VLM_FPOOL_POOL] + st.used[VLM_FPOOL_HOST], 0);
+    assert_int_equal(st.slices[VLM_FPOOL_POOL] + st.slices[VLM_FPOOL_HOST],
+                     0);
+
+    vlm_fpool_close(p);
+}
+
+
 static void
 test_placement_fills_gaps(void **state)
 {
@@ -443,6 +524,7 @@ main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_placement_fills_gaps, setup,
                                         teardown),
+        cmocka_unit_test(test_failed_copy),
         cmocka_unit_test_setup_teardown(
             test_eviction_takes_only_unreferenced, setup, teardown),
         cmocka_unit_test(test_shared_between_processes),

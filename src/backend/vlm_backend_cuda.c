@@ -699,7 +699,7 @@ vlm_cuda_fpool_unmap(void *base, size_t size)
 }
 
 
-static void
+static vlm_status_t
 vlm_cuda_fpool_copy(void *dst, const void *src, size_t n)
 {
     cudaError_t  e;
@@ -712,7 +712,10 @@ vlm_cuda_fpool_copy(void *dst, const void *src, size_t n)
     if (e != cudaSuccess) {
         vlm_log(VLM_LOG_ERROR, "cuda backend: feature pool copy of %zu "
                 "bytes: %s", n, cudaGetErrorString(e));
+        return VLM_ERR_INTERNAL;
     }
+
+    return VLM_OK;
 }
 
 

@@ -92,10 +92,12 @@ vlm_fpool_cpu_unmap(void *base, size_t size)
 }
 
 
-static void
+static vlm_status_t
 vlm_fpool_cpu_copy(void *dst, const void *src, size_t n)
 {
     memcpy(dst, src, n);
+
+    return VLM_OK;
 }
 
 
@@ -285,6 +287,44 @@ vlm_fpool_take(vlm_fpool_t *p, uint32_t path, size_t bytes, int refs,
 }
 
 
+/* the live slice a handle names, or NULL */
+static vlm_fpool_slot_t *
+vlm_fpool_find(vlm_fpool_t *p, const vlm_fpool_handle_t *h)
+{
+    int                i;
+    vlm_fpool_slot_t  *s;
+
+    if (h->gen == 0 || h->path > VLM_FPOOL_HOST
+        || h->off >= p->hdr->capacity[h->path])
+    {
+        return NULL;
+    }
+
+    for (i = 0; i < VLM_FPOOL_SLOTS; i++) {
+        s = &p->hdr->slots[i];
+
+        if (atomic_load_explicit(&s->state, memory_order_acquire) == 1
+            && s->path == h->path && s->off == h->off && s->gen == h->gen
+            && s->bytes == h->bytes)
+        {
+            return s;
+        }
+    }
+
+    return NULL;
+}
+
+
+/* the slice's bytes back to its region, whatever its references */
+static void
+vlm_fpool_free_slot(vlm_fpool_t *p, vlm_fpool_slot_t *s, uint32_t path)
+{
+    atomic_fetch_sub(&p->hdr->used[path], s->bytes);
+    atomic_fetch_sub(&p->hdr->slices[path], 1);
+    atomic_store_explicit(&s->state, 0, memory_order_release);
+}
+
+
 vlm_status_t
 vlm_fpool_alloc(vlm_fpool_t *p, size_t bytes, int refs,
     vlm_fpool_handle_t *h, vlm_error_t *err)
@@ -316,71 +356,61 @@ vlm_status_t
 vlm_fpool_put_parts(vlm_fpool_t *p, const void *const *srcs, size_t n,
     int parts, int consumers, vlm_fpool_handle_t *h, vlm_error_t *err)
 {
-    int               k;
-    size_t            total;
-    uint8_t          *dst;
-    vlm_fpool_hdr_t  *hdr = p->hdr;
+    int                k;
+    size_t             total;
+    uint8_t           *dst;
+    uint32_t           path;
+    vlm_status_t       rc;
+    vlm_fpool_slot_t  *s;
+    vlm_fpool_hdr_t   *hdr = p->hdr;
 
     total = n * (size_t) parts;
 
     if (vlm_fpool_alloc(p, total, consumers, h, err) == VLM_OK) {
-        dst = p->region[VLM_FPOOL_POOL] + h->off;
+        path = VLM_FPOOL_POOL;
+        s = vlm_fpool_find(p, h);
 
-        for (k = 0; k < parts; k++) {
-            p->ops->copy_in(dst + (size_t) k * n, srcs[k], n);
+    } else {
+        /* the fallback: a copy in host memory, nothing of the pool kept */
+        path = VLM_FPOOL_HOST;
+        s = vlm_fpool_take(p, VLM_FPOOL_HOST, total, consumers, h);
+
+        if (s == NULL) {
+            return vlm_error_set(err, VLM_ERR_LIMIT, "feature pool: no room "
+                                 "for %zu bytes in the pool (%zu) or the "
+                                 "host staging area (%zu)", total,
+                                 (size_t) hdr->capacity[VLM_FPOOL_POOL],
+                                 (size_t) hdr->capacity[VLM_FPOOL_HOST]);
         }
-
-        atomic_fetch_add(&hdr->transfers[VLM_FPOOL_POOL], 1);
-        return VLM_OK;
     }
 
-    /* the fallback: a copy in host memory, nothing of the pool kept */
-    if (vlm_fpool_take(p, VLM_FPOOL_HOST, total, consumers, h) == NULL) {
-        return vlm_error_set(err, VLM_ERR_LIMIT, "feature pool: no room for "
-                             "%zu bytes in the pool (%zu) or the host "
-                             "staging area (%zu)", total,
-                             (size_t) hdr->capacity[VLM_FPOOL_POOL],
-                             (size_t) hdr->capacity[VLM_FPOOL_HOST]);
+    dst = p->region[path] + h->off;
+    rc = VLM_OK;
+
+    for (k = 0; k < parts && rc == VLM_OK; k++) {
+        rc = path == VLM_FPOOL_POOL
+             ? p->ops->copy_in(dst + (size_t) k * n, srcs[k], n)
+             : p->ops->to_host(dst + (size_t) k * n, srcs[k], n);
     }
 
-    dst = p->region[VLM_FPOOL_HOST] + h->off;
+    if (rc != VLM_OK) {
+        /* no consumer has the handle yet: the slice goes back at once */
+        vlm_fpool_free_slot(p, s, path);
+        memset(h, 0, sizeof(vlm_fpool_handle_t));
 
-    for (k = 0; k < parts; k++) {
-        p->ops->to_host(dst + (size_t) k * n, srcs[k], n);
+        return vlm_error_set(err, VLM_ERR_INTERNAL, "feature pool: the copy "
+                             "of %zu bytes into the %s failed", total,
+                             path == VLM_FPOOL_POOL ? "pool"
+                                                    : "host staging area");
     }
 
-    atomic_fetch_add(&hdr->transfers[VLM_FPOOL_HOST], 1);
-    atomic_fetch_add(&hdr->fallback_bytes, total);
+    atomic_fetch_add(&hdr->transfers[path], 1);
+
+    if (path == VLM_FPOOL_HOST) {
+        atomic_fetch_add(&hdr->fallback_bytes, total);
+    }
 
     return VLM_OK;
-}
-
-
-/* the live slice a handle names, or NULL */
-static vlm_fpool_slot_t *
-vlm_fpool_find(vlm_fpool_t *p, const vlm_fpool_handle_t *h)
-{
-    int                i;
-    vlm_fpool_slot_t  *s;
-
-    if (h->gen == 0 || h->path > VLM_FPOOL_HOST
-        || h->off >= p->hdr->capacity[h->path])
-    {
-        return NULL;
-    }
-
-    for (i = 0; i < VLM_FPOOL_SLOTS; i++) {
-        s = &p->hdr->slots[i];
-
-        if (atomic_load_explicit(&s->state, memory_order_acquire) == 1
-            && s->path == h->path && s->off == h->off && s->gen == h->gen
-            && s->bytes == h->bytes)
-        {
-            return s;
-        }
-    }
-
-    return NULL;
 }
 
 
@@ -438,6 +468,7 @@ vlm_fpool_read_parts(vlm_fpool_t *p, const vlm_fpool_handle_t *h,
 {
     int             k;
     size_t          n;
+    vlm_status_t    rc;
     const uint8_t  *src;
 
     src = vlm_fpool_data(p, h, err);
@@ -452,17 +483,28 @@ vlm_fpool_read_parts(vlm_fpool_t *p, const vlm_fpool_handle_t *h,
     }
 
     n = (size_t) h->bytes / (size_t) parts;
+    rc = VLM_OK;
 
-    for (k = 0; k < parts; k++) {
-        if (h->path == VLM_FPOOL_POOL) {
-            p->ops->copy_out(dsts[k], src + (size_t) k * n, n);
-
-        } else {
-            p->ops->from_host(dsts[k], src + (size_t) k * n, n);
-        }
+    for (k = 0; k < parts && rc == VLM_OK; k++) {
+        rc = h->path == VLM_FPOOL_POOL
+             ? p->ops->copy_out(dsts[k], src + (size_t) k * n, n)
+             : p->ops->from_host(dsts[k], src + (size_t) k * n, n);
     }
 
-    return vlm_fpool_release(p, h, err);
+    /* this consumer's reference goes either way */
+    if (vlm_fpool_release(p, h, err) != VLM_OK) {
+        return err->status;
+    }
+
+    if (rc != VLM_OK) {
+        return vlm_error_set(err, VLM_ERR_INTERNAL, "feature pool: the copy "
+                             "of %llu bytes out of the %s failed",
+                             (unsigned long long) h->bytes,
+                             h->path == VLM_FPOOL_POOL ? "pool"
+                                                       : "host staging area");
+    }
+
+    return VLM_OK;
 }
 
 
@@ -489,9 +531,7 @@ vlm_fpool_release(vlm_fpool_t *p, const vlm_fpool_handle_t *h,
         return vlm_fpool_stale(h, err);
     }
 
-    atomic_fetch_sub(&p->hdr->used[h->path], s->bytes);
-    atomic_fetch_sub(&p->hdr->slices[h->path], 1);
-    atomic_store_explicit(&s->state, 0, memory_order_release);
+    vlm_fpool_free_slot(p, s, h->path);
 
     return VLM_OK;
 }
@@ -508,16 +548,15 @@ vlm_fpool_refs(vlm_fpool_t *p, const vlm_fpool_handle_t *h)
 }
 
 
-void
+vlm_status_t
 vlm_fpool_copy_in(vlm_fpool_t *p, const vlm_fpool_handle_t *h,
     const void *src)
 {
     if (h->path == VLM_FPOOL_POOL) {
-        p->ops->copy_in(p->region[h->path] + h->off, src, h->bytes);
-
-    } else {
-        p->ops->to_host(p->region[h->path] + h->off, src, h->bytes);
+        return p->ops->copy_in(p->region[h->path] + h->off, src, h->bytes);
     }
+
+    return p->ops->to_host(p->region[h->path] + h->off, src, h->bytes);
 }
 
 

@@ -60,12 +60,15 @@ typedef struct {
     /* size bytes of the segment behind fd (-1: this process only) */
     void  *(*map)(int fd, size_t size, vlm_error_t *err);
     void   (*unmap)(void *base, size_t size);
-    /* backend memory into a pool slice (producer), out of one (consumer) */
-    void   (*copy_in)(void *slice, const void *src, size_t n);
-    void   (*copy_out)(void *dst, const void *slice, size_t n);
-    /* the same for a host staging slice: the device-to-host copy, back */
-    void   (*to_host)(void *host, const void *src, size_t n);
-    void   (*from_host)(void *dst, const void *host, size_t n);
+    /*
+     * backend memory into a pool slice (producer), out of one (consumer);
+     * the same for a host staging slice: the device-to-host copy, back.
+     * VLM_OK, or an error the op has logged: the transfer then fails
+     */
+    vlm_status_t  (*copy_in)(void *slice, const void *src, size_t n);
+    vlm_status_t  (*copy_out)(void *dst, const void *slice, size_t n);
+    vlm_status_t  (*to_host)(void *host, const void *src, size_t n);
+    vlm_status_t  (*from_host)(void *dst, const void *host, size_t n);
 } vlm_fpool_ops_t;
 
 
@@ -113,7 +116,8 @@ vlm_status_t vlm_fpool_alloc(vlm_fpool_t *pool, size_t bytes, int refs,
 /*
  * Producer: n bytes of features from src for consumers ranks to read: a
  * pool slice, or else the host staging area; counted as a transfer of
- * its path.  VLM_ERR_LIMIT when neither has room.
+ * its path.  VLM_ERR_LIMIT when neither has room; VLM_ERR_INTERNAL when
+ * the copy failed, the slice given back.
  */
 vlm_status_t vlm_fpool_put(vlm_fpool_t *pool, const void *src, size_t n,
     int consumers, vlm_fpool_handle_t *h, vlm_error_t *err);
@@ -131,7 +135,10 @@ vlm_status_t vlm_fpool_share(vlm_fpool_t *pool, const vlm_fpool_handle_t *h,
 /* the slice's memory, or NULL (err set) for a stale or foreign handle */
 void *vlm_fpool_data(vlm_fpool_t *pool, const vlm_fpool_handle_t *h,
     vlm_error_t *err);
-/* consumer: the slice's bytes into dst (backend memory), then release */
+/*
+ * consumer: the slice's bytes into dst (backend memory), then release;
+ * released too when the copy failed (VLM_ERR_INTERNAL)
+ */
 vlm_status_t vlm_fpool_read(vlm_fpool_t *pool, const vlm_fpool_handle_t *h,
     void *dst, vlm_error_t *err);
 /* the same, the slice's bytes in parts equal pieces into dsts[] */
@@ -148,7 +155,7 @@ vlm_status_t vlm_fpool_release(vlm_fpool_t *pool,
 int vlm_fpool_refs(vlm_fpool_t *pool, const vlm_fpool_handle_t *h);
 
 /* copies in and out of slices with the pool's primitives */
-void vlm_fpool_copy_in(vlm_fpool_t *pool, const vlm_fpool_handle_t *h,
+vlm_status_t vlm_fpool_copy_in(vlm_fpool_t *pool, const vlm_fpool_handle_t *h,
     const void *src);
 
 void vlm_fpool_stats(vlm_fpool_t *pool, vlm_fpool_stats_t *st);

@@ -372,6 +372,29 @@ within(const void *p, size_t size, mem_kind kind, mem_kind alt)
 
 
 /*
+ * The devices: CUDAEMU_DEVICES of them (2 by default, so that a tensor-
+ * parallel group has one a rank), all backed by the same memory; the
+ * current one is the host thread's, as CUDA's is
+ */
+static thread_local int  current_device;
+
+
+static int
+device_count()
+{
+    static int  n;
+    const char *s;
+
+    if (n == 0) {
+        s = getenv("CUDAEMU_DEVICES");
+        n = s != NULL && atoi(s) > 0 ? atoi(s) : 2;
+    }
+
+    return n;
+}
+
+
+/*
  * a copy issued to stream s (NULL: the legacy stream), checked now; as in
  * CUDA, a copy from pageable host memory reads it before the call
  * returns, and one to pageable host memory is done when the call returns;
@@ -508,7 +531,7 @@ cudaPeekAtLastError(void)
 cudaError_t
 cudaGetDeviceCount(int *n)
 {
-    *n = 1;
+    *n = device_count();
     return enter();
 }
 
@@ -516,14 +539,20 @@ cudaGetDeviceCount(int *n)
 cudaError_t
 cudaSetDevice(int device)
 {
-    return device == 0 ? enter() : set_error(cudaErrorInvalidValue, false);
+    if (device < 0 || device >= device_count()) {
+        return set_error(cudaErrorInvalidValue, false);
+    }
+
+    current_device = device;
+
+    return enter();
 }
 
 
 cudaError_t
 cudaGetDevice(int *device)
 {
-    *device = 0;
+    *device = current_device;
     return enter();
 }
 
@@ -531,7 +560,7 @@ cudaGetDevice(int *device)
 cudaError_t
 cudaGetDeviceProperties(cudaDeviceProp *prop, int device)
 {
-    if (device != 0) {
+    if (device < 0 || device >= device_count()) {
         return set_error(cudaErrorInvalidValue, false);
     }
 

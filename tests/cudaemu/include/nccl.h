@@ -1,8 +1,7 @@
 /*
  * NCCL on the emulated CUDA device: the types and calls of the NCCL
- * communicator, which the emulator does not provide yet: creating one
- * fails with ncclInvalidUsage, so that tensor parallelism on the
- * emulated device reports that it is unavailable.
+ * communicator that the CUDA backend uses, between rank processes of one
+ * machine through POSIX shared memory (cudaemu_nccl.cc).
  */
 
 #ifndef CUDAEMU_NCCL_H

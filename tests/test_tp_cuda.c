@@ -1,0 +1,661 @@
+/*
+ * Tensor parallel on GPUs with images: a group of two rank processes, each
+ * with the CUDA backend on its own device and NCCL between them, as the
+ * engine runs one (vlm_group.h: rank 0 makes the calls, the other rank
+ * replays its plans, the pixels in a shared arena), answers a prompt with
+ * two images of the fixture checkpoints:
+ *
+ *   - through the feature pool: rank 0 encodes the images and hands their
+ *     features over in a pool slice each (Qwen2-VL; Qwen3-VL, whose
+ *     DeepStack levels go in the same slice);
+ *   - through the host staging area, the pool too small for any image;
+ *   - without a shared pool: every rank runs the vision tower, split;
+ *   - with the image cache: the prompt twice, the second time the
+ *     features handed over are the cache's entries; then a third time,
+ *     its head mapped from the prefix cache on every rank.
+ *
+ * Each time the last-position logits are within 1e-2 relative L2 of one
+ * process on the CPU backend (test_backend_ops' bound for one GPU) and
+ * the 32 greedy tokens the same (up to a step where the CPU's best two
+ * logits are nearer than that), every image went by the path expected,
+ * and the KV cache, the sequences and the pool are back to idle (but for
+ * the cache's entries).
+ *
+ * Built when nvcc is found (skipped with fewer than two GPUs visible) and
+ * run by make test-cuda-emu on the emulated device's two devices.  The
+ * parent never touches CUDA: a child counts the devices.
+ */
+
+#define _GNU_SOURCE
+
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <cmocka.h>
+
+#include <cuda_runtime.h>
+
+#include "core/vlm.h"
+#include "core/vlm_npy.h"
+#include "vlm_test.h"
+#include "backend/vlm_backend.h"
+#include "backend/vlm_comm.h"
+#include "backend/vlm_fpool.h"
+#include "engine/vlm_group.h"
+
+
+#define FIX       "tests/fixtures/models"
+#define CASE      "image2"
+#define N_IMAGES  2
+#define GREEDY    32
+#define MAX_V     4096
+#define WORLD     2
+#define TOL       1e-2
+
+/* the feature pool's bytes: its default; too small for an image; none */
+#define POOL_ROOM  0
+#define POOL_TINY  1
+#define POOL_NONE  ((size_t) -1)
+
+
+typedef struct {
+    int        status;                  /* 0: ran; else the failed step */
+    char       msg[256];
+    int        n_vocab;
+    int        hidden;
+    float      logits[MAX_V];           /* after the prompt */
+    int32_t    tokens[GREEDY];
+    float      margin[GREEDY];          /* best logit less the second */
+    float      logits2[MAX_V];          /* the same prompt again */
+    float      logits3[MAX_V];          /* and its head from the prefix
+                                           cache */
+    int        cached;                  /* tokens it mapped */
+    int        kv_used, seqs_used, slices;
+    uint64_t   cache_hits;
+    uint64_t   comm_calls;              /* the collectives of the steps */
+    uint64_t   transfers[2];            /* feature pool: by path */
+    uint64_t   fallback_bytes;
+} result_t;
+
+
+typedef struct {
+    const char   *model;
+    vlm_npy_t     ids, grid, pix[N_IMAGES];
+    vlm_image_t   img[N_IMAGES];
+    float        *arena;                /* the pixels, mapped shared */
+    size_t        arena_bytes;
+} prompt_t;
+
+
+static int  n_gpus;
+
+
+static void
+load_prompt(prompt_t *pr, const char *model)
+{
+    int     i;
+    char    file[64];
+    size_t  off;
+
+    memset(pr, 0, sizeof(prompt_t));
+    pr->model = model;
+
+    vlm_test_load_npy(&pr->ids, FIX, model, CASE, "input_ids.npy");
+    vlm_test_load_npy(&pr->grid, FIX, model, CASE, "grid_thw.npy");
+
+    pr->arena_bytes = 4096;
+
+    for (i = 0; i < N_IMAGES; i++) {
+        snprintf(file, sizeof(file), "pixel_values_%d.npy", i);
+        vlm_test_load_npy(&pr->pix[i], FIX, model, CASE, file);
+        pr->arena_bytes += pr->pix[i].n * sizeof(float);
+    }
+
+    /* the pixels where every rank reads them, as the queue's arena */
+    pr->arena = mmap(NULL, pr->arena_bytes, PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(pr->arena != MAP_FAILED);
+
+    for (off = 0, i = 0; i < N_IMAGES; i++) {
+        memcpy(pr->arena + off, pr->pix[i].data,
+               pr->pix[i].n * sizeof(float));
+        pr->img[i].pixels = pr->arena + off;
+        pr->img[i].grid_t = ((int32_t *) pr->grid.data)[3 * i];
+        pr->img[i].grid_h = ((int32_t *) pr->grid.data)[3 * i + 1];
+        pr->img[i].grid_w = ((int32_t *) pr->grid.data)[3 * i + 2];
+        off += pr->pix[i].n;
+    }
+}
+
+
+static void
+free_prompt(prompt_t *pr)
+{
+    int  i;
+
+    munmap(pr->arena, pr->arena_bytes);
+    vlm_npy_free(&pr->ids);
+    vlm_npy_free(&pr->grid);
+
+    for (i = 0; i < N_IMAGES; i++) {
+        vlm_npy_free(&pr->pix[i]);
+    }
+}
+
+
+static int32_t
+greedy(const float *logits, int n, float *margin)
+{
+    int      k;
+    int32_t  best;
+    float    second;
+
+    best = vlm_test_argmax(logits, n);
+    second = -INFINITY;
+
+    for (k = 0; k < n; k++) {
+        if (k != best && logits[k] > second) {
+            second = logits[k];
+        }
+    }
+
+    *margin = logits[best] - second;
+
+    return best;
+}
+
+
+static void
+params(vlm_model_params_t *p, const char *backend)
+{
+    vlm_test_fixture_params(p);
+    p->backend = backend;
+    p->n_threads = 1;
+    p->device_bytes = (size_t) 256 << 20;
+}
+
+
+static void
+model_path(char *path, size_t size, const prompt_t *pr)
+{
+    snprintf(path, size, FIX "/%s", pr->model);
+}
+
+
+/* the reference: one process on the CPU backend */
+static void
+run_cpu(const prompt_t *pr, result_t *res)
+{
+    int                  i;
+    char                 path[256];
+    int32_t              tok;
+    vlm_seq_t           *seq;
+    vlm_model_t         *m;
+    vlm_error_t          err;
+    vlm_model_params_t   p;
+
+    params(&p, "cpu");
+    model_path(path, sizeof(path), pr);
+
+    if (vlm_model_load(&m, path, &p, &err) != VLM_OK) {
+        fail_msg("load on the cpu: %s", err.msg);
+    }
+
+    res->n_vocab = vlm_model_info(m)->vocab_size;
+    res->hidden = vlm_model_info(m)->hidden_size;
+    assert_true(res->n_vocab <= MAX_V);
+    assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+
+    if (vlm_seq_prefill(seq, pr->ids.data, (int) pr->ids.n, pr->img,
+                        N_IMAGES, NULL, &err) != VLM_OK)
+    {
+        fail_msg("prefill on the cpu: %s", err.msg);
+    }
+
+    memcpy(res->logits, vlm_seq_logits(seq),
+           (size_t) res->n_vocab * sizeof(float));
+
+    for (i = 0; i < GREEDY; i++) {
+        tok = greedy(vlm_seq_logits(seq), res->n_vocab, &res->margin[i]);
+        res->tokens[i] = tok;
+        assert_int_equal(vlm_decode(m, &seq, &tok, 1, &err), VLM_OK);
+    }
+
+    vlm_seq_free(seq);
+    vlm_model_free(m);
+}
+
+
+/* the prompt's prefill from token `from`, image `image` on; its logits */
+static int
+prefill(const prompt_t *pr, vlm_group_t *g, vlm_seq_t *seq, int from,
+    int image, float *out, int n_vocab, vlm_error_t *err)
+{
+    int  done;
+
+    if (vlm_group_prefill_start(g, seq, (const int32_t *) pr->ids.data + from,
+                                (int) pr->ids.n - from, pr->img + image,
+                                N_IMAGES - image, err)
+        != VLM_OK)
+    {
+        return 4;
+    }
+
+    do {
+        if (vlm_group_prefill_work(g, &done, err) != VLM_OK) {
+            return 5;
+        }
+    } while (!done);
+
+    memcpy(out, vlm_seq_logits(seq), (size_t) n_vocab * sizeof(float));
+
+    return 0;
+}
+
+
+/*
+ * rank 0: the calls of one process, as the scheduler makes them; with
+ * the image cache, the prompt a second time, and a third with its head
+ * mapped from the prefix cache
+ */
+static int
+run_leader(const prompt_t *pr, vlm_group_t *g, vlm_model_t *m, int cache,
+    result_t *res, vlm_error_t *err)
+{
+    int                 i, rc, ci;
+    int32_t             tok;
+    vlm_seq_t          *seq;
+    vlm_step_item_t     item;
+    vlm_model_stats_t   st;
+
+    res->n_vocab = vlm_model_info(m)->vocab_size;
+
+    if (res->n_vocab > MAX_V || vlm_group_seq_init(g, &seq, err) != VLM_OK)
+    {
+        return 3;
+    }
+
+    rc = prefill(pr, g, seq, 0, 0, res->logits, res->n_vocab, err);
+    if (rc != 0) {
+        return rc;
+    }
+
+    for (i = 0; i < GREEDY; i++) {
+        tok = greedy(vlm_seq_logits(seq), res->n_vocab, &res->margin[i]);
+        res->tokens[i] = tok;
+        item.seq = seq;
+        item.ids = &tok;
+        item.n_ids = 1;
+
+        if (vlm_group_step(g, &item, 1, err) != VLM_OK) {
+            return 6;
+        }
+    }
+
+    vlm_group_seq_free(g, seq);
+
+    if (cache) {
+        if (vlm_group_seq_init(g, &seq, err) != VLM_OK) {
+            return 3;
+        }
+
+        rc = prefill(pr, g, seq, 0, 0, res->logits2, res->n_vocab, err);
+        if (rc != 0) {
+            return rc;
+        }
+
+        vlm_group_seq_free(g, seq);
+
+        if (vlm_group_seq_init(g, &seq, err) != VLM_OK
+            || vlm_group_prefix_map(g, seq, pr->ids.data, (int) pr->ids.n,
+                                    pr->img, N_IMAGES, &res->cached, &ci,
+                                    err)
+               != VLM_OK)
+        {
+            return 7;
+        }
+
+        rc = prefill(pr, g, seq, res->cached, ci, res->logits3,
+                     res->n_vocab, err);
+        if (rc != 0) {
+            return rc;
+        }
+
+        vlm_group_seq_free(g, seq);
+    }
+
+    vlm_model_stats(m, &st);
+    res->kv_used = st.kv_blocks_used;
+    res->seqs_used = st.seqs_used;
+    res->slices = st.pool_slices;
+    res->transfers[0] = st.transfers_pool;
+    res->transfers[1] = st.transfers_host;
+    res->fallback_bytes = st.fallback_bytes;
+    res->cache_hits = st.image_cache_hits;
+    res->comm_calls = st.comm_calls;
+
+    return 0;
+}
+
+
+/* one rank process; its exit status: 0, or the step that failed */
+static int
+rank_main(int fd, int pool_fd, int r, size_t pool, size_t cache,
+    const prompt_t *pr, result_t *res)
+{
+    int                  rc;
+    char                 path[256];
+    vlm_comm_t          *comm;
+    vlm_group_t         *g;
+    vlm_model_t         *m;
+    vlm_error_t          err;
+    vlm_model_params_t   p;
+
+    alarm(300);
+    err.msg[0] = '\0';
+
+    if (vlm_comm_shm_open(&comm, fd, r, &err) != VLM_OK) {
+        return 1;
+    }
+
+    params(&p, "cuda");
+    p.device = r;
+    p.tp_rank = r;
+    p.tp_size = WORLD;
+    p.comm = comm;
+    p.feature_pool_fd = pool_fd;
+    p.feature_pool_bytes = pool != POOL_NONE ? pool : 0;
+    p.image_cache_bytes = cache;
+    model_path(path, sizeof(path), pr);
+
+    if (vlm_model_load(&m, path, &p, &err) != VLM_OK
+        || vlm_group_init(&g, m, comm, pr->arena, pr->arena_bytes, &err)
+           != VLM_OK)
+    {
+        rc = 2;
+
+    } else if (r == 0) {
+        rc = run_leader(pr, g, m, cache > 0, res, &err);
+        vlm_group_stop(g);
+
+    } else {
+        rc = vlm_group_follow(g, &err) == VLM_OK ? 0 : 7;
+    }
+
+    if (rc != 0) {
+        snprintf(res->msg, sizeof(res->msg), "%s", err.msg);
+        /* the others would wait for this one */
+        vlm_comm_shm_abort(comm);
+    }
+
+    return rc;
+}
+
+
+static void
+check_group(const prompt_t *pr, const result_t *one, size_t pool,
+    size_t cache)
+{
+    int           fd, pool_fd, r, i, status, failed, tie, levels, runs;
+    char          what[128];
+    pid_t         pid, pids[WORLD];
+    double        d;
+    uint64_t      feat_bytes;
+    result_t     *res;
+    vlm_error_t   err;
+
+    snprintf(what, sizeof(what), "%s/%s, %d ranks on GPUs, %s%s", pr->model,
+             CASE, WORLD,
+             pool == POOL_ROOM ? "the feature pool"
+             : pool == POOL_TINY ? "the host staging area" : "no shared pool",
+             cache > 0 ? " and the image cache" : "");
+
+    res = mmap(NULL, sizeof(result_t) * WORLD, PROT_READ | PROT_WRITE,
+               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(res != MAP_FAILED);
+
+    assert_int_equal(vlm_comm_shm_create(WORLD, 64 * 1024, &fd, &err),
+                     VLM_OK);
+
+    pool_fd = -1;
+    if (pool != POOL_NONE) {
+        assert_int_equal(vlm_fpool_fd(&pool_fd, &err), VLM_OK);
+    }
+
+    for (r = 0; r < WORLD; r++) {
+        pids[r] = fork();
+        assert_true(pids[r] >= 0);
+
+        if (pids[r] == 0) {
+            _exit(rank_main(fd, pool_fd, r, pool, cache, pr, &res[r]));
+        }
+    }
+
+    failed = 0;
+
+    for (i = 0; i < WORLD; i++) {
+        pid = wait(&status);
+        assert_true(pid > 0);
+
+        for (r = 0; r < WORLD && pids[r] != pid; r++) {
+            /* void */
+        }
+
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+            continue;
+        }
+
+        print_error("%s: rank %d: %s %d%s%s\n", what, r,
+                    WIFEXITED(status) ? "failed at step" : "killed by signal",
+                    WIFEXITED(status) ? WEXITSTATUS(status)
+                                      : WTERMSIG(status),
+                    res[r].msg[0] ? ": " : "", res[r].msg);
+        /* the others may wait for the one that is gone */
+        (void) vlm_comm_shm_abort_fd(fd, &err);
+        failed = 1;
+    }
+
+    close(fd);
+    if (pool_fd >= 0) {
+        close(pool_fd);
+    }
+
+    if (failed) {
+        munmap(res, sizeof(result_t) * WORLD);
+        fail_msg("%s: the group failed", what);
+    }
+
+    d = vlm_test_rel_l2(res[0].logits, one->logits, (size_t) one->n_vocab);
+    print_message("%s: last logits against one CPU process: relative L2 "
+                  "%.3g\n", what, d);
+
+    if (d > TOL) {
+        fail_msg("%s: the logits differ from the CPU's, relative L2 %g",
+                 what, d);
+    }
+
+    /* the same greedy tokens, up to a near tie of the CPU's */
+    for (tie = 0; tie < GREEDY; tie++) {
+        if (res[0].tokens[tie] == one->tokens[tie]) {
+            continue;
+        }
+
+        if (one->margin[tie] > TOL * fabs(one->logits[one->tokens[0]])) {
+            fail_msg("%s: greedy token %d: %d, the CPU's %d", what, tie,
+                     (int) res[0].tokens[tie], (int) one->tokens[tie]);
+        }
+
+        print_message("%s: the same greedy tokens up to step %d, a near "
+                      "tie (margin %.2g)\n", what, tie, one->margin[tie]);
+        break;
+    }
+
+    /* the Qwen3-VL fixture's two DeepStack levels go with the merger's */
+    levels = strncmp(pr->model, "qwen3vl", 7) == 0 ? 3 : 1;
+    runs = cache > 0 ? 2 : 1;
+    feat_bytes = 0;
+
+    for (i = 0; i < N_IMAGES; i++) {
+        feat_bytes += (uint64_t) pr->img[i].grid_t * pr->img[i].grid_h
+                      * pr->img[i].grid_w / 4 * one->hidden * sizeof(float)
+                      * levels;
+    }
+
+    if (pool == POOL_NONE) {
+        assert_int_equal(res[0].transfers[0] + res[0].transfers[1], 0);
+
+    } else if (pool == POOL_TINY) {
+        assert_int_equal(res[0].transfers[0], 0);
+        assert_int_equal(res[0].transfers[1], N_IMAGES);
+        assert_int_equal(res[0].fallback_bytes, feat_bytes);
+
+    } else {
+        assert_int_equal(res[0].transfers[0], runs * N_IMAGES);
+        assert_int_equal(res[0].transfers[1], 0);
+        assert_int_equal(res[0].fallback_bytes, 0);
+    }
+
+    if (cache > 0) {
+        /* the second time from the cache: the same features, the same */
+        assert_int_equal(res[0].cache_hits, N_IMAGES);
+        d = vlm_test_rel_l2(res[0].logits2, res[0].logits,
+                            (size_t) one->n_vocab);
+        if (d > 1e-6) {
+            fail_msg("%s: the second prompt's logits differ from the "
+                     "first's, relative L2 %g", what, d);
+        }
+
+        /* chunks cut elsewhere: within the CPU's bound again */
+        assert_true(res[0].cached > 0);
+        assert_true(res[0].cached < (int) pr->ids.n);
+        d = vlm_test_rel_l2(res[0].logits3, one->logits,
+                            (size_t) one->n_vocab);
+        print_message("%s: from the prefix cache (%d tokens): relative L2 "
+                      "%.3g\n", what, res[0].cached, d);
+        if (d > TOL) {
+            fail_msg("%s: from the prefix cache, the logits differ from the "
+                     "CPU's, relative L2 %g", what, d);
+        }
+    }
+
+    /* the decoder's sums went through NCCL */
+    assert_true(res[0].comm_calls > 0);
+
+    /* read by every rank: only what the cache keeps is left */
+    assert_int_equal(res[0].slices, cache > 0 ? N_IMAGES : 0);
+    assert_int_equal(res[0].kv_used, 0);
+    assert_int_equal(res[0].seqs_used, 0);
+
+    munmap(res, sizeof(result_t) * WORLD);
+}
+
+
+static void
+check_model(const char *model, const size_t *pools, int n_pools,
+    size_t cache)
+{
+    int        i;
+    prompt_t   pr;
+    result_t  *one;
+
+    if (n_gpus < WORLD) {
+        skip();
+    }
+
+    load_prompt(&pr, model);
+
+    one = calloc(1, sizeof(result_t));
+    assert_non_null(one);
+    run_cpu(&pr, one);
+
+    for (i = 0; i < n_pools; i++) {
+        check_group(&pr, one, pools[i], cache);
+    }
+
+    free(one);
+    free_prompt(&pr);
+}
+
+
+/* every path an image's features take to the other rank */
+static void
+test_qwen2vl_paths(void **state)
+{
+    static const size_t  pools[] = { POOL_ROOM, POOL_TINY, POOL_NONE };
+
+    check_model("qwen2vl-f32", pools, 3, 0);
+}
+
+
+/* the cache's entries handed over where they are */
+static void
+test_qwen2vl_image_cache(void **state)
+{
+    static const size_t  pools[] = { POOL_ROOM };
+
+    check_model("qwen2vl-f32", pools, 1, (size_t) 8 << 20);
+}
+
+
+/* three levels of features a slice */
+static void
+test_qwen3vl_deepstack(void **state)
+{
+    static const size_t  pools[] = { POOL_ROOM, POOL_TINY };
+
+    check_model("qwen3vl-f32", pools, 2, 0);
+}
+
+
+/* a child counts the devices, so that this process has no CUDA context */
+static int
+count_gpus(void)
+{
+    int          n, status;
+    pid_t        pid;
+
+    pid = fork();
+
+    if (pid == 0) {
+        if (cudaGetDeviceCount(&n) != cudaSuccess) {
+            n = 0;
+        }
+
+        _exit(n > 255 ? 255 : n);
+    }
+
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) {
+        return 0;
+    }
+
+    return WEXITSTATUS(status);
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_qwen2vl_paths),
+        cmocka_unit_test(test_qwen2vl_image_cache),
+        cmocka_unit_test(test_qwen3vl_deepstack),
+    };
+
+    n_gpus = count_gpus();
+    vlm_backend_register("cuda", vlm_backend_cuda_init);
+
+    if (n_gpus < WORLD) {
+        printf("test_tp_cuda: skipped: %d GPU%s visible, %d needed\n",
+               n_gpus, n_gpus == 1 ? "" : "s", WORLD);
+    }
+
+    return cmocka_run_group_tests_name("tp_cuda", tests, NULL, NULL);
+}
