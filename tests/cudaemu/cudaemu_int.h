@@ -28,6 +28,8 @@ struct region {
     bool      registered;       /* host memory of its owner's, pinned */
     char     *map;              /* the pages it lies in, between guards */
     size_t    map_len;
+    int       fd;               /* device memory's memfd, for IPC; or -1 */
+    bool      ipc;              /* another process's, opened by handle */
 };
 
 /* where p lies; MEM_HOST (and r untouched) when in no region */

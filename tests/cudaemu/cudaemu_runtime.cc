@@ -6,6 +6,7 @@
  * the device's properties; the error state, sticky after a kernel fails.
  */
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -275,7 +276,7 @@ enter()
  * out of bounds is reported
  */
 static void *
-map_region(size_t size, mem_kind kind)
+map_region_fd(size_t size, mem_kind kind, int fd, bool ipc)
 {
     size_t  page, len, room;
     char   *m, *p;
@@ -284,14 +285,37 @@ map_region(size_t size, mem_kind kind)
     len = (size + page - 1) / page * page;
     room = (size + 255) / 256 * 256;
 
-    m = (char *) mmap(NULL, len + 2 * page, PROT_READ | PROT_WRITE,
+    /* device memory is a memfd of its own, that a handle can share */
+    if (kind == MEM_DEVICE && fd < 0) {
+        fd = memfd_create("cudaemu-device", MFD_CLOEXEC);
+        if (fd < 0 || ftruncate(fd, (off_t) len) != 0) {
+            if (fd >= 0) {
+                close(fd);
+            }
+            return NULL;
+        }
+    }
+
+    m = (char *) mmap(NULL, len + 2 * page, PROT_NONE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (m == MAP_FAILED) {
+    if (m == MAP_FAILED
+        || (fd < 0 && mprotect(m + page, len, PROT_READ | PROT_WRITE) != 0)
+        || (fd >= 0 && mmap(m + page, len, PROT_READ | PROT_WRITE,
+                            MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED))
+    {
+        if (m != MAP_FAILED) {
+            munmap(m, len + 2 * page);
+        }
+        if (fd >= 0) {
+            close(fd);
+        }
         return NULL;
     }
 
-    mprotect(m, page, PROT_NONE);
-    mprotect(m + page + len, page, PROT_NONE);
+    if (ipc) {
+        close(fd);
+        fd = -1;
+    }
 
     p = m + page + len - room;
 
@@ -307,8 +331,9 @@ map_region(size_t size, mem_kind kind)
         }
     }
 
-    regions[(uintptr_t) p] = region{p, size, kind, false, m + page, len};
-    if (kind == MEM_DEVICE) {
+    regions[(uintptr_t) p] = region{p, size, kind, false, m + page, len, fd,
+                                    ipc};
+    if (kind == MEM_DEVICE && !ipc) {
         device_used += len;
     }
 
@@ -316,8 +341,15 @@ map_region(size_t size, mem_kind kind)
 }
 
 
+static void *
+map_region(size_t size, mem_kind kind)
+{
+    return map_region_fd(size, kind, -1, false);
+}
+
+
 static cudaError_t
-unmap_region(void *p, mem_kind kind)
+unmap_region(void *p, mem_kind kind, bool ipc = false)
 {
     size_t  page, len;
     region  r;
@@ -329,7 +361,9 @@ unmap_region(void *p, mem_kind kind)
     {
         std::lock_guard<std::mutex>  g(lock);
 
-        if (find_locked(p, &r) != kind || r.base != p || r.registered) {
+        if (find_locked(p, &r) != kind || r.base != p || r.registered
+            || r.ipc != ipc)
+        {
             return cudaErrorInvalidValue;
         }
 
@@ -338,13 +372,17 @@ unmap_region(void *p, mem_kind kind)
         page = (size_t) sysconf(_SC_PAGESIZE);
         len = r.map_len;
 
-        if (kind == MEM_DEVICE) {
+        if (kind == MEM_DEVICE && !ipc) {
             device_used -= len;
         }
     }
 
     ASAN_UNPOISON_MEMORY_REGION(r.map, len);
     munmap(r.map - page, len + 2 * page);
+
+    if (r.fd >= 0) {
+        close(r.fd);
+    }
 
     return cudaSuccess;
 }
@@ -670,7 +708,8 @@ cudaHostRegister(void *p, size_t size, unsigned flags)
         return cudaErrorInvalidValue;
     }
 
-    regions[(uintptr_t) p] = region{b, size, MEM_PINNED, true, b, size};
+    regions[(uintptr_t) p] = region{b, size, MEM_PINNED, true, b, size, -1,
+                                    false};
 
     return sticky;
 }
@@ -750,6 +789,108 @@ cudaError_t
 cudaMemset(void *p, int v, size_t size)
 {
     return cudaMemsetAsync(p, v, size, NULL);
+}
+
+
+/*
+ * IPC: a handle names the memfd of the allocation that p lies in (the
+ * exporting process's pid and descriptor, the allocation's size), which
+ * another process of the same user maps through /proc; the opened
+ * mapping is device memory there, until cudaIpcCloseMemHandle
+ */
+typedef struct {
+    uint32_t  magic;
+    int32_t   pid;
+    int32_t   fd;
+    uint64_t  size;
+} ipc_mem_t;
+
+#define IPC_MEM_MAGIC  0x4d504943       /* "CIPM" */
+
+
+cudaError_t
+cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
+{
+    region     r;
+    ipc_mem_t  m;
+
+    if (enter() != cudaSuccess) {
+        return enter();
+    }
+
+    if (find(p, &r) != MEM_DEVICE || r.ipc || r.fd < 0) {
+        report("cudaIpcGetMemHandle: %p is not device memory of this "
+               "process's", p);
+        return set_error(cudaErrorInvalidValue, false);
+    }
+
+    m.magic = IPC_MEM_MAGIC;
+    m.pid = (int32_t) getpid();
+    m.fd = r.fd;
+    m.size = r.size;
+
+    static_assert(sizeof(m) <= sizeof(h->reserved), "the IPC handle");
+    memset(h, 0, sizeof(*h));
+    memcpy(h->reserved, &m, sizeof(m));
+
+    return cudaSuccess;
+}
+
+
+cudaError_t
+cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned flags)
+{
+    int        fd;
+    char       path[64];
+    ipc_mem_t  m;
+
+    (void) flags;
+
+    if (enter() != cudaSuccess) {
+        return enter();
+    }
+
+    memcpy(&m, h.reserved, sizeof(m));
+    *p = NULL;
+
+    if (m.magic != IPC_MEM_MAGIC) {
+        report("cudaIpcOpenMemHandle: not a memory handle");
+        return set_error(cudaErrorInvalidResourceHandle, false);
+    }
+
+    if (m.pid == (int32_t) getpid()) {
+        report("cudaIpcOpenMemHandle: the handle is this process's own "
+               "memory (CUDA refuses it)");
+        return set_error(cudaErrorInvalidResourceHandle, false);
+    }
+
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int) m.pid, (int) m.fd);
+
+    fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        report("cudaIpcOpenMemHandle: the memory of process %d is gone",
+               (int) m.pid);
+        return set_error(cudaErrorInvalidResourceHandle, false);
+    }
+
+    *p = map_region_fd((size_t) m.size, MEM_DEVICE, fd, true);
+
+    return *p != NULL ? cudaSuccess
+                      : set_error(cudaErrorMemoryAllocation, false);
+}
+
+
+cudaError_t
+cudaIpcCloseMemHandle(void *p)
+{
+    sync_all();
+
+    if (unmap_region(p, MEM_DEVICE, true) != cudaSuccess) {
+        report("cudaIpcCloseMemHandle: %p was not opened by a handle", p);
+        return set_error(cudaErrorInvalidValue, false);
+    }
+
+    return enter();
 }
 
 

@@ -16,9 +16,17 @@
  * legacy stream's earlier work, as in CUDA; non-blocking streams wait for
  * nothing but events.  After a sticky error (a kernel that faulted) the
  * work still queued is dropped, as a GPU's context is lost.
+ *
+ * An inter-process event (cudaEventInterprocess) completes as it is
+ * recorded: the stream's work up to it runs then, since another process
+ * that waits for it cannot make this one's streams run; so an event
+ * opened from another process's handle has always completed.
  */
 
+#include <signal.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include <deque>
 #include <mutex>
@@ -51,6 +59,7 @@ struct cudaemu_event_s {
     unsigned           flags;
     cudaemu_stream_s  *stream;          /* of the last record, or NULL */
     uint64_t           seq;
+    bool               opened;          /* another process's, by handle */
 };
 
 
@@ -59,7 +68,9 @@ namespace cudaemu {
 /* one lock for all streams: work runs under it, and may issue more */
 static std::recursive_mutex              qlock;
 static cudaemu_stream_s                  legacy;
-static std::vector<cudaemu_stream_s *>   streams;   /* created, in order */
+/* created, in order; never freed (events may name them) */
+static std::vector<cudaemu_stream_s *>  &streams =
+    *new std::vector<cudaemu_stream_s *>();
 
 
 static cudaemu_stream_s *
@@ -326,8 +337,17 @@ cudaEventRecord(cudaEvent_t ev, cudaStream_t stream)
         enqueue(NULL, [] {});
     }
 
+    if (ev->opened) {
+        run_until(s, s->issued);
+        return sticky_error();
+    }
+
     ev->stream = s;
     ev->seq = s->issued;
+
+    if (ev->flags & cudaEventInterprocess) {
+        run_until(s, s->issued);
+    }
 
     return sticky_error();
 }
@@ -383,6 +403,61 @@ cudaError_t
 cudaDeviceSynchronize(void)
 {
     sync_all();
+
+    return sticky_error();
+}
+
+typedef struct {
+    uint32_t  magic;
+    int32_t   pid;
+} ipc_event_t;
+
+#define IPC_EVENT_MAGIC  0x45504943     /* "CIPE" */
+
+
+cudaError_t
+cudaIpcGetEventHandle(cudaIpcEventHandle_t *h, cudaEvent_t ev)
+{
+    ipc_event_t  e;
+
+    if (ev == NULL || ev->opened
+        || (ev->flags & (cudaEventInterprocess | cudaEventDisableTiming))
+           != (cudaEventInterprocess | cudaEventDisableTiming))
+    {
+        report("cudaIpcGetEventHandle: the event was not created with "
+               "cudaEventInterprocess | cudaEventDisableTiming");
+        return set_error(cudaErrorInvalidResourceHandle, false);
+    }
+
+    e.magic = IPC_EVENT_MAGIC;
+    e.pid = (int32_t) getpid();
+
+    memset(h, 0, sizeof(*h));
+    memcpy(h->reserved, &e, sizeof(e));
+
+    return sticky_error();
+}
+
+
+cudaError_t
+cudaIpcOpenEventHandle(cudaEvent_t *ev, cudaIpcEventHandle_t h)
+{
+    ipc_event_t  e;
+
+    memcpy(&e, h.reserved, sizeof(e));
+    *ev = NULL;
+
+    if (e.magic != IPC_EVENT_MAGIC || e.pid == (int32_t) getpid()
+        || kill(e.pid, 0) != 0)
+    {
+        report("cudaIpcOpenEventHandle: not an event handle of a live "
+               "process beside this one");
+        return set_error(cudaErrorInvalidResourceHandle, false);
+    }
+
+    *ev = new cudaemu_event_s();
+    (*ev)->flags = cudaEventInterprocess | cudaEventDisableTiming;
+    (*ev)->opened = true;
 
     return sticky_error();
 }

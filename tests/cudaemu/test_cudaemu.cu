@@ -456,6 +456,95 @@ test_stream_order(void **state)
 }
 
 
+/*
+ * IPC: a child opens the parent's allocation by its handle (a mapping of
+ * its own, not the one fork left it), a kernel there writes through it,
+ * and the parent reads what it wrote; an inter-process event opens too
+ */
+static cudaIpcMemHandle_t    ipc_mem;
+static cudaIpcEventHandle_t  ipc_ev;
+
+
+static void
+ipc_child(void)
+{
+    float        *p, *ones;
+    float         h[64];
+    cudaEvent_t   ev;
+    int           i;
+
+    for (i = 0; i < 64; i++) {
+        h[i] = 2.0f;
+    }
+
+    ones = (float *) dev_alloc(sizeof(h));
+
+    if (cudaMemcpy(ones, h, sizeof(h), cudaMemcpyHostToDevice) != cudaSuccess
+        || cudaIpcOpenMemHandle((void **) &p, ipc_mem,
+                                cudaIpcMemLazyEnablePeerAccess)
+           != cudaSuccess
+        || p == NULL || !cudaemu_is_device_pointer(p)
+        || cudaFree(p) == cudaSuccess)
+    {
+        _exit(4);
+    }
+
+    (void) cudaGetLastError();
+
+    VLM_LAUNCH(emu_copy, 1, 64, 0, NULL, p, ones, 64);
+
+    if (cudaIpcOpenEventHandle(&ev, ipc_ev) != cudaSuccess
+        || cudaEventRecord(ev, NULL) != cudaSuccess
+        || cudaEventSynchronize(ev) != cudaSuccess
+        || cudaIpcCloseMemHandle(p) != cudaSuccess)
+    {
+        _exit(5);
+    }
+
+    _exit(7);
+}
+
+
+static void
+test_ipc(void **state)
+{
+    float        *d, h[64];
+    void         *same;
+    cudaEvent_t   ev, plain;
+
+    d = (float *) dev_alloc(sizeof(h));
+    assert_int_equal(cudaMemset(d, 0, sizeof(h)), cudaSuccess);
+    /* else the memset may run after the other process wrote */
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    assert_int_equal(cudaIpcGetMemHandle(&ipc_mem, d), cudaSuccess);
+
+    /* host memory has no handle; one's own handle does not open */
+    assert_int_equal(cudaIpcGetMemHandle(&ipc_mem, h), cudaErrorInvalidValue);
+    assert_int_equal(cudaIpcGetMemHandle(&ipc_mem, d), cudaSuccess);
+    assert_int_equal(cudaIpcOpenMemHandle(&same, ipc_mem, 0),
+                     cudaErrorInvalidResourceHandle);
+
+    assert_int_equal(cudaEventCreate(&plain), cudaSuccess);
+    assert_int_equal(cudaIpcGetEventHandle(&ipc_ev, plain),
+                     cudaErrorInvalidResourceHandle);
+    assert_int_equal(cudaEventCreateWithFlags(&ev, cudaEventInterprocess
+                                                   | cudaEventDisableTiming),
+                     cudaSuccess);
+    assert_int_equal(cudaIpcGetEventHandle(&ipc_ev, ev), cudaSuccess);
+    (void) cudaGetLastError();
+
+    assert_int_equal(in_child(ipc_child), 7);
+
+    assert_int_equal(cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    assert_true(h[0] == 2.0f && h[63] == 2.0f);
+
+    cudaEventDestroy(ev);
+    cudaEventDestroy(plain);
+    cudaFree(d);
+}
+
+
 /* CUDAEMU_FAULT: the planned launch faults when it runs, and stays */
 static void
 fault_second_copy(void)
@@ -563,6 +652,7 @@ main(void)
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_stream_order),
         cmocka_unit_test(test_fault),
+        cmocka_unit_test(test_ipc),
     };
 
     return cmocka_run_group_tests_name("cudaemu", tests, NULL, NULL);

@@ -54,6 +54,16 @@ typedef enum {
 
 typedef cudaDataType  cudaDataType_t;
 
+typedef struct {
+    char  reserved[64];
+} cudaIpcMemHandle_t;
+
+typedef struct {
+    char  reserved[64];
+} cudaIpcEventHandle_t;
+
+#define cudaIpcMemLazyEnablePeerAccess  0x01
+
 typedef struct cudaemu_stream_s  *cudaStream_t;
 typedef struct cudaemu_event_s   *cudaEvent_t;
 
@@ -122,6 +132,13 @@ cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s);
 cudaError_t cudaEventSynchronize(cudaEvent_t ev);
 cudaError_t cudaEventQuery(cudaEvent_t ev);
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b);
+
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p);
+cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h,
+    unsigned flags);
+cudaError_t cudaIpcCloseMemHandle(void *p);
+cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *h, cudaEvent_t ev);
+cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *ev, cudaIpcEventHandle_t h);
 
 /* the emulator's own: whether p lies in device memory (for the tests) */
 int cudaemu_is_device_pointer(const void *p);
