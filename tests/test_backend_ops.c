@@ -12,6 +12,8 @@
  * machines without one.
  *
  *   test_backend_ops               the op and model parity tests
+ *   test_backend_ops --ops         the op tests only
+ *   test_backend_ops --models      the model parity tests only
  *   test_backend_ops --bench [L]   a decode benchmark on a random
  *                                  Qwen2.5-VL-7B-shaped decoder (L layers,
  *                                  28 by default): weight bytes per step
@@ -1468,7 +1470,7 @@ main(int argc, char **argv)
         snprintf(no_gpu, sizeof(no_gpu), "%s", err.msg);
         printf("test_backend_ops: every CUDA test is skipped: %s\n", no_gpu);
 
-        if (argc >= 2) {
+        if (argc >= 2 && strcmp(argv[1], "--bench") == 0) {
             return 1;
         }
     }
@@ -1484,6 +1486,18 @@ main(int argc, char **argv)
     if (vlm_backend_cpu_init(&cpu, &conf, &err) != VLM_OK) {
         printf("test_backend_ops: %s\n", err.msg);
         return 1;
+    }
+
+    /* scripts/gpu-check times the two parts apart */
+    if (argc >= 2 && strcmp(argv[1], "--ops") == 0) {
+        cmocka_set_skip_filter("test_model_*");
+
+    } else if (argc >= 2 && strcmp(argv[1], "--models") == 0) {
+        cmocka_set_test_filter("test_model_*");
+
+    } else if (argc >= 2) {
+        printf("usage: test_backend_ops [--ops | --models | --bench [L]]\n");
+        return 2;
     }
 
     rc = cmocka_run_group_tests_name("backend_ops", tests, NULL, NULL);
