@@ -242,8 +242,21 @@ $(BENCHES:%=%.o): $(wildcard bench/*.h)
 # keep the objects of tests and benchmarks between runs
 .SECONDARY: $(TESTS:%=%.o) $(BENCHES:%=%.o)
 
-unit: $(TESTS)
+unit: $(TESTS) $(QWEN_TOKENIZER)
 	@$(ROOT)/scripts/run-unit $(TESTS)
+
+# Qwen2's own tokenizer (151,669 tokens, 11 MB of JSON) is kept
+# compressed, so that the tree a GPU run carries stays small; the unit
+# tests, the benchmarks and the fixture scripts read it unpacked beside
+# the archive (git ignores it)
+QWEN_TOKENIZER := $(ROOT)/tests/fixtures/tokenizer/qwen/tokenizer.json
+
+$(QWEN_TOKENIZER): $(QWEN_TOKENIZER).xz
+	@xz -dc $< > $@.tmp 2>/dev/null \
+	    || $(PYTHON) -c 'import lzma, sys; \
+	           sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' \
+	           $< > $@.tmp
+	@mv $@.tmp $@
 
 prove: module
 	cd $(ROOT) && TEST_NGINX_BINARY=$(NGINX) \
@@ -405,7 +418,7 @@ install: all
 	    "vlm-engine beside it, $(BINDIR)/vlm-cli, $(DATADIR)/"
 
 # the tokenizer first: the serving and model fixtures copy the one it writes
-fixtures:
+fixtures: $(QWEN_TOKENIZER)
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q -r tools/requirements.txt
 	cd $(ROOT) && for s in tools/fixtures_tokenizer.py \
@@ -519,7 +532,7 @@ asan-fuzz: asan-nginx-build
 
 bench-build: $(BENCHES)
 
-bench: $(BENCHES)
+bench: $(BENCHES) $(QWEN_TOKENIZER)
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
 
 # libFuzzer harness of the OpenAI API layer (clang; not part of make test):
