@@ -609,6 +609,89 @@ test_stream_calls(void **state)
 }
 
 
+/* a thinking model's reasoning: a reasoning item before the message */
+static void
+test_reasoning(void **state)
+{
+    json_t      *j, *list, *item, *part;
+    static const char  *chat =
+        "{\"id\":\"chatcmpl-0123456789abcdef0123456789abcdef\",\"object\":"
+        "\"chat.completion\",\"created\":1700000000,\"model\":\"m\","
+        "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
+        "\"content\":\"Four.\",\"reasoning_content\":\"2+2\"},"
+        "\"logprobs\":null,\"finish_reason\":\"stop\"}],\"usage\":"
+        "{\"prompt_tokens\":10,\"completion_tokens\":6,\"total_tokens\":16,"
+        "\"prompt_tokens_details\":{\"cached_tokens\":0},"
+        "\"completion_tokens_details\":{\"reasoning_tokens\":4}}}";
+    static const char  *sse =
+        CHUNK("{\"role\":\"assistant\",\"content\":\"\"}", "null")
+        CHUNK("{\"reasoning_content\":\"2+\"}", "null")
+        CHUNK("{\"reasoning_content\":\"2\"}", "null")
+        CHUNK("{\"content\":\"Four.\"}", "null")
+        CHUNK("{}", "\"stop\"")
+        "data: {\"id\":\"chatcmpl-0123456789abcdef0123456789abcdef\","
+        "\"object\":\"chat.completion.chunk\",\"created\":1700000000,"
+        "\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,"
+        "\"completion_tokens\":6,\"total_tokens\":11,"
+        "\"completion_tokens_details\":{\"reasoning_tokens\":4}}}\n\n"
+        "data: [DONE]\n\n";
+    static const char  *types[] = {
+        "response.created", "response.in_progress",
+        "response.output_item.added", "response.content_part.added",
+        "response.reasoning_text.delta", "response.reasoning_text.delta",
+        "response.reasoning_text.done", "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added", "response.content_part.added",
+        "response.output_text.delta", "response.output_text.done",
+        "response.content_part.done", "response.output_item.done",
+        "response.completed"
+    };
+
+    j = respond(M("\"input\":\"hi\""), chat);
+
+    assert_int_equal(json_array_size(json_object_get(j, "output")), 2);
+    item = json_array_get(json_object_get(j, "output"), 0);
+    assert_str(item, "type", "reasoning");
+    assert_str(item, "status", "completed");
+    assert_int_equal(json_array_size(json_object_get(item, "summary")), 0);
+    part = json_array_get(json_object_get(item, "content"), 0);
+    assert_str(part, "type", "reasoning_text");
+    assert_str(part, "text", "2+2");
+    assert_int_equal(strncmp(json_string_value(json_object_get(item, "id")),
+                             "rs_", 3), 0);
+
+    item = json_array_get(json_object_get(j, "output"), 1);
+    assert_str(item, "type", "message");
+    assert_str(json_array_get(json_object_get(item, "content"), 0), "text",
+               "Four.");
+    assert_int(json_object_get(json_object_get(j, "usage"),
+                               "output_tokens_details"),
+               "reasoning_tokens", 4);
+    json_decref(j);
+
+    list = events(M("\"input\":\"hi\",\"stream\":true"), sse, 9);
+    assert_types(list, types, sizeof(types) / sizeof(types[0]));
+
+    item = json_object_get(json_array_get(list, 2), "item");
+    assert_str(item, "type", "reasoning");
+    assert_str(json_object_get(json_array_get(list, 3), "part"), "type",
+               "reasoning_text");
+    assert_str(json_array_get(list, 4), "delta", "2+");
+    assert_int(json_array_get(list, 4), "output_index", 0);
+    assert_str(json_array_get(list, 6), "text", "2+2");
+    assert_int(json_array_get(list, 11), "output_index", 1);
+
+    item = json_object_get(json_array_get(list, 15), "response");
+    assert_int(json_object_get(json_object_get(item, "usage"),
+                               "output_tokens_details"),
+               "reasoning_tokens", 4);
+    assert_str(json_array_get(json_object_get(item, "output"), 0), "type",
+               "reasoning");
+
+    json_decref(list);
+}
+
+
 static void
 test_stream_error(void **state)
 {
@@ -649,6 +732,7 @@ main(void)
         cmocka_unit_test(test_response_object),
         cmocka_unit_test(test_stream_text),
         cmocka_unit_test(test_stream_calls),
+        cmocka_unit_test(test_reasoning),
         cmocka_unit_test(test_stream_error),
     };
 

@@ -155,7 +155,7 @@ const char *vlm_openai_finish_name(vlm_openai_finish_t finish);
 void vlm_openai_put_logprobs(vlm_openai_buf_t *b,
     const vlm_openai_response_t *resp, const vlm_openai_output_t *out);
 void vlm_openai_put_usage(vlm_openai_buf_t *b,
-    const vlm_openai_usage_t *usage);
+    const vlm_openai_response_t *resp, const vlm_openai_usage_t *usage);
 void vlm_openai_put_index(vlm_openai_buf_t *b,
     const vlm_openai_response_t *resp);
 void vlm_openai_put_text_choice(vlm_openai_buf_t *b,

@@ -4,9 +4,10 @@
  * becomes the Responses API's typed events (response.created,
  * response.in_progress, response.output_item.added,
  * response.content_part.added, response.output_text.delta, ...,
- * response.completed).  One state serves both: the text and the calls of
- * the output are items, opened and closed in order; a stream writes an
- * event at each step, a completion only the object at the end.
+ * response.completed).  One state serves both: the reasoning, the text
+ * and the calls of the output are items, opened and closed in order; a
+ * stream writes an event at each step, a completion only the object at
+ * the end.
  *
  * Reference: the OpenAI API reference, "Responses" (the response object,
  * streaming events).
@@ -22,6 +23,7 @@
 #define VLM_OPENAI_RESP_ITEM_NONE  0
 #define VLM_OPENAI_RESP_ITEM_TEXT  1
 #define VLM_OPENAI_RESP_ITEM_CALL  2
+#define VLM_OPENAI_RESP_ITEM_REASONING  3
 
 
 struct vlm_openai_responses_s {
@@ -270,15 +272,26 @@ vlm_openai_resp_close(vlm_openai_responses_t *rs)
 
     rc = VLM_OK;
 
-    if (rs->open == VLM_OPENAI_RESP_ITEM_TEXT) {
+    if (rs->open == VLM_OPENAI_RESP_ITEM_TEXT
+        || rs->open == VLM_OPENAI_RESP_ITEM_REASONING)
+    {
         part = json_array_get(json_object_get(item, "content"), 0);
 
-        rc = vlm_openai_resp_event(rs, "response.output_text.done",
-                 json_pack("{s:O, s:I, s:i, s:O, s:[]}", "item_id", id,
-                           "output_index", (json_int_t) index,
-                           "content_index", 0,
-                           "text", json_object_get(part, "text"),
-                           "logprobs"));
+        if (rs->open == VLM_OPENAI_RESP_ITEM_TEXT) {
+            rc = vlm_openai_resp_event(rs, "response.output_text.done",
+                     json_pack("{s:O, s:I, s:i, s:O, s:[]}", "item_id", id,
+                               "output_index", (json_int_t) index,
+                               "content_index", 0,
+                               "text", json_object_get(part, "text"),
+                               "logprobs"));
+
+        } else {
+            rc = vlm_openai_resp_event(rs, "response.reasoning_text.done",
+                     json_pack("{s:O, s:I, s:i, s:O}", "item_id", id,
+                               "output_index", (json_int_t) index,
+                               "content_index", 0,
+                               "text", json_object_get(part, "text")));
+        }
 
         rc = rc ? rc : vlm_openai_resp_event(rs, "response.content_part.done",
                  json_pack("{s:O, s:I, s:i, s:O}", "item_id", id,
@@ -305,6 +318,19 @@ vlm_openai_resp_close(vlm_openai_responses_t *rs)
 }
 
 
+/* an empty content part of a message or a reasoning item */
+static json_t *
+vlm_openai_resp_part(unsigned kind)
+{
+    if (kind == VLM_OPENAI_RESP_ITEM_REASONING) {
+        return json_pack("{s:s, s:s}", "type", "reasoning_text", "text", "");
+    }
+
+    return json_pack("{s:s, s:s, s:[], s:[]}", "type", "output_text",
+                     "text", "", "annotations", "logprobs");
+}
+
+
 /* an item opened: in the output (in progress), and announced */
 static vlm_status_t
 vlm_openai_resp_open(vlm_openai_responses_t *rs, json_t *item, unsigned kind)
@@ -323,16 +349,17 @@ vlm_openai_resp_open(vlm_openai_responses_t *rs, json_t *item, unsigned kind)
                        (json_int_t) json_array_size(rs->output) - 1,
                        "item", item));
 
-    if (rc != VLM_OK || kind != VLM_OPENAI_RESP_ITEM_TEXT) {
+    if (rc != VLM_OK || kind == VLM_OPENAI_RESP_ITEM_CALL) {
         return rc;
     }
 
     return vlm_openai_resp_event(rs, "response.content_part.added",
-               json_pack("{s:O, s:I, s:i, s:{s:s, s:s, s:[]}}", "item_id",
+               json_pack("{s:O, s:I, s:i, s:O}", "item_id",
                          json_object_get(item, "id"), "output_index",
                          (json_int_t) json_array_size(rs->output) - 1,
-                         "content_index", 0, "part", "type", "output_text",
-                         "text", "", "annotations"));
+                         "content_index", 0, "part",
+                         json_array_get(json_object_get(item, "content"),
+                                        0)));
 }
 
 
@@ -367,34 +394,45 @@ vlm_openai_resp_append(json_t *obj, const char *key, const char *text,
 }
 
 
+/* text of the answer (a message item) or of the reasoning (kind) */
 static vlm_status_t
-vlm_openai_resp_text(vlm_openai_responses_t *rs, const char *text,
-    size_t len)
+vlm_openai_resp_text(vlm_openai_responses_t *rs, unsigned kind,
+    const char *text, size_t len)
 {
     char           id[40];
-    json_t        *part;
+    json_t        *part, *item;
     vlm_status_t   rc;
 
     if (len == 0) {
         return VLM_OK;
     }
 
-    if (rs->open != VLM_OPENAI_RESP_ITEM_TEXT) {
+    if (rs->open != kind) {
         rc = vlm_openai_resp_close(rs);
         if (rc != VLM_OK) {
             return rc;
         }
 
-        snprintf(id, sizeof(id), "msg_%s%zu", rs->hex,
-                 json_array_size(rs->output));
+        if (kind == VLM_OPENAI_RESP_ITEM_REASONING) {
+            snprintf(id, sizeof(id), "rs_%s%zu", rs->hex,
+                     json_array_size(rs->output));
 
-        rc = vlm_openai_resp_open(rs,
-                 json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:s, s:[], s:[]}]}",
-                           "id", id, "type", "message", "status",
-                           "in_progress", "role", "assistant", "content",
-                           "type", "output_text", "text", "", "annotations",
-                           "logprobs"),
-                 VLM_OPENAI_RESP_ITEM_TEXT);
+            item = json_pack("{s:s, s:s, s:[], s:[o], s:s}", "id", id,
+                             "type", "reasoning", "summary", "content",
+                             vlm_openai_resp_part(kind), "status",
+                             "in_progress");
+
+        } else {
+            snprintf(id, sizeof(id), "msg_%s%zu", rs->hex,
+                     json_array_size(rs->output));
+
+            item = json_pack("{s:s, s:s, s:s, s:s, s:[o]}", "id", id,
+                             "type", "message", "status", "in_progress",
+                             "role", "assistant", "content",
+                             vlm_openai_resp_part(kind));
+        }
+
+        rc = vlm_openai_resp_open(rs, item, kind);
         if (rc != VLM_OK) {
             return rc;
         }
@@ -404,6 +442,15 @@ vlm_openai_resp_text(vlm_openai_responses_t *rs, const char *text,
 
     if (vlm_openai_resp_append(part, "text", text, len) != VLM_OK) {
         return VLM_ERR_NOMEM;
+    }
+
+    if (kind == VLM_OPENAI_RESP_ITEM_REASONING) {
+        return vlm_openai_resp_event(rs, "response.reasoning_text.delta",
+                   json_pack("{s:O, s:I, s:i, s:s%}", "item_id",
+                             json_object_get(rs->item, "id"),
+                             "output_index",
+                             (json_int_t) json_array_size(rs->output) - 1,
+                             "content_index", 0, "delta", text, len));
     }
 
     return vlm_openai_resp_event(rs, "response.output_text.delta",
@@ -476,20 +523,23 @@ vlm_openai_resp_call(vlm_openai_responses_t *rs, const json_t *call)
 static void
 vlm_openai_resp_usage(vlm_openai_responses_t *rs, const json_t *usage)
 {
-    json_int_t  in, out, cached;
+    json_int_t  in, out, cached, reasoning;
 
     in = json_integer_value(json_object_get(usage, "prompt_tokens"));
     out = json_integer_value(json_object_get(usage, "completion_tokens"));
     cached = json_integer_value(json_object_get(
                  json_object_get(usage, "prompt_tokens_details"),
                  "cached_tokens"));
+    reasoning = json_integer_value(json_object_get(
+                    json_object_get(usage, "completion_tokens_details"),
+                    "reasoning_tokens"));
 
     json_decref(rs->usage);
-    rs->usage = json_pack("{s:I, s:{s:I}, s:I, s:{s:i}, s:I}",
+    rs->usage = json_pack("{s:I, s:{s:I}, s:I, s:{s:I}, s:I}",
                           "input_tokens", in, "input_tokens_details",
                           "cached_tokens", cached, "output_tokens", out,
-                          "output_tokens_details", "reasoning_tokens", 0,
-                          "total_tokens", in + out);
+                          "output_tokens_details", "reasoning_tokens",
+                          reasoning, "total_tokens", in + out);
 }
 
 
@@ -537,9 +587,22 @@ vlm_openai_resp_choice(vlm_openai_responses_t *rs, const json_t *choice,
     vlm_status_t   rc;
 
     msg = json_object_get(choice, key);
+
+    /* the reasoning comes first: a stream's delta has one or the other */
+    content = json_string_value(json_object_get(msg, "reasoning_content"));
+
+    rc = vlm_openai_resp_text(rs, VLM_OPENAI_RESP_ITEM_REASONING, content,
+                              content ? json_string_length(
+                                            json_object_get(msg,
+                                                "reasoning_content"))
+                                      : 0);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
     content = json_string_value(json_object_get(msg, "content"));
 
-    rc = vlm_openai_resp_text(rs, content,
+    rc = vlm_openai_resp_text(rs, VLM_OPENAI_RESP_ITEM_TEXT, content,
                               content ? json_string_length(
                                             json_object_get(msg, "content"))
                                       : 0);
