@@ -248,6 +248,15 @@ test_touched(void **state)
     vlm_reasoning_init(&rp, 0);
     assert_int_equal(vlm_reasoning_feed(&rp, "Hello", 5, collect, &e), 0);
     assert_int_equal(rp.touched, 0);
+
+    /* inside: a token of no text yet (a part of a character) counts */
+    vlm_reasoning_init(&rp, 1);
+    assert_int_equal(vlm_reasoning_feed(&rp, "", 0, collect, &e), 0);
+    assert_int_equal(rp.touched, 1);
+    assert_int_equal(vlm_reasoning_feed(&rp, "</think>", 8, collect, &e), 0);
+    assert_int_equal(rp.touched, 1);
+    assert_int_equal(vlm_reasoning_feed(&rp, "", 0, collect, &e), 0);
+    assert_int_equal(rp.touched, 0);
 }
 
 

@@ -185,7 +185,9 @@ vlm_reasoning_feed(vlm_reasoning_t *rp, const char *s, size_t len,
     o.rc = 0;
     o.n = 0;
 
-    rp->touched = 0;
+    /* a token inside the reasoning counts, text or not (a part of a
+       character), as does the one that opens it */
+    rp->touched = (rp->state == VLM_REASONING_THINK);
 
     for (i = 0; i < len && o.rc == 0; i++) {
 
@@ -201,8 +203,6 @@ vlm_reasoning_feed(vlm_reasoning_t *rp, const char *s, size_t len,
         }
 
         if (rp->state == VLM_REASONING_THINK) {
-            rp->touched = 1;
-
             if (rp->lead) {
                 if (s[i] == '\n') {
                     continue;

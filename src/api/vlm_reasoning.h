@@ -42,9 +42,9 @@ typedef int (*vlm_reasoning_pt)(void *data, int reasoning, const char *s,
 typedef struct {
     vlm_reasoning_state_t  state;
     unsigned               lead:1;      /* newlines here are dropped */
-    unsigned               touched:1;   /* the last feed had reasoning or
-                                           a tag: its token counts as a
-                                           reasoning token */
+    unsigned               touched:1;   /* the last feed was inside the
+                                           reasoning or opened it: its
+                                           token is a reasoning token */
     size_t                 n_hold;
     char                   hold[VLM_REASONING_HOLD];
 } vlm_reasoning_t;

@@ -38,6 +38,8 @@ typedef struct {
     vlm_matcher_t       *matcher;       /* the request's grammar state */
     vlm_grammar_t        grammar;       /* read in place in the arena */
     unsigned             constrained:1;
+    int32_t              reasoning_end; /* the grammar waits for this
+                                           token; -1: it applies */
     vlm_tok_stream_t     stream;
     int32_t              next;
     uint32_t             n_fed;
@@ -291,6 +293,22 @@ vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r, vlm_sample_t *sample,
     tight = 0;
     left = 0;
     first = -1;
+
+    if (r->constrained && r->reasoning_end >= 0) {
+        /* a thinking model's reasoning is free; the answer is not */
+        if (vlm_sampler_sample(r->sampler, vlm_seq_logits(r->seq), sample,
+                               err)
+            != VLM_OK)
+        {
+            return err->status;
+        }
+
+        if (sample->token == r->reasoning_end) {
+            r->reasoning_end = -1;
+        }
+
+        return VLM_OK;
+    }
 
     if (r->constrained) {
         qs = vlm_queue_slot(s->q, r->slot);
@@ -688,6 +706,7 @@ vlm_sched_setup(vlm_sched_t *s, vlm_sched_req_t *r, vlm_error_t *err)
 
         vlm_matcher_reset(r->matcher, &r->grammar);
         r->constrained = 1;
+        r->reasoning_end = (int32_t) p->grammar_after - 1;
     }
 
     ids = vlm_queue_arena(s->q, qs->prompt_off);
