@@ -10,7 +10,7 @@
 # streamed reasoning_content and content deltas, the Responses API's
 # reasoning item and message, and the reasoning tokens in the usage.
 # With json_object the grammar applies after </think> only; with the
-# parser off, from the first token.
+# parser off, from the first token; a required tool call is the answer.
 
 use strict;
 use warnings;
@@ -308,6 +308,31 @@ for my $path ('/v1/chat/completions', '/qwen3/v1/chat/completions') {
     ok(eval { vlm_json($text); 1 } && $text =~ /^\{/,
        'json_object, parser off: JSON from the first token')
         or diag($text);
+}
+
+# a required tool call is the answer's, after the reasoning; its
+# arguments wander until only the plan in tokens fits, and the plan keeps
+# a token for the end of text (it used them all: finish_reason "length")
+{
+    my ($res, $j) = chat('/v1/chat/completions', max_tokens => 60,
+                         logit_bias => { $CLOSE => 100 },
+                         tools => [ { type => 'function', function => {
+                             name => 'get_weather', parameters => {
+                                 type => 'object',
+                                 properties => { city => {
+                                     type => 'string', maxLength => 8 } },
+                                 required => [ 'city' ] } } } ],
+                         tool_choice => 'required');
+    my $c = $j->{choices}[0];
+
+    is($res->{status}, 200, 'required tool: 200');
+    is($c->{finish_reason}, 'tool_calls', 'required tool: tool_calls')
+        or diag($res->{body});
+    is($c->{message}{tool_calls}[0]{function}{name}, 'get_weather',
+       'required tool: the call');
+    ok(eval { JSON::PP->new->decode(
+                  $c->{message}{tool_calls}[0]{function}{arguments})
+                  ->{city}; 1 }, 'required tool: its arguments');
 }
 
 done_testing();

@@ -285,12 +285,13 @@ vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r, vlm_sample_t *sample,
     int                  i, tight;
     size_t               n, len;
     int32_t              first;
-    uint32_t             left, room, budget;
+    uint32_t             left, room, budget, plan, keep;
     const char          *bytes;
     const uint32_t      *mask;
     vlm_queue_slot_t    *qs;
 
     tight = 0;
+    keep = 0;
     left = 0;
     first = -1;
 
@@ -340,8 +341,12 @@ vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r, vlm_sample_t *sample,
             n = vlm_matcher_mask(r->matcher, 0, s->info->eos_token_ids,
                                  s->info->n_eos, &mask);
 
-            tight = vlm_matcher_plan(r->matcher, &first) <= left
-                    && first >= 0;
+            plan = vlm_matcher_plan(r->matcher, &first);
+            tight = plan <= left && first >= 0;
+
+            /* one token kept for the end of text, where the plan leaves
+               room for it: else the whole document ends by its length */
+            keep = plan < left ? 1 : 0;
         }
 
         if (n == 0) {
@@ -371,7 +376,7 @@ vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r, vlm_sample_t *sample,
     bytes = vlm_tokenizer_token_bytes(s->tok, sample->token, &len);
 
     if (tight && bytes != NULL
-        && vlm_matcher_plan_after(r->matcher, bytes, len) > left - 1)
+        && vlm_matcher_plan_after(r->matcher, bytes, len) > left - 1 - keep)
     {
         /* the draw would leave the document unfinished: the plan's token */
         vlm_sampler_force(r->sampler, first, sample);
