@@ -22,6 +22,10 @@
 #define VLM_OPENAI_MAX_STOP          4     /* stop strings, as OpenAI */
 #define VLM_OPENAI_TOP_LOGPROBS_MAX  20
 #define VLM_OPENAI_LOGIT_BIAS_MAX    300   /* entries, as OpenAI */
+#define VLM_OPENAI_METADATA_MAX      16    /* the Responses API's metadata:
+                                              pairs, */
+#define VLM_OPENAI_METADATA_KEY_MAX  64    /* characters of a key */
+#define VLM_OPENAI_METADATA_VALUE_MAX  512 /* and of a value */
 #define VLM_OPENAI_MODEL_MAX_LEN     256   /* bytes of a model name */
 
 #define VLM_OPENAI_PARAM_LEN         128

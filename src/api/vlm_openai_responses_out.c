@@ -37,6 +37,8 @@ struct vlm_openai_responses_s {
     unsigned       open;            /* VLM_OPENAI_RESP_ITEM_* */
     int64_t        call;            /* the open call's chat index */
     json_t        *error;           /* a failed stream's {code, message} */
+    json_t        *lps;             /* logprobs of tokens with no text yet
+                                       (a part of a character) */
     unsigned       incomplete:1;
     unsigned       started:1;
     unsigned       stream:1;        /* events are written */
@@ -86,6 +88,7 @@ vlm_openai_responses_free(vlm_openai_responses_t *rs)
     json_decref(rs->output);
     json_decref(rs->usage);
     json_decref(rs->error);
+    json_decref(rs->lps);
     free(rs->out);
     free(rs->pending);
     free(rs);
@@ -277,15 +280,24 @@ vlm_openai_resp_close(vlm_openai_responses_t *rs)
     {
         part = json_array_get(json_object_get(item, "content"), 0);
 
-        if (rs->open == VLM_OPENAI_RESP_ITEM_TEXT) {
+        if (rs->open == VLM_OPENAI_RESP_ITEM_TEXT && rs->lps != NULL) {
+            /* the last tokens' logprobs, which brought no text */
+            rc = json_array_extend(json_object_get(part, "logprobs"), rs->lps)
+                 ? VLM_ERR_NOMEM : VLM_OK;
+            json_decref(rs->lps);
+            rs->lps = NULL;
+        }
+
+        if (rc == VLM_OK && rs->open == VLM_OPENAI_RESP_ITEM_TEXT) {
             rc = vlm_openai_resp_event(rs, "response.output_text.done",
-                     json_pack("{s:O, s:I, s:i, s:O, s:[]}", "item_id", id,
+                     json_pack("{s:O, s:I, s:i, s:O, s:O}", "item_id", id,
                                "output_index", (json_int_t) index,
                                "content_index", 0,
                                "text", json_object_get(part, "text"),
-                               "logprobs"));
+                               "logprobs", json_object_get(part,
+                                                           "logprobs")));
 
-        } else {
+        } else if (rc == VLM_OK) {
             rc = vlm_openai_resp_event(rs, "response.reasoning_text.done",
                      json_pack("{s:O, s:I, s:i, s:O}", "item_id", id,
                                "output_index", (json_int_t) index,
@@ -397,11 +409,26 @@ vlm_openai_resp_append(json_t *obj, const char *key, const char *text,
 /* text of the answer (a message item) or of the reasoning (kind) */
 static vlm_status_t
 vlm_openai_resp_text(vlm_openai_responses_t *rs, unsigned kind,
-    const char *text, size_t len)
+    const char *text, size_t len, json_t *logprobs)
 {
     char           id[40];
     json_t        *part, *item;
     vlm_status_t   rc;
+
+    if (!json_is_array(logprobs) || json_array_size(logprobs) == 0) {
+        logprobs = NULL;
+    }
+
+    if (logprobs != NULL) {
+        /* they go with the next text: a token may bring none yet */
+        if (rs->lps == NULL) {
+            rs->lps = json_array();
+        }
+
+        if (rs->lps == NULL || json_array_extend(rs->lps, logprobs) != 0) {
+            return VLM_ERR_NOMEM;
+        }
+    }
 
     if (len == 0) {
         return VLM_OK;
@@ -453,12 +480,24 @@ vlm_openai_resp_text(vlm_openai_responses_t *rs, unsigned kind,
                              "content_index", 0, "delta", text, len));
     }
 
+    /* the chat's logprobs are the Responses API's, shape and all */
+    logprobs = rs->lps != NULL ? rs->lps : json_array();
+    rs->lps = NULL;
+
+    if (logprobs == NULL
+        || json_array_extend(json_object_get(part, "logprobs"), logprobs)
+           != 0)
+    {
+        json_decref(logprobs);
+        return VLM_ERR_NOMEM;
+    }
+
     return vlm_openai_resp_event(rs, "response.output_text.delta",
-               json_pack("{s:O, s:I, s:i, s:s%, s:[]}", "item_id",
+               json_pack("{s:O, s:I, s:i, s:s%, s:o}", "item_id",
                          json_object_get(rs->item, "id"), "output_index",
                          (json_int_t) json_array_size(rs->output) - 1,
                          "content_index", 0, "delta", text, len,
-                         "logprobs"));
+                         "logprobs", logprobs));
 }
 
 
@@ -581,6 +620,7 @@ static vlm_status_t
 vlm_openai_resp_choice(vlm_openai_responses_t *rs, const json_t *choice,
     const char *key)
 {
+    int            reasoning;
     size_t         i;
     json_t        *msg, *call, *calls;
     const char    *content, *finish;
@@ -588,14 +628,18 @@ vlm_openai_resp_choice(vlm_openai_responses_t *rs, const json_t *choice,
 
     msg = json_object_get(choice, key);
 
-    /* the reasoning comes first: a stream's delta has one or the other */
+    /*
+     * the reasoning comes first: a stream's delta has one or the other,
+     * and a reasoning chunk's logprobs are of reasoning tokens
+     */
     content = json_string_value(json_object_get(msg, "reasoning_content"));
+    reasoning = rs->stream && content != NULL;
 
     rc = vlm_openai_resp_text(rs, VLM_OPENAI_RESP_ITEM_REASONING, content,
                               content ? json_string_length(
                                             json_object_get(msg,
                                                 "reasoning_content"))
-                                      : 0);
+                                      : 0, NULL);
     if (rc != VLM_OK) {
         return rc;
     }
@@ -605,7 +649,11 @@ vlm_openai_resp_choice(vlm_openai_responses_t *rs, const json_t *choice,
     rc = vlm_openai_resp_text(rs, VLM_OPENAI_RESP_ITEM_TEXT, content,
                               content ? json_string_length(
                                             json_object_get(msg, "content"))
-                                      : 0);
+                                      : 0,
+                              reasoning ? NULL
+                                        : json_object_get(json_object_get(
+                                              choice, "logprobs"),
+                                              "content"));
     if (rc != VLM_OK) {
         return rc;
     }
