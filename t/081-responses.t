@@ -7,7 +7,8 @@
 # json_schema gives a document of the schema; a required function tool a
 # function_call item; every bad body a 400 with the Responses path; and
 # the OpenAI Python SDK's responses.create and responses.stream
-# (tests/sdk/responses.py) when build/venv-test has it.
+# (tests/sdk/responses.py) and an agent of the OpenAI Agents SDK
+# (tests/sdk/agents_sdk.py) when build/venv-test has them.
 
 use strict;
 use warnings;
@@ -424,6 +425,20 @@ SKIP: {
            || system("$python -c 'import openai' 2>/dev/null") != 0;
 
     vlm_sdk_checks(10, $python, "$root/tests/sdk/responses.py",
+                   "http://127.0.0.1:$srv->{port}/v1");
+}
+
+# --- an agent framework on it: the OpenAI Agents SDK
+# (tests/sdk/agents_sdk.py): a tool call, its output sent back, an answer of
+# the agent's output type, run whole and streamed
+
+SKIP: {
+    skip "the OpenAI Agents SDK is not installed in $build/venv-test: run "
+         . "`make venv-test` (needs PyPI)", 2
+        if !-x $python
+           || system("$python -c 'import agents' 2>/dev/null") != 0;
+
+    vlm_sdk_checks(10, $python, "$root/tests/sdk/agents_sdk.py",
                    "http://127.0.0.1:$srv->{port}/v1");
 }
 
