@@ -87,6 +87,8 @@ void vlm_openai_pathf(char *dst, const char *fmt, ...)
 json_t *vlm_openai_get(const json_t *obj, const char *key);
 void vlm_openai_str_set(vlm_openai_parser_t *p, vlm_openai_str_t *s,
     const json_t *v);
+vlm_status_t vlm_openai_unelide(vlm_openai_parser_t *p, json_t *v,
+    int depth);
 vlm_status_t vlm_openai_real(vlm_openai_parser_t *p, const json_t *root,
     const vlm_openai_range_t *r, double *out, uint32_t bit);
 vlm_status_t vlm_openai_int(vlm_openai_parser_t *p, const json_t *root,
