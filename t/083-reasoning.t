@@ -10,7 +10,8 @@
 # streamed reasoning_content and content deltas, the Responses API's
 # reasoning item and message, and the reasoning tokens in the usage.
 # With json_object the grammar applies after </think> only; with the
-# parser off, from the first token; a required tool call is the answer.
+# parser off, from the first token; a required tool call is the answer;
+# the OpenAI Python SDK reads it all with its own types.
 
 use strict;
 use warnings;
@@ -18,6 +19,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 
+use Encode ();
 use File::Copy ();
 use File::Temp qw(tempdir);
 use Test::More;
@@ -330,9 +332,25 @@ for my $path ('/v1/chat/completions', '/qwen3/v1/chat/completions') {
         or diag($res->{body});
     is($c->{message}{tool_calls}[0]{function}{name}, 'get_weather',
        'required tool: the call');
-    ok(eval { JSON::PP->new->decode(
+    ok(eval { defined JSON::PP->new->decode(
                   $c->{message}{tool_calls}[0]{function}{arguments})
-                  ->{city}; 1 }, 'required tool: its arguments');
+                  ->{city} }, 'required tool: its arguments');
+}
+
+# the OpenAI Python SDK's own types on the same answers
+# (tests/sdk/reasoning.py)
+my $python = $ENV{VLM_SDK_PYTHON} || "$build/venv-test/bin/python";
+
+SKIP: {
+    skip "the OpenAI Python SDK is not installed in $build/venv-test: run "
+         . "`make venv-test` (needs PyPI)", 2
+        if !-x $python
+           || system("$python -c 'import openai' 2>/dev/null") != 0;
+
+    vlm_sdk_checks(10, $python, "$root/tests/sdk/reasoning.py",
+                   "http://127.0.0.1:$srv->{port}/v1", 'thinking',
+                   $VLMTest::JSON->encode({ $CLOSE => $bias }),
+                   map { Encode::encode_utf8($_) } $want_r, $want_c);
 }
 
 done_testing();
