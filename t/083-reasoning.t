@@ -8,7 +8,8 @@
 # gives the raw text, which the parsed answers must split exactly as
 # Qwen3's template does: message.reasoning_content and content, the
 # streamed reasoning_content and content deltas, the Responses API's
-# reasoning item and message, and the reasoning tokens in the usage.
+# reasoning item and message, the reasoning tokens in the usage, and the
+# same for each of n choices.
 # With json_object the grammar applies after </think> only; with the
 # parser off, from the first token; a required tool call is the answer;
 # the OpenAI Python SDK reads it all with its own types.
@@ -206,6 +207,34 @@ for my $path ('/v1/chat/completions', '/qwen3/v1/chat/completions') {
     is($both, 0, 'stream: no delta has both');
     is($usage->{completion_tokens_details}{reasoning_tokens}, $n_think,
        'stream: reasoning_tokens');
+}
+
+# n choices: each its own reader, the usage their sum
+{
+    my ($res, $j) = chat('/v1/chat/completions', n => 2,
+                         logit_bias => { $CLOSE => $bias });
+    my @c = @{ $j->{choices} || [] };
+
+    is(scalar @c, 2, 'n 2: two choices');
+    is(scalar(grep { ($_->{message}{reasoning_content} // '') eq $want_r
+                     && $_->{message}{content} eq $want_c } @c), 2,
+       'n 2: each split');
+    is($j->{usage}{completion_tokens_details}{reasoning_tokens},
+       2 * $n_think, 'n 2: the reasoning tokens of both');
+
+    ($res) = chat('/v1/chat/completions', n => 2, stream => JSON::PP::true,
+                  logit_bias => { $CLOSE => $bias });
+    my (@r, @a);
+
+    for my $e (vlm_sse($res->{body})) {
+        next unless ref $e && $e->{choices} && @{ $e->{choices} };
+        my $ch = $e->{choices}[0];
+        $r[$ch->{index}] .= $ch->{delta}{reasoning_content} // '';
+        $a[$ch->{index}] .= $ch->{delta}{content} // '';
+    }
+
+    is_deeply([ @r, @a ], [ $want_r, $want_r, $want_c, $want_c ],
+              'n 2, streamed: each choice split');
 }
 
 # no </think>: all reasoning, no answer
