@@ -184,6 +184,9 @@ is($ev[0]{response}{status}, 'in_progress', 'stream: created in_progress');
     print $sock VLMTest::request_text('POST', '/v1/responses',
         $VLMTest::JSON->encode({ model => 'serving', input => 'Hello',
                                  max_output_tokens => 2000,
+                                 # no end of text: every token comes
+                                 logit_bias => { 3000 => -100,
+                                                 3002 => -100 },
                                  stream => JSON::PP::true() }));
     my $st = { sock => $sock, raw => '' };
 
