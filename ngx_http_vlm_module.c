@@ -30,6 +30,14 @@ static ngx_conf_enum_t  ngx_http_vlm_head_quants[] = {
 };
 
 
+static ngx_conf_enum_t  ngx_http_vlm_reasoning_parsers[] = {
+    { ngx_string("auto"), NGX_HTTP_VLM_REASONING_AUTO },
+    { ngx_string("off"), NGX_HTTP_VLM_REASONING_OFF },
+    { ngx_string("qwen3"), NGX_HTTP_VLM_REASONING_QWEN3 },
+    { ngx_null_string, 0 }
+};
+
+
 /* the names are the engine's --kv-dtype values (ngx_http_vlm_engine.c) */
 ngx_conf_enum_t  ngx_http_vlm_kv_dtypes[] = {
     { ngx_string("auto"), NGX_HTTP_VLM_KV_AUTO },
@@ -304,6 +312,13 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_vlm_loc_conf_t, request_timeout),
       NULL },
+
+    { ngx_string("vlm_reasoning_parser"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_vlm_loc_conf_t, reasoning_parser),
+      &ngx_http_vlm_reasoning_parsers },
 
     { ngx_string("vlm_max_tokens"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,

@@ -52,7 +52,7 @@ fuzz_format(const vlm_openai_request_t *req, const vlm_openai_str_t *text)
 {
     char                   *buf;
     size_t                  bound, len, i, n;
-    vlm_openai_usage_t      usage = { 1, 2, 0 };
+    vlm_openai_usage_t      usage = { 1, 2, 0, 0 };
     vlm_openai_output_t     out;
     vlm_openai_logprob_t    lps[8];
     vlm_openai_response_t   resp;
@@ -74,6 +74,7 @@ fuzz_format(const vlm_openai_request_t *req, const vlm_openai_str_t *text)
         lps[i].n_top = (uint32_t) (n - i);
     }
 
+    memset(&out, 0, sizeof(out));
     out.text = text->data;
     out.len = text->len;
     out.logprobs = lps;

@@ -1150,3 +1150,28 @@ qr{\[emerg\] .*: invalid value "int4" in \S+nginx\.conf:\d+$}
 --- suppress_stderr
 --- error_log eval
 qr{\[emerg\] .*: "vlm_quant_activations" directive is not allowed here in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 45: vlm_reasoning_parser in http, server and location
+--- http_config
+    vlm_reasoning_parser off;
+--- config
+    vlm_reasoning_parser auto;
+    location = /t { vlm_reasoning_parser qwen3; return 204; }
+--- request
+GET /t
+--- error_code: 204
+--- response_body_like: ^$
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 46: vlm_reasoning_parser: a value it does not know
+--- config
+    location = /t { vlm_reasoning_parser deepseek; return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: invalid value "deepseek" in \S+nginx\.conf:\d+$}

@@ -7,7 +7,8 @@
 # json_schema gives a document of the schema; a required function tool a
 # function_call item; every bad body a 400 with the Responses path; and
 # the OpenAI Python SDK's responses.create and responses.stream
-# (tests/sdk/responses.py) when build/venv-test has it.
+# (tests/sdk/responses.py) and an agent of the OpenAI Agents SDK
+# (tests/sdk/agents_sdk.py) when build/venv-test has them.
 
 use strict;
 use warnings;
@@ -183,6 +184,9 @@ is($ev[0]{response}{status}, 'in_progress', 'stream: created in_progress');
     print $sock VLMTest::request_text('POST', '/v1/responses',
         $VLMTest::JSON->encode({ model => 'serving', input => 'Hello',
                                  max_output_tokens => 2000,
+                                 # no end of text: every token comes
+                                 logit_bias => { 3000 => -100,
+                                                 3002 => -100 },
                                  stream => JSON::PP::true() }));
     my $st = { sock => $sock, raw => '' };
 
@@ -198,7 +202,7 @@ is($ev[0]{response}{status}, 'in_progress', 'stream: created in_progress');
          'slow reader: the stream ends with the response')
         or diag(substr($st->{raw}, -400));
     ok($last && $last->{usage}{output_tokens} > 200,
-       'slow reader: a long one');
+       'slow reader: a long one') or diag(substr($st->{raw}, -1500));
     is(join('', map { $_->{delta} }
                 grep { $_->{type} eq 'response.output_text.delta' } @slow),
        output_text($last), 'slow reader: every delta came');
@@ -279,6 +283,22 @@ for my $c (
       'invalid_json_schema', 'text.format.schema' ],
     [ '{"model":"serving","input":[{"type":"function_call","call_id":"c",'
       . '"name":"f"}]}', 'missing_required_parameter', 'input[0].arguments' ],
+    [ '{"model":"serving","input":"x","n":2}', 'unknown_parameter', 'n' ],
+    [ '{"model":"serving","input":"x","stop":["a"]}',
+      'unknown_parameter', 'stop' ],
+    [ '{"model":"serving","input":"x","logprobs":true}',
+      'unknown_parameter', 'logprobs' ],
+    [ '{"model":"serving","input":"x","top_logprobs":21}',
+      'invalid_value', 'top_logprobs' ],
+    [ '{"model":"serving","input":"x","metadata":{'
+      . join(',', map { "\"k$_\":\"v\"" } 1 .. 17) . '}}',
+      'object_above_max_properties', 'metadata' ],
+    [ '{"model":"serving","input":"x","metadata":{"' . ('k' x 65)
+      . '":"v"}}', 'string_above_max_length', 'metadata' ],
+    [ '{"model":"serving","input":"x","metadata":{"k":"' . ('v' x 2000)
+      . '"}}', 'string_above_max_length', 'metadata.k' ],
+    [ '{"model":"serving","input":"x","metadata":{"k":7}}',
+      'invalid_type', 'metadata.k' ],
     [ '{"model":"serving","input":"x"', 'invalid_json', undef ],
     [ '', 'invalid_json', undef ],
 ) {
@@ -290,6 +310,51 @@ for my $c (
     is($j->{error}{code}, $code, "400: $code") or diag($res->{body});
     is($j->{error}{param}, $param, "400: $code: param");
     is($j->{error}{type}, 'invalid_request_error', "400: $code: type");
+}
+
+# --- logprobs: include's message.output_text.logprobs and top_logprobs,
+# the chat's logprobs for the same conversation
+
+{
+    my %body = (model => 'serving', input => 'Hello', temperature => 0,
+                max_output_tokens => 6, top_logprobs => 2,
+                include => [ 'message.output_text.logprobs' ]);
+    my ($r, $o) = post('/v1/responses', \%body);
+    my ($cr, $chat) = post('/v1/chat/completions', {
+        model => 'serving', temperature => 0, max_tokens => 6,
+        logprobs => JSON::PP::true, top_logprobs => 2,
+        messages => [ { role => 'user', content => 'Hello' } ] });
+    my ($part) = map { @{ $_->{content} } }
+                 grep { $_->{type} eq 'message' } @{ $o->{output} || [] };
+
+    is($r->{status}, 200, 'logprobs: 200');
+    is_deeply($part->{logprobs}, $chat->{choices}[0]{logprobs}{content},
+              'logprobs: the chat\'s, top_logprobs included');
+    is(scalar @{ $part->{logprobs}[0]{top_logprobs} || [] }, 2,
+       'logprobs: 2 top_logprobs');
+
+    ($r) = post('/v1/responses', { %body, stream => JSON::PP::true });
+    my @ev = events($r->{body});
+    my @lp = map { @{ $_->{logprobs} || [] } }
+             grep { $_->{type} eq 'response.output_text.delta' } @ev;
+    my ($done) = grep { $_->{type} eq 'response.output_text.done' } @ev;
+    my $tokens = sub { join '|', map { $_->{token} } @{ $_[0] || [] } };
+
+    # the same tokens (their logprobs may differ in the last digits: the
+    # prompt's KV now comes from the prefix cache); a last token that
+    # brought no text has its logprob in the done event only
+    is($tokens->($done->{logprobs}), $tokens->($part->{logprobs}),
+       'logprobs: the stream\'s, token by token');
+    is($tokens->(\@lp),
+       $tokens->([ @{ $done->{logprobs} }[0 .. $#lp] ]),
+       'logprobs: the deltas\' are the first of them');
+    ok(@lp && !grep({ !defined $_->{logprob} || $_->{logprob} > 0 } @lp),
+       'logprobs: the stream\'s, each a log probability');
+
+    ($r, $o) = post('/v1/responses', { %body, include => [] });
+    ($part) = map { @{ $_->{content} } }
+              grep { $_->{type} eq 'message' } @{ $o->{output} || [] };
+    is_deeply($part->{logprobs}, [], 'logprobs: none without include');
 }
 
 ($res, $j) = post('/v1/responses', { model => 'other', input => 'x' });
@@ -363,6 +428,20 @@ SKIP: {
            || system("$python -c 'import openai' 2>/dev/null") != 0;
 
     vlm_sdk_checks(10, $python, "$root/tests/sdk/responses.py",
+                   "http://127.0.0.1:$srv->{port}/v1");
+}
+
+# --- an agent framework on it: the OpenAI Agents SDK
+# (tests/sdk/agents_sdk.py): a tool call, its output sent back, an answer of
+# the agent's output type, run whole and streamed
+
+SKIP: {
+    skip "the OpenAI Agents SDK is not installed in $build/venv-test: run "
+         . "`make venv-test` (needs PyPI)", 2
+        if !-x $python
+           || system("$python -c 'import agents' 2>/dev/null") != 0;
+
+    vlm_sdk_checks(10, $python, "$root/tests/sdk/agents_sdk.py",
                    "http://127.0.0.1:$srv->{port}/v1");
 }
 

@@ -85,6 +85,17 @@ my (undef, $persona) = count('/tokenize', chat_template_kwargs => {
     persona => 'Hello there' });
 ok($persona > $plain, 'a string variable reaches the template');
 
+# a long string (the parser elides those it reads verbatim) is the
+# client's whole text, in /tokenize, the chat and /v1/responses
+my $long = 'xy ' x 700;
+
+for my $path ('/tokenize', '/v1/chat/completions', '/v1/responses') {
+    my ($s, $n) = count($path, chat_template_kwargs => { persona => $long });
+    is($s, 200, "$path: a long string: 200");
+    ok($n > $plain + 500, "$path: a long string reaches the template "
+                          . "($plain tokens, then $n)");
+}
+
 my (undef, $same) = count('/tokenize', chat_template_kwargs => {
     messages => [], add_generation_prompt => JSON::PP::false() });
 is($same, $plain, 'messages and add_generation_prompt stay the request\'s');

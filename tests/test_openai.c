@@ -1736,7 +1736,7 @@ test_text_completion(void **state)
 {
     char                   buf[1024];
     size_t                 len;
-    vlm_openai_usage_t     usage = { 3, 2, 0 };
+    vlm_openai_usage_t     usage = { 3, 2, 0, 0 };
     vlm_openai_output_t    out;
     vlm_openai_logprob_t   lp[2], top[2];
     vlm_openai_response_t  resp;
@@ -1811,13 +1811,108 @@ test_text_completion(void **state)
 }
 
 
+/*
+ * With the reasoning read apart: "reasoning_content" in the message (null
+ * when there is none), its chunks, and the reasoning tokens in the usage.
+ */
+static void
+test_reasoning(void **state)
+{
+    char                   buf[1024];
+    size_t                 len;
+    json_t                *j, *msg, *u;
+    vlm_openai_usage_t     usage = { 12, 5, 0, 3 };
+    vlm_openai_output_t    out;
+    vlm_openai_response_t  resp;
+    vlm_openai_tool_call_t  call = { "f", 1, "{}", 2 };
+    static const char      *delta = "\"delta\":{\"reasoning_content\":"
+                                    "\"step\\n\"},\"logprobs\":null,"
+                                    "\"finish_reason\":null}]}\n\n";
+
+    response(&resp, VLM_OPENAI_RESP_REASONING);
+
+    memset(&out, 0, sizeof(out));
+    out.text = "Yes.";
+    out.len = 4;
+    out.reasoning = "Why \"not\"";
+    out.reasoning_len = strlen(out.reasoning);
+
+    assert_true(vlm_openai_output_bound(&resp, &out) > 6 * 14);
+    assert_int_equal(vlm_openai_format_completion(&resp, &out,
+                                                  VLM_OPENAI_FINISH_STOP,
+                                                  &usage, buf, sizeof(buf),
+                                                  &len), VLM_OK);
+    j = load(buf, len);
+    msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0),
+                          "message");
+    assert_string_equal(json_string_value(json_object_get(msg, "content")),
+                        "Yes.");
+    assert_string_equal(json_string_value(json_object_get(msg,
+                            "reasoning_content")), "Why \"not\"");
+    u = json_object_get(json_object_get(j, "usage"),
+                        "completion_tokens_details");
+    assert_int_equal(json_integer_value(json_object_get(u,
+                         "reasoning_tokens")), 3);
+    json_decref(j);
+
+    /* no reasoning: null; with a call, content null too */
+    out.reasoning = NULL;
+    out.reasoning_len = 0;
+    out.len = 0;
+
+    assert_int_equal(vlm_openai_format_completion_calls(&resp, &out, &call,
+                         1, VLM_OPENAI_FINISH_TOOL_CALLS, &usage, buf,
+                         sizeof(buf), &len), VLM_OK);
+    j = load(buf, len);
+    msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0),
+                          "message");
+    assert_true(json_is_null(json_object_get(msg, "content")));
+    assert_true(json_is_null(json_object_get(msg, "reasoning_content")));
+    assert_int_equal(json_array_size(json_object_get(msg, "tool_calls")), 1);
+    json_decref(j);
+
+    /* a reasoning chunk */
+    out.reasoning = "step\n";
+    out.reasoning_len = 5;
+
+    assert_int_equal(vlm_openai_format_chunk_content(&resp, &out, buf,
+                                                     sizeof(buf), &len),
+                     VLM_OK);
+    assert_true(len > strlen(delta));
+    assert_memory_equal(buf + len - strlen(delta), delta, strlen(delta));
+
+    /* the usage chunk */
+    assert_int_equal(vlm_openai_format_chunk_usage(&resp, &usage, buf,
+                                                   sizeof(buf), &len),
+                     VLM_OK);
+    j = load(buf + 6, len - 8);
+    u = json_object_get(json_object_get(j, "usage"),
+                        "completion_tokens_details");
+    assert_int_equal(json_integer_value(json_object_get(u,
+                         "reasoning_tokens")), 3);
+    json_decref(j);
+
+    /* without the flag: neither field */
+    response(&resp, 0);
+    out.reasoning = NULL;
+    out.len = 4;
+
+    assert_int_equal(vlm_openai_format_completion(&resp, &out,
+                                                  VLM_OPENAI_FINISH_STOP,
+                                                  &usage, buf, sizeof(buf),
+                                                  &len), VLM_OK);
+    buf[len] = '\0';
+    assert_null(strstr(buf, "reasoning"));
+}
+
+
 static void
 test_completion(void **state)
 {
     char                   buf[1024];
     size_t                 len;
     json_t                *j, *c, *msg, *u;
-    vlm_openai_usage_t     usage = { 12, 5, 0 };
+    vlm_openai_usage_t     usage = { 12, 5, 0, 0 };
     vlm_openai_output_t    out;
     vlm_openai_response_t  resp;
 
@@ -1947,7 +2042,7 @@ test_completion_n(void **state)
     char                    id1[VLM_OPENAI_CALL_ID_LEN + 1];
     size_t                  len, i;
     json_t                 *j, *c, *calls;
-    vlm_openai_usage_t      usage = { 12, 9, 0 };
+    vlm_openai_usage_t      usage = { 12, 9, 0, 0 };
     vlm_openai_output_t     out[3];
     vlm_openai_choice_t     ch[3];
     vlm_openai_response_t   resp;
@@ -2049,7 +2144,7 @@ test_completion_logprobs(void **state)
     char                   buf[4096];
     size_t                 len;
     json_t                *j, *lp, *content, *top;
-    vlm_openai_usage_t     usage = { 1, 2, 0 };
+    vlm_openai_usage_t     usage = { 1, 2, 0, 0 };
     vlm_openai_output_t    out;
     vlm_openai_logprob_t   tops[2], toks[2];
     vlm_openai_response_t  resp;
@@ -2073,6 +2168,7 @@ test_completion_logprobs(void **state)
     toks[1].top = NULL;
     toks[1].n_top = 0;
 
+    memset(&out, 0, sizeof(out));
     out.text = "\xe4\xb8\xad!";
     out.len = 4;
     out.logprobs = toks;
@@ -2124,7 +2220,7 @@ test_stream_exact_bytes(void **state)
 {
     char                   buf[1024];
     size_t                 len;
-    vlm_openai_usage_t     usage = { 7, 3, 0 };
+    vlm_openai_usage_t     usage = { 7, 3, 0, 0 };
     vlm_openai_output_t    out;
     vlm_openai_response_t  resp;
 
@@ -2207,7 +2303,7 @@ test_stream_parsed_back(void **state)
     size_t                 len, total, n;
     json_t                *j, *c, *d;
     const char            *pieces[] = { "Hel", "lo \xe2\x80\x94", " \"w\"" };
-    vlm_openai_usage_t     usage = { 40, 3, 0 };
+    vlm_openai_usage_t     usage = { 40, 3, 0, 0 };
     vlm_openai_output_t    out;
     vlm_openai_response_t  resp;
     char                   text[64];
@@ -2562,7 +2658,7 @@ test_buffer_too_small(void **state)
     char                   buf[2048];
     size_t                 need, len, size, k;
     vlm_status_t           rc;
-    vlm_openai_usage_t     usage = { 1, 1, 0 };
+    vlm_openai_usage_t     usage = { 1, 1, 0, 0 };
     vlm_openai_error_t     err;
     vlm_openai_output_t    out;
     vlm_openai_response_t  resp;
@@ -2572,6 +2668,7 @@ test_buffer_too_small(void **state)
 
     response(&resp, VLM_OPENAI_RESP_INCLUDE_USAGE
                     | VLM_OPENAI_RESP_LOGPROBS);
+    memset(&out, 0, sizeof(out));
     out.text = "some \"text\"\x01";
     out.len = strlen(out.text);
     out.logprobs = &lp;
@@ -2648,7 +2745,7 @@ test_output_bound(void **state)
 {
     char                   text[300], *buf;
     size_t                 bound, len, i;
-    vlm_openai_usage_t     usage = { UINT32_MAX, UINT32_MAX, UINT32_MAX };
+    vlm_openai_usage_t     usage = { UINT32_MAX, UINT32_MAX, UINT32_MAX, 0 };
     vlm_openai_output_t    out;
     vlm_openai_logprob_t   top[20], toks[3];
     vlm_openai_response_t  resp;
@@ -2678,6 +2775,7 @@ test_output_bound(void **state)
         toks[i].n_top = 20;
     }
 
+    memset(&out, 0, sizeof(out));
     out.text = text;
     out.len = sizeof(text);
     out.logprobs = toks;
@@ -2737,6 +2835,7 @@ main(void)
         cmocka_unit_test(test_error_helpers),
         cmocka_unit_test(test_response_init),
         cmocka_unit_test(test_completion),
+        cmocka_unit_test(test_reasoning),
         cmocka_unit_test(test_completion_n),
         cmocka_unit_test(test_completion_logprobs),
         cmocka_unit_test(test_stream_exact_bytes),

@@ -2,7 +2,8 @@
  * $vlm_prefix_key's hash (vlm_prefix_key): the turns of one conversation
  * share a key, whatever follows the first user message and wherever the
  * other fields are; another system prompt, first question or picture
- * gives another; a body that is no chat request has none.
+ * gives another; a Responses body's input and instructions count as a
+ * chat's messages; a body that is neither request has none.
  */
 
 #include <stdarg.h>
@@ -102,6 +103,52 @@ test_no_key(void **state)
 }
 
 
+/*
+ * A Responses body: its input (a string, or items as messages) is the
+ * conversation, the chat's key for the same messages; its instructions
+ * count wherever they are in the body
+ */
+static void
+test_responses(void **state)
+{
+    char  a[40], b[40], c[40], d[40];
+
+    assert_non_null(key_of("{\"model\":\"m\",\"input\":\"What is it?\"}",
+                           a));
+    assert_non_null(key_of("{\"messages\":[{\"role\":\"user\",\"content\":"
+                           "\"What is it?\"}]}", b));
+    assert_string_equal(a, b);
+
+    /* items: the chat's parts by other names, turns after the first */
+    assert_non_null(key_of("{\"messages\":[" USER "]}", a));
+    assert_non_null(key_of("{\"input\":[{\"role\":\"user\",\"content\":["
+                           "{\"type\":\"input_image\",\"image_url\":"
+                           "\"data:image/png;base64,iVBORw0KGgo=\"},"
+                           "{\"type\":\"input_text\",\"text\":"
+                           "\"What is it?\"}]},{\"type\":\"function_call\","
+                           "\"call_id\":\"c\",\"name\":\"f\",\"arguments\":"
+                           "\"{}\"}],\"stream\":true}", b));
+    assert_string_equal(a, b);
+
+    /* instructions: another key, the same before or after the input */
+    assert_non_null(key_of("{\"instructions\":\"Be brief.\",\"input\":"
+                           "\"What is it?\"}", c));
+    assert_non_null(key_of("{\"input\":[{\"role\":\"user\",\"content\":"
+                           "\"What is it?\"},{\"role\":\"user\",\"content\":"
+                           "\"More?\"}],\"instructions\":\"Be brief.\"}", d));
+    assert_string_equal(c, d);
+    assert_non_null(key_of("{\"input\":\"What is it?\"}", a));
+    assert_string_not_equal(a, c);
+
+    assert_non_null(key_of("{\"input\":\"What is it?\",\"instructions\":"
+                           "\"Be long.\"}", d));
+    assert_string_not_equal(c, d);
+
+    assert_null(key_of("{\"input\":[]}", a));
+    assert_null(key_of("{\"instructions\":\"Be brief.\"}", a));
+}
+
+
 /* a string counts by its head and its length: megabytes cost one pass */
 static void
 test_long_strings(void **state)
@@ -148,6 +195,7 @@ main(void)
         cmocka_unit_test(test_turns_share_a_key),
         cmocka_unit_test(test_no_key),
         cmocka_unit_test(test_long_strings),
+        cmocka_unit_test(test_responses),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

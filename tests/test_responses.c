@@ -287,6 +287,31 @@ test_errors(void **state)
             "\"f\",\"parameters\":{\"type\":\"object\"}}],"
             "\"tool_choice\":{\"type\":\"function\",\"name\":\"g\"}"),
           "invalid_value", "tool_choice", "no function named" },
+        { M("\"input\":\"x\",\"n\":2"), "unknown_parameter", "n",
+          "Unknown parameter: 'n'" },
+        { M("\"input\":\"x\",\"stop\":\"a\""), "unknown_parameter", "stop",
+          NULL },
+        { M("\"input\":\"x\",\"logprobs\":true"), "unknown_parameter",
+          "logprobs", NULL },
+        { M("\"input\":\"x\",\"max_tokens\":5"), "unknown_parameter",
+          "max_tokens", NULL },
+        { M("\"input\":\"x\",\"top_logprobs\":21"), "invalid_value",
+          "top_logprobs", NULL },
+        { M("\"input\":\"x\",\"top_logprobs\":\"3\""), "invalid_type",
+          "top_logprobs", NULL },
+        { M("\"input\":\"x\",\"include\":\"a\""), "invalid_type",
+          "include", NULL },
+        { M("\"input\":\"x\",\"include\":[\"message.output_text.logprobs\","
+            "\"everything\"]"), "invalid_value", "include[1]", NULL },
+        { M("\"input\":\"x\",\"metadata\":[]"), "invalid_type", "metadata",
+          NULL },
+        { M("\"input\":\"x\",\"metadata\":{\"k\":1}"), "invalid_type",
+          "metadata.k", NULL },
+        { M("\"input\":\"x\",\"metadata\":{\"a\":\"\",\"b\":\"\",\"c\":\"\","
+            "\"d\":\"\",\"e\":\"\",\"f\":\"\",\"g\":\"\",\"h\":\"\",\"i\":\"\","
+            "\"j\":\"\",\"k\":\"\",\"l\":\"\",\"m\":\"\",\"n\":\"\",\"o\":\"\","
+            "\"p\":\"\",\"q\":\"\"}"), "object_above_max_properties",
+          "metadata", "at most 16" },
         { "[1]", "invalid_json", "", NULL },
     };
 
@@ -308,6 +333,83 @@ test_errors(void **state)
                      err.param, err.message);
         }
     }
+}
+
+
+/* a body whose metadata has a key of klen and a value of vlen bytes */
+static char *
+metadata_body(size_t klen, size_t vlen)
+{
+    char    *body;
+    size_t   n;
+
+    body = malloc(klen + vlen + 128);
+    assert_non_null(body);
+
+    n = (size_t) sprintf(body, "{\"model\":\"m\",\"input\":\"x\","
+                                "\"metadata\":{\"");
+    memset(body + n, 'k', klen);
+    n += klen;
+    n += (size_t) sprintf(body + n, "\":\"");
+    memset(body + n, 'v', vlen);
+    n += vlen;
+    sprintf(body + n, "\"}}");
+
+    return body;
+}
+
+
+/*
+ * metadata as OpenAI bounds it (long values are elided by the parser: the
+ * bound is the body's); top_logprobs and include's logprobs
+ */
+static void
+test_params(void **state)
+{
+    char                  *body;
+    size_t                 i;
+    vlm_status_t           rc;
+    vlm_openai_error_t     err;
+    vlm_openai_request_t   req;
+    static const struct {
+        size_t       klen;
+        size_t       vlen;
+        const char  *param;     /* NULL: accepted */
+    } cases[] = {
+        { 64, 512, NULL },
+        { 65, 1, "metadata" },
+        { 1, 513, "metadata.k" },
+        { 1, 5000, "metadata.k" },
+    };
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        body = metadata_body(cases[i].klen, cases[i].vlen);
+        rc = vlm_openai_request_parse_kind(&req, VLM_OPENAI_KIND_RESPONSES,
+                                           body, strlen(body), NULL, &err);
+        vlm_openai_request_free(&req);
+        free(body);
+
+        if (cases[i].param == NULL) {
+            assert_int_equal(rc, VLM_OK);
+            continue;
+        }
+
+        assert_int_not_equal(rc, VLM_OK);
+        assert_string_equal(err.code, "string_above_max_length");
+        assert_string_equal(err.param, cases[i].param);
+    }
+
+    parse_ok(M("\"input\":\"x\",\"top_logprobs\":3,\"include\":"
+               "[\"reasoning.encrypted_content\","
+               "\"message.output_text.logprobs\"]"), &req);
+    assert_true(req.logprobs);
+    assert_int_equal(req.top_logprobs, 3);
+    vlm_openai_request_free(&req);
+
+    /* without include, no logprobs (as OpenAI) */
+    parse_ok(M("\"input\":\"x\",\"top_logprobs\":3"), &req);
+    assert_false(req.logprobs);
+    vlm_openai_request_free(&req);
 }
 
 
@@ -427,6 +529,25 @@ test_response_object(void **state)
     assert_str(item, "arguments", "{\"a\":1}");
     assert_str(j, "status", "completed");
     assert_str(json_array_get(json_object_get(j, "tools"), 0), "name", "f");
+    json_decref(j);
+
+    /* the chat's logprobs: the output text's */
+    j = respond(M("\"input\":\"hi\",\"include\":"
+                  "[\"message.output_text.logprobs\"]"),
+                "{\"id\":\"chatcmpl-0123456789abcdef0123456789abcdef\","
+                "\"object\":\"chat.completion\",\"created\":1700000000,"
+                "\"model\":\"m\",\"choices\":[{\"index\":0,\"message\":"
+                "{\"role\":\"assistant\",\"content\":\"Hi\"},\"logprobs\":"
+                "{\"content\":[{\"token\":\"Hi\",\"logprob\":-0.5,\"bytes\":"
+                "[72,105],\"top_logprobs\":[]}]},\"finish_reason\":\"stop\"}],"
+                "\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1,"
+                "\"total_tokens\":2}}");
+    item = json_array_get(json_object_get(json_array_get(json_object_get(
+               json_array_get(json_object_get(j, "output"), 0), "content"),
+               0), "logprobs"), 0);
+    assert_str(item, "token", "Hi");
+    assert_true(json_real_value(json_object_get(item, "logprob")) == -0.5);
+    assert_int_equal(json_array_size(json_object_get(item, "bytes")), 2);
     json_decref(j);
 }
 
@@ -609,6 +730,89 @@ test_stream_calls(void **state)
 }
 
 
+/* a thinking model's reasoning: a reasoning item before the message */
+static void
+test_reasoning(void **state)
+{
+    json_t      *j, *list, *item, *part;
+    static const char  *chat =
+        "{\"id\":\"chatcmpl-0123456789abcdef0123456789abcdef\",\"object\":"
+        "\"chat.completion\",\"created\":1700000000,\"model\":\"m\","
+        "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
+        "\"content\":\"Four.\",\"reasoning_content\":\"2+2\"},"
+        "\"logprobs\":null,\"finish_reason\":\"stop\"}],\"usage\":"
+        "{\"prompt_tokens\":10,\"completion_tokens\":6,\"total_tokens\":16,"
+        "\"prompt_tokens_details\":{\"cached_tokens\":0},"
+        "\"completion_tokens_details\":{\"reasoning_tokens\":4}}}";
+    static const char  *sse =
+        CHUNK("{\"role\":\"assistant\",\"content\":\"\"}", "null")
+        CHUNK("{\"reasoning_content\":\"2+\"}", "null")
+        CHUNK("{\"reasoning_content\":\"2\"}", "null")
+        CHUNK("{\"content\":\"Four.\"}", "null")
+        CHUNK("{}", "\"stop\"")
+        "data: {\"id\":\"chatcmpl-0123456789abcdef0123456789abcdef\","
+        "\"object\":\"chat.completion.chunk\",\"created\":1700000000,"
+        "\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,"
+        "\"completion_tokens\":6,\"total_tokens\":11,"
+        "\"completion_tokens_details\":{\"reasoning_tokens\":4}}}\n\n"
+        "data: [DONE]\n\n";
+    static const char  *types[] = {
+        "response.created", "response.in_progress",
+        "response.output_item.added", "response.content_part.added",
+        "response.reasoning_text.delta", "response.reasoning_text.delta",
+        "response.reasoning_text.done", "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added", "response.content_part.added",
+        "response.output_text.delta", "response.output_text.done",
+        "response.content_part.done", "response.output_item.done",
+        "response.completed"
+    };
+
+    j = respond(M("\"input\":\"hi\""), chat);
+
+    assert_int_equal(json_array_size(json_object_get(j, "output")), 2);
+    item = json_array_get(json_object_get(j, "output"), 0);
+    assert_str(item, "type", "reasoning");
+    assert_str(item, "status", "completed");
+    assert_int_equal(json_array_size(json_object_get(item, "summary")), 0);
+    part = json_array_get(json_object_get(item, "content"), 0);
+    assert_str(part, "type", "reasoning_text");
+    assert_str(part, "text", "2+2");
+    assert_int_equal(strncmp(json_string_value(json_object_get(item, "id")),
+                             "rs_", 3), 0);
+
+    item = json_array_get(json_object_get(j, "output"), 1);
+    assert_str(item, "type", "message");
+    assert_str(json_array_get(json_object_get(item, "content"), 0), "text",
+               "Four.");
+    assert_int(json_object_get(json_object_get(j, "usage"),
+                               "output_tokens_details"),
+               "reasoning_tokens", 4);
+    json_decref(j);
+
+    list = events(M("\"input\":\"hi\",\"stream\":true"), sse, 9);
+    assert_types(list, types, sizeof(types) / sizeof(types[0]));
+
+    item = json_object_get(json_array_get(list, 2), "item");
+    assert_str(item, "type", "reasoning");
+    assert_str(json_object_get(json_array_get(list, 3), "part"), "type",
+               "reasoning_text");
+    assert_str(json_array_get(list, 4), "delta", "2+");
+    assert_int(json_array_get(list, 4), "output_index", 0);
+    assert_str(json_array_get(list, 6), "text", "2+2");
+    assert_int(json_array_get(list, 11), "output_index", 1);
+
+    item = json_object_get(json_array_get(list, 15), "response");
+    assert_int(json_object_get(json_object_get(item, "usage"),
+                               "output_tokens_details"),
+               "reasoning_tokens", 4);
+    assert_str(json_array_get(json_object_get(item, "output"), 0), "type",
+               "reasoning");
+
+    json_decref(list);
+}
+
+
 static void
 test_stream_error(void **state)
 {
@@ -645,10 +849,12 @@ main(void)
         cmocka_unit_test(test_items),
         cmocka_unit_test(test_format_and_tools),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_params),
         cmocka_unit_test(test_image_param),
         cmocka_unit_test(test_response_object),
         cmocka_unit_test(test_stream_text),
         cmocka_unit_test(test_stream_calls),
+        cmocka_unit_test(test_reasoning),
         cmocka_unit_test(test_stream_error),
     };
 

@@ -22,6 +22,10 @@
 #define VLM_OPENAI_MAX_STOP          4     /* stop strings, as OpenAI */
 #define VLM_OPENAI_TOP_LOGPROBS_MAX  20
 #define VLM_OPENAI_LOGIT_BIAS_MAX    300   /* entries, as OpenAI */
+#define VLM_OPENAI_METADATA_MAX      16    /* the Responses API's metadata:
+                                              pairs, */
+#define VLM_OPENAI_METADATA_KEY_MAX  64    /* characters of a key */
+#define VLM_OPENAI_METADATA_VALUE_MAX  512 /* and of a value */
 #define VLM_OPENAI_MODEL_MAX_LEN     256   /* bytes of a model name */
 
 #define VLM_OPENAI_PARAM_LEN         128
@@ -337,6 +341,8 @@ typedef struct {
     uint32_t  prompt_tokens;
     uint32_t  completion_tokens;
     uint32_t  cached_tokens;    /* of the prompt's, from the prefix cache */
+    uint32_t  reasoning_tokens; /* of the completion's, with
+                                   VLM_OPENAI_RESP_REASONING */
 } vlm_openai_usage_t;
 
 /*
@@ -363,6 +369,10 @@ typedef struct {
     size_t                       n_logprobs;
     size_t                       text_offset;   /* text_completion: bytes
                                                    of tokens before these */
+    const char                  *reasoning;     /* a thinking model's
+                                                   reasoning, apart from the
+                                                   text; NULL: none */
+    size_t                       reasoning_len;
 } vlm_openai_output_t;
 
 
@@ -373,6 +383,10 @@ typedef struct {
 #define VLM_OPENAI_RESP_LOGPROBS       0x02   /* logprobs objects */
 #define VLM_OPENAI_RESP_TEXT           0x04   /* /v1/completions: "cmpl-",
                                                  text_completion objects */
+#define VLM_OPENAI_RESP_REASONING      0x08   /* the reasoning is read
+                                                 apart: "reasoning_content"
+                                                 in messages, reasoning
+                                                 tokens in the usage */
 
 /*
  * Per-response state: the id, the creation time, and the JSON-escaped
@@ -463,7 +477,10 @@ vlm_status_t vlm_openai_format_chunk_call(const vlm_openai_response_t *resp,
 /* data: {... "delta":{"role":"assistant","content":""} ...}\n\n */
 vlm_status_t vlm_openai_format_chunk_role(const vlm_openai_response_t *resp,
     char *buf, size_t size, size_t *len);
-/* data: {... "delta":{"content":"..."} ...}\n\n, any number of times */
+/*
+ * data: {... "delta":{"content":"..."} ...}\n\n, any number of times; with
+ * out->reasoning, "delta":{"reasoning_content":"..."} of out->reasoning
+ */
 vlm_status_t vlm_openai_format_chunk_content(
     const vlm_openai_response_t *resp, const vlm_openai_output_t *out,
     char *buf, size_t size, size_t *len);

@@ -95,53 +95,6 @@ vlm_openai_parse_unsupported(vlm_openai_parser_t *p, const json_t *root)
 }
 
 
-/* elided strings of a value (a schema, a tool) put back, depth-bounded */
-static vlm_status_t
-vlm_openai_unelide(vlm_openai_parser_t *p, json_t *v, int depth)
-{
-    size_t            i;
-    json_t           *c;
-    const char       *k;
-    vlm_openai_str_t  str;
-
-    if (depth > 64) {
-        return VLM_OK;
-    }
-
-    if (json_is_string(v)) {
-        vlm_openai_str_set(p, &str, v);
-
-        if (str.data != json_string_value(v)
-            && json_string_setn(v, str.data, str.len) != 0)
-        {
-            return vlm_openai_error_set(p->err, VLM_ERR_NOMEM, 503,
-                                        "server_error", NULL, NULL,
-                                        "no memory for the request");
-        }
-
-        return VLM_OK;
-    }
-
-    if (json_is_array(v)) {
-        json_array_foreach(v, i, c) {
-            if (vlm_openai_unelide(p, c, depth + 1) != VLM_OK) {
-                return p->err->status;
-            }
-        }
-    }
-
-    if (json_is_object(v)) {
-        json_object_foreach(v, k, c) {
-            if (vlm_openai_unelide(p, c, depth + 1) != VLM_OK) {
-                return p->err->status;
-            }
-        }
-    }
-
-    return VLM_OK;
-}
-
-
 /* Qwen2.5's tools block of the system turn (text/vlm_chat.c writes it) */
 static vlm_status_t
 vlm_openai_tools_prompt(vlm_openai_parser_t *p, const json_t *tools)

@@ -87,6 +87,8 @@ void vlm_openai_pathf(char *dst, const char *fmt, ...)
 json_t *vlm_openai_get(const json_t *obj, const char *key);
 void vlm_openai_str_set(vlm_openai_parser_t *p, vlm_openai_str_t *s,
     const json_t *v);
+vlm_status_t vlm_openai_unelide(vlm_openai_parser_t *p, json_t *v,
+    int depth);
 vlm_status_t vlm_openai_real(vlm_openai_parser_t *p, const json_t *root,
     const vlm_openai_range_t *r, double *out, uint32_t bit);
 vlm_status_t vlm_openai_int(vlm_openai_parser_t *p, const json_t *root,
@@ -155,7 +157,7 @@ const char *vlm_openai_finish_name(vlm_openai_finish_t finish);
 void vlm_openai_put_logprobs(vlm_openai_buf_t *b,
     const vlm_openai_response_t *resp, const vlm_openai_output_t *out);
 void vlm_openai_put_usage(vlm_openai_buf_t *b,
-    const vlm_openai_usage_t *usage);
+    const vlm_openai_response_t *resp, const vlm_openai_usage_t *usage);
 void vlm_openai_put_index(vlm_openai_buf_t *b,
     const vlm_openai_response_t *resp);
 void vlm_openai_put_text_choice(vlm_openai_buf_t *b,

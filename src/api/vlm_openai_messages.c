@@ -639,6 +639,11 @@ vlm_openai_parse_messages(vlm_openai_parser_t *p, const json_t *root)
                                    "an object", msgs);
     }
 
+    /* the template gets them as JSON: long strings whole, not elided */
+    if (msgs != NULL && vlm_openai_unelide(p, msgs, 0) != VLM_OK) {
+        return p->err->status;
+    }
+
     msgs = vlm_openai_get(root, "messages");
     if (msgs == NULL) {
         return vlm_openai_missing(p->err, "messages");

@@ -15,6 +15,12 @@
 #include "vlm_openai_int.h"
 
 
+static void vlm_openai_put_chat_choice(vlm_openai_buf_t *b,
+    const vlm_openai_response_t *resp, const vlm_openai_choice_t *c);
+static void vlm_openai_put_chat_completion(vlm_openai_buf_t *b,
+    const vlm_openai_response_t *resp, const vlm_openai_choice_t *c);
+
+
 /* {"id":"...","object":"<object>","created":N,"model":"..." */
 static void
 vlm_openai_put_head(vlm_openai_buf_t *b, const vlm_openai_response_t *resp,
@@ -149,7 +155,8 @@ vlm_openai_put_logprobs(vlm_openai_buf_t *b,
 
 
 void
-vlm_openai_put_usage(vlm_openai_buf_t *b, const vlm_openai_usage_t *usage)
+vlm_openai_put_usage(vlm_openai_buf_t *b, const vlm_openai_response_t *resp,
+    const vlm_openai_usage_t *usage)
 {
     vlm_openai_put_lit(b, "\"usage\":{\"prompt_tokens\":");
     vlm_openai_put_int(b, usage->prompt_tokens);
@@ -160,6 +167,13 @@ vlm_openai_put_usage(vlm_openai_buf_t *b, const vlm_openai_usage_t *usage)
                           + usage->completion_tokens);
     vlm_openai_put_lit(b, ",\"prompt_tokens_details\":{\"cached_tokens\":");
     vlm_openai_put_int(b, usage->cached_tokens);
+
+    if (resp->flags & VLM_OPENAI_RESP_REASONING) {
+        vlm_openai_put_lit(b, "},\"completion_tokens_details\":"
+                              "{\"reasoning_tokens\":");
+        vlm_openai_put_int(b, usage->reasoning_tokens);
+    }
+
     vlm_openai_put_lit(b, "}}");
 }
 
@@ -262,7 +276,8 @@ vlm_openai_format_completion(const vlm_openai_response_t *resp,
     const vlm_openai_output_t *out, vlm_openai_finish_t finish,
     const vlm_openai_usage_t *usage, char *buf, size_t size, size_t *len)
 {
-    vlm_openai_buf_t  b;
+    vlm_openai_buf_t     b;
+    vlm_openai_choice_t  c;
 
     vlm_openai_buf_init(&b, buf, size);
 
@@ -272,23 +287,19 @@ vlm_openai_format_completion(const vlm_openai_response_t *resp,
         vlm_openai_put_text_choice(&b, resp, out,
                                    vlm_openai_finish_name(finish));
         vlm_openai_put_lit(&b, "}],");
-        vlm_openai_put_usage(&b, usage);
+        vlm_openai_put_usage(&b, resp, usage);
         vlm_openai_put_lit(&b, "}");
 
         return vlm_openai_buf_done(&b, len);
     }
 
-    vlm_openai_put_head(&b, resp, "chat.completion");
-    vlm_openai_put_lit(&b, ",\"choices\":[{\"index\":0,\"message\":"
-                           "{\"role\":\"assistant\",\"content\":\"");
-    vlm_openai_put_escaped(&b, out->text, out->len);
-    vlm_openai_put_lit(&b, "\"}");
-    vlm_openai_put_logprobs(&b, resp, out);
-    vlm_openai_put_lit(&b, ",\"finish_reason\":");
-    vlm_openai_put(&b, vlm_openai_finish_name(finish),
-                   strlen(vlm_openai_finish_name(finish)));
-    vlm_openai_put_lit(&b, "}],");
-    vlm_openai_put_usage(&b, usage);
+    c.out = out;
+    c.calls = NULL;
+    c.n_calls = 0;
+    c.finish = finish;
+
+    vlm_openai_put_chat_completion(&b, resp, &c);
+    vlm_openai_put_usage(&b, resp, usage);
     vlm_openai_put_lit(&b, "}");
 
     return vlm_openai_buf_done(&b, len);
@@ -326,45 +337,18 @@ vlm_openai_format_completion_calls(const vlm_openai_response_t *resp,
     size_t n_calls, vlm_openai_finish_t finish,
     const vlm_openai_usage_t *usage, char *buf, size_t size, size_t *len)
 {
-    char              id[VLM_OPENAI_CALL_ID_LEN + 1];
-    size_t            i;
-    vlm_openai_buf_t  b;
+    vlm_openai_buf_t     b;
+    vlm_openai_choice_t  c;
 
     vlm_openai_buf_init(&b, buf, size);
 
-    vlm_openai_put_head(&b, resp, "chat.completion");
-    vlm_openai_put_lit(&b, ",\"choices\":[{\"index\":0,\"message\":"
-                           "{\"role\":\"assistant\",\"content\":");
+    c.out = out;
+    c.calls = calls;
+    c.n_calls = n_calls;
+    c.finish = finish;
 
-    if (out->len) {
-        vlm_openai_put_quoted(&b, out->text, out->len);
-
-    } else {
-        vlm_openai_put_lit(&b, "null");
-    }
-
-    vlm_openai_put_lit(&b, ",\"tool_calls\":[");
-
-    for (i = 0; i < n_calls; i++) {
-        vlm_openai_call_id(resp, (uint32_t) i, id);
-
-        vlm_openai_put_lit(&b, i ? ",{\"id\":\"" : "{\"id\":\"");
-        vlm_openai_put(&b, id, strlen(id));
-        vlm_openai_put_lit(&b, "\",\"type\":\"function\",\"function\":"
-                               "{\"name\":");
-        vlm_openai_put_quoted(&b, calls[i].name, calls[i].name_len);
-        vlm_openai_put_lit(&b, ",\"arguments\":");
-        vlm_openai_put_quoted(&b, calls[i].args, calls[i].args_len);
-        vlm_openai_put_lit(&b, "}}");
-    }
-
-    vlm_openai_put_lit(&b, "]}");
-    vlm_openai_put_logprobs(&b, resp, out);
-    vlm_openai_put_lit(&b, ",\"finish_reason\":");
-    vlm_openai_put(&b, vlm_openai_finish_name(finish),
-                   strlen(vlm_openai_finish_name(finish)));
-    vlm_openai_put_lit(&b, "}],");
-    vlm_openai_put_usage(&b, usage);
+    vlm_openai_put_chat_completion(&b, resp, &c);
+    vlm_openai_put_usage(&b, resp, usage);
     vlm_openai_put_lit(&b, "}");
 
     return vlm_openai_buf_done(&b, len);
@@ -388,6 +372,18 @@ vlm_openai_put_chat_choice(vlm_openai_buf_t *b,
 
     } else {
         vlm_openai_put_lit(b, "null");
+    }
+
+    if (resp->flags & VLM_OPENAI_RESP_REASONING) {
+        vlm_openai_put_lit(b, ",\"reasoning_content\":");
+
+        if (c->out->reasoning_len) {
+            vlm_openai_put_quoted(b, c->out->reasoning,
+                                  c->out->reasoning_len);
+
+        } else {
+            vlm_openai_put_lit(b, "null");
+        }
     }
 
     if (c->n_calls) {
@@ -415,6 +411,23 @@ vlm_openai_put_chat_choice(vlm_openai_buf_t *b,
     vlm_openai_put(b, vlm_openai_finish_name(c->finish),
                    strlen(vlm_openai_finish_name(c->finish)));
     vlm_openai_put_lit(b, "}");
+}
+
+
+/* a chat.completion's head and its one choice, "index" 0 */
+static void
+vlm_openai_put_chat_completion(vlm_openai_buf_t *b,
+    const vlm_openai_response_t *resp, const vlm_openai_choice_t *c)
+{
+    vlm_openai_response_t  r;
+
+    r = *resp;
+    r.choice = 0;
+
+    vlm_openai_put_head(b, resp, "chat.completion");
+    vlm_openai_put_lit(b, ",\"choices\":[");
+    vlm_openai_put_chat_choice(b, &r, c);
+    vlm_openai_put_lit(b, "],");
 }
 
 
@@ -452,7 +465,7 @@ vlm_openai_format_completion_n(const vlm_openai_response_t *resp,
     }
 
     vlm_openai_put_lit(&b, "],");
-    vlm_openai_put_usage(&b, usage);
+    vlm_openai_put_usage(&b, resp, usage);
     vlm_openai_put_lit(&b, "}");
 
     return vlm_openai_buf_done(&b, len);
@@ -480,6 +493,10 @@ vlm_openai_output_bound(const vlm_openai_response_t *resp,
     /* the chunk head is longer than the completion head; 384 bytes cover
      * every fixed piece of a completion or a chunk, usage included */
     n = resp->head_len + 384 + 6 * out->len;
+
+    if (resp->flags & VLM_OPENAI_RESP_REASONING) {
+        n += 64 + 6 * out->reasoning_len;
+    }
 
     if (resp->flags & VLM_OPENAI_RESP_LOGPROBS) {
         for (i = 0; i < out->n_logprobs; i++) {

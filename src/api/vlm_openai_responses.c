@@ -466,6 +466,195 @@ vlm_openai_resp_stateless(vlm_openai_parser_t *p, const json_t *root)
 }
 
 
+/*
+ * Chat parameters that the Responses API does not have: OpenAI refuses
+ * them as unknown, and ignoring them would change the answer unsaid.
+ */
+static vlm_status_t
+vlm_openai_resp_unknown(vlm_openai_parser_t *p, const json_t *root)
+{
+    size_t       i;
+    const char  *names[] = { "n", "stop", "logprobs", "best_of",
+                             "max_tokens", "max_completion_tokens",
+                             "response_format", "messages" };
+
+    for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (vlm_openai_get(root, names[i]) != NULL) {
+            return vlm_openai_bad(p->err, VLM_ERR_UNSUPPORTED,
+                                  "unknown_parameter", names[i],
+                                  "Unknown parameter: '%s'.", names[i]);
+        }
+    }
+
+    return VLM_OK;
+}
+
+
+/* the characters of UTF-8 text (the body's strings are valid UTF-8) */
+static size_t
+vlm_openai_resp_chars(const char *s, size_t len)
+{
+    size_t  i, n;
+
+    n = 0;
+
+    for (i = 0; i < len; i++) {
+        n += ((unsigned char) s[i] & 0xc0) != 0x80;
+    }
+
+    return n;
+}
+
+
+/* metadata: at most 16 string values, keys of 64 and values of 512 */
+static vlm_status_t
+vlm_openai_resp_metadata(vlm_openai_parser_t *p, const json_t *root)
+{
+    char              param[VLM_OPENAI_PATH_LEN];
+    size_t            n;
+    json_t           *md, *v;
+    const char       *key;
+    vlm_openai_str_t  str;
+
+    md = vlm_openai_get(root, "metadata");
+    if (md == NULL) {
+        return VLM_OK;
+    }
+
+    if (!json_is_object(md)) {
+        return vlm_openai_bad_type(p->err, "metadata", "an object", md);
+    }
+
+    n = json_object_size(md);
+
+    if (n > VLM_OPENAI_METADATA_MAX) {
+        return vlm_openai_bad(p->err, VLM_ERR_LIMIT,
+                              "object_above_max_properties", "metadata",
+                              "Invalid 'metadata': expected an object with "
+                              "at most %d properties, but got an object "
+                              "with %zu properties instead.",
+                              VLM_OPENAI_METADATA_MAX, n);
+    }
+
+    json_object_foreach(md, key, v) {
+        vlm_openai_pathf(param, "metadata.%s", key);
+
+        n = vlm_openai_resp_chars(key, strlen(key));
+
+        if (n > VLM_OPENAI_METADATA_KEY_MAX) {
+            return vlm_openai_bad(p->err, VLM_ERR_LIMIT,
+                                  "string_above_max_length", "metadata",
+                                  "Invalid 'metadata': a key has %zu "
+                                  "characters, more than %d.", n,
+                                  VLM_OPENAI_METADATA_KEY_MAX);
+        }
+
+        if (!json_is_string(v)) {
+            return vlm_openai_bad_type(p->err, param, "a string", v);
+        }
+
+        /* a long value may be elided: its length is the body's */
+        vlm_openai_str_set(p, &str, v);
+        n = vlm_openai_resp_chars(str.data, str.len);
+
+        if (n > VLM_OPENAI_METADATA_VALUE_MAX) {
+            return vlm_openai_bad(p->err, VLM_ERR_LIMIT,
+                                  "string_above_max_length", param,
+                                  "Invalid '%s': string too long. Expected "
+                                  "a string with maximum length %d, but got "
+                                  "a string with length %zu instead.", param,
+                                  VLM_OPENAI_METADATA_VALUE_MAX, n);
+        }
+    }
+
+    return VLM_OK;
+}
+
+
+/*
+ * top_logprobs (0..20), and the logprobs themselves when include asks
+ * for "message.output_text.logprobs", as the chat's logprobs
+ */
+static vlm_status_t
+vlm_openai_resp_logprobs(vlm_openai_parser_t *p, const json_t *root,
+    json_t *chat)
+{
+    char         param[VLM_OPENAI_PATH_LEN];
+    size_t       i, k;
+    json_t      *include, *v, *top;
+    const char  *name;
+    int          logprobs;
+    static const char  *known[] = {
+        "message.output_text.logprobs", "reasoning.encrypted_content",
+        "message.input_image.image_url", "file_search_call.results",
+        "web_search_call.results", "web_search_call.action.sources",
+        "computer_call_output.output.image_url",
+        "code_interpreter_call.outputs"
+    };
+
+    logprobs = 0;
+    include = vlm_openai_get(root, "include");
+
+    if (include != NULL && !json_is_array(include)) {
+        return vlm_openai_bad_type(p->err, "include", "an array", include);
+    }
+
+    json_array_foreach(include, i, v) {
+        vlm_openai_pathf(param, "include[%zu]", i);
+
+        if (!json_is_string(v)) {
+            return vlm_openai_bad_type(p->err, param, "a string", v);
+        }
+
+        name = json_string_value(v);
+
+        for (k = 0; k < sizeof(known) / sizeof(known[0]); k++) {
+            if (strcmp(name, known[k]) == 0) {
+                break;
+            }
+        }
+
+        if (k == sizeof(known) / sizeof(known[0])) {
+            return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value",
+                                  param, "Invalid value: '%.64s'. Supported "
+                                  "values are: 'message.output_text."
+                                  "logprobs', 'reasoning.encrypted_content' "
+                                  "and the other values of OpenAI's API.",
+                                  name);
+        }
+
+        logprobs |= (k == 0);
+    }
+
+    top = vlm_openai_get(root, "top_logprobs");
+
+    if (top != NULL && (!json_is_integer(top) || json_integer_value(top) < 0
+                        || json_integer_value(top) > 20))
+    {
+        if (!json_is_number(top)) {
+            return vlm_openai_bad_type(p->err, "top_logprobs", "an integer",
+                                       top);
+        }
+
+        return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value",
+                              "top_logprobs", "Invalid 'top_logprobs': "
+                              "expected an integer between 0 and 20.");
+    }
+
+    if (!logprobs) {
+        return VLM_OK;
+    }
+
+    if (json_object_set_new(chat, "logprobs", json_true()) != 0
+        || (top != NULL && json_object_set(chat, "top_logprobs", top) != 0))
+    {
+        return vlm_openai_resp_nomem(p);
+    }
+
+    return VLM_OK;
+}
+
+
 /* text.format into response_format */
 static vlm_status_t
 vlm_openai_resp_format(vlm_openai_parser_t *p, const json_t *root,
@@ -629,7 +818,7 @@ vlm_openai_resp_copy(const json_t *root, json_t *chat)
                             "stream", "parallel_tool_calls", "seed",
                             "top_k", "min_p", "presence_penalty",
                             "frequency_penalty", "repetition_penalty",
-                            "chat_template_kwargs" };
+                            "logit_bias", "chat_template_kwargs" };
 
     for (i = 0; i < sizeof(same) / sizeof(same[0]); i++) {
         v = json_object_get(root, same[i]);
@@ -726,6 +915,8 @@ vlm_openai_parse_responses(vlm_openai_parser_t *p, json_t *root)
     req = p->req;
 
     rc = vlm_openai_resp_stateless(p, root);
+    rc = rc ? rc : vlm_openai_resp_unknown(p, root);
+    rc = rc ? rc : vlm_openai_resp_metadata(p, root);
     if (rc != VLM_OK) {
         return rc;
     }
@@ -763,6 +954,7 @@ vlm_openai_parse_responses(vlm_openai_parser_t *p, json_t *root)
     }
 
     rc = vlm_openai_resp_tools(p, root, chat);
+    rc = rc ? rc : vlm_openai_resp_logprobs(p, root, chat);
     if (rc != VLM_OK) {
         return rc;
     }

@@ -4,9 +4,10 @@
  * becomes the Responses API's typed events (response.created,
  * response.in_progress, response.output_item.added,
  * response.content_part.added, response.output_text.delta, ...,
- * response.completed).  One state serves both: the text and the calls of
- * the output are items, opened and closed in order; a stream writes an
- * event at each step, a completion only the object at the end.
+ * response.completed).  One state serves both: the reasoning, the text
+ * and the calls of the output are items, opened and closed in order; a
+ * stream writes an event at each step, a completion only the object at
+ * the end.
  *
  * Reference: the OpenAI API reference, "Responses" (the response object,
  * streaming events).
@@ -22,6 +23,7 @@
 #define VLM_OPENAI_RESP_ITEM_NONE  0
 #define VLM_OPENAI_RESP_ITEM_TEXT  1
 #define VLM_OPENAI_RESP_ITEM_CALL  2
+#define VLM_OPENAI_RESP_ITEM_REASONING  3
 
 
 struct vlm_openai_responses_s {
@@ -35,6 +37,8 @@ struct vlm_openai_responses_s {
     unsigned       open;            /* VLM_OPENAI_RESP_ITEM_* */
     int64_t        call;            /* the open call's chat index */
     json_t        *error;           /* a failed stream's {code, message} */
+    json_t        *lps;             /* logprobs of tokens with no text yet
+                                       (a part of a character) */
     unsigned       incomplete:1;
     unsigned       started:1;
     unsigned       stream:1;        /* events are written */
@@ -84,6 +88,7 @@ vlm_openai_responses_free(vlm_openai_responses_t *rs)
     json_decref(rs->output);
     json_decref(rs->usage);
     json_decref(rs->error);
+    json_decref(rs->lps);
     free(rs->out);
     free(rs->pending);
     free(rs);
@@ -270,15 +275,35 @@ vlm_openai_resp_close(vlm_openai_responses_t *rs)
 
     rc = VLM_OK;
 
-    if (rs->open == VLM_OPENAI_RESP_ITEM_TEXT) {
+    if (rs->open == VLM_OPENAI_RESP_ITEM_TEXT
+        || rs->open == VLM_OPENAI_RESP_ITEM_REASONING)
+    {
         part = json_array_get(json_object_get(item, "content"), 0);
 
-        rc = vlm_openai_resp_event(rs, "response.output_text.done",
-                 json_pack("{s:O, s:I, s:i, s:O, s:[]}", "item_id", id,
-                           "output_index", (json_int_t) index,
-                           "content_index", 0,
-                           "text", json_object_get(part, "text"),
-                           "logprobs"));
+        if (rs->open == VLM_OPENAI_RESP_ITEM_TEXT && rs->lps != NULL) {
+            /* the last tokens' logprobs, which brought no text */
+            rc = json_array_extend(json_object_get(part, "logprobs"), rs->lps)
+                 ? VLM_ERR_NOMEM : VLM_OK;
+            json_decref(rs->lps);
+            rs->lps = NULL;
+        }
+
+        if (rc == VLM_OK && rs->open == VLM_OPENAI_RESP_ITEM_TEXT) {
+            rc = vlm_openai_resp_event(rs, "response.output_text.done",
+                     json_pack("{s:O, s:I, s:i, s:O, s:O}", "item_id", id,
+                               "output_index", (json_int_t) index,
+                               "content_index", 0,
+                               "text", json_object_get(part, "text"),
+                               "logprobs", json_object_get(part,
+                                                           "logprobs")));
+
+        } else if (rc == VLM_OK) {
+            rc = vlm_openai_resp_event(rs, "response.reasoning_text.done",
+                     json_pack("{s:O, s:I, s:i, s:O}", "item_id", id,
+                               "output_index", (json_int_t) index,
+                               "content_index", 0,
+                               "text", json_object_get(part, "text")));
+        }
 
         rc = rc ? rc : vlm_openai_resp_event(rs, "response.content_part.done",
                  json_pack("{s:O, s:I, s:i, s:O}", "item_id", id,
@@ -305,6 +330,19 @@ vlm_openai_resp_close(vlm_openai_responses_t *rs)
 }
 
 
+/* an empty content part of a message or a reasoning item */
+static json_t *
+vlm_openai_resp_part(unsigned kind)
+{
+    if (kind == VLM_OPENAI_RESP_ITEM_REASONING) {
+        return json_pack("{s:s, s:s}", "type", "reasoning_text", "text", "");
+    }
+
+    return json_pack("{s:s, s:s, s:[], s:[]}", "type", "output_text",
+                     "text", "", "annotations", "logprobs");
+}
+
+
 /* an item opened: in the output (in progress), and announced */
 static vlm_status_t
 vlm_openai_resp_open(vlm_openai_responses_t *rs, json_t *item, unsigned kind)
@@ -323,16 +361,17 @@ vlm_openai_resp_open(vlm_openai_responses_t *rs, json_t *item, unsigned kind)
                        (json_int_t) json_array_size(rs->output) - 1,
                        "item", item));
 
-    if (rc != VLM_OK || kind != VLM_OPENAI_RESP_ITEM_TEXT) {
+    if (rc != VLM_OK || kind == VLM_OPENAI_RESP_ITEM_CALL) {
         return rc;
     }
 
     return vlm_openai_resp_event(rs, "response.content_part.added",
-               json_pack("{s:O, s:I, s:i, s:{s:s, s:s, s:[]}}", "item_id",
+               json_pack("{s:O, s:I, s:i, s:O}", "item_id",
                          json_object_get(item, "id"), "output_index",
                          (json_int_t) json_array_size(rs->output) - 1,
-                         "content_index", 0, "part", "type", "output_text",
-                         "text", "", "annotations"));
+                         "content_index", 0, "part",
+                         json_array_get(json_object_get(item, "content"),
+                                        0)));
 }
 
 
@@ -367,34 +406,60 @@ vlm_openai_resp_append(json_t *obj, const char *key, const char *text,
 }
 
 
+/* text of the answer (a message item) or of the reasoning (kind) */
 static vlm_status_t
-vlm_openai_resp_text(vlm_openai_responses_t *rs, const char *text,
-    size_t len)
+vlm_openai_resp_text(vlm_openai_responses_t *rs, unsigned kind,
+    const char *text, size_t len, json_t *logprobs)
 {
     char           id[40];
-    json_t        *part;
+    json_t        *part, *item;
     vlm_status_t   rc;
+
+    if (!json_is_array(logprobs) || json_array_size(logprobs) == 0) {
+        logprobs = NULL;
+    }
+
+    if (logprobs != NULL) {
+        /* they go with the next text: a token may bring none yet */
+        if (rs->lps == NULL) {
+            rs->lps = json_array();
+        }
+
+        if (rs->lps == NULL || json_array_extend(rs->lps, logprobs) != 0) {
+            return VLM_ERR_NOMEM;
+        }
+    }
 
     if (len == 0) {
         return VLM_OK;
     }
 
-    if (rs->open != VLM_OPENAI_RESP_ITEM_TEXT) {
+    if (rs->open != kind) {
         rc = vlm_openai_resp_close(rs);
         if (rc != VLM_OK) {
             return rc;
         }
 
-        snprintf(id, sizeof(id), "msg_%s%zu", rs->hex,
-                 json_array_size(rs->output));
+        if (kind == VLM_OPENAI_RESP_ITEM_REASONING) {
+            snprintf(id, sizeof(id), "rs_%s%zu", rs->hex,
+                     json_array_size(rs->output));
 
-        rc = vlm_openai_resp_open(rs,
-                 json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:s, s:[], s:[]}]}",
-                           "id", id, "type", "message", "status",
-                           "in_progress", "role", "assistant", "content",
-                           "type", "output_text", "text", "", "annotations",
-                           "logprobs"),
-                 VLM_OPENAI_RESP_ITEM_TEXT);
+            item = json_pack("{s:s, s:s, s:[], s:[o], s:s}", "id", id,
+                             "type", "reasoning", "summary", "content",
+                             vlm_openai_resp_part(kind), "status",
+                             "in_progress");
+
+        } else {
+            snprintf(id, sizeof(id), "msg_%s%zu", rs->hex,
+                     json_array_size(rs->output));
+
+            item = json_pack("{s:s, s:s, s:s, s:s, s:[o]}", "id", id,
+                             "type", "message", "status", "in_progress",
+                             "role", "assistant", "content",
+                             vlm_openai_resp_part(kind));
+        }
+
+        rc = vlm_openai_resp_open(rs, item, kind);
         if (rc != VLM_OK) {
             return rc;
         }
@@ -406,12 +471,33 @@ vlm_openai_resp_text(vlm_openai_responses_t *rs, const char *text,
         return VLM_ERR_NOMEM;
     }
 
+    if (kind == VLM_OPENAI_RESP_ITEM_REASONING) {
+        return vlm_openai_resp_event(rs, "response.reasoning_text.delta",
+                   json_pack("{s:O, s:I, s:i, s:s%}", "item_id",
+                             json_object_get(rs->item, "id"),
+                             "output_index",
+                             (json_int_t) json_array_size(rs->output) - 1,
+                             "content_index", 0, "delta", text, len));
+    }
+
+    /* the chat's logprobs are the Responses API's, shape and all */
+    logprobs = rs->lps != NULL ? rs->lps : json_array();
+    rs->lps = NULL;
+
+    if (logprobs == NULL
+        || json_array_extend(json_object_get(part, "logprobs"), logprobs)
+           != 0)
+    {
+        json_decref(logprobs);
+        return VLM_ERR_NOMEM;
+    }
+
     return vlm_openai_resp_event(rs, "response.output_text.delta",
-               json_pack("{s:O, s:I, s:i, s:s%, s:[]}", "item_id",
+               json_pack("{s:O, s:I, s:i, s:s%, s:o}", "item_id",
                          json_object_get(rs->item, "id"), "output_index",
                          (json_int_t) json_array_size(rs->output) - 1,
                          "content_index", 0, "delta", text, len,
-                         "logprobs"));
+                         "logprobs", logprobs));
 }
 
 
@@ -476,20 +562,23 @@ vlm_openai_resp_call(vlm_openai_responses_t *rs, const json_t *call)
 static void
 vlm_openai_resp_usage(vlm_openai_responses_t *rs, const json_t *usage)
 {
-    json_int_t  in, out, cached;
+    json_int_t  in, out, cached, reasoning;
 
     in = json_integer_value(json_object_get(usage, "prompt_tokens"));
     out = json_integer_value(json_object_get(usage, "completion_tokens"));
     cached = json_integer_value(json_object_get(
                  json_object_get(usage, "prompt_tokens_details"),
                  "cached_tokens"));
+    reasoning = json_integer_value(json_object_get(
+                    json_object_get(usage, "completion_tokens_details"),
+                    "reasoning_tokens"));
 
     json_decref(rs->usage);
-    rs->usage = json_pack("{s:I, s:{s:I}, s:I, s:{s:i}, s:I}",
+    rs->usage = json_pack("{s:I, s:{s:I}, s:I, s:{s:I}, s:I}",
                           "input_tokens", in, "input_tokens_details",
                           "cached_tokens", cached, "output_tokens", out,
-                          "output_tokens_details", "reasoning_tokens", 0,
-                          "total_tokens", in + out);
+                          "output_tokens_details", "reasoning_tokens",
+                          reasoning, "total_tokens", in + out);
 }
 
 
@@ -531,18 +620,40 @@ static vlm_status_t
 vlm_openai_resp_choice(vlm_openai_responses_t *rs, const json_t *choice,
     const char *key)
 {
+    int            reasoning;
     size_t         i;
     json_t        *msg, *call, *calls;
     const char    *content, *finish;
     vlm_status_t   rc;
 
     msg = json_object_get(choice, key);
+
+    /*
+     * the reasoning comes first: a stream's delta has one or the other,
+     * and a reasoning chunk's logprobs are of reasoning tokens
+     */
+    content = json_string_value(json_object_get(msg, "reasoning_content"));
+    reasoning = rs->stream && content != NULL;
+
+    rc = vlm_openai_resp_text(rs, VLM_OPENAI_RESP_ITEM_REASONING, content,
+                              content ? json_string_length(
+                                            json_object_get(msg,
+                                                "reasoning_content"))
+                                      : 0, NULL);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
     content = json_string_value(json_object_get(msg, "content"));
 
-    rc = vlm_openai_resp_text(rs, content,
+    rc = vlm_openai_resp_text(rs, VLM_OPENAI_RESP_ITEM_TEXT, content,
                               content ? json_string_length(
                                             json_object_get(msg, "content"))
-                                      : 0);
+                                      : 0,
+                              reasoning ? NULL
+                                        : json_object_get(json_object_get(
+                                              choice, "logprobs"),
+                                              "content"));
     if (rc != VLM_OK) {
         return rc;
     }

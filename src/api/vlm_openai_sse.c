@@ -109,8 +109,16 @@ vlm_openai_format_chunk_content(const vlm_openai_response_t *resp,
     }
 
     vlm_openai_put_index(&b, resp);
-    vlm_openai_put_lit(&b, "\"delta\":{\"content\":\"");
-    vlm_openai_put_escaped(&b, out->text, out->len);
+
+    if (out->reasoning != NULL) {
+        vlm_openai_put_lit(&b, "\"delta\":{\"reasoning_content\":\"");
+        vlm_openai_put_escaped(&b, out->reasoning, out->reasoning_len);
+
+    } else {
+        vlm_openai_put_lit(&b, "\"delta\":{\"content\":\"");
+        vlm_openai_put_escaped(&b, out->text, out->len);
+    }
+
     vlm_openai_put_lit(&b, "\"}");
     vlm_openai_put_logprobs(&b, resp, out);
     vlm_openai_put_lit(&b, ",\"finish_reason\":null");
@@ -159,7 +167,7 @@ vlm_openai_format_chunk_usage(const vlm_openai_response_t *resp,
 
     vlm_openai_put(&b, resp->head, resp->head_len);
     vlm_openai_put_lit(&b, "],");
-    vlm_openai_put_usage(&b, usage);
+    vlm_openai_put_usage(&b, resp, usage);
     vlm_openai_put_lit(&b, "}\n\n");
 
     return vlm_openai_buf_done(&b, len);

@@ -1,7 +1,8 @@
 /*
- * The prefix key of a chat completion body (vlm_prefix.h): a walk over
- * the JSON that looks only at "messages" and, in it, at the roles, texts
- * and image URLs up to the first user message.  Strings are skipped with
+ * The prefix key of a chat or Responses body (vlm_prefix.h): a walk over
+ * the JSON that looks only at "messages" (or "input" and "instructions")
+ * and, in it, at the roles, texts and image URLs up to the first user
+ * message.  Strings are skipped with
  * memchr() and hashed by a bounded head, so a body of many megabytes of
  * base64 costs about one pass of memchr over it.  Malformed JSON ends the
  * walk (no key): the backend answers such a body with its own error.
@@ -21,8 +22,11 @@
 typedef struct {
     const char    *p;
     const char    *end;
-    XXH3_state_t   st;
+    XXH3_state_t  *h;               /* where strings are counted: */
+    XXH3_state_t   st;              /* the conversation's head */
+    XXH3_state_t   sys;             /* a Responses body's instructions */
     int            items;
+    int            has_sys;
     int            done;            /* the first user message is in */
 } vlm_prefix_walk_t;
 
@@ -172,12 +176,26 @@ vlm_prefix_is(const char *s, size_t n, const char *name)
 }
 
 
+/* n bytes of s counted into the key under a tag */
+static void
+vlm_prefix_hash(vlm_prefix_walk_t *w, char tag, const char *s, size_t n)
+{
+    uint64_t  len;
+
+    len = n;
+    (void) XXH3_128bits_update(w->h, &tag, 1);
+    (void) XXH3_128bits_update(w->h, &len, sizeof(len));
+    (void) XXH3_128bits_update(w->h, s, n < VLM_PREFIX_STRING_MAX
+                                        ? n : VLM_PREFIX_STRING_MAX);
+    w->items++;
+}
+
+
 /* a string value counted into the key under a tag */
 static int
 vlm_prefix_hash_string(vlm_prefix_walk_t *w, char tag)
 {
     size_t       n;
-    uint64_t     len;
     const char  *s;
 
     vlm_prefix_ws(w);
@@ -190,13 +208,7 @@ vlm_prefix_hash_string(vlm_prefix_walk_t *w, char tag)
         return -1;
     }
 
-    len = n;
-    (void) XXH3_128bits_update(&w->st, &tag, 1);
-    (void) XXH3_128bits_update(&w->st, &len, sizeof(len));
-    (void) XXH3_128bits_update(&w->st, s,
-                               n < VLM_PREFIX_STRING_MAX
-                               ? n : VLM_PREFIX_STRING_MAX);
-    w->items++;
+    vlm_prefix_hash(w, tag, s, n);
 
     return 0;
 }
@@ -254,7 +266,8 @@ static const char *const  vlm_prefix_part_names[] = { "text", "image_url",
                                                       NULL };
 static const char *const  vlm_prefix_message_names[] = { "role", "content",
                                                          NULL };
-static const char *const  vlm_prefix_body_names[] = { "messages", NULL };
+static const char *const  vlm_prefix_body_names[] = { "messages", "input",
+                                                      "instructions", NULL };
 
 
 static int
@@ -370,17 +383,70 @@ vlm_prefix_messages(vlm_prefix_walk_t *w, int which, void *data)
             return -1;
         }
 
-        if (user) {
-            /* the head is complete: the rest of the body does not count */
-            w->done = 1;
-            return -1;
-        }
-
         rc = vlm_prefix_next(w, ']');
+
+        if (user) {
+            /*
+             * the head is complete: the rest of the conversation does not
+             * count (skipped, as instructions may follow it)
+             */
+            w->done = 1;
+
+            while (rc == 1) {
+                rc = vlm_prefix_skip(w, 1) == 0 ? vlm_prefix_next(w, ']')
+                                                : -1;
+            }
+
+            return rc;
+        }
 
     } while (rc == 1);
 
     return rc;
+}
+
+
+/*
+ * The members of the body: "messages" (a chat), or "input" (a Responses
+ * body: a string, a user message, or items, messages among them) and its
+ * "instructions", counted apart as they may follow the input
+ */
+static int
+vlm_prefix_body(vlm_prefix_walk_t *w, int which, void *data)
+{
+    int  rc;
+
+    vlm_prefix_ws(w);
+
+    if (which == 2) {
+        if (w->has_sys) {
+            return vlm_prefix_skip(w, 0);
+        }
+
+        w->h = &w->sys;
+        vlm_prefix_hash(w, 'r', "system", 6);
+        rc = vlm_prefix_hash_string(w, 't');
+        w->h = &w->st;
+        w->has_sys = 1;
+
+        return rc;
+    }
+
+    if (*(int *) data) {
+        /* the conversation is in already */
+        return vlm_prefix_skip(w, 0);
+    }
+
+    if (which == 1 && w->p < w->end && *w->p == '"') {
+        *(int *) data = 1;
+        vlm_prefix_hash(w, 'r', "user", 4);
+        rc = vlm_prefix_hash_string(w, 't');
+        w->done = 1;
+
+        return rc;
+    }
+
+    return vlm_prefix_messages(w, which, data);
 }
 
 
@@ -390,21 +456,24 @@ vlm_prefix_key(const char *body, size_t len, char *out)
     int                 i, found;
     uint8_t             b[16];
     XXH128_hash_t       h;
-    XXH128_canonical_t  c;
+    XXH128_canonical_t  c, two[2];
     vlm_prefix_walk_t   w;
 
     static const char   hex[] = "0123456789abcdef";
 
     w.p = body;
     w.end = body + len;
+    w.h = &w.st;
     w.items = 0;
+    w.has_sys = 0;
     w.done = 0;
     found = 0;
 
     (void) XXH3_128bits_reset(&w.st);
+    (void) XXH3_128bits_reset(&w.sys);
 
-    /* a user message found ends the walk early: that is no error */
-    if (vlm_prefix_members(&w, vlm_prefix_body_names, vlm_prefix_messages,
+    /* what follows the first user message may be cut: that is no error */
+    if (vlm_prefix_members(&w, vlm_prefix_body_names, vlm_prefix_body,
                            &found)
         != 0
         && !w.done)
@@ -417,6 +486,14 @@ vlm_prefix_key(const char *body, size_t len, char *out)
     }
 
     h = XXH3_128bits_digest(&w.st);
+
+    if (w.has_sys) {
+        /* the instructions, then the conversation */
+        XXH128_canonicalFromHash(&two[0], XXH3_128bits_digest(&w.sys));
+        XXH128_canonicalFromHash(&two[1], h);
+        h = XXH3_128bits(two, sizeof(two));
+    }
+
     XXH128_canonicalFromHash(&c, h);
     memcpy(b, c.digest, sizeof(b));
 

@@ -38,6 +38,8 @@ typedef struct {
     vlm_matcher_t       *matcher;       /* the request's grammar state */
     vlm_grammar_t        grammar;       /* read in place in the arena */
     unsigned             constrained:1;
+    int32_t              reasoning_end; /* the grammar waits for this
+                                           token; -1: it applies */
     vlm_tok_stream_t     stream;
     int32_t              next;
     uint32_t             n_fed;
@@ -286,14 +288,31 @@ vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r, vlm_sample_t *sample,
     int                  i, tight;
     size_t               n, len;
     int32_t              first;
-    uint32_t             left, room, budget;
+    uint32_t             left, room, budget, plan, keep;
     const char          *bytes;
     const uint32_t      *mask;
     vlm_queue_slot_t    *qs;
 
     tight = 0;
+    keep = 0;
     left = 0;
     first = -1;
+
+    if (r->constrained && r->reasoning_end >= 0) {
+        /* a thinking model's reasoning is free; the answer is not */
+        if (vlm_sampler_sample(r->sampler, vlm_seq_logits(r->seq), sample,
+                               err)
+            != VLM_OK)
+        {
+            return err->status;
+        }
+
+        if (sample->token == r->reasoning_end) {
+            r->reasoning_end = -1;
+        }
+
+        return VLM_OK;
+    }
 
     if (r->constrained) {
         qs = vlm_queue_slot(s->q, r->slot);
@@ -325,8 +344,12 @@ vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r, vlm_sample_t *sample,
             n = vlm_matcher_mask(r->matcher, 0, s->info->eos_token_ids,
                                  s->info->n_eos, &mask);
 
-            tight = vlm_matcher_plan(r->matcher, &first) <= left
-                    && first >= 0;
+            plan = vlm_matcher_plan(r->matcher, &first);
+            tight = plan <= left && first >= 0;
+
+            /* one token kept for the end of text, where the plan leaves
+               room for it: else the whole document ends by its length */
+            keep = plan < left ? 1 : 0;
         }
 
         if (n == 0) {
@@ -356,7 +379,7 @@ vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r, vlm_sample_t *sample,
     bytes = vlm_tokenizer_token_bytes(s->tok, sample->token, &len);
 
     if (tight && bytes != NULL
-        && vlm_matcher_plan_after(r->matcher, bytes, len) > left - 1)
+        && vlm_matcher_plan_after(r->matcher, bytes, len) > left - 1 - keep)
     {
         /* the draw would leave the document unfinished: the plan's token */
         vlm_sampler_force(r->sampler, first, sample);
@@ -691,6 +714,7 @@ vlm_sched_setup(vlm_sched_t *s, vlm_sched_req_t *r, vlm_error_t *err)
 
         vlm_matcher_reset(r->matcher, &r->grammar);
         r->constrained = 1;
+        r->reasoning_end = (int32_t) p->grammar_after - 1;
     }
 
     ids = vlm_queue_arena(s->q, qs->prompt_off);

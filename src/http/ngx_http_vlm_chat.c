@@ -524,6 +524,9 @@ ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx)
         }
     }
 
+    /* and before that for a thinking model's reasoning */
+    ngx_http_vlm_reasoning_start(ctx);
+
     atomic_fetch_add(&q->metrics->prompt_tokens, ctx->n_prompt);
     atomic_fetch_add(&q->metrics->images, ctx->req.n_images);
     vlm_hist_observe(&q->metrics->hist[VLM_HIST_PREPROCESS],

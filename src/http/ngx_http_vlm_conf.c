@@ -61,6 +61,7 @@ ngx_http_vlm_create_main_conf(ngx_conf_t *cf)
     vmcf->max_images = NGX_CONF_UNSET;
     vmcf->max_running = NGX_CONF_UNSET_UINT;
     vmcf->max_n = NGX_CONF_UNSET_UINT;
+    vmcf->think_end_id = -1;
     vmcf->max_batch_tokens = NGX_CONF_UNSET_UINT;
     vmcf->image_cache = NGX_CONF_UNSET_SIZE;
     vmcf->feature_pool = NGX_CONF_UNSET_SIZE;
@@ -223,6 +224,7 @@ ngx_http_vlm_create_loc_conf(ngx_conf_t *cf)
     vlcf->max_image_pixels = NGX_CONF_UNSET_SIZE;
     vlcf->max_prompt_bytes = NGX_CONF_UNSET_SIZE;
     vlcf->request_timeout = NGX_CONF_UNSET_MSEC;
+    vlcf->reasoning_parser = NGX_CONF_UNSET_UINT;
 
     return vlcf;
 }
@@ -255,6 +257,8 @@ ngx_http_vlm_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                               vmcf->max_prompt_bytes);
     ngx_conf_merge_msec_value(conf->request_timeout, prev->request_timeout,
                               vmcf->request_timeout);
+    ngx_conf_merge_uint_value(conf->reasoning_parser, prev->reasoning_parser,
+                              NGX_HTTP_VLM_REASONING_AUTO);
 
 #define NGX_HTTP_VLM_ABOVE(field, fmt, name)                                \
     if (conf->field > vmcf->field) {                                         \
@@ -902,6 +906,13 @@ ngx_http_vlm_model_files(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     /* the placeholder the template writes for an image */
     pad = vmcf->image_config.family == VLM_IMAGE_IDEFICS3
           ? VLM_IDEFICS3_IMAGE : VLM_CHAT_IMAGE_PAD;
+
+    /* vlm_reasoning_parser auto: a model with both tags as tokens */
+    vmcf->think_end_id = vlm_tokenizer_token_id(vmcf->tokenizer, "</think>");
+
+    if (vlm_tokenizer_token_id(vmcf->tokenizer, "<think>") < 0) {
+        vmcf->think_end_id = -1;
+    }
 
     vmcf->image_pad_id = vlm_tokenizer_token_id(vmcf->tokenizer, pad);
     if (vmcf->image_pad_id < 0) {

@@ -14,6 +14,7 @@
 #include <ngx_http.h>
 
 #include "api/vlm_openai.h"
+#include "api/vlm_reasoning.h"
 #include "api/vlm_toolcall.h"
 #include "image/vlm_image.h"
 #include "queue/vlm_queue.h"
@@ -41,6 +42,11 @@
 #define NGX_HTTP_VLM_HEAD_OFF          0
 #define NGX_HTTP_VLM_HEAD_INT8         8
 #define NGX_HTTP_VLM_HEAD_INT4         4
+
+/* vlm_reasoning_parser */
+#define NGX_HTTP_VLM_REASONING_AUTO    0
+#define NGX_HTTP_VLM_REASONING_OFF     1
+#define NGX_HTTP_VLM_REASONING_QWEN3   2
 
 #define NGX_HTTP_VLM_DEFAULT_MAX_IMAGES        8
 #define NGX_HTTP_VLM_DEFAULT_MAX_IMAGE_PIXELS  (16 * 1024 * 1024)
@@ -107,6 +113,8 @@ typedef struct {
     json_t              *chat_vars;        /* the template's trusted
                                               variables */
     int32_t              image_pad_id;
+    int32_t              think_end_id;     /* </think> as one token, or
+                                              -1 */
     vlm_image_config_t   image_config;
     vlm_image_limits_t   image_limits;
 
@@ -145,6 +153,7 @@ typedef struct {
     size_t               max_image_pixels;
     size_t               max_prompt_bytes;
     ngx_msec_t           request_timeout;
+    ngx_uint_t           reasoning_parser; /* NGX_HTTP_VLM_REASONING_* */
     vlm_image_limits_t   image_limits;     /* with this max_image_pixels */
 } ngx_http_vlm_loc_conf_t;
 
@@ -269,6 +278,11 @@ typedef struct {
     size_t                    tc_len;
     vlm_openai_tool_call_t   *calls;
     size_t                    n_calls;
+    vlm_reasoning_t           rp;
+    u_char                   *rp_text;
+    size_t                    rp_len;
+    size_t                    rp_cap;
+    uint32_t                  n_reasoning;
 
     /* not swapped: read where they are */
     unsigned                  finished:1;   /* its last record is in */
@@ -338,12 +352,25 @@ typedef struct {
     /* tool calls read from the output, when the request has tools */
     unsigned                  tool_calls:1;
     vlm_toolcall_t            tc;
-    ngx_buf_t                *tc_buf;       /* streaming: chunks go here */
-    vlm_openai_output_t      *tc_out;       /* the record's logprobs */
+    ngx_buf_t                *chunk_buf;    /* streaming: the chunks of
+                                               the readers go here */
+    vlm_openai_output_t      *chunk_out;    /* the record's logprobs, for
+                                               its first chunk */
     u_char                   *tc_text;      /* non-streaming: content */
     size_t                    tc_len;
     vlm_openai_tool_call_t   *calls;        /* non-streaming: the calls */
     size_t                    n_calls;
+
+    /*
+     * the reasoning of a thinking model read apart from the answer
+     * (vlm_reasoning_parser), before the tool calls are looked for
+     */
+    unsigned                  reasoning:1;
+    vlm_reasoning_t           rp;
+    u_char                   *rp_text;      /* non-streaming: reasoning */
+    size_t                    rp_len;
+    size_t                    rp_cap;
+    uint32_t                  n_reasoning;  /* reasoning tokens */
 
     /*
      * n > 1 choices: the fields above hold the state of choice number
@@ -427,6 +454,21 @@ ngx_chain_t *ngx_http_vlm_output_buf(ngx_http_vlm_chat_ctx_t *ctx);
 ngx_int_t ngx_http_vlm_output_send(ngx_http_vlm_chat_ctx_t *ctx,
     ngx_chain_t *out);
 void ngx_http_vlm_output_drain(ngx_http_vlm_chat_ctx_t *ctx);
+
+/* ngx_http_vlm_reasoning.c: a thinking model's reasoning in the output */
+ngx_uint_t ngx_http_vlm_reasoning_on(ngx_http_vlm_chat_ctx_t *ctx);
+int32_t ngx_http_vlm_reasoning_grammar_after(ngx_http_vlm_chat_ctx_t *ctx);
+void ngx_http_vlm_reasoning_start(ngx_http_vlm_chat_ctx_t *ctx);
+int ngx_http_vlm_reasoning_stream(void *data, int reasoning, const char *s,
+    size_t len);
+ngx_int_t ngx_http_vlm_reasoning_keep(ngx_http_vlm_chat_ctx_t *ctx,
+    const char *text, size_t len, ngx_uint_t token);
+ngx_int_t ngx_http_vlm_reasoning_read(ngx_http_vlm_chat_ctx_t *ctx,
+    vlm_openai_output_t *o);
+
+/* ngx_http_vlm_output.c: the engine's output into the response */
+ngx_int_t ngx_http_vlm_output_append(ngx_http_vlm_chat_ctx_t *ctx,
+    u_char **buf, size_t *len, size_t *cap, const char *s, size_t n);
 
 /* ngx_http_vlm_toolcall.c: tool calls in the output */
 int ngx_http_vlm_toolcall_stream(void *data, vlm_toolcall_event_t ev,

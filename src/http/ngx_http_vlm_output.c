@@ -244,7 +244,8 @@ ngx_http_vlm_output_drain(ngx_http_vlm_chat_ctx_t *ctx)
                 continue;
             }
 
-            if ((rec.text_len != 0 || ctx->req.logprobs)
+            /* a reasoning token of no text yet is counted there */
+            if ((rec.text_len != 0 || ctx->req.logprobs || ctx->reasoning)
                 && ngx_http_vlm_chat_stream_out(ctx, &rec, text, &cl)
                    != NGX_OK)
             {
@@ -316,10 +317,9 @@ ngx_http_vlm_chat_stream_out(ngx_http_vlm_chat_ctx_t *ctx,
     vlm_openai_output_t    o;
     vlm_openai_logprob_t   lp, top[VLM_QUEUE_TOP_LOGPROBS];
 
+    ngx_memzero(&o, sizeof(vlm_openai_output_t));
     o.text = text;
     o.len = rec->text_len;
-    o.logprobs = NULL;
-    o.n_logprobs = 0;
     o.text_offset = ctx->text_offset;
 
     if (ctx->req.logprobs && rec->token != VLM_QUEUE_NONE) {
@@ -329,24 +329,38 @@ ngx_http_vlm_chat_stream_out(ngx_http_vlm_chat_ctx_t *ctx,
         ctx->text_offset += lp.len;
     }
 
+    /* held text given back: a reasoning's, a tool call's head */
+    o.len += (ctx->reasoning ? VLM_REASONING_HOLD : 0)
+             + (ctx->tool_calls ? VLM_TOOLCALL_HOLD + 16 : 0);
     bound = vlm_openai_output_bound(&ctx->resp, &o);
+    o.len = rec->text_len;
 
-    if (ctx->tool_calls) {
-        /* held text given back, a call's name, its arguments */
-        o.len += VLM_TOOLCALL_HOLD + 16;
-        bound = 3 * vlm_openai_output_bound(&ctx->resp, &o);
-        o.len = rec->text_len;
-    }
+    /* a reasoning chunk, and content, or a call's name and arguments */
+    bound *= (ctx->reasoning ? 1 : 0) + (ctx->tool_calls ? 3 : 1);
 
     b = ngx_http_vlm_chat_room(ctx, clp, bound);
     if (b == NULL) {
         return NGX_ERROR;
     }
 
-    if (ctx->tool_calls) {
-        ctx->tc_buf = b;
-        ctx->tc_out = &o;
+    ctx->chunk_buf = b;
+    ctx->chunk_out = &o;
 
+    if (ctx->reasoning) {
+        if (vlm_reasoning_feed(&ctx->rp, text, rec->text_len,
+                               ngx_http_vlm_reasoning_stream, ctx))
+        {
+            return NGX_ERROR;
+        }
+
+        if (rec->token != VLM_QUEUE_NONE && ctx->rp.touched) {
+            ctx->n_reasoning++;
+        }
+
+        return NGX_OK;
+    }
+
+    if (ctx->tool_calls) {
         return vlm_toolcall_feed(&ctx->tc, text, rec->text_len,
                                  ngx_http_vlm_toolcall_stream, ctx)
                ? NGX_ERROR : NGX_OK;
@@ -365,38 +379,67 @@ ngx_http_vlm_chat_stream_out(ngx_http_vlm_chat_ctx_t *ctx,
 }
 
 
+/* n bytes of s appended to the text *buf, grown in the request's pool */
+ngx_int_t
+ngx_http_vlm_output_append(ngx_http_vlm_chat_ctx_t *ctx, u_char **buf,
+    size_t *len, size_t *cap, const char *s, size_t n)
+{
+    u_char  *p;
+    size_t   size;
+
+    /* no text: the answer may have no buffer yet */
+    if (n == 0) {
+        return NGX_OK;
+    }
+
+    if (*len + n > *cap) {
+        size = ngx_max(2 * *cap, *len + n + 256);
+
+        p = ngx_pnalloc(ctx->request->pool, size);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (*len) {
+            ngx_memcpy(p, *buf, *len);
+        }
+
+        *buf = p;
+        *cap = size;
+    }
+
+    ngx_memcpy(*buf + *len, s, n);
+    *len += n;
+
+    return NGX_OK;
+}
+
+
 /* non-streaming: the token's text and logprobs are kept for the end */
 static ngx_int_t
 ngx_http_vlm_chat_emit(ngx_http_vlm_chat_ctx_t *ctx,
     const vlm_queue_out_t *rec, const char *text)
 {
-    u_char                *p;
     size_t                 cap;
     vlm_openai_logprob_t  *lp, *top;
     ngx_http_request_t    *r;
 
     r = ctx->request;
 
-    if (ctx->text_len + rec->text_len > ctx->text_cap) {
-        cap = ngx_max(2 * ctx->text_cap, ctx->text_len + rec->text_len + 256);
-
-        p = ngx_pnalloc(r->pool, cap);
-        if (p == NULL) {
+    if (ctx->reasoning) {
+        if (ngx_http_vlm_reasoning_keep(ctx, text, rec->text_len,
+                                        rec->token != VLM_QUEUE_NONE)
+            != NGX_OK)
+        {
             return NGX_ERROR;
         }
 
-        if (ctx->text_len) {
-            ngx_memcpy(p, ctx->text, ctx->text_len);
-        }
-
-        ctx->text = p;
-        ctx->text_cap = cap;
-    }
-
-    /* a record with no text: the answer may have no buffer yet */
-    if (rec->text_len) {
-        ngx_memcpy(ctx->text + ctx->text_len, text, rec->text_len);
-        ctx->text_len += rec->text_len;
+    } else if (ngx_http_vlm_output_append(ctx, &ctx->text, &ctx->text_len,
+                                          &ctx->text_cap, text,
+                                          rec->text_len)
+               != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     if (!ctx->req.logprobs || rec->token == VLM_QUEUE_NONE) {
@@ -494,6 +537,7 @@ ngx_http_vlm_chat_finish(ngx_http_vlm_chat_ctx_t *ctx, vlm_queue_slot_t *qs)
     /* the engine's count: the stop token is generated, though not shown */
     ctx->n_completion = vlm_max(ctx->n_completion, qs->n_completion);
     usage.completion_tokens = ctx->n_completion;
+    usage.reasoning_tokens = ctx->n_reasoning;
     finish = qs->finish_reason == VLM_QUEUE_FINISH_LENGTH
              ? VLM_OPENAI_FINISH_LENGTH : VLM_OPENAI_FINISH_STOP;
 
@@ -530,11 +574,17 @@ ngx_http_vlm_chat_finish(ngx_http_vlm_chat_ctx_t *ctx, vlm_queue_slot_t *qs)
     }
 
     if (!ctx->req.stream) {
+        ngx_memzero(&o, sizeof(vlm_openai_output_t));
         o.text = (const char *) ctx->text;
         o.len = ctx->text_len;
         o.logprobs = ctx->lps;
         o.n_logprobs = ctx->n_lps;
-        o.text_offset = 0;
+
+        if (ctx->reasoning && ngx_http_vlm_reasoning_read(ctx, &o) != NGX_OK)
+        {
+            ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+            return;
+        }
 
         size = vlm_openai_output_bound(&ctx->resp, &o) + 512;
 
@@ -588,11 +638,18 @@ ngx_http_vlm_chat_finish(ngx_http_vlm_chat_ctx_t *ctx, vlm_queue_slot_t *qs)
 
     b = cl->buf;
 
-    if (ctx->tool_calls) {
-        /* text the reader held back, then the reason */
-        ctx->tc_buf = b;
-        ctx->tc_out = NULL;
+    /* text the readers held back, then the reason */
+    ctx->chunk_buf = b;
+    ctx->chunk_out = NULL;
 
+    if (ctx->reasoning
+        && vlm_reasoning_finish(&ctx->rp, ngx_http_vlm_reasoning_stream, ctx))
+    {
+        ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+        return;
+    }
+
+    if (ctx->tool_calls) {
         if (vlm_toolcall_finish(&ctx->tc, ngx_http_vlm_toolcall_stream, ctx))
         {
             ngx_http_vlm_chat_end(ctx, NGX_ERROR);
@@ -652,7 +709,12 @@ ngx_http_vlm_chat_choose(ngx_http_vlm_chat_ctx_t *ctx, uint32_t choice)
     (to)->tc_text = (from)->tc_text;                                         \
     (to)->tc_len = (from)->tc_len;                                           \
     (to)->calls = (from)->calls;                                             \
-    (to)->n_calls = (from)->n_calls
+    (to)->n_calls = (from)->n_calls;                                         \
+    (to)->rp = (from)->rp;                                                   \
+    (to)->rp_text = (from)->rp_text;                                         \
+    (to)->rp_len = (from)->rp_len;                                           \
+    (to)->rp_cap = (from)->rp_cap;                                           \
+    (to)->n_reasoning = (from)->n_reasoning
 
     ch = &ctx->choices[ctx->choice];
     NGX_HTTP_VLM_CHOICE_FIELDS(ch, ctx);
@@ -694,8 +756,13 @@ ngx_http_vlm_chat_stream_finish(ngx_http_vlm_chat_ctx_t *ctx,
 
     bound = VLM_OPENAI_HEAD_MAX + 256;
 
+    if (ctx->reasoning) {
+        bound += 2 * (VLM_OPENAI_HEAD_MAX + 6 * VLM_REASONING_HOLD + 256);
+    }
+
     if (ctx->tool_calls) {
-        bound += 3 * (VLM_OPENAI_HEAD_MAX + 6 * VLM_TOOLCALL_HOLD + 256);
+        bound += 3 * (VLM_OPENAI_HEAD_MAX
+                      + 6 * (VLM_TOOLCALL_HOLD + VLM_REASONING_HOLD) + 256);
     }
 
     b = ngx_http_vlm_chat_room(ctx, clp, bound);
@@ -703,10 +770,16 @@ ngx_http_vlm_chat_stream_finish(ngx_http_vlm_chat_ctx_t *ctx,
         return NGX_ERROR;
     }
 
-    if (ctx->tool_calls) {
-        ctx->tc_buf = b;
-        ctx->tc_out = NULL;
+    ctx->chunk_buf = b;
+    ctx->chunk_out = NULL;
 
+    if (ctx->reasoning
+        && vlm_reasoning_finish(&ctx->rp, ngx_http_vlm_reasoning_stream, ctx))
+    {
+        return NGX_ERROR;
+    }
+
+    if (ctx->tool_calls) {
         if (vlm_toolcall_finish(&ctx->tc, ngx_http_vlm_toolcall_stream, ctx))
         {
             return NGX_ERROR;
@@ -759,9 +832,15 @@ ngx_http_vlm_chat_finish_n(ngx_http_vlm_chat_ctx_t *ctx,
     usage.prompt_tokens = ctx->n_prompt;
     usage.cached_tokens = qs->n_cached;
     usage.completion_tokens = ctx->n_completion;
+    usage.reasoning_tokens = 0;
+
+    for (i = 0; i < ctx->n_choices; i++) {
+        ngx_http_vlm_chat_choose(ctx, i);
+        usage.reasoning_tokens += ctx->n_reasoning;
+    }
 
     if (!ctx->req.stream) {
-        o = ngx_palloc(r->pool, ctx->n_choices * sizeof(vlm_openai_output_t));
+        o = ngx_pcalloc(r->pool, ctx->n_choices * sizeof(vlm_openai_output_t));
         c = ngx_palloc(r->pool, ctx->n_choices * sizeof(vlm_openai_choice_t));
         if (o == NULL || c == NULL) {
             ngx_http_vlm_chat_end(ctx, NGX_ERROR);
@@ -779,7 +858,13 @@ ngx_http_vlm_chat_finish_n(ngx_http_vlm_chat_ctx_t *ctx,
             o[i].len = ctx->text_len;
             o[i].logprobs = ctx->lps;
             o[i].n_logprobs = ctx->n_lps;
-            o[i].text_offset = 0;
+
+            if (ctx->reasoning
+                && ngx_http_vlm_reasoning_read(ctx, &o[i]) != NGX_OK)
+            {
+                ngx_http_vlm_chat_end(ctx, NGX_ERROR);
+                return;
+            }
 
             c[i].out = &o[i];
             c[i].finish = reason == VLM_QUEUE_FINISH_LENGTH

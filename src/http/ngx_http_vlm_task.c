@@ -613,10 +613,13 @@ prompted:
     p->top_logprobs = req->top_logprobs;
     p->n_stop = req->n_stop;
     p->grammar_len = 0;
+    p->grammar_after = 0;
 
     if (req->grammar != NULL) {
         p->grammar_off = qs->arena_off + ctx->grammar_off;
         p->grammar_len = (uint32_t) req->grammar_len;
+        p->grammar_after =
+                       (uint32_t) ngx_http_vlm_reasoning_grammar_after(ctx);
         ngx_memcpy(vlm_queue_arena(q, p->grammar_off), req->grammar,
                    req->grammar_len);
     }

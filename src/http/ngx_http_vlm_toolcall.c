@@ -45,7 +45,7 @@ ngx_http_vlm_toolcall_stream(void *data, vlm_toolcall_event_t ev,
     vlm_status_t          rc;
     vlm_openai_output_t   o;
 
-    b = ctx->tc_buf;
+    b = ctx->chunk_buf;
 
     switch (ev) {
 
@@ -54,16 +54,15 @@ ngx_http_vlm_toolcall_stream(void *data, vlm_toolcall_event_t ev,
             return 0;
         }
 
+        ngx_memzero(&o, sizeof(vlm_openai_output_t));
         o.text = s;
         o.len = len;
-        o.logprobs = NULL;
-        o.n_logprobs = 0;
 
         /* the record's logprobs go with its first chunk */
-        if (ctx->tc_out != NULL) {
-            o.logprobs = ctx->tc_out->logprobs;
-            o.n_logprobs = ctx->tc_out->n_logprobs;
-            ctx->tc_out = NULL;
+        if (ctx->chunk_out != NULL) {
+            o.logprobs = ctx->chunk_out->logprobs;
+            o.n_logprobs = ctx->chunk_out->n_logprobs;
+            ctx->chunk_out = NULL;
         }
 
         rc = vlm_openai_format_chunk_content(&ctx->resp, &o,

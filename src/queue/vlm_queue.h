@@ -117,6 +117,9 @@ typedef struct {
     uint64_t  logit_bias_off;   /* arena: uint32 ids[n], float bias[n] */
     uint64_t  grammar_off;      /* arena offset of a grammar program */
     uint32_t  grammar_len;      /* its bytes; 0: unconstrained output */
+    uint32_t  grammar_after;    /* 1 + the token that ends a thinking
+                                   model's reasoning: the grammar applies
+                                   once it is drawn; 0: from the first */
     uint32_t  n;                /* choices (OpenAI's n): 0 or 1 is one;
                                    the engine runs them as n sequences
                                    forked from one prefill */
