@@ -2,8 +2,9 @@
  * The emulated CUDA device: the runtime API that the CUDA backend and its
  * tests call, run on the CPU.  Device memory is mapped regions of its own
  * (registered, so that copies and kernel arguments are checked against
- * where their pointers live); streams run their work in order at the time
- * it is issued; a kernel runs each block's threads as fibers (cudaemu.h).
+ * where their pointers live); streams run their work only when it is
+ * waited for (cudaemu_stream.cc); a kernel runs each block's threads as
+ * fibers (cudaemu.h).
  * C code sees the host API only; C++ code (the kernels) also gets the
  * device side: the index variables, shared memory, warp and block
  * synchronisation, and the launch.
