@@ -822,6 +822,49 @@ test_attention_varlen(void **state)
 }
 
 
+/*
+ * one upload of 2.5 times the pinned staging ring (4 chunks of 4 MiB):
+ * each chunk is filled again only once its copy to the device has run
+ */
+static void
+test_upload_ring(void **state)
+{
+    size_t     n, i;
+    uint32_t  *h, *back;
+    void      *d;
+
+    require_gpu();
+
+    n = (size_t) 40 << 20;
+    h = malloc(n);
+    back = malloc(n);
+    assert_non_null(h);
+    assert_non_null(back);
+
+    for (i = 0; i < n / 4; i++) {
+        h[i] = (uint32_t) (i * 2654435761u);
+    }
+
+    d = gpu->ops->alloc(gpu, n);
+    assert_non_null(d);
+
+    assert_int_equal(gpu->ops->upload(gpu, d, h, n), VLM_OK);
+    memset(back, 0, n);
+    assert_int_equal(gpu->ops->download(gpu, back, d, n), VLM_OK);
+
+    for (i = 0; i < n / 4; i++) {
+        if (back[i] != h[i]) {
+            fail_msg("upload of %zu bytes: word %zu is 0x%08x, 0x%08x sent",
+                     n, i, back[i], h[i]);
+        }
+    }
+
+    gpu->ops->release(gpu, d);
+    free(h);
+    free(back);
+}
+
+
 /* the memory a test gave back: the pool is where it started */
 static void
 test_pool_idle(void **state)
@@ -1436,6 +1479,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_attention_paged),
         cmocka_unit_test(test_attention_varlen),
         cmocka_unit_test(test_pool_idle),
+        cmocka_unit_test(test_upload_ring),
         cmocka_unit_test(test_model_image_cache),
 #ifdef VLM_CUDAEMU
         cmocka_unit_test(test_model_fault),
