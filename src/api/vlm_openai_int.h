@@ -134,7 +134,8 @@ typedef struct {
 } vlm_openai_buf_t;
 
 
-#define vlm_openai_put_lit(b, s)  vlm_openai_put(b, s, sizeof(s) - 1)
+/* s a string literal only ("" s does not compile otherwise): sizeof */
+#define vlm_openai_put_lit(b, s)  vlm_openai_put(b, "" s, sizeof(s) - 1)
 
 /* the longest "%.9g" of a float: "-1.23456789e-38" */
 #define VLM_OPENAI_FLOAT_MAX  16
