@@ -638,6 +638,122 @@ test_plan(void **state)
 }
 
 
+/* a schema of n arrays of one item around a string, in buf */
+static const char *
+nested_arrays(char *buf, size_t cap, int n)
+{
+    int     i;
+    size_t  len;
+
+    len = 0;
+
+    for (i = 0; i < n; i++) {
+        len += (size_t) snprintf(buf + len, cap - len, "{\"type\":\"array\","
+                                 "\"minItems\":1,\"items\":");
+    }
+
+    len += (size_t) snprintf(buf + len, cap - len, "{\"type\":\"string\"}");
+
+    for (i = 0; i < n; i++) {
+        len += (size_t) snprintf(buf + len, cap - len, "}");
+    }
+
+    assert_true(len < cap);
+
+    return buf;
+}
+
+
+/*
+ * The stack's limit: documents as deep as it holds are compiled and
+ * decoded, deeper ones refused with the limit; recursion is followed as
+ * deep as the stack holds, where only what closes is allowed, so that a
+ * document always has an end.
+ */
+static void
+test_depth(void **state)
+{
+    int               k, i;
+    char              buf[8192], doc[8192];
+    gram_t            gr;
+    json_t           *s;
+    vlm_error_t       err;
+    vlm_schema_fn_t   fn;
+    vlm_schema_out_t  out;
+
+    gram_compile(&gr, nested_arrays(buf, sizeof(buf), VLM_GRAMMAR_MAX_DEPTH
+                                                      - 1));
+    for (i = 0; i < 10; i++) {
+        walk_json(&gr, 1000, doc, sizeof(doc));
+    }
+
+    gram_free(&gr);
+
+    s = json_loads(nested_arrays(buf, sizeof(buf), VLM_GRAMMAR_MAX_DEPTH),
+                   0, NULL);
+    assert_non_null(s);
+    assert_int_not_equal(vlm_schema_compile(s, &out, &err), VLM_OK);
+    assert_non_null(strstr(err.msg, "deeper than 64 levels"));
+    assert_int_equal(strncmp(out.path, "$.items.items", 13), 0);
+
+    /* a tool call's arguments: two levels fewer */
+    fn.name = "f";
+    fn.parameters = json_object_get(json_object_get(s, "items"), "items");
+    assert_int_not_equal(vlm_schema_compile_tools(&fn, 1, 1, &out, &err),
+                         VLM_OK);
+    assert_non_null(strstr(err.msg, "deeper than 62 levels"));
+
+    fn.parameters = json_object_get(fn.parameters, "items");
+    assert_int_equal(vlm_schema_compile_tools(&fn, 1, 1, &out, &err),
+                     VLM_OK);
+    free(out.prog);
+    json_decref(s);
+
+    /* recursion, the inner value optional: as deep as the stack holds */
+    gram_compile(&gr, "{\"$defs\":{\"n\":{\"type\":\"object\","
+                 "\"properties\":{\"c\":{\"anyOf\":[{\"$ref\":"
+                 "\"#/$defs/n\"},{\"type\":\"null\"}]}},\"required\":"
+                 "[\"c\"]}},\"$ref\":\"#/$defs/n\"}");
+    vlm_matcher_reset(gr.m, &gr.g);
+
+    for (k = 0; vlm_matcher_feed(gr.m, "{\"c\":", 5); k++) {
+        assert_true(k < 100);
+    }
+
+    assert_int_equal(k, VLM_GRAMMAR_MAX_DEPTH - 1);
+
+    vlm_matcher_reset(gr.m, &gr.g);
+
+    for (i = 0; i < k; i++) {
+        assert_true(vlm_matcher_feed(gr.m, "{\"c\":", 5));
+    }
+
+    assert_true(vlm_matcher_feed(gr.m, "null", 4));
+
+    for (i = 0; i < k; i++) {
+        assert_true(vlm_matcher_feed(gr.m, "}", 1));
+    }
+
+    assert_true(vlm_matcher_complete(gr.m));
+
+    for (i = 0; i < 40; i++) {
+        walk_json(&gr, 2000, doc, sizeof(doc));
+    }
+
+    gram_free(&gr);
+
+    /* arrays in arrays without end: the walks end too */
+    gram_compile(&gr, "{\"$defs\":{\"a\":{\"type\":\"array\",\"items\":"
+                 "{\"$ref\":\"#/$defs/a\"}}},\"$ref\":\"#/$defs/a\"}");
+
+    for (i = 0; i < 40; i++) {
+        walk_json(&gr, 400, doc, sizeof(doc));
+    }
+
+    gram_free(&gr);
+}
+
+
 static void
 test_bad_programs(void **state)
 {
@@ -681,6 +797,7 @@ main(void)
         cmocka_unit_test(test_mask_brute),
         cmocka_unit_test(test_random_walks),
         cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_depth),
         cmocka_unit_test(test_bad_programs),
     };
 

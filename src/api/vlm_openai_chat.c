@@ -95,7 +95,11 @@ vlm_openai_parse_unsupported(vlm_openai_parser_t *p, const json_t *root)
 }
 
 
-/* elided strings of a value (a schema, a tool) put back, depth-bounded */
+/*
+ * Elided strings of a value (a schema, a tool) put back, as deep as a
+ * schema may nest under the request's fields around it: anything deeper
+ * is refused by vlm_schema_check_levels after this.
+ */
 static vlm_status_t
 vlm_openai_unelide(vlm_openai_parser_t *p, json_t *v, int depth)
 {
@@ -104,7 +108,7 @@ vlm_openai_unelide(vlm_openai_parser_t *p, json_t *v, int depth)
     const char       *k;
     vlm_openai_str_t  str;
 
-    if (depth > 64) {
+    if (depth > VLM_SCHEMA_MAX_LEVELS + 8) {
         return VLM_OK;
     }
 
@@ -348,6 +352,14 @@ vlm_openai_parse_tools(vlm_openai_parser_t *p, const json_t *root)
 
         if (v != NULL && !json_is_object(v)) {
             return vlm_openai_bad_type(p->err, param, "an object", v);
+        }
+
+        /* the limits of a schema, whether or not it constrains */
+        if (vlm_schema_check_levels(v, param, &out, &e) != VLM_OK) {
+            return vlm_openai_bad(p->err, VLM_ERR_UNSUPPORTED,
+                                  "invalid_function_parameters", param,
+                                  "Invalid schema for function parameters: "
+                                  "%s.", e.msg);
         }
 
         fns[i].name = s;

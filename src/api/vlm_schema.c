@@ -21,9 +21,10 @@
 
 #define VLM_SB_MAX_NODES     4096
 #define VLM_SB_MAX_REFS      256
-#define VLM_SB_MAX_DEPTH     64
+#define VLM_SB_MAX_DEPTH     VLM_SCHEMA_MAX_LEVELS   /* with $refs */
 #define VLM_SB_MAX_LITERAL   4096
 #define VLM_SB_MAX_CHARS     (1u << 20)
+#define VLM_SB_PATH_KEEP     40     /* bytes of each end of a long path */
 
 
 typedef struct {
@@ -54,20 +55,44 @@ static uint32_t vlm_sb_value(vlm_sb_t *sb, const json_t *s, const char *path,
     uint32_t into);
 
 
+/* n, or less so as not to cut a UTF-8 character of s */
+static size_t
+vlm_sb_utf8_cut(const char *s, size_t n)
+{
+    while (n > 0 && ((unsigned char) s[n] & 0xc0) == 0x80) {
+        n--;
+    }
+
+    return n;
+}
+
+
 static uint32_t
 vlm_sb_fail(vlm_sb_t *sb, const char *path, const char *fmt, const char *arg)
 {
     char    msg[256];
-    size_t  len;
+    size_t  len, head, tail;
 
     /* a path longer than the room is cut, never the message */
     len = strlen(path);
-    len = len < sizeof(sb->out->path) ? len : sizeof(sb->out->path) - 1;
-    memcpy(sb->out->path, path, len);
-    sb->out->path[len] = '\0';
+    head = len < sizeof(sb->out->path) ? len : sizeof(sb->out->path) - 1;
+    head = vlm_sb_utf8_cut(path, head);
+    memcpy(sb->out->path, path, head);
+    sb->out->path[head] = '\0';
 
     snprintf(msg, sizeof(msg), fmt, arg);
-    vlm_error_set(sb->err, VLM_ERR_UNSUPPORTED, "%s: %s", path, msg);
+
+    if (len > 2 * VLM_SB_PATH_KEEP) {
+        /* its start and its end, the message whole */
+        head = vlm_sb_utf8_cut(path, VLM_SB_PATH_KEEP);
+        tail = len - vlm_sb_utf8_cut(path, len - VLM_SB_PATH_KEEP);
+
+        vlm_error_set(sb->err, VLM_ERR_UNSUPPORTED, "%.*s...%s: %s",
+                      (int) head, path, path + len - tail, msg);
+
+    } else {
+        vlm_error_set(sb->err, VLM_ERR_UNSUPPORTED, "%s: %s", path, msg);
+    }
 
     return VLM_GRAMMAR_NONE;
 }
@@ -975,10 +1000,13 @@ vlm_sb_schema(vlm_sb_t *sb, const json_t *s, const char *path, uint32_t id)
 static uint32_t
 vlm_sb_value(vlm_sb_t *sb, const json_t *s, const char *path, uint32_t into)
 {
+    char      limit[16];
     uint32_t  id;
 
     if (sb->depth == VLM_SB_MAX_DEPTH) {
-        return vlm_sb_fail(sb, path, "the schema nests too deeply%s", "");
+        snprintf(limit, sizeof(limit), "%d", VLM_SB_MAX_DEPTH);
+        return vlm_sb_fail(sb, path, "the schema's references nest deeper "
+                           "than %s levels", limit);
     }
 
     if (into == VLM_GRAMMAR_NONE && json_is_true(s)) {
@@ -1089,6 +1117,63 @@ vlm_sb_init(vlm_sb_t *sb, const json_t *root, vlm_schema_out_t *out,
 }
 
 
+/* the levels of JSON under v, counting v's; stops past the limit */
+static uint32_t
+vlm_sb_levels(const json_t *v, uint32_t level)
+{
+    size_t       i;
+    uint32_t     d, best;
+    json_t      *c;
+    const char  *k;
+
+    if (level > VLM_SCHEMA_MAX_LEVELS) {
+        return level;
+    }
+
+    best = level;
+
+    if (json_is_array(v)) {
+        json_array_foreach(v, i, c) {
+            d = vlm_sb_levels(c, level + 1);
+            best = d > best ? d : best;
+        }
+
+    } else if (json_is_object(v)) {
+        json_object_foreach((json_t *) v, k, c) {
+            d = vlm_sb_levels(c, level + 1);
+            best = d > best ? d : best;
+        }
+    }
+
+    return best;
+}
+
+
+vlm_status_t
+vlm_schema_check_levels(const void *schema, const char *path,
+    vlm_schema_out_t *out, vlm_error_t *err)
+{
+    size_t  len;
+
+    err->status = VLM_OK;
+
+    if (schema == NULL
+        || vlm_sb_levels(schema, 1) <= VLM_SCHEMA_MAX_LEVELS)
+    {
+        return VLM_OK;
+    }
+
+    len = strlen(path);
+    len = len < sizeof(out->path) ? len : sizeof(out->path) - 1;
+    memcpy(out->path, path, len);
+    out->path[len] = '\0';
+
+    return vlm_error_set(err, VLM_ERR_UNSUPPORTED, "%s: the schema nests "
+                         "deeper than %d levels", path,
+                         VLM_SCHEMA_MAX_LEVELS);
+}
+
+
 vlm_status_t
 vlm_schema_compile(const void *schema, vlm_schema_out_t *out,
     vlm_error_t *err)
@@ -1098,6 +1183,10 @@ vlm_schema_compile(const void *schema, vlm_schema_out_t *out,
     vlm_sb_t      sb;
 
     vlm_sb_init(&sb, schema, out, err);
+
+    if (vlm_schema_check_levels(schema, "$", out, err) != VLM_OK) {
+        return err->status;
+    }
 
     if (schema == NULL) {
         /* json_object: an object of any keys and values */
@@ -1159,6 +1248,13 @@ vlm_schema_compile_tools(const vlm_schema_fn_t *fns, uint32_t n,
         if (!vlm_sb_key_ok(fns[i].name) || fns[i].name[0] == '\0') {
             root = vlm_sb_fail(&sb, path, "a function name with '\"', '\\' "
                                "or a control character%s", "");
+            goto done;
+        }
+
+        if (vlm_schema_check_levels(fns[i].parameters, path, out, err)
+            != VLM_OK)
+        {
+            root = VLM_GRAMMAR_NONE;
             goto done;
         }
 

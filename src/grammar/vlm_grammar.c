@@ -6,6 +6,7 @@
  * first bytes derived to a fixed point.
  */
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "vlm_grammar_int.h"
@@ -502,6 +503,185 @@ vlm_g_min_len(const vlm_grammar_t *g, uint32_t i)
 }
 
 
+/* the fewest frames a value of node i needs: its shortest documents' */
+static uint32_t
+vlm_g_need(const vlm_grammar_t *g, uint32_t i)
+{
+    uint32_t            j, d, best;
+    const uint32_t     *l;
+    const vlm_gnode_t  *n;
+
+    n = &g->nodes[i];
+    l = g->idx + n->a;
+    best = 0;
+
+    switch (n->kind) {
+
+    case VLM_GNODE_OBJECT:
+        for (j = 0; j < n->b; j++) {
+            if (l[4 * j + 3]) {
+                d = g->nodes[l[4 * j + 2]].depth;
+                best = d > best ? d : best;
+            }
+        }
+
+        return 1 + best;
+
+    case VLM_GNODE_ARRAY:
+        return 1 + (n->b ? g->nodes[n->a].depth : 0);
+
+    case VLM_GNODE_ANYOF:
+        best = UINT16_MAX;
+        for (j = 0; j < n->b; j++) {
+            d = g->nodes[l[j]].depth;
+            best = d < best ? d : best;
+        }
+
+        return best;
+
+    case VLM_GNODE_TOOLCALL:
+        for (j = 0; j < n->b; j++) {
+            d = g->nodes[l[3 * j + 2]].depth;
+            best = d > best ? d : best;
+        }
+
+        return 1 + best;
+
+    case VLM_GNODE_TOOLCALLS:
+        return 1 + g->nodes[n->a].depth;
+
+    default:
+        return 1;
+    }
+}
+
+
+/*
+ * The most frames a document of node i can take (an ANYOF takes its
+ * child's), VLM_G_INF through a cycle: a depth-first walk, reach[] holding
+ * each node's once known, VLM_GRAMMAR_NONE while on the walk's path.
+ */
+static uint32_t
+vlm_g_reach(const vlm_grammar_t *g, uint32_t i, uint32_t *reach)
+{
+    uint32_t            j, k, d, best, n_kids, width, at;
+    const uint32_t     *l;
+    const vlm_gnode_t  *n;
+
+    if (reach[i] == VLM_GRAMMAR_NONE) {
+        return VLM_G_INF;
+    }
+
+    if (reach[i] != 0) {
+        return reach[i];
+    }
+
+    n = &g->nodes[i];
+    l = g->idx + n->a;
+    n_kids = 0;
+    width = 1;
+    at = 0;
+
+    switch (n->kind) {
+
+    case VLM_GNODE_OBJECT:
+        n_kids = n->b;
+        width = 4;
+        at = 2;
+        break;
+
+    case VLM_GNODE_ANYOF:
+        n_kids = n->b;
+        break;
+
+    case VLM_GNODE_TOOLCALL:
+        n_kids = n->b;
+        width = 3;
+        at = 2;
+        break;
+
+    default:
+        break;
+    }
+
+    reach[i] = VLM_GRAMMAR_NONE;
+    best = 0;
+
+    for (j = 0; j < n_kids; j++) {
+        d = vlm_g_reach(g, l[width * j + at], reach);
+        best = d > best ? d : best;
+    }
+
+    /* the one child of a map, an array, the calls */
+    k = VLM_GRAMMAR_NONE;
+
+    if (n->kind == VLM_GNODE_OBJECT && n->b == 0 && n->c != VLM_GRAMMAR_NONE)
+    {
+        k = n->c;
+
+    } else if (n->kind == VLM_GNODE_ARRAY || n->kind == VLM_GNODE_TOOLCALLS) {
+        k = n->a;
+    }
+
+    if (k != VLM_GRAMMAR_NONE) {
+        d = vlm_g_reach(g, k, reach);
+        best = d > best ? d : best;
+    }
+
+    if (best < VLM_G_INF && n->kind != VLM_GNODE_ANYOF) {
+        best++;
+    }
+
+    reach[i] = best;
+
+    return best;
+}
+
+
+/* the node where a deepest document passes VLM_GRAMMAR_MAX_DEPTH */
+static uint32_t
+vlm_g_too_deep(const vlm_grammar_t *g, uint32_t root, const uint32_t *reach)
+{
+    uint32_t            i, level, left;
+    uint32_t            j, k, width, at, n_kids;
+    const uint32_t     *l;
+    const vlm_gnode_t  *n;
+
+    i = root;
+    level = 0;
+
+    for ( ;; ) {
+        n = &g->nodes[i];
+
+        if (n->kind != VLM_GNODE_ANYOF && ++level > VLM_GRAMMAR_MAX_DEPTH) {
+            return i;
+        }
+
+        /* on to a child that reaches as deep as the rest must */
+        left = reach[i] - (n->kind != VLM_GNODE_ANYOF);
+        l = g->idx + n->a;
+        width = n->kind == VLM_GNODE_OBJECT ? 4
+                : n->kind == VLM_GNODE_TOOLCALL ? 3 : 1;
+        at = width > 1 ? 2 : 0;
+        n_kids = (n->kind == VLM_GNODE_OBJECT || n->kind == VLM_GNODE_ANYOF
+                  || n->kind == VLM_GNODE_TOOLCALL) ? n->b : 0;
+        k = VLM_GRAMMAR_NONE;
+
+        for (j = 0; j < n_kids && k == VLM_GRAMMAR_NONE; j++) {
+            if (reach[l[width * j + at]] == left) {
+                k = l[width * j + at];
+            }
+        }
+
+        if (k == VLM_GRAMMAR_NONE) {
+            k = (n->kind == VLM_GNODE_OBJECT && n->b == 0) ? n->c : n->a;
+        }
+
+        i = k;
+    }
+}
+
+
 static void
 vlm_g_first(const vlm_grammar_t *g, uint32_t i, uint32_t *set)
 {
@@ -566,8 +746,8 @@ vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes, uint32_t root,
     vlm_error_t *err)
 {
     int            changed;
-    uint32_t       i, j, k, c, len, pass;
-    uint32_t       set[8], seen[8];
+    uint32_t       i, j, k, c, len, pass, need, limit;
+    uint32_t       set[8], seen[8], *reach;
     vlm_grammar_t  g;
 
     g.hdr = NULL;
@@ -579,6 +759,7 @@ vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes, uint32_t root,
 
     for (i = 0; i < n_nodes; i++) {
         nodes[i].min_len = VLM_G_INF;
+        nodes[i].depth = UINT16_MAX;
         memset(nodes[i].first, 0, sizeof(nodes[i].first));
     }
 
@@ -591,6 +772,14 @@ vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes, uint32_t root,
 
             if (len < nodes[i].min_len) {
                 nodes[i].min_len = len;
+                changed = 1;
+            }
+
+            need = vlm_g_need(&g, i);
+            need = need > UINT16_MAX ? UINT16_MAX : need;
+
+            if (need < nodes[i].depth) {
+                nodes[i].depth = (uint16_t) need;
                 changed = 1;
             }
 
@@ -631,7 +820,40 @@ vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes, uint32_t root,
         }
     }
 
-    (void) root;
+    /*
+     * The stack's limit: a document may nest as deep as its grammar lets
+     * it where that is bounded; through recursion ($ref), the matcher
+     * follows it as deep as the stack holds, where only what closes fits
+     * (vlm_g_push), so the shortest documents must fit.
+     */
+    reach = calloc(n_nodes, sizeof(uint32_t));
+    if (reach == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "grammar: no memory");
+    }
+
+    limit = VLM_GRAMMAR_MAX_DEPTH;
+
+    if (nodes[root].kind == VLM_GNODE_TOOLCALLS) {
+        /* the calls and the call hold two frames under the arguments */
+        limit -= 2;
+    }
+
+    if (vlm_g_reach(&g, root, reach) >= VLM_G_INF) {
+        if (nodes[root].depth > VLM_GRAMMAR_MAX_DEPTH) {
+            *bad = root;
+            free(reach);
+            return vlm_error_set(err, VLM_ERR_UNSUPPORTED, "the schema nests "
+                                 "deeper than %u levels", limit);
+        }
+
+    } else if (reach[root] > VLM_GRAMMAR_MAX_DEPTH) {
+        *bad = vlm_g_too_deep(&g, root, reach);
+        free(reach);
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED, "the schema nests "
+                             "deeper than %u levels", limit);
+    }
+
+    free(reach);
 
     return VLM_OK;
 }

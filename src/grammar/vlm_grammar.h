@@ -29,7 +29,12 @@
 
 #define VLM_GRAMMAR_MAGIC       0x4d524756u     /* "VGRM" */
 #define VLM_GRAMMAR_NONE        UINT32_MAX
-#define VLM_GRAMMAR_MAX_DEPTH   32              /* nesting of values */
+/*
+ * The values a document may nest (the matcher's stack of frames): the
+ * compiler refuses a schema whose documents nest deeper, and a recursive
+ * one is followed as deep as this, where only what closes is allowed.
+ */
+#define VLM_GRAMMAR_MAX_DEPTH   64
 #define VLM_GRAMMAR_MAX_CAND    64              /* enum values, properties */
 #define VLM_GRAMMAR_MAX_NODES   65536
 #define VLM_GRAMMAR_MAX_BYTES   (1u << 20)      /* a program, at most */
@@ -67,7 +72,7 @@ typedef enum {
 typedef struct {
     uint8_t   kind;
     uint8_t   flags;
-    uint16_t  reserved;
+    uint16_t  depth;            /* the fewest frames a value needs */
     uint32_t  a;
     uint32_t  b;
     uint32_t  c;
@@ -106,10 +111,12 @@ vlm_status_t vlm_grammar_open(vlm_grammar_t *g, const void *prog,
 
 
 /*
- * For the compiler: fills in every node's min_len and first set (nodes
- * may refer to each other in cycles, through $ref) and checks that the
- * children of every ANYOF start with different bytes.  On failure *bad
- * is the node at fault (VLM_GRAMMAR_NONE: no finite document).
+ * For the compiler: fills in every node's min_len, depth and first set
+ * (nodes may refer to each other in cycles, through $ref) and checks that
+ * the children of every ANYOF start with different bytes and that no
+ * document nests deeper than VLM_GRAMMAR_MAX_DEPTH (for a recursive
+ * grammar: that its shortest documents fit).  On failure *bad is the node
+ * at fault (VLM_GRAMMAR_NONE: no finite document) and err->msg says why.
  */
 vlm_status_t vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes,
     uint32_t root, const uint32_t *idx, const unsigned char *bytes,

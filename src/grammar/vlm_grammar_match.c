@@ -68,12 +68,26 @@ vlm_g_init(vlm_matcher_t *m, vlm_gframe_t *f, uint32_t node, uint8_t st)
 }
 
 
+/*
+ * Does a value of node fit at stack level "at" (the frames below it): the
+ * frames its shortest documents need.  Every frame pushed fits, so what a
+ * frame still requires fits too, and the stack's limit never leaves a
+ * document without an end.
+ */
+static int
+vlm_g_fits(const vlm_matcher_t *m, uint32_t at, uint32_t node)
+{
+    return at + m->g.nodes[node].depth <= VLM_GRAMMAR_MAX_DEPTH;
+}
+
+
 static int
 vlm_g_push(vlm_matcher_t *m, uint32_t node, uint8_t st)
 {
     vlm_gframe_t  *f;
 
-    if (m->depth == VLM_GRAMMAR_MAX_DEPTH) {
+    if (m->depth == VLM_GRAMMAR_MAX_DEPTH || !vlm_g_fits(m, m->depth, node))
+    {
         return 0;
     }
 
@@ -434,6 +448,10 @@ vlm_g_step_object(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
         }
 
         if (generic) {
+            if (!vlm_g_fits(m, m->depth, n->c)) {
+                return VLM_G_NO;
+            }
+
             f->st = 4;
             return vlm_g_push(m, n->d, 1) ? VLM_G_OK : VLM_G_NO;
         }
@@ -442,7 +460,22 @@ vlm_g_step_object(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
             return VLM_G_NO;
         }
 
-        f->cand = vlm_g_eligible(props, n->b, f->count);
+        /* the optional properties too deep for the stack left out */
+        next = 0;
+
+        for (c = vlm_g_eligible(props, n->b, f->count); c; c &= c - 1) {
+            i = (uint32_t) __builtin_ctzll(c);
+
+            if (vlm_g_fits(m, m->depth, props[4 * i + 2])) {
+                next |= 1ull << i;
+            }
+        }
+
+        if (next == 0) {
+            return VLM_G_NO;
+        }
+
+        f->cand = next;
         f->pos = 0;
         f->st = 3;
         return VLM_G_OK;
@@ -512,7 +545,7 @@ vlm_g_step_array(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
         break;
 
     case 2:
-        if (b == ',' && f->count < n->c) {
+        if (b == ',' && f->count < n->c && vlm_g_fits(m, m->depth, n->a)) {
             f->st = 3;
             return VLM_G_OK;
         }
@@ -684,7 +717,9 @@ vlm_g_step(vlm_matcher_t *m, uint32_t b)
         for (i = 0; i < n->b; i++) {
             k = m->g.idx[n->a + i];
 
-            if (vlm_g_in(m->g.nodes[k].first, b)) {
+            if (vlm_g_in(m->g.nodes[k].first, b)
+                && vlm_g_fits(m, m->depth - 1, k))
+            {
                 vlm_g_init(m, f, k, 0);
                 return VLM_G_RETRY;
             }
