@@ -5,7 +5,9 @@
  * so strings run long: the mask's worst case, most of the vocabulary
  * stays allowed).  With --model (a bench_checkpoint directory), decode
  * steps of that model are timed interleaved with the masks and the mask
- * is printed as a share of a step.
+ * is printed as a share of a step.  Each grammar's compile time (the
+ * median of 21) and its masks' mean, median, 99th percentile and worst
+ * are printed; a schema the compiler refuses is reported as refused.
  *
  *   bench_grammar [--tokenizer DIR] [--model DIR] [--threads N]
  *                 [--tokens N]
@@ -39,11 +41,25 @@ static const char  *schemas[] = {
     "{\"x\":{\"type\":\"number\"},\"y\":{\"type\":\"number\"},\"kind\":"
     "{\"enum\":[\"point\",\"corner\",\"centre\"]}},\"required\":[\"x\","
     "\"y\",\"kind\"]}}",
+    /* alternatives that start alike: told apart further on */
+    "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"object\","
+    "\"properties\":{\"kind\":{\"const\":\"circle\"},\"r\":{\"type\":"
+    "\"number\"}},\"required\":[\"kind\",\"r\"],\"additionalProperties\":"
+    "false},{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":"
+    "\"rect\"},\"w\":{\"type\":\"number\"},\"h\":{\"type\":\"number\"}},"
+    "\"required\":[\"kind\",\"w\",\"h\"],\"additionalProperties\":false}"
+    "]}}",
+    "{\"type\":\"object\",\"properties\":{\"n\":{\"anyOf\":[{\"type\":"
+    "\"integer\"},{\"type\":\"number\"}]},\"s\":{\"type\":\"string\"}},"
+    "\"required\":[\"n\",\"s\"]}",
 };
 
 static const char  *schema_names[] = {
-    "json_object", "nested object", "array of objects"
+    "json_object", "nested object", "array of objects", "tagged union",
+    "int or number"
 };
+
+#define BENCH_COMPILES  21
 
 
 static uint64_t  rng = 0x9e3779b97f4a7c15ull;
@@ -62,10 +78,12 @@ draw(uint32_t n)
 int
 main(int argc, char **argv)
 {
-    int                  i, k, vocab, threads, n_tokens, pick, id, s;
+    int                  i, k, vocab, threads, n_tokens, pick, id, s, c;
+    int                  measured;
     int32_t              eos, tok;
     size_t               n, len, *lens;
-    double               t0, t_trie, t_mask, t_max, t_dec, t_all;
+    double               t0, t_trie, t_mask, t_max, t_dec, t_all, *t_tok;
+    double               t_comp[BENCH_COMPILES], med, lo, hi;
     json_t              *js;
     const char          *tok_dir, *model_dir, **bytes, *b;
     const uint32_t      *mask;
@@ -114,8 +132,9 @@ main(int argc, char **argv)
 
     bytes = calloc((size_t) vocab, sizeof(char *));
     lens = calloc((size_t) vocab, sizeof(size_t));
+    t_tok = calloc((size_t) n_tokens, sizeof(double));
 
-    if (bytes == NULL || lens == NULL) {
+    if (bytes == NULL || lens == NULL || t_tok == NULL || n_tokens < 1) {
         fprintf(stderr, "bench_grammar: no memory\n");
         return 1;
     }
@@ -172,18 +191,38 @@ main(int argc, char **argv)
 
     t_all = 0.0;
     k = 0;
+    measured = 0;
 
     for (s = 0; s < (int) (sizeof(schemas) / sizeof(schemas[0])); s++) {
         js = schemas[s] ? json_loads(schemas[s], 0, NULL) : NULL;
 
-        if (vlm_schema_compile(js, &out, &err) != VLM_OK
-            || vlm_grammar_open(&g, out.prog, out.len, &err) != VLM_OK)
-        {
+        for (c = 0; c < BENCH_COMPILES; c++) {
+            t0 = bench_now();
+
+            if (vlm_schema_compile(js, &out, &err) != VLM_OK) {
+                break;
+            }
+
+            t_comp[c] = bench_now() - t0;
+
+            if (c + 1 < BENCH_COMPILES) {
+                free(out.prog);
+            }
+        }
+
+        json_decref(js);
+
+        if (c < BENCH_COMPILES) {
+            printf("  %-25s refused: %s\n", schema_names[s], err.msg);
+            continue;
+        }
+
+        if (vlm_grammar_open(&g, out.prog, out.len, &err) != VLM_OK) {
             fprintf(stderr, "bench_grammar: %s\n", err.msg);
             return 1;
         }
 
-        json_decref(js);
+        bench_stats(t_comp, BENCH_COMPILES, &med, &lo, &hi);
 
         vlm_matcher_reset(m, &g);
         t_mask = 0.0;
@@ -197,6 +236,7 @@ main(int argc, char **argv)
 
             t_mask += t0;
             t_max = t0 > t_max ? t0 : t_max;
+            t_tok[i] = t0;
 
             if (model != NULL && i < 4) {
                 /* a decode step between the masks, as the engine does */
@@ -232,15 +272,20 @@ main(int argc, char **argv)
         }
 
         t_all += t_mask;
+        measured++;
+        qsort(t_tok, (size_t) n_tokens, sizeof(double), bench_cmp_double);
 
-        printf("  mask, %-18s %8.1f us a token  (max %.1f us, %d tokens)\n",
-               schema_names[s], t_mask / n_tokens * 1e6, t_max * 1e6,
-               n_tokens);
+        printf("  mask, %-18s %8.1f us a token  (p50 %.1f, p99 %.1f, max "
+               "%.1f us, %d tokens; compiled in %.1f us)\n",
+               schema_names[s], t_mask / n_tokens * 1e6,
+               t_tok[n_tokens / 2] * 1e6,
+               t_tok[(size_t) (n_tokens * 0.99)] * 1e6, t_max * 1e6,
+               n_tokens, med * 1e6);
 
         free(out.prog);
     }
 
-    t_all /= n_tokens * (double) (sizeof(schemas) / sizeof(schemas[0]));
+    t_all /= n_tokens * (double) measured;
 
     if (model != NULL) {
         t_dec /= k;
@@ -261,6 +306,7 @@ main(int argc, char **argv)
     vlm_tokenizer_free(tk);
     free(bytes);
     free(lens);
+    free(t_tok);
 
     return 0;
 }
