@@ -33,6 +33,31 @@ static const char  *multi[N_MULTI] = {
     "\xc3\xa9", "\xff"
 };
 
+/* a union of objects told apart by a const, as the SDKs write them */
+#define TAGGED                                                               \
+    "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":"  \
+    "\"circle\"},\"r\":{\"type\":\"number\"}},\"required\":[\"kind\","     \
+    "\"r\"],\"additionalProperties\":false},{\"type\":\"object\","           \
+    "\"properties\":{\"kind\":{\"const\":\"rect\"},\"w\":{\"type\":"         \
+    "\"number\"},\"h\":{\"type\":\"number\"}},\"required\":[\"kind\",\"w\","  \
+    "\"h\"],\"additionalProperties\":false}]}"
+
+/* Pydantic's discriminated union: oneOf of $refs, a discriminator */
+#define PYDANTIC_TAGGED                                                      \
+    "{\"$defs\":{\"Cat\":{\"properties\":{\"pet_type\":{\"const\":\"cat\","  \
+    "\"title\":\"Pet Type\",\"type\":\"string\"},\"meows\":{\"title\":"      \
+    "\"Meows\",\"type\":\"integer\"}},\"required\":[\"pet_type\",\"meows\"],"  \
+    "\"title\":\"Cat\",\"type\":\"object\",\"additionalProperties\":false},"  \
+    "\"Dog\":{\"properties\":{\"pet_type\":{\"const\":\"dog\",\"title\":"     \
+    "\"Pet Type\",\"type\":\"string\"},\"barks\":{\"title\":\"Barks\","      \
+    "\"type\":\"number\"}},\"required\":[\"pet_type\",\"barks\"],\"title\":"  \
+    "\"Dog\",\"type\":\"object\",\"additionalProperties\":false}},"          \
+    "\"properties\":{\"pet\":{\"discriminator\":{\"mapping\":{\"cat\":"      \
+    "\"#/$defs/Cat\",\"dog\":\"#/$defs/Dog\"},\"propertyName\":"             \
+    "\"pet_type\"},\"oneOf\":[{\"$ref\":\"#/$defs/Cat\"},{\"$ref\":"        \
+    "\"#/$defs/Dog\"}],\"title\":\"Pet\"}},\"required\":[\"pet\"],"         \
+    "\"title\":\"Model\",\"type\":\"object\",\"additionalProperties\":false}"
+
 static char         singles[256];
 static const char  *tok_bytes[VOCAB];
 static size_t       tok_lens[VOCAB];
@@ -178,6 +203,32 @@ test_accept_reject(void **state)
     static const char  *str_good[] = { "\"ab\"", "\"abcd\"", NULL };
     static const char  *str_bad[] = { "\"a\"", "\"abcde\"", NULL };
 
+    static const char  *tag_good[] = {
+        "{\"kind\":\"circle\",\"r\":1.5}",
+        "{\"kind\":\"rect\",\"w\":1,\"h\":2}", NULL };
+    static const char  *tag_bad[] = {
+        "{\"kind\":\"circle\",\"w\":1,\"h\":2}",
+        "{\"kind\":\"rect\",\"r\":1}", "{\"kind\":\"circl\",\"r\":1}",
+        "{\"kind\":\"rect\",\"w\":1}", NULL };
+
+    static const char  *pyd_good[] = {
+        "{\"pet\":{\"pet_type\":\"cat\",\"meows\":3}}",
+        "{\"pet\":{\"pet_type\":\"dog\",\"barks\":1.5}}", NULL };
+    static const char  *pyd_bad[] = {
+        "{\"pet\":{\"pet_type\":\"cat\",\"barks\":1.5}}",
+        "{\"pet\":{\"pet_type\":\"dog\",\"meows\":3}}", NULL };
+
+    static const char  *num_good[] = { "1", "-12", "1.5", "3e+2", "0", NULL };
+    static const char  *num_bad[] = { "\"1\"", "01", "1.", NULL };
+
+    static const char  *str2_good[] = { "\"ab\"", "\"\"", "\"abcd\"",
+                                        "\"abc\"", "7", NULL };
+    static const char  *str2_bad[] = { "\"abd\"", "8", NULL };
+
+    static const char  *nest_good[] = { "[1,null,1.5,12,125,1250,-3e+1]",
+                                        "[]", NULL };
+    static const char  *nest_bad[] = { "[nul]", "[true]", NULL };
+
     static const char  *fmt_good[] = {
         "\"0123abcd-0000-ffff-1234-0123456789ab\"", NULL };
     static const char  *fmt_bad[] = {
@@ -200,6 +251,19 @@ test_accept_reject(void **state)
     check("{\"type\":\"string\",\"minLength\":2,\"maxLength\":4}", str_good,
           str_bad);
     check("{\"type\":\"string\",\"format\":\"uuid\"}", fmt_good, fmt_bad);
+
+    /* alternatives that start alike: told apart further on */
+    check(TAGGED, tag_good, tag_bad);
+    check(PYDANTIC_TAGGED, pyd_good, pyd_bad);
+    check("{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}",
+          num_good, num_bad);
+    check("{\"anyOf\":[{\"type\":\"string\",\"maxLength\":2},{\"type\":"
+          "\"string\",\"minLength\":4},{\"enum\":[\"abc\",7]}]}", str2_good,
+          str2_bad);
+    check("{\"type\":\"array\",\"items\":{\"anyOf\":[{\"anyOf\":[{\"type\":"
+          "\"integer\"},{\"type\":\"null\"}]},{\"type\":\"number\"},"
+          "{\"anyOf\":[{\"const\":12},{\"const\":125}]}]}}", nest_good,
+          nest_bad);
 }
 
 
@@ -214,8 +278,13 @@ test_refused(void **state)
     static const char  *cases[][2] = {
         { "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\","
           "\"pattern\":\"x+\"}}}", "$.properties.a" },
-        { "{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"string\","
-          "\"maxLength\":3}]}", "$" },
+        { "{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}",
+          "$" },
+        { "{\"type\":\"object\",\"properties\":{\"v\":{\"oneOf\":[{"
+          "\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[1,2]}},"
+          "\"required\":[\"k\"]},{\"type\":\"object\",\"properties\":{"
+          "\"k\":{\"enum\":[2,3]}},\"required\":[\"k\"]}]}}}",
+          "$.properties.v" },
         { "{\"type\":\"integer\",\"maximum\":5}", "$" },
         { "{\"type\":\"strin\"}", "$.type" },
         { "{\"$ref\":\"#/$defs/nope\"}", "$" },
@@ -319,6 +388,13 @@ test_mask_brute(void **state)
         { "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":"
           "\"string\",\"minLength\":2}}}", "{\"name\":\"" },
         { "{\"enum\":[\"true\",true,\"abc\"]}", "" },
+        { TAGGED, "" },
+        { TAGGED, "{\"kind\":\"" },
+        { TAGGED, "{\"kind\":\"rect\"," },
+        { "{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}",
+          "1" },
+        { "{\"anyOf\":[{\"type\":\"string\",\"maxLength\":2},{\"type\":"
+          "\"string\",\"minLength\":4},{\"enum\":[\"abc\",7]}]}", "\"a" },
     };
 
     end = END_ID;
@@ -457,6 +533,10 @@ test_random_walks(void **state)
         "[\"a\",\"b\"]},\"minItems\":2},\"n\":{\"type\":\"number\"}},"
         "\"required\":[\"name\",\"tags\"]}",
         "{\"type\":[\"integer\",\"null\",\"string\"]}",
+        TAGGED,
+        PYDANTIC_TAGGED,
+        "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"integer\"},"
+        "{\"type\":\"number\"}]},\"minItems\":3}",
         NULL,
     };
 
@@ -470,7 +550,7 @@ test_random_walks(void **state)
         NULL,
     };
 
-    for (i = 0; i < 3; i++) {
+    for (i = 0; i < 6; i++) {
         gram_compile(&gr, schemas[i]);
 
         for (j = 0; j < 40; j++) {
@@ -575,6 +655,7 @@ test_plan(void **state)
         "\"event\"},\"id\":{\"type\":\"string\",\"format\":\"uuid\"},"
         "\"day\":{\"type\":\"string\",\"format\":\"date\"}},"
         "\"required\":[\"kind\",\"id\",\"day\"]}",
+        "{\"type\":\"array\",\"minItems\":3,\"items\":" TAGGED "}",
         NULL,
     };
 

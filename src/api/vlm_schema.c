@@ -698,7 +698,7 @@ static const char  *vlm_sb_known[] = {
     /* annotations */
     "title", "description", "default", "examples", "$schema", "$id",
     "$comment", "deprecated", "readOnly", "writeOnly", "$defs",
-    "definitions", "strict",
+    "definitions", "strict", "discriminator",
     /* constraints */
     "type", "properties", "required", "additionalProperties", "enum",
     "const", "items", "minItems", "maxItems", "anyOf", "oneOf", "allOf",
@@ -786,6 +786,183 @@ vlm_sb_ref(vlm_sb_t *sb, const char *ref, const char *path, uint32_t into)
 }
 
 
+/* s with its "$ref"s followed (a few), NULL where one does not resolve */
+static const json_t *
+vlm_sb_deref(vlm_sb_t *sb, const json_t *s)
+{
+    int          hops;
+    char         name[256];
+    size_t       len;
+    const char  *ref, *p, *end;
+    json_t      *t;
+
+    for (hops = 0; hops < 8; hops++) {
+        ref = json_string_value(json_object_get(s, "$ref"));
+        if (ref == NULL) {
+            return s;
+        }
+
+        if (ref[0] != '#') {
+            return NULL;
+        }
+
+        t = (json_t *) sb->root;
+
+        for (p = ref + 1; *p == '/'; p = end) {
+            p++;
+            end = strchr(p, '/');
+            end = end ? end : p + strlen(p);
+            len = (size_t) (end - p);
+
+            if (len >= sizeof(name)) {
+                return NULL;
+            }
+
+            memcpy(name, p, len);
+            name[len] = '\0';
+
+            t = json_is_object(t) ? json_object_get(t, name) : NULL;
+        }
+
+        if (t == NULL || *p != '\0') {
+            return NULL;
+        }
+
+        s = t;
+    }
+
+    return NULL;
+}
+
+
+/* the values property key of object schema s may take: const or enum */
+static const json_t *
+vlm_sb_tag_values(vlm_sb_t *sb, const json_t *s, const char *key,
+    json_t **one)
+{
+    size_t         i;
+    json_t        *req, *v;
+    const json_t  *p;
+
+    req = json_object_get(s, "required");
+
+    json_array_foreach(req, i, v) {
+        if (json_is_string(v) && strcmp(json_string_value(v), key) == 0) {
+            break;
+        }
+    }
+
+    if (i == json_array_size(req)) {
+        return NULL;
+    }
+
+    p = vlm_sb_deref(sb, json_object_get(json_object_get(s, "properties"),
+                                         key));
+    if (p == NULL) {
+        return NULL;
+    }
+
+    v = json_object_get(p, "const");
+    if (v != NULL) {
+        *one = v;
+        return p;
+    }
+
+    v = json_object_get(p, "enum");
+
+    return json_is_array(v) ? p : NULL;
+}
+
+
+static int
+vlm_sb_tag_has(const json_t *tag, const json_t *one, const json_t *v)
+{
+    size_t   i;
+    json_t  *e;
+
+    if (one != NULL) {
+        return json_equal(one, v);
+    }
+
+    json_array_foreach(json_object_get(tag, "enum"), i, e) {
+        if (json_equal(e, v)) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+/*
+ * Can no value match two of these alternatives: is there a property that
+ * each requires, with a const or an enum, no two of them sharing a value
+ * (a discriminated union, as Pydantic writes one).
+ */
+static int
+vlm_sb_disjoint(vlm_sb_t *sb, const json_t *list)
+{
+    size_t         i, j, k, n;
+    json_t        *v, *one[VLM_GRAMMAR_MAX_CAND], *e;
+    const char    *key;
+    const json_t  *alt[VLM_GRAMMAR_MAX_CAND], *tag[VLM_GRAMMAR_MAX_CAND];
+
+    n = json_array_size(list);
+
+    for (i = 0; i < n; i++) {
+        alt[i] = vlm_sb_deref(sb, json_array_get(list, i));
+        if (alt[i] == NULL) {
+            return 0;
+        }
+    }
+
+    json_object_foreach(json_object_get(alt[0], "properties"), key, v) {
+        for (i = 0; i < n; i++) {
+            one[i] = NULL;
+            tag[i] = vlm_sb_tag_values(sb, alt[i], key, &one[i]);
+            if (tag[i] == NULL) {
+                break;
+            }
+        }
+
+        if (i < n) {
+            continue;
+        }
+
+        /* every value of each alternative in none of the others */
+        for (i = 0; i < n; i++) {
+            for (j = 0; j < n; j++) {
+                if (i == j) {
+                    continue;
+                }
+
+                if (one[i] != NULL) {
+                    if (vlm_sb_tag_has(tag[j], one[j], one[i])) {
+                        goto next;
+                    }
+
+                    continue;
+                }
+
+                json_array_foreach(json_object_get(tag[i], "enum"), k, e) {
+                    if (vlm_sb_tag_has(tag[j], one[j], e)) {
+                        goto next;
+                    }
+                }
+            }
+        }
+
+        return 1;
+
+    next:
+
+        continue;
+    }
+
+    return 0;
+}
+
+
 static uint32_t
 vlm_sb_alternatives(vlm_sb_t *sb, const json_t *list, const char *key,
     const char *path, uint32_t id)
@@ -819,6 +996,14 @@ vlm_sb_alternatives(vlm_sb_t *sb, const json_t *list, const char *key,
     sb->nodes[id].kind = VLM_GNODE_ANYOF;
     sb->nodes[id].a = off;
     sb->nodes[id].b = (uint32_t) n;
+
+    if (strcmp(key, "oneOf") == 0) {
+        sb->nodes[id].flags = VLM_GNODE_ONEOF;
+
+        if (vlm_sb_disjoint(sb, list)) {
+            sb->nodes[id].flags |= VLM_GNODE_DISJOINT;
+        }
+    }
 
     return id;
 }

@@ -413,35 +413,60 @@ vlm_g_rest(const vlm_grammar_t *g, const vlm_gframe_t *f)
 }
 
 
+/* over the live stacks: the nearest end */
 uint32_t
 vlm_matcher_distance(const vlm_matcher_t *m)
 {
-    uint32_t             i, d;
+    uint32_t             s, i, d, best;
     const vlm_gframe_t  *f;
 
-    d = 0;
+    best = VLM_G_INF;
 
-    for (i = 0; i < m->depth; i++) {
-        f = &m->frames[i];
-        d += vlm_g_rest(&m->g, f);
+    for (s = 0; s < m->heads.n; s++) {
+        if (m->heads.depths[s] == VLM_G_DEAD) {
+            continue;
+        }
+
+        f = vlm_g_stack(m, s);
+        d = 0;
+
+        for (i = 0; i < m->heads.depths[s]; i++) {
+            d += vlm_g_rest(&m->g, &f[i]);
+        }
+
+        best = d < best ? d : best;
     }
 
-    return d;
+    return best;
 }
 
 
+/* a live stack whose every frame may end */
 int
 vlm_matcher_complete(const vlm_matcher_t *m)
 {
-    uint32_t  i;
+    uint32_t             s, i;
+    const vlm_gframe_t  *f;
 
-    for (i = 0; i < m->depth; i++) {
-        if (!vlm_g_can_end(m, &m->frames[i])) {
-            return 0;
+    for (s = 0; s < m->heads.n; s++) {
+        if (m->heads.depths[s] == VLM_G_DEAD) {
+            continue;
+        }
+
+        f = vlm_g_stack(m, s);
+
+        for (i = 0; i < m->heads.depths[s]; i++) {
+            if (!vlm_g_can_end(m, &f[i])) {
+                break;
+            }
+        }
+
+        if (i == m->heads.depths[s]) {
+            return 1;
         }
     }
 
-    return 1;
+    return 0;
 }
 
 
@@ -799,7 +824,15 @@ vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes, uint32_t root,
                                  "the schema admits no finite document");
         }
 
-        if (nodes[i].kind != VLM_GNODE_ANYOF) {
+        /*
+         * Alternatives that start alike are told apart further on by the
+         * matcher's stacks; a oneOf whose children might both match one
+         * value is refused, as its document must match one only.
+         */
+        if (nodes[i].kind != VLM_GNODE_ANYOF
+            || !(nodes[i].flags & VLM_GNODE_ONEOF)
+            || (nodes[i].flags & VLM_GNODE_DISJOINT))
+        {
             continue;
         }
 
@@ -812,7 +845,10 @@ vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes, uint32_t root,
                 if (seen[k] & nodes[c].first[k]) {
                     *bad = i;
                     return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
-                                         "alternatives that start alike");
+                                         "'oneOf' alternatives that one "
+                                         "value may match: use anyOf, or "
+                                         "tell objects apart by a "
+                                         "required const property");
                 }
 
                 seen[k] |= nodes[c].first[k];

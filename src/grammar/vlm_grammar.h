@@ -50,8 +50,8 @@ typedef enum {
     VLM_GNODE_OBJECT,           /* a: props (idx), b: n, c: values of other
                                    keys (no props), d: key string node */
     VLM_GNODE_ARRAY,            /* a: item node, b: min items, c: max */
-    VLM_GNODE_ANYOF,            /* a: children (idx), b: n; told apart by
-                                   their first byte */
+    VLM_GNODE_ANYOF,            /* a: children (idx), b: n; each where
+                                   the bytes fit it (flags: ONEOF) */
     VLM_GNODE_TOOLCALL,         /* a: functions (idx), b: n */
     VLM_GNODE_TOOLCALLS         /* a: the TOOLCALL node, b: max calls */
 } vlm_gnode_kind_t;
@@ -59,6 +59,9 @@ typedef enum {
 
 #define VLM_GNODE_INTEGER       0x01
 #define VLM_GNODE_NONNEG        0x02
+#define VLM_GNODE_ONEOF         0x04    /* ANYOF: one child only may match */
+#define VLM_GNODE_DISJOINT      0x08    /* ANYOF: the compiler found that no
+                                           two children match one value */
 
 
 /*
@@ -113,9 +116,9 @@ vlm_status_t vlm_grammar_open(vlm_grammar_t *g, const void *prog,
 /*
  * For the compiler: fills in every node's min_len, depth and first set
  * (nodes may refer to each other in cycles, through $ref) and checks that
- * the children of every ANYOF start with different bytes and that no
- * document nests deeper than VLM_GRAMMAR_MAX_DEPTH (for a recursive
- * grammar: that its shortest documents fit).  On failure *bad is the node
+ * the children of a ONEOF start with different bytes unless DISJOINT and
+ * that no document nests deeper than VLM_GRAMMAR_MAX_DEPTH (for a
+ * recursive grammar: that its shortest documents fit).  On failure *bad is the node
  * at fault (VLM_GRAMMAR_NONE: no finite document) and err->msg says why.
  */
 vlm_status_t vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes,

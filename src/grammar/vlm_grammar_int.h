@@ -14,6 +14,14 @@
 
 #define VLM_G_INF           VLM_GRAMMAR_INF
 
+/*
+ * Live stacks at most: alternatives that start alike each take a copy of
+ * the stack until the bytes tell them apart (vlm_grammar_match.c); one
+ * past this many is left out, a document it would have allowed not.
+ */
+#define VLM_G_STACKS        8
+#define VLM_G_DEAD          0xff
+
 #define VLM_G_OPEN          "<tool_call>\n"
 #define VLM_G_CLOSE         "\n</tool_call>"
 #define VLM_G_PRE           "{\"name\": \""
@@ -60,16 +68,32 @@ struct vlm_trie_s {
 };
 
 
+/*
+ * The live stacks: stack s holds depths[s] frames (VLM_G_DEAD once it
+ * refused a byte); a copy of this is all that undoing a step needs beyond
+ * the log of frame writes (vlm_grammar_match.c).
+ */
+typedef struct {
+    uint32_t  n;
+    uint8_t   depths[VLM_G_STACKS];
+} vlm_gheads_t;
+
+
 struct vlm_matcher_s {
     const vlm_trie_t  *trie;
     vlm_grammar_t      g;
+
+    vlm_gheads_t       heads;
+    vlm_gframe_t      *all;         /* [VLM_G_STACKS * MAX_DEPTH] */
+
+    /* the stack being stepped: its frames in all, its depth */
+    vlm_gframe_t      *frames;
     uint32_t           depth;
-    vlm_gframe_t       frames[VLM_GRAMMAR_MAX_DEPTH];
 
     int                logging;
     size_t             log_n;
     size_t             log_cap;
-    uint32_t          *log_at;      /* [log_cap] frame index */
+    uint32_t          *log_at;      /* [log_cap] frame index in all */
     vlm_gframe_t      *log;         /* [log_cap] its previous value */
 
     uint32_t           budget;
@@ -81,15 +105,27 @@ struct vlm_matcher_s {
      * The plan (vlm_matcher_plan): the canonical completion's bytes and,
      * from each of them on, the fewest tokens that spell the rest and the
      * first of those tokens; plan_ok while it is the current state's.
+     * saved holds the state a plan starts from, after the state that
+     * vlm_matcher_plan_after leaves as it found it.
      */
     int                plan_ok;
     uint32_t           plan_len;
     uint8_t           *plan_bytes;  /* [VLM_GRAMMAR_PLAN_MAX] */
     uint32_t          *plan_tokens; /* [VLM_GRAMMAR_PLAN_MAX + 1] */
     int32_t           *plan_first;  /* [VLM_GRAMMAR_PLAN_MAX + 1] */
-    uint32_t           saved_depth;
-    vlm_gframe_t       saved[VLM_GRAMMAR_MAX_DEPTH];
+    vlm_gheads_t       saved_heads;
+    vlm_gframe_t      *saved;       /* [VLM_G_STACKS * MAX_DEPTH] */
+    vlm_gheads_t       after_heads;
+    vlm_gframe_t      *after;       /* [VLM_G_STACKS * MAX_DEPTH] */
 };
+
+
+/* stack s's frames */
+static inline vlm_gframe_t *
+vlm_g_stack(const vlm_matcher_t *m, uint32_t s)
+{
+    return m->all + (size_t) s * VLM_GRAMMAR_MAX_DEPTH;
+}
 
 
 /* the first required property at or after i, or n */

@@ -1,9 +1,28 @@
 /*
  * The JSON grammar automaton, the per-step mask and the plan (see
- * vlm_grammar.h).  A state is a stack of frames, one per open value; a
- * byte goes to the top frame, which consumes it, refuses it, or ends and
- * hands it to its parent.  A container sets its own state to "after the
- * child" before it pushes the child, so ending a child is a pop.
+ * vlm_grammar.h).  A stack of frames, one per open value, runs a
+ * document: a byte goes to the top frame, which consumes it, refuses it,
+ * or ends and hands it to its parent.  A container sets its own state to
+ * "after the child" before it pushes the child, so ending a child is a
+ * pop.
+ *
+ * Lookahead: alternatives (anyOf, oneOf, a list of types) whose first
+ * bytes agree, such as objects told apart by a "kind" const or an
+ * integer-or-number, are not chosen at their first byte.  Each takes a
+ * copy of the stack there, and every byte goes to every live stack; a
+ * stack that refuses one dies, and stacks that become equal are merged,
+ * so the state is a set of stacks (a GLR parser's, without the sharing
+ * of a graph-structured stack): most of the time there is one stack and
+ * the automaton is the deterministic one, at its cost; where several
+ * live, the cost grows with their number only there, and the mask stays
+ * one walk of the token trie.  An Earley parser over the whole grammar,
+ * or llguidance's lexer DFAs under a pushdown automaton, would take any
+ * grammar, but would replace an automaton whose frames already hold
+ * JSON's lexical states (strings, numbers, UTF-8, keys) and its bounds
+ * (the fewest bytes to an end, the plan); copies of a stack keep all of
+ * that and cost a copy of a few frames where alternatives begin.  The
+ * copies are bounded (VLM_G_STACKS): one alternative past them is left
+ * out, never a document allowed that the schema refuses.
  *
  * The mask walks the token trie depth first, feeding one byte per trie
  * edge; every frame write is logged so that leaving an edge undoes it
@@ -37,17 +56,21 @@ enum {
 static vlm_gframe_t *
 vlm_g_write(vlm_matcher_t *m, uint32_t i)
 {
+    uint32_t  at;
+
+    at = (uint32_t) (m->frames - m->all) + i;
+
     if (m->logging) {
         if (m->log_n == m->log_cap) {
             return NULL;
         }
 
-        m->log_at[m->log_n] = i;
-        m->log[m->log_n] = m->frames[i];
+        m->log_at[m->log_n] = at;
+        m->log[m->log_n] = m->all[at];
         m->log_n++;
     }
 
-    return &m->frames[i];
+    return &m->all[at];
 }
 
 
@@ -100,6 +123,32 @@ vlm_g_push(vlm_matcher_t *m, uint32_t node, uint8_t st)
     m->depth++;
 
     return 1;
+}
+
+
+/*
+ * Another stack for alternative node, where the top frame (an ANYOF)
+ * chose another: a copy of the stack being stepped, fed the same byte
+ * after it.  Slots past the live ones only, so that a copy needs no log.
+ */
+static void
+vlm_g_fork(vlm_matcher_t *m, uint32_t node)
+{
+    uint32_t       s;
+    vlm_gframe_t  *to;
+
+    s = m->heads.n;
+
+    if (s == VLM_G_STACKS) {
+        return;
+    }
+
+    to = vlm_g_stack(m, s);
+    memcpy(to, m->frames, m->depth * sizeof(vlm_gframe_t));
+    vlm_g_init(m, &to[m->depth - 1], node, 0);
+
+    m->heads.depths[s] = (uint8_t) m->depth;
+    m->heads.n++;
 }
 
 
@@ -685,7 +734,7 @@ vlm_g_step_calls(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
 static int
 vlm_g_step(vlm_matcher_t *m, uint32_t b)
 {
-    uint32_t            i, k;
+    uint32_t            i, k, chosen;
     vlm_gframe_t       *f;
     const vlm_gnode_t  *n;
 
@@ -714,18 +763,31 @@ vlm_g_step(vlm_matcher_t *m, uint32_t b)
         return vlm_g_step_array(m, f, n, b);
 
     case VLM_GNODE_ANYOF:
+        chosen = VLM_GRAMMAR_NONE;
+
         for (i = 0; i < n->b; i++) {
             k = m->g.idx[n->a + i];
 
-            if (vlm_g_in(m->g.nodes[k].first, b)
-                && vlm_g_fits(m, m->depth - 1, k))
+            if (!vlm_g_in(m->g.nodes[k].first, b)
+                || !vlm_g_fits(m, m->depth - 1, k))
             {
-                vlm_g_init(m, f, k, 0);
-                return VLM_G_RETRY;
+                continue;
+            }
+
+            if (chosen == VLM_GRAMMAR_NONE) {
+                chosen = k;
+
+            } else {
+                vlm_g_fork(m, k);
             }
         }
 
-        return VLM_G_NO;
+        if (chosen == VLM_GRAMMAR_NONE) {
+            return VLM_G_NO;
+        }
+
+        vlm_g_init(m, f, chosen, 0);
+        return VLM_G_RETRY;
 
     case VLM_GNODE_TOOLCALL:
         return vlm_g_step_tool(m, f, n, b);
@@ -736,8 +798,9 @@ vlm_g_step(vlm_matcher_t *m, uint32_t b)
 }
 
 
+/* one byte to the stack being stepped */
 static int
-vlm_g_byte(vlm_matcher_t *m, uint32_t b)
+vlm_g_byte_one(vlm_matcher_t *m, uint32_t b)
 {
     int  i;
 
@@ -771,6 +834,95 @@ vlm_g_byte(vlm_matcher_t *m, uint32_t b)
 }
 
 
+/* stacks that became equal: all but the first die */
+static void
+vlm_g_merge(vlm_matcher_t *m)
+{
+    uint32_t  s, t, d;
+
+    for (t = 1; t < m->heads.n; t++) {
+        d = m->heads.depths[t];
+
+        if (d == VLM_G_DEAD) {
+            continue;
+        }
+
+        for (s = 0; s < t; s++) {
+            if (m->heads.depths[s] == d
+                && memcmp(vlm_g_stack(m, s), vlm_g_stack(m, t),
+                          d * sizeof(vlm_gframe_t)) == 0)
+            {
+                m->heads.depths[t] = VLM_G_DEAD;
+                break;
+            }
+        }
+    }
+}
+
+
+/* one byte to every live stack: 1 if one at least took it */
+static int
+vlm_g_byte(vlm_matcher_t *m, uint32_t b)
+{
+    int       any;
+    uint32_t  s;
+
+    any = 0;
+
+    /* stacks forked by this byte are appended, and stepped in turn */
+    for (s = 0; s < m->heads.n; s++) {
+        if (m->heads.depths[s] == VLM_G_DEAD) {
+            continue;
+        }
+
+        m->frames = vlm_g_stack(m, s);
+        m->depth = m->heads.depths[s];
+
+        if (vlm_g_byte_one(m, b)) {
+            m->heads.depths[s] = (uint8_t) m->depth;
+            any = 1;
+
+        } else {
+            m->heads.depths[s] = VLM_G_DEAD;
+        }
+    }
+
+    if (any && m->heads.n > 1) {
+        vlm_g_merge(m);
+    }
+
+    return any;
+}
+
+
+/* the live stacks moved to the first slots (nothing logged) */
+static void
+vlm_g_compact(vlm_matcher_t *m)
+{
+    uint32_t  s, n, d;
+
+    n = 0;
+
+    for (s = 0; s < m->heads.n; s++) {
+        d = m->heads.depths[s];
+
+        if (d == VLM_G_DEAD) {
+            continue;
+        }
+
+        if (s != n) {
+            memcpy(vlm_g_stack(m, n), vlm_g_stack(m, s),
+                   d * sizeof(vlm_gframe_t));
+            m->heads.depths[n] = (uint8_t) d;
+        }
+
+        n++;
+    }
+
+    m->heads.n = n;
+}
+
+
 /* the matcher */
 
 vlm_status_t
@@ -787,7 +939,7 @@ vlm_matcher_create(vlm_matcher_t **out, const vlm_trie_t *trie,
     }
 
     m->trie = trie;
-    m->log_cap = (trie->max_len + 1) * 8 + 256;
+    m->log_cap = (trie->max_len + 1) * 8 * VLM_G_STACKS + 256;
     m->log_at = malloc(m->log_cap * sizeof(uint32_t));
     m->log = malloc(m->log_cap * sizeof(vlm_gframe_t));
     m->mask_words = ((size_t) trie->vocab + 31) / 32;
@@ -795,14 +947,20 @@ vlm_matcher_create(vlm_matcher_t **out, const vlm_trie_t *trie,
     m->plan_bytes = malloc(VLM_GRAMMAR_PLAN_MAX);
     m->plan_tokens = malloc((VLM_GRAMMAR_PLAN_MAX + 1) * sizeof(uint32_t));
     m->plan_first = malloc((VLM_GRAMMAR_PLAN_MAX + 1) * sizeof(int32_t));
+    m->all = malloc(3 * VLM_G_STACKS * VLM_GRAMMAR_MAX_DEPTH
+                    * sizeof(vlm_gframe_t));
 
     if (m->log_at == NULL || m->log == NULL || m->mask == NULL
         || m->plan_bytes == NULL || m->plan_tokens == NULL
-        || m->plan_first == NULL)
+        || m->plan_first == NULL || m->all == NULL)
     {
         vlm_matcher_free(m);
         return vlm_error_set(err, VLM_ERR_NOMEM, "matcher: no memory");
     }
+
+    m->saved = m->all + VLM_G_STACKS * VLM_GRAMMAR_MAX_DEPTH;
+    m->after = m->saved + VLM_G_STACKS * VLM_GRAMMAR_MAX_DEPTH;
+    m->frames = m->all;
 
     *out = m;
 
@@ -823,6 +981,7 @@ vlm_matcher_free(vlm_matcher_t *m)
     free(m->plan_bytes);
     free(m->plan_tokens);
     free(m->plan_first);
+    free(m->all);
     free(m);
 }
 
@@ -831,12 +990,16 @@ void
 vlm_matcher_reset(vlm_matcher_t *m, const vlm_grammar_t *g)
 {
     m->g = *g;
+    m->frames = m->all;
     m->depth = 0;
     m->logging = 0;
     m->log_n = 0;
     m->plan_ok = 0;
 
     (void) vlm_g_push(m, g->hdr->root, 0);
+
+    m->heads.n = 1;
+    m->heads.depths[0] = (uint8_t) m->depth;
 }
 
 
@@ -852,6 +1015,10 @@ vlm_matcher_feed(vlm_matcher_t *m, const char *s, size_t len)
         if (!vlm_g_byte(m, (uint8_t) s[i])) {
             return 0;
         }
+
+        if (m->heads.n > 1) {
+            vlm_g_compact(m);
+        }
     }
 
     return 1;
@@ -859,14 +1026,14 @@ vlm_matcher_feed(vlm_matcher_t *m, const char *s, size_t len)
 
 
 static void
-vlm_g_undo(vlm_matcher_t *m, size_t mark, uint32_t depth)
+vlm_g_undo(vlm_matcher_t *m, size_t mark, const vlm_gheads_t *heads)
 {
     while (m->log_n > mark) {
         m->log_n--;
-        m->frames[m->log_at[m->log_n]] = m->log[m->log_n];
+        m->all[m->log_at[m->log_n]] = m->log[m->log_n];
     }
 
-    m->depth = depth;
+    m->heads = *heads;
 }
 
 
@@ -879,19 +1046,33 @@ vlm_g_undo(vlm_matcher_t *m, size_t mark, uint32_t depth)
 static int
 vlm_g_plain_ok(const vlm_matcher_t *m)
 {
+    uint32_t             s, d;
     const vlm_gframe_t  *f;
     const vlm_gnode_t   *n;
 
-    if (m->depth == 0) {
-        return 0;
+    /* in every live stack */
+    for (s = 0; s < m->heads.n; s++) {
+        d = m->heads.depths[s];
+
+        if (d == VLM_G_DEAD) {
+            continue;
+        }
+
+        if (d == 0) {
+            return 0;
+        }
+
+        f = &vlm_g_stack(m, s)[d - 1];
+        n = &m->g.nodes[f->node];
+
+        if (n->kind != VLM_GNODE_STRING || f->st != 1
+            || n->c != VLM_GRAMMAR_NONE || n->b != VLM_GRAMMAR_NONE)
+        {
+            return 0;
+        }
     }
 
-    f = &m->frames[m->depth - 1];
-    n = &m->g.nodes[f->node];
-
-    return n->kind == VLM_GNODE_STRING && f->st == 1
-           && n->c == VLM_GRAMMAR_NONE && n->b == VLM_GRAMMAR_NONE
-           && (m->budget == 0 || vlm_matcher_distance(m) + 3 < m->budget);
+    return m->budget == 0 || vlm_matcher_distance(m) + 3 < m->budget;
 }
 
 
@@ -905,7 +1086,8 @@ vlm_g_walk(vlm_matcher_t *m, uint32_t first, int plain)
 {
     int32_t            id;
     size_t             mark;
-    uint32_t           c, depth, k;
+    uint32_t           c, k;
+    vlm_gheads_t       heads;
     const vlm_trie_t  *t;
 
     t = m->trie;
@@ -922,7 +1104,7 @@ vlm_g_walk(vlm_matcher_t *m, uint32_t first, int plain)
         }
 
         mark = m->log_n;
-        depth = m->depth;
+        heads = m->heads;
 
         if (vlm_g_byte(m, t->byte[c])) {
             if (t->token[c] >= 0
@@ -940,7 +1122,7 @@ vlm_g_walk(vlm_matcher_t *m, uint32_t first, int plain)
             }
         }
 
-        vlm_g_undo(m, mark, depth);
+        vlm_g_undo(m, mark, &heads);
     }
 }
 
@@ -989,8 +1171,9 @@ static const char  vlm_g_plan_order[] = "\"}],:0a";
 static uint32_t
 vlm_g_canonical(vlm_matcher_t *m)
 {
-    size_t    mark;
-    uint32_t  k, b, best, d, dd, bd, len, depth, n_order;
+    size_t        mark;
+    uint32_t      k, b, best, d, dd, bd, len, n_order;
+    vlm_gheads_t  heads;
 
     n_order = vlm_g_len(vlm_g_plan_order);
     len = 0;
@@ -1017,7 +1200,7 @@ vlm_g_canonical(vlm_matcher_t *m)
             }
 
             mark = m->log_n;
-            depth = m->depth;
+            heads = m->heads;
 
             if (vlm_g_byte(m, b)) {
                 dd = vlm_matcher_distance(m);
@@ -1028,7 +1211,7 @@ vlm_g_canonical(vlm_matcher_t *m)
                 }
             }
 
-            vlm_g_undo(m, mark, depth);
+            vlm_g_undo(m, mark, &heads);
         }
 
         if (best == 256 || !vlm_g_byte(m, best)) {
@@ -1038,6 +1221,7 @@ vlm_g_canonical(vlm_matcher_t *m)
 
         /* kept: the caller restores the state it saved */
         m->log_n = 0;
+        vlm_g_compact(m);
         m->plan_bytes[len++] = (uint8_t) best;
     }
 
@@ -1094,19 +1278,38 @@ vlm_g_spell(vlm_matcher_t *m, uint32_t len)
 }
 
 
+/* the live stacks to a copy, and back */
+static void
+vlm_g_copy(vlm_gframe_t *to, vlm_gheads_t *to_heads, const vlm_gframe_t *from,
+    const vlm_gheads_t *from_heads)
+{
+    uint32_t  s, d;
+
+    *to_heads = *from_heads;
+
+    for (s = 0; s < from_heads->n; s++) {
+        d = from_heads->depths[s];
+
+        if (d != VLM_G_DEAD) {
+            memcpy(to + (size_t) s * VLM_GRAMMAR_MAX_DEPTH,
+                   from + (size_t) s * VLM_GRAMMAR_MAX_DEPTH,
+                   d * sizeof(vlm_gframe_t));
+        }
+    }
+}
+
+
 static void
 vlm_g_save(vlm_matcher_t *m)
 {
-    m->saved_depth = m->depth;
-    memcpy(m->saved, m->frames, m->depth * sizeof(vlm_gframe_t));
+    vlm_g_copy(m->saved, &m->saved_heads, m->all, &m->heads);
 }
 
 
 static void
 vlm_g_restore(vlm_matcher_t *m)
 {
-    m->depth = m->saved_depth;
-    memcpy(m->frames, m->saved, m->depth * sizeof(vlm_gframe_t));
+    vlm_g_copy(m->all, &m->heads, m->saved, &m->saved_heads);
 }
 
 
@@ -1149,9 +1352,8 @@ vlm_matcher_plan(vlm_matcher_t *m, int32_t *first)
 uint32_t
 vlm_matcher_plan_after(vlm_matcher_t *m, const char *s, size_t len)
 {
-    size_t        i;
-    uint32_t      n, depth;
-    vlm_gframe_t  top[VLM_GRAMMAR_MAX_DEPTH];
+    size_t    i;
+    uint32_t  n;
 
     if (m->plan_ok && len <= m->plan_len
         && memcmp(s, m->plan_bytes, len) == 0)
@@ -1160,8 +1362,7 @@ vlm_matcher_plan_after(vlm_matcher_t *m, const char *s, size_t len)
         return m->plan_tokens[len];
     }
 
-    depth = m->depth;
-    memcpy(top, m->frames, depth * sizeof(vlm_gframe_t));
+    vlm_g_copy(m->after, &m->after_heads, m->all, &m->heads);
 
     n = VLM_GRAMMAR_NONE;
 
@@ -1169,14 +1370,17 @@ vlm_matcher_plan_after(vlm_matcher_t *m, const char *s, size_t len)
         if (!vlm_g_byte(m, (uint8_t) s[i])) {
             break;
         }
+
+        if (m->heads.n > 1) {
+            vlm_g_compact(m);
+        }
     }
 
     if (i == len) {
         n = vlm_g_plan(m);
     }
 
-    m->depth = depth;
-    memcpy(m->frames, top, depth * sizeof(vlm_gframe_t));
+    vlm_g_copy(m->all, &m->heads, m->after, &m->after_heads);
 
     /* the buffers now hold another state's plan */
     m->plan_ok = 0;

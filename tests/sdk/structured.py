@@ -14,6 +14,7 @@ import json
 import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from typing import Annotated, Literal, Union
 
 import jsonschema
 import openai
@@ -96,6 +97,56 @@ SCHEMAS = {
         "items": {"type": "array", "items": {"type": "number"},
                   "minItems": 2, "maxItems": 2},
         "minItems": 2,
+    },
+    # alternatives that start alike, told apart further on
+    "tagged union": {
+        "type": "array",
+        "items": {"anyOf": [
+            {"type": "object",
+             "properties": {"kind": {"const": "circle"},
+                            "r": {"type": "number"}},
+             "required": ["kind", "r"], "additionalProperties": False},
+            {"type": "object",
+             "properties": {"kind": {"const": "rect"},
+                            "w": {"type": "integer"},
+                            "h": {"type": "integer"}},
+             "required": ["kind", "w", "h"], "additionalProperties": False},
+        ]},
+        "minItems": 1,
+        "maxItems": 3,
+    },
+    "discriminated oneOf": {
+        "$defs": {
+            "Cat": {"type": "object",
+                    "properties": {"pet_type": {"const": "cat"},
+                                   "lives": {"type": "integer"}},
+                    "required": ["pet_type", "lives"],
+                    "additionalProperties": False},
+            "Dog": {"type": "object",
+                    "properties": {"pet_type": {"enum": ["dog", "puppy"]},
+                                   "name": {"type": "string",
+                                            "maxLength": 6}},
+                    "required": ["pet_type", "name"],
+                    "additionalProperties": False},
+        },
+        "type": "object",
+        "properties": {"pet": {
+            "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}],
+            "discriminator": {"propertyName": "pet_type"}}},
+        "required": ["pet"],
+        "additionalProperties": False,
+    },
+    "int or number and nested unions": {
+        "type": "array",
+        "items": {"anyOf": [
+            {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+            {"type": "number"},
+            {"anyOf": [{"type": "string", "maxLength": 2},
+                       {"type": "string", "minLength": 4, "maxLength": 6},
+                       {"enum": ["abc", 12]}]},
+        ]},
+        "minItems": 2,
+        "maxItems": 4,
     },
 }
 
@@ -220,15 +271,34 @@ class Answer(pydantic.BaseModel):
     confidence: float | None = None
 
 
+class Circle(pydantic.BaseModel):
+    kind: Literal["circle"]
+    r: float
+
+
+class Rect(pydantic.BaseModel):
+    kind: Literal["rect"]
+    w: int
+    h: Union[int, float]
+
+
+class Drawing(pydantic.BaseModel):
+    shapes: list[Annotated[Union[Circle, Rect],
+                           pydantic.Field(discriminator="kind")]]
+    scale: Union[int, float]
+
+
 def sdk_parse(client):
-    good = 0
-    for _ in range(5):
-        r = client.beta.chat.completions.parse(
-            model="serving", messages=MESSAGES, temperature=1,
-            max_tokens=160, response_format=Answer)
-        parsed = r.choices[0].message.parsed
-        good += isinstance(parsed, Answer)
-    check(good == 5, "beta.chat.completions.parse: 5 Answer objects")
+    for model, tokens in ((Answer, 160), (Drawing, 120)):
+        good = 0
+        for _ in range(5):
+            r = client.beta.chat.completions.parse(
+                model="serving", messages=MESSAGES, temperature=1,
+                max_tokens=tokens, response_format=model)
+            parsed = r.choices[0].message.parsed
+            good += isinstance(parsed, model)
+        check(good == 5, "beta.chat.completions.parse: 5 %s objects"
+              % model.__name__)
 
 
 TOOLS = [
