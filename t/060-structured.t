@@ -121,7 +121,7 @@ while (my $line = <$py>) {
 
 close $py;
 is($?, 0, 'structured: the script ran to its end');
-ok($checks >= 22, "structured: $checks checks");
+ok($checks >= 23, "structured: $checks checks");
 
 my $zone = vlm_wait_idle($srv, 3);
 ok($zone->{slots_used} == 0 && $zone->{arena_used} == 0,

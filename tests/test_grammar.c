@@ -285,7 +285,13 @@ test_refused(void **state)
           "\"required\":[\"k\"]},{\"type\":\"object\",\"properties\":{"
           "\"k\":{\"enum\":[2,3]}},\"required\":[\"k\"]}]}}}",
           "$.properties.v" },
-        { "{\"type\":\"integer\",\"maximum\":5}", "$" },
+        { "{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "$" },
+        { "{\"type\":\"integer\",\"minimum\":5,\"maximum\":9,"
+          "\"multipleOf\":10}", "$" },
+        { "{\"type\":\"number\",\"multipleOf\":0.5}", "$.multipleOf" },
+        { "{\"type\":\"integer\",\"multipleOf\":0.3}", "$.multipleOf" },
+        { "{\"type\":\"integer\",\"exclusiveMinimum\":\"1\"}",
+          "$.exclusiveMinimum" },
         { "{\"type\":\"strin\"}", "$.type" },
         { "{\"$ref\":\"#/$defs/nope\"}", "$" },
         { "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"format\":"
@@ -388,6 +394,10 @@ test_mask_brute(void **state)
         { "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":"
           "\"string\",\"minLength\":2}}}", "{\"name\":\"" },
         { "{\"enum\":[\"true\",true,\"abc\"]}", "" },
+        { "{\"type\":\"integer\",\"minimum\":120,\"maximum\":1250}",
+          "1" },
+        { "{\"type\":\"number\",\"minimum\":-2.5,\"maximum\":10}",
+          "-2" },
         { TAGGED, "" },
         { TAGGED, "{\"kind\":\"" },
         { TAGGED, "{\"kind\":\"rect\"," },
@@ -719,6 +729,110 @@ test_plan(void **state)
 }
 
 
+/* every integer from -1500 to 1500 accepted exactly when it should be */
+static void
+check_integers(const char *schema, long lo, long hi, long mult)
+{
+    char    doc[32];
+    long    v;
+    int     want;
+    gram_t  gr;
+
+    gram_compile(&gr, schema);
+
+    for (v = -1500; v <= 1500; v++) {
+        snprintf(doc, sizeof(doc), "%ld", v);
+        want = v >= lo && v <= hi && v % mult == 0;
+
+        if (accepts(&gr, doc) != want) {
+            fail_msg("%s: %s %s", schema, want ? "refuses" : "accepts", doc);
+        }
+    }
+
+    gram_free(&gr);
+}
+
+
+/*
+ * Bounds: exact for integers, for numbers a fraction only where all of
+ * them fit; random walks whose values all lie within the bounds.
+ */
+static void
+test_bounds(void **state)
+{
+    int      i, j;
+    char     doc[8192];
+    double   x;
+    gram_t   gr;
+    json_t  *v;
+
+    static const char  *num_good[] = { "0.5", "-2.75", "3", "-3", "2.999",
+                                       "0", NULL };
+    static const char  *num_bad[] = { "3.5", "-3.5", "4", "-4", "1e0",
+                                      "3.0", "-0", NULL };
+
+    static const struct {
+        const char  *schema;
+        double       lo, hi;
+        int          lo_ex, hi_ex;
+    }  walks[] = {
+        { "{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":"
+          "100}", 0, 100, 1, 0 },
+        { "{\"type\":\"number\",\"minimum\":-2.5,\"exclusiveMaximum\":"
+          "-1}", -2.5, -1, 0, 1 },
+        { "{\"type\":\"integer\",\"minimum\":120,\"maximum\":"
+          "125000}", 120, 125000, 0, 0 },
+        { "{\"type\":\"integer\",\"maximum\":-7}", -1e300, -7, 0, 0 },
+        { "{\"type\":\"number\",\"exclusiveMinimum\":0,"
+          "\"exclusiveMaximum\":1}", 0, 1, 1, 1 },
+        { "{\"type\":\"number\",\"exclusiveMinimum\":-4,"
+          "\"exclusiveMaximum\":0}", -4, 0, 1, 1 },
+    };
+    static const char  *prob_good[] = { "0.5", "0.000000000000001",
+                                        "0.999", NULL };
+    static const char  *prob_bad[] = { "0", "1", "0.0", "0.000000000000000",
+                                       "1.5", "-0.5", NULL };
+
+    check_integers("{\"type\":\"integer\",\"minimum\":-13,\"maximum\":"
+                   "7}", -13, 7, 1);
+    check_integers("{\"type\":\"integer\",\"exclusiveMinimum\":-13.5,"
+                   "\"exclusiveMaximum\":700}", -13, 699, 1);
+    check_integers("{\"type\":\"integer\",\"minimum\":-1000,"
+                   "\"multipleOf\":7}", -1000, 1500, 7);
+    check_integers("{\"type\":\"integer\",\"minimum\":1,\"maximum\":"
+                   "12,\"exclusiveMinimum\":true}", 2, 12, 1);
+    check_integers("{\"type\":\"number\",\"multipleOf\":25,"
+                   "\"maximum\":1000}", -1500, 1000, 25);
+    check_integers("{\"type\":\"integer\",\"minimum\":105,\"maximum\":"
+                   "105}", 105, 105, 1);
+
+    check("{\"type\":\"number\",\"minimum\":-3,\"maximum\":3}", num_good,
+          num_bad);
+    check("{\"type\":\"number\",\"exclusiveMinimum\":0,"
+          "\"exclusiveMaximum\":1}", prob_good, prob_bad);
+
+    for (i = 0; i < (int) (sizeof(walks) / sizeof(walks[0])); i++) {
+        gram_compile(&gr, walks[i].schema);
+
+        for (j = 0; j < 100; j++) {
+            walk_json(&gr, 8 + (uint32_t) (j % 20), doc, sizeof(doc));
+            v = json_loads(doc, JSON_DECODE_ANY, NULL);
+            x = json_number_value(v);
+            json_decref(v);
+
+            if (x < walks[i].lo || x > walks[i].hi
+                || (walks[i].lo_ex && x == walks[i].lo)
+                || (walks[i].hi_ex && x == walks[i].hi))
+            {
+                fail_msg("%s: %s", walks[i].schema, doc);
+            }
+        }
+
+        gram_free(&gr);
+    }
+}
+
+
 /* a schema of n arrays of one item around a string, in buf */
 static const char *
 nested_arrays(char *buf, size_t cap, int n)
@@ -878,6 +992,7 @@ main(void)
         cmocka_unit_test(test_mask_brute),
         cmocka_unit_test(test_random_walks),
         cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_depth),
         cmocka_unit_test(test_bad_programs),
     };

@@ -9,6 +9,7 @@
 
 #define _GNU_SOURCE
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@
 #define VLM_SB_MAX_LITERAL   4096
 #define VLM_SB_MAX_CHARS     (1u << 20)
 #define VLM_SB_PATH_KEEP     40     /* bytes of each end of a long path */
+#define VLM_SB_NUM_MAX       999999999999999LL  /* 15 digits */
 
 
 typedef struct {
@@ -539,6 +541,185 @@ vlm_sb_object(vlm_sb_t *sb, const json_t *s, const char *path, uint32_t id)
 }
 
 
+/* floor(x) or ceil(x) within the integers a number may write, +- one */
+static int64_t
+vlm_sb_round(double x, int up)
+{
+    double  lim;
+
+    lim = (double) VLM_SB_NUM_MAX + 1;
+    x = up ? ceil(x) : floor(x);
+
+    return x <= -lim ? -VLM_SB_NUM_MAX - 1
+           : x >= lim ? VLM_SB_NUM_MAX + 1 : (int64_t) x;
+}
+
+
+/* one bound: "minimum" and "exclusiveMinimum" (a number, or draft 4's
+ * boolean beside "minimum"), the strictest */
+static int
+vlm_sb_bound(vlm_sb_t *sb, const json_t *s, const char *key,
+    const char *ex_key, const char *path, int upper, double *at, int *ex)
+{
+    char     sub[VLM_SCHEMA_PATH_LEN * 2];
+    double   x;
+    json_t  *v, *e;
+
+    v = json_object_get(s, key);
+    e = json_object_get(s, ex_key);
+
+    *ex = 0;
+    *at = upper ? HUGE_VAL : -HUGE_VAL;
+
+    if (v != NULL) {
+        if (!json_is_number(v)) {
+            snprintf(sub, sizeof(sub), "%s.%s", path, key);
+            vlm_sb_fail(sb, sub, "'%s' must be a number", key);
+            return -1;
+        }
+
+        *at = json_number_value(v);
+    }
+
+    if (e == NULL || json_is_false(e)) {
+        return 0;
+    }
+
+    if (json_is_true(e) && v != NULL) {
+        *ex = 1;
+        return 0;
+    }
+
+    if (!json_is_number(e)) {
+        snprintf(sub, sizeof(sub), "%s.%s", path, ex_key);
+        vlm_sb_fail(sb, sub, "'%s' must be a number", ex_key);
+        return -1;
+    }
+
+    x = json_number_value(e);
+
+    if (upper ? x <= *at : x >= *at) {
+        *at = x;
+        *ex = 1;
+    }
+
+    return 0;
+}
+
+
+/*
+ * A number or an integer with its bounds: exact for the integers written
+ * (up to 15 digits); a number's fraction only after an integer part whose
+ * every fraction lies within them, and no exponent.  multipleOf of
+ * integers: a whole one, or one whose inverse is whole (every integer).
+ */
+static uint32_t
+vlm_sb_number(vlm_sb_t *sb, const json_t *s, int integer, const char *path,
+    uint32_t id)
+{
+    int         lo_ex, hi_ex, i;
+    char        sub[VLM_SCHEMA_PATH_LEN * 2];
+    uint8_t     flags;
+    double      lo, hi, r;
+    int64_t     b[7];
+    uint32_t    list;
+    json_t     *v;
+
+    if (vlm_sb_bound(sb, s, "minimum", "exclusiveMinimum", path, 0, &lo,
+                     &lo_ex) < 0
+        || vlm_sb_bound(sb, s, "maximum", "exclusiveMaximum", path, 1, &hi,
+                        &hi_ex) < 0)
+    {
+        return VLM_GRAMMAR_NONE;
+    }
+
+    b[6] = 1;
+    v = json_object_get(s, "multipleOf");
+
+    if (v != NULL) {
+        snprintf(sub, sizeof(sub), "%s.multipleOf", path);
+        r = json_is_number(v) ? json_number_value(v) : 0.0;
+
+        if (!(r > 0.0)) {
+            return vlm_sb_fail(sb, sub, "'multipleOf' must be a number "
+                               "above 0%s", "");
+        }
+
+        if (r == floor(r) && r <= (double) VLM_SB_NUM_MAX) {
+            /* the multiples are integers: of a number too */
+            b[6] = (int64_t) r;
+            integer = 1;
+
+        } else if (integer && 1.0 / r == floor(1.0 / r)) {
+            b[6] = 1;
+
+        } else {
+            return vlm_sb_fail(sb, sub, "'multipleOf' is supported for "
+                               "whole multiples (of integers, and of "
+                               "numbers as integers)%s", "");
+        }
+    }
+
+    /* the integers; the m of m.F and of -m.F whose every value fits */
+    b[0] = lo_ex ? vlm_sb_round(lo, 0) + 1 : vlm_sb_round(lo, 1);
+    b[1] = hi_ex ? vlm_sb_round(hi, 1) - 1 : vlm_sb_round(hi, 0);
+    b[2] = lo_ex ? vlm_sb_round(lo, 0) + 1 : vlm_sb_round(lo, 1);
+    b[3] = vlm_sb_round(hi, 0) - 1;
+    b[4] = hi_ex ? vlm_sb_round(-hi, 0) + 1 : vlm_sb_round(-hi, 1);
+    b[5] = vlm_sb_round(-lo, 0) - 1;
+
+    b[0] = b[0] < -VLM_SB_NUM_MAX ? -VLM_SB_NUM_MAX : b[0];
+    b[1] = b[1] > VLM_SB_NUM_MAX ? VLM_SB_NUM_MAX : b[1];
+
+    /*
+     * Above an exclusive whole bound (gt 0: 0.5), its own m with a
+     * fraction not all 0s
+     */
+    flags = 0;
+
+    if (lo_ex && lo == floor(lo) && lo >= 0.0 && lo < VLM_SB_NUM_MAX) {
+        b[2] = (int64_t) lo;
+        flags |= VLM_GNODE_PNZ;
+    }
+
+    if (hi_ex && hi == floor(hi) && hi <= 0.0 && -hi < VLM_SB_NUM_MAX) {
+        b[4] = (int64_t) -hi;
+        flags |= VLM_GNODE_NNZ;
+    }
+
+    /* m from 0 up; an upper end below 0: none */
+    for (i = 2; i < 6; i++) {
+        b[i] = b[i] > VLM_SB_NUM_MAX ? VLM_SB_NUM_MAX
+               : (i % 2 == 0 && b[i] < 0) ? 0
+               : b[i] < -1 ? -1 : b[i];
+    }
+
+    /* none at all: the derivation finds its shortest length infinite */
+
+    sb->nodes[id].kind = VLM_GNODE_NUMBER;
+    sb->nodes[id].flags = integer ? VLM_GNODE_INTEGER : flags;
+
+    if (lo == -HUGE_VAL && hi == HUGE_VAL && b[6] == 1) {
+        return id;
+    }
+
+    list = vlm_sb_idx(sb, 14);
+    if (list == VLM_GRAMMAR_NONE) {
+        return list;
+    }
+
+    for (i = 0; i < 7; i++) {
+        sb->idx[list + 2 * i] = (uint32_t) ((uint64_t) b[i] & 0xffffffff);
+        sb->idx[list + 2 * i + 1] = (uint32_t) ((uint64_t) b[i] >> 32);
+    }
+
+    sb->nodes[id].a = list;
+    sb->nodes[id].b = 1;
+
+    return id;
+}
+
+
 static uint32_t
 vlm_sb_type(vlm_sb_t *sb, const json_t *s, const char *type,
     const char *path, uint32_t id)
@@ -618,22 +799,7 @@ vlm_sb_type(vlm_sb_t *sb, const json_t *s, const char *type,
     }
 
     if (strcmp(type, "integer") == 0 || strcmp(type, "number") == 0) {
-        sb->nodes[id].kind = VLM_GNODE_NUMBER;
-        sb->nodes[id].flags = type[0] == 'i' ? VLM_GNODE_INTEGER : 0;
-
-        v = json_object_get(s, "minimum");
-
-        if (v != NULL) {
-            if (!json_is_number(v) || json_number_value(v) != 0.0) {
-                snprintf(sub, sizeof(sub), "%s.minimum", path);
-                return vlm_sb_fail(sb, sub, "only 'minimum': 0 is "
-                                   "supported%s", "");
-            }
-
-            sb->nodes[id].flags |= VLM_GNODE_NONNEG;
-        }
-
-        return id;
+        return vlm_sb_number(sb, s, type[0] == 'i', path, id);
     }
 
     if (strcmp(type, "boolean") == 0) {
@@ -702,7 +868,8 @@ static const char  *vlm_sb_known[] = {
     /* constraints */
     "type", "properties", "required", "additionalProperties", "enum",
     "const", "items", "minItems", "maxItems", "anyOf", "oneOf", "allOf",
-    "$ref", "minLength", "maxLength", "format", "minimum",
+    "$ref", "minLength", "maxLength", "format", "minimum", "maximum",
+    "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
     NULL
 };
 

@@ -30,12 +30,20 @@ vlm_grammar_span_ok(const vlm_grammar_hdr_t *h, uint32_t off, uint32_t len)
 }
 
 
+static int
+vlm_grammar_bound_ok(int64_t v)
+{
+    return v >= -VLM_GNUM_MAX - 1 && v <= VLM_GNUM_MAX + 1;
+}
+
+
 vlm_status_t
 vlm_grammar_open(vlm_grammar_t *g, const void *prog, size_t len,
     vlm_error_t *err)
 {
     size_t                    need;
     uint32_t                  i, j, n;
+    vlm_gnum_t                nb;
     const uint32_t           *l;
     const vlm_gnode_t        *nd;
     const vlm_grammar_hdr_t  *h;
@@ -99,6 +107,29 @@ vlm_grammar_open(vlm_grammar_t *g, const void *prog, size_t len,
             break;
 
         case VLM_GNODE_NUMBER:
+            if (nd->b == 0) {
+                break;
+            }
+
+            if (nd->b != 1
+                || !vlm_grammar_list_ok(h, nd->a, VLM_GNUM_WORDS, 1))
+            {
+                goto bad;
+            }
+
+            vlm_g_num_bounds(g, nd, &nb);
+
+            if (nb.mult < 1 || nb.mult > VLM_GNUM_MAX
+                || !vlm_grammar_bound_ok(nb.ilo)
+                || !vlm_grammar_bound_ok(nb.ihi)
+                || !vlm_grammar_bound_ok(nb.plo)
+                || !vlm_grammar_bound_ok(nb.phi)
+                || !vlm_grammar_bound_ok(nb.nlo)
+                || !vlm_grammar_bound_ok(nb.nhi))
+            {
+                goto bad;
+            }
+
             break;
 
         case VLM_GNODE_OBJECT:
@@ -186,6 +217,7 @@ vlm_g_can_end(const vlm_matcher_t *m, const vlm_gframe_t *f)
 {
     uint32_t            i;
     uint64_t            c;
+    vlm_gnum_t          nb;
     const vlm_gnode_t  *n;
 
     n = &m->g.nodes[f->node];
@@ -203,7 +235,14 @@ vlm_g_can_end(const vlm_matcher_t *m, const vlm_gframe_t *f)
         return 0;
 
     case VLM_GNODE_NUMBER:
-        return f->st == 2 || f->st == 3 || f->st == 5 || f->st == 8;
+        vlm_g_num_bounds(&m->g, n, &nb);
+
+        if (f->st == 2 || f->st == 3) {
+            return vlm_g_num_int_ok(&nb, f->sel != 0, f->cand);
+        }
+
+        return (f->st == 5 && !vlm_g_num_nz(n, &nb, f->sel, f->cand, f->pos))
+               || f->st == 8;
 
     case VLM_GNODE_TOOLCALLS:
         return f->st == 2;
@@ -303,6 +342,7 @@ vlm_g_rest(const vlm_grammar_t *g, const vlm_gframe_t *f)
 {
     uint32_t            r, miss, item;
     uint64_t            all;
+    vlm_gnum_t          nb;
     const uint32_t     *props;
     const vlm_gnode_t  *n;
 
@@ -328,7 +368,22 @@ vlm_g_rest(const vlm_grammar_t *g, const vlm_gframe_t *f)
         return miss + 1 + (f->st == 2 ? 1 : 0) + (f->st == 3 ? f->need : 0);
 
     case VLM_GNODE_NUMBER:
-        return (f->st == 2 || f->st == 3 || f->st == 5 || f->st == 8) ? 0 : 1;
+        vlm_g_num_bounds(g, n, &nb);
+
+        switch (f->st) {
+        case 1:
+            return vlm_g_num_min(&nb, !(n->flags & VLM_GNODE_INTEGER), 1);
+        case 2:
+        case 3:
+            return vlm_g_num_more(&nb, !(n->flags & VLM_GNODE_INTEGER),
+                                  f->sel != 0, f->cand, f->count);
+        case 5:
+            return vlm_g_num_nz(n, &nb, f->sel, f->cand, f->pos);
+        case 8:
+            return 0;
+        default:
+            return 1;
+        }
 
     case VLM_GNODE_OBJECT:
         props = g->idx + n->a;
@@ -483,6 +538,7 @@ static uint32_t
 vlm_g_min_len(const vlm_grammar_t *g, uint32_t i)
 {
     uint32_t            j, len, best;
+    vlm_gnum_t          nb;
     vlm_gframe_t        f;
     const vlm_gnode_t  *n;
 
@@ -506,7 +562,8 @@ vlm_g_min_len(const vlm_grammar_t *g, uint32_t i)
         return (n->c != VLM_GRAMMAR_NONE ? n->d : n->a) + 2;
 
     case VLM_GNODE_NUMBER:
-        return 1;
+        vlm_g_num_bounds(g, n, &nb);
+        return vlm_g_num_min(&nb, !(n->flags & VLM_GNODE_INTEGER), 0);
 
     case VLM_GNODE_OBJECT:
     case VLM_GNODE_ARRAY:
@@ -710,7 +767,9 @@ vlm_g_too_deep(const vlm_grammar_t *g, uint32_t root, const uint32_t *reach)
 static void
 vlm_g_first(const vlm_grammar_t *g, uint32_t i, uint32_t *set)
 {
+    int                 real;
     uint32_t            j, k, b;
+    vlm_gnum_t          nb;
     const vlm_gnode_t  *n;
 
     n = &g->nodes[i];
@@ -730,11 +789,16 @@ vlm_g_first(const vlm_grammar_t *g, uint32_t i, uint32_t *set)
         break;
 
     case VLM_GNODE_NUMBER:
+        vlm_g_num_bounds(g, n, &nb);
+        real = !(n->flags & VLM_GNODE_INTEGER);
+
         for (b = '0'; b <= '9'; b++) {
-            vlm_g_set(set, b);
+            if (vlm_g_num_more(&nb, real, 0, b - '0', 1) < VLM_G_INF) {
+                vlm_g_set(set, b);
+            }
         }
 
-        if (!(n->flags & VLM_GNODE_NONNEG)) {
+        if (vlm_g_num_min(&nb, real, 1) < VLM_G_INF) {
             vlm_g_set(set, '-');
         }
 
@@ -820,6 +884,14 @@ vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes, uint32_t root,
     for (i = 0; i < n_nodes; i++) {
         if (nodes[i].min_len >= VLM_G_INF) {
             *bad = i;
+
+            if (nodes[i].kind == VLM_GNODE_NUMBER) {
+                return vlm_error_set(err, VLM_ERR_UNSUPPORTED, "no value "
+                                     "within its bounds ('minimum', "
+                                     "'maximum', 'multipleOf') that 15 "
+                                     "digits write");
+            }
+
             return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
                                  "the schema admits no finite document");
         }

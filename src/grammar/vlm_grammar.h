@@ -46,7 +46,8 @@
 typedef enum {
     VLM_GNODE_LITERALS = 1,     /* one of a set of JSON texts (enum, const) */
     VLM_GNODE_STRING,           /* a: min chars, b: max, c,d: format */
-    VLM_GNODE_NUMBER,           /* flags: INTEGER, NONNEG */
+    VLM_GNODE_NUMBER,           /* flags: INTEGER; b: 1 with bounds at a
+                                   (vlm_grammar_int.h) */
     VLM_GNODE_OBJECT,           /* a: props (idx), b: n, c: values of other
                                    keys (no props), d: key string node */
     VLM_GNODE_ARRAY,            /* a: item node, b: min items, c: max */
@@ -58,10 +59,12 @@ typedef enum {
 
 
 #define VLM_GNODE_INTEGER       0x01
-#define VLM_GNODE_NONNEG        0x02
 #define VLM_GNODE_ONEOF         0x04    /* ANYOF: one child only may match */
 #define VLM_GNODE_DISJOINT      0x08    /* ANYOF: the compiler found that no
                                            two children match one value */
+#define VLM_GNODE_PNZ           0x10    /* NUMBER: m.F at the lowest m of
+                                           m.F needs a digit of F not 0 */
+#define VLM_GNODE_NNZ           0x20    /* NUMBER: the same of -m.F */
 
 
 /*

@@ -2,8 +2,9 @@
  * Inside the grammar: the matcher's frames and state and the token
  * trie's arrays, shared by the program's file (vlm_grammar.c: its checks,
  * the fewest bytes that finish a value, the compiler's derivation), the
- * matcher's (vlm_grammar_match.c: the automaton, the masks, the plan) and
- * the trie's (vlm_grammar_trie.c).
+ * matcher's (vlm_grammar_match.c: the automaton, the masks, the plan),
+ * the numbers' bounds (vlm_grammar_num.c) and the trie's
+ * (vlm_grammar_trie.c).
  */
 
 #ifndef VLM_GRAMMAR_INT_H
@@ -125,6 +126,43 @@ static inline vlm_gframe_t *
 vlm_g_stack(const vlm_matcher_t *m, uint32_t s)
 {
     return m->all + (size_t) s * VLM_GRAMMAR_MAX_DEPTH;
+}
+
+
+/*
+ * A NUMBER node's bounds (vlm_grammar_num.c): b == 1 and, at a in the
+ * index pool, VLM_GNUM_WORDS words of these seven, low word first.
+ */
+#define VLM_GNUM_WORDS      14
+#define VLM_GNUM_DIGITS     15          /* of an integer part, at most */
+#define VLM_GNUM_MAX        999999999999999LL
+
+typedef struct {
+    int64_t   ilo;          /* the integers allowed */
+    int64_t   ihi;
+    int64_t   plo;          /* the m of m.F inside the bounds */
+    int64_t   phi;
+    int64_t   nlo;          /* the m of -m.F inside the bounds */
+    int64_t   nhi;
+    int64_t   mult;         /* integers: multiples of this, >= 1 */
+} vlm_gnum_t;
+
+void vlm_g_num_bounds(const vlm_grammar_t *g, const vlm_gnode_t *n,
+    vlm_gnum_t *b);
+int vlm_g_num_int_ok(const vlm_gnum_t *b, int neg, uint64_t m);
+int vlm_g_num_frac_ok(const vlm_gnum_t *b, int neg, uint64_t m);
+uint32_t vlm_g_num_more(const vlm_gnum_t *b, int real, int neg, uint64_t m,
+    uint32_t k);
+uint32_t vlm_g_num_min(const vlm_gnum_t *b, int real, int after_minus);
+
+/* does the fraction of frame f still need a digit other than 0 */
+static inline int
+vlm_g_num_nz(const vlm_gnode_t *n, const vlm_gnum_t *b, uint32_t neg,
+    uint64_t m, uint32_t seen)
+{
+    return !seen
+           && (neg ? (n->flags & VLM_GNODE_NNZ) && (int64_t) m == b->nlo
+                   : (n->flags & VLM_GNODE_PNZ) && (int64_t) m == b->plo);
 }
 
 

@@ -38,7 +38,6 @@
 
 
 #define VLM_G_RETRIES       (2 * VLM_GRAMMAR_MAX_DEPTH + 8)
-#define VLM_G_INT_DIGITS    15
 #define VLM_G_EXP_DIGITS    2
 
 
@@ -231,18 +230,36 @@ vlm_g_step_literals(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
 }
 
 
+/*
+ * A number: st 0 before it, 1 after '-', 2 after a leading 0, 3 in the
+ * integer part (count digits, cand their value, sel 1 when negative), 4
+ * after '.', 5 in the fraction, 6 after 'e', 7 after its sign, 8 in the
+ * exponent.  A digit of the integer part is allowed only where the bounds
+ * can still be met (vlm_grammar_num.c); with bounds, no exponent.
+ */
 static int
-vlm_g_step_number(vlm_gframe_t *f, const vlm_gnode_t *n, uint32_t b)
+vlm_g_step_number(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
+    uint32_t b)
 {
-    int  digit, real;
+    int         digit, real, neg, nz;
+    uint64_t    v;
+    vlm_gnum_t  nb;
 
     digit = (b >= '0' && b <= '9');
     real = !(n->flags & VLM_GNODE_INTEGER);
+    neg = (f->sel != 0);
+
+    vlm_g_num_bounds(&m->g, n, &nb);
 
     switch (f->st) {
 
     case 0:
-        if (b == '-' && !(n->flags & VLM_GNODE_NONNEG)) {
+        if (b == '-') {
+            if (vlm_g_num_min(&nb, real, 1) >= VLM_G_INF) {
+                return VLM_G_NO;
+            }
+
+            f->sel = 1;
             f->st = 1;
             return VLM_G_OK;
         }
@@ -250,25 +267,32 @@ vlm_g_step_number(vlm_gframe_t *f, const vlm_gnode_t *n, uint32_t b)
         /* fall through */
 
     case 1:
-        if (b == '0') {
-            f->st = 2;
-            return VLM_G_OK;
+        if (!digit
+            || vlm_g_num_more(&nb, real, neg, b - '0', 1) >= VLM_G_INF)
+        {
+            return VLM_G_NO;
         }
 
-        if (digit) {
-            f->st = 3;
-            f->count = 1;
-            return VLM_G_OK;
-        }
-
-        return VLM_G_NO;
+        f->st = (b == '0') ? 2 : 3;
+        f->count = 1;
+        f->cand = b - '0';
+        return VLM_G_OK;
 
     case 3:
         if (digit) {
-            if (f->count == VLM_G_INT_DIGITS) {
+            if (f->count == VLM_GNUM_DIGITS) {
                 return VLM_G_NO;
             }
 
+            v = f->cand * 10 + (b - '0');
+
+            if (vlm_g_num_more(&nb, real, neg, v, f->count + 1)
+                >= VLM_G_INF)
+            {
+                return VLM_G_NO;
+            }
+
+            f->cand = v;
             f->count++;
             return VLM_G_OK;
         }
@@ -276,38 +300,46 @@ vlm_g_step_number(vlm_gframe_t *f, const vlm_gnode_t *n, uint32_t b)
         /* fall through */
 
     case 2:
-        if (real && b == '.') {
+        if (real && b == '.' && vlm_g_num_frac_ok(&nb, neg, f->cand)) {
             f->st = 4;
             return VLM_G_OK;
         }
 
-        if (real && (b == 'e' || b == 'E')) {
+        if (real && (b == 'e' || b == 'E') && n->b == 0) {
             f->st = 6;
             return VLM_G_OK;
         }
 
-        return digit ? VLM_G_NO : VLM_G_POP;
-
-    case 4:
-        if (digit) {
-            f->st = 5;
-            f->count = 1;
-            return VLM_G_OK;
+        if (digit || !vlm_g_num_int_ok(&nb, neg, f->cand)) {
+            return VLM_G_NO;
         }
 
-        return VLM_G_NO;
+        return VLM_G_POP;
 
+    case 4:
     case 5:
+        /* pos: a digit other than 0 seen, where the bounds want one */
+        nz = vlm_g_num_nz(n, &nb, f->sel, f->cand, f->pos);
+
         if (digit) {
-            if (f->count == VLM_G_INT_DIGITS) {
+            if ((f->st == 5 && f->count == VLM_GNUM_DIGITS)
+                || (nz && b == '0' && f->st == 5
+                    && f->count + 1 == VLM_GNUM_DIGITS))
+            {
                 return VLM_G_NO;
             }
 
-            f->count++;
+            f->count = f->st == 4 ? 1 : f->count + 1;
+            f->st = 5;
+            f->pos |= (b != '0');
             return VLM_G_OK;
         }
 
-        if (b == 'e' || b == 'E') {
+        if (f->st == 4 || nz) {
+            return VLM_G_NO;
+        }
+
+        if ((b == 'e' || b == 'E') && n->b == 0) {
             f->st = 6;
             return VLM_G_OK;
         }
@@ -754,7 +786,7 @@ vlm_g_step(vlm_matcher_t *m, uint32_t b)
         return vlm_g_step_string(m, f, n, b);
 
     case VLM_GNODE_NUMBER:
-        return vlm_g_step_number(f, n, b);
+        return vlm_g_step_number(m, f, n, b);
 
     case VLM_GNODE_OBJECT:
         return vlm_g_step_object(m, f, n, b);

@@ -98,6 +98,21 @@ SCHEMAS = {
                   "minItems": 2, "maxItems": 2},
         "minItems": 2,
     },
+    # Pydantic's ge, le, gt, lt and multiple_of
+    "bounds": {
+        "type": "object",
+        "properties": {
+            "age": {"type": "integer", "minimum": 0, "maximum": 130},
+            "p": {"type": "number", "exclusiveMinimum": 0,
+                  "exclusiveMaximum": 1},
+            "t": {"type": "number", "minimum": -273.15, "maximum": 100},
+            "even": {"type": "integer", "multipleOf": 2,
+                     "exclusiveMinimum": -9, "exclusiveMaximum": 21},
+            "n": {"type": ["integer", "null"], "maximum": -1000},
+        },
+        "required": ["age", "p", "t", "even", "n"],
+        "additionalProperties": False,
+    },
     # alternatives that start alike, told apart further on
     "tagged union": {
         "type": "array",
@@ -240,7 +255,8 @@ def refused(client):
         ({"type": "object", "properties": {
             "a": {"type": "string", "pattern": "^x+$"}}},
          "$.properties.a", "pattern"),
-        ({"type": "integer", "maximum": 3}, "$", "maximum"),
+        ({"type": "number", "multipleOf": 0.01}, "$.multipleOf",
+         "multipleOf"),
         ({"type": "array", "items": {"type": "string", "format": "email"}},
          "$.items.format", "email"),
     ]
@@ -286,6 +302,8 @@ class Drawing(pydantic.BaseModel):
     shapes: list[Annotated[Union[Circle, Rect],
                            pydantic.Field(discriminator="kind")]]
     scale: Union[int, float]
+    opacity: float = pydantic.Field(gt=0, le=1)
+    layer: int = pydantic.Field(ge=-3, lt=40)
 
 
 def sdk_parse(client):
