@@ -52,11 +52,19 @@ static const char  *schemas[] = {
     "{\"type\":\"object\",\"properties\":{\"n\":{\"anyOf\":[{\"type\":"
     "\"integer\"},{\"type\":\"number\"}]},\"s\":{\"type\":\"string\"}},"
     "\"required\":[\"n\",\"s\"]}",
+    /* patterns and the formats made of them: DFAs */
+    "{\"type\":\"object\",\"properties\":{\"zip\":{\"type\":\"string\","
+    "\"pattern\":\"^[0-9]{5}(-[0-9]{4})?$\"},\"mail\":{\"type\":"
+    "\"string\",\"format\":\"email\"},\"host\":{\"type\":\"string\","
+    "\"format\":\"hostname\"},\"ip\":{\"type\":\"string\",\"format\":"
+    "\"ipv4\"},\"age\":{\"type\":\"integer\",\"minimum\":0,"
+    "\"maximum\":130}},\"required\":[\"zip\",\"mail\",\"host\",\"ip\","
+    "\"age\"]}",
 };
 
 static const char  *schema_names[] = {
     "json_object", "nested object", "array of objects", "tagged union",
-    "int or number"
+    "int or number", "patterns, formats"
 };
 
 #define BENCH_COMPILES  21

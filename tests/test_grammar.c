@@ -277,7 +277,11 @@ test_refused(void **state)
 
     static const char  *cases[][2] = {
         { "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\","
-          "\"pattern\":\"x+\"}}}", "$.properties.a" },
+          "\"pattern\":\"(x)\\\\1\"}}}", "$.properties.a.pattern" },
+        { "{\"type\":\"string\",\"pattern\":\"a(?=b)\"}", "$.pattern" },
+        { "{\"type\":\"string\",\"pattern\":\"^\\\"$\"}", "$.pattern" },
+        { "{\"type\":\"string\",\"pattern\":\"^[a-z]+$\",\"maxLength\":"
+          "3}", "$.pattern" },
         { "{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}",
           "$" },
         { "{\"type\":\"object\",\"properties\":{\"v\":{\"oneOf\":[{"
@@ -295,7 +299,7 @@ test_refused(void **state)
         { "{\"type\":\"strin\"}", "$.type" },
         { "{\"$ref\":\"#/$defs/nope\"}", "$" },
         { "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"format\":"
-          "\"email\"}}", "$.items.format" },
+          "\"idn-email\"}}", "$.items.format" },
         { "{\"$ref\":\"#/$defs/a\",\"$defs\":{\"a\":{\"type\":\"object\","
           "\"properties\":{\"x\":{\"$ref\":\"#/$defs/a\"}},\"required\":"
           "[\"x\"]}}}", "$" },
@@ -398,6 +402,9 @@ test_mask_brute(void **state)
           "1" },
         { "{\"type\":\"number\",\"minimum\":-2.5,\"maximum\":10}",
           "-2" },
+        { "{\"type\":\"string\",\"pattern\":\"^[0-9]{5}(-[0-9]{4})?$\"}",
+          "\"123" },
+        { "{\"type\":\"string\",\"format\":\"email\"}", "\"ab" },
         { TAGGED, "" },
         { TAGGED, "{\"kind\":\"" },
         { TAGGED, "{\"kind\":\"rect\"," },
@@ -729,6 +736,82 @@ test_plan(void **state)
 }
 
 
+/*
+ * Patterns (ECMAScript regexes) and the formats made of them: documents
+ * accepted and refused, walks that end, a pattern searched where it has
+ * no anchors.
+ */
+static void
+test_patterns(void **state)
+{
+    int      i, j;
+    char     doc[8192];
+    gram_t   gr;
+
+    static const char  *zip_good[] = { "\"12345\"", "\"12345-6789\"", NULL };
+    static const char  *zip_bad[] = { "\"1234\"", "\"12345-\"", "\"a2345\"",
+                                      "\"123456\"", NULL };
+
+    static const char  *any_good[] = { "\"xaby\"", "\"ab\"", "\"\xc3\xa9" "ab\"",
+                                       NULL };
+    static const char  *any_bad[] = { "\"a b\"", "\"xy\"", NULL };
+
+    static const char  *uni_good[] = { "\"\xc3\xa9\xc3\xa9\"", "\"\xe2\x82\xac\"",
+                                       "\"\xf0\x9f\x98\x80\"", NULL };
+    static const char  *uni_bad[] = { "\"a\"", "\"\"", "\"\xc3\xa9" "a\"", NULL };
+
+    static const char  *ip_good[] = { "\"192.168.0.1\"", "\"255.0.10.9\"",
+                                      NULL };
+    static const char  *ip_bad[] = { "\"256.1.1.1\"", "\"1.2.3\"",
+                                     "\"01.2.3.4\"", NULL };
+
+    static const char  *mail_good[] = { "\"a.b@c-d.example.org\"", NULL };
+    static const char  *mail_bad[] = { "\"a@b\"", "\"@b.org\"", "\"a..b@c.org\"",
+                                       NULL };
+
+    static const char  *dur_good[] = { "\"P1Y2M\"", "\"PT5S\"", "\"P3W\"",
+                                       "\"P1DT2H\"", NULL };
+    static const char  *dur_bad[] = { "\"P\"", "\"PT\"", "\"P1DT\"", "\"1D\"",
+                                      NULL };
+
+    static const char  *walks[] = {
+        "{\"type\":\"string\",\"pattern\":\"^[0-9]{5}(-[0-9]{4})?$\"}",
+        "{\"type\":\"string\",\"pattern\":\"ab\"}",
+        "{\"type\":\"string\",\"pattern\":\"^(\\\\w+\\\\s?)+[.!?]$\"}",
+        "{\"type\":\"object\",\"properties\":{\"ip\":{\"format\":\"ipv4\"},"
+        "\"v6\":{\"format\":\"ipv6\"},\"mail\":{\"format\":\"email\"},"
+        "\"host\":{\"format\":\"hostname\"},\"uri\":{\"format\":\"uri\"},"
+        "\"d\":{\"format\":\"duration\"}},\"required\":[\"ip\",\"v6\","
+        "\"mail\",\"host\",\"uri\",\"d\"]}",
+        "{\"anyOf\":[{\"type\":\"string\",\"pattern\":\"^a+$\"},{\"type\":"
+        "\"string\",\"pattern\":\"^a*b$\"}]}",
+        NULL
+    };
+
+    check("{\"type\":\"string\",\"pattern\":\"^[0-9]{5}(-[0-9]{4})?$\"}",
+          zip_good, zip_bad);
+    check("{\"type\":\"string\",\"pattern\":\"a[^ ]?b\"}", any_good,
+          any_bad);
+    check("{\"type\":\"string\",\"pattern\":\"^[^\\\\x00-\\\\x7f]+$\"}",
+          uni_good, uni_bad);
+    check("{\"type\":\"string\",\"format\":\"ipv4\"}", ip_good, ip_bad);
+    check("{\"type\":\"string\",\"format\":\"email\"}", mail_good,
+          mail_bad);
+    check("{\"type\":\"string\",\"format\":\"duration\"}", dur_good,
+          dur_bad);
+
+    for (i = 0; walks[i] != NULL; i++) {
+        gram_compile(&gr, walks[i]);
+
+        for (j = 0; j < 40; j++) {
+            walk_json(&gr, 200 + (uint32_t) j * 8, doc, sizeof(doc));
+        }
+
+        gram_free(&gr);
+    }
+}
+
+
 /* every integer from -1500 to 1500 accepted exactly when it should be */
 static void
 check_integers(const char *schema, long lo, long hi, long mult)
@@ -993,6 +1076,7 @@ main(void)
         cmocka_unit_test(test_random_walks),
         cmocka_unit_test(test_plan),
         cmocka_unit_test(test_bounds),
+        cmocka_unit_test(test_patterns),
         cmocka_unit_test(test_depth),
         cmocka_unit_test(test_bad_programs),
     };

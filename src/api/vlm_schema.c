@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "grammar/vlm_grammar.h"
+#include "vlm_regex.h"
 #include "vlm_schema.h"
 
 
@@ -720,82 +721,195 @@ vlm_sb_number(vlm_sb_t *sb, const json_t *s, int integer, const char *path,
 }
 
 
+/* a REGEX node of the DFA of re: in a JSON string, or raw text */
+static uint32_t
+vlm_sb_regex(vlm_sb_t *sb, const char *re, size_t len, int raw,
+    const char *path, uint32_t id)
+{
+    uint32_t         list, n;
+    vlm_error_t      e;
+    vlm_regex_dfa_t  dfa;
+
+    if (vlm_regex_compile(re, len, !raw, &dfa, &e) != VLM_OK) {
+        if (e.status == VLM_ERR_NOMEM) {
+            vlm_error_set(sb->err, VLM_ERR_NOMEM, "schema: no memory");
+            return VLM_GRAMMAR_NONE;
+        }
+
+        return vlm_sb_fail(sb, path, "%s", e.msg);
+    }
+
+    n = dfa.n_states;
+    list = vlm_sb_idx(sb, 2 * n + 1 + dfa.n_ranges);
+
+    if (list != VLM_GRAMMAR_NONE) {
+        memcpy(sb->idx + list, dfa.dist, n * sizeof(uint32_t));
+        memcpy(sb->idx + list + n, dfa.first, (n + 1) * sizeof(uint32_t));
+        memcpy(sb->idx + list + 2 * n + 1, dfa.ranges,
+               dfa.n_ranges * sizeof(uint32_t));
+
+        sb->nodes[id].kind = VLM_GNODE_REGEX;
+        sb->nodes[id].flags = raw ? VLM_GNODE_RAW : 0;
+        sb->nodes[id].a = list;
+        sb->nodes[id].b = n;
+        sb->nodes[id].c = dfa.n_ranges;
+        sb->nodes[id].d = dfa.start;
+    }
+
+    vlm_regex_free(&dfa);
+
+    return list == VLM_GRAMMAR_NONE ? list : id;
+}
+
+
+/*
+ * Formats: shapes whose every instance is valid, as templates of one
+ * character class a position (vlm_g_template) or as patterns, each a
+ * subset of its format (an IPv6 address written in full, http and https
+ * URIs without a query, e-mail addresses of dot-atoms).
+ */
+static const struct {
+    const char  *name;
+    const char  *tpl;
+    const char  *re;
+}  vlm_sb_formats[] = {
+    { "uuid", "hhhhhhhh-hhhh-hhhh-hhhh-hhhhhhhhhhhh", NULL },
+    { "date", "dddd-0n-bn", NULL },
+    { "time", "ad:cd:cdZ", NULL },
+    { "date-time", "dddd-0n-bnTad:cd:cdZ", NULL },
+    { "email", NULL,
+      "^[a-z0-9]+([._+-][a-z0-9]+)*@[a-z0-9]+(-[a-z0-9]+)*"
+      "(\\.[a-z0-9]+(-[a-z0-9]+)*)*\\.[a-z]{2,8}$" },
+    { "hostname", NULL,
+      "^[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?"
+      "(\\.[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?){0,3}$" },
+    { "ipv4", NULL,
+      "^(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+      "(\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}$" },
+    { "ipv6", NULL, "^[0-9a-f]{1,4}(:[0-9a-f]{1,4}){7}$" },
+    { "uri", NULL,
+      "^https?://[a-z0-9]+(-[a-z0-9]+)*(\\.[a-z0-9]+(-[a-z0-9]+)*)*"
+      "(/[A-Za-z0-9._~-]*)*$" },
+    { "duration", NULL,
+      "^P(([0-9]+Y([0-9]+M)?([0-9]+D)?|[0-9]+M([0-9]+D)?|[0-9]+D)"
+      "(T([0-9]+H([0-9]+M)?([0-9]+S)?|[0-9]+M([0-9]+S)?|[0-9]+S))?"
+      "|T([0-9]+H([0-9]+M)?([0-9]+S)?|[0-9]+M([0-9]+S)?|[0-9]+S)"
+      "|[0-9]+W)$" },
+};
+
+
+/* a string: its lengths, or a pattern, or a format */
+static uint32_t
+vlm_sb_text(vlm_sb_t *sb, const json_t *s, const char *path, uint32_t id)
+{
+    char         sub[VLM_SCHEMA_PATH_LEN * 2];
+    size_t       i;
+    uint32_t     min, max, off;
+    json_t      *v, *pat;
+    const char  *fmt, *tpl;
+
+    min = 0;
+    max = VLM_GRAMMAR_NONE;
+
+    if (vlm_sb_count(sb, s, "minLength", path, 4096, &min) < 0
+        || vlm_sb_count(sb, s, "maxLength", path, VLM_SB_MAX_CHARS, &max)
+           < 0)
+    {
+        return VLM_GRAMMAR_NONE;
+    }
+
+    if (min > max) {
+        return vlm_sb_fail(sb, path, "minLength above maxLength%s", "");
+    }
+
+    vlm_sb_string(sb, min, max, id);
+
+    v = json_object_get(s, "format");
+    pat = json_object_get(s, "pattern");
+
+    if (pat != NULL) {
+        snprintf(sub, sizeof(sub), "%s.pattern", path);
+
+        if (!json_is_string(pat)) {
+            return vlm_sb_fail(sb, sub, "'pattern' must be a string%s", "");
+        }
+
+        if (v != NULL || min > 0 || max != VLM_GRAMMAR_NONE) {
+            return vlm_sb_fail(sb, sub, "'pattern' with 'format', "
+                               "'minLength' or 'maxLength' is not "
+                               "supported%s", "");
+        }
+
+        return vlm_sb_regex(sb, json_string_value(pat),
+                            json_string_length(pat), 0, sub, id);
+    }
+
+    if (v == NULL) {
+        return id;
+    }
+
+    snprintf(sub, sizeof(sub), "%s.format", path);
+    fmt = json_string_value(v);
+
+    for (i = 0; fmt != NULL && i < sizeof(vlm_sb_formats)
+                                   / sizeof(vlm_sb_formats[0]); i++)
+    {
+        if (strcmp(fmt, vlm_sb_formats[i].name) == 0) {
+            break;
+        }
+    }
+
+    if (fmt == NULL || i == sizeof(vlm_sb_formats)
+                           / sizeof(vlm_sb_formats[0]))
+    {
+        return vlm_sb_fail(sb, sub, "unsupported format '%s' (date-time, "
+                           "date, time, duration, email, hostname, ipv4, "
+                           "ipv6, uuid and uri are supported)",
+                           fmt ? fmt : "");
+    }
+
+    tpl = vlm_sb_formats[i].tpl;
+
+    if (tpl == NULL) {
+        if (min > 0 || max != VLM_GRAMMAR_NONE) {
+            return vlm_sb_fail(sb, sub, "format '%s' with 'minLength' or "
+                               "'maxLength' is not supported", fmt);
+        }
+
+        return vlm_sb_regex(sb, vlm_sb_formats[i].re,
+                            strlen(vlm_sb_formats[i].re), 0, sub, id);
+    }
+
+    if (strlen(tpl) < min || strlen(tpl) > max) {
+        return vlm_sb_fail(sb, path, "a format and lengths that "
+                           "disagree%s", "");
+    }
+
+    off = vlm_sb_bytes(sb, tpl, strlen(tpl));
+    if (off == VLM_GRAMMAR_NONE) {
+        return off;
+    }
+
+    sb->nodes[id].c = off;
+    sb->nodes[id].d = (uint32_t) strlen(tpl);
+
+    return id;
+}
+
+
 static uint32_t
 vlm_sb_type(vlm_sb_t *sb, const json_t *s, const char *type,
     const char *path, uint32_t id)
 {
     char         sub[VLM_SCHEMA_PATH_LEN * 2];
-    int          rc;
-    uint32_t     min, max, off, item;
+    uint32_t     min, max, item;
     json_t      *v;
-    const char  *fmt, *tpl;
 
     static const char  *bools[] = { "true", "false" };
     static const char  *nulls[] = { "null" };
 
     if (strcmp(type, "string") == 0) {
-        min = 0;
-        max = VLM_GRAMMAR_NONE;
-
-        if (vlm_sb_count(sb, s, "minLength", path, 4096, &min) < 0
-            || (rc = vlm_sb_count(sb, s, "maxLength", path,
-                                  VLM_SB_MAX_CHARS, &max)) < 0)
-        {
-            return VLM_GRAMMAR_NONE;
-        }
-
-        if (min > max) {
-            return vlm_sb_fail(sb, path, "minLength above maxLength%s", "");
-        }
-
-        vlm_sb_string(sb, min, max, id);
-
-        v = json_object_get(s, "format");
-        if (v == NULL) {
-            return id;
-        }
-
-        fmt = json_string_value(v);
-        tpl = NULL;
-
-        /* shapes whose every instance is a valid value */
-        if (fmt == NULL) {
-            tpl = NULL;
-
-        } else if (strcmp(fmt, "uuid") == 0) {
-            tpl = "hhhhhhhh-hhhh-hhhh-hhhh-hhhhhhhhhhhh";
-
-        } else if (strcmp(fmt, "date") == 0) {
-            tpl = "dddd-0n-bn";
-
-        } else if (strcmp(fmt, "time") == 0) {
-            tpl = "ad:cd:cdZ";
-
-        } else if (strcmp(fmt, "date-time") == 0) {
-            tpl = "dddd-0n-bnTad:cd:cdZ";
-        }
-
-        if (tpl == NULL) {
-            snprintf(sub, sizeof(sub), "%s.format", path);
-            return vlm_sb_fail(sb, sub, "unsupported format '%s' (uuid, "
-                               "date, time and date-time are supported)",
-                               fmt ? fmt : "");
-        }
-
-        if (strlen(tpl) < min || strlen(tpl) > max) {
-            return vlm_sb_fail(sb, path, "a format and lengths that "
-                               "disagree%s", "");
-        }
-
-        off = vlm_sb_bytes(sb, tpl, strlen(tpl));
-        if (off == VLM_GRAMMAR_NONE) {
-            return off;
-        }
-
-        sb->nodes[id].c = off;
-        sb->nodes[id].d = (uint32_t) strlen(tpl);
-
-        return id;
+        return vlm_sb_text(sb, s, path, id);
     }
 
     if (strcmp(type, "integer") == 0 || strcmp(type, "number") == 0) {
@@ -869,7 +983,7 @@ static const char  *vlm_sb_known[] = {
     "type", "properties", "required", "additionalProperties", "enum",
     "const", "items", "minItems", "maxItems", "anyOf", "oneOf", "allOf",
     "$ref", "minLength", "maxLength", "format", "minimum", "maximum",
-    "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+    "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "pattern",
     NULL
 };
 
@@ -1282,7 +1396,8 @@ vlm_sb_schema(vlm_sb_t *sb, const json_t *s, const char *path, uint32_t id)
         }
 
         if (json_object_get(s, "minLength") || json_object_get(s,
-            "maxLength") || json_object_get(s, "format"))
+            "maxLength") || json_object_get(s, "format")
+            || json_object_get(s, "pattern"))
         {
             return vlm_sb_type(sb, s, "string", path, id);
         }

@@ -30,6 +30,44 @@ vlm_grammar_span_ok(const vlm_grammar_hdr_t *h, uint32_t off, uint32_t len)
 }
 
 
+/* a DFA's lists within the pool, every range to a state of it */
+static int
+vlm_grammar_regex_ok(const vlm_grammar_hdr_t *h, const uint32_t *idx,
+    const vlm_gnode_t *nd)
+{
+    uint32_t         i, k;
+    const uint32_t  *dist, *first, *ranges;
+
+    if (nd->b == 0 || nd->b > (1u << 16) || nd->d >= nd->b
+        || (uint64_t) nd->a + 2 * (uint64_t) nd->b + 1 + nd->c > h->n_idx)
+    {
+        return 0;
+    }
+
+    dist = idx + nd->a;
+    first = dist + nd->b;
+    ranges = first + nd->b + 1;
+
+    for (i = 0; i < nd->b; i++) {
+        if (dist[i] >= VLM_G_INF || first[i] > first[i + 1]) {
+            return 0;
+        }
+    }
+
+    if (first[0] != 0 || first[nd->b] != nd->c) {
+        return 0;
+    }
+
+    for (k = 0; k < nd->c; k++) {
+        if ((ranges[k] >> 16) >= nd->b) {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
 static int
 vlm_grammar_bound_ok(int64_t v)
 {
@@ -196,6 +234,13 @@ vlm_grammar_open(vlm_grammar_t *g, const void *prog, size_t len,
 
             break;
 
+        case VLM_GNODE_REGEX:
+            if (!vlm_grammar_regex_ok(h, g->idx, nd)) {
+                goto bad;
+            }
+
+            break;
+
         default:
             goto bad;
         }
@@ -246,6 +291,10 @@ vlm_g_can_end(const vlm_matcher_t *m, const vlm_gframe_t *f)
 
     case VLM_GNODE_TOOLCALLS:
         return f->st == 2;
+
+    case VLM_GNODE_REGEX:
+        return (n->flags & VLM_GNODE_RAW)
+               && m->g.idx[n->a + (f->st == 0 ? n->d : f->pos)] == 0;
 
     default:
         return 0;
@@ -451,6 +500,10 @@ vlm_g_rest(const vlm_grammar_t *g, const vlm_gframe_t *f)
             return 1;
         }
 
+    case VLM_GNODE_REGEX:
+        /* st 1: in the text, pos the state */
+        return g->idx[n->a + f->pos] + !(n->flags & VLM_GNODE_RAW);
+
     case VLM_GNODE_TOOLCALLS:
         switch (f->st) {
         case 0:
@@ -578,6 +631,9 @@ vlm_g_min_len(const vlm_grammar_t *g, uint32_t i)
         }
 
         return best;
+
+    case VLM_GNODE_REGEX:
+        return g->idx[n->a + n->d] + ((n->flags & VLM_GNODE_RAW) ? 0 : 2);
 
     default:
         return vlm_g_rest(g, &f);
@@ -769,6 +825,7 @@ vlm_g_first(const vlm_grammar_t *g, uint32_t i, uint32_t *set)
 {
     int                 real;
     uint32_t            j, k, b;
+    const uint32_t     *l;
     vlm_gnum_t          nb;
     const vlm_gnode_t  *n;
 
@@ -811,6 +868,24 @@ vlm_g_first(const vlm_grammar_t *g, uint32_t i, uint32_t *set)
 
     case VLM_GNODE_ARRAY:
         vlm_g_set(set, '[');
+        break;
+
+    case VLM_GNODE_REGEX:
+        if (!(n->flags & VLM_GNODE_RAW)) {
+            vlm_g_set(set, '"');
+            break;
+        }
+
+        l = g->idx + n->a + n->b;
+
+        for (j = l[n->d]; j < l[n->d + 1]; j++) {
+            for (b = l[n->b + 1 + j] & 0xff;
+                 b <= ((l[n->b + 1 + j] >> 8) & 0xff); b++)
+            {
+                vlm_g_set(set, b);
+            }
+        }
+
         break;
 
     case VLM_GNODE_ANYOF:

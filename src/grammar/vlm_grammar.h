@@ -54,7 +54,10 @@ typedef enum {
     VLM_GNODE_ANYOF,            /* a: children (idx), b: n; each where
                                    the bytes fit it (flags: ONEOF) */
     VLM_GNODE_TOOLCALL,         /* a: functions (idx), b: n */
-    VLM_GNODE_TOOLCALLS         /* a: the TOOLCALL node, b: max calls */
+    VLM_GNODE_TOOLCALLS,        /* a: the TOOLCALL node, b: max calls */
+    VLM_GNODE_REGEX             /* a string's text by a DFA (idx) at a: b
+                                   states, c ranges, d the start; flags:
+                                   RAW, the text alone, unquoted */
 } vlm_gnode_kind_t;
 
 
@@ -65,6 +68,7 @@ typedef enum {
 #define VLM_GNODE_PNZ           0x10    /* NUMBER: m.F at the lowest m of
                                            m.F needs a digit of F not 0 */
 #define VLM_GNODE_NNZ           0x20    /* NUMBER: the same of -m.F */
+#define VLM_GNODE_RAW           0x40    /* REGEX: no quotes around */
 
 
 /*
@@ -73,6 +77,9 @@ typedef enum {
  *   OBJECT    [key offset, key length, value node, required] per property
  *   ANYOF     [child node] per child
  *   TOOLCALL  [name offset, name length, arguments node] per function
+ *   REGEX     the fewest bytes to a match per state, then each state's
+ *             first range (and one past the last), then the ranges, each
+ *             lo | hi << 8 | next state << 16
  * Byte offsets point into the byte pool.
  */
 typedef struct {

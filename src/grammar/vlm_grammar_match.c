@@ -650,6 +650,46 @@ vlm_g_step_array(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
 }
 
 
+/* pos: the DFA's state (the program's lists, vlm_grammar.h) */
+static int
+vlm_g_step_regex(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
+    uint32_t b)
+{
+    int              raw;
+    uint32_t         k, r;
+    const uint32_t  *dist, *first, *ranges;
+
+    raw = (n->flags & VLM_GNODE_RAW) != 0;
+    dist = m->g.idx + n->a;
+    first = dist + n->b;
+    ranges = first + n->b + 1;
+
+    if (f->st == 0) {
+        f->st = 1;
+        f->pos = n->d;
+
+        if (!raw) {
+            return b == '"' ? VLM_G_OK : VLM_G_NO;
+        }
+    }
+
+    if (!raw && b == '"') {
+        return dist[f->pos] == 0 ? VLM_G_DONE : VLM_G_NO;
+    }
+
+    for (k = first[f->pos]; k < first[f->pos + 1]; k++) {
+        r = ranges[k];
+
+        if (b >= (r & 0xff) && b <= ((r >> 8) & 0xff)) {
+            f->pos = r >> 16;
+            return VLM_G_OK;
+        }
+    }
+
+    return (raw && dist[f->pos] == 0) ? VLM_G_POP : VLM_G_NO;
+}
+
+
 static int
 vlm_g_step_tool(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
     uint32_t b)
@@ -823,6 +863,9 @@ vlm_g_step(vlm_matcher_t *m, uint32_t b)
 
     case VLM_GNODE_TOOLCALL:
         return vlm_g_step_tool(m, f, n, b);
+
+    case VLM_GNODE_REGEX:
+        return vlm_g_step_regex(m, f, n, b);
 
     default:
         return vlm_g_step_calls(m, f, n, b);
