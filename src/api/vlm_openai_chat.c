@@ -100,7 +100,7 @@ vlm_openai_parse_unsupported(vlm_openai_parser_t *p, const json_t *root)
  * schema may nest under the request's fields around it: anything deeper
  * is refused by vlm_schema_check_levels after this.
  */
-static vlm_status_t
+vlm_status_t
 vlm_openai_unelide(vlm_openai_parser_t *p, json_t *v, int depth)
 {
     size_t            i;
@@ -492,7 +492,8 @@ vlm_openai_parse_fields(vlm_openai_parser_t *p, const json_t *root)
     }
 
     if ((rc = vlm_openai_parse_tools(p, root)) != VLM_OK
-        || (rc = vlm_openai_parse_response_format(p, root)) != VLM_OK)
+        || (rc = vlm_openai_parse_response_format(p, root)) != VLM_OK
+        || (rc = vlm_openai_parse_guided(p, root)) != VLM_OK)
     {
         return rc;
     }

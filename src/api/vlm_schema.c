@@ -1683,6 +1683,86 @@ vlm_schema_compile(const void *schema, vlm_schema_out_t *out,
 
 
 vlm_status_t
+vlm_schema_compile_regex(const char *re, size_t len, vlm_schema_out_t *out,
+    vlm_error_t *err)
+{
+    uint32_t      root;
+    vlm_status_t  rc;
+    vlm_sb_t      sb;
+
+    vlm_sb_init(&sb, NULL, out, err);
+
+    root = vlm_sb_node(&sb, "$");
+    if (root != VLM_GRAMMAR_NONE) {
+        root = vlm_sb_regex(&sb, re, len, 1, "$", root);
+    }
+
+    rc = vlm_sb_finish(&sb, root);
+    vlm_sb_free(&sb);
+
+    return rc;
+}
+
+
+vlm_status_t
+vlm_schema_compile_choice(const char *const *choices, const size_t *lens,
+    uint32_t n, vlm_schema_out_t *out, vlm_error_t *err)
+{
+    char          path[32];
+    uint32_t      i, root, list, off;
+    vlm_status_t  rc;
+    vlm_sb_t      sb;
+
+    vlm_sb_init(&sb, NULL, out, err);
+
+    root = VLM_GRAMMAR_NONE;
+
+    if (n == 0 || n > VLM_GRAMMAR_MAX_CAND) {
+        vlm_sb_fail(&sb, "$", "1 to 64 choices are supported%s", "");
+        goto done;
+    }
+
+    root = vlm_sb_node(&sb, "$");
+    list = vlm_sb_idx(&sb, 2 * n);
+
+    if (root == VLM_GRAMMAR_NONE || list == VLM_GRAMMAR_NONE) {
+        root = VLM_GRAMMAR_NONE;
+        goto done;
+    }
+
+    /* a LITERALS node of the texts themselves, not JSON */
+    for (i = 0; i < n; i++) {
+        if (lens[i] == 0 || lens[i] > VLM_SB_MAX_LITERAL) {
+            snprintf(path, sizeof(path), "$[%u]", i);
+            root = vlm_sb_fail(&sb, path, "a choice of 1 to 4096 bytes is "
+                               "supported%s", "");
+            goto done;
+        }
+
+        off = vlm_sb_bytes(&sb, choices[i], lens[i]);
+        if (off == VLM_GRAMMAR_NONE) {
+            root = VLM_GRAMMAR_NONE;
+            goto done;
+        }
+
+        sb.idx[list + 2 * i] = off;
+        sb.idx[list + 2 * i + 1] = (uint32_t) lens[i];
+    }
+
+    sb.nodes[root].kind = VLM_GNODE_LITERALS;
+    sb.nodes[root].a = list;
+    sb.nodes[root].b = n;
+
+done:
+
+    rc = vlm_sb_finish(&sb, root);
+    vlm_sb_free(&sb);
+
+    return rc;
+}
+
+
+vlm_status_t
 vlm_schema_compile_tools(const vlm_schema_fn_t *fns, uint32_t n,
     uint32_t max_calls, vlm_schema_out_t *out, vlm_error_t *err)
 {

@@ -49,6 +49,15 @@ vlm_status_t vlm_schema_compile(const void *schema, vlm_schema_out_t *out,
     vlm_error_t *err);
 
 /*
+ * vLLM's other forms of structured output, the whole text: a regular
+ * expression (vlm_regex.h, matched whole), or one of n strings.
+ */
+vlm_status_t vlm_schema_compile_regex(const char *re, size_t len,
+    vlm_schema_out_t *out, vlm_error_t *err);
+vlm_status_t vlm_schema_compile_choice(const char *const *choices,
+    const size_t *lens, uint32_t n, vlm_schema_out_t *out, vlm_error_t *err);
+
+/*
  * The schema's text within VLM_SCHEMA_MAX_LEVELS: else an error naming the
  * limit and out->path set to path (a tool's parameters are checked so for
  * any tool_choice, as they reach the prompt).
