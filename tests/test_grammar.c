@@ -229,6 +229,12 @@ test_accept_reject(void **state)
                                         "[]", NULL };
     static const char  *nest_bad[] = { "[nul]", "[true]", NULL };
 
+    static const char  *tup_good[] = { "[1,\"a\"]", NULL };
+    static const char  *tup_bad[] = { "[1]", "[\"a\",1]", "[1,\"a\",2]",
+                                      NULL };
+    static const char  *tup2_good[] = { "[]", "[1]", "[1,\"a\",2.5,3]", NULL };
+    static const char  *tup2_bad[] = { "[1,\"a\",\"b\"]", "[\"a\"]", NULL };
+
     static const char  *fmt_good[] = {
         "\"0123abcd-0000-ffff-1234-0123456789ab\"", NULL };
     static const char  *fmt_bad[] = {
@@ -251,6 +257,12 @@ test_accept_reject(void **state)
     check("{\"type\":\"string\",\"minLength\":2,\"maxLength\":4}", str_good,
           str_bad);
     check("{\"type\":\"string\",\"format\":\"uuid\"}", fmt_good, fmt_bad);
+    check("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},"
+          "{\"type\":\"string\"}],\"minItems\":2,\"items\":false}",
+          tup_good, tup_bad);
+    check("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},"
+          "{\"type\":\"string\"}],\"items\":{\"type\":\"number\"}}",
+          tup2_good, tup2_bad);
 
     /* alternatives that start alike: told apart further on */
     check(TAGGED, tag_good, tag_bad);
@@ -280,8 +292,10 @@ test_refused(void **state)
           "\"pattern\":\"(x)\\\\1\"}}}", "$.properties.a.pattern" },
         { "{\"type\":\"string\",\"pattern\":\"a(?=b)\"}", "$.pattern" },
         { "{\"type\":\"string\",\"pattern\":\"^\\\"$\"}", "$.pattern" },
-        { "{\"type\":\"string\",\"pattern\":\"^[a-z]+$\",\"maxLength\":"
+        { "{\"type\":\"string\",\"pattern\":\"^[a-z]{5}$\",\"maxLength\":"
           "3}", "$.pattern" },
+        { "{\"type\":\"string\",\"format\":\"ipv4\",\"minLength\":8}",
+          "$.format" },
         { "{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}",
           "$" },
         { "{\"type\":\"object\",\"properties\":{\"v\":{\"oneOf\":[{"
@@ -552,6 +566,9 @@ test_random_walks(void **state)
         "{\"type\":[\"integer\",\"null\",\"string\"]}",
         TAGGED,
         PYDANTIC_TAGGED,
+        "{\"type\":\"array\",\"prefixItems\":[{\"enum\":[\"x\",\"y\"]},"
+        "{\"type\":\"integer\"}],\"items\":{\"type\":\"null\"},"
+        "\"minItems\":3}",
         "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"integer\"},"
         "{\"type\":\"number\"}]},\"minItems\":3}",
         NULL,
@@ -567,7 +584,7 @@ test_random_walks(void **state)
         NULL,
     };
 
-    for (i = 0; i < 6; i++) {
+    for (i = 0; i < 7; i++) {
         gram_compile(&gr, schemas[i]);
 
         for (j = 0; j < 40; j++) {
@@ -774,8 +791,14 @@ test_patterns(void **state)
     static const char  *dur_bad[] = { "\"P\"", "\"PT\"", "\"P1DT\"", "\"1D\"",
                                       NULL };
 
+    static const char  *short_good[] = { "\"abc\"", "\"a\"", NULL };
+    static const char  *short_bad[] = { "\"abcd\"", "\"\"", NULL };
+
     static const char  *walks[] = {
         "{\"type\":\"string\",\"pattern\":\"^[0-9]{5}(-[0-9]{4})?$\"}",
+        "{\"type\":\"string\",\"format\":\"uri\",\"minLength\":1,"
+        "\"maxLength\":30}",
+        "{\"type\":\"string\",\"pattern\":\"[a-z]\",\"maxLength\":6}",
         "{\"type\":\"string\",\"pattern\":\"ab\"}",
         "{\"type\":\"string\",\"pattern\":\"^(\\\\w+\\\\s?)+[.!?]$\"}",
         "{\"type\":\"object\",\"properties\":{\"ip\":{\"format\":\"ipv4\"},"
@@ -799,6 +822,8 @@ test_patterns(void **state)
           mail_bad);
     check("{\"type\":\"string\",\"format\":\"duration\"}", dur_good,
           dur_bad);
+    check("{\"type\":\"string\",\"pattern\":\"^[a-z]+$\",\"minLength\":1,"
+          "\"maxLength\":3}", short_good, short_bad);
 
     for (i = 0; walks[i] != NULL; i++) {
         gram_compile(&gr, walks[i]);

@@ -721,12 +721,16 @@ vlm_sb_number(vlm_sb_t *sb, const json_t *s, int integer, const char *path,
 }
 
 
-/* a REGEX node of the DFA of re: in a JSON string, or raw text */
+/*
+ * A REGEX node of the DFA of re: in a JSON string, or raw text; at most
+ * max characters (VLM_GRAMMAR_NONE: any), at least min, which the
+ * compiler checks: an ASCII DFA whose shortest match is that long.
+ */
 static uint32_t
 vlm_sb_regex(vlm_sb_t *sb, const char *re, size_t len, int raw,
-    const char *path, uint32_t id)
+    uint32_t min, uint32_t max, const char *path, uint32_t id)
 {
-    uint32_t         list, n;
+    uint32_t         list, n, k;
     vlm_error_t      e;
     vlm_regex_dfa_t  dfa;
 
@@ -740,13 +744,36 @@ vlm_sb_regex(vlm_sb_t *sb, const char *re, size_t len, int raw,
     }
 
     n = dfa.n_states;
-    list = vlm_sb_idx(sb, 2 * n + 1 + dfa.n_ranges);
+
+    if (min > 0) {
+        for (k = 0; k < dfa.n_ranges; k++) {
+            if (((dfa.ranges[k] >> 8) & 0xff) >= 0x80) {
+                break;
+            }
+        }
+
+        if (k < dfa.n_ranges || dfa.dist[dfa.start] < min) {
+            vlm_regex_free(&dfa);
+            return vlm_sb_fail(sb, path, "'minLength' above the shortest "
+                               "match of the pattern or format is not "
+                               "supported%s", "");
+        }
+    }
+
+    if (max != VLM_GRAMMAR_NONE && dfa.dist[dfa.start] > max) {
+        vlm_regex_free(&dfa);
+        return vlm_sb_fail(sb, path, "'maxLength' below the shortest match "
+                           "of the pattern or format%s", "");
+    }
+
+    list = vlm_sb_idx(sb, 2 * n + 2 + dfa.n_ranges);
 
     if (list != VLM_GRAMMAR_NONE) {
         memcpy(sb->idx + list, dfa.dist, n * sizeof(uint32_t));
         memcpy(sb->idx + list + n, dfa.first, (n + 1) * sizeof(uint32_t));
         memcpy(sb->idx + list + 2 * n + 1, dfa.ranges,
                dfa.n_ranges * sizeof(uint32_t));
+        sb->idx[list + 2 * n + 1 + dfa.n_ranges] = max;
 
         sb->nodes[id].kind = VLM_GNODE_REGEX;
         sb->nodes[id].flags = raw ? VLM_GNODE_RAW : 0;
@@ -766,7 +793,8 @@ vlm_sb_regex(vlm_sb_t *sb, const char *re, size_t len, int raw,
  * Formats: shapes whose every instance is valid, as templates of one
  * character class a position (vlm_g_template) or as patterns, each a
  * subset of its format (an IPv6 address written in full, http and https
- * URIs without a query, e-mail addresses of dot-atoms).
+ * URIs without a query, e-mail addresses of dot-atoms within RFC 5321's
+ * lengths).
  */
 static const struct {
     const char  *name;
@@ -778,8 +806,8 @@ static const struct {
     { "time", "ad:cd:cdZ", NULL },
     { "date-time", "dddd-0n-bnTad:cd:cdZ", NULL },
     { "email", NULL,
-      "^[a-z0-9]+([._+-][a-z0-9]+)*@[a-z0-9]+(-[a-z0-9]+)*"
-      "(\\.[a-z0-9]+(-[a-z0-9]+)*)*\\.[a-z]{2,8}$" },
+      "^[a-z0-9]{1,16}([._+-][a-z0-9]{1,16}){0,2}@"
+      "([a-z0-9]{1,20}(-[a-z0-9]{1,20})?\\.){1,3}[a-z]{2,8}$" },
     { "hostname", NULL,
       "^[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?"
       "(\\.[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?){0,3}$" },
@@ -834,14 +862,13 @@ vlm_sb_text(vlm_sb_t *sb, const json_t *s, const char *path, uint32_t id)
             return vlm_sb_fail(sb, sub, "'pattern' must be a string%s", "");
         }
 
-        if (v != NULL || min > 0 || max != VLM_GRAMMAR_NONE) {
-            return vlm_sb_fail(sb, sub, "'pattern' with 'format', "
-                               "'minLength' or 'maxLength' is not "
+        if (v != NULL) {
+            return vlm_sb_fail(sb, sub, "'pattern' with 'format' is not "
                                "supported%s", "");
         }
 
         return vlm_sb_regex(sb, json_string_value(pat),
-                            json_string_length(pat), 0, sub, id);
+                            json_string_length(pat), 0, min, max, sub, id);
     }
 
     if (v == NULL) {
@@ -871,13 +898,9 @@ vlm_sb_text(vlm_sb_t *sb, const json_t *s, const char *path, uint32_t id)
     tpl = vlm_sb_formats[i].tpl;
 
     if (tpl == NULL) {
-        if (min > 0 || max != VLM_GRAMMAR_NONE) {
-            return vlm_sb_fail(sb, sub, "format '%s' with 'minLength' or "
-                               "'maxLength' is not supported", fmt);
-        }
-
         return vlm_sb_regex(sb, vlm_sb_formats[i].re,
-                            strlen(vlm_sb_formats[i].re), 0, sub, id);
+                            strlen(vlm_sb_formats[i].re), 0, min, max, sub,
+                            id);
     }
 
     if (strlen(tpl) < min || strlen(tpl) > max) {
@@ -897,13 +920,108 @@ vlm_sb_text(vlm_sb_t *sb, const json_t *s, const char *path, uint32_t id)
 }
 
 
+/*
+ * An array: its items' schema, the first items' own (prefixItems, a
+ * tuple; "items": false then allows no more), minItems and maxItems.
+ */
+static uint32_t
+vlm_sb_array(vlm_sb_t *sb, const json_t *s, const char *path, uint32_t id)
+{
+    char       sub[VLM_SCHEMA_PATH_LEN * 2];
+    size_t     i, n;
+    uint32_t   min, max, item, list;
+    json_t    *v, *pre;
+
+    min = 0;
+    max = VLM_GRAMMAR_NONE;
+
+    if (vlm_sb_count(sb, s, "minItems", path, VLM_GRAMMAR_MAX_ITEMS, &min)
+        < 0
+        || vlm_sb_count(sb, s, "maxItems", path, VLM_GRAMMAR_NONE - 1, &max)
+           < 0)
+    {
+        return VLM_GRAMMAR_NONE;
+    }
+
+    pre = json_object_get(s, "prefixItems");
+    n = json_is_array(pre) ? json_array_size(pre) : 0;
+    list = VLM_GRAMMAR_NONE;
+
+    if (pre != NULL && (n == 0 || n > VLM_GRAMMAR_MAX_CAND)) {
+        snprintf(sub, sizeof(sub), "%s.prefixItems", path);
+        return vlm_sb_fail(sb, sub, "'prefixItems' must list 1 to 64 "
+                           "schemas%s", "");
+    }
+
+    v = json_object_get(s, "items");
+    snprintf(sub, sizeof(sub), "%s.items", path);
+
+    if (n > 0 && json_is_false(v)) {
+        max = max < n ? max : (uint32_t) n;
+    }
+
+    if (min > max) {
+        return vlm_sb_fail(sb, path, "minItems above maxItems%s", "");
+    }
+
+    if (n > 0) {
+        list = vlm_sb_idx(sb, (uint32_t) n + 1);
+        if (list == VLM_GRAMMAR_NONE) {
+            return list;
+        }
+
+        sb->idx[list] = (uint32_t) n;
+
+        for (i = 0; i < n; i++) {
+            snprintf(sub, sizeof(sub), "%s.prefixItems[%zu]", path, i);
+            item = vlm_sb_value(sb, json_array_get(pre, i), sub,
+                                VLM_GRAMMAR_NONE);
+            if (item == VLM_GRAMMAR_NONE) {
+                return item;
+            }
+
+            sb->idx[list + 1 + i] = item;
+        }
+
+        snprintf(sub, sizeof(sub), "%s.items", path);
+    }
+
+    if (n > 0 && json_is_false(v)) {
+        item = sb->idx[list + n];           /* never past the prefix */
+
+    } else if (v == NULL || json_is_true(v)) {
+        item = vlm_sb_any(sb, sub);
+
+    } else if (json_is_object(v)) {
+        item = vlm_sb_value(sb, v, sub, VLM_GRAMMAR_NONE);
+
+    } else {
+        return vlm_sb_fail(sb, sub, "'items' must be a schema%s", "");
+    }
+
+    if (item == VLM_GRAMMAR_NONE) {
+        return item;
+    }
+
+    sb->nodes[id].kind = VLM_GNODE_ARRAY;
+    sb->nodes[id].a = item;
+    sb->nodes[id].b = min;
+    sb->nodes[id].c = max;
+
+    if (n > 0) {
+        sb->nodes[id].flags = VLM_GNODE_PREFIX;
+        sb->nodes[id].d = list;
+    }
+
+    return id;
+}
+
+
 static uint32_t
 vlm_sb_type(vlm_sb_t *sb, const json_t *s, const char *type,
     const char *path, uint32_t id)
 {
     char         sub[VLM_SCHEMA_PATH_LEN * 2];
-    uint32_t     min, max, item;
-    json_t      *v;
 
     static const char  *bools[] = { "true", "false" };
     static const char  *nulls[] = { "null" };
@@ -929,44 +1047,7 @@ vlm_sb_type(vlm_sb_t *sb, const json_t *s, const char *type,
     }
 
     if (strcmp(type, "array") == 0) {
-        min = 0;
-        max = VLM_GRAMMAR_NONE;
-
-        if (vlm_sb_count(sb, s, "minItems", path, VLM_GRAMMAR_MAX_ITEMS,
-                         &min) < 0
-            || vlm_sb_count(sb, s, "maxItems", path, VLM_GRAMMAR_NONE - 1,
-                            &max) < 0)
-        {
-            return VLM_GRAMMAR_NONE;
-        }
-
-        if (min > max) {
-            return vlm_sb_fail(sb, path, "minItems above maxItems%s", "");
-        }
-
-        v = json_object_get(s, "items");
-        snprintf(sub, sizeof(sub), "%s.items", path);
-
-        if (v == NULL || json_is_true(v)) {
-            item = vlm_sb_any(sb, sub);
-
-        } else if (json_is_object(v)) {
-            item = vlm_sb_value(sb, v, sub, VLM_GRAMMAR_NONE);
-
-        } else {
-            return vlm_sb_fail(sb, sub, "'items' must be a schema%s", "");
-        }
-
-        if (item == VLM_GRAMMAR_NONE) {
-            return item;
-        }
-
-        sb->nodes[id].kind = VLM_GNODE_ARRAY;
-        sb->nodes[id].a = item;
-        sb->nodes[id].b = min;
-        sb->nodes[id].c = max;
-
-        return id;
+        return vlm_sb_array(sb, s, path, id);
     }
 
     snprintf(sub, sizeof(sub), "%s.type", path);
@@ -981,7 +1062,8 @@ static const char  *vlm_sb_known[] = {
     "definitions", "strict", "discriminator",
     /* constraints */
     "type", "properties", "required", "additionalProperties", "enum",
-    "const", "items", "minItems", "maxItems", "anyOf", "oneOf", "allOf",
+    "const", "items", "prefixItems", "minItems", "maxItems", "anyOf",
+    "oneOf", "allOf",
     "$ref", "minLength", "maxLength", "format", "minimum", "maximum",
     "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "pattern",
     NULL
@@ -1390,6 +1472,7 @@ vlm_sb_schema(vlm_sb_t *sb, const json_t *s, const char *path, uint32_t id)
         }
 
         if (json_object_get(s, "items") || json_object_get(s, "minItems")
+            || json_object_get(s, "prefixItems")
             || json_object_get(s, "maxItems"))
         {
             return vlm_sb_type(sb, s, "array", path, id);
@@ -1694,7 +1777,8 @@ vlm_schema_compile_regex(const char *re, size_t len, vlm_schema_out_t *out,
 
     root = vlm_sb_node(&sb, "$");
     if (root != VLM_GRAMMAR_NONE) {
-        root = vlm_sb_regex(&sb, re, len, 1, "$", root);
+        root = vlm_sb_regex(&sb, re, len, 1, 0, VLM_GRAMMAR_NONE, "$",
+                            root);
     }
 
     rc = vlm_sb_finish(&sb, root);

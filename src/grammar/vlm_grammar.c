@@ -39,7 +39,7 @@ vlm_grammar_regex_ok(const vlm_grammar_hdr_t *h, const uint32_t *idx,
     const uint32_t  *dist, *first, *ranges;
 
     if (nd->b == 0 || nd->b > (1u << 16) || nd->d >= nd->b
-        || (uint64_t) nd->a + 2 * (uint64_t) nd->b + 1 + nd->c > h->n_idx)
+        || (uint64_t) nd->a + 2 * (uint64_t) nd->b + 2 + nd->c > h->n_idx)
     {
         return 0;
     }
@@ -194,6 +194,20 @@ vlm_grammar_open(vlm_grammar_t *g, const void *prog, size_t len,
         case VLM_GNODE_ARRAY:
             if (nd->a >= n || nd->b > nd->c) {
                 goto bad;
+            }
+
+            if (nd->flags & VLM_GNODE_PREFIX) {
+                if (nd->d >= h->n_idx
+                    || !vlm_grammar_list_ok(h, nd->d + 1, g->idx[nd->d], 1))
+                {
+                    goto bad;
+                }
+
+                for (j = 0; j < g->idx[nd->d]; j++) {
+                    if (g->idx[nd->d + 1 + j] >= n) {
+                        goto bad;
+                    }
+                }
             }
 
             break;
@@ -385,6 +399,23 @@ vlm_g_literals_rest(const vlm_grammar_t *g, const vlm_gframe_t *f)
 }
 
 
+/* items from to to, each with its separator */
+static uint32_t
+vlm_g_items_len(const vlm_grammar_t *g, const vlm_gnode_t *n, uint32_t from,
+    uint32_t to)
+{
+    uint32_t  i, len;
+
+    len = 0;
+
+    for (i = from; i < to && len < VLM_G_INF; i++) {
+        len += 1 + g->nodes[vlm_g_item(g, n, i)].min_len;
+    }
+
+    return len < VLM_G_INF ? len : VLM_G_INF;
+}
+
+
 /* the fewest bytes that finish a frame, its open children excluded */
 static uint32_t
 vlm_g_rest(const vlm_grammar_t *g, const vlm_gframe_t *f)
@@ -473,16 +504,16 @@ vlm_g_rest(const vlm_grammar_t *g, const vlm_gframe_t *f)
         return f->st == 5 ? r + 1 : r;
 
     case VLM_GNODE_ARRAY:
-        item = g->nodes[n->a].min_len;
-
         switch (f->st) {
         case 1:
-            return n->b == 0 ? 1 : n->b * item + n->b;
+            return n->b == 0 ? 1 : vlm_g_items_len(g, n, 0, n->b);
         case 2:
-            return f->count >= n->b ? 1 : (n->b - f->count) * (1 + item) + 1;
+            return f->count >= n->b
+                   ? 1 : vlm_g_items_len(g, n, f->count, n->b) + 1;
         default: /* 3 */
-            miss = n->b > f->count + 1 ? n->b - f->count - 1 : 0;
-            return item + miss * (1 + item) + 1;
+            item = g->nodes[vlm_g_item(g, n, f->count)].min_len;
+            miss = n->b > f->count + 1 ? n->b : f->count + 1;
+            return item + vlm_g_items_len(g, n, f->count + 1, miss) + 1;
         }
 
     case VLM_GNODE_TOOLCALL:
@@ -666,7 +697,12 @@ vlm_g_need(const vlm_grammar_t *g, uint32_t i)
         return 1 + best;
 
     case VLM_GNODE_ARRAY:
-        return 1 + (n->b ? g->nodes[n->a].depth : 0);
+        for (j = 0; j < n->b; j++) {
+            d = g->nodes[vlm_g_item(g, n, j)].depth;
+            best = d > best ? d : best;
+        }
+
+        return 1 + best;
 
     case VLM_GNODE_ANYOF:
         best = UINT16_MAX;
@@ -695,6 +731,59 @@ vlm_g_need(const vlm_grammar_t *g, uint32_t i)
 
 
 /*
+ * The nodes a value of n holds: a list (l[width * j + at], n_kids of
+ * them, returned) and *one, the one child of a map, an array or the calls
+ * (VLM_GRAMMAR_NONE when none).
+ */
+static uint32_t
+vlm_g_kids(const vlm_grammar_t *g, const vlm_gnode_t *n, const uint32_t **l,
+    uint32_t *width, uint32_t *at, uint32_t *one)
+{
+    *l = g->idx + n->a;
+    *width = 1;
+    *at = 0;
+    *one = VLM_GRAMMAR_NONE;
+
+    switch (n->kind) {
+
+    case VLM_GNODE_OBJECT:
+        if (n->b == 0) {
+            *one = n->c;
+        }
+
+        *width = 4;
+        *at = 2;
+        return n->b;
+
+    case VLM_GNODE_ANYOF:
+        return n->b;
+
+    case VLM_GNODE_TOOLCALL:
+        *width = 3;
+        *at = 2;
+        return n->b;
+
+    case VLM_GNODE_ARRAY:
+        *one = n->a;
+
+        if (n->flags & VLM_GNODE_PREFIX) {
+            *l = g->idx + n->d + 1;
+            return g->idx[n->d];
+        }
+
+        return 0;
+
+    case VLM_GNODE_TOOLCALLS:
+        *one = n->a;
+        return 0;
+
+    default:
+        return 0;
+    }
+}
+
+
+/*
  * The most frames a document of node i can take (an ANYOF takes its
  * child's), VLM_G_INF through a cycle: a depth-first walk, reach[] holding
  * each node's once known, VLM_GRAMMAR_NONE while on the walk's path.
@@ -702,7 +791,7 @@ vlm_g_need(const vlm_grammar_t *g, uint32_t i)
 static uint32_t
 vlm_g_reach(const vlm_grammar_t *g, uint32_t i, uint32_t *reach)
 {
-    uint32_t            j, k, d, best, n_kids, width, at;
+    uint32_t            j, d, best, n_kids, width, at, one;
     const uint32_t     *l;
     const vlm_gnode_t  *n;
 
@@ -715,32 +804,7 @@ vlm_g_reach(const vlm_grammar_t *g, uint32_t i, uint32_t *reach)
     }
 
     n = &g->nodes[i];
-    l = g->idx + n->a;
-    n_kids = 0;
-    width = 1;
-    at = 0;
-
-    switch (n->kind) {
-
-    case VLM_GNODE_OBJECT:
-        n_kids = n->b;
-        width = 4;
-        at = 2;
-        break;
-
-    case VLM_GNODE_ANYOF:
-        n_kids = n->b;
-        break;
-
-    case VLM_GNODE_TOOLCALL:
-        n_kids = n->b;
-        width = 3;
-        at = 2;
-        break;
-
-    default:
-        break;
-    }
+    n_kids = vlm_g_kids(g, n, &l, &width, &at, &one);
 
     reach[i] = VLM_GRAMMAR_NONE;
     best = 0;
@@ -750,19 +814,8 @@ vlm_g_reach(const vlm_grammar_t *g, uint32_t i, uint32_t *reach)
         best = d > best ? d : best;
     }
 
-    /* the one child of a map, an array, the calls */
-    k = VLM_GRAMMAR_NONE;
-
-    if (n->kind == VLM_GNODE_OBJECT && n->b == 0 && n->c != VLM_GRAMMAR_NONE)
-    {
-        k = n->c;
-
-    } else if (n->kind == VLM_GNODE_ARRAY || n->kind == VLM_GNODE_TOOLCALLS) {
-        k = n->a;
-    }
-
-    if (k != VLM_GRAMMAR_NONE) {
-        d = vlm_g_reach(g, k, reach);
+    if (one != VLM_GRAMMAR_NONE) {
+        d = vlm_g_reach(g, one, reach);
         best = d > best ? d : best;
     }
 
@@ -780,8 +833,7 @@ vlm_g_reach(const vlm_grammar_t *g, uint32_t i, uint32_t *reach)
 static uint32_t
 vlm_g_too_deep(const vlm_grammar_t *g, uint32_t root, const uint32_t *reach)
 {
-    uint32_t            i, level, left;
-    uint32_t            j, k, width, at, n_kids;
+    uint32_t            i, j, k, level, left, width, at, n_kids, one;
     const uint32_t     *l;
     const vlm_gnode_t  *n;
 
@@ -797,22 +849,14 @@ vlm_g_too_deep(const vlm_grammar_t *g, uint32_t root, const uint32_t *reach)
 
         /* on to a child that reaches as deep as the rest must */
         left = reach[i] - (n->kind != VLM_GNODE_ANYOF);
-        l = g->idx + n->a;
-        width = n->kind == VLM_GNODE_OBJECT ? 4
-                : n->kind == VLM_GNODE_TOOLCALL ? 3 : 1;
-        at = width > 1 ? 2 : 0;
-        n_kids = (n->kind == VLM_GNODE_OBJECT || n->kind == VLM_GNODE_ANYOF
-                  || n->kind == VLM_GNODE_TOOLCALL) ? n->b : 0;
-        k = VLM_GRAMMAR_NONE;
+        n_kids = vlm_g_kids(g, n, &l, &width, &at, &one);
+        k = one;
 
-        for (j = 0; j < n_kids && k == VLM_GRAMMAR_NONE; j++) {
+        for (j = 0; j < n_kids; j++) {
             if (reach[l[width * j + at]] == left) {
                 k = l[width * j + at];
+                break;
             }
-        }
-
-        if (k == VLM_GRAMMAR_NONE) {
-            k = (n->kind == VLM_GNODE_OBJECT && n->b == 0) ? n->c : n->a;
         }
 
         i = k;

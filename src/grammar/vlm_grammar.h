@@ -50,7 +50,8 @@ typedef enum {
                                    (vlm_grammar_int.h) */
     VLM_GNODE_OBJECT,           /* a: props (idx), b: n, c: values of other
                                    keys (no props), d: key string node */
-    VLM_GNODE_ARRAY,            /* a: item node, b: min items, c: max */
+    VLM_GNODE_ARRAY,            /* a: item node, b: min items, c: max;
+                                   flags PREFIX: d the prefixItems (idx) */
     VLM_GNODE_ANYOF,            /* a: children (idx), b: n; each where
                                    the bytes fit it (flags: ONEOF) */
     VLM_GNODE_TOOLCALL,         /* a: functions (idx), b: n */
@@ -69,6 +70,7 @@ typedef enum {
                                            m.F needs a digit of F not 0 */
 #define VLM_GNODE_NNZ           0x20    /* NUMBER: the same of -m.F */
 #define VLM_GNODE_RAW           0x40    /* REGEX: no quotes around */
+#define VLM_GNODE_PREFIX        0x80    /* ARRAY: the first items' own */
 
 
 /*
@@ -76,10 +78,12 @@ typedef enum {
  *   LITERALS  [byte offset, length] per value
  *   OBJECT    [key offset, key length, value node, required] per property
  *   ANYOF     [child node] per child
+ *   ARRAY     (PREFIX, at d) [n, the node of item 0, ... of item n - 1]
  *   TOOLCALL  [name offset, name length, arguments node] per function
  *   REGEX     the fewest bytes to a match per state, then each state's
  *             first range (and one past the last), then the ranges, each
- *             lo | hi << 8 | next state << 16
+ *             lo | hi << 8 | next state << 16, then the most characters
+ *             (VLM_GRAMMAR_NONE: any)
  * Byte offsets point into the byte pool.
  */
 typedef struct {

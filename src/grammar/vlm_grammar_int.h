@@ -166,6 +166,24 @@ vlm_g_num_nz(const vlm_gnode_t *n, const vlm_gnum_t *b, uint32_t neg,
 }
 
 
+/* the node of an ARRAY's item i: its prefixItems' first */
+static inline uint32_t
+vlm_g_item(const vlm_grammar_t *g, const vlm_gnode_t *n, uint32_t i)
+{
+    const uint32_t  *l;
+
+    if (n->flags & VLM_GNODE_PREFIX) {
+        l = g->idx + n->d;
+
+        if (i < l[0]) {
+            return l[1 + i];
+        }
+    }
+
+    return n->a;
+}
+
+
 /* the first required property at or after i, or n */
 static inline uint32_t
 vlm_g_first_required(const uint32_t *props, uint32_t n, uint32_t i)

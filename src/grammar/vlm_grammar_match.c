@@ -626,7 +626,9 @@ vlm_g_step_array(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
         break;
 
     case 2:
-        if (b == ',' && f->count < n->c && vlm_g_fits(m, m->depth, n->a)) {
+        if (b == ',' && f->count < n->c
+            && vlm_g_fits(m, m->depth, vlm_g_item(&m->g, n, f->count)))
+        {
             f->st = 3;
             return VLM_G_OK;
         }
@@ -646,23 +648,29 @@ vlm_g_step_array(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
     f->st = 2;
     f->count++;
 
-    return vlm_g_push(m, n->a, 0) ? VLM_G_RETRY : VLM_G_NO;
+    return vlm_g_push(m, vlm_g_item(&m->g, n, f->count - 1), 0)
+           ? VLM_G_RETRY : VLM_G_NO;
 }
 
 
-/* pos: the DFA's state (the program's lists, vlm_grammar.h) */
+/*
+ * pos: the DFA's state (the program's lists, vlm_grammar.h); count: the
+ * characters so far, which with the fewest bytes to a match (no fewer
+ * characters) stay within the most characters allowed.
+ */
 static int
 vlm_g_step_regex(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
     uint32_t b)
 {
     int              raw;
-    uint32_t         k, r;
+    uint32_t         k, r, max, count;
     const uint32_t  *dist, *first, *ranges;
 
     raw = (n->flags & VLM_GNODE_RAW) != 0;
     dist = m->g.idx + n->a;
     first = dist + n->b;
     ranges = first + n->b + 1;
+    max = ranges[n->c];
 
     if (f->st == 0) {
         f->st = 1;
@@ -681,6 +689,15 @@ vlm_g_step_regex(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
         r = ranges[k];
 
         if (b >= (r & 0xff) && b <= ((r >> 8) & 0xff)) {
+            count = f->count + ((b & 0xc0) != 0x80);
+
+            if (max != VLM_GRAMMAR_NONE
+                && (uint64_t) count + dist[r >> 16] > max)
+            {
+                return VLM_G_NO;
+            }
+
+            f->count = count;
             f->pos = r >> 16;
             return VLM_G_OK;
         }
