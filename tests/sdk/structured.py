@@ -21,6 +21,9 @@ import openai
 import pydantic
 from openai import OpenAI
 
+# JSON Schema 2020-12's formats ("time" with its offset, as RFC 3339's)
+FORMATS = jsonschema.Draft202012Validator.FORMAT_CHECKER
+
 
 def check(cond, name):
     print(("ok" if cond else "not ok") + " - " + name, flush=True)
@@ -197,7 +200,7 @@ def constrained(client, n):
         try:
             doc = json.loads(text)
             jsonschema.validate(doc, schema,
-                                format_checker=jsonschema.FormatChecker())
+                                format_checker=FORMATS)
             if name == "const and formats":
                 uuid.UUID(doc["id"])
             return name, None
