@@ -203,6 +203,13 @@ test_accept_reject(void **state)
     static const char  *str_good[] = { "\"ab\"", "\"abcd\"", NULL };
     static const char  *str_bad[] = { "\"a\"", "\"abcde\"", NULL };
 
+    static const char  *all_good[] = { "{\"a\":1,\"b\":\"x\"}", NULL };
+    static const char  *all_bad[] = { "{\"a\":1}", "{\"b\":\"x\"}", NULL };
+    static const char  *allnum_good[] = { "0", "5", NULL };
+    static const char  *allnum_bad[] = { "6", "-1", "1.5", NULL };
+    static const char  *null_good[] = { "1", "null", NULL };
+    static const char  *null_bad[] = { "0", "\"x\"", NULL };
+
     static const char  *tag_good[] = {
         "{\"kind\":\"circle\",\"r\":1.5}",
         "{\"kind\":\"rect\",\"w\":1,\"h\":2}", NULL };
@@ -265,6 +272,15 @@ test_accept_reject(void **state)
           tup2_good, tup2_bad);
 
     /* alternatives that start alike: told apart further on */
+    check("{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
+          "\"integer\"}},\"required\":[\"a\"]},{\"properties\":{\"b\":{"
+          "\"type\":\"string\"}},\"required\":[\"b\"]}],\"title\":\"AB\"}",
+          all_good, all_bad);
+    check("{\"allOf\":[{\"type\":\"number\",\"minimum\":0},{\"type\":"
+          "\"integer\",\"maximum\":5},{\"maximum\":9}]}", allnum_good,
+          allnum_bad);
+    check("{\"type\":\"integer\",\"nullable\":true,\"minimum\":1}",
+          null_good, null_bad);
     check(TAGGED, tag_good, tag_bad);
     check(PYDANTIC_TAGGED, pyd_good, pyd_bad);
     check("{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}",
@@ -298,6 +314,10 @@ test_refused(void **state)
           "$.format" },
         { "{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}",
           "$" },
+        { "{\"allOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}",
+          "$" },
+        { "{\"allOf\":[{\"properties\":{\"a\":{}},\"additionalProperties\":"
+          "false},{\"properties\":{\"b\":{}}}]}", "$" },
         { "{\"type\":\"object\",\"properties\":{\"v\":{\"oneOf\":[{"
           "\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[1,2]}},"
           "\"required\":[\"k\"]},{\"type\":\"object\",\"properties\":{"

@@ -48,6 +48,10 @@ typedef struct {
     uint32_t         n_refs;
     uint32_t         any;           /* any JSON value, built on demand */
     uint32_t         depth;
+    json_t         **owned;         /* schemas the compiler wrote: allOf
+                                       merged, nullable */
+    uint32_t         n_owned;
+    uint32_t         cap_owned;
 
     vlm_schema_out_t  *out;
     vlm_error_t       *err;
@@ -56,6 +60,8 @@ typedef struct {
 
 static uint32_t vlm_sb_value(vlm_sb_t *sb, const json_t *s, const char *path,
     uint32_t into);
+static uint32_t vlm_sb_schema(vlm_sb_t *sb, const json_t *s,
+    const char *path, uint32_t id);
 
 
 /* n, or less so as not to cut a UTF-8 character of s */
@@ -1059,7 +1065,7 @@ static const char  *vlm_sb_known[] = {
     /* annotations */
     "title", "description", "default", "examples", "$schema", "$id",
     "$comment", "deprecated", "readOnly", "writeOnly", "$defs",
-    "definitions", "strict", "discriminator",
+    "definitions", "strict", "discriminator", "nullable",
     /* constraints */
     "type", "properties", "required", "additionalProperties", "enum",
     "const", "items", "prefixItems", "minItems", "maxItems", "anyOf",
@@ -1372,6 +1378,258 @@ vlm_sb_alternatives(vlm_sb_t *sb, const json_t *list, const char *key,
 }
 
 
+/* a schema the compiler wrote, freed with the compiler's state */
+static json_t *
+vlm_sb_own(vlm_sb_t *sb, json_t *j)
+{
+    uint32_t   cap;
+    json_t   **o;
+
+    if (j != NULL && sb->n_owned == sb->cap_owned) {
+        cap = sb->cap_owned ? 2 * sb->cap_owned : 8;
+        o = realloc(sb->owned, cap * sizeof(json_t *));
+
+        if (o == NULL) {
+            json_decref(j);
+            j = NULL;
+
+        } else {
+            sb->owned = o;
+            sb->cap_owned = cap;
+        }
+    }
+
+    if (j == NULL) {
+        vlm_error_set(sb->err, VLM_ERR_NOMEM, "schema: no memory");
+        return NULL;
+    }
+
+    sb->owned[sb->n_owned++] = j;
+
+    return j;
+}
+
+
+/* OpenAPI's "nullable": true, as anyOf the schema and null */
+static uint32_t
+vlm_sb_nullable(vlm_sb_t *sb, const json_t *s, const char *path,
+    uint32_t id)
+{
+    json_t  *copy, *any;
+
+    copy = vlm_sb_own(sb, json_copy((json_t *) s));
+    any = vlm_sb_own(sb, json_pack("{s:[O,{s:s}]}", "anyOf", copy, "type",
+                                   "null"));
+
+    if (copy == NULL || any == NULL) {
+        return VLM_GRAMMAR_NONE;
+    }
+
+    json_object_del(copy, "nullable");
+
+    return vlm_sb_schema(sb, any, path, id);
+}
+
+
+static int
+vlm_sb_annotation(const char *k)
+{
+    static const char  *skip[] = {
+        "title", "description", "default", "examples", "$schema", "$id",
+        "$comment", "deprecated", "readOnly", "writeOnly", "$defs",
+        "definitions", "strict", "discriminator", "allOf", NULL
+    };
+
+    const char  **a;
+
+    for (a = skip; *a; a++) {
+        if (strcmp(*a, k) == 0) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+/*
+ * One keyword of a part of an allOf into the merged schema m: properties
+ * and required joined (a property in two parts: allOf of both), lower
+ * bounds the highest, upper bounds the lowest, integer within number,
+ * anything else the same in every part that has it.
+ */
+static int
+vlm_sb_merge_key(json_t *m, const char *k, json_t *v)
+{
+    size_t       i;
+    double       a, b;
+    json_t      *have, *props, *old, *e;
+    const char  *pk;
+
+    have = json_object_get(m, k);
+
+    if (have == NULL) {
+        return json_object_set_new(m, k, json_deep_copy(v));
+    }
+
+    if (json_equal(have, v)) {
+        return 0;
+    }
+
+    if (strcmp(k, "properties") == 0 && json_is_object(v)) {
+        props = have;
+
+        json_object_foreach(v, pk, e) {
+            old = json_object_get(props, pk);
+
+            if (old == NULL) {
+                json_object_set(props, pk, e);
+
+            } else if (!json_equal(old, e)) {
+                json_object_set_new(props, pk,
+                                    json_pack("{s:[O,O]}", "allOf", old, e));
+            }
+        }
+
+        return 0;
+    }
+
+    if (strcmp(k, "required") == 0 && json_is_array(v)) {
+        json_array_foreach(v, i, e) {
+            json_array_append(have, e);
+        }
+
+        return 0;
+    }
+
+    if (json_is_number(have) && json_is_number(v)) {
+        a = json_number_value(have);
+        b = json_number_value(v);
+
+        if (strcmp(k, "minimum") == 0 || strcmp(k, "exclusiveMinimum") == 0
+            || strcmp(k, "minLength") == 0 || strcmp(k, "minItems") == 0)
+        {
+            return b > a ? json_object_set(m, k, v) : 0;
+        }
+
+        if (strcmp(k, "maximum") == 0 || strcmp(k, "exclusiveMaximum") == 0
+            || strcmp(k, "maxLength") == 0 || strcmp(k, "maxItems") == 0)
+        {
+            return b < a ? json_object_set(m, k, v) : 0;
+        }
+    }
+
+    if (strcmp(k, "type") == 0 && json_is_string(have) && json_is_string(v)
+        && ((strcmp(json_string_value(have), "number") == 0
+             && strcmp(json_string_value(v), "integer") == 0)
+            || (strcmp(json_string_value(have), "integer") == 0
+                && strcmp(json_string_value(v), "number") == 0)))
+    {
+        return json_object_set_new(m, k, json_string("integer"));
+    }
+
+    return 1;
+}
+
+
+/*
+ * allOf: its parts (and the schema's own keywords, and the parts of an
+ * allOf in a part) merged into one schema, compiled in its place.  A part
+ * that allows no other property keeps the merged object to its own.
+ */
+static uint32_t
+vlm_sb_allof(vlm_sb_t *sb, const json_t *s, const char *path, uint32_t id)
+{
+    char            sub[VLM_SCHEMA_PATH_LEN * 2];
+    size_t          i, n_parts, j;
+    json_t         *m, *v, *props, *only;
+    const char     *k;
+    const json_t   *parts[VLM_GRAMMAR_MAX_CAND];
+
+    parts[0] = s;
+    n_parts = 1;
+    only = NULL;
+
+    /* the parts, an allOf inside a part flattened */
+    for (i = 0; i < n_parts; i++) {
+        v = json_object_get(parts[i], "allOf");
+
+        if (v != NULL && (!json_is_array(v) || json_array_size(v) == 0)) {
+            return vlm_sb_fail(sb, path, "'allOf' must list schemas%s", "");
+        }
+
+        for (j = 0; v != NULL && j < json_array_size(v); j++) {
+            if (n_parts == VLM_GRAMMAR_MAX_CAND) {
+                return vlm_sb_fail(sb, path, "an 'allOf' of more than 64 "
+                                   "schemas%s", "");
+            }
+
+            parts[n_parts] = vlm_sb_deref(sb, json_array_get(v, j));
+
+            if (!json_is_object(parts[n_parts])) {
+                snprintf(sub, sizeof(sub), "%s.allOf[%zu]", path, j);
+                return vlm_sb_fail(sb, sub, "a part of 'allOf' must be a "
+                                   "schema (local references only)%s", "");
+            }
+
+            n_parts++;
+        }
+    }
+
+    m = vlm_sb_own(sb, json_object());
+    if (m == NULL) {
+        return VLM_GRAMMAR_NONE;
+    }
+
+    for (i = 0; i < n_parts; i++) {
+        json_object_foreach((json_t *) parts[i], k, v) {
+            if (vlm_sb_annotation(k)) {
+                continue;
+            }
+
+            if (strcmp(k, "additionalProperties") == 0 && json_is_false(v)) {
+                if (only != NULL) {
+                    return vlm_sb_fail(sb, path, "'allOf' of two parts "
+                                       "that each allow no other "
+                                       "property%s", "");
+                }
+
+                only = json_object_get(parts[i], "properties");
+                only = only ? only : vlm_sb_own(sb, json_object());
+
+                if (only == NULL) {
+                    return VLM_GRAMMAR_NONE;
+                }
+
+                continue;
+            }
+
+            if (vlm_sb_merge_key(m, k, v) != 0) {
+                return vlm_sb_fail(sb, path, "'allOf' whose parts differ "
+                                   "in '%s'", k);
+            }
+        }
+    }
+
+    if (only != NULL) {
+        props = json_object_get(m, "properties");
+
+        json_object_foreach(props, k, v) {
+            if (json_object_get(only, k) == NULL) {
+                return vlm_sb_fail(sb, path, "'allOf': a property of one "
+                                   "part ('%s') that another part, with "
+                                   "additionalProperties false, does not "
+                                   "allow", k);
+            }
+        }
+
+        json_object_set_new(m, "additionalProperties", json_false());
+    }
+
+    return vlm_sb_schema(sb, m, path, id);
+}
+
+
 static uint32_t
 vlm_sb_schema(vlm_sb_t *sb, const json_t *s, const char *path, uint32_t id)
 {
@@ -1399,6 +1657,10 @@ vlm_sb_schema(vlm_sb_t *sb, const json_t *s, const char *path, uint32_t id)
         if (*known == NULL) {
             return vlm_sb_fail(sb, path, "unsupported keyword '%s'", k);
         }
+    }
+
+    if (json_is_true(json_object_get(s, "nullable"))) {
+        return vlm_sb_nullable(sb, s, path, id);
     }
 
     v = json_object_get(s, "$ref");
@@ -1453,13 +1715,7 @@ vlm_sb_schema(vlm_sb_t *sb, const json_t *s, const char *path, uint32_t id)
 
     v = json_object_get(s, "allOf");
     if (v != NULL) {
-        if (!json_is_array(v) || json_array_size(v) != 1) {
-            return vlm_sb_fail(sb, path, "'allOf' of one schema is "
-                               "supported%s", "");
-        }
-
-        snprintf(sub, sizeof(sub), "%s.allOf[0]", path);
-        return vlm_sb_alternatives(sb, v, "allOf", path, id);
+        return vlm_sb_allof(sb, s, path, id);
     }
 
     t = json_object_get(s, "type");
@@ -1585,6 +1841,11 @@ vlm_sb_free(vlm_sb_t *sb)
         free(sb->paths[i]);
     }
 
+    for (i = 0; i < sb->n_owned; i++) {
+        json_decref(sb->owned[i]);
+    }
+
+    free(sb->owned);
     free(sb->paths);
     free(sb->nodes);
     free(sb->idx);
