@@ -427,6 +427,11 @@ test_mask_brute(void **state)
     static const char  *cases[][2] = {
         { NULL, "{\"a\":\"x" },
         { NULL, "{\"a\":[1,\"" },
+        { NULL, "{\"a\":\"\xc3" },
+        { NULL, "{\"a\":\"\xe2" },
+        { NULL, "{\"a\":\"\xe2\x82" },
+        { NULL, "{\"a\":\"\xf0\x9f" },
+        { NULL, "{\"a\":\"\xe0" },
         { NULL, "{\"" },
         { "{\"type\":\"string\",\"maxLength\":2}", "\"a" },
         { "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":"

@@ -59,13 +59,21 @@ struct vlm_trie_s {
      * Inside a string most tokens are plain text: a subtree whose every
      * path from the root is well-formed UTF-8 (a last character may be
      * cut) without '"', '\\' or control bytes is accepted whole, its
-     * tokens listed together in order[lo[node], hi[node]).
+     * tokens listed together in order[lo[node], hi[node]).  Bit k of
+     * plain[node]: so when the path starts with k continuation bytes of a
+     * character to finish (1 << 0: between characters); of text[node]:
+     * the path to the node is such text.  root_plain[k]: every token
+     * that is such text, as a mask, and their count, so that a mask in a
+     * string starts from a copy and walks only what leaves the string.
      */
     uint8_t   *plain;
+    uint8_t   *text;
     uint32_t  *lo;
     uint32_t  *hi;
     int32_t   *order;       /* [vocab] token ids, depth first */
     uint32_t   n_order;
+    uint32_t  *root_plain[4];       /* [(vocab + 31) / 32] each */
+    size_t     root_plain_n[4];
 };
 
 

@@ -1130,19 +1130,23 @@ vlm_g_undo(vlm_matcher_t *m, size_t mark, const vlm_gheads_t *heads)
 
 
 /*
- * Plain text may follow: the top frame is inside a string, between
- * characters, without a format or a maxLength, and the document can end
- * in the budget (more characters never make it longer, but for the up to
- * three bytes that finish a character cut at a token's end).
+ * Plain text may follow: the top frame of every live stack is inside a
+ * string without a format or a maxLength, between characters or within
+ * one (the same count of continuation bytes to come, of any value), and
+ * the document can end in the budget (more characters never make it
+ * longer, but for the up to three bytes that finish a character cut at a
+ * token's end).  Returns the trie's plain bit of that state, 0 if none.
  */
-static int
+static uint8_t
 vlm_g_plain_ok(const vlm_matcher_t *m)
 {
+    uint8_t              bit, b;
     uint32_t             s, d;
     const vlm_gframe_t  *f;
     const vlm_gnode_t   *n;
 
-    /* in every live stack */
+    bit = 0;
+
     for (s = 0; s < m->heads.n; s++) {
         d = m->heads.depths[s];
 
@@ -1157,41 +1161,56 @@ vlm_g_plain_ok(const vlm_matcher_t *m)
         f = &vlm_g_stack(m, s)[d - 1];
         n = &m->g.nodes[f->node];
 
-        if (n->kind != VLM_GNODE_STRING || f->st != 1
-            || n->c != VLM_GRAMMAR_NONE || n->b != VLM_GRAMMAR_NONE)
+        if (n->kind != VLM_GNODE_STRING || n->c != VLM_GRAMMAR_NONE
+            || n->b != VLM_GRAMMAR_NONE)
         {
             return 0;
         }
+
+        if (f->st == 1) {
+            b = 1;
+
+        } else if (f->st == 3 && f->lo == 0x80 && f->hi == 0xbf) {
+            b = (uint8_t) (1u << f->need);
+
+        } else {
+            return 0;
+        }
+
+        if (bit != 0 && b != bit) {
+            return 0;
+        }
+
+        bit = b;
     }
 
-    return m->budget == 0 || vlm_matcher_distance(m) + 3 < m->budget;
+    if (m->budget != 0 && vlm_matcher_distance(m) + 3 >= m->budget) {
+        return 0;
+    }
+
+    return bit;
 }
 
 
 /*
- * plain: the walk started inside a string between characters (see
- * vlm_g_plain_ok): then a node whose subtree is all text from the root
- * (the trie's plain flag) is accepted whole without feeding it.
+ * plain: the trie's plain bit of the state the walk started in (see
+ * vlm_g_plain_ok), 0 when none: then every token of text is in the mask
+ * already (vlm_matcher_mask), a subtree all text is passed over and the
+ * walk feeds only the paths that leave the string.
  */
 static void
-vlm_g_walk(vlm_matcher_t *m, uint32_t first, int plain)
+vlm_g_walk(vlm_matcher_t *m, uint32_t first, uint8_t plain)
 {
     int32_t            id;
     size_t             mark;
-    uint32_t           c, k;
+    uint32_t           c;
     vlm_gheads_t       heads;
     const vlm_trie_t  *t;
 
     t = m->trie;
 
     for (c = first; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
-        if (plain && t->plain[c]) {
-            for (k = t->lo[c]; k < t->hi[c]; k++) {
-                id = t->order[k];
-                m->mask[id >> 5] |= 1u << (id & 31);
-            }
-
-            m->n_allowed += t->hi[c] - t->lo[c];
+        if (t->plain[c] & plain) {
             continue;
         }
 
@@ -1199,7 +1218,7 @@ vlm_g_walk(vlm_matcher_t *m, uint32_t first, int plain)
         heads = m->heads;
 
         if (vlm_g_byte(m, t->byte[c])) {
-            if (t->token[c] >= 0
+            if (t->token[c] >= 0 && !(t->text[c] & plain)
                 && (m->budget == 0
                     || vlm_matcher_distance(m) < m->budget))
             {
@@ -1223,7 +1242,10 @@ size_t
 vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
     int n_end, const uint32_t **mask)
 {
-    int  i;
+    int              i;
+    size_t           j, k;
+    uint8_t          plain;
+    const uint32_t  *words;
 
     memset(m->mask, 0, m->mask_words * sizeof(uint32_t));
     m->n_allowed = 0;
@@ -1241,7 +1263,21 @@ vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
     m->logging = 1;
     m->log_n = 0;
 
-    vlm_g_walk(m, m->trie->child[0], vlm_g_plain_ok(m));
+    plain = vlm_g_plain_ok(m);
+
+    if (plain) {
+        /* the text tokens at once, then the walk of the others */
+        k = (size_t) __builtin_ctz(plain);
+        words = m->trie->root_plain[k];
+
+        for (j = 0; j < m->mask_words; j++) {
+            m->mask[j] |= words[j];
+        }
+
+        m->n_allowed += m->trie->root_plain_n[k];
+    }
+
+    vlm_g_walk(m, m->trie->child[0], plain);
 
     m->logging = 0;
     *mask = m->mask;
