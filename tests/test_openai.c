@@ -1064,10 +1064,10 @@ test_unsupported_parameters(void **state)
         { BODY("\"response_format\":{\"type\":\"json_schema\","
                "\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":"
                "\"object\",\"properties\":{\"a\":{\"type\":\"string\","
-               "\"pattern\":\"x\"}}}}}"),
+               "\"not\":{\"const\":\"x\"}}}}}}"),
           VLM_ERR_UNSUPPORTED, "invalid_json_schema",
           "response_format.json_schema.schema",
-          "$.properties.a: unsupported keyword 'pattern'" },
+          "$.properties.a: unsupported keyword 'not'" },
     };
 
     run_error_cases(cases, sizeof(cases) / sizeof(cases[0]));
