@@ -1085,33 +1085,58 @@ test_depth(void **state)
 static void
 test_bad_programs(void **state)
 {
-    gram_t          gr;
-    vlm_error_t     err;
-    vlm_grammar_t   g;
-    unsigned char  *p;
-    size_t          i;
+    int              k;
+    gram_t           gr;
+    int32_t          end;
+    vlm_error_t      err;
+    vlm_grammar_t    g;
+    unsigned char   *p;
+    size_t           i;
+    const uint32_t  *mask;
 
-    gram_compile(&gr, "{\"enum\":[\"a\",\"b\"]}");
+    /* a program of each kind of node, and a document for it */
+    static const char  *cases[][2] = {
+        { "{\"enum\":[\"a\",\"b\"]}", "\"a\"" },
+        { "{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\","
+          "\"minimum\":-3,\"exclusiveMaximum\":90,\"multipleOf\":3},{\"type\":"
+          "\"number\",\"exclusiveMinimum\":0,\"maximum\":2}],\"items\":"
+          "{\"type\":\"string\",\"pattern\":\"^[a-c]{2}$\",\"maxLength\":2}}",
+          "[12,0.5,\"ab\"]" },
+        { TAGGED, "{\"kind\":\"rect\",\"w\":1,\"h\":2}" },
+        { PYDANTIC_TAGGED, "{\"pet\":{\"pet_type\":\"dog\",\"barks\":1}}" },
+    };
 
-    p = malloc(gr.out.len);
-    assert_non_null(p);
+    end = END_ID;
 
-    assert_int_equal(vlm_grammar_open(&g, gr.out.prog, gr.out.len - 1,
-                                      &err), VLM_ERR_INVALID);
+    for (k = 0; k < (int) (sizeof(cases) / sizeof(cases[0])); k++) {
+        gram_compile(&gr, cases[k][0]);
+        assert_true(accepts(&gr, cases[k][1]));
 
-    /* every single-byte change either is refused or stays in bounds */
-    for (i = 0; i < gr.out.len; i++) {
-        memcpy(p, gr.out.prog, gr.out.len);
-        p[i] ^= 0x80;
+        p = malloc(gr.out.len);
+        assert_non_null(p);
 
-        if (vlm_grammar_open(&g, p, gr.out.len, &err) == VLM_OK) {
-            vlm_matcher_reset(gr.m, &g);
-            (void) vlm_matcher_feed(gr.m, "\"a\"", 3);
+        assert_int_equal(vlm_grammar_open(&g, gr.out.prog, gr.out.len - 1,
+                                          &err), VLM_ERR_INVALID);
+
+        /* every single-byte change either is refused or stays in bounds */
+        for (i = 0; i < gr.out.len; i++) {
+            memcpy(p, gr.out.prog, gr.out.len);
+            p[i] ^= (uint8_t) (0x80 >> (i % 8));
+
+            if (vlm_grammar_open(&g, p, gr.out.len, &err) == VLM_OK) {
+                vlm_matcher_reset(gr.m, &g);
+                (void) vlm_matcher_feed(gr.m, cases[k][1],
+                                        strlen(cases[k][1]) / 2);
+                (void) vlm_matcher_mask(gr.m, 8, &end, 1, &mask);
+                (void) vlm_matcher_feed(gr.m, cases[k][1],
+                                        strlen(cases[k][1]));
+                (void) vlm_matcher_distance(gr.m);
+            }
         }
-    }
 
-    free(p);
-    gram_free(&gr);
+        free(p);
+        gram_free(&gr);
+    }
 }
 
 
