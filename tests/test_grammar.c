@@ -210,6 +210,10 @@ test_accept_reject(void **state)
     static const char  *null_good[] = { "1", "null", NULL };
     static const char  *null_bad[] = { "0", "\"x\"", NULL };
 
+    static const char  *pp_good[] = { "{}", "{\"x_a\":1,\"x_bc\":-2}", NULL };
+    static const char  *pp_bad[] = { "{\"y\":1}", "{\"x_a\":\"1\"}",
+                                     "{\"x_\":1}", NULL };
+
     static const char  *tag_good[] = {
         "{\"kind\":\"circle\",\"r\":1.5}",
         "{\"kind\":\"rect\",\"w\":1,\"h\":2}", NULL };
@@ -281,6 +285,8 @@ test_accept_reject(void **state)
           allnum_bad);
     check("{\"type\":\"integer\",\"nullable\":true,\"minimum\":1}",
           null_good, null_bad);
+    check("{\"type\":\"object\",\"patternProperties\":{\"^x_[a-z]+$\":"
+          "{\"type\":\"integer\"}}}", pp_good, pp_bad);
     check(TAGGED, tag_good, tag_bad);
     check(PYDANTIC_TAGGED, pyd_good, pyd_bad);
     check("{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}",
@@ -439,6 +445,8 @@ test_mask_brute(void **state)
         { "{\"enum\":[\"true\",true,\"abc\"]}", "" },
         { "{\"type\":\"integer\",\"minimum\":120,\"maximum\":1250}",
           "1" },
+        { "{\"patternProperties\":{\"^x_[a-z]+$\":{\"type\":\"integer\"}}}",
+          "{\"x_a\":1," },
         { "{\"type\":\"number\",\"minimum\":-2.5,\"maximum\":10}",
           "-2" },
         { "{\"type\":\"string\",\"pattern\":\"^[0-9]{5}(-[0-9]{4})?$\"}",
@@ -594,6 +602,7 @@ test_random_walks(void **state)
         "{\"type\":\"array\",\"prefixItems\":[{\"enum\":[\"x\",\"y\"]},"
         "{\"type\":\"integer\"}],\"items\":{\"type\":\"null\"},"
         "\"minItems\":3}",
+        "{\"patternProperties\":{\"^[a-z]{2,4}$\":{\"type\":\"boolean\"}}}",
         "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"integer\"},"
         "{\"type\":\"number\"}]},\"minItems\":3}",
         NULL,
@@ -609,7 +618,7 @@ test_random_walks(void **state)
         NULL,
     };
 
-    for (i = 0; i < 7; i++) {
+    for (i = 0; i < 8; i++) {
         gram_compile(&gr, schemas[i]);
 
         for (j = 0; j < 40; j++) {

@@ -1573,3 +1573,4 @@ vlm_regex_free(vlm_regex_dfa_t *dfa)
     dfa->first = NULL;
     dfa->ranges = NULL;
 }
+

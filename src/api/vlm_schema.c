@@ -62,6 +62,8 @@ static uint32_t vlm_sb_value(vlm_sb_t *sb, const json_t *s, const char *path,
     uint32_t into);
 static uint32_t vlm_sb_schema(vlm_sb_t *sb, const json_t *s,
     const char *path, uint32_t id);
+static uint32_t vlm_sb_regex(vlm_sb_t *sb, const char *re, size_t len,
+    int raw, uint32_t min, uint32_t max, const char *path, uint32_t id);
 
 
 /* n, or less so as not to cut a UTF-8 character of s */
@@ -437,7 +439,7 @@ vlm_sb_object(vlm_sb_t *sb, const json_t *s, const char *path, uint32_t id)
     char         sub[VLM_SCHEMA_PATH_LEN * 2];
     size_t       i, j, n;
     uint32_t     list, child, key, off;
-    json_t      *props, *req, *add, *v;
+    json_t      *props, *req, *add, *v, *pp;
     const char  *k;
 
     props = json_object_get(s, "properties");
@@ -471,6 +473,37 @@ vlm_sb_object(vlm_sb_t *sb, const json_t *s, const char *path, uint32_t id)
 
     sb->nodes[id].kind = VLM_GNODE_OBJECT;
     sb->nodes[id].c = VLM_GRAMMAR_NONE;
+
+    pp = json_object_get(s, "patternProperties");
+
+    if (pp != NULL && (!json_is_object(pp) || json_object_size(pp) > 1
+                       || (n > 0 && json_object_size(pp) > 0)))
+    {
+        snprintf(sub, sizeof(sub), "%s.patternProperties", path);
+        return vlm_sb_fail(sb, sub, "'patternProperties' of one pattern, "
+                           "without 'properties', is supported%s", "");
+    }
+
+    if (n == 0 && pp != NULL && json_object_size(pp) == 1) {
+        /* a map whose keys match the pattern, values of its schema */
+        json_object_foreach(pp, k, v) {
+            snprintf(sub, sizeof(sub), "%s.patternProperties.%s", path, k);
+            child = vlm_sb_value(sb, v, sub, VLM_GRAMMAR_NONE);
+            key = vlm_sb_node(sb, sub);
+
+            if (child == VLM_GRAMMAR_NONE || key == VLM_GRAMMAR_NONE
+                || vlm_sb_regex(sb, k, strlen(k), 0, 0, VLM_GRAMMAR_NONE,
+                                sub, key) == VLM_GRAMMAR_NONE)
+            {
+                return VLM_GRAMMAR_NONE;
+            }
+
+            sb->nodes[id].c = child;
+            sb->nodes[id].d = key;
+        }
+
+        return id;
+    }
 
     if (n == 0) {
         /* a map: any keys, values of additionalProperties */
@@ -1072,6 +1105,7 @@ static const char  *vlm_sb_known[] = {
     "oneOf", "allOf",
     "$ref", "minLength", "maxLength", "format", "minimum", "maximum",
     "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "pattern",
+    "patternProperties",
     NULL
 };
 
@@ -1722,7 +1756,8 @@ vlm_sb_schema(vlm_sb_t *sb, const json_t *s, const char *path, uint32_t id)
 
     if (t == NULL) {
         if (json_object_get(s, "properties") || json_object_get(s,
-            "required") || json_object_get(s, "additionalProperties"))
+            "required") || json_object_get(s, "additionalProperties")
+            || json_object_get(s, "patternProperties"))
         {
             return vlm_sb_type(sb, s, "object", path, id);
         }

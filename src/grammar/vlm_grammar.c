@@ -184,7 +184,9 @@ vlm_grammar_open(vlm_grammar_t *g, const void *prog, size_t len,
 
             if (nd->b == 0 && nd->c != VLM_GRAMMAR_NONE
                 && (nd->c >= n || nd->d >= n
-                    || g->nodes[nd->d].kind != VLM_GNODE_STRING))
+                    || (g->nodes[nd->d].kind != VLM_GNODE_STRING
+                        && (g->nodes[nd->d].kind != VLM_GNODE_REGEX
+                            || (g->nodes[nd->d].flags & VLM_GNODE_RAW)))))
             {
                 goto bad;
             }
@@ -469,12 +471,13 @@ vlm_g_rest(const vlm_grammar_t *g, const vlm_gframe_t *f)
         props = g->idx + n->a;
 
         if (n->b == 0) {
-            /* any keys: "":value} from ',' */
+            /* keys of the key node: "key":value} from ',' */
             item = n->c == VLM_GRAMMAR_NONE ? 0 : g->nodes[n->c].min_len;
 
             switch (f->st) {
             case 2:
-                return 4 + item;
+                return 2 + item + (n->c == VLM_GRAMMAR_NONE
+                                   ? 2 : g->nodes[n->d].min_len);
             case 4:
                 return 2 + item;
             default:
