@@ -1,9 +1,11 @@
 # vLLM's structured outputs through nginx with the random-weight fixture
 # model, in chat completions and completions: structured_outputs' regex,
-# choice, json and json_object, and the older guided_regex, guided_choice
-# and guided_json; every answer at temperature 1 matches its regex, is
-# one of its choices or validates.  Two forms at once, a form beside
-# response_format, a grammar and a bad regex are 400s naming the field.
+# choice, grammar (GBNF), json and json_object, and the older
+# guided_regex, guided_choice, guided_grammar and guided_json; every
+# answer at temperature 1 matches its regex or grammar, is one of its
+# choices or validates.  Two forms at once, a form beside
+# response_format, a recursive grammar and a bad regex are 400s naming
+# the field.
 
 use strict;
 use warnings;
@@ -44,6 +46,14 @@ sub answer {
             $c->{finish_reason});
 }
 
+# GBNF without recursion: one to three numbers, then ok or ko
+my $gbnf = <<'_EOG_';
+# a few numbers and a word
+root ::= (num ",") {1,3} word
+num  ::= "-"? [0-9]+
+word ::= "ok" | "ko"
+_EOG_
+
 my @forms = (
     [ 'regex', qr/\A[0-9]{3}-[A-Z]{2}(x|yy)?\z/,
       { structured_outputs => { regex => '[0-9]{3}-[A-Z]{2}(x|yy)?' } },
@@ -51,6 +61,9 @@ my @forms = (
     [ 'choice', qr/\A(?:yes|no|maybe not)\z/,
       { structured_outputs => { choice => ['yes', 'no', 'maybe not'] } },
       { guided_choice => ['yes', 'no', 'maybe not'] } ],
+    [ 'grammar', qr/\A(?:-?[0-9]+,){1,3}(?:ok|ko)\z/,
+      { structured_outputs => { grammar => $gbnf } },
+      { guided_grammar => $gbnf } ],
 );
 
 for my $f (@forms) {
@@ -121,8 +134,10 @@ my @bad = (
     [ { structured_outputs => { regex => 'a' }, guided_choice => ['b'] },
       'structured_outputs', 'a form and a guided_ field' ],
     [ { guided_regex => '(a)\\1' }, 'guided_regex', 'a backreference' ],
-    [ { structured_outputs => { grammar => 'root ::= "a"' } },
-      'structured_outputs.grammar', 'a grammar' ],
+    [ { structured_outputs => { grammar => 'root ::= "(" root? ")"' } },
+      'structured_outputs.grammar', 'a recursive grammar' ],
+    [ { guided_grammar => 'root ::= a' }, 'guided_grammar',
+      'a grammar without its rule' ],
     [ { guided_choice => [] }, 'guided_choice', 'no choice' ],
     [ { structured_outputs => { json => { type => 'integer',
                                           maximum => 1, minimum => 2 } } },

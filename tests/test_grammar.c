@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "api/vlm_gbnf.h"
 #include "api/vlm_schema.h"
 #include "grammar/vlm_grammar.h"
 
@@ -871,6 +872,96 @@ test_patterns(void **state)
 }
 
 
+/* a grammar's text through GBNF, its regex and the REGEX node, raw */
+static int
+grammar_accepts(const char *gbnf, const char *text, char *msg, size_t cap)
+{
+    int                ok;
+    char              *re;
+    size_t             len;
+    vlm_error_t        err;
+    vlm_grammar_t      g;
+    vlm_matcher_t     *m;
+    vlm_schema_out_t   out;
+
+    if (vlm_gbnf_to_regex(gbnf, strlen(gbnf), &re, &len, &err) != VLM_OK) {
+        snprintf(msg, cap, "%s", err.msg);
+        return -1;
+    }
+
+    if (vlm_schema_compile_regex(re, len, &out, &err) != VLM_OK) {
+        snprintf(msg, cap, "%.64s: %.180s", re, err.msg);
+        free(re);
+        return -1;
+    }
+
+    free(re);
+    assert_int_equal(vlm_grammar_open(&g, out.prog, out.len, &err), VLM_OK);
+    assert_int_equal(vlm_matcher_create(&m, trie, &err), VLM_OK);
+
+    vlm_matcher_reset(m, &g);
+    ok = vlm_matcher_feed(m, text, strlen(text)) && vlm_matcher_complete(m);
+
+    vlm_matcher_free(m);
+    free(out.prog);
+
+    return ok;
+}
+
+
+/* vLLM's grammar: GBNF without recursion, as one regular expression */
+static void
+test_gbnf(void **state)
+{
+    size_t  i;
+    char    msg[256];
+
+    static const char  *csv =
+        "# rows of numbers\n"
+        "root ::= row (\"\\n\" row){0,3}\n"
+        "row  ::= num (\",\" num)*\n"
+        "num  ::= \"-\"? [0-9]+ (\".\" [0-9]+)?\n";
+    static const char  *answer =
+        "root ::= \"The answer is \" (yes | no) \".\"\n"
+        "yes ::= \"yes\" | \"y\"\n"
+        "no ::= \"no\"\n";
+
+    static const struct {
+        const char  *g;
+        const char  *text;
+        int          ok;
+    }  cases[] = {
+        { NULL, "1,-2.5\n3", 1 },
+        { NULL, "1,", 0 },
+        { NULL, "1\n2\n3\n4\n5", 0 },
+        { NULL, "a", 0 },
+        { NULL, "1\n2\n3\n4", 1 },
+        { NULL, "The answer is y.", 2 },
+        { NULL, "The answer is no.", 2 },
+        { NULL, "The answer is maybe.", 3 },
+    };
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (grammar_accepts(cases[i].ok >= 2 ? answer : csv, cases[i].text,
+                            msg, sizeof(msg))
+            != (cases[i].ok == 1 || cases[i].ok == 2))
+        {
+            fail_msg("grammar case %zu: %s (%s)", i, cases[i].text, msg);
+        }
+    }
+
+    /* refused: recursion, a missing rule, no root */
+    assert_int_equal(grammar_accepts("root ::= \"(\" root? \")\"", "()", msg,
+                                     sizeof(msg)), -1);
+    assert_non_null(strstr(msg, "refers to itself"));
+    assert_int_equal(grammar_accepts("root ::= a b\na ::= \"x\"", "x", msg,
+                                     sizeof(msg)), -1);
+    assert_non_null(strstr(msg, "no rule named 'b'"));
+    assert_int_equal(grammar_accepts("start ::= \"x\"", "x", msg,
+                                     sizeof(msg)), -1);
+}
+
+
 /* every integer from -1500 to 1500 accepted exactly when it should be */
 static void
 check_integers(const char *schema, long lo, long hi, long mult)
@@ -1161,6 +1252,7 @@ main(void)
         cmocka_unit_test(test_plan),
         cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_patterns),
+        cmocka_unit_test(test_gbnf),
         cmocka_unit_test(test_depth),
         cmocka_unit_test(test_bad_programs),
     };

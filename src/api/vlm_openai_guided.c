@@ -3,17 +3,20 @@
  * extra_body): "structured_outputs" with one of "json" (a schema, or its
  * text), "regex", "choice" or "json_object" (vLLM 0.10.2 on), or the
  * older top-level guided_json, guided_regex and guided_choice; each
- * compiled to a grammar as response_format is (api/vlm_schema.c).  A
- * grammar (guided_grammar, structured_outputs.grammar) and a structural
- * tag are refused; guided_decoding_backend and guided_whitespace_pattern
+ * compiled to a grammar as response_format is (api/vlm_schema.c); a
+ * grammar (guided_grammar, structured_outputs.grammar) in GBNF without
+ * recursion, as one regular expression (api/vlm_gbnf.c).  A structural
+ * tag is refused; guided_decoding_backend and guided_whitespace_pattern
  * are ignored (the answer is compact JSON, whatever the backend).
  *
  * Reference: vLLM's docs, "Structured Outputs" (online serving).
  */
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "grammar/vlm_grammar.h"
+#include "vlm_gbnf.h"
 #include "vlm_openai_int.h"
 #include "vlm_schema.h"
 
@@ -144,7 +147,8 @@ vlm_status_t
 vlm_openai_parse_guided(vlm_openai_parser_t *p, const json_t *root)
 {
     int                 k, form;
-    char                param[VLM_OPENAI_PATH_LEN];
+    char                param[VLM_OPENAI_PATH_LEN], *re;
+    size_t              re_len;
     json_t             *so, *v, *found;
     vlm_error_t         e;
     vlm_status_t        rc;
@@ -231,12 +235,31 @@ vlm_openai_parse_guided(vlm_openai_parser_t *p, const json_t *root)
     case VLM_GUIDED_CHOICE:
         return vlm_guided_choice(p, found, param);
 
+    case VLM_GUIDED_GRAMMAR:
+        if (!json_is_string(found)) {
+            return vlm_openai_bad_type(p->err, param, "a string", found);
+        }
+
+        vlm_openai_str_set(p, &str, found);
+
+        if (vlm_gbnf_to_regex(str.data, str.len, &re, &re_len, &e)
+            != VLM_OK)
+        {
+            return vlm_guided_compiled(p, e.status, &out, &e,
+                                       "invalid_value", param);
+        }
+
+        rc = vlm_schema_compile_regex(re, re_len, &out, &e);
+        free(re);
+
+        return vlm_guided_compiled(p, rc, &out, &e, "invalid_value", param);
+
     default:
         return vlm_openai_bad(p->err, VLM_ERR_UNSUPPORTED,
                               "unsupported_value", param, "Unsupported "
                               "parameter: '%s' is not supported by this "
-                              "server (json, regex, choice and json_object "
-                              "are).", param);
+                              "server (json, regex, choice, grammar and "
+                              "json_object are).", param);
     }
 
 twice:
@@ -244,6 +267,6 @@ twice:
     return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value",
                           "structured_outputs", "Invalid "
                           "'structured_outputs': give one of json, regex, "
-                          "choice and json_object (or one guided_ field) "
-                          "only.");
+                          "choice, grammar and json_object (or one guided_ "
+                          "field) only.");
 }
