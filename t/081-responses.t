@@ -279,7 +279,7 @@ for my $c (
     [ '{"model":"serving","input":"x","tools":[{"type":"web_search"}]}',
       'unsupported_value', 'tools[0].type' ],
     [ '{"model":"serving","input":"x","text":{"format":{"type":'
-      . '"json_schema","name":"a","schema":{"type":"string","pattern":"x"}}}}',
+      . '"json_schema","name":"a","schema":{"type":"string","not":{}}}}}',
       'invalid_json_schema', 'text.format.schema' ],
     [ '{"model":"serving","input":[{"type":"function_call","call_id":"c",'
       . '"name":"f"}]}', 'missing_required_parameter', 'input[0].arguments' ],

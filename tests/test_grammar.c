@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "api/vlm_gbnf.h"
 #include "api/vlm_schema.h"
 #include "grammar/vlm_grammar.h"
 
@@ -32,6 +33,31 @@ static const char  *multi[N_MULTI] = {
     "\n</tool_call>", "{\"name\": \"", "\", \"arguments\": ", "get", "city",
     "\xc3\xa9", "\xff"
 };
+
+/* a union of objects told apart by a const, as the SDKs write them */
+#define TAGGED                                                               \
+    "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":"  \
+    "\"circle\"},\"r\":{\"type\":\"number\"}},\"required\":[\"kind\","     \
+    "\"r\"],\"additionalProperties\":false},{\"type\":\"object\","           \
+    "\"properties\":{\"kind\":{\"const\":\"rect\"},\"w\":{\"type\":"         \
+    "\"number\"},\"h\":{\"type\":\"number\"}},\"required\":[\"kind\",\"w\","  \
+    "\"h\"],\"additionalProperties\":false}]}"
+
+/* Pydantic's discriminated union: oneOf of $refs, a discriminator */
+#define PYDANTIC_TAGGED                                                      \
+    "{\"$defs\":{\"Cat\":{\"properties\":{\"pet_type\":{\"const\":\"cat\","  \
+    "\"title\":\"Pet Type\",\"type\":\"string\"},\"meows\":{\"title\":"      \
+    "\"Meows\",\"type\":\"integer\"}},\"required\":[\"pet_type\",\"meows\"],"  \
+    "\"title\":\"Cat\",\"type\":\"object\",\"additionalProperties\":false},"  \
+    "\"Dog\":{\"properties\":{\"pet_type\":{\"const\":\"dog\",\"title\":"     \
+    "\"Pet Type\",\"type\":\"string\"},\"barks\":{\"title\":\"Barks\","      \
+    "\"type\":\"number\"}},\"required\":[\"pet_type\",\"barks\"],\"title\":"  \
+    "\"Dog\",\"type\":\"object\",\"additionalProperties\":false}},"          \
+    "\"properties\":{\"pet\":{\"discriminator\":{\"mapping\":{\"cat\":"      \
+    "\"#/$defs/Cat\",\"dog\":\"#/$defs/Dog\"},\"propertyName\":"             \
+    "\"pet_type\"},\"oneOf\":[{\"$ref\":\"#/$defs/Cat\"},{\"$ref\":"        \
+    "\"#/$defs/Dog\"}],\"title\":\"Pet\"}},\"required\":[\"pet\"],"         \
+    "\"title\":\"Model\",\"type\":\"object\",\"additionalProperties\":false}"
 
 static char         singles[256];
 static const char  *tok_bytes[VOCAB];
@@ -178,6 +204,49 @@ test_accept_reject(void **state)
     static const char  *str_good[] = { "\"ab\"", "\"abcd\"", NULL };
     static const char  *str_bad[] = { "\"a\"", "\"abcde\"", NULL };
 
+    static const char  *all_good[] = { "{\"a\":1,\"b\":\"x\"}", NULL };
+    static const char  *all_bad[] = { "{\"a\":1}", "{\"b\":\"x\"}", NULL };
+    static const char  *allnum_good[] = { "0", "5", NULL };
+    static const char  *allnum_bad[] = { "6", "-1", "1.5", NULL };
+    static const char  *null_good[] = { "1", "null", NULL };
+    static const char  *null_bad[] = { "0", "\"x\"", NULL };
+
+    static const char  *pp_good[] = { "{}", "{\"x_a\":1,\"x_bc\":-2}", NULL };
+    static const char  *pp_bad[] = { "{\"y\":1}", "{\"x_a\":\"1\"}",
+                                     "{\"x_\":1}", NULL };
+
+    static const char  *tag_good[] = {
+        "{\"kind\":\"circle\",\"r\":1.5}",
+        "{\"kind\":\"rect\",\"w\":1,\"h\":2}", NULL };
+    static const char  *tag_bad[] = {
+        "{\"kind\":\"circle\",\"w\":1,\"h\":2}",
+        "{\"kind\":\"rect\",\"r\":1}", "{\"kind\":\"circl\",\"r\":1}",
+        "{\"kind\":\"rect\",\"w\":1}", NULL };
+
+    static const char  *pyd_good[] = {
+        "{\"pet\":{\"pet_type\":\"cat\",\"meows\":3}}",
+        "{\"pet\":{\"pet_type\":\"dog\",\"barks\":1.5}}", NULL };
+    static const char  *pyd_bad[] = {
+        "{\"pet\":{\"pet_type\":\"cat\",\"barks\":1.5}}",
+        "{\"pet\":{\"pet_type\":\"dog\",\"meows\":3}}", NULL };
+
+    static const char  *num_good[] = { "1", "-12", "1.5", "3e+2", "0", NULL };
+    static const char  *num_bad[] = { "\"1\"", "01", "1.", NULL };
+
+    static const char  *str2_good[] = { "\"ab\"", "\"\"", "\"abcd\"",
+                                        "\"abc\"", "7", NULL };
+    static const char  *str2_bad[] = { "\"abd\"", "8", NULL };
+
+    static const char  *nest_good[] = { "[1,null,1.5,12,125,1250,-3e+1]",
+                                        "[]", NULL };
+    static const char  *nest_bad[] = { "[nul]", "[true]", NULL };
+
+    static const char  *tup_good[] = { "[1,\"a\"]", NULL };
+    static const char  *tup_bad[] = { "[1]", "[\"a\",1]", "[1,\"a\",2]",
+                                      NULL };
+    static const char  *tup2_good[] = { "[]", "[1]", "[1,\"a\",2.5,3]", NULL };
+    static const char  *tup2_bad[] = { "[1,\"a\",\"b\"]", "[\"a\"]", NULL };
+
     static const char  *fmt_good[] = {
         "\"0123abcd-0000-ffff-1234-0123456789ab\"", NULL };
     static const char  *fmt_bad[] = {
@@ -200,6 +269,36 @@ test_accept_reject(void **state)
     check("{\"type\":\"string\",\"minLength\":2,\"maxLength\":4}", str_good,
           str_bad);
     check("{\"type\":\"string\",\"format\":\"uuid\"}", fmt_good, fmt_bad);
+    check("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},"
+          "{\"type\":\"string\"}],\"minItems\":2,\"items\":false}",
+          tup_good, tup_bad);
+    check("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},"
+          "{\"type\":\"string\"}],\"items\":{\"type\":\"number\"}}",
+          tup2_good, tup2_bad);
+
+    /* alternatives that start alike: told apart further on */
+    check("{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
+          "\"integer\"}},\"required\":[\"a\"]},{\"properties\":{\"b\":{"
+          "\"type\":\"string\"}},\"required\":[\"b\"]}],\"title\":\"AB\"}",
+          all_good, all_bad);
+    check("{\"allOf\":[{\"type\":\"number\",\"minimum\":0},{\"type\":"
+          "\"integer\",\"maximum\":5},{\"maximum\":9}]}", allnum_good,
+          allnum_bad);
+    check("{\"type\":\"integer\",\"nullable\":true,\"minimum\":1}",
+          null_good, null_bad);
+    check("{\"type\":\"object\",\"patternProperties\":{\"^x_[a-z]+$\":"
+          "{\"type\":\"integer\"}}}", pp_good, pp_bad);
+    check(TAGGED, tag_good, tag_bad);
+    check(PYDANTIC_TAGGED, pyd_good, pyd_bad);
+    check("{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}",
+          num_good, num_bad);
+    check("{\"anyOf\":[{\"type\":\"string\",\"maxLength\":2},{\"type\":"
+          "\"string\",\"minLength\":4},{\"enum\":[\"abc\",7]}]}", str2_good,
+          str2_bad);
+    check("{\"type\":\"array\",\"items\":{\"anyOf\":[{\"anyOf\":[{\"type\":"
+          "\"integer\"},{\"type\":\"null\"}]},{\"type\":\"number\"},"
+          "{\"anyOf\":[{\"const\":12},{\"const\":125}]}]}}", nest_good,
+          nest_bad);
 }
 
 
@@ -213,14 +312,35 @@ test_refused(void **state)
 
     static const char  *cases[][2] = {
         { "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\","
-          "\"pattern\":\"x+\"}}}", "$.properties.a" },
-        { "{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"string\","
-          "\"maxLength\":3}]}", "$" },
-        { "{\"type\":\"integer\",\"maximum\":5}", "$" },
+          "\"pattern\":\"(x)\\\\1\"}}}", "$.properties.a.pattern" },
+        { "{\"type\":\"string\",\"pattern\":\"a(?=b)\"}", "$.pattern" },
+        { "{\"type\":\"string\",\"pattern\":\"^\\\"$\"}", "$.pattern" },
+        { "{\"type\":\"string\",\"pattern\":\"^[a-z]{5}$\",\"maxLength\":"
+          "3}", "$.pattern" },
+        { "{\"type\":\"string\",\"format\":\"ipv4\",\"minLength\":8}",
+          "$.format" },
+        { "{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}",
+          "$" },
+        { "{\"allOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}",
+          "$" },
+        { "{\"allOf\":[{\"properties\":{\"a\":{}},\"additionalProperties\":"
+          "false},{\"properties\":{\"b\":{}}}]}", "$" },
+        { "{\"type\":\"object\",\"properties\":{\"v\":{\"oneOf\":[{"
+          "\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[1,2]}},"
+          "\"required\":[\"k\"]},{\"type\":\"object\",\"properties\":{"
+          "\"k\":{\"enum\":[2,3]}},\"required\":[\"k\"]}]}}}",
+          "$.properties.v" },
+        { "{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "$" },
+        { "{\"type\":\"integer\",\"minimum\":5,\"maximum\":9,"
+          "\"multipleOf\":10}", "$" },
+        { "{\"type\":\"number\",\"multipleOf\":0.5}", "$.multipleOf" },
+        { "{\"type\":\"integer\",\"multipleOf\":0.3}", "$.multipleOf" },
+        { "{\"type\":\"integer\",\"exclusiveMinimum\":\"1\"}",
+          "$.exclusiveMinimum" },
         { "{\"type\":\"strin\"}", "$.type" },
         { "{\"$ref\":\"#/$defs/nope\"}", "$" },
         { "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"format\":"
-          "\"email\"}}", "$.items.format" },
+          "\"idn-email\"}}", "$.items.format" },
         { "{\"$ref\":\"#/$defs/a\",\"$defs\":{\"a\":{\"type\":\"object\","
           "\"properties\":{\"x\":{\"$ref\":\"#/$defs/a\"}},\"required\":"
           "[\"x\"]}}}", "$" },
@@ -314,11 +434,32 @@ test_mask_brute(void **state)
     static const char  *cases[][2] = {
         { NULL, "{\"a\":\"x" },
         { NULL, "{\"a\":[1,\"" },
+        { NULL, "{\"a\":\"\xc3" },
+        { NULL, "{\"a\":\"\xe2" },
+        { NULL, "{\"a\":\"\xe2\x82" },
+        { NULL, "{\"a\":\"\xf0\x9f" },
+        { NULL, "{\"a\":\"\xe0" },
         { NULL, "{\"" },
         { "{\"type\":\"string\",\"maxLength\":2}", "\"a" },
         { "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":"
           "\"string\",\"minLength\":2}}}", "{\"name\":\"" },
         { "{\"enum\":[\"true\",true,\"abc\"]}", "" },
+        { "{\"type\":\"integer\",\"minimum\":120,\"maximum\":1250}",
+          "1" },
+        { "{\"patternProperties\":{\"^x_[a-z]+$\":{\"type\":\"integer\"}}}",
+          "{\"x_a\":1," },
+        { "{\"type\":\"number\",\"minimum\":-2.5,\"maximum\":10}",
+          "-2" },
+        { "{\"type\":\"string\",\"pattern\":\"^[0-9]{5}(-[0-9]{4})?$\"}",
+          "\"123" },
+        { "{\"type\":\"string\",\"format\":\"email\"}", "\"ab" },
+        { TAGGED, "" },
+        { TAGGED, "{\"kind\":\"" },
+        { TAGGED, "{\"kind\":\"rect\"," },
+        { "{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}",
+          "1" },
+        { "{\"anyOf\":[{\"type\":\"string\",\"maxLength\":2},{\"type\":"
+          "\"string\",\"minLength\":4},{\"enum\":[\"abc\",7]}]}", "\"a" },
     };
 
     end = END_ID;
@@ -457,6 +598,14 @@ test_random_walks(void **state)
         "[\"a\",\"b\"]},\"minItems\":2},\"n\":{\"type\":\"number\"}},"
         "\"required\":[\"name\",\"tags\"]}",
         "{\"type\":[\"integer\",\"null\",\"string\"]}",
+        TAGGED,
+        PYDANTIC_TAGGED,
+        "{\"type\":\"array\",\"prefixItems\":[{\"enum\":[\"x\",\"y\"]},"
+        "{\"type\":\"integer\"}],\"items\":{\"type\":\"null\"},"
+        "\"minItems\":3}",
+        "{\"patternProperties\":{\"^[a-z]{2,4}$\":{\"type\":\"boolean\"}}}",
+        "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"integer\"},"
+        "{\"type\":\"number\"}]},\"minItems\":3}",
         NULL,
     };
 
@@ -470,7 +619,7 @@ test_random_walks(void **state)
         NULL,
     };
 
-    for (i = 0; i < 3; i++) {
+    for (i = 0; i < 8; i++) {
         gram_compile(&gr, schemas[i]);
 
         for (j = 0; j < 40; j++) {
@@ -575,6 +724,7 @@ test_plan(void **state)
         "\"event\"},\"id\":{\"type\":\"string\",\"format\":\"uuid\"},"
         "\"day\":{\"type\":\"string\",\"format\":\"date\"}},"
         "\"required\":[\"kind\",\"id\",\"day\"]}",
+        "{\"type\":\"array\",\"minItems\":3,\"items\":" TAGGED "}",
         NULL,
     };
 
@@ -638,36 +788,455 @@ test_plan(void **state)
 }
 
 
+/*
+ * Patterns (ECMAScript regexes) and the formats made of them: documents
+ * accepted and refused, walks that end, a pattern searched where it has
+ * no anchors.
+ */
 static void
-test_bad_programs(void **state)
+test_patterns(void **state)
 {
-    gram_t          gr;
-    vlm_error_t     err;
-    vlm_grammar_t   g;
-    unsigned char  *p;
-    size_t          i;
+    int      i, j;
+    char     doc[8192];
+    gram_t   gr;
 
-    gram_compile(&gr, "{\"enum\":[\"a\",\"b\"]}");
+    static const char  *zip_good[] = { "\"12345\"", "\"12345-6789\"", NULL };
+    static const char  *zip_bad[] = { "\"1234\"", "\"12345-\"", "\"a2345\"",
+                                      "\"123456\"", NULL };
 
-    p = malloc(gr.out.len);
-    assert_non_null(p);
+    static const char  *any_good[] = { "\"xaby\"", "\"ab\"", "\"\xc3\xa9" "ab\"",
+                                       NULL };
+    static const char  *any_bad[] = { "\"a b\"", "\"xy\"", NULL };
 
-    assert_int_equal(vlm_grammar_open(&g, gr.out.prog, gr.out.len - 1,
-                                      &err), VLM_ERR_INVALID);
+    static const char  *uni_good[] = { "\"\xc3\xa9\xc3\xa9\"", "\"\xe2\x82\xac\"",
+                                       "\"\xf0\x9f\x98\x80\"", NULL };
+    static const char  *uni_bad[] = { "\"a\"", "\"\"", "\"\xc3\xa9" "a\"", NULL };
 
-    /* every single-byte change either is refused or stays in bounds */
-    for (i = 0; i < gr.out.len; i++) {
-        memcpy(p, gr.out.prog, gr.out.len);
-        p[i] ^= 0x80;
+    static const char  *ip_good[] = { "\"192.168.0.1\"", "\"255.0.10.9\"",
+                                      NULL };
+    static const char  *ip_bad[] = { "\"256.1.1.1\"", "\"1.2.3\"",
+                                     "\"01.2.3.4\"", NULL };
 
-        if (vlm_grammar_open(&g, p, gr.out.len, &err) == VLM_OK) {
-            vlm_matcher_reset(gr.m, &g);
-            (void) vlm_matcher_feed(gr.m, "\"a\"", 3);
+    static const char  *mail_good[] = { "\"a.b@c-d.example.org\"", NULL };
+    static const char  *mail_bad[] = { "\"a@b\"", "\"@b.org\"", "\"a..b@c.org\"",
+                                       NULL };
+
+    static const char  *dur_good[] = { "\"P1Y2M\"", "\"PT5S\"", "\"P3W\"",
+                                       "\"P1DT2H\"", NULL };
+    static const char  *dur_bad[] = { "\"P\"", "\"PT\"", "\"P1DT\"", "\"1D\"",
+                                      NULL };
+
+    static const char  *short_good[] = { "\"abc\"", "\"a\"", NULL };
+    static const char  *short_bad[] = { "\"abcd\"", "\"\"", NULL };
+
+    static const char  *walks[] = {
+        "{\"type\":\"string\",\"pattern\":\"^[0-9]{5}(-[0-9]{4})?$\"}",
+        "{\"type\":\"string\",\"format\":\"uri\",\"minLength\":1,"
+        "\"maxLength\":30}",
+        "{\"type\":\"string\",\"pattern\":\"[a-z]\",\"maxLength\":6}",
+        "{\"type\":\"string\",\"pattern\":\"ab\"}",
+        "{\"type\":\"string\",\"pattern\":\"^(\\\\w+\\\\s?)+[.!?]$\"}",
+        "{\"type\":\"object\",\"properties\":{\"ip\":{\"format\":\"ipv4\"},"
+        "\"v6\":{\"format\":\"ipv6\"},\"mail\":{\"format\":\"email\"},"
+        "\"host\":{\"format\":\"hostname\"},\"uri\":{\"format\":\"uri\"},"
+        "\"d\":{\"format\":\"duration\"}},\"required\":[\"ip\",\"v6\","
+        "\"mail\",\"host\",\"uri\",\"d\"]}",
+        "{\"anyOf\":[{\"type\":\"string\",\"pattern\":\"^a+$\"},{\"type\":"
+        "\"string\",\"pattern\":\"^a*b$\"}]}",
+        NULL
+    };
+
+    check("{\"type\":\"string\",\"pattern\":\"^[0-9]{5}(-[0-9]{4})?$\"}",
+          zip_good, zip_bad);
+    check("{\"type\":\"string\",\"pattern\":\"a[^ ]?b\"}", any_good,
+          any_bad);
+    check("{\"type\":\"string\",\"pattern\":\"^[^\\\\x00-\\\\x7f]+$\"}",
+          uni_good, uni_bad);
+    check("{\"type\":\"string\",\"format\":\"ipv4\"}", ip_good, ip_bad);
+    check("{\"type\":\"string\",\"format\":\"email\"}", mail_good,
+          mail_bad);
+    check("{\"type\":\"string\",\"format\":\"duration\"}", dur_good,
+          dur_bad);
+    check("{\"type\":\"string\",\"pattern\":\"^[a-z]+$\",\"minLength\":1,"
+          "\"maxLength\":3}", short_good, short_bad);
+
+    for (i = 0; walks[i] != NULL; i++) {
+        gram_compile(&gr, walks[i]);
+
+        for (j = 0; j < 40; j++) {
+            walk_json(&gr, 200 + (uint32_t) j * 8, doc, sizeof(doc));
+        }
+
+        gram_free(&gr);
+    }
+}
+
+
+/* a grammar's text through GBNF, its regex and the REGEX node, raw */
+static int
+grammar_accepts(const char *gbnf, const char *text, char *msg, size_t cap)
+{
+    int                ok;
+    char              *re;
+    size_t             len;
+    vlm_error_t        err;
+    vlm_grammar_t      g;
+    vlm_matcher_t     *m;
+    vlm_schema_out_t   out;
+
+    if (vlm_gbnf_to_regex(gbnf, strlen(gbnf), &re, &len, &err) != VLM_OK) {
+        snprintf(msg, cap, "%s", err.msg);
+        return -1;
+    }
+
+    if (vlm_schema_compile_regex(re, len, &out, &err) != VLM_OK) {
+        snprintf(msg, cap, "%.64s: %.180s", re, err.msg);
+        free(re);
+        return -1;
+    }
+
+    free(re);
+    assert_int_equal(vlm_grammar_open(&g, out.prog, out.len, &err), VLM_OK);
+    assert_int_equal(vlm_matcher_create(&m, trie, &err), VLM_OK);
+
+    vlm_matcher_reset(m, &g);
+    ok = vlm_matcher_feed(m, text, strlen(text)) && vlm_matcher_complete(m);
+
+    vlm_matcher_free(m);
+    free(out.prog);
+
+    return ok;
+}
+
+
+/* vLLM's grammar: GBNF without recursion, as one regular expression */
+static void
+test_gbnf(void **state)
+{
+    size_t  i;
+    char    msg[256];
+
+    static const char  *csv =
+        "# rows of numbers\n"
+        "root ::= row (\"\\n\" row){0,3}\n"
+        "row  ::= num (\",\" num)*\n"
+        "num  ::= \"-\"? [0-9]+ (\".\" [0-9]+)?\n";
+    static const char  *answer =
+        "root ::= \"The answer is \" (yes | no) \".\"\n"
+        "yes ::= \"yes\" | \"y\"\n"
+        "no ::= \"no\"\n";
+
+    static const struct {
+        const char  *g;
+        const char  *text;
+        int          ok;
+    }  cases[] = {
+        { NULL, "1,-2.5\n3", 1 },
+        { NULL, "1,", 0 },
+        { NULL, "1\n2\n3\n4\n5", 0 },
+        { NULL, "a", 0 },
+        { NULL, "1\n2\n3\n4", 1 },
+        { NULL, "The answer is y.", 2 },
+        { NULL, "The answer is no.", 2 },
+        { NULL, "The answer is maybe.", 3 },
+    };
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (grammar_accepts(cases[i].ok >= 2 ? answer : csv, cases[i].text,
+                            msg, sizeof(msg))
+            != (cases[i].ok == 1 || cases[i].ok == 2))
+        {
+            fail_msg("grammar case %zu: %s (%s)", i, cases[i].text, msg);
         }
     }
 
-    free(p);
+    /* refused: recursion, a missing rule, no root */
+    assert_int_equal(grammar_accepts("root ::= \"(\" root? \")\"", "()", msg,
+                                     sizeof(msg)), -1);
+    assert_non_null(strstr(msg, "refers to itself"));
+    assert_int_equal(grammar_accepts("root ::= a b\na ::= \"x\"", "x", msg,
+                                     sizeof(msg)), -1);
+    assert_non_null(strstr(msg, "no rule named 'b'"));
+    assert_int_equal(grammar_accepts("start ::= \"x\"", "x", msg,
+                                     sizeof(msg)), -1);
+}
+
+
+/* every integer from -1500 to 1500 accepted exactly when it should be */
+static void
+check_integers(const char *schema, long lo, long hi, long mult)
+{
+    char    doc[32];
+    long    v;
+    int     want;
+    gram_t  gr;
+
+    gram_compile(&gr, schema);
+
+    for (v = -1500; v <= 1500; v++) {
+        snprintf(doc, sizeof(doc), "%ld", v);
+        want = v >= lo && v <= hi && v % mult == 0;
+
+        if (accepts(&gr, doc) != want) {
+            fail_msg("%s: %s %s", schema, want ? "refuses" : "accepts", doc);
+        }
+    }
+
     gram_free(&gr);
+}
+
+
+/*
+ * Bounds: exact for integers, for numbers a fraction only where all of
+ * them fit; random walks whose values all lie within the bounds.
+ */
+static void
+test_bounds(void **state)
+{
+    int      i, j;
+    char     doc[8192];
+    double   x;
+    gram_t   gr;
+    json_t  *v;
+
+    static const char  *num_good[] = { "0.5", "-2.75", "3", "-3", "2.999",
+                                       "0", NULL };
+    static const char  *num_bad[] = { "3.5", "-3.5", "4", "-4", "1e0",
+                                      "3.0", "-0", NULL };
+
+    static const struct {
+        const char  *schema;
+        double       lo, hi;
+        int          lo_ex, hi_ex;
+    }  walks[] = {
+        { "{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":"
+          "100}", 0, 100, 1, 0 },
+        { "{\"type\":\"number\",\"minimum\":-2.5,\"exclusiveMaximum\":"
+          "-1}", -2.5, -1, 0, 1 },
+        { "{\"type\":\"integer\",\"minimum\":120,\"maximum\":"
+          "125000}", 120, 125000, 0, 0 },
+        { "{\"type\":\"integer\",\"maximum\":-7}", -1e300, -7, 0, 0 },
+        { "{\"type\":\"number\",\"exclusiveMinimum\":0,"
+          "\"exclusiveMaximum\":1}", 0, 1, 1, 1 },
+        { "{\"type\":\"number\",\"exclusiveMinimum\":-4,"
+          "\"exclusiveMaximum\":0}", -4, 0, 1, 1 },
+    };
+    static const char  *prob_good[] = { "0.5", "0.000000000000001",
+                                        "0.999", NULL };
+    static const char  *prob_bad[] = { "0", "1", "0.0", "0.000000000000000",
+                                       "1.5", "-0.5", NULL };
+
+    check_integers("{\"type\":\"integer\",\"minimum\":-13,\"maximum\":"
+                   "7}", -13, 7, 1);
+    check_integers("{\"type\":\"integer\",\"exclusiveMinimum\":-13.5,"
+                   "\"exclusiveMaximum\":700}", -13, 699, 1);
+    check_integers("{\"type\":\"integer\",\"minimum\":-1000,"
+                   "\"multipleOf\":7}", -1000, 1500, 7);
+    check_integers("{\"type\":\"integer\",\"minimum\":1,\"maximum\":"
+                   "12,\"exclusiveMinimum\":true}", 2, 12, 1);
+    check_integers("{\"type\":\"number\",\"multipleOf\":25,"
+                   "\"maximum\":1000}", -1500, 1000, 25);
+    check_integers("{\"type\":\"integer\",\"minimum\":105,\"maximum\":"
+                   "105}", 105, 105, 1);
+
+    check("{\"type\":\"number\",\"minimum\":-3,\"maximum\":3}", num_good,
+          num_bad);
+    check("{\"type\":\"number\",\"exclusiveMinimum\":0,"
+          "\"exclusiveMaximum\":1}", prob_good, prob_bad);
+
+    for (i = 0; i < (int) (sizeof(walks) / sizeof(walks[0])); i++) {
+        gram_compile(&gr, walks[i].schema);
+
+        for (j = 0; j < 100; j++) {
+            walk_json(&gr, 8 + (uint32_t) (j % 20), doc, sizeof(doc));
+            v = json_loads(doc, JSON_DECODE_ANY, NULL);
+            x = json_number_value(v);
+            json_decref(v);
+
+            if (x < walks[i].lo || x > walks[i].hi
+                || (walks[i].lo_ex && x == walks[i].lo)
+                || (walks[i].hi_ex && x == walks[i].hi))
+            {
+                fail_msg("%s: %s", walks[i].schema, doc);
+            }
+        }
+
+        gram_free(&gr);
+    }
+}
+
+
+/* a schema of n arrays of one item around a string, in buf */
+static const char *
+nested_arrays(char *buf, size_t cap, int n)
+{
+    int     i;
+    size_t  len;
+
+    len = 0;
+
+    for (i = 0; i < n; i++) {
+        len += (size_t) snprintf(buf + len, cap - len, "{\"type\":\"array\","
+                                 "\"minItems\":1,\"items\":");
+    }
+
+    len += (size_t) snprintf(buf + len, cap - len, "{\"type\":\"string\"}");
+
+    for (i = 0; i < n; i++) {
+        len += (size_t) snprintf(buf + len, cap - len, "}");
+    }
+
+    assert_true(len < cap);
+
+    return buf;
+}
+
+
+/*
+ * The stack's limit: documents as deep as it holds are compiled and
+ * decoded, deeper ones refused with the limit; recursion is followed as
+ * deep as the stack holds, where only what closes is allowed, so that a
+ * document always has an end.
+ */
+static void
+test_depth(void **state)
+{
+    int               k, i;
+    char              buf[8192], doc[8192];
+    gram_t            gr;
+    json_t           *s;
+    vlm_error_t       err;
+    vlm_schema_fn_t   fn;
+    vlm_schema_out_t  out;
+
+    gram_compile(&gr, nested_arrays(buf, sizeof(buf), VLM_GRAMMAR_MAX_DEPTH
+                                                      - 1));
+    for (i = 0; i < 10; i++) {
+        walk_json(&gr, 1000, doc, sizeof(doc));
+    }
+
+    gram_free(&gr);
+
+    s = json_loads(nested_arrays(buf, sizeof(buf), VLM_GRAMMAR_MAX_DEPTH),
+                   0, NULL);
+    assert_non_null(s);
+    assert_int_not_equal(vlm_schema_compile(s, &out, &err), VLM_OK);
+    assert_non_null(strstr(err.msg, "deeper than 64 levels"));
+    assert_int_equal(strncmp(out.path, "$.items.items", 13), 0);
+
+    /* a tool call's arguments: two levels fewer */
+    fn.name = "f";
+    fn.parameters = json_object_get(json_object_get(s, "items"), "items");
+    assert_int_not_equal(vlm_schema_compile_tools(&fn, 1, 1, &out, &err),
+                         VLM_OK);
+    assert_non_null(strstr(err.msg, "deeper than 62 levels"));
+
+    fn.parameters = json_object_get(fn.parameters, "items");
+    assert_int_equal(vlm_schema_compile_tools(&fn, 1, 1, &out, &err),
+                     VLM_OK);
+    free(out.prog);
+    json_decref(s);
+
+    /* recursion, the inner value optional: as deep as the stack holds */
+    gram_compile(&gr, "{\"$defs\":{\"n\":{\"type\":\"object\","
+                 "\"properties\":{\"c\":{\"anyOf\":[{\"$ref\":"
+                 "\"#/$defs/n\"},{\"type\":\"null\"}]}},\"required\":"
+                 "[\"c\"]}},\"$ref\":\"#/$defs/n\"}");
+    vlm_matcher_reset(gr.m, &gr.g);
+
+    for (k = 0; vlm_matcher_feed(gr.m, "{\"c\":", 5); k++) {
+        assert_true(k < 100);
+    }
+
+    assert_int_equal(k, VLM_GRAMMAR_MAX_DEPTH - 1);
+
+    vlm_matcher_reset(gr.m, &gr.g);
+
+    for (i = 0; i < k; i++) {
+        assert_true(vlm_matcher_feed(gr.m, "{\"c\":", 5));
+    }
+
+    assert_true(vlm_matcher_feed(gr.m, "null", 4));
+
+    for (i = 0; i < k; i++) {
+        assert_true(vlm_matcher_feed(gr.m, "}", 1));
+    }
+
+    assert_true(vlm_matcher_complete(gr.m));
+
+    for (i = 0; i < 40; i++) {
+        walk_json(&gr, 2000, doc, sizeof(doc));
+    }
+
+    gram_free(&gr);
+
+    /* arrays in arrays without end: the walks end too */
+    gram_compile(&gr, "{\"$defs\":{\"a\":{\"type\":\"array\",\"items\":"
+                 "{\"$ref\":\"#/$defs/a\"}}},\"$ref\":\"#/$defs/a\"}");
+
+    for (i = 0; i < 40; i++) {
+        walk_json(&gr, 400, doc, sizeof(doc));
+    }
+
+    gram_free(&gr);
+}
+
+
+static void
+test_bad_programs(void **state)
+{
+    int              k;
+    gram_t           gr;
+    int32_t          end;
+    vlm_error_t      err;
+    vlm_grammar_t    g;
+    unsigned char   *p;
+    size_t           i;
+    const uint32_t  *mask;
+
+    /* a program of each kind of node, and a document for it */
+    static const char  *cases[][2] = {
+        { "{\"enum\":[\"a\",\"b\"]}", "\"a\"" },
+        { "{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\","
+          "\"minimum\":-3,\"exclusiveMaximum\":90,\"multipleOf\":3},{\"type\":"
+          "\"number\",\"exclusiveMinimum\":0,\"maximum\":2}],\"items\":"
+          "{\"type\":\"string\",\"pattern\":\"^[a-c]{2}$\",\"maxLength\":2}}",
+          "[12,0.5,\"ab\"]" },
+        { TAGGED, "{\"kind\":\"rect\",\"w\":1,\"h\":2}" },
+        { PYDANTIC_TAGGED, "{\"pet\":{\"pet_type\":\"dog\",\"barks\":1}}" },
+    };
+
+    end = END_ID;
+
+    for (k = 0; k < (int) (sizeof(cases) / sizeof(cases[0])); k++) {
+        gram_compile(&gr, cases[k][0]);
+        assert_true(accepts(&gr, cases[k][1]));
+
+        p = malloc(gr.out.len);
+        assert_non_null(p);
+
+        assert_int_equal(vlm_grammar_open(&g, gr.out.prog, gr.out.len - 1,
+                                          &err), VLM_ERR_INVALID);
+
+        /* every single-byte change either is refused or stays in bounds */
+        for (i = 0; i < gr.out.len; i++) {
+            memcpy(p, gr.out.prog, gr.out.len);
+            p[i] ^= (uint8_t) (0x80 >> (i % 8));
+
+            if (vlm_grammar_open(&g, p, gr.out.len, &err) == VLM_OK) {
+                vlm_matcher_reset(gr.m, &g);
+                (void) vlm_matcher_feed(gr.m, cases[k][1],
+                                        strlen(cases[k][1]) / 2);
+                (void) vlm_matcher_mask(gr.m, 8, &end, 1, &mask);
+                (void) vlm_matcher_feed(gr.m, cases[k][1],
+                                        strlen(cases[k][1]));
+                (void) vlm_matcher_distance(gr.m);
+            }
+        }
+
+        free(p);
+        gram_free(&gr);
+    }
 }
 
 
@@ -681,6 +1250,10 @@ main(void)
         cmocka_unit_test(test_mask_brute),
         cmocka_unit_test(test_random_walks),
         cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_bounds),
+        cmocka_unit_test(test_patterns),
+        cmocka_unit_test(test_gbnf),
+        cmocka_unit_test(test_depth),
         cmocka_unit_test(test_bad_programs),
     };
 

@@ -1064,10 +1064,10 @@ test_unsupported_parameters(void **state)
         { BODY("\"response_format\":{\"type\":\"json_schema\","
                "\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":"
                "\"object\",\"properties\":{\"a\":{\"type\":\"string\","
-               "\"pattern\":\"x\"}}}}}"),
+               "\"not\":{\"const\":\"x\"}}}}}}"),
           VLM_ERR_UNSUPPORTED, "invalid_json_schema",
           "response_format.json_schema.schema",
-          "$.properties.a: unsupported keyword 'pattern'" },
+          "$.properties.a: unsupported keyword 'not'" },
     };
 
     run_error_cases(cases, sizeof(cases) / sizeof(cases[0]));
@@ -1700,6 +1700,68 @@ test_call_id_choices(void **state)
             }
         }
     }
+}
+
+
+/* two or more tool calls: bodies that parse, every call with its id */
+static void
+test_completion_two_calls(void **state)
+{
+    char                    buf[4096];
+    size_t                  len, i;
+    json_t                 *v, *calls;
+    json_error_t            jerr;
+    vlm_openai_usage_t      usage;
+    vlm_openai_output_t     out;
+    vlm_openai_choice_t     choices[2];
+    vlm_openai_response_t   resp;
+    vlm_openai_tool_call_t  tc[2];
+
+    response(&resp, 0);
+    memset(&usage, 0, sizeof(usage));
+    memset(&out, 0, sizeof(out));
+
+    for (i = 0; i < 2; i++) {
+        tc[i].name = "add";
+        tc[i].name_len = 3;
+        tc[i].args = "{\"a\":1}";
+        tc[i].args_len = 7;
+        choices[i].out = &out;
+        choices[i].calls = tc;
+        choices[i].n_calls = 2;
+        choices[i].finish = VLM_OPENAI_FINISH_TOOL_CALLS;
+    }
+
+    assert_int_equal(vlm_openai_format_completion_calls(&resp, &out, tc, 2,
+                         VLM_OPENAI_FINISH_TOOL_CALLS, &usage, buf,
+                         sizeof(buf), &len), VLM_OK);
+    buf[len] = '\0';
+
+    v = json_loads(buf, 0, &jerr);
+    if (v == NULL) {
+        fail_msg("%s: %s", jerr.text, buf);
+    }
+
+    calls = json_object_get(json_object_get(json_array_get(
+                json_object_get(v, "choices"), 0), "message"), "tool_calls");
+    assert_int_equal(json_array_size(calls), 2);
+    assert_true(json_is_string(json_object_get(json_array_get(calls, 1),
+                                               "id")));
+    json_decref(v);
+
+    assert_int_equal(vlm_openai_format_completion_n(&resp, choices, 2,
+                         &usage, buf, sizeof(buf), &len), VLM_OK);
+    buf[len] = '\0';
+
+    v = json_loads(buf, 0, &jerr);
+    if (v == NULL) {
+        fail_msg("%s: %s", jerr.text, buf);
+    }
+
+    calls = json_object_get(json_object_get(json_array_get(
+                json_object_get(v, "choices"), 1), "message"), "tool_calls");
+    assert_int_equal(json_array_size(calls), 2);
+    json_decref(v);
 }
 
 
@@ -2847,6 +2909,7 @@ main(void)
         cmocka_unit_test(test_buffer_too_small),
         cmocka_unit_test(test_output_bound),
         cmocka_unit_test(test_call_id_choices),
+        cmocka_unit_test(test_completion_two_calls),
     };
 
     return cmocka_run_group_tests_name("openai", tests, NULL, NULL);

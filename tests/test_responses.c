@@ -281,8 +281,8 @@ test_errors(void **state)
           "invalid_value", "text.format.type", NULL },
         { M("\"input\":\"x\",\"text\":{\"format\":{\"type\":"
             "\"json_schema\",\"name\":\"a\",\"schema\":{\"type\":"
-            "\"string\",\"pattern\":\"x\"}}}"),
-          "invalid_json_schema", "text.format.schema", "pattern" },
+            "\"string\",\"not\":{\"const\":\"x\"}}}}"),
+          "invalid_json_schema", "text.format.schema", "'not'" },
         { M("\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":"
             "\"f\",\"parameters\":{\"type\":\"object\"}}],"
             "\"tool_choice\":{\"type\":\"function\",\"name\":\"g\"}"),

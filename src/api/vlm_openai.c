@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "vlm_openai_int.h"
+#include "vlm_schema.h"
 
 
 /* errors */
@@ -198,7 +199,9 @@ vlm_openai_str_set(vlm_openai_parser_t *p, vlm_openai_str_t *s,
 
 /*
  * The elided strings of a value that leaves the parser as JSON (a schema,
- * a tool, a template's variables) put back from the body, depth-bounded
+ * a tool, a template's variables) put back from the body, as deep as a
+ * schema may nest under the request's fields around it: anything deeper
+ * is refused by vlm_schema_check_levels after this.
  */
 vlm_status_t
 vlm_openai_unelide(vlm_openai_parser_t *p, json_t *v, int depth)
@@ -208,7 +211,7 @@ vlm_openai_unelide(vlm_openai_parser_t *p, json_t *v, int depth)
     const char       *k;
     vlm_openai_str_t  str;
 
-    if (depth > 64) {
+    if (depth > VLM_SCHEMA_MAX_LEVELS + 8) {
         return VLM_OK;
     }
 

@@ -303,6 +303,14 @@ vlm_openai_parse_tools(vlm_openai_parser_t *p, const json_t *root)
             return vlm_openai_bad_type(p->err, param, "an object", v);
         }
 
+        /* the limits of a schema, whether or not it constrains */
+        if (vlm_schema_check_levels(v, param, &out, &e) != VLM_OK) {
+            return vlm_openai_bad(p->err, VLM_ERR_UNSUPPORTED,
+                                  "invalid_function_parameters", param,
+                                  "Invalid schema for function parameters: "
+                                  "%s.", e.msg);
+        }
+
         fns[i].name = s;
         fns[i].parameters = v;
     }
@@ -433,7 +441,8 @@ vlm_openai_parse_fields(vlm_openai_parser_t *p, const json_t *root)
     }
 
     if ((rc = vlm_openai_parse_tools(p, root)) != VLM_OK
-        || (rc = vlm_openai_parse_response_format(p, root)) != VLM_OK)
+        || (rc = vlm_openai_parse_response_format(p, root)) != VLM_OK
+        || (rc = vlm_openai_parse_guided(p, root)) != VLM_OK)
     {
         return rc;
     }

@@ -103,8 +103,8 @@ vlm_openai_parse_prompt(vlm_openai_parser_t *p, const json_t *root)
 /*
  * POST /v1/completions: the chat's sampling, stop, stream, max_tokens
  * (16 when not given, as OpenAI and vLLM) and logit_bias, "logprobs" as
- * the number of top tokens; echo, suffix and best_of other than 1 are
- * refused.
+ * the number of top tokens, vLLM's structured outputs; echo, suffix and
+ * best_of other than 1 are refused.
  */
 vlm_status_t
 vlm_openai_parse_completion(vlm_openai_parser_t *p, const json_t *root)
@@ -132,7 +132,8 @@ vlm_openai_parse_completion(vlm_openai_parser_t *p, const json_t *root)
                                 &top, 0)) != VLM_OK
         || (rc = vlm_openai_int(p, root, &vlm_openai_best_of, &best_of, 0))
            != VLM_OK
-        || (rc = vlm_openai_bool(p, root, "echo", "echo", &echo)) != VLM_OK)
+        || (rc = vlm_openai_bool(p, root, "echo", "echo", &echo)) != VLM_OK
+        || (rc = vlm_openai_parse_guided(p, root)) != VLM_OK)
     {
         return rc;
     }

@@ -121,6 +121,12 @@ vlm_status_t vlm_openai_parse_completion(vlm_openai_parser_t *p,
     const json_t *root);                        /* vlm_openai_completion.c */
 vlm_status_t vlm_openai_parse_tokenize(vlm_openai_parser_t *p,
     const json_t *root);                        /* vlm_openai_tokenize.c */
+vlm_status_t vlm_openai_parse_guided(vlm_openai_parser_t *p,
+    const json_t *root);                        /* vlm_openai_guided.c */
+
+/* the elided strings of a value put back (vlm_openai_chat.c) */
+vlm_status_t vlm_openai_unelide(vlm_openai_parser_t *p, json_t *v,
+    int depth);
 vlm_status_t vlm_openai_parse_responses(vlm_openai_parser_t *p,
     json_t *root);                              /* vlm_openai_responses.c */
 vlm_status_t vlm_openai_parse_tokens(vlm_openai_parser_t *p,
@@ -136,7 +142,8 @@ typedef struct {
 } vlm_openai_buf_t;
 
 
-#define vlm_openai_put_lit(b, s)  vlm_openai_put(b, s, sizeof(s) - 1)
+/* s a string literal only ("" s does not compile otherwise): sizeof */
+#define vlm_openai_put_lit(b, s)  vlm_openai_put(b, "" s, sizeof(s) - 1)
 
 /* the longest "%.9g" of a float: "-1.23456789e-38" */
 #define VLM_OPENAI_FLOAT_MAX  16

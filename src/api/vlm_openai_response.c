@@ -392,7 +392,8 @@ vlm_openai_put_chat_choice(vlm_openai_buf_t *b,
         for (i = 0; i < c->n_calls; i++) {
             vlm_openai_call_id(resp, (uint32_t) i, id);
 
-            vlm_openai_put_lit(b, i ? ",{\"id\":\"" : "{\"id\":\"");
+            vlm_openai_put(b, ",", i != 0);
+            vlm_openai_put_lit(b, "{\"id\":\"");
             vlm_openai_put(b, id, strlen(id));
             vlm_openai_put_lit(b, "\",\"type\":\"function\",\"function\":"
                                   "{\"name\":");

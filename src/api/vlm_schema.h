@@ -17,6 +17,19 @@
 
 #define VLM_SCHEMA_PATH_LEN  160
 
+/*
+ * The limits a schema meets, the same for response_format and a tool's
+ * parameters, each refused with a message that names it: the schema's
+ * own text nests at most VLM_SCHEMA_MAX_LEVELS levels of JSON (what the
+ * prompt's renderers write of a tool, text/vlm_chat.c and tojson, with
+ * room for the tool around it), and its documents nest at most
+ * VLM_GRAMMAR_MAX_DEPTH values (the engine's stack; a tool call's
+ * arguments two fewer), checked as the grammar is derived.  Sizes: 4096
+ * grammar nodes, 64 properties, enum values or alternatives, 1 MiB of
+ * program.
+ */
+#define VLM_SCHEMA_MAX_LEVELS  128
+
 
 typedef struct {
     const char  *name;          /* NUL-terminated */
@@ -34,6 +47,23 @@ typedef struct {
 /* schema: a json_t *; NULL: any JSON object (json_object mode) */
 vlm_status_t vlm_schema_compile(const void *schema, vlm_schema_out_t *out,
     vlm_error_t *err);
+
+/*
+ * vLLM's other forms of structured output, the whole text: a regular
+ * expression (vlm_regex.h, matched whole), or one of n strings.
+ */
+vlm_status_t vlm_schema_compile_regex(const char *re, size_t len,
+    vlm_schema_out_t *out, vlm_error_t *err);
+vlm_status_t vlm_schema_compile_choice(const char *const *choices,
+    const size_t *lens, uint32_t n, vlm_schema_out_t *out, vlm_error_t *err);
+
+/*
+ * The schema's text within VLM_SCHEMA_MAX_LEVELS: else an error naming the
+ * limit and out->path set to path (a tool's parameters are checked so for
+ * any tool_choice, as they reach the prompt).
+ */
+vlm_status_t vlm_schema_check_levels(const void *schema, const char *path,
+    vlm_schema_out_t *out, vlm_error_t *err);
 
 /* <tool_call>s of these functions, max_calls of them at most */
 vlm_status_t vlm_schema_compile_tools(const vlm_schema_fn_t *fns,

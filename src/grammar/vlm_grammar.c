@@ -6,6 +6,7 @@
  * first bytes derived to a fixed point.
  */
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "vlm_grammar_int.h"
@@ -29,12 +30,58 @@ vlm_grammar_span_ok(const vlm_grammar_hdr_t *h, uint32_t off, uint32_t len)
 }
 
 
+/* a DFA's lists within the pool, every range to a state of it */
+static int
+vlm_grammar_regex_ok(const vlm_grammar_hdr_t *h, const uint32_t *idx,
+    const vlm_gnode_t *nd)
+{
+    uint32_t         i, k;
+    const uint32_t  *dist, *first, *ranges;
+
+    if (nd->b == 0 || nd->b > (1u << 16) || nd->d >= nd->b
+        || (uint64_t) nd->a + 2 * (uint64_t) nd->b + 2 + nd->c > h->n_idx)
+    {
+        return 0;
+    }
+
+    dist = idx + nd->a;
+    first = dist + nd->b;
+    ranges = first + nd->b + 1;
+
+    for (i = 0; i < nd->b; i++) {
+        if (dist[i] >= VLM_G_INF || first[i] > first[i + 1]) {
+            return 0;
+        }
+    }
+
+    if (first[0] != 0 || first[nd->b] != nd->c) {
+        return 0;
+    }
+
+    for (k = 0; k < nd->c; k++) {
+        if ((ranges[k] >> 16) >= nd->b) {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+static int
+vlm_grammar_bound_ok(int64_t v)
+{
+    return v >= -VLM_GNUM_MAX - 1 && v <= VLM_GNUM_MAX + 1;
+}
+
+
 vlm_status_t
 vlm_grammar_open(vlm_grammar_t *g, const void *prog, size_t len,
     vlm_error_t *err)
 {
     size_t                    need;
     uint32_t                  i, j, n;
+    vlm_gnum_t                nb;
     const uint32_t           *l;
     const vlm_gnode_t        *nd;
     const vlm_grammar_hdr_t  *h;
@@ -98,6 +145,29 @@ vlm_grammar_open(vlm_grammar_t *g, const void *prog, size_t len,
             break;
 
         case VLM_GNODE_NUMBER:
+            if (nd->b == 0) {
+                break;
+            }
+
+            if (nd->b != 1
+                || !vlm_grammar_list_ok(h, nd->a, VLM_GNUM_WORDS, 1))
+            {
+                goto bad;
+            }
+
+            vlm_g_num_bounds(g, nd, &nb);
+
+            if (nb.mult < 1 || nb.mult > VLM_GNUM_MAX
+                || !vlm_grammar_bound_ok(nb.ilo)
+                || !vlm_grammar_bound_ok(nb.ihi)
+                || !vlm_grammar_bound_ok(nb.plo)
+                || !vlm_grammar_bound_ok(nb.phi)
+                || !vlm_grammar_bound_ok(nb.nlo)
+                || !vlm_grammar_bound_ok(nb.nhi))
+            {
+                goto bad;
+            }
+
             break;
 
         case VLM_GNODE_OBJECT:
@@ -114,7 +184,9 @@ vlm_grammar_open(vlm_grammar_t *g, const void *prog, size_t len,
 
             if (nd->b == 0 && nd->c != VLM_GRAMMAR_NONE
                 && (nd->c >= n || nd->d >= n
-                    || g->nodes[nd->d].kind != VLM_GNODE_STRING))
+                    || (g->nodes[nd->d].kind != VLM_GNODE_STRING
+                        && (g->nodes[nd->d].kind != VLM_GNODE_REGEX
+                            || (g->nodes[nd->d].flags & VLM_GNODE_RAW)))))
             {
                 goto bad;
             }
@@ -124,6 +196,20 @@ vlm_grammar_open(vlm_grammar_t *g, const void *prog, size_t len,
         case VLM_GNODE_ARRAY:
             if (nd->a >= n || nd->b > nd->c) {
                 goto bad;
+            }
+
+            if (nd->flags & VLM_GNODE_PREFIX) {
+                if (nd->d >= h->n_idx
+                    || !vlm_grammar_list_ok(h, nd->d + 1, g->idx[nd->d], 1))
+                {
+                    goto bad;
+                }
+
+                for (j = 0; j < g->idx[nd->d]; j++) {
+                    if (g->idx[nd->d + 1 + j] >= n) {
+                        goto bad;
+                    }
+                }
             }
 
             break;
@@ -164,6 +250,13 @@ vlm_grammar_open(vlm_grammar_t *g, const void *prog, size_t len,
 
             break;
 
+        case VLM_GNODE_REGEX:
+            if (!vlm_grammar_regex_ok(h, g->idx, nd)) {
+                goto bad;
+            }
+
+            break;
+
         default:
             goto bad;
         }
@@ -185,6 +278,7 @@ vlm_g_can_end(const vlm_matcher_t *m, const vlm_gframe_t *f)
 {
     uint32_t            i;
     uint64_t            c;
+    vlm_gnum_t          nb;
     const vlm_gnode_t  *n;
 
     n = &m->g.nodes[f->node];
@@ -202,10 +296,21 @@ vlm_g_can_end(const vlm_matcher_t *m, const vlm_gframe_t *f)
         return 0;
 
     case VLM_GNODE_NUMBER:
-        return f->st == 2 || f->st == 3 || f->st == 5 || f->st == 8;
+        vlm_g_num_bounds(&m->g, n, &nb);
+
+        if (f->st == 2 || f->st == 3) {
+            return vlm_g_num_int_ok(&nb, f->sel != 0, f->cand);
+        }
+
+        return (f->st == 5 && !vlm_g_num_nz(n, &nb, f->sel, f->cand, f->pos))
+               || f->st == 8;
 
     case VLM_GNODE_TOOLCALLS:
         return f->st == 2;
+
+    case VLM_GNODE_REGEX:
+        return (n->flags & VLM_GNODE_RAW)
+               && m->g.idx[n->a + (f->st == 0 ? n->d : f->pos)] == 0;
 
     default:
         return 0;
@@ -296,12 +401,30 @@ vlm_g_literals_rest(const vlm_grammar_t *g, const vlm_gframe_t *f)
 }
 
 
+/* items from to to, each with its separator */
+static uint32_t
+vlm_g_items_len(const vlm_grammar_t *g, const vlm_gnode_t *n, uint32_t from,
+    uint32_t to)
+{
+    uint32_t  i, len;
+
+    len = 0;
+
+    for (i = from; i < to && len < VLM_G_INF; i++) {
+        len += 1 + g->nodes[vlm_g_item(g, n, i)].min_len;
+    }
+
+    return len < VLM_G_INF ? len : VLM_G_INF;
+}
+
+
 /* the fewest bytes that finish a frame, its open children excluded */
 static uint32_t
 vlm_g_rest(const vlm_grammar_t *g, const vlm_gframe_t *f)
 {
     uint32_t            r, miss, item;
     uint64_t            all;
+    vlm_gnum_t          nb;
     const uint32_t     *props;
     const vlm_gnode_t  *n;
 
@@ -327,18 +450,34 @@ vlm_g_rest(const vlm_grammar_t *g, const vlm_gframe_t *f)
         return miss + 1 + (f->st == 2 ? 1 : 0) + (f->st == 3 ? f->need : 0);
 
     case VLM_GNODE_NUMBER:
-        return (f->st == 2 || f->st == 3 || f->st == 5 || f->st == 8) ? 0 : 1;
+        vlm_g_num_bounds(g, n, &nb);
+
+        switch (f->st) {
+        case 1:
+            return vlm_g_num_min(&nb, !(n->flags & VLM_GNODE_INTEGER), 1);
+        case 2:
+        case 3:
+            return vlm_g_num_more(&nb, !(n->flags & VLM_GNODE_INTEGER),
+                                  f->sel != 0, f->cand, f->count);
+        case 5:
+            return vlm_g_num_nz(n, &nb, f->sel, f->cand, f->pos);
+        case 8:
+            return 0;
+        default:
+            return 1;
+        }
 
     case VLM_GNODE_OBJECT:
         props = g->idx + n->a;
 
         if (n->b == 0) {
-            /* any keys: "":value} from ',' */
+            /* keys of the key node: "key":value} from ',' */
             item = n->c == VLM_GRAMMAR_NONE ? 0 : g->nodes[n->c].min_len;
 
             switch (f->st) {
             case 2:
-                return 4 + item;
+                return 2 + item + (n->c == VLM_GRAMMAR_NONE
+                                   ? 2 : g->nodes[n->d].min_len);
             case 4:
                 return 2 + item;
             default:
@@ -368,16 +507,16 @@ vlm_g_rest(const vlm_grammar_t *g, const vlm_gframe_t *f)
         return f->st == 5 ? r + 1 : r;
 
     case VLM_GNODE_ARRAY:
-        item = g->nodes[n->a].min_len;
-
         switch (f->st) {
         case 1:
-            return n->b == 0 ? 1 : n->b * item + n->b;
+            return n->b == 0 ? 1 : vlm_g_items_len(g, n, 0, n->b);
         case 2:
-            return f->count >= n->b ? 1 : (n->b - f->count) * (1 + item) + 1;
+            return f->count >= n->b
+                   ? 1 : vlm_g_items_len(g, n, f->count, n->b) + 1;
         default: /* 3 */
-            miss = n->b > f->count + 1 ? n->b - f->count - 1 : 0;
-            return item + miss * (1 + item) + 1;
+            item = g->nodes[vlm_g_item(g, n, f->count)].min_len;
+            miss = n->b > f->count + 1 ? n->b : f->count + 1;
+            return item + vlm_g_items_len(g, n, f->count + 1, miss) + 1;
         }
 
     case VLM_GNODE_TOOLCALL:
@@ -394,6 +533,10 @@ vlm_g_rest(const vlm_grammar_t *g, const vlm_gframe_t *f)
         default:
             return 1;
         }
+
+    case VLM_GNODE_REGEX:
+        /* st 1: in the text, pos the state */
+        return g->idx[n->a + f->pos] + !(n->flags & VLM_GNODE_RAW);
 
     case VLM_GNODE_TOOLCALLS:
         switch (f->st) {
@@ -412,35 +555,60 @@ vlm_g_rest(const vlm_grammar_t *g, const vlm_gframe_t *f)
 }
 
 
+/* over the live stacks: the nearest end */
 uint32_t
 vlm_matcher_distance(const vlm_matcher_t *m)
 {
-    uint32_t             i, d;
+    uint32_t             s, i, d, best;
     const vlm_gframe_t  *f;
 
-    d = 0;
+    best = VLM_G_INF;
 
-    for (i = 0; i < m->depth; i++) {
-        f = &m->frames[i];
-        d += vlm_g_rest(&m->g, f);
+    for (s = 0; s < m->heads.n; s++) {
+        if (m->heads.depths[s] == VLM_G_DEAD) {
+            continue;
+        }
+
+        f = vlm_g_stack(m, s);
+        d = 0;
+
+        for (i = 0; i < m->heads.depths[s]; i++) {
+            d += vlm_g_rest(&m->g, &f[i]);
+        }
+
+        best = d < best ? d : best;
     }
 
-    return d;
+    return best;
 }
 
 
+/* a live stack whose every frame may end */
 int
 vlm_matcher_complete(const vlm_matcher_t *m)
 {
-    uint32_t  i;
+    uint32_t             s, i;
+    const vlm_gframe_t  *f;
 
-    for (i = 0; i < m->depth; i++) {
-        if (!vlm_g_can_end(m, &m->frames[i])) {
-            return 0;
+    for (s = 0; s < m->heads.n; s++) {
+        if (m->heads.depths[s] == VLM_G_DEAD) {
+            continue;
+        }
+
+        f = vlm_g_stack(m, s);
+
+        for (i = 0; i < m->heads.depths[s]; i++) {
+            if (!vlm_g_can_end(m, &f[i])) {
+                break;
+            }
+        }
+
+        if (i == m->heads.depths[s]) {
+            return 1;
         }
     }
 
-    return 1;
+    return 0;
 }
 
 
@@ -457,6 +625,7 @@ static uint32_t
 vlm_g_min_len(const vlm_grammar_t *g, uint32_t i)
 {
     uint32_t            j, len, best;
+    vlm_gnum_t          nb;
     vlm_gframe_t        f;
     const vlm_gnode_t  *n;
 
@@ -480,7 +649,8 @@ vlm_g_min_len(const vlm_grammar_t *g, uint32_t i)
         return (n->c != VLM_GRAMMAR_NONE ? n->d : n->a) + 2;
 
     case VLM_GNODE_NUMBER:
-        return 1;
+        vlm_g_num_bounds(g, n, &nb);
+        return vlm_g_num_min(&nb, !(n->flags & VLM_GNODE_INTEGER), 0);
 
     case VLM_GNODE_OBJECT:
     case VLM_GNODE_ARRAY:
@@ -496,8 +666,203 @@ vlm_g_min_len(const vlm_grammar_t *g, uint32_t i)
 
         return best;
 
+    case VLM_GNODE_REGEX:
+        return g->idx[n->a + n->d] + ((n->flags & VLM_GNODE_RAW) ? 0 : 2);
+
     default:
         return vlm_g_rest(g, &f);
+    }
+}
+
+
+/* the fewest frames a value of node i needs: its shortest documents' */
+static uint32_t
+vlm_g_need(const vlm_grammar_t *g, uint32_t i)
+{
+    uint32_t            j, d, best;
+    const uint32_t     *l;
+    const vlm_gnode_t  *n;
+
+    n = &g->nodes[i];
+    l = g->idx + n->a;
+    best = 0;
+
+    switch (n->kind) {
+
+    case VLM_GNODE_OBJECT:
+        for (j = 0; j < n->b; j++) {
+            if (l[4 * j + 3]) {
+                d = g->nodes[l[4 * j + 2]].depth;
+                best = d > best ? d : best;
+            }
+        }
+
+        return 1 + best;
+
+    case VLM_GNODE_ARRAY:
+        for (j = 0; j < n->b; j++) {
+            d = g->nodes[vlm_g_item(g, n, j)].depth;
+            best = d > best ? d : best;
+        }
+
+        return 1 + best;
+
+    case VLM_GNODE_ANYOF:
+        best = UINT16_MAX;
+        for (j = 0; j < n->b; j++) {
+            d = g->nodes[l[j]].depth;
+            best = d < best ? d : best;
+        }
+
+        return best;
+
+    case VLM_GNODE_TOOLCALL:
+        for (j = 0; j < n->b; j++) {
+            d = g->nodes[l[3 * j + 2]].depth;
+            best = d > best ? d : best;
+        }
+
+        return 1 + best;
+
+    case VLM_GNODE_TOOLCALLS:
+        return 1 + g->nodes[n->a].depth;
+
+    default:
+        return 1;
+    }
+}
+
+
+/*
+ * The nodes a value of n holds: a list (l[width * j + at], n_kids of
+ * them, returned) and *one, the one child of a map, an array or the calls
+ * (VLM_GRAMMAR_NONE when none).
+ */
+static uint32_t
+vlm_g_kids(const vlm_grammar_t *g, const vlm_gnode_t *n, const uint32_t **l,
+    uint32_t *width, uint32_t *at, uint32_t *one)
+{
+    *l = g->idx + n->a;
+    *width = 1;
+    *at = 0;
+    *one = VLM_GRAMMAR_NONE;
+
+    switch (n->kind) {
+
+    case VLM_GNODE_OBJECT:
+        if (n->b == 0) {
+            *one = n->c;
+        }
+
+        *width = 4;
+        *at = 2;
+        return n->b;
+
+    case VLM_GNODE_ANYOF:
+        return n->b;
+
+    case VLM_GNODE_TOOLCALL:
+        *width = 3;
+        *at = 2;
+        return n->b;
+
+    case VLM_GNODE_ARRAY:
+        *one = n->a;
+
+        if (n->flags & VLM_GNODE_PREFIX) {
+            *l = g->idx + n->d + 1;
+            return g->idx[n->d];
+        }
+
+        return 0;
+
+    case VLM_GNODE_TOOLCALLS:
+        *one = n->a;
+        return 0;
+
+    default:
+        return 0;
+    }
+}
+
+
+/*
+ * The most frames a document of node i can take (an ANYOF takes its
+ * child's), VLM_G_INF through a cycle: a depth-first walk, reach[] holding
+ * each node's once known, VLM_GRAMMAR_NONE while on the walk's path.
+ */
+static uint32_t
+vlm_g_reach(const vlm_grammar_t *g, uint32_t i, uint32_t *reach)
+{
+    uint32_t            j, d, best, n_kids, width, at, one;
+    const uint32_t     *l;
+    const vlm_gnode_t  *n;
+
+    if (reach[i] == VLM_GRAMMAR_NONE) {
+        return VLM_G_INF;
+    }
+
+    if (reach[i] != 0) {
+        return reach[i];
+    }
+
+    n = &g->nodes[i];
+    n_kids = vlm_g_kids(g, n, &l, &width, &at, &one);
+
+    reach[i] = VLM_GRAMMAR_NONE;
+    best = 0;
+
+    for (j = 0; j < n_kids; j++) {
+        d = vlm_g_reach(g, l[width * j + at], reach);
+        best = d > best ? d : best;
+    }
+
+    if (one != VLM_GRAMMAR_NONE) {
+        d = vlm_g_reach(g, one, reach);
+        best = d > best ? d : best;
+    }
+
+    if (best < VLM_G_INF && n->kind != VLM_GNODE_ANYOF) {
+        best++;
+    }
+
+    reach[i] = best;
+
+    return best;
+}
+
+
+/* the node where a deepest document passes VLM_GRAMMAR_MAX_DEPTH */
+static uint32_t
+vlm_g_too_deep(const vlm_grammar_t *g, uint32_t root, const uint32_t *reach)
+{
+    uint32_t            i, j, k, level, left, width, at, n_kids, one;
+    const uint32_t     *l;
+    const vlm_gnode_t  *n;
+
+    i = root;
+    level = 0;
+
+    for ( ;; ) {
+        n = &g->nodes[i];
+
+        if (n->kind != VLM_GNODE_ANYOF && ++level > VLM_GRAMMAR_MAX_DEPTH) {
+            return i;
+        }
+
+        /* on to a child that reaches as deep as the rest must */
+        left = reach[i] - (n->kind != VLM_GNODE_ANYOF);
+        n_kids = vlm_g_kids(g, n, &l, &width, &at, &one);
+        k = one;
+
+        for (j = 0; j < n_kids; j++) {
+            if (reach[l[width * j + at]] == left) {
+                k = l[width * j + at];
+                break;
+            }
+        }
+
+        i = k;
     }
 }
 
@@ -505,7 +870,10 @@ vlm_g_min_len(const vlm_grammar_t *g, uint32_t i)
 static void
 vlm_g_first(const vlm_grammar_t *g, uint32_t i, uint32_t *set)
 {
+    int                 real;
     uint32_t            j, k, b;
+    const uint32_t     *l;
+    vlm_gnum_t          nb;
     const vlm_gnode_t  *n;
 
     n = &g->nodes[i];
@@ -525,11 +893,16 @@ vlm_g_first(const vlm_grammar_t *g, uint32_t i, uint32_t *set)
         break;
 
     case VLM_GNODE_NUMBER:
+        vlm_g_num_bounds(g, n, &nb);
+        real = !(n->flags & VLM_GNODE_INTEGER);
+
         for (b = '0'; b <= '9'; b++) {
-            vlm_g_set(set, b);
+            if (vlm_g_num_more(&nb, real, 0, b - '0', 1) < VLM_G_INF) {
+                vlm_g_set(set, b);
+            }
         }
 
-        if (!(n->flags & VLM_GNODE_NONNEG)) {
+        if (vlm_g_num_min(&nb, real, 1) < VLM_G_INF) {
             vlm_g_set(set, '-');
         }
 
@@ -542,6 +915,24 @@ vlm_g_first(const vlm_grammar_t *g, uint32_t i, uint32_t *set)
 
     case VLM_GNODE_ARRAY:
         vlm_g_set(set, '[');
+        break;
+
+    case VLM_GNODE_REGEX:
+        if (!(n->flags & VLM_GNODE_RAW)) {
+            vlm_g_set(set, '"');
+            break;
+        }
+
+        l = g->idx + n->a + n->b;
+
+        for (j = l[n->d]; j < l[n->d + 1]; j++) {
+            for (b = l[n->b + 1 + j] & 0xff;
+                 b <= ((l[n->b + 1 + j] >> 8) & 0xff); b++)
+            {
+                vlm_g_set(set, b);
+            }
+        }
+
         break;
 
     case VLM_GNODE_ANYOF:
@@ -566,8 +957,8 @@ vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes, uint32_t root,
     vlm_error_t *err)
 {
     int            changed;
-    uint32_t       i, j, k, c, len, pass;
-    uint32_t       set[8], seen[8];
+    uint32_t       i, j, k, c, len, pass, need, limit;
+    uint32_t       set[8], seen[8], *reach;
     vlm_grammar_t  g;
 
     g.hdr = NULL;
@@ -579,6 +970,7 @@ vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes, uint32_t root,
 
     for (i = 0; i < n_nodes; i++) {
         nodes[i].min_len = VLM_G_INF;
+        nodes[i].depth = UINT16_MAX;
         memset(nodes[i].first, 0, sizeof(nodes[i].first));
     }
 
@@ -594,6 +986,14 @@ vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes, uint32_t root,
                 changed = 1;
             }
 
+            need = vlm_g_need(&g, i);
+            need = need > UINT16_MAX ? UINT16_MAX : need;
+
+            if (need < nodes[i].depth) {
+                nodes[i].depth = (uint16_t) need;
+                changed = 1;
+            }
+
             vlm_g_first(&g, i, set);
 
             if (memcmp(set, nodes[i].first, sizeof(set)) != 0) {
@@ -606,11 +1006,27 @@ vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes, uint32_t root,
     for (i = 0; i < n_nodes; i++) {
         if (nodes[i].min_len >= VLM_G_INF) {
             *bad = i;
+
+            if (nodes[i].kind == VLM_GNODE_NUMBER) {
+                return vlm_error_set(err, VLM_ERR_UNSUPPORTED, "no value "
+                                     "within its bounds ('minimum', "
+                                     "'maximum', 'multipleOf') that 15 "
+                                     "digits write");
+            }
+
             return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
                                  "the schema admits no finite document");
         }
 
-        if (nodes[i].kind != VLM_GNODE_ANYOF) {
+        /*
+         * Alternatives that start alike are told apart further on by the
+         * matcher's stacks; a oneOf whose children might both match one
+         * value is refused, as its document must match one only.
+         */
+        if (nodes[i].kind != VLM_GNODE_ANYOF
+            || !(nodes[i].flags & VLM_GNODE_ONEOF)
+            || (nodes[i].flags & VLM_GNODE_DISJOINT))
+        {
             continue;
         }
 
@@ -623,7 +1039,10 @@ vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes, uint32_t root,
                 if (seen[k] & nodes[c].first[k]) {
                     *bad = i;
                     return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
-                                         "alternatives that start alike");
+                                         "'oneOf' alternatives that one "
+                                         "value may match: use anyOf, or "
+                                         "tell objects apart by a "
+                                         "required const property");
                 }
 
                 seen[k] |= nodes[c].first[k];
@@ -631,7 +1050,40 @@ vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes, uint32_t root,
         }
     }
 
-    (void) root;
+    /*
+     * The stack's limit: a document may nest as deep as its grammar lets
+     * it where that is bounded; through recursion ($ref), the matcher
+     * follows it as deep as the stack holds, where only what closes fits
+     * (vlm_g_push), so the shortest documents must fit.
+     */
+    reach = calloc(n_nodes, sizeof(uint32_t));
+    if (reach == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "grammar: no memory");
+    }
+
+    limit = VLM_GRAMMAR_MAX_DEPTH;
+
+    if (nodes[root].kind == VLM_GNODE_TOOLCALLS) {
+        /* the calls and the call hold two frames under the arguments */
+        limit -= 2;
+    }
+
+    if (vlm_g_reach(&g, root, reach) >= VLM_G_INF) {
+        if (nodes[root].depth > VLM_GRAMMAR_MAX_DEPTH) {
+            *bad = root;
+            free(reach);
+            return vlm_error_set(err, VLM_ERR_UNSUPPORTED, "the schema nests "
+                                 "deeper than %u levels", limit);
+        }
+
+    } else if (reach[root] > VLM_GRAMMAR_MAX_DEPTH) {
+        *bad = vlm_g_too_deep(&g, root, reach);
+        free(reach);
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED, "the schema nests "
+                             "deeper than %u levels", limit);
+    }
+
+    free(reach);
 
     return VLM_OK;
 }

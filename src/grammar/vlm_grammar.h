@@ -29,7 +29,12 @@
 
 #define VLM_GRAMMAR_MAGIC       0x4d524756u     /* "VGRM" */
 #define VLM_GRAMMAR_NONE        UINT32_MAX
-#define VLM_GRAMMAR_MAX_DEPTH   32              /* nesting of values */
+/*
+ * The values a document may nest (the matcher's stack of frames): the
+ * compiler refuses a schema whose documents nest deeper, and a recursive
+ * one is followed as deep as this, where only what closes is allowed.
+ */
+#define VLM_GRAMMAR_MAX_DEPTH   64
 #define VLM_GRAMMAR_MAX_CAND    64              /* enum values, properties */
 #define VLM_GRAMMAR_MAX_NODES   65536
 #define VLM_GRAMMAR_MAX_BYTES   (1u << 20)      /* a program, at most */
@@ -41,19 +46,31 @@
 typedef enum {
     VLM_GNODE_LITERALS = 1,     /* one of a set of JSON texts (enum, const) */
     VLM_GNODE_STRING,           /* a: min chars, b: max, c,d: format */
-    VLM_GNODE_NUMBER,           /* flags: INTEGER, NONNEG */
+    VLM_GNODE_NUMBER,           /* flags: INTEGER; b: 1 with bounds at a
+                                   (vlm_grammar_int.h) */
     VLM_GNODE_OBJECT,           /* a: props (idx), b: n, c: values of other
                                    keys (no props), d: key string node */
-    VLM_GNODE_ARRAY,            /* a: item node, b: min items, c: max */
-    VLM_GNODE_ANYOF,            /* a: children (idx), b: n; told apart by
-                                   their first byte */
+    VLM_GNODE_ARRAY,            /* a: item node, b: min items, c: max;
+                                   flags PREFIX: d the prefixItems (idx) */
+    VLM_GNODE_ANYOF,            /* a: children (idx), b: n; each where
+                                   the bytes fit it (flags: ONEOF) */
     VLM_GNODE_TOOLCALL,         /* a: functions (idx), b: n */
-    VLM_GNODE_TOOLCALLS         /* a: the TOOLCALL node, b: max calls */
+    VLM_GNODE_TOOLCALLS,        /* a: the TOOLCALL node, b: max calls */
+    VLM_GNODE_REGEX             /* a string's text by a DFA (idx) at a: b
+                                   states, c ranges, d the start; flags:
+                                   RAW, the text alone, unquoted */
 } vlm_gnode_kind_t;
 
 
 #define VLM_GNODE_INTEGER       0x01
-#define VLM_GNODE_NONNEG        0x02
+#define VLM_GNODE_ONEOF         0x04    /* ANYOF: one child only may match */
+#define VLM_GNODE_DISJOINT      0x08    /* ANYOF: the compiler found that no
+                                           two children match one value */
+#define VLM_GNODE_PNZ           0x10    /* NUMBER: m.F at the lowest m of
+                                           m.F needs a digit of F not 0 */
+#define VLM_GNODE_NNZ           0x20    /* NUMBER: the same of -m.F */
+#define VLM_GNODE_RAW           0x40    /* REGEX: no quotes around */
+#define VLM_GNODE_PREFIX        0x80    /* ARRAY: the first items' own */
 
 
 /*
@@ -61,13 +78,18 @@ typedef enum {
  *   LITERALS  [byte offset, length] per value
  *   OBJECT    [key offset, key length, value node, required] per property
  *   ANYOF     [child node] per child
+ *   ARRAY     (PREFIX, at d) [n, the node of item 0, ... of item n - 1]
  *   TOOLCALL  [name offset, name length, arguments node] per function
+ *   REGEX     the fewest bytes to a match per state, then each state's
+ *             first range (and one past the last), then the ranges, each
+ *             lo | hi << 8 | next state << 16, then the most characters
+ *             (VLM_GRAMMAR_NONE: any)
  * Byte offsets point into the byte pool.
  */
 typedef struct {
     uint8_t   kind;
     uint8_t   flags;
-    uint16_t  reserved;
+    uint16_t  depth;            /* the fewest frames a value needs */
     uint32_t  a;
     uint32_t  b;
     uint32_t  c;
@@ -106,10 +128,12 @@ vlm_status_t vlm_grammar_open(vlm_grammar_t *g, const void *prog,
 
 
 /*
- * For the compiler: fills in every node's min_len and first set (nodes
- * may refer to each other in cycles, through $ref) and checks that the
- * children of every ANYOF start with different bytes.  On failure *bad
- * is the node at fault (VLM_GRAMMAR_NONE: no finite document).
+ * For the compiler: fills in every node's min_len, depth and first set
+ * (nodes may refer to each other in cycles, through $ref) and checks that
+ * the children of a ONEOF start with different bytes unless DISJOINT and
+ * that no document nests deeper than VLM_GRAMMAR_MAX_DEPTH (for a
+ * recursive grammar: that its shortest documents fit).  On failure *bad is the node
+ * at fault (VLM_GRAMMAR_NONE: no finite document) and err->msg says why.
  */
 vlm_status_t vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes,
     uint32_t root, const uint32_t *idx, const unsigned char *bytes,

@@ -2,8 +2,9 @@
  * Inside the grammar: the matcher's frames and state and the token
  * trie's arrays, shared by the program's file (vlm_grammar.c: its checks,
  * the fewest bytes that finish a value, the compiler's derivation), the
- * matcher's (vlm_grammar_match.c: the automaton, the masks, the plan) and
- * the trie's (vlm_grammar_trie.c).
+ * matcher's (vlm_grammar_match.c: the automaton, the masks, the plan),
+ * the numbers' bounds (vlm_grammar_num.c) and the trie's
+ * (vlm_grammar_trie.c).
  */
 
 #ifndef VLM_GRAMMAR_INT_H
@@ -13,6 +14,14 @@
 
 
 #define VLM_G_INF           VLM_GRAMMAR_INF
+
+/*
+ * Live stacks at most: alternatives that start alike each take a copy of
+ * the stack until the bytes tell them apart (vlm_grammar_match.c); one
+ * past this many is left out, a document it would have allowed not.
+ */
+#define VLM_G_STACKS        8
+#define VLM_G_DEAD          0xff
 
 #define VLM_G_OPEN          "<tool_call>\n"
 #define VLM_G_CLOSE         "\n</tool_call>"
@@ -50,26 +59,50 @@ struct vlm_trie_s {
      * Inside a string most tokens are plain text: a subtree whose every
      * path from the root is well-formed UTF-8 (a last character may be
      * cut) without '"', '\\' or control bytes is accepted whole, its
-     * tokens listed together in order[lo[node], hi[node]).
+     * tokens listed together in order[lo[node], hi[node]).  Bit k of
+     * plain[node]: so when the path starts with k continuation bytes of a
+     * character to finish (1 << 0: between characters); of text[node]:
+     * the path to the node is such text.  root_plain[k]: every token
+     * that is such text, as a mask, and their count, so that a mask in a
+     * string starts from a copy and walks only what leaves the string.
      */
     uint8_t   *plain;
+    uint8_t   *text;
     uint32_t  *lo;
     uint32_t  *hi;
     int32_t   *order;       /* [vocab] token ids, depth first */
     uint32_t   n_order;
+    uint32_t  *root_plain[4];       /* [(vocab + 31) / 32] each */
+    size_t     root_plain_n[4];
 };
+
+
+/*
+ * The live stacks: stack s holds depths[s] frames (VLM_G_DEAD once it
+ * refused a byte); a copy of this is all that undoing a step needs beyond
+ * the log of frame writes (vlm_grammar_match.c).
+ */
+typedef struct {
+    uint32_t  n;
+    uint8_t   depths[VLM_G_STACKS];
+} vlm_gheads_t;
 
 
 struct vlm_matcher_s {
     const vlm_trie_t  *trie;
     vlm_grammar_t      g;
+
+    vlm_gheads_t       heads;
+    vlm_gframe_t      *all;         /* [VLM_G_STACKS * MAX_DEPTH] */
+
+    /* the stack being stepped: its frames in all, its depth */
+    vlm_gframe_t      *frames;
     uint32_t           depth;
-    vlm_gframe_t       frames[VLM_GRAMMAR_MAX_DEPTH];
 
     int                logging;
     size_t             log_n;
     size_t             log_cap;
-    uint32_t          *log_at;      /* [log_cap] frame index */
+    uint32_t          *log_at;      /* [log_cap] frame index in all */
     vlm_gframe_t      *log;         /* [log_cap] its previous value */
 
     uint32_t           budget;
@@ -81,15 +114,82 @@ struct vlm_matcher_s {
      * The plan (vlm_matcher_plan): the canonical completion's bytes and,
      * from each of them on, the fewest tokens that spell the rest and the
      * first of those tokens; plan_ok while it is the current state's.
+     * saved holds the state a plan starts from, after the state that
+     * vlm_matcher_plan_after leaves as it found it.
      */
     int                plan_ok;
     uint32_t           plan_len;
     uint8_t           *plan_bytes;  /* [VLM_GRAMMAR_PLAN_MAX] */
     uint32_t          *plan_tokens; /* [VLM_GRAMMAR_PLAN_MAX + 1] */
     int32_t           *plan_first;  /* [VLM_GRAMMAR_PLAN_MAX + 1] */
-    uint32_t           saved_depth;
-    vlm_gframe_t       saved[VLM_GRAMMAR_MAX_DEPTH];
+    vlm_gheads_t       saved_heads;
+    vlm_gframe_t      *saved;       /* [VLM_G_STACKS * MAX_DEPTH] */
+    vlm_gheads_t       after_heads;
+    vlm_gframe_t      *after;       /* [VLM_G_STACKS * MAX_DEPTH] */
 };
+
+
+/* stack s's frames */
+static inline vlm_gframe_t *
+vlm_g_stack(const vlm_matcher_t *m, uint32_t s)
+{
+    return m->all + (size_t) s * VLM_GRAMMAR_MAX_DEPTH;
+}
+
+
+/*
+ * A NUMBER node's bounds (vlm_grammar_num.c): b == 1 and, at a in the
+ * index pool, VLM_GNUM_WORDS words of these seven, low word first.
+ */
+#define VLM_GNUM_WORDS      14
+#define VLM_GNUM_DIGITS     15          /* of an integer part, at most */
+#define VLM_GNUM_MAX        999999999999999LL
+
+typedef struct {
+    int64_t   ilo;          /* the integers allowed */
+    int64_t   ihi;
+    int64_t   plo;          /* the m of m.F inside the bounds */
+    int64_t   phi;
+    int64_t   nlo;          /* the m of -m.F inside the bounds */
+    int64_t   nhi;
+    int64_t   mult;         /* integers: multiples of this, >= 1 */
+} vlm_gnum_t;
+
+void vlm_g_num_bounds(const vlm_grammar_t *g, const vlm_gnode_t *n,
+    vlm_gnum_t *b);
+int vlm_g_num_int_ok(const vlm_gnum_t *b, int neg, uint64_t m);
+int vlm_g_num_frac_ok(const vlm_gnum_t *b, int neg, uint64_t m);
+uint32_t vlm_g_num_more(const vlm_gnum_t *b, int real, int neg, uint64_t m,
+    uint32_t k);
+uint32_t vlm_g_num_min(const vlm_gnum_t *b, int real, int after_minus);
+
+/* does the fraction of frame f still need a digit other than 0 */
+static inline int
+vlm_g_num_nz(const vlm_gnode_t *n, const vlm_gnum_t *b, uint32_t neg,
+    uint64_t m, uint32_t seen)
+{
+    return !seen
+           && (neg ? (n->flags & VLM_GNODE_NNZ) && (int64_t) m == b->nlo
+                   : (n->flags & VLM_GNODE_PNZ) && (int64_t) m == b->plo);
+}
+
+
+/* the node of an ARRAY's item i: its prefixItems' first */
+static inline uint32_t
+vlm_g_item(const vlm_grammar_t *g, const vlm_gnode_t *n, uint32_t i)
+{
+    const uint32_t  *l;
+
+    if (n->flags & VLM_GNODE_PREFIX) {
+        l = g->idx + n->d;
+
+        if (i < l[0]) {
+            return l[1 + i];
+        }
+    }
+
+    return n->a;
+}
 
 
 /* the first required property at or after i, or n */

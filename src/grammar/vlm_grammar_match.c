@@ -1,9 +1,28 @@
 /*
  * The JSON grammar automaton, the per-step mask and the plan (see
- * vlm_grammar.h).  A state is a stack of frames, one per open value; a
- * byte goes to the top frame, which consumes it, refuses it, or ends and
- * hands it to its parent.  A container sets its own state to "after the
- * child" before it pushes the child, so ending a child is a pop.
+ * vlm_grammar.h).  A stack of frames, one per open value, runs a
+ * document: a byte goes to the top frame, which consumes it, refuses it,
+ * or ends and hands it to its parent.  A container sets its own state to
+ * "after the child" before it pushes the child, so ending a child is a
+ * pop.
+ *
+ * Lookahead: alternatives (anyOf, oneOf, a list of types) whose first
+ * bytes agree, such as objects told apart by a "kind" const or an
+ * integer-or-number, are not chosen at their first byte.  Each takes a
+ * copy of the stack there, and every byte goes to every live stack; a
+ * stack that refuses one dies, and stacks that become equal are merged,
+ * so the state is a set of stacks (a GLR parser's, without the sharing
+ * of a graph-structured stack): most of the time there is one stack and
+ * the automaton is the deterministic one, at its cost; where several
+ * live, the cost grows with their number only there, and the mask stays
+ * one walk of the token trie.  An Earley parser over the whole grammar,
+ * or llguidance's lexer DFAs under a pushdown automaton, would take any
+ * grammar, but would replace an automaton whose frames already hold
+ * JSON's lexical states (strings, numbers, UTF-8, keys) and its bounds
+ * (the fewest bytes to an end, the plan); copies of a stack keep all of
+ * that and cost a copy of a few frames where alternatives begin.  The
+ * copies are bounded (VLM_G_STACKS): one alternative past them is left
+ * out, never a document allowed that the schema refuses.
  *
  * The mask walks the token trie depth first, feeding one byte per trie
  * edge; every frame write is logged so that leaving an edge undoes it
@@ -19,7 +38,6 @@
 
 
 #define VLM_G_RETRIES       (2 * VLM_GRAMMAR_MAX_DEPTH + 8)
-#define VLM_G_INT_DIGITS    15
 #define VLM_G_EXP_DIGITS    2
 
 
@@ -37,17 +55,21 @@ enum {
 static vlm_gframe_t *
 vlm_g_write(vlm_matcher_t *m, uint32_t i)
 {
+    uint32_t  at;
+
+    at = (uint32_t) (m->frames - m->all) + i;
+
     if (m->logging) {
         if (m->log_n == m->log_cap) {
             return NULL;
         }
 
-        m->log_at[m->log_n] = i;
-        m->log[m->log_n] = m->frames[i];
+        m->log_at[m->log_n] = at;
+        m->log[m->log_n] = m->all[at];
         m->log_n++;
     }
 
-    return &m->frames[i];
+    return &m->all[at];
 }
 
 
@@ -68,12 +90,26 @@ vlm_g_init(vlm_matcher_t *m, vlm_gframe_t *f, uint32_t node, uint8_t st)
 }
 
 
+/*
+ * Does a value of node fit at stack level "at" (the frames below it): the
+ * frames its shortest documents need.  Every frame pushed fits, so what a
+ * frame still requires fits too, and the stack's limit never leaves a
+ * document without an end.
+ */
+static int
+vlm_g_fits(const vlm_matcher_t *m, uint32_t at, uint32_t node)
+{
+    return at + m->g.nodes[node].depth <= VLM_GRAMMAR_MAX_DEPTH;
+}
+
+
 static int
 vlm_g_push(vlm_matcher_t *m, uint32_t node, uint8_t st)
 {
     vlm_gframe_t  *f;
 
-    if (m->depth == VLM_GRAMMAR_MAX_DEPTH) {
+    if (m->depth == VLM_GRAMMAR_MAX_DEPTH || !vlm_g_fits(m, m->depth, node))
+    {
         return 0;
     }
 
@@ -86,6 +122,32 @@ vlm_g_push(vlm_matcher_t *m, uint32_t node, uint8_t st)
     m->depth++;
 
     return 1;
+}
+
+
+/*
+ * Another stack for alternative node, where the top frame (an ANYOF)
+ * chose another: a copy of the stack being stepped, fed the same byte
+ * after it.  Slots past the live ones only, so that a copy needs no log.
+ */
+static void
+vlm_g_fork(vlm_matcher_t *m, uint32_t node)
+{
+    uint32_t       s;
+    vlm_gframe_t  *to;
+
+    s = m->heads.n;
+
+    if (s == VLM_G_STACKS) {
+        return;
+    }
+
+    to = vlm_g_stack(m, s);
+    memcpy(to, m->frames, m->depth * sizeof(vlm_gframe_t));
+    vlm_g_init(m, &to[m->depth - 1], node, 0);
+
+    m->heads.depths[s] = (uint8_t) m->depth;
+    m->heads.n++;
 }
 
 
@@ -168,18 +230,36 @@ vlm_g_step_literals(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
 }
 
 
+/*
+ * A number: st 0 before it, 1 after '-', 2 after a leading 0, 3 in the
+ * integer part (count digits, cand their value, sel 1 when negative), 4
+ * after '.', 5 in the fraction, 6 after 'e', 7 after its sign, 8 in the
+ * exponent.  A digit of the integer part is allowed only where the bounds
+ * can still be met (vlm_grammar_num.c); with bounds, no exponent.
+ */
 static int
-vlm_g_step_number(vlm_gframe_t *f, const vlm_gnode_t *n, uint32_t b)
+vlm_g_step_number(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
+    uint32_t b)
 {
-    int  digit, real;
+    int         digit, real, neg, nz;
+    uint64_t    v;
+    vlm_gnum_t  nb;
 
     digit = (b >= '0' && b <= '9');
     real = !(n->flags & VLM_GNODE_INTEGER);
+    neg = (f->sel != 0);
+
+    vlm_g_num_bounds(&m->g, n, &nb);
 
     switch (f->st) {
 
     case 0:
-        if (b == '-' && !(n->flags & VLM_GNODE_NONNEG)) {
+        if (b == '-') {
+            if (vlm_g_num_min(&nb, real, 1) >= VLM_G_INF) {
+                return VLM_G_NO;
+            }
+
+            f->sel = 1;
             f->st = 1;
             return VLM_G_OK;
         }
@@ -187,25 +267,32 @@ vlm_g_step_number(vlm_gframe_t *f, const vlm_gnode_t *n, uint32_t b)
         /* fall through */
 
     case 1:
-        if (b == '0') {
-            f->st = 2;
-            return VLM_G_OK;
+        if (!digit
+            || vlm_g_num_more(&nb, real, neg, b - '0', 1) >= VLM_G_INF)
+        {
+            return VLM_G_NO;
         }
 
-        if (digit) {
-            f->st = 3;
-            f->count = 1;
-            return VLM_G_OK;
-        }
-
-        return VLM_G_NO;
+        f->st = (b == '0') ? 2 : 3;
+        f->count = 1;
+        f->cand = b - '0';
+        return VLM_G_OK;
 
     case 3:
         if (digit) {
-            if (f->count == VLM_G_INT_DIGITS) {
+            if (f->count == VLM_GNUM_DIGITS) {
                 return VLM_G_NO;
             }
 
+            v = f->cand * 10 + (b - '0');
+
+            if (vlm_g_num_more(&nb, real, neg, v, f->count + 1)
+                >= VLM_G_INF)
+            {
+                return VLM_G_NO;
+            }
+
+            f->cand = v;
             f->count++;
             return VLM_G_OK;
         }
@@ -213,38 +300,46 @@ vlm_g_step_number(vlm_gframe_t *f, const vlm_gnode_t *n, uint32_t b)
         /* fall through */
 
     case 2:
-        if (real && b == '.') {
+        if (real && b == '.' && vlm_g_num_frac_ok(&nb, neg, f->cand)) {
             f->st = 4;
             return VLM_G_OK;
         }
 
-        if (real && (b == 'e' || b == 'E')) {
+        if (real && (b == 'e' || b == 'E') && n->b == 0) {
             f->st = 6;
             return VLM_G_OK;
         }
 
-        return digit ? VLM_G_NO : VLM_G_POP;
-
-    case 4:
-        if (digit) {
-            f->st = 5;
-            f->count = 1;
-            return VLM_G_OK;
+        if (digit || !vlm_g_num_int_ok(&nb, neg, f->cand)) {
+            return VLM_G_NO;
         }
 
-        return VLM_G_NO;
+        return VLM_G_POP;
 
+    case 4:
     case 5:
+        /* pos: a digit other than 0 seen, where the bounds want one */
+        nz = vlm_g_num_nz(n, &nb, f->sel, f->cand, f->pos);
+
         if (digit) {
-            if (f->count == VLM_G_INT_DIGITS) {
+            if ((f->st == 5 && f->count == VLM_GNUM_DIGITS)
+                || (nz && b == '0' && f->st == 5
+                    && f->count + 1 == VLM_GNUM_DIGITS))
+            {
                 return VLM_G_NO;
             }
 
-            f->count++;
+            f->count = f->st == 4 ? 1 : f->count + 1;
+            f->st = 5;
+            f->pos |= (b != '0');
             return VLM_G_OK;
         }
 
-        if (b == 'e' || b == 'E') {
+        if (f->st == 4 || nz) {
+            return VLM_G_NO;
+        }
+
+        if ((b == 'e' || b == 'E') && n->b == 0) {
             f->st = 6;
             return VLM_G_OK;
         }
@@ -434,6 +529,10 @@ vlm_g_step_object(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
         }
 
         if (generic) {
+            if (!vlm_g_fits(m, m->depth, n->c)) {
+                return VLM_G_NO;
+            }
+
             f->st = 4;
             return vlm_g_push(m, n->d, 1) ? VLM_G_OK : VLM_G_NO;
         }
@@ -442,7 +541,22 @@ vlm_g_step_object(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
             return VLM_G_NO;
         }
 
-        f->cand = vlm_g_eligible(props, n->b, f->count);
+        /* the optional properties too deep for the stack left out */
+        next = 0;
+
+        for (c = vlm_g_eligible(props, n->b, f->count); c; c &= c - 1) {
+            i = (uint32_t) __builtin_ctzll(c);
+
+            if (vlm_g_fits(m, m->depth, props[4 * i + 2])) {
+                next |= 1ull << i;
+            }
+        }
+
+        if (next == 0) {
+            return VLM_G_NO;
+        }
+
+        f->cand = next;
         f->pos = 0;
         f->st = 3;
         return VLM_G_OK;
@@ -512,7 +626,9 @@ vlm_g_step_array(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
         break;
 
     case 2:
-        if (b == ',' && f->count < n->c) {
+        if (b == ',' && f->count < n->c
+            && vlm_g_fits(m, m->depth, vlm_g_item(&m->g, n, f->count)))
+        {
             f->st = 3;
             return VLM_G_OK;
         }
@@ -532,7 +648,62 @@ vlm_g_step_array(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
     f->st = 2;
     f->count++;
 
-    return vlm_g_push(m, n->a, 0) ? VLM_G_RETRY : VLM_G_NO;
+    return vlm_g_push(m, vlm_g_item(&m->g, n, f->count - 1), 0)
+           ? VLM_G_RETRY : VLM_G_NO;
+}
+
+
+/*
+ * pos: the DFA's state (the program's lists, vlm_grammar.h); count: the
+ * characters so far, which with the fewest bytes to a match (no fewer
+ * characters) stay within the most characters allowed.
+ */
+static int
+vlm_g_step_regex(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
+    uint32_t b)
+{
+    int              raw;
+    uint32_t         k, r, max, count;
+    const uint32_t  *dist, *first, *ranges;
+
+    raw = (n->flags & VLM_GNODE_RAW) != 0;
+    dist = m->g.idx + n->a;
+    first = dist + n->b;
+    ranges = first + n->b + 1;
+    max = ranges[n->c];
+
+    if (f->st == 0) {
+        f->st = 1;
+        f->pos = n->d;
+
+        if (!raw) {
+            return b == '"' ? VLM_G_OK : VLM_G_NO;
+        }
+    }
+
+    if (!raw && b == '"') {
+        return dist[f->pos] == 0 ? VLM_G_DONE : VLM_G_NO;
+    }
+
+    for (k = first[f->pos]; k < first[f->pos + 1]; k++) {
+        r = ranges[k];
+
+        if (b >= (r & 0xff) && b <= ((r >> 8) & 0xff)) {
+            count = f->count + ((b & 0xc0) != 0x80);
+
+            if (max != VLM_GRAMMAR_NONE
+                && (uint64_t) count + dist[r >> 16] > max)
+            {
+                return VLM_G_NO;
+            }
+
+            f->count = count;
+            f->pos = r >> 16;
+            return VLM_G_OK;
+        }
+    }
+
+    return (raw && dist[f->pos] == 0) ? VLM_G_POP : VLM_G_NO;
 }
 
 
@@ -652,7 +823,7 @@ vlm_g_step_calls(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
 static int
 vlm_g_step(vlm_matcher_t *m, uint32_t b)
 {
-    uint32_t            i, k;
+    uint32_t            i, k, chosen;
     vlm_gframe_t       *f;
     const vlm_gnode_t  *n;
 
@@ -672,7 +843,7 @@ vlm_g_step(vlm_matcher_t *m, uint32_t b)
         return vlm_g_step_string(m, f, n, b);
 
     case VLM_GNODE_NUMBER:
-        return vlm_g_step_number(f, n, b);
+        return vlm_g_step_number(m, f, n, b);
 
     case VLM_GNODE_OBJECT:
         return vlm_g_step_object(m, f, n, b);
@@ -681,19 +852,37 @@ vlm_g_step(vlm_matcher_t *m, uint32_t b)
         return vlm_g_step_array(m, f, n, b);
 
     case VLM_GNODE_ANYOF:
+        chosen = VLM_GRAMMAR_NONE;
+
         for (i = 0; i < n->b; i++) {
             k = m->g.idx[n->a + i];
 
-            if (vlm_g_in(m->g.nodes[k].first, b)) {
-                vlm_g_init(m, f, k, 0);
-                return VLM_G_RETRY;
+            if (!vlm_g_in(m->g.nodes[k].first, b)
+                || !vlm_g_fits(m, m->depth - 1, k))
+            {
+                continue;
+            }
+
+            if (chosen == VLM_GRAMMAR_NONE) {
+                chosen = k;
+
+            } else {
+                vlm_g_fork(m, k);
             }
         }
 
-        return VLM_G_NO;
+        if (chosen == VLM_GRAMMAR_NONE) {
+            return VLM_G_NO;
+        }
+
+        vlm_g_init(m, f, chosen, 0);
+        return VLM_G_RETRY;
 
     case VLM_GNODE_TOOLCALL:
         return vlm_g_step_tool(m, f, n, b);
+
+    case VLM_GNODE_REGEX:
+        return vlm_g_step_regex(m, f, n, b);
 
     default:
         return vlm_g_step_calls(m, f, n, b);
@@ -701,8 +890,9 @@ vlm_g_step(vlm_matcher_t *m, uint32_t b)
 }
 
 
+/* one byte to the stack being stepped */
 static int
-vlm_g_byte(vlm_matcher_t *m, uint32_t b)
+vlm_g_byte_one(vlm_matcher_t *m, uint32_t b)
 {
     int  i;
 
@@ -736,6 +926,95 @@ vlm_g_byte(vlm_matcher_t *m, uint32_t b)
 }
 
 
+/* stacks that became equal: all but the first die */
+static void
+vlm_g_merge(vlm_matcher_t *m)
+{
+    uint32_t  s, t, d;
+
+    for (t = 1; t < m->heads.n; t++) {
+        d = m->heads.depths[t];
+
+        if (d == VLM_G_DEAD) {
+            continue;
+        }
+
+        for (s = 0; s < t; s++) {
+            if (m->heads.depths[s] == d
+                && memcmp(vlm_g_stack(m, s), vlm_g_stack(m, t),
+                          d * sizeof(vlm_gframe_t)) == 0)
+            {
+                m->heads.depths[t] = VLM_G_DEAD;
+                break;
+            }
+        }
+    }
+}
+
+
+/* one byte to every live stack: 1 if one at least took it */
+static int
+vlm_g_byte(vlm_matcher_t *m, uint32_t b)
+{
+    int       any;
+    uint32_t  s;
+
+    any = 0;
+
+    /* stacks forked by this byte are appended, and stepped in turn */
+    for (s = 0; s < m->heads.n; s++) {
+        if (m->heads.depths[s] == VLM_G_DEAD) {
+            continue;
+        }
+
+        m->frames = vlm_g_stack(m, s);
+        m->depth = m->heads.depths[s];
+
+        if (vlm_g_byte_one(m, b)) {
+            m->heads.depths[s] = (uint8_t) m->depth;
+            any = 1;
+
+        } else {
+            m->heads.depths[s] = VLM_G_DEAD;
+        }
+    }
+
+    if (any && m->heads.n > 1) {
+        vlm_g_merge(m);
+    }
+
+    return any;
+}
+
+
+/* the live stacks moved to the first slots (nothing logged) */
+static void
+vlm_g_compact(vlm_matcher_t *m)
+{
+    uint32_t  s, n, d;
+
+    n = 0;
+
+    for (s = 0; s < m->heads.n; s++) {
+        d = m->heads.depths[s];
+
+        if (d == VLM_G_DEAD) {
+            continue;
+        }
+
+        if (s != n) {
+            memcpy(vlm_g_stack(m, n), vlm_g_stack(m, s),
+                   d * sizeof(vlm_gframe_t));
+            m->heads.depths[n] = (uint8_t) d;
+        }
+
+        n++;
+    }
+
+    m->heads.n = n;
+}
+
+
 /* the matcher */
 
 vlm_status_t
@@ -752,7 +1031,7 @@ vlm_matcher_create(vlm_matcher_t **out, const vlm_trie_t *trie,
     }
 
     m->trie = trie;
-    m->log_cap = (trie->max_len + 1) * 8 + 256;
+    m->log_cap = (trie->max_len + 1) * 8 * VLM_G_STACKS + 256;
     m->log_at = malloc(m->log_cap * sizeof(uint32_t));
     m->log = malloc(m->log_cap * sizeof(vlm_gframe_t));
     m->mask_words = ((size_t) trie->vocab + 31) / 32;
@@ -760,14 +1039,20 @@ vlm_matcher_create(vlm_matcher_t **out, const vlm_trie_t *trie,
     m->plan_bytes = malloc(VLM_GRAMMAR_PLAN_MAX);
     m->plan_tokens = malloc((VLM_GRAMMAR_PLAN_MAX + 1) * sizeof(uint32_t));
     m->plan_first = malloc((VLM_GRAMMAR_PLAN_MAX + 1) * sizeof(int32_t));
+    m->all = malloc(3 * VLM_G_STACKS * VLM_GRAMMAR_MAX_DEPTH
+                    * sizeof(vlm_gframe_t));
 
     if (m->log_at == NULL || m->log == NULL || m->mask == NULL
         || m->plan_bytes == NULL || m->plan_tokens == NULL
-        || m->plan_first == NULL)
+        || m->plan_first == NULL || m->all == NULL)
     {
         vlm_matcher_free(m);
         return vlm_error_set(err, VLM_ERR_NOMEM, "matcher: no memory");
     }
+
+    m->saved = m->all + VLM_G_STACKS * VLM_GRAMMAR_MAX_DEPTH;
+    m->after = m->saved + VLM_G_STACKS * VLM_GRAMMAR_MAX_DEPTH;
+    m->frames = m->all;
 
     *out = m;
 
@@ -788,6 +1073,7 @@ vlm_matcher_free(vlm_matcher_t *m)
     free(m->plan_bytes);
     free(m->plan_tokens);
     free(m->plan_first);
+    free(m->all);
     free(m);
 }
 
@@ -796,12 +1082,16 @@ void
 vlm_matcher_reset(vlm_matcher_t *m, const vlm_grammar_t *g)
 {
     m->g = *g;
+    m->frames = m->all;
     m->depth = 0;
     m->logging = 0;
     m->log_n = 0;
     m->plan_ok = 0;
 
     (void) vlm_g_push(m, g->hdr->root, 0);
+
+    m->heads.n = 1;
+    m->heads.depths[0] = (uint8_t) m->depth;
 }
 
 
@@ -817,6 +1107,10 @@ vlm_matcher_feed(vlm_matcher_t *m, const char *s, size_t len)
         if (!vlm_g_byte(m, (uint8_t) s[i])) {
             return 0;
         }
+
+        if (m->heads.n > 1) {
+            vlm_g_compact(m);
+        }
     }
 
     return 1;
@@ -824,73 +1118,107 @@ vlm_matcher_feed(vlm_matcher_t *m, const char *s, size_t len)
 
 
 static void
-vlm_g_undo(vlm_matcher_t *m, size_t mark, uint32_t depth)
+vlm_g_undo(vlm_matcher_t *m, size_t mark, const vlm_gheads_t *heads)
 {
     while (m->log_n > mark) {
         m->log_n--;
-        m->frames[m->log_at[m->log_n]] = m->log[m->log_n];
+        m->all[m->log_at[m->log_n]] = m->log[m->log_n];
     }
 
-    m->depth = depth;
+    m->heads = *heads;
 }
 
 
 /*
- * Plain text may follow: the top frame is inside a string, between
- * characters, without a format or a maxLength, and the document can end
- * in the budget (more characters never make it longer, but for the up to
- * three bytes that finish a character cut at a token's end).
+ * Plain text may follow: the top frame of every live stack is inside a
+ * string without a format or a maxLength, between characters or within
+ * one (the same count of continuation bytes to come, of any value), and
+ * the document can end in the budget (more characters never make it
+ * longer, but for the up to three bytes that finish a character cut at a
+ * token's end).  Returns the trie's plain bit of that state, 0 if none.
  */
-static int
+static uint8_t
 vlm_g_plain_ok(const vlm_matcher_t *m)
 {
+    uint8_t              bit, b;
+    uint32_t             s, d;
     const vlm_gframe_t  *f;
     const vlm_gnode_t   *n;
 
-    if (m->depth == 0) {
+    bit = 0;
+
+    for (s = 0; s < m->heads.n; s++) {
+        d = m->heads.depths[s];
+
+        if (d == VLM_G_DEAD) {
+            continue;
+        }
+
+        if (d == 0) {
+            return 0;
+        }
+
+        f = &vlm_g_stack(m, s)[d - 1];
+        n = &m->g.nodes[f->node];
+
+        if (n->kind != VLM_GNODE_STRING || n->c != VLM_GRAMMAR_NONE
+            || n->b != VLM_GRAMMAR_NONE)
+        {
+            return 0;
+        }
+
+        if (f->st == 1) {
+            b = 1;
+
+        } else if (f->st == 3 && f->lo == 0x80 && f->hi == 0xbf) {
+            b = (uint8_t) (1u << f->need);
+
+        } else {
+            return 0;
+        }
+
+        if (bit != 0 && b != bit) {
+            return 0;
+        }
+
+        bit = b;
+    }
+
+    if (m->budget != 0 && vlm_matcher_distance(m) + 3 >= m->budget) {
         return 0;
     }
 
-    f = &m->frames[m->depth - 1];
-    n = &m->g.nodes[f->node];
-
-    return n->kind == VLM_GNODE_STRING && f->st == 1
-           && n->c == VLM_GRAMMAR_NONE && n->b == VLM_GRAMMAR_NONE
-           && (m->budget == 0 || vlm_matcher_distance(m) + 3 < m->budget);
+    return bit;
 }
 
 
 /*
- * plain: the walk started inside a string between characters (see
- * vlm_g_plain_ok): then a node whose subtree is all text from the root
- * (the trie's plain flag) is accepted whole without feeding it.
+ * plain: the trie's plain bit of the state the walk started in (see
+ * vlm_g_plain_ok), 0 when none: then every token of text is in the mask
+ * already (vlm_matcher_mask), a subtree all text is passed over and the
+ * walk feeds only the paths that leave the string.
  */
 static void
-vlm_g_walk(vlm_matcher_t *m, uint32_t first, int plain)
+vlm_g_walk(vlm_matcher_t *m, uint32_t first, uint8_t plain)
 {
     int32_t            id;
     size_t             mark;
-    uint32_t           c, depth, k;
+    uint32_t           c;
+    vlm_gheads_t       heads;
     const vlm_trie_t  *t;
 
     t = m->trie;
 
     for (c = first; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
-        if (plain && t->plain[c]) {
-            for (k = t->lo[c]; k < t->hi[c]; k++) {
-                id = t->order[k];
-                m->mask[id >> 5] |= 1u << (id & 31);
-            }
-
-            m->n_allowed += t->hi[c] - t->lo[c];
+        if (t->plain[c] & plain) {
             continue;
         }
 
         mark = m->log_n;
-        depth = m->depth;
+        heads = m->heads;
 
         if (vlm_g_byte(m, t->byte[c])) {
-            if (t->token[c] >= 0
+            if (t->token[c] >= 0 && !(t->text[c] & plain)
                 && (m->budget == 0
                     || vlm_matcher_distance(m) < m->budget))
             {
@@ -905,7 +1233,7 @@ vlm_g_walk(vlm_matcher_t *m, uint32_t first, int plain)
             }
         }
 
-        vlm_g_undo(m, mark, depth);
+        vlm_g_undo(m, mark, &heads);
     }
 }
 
@@ -914,7 +1242,10 @@ size_t
 vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
     int n_end, const uint32_t **mask)
 {
-    int  i;
+    int              i;
+    size_t           j, k;
+    uint8_t          plain;
+    const uint32_t  *words;
 
     memset(m->mask, 0, m->mask_words * sizeof(uint32_t));
     m->n_allowed = 0;
@@ -932,7 +1263,21 @@ vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
     m->logging = 1;
     m->log_n = 0;
 
-    vlm_g_walk(m, m->trie->child[0], vlm_g_plain_ok(m));
+    plain = vlm_g_plain_ok(m);
+
+    if (plain) {
+        /* the text tokens at once, then the walk of the others */
+        k = (size_t) __builtin_ctz(plain);
+        words = m->trie->root_plain[k];
+
+        for (j = 0; j < m->mask_words; j++) {
+            m->mask[j] |= words[j];
+        }
+
+        m->n_allowed += m->trie->root_plain_n[k];
+    }
+
+    vlm_g_walk(m, m->trie->child[0], plain);
 
     m->logging = 0;
     *mask = m->mask;
@@ -954,8 +1299,9 @@ static const char  vlm_g_plan_order[] = "\"}],:0a";
 static uint32_t
 vlm_g_canonical(vlm_matcher_t *m)
 {
-    size_t    mark;
-    uint32_t  k, b, best, d, dd, bd, len, depth, n_order;
+    size_t        mark;
+    uint32_t      k, b, best, d, dd, bd, len, n_order;
+    vlm_gheads_t  heads;
 
     n_order = vlm_g_len(vlm_g_plan_order);
     len = 0;
@@ -982,7 +1328,7 @@ vlm_g_canonical(vlm_matcher_t *m)
             }
 
             mark = m->log_n;
-            depth = m->depth;
+            heads = m->heads;
 
             if (vlm_g_byte(m, b)) {
                 dd = vlm_matcher_distance(m);
@@ -993,7 +1339,7 @@ vlm_g_canonical(vlm_matcher_t *m)
                 }
             }
 
-            vlm_g_undo(m, mark, depth);
+            vlm_g_undo(m, mark, &heads);
         }
 
         if (best == 256 || !vlm_g_byte(m, best)) {
@@ -1003,6 +1349,7 @@ vlm_g_canonical(vlm_matcher_t *m)
 
         /* kept: the caller restores the state it saved */
         m->log_n = 0;
+        vlm_g_compact(m);
         m->plan_bytes[len++] = (uint8_t) best;
     }
 
@@ -1059,19 +1406,38 @@ vlm_g_spell(vlm_matcher_t *m, uint32_t len)
 }
 
 
+/* the live stacks to a copy, and back */
+static void
+vlm_g_copy(vlm_gframe_t *to, vlm_gheads_t *to_heads, const vlm_gframe_t *from,
+    const vlm_gheads_t *from_heads)
+{
+    uint32_t  s, d;
+
+    *to_heads = *from_heads;
+
+    for (s = 0; s < from_heads->n; s++) {
+        d = from_heads->depths[s];
+
+        if (d != VLM_G_DEAD) {
+            memcpy(to + (size_t) s * VLM_GRAMMAR_MAX_DEPTH,
+                   from + (size_t) s * VLM_GRAMMAR_MAX_DEPTH,
+                   d * sizeof(vlm_gframe_t));
+        }
+    }
+}
+
+
 static void
 vlm_g_save(vlm_matcher_t *m)
 {
-    m->saved_depth = m->depth;
-    memcpy(m->saved, m->frames, m->depth * sizeof(vlm_gframe_t));
+    vlm_g_copy(m->saved, &m->saved_heads, m->all, &m->heads);
 }
 
 
 static void
 vlm_g_restore(vlm_matcher_t *m)
 {
-    m->depth = m->saved_depth;
-    memcpy(m->frames, m->saved, m->depth * sizeof(vlm_gframe_t));
+    vlm_g_copy(m->all, &m->heads, m->saved, &m->saved_heads);
 }
 
 
@@ -1114,9 +1480,8 @@ vlm_matcher_plan(vlm_matcher_t *m, int32_t *first)
 uint32_t
 vlm_matcher_plan_after(vlm_matcher_t *m, const char *s, size_t len)
 {
-    size_t        i;
-    uint32_t      n, depth;
-    vlm_gframe_t  top[VLM_GRAMMAR_MAX_DEPTH];
+    size_t    i;
+    uint32_t  n;
 
     if (m->plan_ok && len <= m->plan_len
         && memcmp(s, m->plan_bytes, len) == 0)
@@ -1125,8 +1490,7 @@ vlm_matcher_plan_after(vlm_matcher_t *m, const char *s, size_t len)
         return m->plan_tokens[len];
     }
 
-    depth = m->depth;
-    memcpy(top, m->frames, depth * sizeof(vlm_gframe_t));
+    vlm_g_copy(m->after, &m->after_heads, m->all, &m->heads);
 
     n = VLM_GRAMMAR_NONE;
 
@@ -1134,14 +1498,17 @@ vlm_matcher_plan_after(vlm_matcher_t *m, const char *s, size_t len)
         if (!vlm_g_byte(m, (uint8_t) s[i])) {
             break;
         }
+
+        if (m->heads.n > 1) {
+            vlm_g_compact(m);
+        }
     }
 
     if (i == len) {
         n = vlm_g_plan(m);
     }
 
-    m->depth = depth;
-    memcpy(m->frames, top, depth * sizeof(vlm_gframe_t));
+    vlm_g_copy(m->all, &m->heads, m->after, &m->after_heads);
 
     /* the buffers now hold another state's plan */
     m->plan_ok = 0;

@@ -8,6 +8,7 @@
  */
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "vlm_grammar_int.h"
 
@@ -59,14 +60,12 @@ vlm_trie_text_byte(uint8_t b, uint8_t *need, uint8_t *lo, uint8_t *hi)
 }
 
 
-/* depth first: each subtree's tokens in one range, and its text flag */
+/* depth first: each subtree's tokens in one range */
 static void
-vlm_trie_order(vlm_trie_t *t, uint32_t node, int valid, uint8_t need,
-    uint8_t lo, uint8_t hi)
+vlm_trie_order(vlm_trie_t *t, uint32_t node)
 {
     int32_t   id;
     uint32_t  c;
-    uint8_t   plain;
 
     t->lo[node] = t->n_order;
 
@@ -74,19 +73,52 @@ vlm_trie_order(vlm_trie_t *t, uint32_t node, int valid, uint8_t need,
         t->order[t->n_order++] = id;
     }
 
+    for (c = t->child[node]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
+        vlm_trie_order(t, c);
+    }
+
+    t->hi[node] = t->n_order;
+}
+
+
+/*
+ * Bit k of each node's text flags, the paths starting in the state given
+ * (k continuation bytes to come), and the text tokens into root_plain[k].
+ */
+static uint8_t
+vlm_trie_plain(vlm_trie_t *t, uint32_t node, int valid, uint8_t need,
+    uint8_t lo, uint8_t hi, uint32_t k)
+{
+    int32_t   id;
+    uint32_t  c;
+    uint8_t   plain, bit;
+
+    bit = (uint8_t) (1u << k);
+
     if (node != 0 && valid) {
         valid = vlm_trie_text_byte(t->byte[node], &need, &lo, &hi);
+
+        if (valid) {
+            t->text[node] |= bit;
+
+            for (id = t->token[node]; id >= 0; id = t->tok_next[id]) {
+                t->root_plain[k][id >> 5] |= 1u << (id & 31);
+                t->root_plain_n[k]++;
+            }
+        }
     }
 
     plain = (uint8_t) valid;
 
     for (c = t->child[node]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
-        vlm_trie_order(t, c, valid, need, lo, hi);
-        plain &= t->plain[c];
+        plain &= vlm_trie_plain(t, c, valid, need, lo, hi, k);
     }
 
-    t->plain[node] = plain;
-    t->hi[node] = t->n_order;
+    if (plain) {
+        t->plain[node] |= bit;
+    }
+
+    return plain;
 }
 
 
@@ -94,7 +126,7 @@ vlm_status_t
 vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
     const size_t *lens, vlm_error_t *err)
 {
-    int          id;
+    int          id, k;
     size_t       total, j;
     uint32_t     cur, c;
     uint8_t      b;
@@ -123,12 +155,14 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
     t->byte = malloc(total);
     t->tok_next = malloc((size_t) vocab * sizeof(int32_t));
     t->plain = malloc(total);
+    t->text = malloc(total);
     t->lo = malloc(total * sizeof(uint32_t));
     t->hi = malloc(total * sizeof(uint32_t));
     t->order = malloc((size_t) vocab * sizeof(int32_t));
 
     if (t->child == NULL || t->next == NULL || t->token == NULL
         || t->byte == NULL || t->tok_next == NULL || t->plain == NULL
+        || t->text == NULL
         || t->lo == NULL || t->hi == NULL || t->order == NULL)
     {
         vlm_trie_free(t);
@@ -176,7 +210,22 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
         t->max_len = lens[id] > t->max_len ? lens[id] : t->max_len;
     }
 
-    vlm_trie_order(t, 0, 1, 0, 0x80, 0xbf);
+    vlm_trie_order(t, 0);
+    memset(t->plain, 0, total);
+    memset(t->text, 0, total);
+
+    for (k = 0; k < 4; k++) {
+        t->root_plain[k] = calloc(((size_t) vocab + 31) / 32,
+                                  sizeof(uint32_t));
+        if (t->root_plain[k] == NULL) {
+            vlm_trie_free(t);
+            return vlm_error_set(err, VLM_ERR_NOMEM, "token trie: no "
+                                 "memory");
+        }
+
+        (void) vlm_trie_plain(t, 0, 1, (uint8_t) k, 0x80, 0xbf,
+                              (uint32_t) k);
+    }
 
     *out = t;
 
@@ -197,9 +246,14 @@ vlm_trie_free(vlm_trie_t *t)
     free(t->byte);
     free(t->tok_next);
     free(t->plain);
+    free(t->text);
     free(t->lo);
     free(t->hi);
     free(t->order);
+    free(t->root_plain[0]);
+    free(t->root_plain[1]);
+    free(t->root_plain[2]);
+    free(t->root_plain[3]);
     free(t);
 }
 

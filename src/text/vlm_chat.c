@@ -264,7 +264,8 @@ vlm_chat_put_json(vlm_chat_buf_t *b, const json_t *v, unsigned depth,
     json_t      *item;
     const char  *key;
 
-    if (depth > 128) {
+    /* a tool's parameters nest up to 128 levels (api/vlm_schema.h) */
+    if (depth > 256) {
         return vlm_error_set(err, VLM_ERR_INVALID, "chat: a JSON value "
                              "nested too deep");
     }

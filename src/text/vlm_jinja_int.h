@@ -15,7 +15,9 @@
 #include "vlm_jinja.h"
 
 
-#define VLM_JJ_MAX_DEPTH     128        /* parser and call nesting */
+#define VLM_JJ_MAX_DEPTH       128      /* parser and call nesting */
+#define VLM_JJ_MAX_JSON_DEPTH  256      /* tojson: a tool's parameters nest
+                                           128 levels (api/vlm_schema.h) */
 
 
 /* arena */

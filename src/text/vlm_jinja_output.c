@@ -427,7 +427,7 @@ vlm_jj_write_json(vlm_jctx_t *ctx, const vlm_jv_t *v, const vlm_jjson_t *o,
     vlm_status_t  rc;
     vlm_jv_t     *keys;
 
-    if (level > VLM_JJ_MAX_DEPTH) {
+    if (level > VLM_JJ_MAX_JSON_DEPTH) {
         return vlm_jinja_fail(ctx, "tojson: a value nested too deep");
     }
 

@@ -14,11 +14,15 @@ import json
 import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from typing import Annotated, Literal, Union
 
 import jsonschema
 import openai
 import pydantic
 from openai import OpenAI
+
+# JSON Schema 2020-12's formats ("time" with its offset, as RFC 3339's)
+FORMATS = jsonschema.Draft202012Validator.FORMAT_CHECKER
 
 
 def check(cond, name):
@@ -97,6 +101,86 @@ SCHEMAS = {
                   "minItems": 2, "maxItems": 2},
         "minItems": 2,
     },
+    # Pydantic's ge, le, gt, lt and multiple_of
+    "bounds": {
+        "type": "object",
+        "properties": {
+            "age": {"type": "integer", "minimum": 0, "maximum": 130},
+            "p": {"type": "number", "exclusiveMinimum": 0,
+                  "exclusiveMaximum": 1},
+            "t": {"type": "number", "minimum": -273.15, "maximum": 100},
+            "even": {"type": "integer", "multipleOf": 2,
+                     "exclusiveMinimum": -9, "exclusiveMaximum": 21},
+            "n": {"type": ["integer", "null"], "maximum": -1000},
+        },
+        "required": ["age", "p", "t", "even", "n"],
+        "additionalProperties": False,
+    },
+    # patterns (ECMAScript regexes) and the formats made of them
+    "patterns and formats": {
+        "type": "object",
+        "properties": {
+            "zip": {"type": "string", "pattern": "^[0-9]{5}(-[0-9]{4})?$"},
+            "code": {"type": "string", "pattern": "[A-Z]{2}\\d"},
+            "mail": {"type": "string", "format": "email"},
+            "ip": {"type": "string", "format": "ipv4"},
+            "v6": {"type": "string", "format": "ipv6"},
+            "host": {"type": "string", "format": "hostname"},
+            "when": {"type": "string", "format": "duration"},
+        },
+        "required": ["zip", "code", "mail", "ip", "v6", "host", "when"],
+        "additionalProperties": False,
+    },
+    # alternatives that start alike, told apart further on
+    "tagged union": {
+        "type": "array",
+        "items": {"anyOf": [
+            {"type": "object",
+             "properties": {"kind": {"const": "circle"},
+                            "r": {"type": "number"}},
+             "required": ["kind", "r"], "additionalProperties": False},
+            {"type": "object",
+             "properties": {"kind": {"const": "rect"},
+                            "w": {"type": "integer"},
+                            "h": {"type": "integer"}},
+             "required": ["kind", "w", "h"], "additionalProperties": False},
+        ]},
+        "minItems": 1,
+        "maxItems": 3,
+    },
+    "discriminated oneOf": {
+        "$defs": {
+            "Cat": {"type": "object",
+                    "properties": {"pet_type": {"const": "cat"},
+                                   "lives": {"type": "integer"}},
+                    "required": ["pet_type", "lives"],
+                    "additionalProperties": False},
+            "Dog": {"type": "object",
+                    "properties": {"pet_type": {"enum": ["dog", "puppy"]},
+                                   "name": {"type": "string",
+                                            "maxLength": 6}},
+                    "required": ["pet_type", "name"],
+                    "additionalProperties": False},
+        },
+        "type": "object",
+        "properties": {"pet": {
+            "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}],
+            "discriminator": {"propertyName": "pet_type"}}},
+        "required": ["pet"],
+        "additionalProperties": False,
+    },
+    "int or number and nested unions": {
+        "type": "array",
+        "items": {"anyOf": [
+            {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+            {"type": "number"},
+            {"anyOf": [{"type": "string", "maxLength": 2},
+                       {"type": "string", "minLength": 4, "maxLength": 6},
+                       {"enum": ["abc", 12]}]},
+        ]},
+        "minItems": 2,
+        "maxItems": 4,
+    },
 }
 
 
@@ -108,14 +192,15 @@ def constrained(client, n):
         schema = SCHEMAS[name]
         r = client.chat.completions.create(
             model="serving", messages=MESSAGES, temperature=1,
-            max_tokens=96,
+            max_tokens=192,
             response_format={"type": "json_schema", "json_schema": {
                 "name": name.replace(" ", "_"), "schema": schema,
                 "strict": True}})
         text = r.choices[0].message.content
         try:
             doc = json.loads(text)
-            jsonschema.validate(doc, schema)
+            jsonschema.validate(doc, schema,
+                                format_checker=FORMATS)
             if name == "const and formats":
                 uuid.UUID(doc["id"])
             return name, None
@@ -187,11 +272,13 @@ def json_object(client):
 def refused(client):
     cases = [
         ({"type": "object", "properties": {
-            "a": {"type": "string", "pattern": "^x+$"}}},
-         "$.properties.a", "pattern"),
-        ({"type": "integer", "maximum": 3}, "$", "maximum"),
-        ({"type": "array", "items": {"type": "string", "format": "email"}},
-         "$.items.format", "email"),
+            "a": {"type": "string", "pattern": "^(x+)\\1$"}}},
+         "$.properties.a.pattern", "backreference"),
+        ({"type": "number", "multipleOf": 0.01}, "$.multipleOf",
+         "multipleOf"),
+        ({"type": "array", "items": {"type": "string",
+                                      "format": "idn-email"}},
+         "$.items.format", "idn-email"),
     ]
     for schema, path, word in cases:
         try:
@@ -220,15 +307,36 @@ class Answer(pydantic.BaseModel):
     confidence: float | None = None
 
 
+class Circle(pydantic.BaseModel):
+    kind: Literal["circle"]
+    r: float
+
+
+class Rect(pydantic.BaseModel):
+    kind: Literal["rect"]
+    w: int
+    h: Union[int, float]
+
+
+class Drawing(pydantic.BaseModel):
+    shapes: list[Annotated[Union[Circle, Rect],
+                           pydantic.Field(discriminator="kind")]]
+    scale: Union[int, float]
+    opacity: float = pydantic.Field(gt=0, le=1)
+    layer: int = pydantic.Field(ge=-3, lt=40)
+
+
 def sdk_parse(client):
-    good = 0
-    for _ in range(5):
-        r = client.beta.chat.completions.parse(
-            model="serving", messages=MESSAGES, temperature=1,
-            max_tokens=160, response_format=Answer)
-        parsed = r.choices[0].message.parsed
-        good += isinstance(parsed, Answer)
-    check(good == 5, "beta.chat.completions.parse: 5 Answer objects")
+    for model, tokens in ((Answer, 160), (Drawing, 120)):
+        good = 0
+        for _ in range(5):
+            r = client.beta.chat.completions.parse(
+                model="serving", messages=MESSAGES, temperature=1,
+                max_tokens=tokens, response_format=model)
+            parsed = r.choices[0].message.parsed
+            good += isinstance(parsed, model)
+        check(good == 5, "beta.chat.completions.parse: 5 %s objects"
+              % model.__name__)
 
 
 TOOLS = [
