@@ -12,6 +12,9 @@
 #   make default-model  retrain models/default (CPU, one core, about 26 minutes)
 #   make asan       unit tests under ASan (and LeakSanitizer) + UBSan;
 #                   make test runs them last
+#   make test-cuda-emu  the CUDA backend on the emulated device of
+#                   tests/cudaemu, from its ops to t/021 through nginx
+#   make asan-cuda-emu  its emulator and op tests under ASan + UBSan
 #   make asan-nginx the module and the engine under ASan + UBSan: every
 #                   t/ suite and the HTTP fuzzer (fuzz/http_fuzz.pl)
 #   make bench      benchmarks under bench/
@@ -276,6 +279,7 @@ test: deps
 	$(MAKE) prove
 	$(MAKE) asan-fuzz HTTP_FUZZ_REQUESTS=3000 HTTP_FUZZ_SECONDS=120
 	$(MAKE) -j$(NPROC) asan
+	$(MAKE) -j$(NPROC) asan-cuda-emu
 
 # make cuda: the CUDA backend (the engine with it, the CUDA tests) built
 # in build-cuda/, apart from the CPU build that make run serves; make test
