@@ -19,7 +19,9 @@
  * Decode with few blocks (a small batch) splits each block's keys over
  * grid.z (flash-decoding): every split writes its running max, sum and
  * unnormalized output to a workspace, and a second kernel merges them.
- * Straightforward rather than fast otherwise: no tensor cores yet.
+ * The paged cache's elements are float32, bfloat16 or half
+ * (VLM_CUDA_KV_*), widened as a tile is staged.  Straightforward rather
+ * than fast otherwise: no tensor cores yet.
  */
 
 #include "vlm_cuda_util.cuh"
@@ -40,8 +42,10 @@ typedef struct {
 
 
 typedef struct {
-    const float    *k;          /* key j of the K/V head at k + row(j) * */
-    const float    *v;          /* stride (+ the head's offset) */
+    const void     *k;          /* key j of the K/V head at k + row(j) * */
+    const void     *v;          /* stride + off, elements of type */
+    size_t          off;        /* the head's first element in a row */
+    int             type;       /* VLM_CUDA_KV_* */
     int             stride;
     const int32_t  *block_table;    /* paged: row(j) through the table */
     int             block_size;
@@ -133,9 +137,9 @@ vlm_attn_block(const vlm_attn_keys_t *kv, const float *qp, float *op,
         for (e = threadIdx.x; e < nk * hd; e += blockDim.x) {
             j = e / hd;
             d = e % hd;
-            row = vlm_attn_row(kv, t0 + j) * kv->stride;
-            Ks[j * ks + d] = kv->k[row + d];
-            Vs[j * hd + d] = kv->v[row + d];
+            row = vlm_attn_row(kv, t0 + j) * kv->stride + kv->off;
+            Ks[j * ks + d] = vlm_kv_get(kv->k, kv->type, row + d);
+            Vs[j * hd + d] = vlm_kv_get(kv->v, kv->type, row + d);
         }
 
         __syncthreads();
@@ -220,9 +224,9 @@ vlm_attn_block(const vlm_attn_keys_t *kv, const float *qp, float *op,
  * time); block: WARPS warps, one query head each
  */
 static __global__ void
-vlm_attn_paged_kernel(const float *k_cache, const float *v_cache,
-    int block_size, int n_heads, int n_kv_heads, int hd, float scale,
-    int bk, vlm_attn_seqs_t seqs, float *ws)
+vlm_attn_paged_kernel(const void *k_cache, const void *v_cache,
+    int kv_type, int block_size, int n_heads, int n_kv_heads, int hd,
+    float scale, int bk, vlm_attn_seqs_t seqs, float *ws)
 {
     VLM_DYNAMIC_SHARED(float, smem);
     __shared__ int           lims[2 * VLM_ATTN_WARPS];
@@ -263,8 +267,10 @@ vlm_attn_paged_kernel(const float *k_cache, const float *v_cache,
     }
 
     kv_dim = n_kv_heads * hd;
-    kv.k = k_cache + (size_t) kvh * hd;
-    kv.v = v_cache + (size_t) kvh * hd;
+    kv.k = k_cache;
+    kv.v = v_cache;
+    kv.off = (size_t) kvh * hd;
+    kv.type = kv_type;
     kv.stride = kv_dim;
     kv.block_table = sq->block_table;
     kv.block_size = block_size;
@@ -398,8 +404,10 @@ vlm_attn_varlen_kernel(float *out, const float *q, const float *k,
             op = out + (size_t) i * n_heads * hd + (size_t) h * hd;
         }
 
-        kv.k = k + (size_t) kvh * hd;
-        kv.v = v + (size_t) kvh * hd;
+        kv.k = k;
+        kv.v = v;
+        kv.off = (size_t) kvh * hd;
+        kv.type = VLM_CUDA_KV_F32;
         kv.stride = kv_stride;
         kv.block_table = NULL;
         kv.block_size = 1;
@@ -428,10 +436,11 @@ vlm_attn_smem(int hd, int bk)
 
 
 extern "C" cudaError_t
-vlm_cuda_attention_paged(cudaStream_t s, const float *k_cache,
-    const float *v_cache, int block_size, int n_heads, int n_kv_heads,
-    int head_dim, float scale, const vlm_cuda_attn_seq_t *seqs, int n_seqs,
-    float *ws, size_t ws_floats, int n_sms)
+vlm_cuda_attention_paged(cudaStream_t s, const void *k_cache,
+    const void *v_cache, int kv_type, int block_size, int n_heads,
+    int n_kv_heads, int head_dim, float scale,
+    const vlm_cuda_attn_seq_t *seqs, int n_seqs, float *ws,
+    size_t ws_floats, int n_sms)
 {
     int              i, rows, per_kv, bk, max_keys, split, blocks;
     dim3             grid;
@@ -440,7 +449,8 @@ vlm_cuda_attention_paged(cudaStream_t s, const float *k_cache,
 
     if (n_seqs < 0 || n_seqs > VLM_CUDA_ATTN_SEQS || n_kv_heads <= 0
         || n_heads % n_kv_heads != 0 || head_dim <= 0
-        || head_dim > VLM_CUDA_MAX_HEAD_DIM || block_size <= 0)
+        || head_dim > VLM_CUDA_MAX_HEAD_DIM || block_size <= 0
+        || kv_type < VLM_CUDA_KV_F32 || kv_type > VLM_CUDA_KV_F16)
     {
         return cudaErrorInvalidValue;
     }
@@ -486,8 +496,8 @@ vlm_cuda_attention_paged(cudaStream_t s, const float *k_cache,
                 (unsigned) split);
 
     VLM_LAUNCH(vlm_attn_paged_kernel, grid, VLM_ATTN_THREADS,
-        vlm_attn_smem(head_dim, bk), s, k_cache, v_cache, block_size, n_heads,
-        n_kv_heads, head_dim, scale, bk, p, ws);
+        vlm_attn_smem(head_dim, bk), s, k_cache, v_cache, kv_type, block_size,
+        n_heads, n_kv_heads, head_dim, scale, bk, p, ws);
 
     e = vlm_cuda_launched();
     if (e != cudaSuccess || split == 1) {

@@ -68,7 +68,7 @@ vlm_gather_rows_kernel(float *y, const float *x, const int32_t *idx,
  * grid: n blocks (one row each); block: 256 threads striding over kv_dim
  */
 static __global__ void
-vlm_kv_store_kernel(float *k_cache, float *v_cache,
+vlm_kv_store_kernel(void *k_cache, void *v_cache, int kv_type,
     const int32_t *block_table, int block_size, int kv_dim, int start,
     const float *k, const float *v, int kv_stride)
 {
@@ -81,8 +81,8 @@ vlm_kv_store_kernel(float *k_cache, float *v_cache,
     src = (size_t) blockIdx.x * kv_stride;
 
     for (d = threadIdx.x; d < kv_dim; d += blockDim.x) {
-        k_cache[off + d] = k[src + d];
-        v_cache[off + d] = v[src + d];
+        vlm_kv_put(k_cache, kv_type, off + d, k[src + d]);
+        vlm_kv_put(v_cache, kv_type, off + d, v[src + d]);
     }
 }
 
@@ -126,11 +126,13 @@ vlm_cuda_gather_rows(cudaStream_t s, float *y, const float *x,
 
 
 extern "C" cudaError_t
-vlm_cuda_kv_store(cudaStream_t s, float *k_cache, float *v_cache,
-    const int32_t *block_table, int block_size, int kv_dim, int start,
-    const float *k, const float *v, int kv_stride, int n)
+vlm_cuda_kv_store(cudaStream_t s, void *k_cache, void *v_cache,
+    int kv_type, const int32_t *block_table, int block_size, int kv_dim,
+    int start, const float *k, const float *v, int kv_stride, int n)
 {
-    if (n < 0 || block_size <= 0 || kv_dim <= 0 || start < 0) {
+    if (n < 0 || block_size <= 0 || kv_dim <= 0 || start < 0
+        || kv_type < VLM_CUDA_KV_F32 || kv_type > VLM_CUDA_KV_F16)
+    {
         return cudaErrorInvalidValue;
     }
 
@@ -139,7 +141,8 @@ vlm_cuda_kv_store(cudaStream_t s, float *k_cache, float *v_cache,
     }
 
     VLM_LAUNCH(vlm_kv_store_kernel, n, VLM_ROW_THREADS, 0, s, k_cache,
-        v_cache, block_table, block_size, kv_dim, start, k, v, kv_stride);
+        v_cache, kv_type, block_table, block_size, kv_dim, start, k, v,
+        kv_stride);
 
     return vlm_cuda_launched();
 }

@@ -8,6 +8,9 @@
 
 #include <math.h>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "vlm_kernels.h"
 
 
@@ -38,6 +41,38 @@
     type  *name = (type *) cudaemu_dynamic_shared()
 
 #endif
+
+
+/* element i of a KV cache row of type VLM_CUDA_KV_*, as float */
+static __device__ __forceinline__ float
+vlm_kv_get(const void *p, int type, size_t i)
+{
+    if (type == VLM_CUDA_KV_BF16) {
+        return __bfloat162float(((const __nv_bfloat16 *) p)[i]);
+    }
+
+    if (type == VLM_CUDA_KV_F16) {
+        return __half2float(((const __half *) p)[i]);
+    }
+
+    return ((const float *) p)[i];
+}
+
+
+/* v rounded to nearest even into element i of a KV cache row */
+static __device__ __forceinline__ void
+vlm_kv_put(void *p, int type, size_t i, float v)
+{
+    if (type == VLM_CUDA_KV_BF16) {
+        ((__nv_bfloat16 *) p)[i] = __float2bfloat16(v);
+
+    } else if (type == VLM_CUDA_KV_F16) {
+        ((__half *) p)[i] = __float2half(v);
+
+    } else {
+        ((float *) p)[i] = v;
+    }
+}
 
 
 static __device__ __forceinline__ float

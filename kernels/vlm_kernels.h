@@ -29,6 +29,15 @@ extern "C" {
 #define VLM_CUDA_MAX_ROPE_HALF   256
 #define VLM_CUDA_ATTN_SEQS       32     /* sequences per paged launch */
 
+/*
+ * the element types of the paged KV cache: float32, or bfloat16 / half
+ * (stored rounded to nearest even, read widened; attention accumulates
+ * in float32 either way)
+ */
+#define VLM_CUDA_KV_F32   0
+#define VLM_CUDA_KV_BF16  1
+#define VLM_CUDA_KV_F16   2
+
 
 /* norm.cu */
 cudaError_t vlm_cuda_rms_norm(cudaStream_t s, float *y, const float *x,
@@ -67,8 +76,8 @@ cudaError_t vlm_cuda_embed(cudaStream_t s, float *y, const uint16_t *table,
     int cols, const int32_t *ids, int n);
 cudaError_t vlm_cuda_gather_rows(cudaStream_t s, float *y, const float *x,
     const int32_t *idx, int n, int dim);
-cudaError_t vlm_cuda_kv_store(cudaStream_t s, float *k_cache,
-    float *v_cache, const int32_t *block_table, int block_size, int kv_dim,
+cudaError_t vlm_cuda_kv_store(cudaStream_t s, void *k_cache, void *v_cache,
+    int kv_type, const int32_t *block_table, int block_size, int kv_dim,
     int start, const float *k, const float *v, int kv_stride, int n);
 
 /* argmax.cu */
@@ -89,8 +98,9 @@ typedef struct {
  * device; NULL: no split) holds the partial results when the keys are
  * split, n_sms decides when they are
  */
-cudaError_t vlm_cuda_attention_paged(cudaStream_t s, const float *k_cache,
-    const float *v_cache, int block_size, int n_heads, int n_kv_heads,
+cudaError_t vlm_cuda_attention_paged(cudaStream_t s, const void *k_cache,
+    const void *v_cache, int kv_type, int block_size, int n_heads,
+    int n_kv_heads,
     int head_dim, float scale, const vlm_cuda_attn_seq_t *seqs, int n_seqs,
     float *ws, size_t ws_floats, int n_sms);
 

@@ -568,17 +568,46 @@ test_argmax(void **state)
 }
 
 
+/* n random values as elements of dt (F32, BF16 or F16), malloc'ed */
+static void *
+rand_kv(vlm_dtype_t dt, size_t n)
+{
+    size_t     i;
+    float     *f;
+    uint16_t  *h;
+
+    f = vlm_test_rand_vec(&rng_state, n);
+    if (dt == VLM_DTYPE_F32) {
+        return f;
+    }
+
+    h = malloc(n * sizeof(uint16_t));
+    assert_non_null(h);
+
+    for (i = 0; i < n; i++) {
+        h[i] = dt == VLM_DTYPE_BF16 ? vlm_f32_to_bf16(f[i])
+                                    : vlm_f32_to_f16(f[i]);
+    }
+
+    free(f);
+
+    return h;
+}
+
+
 /*
  * kv_store then attention_paged: sequences of decode rows and prefill
- * runs with their KV at block boundaries, blocks scattered over the cache
+ * runs with their KV at block boundaries, blocks scattered over the
+ * cache, whose elements are dt
  */
 static void
-check_paged(int n_seqs, int n_heads, int n_kv_heads, int head_dim,
-    int block_size, int n_q_max, int kv_max)
+check_paged_dt(vlm_dtype_t dt, int n_seqs, int n_heads, int n_kv_heads,
+    int head_dim, int block_size, int n_q_max, int kv_max)
 {
     int               s, i, b, n_blocks, kv_dim, D, rows, r, nb, used;
     char              what[96];
-    float            *kc, *vc, *dkc, *dvc, *k, *v, *q, *dk, *dv, *dq;
+    void             *kc, *vc, *dkc, *dvc;
+    float            *k, *v, *q, *dk, *dv, *dq;
     float            *out, *dout, *ref;
     int32_t          *bt, *dbt, *perm;
     size_t            csz;
@@ -591,10 +620,10 @@ check_paged(int n_seqs, int n_heads, int n_kv_heads, int head_dim,
     D = n_heads * head_dim;
     nb = (kv_max + n_q_max + block_size - 1) / block_size;
     n_blocks = n_seqs * nb;
-    csz = (size_t) n_blocks * block_size * kv_dim * sizeof(float);
+    csz = (size_t) n_blocks * block_size * kv_dim * vlm_dtype_size(dt);
 
-    kc = vlm_test_rand_vec(&rng_state, csz / sizeof(float));
-    vc = vlm_test_rand_vec(&rng_state, csz / sizeof(float));
+    kc = rand_kv(dt, (size_t) n_blocks * block_size * kv_dim);
+    vc = rand_kv(dt, (size_t) n_blocks * block_size * kv_dim);
     dkc = dev(kc, csz);
     dvc = dev(vc, csz);
 
@@ -648,18 +677,18 @@ check_paged(int n_seqs, int n_heads, int n_kv_heads, int head_dim,
         sg[s].out = dout + (size_t) used * D;
         sg[s].block_table = dbt + (size_t) s * nb;
 
-        cpu->ops->kv_store(cpu, kc, vc, VLM_DTYPE_F32, sc[s].block_table,
+        cpu->ops->kv_store(cpu, kc, vc, dt, sc[s].block_table,
                            block_size, kv_dim, sc[s].kv_start,
                            k + (size_t) used * kv_dim,
                            v + (size_t) used * kv_dim, kv_dim, sc[s].n_q);
-        gpu->ops->kv_store(gpu, dkc, dvc, VLM_DTYPE_F32, sg[s].block_table,
+        gpu->ops->kv_store(gpu, dkc, dvc, dt, sg[s].block_table,
                            block_size, kv_dim, sg[s].kv_start,
                            dk + (size_t) used * kv_dim,
                            dv + (size_t) used * kv_dim, kv_dim, sg[s].n_q);
         used += sc[s].n_q;
     }
 
-    pa.kv_dtype = VLM_DTYPE_F32;
+    pa.kv_dtype = dt;
     pa.block_size = block_size;
     pa.n_heads = n_heads;
     pa.n_kv_heads = n_kv_heads;
@@ -691,9 +720,9 @@ check_paged(int n_seqs, int n_heads, int n_kv_heads, int head_dim,
         free(h);
     }
 
-    snprintf(what, sizeof(what), "attention_paged seqs=%d heads=%d/%d "
-             "hd=%d bs=%d", n_seqs, n_heads, n_kv_heads, head_dim,
-             block_size);
+    snprintf(what, sizeof(what), "attention_paged %s seqs=%d heads=%d/%d "
+             "hd=%d bs=%d", vlm_dtype_name(dt), n_seqs, n_heads, n_kv_heads,
+             head_dim, block_size);
     check(what, out, ref, (size_t) rows * D, 1e-5);
 
     gpu->ops->release(gpu, dkc);
@@ -715,6 +744,15 @@ check_paged(int n_seqs, int n_heads, int n_kv_heads, int head_dim,
 
 
 static void
+check_paged(int n_seqs, int n_heads, int n_kv_heads, int head_dim,
+    int block_size, int n_q_max, int kv_max)
+{
+    check_paged_dt(VLM_DTYPE_F32, n_seqs, n_heads, n_kv_heads, head_dim,
+                   block_size, n_q_max, kv_max);
+}
+
+
+static void
 test_attention_paged(void **state)
 {
     require_gpu();
@@ -731,6 +769,12 @@ test_attention_paged(void **state)
     check_paged(1, 28, 4, 128, 16, 1, 3000);
     check_paged(1, 8, 1, 64, 16, 1, 4097);
     check_paged(2, 12, 2, 80, 16, 1, 777);
+
+    /* a bf16 and an f16 cache: stored as the CPU rounds, read widened */
+    check_paged_dt(VLM_DTYPE_BF16, 3, 28, 4, 128, 16, 6, 300);
+    check_paged_dt(VLM_DTYPE_BF16, 1, 8, 1, 64, 16, 1, 2049);
+    check_paged_dt(VLM_DTYPE_F16, 5, 12, 2, 128, 16, 9, 1000);
+    check_paged_dt(VLM_DTYPE_F16, 2, 16, 16, 256, 8, 4, 70);
 }
 
 
@@ -902,7 +946,8 @@ test_pool_idle(void **state)
 /* the model: CUDA against CPU on the fixture checkpoints */
 
 static vlm_model_t *
-load_model(const char *name, const char *backend, size_t image_cache)
+load_model_kv(const char *name, const char *backend, size_t image_cache,
+    const char *kv_dtype)
 {
     char                path[256];
     vlm_error_t         err;
@@ -910,6 +955,7 @@ load_model(const char *name, const char *backend, size_t image_cache)
     vlm_model_params_t  p;
 
     vlm_test_fixture_params(&p);
+    p.kv_dtype = kv_dtype;
     p.backend = backend;
     p.device_bytes = (size_t) 256 << 20;
     p.max_image_patches = 256;          /* SmolVLM's 3x3 tiles + 1 */
@@ -921,7 +967,18 @@ load_model(const char *name, const char *backend, size_t image_cache)
         fail_msg("load %s on %s: %s", name, backend, err.msg);
     }
 
+    if (kv_dtype != NULL) {
+        assert_string_equal(vlm_model_info(m)->kv_dtype, kv_dtype);
+    }
+
     return m;
+}
+
+
+static vlm_model_t *
+load_model(const char *name, const char *backend, size_t image_cache)
+{
+    return load_model_kv(name, backend, image_cache, NULL);
 }
 
 
@@ -1150,6 +1207,25 @@ test_model_fault(void **state)
 }
 
 #endif
+
+
+/* a bf16 KV cache on both backends: the same rounding, the same logits */
+static void
+test_model_kv_bf16(void **state)
+{
+    vlm_model_t  *mc, *mg;
+
+    require_gpu();
+
+    mc = load_model_kv("qwen2vl-f32", "cpu", 0, "bf16");
+    mg = load_model_kv("qwen2vl-f32", "cuda", 0, "bf16");
+
+    parity_case(mc, mg, "qwen2vl-f32", "text", 0);
+    parity_case(mc, mg, "qwen2vl-f32", "image1", 1);
+
+    vlm_model_free(mc);
+    vlm_model_free(mg);
+}
 
 
 static void
@@ -1481,6 +1557,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_pool_idle),
         cmocka_unit_test(test_upload_ring),
         cmocka_unit_test(test_model_image_cache),
+        cmocka_unit_test(test_model_kv_bf16),
 #ifdef VLM_CUDAEMU
         cmocka_unit_test(test_model_fault),
 #endif

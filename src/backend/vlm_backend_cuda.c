@@ -538,17 +538,29 @@ vlm_cuda_attention_varlen_op(vlm_backend_t *be, const vlm_attn_varlen_t *a)
 }
 
 
+/* the kernels' KV element type of one of kv_dtypes (-1: none, refused) */
+static int
+vlm_cuda_kv_type(vlm_dtype_t dtype)
+{
+    switch (dtype) {
+    case VLM_DTYPE_F32:
+        return VLM_CUDA_KV_F32;
+    case VLM_DTYPE_BF16:
+        return VLM_CUDA_KV_BF16;
+    case VLM_DTYPE_F16:
+        return VLM_CUDA_KV_F16;
+    default:
+        return -1;
+    }
+}
+
+
 static void
 vlm_cuda_attention_paged_op(vlm_backend_t *be, const vlm_attn_paged_t *a)
 {
     int                   s, i, n;
     vlm_cuda_t           *cu = (vlm_cuda_t *) be;
     vlm_cuda_attn_seq_t   seqs[VLM_CUDA_ATTN_SEQS];
-
-    if (a->kv_dtype != VLM_DTYPE_F32) {
-        vlm_cuda_check(cu, cudaErrorNotSupported, "attention_paged");
-        return;
-    }
 
     /* the sequences travel with the launch, VLM_CUDA_ATTN_SEQS at a time */
     for (s = 0; s < a->n_seqs; s += n) {
@@ -564,6 +576,8 @@ vlm_cuda_attention_paged_op(vlm_backend_t *be, const vlm_attn_paged_t *a)
 
         vlm_cuda_check(cu, vlm_cuda_attention_paged(cu->stream, a->k_cache,
                                                     a->v_cache,
+                                                    vlm_cuda_kv_type(
+                                                        a->kv_dtype),
                                                     a->block_size,
                                                     a->n_heads,
                                                     a->n_kv_heads,
@@ -585,12 +599,8 @@ vlm_cuda_kv_store_op(vlm_backend_t *be, void *k_cache, void *v_cache,
 {
     vlm_cuda_t  *cu = (vlm_cuda_t *) be;
 
-    if (dtype != VLM_DTYPE_F32) {
-        vlm_cuda_check(cu, cudaErrorNotSupported, "kv_store");
-        return;
-    }
-
     vlm_cuda_check(cu, vlm_cuda_kv_store(cu->stream, k_cache, v_cache,
+                                         vlm_cuda_kv_type(dtype),
                                          block_table, block_size, kv_dim,
                                          start, k, v, kv_stride, n),
                    "kv_store");
@@ -772,7 +782,7 @@ static const vlm_backend_ops_t  vlm_cuda_ops = {
     vlm_cuda_argmax_op,
     vlm_cuda_comm_open,
     NULL,                       /* no quantized weights: refused at load */
-    1u << VLM_DTYPE_F32,
+    1u << VLM_DTYPE_F32 | 1u << VLM_DTYPE_BF16 | 1u << VLM_DTYPE_F16,
     &vlm_cuda_fpool_ops,
     vlm_cuda_failure
 };

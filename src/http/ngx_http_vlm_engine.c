@@ -181,17 +181,6 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     }
 
     if (vmcf->backend == NGX_HTTP_VLM_BACKEND_CUDA
-        && vmcf->kv_dtype != NGX_HTTP_VLM_KV_AUTO
-        && vmcf->kv_dtype != NGX_HTTP_VLM_KV_F32)
-    {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"vlm_kv_dtype %V\" needs \"vlm_backend cpu\": "
-                           "the CUDA backend keeps an f32 KV cache",
-                           &ngx_http_vlm_kv_dtypes[vmcf->kv_dtype].name);
-        return NGX_CONF_ERROR;
-    }
-
-    if (vmcf->backend == NGX_HTTP_VLM_BACKEND_CUDA
         && vmcf->head_quant != NGX_HTTP_VLM_HEAD_OFF)
     {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
