@@ -4,8 +4,9 @@
  * against where their pointers live, the host touching device memory,
  * kernel arguments that are host memory, barriers and shuffles that
  * hardware could not complete, cublasGemmEx with its transposes and
- * leading dimensions, streams that keep no order but their events', and
- * a planted kernel fault.
+ * leading dimensions, streams that keep no order but their events', a
+ * planted kernel fault, IPC handles between processes, and the warp
+ * matrix functions (nvcuda::wmma).
  */
 
 #include <math.h>
@@ -26,6 +27,7 @@ extern "C" {
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 
 #include "vlm_cuda_util.cuh"
 
@@ -107,6 +109,45 @@ emu_copy(float *y, const float *x, int n)
     if (i < n) {
         y[i] = x[i];
     }
+}
+
+
+/*
+ * c[16 x 16] = a[16 x 32] (row-major) b[32 x 16] (column-major) + c, one
+ * warp, two k steps of the tensor cores; with half_warp only lanes 0-15
+ * take part, which hardware cannot do
+ */
+static __global__ void
+emu_wmma(float *c, const __nv_bfloat16 *a, const __nv_bfloat16 *b,
+    int half_warp)
+{
+    using namespace nvcuda;
+
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16,
+                   wmma::row_major>                       fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16,
+                   wmma::col_major>                       fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float>  fc;
+    int                                                   k, i;
+
+    if (half_warp && threadIdx.x >= 16) {
+        return;
+    }
+
+    wmma::load_matrix_sync(fc, c, 16, wmma::mem_row_major);
+
+    for (k = 0; k < 32; k += 16) {
+        wmma::load_matrix_sync(fa, a + k, 32);
+        wmma::load_matrix_sync(fb, b + k, 32);
+        wmma::mma_sync(fc, fa, fb, fc);
+    }
+
+    /* element by element, as CUDA allows on a fragment */
+    for (i = 0; i < fc.num_elements; i++) {
+        fc.x[i] *= 0.5f;
+    }
+
+    wmma::store_matrix_sync(c, fc, 16, wmma::mem_row_major);
 }
 
 
@@ -581,6 +622,70 @@ test_fault(void **state)
 }
 
 
+static void
+wmma_half_warp(void)
+{
+    float          *c = (float *) dev_alloc(256 * sizeof(float));
+    __nv_bfloat16  *a = (__nv_bfloat16 *) dev_alloc(512 * 2);
+
+    VLM_LAUNCH(emu_wmma, 1, 32, 0, NULL, c, a, a, 1);
+}
+
+
+static void
+test_wmma(void **state)
+{
+    int             i, j, l;
+    float           c0[256], c[256], ref, av, bv;
+    float          *dc;
+    __nv_bfloat16   a[16 * 32], b[16 * 32], *da, *db;
+
+    for (i = 0; i < 16 * 32; i++) {
+        a[i] = __float2bfloat16((float) ((i * 7) % 13) / 8.0f - 0.75f);
+        b[i] = __float2bfloat16((float) ((i * 5) % 11) / 4.0f - 1.25f);
+    }
+
+    for (i = 0; i < 256; i++) {
+        c0[i] = (float) (i % 9) - 4.0f;
+    }
+
+    dc = (float *) dev_alloc(sizeof(c0));
+    da = (__nv_bfloat16 *) dev_alloc(sizeof(a));
+    db = (__nv_bfloat16 *) dev_alloc(sizeof(b));
+    assert_int_equal(cudaMemcpy(dc, c0, sizeof(c0), cudaMemcpyHostToDevice),
+                     cudaSuccess);
+    assert_int_equal(cudaMemcpy(da, a, sizeof(a), cudaMemcpyHostToDevice),
+                     cudaSuccess);
+    assert_int_equal(cudaMemcpy(db, b, sizeof(b), cudaMemcpyHostToDevice),
+                     cudaSuccess);
+
+    VLM_LAUNCH(emu_wmma, 1, 32, 0, NULL, dc, da, db, 0);
+
+    assert_int_equal(cudaMemcpy(c, dc, sizeof(c), cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+
+    /* b is column-major: element (k, n) at b[n * 32 + k] */
+    for (i = 0; i < 16; i++) {
+        for (j = 0; j < 16; j++) {
+            ref = c0[i * 16 + j];
+            for (l = 0; l < 32; l++) {
+                av = __bfloat162float(a[i * 32 + l]);
+                bv = __bfloat162float(b[j * 32 + l]);
+                ref += av * bv;
+            }
+            assert_float_equal(c[i * 16 + j], 0.5f * ref, 1e-4f);
+        }
+    }
+
+    /* half a warp at a warp's operation: reported, the launch failed */
+    assert_int_equal(in_child(wmma_half_warp), 3);
+
+    cudaFree(dc);
+    cudaFree(da);
+    cudaFree(db);
+}
+
+
 /* C[m, n] = A^T B with A stored k x m (lda), B k x n (ldb), column-major */
 static void
 test_gemm(void **state)
@@ -653,6 +758,7 @@ main(void)
         cmocka_unit_test(test_stream_order),
         cmocka_unit_test(test_fault),
         cmocka_unit_test(test_ipc),
+        cmocka_unit_test(test_wmma),
     };
 
     return cmocka_run_group_tests_name("cudaemu", tests, NULL, NULL);
