@@ -51,6 +51,12 @@ struct device_open {
 /* the kernel this thread runs now, for the fault handler to name */
 extern thread_local const char  *kernel_running;
 
+/*
+ * from the fault handler, on the faulting thread's fiber: reports where,
+ * fails the launch with a sticky illegal address and leaves the fiber
+ */
+[[noreturn]] void kernel_fault(const void *addr);
+
 void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* work for a stream (NULL: the legacy one), run when it is waited for */

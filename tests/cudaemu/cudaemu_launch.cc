@@ -305,6 +305,25 @@ ballot(unsigned mask, int pred, const char *op)
 }
 
 
+void
+kernel_fault(const void *addr)
+{
+    uint3  b = run->block.idx;
+    uint3  t = cur_thread->idx;
+
+    report("kernel %s, block (%u,%u,%u), thread (%u,%u,%u): an illegal "
+           "memory access at %p (outside the allocations it was given)",
+           run->kernel, b.x, b.y, b.z, t.x, t.y, t.z, addr);
+
+    set_error(cudaErrorIllegalAddress, true);
+    run->failed = true;
+
+    for ( ;; ) {
+        wait_turn();            /* never resumed */
+    }
+}
+
+
 /* a fiber's life: the kernel, then back to the scheduler for good */
 static void
 fiber_main()

@@ -79,20 +79,13 @@ on_segv(int sig, siginfo_t *si, void *uc)
 {
     static const char  msg[] = "cudaemu: the host touched device memory "
                                "(outside kernels and copies)\n";
-    static const char  oob[] = " touched memory outside the allocations "
-                               "it was given (out of bounds)\n";
     uintptr_t          a = (uintptr_t) si->si_addr;
-    const char        *k = kernel_running;
 
     (void) uc;
 
-    /* a GPU would end the kernel with an illegal address */
-    if (k != NULL) {
-        (void) !write(2, "cudaemu: kernel ", 16);
-        (void) !write(2, k, strlen(k));
-        (void) !write(2, oob, sizeof(oob) - 1);
-        signal(sig, SIG_DFL);
-        return;
+    /* a GPU ends the kernel with an illegal address: so does the launch */
+    if (kernel_running != NULL) {
+        kernel_fault(si->si_addr);      /* does not return */
     }
 
     for (auto &it : regions) {
@@ -112,17 +105,18 @@ on_segv(int sig, siginfo_t *si, void *uc)
 static void
 catch_host_access()
 {
-    static bool       done;
     struct sigaction  sa;
 
-    if (done) {
+    /* again where something put another handler in its place */
+    if (sigaction(SIGSEGV, NULL, &sa) == 0 && (sa.sa_flags & SA_SIGINFO)
+        && sa.sa_sigaction == on_segv)
+    {
         return;
     }
 
-    done = true;
     memset(&sa, 0, sizeof(sa));
     sa.sa_sigaction = on_segv;
-    sa.sa_flags = SA_SIGINFO | SA_RESETHAND;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
     sigaction(SIGSEGV, &sa, NULL);
 }
 
