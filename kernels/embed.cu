@@ -87,6 +87,44 @@ vlm_kv_store_kernel(void *k_cache, void *v_cache, int kv_type,
 }
 
 
+typedef struct {
+    vlm_cuda_kv_seq_t  s[VLM_CUDA_ATTN_SEQS];
+    int                row0[VLM_CUDA_ATTN_SEQS + 1];
+    int                n_seqs;
+} vlm_kv_seqs_t;
+
+
+/*
+ * the rows of several sequences, as vlm_kv_store_kernel stores one's
+ * grid: the rows of all sequences (one a block); block: 256 threads
+ */
+static __global__ void
+vlm_kv_store_seqs_kernel(void *k_cache, void *v_cache, int kv_type,
+    int block_size, int kv_dim, int kv_stride, vlm_kv_seqs_t p)
+{
+    int                       s, i, d, j;
+    size_t                    off, src;
+    const vlm_cuda_kv_seq_t  *sq;
+
+    for (s = 0; s + 1 < p.n_seqs && p.row0[s + 1] <= (int) blockIdx.x; s++)
+    {
+        /* void */
+    }
+
+    sq = &p.s[s];
+    i = (int) blockIdx.x - p.row0[s];
+    j = sq->start + i;
+    off = ((size_t) sq->block_table[j / block_size] * block_size
+           + j % block_size) * kv_dim;
+    src = (size_t) i * kv_stride;
+
+    for (d = threadIdx.x; d < kv_dim; d += blockDim.x) {
+        vlm_kv_put(k_cache, kv_type, off + d, sq->k[src + d]);
+        vlm_kv_put(v_cache, kv_type, off + d, sq->v[src + d]);
+    }
+}
+
+
 extern "C" cudaError_t
 vlm_cuda_embed(cudaStream_t s, float *y, const uint16_t *table, int cols,
     const int32_t *ids, int n)
@@ -143,6 +181,48 @@ vlm_cuda_kv_store(cudaStream_t s, void *k_cache, void *v_cache,
     VLM_LAUNCH(vlm_kv_store_kernel, n, VLM_ROW_THREADS, 0, s, k_cache,
         v_cache, kv_type, block_table, block_size, kv_dim, start, k, v,
         kv_stride);
+
+    return vlm_cuda_launched();
+}
+
+
+extern "C" cudaError_t
+vlm_cuda_kv_store_seqs(cudaStream_t s, void *k_cache, void *v_cache,
+    int kv_type, int block_size, int kv_dim, int kv_stride,
+    const vlm_cuda_kv_seq_t *seqs, int n_seqs)
+{
+    int            i, rows;
+    vlm_kv_seqs_t  p;
+
+    if (n_seqs < 0 || n_seqs > VLM_CUDA_ATTN_SEQS || block_size <= 0
+        || kv_dim <= 0 || kv_type < VLM_CUDA_KV_F32
+        || kv_type > VLM_CUDA_KV_F16)
+    {
+        return cudaErrorInvalidValue;
+    }
+
+    memset(&p, 0, sizeof(p));
+    rows = 0;
+
+    for (i = 0; i < n_seqs; i++) {
+        if (seqs[i].n < 0 || seqs[i].start < 0) {
+            return cudaErrorInvalidValue;
+        }
+
+        p.s[i] = seqs[i];
+        p.row0[i] = rows;
+        rows += seqs[i].n;
+    }
+
+    p.row0[n_seqs] = rows;
+    p.n_seqs = n_seqs;
+
+    if (rows == 0) {
+        return cudaSuccess;
+    }
+
+    VLM_LAUNCH(vlm_kv_store_seqs_kernel, rows, VLM_ROW_THREADS, 0, s,
+        k_cache, v_cache, kv_type, block_size, kv_dim, kv_stride, p);
 
     return vlm_cuda_launched();
 }

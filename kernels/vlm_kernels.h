@@ -80,6 +80,20 @@ cudaError_t vlm_cuda_kv_store(cudaStream_t s, void *k_cache, void *v_cache,
     int kv_type, const int32_t *block_table, int block_size, int kv_dim,
     int start, const float *k, const float *v, int kv_stride, int n);
 
+/* one sequence's rows for vlm_cuda_kv_store_seqs (device pointers) */
+typedef struct {
+    const int32_t  *block_table;
+    int             start;
+    int             n;
+    const float    *k;
+    const float    *v;
+} vlm_cuda_kv_seq_t;
+
+/* the rows of up to VLM_CUDA_ATTN_SEQS sequences in one launch */
+cudaError_t vlm_cuda_kv_store_seqs(cudaStream_t s, void *k_cache,
+    void *v_cache, int kv_type, int block_size, int kv_dim, int kv_stride,
+    const vlm_cuda_kv_seq_t *seqs, int n_seqs);
+
 /* argmax.cu */
 cudaError_t vlm_cuda_argmax(cudaStream_t s, int32_t *out, const float *x,
     int n, int dim);

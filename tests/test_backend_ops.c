@@ -611,6 +611,7 @@ check_paged_dt(vlm_dtype_t dt, int n_seqs, int n_heads, int n_kv_heads,
     float            *out, *dout, *ref;
     int32_t          *bt, *dbt, *perm;
     size_t            csz;
+    vlm_kv_seq_t      ks[64];
     vlm_attn_seq_t    sc[64], sg[64];
     vlm_attn_paged_t  pa;
 
@@ -681,11 +682,25 @@ check_paged_dt(vlm_dtype_t dt, int n_seqs, int n_heads, int n_kv_heads,
                            block_size, kv_dim, sc[s].kv_start,
                            k + (size_t) used * kv_dim,
                            v + (size_t) used * kv_dim, kv_dim, sc[s].n_q);
-        gpu->ops->kv_store(gpu, dkc, dvc, dt, sg[s].block_table,
-                           block_size, kv_dim, sg[s].kv_start,
-                           dk + (size_t) used * kv_dim,
-                           dv + (size_t) used * kv_dim, kv_dim, sg[s].n_q);
+        ks[s].block_table = sg[s].block_table;
+        ks[s].start = sg[s].kv_start;
+        ks[s].n = sg[s].n_q;
+        ks[s].k = dk + (size_t) used * kv_dim;
+        ks[s].v = dv + (size_t) used * kv_dim;
+
+        /* a sequence at a time, or all at once (more than one launch's) */
+        if (gpu->ops->kv_store_seqs == NULL || n_seqs % 3 == 0) {
+            gpu->ops->kv_store(gpu, dkc, dvc, dt, ks[s].block_table,
+                               block_size, kv_dim, ks[s].start, ks[s].k,
+                               ks[s].v, kv_dim, ks[s].n);
+        }
+
         used += sc[s].n_q;
+    }
+
+    if (gpu->ops->kv_store_seqs != NULL && n_seqs % 3 != 0) {
+        gpu->ops->kv_store_seqs(gpu, dkc, dvc, dt, block_size, kv_dim,
+                                kv_dim, ks, n_seqs);
     }
 
     pa.kv_dtype = dt;

@@ -132,6 +132,16 @@ typedef struct {
 } vlm_attn_seq_t;
 
 
+/* the K and V rows of one sequence for kv_store_seqs() */
+typedef struct {
+    const int32_t  *block_table;
+    int             start;      /* the kv index of the first row */
+    int             n;
+    const float    *k;          /* [n, kv_stride] */
+    const float    *v;
+} vlm_kv_seq_t;
+
+
 /*
  * The paged KV cache's rows are kv_dtype elements: F32, or BF16 / F16
  * (half the bytes), written by kv_store() rounded to nearest even and
@@ -254,6 +264,15 @@ typedef struct {
      * NULL: the backend does not fail so
      */
     const char *(*failure)(vlm_backend_t *be);
+
+    /*
+     * kv_store() of a step's sequences at once (one launch on a GPU,
+     * where a launch a sequence would cost more than the copy); NULL:
+     * kv_store() a sequence
+     */
+    void  (*kv_store_seqs)(vlm_backend_t *be, void *k_cache, void *v_cache,
+        vlm_dtype_t dtype, int block_size, int kv_dim, int kv_stride,
+        const vlm_kv_seq_t *seqs, int n_seqs);
 } vlm_backend_ops_t;
 
 

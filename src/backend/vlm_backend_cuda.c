@@ -556,6 +556,37 @@ vlm_cuda_kv_type(vlm_dtype_t dtype)
 
 
 static void
+vlm_cuda_kv_store_seqs_op(vlm_backend_t *be, void *k_cache, void *v_cache,
+    vlm_dtype_t dtype, int block_size, int kv_dim, int kv_stride,
+    const vlm_kv_seq_t *seqs, int n_seqs)
+{
+    int                 s, i, n;
+    vlm_cuda_t         *cu = (vlm_cuda_t *) be;
+    vlm_cuda_kv_seq_t   ks[VLM_CUDA_ATTN_SEQS];
+
+    /* VLM_CUDA_ATTN_SEQS sequences a launch, as attention takes them */
+    for (s = 0; s < n_seqs; s += n) {
+        n = vlm_min(VLM_CUDA_ATTN_SEQS, n_seqs - s);
+
+        for (i = 0; i < n; i++) {
+            ks[i].block_table = seqs[s + i].block_table;
+            ks[i].start = seqs[s + i].start;
+            ks[i].n = seqs[s + i].n;
+            ks[i].k = seqs[s + i].k;
+            ks[i].v = seqs[s + i].v;
+        }
+
+        vlm_cuda_check(cu, vlm_cuda_kv_store_seqs(cu->stream, k_cache,
+                                                  v_cache,
+                                                  vlm_cuda_kv_type(dtype),
+                                                  block_size, kv_dim,
+                                                  kv_stride, ks, n),
+                       "kv_store");
+    }
+}
+
+
+static void
 vlm_cuda_attention_paged_op(vlm_backend_t *be, const vlm_attn_paged_t *a)
 {
     int                   s, i, n;
@@ -784,7 +815,8 @@ static const vlm_backend_ops_t  vlm_cuda_ops = {
     NULL,                       /* no quantized weights: refused at load */
     1u << VLM_DTYPE_F32 | 1u << VLM_DTYPE_BF16 | 1u << VLM_DTYPE_F16,
     &vlm_cuda_fpool_ops,
-    vlm_cuda_failure
+    vlm_cuda_failure,
+    vlm_cuda_kv_store_seqs_op
 };
 
 

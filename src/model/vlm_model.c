@@ -223,6 +223,8 @@ vlm_model_slots(vlm_model_t *m, vlm_error_t *err)
                         sizeof(float *));
     m->attn_seqs = calloc((size_t) m->params.max_batch_tokens,
                           sizeof(vlm_attn_seq_t));
+    m->kv_seqs = calloc((size_t) m->params.max_batch_tokens,
+                        sizeof(vlm_kv_seq_t));
     m->steps = calloc((size_t) m->params.max_batch_tokens,
                       sizeof(vlm_step_item_t));
     m->step_had = calloc((size_t) m->params.max_batch_tokens,
@@ -231,7 +233,8 @@ vlm_model_slots(vlm_model_t *m, vlm_error_t *err)
                            sizeof(int32_t));
 
     if (m->seqs == NULL || m->segs == NULL || m->seg_rows == NULL
-        || m->seg_out == NULL || m->attn_seqs == NULL || m->steps == NULL
+        || m->seg_out == NULL || m->attn_seqs == NULL || m->kv_seqs == NULL
+        || m->steps == NULL
         || m->step_had == NULL || m->image_runs == NULL)
     {
         return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
@@ -664,6 +667,7 @@ vlm_model_free(vlm_model_t *m)
     free(m->seg_rows);
     free(m->seg_out);
     free(m->attn_seqs);
+    free(m->kv_seqs);
     free(m->steps);
     free(m->step_had);
     free(m->image_runs);

@@ -266,6 +266,7 @@ struct vlm_model_s {
     int32_t                 *seg_rows;  /* host [max_batch_tokens] */
     float                  **seg_out;   /* host [max_batch_tokens] */
     vlm_attn_seq_t          *attn_seqs; /* host [max_batch_tokens] */
+    vlm_kv_seq_t            *kv_seqs;   /* host [max_batch_tokens] */
     vlm_step_item_t         *steps;     /* host [max_batch_tokens] */
     int32_t                 *step_had;  /* host [max_batch_tokens] */
     vlm_prefill_job_t        pf;

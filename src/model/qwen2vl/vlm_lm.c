@@ -421,6 +421,12 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
         m->attn_seqs[s].block_table = sg->seq->blocks_dev;
         m->attn_seqs[s].n_q = sg->n;
         m->attn_seqs[s].kv_start = sg->kv_start;
+
+        m->kv_seqs[s].block_table = sg->seq->blocks_dev;
+        m->kv_seqs[s].start = sg->kv_start;
+        m->kv_seqs[s].n = sg->n;
+        m->kv_seqs[s].k = ws->k + (size_t) sg->row * KV;
+        m->kv_seqs[s].v = ws->v + (size_t) sg->row * KV;
     }
 
     for (l = 0; l < tc->n_layers; l++) {
@@ -440,7 +446,14 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
         op->rope(be, ws->q, T, Q, nh, hd, ws->cos, ws->sin);
         op->rope(be, ws->k, T, KV, nkv, hd, ws->cos, ws->sin);
 
-        for (s = 0; s < b->n_segs; s++) {
+        if (op->kv_store_seqs != NULL) {
+            op->kv_store_seqs(be, vlm_kv_layer_k(&m->kv, l),
+                              vlm_kv_layer_v(&m->kv, l), m->kv.dtype,
+                              m->kv.block_size, KV, KV, m->kv_seqs,
+                              b->n_segs);
+        }
+
+        for (s = 0; op->kv_store_seqs == NULL && s < b->n_segs; s++) {
             sg = &b->segs[s];
             op->kv_store(be, vlm_kv_layer_k(&m->kv, l),
                          vlm_kv_layer_v(&m->kv, l), m->kv.dtype,
