@@ -664,16 +664,18 @@ vlm_cuda_free(vlm_backend_t *be)
  * where it has an fd) registered as mapped pinned memory, which kernels
  * read and write through its device address (the same address: unified
  * addressing), and which copies reach from device memory or host memory
- * alike.  The copies wait for the device first: the slices are written
- * by the step that just ran on the backend's stream.
+ * alike.  The copies run on the backend's stream, after the step that
+ * wrote their source, and complete before they return; a slice's
+ * "ready" waits for the stream (the image cache's entries are written by
+ * kernels).
  */
 static void *
-vlm_cuda_fpool_map(int fd, size_t size, vlm_error_t *err)
+vlm_cuda_fpool_map(void *ctx, int fd, size_t size, vlm_error_t *err)
 {
     void         *p;
     cudaError_t   e;
 
-    p = vlm_fpool_cpu_ops.map(fd, size, err);
+    p = vlm_fpool_cpu_ops.map_host(ctx, fd, size, err);
     if (p == NULL) {
         return NULL;
     }
@@ -681,7 +683,7 @@ vlm_cuda_fpool_map(int fd, size_t size, vlm_error_t *err)
     e = cudaHostRegister(p, size,
                          cudaHostRegisterMapped | cudaHostRegisterPortable);
     if (e != cudaSuccess) {
-        vlm_fpool_cpu_ops.unmap(p, size);
+        vlm_fpool_cpu_ops.unmap_host(ctx, p, size);
         vlm_error_set(err, VLM_ERR_NOMEM, "feature pool: cudaHostRegister("
                       "%zu): %s", size, cudaGetErrorString(e));
         return NULL;
@@ -692,21 +694,22 @@ vlm_cuda_fpool_map(int fd, size_t size, vlm_error_t *err)
 
 
 static void
-vlm_cuda_fpool_unmap(void *base, size_t size)
+vlm_cuda_fpool_unmap(void *ctx, void *base, size_t size)
 {
     cudaHostUnregister(base);
-    vlm_fpool_cpu_ops.unmap(base, size);
+    vlm_fpool_cpu_ops.unmap_host(ctx, base, size);
 }
 
 
 static vlm_status_t
-vlm_cuda_fpool_copy(void *dst, const void *src, size_t n)
+vlm_cuda_fpool_copy(void *ctx, void *dst, const void *src, size_t n)
 {
-    cudaError_t  e;
+    cudaError_t   e;
+    vlm_cuda_t   *cu = ctx;
 
-    e = cudaDeviceSynchronize();
+    e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, cu->stream);
     if (e == cudaSuccess) {
-        e = cudaMemcpy(dst, src, n, cudaMemcpyDefault);
+        e = cudaStreamSynchronize(cu->stream);
     }
 
     if (e != cudaSuccess) {
@@ -719,14 +722,37 @@ vlm_cuda_fpool_copy(void *dst, const void *src, size_t n)
 }
 
 
+/* what the stream wrote into a slice (kernels too) is there for all */
+static vlm_status_t
+vlm_cuda_fpool_ready(void *ctx, int slot, int wait)
+{
+    cudaError_t   e;
+    vlm_cuda_t   *cu = ctx;
+
+    e = cudaStreamSynchronize(cu->stream);
+    if (e != cudaSuccess) {
+        vlm_log(VLM_LOG_ERROR, "cuda backend: feature pool slot %d: %s",
+                slot, cudaGetErrorString(e));
+        return VLM_ERR_INTERNAL;
+    }
+
+    return VLM_OK;
+}
+
+
 static const vlm_fpool_ops_t  vlm_cuda_fpool_ops = {
     "cuda",
     vlm_cuda_fpool_map,
     vlm_cuda_fpool_unmap,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
     vlm_cuda_fpool_copy,
-    vlm_cuda_fpool_copy,
-    vlm_cuda_fpool_copy,
-    vlm_cuda_fpool_copy
+    vlm_cuda_fpool_ready,
+    NULL,
+    NULL,
+    NULL
 };
 
 

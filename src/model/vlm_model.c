@@ -532,8 +532,9 @@ vlm_model_feature_pool_open(vlm_model_t *m, vlm_error_t *err)
     rc = vlm_fpool_open(&m->fpool,
                         m->be->ops->fpool_ops != NULL ? m->be->ops->fpool_ops
                                                       : &vlm_fpool_cpu_ops,
-                        p->tp_size > 1 ? p->feature_pool_fd : -1,
-                        pool, host, p->tp_rank == 0, err);
+                        m->be, p->tp_size > 1 ? p->feature_pool_fd : -1,
+                        pool, host, p->tp_size > 1 ? p->tp_rank : 0,
+                        vlm_max(p->tp_size, 1), err);
     if (rc != VLM_OK) {
         return rc;
     }
