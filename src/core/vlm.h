@@ -249,7 +249,10 @@ int vlm_prefill_busy(const vlm_model_t *model);
  * dropped).
  */
 struct vlm_fpool_handle_s;
+struct vlm_fpool_s;
 int vlm_prefill_encoding(const vlm_model_t *model);
+/* the model's feature pool (backend/vlm_fpool.h), NULL: none */
+struct vlm_fpool_s *vlm_model_feature_pool(vlm_model_t *model);
 vlm_status_t vlm_prefill_image_put(vlm_model_t *model, int consumers,
     struct vlm_fpool_handle_s *h, vlm_error_t *err);
 vlm_status_t vlm_prefill_image_get(vlm_model_t *model,

@@ -86,11 +86,58 @@ vlm_group_ids_bytes(int n_ids)
 }
 
 
+/*
+ * The feature pool's device side, once: rank 0's handles (its device
+ * pool and the slots' events) to every other rank, which opens them on
+ * its own device
+ */
+static vlm_status_t
+vlm_group_share_pool(vlm_group_t *g, vlm_error_t *err)
+{
+    size_t        size;
+    uint8_t      *handles;
+    vlm_fpool_t  *pool;
+    vlm_status_t  rc;
+
+    pool = vlm_model_feature_pool(g->model);
+    size = vlm_fpool_export_size(pool);
+
+    if (g->comm == NULL || size == 0) {
+        return VLM_OK;
+    }
+
+    handles = calloc(1, size);
+    if (handles == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "group: no memory");
+    }
+
+    rc = VLM_OK;
+
+    if (g->comm->rank == 0) {
+        rc = vlm_fpool_export(pool, handles, err);
+    }
+
+    /* every rank takes part, rank 0's failure included (then zeros) */
+    if (g->comm->ops->broadcast(g->comm, handles, size, 0) != VLM_OK) {
+        rc = vlm_error_set(err, VLM_ERR_INTERNAL, "group: a rank of the "
+                           "tensor-parallel group is gone");
+
+    } else if (rc == VLM_OK && g->comm->rank != 0) {
+        rc = vlm_fpool_attach(pool, handles, err);
+    }
+
+    free(handles);
+
+    return rc;
+}
+
+
 vlm_status_t
 vlm_group_init(vlm_group_t **group, vlm_model_t *model, vlm_comm_t *comm,
     const void *arena, size_t arena_size, vlm_error_t *err)
 {
     vlm_group_t             *g;
+    vlm_status_t             rc;
     const vlm_model_info_t  *info;
 
     *group = NULL;
@@ -126,6 +173,12 @@ vlm_group_init(vlm_group_t **group, vlm_model_t *model, vlm_comm_t *comm,
     {
         vlm_group_free(g);
         return vlm_error_set(err, VLM_ERR_NOMEM, "group: no memory");
+    }
+
+    rc = vlm_group_share_pool(g, err);
+    if (rc != VLM_OK) {
+        vlm_group_free(g);
+        return rc;
     }
 
     *group = g;

@@ -544,6 +544,13 @@ vlm_model_feature_pool_open(vlm_model_t *m, vlm_error_t *err)
 }
 
 
+vlm_fpool_t *
+vlm_model_feature_pool(vlm_model_t *m)
+{
+    return m->fpool;
+}
+
+
 vlm_status_t
 vlm_model_load(vlm_model_t **out, const char *dir,
     const vlm_model_params_t *params, vlm_error_t *err)
