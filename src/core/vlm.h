@@ -152,6 +152,9 @@ typedef struct {
     uint64_t    transfers_pool;     /* images handed to the other ranks */
     uint64_t    transfers_host;     /* of those, through the host */
     uint64_t    fallback_bytes;
+    uint64_t    transfer_bytes_pool;    /* bytes of the transfers */
+    uint64_t    transfer_bytes_host;
+    int         copies_in_flight;   /* consumers' copies not yet done */
 } vlm_model_stats_t;
 
 

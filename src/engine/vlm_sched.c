@@ -234,6 +234,12 @@ vlm_sched_publish_pool(vlm_metrics_t *m, const vlm_model_stats_t *st,
                      st->transfers_host - last->transfers_host);
     atomic_fetch_add(&m->feature_fallback_bytes,
                      st->fallback_bytes - last->fallback_bytes);
+    atomic_fetch_add(&m->feature_bytes[0],
+                     st->transfer_bytes_pool - last->transfer_bytes_pool);
+    atomic_fetch_add(&m->feature_bytes[1],
+                     st->transfer_bytes_host - last->transfer_bytes_host);
+    atomic_store(&m->feature_copies_in_flight,
+                 (uint64_t) st->copies_in_flight);
 }
 
 

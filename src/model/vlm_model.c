@@ -781,6 +781,9 @@ vlm_model_stats(const vlm_model_t *m, vlm_model_stats_t *s)
         s->transfers_pool = fs.transfers[VLM_FPOOL_POOL];
         s->transfers_host = fs.transfers[VLM_FPOOL_HOST];
         s->fallback_bytes = fs.fallback_bytes;
+        s->transfer_bytes_pool = fs.bytes[VLM_FPOOL_POOL];
+        s->transfer_bytes_host = fs.bytes[VLM_FPOOL_HOST];
+        s->copies_in_flight = fs.in_flight;
     }
 
     for (i = 0; i < m->params.max_seqs; i++) {

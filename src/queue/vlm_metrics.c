@@ -256,9 +256,20 @@ vlm_metrics_render(const vlm_metrics_t *m, const vlm_queue_stats_t *q,
                 "vlm_feature_transfers_total{path=\"host\"} %llu\n",
             (unsigned long long) atomic_load(&m->feature_transfers[0]),
             (unsigned long long) atomic_load(&m->feature_transfers[1]));
+    vlm_out(&o, "# HELP vlm_feature_transfer_bytes_total Bytes of the "
+                "images' features handed to the other ranks, by path.\n"
+                "# TYPE vlm_feature_transfer_bytes_total counter\n"
+                "vlm_feature_transfer_bytes_total{path=\"pool\"} %llu\n"
+                "vlm_feature_transfer_bytes_total{path=\"host\"} %llu\n",
+            (unsigned long long) atomic_load(&m->feature_bytes[0]),
+            (unsigned long long) atomic_load(&m->feature_bytes[1]));
     vlm_out_metric(&o, "vlm_feature_fallback_bytes_total", "counter",
                    "Bytes of features that went through the host staging "
                    "area.", atomic_load(&m->feature_fallback_bytes));
+    vlm_out_metric(&o, "vlm_feature_copies_in_flight", "gauge",
+                   "The other ranks' copies out of feature slices not yet "
+                   "known done (their slices still held).",
+                   atomic_load(&m->feature_copies_in_flight));
 
     n_ranks = atomic_load(&m->n_ranks);
     n_ranks = n_ranks < VLM_METRICS_RANKS ? n_ranks : VLM_METRICS_RANKS;

@@ -97,6 +97,8 @@ typedef struct {
     _Atomic uint64_t  staging_used;
     _Atomic uint64_t  feature_transfers[2];     /* pool, host */
     _Atomic uint64_t  feature_fallback_bytes;
+    _Atomic uint64_t  feature_bytes[2];         /* pool, host */
+    _Atomic uint64_t  feature_copies_in_flight;
 
     /* each engine rank's memory, as it loaded; ranks 0: none yet */
     _Atomic uint32_t  n_ranks;
