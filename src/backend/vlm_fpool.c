@@ -66,6 +66,7 @@ struct vlm_fpool_s {
     int                     rank;
     int                     ranks;
     int                     device;         /* the pool in device memory */
+    int                     shared;         /* by the ranks' processes */
     vlm_fpool_hdr_t        *hdr;
     uint8_t                *region[2];      /* pool: NULL until attached */
     void                   *base;
@@ -186,6 +187,7 @@ vlm_fpool_open(vlm_fpool_t **out, const vlm_fpool_ops_t *ops, void *ctx,
     p->rank = rank;
     p->ranks = ranks;
     p->device = device;
+    p->shared = fd >= 0;
     p->size = size;
     p->base = ops->map_host(ctx, fd, size, err);
 
@@ -227,7 +229,8 @@ vlm_fpool_open(vlm_fpool_t **out, const vlm_fpool_ops_t *ops, void *ctx,
 size_t
 vlm_fpool_export_size(vlm_fpool_t *p)
 {
-    if (p == NULL || !p->device) {
+    /* a rank's own pool (no segment shared) is nobody else's */
+    if (p == NULL || !p->device || !p->shared || p->ranks < 2) {
         return 0;
     }
 

@@ -7,9 +7,12 @@
  * The images of a prefill are rank 0's alone: it runs the vision tower
  * (or finds the image in the cache) and sends each image's features as a
  * feature pool slice (offset and generation, vlm_fpool.h), which the
- * other ranks read instead of encoding, dropping their references; then
- * the group meets in a barrier, so that the host staging area, when the
- * pool had no room, is free again for the next image.
+ * other ranks read instead of encoding, dropping their references once
+ * their copies are done; then the group meets in a barrier, so that the
+ * host staging area, when the pool had no room, is free again for the
+ * next image (on a GPU as soon as the readers' "done" events complete:
+ * rank 0 waits for them when it needs the room).  The device pool's
+ * handles reach the other ranks once, at set-up.
  */
 
 #include <stdlib.h>
