@@ -346,7 +346,8 @@ static const vlm_backend_ops_t  vlm_cpu_ops = {
     vlm_cpu_weight_bind_quant,
     1u << VLM_DTYPE_F32 | 1u << VLM_DTYPE_BF16 | 1u << VLM_DTYPE_F16,
     NULL,                       /* host memory: vlm_fpool_cpu_ops */
-    NULL                        /* its ops do not fail */
+    NULL,                       /* its ops do not fail */
+    NULL                        /* host memory */
 };
 
 

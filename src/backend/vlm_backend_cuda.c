@@ -1030,6 +1030,25 @@ vlm_cuda_failure(vlm_backend_t *be)
 }
 
 
+static vlm_status_t
+vlm_cuda_mem_info(vlm_backend_t *be, vlm_backend_mem_t *mem)
+{
+    cudaError_t  e;
+
+    mem->workspace = VLM_CUDA_CUBLAS_WS + VLM_CUDA_XBF16 * sizeof(uint16_t)
+                     + VLM_CUDA_ATTN_WS * sizeof(float);
+
+    e = cudaMemGetInfo(&mem->free, &mem->total);
+    if (e != cudaSuccess) {
+        mem->free = 0;
+        mem->total = 0;
+        return VLM_ERR_INTERNAL;
+    }
+
+    return VLM_OK;
+}
+
+
 static const vlm_backend_ops_t  vlm_cuda_ops = {
     "cuda",
     vlm_cuda_free,
@@ -1058,7 +1077,8 @@ static const vlm_backend_ops_t  vlm_cuda_ops = {
     NULL,                       /* no quantized weights: refused at load */
     1u << VLM_DTYPE_F32,
     &vlm_cuda_fpool_ops,
-    vlm_cuda_failure
+    vlm_cuda_failure,
+    vlm_cuda_mem_info
 };
 
 

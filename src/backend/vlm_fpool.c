@@ -857,4 +857,6 @@ vlm_fpool_stats(vlm_fpool_t *p, vlm_fpool_stats_t *st)
     }
 
     st->fallback_bytes = atomic_load(&hdr->fallback_bytes);
+    st->device_bytes = p->device && p->rank == 0
+                      ? hdr->capacity[VLM_FPOOL_POOL] : 0;
 }

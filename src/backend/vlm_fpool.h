@@ -131,6 +131,7 @@ typedef struct {
     uint64_t   bytes[2];                /* of those transfers */
     uint64_t   fallback_bytes;          /* of those through the host */
     int        in_flight;               /* consumers' copies not done */
+    size_t     device_bytes;            /* the device pool this rank took */
 } vlm_fpool_stats_t;
 
 

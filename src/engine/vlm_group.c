@@ -77,6 +77,9 @@ struct vlm_group_s {
     uint8_t            *payload;
     size_t              payload_cap;
     vlm_step_item_t    *items;          /* [max_seqs] */
+
+    void              (*on_step)(void *data);
+    void               *on_step_data;
 };
 
 
@@ -697,12 +700,24 @@ vlm_group_replay(vlm_group_t *g, const vlm_group_plan_t *plan,
 
         rc = vlm_step(g->model, g->items, (int) plan->n, err);
 
+        if (g->on_step != NULL) {
+            g->on_step(g->on_step_data);
+        }
+
         return rc == VLM_ERR_INTERNAL || rc == VLM_ERR_DEVICE ? rc : VLM_OK;
     }
 
     return vlm_error_set(err, VLM_ERR_INTERNAL,
                          "group: plan %u for sequence %d does not match "
                          "this rank's state", plan->op, (int) plan->seq);
+}
+
+
+void
+vlm_group_on_step(vlm_group_t *g, void (*fn)(void *data), void *data)
+{
+    g->on_step = fn;
+    g->on_step_data = data;
 }
 
 

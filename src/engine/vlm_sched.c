@@ -217,6 +217,24 @@ vlm_sched_free(vlm_sched_t *s)
 }
 
 
+void
+vlm_sched_publish_gpu(vlm_metrics_t *m, int rank,
+    const vlm_model_stats_t *st)
+{
+    int  k;
+
+    if (rank < 0 || rank >= VLM_METRICS_RANKS || !st->gpu) {
+        return;
+    }
+
+    for (k = 0; k < VLM_METRICS_GPU_KINDS && k < VLM_GPU_KINDS; k++) {
+        atomic_store(&m->ranks[rank].gpu_bytes[k], st->gpu_bytes[k]);
+    }
+
+    atomic_store(&m->ranks[rank].gpu, 1);
+}
+
+
 /* the feature pool's gauges: one pool, shared by every rank */
 static void
 vlm_sched_publish_pool(vlm_metrics_t *m, const vlm_model_stats_t *st,
@@ -439,6 +457,7 @@ vlm_sched_publish(vlm_sched_t *s)
     atomic_fetch_add(&s->q->metrics->tp_collective_ns,
                      st.comm_ns - s->last.comm_ns);
     vlm_sched_publish_pool(s->q->metrics, &st, &s->last);
+    vlm_sched_publish_gpu(s->q->metrics, 0, &st);
 
     s->last = st;
 }

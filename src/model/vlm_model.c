@@ -567,6 +567,7 @@ vlm_model_load(vlm_model_t **out, const char *dir,
     }
 
     m = &o->model;
+    m->weight_dev_bytes = m->be->allocated;
 
     rc = vlm_kv_init(&m->kv, m->be, m->cfg.text.n_layers,
                      m->tp.n_kv_heads * m->cfg.text.head_dim,
@@ -740,6 +741,36 @@ vlm_model_decode_bytes(const vlm_model_t *m)
 }
 
 
+/* a GPU's memory by kind: none of it may grow with requests served */
+static void
+vlm_model_gpu_memory(const vlm_model_t *m, vlm_model_stats_t *s)
+{
+    size_t              used;
+    vlm_backend_mem_t   mem;
+    vlm_fpool_stats_t   fs;
+
+    memset(&mem, 0, sizeof(vlm_backend_mem_t));
+    (void) m->be->ops->mem_info(m->be, &mem);
+
+    used = m->be->allocated;
+    s->gpu = 1;
+    s->gpu_bytes[VLM_GPU_WEIGHTS] = m->weight_dev_bytes;
+    s->gpu_bytes[VLM_GPU_KV] = s->kv_bytes;
+    s->gpu_bytes[VLM_GPU_ACTIVATIONS] = used - vlm_min(used,
+                                                       m->weight_dev_bytes
+                                                       + s->kv_bytes);
+    s->gpu_bytes[VLM_GPU_WORKSPACE] = mem.workspace;
+    s->gpu_bytes[VLM_GPU_FREE] = mem.free;
+    s->gpu_bytes[VLM_GPU_TOTAL] = mem.total;
+
+    if (m->fpool != NULL) {
+        vlm_fpool_stats(m->fpool, &fs);
+        s->gpu_bytes[VLM_GPU_FEATURE_POOL] = fs.device_bytes;
+        s->gpu_bytes[VLM_GPU_STAGING] = fs.capacity[VLM_FPOOL_HOST];
+    }
+}
+
+
 void
 vlm_model_stats(const vlm_model_t *m, vlm_model_stats_t *s)
 {
@@ -788,5 +819,9 @@ vlm_model_stats(const vlm_model_t *m, vlm_model_stats_t *s)
 
     for (i = 0; i < m->params.max_seqs; i++) {
         s->seqs_used += m->seqs[i].in_use;
+    }
+
+    if (m->be->ops->mem_info != NULL) {
+        vlm_model_gpu_memory(m, s);
     }
 }
