@@ -355,6 +355,20 @@ test-cuda-emu: $(EMU_TESTS) $(EMU_ENGINE) module engine
 	    UNIT_LABEL=cuda-emu UNIT_SKIP_FAILS=1 $(ROOT)/scripts/run-unit \
 	    $(EMU_TESTS) $(EMU_SUITES)
 
+# make soak-cuda-emu: steady image traffic through two ranks on the
+# emulated device (scripts/soak-cuda-emu): REQUESTS requests of 7
+# pictures of 1120x700, with the device pool and with every picture
+# through the host staging area; every rank's GPU memory the same after
+# the first 100 requests and at the end.  About 3 s a request here.
+REQUESTS ?= 2000
+
+.PHONY: soak-cuda-emu
+soak-cuda-emu: $(EMU_ENGINE) module engine
+	@cd $(ROOT) && TEST_NGINX_BINARY=$(NGINX) \
+	    TEST_NGINX_LOAD_MODULES=$(MODULE) VLM_BUILD=$(BUILD) \
+	    VLM_CUDAEMU_BUILD=$(EMU_BUILD) $(ROOT)/scripts/soak-cuda-emu \
+	    $(REQUESTS)
+
 # the OpenAI Python SDK for t/009-openai-sdk.t; without PyPI the suite is
 # skipped, which is why make test goes on when this fails
 VENV_TEST := $(BUILD)/venv-test

@@ -109,6 +109,28 @@ sub whole_log {
     return $log;
 }
 
+# a rank's GPU memory by kind, as /metrics says it
+my @gpu_kinds = qw(weights kv activations workspace feature_pool staging
+                   free total);
+
+sub gpu_memory {
+    my ($m, $rank) = @_;
+
+    return { map { $_ => $m->{"vlm_gpu_memory_bytes{rank=\"$rank\","
+                              . "kind=\"$_\"}"} } @gpu_kinds };
+}
+
+# every kind as it was: none grows with requests served
+sub gpu_memory_same {
+    my ($before, $after, $what) = @_;
+
+    ok(defined $before->{total} && $before->{total} > 0
+       && $before->{free} <= $before->{total},
+       "$what: vlm_gpu_memory_bytes has the device's free and total");
+    is_deeply($after, $before, "$what: the GPU memory of every kind as it "
+                               . "was");
+}
+
 # why an engine that is not ready exited, each reason once
 sub why_down {
     my ($srv) = @_;
@@ -141,6 +163,7 @@ if ($emu) {
 my @got = served_ok($srv, \@ref, $where);
 
 my $m0 = vlm_metrics($srv);
+my $gpu0 = gpu_memory($m0, 0);
 my $cached = answer($srv, $again);
 my $m1 = vlm_metrics($srv);
 is($cached->{status}, 200, "$where: the picture again: 200");
@@ -166,6 +189,7 @@ is($m->{'vlm_pool_used{pool="kv_blocks",unit="blocks"}'}, 0,
    "$where: no KV block left in use");
 is($m->{'vlm_pool_used{pool="sequences",unit="slots"}'}, 0,
    "$where: no sequence left in use");
+gpu_memory_same($gpu0, gpu_memory($m, 0), $where);
 
 VLMTest::vlm_stop($srv);
 
@@ -192,10 +216,27 @@ SKIP: {
         if !$ready;
 
     served_ok($tp, \@ref, "tensor parallel 2 $where");
+    my $tm0 = vlm_metrics($tp);
 
     $res = vlm_post_json($tp, { %{ $bodies[1] }, stream => JSON::PP::true });
     @ev = vlm_sse($res->{body});
     is($ev[-1], '[DONE]', "tensor parallel 2 $where: a stream ends");
+
+    # every rank's GPU memory as after the first requests; rank 0 holds
+    # the feature pool on its device, rank 1 opened it (none of its own)
+    served_ok($tp, \@ref, "tensor parallel 2 $where, again");
+    vlm_wait_idle($tp, vlm_secs(10));
+    my $tm1 = vlm_metrics($tp);
+    for my $r (0, 1) {
+        gpu_memory_same(gpu_memory($tm0, $r), gpu_memory($tm1, $r),
+                        "tensor parallel 2 $where, rank $r");
+    }
+    cmp_ok(gpu_memory($tm1, 0)->{feature_pool} // 0, '>', 0,
+           "tensor parallel 2 $where: the feature pool on rank 0's GPU");
+    is(gpu_memory($tm1, 1)->{feature_pool}, 0,
+       "tensor parallel 2 $where: rank 1 takes no pool of its own");
+    is($tm1->{vlm_feature_copies_in_flight}, 0,
+       "tensor parallel 2 $where: no feature copy in flight");
 
     ok(kill(0, $tp->{pid}), "tensor parallel 2 $where: nginx is up");
     my @silent = grep { /exited without a word/ } split /\n/, whole_log($tp);

@@ -5,7 +5,8 @@
  * cache's unreferenced slices evicted to make room, the host fallback
  * when the pool is full or too small, both paths freed by one function
  * and counted apart, a failed copy failing its transfer with nothing
- * kept, and the table shared by forked processes.
+ * kept, a read's reference held until its asynchronous copy has
+ * completed, and the table shared by forked processes.
  */
 
 #define _GNU_SOURCE
@@ -47,8 +48,8 @@ setup(void **state)
     f = calloc(1, sizeof(fixture_t));
     assert_non_null(f);
 
-    assert_int_equal(vlm_fpool_open(&f->pool, &vlm_fpool_cpu_ops, -1, POOL,
-                                    HOST, 1, &err), VLM_OK);
+    assert_int_equal(vlm_fpool_open(&f->pool, &vlm_fpool_cpu_ops, NULL, -1,
+                                    POOL, HOST, 0, 1, &err), VLM_OK);
 
     for (i = 0; i < POOL; i++) {
         f->src[i] = (uint8_t) (i * 7 + 3);
@@ -286,7 +287,7 @@ static int  failing;
 
 
 static vlm_status_t
-flaky_copy(void *dst, const void *src, size_t n)
+flaky_copy(void *ctx, void *dst, const void *src, size_t n)
 {
     if (failing) {
         return VLM_ERR_INTERNAL;
@@ -314,13 +315,10 @@ test_failed_copy(void **state)
     vlm_fpool_handle_t   h, a;
 
     ops = vlm_fpool_cpu_ops;
-    ops.copy_in = flaky_copy;
-    ops.copy_out = flaky_copy;
-    ops.to_host = flaky_copy;
-    ops.from_host = flaky_copy;
+    ops.copy = flaky_copy;
 
-    assert_int_equal(vlm_fpool_open(&p, &ops, -1, POOL, HOST, 1, &err),
-                     VLM_OK);
+    assert_int_equal(vlm_fpool_open(&p, &ops, NULL, -1, POOL, HOST, 0, 1,
+                                    &err), VLM_OK);
     memset(src, 5, sizeof(src));
 
     /* the pool's path, then the host's (larger than the pool's room) */
@@ -358,6 +356,157 @@ test_failed_copy(void **state)
                      0);
 
     vlm_fpool_close(p);
+}
+
+
+/*
+ * A device's copies: issued, run only when their "done" is waited for
+ * (as a stream runs them), or when the test lets them
+ */
+typedef struct {
+    void        *dst;
+    const void  *src;
+    size_t       n;
+} lazy_copy_t;
+
+static lazy_copy_t  lazy[8];
+static int          n_lazy, lazy_done[VLM_FPOOL_SLOTS][2];
+
+
+static vlm_status_t
+lazy_copy(void *ctx, void *dst, const void *src, size_t n)
+{
+    assert_true(n_lazy < 8);
+    lazy[n_lazy].dst = dst;
+    lazy[n_lazy].src = src;
+    lazy[n_lazy].n = n;
+    n_lazy++;
+
+    return VLM_OK;
+}
+
+
+static void
+lazy_run(void)
+{
+    int  i;
+
+    for (i = 0; i < n_lazy; i++) {
+        memcpy(lazy[i].dst, lazy[i].src, lazy[i].n);
+    }
+
+    n_lazy = 0;
+}
+
+
+static vlm_status_t
+lazy_ready(void *ctx, int slot, int wait)
+{
+    /* the producer's copies have run once "ready" is waited for */
+    lazy_run();
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+lazy_record(void *ctx, int slot, int rank)
+{
+    lazy_done[slot][rank] = 0;
+
+    return VLM_OK;
+}
+
+
+static int
+lazy_query(void *ctx, int slot, int rank, int wait)
+{
+    if (wait) {
+        lazy_run();
+        lazy_done[slot][rank] = 1;
+    }
+
+    return lazy_done[slot][rank];
+}
+
+
+/*
+ * a consumer's read whose copy has not completed keeps its reference
+ * until the copy's "done" has: the slice is neither freed nor taken
+ * again under the copy; the producer, out of room, waits for it
+ */
+static void
+test_read_releases_after_its_copy(void **state)
+{
+    int                  i;
+    uint8_t             *src, *dst;
+    vlm_fpool_t         *a;
+    vlm_error_t          err;
+    vlm_fpool_ops_t      ops;
+    vlm_fpool_stats_t    st;
+    vlm_fpool_handle_t   h, h2;
+
+    (void) state;
+
+    src = malloc(2 * POOL);
+    dst = calloc(1, POOL);
+    assert_non_null(src);
+    assert_non_null(dst);
+
+    for (i = 0; i < 2 * POOL; i++) {
+        src[i] = (uint8_t) (i * 13 + 1);
+    }
+
+    ops = vlm_fpool_cpu_ops;
+    ops.copy = lazy_copy;
+    ops.ready = lazy_ready;
+    ops.done = lazy_record;
+    ops.query = lazy_query;
+
+    /* one process, producer and consumer */
+    assert_int_equal(vlm_fpool_open(&a, &ops, NULL, -1, POOL, HOST, 0, 2,
+                                    &err), VLM_OK);
+
+    assert_int_equal(vlm_fpool_put(a, src, POOL, 1, &h, &err), VLM_OK);
+    assert_int_equal(h.path, VLM_FPOOL_POOL);
+
+    /* the consumer's read: its copy still queued */
+    assert_int_equal(vlm_fpool_read(a, &h, dst, &err), VLM_OK);
+    assert_int_equal(n_lazy, 1);
+    assert_int_equal(vlm_fpool_refs(a, &h), 1);
+
+    vlm_fpool_stats(a, &st);
+    assert_int_equal(st.slices[VLM_FPOOL_POOL], 1);
+    assert_int_equal(st.in_flight, 1);
+    assert_int_equal(vlm_fpool_reap(a, 0), 0);
+    assert_non_null(vlm_fpool_data(a, &h, &err));
+
+    /* the producer needs the room: it waits for the copy, then reuses */
+    assert_int_equal(vlm_fpool_put(a, src + POOL, POOL, 1, &h2, &err),
+                     VLM_OK);
+    assert_int_equal(h2.path, VLM_FPOOL_POOL);
+    assert_memory_equal(dst, src, POOL);
+    assert_null(vlm_fpool_data(a, &h, &err));
+
+    /* the next read completes at a step boundary's reap */
+    assert_int_equal(vlm_fpool_read(a, &h2, dst, &err), VLM_OK);
+    vlm_fpool_stats(a, &st);
+    assert_int_equal(st.in_flight, 1);
+    lazy_run();
+    lazy_done[0][0] = 1;
+    assert_int_equal(vlm_fpool_reap(a, 0), 1);
+    assert_memory_equal(dst, src + POOL, POOL);
+
+    vlm_fpool_stats(a, &st);
+    assert_int_equal(st.slices[VLM_FPOOL_POOL], 0);
+    assert_int_equal(st.used[VLM_FPOOL_POOL], 0);
+    assert_int_equal(st.in_flight, 0);
+    assert_int_equal(st.transfers[VLM_FPOOL_POOL], 2);
+    assert_int_equal(st.bytes[VLM_FPOOL_POOL], 2 * POOL);
+
+    vlm_fpool_close(a);
+    free(src);
+    free(dst);
 }
 
 
@@ -472,8 +621,8 @@ test_shared_between_processes(void **state)
     (void) state;
 
     assert_int_equal(vlm_fpool_fd(&fd, &err), VLM_OK);
-    assert_int_equal(vlm_fpool_open(&a, &vlm_fpool_cpu_ops, fd, POOL, HOST,
-                                    1, &err), VLM_OK);
+    assert_int_equal(vlm_fpool_open(&a, &vlm_fpool_cpu_ops, NULL, fd, POOL,
+                                    HOST, 0, 2, &err), VLM_OK);
 
     memset(buf, 0x5a, sizeof(buf));
     assert_int_equal(vlm_fpool_put(a, buf, sizeof(buf), 1, &h, &err),
@@ -486,7 +635,8 @@ test_shared_between_processes(void **state)
     if (pid == 0) {
         uint8_t  got[256];
 
-        if (vlm_fpool_open(&b, &vlm_fpool_cpu_ops, fd, POOL, HOST, 0, &err)
+        if (vlm_fpool_open(&b, &vlm_fpool_cpu_ops, NULL, fd, POOL, HOST,
+                           1, 2, &err)
             != VLM_OK
             || vlm_fpool_read(b, &h, got, &err) != VLM_OK
             || memcmp(got, buf, sizeof(got)) != 0)
@@ -525,6 +675,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_placement_fills_gaps, setup,
                                         teardown),
         cmocka_unit_test(test_failed_copy),
+        cmocka_unit_test(test_read_releases_after_its_copy),
         cmocka_unit_test_setup_teardown(
             test_eviction_takes_only_unreferenced, setup, teardown),
         cmocka_unit_test(test_shared_between_processes),

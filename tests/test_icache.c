@@ -42,8 +42,8 @@ setup(void **state)
     f = calloc(1, sizeof(fixture_t));
     assert_non_null(f);
 
-    assert_int_equal(vlm_fpool_open(&f->pool, &vlm_fpool_cpu_ops, -1, POOL,
-                                    0, 1, &err), VLM_OK);
+    assert_int_equal(vlm_fpool_open(&f->pool, &vlm_fpool_cpu_ops, NULL, -1,
+                                    POOL, 0, 0, 1, &err), VLM_OK);
     assert_int_equal(vlm_icache_init(&f->cache, f->pool, POOL, &err),
                      VLM_OK);
 

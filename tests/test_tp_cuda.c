@@ -13,6 +13,12 @@
  *   - with the image cache: the prompt twice, the second time the
  *     features handed over are the cache's entries; then a third time,
  *     its head mapped from the prefix cache on every rank.
+ *   - back to idle, through the device pool and through the host
+ *     staging area: three requests more and one cancelled after its
+ *     first image went over; then no slice, no staging and no copy in
+ *     flight is left, a freed slice's handle is refused, the pool's
+ *     memory is the device's, and every rank's free device memory
+ *     (cudaMemGetInfo) is what it was after the first request.
  *
  * Each time the last-position logits are within 1e-2 relative L2 of one
  * process on the CPU backend (test_backend_ops' bound for one GPU) and
@@ -59,6 +65,7 @@
 #define MAX_V     4096
 #define WORLD     2
 #define TOL       1e-2
+#define ROUNDS    3
 
 /* the feature pool's bytes: its default; too small for an image; none */
 #define POOL_ROOM  0
@@ -83,6 +90,13 @@ typedef struct {
     uint64_t   comm_calls;              /* the collectives of the steps */
     uint64_t   transfers[2];            /* feature pool: by path */
     uint64_t   fallback_bytes;
+    size_t     staging_used;
+    int        in_flight;               /* consumers' copies not done */
+    int        pool_on_device;          /* a slice's memory is the GPU's */
+    int        stale_refused;           /* a freed slice's handle */
+    int        requests;                /* run again, and one cancelled */
+    size_t     mem_first, mem_end;      /* free device memory: after the
+                                           first request, at the end */
 } result_t;
 
 
@@ -262,13 +276,100 @@ prefill(const prompt_t *pr, vlm_group_t *g, vlm_seq_t *seq, int from,
 
 
 /*
+ * rank 0, after the first request: rounds more, then one whose prefill
+ * is cancelled after its first image went over (the client gone during
+ * the vision tower: what it took is released), and a freed slice's
+ * handle refused; the device's free memory before and after
+ */
+static int
+run_rounds(const prompt_t *pr, vlm_group_t *g, vlm_model_t *m, int rounds,
+    result_t *res, vlm_error_t *err)
+{
+    int                  i, rc, done;
+    size_t               total;
+    uint64_t             before;
+    vlm_seq_t           *seq;
+    vlm_fpool_t         *pool;
+    vlm_model_stats_t    st;
+    vlm_fpool_handle_t   h;
+
+    /* a slice taken and given back: its handle is stale from then on */
+    pool = vlm_model_feature_pool(m);
+
+    if (pool != NULL && vlm_fpool_alloc(pool, 64, 1, &h, err) == VLM_OK) {
+#ifdef VLM_CUDAEMU
+        res->pool_on_device = cudaemu_is_device_pointer(
+                                  vlm_fpool_data(pool, &h, err));
+#endif
+        (void) vlm_fpool_release(pool, &h, err);
+        res->stale_refused = vlm_fpool_release(pool, &h, err) != VLM_OK
+                             && vlm_fpool_data(pool, &h, err) == NULL;
+    }
+
+    if (cudaMemGetInfo(&res->mem_first, &total) != cudaSuccess) {
+        return 8;
+    }
+
+    for (i = 0; i < rounds; i++) {
+        if (vlm_group_seq_init(g, &seq, err) != VLM_OK) {
+            return 3;
+        }
+
+        rc = prefill(pr, g, seq, 0, 0, res->logits2, res->n_vocab, err);
+        if (rc != 0) {
+            return rc;
+        }
+
+        vlm_group_seq_free(g, seq);
+        res->requests++;
+    }
+
+    if (vlm_group_seq_init(g, &seq, err) != VLM_OK
+        || vlm_group_prefill_start(g, seq, pr->ids.data, (int) pr->ids.n,
+                                   pr->img, N_IMAGES, err)
+           != VLM_OK)
+    {
+        return 9;
+    }
+
+    /* the vision tower's stages until the first image is handed over */
+    vlm_model_stats(m, &st);
+    before = st.transfers_pool + st.transfers_host;
+
+    do {
+        if (vlm_group_prefill_work(g, &done, err) != VLM_OK) {
+            return 9;
+        }
+
+        vlm_model_stats(m, &st);
+
+    } while (!done && st.transfers_pool + st.transfers_host == before);
+
+    vlm_group_prefill_cancel(g);
+    vlm_group_seq_free(g, seq);
+    res->requests++;
+
+    /* the other ranks' copies complete: nothing may stay held after */
+    if (pool != NULL) {
+        (void) vlm_fpool_reap(pool, 1);
+    }
+
+    if (cudaMemGetInfo(&res->mem_end, &total) != cudaSuccess) {
+        return 8;
+    }
+
+    return 0;
+}
+
+
+/*
  * rank 0: the calls of one process, as the scheduler makes them; with
  * the image cache, the prompt a second time, and a third with its head
  * mapped from the prefix cache
  */
 static int
 run_leader(const prompt_t *pr, vlm_group_t *g, vlm_model_t *m, int cache,
-    result_t *res, vlm_error_t *err)
+    int rounds, result_t *res, vlm_error_t *err)
 {
     int                 i, rc, ci;
     int32_t             tok;
@@ -332,6 +433,13 @@ run_leader(const prompt_t *pr, vlm_group_t *g, vlm_model_t *m, int cache,
         vlm_group_seq_free(g, seq);
     }
 
+    if (rounds > 0) {
+        rc = run_rounds(pr, g, m, rounds, res, err);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+
     vlm_model_stats(m, &st);
     res->kv_used = st.kv_blocks_used;
     res->seqs_used = st.seqs_used;
@@ -339,6 +447,8 @@ run_leader(const prompt_t *pr, vlm_group_t *g, vlm_model_t *m, int cache,
     res->transfers[0] = st.transfers_pool;
     res->transfers[1] = st.transfers_host;
     res->fallback_bytes = st.fallback_bytes;
+    res->staging_used = st.staging_used;
+    res->in_flight = st.copies_in_flight;
     res->cache_hits = st.image_cache_hits;
     res->comm_calls = st.comm_calls;
 
@@ -348,10 +458,11 @@ run_leader(const prompt_t *pr, vlm_group_t *g, vlm_model_t *m, int cache,
 
 /* one rank process; its exit status: 0, or the step that failed */
 static int
-rank_main(int fd, int pool_fd, int r, size_t pool, size_t cache,
+rank_main(int fd, int pool_fd, int r, size_t pool, size_t cache, int rounds,
     const prompt_t *pr, result_t *res)
 {
     int                  rc;
+    size_t               total;
     char                 path[256];
     vlm_comm_t          *comm;
     vlm_group_t         *g;
@@ -383,11 +494,14 @@ rank_main(int fd, int pool_fd, int r, size_t pool, size_t cache,
         rc = 2;
 
     } else if (r == 0) {
-        rc = run_leader(pr, g, m, cache > 0, res, &err);
+        rc = run_leader(pr, g, m, cache > 0, rounds, res, &err);
         vlm_group_stop(g);
 
     } else {
+        /* this rank's device: the opened pool in place from the start */
+        (void) cudaMemGetInfo(&res->mem_first, &total);
         rc = vlm_group_follow(g, &err) == VLM_OK ? 0 : 7;
+        (void) cudaMemGetInfo(&res->mem_end, &total);
     }
 
     if (rc != 0) {
@@ -402,13 +516,13 @@ rank_main(int fd, int pool_fd, int r, size_t pool, size_t cache,
 
 static void
 check_group(const prompt_t *pr, const result_t *one, size_t pool,
-    size_t cache)
+    size_t cache, int rounds)
 {
     int           fd, pool_fd, r, i, status, failed, tie, levels, runs;
     char          what[128];
     pid_t         pid, pids[WORLD];
     double        d;
-    uint64_t      feat_bytes;
+    uint64_t      feat_bytes, first_bytes;
     result_t     *res;
     vlm_error_t   err;
 
@@ -435,7 +549,8 @@ check_group(const prompt_t *pr, const result_t *one, size_t pool,
         assert_true(pids[r] >= 0);
 
         if (pids[r] == 0) {
-            _exit(rank_main(fd, pool_fd, r, pool, cache, pr, &res[r]));
+            _exit(rank_main(fd, pool_fd, r, pool, cache, rounds, pr,
+                            &res[r]));
         }
     }
 
@@ -507,6 +622,11 @@ check_group(const prompt_t *pr, const result_t *one, size_t pool,
         feat_bytes += (uint64_t) pr->img[i].grid_t * pr->img[i].grid_h
                       * pr->img[i].grid_w / 4 * one->hidden * sizeof(float)
                       * levels;
+
+        if (i == 0) {
+            /* the cancelled request's, the only one it handed over */
+            first_bytes = feat_bytes;
+        }
     }
 
     if (pool == POOL_NONE) {
@@ -514,11 +634,16 @@ check_group(const prompt_t *pr, const result_t *one, size_t pool,
 
     } else if (pool == POOL_TINY) {
         assert_int_equal(res[0].transfers[0], 0);
-        assert_int_equal(res[0].transfers[1], N_IMAGES);
-        assert_int_equal(res[0].fallback_bytes, feat_bytes);
+        assert_int_equal(res[0].transfers[1],
+                         N_IMAGES * (1 + rounds) + (rounds > 0));
+        assert_int_equal(res[0].fallback_bytes,
+                         feat_bytes * (1 + rounds)
+                         + (rounds > 0 ? first_bytes : 0));
 
     } else {
-        assert_int_equal(res[0].transfers[0], runs * N_IMAGES);
+        assert_int_equal(res[0].transfers[0],
+                         runs * N_IMAGES + rounds * N_IMAGES
+                         + (rounds > 0));
         assert_int_equal(res[0].transfers[1], 0);
         assert_int_equal(res[0].fallback_bytes, 0);
     }
@@ -553,6 +678,28 @@ check_group(const prompt_t *pr, const result_t *one, size_t pool,
     assert_int_equal(res[0].slices, cache > 0 ? N_IMAGES : 0);
     assert_int_equal(res[0].kv_used, 0);
     assert_int_equal(res[0].seqs_used, 0);
+    assert_int_equal(res[0].staging_used, 0);
+    assert_int_equal(res[0].in_flight, 0);
+
+    if (rounds > 0) {
+        /*
+         * the requests after the first (one cancelled between its
+         * images) took nothing that stayed: every rank's device memory
+         * as it was, a freed slice's handle refused
+         */
+        print_message("%s: %d requests more, free device memory %zu then "
+                      "%zu (rank 0), %zu then %zu (rank 1)\n", what,
+                      res[0].requests, res[0].mem_first, res[0].mem_end,
+                      res[1].mem_first, res[1].mem_end);
+        assert_int_equal(res[0].requests, rounds + 1);
+        assert_int_equal(res[0].mem_end, res[0].mem_first);
+        assert_int_equal(res[1].mem_end, res[1].mem_first);
+        assert_true(res[0].stale_refused);
+#ifdef VLM_CUDAEMU
+        /* the pool's memory is the device's, not the host's */
+        assert_true(res[0].pool_on_device);
+#endif
+    }
 
     munmap(res, sizeof(result_t) * WORLD);
 }
@@ -560,7 +707,7 @@ check_group(const prompt_t *pr, const result_t *one, size_t pool,
 
 static void
 check_model(const char *model, const size_t *pools, int n_pools,
-    size_t cache)
+    size_t cache, int rounds)
 {
     int        i;
     prompt_t   pr;
@@ -577,7 +724,7 @@ check_model(const char *model, const size_t *pools, int n_pools,
     run_cpu(&pr, one);
 
     for (i = 0; i < n_pools; i++) {
-        check_group(&pr, one, pools[i], cache);
+        check_group(&pr, one, pools[i], cache, rounds);
     }
 
     free(one);
@@ -591,7 +738,7 @@ test_qwen2vl_paths(void **state)
 {
     static const size_t  pools[] = { POOL_ROOM, POOL_TINY, POOL_NONE };
 
-    check_model("qwen2vl-f32", pools, 3, 0);
+    check_model("qwen2vl-f32", pools, 3, 0, 0);
 }
 
 
@@ -601,7 +748,7 @@ test_qwen2vl_image_cache(void **state)
 {
     static const size_t  pools[] = { POOL_ROOM };
 
-    check_model("qwen2vl-f32", pools, 1, (size_t) 8 << 20);
+    check_model("qwen2vl-f32", pools, 1, (size_t) 8 << 20, 0);
 }
 
 
@@ -611,7 +758,21 @@ test_qwen3vl_deepstack(void **state)
 {
     static const size_t  pools[] = { POOL_ROOM, POOL_TINY };
 
-    check_model("qwen3vl-f32", pools, 2, 0);
+    check_model("qwen3vl-f32", pools, 2, 0, 0);
+}
+
+
+/*
+ * requests after the first, through the device pool and through the
+ * host staging area: nothing held after them, one cancelled between its
+ * images included, and every rank's device memory as it was
+ */
+static void
+test_qwen2vl_back_to_idle(void **state)
+{
+    static const size_t  pools[] = { POOL_ROOM, POOL_TINY };
+
+    check_model("qwen2vl-f32", pools, 2, 0, ROUNDS);
 }
 
 
@@ -647,6 +808,7 @@ main(void)
         cmocka_unit_test(test_qwen2vl_paths),
         cmocka_unit_test(test_qwen2vl_image_cache),
         cmocka_unit_test(test_qwen3vl_deepstack),
+        cmocka_unit_test(test_qwen2vl_back_to_idle),
     };
 
     n_gpus = count_gpus();

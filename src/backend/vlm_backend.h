@@ -20,6 +20,7 @@
 
 
 typedef struct vlm_backend_s  vlm_backend_t;
+typedef struct vlm_backend_mem_s  vlm_backend_mem_t;
 struct vlm_comm_s;              /* backend/vlm_comm.h */
 
 
@@ -273,7 +274,20 @@ typedef struct {
     void  (*kv_store_seqs)(vlm_backend_t *be, void *k_cache, void *v_cache,
         vlm_dtype_t dtype, int block_size, int kv_dim, int kv_stride,
         const vlm_kv_seq_t *seqs, int n_seqs);
+
+    /*
+     * the device's memory now (free and total, as cudaMemGetInfo says)
+     * and the bytes of the backend's own buffers; NULL: host memory
+     */
+    vlm_status_t (*mem_info)(vlm_backend_t *be, vlm_backend_mem_t *mem);
 } vlm_backend_ops_t;
+
+
+struct vlm_backend_mem_s {
+    size_t  free;
+    size_t  total;
+    size_t  workspace;      /* the backend's own: cuBLAS's, split ops' */
+};
 
 
 struct vlm_backend_s {

@@ -347,7 +347,8 @@ static const vlm_backend_ops_t  vlm_cpu_ops = {
     1u << VLM_DTYPE_F32 | 1u << VLM_DTYPE_BF16 | 1u << VLM_DTYPE_F16,
     NULL,                       /* host memory: vlm_fpool_cpu_ops */
     NULL,                       /* its ops do not fail */
-    NULL                        /* kv_store a sequence: no launches */
+    NULL,                       /* kv_store a sequence: no launches */
+    NULL                        /* host memory */
 };
 
 

@@ -5,6 +5,14 @@
  * slices of its region; a slice's references are one atomic count, so
  * that the consumer that drops the last one frees it without a lock.  The
  * CPU primitives: a memfd mapped shared, memcpy.
+ *
+ * A slot's hold word packs its references (bits 0-15), the consumer
+ * ranks whose copy is in flight (bits 16-31) and a count of reads (bits
+ * 32-63): a read turns its reference into its rank's bit with one
+ * compare-and-swap after recording its "done" event, and a reaper clears
+ * the bit with another once that event has completed, so that a read in
+ * between (the count moved) makes it look again.  Whoever leaves the
+ * word with neither references nor copies in flight frees the slice.
  */
 
 #define _GNU_SOURCE
@@ -23,11 +31,17 @@
 #define VLM_FPOOL_ALIGN  64
 
 
+#define VLM_FPOOL_REFS     0xffffULL
+#define VLM_FPOOL_FLIGHT   (0xffffULL << 16)
+#define VLM_FPOOL_READ     (1ULL << 32)
+
+
 typedef struct {
     _Atomic uint32_t   state;               /* 0 free, 1 live */
     uint32_t           gen;
     uint32_t           path;
-    _Atomic int32_t    refs;
+    uint32_t           reserved;
+    _Atomic uint64_t   hold;                /* refs, in flight, reads */
     uint64_t           off;
     uint64_t           bytes;
 } vlm_fpool_slot_t;
@@ -40,6 +54,7 @@ typedef struct {
     _Atomic uint64_t   peak[2];
     _Atomic int32_t    slices[2];
     _Atomic uint64_t   transfers[2];
+    _Atomic uint64_t   bytes[2];
     _Atomic uint64_t   fallback_bytes;
     vlm_fpool_slot_t   slots[VLM_FPOOL_SLOTS];
 } vlm_fpool_hdr_t;
@@ -47,8 +62,13 @@ typedef struct {
 
 struct vlm_fpool_s {
     const vlm_fpool_ops_t  *ops;
+    void                   *ctx;            /* the backend's */
+    int                     rank;
+    int                     ranks;
+    int                     device;         /* the pool in device memory */
+    int                     shared;         /* by the ranks' processes */
     vlm_fpool_hdr_t        *hdr;
-    uint8_t                *region[2];
+    uint8_t                *region[2];      /* pool: NULL until attached */
     void                   *base;
     size_t                  size;
     int                   (*evict)(void *data);
@@ -57,7 +77,7 @@ struct vlm_fpool_s {
 
 
 static void *
-vlm_fpool_cpu_map(int fd, size_t size, vlm_error_t *err)
+vlm_fpool_cpu_map(void *ctx, int fd, size_t size, vlm_error_t *err)
 {
     void  *p;
 
@@ -86,14 +106,14 @@ vlm_fpool_cpu_map(int fd, size_t size, vlm_error_t *err)
 
 
 static void
-vlm_fpool_cpu_unmap(void *base, size_t size)
+vlm_fpool_cpu_unmap(void *ctx, void *base, size_t size)
 {
     munmap(base, size);
 }
 
 
 static vlm_status_t
-vlm_fpool_cpu_copy(void *dst, const void *src, size_t n)
+vlm_fpool_cpu_copy(void *ctx, void *dst, const void *src, size_t n)
 {
     memcpy(dst, src, n);
 
@@ -101,14 +121,20 @@ vlm_fpool_cpu_copy(void *dst, const void *src, size_t n)
 }
 
 
+/* the pool in the host mapping, synchronous copies: no events */
 const vlm_fpool_ops_t  vlm_fpool_cpu_ops = {
     "cpu",
     vlm_fpool_cpu_map,
     vlm_fpool_cpu_unmap,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
     vlm_fpool_cpu_copy,
-    vlm_fpool_cpu_copy,
-    vlm_fpool_cpu_copy,
-    vlm_fpool_cpu_copy
+    NULL,
+    NULL,
+    NULL,
+    NULL
 };
 
 
@@ -126,20 +152,30 @@ vlm_fpool_fd(int *fd, vlm_error_t *err)
 
 
 vlm_status_t
-vlm_fpool_open(vlm_fpool_t **out, const vlm_fpool_ops_t *ops, int fd,
-    size_t pool_bytes, size_t host_bytes, int init, vlm_error_t *err)
+vlm_fpool_open(vlm_fpool_t **out, const vlm_fpool_ops_t *ops, void *ctx,
+    int fd, size_t pool_bytes, size_t host_bytes, int rank, int ranks,
+    vlm_error_t *err)
 {
-    size_t        hdr, pool_off, host_off, size;
+    int           device;
+    size_t        hdr, host_off, pool_off, size;
+    vlm_status_t  rc;
     vlm_fpool_t  *p;
 
     *out = NULL;
 
+    if (ranks < 1 || ranks > VLM_FPOOL_RANKS || rank < 0 || rank >= ranks) {
+        return vlm_error_set(err, VLM_ERR_INVALID, "feature pool: rank %d "
+                             "of %d (at most %d ranks)", rank, ranks,
+                             VLM_FPOOL_RANKS);
+    }
+
+    device = ops->dev_create != NULL && pool_bytes > 0;
     pool_bytes = vlm_align_up(pool_bytes, VLM_FPOOL_ALIGN);
     host_bytes = vlm_align_up(host_bytes, VLM_FPOOL_ALIGN);
     hdr = vlm_align_up(sizeof(vlm_fpool_hdr_t), 4096);
-    pool_off = hdr;
-    host_off = pool_off + pool_bytes;
-    size = host_off + host_bytes;
+    host_off = hdr;
+    pool_off = host_off + host_bytes;
+    size = pool_off + (device ? 0 : pool_bytes);
 
     p = calloc(1, sizeof(vlm_fpool_t));
     if (p == NULL) {
@@ -147,8 +183,13 @@ vlm_fpool_open(vlm_fpool_t **out, const vlm_fpool_ops_t *ops, int fd,
     }
 
     p->ops = ops;
+    p->ctx = ctx;
+    p->rank = rank;
+    p->ranks = ranks;
+    p->device = device;
+    p->shared = fd >= 0;
     p->size = size;
-    p->base = ops->map(fd, size, err);
+    p->base = ops->map_host(ctx, fd, size, err);
 
     if (p->base == NULL) {
         free(p);
@@ -156,20 +197,74 @@ vlm_fpool_open(vlm_fpool_t **out, const vlm_fpool_ops_t *ops, int fd,
     }
 
     p->hdr = p->base;
-    p->region[VLM_FPOOL_POOL] = (uint8_t *) p->base + pool_off;
     p->region[VLM_FPOOL_HOST] = (uint8_t *) p->base + host_off;
+    p->region[VLM_FPOOL_POOL] = device ? NULL
+                                       : (uint8_t *) p->base + pool_off;
 
-    if (init) {
+    if (rank == 0) {
         /* resident from the start: the engine's memory does not creep */
         memset(p->base, 0, size);
         p->hdr->capacity[VLM_FPOOL_POOL] = pool_bytes;
         p->hdr->capacity[VLM_FPOOL_HOST] = host_bytes;
+
+        if (device) {
+            rc = ops->dev_create(ctx, pool_bytes, VLM_FPOOL_SLOTS, ranks,
+                                 (void **) &p->region[VLM_FPOOL_POOL], err);
+            if (rc != VLM_OK) {
+                ops->unmap_host(ctx, p->base, size);
+                free(p);
+                return rc;
+            }
+        }
+
         p->hdr->magic = VLM_FPOOL_MAGIC;
     }
 
     *out = p;
 
     return VLM_OK;
+}
+
+
+size_t
+vlm_fpool_export_size(vlm_fpool_t *p)
+{
+    /* a rank's own pool (no segment shared) is nobody else's */
+    if (p == NULL || !p->device || !p->shared || p->ranks < 2) {
+        return 0;
+    }
+
+    return (size_t) (1 + VLM_FPOOL_SLOTS * (1 + p->ranks))
+           * VLM_FPOOL_HANDLE_BYTES;
+}
+
+
+vlm_status_t
+vlm_fpool_export(vlm_fpool_t *p, uint8_t *handles, vlm_error_t *err)
+{
+    if (!p->device || p->rank != 0) {
+        return VLM_OK;
+    }
+
+    return p->ops->dev_export(p->ctx, handles, err);
+}
+
+
+vlm_status_t
+vlm_fpool_attach(vlm_fpool_t *p, const uint8_t *handles, vlm_error_t *err)
+{
+    if (!p->device || p->rank == 0) {
+        return VLM_OK;
+    }
+
+    if (p->region[VLM_FPOOL_POOL] != NULL) {
+        return vlm_error_set(err, VLM_ERR_INTERNAL, "feature pool: rank %d "
+                             "attached twice", p->rank);
+    }
+
+    return p->ops->dev_open(p->ctx, handles, VLM_FPOOL_SLOTS, p->ranks,
+                            p->rank, (void **) &p->region[VLM_FPOOL_POOL],
+                            err);
 }
 
 
@@ -180,7 +275,11 @@ vlm_fpool_close(vlm_fpool_t *p)
         return;
     }
 
-    p->ops->unmap(p->base, p->size);
+    if (p->device && (p->rank == 0 || p->region[VLM_FPOOL_POOL] != NULL)) {
+        p->ops->dev_close(p->ctx);
+    }
+
+    p->ops->unmap_host(p->ctx, p->base, p->size);
     free(p);
 }
 
@@ -237,7 +336,9 @@ vlm_fpool_take(vlm_fpool_t *p, uint32_t path, size_t bytes, int refs,
     vlm_fpool_slot_t  *s;
     vlm_fpool_hdr_t   *hdr = p->hdr;
 
-    if (bytes == 0 || bytes > hdr->capacity[path] || refs < 1) {
+    if (bytes == 0 || bytes > hdr->capacity[path] || refs < 1
+        || (uint64_t) refs > VLM_FPOOL_REFS)
+    {
         return NULL;
     }
 
@@ -264,7 +365,7 @@ vlm_fpool_take(vlm_fpool_t *p, uint32_t path, size_t bytes, int refs,
     s->path = path;
     s->off = (uint64_t) at;
     s->bytes = bytes;
-    atomic_store_explicit(&s->refs, refs, memory_order_relaxed);
+    atomic_store_explicit(&s->hold, (uint64_t) refs, memory_order_relaxed);
     atomic_store_explicit(&s->state, 1, memory_order_release);
 
     used = atomic_fetch_add(&hdr->used[path], bytes) + bytes;
@@ -325,15 +426,137 @@ vlm_fpool_free_slot(vlm_fpool_t *p, vlm_fpool_slot_t *s, uint32_t path)
 }
 
 
+/*
+ * One reference of this rank dropped, with one compare-and-swap: gone
+ * (to_flight 0), or turned into this rank's copy in flight; the slice
+ * freed when nothing holds it after.  VLM_ERR_INTERNAL: no reference.
+ */
+static vlm_status_t
+vlm_fpool_drop(vlm_fpool_t *p, vlm_fpool_slot_t *s, int to_flight)
+{
+    uint64_t  w, n;
+
+    w = atomic_load(&s->hold);
+
+    do {
+        if ((w & VLM_FPOOL_REFS) == 0) {
+            return VLM_ERR_INTERNAL;
+        }
+
+        n = w - 1;
+
+        if (to_flight) {
+            n = (n | (1ULL << (16 + p->rank))) + VLM_FPOOL_READ;
+        }
+
+    } while (!atomic_compare_exchange_weak(&s->hold, &w, n));
+
+    if ((n & (VLM_FPOOL_REFS | VLM_FPOOL_FLIGHT)) == 0) {
+        vlm_fpool_free_slot(p, s, s->path);
+    }
+
+    return VLM_OK;
+}
+
+
+/* rank r's copy out of slot i, when its "done" has completed: 1 */
+static int
+vlm_fpool_reap_slot(vlm_fpool_t *p, int i, int r, int wait)
+{
+    uint64_t           w, n, bit;
+    vlm_fpool_slot_t  *s = &p->hdr->slots[i];
+
+    bit = 1ULL << (16 + r);
+    w = atomic_load(&s->hold);
+
+    for ( ;; ) {
+        if (atomic_load_explicit(&s->state, memory_order_acquire) == 0
+            || (w & bit) == 0)
+        {
+            return 0;
+        }
+
+        if (p->ops->query != NULL && !p->ops->query(p->ctx, i, r, wait)) {
+            return 0;
+        }
+
+        n = w & ~bit;
+
+        if (atomic_compare_exchange_strong(&s->hold, &w, n)) {
+            break;
+        }
+
+        /* a read in between: its "done" is the one to ask about */
+    }
+
+    if ((n & (VLM_FPOOL_REFS | VLM_FPOOL_FLIGHT)) == 0) {
+        vlm_fpool_free_slot(p, s, s->path);
+    }
+
+    return 1;
+}
+
+
+int
+vlm_fpool_reap(vlm_fpool_t *p, int wait)
+{
+    int  i, r, n;
+
+    n = 0;
+
+    for (i = 0; i < VLM_FPOOL_SLOTS; i++) {
+        if ((atomic_load(&p->hdr->slots[i].hold) & VLM_FPOOL_FLIGHT) == 0) {
+            continue;
+        }
+
+        /* rank 0 holds every rank's events, another rank its own */
+        for (r = 0; r < p->ranks; r++) {
+            if (p->rank == 0 || r == p->rank) {
+                n += vlm_fpool_reap_slot(p, i, r, wait);
+            }
+        }
+    }
+
+    return n;
+}
+
+
+/*
+ * No room for a slice of path: the copies done since dropped, then (the
+ * pool) what the cache keeps unreferenced, then the copies in flight
+ * waited for; 0 when nothing could be freed
+ */
+static int
+vlm_fpool_room(vlm_fpool_t *p, uint32_t path)
+{
+    if (vlm_fpool_reap(p, 0) > 0) {
+        return 1;
+    }
+
+    if (path == VLM_FPOOL_POOL && p->evict != NULL
+        && p->evict(p->evict_data))
+    {
+        return 1;
+    }
+
+    return vlm_fpool_reap(p, 1) > 0;
+}
+
+
 vlm_status_t
 vlm_fpool_alloc(vlm_fpool_t *p, size_t bytes, int refs,
     vlm_fpool_handle_t *h, vlm_error_t *err)
 {
     memset(h, 0, sizeof(vlm_fpool_handle_t));
 
+    if (p->region[VLM_FPOOL_POOL] == NULL) {
+        return vlm_error_set(err, VLM_ERR_LIMIT, "feature pool: no device "
+                             "pool on this rank");
+    }
+
     while (vlm_fpool_take(p, VLM_FPOOL_POOL, bytes, refs, h) == NULL) {
-        if (bytes > p->hdr->capacity[VLM_FPOOL_POOL] || p->evict == NULL
-            || !p->evict(p->evict_data))
+        if (bytes > p->hdr->capacity[VLM_FPOOL_POOL]
+            || !vlm_fpool_room(p, VLM_FPOOL_POOL))
         {
             return vlm_error_set(err, VLM_ERR_LIMIT, "feature pool: no room "
                                  "for %zu bytes", bytes);
@@ -349,6 +572,13 @@ vlm_fpool_put(vlm_fpool_t *p, const void *src, size_t n, int consumers,
     vlm_fpool_handle_t *h, vlm_error_t *err)
 {
     return vlm_fpool_put_parts(p, &src, n, 1, consumers, h, err);
+}
+
+
+static int
+vlm_fpool_slot_index(vlm_fpool_t *p, const vlm_fpool_slot_t *s)
+{
+    return (int) (s - p->hdr->slots);
 }
 
 
@@ -373,14 +603,19 @@ vlm_fpool_put_parts(vlm_fpool_t *p, const void *const *srcs, size_t n,
     } else {
         /* the fallback: a copy in host memory, nothing of the pool kept */
         path = VLM_FPOOL_HOST;
-        s = vlm_fpool_take(p, VLM_FPOOL_HOST, total, consumers, h);
 
-        if (s == NULL) {
-            return vlm_error_set(err, VLM_ERR_LIMIT, "feature pool: no room "
-                                 "for %zu bytes in the pool (%zu) or the "
-                                 "host staging area (%zu)", total,
-                                 (size_t) hdr->capacity[VLM_FPOOL_POOL],
-                                 (size_t) hdr->capacity[VLM_FPOOL_HOST]);
+        while ((s = vlm_fpool_take(p, VLM_FPOOL_HOST, total, consumers, h))
+               == NULL)
+        {
+            if (total > hdr->capacity[VLM_FPOOL_HOST]
+                || !vlm_fpool_room(p, VLM_FPOOL_HOST))
+            {
+                return vlm_error_set(err, VLM_ERR_LIMIT, "feature pool: no "
+                                     "room for %zu bytes in the pool (%zu) "
+                                     "or the host staging area (%zu)", total,
+                                     (size_t) hdr->capacity[VLM_FPOOL_POOL],
+                                     (size_t) hdr->capacity[VLM_FPOOL_HOST]);
+            }
         }
     }
 
@@ -388,9 +623,16 @@ vlm_fpool_put_parts(vlm_fpool_t *p, const void *const *srcs, size_t n,
     rc = VLM_OK;
 
     for (k = 0; k < parts && rc == VLM_OK; k++) {
-        rc = path == VLM_FPOOL_POOL
-             ? p->ops->copy_in(dst + (size_t) k * n, srcs[k], n)
-             : p->ops->to_host(dst + (size_t) k * n, srcs[k], n);
+        rc = p->ops->copy(p->ctx, dst + (size_t) k * n, srcs[k], n);
+    }
+
+    /*
+     * published only once "ready" is recorded; the host path's copy has
+     * completed then, and no device memory of this rank is referenced
+     */
+    if (rc == VLM_OK && p->ops->ready != NULL) {
+        rc = p->ops->ready(p->ctx, vlm_fpool_slot_index(p, s),
+                           path == VLM_FPOOL_HOST);
     }
 
     if (rc != VLM_OK) {
@@ -405,6 +647,7 @@ vlm_fpool_put_parts(vlm_fpool_t *p, const void *const *srcs, size_t n,
     }
 
     atomic_fetch_add(&hdr->transfers[path], 1);
+    atomic_fetch_add(&hdr->bytes[path], total);
 
     if (path == VLM_FPOOL_HOST) {
         atomic_fetch_add(&hdr->fallback_bytes, total);
@@ -428,6 +671,7 @@ vlm_status_t
 vlm_fpool_share(vlm_fpool_t *p, const vlm_fpool_handle_t *h, int consumers,
     vlm_error_t *err)
 {
+    uint64_t           w;
     vlm_fpool_slot_t  *s;
 
     s = vlm_fpool_find(p, h);
@@ -435,8 +679,29 @@ vlm_fpool_share(vlm_fpool_t *p, const vlm_fpool_handle_t *h, int consumers,
         return vlm_fpool_stale(h, err);
     }
 
-    atomic_fetch_add(&s->refs, consumers);
+    w = atomic_load(&s->hold);
+
+    do {
+        if ((w & VLM_FPOOL_REFS) + (uint64_t) consumers > VLM_FPOOL_REFS) {
+            return vlm_error_set(err, VLM_ERR_LIMIT, "feature pool: a slice "
+                                 "of %d references shared again",
+                                 (int) (w & VLM_FPOOL_REFS));
+        }
+
+    } while (!atomic_compare_exchange_weak(&s->hold, &w,
+                                           w + (uint64_t) consumers));
+
+    /* what the producer wrote into it since it was taken, ready */
+    if (p->ops->ready != NULL
+        && p->ops->ready(p->ctx, vlm_fpool_slot_index(p, s), 0) != VLM_OK)
+    {
+        (void) vlm_fpool_release(p, h, err);
+        return vlm_error_set(err, VLM_ERR_INTERNAL, "feature pool: the "
+                             "slice's \"ready\" event failed");
+    }
+
     atomic_fetch_add(&p->hdr->transfers[h->path], 1);
+    atomic_fetch_add(&p->hdr->bytes[h->path], h->bytes);
 
     return VLM_OK;
 }
@@ -447,6 +712,12 @@ vlm_fpool_data(vlm_fpool_t *p, const vlm_fpool_handle_t *h, vlm_error_t *err)
 {
     if (vlm_fpool_find(p, h) == NULL) {
         vlm_fpool_stale(h, err);
+        return NULL;
+    }
+
+    if (p->region[h->path] == NULL) {
+        vlm_error_set(err, VLM_ERR_INTERNAL, "feature pool: rank %d has not "
+                      "opened the device pool", p->rank);
         return NULL;
     }
 
@@ -466,10 +737,11 @@ vlm_status_t
 vlm_fpool_read_parts(vlm_fpool_t *p, const vlm_fpool_handle_t *h,
     void *const *dsts, int parts, vlm_error_t *err)
 {
-    int             k;
-    size_t          n;
-    vlm_status_t    rc;
-    const uint8_t  *src;
+    int                k, slot;
+    size_t             n;
+    vlm_status_t       rc;
+    const uint8_t     *src;
+    vlm_fpool_slot_t  *s;
 
     src = vlm_fpool_data(p, h, err);
     if (src == NULL) {
@@ -482,18 +754,36 @@ vlm_fpool_read_parts(vlm_fpool_t *p, const vlm_fpool_handle_t *h,
                              (unsigned long long) h->bytes, parts);
     }
 
-    n = (size_t) h->bytes / (size_t) parts;
-    rc = VLM_OK;
-
-    for (k = 0; k < parts && rc == VLM_OK; k++) {
-        rc = h->path == VLM_FPOOL_POOL
-             ? p->ops->copy_out(dsts[k], src + (size_t) k * n, n)
-             : p->ops->from_host(dsts[k], src + (size_t) k * n, n);
+    s = vlm_fpool_find(p, h);
+    if (s == NULL) {
+        return vlm_fpool_stale(h, err);
     }
 
-    /* this consumer's reference goes either way */
-    if (vlm_fpool_release(p, h, err) != VLM_OK) {
-        return err->status;
+    slot = vlm_fpool_slot_index(p, s);
+    n = (size_t) h->bytes / (size_t) parts;
+
+    rc = p->ops->wait_ready != NULL ? p->ops->wait_ready(p->ctx, slot)
+                                    : VLM_OK;
+
+    for (k = 0; k < parts && rc == VLM_OK; k++) {
+        rc = p->ops->copy(p->ctx, dsts[k], src + (size_t) k * n, n);
+    }
+
+    if (rc == VLM_OK && p->ops->done != NULL) {
+        rc = p->ops->done(p->ctx, slot, p->rank);
+    }
+
+    /*
+     * this consumer's reference goes either way: a copy issued becomes a
+     * copy in flight, dropped once its "done" has completed (at once
+     * when it has: a synchronous copy)
+     */
+    if (vlm_fpool_drop(p, s, rc == VLM_OK) != VLM_OK) {
+        return vlm_fpool_stale(h, err);
+    }
+
+    if (rc == VLM_OK) {
+        (void) vlm_fpool_reap_slot(p, slot, p->rank, 0);
     }
 
     if (rc != VLM_OK) {
@@ -512,26 +802,12 @@ vlm_status_t
 vlm_fpool_release(vlm_fpool_t *p, const vlm_fpool_handle_t *h,
     vlm_error_t *err)
 {
-    int32_t            refs;
     vlm_fpool_slot_t  *s;
 
     s = vlm_fpool_find(p, h);
-    if (s == NULL) {
+    if (s == NULL || vlm_fpool_drop(p, s, 0) != VLM_OK) {
         return vlm_fpool_stale(h, err);
     }
-
-    refs = atomic_fetch_sub(&s->refs, 1);
-
-    if (refs > 1) {
-        return VLM_OK;
-    }
-
-    if (refs < 1) {
-        atomic_fetch_add(&s->refs, 1);
-        return vlm_fpool_stale(h, err);
-    }
-
-    vlm_fpool_free_slot(p, s, h->path);
 
     return VLM_OK;
 }
@@ -540,23 +816,18 @@ vlm_fpool_release(vlm_fpool_t *p, const vlm_fpool_handle_t *h,
 int
 vlm_fpool_refs(vlm_fpool_t *p, const vlm_fpool_handle_t *h)
 {
+    uint64_t           w;
     vlm_fpool_slot_t  *s;
 
     s = vlm_fpool_find(p, h);
-
-    return s != NULL ? atomic_load(&s->refs) : 0;
-}
-
-
-vlm_status_t
-vlm_fpool_copy_in(vlm_fpool_t *p, const vlm_fpool_handle_t *h,
-    const void *src)
-{
-    if (h->path == VLM_FPOOL_POOL) {
-        return p->ops->copy_in(p->region[h->path] + h->off, src, h->bytes);
+    if (s == NULL) {
+        return 0;
     }
 
-    return p->ops->to_host(p->region[h->path] + h->off, src, h->bytes);
+    w = atomic_load(&s->hold);
+
+    return (int) (w & VLM_FPOOL_REFS)
+           + __builtin_popcountll(w & VLM_FPOOL_FLIGHT);
 }
 
 
@@ -574,7 +845,18 @@ vlm_fpool_stats(vlm_fpool_t *p, vlm_fpool_stats_t *st)
         st->peak[i] = atomic_load(&hdr->peak[i]);
         st->slices[i] = atomic_load(&hdr->slices[i]);
         st->transfers[i] = atomic_load(&hdr->transfers[i]);
+        st->bytes[i] = atomic_load(&hdr->bytes[i]);
+    }
+
+    for (i = 0; i < VLM_FPOOL_SLOTS; i++) {
+        if (atomic_load(&hdr->slots[i].state) == 1) {
+            st->in_flight += __builtin_popcountll(
+                                 atomic_load(&hdr->slots[i].hold)
+                                 & VLM_FPOOL_FLIGHT);
+        }
     }
 
     st->fallback_bytes = atomic_load(&hdr->fallback_bytes);
+    st->device_bytes = p->device && p->rank == 0
+                      ? hdr->capacity[VLM_FPOOL_POOL] : 0;
 }

@@ -152,7 +152,27 @@ typedef struct {
     uint64_t    transfers_pool;     /* images handed to the other ranks */
     uint64_t    transfers_host;     /* of those, through the host */
     uint64_t    fallback_bytes;
+    uint64_t    transfer_bytes_pool;    /* bytes of the transfers */
+    uint64_t    transfer_bytes_host;
+    int         copies_in_flight;   /* consumers' copies not yet done */
+    /* a GPU's memory by kind (vlm_gpu_memory_t), gpu 0: host memory */
+    int         gpu;
+    size_t      gpu_bytes[8];
 } vlm_model_stats_t;
+
+
+/* the kinds of a rank's GPU memory in vlm_model_stats_t */
+typedef enum {
+    VLM_GPU_WEIGHTS = 0,
+    VLM_GPU_KV,
+    VLM_GPU_ACTIVATIONS,            /* the model's workspaces and slots */
+    VLM_GPU_WORKSPACE,              /* the backend's own buffers */
+    VLM_GPU_FEATURE_POOL,           /* the device pool this rank took */
+    VLM_GPU_STAGING,                /* pinned host: the features' staging */
+    VLM_GPU_FREE,                   /* the device's, cudaMemGetInfo */
+    VLM_GPU_TOTAL,
+    VLM_GPU_KINDS
+} vlm_gpu_memory_t;
 
 
 void vlm_model_params_default(vlm_model_params_t *params);
@@ -249,7 +269,10 @@ int vlm_prefill_busy(const vlm_model_t *model);
  * dropped).
  */
 struct vlm_fpool_handle_s;
+struct vlm_fpool_s;
 int vlm_prefill_encoding(const vlm_model_t *model);
+/* the model's feature pool (backend/vlm_fpool.h), NULL: none */
+struct vlm_fpool_s *vlm_model_feature_pool(vlm_model_t *model);
 vlm_status_t vlm_prefill_image_put(vlm_model_t *model, int consumers,
     struct vlm_fpool_handle_s *h, vlm_error_t *err);
 vlm_status_t vlm_prefill_image_get(vlm_model_t *model,

@@ -834,6 +834,7 @@ vlm_engine_rank_memory(vlm_queue_t *q, vlm_model_t *model, int rank,
     }
 
     vlm_model_stats(model, &st);
+    vlm_sched_publish_gpu(q->metrics, rank, &st);
     atomic_store(&q->metrics->ranks[rank].weight_bytes,
                  st.decode_weight_bytes);
     atomic_store(&q->metrics->ranks[rank].buffer_bytes, st.backend_bytes);
@@ -859,15 +860,35 @@ vlm_engine_rank_memory(vlm_queue_t *q, vlm_model_t *model, int rank,
 }
 
 
+/* a follower's GPU memory, after each step it replays */
+typedef struct {
+    vlm_queue_t  *q;
+    vlm_model_t  *model;
+    int           rank;
+} vlm_engine_gauges_t;
+
+
+static void
+vlm_engine_rank_gauges(void *data)
+{
+    vlm_model_stats_t     st;
+    vlm_engine_gauges_t  *g = data;
+
+    vlm_model_stats(g->model, &st);
+    vlm_sched_publish_gpu(g->q->metrics, g->rank, &st);
+}
+
+
 /* ranks 1..N-1: the model's share, then rank 0's calls until it stops */
 static int
 vlm_engine_follow(vlm_engine_args_t *a, vlm_queue_t *q)
 {
-    int           rc;
-    vlm_comm_t   *comm;
-    vlm_error_t   err;
-    vlm_group_t  *group;
-    vlm_model_t  *model;
+    int                   rc;
+    vlm_comm_t           *comm;
+    vlm_error_t           err;
+    vlm_group_t          *group;
+    vlm_model_t          *model;
+    vlm_engine_gauges_t   gauges;
 
     /* dies with rank 0, which may be gone already */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -914,6 +935,11 @@ vlm_engine_follow(vlm_engine_args_t *a, vlm_queue_t *q)
     }
 
     vlm_engine_rank_memory(q, model, a->params.tp_rank, a->params.tp_size);
+
+    gauges.q = q;
+    gauges.model = model;
+    gauges.rank = a->params.tp_rank;
+    vlm_group_on_step(group, vlm_engine_rank_gauges, &gauges);
 
     /* loaded: rank 0 serves once every rank is here */
     if (comm->ops->barrier(comm) == VLM_OK) {

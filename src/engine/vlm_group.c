@@ -7,9 +7,12 @@
  * The images of a prefill are rank 0's alone: it runs the vision tower
  * (or finds the image in the cache) and sends each image's features as a
  * feature pool slice (offset and generation, vlm_fpool.h), which the
- * other ranks read instead of encoding, dropping their references; then
- * the group meets in a barrier, so that the host staging area, when the
- * pool had no room, is free again for the next image.
+ * other ranks read instead of encoding, dropping their references once
+ * their copies are done; then the group meets in a barrier, so that the
+ * host staging area, when the pool had no room, is free again for the
+ * next image (on a GPU as soon as the readers' "done" events complete:
+ * rank 0 waits for them when it needs the room).  The device pool's
+ * handles reach the other ranks once, at set-up.
  */
 
 #include <stdlib.h>
@@ -74,6 +77,9 @@ struct vlm_group_s {
     uint8_t            *payload;
     size_t              payload_cap;
     vlm_step_item_t    *items;          /* [max_seqs] */
+
+    void              (*on_step)(void *data);
+    void               *on_step_data;
 };
 
 
@@ -86,11 +92,58 @@ vlm_group_ids_bytes(int n_ids)
 }
 
 
+/*
+ * The feature pool's device side, once: rank 0's handles (its device
+ * pool and the slots' events) to every other rank, which opens them on
+ * its own device
+ */
+static vlm_status_t
+vlm_group_share_pool(vlm_group_t *g, vlm_error_t *err)
+{
+    size_t        size;
+    uint8_t      *handles;
+    vlm_fpool_t  *pool;
+    vlm_status_t  rc;
+
+    pool = vlm_model_feature_pool(g->model);
+    size = vlm_fpool_export_size(pool);
+
+    if (g->comm == NULL || size == 0) {
+        return VLM_OK;
+    }
+
+    handles = calloc(1, size);
+    if (handles == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "group: no memory");
+    }
+
+    rc = VLM_OK;
+
+    if (g->comm->rank == 0) {
+        rc = vlm_fpool_export(pool, handles, err);
+    }
+
+    /* every rank takes part, rank 0's failure included (then zeros) */
+    if (g->comm->ops->broadcast(g->comm, handles, size, 0) != VLM_OK) {
+        rc = vlm_error_set(err, VLM_ERR_INTERNAL, "group: a rank of the "
+                           "tensor-parallel group is gone");
+
+    } else if (rc == VLM_OK && g->comm->rank != 0) {
+        rc = vlm_fpool_attach(pool, handles, err);
+    }
+
+    free(handles);
+
+    return rc;
+}
+
+
 vlm_status_t
 vlm_group_init(vlm_group_t **group, vlm_model_t *model, vlm_comm_t *comm,
     const void *arena, size_t arena_size, vlm_error_t *err)
 {
     vlm_group_t             *g;
+    vlm_status_t             rc;
     const vlm_model_info_t  *info;
 
     *group = NULL;
@@ -126,6 +179,12 @@ vlm_group_init(vlm_group_t **group, vlm_model_t *model, vlm_comm_t *comm,
     {
         vlm_group_free(g);
         return vlm_error_set(err, VLM_ERR_NOMEM, "group: no memory");
+    }
+
+    rc = vlm_group_share_pool(g, err);
+    if (rc != VLM_OK) {
+        vlm_group_free(g);
+        return rc;
     }
 
     *group = g;
@@ -641,12 +700,24 @@ vlm_group_replay(vlm_group_t *g, const vlm_group_plan_t *plan,
 
         rc = vlm_step(g->model, g->items, (int) plan->n, err);
 
+        if (g->on_step != NULL) {
+            g->on_step(g->on_step_data);
+        }
+
         return rc == VLM_ERR_INTERNAL || rc == VLM_ERR_DEVICE ? rc : VLM_OK;
     }
 
     return vlm_error_set(err, VLM_ERR_INTERNAL,
                          "group: plan %u for sequence %d does not match "
                          "this rank's state", plan->op, (int) plan->seq);
+}
+
+
+void
+vlm_group_on_step(vlm_group_t *g, void (*fn)(void *data), void *data)
+{
+    g->on_step = fn;
+    g->on_step_data = data;
 }
 
 

@@ -60,6 +60,9 @@ void vlm_group_stop(vlm_group_t *group);
  * or the group fails (its communicator was aborted: a rank died)
  */
 vlm_status_t vlm_group_follow(vlm_group_t *group, vlm_error_t *err);
+/* a follower's call after each step it replays (its gauges); NULL: none */
+void vlm_group_on_step(vlm_group_t *group, void (*fn)(void *data),
+    void *data);
 
 
 #endif /* VLM_GROUP_H */

@@ -217,6 +217,24 @@ vlm_sched_free(vlm_sched_t *s)
 }
 
 
+void
+vlm_sched_publish_gpu(vlm_metrics_t *m, int rank,
+    const vlm_model_stats_t *st)
+{
+    int  k;
+
+    if (rank < 0 || rank >= VLM_METRICS_RANKS || !st->gpu) {
+        return;
+    }
+
+    for (k = 0; k < VLM_METRICS_GPU_KINDS && k < VLM_GPU_KINDS; k++) {
+        atomic_store(&m->ranks[rank].gpu_bytes[k], st->gpu_bytes[k]);
+    }
+
+    atomic_store(&m->ranks[rank].gpu, 1);
+}
+
+
 /* the feature pool's gauges: one pool, shared by every rank */
 static void
 vlm_sched_publish_pool(vlm_metrics_t *m, const vlm_model_stats_t *st,
@@ -234,6 +252,12 @@ vlm_sched_publish_pool(vlm_metrics_t *m, const vlm_model_stats_t *st,
                      st->transfers_host - last->transfers_host);
     atomic_fetch_add(&m->feature_fallback_bytes,
                      st->fallback_bytes - last->fallback_bytes);
+    atomic_fetch_add(&m->feature_bytes[0],
+                     st->transfer_bytes_pool - last->transfer_bytes_pool);
+    atomic_fetch_add(&m->feature_bytes[1],
+                     st->transfer_bytes_host - last->transfer_bytes_host);
+    atomic_store(&m->feature_copies_in_flight,
+                 (uint64_t) st->copies_in_flight);
 }
 
 
@@ -433,6 +457,7 @@ vlm_sched_publish(vlm_sched_t *s)
     atomic_fetch_add(&s->q->metrics->tp_collective_ns,
                      st.comm_ns - s->last.comm_ns);
     vlm_sched_publish_pool(s->q->metrics, &st, &s->last);
+    vlm_sched_publish_gpu(s->q->metrics, 0, &st);
 
     s->last = st;
 }

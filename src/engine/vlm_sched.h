@@ -58,6 +58,9 @@ int vlm_sched_device_lost(vlm_sched_t *sched);
 
 /* publishes the engine's pools (KV blocks, sequences) to /metrics */
 void vlm_sched_publish(vlm_sched_t *sched);
+/* a rank's GPU memory by kind to /metrics, from its model's stats */
+void vlm_sched_publish_gpu(vlm_metrics_t *metrics, int rank,
+    const vlm_model_stats_t *st);
 
 /* ends every request in flight with an error (engine shutdown) */
 void vlm_sched_abort(vlm_sched_t *sched, const char *msg);

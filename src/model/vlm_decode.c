@@ -57,6 +57,11 @@ vlm_step(vlm_model_t *m, const vlm_step_item_t *items, int n,
                              "range", n);
     }
 
+    /* a step boundary: the feature copies done since, released */
+    if (m->fpool != NULL) {
+        (void) vlm_fpool_reap(m->fpool, 0);
+    }
+
     rows = 0;
 
     for (i = 0; i < n; i++) {

@@ -535,14 +535,22 @@ vlm_model_feature_pool_open(vlm_model_t *m, vlm_error_t *err)
     rc = vlm_fpool_open(&m->fpool,
                         m->be->ops->fpool_ops != NULL ? m->be->ops->fpool_ops
                                                       : &vlm_fpool_cpu_ops,
-                        p->tp_size > 1 ? p->feature_pool_fd : -1,
-                        pool, host, p->tp_rank == 0, err);
+                        m->be, p->tp_size > 1 ? p->feature_pool_fd : -1,
+                        pool, host, p->tp_size > 1 ? p->tp_rank : 0,
+                        vlm_max(p->tp_size, 1), err);
     if (rc != VLM_OK) {
         return rc;
     }
 
     return vlm_icache_init(&m->icache, m->fpool,
                            vlm_min(p->image_cache_bytes, pool), err);
+}
+
+
+vlm_fpool_t *
+vlm_model_feature_pool(vlm_model_t *m)
+{
+    return m->fpool;
 }
 
 
@@ -562,6 +570,7 @@ vlm_model_load(vlm_model_t **out, const char *dir,
     }
 
     m = &o->model;
+    m->weight_dev_bytes = m->be->allocated;
 
     rc = vlm_kv_init(&m->kv, m->be, m->cfg.text.n_layers,
                      m->tp.n_kv_heads * m->cfg.text.head_dim,
@@ -736,6 +745,36 @@ vlm_model_decode_bytes(const vlm_model_t *m)
 }
 
 
+/* a GPU's memory by kind: none of it may grow with requests served */
+static void
+vlm_model_gpu_memory(const vlm_model_t *m, vlm_model_stats_t *s)
+{
+    size_t              used;
+    vlm_backend_mem_t   mem;
+    vlm_fpool_stats_t   fs;
+
+    memset(&mem, 0, sizeof(vlm_backend_mem_t));
+    (void) m->be->ops->mem_info(m->be, &mem);
+
+    used = m->be->allocated;
+    s->gpu = 1;
+    s->gpu_bytes[VLM_GPU_WEIGHTS] = m->weight_dev_bytes;
+    s->gpu_bytes[VLM_GPU_KV] = s->kv_bytes;
+    s->gpu_bytes[VLM_GPU_ACTIVATIONS] = used - vlm_min(used,
+                                                       m->weight_dev_bytes
+                                                       + s->kv_bytes);
+    s->gpu_bytes[VLM_GPU_WORKSPACE] = mem.workspace;
+    s->gpu_bytes[VLM_GPU_FREE] = mem.free;
+    s->gpu_bytes[VLM_GPU_TOTAL] = mem.total;
+
+    if (m->fpool != NULL) {
+        vlm_fpool_stats(m->fpool, &fs);
+        s->gpu_bytes[VLM_GPU_FEATURE_POOL] = fs.device_bytes;
+        s->gpu_bytes[VLM_GPU_STAGING] = fs.capacity[VLM_FPOOL_HOST];
+    }
+}
+
+
 void
 vlm_model_stats(const vlm_model_t *m, vlm_model_stats_t *s)
 {
@@ -777,9 +816,16 @@ vlm_model_stats(const vlm_model_t *m, vlm_model_stats_t *s)
         s->transfers_pool = fs.transfers[VLM_FPOOL_POOL];
         s->transfers_host = fs.transfers[VLM_FPOOL_HOST];
         s->fallback_bytes = fs.fallback_bytes;
+        s->transfer_bytes_pool = fs.bytes[VLM_FPOOL_POOL];
+        s->transfer_bytes_host = fs.bytes[VLM_FPOOL_HOST];
+        s->copies_in_flight = fs.in_flight;
     }
 
     for (i = 0; i < m->params.max_seqs; i++) {
         s->seqs_used += m->seqs[i].in_use;
+    }
+
+    if (m->be->ops->mem_info != NULL) {
+        vlm_model_gpu_memory(m, s);
     }
 }

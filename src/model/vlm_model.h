@@ -287,6 +287,7 @@ struct vlm_model_s {
     uint64_t                 prefix_queries;
     uint64_t                 prefix_hits;
     uint64_t                 allocs_at_load;
+    size_t                   weight_dev_bytes;  /* backend bytes of load */
 };
 
 

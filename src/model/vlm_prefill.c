@@ -220,13 +220,10 @@ vlm_prefill_image_put(vlm_model_t *m, int consumers, vlm_fpool_handle_t *h,
 
     /*
      * the cache's entry is read where it is: the consumers reference it
-     * (its levels lie one after the other, as a transfer's do), once the
-     * backend has written it (on a GPU the copy into it may still run)
+     * (its levels lie one after the other, as a transfer's do) once the
+     * backend's writes into it are done (on a GPU the gather into it may
+     * still run: vlm_fpool_share records the slice's "ready" after it)
      */
-    if (pf->out_slice.gen != 0) {
-        m->be->ops->synchronize(m->be);
-    }
-
     if (pf->out_slice.gen != 0
         && vlm_fpool_share(m->fpool, &pf->out_slice, consumers, err)
            == VLM_OK)

@@ -167,13 +167,17 @@ size_t
 vlm_metrics_render(const vlm_metrics_t *m, const vlm_queue_stats_t *q,
     char *buf, size_t cap)
 {
-    int                      i, h;
+    int                      i, h, k;
     uint64_t                 cum;
     uint32_t                 n_pools, n_ranks, d;
     vlm_out_t                o;
     const vlm_hist_t        *hist;
     const vlm_pool_gauge_t  *g;
     static const char       *kv_names[] = { "", "f32", "bf16", "f16" };
+    static const char       *gpu_kinds[VLM_METRICS_GPU_KINDS] = {
+        "weights", "kv", "activations", "workspace", "feature_pool",
+        "staging", "free", "total"
+    };
 
     o.buf = buf;
     o.cap = cap;
@@ -256,9 +260,20 @@ vlm_metrics_render(const vlm_metrics_t *m, const vlm_queue_stats_t *q,
                 "vlm_feature_transfers_total{path=\"host\"} %llu\n",
             (unsigned long long) atomic_load(&m->feature_transfers[0]),
             (unsigned long long) atomic_load(&m->feature_transfers[1]));
+    vlm_out(&o, "# HELP vlm_feature_transfer_bytes_total Bytes of the "
+                "images' features handed to the other ranks, by path.\n"
+                "# TYPE vlm_feature_transfer_bytes_total counter\n"
+                "vlm_feature_transfer_bytes_total{path=\"pool\"} %llu\n"
+                "vlm_feature_transfer_bytes_total{path=\"host\"} %llu\n",
+            (unsigned long long) atomic_load(&m->feature_bytes[0]),
+            (unsigned long long) atomic_load(&m->feature_bytes[1]));
     vlm_out_metric(&o, "vlm_feature_fallback_bytes_total", "counter",
                    "Bytes of features that went through the host staging "
                    "area.", atomic_load(&m->feature_fallback_bytes));
+    vlm_out_metric(&o, "vlm_feature_copies_in_flight", "gauge",
+                   "The other ranks' copies out of feature slices not yet "
+                   "known done (their slices still held).",
+                   atomic_load(&m->feature_copies_in_flight));
 
     n_ranks = atomic_load(&m->n_ranks);
     n_ranks = n_ranks < VLM_METRICS_RANKS ? n_ranks : VLM_METRICS_RANKS;
@@ -311,6 +326,23 @@ vlm_metrics_render(const vlm_metrics_t *m, const vlm_queue_stats_t *q,
         if (d != VLM_METRICS_KV_NONE && d <= VLM_METRICS_KV_F16) {
             vlm_out(&o, "vlm_engine_rank_kv_dtype{rank=\"%d\","
                         "dtype=\"%s\"} 1\n", i, kv_names[d]);
+        }
+    }
+
+    vlm_out(&o, "# HELP vlm_gpu_memory_bytes An engine rank's GPU memory "
+                "by kind (free and total: the device's); none grows with "
+                "requests served.\n"
+                "# TYPE vlm_gpu_memory_bytes gauge\n");
+
+    for (i = 0; i < (int) n_ranks; i++) {
+        if (!atomic_load(&m->ranks[i].gpu)) {
+            continue;
+        }
+
+        for (k = 0; k < VLM_METRICS_GPU_KINDS; k++) {
+            vlm_out(&o, "vlm_gpu_memory_bytes{rank=\"%d\",kind=\"%s\"} "
+                        "%llu\n", i, gpu_kinds[k], (unsigned long long)
+                        atomic_load(&m->ranks[i].gpu_bytes[k]));
         }
     }
 

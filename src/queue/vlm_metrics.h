@@ -19,6 +19,7 @@
 #define VLM_STATUS_MIN       100
 #define VLM_STATUS_MAX       599
 #define VLM_METRICS_RANKS    8
+#define VLM_METRICS_GPU_KINDS  8
 
 /* the element type of an engine rank's KV cache, as it loaded */
 #define VLM_METRICS_KV_NONE  0
@@ -97,6 +98,8 @@ typedef struct {
     _Atomic uint64_t  staging_used;
     _Atomic uint64_t  feature_transfers[2];     /* pool, host */
     _Atomic uint64_t  feature_fallback_bytes;
+    _Atomic uint64_t  feature_bytes[2];         /* pool, host */
+    _Atomic uint64_t  feature_copies_in_flight;
 
     /* each engine rank's memory, as it loaded; ranks 0: none yet */
     _Atomic uint32_t  n_ranks;
@@ -106,6 +109,9 @@ typedef struct {
         _Atomic uint64_t  kv_bytes;
         _Atomic uint64_t  kv_token_bytes;       /* a token's, all layers */
         _Atomic uint32_t  kv_dtype;             /* VLM_METRICS_KV_* */
+        /* its GPU's memory by kind, now (vlm_gpu_memory_t's order) */
+        _Atomic uint32_t  gpu;                  /* 0: host memory */
+        _Atomic uint64_t  gpu_bytes[VLM_METRICS_GPU_KINDS];
     } ranks[VLM_METRICS_RANKS];
 } vlm_metrics_t;
 
