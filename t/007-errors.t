@@ -172,7 +172,7 @@ for my $c (@cases) {
         is($res->{body}, $want, "$what: the error body");
 
     } else {
-        like($res->{body}, qr/^\{"error":\{"message":"This model's maximum context length is 4096 tokens, but the messages resulted in \d+ tokens\.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"\}\}$/,
+        like($res->{body}, qr/^\{"error":\{"message":"This model's maximum context length is 4096 tokens \(vlm_max_model_len\), but the messages resulted in \d+ tokens\.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"\}\}$/,
              "$what: the error body");
     }
 

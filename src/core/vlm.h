@@ -27,15 +27,27 @@ typedef struct vlm_model_s  vlm_model_t;
 typedef struct vlm_seq_s    vlm_seq_t;
 
 
+/* a sequence slot's share of the default KV cache, in tokens */
+#define VLM_KV_DEFAULT_TOKENS  4096
+
+
 typedef struct {
     int     n_threads;          /* CPU threads; 0: every online CPU */
     int     max_seqs;           /* sequence slots */
-    int     max_seq_len;        /* tokens of one sequence (prompt+output) */
+    int     max_seq_len;        /* tokens of one sequence (prompt+output);
+                                   0: max_position_embeddings, at most
+                                   what the KV cache holds */
     int     max_batch_tokens;   /* rows of one forward step (prefill
                                    chunk, decode batch) */
     int     max_image_patches;  /* patches of the largest image */
     int     kv_block_size;      /* tokens per KV block */
-    int     kv_blocks;          /* 0: enough for max_seqs full sequences */
+    int     kv_blocks;          /* 0: kv_cache_bytes' worth, or enough
+                                   for max_seqs full sequences (of at
+                                   most VLM_KV_DEFAULT_TOKENS tokens
+                                   when max_seq_len is 0) */
+    size_t  kv_cache_bytes;     /* the KV pool in bytes (all layers, keys
+                                   and values, this rank's heads); 0:
+                                   kv_blocks */
     size_t  image_cache_bytes;  /* vision features of recent images; 0 off */
     int     quant_act_int8;     /* quantized weights times activations
                                    quantized to int8 (integer dot

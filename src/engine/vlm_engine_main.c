@@ -13,6 +13,7 @@
  *   vlm-engine --queue-fd N --master-pid P --model DIR
  *              [--backend cpu|cuda] [--threads N] [--max-seqs N]
  *              [--max-batch-tokens N] [--max-seq-len N] [--kv-blocks N]
+ *              [--kv-cache-bytes N] [--max-image-patches N]
  *              [--image-cache-bytes N] [--tensor-parallel N]
  *              [--prefix-cache on|off] [--quant-activations int8|f32]
  *              [--kv-dtype auto|f32|bf16|f16] [--head-quant off|int8|int4]
@@ -637,6 +638,24 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
             }
 
             a->params.feature_pool_fd = (int) n;
+
+        } else if (strcmp(argv[i], "--kv-cache-bytes") == 0) {
+            if (vlm_engine_int("--kv-cache-bytes", argv[++i], 0, 1L << 50,
+                               &n))
+            {
+                return -1;
+            }
+
+            a->params.kv_cache_bytes = (size_t) n;
+
+        } else if (strcmp(argv[i], "--max-image-patches") == 0) {
+            if (vlm_engine_int("--max-image-patches", argv[++i], 0,
+                               1 << 24, &n))
+            {
+                return -1;
+            }
+
+            a->params.max_image_patches = (int) n;
 
         } else if (strcmp(argv[i], "--kv-blocks") == 0) {
             if (vlm_engine_int("--kv-blocks", argv[++i], 0, 1 << 24, &n)) {

@@ -37,6 +37,42 @@ ngx_http_vlm_image_config(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
 
 
 /*
+ * Image i's plan from its header (no decoding), within the vision tower's
+ * budget: an image of more patches than vlm_max_image_patches (Idefics3's
+ * tiles; Qwen2-VL's are resized into it) is a client error that names it.
+ */
+vlm_status_t
+ngx_http_vlm_image_plan(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
+    vlm_error_t *err)
+{
+    vlm_status_t                rc;
+    vlm_image_config_t          cfg;
+    ngx_http_vlm_chat_image_t  *ci;
+
+    ci = &ctx->images[i];
+
+    rc = vlm_image_plan_config(&ctx->vlcf->image_limits,
+                               ngx_http_vlm_image_config(ctx, i, &cfg),
+                               ci->data, ci->len, &ci->plan, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    if (ci->plan.grid.n_patches > ctx->vmcf->max_image_patches) {
+        return vlm_error_set(err, VLM_ERR_LIMIT,
+                             "an image of %ux%u pixels takes %u patches, "
+                             "more than this server's "
+                             "vlm_max_image_patches (%u)",
+                             ci->plan.info.width, ci->plan.info.height,
+                             ci->plan.grid.n_patches,
+                             (unsigned) ctx->vmcf->max_image_patches);
+    }
+
+    return VLM_OK;
+}
+
+
+/*
  * The prompt's ids (ts->ids, n_ids, one placeholder per image) with each
  * image expanded as the model's processor does it: Qwen2-VL's pad
  * repeated for each of the image's features, Idefics3's <image> replaced
@@ -169,7 +205,6 @@ ngx_http_vlm_chat_fetched(void *data, vlm_openai_error_t *err)
 
     uint32_t                    i;
     vlm_error_t                 e;
-    vlm_image_config_t          cfg;
     ngx_http_vlm_chat_image_t  *ci;
 
     if (ctx->phase != NGX_HTTP_VLM_CHAT_FETCHING) {
@@ -192,10 +227,7 @@ ngx_http_vlm_chat_fetched(void *data, vlm_openai_error_t *err)
         ci->data = ngx_http_vlm_fetch_take(ctx->fetch, i, &ci->len);
 
         /* a header read: no decoding on the event loop */
-        if (vlm_image_plan_config(&ctx->vlcf->image_limits,
-                           ngx_http_vlm_image_config(ctx, i, &cfg),
-                           ci->data, ci->len, &ci->plan, &e)
-            != VLM_OK)
+        if (ngx_http_vlm_image_plan(ctx, i, &e) != VLM_OK)
         {
             vlm_openai_error_from(&ctx->error, &e, NULL);
             vlm_openai_image_param(&ctx->req, i, ctx->error.param,

@@ -106,7 +106,6 @@ ngx_http_vlm_task_prepare(void *data, ngx_log_t *log)
     ngx_buf_t                  *b;
     ngx_chain_t                *cl;
     vlm_error_t                 e;
-    vlm_image_config_t          cfg;
     vlm_chat_msg_t             *msgs;
     vlm_chat_part_t            *parts;
     vlm_chat_call_t            *calls;
@@ -316,10 +315,7 @@ ngx_http_vlm_task_prepare(void *data, ngx_log_t *log)
         if (vlm_base64_decode(url.data, url.data_len, ci->data, len,
                               &ci->len, &e)
             != VLM_OK
-            || vlm_image_plan_config(&ctx->vlcf->image_limits,
-                              ngx_http_vlm_image_config(ctx, i, &cfg),
-                              ci->data, ci->len, &ci->plan, &e)
-               != VLM_OK)
+            || ngx_http_vlm_image_plan(ctx, i, &e) != VLM_OK)
         {
             goto image_error;
         }
