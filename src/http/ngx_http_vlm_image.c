@@ -17,9 +17,10 @@ static void ngx_http_vlm_chat_fetched(void *data, vlm_openai_error_t *err);
 
 
 /*
- * The processor's settings for image i: its detail's pixel budget
- * (Qwen2-VL's; Idefics3's processor has its own sizes, whatever the
- * detail)
+ * The processor's settings for image i: the request's
+ * mm_processor_kwargs (min_pixels, max_pixels, within the server's: the
+ * parser checked), then its detail's pixel budget (Qwen2-VL's; Idefics3's
+ * processor has its own sizes, whatever the detail)
  */
 const vlm_image_config_t *
 ngx_http_vlm_image_config(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
@@ -28,6 +29,14 @@ ngx_http_vlm_image_config(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
     *cfg = ctx->vmcf->image_config;
 
     if (cfg->family == VLM_IMAGE_QWEN2VL) {
+        if (ctx->req.min_pixels != 0) {
+            cfg->qwen2vl.min_pixels = ctx->req.min_pixels;
+        }
+
+        if (ctx->req.max_pixels != 0) {
+            cfg->qwen2vl.max_pixels = ctx->req.max_pixels;
+        }
+
         cfg->qwen2vl.max_pixels = vlm_image_detail_pixels(&cfg->qwen2vl,
                           ctx->req.images[i].detail == VLM_OPENAI_DETAIL_LOW);
     }
@@ -56,6 +65,22 @@ ngx_http_vlm_image_plan(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
                                ci->data, ci->len, &ci->plan, err);
     if (rc != VLM_OK) {
         return rc;
+    }
+
+    /* a raised min_pixels rounds up: the thread's buffers hold max_pixels */
+    if (ctx->req.min_pixels != 0
+        && (uint64_t) ci->plan.grid.resized_w * ci->plan.grid.resized_h
+           > ctx->vmcf->image_config.qwen2vl.max_pixels)
+    {
+        return vlm_error_set(err, VLM_ERR_LIMIT,
+                             "mm_processor_kwargs.min_pixels %llu makes an "
+                             "image of %ux%u pixels, more than this "
+                             "server's max_pixels (%llu)",
+                             (unsigned long long) ctx->req.min_pixels,
+                             ci->plan.grid.resized_w,
+                             ci->plan.grid.resized_h,
+                             (unsigned long long)
+                                 ctx->vmcf->image_config.qwen2vl.max_pixels);
     }
 
     if (ci->plan.grid.n_patches > ctx->vmcf->max_image_patches) {

@@ -175,6 +175,8 @@ ngx_http_vlm_task_prepare(void *data, ngx_log_t *log)
     limits.max_tokens = (uint32_t) ctx->vlcf->max_tokens;
     limits.max_n = (uint32_t) vmcf->max_n;
     limits.vocab_size = (uint32_t) vlm_tokenizer_vocab_size(vmcf->tokenizer);
+    limits.max_pixels = vmcf->image_config.family == VLM_IMAGE_QWEN2VL
+                        ? vmcf->image_config.qwen2vl.max_pixels : 0;
 
     if (vlm_openai_request_parse_kind(req, ctx->kind,
                                       (const char *) ctx->body,
@@ -506,8 +508,9 @@ ngx_http_vlm_task_fill(void *data, ngx_log_t *log)
 
         pixels = vlm_queue_arena(q, qs->arena_off + ci->pixels_off);
 
-        vlm_image_ctx_max_pixels(ts->image,
-            ngx_http_vlm_image_config(ctx, i, &cfg)->qwen2vl.max_pixels);
+        ngx_http_vlm_image_config(ctx, i, &cfg);
+        vlm_image_ctx_pixels(ts->image, cfg.qwen2vl.min_pixels,
+                             cfg.qwen2vl.max_pixels);
 
         if (vlm_image_ctx_run(ts->image, ci->data, ci->len, pixels,
                               ci->plan.n_values, &ci->plan, &e)

@@ -23,6 +23,7 @@ struct vlm_image_ctx_s {
     vlm_image_limits_t     limits;
     vlm_image_config_t     cfg;
     uint64_t               max_pixels;    /* cfg's, as configured */
+    uint64_t               min_pixels;
     float                  lut[3 * 256];
     uint8_t               *decoded;       /* [max_pixels * 4] */
     size_t                 decoded_cap;
@@ -440,6 +441,16 @@ vlm_image_ctx_max_pixels(vlm_image_ctx_t *ctx, uint64_t max_pixels)
 }
 
 
+void
+vlm_image_ctx_pixels(vlm_image_ctx_t *ctx, uint64_t min_pixels,
+    uint64_t max_pixels)
+{
+    ctx->cfg.qwen2vl.min_pixels = min_pixels != 0 ? min_pixels
+                                                  : ctx->min_pixels;
+    vlm_image_ctx_max_pixels(ctx, max_pixels);
+}
+
+
 vlm_status_t
 vlm_image_ctx_init(vlm_image_ctx_t **ctxp, const vlm_image_limits_t *limits,
     const vlm_qwen2vl_config_t *cfg, vlm_error_t *err)
@@ -477,6 +488,7 @@ vlm_image_ctx_init_config(vlm_image_ctx_t **ctxp,
     ctx->limits = *limits;
     ctx->cfg = *cfg;
     ctx->max_pixels = cfg->qwen2vl.max_pixels;
+    ctx->min_pixels = cfg->qwen2vl.min_pixels;
 
     if (cfg->family == VLM_IMAGE_IDEFICS3) {
         /* its own resizes and table, in the scratch */

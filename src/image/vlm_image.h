@@ -116,6 +116,9 @@ uint64_t vlm_image_max_patches(const vlm_image_config_t *cfg);
 
 /* the max_pixels of the context's next runs (at most its configured one) */
 void vlm_image_ctx_max_pixels(vlm_image_ctx_t *ctx, uint64_t max_pixels);
+/* the same, with a min_pixels of the request's (0: the configured one) */
+void vlm_image_ctx_pixels(vlm_image_ctx_t *ctx, uint64_t min_pixels,
+    uint64_t max_pixels);
 
 /* allocates the scratch for these limits and config (copied) */
 vlm_status_t vlm_image_ctx_init(vlm_image_ctx_t **ctx,
