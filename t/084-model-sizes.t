@@ -85,6 +85,24 @@ for my $c (
     is($rc, 0, 'nginx -t passes: 256 patches') or diag($text);
 }
 
+# a memory plan past this machine's memory (about 250 GB)
+SKIP: {
+    my $mem = 0;
+    if (open my $mi, '<', '/proc/meminfo') {
+        while (<$mi>) {
+            $mem = $1 * 1024 if /^MemTotal:\s+(\d+) kB/;
+        }
+    }
+    skip 'this machine has more than 200 GB of memory', 2
+        if $mem == 0 || $mem > 200 * 1024 ** 3;
+
+    my ($rc, $text) = conf_test('vlm_kv_cache 130048m; '
+                                . 'vlm_max_image_patches 16777216;');
+    isnt($rc, 0, 'nginx -t fails: a plan past the machine');
+    like($text, qr/the memory plan takes \d+ MiB, more than the \d+ MiB of this machine: lower vlm_kv_cache or vlm_max_model_len/,
+         'and names the directive of its largest part');
+}
+
 my ($ok, $ok_text) = conf_test('vlm_kv_cache 256k; vlm_max_model_len 512;');
 is($ok, 0, 'nginx -t passes: a KV cache that holds the context')
     or diag($ok_text);
@@ -121,6 +139,18 @@ is(vlm_engine_arg($srv, '--kv-cache-bytes'), 262144,
    'the engine is told the KV cache');
 is(vlm_engine_arg($srv, '--max-seq-len'), '',
    'and no context: it takes what the cache holds');
+
+{
+    open my $log, '<', "$srv->{prefix}/logs/error.log" or die;
+    local $/;
+    my $text = <$log>;
+    like($text, qr/memory plan of rank 0 of 1:/,
+         'the engine logs its memory plan');
+    like($text, qr/KV cache +0\.2 MiB +512 tokens of f32 \(vlm_kv_cache\); a context of 512 \(vlm_max_model_len\)/,
+         'the KV cache line: 256k, 512 tokens');
+    like($text, qr/total +[\d.]+ MiB +of [\d.]+ MiB/,
+         'and the total against the machine');
+}
 
 my $res = vlm_request($srv, 'GET', '/v1/models');
 is(vlm_json($res->{body})->{data}[0]{max_model_len}, 512,

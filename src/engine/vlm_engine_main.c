@@ -707,6 +707,47 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
 
 
 /*
+ * The memory plan of this rank, logged line by line before the model is
+ * loaded; a plan larger than the machine is refused, naming the
+ * directive to lower, before anything is allocated.
+ */
+static int
+vlm_engine_plan(const char *dir, const vlm_model_params_t *params)
+{
+    char              table[2048], *line, *next;
+    vlm_error_t       err;
+    vlm_model_plan_t  plan;
+
+    if (vlm_model_plan(dir, params, &plan, &err) != VLM_OK) {
+        vlm_log(VLM_LOG_ERROR, "loading %s: %s", dir, err.msg);
+        return -1;
+    }
+
+    (void) vlm_model_plan_table(&plan, table, sizeof(table));
+
+    for (line = table; *line != '\0'; line = next) {
+        next = strchr(line, '\n');
+
+        if (next == NULL) {
+            next = line + strlen(line);
+
+        } else {
+            *next++ = '\0';
+        }
+
+        vlm_log(VLM_LOG_INFO, "%s", line);
+    }
+
+    if (vlm_model_plan_fits(&plan, &err) != VLM_OK) {
+        vlm_log(VLM_LOG_ERROR, "loading %s: %s", dir, err.msg);
+        return -1;
+    }
+
+    return 0;
+}
+
+
+/*
  * The engine's own resident memory: anonymous and file-backed pages (heap,
  * model weights), not the pages of the shared queue segment, which is a
  * fixed budget reported by its own pools (request_slots, queue_arena) and
@@ -914,6 +955,11 @@ vlm_engine_follow(vlm_engine_args_t *a, vlm_queue_t *q)
     a->params.comm = comm;
     rc = 1;
 
+    if (vlm_engine_plan(a->model_dir, &a->params) != 0) {
+        vlm_comm_shm_abort(comm);
+        goto done;
+    }
+
     if (vlm_model_load(&model, a->model_dir, &a->params, &err) != VLM_OK) {
         vlm_log(VLM_LOG_ERROR, "rank %d: loading %s: %s", a->params.tp_rank,
                 a->model_dir, err.msg);
@@ -1101,6 +1147,10 @@ main(int argc, char **argv)
     vlm_queue_engine_state(&q, VLM_ENGINE_LOADING, getpid());
 
     comm = NULL;
+
+    if (vlm_engine_plan(args.model_dir, &args.params) != 0) {
+        return vlm_engine_fail(args.model_dir);
+    }
 
     if (args.params.tp_size > 1) {
         vlm_engine_device_group = strcmp(args.backend, "cpu") != 0;

@@ -813,6 +813,7 @@ ngx_http_vlm_model_files(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     ngx_uid_t            uid;
     const char          *pad, *user;
     vlm_error_t          err;
+    vlm_model_plan_t     plan;
     ngx_pool_cleanup_t  *cln;
     vlm_model_params_t   params;
 
@@ -870,13 +871,16 @@ ngx_http_vlm_model_files(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
 
     /*
      * what the engine's load would refuse (architecture, tensors, dtypes,
-     * shapes, unreadable files), from the headers, with the engine's own
-     * code; then as the engine's user, where that is another one
+     * shapes, unreadable files, budgets, a memory plan past the
+     * machine's), from the headers, with the engine's own code; then as
+     * the engine's user, where that is another one
      */
 
     ngx_http_vlm_engine_params(vmcf, &params);
 
-    if (vlm_model_check((char *) vmcf->model.data, &params, &err) != VLM_OK)
+    if (vlm_model_plan((char *) vmcf->model.data, &params, &plan, &err)
+        != VLM_OK
+        || vlm_model_plan_fits(&plan, &err) != VLM_OK)
     {
         if (err.status == VLM_ERR_IO && geteuid() != 0) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,

@@ -589,6 +589,25 @@ vlm_model_check(const char *dir, const vlm_model_params_t *params,
 }
 
 
+vlm_status_t
+vlm_model_plan(const char *dir, const vlm_model_params_t *params,
+    vlm_model_plan_t *plan, vlm_error_t *err)
+{
+    vlm_status_t        rc;
+    vlm_model_owner_t  *o;
+
+    rc = vlm_model_open(&o, dir, params, 1, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    vlm_model_plan_fill(&o->model, plan);
+    vlm_model_free(&o->model);
+
+    return VLM_OK;
+}
+
+
 /*
  * The feature pool: the image cache's entries and, with more than one
  * rank, the images' features on their way to the other ranks, plus a host
