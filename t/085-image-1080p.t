@@ -5,7 +5,8 @@
 # fixture takes it: 200, the prompt's tokens counted as the processor
 # counts them, and the greedy answer vlm-cli run gives on the same picture
 # and prompt.  The request's time and the engine's peak resident memory
-# are printed (diag) for docs/performance.md.
+# are printed (diag) for docs/performance.md, and, sent next to a running
+# stream, that the stream keeps getting tokens, with its longest gap.
 
 use strict;
 use warnings;
@@ -51,7 +52,8 @@ my $file = "$tmp/photo.png";
 
 # the pixel values of one such image are 50.6 MB of the zone's arena
 my $srv = vlm_start(name => '1080p', model => $model, zone => '96m',
-                    http_config => 'vlm_served_model_name serving;');
+                    http_config => "vlm_served_model_name serving;\n"
+                                   . "    vlm_max_tokens 4000;");
 END { VLMTest::vlm_stop($srv) if $srv }
 
 is(vlm_engine_arg($srv, '--max-image-patches'), 65536,
@@ -92,5 +94,49 @@ is($j->{choices}[0]{message}{content}, $want,
    'the answer vlm-cli run gives on the same picture');
 
 VLMTest::check_log($srv, '1080p');
+
+# next to a running stream: it keeps getting tokens while the image goes
+# through (the tower a stage a step, the prompt in chunks of
+# vlm_max_batch_tokens); the longest gap between its pieces is printed
+{
+    my $long = { %{ vlm_chat_body('Tell me a long story.') },
+                 temperature => 0, max_tokens => 4000,
+                 stream => JSON::PP::true };
+    my $st = vlm_open_stream($srv, $long);
+    ok(vlm_read_some($st, 10, qr/("content":"[^"]+".*){5}/s),
+       'a stream has begun') or diag(substr($st->{raw}, 0, 600));
+
+    # another picture: the image cache would skip the tower for the first
+    my $img = vlm_open_stream($srv, {
+        %{ vlm_chat_body($prompt, vlm_data_url('image/png',
+                                               vlm_png(1920, 1080, 6))) },
+        max_tokens => 8, temperature => 0 });
+    my $t_start = time;
+    my ($last, $gap, $pieces, $open) = (time, 0, 0, 1);
+
+    while ($open && time - $t_start < 60) {
+        my $had = length $st->{raw};
+        vlm_read_some($st, 0.002);
+        if (length $st->{raw} > $had) {
+            my $now = time;
+            $gap = $now - $last if $now - $last > $gap;
+            $last = $now;
+            $pieces++;
+        }
+        $open = vlm_read_some($img, 0.001);
+    }
+
+    my $took2 = time - $t_start;
+    $gap = $took2 - ($last - $t_start) if $took2 - ($last - $t_start) > $gap;
+    my $r = VLMTest::parse_response($img->{raw});
+    is($r->{status}, 200, 'the image is served next to the stream');
+    is(vlm_json($r->{body})->{usage}{prompt_tokens},
+       $j->{usage}{prompt_tokens}, 'as many tokens as the first');
+    cmp_ok($pieces, '>', 0, 'the stream got tokens meanwhile');
+    diag(sprintf("next to a stream: %.2f s for the image request; the "
+                 . "stream's longest gap %.3f s, %d pieces meanwhile",
+                 $took2, $gap, $pieces));
+    close $st->{sock};
+}
 
 done_testing();
