@@ -31,10 +31,27 @@ vlm_cli_plan_size(const char *v, size_t *out)
     }
 
     switch (*end) {
-    case 'k': case 'K': n <<= 10; end++; break;
-    case 'm': case 'M': n <<= 20; end++; break;
-    case 'g': case 'G': n <<= 30; end++; break;
-    default: break;
+
+    case 'k':
+    case 'K':
+        n <<= 10;
+        end++;
+        break;
+
+    case 'm':
+    case 'M':
+        n <<= 20;
+        end++;
+        break;
+
+    case 'g':
+    case 'G':
+        n <<= 30;
+        end++;
+        break;
+
+    default:
+        break;
     }
 
     if (*end != '\0') {
