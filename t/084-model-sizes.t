@@ -131,6 +131,23 @@ sub model_copy {
 }
 
 
+# --- vlm-cli plan: the table the engine logs, for the sizes given
+
+{
+    my $build = $ENV{VLM_BUILD} || "$root/build";
+    my $out = `$build/vlm-cli plan --model $fixture --kv-cache 256k 2>&1`;
+    is($? >> 8, 0, 'vlm-cli plan: 0') or diag($out);
+    like($out, qr/KV cache +0\.2 MiB +512 tokens of f32 \(vlm_kv_cache\); a context of 512 \(vlm_max_model_len\)/,
+         'vlm-cli plan: the KV cache and the context it holds');
+    like($out, qr/vision workspace .* 230 patches \(vlm_max_image_patches\)/,
+         'vlm-cli plan: the processor\'s image budget by default');
+
+    $out = `$build/vlm-cli plan --model $fixture --max-model-len 8192 2>&1`;
+    is($? >> 8, 1, 'vlm-cli plan: past max_position_embeddings, 1');
+    like($out, qr/vlm_max_model_len 8192 is more than/, 'and says why');
+}
+
+
 # --- served: the context from the KV cache
 
 my $srv = vlm_start(name => 'sizes', http_config => 'vlm_kv_cache 256k;');
