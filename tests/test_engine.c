@@ -288,9 +288,12 @@ test_budgets_and_plan(void **state)
                                     "less than a context of 129 "
                                     "(vlm_max_model_len)"));
 
+    /* past the model's positions: cut by the load, refused by the plan */
     p.kv_cache_bytes = 0;
     p.max_seq_len = 1 << 20;
-    assert_int_equal(vlm_model_check(dir, &p, &err), VLM_ERR_LIMIT);
+    assert_int_equal(vlm_model_plan(dir, &p, &plan, &err), VLM_OK);
+    assert_int_equal(plan.max_seq_len, plan.max_position);
+    assert_int_equal(vlm_model_plan_fits(&plan, &err), VLM_ERR_LIMIT);
     assert_non_null(strstr(err.msg, "max_position_embeddings"));
 
     p.max_seq_len = 100;

@@ -202,6 +202,8 @@ typedef struct {
     size_t  total;              /* weights + kv + activations + vision +
                                    attention + feature pool */
     size_t  machine;            /* what it must fit in; 0: unknown */
+    int     asked_seq_len;      /* the context asked for; 0: none */
+    int     max_position;       /* the model's max_position_embeddings */
     int     max_seq_len;        /* the budgets resolved */
     int     max_image_patches;
     int     max_seqs;
@@ -220,7 +222,9 @@ size_t vlm_model_plan_table(const vlm_model_plan_t *plan, char *buf,
 /*
  * VLM_OK when the plan fits its machine; else VLM_ERR_NOMEM with a
  * message naming the directive of its largest part (vlm_kv_cache,
- * vlm_max_model_len, vlm_max_image_patches, vlm_image_cache, ...)
+ * vlm_max_model_len, vlm_max_image_patches, vlm_image_cache, ...), or
+ * VLM_ERR_LIMIT for a context asked past the model's positions (which the
+ * load cuts)
  */
 vlm_status_t vlm_model_plan_fits(const vlm_model_plan_t *plan,
     vlm_error_t *err);

@@ -76,14 +76,6 @@ vlm_model_check_params(vlm_model_t *m, vlm_error_t *err)
                              "not %d", p->head_quant);
     }
 
-    if (p->max_seq_len > m->cfg.text.max_position_embeddings) {
-        return vlm_error_set(err, VLM_ERR_LIMIT,
-                             "model: vlm_max_model_len %d is more than the "
-                             "model's max_position_embeddings (%d)",
-                             p->max_seq_len,
-                             m->cfg.text.max_position_embeddings);
-    }
-
     p->max_batch_tokens = vlm_max(p->max_batch_tokens, p->max_seqs);
 
     return VLM_OK;
@@ -94,8 +86,8 @@ vlm_model_check_params(vlm_model_t *m, vlm_error_t *err)
  * The KV pool and the context, once the cache's dtype is known: blocks
  * from kv_cache_bytes (or kv_blocks, or max_seqs sequences of the asked
  * length, VLM_KV_DEFAULT_TOKENS at most when none is asked), and a
- * context of max_position_embeddings when none is asked, cut to what the
- * pool holds.  An asked context a pool sized in bytes cannot hold fails,
+ * context of max_position_embeddings when none is asked (or a larger
+ * one is), cut to what the pool holds.  An asked context a pool sized in bytes cannot hold fails,
  * naming both directives.  From the caller's params each time: the
  * cache's dtype may change once the backend is known.
  */
@@ -110,7 +102,9 @@ vlm_model_budgets(vlm_model_t *m, const vlm_model_params_t *asked,
     bs = p->kv_block_size;
     block_bytes = 2 * (size_t) m->cfg.text.n_layers * m->tp.n_kv_heads
                   * m->cfg.text.head_dim * vlm_dtype_size(m->kv_dtype) * bs;
-    len = asked->max_seq_len;
+
+    /* past the model's positions: cut (vlm_model_plan_fits() refuses) */
+    len = vlm_min(asked->max_seq_len, m->cfg.text.max_position_embeddings);
 
     if (asked->kv_cache_bytes != 0) {
         if (asked->kv_cache_bytes / block_bytes > (1 << 24)) {
@@ -132,7 +126,8 @@ vlm_model_budgets(vlm_model_t *m, const vlm_model_params_t *asked,
         }
 
         p->kv_blocks = p->max_seqs * ((len + bs - 1) / bs);
-        len = asked->max_seq_len;
+        len = vlm_min(asked->max_seq_len,
+                      m->cfg.text.max_position_embeddings);
     }
 
     tokens = (size_t) p->kv_blocks * bs;
@@ -602,6 +597,7 @@ vlm_model_plan(const char *dir, const vlm_model_params_t *params,
     }
 
     vlm_model_plan_fill(&o->model, plan);
+    plan->asked_seq_len = params != NULL ? params->max_seq_len : 0;
     vlm_model_free(&o->model);
 
     return VLM_OK;

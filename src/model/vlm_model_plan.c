@@ -101,6 +101,7 @@ vlm_model_plan_fill(vlm_model_t *m, vlm_model_plan_t *plan)
         plan->machine = p->device_bytes;
     }
 
+    plan->max_position = tc->max_position_embeddings;
     plan->max_seq_len = p->max_seq_len;
     plan->max_image_patches = p->max_image_patches;
     plan->max_seqs = p->max_seqs;
@@ -197,6 +198,13 @@ vlm_model_plan_fits(const vlm_model_plan_t *plan, vlm_error_t *err)
 {
     size_t       big;
     const char  *what;
+
+    if (plan->asked_seq_len > plan->max_position) {
+        return vlm_error_set(err, VLM_ERR_LIMIT,
+                             "model: vlm_max_model_len %d is more than the "
+                             "model's max_position_embeddings (%d)",
+                             plan->asked_seq_len, plan->max_position);
+    }
 
     if (plan->machine == 0 || plan->total <= plan->machine) {
         return VLM_OK;
