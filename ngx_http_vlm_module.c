@@ -77,6 +77,18 @@ static ngx_http_vlm_bounds_t  ngx_http_vlm_max_batch_tokens_bounds = {
     ngx_http_vlm_check_num, 16, 65536
 };
 
+static ngx_http_vlm_bounds_t  ngx_http_vlm_max_model_len_bounds = {
+    ngx_http_vlm_check_num, 16, 1048576
+};
+
+static ngx_http_vlm_bounds_t  ngx_http_vlm_kv_cache_bounds = {
+    ngx_http_vlm_check_size, 65536, (ngx_int_t) 1024 * 1024 * 1024 * 1024
+};
+
+static ngx_http_vlm_bounds_t  ngx_http_vlm_max_image_patches_bounds = {
+    ngx_http_vlm_check_num, 64, 16777216
+};
+
 static ngx_http_vlm_bounds_t  ngx_http_vlm_image_cache_bounds = {
     ngx_http_vlm_check_size, 0, (ngx_int_t) 64 * 1024 * 1024 * 1024
 };
@@ -208,6 +220,27 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_vlm_main_conf_t, max_batch_tokens),
       &ngx_http_vlm_max_batch_tokens_bounds },
+
+    { ngx_string("vlm_max_model_len"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, max_model_len),
+      &ngx_http_vlm_max_model_len_bounds },
+
+    { ngx_string("vlm_kv_cache"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_vlm_set_size_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, kv_cache),
+      &ngx_http_vlm_kv_cache_bounds },
+
+    { ngx_string("vlm_max_image_patches"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, max_image_patches),
+      &ngx_http_vlm_max_image_patches_bounds },
 
     { ngx_string("vlm_image_cache"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,

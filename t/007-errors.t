@@ -172,7 +172,7 @@ for my $c (@cases) {
         is($res->{body}, $want, "$what: the error body");
 
     } else {
-        like($res->{body}, qr/^\{"error":\{"message":"This model's maximum context length is 4096 tokens, but the messages resulted in \d+ tokens\.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"\}\}$/,
+        like($res->{body}, qr/^\{"error":\{"message":"This model's maximum context length is 4096 tokens \(vlm_max_model_len\), but the messages resulted in \d+ tokens\.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"\}\}$/,
              "$what: the error body");
     }
 
@@ -347,7 +347,7 @@ $small = vlm_start(name => 'small', port => $port + 4, zone => '1m',
     my $res = vlm_post_json($small, { %{ vlm_chat_body('x', ($p) x 4) },
                                       max_tokens => 2 });
     is($res->{status}, 400, 'larger than the arena: 400');
-    like($res->{body}, qr/^\{"error":\{"message":"request needs \d+ bytes of queue arena, more than its whole size","type":"invalid_request_error","param":"messages","code":"request_too_large"\}\}$/,
+    like($res->{body}, qr/^\{"error":\{"message":"request needs \d+ bytes of queue arena, more than its whole size \(\d+: vlm_zone\)","type":"invalid_request_error","param":"messages","code":"request_too_large"\}\}$/,
          'larger than the arena: the error body');
 
     my $st = vlm_open_stream($small, { %{ vlm_chat_body('x', $p) },

@@ -4,7 +4,10 @@
 # max_pixels of 256 tokens (200704 pixels): a 560x560 picture is 256
 # tokens in high, auto and by default, 64 in low; the chat's prompt_tokens
 # and /tokenize's count agree; both answer; the same picture in low and
-# high in one request.
+# high in one request.  vLLM's mm_processor_kwargs: max_pixels of 64
+# tokens is low's budget, min_pixels raises a small picture, both within
+# the server's max_pixels (a 400 that names it above), nothing else of
+# the processor's, and a detail low under them.
 
 use strict;
 use warnings;
@@ -97,5 +100,58 @@ is(count(body('low', 'high')) - $text, $low + $high,
 my $res = vlm_post_json($srv, body('medium'));
 is($res->{status}, 400, 'detail medium: 400');
 like($res->{body}, qr/detail/, 'detail medium: the error names detail');
+
+
+sub kwargs {
+    my ($kw, @details) = @_;
+
+    return { %{ body(@details) }, mm_processor_kwargs => $kw };
+}
+
+is(count(kwargs({ max_pixels => 64 * 28 * 28 }, undef)) - $text, $low,
+   'mm_processor_kwargs max_pixels of 64 tokens: as low');
+is(count(kwargs({ max_pixels => 100 * 28 * 28 }, 'low')) - $text, $low,
+   'and a detail low under a larger one: low');
+is(count(kwargs({ min_pixels => 3136, max_pixels => 200704 }, undef))
+   - $text, $high, 'the server\'s own bounds: as high');
+
+# a 56x56 picture: 4x4 patches, 4 tokens; with min_pixels of 112x112,
+# 8x8 patches, 16 tokens
+my $small = vlm_data_url('image/png', vlm_png(56, 56, 3));
+my $small_body = sub {
+    my ($kw) = @_;
+    my $b = { model => 'serving', max_tokens => 2, temperature => 0,
+              messages => [ { role => 'user', content => [
+                  { type => 'image_url', image_url => { url => $small } },
+                  { type => 'text', text => 'What?' } ] } ] };
+    $b->{mm_processor_kwargs} = $kw if $kw;
+    return $b;
+};
+is(count($small_body->()) - $text, 4 + 2, '56x56: 4 image tokens');
+is(count($small_body->({ min_pixels => 112 * 112 })) - $text, 16 + 2,
+   'min_pixels of 112x112: 16 image tokens');
+
+for my $c (
+    [ { max_pixels => 200705 }, 'mm_processor_kwargs.max_pixels',
+      qr/between 1 and this server's max_pixels \(200704\), but got 200705/ ],
+    [ { min_pixels => 300000 }, 'mm_processor_kwargs.min_pixels',
+      qr/this server's max_pixels \(200704\)/ ],
+    [ { max_pixels => 0 }, 'mm_processor_kwargs.max_pixels',
+      qr/but got 0/ ],
+    [ { max_pixels => '1000' }, 'mm_processor_kwargs.max_pixels',
+      qr/integer/ ],
+    [ { min_pixels => 50000, max_pixels => 40000 },
+      'mm_processor_kwargs.min_pixels', qr/50000 is more than max_pixels/ ],
+    [ { do_resize => JSON::PP::false }, 'mm_processor_kwargs.do_resize',
+      qr/Unsupported parameter/ ],
+    [ 'big', 'mm_processor_kwargs', qr/object/ ],
+) {
+    my ($kw, $param, $re) = @$c;
+    $res = vlm_post_json($srv, kwargs($kw, undef));
+    is($res->{status}, 400, "mm_processor_kwargs $param: 400");
+    my $e = vlm_json($res->{body})->{error} || {};
+    is($e->{param}, $param, "it names $param");
+    like($e->{message}, $re, "and says why ($param)");
+}
 
 done_testing();

@@ -250,6 +250,84 @@ resident_pages(const char *path, size_t *total)
 }
 
 
+/*
+ * The budgets as the directives give them: a context of the model's
+ * max_position_embeddings cut to a KV cache given in bytes, the refusals
+ * that name vlm_max_model_len and vlm_kv_cache; and the memory plan
+ * against what a load allocates: its KV pool exactly, its backend
+ * buffers (KV, workspaces, attention blocks) within 10 %.
+ */
+static void
+test_budgets_and_plan(void **state)
+{
+    size_t              buffers, block;
+    vlm_error_t         err;
+    vlm_model_t        *m;
+    vlm_model_plan_t    plan;
+    vlm_model_stats_t   st;
+    vlm_model_params_t  p;
+    const char         *dir = FIX "/qwen2vl-f32";
+
+    vlm_model_params_default(&p);
+    p.n_threads = 2;
+    p.max_seqs = 2;
+    p.max_image_patches = 256;
+
+    assert_int_equal(vlm_model_plan(dir, &p, &plan, &err), VLM_OK);
+    block = plan.kv_cache / plan.kv_tokens * 16;
+
+    /* 2 sequences of min(max_position_embeddings, 4096) by default */
+    p.kv_cache_bytes = 8 * block;
+    assert_int_equal(vlm_model_plan(dir, &p, &plan, &err), VLM_OK);
+    assert_int_equal(plan.kv_tokens, 128);
+    assert_int_equal(plan.max_seq_len, 128);
+
+    p.max_seq_len = 129;
+    assert_int_equal(vlm_model_check(dir, &p, &err), VLM_ERR_LIMIT);
+    assert_non_null(strstr(err.msg, "(vlm_kv_cache) holds 128 tokens, "
+                                    "less than a context of 129 "
+                                    "(vlm_max_model_len)"));
+
+    /* past the model's positions: cut by the load, refused by the plan */
+    p.kv_cache_bytes = 0;
+    p.max_seq_len = 1 << 20;
+    assert_int_equal(vlm_model_plan(dir, &p, &plan, &err), VLM_OK);
+    assert_int_equal(plan.max_seq_len, plan.max_position);
+    assert_int_equal(vlm_model_plan_fits(&plan, &err), VLM_ERR_LIMIT);
+    assert_non_null(strstr(err.msg, "max_position_embeddings"));
+
+    p.max_seq_len = 100;
+    p.kv_cache_bytes = 8 * block;
+    assert_int_equal(vlm_model_plan(dir, &p, &plan, &err), VLM_OK);
+    assert_int_equal(plan.max_seq_len, 100);
+    assert_int_equal(vlm_model_plan_fits(&plan, &err), VLM_OK);
+
+    assert_int_equal(vlm_model_load(&m, dir, &p, &err), VLM_OK);
+    vlm_model_stats(m, &st);
+    assert_int_equal(vlm_model_info(m)->max_seq_len, 100);
+    assert_int_equal(st.kv_blocks_total * 16
+                     * vlm_model_info(m)->kv_token_bytes, plan.kv_cache);
+
+    buffers = plan.kv_cache + plan.activations + plan.vision
+              + plan.attention;
+
+    if (st.backend_bytes > buffers * 11 / 10
+        || st.backend_bytes < buffers * 9 / 10)
+    {
+        fail_msg("the plan's buffers %zu, the backend's %zu", buffers,
+                 st.backend_bytes);
+    }
+
+    vlm_model_free(m);
+
+    plan.machine = plan.total - 1;
+    assert_int_equal(vlm_model_plan_fits(&plan, &err), VLM_ERR_NOMEM);
+    assert_non_null(strstr(err.msg, "lower "));
+
+    (void) state;
+}
+
+
 static void
 test_check_is_the_load_without_weights(void **state)
 {
@@ -1244,6 +1322,7 @@ main(void)
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_weights_checked_against_config),
         cmocka_unit_test(test_check_is_the_load_without_weights),
+        cmocka_unit_test(test_budgets_and_plan),
         cmocka_unit_test(test_quant_checked),
         cmocka_unit_test(test_quant_refused_by_backend),
         cmocka_unit_test(test_bad_inputs_rejected),

@@ -1579,9 +1579,29 @@ test_long_strings_errors(void **state)
                  "messages[0].content[0].image_url.detail", "'rrrrrrrr");
     free(body);
 
+    {
+        vlm_openai_limits_t  lim = { 0, 0, 0, 0, 0, 0, 0, 1000 };
+
+        expect_error(BODY("\"mm_processor_kwargs\":{\"max_pixels\":1001}"),
+                     &lim, VLM_ERR_LIMIT, "invalid_value",
+                     "mm_processor_kwargs.max_pixels",
+                     "this server's max_pixels (1000), but got 1001");
+        expect_error(BODY("\"mm_processor_kwargs\":{\"min_pixels\":9,"
+                          "\"max_pixels\":8}"),
+                     &lim, VLM_ERR_INVALID, "invalid_value",
+                     "mm_processor_kwargs.min_pixels",
+                     "9 is more than max_pixels (8)");
+        expect_error(BODY("\"mm_processor_kwargs\":{\"size\":1}"),
+                     &lim, VLM_ERR_INVALID, "unsupported_parameter",
+                     "mm_processor_kwargs.size", "'min_pixels'");
+        expect_error(BODY("\"mm_processor_kwargs\":{\"max_pixels\":8}"),
+                     NULL, VLM_ERR_INVALID, "unsupported_parameter",
+                     "mm_processor_kwargs.max_pixels", "no pixel budget");
+    }
+
     body = long_body(BODY("\"stop\":[\"a\",\"%s\"]"), text);
     {
-        vlm_openai_limits_t  lim = { 0, 0, 0, 100, 0, 0, 0 };
+        vlm_openai_limits_t  lim = { 0, 0, 0, 100, 0, 0, 0, 0 };
 
         expect_error(body, &lim, VLM_ERR_LIMIT, "string_above_max_length",
                      "stop[1]", "at most 100 bytes, but got 2000");

@@ -67,6 +67,10 @@ typedef struct {
     uint32_t  max_tokens;       /* upper bound of max_(completion_)tokens */
     uint32_t  vocab_size;       /* token ids of logit_bias are below it */
     uint32_t  max_n;            /* upper bound of n (choices) */
+    uint64_t  max_pixels;       /* upper bound of mm_processor_kwargs'
+                                   min_pixels and max_pixels: the
+                                   server's; 0: the processor takes
+                                   neither */
 } vlm_openai_limits_t;
 
 
@@ -202,6 +206,8 @@ typedef struct {
     vlm_openai_part_t      *parts;          /* all parts, message order */
     vlm_openai_image_t     *images;         /* in order of appearance */
     uint32_t                n_images;
+    uint64_t                min_pixels;     /* mm_processor_kwargs; 0: */
+    uint64_t                max_pixels;     /*   the server's */
 
     vlm_openai_str_t        stop[VLM_OPENAI_MAX_STOP];
     uint32_t                n_stop;

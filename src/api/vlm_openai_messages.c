@@ -618,6 +618,90 @@ vlm_openai_parse_message(vlm_openai_parser_t *p, vlm_openai_message_t *m,
  * content parts against the limits, so that one block sized exactly holds
  * every message, part and image of the request; the second fills it.
  */
+/*
+ * vLLM's "mm_processor_kwargs": the image processor's min_pixels and
+ * max_pixels for this request's images, each within the server's
+ * max_pixels (limits->max_pixels); nothing else of the processor's.
+ */
+static vlm_status_t
+vlm_openai_parse_mm_kwargs(vlm_openai_parser_t *p, const json_t *root)
+{
+    char         path[VLM_OPENAI_PATH_LEN];
+    json_t      *kw, *v;
+    int64_t      n;
+    uint64_t     max;
+    uint64_t    *out;
+    const char  *key;
+
+    kw = vlm_openai_get(root, "mm_processor_kwargs");
+    if (kw == NULL || json_is_null(kw)) {
+        return VLM_OK;
+    }
+
+    if (!json_is_object(kw)) {
+        return vlm_openai_bad_type(p->err, "mm_processor_kwargs",
+                                   "an object", kw);
+    }
+
+    max = p->limits != NULL ? p->limits->max_pixels : 0;
+
+    json_object_foreach(kw, key, v) {
+        vlm_openai_path(path, "mm_processor_kwargs", key);
+
+        if (strcmp(key, "min_pixels") == 0) {
+            out = &p->req->min_pixels;
+
+        } else if (strcmp(key, "max_pixels") == 0) {
+            out = &p->req->max_pixels;
+
+        } else {
+            return vlm_openai_bad(p->err, VLM_ERR_INVALID,
+                                  "unsupported_parameter", path,
+                                  "Unsupported parameter: '%s'. This "
+                                  "server takes 'min_pixels' and "
+                                  "'max_pixels'.", path);
+        }
+
+        if (max == 0) {
+            return vlm_openai_bad(p->err, VLM_ERR_INVALID,
+                                  "unsupported_parameter", path,
+                                  "Unsupported parameter: '%s'. This "
+                                  "model's image processor has no pixel "
+                                  "budget.", path);
+        }
+
+        if (!json_is_integer(v)) {
+            return vlm_openai_bad_type(p->err, path, "an integer", v);
+        }
+
+        n = json_integer_value(v);
+
+        if (n < 1 || (uint64_t) n > max) {
+            return vlm_openai_bad(p->err, VLM_ERR_LIMIT, "invalid_value",
+                                  path, "Invalid '%s': expected a value "
+                                  "between 1 and this server's max_pixels "
+                                  "(%llu), but got %lld instead.", path,
+                                  (unsigned long long) max, (long long) n);
+        }
+
+        *out = (uint64_t) n;
+    }
+
+    if (p->req->min_pixels != 0 && p->req->max_pixels != 0
+        && p->req->min_pixels > p->req->max_pixels)
+    {
+        return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value",
+                              "mm_processor_kwargs.min_pixels",
+                              "Invalid 'mm_processor_kwargs.min_pixels': "
+                              "%llu is more than max_pixels (%llu).",
+                              (unsigned long long) p->req->min_pixels,
+                              (unsigned long long) p->req->max_pixels);
+    }
+
+    return VLM_OK;
+}
+
+
 vlm_status_t
 vlm_openai_parse_messages(vlm_openai_parser_t *p, const json_t *root)
 {
@@ -631,6 +715,11 @@ vlm_openai_parse_messages(vlm_openai_parser_t *p, const json_t *root)
     vlm_openai_request_t   *req;
 
     req = p->req;
+
+    rc = vlm_openai_parse_mm_kwargs(p, root);
+    if (rc != VLM_OK) {
+        return rc;
+    }
 
     /* variables of the model's chat template (enable_thinking, ...) */
     msgs = vlm_openai_get(root, "chat_template_kwargs");

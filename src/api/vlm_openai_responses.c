@@ -818,7 +818,8 @@ vlm_openai_resp_copy(const json_t *root, json_t *chat)
                             "stream", "parallel_tool_calls", "seed",
                             "top_k", "min_p", "presence_penalty",
                             "frequency_penalty", "repetition_penalty",
-                            "logit_bias", "chat_template_kwargs" };
+                            "logit_bias", "chat_template_kwargs",
+                            "mm_processor_kwargs" };
 
     for (i = 0; i < sizeof(same) / sizeof(same[0]); i++) {
         v = json_object_get(root, same[i]);

@@ -21,6 +21,7 @@ int vlm_cli_generate(int argc, char **argv);
 int vlm_cli_run(int argc, char **argv);
 int vlm_cli_preprocess(int argc, char **argv);
 int vlm_cli_quantize(int argc, char **argv);
+int vlm_cli_plan(int argc, char **argv);
 
 
 /* one line per command; each is defined in src/cli/vlm_cli_<name>.c */
@@ -51,6 +52,10 @@ static const vlm_cli_command_t  vlm_cli_commands[] = {
       "preprocess --model DIR --image FILE --out PIXELS.npy" },
     { "quantize", vlm_cli_quantize,
       "quantize --model DIR --out DIR --format awq|int8 [--group N]" },
+    { "plan", vlm_cli_plan,
+      "plan --model DIR [--max-model-len N] [--kv-cache SIZE] "
+      "[--max-image-patches N] [--max-running N] [--max-batch-tokens N] "
+      "[--threads N] [--image-cache SIZE]" },
     { NULL, NULL, NULL }
 };
 

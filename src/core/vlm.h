@@ -27,15 +27,27 @@ typedef struct vlm_model_s  vlm_model_t;
 typedef struct vlm_seq_s    vlm_seq_t;
 
 
+/* a sequence slot's share of the default KV cache, in tokens */
+#define VLM_KV_DEFAULT_TOKENS  4096
+
+
 typedef struct {
     int     n_threads;          /* CPU threads; 0: every online CPU */
     int     max_seqs;           /* sequence slots */
-    int     max_seq_len;        /* tokens of one sequence (prompt+output) */
+    int     max_seq_len;        /* tokens of one sequence (prompt+output);
+                                   0: max_position_embeddings, at most
+                                   what the KV cache holds */
     int     max_batch_tokens;   /* rows of one forward step (prefill
                                    chunk, decode batch) */
     int     max_image_patches;  /* patches of the largest image */
     int     kv_block_size;      /* tokens per KV block */
-    int     kv_blocks;          /* 0: enough for max_seqs full sequences */
+    int     kv_blocks;          /* 0: kv_cache_bytes' worth, or enough
+                                   for max_seqs full sequences (of at
+                                   most VLM_KV_DEFAULT_TOKENS tokens
+                                   when max_seq_len is 0) */
+    size_t  kv_cache_bytes;     /* the KV pool in bytes (all layers, keys
+                                   and values, this rank's heads); 0:
+                                   kv_blocks */
     size_t  image_cache_bytes;  /* vision features of recent images; 0 off */
     int     quant_act_int8;     /* quantized weights times activations
                                    quantized to int8 (integer dot
@@ -189,6 +201,53 @@ void vlm_model_free(vlm_model_t *model);
  */
 vlm_status_t vlm_model_check(const char *dir,
     const vlm_model_params_t *params, vlm_error_t *err);
+
+/*
+ * The memory plan of one rank, from the budgets as vlm_model_load() would
+ * resolve them (vlm_model_check()'s work, no weight read): what each part
+ * takes, the total, and the machine's memory it must fit in (the host's
+ * for the CPU backend; a GPU backend's device_bytes, 0 when not set and
+ * unknown before the device is opened).
+ */
+typedef struct {
+    size_t  weights;            /* this rank's share of the checkpoint */
+    size_t  kv_cache;           /* the KV pool */
+    size_t  kv_tokens;          /*   the tokens it holds */
+    size_t  activations;        /* the decoder's workspace, the sequence
+                                   slots and their host tables */
+    size_t  vision;             /* the vision tower's workspace */
+    size_t  attention;          /* the CPU backend's attention blocks */
+    size_t  image_cache;        /* the feature pool's cache share */
+    size_t  feature_pool;       /* the whole pool, the cache included */
+    size_t  total;              /* weights + kv + activations + vision +
+                                   attention + feature pool */
+    size_t  machine;            /* what it must fit in; 0: unknown */
+    int     asked_seq_len;      /* the context asked for; 0: none */
+    int     max_position;       /* the model's max_position_embeddings */
+    int     max_seq_len;        /* the budgets resolved */
+    int     max_image_patches;
+    int     max_seqs;
+    int     max_batch_tokens;
+    int     n_threads;
+    int     tp_rank;
+    int     tp_size;
+    const char  *kv_dtype;
+} vlm_model_plan_t;
+
+vlm_status_t vlm_model_plan(const char *dir, const vlm_model_params_t *params,
+    vlm_model_plan_t *plan, vlm_error_t *err);
+/* the plan as a table of lines into buf (NUL-terminated); its length */
+size_t vlm_model_plan_table(const vlm_model_plan_t *plan, char *buf,
+    size_t cap);
+/*
+ * VLM_OK when the plan fits its machine; else VLM_ERR_NOMEM with a
+ * message naming the directive of its largest part (vlm_kv_cache,
+ * vlm_max_model_len, vlm_max_image_patches, vlm_image_cache, ...), or
+ * VLM_ERR_LIMIT for a context asked past the model's positions (which the
+ * load cuts)
+ */
+vlm_status_t vlm_model_plan_fits(const vlm_model_plan_t *plan,
+    vlm_error_t *err);
 const vlm_model_info_t *vlm_model_info(const vlm_model_t *model);
 void vlm_model_stats(const vlm_model_t *model, vlm_model_stats_t *stats);
 

@@ -13,6 +13,7 @@
  *   vlm-engine --queue-fd N --master-pid P --model DIR
  *              [--backend cpu|cuda] [--threads N] [--max-seqs N]
  *              [--max-batch-tokens N] [--max-seq-len N] [--kv-blocks N]
+ *              [--kv-cache-bytes N] [--max-image-patches N]
  *              [--image-cache-bytes N] [--tensor-parallel N]
  *              [--prefix-cache on|off] [--quant-activations int8|f32]
  *              [--kv-dtype auto|f32|bf16|f16] [--head-quant off|int8|int4]
@@ -638,6 +639,24 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
 
             a->params.feature_pool_fd = (int) n;
 
+        } else if (strcmp(argv[i], "--kv-cache-bytes") == 0) {
+            if (vlm_engine_int("--kv-cache-bytes", argv[++i], 0, 1L << 50,
+                               &n))
+            {
+                return -1;
+            }
+
+            a->params.kv_cache_bytes = (size_t) n;
+
+        } else if (strcmp(argv[i], "--max-image-patches") == 0) {
+            if (vlm_engine_int("--max-image-patches", argv[++i], 0,
+                               1 << 24, &n))
+            {
+                return -1;
+            }
+
+            a->params.max_image_patches = (int) n;
+
         } else if (strcmp(argv[i], "--kv-blocks") == 0) {
             if (vlm_engine_int("--kv-blocks", argv[++i], 0, 1 << 24, &n)) {
                 return -1;
@@ -680,6 +699,47 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
         && vlm_engine_gpu(a->gpus, a->params.tp_rank, a->params.tp_size,
                           &a->params.device) != 0)
     {
+        return -1;
+    }
+
+    return 0;
+}
+
+
+/*
+ * The memory plan of this rank, logged line by line before the model is
+ * loaded; a plan larger than the machine is refused, naming the
+ * directive to lower, before anything is allocated.
+ */
+static int
+vlm_engine_plan(const char *dir, const vlm_model_params_t *params)
+{
+    char              table[2048], *line, *next;
+    vlm_error_t       err;
+    vlm_model_plan_t  plan;
+
+    if (vlm_model_plan(dir, params, &plan, &err) != VLM_OK) {
+        vlm_log(VLM_LOG_ERROR, "loading %s: %s", dir, err.msg);
+        return -1;
+    }
+
+    (void) vlm_model_plan_table(&plan, table, sizeof(table));
+
+    for (line = table; *line != '\0'; line = next) {
+        next = strchr(line, '\n');
+
+        if (next == NULL) {
+            next = line + strlen(line);
+
+        } else {
+            *next++ = '\0';
+        }
+
+        vlm_log(VLM_LOG_INFO, "%s", line);
+    }
+
+    if (vlm_model_plan_fits(&plan, &err) != VLM_OK) {
+        vlm_log(VLM_LOG_ERROR, "loading %s: %s", dir, err.msg);
         return -1;
     }
 
@@ -916,6 +976,11 @@ vlm_engine_follow(vlm_engine_args_t *a, vlm_queue_t *q)
     a->params.comm = comm;
     rc = 1;
 
+    if (vlm_engine_plan(a->model_dir, &a->params) != 0) {
+        vlm_comm_shm_abort(comm);
+        goto done;
+    }
+
     if (vlm_model_load(&model, a->model_dir, &a->params, &err) != VLM_OK) {
         vlm_log(VLM_LOG_ERROR, "rank %d: loading %s: %s", a->params.tp_rank,
                 a->model_dir, err.msg);
@@ -1108,6 +1173,10 @@ main(int argc, char **argv)
     vlm_queue_engine_state(&q, VLM_ENGINE_LOADING, getpid());
 
     comm = NULL;
+
+    if (vlm_engine_plan(args.model_dir, &args.params) != 0) {
+        return vlm_engine_fail(args.model_dir);
+    }
 
     if (args.params.tp_size > 1) {
         vlm_engine_device_group = strcmp(args.backend, "cpu") != 0;

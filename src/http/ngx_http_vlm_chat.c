@@ -466,8 +466,9 @@ ngx_http_vlm_chat_submit(ngx_http_vlm_chat_ctx_t *ctx)
                              "invalid_request_error",
                              "context_length_exceeded", what,
                              "This model's maximum context length is %u "
-                             "tokens, but the %s resulted in %u "
-                             "tokens.", max_len, what, ctx->n_prompt);
+                             "tokens (vlm_max_model_len), but the %s "
+                             "resulted in %u tokens.", max_len, what,
+                             ctx->n_prompt);
         ngx_http_vlm_chat_fail(ctx, &err);
         return;
     }

@@ -18,6 +18,8 @@ static char *ngx_http_vlm_bounds_error(ngx_conf_t *cf,
     ngx_http_vlm_bounds_t *bounds);
 static char *ngx_http_vlm_check_template(ngx_conf_t *cf,
     ngx_http_vlm_main_conf_t *vmcf);
+static char *ngx_http_vlm_image_budget(ngx_conf_t *cf,
+    ngx_http_vlm_main_conf_t *vmcf);
 static void ngx_http_vlm_engine_params(ngx_http_vlm_main_conf_t *vmcf,
     vlm_model_params_t *params);
 static const char *ngx_http_vlm_user_name(ngx_uid_t uid);
@@ -63,6 +65,9 @@ ngx_http_vlm_create_main_conf(ngx_conf_t *cf)
     vmcf->max_n = NGX_CONF_UNSET_UINT;
     vmcf->think_end_id = -1;
     vmcf->max_batch_tokens = NGX_CONF_UNSET_UINT;
+    vmcf->max_model_len = NGX_CONF_UNSET_UINT;
+    vmcf->kv_cache = NGX_CONF_UNSET_SIZE;
+    vmcf->max_image_patches = NGX_CONF_UNSET_UINT;
     vmcf->image_cache = NGX_CONF_UNSET_SIZE;
     vmcf->feature_pool = NGX_CONF_UNSET_SIZE;
     vmcf->prefix_cache = NGX_CONF_UNSET;
@@ -131,6 +136,9 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
 
     ngx_conf_init_uint_value(vmcf->max_batch_tokens,
                              NGX_HTTP_VLM_DEFAULT_MAX_BATCH_TOKENS);
+    ngx_conf_init_uint_value(vmcf->max_model_len, 0);
+    ngx_conf_init_size_value(vmcf->kv_cache, 0);
+    ngx_conf_init_uint_value(vmcf->max_image_patches, 0);
     ngx_conf_init_size_value(vmcf->image_cache,
                              NGX_HTTP_VLM_DEFAULT_IMAGE_CACHE);
     ngx_conf_init_size_value(vmcf->feature_pool, 0);
@@ -805,6 +813,7 @@ ngx_http_vlm_model_files(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     ngx_uid_t            uid;
     const char          *pad, *user;
     vlm_error_t          err;
+    vlm_model_plan_t     plan;
     ngx_pool_cleanup_t  *cln;
     vlm_model_params_t   params;
 
@@ -846,15 +855,32 @@ ngx_http_vlm_model_files(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
         return NGX_CONF_ERROR;
     }
 
+    /* the image processor of the model's family, by its config.json */
+    if (vlm_image_config_load(&vmcf->image_config,
+                              (char *) vmcf->model.data, &err)
+        != VLM_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "vlm_model \"%V\": %s", &vmcf->model, err.msg);
+        return NGX_CONF_ERROR;
+    }
+
+    if (ngx_http_vlm_image_budget(cf, vmcf) != NGX_CONF_OK) {
+        return NGX_CONF_ERROR;
+    }
+
     /*
      * what the engine's load would refuse (architecture, tensors, dtypes,
-     * shapes, unreadable files), from the headers, with the engine's own
-     * code; then as the engine's user, where that is another one
+     * shapes, unreadable files, budgets, a memory plan past the
+     * machine's), from the headers, with the engine's own code; then as
+     * the engine's user, where that is another one
      */
 
     ngx_http_vlm_engine_params(vmcf, &params);
 
-    if (vlm_model_check((char *) vmcf->model.data, &params, &err) != VLM_OK)
+    if (vlm_model_plan((char *) vmcf->model.data, &params, &plan, &err)
+        != VLM_OK
+        || vlm_model_plan_fits(&plan, &err) != VLM_OK)
     {
         if (err.status == VLM_ERR_IO && geteuid() != 0) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -891,16 +917,6 @@ ngx_http_vlm_model_files(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
 
         vmcf->checked_user = uid;
         vmcf->checked_as = 1;
-    }
-
-    /* the image processor of the model's family, by its config.json */
-    if (vlm_image_config_load(&vmcf->image_config,
-                              (char *) vmcf->model.data, &err)
-        != VLM_OK)
-    {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "vlm_model \"%V\": %s", &vmcf->model, err.msg);
-        return NGX_CONF_ERROR;
     }
 
     /* the placeholder the template writes for an image */
@@ -1015,6 +1031,53 @@ ngx_http_vlm_check_template(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
 }
 
 
+/*
+ * vlm_max_image_patches: by default what the processor's largest image
+ * needs (Qwen2-VL's max_pixels over patch_size^2); a smaller one lowers
+ * Qwen2-VL's max_pixels to match, so that images are resized into it, as
+ * long as min_pixels still fits.  The rare image that still takes more
+ * (one of an extreme aspect ratio, or Idefics3's of more tiles) is
+ * refused per request.
+ */
+static char *
+ngx_http_vlm_image_budget(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
+{
+    uint64_t               need, px;
+    vlm_qwen2vl_config_t  *q;
+
+    need = vlm_image_max_patches(&vmcf->image_config);
+
+    if (vmcf->max_image_patches == 0) {
+        vmcf->max_image_patches = need != 0 && need <= 16777216
+                                  ? (ngx_uint_t) need : 4096;
+        return NGX_CONF_OK;
+    }
+
+    if (vmcf->image_config.family != VLM_IMAGE_QWEN2VL) {
+        return NGX_CONF_OK;
+    }
+
+    q = &vmcf->image_config.qwen2vl;
+    px = (uint64_t) vmcf->max_image_patches * q->patch_size * q->patch_size;
+
+    if (px < q->min_pixels) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"vlm_max_image_patches %ui\" is too few for "
+                           "the smallest images of \"%V\" (min_pixels %uL "
+                           "is %uL patches)",
+                           vmcf->max_image_patches, &vmcf->model,
+                           q->min_pixels,
+                           (q->min_pixels + q->patch_size * q->patch_size
+                            - 1) / (q->patch_size * q->patch_size));
+        return NGX_CONF_ERROR;
+    }
+
+    q->max_pixels = ngx_min(q->max_pixels, px);
+
+    return NGX_CONF_OK;
+}
+
+
 /* the budgets the engine is started with (ngx_http_vlm_engine.c) */
 
 static void
@@ -1026,6 +1089,9 @@ ngx_http_vlm_engine_params(ngx_http_vlm_main_conf_t *vmcf,
     params->n_threads = (int) vmcf->engine_threads;
     params->max_seqs = (int) vmcf->max_running;
     params->max_batch_tokens = (int) vmcf->max_batch_tokens;
+    params->max_seq_len = (int) vmcf->max_model_len;
+    params->kv_cache_bytes = vmcf->kv_cache;
+    params->max_image_patches = (int) vmcf->max_image_patches;
     params->image_cache_bytes = vmcf->image_cache;
     params->feature_pool_bytes = vmcf->feature_pool;
     params->prefix_cache = (int) vmcf->prefix_cache;

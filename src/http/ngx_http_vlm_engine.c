@@ -31,7 +31,7 @@
 #define NGX_HTTP_VLM_STABLE          (30 * 1000) /* resets the back-off */
 #define NGX_HTTP_VLM_STOP_WAIT       (10 * 1000)
 #define NGX_HTTP_VLM_RECORD_CHECK    200        /* an exiting worker, ms */
-#define NGX_HTTP_VLM_ARGS            40
+#define NGX_HTTP_VLM_ARGS            48
 
 
 typedef struct {
@@ -249,6 +249,11 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     ngx_crc32_update(&crc, (u_char *) &vmcf->max_running,
                      sizeof(ngx_uint_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->max_batch_tokens,
+                     sizeof(ngx_uint_t));
+    ngx_crc32_update(&crc, (u_char *) &vmcf->max_model_len,
+                     sizeof(ngx_uint_t));
+    ngx_crc32_update(&crc, (u_char *) &vmcf->kv_cache, sizeof(size_t));
+    ngx_crc32_update(&crc, (u_char *) &vmcf->max_image_patches,
                      sizeof(ngx_uint_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->image_cache, sizeof(size_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->feature_pool, sizeof(size_t));
@@ -1174,6 +1179,9 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     u_char                    threads[NGX_INT_T_LEN + 1];
     u_char                    running[NGX_INT_T_LEN + 1];
     u_char                    rows[NGX_INT_T_LEN + 1];
+    u_char                    len[NGX_INT_T_LEN + 1];
+    u_char                    kv[NGX_SIZE_T_LEN + 1];
+    u_char                    patches[NGX_INT_T_LEN + 1];
     u_char                    cache[NGX_SIZE_T_LEN + 1];
     u_char                    pool[NGX_SIZE_T_LEN + 1];
     u_char                    ranks[NGX_INT_T_LEN + 1];
@@ -1198,6 +1206,9 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     *ngx_sprintf(threads, "%i", vmcf->engine_threads) = '\0';
     *ngx_sprintf(running, "%ui", vmcf->max_running) = '\0';
     *ngx_sprintf(rows, "%ui", vmcf->max_batch_tokens) = '\0';
+    *ngx_sprintf(len, "%ui", vmcf->max_model_len) = '\0';
+    *ngx_sprintf(kv, "%uz", vmcf->kv_cache) = '\0';
+    *ngx_sprintf(patches, "%ui", vmcf->max_image_patches) = '\0';
     *ngx_sprintf(cache, "%uz", vmcf->image_cache) = '\0';
     *ngx_sprintf(pool, "%uz", vmcf->feature_pool) = '\0';
     *ngx_sprintf(ranks, "%ui", vmcf->tensor_parallel) = '\0';
@@ -1218,6 +1229,19 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     argv[n++] = (char *) running;
     argv[n++] = "--max-batch-tokens";
     argv[n++] = (char *) rows;
+    argv[n++] = "--max-image-patches";
+    argv[n++] = (char *) patches;
+
+    if (vmcf->max_model_len) {
+        argv[n++] = "--max-seq-len";
+        argv[n++] = (char *) len;
+    }
+
+    if (vmcf->kv_cache) {
+        argv[n++] = "--kv-cache-bytes";
+        argv[n++] = (char *) kv;
+    }
+
     argv[n++] = "--image-cache-bytes";
     argv[n++] = (char *) cache;
     argv[n++] = "--feature-pool-bytes";

@@ -17,9 +17,10 @@ static void ngx_http_vlm_chat_fetched(void *data, vlm_openai_error_t *err);
 
 
 /*
- * The processor's settings for image i: its detail's pixel budget
- * (Qwen2-VL's; Idefics3's processor has its own sizes, whatever the
- * detail)
+ * The processor's settings for image i: the request's
+ * mm_processor_kwargs (min_pixels, max_pixels, within the server's: the
+ * parser checked), then its detail's pixel budget (Qwen2-VL's; Idefics3's
+ * processor has its own sizes, whatever the detail)
  */
 const vlm_image_config_t *
 ngx_http_vlm_image_config(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
@@ -28,11 +29,71 @@ ngx_http_vlm_image_config(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
     *cfg = ctx->vmcf->image_config;
 
     if (cfg->family == VLM_IMAGE_QWEN2VL) {
+        if (ctx->req.min_pixels != 0) {
+            cfg->qwen2vl.min_pixels = ctx->req.min_pixels;
+        }
+
+        if (ctx->req.max_pixels != 0) {
+            cfg->qwen2vl.max_pixels = ctx->req.max_pixels;
+        }
+
         cfg->qwen2vl.max_pixels = vlm_image_detail_pixels(&cfg->qwen2vl,
                           ctx->req.images[i].detail == VLM_OPENAI_DETAIL_LOW);
     }
 
     return cfg;
+}
+
+
+/*
+ * Image i's plan from its header (no decoding), within the vision tower's
+ * budget: an image of more patches than vlm_max_image_patches (Idefics3's
+ * tiles; Qwen2-VL's are resized into it) is a client error that names it.
+ */
+vlm_status_t
+ngx_http_vlm_image_plan(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
+    vlm_error_t *err)
+{
+    vlm_status_t                rc;
+    vlm_image_config_t          cfg;
+    ngx_http_vlm_chat_image_t  *ci;
+
+    ci = &ctx->images[i];
+
+    rc = vlm_image_plan_config(&ctx->vlcf->image_limits,
+                               ngx_http_vlm_image_config(ctx, i, &cfg),
+                               ci->data, ci->len, &ci->plan, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    /* a raised min_pixels rounds up: the thread's buffers hold max_pixels */
+    if (ctx->req.min_pixels != 0
+        && (uint64_t) ci->plan.grid.resized_w * ci->plan.grid.resized_h
+           > ctx->vmcf->image_config.qwen2vl.max_pixels)
+    {
+        return vlm_error_set(err, VLM_ERR_LIMIT,
+                             "mm_processor_kwargs.min_pixels %llu makes an "
+                             "image of %ux%u pixels, more than this "
+                             "server's max_pixels (%llu)",
+                             (unsigned long long) ctx->req.min_pixels,
+                             ci->plan.grid.resized_w,
+                             ci->plan.grid.resized_h,
+                             (unsigned long long)
+                                 ctx->vmcf->image_config.qwen2vl.max_pixels);
+    }
+
+    if (ci->plan.grid.n_patches > ctx->vmcf->max_image_patches) {
+        return vlm_error_set(err, VLM_ERR_LIMIT,
+                             "an image of %ux%u pixels takes %u patches, "
+                             "more than this server's "
+                             "vlm_max_image_patches (%u)",
+                             ci->plan.info.width, ci->plan.info.height,
+                             ci->plan.grid.n_patches,
+                             (unsigned) ctx->vmcf->max_image_patches);
+    }
+
+    return VLM_OK;
 }
 
 
@@ -169,7 +230,6 @@ ngx_http_vlm_chat_fetched(void *data, vlm_openai_error_t *err)
 
     uint32_t                    i;
     vlm_error_t                 e;
-    vlm_image_config_t          cfg;
     ngx_http_vlm_chat_image_t  *ci;
 
     if (ctx->phase != NGX_HTTP_VLM_CHAT_FETCHING) {
@@ -192,10 +252,7 @@ ngx_http_vlm_chat_fetched(void *data, vlm_openai_error_t *err)
         ci->data = ngx_http_vlm_fetch_take(ctx->fetch, i, &ci->len);
 
         /* a header read: no decoding on the event loop */
-        if (vlm_image_plan_config(&ctx->vlcf->image_limits,
-                           ngx_http_vlm_image_config(ctx, i, &cfg),
-                           ci->data, ci->len, &ci->plan, &e)
-            != VLM_OK)
+        if (ngx_http_vlm_image_plan(ctx, i, &e) != VLM_OK)
         {
             vlm_openai_error_from(&ctx->error, &e, NULL);
             vlm_openai_image_param(&ctx->req, i, ctx->error.param,

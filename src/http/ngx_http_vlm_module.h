@@ -87,6 +87,13 @@ typedef struct {
     ngx_uint_t           max_running;      /* sequences the engine runs */
     ngx_uint_t           max_n;            /* choices of one request */
     ngx_uint_t           max_batch_tokens; /* rows of one engine step */
+    ngx_uint_t           max_model_len;    /* tokens of a sequence; 0:
+                                              the model's, as the KV
+                                              cache allows */
+    size_t               kv_cache;         /* the KV pool; 0: max_running
+                                              contexts of up to 4096 */
+    ngx_uint_t           max_image_patches; /* the vision tower's largest
+                                              image; 0: the processor's */
     size_t               image_cache;      /* engine's feature cache, bytes */
     size_t               feature_pool;     /* its feature pool; 0: sized
                                               from the cache and ranks */
@@ -444,6 +451,8 @@ vlm_status_t ngx_http_vlm_template_render(ngx_http_vlm_chat_ctx_t *ctx,
 /* ngx_http_vlm_image.c: a request's images */
 const vlm_image_config_t *ngx_http_vlm_image_config(
     ngx_http_vlm_chat_ctx_t *ctx, size_t i, vlm_image_config_t *cfg);
+vlm_status_t ngx_http_vlm_image_plan(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
+    vlm_error_t *err);
 vlm_status_t ngx_http_vlm_image_expand(ngx_http_vlm_chat_ctx_t *ctx,
     ngx_http_vlm_thread_state_t *ts, size_t n_ids, int32_t *out, size_t cap,
     size_t *n_out, vlm_error_t *e);

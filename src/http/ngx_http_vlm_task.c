@@ -106,7 +106,6 @@ ngx_http_vlm_task_prepare(void *data, ngx_log_t *log)
     ngx_buf_t                  *b;
     ngx_chain_t                *cl;
     vlm_error_t                 e;
-    vlm_image_config_t          cfg;
     vlm_chat_msg_t             *msgs;
     vlm_chat_part_t            *parts;
     vlm_chat_call_t            *calls;
@@ -176,6 +175,8 @@ ngx_http_vlm_task_prepare(void *data, ngx_log_t *log)
     limits.max_tokens = (uint32_t) ctx->vlcf->max_tokens;
     limits.max_n = (uint32_t) vmcf->max_n;
     limits.vocab_size = (uint32_t) vlm_tokenizer_vocab_size(vmcf->tokenizer);
+    limits.max_pixels = vmcf->image_config.family == VLM_IMAGE_QWEN2VL
+                        ? vmcf->image_config.qwen2vl.max_pixels : 0;
 
     if (vlm_openai_request_parse_kind(req, ctx->kind,
                                       (const char *) ctx->body,
@@ -316,10 +317,7 @@ ngx_http_vlm_task_prepare(void *data, ngx_log_t *log)
         if (vlm_base64_decode(url.data, url.data_len, ci->data, len,
                               &ci->len, &e)
             != VLM_OK
-            || vlm_image_plan_config(&ctx->vlcf->image_limits,
-                              ngx_http_vlm_image_config(ctx, i, &cfg),
-                              ci->data, ci->len, &ci->plan, &e)
-               != VLM_OK)
+            || ngx_http_vlm_image_plan(ctx, i, &e) != VLM_OK)
         {
             goto image_error;
         }
@@ -510,8 +508,9 @@ ngx_http_vlm_task_fill(void *data, ngx_log_t *log)
 
         pixels = vlm_queue_arena(q, qs->arena_off + ci->pixels_off);
 
-        vlm_image_ctx_max_pixels(ts->image,
-            ngx_http_vlm_image_config(ctx, i, &cfg)->qwen2vl.max_pixels);
+        ngx_http_vlm_image_config(ctx, i, &cfg);
+        vlm_image_ctx_pixels(ts->image, cfg.qwen2vl.min_pixels,
+                             cfg.qwen2vl.max_pixels);
 
         if (vlm_image_ctx_run(ts->image, ci->data, ci->len, pixels,
                               ci->plan.n_values, &ci->plan, &e)

@@ -23,6 +23,7 @@ struct vlm_image_ctx_s {
     vlm_image_limits_t     limits;
     vlm_image_config_t     cfg;
     uint64_t               max_pixels;    /* cfg's, as configured */
+    uint64_t               min_pixels;
     float                  lut[3 * 256];
     uint8_t               *decoded;       /* [max_pixels * 4] */
     size_t                 decoded_cap;
@@ -363,6 +364,56 @@ vlm_image_worst_case_idefics3(const vlm_image_limits_t *limits,
 
 
 uint64_t
+vlm_image_max_patches(const vlm_image_config_t *cfg)
+{
+    double                              f, up;
+    uint64_t                            n, side, px;
+    const vlm_qwen2vl_config_t         *q;
+    const vlm_idefics3_image_config_t  *i;
+
+    if (cfg->family == VLM_IMAGE_IDEFICS3) {
+        i = &cfg->idefics3;
+
+        if (!i->do_resize || i->longest_edge == 0 || i->tile == 0
+            || i->patch_size == 0)
+        {
+            return 0;
+        }
+
+        side = i->tile / i->patch_size;
+
+        if (!i->do_image_splitting) {
+            return side * side;
+        }
+
+        n = (i->longest_edge + i->tile - 1) / i->tile;
+
+        return (n * n + 1) * side * side;
+    }
+
+    q = &cfg->qwen2vl;
+
+    if (!q->do_resize || q->patch_size == 0) {
+        return 0;
+    }
+
+    /*
+     * as vlm_image_worst_case(): smart_resize's upscale rounds up, and its
+     * downscale keeps a short side of at least f, which at an aspect ratio
+     * of 200 can pass a small max_pixels
+     */
+    f = (double) q->patch_size * q->merge_size;
+    up = (double) q->min_pixels + 16 * f * sqrt((double) q->min_pixels)
+         + f * f;
+    up = vlm_max(up, f * sqrt(VLM_QWEN2VL_MAX_ASPECT
+                              * (double) q->max_pixels) + f * f);
+    px = q->max_pixels > (uint64_t) up ? q->max_pixels : (uint64_t) up;
+
+    return px / ((uint64_t) q->patch_size * q->patch_size);
+}
+
+
+uint64_t
 vlm_image_detail_pixels(const vlm_qwen2vl_config_t *cfg, int low)
 {
     uint64_t  side, px;
@@ -387,6 +438,16 @@ vlm_image_ctx_max_pixels(vlm_image_ctx_t *ctx, uint64_t max_pixels)
 {
     ctx->cfg.qwen2vl.max_pixels = max_pixels < ctx->max_pixels
                                   ? max_pixels : ctx->max_pixels;
+}
+
+
+void
+vlm_image_ctx_pixels(vlm_image_ctx_t *ctx, uint64_t min_pixels,
+    uint64_t max_pixels)
+{
+    ctx->cfg.qwen2vl.min_pixels = min_pixels != 0 ? min_pixels
+                                                  : ctx->min_pixels;
+    vlm_image_ctx_max_pixels(ctx, max_pixels);
 }
 
 
@@ -427,6 +488,7 @@ vlm_image_ctx_init_config(vlm_image_ctx_t **ctxp,
     ctx->limits = *limits;
     ctx->cfg = *cfg;
     ctx->max_pixels = cfg->qwen2vl.max_pixels;
+    ctx->min_pixels = cfg->qwen2vl.min_pixels;
 
     if (cfg->family == VLM_IMAGE_IDEFICS3) {
         /* its own resizes and table, in the scratch */

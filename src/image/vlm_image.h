@@ -105,8 +105,20 @@ vlm_status_t vlm_image_plan_config(const vlm_image_limits_t *limits,
 
 uint64_t vlm_image_detail_pixels(const vlm_qwen2vl_config_t *cfg, int low);
 
+/*
+ * The patches of the largest image the processor makes (rows of
+ * pixel_values, the vision tower's sequence): Qwen2-VL's max_pixels (or
+ * the most smart_resize's upscale of min_pixels makes) over patch_size^2;
+ * Idefics3's tiles of longest_edge plus the global image; 0 where the
+ * processor sets no bound (no resize).
+ */
+uint64_t vlm_image_max_patches(const vlm_image_config_t *cfg);
+
 /* the max_pixels of the context's next runs (at most its configured one) */
 void vlm_image_ctx_max_pixels(vlm_image_ctx_t *ctx, uint64_t max_pixels);
+/* the same, with a min_pixels of the request's (0: the configured one) */
+void vlm_image_ctx_pixels(vlm_image_ctx_t *ctx, uint64_t min_pixels,
+    uint64_t max_pixels);
 
 /* allocates the scratch for these limits and config (copied) */
 vlm_status_t vlm_image_ctx_init(vlm_image_ctx_t **ctx,

@@ -40,7 +40,7 @@ vlm_model_params_default(vlm_model_params_t *p)
 
     p->n_threads = 0;
     p->max_seqs = 4;
-    p->max_seq_len = 4096;
+    p->max_seq_len = 0;
     p->max_batch_tokens = 256;
     p->max_image_patches = 4096;
     p->kv_block_size = 16;
@@ -61,7 +61,8 @@ vlm_model_check_params(vlm_model_t *m, vlm_error_t *err)
         p->n_threads = vlm_max(p->n_threads, 1);
     }
 
-    if (p->max_seqs < 1 || p->max_seqs > 4096 || p->max_seq_len < 2
+    if (p->max_seqs < 1 || p->max_seqs > 4096 || p->max_seq_len < 0
+        || p->max_seq_len == 1
         || p->max_batch_tokens < 1 || p->max_image_patches < 0
         || p->kv_block_size < 1 || p->kv_blocks < 0 || p->n_threads > 1024)
     {
@@ -75,14 +76,80 @@ vlm_model_check_params(vlm_model_t *m, vlm_error_t *err)
                              "not %d", p->head_quant);
     }
 
-    p->max_seq_len = vlm_min(p->max_seq_len,
-                             m->cfg.text.max_position_embeddings);
     p->max_batch_tokens = vlm_max(p->max_batch_tokens, p->max_seqs);
 
-    if (p->kv_blocks == 0) {
-        p->kv_blocks = p->max_seqs * ((p->max_seq_len + p->kv_block_size - 1)
-                                      / p->kv_block_size);
+    return VLM_OK;
+}
+
+
+/*
+ * The KV pool and the context, once the cache's dtype is known: blocks
+ * from kv_cache_bytes (or kv_blocks, or max_seqs sequences of the asked
+ * length, VLM_KV_DEFAULT_TOKENS at most when none is asked), and a
+ * context of max_position_embeddings when none is asked (or a larger
+ * one is), cut to what the pool holds.  An asked context a pool sized in bytes cannot hold fails,
+ * naming both directives.  From the caller's params each time: the
+ * cache's dtype may change once the backend is known.
+ */
+static vlm_status_t
+vlm_model_budgets(vlm_model_t *m, const vlm_model_params_t *asked,
+    vlm_error_t *err)
+{
+    int                  len, bs;
+    size_t               block_bytes, tokens;
+    vlm_model_params_t  *p = &m->params;
+
+    bs = p->kv_block_size;
+    block_bytes = 2 * (size_t) m->cfg.text.n_layers * m->tp.n_kv_heads
+                  * m->cfg.text.head_dim * vlm_dtype_size(m->kv_dtype) * bs;
+
+    /* past the model's positions: cut (vlm_model_plan_fits() refuses) */
+    len = vlm_min(asked->max_seq_len, m->cfg.text.max_position_embeddings);
+
+    if (asked->kv_cache_bytes != 0) {
+        if (asked->kv_cache_bytes / block_bytes > (1 << 24)) {
+            return vlm_error_set(err, VLM_ERR_LIMIT,
+                                 "model: vlm_kv_cache of %zu bytes is more "
+                                 "than 2^24 blocks of %zu bytes",
+                                 asked->kv_cache_bytes, block_bytes);
+        }
+
+        p->kv_blocks = (int) (asked->kv_cache_bytes / block_bytes);
+
+    } else if (asked->kv_blocks != 0) {
+        p->kv_blocks = asked->kv_blocks;
+
+    } else {
+        if (len == 0) {
+            len = vlm_min(m->cfg.text.max_position_embeddings,
+                          VLM_KV_DEFAULT_TOKENS);
+        }
+
+        p->kv_blocks = p->max_seqs * ((len + bs - 1) / bs);
+        len = vlm_min(asked->max_seq_len,
+                      m->cfg.text.max_position_embeddings);
     }
+
+    tokens = (size_t) p->kv_blocks * bs;
+
+    if (len == 0) {
+        len = (int) vlm_min(tokens,
+                            (size_t) m->cfg.text.max_position_embeddings);
+    }
+
+    /* kv_blocks (the tests' small pools) may hold less than a context */
+    if (len < 2
+        || ((size_t) len > tokens && asked->kv_blocks == 0))
+    {
+        return vlm_error_set(err, VLM_ERR_LIMIT,
+                             "model: the KV cache of %zu bytes (vlm_kv_cache) "
+                             "holds %zu tokens, less than a context of %d "
+                             "(vlm_max_model_len); %zu bytes a token",
+                             (size_t) p->kv_blocks * block_bytes, tokens,
+                             vlm_max(len, 2), block_bytes / bs);
+    }
+
+    p->max_seq_len = len;
 
     return VLM_OK;
 }
@@ -387,6 +454,7 @@ vlm_model_open(vlm_model_owner_t **out, const char *dir,
     vlm_status_t        rc;
     vlm_backend_conf_t  bc;
     vlm_model_owner_t  *o;
+    vlm_model_params_t  asked;
 
     *out = NULL;
 
@@ -403,6 +471,8 @@ vlm_model_open(vlm_model_owner_t **out, const char *dir,
     } else {
         vlm_model_params_default(&m->params);
     }
+
+    asked = m->params;
 
     rc = vlm_model_config_load(&m->cfg, dir, err);
     if (rc != VLM_OK) {
@@ -439,6 +509,18 @@ vlm_model_open(vlm_model_owner_t **out, const char *dir,
         goto failed;
     }
 
+    /* the checkpoint's KV dtype first: the context sizes the backend */
+
+    rc = vlm_model_kv_dtype(m, err);
+    if (rc != VLM_OK) {
+        goto failed;
+    }
+
+    rc = vlm_model_budgets(m, &asked, err);
+    if (rc != VLM_OK) {
+        goto failed;
+    }
+
     if (!check) {
         bc.n_threads = m->params.n_threads;
         bc.max_ctx = vlm_max(m->params.max_seq_len,
@@ -463,7 +545,14 @@ vlm_model_open(vlm_model_owner_t **out, const char *dir,
         goto failed;
     }
 
+    /* a backend without the 16-bit caches keeps f32: fewer tokens */
+
     rc = vlm_model_kv_dtype(m, err);
+    if (rc != VLM_OK) {
+        goto failed;
+    }
+
+    rc = vlm_model_budgets(m, &asked, err);
     if (rc != VLM_OK) {
         goto failed;
     }
@@ -492,6 +581,26 @@ vlm_model_check(const char *dir, const vlm_model_params_t *params,
         return rc;
     }
 
+    vlm_model_free(&o->model);
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_model_plan(const char *dir, const vlm_model_params_t *params,
+    vlm_model_plan_t *plan, vlm_error_t *err)
+{
+    vlm_status_t        rc;
+    vlm_model_owner_t  *o;
+
+    rc = vlm_model_open(&o, dir, params, 1, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    vlm_model_plan_fill(&o->model, plan);
+    plan->asked_seq_len = params != NULL ? params->max_seq_len : 0;
     vlm_model_free(&o->model);
 
     return VLM_OK;

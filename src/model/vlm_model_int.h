@@ -30,6 +30,9 @@ int vlm_model_hands_features(const vlm_model_t *m);
 vlm_status_t vlm_model_tp_init(vlm_model_t *m, int check, vlm_error_t *err);
 vlm_status_t vlm_model_tp_comm(vlm_model_owner_t *o, vlm_error_t *err);
 
+/* vlm_model_plan.c: the memory plan of a model opened for a check */
+void vlm_model_plan_fill(vlm_model_t *m, vlm_model_plan_t *plan);
+
 /* vlm_seq.c */
 void vlm_seq_truncate_blocks(vlm_seq_t *seq, int n_blocks);
 vlm_status_t vlm_seq_reserve(vlm_seq_t *seq, int n, vlm_error_t *err);

@@ -403,8 +403,10 @@ vlm_queue_alloc(vlm_queue_t *q, uint32_t worker, int32_t pid,
     if (arena_bytes > (uint64_t) hdr->n_blocks * hdr->block_size) {
         return vlm_error_set(err, VLM_ERR_LIMIT,
                              "request needs %llu bytes of queue arena, more "
-                             "than its whole size",
-                             (unsigned long long) arena_bytes);
+                             "than its whole size (%llu: vlm_zone)",
+                             (unsigned long long) arena_bytes,
+                             (unsigned long long) hdr->n_blocks
+                             * hdr->block_size);
     }
 
     vlm_queue_lock(q);
