@@ -245,13 +245,11 @@ $(BENCHES:%=%.o): $(wildcard bench/*.h)
 # keep the objects of tests and benchmarks between runs
 .SECONDARY: $(TESTS:%=%.o) $(BENCHES:%=%.o)
 
-unit: $(TESTS) $(QWEN_TOKENIZER)
-	@$(ROOT)/scripts/run-unit $(TESTS)
-
 # Qwen2's own tokenizer (151,669 tokens, 11 MB of JSON) is kept
 # compressed, so that the tree a GPU run carries stays small; the unit
 # tests, the benchmarks and the fixture scripts read it unpacked beside
-# the archive (git ignores it)
+# the archive (git ignores it); defined before the rules that name it,
+# whose prerequisites make reads as it meets them
 QWEN_TOKENIZER := $(ROOT)/tests/fixtures/tokenizer/qwen/tokenizer.json
 
 $(QWEN_TOKENIZER): $(QWEN_TOKENIZER).xz
@@ -260,6 +258,10 @@ $(QWEN_TOKENIZER): $(QWEN_TOKENIZER).xz
 	           sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' \
 	           $< > $@.tmp
 	@mv $@.tmp $@
+
+unit: $(TESTS) $(QWEN_TOKENIZER)
+	@$(ROOT)/scripts/run-unit $(TESTS)
+
 
 prove: module
 	cd $(ROOT) && TEST_NGINX_BINARY=$(NGINX) \
