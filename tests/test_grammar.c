@@ -174,6 +174,21 @@ check(const char *schema, const char *const *good, const char *const *bad)
 static void
 test_accept_reject(void **state)
 {
+    /* RFC 3339 full-date as Python's checkers read it: no year 0, no 29
+       February outside leap years, every month's own length */
+    static const char  *date_good[] = {
+        "\"2024-02-29\"", "\"2000-02-29\"", "\"0004-02-29\"",
+        "\"1999-12-31\"", "\"0001-01-01\"", "\"2023-11-30\"",
+        "\"2023-10-10\"", "\"9999-08-20\"", NULL };
+    static const char  *date_bad[] = {
+        "\"2023-02-29\"", "\"1900-02-29\"", "\"9498-02-29\"",
+        "\"0000-01-01\"", "\"2023-04-31\"", "\"2023-13-01\"",
+        "\"2023-00-10\"", "\"2023-01-00\"", "\"2023-02-30\"", NULL };
+    static const char  *dt_good[] = {
+        "\"2024-02-29T23:59:59Z\"", "\"2023-12-31T00:00:00Z\"", NULL };
+    static const char  *dt_bad[] = {
+        "\"2023-02-29T10:00:00Z\"", "\"0000-01-01T00:00:00Z\"",
+        "\"2023-01-01T24:00:00Z\"", NULL };
     static const char  *obj_good[] = {
         "{\"name\":\"x\",\"age\":3}", "{\"name\":\"\",\"age\":-1,\"ok\":true}",
         "{\"name\":\"\xc3\xa9\\n\",\"age\":0}", NULL };
@@ -269,6 +284,10 @@ test_accept_reject(void **state)
     check("{\"type\":\"string\",\"minLength\":2,\"maxLength\":4}", str_good,
           str_bad);
     check("{\"type\":\"string\",\"format\":\"uuid\"}", fmt_good, fmt_bad);
+    check("{\"type\":\"string\",\"format\":\"date\"}", date_good,
+          date_bad);
+    check("{\"type\":\"string\",\"format\":\"date-time\"}", dt_good,
+          dt_bad);
     check("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},"
           "{\"type\":\"string\"}],\"minItems\":2,\"items\":false}",
           tup_good, tup_bad);

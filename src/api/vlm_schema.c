@@ -829,6 +829,19 @@ vlm_sb_regex(vlm_sb_t *sb, const char *re, size_t len, int raw,
 
 
 /*
+ * RFC 3339's full-date: years 0001 to 9999, each month its own days, 29
+ * February in leap years only (divisible by 4, and by 400 at a century)
+ */
+#define VLM_SB_DATE                                                          \
+    "((000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-"                  \
+    "((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])"                              \
+    "|(0[469]|11)-(0[1-9]|[12][0-9]|30)"                                      \
+    "|02-(0[1-9]|1[0-9]|2[0-8]))"                                             \
+    "|([0-9]{2}(0[48]|[2468][048]|[13579][26])"                               \
+    "|(0[48]|[2468][048]|[13579][26])00)-02-29)"
+
+
+/*
  * Formats: shapes whose every instance is valid, as templates of one
  * character class a position (vlm_g_template) or as patterns, each a
  * subset of its format (an IPv6 address written in full, http and https
@@ -841,9 +854,10 @@ static const struct {
     const char  *re;
 }  vlm_sb_formats[] = {
     { "uuid", "hhhhhhhh-hhhh-hhhh-hhhh-hhhhhhhhhhhh", NULL },
-    { "date", "dddd-0n-bn", NULL },
+    { "date", NULL, "^" VLM_SB_DATE "$" },
     { "time", "ad:cd:cdZ", NULL },
-    { "date-time", "dddd-0n-bnTad:cd:cdZ", NULL },
+    { "date-time", NULL,
+      "^" VLM_SB_DATE "T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]Z$" },
     { "email", NULL,
       "^[a-z0-9]{1,16}([._+-][a-z0-9]{1,16}){0,2}@"
       "([a-z0-9]{1,20}(-[a-z0-9]{1,20})?\\.){1,3}[a-z]{2,8}$" },
