@@ -83,23 +83,44 @@ vlm_reasoning_shift(vlm_reasoning_t *rp, size_t n)
 
 
 /*
+ * The held bytes from k on: the whole tag (1), a beginning of it that more
+ * bytes may complete (0), or neither (-1)
+ */
+static int
+vlm_reasoning_tag(const vlm_reasoning_t *rp, size_t k, const char *tag,
+    size_t len)
+{
+    size_t  n = rp->n_hold - k;
+
+    if (n > len || memcmp(rp->hold + k, tag, n) != 0) {
+        return -1;
+    }
+
+    if (n == len) {
+        return 1;
+    }
+
+    return rp->n_hold < VLM_REASONING_HOLD ? 0 : -1;
+}
+
+
+/*
  * Before any reasoning: the held bytes are blanks and a beginning of
  * <think>, or they open the reasoning, or they are the answer's.
  */
 static void
 vlm_reasoning_start(vlm_reasoning_t *rp, vlm_reasoning_out_t *o)
 {
-    size_t  k, n;
+    int     m;
+    size_t  k;
 
     for (k = 0; k < rp->n_hold && vlm_reasoning_space(rp->hold[k]); k++) {
         /* void */
     }
 
-    n = rp->n_hold - k;
+    m = vlm_reasoning_tag(rp, k, VLM_REASONING_OPEN, VLM_REASONING_OPEN_LEN);
 
-    if (n == VLM_REASONING_OPEN_LEN
-        && memcmp(rp->hold + k, VLM_REASONING_OPEN, n) == 0)
-    {
+    if (m == 1) {
         rp->state = VLM_REASONING_THINK;
         rp->lead = 1;
         rp->touched = 1;
@@ -107,10 +128,7 @@ vlm_reasoning_start(vlm_reasoning_t *rp, vlm_reasoning_out_t *o)
         return;
     }
 
-    if (n < VLM_REASONING_OPEN_LEN
-        && memcmp(rp->hold + k, VLM_REASONING_OPEN, n) == 0
-        && rp->n_hold < VLM_REASONING_HOLD)
-    {
+    if (m == 0) {
         return;
     }
 
@@ -129,28 +147,25 @@ vlm_reasoning_start(vlm_reasoning_t *rp, vlm_reasoning_out_t *o)
 static void
 vlm_reasoning_think(vlm_reasoning_t *rp, vlm_reasoning_out_t *o)
 {
-    size_t  k, n;
+    int     m;
+    size_t  k;
 
     for ( ;; ) {
         for (k = 0; k < rp->n_hold && rp->hold[k] == '\n'; k++) {
             /* void */
         }
 
-        n = rp->n_hold - k;
+        m = vlm_reasoning_tag(rp, k, VLM_REASONING_CLOSE,
+                              VLM_REASONING_CLOSE_LEN);
 
-        if (n == VLM_REASONING_CLOSE_LEN
-            && memcmp(rp->hold + k, VLM_REASONING_CLOSE, n) == 0)
-        {
+        if (m == 1) {
             rp->state = VLM_REASONING_ANSWER;
             rp->lead = 1;
             rp->n_hold = 0;
             return;
         }
 
-        if (n < VLM_REASONING_CLOSE_LEN
-            && memcmp(rp->hold + k, VLM_REASONING_CLOSE, n) == 0
-            && rp->n_hold < VLM_REASONING_HOLD)
-        {
+        if (m == 0) {
             return;
         }
 
