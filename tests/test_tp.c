@@ -179,29 +179,6 @@ params(vlm_model_params_t *p, int rank, int size, vlm_comm_t *comm)
 }
 
 
-/* the greedy token and how far ahead of the second it is */
-static int32_t
-greedy(const float *logits, int n, float *margin)
-{
-    int      k;
-    int32_t  best;
-    float    second;
-
-    best = vlm_test_argmax(logits, n);
-    second = -INFINITY;
-
-    for (k = 0; k < n; k++) {
-        if (k != best && logits[k] > second) {
-            second = logits[k];
-        }
-    }
-
-    *margin = logits[best] - second;
-
-    return best;
-}
-
-
 /*
  * The greedy tokens are the single process's, up to a step where its
  * best two logits were nearer than the logits may differ (the model's
@@ -275,7 +252,7 @@ run(const char *model, const prompt_t *pr, int rank, int size,
 
     res->status = 4;
     for (i = 0; i < GREEDY; i++) {
-        tok = greedy(vlm_seq_logits(seq), V, &res->margin[i]);
+        tok = vlm_test_greedy(vlm_seq_logits(seq), V, &res->margin[i]);
         res->tokens[i] = tok;
 
         if (vlm_decode(m, &seq, &tok, 1, &err) != VLM_OK) {
@@ -514,7 +491,7 @@ run_leader(const char *model, const prompt_t *pr, vlm_group_t *g,
 
     res->status = 4;
     for (i = 0; i < GREEDY; i++) {
-        tok = greedy(vlm_seq_logits(seq), V, &res->margin[i]);
+        tok = vlm_test_greedy(vlm_seq_logits(seq), V, &res->margin[i]);
         res->tokens[i] = tok;
         item.seq = seq;
         item.ids = &tok;

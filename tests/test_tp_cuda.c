@@ -165,28 +165,6 @@ free_prompt(prompt_t *pr)
 }
 
 
-static int32_t
-greedy(const float *logits, int n, float *margin)
-{
-    int      k;
-    int32_t  best;
-    float    second;
-
-    best = vlm_test_argmax(logits, n);
-    second = -INFINITY;
-
-    for (k = 0; k < n; k++) {
-        if (k != best && logits[k] > second) {
-            second = logits[k];
-        }
-    }
-
-    *margin = logits[best] - second;
-
-    return best;
-}
-
-
 static void
 params(vlm_model_params_t *p, const char *backend)
 {
@@ -238,7 +216,8 @@ run_cpu(const prompt_t *pr, result_t *res)
            (size_t) res->n_vocab * sizeof(float));
 
     for (i = 0; i < GREEDY; i++) {
-        tok = greedy(vlm_seq_logits(seq), res->n_vocab, &res->margin[i]);
+        tok = vlm_test_greedy(vlm_seq_logits(seq), res->n_vocab,
+                              &res->margin[i]);
         res->tokens[i] = tok;
         assert_int_equal(vlm_decode(m, &seq, &tok, 1, &err), VLM_OK);
     }
@@ -390,7 +369,8 @@ run_leader(const prompt_t *pr, vlm_group_t *g, vlm_model_t *m, int cache,
     }
 
     for (i = 0; i < GREEDY; i++) {
-        tok = greedy(vlm_seq_logits(seq), res->n_vocab, &res->margin[i]);
+        tok = vlm_test_greedy(vlm_seq_logits(seq), res->n_vocab,
+                              &res->margin[i]);
         res->tokens[i] = tok;
         item.seq = seq;
         item.ids = &tok;

@@ -56,6 +56,29 @@ vlm_test_argmax(const float *logits, int n)
 }
 
 
+/* the greedy token, and how far its logit is ahead of the second's */
+static inline int32_t
+vlm_test_greedy(const float *logits, int n, float *margin)
+{
+    int      k;
+    int32_t  best;
+    float    second;
+
+    best = vlm_test_argmax(logits, n);
+    second = -INFINITY;
+
+    for (k = 0; k < n; k++) {
+        if (k != best && logits[k] > second) {
+            second = logits[k];
+        }
+    }
+
+    *margin = logits[best] - second;
+
+    return best;
+}
+
+
 /*
  * The budgets the fixture checkpoints are run with: prompts in several
  * chunks of 16 rows, images up to 128 patches, KV blocks of 8
