@@ -466,7 +466,8 @@ test_every_parameter(void **state)
                   "\"min_p\":0.05,\"seed\":-42,\"stop\":[\"a\",\"\\n\\n\"],"
                   "\"n\":1,\"presence_penalty\":0.5,"
                   "\"frequency_penalty\":-0.5,\"repetition_penalty\":1.1,"
-                  "\"logprobs\":true,\"top_logprobs\":5,\"user\":\"u-1\""),
+                  "\"logprobs\":true,\"top_logprobs\":5,\"user\":\"u-1\","
+                  "\"min_tokens\":50,\"ignore_eos\":true"),
              NULL, &req);
 
     assert_int_equal(req.stream, 1);
@@ -486,6 +487,8 @@ test_every_parameter(void **state)
     assert_int_equal(req.logprobs, 1);
     assert_int_equal(req.top_logprobs, 5);
     assert_str(req.user, "u-1");
+    assert_int_equal(req.min_tokens, 50);
+    assert_int_equal(req.ignore_eos, 1);
     assert_int_equal(req.set, VLM_OPENAI_SET_MAX_TOKENS
                               | VLM_OPENAI_SET_TEMPERATURE
                               | VLM_OPENAI_SET_TOP_P | VLM_OPENAI_SET_TOP_K
@@ -713,6 +716,15 @@ test_out_of_range(void **state)
           "invalid_value", "repetition_penalty", "greater than 0" },
         { BODY("\"max_tokens\":0"), VLM_ERR_INVALID, "invalid_value",
           "max_tokens", "between 1 and 2147483647, but got 0" },
+        { BODY("\"min_tokens\":-1"), VLM_ERR_INVALID, "invalid_value",
+          "min_tokens", "of at least 0, but got -1" },
+        { BODY("\"min_tokens\":1.5"), VLM_ERR_INVALID, "invalid_type",
+          "min_tokens", "expected an integer" },
+        { BODY("\"max_tokens\":5,\"min_tokens\":6"), VLM_ERR_INVALID,
+          "invalid_value", "min_tokens",
+          "at most max_tokens (5), but got 6" },
+        { BODY("\"ignore_eos\":1"), VLM_ERR_INVALID, "invalid_type",
+          "ignore_eos", "expected a boolean, but got an integer" },
         { BODY("\"max_tokens\":-5"), VLM_ERR_INVALID, "invalid_value",
           "max_tokens", "but got -5" },
         { BODY("\"max_tokens\":2147483648"), VLM_ERR_INVALID,
@@ -1337,7 +1349,17 @@ test_limits(void **state)
                  "array_above_max_length", "messages[1].content[0]",
                  "Too many images: this server accepts at most 2 images");
 
+    /* min_tokens against the server's max_tokens where none is given */
     lim.max_images = 0;
+    lim.max_tokens = 8;
+    parse_ok(BODY("\"min_tokens\":8"), &lim, &req);
+    assert_int_equal(req.min_tokens, 8);
+    vlm_openai_request_free(&req);
+    expect_error(BODY("\"min_tokens\":9"), &lim, VLM_ERR_INVALID,
+                 "invalid_value", "min_tokens",
+                 "at most max_tokens (8), but got 9");
+
+    lim.max_tokens = 0;
     lim.max_stop_len = 4;
     parse_ok(BODY("\"stop\":[\"abcd\",\"\xe4\xb8\xad\"]"), &lim, &req);
     vlm_openai_request_free(&req);

@@ -2,7 +2,7 @@
  * Unit tests of the sampler: greedy, reproducible seeded draws, the
  * distribution at a temperature, top_k / top_p / min_p truncation,
  * penalties with transformers' and OpenAI's formulas, stop ids,
- * max_tokens, log probabilities, logit_bias, a forced token, and
+ * min_tokens, max_tokens, log probabilities, logit_bias, a forced token, and
  * rejected parameters.
  */
 
@@ -277,6 +277,64 @@ test_stop_and_length(void **state)
 }
 
 
+/*
+ * min_tokens: the stop ids cannot be drawn before it (vLLM's min_tokens),
+ * unless a mask leaves nothing else (a grammar's end)
+ */
+static void
+test_min_tokens(void **state)
+{
+    uint32_t              mask[1] = { 0x08 };       /* token 3 only */
+    vlm_error_t           err;
+    vlm_sample_t          out;
+    vlm_sampler_t        *s;
+    vlm_sampler_params_t  p;
+
+    vlm_sampler_params_default(&p);
+    p.temperature = 0.0f;
+    p.n_stop = 2;
+    p.stop_ids[0] = 3;
+    p.stop_ids[1] = 2;
+    p.min_tokens = 2;
+    s = sampler(&p);
+
+    /* 3 and 2 held back: 1 is the best left, twice */
+    assert_int_equal(vlm_sampler_sample(s, logits, &out, &err), VLM_OK);
+    assert_int_equal(out.token, 1);
+    assert_int_equal(out.finish, VLM_FINISH_NONE);
+
+    /* where the mask allows only a stop id, the mask wins */
+    vlm_sampler_mask(s, mask);
+    assert_int_equal(vlm_sampler_sample(s, logits, &out, &err), VLM_OK);
+    assert_int_equal(out.token, 3);
+    assert_int_equal(out.finish, VLM_FINISH_STOP);
+
+    /* after min_tokens, the stop id is drawn again */
+    assert_int_equal(vlm_sampler_reset(s, &p, &err), VLM_OK);
+    p.temperature = 1.0f;
+    p.seed = 7;
+    assert_int_equal(vlm_sampler_reset(s, &p, &err), VLM_OK);
+    assert_int_equal(vlm_sampler_sample(s, logits, &out, &err), VLM_OK);
+    assert_true(out.token != 3 && out.token != 2);
+    assert_int_equal(vlm_sampler_sample(s, logits, &out, &err), VLM_OK);
+    assert_true(out.token != 3 && out.token != 2);
+
+    p.temperature = 0.0f;
+    p.min_tokens = 1;
+    assert_int_equal(vlm_sampler_reset(s, &p, &err), VLM_OK);
+    assert_int_equal(vlm_sampler_sample(s, logits, &out, &err), VLM_OK);
+    assert_int_equal(out.token, 1);
+    assert_int_equal(vlm_sampler_sample(s, logits, &out, &err), VLM_OK);
+    assert_int_equal(out.token, 3);
+    assert_int_equal(out.finish, VLM_FINISH_STOP);
+
+    p.min_tokens = -1;
+    assert_int_not_equal(vlm_sampler_reset(s, &p, &err), VLM_OK);
+
+    vlm_sampler_free(s);
+}
+
+
 /* a grammar's forced token replaces the draw: logprob, counts, finish */
 static void
 test_force(void **state)
@@ -471,6 +529,7 @@ main(void)
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_stop_and_length),
+        cmocka_unit_test(test_min_tokens),
         cmocka_unit_test(test_force),
         cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_logit_bias),

@@ -218,6 +218,8 @@ typedef struct {
     uint32_t                set;            /* VLM_OPENAI_SET_* */
 
     uint32_t                max_tokens;     /* 0: not given */
+    uint32_t                min_tokens;     /* vLLM's; 0: off */
+    unsigned                ignore_eos:1;   /* vLLM's */
     uint32_t                n;              /* choices, 1 when not given */
     uint32_t                top_logprobs;   /* 0..20, needs logprobs */
     int32_t                 top_k;          /* 0: off (-1 accepted as 0) */

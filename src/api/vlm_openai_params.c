@@ -2,7 +2,7 @@
  * The parameters that chat completions and completions share: model,
  * stream and stream_options, max_tokens and max_completion_tokens, n and
  * sampling (temperature, top_p, min_p, the penalties, top_k, seed), stop,
- * logit_bias and user.
+ * logit_bias and user; vLLM's min_tokens and ignore_eos.
  *
  * Reference: the OpenAI API reference's parameters and their ranges, and
  * vLLM's OpenAI-compatible server where OpenAI leaves a choice open
@@ -12,6 +12,10 @@
 #include <float.h>
 
 #include "vlm_openai_int.h"
+
+
+static vlm_status_t vlm_openai_parse_min_tokens(vlm_openai_parser_t *p,
+    const json_t *root);
 
 
 static const vlm_openai_range_t  vlm_openai_temperature =
@@ -37,6 +41,8 @@ static const vlm_openai_range_t  vlm_openai_max_tokens =
 static const vlm_openai_range_t  vlm_openai_max_completion_tokens =
     { "max_completion_tokens", 1.0, 2147483647.0, 0,
       "between 1 and 2147483647" };
+static const vlm_openai_range_t  vlm_openai_min_tokens =
+    { "min_tokens", 0.0, 2147483647.0, 0, "of at least 0" };
 static const vlm_openai_range_t  vlm_openai_n =
     { "n", 1.0, 2147483647.0, 0, "of at least 1" };
 
@@ -417,6 +423,52 @@ vlm_openai_parse_sampling(vlm_openai_parser_t *p, const json_t *root)
 
     /* -1 and 0 both disable top-k, as in vLLM; 0 is the one form kept */
     req->top_k = top_k < 0 ? 0 : (int32_t) top_k;
+
+    return vlm_openai_parse_min_tokens(p, root);
+}
+
+
+/*
+ * vLLM's min_tokens (the end of text and the stop token ids held back
+ * until that many tokens are out, stop strings unchecked) and ignore_eos
+ * (the end of text does not end the output: benchmarks' fixed lengths)
+ */
+static vlm_status_t
+vlm_openai_parse_min_tokens(vlm_openai_parser_t *p, const json_t *root)
+{
+    int                    ignore_eos;
+    int64_t                min_tokens;
+    uint32_t               max_tokens;
+    vlm_status_t           rc;
+    vlm_openai_request_t  *req;
+
+    req = p->req;
+    min_tokens = 0;
+    ignore_eos = 0;
+
+    rc = vlm_openai_int(p, root, &vlm_openai_min_tokens, &min_tokens, 0);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    rc = vlm_openai_bool(p, root, "ignore_eos", "ignore_eos", &ignore_eos);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    /* the bound the request runs with: its own, else the server's */
+    max_tokens = req->max_tokens ? req->max_tokens : p->limits->max_tokens;
+
+    if (max_tokens != 0 && min_tokens > max_tokens) {
+        return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value",
+                              "min_tokens", "Invalid 'min_tokens': expected "
+                              "a value of at most max_tokens (%u), but got "
+                              "%lld instead.", max_tokens,
+                              (long long) min_tokens);
+    }
+
+    req->min_tokens = (uint32_t) min_tokens;
+    req->ignore_eos = ignore_eos ? 1 : 0;
 
     return VLM_OK;
 }

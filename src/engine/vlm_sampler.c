@@ -179,12 +179,13 @@ vlm_sampler_reset(vlm_sampler_t *s, const vlm_sampler_params_t *p,
                              "must be in [-2, 2]");
     }
 
-    if (p->max_tokens < 0 || p->n_stop < 0
+    if (p->max_tokens < 0 || p->min_tokens < 0 || p->n_stop < 0
         || p->n_stop > VLM_SAMPLER_MAX_STOP || p->top_logprobs < 0
         || p->top_logprobs > VLM_SAMPLER_MAX_TOP)
     {
         return vlm_error_set(err, VLM_ERR_INVALID,
-                             "sampler: max_tokens, stop ids (at most %d) or "
+                             "sampler: max_tokens, min_tokens, stop ids (at "
+                             "most %d) or "
                              "top_logprobs (at most %d) out of range",
                              VLM_SAMPLER_MAX_STOP, VLM_SAMPLER_MAX_TOP);
     }
@@ -376,6 +377,50 @@ vlm_sampler_mask(vlm_sampler_t *s, const uint32_t *mask)
 }
 
 
+/*
+ * min_tokens, as vLLM: before it, the stop ids cannot be drawn; where
+ * nothing else is left (a grammar whose document is complete allows only
+ * the end of text), they stay.  Returns the new maximum of work[].
+ */
+static float
+vlm_sampler_hold(vlm_sampler_t *s, float m)
+{
+    int                    i, n;
+    float                  held[VLM_SAMPLER_MAX_STOP];
+    vlm_sampler_params_t  *p = &s->p;
+
+    n = 0;
+
+    for (i = 0; i < p->n_stop; i++) {
+        held[i] = s->work[p->stop_ids[i]];
+        s->work[p->stop_ids[i]] = -INFINITY;
+        n += held[i] != -INFINITY;
+    }
+
+    if (n == 0) {
+        return m;
+    }
+
+    m = -INFINITY;
+
+    for (i = 0; i < s->vocab; i++) {
+        m = s->work[i] > m ? s->work[i] : m;
+    }
+
+    if (m != -INFINITY) {
+        return m;
+    }
+
+    /* in the reverse order: a stop id given twice keeps its value */
+    for (i = p->n_stop - 1; i >= 0; i--) {
+        s->work[p->stop_ids[i]] = held[i];
+        m = held[i] > m ? held[i] : m;
+    }
+
+    return m;
+}
+
+
 /* the end of the request the drawn token makes: a stop id, or the last */
 static void
 vlm_sampler_finish(vlm_sampler_t *s, vlm_sample_t *out)
@@ -438,6 +483,10 @@ vlm_sampler_sample(vlm_sampler_t *s, const float *logits, vlm_sample_t *out,
 
         s->work[i] = x;
         m = x > m ? x : m;
+    }
+
+    if (s->n_generated < p->min_tokens) {
+        m = vlm_sampler_hold(s, m);
     }
 
     sum = 0.0;

@@ -32,6 +32,7 @@ typedef struct {
     float      frequency_penalty;   /* 0: off, [-2, 2] */
     uint64_t   seed;
     int        max_tokens;          /* 0: no limit */
+    int        min_tokens;          /* the stop ids held back before it */
     int        n_stop;
     int32_t    stop_ids[VLM_SAMPLER_MAX_STOP];
     int        top_logprobs;        /* 0..VLM_SAMPLER_MAX_TOP */

@@ -702,12 +702,21 @@ vlm_sched_setup(vlm_sched_t *s, vlm_sched_req_t *r, vlm_error_t *err)
     sp.presence_penalty = p->presence_penalty;
     sp.frequency_penalty = p->frequency_penalty;
     sp.max_tokens = (int) p->max_tokens;
+    sp.min_tokens = (int) vlm_min(p->min_tokens, (uint32_t) INT32_MAX);
     sp.top_logprobs = p->logprobs ? (int) p->top_logprobs : 0;
     sp.seed = vlm_sched_seed(s, p, r->choice);
 
     sp.n_stop = 0;
 
-    for (i = 0; i < s->info->n_eos && sp.n_stop < VLM_SAMPLER_MAX_STOP; i++) {
+    /*
+     * ignore_eos: the end of text is a token like any other, but where a
+     * grammar constrains the output, whose end it is
+     */
+    for (i = 0;
+         i < s->info->n_eos && sp.n_stop < VLM_SAMPLER_MAX_STOP
+         && (!p->ignore_eos || p->grammar_len > 0);
+         i++)
+    {
         sp.stop_ids[sp.n_stop++] = s->info->eos_token_ids[i];
     }
 
@@ -1233,7 +1242,8 @@ vlm_sched_stop_cut(vlm_sched_t *s, vlm_sched_req_t *r, size_t *keep,
     *stopped = 0;
     *keep = 0;
 
-    if (p->n_stop == 0) {
+    /* before min_tokens (vLLM's), stop strings are not looked for */
+    if (p->n_stop == 0 || r->n_out < p->min_tokens) {
         return r->n_held;
     }
 

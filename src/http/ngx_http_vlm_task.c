@@ -605,6 +605,8 @@ prompted:
                             ? (float) req->repetition_penalty : 1.0f;
     p->max_tokens = req->max_tokens ? req->max_tokens
                                     : (uint32_t) ctx->vlcf->max_tokens;
+    p->min_tokens = req->min_tokens;
+    p->ignore_eos = req->ignore_eos;
     p->has_seed = (req->set & VLM_OPENAI_SET_SEED) ? 1 : 0;
     p->n = req->n > 1 ? req->n : 1;
     p->seed = (uint64_t) req->seed;

@@ -105,6 +105,8 @@ typedef struct {
     float     repetition_penalty;
     int32_t   top_k;            /* <= 0: off */
     uint32_t  max_tokens;
+    uint32_t  min_tokens;       /* stop ids and strings held back before */
+    uint32_t  ignore_eos;       /* 0/1: the end of text does not stop */
     uint64_t  seed;
     uint32_t  has_seed;
     uint32_t  logprobs;         /* 0/1 */
