@@ -1,9 +1,12 @@
-# vLLM's min_tokens and ignore_eos on POST /v1/chat/completions and
+# vLLM's min_tokens, ignore_eos and stop_token_ids on POST
+# /v1/chat/completions and
 # /v1/completions with the tiny random model of tests/fixtures/serving:
 # a logit_bias of +100 on the end of text makes it the greedy token, so
 # the answer ends at once; ignore_eos runs it to max_tokens, min_tokens
 # holds the end of text (and the stop strings) back for that many tokens;
-# a grammar still ends its document; bad values are 400s.
+# a grammar still ends its document; a token pushed up the same way and
+# named in stop_token_ids ends the answer without its text; bad values are
+# 400s.
 
 use strict;
 use warnings;
@@ -14,7 +17,8 @@ use lib "$FindBin::Bin/lib";
 use Test::More;
 use VLMTest;
 
-vlm_prereqs();
+my $build = vlm_prereqs();
+my $model = vlm_root() . '/tests/fixtures/serving';
 
 my $srv = vlm_start(name => 'min-tokens', locations => <<'_EOC_');
         location = /v1/completions { vlm_completions; }
@@ -77,6 +81,25 @@ is(join('', map { ref $_ ? $_->{choices}[0]{delta}{content} // '' : '' } @ev),
 is((grep { ref $_ && $_->{choices}[0]{finish_reason} } @ev)[0]
        ->{choices}[0]{finish_reason}, 'stop', 'streamed: stop');
 
+# stop_token_ids: the biased token would fill the answer; named, it ends
+# the answer at once, without its text, even with ignore_eos
+my ($x) = split ' ', `$build/vlm-cli tokenize --model $model --text hello`;
+
+($res, $j) = chat(logit_bias => { $x => 100 });
+is($j->{choices}[0]{finish_reason}, 'length', "token $x pushed up: length");
+
+($res, $j) = chat(logit_bias => { $x => 100 }, stop_token_ids => [ 0 + $x ],
+                  ignore_eos => JSON::PP::true);
+is($res->{status}, 200, 'stop_token_ids: 200') or diag($res->{body});
+is($j->{choices}[0]{finish_reason}, 'stop', 'stop_token_ids: stop');
+is($j->{choices}[0]{message}{content}, '', 'stop_token_ids: no text');
+is($j->{usage}{completion_tokens}, 1, 'stop_token_ids: one token');
+
+($res, $j) = chat(logit_bias => { $x => 100 }, stop_token_ids => [ 0 + $x ],
+                  min_tokens => 2);
+is($j->{usage}{completion_tokens}, 3,
+   'stop_token_ids after min_tokens 2: the third token');
+
 # a grammar's document still ends where it is complete
 ($res, $j) = chat(ignore_eos => JSON::PP::true, max_tokens => 60,
                   response_format => { type => 'json_object' });
@@ -102,7 +125,9 @@ for my $case ([ { min_tokens => -1 }, 'min_tokens', 'of at least 0' ],
               [ { min_tokens => 7 }, 'min_tokens',
                 'at most max_tokens \(6\)' ],
               [ { min_tokens => '3' }, 'min_tokens', 'an integer' ],
-              [ { ignore_eos => 1 }, 'ignore_eos', 'a boolean' ])
+              [ { ignore_eos => 1 }, 'ignore_eos', 'a boolean' ],
+              [ { stop_token_ids => [ 3014 ] }, 'stop_token_ids[0]',
+                'below the vocabulary size' ])
 {
     my ($o, $param, $msg) = @$case;
 

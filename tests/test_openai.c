@@ -467,7 +467,8 @@ test_every_parameter(void **state)
                   "\"n\":1,\"presence_penalty\":0.5,"
                   "\"frequency_penalty\":-0.5,\"repetition_penalty\":1.1,"
                   "\"logprobs\":true,\"top_logprobs\":5,\"user\":\"u-1\","
-                  "\"min_tokens\":50,\"ignore_eos\":true"),
+                  "\"min_tokens\":50,\"ignore_eos\":true,"
+                  "\"stop_token_ids\":[7,0]"),
              NULL, &req);
 
     assert_int_equal(req.stream, 1);
@@ -489,6 +490,9 @@ test_every_parameter(void **state)
     assert_str(req.user, "u-1");
     assert_int_equal(req.min_tokens, 50);
     assert_int_equal(req.ignore_eos, 1);
+    assert_int_equal(req.n_stop_ids, 2);
+    assert_int_equal(req.stop_ids[0], 7);
+    assert_int_equal(req.stop_ids[1], 0);
     assert_int_equal(req.set, VLM_OPENAI_SET_MAX_TOKENS
                               | VLM_OPENAI_SET_TEMPERATURE
                               | VLM_OPENAI_SET_TOP_P | VLM_OPENAI_SET_TOP_K
@@ -725,6 +729,15 @@ test_out_of_range(void **state)
           "at most max_tokens (5), but got 6" },
         { BODY("\"ignore_eos\":1"), VLM_ERR_INVALID, "invalid_type",
           "ignore_eos", "expected a boolean, but got an integer" },
+        { BODY("\"stop_token_ids\":7"), VLM_ERR_INVALID, "invalid_type",
+          "stop_token_ids", "expected an array of token ids" },
+        { BODY("\"stop_token_ids\":[1,-1]"), VLM_ERR_INVALID,
+          "invalid_value", "stop_token_ids[1]", "of at least 0, but got -1" },
+        { BODY("\"stop_token_ids\":[\"1\"]"), VLM_ERR_INVALID,
+          "invalid_type", "stop_token_ids[0]", "expected an integer" },
+        { BODY("\"stop_token_ids\":[1,2,3,4,5,6,7,8,9]"), VLM_ERR_INVALID,
+          "array_above_max_length", "stop_token_ids",
+          "maximum length 8, but got an array with length 9" },
         { BODY("\"max_tokens\":-5"), VLM_ERR_INVALID, "invalid_value",
           "max_tokens", "but got -5" },
         { BODY("\"max_tokens\":2147483648"), VLM_ERR_INVALID,
@@ -1358,6 +1371,16 @@ test_limits(void **state)
     expect_error(BODY("\"min_tokens\":9"), &lim, VLM_ERR_INVALID,
                  "invalid_value", "min_tokens",
                  "at most max_tokens (8), but got 9");
+
+    /* stop_token_ids below the vocabulary size */
+    lim.vocab_size = 100;
+    parse_ok(BODY("\"stop_token_ids\":[99]"), &lim, &req);
+    assert_int_equal(req.stop_ids[0], 99);
+    vlm_openai_request_free(&req);
+    expect_error(BODY("\"stop_token_ids\":[3,100]"), &lim, VLM_ERR_INVALID,
+                 "invalid_value", "stop_token_ids[1]",
+                 "below the vocabulary size, but got 100");
+    lim.vocab_size = 0;
 
     lim.max_tokens = 0;
     lim.max_stop_len = 4;

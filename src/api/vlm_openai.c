@@ -290,14 +290,32 @@ vlm_status_t
 vlm_openai_int(vlm_openai_parser_t *p, const json_t *root,
     const vlm_openai_range_t *r, int64_t *out, uint32_t bit)
 {
-    double   d;
-    int64_t  i;
-    json_t  *v;
+    json_t        *v;
+    vlm_status_t   rc;
 
     v = vlm_openai_get(root, r->name);
     if (v == NULL) {
         return VLM_OK;
     }
+
+    rc = vlm_openai_int_value(p, v, r, out);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    p->req->set |= bit;
+
+    return VLM_OK;
+}
+
+
+/* an integer value (an array's element), r->name its path */
+vlm_status_t
+vlm_openai_int_value(vlm_openai_parser_t *p, const json_t *v,
+    const vlm_openai_range_t *r, int64_t *out)
+{
+    double   d;
+    int64_t  i;
 
     if (json_is_integer(v)) {
         i = json_integer_value(v);
@@ -328,7 +346,6 @@ vlm_openai_int(vlm_openai_parser_t *p, const json_t *root,
     }
 
     *out = i;
-    p->req->set |= bit;
 
     return VLM_OK;
 }

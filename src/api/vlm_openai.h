@@ -20,6 +20,7 @@
 
 
 #define VLM_OPENAI_MAX_STOP          4     /* stop strings, as OpenAI */
+#define VLM_OPENAI_MAX_STOP_IDS      8     /* vLLM's stop_token_ids */
 #define VLM_OPENAI_TOP_LOGPROBS_MAX  20
 #define VLM_OPENAI_LOGIT_BIAS_MAX    300   /* entries, as OpenAI */
 #define VLM_OPENAI_METADATA_MAX      16    /* the Responses API's metadata:
@@ -211,6 +212,8 @@ typedef struct {
 
     vlm_openai_str_t        stop[VLM_OPENAI_MAX_STOP];
     uint32_t                n_stop;
+    uint32_t                stop_ids[VLM_OPENAI_MAX_STOP_IDS];
+    uint32_t                n_stop_ids;
 
     unsigned                stream:1;
     unsigned                include_usage:1;

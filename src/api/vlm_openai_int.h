@@ -93,6 +93,8 @@ vlm_status_t vlm_openai_real(vlm_openai_parser_t *p, const json_t *root,
     const vlm_openai_range_t *r, double *out, uint32_t bit);
 vlm_status_t vlm_openai_int(vlm_openai_parser_t *p, const json_t *root,
     const vlm_openai_range_t *r, int64_t *out, uint32_t bit);
+vlm_status_t vlm_openai_int_value(vlm_openai_parser_t *p, const json_t *v,
+    const vlm_openai_range_t *r, int64_t *out);
 vlm_status_t vlm_openai_bool(vlm_openai_parser_t *p, const json_t *obj,
     const char *key, const char *param, int *out);
 

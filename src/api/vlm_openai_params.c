@@ -2,7 +2,7 @@
  * The parameters that chat completions and completions share: model,
  * stream and stream_options, max_tokens and max_completion_tokens, n and
  * sampling (temperature, top_p, min_p, the penalties, top_k, seed), stop,
- * logit_bias and user; vLLM's min_tokens and ignore_eos.
+ * logit_bias and user; vLLM's stop_token_ids, min_tokens and ignore_eos.
  *
  * Reference: the OpenAI API reference's parameters and their ranges, and
  * vLLM's OpenAI-compatible server where OpenAI leaves a choice open
@@ -14,6 +14,8 @@
 #include "vlm_openai_int.h"
 
 
+static vlm_status_t vlm_openai_parse_stop_ids(vlm_openai_parser_t *p,
+    const json_t *root);
 static vlm_status_t vlm_openai_parse_min_tokens(vlm_openai_parser_t *p,
     const json_t *root);
 
@@ -145,6 +147,11 @@ vlm_openai_parse_stop(vlm_openai_parser_t *p, const json_t *root)
     json_t       *v;
     vlm_status_t  rc;
 
+    rc = vlm_openai_parse_stop_ids(p, root);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
     v = vlm_openai_get(root, "stop");
     if (v == NULL) {
         return VLM_OK;
@@ -178,6 +185,66 @@ vlm_openai_parse_stop(vlm_openai_parser_t *p, const json_t *root)
             return rc;
         }
     }
+
+    return VLM_OK;
+}
+
+
+/*
+ * vLLM's stop_token_ids: token ids (below the vocabulary size) whose draw
+ * ends the answer, as the end of text does: without their text
+ */
+static vlm_status_t
+vlm_openai_parse_stop_ids(vlm_openai_parser_t *p, const json_t *root)
+{
+    char                 path[VLM_OPENAI_PATH_LEN];
+    size_t               i, n;
+    json_t              *v;
+    int64_t              id;
+    vlm_status_t         rc;
+    vlm_openai_range_t   range;
+
+    v = vlm_openai_get(root, "stop_token_ids");
+    if (v == NULL) {
+        return VLM_OK;
+    }
+
+    if (!json_is_array(v)) {
+        return vlm_openai_bad_type(p->err, "stop_token_ids",
+                                   "an array of token ids", v);
+    }
+
+    n = json_array_size(v);
+
+    if (n > VLM_OPENAI_MAX_STOP_IDS) {
+        return vlm_openai_bad(p->err, VLM_ERR_INVALID,
+                              "array_above_max_length", "stop_token_ids",
+                              "Invalid 'stop_token_ids': array too long. "
+                              "Expected an array with maximum length %d, "
+                              "but got an array with length %zu instead.",
+                              VLM_OPENAI_MAX_STOP_IDS, n);
+    }
+
+    range.max = p->limits->vocab_size != 0
+                ? (double) p->limits->vocab_size - 1 : (double) INT32_MAX;
+    range.min = 0.0;
+    range.min_open = 0;
+    range.range = p->limits->vocab_size != 0
+                  ? "below the vocabulary size" : "of at least 0";
+
+    for (i = 0; i < n; i++) {
+        vlm_openai_pathf(path, "stop_token_ids[%zu]", i);
+        range.name = path;
+
+        rc = vlm_openai_int_value(p, json_array_get(v, i), &range, &id);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        p->req->stop_ids[i] = (uint32_t) id;
+    }
+
+    p->req->n_stop_ids = (uint32_t) n;
 
     return VLM_OK;
 }

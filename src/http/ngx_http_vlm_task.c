@@ -15,6 +15,11 @@
 #include "text/vlm_tokenizer.h"
 
 
+#if (VLM_OPENAI_MAX_STOP_IDS > VLM_QUEUE_MAX_STOP_IDS)
+#error "a request's stop_token_ids do not fit in a queue slot"
+#endif
+
+
 #define NGX_HTTP_VLM_ID_ALIGN       64
 
 
@@ -635,6 +640,12 @@ prompted:
         p->n_logit_bias = req->n_logit_bias;
         p->logit_bias_off = qs->arena_off + ctx->bias_off;
     }
+
+    for (i = 0; i < req->n_stop_ids; i++) {
+        p->stop_ids[i] = req->stop_ids[i];
+    }
+
+    p->n_stop_ids = req->n_stop_ids;
 
     for (i = 0; i < req->n_stop; i++) {
         ngx_memcpy(p->stop[i], req->stop[i].data, req->stop[i].len);
