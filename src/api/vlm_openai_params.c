@@ -139,6 +139,18 @@ vlm_openai_stop_string(vlm_openai_parser_t *p, const json_t *v,
 }
 
 
+/* an array parameter longer than the server takes */
+static vlm_status_t
+vlm_openai_too_long(vlm_openai_parser_t *p, const char *param, int max,
+    size_t n)
+{
+    return vlm_openai_bad(p->err, VLM_ERR_INVALID, "array_above_max_length",
+                          param, "Invalid '%s': array too long. Expected an "
+                          "array with maximum length %d, but got an array "
+                          "with length %zu instead.", param, max, n);
+}
+
+
 vlm_status_t
 vlm_openai_parse_stop(vlm_openai_parser_t *p, const json_t *root)
 {
@@ -169,12 +181,7 @@ vlm_openai_parse_stop(vlm_openai_parser_t *p, const json_t *root)
     n = json_array_size(v);
 
     if (n > VLM_OPENAI_MAX_STOP) {
-        return vlm_openai_bad(p->err, VLM_ERR_INVALID,
-                              "array_above_max_length", "stop",
-                              "Invalid 'stop': array too long. Expected an "
-                              "array with maximum length %d, but got an "
-                              "array with length %zu instead.",
-                              VLM_OPENAI_MAX_STOP, n);
+        return vlm_openai_too_long(p, "stop", VLM_OPENAI_MAX_STOP, n);
     }
 
     for (i = 0; i < n; i++) {
@@ -217,12 +224,8 @@ vlm_openai_parse_stop_ids(vlm_openai_parser_t *p, const json_t *root)
     n = json_array_size(v);
 
     if (n > VLM_OPENAI_MAX_STOP_IDS) {
-        return vlm_openai_bad(p->err, VLM_ERR_INVALID,
-                              "array_above_max_length", "stop_token_ids",
-                              "Invalid 'stop_token_ids': array too long. "
-                              "Expected an array with maximum length %d, "
-                              "but got an array with length %zu instead.",
-                              VLM_OPENAI_MAX_STOP_IDS, n);
+        return vlm_openai_too_long(p, "stop_token_ids",
+                                   VLM_OPENAI_MAX_STOP_IDS, n);
     }
 
     range.max = p->limits->vocab_size != 0
