@@ -22,7 +22,7 @@
 #include "grammar/vlm_grammar.h"
 
 
-#define N_MULTI  24
+#define N_MULTI  35
 #define VOCAB    (256 + N_MULTI + 1)      /* bytes, words, an end id */
 #define END_ID   (VOCAB - 1)
 
@@ -31,7 +31,11 @@ static const char  *multi[N_MULTI] = {
     "{\"", "\":", "\",\"", "\"}", "true", "false", "null", "abc", "12",
     "-3", ".5", "e+", "[", "]}", "\"name\":\"", "\"age\":", "<tool_call>",
     "\n</tool_call>", "{\"name\": \"", "\", \"arguments\": ", "get", "city",
-    "\xc3\xa9", "\xff"
+    "\xc3\xa9", "\xff",
+    /* a string opened by a token, then UTF-8 of narrow ranges */
+    "\"\xe0\x80", "\"\xe0\xa0\x80", "\"\xed\xa0", "\"\xed\x9f\xbf",
+    "\"\xf0\x80", "\"\xf0\x90\x80\x80", "\"\xf4\x90", "\"\xf4\x8f\xbf\xbf",
+    "\"ab", "\"a\"", "\"\xc3\xa9x"
 };
 
 /* a union of objects told apart by a const, as the SDKs write them */
@@ -459,6 +463,9 @@ test_mask_brute(void **state)
         { NULL, "{\"a\":\"\xf0\x9f" },
         { NULL, "{\"a\":\"\xe0" },
         { NULL, "{\"" },
+        { "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
+          "\"string\"}}}", "{\"a\":" },
+        { "{\"type\":\"array\",\"items\":{\"type\":\"string\"}}", "[" },
         { "{\"type\":\"string\",\"maxLength\":2}", "\"a" },
         { "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":"
           "\"string\",\"minLength\":2}}}", "{\"name\":\"" },
@@ -524,6 +531,230 @@ draw(uint32_t n)
     rng ^= rng << 17;
 
     return (uint32_t) (rng % n);
+}
+
+
+/*
+ * The mask against feeding every token alone, along random documents
+ * drawn from the masks, over a vocabulary of random tokens made of what
+ * makes the mask's shortcuts hard: quotes and backslashes inside tokens,
+ * JSON's punctuation, control bytes, text, and UTF-8 cut anywhere (leads
+ * E0, ED, F0, F4 with their narrow ranges, stray continuation bytes); at
+ * budgets near the distance to the end too.
+ */
+#define RV_VOCAB  3000
+
+
+/*
+ * The mask at doc against feeding each token of a vocabulary after it:
+ * returns how many are allowed; the matcher is left after doc.
+ */
+static int
+mask_vs_fed(gram_t *gr, const char *doc, size_t n_doc, uint32_t budget,
+    const char *const *bytes, const size_t *lens, const uint32_t **mask)
+{
+    int      id, ok, want;
+    int32_t  end;
+
+    end = 0;
+    vlm_matcher_reset(gr->m, &gr->g);
+    assert_true(vlm_matcher_feed(gr->m, doc, n_doc));
+    (void) vlm_matcher_mask(gr->m, budget, &end, 1, mask);
+
+    want = 0;
+
+    for (id = 1; id < RV_VOCAB; id++) {
+        vlm_matcher_reset(gr->m, &gr->g);
+        (void) vlm_matcher_feed(gr->m, doc, n_doc);
+        ok = vlm_matcher_feed(gr->m, bytes[id], lens[id])
+             && (budget == 0 || vlm_matcher_distance(gr->m) < budget);
+
+        if (ok != (int) (((*mask)[id >> 5] >> (id & 31)) & 1)) {
+            fail_msg("after '%.*s', budget %u, token %d (%zu bytes): "
+                     "fed %d, mask %d", (int) n_doc, doc, budget, id,
+                     lens[id], ok, !ok);
+        }
+
+        want += ok;
+    }
+
+    vlm_matcher_reset(gr->m, &gr->g);
+    (void) vlm_matcher_feed(gr->m, doc, n_doc);
+
+    return want;
+}
+
+
+static void
+test_mask_brute_random(void **state)
+{
+    int              id, pick, step, c, want, quoted, n_quoted;
+    char            *pool, *doc;
+    size_t           i, len, n_doc, j;
+    gram_t           gr;
+    uint32_t         budget, dist, seed;
+    vlm_error_t      err;
+    vlm_trie_t      *rt, *keep;
+    const uint32_t  *mask;
+    const char      *bytes[RV_VOCAB];
+    size_t           lens[RV_VOCAB];
+
+    static const char  alphabet[] =
+        "\"\"\"\\\\,:{}[] \n\tabcxyz019-.e+tuno\x01\x1f"
+        "\xc3\xa9\xe2\x82\xac\xe0\xa0\xed\x9f\xf0\x90\x9f\x98\xf4"
+        "\x8f\x80\xbf\xc0\xff";
+
+    /* JSON's punctuation around strings: exits that open more */
+    static const char  *made[] = {
+        "\":{\"", "\":[{\"", "\",\"", "\":\"", "\"}", "\"]", "\\\"", "\\n",
+        "\"},{\"", "\":[[\"", "\":[\"", "\"}]}", "\",[", "\\u00e9", "a\":{\"",
+        "x\",\"", "\xc3\xa9\"", "\xe2\x82\xac\",", "\":1,\"",
+        "\"\xe0\x80", "\"\xe0\xa0\x80", "\"\xed\xa0", "\"\xed\x9f\xbf",
+        "\"\xf0\x80", "\"\xf0\x90\x80", "\"\xf4\x90", "\"\xf4\x8f\xbf"
+    };
+
+    static const char  *schemas[] = {
+        NULL,
+        "{\"type\":\"object\",\"properties\":{\"tu\":{\"type\":"
+        "\"string\"},\"ab\":{\"type\":\"array\",\"items\":{\"type\":"
+        "\"string\"}},\"n\":{\"type\":\"integer\"}},\"required\":"
+        "[\"tu\",\"ab\",\"n\"]}",
+        "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"t\":"
+        "{\"const\":\"ab\"},\"x\":{\"type\":\"string\"}},\"required\":"
+        "[\"t\",\"x\"],\"additionalProperties\":false},{\"type\":"
+        "\"object\",\"properties\":{\"t\":{\"const\":\"ac\"},\"y\":"
+        "{\"type\":\"array\",\"items\":{\"type\":\"string\"}}},"
+        "\"required\":[\"t\",\"y\"],\"additionalProperties\":false}]}",
+        "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":"
+        "\"string\",\"maxLength\":3},{\"type\":\"string\"},{\"type\":"
+        "\"number\"}]}}",
+        "{\"type\":\"object\",\"additionalProperties\":{\"type\":"
+        "\"string\",\"format\":\"email\"}}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"object\","
+        "\"properties\":{\"a\":{\"type\":\"string\"},\"bc\":{\"type\":"
+        "\"string\"},\"tu\":{\"type\":\"string\"}},\"required\":[\"a\","
+        "\"bc\",\"tu\"]}}",
+    };
+
+    static const struct {
+        size_t       schema;
+        const char  *doc;
+    } starts[] = {
+        { 0, "" }, { 0, "{" }, { 0, "{\"a\":" }, { 0, "{\"a\":[1," },
+        { 0, "{\"a\":[" }, { 0, "{\"a\":1," }, { 1, "{\"tu\":" },
+        { 1, "{\"tu\":\"x\",\"ab\":[" }, { 3, "[" }, { 3, "[1," },
+        { 5, "[{\"a\":" }, { 5, "[{\"a\":\"\",\"bc\":\"\",\"tu\":" },
+    };
+
+    pool = malloc(RV_VOCAB * 8);
+    doc = malloc(4096);
+    assert_non_null(pool);
+    assert_non_null(doc);
+
+    bytes[0] = "";
+    lens[0] = 0;
+
+    for (id = 1; id < RV_VOCAB; id++) {
+        len = id < 64 ? 1 : 1 + draw(7);
+        for (i = 0; i < len; i++) {
+            pool[id * 8 + i] = alphabet[draw(sizeof(alphabet) - 1)];
+        }
+
+        /* a quote first, or after a letter: strings opened and closed */
+        if (id >= 64 && len > 1 && id % 3 == 0) {
+            pool[id * 8 + (id % 2)] = '"';
+        }
+
+        bytes[id] = &pool[id * 8];
+        lens[id] = len;
+    }
+
+    /* every byte of the alphabet alone, so that documents can end */
+    for (i = 0; i + 1 < sizeof(alphabet) && i + 1 < 64; i++) {
+        pool[(i + 1) * 8] = alphabet[i];
+    }
+
+    for (i = 0; i < sizeof(made) / sizeof(made[0]); i++) {
+        bytes[64 + i] = made[i];
+        lens[64 + i] = strlen(made[i]);
+    }
+
+    assert_int_equal(vlm_trie_build(&rt, RV_VOCAB, bytes, lens, &err),
+                     VLM_OK);
+
+    keep = trie;
+    trie = rt;
+
+    for (i = 0; i < sizeof(schemas) / sizeof(schemas[0]); i++) {
+        gram_compile(&gr, schemas[i]);
+
+        /* where a token's quote opens a string: keys, values, items */
+        for (j = 0; j < sizeof(starts) / sizeof(starts[0]); j++) {
+            if (starts[j].schema == i) {
+                (void) mask_vs_fed(&gr, starts[j].doc, strlen(starts[j].doc),
+                                   0, bytes, lens, &mask);
+            }
+        }
+
+        for (seed = 0; seed < 6; seed++) {
+            vlm_matcher_reset(gr.m, &gr.g);
+            n_doc = 0;
+
+            for (step = 0; step < 40; step++) {
+                dist = (uint32_t) vlm_matcher_distance(gr.m);
+                c = (int) draw(8);
+                budget = c == 0 ? 0 : c == 1 ? 4096
+                                    : dist + 2 * (uint32_t) (c - 1);
+
+                want = mask_vs_fed(&gr, doc, n_doc, budget, bytes, lens,
+                                   &mask);
+
+                /* the next token: one the mask allows, the end aside */
+                if (want == 0) {
+                    break;
+                }
+
+                /* half the time a token with a quote: strings end */
+                quoted = draw(2);
+                n_quoted = 0;
+
+                for (id = 1; quoted && id < RV_VOCAB; id++) {
+                    n_quoted += ((mask[id >> 5] >> (id & 31)) & 1)
+                                && memchr(bytes[id], '"', lens[id]) != NULL;
+                }
+
+                quoted = n_quoted != 0;
+                pick = (int) draw((uint32_t) (quoted ? n_quoted : want));
+
+                for (id = 1; id < RV_VOCAB; id++) {
+                    if (((mask[id >> 5] >> (id & 31)) & 1)
+                        && (!quoted
+                            || memchr(bytes[id], '"', lens[id]) != NULL)
+                        && pick-- == 0)
+                    {
+                        break;
+                    }
+                }
+
+                if (n_doc + lens[id] >= 4096) {
+                    break;
+                }
+
+                for (j = 0; j < lens[id]; j++) {
+                    doc[n_doc++] = bytes[id][j];
+                }
+
+                assert_true(vlm_matcher_feed(gr.m, bytes[id], lens[id]));
+            }
+        }
+
+        gram_free(&gr);
+    }
+
+    trie = keep;
+    vlm_trie_free(rt);
+    free(pool);
+    free(doc);
 }
 
 
@@ -1267,6 +1498,7 @@ main(void)
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_mask),
         cmocka_unit_test(test_mask_brute),
+        cmocka_unit_test(test_mask_brute_random),
         cmocka_unit_test(test_random_walks),
         cmocka_unit_test(test_plan),
         cmocka_unit_test(test_bounds),

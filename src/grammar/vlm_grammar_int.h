@@ -68,6 +68,31 @@ struct vlm_trie_s {
      */
     uint8_t   *plain;
     uint8_t   *text;
+
+    /*
+     * Bit k of sub[node]: every path from the node down (its own byte
+     * first) is such text when it starts in the state of bit k of
+     * plain[]; bits 4 to 7 are the states after E0, ED, F0 and F4, whose
+     * next byte has a narrower range.  A walk that enters a string past
+     * the root takes such a subtree's tokens, order[lo[node], hi[node]),
+     * without stepping them.
+     */
+    uint8_t   *sub;
+
+    /*
+     * The exits of a string: every token that is text from between
+     * characters up to a '"' or '\\' there, by the bytes from that one
+     * on (x_: a trie of its own, x_tok_next chaining the tokens of one
+     * node).  In a string (state 0) the mask is root_plain[0] and a walk
+     * of this trie only: a few hundred nodes, not the whole vocabulary's
+     * tokens that leave the string somewhere.
+     */
+    uint32_t   x_nodes;
+    uint32_t  *x_child;
+    uint32_t  *x_next;
+    int32_t   *x_token;
+    uint8_t   *x_byte;
+    int32_t   *x_tok_next;  /* [vocab] */
     uint32_t  *lo;
     uint32_t  *hi;
     int32_t   *order;       /* [vocab] token ids, depth first */

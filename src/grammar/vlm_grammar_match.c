@@ -1193,24 +1193,76 @@ vlm_g_plain_ok(const vlm_matcher_t *m)
 
 
 /*
- * plain: the trie's plain bit of the state the walk started in (see
+ * The plain bit after text byte b in the plain state of bit in: that of
+ * the next UTF-8 state where it is one of plain[]'s, else 0 (the walk then
+ * steps every byte, as outside a string).
+ */
+static uint8_t
+vlm_g_text_next(uint8_t in, uint8_t b)
+{
+    if (in != 1) {
+        return (b >= 0x80 && b <= 0xbf) ? (uint8_t) (in >> 1) : 0;
+    }
+
+    if (b < 0x80) {
+        return (b >= 0x20 && b != '"' && b != '\\') ? 1 : 0;
+    }
+
+    if (b >= 0xc2 && b <= 0xdf) {
+        return 2;
+    }
+
+    if ((b >= 0xe1 && b <= 0xec) || b == 0xee || b == 0xef) {
+        return 4;
+    }
+
+    return (b >= 0xf1 && b <= 0xf3) ? 8 : 0;
+}
+
+
+/*
+ * plain: the trie's plain bit of the state the mask started in (see
  * vlm_g_plain_ok), 0 when none: then every token of text is in the mask
- * already (vlm_matcher_mask), a subtree all text is passed over and the
- * walk feeds only the paths that leave the string.
+ * already (vlm_matcher_mask), and a subtree whose path from the root is
+ * all text is passed over.  in: the plain bit of the state after the
+ * bytes down to parent, 0 when none or not known: a subtree all text from
+ * there (sub[]) is taken whole from the depth-first order, without
+ * stepping a byte of it, where the path from the root is not text (else
+ * root_plain has its tokens already).  So a string opened by a token ('"'
+ * and the words after it, at a value) costs a range of tokens, not a walk
+ * of every token that begins with a quote.  The state is looked at
+ * (vlm_g_plain_ok) after a '"' only; after text in a plain state it stays
+ * plain, the distance to the end within the 3 bytes of a character that
+ * vlm_g_plain_ok allowed for.
  */
 static void
-vlm_g_walk(vlm_matcher_t *m, uint32_t first, uint8_t plain)
+vlm_g_walk(vlm_matcher_t *m, uint32_t parent, uint8_t plain, uint8_t in)
 {
     int32_t            id;
     size_t             mark;
-    uint32_t           c;
+    uint32_t           c, i, k;
+    uint8_t            covered, next;
     vlm_gheads_t       heads;
     const vlm_trie_t  *t;
 
     t = m->trie;
+    k = in ? (uint32_t) __builtin_ctz(in) : 0;
+    covered = parent == 0 ? plain : (uint8_t) (t->text[parent] & plain);
 
-    for (c = first; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
+    for (c = t->child[parent]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
         if (t->plain[c] & plain) {
+            continue;
+        }
+
+        if (in && ((t->sub[c] >> k) & 1)) {
+            if (!covered) {
+                for (i = t->lo[c]; i < t->hi[c]; i++) {
+                    id = t->order[i];
+                    m->mask[id >> 5] |= 1u << (id & 31);
+                    m->n_allowed++;
+                }
+            }
+
             continue;
         }
 
@@ -1229,7 +1281,51 @@ vlm_g_walk(vlm_matcher_t *m, uint32_t first, uint8_t plain)
             }
 
             if (t->child[c] != VLM_GRAMMAR_NONE) {
-                vlm_g_walk(m, t->child[c], plain);
+                if (in) {
+                    next = vlm_g_text_next(in, t->byte[c]);
+
+                } else {
+                    next = t->byte[c] == '"' ? vlm_g_plain_ok(m) : 0;
+                }
+
+                vlm_g_walk(m, c, plain, next);
+            }
+        }
+
+        vlm_g_undo(m, mark, &heads);
+    }
+}
+
+
+/* in a string between characters: the tokens that leave it (vlm_trie_t) */
+static void
+vlm_g_walk_exits(vlm_matcher_t *m, uint32_t parent)
+{
+    int32_t            id;
+    size_t             mark;
+    uint32_t           c;
+    vlm_gheads_t       heads;
+    const vlm_trie_t  *t;
+
+    t = m->trie;
+
+    for (c = t->x_child[parent]; c != VLM_GRAMMAR_NONE; c = t->x_next[c]) {
+        mark = m->log_n;
+        heads = m->heads;
+
+        if (vlm_g_byte(m, t->x_byte[c])) {
+            if (t->x_token[c] >= 0
+                && (m->budget == 0
+                    || vlm_matcher_distance(m) < m->budget))
+            {
+                for (id = t->x_token[c]; id >= 0; id = t->x_tok_next[id]) {
+                    m->mask[id >> 5] |= 1u << (id & 31);
+                    m->n_allowed++;
+                }
+            }
+
+            if (t->x_child[c] != VLM_GRAMMAR_NONE) {
+                vlm_g_walk_exits(m, c);
             }
         }
 
@@ -1277,7 +1373,12 @@ vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
         m->n_allowed += m->trie->root_plain_n[k];
     }
 
-    vlm_g_walk(m, m->trie->child[0], plain);
+    if (plain == 1) {
+        vlm_g_walk_exits(m, 0);
+
+    } else {
+        vlm_g_walk(m, 0, plain, plain);
+    }
 
     m->logging = 0;
     *mask = m->mask;

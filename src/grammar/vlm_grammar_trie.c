@@ -60,6 +60,72 @@ vlm_trie_text_byte(uint8_t b, uint8_t *need, uint8_t *lo, uint8_t *hi)
 }
 
 
+/*
+ * The UTF-8 states of sub[]: continuation bytes to come and the range of
+ * the next one; 0 to 3 those of plain[] (any continuation byte), 4 to 7
+ * after E0, ED, F0 and F4.
+ */
+static const uint8_t  vlm_trie_states[8][3] = {
+    { 0, 0x80, 0xbf }, { 1, 0x80, 0xbf }, { 2, 0x80, 0xbf },
+    { 3, 0x80, 0xbf }, { 2, 0xa0, 0xbf }, { 2, 0x80, 0x9f },
+    { 3, 0x90, 0xbf }, { 3, 0x80, 0x8f }
+};
+
+
+static uint32_t
+vlm_trie_state(uint8_t need, uint8_t lo, uint8_t hi)
+{
+    uint32_t  s;
+
+    for (s = 0; s < 8; s++) {
+        if (vlm_trie_states[s][0] == need && vlm_trie_states[s][1] == lo
+            && vlm_trie_states[s][2] == hi)
+        {
+            return s;
+        }
+    }
+
+    return 0;           /* not reached: text_byte makes only these */
+}
+
+
+/* sub[] of the subtree at node, children first */
+static void
+vlm_trie_sub(vlm_trie_t *t, uint32_t node)
+{
+    uint8_t   bits, need, lo, hi;
+    uint32_t  c, s, to;
+
+    bits = 0xff;
+
+    for (c = t->child[node]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
+        vlm_trie_sub(t, c);
+    }
+
+    for (s = 0; s < 8; s++) {
+        need = vlm_trie_states[s][0];
+        lo = vlm_trie_states[s][1];
+        hi = vlm_trie_states[s][2];
+
+        if (!vlm_trie_text_byte(t->byte[node], &need, &lo, &hi)) {
+            bits &= (uint8_t) ~(1u << s);
+            continue;
+        }
+
+        to = vlm_trie_state(need, lo, hi);
+
+        for (c = t->child[node]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
+            if (!(t->sub[c] & (1u << to))) {
+                bits &= (uint8_t) ~(1u << s);
+                break;
+            }
+        }
+    }
+
+    t->sub[node] = bits;
+}
+
+
 /* depth first: each subtree's tokens in one range */
 static void
 vlm_trie_order(vlm_trie_t *t, uint32_t node)
@@ -122,6 +188,86 @@ vlm_trie_plain(vlm_trie_t *t, uint32_t node, int valid, uint8_t need,
 }
 
 
+/* the node under parent for byte b, made if need be */
+static uint32_t
+vlm_trie_exit_node(vlm_trie_t *t, uint32_t parent, uint8_t b)
+{
+    uint32_t  c;
+
+    for (c = t->x_child[parent]; c != VLM_GRAMMAR_NONE; c = t->x_next[c]) {
+        if (t->x_byte[c] == b) {
+            return c;
+        }
+    }
+
+    c = t->x_nodes++;
+    t->x_byte[c] = b;
+    t->x_child[c] = VLM_GRAMMAR_NONE;
+    t->x_token[c] = -1;
+    t->x_next[c] = t->x_child[parent];
+    t->x_child[parent] = c;
+
+    return c;
+}
+
+
+/*
+ * The exits trie (vlm_grammar_int.h): a token that is text from between
+ * characters until a '"' or '\\' between characters goes in by its bytes
+ * from there; one whose text ends otherwise (a control byte, bad UTF-8)
+ * cannot be in a string, one all text is in root_plain[0].
+ */
+static void
+vlm_trie_exits(vlm_trie_t *t, int vocab, const char *const *bytes,
+    const size_t *lens)
+{
+    int       id;
+    size_t    j, e;
+    uint8_t   need, lo, hi, b;
+    uint32_t  cur;
+
+    t->x_nodes = 1;
+    t->x_child[0] = VLM_GRAMMAR_NONE;
+    t->x_next[0] = VLM_GRAMMAR_NONE;
+    t->x_token[0] = -1;
+    t->x_byte[0] = 0;
+
+    for (id = 0; id < vocab; id++) {
+        t->x_tok_next[id] = -1;
+        need = 0;
+        lo = 0x80;
+        hi = 0xbf;
+
+        for (e = 0; e < lens[id]; e++) {
+            if (!vlm_trie_text_byte((uint8_t) bytes[id][e], &need, &lo,
+                                    &hi))
+            {
+                break;
+            }
+        }
+
+        if (e == lens[id]) {
+            continue;
+        }
+
+        b = (uint8_t) bytes[id][e];
+
+        if (need != 0 || (b != '"' && b != '\\')) {
+            continue;
+        }
+
+        cur = 0;
+
+        for (j = e; j < lens[id]; j++) {
+            cur = vlm_trie_exit_node(t, cur, (uint8_t) bytes[id][j]);
+        }
+
+        t->x_tok_next[id] = t->x_token[cur];
+        t->x_token[cur] = id;
+    }
+}
+
+
 vlm_status_t
 vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
     const size_t *lens, vlm_error_t *err)
@@ -156,13 +302,21 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
     t->tok_next = malloc((size_t) vocab * sizeof(int32_t));
     t->plain = malloc(total);
     t->text = malloc(total);
+    t->sub = malloc(total);
+    t->x_child = malloc(total * sizeof(uint32_t));
+    t->x_next = malloc(total * sizeof(uint32_t));
+    t->x_token = malloc(total * sizeof(int32_t));
+    t->x_byte = malloc(total);
+    t->x_tok_next = malloc((size_t) vocab * sizeof(int32_t));
     t->lo = malloc(total * sizeof(uint32_t));
     t->hi = malloc(total * sizeof(uint32_t));
     t->order = malloc((size_t) vocab * sizeof(int32_t));
 
     if (t->child == NULL || t->next == NULL || t->token == NULL
         || t->byte == NULL || t->tok_next == NULL || t->plain == NULL
-        || t->text == NULL
+        || t->text == NULL || t->sub == NULL || t->x_child == NULL
+        || t->x_next == NULL || t->x_token == NULL || t->x_byte == NULL
+        || t->x_tok_next == NULL
         || t->lo == NULL || t->hi == NULL || t->order == NULL)
     {
         vlm_trie_free(t);
@@ -211,6 +365,13 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
     }
 
     vlm_trie_order(t, 0);
+
+    for (c = t->child[0]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
+        vlm_trie_sub(t, c);
+    }
+
+    t->sub[0] = 0;
+    vlm_trie_exits(t, vocab, bytes, lens);
     memset(t->plain, 0, total);
     memset(t->text, 0, total);
 
@@ -247,6 +408,12 @@ vlm_trie_free(vlm_trie_t *t)
     free(t->tok_next);
     free(t->plain);
     free(t->text);
+    free(t->sub);
+    free(t->x_child);
+    free(t->x_next);
+    free(t->x_token);
+    free(t->x_byte);
+    free(t->x_tok_next);
     free(t->lo);
     free(t->hi);
     free(t->order);
