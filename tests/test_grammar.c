@@ -600,7 +600,7 @@ test_mask_brute_random(void **state)
     size_t           lens[RV_VOCAB];
 
     static const char  alphabet[] =
-        "\"\"\"\\\\,:{}[] \n\tabcxyz019-.e+tuno\x01\x1f"
+        "\"\"\"\\\\,:{}[] \n\tabcxyz019-.e+tuno@@\x01\x1f"
         "\xc3\xa9\xe2\x82\xac\xe0\xa0\xed\x9f\xf0\x90\x9f\x98\xf4"
         "\x8f\x80\xbf\xc0\xff";
 
@@ -634,6 +634,13 @@ test_mask_brute_random(void **state)
         "\"properties\":{\"a\":{\"type\":\"string\"},\"bc\":{\"type\":"
         "\"string\"},\"tu\":{\"type\":\"string\"}},\"required\":[\"a\","
         "\"bc\",\"tu\"]}}",
+        /* patterns: DFAs whose inner tokens are kept for each state */
+        "{\"type\":\"array\",\"items\":{\"type\":\"string\","
+        "\"pattern\":\"^(ab|c[0-9]+)[x-z]*$\"}}",
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
+        "\"string\",\"pattern\":\"^[a-z0-9.+-]+@[a-z]+$\"},\"n\":"
+        "{\"type\":\"string\",\"pattern\":\"^[^\\\"]{2}[0-9]$\"}},"
+        "\"required\":[\"a\",\"n\"]}",
     };
 
     static const struct {
@@ -644,6 +651,9 @@ test_mask_brute_random(void **state)
         { 0, "{\"a\":[" }, { 0, "{\"a\":1," }, { 1, "{\"tu\":" },
         { 1, "{\"tu\":\"x\",\"ab\":[" }, { 3, "[" }, { 3, "[1," },
         { 5, "[{\"a\":" }, { 5, "[{\"a\":\"\",\"bc\":\"\",\"tu\":" },
+        { 6, "[\"" }, { 6, "[\"c1" }, { 6, "[\"abx\",\"" },
+        { 7, "{\"a\":\"x" }, { 7, "{\"a\":\"x@" },
+        { 7, "{\"a\":\"x@y\",\"n\":\"" },
     };
 
     pool = malloc(RV_VOCAB * 8);

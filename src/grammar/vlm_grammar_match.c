@@ -34,6 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "vlm_grammar_int.h"
 
 
@@ -1063,6 +1065,8 @@ vlm_matcher_create(vlm_matcher_t **out, const vlm_trie_t *trie,
 void
 vlm_matcher_free(vlm_matcher_t *m)
 {
+    uint32_t  i;
+
     if (m == NULL) {
         return;
     }
@@ -1074,6 +1078,11 @@ vlm_matcher_free(vlm_matcher_t *m)
     free(m->plan_tokens);
     free(m->plan_first);
     free(m->all);
+
+    for (i = 0; i < VLM_G_INNER; i++) {
+        free(m->inner[i].words);
+    }
+
     free(m);
 }
 
@@ -1082,6 +1091,9 @@ void
 vlm_matcher_reset(vlm_matcher_t *m, const vlm_grammar_t *g)
 {
     m->g = *g;
+
+    /* the inner masks stay while the program is the same (its hash) */
+    m->prog = XXH3_64bits(g->hdr, g->hdr->size) | 1;
     m->frames = m->all;
     m->depth = 0;
     m->logging = 0;
@@ -1334,6 +1346,195 @@ vlm_g_walk_exits(vlm_matcher_t *m, uint32_t parent)
 }
 
 
+/*
+ * A pattern's string (REGEX, not RAW) on the one live stack, past its
+ * quote, without a most length: the mask is the tokens whose bytes are
+ * all transitions of its DFA from the state (no other frame sees them),
+ * kept for each state as they come (vlm_ginner_t), and a walk of the
+ * paths that hold a quote, which may close the string and go on.  The
+ * kept mask holds as long as the budget allows the farthest a token of
+ * it leaves the match; else, or in any other state, the whole walk.
+ */
+static void
+vlm_g_inner_walk(const vlm_matcher_t *m, vlm_ginner_t *e, uint32_t parent,
+    uint32_t state, const uint32_t *dist, const uint32_t *first,
+    const uint32_t *ranges)
+{
+    int32_t            id;
+    uint32_t           c, k, r, to;
+    uint8_t            b;
+    const vlm_trie_t  *t;
+
+    t = m->trie;
+
+    for (c = t->child[parent]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
+        b = t->byte[c];
+
+        if (b == '"') {
+            continue;
+        }
+
+        to = VLM_GRAMMAR_NONE;
+
+        for (k = first[state]; k < first[state + 1]; k++) {
+            r = ranges[k];
+
+            if (b >= (r & 0xff) && b <= ((r >> 8) & 0xff)) {
+                to = r >> 16;
+                break;
+            }
+        }
+
+        if (to == VLM_GRAMMAR_NONE) {
+            continue;
+        }
+
+        if (t->token[c] >= 0) {
+            for (id = t->token[c]; id >= 0; id = t->tok_next[id]) {
+                e->words[id >> 5] |= 1u << (id & 31);
+                e->n++;
+            }
+
+            e->max_dist = vlm_max(e->max_dist, dist[to]);
+        }
+
+        if (t->child[c] != VLM_GRAMMAR_NONE) {
+            vlm_g_inner_walk(m, e, c, to, dist, first, ranges);
+        }
+    }
+}
+
+
+/* the paths of the trie that hold a quote; tokens from the quote on */
+static void
+vlm_g_walk_quoted(vlm_matcher_t *m, uint32_t parent, int past)
+{
+    int                now;
+    int32_t            id;
+    size_t             mark;
+    uint32_t           c;
+    vlm_gheads_t       heads;
+    const vlm_trie_t  *t;
+
+    t = m->trie;
+
+    for (c = t->child[parent]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
+        if (!past && !t->quoted[c]) {
+            continue;
+        }
+
+        mark = m->log_n;
+        heads = m->heads;
+
+        if (vlm_g_byte(m, t->byte[c])) {
+            now = past || t->byte[c] == '"';
+
+            if (now && t->token[c] >= 0
+                && (m->budget == 0
+                    || vlm_matcher_distance(m) < m->budget))
+            {
+                for (id = t->token[c]; id >= 0; id = t->tok_next[id]) {
+                    m->mask[id >> 5] |= 1u << (id & 31);
+                    m->n_allowed++;
+                }
+            }
+
+            if (t->child[c] != VLM_GRAMMAR_NONE) {
+                vlm_g_walk_quoted(m, c, now);
+            }
+        }
+
+        vlm_g_undo(m, mark, &heads);
+    }
+}
+
+
+static int
+vlm_g_inner_mask(vlm_matcher_t *m)
+{
+    size_t               j;
+    uint32_t             i, d;
+    vlm_ginner_t        *e;
+    const uint32_t      *dist, *first, *ranges;
+    const vlm_gframe_t  *f;
+    const vlm_gnode_t   *n;
+
+    d = m->heads.depths[0];
+
+    if (m->heads.n != 1 || d == VLM_G_DEAD || d == 0) {
+        return 0;
+    }
+
+    f = &vlm_g_stack(m, 0)[d - 1];
+    n = &m->g.nodes[f->node];
+
+    if (n->kind != VLM_GNODE_REGEX || (n->flags & VLM_GNODE_RAW)
+        || f->st != 1)
+    {
+        return 0;
+    }
+
+    dist = m->g.idx + n->a;
+    first = dist + n->b;
+    ranges = first + n->b + 1;
+
+    if (ranges[n->c] != VLM_GRAMMAR_NONE) {
+        return 0;                   /* maxLength: the count matters */
+    }
+
+    e = NULL;
+
+    for (i = 0; i < VLM_G_INNER; i++) {
+        if (m->inner[i].prog == m->prog && m->inner[i].node == f->node
+            && m->inner[i].state == f->pos)
+        {
+            e = &m->inner[i];
+            break;
+        }
+    }
+
+    if (e == NULL) {
+        e = &m->inner[m->inner_next];
+
+        if (e->words == NULL) {
+            e->words = malloc(m->mask_words * sizeof(uint32_t));
+            if (e->words == NULL) {
+                return 0;
+            }
+        }
+
+        m->inner_next = (m->inner_next + 1) % VLM_G_INNER;
+
+        memset(e->words, 0, m->mask_words * sizeof(uint32_t));
+        e->prog = m->prog;
+        e->node = f->node;
+        e->state = f->pos;
+        e->max_dist = 0;
+        e->n = 0;
+
+        vlm_g_inner_walk(m, e, 0, f->pos, dist, first, ranges);
+    }
+
+    /* the farthest from the end a token of it leaves the document */
+    if (m->budget != 0
+        && vlm_matcher_distance(m) - dist[f->pos] + e->max_dist
+           >= m->budget)
+    {
+        return 0;
+    }
+
+    for (j = 0; j < m->mask_words; j++) {
+        m->mask[j] |= e->words[j];
+    }
+
+    m->n_allowed += e->n;
+
+    vlm_g_walk_quoted(m, 0, 0);
+
+    return 1;
+}
+
+
 size_t
 vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
     int n_end, const uint32_t **mask)
@@ -1376,7 +1577,7 @@ vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
     if (plain == 1) {
         vlm_g_walk_exits(m, 0);
 
-    } else {
+    } else if (plain != 0 || !vlm_g_inner_mask(m)) {
         vlm_g_walk(m, 0, plain, plain);
     }
 

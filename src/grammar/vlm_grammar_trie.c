@@ -123,6 +123,12 @@ vlm_trie_sub(vlm_trie_t *t, uint32_t node)
     }
 
     t->sub[node] = bits;
+
+    t->quoted[node] = t->byte[node] == '"';
+
+    for (c = t->child[node]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
+        t->quoted[node] |= t->quoted[c];
+    }
 }
 
 
@@ -303,6 +309,7 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
     t->plain = malloc(total);
     t->text = malloc(total);
     t->sub = malloc(total);
+    t->quoted = malloc(total);
     t->x_child = malloc(total * sizeof(uint32_t));
     t->x_next = malloc(total * sizeof(uint32_t));
     t->x_token = malloc(total * sizeof(int32_t));
@@ -314,7 +321,8 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
 
     if (t->child == NULL || t->next == NULL || t->token == NULL
         || t->byte == NULL || t->tok_next == NULL || t->plain == NULL
-        || t->text == NULL || t->sub == NULL || t->x_child == NULL
+        || t->text == NULL || t->sub == NULL || t->quoted == NULL
+        || t->x_child == NULL
         || t->x_next == NULL || t->x_token == NULL || t->x_byte == NULL
         || t->x_tok_next == NULL
         || t->lo == NULL || t->hi == NULL || t->order == NULL)
@@ -371,6 +379,7 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
     }
 
     t->sub[0] = 0;
+    t->quoted[0] = 1;
     vlm_trie_exits(t, vocab, bytes, lens);
     memset(t->plain, 0, total);
     memset(t->text, 0, total);
@@ -409,6 +418,7 @@ vlm_trie_free(vlm_trie_t *t)
     free(t->plain);
     free(t->text);
     free(t->sub);
+    free(t->quoted);
     free(t->x_child);
     free(t->x_next);
     free(t->x_token);
