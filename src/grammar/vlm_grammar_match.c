@@ -1204,6 +1204,21 @@ vlm_g_plain_ok(const vlm_matcher_t *m)
 }
 
 
+/* the tokens chained from id, where the budget allows them after the path */
+static void
+vlm_g_take(vlm_matcher_t *m, int32_t id, const int32_t *next)
+{
+    if (m->budget != 0 && vlm_matcher_distance(m) >= m->budget) {
+        return;
+    }
+
+    for ( /* void */ ; id >= 0; id = next[id]) {
+        m->mask[id >> 5] |= 1u << (id & 31);
+        m->n_allowed++;
+    }
+}
+
+
 /*
  * The plain bit after text byte b in the plain state of bit in: that of
  * the next UTF-8 state where it is one of plain[]'s, else 0 (the walk then
@@ -1282,14 +1297,8 @@ vlm_g_walk(vlm_matcher_t *m, uint32_t parent, uint8_t plain, uint8_t in)
         heads = m->heads;
 
         if (vlm_g_byte(m, t->byte[c])) {
-            if (t->token[c] >= 0 && !(t->text[c] & plain)
-                && (m->budget == 0
-                    || vlm_matcher_distance(m) < m->budget))
-            {
-                for (id = t->token[c]; id >= 0; id = t->tok_next[id]) {
-                    m->mask[id >> 5] |= 1u << (id & 31);
-                    m->n_allowed++;
-                }
+            if (t->token[c] >= 0 && !(t->text[c] & plain)) {
+                vlm_g_take(m, t->token[c], t->tok_next);
             }
 
             if (t->child[c] != VLM_GRAMMAR_NONE) {
@@ -1313,7 +1322,6 @@ vlm_g_walk(vlm_matcher_t *m, uint32_t parent, uint8_t plain, uint8_t in)
 static void
 vlm_g_walk_exits(vlm_matcher_t *m, uint32_t parent)
 {
-    int32_t            id;
     size_t             mark;
     uint32_t           c;
     vlm_gheads_t       heads;
@@ -1326,14 +1334,8 @@ vlm_g_walk_exits(vlm_matcher_t *m, uint32_t parent)
         heads = m->heads;
 
         if (vlm_g_byte(m, t->x_byte[c])) {
-            if (t->x_token[c] >= 0
-                && (m->budget == 0
-                    || vlm_matcher_distance(m) < m->budget))
-            {
-                for (id = t->x_token[c]; id >= 0; id = t->x_tok_next[id]) {
-                    m->mask[id >> 5] |= 1u << (id & 31);
-                    m->n_allowed++;
-                }
+            if (t->x_token[c] >= 0) {
+                vlm_g_take(m, t->x_token[c], t->x_tok_next);
             }
 
             if (t->x_child[c] != VLM_GRAMMAR_NONE) {
@@ -1410,7 +1412,6 @@ static void
 vlm_g_walk_quoted(vlm_matcher_t *m, uint32_t parent, int past)
 {
     int                now;
-    int32_t            id;
     size_t             mark;
     uint32_t           c;
     vlm_gheads_t       heads;
@@ -1429,14 +1430,8 @@ vlm_g_walk_quoted(vlm_matcher_t *m, uint32_t parent, int past)
         if (vlm_g_byte(m, t->byte[c])) {
             now = past || t->byte[c] == '"';
 
-            if (now && t->token[c] >= 0
-                && (m->budget == 0
-                    || vlm_matcher_distance(m) < m->budget))
-            {
-                for (id = t->token[c]; id >= 0; id = t->tok_next[id]) {
-                    m->mask[id >> 5] |= 1u << (id & 31);
-                    m->n_allowed++;
-                }
+            if (now && t->token[c] >= 0) {
+                vlm_g_take(m, t->token[c], t->tok_next);
             }
 
             if (t->child[c] != VLM_GRAMMAR_NONE) {
