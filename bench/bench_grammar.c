@@ -99,7 +99,7 @@ int
 main(int argc, char **argv)
 {
     int                  i, k, vocab, threads, n_tokens, pick, id, s, c;
-    int                  measured;
+    int                  measured, pass;
     int32_t              eos, tok;
     size_t               n, len, *lens;
     double               t0, c0, t_trie, t_mask, t_max, t_dec, t_all;
@@ -248,6 +248,14 @@ main(int argc, char **argv)
 
         bench_stats(t_comp, BENCH_COMPILES, &med, &lo, &hi);
 
+        /*
+         * Twice: the second document finds the masks that the first one
+         * kept for the schema's pattern states (the trie keeps them for
+         * every request of the same schema), as a server's later requests
+         * do.
+         */
+        for (pass = 0; pass < 2; pass++) {
+
         vlm_matcher_reset(m, &g);
         t_mask = 0.0;
         t_max = 0.0;
@@ -264,7 +272,7 @@ main(int argc, char **argv)
             t_max = t0 > t_max ? t0 : t_max;
             t_tok[i] = t0;
 
-            if (model != NULL && i < 4) {
+            if (model != NULL && pass == 0 && i < 4) {
                 /* a decode step between the masks, as the engine does */
                 tok = (int32_t) (i * 13 + 7);
                 t0 = bench_now();
@@ -297,10 +305,19 @@ main(int argc, char **argv)
             }
         }
 
-        t_all += t_mask;
-        measured++;
         qsort(t_tok, (size_t) n_tokens, sizeof(double), bench_cmp_double);
         qsort(t_cpu, (size_t) n_tokens, sizeof(double), bench_cmp_double);
+
+        if (pass == 1) {
+            printf("  %-25s (again, the schema seen: CPU p50 %.1f, p99 %.1f, "
+                   "max %.1f us)\n", "", t_cpu[n_tokens / 2] * 1e6,
+                   t_cpu[(size_t) (n_tokens * 0.99)] * 1e6,
+                   t_cpu[n_tokens - 1] * 1e6);
+            break;
+        }
+
+        t_all += t_mask;
+        measured++;
 
         printf("  mask, %-18s %8.1f us a token  (p50 %.1f, p99 %.1f, max "
                "%.1f us, %d tokens; compiled in %.1f us)\n",
@@ -312,6 +329,7 @@ main(int argc, char **argv)
                "%.1f us)\n", "", t_cpu[n_tokens / 2] * 1e6,
                t_cpu[(size_t) (n_tokens * 0.99)] * 1e6,
                t_cpu[n_tokens - 1] * 1e6);
+        }
 
         free(out.prog);
     }

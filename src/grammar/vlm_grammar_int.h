@@ -45,6 +45,32 @@ typedef struct {
 } vlm_gframe_t;
 
 
+/*
+ * A pattern's string in a DFA state: the tokens whose every byte is a
+ * transition from that state (the mask there, but for the tokens that
+ * close the string), the most bytes to a match from where they end, and
+ * the program and node they belong to (vlm_grammar_match.c).  They are
+ * kept in the trie, for every matcher of it: the requests that send the
+ * same schema find them made; the engine's one thread uses a trie.
+ */
+#define VLM_G_INNER         64
+
+typedef struct {
+    uint64_t   prog;        /* the program's hash, 0: empty */
+    uint32_t   node;
+    uint32_t   state;
+    uint32_t   max_dist;
+    size_t     n;
+    uint32_t  *words;
+} vlm_ginner_t;
+
+
+typedef struct {
+    uint32_t      next;     /* the entry a miss takes */
+    vlm_ginner_t  e[VLM_G_INNER];
+} vlm_ginners_t;
+
+
 struct vlm_trie_s {
     int        vocab;
     uint32_t   n_nodes;
@@ -89,6 +115,8 @@ struct vlm_trie_s {
      */
     uint8_t   *quoted;      /* the subtree has a '"' in a path */
 
+    vlm_ginners_t  *inner;  /* made as they come */
+
     uint32_t   x_nodes;
     uint32_t  *x_child;
     uint32_t  *x_next;
@@ -115,30 +143,10 @@ typedef struct {
 } vlm_gheads_t;
 
 
-/*
- * A pattern's string in a DFA state: the tokens whose every byte is a
- * transition from that state (the mask there, but for the tokens that
- * close the string), the most bytes to a match from where they end, and
- * the program and node they belong to (vlm_grammar_match.c).
- */
-#define VLM_G_INNER         16
-
-typedef struct {
-    uint64_t   prog;        /* the program's hash, 0: empty */
-    uint32_t   node;
-    uint32_t   state;
-    uint32_t   max_dist;
-    size_t     n;
-    uint32_t  *words;
-} vlm_ginner_t;
-
-
 struct vlm_matcher_s {
     const vlm_trie_t  *trie;
     vlm_grammar_t      g;
     uint64_t           prog;        /* the program's hash */
-    vlm_ginner_t       inner[VLM_G_INNER];
-    uint32_t           inner_next;  /* the entry a miss takes */
 
     vlm_gheads_t       heads;
     vlm_gframe_t      *all;         /* [VLM_G_STACKS * MAX_DEPTH] */

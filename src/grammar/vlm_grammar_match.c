@@ -1065,8 +1065,6 @@ vlm_matcher_create(vlm_matcher_t **out, const vlm_trie_t *trie,
 void
 vlm_matcher_free(vlm_matcher_t *m)
 {
-    uint32_t  i;
-
     if (m == NULL) {
         return;
     }
@@ -1078,11 +1076,6 @@ vlm_matcher_free(vlm_matcher_t *m)
     free(m->plan_tokens);
     free(m->plan_first);
     free(m->all);
-
-    for (i = 0; i < VLM_G_INNER; i++) {
-        free(m->inner[i].words);
-    }
-
     free(m);
 }
 
@@ -1450,6 +1443,7 @@ vlm_g_inner_mask(vlm_matcher_t *m)
     size_t               j;
     uint32_t             i, d;
     vlm_ginner_t        *e;
+    vlm_ginners_t       *in;
     const uint32_t      *dist, *first, *ranges;
     const vlm_gframe_t  *f;
     const vlm_gnode_t   *n;
@@ -1478,18 +1472,19 @@ vlm_g_inner_mask(vlm_matcher_t *m)
     }
 
     e = NULL;
+    in = m->trie->inner;
 
     for (i = 0; i < VLM_G_INNER; i++) {
-        if (m->inner[i].prog == m->prog && m->inner[i].node == f->node
-            && m->inner[i].state == f->pos)
+        if (in->e[i].prog == m->prog && in->e[i].node == f->node
+            && in->e[i].state == f->pos)
         {
-            e = &m->inner[i];
+            e = &in->e[i];
             break;
         }
     }
 
     if (e == NULL) {
-        e = &m->inner[m->inner_next];
+        e = &in->e[in->next];
 
         if (e->words == NULL) {
             e->words = malloc(m->mask_words * sizeof(uint32_t));
@@ -1498,7 +1493,7 @@ vlm_g_inner_mask(vlm_matcher_t *m)
             }
         }
 
-        m->inner_next = (m->inner_next + 1) % VLM_G_INNER;
+        in->next = (in->next + 1) % VLM_G_INNER;
 
         memset(e->words, 0, m->mask_words * sizeof(uint32_t));
         e->prog = m->prog;

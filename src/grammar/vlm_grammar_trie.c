@@ -310,6 +310,7 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
     t->text = malloc(total);
     t->sub = malloc(total);
     t->quoted = malloc(total);
+    t->inner = calloc(1, sizeof(vlm_ginners_t));
     t->x_child = malloc(total * sizeof(uint32_t));
     t->x_next = malloc(total * sizeof(uint32_t));
     t->x_token = malloc(total * sizeof(int32_t));
@@ -322,6 +323,7 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
     if (t->child == NULL || t->next == NULL || t->token == NULL
         || t->byte == NULL || t->tok_next == NULL || t->plain == NULL
         || t->text == NULL || t->sub == NULL || t->quoted == NULL
+        || t->inner == NULL
         || t->x_child == NULL
         || t->x_next == NULL || t->x_token == NULL || t->x_byte == NULL
         || t->x_tok_next == NULL
@@ -406,6 +408,8 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
 void
 vlm_trie_free(vlm_trie_t *t)
 {
+    uint32_t  k;
+
     if (t == NULL) {
         return;
     }
@@ -419,6 +423,12 @@ vlm_trie_free(vlm_trie_t *t)
     free(t->text);
     free(t->sub);
     free(t->quoted);
+
+    for (k = 0; t->inner != NULL && k < VLM_G_INNER; k++) {
+        free(t->inner->e[k].words);
+    }
+
+    free(t->inner);
     free(t->x_child);
     free(t->x_next);
     free(t->x_token);
