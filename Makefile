@@ -340,7 +340,7 @@ $(EMU_TESTS): %: %.o $(EMU_OBJS) $(LIB)
 # serves through nginx with it (the module and the CPU engine of BUILD
 # beside it), counted in the closing line with the tests above
 EMU_ENGINE := $(EMU_BUILD)/vlm-engine
-EMU_SUITES := t/021-cuda.t
+EMU_SUITES := t/021-cuda.t t/094-cuda-pool-faults.t
 
 $(ENGINE_SRCS:%.c=$(EMU_BUILD)/%.o): EMU_CPPFLAGS += -DVLM_HAVE_CUDA=1 \
                                                     -DVLM_CUDAEMU=1

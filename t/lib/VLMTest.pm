@@ -659,7 +659,8 @@ sub vlm_open_stream ($$) {
 
 
 # reads what arrives within $secs (or until $until matches the raw
-# response); returns 0 once the server closed the connection
+# response); returns 0 once the server closed the connection, and, with
+# $until, when the time ran out before it matched
 sub vlm_read_some ($$;$) {
     my ($st, $secs, $until) = @_;
 
@@ -675,7 +676,8 @@ sub vlm_read_some ($$;$) {
         $st->{raw} .= $buf;
     }
 
-    return 1;
+    # out of time: true only where what was waited for came
+    return defined $until ? ($st->{raw} =~ $until ? 1 : 0) : 1;
 }
 
 
