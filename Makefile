@@ -573,7 +573,7 @@ fuzz-openai:
 	    src/api/vlm_schema.c src/api/vlm_regex.c src/api/vlm_gbnf.c \
 	    $(wildcard src/grammar/vlm_*.c) \
 	    src/core/vlm_common.c $(wildcard src/text/vlm_*.c) \
-	    -o $(FUZZ_OUT)/fuzz_openai -ljansson -lpcre2-8 -lutf8proc -lm
+	    -o $(FUZZ_OUT)/fuzz_openai -ljansson -lpcre2-8 -lutf8proc -lxxhash -lm
 	$(FUZZ_OUT)/fuzz_openai -max_total_time=$(FUZZ_TIME) \
 	    -dict=fuzz/openai.dict -max_len=4096 \
 	    $(FUZZ_OUT)/corpus-openai fuzz/corpus/openai
