@@ -290,6 +290,32 @@ SKIP: {
        'a kernel fault: the next request: the same answer as before');
 }
 
+# a memory plan past the device: the engine refuses to load, naming the
+# directive, before it allocates anything (nginx -t cannot see the GPU)
+SKIP: {
+    my $total = gpu_memory($m0, 0)->{total} // 0;
+    skip 'the device\'s memory is not known', 3 if $total == 0;
+
+    my $kv = int($total / 1024 / 1024 * 1.2);
+    my $big = vlm_start(name => 'cuda-big', wait => 0, port => vlm_port(5),
+                        http_config => $cuda_conf . "    vlm_kv_cache ${kv}m;\n");
+    push @servers, $big;
+
+    my $said = '';
+    for (1 .. 300) {
+        $said = whole_log($big);
+        last if $said =~ /memory plan takes/;
+        sleep 0.1;
+    }
+
+    like($said, qr/the memory plan takes \d+ MiB, more than the \d+ MiB of the GPU's pool \(90 % of its free memory\): lower vlm_kv_cache or vlm_max_model_len/,
+         "a KV cache of $kv MiB $where: the engine names the directive");
+    like($said, qr/cuda device \d+: \d+ MiB free of \d+ MiB/,
+         'the engine logs the device\'s free memory');
+    isnt(vlm_health($big)->{_status}, 200, 'and the server is not ready');
+    VLMTest::vlm_stop($big);
+}
+
 note(sprintf('%s: %.1f s', $where, time - $t_start));
 
 done_testing();

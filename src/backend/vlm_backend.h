@@ -325,6 +325,9 @@ const char *vlm_backend_cpu_blas_core(void);
 void vlm_backend_cpu_blas_reexec(char **argv);
 /* in build/libvlm_cuda.a: the CUDA runtime version built with (12040) */
 int vlm_backend_cuda_version(void);
+/* in build/libvlm_cuda.a: a device's free and total memory, before use */
+vlm_status_t vlm_backend_cuda_memory(int device, size_t *free_b,
+    size_t *total_b, vlm_error_t *err);
 
 /*
  * Backends by name: "cpu" is always there; an executable linked with

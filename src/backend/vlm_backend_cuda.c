@@ -1143,6 +1143,29 @@ vlm_backend_cuda_version(void)
 
 
 vlm_status_t
+vlm_backend_cuda_memory(int device, size_t *free_b, size_t *total_b,
+    vlm_error_t *err)
+{
+    cudaError_t  e;
+
+    *free_b = 0;
+    *total_b = 0;
+
+    e = cudaSetDevice(device);
+    if (e == cudaSuccess) {
+        e = cudaMemGetInfo(free_b, total_b);
+    }
+
+    if (e != cudaSuccess) {
+        return vlm_error_set(err, VLM_ERR_DEVICE, "cuda backend: device %d: "
+                             "%s", device, cudaGetErrorString(e));
+    }
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
 vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     vlm_error_t *err)
 {

@@ -206,8 +206,9 @@ vlm_status_t vlm_model_check(const char *dir,
  * The memory plan of one rank, from the budgets as vlm_model_load() would
  * resolve them (vlm_model_check()'s work, no weight read): what each part
  * takes, the total, and the machine's memory it must fit in (the host's
- * for the CPU backend; a GPU backend's device_bytes, 0 when not set and
- * unknown before the device is opened).
+ * for the CPU backend; a GPU backend's device_bytes: the engine sets it,
+ * where no directive does, to the pool the backend will take, 90 % of
+ * the device's free memory; 0: unknown).
  */
 typedef struct {
     size_t  weights;            /* this rank's share of the checkpoint */
@@ -222,6 +223,7 @@ typedef struct {
     size_t  total;              /* weights + kv + activations + vision +
                                    attention + feature pool */
     size_t  machine;            /* what it must fit in; 0: unknown */
+    int     gpu;                /* machine is a GPU's pool */
     int     asked_seq_len;      /* the context asked for; 0: none */
     int     max_position;       /* the model's max_position_embeddings */
     int     max_seq_len;        /* the budgets resolved */

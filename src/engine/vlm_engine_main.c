@@ -714,11 +714,36 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
 static int
 vlm_engine_plan(const char *dir, const vlm_model_params_t *params)
 {
-    char              table[2048], *line, *next;
-    vlm_error_t       err;
-    vlm_model_plan_t  plan;
+    char                 table[2048], *line, *next;
+    vlm_error_t          err;
+    vlm_model_plan_t     plan;
+    vlm_model_params_t   p;
+#if (VLM_HAVE_CUDA)
+    size_t               free_b, total_b;
+#endif
 
-    if (vlm_model_plan(dir, params, &plan, &err) != VLM_OK) {
+    p = *params;
+
+#if (VLM_HAVE_CUDA)
+    /* the pool the backend will take where no directive sizes it */
+    if (p.backend != NULL && strcmp(p.backend, "cuda") == 0
+        && p.device_bytes == 0)
+    {
+        if (vlm_backend_cuda_memory(p.device, &free_b, &total_b, &err)
+            != VLM_OK)
+        {
+            vlm_log(VLM_LOG_ERROR, "loading %s: %s", dir, err.msg);
+            return -1;
+        }
+
+        vlm_log(VLM_LOG_INFO, "cuda device %d: %zu MiB free of %zu MiB",
+                p.device, free_b >> 20, total_b >> 20);
+
+        p.device_bytes = free_b / 10 * 9;
+    }
+#endif
+
+    if (vlm_model_plan(dir, &p, &plan, &err) != VLM_OK) {
         vlm_log(VLM_LOG_ERROR, "loading %s: %s", dir, err.msg);
         return -1;
     }

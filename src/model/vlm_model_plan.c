@@ -99,6 +99,7 @@ vlm_model_plan_fill(vlm_model_t *m, vlm_model_plan_t *plan)
 
     } else {
         plan->machine = p->device_bytes;
+        plan->gpu = 1;
     }
 
     plan->max_position = tc->max_position_embeddings;
@@ -241,6 +242,8 @@ vlm_model_plan_fits(const vlm_model_plan_t *plan, vlm_error_t *err)
 
     return vlm_error_set(err, VLM_ERR_NOMEM,
                          "model: the memory plan takes %zu MiB, more than "
-                         "the %zu MiB of this machine: lower %s",
-                         plan->total >> 20, plan->machine >> 20, what);
+                         "the %zu MiB of %s: lower %s",
+                         plan->total >> 20, plan->machine >> 20,
+                         plan->gpu ? "the GPU's pool (90 % of its free "
+                                     "memory)" : "this machine", what);
 }
