@@ -67,6 +67,8 @@ typedef struct {
 /* SmolVLM and Idefics3 (model/idefics3/vlm_idefics3_config.c) */
 extern const vlm_cfg_family_t  vlm_cfg_family_smolvlm;
 extern const vlm_cfg_family_t  vlm_cfg_family_idefics3;
+/* InternVL (model/internvl/vlm_internvl_config.c) */
+extern const vlm_cfg_family_t  vlm_cfg_family_internvl;
 
 
 #endif /* VLM_MODEL_CONFIG_JSON_H */

@@ -1,0 +1,350 @@
+/*
+ * The InternVL family: config.json parsing and the variants refused, and
+ * parity of the engine with transformers on the tiny checkpoints of
+ * tests/fixtures/internvl (tools/fixtures_internvl.py): last-position
+ * logits (relative L2 within 1e-4 for f32 weights, 2e-2 for bf16),
+ * all-position logits of the text prompt and 32-token greedy
+ * continuations with no, one and two images, the prompt fed in chunks of
+ * 16 rows; a LayerNorm tower with q/k/v biases and an RMSNorm tower with
+ * the q/k norm and the final LayerNorm.
+ */
+
+#define _GNU_SOURCE
+
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "core/vlm.h"
+#include "core/vlm_npy.h"
+#include "model/vlm_model_config.h"
+#include "vlm_test.h"
+
+
+#define FIX  "tests/fixtures/internvl"
+
+
+/* InternVL3-1B-hf's config.json, the keys this engine reads */
+static const char  *internvl3_1b =
+    "{\"architectures\":[\"InternVLForConditionalGeneration\"],"
+    "\"downsample_ratio\":0.5,\"image_token_id\":151667,"
+    "\"projector_hidden_act\":\"gelu\",\"vision_feature_layer\":-1,"
+    "\"vision_feature_select_strategy\":\"default\","
+    "\"text_config\":{\"model_type\":\"qwen2\",\"vocab_size\":151674,"
+    "\"hidden_size\":896,\"intermediate_size\":4864,"
+    "\"num_hidden_layers\":24,\"num_attention_heads\":14,"
+    "\"num_key_value_heads\":2,\"rms_norm_eps\":1e-6,"
+    "\"rope_theta\":1000000.0,\"max_position_embeddings\":32768,"
+    "\"use_sliding_window\":false,\"rope_scaling\":null,"
+    "\"bos_token_id\":151643,\"eos_token_id\":151645,"
+    "\"tie_word_embeddings\":false%s},"
+    "\"vision_config\":{\"hidden_size\":1024,\"intermediate_size\":4096,"
+    "\"num_hidden_layers\":24,\"num_attention_heads\":16,"
+    "\"attention_bias\":true,\"use_qk_norm\":false,"
+    "\"norm_type\":\"layer_norm\",\"layer_norm_eps\":1e-6,"
+    "\"image_size\":[448,448],\"patch_size\":[14,14],"
+    "\"hidden_act\":\"gelu\",\"use_mean_pooling\":true,"
+    "\"use_absolute_position_embeddings\":true%s}}";
+
+
+static vlm_status_t
+parse_1b(vlm_model_config_t *cfg, const char *text, const char *vision,
+    vlm_error_t *err)
+{
+    char  json[4096];
+
+    snprintf(json, sizeof(json), internvl3_1b, text, vision);
+    vlm_error_clear(err);
+
+    return vlm_model_config_parse(cfg, json, strlen(json), err);
+}
+
+
+static void
+test_config_internvl3_1b(void **state)
+{
+    vlm_error_t         err;
+    vlm_model_config_t  cfg;
+
+    assert_int_equal(parse_1b(&cfg, "", "", &err), VLM_OK);
+
+    assert_int_equal(cfg.arch, VLM_ARCH_INTERNVL);
+    assert_string_equal(vlm_arch_name(cfg.arch),
+                        "InternVLForConditionalGeneration");
+    assert_int_equal(cfg.text.vocab_size, 151674);
+    assert_int_equal(cfg.text.head_dim, 64);
+    assert_int_equal(cfg.text.n_kv_heads, 2);
+    assert_int_equal(cfg.text.qkv_bias, 1);
+    assert_false(cfg.text.tie_word_embeddings);
+    assert_int_equal(cfg.text.mrope_section[0], 32);
+    assert_int_equal(cfg.text.mrope_section[1], 0);
+    assert_int_equal(cfg.vision.depth, 24);
+    assert_int_equal(cfg.vision.hidden_size, 1024);
+    assert_int_equal(cfg.vision.image_size, 448);
+    assert_int_equal(cfg.vision.patch_size, 14);
+    assert_int_equal(cfg.vision.spatial_merge_size, 2);
+    assert_int_equal(cfg.vision.out_hidden_size, 896);
+    assert_int_equal(cfg.vision.act, VLM_ACT_GELU);
+    assert_true(cfg.vision.qkv_bias);
+    assert_false(cfg.vision.qk_norm);
+    assert_false(cfg.vision.post_norm);
+    assert_false(cfg.vision.rms_norm);
+    assert_int_equal(cfg.image_token_id, 151667);
+    assert_int_equal(cfg.bos_token_id, 151643);
+    assert_int_equal(cfg.n_eos, 1);
+    assert_int_equal(cfg.eos_token_ids[0], 151645);
+
+    /* InternViT-6B's options: RMSNorm, the q/k norm, a final LayerNorm */
+    assert_int_equal(parse_1b(&cfg, "", ",\"norm_type\":\"rms_norm\","
+                              "\"use_qk_norm\":true,"
+                              "\"use_mean_pooling\":false", &err), VLM_OK);
+    assert_true(cfg.vision.rms_norm);
+    assert_true(cfg.vision.qk_norm);
+    assert_true(cfg.vision.post_norm);
+}
+
+
+static void
+test_config_refused(void **state)
+{
+    static const struct {
+        const char    *text;
+        const char    *vision;
+        vlm_status_t   rc;
+        const char    *msg;
+    } bad[] = {
+        { ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}", "",
+          VLM_ERR_UNSUPPORTED, "rope_scaling" },
+        { ",\"use_sliding_window\":true", "", VLM_ERR_UNSUPPORTED,
+          "use_sliding_window" },
+        { ",\"head_dim\":128", "", VLM_ERR_UNSUPPORTED, "head_dim" },
+        { ",\"model_type\":\"internlm3\"", "", VLM_ERR_UNSUPPORTED,
+          "internlm3" },
+        { ",\"model_type\":\"qwen3\"", "", VLM_ERR_UNSUPPORTED, "qwen3" },
+        { "", ",\"norm_type\":\"batch_norm\"", VLM_ERR_UNSUPPORTED,
+          "norm_type" },
+        { "", ",\"use_absolute_position_embeddings\":false",
+          VLM_ERR_UNSUPPORTED, "use_absolute_position_embeddings" },
+        { "", ",\"patch_size\":[14,16]", VLM_ERR_UNSUPPORTED, "patch_size" },
+        { "", ",\"image_size\":[440,440]", VLM_ERR_FORMAT, "image_size 440" },
+        { "", ",\"hidden_act\":\"relu\"", VLM_ERR_UNSUPPORTED, "relu" },
+    };
+
+    int                 i;
+    char                json[4096], *p;
+    vlm_error_t         err;
+    vlm_model_config_t  cfg;
+
+    for (i = 0; i < (int) (sizeof(bad) / sizeof(bad[0])); i++) {
+        assert_int_equal(parse_1b(&cfg, bad[i].text, bad[i].vision, &err),
+                         bad[i].rc);
+        if (strstr(err.msg, bad[i].msg) == NULL) {
+            fail_msg("case %d: \"%s\" does not name %s", i, err.msg,
+                     bad[i].msg);
+        }
+    }
+
+    /* the top level's options */
+    static const struct {
+        const char  *from, *to, *msg;
+    } top[] = {
+        { "\"downsample_ratio\":0.5", "\"downsample_ratio\":0.7",
+          "downsample_ratio" },
+        { "\"vision_feature_layer\":-1", "\"vision_feature_layer\":-2",
+          "vision_feature_layer" },
+        { "\"default\"", "\"full\"   ", "vision_feature_select_strategy" },
+        { "\"projector_hidden_act\":\"gelu\"",
+          "\"projector_hidden_act\":\"silu\"", "projector_hidden_act" },
+    };
+
+    for (i = 0; i < (int) (sizeof(top) / sizeof(top[0])); i++) {
+        snprintf(json, sizeof(json), internvl3_1b, "", "");
+        p = strstr(json, top[i].from);
+        assert_non_null(p);
+        assert_int_equal(strlen(top[i].from), strlen(top[i].to));
+        memcpy(p, top[i].to, strlen(top[i].to));
+        vlm_error_clear(&err);
+        assert_int_equal(vlm_model_config_parse(&cfg, json, strlen(json),
+                                                &err), VLM_ERR_UNSUPPORTED);
+        if (strstr(err.msg, top[i].msg) == NULL) {
+            fail_msg("top %d: \"%s\" does not name %s", i, err.msg,
+                     top[i].msg);
+        }
+    }
+}
+
+
+static vlm_model_t *
+load_model(const char *name)
+{
+    char                path[256];
+    vlm_error_t         err;
+    vlm_model_t        *m;
+    vlm_model_params_t  p;
+
+    vlm_test_fixture_params(&p);
+    p.max_image_patches = 256;
+
+    snprintf(path, sizeof(path), FIX "/%s", name);
+
+    if (vlm_model_check(path, &p, &err) != VLM_OK) {
+        fail_msg("check %s: %s", name, err.msg);
+    }
+
+    if (vlm_model_load(&m, path, &p, &err) != VLM_OK) {
+        fail_msg("load %s: %s", name, err.msg);
+    }
+
+    return m;
+}
+
+
+static void
+check_case(vlm_model_t *m, const char *name, const char *ref_case,
+    int n_images, double tol)
+{
+    int                      i, n, next, V;
+    char                     file[64];
+    float                   *all;
+    int32_t                 *pos;
+    vlm_npy_t                ids, grid, ref_pos, last, greedy, pix[2];
+    vlm_seq_t               *seq;
+    vlm_image_t              img[2];
+    vlm_error_t              err;
+    const vlm_model_info_t  *info;
+
+    info = vlm_model_info(m);
+    V = info->vocab_size;
+
+    vlm_test_load_npy(&ids, FIX, name, ref_case, "input_ids.npy");
+    vlm_test_load_npy(&ref_pos, FIX, name, ref_case, "position_ids.npy");
+    vlm_test_load_npy(&last, FIX, name, ref_case, "logits_last.npy");
+    vlm_test_load_npy(&greedy, FIX, name, ref_case, "greedy.npy");
+    n = (int) ids.n;
+
+    if (n_images > 0) {
+        vlm_test_load_npy(&grid, FIX, name, ref_case, "grid_thw.npy");
+        assert_int_equal(grid.shape[0], n_images);
+    }
+
+    for (i = 0; i < n_images; i++) {
+        snprintf(file, sizeof(file), "pixel_values_%d.npy", i);
+        vlm_test_load_npy(&pix[i], FIX, name, ref_case, file);
+        img[i].pixels = pix[i].data;
+        img[i].grid_t = ((int32_t *) grid.data)[3 * i];
+        img[i].grid_h = ((int32_t *) grid.data)[3 * i + 1];
+        img[i].grid_w = ((int32_t *) grid.data)[3 * i + 2];
+        assert_int_equal(pix[i].shape[1], info->patch_dim);
+    }
+
+    pos = malloc((size_t) 3 * n * sizeof(int32_t));
+    assert_non_null(pos);
+    assert_int_equal(vlm_rope_index(m, ids.data, n, img, n_images, 0, pos,
+                                    &next, &err), VLM_OK);
+    assert_memory_equal(pos, ref_pos.data, (size_t) 3 * n * sizeof(int32_t));
+    assert_int_equal(next, n);
+
+    if (n_images > 1) {
+        /* one image fewer than the prompt's image tokens need */
+        assert_int_equal(vlm_rope_index(m, ids.data, n, img, n_images - 1,
+                                        0, pos, &next, &err),
+                         VLM_ERR_INVALID);
+    }
+
+    free(pos);
+
+    all = malloc((size_t) n * V * sizeof(float));
+    assert_non_null(all);
+
+    assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+
+    if (vlm_seq_prefill(seq, ids.data, n, img, n_images,
+                        strcmp(ref_case, "text") == 0 ? all : NULL, &err)
+        != VLM_OK)
+    {
+        fail_msg("%s/%s: %s", name, ref_case, err.msg);
+    }
+
+    vlm_test_check_answer(m, seq, FIX, name, ref_case, all, n, &last,
+                          &greedy, tol);
+    vlm_seq_free(seq);
+
+    free(all);
+    vlm_npy_free(&ids);
+    vlm_npy_free(&ref_pos);
+    vlm_npy_free(&last);
+    vlm_npy_free(&greedy);
+    if (n_images > 0) {
+        vlm_npy_free(&grid);
+    }
+    for (i = 0; i < n_images; i++) {
+        vlm_npy_free(&pix[i]);
+    }
+}
+
+
+static void
+check_model(const char *name, double tol)
+{
+    vlm_model_t        *m;
+    vlm_model_stats_t   st;
+
+    m = load_model(name);
+
+    assert_string_equal(vlm_model_info(m)->arch,
+                        "InternVLForConditionalGeneration");
+
+    check_case(m, name, "text", 0, tol);
+    check_case(m, name, "image1", 1, tol);
+    check_case(m, name, "image2", 2, tol);
+
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.backend_allocs, 0);
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(st.seqs_used, 0);
+
+    vlm_model_free(m);
+}
+
+
+static void
+test_internvl_f32(void **state)
+{
+    check_model("internvl-f32", 1e-4);
+}
+
+
+static void
+test_internvl_qknorm_f32(void **state)
+{
+    check_model("internvl-qknorm-f32", 1e-4);
+}
+
+
+static void
+test_internvl_bf16(void **state)
+{
+    check_model("internvl-bf16", 2e-2);
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_config_internvl3_1b),
+        cmocka_unit_test(test_config_refused),
+        cmocka_unit_test(test_internvl_f32),
+        cmocka_unit_test(test_internvl_qknorm_f32),
+        cmocka_unit_test(test_internvl_bf16),
+    };
+
+    return cmocka_run_group_tests_name("internvl", tests, NULL, NULL);
+}
