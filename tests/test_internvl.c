@@ -6,7 +6,8 @@
  * all-position logits of the text prompt and 32-token greedy
  * continuations with no, one and two images, the prompt fed in chunks of
  * 16 rows; a LayerNorm tower with q/k/v biases and an RMSNorm tower with
- * the q/k norm and the final LayerNorm.
+ * the q/k norm and the final LayerNorm; the image processor bit for bit
+ * with GotOcr2ImageProcessor on images of odd sizes.
  */
 
 #define _GNU_SOURCE
@@ -24,6 +25,7 @@
 
 #include "core/vlm.h"
 #include "core/vlm_npy.h"
+#include "image/vlm_image_internvl.h"
 #include "model/vlm_model_config.h"
 #include "vlm_test.h"
 
@@ -335,12 +337,187 @@ test_internvl_bf16(void **state)
 }
 
 
+static char *
+read_file(const char *path, size_t *len)
+{
+    long   n;
+    char  *buf;
+    FILE  *f;
+
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        fail_msg("cannot open %s", path);
+    }
+
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    n = ftell(f);
+    assert_true(n >= 0);
+    assert_int_equal(fseek(f, 0, SEEK_SET), 0);
+
+    buf = malloc((size_t) n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t) n, f), (size_t) n);
+    buf[n] = '\0';
+    fclose(f);
+
+    *len = (size_t) n;
+
+    return buf;
+}
+
+
+/*
+ * The image processor against GotOcr2ImageProcessor: six images of odd
+ * sizes (7 to 1 frames), no tiling with LANCZOS, at least 2 and at most
+ * 4 tiles; pixel values bit for bit, the prompt text's length
+ */
+static void
+test_image_processor(void **state)
+{
+    static const uint32_t        frames[] = { 7, 4, 1, 5, 4, 7, 1, 5, 5 };
+    int                          i;
+    char                         path[256], *json, *text;
+    float                       *out;
+    size_t                       len, j;
+    uint8_t                     *rgb, *scratch;
+    vlm_npy_t                    raw, ref;
+    vlm_error_t                  err;
+    vlm_internvl_image_plan_t    plan;
+    vlm_internvl_image_config_t  cfg;
+
+    for (i = 0; i < 9; i++) {
+        snprintf(path, sizeof(path), FIX "/image/config_%d.json", i);
+        json = read_file(path, &len);
+        vlm_internvl_image_config_default(&cfg, 7);
+        if (vlm_internvl_image_config_parse(&cfg, json, len, &err)
+            != VLM_OK)
+        {
+            fail_msg("%s: %s", path, err.msg);
+        }
+        free(json);
+
+        assert_int_equal(cfg.tile, 28);
+        assert_int_equal(cfg.resample, i == 6 ? VLM_RESAMPLE_LANCZOS
+                                              : VLM_RESAMPLE_BICUBIC);
+
+        snprintf(path, sizeof(path), FIX "/image/raw_%d.npy", i);
+        if (vlm_npy_load(&raw, path, &err) != VLM_OK) {
+            fail_msg("%s", err.msg);
+        }
+
+        snprintf(path, sizeof(path), FIX "/image/pixel_values_%d.npy", i);
+        if (vlm_npy_load(&ref, path, &err) != VLM_OK) {
+            fail_msg("%s", err.msg);
+        }
+
+        rgb = malloc((size_t) raw.n);
+        assert_non_null(rgb);
+        for (j = 0; j < (size_t) raw.n; j++) {
+            rgb[j] = (uint8_t) ((int32_t *) raw.data)[j];
+        }
+
+        assert_int_equal(vlm_internvl_image_plan(&cfg, (uint32_t)
+                                                 raw.shape[1], (uint32_t)
+                                                 raw.shape[0], &plan, &err),
+                         VLM_OK);
+        assert_int_equal(plan.n_frames, frames[i]);
+        assert_int_equal(plan.n_values, ref.n);
+        assert_int_equal(plan.side, 4);
+
+        scratch = malloc(plan.scratch);
+        out = malloc(plan.n_values * sizeof(float));
+        assert_non_null(scratch);
+        assert_non_null(out);
+
+        if (vlm_internvl_image_run(&cfg, &plan, rgb, (uint32_t) raw.shape[1],
+                                   (uint32_t) raw.shape[0], scratch,
+                                   plan.scratch, out, plan.n_values, &err)
+            != VLM_OK)
+        {
+            fail_msg("image %d: %s", i, err.msg);
+        }
+
+        for (j = 0; j < plan.n_values; j++) {
+            if (memcmp(&out[j], &((float *) ref.data)[j], sizeof(float))
+                != 0)
+            {
+                fail_msg("image %d: pixel value %zu is %.9g, transformers "
+                         "says %.9g", i, j, out[j], ((float *) ref.data)[j]);
+            }
+        }
+
+        /* one float short is refused */
+        assert_int_equal(vlm_internvl_image_run(&cfg, &plan, rgb,
+                                                (uint32_t) raw.shape[1],
+                                                (uint32_t) raw.shape[0],
+                                                scratch, plan.scratch, out,
+                                                plan.n_values - 1, &err),
+                         VLM_ERR_LIMIT);
+
+        /* <img>, 4 <IMG_CONTEXT> a frame, </img> */
+        len = vlm_internvl_image_prompt(&plan, 4, NULL, 0);
+        assert_int_equal(len, 5 + 13 * 4 * frames[i] + 6);
+        text = malloc(len + 1);
+        assert_non_null(text);
+        assert_int_equal(vlm_internvl_image_prompt(&plan, 4, text, len + 1),
+                         len);
+        assert_int_equal(strncmp(text, "<img><IMG_CONTEXT>", 18), 0);
+        assert_string_equal(text + len - 19, "<IMG_CONTEXT></img>");
+
+        free(text);
+        free(scratch);
+        free(out);
+        free(rgb);
+        vlm_npy_free(&raw);
+        vlm_npy_free(&ref);
+    }
+}
+
+
+static void
+test_image_processor_refused(void **state)
+{
+    const char                  *bad[] = {
+        "{\"resample\": 2}",
+        "{\"size\": {\"height\": 28, \"width\": 56}}",
+        "{\"size\": {\"shortest_edge\": 28}}",
+        "{\"size\": {\"height\": 30, \"width\": 30}}",
+        "{\"min_patches\": 4, \"max_patches\": 2}",
+        "{\"max_patches\": 65}",
+        "{\"do_resize\": false}",
+        "{\"image_std\": [0.5, 0, 0.5]}",
+    };
+    int                          i;
+    vlm_error_t                  err;
+    vlm_internvl_image_plan_t    plan;
+    vlm_internvl_image_config_t  cfg;
+
+    for (i = 0; i < (int) (sizeof(bad) / sizeof(bad[0])); i++) {
+        vlm_internvl_image_config_default(&cfg, 7);
+        cfg.tile = 28;
+        if (vlm_internvl_image_config_parse(&cfg, bad[i], strlen(bad[i]),
+                                            &err)
+            == VLM_OK)
+        {
+            fail_msg("case %d: %s taken", i, bad[i]);
+        }
+    }
+
+    vlm_internvl_image_config_default(&cfg, 7);
+    cfg.tile = 28;
+    assert_int_equal(vlm_internvl_image_plan(&cfg, 0, 10, &plan, &err),
+                     VLM_ERR_INVALID);
+}
+
+
 int
 main(void)
 {
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_config_internvl3_1b),
         cmocka_unit_test(test_config_refused),
+        cmocka_unit_test(test_image_processor),
+        cmocka_unit_test(test_image_processor_refused),
         cmocka_unit_test(test_internvl_f32),
         cmocka_unit_test(test_internvl_qknorm_f32),
         cmocka_unit_test(test_internvl_bf16),
