@@ -25,6 +25,7 @@
 
 #include "core/vlm.h"
 #include "core/vlm_npy.h"
+#include "image/vlm_image.h"
 #include "image/vlm_image_internvl.h"
 #include "model/vlm_model_config.h"
 #include "vlm_test.h"
@@ -510,6 +511,21 @@ test_image_processor_refused(void **state)
 }
 
 
+/* the server's pipeline refuses the family (nginx -t says why) */
+static void
+test_server_refused(void **state)
+{
+    vlm_error_t         err;
+    vlm_image_config_t  cfg;
+
+    vlm_error_clear(&err);
+    assert_int_equal(vlm_image_config_load(&cfg, FIX "/internvl-f32", &err),
+                     VLM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "InternVLForConditionalGeneration is "
+                                    "not served by nginx yet"));
+}
+
+
 int
 main(void)
 {
@@ -518,6 +534,7 @@ main(void)
         cmocka_unit_test(test_config_refused),
         cmocka_unit_test(test_image_processor),
         cmocka_unit_test(test_image_processor_refused),
+        cmocka_unit_test(test_server_refused),
         cmocka_unit_test(test_internvl_f32),
         cmocka_unit_test(test_internvl_qknorm_f32),
         cmocka_unit_test(test_internvl_bf16),

@@ -76,6 +76,19 @@ vlm_image_model_config(vlm_image_config_t *cfg, const char *dir,
     cfg->family = vlm_image_idefics3_name(json_string_value(v))
                   ? VLM_IMAGE_IDEFICS3 : VLM_IMAGE_QWEN2VL;
 
+    /* the engine library runs InternVL; the server does not yet */
+    if (json_string_value(v) != NULL
+        && strcmp(json_string_value(v), "InternVLForConditionalGeneration")
+           == 0)
+    {
+        json_decref(root);
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "%s: InternVLForConditionalGeneration is not "
+                             "served by nginx yet (its image processor and "
+                             "prompt expansion are not wired to the "
+                             "server)", path);
+    }
+
     if (cfg->family == VLM_IMAGE_QWEN2VL) {
         json_decref(root);
         return VLM_OK;
