@@ -22,12 +22,16 @@
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "core/vlm.h"
 #include "core/vlm_npy.h"
 #include "image/vlm_image.h"
 #include "image/vlm_image_internvl.h"
 #include "model/vlm_model_config.h"
+#include "text/vlm_chat.h"
+#include "text/vlm_jinja.h"
+#include "text/vlm_tokenizer.h"
 #include "vlm_test.h"
 
 
@@ -511,20 +515,233 @@ test_image_processor_refused(void **state)
 }
 
 
-/* the server's pipeline refuses the family (nginx -t says why) */
+
+/*
+ * The server's path (ngx_http_vlm_template.c, ngx_http_vlm_task.c,
+ * ngx_http_vlm_image.c) on internvl-chat, case by case (no, one and two
+ * images): the model's own chat template through the Jinja interpreter
+ * gives transformers' rendered prompt; the pipeline chosen by config.json
+ * (vlm_image_config_load) decodes each PNG into the processor's frames
+ * (for the first image, transformers' pixel values of internvl-f32); the
+ * prompt tokenized with one <IMG_CONTEXT> an image, each replaced by the
+ * ids of the image's text (vlm_chat_splice_ids), gives InternVLProcessor's
+ * input ids; the model continues them greedily as transformers does.
+ */
 static void
-test_server_refused(void **state)
+test_server_pipeline(void **state)
 {
-    vlm_error_t         err;
-    vlm_image_config_t  cfg;
+    static const char   *cases[] = { "text", "image1", "image2" };
+    int                  c, i, k, n_img, tok;
+    char                 path[256], *png, *q, *want_prompt, *text;
+    float               *pix[2];
+    json_t              *msgs, *content, *trusted, *expect, *v;
+    size_t               png_len, len, n_ids, n_out, lens[2], used;
+    int32_t             *ids, *img_ids, *out, image_id;
+    vlm_npy_t            ref;
+    vlm_seq_t           *seq;
+    vlm_jinja_t         *tmpl;
+    vlm_image_t          img[2];
+    vlm_error_t          err;
+    vlm_model_t         *m;
+    json_error_t         jerr;
+    vlm_tok_work_t      *work;
+    vlm_jinja_out_t      o;
+    vlm_tokenizer_t     *tk;
+    vlm_image_ctx_t     *ctx;
+    vlm_image_plan_t     plan[2];
+    vlm_image_limits_t   limits;
+    vlm_image_config_t   cfg;
+    vlm_model_params_t   p;
+    const int32_t       *seqs[2];
 
-    vlm_error_clear(&err);
-    assert_int_equal(vlm_image_config_load(&cfg, FIX "/internvl-f32", &err),
-                     VLM_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err.msg, "InternVLForConditionalGeneration is "
-                                    "not served by nginx yet"));
+#define CHAT  FIX "/internvl-chat"
+
+    if (vlm_image_config_load(&cfg, CHAT, &err) != VLM_OK) {
+        fail_msg("%s", err.msg);
+    }
+
+    assert_int_equal(cfg.family, VLM_IMAGE_INTERNVL);
+    assert_int_equal(cfg.seq_len, 4);
+    assert_int_equal(cfg.internvl.tile, 28);
+    assert_int_equal(cfg.internvl.patch_size, 7);
+    assert_int_equal(cfg.internvl.max_patches, 6);
+    /* 6 tiles and the thumbnail, 16 patches and a CLS row each */
+    assert_int_equal(vlm_image_max_patches(&cfg), 7 * 17);
+
+    vlm_image_limits_default(&limits);
+    limits.max_pixels = 1 << 20;
+    limits.max_side = 2048;
+    assert_int_equal(vlm_image_ctx_init_config(&ctx, &limits, &cfg, &err),
+                     VLM_OK);
+
+    if (vlm_tokenizer_load(&tk, CHAT, &err) != VLM_OK) {
+        fail_msg("tokenizer: %s", err.msg);
+    }
+
+    image_id = vlm_tokenizer_token_id(tk, VLM_INTERNVL_CONTEXT);
+    assert_true(image_id >= 0);
+    assert_true(vlm_tokenizer_token_id(tk, VLM_INTERNVL_START) >= 0);
+    assert_true(vlm_tokenizer_token_id(tk, VLM_INTERNVL_END) >= 0);
+
+    text = (char *) vlm_tokenizer_chat_template(tk);
+    assert_non_null(text);
+    assert_int_equal(vlm_jinja_parse(&tmpl, text, strlen(text), &err),
+                     VLM_OK);
+
+    vlm_test_fixture_params(&p);
+    p.max_image_patches = (int) vlm_image_max_patches(&cfg);
+    if (vlm_model_load(&m, CHAT, &p, &err) != VLM_OK) {
+        fail_msg("load: %s", err.msg);
+    }
+
+    assert_int_equal(vlm_tok_work_create(&work, tk, 4096, &err), VLM_OK);
+    ids = malloc(4096 * sizeof(int32_t));
+    img_ids = malloc(4096 * sizeof(int32_t));
+    out = malloc(4096 * sizeof(int32_t));
+    assert_non_null(ids);
+    assert_non_null(img_ids);
+    assert_non_null(out);
+
+    for (c = 0; c < 3; c++) {
+        n_img = c;
+
+        snprintf(path, sizeof(path), CHAT "/ref/serve-%s/question.txt",
+                 cases[c]);
+        q = read_file(path, &len);
+        snprintf(path, sizeof(path), CHAT "/ref/serve-%s/prompt.txt",
+                 cases[c]);
+        want_prompt = read_file(path, &len);
+        snprintf(path, sizeof(path), CHAT "/ref/serve-%s/expect.json",
+                 cases[c]);
+        expect = json_load_file(path, 0, &jerr);
+        assert_non_null(expect);
+
+        /* the template, as the server renders an OpenAI chat */
+        content = json_array();
+        for (i = 0; i < n_img; i++) {
+            json_array_append_new(content, json_pack("{s:s}", "type",
+                                                     "image"));
+        }
+        json_array_append_new(content, json_pack("{s:s,s:s}", "type", "text",
+                                                 "text", q));
+        msgs = json_pack("{s:[{s:s,s:o}]}", "messages", "role", "user",
+                         "content", content);
+        trusted = json_pack("{s:b}", "add_generation_prompt", 1);
+
+        if (vlm_jinja_render(tmpl, msgs, trusted, NULL, &o, &err)
+            != VLM_OK)
+        {
+            fail_msg("%s: render: %s", cases[c], err.msg);
+        }
+
+        assert_string_equal(o.text, want_prompt);
+
+        assert_int_equal(vlm_tokenizer_encode(tk, work, o.text, o.len, 0,
+                                              ids, 4096, &n_ids, &err),
+                         VLM_OK);
+        vlm_jinja_out_free(&o);
+        json_decref(msgs);
+        json_decref(trusted);
+
+        /* the images: pixels, their text's ids */
+        used = 0;
+
+        for (i = 0; i < n_img; i++) {
+            snprintf(path, sizeof(path), CHAT "/ref/serve-%s/image_%d.png",
+                     cases[c], i);
+            png = read_file(path, &png_len);
+            pix[i] = malloc(4096 * 3 * 49 * sizeof(float));
+            assert_non_null(pix[i]);
+
+            if (vlm_image_ctx_run(ctx, (uint8_t *) png, png_len, pix[i],
+                                  4096 * 3 * 49, &plan[i], &err)
+                != VLM_OK)
+            {
+                fail_msg("%s: image %d: %s", cases[c], i, err.msg);
+            }
+
+            free(png);
+
+            img[i].pixels = pix[i];
+            img[i].grid_t = (int) plan[i].grid.grid_t;
+            img[i].grid_h = (int) plan[i].grid.grid_h;
+            img[i].grid_w = (int) plan[i].grid.grid_w;
+
+            len = vlm_image_prompt_text(&cfg, &plan[i], NULL, 0);
+            assert_int_equal(len, plan[i].n_ids);
+            text = malloc(len + 1);
+            assert_non_null(text);
+            assert_int_equal(vlm_image_prompt_text(&cfg, &plan[i], text,
+                                                   len + 1), len);
+            assert_int_equal(vlm_tokenizer_encode(tk, work, text, len, 0,
+                                                  img_ids + used,
+                                                  4096 - used, &lens[i],
+                                                  &err), VLM_OK);
+            assert_int_equal(lens[i], 2 + 4 * plan[i].grid.grid_t);
+            seqs[i] = img_ids + used;
+            used += lens[i];
+            free(text);
+        }
+
+        if (c == 1) {
+            assert_int_equal(plan[0].grid.grid_t, 7);
+            assert_int_equal(vlm_npy_load(&ref, FIX "/internvl-f32/ref/"
+                                          "image1/pixel_values_0.npy", &err),
+                             VLM_OK);
+            assert_int_equal(plan[0].n_values, ref.n);
+            assert_memory_equal(pix[0], ref.data, ref.n * sizeof(float));
+            vlm_npy_free(&ref);
+        }
+
+        assert_int_equal(vlm_chat_splice_ids(ids, n_ids, image_id, seqs,
+                                             lens, (size_t) n_img, out, 4096,
+                                             &n_out, &err), VLM_OK);
+
+        v = json_object_get(expect, "prompt_ids");
+        assert_int_equal(n_out, json_array_size(v));
+        for (i = 0; i < (int) n_out; i++) {
+            assert_int_equal(out[i], json_integer_value(json_array_get(v,
+                                                                       i)));
+        }
+
+        /* the model on those ids and pixels */
+        assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+        if (vlm_seq_prefill(seq, out, (int) n_out, img, n_img, NULL, &err)
+            != VLM_OK)
+        {
+            fail_msg("%s: prefill: %s", cases[c], err.msg);
+        }
+
+        v = json_object_get(expect, "greedy_ids");
+        for (k = 0; k < (int) json_array_size(v); k++) {
+            tok = vlm_test_argmax(vlm_seq_logits(seq),
+                                  vlm_model_info(m)->vocab_size);
+            assert_int_equal(tok, json_integer_value(json_array_get(v, k)));
+            assert_int_equal(vlm_decode(m, &seq, &tok, 1, &err), VLM_OK);
+        }
+
+        vlm_seq_free(seq);
+
+        for (i = 0; i < n_img; i++) {
+            free(pix[i]);
+        }
+
+        json_decref(expect);
+        free(q);
+        free(want_prompt);
+    }
+
+    free(ids);
+    free(img_ids);
+    free(out);
+    vlm_tok_work_free(work);
+    vlm_jinja_free(tmpl);
+    vlm_tokenizer_free(tk);
+    vlm_image_ctx_free(ctx);
+    vlm_model_free(m);
+
+#undef CHAT
 }
-
 
 int
 main(void)
@@ -534,7 +751,7 @@ main(void)
         cmocka_unit_test(test_config_refused),
         cmocka_unit_test(test_image_processor),
         cmocka_unit_test(test_image_processor_refused),
-        cmocka_unit_test(test_server_refused),
+        cmocka_unit_test(test_server_pipeline),
         cmocka_unit_test(test_internvl_f32),
         cmocka_unit_test(test_internvl_qknorm_f32),
         cmocka_unit_test(test_internvl_bf16),

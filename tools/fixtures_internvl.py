@@ -13,6 +13,7 @@ and outputs on images of odd sizes for the C processor.  Deterministic
 (fixed seeds).
 """
 
+import json
 import os
 import shutil
 
@@ -24,6 +25,22 @@ from transformers.models.got_ocr2.image_processing_got_ocr2 import (
     GotOcr2ImageProcessor)
 
 OUT = os.path.join("tests", "fixtures", "internvl")
+TOKENIZER = os.path.join("tests", "fixtures", "tokenizer", "model")
+
+# the chat template of the -hf checkpoints (transformers'
+# convert_internvl_weights_to_hf.py writes it)
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{'<|im_start|>' + message['role'] + '\n'}}"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' %}{{ '<IMG_CONTEXT>\n' }}"
+    "{% elif content['type'] == 'video' %}{{ '<video>\n' }}"
+    "{% elif content['type'] == 'text' %}{{ content['text'] }}"
+    "{% endif %}{% endfor %}{% endif %}"
+    "{{'<|im_end|>\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{'<|im_start|>assistant\n' }}"
+    "{% endif %}")
 
 VOCAB = 384
 BOS = 290
@@ -211,6 +228,107 @@ def make_processor_cases(proc):
                                              pv.shape[0]))
 
 
+def make_chat(proc, images):
+    """internvl-chat: the fixture tokenizer with InternVL's special tokens
+    and chat template, a model over its vocabulary, and what the whole
+    InternVLProcessor (template, image processor, tokenizer) and greedy
+    generation make of chats of 0, 1 and 2 images (ref/serve-<case>/,
+    for t/089-internvl.t and tests/test_internvl.c)"""
+    from PIL import Image
+    from transformers import InternVLProcessor, PreTrainedTokenizerFast
+    from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
+    from transformers.models.internvl.video_processing_internvl import (
+        InternVLVideoProcessor)
+
+    d = os.path.join(OUT, "internvl-chat")
+    os.makedirs(d)
+    tok = PreTrainedTokenizerFast.from_pretrained(
+        TOKENIZER, extra_special_tokens={
+            "start_image_token": "<img>", "end_image_token": "</img>",
+            "context_image_token": "<IMG_CONTEXT>", "video_token": "<video>"})
+    tok.add_tokens(["<img>", "</img>", "<IMG_CONTEXT>", "<video>"],
+                   special_tokens=True)
+    tok.chat_template = CHAT_TEMPLATE
+    tok.save_pretrained(d)
+    with open(os.path.join(d, "chat_template.json"), "w") as f:
+        json.dump({"chat_template": CHAT_TEMPLATE}, f)
+    vocab = len(tok)
+    vocab += -vocab % 4
+    context = tok.convert_tokens_to_ids("<IMG_CONTEXT>")
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+
+    text = dict(TEXT, vocab_size=vocab, tie_word_embeddings=False,
+                bos_token_id=tok.convert_tokens_to_ids("<|im_start|>"),
+                eos_token_id=im_end)
+    cfg = InternVLConfig(text_config=text, vision_config=dict(VISION),
+                         image_token_id=context, image_seq_length=SEQ_LEN,
+                         downsample_ratio=0.5, tie_word_embeddings=False)
+    cfg._attn_implementation = "eager"
+    model = InternVLForConditionalGeneration(cfg).eval()
+    randomize(model, 500)
+    model.save_pretrained(d, safe_serialization=True)
+    GenerationConfig(bos_token_id=text["bos_token_id"], eos_token_id=[im_end],
+                     do_sample=False).save_pretrained(d)
+    # as the -hf checkpoints have it: crop_to_patches off in the file,
+    # InternVLProcessor turns it on
+    GotOcr2ImageProcessor(**dict(
+        PROC, crop_to_patches=False)).save_pretrained(d)
+
+    processor = InternVLProcessor(
+        image_processor=GotOcr2ImageProcessor(
+            **dict(PROC, crop_to_patches=False)),
+        tokenizer=tok, video_processor=InternVLVideoProcessor(),
+        image_seq_length=SEQ_LEN, chat_template=CHAT_TEMPLATE)
+    model = InternVLForConditionalGeneration.from_pretrained(
+        d, dtype=torch.float32, attn_implementation="eager").eval()
+
+    dec = {c: b for b, c in bytes_to_unicode().items()}
+    cases = [("text", [], "Tell me about the sea."),
+             ("image1", [images[0]], "What is in it?"),
+             ("image2", [images[1], images[2]], "Compare the two.")]
+
+    for case, imgs, question in cases:
+        rd = os.path.join(d, "ref", "serve-" + case)
+        os.makedirs(rd)
+        content = [{"type": "image"} for _ in imgs]
+        content.append({"type": "text", "text": question})
+        prompt = processor.apply_chat_template(
+            [{"role": "user", "content": content}],
+            add_generation_prompt=True)
+        kw = {}
+        if imgs:
+            r = processor(text=[prompt], images=[im["raw"] for im in imgs],
+                          return_tensors="pt")
+            kw = dict(pixel_values=r["pixel_values"])
+            # InternVLProcessor tiles: the frames of make_images
+            want = np.concatenate([im["pixels"] for im in imgs])
+            assert np.array_equal(r["pixel_values"].numpy(), want)
+        else:
+            r = processor(text=[prompt], return_tensors="pt")
+        with torch.no_grad():
+            gen = model.generate(input_ids=r["input_ids"], **kw,
+                                 do_sample=False, max_new_tokens=8,
+                                 min_new_tokens=8, eos_token_id=None,
+                                 pad_token_id=0)
+        new = gen[0, r["input_ids"].shape[1]:].tolist()
+        for i, im in enumerate(imgs):
+            Image.fromarray(im["raw"]).save(
+                os.path.join(rd, "image_%d.png" % i))
+        with open(os.path.join(rd, "question.txt"), "w") as f:
+            f.write(question)
+        with open(os.path.join(rd, "prompt.txt"), "w") as f:
+            f.write(prompt)
+        with open(os.path.join(rd, "expect.json"), "w") as f:
+            json.dump({"prompt_ids": r["input_ids"][0].tolist(),
+                       "greedy_ids": new,
+                       "greedy_bytes": [
+                           [dec[c] for c in tok.convert_ids_to_tokens(t)]
+                           for t in new]}, f)
+            f.write("\n")
+        print("internvl-chat/serve-%s: %d prompt tokens, answer %r %s"
+              % (case, r["input_ids"].shape[1], tok.decode(new), new))
+
+
 def main():
     torch.manual_seed(0)
     proc = GotOcr2ImageProcessor(**PROC)
@@ -244,6 +362,7 @@ def main():
             print("%s/%s: %d tokens, top-2 gap %.4f"
                   % (name, case, len(ids), gap))
 
+    make_chat(proc, images)
     make_processor_cases(proc)
 
 
