@@ -214,90 +214,6 @@ load_model(const char *name)
 
 
 static void
-check_case(vlm_model_t *m, const char *name, const char *ref_case,
-    int n_images, double tol)
-{
-    int                      i, n, next, V;
-    char                     file[64];
-    float                   *all;
-    int32_t                 *pos;
-    vlm_npy_t                ids, grid, ref_pos, last, greedy, pix[2];
-    vlm_seq_t               *seq;
-    vlm_image_t              img[2];
-    vlm_error_t              err;
-    const vlm_model_info_t  *info;
-
-    info = vlm_model_info(m);
-    V = info->vocab_size;
-
-    vlm_test_load_npy(&ids, FIX, name, ref_case, "input_ids.npy");
-    vlm_test_load_npy(&ref_pos, FIX, name, ref_case, "position_ids.npy");
-    vlm_test_load_npy(&last, FIX, name, ref_case, "logits_last.npy");
-    vlm_test_load_npy(&greedy, FIX, name, ref_case, "greedy.npy");
-    n = (int) ids.n;
-
-    if (n_images > 0) {
-        vlm_test_load_npy(&grid, FIX, name, ref_case, "grid_thw.npy");
-        assert_int_equal(grid.shape[0], n_images);
-    }
-
-    for (i = 0; i < n_images; i++) {
-        snprintf(file, sizeof(file), "pixel_values_%d.npy", i);
-        vlm_test_load_npy(&pix[i], FIX, name, ref_case, file);
-        img[i].pixels = pix[i].data;
-        img[i].grid_t = ((int32_t *) grid.data)[3 * i];
-        img[i].grid_h = ((int32_t *) grid.data)[3 * i + 1];
-        img[i].grid_w = ((int32_t *) grid.data)[3 * i + 2];
-        assert_int_equal(pix[i].shape[1], info->patch_dim);
-    }
-
-    pos = malloc((size_t) 3 * n * sizeof(int32_t));
-    assert_non_null(pos);
-    assert_int_equal(vlm_rope_index(m, ids.data, n, img, n_images, 0, pos,
-                                    &next, &err), VLM_OK);
-    assert_memory_equal(pos, ref_pos.data, (size_t) 3 * n * sizeof(int32_t));
-    assert_int_equal(next, n);
-
-    if (n_images > 1) {
-        /* one image fewer than the prompt's image tokens need */
-        assert_int_equal(vlm_rope_index(m, ids.data, n, img, n_images - 1,
-                                        0, pos, &next, &err),
-                         VLM_ERR_INVALID);
-    }
-
-    free(pos);
-
-    all = malloc((size_t) n * V * sizeof(float));
-    assert_non_null(all);
-
-    assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
-
-    if (vlm_seq_prefill(seq, ids.data, n, img, n_images,
-                        strcmp(ref_case, "text") == 0 ? all : NULL, &err)
-        != VLM_OK)
-    {
-        fail_msg("%s/%s: %s", name, ref_case, err.msg);
-    }
-
-    vlm_test_check_answer(m, seq, FIX, name, ref_case, all, n, &last,
-                          &greedy, tol);
-    vlm_seq_free(seq);
-
-    free(all);
-    vlm_npy_free(&ids);
-    vlm_npy_free(&ref_pos);
-    vlm_npy_free(&last);
-    vlm_npy_free(&greedy);
-    if (n_images > 0) {
-        vlm_npy_free(&grid);
-    }
-    for (i = 0; i < n_images; i++) {
-        vlm_npy_free(&pix[i]);
-    }
-}
-
-
-static void
 check_model(const char *name, double tol)
 {
     vlm_model_t        *m;
@@ -308,9 +224,9 @@ check_model(const char *name, double tol)
     assert_string_equal(vlm_model_info(m)->arch,
                         "InternVLForConditionalGeneration");
 
-    check_case(m, name, "text", 0, tol);
-    check_case(m, name, "image1", 1, tol);
-    check_case(m, name, "image2", 2, tol);
+    vlm_test_check_frames(m, FIX, name, "text", 0, tol);
+    vlm_test_check_frames(m, FIX, name, "image1", 1, tol);
+    vlm_test_check_frames(m, FIX, name, "image2", 2, tol);
 
     vlm_model_stats(m, &st);
     assert_int_equal(st.backend_allocs, 0);
@@ -342,35 +258,6 @@ test_internvl_bf16(void **state)
 }
 
 
-static char *
-read_file(const char *path, size_t *len)
-{
-    long   n;
-    char  *buf;
-    FILE  *f;
-
-    f = fopen(path, "rb");
-    if (f == NULL) {
-        fail_msg("cannot open %s", path);
-    }
-
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    n = ftell(f);
-    assert_true(n >= 0);
-    assert_int_equal(fseek(f, 0, SEEK_SET), 0);
-
-    buf = malloc((size_t) n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t) n, f), (size_t) n);
-    buf[n] = '\0';
-    fclose(f);
-
-    *len = (size_t) n;
-
-    return buf;
-}
-
-
 /*
  * The image processor against GotOcr2ImageProcessor: six images of odd
  * sizes (7 to 1 frames), no tiling with LANCZOS, at least 2 and at most
@@ -392,7 +279,7 @@ test_image_processor(void **state)
 
     for (i = 0; i < 9; i++) {
         snprintf(path, sizeof(path), FIX "/image/config_%d.json", i);
-        json = read_file(path, &len);
+        json = vlm_test_read_file(path, &len);
         vlm_internvl_image_config_default(&cfg, 7);
         if (vlm_internvl_image_config_parse(&cfg, json, len, &err)
             != VLM_OK)
@@ -607,10 +494,10 @@ test_server_pipeline(void **state)
 
         snprintf(path, sizeof(path), CHAT "/ref/serve-%s/question.txt",
                  cases[c]);
-        q = read_file(path, &len);
+        q = vlm_test_read_file(path, &len);
         snprintf(path, sizeof(path), CHAT "/ref/serve-%s/prompt.txt",
                  cases[c]);
-        want_prompt = read_file(path, &len);
+        want_prompt = vlm_test_read_file(path, &len);
         snprintf(path, sizeof(path), CHAT "/ref/serve-%s/expect.json",
                  cases[c]);
         expect = json_load_file(path, 0, &jerr);
@@ -649,7 +536,7 @@ test_server_pipeline(void **state)
         for (i = 0; i < n_img; i++) {
             snprintf(path, sizeof(path), CHAT "/ref/serve-%s/image_%d.png",
                      cases[c], i);
-            png = read_file(path, &png_len);
+            png = vlm_test_read_file(path, &png_len);
             pix[i] = malloc(4096 * 3 * 49 * sizeof(float));
             assert_non_null(pix[i]);
 
