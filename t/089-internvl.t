@@ -2,11 +2,12 @@
 # tools/fixtures_internvl.py (tests/fixtures/internvl/internvl-chat, its
 # GotOcr2 processor and the -hf chat template) answers chats of 0, 1 and
 # 2 images (2x3 tiles and the thumbnail; 1x3 and the thumbnail, and one
-# tile), plain and streamed, with transformers' greedy tokens (ref/serve-<case>/
-# expect.json: the prompt ids, which /tokenize answers too, and the
-# continuation's ids, compared by their bytes in "logprobs"); a picture
-# sent again after other text comes from the image feature cache; a
-# group of two tensor-parallel ranks gives the same answers.
+# tile), plain and streamed, with transformers' greedy tokens
+# (ref/serve-<case>/expect.json: the prompt ids, which /tokenize answers
+# too, and the continuation's ids, compared by their bytes in
+# "logprobs"), and vlm-cli run gives the same answers; a picture sent
+# again after other text comes from the image feature cache; a group of
+# two tensor-parallel ranks gives the same answers.
 
 use strict;
 use warnings;
@@ -30,6 +31,25 @@ my $srv = vlm_start(name => 'internvl', port => vlm_port(89), model => $model,
                     locations => <<'_EOC_');
         location = /tokenize { vlm_tokenize; }
 _EOC_
+
+# vlm-cli run, the same chats: the model's template, the GotOcr2
+# processor, each <IMG_CONTEXT> expanded, transformers' decoded answer
+{
+    my $cli = ($ENV{VLM_BUILD} || "$root/build") . "/vlm-cli";
+    for my $c (@cases) {
+        my $d = "$model/ref/serve-$c->{name}";
+        my @img = map { ('--image', $_) } sort glob("$d/image_*.png");
+        open my $p, '-|', $cli, 'run', '--model', $model, @img,
+             '--prompt', $c->{question}, '--temperature', '0',
+             '--max-tokens', '8', '--ignore-eos', '--threads', '1'
+            or die "$cli: $!";
+        my $out = do { local $/; <$p> };
+        close $p;
+        is($?, 0, "vlm-cli run, $c->{name}: exits 0");
+        is($out, vlm_slurp("$d/answer.txt") . "\n",
+           "vlm-cli run, $c->{name}: transformers' answer");
+    }
+}
 
 # the prompt ids of the whole processor
 for my $c (@cases) {

@@ -232,8 +232,9 @@ def make_chat(proc, images):
     """internvl-chat: the fixture tokenizer with InternVL's special tokens
     and chat template, a model over its vocabulary, and what the whole
     InternVLProcessor (template, image processor, tokenizer) and greedy
-    generation make of chats of 0, 1 and 2 images (ref/serve-<case>/,
-    for t/089-internvl.t and tests/test_internvl.c)"""
+    generation make of chats of 0, 1 and 2 images (ref/serve-<case>/:
+    the images, the question, the rendered prompt, expect.json and the
+    decoded answer, for t/089-internvl.t and tests/test_internvl.c)"""
     from PIL import Image
     from transformers import InternVLProcessor, PreTrainedTokenizerFast
     from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
@@ -318,6 +319,8 @@ def make_chat(proc, images):
             f.write(question)
         with open(os.path.join(rd, "prompt.txt"), "w") as f:
             f.write(prompt)
+        with open(os.path.join(rd, "answer.txt"), "w") as f:
+            f.write(tok.decode(new))
         with open(os.path.join(rd, "expect.json"), "w") as f:
             json.dump({"prompt_ids": r["input_ids"][0].tolist(),
                        "greedy_ids": new,
