@@ -103,8 +103,9 @@ ngx_http_vlm_image_plan(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
  * repeated for each of the image's features, Idefics3's <image> replaced
  * by its tiles' text (row / column tokens, the tiles' <image> tokens, the
  * global image), InternVL's <IMG_CONTEXT> by <img>, its frames'
- * <IMG_CONTEXT> tokens and </img>, tokenized as the whole expanded prompt would be: the
- * text starts and ends with a special token.  Into out.
+ * <IMG_CONTEXT> tokens and </img>, tokenized as the whole expanded
+ * prompt would be: the text starts and ends with a special token.  Into
+ * out.
  */
 vlm_status_t
 ngx_http_vlm_image_expand(ngx_http_vlm_chat_ctx_t *ctx,

@@ -3,7 +3,8 @@
  * Face config.json of Qwen2VLForConditionalGeneration,
  * Qwen2_5_VLForConditionalGeneration and Qwen3VLForConditionalGeneration
  * (and of SmolVLM / Idefics3 and InternVL, whose parsers are
- * model/idefics3/vlm_idefics3_config.c and model/internvl/): the nested text_config /
+ * model/idefics3/vlm_idefics3_config.c and
+ * model/internvl/vlm_internvl_config.c): the nested text_config /
  * vision_config form of recent transformers and (Qwen2-VL, Qwen2.5-VL)
  * the older flat form.
  * Keys that are absent take transformers' defaults (4.57).
