@@ -20,17 +20,6 @@
 #include "vlm_internvl.h"
 
 
-static void
-vlm_internvl_refuse(vlm_cfg_ctx_t *c, const char *what)
-{
-    if (c->rc == VLM_OK) {
-        c->rc = vlm_error_set(c->err, VLM_ERR_UNSUPPORTED,
-                              "config: %s: %s is not supported",
-                              c->section, what);
-    }
-}
-
-
 /* a key that must be false (or absent) */
 static void
 vlm_internvl_false(vlm_cfg_ctx_t *c, const char *key)
@@ -39,7 +28,7 @@ vlm_internvl_false(vlm_cfg_ctx_t *c, const char *key)
 
     v = vlm_cfg_get(c, key);
     if (v != NULL && json_is_true(v)) {
-        vlm_internvl_refuse(c, key);
+        vlm_cfg_refuse(c, key);
     }
 }
 
@@ -94,6 +83,11 @@ vlm_internvl_text(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
     const char         *type;
     vlm_text_config_t  *t = &cfg->text;
 
+    /* Qwen2Config's */
+    static const vlm_cfg_text_defaults_t  qwen2 = {
+        151936, 4096, 22016, 32, 32, 32768, 1e-6, 10000.0
+    };
+
     v = vlm_cfg_get(c, "model_type");
     type = v != NULL ? json_string_value(v) : "qwen2";
 
@@ -105,59 +99,14 @@ vlm_internvl_text(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
         return;
     }
 
-    t->vocab_size = vlm_cfg_int(c, "vocab_size", 151936, 1, 1 << 24);
-    t->hidden_size = vlm_cfg_int(c, "hidden_size", 4096, 1,
-                                 VLM_CFG_MAX_DIM);
-    t->intermediate_size = vlm_cfg_int(c, "intermediate_size", 22016, 1,
-                                       VLM_CFG_MAX_DIM);
-    t->n_layers = vlm_cfg_int(c, "num_hidden_layers", 32, 1, 1024);
-    t->n_heads = vlm_cfg_int(c, "num_attention_heads", 32, 1, 4096);
-    t->n_kv_heads = vlm_cfg_int(c, "num_key_value_heads", 32, 1, 4096);
-    t->max_position_embeddings = vlm_cfg_int(c, "max_position_embeddings",
-                                             32768, 1, 1 << 30);
-    t->rms_norm_eps = (float) vlm_cfg_num(c, "rms_norm_eps", 1e-6);
-    t->rope_theta = (float) vlm_cfg_num(c, "rope_theta", 10000.0);
-    t->act = vlm_cfg_act(c, "hidden_act", "silu");
+    vlm_cfg_text_plain(c, t, &qwen2);
     t->qkv_bias = 1;
 
     if (c->rc != VLM_OK) {
         return;
     }
 
-    if (t->hidden_size % t->n_heads != 0
-        || t->n_heads % t->n_kv_heads != 0
-        || (t->hidden_size / t->n_heads) % 2 != 0)
-    {
-        c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
-                              "config: text: hidden_size %d, "
-                              "num_attention_heads %d and "
-                              "num_key_value_heads %d do not divide into "
-                              "even heads", t->hidden_size, t->n_heads,
-                              t->n_kv_heads);
-        return;
-    }
-
-    t->head_dim = t->hidden_size / t->n_heads;
-
-    if (vlm_cfg_int(c, "head_dim", t->head_dim, 1, VLM_CFG_MAX_DIM)
-        != t->head_dim)
-    {
-        vlm_internvl_refuse(c, "a head_dim other than hidden_size / "
-                               "num_attention_heads");
-        return;
-    }
-
-    if (vlm_cfg_get(c, "rope_scaling") != NULL) {
-        vlm_internvl_refuse(c, "rope_scaling");
-        return;
-    }
-
     vlm_internvl_false(c, "use_sliding_window");
-
-    /* plain 1D rotary: every frequency reads the first position row */
-    t->mrope_section[0] = t->head_dim / 2;
-    t->mrope_section[1] = 0;
-    t->mrope_section[2] = 0;
 }
 
 
@@ -194,12 +143,12 @@ vlm_internvl_vision(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
         vc->rms_norm = 1;
 
     } else if (s == NULL || strcmp(s, "layer_norm") != 0) {
-        vlm_internvl_refuse(c, "a norm_type other than layer_norm and "
+        vlm_cfg_refuse(c, "a norm_type other than layer_norm and "
                                "rms_norm");
     }
 
     if (!vlm_internvl_flag(c, "use_absolute_position_embeddings", 1)) {
-        vlm_internvl_refuse(c, "use_absolute_position_embeddings false");
+        vlm_cfg_refuse(c, "use_absolute_position_embeddings false");
     }
 
     if (c->rc != VLM_OK) {
@@ -263,25 +212,25 @@ vlm_internvl_config(vlm_model_config_t *cfg, json_t *root, vlm_cfg_ctx_t *c)
 
     v = vlm_cfg_get(c, "downsample_ratio");
     if (v != NULL && json_number_value(v) != 0.5) {
-        vlm_internvl_refuse(c, "a downsample_ratio other than 0.5");
+        vlm_cfg_refuse(c, "a downsample_ratio other than 0.5");
     }
 
     if (vlm_cfg_int(c, "vision_feature_layer", -1, -1024, 1024) != -1)
     {
-        vlm_internvl_refuse(c, "a vision_feature_layer other than -1");
+        vlm_cfg_refuse(c, "a vision_feature_layer other than -1");
     }
 
     v = vlm_cfg_get(c, "vision_feature_select_strategy");
     s = v != NULL ? json_string_value(v) : "default";
     if (s == NULL || strcmp(s, "default") != 0) {
-        vlm_internvl_refuse(c, "a vision_feature_select_strategy other "
+        vlm_cfg_refuse(c, "a vision_feature_select_strategy other "
                                "than \"default\"");
     }
 
     v = vlm_cfg_get(c, "projector_hidden_act");
     s = v != NULL ? json_string_value(v) : "gelu";
     if (s == NULL || strcmp(s, "gelu") != 0) {
-        vlm_internvl_refuse(c, "a projector_hidden_act other than "
+        vlm_cfg_refuse(c, "a projector_hidden_act other than "
                                "\"gelu\"");
     }
 
