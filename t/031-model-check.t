@@ -70,6 +70,16 @@ model("smolvlm", undef, undef, $smolvlm);
 model("smolvlm-qwenproc", "preprocessor_config.json", sub {
     $_[0]{image_processor_type} = "Qwen2VLImageProcessor";
 }, $smolvlm);
+# InternVL: served with GotOcr2's processor, refused with Qwen2-VL's or
+# with a decoder option the engine does not run
+my $internvl = "tests/fixtures/internvl/internvl-chat";
+model("internvl", undef, undef, $internvl);
+model("internvl-qwenproc", "preprocessor_config.json", sub {
+    $_[0]{image_processor_type} = "Qwen2VLImageProcessor";
+}, $internvl);
+model("internvl-sliding", "config.json", sub {
+    $_[0]{text_config}{use_sliding_window} = JSON::PP::true;
+}, $internvl);
 my $noweights = model("noweights");
 unlink "$noweights/model.safetensors" or die;
 model("shape", "config.json", sub {
@@ -171,7 +181,7 @@ sub named_line {
     return ($lines[$line - 1] // '', $out =~ /syntax is ok/ ? 1 : 0);
 }
 
-my $direct = 23;
+my $direct = 28;
 
 repeat_each(1);
 
@@ -197,6 +207,19 @@ plan tests => repeat_each() * 2 * blocks() + $direct;
     isnt($rc, 0, "nginx -t fails on SmolVLM with Qwen2-VL's processor");
     like($out, qr{\[emerg\] .*vlm_model "[^"]+/smolvlm-qwenproc": \S+/smolvlm-qwenproc/preprocessor_config\.json: image_processor_type "Qwen2VLImageProcessor" is not the Idefics3 / SmolVLM processor this model's architecture takes},
          "and names the file and the processor");
+
+    ($rc, $out) = nginx_t("$models/internvl");
+    is($rc, 0, "nginx -t passes an InternVL checkpoint") or diag($out);
+
+    ($rc, $out) = nginx_t("$models/internvl-qwenproc");
+    isnt($rc, 0, "nginx -t fails on InternVL with Qwen2-VL's processor");
+    like($out, qr{\[emerg\] .*vlm_model "[^"]+/internvl-qwenproc": \S+/internvl-qwenproc/preprocessor_config\.json: image_processor_type "Qwen2VLImageProcessor" is not the GotOcr2 processor this model's architecture takes},
+         "and names the file and the processor");
+
+    ($rc, $out) = nginx_t("$models/internvl-sliding");
+    isnt($rc, 0, "nginx -t fails on InternVL with sliding-window attention");
+    like($out, qr{\[emerg\] .*vlm_model "[^"]+/internvl-sliding": config: "[^"]+/config\.json": text: use_sliding_window is not supported},
+         "and names the key");
 
     ($rc, $out) = nginx_t("$models/template");
     is($rc, 0, "nginx -t passes a model with Qwen3's chat template")
@@ -278,7 +301,7 @@ __DATA__
 --- must_die
 --- suppress_stderr
 --- error_log eval
-qr{\[emerg\] .*: vlm_model "[^"]+/llama": config: "[^"]+/llama/config\.json": architecture "LlamaForCausalLM" is not supported \(this engine runs the Qwen2-VL, Qwen2\.5-VL, Qwen3-VL, SmolVLM and Idefics3 families\) in \S+nginx\.conf:\d+$}
+qr{\[emerg\] .*: vlm_model "[^"]+/llama": config: "[^"]+/llama/config\.json": architecture "LlamaForCausalLM" is not supported \(this engine runs the Qwen2-VL, Qwen2\.5-VL, Qwen3-VL, SmolVLM, Idefics3 and InternVL families\) in \S+nginx\.conf:\d+$}
 
 
 

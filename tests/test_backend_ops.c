@@ -3,7 +3,8 @@
  * (the reference) on random inputs, at shapes chosen to hit odd sizes,
  * GQA ratios, KV block boundaries and the launch limits of the kernels;
  * then the whole model, CUDA against CPU, on the fixture checkpoints of
- * tests/fixtures/models and the SmolVLM ones of tests/fixtures/idefics3
+ * tests/fixtures/models, the SmolVLM ones of tests/fixtures/idefics3 and
+ * the InternVL ones of tests/fixtures/internvl
  * (last-position logits within 1e-2 relative L2).
  * The idea is ggml's test-backend-ops.
  *
@@ -1309,6 +1310,35 @@ test_model_smolvlm_bf16(void **state)
 
 
 /*
+ * tests/fixtures/internvl: the InternViT tower's (the CLS and position
+ * rows through embed and gather_rows, the layer scales' f32 matmuls, the
+ * q/k RMSNorm) and the Qwen2 decoder's ops
+ */
+static void
+test_model_internvl_f32(void **state)
+{
+    require_gpu();
+    parity_model("../internvl/internvl-f32");
+}
+
+
+static void
+test_model_internvl_qknorm_f32(void **state)
+{
+    require_gpu();
+    parity_model("../internvl/internvl-qknorm-f32");
+}
+
+
+static void
+test_model_internvl_bf16(void **state)
+{
+    require_gpu();
+    parity_model("../internvl/internvl-bf16");
+}
+
+
+/*
  * The decode benchmark: the op sequence of one decoder step (as
  * vlm_lm_forward issues it for one token) on a random decoder of
  * Qwen2.5-VL-7B's shapes, timed over many steps; weight bytes read per
@@ -1584,6 +1614,9 @@ main(int argc, char **argv)
         cmocka_unit_test(test_model_qwen3vl_bf16),
         cmocka_unit_test(test_model_smolvlm_f32),
         cmocka_unit_test(test_model_smolvlm_bf16),
+        cmocka_unit_test(test_model_internvl_f32),
+        cmocka_unit_test(test_model_internvl_qknorm_f32),
+        cmocka_unit_test(test_model_internvl_bf16),
     };
 
     /* e.g. "test_model_*_bf16": the tests it names are skipped */

@@ -225,35 +225,6 @@ test_position_ids(void **state)
 }
 
 
-static char *
-read_file(const char *path, size_t *len)
-{
-    long   n;
-    char  *buf;
-    FILE  *f;
-
-    f = fopen(path, "rb");
-    if (f == NULL) {
-        fail_msg("cannot open %s", path);
-    }
-
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    n = ftell(f);
-    assert_true(n >= 0);
-    assert_int_equal(fseek(f, 0, SEEK_SET), 0);
-
-    buf = malloc((size_t) n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t) n, f), (size_t) n);
-    buf[n] = '\0';
-    fclose(f);
-
-    *len = (size_t) n;
-
-    return buf;
-}
-
-
 /*
  * The image processor against SmolVLMImageProcessor: LANCZOS with 2x3,
  * 1x3 and 3x3 tiles, BICUBIC, and no splitting; pixel values bit for
@@ -274,7 +245,7 @@ test_image_processor(void **state)
 
     for (i = 0; i < 5; i++) {
         snprintf(path, sizeof(path), FIX "/image/config_%d.json", i);
-        json = read_file(path, &len);
+        json = vlm_test_read_file(path, &len);
         vlm_idefics3_image_config_default(&cfg, 8);
         if (vlm_idefics3_image_config_parse(&cfg, json, len, &err)
             != VLM_OK)
@@ -345,7 +316,7 @@ test_image_processor(void **state)
                          VLM_ERR_LIMIT);
 
         snprintf(path, sizeof(path), FIX "/image/prompt_%d.txt", i);
-        want = read_file(path, &len);
+        want = vlm_test_read_file(path, &len);
         n = vlm_idefics3_image_prompt(&plan, 4, NULL, 0);
         assert_int_equal(n, len);
         got = malloc(n + 1);
@@ -427,90 +398,6 @@ load_model(const char *name)
 
 
 static void
-check_case(vlm_model_t *m, const char *name, const char *ref_case,
-    int n_images, double tol)
-{
-    int                      i, n, next, V;
-    char                     file[64];
-    float                   *all;
-    int32_t                 *pos;
-    vlm_npy_t                ids, grid, ref_pos, last, greedy, pix[2];
-    vlm_seq_t               *seq;
-    vlm_image_t              img[2];
-    vlm_error_t              err;
-    const vlm_model_info_t  *info;
-
-    info = vlm_model_info(m);
-    V = info->vocab_size;
-
-    vlm_test_load_npy(&ids, FIX, name, ref_case, "input_ids.npy");
-    vlm_test_load_npy(&ref_pos, FIX, name, ref_case, "position_ids.npy");
-    vlm_test_load_npy(&last, FIX, name, ref_case, "logits_last.npy");
-    vlm_test_load_npy(&greedy, FIX, name, ref_case, "greedy.npy");
-    n = (int) ids.n;
-
-    if (n_images > 0) {
-        vlm_test_load_npy(&grid, FIX, name, ref_case, "grid_thw.npy");
-        assert_int_equal(grid.shape[0], n_images);
-    }
-
-    for (i = 0; i < n_images; i++) {
-        snprintf(file, sizeof(file), "pixel_values_%d.npy", i);
-        vlm_test_load_npy(&pix[i], FIX, name, ref_case, file);
-        img[i].pixels = pix[i].data;
-        img[i].grid_t = ((int32_t *) grid.data)[3 * i];
-        img[i].grid_h = ((int32_t *) grid.data)[3 * i + 1];
-        img[i].grid_w = ((int32_t *) grid.data)[3 * i + 2];
-        assert_int_equal(pix[i].shape[1], info->patch_dim);
-    }
-
-    pos = malloc((size_t) 3 * n * sizeof(int32_t));
-    assert_non_null(pos);
-    assert_int_equal(vlm_rope_index(m, ids.data, n, img, n_images, 0, pos,
-                                    &next, &err), VLM_OK);
-    assert_memory_equal(pos, ref_pos.data, (size_t) 3 * n * sizeof(int32_t));
-    assert_int_equal(next, n);
-
-    if (n_images > 0) {
-        /* one image fewer than the prompt's <image> tokens need */
-        assert_int_equal(vlm_rope_index(m, ids.data, n, img, n_images - 1,
-                                        0, pos, &next, &err),
-                         n_images > 1 ? VLM_ERR_INVALID : VLM_OK);
-    }
-
-    free(pos);
-
-    all = malloc((size_t) n * V * sizeof(float));
-    assert_non_null(all);
-
-    assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
-
-    if (vlm_seq_prefill(seq, ids.data, n, img, n_images,
-                        strcmp(ref_case, "text") == 0 ? all : NULL, &err)
-        != VLM_OK)
-    {
-        fail_msg("%s/%s: %s", name, ref_case, err.msg);
-    }
-
-    vlm_test_check_answer(m, seq, FIX, name, ref_case, all, n, &last,
-                          &greedy, tol);
-    vlm_seq_free(seq);
-
-    free(all);
-    vlm_npy_free(&ids);
-    vlm_npy_free(&ref_pos);
-    vlm_npy_free(&last);
-    vlm_npy_free(&greedy);
-    if (n_images > 0) {
-        vlm_npy_free(&grid);
-    }
-    for (i = 0; i < n_images; i++) {
-        vlm_npy_free(&pix[i]);
-    }
-}
-
-
-static void
 check_model(const char *name, double tol)
 {
     vlm_model_t        *m;
@@ -522,9 +409,9 @@ check_model(const char *name, double tol)
                         name[0] == 's' ? "SmolVLMForConditionalGeneration"
                                        : "Idefics3ForConditionalGeneration");
 
-    check_case(m, name, "text", 0, tol);
-    check_case(m, name, "image1", 1, tol);
-    check_case(m, name, "image2", 2, tol);
+    vlm_test_check_frames(m, FIX, name, "text", 0, tol);
+    vlm_test_check_frames(m, FIX, name, "image1", 1, tol);
+    vlm_test_check_frames(m, FIX, name, "image2", 2, tol);
 
     vlm_model_stats(m, &st);
     assert_int_equal(st.backend_allocs, 0);
@@ -575,9 +462,9 @@ test_image_cache(void **state)
         fail_msg("load: %s", err.msg);
     }
 
-    check_case(m, "smolvlm-f32", "image1", 1, 1e-4);
-    check_case(m, "smolvlm-f32", "image1", 1, 1e-4);
-    check_case(m, "smolvlm-f32", "image2", 2, 1e-4);
+    vlm_test_check_frames(m, FIX, "smolvlm-f32", "image1", 1, 1e-4);
+    vlm_test_check_frames(m, FIX, "smolvlm-f32", "image1", 1, 1e-4);
+    vlm_test_check_frames(m, FIX, "smolvlm-f32", "image2", 2, 1e-4);
 
     vlm_model_stats(m, &st);
     assert_int_equal(st.image_cache_misses, 3);
@@ -618,13 +505,13 @@ test_chat_processor(void **state)
 
 #define CHAT  FIX "/smolvlm-chat"
 
-    json = read_file(CHAT "/preprocessor_config.json", &len);
+    json = vlm_test_read_file(CHAT "/preprocessor_config.json", &len);
     vlm_idefics3_image_config_default(&cfg, 8);
     assert_int_equal(vlm_idefics3_image_config_parse(&cfg, json, len, &err),
                      VLM_OK);
     free(json);
 
-    png = read_file(CHAT "/ref/chat/image.png", &png_len);
+    png = vlm_test_read_file(CHAT "/ref/chat/image.png", &png_len);
     vlm_image_limits_default(&limits);
     assert_int_equal(vlm_image_probe((uint8_t *) png, png_len, &limits,
                                      &info, &err), VLM_OK);
@@ -649,7 +536,7 @@ test_chat_processor(void **state)
     free(scratch);
     free(rgb);
 
-    prompt = read_file(CHAT "/ref/chat/prompt.txt", &plen);
+    prompt = vlm_test_read_file(CHAT "/ref/chat/prompt.txt", &plen);
     n = vlm_idefics3_expand_prompt(prompt, plen, &plan, 1, 4, NULL, 0,
                                    &found);
     assert_int_equal(found, 1);
@@ -771,7 +658,7 @@ test_server_pipeline(void **state)
     assert_int_equal(vlm_image_ctx_init_config(&ctx, &limits, &cfg, &err),
                      VLM_OK);
 
-    png = read_file(CHAT "/ref/chat/image.png", &png_len);
+    png = vlm_test_read_file(CHAT "/ref/chat/image.png", &png_len);
     assert_int_equal(vlm_npy_load(&want, FIX "/smolvlm-f32/ref/image1/"
                                   "pixel_values_0.npy", &err), VLM_OK);
     pixels = malloc(want.n * sizeof(float));
@@ -817,7 +704,7 @@ test_server_pipeline(void **state)
     assert_int_equal(vlm_image_prompt_text(&cfg, &plan, text, n_img + 1),
                      n_img);
 
-    prompt = read_file(CHAT "/ref/chat/prompt.txt", &plen);
+    prompt = vlm_test_read_file(CHAT "/ref/chat/prompt.txt", &plen);
     n = plen + n_img + 1;
     ids = malloc(n * sizeof(int32_t));
     img_ids = malloc(n * sizeof(int32_t));

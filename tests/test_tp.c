@@ -1,7 +1,8 @@
 /*
  * Tensor-parallel parity: the tiny checkpoints of tests/fixtures/models
  * (Qwen2-VL, Qwen2.5-VL and Qwen3-VL, f32 and bf16, tied and untied
- * heads) and of tests/fixtures/idefics3 (SmolVLM, f32 tied and bf16) run by
+ * heads), of tests/fixtures/idefics3 (SmolVLM, f32 tied and bf16) and of
+ * tests/fixtures/internvl (InternVL, f32, f32 with the q/k norm, bf16) run by
  * groups of 2 and 4 real rank processes over the shared memory
  * communicator give every rank the last-position logits of one process
  * within 1e-5 relative L2 (5e-3 for bf16 weights, whose matmuls round the
@@ -433,6 +434,31 @@ static void
 test_smolvlm_bf16(void **state)
 {
     check_model("../idefics3/smolvlm-bf16");
+}
+
+
+/*
+ * tests/fixtures/internvl: the InternViT tower splits over 2 ranks; with
+ * its q/k norm over the whole width every rank runs it whole
+ */
+static void
+test_internvl_f32(void **state)
+{
+    check_model("../internvl/internvl-f32");
+}
+
+
+static void
+test_internvl_qknorm_f32_tied(void **state)
+{
+    check_model("../internvl/internvl-qknorm-f32");
+}
+
+
+static void
+test_internvl_bf16(void **state)
+{
+    check_model("../internvl/internvl-bf16");
 }
 
 
@@ -896,6 +922,9 @@ main(void)
         cmocka_unit_test(test_qwen3vl_bf16_tied),
         cmocka_unit_test(test_smolvlm_f32_tied),
         cmocka_unit_test(test_smolvlm_bf16),
+        cmocka_unit_test(test_internvl_f32),
+        cmocka_unit_test(test_internvl_qknorm_f32_tied),
+        cmocka_unit_test(test_internvl_bf16),
         cmocka_unit_test(test_group_plans),
         cmocka_unit_test(test_quant),
         cmocka_unit_test(test_quant_refused),

@@ -166,6 +166,126 @@ vlm_test_check_answer(vlm_model_t *m, vlm_seq_t *seq, const char *dir,
 }
 
 
+/* a whole file, NUL-terminated, its length in *len */
+static inline char *
+vlm_test_read_file(const char *path, size_t *len)
+{
+    long   n;
+    char  *buf;
+    FILE  *f;
+
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        fail_msg("cannot open %s", path);
+    }
+
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    n = ftell(f);
+    assert_true(n >= 0);
+    assert_int_equal(fseek(f, 0, SEEK_SET), 0);
+
+    buf = malloc((size_t) n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t) n, f), (size_t) n);
+    buf[n] = '\0';
+    fclose(f);
+
+    *len = (size_t) n;
+
+    return buf;
+}
+
+
+/*
+ * A case of ref/<ref_case>/ of a model whose images are frames of equal
+ * tiles with 1D positions (Idefics3, InternVL): the positions, one image
+ * fewer refused, then the prefill of the prompt (all positions' logits
+ * for "text") and the answer as vlm_test_check_answer() checks it
+ */
+static inline void
+vlm_test_check_frames(vlm_model_t *m, const char *dir, const char *name,
+    const char *ref_case, int n_images, double tol)
+{
+    int                      i, n, next, V;
+    char                     file[64];
+    float                   *all;
+    int32_t                 *pos;
+    vlm_npy_t                ids, grid, ref_pos, last, greedy, pix[2];
+    vlm_seq_t               *seq;
+    vlm_image_t              img[2];
+    vlm_error_t              err;
+    const vlm_model_info_t  *info;
+
+    info = vlm_model_info(m);
+    V = info->vocab_size;
+
+    vlm_test_load_npy(&ids, dir, name, ref_case, "input_ids.npy");
+    vlm_test_load_npy(&ref_pos, dir, name, ref_case, "position_ids.npy");
+    vlm_test_load_npy(&last, dir, name, ref_case, "logits_last.npy");
+    vlm_test_load_npy(&greedy, dir, name, ref_case, "greedy.npy");
+    n = (int) ids.n;
+
+    if (n_images > 0) {
+        vlm_test_load_npy(&grid, dir, name, ref_case, "grid_thw.npy");
+        assert_int_equal(grid.shape[0], n_images);
+    }
+
+    for (i = 0; i < n_images; i++) {
+        snprintf(file, sizeof(file), "pixel_values_%d.npy", i);
+        vlm_test_load_npy(&pix[i], dir, name, ref_case, file);
+        img[i].pixels = pix[i].data;
+        img[i].grid_t = ((int32_t *) grid.data)[3 * i];
+        img[i].grid_h = ((int32_t *) grid.data)[3 * i + 1];
+        img[i].grid_w = ((int32_t *) grid.data)[3 * i + 2];
+        assert_int_equal(pix[i].shape[1], info->patch_dim);
+    }
+
+    pos = malloc((size_t) 3 * n * sizeof(int32_t));
+    assert_non_null(pos);
+    assert_int_equal(vlm_rope_index(m, ids.data, n, img, n_images, 0, pos,
+                                    &next, &err), VLM_OK);
+    assert_memory_equal(pos, ref_pos.data, (size_t) 3 * n * sizeof(int32_t));
+    assert_int_equal(next, n);
+
+    if (n_images > 0) {
+        /* one image fewer than the prompt's image tokens need */
+        assert_int_equal(vlm_rope_index(m, ids.data, n, img, n_images - 1,
+                                        0, pos, &next, &err),
+                         n_images > 1 ? VLM_ERR_INVALID : VLM_OK);
+    }
+
+    free(pos);
+
+    all = malloc((size_t) n * V * sizeof(float));
+    assert_non_null(all);
+
+    assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+
+    if (vlm_seq_prefill(seq, ids.data, n, img, n_images,
+                        strcmp(ref_case, "text") == 0 ? all : NULL, &err)
+        != VLM_OK)
+    {
+        fail_msg("%s/%s: %s", name, ref_case, err.msg);
+    }
+
+    vlm_test_check_answer(m, seq, dir, name, ref_case, all, n, &last,
+                          &greedy, tol);
+    vlm_seq_free(seq);
+
+    free(all);
+    vlm_npy_free(&ids);
+    vlm_npy_free(&ref_pos);
+    vlm_npy_free(&last);
+    vlm_npy_free(&greedy);
+    if (n_images > 0) {
+        vlm_npy_free(&grid);
+    }
+    for (i = 0; i < n_images; i++) {
+        vlm_npy_free(&pix[i]);
+    }
+}
+
+
 /* xorshift64: a float in [-1, 1) from *state */
 static inline float
 vlm_test_frand(uint64_t *state)

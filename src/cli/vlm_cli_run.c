@@ -485,14 +485,81 @@ vlm_cli_render(vlm_cli_run_t *r, char **text, size_t *n_text,
 
 
 /*
- * run: the images preprocessed as Qwen2VLImageProcessor does, the chat
- * template rendered, the prompt tokenized with the image pads expanded.
+ * The prompt's ids with each image's placeholder expanded: Qwen2-VL's pad
+ * repeated for its features, or (InternVL) the template's <IMG_CONTEXT>
+ * replaced by the ids of the image's text, as the server does
+ * (ngx_http_vlm_image.c).  n_all bounds the result.
+ */
+static vlm_status_t
+vlm_cli_expand(vlm_cli_run_t *r, const vlm_image_config_t *icfg,
+    const vlm_image_plan_t *plans, const size_t *n_pads, const int32_t *ids,
+    size_t n_ids, vlm_tok_work_t *work, size_t n_all, size_t *len,
+    vlm_error_t *err)
+{
+    int             i;
+    char           *text;
+    size_t          used, lens[VLM_CLI_MAX_IMAGES];
+    int32_t        *img_ids;
+    vlm_status_t    rc;
+    const int32_t  *seqs[VLM_CLI_MAX_IMAGES];
+
+    if (r->n_images == 0 || icfg->family == VLM_IMAGE_QWEN2VL) {
+        return vlm_chat_expand_ids(ids, n_ids,
+                                   vlm_tokenizer_token_id(r->tok,
+                                                          VLM_CHAT_IMAGE_PAD),
+                                   n_pads, (size_t) r->n_images, r->ids,
+                                   n_all, len, err);
+    }
+
+    img_ids = malloc(n_all * sizeof(int32_t));
+    if (img_ids == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "no memory");
+    }
+
+    used = 0;
+    rc = VLM_OK;
+
+    for (i = 0; rc == VLM_OK && i < r->n_images; i++) {
+        text = malloc(n_pads[i] + 1);
+        if (text == NULL) {
+            rc = vlm_error_set(err, VLM_ERR_NOMEM, "no memory");
+            break;
+        }
+
+        vlm_image_prompt_text(icfg, &plans[i], text, n_pads[i] + 1);
+        rc = vlm_tokenizer_encode(r->tok, work, text, n_pads[i], 0,
+                                  img_ids + used, n_all - used, &lens[i],
+                                  err);
+        free(text);
+
+        seqs[i] = img_ids + used;
+        used += lens[i];
+    }
+
+    if (rc == VLM_OK) {
+        rc = vlm_chat_splice_ids(ids, n_ids,
+                                 vlm_tokenizer_token_id(r->tok,
+                                                        VLM_INTERNVL_CONTEXT),
+                                 seqs, lens, (size_t) r->n_images, r->ids,
+                                 n_all, len, err);
+    }
+
+    free(img_ids);
+
+    return rc;
+}
+
+
+/*
+ * run: the images through the model family's processor (chosen by
+ * config.json, as the server chooses it), the chat template rendered,
+ * the prompt tokenized with each image's placeholder expanded.
  */
 static int
 vlm_cli_prompt(vlm_cli_run_t *r)
 {
     int                    i, rc;
-    char                  *data, *text, path[4096];
+    char                  *data, *text;
     size_t                 len, n_text, n_spans, n_ids, n_all;
     size_t                 n_pads[VLM_CLI_MAX_IMAGES];
     int32_t               *ids;
@@ -500,9 +567,9 @@ vlm_cli_prompt(vlm_cli_run_t *r)
     vlm_tok_span_t        *spans;
     vlm_tok_work_t        *work;
     vlm_image_ctx_t       *ictx;
-    vlm_image_plan_t       plan;
+    vlm_image_plan_t       plans[VLM_CLI_MAX_IMAGES];
     vlm_image_limits_t     limits;
-    vlm_qwen2vl_config_t   cfg;
+    vlm_image_config_t     icfg;
 
     if (vlm_tokenizer_load(&r->tok, r->model, &err) != VLM_OK) {
         return vlm_cli_fail("%s", err.msg);
@@ -517,13 +584,13 @@ vlm_cli_prompt(vlm_cli_run_t *r)
                                        &r->ids, &r->n_ids);
     }
 
-    snprintf(path, sizeof(path), "%s/preprocessor_config.json", r->model);
-
     vlm_image_limits_default(&limits);
+    memset(&icfg, 0, sizeof(vlm_image_config_t));
 
     if (r->n_images
-        && (vlm_qwen2vl_config_load(&cfg, path, &err) != VLM_OK
-            || vlm_image_ctx_init(&ictx, &limits, &cfg, &err) != VLM_OK))
+        && (vlm_image_config_load(&icfg, r->model, &err) != VLM_OK
+            || vlm_image_ctx_init_config(&ictx, &limits, &icfg, &err)
+               != VLM_OK))
     {
         return vlm_cli_fail("%s", err.msg);
     }
@@ -535,8 +602,8 @@ vlm_cli_prompt(vlm_cli_run_t *r)
             goto image_failed;
         }
 
-        if (vlm_image_plan(&limits, &cfg, (uint8_t *) data, len, &plan,
-                           &err)
+        if (vlm_image_plan_config(&limits, &icfg, (uint8_t *) data, len,
+                                  &plans[i], &err)
             != VLM_OK)
         {
             free(data);
@@ -544,12 +611,12 @@ vlm_cli_prompt(vlm_cli_run_t *r)
             goto image_failed;
         }
 
-        r->pixels[i].data = malloc(plan.n_values * sizeof(float));
+        r->pixels[i].data = malloc(plans[i].n_values * sizeof(float));
 
         if (r->pixels[i].data == NULL
             || vlm_image_ctx_run(ictx, (uint8_t *) data, len,
-                                 r->pixels[i].data, plan.n_values, &plan,
-                                 &err)
+                                 r->pixels[i].data, plans[i].n_values,
+                                 &plans[i], &err)
                != VLM_OK)
         {
             free(data);
@@ -560,12 +627,14 @@ vlm_cli_prompt(vlm_cli_run_t *r)
 
         free(data);
 
-        r->pixels[i].shape[0] = plan.grid.n_patches;
+        r->pixels[i].shape[0] = plans[i].grid.n_patches;
         r->images[i].pixels = r->pixels[i].data;
-        r->images[i].grid_t = (int) plan.grid.grid_t;
-        r->images[i].grid_h = (int) plan.grid.grid_h;
-        r->images[i].grid_w = (int) plan.grid.grid_w;
-        n_pads[i] = plan.grid.n_tokens;
+        r->images[i].grid_t = (int) plans[i].grid.grid_t;
+        r->images[i].grid_h = (int) plans[i].grid.grid_h;
+        r->images[i].grid_w = (int) plans[i].grid.grid_w;
+        /* its pads, or its text's bytes (a token has one or more) */
+        n_pads[i] = icfg.family == VLM_IMAGE_QWEN2VL
+                    ? plans[i].grid.n_tokens : plans[i].n_ids;
     }
 
     if (r->n_images) {
@@ -588,15 +657,12 @@ vlm_cli_prompt(vlm_cli_run_t *r)
     work = NULL;
 
     if (ids == NULL || r->ids == NULL
-        || vlm_tok_work_create(&work, r->tok, n_text + 1, &err) != VLM_OK
+        || vlm_tok_work_create(&work, r->tok, n_all, &err) != VLM_OK
         || vlm_tokenizer_encode_spans(r->tok, work, text, n_text, 0, spans,
                                       n_spans, ids, n_text + 1, &n_ids, &err)
            != VLM_OK
-        || vlm_chat_expand_ids(ids, n_ids,
-                               vlm_tokenizer_token_id(r->tok,
-                                                      VLM_CHAT_IMAGE_PAD),
-                               n_pads, (size_t) r->n_images, r->ids, n_all,
-                               &len, &err)
+        || vlm_cli_expand(r, &icfg, plans, n_pads, ids, n_ids, work, n_all,
+                          &len, &err)
            != VLM_OK)
     {
         rc = vlm_cli_fail("%s", ids && r->ids ? err.msg : "no memory");
@@ -648,9 +714,11 @@ vlm_cli_open(vlm_cli_run_t *r, int extra, vlm_model_t **m, vlm_seq_t **seq)
 
     vlm_log_set_handler(vlm_cli_log, NULL, VLM_LOG_WARN);
 
+    /* each image's pixel rows and a row a frame (InternVL's CLS) */
     patches = 0;
     for (i = 0; i < r->n_images; i++) {
-        patches = vlm_max(patches, (int) r->pixels[i].shape[0]);
+        patches = vlm_max(patches, (int) r->pixels[i].shape[0]
+                                   + r->images[i].grid_t);
     }
 
     vlm_model_params_default(&p);

@@ -20,7 +20,7 @@ static void ngx_http_vlm_chat_fetched(void *data, vlm_openai_error_t *err);
  * The processor's settings for image i: the request's
  * mm_processor_kwargs (min_pixels, max_pixels, within the server's: the
  * parser checked), then its detail's pixel budget (Qwen2-VL's; Idefics3's
- * processor has its own sizes, whatever the detail)
+ * and InternVL's processors have their own sizes, whatever the detail)
  */
 const vlm_image_config_t *
 ngx_http_vlm_image_config(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
@@ -102,8 +102,10 @@ ngx_http_vlm_image_plan(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
  * image expanded as the model's processor does it: Qwen2-VL's pad
  * repeated for each of the image's features, Idefics3's <image> replaced
  * by its tiles' text (row / column tokens, the tiles' <image> tokens, the
- * global image), tokenized as the whole expanded prompt would be: the
- * text starts and ends with a special token.  Into out.
+ * global image), InternVL's <IMG_CONTEXT> by <img>, its frames'
+ * <IMG_CONTEXT> tokens and </img>, tokenized as the whole expanded
+ * prompt would be: the text starts and ends with a special token.  Into
+ * out.
  */
 vlm_status_t
 ngx_http_vlm_image_expand(ngx_http_vlm_chat_ctx_t *ctx,
@@ -123,7 +125,7 @@ ngx_http_vlm_image_expand(ngx_http_vlm_chat_ctx_t *ctx,
     cfg = &vmcf->image_config;
     n = ctx->req.n_images;
 
-    if (cfg->family != VLM_IMAGE_IDEFICS3) {
+    if (cfg->family == VLM_IMAGE_QWEN2VL) {
         for (i = 0; i < n; i++) {
             lens[i] = ctx->images[i].plan.grid.n_tokens;
         }

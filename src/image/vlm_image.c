@@ -54,12 +54,36 @@ vlm_image_idefics3_name(const char *name)
 }
 
 
-/* config.json: the family, and Idefics3's tower geometry */
+/* whether a name (an architecture, a processor type) is InternVL's */
+static int
+vlm_image_internvl_name(const char *name)
+{
+    return name != NULL && (strncmp(name, "InternVL", 8) == 0
+                            || strncmp(name, "GotOcr2ImageProcessor", 21)
+                               == 0);
+}
+
+
+/* image_size, patch_size: an integer or (InternVL) a square [h, w] */
+static int
+vlm_image_side(json_t *v, int def)
+{
+    if (json_is_array(v) && json_array_size(v) == 2
+        && json_equal(json_array_get(v, 0), json_array_get(v, 1)))
+    {
+        v = json_array_get(v, 0);
+    }
+
+    return json_is_integer(v) ? (int) json_integer_value(v) : def;
+}
+
+
+/* config.json: the family, and Idefics3's and InternVL's tower geometry */
 static vlm_status_t
 vlm_image_model_config(vlm_image_config_t *cfg, const char *dir,
-    uint32_t *patch, vlm_error_t *err)
+    uint32_t *patch, uint32_t *tile, vlm_error_t *err)
 {
-    int            size, p, scale;
+    int            size, p, scale, internvl;
     char           path[4096];
     json_t        *root, *vc, *v;
     json_error_t   jerr;
@@ -74,21 +98,28 @@ vlm_image_model_config(vlm_image_config_t *cfg, const char *dir,
 
     v = json_array_get(json_object_get(root, "architectures"), 0);
     cfg->family = vlm_image_idefics3_name(json_string_value(v))
-                  ? VLM_IMAGE_IDEFICS3 : VLM_IMAGE_QWEN2VL;
+                  ? VLM_IMAGE_IDEFICS3
+                  : vlm_image_internvl_name(json_string_value(v))
+                  ? VLM_IMAGE_INTERNVL : VLM_IMAGE_QWEN2VL;
 
     if (cfg->family == VLM_IMAGE_QWEN2VL) {
         json_decref(root);
         return VLM_OK;
     }
 
-    /* the model's defaults (Idefics3Config, SmolVLMConfig) */
+    /*
+     * the model's defaults (Idefics3Config, SmolVLMConfig; InternVL's
+     * 448 / 14, downsample_ratio 0.5, the only one its parser takes)
+     */
     vc = json_object_get(root, "vision_config");
-    v = json_object_get(vc, "image_size");
-    size = json_is_integer(v) ? (int) json_integer_value(v) : 224;
-    v = json_object_get(vc, "patch_size");
-    p = json_is_integer(v) ? (int) json_integer_value(v) : 32;
+    internvl = cfg->family == VLM_IMAGE_INTERNVL;
+    size = vlm_image_side(json_object_get(vc, "image_size"),
+                          internvl ? 448 : 224);
+    p = vlm_image_side(json_object_get(vc, "patch_size"),
+                       internvl ? 14 : 32);
     v = json_object_get(root, "scale_factor");
-    scale = json_is_integer(v) ? (int) json_integer_value(v) : 2;
+    scale = internvl ? 2 : json_is_integer(v) ? (int) json_integer_value(v)
+                                               : 2;
     json_decref(root);
 
     if (p < 1 || scale < 1 || size < p || size > 65536
@@ -100,6 +131,7 @@ vlm_image_model_config(vlm_image_config_t *cfg, const char *dir,
     }
 
     *patch = (uint32_t) p;
+    *tile = (uint32_t) size;
     cfg->seq_len = (uint32_t) ((size / p) / scale * ((size / p) / scale));
 
     return VLM_OK;
@@ -114,15 +146,16 @@ vlm_image_config_load(vlm_image_config_t *cfg, const char *dir,
     long           n;
     FILE          *f;
     json_t        *root;
-    uint32_t       patch;
+    uint32_t       patch, tile;
     const char    *type;
     vlm_status_t   rc;
     json_error_t   jerr;
 
     memset(cfg, 0, sizeof(vlm_image_config_t));
     patch = 0;
+    tile = 0;
 
-    rc = vlm_image_model_config(cfg, dir, &patch, err);
+    rc = vlm_image_model_config(cfg, dir, &patch, &tile, err);
     if (rc != VLM_OK) {
         return rc;
     }
@@ -141,11 +174,15 @@ vlm_image_config_load(vlm_image_config_t *cfg, const char *dir,
 
     type = json_string_value(json_object_get(root, "image_processor_type"));
 
-    if (type != NULL && !vlm_image_idefics3_name(type)) {
+    if (type != NULL
+        && !(cfg->family == VLM_IMAGE_IDEFICS3
+             ? vlm_image_idefics3_name(type) : vlm_image_internvl_name(type)))
+    {
         rc = vlm_error_set(err, VLM_ERR_UNSUPPORTED,
                            "%s: image_processor_type \"%.64s\" is not the "
-                           "Idefics3 / SmolVLM processor this model's "
-                           "architecture takes", path, type);
+                           "%s processor this model's architecture takes",
+                           path, type, cfg->family == VLM_IMAGE_IDEFICS3
+                                       ? "Idefics3 / SmolVLM" : "GotOcr2");
         json_decref(root);
         return rc;
     }
@@ -176,9 +213,23 @@ vlm_image_config_load(vlm_image_config_t *cfg, const char *dir,
 
     fclose(f);
 
-    vlm_idefics3_image_config_default(&cfg->idefics3, patch);
-    rc = vlm_idefics3_image_config_parse(&cfg->idefics3, text, (size_t) n,
-                                         err);
+    if (cfg->family == VLM_IMAGE_IDEFICS3) {
+        vlm_idefics3_image_config_default(&cfg->idefics3, patch);
+        rc = vlm_idefics3_image_config_parse(&cfg->idefics3, text,
+                                             (size_t) n, err);
+
+    } else {
+        vlm_internvl_image_config_default(&cfg->internvl, patch);
+        rc = vlm_internvl_image_config_parse(&cfg->internvl, text,
+                                             (size_t) n, err);
+
+        if (rc == VLM_OK && cfg->internvl.tile != tile) {
+            rc = vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                               "size %u is not the tower's image_size %u",
+                               cfg->internvl.tile, tile);
+        }
+    }
+
     free(text);
 
     if (rc != VLM_OK) {
@@ -194,15 +245,21 @@ size_t
 vlm_image_prompt_text(const vlm_image_config_t *cfg,
     const vlm_image_plan_t *plan, char *buf, size_t cap)
 {
-    if (cfg->family != VLM_IMAGE_IDEFICS3) {
-        if (cap > 0) {
-            buf[0] = '\0';
-        }
-
-        return 0;
+    if (cfg->family == VLM_IMAGE_IDEFICS3) {
+        return vlm_idefics3_image_prompt(&plan->idefics3, cfg->seq_len, buf,
+                                         cap);
     }
 
-    return vlm_idefics3_image_prompt(&plan->idefics3, cfg->seq_len, buf, cap);
+    if (cfg->family == VLM_IMAGE_INTERNVL) {
+        return vlm_internvl_image_prompt(&plan->internvl, cfg->seq_len, buf,
+                                         cap);
+    }
+
+    if (cap > 0) {
+        buf[0] = '\0';
+    }
+
+    return 0;
 }
 
 
@@ -224,9 +281,11 @@ vlm_image_plan_config(const vlm_image_limits_t *limits,
     const vlm_image_config_t *cfg, const uint8_t *data, size_t len,
     vlm_image_plan_t *plan, vlm_error_t *err)
 {
+    uint32_t                    w, h, frames, side;
     vlm_status_t                rc;
     vlm_qwen2vl_grid_t         *g;
     vlm_idefics3_image_plan_t  *ip;
+    vlm_internvl_image_plan_t  *np;
 
     memset(plan, 0, sizeof(*plan));
 
@@ -248,29 +307,52 @@ vlm_image_plan_config(const vlm_image_limits_t *limits,
         return VLM_OK;
     }
 
-    ip = &plan->idefics3;
+    if (cfg->family == VLM_IMAGE_INTERNVL) {
+        np = &plan->internvl;
 
-    rc = vlm_idefics3_image_plan(&cfg->idefics3, plan->info.width,
-                                 plan->info.height, ip, err);
-    if (rc != VLM_OK) {
-        return rc;
+        rc = vlm_internvl_image_plan(&cfg->internvl, plan->info.width,
+                                     plan->info.height, np, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        w = np->cols * cfg->internvl.tile;
+        h = np->rows * cfg->internvl.tile;
+        frames = np->n_frames;
+        side = np->side;
+        plan->n_values = np->n_values;
+        plan->n_ids = vlm_internvl_image_prompt(np, cfg->seq_len, NULL, 0);
+
+    } else {
+        ip = &plan->idefics3;
+
+        rc = vlm_idefics3_image_plan(&cfg->idefics3, plan->info.width,
+                                     plan->info.height, ip, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        w = ip->split_w;
+        h = ip->split_h;
+        frames = ip->n_frames;
+        side = ip->side;
+        plan->n_values = ip->n_values;
+        plan->n_ids = vlm_idefics3_image_prompt(ip, cfg->seq_len, NULL, 0);
     }
 
-    /* the engine's image: frames of side x side patches */
+    /*
+     * the engine's image: frames of side x side patches; the image's text
+     * has a byte or more a token, so its length bounds its ids
+     */
     g = &plan->grid;
-    g->resized_w = ip->split_w;
-    g->resized_h = ip->split_h;
-    g->grid_t = ip->n_frames;
-    g->grid_h = ip->side;
-    g->grid_w = ip->side;
-    g->n_patches = ip->n_frames * ip->side * ip->side;
-    g->patch_dim = ip->patch_dim;
-    g->n_tokens = ip->n_frames * cfg->seq_len;
-
-    plan->n_values = ip->n_values;
-
-    /* every token of the image's text has at least one byte */
-    plan->n_ids = vlm_idefics3_image_prompt(ip, cfg->seq_len, NULL, 0);
+    g->resized_w = w;
+    g->resized_h = h;
+    g->grid_t = frames;
+    g->grid_h = side;
+    g->grid_w = side;
+    g->n_patches = frames * side * side;
+    g->patch_dim = plan->n_values / g->n_patches;
+    g->n_tokens = frames * cfg->seq_len;
 
     return VLM_OK;
 }
@@ -331,15 +413,35 @@ vlm_image_worst_case(const vlm_image_limits_t *limits,
 }
 
 
-/* Idefics3: the largest scratch of any image the limits let in */
-static void
-vlm_image_worst_case_idefics3(const vlm_image_limits_t *limits,
-    const vlm_idefics3_image_config_t *cfg, size_t *scratch)
+/* the scratch of a tiling processor's plan of a width x height image */
+static size_t
+vlm_image_tiles_scratch(const vlm_image_config_t *cfg, uint32_t w,
+    uint32_t h)
 {
-    int                        o;
-    uint32_t                   h, w, max_side;
-    uint64_t                   wmax;
-    vlm_idefics3_image_plan_t  plan;
+    vlm_idefics3_image_plan_t  ip;
+    vlm_internvl_image_plan_t  np;
+
+    if (cfg->family == VLM_IMAGE_IDEFICS3) {
+        return vlm_idefics3_image_plan(&cfg->idefics3, w, h, &ip, NULL)
+               == VLM_OK ? ip.scratch : 0;
+    }
+
+    return vlm_internvl_image_plan(&cfg->internvl, w, h, &np, NULL)
+           == VLM_OK ? np.scratch : 0;
+}
+
+
+/*
+ * Idefics3, InternVL: the largest scratch of any image the limits let in
+ * (the widest image of each height, both ways round)
+ */
+static void
+vlm_image_worst_case_tiles(const vlm_image_limits_t *limits,
+    const vlm_image_config_t *cfg, size_t *scratch)
+{
+    int        o;
+    uint32_t   h, w, max_side;
+    uint64_t   wmax;
 
     max_side = limits->max_side;
     *scratch = 0;
@@ -353,11 +455,9 @@ vlm_image_worst_case_idefics3(const vlm_image_limits_t *limits,
         w = (uint32_t) wmax;
 
         for (o = 0; o < 2; o++) {
-            if (vlm_idefics3_image_plan(cfg, o ? h : w, o ? w : h, &plan,
-                                        NULL) == VLM_OK)
-            {
-                *scratch = vlm_max(*scratch, plan.scratch);
-            }
+            *scratch = vlm_max(*scratch,
+                               vlm_image_tiles_scratch(cfg, o ? h : w,
+                                                       o ? w : h));
         }
     }
 }
@@ -370,6 +470,19 @@ vlm_image_max_patches(const vlm_image_config_t *cfg)
     uint64_t                            n, side, px;
     const vlm_qwen2vl_config_t         *q;
     const vlm_idefics3_image_config_t  *i;
+    const vlm_internvl_image_config_t  *t;
+
+    if (cfg->family == VLM_IMAGE_INTERNVL) {
+        t = &cfg->internvl;
+        side = t->tile / t->patch_size;
+
+        /*
+         * the most tiles and the thumbnail (one frame without tiling),
+         * each its patches and a CLS row in the tower
+         */
+        return (t->max_patches > 1 ? t->max_patches + 1 : 1)
+               * (side * side + 1);
+    }
 
     if (cfg->family == VLM_IMAGE_IDEFICS3) {
         i = &cfg->idefics3;
@@ -490,11 +603,10 @@ vlm_image_ctx_init_config(vlm_image_ctx_t **ctxp,
     ctx->max_pixels = cfg->qwen2vl.max_pixels;
     ctx->min_pixels = cfg->qwen2vl.min_pixels;
 
-    if (cfg->family == VLM_IMAGE_IDEFICS3) {
+    if (cfg->family != VLM_IMAGE_QWEN2VL) {
         /* its own resizes and table, in the scratch */
         ctx->resized_cap = 1;
-        vlm_image_worst_case_idefics3(limits, &cfg->idefics3,
-                                      &ctx->scratch_cap);
+        vlm_image_worst_case_tiles(limits, cfg, &ctx->scratch_cap);
         ctx->scratch_cap = vlm_max(ctx->scratch_cap, 1);
 
     } else {
@@ -659,6 +771,14 @@ vlm_image_ctx_run(vlm_image_ctx_t *ctx, const uint8_t *data, size_t len,
 
     if (ctx->cfg.family == VLM_IMAGE_IDEFICS3) {
         return vlm_idefics3_image_run(&ctx->cfg.idefics3, &plan->idefics3,
+                                      rgb, plan->info.width,
+                                      plan->info.height, ctx->scratch,
+                                      ctx->scratch_cap, pixel_values,
+                                      cap_values, err);
+    }
+
+    if (ctx->cfg.family == VLM_IMAGE_INTERNVL) {
+        return vlm_internvl_image_run(&ctx->cfg.internvl, &plan->internvl,
                                       rgb, plan->info.width,
                                       plan->info.height, ctx->scratch,
                                       ctx->scratch_cap, pixel_values,

@@ -24,6 +24,7 @@
 #include "vlm_base64.h"
 #include "vlm_image_decode.h"
 #include "vlm_image_idefics3.h"
+#include "vlm_image_internvl.h"
 #include "vlm_image_qwen2vl.h"
 
 
@@ -33,7 +34,8 @@ typedef struct vlm_image_ctx_s  vlm_image_ctx_t;
 /* the image processor of a model family */
 typedef enum {
     VLM_IMAGE_QWEN2VL = 0,       /* Qwen2-VL, Qwen2.5-VL, Qwen3-VL */
-    VLM_IMAGE_IDEFICS3           /* SmolVLM, Idefics3 */
+    VLM_IMAGE_IDEFICS3,          /* SmolVLM, Idefics3 */
+    VLM_IMAGE_INTERNVL           /* InternVL (GotOcr2's processor) */
 } vlm_image_family_t;
 
 
@@ -41,8 +43,9 @@ typedef struct {
     vlm_image_family_t           family;
     vlm_qwen2vl_config_t         qwen2vl;
     vlm_idefics3_image_config_t  idefics3;
-    uint32_t                     seq_len;   /* Idefics3: <image> tokens of
-                                               a tile */
+    vlm_internvl_image_config_t  internvl;
+    uint32_t                     seq_len;   /* Idefics3, InternVL: image
+                                               tokens of a tile */
 } vlm_image_config_t;
 
 
@@ -54,6 +57,7 @@ typedef struct {
     size_t              n_values;    /* floats of pixel_values */
     size_t              n_ids;   /* prompt ids the image takes, at most */
     vlm_idefics3_image_plan_t  idefics3;    /* Idefics3: its tiles */
+    vlm_internvl_image_plan_t  internvl;    /* InternVL: its tiles */
 } vlm_image_plan_t;
 
 
@@ -64,9 +68,10 @@ void vlm_image_config_qwen2vl(vlm_image_config_t *cfg,
 /*
  * The image processor of the model in dir, chosen by its config.json's
  * architectures (SmolVLM's and Idefics3's take the Idefics3 processor,
- * the others Qwen2-VL's), its settings from preprocessor_config.json (and
- * for Idefics3 the tower's patch and tile size and the connector's scale
- * factor from config.json).  A preprocessor_config.json whose
+ * InternVL's GotOcr2's, the others Qwen2-VL's), its settings from
+ * preprocessor_config.json (and for Idefics3 and InternVL the tower's
+ * patch and tile size and the connector's scale factor from
+ * config.json).  A preprocessor_config.json whose
  * image_processor_type is another family's is refused
  * (VLM_ERR_UNSUPPORTED), as are the errors of the families' parsers.
  */
@@ -75,7 +80,8 @@ vlm_status_t vlm_image_config_load(vlm_image_config_t *cfg, const char *dir,
 
 /*
  * The image's prompt text (Idefics3: its tiles' tokens, which replace its
- * <image>; NULL for Qwen2-VL's, whose pad the ids expand): its length,
+ * <image>; InternVL: <img>, its frames' <IMG_CONTEXT>, </img>; empty for
+ * Qwen2-VL's, whose pad the ids expand): its length,
  * written to buf (NUL-terminated) when it fits in cap bytes.
  */
 size_t vlm_image_prompt_text(const vlm_image_config_t *cfg,
@@ -109,7 +115,8 @@ uint64_t vlm_image_detail_pixels(const vlm_qwen2vl_config_t *cfg, int low);
  * The patches of the largest image the processor makes (rows of
  * pixel_values, the vision tower's sequence): Qwen2-VL's max_pixels (or
  * the most smart_resize's upscale of min_pixels makes) over patch_size^2;
- * Idefics3's tiles of longest_edge plus the global image; 0 where the
+ * Idefics3's tiles of longest_edge plus the global image; InternVL's
+ * max_patches tiles and the thumbnail, a CLS row each; 0 where the
  * processor sets no bound (no resize).
  */
 uint64_t vlm_image_max_patches(const vlm_image_config_t *cfg);

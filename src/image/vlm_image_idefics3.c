@@ -69,7 +69,7 @@ vlm_idefics3_json_edge(json_t *root, const char *key, uint32_t *out)
 }
 
 
-static int
+int
 vlm_idefics3_json_flag(json_t *root, const char *key, unsigned *out)
 {
     json_t  *v;
@@ -89,7 +89,7 @@ vlm_idefics3_json_flag(json_t *root, const char *key, unsigned *out)
 }
 
 
-static int
+int
 vlm_idefics3_json_triple(json_t *root, const char *key, double *out,
     int positive)
 {
@@ -346,8 +346,7 @@ vlm_idefics3_image_plan(const vlm_idefics3_image_config_t *cfg,
 }
 
 
-/* frame pixels (M x M, row stride stride bytes) as patch rows */
-static void
+void
 vlm_idefics3_patchify(const uint8_t *px, size_t stride, uint32_t side,
     uint32_t P, const float *lut, float *out)
 {

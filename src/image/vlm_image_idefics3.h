@@ -19,6 +19,8 @@
 #ifndef VLM_IMAGE_IDEFICS3_H
 #define VLM_IMAGE_IDEFICS3_H
 
+#include <jansson.h>
+
 #include "core/vlm_common.h"
 #include "vlm_image_resize.h"
 
@@ -80,6 +82,23 @@ vlm_status_t vlm_idefics3_image_run(const vlm_idefics3_image_config_t *cfg,
     const vlm_idefics3_image_plan_t *plan, const uint8_t *rgb,
     uint32_t width, uint32_t height, void *scratch, size_t scratch_len,
     float *out, size_t cap, vlm_error_t *err);
+
+/*
+ * preprocessor_config.json's flags and channel triples (InternVL's
+ * parser reads them so too): 0 when absent or read, -1 when not a
+ * boolean, not three numbers (positive ones when asked)
+ */
+int vlm_idefics3_json_flag(json_t *root, const char *key, unsigned *out);
+int vlm_idefics3_json_triple(json_t *root, const char *key, double *out,
+    int positive);
+
+/*
+ * A frame's pixels (side * P square, rows of stride bytes) as its patch
+ * rows through lut (rescale and normalise of each channel's byte)
+ * (InternVL's processor writes its frames with it too)
+ */
+void vlm_idefics3_patchify(const uint8_t *px, size_t stride, uint32_t side,
+    uint32_t P, const float *lut, float *out);
 
 /*
  * The image's prompt text (get_image_prompt_string) for tiles of seq_len

@@ -55,6 +55,8 @@ typedef struct {
     float         *gate_b, *up_b, *down_b;
     vlm_weight_t   q, k, v;             /* SigLIP: [E, E] each */
     float         *q_b, *k_b, *v_b;
+    float         *q_norm, *k_norm;     /* InternVL: [E]; NULL: none */
+    vlm_weight_t   ls1, ls2;            /* InternVL: diag(lambda) [E, E] */
 } vlm_vision_block_t;
 
 
@@ -78,7 +80,10 @@ typedef struct {
     float               *pos_table;     /* host [n_pos_embed, E] or NULL */
     float               *pos_host;      /* host [P, E], its interpolation */
     vlm_vision_merger_t *deepstack;     /* [n_deepstack] */
-    vlm_weight_t         pos_embed;     /* SigLIP: [side * side, E] */
+    vlm_weight_t         pos_embed;     /* SigLIP: [side * side, E];
+                                           InternVL: [1, (1 + n^2) E] */
+    vlm_weight_t         cls;           /* InternVL: [1, E] */
+    float               *post_w, *post_b;   /* InternVL: [E]; NULL */
 } vlm_vision_weights_t;
 
 
@@ -347,6 +352,7 @@ void *vlm_model_host_alloc(vlm_model_t *m, size_t size, vlm_error_t *err);
 extern const vlm_arch_ops_t  vlm_arch_qwen2vl;
 extern const vlm_arch_ops_t  vlm_arch_qwen3vl;
 extern const vlm_arch_ops_t  vlm_arch_idefics3;
+extern const vlm_arch_ops_t  vlm_arch_internvl;
 
 
 #endif /* VLM_MODEL_H */

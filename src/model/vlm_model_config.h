@@ -2,8 +2,9 @@
  * Hyperparameters of a vision-language checkpoint, read from the Hugging
  * Face config.json of Qwen2VLForConditionalGeneration,
  * Qwen2_5_VLForConditionalGeneration and Qwen3VLForConditionalGeneration
- * (and of SmolVLM / Idefics3, whose parser is
- * model/idefics3/vlm_idefics3_config.c): the nested text_config /
+ * (and of SmolVLM / Idefics3 and InternVL, whose parsers are
+ * model/idefics3/vlm_idefics3_config.c and
+ * model/internvl/vlm_internvl_config.c): the nested text_config /
  * vision_config form of recent transformers and (Qwen2-VL, Qwen2.5-VL)
  * the older flat form.
  * Keys that are absent take transformers' defaults (4.57).
@@ -26,7 +27,8 @@ typedef enum {
     VLM_ARCH_QWEN2_5_VL,
     VLM_ARCH_QWEN3_VL,
     VLM_ARCH_SMOLVLM,
-    VLM_ARCH_IDEFICS3
+    VLM_ARCH_IDEFICS3,
+    VLM_ARCH_INTERNVL
 } vlm_arch_t;
 
 
@@ -69,6 +71,9 @@ typedef struct {
     int        n_pos_embed;             /* Qwen3-VL: learned table, n x n */
     int        n_deepstack;             /* Qwen3-VL: DeepStack mergers */
     int        deepstack_blocks[VLM_MAX_DEEPSTACK];
+    int        qkv_bias;                /* InternVL: q/k/v biases */
+    int        qk_norm;                 /* InternVL: RMSNorm of q, k */
+    int        post_norm;               /* InternVL: LayerNorm at the end */
     float      norm_eps;
     vlm_act_t  act;
 } vlm_vision_config_t;

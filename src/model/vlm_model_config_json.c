@@ -157,3 +157,75 @@ vlm_cfg_eos(vlm_model_config_t *cfg, json_t *v)
         }
     }
 }
+
+
+void
+vlm_cfg_refuse(vlm_cfg_ctx_t *c, const char *what)
+{
+    if (c->rc == VLM_OK) {
+        c->rc = vlm_error_set(c->err, VLM_ERR_UNSUPPORTED,
+                              "config: %s: %s is not supported",
+                              c->section, what);
+    }
+}
+
+
+void
+vlm_cfg_text_plain(vlm_cfg_ctx_t *c, vlm_text_config_t *t,
+    const vlm_cfg_text_defaults_t *d)
+{
+    t->vocab_size = vlm_cfg_int(c, "vocab_size", d->vocab_size, 1, 1 << 24);
+    t->hidden_size = vlm_cfg_int(c, "hidden_size", d->hidden_size, 1,
+                                 VLM_CFG_MAX_DIM);
+    t->intermediate_size = vlm_cfg_int(c, "intermediate_size",
+                                       d->intermediate_size, 1,
+                                       VLM_CFG_MAX_DIM);
+    t->n_layers = vlm_cfg_int(c, "num_hidden_layers", d->n_layers, 1, 1024);
+    t->n_heads = vlm_cfg_int(c, "num_attention_heads", d->n_heads, 1, 4096);
+    t->n_kv_heads = vlm_cfg_int(c, "num_key_value_heads", t->n_heads, 1,
+                                4096);
+    t->max_position_embeddings = vlm_cfg_int(c, "max_position_embeddings",
+                                             d->max_position_embeddings, 1,
+                                             1 << 30);
+    t->rms_norm_eps = (float) vlm_cfg_num(c, "rms_norm_eps",
+                                          d->rms_norm_eps);
+    t->rope_theta = (float) vlm_cfg_num(c, "rope_theta", d->rope_theta);
+    t->act = vlm_cfg_act(c, "hidden_act", "silu");
+
+    if (c->rc != VLM_OK) {
+        return;
+    }
+
+    if (t->hidden_size % t->n_heads != 0
+        || t->n_heads % t->n_kv_heads != 0
+        || (t->hidden_size / t->n_heads) % 2 != 0)
+    {
+        c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
+                              "config: text: hidden_size %d, "
+                              "num_attention_heads %d and "
+                              "num_key_value_heads %d do not divide into "
+                              "even heads", t->hidden_size, t->n_heads,
+                              t->n_kv_heads);
+        return;
+    }
+
+    t->head_dim = t->hidden_size / t->n_heads;
+
+    if (vlm_cfg_int(c, "head_dim", t->head_dim, 1, VLM_CFG_MAX_DIM)
+        != t->head_dim)
+    {
+        vlm_cfg_refuse(c, "a head_dim other than hidden_size / "
+                          "num_attention_heads");
+        return;
+    }
+
+    if (vlm_cfg_get(c, "rope_scaling") != NULL) {
+        vlm_cfg_refuse(c, "rope_scaling");
+        return;
+    }
+
+    /* plain 1D rotary: every frequency reads the first position row */
+    t->mrope_section[0] = t->head_dim / 2;
+    t->mrope_section[1] = 0;
+    t->mrope_section[2] = 0;
+}

@@ -41,6 +41,31 @@ double vlm_cfg_num(vlm_cfg_ctx_t *c, const char *key, double def);
 vlm_act_t vlm_cfg_act(vlm_cfg_ctx_t *c, const char *key, const char *def);
 /* eos_token_id: an integer or a list of them */
 void vlm_cfg_eos(vlm_model_config_t *cfg, json_t *v);
+/* "config: <section>: <what> is not supported", the first error kept */
+void vlm_cfg_refuse(vlm_cfg_ctx_t *c, const char *what);
+
+
+/* a plain decoder's defaults (its transformers config class's) */
+typedef struct {
+    int     vocab_size;
+    int     hidden_size;
+    int     intermediate_size;
+    int     n_layers;
+    int     n_heads;            /* num_key_value_heads defaults to it */
+    int     max_position_embeddings;
+    double  rms_norm_eps;
+    double  rope_theta;
+} vlm_cfg_text_defaults_t;
+
+
+/*
+ * The text_config of a plain decoder (Llama, Qwen2): sizes, norm eps,
+ * rotary base, activation; heads that divide evenly; a head_dim other
+ * than hidden_size / heads and rope_scaling refused; plain 1D rotary
+ * (one mrope_section component).  The family checks its own keys after.
+ */
+void vlm_cfg_text_plain(vlm_cfg_ctx_t *c, vlm_text_config_t *t,
+    const vlm_cfg_text_defaults_t *d);
 
 
 /*
@@ -67,6 +92,8 @@ typedef struct {
 /* SmolVLM and Idefics3 (model/idefics3/vlm_idefics3_config.c) */
 extern const vlm_cfg_family_t  vlm_cfg_family_smolvlm;
 extern const vlm_cfg_family_t  vlm_cfg_family_idefics3;
+/* InternVL (model/internvl/vlm_internvl_config.c) */
+extern const vlm_cfg_family_t  vlm_cfg_family_internvl;
 
 
 #endif /* VLM_MODEL_CONFIG_JSON_H */

@@ -3,8 +3,9 @@
  * llama.cpp's llama-model-loader.cpp serves its model: a tensor found by
  * its name in the safetensors files (with the layouts transformers saves:
  * >= 4.52 nests the decoder under model.language_model, Idefics3 under
- * model.text_model), checked against the config's shape and dtype, and
- * this rank's share of it (rows, columns or runs of rows: Megatron's
+ * model.text_model, InternVL saves language_model.model. and
+ * vision_tower. at the top), checked against the config's shape and
+ * dtype, and this rank's share of it (rows, columns or runs of rows: Megatron's
  * split, vlm_tp_t) bound or uploaded to the backend; a quantized one
  * goes to vlm_quant.c.  The buffers they take are the model's, freed
  * with it.
@@ -95,7 +96,23 @@ vlm_model_tensor(vlm_model_t *m, const char *name)
 
         /* Idefics3 and SmolVLM: their decoder's */
         snprintf(buf, sizeof(buf), "model.text_model.%s", name + 6);
-        return vlm_safetensors_find(m->st, buf);
+        t = vlm_safetensors_find(m->st, buf);
+        if (t != NULL) {
+            return t;
+        }
+
+        /* InternVL as transformers saves it: the layout before 4.52 */
+        snprintf(buf, sizeof(buf), "language_model.model.%s", name + 6);
+        t = vlm_safetensors_find(m->st, buf);
+        if (t != NULL) {
+            return t;
+        }
+
+        return vlm_safetensors_find(m->st, name + 6);
+    }
+
+    if (strcmp(name, "lm_head.weight") == 0) {
+        return vlm_safetensors_find(m->st, "language_model.lm_head.weight");
     }
 
     return NULL;

@@ -46,6 +46,12 @@ vlm_model_plan_fill(vlm_model_t *m, vlm_model_plan_t *plan)
 
     plan->weights = vlm_safetensors_bytes(m->st) / (size_t) m->tp.size;
 
+    /* InternVL's layer scales: diag(lambda_1), diag(lambda_2), f32 */
+    if (m->cfg.arch == VLM_ARCH_INTERNVL) {
+        plan->weights += (size_t) vc->depth * 2 * vc->hidden_size
+                         * vc->hidden_size * sizeof(float);
+    }
+
     plan->kv_tokens = (size_t) p->kv_blocks * bs;
     plan->kv_cache = plan->kv_tokens * 2 * tc->n_layers * KV
                      * vlm_dtype_size(m->kv_dtype);

@@ -43,9 +43,10 @@ vlm_idefics3_unload(vlm_model_t *m)
 /*
  * Positions count up over text and image tokens alike (the same on all
  * three rows of the table); the images' frames must fill the prompt's
- * <image> tokens exactly, in order, as inputs_merger requires.
+ * <image> tokens exactly, in order, as inputs_merger requires (InternVL's
+ * table calls it too: its images are frames of the same kind).
  */
-static vlm_status_t
+vlm_status_t
 vlm_idefics3_rope_index(const vlm_model_t *m, const int32_t *ids, int n,
     const vlm_image_t *images, int n_images, int start, int32_t *pos,
     int *next_pos, vlm_error_t *err)

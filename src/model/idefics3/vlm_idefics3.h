@@ -19,6 +19,10 @@ vlm_status_t vlm_idefics3_vision_load(vlm_model_t *m, vlm_error_t *err);
 int vlm_idefics3_vision_stages(const vlm_model_t *m);
 vlm_status_t vlm_idefics3_vision_encode(vlm_model_t *m,
     const vlm_image_t *img, float *out, int stage, vlm_error_t *err);
+/* 1D positions; images of frames of image_size / patch_size patches */
+vlm_status_t vlm_idefics3_rope_index(const vlm_model_t *m, const int32_t *ids,
+    int n, const vlm_image_t *images, int n_images, int start, int32_t *pos,
+    int *next_pos, vlm_error_t *err);
 /* SigLIP's position ids of a whole frame of side x side patches */
 void vlm_idefics3_position_ids(int side, int32_t *ids);
 

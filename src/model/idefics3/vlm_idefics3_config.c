@@ -18,22 +18,16 @@
 
 
 static void
-vlm_idefics3_refuse(vlm_cfg_ctx_t *c, const char *what)
-{
-    if (c->rc == VLM_OK) {
-        c->rc = vlm_error_set(c->err, VLM_ERR_UNSUPPORTED,
-                              "config: %s: %s is not supported",
-                              c->section, what);
-    }
-}
-
-
-static void
 vlm_idefics3_text(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
 {
     json_t             *v;
     const char         *type;
     vlm_text_config_t  *t = &cfg->text;
+
+    /* LlamaConfig's */
+    static const vlm_cfg_text_defaults_t  llama = {
+        32000, 4096, 11008, 32, 32, 2048, 1e-6, 10000.0
+    };
 
     v = vlm_cfg_get(c, "model_type");
     type = v != NULL ? json_string_value(v) : "llama";
@@ -46,70 +40,23 @@ vlm_idefics3_text(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
         return;
     }
 
-    t->vocab_size = vlm_cfg_int(c, "vocab_size", 32000, 1, 1 << 24);
-    t->hidden_size = vlm_cfg_int(c, "hidden_size", 4096, 1,
-                                 VLM_CFG_MAX_DIM);
-    t->intermediate_size = vlm_cfg_int(c, "intermediate_size", 11008, 1,
-                                       VLM_CFG_MAX_DIM);
-    t->n_layers = vlm_cfg_int(c, "num_hidden_layers", 32, 1, 1024);
-    t->n_heads = vlm_cfg_int(c, "num_attention_heads", 32, 1, 4096);
-    t->n_kv_heads = vlm_cfg_int(c, "num_key_value_heads", t->n_heads, 1,
-                                4096);
-    t->max_position_embeddings = vlm_cfg_int(c, "max_position_embeddings",
-                                             2048, 1, 1 << 30);
-    t->rms_norm_eps = (float) vlm_cfg_num(c, "rms_norm_eps", 1e-6);
-    t->rope_theta = (float) vlm_cfg_num(c, "rope_theta", 10000.0);
-    t->act = vlm_cfg_act(c, "hidden_act", "silu");
+    vlm_cfg_text_plain(c, t, &llama);
     t->qkv_bias = 0;
 
     if (c->rc != VLM_OK) {
         return;
     }
 
-    if (t->hidden_size % t->n_heads != 0
-        || t->n_heads % t->n_kv_heads != 0
-        || (t->hidden_size / t->n_heads) % 2 != 0)
-    {
-        c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
-                              "config: text: hidden_size %d, "
-                              "num_attention_heads %d and "
-                              "num_key_value_heads %d do not divide into "
-                              "even heads", t->hidden_size, t->n_heads,
-                              t->n_kv_heads);
-        return;
-    }
-
-    t->head_dim = t->hidden_size / t->n_heads;
-
-    if (vlm_cfg_int(c, "head_dim", t->head_dim, 1, VLM_CFG_MAX_DIM)
-        != t->head_dim)
-    {
-        vlm_idefics3_refuse(c, "a head_dim other than hidden_size / "
-                               "num_attention_heads");
-        return;
-    }
-
-    if (vlm_cfg_get(c, "rope_scaling") != NULL) {
-        vlm_idefics3_refuse(c, "rope_scaling");
-        return;
-    }
-
     v = vlm_cfg_get(c, "attention_bias");
     if (v != NULL && json_is_true(v)) {
-        vlm_idefics3_refuse(c, "attention_bias");
+        vlm_cfg_refuse(c, "attention_bias");
         return;
     }
 
     v = vlm_cfg_get(c, "mlp_bias");
     if (v != NULL && json_is_true(v)) {
-        vlm_idefics3_refuse(c, "mlp_bias");
-        return;
+        vlm_cfg_refuse(c, "mlp_bias");
     }
-
-    /* plain 1D rotary: every frequency reads the first position row */
-    t->mrope_section[0] = t->head_dim / 2;
-    t->mrope_section[1] = 0;
-    t->mrope_section[2] = 0;
 }
 
 

@@ -26,6 +26,9 @@ vlm_status_t vlm_vision_load_tower(vlm_model_t *m,
 /* a norm's weight (and, for LayerNorm, bias) of n; a TP share of a linear */
 vlm_status_t vlm_vision_norm(vlm_model_t *m, float **w, float **b,
     const char *prefix, int n, vlm_error_t *err);
+/* y = the tower's norm (RMSNorm or LayerNorm, by the config) of x[n, E] */
+void vlm_vision_norm_apply(vlm_model_t *m, float *y, const float *x,
+    const float *g, const float *b, int n);
 vlm_status_t vlm_vision_linear_rows(vlm_model_t *m, vlm_weight_t *w,
     float **b, const char *prefix, int rows, int cols, int r0, int nr,
     vlm_error_t *err);

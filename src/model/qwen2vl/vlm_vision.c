@@ -371,7 +371,7 @@ vlm_vision_tables(vlm_model_t *m, const vlm_image_t *img, int32_t *pos,
 }
 
 
-static void
+void
 vlm_vision_norm_apply(vlm_model_t *m, float *y, const float *x,
     const float *g, const float *b, int n)
 {
