@@ -1,0 +1,145 @@
+# Preemption: a KV cache too small for every running sequence.  The
+# serving fixture takes 512 bytes a token, so vlm_kv_cache 64k holds 128
+# tokens (8 blocks of 16), one context of vlm_max_model_len 128.  Each
+# request alone fits and is never preempted (vlm_preemptions_total stays
+# 0): its greedy text, one at a time, is the unpreempted run.  Sent all at
+# once, streaming, they need about four times the cache: the engine
+# preempts the youngest sequence when a step has no room, gives its blocks
+# back and recomputes its prompt and the tokens it drew later.  Every
+# stream completes with the same text and the same number of tokens (none
+# sent twice, none lost), the non-streamed answers too, and
+# vlm_preemptions_total has counted them.  A sequence the whole cache
+# cannot hold alone cannot be configured: nginx -t refuses a
+# vlm_max_model_len over what vlm_kv_cache holds (t/087-model-sizes.t);
+# a prompt past vlm_max_model_len is a 400 that names it, here too.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Test::More;
+use VLMTest;
+
+vlm_prereqs();
+
+my $srv = vlm_start(name => 'preempt',
+                    http_config => "vlm_kv_cache 64k;\n"
+                                   . "    vlm_max_model_len 128;\n"
+                                   . "    vlm_max_running 4;");
+END { VLMTest::vlm_stop($srv) if $srv }
+
+my @prompts = map { "Tell me a story, number $_." } 1 .. 4;
+
+
+# greedy, then drawn with a seed and penalties: a sampler that went on
+# from another place of its random stream, or forgot the counts of what
+# it drew, would not give the same text
+my $i = 0;
+my @bodies = map {
+    my $seeded = $i++ % 2;
+    +{
+        %{ vlm_chat_body($_) }, max_tokens => 100,
+        $seeded ? (temperature => 1.0, seed => 1000 + $i,
+                   frequency_penalty => 0.5, presence_penalty => 0.3)
+                : (temperature => 0),
+    }
+} @prompts;
+
+
+sub body {
+    my ($k, $stream) = @_;
+
+    return { %{ $bodies[$k] },
+             stream => $stream ? JSON::PP::true() : JSON::PP::false() };
+}
+
+
+# the unpreempted run: one request at a time
+my (@want, @want_tokens);
+
+for my $k (0 .. $#prompts) {
+    my $p = $prompts[$k];
+    my $res = vlm_post_json($srv, body($k, 0));
+    is($res->{status}, 200, "alone: $p") or diag($res->{body});
+    my $j = vlm_json($res->{body});
+    push @want, $j->{choices}[0]{message}{content};
+    push @want_tokens, $j->{usage}{completion_tokens};
+    cmp_ok($j->{usage}{prompt_tokens} + $j->{usage}{completion_tokens},
+           '>', 64, "alone: $p takes more than half the cache");
+}
+
+is(vlm_metrics($srv)->{vlm_preemptions_total}, 0,
+   'one sequence at a time: no preemption');
+
+
+# all at once: streams, then plain answers
+for my $stream (1, 0) {
+    my $what = $stream ? 'stream' : 'answer';
+    my @st = map { vlm_open_stream($srv, body($_, $stream)) } 0 .. $#prompts;
+    my $deadline = time + vlm_secs(60);
+
+    for my $st (@st) {
+        while (time < $deadline && vlm_read_some($st, 1)) { }
+        close $st->{sock};
+    }
+
+    for my $i (0 .. $#st) {
+        my $res = VLMTest::parse_response($st[$i]{raw});
+        is($res->{status}, 200, "together, $what $i: 200");
+
+        if (!$stream) {
+            my $j = eval { vlm_json($res->{body}) } || {};
+            is($j->{choices}[0]{message}{content}, $want[$i],
+               "together, $what $i: the text of the unpreempted run");
+            is($j->{usage}{completion_tokens}, $want_tokens[$i],
+               "together, $what $i: as many tokens");
+            next;
+        }
+
+        my @ev = vlm_sse($res->{body});
+        my ($text, $chunks, $finish, $usage) = ('', 0, undef, undef);
+
+        for my $e (@ev) {
+            next if !ref $e;
+            my $c = $e->{choices} && $e->{choices}[0];
+            if ($c && defined $c->{delta}{content}) {
+                $text .= $c->{delta}{content};
+                $chunks++;
+            }
+            $finish = $c->{finish_reason} if $c && $c->{finish_reason};
+        }
+
+        ok(!grep({ ref $_ && ($_->{error} || $_->{_bad}) } @ev),
+           "together, $what $i: no error event");
+        is($ev[-1], '[DONE]', "together, $what $i: ends with [DONE]");
+        is($text, $want[$i],
+           "together, $what $i: the text of the unpreempted run");
+        ok(defined $finish, "together, $what $i: a finish_reason");
+    }
+}
+
+my $m = vlm_metrics($srv);
+cmp_ok($m->{vlm_preemptions_total}, '>', 0,
+       "together: sequences were preempted ($m->{vlm_preemptions_total})");
+
+# the pools are back at rest: no block held for a preempted sequence
+my $zone = vlm_wait_idle($srv, 5);
+is($zone->{slots_used}, 0, 'every request slot is back');
+my $used;
+for (1 .. 50) {
+    $used = vlm_metrics($srv)
+            ->{'vlm_pool_used{pool="kv_blocks",unit="blocks"}'};
+    last if defined $used && $used == 0;
+    select(undef, undef, undef, 0.1);
+}
+is($used, 0, 'no KV block is used by a sequence');
+
+# a prompt longer than the context is refused up front
+my $res = vlm_post_json($srv, { %{ vlm_chat_body('word ' x 200) },
+                                max_tokens => 1 });
+is($res->{status}, 400, 'a prompt past vlm_max_model_len: 400');
+like($res->{body}, qr/vlm_max_model_len/, 'which names the directive');
+
+done_testing();

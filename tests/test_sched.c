@@ -1,0 +1,323 @@
+/*
+ * The engine's scheduler (vlm_sched.c) over a request queue in this
+ * process: requests submitted as the nginx workers submit them, steps
+ * run until every one finished, their output records read as a worker
+ * reads them.  Preemption: with a KV cache too small for every running
+ * sequence, the youngest sequences are preempted and recomputed, and
+ * every request gets the very tokens (greedy, and drawn with a seed and
+ * penalties) of a run with a cache large enough, with vlm_preemptions
+ * counted; a sequence the whole cache cannot hold alone ends with an
+ * error that names vlm_kv_cache, never a hang.
+ */
+
+#define _GNU_SOURCE
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <cmocka.h>
+
+#include "vlm_test.h"
+#include "engine/vlm_sched.h"
+
+
+#define MODEL      "tests/fixtures/serving"
+#define NREQ       4
+#define MAXLEN     128
+#define MAXSTEPS   20000
+
+
+typedef struct {
+    vlm_model_t        *model;
+    vlm_tokenizer_t    *tok;
+    vlm_group_t        *group;
+    vlm_sched_t        *sched;
+    vlm_queue_t         q;
+    void               *base;
+    size_t              size;
+} run_t;
+
+
+typedef struct {
+    int                 n_prompt;
+    int                 seeded;
+    uint32_t            max_tokens;
+} req_t;
+
+
+typedef struct {
+    uint32_t            slot;
+    int                 n;
+    int32_t             tokens[MAXLEN];
+    uint32_t            finish;
+    uint32_t            status;
+    char                msg[VLM_QUEUE_ERR_LEN];
+} out_t;
+
+
+static const vlm_queue_conf_t  conf = {
+    8,                  /* slots */
+    1,                  /* workers */
+    4096,               /* block size */
+    64 * 4096           /* arena */
+};
+
+
+static void
+run_init(run_t *r, int kv_blocks)
+{
+    vlm_error_t         err;
+    vlm_model_params_t  p;
+
+    memset(r, 0, sizeof(*r));
+
+    vlm_test_fixture_params(&p);
+    p.max_seqs = NREQ;
+    p.max_seq_len = MAXLEN;
+    p.kv_blocks = kv_blocks;
+
+    if (vlm_model_load(&r->model, MODEL, &p, &err) != VLM_OK
+        || vlm_tokenizer_load(&r->tok, MODEL, &err) != VLM_OK)
+    {
+        fail_msg("%s", err.msg);
+    }
+
+    r->size = vlm_queue_size(&conf);
+    r->base = mmap(NULL, r->size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(r->base != MAP_FAILED);
+    assert_int_equal(vlm_queue_create(&r->q, r->base, r->size, &conf, &err),
+                     VLM_OK);
+    vlm_queue_worker_set(&r->q, 0, -1, getpid());
+
+    if (vlm_group_init(&r->group, r->model, NULL, vlm_queue_arena(&r->q, 0),
+                       conf.arena_size, &err) != VLM_OK
+        || vlm_sched_init(&r->sched, r->model, r->group, r->tok, &r->q, &err)
+           != VLM_OK)
+    {
+        fail_msg("%s", err.msg);
+    }
+}
+
+
+static void
+run_free(run_t *r)
+{
+    vlm_model_stats_t  st;
+
+    /* every block and sequence back */
+    vlm_model_stats(r->model, &st);
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(st.seqs_used, 0);
+
+    vlm_sched_free(r->sched);
+    vlm_group_free(r->group);
+    vlm_tokenizer_free(r->tok);
+    vlm_model_free(r->model);
+    munmap(r->base, r->size);
+}
+
+
+/* a request as a worker writes it: the prompt's ids into its arena */
+static uint32_t
+submit(run_t *r, const req_t *rq, int k)
+{
+    int                 j;
+    uint32_t            slot, *ids;
+    vlm_error_t         err;
+    vlm_queue_slot_t   *qs;
+
+    assert_int_equal(vlm_queue_alloc(&r->q, 0, getpid(), 4096, &slot, &err),
+                     VLM_OK);
+
+    qs = vlm_queue_slot(&r->q, slot);
+    ids = vlm_queue_arena(&r->q, qs->arena_off);
+
+    for (j = 0; j < rq->n_prompt; j++) {
+        ids[j] = (uint32_t) (100 + (k * 389 + j * 71) % 2800);
+    }
+
+    qs->prompt_off = qs->arena_off;
+    qs->n_prompt = (uint32_t) rq->n_prompt;
+    qs->n_images = 0;
+
+    memset(&qs->params, 0, sizeof(qs->params));
+    qs->params.max_tokens = rq->max_tokens;
+    qs->params.top_p = 1.0f;
+    qs->params.repetition_penalty = 1.0f;
+
+    if (rq->seeded) {
+        qs->params.temperature = 1.0f;
+        qs->params.seed = 7000 + (uint64_t) k;
+        qs->params.has_seed = 1;
+        qs->params.frequency_penalty = 0.5f;
+        qs->params.presence_penalty = 0.3f;
+    }
+
+    assert_int_equal(vlm_queue_submit(&r->q, slot), VLM_OK);
+
+    return slot;
+}
+
+
+/* the worker's side: every record of every slot read, until they end */
+static void
+serve(run_t *r, out_t *out, int n)
+{
+    int                 i, steps, done;
+    char                text[VLM_QUEUE_OUT_TEXT];
+    vlm_queue_out_t     rec;
+    vlm_queue_slot_t   *qs;
+
+    for (steps = 0; steps < MAXSTEPS; steps++) {
+        (void) vlm_sched_step(r->sched, 1);
+
+        done = 0;
+
+        for (i = 0; i < n; i++) {
+            while (vlm_queue_pop_output(&r->q, out[i].slot, &rec, text,
+                                        sizeof(text)))
+            {
+                if (rec.token != VLM_QUEUE_NONE) {
+                    assert_true(out[i].n < MAXLEN);
+                    out[i].tokens[out[i].n++] = (int32_t) rec.token;
+                }
+            }
+
+            qs = vlm_queue_slot(&r->q, out[i].slot);
+
+            if (atomic_load(&qs->state) == VLM_SLOT_FINISHED
+                && atomic_load(&qs->out_head) == atomic_load(&qs->out_tail))
+            {
+                done++;
+            }
+        }
+
+        if (done == n) {
+            break;
+        }
+    }
+
+    assert_true(steps < MAXSTEPS);
+
+    for (i = 0; i < n; i++) {
+        qs = vlm_queue_slot(&r->q, out[i].slot);
+        out[i].finish = qs->finish_reason;
+        out[i].status = qs->error_status;
+        memcpy(out[i].msg, qs->error_msg, sizeof(out[i].msg));
+        vlm_queue_free(&r->q, out[i].slot);
+    }
+
+    /* one more step: the engine lets go of what it held */
+    (void) vlm_sched_step(r->sched, 1);
+}
+
+
+static void
+run_all(int kv_blocks, const req_t *rq, int n, out_t *out,
+    uint64_t *preemptions)
+{
+    int    i;
+    run_t  r;
+
+    run_init(&r, kv_blocks);
+
+    memset(out, 0, (size_t) n * sizeof(out_t));
+
+    for (i = 0; i < n; i++) {
+        out[i].slot = submit(&r, &rq[i], i);
+    }
+
+    serve(&r, out, n);
+
+    *preemptions = atomic_load(&r.q.metrics->kv_preemptions);
+
+    run_free(&r);
+}
+
+
+static void
+test_preempt_same_tokens(void **state)
+{
+    int        i;
+    out_t      want[NREQ], got[NREQ];
+    uint64_t   pre_big, pre_small;
+    req_t      rq[NREQ];
+
+    (void) state;
+
+    /* 40 + 80 tokens each: 15 blocks of 8, 60 for the four at once */
+    for (i = 0; i < NREQ; i++) {
+        rq[i].n_prompt = 40 + i;
+        rq[i].seeded = i % 2;
+        rq[i].max_tokens = 80;
+    }
+
+    run_all(NREQ * MAXLEN / 8, rq, NREQ, want, &pre_big);
+    assert_int_equal(pre_big, 0);
+
+    /* 24 blocks: room for one and a half sequences */
+    run_all(24, rq, NREQ, got, &pre_small);
+    assert_true(pre_small > 0);
+
+    for (i = 0; i < NREQ; i++) {
+        assert_int_equal(want[i].finish, VLM_QUEUE_FINISH_LENGTH);
+        assert_int_equal(got[i].finish, want[i].finish);
+        assert_int_equal(got[i].n, 80);
+        assert_memory_equal(got[i].tokens, want[i].tokens,
+                            (size_t) want[i].n * sizeof(int32_t));
+    }
+}
+
+
+static void
+test_too_big_alone(void **state)
+{
+    out_t      out[2];
+    uint64_t   pre;
+    req_t      rq[2];
+
+    (void) state;
+
+    /* 4 blocks of 8 hold 32 tokens: a prompt of 40 never fits ... */
+    rq[0].n_prompt = 40;
+    rq[0].seeded = 0;
+    rq[0].max_tokens = 8;
+
+    /* ... one of 20 fits, and its output does, up to the 32nd token */
+    rq[1].n_prompt = 20;
+    rq[1].seeded = 0;
+    rq[1].max_tokens = 40;
+
+    run_all(4, rq, 2, out, &pre);
+
+    assert_int_equal(out[0].finish, VLM_QUEUE_FINISH_ERROR);
+    assert_int_equal(out[0].status, VLM_ERR_LIMIT);
+    assert_non_null(strstr(out[0].msg, "vlm_kv_cache"));
+    assert_int_equal(out[0].n, 0);
+
+    assert_int_equal(out[1].finish, VLM_QUEUE_FINISH_ERROR);
+    assert_int_equal(out[1].status, VLM_ERR_LIMIT);
+    assert_non_null(strstr(out[1].msg, "vlm_kv_cache"));
+
+    /* the first token comes from the prompt, each next one fed */
+    assert_int_equal(out[1].n, 32 - 20 + 1);
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_preempt_same_tokens),
+        cmocka_unit_test(test_too_big_alone),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
