@@ -5,9 +5,10 @@
  * reads them.  Preemption: with a KV cache too small for every running
  * sequence, the youngest sequences are preempted and recomputed, and
  * every request gets the very tokens (greedy, and drawn with a seed and
- * penalties) of a run with a cache large enough, with vlm_preemptions
- * counted; a sequence the whole cache cannot hold alone ends with an
- * error that names vlm_kv_cache, never a hang.
+ * penalties, and each choice of requests of two) of a run with a cache
+ * large enough, with vlm_preemptions counted; a sequence the whole cache
+ * cannot hold alone ends with an error that names vlm_kv_cache, never a
+ * hang.
  */
 
 #define _GNU_SOURCE
@@ -29,6 +30,7 @@
 
 #define MODEL      "tests/fixtures/serving"
 #define NREQ       4
+#define NCHOICES   2
 #define MAXLEN     128
 #define MAXSTEPS   20000
 
@@ -48,13 +50,14 @@ typedef struct {
     int                 n_prompt;
     int                 seeded;
     uint32_t            max_tokens;
+    uint32_t            n;              /* choices */
 } req_t;
 
 
 typedef struct {
     uint32_t            slot;
-    int                 n;
-    int32_t             tokens[MAXLEN];
+    int                 n[NCHOICES];    /* of each choice */
+    int32_t             tokens[NCHOICES][MAXLEN];
     uint32_t            finish;
     uint32_t            status;
     char                msg[VLM_QUEUE_ERR_LEN];
@@ -70,7 +73,7 @@ static const vlm_queue_conf_t  conf = {
 
 
 static void
-run_init(run_t *r, int kv_blocks)
+run_init(run_t *r, int kv_blocks, int max_seqs)
 {
     vlm_error_t         err;
     vlm_model_params_t  p;
@@ -78,7 +81,7 @@ run_init(run_t *r, int kv_blocks)
     memset(r, 0, sizeof(*r));
 
     vlm_test_fixture_params(&p);
-    p.max_seqs = NREQ;
+    p.max_seqs = max_seqs;
     p.max_seq_len = MAXLEN;
     p.kv_blocks = kv_blocks;
 
@@ -151,6 +154,7 @@ submit(run_t *r, const req_t *rq, int k)
     qs->params.max_tokens = rq->max_tokens;
     qs->params.top_p = 1.0f;
     qs->params.repetition_penalty = 1.0f;
+    qs->params.n = rq->n;
 
     if (rq->seeded) {
         qs->params.temperature = 1.0f;
@@ -185,8 +189,10 @@ serve(run_t *r, out_t *out, int n)
                                         sizeof(text)))
             {
                 if (rec.token != VLM_QUEUE_NONE) {
-                    assert_true(out[i].n < MAXLEN);
-                    out[i].tokens[out[i].n++] = (int32_t) rec.token;
+                    assert_true(rec.choice < NCHOICES);
+                    assert_true(out[i].n[rec.choice] < MAXLEN);
+                    out[i].tokens[rec.choice][out[i].n[rec.choice]++] =
+                        (int32_t) rec.token;
                 }
             }
 
@@ -220,13 +226,13 @@ serve(run_t *r, out_t *out, int n)
 
 
 static void
-run_all(int kv_blocks, const req_t *rq, int n, out_t *out,
+run_all(int kv_blocks, int max_seqs, const req_t *rq, int n, out_t *out,
     uint64_t *preemptions)
 {
     int    i;
     run_t  r;
 
-    run_init(&r, kv_blocks);
+    run_init(&r, kv_blocks, max_seqs);
 
     memset(out, 0, (size_t) n * sizeof(out_t));
 
@@ -257,22 +263,68 @@ test_preempt_same_tokens(void **state)
         rq[i].n_prompt = 40 + i;
         rq[i].seeded = i % 2;
         rq[i].max_tokens = 80;
+        rq[i].n = 1;
     }
 
-    run_all(NREQ * MAXLEN / 8, rq, NREQ, want, &pre_big);
+    run_all(NREQ * MAXLEN / 8, NREQ, rq, NREQ, want, &pre_big);
     assert_int_equal(pre_big, 0);
 
     /* 24 blocks: room for one and a half sequences */
-    run_all(24, rq, NREQ, got, &pre_small);
+    run_all(24, NREQ, rq, NREQ, got, &pre_small);
     assert_true(pre_small > 0);
 
     for (i = 0; i < NREQ; i++) {
         assert_int_equal(want[i].finish, VLM_QUEUE_FINISH_LENGTH);
         assert_int_equal(got[i].finish, want[i].finish);
-        assert_int_equal(got[i].n, 80);
-        assert_memory_equal(got[i].tokens, want[i].tokens,
-                            (size_t) want[i].n * sizeof(int32_t));
+        assert_int_equal(got[i].n[0], 80);
+        assert_memory_equal(got[i].tokens[0], want[i].tokens[0],
+                            (size_t) want[i].n[0] * sizeof(int32_t));
     }
+}
+
+
+/*
+ * Requests of two choices, forked from one prefill: a preempted choice
+ * is recomputed alone and draws on from its own random stream.
+ */
+static void
+test_preempt_choices(void **state)
+{
+    int        i, c;
+    out_t      want[2], got[2];
+    uint64_t   pre_big, pre_small;
+    req_t      rq[2];
+
+    (void) state;
+
+    for (i = 0; i < 2; i++) {
+        rq[i].n_prompt = 30 + i;
+        rq[i].seeded = 1;
+        rq[i].max_tokens = 60;
+        rq[i].n = NCHOICES;
+    }
+
+    run_all(4 * MAXLEN / 8, 4, rq, 2, want, &pre_big);
+    assert_int_equal(pre_big, 0);
+
+    /* 20 blocks: the four sequences want 48 */
+    run_all(20, 4, rq, 2, got, &pre_small);
+    assert_true(pre_small > 0);
+
+    for (i = 0; i < 2; i++) {
+        assert_int_equal(got[i].finish, VLM_QUEUE_FINISH_LENGTH);
+
+        for (c = 0; c < NCHOICES; c++) {
+            assert_int_equal(got[i].n[c], 60);
+            assert_int_equal(want[i].n[c], 60);
+            assert_memory_equal(got[i].tokens[c], want[i].tokens[c],
+                                60 * sizeof(int32_t));
+        }
+    }
+
+    /* the choices drew apart */
+    assert_memory_not_equal(want[0].tokens[0], want[0].tokens[1],
+                            60 * sizeof(int32_t));
 }
 
 
@@ -289,25 +341,27 @@ test_too_big_alone(void **state)
     rq[0].n_prompt = 40;
     rq[0].seeded = 0;
     rq[0].max_tokens = 8;
+    rq[0].n = 1;
 
     /* ... one of 20 fits, and its output does, up to the 32nd token */
     rq[1].n_prompt = 20;
     rq[1].seeded = 0;
     rq[1].max_tokens = 40;
+    rq[1].n = 1;
 
-    run_all(4, rq, 2, out, &pre);
+    run_all(4, NREQ, rq, 2, out, &pre);
 
     assert_int_equal(out[0].finish, VLM_QUEUE_FINISH_ERROR);
     assert_int_equal(out[0].status, VLM_ERR_LIMIT);
     assert_non_null(strstr(out[0].msg, "vlm_kv_cache"));
-    assert_int_equal(out[0].n, 0);
+    assert_int_equal(out[0].n[0], 0);
 
     assert_int_equal(out[1].finish, VLM_QUEUE_FINISH_ERROR);
     assert_int_equal(out[1].status, VLM_ERR_LIMIT);
     assert_non_null(strstr(out[1].msg, "vlm_kv_cache"));
 
     /* the first token comes from the prompt, each next one fed */
-    assert_int_equal(out[1].n, 32 - 20 + 1);
+    assert_int_equal(out[1].n[0], 32 - 20 + 1);
 }
 
 
@@ -316,6 +370,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_preempt_same_tokens),
+        cmocka_unit_test(test_preempt_choices),
         cmocka_unit_test(test_too_big_alone),
     };
 
