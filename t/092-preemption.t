@@ -1,17 +1,19 @@
 # Preemption: a KV cache too small for every running sequence.  The
-# serving fixture takes 512 bytes a token, so vlm_kv_cache 64k holds 128
-# tokens (8 blocks of 16), one context of vlm_max_model_len 128.  Each
-# request alone fits and is never preempted (vlm_preemptions_total stays
-# 0): its greedy text, one at a time, is the unpreempted run.  Sent all at
-# once, streaming, they need about four times the cache: the engine
-# preempts the youngest sequence when a step has no room, gives its blocks
-# back and recomputes its prompt and the tokens it drew later.  Every
-# stream completes with the same text and the same number of tokens (none
-# sent twice, none lost), the non-streamed answers too, and
-# vlm_preemptions_total has counted them.  A sequence the whole cache
-# cannot hold alone cannot be configured: nginx -t refuses a
-# vlm_max_model_len over what vlm_kv_cache holds (t/087-model-sizes.t);
-# a prompt past vlm_max_model_len is a 400 that names it, here too.
+# serving fixture takes 512 bytes a token, so vlm_kv_cache 128k holds 256
+# tokens (16 blocks of 16), one context of vlm_max_model_len 256.  Each
+# request (a prompt of about 50 tokens, up to 200 more; one with a
+# picture) alone fits and is never preempted (vlm_preemptions_total stays
+# 0): its text, one at a time, greedy or drawn with a seed and penalties,
+# is the unpreempted run.  Sent all at once, streaming, they need about
+# four times the cache: the engine preempts the youngest sequence when a
+# step has no room, gives its blocks back and recomputes its prompt and
+# the tokens it drew later.  Every stream completes with the same text,
+# and every non-streamed answer with the same text and number of tokens
+# (none sent twice, none lost), and vlm_preemptions_total has counted
+# them.  A sequence the whole cache cannot hold alone cannot be
+# configured: nginx -t refuses a vlm_max_model_len over what vlm_kv_cache
+# holds (t/087-model-sizes.t); a prompt past vlm_max_model_len is a 400
+# that names it, here too.
 
 use strict;
 use warnings;
@@ -25,8 +27,8 @@ use VLMTest;
 vlm_prereqs();
 
 my $srv = vlm_start(name => 'preempt',
-                    http_config => "vlm_kv_cache 64k;\n"
-                                   . "    vlm_max_model_len 128;\n"
+                    http_config => "vlm_kv_cache 128k;\n"
+                                   . "    vlm_max_model_len 256;\n"
                                    . "    vlm_max_running 4;");
 END { VLMTest::vlm_stop($srv) if $srv }
 
@@ -36,11 +38,15 @@ my @prompts = map { "Tell me a story, number $_." } 1 .. 4;
 # greedy, then drawn with a seed and penalties: a sampler that went on
 # from another place of its random stream, or forgot the counts of what
 # it drew, would not give the same text
+# the third with a picture: recomputed through the model's prefill
+my $png = vlm_png(64, 64, 3);
 my $i = 0;
 my @bodies = map {
     my $seeded = $i++ % 2;
     +{
-        %{ vlm_chat_body($_) }, max_tokens => 100,
+        %{ vlm_chat_body($_, $i == 3 ? vlm_data_url('image/png', $png)
+                                     : ()) },
+        max_tokens => 200,
         $seeded ? (temperature => 1.0, seed => 1000 + $i,
                    frequency_penalty => 0.5, presence_penalty => 0.3)
                 : (temperature => 0),
@@ -67,7 +73,7 @@ for my $k (0 .. $#prompts) {
     push @want, $j->{choices}[0]{message}{content};
     push @want_tokens, $j->{usage}{completion_tokens};
     cmp_ok($j->{usage}{prompt_tokens} + $j->{usage}{completion_tokens},
-           '>', 64, "alone: $p takes more than half the cache");
+           '>', 128, "alone: $p takes more than half the cache");
 }
 
 is(vlm_metrics($srv)->{vlm_preemptions_total}, 0,
@@ -77,6 +83,7 @@ is(vlm_metrics($srv)->{vlm_preemptions_total}, 0,
 # all at once: streams, then plain answers
 for my $stream (1, 0) {
     my $what = $stream ? 'stream' : 'answer';
+    my $before = vlm_metrics($srv)->{vlm_preemptions_total};
     my @st = map { vlm_open_stream($srv, body($_, $stream)) } 0 .. $#prompts;
     my $deadline = time + vlm_secs(60);
 
@@ -118,11 +125,10 @@ for my $stream (1, 0) {
            "together, $what $i: the text of the unpreempted run");
         ok(defined $finish, "together, $what $i: a finish_reason");
     }
-}
 
-my $m = vlm_metrics($srv);
-cmp_ok($m->{vlm_preemptions_total}, '>', 0,
-       "together: sequences were preempted ($m->{vlm_preemptions_total})");
+    my $n = vlm_metrics($srv)->{vlm_preemptions_total} - $before;
+    cmp_ok($n, '>', 0, "together, ${what}s: sequences were preempted ($n)");
+}
 
 # the pools are back at rest: no block held for a preempted sequence
 my $zone = vlm_wait_idle($srv, 5);
@@ -137,7 +143,7 @@ for (1 .. 50) {
 is($used, 0, 'no KV block is used by a sequence');
 
 # a prompt longer than the context is refused up front
-my $res = vlm_post_json($srv, { %{ vlm_chat_body('word ' x 200) },
+my $res = vlm_post_json($srv, { %{ vlm_chat_body('word ' x 400) },
                                 max_tokens => 1 });
 is($res->{status}, 400, 'a prompt past vlm_max_model_len: 400');
 like($res->{body}, qr/vlm_max_model_len/, 'which names the directive');

@@ -103,7 +103,8 @@ struct vlm_sched_s {
 
 
 static void vlm_sched_admit(vlm_sched_t *s);
-static void vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r);
+static int vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r);
+static int vlm_sched_kv_fits(vlm_sched_t *s, uint32_t n, int *room);
 static const int32_t *vlm_sched_ids(vlm_sched_t *s, vlm_sched_req_t *r,
     uint32_t *n);
 static void vlm_sched_feed(vlm_sched_t *s, vlm_sched_req_t *r);
@@ -547,14 +548,16 @@ vlm_sched_step(vlm_sched_t *s, int admit)
         if (r->state == VLM_REQ_WAITING
             && vlm_queue_slot(s->q, r->slot)->n_images == 0)
         {
-            vlm_sched_start(s, r);
+            (void) vlm_sched_start(s, r);
         }
     }
 
     while (!behind && !vlm_prefill_busy(s->model)
            && (r = vlm_sched_first(s, VLM_REQ_WAITING)) != NULL)
     {
-        vlm_sched_start(s, r);
+        if (!vlm_sched_start(s, r)) {
+            break;
+        }
     }
 
     vlm_sched_encode(s);
@@ -780,31 +783,66 @@ vlm_sched_setup(vlm_sched_t *s, vlm_sched_req_t *r, vlm_error_t *err)
 
 
 /*
+ * Whether the KV cache has room (*room blocks, taken) for a prompt of n
+ * tokens and its first token; the model's prefill of a prompt with images
+ * takes all its blocks when it starts.  A prompt the whole cache cannot
+ * hold fits: vlm_sched_feed refuses it.
+ */
+static int
+vlm_sched_kv_fits(vlm_sched_t *s, uint32_t n, int *room)
+{
+    int       blocks;
+    uint32_t  bs;
+
+    bs = (uint32_t) s->info->kv_block_size;
+    blocks = (int) ((n + 1 + bs - 1) / bs);
+
+    if (blocks > s->info->kv_blocks) {
+        return 1;
+    }
+
+    if (blocks > *room) {
+        return 0;
+    }
+
+    *room -= blocks;
+
+    return 1;
+}
+
+
+/*
  * A request's first step: the samplers of its choices, then the start of
  * its prompt: a text prompt is fed to vlm_sched_run in chunks, a prompt
- * with images to the model's prefill in pieces (vlm_sched_encode).
+ * with images to the model's prefill in pieces (vlm_sched_encode), once
+ * the KV cache has room for it.  0: it waits for that room.
  */
-static void
+static int
 vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
 {
-    int                    i;
+    int                    i, room;
     vlm_error_t            err;
     vlm_sched_req_t       *c;
     vlm_queue_slot_t      *qs;
 
     qs = vlm_queue_slot(s->q, r->slot);
+    room = vlm_model_kv_room(s->model);
+
+    if (qs->n_images > 0 && !vlm_sched_kv_fits(s, qs->n_prompt, &room)) {
+        return 0;
+    }
 
     s->progress++;
 
     if (qs->n_images > VLM_QUEUE_MAX_IMAGES) {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, VLM_ERR_INVALID,
                       "too many images");
-        return;
+        return 1;
     }
 
     if (vlm_sched_setup(s, r, &err) != VLM_OK) {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
-        return;
+        return 1;
     }
 
     for (i = 0; i < s->n_reqs; i++) {
@@ -814,7 +852,7 @@ vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
             && vlm_sched_setup(s, c, &err) != VLM_OK)
         {
             vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
-            return;
+            return 1;
         }
     }
 
@@ -822,10 +860,12 @@ vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, VLM_ERR_LIMIT,
                       "the prompt does not fit the sequence length "
                       "budget");
-        return;
+        return 1;
     }
 
     vlm_sched_feed(s, r);
+
+    return 1;
 }
 
 
@@ -1164,27 +1204,22 @@ vlm_sched_preempt(vlm_sched_t *s, vlm_sched_req_t *r)
 static void
 vlm_sched_resume(vlm_sched_t *s)
 {
-    int                 bs, room, blocks;
-    uint32_t            n;
+    int                 room;
     vlm_error_t         err;
     vlm_sched_req_t    *r;
     vlm_queue_slot_t   *qs;
 
-    bs = s->info->kv_block_size;
     room = vlm_model_kv_room(s->model);
 
     while ((r = vlm_sched_first(s, VLM_REQ_PREEMPTED)) != NULL) {
         qs = vlm_queue_slot(s->q, r->slot);
-        n = qs->n_prompt + r->n_gen;
-        blocks = (int) ((n + 1 + (uint32_t) bs - 1) / (uint32_t) bs);
 
-        if (r->pending || blocks > room
-            || (qs->n_images > 0 && vlm_prefill_busy(s->model)))
+        if (r->pending || (qs->n_images > 0 && vlm_prefill_busy(s->model))
+            || !vlm_sched_kv_fits(s, qs->n_prompt + r->n_gen, &room))
         {
             return;
         }
 
-        room -= blocks;
         s->progress++;
 
         if (vlm_group_seq_init(s->group, &r->seq, &err) != VLM_OK) {
