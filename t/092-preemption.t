@@ -13,7 +13,8 @@
 # them.  A sequence the whole cache cannot hold alone cannot be
 # configured: nginx -t refuses a vlm_max_model_len over what vlm_kv_cache
 # holds (t/087-model-sizes.t); a prompt past vlm_max_model_len is a 400
-# that names it, here too.
+# that names it, here too.  All of it twice: one engine, then a
+# tensor-parallel group of two.
 
 use strict;
 use warnings;
@@ -25,12 +26,6 @@ use Test::More;
 use VLMTest;
 
 vlm_prereqs();
-
-my $srv = vlm_start(name => 'preempt',
-                    http_config => "vlm_kv_cache 128k;\n"
-                                   . "    vlm_max_model_len 256;\n"
-                                   . "    vlm_max_running 4;");
-END { VLMTest::vlm_stop($srv) if $srv }
 
 my @prompts = map { "Tell me a story, number $_." } 1 .. 4;
 
@@ -62,85 +57,111 @@ sub body {
 }
 
 
-# the unpreempted run: one request at a time
-my (@want, @want_tokens);
+# the same requests alone, then together, on a server
+sub check {
+    my ($srv, $as) = @_;
 
-for my $k (0 .. $#prompts) {
-    my $p = $prompts[$k];
-    my $res = vlm_post_json($srv, body($k, 0));
-    is($res->{status}, 200, "alone: $p") or diag($res->{body});
-    my $j = vlm_json($res->{body});
-    push @want, $j->{choices}[0]{message}{content};
-    push @want_tokens, $j->{usage}{completion_tokens};
-    cmp_ok($j->{usage}{prompt_tokens} + $j->{usage}{completion_tokens},
-           '>', 128, "alone: $p takes more than half the cache");
-}
+    # the unpreempted run: one request at a time
+    my (@want, @want_tokens);
 
-is(vlm_metrics($srv)->{vlm_preemptions_total}, 0,
-   'one sequence at a time: no preemption');
-
-
-# all at once: streams, then plain answers
-for my $stream (1, 0) {
-    my $what = $stream ? 'stream' : 'answer';
-    my $before = vlm_metrics($srv)->{vlm_preemptions_total};
-    my @st = map { vlm_open_stream($srv, body($_, $stream)) } 0 .. $#prompts;
-    my $deadline = time + vlm_secs(60);
-
-    for my $st (@st) {
-        while (time < $deadline && vlm_read_some($st, 1)) { }
-        close $st->{sock};
+    for my $k (0 .. $#prompts) {
+        my $p = $prompts[$k];
+        my $res = vlm_post_json($srv, body($k, 0));
+        is($res->{status}, 200, "$as, alone: $p") or diag($res->{body});
+        my $j = vlm_json($res->{body});
+        push @want, $j->{choices}[0]{message}{content};
+        push @want_tokens, $j->{usage}{completion_tokens};
+        cmp_ok($j->{usage}{prompt_tokens} + $j->{usage}{completion_tokens},
+               '>', 128, "$as, alone: $p takes more than half the cache");
     }
 
-    for my $i (0 .. $#st) {
-        my $res = VLMTest::parse_response($st[$i]{raw});
-        is($res->{status}, 200, "together, $what $i: 200");
+    is(vlm_metrics($srv)->{vlm_preemptions_total}, 0,
+       "$as, one sequence at a time: no preemption");
 
-        if (!$stream) {
-            my $j = eval { vlm_json($res->{body}) } || {};
-            is($j->{choices}[0]{message}{content}, $want[$i],
-               "together, $what $i: the text of the unpreempted run");
-            is($j->{usage}{completion_tokens}, $want_tokens[$i],
-               "together, $what $i: as many tokens");
-            next;
+
+    # all at once: streams, then plain answers
+    for my $stream (1, 0) {
+        my $what = $stream ? 'stream' : 'answer';
+        my $before = vlm_metrics($srv)->{vlm_preemptions_total};
+        my @st = map { vlm_open_stream($srv, body($_, $stream)) }
+                     0 .. $#prompts;
+        my $deadline = time + vlm_secs(60);
+
+        for my $st (@st) {
+            while (time < $deadline && vlm_read_some($st, 1)) { }
+            close $st->{sock};
         }
 
-        my @ev = vlm_sse($res->{body});
-        my ($text, $chunks, $finish, $usage) = ('', 0, undef, undef);
+        for my $i (0 .. $#st) {
+            my $res = VLMTest::parse_response($st[$i]{raw});
+            is($res->{status}, 200, "$as, together, $what $i: 200");
 
-        for my $e (@ev) {
-            next if !ref $e;
-            my $c = $e->{choices} && $e->{choices}[0];
-            if ($c && defined $c->{delta}{content}) {
-                $text .= $c->{delta}{content};
-                $chunks++;
+            if (!$stream) {
+                my $j = eval { vlm_json($res->{body}) } || {};
+                is($j->{choices}[0]{message}{content}, $want[$i],
+                   "$as, together, $what $i: the text of the unpreempted run");
+                is($j->{usage}{completion_tokens}, $want_tokens[$i],
+                   "$as, together, $what $i: as many tokens");
+                next;
             }
-            $finish = $c->{finish_reason} if $c && $c->{finish_reason};
+
+            my @ev = vlm_sse($res->{body});
+            my ($text, $chunks, $finish, $usage) = ('', 0, undef, undef);
+
+            for my $e (@ev) {
+                next if !ref $e;
+                my $c = $e->{choices} && $e->{choices}[0];
+                if ($c && defined $c->{delta}{content}) {
+                    $text .= $c->{delta}{content};
+                    $chunks++;
+                }
+                $finish = $c->{finish_reason} if $c && $c->{finish_reason};
+            }
+
+            ok(!grep({ ref $_ && ($_->{error} || $_->{_bad}) } @ev),
+               "$as, together, $what $i: no error event");
+            is($ev[-1], '[DONE]', "$as, together, $what $i: ends with [DONE]");
+            is($text, $want[$i],
+               "$as, together, $what $i: the text of the unpreempted run");
+            ok(defined $finish, "$as, together, $what $i: a finish_reason");
         }
 
-        ok(!grep({ ref $_ && ($_->{error} || $_->{_bad}) } @ev),
-           "together, $what $i: no error event");
-        is($ev[-1], '[DONE]', "together, $what $i: ends with [DONE]");
-        is($text, $want[$i],
-           "together, $what $i: the text of the unpreempted run");
-        ok(defined $finish, "together, $what $i: a finish_reason");
+        my $n = vlm_metrics($srv)->{vlm_preemptions_total} - $before;
+        cmp_ok($n, '>', 0,
+               "$as, together, ${what}s: sequences were preempted ($n)");
     }
 
-    my $n = vlm_metrics($srv)->{vlm_preemptions_total} - $before;
-    cmp_ok($n, '>', 0, "together, ${what}s: sequences were preempted ($n)");
+    # the pools are back at rest: no block held for a preempted sequence
+    my $zone = vlm_wait_idle($srv, 5);
+    is($zone->{slots_used}, 0, "$as, every request slot is back");
+    my $used;
+    for (1 .. 50) {
+        $used = vlm_metrics($srv)
+                ->{'vlm_pool_used{pool="kv_blocks",unit="blocks"}'};
+        last if defined $used && $used == 0;
+        select(undef, undef, undef, 0.1);
+    }
+    is($used, 0, "$as, no KV block is used by a sequence");
 }
 
-# the pools are back at rest: no block held for a preempted sequence
-my $zone = vlm_wait_idle($srv, 5);
-is($zone->{slots_used}, 0, 'every request slot is back');
-my $used;
-for (1 .. 50) {
-    $used = vlm_metrics($srv)
-            ->{'vlm_pool_used{pool="kv_blocks",unit="blocks"}'};
-    last if defined $used && $used == 0;
-    select(undef, undef, undef, 0.1);
+
+# one engine, then a tensor-parallel group of two (whose ranks preempt
+# and recompute together, as they make every other call)
+my $srv;
+END { VLMTest::vlm_stop($srv) if $srv }
+
+for my $tp (1, 2) {
+    $srv = vlm_start(name => "preempt-tp$tp",
+                     http_config => "vlm_kv_cache 128k;\n"
+                                    . "    vlm_max_model_len 256;\n"
+                                    . "    vlm_tensor_parallel $tp;\n"
+                                    . "    vlm_max_running 4;");
+    check($srv, "tp $tp");
+
+    last if $tp == 2;
+
+    VLMTest::vlm_stop($srv);
 }
-is($used, 0, 'no KV block is used by a sequence');
 
 # a prompt longer than the context is refused up front
 my $res = vlm_post_json($srv, { %{ vlm_chat_body('word ' x 400) },
