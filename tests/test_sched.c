@@ -5,10 +5,10 @@
  * reads them.  Preemption: with a KV cache too small for every running
  * sequence, the youngest sequences are preempted and recomputed, and
  * every request gets the very tokens (greedy, and drawn with a seed and
- * penalties, and each choice of requests of two) of a run with a cache
- * large enough, with vlm_preemptions counted; a sequence the whole cache
- * cannot hold alone ends with an error that names vlm_kv_cache, never a
- * hang.
+ * penalties, each choice of requests of two, and stop strings) of a run
+ * with a cache large enough, with vlm_preemptions counted; a sequence
+ * the whole cache cannot hold alone ends with an error that names
+ * vlm_kv_cache, never a hang.
  */
 
 #define _GNU_SOURCE
@@ -51,6 +51,7 @@ typedef struct {
     int                 seeded;
     uint32_t            max_tokens;
     uint32_t            n;              /* choices */
+    const char         *stop;           /* a stop string, or NULL */
 } req_t;
 
 
@@ -61,6 +62,8 @@ typedef struct {
     uint32_t            finish;
     uint32_t            status;
     char                msg[VLM_QUEUE_ERR_LEN];
+    char                text[4 * VLM_QUEUE_OUT_TEXT];   /* choice 0's */
+    size_t              n_text;
 } out_t;
 
 
@@ -156,6 +159,11 @@ submit(run_t *r, const req_t *rq, int k)
     qs->params.repetition_penalty = 1.0f;
     qs->params.n = rq->n;
 
+    if (rq->stop != NULL) {
+        qs->params.n_stop = 1;
+        strncpy(qs->params.stop[0], rq->stop, VLM_QUEUE_STOP_LEN - 1);
+    }
+
     if (rq->seeded) {
         qs->params.temperature = 1.0f;
         qs->params.seed = 7000 + (uint64_t) k;
@@ -188,6 +196,13 @@ serve(run_t *r, out_t *out, int n)
             while (vlm_queue_pop_output(&r->q, out[i].slot, &rec, text,
                                         sizeof(text)))
             {
+                if (rec.choice == 0) {
+                    assert_true(out[i].n_text + rec.text_len
+                                <= sizeof(out[i].text));
+                    memcpy(out[i].text + out[i].n_text, text, rec.text_len);
+                    out[i].n_text += rec.text_len;
+                }
+
                 if (rec.token != VLM_QUEUE_NONE) {
                     assert_true(rec.choice < NCHOICES);
                     assert_true(out[i].n[rec.choice] < MAXLEN);
@@ -264,6 +279,7 @@ test_preempt_same_tokens(void **state)
         rq[i].seeded = i % 2;
         rq[i].max_tokens = 80;
         rq[i].n = 1;
+        rq[i].stop = NULL;
     }
 
     run_all(NREQ * MAXLEN / 8, NREQ, rq, NREQ, want, &pre_big);
@@ -302,6 +318,7 @@ test_preempt_choices(void **state)
         rq[i].seeded = 1;
         rq[i].max_tokens = 60;
         rq[i].n = NCHOICES;
+        rq[i].stop = NULL;
     }
 
     run_all(4 * MAXLEN / 8, 4, rq, 2, want, &pre_big);
@@ -328,6 +345,66 @@ test_preempt_choices(void **state)
 }
 
 
+/*
+ * Stop strings: the requests admitted last (preempted first) stop at a
+ * string their output has a third of the way in, so text is held back
+ * across the preemption and the cut falls where it falls without one;
+ * the text and the tokens are those of a run with a large cache.
+ */
+static void
+test_preempt_stop_strings(void **state)
+{
+    int        i;
+    char       stop[2][4];
+    size_t     at;
+    out_t      free_run[NREQ], want[NREQ], got[NREQ];
+    uint64_t   pre;
+    req_t      rq[NREQ];
+
+    (void) state;
+
+    for (i = 0; i < NREQ; i++) {
+        rq[i].n_prompt = 40 + i;
+        rq[i].seeded = 1;
+        rq[i].max_tokens = 80;
+        rq[i].n = 1;
+        rq[i].stop = NULL;
+    }
+
+    run_all(NREQ * MAXLEN / 8, NREQ, rq, NREQ, free_run, &pre);
+
+    for (i = 0; i < 2; i++) {
+        at = free_run[NREQ - 2 + i].n_text * 2 / 3;
+        assert_true(at > 0);
+        memcpy(stop[i], free_run[NREQ - 2 + i].text + at, 3);
+        stop[i][3] = '\0';
+        rq[NREQ - 2 + i].stop = stop[i];
+    }
+
+    run_all(NREQ * MAXLEN / 8, NREQ, rq, NREQ, want, &pre);
+    assert_int_equal(pre, 0);
+
+    run_all(24, NREQ, rq, NREQ, got, &pre);
+    assert_true(pre > 0);
+
+    for (i = 0; i < NREQ; i++) {
+        assert_int_equal(got[i].finish, want[i].finish);
+        assert_int_equal(got[i].n[0], want[i].n[0]);
+        assert_memory_equal(got[i].tokens[0], want[i].tokens[0],
+                            (size_t) want[i].n[0] * sizeof(int32_t));
+        assert_int_equal(got[i].n_text, want[i].n_text);
+        assert_memory_equal(got[i].text, want[i].text, want[i].n_text);
+    }
+
+    /* the last two stopped at their strings, short of max_tokens */
+    for (i = NREQ - 2; i < NREQ; i++) {
+        assert_int_equal(want[i].finish, VLM_QUEUE_FINISH_STOP);
+        assert_true(want[i].n[0] < 80);
+        assert_null(memmem(want[i].text, want[i].n_text, rq[i].stop, 3));
+    }
+}
+
+
 static void
 test_too_big_alone(void **state)
 {
@@ -342,12 +419,14 @@ test_too_big_alone(void **state)
     rq[0].seeded = 0;
     rq[0].max_tokens = 8;
     rq[0].n = 1;
+    rq[0].stop = NULL;
 
     /* ... one of 20 fits, and its output does, up to the 32nd token */
     rq[1].n_prompt = 20;
     rq[1].seeded = 0;
     rq[1].max_tokens = 40;
     rq[1].n = 1;
+    rq[1].stop = NULL;
 
     run_all(4, NREQ, rq, 2, out, &pre);
 
@@ -371,6 +450,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_preempt_same_tokens),
         cmocka_unit_test(test_preempt_choices),
+        cmocka_unit_test(test_preempt_stop_strings),
         cmocka_unit_test(test_too_big_alone),
     };
 
