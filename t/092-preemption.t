@@ -2,7 +2,7 @@
 # serving fixture takes 512 bytes a token, so vlm_kv_cache 128k holds 256
 # tokens (16 blocks of 16), one context of vlm_max_model_len 256.  Each
 # request (a prompt of about 50 tokens, up to 200 more; one with a
-# picture) alone fits and is never preempted (vlm_preemptions_total stays
+# picture, one held to JSON by response_format) alone fits and is never preempted (vlm_preemptions_total stays
 # 0): its text, one at a time, greedy or drawn with a seed and penalties,
 # is the unpreempted run.  Sent all at once, streaming, they need about
 # four times the cache: the engine preempts the youngest sequence when a
@@ -33,7 +33,8 @@ my @prompts = map { "Tell me a story, number $_." } 1 .. 4;
 # greedy, then drawn with a seed and penalties: a sampler that went on
 # from another place of its random stream, or forgot the counts of what
 # it drew, would not give the same text
-# the third with a picture: recomputed through the model's prefill
+# the third with a picture: recomputed through the model's prefill; the
+# fourth held to JSON: its grammar's state goes on where it was
 my $png = vlm_png(64, 64, 3);
 my $i = 0;
 my @bodies = map {
@@ -45,6 +46,7 @@ my @bodies = map {
         $seeded ? (temperature => 1.0, seed => 1000 + $i,
                    frequency_penalty => 0.5, presence_penalty => 0.3)
                 : (temperature => 0),
+        $i == 4 ? (response_format => { type => 'json_object' }) : (),
     }
 } @prompts;
 
@@ -63,6 +65,7 @@ sub check {
 
     # the unpreempted run: one request at a time
     my (@want, @want_tokens);
+    my $total = 0;
 
     for my $k (0 .. $#prompts) {
         my $p = $prompts[$k];
@@ -71,9 +74,12 @@ sub check {
         my $j = vlm_json($res->{body});
         push @want, $j->{choices}[0]{message}{content};
         push @want_tokens, $j->{usage}{completion_tokens};
-        cmp_ok($j->{usage}{prompt_tokens} + $j->{usage}{completion_tokens},
-               '>', 128, "$as, alone: $p takes more than half the cache");
+        $total += $j->{usage}{total_tokens};
     }
+
+    like($want[3], qr/^\{/, "$as, alone: the fourth answer is JSON");
+    cmp_ok($total, '>', 2 * 256,
+           "$as: together they want more than twice the cache ($total)");
 
     is(vlm_metrics($srv)->{vlm_preemptions_total}, 0,
        "$as, one sequence at a time: no preemption");
