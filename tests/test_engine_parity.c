@@ -350,46 +350,45 @@ test_qwen25vl_bf16(void **state)
 
 
 /*
- * rope_scaling of type yarn (tools/fixtures_yarn.py): a text prompt of
- * 8192 tokens, four times the original context, prefilled but for its
- * last three tokens, which are decoded one by one; the logits of each of
- * the last four positions within 1e-4 of transformers' (largest absolute
- * difference), and not those of the rope without scaling
+ * A text prompt of 8192 tokens (tools/fixtures_yarn.py) prefilled but
+ * for its last three tokens, which are decoded one by one: the logits of
+ * the last four positions, [4, *V] (malloc'ed); of each, the largest
+ * absolute difference from transformers' in *d
  */
-static void
-test_qwen25vl_yarn_long(void **state)
+static float *
+long_logits(const char *name, int *vocab, double *d)
 {
     int                  i, j, n, V;
-    double               d, d_plain;
+    float               *out;
     int32_t             *ids;
     vlm_seq_t           *seq;
-    vlm_npy_t            ref, plain;
+    vlm_npy_t            ref;
     vlm_error_t          err;
     vlm_model_t         *m;
     vlm_model_params_t   p;
+    char                 path[256];
     const float         *lg;
-
-    (void) state;
 
     vlm_test_fixture_params(&p);
     p.max_seqs = 1;
     p.max_seq_len = 8192;
     p.max_batch_tokens = 512;
 
-    if (vlm_model_load(&m, FIX "/qwen25vl-yarn", &p, &err) != VLM_OK) {
-        fail_msg("load qwen25vl-yarn: %s", err.msg);
+    snprintf(path, sizeof(path), FIX "/%s", name);
+
+    if (vlm_model_load(&m, path, &p, &err) != VLM_OK) {
+        fail_msg("load %s: %s", name, err.msg);
     }
 
-    vlm_test_load_npy(&ref, FIX, "qwen25vl-yarn", "long", "logits_last.npy");
-    vlm_test_load_npy(&plain, FIX, "qwen25vl-yarn", "long",
-                      "logits_last_no_yarn.npy");
+    vlm_test_load_npy(&ref, FIX, name, "long", "logits_last.npy");
 
     V = vlm_model_info(m)->vocab_size;
     n = 8192;
     assert_int_equal(ref.n, (size_t) 4 * V);
 
     ids = malloc((size_t) n * sizeof(int32_t));
-    assert_non_null(ids);
+    out = malloc((size_t) 4 * V * sizeof(float));
+    assert_true(ids != NULL && out != NULL);
 
     for (i = 0; i < n; i++) {
         ids[i] = (int32_t) (((int64_t) i * 7919 + 13) % 300);
@@ -398,7 +397,7 @@ test_qwen25vl_yarn_long(void **state)
     assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
 
     if (vlm_seq_prefill(seq, ids, n - 3, NULL, 0, NULL, &err) != VLM_OK) {
-        fail_msg("prefill: %s", err.msg);
+        fail_msg("%s: prefill: %s", name, err.msg);
     }
 
     for (j = 0; j < 4; j++) {
@@ -408,28 +407,62 @@ test_qwen25vl_yarn_long(void **state)
         }
 
         lg = vlm_seq_logits(seq);
-        d = 0;
-        d_plain = 0;
+        memcpy(out + (size_t) j * V, lg, (size_t) V * sizeof(float));
+        d[j] = 0;
 
         for (i = 0; i < V; i++) {
-            d = fmax(d, fabs(lg[i] - ((float *) ref.data)[j * V + i]));
-            d_plain = fmax(d_plain,
-                           fabs(lg[i] - ((float *) plain.data)[j * V + i]));
+            d[j] = fmax(d[j], fabs(lg[i] - ((float *) ref.data)[j * V + i]));
         }
 
-        print_message("yarn, position %d: largest logit difference %.2g "
-                      "(%.2g from the rope without scaling)\n",
-                      n - 4 + j, d, d_plain);
-
-        assert_true(d <= 1e-4);
-        assert_true(d_plain > 1e-2);
+        print_message("%s, position %d: largest logit difference %.2g\n",
+                      name, n - 4 + j, d[j]);
     }
 
     vlm_seq_free(seq);
     free(ids);
     vlm_npy_free(&ref);
-    vlm_npy_free(&plain);
     vlm_model_free(m);
+
+    *vocab = V;
+
+    return out;
+}
+
+
+/*
+ * Positions near 8k: Qwen2.5-VL's M-RoPE without scaling, and with
+ * rope_scaling of type yarn (four times an original context of 2048),
+ * each within 1e-4 of transformers' logits (largest absolute
+ * difference); the two differ, so that a yarn config run as the plain
+ * rope fails
+ */
+static void
+test_qwen25vl_long_yarn(void **state)
+{
+    int      i, j, V, V_yarn;
+    float   *plain, *yarn;
+    double   d_plain[4], d_yarn[4], apart;
+
+    (void) state;
+
+    plain = long_logits("qwen25vl-long", &V, d_plain);
+    yarn = long_logits("qwen25vl-yarn", &V_yarn, d_yarn);
+    assert_int_equal(V, V_yarn);
+
+    for (j = 0; j < 4; j++) {
+        assert_true(d_plain[j] <= 1e-4);
+        assert_true(d_yarn[j] <= 1e-4);
+
+        apart = 0;
+        for (i = 0; i < V; i++) {
+            apart = fmax(apart, fabs(plain[j * V + i] - yarn[j * V + i]));
+        }
+
+        assert_true(apart > 1e-2);
+    }
+
+    free(plain);
+    free(yarn);
 }
 
 
@@ -555,7 +588,7 @@ main(void)
         cmocka_unit_test(test_kv16_on_f32_weights),
         cmocka_unit_test(test_qwen25vl_f32_tied),
         cmocka_unit_test(test_qwen25vl_bf16),
-        cmocka_unit_test(test_qwen25vl_yarn_long),
+        cmocka_unit_test(test_qwen25vl_long_yarn),
         cmocka_unit_test(test_qwen3vl_f32),
         cmocka_unit_test(test_qwen3vl_bf16_tied),
         cmocka_unit_test(test_quant_awq_g128),
