@@ -6,10 +6,12 @@
  * 32-token greedy continuations, for Qwen2-VL, Qwen2.5-VL and Qwen3-VL
  * (tools/fixtures_qwen3vl.py) with no, one and two images; for Qwen3-VL
  * also the pixel values of the C image pipeline (patch 16, smart_resize
- * to multiples of 32) against its processor's, to the bit; the quantized
- * checkpoints (AWQ, GPTQ, compressed-tensors, fp8) at every CPU kernel
- * level, within 1e-4 with f32 activations, and with int8 ones (integer
- * dot products: int4 and int8 weights) within QUANT_I8_TOL.
+ * to multiples of 32) against its processor's, to the bit; a prompt of
+ * 8192 tokens with Qwen2.5-VL's M-RoPE and with YaRN
+ * (tools/fixtures_yarn.py); the quantized checkpoints (AWQ, GPTQ,
+ * compressed-tensors, fp8) at every CPU kernel level, within 1e-4 with
+ * f32 activations, and with int8 ones (integer dot products: int4 and
+ * int8 weights) within QUANT_I8_TOL.
  */
 
 #define _GNU_SOURCE
