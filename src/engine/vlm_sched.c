@@ -527,9 +527,12 @@ vlm_sched_step(vlm_sched_t *s, int admit)
         vlm_sched_admit(s);
     }
 
+    vlm_sched_resume(s);
+
     /*
-     * new requests start: text prompts join the batched steps in chunks;
-     * a prompt with images waits until the model's prefill is free, then
+     * new requests start, behind the preempted ones: text prompts join
+     * the batched steps in chunks; a prompt with images waits until the
+     * model's prefill is free (and the KV cache has room for it), then
      * is encoded and prefilled a piece a step (one vision block, or one
      * chunk of its prompt) ahead of each batched step.  The prefill goes
      * to the request admitted first: taken in the order of the request
@@ -537,9 +540,6 @@ vlm_sched_step(vlm_sched_t *s, int admit)
      * under steady image traffic one in a higher entry waited until the
      * traffic stopped.
      */
-    vlm_sched_resume(s);
-
-    /* new requests wait behind the preempted ones */
     behind = vlm_sched_first(s, VLM_REQ_PREEMPTED) != NULL;
 
     for (i = 0; i < s->n_reqs && !behind; i++) {
