@@ -3,6 +3,7 @@
  * and flat layouts, defaults, and rejected configurations.
  */
 
+#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -153,6 +154,73 @@ test_rejected(void **state)
                  "]," TEXT ROPE "\"vision_config\":{\"depth\":2,"
                  "\"hidden_size\":16,\"out_hidden_size\":32,\"num_heads\":1,"
                  "\"window_size\":50}}", VLM_ERR_FORMAT, "window_size");
+    expect_error(Q2 TEXT "\"rope_scaling\":{\"type\":\"linear\","
+                 "\"factor\":2,\"mrope_section\":[2,3,3]}," VIS "}",
+                 VLM_ERR_UNSUPPORTED, "\"linear\" is not supported");
+    expect_error(Q2 TEXT "\"rope_scaling\":{\"type\":\"yarn\","
+                 "\"mrope_section\":[2,3,3]}," VIS "}", VLM_ERR_FORMAT,
+                 "needs a factor");
+    expect_error(Q2 TEXT "\"rope_scaling\":{\"type\":\"yarn\","
+                 "\"factor\":0.5,\"mrope_section\":[2,3,3]}," VIS "}",
+                 VLM_ERR_FORMAT, "out of range");
+    expect_error(Q2 TEXT "\"rope_scaling\":{\"type\":\"yarn\","
+                 "\"factor\":4,\"beta_fast\":\"x\","
+                 "\"mrope_section\":[2,3,3]}," VIS "}", VLM_ERR_FORMAT,
+                 "beta_fast is not a number");
+}
+
+
+/*
+ * rope_scaling of type yarn as Qwen2.5-VL's model card writes it ("type"),
+ * and as transformers saves it ("rope_type"): transformers' defaults
+ * (beta_fast 32, beta_slow 1, truncate, the original context from
+ * max_position_embeddings, the attention factor 0.1 ln(factor) + 1) or
+ * the values given
+ */
+static void
+test_yarn(void **state)
+{
+    vlm_error_t         err;
+    vlm_model_config_t  cfg;
+
+    assert_int_equal(parse(&cfg, Q2 TEXT "\"max_position_embeddings\":128000,"
+        "\"rope_scaling\":{\"type\":\"yarn\",\"mrope_section\":[2,3,3],"
+        "\"factor\":4,\"original_max_position_embeddings\":32768},"
+        VIS "}", &err), VLM_OK);
+
+    assert_true(cfg.text.rope_yarn);
+    assert_int_equal(cfg.text.yarn_original_max, 32768);
+    assert_true(cfg.text.yarn_factor == 4);
+    assert_true(cfg.text.yarn_beta_fast == 32);
+    assert_true(cfg.text.yarn_beta_slow == 1);
+    assert_true(cfg.text.yarn_truncate);
+    assert_true(fabs(cfg.text.yarn_attention - (0.1 * log(4.0) + 1)) < 1e-12);
+    assert_int_equal(cfg.text.mrope_section[2], 3);
+
+    assert_int_equal(parse(&cfg, Q2 TEXT "\"max_position_embeddings\":4096,"
+        "\"rope_scaling\":{\"rope_type\":\"yarn\","
+        "\"mrope_section\":[2,3,3],\"factor\":2.0,\"beta_fast\":16,"
+        "\"beta_slow\":2,\"truncate\":false,\"attention_factor\":1.5},"
+        VIS "}", &err), VLM_OK);
+
+    assert_int_equal(cfg.text.yarn_original_max, 4096);
+    assert_true(cfg.text.yarn_beta_fast == 16);
+    assert_true(cfg.text.yarn_beta_slow == 2);
+    assert_false(cfg.text.yarn_truncate);
+    assert_true(cfg.text.yarn_attention == 1.5);
+
+    /* mscale and mscale_all_dim: the ratio of their factors */
+    assert_int_equal(parse(&cfg, Q2 TEXT
+        "\"rope_scaling\":{\"type\":\"yarn\",\"mrope_section\":[2,3,3],"
+        "\"factor\":4,\"mscale\":2,\"mscale_all_dim\":1}," VIS "}",
+        &err), VLM_OK);
+
+    assert_true(fabs(cfg.text.yarn_attention
+                     - (0.2 * log(4.0) + 1) / (0.1 * log(4.0) + 1)) < 1e-12);
+
+    /* "mrope" and no type: the rope without scaling */
+    assert_int_equal(parse(&cfg, Q2 TEXT ROPE VIS "}", &err), VLM_OK);
+    assert_false(cfg.text.rope_yarn);
 }
 
 
@@ -236,6 +304,7 @@ main(void)
         cmocka_unit_test(test_nested_qwen2_5_vl),
         cmocka_unit_test(test_flat_qwen2_vl),
         cmocka_unit_test(test_rejected),
+        cmocka_unit_test(test_yarn),
         cmocka_unit_test(test_nested_qwen3_vl),
         cmocka_unit_test(test_rejected_qwen3_vl),
     };

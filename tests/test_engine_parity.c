@@ -6,10 +6,12 @@
  * 32-token greedy continuations, for Qwen2-VL, Qwen2.5-VL and Qwen3-VL
  * (tools/fixtures_qwen3vl.py) with no, one and two images; for Qwen3-VL
  * also the pixel values of the C image pipeline (patch 16, smart_resize
- * to multiples of 32) against its processor's, to the bit; the quantized
- * checkpoints (AWQ, GPTQ, compressed-tensors, fp8) at every CPU kernel
- * level, within 1e-4 with f32 activations, and with int8 ones (integer
- * dot products: int4 and int8 weights) within QUANT_I8_TOL.
+ * to multiples of 32) against its processor's, to the bit; a prompt of
+ * 8192 tokens with Qwen2.5-VL's M-RoPE and with YaRN
+ * (tools/fixtures_yarn.py); the quantized checkpoints (AWQ, GPTQ,
+ * compressed-tensors, fp8) at every CPU kernel level, within 1e-4 with
+ * f32 activations, and with int8 ones (integer dot products: int4 and
+ * int8 weights) within QUANT_I8_TOL.
  */
 
 #define _GNU_SOURCE
@@ -349,6 +351,123 @@ test_qwen25vl_bf16(void **state)
 }
 
 
+/*
+ * A text prompt of 8192 tokens (tools/fixtures_yarn.py) prefilled but
+ * for its last three tokens, which are decoded one by one: the logits of
+ * the last four positions, [4, *V] (malloc'ed); of each, the largest
+ * absolute difference from transformers' in *d
+ */
+static float *
+long_logits(const char *name, int *vocab, double *d)
+{
+    int                  i, j, n, V;
+    float               *out;
+    int32_t             *ids;
+    vlm_seq_t           *seq;
+    vlm_npy_t            ref;
+    vlm_error_t          err;
+    vlm_model_t         *m;
+    vlm_model_params_t   p;
+    char                 path[256];
+    const float         *lg;
+
+    vlm_test_fixture_params(&p);
+    p.max_seqs = 1;
+    p.max_seq_len = 8192;
+    p.max_batch_tokens = 512;
+
+    snprintf(path, sizeof(path), FIX "/%s", name);
+
+    if (vlm_model_load(&m, path, &p, &err) != VLM_OK) {
+        fail_msg("load %s: %s", name, err.msg);
+    }
+
+    vlm_test_load_npy(&ref, FIX, name, "long", "logits_last.npy");
+
+    V = vlm_model_info(m)->vocab_size;
+    n = 8192;
+    assert_int_equal(ref.n, (size_t) 4 * V);
+
+    ids = malloc((size_t) n * sizeof(int32_t));
+    out = malloc((size_t) 4 * V * sizeof(float));
+    assert_true(ids != NULL && out != NULL);
+
+    for (i = 0; i < n; i++) {
+        ids[i] = (int32_t) (((int64_t) i * 7919 + 13) % 300);
+    }
+
+    assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+
+    if (vlm_seq_prefill(seq, ids, n - 3, NULL, 0, NULL, &err) != VLM_OK) {
+        fail_msg("%s: prefill: %s", name, err.msg);
+    }
+
+    for (j = 0; j < 4; j++) {
+        if (j > 0) {
+            assert_int_equal(vlm_decode(m, &seq, &ids[n - 4 + j], 1, &err),
+                             VLM_OK);
+        }
+
+        lg = vlm_seq_logits(seq);
+        memcpy(out + (size_t) j * V, lg, (size_t) V * sizeof(float));
+        d[j] = 0;
+
+        for (i = 0; i < V; i++) {
+            d[j] = fmax(d[j], fabs(lg[i] - ((float *) ref.data)[j * V + i]));
+        }
+
+        print_message("%s, position %d: largest logit difference %.2g\n",
+                      name, n - 4 + j, d[j]);
+    }
+
+    vlm_seq_free(seq);
+    free(ids);
+    vlm_npy_free(&ref);
+    vlm_model_free(m);
+
+    *vocab = V;
+
+    return out;
+}
+
+
+/*
+ * Positions near 8k: Qwen2.5-VL's M-RoPE without scaling, and with
+ * rope_scaling of type yarn (four times an original context of 2048),
+ * each within 1e-4 of transformers' logits (largest absolute
+ * difference); the two differ, so that a yarn config run as the plain
+ * rope fails
+ */
+static void
+test_qwen25vl_long_yarn(void **state)
+{
+    int      i, j, V, V_yarn;
+    float   *plain, *yarn;
+    double   d_plain[4], d_yarn[4], apart;
+
+    (void) state;
+
+    plain = long_logits("qwen25vl-long", &V, d_plain);
+    yarn = long_logits("qwen25vl-yarn", &V_yarn, d_yarn);
+    assert_int_equal(V, V_yarn);
+
+    for (j = 0; j < 4; j++) {
+        assert_true(d_plain[j] <= 1e-4);
+        assert_true(d_yarn[j] <= 1e-4);
+
+        apart = 0;
+        for (i = 0; i < V; i++) {
+            apart = fmax(apart, fabs(plain[j * V + i] - yarn[j * V + i]));
+        }
+
+        assert_true(apart > 1e-2);
+    }
+
+    free(plain);
+    free(yarn);
+}
+
+
 static void
 test_qwen3vl_f32(void **state)
 {
@@ -471,6 +590,7 @@ main(void)
         cmocka_unit_test(test_kv16_on_f32_weights),
         cmocka_unit_test(test_qwen25vl_f32_tied),
         cmocka_unit_test(test_qwen25vl_bf16),
+        cmocka_unit_test(test_qwen25vl_long_yarn),
         cmocka_unit_test(test_qwen3vl_f32),
         cmocka_unit_test(test_qwen3vl_bf16_tied),
         cmocka_unit_test(test_quant_awq_g128),

@@ -119,6 +119,8 @@ typedef struct {
     const char  *kv_dtype;          /* as resolved: "f32", "bf16", "f16" */
     size_t       kv_token_bytes;    /* KV bytes a token takes, all layers
                                        (this rank's heads) */
+    int          kv_blocks;         /* the KV pool, in blocks */
+    int          kv_block_size;     /* of this many tokens */
 } vlm_model_info_t;
 
 
@@ -267,6 +269,13 @@ vlm_status_t vlm_seq_fork(vlm_seq_t *src, vlm_seq_t **seq,
     vlm_error_t *err);
 /* tokens held in the KV cache */
 int vlm_seq_length(const vlm_seq_t *seq);
+/*
+ * KV blocks the next step may take: the free ones and those the prefix
+ * cache alone holds; and of those, how many seq takes for n more tokens
+ * (a scheduler that preempts checks its batch against them)
+ */
+int vlm_model_kv_room(const vlm_model_t *model);
+int vlm_seq_kv_need(const vlm_seq_t *seq, int n);
 
 /*
  * The prefix cache: maps into an empty sequence the longest run of the

@@ -23,9 +23,11 @@ typedef enum {
     VLM_REQ_ENCODING,           /* an image prompt, the model's prefill */
     VLM_REQ_DECODING,           /* next holds the token to feed */
     VLM_REQ_DRAINING,           /* finished; output still to be written */
-    VLM_REQ_FORKING             /* a choice after the first: waits for the
+    VLM_REQ_FORKING,            /* a choice after the first: waits for the
                                    prompt that choice 0 prefills, then
                                    forks its sequence */
+    VLM_REQ_PREEMPTED           /* its KV blocks given back: waits to be
+                                   recomputed (prompt and output so far) */
 } vlm_req_state_t;
 
 
@@ -44,6 +46,15 @@ typedef struct {
     int32_t              next;
     uint32_t             n_fed;
     uint32_t             n_out;
+    uint32_t             n_gen;         /* tokens drawn, next included */
+    unsigned             recompute:1;   /* the prefill is of toks */
+
+    /*
+     * [max_seq_len]: the tokens drawn, from toks[n_prompt] on, and the
+     * prompt before them once the request was preempted: what its
+     * recomputation feeds
+     */
+    int32_t             *toks;
     uint64_t             order;         /* when admitted: the first
                                            admitted is the first served */
     uint64_t             t_last;        /* last token written, ns */
@@ -92,7 +103,13 @@ struct vlm_sched_s {
 
 
 static void vlm_sched_admit(vlm_sched_t *s);
-static void vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r);
+static int vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r);
+static int vlm_sched_kv_fits(vlm_sched_t *s, uint32_t n, int *room);
+static const int32_t *vlm_sched_ids(vlm_sched_t *s, vlm_sched_req_t *r,
+    uint32_t *n);
+static void vlm_sched_feed(vlm_sched_t *s, vlm_sched_req_t *r);
+static void vlm_sched_preempt(vlm_sched_t *s, vlm_sched_req_t *r);
+static void vlm_sched_resume(vlm_sched_t *s);
 static vlm_status_t vlm_sched_setup(vlm_sched_t *s, vlm_sched_req_t *r,
     vlm_error_t *err);
 static int vlm_sched_fork(vlm_sched_t *s, vlm_sched_req_t *r);
@@ -157,8 +174,12 @@ vlm_sched_init(vlm_sched_t **sched, vlm_model_t *model, vlm_group_t *group,
     for (i = 0; i < s->n_reqs; i++) {
         s->reqs[i].held = malloc(s->held_cap);
         s->reqs[i].out_text = malloc(s->held_cap);
+        s->reqs[i].toks = malloc(((size_t) s->info->max_seq_len + 1)
+                                 * sizeof(int32_t));
 
-        if (s->reqs[i].held == NULL || s->reqs[i].out_text == NULL) {
+        if (s->reqs[i].held == NULL || s->reqs[i].out_text == NULL
+            || s->reqs[i].toks == NULL)
+        {
             vlm_sched_free(s);
             return vlm_error_set(err, VLM_ERR_NOMEM, "scheduler: no memory");
         }
@@ -206,6 +227,7 @@ vlm_sched_free(vlm_sched_t *s)
         vlm_matcher_free(s->reqs[i].matcher);
         free(s->reqs[i].held);
         free(s->reqs[i].out_text);
+        free(s->reqs[i].toks);
     }
 
     free(s->reqs);
@@ -466,7 +488,7 @@ vlm_sched_publish(vlm_sched_t *s)
 int
 vlm_sched_step(vlm_sched_t *s, int admit)
 {
-    int                i, n;
+    int                i, n, behind;
     vlm_sched_req_t   *r;
 
     n = 0;
@@ -505,9 +527,12 @@ vlm_sched_step(vlm_sched_t *s, int admit)
         vlm_sched_admit(s);
     }
 
+    vlm_sched_resume(s);
+
     /*
-     * new requests start: text prompts join the batched steps in chunks;
-     * a prompt with images waits until the model's prefill is free, then
+     * new requests start, behind the preempted ones: text prompts join
+     * the batched steps in chunks; a prompt with images waits until the
+     * model's prefill is free (and the KV cache has room for it), then
      * is encoded and prefilled a piece a step (one vision block, or one
      * chunk of its prompt) ahead of each batched step.  The prefill goes
      * to the request admitted first: taken in the order of the request
@@ -515,20 +540,24 @@ vlm_sched_step(vlm_sched_t *s, int admit)
      * under steady image traffic one in a higher entry waited until the
      * traffic stopped.
      */
-    for (i = 0; i < s->n_reqs; i++) {
+    behind = vlm_sched_first(s, VLM_REQ_PREEMPTED) != NULL;
+
+    for (i = 0; i < s->n_reqs && !behind; i++) {
         r = &s->reqs[i];
 
         if (r->state == VLM_REQ_WAITING
             && vlm_queue_slot(s->q, r->slot)->n_images == 0)
         {
-            vlm_sched_start(s, r);
+            (void) vlm_sched_start(s, r);
         }
     }
 
-    while (!vlm_prefill_busy(s->model)
+    while (!behind && !vlm_prefill_busy(s->model)
            && (r = vlm_sched_first(s, VLM_REQ_WAITING)) != NULL)
     {
-        vlm_sched_start(s, r);
+        if (!vlm_sched_start(s, r)) {
+            break;
+        }
     }
 
     vlm_sched_encode(s);
@@ -606,6 +635,8 @@ vlm_sched_admit(vlm_sched_t *s)
             r->choice = c;
             r->seq = NULL;
             r->n_out = 0;
+            r->n_gen = 0;
+            r->recompute = 0;
             r->n_held = 0;
             r->pending = 0;
             r->finish = VLM_QUEUE_FINISH_NONE;
@@ -761,33 +792,66 @@ vlm_sched_setup(vlm_sched_t *s, vlm_sched_req_t *r, vlm_error_t *err)
 
 
 /*
+ * Whether the KV cache has room (*room blocks, taken) for a prompt of n
+ * tokens and its first token; the model's prefill of a prompt with images
+ * takes all its blocks when it starts.  A prompt the whole cache cannot
+ * hold fits: vlm_sched_feed refuses it.
+ */
+static int
+vlm_sched_kv_fits(vlm_sched_t *s, uint32_t n, int *room)
+{
+    int       blocks;
+    uint32_t  bs;
+
+    bs = (uint32_t) s->info->kv_block_size;
+    blocks = (int) ((n + 1 + bs - 1) / bs);
+
+    if (blocks > s->info->kv_blocks) {
+        return 1;
+    }
+
+    if (blocks > *room) {
+        return 0;
+    }
+
+    *room -= blocks;
+
+    return 1;
+}
+
+
+/*
  * A request's first step: the samplers of its choices, then the start of
  * its prompt: a text prompt is fed to vlm_sched_run in chunks, a prompt
- * with images to the model's prefill in pieces (vlm_sched_encode).
+ * with images to the model's prefill in pieces (vlm_sched_encode), once
+ * the KV cache has room for it.  0: it waits for that room.
  */
-static void
+static int
 vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
 {
-    int                    i, cached, cached_images;
-    uint32_t               j;
+    int                    i, room;
     vlm_error_t            err;
     vlm_sched_req_t       *c;
     vlm_queue_slot_t      *qs;
-    const int32_t         *ids;
 
     qs = vlm_queue_slot(s->q, r->slot);
+    room = vlm_model_kv_room(s->model);
+
+    if (qs->n_images > 0 && !vlm_sched_kv_fits(s, qs->n_prompt, &room)) {
+        return 0;
+    }
 
     s->progress++;
 
     if (qs->n_images > VLM_QUEUE_MAX_IMAGES) {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, VLM_ERR_INVALID,
                       "too many images");
-        return;
+        return 1;
     }
 
     if (vlm_sched_setup(s, r, &err) != VLM_OK) {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
-        return;
+        return 1;
     }
 
     for (i = 0; i < s->n_reqs; i++) {
@@ -797,16 +861,66 @@ vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
             && vlm_sched_setup(s, c, &err) != VLM_OK)
         {
             vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
-            return;
+            return 1;
         }
     }
-
-    ids = vlm_queue_arena(s->q, qs->prompt_off);
 
     if (qs->n_prompt < 1 || qs->n_prompt > (uint32_t) s->info->max_seq_len) {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, VLM_ERR_LIMIT,
                       "the prompt does not fit the sequence length "
                       "budget");
+        return 1;
+    }
+
+    vlm_sched_feed(s, r);
+
+    return 1;
+}
+
+
+/*
+ * What a request's prefill feeds: its prompt, or, recomputed after a
+ * preemption, its prompt and the tokens drawn so far.
+ */
+static const int32_t *
+vlm_sched_ids(vlm_sched_t *s, vlm_sched_req_t *r, uint32_t *n)
+{
+    vlm_queue_slot_t  *qs;
+
+    qs = vlm_queue_slot(s->q, r->slot);
+
+    if (r->recompute) {
+        *n = qs->n_prompt + r->n_gen;
+        return r->toks;
+    }
+
+    *n = qs->n_prompt;
+
+    return vlm_queue_arena(s->q, qs->prompt_off);
+}
+
+
+/*
+ * A request's prefill starts, on its own sequence: the head of it that
+ * the prefix cache holds is mapped, the rest goes in the batched steps
+ * (text only from there) or in the model's prefill (images).
+ */
+static void
+vlm_sched_feed(vlm_sched_t *s, vlm_sched_req_t *r)
+{
+    int                    cached, cached_images;
+    uint32_t               j, n;
+    vlm_error_t            err;
+    vlm_queue_slot_t      *qs;
+    const int32_t         *ids;
+
+    qs = vlm_queue_slot(s->q, r->slot);
+    ids = vlm_sched_ids(s, r, &n);
+
+    if (n > (uint32_t) s->info->kv_blocks * s->info->kv_block_size) {
+        vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, VLM_ERR_LIMIT,
+                      "the sequence does not fit the KV cache "
+                      "(vlm_kv_cache)");
         return;
     }
 
@@ -820,16 +934,18 @@ vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
     }
 
     /* the head of the prompt that earlier requests computed */
-    if (vlm_group_prefix_map(s->group, r->seq, ids, (int) qs->n_prompt,
-                             s->images, (int) qs->n_images, &cached,
-                             &cached_images, &err)
+    if (vlm_group_prefix_map(s->group, r->seq, ids, (int) n, s->images,
+                             (int) qs->n_images, &cached, &cached_images,
+                             &err)
         != VLM_OK)
     {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
         return;
     }
 
-    qs->n_cached = (uint32_t) cached;
+    if (!r->recompute) {
+        qs->n_cached = (uint32_t) cached;
+    }
 
     if ((uint32_t) cached_images == qs->n_images) {
         /* text from here on: it joins the batched steps in chunks */
@@ -839,7 +955,7 @@ vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r)
     }
 
     if (vlm_group_prefill_start(s->group, r->seq, ids + cached,
-                                (int) qs->n_prompt - cached,
+                                (int) n - cached,
                                 s->images + cached_images,
                                 (int) qs->n_images - cached_images, &err)
         != VLM_OK)
@@ -917,7 +1033,10 @@ vlm_sched_encode(vlm_sched_t *s)
         return;
     }
 
-    r->t_last = vlm_queue_now();
+    if (!r->recompute) {
+        r->t_last = vlm_queue_now();
+    }
+
     vlm_sched_emit(s, r, &sample);
 }
 
@@ -965,22 +1084,21 @@ vlm_sched_fork(vlm_sched_t *s, vlm_sched_req_t *r)
 
 
 /*
- * One batched forward step: a token for every decoding request that has
- * room for its output, and in the rows left (max_batch_tokens) the next
- * chunk of one text prompt.  A prompt's last chunk gives its first token.
+ * The step's decode items: a token for every decoding request that has
+ * room for its output; *need: the KV blocks they take.  A request at the
+ * sequence length budget ends; one the whole KV cache cannot hold one
+ * token more of fails.
  */
-static void
-vlm_sched_run(vlm_sched_t *s)
+static int
+vlm_sched_decodes(vlm_sched_t *s, int *need)
 {
-    int                i, k, n, n_decode, room;
-    uint32_t           chunk;
-    vlm_error_t        err;
-    vlm_sample_t       sample;
+    int                i, n;
+    size_t             cap;
     vlm_sched_req_t   *r;
-    vlm_queue_slot_t  *qs;
-    const int32_t     *ids;
 
     n = 0;
+    *need = 0;
+    cap = (size_t) s->info->kv_blocks * s->info->kv_block_size;
 
     for (i = 0; i < s->n_reqs; i++) {
         r = &s->reqs[i];
@@ -1006,6 +1124,15 @@ vlm_sched_run(vlm_sched_t *s)
             continue;
         }
 
+        if ((size_t) vlm_seq_length(r->seq) + 1 > cap) {
+            vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, VLM_ERR_LIMIT,
+                          "the KV cache cannot hold the sequence alone: "
+                          "raise vlm_kv_cache or lower vlm_max_model_len");
+            continue;
+        }
+
+        *need += vlm_seq_kv_need(r->seq, 1);
+
         s->items[n].seq = r->seq;
         s->items[n].ids = &r->next;
         s->items[n].n_ids = 1;
@@ -1013,17 +1140,183 @@ vlm_sched_run(vlm_sched_t *s)
         n++;
     }
 
-    n_decode = n;
-    room = s->info->max_batch_tokens - n;
+    return n;
+}
 
-    /* the prompt admitted first, as for the prefill of images */
-    r = room > 0 ? vlm_sched_first(s, VLM_REQ_PREFILLING) : NULL;
 
-    if (r != NULL) {
+/*
+ * Of the requests that hold KV blocks a preemption gives back (decoding,
+ * or a text prompt part way in), the one admitted last, if admitted after
+ * "after" (the last choice of a request first); NULL if none.
+ */
+static vlm_sched_req_t *
+vlm_sched_youngest(vlm_sched_t *s, const vlm_sched_req_t *after)
+{
+    int               i;
+    vlm_sched_req_t  *r, *last;
+
+    last = NULL;
+
+    for (i = 0; i < s->n_reqs; i++) {
+        r = &s->reqs[i];
+
+        if ((r->state != VLM_REQ_DECODING && r->state != VLM_REQ_PREFILLING)
+            || r->seq == NULL || vlm_seq_length(r->seq) == 0
+            || (after != NULL
+                && (r->order < after->order
+                    || (r->order == after->order
+                        && r->choice <= after->choice))))
+        {
+            continue;
+        }
+
+        if (last == NULL || r->order > last->order
+            || (r->order == last->order && r->choice > last->choice))
+        {
+            last = r;
+        }
+    }
+
+    return last;
+}
+
+
+/*
+ * vLLM's recompute preemption: the request's KV blocks go back (its full
+ * blocks stay in the prefix cache until they are needed), and it waits
+ * to prefill its prompt and the tokens it drew again.  Its sampler,
+ * grammar, detokenizer and stop strings are kept as they are: its output
+ * goes on where it stopped, as if it had never been preempted.
+ */
+static void
+vlm_sched_preempt(vlm_sched_t *s, vlm_sched_req_t *r)
+{
+    vlm_log(VLM_LOG_DEBUG, "request in slot %u preempted at %d tokens",
+            r->slot, vlm_seq_length(r->seq));
+
+    vlm_group_seq_free(s->group, r->seq);
+    r->seq = NULL;
+    r->n_fed = 0;
+    r->state = VLM_REQ_PREEMPTED;
+
+    atomic_fetch_add(&s->q->metrics->kv_preemptions, 1);
+    s->progress++;
+}
+
+
+/*
+ * The preempted requests, first admitted first, take a sequence again
+ * when the KV cache has room for all they recompute and their next
+ * token; none when the first must wait (its last record is not out yet,
+ * or the room is not there): the ones after it wait behind it.
+ */
+static void
+vlm_sched_resume(vlm_sched_t *s)
+{
+    int                 room;
+    vlm_error_t         err;
+    vlm_sched_req_t    *r;
+    vlm_queue_slot_t   *qs;
+
+    room = vlm_model_kv_room(s->model);
+
+    while ((r = vlm_sched_first(s, VLM_REQ_PREEMPTED)) != NULL) {
         qs = vlm_queue_slot(s->q, r->slot);
-        ids = vlm_queue_arena(s->q, qs->prompt_off);
-        chunk = vlm_min(qs->n_prompt - r->n_fed, (uint32_t) room);
 
+        if (r->pending || (qs->n_images > 0 && vlm_prefill_busy(s->model))
+            || !vlm_sched_kv_fits(s, qs->n_prompt + r->n_gen, &room))
+        {
+            return;
+        }
+
+        s->progress++;
+
+        if (vlm_group_seq_init(s->group, &r->seq, &err) != VLM_OK) {
+            r->seq = NULL;
+            vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
+            continue;
+        }
+
+        memcpy(r->toks, vlm_queue_arena(s->q, qs->prompt_off),
+               (size_t) qs->n_prompt * sizeof(int32_t));
+        r->recompute = 1;
+
+        vlm_sched_feed(s, r);
+    }
+}
+
+
+/*
+ * One batched forward step: a token for every decoding request that has
+ * room for its output, and in the rows left (max_batch_tokens) the next
+ * chunk of one text prompt.  A prompt's last chunk gives its first token.
+ * When the KV cache cannot hold the step, the youngest requests are
+ * preempted until it can (for the prompt's chunk, only requests younger
+ * than it; else the chunk is cut to the room there is).
+ */
+static void
+vlm_sched_run(vlm_sched_t *s)
+{
+    int                k, n, n_decode, room, need, fit, bs;
+    uint32_t           chunk, total;
+    vlm_error_t        err;
+    vlm_sample_t       sample;
+    vlm_sched_req_t   *r, *v;
+    const int32_t     *ids;
+
+    bs = s->info->kv_block_size;
+    ids = NULL;
+
+    for ( ;; ) {
+        r = NULL;
+        n = vlm_sched_decodes(s, &need);
+        room = vlm_model_kv_room(s->model);
+
+        if (need > room) {
+            v = vlm_sched_youngest(s, NULL);
+            if (v == NULL) {
+                break;
+            }
+
+            vlm_sched_preempt(s, v);
+            continue;
+        }
+
+        /* the prompt admitted first, as for the prefill of images */
+        r = n < s->info->max_batch_tokens
+            ? vlm_sched_first(s, VLM_REQ_PREFILLING) : NULL;
+        chunk = 0;
+
+        if (r == NULL) {
+            break;
+        }
+
+        ids = vlm_sched_ids(s, r, &total);
+        chunk = vlm_min(total - r->n_fed,
+                        (uint32_t) (s->info->max_batch_tokens - n));
+
+        if (vlm_seq_kv_need(r->seq, (int) chunk) <= room - need) {
+            break;
+        }
+
+        v = vlm_sched_youngest(s, r);
+        if (v != NULL) {
+            vlm_sched_preempt(s, v);
+            continue;
+        }
+
+        /* what the blocks left hold, with the room in its last block */
+        fit = (room - need) * bs
+              + (int) ((vlm_seq_length(r->seq) + bs - 1) / bs) * bs
+              - vlm_seq_length(r->seq);
+        chunk = vlm_min(chunk, (uint32_t) vlm_max(fit, 0));
+
+        break;
+    }
+
+    n_decode = n;
+
+    if (r != NULL && chunk > 0) {
         s->items[n].seq = r->seq;
         s->items[n].ids = ids + r->n_fed;
         s->items[n].n_ids = (int) chunk;
@@ -1077,12 +1370,18 @@ vlm_sched_run(vlm_sched_t *s)
         if (r->state == VLM_REQ_PREFILLING) {
             r->n_fed += (uint32_t) s->items[k].n_ids;
 
-            if (r->n_fed < vlm_queue_slot(s->q, r->slot)->n_prompt) {
+            (void) vlm_sched_ids(s, r, &total);
+
+            if (r->n_fed < total) {
                 continue;
             }
 
             r->state = VLM_REQ_DECODING;
-            r->t_last = vlm_queue_now();
+
+            if (!r->recompute) {
+                /* a resumed request's wait shows in its next ITL */
+                r->t_last = vlm_queue_now();
+            }
 
             if (!vlm_sched_fork(s, r)) {
                 continue;
@@ -1190,6 +1489,12 @@ vlm_sched_emit(vlm_sched_t *s, vlm_sched_req_t *r, const vlm_sample_t *sample)
     r->out.finish = (uint8_t) r->finish;
     r->pending = 1;
     r->next = sample->token;
+
+    /* what a recomputation feeds after the prompt (at most the budget's
+       length and the token past it, which is never fed) */
+    if (qs->n_prompt + r->n_gen <= (uint32_t) s->info->max_seq_len) {
+        r->toks[qs->n_prompt + r->n_gen++] = sample->token;
+    }
 
     if (r->finish != VLM_QUEUE_FINISH_NONE) {
         r->state = VLM_REQ_DRAINING;

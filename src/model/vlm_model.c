@@ -375,6 +375,8 @@ vlm_model_fill_info(vlm_model_t *m)
     in->kv_token_bytes = 2 * (size_t) m->cfg.text.n_layers
                          * m->tp.n_kv_heads * m->cfg.text.head_dim
                          * vlm_dtype_size(m->kv_dtype);
+    in->kv_blocks = m->params.kv_blocks;
+    in->kv_block_size = m->params.kv_block_size;
 }
 
 

@@ -23,6 +23,102 @@
 #include "vlm_model_config_json.h"
 
 
+/* YaRN's get_mscale */
+static double
+vlm_yarn_mscale(double scale, double mscale)
+{
+    return scale <= 1 ? 1.0 : 0.1 * mscale * log(scale) + 1.0;
+}
+
+
+/* a number of rope_scaling; def when absent, or when 0 and zero_def */
+static double
+vlm_cfg_yarn_num(vlm_cfg_ctx_t *c, json_t *rs, const char *key, double def,
+    int zero_def)
+{
+    json_t  *v;
+
+    v = json_object_get(rs, key);
+
+    if (v == NULL || json_is_null(v)) {
+        return def;
+    }
+
+    if (!json_is_number(v)) {
+        c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT, "config: "
+                              "text.rope_scaling.%s is not a number", key);
+        return def;
+    }
+
+    if (zero_def && json_number_value(v) == 0) {
+        return def;
+    }
+
+    return json_number_value(v);
+}
+
+
+/*
+ * rope_scaling {"type": "yarn", "factor", "original_max_position_embeddings",
+ * ...} as transformers' _compute_yarn_parameters reads it, with its
+ * defaults: beta_fast 32, beta_slow 1, truncate true, the attention
+ * factor 0.1 ln(factor) + 1 (or from mscale and mscale_all_dim)
+ */
+static void
+vlm_cfg_yarn(vlm_cfg_ctx_t *c, vlm_text_config_t *t, json_t *rs)
+{
+    double   ms, ms_all, orig;
+    json_t  *v;
+
+    t->rope_yarn = 1;
+
+    if (!json_is_number(json_object_get(rs, "factor"))) {
+        c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT, "config: "
+                              "text.rope_scaling of type yarn needs a "
+                              "factor");
+        return;
+    }
+
+    t->yarn_factor = vlm_cfg_yarn_num(c, rs, "factor", 1, 0);
+    t->yarn_beta_fast = vlm_cfg_yarn_num(c, rs, "beta_fast", 32, 1);
+    t->yarn_beta_slow = vlm_cfg_yarn_num(c, rs, "beta_slow", 1, 1);
+    orig = vlm_cfg_yarn_num(c, rs, "original_max_position_embeddings",
+                            t->max_position_embeddings, 1);
+    ms = vlm_cfg_yarn_num(c, rs, "mscale", 0, 0);
+    ms_all = vlm_cfg_yarn_num(c, rs, "mscale_all_dim", 0, 0);
+    t->yarn_attention = vlm_cfg_yarn_num(c, rs, "attention_factor", 0, 0);
+
+    v = json_object_get(rs, "truncate");
+    t->yarn_truncate = v == NULL || !json_is_false(v);
+
+    if (c->rc != VLM_OK) {
+        return;
+    }
+
+    if (t->yarn_factor < 1 || orig < 1 || orig > (1 << 30)
+        || t->yarn_beta_fast <= 0 || t->yarn_beta_slow <= 0
+        || t->yarn_attention < 0)
+    {
+        c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT, "config: "
+                              "text.rope_scaling of type yarn: factor %g, "
+                              "original_max_position_embeddings %g, "
+                              "beta_fast %g, beta_slow %g are out of range",
+                              t->yarn_factor, orig, t->yarn_beta_fast,
+                              t->yarn_beta_slow);
+        return;
+    }
+
+    t->yarn_original_max = (int) orig;
+
+    if (t->yarn_attention == 0) {
+        t->yarn_attention = ms != 0 && ms_all != 0
+                            ? vlm_yarn_mscale(t->yarn_factor, ms)
+                              / vlm_yarn_mscale(t->yarn_factor, ms_all)
+                            : vlm_yarn_mscale(t->yarn_factor, 1);
+    }
+}
+
+
 static void
 vlm_cfg_text(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
 {
@@ -97,13 +193,17 @@ vlm_cfg_text(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
     }
 
     rs = vlm_cfg_get(c, "rope_scaling");
+    type = "default";
 
-    if (q3 && json_is_object(rs)) {
-        /* the rope of the default type, its frequencies interleaved */
+    if (json_is_object(rs)) {
+        /* "type" is how configs before transformers 4.45 named it */
         v = json_object_get(rs, "rope_type");
         v = v != NULL ? v : json_object_get(rs, "type");
         type = v != NULL ? json_string_value(v) : "default";
+    }
 
+    if (q3 && json_is_object(rs)) {
+        /* the rope of the default type, its frequencies interleaved */
         if (type == NULL || strcmp(type, "default") != 0) {
             c->rc = vlm_error_set(c->err, VLM_ERR_UNSUPPORTED,
                                   "config: text.rope_scaling.rope_type "
@@ -123,6 +223,26 @@ vlm_cfg_text(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
         }
 
         t->mrope_interleaved = 1;
+    }
+
+    if (!q3) {
+        /* "mrope" is the default rope on three position components */
+        if (type != NULL && strcmp(type, "yarn") == 0) {
+            vlm_cfg_yarn(c, t, rs);
+            if (c->rc != VLM_OK) {
+                return;
+            }
+
+        } else if (type == NULL || (strcmp(type, "default") != 0
+                                    && strcmp(type, "mrope") != 0))
+        {
+            c->rc = vlm_error_set(c->err, VLM_ERR_UNSUPPORTED,
+                                  "config: text.rope_scaling type \"%s\" "
+                                  "is not supported (\"default\", "
+                                  "\"mrope\" and \"yarn\" are)",
+                                  type != NULL ? type : "?");
+            return;
+        }
     }
 
     sec = json_is_object(rs) ? json_object_get(rs, "mrope_section") : NULL;

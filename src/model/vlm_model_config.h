@@ -49,6 +49,21 @@ typedef struct {
     float      rms_norm_eps;
     float      rope_theta;
     vlm_act_t  act;
+
+    /*
+     * rope_scaling of type yarn (transformers' _compute_yarn_parameters):
+     * the frequencies blended between position interpolation by
+     * yarn_factor and extrapolation, over the dimensions between the
+     * beta_fast and beta_slow rotations in yarn_original_max positions;
+     * cos and sin times yarn_attention
+     */
+    int        rope_yarn;
+    int        yarn_original_max;
+    int        yarn_truncate;
+    double     yarn_factor;
+    double     yarn_attention;
+    double     yarn_beta_fast;
+    double     yarn_beta_slow;
 } vlm_text_config_t;
 
 

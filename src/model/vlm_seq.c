@@ -158,6 +158,25 @@ vlm_seq_logits(const vlm_seq_t *seq)
 }
 
 
+int
+vlm_model_kv_room(const vlm_model_t *m)
+{
+    return m->kv.n_blocks - vlm_kv_used(&m->kv);
+}
+
+
+int
+vlm_seq_kv_need(const vlm_seq_t *seq, int n)
+{
+    int  need, bs;
+
+    bs = seq->model->kv.block_size;
+    need = (seq->n_past + n + bs - 1) / bs;
+
+    return need > seq->n_blocks ? need - seq->n_blocks : 0;
+}
+
+
 /* makes room for n more tokens in the sequence's block table */
 vlm_status_t
 vlm_seq_reserve(vlm_seq_t *seq, int n, vlm_error_t *err)

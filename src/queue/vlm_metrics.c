@@ -217,6 +217,10 @@ vlm_metrics_render(const vlm_metrics_t *m, const vlm_queue_stats_t *q,
     vlm_out_metric(&o, "vlm_kv_block_evictions_total", "counter",
                    "Cached KV blocks taken back for new rows.",
                    atomic_load(&m->kv_evictions));
+    vlm_out_metric(&o, "vlm_preemptions_total", "counter",
+                   "Sequences whose KV blocks were given back for others' "
+                   "when the KV cache ran out, to be recomputed.",
+                   atomic_load(&m->kv_preemptions));
     vlm_out_metric(&o, "vlm_tensor_parallel_collectives_total", "counter",
                    "Collectives (all-reduce, all-gather) rank 0 of a "
                    "tensor-parallel engine ran.",

@@ -115,7 +115,7 @@ sub vlm_cudaemu_engine () {
 # starts nginx; options: name, port, listen (more listen parameters),
 # zone (its size, 16m by default), workers, master (on|off), main_config, http_config, locations (extra
 # server text), model, wait, user (the workers' "user": root's own by
-# default when run as root)
+# default when run as root), threads (vlm_engine_threads, 1 by default)
 sub vlm_start (%) {
     my %o = @_;
 
@@ -134,6 +134,7 @@ sub vlm_start (%) {
     my $extra = $o{locations} || '';
     my $listen = $o{listen} || '';
     my $zone = $o{zone} || '16m';
+    my $threads = $o{threads} || 1;
     my $user = $o{user} ? "user $o{user};" : $> == 0 ? 'user root;' : '';
 
     remove_tree($prefix);
@@ -165,7 +166,7 @@ http {
 
     vlm_model $model;
     vlm_thread_pool vlm;
-    vlm_engine_threads 1;
+    vlm_engine_threads $threads;
     vlm_zone vlm size=$zone;
 $http
 

@@ -21,6 +21,55 @@
 #include "vlm_qwen2vl.h"
 
 
+/*
+ * YaRN's frequencies as transformers' _compute_yarn_parameters computes
+ * them, in float32 as torch does: each frequency blended between the
+ * interpolated one (divided by factor) and the original by a linear ramp
+ * over the dimensions between those that turn beta_fast and beta_slow
+ * times in the original context
+ */
+static void
+vlm_lm_yarn_freq(const vlm_text_config_t *tc, float *inv, int dim)
+{
+    int     i;
+    float   pos, ext, ramp, inv_ext, inv_int;
+    double  low, high, base, orig;
+
+    base = tc->rope_theta;
+    orig = tc->yarn_original_max;
+
+    low = dim * log(orig / (tc->yarn_beta_fast * 2 * M_PI))
+          / (2 * log(base));
+    high = dim * log(orig / (tc->yarn_beta_slow * 2 * M_PI))
+           / (2 * log(base));
+
+    if (tc->yarn_truncate) {
+        low = floor(low);
+        high = ceil(high);
+    }
+
+    low = low > 0 ? low : 0;
+    high = high < dim - 1 ? high : dim - 1;
+
+    if (low == high) {
+        high += 0.001;
+    }
+
+    for (i = 0; i < dim / 2; i++) {
+        pos = (float) pow((float) base, (double) ((float) (2 * i)
+                                                  / (float) dim));
+        inv_ext = 1.0f / pos;
+        inv_int = 1.0f / ((float) tc->yarn_factor * pos);
+
+        ramp = ((float) i - (float) low) / (float) (high - low);
+        ramp = ramp < 0 ? 0 : (ramp > 1 ? 1 : ramp);
+        ext = 1.0f - ramp;
+
+        inv[i] = inv_int * (1.0f - ext) + inv_ext * ext;
+    }
+}
+
+
 vlm_status_t
 vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
 {
@@ -157,9 +206,16 @@ vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
         return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
     }
 
+    if (tc->rope_yarn) {
+        vlm_lm_yarn_freq(tc, inv, hd);
+    }
+
     s = 0;
     for (i = 0; i < half; i++) {
-        inv[i] = (float) (1.0 / pow(tc->rope_theta, (double) (2 * i) / hd));
+        if (!tc->rope_yarn) {
+            inv[i] = (float) (1.0 / pow(tc->rope_theta,
+                                        (double) (2 * i) / hd));
+        }
 
         if (tc->mrope_interleaved) {
             s = i % 3;
@@ -411,6 +467,11 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
     pa.n_kv_heads = nkv;
     pa.head_dim = hd;
     pa.scale = 1.0f / sqrtf((float) hd);
+
+    if (tc->rope_yarn) {
+        /* cos and sin times the attention factor: q.k times its square */
+        pa.scale *= (float) (tc->yarn_attention * tc->yarn_attention);
+    }
     pa.seqs = m->attn_seqs;
     pa.n_seqs = b->n_segs;
 
