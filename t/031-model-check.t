@@ -278,7 +278,7 @@ __DATA__
 --- must_die
 --- suppress_stderr
 --- error_log eval
-qr{\[emerg\] .*: vlm_model "[^"]+/llama": config: "[^"]+/llama/config\.json": architecture "LlamaForCausalLM" is not supported \(this engine runs the Qwen2-VL, Qwen2\.5-VL, Qwen3-VL, SmolVLM and Idefics3 families\) in \S+nginx\.conf:\d+$}
+qr{\[emerg\] .*: vlm_model "[^"]+/llama": config: "[^"]+/llama/config\.json": architecture "LlamaForCausalLM" is not supported \(this engine runs the Qwen2-VL, Qwen2\.5-VL, Qwen3-VL, SmolVLM, Idefics3 and Gemma 3 families\) in \S+nginx\.conf:\d+$}
 
 
 

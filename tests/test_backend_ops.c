@@ -644,6 +644,8 @@ check_paged_dt(vlm_dtype_t dt, int n_seqs, int n_heads, int n_kv_heads,
     bt = perm;
     dbt = dev(bt, (size_t) n_blocks * sizeof(int32_t));
 
+    memset(sc, 0, sizeof(sc));
+
     rows = 0;
     for (s = 0; s < n_seqs; s++) {
         sc[s].n_q = s % 3 == 2 ? 1 + s % n_q_max : 1;
@@ -1472,6 +1474,7 @@ bench(int n_layers)
     assert_int_equal(gpu->ops->upload(gpu, x, host, H * sizeof(float)),
                      VLM_OK);
 
+    memset(&sq, 0, sizeof(sq));
     sq.out = att;
     sq.q = q;
     sq.block_table = dbt;

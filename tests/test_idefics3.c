@@ -209,12 +209,12 @@ test_position_ids(void **state)
     }
 
     assert_int_equal(ref.n, 16);
-    vlm_idefics3_position_ids(4, ids);
+    vlm_siglip_position_ids(4, ids);
     assert_memory_equal(ids, ref.data, 16 * sizeof(int32_t));
     vlm_npy_free(&ref);
 
     /* SmolVLM2's 512 / 16: the first two rows share bucket 0 */
-    vlm_idefics3_position_ids(32, ids);
+    vlm_siglip_position_ids(32, ids);
     assert_int_equal(ids[0], 0);
     assert_int_equal(ids[1], 0);
     assert_int_equal(ids[2], 1);
@@ -222,35 +222,6 @@ test_position_ids(void **state)
     assert_int_equal(ids[32], 0);
     assert_int_equal(ids[64], 32);
     assert_int_equal(ids[32 * 32 - 1], 30 * 32 + 30);
-}
-
-
-static char *
-read_file(const char *path, size_t *len)
-{
-    long   n;
-    char  *buf;
-    FILE  *f;
-
-    f = fopen(path, "rb");
-    if (f == NULL) {
-        fail_msg("cannot open %s", path);
-    }
-
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    n = ftell(f);
-    assert_true(n >= 0);
-    assert_int_equal(fseek(f, 0, SEEK_SET), 0);
-
-    buf = malloc((size_t) n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t) n, f), (size_t) n);
-    buf[n] = '\0';
-    fclose(f);
-
-    *len = (size_t) n;
-
-    return buf;
 }
 
 
@@ -274,7 +245,7 @@ test_image_processor(void **state)
 
     for (i = 0; i < 5; i++) {
         snprintf(path, sizeof(path), FIX "/image/config_%d.json", i);
-        json = read_file(path, &len);
+        json = vlm_test_read_file(path, &len);
         vlm_idefics3_image_config_default(&cfg, 8);
         if (vlm_idefics3_image_config_parse(&cfg, json, len, &err)
             != VLM_OK)
@@ -345,7 +316,7 @@ test_image_processor(void **state)
                          VLM_ERR_LIMIT);
 
         snprintf(path, sizeof(path), FIX "/image/prompt_%d.txt", i);
-        want = read_file(path, &len);
+        want = vlm_test_read_file(path, &len);
         n = vlm_idefics3_image_prompt(&plan, 4, NULL, 0);
         assert_int_equal(n, len);
         got = malloc(n + 1);
@@ -618,13 +589,13 @@ test_chat_processor(void **state)
 
 #define CHAT  FIX "/smolvlm-chat"
 
-    json = read_file(CHAT "/preprocessor_config.json", &len);
+    json = vlm_test_read_file(CHAT "/preprocessor_config.json", &len);
     vlm_idefics3_image_config_default(&cfg, 8);
     assert_int_equal(vlm_idefics3_image_config_parse(&cfg, json, len, &err),
                      VLM_OK);
     free(json);
 
-    png = read_file(CHAT "/ref/chat/image.png", &png_len);
+    png = vlm_test_read_file(CHAT "/ref/chat/image.png", &png_len);
     vlm_image_limits_default(&limits);
     assert_int_equal(vlm_image_probe((uint8_t *) png, png_len, &limits,
                                      &info, &err), VLM_OK);
@@ -649,7 +620,7 @@ test_chat_processor(void **state)
     free(scratch);
     free(rgb);
 
-    prompt = read_file(CHAT "/ref/chat/prompt.txt", &plen);
+    prompt = vlm_test_read_file(CHAT "/ref/chat/prompt.txt", &plen);
     n = vlm_idefics3_expand_prompt(prompt, plen, &plan, 1, 4, NULL, 0,
                                    &found);
     assert_int_equal(found, 1);
@@ -771,7 +742,7 @@ test_server_pipeline(void **state)
     assert_int_equal(vlm_image_ctx_init_config(&ctx, &limits, &cfg, &err),
                      VLM_OK);
 
-    png = read_file(CHAT "/ref/chat/image.png", &png_len);
+    png = vlm_test_read_file(CHAT "/ref/chat/image.png", &png_len);
     assert_int_equal(vlm_npy_load(&want, FIX "/smolvlm-f32/ref/image1/"
                                   "pixel_values_0.npy", &err), VLM_OK);
     pixels = malloc(want.n * sizeof(float));
@@ -817,7 +788,7 @@ test_server_pipeline(void **state)
     assert_int_equal(vlm_image_prompt_text(&cfg, &plan, text, n_img + 1),
                      n_img);
 
-    prompt = read_file(CHAT "/ref/chat/prompt.txt", &plen);
+    prompt = vlm_test_read_file(CHAT "/ref/chat/prompt.txt", &plen);
     n = plen + n_img + 1;
     ids = malloc(n * sizeof(int32_t));
     img_ids = malloc(n * sizeof(int32_t));

@@ -1120,7 +1120,8 @@ static const vlm_backend_ops_t  vlm_cuda_ops = {
     &vlm_cuda_fpool_ops,
     vlm_cuda_failure,
     vlm_cuda_kv_store_seqs_op,
-    vlm_cuda_mem_info
+    vlm_cuda_mem_info,
+    0                           /* the kernel is causal: no kv_range */
 };
 
 

@@ -101,4 +101,30 @@ size_t vlm_idefics3_expand_prompt(const char *text, size_t len,
     uint32_t seq_len, char *buf, size_t cap, size_t *n_found);
 
 
+/*
+ * What the Gemma 3 processor (vlm_image_gemma3.c) shares: the text of
+ * every tag of a prompt replaced by part()'s text of the image (tags past
+ * n_images dropped), as vlm_idefics3_expand_prompt() does for <image>;
+ * and the readers of a boolean and of a list of three numbers of
+ * preprocessor_config.json (0: absent or good, -1: bad).
+ */
+typedef size_t (*vlm_image_part_pt)(const void *data, size_t i, char *buf,
+    size_t cap);
+
+/* appends s to buf while it fits (NUL-terminated), counting every byte */
+void vlm_image_text_put(char *buf, size_t cap, size_t *n, const char *s);
+size_t vlm_image_expand_tags(const char *text, size_t len, const char *tag,
+    size_t n_images, vlm_image_part_pt part, const void *data, char *buf,
+    size_t cap, size_t *n_found);
+
+struct json_t;
+
+int vlm_image_json_flag(struct json_t *root, const char *key,
+    unsigned *out);
+int vlm_image_json_triple(struct json_t *root, const char *key, double *out,
+    int positive);
+int vlm_image_json_common(struct json_t *root,
+    vlm_idefics3_image_config_t *cfg, unsigned resamples, const char **key);
+
+
 #endif /* VLM_IMAGE_IDEFICS3_H */
