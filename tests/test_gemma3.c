@@ -646,6 +646,95 @@ test_chat(void **state)
 }
 
 
+/*
+ * The server's path: the pipeline config.json chooses, one context's run
+ * on a chat PNG (transformers' pixel values), and the rendered prompt's
+ * <start_of_image> expanded in its text, a client's one kept plain
+ */
+static void
+test_server_pipeline(void **state)
+{
+    char                *png, out[1024];
+    float               *pixels;
+    size_t               len, n, found, want_n;
+    vlm_npy_t            want;
+    vlm_error_t          err;
+    vlm_image_ctx_t     *ctx;
+    vlm_tok_span_t       spans[2], moved[2];
+    vlm_image_plan_t     plan;
+    vlm_image_limits_t   limits;
+    vlm_image_config_t   cfg;
+    const char          *prompt;
+
+    if (vlm_image_config_load(&cfg, CHAT, &err) != VLM_OK) {
+        fail_msg("%s", err.msg);
+    }
+
+    assert_int_equal(cfg.family, VLM_IMAGE_GEMMA3);
+    assert_int_equal(cfg.seq_len, 16);
+    assert_int_equal(cfg.idefics3.tile, 32);
+    assert_int_equal(cfg.idefics3.patch_size, 4);
+    assert_int_equal(vlm_image_max_patches(&cfg), 64);
+
+    vlm_image_limits_default(&limits);
+    limits.max_pixels = 40000;
+    limits.max_side = 2048;
+    assert_int_equal(vlm_image_ctx_init_config(&ctx, &limits, &cfg, &err),
+                     VLM_OK);
+
+    png = vlm_test_read_file(CHAT "/ref/serve-image1/image_0.png", &len);
+    assert_int_equal(vlm_npy_load(&want, FIX "/gemma3-f32/ref/image1/"
+                                  "pixel_values_0.npy", &err), VLM_OK);
+    pixels = malloc(want.n * sizeof(float));
+    assert_non_null(pixels);
+
+    if (vlm_image_ctx_run(ctx, (uint8_t *) png, len, pixels, want.n, &plan,
+                          &err)
+        != VLM_OK)
+    {
+        fail_msg("%s", err.msg);
+    }
+
+    assert_int_equal(plan.n_values, want.n);
+    assert_memory_equal(pixels, want.data, want.n * sizeof(float));
+    assert_int_equal(plan.grid.grid_t, 1);
+    assert_int_equal(plan.grid.grid_h, 8);
+    assert_int_equal(plan.grid.n_tokens, 16);
+    assert_int_equal(plan.n_ids, vlm_gemma3_image_prompt(16, NULL, 0));
+
+    vlm_image_ctx_free(ctx);
+    vlm_npy_free(&want);
+    free(pixels);
+    free(png);
+
+    /* the template's tag expanded; the client's (in a span) kept */
+    prompt = "<bos>user\n<start_of_image>Say <start_of_image> now";
+    spans[0].start = 26;
+    spans[0].end = 50;
+    n = vlm_gemma3_expand_spans(prompt, strlen(prompt), spans, 1, 1, 2, NULL,
+                                0, NULL, &found);
+    assert_int_equal(found, 1);
+    want_n = strlen(prompt) + vlm_gemma3_image_prompt(2, NULL, 0) - 16;
+    assert_int_equal(n, want_n);
+    assert_int_equal(vlm_gemma3_expand_spans(prompt, strlen(prompt), spans,
+                                             1, 1, 2, out, sizeof(out),
+                                             moved, &found), n);
+    assert_string_equal(out, "<bos>user\n\n\n<start_of_image>"
+                        "<image_soft_token><image_soft_token>"
+                        "<end_of_image>\n\nSay <start_of_image> now");
+    assert_int_equal(moved[0].end - moved[0].start, 24);
+    assert_memory_equal(out + moved[0].start, prompt + 26, 24);
+
+    /* no image for the tag: counted, kept */
+    assert_int_equal(vlm_gemma3_expand_spans(prompt, strlen(prompt), spans,
+                                             1, 0, 2, out, sizeof(out),
+                                             moved, &found),
+                     strlen(prompt));
+    assert_int_equal(found, 1);
+    assert_string_equal(out, prompt);
+}
+
+
 /* vlm_model_check (nginx -t) on a copy whose config asks for more */
 static void
 test_check_refuses_variant(void **state)
@@ -687,6 +776,7 @@ main(void)
         cmocka_unit_test(test_gemma3_f32_tied),
         cmocka_unit_test(test_gemma3_bf16),
         cmocka_unit_test(test_chat),
+        cmocka_unit_test(test_server_pipeline),
         cmocka_unit_test(test_check_refuses_variant),
     };
 

@@ -921,7 +921,9 @@ ngx_http_vlm_model_files(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
 
     /* the placeholder the template writes for an image */
     pad = vmcf->image_config.family == VLM_IMAGE_IDEFICS3
-          ? VLM_IDEFICS3_IMAGE : VLM_CHAT_IMAGE_PAD;
+          ? VLM_IDEFICS3_IMAGE
+          : vmcf->image_config.family == VLM_IMAGE_GEMMA3
+            ? VLM_GEMMA3_BOI : VLM_CHAT_IMAGE_PAD;
 
     /* vlm_reasoning_parser auto: a model with both tags as tokens */
     vmcf->think_end_id = vlm_tokenizer_token_id(vmcf->tokenizer, "</think>");
@@ -938,12 +940,15 @@ ngx_http_vlm_model_files(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
         return NGX_CONF_ERROR;
     }
 
-    if (vmcf->image_config.family == VLM_IMAGE_IDEFICS3
-        && vlm_tokenizer_token_id(vmcf->tokenizer, VLM_IDEFICS3_FAKE) < 0)
-    {
+    pad = vmcf->image_config.family == VLM_IMAGE_IDEFICS3
+          ? VLM_IDEFICS3_FAKE
+          : vmcf->image_config.family == VLM_IMAGE_GEMMA3
+            ? VLM_GEMMA3_IMAGE : NULL;
+
+    if (pad != NULL && vlm_tokenizer_token_id(vmcf->tokenizer, pad) < 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "vlm_model \"%V\": the tokenizer has no %s "
-                           "token", &vmcf->model, VLM_IDEFICS3_FAKE);
+                           "token", &vmcf->model, pad);
         return NGX_CONF_ERROR;
     }
 

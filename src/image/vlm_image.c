@@ -54,6 +54,37 @@ vlm_image_idefics3_name(const char *name)
 }
 
 
+/* Gemma 3's config.json: the tower's patch, the soft tokens an image */
+static vlm_status_t
+vlm_image_gemma3_config(vlm_image_config_t *cfg, json_t *root,
+    const char *path, uint32_t *patch, vlm_error_t *err)
+{
+    int      p, n;
+    json_t  *v;
+
+    cfg->family = VLM_IMAGE_GEMMA3;
+
+    /* Gemma3Config's and SiglipVisionConfig's defaults */
+    v = json_object_get(json_object_get(root, "vision_config"),
+                        "patch_size");
+    p = json_is_integer(v) ? (int) json_integer_value(v) : 16;
+    v = json_object_get(root, "mm_tokens_per_image");
+    n = json_is_integer(v) ? (int) json_integer_value(v) : 256;
+    json_decref(root);
+
+    if (p < 1 || p > 1024 || n < 1 || n > 65536) {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "%s: patches of %d, %d tokens an image", path,
+                             p, n);
+    }
+
+    *patch = (uint32_t) p;
+    cfg->seq_len = (uint32_t) n;
+
+    return VLM_OK;
+}
+
+
 /* config.json: the family, and Idefics3's tower geometry */
 static vlm_status_t
 vlm_image_model_config(vlm_image_config_t *cfg, const char *dir,
@@ -75,6 +106,13 @@ vlm_image_model_config(vlm_image_config_t *cfg, const char *dir,
     v = json_array_get(json_object_get(root, "architectures"), 0);
     cfg->family = vlm_image_idefics3_name(json_string_value(v))
                   ? VLM_IMAGE_IDEFICS3 : VLM_IMAGE_QWEN2VL;
+
+    if (json_string_value(v) != NULL
+        && strcmp(json_string_value(v), "Gemma3ForConditionalGeneration")
+           == 0)
+    {
+        return vlm_image_gemma3_config(cfg, root, path, patch, err);
+    }
 
     if (cfg->family == VLM_IMAGE_QWEN2VL) {
         json_decref(root);
@@ -141,7 +179,18 @@ vlm_image_config_load(vlm_image_config_t *cfg, const char *dir,
 
     type = json_string_value(json_object_get(root, "image_processor_type"));
 
-    if (type != NULL && !vlm_image_idefics3_name(type)) {
+    if (cfg->family == VLM_IMAGE_GEMMA3) {
+        if (type != NULL && strncmp(type, "Gemma3ImageProcessor", 20) != 0)
+        {
+            rc = vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                               "%s: image_processor_type \"%.64s\" is not "
+                               "the Gemma 3 processor this model's "
+                               "architecture takes", path, type);
+            json_decref(root);
+            return rc;
+        }
+
+    } else if (type != NULL && !vlm_image_idefics3_name(type)) {
         rc = vlm_error_set(err, VLM_ERR_UNSUPPORTED,
                            "%s: image_processor_type \"%.64s\" is not the "
                            "Idefics3 / SmolVLM processor this model's "
@@ -176,9 +225,17 @@ vlm_image_config_load(vlm_image_config_t *cfg, const char *dir,
 
     fclose(f);
 
-    vlm_idefics3_image_config_default(&cfg->idefics3, patch);
-    rc = vlm_idefics3_image_config_parse(&cfg->idefics3, text, (size_t) n,
-                                         err);
+    if (cfg->family == VLM_IMAGE_GEMMA3) {
+        vlm_gemma3_image_config_default(&cfg->idefics3, patch);
+        rc = vlm_gemma3_image_config_parse(&cfg->idefics3, text, (size_t) n,
+                                           err);
+
+    } else {
+        vlm_idefics3_image_config_default(&cfg->idefics3, patch);
+        rc = vlm_idefics3_image_config_parse(&cfg->idefics3, text,
+                                             (size_t) n, err);
+    }
+
     free(text);
 
     if (rc != VLM_OK) {
@@ -194,6 +251,10 @@ size_t
 vlm_image_prompt_text(const vlm_image_config_t *cfg,
     const vlm_image_plan_t *plan, char *buf, size_t cap)
 {
+    if (cfg->family == VLM_IMAGE_GEMMA3) {
+        return vlm_gemma3_image_prompt(cfg->seq_len, buf, cap);
+    }
+
     if (cfg->family != VLM_IMAGE_IDEFICS3) {
         if (cap > 0) {
             buf[0] = '\0';
@@ -270,7 +331,7 @@ vlm_image_plan_config(const vlm_image_limits_t *limits,
     plan->n_values = ip->n_values;
 
     /* every token of the image's text has at least one byte */
-    plan->n_ids = vlm_idefics3_image_prompt(ip, cfg->seq_len, NULL, 0);
+    plan->n_ids = vlm_image_prompt_text(cfg, plan, NULL, 0);
 
     return VLM_OK;
 }
@@ -370,6 +431,13 @@ vlm_image_max_patches(const vlm_image_config_t *cfg)
     uint64_t                            n, side, px;
     const vlm_qwen2vl_config_t         *q;
     const vlm_idefics3_image_config_t  *i;
+
+    if (cfg->family == VLM_IMAGE_GEMMA3) {
+        i = &cfg->idefics3;
+        side = i->patch_size != 0 ? i->tile / i->patch_size : 0;
+
+        return side * side;
+    }
 
     if (cfg->family == VLM_IMAGE_IDEFICS3) {
         i = &cfg->idefics3;
@@ -490,7 +558,7 @@ vlm_image_ctx_init_config(vlm_image_ctx_t **ctxp,
     ctx->max_pixels = cfg->qwen2vl.max_pixels;
     ctx->min_pixels = cfg->qwen2vl.min_pixels;
 
-    if (cfg->family == VLM_IMAGE_IDEFICS3) {
+    if (cfg->family != VLM_IMAGE_QWEN2VL) {
         /* its own resizes and table, in the scratch */
         ctx->resized_cap = 1;
         vlm_image_worst_case_idefics3(limits, &cfg->idefics3,
@@ -657,7 +725,7 @@ vlm_image_ctx_run(vlm_image_ctx_t *ctx, const uint8_t *data, size_t len,
                              "buffer holds %zu", plan->n_values, cap_values);
     }
 
-    if (ctx->cfg.family == VLM_IMAGE_IDEFICS3) {
+    if (ctx->cfg.family != VLM_IMAGE_QWEN2VL) {
         return vlm_idefics3_image_run(&ctx->cfg.idefics3, &plan->idefics3,
                                       rgb, plan->info.width,
                                       plan->info.height, ctx->scratch,

@@ -151,3 +151,86 @@ vlm_gemma3_expand_prompt(const char *text, size_t len, size_t n_images,
                                  vlm_gemma3_part, &n_tokens, buf, cap,
                                  n_found);
 }
+
+
+size_t
+vlm_gemma3_expand_spans(const char *text, size_t len,
+    const vlm_tok_span_t *spans, size_t n_spans, size_t n_images,
+    uint32_t n_tokens, char *buf, size_t cap, vlm_tok_span_t *out_spans,
+    size_t *n_found)
+{
+    size_t       n, k, s, tl, img, found, at, grow;
+    const char  *p, *end, *hit;
+
+    tl = sizeof(VLM_GEMMA3_BOI) - 1;
+    grow = vlm_gemma3_image_prompt(n_tokens, NULL, 0) - tl;
+    n = 0;
+    img = 0;
+    found = 0;
+    s = 0;
+    p = text;
+    end = text + len;
+
+    if (cap > 0) {
+        buf[0] = '\0';
+    }
+
+    for ( ;; ) {
+        hit = memmem(p, (size_t) (end - p), VLM_GEMMA3_BOI, tl);
+        at = hit != NULL ? (size_t) (hit - text) : len;
+
+        /* the spans before the tag (or the end) move by what grew */
+        for ( /* void */ ; s < n_spans && spans[s].end <= at; s++) {
+            if (out_spans != NULL) {
+                out_spans[s].start = spans[s].start + img * grow;
+                out_spans[s].end = spans[s].end + img * grow;
+            }
+        }
+
+        /* the client's tag, plain text: to the end of its span */
+        if (hit != NULL && s < n_spans && spans[s].start < at + tl) {
+            at = spans[s].end;
+        }
+
+        k = at - (size_t) (p - text);
+
+        if (n + k < cap) {
+            memcpy(buf + n, p, k);
+            buf[n + k] = '\0';
+        }
+
+        n += k;
+        p = text + at;
+
+        if (hit == NULL) {
+            break;
+        }
+
+        if (at != (size_t) (hit - text)) {
+            continue;
+        }
+
+        found++;
+        p += tl;
+
+        if (img < n_images) {
+            n += vlm_gemma3_image_prompt(n_tokens, n < cap ? buf + n : NULL,
+                                         n < cap ? cap - n : 0);
+            img++;
+
+        } else {
+            k = tl;
+
+            if (n + k < cap) {
+                memcpy(buf + n, hit, k);
+                buf[n + k] = '\0';
+            }
+
+            n += k;
+        }
+    }
+
+    *n_found = found;
+
+    return n;
+}

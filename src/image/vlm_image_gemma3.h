@@ -14,6 +14,7 @@
 #define VLM_IMAGE_GEMMA3_H
 
 #include "core/vlm_common.h"
+#include "text/vlm_tokenizer.h"
 #include "vlm_image_idefics3.h"
 
 
@@ -43,6 +44,18 @@ size_t vlm_gemma3_image_prompt(uint32_t n_tokens, char *buf, size_t cap);
  */
 size_t vlm_gemma3_expand_prompt(const char *text, size_t len,
     size_t n_images, uint32_t n_tokens, char *buf, size_t cap,
+    size_t *n_found);
+
+
+/*
+ * The same on a rendered prompt whose spans (sorted byte ranges of the
+ * client's text, which the tokenizer keeps plain) stay as they are: only
+ * the tags outside them count and are replaced; out_spans (n_spans of
+ * them, or NULL) are the spans in the result.  *n_found: the tags outside spans.
+ */
+size_t vlm_gemma3_expand_spans(const char *text, size_t len,
+    const vlm_tok_span_t *spans, size_t n_spans, size_t n_images,
+    uint32_t n_tokens, char *buf, size_t cap, vlm_tok_span_t *out_spans,
     size_t *n_found);
 
 
