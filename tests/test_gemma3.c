@@ -735,6 +735,109 @@ test_server_pipeline(void **state)
 }
 
 
+/*
+ * The published checkpoints' names (language_model.model.,
+ * language_model.lm_head, vision_tower., multi_modal_projector.): a copy
+ * of gemma3-bf16 (an untied head) with its tensors so renamed answers as
+ * the original
+ */
+static const char *
+published_name(const char *name, char *buf, size_t cap)
+{
+    static const char  *from[] = {
+        "model.language_model.", "model.vision_tower.",
+        "model.multi_modal_projector.", "lm_head."
+    };
+    static const char  *to[] = {
+        "language_model.model.", "vision_tower.", "multi_modal_projector.",
+        "language_model.lm_head."
+    };
+
+    int  i;
+
+    for (i = 0; i < 4; i++) {
+        if (strncmp(name, from[i], strlen(from[i])) == 0) {
+            snprintf(buf, cap, "%s%s", to[i], name + strlen(from[i]));
+            return buf;
+        }
+    }
+
+    return name;
+}
+
+
+static void
+test_published_names(void **state)
+{
+    char                dir[] = "/tmp/vlm-gemma3-XXXXXX", path[256];
+    char                cmd[512], name[256], *st, *hdr;
+    size_t              len, hlen, n;
+    FILE               *f;
+    json_t             *h, *renamed, *v;
+    uint64_t            n8;
+    const char         *key;
+    vlm_error_t         err;
+    vlm_model_t        *m;
+    json_error_t        jerr;
+    vlm_model_params_t  p;
+
+    assert_non_null(mkdtemp(dir));
+    snprintf(cmd, sizeof(cmd), "cp " FIX "/gemma3-bf16/*.json %s/", dir);
+    assert_int_equal(system(cmd), 0);
+
+    st = vlm_test_read_file(FIX "/gemma3-bf16/model.safetensors", &len);
+    memcpy(&n8, st, 8);
+    h = json_loadb(st + 8, (size_t) n8, 0, &jerr);
+    assert_non_null(h);
+
+    renamed = json_object();
+    json_object_foreach(h, key, v) {
+        json_object_set(renamed, published_name(key, name, sizeof(name)),
+                        v);
+    }
+
+    assert_non_null(json_object_get(renamed, "language_model.lm_head.weight"));
+
+    hdr = json_dumps(renamed, JSON_COMPACT);
+    assert_non_null(hdr);
+    hlen = strlen(hdr);
+
+    /* the data aligned as safetensors writes it: the header padded */
+    hdr = realloc(hdr, hlen + 8);
+    assert_non_null(hdr);
+    while (hlen % 8 != 0) {
+        hdr[hlen++] = ' ';
+    }
+    n8 = hlen;
+
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    n = fwrite(&n8, 8, 1, f) + fwrite(hdr, hlen, 1, f);
+    memcpy(&n8, st, 8);
+    n += fwrite(st + 8 + n8, len - 8 - n8, 1, f);
+    assert_int_equal(n, 3);
+    fclose(f);
+
+    vlm_test_fixture_params(&p);
+    p.max_image_patches = 64;
+    if (vlm_model_load(&m, dir, &p, &err) != VLM_OK) {
+        fail_msg("load: %s", err.msg);
+    }
+
+    check_case(m, "gemma3-bf16", "image1", 1, 2e-2);
+    vlm_model_free(m);
+
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+
+    free(hdr);
+    free(st);
+    json_decref(h);
+    json_decref(renamed);
+}
+
+
 /* vlm_model_check (nginx -t) on a copy whose config asks for more */
 static void
 test_check_refuses_variant(void **state)
@@ -777,6 +880,7 @@ main(void)
         cmocka_unit_test(test_gemma3_bf16),
         cmocka_unit_test(test_chat),
         cmocka_unit_test(test_server_pipeline),
+        cmocka_unit_test(test_published_names),
         cmocka_unit_test(test_check_refuses_variant),
     };
 
