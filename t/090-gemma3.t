@@ -8,7 +8,7 @@
 # <start_of_image> a client types stays text; a picture sent again after
 # other text comes from the image feature cache; a corrupt and a too
 # large picture are 400s naming the image; a group of two tensor-parallel
-# ranks gives the same answers.
+# ranks gives the same answers; vlm-cli run refuses it by name.
 
 use strict;
 use warnings;
@@ -88,5 +88,14 @@ vlm_check_served($tp, 'two ranks', @cases);
 }
 
 vlm_stop($tp);
+
+# vlm-cli run writes Qwen2-VL's chat and processor: it refuses Gemma 3
+{
+    my $cli = ($ENV{VLM_BUILD} || "$root/build") . '/vlm-cli';
+    my $out = `$cli run --model $model --prompt Hi --max-tokens 2 2>&1`;
+    isnt($?, 0, 'vlm-cli run: refused');
+    like($out, qr/is a Gemma 3 checkpoint, whose chat and image processor /,
+         'vlm-cli run: the reason');
+}
 
 done_testing();
