@@ -48,7 +48,8 @@ CFLAGS_BASE := -std=c11 -g $(OPT) -fPIC -Wall -Wextra -Werror \
 # the engine library.  A file includes another folder's header by its
 # path from src/ ("queue/vlm_queue.h"), its own folder's by name.
 LIB_DIRS  := core queue grammar api text image backend model model/qwen2vl \
-             model/qwen3vl model/idefics3 model/internvl engine
+             model/qwen3vl model/idefics3 model/internvl model/siglip \
+             model/gemma3 engine
 SRC_DIRS  := $(LIB_DIRS) http cli
 CPPFLAGS  += -I$(ROOT)/src
 LDLIBS    := -lturbojpeg -lspng -lwebp -lgif -ljansson -lpcre2-8 -lutf8proc \

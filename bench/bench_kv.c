@@ -171,6 +171,7 @@ bench_attention(int threads, int n_layers, int nh, int nkv, int hd,
     }
 
     memset(&pa, 0, sizeof(pa));
+    memset(&sq, 0, sizeof(sq));
     sq.out = out;
     sq.q = q;
     sq.block_table = table;

@@ -4,7 +4,8 @@
  *
  *   paged   the queries of a batch of sequences against their paged KV
  *           cache (decode, and the prefill chunks of the decoder), causal
- *           from each sequence's kv_start;
+ *           from each sequence's kv_start, or over each query's key range
+ *           (a sliding window, an image seen both ways);
  *   varlen  contiguous q/k/v rows in block-diagonal segments (the vision
  *           tower's full and window attention), causal or not.
  *
@@ -218,7 +219,7 @@ vlm_attn_block(const vlm_attn_keys_t *kv, const float *qp, float *op,
 /*
  * paged: k_cache, v_cache[n_blocks, block_size, n_kv_heads * hd];
  * each sequence's q, out[n_q, n_heads * hd]; query i of a sequence sees
- * keys 0 .. kv_start + i
+ * keys 0 .. kv_start + i, or [kv_range[2 i], kv_range[2 i + 1])
  * grid: x = the query rows of all sequences of the launch, y = n_kv_heads
  * * ceil(group / WARPS) (the query heads of one K/V head, WARPS at a
  * time); block: WARPS warps, one query head each
@@ -231,6 +232,7 @@ vlm_attn_paged_kernel(const void *k_cache, const void *v_cache,
     VLM_DYNAMIC_SHARED(float, smem);
     __shared__ int           lims[2 * VLM_ATTN_WARPS];
     int                      s, i, group, per_kv, kvh, h, warp, kv_dim;
+    int                      lo, hi;
     const float             *qp;
     float                   *op, *part;
     vlm_attn_keys_t          kv;
@@ -275,8 +277,16 @@ vlm_attn_paged_kernel(const void *k_cache, const void *v_cache,
     kv.block_table = sq->block_table;
     kv.block_size = block_size;
 
-    vlm_attn_block(&kv, qp, op, 0, sq->kv_start + i + 1, hd, scale, bk,
-                   smem, lims, (int) blockIdx.z, (int) gridDim.z, part);
+    lo = 0;
+    hi = sq->kv_start + i + 1;
+
+    if (sq->kv_range != NULL) {
+        lo = sq->kv_range[2 * i];
+        hi = sq->kv_range[2 * i + 1];
+    }
+
+    vlm_attn_block(&kv, qp, op, lo, hi, hd, scale, bk, smem, lims,
+                   (int) blockIdx.z, (int) gridDim.z, part);
 }
 
 

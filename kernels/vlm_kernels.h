@@ -105,6 +105,8 @@ typedef struct {
     const int32_t  *block_table;
     int             n_q;
     int             kv_start;
+    const int32_t  *kv_range;   /* NULL: causal; else device [n_q, 2]: the
+                                   first key of each query, its last + 1 */
 } vlm_cuda_attn_seq_t;
 
 /*

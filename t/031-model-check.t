@@ -80,6 +80,14 @@ model("internvl-qwenproc", "preprocessor_config.json", sub {
 model("internvl-sliding", "config.json", sub {
     $_[0]{text_config}{use_sliding_window} = JSON::PP::true;
 }, $internvl);
+# Gemma 3: final logit softcapping and pan and scan, refused by name
+my $gemma3 = "tests/fixtures/gemma3/gemma3-chat";
+model("gemma3-softcap", "config.json", sub {
+    $_[0]{text_config}{final_logit_softcapping} = 30.0;
+}, $gemma3);
+model("gemma3-panscan", "preprocessor_config.json", sub {
+    $_[0]{do_pan_and_scan} = JSON::PP::true;
+}, $gemma3);
 my $noweights = model("noweights");
 unlink "$noweights/model.safetensors" or die;
 model("shape", "config.json", sub {
@@ -301,7 +309,7 @@ __DATA__
 --- must_die
 --- suppress_stderr
 --- error_log eval
-qr{\[emerg\] .*: vlm_model "[^"]+/llama": config: "[^"]+/llama/config\.json": architecture "LlamaForCausalLM" is not supported \(this engine runs the Qwen2-VL, Qwen2\.5-VL, Qwen3-VL, SmolVLM, Idefics3 and InternVL families\) in \S+nginx\.conf:\d+$}
+qr{\[emerg\] .*: vlm_model "[^"]+/llama": config: "[^"]+/llama/config\.json": architecture "LlamaForCausalLM" is not supported \(this engine runs the Qwen2-VL, Qwen2\.5-VL, Qwen3-VL, SmolVLM, Idefics3, InternVL and Gemma 3 families\) in \S+nginx\.conf:\d+$}
 
 
 
@@ -398,3 +406,27 @@ qr{\[emerg\] .*: vlm_model "[^"]+/qwen3moe": config: "[^"]+/qwen3moe/config\.jso
 --- suppress_stderr
 --- error_log eval
 qr{\[emerg\] .*: vlm_model "[^"]+/smolvlmproc": \S+/smolvlmproc/preprocessor_config\.json: image_processor_type "SmolVLMImageProcessor" is not Qwen2-VL's, which this model's architecture takes \(SmolVLM's and Idefics3's processor is for their own architectures\) in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 10: Gemma 3 with final logit softcapping, refused by name
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/gemma3-softcap;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: vlm_model "[^"]+/gemma3-softcap": .*text: final_logit_softcapping is not supported in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 11: Gemma 3's pan and scan, refused by name
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/gemma3-panscan;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: vlm_model "[^"]+/gemma3-panscan": \S+/gemma3-panscan/preprocessor_config\.json: preprocessor config: "do_pan_and_scan" is not a value this image processor takes in \S+nginx\.conf:\d+$}

@@ -31,18 +31,7 @@ my $srv = vlm_start(name => 'qwen3vl', port => vlm_port(77), model => $model,
 _EOC_
 
 # the prompt ids of the whole processor
-for my $c (@cases) {
-    my $b = vlm_served_body($c);
-    my $res = vlm_request($srv, 'POST', '/tokenize',
-                          VLMTest::vlm_json_text({
-                              model => $b->{model},
-                              messages => $b->{messages} }));
-    is($res->{status}, 200, "/tokenize, $c->{name}: 200")
-        or diag($res->{body});
-    my $j = eval { vlm_json($res->{body}) } || {};
-    is_deeply($j->{tokens}, $c->{expect}{prompt_ids},
-              "/tokenize, $c->{name}: transformers' prompt ids");
-}
+vlm_check_tokenize($srv, @cases);
 
 vlm_check_served($srv, 'one engine', @cases);
 

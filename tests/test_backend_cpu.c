@@ -1570,6 +1570,8 @@ test_paged_attention_matches_contiguous(void **state)
                       VLM_DTYPE_F32, table, 8, kvd, 13, k + 13 * kvd,
                       v + 13 * kvd, kvd, 8);
 
+    memset(sq, 0, sizeof(sq));
+    memset(rows, 0, sizeof(rows));
     sq[0].out = out;
     sq[0].q = q;
     sq[0].block_table = table;
@@ -1770,7 +1772,7 @@ check_kv16(int level, vlm_dtype_t dt, int nh, int nkv, int hd, int bs,
                      VLM_OK);
 
     table = malloc((size_t) nb * sizeof(int32_t));
-    rows = malloc((size_t) n * sizeof(vlm_attn_seq_t));
+    rows = calloc((size_t) n, sizeof(vlm_attn_seq_t));
     p = malloc((size_t) n * sizeof(double));
     hk = malloc((size_t) n * kvd * sizeof(uint16_t));
     hv = malloc((size_t) n * kvd * sizeof(uint16_t));
@@ -1826,6 +1828,7 @@ check_kv16(int level, vlm_dtype_t dt, int nh, int nkv, int hd, int bs,
     pa.scale = 1.0f / sqrtf((float) hd);
 
     /* the prefill run: blocks of queries from 8 on, rows below */
+    memset(&sq, 0, sizeof(sq));
     sq.out = out;
     sq.q = q;
     sq.block_table = table;

@@ -209,12 +209,12 @@ test_position_ids(void **state)
     }
 
     assert_int_equal(ref.n, 16);
-    vlm_idefics3_position_ids(4, ids);
+    vlm_siglip_position_ids(4, ids);
     assert_memory_equal(ids, ref.data, 16 * sizeof(int32_t));
     vlm_npy_free(&ref);
 
     /* SmolVLM2's 512 / 16: the first two rows share bucket 0 */
-    vlm_idefics3_position_ids(32, ids);
+    vlm_siglip_position_ids(32, ids);
     assert_int_equal(ids[0], 0);
     assert_int_equal(ids[1], 0);
     assert_int_equal(ids[2], 1);

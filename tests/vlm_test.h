@@ -1,7 +1,7 @@
 /*
  * Helpers the unit tests share: the relative L2 distance of two vectors,
- * the greedy token of logits, a fixture's .npy, and reproducible random
- * floats.  Included after <cmocka.h>.
+ * the greedy token of logits, a fixture's .npy or other file, and
+ * reproducible random floats.  Included after <cmocka.h>.
  */
 
 #ifndef VLM_TEST_H
@@ -96,6 +96,36 @@ vlm_test_fixture_params(vlm_model_params_t *p)
 }
 
 
+/* a whole file, NUL-terminated, in memory to free(), or the test fails */
+static inline char *
+vlm_test_read_file(const char *path, size_t *len)
+{
+    long   n;
+    char  *buf;
+    FILE  *f;
+
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        fail_msg("cannot open %s", path);
+    }
+
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    n = ftell(f);
+    assert_true(n >= 0);
+    assert_int_equal(fseek(f, 0, SEEK_SET), 0);
+
+    buf = malloc((size_t) n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t) n, f), (size_t) n);
+    buf[n] = '\0';
+    fclose(f);
+
+    *len = (size_t) n;
+
+    return buf;
+}
+
+
 /* dir/model/ref/ref_case/file, or the test fails */
 static inline void
 vlm_test_load_npy(vlm_npy_t *npy, const char *dir, const char *model,
@@ -163,36 +193,6 @@ vlm_test_check_answer(vlm_model_t *m, vlm_seq_t *seq, const char *dir,
     }
 
     assert_int_equal(vlm_seq_length(seq), n + (int) greedy->n);
-}
-
-
-/* a whole file, NUL-terminated, its length in *len */
-static inline char *
-vlm_test_read_file(const char *path, size_t *len)
-{
-    long   n;
-    char  *buf;
-    FILE  *f;
-
-    f = fopen(path, "rb");
-    if (f == NULL) {
-        fail_msg("cannot open %s", path);
-    }
-
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    n = ftell(f);
-    assert_true(n >= 0);
-    assert_int_equal(fseek(f, 0, SEEK_SET), 0);
-
-    buf = malloc((size_t) n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t) n, f), (size_t) n);
-    buf[n] = '\0';
-    fclose(f);
-
-    *len = (size_t) n;
-
-    return buf;
 }
 
 

@@ -130,6 +130,13 @@ typedef struct {
     const int32_t  *block_table;
     int             n_q;
     int             kv_start;   /* the kv index of the first query */
+    /*
+     * NULL: causal, query i sees the keys 0 .. kv_start + i; else
+     * backend memory [n_q, 2]: the first key query i sees and its last
+     * plus one (a sliding window, an image seen both ways); only where
+     * the backend says attn_kv_range
+     */
+    const int32_t  *kv_range;
 } vlm_attn_seq_t;
 
 
@@ -280,6 +287,9 @@ typedef struct {
      * and the bytes of the backend's own buffers; NULL: host memory
      */
     vlm_status_t (*mem_info)(vlm_backend_t *be, vlm_backend_mem_t *mem);
+
+    /* attention_paged() reads vlm_attn_seq_t.kv_range (0: ignores it) */
+    int   attn_kv_range;
 } vlm_backend_ops_t;
 
 

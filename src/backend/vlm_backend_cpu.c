@@ -348,7 +348,8 @@ static const vlm_backend_ops_t  vlm_cpu_ops = {
     NULL,                       /* host memory: vlm_fpool_cpu_ops */
     NULL,                       /* its ops do not fail */
     NULL,                       /* kv_store a sequence: no launches */
-    NULL                        /* host memory */
+    NULL,                       /* host memory */
+    1                           /* kv_range */
 };
 
 

@@ -611,6 +611,7 @@ vlm_cuda_attention_paged_op(vlm_backend_t *be, const vlm_attn_paged_t *a)
             seqs[i].block_table = a->seqs[s + i].block_table;
             seqs[i].n_q = a->seqs[s + i].n_q;
             seqs[i].kv_start = a->seqs[s + i].kv_start;
+            seqs[i].kv_range = a->seqs[s + i].kv_range;
         }
 
         vlm_cuda_check(cu, vlm_cuda_attention_paged(cu->stream, a->k_cache,
@@ -1120,7 +1121,8 @@ static const vlm_backend_ops_t  vlm_cuda_ops = {
     &vlm_cuda_fpool_ops,
     vlm_cuda_failure,
     vlm_cuda_kv_store_seqs_op,
-    vlm_cuda_mem_info
+    vlm_cuda_mem_info,
+    1                           /* kv_range */
 };
 
 

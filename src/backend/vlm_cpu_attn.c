@@ -61,6 +61,57 @@ typedef struct {
 } vlm_attn_job_t;
 
 
+/*
+ * The keys query i of a paged run sees, [*lo, return): causal, or its
+ * kv_range (a sliding window, an image seen both ways)
+ */
+static int
+vlm_attn_keys(const vlm_attn_seq_t *sq, int i, int *lo)
+{
+    if (sq->kv_range == NULL) {
+        *lo = 0;
+        return sq->kv_start + i + 1;
+    }
+
+    *lo = sq->kv_range[2 * i];
+
+    return sq->kv_range[2 * i + 1];
+}
+
+
+/*
+ * The keys of queries r0 .. r0 + nq - 1: the first any sees, returned,
+ * and past the last any sees, *nk; a row's softmax over its own keys,
+ * the others 0, so that the products may run over the union
+ */
+static int
+vlm_attn_block_keys(const vlm_attn_seq_t *sq, int r0, int nq, int *nk)
+{
+    int  i, lo, hi, first;
+
+    first = sq->kv_start + r0 + nq;
+    *nk = 0;
+
+    for (i = r0; i < r0 + nq; i++) {
+        hi = vlm_attn_keys(sq, i, &lo);
+        first = vlm_min(first, lo);
+        *nk = vlm_max(*nk, hi);
+    }
+
+    return first;
+}
+
+
+static void
+vlm_attn_softmax_row(const vlm_cpu_t *cpu, float *row, int lo, int hi,
+    int nk, float scale)
+{
+    memset(row, 0, (size_t) lo * sizeof(float));
+    cpu->softmax(row + lo, hi - lo, scale);
+    memset(row + hi, 0, (size_t) (nk - hi) * sizeof(float));
+}
+
+
 static void
 vlm_attn_varlen_rows(void *arg, int start, int end, int thread)
 {
@@ -344,7 +395,7 @@ static void
 vlm_attn_paged_group(void *arg, int start, int end, int thread)
 {
     int                      t, s, base, r, i, kvh, c, g, g0, g1, G, hd;
-    int                      nh, n, jb, bs, rows, jobs;
+    int                      nh, n, jb, j0, lo, bs, rows, jobs;
     float                   *S;
     const float             *kf, *vf;
     vlm_kv_rows_t            kr;
@@ -378,12 +429,14 @@ vlm_attn_paged_group(void *arg, int start, int end, int thread)
         c = r % job->chunks;
         g0 = kvh * G + c * job->per;
         g1 = vlm_min(g0 + job->per, (kvh + 1) * G);
-        n = sq->kv_start + i + 1;
+        n = vlm_attn_keys(sq, i, &lo);
+        j0 = lo / bs;
 
         kr.base = (const uint16_t *) a->k_cache + kvh * hd;
         kf = (const float *) a->k_cache + kvh * hd;
 
-        for (jb = 0; jb * bs < n; jb++) {
+        /* the blocks below the first key are not read (nor need exist) */
+        for (jb = j0; jb * bs < n; jb++) {
             kr.table = sq->block_table + jb;
             rows = vlm_min(bs, n - jb * bs);
 
@@ -402,7 +455,8 @@ vlm_attn_paged_group(void *arg, int start, int end, int thread)
         }
 
         for (g = g0; g < g1; g++) {
-            job->cpu->softmax(S + (size_t) (g - g0) * n, n, 1.0f);
+            vlm_attn_softmax_row(job->cpu, S + (size_t) (g - g0) * n, lo, n,
+                                 n, 1.0f);
             memset(sq->out + ((size_t) i * nh + g) * hd, 0,
                    (size_t) hd * sizeof(float));
         }
@@ -410,7 +464,7 @@ vlm_attn_paged_group(void *arg, int start, int end, int thread)
         kr.base = (const uint16_t *) a->v_cache + kvh * hd;
         vf = (const float *) a->v_cache + kvh * hd;
 
-        for (jb = 0; jb * bs < n; jb++) {
+        for (jb = j0; jb * bs < n; jb++) {
             kr.table = sq->block_table + jb;
             rows = vlm_min(bs, n - jb * bs);
 
@@ -497,10 +551,10 @@ vlm_attn_gemm_x2(const vlm_gemm_kernel_t *kr, vlm_gemm_bf16_t *g,
 
 static void
 vlm_attn_paged_bf16_h(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
-    const vlm_attn_seq_t *sq, int h, int kvh, int r0, int nq, int nk,
-    float *S, uint16_t *tile, uint16_t *xp)
+    const vlm_attn_seq_t *sq, int h, int kvh, int r0, int nq, int k0,
+    int nk, float *S, uint16_t *tile, uint16_t *xp)
 {
-    int                       i, j, jj, d, n, run, valid, hd, nh;
+    int                       i, j, jj, d, n, run, lo, hi, hd, nh;
     float                    *row;
     uint16_t                 *xr;
     const float              *q;
@@ -525,7 +579,7 @@ vlm_attn_paged_bf16_h(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
     g.cols = hd;
     g.ldy = nk;
 
-    for (j = 0; j < nk; j += n) {
+    for (j = k0; j < nk; j += n) {
         n = vlm_min(run, nk - j);
 
         for (jj = j; jj < j + n; jj++) {
@@ -540,18 +594,17 @@ vlm_attn_paged_bf16_h(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
     }
 
     for (i = 0; i < nq; i++) {
-        valid = sq->kv_start + r0 + i + 1;
+        hi = vlm_attn_keys(sq, r0 + i, &lo);
         row = S + (size_t) i * nk;
 
-        cpu->softmax(row, valid, a->scale);
-        memset(row + valid, 0, (size_t) (nk - valid) * sizeof(float));
+        vlm_attn_softmax_row(cpu, row, lo, hi, nk, a->scale);
     }
 
     g.y = sq->out + (size_t) r0 * nh * hd + h * hd;
     g.ldy = nh * hd;
     g.rows = hd;
 
-    for (j = 0; j < nk; j += n) {
+    for (j = k0; j < nk; j += n) {
         n = vlm_min(run, nk - j);
 
         for (jj = j; jj < j + n; jj++) {
@@ -564,7 +617,7 @@ vlm_attn_paged_bf16_h(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
         kr->pack(xp, S + j, nk, nq, n, 0);
         kr->pack(xr, S + j, nk, nq, n, 1);
         g.cols = n;
-        vlm_attn_gemm_x2(kr, &g, xp, xr, j > 0);
+        vlm_attn_gemm_x2(kr, &g, xp, xr, j > k0);
     }
 }
 
@@ -576,17 +629,17 @@ vlm_attn_paged_bf16_h(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
  */
 static void
 vlm_attn_paged_blocks_h(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
-    const vlm_attn_seq_t *sq, int h, int kvh, int r0, int nq, int nk,
-    float *S, float *tile)
+    const vlm_attn_seq_t *sq, int h, int kvh, int r0, int nq, int k0,
+    int nk, float *S, float *tile)
 {
-    int           i, j, n, run, valid, hd, nh;
+    int           i, j, n, run, lo, hi, hd, nh;
     const float  *rows;
 
     hd = a->head_dim;
     nh = a->n_heads;
     run = vlm_max(1, VLM_CPU_KVTILE / hd);
 
-    for (j = 0; j < nk; j += n) {
+    for (j = k0; j < nk; j += n) {
         /* runs of the tile's rows, across blocks */
         n = vlm_min(run, nk - j);
         rows = vlm_attn_widen_rows(cpu, a, a->k_cache, kvh, sq->block_table,
@@ -598,19 +651,17 @@ vlm_attn_paged_blocks_h(const vlm_cpu_t *cpu, const vlm_attn_paged_t *a,
     }
 
     for (i = 0; i < nq; i++) {
-        valid = sq->kv_start + r0 + i + 1;
-        cpu->softmax(S + (size_t) i * nk, valid, 1.0f);
-        memset(S + (size_t) i * nk + valid, 0,
-               (size_t) (nk - valid) * sizeof(float));
+        hi = vlm_attn_keys(sq, r0 + i, &lo);
+        vlm_attn_softmax_row(cpu, S + (size_t) i * nk, lo, hi, nk, 1.0f);
     }
 
-    for (j = 0; j < nk; j += n) {
+    for (j = k0; j < nk; j += n) {
         n = vlm_min(run, nk - j);
         rows = vlm_attn_widen_rows(cpu, a, a->v_cache, kvh, sq->block_table,
                                    j, n, tile);
 
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd, n,
-                    1.0f, S + j, nk, rows, hd, j == 0 ? 0.0f : 1.0f,
+                    1.0f, S + j, nk, rows, hd, j == k0 ? 0.0f : 1.0f,
                     sq->out + (size_t) r0 * nh * hd + h * hd, nh * hd);
     }
 }
@@ -625,7 +676,7 @@ static void
 vlm_attn_paged_blocks(void *arg, int start, int end, int thread)
 {
     int                      t, b, h, kvh, s, base, nb, r0, nq, nk, i, jb;
-    int                      cols, valid, hd, nh, bs, kvd;
+    int                      cols, lo, hi, k0, j0, hd, nh, bs, kvd;
     float                   *S;
     size_t                   koff;
     vlm_attn_job_t          *job = arg;
@@ -656,13 +707,13 @@ vlm_attn_paged_blocks(void *arg, int start, int end, int thread)
         sq = &a->seqs[s];
         r0 = (b - base) * VLM_CPU_QB;
         nq = vlm_min(VLM_CPU_QB, sq->n_q - r0);
-        nk = sq->kv_start + r0 + nq;
+        k0 = vlm_attn_block_keys(sq, r0, nq, &nk);
         kvh = h / (nh / a->n_kv_heads);
 
         if (a->kv_dtype == VLM_DTYPE_BF16 && job->cpu->gemm->pack != NULL
             && hd <= VLM_CPU_ATTN_HD)
         {
-            vlm_attn_paged_bf16_h(job->cpu, a, sq, h, kvh, r0, nq, nk, S,
+            vlm_attn_paged_bf16_h(job->cpu, a, sq, h, kvh, r0, nq, k0, nk, S,
                                   (uint16_t *) (job->cpu->kvtile
                                                 + (size_t) thread
                                                   * VLM_CPU_KVTILE),
@@ -673,13 +724,16 @@ vlm_attn_paged_blocks(void *arg, int start, int end, int thread)
         }
 
         if (a->kv_dtype != VLM_DTYPE_F32) {
-            vlm_attn_paged_blocks_h(job->cpu, a, sq, h, kvh, r0, nq, nk,
-                                    S, job->cpu->kvtile
+            vlm_attn_paged_blocks_h(job->cpu, a, sq, h, kvh, r0, nq, k0,
+                                    nk, S, job->cpu->kvtile
                                        + (size_t) thread * VLM_CPU_KVTILE);
             continue;
         }
 
-        for (jb = 0; jb * bs < nk; jb++) {
+        /* whole blocks from the one of the first key any row sees */
+        j0 = k0 / bs;
+
+        for (jb = j0; jb * bs < nk; jb++) {
             cols = vlm_min(bs, nk - jb * bs);
             koff = (size_t) sq->block_table[jb] * bs * kvd + kvh * hd;
 
@@ -690,20 +744,19 @@ vlm_attn_paged_blocks(void *arg, int start, int end, int thread)
         }
 
         for (i = 0; i < nq; i++) {
-            valid = sq->kv_start + r0 + i + 1;
-            job->cpu->softmax(S + (size_t) i * nk, valid, 1.0f);
-            memset(S + (size_t) i * nk + valid, 0,
-                   (size_t) (nk - valid) * sizeof(float));
+            hi = vlm_attn_keys(sq, r0 + i, &lo);
+            vlm_attn_softmax_row(job->cpu, S + (size_t) i * nk, lo, hi, nk,
+                                 1.0f);
         }
 
-        for (jb = 0; jb * bs < nk; jb++) {
+        for (jb = j0; jb * bs < nk; jb++) {
             cols = vlm_min(bs, nk - jb * bs);
             koff = (size_t) sq->block_table[jb] * bs * kvd + kvh * hd;
 
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd,
                         cols, 1.0f, S + jb * bs, nk,
                         (const float *) a->v_cache + koff, kvd,
-                        jb == 0 ? 0.0f : 1.0f,
+                        jb == j0 ? 0.0f : 1.0f,
                         sq->out + (size_t) r0 * nh * hd + h * hd, nh * hd);
         }
     }

@@ -575,6 +575,15 @@ vlm_cli_prompt(vlm_cli_run_t *r)
         return vlm_cli_fail("%s", err.msg);
     }
 
+    /* Qwen2-VL's chat and processor below would be Gemma 3's wrong ones */
+    if (vlm_image_config_load(&icfg, r->model, &err) == VLM_OK
+        && icfg.family == VLM_IMAGE_GEMMA3)
+    {
+        return vlm_cli_fail("run: %s is a Gemma 3 checkpoint, whose chat "
+                            "and image processor vlm-cli does not write; "
+                            "nginx serves it", r->model);
+    }
+
     if (vlm_cli_idefics3_model(r->model)) {
         r->n_grids = r->n_images;
 

@@ -923,7 +923,9 @@ ngx_http_vlm_model_files(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     pad = vmcf->image_config.family == VLM_IMAGE_IDEFICS3
           ? VLM_IDEFICS3_IMAGE
           : vmcf->image_config.family == VLM_IMAGE_INTERNVL
-          ? VLM_INTERNVL_CONTEXT : VLM_CHAT_IMAGE_PAD;
+          ? VLM_INTERNVL_CONTEXT
+          : vmcf->image_config.family == VLM_IMAGE_GEMMA3
+          ? VLM_GEMMA3_BOI : VLM_CHAT_IMAGE_PAD;
 
     /* vlm_reasoning_parser auto: a model with both tags as tokens */
     vmcf->think_end_id = vlm_tokenizer_token_id(vmcf->tokenizer, "</think>");
@@ -944,7 +946,9 @@ ngx_http_vlm_model_files(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     pad = vmcf->image_config.family == VLM_IMAGE_IDEFICS3
           ? VLM_IDEFICS3_FAKE
           : vmcf->image_config.family == VLM_IMAGE_INTERNVL
-          ? VLM_INTERNVL_START : NULL;
+          ? VLM_INTERNVL_START
+          : vmcf->image_config.family == VLM_IMAGE_GEMMA3
+          ? VLM_GEMMA3_IMAGE : NULL;
 
     if (pad != NULL && vlm_tokenizer_token_id(vmcf->tokenizer, pad) < 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,

@@ -98,6 +98,62 @@ ngx_http_vlm_image_plan(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
 
 
 /*
+ * Gemma3Processor expands each <start_of_image> in the prompt's text,
+ * before tokenizing ("\n\n" around the image merges with the newlines
+ * the template wrote): the rendered prompt and its client spans become
+ * the expanded text's, where the template's tags (not a client's) are as
+ * many as the images
+ */
+vlm_status_t
+ngx_http_vlm_image_expand_text(ngx_http_vlm_chat_ctx_t *ctx,
+    vlm_error_t *err)
+{
+    char                      *text;
+    size_t                     n, found, n_images;
+    vlm_tok_span_t            *spans;
+    const vlm_image_config_t  *cfg;
+
+    cfg = &ctx->vmcf->image_config;
+    n_images = ctx->req.n_images;
+
+    if (cfg->family != VLM_IMAGE_GEMMA3 || n_images == 0) {
+        return VLM_OK;
+    }
+
+    n = vlm_gemma3_expand_spans(ctx->prompt, ctx->prompt_len, ctx->spans,
+                                ctx->n_spans, n_images, cfg->seq_len, NULL,
+                                0, NULL, &found);
+
+    if (found != n_images) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "the prompt has %zu image placeholders for %zu "
+                             "images", found, n_images);
+    }
+
+    text = malloc(n + 1);
+    spans = malloc((ctx->n_spans + 1) * sizeof(vlm_tok_span_t));
+    if (text == NULL || spans == NULL) {
+        free(text);
+        free(spans);
+        return vlm_error_set(err, VLM_ERR_NOMEM, "no memory for the "
+                             "images' text");
+    }
+
+    vlm_gemma3_expand_spans(ctx->prompt, ctx->prompt_len, ctx->spans,
+                            ctx->n_spans, n_images, cfg->seq_len, text,
+                            n + 1, spans, &found);
+
+    free(ctx->prompt);
+    free(ctx->spans);
+    ctx->prompt = text;
+    ctx->prompt_len = n;
+    ctx->spans = spans;
+
+    return VLM_OK;
+}
+
+
+/*
  * The prompt's ids (ts->ids, n_ids, one placeholder per image) with each
  * image expanded as the model's processor does it: Qwen2-VL's pad
  * repeated for each of the image's features, Idefics3's <image> replaced
@@ -124,6 +180,19 @@ ngx_http_vlm_image_expand(ngx_http_vlm_chat_ctx_t *ctx,
     vmcf = ctx->vmcf;
     cfg = &vmcf->image_config;
     n = ctx->req.n_images;
+
+    if (cfg->family == VLM_IMAGE_GEMMA3) {
+        /* the text was expanded (ngx_http_vlm_image_expand_text) */
+        if (n_ids > cap) {
+            return vlm_error_set(e, VLM_ERR_LIMIT, "the prompt's %zu ids "
+                                 "exceed its room for %zu", n_ids, cap);
+        }
+
+        ngx_memcpy(out, ts->ids, n_ids * sizeof(int32_t));
+        *n_out = n_ids;
+
+        return VLM_OK;
+    }
 
     if (cfg->family == VLM_IMAGE_QWEN2VL) {
         for (i = 0; i < n; i++) {

@@ -453,6 +453,9 @@ const vlm_image_config_t *ngx_http_vlm_image_config(
     ngx_http_vlm_chat_ctx_t *ctx, size_t i, vlm_image_config_t *cfg);
 vlm_status_t ngx_http_vlm_image_plan(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
     vlm_error_t *err);
+/* Gemma 3: the rendered prompt's <start_of_image> expanded in its text */
+vlm_status_t ngx_http_vlm_image_expand_text(ngx_http_vlm_chat_ctx_t *ctx,
+    vlm_error_t *err);
 vlm_status_t ngx_http_vlm_image_expand(ngx_http_vlm_chat_ctx_t *ctx,
     ngx_http_vlm_thread_state_t *ts, size_t n_ids, int32_t *out, size_t cap,
     size_t *n_out, vlm_error_t *e);

@@ -438,6 +438,10 @@ rendered:
         goto failed;
     }
 
+    if (ngx_http_vlm_image_expand_text(ctx, &e) != VLM_OK) {
+        goto template_error;
+    }
+
     if (ctx->n_remote == 0) {
         ngx_http_vlm_task_size(ctx);
     }

@@ -78,6 +78,37 @@ vlm_image_side(json_t *v, int def)
 }
 
 
+/* Gemma 3's config.json: the tower's patch, the soft tokens an image */
+static vlm_status_t
+vlm_image_gemma3_config(vlm_image_config_t *cfg, json_t *root,
+    const char *path, uint32_t *patch, vlm_error_t *err)
+{
+    int      p, n;
+    json_t  *v;
+
+    cfg->family = VLM_IMAGE_GEMMA3;
+
+    /* Gemma3Config's and SiglipVisionConfig's defaults */
+    v = json_object_get(json_object_get(root, "vision_config"),
+                        "patch_size");
+    p = json_is_integer(v) ? (int) json_integer_value(v) : 16;
+    v = json_object_get(root, "mm_tokens_per_image");
+    n = json_is_integer(v) ? (int) json_integer_value(v) : 256;
+    json_decref(root);
+
+    if (p < 1 || p > 1024 || n < 1 || n > 65536) {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "%s: patches of %d, %d tokens an image", path,
+                             p, n);
+    }
+
+    *patch = (uint32_t) p;
+    cfg->seq_len = (uint32_t) n;
+
+    return VLM_OK;
+}
+
+
 /* config.json: the family, and Idefics3's and InternVL's tower geometry */
 static vlm_status_t
 vlm_image_model_config(vlm_image_config_t *cfg, const char *dir,
@@ -101,6 +132,13 @@ vlm_image_model_config(vlm_image_config_t *cfg, const char *dir,
                   ? VLM_IMAGE_IDEFICS3
                   : vlm_image_internvl_name(json_string_value(v))
                   ? VLM_IMAGE_INTERNVL : VLM_IMAGE_QWEN2VL;
+
+    if (json_string_value(v) != NULL
+        && strcmp(json_string_value(v), "Gemma3ForConditionalGeneration")
+           == 0)
+    {
+        return vlm_image_gemma3_config(cfg, root, path, patch, err);
+    }
 
     if (cfg->family == VLM_IMAGE_QWEN2VL) {
         json_decref(root);
@@ -174,9 +212,21 @@ vlm_image_config_load(vlm_image_config_t *cfg, const char *dir,
 
     type = json_string_value(json_object_get(root, "image_processor_type"));
 
-    if (type != NULL
-        && !(cfg->family == VLM_IMAGE_IDEFICS3
-             ? vlm_image_idefics3_name(type) : vlm_image_internvl_name(type)))
+    if (cfg->family == VLM_IMAGE_GEMMA3) {
+        if (type != NULL && strncmp(type, "Gemma3ImageProcessor", 20) != 0)
+        {
+            rc = vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                               "%s: image_processor_type \"%.64s\" is not "
+                               "the Gemma 3 processor this model's "
+                               "architecture takes", path, type);
+            json_decref(root);
+            return rc;
+        }
+
+    } else if (type != NULL
+               && !(cfg->family == VLM_IMAGE_IDEFICS3
+                    ? vlm_image_idefics3_name(type)
+                    : vlm_image_internvl_name(type)))
     {
         rc = vlm_error_set(err, VLM_ERR_UNSUPPORTED,
                            "%s: image_processor_type \"%.64s\" is not the "
@@ -213,7 +263,12 @@ vlm_image_config_load(vlm_image_config_t *cfg, const char *dir,
 
     fclose(f);
 
-    if (cfg->family == VLM_IMAGE_IDEFICS3) {
+    if (cfg->family == VLM_IMAGE_GEMMA3) {
+        vlm_gemma3_image_config_default(&cfg->idefics3, patch);
+        rc = vlm_gemma3_image_config_parse(&cfg->idefics3, text, (size_t) n,
+                                           err);
+
+    } else if (cfg->family == VLM_IMAGE_IDEFICS3) {
         vlm_idefics3_image_config_default(&cfg->idefics3, patch);
         rc = vlm_idefics3_image_config_parse(&cfg->idefics3, text,
                                              (size_t) n, err);
@@ -245,6 +300,10 @@ size_t
 vlm_image_prompt_text(const vlm_image_config_t *cfg,
     const vlm_image_plan_t *plan, char *buf, size_t cap)
 {
+    if (cfg->family == VLM_IMAGE_GEMMA3) {
+        return vlm_gemma3_image_prompt(cfg->seq_len, buf, cap);
+    }
+
     if (cfg->family == VLM_IMAGE_IDEFICS3) {
         return vlm_idefics3_image_prompt(&plan->idefics3, cfg->seq_len, buf,
                                          cap);
@@ -337,7 +396,7 @@ vlm_image_plan_config(const vlm_image_limits_t *limits,
         frames = ip->n_frames;
         side = ip->side;
         plan->n_values = ip->n_values;
-        plan->n_ids = vlm_idefics3_image_prompt(ip, cfg->seq_len, NULL, 0);
+        plan->n_ids = vlm_image_prompt_text(cfg, plan, NULL, 0);
     }
 
     /*
@@ -421,7 +480,9 @@ vlm_image_tiles_scratch(const vlm_image_config_t *cfg, uint32_t w,
     vlm_idefics3_image_plan_t  ip;
     vlm_internvl_image_plan_t  np;
 
-    if (cfg->family == VLM_IMAGE_IDEFICS3) {
+    /* Gemma 3 runs the Idefics3 processor with its own settings */
+    if (cfg->family == VLM_IMAGE_IDEFICS3 || cfg->family == VLM_IMAGE_GEMMA3)
+    {
         return vlm_idefics3_image_plan(&cfg->idefics3, w, h, &ip, NULL)
                == VLM_OK ? ip.scratch : 0;
     }
@@ -432,7 +493,8 @@ vlm_image_tiles_scratch(const vlm_image_config_t *cfg, uint32_t w,
 
 
 /*
- * Idefics3, InternVL: the largest scratch of any image the limits let in
+ * Idefics3, InternVL, Gemma 3: the largest scratch of any image the limits
+ * let in
  * (the widest image of each height, both ways round)
  */
 static void
@@ -482,6 +544,13 @@ vlm_image_max_patches(const vlm_image_config_t *cfg)
          */
         return (t->max_patches > 1 ? t->max_patches + 1 : 1)
                * (side * side + 1);
+    }
+
+    if (cfg->family == VLM_IMAGE_GEMMA3) {
+        i = &cfg->idefics3;
+        side = i->patch_size != 0 ? i->tile / i->patch_size : 0;
+
+        return side * side;
     }
 
     if (cfg->family == VLM_IMAGE_IDEFICS3) {
@@ -769,16 +838,17 @@ vlm_image_ctx_run(vlm_image_ctx_t *ctx, const uint8_t *data, size_t len,
                              "buffer holds %zu", plan->n_values, cap_values);
     }
 
-    if (ctx->cfg.family == VLM_IMAGE_IDEFICS3) {
-        return vlm_idefics3_image_run(&ctx->cfg.idefics3, &plan->idefics3,
+    if (ctx->cfg.family == VLM_IMAGE_INTERNVL) {
+        return vlm_internvl_image_run(&ctx->cfg.internvl, &plan->internvl,
                                       rgb, plan->info.width,
                                       plan->info.height, ctx->scratch,
                                       ctx->scratch_cap, pixel_values,
                                       cap_values, err);
     }
 
-    if (ctx->cfg.family == VLM_IMAGE_INTERNVL) {
-        return vlm_internvl_image_run(&ctx->cfg.internvl, &plan->internvl,
+    /* Idefics3, and Gemma 3 with its own settings */
+    if (ctx->cfg.family != VLM_IMAGE_QWEN2VL) {
+        return vlm_idefics3_image_run(&ctx->cfg.idefics3, &plan->idefics3,
                                       rgb, plan->info.width,
                                       plan->info.height, ctx->scratch,
                                       ctx->scratch_cap, pixel_values,

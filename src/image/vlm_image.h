@@ -23,6 +23,7 @@
 #include "core/vlm_common.h"
 #include "vlm_base64.h"
 #include "vlm_image_decode.h"
+#include "vlm_image_gemma3.h"
 #include "vlm_image_idefics3.h"
 #include "vlm_image_internvl.h"
 #include "vlm_image_qwen2vl.h"
@@ -35,7 +36,9 @@ typedef struct vlm_image_ctx_s  vlm_image_ctx_t;
 typedef enum {
     VLM_IMAGE_QWEN2VL = 0,       /* Qwen2-VL, Qwen2.5-VL, Qwen3-VL */
     VLM_IMAGE_IDEFICS3,          /* SmolVLM, Idefics3 */
-    VLM_IMAGE_INTERNVL           /* InternVL (GotOcr2's processor) */
+    VLM_IMAGE_INTERNVL,          /* InternVL (GotOcr2's processor) */
+    VLM_IMAGE_GEMMA3             /* Gemma 3: the Idefics3 processor's run
+                                    with one frame, its own settings */
 } vlm_image_family_t;
 
 
@@ -45,7 +48,8 @@ typedef struct {
     vlm_idefics3_image_config_t  idefics3;
     vlm_internvl_image_config_t  internvl;
     uint32_t                     seq_len;   /* Idefics3, InternVL: image
-                                               tokens of a tile */
+                                               tokens of a tile; Gemma 3:
+                                               soft tokens of an image */
 } vlm_image_config_t;
 
 
@@ -68,9 +72,9 @@ void vlm_image_config_qwen2vl(vlm_image_config_t *cfg,
 /*
  * The image processor of the model in dir, chosen by its config.json's
  * architectures (SmolVLM's and Idefics3's take the Idefics3 processor,
- * InternVL's GotOcr2's, the others Qwen2-VL's), its settings from
- * preprocessor_config.json (and for Idefics3 and InternVL the tower's
- * patch and tile size and the connector's scale factor from
+ * InternVL's GotOcr2's, Gemma 3's its own, the others Qwen2-VL's), its
+ * settings from preprocessor_config.json (and for Idefics3 and InternVL
+ * the tower's patch and tile size and the connector's scale factor from
  * config.json).  A preprocessor_config.json whose
  * image_processor_type is another family's is refused
  * (VLM_ERR_UNSUPPORTED), as are the errors of the families' parsers.
@@ -80,8 +84,9 @@ vlm_status_t vlm_image_config_load(vlm_image_config_t *cfg, const char *dir,
 
 /*
  * The image's prompt text (Idefics3: its tiles' tokens, which replace its
- * <image>; InternVL: <img>, its frames' <IMG_CONTEXT>, </img>; empty for
- * Qwen2-VL's, whose pad the ids expand): its length,
+ * <image>; InternVL: <img>, its frames' <IMG_CONTEXT>, </img>; Gemma 3:
+ * full_image_sequence; empty for Qwen2-VL's, whose pad the ids expand):
+ * its length,
  * written to buf (NUL-terminated) when it fits in cap bytes.
  */
 size_t vlm_image_prompt_text(const vlm_image_config_t *cfg,

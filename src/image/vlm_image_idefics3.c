@@ -70,7 +70,7 @@ vlm_idefics3_json_edge(json_t *root, const char *key, uint32_t *out)
 
 
 int
-vlm_idefics3_json_flag(json_t *root, const char *key, unsigned *out)
+vlm_image_json_flag(json_t *root, const char *key, unsigned *out)
 {
     json_t  *v;
 
@@ -90,7 +90,7 @@ vlm_idefics3_json_flag(json_t *root, const char *key, unsigned *out)
 
 
 int
-vlm_idefics3_json_triple(json_t *root, const char *key, double *out,
+vlm_image_json_triple(json_t *root, const char *key, double *out,
     int positive)
 {
     int      i;
@@ -119,12 +119,73 @@ vlm_idefics3_json_triple(json_t *root, const char *key, double *out,
 }
 
 
+/*
+ * The keys the Idefics3 and Gemma 3 processors share: resample (one of
+ * the filters in the mask), rescale_factor, do_rescale, do_normalize,
+ * image_mean, image_std; -1 with *key the bad one
+ */
+int
+vlm_image_json_common(json_t *root, vlm_idefics3_image_config_t *cfg,
+    unsigned resamples, const char **key)
+{
+    int      bad;
+    json_t  *v;
+
+    bad = 0;
+    *key = "resample";
+    v = json_object_get(root, *key);
+
+    if (v != NULL && !json_is_null(v)) {
+        if (json_is_integer(v) && json_integer_value(v) >= 0
+            && json_integer_value(v) < 32
+            && (resamples >> json_integer_value(v) & 1))
+        {
+            cfg->resample = (vlm_resample_t) json_integer_value(v);
+
+        } else {
+            return -1;
+        }
+    }
+
+    *key = "rescale_factor";
+    v = json_object_get(root, *key);
+
+    if (v != NULL && !json_is_null(v)) {
+        if (!json_is_number(v) || !(json_number_value(v) > 0)) {
+            return -1;
+        }
+
+        cfg->rescale_factor = json_number_value(v);
+    }
+
+    *key = "do_rescale";
+    bad = vlm_image_json_flag(root, *key, &cfg->do_rescale);
+
+    if (!bad) {
+        *key = "do_normalize";
+        bad = vlm_image_json_flag(root, *key, &cfg->do_normalize);
+    }
+
+    if (!bad) {
+        *key = "image_mean";
+        bad = vlm_image_json_triple(root, *key, cfg->image_mean, 0);
+    }
+
+    if (!bad) {
+        *key = "image_std";
+        bad = vlm_image_json_triple(root, *key, cfg->image_std, 1);
+    }
+
+    return bad;
+}
+
+
 vlm_status_t
 vlm_idefics3_image_config_parse(vlm_idefics3_image_config_t *cfg,
     const char *json, size_t len, vlm_error_t *err)
 {
     int            bad;
-    json_t        *root, *v;
+    json_t        *root;
     const char    *key;
     json_error_t   jerr;
 
@@ -146,57 +207,19 @@ vlm_idefics3_image_config_parse(vlm_idefics3_image_config_t *cfg,
     }
 
     if (!bad) {
-        key = "resample";
-        v = json_object_get(root, key);
-
-        if (v != NULL && !json_is_null(v)) {
-            if (json_is_integer(v)
-                && (json_integer_value(v) == VLM_RESAMPLE_LANCZOS
-                    || json_integer_value(v) == VLM_RESAMPLE_BICUBIC))
-            {
-                cfg->resample = (vlm_resample_t) json_integer_value(v);
-
-            } else {
-                bad = 1;
-            }
-        }
+        bad = vlm_image_json_common(root, cfg, 1u << VLM_RESAMPLE_LANCZOS
+                                               | 1u << VLM_RESAMPLE_BICUBIC,
+                                    &key);
     }
 
     if (!bad) {
-        key = "rescale_factor";
-        v = json_object_get(root, key);
-
-        if (v != NULL && !json_is_null(v)) {
-            if (json_is_number(v) && json_number_value(v) > 0) {
-                cfg->rescale_factor = json_number_value(v);
-
-            } else {
-                bad = 1;
-            }
-        }
-    }
-
-#define VLM_FLAG(name)                                                       \
-    if (!bad) {                                                              \
-        key = #name;                                                         \
-        bad = vlm_idefics3_json_flag(root, key, &cfg->name);                 \
-    }
-
-    VLM_FLAG(do_resize);
-    VLM_FLAG(do_image_splitting);
-    VLM_FLAG(do_rescale);
-    VLM_FLAG(do_normalize);
-
-#undef VLM_FLAG
-
-    if (!bad) {
-        key = "image_mean";
-        bad = vlm_idefics3_json_triple(root, key, cfg->image_mean, 0);
+        key = "do_resize";
+        bad = vlm_image_json_flag(root, key, &cfg->do_resize);
     }
 
     if (!bad) {
-        key = "image_std";
-        bad = vlm_idefics3_json_triple(root, key, cfg->image_std, 1);
+        key = "do_image_splitting";
+        bad = vlm_image_json_flag(root, key, &cfg->do_image_splitting);
     }
 
     json_decref(root);
@@ -470,9 +493,8 @@ vlm_idefics3_image_run(const vlm_idefics3_image_config_t *cfg,
 }
 
 
-/* appends s to buf while it fits, counting every byte */
-static void
-vlm_idefics3_put(char *buf, size_t cap, size_t *n, const char *s)
+void
+vlm_image_text_put(char *buf, size_t cap, size_t *n, const char *s)
 {
     size_t  len;
 
@@ -503,44 +525,44 @@ vlm_idefics3_image_prompt(const vlm_idefics3_image_plan_t *plan,
     for (r = 0; r < plan->rows; r++) {
         for (c = 0; c < plan->cols; c++) {
             snprintf(rc, sizeof(rc), "<row_%u_col_%u>", r + 1, c + 1);
-            vlm_idefics3_put(buf, cap, &n, VLM_IDEFICS3_FAKE);
-            vlm_idefics3_put(buf, cap, &n, rc);
+            vlm_image_text_put(buf, cap, &n, VLM_IDEFICS3_FAKE);
+            vlm_image_text_put(buf, cap, &n, rc);
 
             for (i = 0; i < seq_len; i++) {
-                vlm_idefics3_put(buf, cap, &n, VLM_IDEFICS3_IMAGE);
+                vlm_image_text_put(buf, cap, &n, VLM_IDEFICS3_IMAGE);
             }
         }
 
-        vlm_idefics3_put(buf, cap, &n, "\n");
+        vlm_image_text_put(buf, cap, &n, "\n");
     }
 
     if (plan->rows > 0) {
-        vlm_idefics3_put(buf, cap, &n, "\n");
+        vlm_image_text_put(buf, cap, &n, "\n");
     }
 
-    vlm_idefics3_put(buf, cap, &n, VLM_IDEFICS3_FAKE);
-    vlm_idefics3_put(buf, cap, &n, VLM_IDEFICS3_GLOBAL);
+    vlm_image_text_put(buf, cap, &n, VLM_IDEFICS3_FAKE);
+    vlm_image_text_put(buf, cap, &n, VLM_IDEFICS3_GLOBAL);
 
     for (i = 0; i < seq_len; i++) {
-        vlm_idefics3_put(buf, cap, &n, VLM_IDEFICS3_IMAGE);
+        vlm_image_text_put(buf, cap, &n, VLM_IDEFICS3_IMAGE);
     }
 
-    vlm_idefics3_put(buf, cap, &n, VLM_IDEFICS3_FAKE);
+    vlm_image_text_put(buf, cap, &n, VLM_IDEFICS3_FAKE);
 
     return n;
 }
 
 
 size_t
-vlm_idefics3_expand_prompt(const char *text, size_t len,
-    const vlm_idefics3_image_plan_t *plans, size_t n_images,
-    uint32_t seq_len, char *buf, size_t cap, size_t *n_found)
+vlm_image_expand_tags(const char *text, size_t len, const char *tag,
+    size_t n_images, vlm_image_part_pt part, const void *data, char *buf,
+    size_t cap, size_t *n_found)
 {
     char        *p;
-    size_t       n, k, tag, img;
+    size_t       n, k, tl, img;
     const char  *s, *end, *hit;
 
-    tag = sizeof(VLM_IDEFICS3_IMAGE) - 1;
+    tl = strlen(tag);
     n = 0;
     img = 0;
     s = text;
@@ -551,7 +573,7 @@ vlm_idefics3_expand_prompt(const char *text, size_t len,
     }
 
     for ( ;; ) {
-        hit = memmem(s, (size_t) (end - s), VLM_IDEFICS3_IMAGE, tag);
+        hit = memmem(s, (size_t) (end - s), tag, tl);
         k = (size_t) ((hit != NULL ? hit : end) - s);
 
         if (n + k < cap) {
@@ -567,15 +589,41 @@ vlm_idefics3_expand_prompt(const char *text, size_t len,
 
         if (img < n_images) {
             p = n < cap ? buf + n : NULL;
-            n += vlm_idefics3_image_prompt(&plans[img], seq_len, p,
-                                           p != NULL ? cap - n : 0);
+            n += part(data, img, p, p != NULL ? cap - n : 0);
         }
 
         img++;
-        s = hit + tag;
+        s = hit + tl;
     }
 
     *n_found = img;
 
     return n;
+}
+
+
+typedef struct {
+    const vlm_idefics3_image_plan_t  *plans;
+    uint32_t                          seq_len;
+} vlm_idefics3_parts_t;
+
+
+static size_t
+vlm_idefics3_part(const void *data, size_t i, char *buf, size_t cap)
+{
+    const vlm_idefics3_parts_t  *p = data;
+
+    return vlm_idefics3_image_prompt(&p->plans[i], p->seq_len, buf, cap);
+}
+
+
+size_t
+vlm_idefics3_expand_prompt(const char *text, size_t len,
+    const vlm_idefics3_image_plan_t *plans, size_t n_images,
+    uint32_t seq_len, char *buf, size_t cap, size_t *n_found)
+{
+    vlm_idefics3_parts_t  p = { plans, seq_len };
+
+    return vlm_image_expand_tags(text, len, VLM_IDEFICS3_IMAGE, n_images,
+                                 vlm_idefics3_part, &p, buf, cap, n_found);
 }

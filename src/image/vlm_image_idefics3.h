@@ -84,15 +84,6 @@ vlm_status_t vlm_idefics3_image_run(const vlm_idefics3_image_config_t *cfg,
     float *out, size_t cap, vlm_error_t *err);
 
 /*
- * preprocessor_config.json's flags and channel triples (InternVL's
- * parser reads them so too): 0 when absent or read, -1 when not a
- * boolean, not three numbers (positive ones when asked)
- */
-int vlm_idefics3_json_flag(json_t *root, const char *key, unsigned *out);
-int vlm_idefics3_json_triple(json_t *root, const char *key, double *out,
-    int positive);
-
-/*
  * A frame's pixels (side * P square, rows of stride bytes) as its patch
  * rows through lut (rescale and normalise of each channel's byte)
  * (InternVL's processor writes its frames with it too)
@@ -118,6 +109,37 @@ size_t vlm_idefics3_image_prompt(const vlm_idefics3_image_plan_t *plan,
 size_t vlm_idefics3_expand_prompt(const char *text, size_t len,
     const vlm_idefics3_image_plan_t *plans, size_t n_images,
     uint32_t seq_len, char *buf, size_t cap, size_t *n_found);
+
+
+/*
+ * What the Gemma 3 processor (vlm_image_gemma3.c) shares: the text of
+ * every tag of a prompt replaced by part()'s text of the image (tags past
+ * n_images dropped), as vlm_idefics3_expand_prompt() does for <image>;
+ * and the readers of a boolean and of a list of three numbers of
+ * preprocessor_config.json (0: absent or good, -1: bad).
+ */
+typedef size_t (*vlm_image_part_pt)(const void *data, size_t i, char *buf,
+    size_t cap);
+
+/* appends s to buf while it fits (NUL-terminated), counting every byte */
+void vlm_image_text_put(char *buf, size_t cap, size_t *n, const char *s);
+size_t vlm_image_expand_tags(const char *text, size_t len, const char *tag,
+    size_t n_images, vlm_image_part_pt part, const void *data, char *buf,
+    size_t cap, size_t *n_found);
+
+struct json_t;
+
+/*
+ * preprocessor_config.json's flags and channel triples (the Gemma 3 and
+ * InternVL parsers read them so too): 0 when absent or read, -1 when not
+ * a boolean, not three numbers (positive ones when asked)
+ */
+int vlm_image_json_flag(struct json_t *root, const char *key,
+    unsigned *out);
+int vlm_image_json_triple(struct json_t *root, const char *key, double *out,
+    int positive);
+int vlm_image_json_common(struct json_t *root,
+    vlm_idefics3_image_config_t *cfg, unsigned resamples, const char **key);
 
 
 #endif /* VLM_IMAGE_IDEFICS3_H */

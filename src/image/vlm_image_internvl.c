@@ -143,27 +143,27 @@ vlm_internvl_image_config_parse(vlm_internvl_image_config_t *cfg,
         /* an image at its own size is not a tile */
         key = "do_resize";
         do_resize = 1;
-        bad = vlm_idefics3_json_flag(root, key, &do_resize) || !do_resize;
+        bad = vlm_image_json_flag(root, key, &do_resize) || !do_resize;
     }
 
     if (!bad) {
         key = "do_rescale";
-        bad = vlm_idefics3_json_flag(root, key, &cfg->do_rescale);
+        bad = vlm_image_json_flag(root, key, &cfg->do_rescale);
     }
 
     if (!bad) {
         key = "do_normalize";
-        bad = vlm_idefics3_json_flag(root, key, &cfg->do_normalize);
+        bad = vlm_image_json_flag(root, key, &cfg->do_normalize);
     }
 
     if (!bad) {
         key = "image_mean";
-        bad = vlm_idefics3_json_triple(root, key, cfg->image_mean, 0);
+        bad = vlm_image_json_triple(root, key, cfg->image_mean, 0);
     }
 
     if (!bad) {
         key = "image_std";
-        bad = vlm_idefics3_json_triple(root, key, cfg->image_std, 1);
+        bad = vlm_image_json_triple(root, key, cfg->image_std, 1);
     }
 
     json_decref(root);

@@ -1,10 +1,11 @@
 /*
- * Pillow-equivalent bicubic and Lanczos resizes of RGB8 images.
+ * Pillow-equivalent bicubic, Lanczos and bilinear resizes of RGB8 images.
  *
  * Reference: Pillow's libImaging/Resample.c (ImagingResample with the
- * BICUBIC and LANCZOS filters on 8-bit bands), re-derived: for each output
- * index the kernel is centred at (i + 0.5) * scale, spans support = 2
- * (LANCZOS: 3) * max(scale, 1) input samples each side, the first and last
+ * BICUBIC, LANCZOS and BILINEAR filters on 8-bit bands), re-derived: for
+ * each output index the kernel is centred at (i + 0.5) * scale, spans
+ * support = 2 (LANCZOS: 3, BILINEAR: 1) * max(scale, 1) input samples
+ * each side, the first and last
  * taps are chosen by truncating center -/+ support + 0.5, the weights are
  * normalised to sum 1 in double precision and then rounded half away from
  * zero to 22 fractional bits.  Sums start at half an output unit and are
@@ -25,6 +26,7 @@
 #define VLM_CUBIC_SUPPORT   2.0
 #define VLM_CUBIC_A         (-0.5)
 #define VLM_LANCZOS_SUPPORT 3.0
+#define VLM_BILINEAR_SUPPORT 1.0
 
 
 typedef struct {
@@ -79,11 +81,43 @@ vlm_lanczos(double x)
 }
 
 
+/* Pillow's bilinear_filter */
+static double
+vlm_bilinear(double x)
+{
+    if (x < 0.0) {
+        x = -x;
+    }
+
+    return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+
 static double
 vlm_resize_support(vlm_resample_t f)
 {
-    return f == VLM_RESAMPLE_LANCZOS ? VLM_LANCZOS_SUPPORT
-                                     : VLM_CUBIC_SUPPORT;
+    switch (f) {
+    case VLM_RESAMPLE_LANCZOS:
+        return VLM_LANCZOS_SUPPORT;
+    case VLM_RESAMPLE_BILINEAR:
+        return VLM_BILINEAR_SUPPORT;
+    default:
+        return VLM_CUBIC_SUPPORT;
+    }
+}
+
+
+static double
+vlm_resize_filter(vlm_resample_t f, double x)
+{
+    switch (f) {
+    case VLM_RESAMPLE_LANCZOS:
+        return vlm_lanczos(x);
+    case VLM_RESAMPLE_BILINEAR:
+        return vlm_bilinear(x);
+    default:
+        return vlm_cubic(x);
+    }
 }
 
 
@@ -196,9 +230,7 @@ vlm_resize_axis_init(vlm_resize_axis_t *ax, uint32_t in, uint32_t out,
         sum = 0.0;
 
         for (x = 0; x < xmax; x++) {
-            w[x] = f == VLM_RESAMPLE_LANCZOS
-                   ? vlm_lanczos((x + xmin - center + 0.5) * ss)
-                   : vlm_cubic((x + xmin - center + 0.5) * ss);
+            w[x] = vlm_resize_filter(f, (x + xmin - center + 0.5) * ss);
             sum += w[x];
         }
 

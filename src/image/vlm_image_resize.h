@@ -1,5 +1,5 @@
 /*
- * Bicubic (and Lanczos) resampling of packed RGB8 images, equal to
+ * Bicubic (and Lanczos, bilinear) resampling of packed RGB8 images, equal to
  * Pillow's Image.resize(size, Image.BICUBIC) on an "RGB" image: a separable
  * convolution (horizontal pass first, clipped to 8 bits, then vertical)
  * with the a = -0.5 cubic kernel widened by the downscale factor, and
@@ -19,6 +19,7 @@
 /* Pillow's filters this resize has, by their Image.Resampling numbers */
 typedef enum {
     VLM_RESAMPLE_LANCZOS = 1,           /* a = 3 windowed sinc */
+    VLM_RESAMPLE_BILINEAR = 2,          /* the triangle of support 1 */
     VLM_RESAMPLE_BICUBIC = 3
 } vlm_resample_t;
 

@@ -27,6 +27,7 @@ static const vlm_arch_ops_t  *vlm_archs[] = {
     &vlm_arch_qwen3vl,
     &vlm_arch_idefics3,
     &vlm_arch_internvl,
+    &vlm_arch_gemma3,
     NULL
 };
 

@@ -160,9 +160,9 @@ typedef struct {
     int               n_segs;
     vlm_batch_seg_t  *segs;
     /*
-     * DeepStack: the runs of image rows (host [n_image_runs] row, count
-     * pairs) whose features of levels 1.. are in ws.deepstack, added to
-     * the hidden states after decoder layers 0..
+     * The runs of image rows of a prefill chunk (host [n_image_runs]
+     * row, count pairs); DeepStack: their features of levels 1.. are in
+     * ws.deepstack, added to the hidden states after decoder layers 0..
      */
     int               n_image_runs;
     const int32_t    *image_runs;
@@ -193,6 +193,13 @@ typedef struct {
     /* fails only when the tensor-parallel group does */
     vlm_status_t (*forward)(vlm_model_t *m, const vlm_batch_t *b,
         vlm_error_t *err);
+    /*
+     * NULL, or the rows of the prefill chunk of the prompt ids[0..n)
+     * that starts at c0, at most cn (at least 1): an architecture whose
+     * images attend both ways keeps each image in one chunk
+     */
+    int (*prefill_rows)(const vlm_model_t *m, const int32_t *ids, int n,
+        int c0, int cn);
 } vlm_arch_ops_t;
 
 
@@ -282,6 +289,9 @@ struct vlm_model_s {
     int32_t                 *pf_pos;    /* host [3, max_seq_len] */
     int                      feature_levels;    /* set by load(); 0: 1 */
     int32_t                 *image_runs;        /* host [2 T] */
+    void                    *arch_state;        /* the architecture's own:
+                                                   its load() makes it, its
+                                                   unload() frees it */
     /* the prefix cache: the prefill's images' content keys, and a
        lookup's positions, keys and chain */
     int                      max_keys;
@@ -353,6 +363,7 @@ extern const vlm_arch_ops_t  vlm_arch_qwen2vl;
 extern const vlm_arch_ops_t  vlm_arch_qwen3vl;
 extern const vlm_arch_ops_t  vlm_arch_idefics3;
 extern const vlm_arch_ops_t  vlm_arch_internvl;
+extern const vlm_arch_ops_t  vlm_arch_gemma3;
 
 
 #endif /* VLM_MODEL_H */

@@ -803,6 +803,7 @@ static const vlm_cfg_family_t  *vlm_cfg_families[] = {
     &vlm_cfg_family_smolvlm,
     &vlm_cfg_family_idefics3,
     &vlm_cfg_family_internvl,
+    &vlm_cfg_family_gemma3,
     NULL
 };
 
@@ -879,7 +880,8 @@ vlm_model_config_parse(vlm_model_config_t *cfg, const char *json,
             vlm_error_set(err, VLM_ERR_UNSUPPORTED,
                           "config: architecture \"%s\" is not supported "
                           "(this engine runs the Qwen2-VL, Qwen2.5-VL, "
-                          "Qwen3-VL, SmolVLM, Idefics3 and InternVL "
+                          "Qwen3-VL, SmolVLM, Idefics3, InternVL and "
+                          "Gemma 3 "
                           "families)", name);
         }
 
@@ -1044,6 +1046,8 @@ vlm_arch_name(vlm_arch_t arch)
         return "Idefics3ForConditionalGeneration";
     case VLM_ARCH_INTERNVL:
         return "InternVLForConditionalGeneration";
+    case VLM_ARCH_GEMMA3:
+        return "Gemma3ForConditionalGeneration";
     }
 
     return "?";

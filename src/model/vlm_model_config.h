@@ -2,11 +2,10 @@
  * Hyperparameters of a vision-language checkpoint, read from the Hugging
  * Face config.json of Qwen2VLForConditionalGeneration,
  * Qwen2_5_VLForConditionalGeneration and Qwen3VLForConditionalGeneration
- * (and of SmolVLM / Idefics3 and InternVL, whose parsers are
- * model/idefics3/vlm_idefics3_config.c and
- * model/internvl/vlm_internvl_config.c): the nested text_config /
- * vision_config form of recent transformers and (Qwen2-VL, Qwen2.5-VL)
- * the older flat form.
+ * (and of SmolVLM / Idefics3, InternVL and Gemma 3, whose parsers are
+ * model/idefics3/vlm_idefics3_config.c, model/internvl/vlm_internvl_config.c
+ * and model/gemma3/): the nested text_config / vision_config form of
+ * recent transformers and (Qwen2-VL, Qwen2.5-VL) the older flat form.
  * Keys that are absent take transformers' defaults (4.57).
  */
 
@@ -20,6 +19,7 @@
 #define VLM_MAX_FULLATT_BLOCKS  64
 #define VLM_MAX_EOS_IDS         8
 #define VLM_MAX_DEEPSTACK       8
+#define VLM_MAX_TEXT_LAYERS     1024
 
 
 typedef enum {
@@ -28,7 +28,8 @@ typedef enum {
     VLM_ARCH_QWEN3_VL,
     VLM_ARCH_SMOLVLM,
     VLM_ARCH_IDEFICS3,
-    VLM_ARCH_INTERNVL
+    VLM_ARCH_INTERNVL,
+    VLM_ARCH_GEMMA3
 } vlm_arch_t;
 
 
@@ -64,6 +65,13 @@ typedef struct {
     double     yarn_attention;
     double     yarn_beta_fast;
     double     yarn_beta_slow;
+    /* Gemma 3 (model/gemma3/); 0 elsewhere */
+    int        sliding_window;          /* keys a sliding layer sees */
+    uint8_t    sliding[VLM_MAX_TEXT_LAYERS];    /* 1: a sliding layer */
+    float      rope_local_theta;        /* the sliding layers' rope base */
+    float      rope_linear;             /* the global layers' linear rope
+                                           factor; 1: none */
+    float      query_scale;             /* query_pre_attn_scalar^-0.5 */
 } vlm_text_config_t;
 
 
@@ -134,6 +142,7 @@ typedef struct {
     int                  video_token_id;
     int                  vision_start_token_id;
     int                  vision_end_token_id;
+    int                  mm_tokens_per_image;   /* Gemma 3: an image's */
     int                  bos_token_id;  /* -1 when unset */
     int                  n_eos;
     int                  eos_token_ids[VLM_MAX_EOS_IDS];

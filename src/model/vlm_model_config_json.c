@@ -22,6 +22,17 @@ vlm_cfg_section(vlm_cfg_ctx_t *c, const char *section, json_t *primary,
 }
 
 
+void
+vlm_cfg_refuse(vlm_cfg_ctx_t *c, const char *what)
+{
+    if (c->rc == VLM_OK) {
+        c->rc = vlm_error_set(c->err, VLM_ERR_UNSUPPORTED,
+                              "config: %s: %s is not supported",
+                              c->section, what);
+    }
+}
+
+
 json_t *
 vlm_cfg_get(vlm_cfg_ctx_t *c, const char *key)
 {
@@ -155,17 +166,6 @@ vlm_cfg_eos(vlm_model_config_t *cfg, json_t *v)
             cfg->eos_token_ids[cfg->n_eos++] =
                 (int) json_integer_value(json_array_get(v, i));
         }
-    }
-}
-
-
-void
-vlm_cfg_refuse(vlm_cfg_ctx_t *c, const char *what)
-{
-    if (c->rc == VLM_OK) {
-        c->rc = vlm_error_set(c->err, VLM_ERR_UNSUPPORTED,
-                              "config: %s: %s is not supported",
-                              c->section, what);
     }
 }
 

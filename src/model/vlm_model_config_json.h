@@ -17,7 +17,7 @@
 #define VLM_CFG_MAX_DIM  (1 << 22)
 
 
-typedef struct {
+typedef struct vlm_cfg_ctx_s {
     json_t       *primary;
     json_t       *fallback;
     const char   *section;
@@ -32,6 +32,8 @@ typedef struct {
  */
 void vlm_cfg_section(vlm_cfg_ctx_t *c, const char *section, json_t *primary,
     json_t *fallback);
+/* "config: <section>: <what> is not supported", unless an error is kept */
+void vlm_cfg_refuse(vlm_cfg_ctx_t *c, const char *what);
 /* NULL when absent or null in both */
 json_t *vlm_cfg_get(vlm_cfg_ctx_t *c, const char *key);
 int vlm_cfg_int(vlm_cfg_ctx_t *c, const char *key, int def, int min,
@@ -41,8 +43,6 @@ double vlm_cfg_num(vlm_cfg_ctx_t *c, const char *key, double def);
 vlm_act_t vlm_cfg_act(vlm_cfg_ctx_t *c, const char *key, const char *def);
 /* eos_token_id: an integer or a list of them */
 void vlm_cfg_eos(vlm_model_config_t *cfg, json_t *v);
-/* "config: <section>: <what> is not supported", the first error kept */
-void vlm_cfg_refuse(vlm_cfg_ctx_t *c, const char *what);
 
 
 /* a plain decoder's defaults (its transformers config class's) */
@@ -94,6 +94,8 @@ extern const vlm_cfg_family_t  vlm_cfg_family_smolvlm;
 extern const vlm_cfg_family_t  vlm_cfg_family_idefics3;
 /* InternVL (model/internvl/vlm_internvl_config.c) */
 extern const vlm_cfg_family_t  vlm_cfg_family_internvl;
+/* Gemma 3 (model/gemma3/vlm_gemma3_config.c) */
+extern const vlm_cfg_family_t  vlm_cfg_family_gemma3;
 
 
 #endif /* VLM_MODEL_CONFIG_JSON_H */

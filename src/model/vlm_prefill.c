@@ -428,6 +428,10 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
     c0 = pf->c0;
     cn = vlm_min(m->params.max_batch_tokens, pf->n - c0);
 
+    if (m->arch->prefill_rows != NULL) {
+        cn = m->arch->prefill_rows(m, pf->ids, pf->n, c0, cn);
+    }
+
     for (i = 0; i < cn; i++) {
         ws->host_ids[i] = pf->ids[c0 + i] == m->cfg.image_token_id
                           && pf->n_images > 0 ? -1 : pf->ids[c0 + i];
@@ -480,7 +484,7 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
     b.n_rows = cn;
     b.n_segs = 1;
     b.segs = seg;
-    b.n_image_runs = F > 1 ? n_runs : 0;
+    b.n_image_runs = n_runs;
     b.image_runs = m->image_runs;
 
     if (pf->all_logits != NULL) {

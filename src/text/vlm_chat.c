@@ -583,7 +583,9 @@ vlm_chat_template_vars(const vlm_tokenizer_t *tok, unsigned flags)
         || vlm_chat_token_var(vars, tok, "eos_token",
                               vlm_tokenizer_eos_id(tok)) != 0
         || vlm_chat_token_var(vars, tok, "pad_token",
-                              vlm_tokenizer_pad_id(tok)) != 0)
+                              vlm_tokenizer_pad_id(tok)) != 0
+        || vlm_chat_token_var(vars, tok, "bos_token",
+                              vlm_tokenizer_bos_id(tok)) != 0)
     {
         json_decref(vars);
         return NULL;

@@ -123,8 +123,9 @@ int vlm_chat_template_is_qwen2_vl(const char *tmpl);
 /*
  * The variables transformers' apply_chat_template passes to a template
  * besides the conversation (vlm_jinja_render's trusted ones): flags'
- * add_generation_prompt and add_vision_id, the tokenizer's eos_token
- * and pad_token, documents (null).  The client's are messages and tools
+ * add_generation_prompt and add_vision_id, the tokenizer's eos_token,
+ * pad_token and bos_token (Gemma's template opens with it), documents
+ * (null).  The client's are messages and tools
  * (null when there are none).  NULL without memory; json_decref() it.
  */
 struct json_t *vlm_chat_template_vars(const vlm_tokenizer_t *tok,

@@ -215,6 +215,13 @@ vlm_tokenizer_pad_id(const vlm_tokenizer_t *tok)
 }
 
 
+int32_t
+vlm_tokenizer_bos_id(const vlm_tokenizer_t *tok)
+{
+    return tok->bos_id;
+}
+
+
 const char *
 vlm_tokenizer_chat_template(const vlm_tokenizer_t *tok)
 {

@@ -56,9 +56,10 @@ const char *vlm_tokenizer_token_bytes(const vlm_tokenizer_t *tok, int32_t id,
 int vlm_tokenizer_is_special(const vlm_tokenizer_t *tok, int32_t id);
 /* the longest byte string one token decodes to */
 size_t vlm_tokenizer_max_token_bytes(const vlm_tokenizer_t *tok);
-/* ids of tokenizer_config.json's eos_token and pad_token, or -1 */
+/* ids of tokenizer_config.json's eos_token, pad_token, bos_token, or -1 */
 int32_t vlm_tokenizer_eos_id(const vlm_tokenizer_t *tok);
 int32_t vlm_tokenizer_pad_id(const vlm_tokenizer_t *tok);
+int32_t vlm_tokenizer_bos_id(const vlm_tokenizer_t *tok);
 /* the chat template (chat_template.jinja, else chat_template.json, else
    tokenizer_config.json), or NULL when the model has none */
 const char *vlm_tokenizer_chat_template(const vlm_tokenizer_t *tok);

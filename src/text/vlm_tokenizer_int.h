@@ -79,6 +79,7 @@ struct vlm_tokenizer_s {
 
     int32_t            eos_id;
     int32_t            pad_id;
+    int32_t            bos_id;
     char              *chat_template;
 };
 

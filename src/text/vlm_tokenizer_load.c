@@ -995,6 +995,15 @@ vlm_tok_load_config(vlm_tokenizer_t *tok, vlm_tok_load_t *ld)
 
     rc = vlm_tok_config_token(tok, ld, cfg, "eos_token", &tok->eos_id);
 
+    /* the template's bos_token only: one that is no token is none */
+    if (rc == VLM_OK
+        && vlm_tok_config_token(tok, ld, cfg, "bos_token", &tok->bos_id)
+           != VLM_OK)
+    {
+        tok->bos_id = -1;
+        vlm_error_clear(ld->err);
+    }
+
     if (rc == VLM_OK) {
         rc = vlm_tok_config_token(tok, ld, cfg, "pad_token", &tok->pad_id);
     }
@@ -1028,6 +1037,7 @@ vlm_tokenizer_load_files(vlm_tokenizer_t **out, const char *tokenizer_path,
 
     tok->eos_id = -1;
     tok->pad_id = -1;
+    tok->bos_id = -1;
     vlm_tok_byte_level_init(tok);
 
     ld.path = tokenizer_path;

@@ -1,7 +1,7 @@
 # The fixtures whose transformers references a model-family suite serves
-# (t/071-qwen3vl.t, t/072-smolvlm.t): ref/<prefix><case>/ of the model
-# directory holds the images, the question and expect.json (the prompt
-# ids and the greedy continuation's ids and bytes).
+# (t/071-qwen3vl.t, t/072-smolvlm.t, t/090-gemma3.t): ref/<prefix><case>/
+# of the model directory holds the images, the question and expect.json
+# (the prompt ids and the greedy continuation's ids and bytes).
 
 package VLMServed;
 
@@ -13,7 +13,8 @@ use Test::More ();
 use VLMTest;
 
 our @EXPORT = qw(vlm_slurp vlm_served_cases vlm_served_body
-                 vlm_check_served);
+                 vlm_check_served vlm_check_tokenize vlm_check_image_cache
+                 vlm_check_bad_images);
 
 sub vlm_slurp ($) {
     my ($path) = @_;
@@ -99,6 +100,80 @@ sub vlm_check_served ($$@) {
         Test::More::ok(length $text && index($want, substr($text, 0, 1)) == 0,
                        "$name streamed: it starts as the greedy bytes do");
     }
+}
+
+# /tokenize (a location of $srv) gives each case's prompt ids
+sub vlm_check_tokenize ($@) {
+    my ($srv, @cases) = @_;
+
+    for my $c (@cases) {
+        my $b = vlm_served_body($c);
+        my $res = vlm_request($srv, 'POST', '/tokenize',
+                              VLMTest::vlm_json_text({
+                                  model => $b->{model},
+                                  messages => $b->{messages} }));
+        Test::More::is($res->{status}, 200, "/tokenize, $c->{name}: 200")
+            or Test::More::diag($res->{body});
+        my $j = eval { vlm_json($res->{body}) } || {};
+        Test::More::is_deeply($j->{tokens}, $c->{expect}{prompt_ids},
+                              "/tokenize, $c->{name}: transformers' prompt "
+                              . "ids");
+    }
+}
+
+# after the cases' $misses pictures, a question before a picture seen
+# already changes the prefix but not the picture: its features come from
+# the image feature cache
+sub vlm_check_image_cache ($$$) {
+    my ($srv, $c, $misses) = @_;
+
+    my $m = vlm_metrics($srv);
+    Test::More::is($m->{vlm_image_cache_misses_total}, $misses,
+                   'image cache: one miss a picture');
+    my $hits = $m->{vlm_image_cache_hits_total};
+
+    my $b = vlm_served_body($c);
+    unshift @{ $b->{messages}[0]{content} },
+        { type => 'text', text => 'A question first.' };
+    my $res = vlm_post_json($srv, $b);
+    Test::More::is($res->{status}, 200, 'a picture seen before: 200');
+
+    $m = vlm_metrics($srv);
+    Test::More::is($m->{vlm_image_cache_misses_total}, $misses,
+                   'image cache: no new miss');
+    Test::More::is($m->{vlm_image_cache_hits_total}, $hits + 1,
+                   'image cache: a hit');
+}
+
+# a bad picture, and one over vlm_max_image_pixels 40000, in case $c's
+# first image's place: 400, the image named; then $ok answers
+sub vlm_check_bad_images ($$$) {
+    my ($srv, $c, $ok) = @_;
+    my $param = 'messages[0].content[0].image_url';
+    my @bad = (
+        [ 'a corrupt image', "\x89PNG\r\n\x1a\n" . 'x' x 24,
+          'PNG: truncated before the end of IHDR' ],
+        [ 'an image too large', vlm_png(250, 200),
+          'PNG: 250x200 is over the limit of 40000 pixels' ],
+    );
+
+    for my $b (@bad) {
+        my ($what, $data, $msg) = @$b;
+        my $body = vlm_served_body($c);
+        $body->{messages}[0]{content}[0]{image_url}{url}
+            = vlm_data_url('image/png', $data);
+        my $res = vlm_post_json($srv, $body);
+        Test::More::is($res->{status}, 400, "$what: 400");
+        my $e = (eval { vlm_json($res->{body}) } || {})->{error} || {};
+        Test::More::is($e->{message}, $msg, "$what: the message");
+        Test::More::is($e->{param}, $param, "$what: the image named");
+        Test::More::is($e->{type}, 'invalid_request_error',
+                       "$what: its type");
+    }
+
+    # the server goes on
+    my $res = vlm_post_json($srv, vlm_served_body($ok));
+    Test::More::is($res->{status}, 200, 'after them: 200');
 }
 
 1;

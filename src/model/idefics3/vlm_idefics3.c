@@ -1,14 +1,15 @@
 /*
- * The Idefics3 / SmolVLM architecture table: the SigLIP tower and
- * connector of vlm_idefics3_vision.c, the Llama decoder of
+ * The Idefics3 / SmolVLM architecture table: the SigLIP tower of
+ * model/siglip, the pixel-shuffle connector, the Llama decoder of
  * model/qwen2vl/vlm_lm.c (no q/k/v bias: text.qkv_bias is 0; one
  * position component: mrope_section is [head_dim / 2, 0, 0]) and the
  * positions of a plain causal LM.  Matches transformers 4.57
- * modeling_smolvlm.py / modeling_idefics3.py.
+ * modeling_smolvlm.py / modeling_idefics3.py (SmolVLMConnector).
  */
 
 #include "vlm_idefics3.h"
 #include "model/qwen2vl/vlm_qwen2vl.h"
+#include "model/siglip/vlm_siglip.h"
 
 
 static int
@@ -21,14 +22,87 @@ vlm_idefics3_match(const vlm_model_config_t *cfg)
 static vlm_status_t
 vlm_idefics3_load(vlm_model_t *m, vlm_error_t *err)
 {
-    vlm_status_t  rc;
+    int                   E, H, s;
+    vlm_status_t          rc;
+    vlm_vision_config_t  *vc = &m->cfg.vision;
 
     rc = vlm_lm_load(m, err);
     if (rc != VLM_OK) {
         return rc;
     }
 
-    return vlm_idefics3_vision_load(m, err);
+    rc = vlm_siglip_load(m, "model.vision_model.", err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    E = vc->hidden_size;
+    H = vc->out_hidden_size;
+    s = vc->spatial_merge_size;
+
+    /* the connector: every rank's whole, it is one small matmul */
+    return vlm_model_matrix(m, &m->vis.mlp0,
+                            "model.connector.modality_projection.proj."
+                            "weight", H, s * s * E, err);
+}
+
+
+/* stages of one image: the tower's, then post norm + connector */
+static int
+vlm_idefics3_vision_stages(const vlm_model_t *m)
+{
+    return m->cfg.vision.depth + 2;
+}
+
+
+/*
+ * The tower, then the post norm, the pixel shuffle (scale_factor^2
+ * neighbouring patches into one row, a gather of rows) and the modality
+ * projection
+ */
+static vlm_status_t
+vlm_idefics3_vision_encode(vlm_model_t *m, const vlm_image_t *img,
+    float *out, int stage, vlm_error_t *err)
+{
+    int                   f, u, a, b, r, P, E, side, per, s, sd;
+    int32_t              *idx;
+    vlm_backend_t        *be = m->be;
+    vlm_vision_ws_t      *w = &m->vws;
+    vlm_vision_config_t  *vc = &m->cfg.vision;
+
+    if (stage <= vc->depth) {
+        return vlm_siglip_encode(m, img, stage, 1, err);
+    }
+
+    side = vc->image_size / vc->patch_size;
+    per = side * side;
+    P = img->grid_t * per;
+    E = vc->hidden_size;
+    s = vc->spatial_merge_size;
+    sd = side / s;
+
+    /* output token u's s x s patches, row by row */
+    idx = w->host;
+    r = 0;
+
+    for (f = 0; f < img->grid_t; f++) {
+        for (u = 0; u < sd * sd; u++) {
+            for (a = 0; a < s; a++) {
+                for (b = 0; b < s; b++) {
+                    idx[r++] = f * per + ((u / sd) * s + a) * side
+                               + (u % sd) * s + b;
+                }
+            }
+        }
+    }
+
+    be->ops->upload(be, w->pos + P, idx, (size_t) P * sizeof(int32_t));
+
+    vlm_siglip_post_norm(m, P);
+    be->ops->gather_rows(be, w->merged, w->h, w->pos + P, P, E);
+    be->ops->matmul(be, out, w->merged, &m->vis.mlp0, NULL, P / (s * s));
+
+    return VLM_OK;
 }
 
 
@@ -105,5 +179,6 @@ const vlm_arch_ops_t  vlm_arch_idefics3 = {
     vlm_idefics3_vision_stages,
     vlm_idefics3_vision_encode,
     vlm_idefics3_rope_index,
-    vlm_lm_forward
+    vlm_lm_forward,
+    NULL                        /* prefill chunks of any rows */
 };

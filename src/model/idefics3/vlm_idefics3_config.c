@@ -63,44 +63,21 @@ vlm_idefics3_text(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
 static void
 vlm_idefics3_vision(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c, int scale)
 {
-    int                   side;
-    vlm_vision_config_t  *vc = &cfg->vision;
+    int                          side;
+    vlm_vision_config_t         *vc = &cfg->vision;
+    static const vlm_siglip_defaults_t  def = { 1152, 3072, 16, 32 };
 
-    vc->depth = vlm_cfg_int(c, "num_hidden_layers", 12, 1, 1024);
-    vc->hidden_size = vlm_cfg_int(c, "hidden_size", 1152, 1,
-                                  VLM_CFG_MAX_DIM);
-    vc->intermediate_size = vlm_cfg_int(c, "intermediate_size", 3072, 1,
-                                        VLM_CFG_MAX_DIM);
-    vc->n_heads = vlm_cfg_int(c, "num_attention_heads", 16, 1, 4096);
-    vc->in_channels = vlm_cfg_int(c, "num_channels", 3, 1, 16);
-    vc->image_size = vlm_cfg_int(c, "image_size", 224, 1, 1 << 14);
-    vc->patch_size = vlm_cfg_int(c, "patch_size", 32, 1, 1024);
-    vc->norm_eps = (float) vlm_cfg_num(c, "layer_norm_eps", 1e-6);
-    vc->act = vlm_cfg_act(c, "hidden_act", "gelu_pytorch_tanh");
-    vc->temporal_patch_size = 1;
+    vlm_siglip_config(cfg, c, &def);
     vc->spatial_merge_size = scale;
-    vc->out_hidden_size = cfg->text.hidden_size;
-    vc->window_size = 0;
-    vc->n_fullatt = 0;
-    vc->gated_mlp = 0;
-    vc->rms_norm = 0;
 
     if (c->rc != VLM_OK) {
-        return;
-    }
-
-    if (vc->hidden_size % vc->n_heads != 0) {
-        c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
-                              "config: vision: hidden_size %d is not a "
-                              "multiple of num_attention_heads %d",
-                              vc->hidden_size, vc->n_heads);
         return;
     }
 
     side = vc->image_size / vc->patch_size;
 
     /* the convolution drops a tile's last image_size % patch_size pixels */
-    if (side < 1 || side % scale != 0 || side > VLM_IDEFICS3_MAX_SIDE) {
+    if (side < 1 || side % scale != 0 || side > VLM_SIGLIP_MAX_SIDE) {
         c->rc = vlm_error_set(c->err, VLM_ERR_FORMAT,
                               "config: vision: image_size %d is %d patches "
                               "of %d, not whole blocks of scale_factor %d",

@@ -49,5 +49,6 @@ const vlm_arch_ops_t  vlm_arch_internvl = {
     vlm_internvl_vision_stages,
     vlm_internvl_vision_encode,
     vlm_idefics3_rope_index,
-    vlm_lm_forward
+    vlm_lm_forward,
+    NULL                        /* prefill chunks of any rows */
 };

@@ -370,7 +370,7 @@ vlm_lm_rope_index(const vlm_model_t *m, const int32_t *ids, int n,
  * a group each rank computes its vocabulary rows and all gather them, so
  * that every rank has the whole distribution.
  */
-static vlm_status_t
+vlm_status_t
 vlm_lm_logits(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
 {
     int             r0, nl, i, r, H, V;
@@ -432,10 +432,81 @@ vlm_lm_logits(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
 }
 
 
+/*
+ * The attention of a step: its sequences' query runs (causal) and the
+ * K / V rows each stores, from the workspace's q, att, k and v; the
+ * caller sets the scale
+ */
+void
+vlm_lm_attn_setup(vlm_model_t *m, const vlm_batch_t *b,
+    vlm_attn_paged_t *pa)
+{
+    int                     s, Q, KV;
+    vlm_lm_ws_t            *ws = &m->ws;
+    const vlm_batch_seg_t  *sg;
+
+    Q = m->tp.n_heads * m->cfg.text.head_dim;
+    KV = m->tp.n_kv_heads * m->cfg.text.head_dim;
+
+    pa->kv_dtype = m->kv.dtype;
+    pa->block_size = m->kv.block_size;
+    pa->n_heads = m->tp.n_heads;
+    pa->n_kv_heads = m->tp.n_kv_heads;
+    pa->head_dim = m->cfg.text.head_dim;
+    pa->seqs = m->attn_seqs;
+    pa->n_seqs = b->n_segs;
+
+    for (s = 0; s < b->n_segs; s++) {
+        sg = &b->segs[s];
+        m->attn_seqs[s].out = ws->att + (size_t) sg->row * Q;
+        m->attn_seqs[s].q = ws->q + (size_t) sg->row * Q;
+        m->attn_seqs[s].block_table = sg->seq->blocks_dev;
+        m->attn_seqs[s].n_q = sg->n;
+        m->attn_seqs[s].kv_start = sg->kv_start;
+        m->attn_seqs[s].kv_range = NULL;
+
+        m->kv_seqs[s].block_table = sg->seq->blocks_dev;
+        m->kv_seqs[s].start = sg->kv_start;
+        m->kv_seqs[s].n = sg->n;
+        m->kv_seqs[s].k = ws->k + (size_t) sg->row * KV;
+        m->kv_seqs[s].v = ws->v + (size_t) sg->row * KV;
+    }
+}
+
+
+/* the step's K and V rows (ws.k, ws.v) into layer l of the cache */
+void
+vlm_lm_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l)
+{
+    int                       s, KV;
+    vlm_backend_t            *be = m->be;
+    const vlm_batch_seg_t    *sg;
+    const vlm_backend_ops_t  *op = be->ops;
+
+    KV = m->tp.n_kv_heads * m->cfg.text.head_dim;
+
+    if (op->kv_store_seqs != NULL) {
+        op->kv_store_seqs(be, vlm_kv_layer_k(&m->kv, l),
+                          vlm_kv_layer_v(&m->kv, l), m->kv.dtype,
+                          m->kv.block_size, KV, KV, m->kv_seqs, b->n_segs);
+        return;
+    }
+
+    for (s = 0; s < b->n_segs; s++) {
+        sg = &b->segs[s];
+        op->kv_store(be, vlm_kv_layer_k(&m->kv, l),
+                     vlm_kv_layer_v(&m->kv, l), m->kv.dtype,
+                     sg->seq->blocks_dev, m->kv.block_size, KV,
+                     sg->kv_start, m->ws.k + (size_t) sg->row * KV,
+                     m->ws.v + (size_t) sg->row * KV, KV, sg->n);
+    }
+}
+
+
 vlm_status_t
 vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
 {
-    int                       l, s, T, H, Q, KV, I, nh, nkv, hd, r;
+    int                       l, T, H, Q, KV, I, nh, nkv, hd, r;
     float                     eps;
     const int32_t            *run;
     vlm_status_t              rc;
@@ -443,7 +514,6 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
     vlm_lm_ws_t              *ws = &m->ws;
     vlm_lm_layer_t           *L;
     vlm_attn_paged_t          pa;
-    const vlm_batch_seg_t    *sg;
     vlm_text_config_t        *tc = &m->cfg.text;
     const vlm_backend_ops_t  *op = be->ops;
 
@@ -461,33 +531,12 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
     op->rope_table(be, ws->cos, ws->sin, ws->pos, T, 3, m->lm.inv_freq,
                    m->lm.mrope_comp, hd / 2);
 
-    pa.kv_dtype = m->kv.dtype;
-    pa.block_size = m->kv.block_size;
-    pa.n_heads = nh;
-    pa.n_kv_heads = nkv;
-    pa.head_dim = hd;
+    vlm_lm_attn_setup(m, b, &pa);
     pa.scale = 1.0f / sqrtf((float) hd);
 
     if (tc->rope_yarn) {
         /* cos and sin times the attention factor: q.k times its square */
         pa.scale *= (float) (tc->yarn_attention * tc->yarn_attention);
-    }
-    pa.seqs = m->attn_seqs;
-    pa.n_seqs = b->n_segs;
-
-    for (s = 0; s < b->n_segs; s++) {
-        sg = &b->segs[s];
-        m->attn_seqs[s].out = ws->att + (size_t) sg->row * Q;
-        m->attn_seqs[s].q = ws->q + (size_t) sg->row * Q;
-        m->attn_seqs[s].block_table = sg->seq->blocks_dev;
-        m->attn_seqs[s].n_q = sg->n;
-        m->attn_seqs[s].kv_start = sg->kv_start;
-
-        m->kv_seqs[s].block_table = sg->seq->blocks_dev;
-        m->kv_seqs[s].start = sg->kv_start;
-        m->kv_seqs[s].n = sg->n;
-        m->kv_seqs[s].k = ws->k + (size_t) sg->row * KV;
-        m->kv_seqs[s].v = ws->v + (size_t) sg->row * KV;
     }
 
     for (l = 0; l < tc->n_layers; l++) {
@@ -507,22 +556,7 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
         op->rope(be, ws->q, T, Q, nh, hd, ws->cos, ws->sin);
         op->rope(be, ws->k, T, KV, nkv, hd, ws->cos, ws->sin);
 
-        if (op->kv_store_seqs != NULL) {
-            op->kv_store_seqs(be, vlm_kv_layer_k(&m->kv, l),
-                              vlm_kv_layer_v(&m->kv, l), m->kv.dtype,
-                              m->kv.block_size, KV, KV, m->kv_seqs,
-                              b->n_segs);
-        }
-
-        for (s = 0; op->kv_store_seqs == NULL && s < b->n_segs; s++) {
-            sg = &b->segs[s];
-            op->kv_store(be, vlm_kv_layer_k(&m->kv, l),
-                         vlm_kv_layer_v(&m->kv, l), m->kv.dtype,
-                         sg->seq->blocks_dev,
-                         m->kv.block_size, KV, sg->kv_start,
-                         ws->k + (size_t) sg->row * KV,
-                         ws->v + (size_t) sg->row * KV, KV, sg->n);
-        }
+        vlm_lm_kv_store(m, b, l);
 
         pa.k_cache = vlm_kv_layer_k(&m->kv, l);
         pa.v_cache = vlm_kv_layer_v(&m->kv, l);

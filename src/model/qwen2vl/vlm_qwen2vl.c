@@ -44,5 +44,6 @@ const vlm_arch_ops_t  vlm_arch_qwen2vl = {
     vlm_vision_stages,
     vlm_vision_encode_stage,
     vlm_lm_rope_index,
-    vlm_lm_forward
+    vlm_lm_forward,
+    NULL                        /* prefill chunks of any rows */
 };

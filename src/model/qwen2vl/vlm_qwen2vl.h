@@ -41,6 +41,14 @@ vlm_status_t vlm_vision_encode_stage(vlm_model_t *m, const vlm_image_t *img,
 vlm_status_t vlm_lm_load(vlm_model_t *m, vlm_error_t *err);
 vlm_status_t vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b,
     vlm_error_t *err);
+/* a step's attention runs (causal) and K / V rows, from the workspace */
+void vlm_lm_attn_setup(vlm_model_t *m, const vlm_batch_t *b,
+    vlm_attn_paged_t *pa);
+/* the step's K and V rows (ws.k, ws.v) into layer l of the cache */
+void vlm_lm_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l);
+/* the final norm (lm.norm) and the head of the rows b asks for */
+vlm_status_t vlm_lm_logits(vlm_model_t *m, const vlm_batch_t *b,
+    vlm_error_t *err);
 vlm_status_t vlm_lm_rope_index(const vlm_model_t *m, const int32_t *ids,
     int n, const vlm_image_t *images, int n_images, int start, int32_t *pos,
     int *next_pos, vlm_error_t *err);

@@ -328,5 +328,6 @@ const vlm_arch_ops_t  vlm_arch_qwen3vl = {
     vlm_vision_stages,
     vlm_qwen3vl_encode_stage,
     vlm_lm_rope_index,
-    vlm_lm_forward
+    vlm_lm_forward,
+    NULL                        /* prefill chunks of any rows */
 };

@@ -1,13 +1,13 @@
 /*
- * The SigLIP vision tower of Idefics3 / SmolVLM and its connector: patch
- * embedding (the Conv2d as a matmul over flattened patches, with bias),
- * learned position embeddings, encoder layers of LayerNorm, non-causal
- * attention within each frame (cu_seqlens) with q/k/v/out biases,
- * LayerNorm and an fc1/act/fc2 MLP, the post LayerNorm, then the pixel
- * shuffle (scale_factor^2 neighbouring patches into one row, a gather)
- * and the modality projection.  An image is its frames (the tiles, then
- * the global image), each image_size / patch_size patches square.
- * Matches transformers 4.57 SmolVLMVisionTransformer and SmolVLMConnector.
+ * The SigLIP vision tower (SiglipVisionTransformer) that Idefics3 /
+ * SmolVLM and Gemma 3 share: patch embedding (the Conv2d as a matmul
+ * over flattened patches, with bias), learned position embeddings,
+ * encoder layers of LayerNorm, non-causal attention within each frame
+ * (cu_seqlens) with q/k/v/out biases, LayerNorm and an fc1/act/fc2 MLP,
+ * and the post LayerNorm.  An image is frames of image_size / patch_size
+ * patches square.  Each family puts its own connector after it
+ * (Idefics3's pixel shuffle, Gemma 3's average pool).  Matches
+ * transformers 4.57 SmolVLMVisionTransformer and SiglipVisionTransformer.
  */
 
 #define _GNU_SOURCE
@@ -17,14 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vlm_idefics3.h"
-
-
-#define VLM_V  "model.vision_model."
+#include "vlm_siglip.h"
 
 
 static vlm_status_t
-vlm_idefics3_vector(vlm_model_t *m, float **out, const char *prefix,
+vlm_siglip_vector(vlm_model_t *m, float **out, const char *prefix,
     const char *suffix, int n, vlm_error_t *err)
 {
     char  name[160];
@@ -41,7 +38,7 @@ vlm_idefics3_vector(vlm_model_t *m, float **out, const char *prefix,
  * rank 0 only, before the ranks' partial outputs are summed).
  */
 static vlm_status_t
-vlm_idefics3_linear(vlm_model_t *m, vlm_weight_t *w, float **b,
+vlm_siglip_linear(vlm_model_t *m, vlm_weight_t *w, float **b,
     const char *prefix, int rows, int cols, int by_cols, int off, int len,
     vlm_error_t *err)
 {
@@ -84,9 +81,9 @@ vlm_idefics3_linear(vlm_model_t *m, vlm_weight_t *w, float **b,
 
 
 vlm_status_t
-vlm_idefics3_vision_load(vlm_model_t *m, vlm_error_t *err)
+vlm_siglip_load(vlm_model_t *m, const char *prefix, vlm_error_t *err)
 {
-    int                    l, E, I, H, hd, side, s, q0, nq, i0, ni;
+    int                    l, E, I, hd, side, q0, nq, i0, ni;
     char                   p[128];
     vlm_tp_t              *tp = &m->tp;
     vlm_status_t           rc;
@@ -96,10 +93,8 @@ vlm_idefics3_vision_load(vlm_model_t *m, vlm_error_t *err)
 
     E = vc->hidden_size;
     I = vc->intermediate_size;
-    H = vc->out_hidden_size;
     hd = E / vc->n_heads;
     side = vc->image_size / vc->patch_size;
-    s = vc->spatial_merge_size;
 
     /* this rank's heads and MLP rows (all of them when not split) */
     q0 = tp->vision_split ? tp->v_head0 * hd : 0;
@@ -113,16 +108,20 @@ vlm_idefics3_vision_load(vlm_model_t *m, vlm_error_t *err)
         return rc;                                                           \
     }
 
+#define VLM_P(suffix)  (snprintf(p, sizeof(p), "%s%s", prefix, suffix), p)
+
     VLM_TRY(vlm_model_matrix(m, &w->patch,
-                             VLM_V "embeddings.patch_embedding.weight", E,
+                             VLM_P("embeddings.patch_embedding.weight"), E,
                              vc->in_channels * vc->patch_size
                              * vc->patch_size, err));
     VLM_TRY(vlm_model_vector(m, &w->patch_b,
-                             VLM_V "embeddings.patch_embedding.bias", E,
+                             VLM_P("embeddings.patch_embedding.bias"), E,
                              err));
     VLM_TRY(vlm_model_matrix(m, &w->pos_embed,
-                             VLM_V "embeddings.position_embedding.weight",
+                             VLM_P("embeddings.position_embedding.weight"),
                              side * side, E, err));
+
+#undef VLM_P
 
     w->blocks = calloc((size_t) vc->depth, sizeof(vlm_vision_block_t));
     if (w->blocks == NULL) {
@@ -132,46 +131,41 @@ vlm_idefics3_vision_load(vlm_model_t *m, vlm_error_t *err)
     for (l = 0; l < vc->depth; l++) {
         B = &w->blocks[l];
 
-#define VLM_P(suffix)  (snprintf(p, sizeof(p),                               \
-                                 VLM_V "encoder.layers.%d.%s", l, suffix), p)
+#define VLM_P(suffix)  (snprintf(p, sizeof(p), "%sencoder.layers.%d.%s",   \
+                                 prefix, l, suffix), p)
 
-        VLM_TRY(vlm_idefics3_vector(m, &B->norm1_w, VLM_P("layer_norm1"),
+        VLM_TRY(vlm_siglip_vector(m, &B->norm1_w, VLM_P("layer_norm1"),
                                     "weight", E, err));
-        VLM_TRY(vlm_idefics3_vector(m, &B->norm1_b, VLM_P("layer_norm1"),
+        VLM_TRY(vlm_siglip_vector(m, &B->norm1_b, VLM_P("layer_norm1"),
                                     "bias", E, err));
-        VLM_TRY(vlm_idefics3_vector(m, &B->norm2_w, VLM_P("layer_norm2"),
+        VLM_TRY(vlm_siglip_vector(m, &B->norm2_w, VLM_P("layer_norm2"),
                                     "weight", E, err));
-        VLM_TRY(vlm_idefics3_vector(m, &B->norm2_b, VLM_P("layer_norm2"),
+        VLM_TRY(vlm_siglip_vector(m, &B->norm2_b, VLM_P("layer_norm2"),
                                     "bias", E, err));
-        VLM_TRY(vlm_idefics3_linear(m, &B->q, &B->q_b,
+        VLM_TRY(vlm_siglip_linear(m, &B->q, &B->q_b,
                                     VLM_P("self_attn.q_proj"), E, E, 0, q0,
                                     nq, err));
-        VLM_TRY(vlm_idefics3_linear(m, &B->k, &B->k_b,
+        VLM_TRY(vlm_siglip_linear(m, &B->k, &B->k_b,
                                     VLM_P("self_attn.k_proj"), E, E, 0, q0,
                                     nq, err));
-        VLM_TRY(vlm_idefics3_linear(m, &B->v, &B->v_b,
+        VLM_TRY(vlm_siglip_linear(m, &B->v, &B->v_b,
                                     VLM_P("self_attn.v_proj"), E, E, 0, q0,
                                     nq, err));
-        VLM_TRY(vlm_idefics3_linear(m, &B->proj, &B->proj_b,
+        VLM_TRY(vlm_siglip_linear(m, &B->proj, &B->proj_b,
                                     VLM_P("self_attn.out_proj"), E, E, 1, q0,
                                     nq, err));
-        VLM_TRY(vlm_idefics3_linear(m, &B->fc1, &B->fc1_b,
+        VLM_TRY(vlm_siglip_linear(m, &B->fc1, &B->fc1_b,
                                     VLM_P("mlp.fc1"), I, E, 0, i0, ni, err));
-        VLM_TRY(vlm_idefics3_linear(m, &B->fc2, &B->fc2_b,
+        VLM_TRY(vlm_siglip_linear(m, &B->fc2, &B->fc2_b,
                                     VLM_P("mlp.fc2"), E, I, 1, i0, ni, err));
 
 #undef VLM_P
     }
 
-    VLM_TRY(vlm_model_vector(m, &w->ln_q_w, VLM_V "post_layernorm.weight",
-                             E, err));
-    VLM_TRY(vlm_model_vector(m, &w->ln_q_b, VLM_V "post_layernorm.bias", E,
-                             err));
+    snprintf(p, sizeof(p), "%spost_layernorm", prefix);
 
-    /* the connector: every rank's whole, it is one small matmul */
-    VLM_TRY(vlm_model_matrix(m, &w->mlp0,
-                             "model.connector.modality_projection.proj."
-                             "weight", H, s * s * E, err));
+    VLM_TRY(vlm_siglip_vector(m, &w->ln_q_w, p, "weight", E, err));
+    VLM_TRY(vlm_siglip_vector(m, &w->ln_q_b, p, "bias", E, err));
 
 #undef VLM_TRY
 
@@ -183,12 +177,12 @@ vlm_idefics3_vision_load(vlm_model_t *m, vlm_error_t *err)
  * SmolVLMVisionEmbeddings' ids of a whole frame, in its float32 steps:
  * each coordinate h / side * (1 - 1e-6) bucketed (right=True) against
  * the boundaries arange(1 / side, 1, 1 / side).  side is at most
- * VLM_IDEFICS3_MAX_SIDE (the config parser checks).
+ * VLM_SIGLIP_MAX_SIDE (the config parsers check).
  */
 void
-vlm_idefics3_position_ids(int side, int32_t *ids)
+vlm_siglip_position_ids(int side, int32_t *ids)
 {
-    int    i, j, b, bh[VLM_IDEFICS3_MAX_SIDE];
+    int    i, j, b, bh[VLM_SIGLIP_MAX_SIDE];
     float  x, step;
 
     step = (float) (1.0 / side);
@@ -214,21 +208,18 @@ vlm_idefics3_position_ids(int side, int32_t *ids)
 }
 
 
-/* stages of one image: embed, each encoder layer, post norm + connector */
-int
-vlm_idefics3_vision_stages(const vlm_model_t *m)
-{
-    return m->cfg.vision.depth + 2;
-}
-
-
+/*
+ * Stage 0 embeds the image's frames, stage l (1..depth) runs encoder
+ * layer l - 1; the rows stay in vws.x.  bucketed: the position ids of
+ * SmolVLMVisionEmbeddings (vlm_siglip_position_ids), else SigLIP's own
+ * (0, 1, 2.. over a frame).
+ */
 vlm_status_t
-vlm_idefics3_vision_encode(vlm_model_t *m, const vlm_image_t *img,
-    float *out, int stage, vlm_error_t *err)
+vlm_siglip_encode(vlm_model_t *m, const vlm_image_t *img, int stage,
+    int bucketed, vlm_error_t *err)
 {
-    int                       f, u, a, b, l, P, E, I, hd, nh, Q, side;
-    int                       s, sd, per, r;
-    int32_t                  *pos, *idx, *cu;
+    int                       f, i, l, P, E, I, hd, nh, Q, side, per;
+    int32_t                  *pos, *cu;
     vlm_status_t              rc;
     vlm_backend_t            *be = m->be;
     vlm_vision_ws_t          *w = &m->vws;
@@ -243,8 +234,6 @@ vlm_idefics3_vision_encode(vlm_model_t *m, const vlm_image_t *img,
     P = img->grid_t * per;
     E = vc->hidden_size;
     hd = E / vc->n_heads;
-    s = vc->spatial_merge_size;
-    sd = side / s;
 
     /* this rank's heads and MLP rows (all of them when not split) */
     nh = m->tp.v_heads;
@@ -267,13 +256,19 @@ vlm_idefics3_vision_encode(vlm_model_t *m, const vlm_image_t *img,
                                  m->params.max_image_patches);
         }
 
-        /* host tables: position ids, shuffle order, frame boundaries */
+        /* host tables: position ids, frame boundaries */
 
         pos = w->host;
-        idx = pos + P;
-        cu = idx + P;
+        cu = pos + P;
 
-        vlm_idefics3_position_ids(side, pos);
+        if (bucketed) {
+            vlm_siglip_position_ids(side, pos);
+
+        } else {
+            for (i = 0; i < per; i++) {
+                pos[i] = i;
+            }
+        }
 
         for (f = 0; f < img->grid_t; f++) {
             if (f > 0) {
@@ -281,22 +276,11 @@ vlm_idefics3_vision_encode(vlm_model_t *m, const vlm_image_t *img,
             }
 
             cu[f] = f * per;
-
-            /* output token u's s x s patches, row by row */
-            r = f * per;
-            for (u = 0; u < sd * sd; u++) {
-                for (a = 0; a < s; a++) {
-                    for (b = 0; b < s; b++) {
-                        idx[r++] = f * per + ((u / sd) * s + a) * side
-                                   + (u % sd) * s + b;
-                    }
-                }
-            }
         }
 
         cu[img->grid_t] = P;
 
-        op->upload(be, w->pos, pos, (size_t) 2 * P * sizeof(int32_t));
+        op->upload(be, w->pos, pos, (size_t) P * sizeof(int32_t));
         op->upload(be, w->cu_full, cu,
                    (size_t) (img->grid_t + 1) * sizeof(int32_t));
 
@@ -309,71 +293,72 @@ vlm_idefics3_vision_encode(vlm_model_t *m, const vlm_image_t *img,
         return VLM_OK;
     }
 
-    if (stage <= vc->depth) {
-        l = stage - 1;
-        B = &vw->blocks[l];
+    l = stage - 1;
+    B = &vw->blocks[l];
 
-        /* q, k and v one after the other in the qkv buffer */
-        va.out = w->att;
-        va.q = w->qkv;
-        va.k = w->qkv + (size_t) P * Q;
-        va.v = w->qkv + (size_t) 2 * P * Q;
-        va.q_stride = Q;
-        va.kv_stride = Q;
-        va.n_heads = nh;
-        va.n_kv_heads = nh;
-        va.head_dim = hd;
-        va.scale = 1.0f / sqrtf((float) hd);
-        va.cu_seqlens = w->cu_full;
-        va.n_segments = img->grid_t;
-        va.causal = 0;
-        /* bf16 weights: bf16 products, in m1 (the MLP's, free meanwhile) */
-        va.bf16 = B->q.dtype == VLM_DTYPE_BF16;
-        va.work = w->m1;
-        va.work_size = (size_t) m->params.max_image_patches
-                       * vc->intermediate_size * sizeof(float);
+    /* q, k and v one after the other in the qkv buffer */
+    va.out = w->att;
+    va.q = w->qkv;
+    va.k = w->qkv + (size_t) P * Q;
+    va.v = w->qkv + (size_t) 2 * P * Q;
+    va.q_stride = Q;
+    va.kv_stride = Q;
+    va.n_heads = nh;
+    va.n_kv_heads = nh;
+    va.head_dim = hd;
+    va.scale = 1.0f / sqrtf((float) hd);
+    va.cu_seqlens = w->cu_full;
+    va.n_segments = img->grid_t;
+    va.causal = 0;
+    /* bf16 weights: bf16 products, in m1 (the MLP's, free meanwhile) */
+    va.bf16 = B->q.dtype == VLM_DTYPE_BF16;
+    va.work = w->m1;
+    va.work_size = (size_t) m->params.max_image_patches
+                   * vc->intermediate_size * sizeof(float);
 
-        op->layer_norm(be, w->h, w->x, B->norm1_w, B->norm1_b, P, E,
-                       vc->norm_eps);
-        op->matmul(be, w->qkv, w->h, &B->q, B->q_b, P);
-        op->matmul(be, (float *) va.k, w->h, &B->k, B->k_b, P);
-        op->matmul(be, (float *) va.v, w->h, &B->v, B->v_b, P);
-        op->attention_varlen(be, &va);
-        op->matmul(be, w->h, w->att, &B->proj, B->proj_b, P);
+    op->layer_norm(be, w->h, w->x, B->norm1_w, B->norm1_b, P, E,
+                   vc->norm_eps);
+    op->matmul(be, w->qkv, w->h, &B->q, B->q_b, P);
+    op->matmul(be, (float *) va.k, w->h, &B->k, B->k_b, P);
+    op->matmul(be, (float *) va.v, w->h, &B->v, B->v_b, P);
+    op->attention_varlen(be, &va);
+    op->matmul(be, w->h, w->att, &B->proj, B->proj_b, P);
 
-        if (m->tp.vision_split) {
-            rc = vlm_model_all_reduce(m, w->h, (size_t) P * E, err);
-            if (rc != VLM_OK) {
-                return rc;
-            }
+    if (m->tp.vision_split) {
+        rc = vlm_model_all_reduce(m, w->h, (size_t) P * E, err);
+        if (rc != VLM_OK) {
+            return rc;
         }
-
-        op->add(be, w->x, w->h, (size_t) P * E);
-
-        op->layer_norm(be, w->h, w->x, B->norm2_w, B->norm2_b, P, E,
-                       vc->norm_eps);
-        op->matmul(be, w->m1, w->h, &B->fc1, B->fc1_b, P);
-        op->act(be, w->m1, P, I, vc->act);
-        op->matmul(be, w->att, w->m1, &B->fc2, B->fc2_b, P);
-
-        if (m->tp.vision_split) {
-            rc = vlm_model_all_reduce(m, w->att, (size_t) P * E, err);
-            if (rc != VLM_OK) {
-                return rc;
-            }
-        }
-
-        op->add(be, w->x, w->att, (size_t) P * E);
-
-        return VLM_OK;
     }
 
-    /* post norm, pixel shuffle (a gather of rows), modality projection */
+    op->add(be, w->x, w->h, (size_t) P * E);
 
-    op->layer_norm(be, w->h, w->x, vw->ln_q_w, vw->ln_q_b, P, E,
+    op->layer_norm(be, w->h, w->x, B->norm2_w, B->norm2_b, P, E,
                    vc->norm_eps);
-    op->gather_rows(be, w->merged, w->h, w->pos + P, P, E);
-    op->matmul(be, out, w->merged, &vw->mlp0, NULL, P / (s * s));
+    op->matmul(be, w->m1, w->h, &B->fc1, B->fc1_b, P);
+    op->act(be, w->m1, P, I, vc->act);
+    op->matmul(be, w->att, w->m1, &B->fc2, B->fc2_b, P);
+
+    if (m->tp.vision_split) {
+        rc = vlm_model_all_reduce(m, w->att, (size_t) P * E, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+    }
+
+    op->add(be, w->x, w->att, (size_t) P * E);
 
     return VLM_OK;
+}
+
+
+/* the post LayerNorm of the image's P rows, vws.x into vws.h */
+void
+vlm_siglip_post_norm(vlm_model_t *m, int P)
+{
+    vlm_vision_weights_t  *vw = &m->vis;
+
+    m->be->ops->layer_norm(m->be, m->vws.h, m->vws.x, vw->ln_q_w, vw->ln_q_b,
+                           P, m->cfg.vision.hidden_size,
+                           m->cfg.vision.norm_eps);
 }
