@@ -529,6 +529,7 @@ ngx_http_vlm_task_fill(void *data, ngx_log_t *log)
         qi->grid_h = ci->plan.grid.grid_h;
         qi->grid_w = ci->plan.grid.grid_w;
         qi->n_tokens = ci->plan.grid.n_tokens;
+        qi->second_per_grid_t = 0.0f;
 
         /* the file is no longer needed: give its memory back now */
         if (!ci->in_body) {

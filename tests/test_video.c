@@ -1,0 +1,368 @@
+/*
+ * Video input against transformers 4.57.6 (tools/fixtures_video.py, on
+ * the tiny checkpoints of tests/fixtures/models): the frames
+ * Qwen2VLVideoProcessor.sample_frames keeps, the C pipeline's
+ * pixel_values_videos and video_grid_thw from the same decoded frames,
+ * and, for Qwen2-VL and Qwen2.5-VL, get_rope_index's positions with
+ * videos (Qwen2.5-VL's second_per_grid_ts), last logits within 1e-4
+ * relative L2 and 32 greedy tokens, for a video, an image and a video,
+ * and two videos.
+ */
+
+#define _GNU_SOURCE
+
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "core/vlm.h"
+#include "core/vlm_npy.h"
+#include "image/vlm_image_resize.h"
+#include "image/vlm_video.h"
+#include "vlm_test.h"
+
+
+#define FIX     "tests/fixtures/video"
+#define MODELS  "tests/fixtures/models"
+
+/*
+ * The processor resizes with torchvision's antialiased bicubic in
+ * float32, this code with Pillow's (8-bit between the passes): one
+ * 8-bit level at most (1 / (255 * std): 0.0150 for the smallest std), in
+ * at most a third of the values (measured: 27 % and 0.2 %)
+ */
+#define LEVEL_TOL  0.0151
+
+
+static void
+npy(vlm_npy_t *a, const char *path)
+{
+    vlm_error_t  err;
+
+    if (vlm_npy_load(a, path, &err) != VLM_OK) {
+        fail_msg("%s", err.msg);
+    }
+}
+
+
+static void
+test_sample_frames(void **state)
+{
+    int                    r, j, rows, cols;
+    int32_t               *row;
+    uint32_t               n, idx[1024];
+    vlm_npy_t              t;
+    vlm_error_t            err;
+    vlm_video_sampling_t   s;
+
+    (void) state;
+
+    npy(&t, FIX "/sample.npy");
+    rows = (int) t.shape[0];
+    cols = (int) t.shape[1];
+
+    for (r = 0; r < rows; r++) {
+        row = (int32_t *) t.data + (size_t) r * cols;
+
+        vlm_video_sampling_default(&s);
+        s.fps = row[2] / 1000.0;
+        s.max_frames = (uint32_t) row[3];
+
+        assert_int_equal(vlm_video_sample(&s, 2, (uint32_t) row[0],
+                                          row[1] / 1000.0, idx, &n, &err),
+                         VLM_OK);
+        assert_int_equal(n, row[4]);
+
+        for (j = 0; j < (int) n; j++) {
+            assert_int_equal(idx[j], row[5 + j]);
+        }
+    }
+
+    /* one frame cannot fill a temporal patch: refused, as HF fails */
+    vlm_video_sampling_default(&s);
+    assert_int_equal(vlm_video_sample(&s, 2, 1, 30.0, idx, &n, &err),
+                     VLM_ERR_INVALID);
+    assert_int_equal(vlm_video_sample(&s, 2, 10, 0.0, idx, &n, &err),
+                     VLM_ERR_INVALID);
+
+    vlm_npy_free(&t);
+}
+
+
+/*
+ * The C pipeline on frames_<k>.npy: pixel_values_videos of the config
+ * the checkpoints were made with, into out (NULL: compared only)
+ */
+static void
+check_video_pixels(int k)
+{
+    char                   path[256];
+    float                 *pv, *lut, d, dmax;
+    size_t                 i, n_diff, scratch_len;
+    uint8_t               *src, **frames;
+    uint32_t               f, nf, h, w, j;
+    void                  *scratch;
+    vlm_npy_t              fr, ref;
+    vlm_error_t            err;
+    vlm_qwen2vl_grid_t     grid;
+    vlm_qwen2vl_config_t   cfg;
+
+    snprintf(path, sizeof(path), FIX "/frames_%d.npy", k);
+    npy(&fr, path);
+    snprintf(path, sizeof(path), FIX "/pixel_values_%d.npy", k);
+    npy(&ref, path);
+
+    assert_int_equal(vlm_qwen2vl_config_load(&cfg, MODELS
+                                             "/qwen2vl-f32/"
+                                             "preprocessor_config.json",
+                                             &err), VLM_OK);
+
+    nf = (uint32_t) fr.shape[0];
+    h = (uint32_t) fr.shape[1];
+    w = (uint32_t) fr.shape[2];
+
+    assert_int_equal(vlm_video_grid(&cfg, nf, h, w, &grid, &err), VLM_OK);
+    assert_int_equal(ref.shape[0], grid.n_patches);
+    assert_int_equal(ref.shape[1], grid.patch_dim);
+
+    src = malloc((size_t) h * w * 3);
+    frames = calloc(nf, sizeof(uint8_t *));
+    lut = malloc(3 * 256 * sizeof(float));
+    pv = malloc(vlm_qwen2vl_values(&grid) * sizeof(float));
+    scratch_len = vlm_image_resize_scratch_size(w, h, grid.resized_w,
+                                                grid.resized_h);
+    scratch = malloc(scratch_len);
+    assert_true(src && frames && lut && pv && scratch);
+
+    for (f = 0; f < nf; f++) {
+        for (j = 0; j < h * w * 3; j++) {
+            src[j] = (uint8_t) ((int32_t *) fr.data)[(size_t) f * h * w * 3
+                                                     + j];
+        }
+
+        frames[f] = malloc((size_t) grid.resized_h * grid.resized_w * 3);
+        assert_non_null(frames[f]);
+
+        assert_int_equal(vlm_image_resize_bicubic(src, w, h, frames[f],
+                                                  grid.resized_w,
+                                                  grid.resized_h, scratch,
+                                                  scratch_len, &err),
+                         VLM_OK);
+    }
+
+    vlm_video_build_lut(&cfg, lut);
+    vlm_qwen2vl_patchify_frames(&cfg, &grid,
+                                (const uint8_t *const *) frames, nf, lut,
+                                pv);
+
+    dmax = 0.0f;
+    n_diff = 0;
+
+    for (i = 0; i < (size_t) ref.n; i++) {
+        d = fabsf(pv[i] - ((float *) ref.data)[i]);
+        dmax = vlm_max(dmax, d);
+        n_diff += d != 0.0f;
+    }
+
+    print_message("video %d: %u frames %ux%u -> %ux%u, grid %ux%ux%u: "
+                  "%zu of %lld values differ, by %.3g at most\n", k, nf, w,
+                  h, grid.resized_w, grid.resized_h, grid.grid_t,
+                  grid.grid_h, grid.grid_w, n_diff, (long long) ref.n,
+                  (double) dmax);
+
+    assert_true(dmax <= LEVEL_TOL);
+    assert_true(n_diff * 3 <= (size_t) ref.n);
+
+    for (f = 0; f < nf; f++) {
+        free(frames[f]);
+    }
+
+    free(frames);
+    free(scratch);
+    free(pv);
+    free(lut);
+    free(src);
+    vlm_npy_free(&fr);
+    vlm_npy_free(&ref);
+}
+
+
+static void
+test_video_pixels(void **state)
+{
+    (void) state;
+
+    check_video_pixels(0);
+    check_video_pixels(1);
+}
+
+
+/* the torch processor's normalisation, to the bit where the pixels agree */
+static void
+test_video_lut(void **state)
+{
+    float                  lut[3 * 256];
+    vlm_error_t            err;
+    vlm_qwen2vl_config_t   cfg;
+
+    (void) state;
+
+    assert_int_equal(vlm_qwen2vl_config_load(&cfg, MODELS
+                                             "/qwen2vl-f32/"
+                                             "preprocessor_config.json",
+                                             &err), VLM_OK);
+    vlm_video_build_lut(&cfg, lut);
+
+    /* (0 - 0.48145466 * 255) / (0.26862954 * 255) in float32 */
+    assert_true(lut[0] == (0.0f - 0.48145466f * 255.0f)
+                          / (0.26862954f * 255.0f));
+    assert_true(lut[2 * 256 + 255] > lut[2 * 256 + 254]);
+}
+
+
+static void
+check_case(vlm_model_t *m, const char *name, const char *ref_case)
+{
+    int                      i, n, n_media, next, k;
+    char                     path[256];
+    int32_t                 *pos;
+    vlm_npy_t                ids, grid, ref_pos, last, greedy, media, spg;
+    vlm_npy_t                pix[4];
+    vlm_seq_t               *seq;
+    vlm_image_t              img[4];
+    vlm_error_t              err;
+
+    vlm_test_load_npy(&ids, FIX, name, ref_case, "input_ids.npy");
+    vlm_test_load_npy(&ref_pos, FIX, name, ref_case, "position_ids.npy");
+    vlm_test_load_npy(&last, FIX, name, ref_case, "logits_last.npy");
+    vlm_test_load_npy(&greedy, FIX, name, ref_case, "greedy.npy");
+    vlm_test_load_npy(&grid, FIX, name, ref_case, "grid_thw.npy");
+    vlm_test_load_npy(&media, FIX, name, ref_case, "media.npy");
+    vlm_test_load_npy(&spg, FIX, name, ref_case, "second_per_grid_t.npy");
+    n = (int) ids.n;
+    n_media = (int) media.n;
+    assert_true(n_media <= 4);
+
+    for (i = 0; i < n_media; i++) {
+        k = ((int32_t *) media.data)[i];
+
+        if (k < 0) {
+            snprintf(path, sizeof(path), FIX "/image_pixel_values.npy");
+        } else {
+            snprintf(path, sizeof(path), FIX "/pixel_values_%d.npy", k);
+        }
+
+        npy(&pix[i], path);
+
+        memset(&img[i], 0, sizeof(vlm_image_t));
+        img[i].pixels = pix[i].data;
+        img[i].grid_t = ((int32_t *) grid.data)[3 * i];
+        img[i].grid_h = ((int32_t *) grid.data)[3 * i + 1];
+        img[i].grid_w = ((int32_t *) grid.data)[3 * i + 2];
+        img[i].second_per_grid_t = ((float *) spg.data)[i];
+    }
+
+    pos = malloc((size_t) 3 * n * sizeof(int32_t));
+    assert_non_null(pos);
+
+    if (vlm_rope_index(m, ids.data, n, img, n_media, 0, pos, &next, &err)
+        != VLM_OK)
+    {
+        fail_msg("%s/%s: %s", name, ref_case, err.msg);
+    }
+
+    assert_memory_equal(pos, ref_pos.data, (size_t) 3 * n * sizeof(int32_t));
+    free(pos);
+
+    assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+
+    if (vlm_seq_prefill(seq, ids.data, n, img, n_media, NULL, &err)
+        != VLM_OK)
+    {
+        fail_msg("%s/%s: %s", name, ref_case, err.msg);
+    }
+
+    vlm_test_check_answer(m, seq, FIX, name, ref_case, NULL, n, &last,
+                          &greedy, 1e-4);
+    vlm_seq_free(seq);
+
+    for (i = 0; i < n_media; i++) {
+        vlm_npy_free(&pix[i]);
+    }
+
+    vlm_npy_free(&ids);
+    vlm_npy_free(&ref_pos);
+    vlm_npy_free(&last);
+    vlm_npy_free(&greedy);
+    vlm_npy_free(&grid);
+    vlm_npy_free(&media);
+    vlm_npy_free(&spg);
+}
+
+
+static void
+check_model(const char *name)
+{
+    char                path[256];
+    vlm_error_t         err;
+    vlm_model_t        *m;
+    vlm_model_stats_t   st;
+    vlm_model_params_t  p;
+
+    vlm_test_fixture_params(&p);
+    snprintf(path, sizeof(path), MODELS "/%s", name);
+
+    if (vlm_model_load(&m, path, &p, &err) != VLM_OK) {
+        fail_msg("load %s: %s", name, err.msg);
+    }
+
+    check_case(m, name, "video1");
+    check_case(m, name, "image_video");
+    check_case(m, name, "video2");
+
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.backend_allocs, 0);
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(st.seqs_used, 0);
+
+    vlm_model_free(m);
+}
+
+
+static void
+test_qwen2vl_video(void **state)
+{
+    (void) state;
+
+    check_model("qwen2vl-f32");
+}
+
+
+static void
+test_qwen25vl_video(void **state)
+{
+    (void) state;
+
+    check_model("qwen25vl-f32");
+}
+
+
+int
+main(void)
+{
+    const struct CMUnitTest  tests[] = {
+        cmocka_unit_test(test_sample_frames),
+        cmocka_unit_test(test_video_lut),
+        cmocka_unit_test(test_video_pixels),
+        cmocka_unit_test(test_qwen2vl_video),
+        cmocka_unit_test(test_qwen25vl_video),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

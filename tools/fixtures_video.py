@@ -1,0 +1,204 @@
+"""Video references for the tiny Qwen2-VL and Qwen2.5-VL checkpoints.
+
+Reads the checkpoints tools/fixtures_models.py wrote to
+tests/fixtures/models and writes tests/fixtures/video/:
+
+- sample.npy: Qwen2VLVideoProcessor.sample_frames' indices for a table
+  of (frames, source fps, requested fps, max frames) rows;
+- frames_<k>.npy: the decoded RGB frames of video k ([n, h, w, 3], the
+  uint8 values stored as int32),
+  pixel_values_<k>.npy: the video processor's pixel_values_videos of
+  them; image_pixel_values.npy: an image's pixel_values;
+- <model>/ref/<case>/: media.npy, the prompt's images and videos in order
+  (-1: the image, k: video k), grid_thw.npy of each,
+  second_per_grid_t.npy (Qwen2.5-VL's, 0 for images), the input ids with
+  <|video_pad|> expanded as the processor does, get_rope_index's
+  positions, the last logits and a 32-token greedy continuation, in
+  float32.
+
+The processor is transformers 4.57.6's, torch-based: frames resized by
+torchvision's antialiased bicubic and normalised in float32 with the mean
+and std scaled by 255.  Deterministic (fixed seeds).
+"""
+
+import os
+import shutil
+
+import numpy as np
+import torch
+from transformers import (Qwen2VLForConditionalGeneration,
+                          Qwen2_5_VLForConditionalGeneration)
+from transformers.models.qwen2_vl.image_processing_qwen2_vl import (
+    Qwen2VLImageProcessor)
+from transformers.models.qwen2_vl.video_processing_qwen2_vl import (
+    Qwen2VLVideoProcessor)
+from transformers.video_utils import VideoMetadata
+
+MODELS_DIR = os.path.join("tests", "fixtures", "models")
+OUT = os.path.join("tests", "fixtures", "video")
+
+from fixtures_models import (IM_END, IM_START, IMAGE_PAD, N_NEW,
+                             VIDEO_PAD, VISION_END, VISION_START)
+
+MODELS = [
+    ("qwen2vl-f32", Qwen2VLForConditionalGeneration),
+    ("qwen25vl-f32", Qwen2_5_VLForConditionalGeneration),
+]
+
+# (frames, height, width): 3 frames are padded to 4 by the last one
+VIDEOS = [(3, 40, 60), (4, 56, 30)]
+
+# (total frames, source fps, requested fps, max_frames)
+SAMPLES = [(10, 2.0, 2.0, 768), (30, 30.0, 2.0, 768), (90, 30.0, 2.0, 768),
+           (301, 29.97, 2.0, 768), (17, 10.0, 2.0, 768),
+           (1000, 25.0, 2.0, 16), (7, 1.0, 2.0, 768), (250, 24.0, 1.0, 768),
+           (3, 1.0, 2.0, 768), (121, 60.0, 4.0, 10)]
+
+
+def processors():
+    kw = dict(min_pixels=28 * 28, max_pixels=140 * 140, patch_size=14,
+              temporal_patch_size=2, merge_size=2)
+    return Qwen2VLImageProcessor(**kw), Qwen2VLVideoProcessor(**kw)
+
+
+def make_frames(rng, n, h, w):
+    f = rng.integers(0, 256, size=(n, h, w, 3), dtype=np.uint8)
+    # smooth a little in space and time so that resizing sees structure
+    f = (f.astype(np.int32) + np.roll(f, 1, 1) + np.roll(f, 1, 0)) // 3
+    return f.astype(np.uint8)
+
+
+def video_inputs(vproc, frames):
+    r = vproc(videos=[frames], return_tensors="pt", do_sample_frames=False)
+    return (r["pixel_values_videos"].numpy().astype(np.float32),
+            r["video_grid_thw"].numpy().astype(np.int64)[0])
+
+
+def image_inputs(iproc, rng):
+    img = rng.integers(0, 256, size=(28, 56, 3), dtype=np.uint8)
+    r = iproc(images=[img], return_tensors="np")
+    return (r["pixel_values"].astype(np.float32),
+            r["image_grid_thw"].astype(np.int64)[0])
+
+
+def prompt_ids(rng, media):
+    ids = [IM_START] + list(rng.integers(0, 290, size=5))
+    for kind, _, thw, _, _ in media:
+        n = int(thw[0] * thw[1] * thw[2]) // 4
+        pad = VIDEO_PAD if kind == "video" else IMAGE_PAD
+        ids += [VISION_START] + [pad] * n + [VISION_END]
+        ids += list(rng.integers(0, 290, size=4))
+    ids += [IM_END, IM_START] + list(rng.integers(0, 290, size=3))
+    return np.array(ids, dtype=np.int64)
+
+
+def save(d, name, arr):
+    np.save(os.path.join(d, name), np.ascontiguousarray(arr))
+
+
+def reference(model, qwen25, ids, media, d):
+    os.makedirs(d, exist_ok=True)
+    kw = {}
+    imgs = [m for m in media if m[0] == "image"]
+    vids = [m for m in media if m[0] == "video"]
+    if imgs:
+        kw["pixel_values"] = torch.tensor(np.concatenate([m[1]
+                                                          for m in imgs]))
+        kw["image_grid_thw"] = torch.tensor(np.stack([m[2] for m in imgs]))
+    if vids:
+        kw["pixel_values_videos"] = torch.tensor(
+            np.concatenate([m[1] for m in vids]))
+        kw["video_grid_thw"] = torch.tensor(np.stack([m[2] for m in vids]))
+    spg = [0.0 if m[0] == "image" else 2 / 2.0 for m in media]
+    if qwen25 and vids:
+        kw["second_per_grid_ts"] = torch.tensor(
+            [s for m, s in zip(media, spg) if m[0] == "video"])
+
+    save(d, "media.npy", np.array([m[4] for m in media], dtype=np.int32))
+    save(d, "grid_thw.npy", np.stack([m[2] for m in media]).astype(np.int32))
+    save(d, "second_per_grid_t.npy", np.array(spg, dtype=np.float32))
+    save(d, "input_ids.npy", ids.astype(np.int32))
+
+    input_ids = torch.tensor(ids)[None]
+    with torch.no_grad():
+        if qwen25:
+            pos, _ = model.model.get_rope_index(
+                input_ids, kw.get("image_grid_thw"),
+                kw.get("video_grid_thw"), kw.get("second_per_grid_ts"))
+        else:
+            pos, _ = model.model.get_rope_index(
+                input_ids, kw.get("image_grid_thw"),
+                kw.get("video_grid_thw"))
+        save(d, "position_ids.npy", pos[:, 0, :].numpy().astype(np.int32))
+
+        out = model(input_ids=input_ids, **kw)
+        logits = out.logits[0].float().numpy()
+        save(d, "logits_last.npy", logits[-1])
+
+        gen = model.generate(input_ids=input_ids, **kw, do_sample=False,
+                             max_new_tokens=N_NEW, min_new_tokens=N_NEW,
+                             eos_token_id=None, pad_token_id=0)
+        new = gen[0, len(ids):].numpy().astype(np.int32)
+        assert len(new) == N_NEW
+        save(d, "greedy.npy", new)
+
+    top = np.sort(logits[-1])[::-1]
+    return float(top[0] - top[1])
+
+
+def samples(vproc):
+    rows = []
+    for total, src_fps, fps, max_frames in SAMPLES:
+        md = VideoMetadata(total_num_frames=total, fps=src_fps)
+        idx = vproc.sample_frames(md, temporal_patch_size=2, min_frames=4,
+                                  max_frames=max_frames, fps=fps,
+                                  num_frames=None)
+        idx = [int(i) for i in idx]
+        rows.append([total, int(round(src_fps * 1000)), int(fps * 1000),
+                     max_frames, len(idx)] + idx)
+    width = max(len(r) for r in rows)
+    table = np.full((len(rows), width), -1, dtype=np.int32)
+    for i, r in enumerate(rows):
+        table[i, :len(r)] = r
+    np.save(os.path.join(OUT, "sample.npy"), table)
+
+
+def main():
+    torch.manual_seed(0)
+    iproc, vproc = processors()
+    if os.path.isdir(OUT):
+        shutil.rmtree(OUT)
+    os.makedirs(OUT)
+    samples(vproc)
+
+    rng = np.random.default_rng(3)
+    videos = []
+    for k, (n, h, w) in enumerate(VIDEOS):
+        frames = make_frames(rng, n, h, w)
+        pv, thw = video_inputs(vproc, frames)
+        save(OUT, "frames_%d.npy" % k, frames.astype(np.int32))
+        save(OUT, "pixel_values_%d.npy" % k, pv)
+        videos.append(("video", pv, thw, frames, k))
+    pv, thw = image_inputs(iproc, rng)
+    save(OUT, "image_pixel_values.npy", pv)
+    image = ("image", pv, thw, None, -1)
+
+    for name, cls in MODELS:
+        model = cls.from_pretrained(os.path.join(MODELS_DIR, name),
+                                    dtype=torch.float32,
+                                    attn_implementation="eager").eval()
+        qwen25 = cls is Qwen2_5_VLForConditionalGeneration
+        prng = np.random.default_rng(11)
+        cases = [("video1", videos[:1]),
+                 ("image_video", [image, videos[1]]),
+                 ("video2", videos[::-1])]
+        for case, media in cases:
+            ids = prompt_ids(prng, media)
+            gap = reference(model, qwen25, ids, media,
+                            os.path.join(OUT, name, "ref", case))
+            print("%s/%s: %d tokens, top-2 gap %.4f"
+                  % (name, case, len(ids), gap))
+
+
+if __name__ == "__main__":
+    main()
