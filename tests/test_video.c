@@ -6,7 +6,9 @@
  * and, for Qwen2-VL and Qwen2.5-VL, get_rope_index's positions with
  * videos (Qwen2.5-VL's second_per_grid_ts), last logits within 1e-4
  * relative L2 and 32 greedy tokens, for a video, an image and a video,
- * and two videos.
+ * and two videos; FFmpeg decoding of an H.264 mp4 and a VP9 webm (the
+ * frames PyAV decodes, to the bit), and the files refused from their
+ * header (bytes, size, duration, a declared 65535x65535 frame) or cut.
  */
 
 #define _GNU_SOURCE
@@ -25,6 +27,7 @@
 #include "core/vlm_npy.h"
 #include "image/vlm_image_resize.h"
 #include "image/vlm_video.h"
+#include "image/vlm_video_decode.h"
 #include "vlm_test.h"
 
 
@@ -46,6 +49,21 @@ npy(vlm_npy_t *a, const char *path)
     vlm_error_t  err;
 
     if (vlm_npy_load(a, path, &err) != VLM_OK) {
+        fail_msg("%s", err.msg);
+    }
+}
+
+
+/* the processor settings the checkpoints were made with */
+static void
+load_config(vlm_qwen2vl_config_t *cfg)
+{
+    vlm_error_t  err;
+
+    if (vlm_qwen2vl_config_load(cfg, MODELS "/qwen2vl-f32/"
+                                "preprocessor_config.json", &err)
+        != VLM_OK)
+    {
         fail_msg("%s", err.msg);
     }
 }
@@ -118,10 +136,7 @@ check_video_pixels(int k)
     snprintf(path, sizeof(path), FIX "/pixel_values_%d.npy", k);
     npy(&ref, path);
 
-    assert_int_equal(vlm_qwen2vl_config_load(&cfg, MODELS
-                                             "/qwen2vl-f32/"
-                                             "preprocessor_config.json",
-                                             &err), VLM_OK);
+    load_config(&cfg);
 
     nf = (uint32_t) fr.shape[0];
     h = (uint32_t) fr.shape[1];
@@ -208,21 +223,252 @@ static void
 test_video_lut(void **state)
 {
     float                  lut[3 * 256];
-    vlm_error_t            err;
     vlm_qwen2vl_config_t   cfg;
 
     (void) state;
 
-    assert_int_equal(vlm_qwen2vl_config_load(&cfg, MODELS
-                                             "/qwen2vl-f32/"
-                                             "preprocessor_config.json",
-                                             &err), VLM_OK);
+    load_config(&cfg);
     vlm_video_build_lut(&cfg, lut);
 
     /* (0 - 0.48145466 * 255) / (0.26862954 * 255) in float32 */
     assert_true(lut[0] == (0.0f - 0.48145466f * 255.0f)
                           / (0.26862954f * 255.0f));
     assert_true(lut[2 * 256 + 255] > lut[2 * 256 + 254]);
+}
+
+
+static uint8_t *
+read_file(const char *path, size_t *len)
+{
+    long      n;
+    FILE     *f;
+    uint8_t  *data;
+
+    f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    n = ftell(f);
+    assert_true(n > 0);
+    rewind(f);
+    data = malloc((size_t) n);
+    assert_non_null(data);
+    assert_int_equal(fread(data, 1, (size_t) n, f), (size_t) n);
+    fclose(f);
+
+    *len = (size_t) n;
+
+    return data;
+}
+
+
+/* what a video file gives: the pipeline on PyAV's frames of it */
+static void
+check_file(const char *file, const char *frames_npy)
+{
+    char                   path[256];
+    float                 *pv, *want, lut[3 * 256];
+    size_t                 len, j, scratch_len;
+    uint8_t               *data, *src, *frames[4];
+    uint32_t               f, w, h;
+    void                  *scratch;
+    vlm_npy_t              fr;
+    vlm_error_t            err;
+    vlm_video_plan_t       plan;
+    vlm_video_limits_t     limits;
+    vlm_video_sampling_t   s;
+    vlm_qwen2vl_config_t   cfg;
+
+    load_config(&cfg);
+    vlm_video_limits_default(&limits);
+    vlm_video_sampling_default(&s);
+
+    snprintf(path, sizeof(path), "t/data/%s", file);
+    data = read_file(path, &len);
+
+    if (vlm_video_plan(&limits, &cfg, &s, data, len, &plan, &err)
+        != VLM_OK)
+    {
+        fail_msg("%s: %s", file, err.msg);
+    }
+
+    assert_int_equal(plan.width, 32);
+    assert_int_equal(plan.height, 24);
+    assert_int_equal(plan.total_frames, 12);
+    assert_true(fabs(plan.fps - 6.0) < 1e-9);
+    assert_int_equal(plan.n_sampled, 4);
+    assert_int_equal(plan.grid.grid_t, 2);
+    assert_int_equal(plan.grid.grid_h, 2);
+    assert_int_equal(plan.grid.grid_w, 2);
+
+    pv = malloc(plan.n_values * sizeof(float));
+    want = malloc(plan.n_values * sizeof(float));
+    assert_true(pv && want);
+
+    if (vlm_video_run(&limits, &cfg, &s, data, len, &plan, pv,
+                      plan.n_values, &err)
+        != VLM_OK)
+    {
+        fail_msg("%s: %s", file, err.msg);
+    }
+
+    /* PyAV's frames 0, 3, 6 and 9 through the same resize and patchify */
+    snprintf(path, sizeof(path), FIX "/%s", frames_npy);
+    npy(&fr, path);
+    assert_int_equal(fr.shape[0], 4);
+    h = (uint32_t) fr.shape[1];
+    w = (uint32_t) fr.shape[2];
+
+    src = malloc((size_t) w * h * 3);
+    scratch_len = vlm_image_resize_scratch_size(w, h, 28, 28);
+    scratch = malloc(scratch_len);
+    assert_true(src && scratch);
+
+    for (f = 0; f < 4; f++) {
+        for (j = 0; j < (size_t) w * h * 3; j++) {
+            src[j] = (uint8_t) ((int32_t *) fr.data)[f * w * h * 3 + j];
+        }
+
+        frames[f] = malloc(28 * 28 * 3);
+        assert_non_null(frames[f]);
+        assert_int_equal(vlm_image_resize_bicubic(src, w, h, frames[f], 28,
+                                                  28, scratch, scratch_len,
+                                                  &err), VLM_OK);
+    }
+
+    vlm_video_build_lut(&cfg, lut);
+    vlm_qwen2vl_patchify_frames(&cfg, &plan.grid,
+                                (const uint8_t *const *) frames, 4, lut,
+                                want);
+    assert_memory_equal(pv, want, plan.n_values * sizeof(float));
+
+    for (f = 0; f < 4; f++) {
+        free(frames[f]);
+    }
+
+    free(scratch);
+    free(src);
+    vlm_npy_free(&fr);
+    free(want);
+    free(pv);
+    free(data);
+}
+
+
+static void
+test_decode_files(void **state)
+{
+    (void) state;
+
+    check_file("video-h264.mp4", "video_h264_frames.npy");
+    check_file("video-vp9.webm", "video_vp9_frames.npy");
+}
+
+
+static void
+test_decode_refused(void **state)
+{
+    float                 *pv;
+    size_t                 len, i, cut;
+    uint8_t               *data, *bad;
+    unsigned               n_ok;
+    vlm_status_t           rc;
+    vlm_error_t            err;
+    vlm_video_plan_t       plan;
+    vlm_video_limits_t     limits;
+    vlm_video_sampling_t   s;
+    vlm_qwen2vl_config_t   cfg;
+
+    (void) state;
+
+    load_config(&cfg);
+    vlm_video_sampling_default(&s);
+    data = read_file("t/data/video-h264.mp4", &len);
+    bad = malloc(len);
+    pv = malloc(4096 * sizeof(float));
+    assert_true(bad && pv);
+
+    /* limits, each from the header alone */
+    vlm_video_limits_default(&limits);
+    limits.max_bytes = len - 1;
+    assert_int_equal(vlm_video_plan(&limits, &cfg, &s, data, len, &plan,
+                                    &err), VLM_ERR_LIMIT);
+    assert_non_null(strstr(err.msg, "bytes"));
+
+    vlm_video_limits_default(&limits);
+    limits.max_side = 31;
+    assert_int_equal(vlm_video_plan(&limits, &cfg, &s, data, len, &plan,
+                                    &err), VLM_ERR_LIMIT);
+
+    vlm_video_limits_default(&limits);
+    limits.max_seconds = 1.5;
+    assert_int_equal(vlm_video_plan(&limits, &cfg, &s, data, len, &plan,
+                                    &err), VLM_ERR_LIMIT);
+    assert_non_null(strstr(err.msg, "seconds"));
+
+    /* not a video, and empty */
+    vlm_video_limits_default(&limits);
+    memset(bad, 'x', len);
+    assert_int_equal(vlm_video_plan(&limits, &cfg, &s, bad, len, &plan,
+                                    &err), VLM_ERR_FORMAT);
+    assert_int_equal(vlm_video_plan(&limits, &cfg, &s, data, 0, &plan,
+                                    &err), VLM_ERR_FORMAT);
+
+    /* a decompression bomb: the sample entry declares 65535x65535 */
+    memcpy(bad, data, len);
+    for (i = 0; i + 4 < len && memcmp(bad + i, "stsd", 4) != 0; i++) {
+        /* void */
+    }
+    for ( /* void */ ; i + 32 < len && memcmp(bad + i, "avc1", 4) != 0;
+         i++)
+    {
+        /* void */
+    }
+    assert_true(i + 32 < len);
+    memset(bad + i + 28, 0xff, 4);
+    assert_int_equal(vlm_video_plan(&limits, &cfg, &s, bad, len, &plan,
+                                    &err), VLM_ERR_LIMIT);
+    assert_non_null(strstr(err.msg, "65535x65535"));
+
+    /* cut short: refused by the header or by the decoding, never read */
+    for (cut = 16; cut < len; cut += len / 23) {
+        rc = vlm_video_plan(&limits, &cfg, &s, data, cut, &plan, &err);
+
+        if (rc == VLM_OK) {
+            rc = vlm_video_run(&limits, &cfg, &s, data, cut, &plan, pv,
+                               4096, &err);
+        }
+
+        assert_int_not_equal(rc, VLM_OK);
+        assert_true(rc == VLM_ERR_FORMAT || rc == VLM_ERR_INVALID
+                    || rc == VLM_ERR_UNSUPPORTED);
+    }
+
+    /* bit flips: a typed error or a video */
+    n_ok = 0;
+
+    for (i = 0; i < 200; i++) {
+        memcpy(bad, data, len);
+        bad[(i * 7919) % len] ^= (uint8_t) (1u << (i % 8));
+
+        rc = vlm_video_plan(&limits, &cfg, &s, bad, len, &plan, &err);
+
+        if (rc == VLM_OK && plan.n_values <= 4096) {
+            rc = vlm_video_run(&limits, &cfg, &s, bad, len, &plan, pv,
+                               4096, &err);
+        }
+
+        n_ok += rc == VLM_OK;
+        assert_true(rc == VLM_OK || rc == VLM_ERR_FORMAT
+                    || rc == VLM_ERR_INVALID || rc == VLM_ERR_LIMIT
+                    || rc == VLM_ERR_UNSUPPORTED);
+    }
+
+    print_message("200 bit-flipped files: %u decoded, the rest refused\n",
+                  n_ok);
+
+    free(pv);
+    free(bad);
+    free(data);
 }
 
 
@@ -360,6 +606,8 @@ main(void)
         cmocka_unit_test(test_sample_frames),
         cmocka_unit_test(test_video_lut),
         cmocka_unit_test(test_video_pixels),
+        cmocka_unit_test(test_decode_files),
+        cmocka_unit_test(test_decode_refused),
         cmocka_unit_test(test_qwen2vl_video),
         cmocka_unit_test(test_qwen25vl_video),
     };

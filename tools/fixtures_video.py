@@ -3,6 +3,9 @@
 Reads the checkpoints tools/fixtures_models.py wrote to
 tests/fixtures/models and writes tests/fixtures/video/:
 
+- t/data/video-h264.mp4, t/data/video-vp9.webm: two small video files
+  (PyAV's encoders), and <name>_frames.npy, the frames fps 2 samples from
+  each as PyAV decodes them to RGB24;
 - sample.npy: Qwen2VLVideoProcessor.sample_frames' indices for a table
   of (frames, source fps, requested fps, max frames) rows;
 - frames_<k>.npy: the decoded RGB frames of video k ([n, h, w, 3], the
@@ -24,6 +27,7 @@ and std scaled by 255.  Deterministic (fixed seeds).
 import os
 import shutil
 
+import av
 import numpy as np
 import torch
 from transformers import (Qwen2VLForConditionalGeneration,
@@ -163,6 +167,52 @@ def samples(vproc):
     np.save(os.path.join(OUT, "sample.npy"), table)
 
 
+# the files: 12 frames of 32x24 at 6 frames a second (2 s), a square
+# moving over a gradient; fps 2 samples frames 0, 3, 6 and 9
+FILES = [("video-h264.mp4", "libx264", "mp4"),
+         ("video-vp9.webm", "libvpx-vp9", "webm")]
+FILE_FRAMES, FILE_W, FILE_H, FILE_FPS = 12, 32, 24, 6
+
+
+def file_frames():
+    y, x = np.mgrid[0:FILE_H, 0:FILE_W]
+    out = []
+    for i in range(FILE_FRAMES):
+        f = np.zeros((FILE_H, FILE_W, 3), dtype=np.uint8)
+        f[..., 0] = (x * 8) % 256
+        f[..., 1] = (y * 10) % 256
+        f[..., 2] = 64
+        x0 = 2 + 2 * i
+        f[8:16, x0:x0 + 8] = (250, 240, 20)
+        out.append(f)
+    return out
+
+
+def write_files():
+    """The video files of t/data, and the mp4's frames as PyAV decodes
+    them (RGB24 by swscale, as the server converts them)"""
+    for name, codec, fmt in FILES:
+        path = os.path.join("t", "data", name)
+        with av.open(path, "w", format=fmt) as c:
+            st = c.add_stream(codec, rate=FILE_FPS)
+            st.width, st.height, st.pix_fmt = FILE_W, FILE_H, "yuv420p"
+            if codec == "libx264":
+                st.options = {"preset": "ultrafast", "qp": "10"}
+            for f in file_frames():
+                for pkt in st.encode(av.VideoFrame.from_ndarray(f, "rgb24")):
+                    c.mux(pkt)
+            for pkt in st.encode():
+                c.mux(pkt)
+        with av.open(path) as c:
+            st = c.streams.video[0]
+            rgb = [fr.to_ndarray(format="rgb24") for fr in c.decode(st)]
+        assert len(rgb) == FILE_FRAMES, (name, len(rgb))
+        base = os.path.splitext(name)[0].replace("-", "_")
+        np.save(os.path.join(OUT, base + "_frames.npy"),
+                np.stack([rgb[i] for i in (0, 3, 6, 9)]).astype(np.int32))
+        print("%s: %d bytes" % (path, os.path.getsize(path)))
+
+
 def main():
     torch.manual_seed(0)
     iproc, vproc = processors()
@@ -170,6 +220,7 @@ def main():
         shutil.rmtree(OUT)
     os.makedirs(OUT)
     samples(vproc)
+    write_files()
 
     rng = np.random.default_rng(3)
     videos = []
