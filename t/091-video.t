@@ -1,0 +1,179 @@
+# Video input through nginx: video_url parts as data: URLs on the serving
+# fixture (Qwen2-VL, min_pixels 3136, max_pixels 12544).  The 12-frame
+# 32x24 files of t/data (2 s at 6 frames a second; tools/fixtures_video.py)
+# sample 4 frames at fps 2, resized to 84x56: a grid of 2x4x6, 12 video
+# tokens, so the prompt grows by 14 (<|vision_start|>, 12 <|video_pad|>,
+# <|vision_end|>) over the same text alone, as /tokenize counts it too.
+# An H.264 mp4 and a VP9 webm, a video and an image in one request,
+# streamed; a cut file, bytes that are no video, an image media type, a
+# header that declares 65535x65535 frames (refused from the header, fast),
+# a video in an assistant message, and vlm_max_video_bytes (its data: URL's
+# base64 length) and vlm_max_video_duration below the file's: each a 400
+# naming the problem; vlm_max_video_frames 4 takes the 4 sampled frames;
+# afterwards every slot is free and error.log has no alert.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/lib";
+
+use Time::HiRes qw(time);
+use Test::More;
+use VLMTest;
+
+vlm_prereqs();
+my $root = vlm_root();
+
+sub slurp {
+    my ($path) = @_;
+    open my $in, '<:raw', $path or die "$path: $!";
+    local $/;
+    return <$in>;
+}
+
+my $mp4 = slurp("$root/t/data/video-h264.mp4");
+my $webm = slurp("$root/t/data/video-vp9.webm");
+my $mp4_url = vlm_data_url('video/mp4', $mp4);
+my $webm_url = vlm_data_url('video/webm', $webm);
+my $png_url = vlm_data_url('image/png', vlm_png(56, 56, 1));
+
+my $srv = vlm_start(name => 'video',
+                    http_config => 'vlm_served_model_name serving;',
+                    locations => 'location = /tokenize { vlm_tokenize; }');
+END { VLMTest::vlm_stop($srv) if $srv }
+
+
+sub body {
+    my (@parts) = @_;
+
+    return { model => 'serving', max_tokens => 4, temperature => 0,
+             messages => [ { role => 'user',
+                             content => [ @parts,
+                                          { type => 'text',
+                                            text => 'What happens?' } ] } ] };
+}
+
+
+sub video { { type => 'video_url', video_url => { url => $_[0] } } }
+sub image { { type => 'image_url', image_url => { url => $_[0] } } }
+
+
+sub prompt_tokens {
+    my ($body, $what) = @_;
+
+    my $res = vlm_post_json($srv, $body);
+    is($res->{status}, 200, "$what: 200") or diag($res->{body});
+    my $j = eval { vlm_json($res->{body}) } || {};
+    ok(defined $j->{choices}[0]{message}{content}, "$what: an answer");
+
+    my %b = %$body;
+    delete @b{qw(max_tokens temperature)};
+    $res = vlm_request($srv, 'POST', '/tokenize', $VLMTest::JSON->encode(\%b));
+    my $tok = eval { vlm_json($res->{body})->{count} };
+    is($tok, $j->{usage}{prompt_tokens},
+       "$what: /tokenize counts what the chat counts");
+
+    return $j->{usage}{prompt_tokens} || 0;
+}
+
+
+sub refused {
+    my ($body, $what, $re, $param) = @_;
+
+    my $t0 = time;
+    my $res = vlm_post_json($srv, $body);
+    my $dt = time - $t0;
+
+    is($res->{status}, 400, "$what: 400");
+    my $e = eval { vlm_json($res->{body})->{error} } || {};
+    like($e->{message} // '', $re, "$what: the message names it")
+        or diag($res->{body});
+    is($e->{param}, $param, "$what: param $param") if defined $param;
+
+    return $dt;
+}
+
+
+my $text = prompt_tokens(body(), 'text alone');
+my $image = prompt_tokens(body(image($png_url)), 'an image');
+
+is(prompt_tokens(body(video($mp4_url)), 'an H.264 mp4'), $text + 14,
+   'an H.264 mp4: 12 video tokens and the two vision tags');
+is(prompt_tokens(body(video($webm_url)), 'a VP9 webm'), $text + 14,
+   'a VP9 webm: 12 video tokens and the two vision tags');
+is(prompt_tokens(body(image($png_url), video($mp4_url)),
+                 'an image and a video'), $image + 14,
+   'an image and a video: both counted');
+is(prompt_tokens(body(video($webm_url), image($png_url), video($mp4_url)),
+                 'a video, an image, a video'), $image + 28,
+   'a video, an image and a video: all counted');
+
+# streamed
+{
+    my %b = %{ body(video($mp4_url), image($png_url)) };
+    $b{stream} = JSON::PP::true;
+    my $st = vlm_open_stream($srv, \%b);
+    vlm_stream_ok($st, 'a video and an image, streamed', 'length');
+}
+
+# refused
+my $cut = vlm_data_url('video/mp4', substr($mp4, 0, length($mp4) / 2));
+refused(body(video($cut)), 'a cut mp4', qr/video/,
+        'messages[0].content[0].video_url');
+refused(body(image($png_url), video(vlm_data_url('video/mp4',
+                                                 vlm_png(32, 32)))),
+        'a PNG as a video', qr/not an mp4, mov or webm/,
+        'messages[0].content[1].video_url');
+refused(body(video($png_url)), 'an image media type in a video_url part',
+        qr{not video/\*});
+
+{
+    my $bomb = $mp4;
+    my $at = index($bomb, 'avc1', index($bomb, 'stsd'));
+    substr($bomb, $at + 28, 4) = "\xff\xff\xff\xff";
+    my $dt = refused(body(video(vlm_data_url('video/mp4', $bomb))),
+                     'a header declaring 65535x65535 frames',
+                     qr/65535x65535/);
+    cmp_ok($dt, '<', 2, 'the 65535x65535 video refused fast');
+}
+
+{
+    my $b = body(video($mp4_url));
+    unshift @{ $b->{messages} },
+        { role => 'user', content => 'hi' },
+        { role => 'assistant', content => [ video($mp4_url) ] };
+    refused($b, 'a video in an assistant message',
+            qr/only allowed in user messages/);
+}
+
+vlm_wait_idle($srv);
+is(vlm_health($srv)->{zone}{slots_used}, 0, 'every slot is free');
+is(vlm_health($srv)->{zone}{arena_used}, 0, 'the arena is empty');
+VLMTest::check_log($srv, 'video requests');
+
+# the limits as directives
+VLMTest::vlm_stop($srv);
+$srv = vlm_start(name => 'video-limits',
+                 http_config => "vlm_served_model_name serving;\n"
+                                . "    vlm_max_video_bytes 2k;\n"
+                                . "    vlm_max_video_frames 4;");
+
+refused(body(video($mp4_url)), 'an mp4 over vlm_max_video_bytes 2k',
+        qr/4368 base64 characters exceed the limit of 2732/);
+{
+    my $res = vlm_post_json($srv, body(video($webm_url)));
+    is($res->{status}, 200, 'a webm under 2k: 200') or diag($res->{body});
+}
+
+VLMTest::vlm_stop($srv);
+$srv = vlm_start(name => 'video-duration',
+                 http_config => "vlm_served_model_name serving;\n"
+                                . "    vlm_max_video_duration 1s;");
+refused(body(video($webm_url)), 'a 2 s webm over vlm_max_video_duration 1s',
+        qr/2\.0 seconds, more than the 1 allowed/);
+
+vlm_wait_idle($srv);
+VLMTest::check_log($srv, 'limits');
+
+done_testing();
