@@ -1,15 +1,17 @@
-# Video input through nginx: video_url parts as data: URLs on the serving
-# fixture (Qwen2-VL, min_pixels 3136, max_pixels 12544).  The 12-frame
-# 32x24 files of t/data (2 s at 6 frames a second; tools/fixtures_video.py)
-# sample 4 frames at fps 2, resized to 84x56: a grid of 2x4x6, 12 video
-# tokens, so the prompt grows by 14 (<|vision_start|>, 12 <|video_pad|>,
-# <|vision_end|>) over the same text alone, as /tokenize counts it too.
-# An H.264 mp4 and a VP9 webm, a video and an image in one request,
-# streamed; a cut file, bytes that are no video, an image media type, a
-# header that declares 65535x65535 frames (refused from the header, fast),
-# a video in an assistant message, and vlm_max_video_bytes (its data: URL's
-# base64 length) and vlm_max_video_duration below the file's: each a 400
-# naming the problem; vlm_max_video_frames 4 takes the 4 sampled frames;
+# Video input through nginx: video_url parts as data: and http URLs on
+# the serving fixture (Qwen2-VL, min_pixels 3136, max_pixels 12544).
+# The 12-frame 32x24 files of t/data (2 s at 6 frames a second;
+# tools/fixtures_video.py) sample 4 frames at fps 2, resized to 84x56: a
+# grid of 2x4x6, 12 video tokens, so the prompt grows by 14
+# (<|vision_start|>, 12 <|video_pad|>, <|vision_end|>) over the same text
+# alone, as /tokenize counts it too.  An H.264 mp4 and a VP9 webm, a
+# video and an image in one request, an mp4 fetched from an http URL
+# (vlm_image_fetch) and a JPEG fetched as a video (400), streamed; a cut
+# file, bytes that are no video, an image media type, a header that
+# declares 65535x65535 frames (refused from the header, fast), a video in
+# an assistant message, and vlm_max_video_bytes (its data: URL's base64
+# length) and vlm_max_video_duration below the file's: each a 400 naming
+# the problem; vlm_max_video_frames 4 takes the 4 sampled frames;
 # afterwards every slot is free and error.log has no alert.
 
 use strict;
@@ -38,9 +40,22 @@ my $mp4_url = vlm_data_url('video/mp4', $mp4);
 my $webm_url = vlm_data_url('video/webm', $webm);
 my $png_url = vlm_data_url('image/png', vlm_png(56, 56, 1));
 
+# the files of t/data served by the same nginx, fetched from loopback
 my $srv = vlm_start(name => 'video',
-                    http_config => 'vlm_served_model_name serving;',
-                    locations => 'location = /tokenize { vlm_tokenize; }');
+                    http_config => <<'_EOC_',
+    vlm_served_model_name serving;
+    vlm_image_fetch /_vlm_image;
+    vlm_image_fetch_allow 127.0.0.1/32;
+_EOC_
+                    locations => <<"_EOC_");
+        location = /tokenize { vlm_tokenize; }
+        location /files/ { alias $root/t/data/; }
+        location = /_vlm_image {
+            internal;
+            proxy_pass \$vlm_image_url;
+            subrequest_output_buffer_size 64k;
+        }
+_EOC_
 END { VLMTest::vlm_stop($srv) if $srv }
 
 
@@ -108,6 +123,16 @@ is(prompt_tokens(body(image($png_url), video($mp4_url)),
 is(prompt_tokens(body(video($webm_url), image($png_url), video($mp4_url)),
                  'a video, an image, a video'), $image + 28,
    'a video, an image and a video: all counted');
+
+# fetched from http URLs, as images are
+{
+    my $base = "http://127.0.0.1:$srv->{port}/files";
+    is(prompt_tokens(body(video("$base/video-h264.mp4"),
+                          image($png_url)), 'an http mp4 and an image'),
+       $image + 14, 'an http mp4: fetched, 12 video tokens');
+    refused(body(video("$base/image-100x60.jpg")), 'an http JPEG as a video',
+            qr/not an mp4, mov or webm/, 'messages[0].content[0].video_url');
+}
 
 # streamed
 {
