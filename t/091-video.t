@@ -20,6 +20,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 
+use MIME::Base64 qw(encode_base64);
 use Time::HiRes qw(time);
 use Test::More;
 use VLMTest;
@@ -134,6 +135,24 @@ is(prompt_tokens(body(video($webm_url), image($png_url), video($mp4_url)),
             qr/not an mp4, mov or webm/, 'messages[0].content[0].video_url');
 }
 
+# vLLM's frames: data:video/jpeg;base64,<frame>,<frame>,... kept whole;
+# four 100x60 JPEG frames resized to 112x56: a grid of 2x4x8, 16 tokens
+{
+    (my $jpeg = encode_base64(slurp("$root/t/data/image-100x60.jpg")))
+        =~ s/\s+//g;
+    (my $png = encode_base64(vlm_png(56, 56, 2))) =~ s/\s+//g;
+    my $frames = 'data:video/jpeg;base64,' . join(',', ($jpeg) x 4);
+
+    is(prompt_tokens(body(video($frames)), 'four JPEG frames'), $text + 18,
+       'four JPEG frames: 16 video tokens and the two vision tags');
+    refused(body(video("data:video/jpeg;base64,$jpeg,$png")),
+            'frames of two sizes', qr/frame 1 is 56x56, frame 0 100x60/);
+    refused(body(video("data:video/jpeg;base64,$jpeg,,$jpeg")),
+            'an empty frame', qr/frame 1 of the list is empty/);
+    refused(body(video("data:video/jpeg;base64,$jpeg,\@\@\@\@")),
+            'a frame of bad base64', qr/base64/);
+}
+
 # streamed
 {
     my %b = %{ body(video($mp4_url), image($png_url)) };
@@ -185,7 +204,7 @@ $srv = vlm_start(name => 'video-limits',
                                 . "    vlm_max_video_frames 4;");
 
 refused(body(video($mp4_url)), 'an mp4 over vlm_max_video_bytes 2k',
-        qr/4368 base64 characters exceed the limit of 2732/);
+        qr/4368 base64 characters exceed the limit of 2734/);
 {
     my $res = vlm_post_json($srv, body(video($webm_url)));
     is($res->{status}, 200, 'a webm under 2k: 200') or diag($res->{body});

@@ -28,6 +28,8 @@
 #include "image/vlm_image_resize.h"
 #include "image/vlm_video.h"
 #include "image/vlm_video_decode.h"
+#include "image/vlm_video_frames.h"
+#include "image/vlm_base64.h"
 #include "vlm_test.h"
 
 
@@ -472,6 +474,150 @@ test_decode_refused(void **state)
 }
 
 
+/* base64 of a file, NUL-terminated (free() it) */
+static char *
+base64_file(const char *path, size_t *n)
+{
+    static const char  tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                               "abcdefghijklmnopqrstuvwxyz0123456789+/";
+    char               *out;
+    size_t              len, i, o;
+    uint32_t            v;
+    uint8_t            *data;
+
+    data = read_file(path, &len);
+    out = malloc((len + 2) / 3 * 4 + 1);
+    assert_non_null(out);
+
+    for (i = 0, o = 0; i < len; i += 3) {
+        v = (uint32_t) data[i] << 16;
+        v |= i + 1 < len ? (uint32_t) data[i + 1] << 8 : 0;
+        v |= i + 2 < len ? data[i + 2] : 0;
+        out[o++] = tab[v >> 18];
+        out[o++] = tab[(v >> 12) & 63];
+        out[o++] = i + 1 < len ? tab[(v >> 6) & 63] : '=';
+        out[o++] = i + 2 < len ? tab[v & 63] : '=';
+    }
+
+    out[o] = '\0';
+    *n = o;
+    free(data);
+
+    return out;
+}
+
+
+/*
+ * vLLM's frames form: three copies of a 100x60 JPEG, every frame kept
+ * and the third repeated to the temporal patch; the output the image
+ * path's decode, resize and the video patchify give; frames of two
+ * sizes (the JPEG and a 100x80 GIF), an empty frame and too many frames
+ * refused
+ */
+static void
+test_frames(void **state)
+{
+    char                  *b64, *gif, *payload;
+    float                 *pv, *want, lut[3 * 256];
+    size_t                 n, gn, len, cap, list_len, rgb_cap, sc_len;
+    uint8_t               *list, *rgb, *resized, *file, *frames[3];
+    void                  *sc;
+    vlm_error_t            err;
+    vlm_image_info_t       info;
+    vlm_video_plan_t       plan;
+    vlm_image_limits_t     il;
+    vlm_video_limits_t     vl;
+    vlm_qwen2vl_config_t   cfg;
+
+    (void) state;
+
+    load_config(&cfg);
+    vlm_image_limits_default(&il);
+    vlm_video_limits_default(&vl);
+
+    b64 = base64_file("t/data/image-100x60.jpg", &n);
+    gif = base64_file("tests/fixtures/image/in/gif_100x80.gif", &gn);
+    payload = malloc(3 * (n + gn) + 8);
+    assert_non_null(payload);
+
+    sprintf(payload, "%s,%s,%s", b64, b64, b64);
+    len = strlen(payload);
+    cap = 3 * (n + gn) + 64;
+    list = malloc(cap);
+    assert_non_null(list);
+    assert_true(vlm_video_frames_list_size(payload, len) <= cap);
+    assert_int_equal(vlm_video_frames_list(payload, len, list, cap,
+                                           &list_len, &err), VLM_OK);
+
+    if (vlm_video_frames_plan(&il, &vl, &cfg, list, list_len, &plan, &err)
+        != VLM_OK)
+    {
+        fail_msg("%s", err.msg);
+    }
+
+    assert_int_equal(plan.n_sampled, 3);
+    assert_int_equal(plan.width, 100);
+    assert_int_equal(plan.height, 60);
+    assert_int_equal(plan.grid.grid_t, 2);
+    assert_int_equal(plan.grid.grid_h, 4);
+    assert_int_equal(plan.grid.grid_w, 8);
+
+    pv = malloc(plan.n_values * sizeof(float));
+    want = malloc(plan.n_values * sizeof(float));
+    assert_true(pv && want);
+    assert_int_equal(vlm_video_frames_run(&il, &cfg, list, list_len, &plan,
+                                          pv, plan.n_values, &err), VLM_OK);
+
+    file = read_file("t/data/image-100x60.jpg", &n);
+    rgb_cap = vlm_image_decode_buffer_size(100, 60);
+    rgb = malloc(rgb_cap);
+    resized = malloc(112 * 56 * 3);
+    sc_len = vlm_image_resize_scratch_size(100, 60, 112, 56);
+    sc = malloc(sc_len);
+    assert_true(rgb && resized && sc);
+    assert_int_equal(vlm_image_decode(file, n, &il, rgb, rgb_cap, &info,
+                                      &err), VLM_OK);
+    assert_int_equal(vlm_image_resize_bicubic(rgb, 100, 60, resized, 112, 56,
+                                              sc, sc_len, &err), VLM_OK);
+    frames[0] = frames[1] = frames[2] = resized;
+    vlm_video_build_lut(&cfg, lut);
+    vlm_qwen2vl_patchify_frames(&cfg, &plan.grid,
+                                (const uint8_t *const *) frames, 3, lut,
+                                want);
+    assert_memory_equal(pv, want, plan.n_values * sizeof(float));
+
+    /* refused */
+    vl.max_frames = 2;
+    assert_int_equal(vlm_video_frames_plan(&il, &vl, &cfg, list, list_len,
+                                           &plan, &err), VLM_ERR_LIMIT);
+    vl.max_frames = 768;
+
+    sprintf(payload, "%s,%s", b64, gif);
+    len = strlen(payload);
+    assert_int_equal(vlm_video_frames_list(payload, len, list, cap,
+                                           &list_len, &err), VLM_OK);
+    assert_int_equal(vlm_video_frames_plan(&il, &vl, &cfg, list, list_len,
+                                           &plan, &err), VLM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "frame 1 is 100x80"));
+
+    sprintf(payload, "%s,,%s", b64, b64);
+    len = strlen(payload);
+    assert_int_equal(vlm_video_frames_list(payload, len, list, cap,
+                                           &list_len, &err), VLM_ERR_FORMAT);
+
+    free(sc);
+    free(resized);
+    free(rgb);
+    free(file);
+    free(want);
+    free(pv);
+    free(list);
+    free(payload);
+    free(gif);
+    free(b64);
+}
+
+
 static void
 check_case(vlm_model_t *m, const char *name, const char *ref_case)
 {
@@ -608,6 +754,7 @@ main(void)
         cmocka_unit_test(test_video_pixels),
         cmocka_unit_test(test_decode_files),
         cmocka_unit_test(test_decode_refused),
+        cmocka_unit_test(test_frames),
         cmocka_unit_test(test_qwen2vl_video),
         cmocka_unit_test(test_qwen25vl_video),
     };

@@ -69,10 +69,15 @@ ngx_http_vlm_video_plan(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
                              "take videos");
     }
 
-    rc = vlm_video_plan(&vmcf->video_limits,
-                        &ngx_http_vlm_image_config(ctx, i, &cfg)->qwen2vl,
-                        &vmcf->video_sampling, ci->data, ci->len,
-                        &ci->video, err);
+    ngx_http_vlm_image_config(ctx, i, &cfg);
+
+    rc = ci->frames
+         ? vlm_video_frames_plan(&ctx->vlcf->image_limits,
+                                 &vmcf->video_limits, &cfg.qwen2vl, ci->data,
+                                 ci->len, &ci->video, err)
+         : vlm_video_plan(&vmcf->video_limits, &cfg.qwen2vl,
+                          &vmcf->video_sampling, ci->data, ci->len,
+                          &ci->video, err);
     if (rc != VLM_OK) {
         return rc;
     }

@@ -18,6 +18,7 @@
 #include "api/vlm_toolcall.h"
 #include "image/vlm_image.h"
 #include "image/vlm_video_decode.h"
+#include "image/vlm_video_frames.h"
 #include "queue/vlm_queue.h"
 #include "text/vlm_tokenizer.h"
 #include "text/vlm_jinja.h"
@@ -273,6 +274,8 @@ typedef struct {
     vlm_video_plan_t          video;        /* a video's; plan has its
                                                grid and n_values */
     unsigned                  is_video:1;
+    unsigned                  frames:1;     /* a video as a frame list
+                                               (vlm_video_frames.h) */
     unsigned                  remote:1;     /* an http(s) URL to fetch */
     unsigned                  in_body:1;    /* data is in the body, not
                                                malloc'ed */

@@ -297,6 +297,32 @@ ngx_http_vlm_task_prepare(void *data, ngx_log_t *log)
             goto image_error;
         }
 
+        if (im->video && url.media_type_len == sizeof("video/jpeg") - 1
+            && ngx_strncasecmp((u_char *) url.media_type,
+                               (u_char *) "video/jpeg", url.media_type_len)
+               == 0)
+        {
+            /* vLLM's frames: base64 images separated by ',' */
+            len = vlm_video_frames_list_size(url.data, url.data_len);
+
+            ci->data = malloc(len);
+            if (ci->data == NULL) {
+                goto nomem;
+            }
+
+            ci->frames = 1;
+
+            if (vlm_video_frames_list(url.data, url.data_len, ci->data, len,
+                                      &ci->len, &e)
+                != VLM_OK
+                || ngx_http_vlm_image_plan(ctx, i, &e) != VLM_OK)
+            {
+                goto image_error;
+            }
+
+            continue;
+        }
+
         len = vlm_base64_decoded_len(url.data, url.data_len);
 
         if ((u_char *) url.data >= ctx->body
@@ -518,7 +544,11 @@ ngx_http_vlm_task_fill(void *data, ngx_log_t *log)
         vlm_image_ctx_pixels(ts->image, cfg.qwen2vl.min_pixels,
                              cfg.qwen2vl.max_pixels);
 
-        if ((ci->is_video
+        if ((ci->frames
+             ? vlm_video_frames_run(&ctx->vlcf->image_limits, &cfg.qwen2vl,
+                                    ci->data, ci->len, &ci->video, pixels,
+                                    ci->plan.n_values, &e)
+             : ci->is_video
              ? vlm_video_run(&vmcf->video_limits, &cfg.qwen2vl,
                              &vmcf->video_sampling, ci->data, ci->len,
                              &ci->video, pixels, ci->plan.n_values, &e)
