@@ -6,10 +6,12 @@
 # (<|vision_start|>, 12 <|video_pad|>, <|vision_end|>) over the same text
 # alone, as /tokenize counts it too.  An H.264 mp4 and a VP9 webm, a
 # video and an image in one request, an mp4 fetched from an http URL
-# (vlm_image_fetch) and a JPEG fetched as a video (400), streamed; a cut
-# file, bytes that are no video, an image media type, a header that
-# declares 65535x65535 frames (refused from the header, fast), a video in
-# an assistant message, and vlm_max_video_bytes (its data: URL's base64
+# (vlm_image_fetch) and a JPEG fetched as a video (400), vLLM's list of
+# JPEG frames (and frames of two sizes, an empty one, bad base64: 400),
+# the image cache hit by a video sent again, streamed; a cut file, bytes
+# that are no video, an image media type, a header that declares
+# 65535x65535 frames (refused from the header, fast), a video in an
+# assistant message, and vlm_max_video_bytes (its data: URL's base64
 # length) and vlm_max_video_duration below the file's: each a 400 naming
 # the problem; vlm_max_video_frames 4 takes the 4 sampled frames;
 # afterwards every slot is free and error.log has no alert.
@@ -151,6 +153,26 @@ is(prompt_tokens(body(video($webm_url), image($png_url), video($mp4_url)),
             'an empty frame', qr/frame 1 of the list is empty/);
     refused(body(video("data:video/jpeg;base64,$jpeg,\@\@\@\@")),
             'a frame of bad base64', qr/base64/);
+}
+
+# the image cache keys a video by its frames' pixels: a new video after
+# two different texts is encoded once, then found
+{
+    (my $f = encode_base64(vlm_png(56, 56, 7))) =~ s/\s+//g;
+    my $m0 = vlm_metrics($srv);
+    for my $t ('First.', 'Second.') {
+        my $b = body(video("data:video/jpeg;base64,$f,$f"));
+        unshift @{ $b->{messages}[0]{content} }, { type => 'text',
+                                                   text => $t };
+        is(vlm_post_json($srv, $b)->{status}, 200, "a video after '$t': 200");
+    }
+    my $m1 = vlm_metrics($srv);
+    is(($m1->{vlm_image_cache_misses_total} // 0)
+       - ($m0->{vlm_image_cache_misses_total} // 0), 1,
+       'the new video: one image cache miss');
+    is(($m1->{vlm_image_cache_hits_total} // 0)
+       - ($m0->{vlm_image_cache_hits_total} // 0), 1,
+       'the same video again: one image cache hit');
 }
 
 # streamed
