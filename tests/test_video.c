@@ -6,9 +6,10 @@
  * and, for Qwen2-VL and Qwen2.5-VL, get_rope_index's positions with
  * videos (Qwen2.5-VL's second_per_grid_ts), last logits within 1e-4
  * relative L2 and 32 greedy tokens, for a video, an image and a video,
- * and two videos; FFmpeg decoding of an H.264 mp4 and a VP9 webm (the
- * frames PyAV decodes, to the bit), and the files refused from their
- * header (bytes, size, duration, a declared 65535x65535 frame) or cut.
+ * and two videos, and for Qwen3-VL a video in one block a temporal patch;
+ * FFmpeg decoding of an H.264 mp4 and a VP9 webm (the frames PyAV
+ * decodes, to the bit), and the files refused from their header (bytes,
+ * size, duration, a declared 65535x65535 frame) or cut; vLLM's frames.
  */
 
 #define _GNU_SOURCE
@@ -745,6 +746,88 @@ test_qwen25vl_video(void **state)
 }
 
 
+/*
+ * Qwen3-VL: the video's temporal patches given as images of one patch
+ * each, in the prompt's blocks (one <|vision_start|> a temporal patch,
+ * after its timestamp's text): the vision tower attends within a frame,
+ * so this is transformers' encoding of the whole video; positions,
+ * logits and greedy tokens as transformers gives them
+ */
+static void
+test_qwen3vl_video(void **state)
+{
+    int                  i, n, t, hw, next;
+    int32_t             *pos;
+    vlm_npy_t            ids, grid, ref_pos, last, greedy, pix;
+    vlm_seq_t           *seq;
+    vlm_image_t          img[16];
+    vlm_error_t          err;
+    vlm_model_t         *m;
+    vlm_model_stats_t    st;
+    vlm_model_params_t   p;
+
+    (void) state;
+
+    vlm_test_fixture_params(&p);
+
+    if (vlm_model_load(&m, MODELS "/qwen3vl-f32", &p, &err) != VLM_OK) {
+        fail_msg("load qwen3vl-f32: %s", err.msg);
+    }
+
+    vlm_test_load_npy(&ids, FIX, "qwen3vl-f32", "video1", "input_ids.npy");
+    vlm_test_load_npy(&ref_pos, FIX, "qwen3vl-f32", "video1",
+                      "position_ids.npy");
+    vlm_test_load_npy(&last, FIX, "qwen3vl-f32", "video1",
+                      "logits_last.npy");
+    vlm_test_load_npy(&greedy, FIX, "qwen3vl-f32", "video1", "greedy.npy");
+    vlm_test_load_npy(&grid, FIX, "qwen3vl-f32", "video1", "grid_thw.npy");
+    npy(&pix, FIX "/qwen3vl_pixel_values.npy");
+
+    n = (int) ids.n;
+    t = ((int32_t *) grid.data)[0];
+    hw = ((int32_t *) grid.data)[1] * ((int32_t *) grid.data)[2];
+    assert_true(t <= 16);
+    assert_int_equal(pix.shape[0], t * hw);
+
+    for (i = 0; i < t; i++) {
+        memset(&img[i], 0, sizeof(vlm_image_t));
+        img[i].pixels = (float *) pix.data + (size_t) i * hw * pix.shape[1];
+        img[i].grid_t = 1;
+        img[i].grid_h = ((int32_t *) grid.data)[1];
+        img[i].grid_w = ((int32_t *) grid.data)[2];
+    }
+
+    pos = malloc((size_t) 3 * n * sizeof(int32_t));
+    assert_non_null(pos);
+    assert_int_equal(vlm_rope_index(m, ids.data, n, img, t, 0, pos, &next,
+                                    &err), VLM_OK);
+    assert_memory_equal(pos, ref_pos.data, (size_t) 3 * n * sizeof(int32_t));
+    free(pos);
+
+    assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+
+    if (vlm_seq_prefill(seq, ids.data, n, img, t, NULL, &err) != VLM_OK) {
+        fail_msg("qwen3vl-f32/video1: %s", err.msg);
+    }
+
+    vlm_test_check_answer(m, seq, FIX, "qwen3vl-f32", "video1", NULL, n,
+                          &last, &greedy, 1e-4);
+    vlm_seq_free(seq);
+
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(st.seqs_used, 0);
+
+    vlm_npy_free(&ids);
+    vlm_npy_free(&ref_pos);
+    vlm_npy_free(&last);
+    vlm_npy_free(&greedy);
+    vlm_npy_free(&grid);
+    vlm_npy_free(&pix);
+    vlm_model_free(m);
+}
+
+
 int
 main(void)
 {
@@ -757,6 +840,7 @@ main(void)
         cmocka_unit_test(test_frames),
         cmocka_unit_test(test_qwen2vl_video),
         cmocka_unit_test(test_qwen25vl_video),
+        cmocka_unit_test(test_qwen3vl_video),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,8 +4,10 @@ Reads the checkpoints tools/fixtures_models.py wrote to
 tests/fixtures/models and writes tests/fixtures/video/:
 
 - t/data/video-h264.mp4, t/data/video-vp9.webm: two small video files
-  (PyAV's encoders), and <name>_frames.npy, the frames fps 2 samples from
-  each as PyAV decodes them to RGB24;
+  (PyAV's encoders; the webm's 16-byte segment UID is random, the rest
+  of both files the same every run), and <name>_frames.npy, the frames fps 2 samples from
+  each as PyAV decodes them to RGB24; in/, links to the files (the
+  seed corpus of fuzz/fuzz_video.c);
 - sample.npy: Qwen2VLVideoProcessor.sample_frames' indices for a table
   of (frames, source fps, requested fps, max frames) rows;
 - frames_<k>.npy: the decoded RGB frames of video k ([n, h, w, 3], the
@@ -17,7 +19,10 @@ tests/fixtures/models and writes tests/fixtures/video/:
   second_per_grid_t.npy (Qwen2.5-VL's, 0 for images), the input ids with
   <|video_pad|> expanded as the processor does, get_rope_index's
   positions, the last logits and a 32-token greedy continuation, in
-  float32.
+  float32;
+- qwen3vl-f32/ref/video1/ and qwen3vl_pixel_values.npy: the same for
+  Qwen3-VL (its video processor, patch 16), a video written as one
+  <|vision_start|> block a temporal patch, each after its timestamp.
 
 The processor is transformers 4.57.6's, torch-based: frames resized by
 torchvision's antialiased bicubic and normalised in float32 with the mean
@@ -31,7 +36,10 @@ import av
 import numpy as np
 import torch
 from transformers import (Qwen2VLForConditionalGeneration,
-                          Qwen2_5_VLForConditionalGeneration)
+                          Qwen2_5_VLForConditionalGeneration,
+                          Qwen3VLForConditionalGeneration)
+from transformers.models.qwen3_vl.video_processing_qwen3_vl import (
+    Qwen3VLVideoProcessor)
 from transformers.models.qwen2_vl.image_processing_qwen2_vl import (
     Qwen2VLImageProcessor)
 from transformers.models.qwen2_vl.video_processing_qwen2_vl import (
@@ -211,6 +219,10 @@ def write_files():
         np.save(os.path.join(OUT, base + "_frames.npy"),
                 np.stack([rgb[i] for i in (0, 3, 6, 9)]).astype(np.int32))
         print("%s: %d bytes" % (path, os.path.getsize(path)))
+        # the seed corpus of fuzz/fuzz_video.c (make fuzz)
+        os.makedirs(os.path.join(OUT, "in"), exist_ok=True)
+        os.symlink(os.path.join("..", "..", "..", "..", "t", "data", name),
+                   os.path.join(OUT, "in", name))
 
 
 def main():
@@ -249,6 +261,65 @@ def main():
                             os.path.join(OUT, name, "ref", case))
             print("%s/%s: %d tokens, top-2 gap %.4f"
                   % (name, case, len(ids), gap))
+
+    qwen3vl_case(videos[0][3])
+
+
+def qwen3vl_case(frames):
+    """Qwen3-VL: one <|vision_start|> block a temporal patch, each after
+    its timestamp's text (random text tokens stand for "<0.5 seconds>":
+    the fixture's vocabulary has no digits), the vision tower over the
+    whole video, get_rope_index giving each block t = 0"""
+    name = "qwen3vl-f32"
+    vproc = Qwen3VLVideoProcessor(size={"shortest_edge": 1024,
+                                        "longest_edge": 25600 * 4},
+                                  patch_size=16, temporal_patch_size=2,
+                                  merge_size=2)
+    r = vproc(videos=[frames], return_tensors="pt", do_sample_frames=False)
+    pv = r["pixel_values_videos"].numpy().astype(np.float32)
+    thw = r["video_grid_thw"].numpy().astype(np.int64)[0]
+    t, h, w = (int(x) for x in thw)
+    n = h * w // 4
+
+    rng = np.random.default_rng(13)
+    ids = [IM_START] + list(rng.integers(0, 290, size=5))
+    for _ in range(t):
+        ids += list(rng.integers(0, 290, size=3))
+        ids += [VISION_START] + [VIDEO_PAD] * n + [VISION_END]
+    ids += list(rng.integers(0, 290, size=4))
+    ids += [IM_END, IM_START] + list(rng.integers(0, 290, size=3))
+    ids = np.array(ids, dtype=np.int64)
+
+    d = os.path.join(OUT, name, "ref", "video1")
+    os.makedirs(d, exist_ok=True)
+    save(OUT, "qwen3vl_pixel_values.npy", pv)
+    save(d, "grid_thw.npy", thw[None].astype(np.int32))
+    save(d, "input_ids.npy", ids.astype(np.int32))
+
+    model = Qwen3VLForConditionalGeneration.from_pretrained(
+        os.path.join(MODELS_DIR, name), dtype=torch.float32,
+        attn_implementation="eager").eval()
+    kw = dict(pixel_values_videos=torch.tensor(pv),
+              video_grid_thw=torch.tensor(thw[None]))
+    input_ids = torch.tensor(ids)[None]
+    with torch.no_grad():
+        pos, _ = model.model.get_rope_index(input_ids, None,
+                                            kw["video_grid_thw"])
+        save(d, "position_ids.npy", pos[:, 0, :].numpy().astype(np.int32))
+        out = model(input_ids=input_ids, **kw)
+        logits = out.logits[0].float().numpy()
+        save(d, "logits_last.npy", logits[-1])
+        # the greedy continuation by whole forwards: generate() (with its
+        # KV cache) leaves it at token 4 here, where the whole forward of
+        # its own tokens says otherwise by a margin of 0.17
+        seq = input_ids
+        for _ in range(N_NEW):
+            nxt = model(input_ids=seq, **kw).logits[0, -1].argmax()
+            seq = torch.cat([seq, nxt.view(1, 1)], dim=1)
+        save(d, "greedy.npy", seq[0, len(ids):].numpy().astype(np.int32))
+    top = np.sort(logits[-1])[::-1]
+    print("%s/video1: %d tokens, grid %dx%dx%d, top-2 gap %.4f"
+          % (name, len(ids), t, h, w, top[0] - top[1]))
 
 
 if __name__ == "__main__":
