@@ -387,7 +387,7 @@ test_decode_refused(void **state)
     vlm_video_sampling_default(&s);
     data = read_file("t/data/video-h264.mp4", &len);
     bad = malloc(len);
-    pv = malloc(4096 * sizeof(float));
+    pv = malloc(32768 * sizeof(float));
     assert_true(bad && pv);
 
     /* limits, each from the header alone */
@@ -431,6 +431,34 @@ test_decode_refused(void **state)
     assert_int_equal(vlm_video_plan(&limits, &cfg, &s, bad, len, &plan,
                                     &err), VLM_ERR_LIMIT);
     assert_non_null(strstr(err.msg, "65535x65535"));
+
+    /*
+     * a header smaller than the stream: the sample entry says 16x12, the
+     * H.264 parameters 32x24, over max_area; the decoder refuses the
+     * frame before it allocates it
+     */
+    memcpy(bad, data, len);
+    for (i = 0; i + 4 < len && memcmp(bad + i, "stsd", 4) != 0; i++) {
+        /* void */
+    }
+    for ( /* void */ ; i + 32 < len && memcmp(bad + i, "avc1", 4) != 0;
+         i++)
+    {
+        /* void */
+    }
+    bad[i + 28] = 0;
+    bad[i + 29] = 16;
+    bad[i + 30] = 0;
+    bad[i + 31] = 12;
+    limits.max_area = 200;
+    assert_int_equal(vlm_video_plan(&limits, &cfg, &s, bad, len, &plan,
+                                    &err), VLM_OK);
+    assert_int_equal(plan.width, 16);
+    assert_true(plan.n_values <= 32768);
+    assert_int_equal(vlm_video_run(&limits, &cfg, &s, bad, len, &plan, pv,
+                                   32768, &err), VLM_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "does not decode"));
+    vlm_video_limits_default(&limits);
 
     /* cut short: refused by the header or by the decoding, never read */
     for (cut = 16; cut < len; cut += len / 23) {

@@ -538,6 +538,13 @@ vlm_video_run(const vlm_video_limits_t *limits,
     /* one thread: the request is one of the thread pool's tasks */
     v.f.dec->thread_count = 1;
 
+    /*
+     * the stream's own parameters (an SPS) may declare a larger frame
+     * than the container's header: the decoder refuses to allocate one
+     * over the limit, so a bomb behind a small header is no bomb
+     */
+    v.f.dec->max_pixels = (int64_t) limits->max_area;
+
     rc = avcodec_parameters_to_context(v.f.dec,
                                        v.f.fmt->streams[v.f.stream]->codecpar);
     if (rc >= 0) {
