@@ -12,8 +12,8 @@
 # that are no video, an image media type, a header that declares
 # 65535x65535 frames (refused from the header, fast), a video in an
 # assistant message, and vlm_max_video_bytes (its data: URL's base64
-# length) and vlm_max_video_duration below the file's: each a 400 naming
-# the problem; vlm_max_video_frames 4 takes the 4 sampled frames;
+# length), vlm_max_video_duration and vlm_max_image_pixels (a frame's
+# area) below the file's: each a 400 naming the problem; vlm_max_video_frames 4 takes the 4 sampled frames;
 # afterwards every slot is free and error.log has no alert.
 
 use strict;
@@ -238,6 +238,13 @@ $srv = vlm_start(name => 'video-duration',
                                 . "    vlm_max_video_duration 1s;");
 refused(body(video($webm_url)), 'a 2 s webm over vlm_max_video_duration 1s',
         qr/2\.0 seconds, more than the 1 allowed/);
+
+VLMTest::vlm_stop($srv);
+$srv = vlm_start(name => 'video-pixels',
+                 http_config => "vlm_served_model_name serving;\n"
+                                . "    vlm_max_image_pixels 700;");
+refused(body(video($mp4_url)), '32x24 frames over vlm_max_image_pixels 700',
+        qr/frames of 32x24 pixels, more than .* 700 in all allowed/);
 
 vlm_wait_idle($srv);
 VLMTest::check_log($srv, 'limits');

@@ -169,6 +169,7 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
     vmcf->video_limits.max_bytes = vmcf->max_video_bytes;
     vmcf->video_limits.max_frames = (uint32_t) vmcf->max_video_frames;
     vmcf->video_limits.max_seconds = vmcf->max_video_duration / 1000.0;
+    vmcf->video_limits.max_area = vmcf->max_image_pixels;
     vlm_video_sampling_default(&vmcf->video_sampling);
 
     if (vmcf->model.len
