@@ -246,6 +246,20 @@ $srv = vlm_start(name => 'video-pixels',
 refused(body(video($mp4_url)), '32x24 frames over vlm_max_image_pixels 700',
         qr/frames of 32x24 pixels, more than .* 700 in all allowed/);
 
+# a Qwen3-VL model: its videos are not served yet, a 400 that says so
+VLMTest::vlm_stop($srv);
+$srv = vlm_start(name => 'video-qwen3vl',
+                 model => "$root/tests/fixtures/serving-qwen3vl",
+                 http_config => 'vlm_served_model_name serving;');
+refused(body(video($mp4_url)), 'a video for Qwen3-VL',
+        qr/this model does not take videos/,
+        'messages[0].content[0].video_url');
+{
+    my $res = vlm_post_json($srv, body(image($png_url)));
+    is($res->{status}, 200, 'an image for Qwen3-VL: 200')
+        or diag($res->{body});
+}
+
 vlm_wait_idle($srv);
 VLMTest::check_log($srv, 'limits');
 
