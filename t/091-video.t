@@ -13,8 +13,10 @@
 # 65535x65535 frames (refused from the header, fast), a video in an
 # assistant message, and vlm_max_video_bytes (its data: URL's base64
 # length), vlm_max_video_duration and vlm_max_image_pixels (a frame's
-# area) below the file's: each a 400 naming the problem; vlm_max_video_frames 4 takes the 4 sampled frames;
-# afterwards every slot is free and error.log has no alert.
+# area) below the file's: each a 400 naming the problem;
+# vlm_max_video_frames 4 takes the 4 sampled frames; a Qwen3-VL model
+# refuses a video (400) and serves an image; afterwards every slot is
+# free and error.log has no alert.
 
 use strict;
 use warnings;
