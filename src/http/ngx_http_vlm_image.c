@@ -1,8 +1,8 @@
 /*
- * A request's images and videos apart from their decoding: the processor's settings
- * for each one's detail, the images given as http(s) URLs fetched
- * (ngx_http_vlm_fetch.c) before the request is admitted, and the prompt's
- * image placeholders expanded to the images' tokens.
+ * A request's images and videos apart from their decoding: the
+ * processor's settings for each one's detail, the images and videos
+ * given as http(s) URLs fetched (ngx_http_vlm_fetch.c) before the request
+ * is admitted, and the prompt's placeholders expanded to their tokens.
  */
 
 #include "ngx_http_vlm_module.h"
