@@ -27,7 +27,8 @@ ngx_http_vlm_chat_elided(const json_t *v)
  * and video parts {"type": "video"}, as vLLM gives them (the templates of
  * SmolVLM and Idefics3 know no other), "developer" turns "system" ones,
  * as vlm_openai_request_parse() reads them, and a text that the parser
- * left in the body its text (om, the parsed message, has it).  A new reference, NULL when out of memory.
+ * left in the body its text (om, the parsed message, has it).  A new
+ * reference, NULL when out of memory.
  */
 static json_t *
 ngx_http_vlm_chat_message(json_t *m, const vlm_openai_message_t *om)
