@@ -2,7 +2,8 @@
  * Video input against transformers 4.57.6 (tools/fixtures_video.py, on
  * the tiny checkpoints of tests/fixtures/models): the frames
  * Qwen2VLVideoProcessor.sample_frames keeps, the C pipeline's
- * pixel_values_videos and video_grid_thw from the same decoded frames,
+ * pixel_values_videos (to the bit: torchvision's uint8 resize, the torch
+ * normalisation) and video_grid_thw from the same decoded frames,
  * and, for Qwen2-VL and Qwen2.5-VL, get_rope_index's positions with
  * videos (Qwen2.5-VL's second_per_grid_ts), last logits within 1e-4
  * relative L2 and 32 greedy tokens, for a video, an image and a video,
@@ -37,13 +38,7 @@
 #define FIX     "tests/fixtures/video"
 #define MODELS  "tests/fixtures/models"
 
-/*
- * The processor resizes with torchvision's antialiased bicubic in
- * float32, this code with Pillow's (8-bit between the passes): one
- * 8-bit level at most (1 / (255 * std): 0.0150 for the smallest std), in
- * at most a third of the values (measured: 27 % and 0.2 %)
- */
-#define LEVEL_TOL  0.0151
+
 
 
 static void
@@ -153,8 +148,9 @@ check_video_pixels(int k)
     frames = calloc(nf, sizeof(uint8_t *));
     lut = malloc(3 * 256 * sizeof(float));
     pv = malloc(vlm_qwen2vl_values(&grid) * sizeof(float));
-    scratch_len = vlm_image_resize_scratch_size(w, h, grid.resized_w,
-                                                grid.resized_h);
+    scratch_len = vlm_image_resize_scratch(w, h, grid.resized_w,
+                                           grid.resized_h,
+                                           VLM_RESAMPLE_BICUBIC_TORCH);
     scratch = malloc(scratch_len);
     assert_true(src && frames && lut && pv && scratch);
 
@@ -167,10 +163,10 @@ check_video_pixels(int k)
         frames[f] = malloc((size_t) grid.resized_h * grid.resized_w * 3);
         assert_non_null(frames[f]);
 
-        assert_int_equal(vlm_image_resize_bicubic(src, w, h, frames[f],
-                                                  grid.resized_w,
-                                                  grid.resized_h, scratch,
-                                                  scratch_len, &err),
+        assert_int_equal(vlm_image_resize(src, w, h, frames[f],
+                                          grid.resized_w, grid.resized_h,
+                                          VLM_RESAMPLE_BICUBIC_TORCH,
+                                          scratch, scratch_len, &err),
                          VLM_OK);
     }
 
@@ -194,8 +190,8 @@ check_video_pixels(int k)
                   grid.grid_h, grid.grid_w, n_diff, (long long) ref.n,
                   (double) dmax);
 
-    assert_true(dmax <= LEVEL_TOL);
-    assert_true(n_diff * 3 <= (size_t) ref.n);
+    /* the processor's arithmetic, to the bit */
+    assert_int_equal(n_diff, 0);
 
     for (f = 0; f < nf; f++) {
         free(frames[f]);
@@ -208,6 +204,64 @@ check_video_pixels(int k)
     free(src);
     vlm_npy_free(&fr);
     vlm_npy_free(&ref);
+}
+
+
+/* torchvision's uint8 resize, up and down, to the pixel */
+static void
+test_torch_resize(void **state)
+{
+    int           k;
+    char          path[256];
+    size_t        i, n, sc_len;
+    uint8_t      *src, *dst;
+    uint32_t      w, h, ow, oh;
+    void         *sc;
+    vlm_npy_t     in, out;
+    vlm_error_t   err;
+
+    (void) state;
+
+    for (k = 0; k < 6; k++) {
+        snprintf(path, sizeof(path), FIX "/resize_%d_in.npy", k);
+        npy(&in, path);
+        snprintf(path, sizeof(path), FIX "/resize_%d_out.npy", k);
+        npy(&out, path);
+
+        h = (uint32_t) in.shape[0];
+        w = (uint32_t) in.shape[1];
+        oh = (uint32_t) out.shape[0];
+        ow = (uint32_t) out.shape[1];
+
+        src = malloc((size_t) in.n);
+        dst = malloc((size_t) out.n);
+        sc_len = vlm_image_resize_scratch(w, h, ow, oh,
+                                          VLM_RESAMPLE_BICUBIC_TORCH);
+        sc = malloc(sc_len);
+        assert_true(src && dst && sc);
+
+        for (i = 0; i < (size_t) in.n; i++) {
+            src[i] = (uint8_t) ((int32_t *) in.data)[i];
+        }
+
+        assert_int_equal(vlm_image_resize(src, w, h, dst, ow, oh,
+                                          VLM_RESAMPLE_BICUBIC_TORCH, sc,
+                                          sc_len, &err), VLM_OK);
+
+        for (i = 0, n = 0; i < (size_t) out.n; i++) {
+            n += dst[i] != ((int32_t *) out.data)[i];
+        }
+
+        print_message("resize %ux%u -> %ux%u: %zu of %lld values differ\n",
+                      w, h, ow, oh, n, (long long) out.n);
+        assert_int_equal(n, 0);
+
+        free(sc);
+        free(dst);
+        free(src);
+        vlm_npy_free(&in);
+        vlm_npy_free(&out);
+    }
 }
 
 
@@ -322,7 +376,8 @@ check_file(const char *file, const char *frames_npy)
     w = (uint32_t) fr.shape[2];
 
     src = malloc((size_t) w * h * 3);
-    scratch_len = vlm_image_resize_scratch_size(w, h, 28, 28);
+    scratch_len = vlm_image_resize_scratch(w, h, 28, 28,
+                                           VLM_RESAMPLE_BICUBIC_TORCH);
     scratch = malloc(scratch_len);
     assert_true(src && scratch);
 
@@ -333,9 +388,10 @@ check_file(const char *file, const char *frames_npy)
 
         frames[f] = malloc(28 * 28 * 3);
         assert_non_null(frames[f]);
-        assert_int_equal(vlm_image_resize_bicubic(src, w, h, frames[f], 28,
-                                                  28, scratch, scratch_len,
-                                                  &err), VLM_OK);
+        assert_int_equal(vlm_image_resize(src, w, h, frames[f], 28, 28,
+                                          VLM_RESAMPLE_BICUBIC_TORCH,
+                                          scratch, scratch_len, &err),
+                         VLM_OK);
     }
 
     vlm_video_build_lut(&cfg, lut);
@@ -601,13 +657,15 @@ test_frames(void **state)
     rgb_cap = vlm_image_decode_buffer_size(100, 60);
     rgb = malloc(rgb_cap);
     resized = malloc(112 * 56 * 3);
-    sc_len = vlm_image_resize_scratch_size(100, 60, 112, 56);
+    sc_len = vlm_image_resize_scratch(100, 60, 112, 56,
+                                      VLM_RESAMPLE_BICUBIC_TORCH);
     sc = malloc(sc_len);
     assert_true(rgb && resized && sc);
     assert_int_equal(vlm_image_decode(file, n, &il, rgb, rgb_cap, &info,
                                       &err), VLM_OK);
-    assert_int_equal(vlm_image_resize_bicubic(rgb, 100, 60, resized, 112, 56,
-                                              sc, sc_len, &err), VLM_OK);
+    assert_int_equal(vlm_image_resize(rgb, 100, 60, resized, 112, 56,
+                                      VLM_RESAMPLE_BICUBIC_TORCH, sc, sc_len,
+                                      &err), VLM_OK);
     frames[0] = frames[1] = frames[2] = resized;
     vlm_video_build_lut(&cfg, lut);
     vlm_qwen2vl_patchify_frames(&cfg, &plan.grid,
@@ -862,6 +920,7 @@ main(void)
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_sample_frames),
         cmocka_unit_test(test_video_lut),
+        cmocka_unit_test(test_torch_resize),
         cmocka_unit_test(test_video_pixels),
         cmocka_unit_test(test_decode_files),
         cmocka_unit_test(test_decode_refused),

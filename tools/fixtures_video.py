@@ -8,6 +8,9 @@ tests/fixtures/models and writes tests/fixtures/video/:
   of both files the same every run), and <name>_frames.npy, the frames fps 2 samples from
   each as PyAV decodes them to RGB24; in/, links to the files (the
   seed corpus of fuzz/fuzz_video.c);
+- resize_<k>_in.npy, resize_<k>_out.npy: random RGB images and what
+  torchvision's resize (bicubic, antialias, on uint8, as the torch video
+  processors call it) makes of them, up and down, six sizes;
 - sample.npy: Qwen2VLVideoProcessor.sample_frames' indices for a table
   of (frames, source fps, requested fps, max frames) rows;
 - frames_<k>.npy: the decoded RGB frames of video k ([n, h, w, 3], the
@@ -158,6 +161,23 @@ def reference(model, qwen25, ids, media, d):
     return float(top[0] - top[1])
 
 
+# torchvision's uint8 resize (the video processors'): (h, w) -> (oh, ow)
+RESIZES = [(40, 61, 28, 56), (31, 47, 28, 84), (17, 23, 56, 28),
+           (60, 19, 28, 28), (25, 90, 28, 56), (9, 70, 28, 56)]
+
+
+def resizes():
+    from torchvision.transforms.v2 import functional as F
+    rng = np.random.default_rng(5)
+    for k, (h, w, oh, ow) in enumerate(RESIZES):
+        img = rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8)
+        t = torch.from_numpy(img).permute(2, 0, 1)[None]
+        r = F.resize(t, [oh, ow], interpolation=F.InterpolationMode.BICUBIC,
+                     antialias=True)[0].permute(1, 2, 0).numpy()
+        save(OUT, "resize_%d_in.npy" % k, img.astype(np.int32))
+        save(OUT, "resize_%d_out.npy" % k, r.astype(np.int32))
+
+
 def samples(vproc):
     rows = []
     for total, src_fps, fps, max_frames in SAMPLES:
@@ -232,6 +252,7 @@ def main():
         shutil.rmtree(OUT)
     os.makedirs(OUT)
     samples(vproc)
+    resizes()
     write_files()
 
     rng = np.random.default_rng(3)

@@ -140,3 +140,4 @@ vlm_video_build_lut(const vlm_qwen2vl_config_t *cfg, float *lut)
         }
     }
 }
+

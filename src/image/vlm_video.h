@@ -7,9 +7,9 @@
  * Matches transformers 4.57.6's Qwen2VLVideoProcessor (torch-based; there
  * is no PIL video processor): sample_frames, the temporal padding with the
  * last frame, the patch order, and its float32 normalisation with the
- * mean and std scaled by 1 / rescale_factor.  The frames are resized by
- * the image path's Pillow bicubic, where the processor uses torchvision's
- * antialiased bicubic: docs/images.md has what that changes.
+ * mean and std scaled by 1 / rescale_factor.  The frames are resized as
+ * torchvision resizes uint8 tensors (vlm_image_resize with
+ * VLM_RESAMPLE_BICUBIC_TORCH).
  */
 
 #ifndef VLM_VIDEO_H

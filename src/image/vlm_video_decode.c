@@ -425,10 +425,10 @@ vlm_video_take(vlm_video_run_t *v, const vlm_video_plan_t *plan,
                                       * plan->grid.resized_h
                                       * plan->grid.resized_w * 3;
 
-    rc = vlm_image_resize_bicubic(v->rgb, plan->width, plan->height,
-                                  v->frames[v->kept], plan->grid.resized_w,
-                                  plan->grid.resized_h, v->scratch,
-                                  v->scratch_len, err);
+    rc = vlm_image_resize(v->rgb, plan->width, plan->height,
+                          v->frames[v->kept], plan->grid.resized_w,
+                          plan->grid.resized_h, VLM_RESAMPLE_BICUBIC_TORCH,
+                          v->scratch, v->scratch_len, err);
     if (rc != VLM_OK) {
         return rc;
     }
@@ -510,9 +510,10 @@ vlm_video_run(const vlm_video_limits_t *limits,
     v.rgb = malloc((size_t) plan->width * plan->height * 3);
     v.resized = malloc((size_t) plan->n_sampled * plan->grid.resized_h
                        * plan->grid.resized_w * 3);
-    v.scratch_len = vlm_image_resize_scratch_size(plan->width, plan->height,
-                                                  plan->grid.resized_w,
-                                                  plan->grid.resized_h);
+    v.scratch_len = vlm_image_resize_scratch(plan->width, plan->height,
+                                             plan->grid.resized_w,
+                                             plan->grid.resized_h,
+                                             VLM_RESAMPLE_BICUBIC_TORCH);
     v.scratch = malloc(v.scratch_len);
     v.pkt = av_packet_alloc();
     v.frame = av_frame_alloc();

@@ -9,8 +9,8 @@
  * before any frame is decoded (a video that declares 100000x100000
  * pixels is refused there), and the grid the sampled frames will make.
  * vlm_video_run() decodes the frames in order, keeps the sampled ones
- * (converted to RGB24 by swscale at their own size, then resized as the
- * image path resizes), and writes pixel_values_videos; a file shorter
+ * (converted to RGB24 by swscale at their own size, then resized as
+ * torchvision resizes them), and writes pixel_values_videos; a file shorter
  * than its header says is VLM_ERR_FORMAT.  It allocates per video (the
  * decoder's state, one RGB frame and the resized sampled frames, bounded
  * by the limits) and frees it all before it returns.

@@ -213,9 +213,10 @@ vlm_video_frames_run(const vlm_image_limits_t *ilimits,
 
     rgb_cap = vlm_image_decode_buffer_size(plan->width, plan->height);
     frame_bytes = (size_t) plan->grid.resized_w * plan->grid.resized_h * 3;
-    scratch_len = vlm_image_resize_scratch_size(plan->width, plan->height,
-                                                plan->grid.resized_w,
-                                                plan->grid.resized_h);
+    scratch_len = vlm_image_resize_scratch(plan->width, plan->height,
+                                           plan->grid.resized_w,
+                                           plan->grid.resized_h,
+                                           VLM_RESAMPLE_BICUBIC_TORCH);
 
     rgb = malloc(rgb_cap);
     resized = malloc(frame_bytes * plan->n_sampled);
@@ -249,10 +250,11 @@ vlm_video_frames_run(const vlm_image_limits_t *ilimits,
 
         if (rc == VLM_OK) {
             frames[i] = resized + frame_bytes * i;
-            rc = vlm_image_resize_bicubic(rgb, plan->width, plan->height,
-                                          frames[i], plan->grid.resized_w,
-                                          plan->grid.resized_h, scratch,
-                                          scratch_len, err);
+            rc = vlm_image_resize(rgb, plan->width, plan->height,
+                                  frames[i], plan->grid.resized_w,
+                                  plan->grid.resized_h,
+                                  VLM_RESAMPLE_BICUBIC_TORCH, scratch,
+                                  scratch_len, err);
         }
     }
 
