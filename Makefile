@@ -53,7 +53,8 @@ LIB_DIRS  := core queue grammar api text image backend model model/qwen2vl \
 SRC_DIRS  := $(LIB_DIRS) http cli
 CPPFLAGS  += -I$(ROOT)/src
 LDLIBS    := -lturbojpeg -lspng -lwebp -lgif -ljansson -lpcre2-8 -lutf8proc \
-             -lopenblas -lxxhash -lm -lpthread -lrt
+             -lopenblas -lxxhash -lavformat -lavcodec -lswscale -lavutil \
+             -lm -lpthread -lrt
 
 # CUDA=1 builds the CUDA backend too (the kernels for CUDA_ARCHS, which
 # takes minutes): only when asked, so that a CPU build never waits for it

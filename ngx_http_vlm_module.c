@@ -110,6 +110,18 @@ static ngx_http_vlm_bounds_t  ngx_http_vlm_fetch_timeout_bounds = {
     ngx_http_vlm_check_msec, 1, 3600 * 1000
 };
 
+static ngx_http_vlm_bounds_t  ngx_http_vlm_max_video_frames_bounds = {
+    ngx_http_vlm_check_num, 2, 768
+};
+
+static ngx_http_vlm_bounds_t  ngx_http_vlm_max_video_bytes_bounds = {
+    ngx_http_vlm_check_size, 1, 1024 * 1024 * 1024
+};
+
+static ngx_http_vlm_bounds_t  ngx_http_vlm_max_video_duration_bounds = {
+    ngx_http_vlm_check_msec, 1000, 24 * 3600 * 1000
+};
+
 static ngx_http_vlm_bounds_t  ngx_http_vlm_fetch_max_size_bounds = {
     ngx_http_vlm_check_size, 1, 32 * 1024 * 1024
 };
@@ -331,6 +343,27 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_vlm_main_conf_t, image_fetch_timeout),
       &ngx_http_vlm_fetch_timeout_bounds },
+
+    { ngx_string("vlm_max_video_frames"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, max_video_frames),
+      &ngx_http_vlm_max_video_frames_bounds },
+
+    { ngx_string("vlm_max_video_bytes"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_vlm_set_size_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, max_video_bytes),
+      &ngx_http_vlm_max_video_bytes_bounds },
+
+    { ngx_string("vlm_max_video_duration"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_vlm_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, max_video_duration),
+      &ngx_http_vlm_max_video_duration_bounds },
 
     { ngx_string("vlm_image_fetch_max_size"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,

@@ -2,7 +2,9 @@
 # An HTTP-level fuzzer of POST /v1/chat/completions against a real nginx
 # with the module and its engine (t/lib/VLMTest.pm starts them): valid
 # chat requests (text, several turns, streaming, sampling parameters,
-# data: URL images from tests/fixtures/image/in) are mutated as data
+# data: URL images from tests/fixtures/image/in, data: URL videos from
+# t/data, bit-flipped, cut, declaring huge frames, or as vLLM's frames) are
+# mutated as data
 # (values of other types and ranges, special-token strings, invalid UTF-8,
 # data: URLs with bad base64, bad media types, truncated and bit-flipped
 # image bytes, http URLs) and as bytes (flips, cuts, insertions from
@@ -62,6 +64,17 @@ for my $f (sort glob "$root/tests/fixtures/image/in/*") {
 }
 
 push @images, [ 'png', vlm_png(56, 56, 1) ], [ 'jpeg', vlm_jpeg() ];
+
+my @videos;
+
+for my $f (sort glob "$root/t/data/video-*") {
+    open my $in, '<:raw', $f or die "$f: $!";
+    local $/;
+    my $data = <$in>;
+    close $in;
+    my ($ext) = $f =~ /\.(\w+)$/;
+    push @videos, [ $ext, $data ];
+}
 
 my @dict;
 
@@ -152,6 +165,48 @@ sub image_url {
 }
 
 
+# a video_url's URL: a file bit-flipped, cut, declaring huge frames, or
+# vLLM's list of frames made of the pictures
+sub video_url {
+    my ($type, $data) = @{ pick(@videos) };
+    my $r = rand;
+
+    if ($r < 0.15) {
+        my @frames = map {
+            (my $b = encode_base64($_->[1])) =~ s/\s+//g;
+            $b
+        } map { pick(@images) } 1 .. 1 + int rand 4;
+
+        return 'data:video/jpeg;base64,' . join(',', @frames);
+    }
+
+    if ($r < 0.4) {
+        for (1 .. 1 + int rand 8) {
+            my $i = int rand length $data;
+            substr($data, $i, 1) = chr(ord(substr($data, $i, 1))
+                                       ^ (1 << int rand 8));
+        }
+
+    } elsif ($r < 0.55) {
+        $data = substr($data, 0, int rand length $data);
+
+    } elsif ($r < 0.65 && $type eq 'mp4') {
+        my $at = index($data, 'avc1', index($data, 'stsd'));
+        substr($data, $at + 28, 4) = pack('nn', map { int rand 65536 } 1, 2)
+            if $at > 0;
+    }
+
+    (my $b64 = encode_base64($data)) =~ s/\s+//g;
+    $b64 = 'AAAA' if $b64 eq '';
+
+    return pick("data:video/$type;base64,$b64", "data:image/png;base64,$b64",
+                "data:video/$type;base64," . substr($b64, 1))
+        if rand() < 0.1;
+
+    return "data:video/$type;base64,$b64";
+}
+
+
 sub message {
     my $role = rand() < 0.8 ? 'user' : pick(@roles);
 
@@ -177,7 +232,11 @@ sub message {
     my @content;
 
     for (1 .. 1 + int rand 3) {
-        push @content, rand() < 0.4
+        push @content, rand() < 0.1
+            ? { type => 'video_url',
+                video_url => rand() < 0.5 ? { url => video_url() }
+                                          : video_url() }
+            : rand() < 0.4
             ? { type => 'image_url',
                 image_url => rand() < 0.5 ? { url => image_url(),
                                             detail => pick(qw(auto low high)) }

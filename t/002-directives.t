@@ -1177,3 +1177,67 @@ GET /t
 --- suppress_stderr
 --- error_log eval
 qr{\[emerg\] .*: invalid value "deepseek" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 47: vlm_max_video_frames, vlm_max_video_bytes, vlm_max_video_duration
+--- http_config
+    vlm_max_video_frames 32;
+    vlm_max_video_bytes 16m;
+    vlm_max_video_duration 90s;
+--- config
+    location = /t { return 204; }
+--- request
+GET /t
+--- error_code: 204
+--- response_body_like: ^$
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 48: vlm_max_video_frames: fewer than one temporal patch
+--- http_config
+    vlm_max_video_frames 1;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_max_video_frames" must be between 2 and 768, not "1" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 49: vlm_max_video_frames: more than the processor's max_frames
+--- http_config
+    vlm_max_video_frames 769;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_max_video_frames" must be between 2 and 768, not "769" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 50: vlm_max_video_bytes: over 1024m
+--- http_config
+    vlm_max_video_bytes 1025m;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_max_video_bytes" must be between 1 and 1073741824, not "1025m" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 51: vlm_max_video_duration: under a second
+--- http_config
+    vlm_max_video_duration 500ms;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_max_video_duration" must be between 1000 and 86400000, not "500ms" in \S+nginx\.conf:\d+$}

@@ -685,13 +685,25 @@ test_bad_inputs_rejected(void **state)
     assert_int_equal(vlm_seq_prefill(seq, ids, 1, NULL, 0, NULL, &err),
                      VLM_ERR_INVALID);
 
-    /* decode before prefill, video, and the one slot taken */
+    /*
+     * decode before prefill, a video of 6 merged patches given one
+     * <|video_pad|>, a video and an image placeholder in one run, and
+     * the one slot taken
+     */
     ids[0] = 3;
     assert_int_equal(vlm_decode(m, &seq, ids, 1, &err), VLM_ERR_INVALID);
     ids[0] = 309;
     ids[1] = 313;
-    assert_int_equal(vlm_seq_prefill(seq, ids, 2, NULL, 0, NULL, &err),
-                     VLM_ERR_UNSUPPORTED);
+    ids[2] = 310;
+    img.second_per_grid_t = 1.0f;
+    assert_int_equal(vlm_seq_prefill(seq, ids, 3, &img, 1, NULL, &err),
+                     VLM_ERR_INVALID);
+    for (i = 1; i < 7; i++) {
+        ids[i] = i == 4 ? 312 : 313;
+    }
+    ids[7] = 310;
+    assert_int_equal(vlm_seq_prefill(seq, ids, 8, &img, 1, NULL, &err),
+                     VLM_ERR_INVALID);
     assert_int_equal(vlm_seq_init(m, &other, &err), VLM_ERR_LIMIT);
 
     /* longer than max_seq_len */

@@ -905,7 +905,8 @@ test_model_and_messages_errors(void **state)
         { USER("[{\"type\":\"input_audio\",\"input_audio\":{}}]"),
           VLM_ERR_UNSUPPORTED, "unsupported_value",
           "messages[0].content[0].type", "'input_audio' content parts are "
-          "not supported. Supported values are: 'text' and 'image_url'." },
+          "not supported. Supported values are: 'text', 'image_url' and "
+          "'video_url'." },
         { USER("[{\"type\":\"text\"}]"), VLM_ERR_INVALID,
           "missing_required_parameter", "messages[0].content[0].text",
           "'messages[0].content[0].text'" },

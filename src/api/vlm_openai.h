@@ -101,7 +101,8 @@ typedef enum {
 
 
 /*
- * One image_url part.  url, media_type and payload point into the request
+ * One image_url part, or one video_url part (video set: the same URL
+ * forms, the file a video).  url, media_type and payload point into the request
  * body or the request's JSON document (see vlm_openai_request_t), never
  * into a copy made for them.  payload is the base64 text after the ',' of
  * a data: URL, not yet decoded nor validated (the decoder reports
@@ -116,6 +117,7 @@ typedef struct {
     size_t                  payload_offset; /* data: only */
     uint32_t                message;        /* index in "messages" */
     uint32_t                part;           /* index in its "content" */
+    unsigned                video:1;        /* a video_url part */
 } vlm_openai_image_t;
 
 

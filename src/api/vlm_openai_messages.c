@@ -168,13 +168,14 @@ vlm_openai_parse_url(vlm_openai_parser_t *p, vlm_openai_image_t *img,
 
 static vlm_status_t
 vlm_openai_parse_image(vlm_openai_parser_t *p, vlm_openai_part_t *part,
-    const json_t *jpart, const char *base, uint32_t msg, uint32_t index)
+    const json_t *jpart, const char *base, uint32_t msg, uint32_t index,
+    unsigned video)
 {
     char                 path[VLM_OPENAI_PATH_LEN];
     char                 path2[VLM_OPENAI_PATH_LEN];
     uint32_t             max;
     json_t              *iu, *url, *detail;
-    const char          *param;
+    const char          *param, *key;
     vlm_openai_str_t     d;
     vlm_openai_image_t  *img;
 
@@ -189,10 +190,12 @@ vlm_openai_parse_image(vlm_openai_parser_t *p, vlm_openai_part_t *part,
     img = &p->req->images[p->req->n_images];
     img->message = msg;
     img->part = index;
+    img->video = video;
 
-    vlm_openai_path(path, base, "image_url");
+    key = video ? "video_url" : "image_url";
+    vlm_openai_path(path, base, key);
 
-    iu = vlm_openai_get(jpart, "image_url");
+    iu = vlm_openai_get(jpart, key);
     if (iu == NULL) {
         return vlm_openai_missing(p->err, path);
     }
@@ -303,21 +306,24 @@ vlm_openai_parse_part(vlm_openai_parser_t *p, vlm_openai_message_t *m,
         return VLM_OK;
     }
 
-    if (vlm_openai_str_is(&t, "image_url")) {
+    if (vlm_openai_str_is(&t, "image_url")
+        || vlm_openai_str_is(&t, "video_url"))
+    {
         if (m->role != VLM_OPENAI_ROLE_USER) {
             return vlm_openai_bad(p->err, VLM_ERR_INVALID, "invalid_value",
-                                  path, "Invalid '%s': image_url content "
+                                  path, "Invalid '%s': %.*s content "
                                   "parts are only allowed in user "
-                                  "messages.", path);
+                                  "messages.", path, (int) t.len, t.data);
         }
 
-        return vlm_openai_parse_image(p, part, jpart, base, msg, index);
+        return vlm_openai_parse_image(p, part, jpart, base, msg, index,
+                                      t.data[0] == 'v');
     }
 
     return vlm_openai_bad(p->err, VLM_ERR_UNSUPPORTED, "unsupported_value",
                           path, "Invalid value for '%s': '%.*s' content "
                           "parts are not supported. Supported values are: "
-                          "'text' and 'image_url'.", path,
+                          "'text', 'image_url' and 'video_url'.", path,
                           vlm_openai_str_quote(&t));
 }
 

@@ -510,8 +510,9 @@ vlm_openai_image_param(const vlm_openai_request_t *req, uint32_t i,
         return;
     }
 
-    snprintf(buf, size, "messages[%u].content[%u].image_url",
-             req->images[i].message, req->images[i].part);
+    snprintf(buf, size, "messages[%u].content[%u].%s",
+             req->images[i].message, req->images[i].part,
+             req->images[i].video ? "video_url" : "image_url");
 
     if (req->kind == VLM_OPENAI_KIND_RESPONSES
         && size >= VLM_OPENAI_PARAM_LEN)

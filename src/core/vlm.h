@@ -124,12 +124,19 @@ typedef struct {
 } vlm_model_info_t;
 
 
-/* one image: the pixel_values rows of Qwen2VLImageProcessor */
+/*
+ * One image: the pixel_values rows of Qwen2VLImageProcessor; or one video:
+ * the pixel_values_videos rows of Qwen2VLVideoProcessor, whose
+ * placeholders in the prompt are <|video_pad|> (the prompt says which
+ * one an entry is).  second_per_grid_t: a video's seconds per temporal
+ * patch, which Qwen2.5-VL's positions scale time by; images ignore it.
+ */
 typedef struct {
     const float  *pixels;       /* [grid_t * grid_h * grid_w, patch_dim] */
     int           grid_t;       /* in patches */
     int           grid_h;
     int           grid_w;
+    float         second_per_grid_t;
 } vlm_image_t;
 
 

@@ -48,7 +48,7 @@ typedef struct {
 /* an image in a plan: its grid and where its pixels are in the arena */
 typedef struct {
     int32_t    grid_t, grid_h, grid_w;
-    int32_t    reserved;
+    float      second_per_grid_t;
     uint64_t   pixels_off;
 } vlm_group_image_t;
 
@@ -369,6 +369,7 @@ vlm_group_send_prompt(vlm_group_t *g, uint32_t op, vlm_seq_t *seq,
         gi[i].grid_t = images[i].grid_t;
         gi[i].grid_h = images[i].grid_h;
         gi[i].grid_w = images[i].grid_w;
+        gi[i].second_per_grid_t = images[i].second_per_grid_t;
         gi[i].pixels_off = off;
     }
 
@@ -621,6 +622,7 @@ vlm_group_replay(vlm_group_t *g, const vlm_group_plan_t *plan,
             images[i].grid_t = im[i].grid_t;
             images[i].grid_h = im[i].grid_h;
             images[i].grid_w = im[i].grid_w;
+            images[i].second_per_grid_t = im[i].second_per_grid_t;
         }
 
         if (plan->op == VLM_GROUP_PREFIX_MAP) {

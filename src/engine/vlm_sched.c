@@ -931,6 +931,7 @@ vlm_sched_feed(vlm_sched_t *s, vlm_sched_req_t *r)
         s->images[j].grid_t = (int) qs->images[j].grid_t;
         s->images[j].grid_h = (int) qs->images[j].grid_h;
         s->images[j].grid_w = (int) qs->images[j].grid_w;
+        s->images[j].second_per_grid_t = qs->images[j].second_per_grid_t;
     }
 
     /* the head of the prompt that earlier requests computed */

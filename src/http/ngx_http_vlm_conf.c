@@ -81,6 +81,10 @@ ngx_http_vlm_create_main_conf(ngx_conf_t *cf)
     vmcf->max_prompt_bytes = NGX_CONF_UNSET_SIZE;
     vmcf->image_fetch_timeout = NGX_CONF_UNSET_MSEC;
     vmcf->image_fetch_max_size = NGX_CONF_UNSET_SIZE;
+    vmcf->max_video_frames = NGX_CONF_UNSET_UINT;
+    vmcf->max_video_bytes = NGX_CONF_UNSET_SIZE;
+    vmcf->max_video_duration = NGX_CONF_UNSET_MSEC;
+    vmcf->video_pad_id = -1;
 
     return vmcf;
 }
@@ -157,6 +161,16 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
                              NGX_HTTP_VLM_DEFAULT_FETCH_TIMEOUT);
     ngx_conf_init_size_value(vmcf->image_fetch_max_size,
                              NGX_HTTP_VLM_DEFAULT_FETCH_MAX_SIZE);
+    ngx_conf_init_uint_value(vmcf->max_video_frames, 768);
+    ngx_conf_init_size_value(vmcf->max_video_bytes, 64 * 1024 * 1024);
+    ngx_conf_init_msec_value(vmcf->max_video_duration, 600000);
+
+    vlm_video_limits_default(&vmcf->video_limits);
+    vmcf->video_limits.max_bytes = vmcf->max_video_bytes;
+    vmcf->video_limits.max_frames = (uint32_t) vmcf->max_video_frames;
+    vmcf->video_limits.max_seconds = vmcf->max_video_duration / 1000.0;
+    vmcf->video_limits.max_area = vmcf->max_image_pixels;
+    vlm_video_sampling_default(&vmcf->video_sampling);
 
     if (vmcf->model.len
         && ngx_http_vlm_conf_at(cf, &vmcf->model_file, vmcf->model_line,
@@ -940,6 +954,17 @@ ngx_http_vlm_model_files(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
                            "vlm_model \"%V\": the tokenizer has no %s "
                            "token", &vmcf->model, pad);
         return NGX_CONF_ERROR;
+    }
+
+    /*
+     * Qwen2-VL and Qwen2.5-VL take videos; Qwen3-VL's (patch 16), whose
+     * frames carry timestamps in the prompt, are not served yet
+     */
+    if (vmcf->image_config.family == VLM_IMAGE_QWEN2VL
+        && vmcf->image_config.qwen2vl.patch_size == 14)
+    {
+        vmcf->video_pad_id = vlm_tokenizer_token_id(vmcf->tokenizer,
+                                                    "<|video_pad|>");
     }
 
     /* the other tokens of an image's text */

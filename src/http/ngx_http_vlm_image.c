@@ -1,8 +1,8 @@
 /*
- * A request's images apart from their decoding: the processor's settings
- * for each one's detail, the images given as http(s) URLs fetched
- * (ngx_http_vlm_fetch.c) before the request is admitted, and the prompt's
- * image placeholders expanded to the images' tokens.
+ * A request's images and videos apart from their decoding: the
+ * processor's settings for each one's detail, the images and videos
+ * given as http(s) URLs fetched (ngx_http_vlm_fetch.c) before the request
+ * is admitted, and the prompt's placeholders expanded to their tokens.
  */
 
 #include "ngx_http_vlm_module.h"
@@ -13,6 +13,8 @@
 #include "text/vlm_tokenizer.h"
 
 
+static vlm_status_t ngx_http_vlm_video_plan(ngx_http_vlm_chat_ctx_t *ctx,
+    size_t i, vlm_error_t *err);
 static void ngx_http_vlm_chat_fetched(void *data, vlm_openai_error_t *err);
 
 
@@ -46,6 +48,62 @@ ngx_http_vlm_image_config(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
 
 
 /*
+ * Video i's plan from its container's header (no frame decoded): its
+ * sampled frames' grid, as the image's plan has it, within the vision
+ * tower's budget.
+ */
+static vlm_status_t
+ngx_http_vlm_video_plan(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
+    vlm_error_t *err)
+{
+    vlm_status_t                rc;
+    vlm_image_config_t          cfg;
+    ngx_http_vlm_chat_image_t  *ci;
+    ngx_http_vlm_main_conf_t   *vmcf;
+
+    ci = &ctx->images[i];
+    vmcf = ctx->vmcf;
+
+    if (vmcf->video_pad_id < 0) {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED, "this model does not "
+                             "take videos");
+    }
+
+    ngx_http_vlm_image_config(ctx, i, &cfg);
+
+    rc = ci->frames
+         ? vlm_video_frames_plan(&ctx->vlcf->image_limits,
+                                 &vmcf->video_limits, &cfg.qwen2vl, ci->data,
+                                 ci->len, &ci->video, err)
+         : vlm_video_plan(&vmcf->video_limits, &cfg.qwen2vl,
+                          &vmcf->video_sampling, ci->data, ci->len,
+                          &ci->video, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    ci->is_video = 1;
+    ngx_memzero(&ci->plan, sizeof(vlm_image_plan_t));
+    ci->plan.info.width = ci->video.width;
+    ci->plan.info.height = ci->video.height;
+    ci->plan.grid = ci->video.grid;
+    ci->plan.n_values = ci->video.n_values;
+
+    if (ci->plan.grid.n_patches > vmcf->max_image_patches) {
+        return vlm_error_set(err, VLM_ERR_LIMIT,
+                             "a video of %u frames of %ux%u pixels takes %u "
+                             "patches, more than this server's "
+                             "vlm_max_image_patches (%u)",
+                             ci->video.n_sampled, ci->video.width,
+                             ci->video.height, ci->plan.grid.n_patches,
+                             (unsigned) vmcf->max_image_patches);
+    }
+
+    return VLM_OK;
+}
+
+
+/*
  * Image i's plan from its header (no decoding), within the vision tower's
  * budget: an image of more patches than vlm_max_image_patches (Idefics3's
  * tiles; Qwen2-VL's are resized into it) is a client error that names it.
@@ -59,6 +117,10 @@ ngx_http_vlm_image_plan(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
     ngx_http_vlm_chat_image_t  *ci;
 
     ci = &ctx->images[i];
+
+    if (ctx->req.images[i].video) {
+        return ngx_http_vlm_video_plan(ctx, i, err);
+    }
 
     rc = vlm_image_plan_config(&ctx->vlcf->image_limits,
                                ngx_http_vlm_image_config(ctx, i, &cfg),
@@ -171,6 +233,7 @@ ngx_http_vlm_image_expand(ngx_http_vlm_chat_ctx_t *ctx,
     char                      *text;
     size_t                     i, n, len, max_len, total, used, k;
     size_t                     lens[VLM_QUEUE_MAX_IMAGES];
+    uint8_t                    video[VLM_QUEUE_MAX_IMAGES];
     int32_t                   *ids;
     vlm_status_t               rc;
     const int32_t             *seqs[VLM_QUEUE_MAX_IMAGES];
@@ -197,10 +260,12 @@ ngx_http_vlm_image_expand(ngx_http_vlm_chat_ctx_t *ctx,
     if (cfg->family == VLM_IMAGE_QWEN2VL) {
         for (i = 0; i < n; i++) {
             lens[i] = ctx->images[i].plan.grid.n_tokens;
+            video[i] = ctx->images[i].is_video;
         }
 
-        return vlm_chat_expand_ids(ts->ids, n_ids, vmcf->image_pad_id, lens,
-                                   n, out, cap, n_out, e);
+        return vlm_chat_expand_media(ts->ids, n_ids, vmcf->image_pad_id,
+                                     vmcf->video_pad_id, video, lens, n, out,
+                                     cap, n_out, e);
     }
 
     max_len = 0;

@@ -17,6 +17,8 @@
 #include "api/vlm_reasoning.h"
 #include "api/vlm_toolcall.h"
 #include "image/vlm_image.h"
+#include "image/vlm_video_decode.h"
+#include "image/vlm_video_frames.h"
 #include "queue/vlm_queue.h"
 #include "text/vlm_tokenizer.h"
 #include "text/vlm_jinja.h"
@@ -110,6 +112,9 @@ typedef struct {
     ngx_array_t         *image_fetch_allow;    /* ngx_cidr_t, or NULL */
     ngx_msec_t           image_fetch_timeout;
     size_t               image_fetch_max_size;
+    ngx_uint_t           max_video_frames;
+    size_t               max_video_bytes;
+    ngx_msec_t           max_video_duration;
     ngx_msec_t           request_timeout;
     ngx_uint_t           max_tokens;
     size_t               max_prompt_bytes;
@@ -124,6 +129,10 @@ typedef struct {
                                               -1 */
     vlm_image_config_t   image_config;
     vlm_image_limits_t   image_limits;
+    int32_t              video_pad_id;     /* -1: the model takes no
+                                              video */
+    vlm_video_limits_t   video_limits;
+    vlm_video_sampling_t video_sampling;
 
     /* the engine process */
     ngx_str_t            engine_binary;
@@ -262,6 +271,11 @@ typedef struct {
     size_t                    len;
     vlm_image_plan_t          plan;
     uint64_t                  pixels_off;   /* in the slot's arena */
+    vlm_video_plan_t          video;        /* a video's; plan has its
+                                               grid and n_values */
+    unsigned                  is_video:1;
+    unsigned                  frames:1;     /* a video as a frame list
+                                               (vlm_video_frames.h) */
     unsigned                  remote:1;     /* an http(s) URL to fetch */
     unsigned                  in_body:1;    /* data is in the body, not
                                                malloc'ed */

@@ -290,12 +290,42 @@ ngx_http_vlm_task_prepare(void *data, ngx_log_t *log)
             continue;
         }
 
-        if (vlm_data_url_parse(im->url.data, im->url.len,
-                               vmcf->image_limits.max_bytes * 4 / 3 + 4,
-                               &url, &e)
+        if ((im->video
+             ? vlm_data_url_parse_media(im->url.data, im->url.len,
+                                        vmcf->video_limits.max_bytes * 4 / 3
+                                        + 4, "video", &url, &e)
+             : vlm_data_url_parse(im->url.data, im->url.len,
+                                  vmcf->image_limits.max_bytes * 4 / 3 + 4,
+                                  &url, &e))
             != VLM_OK)
         {
             goto image_error;
+        }
+
+        if (im->video && url.media_type_len == sizeof("video/jpeg") - 1
+            && ngx_strncasecmp((u_char *) url.media_type,
+                               (u_char *) "video/jpeg", url.media_type_len)
+               == 0)
+        {
+            /* vLLM's frames: base64 images separated by ',' */
+            len = vlm_video_frames_list_size(url.data, url.data_len);
+
+            ci->data = malloc(len);
+            if (ci->data == NULL) {
+                goto nomem;
+            }
+
+            ci->frames = 1;
+
+            if (vlm_video_frames_list(url.data, url.data_len, ci->data, len,
+                                      &ci->len, &e)
+                != VLM_OK
+                || ngx_http_vlm_image_plan(ctx, i, &e) != VLM_OK)
+            {
+                goto image_error;
+            }
+
+            continue;
         }
 
         len = vlm_base64_decoded_len(url.data, url.data_len);
@@ -373,7 +403,9 @@ ngx_http_vlm_task_prepare(void *data, ngx_log_t *log)
                 parts[n_parts].len = m->parts[j].text.len;
 
             } else {
-                parts[n_parts].type = VLM_CHAT_PART_IMAGE;
+                parts[n_parts].type = req->images[m->parts[j].image].video
+                                      ? VLM_CHAT_PART_VIDEO
+                                      : VLM_CHAT_PART_IMAGE;
             }
 
             n_parts++;
@@ -521,8 +553,16 @@ ngx_http_vlm_task_fill(void *data, ngx_log_t *log)
         vlm_image_ctx_pixels(ts->image, cfg.qwen2vl.min_pixels,
                              cfg.qwen2vl.max_pixels);
 
-        if (vlm_image_ctx_run(ts->image, ci->data, ci->len, pixels,
-                              ci->plan.n_values, &ci->plan, &e)
+        if ((ci->frames
+             ? vlm_video_frames_run(&ctx->vlcf->image_limits, &cfg.qwen2vl,
+                                    ci->data, ci->len, &ci->video, pixels,
+                                    ci->plan.n_values, &e)
+             : ci->is_video
+             ? vlm_video_run(&vmcf->video_limits, &cfg.qwen2vl,
+                             &vmcf->video_sampling, ci->data, ci->len,
+                             &ci->video, pixels, ci->plan.n_values, &e)
+             : vlm_image_ctx_run(ts->image, ci->data, ci->len, pixels,
+                                 ci->plan.n_values, &ci->plan, &e))
             != VLM_OK)
         {
             vlm_openai_error_from(&ctx->error, &e, NULL);
@@ -538,6 +578,10 @@ ngx_http_vlm_task_fill(void *data, ngx_log_t *log)
         qi->grid_h = ci->plan.grid.grid_h;
         qi->grid_w = ci->plan.grid.grid_w;
         qi->n_tokens = ci->plan.grid.n_tokens;
+        qi->second_per_grid_t = ci->is_video
+                                ? vlm_video_second_per_grid_t(
+                                      &cfg.qwen2vl, &vmcf->video_sampling)
+                                : 0.0f;
 
         /* the file is no longer needed: give its memory back now */
         if (!ci->in_body) {

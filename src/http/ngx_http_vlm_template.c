@@ -23,11 +23,12 @@ ngx_http_vlm_chat_elided(const json_t *v)
 
 
 /*
- * A message as the template sees it: its image parts {"type": "image"},
- * as vLLM gives them (the templates of SmolVLM and Idefics3 know no
- * other), "developer" turns "system" ones, as vlm_openai_request_parse()
- * reads them, and a text that the parser left in the body its text (om,
- * the parsed message, has it).  A new reference, NULL when out of memory.
+ * A message as the template sees it: its image parts {"type": "image"}
+ * and video parts {"type": "video"}, as vLLM gives them (the templates of
+ * SmolVLM and Idefics3 know no other), "developer" turns "system" ones,
+ * as vlm_openai_request_parse() reads them, and a text that the parser
+ * left in the body its text (om, the parsed message, has it).  A new
+ * reference, NULL when out of memory.
  */
 static json_t *
 ngx_http_vlm_chat_message(json_t *m, const vlm_openai_message_t *om)
@@ -46,7 +47,9 @@ ngx_http_vlm_chat_message(json_t *m, const vlm_openai_message_t *om)
     json_array_foreach(content, i, part) {
         type = json_object_get(part, "type");
         rebuild |= (json_is_string(type)
-                    && ngx_strcmp(json_string_value(type), "image_url") == 0)
+                    && (ngx_strcmp(json_string_value(type), "image_url") == 0
+                        || ngx_strcmp(json_string_value(type), "video_url")
+                           == 0))
                    || ngx_http_vlm_chat_elided(json_object_get(part, "text"));
     }
 
@@ -92,6 +95,11 @@ ngx_http_vlm_chat_message(json_t *m, const vlm_openai_message_t *om)
             && ngx_strcmp(json_string_value(type), "image_url") == 0)
         {
             part = json_pack("{ss}", "type", "image");
+
+        } else if (json_is_string(type)
+                   && ngx_strcmp(json_string_value(type), "video_url") == 0)
+        {
+            part = json_pack("{ss}", "type", "video");
 
         } else if (ngx_http_vlm_chat_elided(json_object_get(part, "text"))
                    && i < om->n_parts)

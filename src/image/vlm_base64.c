@@ -176,7 +176,16 @@ vlm_status_t
 vlm_data_url_parse(const char *url, size_t len, size_t max_data_len,
     vlm_data_url_t *out, vlm_error_t *err)
 {
-    size_t       i, comma, sub;
+    return vlm_data_url_parse_media(url, len, max_data_len, "image", out,
+                                    err);
+}
+
+
+vlm_status_t
+vlm_data_url_parse_media(const char *url, size_t len, size_t max_data_len,
+    const char *top, vlm_data_url_t *out, vlm_error_t *err)
+{
+    size_t       i, comma, sub, tlen;
     const char  *p;
 
     memset(out, 0, sizeof(*out));
@@ -194,12 +203,16 @@ vlm_data_url_parse(const char *url, size_t len, size_t max_data_len,
 
     comma = (size_t) (p - url);
 
-    if (comma < 5 + 6 || strncasecmp(url + 5, "image/", 6) != 0) {
+    tlen = strlen(top);
+
+    if (comma < 5 + tlen + 1 || strncasecmp(url + 5, top, tlen) != 0
+        || url[5 + tlen] != '/')
+    {
         return vlm_error_set(err, VLM_ERR_FORMAT,
-                             "data URL: the media type is not image/*");
+                             "data URL: the media type is not %s/*", top);
     }
 
-    sub = 5 + 6;
+    sub = 5 + tlen + 1;
     for (i = sub; i < comma && url[i] != ';'; i++) {
         if (!vlm_data_url_is_token_char((unsigned char) url[i])) {
             return vlm_error_set(err, VLM_ERR_FORMAT,
@@ -210,7 +223,7 @@ vlm_data_url_parse(const char *url, size_t len, size_t max_data_len,
 
     if (i == sub) {
         return vlm_error_set(err, VLM_ERR_FORMAT,
-                             "data URL: empty image subtype");
+                             "data URL: empty %s subtype", top);
     }
 
     out->media_type = url + 5;

@@ -41,5 +41,10 @@ vlm_status_t vlm_base64_decode(const char *src, size_t len, uint8_t *dst,
 vlm_status_t vlm_data_url_parse(const char *url, size_t len,
     size_t max_data_len, vlm_data_url_t *out, vlm_error_t *err);
 
+/* the same with the media type top/<token> ("video": video/mp4, ...) */
+vlm_status_t vlm_data_url_parse_media(const char *url, size_t len,
+    size_t max_data_len, const char *top, vlm_data_url_t *out,
+    vlm_error_t *err);
+
 
 #endif /* VLM_BASE64_H */

@@ -472,15 +472,16 @@ vlm_qwen2vl_build_lut(const vlm_qwen2vl_config_t *cfg, float *lut)
 
 
 void
-vlm_qwen2vl_patchify(const vlm_qwen2vl_config_t *cfg,
-    const vlm_qwen2vl_grid_t *grid, const uint8_t *rgb, const float *lut,
-    float *pixel_values)
+vlm_qwen2vl_patchify_frames(const vlm_qwen2vl_config_t *cfg,
+    const vlm_qwen2vl_grid_t *grid, const uint8_t *const *frames,
+    uint32_t n_frames, const float *lut, float *pixel_values)
 {
-    float           v, *row, *dst;
-    uint32_t        p, m, t, c, bh, bw, mh, mw, ph, pw, y0, x0, tps;
-    size_t          stride, plane;
-    const float    *l;
-    const uint8_t  *src;
+    float           *row, *dst;
+    uint32_t         p, m, t, c, gt, bh, bw, mh, mw, ph, pw, y0, x0, tps;
+    uint32_t         f;
+    size_t           stride, plane;
+    const float     *l;
+    const uint8_t   *src;
 
     p = cfg->patch_size;
     m = cfg->merge_size;
@@ -489,34 +490,46 @@ vlm_qwen2vl_patchify(const vlm_qwen2vl_config_t *cfg,
     plane = (size_t) p * p;
     row = pixel_values;
 
-    for (bh = 0; bh < grid->grid_h / m; bh++) {
-        for (bw = 0; bw < grid->grid_w / m; bw++) {
-            for (mh = 0; mh < m; mh++) {
-                for (mw = 0; mw < m; mw++) {
-                    y0 = (bh * m + mh) * p;
-                    x0 = (bw * m + mw) * p;
+    for (gt = 0; gt < grid->grid_t; gt++) {
+        for (bh = 0; bh < grid->grid_h / m; bh++) {
+            for (bw = 0; bw < grid->grid_w / m; bw++) {
+                for (mh = 0; mh < m; mh++) {
+                    for (mw = 0; mw < m; mw++) {
+                        y0 = (bh * m + mh) * p;
+                        x0 = (bw * m + mw) * p;
 
-                    for (c = 0; c < 3; c++) {
-                        dst = row + c * tps * plane;
-                        l = lut + c * 256;
+                        for (c = 0; c < 3; c++) {
+                            l = lut + c * 256;
 
-                        for (ph = 0; ph < p; ph++) {
-                            src = rgb + (y0 + ph) * stride + x0 * 3 + c;
+                            for (t = 0; t < tps; t++) {
+                                f = vlm_min(gt * tps + t, n_frames - 1);
+                                dst = row + (c * tps + t) * plane;
 
-                            for (pw = 0; pw < p; pw++) {
-                                v = l[src[pw * 3]];
+                                for (ph = 0; ph < p; ph++) {
+                                    src = frames[f] + (y0 + ph) * stride
+                                          + x0 * 3 + c;
 
-                                /* every frame of the repeated image */
-                                for (t = 0; t < tps; t++) {
-                                    dst[t * plane + ph * p + pw] = v;
+                                    for (pw = 0; pw < p; pw++) {
+                                        dst[ph * p + pw] = l[src[pw * 3]];
+                                    }
                                 }
                             }
                         }
-                    }
 
-                    row += grid->patch_dim;
+                        row += grid->patch_dim;
+                    }
                 }
             }
         }
     }
+}
+
+
+void
+vlm_qwen2vl_patchify(const vlm_qwen2vl_config_t *cfg,
+    const vlm_qwen2vl_grid_t *grid, const uint8_t *rgb, const float *lut,
+    float *pixel_values)
+{
+    /* one image is one frame, repeated to temporal_patch_size */
+    vlm_qwen2vl_patchify_frames(cfg, grid, &rgb, 1, lut, pixel_values);
 }

@@ -94,5 +94,14 @@ void vlm_qwen2vl_patchify(const vlm_qwen2vl_config_t *cfg,
     const vlm_qwen2vl_grid_t *grid, const uint8_t *rgb, const float *lut,
     float *pixel_values);
 
+/*
+ * The same for a video: pixel_values_videos from n_frames resized RGB8
+ * frames; frames past the last one, up to grid_t * temporal_patch_size,
+ * repeat it (Qwen2VLVideoProcessor pads with the last frame).
+ */
+void vlm_qwen2vl_patchify_frames(const vlm_qwen2vl_config_t *cfg,
+    const vlm_qwen2vl_grid_t *grid, const uint8_t *const *frames,
+    uint32_t n_frames, const float *lut, float *pixel_values);
+
 
 #endif /* VLM_IMAGE_QWEN2VL_H */

@@ -32,8 +32,9 @@
 typedef struct {
     uint32_t   out;        /* output samples */
     uint32_t   ksize;      /* taps stored per output sample */
+    int        bits;       /* fractional bits of the coefficients */
     int32_t   *bounds;     /* [out][2]: first tap, number of taps */
-    int32_t   *coeffs;     /* [out][ksize]: 22-bit fixed point */
+    int32_t   *coeffs;     /* [out][ksize]: bits-bit fixed point */
 } vlm_resize_axis_t;
 
 
@@ -155,9 +156,14 @@ vlm_resize_axis_size(uint32_t in, uint32_t out, vlm_resample_t f)
  */
 static int
 vlm_resize_vertical_first(uint32_t in_w, uint32_t in_h, uint32_t out_w,
-    uint32_t out_h)
+    uint32_t out_h, vlm_resample_t f)
 {
     int64_t  dh, dw;
+
+    if (f == VLM_RESAMPLE_BICUBIC_TORCH) {
+        /* torch: the horizontal pass first, always */
+        return 0;
+    }
 
     dh = (int64_t) in_h - out_h;
     dw = (int64_t) in_w - out_w;
@@ -187,7 +193,7 @@ vlm_image_resize_scratch(uint32_t in_w, uint32_t in_h, uint32_t out_w,
                  vlm_resize_ksize(in_h, out_h, f)) * sizeof(double);
 
     if (in_w != out_w && in_h != out_h) {
-        n += vlm_resize_vertical_first(in_w, in_h, out_w, out_h)
+        n += vlm_resize_vertical_first(in_w, in_h, out_w, out_h, f)
              ? (size_t) in_w * 3
              : (size_t) vlm_resize_ksize(in_h, out_h, f) * out_w * 3;
     }
@@ -200,49 +206,106 @@ vlm_image_resize_scratch(uint32_t in_w, uint32_t in_h, uint32_t out_w,
 
 
 /* the kernel taps of every output sample along one axis */
+/*
+ * the normalised weights of output sample i (into w), its first tap and
+ * the number of taps
+ */
+static void
+vlm_resize_weights(uint32_t in, uint32_t out, uint32_t i, double *w,
+    vlm_resample_t f, int32_t *first, int32_t *n)
+{
+    int32_t  xmin, xmax, x;
+    double   scale, filterscale, support, center, ss, sum;
+
+    scale = (double) in / out;
+    filterscale = vlm_resize_filterscale(in, out);
+    support = vlm_resize_support(f) * filterscale;
+    ss = 1.0 / filterscale;
+    center = (i + 0.5) * scale;
+
+    xmin = (int32_t) (center - support + 0.5);
+    if (xmin < 0) {
+        xmin = 0;
+    }
+
+    xmax = (int32_t) (center + support + 0.5);
+    if (xmax > (int32_t) in) {
+        xmax = (int32_t) in;
+    }
+
+    xmax -= xmin;
+    sum = 0.0;
+
+    for (x = 0; x < xmax; x++) {
+        w[x] = vlm_resize_filter(f, (x + xmin - center + 0.5) * ss);
+        sum += w[x];
+    }
+
+    for (x = 0; x < xmax && sum != 0.0; x++) {
+        w[x] /= sum;
+    }
+
+    *first = xmin;
+    *n = xmax;
+}
+
+
+/*
+ * torch's precision for uint8 (UpSampleKernelAVXAntialias.h): the most
+ * fractional bits, up to 22, that keep twice the largest weight of the
+ * axis within an int16
+ */
+static int
+vlm_resize_torch_bits(uint32_t in, uint32_t out, double *w)
+{
+    int       bits;
+    int32_t   first, n, x;
+    uint32_t  i;
+    double    max;
+
+    max = 0.0;
+
+    for (i = 0; i < out; i++) {
+        vlm_resize_weights(in, out, i, w, VLM_RESAMPLE_BICUBIC_TORCH, &first,
+                           &n);
+
+        for (x = 0; x < n; x++) {
+            max = vlm_max(max, w[x]);
+        }
+    }
+
+    for (bits = 0; bits < 22; bits++) {
+        if ((int64_t) (0.5 + max * (double) ((int64_t) 1 << (bits + 1)))
+            >= (1 << 15))
+        {
+            break;
+        }
+    }
+
+    return bits;
+}
+
+
 static void
 vlm_resize_axis_init(vlm_resize_axis_t *ax, uint32_t in, uint32_t out,
     double *w, vlm_resample_t f)
 {
     int32_t   xmin, xmax, x, *k;
     uint32_t  i;
-    double    scale, filterscale, support, center, ss, sum;
+    double    one;
 
-    scale = (double) in / out;
-    filterscale = vlm_resize_filterscale(in, out);
-    support = vlm_resize_support(f) * filterscale;
-    ss = 1.0 / filterscale;
+    ax->bits = f == VLM_RESAMPLE_BICUBIC_TORCH
+               ? vlm_resize_torch_bits(in, out, w) : VLM_RESIZE_BITS;
+    one = (double) ((int64_t) 1 << ax->bits);
 
     for (i = 0; i < out; i++) {
-        center = (i + 0.5) * scale;
-
-        xmin = (int32_t) (center - support + 0.5);
-        if (xmin < 0) {
-            xmin = 0;
-        }
-
-        xmax = (int32_t) (center + support + 0.5);
-        if (xmax > (int32_t) in) {
-            xmax = (int32_t) in;
-        }
-
-        xmax -= xmin;
-        sum = 0.0;
-
-        for (x = 0; x < xmax; x++) {
-            w[x] = vlm_resize_filter(f, (x + xmin - center + 0.5) * ss);
-            sum += w[x];
-        }
+        vlm_resize_weights(in, out, i, w, f, &xmin, &xmax);
 
         k = ax->coeffs + (size_t) i * ax->ksize;
 
         for (x = 0; x < xmax; x++) {
-            if (sum != 0.0) {
-                w[x] /= sum;
-            }
-
-            k[x] = (w[x] < 0) ? (int32_t) (-0.5 + w[x] * (1 << VLM_RESIZE_BITS))
-                              : (int32_t) (0.5 + w[x] * (1 << VLM_RESIZE_BITS));
+            k[x] = (w[x] < 0) ? (int32_t) (-0.5 + w[x] * one)
+                              : (int32_t) (0.5 + w[x] * one);
         }
 
         for ( /* void */ ; x < (int32_t) ax->ksize; x++) {
@@ -256,9 +319,9 @@ vlm_resize_axis_init(vlm_resize_axis_t *ax, uint32_t in, uint32_t out,
 
 
 static uint8_t
-vlm_resize_clip(int32_t v)
+vlm_resize_clip(int32_t v, int bits)
 {
-    v >>= VLM_RESIZE_BITS;
+    v >>= bits;
 
     return (uint8_t) (v < 0 ? 0 : (v > 255 ? 255 : v));
 }
@@ -276,7 +339,7 @@ vlm_resize_row_h(const uint8_t *in, uint8_t *out, const vlm_resize_axis_t *ax)
         p = in + (size_t) ax->bounds[i * 2] * 3;
         n = ax->bounds[i * 2 + 1];
         k = ax->coeffs + (size_t) i * ax->ksize;
-        s0 = s1 = s2 = 1 << (VLM_RESIZE_BITS - 1);
+        s0 = s1 = s2 = ax->bits > 0 ? 1 << (ax->bits - 1) : 0;
 
         for (x = 0; x < n; x++) {
             s0 += p[x * 3] * k[x];
@@ -284,9 +347,9 @@ vlm_resize_row_h(const uint8_t *in, uint8_t *out, const vlm_resize_axis_t *ax)
             s2 += p[x * 3 + 2] * k[x];
         }
 
-        out[i * 3] = vlm_resize_clip(s0);
-        out[i * 3 + 1] = vlm_resize_clip(s1);
-        out[i * 3 + 2] = vlm_resize_clip(s2);
+        out[i * 3] = vlm_resize_clip(s0, ax->bits);
+        out[i * 3 + 1] = vlm_resize_clip(s1, ax->bits);
+        out[i * 3 + 2] = vlm_resize_clip(s2, ax->bits);
     }
 }
 
@@ -298,7 +361,7 @@ vlm_resize_row_h(const uint8_t *in, uint8_t *out, const vlm_resize_axis_t *ax)
  */
 static void
 vlm_resize_row_v(const uint8_t *const *rows, int32_t n, const int32_t *k,
-    uint8_t *out, size_t row_bytes)
+    int bits, uint8_t *out, size_t row_bytes)
 {
     int32_t         y, ky, acc[1024];
     size_t          x0, x, len;
@@ -308,7 +371,7 @@ vlm_resize_row_v(const uint8_t *const *rows, int32_t n, const int32_t *k,
         len = vlm_min(row_bytes - x0, sizeof(acc) / sizeof(acc[0]));
 
         for (x = 0; x < len; x++) {
-            acc[x] = 1 << (VLM_RESIZE_BITS - 1);
+            acc[x] = bits > 0 ? 1 << (bits - 1) : 0;
         }
 
         for (y = 0; y < n; y++) {
@@ -321,7 +384,7 @@ vlm_resize_row_v(const uint8_t *const *rows, int32_t n, const int32_t *k,
         }
 
         for (x = 0; x < len; x++) {
-            out[x0 + x] = vlm_resize_clip(acc[x]);
+            out[x0 + x] = vlm_resize_clip(acc[x], bits);
         }
     }
 }
@@ -408,7 +471,8 @@ vlm_image_resize(const uint8_t *src, uint32_t in_w, uint32_t in_h,
         vlm_resize_axis_init(&h, in_w, out_w, w, f);
     }
 
-    if (in_w != out_w && vlm_resize_vertical_first(in_w, in_h, out_w, out_h))
+    if (in_w != out_w
+        && vlm_resize_vertical_first(in_w, in_h, out_w, out_h, f))
     {
         /* one vertically filtered source row, then the horizontal pass */
         for (i = 0; i < out_h; i++) {
@@ -419,8 +483,8 @@ vlm_image_resize(const uint8_t *src, uint32_t in_w, uint32_t in_h,
                 taps[y] = src + (size_t) (first + y) * in_row;
             }
 
-            vlm_resize_row_v(taps, n, v.coeffs + (size_t) i * v.ksize, ring,
-                             in_row);
+            vlm_resize_row_v(taps, n, v.coeffs + (size_t) i * v.ksize,
+                             v.bits, ring, in_row);
             vlm_resize_row_h(ring, dst + i * out_row, &h);
         }
 
@@ -453,7 +517,7 @@ vlm_image_resize(const uint8_t *src, uint32_t in_w, uint32_t in_h,
             taps[y] = slot;
         }
 
-        vlm_resize_row_v(taps, n, v.coeffs + (size_t) i * v.ksize,
+        vlm_resize_row_v(taps, n, v.coeffs + (size_t) i * v.ksize, v.bits,
                          dst + i * out_row, out_row);
     }
 

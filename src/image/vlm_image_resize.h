@@ -20,7 +20,14 @@
 typedef enum {
     VLM_RESAMPLE_LANCZOS = 1,           /* a = 3 windowed sinc */
     VLM_RESAMPLE_BILINEAR = 2,          /* the triangle of support 1 */
-    VLM_RESAMPLE_BICUBIC = 3
+    VLM_RESAMPLE_BICUBIC = 3,
+    /*
+     * torchvision's resize(antialias=True) of a uint8 tensor: the same
+     * kernel and taps, int16 coefficients of as many fractional bits as
+     * the axis's largest weight allows (torch's uint8 path, which the
+     * torch video processors take), the horizontal pass first
+     */
+    VLM_RESAMPLE_BICUBIC_TORCH = 103
 } vlm_resample_t;
 
 

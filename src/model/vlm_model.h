@@ -359,6 +359,18 @@ void *vlm_model_alloc(vlm_model_t *m, size_t size, vlm_error_t *err);
 /* host memory of the model's, freed with it */
 void *vlm_model_host_alloc(vlm_model_t *m, size_t size, vlm_error_t *err);
 
+/*
+ * An image's or a video's placeholder token (a video is an image of
+ * several temporal patches whose placeholders are <|video_pad|>)
+ */
+static inline int
+vlm_media_pad(const vlm_model_t *m, int32_t id)
+{
+    return id == m->cfg.image_token_id
+           || (id == m->cfg.video_token_id && m->cfg.video_token_id >= 0);
+}
+
+
 extern const vlm_arch_ops_t  vlm_arch_qwen2vl;
 extern const vlm_arch_ops_t  vlm_arch_qwen3vl;
 extern const vlm_arch_ops_t  vlm_arch_idefics3;

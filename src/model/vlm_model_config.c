@@ -412,6 +412,8 @@ vlm_cfg_vision(vlm_model_config_t *cfg, vlm_cfg_ctx_t *c)
                                             VLM_CFG_MAX_DIM);
         vc->act = vlm_cfg_act(c, "hidden_act", "silu");
         vc->window_size = vlm_cfg_int(c, "window_size", 112, 1, 1 << 20);
+        vc->tokens_per_second = vlm_cfg_int(c, "tokens_per_second", 4, 0,
+                                            1 << 20);
         vc->gated_mlp = 1;
         vc->rms_norm = 1;
 

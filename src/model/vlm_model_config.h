@@ -87,6 +87,7 @@ typedef struct {
     int        image_size;              /* Idefics3: a tile's side */
     int        out_hidden_size;         /* the language model's width */
     int        window_size;             /* pixels; 0: no window attention */
+    int        tokens_per_second;       /* Qwen2.5-VL: video time scale */
     int        n_fullatt;
     int        fullatt_blocks[VLM_MAX_FULLATT_BLOCKS];
     int        gated_mlp;               /* SwiGLU (2.5) or fc1/fc2 (2) */

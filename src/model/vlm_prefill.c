@@ -309,7 +309,7 @@ vlm_prefill_hash(vlm_model_t *m, int cn)
         row = seq->n_past + i;
         key = NULL;
 
-        if (pf->ids[idx] == m->cfg.image_token_id && pf->n_images > 0
+        if (vlm_media_pad(m, pf->ids[idx]) && pf->n_images > 0
             && pf->key_image < pf->n_images)
         {
             key = &m->pf_keys[pf->key_image];
@@ -433,7 +433,7 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
     }
 
     for (i = 0; i < cn; i++) {
-        ws->host_ids[i] = pf->ids[c0 + i] == m->cfg.image_token_id
+        ws->host_ids[i] = vlm_media_pad(m, pf->ids[c0 + i])
                           && pf->n_images > 0 ? -1 : pf->ids[c0 + i];
     }
 

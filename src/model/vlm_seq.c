@@ -335,7 +335,7 @@ vlm_seq_prefix_map(vlm_seq_t *seq, const int32_t *ids, int n,
     for (i = 0; i < max_nb * bs; i++) {
         key = NULL;
 
-        if (ids[i] == m->cfg.image_token_id && n_images > 0) {
+        if (vlm_media_pad(m, ids[i]) && n_images > 0) {
             if (img == n_images || images[img].pixels == NULL
                 || images[img].grid_t * images[img].grid_h
                    * images[img].grid_w > m->params.max_image_patches)
@@ -374,7 +374,7 @@ vlm_seq_prefix_map(vlm_seq_t *seq, const int32_t *ids, int n,
      * the rest starts outside an image's placeholders (with them, its
      * <|vision_start|> would be in the cached part)
      */
-    while (nb > 0 && ids[nb * bs] == m->cfg.image_token_id) {
+    while (nb > 0 && vlm_media_pad(m, ids[nb * bs])) {
         nb--;
     }
 
@@ -403,7 +403,7 @@ vlm_seq_prefix_map(vlm_seq_t *seq, const int32_t *ids, int n,
         next_pos = vlm_max(next_pos, pos[i] + 1);
         next_pos = vlm_max(next_pos, pos[n + i] + 1);
         next_pos = vlm_max(next_pos, pos[2 * n + i] + 1);
-        pads += ids[i] == m->cfg.image_token_id && n_images > 0;
+        pads += vlm_media_pad(m, ids[i]) && n_images > 0;
     }
 
     for (k = 0; k < n_images && pads > 0; k++) {

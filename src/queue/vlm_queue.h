@@ -92,6 +92,7 @@ typedef struct {
     uint32_t  grid_h;
     uint32_t  grid_w;
     uint32_t  n_tokens;         /* placeholder tokens after the merger */
+    float     second_per_grid_t;    /* a video's; 0 for an image */
 } vlm_queue_image_t;
 
 

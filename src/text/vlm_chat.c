@@ -40,6 +40,7 @@
 #define VLM_CHAT_IM_START  "<|im_start|>"
 #define VLM_CHAT_IM_END    "<|im_end|>\n"
 #define VLM_CHAT_IMAGE     "<|vision_start|><|image_pad|><|vision_end|>"
+#define VLM_CHAT_VIDEO     "<|vision_start|><|video_pad|><|vision_end|>"
 
 /* is a message's role the literal r? */
 #define vlm_chat_role_is(m, r)                                               \
@@ -146,10 +147,13 @@ vlm_chat_render_spans(const vlm_chat_msg_t *msgs, size_t n, unsigned flags,
 }
 
 
-/* a message's content, Qwen2-VL's way: strings, images counted */
+/*
+ * a message's content, Qwen2-VL's way: strings, images (media[0]) and
+ * videos (media[1]) counted
+ */
 static vlm_status_t
 vlm_chat_put_content(vlm_chat_buf_t *b, const vlm_chat_msg_t *m, size_t i,
-    unsigned flags, size_t *images, vlm_error_t *err)
+    unsigned flags, size_t *media, vlm_error_t *err)
 {
     char                    num[32];
     size_t                  j;
@@ -167,14 +171,24 @@ vlm_chat_put_content(vlm_chat_buf_t *b, const vlm_chat_msg_t *m, size_t i,
         p = &m->parts[j];
 
         if (p->type == VLM_CHAT_PART_IMAGE) {
-            (*images)++;
+            media[0]++;
 
             if (flags & VLM_CHAT_ADD_VISION_ID) {
-                snprintf(num, sizeof(num), "Picture %zu: ", *images);
+                snprintf(num, sizeof(num), "Picture %zu: ", media[0]);
                 vlm_chat_puts(b, num);
             }
 
             vlm_chat_puts(b, VLM_CHAT_IMAGE);
+
+        } else if (p->type == VLM_CHAT_PART_VIDEO) {
+            media[1]++;
+
+            if (flags & VLM_CHAT_ADD_VISION_ID) {
+                snprintf(num, sizeof(num), "Video %zu: ", media[1]);
+                vlm_chat_puts(b, num);
+            }
+
+            vlm_chat_puts(b, VLM_CHAT_VIDEO);
 
         } else if (p->type == VLM_CHAT_PART_TEXT) {
             if (p->text != NULL) {
@@ -354,7 +368,7 @@ vlm_chat_render_tools(const vlm_chat_msg_t *msgs, size_t n,
     size_t *n_images, vlm_tok_span_t *spans, size_t spans_cap,
     size_t *n_spans, vlm_error_t *err)
 {
-    size_t                  i, k, images, first;
+    size_t                  i, k, images[2], first;
     json_t                 *tool;
     vlm_status_t            rc;
     vlm_chat_buf_t          b;
@@ -367,7 +381,8 @@ vlm_chat_render_tools(const vlm_chat_msg_t *msgs, size_t n,
     b.spans = spans;
     b.spans_cap = spans_cap;
     b.n_spans = 0;
-    images = 0;
+    images[0] = 0;
+    images[1] = 0;
     first = 0;
     *len = 0;
 
@@ -375,7 +390,7 @@ vlm_chat_render_tools(const vlm_chat_msg_t *msgs, size_t n,
         vlm_chat_puts(&b, VLM_CHAT_IM_START "system\n");
 
         if (n > 0 && vlm_chat_role_is(&msgs[0], "system")) {
-            rc = vlm_chat_put_content(&b, &msgs[0], 0, flags, &images, err);
+            rc = vlm_chat_put_content(&b, &msgs[0], 0, flags, images, err);
             if (rc != VLM_OK) {
                 return rc;
             }
@@ -420,7 +435,7 @@ vlm_chat_render_tools(const vlm_chat_msg_t *msgs, size_t n,
 
             vlm_chat_puts(&b, "\n<tool_response>\n");
 
-            rc = vlm_chat_put_content(&b, m, i, flags, &images, err);
+            rc = vlm_chat_put_content(&b, m, i, flags, images, err);
             if (rc != VLM_OK) {
                 return rc;
             }
@@ -444,7 +459,7 @@ vlm_chat_render_tools(const vlm_chat_msg_t *msgs, size_t n,
             vlm_chat_puts(&b, "\n");
         }
 
-        rc = vlm_chat_put_content(&b, m, i, flags, &images, err);
+        rc = vlm_chat_put_content(&b, m, i, flags, images, err);
         if (rc != VLM_OK) {
             return rc;
         }
@@ -474,7 +489,7 @@ vlm_chat_render_tools(const vlm_chat_msg_t *msgs, size_t n,
     *len = b.len;
 
     if (n_images != NULL) {
-        *n_images = images;
+        *n_images = images[0] + images[1];
     }
 
     if (n_spans != NULL) {
@@ -704,21 +719,29 @@ vlm_chat_expand_text(const char *text, size_t len, const size_t *n_pads,
 
 /*
  * The i-th image_id of ids becomes lens[i] ids: seqs[i], or with seqs
- * NULL as many image_ids
+ * NULL as many image_ids.  With video (not NULL), video_id is a
+ * placeholder too, the i-th placeholder of either kind is item i, and
+ * video[i] says which kind it must be.
  */
 static vlm_status_t
 vlm_chat_replace_ids(const int32_t *ids, size_t n, int32_t image_id,
-    const int32_t *const *seqs, const size_t *lens, size_t n_images,
-    int32_t *out, size_t cap, size_t *n_out, vlm_error_t *err)
+    int32_t video_id, const uint8_t *video, const int32_t *const *seqs,
+    const size_t *lens, size_t n_images, int32_t *out, size_t cap,
+    size_t *n_out, vlm_error_t *err)
 {
     size_t        i, k, found, image, total;
+    int32_t       pad;
     vlm_status_t  rc;
 
     *n_out = 0;
     found = 0;
 
+    if (video == NULL) {
+        video_id = image_id;
+    }
+
     for (i = 0; i < n; i++) {
-        found += (ids[i] == image_id);
+        found += (ids[i] == image_id || ids[i] == video_id);
     }
 
     rc = vlm_chat_check_images(found, n_images, lens, err);
@@ -747,9 +770,19 @@ vlm_chat_replace_ids(const int32_t *ids, size_t n, int32_t image_id,
     total = 0;
 
     for (i = 0; i < n; i++) {
-        if (ids[i] != image_id) {
+        if (ids[i] != image_id && ids[i] != video_id) {
             out[total++] = ids[i];
             continue;
+        }
+
+        pad = video != NULL && video[image] ? video_id : image_id;
+
+        if (ids[i] != pad) {
+            return vlm_error_set(err, VLM_ERR_INVALID, "the prompt's "
+                                 "placeholder %zu is an %s's, item %zu is "
+                                 "an %s", image, ids[i] == image_id
+                                 ? "image" : "video", image,
+                                 pad == image_id ? "image" : "video");
         }
 
         if (seqs != NULL) {
@@ -758,7 +791,7 @@ vlm_chat_replace_ids(const int32_t *ids, size_t n, int32_t image_id,
 
         } else {
             for (k = 0; k < lens[image]; k++) {
-                out[total++] = image_id;
+                out[total++] = pad;
             }
         }
 
@@ -774,8 +807,19 @@ vlm_chat_expand_ids(const int32_t *ids, size_t n, int32_t pad_id,
     const size_t *n_pads, size_t n_images, int32_t *out, size_t cap,
     size_t *n_out, vlm_error_t *err)
 {
-    return vlm_chat_replace_ids(ids, n, pad_id, NULL, n_pads, n_images, out,
-                                cap, n_out, err);
+    return vlm_chat_replace_ids(ids, n, pad_id, -1, NULL, NULL, n_pads,
+                                n_images, out, cap, n_out, err);
+}
+
+
+vlm_status_t
+vlm_chat_expand_media(const int32_t *ids, size_t n, int32_t image_id,
+    int32_t video_id, const uint8_t *video, const size_t *n_pads,
+    size_t n_items, int32_t *out, size_t cap, size_t *n_out,
+    vlm_error_t *err)
+{
+    return vlm_chat_replace_ids(ids, n, image_id, video_id, video, NULL,
+                                n_pads, n_items, out, cap, n_out, err);
 }
 
 
@@ -784,8 +828,8 @@ vlm_chat_splice_ids(const int32_t *ids, size_t n, int32_t image_id,
     const int32_t *const *seqs, const size_t *lens, size_t n_images,
     int32_t *out, size_t cap, size_t *n_out, vlm_error_t *err)
 {
-    return vlm_chat_replace_ids(ids, n, image_id, seqs, lens, n_images, out,
-                                cap, n_out, err);
+    return vlm_chat_replace_ids(ids, n, image_id, -1, NULL, seqs, lens,
+                                n_images, out, cap, n_out, err);
 }
 
 

@@ -17,7 +17,8 @@
 
 typedef enum {
     VLM_CHAT_PART_TEXT = 0,
-    VLM_CHAT_PART_IMAGE
+    VLM_CHAT_PART_IMAGE,
+    VLM_CHAT_PART_VIDEO
 } vlm_chat_part_type_t;
 
 
@@ -157,6 +158,15 @@ vlm_status_t vlm_chat_expand_text(const char *text, size_t len,
 vlm_status_t vlm_chat_expand_ids(const int32_t *ids, size_t n,
     int32_t pad_id, const size_t *n_pads, size_t n_images, int32_t *out,
     size_t cap, size_t *n_out, vlm_error_t *err);
+
+/*
+ * The same for images and videos: the i-th placeholder, image_id or
+ * video_id (video[i] says which it must be), becomes n_pads[i] of it.
+ */
+vlm_status_t vlm_chat_expand_media(const int32_t *ids, size_t n,
+    int32_t image_id, int32_t video_id, const uint8_t *video,
+    const size_t *n_pads, size_t n_items, int32_t *out, size_t cap,
+    size_t *n_out, vlm_error_t *err);
 
 /*
  * The i-th image_id of ids replaced by the image's own ids, seqs[i]

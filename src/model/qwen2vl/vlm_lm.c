@@ -241,10 +241,12 @@ vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
 
 /*
  * Positions of get_rope_index: text tokens count up on all three axes;
- * an image's merged grid takes (t, h, w) offsets from the position after
- * the preceding text, and the text after it resumes at the largest
- * position of the image plus one.  Qwen2.5-VL scales t by the seconds
- * per grid step, which is 0 for images.
+ * an image's or a video's merged grid takes (t, h, w) offsets from the
+ * position after the preceding text, and the text after it resumes at
+ * the largest position of the grid plus one.  Qwen2.5-VL puts images at
+ * t 0 and a video's temporal patch ti at ti * second_per_grid_t *
+ * tokens_per_second, second_per_grid_t truncated to an integer first
+ * (transformers casts it to the index tensor's int64).
  */
 vlm_status_t
 vlm_lm_rope_index(const vlm_model_t *m, const int32_t *ids, int n,
@@ -252,24 +254,16 @@ vlm_lm_rope_index(const vlm_model_t *m, const int32_t *ids, int n,
     int *next_pos, vlm_error_t *err)
 {
     int                  i, img, st, ed, cur, base, lt, lh, lw, ti, hi, wi;
-    int                  ntok, total, expected, mrg, tmax, idx, k;
-    int32_t              image_id;
+    int                  ntok, total, expected, mrg, tmax, tpos, idx, k;
+    int64_t              step;
+    int32_t              pad;
     const vlm_image_t   *im;
 
     mrg = m->cfg.vision.spatial_merge_size;
-    image_id = m->cfg.image_token_id;
 
     total = 0;
     for (i = 0; i < n; i++) {
-        total += ids[i] == image_id;
-
-        if (ids[i] == m->cfg.video_token_id && i > 0
-            && ids[i - 1] == m->cfg.vision_start_token_id)
-        {
-            return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
-                                 "engine: video input (token %d at %d) is "
-                                 "not supported", (int) ids[i], i);
-        }
+        total += vlm_media_pad(m, ids[i]);
     }
 
     expected = 0;
@@ -292,9 +286,9 @@ vlm_lm_rope_index(const vlm_model_t *m, const int32_t *ids, int n,
 
     if (n_images > 0 && total != expected) {
         return vlm_error_set(err, VLM_ERR_INVALID,
-                             "engine: the prompt has %d image placeholder "
-                             "tokens, its %d images need %d", total,
-                             n_images, expected);
+                             "engine: the prompt has %d image and video "
+                             "placeholder tokens, its %d images and videos "
+                             "need %d", total, n_images, expected);
     }
 
     st = 0;
@@ -303,21 +297,22 @@ vlm_lm_rope_index(const vlm_model_t *m, const int32_t *ids, int n,
     for (img = 0; img < n_images; img++) {
         im = &images[img];
 
-        for (ed = st; ed < n && ids[ed] != image_id; ed++) {
+        for (ed = st; ed < n && !vlm_media_pad(m, ids[ed]); ed++) {
             /* void */
         }
 
+        pad = ed < n ? ids[ed] : -1;
         lt = im->grid_t;
         lh = im->grid_h / mrg;
         lw = im->grid_w / mrg;
         ntok = lt * lh * lw;
 
-        for (k = 0; k < ntok && ed + k < n && ids[ed + k] == image_id; k++) {
+        for (k = 0; k < ntok && ed + k < n && ids[ed + k] == pad; k++) {
             /* void */
         }
 
         if (ed == 0 || ids[ed - 1] != m->cfg.vision_start_token_id
-            || k != ntok || (ed + k < n && ids[ed + k] == image_id))
+            || k != ntok || (ed + k < n && vlm_media_pad(m, ids[ed + k])))
         {
             return vlm_error_set(err, VLM_ERR_INVALID,
                                  "engine: image %d: expected "
@@ -325,20 +320,47 @@ vlm_lm_rope_index(const vlm_model_t *m, const int32_t *ids, int n,
                                  "tokens at %d", img, ntok, ed);
         }
 
+        step = 1;
+
+        if (m->cfg.arch == VLM_ARCH_QWEN2_5_VL) {
+            step = 0;
+
+            if (pad == m->cfg.video_token_id) {
+                if (!(im->second_per_grid_t >= 0.0f
+                      && im->second_per_grid_t < 65536.0f))
+                {
+                    return vlm_error_set(err, VLM_ERR_INVALID,
+                                         "engine: video %d: "
+                                         "second_per_grid_t %g is out of "
+                                         "range", img,
+                                         (double) im->second_per_grid_t);
+                }
+
+                step = (int64_t) im->second_per_grid_t
+                       * m->cfg.vision.tokens_per_second;
+
+                if (step * (lt - 1) > (1 << 24)) {
+                    return vlm_error_set(err, VLM_ERR_INVALID,
+                                         "engine: video %d: its positions "
+                                         "pass 2^24", img);
+                }
+            }
+        }
+
         for (i = st; i < ed; i++) {
             pos[i] = pos[n + i] = pos[2 * n + i] = cur + (i - st);
         }
 
         base = cur + (ed - st);
-        tmax = m->cfg.arch == VLM_ARCH_QWEN2_5_VL ? 0 : lt - 1;
+        tmax = (int) (step * (lt - 1));
 
         for (ti = 0; ti < lt; ti++) {
+            tpos = base + (int) (step * ti);
+
             for (hi = 0; hi < lh; hi++) {
                 for (wi = 0; wi < lw; wi++) {
                     idx = ed + (ti * lh + hi) * lw + wi;
-                    pos[idx] = base
-                               + (m->cfg.arch == VLM_ARCH_QWEN2_5_VL ? 0
-                                                                     : ti);
+                    pos[idx] = tpos;
                     pos[n + idx] = base + hi;
                     pos[2 * n + idx] = base + wi;
                 }
@@ -351,8 +373,8 @@ vlm_lm_rope_index(const vlm_model_t *m, const int32_t *ids, int n,
 
     if (n_images == 0 && total > 0) {
         /* placeholders without pixels are plain tokens, as in HF */
-        vlm_log(VLM_LOG_DEBUG, "engine: %d image tokens without images",
-                total);
+        vlm_log(VLM_LOG_DEBUG, "engine: %d image and video tokens without "
+                "pixels", total);
     }
 
     for (i = st; i < n; i++) {
