@@ -156,9 +156,9 @@ vlm_idefics3_rope_index(const vlm_model_t *m, const int32_t *ids, int n,
 
     if (n_images > 0 && total != expected) {
         return vlm_error_set(err, VLM_ERR_INVALID,
-                             "engine: the prompt has %d <image> tokens, "
-                             "its %d images need %d", total, n_images,
-                             expected);
+                             "engine: the prompt has %d image tokens "
+                             "(id %d), its %d images need %d", total,
+                             m->cfg.image_token_id, n_images, expected);
     }
 
     for (i = 0; i < n; i++) {
