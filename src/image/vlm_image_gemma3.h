@@ -51,7 +51,8 @@ size_t vlm_gemma3_expand_prompt(const char *text, size_t len,
  * The same on a rendered prompt whose spans (sorted byte ranges of the
  * client's text, which the tokenizer keeps plain) stay as they are: only
  * the tags outside them count and are replaced; out_spans (n_spans of
- * them, or NULL) are the spans in the result.  *n_found: the tags outside spans.
+ * them, or NULL) are the spans in the result.  *n_found: the tags outside
+ * spans.
  */
 size_t vlm_gemma3_expand_spans(const char *text, size_t len,
     const vlm_tok_span_t *spans, size_t n_spans, size_t n_images,
