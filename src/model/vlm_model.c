@@ -85,13 +85,13 @@ vlm_model_check_params(vlm_model_t *m, vlm_error_t *err)
 
 
 /*
- * The KV pool and the context, once the cache's dtype is known: blocks
- * from kv_cache_bytes (or kv_blocks, or max_seqs sequences of the asked
- * length, VLM_KV_DEFAULT_TOKENS at most when none is asked), and a
- * context of max_position_embeddings when none is asked (or a larger
- * one is), cut to what the pool holds.  An asked context a pool sized
- * in bytes cannot hold fails, naming both directives.  From the caller's params each time: the
- * cache's dtype may change once the backend is known.
+ * The KV pool and the context, once the cache's dtype is known: blocks from
+ * kv_cache_bytes (or kv_blocks, or max_seqs sequences of the asked length,
+ * VLM_KV_DEFAULT_TOKENS at most when none is asked), and a context of
+ * max_position_embeddings when none is asked (or a larger one is), cut to what
+ * the pool holds.  An asked context a pool sized in bytes cannot hold fails,
+ * naming both directives.  From the caller's params each time: the cache's
+ * dtype may change once the backend is known.
  */
 static vlm_status_t
 vlm_model_budgets(vlm_model_t *m, const vlm_model_params_t *asked,

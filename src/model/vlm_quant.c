@@ -787,12 +787,13 @@ vlm_quant_matrix(const vlm_quant_loader_t *ld, vlm_weight_t *w,
 /*
  * Rows [r0, r0 + nr) of the 16- or 32-bit matrix t (the LM head, by
  * vlm_model_head_rows) rounded to nearest at load
- * (vlm_model_params_t.head_quant): 8 bits, signed codes with a scale a row (symmetric, as W8A8's per-channel
- * weights), or 4 bits, unsigned codes with a scale and a min a group of
- * 128 columns (64 or 32 where those do not divide the row: AWQ's grid),
- * in the layout of vlm_backend.h for the backend's quantized matmul.  The
- * head is the largest single matrix a decode step reads (0.62 GB of the
- * 2.18 GB of AWQ Qwen2.5-VL-3B); the logits move by the rounding.
+ * (vlm_model_params_t.head_quant): 8 bits, signed codes with a scale a row
+ * (symmetric, as W8A8's per-channel weights), or 4 bits, unsigned codes with a
+ * scale and a min a group of 128 columns (64 or 32 where those do not divide
+ * the row: AWQ's grid), in the layout of vlm_backend.h for the backend's
+ * quantized matmul.  The head is the largest single matrix a decode step reads
+ * (0.62 GB of the 2.18 GB of AWQ Qwen2.5-VL-3B); the logits move by the
+ * rounding.
  */
 vlm_status_t
 vlm_quant_round(const vlm_quant_loader_t *ld, vlm_weight_t *w,
