@@ -23,6 +23,13 @@
 #define VLM_G_STACKS        8
 #define VLM_G_DEAD          0xff
 
+/*
+ * A frame's st in a copy of the stack where the value ends before the
+ * byte that would have gone on with it (a RAW REGEX at a match, a REPEAT
+ * that has enough, an ANYOF with an empty alternative): it pops at once.
+ */
+#define VLM_G_ENDING        0xff
+
 #define VLM_G_OPEN          "<tool_call>\n"
 #define VLM_G_CLOSE         "\n</tool_call>"
 #define VLM_G_PRE           "{\"name\": \""

@@ -128,12 +128,14 @@ vlm_g_push(vlm_matcher_t *m, uint32_t node, uint8_t st)
 
 
 /*
- * Another stack for alternative node, where the top frame (an ANYOF)
- * chose another: a copy of the stack being stepped, fed the same byte
- * after it.  Slots past the live ones only, so that a copy needs no log.
+ * Another stack where the bytes may be read two ways: a copy of the stack
+ * being stepped, fed the same byte after it; returns its top frame, for
+ * the caller to set to the other reading (an ANYOF's other alternative, a
+ * value that ends here), or NULL past VLM_G_STACKS.  Slots past the live
+ * ones only, so that a copy needs no log.
  */
-static void
-vlm_g_fork(vlm_matcher_t *m, uint32_t node)
+static vlm_gframe_t *
+vlm_g_fork(vlm_matcher_t *m)
 {
     uint32_t       s;
     vlm_gframe_t  *to;
@@ -141,15 +143,30 @@ vlm_g_fork(vlm_matcher_t *m, uint32_t node)
     s = m->heads.n;
 
     if (s == VLM_G_STACKS) {
-        return;
+        return NULL;
     }
 
     to = vlm_g_stack(m, s);
     memcpy(to, m->frames, m->depth * sizeof(vlm_gframe_t));
-    vlm_g_init(m, &to[m->depth - 1], node, 0);
 
     m->heads.depths[s] = (uint8_t) m->depth;
     m->heads.n++;
+
+    return &to[m->depth - 1];
+}
+
+
+/* a copy where the top frame ends before this byte (VLM_G_ENDING) */
+static void
+vlm_g_fork_end(vlm_matcher_t *m)
+{
+    vlm_gframe_t  *to;
+
+    to = vlm_g_fork(m);
+
+    if (to != NULL) {
+        to->st = VLM_G_ENDING;
+    }
 }
 
 
@@ -157,6 +174,83 @@ static int
 vlm_g_in(const uint32_t *set, uint32_t b)
 {
     return (set[b >> 5] >> (b & 31)) & 1;
+}
+
+
+/* 1: a child of SEQ n from "from" on may start with b; 2: all may be empty */
+static int
+vlm_g_seq_first(const vlm_grammar_t *g, const vlm_gnode_t *n, uint32_t from,
+    uint32_t b)
+{
+    uint32_t            j;
+    const vlm_gnode_t  *c;
+
+    for (j = from; j < n->b; j++) {
+        c = &g->nodes[g->idx[n->a + j]];
+
+        if (vlm_g_in(c->first, b)) {
+            return 1;
+        }
+
+        if (c->min_len != 0) {
+            return 0;
+        }
+    }
+
+    return 2;
+}
+
+
+/*
+ * Might the frames under level "at" take byte b, the value at "at" ended:
+ * whether a copy of the stack that ends it is worth making.  The SEQ and
+ * REPEAT frames under it tell by their next children's first bytes; any
+ * other frame may.
+ */
+static int
+vlm_g_follows(const vlm_matcher_t *m, uint32_t at, uint32_t b)
+{
+    uint32_t             i;
+    const vlm_gnode_t   *n, *c;
+    const vlm_gframe_t  *f;
+
+    for (i = at; i-- > 0; /* void */) {
+        f = &m->frames[i];
+        n = &m->g.nodes[f->node];
+
+        switch (n->kind) {
+
+        case VLM_GNODE_SEQ:
+            switch (vlm_g_seq_first(&m->g, n, f->pos, b)) {
+            case 0:
+                return 0;
+            case 1:
+                return 1;
+            default:
+                break;
+            }
+
+            break;
+
+        case VLM_GNODE_REPEAT:
+            c = &m->g.nodes[n->a];
+
+            if (f->count < n->c && vlm_g_in(c->first, b)) {
+                return 1;
+            }
+
+            if (f->count < n->b && c->min_len != 0) {
+                return 0;
+            }
+
+            break;
+
+        default:
+            return 1;
+        }
+    }
+
+    return 0;
 }
 
 
@@ -656,6 +750,106 @@ vlm_g_step_array(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
 
 
 /*
+ * A GBNF sequence: pos, its next child.  A child that may be empty and
+ * cannot start with the byte is passed over; one that may be empty and
+ * can, both ways (a copy of the stack past it).  The last child takes
+ * the SEQ's frame, so that a rule that ends with itself (right
+ * recursion) nests no deeper for it.
+ */
+static int
+vlm_g_step_seq(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
+    uint32_t b)
+{
+    int                 r;
+    uint32_t            k;
+    vlm_gframe_t       *to;
+    const vlm_gnode_t  *c;
+
+    f->st = 1;
+
+    for ( /* void */ ; f->pos < n->b; f->pos++) {
+        k = m->g.idx[n->a + f->pos];
+        c = &m->g.nodes[k];
+
+        if (!vlm_g_in(c->first, b)) {
+            if (c->min_len == 0) {
+                continue;
+            }
+
+            return VLM_G_NO;
+        }
+
+        if (c->min_len == 0) {
+            r = vlm_g_seq_first(&m->g, n, f->pos + 1, b);
+
+            if (r == 1 || (r == 2 && vlm_g_follows(m, m->depth - 1, b))) {
+                to = vlm_g_fork(m);
+
+                if (to != NULL) {
+                    to->pos++;
+                }
+            }
+        }
+
+        if (f->pos + 1 == n->b) {
+            if (!vlm_g_fits(m, m->depth - 1, k)) {
+                return VLM_G_NO;
+            }
+
+            vlm_g_init(m, f, k, 0);
+            return VLM_G_RETRY;
+        }
+
+        f->pos++;
+
+        return vlm_g_push(m, k, 0) ? VLM_G_RETRY : VLM_G_NO;
+    }
+
+    return VLM_G_POP;
+}
+
+
+/*
+ * A GBNF repetition: count, the times begun.  Where the byte may begin
+ * another time and the times so far are enough, both ways; the last
+ * time allowed takes the REPEAT's frame.  A child that may be empty is
+ * begun only by a byte it can start with, so it never loops.
+ */
+static int
+vlm_g_step_repeat(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
+    uint32_t b)
+{
+    int                 end, last;
+    const vlm_gnode_t  *c;
+
+    c = &m->g.nodes[n->a];
+    end = f->count >= n->b || c->min_len == 0;
+    last = n->c != VLM_GRAMMAR_NONE && f->count + 1 == n->c;
+
+    f->st = 1;
+
+    if (f->count >= n->c || !vlm_g_in(c->first, b)
+        || !vlm_g_fits(m, m->depth - (last ? 1 : 0), n->a))
+    {
+        return end ? VLM_G_POP : VLM_G_NO;
+    }
+
+    if (end && vlm_g_follows(m, m->depth - 1, b)) {
+        vlm_g_fork_end(m);
+    }
+
+    f->count++;
+
+    if (last) {
+        vlm_g_init(m, f, n->a, 0);
+        return VLM_G_RETRY;
+    }
+
+    return vlm_g_push(m, n->a, 0) ? VLM_G_RETRY : VLM_G_NO;
+}
+
+
+/*
  * pos: the DFA's state (the program's lists, vlm_grammar.h); count: the
  * characters so far, which with the fewest bytes to a match (no fewer
  * characters) stay within the most characters allowed.
@@ -697,6 +891,13 @@ vlm_g_step_regex(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
                 && (uint64_t) count + dist[r >> 16] > max)
             {
                 return VLM_G_NO;
+            }
+
+            /* a match that may end here, in a GBNF sequence: both ways */
+            if (raw && dist[f->pos] == 0 && m->depth > 1
+                && vlm_g_follows(m, m->depth - 1, b))
+            {
+                vlm_g_fork_end(m);
             }
 
             f->count = count;
@@ -825,9 +1026,14 @@ vlm_g_step_calls(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
 static int
 vlm_g_step(vlm_matcher_t *m, uint32_t b)
 {
+    int                 empty;
     uint32_t            i, k, chosen;
-    vlm_gframe_t       *f;
+    vlm_gframe_t       *f, *to;
     const vlm_gnode_t  *n;
+
+    if (m->frames[m->depth - 1].st == VLM_G_ENDING) {
+        return VLM_G_POP;
+    }
 
     f = vlm_g_write(m, m->depth - 1);
     if (f == NULL) {
@@ -855,9 +1061,11 @@ vlm_g_step(vlm_matcher_t *m, uint32_t b)
 
     case VLM_GNODE_ANYOF:
         chosen = VLM_GRAMMAR_NONE;
+        empty = 0;
 
         for (i = 0; i < n->b; i++) {
             k = m->g.idx[n->a + i];
+            empty |= m->g.nodes[k].min_len == 0;
 
             if (!vlm_g_in(m->g.nodes[k].first, b)
                 || !vlm_g_fits(m, m->depth - 1, k))
@@ -869,8 +1077,21 @@ vlm_g_step(vlm_matcher_t *m, uint32_t b)
                 chosen = k;
 
             } else {
-                vlm_g_fork(m, k);
+                to = vlm_g_fork(m);
+
+                if (to != NULL) {
+                    vlm_g_init(m, to, k, 0);
+                }
             }
+        }
+
+        /* an alternative that may be empty: the value may end here */
+        if (empty && chosen == VLM_GRAMMAR_NONE) {
+            return VLM_G_POP;
+        }
+
+        if (empty && vlm_g_follows(m, m->depth - 1, b)) {
+            vlm_g_fork_end(m);
         }
 
         if (chosen == VLM_GRAMMAR_NONE) {
@@ -885,6 +1106,12 @@ vlm_g_step(vlm_matcher_t *m, uint32_t b)
 
     case VLM_GNODE_REGEX:
         return vlm_g_step_regex(m, f, n, b);
+
+    case VLM_GNODE_SEQ:
+        return vlm_g_step_seq(m, f, n, b);
+
+    case VLM_GNODE_REPEAT:
+        return vlm_g_step_repeat(m, f, n, b);
 
     default:
         return vlm_g_step_calls(m, f, n, b);
