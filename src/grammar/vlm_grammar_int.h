@@ -163,6 +163,7 @@ struct vlm_matcher_s {
     uint32_t           depth;
 
     int                logging;
+    uint32_t           high;        /* the most slots live since it began */
     size_t             log_n;
     size_t             log_cap;
     uint32_t          *log_at;      /* [log_cap] frame index in all */

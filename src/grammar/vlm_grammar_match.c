@@ -131,13 +131,14 @@ vlm_g_push(vlm_matcher_t *m, uint32_t node, uint8_t st)
  * Another stack where the bytes may be read two ways: a copy of the stack
  * being stepped, fed the same byte after it; returns its top frame, for
  * the caller to set to the other reading (an ANYOF's other alternative, a
- * value that ends here), or NULL past VLM_G_STACKS.  Slots past the live
- * ones only, so that a copy needs no log.
+ * value that ends here), or NULL past VLM_G_STACKS.  The slot past the
+ * live ones: one that no stack has held since the log began needs no
+ * log; one that the walk's compaction freed does (an undo wants it back).
  */
 static vlm_gframe_t *
 vlm_g_fork(vlm_matcher_t *m)
 {
-    uint32_t       s;
+    uint32_t       s, i, at;
     vlm_gframe_t  *to;
 
     s = m->heads.n;
@@ -147,10 +148,25 @@ vlm_g_fork(vlm_matcher_t *m)
     }
 
     to = vlm_g_stack(m, s);
+
+    if (m->logging && s < m->high) {
+        if (m->log_n + m->depth > m->log_cap) {
+            return NULL;
+        }
+
+        for (i = 0; i < m->depth; i++) {
+            at = s * VLM_GRAMMAR_MAX_DEPTH + i;
+            m->log_at[m->log_n] = at;
+            m->log[m->log_n] = m->all[at];
+            m->log_n++;
+        }
+    }
+
     memcpy(to, m->frames, m->depth * sizeof(vlm_gframe_t));
 
     m->heads.depths[s] = (uint8_t) m->depth;
     m->heads.n++;
+    m->high = vlm_max(m->high, m->heads.n);
 
     return &to[m->depth - 1];
 }
@@ -810,7 +826,8 @@ vlm_g_step_seq(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
 
 
 /*
- * A GBNF repetition: count, the times begun.  Where the byte may begin
+ * A GBNF repetition: count, the times begun (up to the least, where there
+ * is no most).  Where the byte may begin
  * another time and the times so far are enough, both ways; the last
  * time allowed takes the REPEAT's frame.  A child that may be empty is
  * begun only by a byte it can start with, so it never loops.
@@ -838,12 +855,16 @@ vlm_g_step_repeat(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
         vlm_g_fork_end(m);
     }
 
-    f->count++;
-
     if (last) {
         vlm_g_init(m, f, n->a, 0);
         return VLM_G_RETRY;
     }
+
+    /*
+     * Without a most, the times past the least are all one state: so
+     * stacks that read a text in different times of the child merge
+     */
+    f->count += n->c != VLM_GRAMMAR_NONE || f->count < n->b;
 
     return vlm_g_push(m, n->a, 0) ? VLM_G_RETRY : VLM_G_NO;
 }
@@ -1181,6 +1202,68 @@ vlm_g_merge(vlm_matcher_t *m)
 }
 
 
+/*
+ * The live stacks moved to the first slots.  logged: within a walk of
+ * the trie, each frame written through the log, so that forks find the
+ * same room as when the bytes are fed, which moves them after each byte
+ * (a slot past the live ones needs no log, vlm_g_fork).  Where the log
+ * lacks the room, the stacks stay: forks then find less room, so the
+ * walk keeps fewer readings than feeding does, never more, and the mask
+ * may leave out a token, never allow one that feeding refuses.
+ */
+static void
+vlm_g_compact(vlm_matcher_t *m, int logged)
+{
+    size_t         need;
+    uint32_t       s, n, d, i, at;
+    vlm_gframe_t  *from;
+
+    need = 0;
+    n = 0;
+
+    for (s = 0; s < m->heads.n; s++) {
+        d = m->heads.depths[s];
+
+        if (d != VLM_G_DEAD) {
+            need += s != n ? d : 0;
+            n++;
+        }
+    }
+
+    if (n == m->heads.n || (logged && m->log_n + need > m->log_cap)) {
+        return;
+    }
+
+    n = 0;
+
+    for (s = 0; s < m->heads.n; s++) {
+        d = m->heads.depths[s];
+
+        if (d == VLM_G_DEAD) {
+            continue;
+        }
+
+        from = vlm_g_stack(m, s);
+
+        for (i = 0; s != n && i < d; i++) {
+            at = n * VLM_GRAMMAR_MAX_DEPTH + i;
+
+            if (logged) {
+                m->log_at[m->log_n] = at;
+                m->log[m->log_n] = m->all[at];
+                m->log_n++;
+            }
+
+            m->all[at] = from[i];
+        }
+
+        m->heads.depths[n++] = (uint8_t) d;
+    }
+
+    m->heads.n = n;
+}
+
+
 /* one byte to every live stack: 1 if one at least took it */
 static int
 vlm_g_byte(vlm_matcher_t *m, uint32_t b)
@@ -1189,6 +1272,10 @@ vlm_g_byte(vlm_matcher_t *m, uint32_t b)
     uint32_t  s;
 
     any = 0;
+
+    if (m->logging && m->heads.n > 1) {
+        vlm_g_compact(m, 1);
+    }
 
     /* stacks forked by this byte are appended, and stepped in turn */
     for (s = 0; s < m->heads.n; s++) {
@@ -1216,34 +1303,6 @@ vlm_g_byte(vlm_matcher_t *m, uint32_t b)
 }
 
 
-/* the live stacks moved to the first slots (nothing logged) */
-static void
-vlm_g_compact(vlm_matcher_t *m)
-{
-    uint32_t  s, n, d;
-
-    n = 0;
-
-    for (s = 0; s < m->heads.n; s++) {
-        d = m->heads.depths[s];
-
-        if (d == VLM_G_DEAD) {
-            continue;
-        }
-
-        if (s != n) {
-            memcpy(vlm_g_stack(m, n), vlm_g_stack(m, s),
-                   d * sizeof(vlm_gframe_t));
-            m->heads.depths[n] = (uint8_t) d;
-        }
-
-        n++;
-    }
-
-    m->heads.n = n;
-}
-
-
 /* the matcher */
 
 vlm_status_t
@@ -1260,7 +1319,9 @@ vlm_matcher_create(vlm_matcher_t **out, const vlm_trie_t *trie,
     }
 
     m->trie = trie;
-    m->log_cap = (trie->max_len + 1) * 8 * VLM_G_STACKS + 256;
+    /* and room to compact and fork deep stacks (vlm_g_compact) */
+    m->log_cap = (trie->max_len + 1) * 8 * VLM_G_STACKS + 256
+                 + 4 * VLM_G_STACKS * VLM_GRAMMAR_MAX_DEPTH;
     m->log_at = malloc(m->log_cap * sizeof(uint32_t));
     m->log = malloc(m->log_cap * sizeof(vlm_gframe_t));
     m->mask_words = ((size_t) trie->vocab + 31) / 32;
@@ -1341,7 +1402,7 @@ vlm_matcher_feed(vlm_matcher_t *m, const char *s, size_t len)
         }
 
         if (m->heads.n > 1) {
-            vlm_g_compact(m);
+            vlm_g_compact(m, 0);
         }
     }
 
@@ -1776,6 +1837,7 @@ vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
 
     m->logging = 1;
     m->log_n = 0;
+    m->high = m->heads.n;
 
     plain = vlm_g_plain_ok(m);
 
@@ -1827,6 +1889,7 @@ vlm_g_canonical(vlm_matcher_t *m)
 
     m->logging = 1;
     m->log_n = 0;
+    m->high = m->heads.n;
 
     while (!vlm_matcher_complete(m)) {
         d = vlm_matcher_distance(m);
@@ -1868,7 +1931,8 @@ vlm_g_canonical(vlm_matcher_t *m)
 
         /* kept: the caller restores the state it saved */
         m->log_n = 0;
-        vlm_g_compact(m);
+        vlm_g_compact(m, 0);
+        m->high = m->heads.n;
         m->plan_bytes[len++] = (uint8_t) best;
     }
 
@@ -2019,7 +2083,7 @@ vlm_matcher_plan_after(vlm_matcher_t *m, const char *s, size_t len)
         }
 
         if (m->heads.n > 1) {
-            vlm_g_compact(m);
+            vlm_g_compact(m, 0);
         }
     }
 
