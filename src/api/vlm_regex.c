@@ -257,8 +257,12 @@ vlm_rx_set(vlm_rx_t *rx, uint32_t from, int negate)
             }
         }
 
-        memmove(rx->cps + from, rx->cps + start,
-                (rx->n_cps - start) * sizeof(uint32_t));
+        if (rx->n_cps > start) {
+            /* none in an empty class ("[]") */
+            memmove(rx->cps + from, rx->cps + start,
+                    (rx->n_cps - start) * sizeof(uint32_t));
+        }
+
         rx->n_cps = from + (rx->n_cps - start);
         k = (rx->n_cps - from) / 2;
     }
