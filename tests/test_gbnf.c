@@ -25,6 +25,7 @@
 
 #include "api/vlm_gbnf.h"
 #include "grammar/vlm_grammar.h"
+#include "text/vlm_tokenizer.h"
 
 
 #define VOCAB    512            /* the tokens of a grammar's alphabet */
@@ -1107,6 +1108,134 @@ test_random_grammars(void **state)
 }
 
 
+/*
+ * Qwen2's vocabulary (tests/fixtures/tokenizer/qwen): the mask of a JSON
+ * grammar and of a markup grammar, whose texts keep masks for their
+ * states (vlm_g_inner_mask) and walk the paths to a match, against
+ * feeding each token alone (those with a byte that ends a text, and a
+ * fifth of the others in turn) along random documents, at budgets near
+ * the end
+ */
+static void
+test_mask_qwen(void **state)
+{
+    int                id, vocab, step, want, ok, on;
+    char               doc[8192];
+    size_t             i, n_doc, *lens;
+    int32_t            end;
+    uint32_t           dist, budget;
+    vlm_error_t        err;
+    vlm_trie_t        *trie;
+    vlm_grammar_t      g;
+    vlm_matcher_t     *m;
+    vlm_tokenizer_t   *tk;
+    vlm_schema_out_t   out;
+    const char       **bytes;
+    const uint32_t    *mask;
+
+    static const char  *gbnf[] = {
+        "root   ::= value\n"
+        "value  ::= object | array | string | \"true\" | \"null\"\n"
+        "object ::= \"{\" (pair (\",\" pair)*)? \"}\"\n"
+        "pair   ::= string \":\" value\n"
+        "array  ::= \"[\" (value (\",\" value)*)? \"]\"\n"
+        "string ::= \"\\\"\" [^\"\\\\]* \"\\\"\"\n",
+        "root ::= \"<\" tag\n"
+        "tag  ::= [a-z]+ \">\" (text | \"<\" tag)* \"</\" [a-z]+ \">\"\n"
+        "text ::= [^<]+\n",
+    };
+
+    assert_int_equal(vlm_tokenizer_load(&tk, "tests/fixtures/tokenizer/qwen",
+                                        &err), VLM_OK);
+
+    vocab = vlm_tokenizer_vocab_size(tk);
+    end = vlm_tokenizer_eos_id(tk);
+    bytes = calloc((size_t) vocab, sizeof(char *));
+    lens = calloc((size_t) vocab, sizeof(size_t));
+    assert_true(bytes != NULL && lens != NULL);
+
+    for (id = 0; id < vocab; id++) {
+        bytes[id] = vlm_tokenizer_token_bytes(tk, id, &lens[id]);
+
+        if (bytes[id] == NULL || vlm_tokenizer_is_special(tk, id)) {
+            bytes[id] = "";
+            lens[id] = 0;
+        }
+    }
+
+    assert_int_equal(vlm_trie_build(&trie, vocab, bytes, lens, &err),
+                     VLM_OK);
+    assert_int_equal(vlm_matcher_create(&m, trie, &err), VLM_OK);
+
+    for (i = 0; i < sizeof(gbnf) / sizeof(gbnf[0]); i++) {
+        assert_int_equal(vlm_gbnf_compile(gbnf[i], strlen(gbnf[i]), &out,
+                                          &err), VLM_OK);
+        assert_int_equal(vlm_grammar_open(&g, out.prog, out.len, &err),
+                         VLM_OK);
+        n_doc = 0;
+
+        for (step = 0; step < 12; step++) {
+            vlm_matcher_reset(m, &g);
+            assert_true(vlm_matcher_feed(m, doc, n_doc));
+            dist = vlm_matcher_distance(m);
+            budget = step % 2 ? 0 : dist + 1 + draw(3);
+            (void) vlm_matcher_mask(m, budget, &end, 1, &mask);
+
+            want = 0;
+
+            for (id = 0; id < vocab; id++) {
+                on = (mask[id >> 5] >> (id & 31)) & 1;
+                want += on;
+
+                if (lens[id] == 0
+                    || (id % 5 != step % 5
+                        && strpbrk(bytes[id], "\"\\<>") == NULL))
+                {
+                    continue;
+                }
+
+                vlm_matcher_reset(m, &g);
+                (void) vlm_matcher_feed(m, doc, n_doc);
+                ok = vlm_matcher_feed(m, bytes[id], lens[id])
+                     && (budget == 0 || vlm_matcher_distance(m) < budget);
+
+                if (ok != on) {
+                    fail_msg("after '%.*s', budget %u, token %d '%.*s': "
+                             "fed %d, mask %d", (int) n_doc, doc, budget, id,
+                             (int) lens[id], bytes[id], ok, on);
+                }
+            }
+
+            /* on with one the mask allows, the end aside */
+            want = (int) draw((uint32_t) want);
+
+            for (id = 0; id < vocab; id++) {
+                if (((mask[id >> 5] >> (id & 31)) & 1) && want-- == 0) {
+                    break;
+                }
+            }
+
+            if (id == vocab || id == end
+                || n_doc + lens[id] >= sizeof(doc))
+            {
+                break;
+            }
+
+            memcpy(doc + n_doc, bytes[id], lens[id]);
+            n_doc += lens[id];
+        }
+
+        free(out.prog);
+    }
+
+    vlm_matcher_free(m);
+    vlm_trie_free(trie);
+    vlm_tokenizer_free(tk);
+    free(bytes);
+    free(lens);
+}
+
+
 /* a regular grammar is still one expression: one REGEX node */
 static void
 test_regular(void **state)
@@ -1139,6 +1268,7 @@ main(void)
         cmocka_unit_test(test_depth),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_random_grammars),
+        cmocka_unit_test(test_mask_qwen),
         cmocka_unit_test(test_regular),
     };
 

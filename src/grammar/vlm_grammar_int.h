@@ -69,7 +69,19 @@ typedef struct {
     uint32_t   max_dist;
     size_t     n;
     uint32_t  *words;
+
+    /*
+     * A RAW REGEX's (a GBNF grammar's text): where a path first reaches a
+     * match, the text may end there and the bytes after it go on in the
+     * frames below; those paths are walked whole, from each such trie
+     * node and DFA state (pairs of them, n_exits, VLM_G_EXITS at most;
+     * more: the state keeps no mask)
+     */
+    uint32_t   n_exits;
+    uint32_t  *exits;       /* [2 * VLM_G_EXITS] */
 } vlm_ginner_t;
+
+#define VLM_G_EXITS         4096
 
 
 typedef struct {

@@ -1637,10 +1637,18 @@ vlm_g_walk_exits(vlm_matcher_t *m, uint32_t parent)
  * paths that hold a quote, which may close the string and go on.  The
  * kept mask holds as long as the budget allows the farthest a token of
  * it leaves the match; else, or in any other state, the whole walk.
+ *
+ * A GBNF grammar's text (RAW) in a state that is not a match: the same,
+ * but for the paths that reach a match, where the text may end and the
+ * frames below take the next bytes (a JSON string's closing quote in a
+ * grammar that spells one): the kept mask holds the tokens up to there,
+ * and each such path is walked whole from its first match on, the top
+ * frame set to that state (no copy of the stack is made before a match,
+ * so the state is the one that feeding the path would leave).
  */
-static void
+static int
 vlm_g_inner_walk(const vlm_matcher_t *m, vlm_ginner_t *e, uint32_t parent,
-    uint32_t state, const uint32_t *dist, const uint32_t *first,
+    uint32_t state, int raw, const uint32_t *dist, const uint32_t *first,
     const uint32_t *ranges)
 {
     int32_t            id;
@@ -1653,7 +1661,7 @@ vlm_g_inner_walk(const vlm_matcher_t *m, vlm_ginner_t *e, uint32_t parent,
     for (c = t->child[parent]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
         b = t->byte[c];
 
-        if (b == '"') {
+        if (b == '"' && !raw) {
             continue;
         }
 
@@ -1681,10 +1689,28 @@ vlm_g_inner_walk(const vlm_matcher_t *m, vlm_ginner_t *e, uint32_t parent,
             e->max_dist = vlm_max(e->max_dist, dist[to]);
         }
 
-        if (t->child[c] != VLM_GRAMMAR_NONE) {
-            vlm_g_inner_walk(m, e, c, to, dist, first, ranges);
+        if (t->child[c] == VLM_GRAMMAR_NONE) {
+            continue;
+        }
+
+        if (raw && dist[to] == 0) {
+            /* a match: what follows is walked whole from here */
+            if (e->n_exits == VLM_G_EXITS) {
+                return -1;
+            }
+
+            e->exits[2 * e->n_exits] = c;
+            e->exits[2 * e->n_exits + 1] = to;
+            e->n_exits++;
+            continue;
+        }
+
+        if (vlm_g_inner_walk(m, e, c, to, raw, dist, first, ranges) < 0) {
+            return -1;
         }
     }
+
+    return 0;
 }
 
 
@@ -1728,8 +1754,11 @@ vlm_g_walk_quoted(vlm_matcher_t *m, uint32_t parent, int past)
 static int
 vlm_g_inner_mask(vlm_matcher_t *m)
 {
-    size_t               j;
+    int                  raw;
+    size_t               j, mark;
     uint32_t             i, d;
+    vlm_gheads_t         heads;
+    vlm_gframe_t        *top;
     vlm_ginner_t        *e;
     vlm_ginners_t       *in;
     const uint32_t      *dist, *first, *ranges;
@@ -1745,18 +1774,17 @@ vlm_g_inner_mask(vlm_matcher_t *m)
     f = &vlm_g_stack(m, 0)[d - 1];
     n = &m->g.nodes[f->node];
 
-    if (n->kind != VLM_GNODE_REGEX || (n->flags & VLM_GNODE_RAW)
-        || f->st != 1)
-    {
+    if (n->kind != VLM_GNODE_REGEX || f->st != 1) {
         return 0;
     }
 
+    raw = (n->flags & VLM_GNODE_RAW) != 0;
     dist = m->g.idx + n->a;
     first = dist + n->b;
     ranges = first + n->b + 1;
 
-    if (ranges[n->c] != VLM_GRAMMAR_NONE) {
-        return 0;                   /* maxLength: the count matters */
+    if (ranges[n->c] != VLM_GRAMMAR_NONE || (raw && dist[f->pos] == 0)) {
+        return 0;       /* maxLength: the count matters; a match: forks */
     }
 
     e = NULL;
@@ -1781,6 +1809,13 @@ vlm_g_inner_mask(vlm_matcher_t *m)
             }
         }
 
+        if (raw && e->exits == NULL) {
+            e->exits = malloc(2 * VLM_G_EXITS * sizeof(uint32_t));
+            if (e->exits == NULL) {
+                return 0;
+            }
+        }
+
         in->next = (in->next + 1) % VLM_G_INNER;
 
         memset(e->words, 0, m->mask_words * sizeof(uint32_t));
@@ -1789,8 +1824,18 @@ vlm_g_inner_mask(vlm_matcher_t *m)
         e->state = f->pos;
         e->max_dist = 0;
         e->n = 0;
+        e->n_exits = 0;
 
-        vlm_g_inner_walk(m, e, 0, f->pos, dist, first, ranges);
+        if (vlm_g_inner_walk(m, e, 0, f->pos, raw, dist, first, ranges)
+            < 0)
+        {
+            /* too many paths to a match: this state keeps no mask */
+            e->n_exits = VLM_GRAMMAR_NONE;
+        }
+    }
+
+    if (e->n_exits == VLM_GRAMMAR_NONE) {
+        return 0;
     }
 
     /* the farthest from the end a token of it leaves the document */
@@ -1807,7 +1852,30 @@ vlm_g_inner_mask(vlm_matcher_t *m)
 
     m->n_allowed += e->n;
 
-    vlm_g_walk_quoted(m, 0, 0);
+    if (!raw) {
+        vlm_g_walk_quoted(m, 0, 0);
+        return 1;
+    }
+
+    m->frames = vlm_g_stack(m, 0);
+    m->depth = d;
+
+    for (i = 0; i < e->n_exits; i++) {
+        mark = m->log_n;
+        heads = m->heads;
+
+        top = vlm_g_write(m, d - 1);
+        if (top == NULL) {
+            break;
+        }
+
+        top->pos = e->exits[2 * i + 1];
+        vlm_g_walk(m, e->exits[2 * i], 0, 0);
+        vlm_g_undo(m, mark, &heads);
+
+        m->frames = vlm_g_stack(m, 0);
+        m->depth = d;
+    }
 
     return 1;
 }
