@@ -1236,6 +1236,42 @@ test_mask_qwen(void **state)
 }
 
 
+/*
+ * A chain of 200 rules that each only name the next: no step of the
+ * matcher a rule (a byte has VLM_G_RETRIES of them)
+ */
+static void
+test_aliases(void **state)
+{
+    int      i;
+    char    *text;
+    size_t   len;
+    gram_t   gr;
+
+    text = malloc(8192);
+    assert_non_null(text);
+
+    len = (size_t) snprintf(text, 8192, "root ::= a0\n");
+
+    for (i = 0; i < 199; i++) {
+        len += (size_t) snprintf(text + len, 8192 - len, "a%d ::= a%d\n", i,
+                                 i + 1);
+    }
+
+    snprintf(text + len, 8192 - len, "a199 ::= \"(\" root \")\" | \"x\"\n");
+
+    gram_open_text(&gr, text, "()x");
+
+    assert_true(accepts(&gr, "x"));
+    assert_true(accepts(&gr, "((x))"));
+    assert_false(accepts(&gr, "(x"));
+    assert_false(accepts(&gr, "()"));
+
+    gram_close(&gr);
+    free(text);
+}
+
+
 /* a regular grammar is still one expression: one REGEX node */
 static void
 test_regular(void **state)
@@ -1268,6 +1304,7 @@ main(void)
         cmocka_unit_test(test_depth),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_random_grammars),
+        cmocka_unit_test(test_aliases),
         cmocka_unit_test(test_mask_qwen),
         cmocka_unit_test(test_regular),
     };

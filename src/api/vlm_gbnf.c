@@ -1173,12 +1173,33 @@ vlm_gb_alts(vlm_gb_t *gb, const char *p, const char *end,
 }
 
 
+/*
+ * A rule that only names another (an ANYOF of one): the node it names, so
+ * that a chain of such rules costs the matcher no step a rule (a byte may
+ * take VLM_G_RETRIES steps at most); a cycle of them stays, refused as
+ * left recursion
+ */
+static uint32_t
+vlm_gb_resolve(vlm_gb_t *gb, uint32_t k)
+{
+    uint32_t  i;
+
+    for (i = 0; i < gb->n_nodes && gb->nodes[k].kind == VLM_GNODE_ANYOF
+                && gb->nodes[k].n == 1; i++)
+    {
+        k = gb->kids[gb->kid_off[k]];
+    }
+
+    return k;
+}
+
+
 /* every rule that is a node, compiled into its slot */
 static uint32_t
 vlm_gb_nodes(vlm_gb_t *gb, vlm_gb_rule_t *root)
 {
     unsigned        i;
-    uint32_t        x, before;
+    uint32_t        x, j, before;
     vlm_gb_rule_t  *r;
 
     gb->nodes = calloc(VLM_GBNF_MAX_NODES, sizeof(vlm_schema_node_t));
@@ -1234,7 +1255,14 @@ vlm_gb_nodes(vlm_gb_t *gb, vlm_gb_rule_t *root)
         }
     }
 
-    return root->slot;
+    for (x = 0; x < gb->n_nodes; x++) {
+        for (j = 0; j < gb->nodes[x].n; j++) {
+            gb->kids[gb->kid_off[x] + j] =
+                vlm_gb_resolve(gb, gb->kids[gb->kid_off[x] + j]);
+        }
+    }
+
+    return vlm_gb_resolve(gb, root->slot);
 }
 
 
