@@ -1,9 +1,9 @@
 /*
  * The cost of constrained decoding: the token trie over Qwen2's 151k
  * vocabulary (build time, nodes), then the per-token mask along random
- * documents of a few grammars (each token drawn among the allowed ones,
- * so strings run long: the mask's worst case, most of the vocabulary
- * stays allowed).  With --model (a bench_checkpoint directory), decode
+ * documents of a few grammars, JSON schemas and GBNF grammars (each
+ * token drawn among the allowed ones, so strings run long: the mask's
+ * worst case, most of the vocabulary stays allowed).  With --model (a bench_checkpoint directory), decode
  * steps of that model are timed interleaved with the masks and the mask
  * is printed as a share of a step.  Each grammar's compile time (the
  * median of 21) and its masks' mean, median, 99th percentile and worst
@@ -24,6 +24,7 @@
 #include <jansson.h>
 
 #include "core/vlm.h"
+#include "api/vlm_gbnf.h"
 #include "api/vlm_schema.h"
 #include "grammar/vlm_grammar.h"
 #include "text/vlm_tokenizer.h"
@@ -61,11 +62,31 @@ static const char  *schemas[] = {
     "\"ipv4\"},\"age\":{\"type\":\"integer\",\"minimum\":0,"
     "\"maximum\":130}},\"required\":[\"zip\",\"mail\",\"host\",\"ip\","
     "\"age\"]}",
+    /*
+     * GBNF grammars (vlm_gbnf_compile): recursive ones, the automaton's
+     * nodes, and a regular one, one expression, whose character class
+     * also walks the whole trie at each token
+     */
+    "root   ::= value\n"
+    "value  ::= object | array | string | number | \"true\" | \"false\"\n"
+    "         | \"null\"\n"
+    "object ::= \"{\" (pair (\",\" pair)*)? \"}\"\n"
+    "pair   ::= string \":\" value\n"
+    "array  ::= \"[\" (value (\",\" value)*)? \"]\"\n"
+    "string ::= \"\\\"\" [^\"\\\\]* \"\\\"\"\n"
+    "number ::= \"-\"? (\"0\" | [1-9] [0-9]*)\n",
+    "root ::= \"[\" str (\",\" str)* \"]\"\n"
+    "str  ::= \"\\\"\" [^\"\\\\]* \"\\\"\"\n",
+    "root   ::= expr\n"
+    "expr   ::= term (\"+\" term)*\n"
+    "term   ::= factor (\"*\" factor)*\n"
+    "factor ::= [0-9]+ | \"(\" expr \")\"\n",
 };
 
 static const char  *schema_names[] = {
     "json_object", "nested object", "array of objects", "tagged union",
-    "int or number", "patterns, formats"
+    "int or number", "patterns, formats", "GBNF: JSON", "GBNF: strings",
+    "GBNF: arithmetic"
 };
 
 #define BENCH_COMPILES  21
@@ -99,7 +120,7 @@ int
 main(int argc, char **argv)
 {
     int                  i, k, vocab, threads, n_tokens, pick, id, s, c;
-    int                  measured, pass;
+    int                  measured, pass, gbnf;
     int32_t              eos, tok;
     size_t               n, len, *lens;
     double               t0, c0, t_trie, t_mask, t_max, t_dec, t_all;
@@ -218,12 +239,17 @@ main(int argc, char **argv)
     measured = 0;
 
     for (s = 0; s < (int) (sizeof(schemas) / sizeof(schemas[0])); s++) {
-        js = schemas[s] ? json_loads(schemas[s], 0, NULL) : NULL;
+        gbnf = schemas[s] != NULL && strncmp(schemas[s], "root ", 5) == 0;
+        js = schemas[s] && !gbnf ? json_loads(schemas[s], 0, NULL) : NULL;
 
         for (c = 0; c < BENCH_COMPILES; c++) {
             t0 = bench_now();
 
-            if (vlm_schema_compile(js, &out, &err) != VLM_OK) {
+            if ((gbnf ? vlm_gbnf_compile(schemas[s], strlen(schemas[s]),
+                                         &out, &err)
+                      : vlm_schema_compile(js, &out, &err))
+                != VLM_OK)
+            {
                 break;
             }
 

@@ -4,8 +4,8 @@
 # guided_regex, guided_choice, guided_grammar and guided_json; every
 # answer at temperature 1 matches its regex or grammar, is one of its
 # choices or validates.  Two forms at once, a form beside
-# response_format, a recursive grammar and a bad regex are 400s naming
-# the field.
+# response_format, a left-recursive grammar and a bad regex are 400s
+# naming the field (recursive grammars: t/095-grammar-recursive.t).
 
 use strict;
 use warnings;
@@ -46,7 +46,8 @@ sub answer {
             $c->{finish_reason});
 }
 
-# GBNF without recursion: one to three numbers, then ok or ko
+# GBNF without recursion (one expression): one to three numbers, then ok
+# or ko
 my $gbnf = <<'_EOG_';
 # a few numbers and a word
 root ::= (num ",") {1,3} word
@@ -134,8 +135,8 @@ my @bad = (
     [ { structured_outputs => { regex => 'a' }, guided_choice => ['b'] },
       'structured_outputs', 'a form and a guided_ field' ],
     [ { guided_regex => '(a)\\1' }, 'guided_regex', 'a backreference' ],
-    [ { structured_outputs => { grammar => 'root ::= "(" root? ")"' } },
-      'structured_outputs.grammar', 'a recursive grammar' ],
+    [ { structured_outputs => { grammar => 'root ::= root? "()"' } },
+      'structured_outputs.grammar', 'a left-recursive grammar' ],
     [ { guided_grammar => 'root ::= a' }, 'guided_grammar',
       'a grammar without its rule' ],
     [ { guided_choice => [] }, 'guided_choice', 'no choice' ],

@@ -1210,6 +1210,16 @@ test_gbnf(void **state)
         }
     }
 
+    /* the empty text: an expression of no character set */
+    assert_int_equal(grammar_accepts("root ::= \"\"", "", msg,
+                                     sizeof(msg)), 1);
+    assert_int_equal(grammar_accepts("root ::= \"\"", "a", msg,
+                                     sizeof(msg)), 0);
+
+    /* an empty class: a set of no character */
+    assert_int_equal(grammar_accepts("root ::= [] | \"a\"", "a", msg,
+                                     sizeof(msg)), 1);
+
     /* refused: recursion, a missing rule, no root */
     assert_int_equal(grammar_accepts("root ::= \"(\" root? \")\"", "()", msg,
                                      sizeof(msg)), -1);

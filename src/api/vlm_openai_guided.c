@@ -4,8 +4,8 @@
  * text), "regex", "choice" or "json_object" (vLLM 0.10.2 on), or the
  * older top-level guided_json, guided_regex and guided_choice; each
  * compiled to a grammar as response_format is (api/vlm_schema.c); a
- * grammar (guided_grammar, structured_outputs.grammar) in GBNF without
- * recursion, as one regular expression (api/vlm_gbnf.c).  A structural
+ * grammar (guided_grammar, structured_outputs.grammar) in GBNF, recursive
+ * or not, but for left recursion (api/vlm_gbnf.c).  A structural
  * tag is refused; guided_decoding_backend and guided_whitespace_pattern
  * are ignored (the answer is compact JSON, whatever the backend).
  *
@@ -147,8 +147,7 @@ vlm_status_t
 vlm_openai_parse_guided(vlm_openai_parser_t *p, const json_t *root)
 {
     int                 k, form;
-    char                param[VLM_OPENAI_PATH_LEN], *re;
-    size_t              re_len;
+    char                param[VLM_OPENAI_PATH_LEN];
     json_t             *so, *v, *found;
     vlm_error_t         e;
     vlm_status_t        rc;
@@ -242,15 +241,7 @@ vlm_openai_parse_guided(vlm_openai_parser_t *p, const json_t *root)
 
         vlm_openai_str_set(p, &str, found);
 
-        if (vlm_gbnf_to_regex(str.data, str.len, &re, &re_len, &e)
-            != VLM_OK)
-        {
-            return vlm_guided_compiled(p, e.status, &out, &e,
-                                       "invalid_value", param);
-        }
-
-        rc = vlm_schema_compile_regex(re, re_len, &out, &e);
-        free(re);
+        rc = vlm_gbnf_compile(str.data, str.len, &out, &e);
 
         return vlm_guided_compiled(p, rc, &out, &e, "invalid_value", param);
 

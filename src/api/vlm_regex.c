@@ -173,7 +173,11 @@ vlm_rx_set(vlm_rx_t *rx, uint32_t from, int negate)
     uint32_t  *r;
 
     n = (rx->n_cps - from) / 2;
-    qsort(rx->cps + from, n, 2 * sizeof(uint32_t), vlm_rx_cmp_range);
+
+    if (n > 0) {
+        /* none yet in an expression of no set ("", a GBNF's empty one) */
+        qsort(rx->cps + from, n, 2 * sizeof(uint32_t), vlm_rx_cmp_range);
+    }
 
     /* merged, in place */
     r = rx->cps + from;
@@ -253,8 +257,12 @@ vlm_rx_set(vlm_rx_t *rx, uint32_t from, int negate)
             }
         }
 
-        memmove(rx->cps + from, rx->cps + start,
-                (rx->n_cps - start) * sizeof(uint32_t));
+        if (rx->n_cps > start) {
+            /* none in an empty class ("[]") */
+            memmove(rx->cps + from, rx->cps + start,
+                    (rx->n_cps - start) * sizeof(uint32_t));
+        }
+
         rx->n_cps = from + (rx->n_cps - start);
         k = (rx->n_cps - from) / 2;
     }

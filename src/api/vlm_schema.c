@@ -2099,6 +2099,107 @@ vlm_schema_compile_regex(const char *re, size_t len, vlm_schema_out_t *out,
 
 
 vlm_status_t
+vlm_schema_compile_nodes(const vlm_schema_node_t *nodes, uint32_t n,
+    uint32_t root, vlm_schema_out_t *out, vlm_error_t *err)
+{
+    uint32_t                  i, id, off, bad;
+    vlm_error_t               e;
+    vlm_status_t              rc;
+    vlm_gnode_t              *g;
+    vlm_sb_t                  sb;
+    const vlm_schema_node_t  *nd;
+
+    vlm_sb_init(&sb, NULL, out, err);
+
+    for (i = 0; i < n; i++) {
+        id = vlm_sb_node(&sb, nodes[i].where);
+        if (id == VLM_GRAMMAR_NONE) {
+            goto failed;
+        }
+    }
+
+    for (i = 0; i < n; i++) {
+        nd = &nodes[i];
+        g = &sb.nodes[i];
+
+        switch (nd->kind) {
+
+        case VLM_GNODE_REGEX:
+            if (vlm_sb_regex(&sb, nd->re, nd->len, 1, 0, VLM_GRAMMAR_NONE,
+                             nd->where, i)
+                == VLM_GRAMMAR_NONE)
+            {
+                goto failed;
+            }
+
+            break;
+
+        case VLM_GNODE_REPEAT:
+            g->kind = VLM_GNODE_REPEAT;
+            g->a = nd->kids[0];
+            g->b = nd->min;
+            g->c = nd->max;
+            break;
+
+        default: /* SEQ, ANYOF */
+            off = vlm_sb_idx(&sb, nd->n);
+            if (off == VLM_GRAMMAR_NONE) {
+                goto failed;
+            }
+
+            /* sb.nodes may have moved */
+            g = &sb.nodes[i];
+            memcpy(sb.idx + off, nd->kids, nd->n * sizeof(uint32_t));
+            g->kind = nd->kind;
+            g->a = off;
+            g->b = nd->n;
+            break;
+        }
+    }
+
+    /* named here, where the rules are known: no end, left recursion */
+    if (vlm_grammar_derive(sb.nodes, sb.n_nodes, root, sb.idx, sb.bytes,
+                           &bad, &e)
+        != VLM_OK)
+    {
+        if (bad < n && sb.nodes[bad].min_len >= VLM_GRAMMAR_INF) {
+            vlm_sb_fail(&sb, sb.paths[bad], "it has no finite text (each "
+                        "of its alternatives refers to it again)%s", "");
+
+        } else {
+            vlm_sb_fail(&sb, bad < n ? sb.paths[bad] : "$", "%s", e.msg);
+        }
+
+        goto failed;
+    }
+
+    if (vlm_grammar_left_cycle(sb.nodes, sb.n_nodes, sb.idx, &bad, &e)
+        != VLM_OK)
+    {
+        if (e.status == VLM_ERR_NOMEM) {
+            vlm_error_set(err, VLM_ERR_NOMEM, "schema: no memory");
+
+        } else {
+            vlm_sb_fail(&sb, sb.paths[bad], "%s", e.msg);
+        }
+
+        goto failed;
+    }
+
+    rc = vlm_sb_finish(&sb, root);
+    vlm_sb_free(&sb);
+
+    return rc;
+
+failed:
+
+    vlm_sb_free(&sb);
+
+    return err->status != VLM_OK ? err->status : VLM_ERR_UNSUPPORTED;
+}
+
+
+vlm_status_t
 vlm_schema_compile_choice(const char *const *choices, const size_t *lens,
     uint32_t n, vlm_schema_out_t *out, vlm_error_t *err)
 {

@@ -58,6 +58,27 @@ vlm_status_t vlm_schema_compile_choice(const char *const *choices,
     const size_t *lens, uint32_t n, vlm_schema_out_t *out, vlm_error_t *err);
 
 /*
+ * A grammar of nodes (api/vlm_gbnf.c's recursive GBNF), each a raw
+ * regular expression, or a sequence, alternatives or repetition of other
+ * nodes by their index; where says what an error about the node names.
+ * Refused: a node with no finite text, left recursion (a cycle that
+ * consumes nothing), each with its where.
+ */
+typedef struct {
+    uint8_t          kind;      /* VLM_GNODE_REGEX, _SEQ, _ANYOF, _REPEAT */
+    const char      *re;        /* REGEX: len bytes */
+    size_t           len;
+    const uint32_t  *kids;      /* SEQ, ANYOF: n of them; REPEAT: one */
+    uint32_t         n;
+    uint32_t         min;       /* REPEAT: times */
+    uint32_t         max;       /* VLM_GRAMMAR_NONE: any */
+    const char      *where;     /* NUL-terminated */
+} vlm_schema_node_t;
+
+vlm_status_t vlm_schema_compile_nodes(const vlm_schema_node_t *nodes,
+    uint32_t n, uint32_t root, vlm_schema_out_t *out, vlm_error_t *err);
+
+/*
  * The schema's text within VLM_SCHEMA_MAX_LEVELS: else an error naming the
  * limit and out->path set to path (a tool's parameters are checked so for
  * any tool_choice, as they reach the prompt).

@@ -215,6 +215,7 @@ vlm_grammar_open(vlm_grammar_t *g, const void *prog, size_t len,
             break;
 
         case VLM_GNODE_ANYOF:
+        case VLM_GNODE_SEQ:
             if (nd->b == 0 || !vlm_grammar_list_ok(h, nd->a, nd->b, 1)) {
                 goto bad;
             }
@@ -237,6 +238,15 @@ vlm_grammar_open(vlm_grammar_t *g, const void *prog, size_t len,
                 if (!vlm_grammar_span_ok(h, l[0], l[1]) || l[2] >= n) {
                     goto bad;
                 }
+            }
+
+            break;
+
+        case VLM_GNODE_REPEAT:
+            if (nd->a >= n || nd->b > nd->c
+                || nd->b > VLM_GRAMMAR_MAX_ITEMS)
+            {
+                goto bad;
             }
 
             break;
@@ -271,6 +281,9 @@ bad:
 
 
 /* lengths */
+
+static uint32_t vlm_g_rest(const vlm_grammar_t *g, const vlm_gframe_t *f);
+
 
 /* can the frame's value end before the next byte */
 static int
@@ -311,6 +324,11 @@ vlm_g_can_end(const vlm_matcher_t *m, const vlm_gframe_t *f)
     case VLM_GNODE_REGEX:
         return (n->flags & VLM_GNODE_RAW)
                && m->g.idx[n->a + (f->st == 0 ? n->d : f->pos)] == 0;
+
+    case VLM_GNODE_ANYOF:
+    case VLM_GNODE_SEQ:
+    case VLM_GNODE_REPEAT:
+        return vlm_g_rest(&m->g, f) == 0;
 
     default:
         return 0;
@@ -415,6 +433,39 @@ vlm_g_items_len(const vlm_grammar_t *g, const vlm_gnode_t *n, uint32_t from,
     }
 
     return len < VLM_G_INF ? len : VLM_G_INF;
+}
+
+
+/* a SEQ's children from "from" on, each at its shortest */
+static uint32_t
+vlm_g_seq_len(const vlm_grammar_t *g, const vlm_gnode_t *n, uint32_t from)
+{
+    uint32_t  j, len;
+
+    len = 0;
+
+    for (j = from; j < n->b && len < VLM_G_INF; j++) {
+        len += g->nodes[g->idx[n->a + j]].min_len;
+    }
+
+    return len < VLM_G_INF ? len : VLM_G_INF;
+}
+
+
+/* a REPEAT's times from count on, to its least */
+static uint32_t
+vlm_g_repeat_len(const vlm_grammar_t *g, const vlm_gnode_t *n,
+    uint32_t count)
+{
+    uint64_t  len;
+
+    if (count >= n->b) {
+        return 0;
+    }
+
+    len = (uint64_t) (n->b - count) * g->nodes[n->a].min_len;
+
+    return len < VLM_G_INF ? (uint32_t) len : VLM_G_INF;
 }
 
 
@@ -549,6 +600,13 @@ vlm_g_rest(const vlm_grammar_t *g, const vlm_gframe_t *f)
             return 0;
         }
 
+    /* pos, count: past the open child */
+    case VLM_GNODE_SEQ:
+        return vlm_g_seq_len(g, n, f->pos);
+
+    case VLM_GNODE_REPEAT:
+        return vlm_g_repeat_len(g, n, f->count);
+
     default:
         return n->min_len;
     }
@@ -669,6 +727,12 @@ vlm_g_min_len(const vlm_grammar_t *g, uint32_t i)
     case VLM_GNODE_REGEX:
         return g->idx[n->a + n->d] + ((n->flags & VLM_GNODE_RAW) ? 0 : 2);
 
+    case VLM_GNODE_SEQ:
+        return vlm_g_seq_len(g, n, 0);
+
+    case VLM_GNODE_REPEAT:
+        return vlm_g_repeat_len(g, n, 0);
+
     default:
         return vlm_g_rest(g, &f);
     }
@@ -727,6 +791,23 @@ vlm_g_need(const vlm_grammar_t *g, uint32_t i)
     case VLM_GNODE_TOOLCALLS:
         return 1 + g->nodes[n->a].depth;
 
+    /*
+     * A SEQ's children above it, but the last, which takes its place
+     * (vlm_g_step_seq); a REPEAT's (the last time in its place too)
+     */
+    case VLM_GNODE_SEQ:
+        best = g->nodes[l[n->b - 1]].depth;
+
+        for (j = 0; j + 1 < n->b; j++) {
+            d = 1 + (uint32_t) g->nodes[l[j]].depth;
+            best = d > best ? d : best;
+        }
+
+        return best > 1 ? best : 1;
+
+    case VLM_GNODE_REPEAT:
+        return n->b > 0 ? 1 + (uint32_t) g->nodes[n->a].depth : 1;
+
     default:
         return 1;
     }
@@ -759,7 +840,12 @@ vlm_g_kids(const vlm_grammar_t *g, const vlm_gnode_t *n, const uint32_t **l,
         return n->b;
 
     case VLM_GNODE_ANYOF:
+    case VLM_GNODE_SEQ:
         return n->b;
+
+    case VLM_GNODE_REPEAT:
+        *one = n->a;
+        return 0;
 
     case VLM_GNODE_TOOLCALL:
         *width = 3;
@@ -871,7 +957,7 @@ static void
 vlm_g_first(const vlm_grammar_t *g, uint32_t i, uint32_t *set)
 {
     int                 real;
-    uint32_t            j, k, b;
+    uint32_t            j, k, b, c;
     const uint32_t     *l;
     vlm_gnum_t          nb;
     const vlm_gnode_t  *n;
@@ -936,10 +1022,25 @@ vlm_g_first(const vlm_grammar_t *g, uint32_t i, uint32_t *set)
         break;
 
     case VLM_GNODE_ANYOF:
+    case VLM_GNODE_SEQ:
         for (j = 0; j < n->b; j++) {
+            c = g->idx[n->a + j];
+
             for (k = 0; k < 8; k++) {
-                set[k] |= g->nodes[g->idx[n->a + j]].first[k];
+                set[k] |= g->nodes[c].first[k];
             }
+
+            /* a SEQ's: up to its first child that cannot be empty */
+            if (n->kind == VLM_GNODE_SEQ && g->nodes[c].min_len != 0) {
+                break;
+            }
+        }
+
+        break;
+
+    case VLM_GNODE_REPEAT:
+        if (n->c > 0) {
+            memcpy(set, g->nodes[n->a].first, 8 * sizeof(uint32_t));
         }
 
         break;
@@ -974,7 +1075,13 @@ vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes, uint32_t root,
         memset(nodes[i].first, 0, sizeof(nodes[i].first));
     }
 
-    for (pass = 0, changed = 1; changed && pass <= n_nodes + 1; pass++) {
+    /*
+     * Lengths settle in n passes (a shortest document's tree is no
+     * deeper), first sets, which grow where a child turns out empty, in
+     * as many more
+     */
+    for (pass = 0, changed = 1; changed && pass <= 2 * n_nodes + 2; pass++)
+    {
         changed = 0;
 
         for (i = n_nodes; i-- > 0; /* void */) {
@@ -1084,6 +1191,90 @@ vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes, uint32_t root,
     }
 
     free(reach);
+
+    return VLM_OK;
+}
+
+
+/*
+ * Left recursion: a depth-first walk over the edges that consume no byte,
+ * on[] marking the nodes on its path (1) and those done (2).
+ */
+static uint32_t
+vlm_g_left(const vlm_gnode_t *nodes, const uint32_t *idx, uint32_t i,
+    uint8_t *on)
+{
+    uint32_t            j, k, n_kids, found;
+    const vlm_gnode_t  *n;
+
+    if (on[i] == 1) {
+        return i;
+    }
+
+    if (on[i] == 2) {
+        return VLM_GRAMMAR_NONE;
+    }
+
+    n = &nodes[i];
+    on[i] = 1;
+    found = VLM_GRAMMAR_NONE;
+
+    switch (n->kind) {
+
+    case VLM_GNODE_ANYOF:
+    case VLM_GNODE_SEQ:
+        n_kids = n->b;
+        break;
+
+    case VLM_GNODE_REPEAT:
+        n_kids = n->c > 0 ? 1 : 0;
+        break;
+
+    default:
+        n_kids = 0;
+        break;
+    }
+
+    for (j = 0; j < n_kids && found == VLM_GRAMMAR_NONE; j++) {
+        k = n->kind == VLM_GNODE_REPEAT ? n->a : idx[n->a + j];
+        found = vlm_g_left(nodes, idx, k, on);
+
+        if (n->kind == VLM_GNODE_SEQ && nodes[k].min_len != 0) {
+            break;
+        }
+    }
+
+    on[i] = 2;
+
+    return found;
+}
+
+
+vlm_status_t
+vlm_grammar_left_cycle(const vlm_gnode_t *nodes, uint32_t n_nodes,
+    const uint32_t *idx, uint32_t *bad, vlm_error_t *err)
+{
+    uint8_t   *on;
+    uint32_t   i;
+
+    *bad = VLM_GRAMMAR_NONE;
+
+    on = calloc(n_nodes, 1);
+    if (on == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "grammar: no memory");
+    }
+
+    for (i = 0; i < n_nodes && *bad == VLM_GRAMMAR_NONE; i++) {
+        *bad = vlm_g_left(nodes, idx, i, on);
+    }
+
+    free(on);
+
+    if (*bad != VLM_GRAMMAR_NONE) {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED, "it refers to itself "
+                             "before any text (left recursion): write it "
+                             "with repetition, as in a ::= b (\"+\" b)*");
+    }
 
     return VLM_OK;
 }

@@ -56,9 +56,13 @@ typedef enum {
                                    the bytes fit it (flags: ONEOF) */
     VLM_GNODE_TOOLCALL,         /* a: functions (idx), b: n */
     VLM_GNODE_TOOLCALLS,        /* a: the TOOLCALL node, b: max calls */
-    VLM_GNODE_REGEX             /* a string's text by a DFA (idx) at a: b
+    VLM_GNODE_REGEX,            /* a string's text by a DFA (idx) at a: b
                                    states, c ranges, d the start; flags:
                                    RAW, the text alone, unquoted */
+    VLM_GNODE_SEQ,              /* a: children (idx), b: n; one after the
+                                   other (a GBNF rule's sequence) */
+    VLM_GNODE_REPEAT            /* a: the child, b: min times, c: max
+                                   (VLM_GRAMMAR_NONE: any) */
 } vlm_gnode_kind_t;
 
 
@@ -78,6 +82,7 @@ typedef enum {
  *   LITERALS  [byte offset, length] per value
  *   OBJECT    [key offset, key length, value node, required] per property
  *   ANYOF     [child node] per child
+ *   SEQ       [child node] per child
  *   ARRAY     (PREFIX, at d) [n, the node of item 0, ... of item n - 1]
  *   TOOLCALL  [name offset, name length, arguments node] per function
  *   REGEX     the fewest bytes to a match per state, then each state's
@@ -138,6 +143,17 @@ vlm_status_t vlm_grammar_open(vlm_grammar_t *g, const void *prog,
 vlm_status_t vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes,
     uint32_t root, const uint32_t *idx, const unsigned char *bytes,
     uint32_t *bad, vlm_error_t *err);
+
+
+/*
+ * For the compiler, after vlm_grammar_derive: refuses a cycle that
+ * consumes no byte (a SEQ through its children that may be empty up to
+ * the next, an ANYOF through any, a REPEAT through its child), where a
+ * grammar refers to itself before any text (left recursion), which the
+ * matcher would follow without end; *bad is a node of it.
+ */
+vlm_status_t vlm_grammar_left_cycle(const vlm_gnode_t *nodes,
+    uint32_t n_nodes, const uint32_t *idx, uint32_t *bad, vlm_error_t *err);
 
 
 /* the token trie, built once at model load */

@@ -2,9 +2,9 @@
  * Inside the grammar: the matcher's frames and state and the token
  * trie's arrays, shared by the program's file (vlm_grammar.c: its checks,
  * the fewest bytes that finish a value, the compiler's derivation), the
- * matcher's (vlm_grammar_match.c: the automaton, the masks, the plan),
- * the numbers' bounds (vlm_grammar_num.c) and the trie's
- * (vlm_grammar_trie.c).
+ * matcher's (vlm_grammar_match.c: the automaton, the masks), the plan's
+ * (vlm_grammar_plan.c), the numbers' bounds (vlm_grammar_num.c) and the
+ * trie's (vlm_grammar_trie.c).
  */
 
 #ifndef VLM_GRAMMAR_INT_H
@@ -22,6 +22,13 @@
  */
 #define VLM_G_STACKS        8
 #define VLM_G_DEAD          0xff
+
+/*
+ * A frame's st in a copy of the stack where the value ends before the
+ * byte that would have gone on with it (a RAW REGEX at a match, a REPEAT
+ * that has enough, an ANYOF with an empty alternative): it pops at once.
+ */
+#define VLM_G_ENDING        0xff
 
 #define VLM_G_OPEN          "<tool_call>\n"
 #define VLM_G_CLOSE         "\n</tool_call>"
@@ -62,7 +69,19 @@ typedef struct {
     uint32_t   max_dist;
     size_t     n;
     uint32_t  *words;
+
+    /*
+     * A RAW REGEX's (a GBNF grammar's text): where a path first reaches a
+     * match, the text may end there and the bytes after it go on in the
+     * frames below; those paths are walked whole, from each such trie
+     * node and DFA state (pairs of them, n_exits, VLM_G_EXITS at most;
+     * more: the state keeps no mask)
+     */
+    uint32_t   n_exits;
+    uint32_t  *exits;       /* [2 * VLM_G_EXITS] */
 } vlm_ginner_t;
+
+#define VLM_G_EXITS         4096
 
 
 typedef struct {
@@ -156,6 +175,7 @@ struct vlm_matcher_s {
     uint32_t           depth;
 
     int                logging;
+    uint32_t           high;        /* the most slots live since it began */
     size_t             log_n;
     size_t             log_cap;
     uint32_t          *log_at;      /* [log_cap] frame index in all */
@@ -183,6 +203,17 @@ struct vlm_matcher_s {
     vlm_gheads_t       after_heads;
     vlm_gframe_t      *after;       /* [VLM_G_STACKS * MAX_DEPTH] */
 };
+
+
+/*
+ * The automaton (vlm_grammar_match.c), for the plan's file
+ * (vlm_grammar_plan.c): one byte to every live stack (1 if one took
+ * it), the writes logged since mark undone, the live stacks moved to the
+ * first slots (logged: through the log, within a walk of the trie).
+ */
+int vlm_g_byte(vlm_matcher_t *m, uint32_t b);
+void vlm_g_undo(vlm_matcher_t *m, size_t mark, const vlm_gheads_t *heads);
+void vlm_g_compact(vlm_matcher_t *m, int logged);
 
 
 /* stack s's frames */

@@ -1,6 +1,6 @@
 /*
- * The JSON grammar automaton, the per-step mask and the plan (see
- * vlm_grammar.h).  A stack of frames, one per open value, runs a
+ * The grammar automaton and the per-step mask (see vlm_grammar.h; the
+ * plan: vlm_grammar_plan.c).  A stack of frames, one per open value, runs a
  * document: a byte goes to the top frame, which consumes it, refuses it,
  * or ends and hands it to its parent.  A container sets its own state to
  * "after the child" before it pushes the child, so ending a child is a
@@ -128,28 +128,61 @@ vlm_g_push(vlm_matcher_t *m, uint32_t node, uint8_t st)
 
 
 /*
- * Another stack for alternative node, where the top frame (an ANYOF)
- * chose another: a copy of the stack being stepped, fed the same byte
- * after it.  Slots past the live ones only, so that a copy needs no log.
+ * Another stack where the bytes may be read two ways: a copy of the stack
+ * being stepped, fed the same byte after it; returns its top frame, for
+ * the caller to set to the other reading (an ANYOF's other alternative, a
+ * value that ends here), or NULL past VLM_G_STACKS.  The slot past the
+ * live ones: one that no stack has held since the log began needs no
+ * log; one that the walk's compaction freed does (an undo wants it back).
  */
-static void
-vlm_g_fork(vlm_matcher_t *m, uint32_t node)
+static vlm_gframe_t *
+vlm_g_fork(vlm_matcher_t *m)
 {
-    uint32_t       s;
+    uint32_t       s, i, at;
     vlm_gframe_t  *to;
 
     s = m->heads.n;
 
     if (s == VLM_G_STACKS) {
-        return;
+        return NULL;
     }
 
     to = vlm_g_stack(m, s);
+
+    if (m->logging && s < m->high) {
+        if (m->log_n + m->depth > m->log_cap) {
+            return NULL;
+        }
+
+        for (i = 0; i < m->depth; i++) {
+            at = s * VLM_GRAMMAR_MAX_DEPTH + i;
+            m->log_at[m->log_n] = at;
+            m->log[m->log_n] = m->all[at];
+            m->log_n++;
+        }
+    }
+
     memcpy(to, m->frames, m->depth * sizeof(vlm_gframe_t));
-    vlm_g_init(m, &to[m->depth - 1], node, 0);
 
     m->heads.depths[s] = (uint8_t) m->depth;
     m->heads.n++;
+    m->high = vlm_max(m->high, m->heads.n);
+
+    return &to[m->depth - 1];
+}
+
+
+/* a copy where the top frame ends before this byte (VLM_G_ENDING) */
+static void
+vlm_g_fork_end(vlm_matcher_t *m)
+{
+    vlm_gframe_t  *to;
+
+    to = vlm_g_fork(m);
+
+    if (to != NULL) {
+        to->st = VLM_G_ENDING;
+    }
 }
 
 
@@ -157,6 +190,83 @@ static int
 vlm_g_in(const uint32_t *set, uint32_t b)
 {
     return (set[b >> 5] >> (b & 31)) & 1;
+}
+
+
+/* 1: a child of SEQ n from "from" on may start with b; 2: all may be empty */
+static int
+vlm_g_seq_first(const vlm_grammar_t *g, const vlm_gnode_t *n, uint32_t from,
+    uint32_t b)
+{
+    uint32_t            j;
+    const vlm_gnode_t  *c;
+
+    for (j = from; j < n->b; j++) {
+        c = &g->nodes[g->idx[n->a + j]];
+
+        if (vlm_g_in(c->first, b)) {
+            return 1;
+        }
+
+        if (c->min_len != 0) {
+            return 0;
+        }
+    }
+
+    return 2;
+}
+
+
+/*
+ * Might the frames under level "at" take byte b, the value at "at" ended:
+ * whether a copy of the stack that ends it is worth making.  The SEQ and
+ * REPEAT frames under it tell by their next children's first bytes; any
+ * other frame may.
+ */
+static int
+vlm_g_follows(const vlm_matcher_t *m, uint32_t at, uint32_t b)
+{
+    uint32_t             i;
+    const vlm_gnode_t   *n, *c;
+    const vlm_gframe_t  *f;
+
+    for (i = at; i-- > 0; /* void */) {
+        f = &m->frames[i];
+        n = &m->g.nodes[f->node];
+
+        switch (n->kind) {
+
+        case VLM_GNODE_SEQ:
+            switch (vlm_g_seq_first(&m->g, n, f->pos, b)) {
+            case 0:
+                return 0;
+            case 1:
+                return 1;
+            default:
+                break;
+            }
+
+            break;
+
+        case VLM_GNODE_REPEAT:
+            c = &m->g.nodes[n->a];
+
+            if (f->count < n->c && vlm_g_in(c->first, b)) {
+                return 1;
+            }
+
+            if (f->count < n->b && c->min_len != 0) {
+                return 0;
+            }
+
+            break;
+
+        default:
+            return 1;
+        }
+    }
+
+    return 0;
 }
 
 
@@ -656,6 +766,111 @@ vlm_g_step_array(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
 
 
 /*
+ * A GBNF sequence: pos, its next child.  A child that may be empty and
+ * cannot start with the byte is passed over; one that may be empty and
+ * can, both ways (a copy of the stack past it).  The last child takes
+ * the SEQ's frame, so that a rule that ends with itself (right
+ * recursion) nests no deeper for it.
+ */
+static int
+vlm_g_step_seq(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
+    uint32_t b)
+{
+    int                 r;
+    uint32_t            k;
+    vlm_gframe_t       *to;
+    const vlm_gnode_t  *c;
+
+    f->st = 1;
+
+    for ( /* void */ ; f->pos < n->b; f->pos++) {
+        k = m->g.idx[n->a + f->pos];
+        c = &m->g.nodes[k];
+
+        if (!vlm_g_in(c->first, b)) {
+            if (c->min_len == 0) {
+                continue;
+            }
+
+            return VLM_G_NO;
+        }
+
+        if (c->min_len == 0) {
+            r = vlm_g_seq_first(&m->g, n, f->pos + 1, b);
+
+            if (r == 1 || (r == 2 && vlm_g_follows(m, m->depth - 1, b))) {
+                to = vlm_g_fork(m);
+
+                if (to != NULL) {
+                    to->pos++;
+                }
+            }
+        }
+
+        if (f->pos + 1 == n->b) {
+            if (!vlm_g_fits(m, m->depth - 1, k)) {
+                return VLM_G_NO;
+            }
+
+            vlm_g_init(m, f, k, 0);
+            return VLM_G_RETRY;
+        }
+
+        f->pos++;
+
+        return vlm_g_push(m, k, 0) ? VLM_G_RETRY : VLM_G_NO;
+    }
+
+    return VLM_G_POP;
+}
+
+
+/*
+ * A GBNF repetition: count, the times begun (up to the least, where there
+ * is no most).  Where the byte may begin
+ * another time and the times so far are enough, both ways; the last
+ * time allowed takes the REPEAT's frame.  A child that may be empty is
+ * begun only by a byte it can start with, so it never loops.
+ */
+static int
+vlm_g_step_repeat(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
+    uint32_t b)
+{
+    int                 end, last;
+    const vlm_gnode_t  *c;
+
+    c = &m->g.nodes[n->a];
+    end = f->count >= n->b || c->min_len == 0;
+    last = n->c != VLM_GRAMMAR_NONE && f->count + 1 == n->c;
+
+    f->st = 1;
+
+    if (f->count >= n->c || !vlm_g_in(c->first, b)
+        || !vlm_g_fits(m, m->depth - (last ? 1 : 0), n->a))
+    {
+        return end ? VLM_G_POP : VLM_G_NO;
+    }
+
+    if (end && vlm_g_follows(m, m->depth - 1, b)) {
+        vlm_g_fork_end(m);
+    }
+
+    if (last) {
+        vlm_g_init(m, f, n->a, 0);
+        return VLM_G_RETRY;
+    }
+
+    /*
+     * Without a most, the times past the least are all one state: so
+     * stacks that read a text in different times of the child merge
+     */
+    f->count += n->c != VLM_GRAMMAR_NONE || f->count < n->b;
+
+    return vlm_g_push(m, n->a, 0) ? VLM_G_RETRY : VLM_G_NO;
+}
+
+
+/*
  * pos: the DFA's state (the program's lists, vlm_grammar.h); count: the
  * characters so far, which with the fewest bytes to a match (no fewer
  * characters) stay within the most characters allowed.
@@ -697,6 +912,13 @@ vlm_g_step_regex(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
                 && (uint64_t) count + dist[r >> 16] > max)
             {
                 return VLM_G_NO;
+            }
+
+            /* a match that may end here, in a GBNF sequence: both ways */
+            if (raw && dist[f->pos] == 0 && m->depth > 1
+                && vlm_g_follows(m, m->depth - 1, b))
+            {
+                vlm_g_fork_end(m);
             }
 
             f->count = count;
@@ -825,9 +1047,14 @@ vlm_g_step_calls(vlm_matcher_t *m, vlm_gframe_t *f, const vlm_gnode_t *n,
 static int
 vlm_g_step(vlm_matcher_t *m, uint32_t b)
 {
+    int                 empty;
     uint32_t            i, k, chosen;
-    vlm_gframe_t       *f;
+    vlm_gframe_t       *f, *to;
     const vlm_gnode_t  *n;
+
+    if (m->frames[m->depth - 1].st == VLM_G_ENDING) {
+        return VLM_G_POP;
+    }
 
     f = vlm_g_write(m, m->depth - 1);
     if (f == NULL) {
@@ -855,9 +1082,11 @@ vlm_g_step(vlm_matcher_t *m, uint32_t b)
 
     case VLM_GNODE_ANYOF:
         chosen = VLM_GRAMMAR_NONE;
+        empty = 0;
 
         for (i = 0; i < n->b; i++) {
             k = m->g.idx[n->a + i];
+            empty |= m->g.nodes[k].min_len == 0;
 
             if (!vlm_g_in(m->g.nodes[k].first, b)
                 || !vlm_g_fits(m, m->depth - 1, k))
@@ -869,8 +1098,21 @@ vlm_g_step(vlm_matcher_t *m, uint32_t b)
                 chosen = k;
 
             } else {
-                vlm_g_fork(m, k);
+                to = vlm_g_fork(m);
+
+                if (to != NULL) {
+                    vlm_g_init(m, to, k, 0);
+                }
             }
+        }
+
+        /* an alternative that may be empty: the value may end here */
+        if (empty && chosen == VLM_GRAMMAR_NONE) {
+            return VLM_G_POP;
+        }
+
+        if (empty && vlm_g_follows(m, m->depth - 1, b)) {
+            vlm_g_fork_end(m);
         }
 
         if (chosen == VLM_GRAMMAR_NONE) {
@@ -885,6 +1127,12 @@ vlm_g_step(vlm_matcher_t *m, uint32_t b)
 
     case VLM_GNODE_REGEX:
         return vlm_g_step_regex(m, f, n, b);
+
+    case VLM_GNODE_SEQ:
+        return vlm_g_step_seq(m, f, n, b);
+
+    case VLM_GNODE_REPEAT:
+        return vlm_g_step_repeat(m, f, n, b);
 
     default:
         return vlm_g_step_calls(m, f, n, b);
@@ -954,14 +1202,80 @@ vlm_g_merge(vlm_matcher_t *m)
 }
 
 
+/*
+ * The live stacks moved to the first slots.  logged: within a walk of
+ * the trie, each frame written through the log, so that forks find the
+ * same room as when the bytes are fed, which moves them after each byte
+ * (a slot past the live ones needs no log, vlm_g_fork).  Where the log
+ * lacks the room, the stacks stay: forks then find less room, so the
+ * walk keeps fewer readings than feeding does, never more, and the mask
+ * may leave out a token, never allow one that feeding refuses.
+ */
+void
+vlm_g_compact(vlm_matcher_t *m, int logged)
+{
+    size_t         need;
+    uint32_t       s, n, d, i, at;
+    vlm_gframe_t  *from;
+
+    need = 0;
+    n = 0;
+
+    for (s = 0; s < m->heads.n; s++) {
+        d = m->heads.depths[s];
+
+        if (d != VLM_G_DEAD) {
+            need += s != n ? d : 0;
+            n++;
+        }
+    }
+
+    if (n == m->heads.n || (logged && m->log_n + need > m->log_cap)) {
+        return;
+    }
+
+    n = 0;
+
+    for (s = 0; s < m->heads.n; s++) {
+        d = m->heads.depths[s];
+
+        if (d == VLM_G_DEAD) {
+            continue;
+        }
+
+        from = vlm_g_stack(m, s);
+
+        for (i = 0; s != n && i < d; i++) {
+            at = n * VLM_GRAMMAR_MAX_DEPTH + i;
+
+            if (logged) {
+                m->log_at[m->log_n] = at;
+                m->log[m->log_n] = m->all[at];
+                m->log_n++;
+            }
+
+            m->all[at] = from[i];
+        }
+
+        m->heads.depths[n++] = (uint8_t) d;
+    }
+
+    m->heads.n = n;
+}
+
+
 /* one byte to every live stack: 1 if one at least took it */
-static int
+int
 vlm_g_byte(vlm_matcher_t *m, uint32_t b)
 {
     int       any;
     uint32_t  s;
 
     any = 0;
+
+    if (m->logging && m->heads.n > 1) {
+        vlm_g_compact(m, 1);
+    }
 
     /* stacks forked by this byte are appended, and stepped in turn */
     for (s = 0; s < m->heads.n; s++) {
@@ -989,34 +1303,6 @@ vlm_g_byte(vlm_matcher_t *m, uint32_t b)
 }
 
 
-/* the live stacks moved to the first slots (nothing logged) */
-static void
-vlm_g_compact(vlm_matcher_t *m)
-{
-    uint32_t  s, n, d;
-
-    n = 0;
-
-    for (s = 0; s < m->heads.n; s++) {
-        d = m->heads.depths[s];
-
-        if (d == VLM_G_DEAD) {
-            continue;
-        }
-
-        if (s != n) {
-            memcpy(vlm_g_stack(m, n), vlm_g_stack(m, s),
-                   d * sizeof(vlm_gframe_t));
-            m->heads.depths[n] = (uint8_t) d;
-        }
-
-        n++;
-    }
-
-    m->heads.n = n;
-}
-
-
 /* the matcher */
 
 vlm_status_t
@@ -1033,7 +1319,9 @@ vlm_matcher_create(vlm_matcher_t **out, const vlm_trie_t *trie,
     }
 
     m->trie = trie;
-    m->log_cap = (trie->max_len + 1) * 8 * VLM_G_STACKS + 256;
+    /* and room to compact and fork deep stacks (vlm_g_compact) */
+    m->log_cap = (trie->max_len + 1) * 8 * VLM_G_STACKS + 256
+                 + 4 * VLM_G_STACKS * VLM_GRAMMAR_MAX_DEPTH;
     m->log_at = malloc(m->log_cap * sizeof(uint32_t));
     m->log = malloc(m->log_cap * sizeof(vlm_gframe_t));
     m->mask_words = ((size_t) trie->vocab + 31) / 32;
@@ -1114,7 +1402,7 @@ vlm_matcher_feed(vlm_matcher_t *m, const char *s, size_t len)
         }
 
         if (m->heads.n > 1) {
-            vlm_g_compact(m);
+            vlm_g_compact(m, 0);
         }
     }
 
@@ -1122,7 +1410,7 @@ vlm_matcher_feed(vlm_matcher_t *m, const char *s, size_t len)
 }
 
 
-static void
+void
 vlm_g_undo(vlm_matcher_t *m, size_t mark, const vlm_gheads_t *heads)
 {
     while (m->log_n > mark) {
@@ -1349,10 +1637,18 @@ vlm_g_walk_exits(vlm_matcher_t *m, uint32_t parent)
  * paths that hold a quote, which may close the string and go on.  The
  * kept mask holds as long as the budget allows the farthest a token of
  * it leaves the match; else, or in any other state, the whole walk.
+ *
+ * A GBNF grammar's text (RAW) in a state that is not a match: the same,
+ * but for the paths that reach a match, where the text may end and the
+ * frames below take the next bytes (a JSON string's closing quote in a
+ * grammar that spells one): the kept mask holds the tokens up to there,
+ * and each such path is walked whole from its first match on, the top
+ * frame set to that state (no copy of the stack is made before a match,
+ * so the state is the one that feeding the path would leave).
  */
-static void
+static int
 vlm_g_inner_walk(const vlm_matcher_t *m, vlm_ginner_t *e, uint32_t parent,
-    uint32_t state, const uint32_t *dist, const uint32_t *first,
+    uint32_t state, int raw, const uint32_t *dist, const uint32_t *first,
     const uint32_t *ranges)
 {
     int32_t            id;
@@ -1365,7 +1661,7 @@ vlm_g_inner_walk(const vlm_matcher_t *m, vlm_ginner_t *e, uint32_t parent,
     for (c = t->child[parent]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
         b = t->byte[c];
 
-        if (b == '"') {
+        if (b == '"' && !raw) {
             continue;
         }
 
@@ -1393,10 +1689,28 @@ vlm_g_inner_walk(const vlm_matcher_t *m, vlm_ginner_t *e, uint32_t parent,
             e->max_dist = vlm_max(e->max_dist, dist[to]);
         }
 
-        if (t->child[c] != VLM_GRAMMAR_NONE) {
-            vlm_g_inner_walk(m, e, c, to, dist, first, ranges);
+        if (t->child[c] == VLM_GRAMMAR_NONE) {
+            continue;
+        }
+
+        if (raw && dist[to] == 0) {
+            /* a match: what follows is walked whole from here */
+            if (e->n_exits == VLM_G_EXITS) {
+                return -1;
+            }
+
+            e->exits[2 * e->n_exits] = c;
+            e->exits[2 * e->n_exits + 1] = to;
+            e->n_exits++;
+            continue;
+        }
+
+        if (vlm_g_inner_walk(m, e, c, to, raw, dist, first, ranges) < 0) {
+            return -1;
         }
     }
+
+    return 0;
 }
 
 
@@ -1440,8 +1754,11 @@ vlm_g_walk_quoted(vlm_matcher_t *m, uint32_t parent, int past)
 static int
 vlm_g_inner_mask(vlm_matcher_t *m)
 {
-    size_t               j;
+    int                  raw;
+    size_t               j, mark;
     uint32_t             i, d;
+    vlm_gheads_t         heads;
+    vlm_gframe_t        *top;
     vlm_ginner_t        *e;
     vlm_ginners_t       *in;
     const uint32_t      *dist, *first, *ranges;
@@ -1457,18 +1774,17 @@ vlm_g_inner_mask(vlm_matcher_t *m)
     f = &vlm_g_stack(m, 0)[d - 1];
     n = &m->g.nodes[f->node];
 
-    if (n->kind != VLM_GNODE_REGEX || (n->flags & VLM_GNODE_RAW)
-        || f->st != 1)
-    {
+    if (n->kind != VLM_GNODE_REGEX || f->st != 1) {
         return 0;
     }
 
+    raw = (n->flags & VLM_GNODE_RAW) != 0;
     dist = m->g.idx + n->a;
     first = dist + n->b;
     ranges = first + n->b + 1;
 
-    if (ranges[n->c] != VLM_GRAMMAR_NONE) {
-        return 0;                   /* maxLength: the count matters */
+    if (ranges[n->c] != VLM_GRAMMAR_NONE || (raw && dist[f->pos] == 0)) {
+        return 0;       /* maxLength: the count matters; a match: forks */
     }
 
     e = NULL;
@@ -1493,6 +1809,13 @@ vlm_g_inner_mask(vlm_matcher_t *m)
             }
         }
 
+        if (raw && e->exits == NULL) {
+            e->exits = malloc(2 * VLM_G_EXITS * sizeof(uint32_t));
+            if (e->exits == NULL) {
+                return 0;
+            }
+        }
+
         in->next = (in->next + 1) % VLM_G_INNER;
 
         memset(e->words, 0, m->mask_words * sizeof(uint32_t));
@@ -1501,8 +1824,18 @@ vlm_g_inner_mask(vlm_matcher_t *m)
         e->state = f->pos;
         e->max_dist = 0;
         e->n = 0;
+        e->n_exits = 0;
 
-        vlm_g_inner_walk(m, e, 0, f->pos, dist, first, ranges);
+        if (vlm_g_inner_walk(m, e, 0, f->pos, raw, dist, first, ranges)
+            < 0)
+        {
+            /* too many paths to a match: this state keeps no mask */
+            e->n_exits = VLM_GRAMMAR_NONE;
+        }
+    }
+
+    if (e->n_exits == VLM_GRAMMAR_NONE) {
+        return 0;
     }
 
     /* the farthest from the end a token of it leaves the document */
@@ -1519,7 +1852,30 @@ vlm_g_inner_mask(vlm_matcher_t *m)
 
     m->n_allowed += e->n;
 
-    vlm_g_walk_quoted(m, 0, 0);
+    if (!raw) {
+        vlm_g_walk_quoted(m, 0, 0);
+        return 1;
+    }
+
+    m->frames = vlm_g_stack(m, 0);
+    m->depth = d;
+
+    for (i = 0; i < e->n_exits; i++) {
+        mark = m->log_n;
+        heads = m->heads;
+
+        top = vlm_g_write(m, d - 1);
+        if (top == NULL) {
+            break;
+        }
+
+        top->pos = e->exits[2 * i + 1];
+        vlm_g_walk(m, e->exits[2 * i], 0, 0);
+        vlm_g_undo(m, mark, &heads);
+
+        m->frames = vlm_g_stack(m, 0);
+        m->depth = d;
+    }
 
     return 1;
 }
@@ -1549,6 +1905,7 @@ vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
 
     m->logging = 1;
     m->log_n = 0;
+    m->high = m->heads.n;
 
     plain = vlm_g_plain_ok(m);
 
@@ -1575,235 +1932,4 @@ vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
     *mask = m->mask;
 
     return m->n_allowed;
-}
-
-
-/*
- * The plan.  The canonical completion takes at each byte the first that
- * brings the document one byte closer to its end, trying JSON's usual
- * bytes first; the trie then spells it in the fewest tokens, from every
- * byte on (a shortest path over the bytes, back to front).
- */
-
-static const char  vlm_g_plan_order[] = "\"}],:0a";
-
-
-static uint32_t
-vlm_g_canonical(vlm_matcher_t *m)
-{
-    size_t        mark;
-    uint32_t      k, b, best, d, dd, bd, len, n_order;
-    vlm_gheads_t  heads;
-
-    n_order = vlm_g_len(vlm_g_plan_order);
-    len = 0;
-
-    m->logging = 1;
-    m->log_n = 0;
-
-    while (!vlm_matcher_complete(m)) {
-        d = vlm_matcher_distance(m);
-
-        if (len == VLM_GRAMMAR_PLAN_MAX || d == 0 || d >= VLM_G_INF) {
-            len = VLM_GRAMMAR_NONE;
-            break;
-        }
-
-        best = 256;
-        bd = d;
-
-        for (k = 0; k < n_order + 256 && bd != d - 1; k++) {
-            b = k < n_order ? (uint8_t) vlm_g_plan_order[k] : k - n_order;
-
-            if (k >= n_order && memchr(vlm_g_plan_order, (int) b, n_order)) {
-                continue;
-            }
-
-            mark = m->log_n;
-            heads = m->heads;
-
-            if (vlm_g_byte(m, b)) {
-                dd = vlm_matcher_distance(m);
-
-                if (dd < bd) {
-                    bd = dd;
-                    best = b;
-                }
-            }
-
-            vlm_g_undo(m, mark, &heads);
-        }
-
-        if (best == 256 || !vlm_g_byte(m, best)) {
-            len = VLM_GRAMMAR_NONE;
-            break;
-        }
-
-        /* kept: the caller restores the state it saved */
-        m->log_n = 0;
-        vlm_g_compact(m);
-        m->plan_bytes[len++] = (uint8_t) best;
-    }
-
-    m->logging = 0;
-    m->log_n = 0;
-
-    return len;
-}
-
-
-static void
-vlm_g_spell(vlm_matcher_t *m, uint32_t len)
-{
-    int32_t            first;
-    uint32_t           i, j, c, node, best;
-    const vlm_trie_t  *t;
-
-    t = m->trie;
-
-    m->plan_tokens[len] = 0;
-    m->plan_first[len] = -1;
-
-    for (i = len; i-- > 0; /* void */ ) {
-        best = VLM_GRAMMAR_NONE;
-        first = -1;
-        node = 0;
-
-        for (j = i; j < len; j++) {
-            for (c = t->child[node];
-                 c != VLM_GRAMMAR_NONE && t->byte[c] != m->plan_bytes[j];
-                 c = t->next[c])
-            {
-                /* void */
-            }
-
-            if (c == VLM_GRAMMAR_NONE) {
-                break;
-            }
-
-            /* the longer token where two spell the rest as short */
-            if (t->token[c] >= 0 && m->plan_tokens[j + 1] != VLM_GRAMMAR_NONE
-                && m->plan_tokens[j + 1] + 1 <= best)
-            {
-                best = m->plan_tokens[j + 1] + 1;
-                first = t->token[c];
-            }
-
-            node = c;
-        }
-
-        m->plan_tokens[i] = best;
-        m->plan_first[i] = first;
-    }
-}
-
-
-/* the live stacks to a copy, and back */
-static void
-vlm_g_copy(vlm_gframe_t *to, vlm_gheads_t *to_heads, const vlm_gframe_t *from,
-    const vlm_gheads_t *from_heads)
-{
-    uint32_t  s, d;
-
-    *to_heads = *from_heads;
-
-    for (s = 0; s < from_heads->n; s++) {
-        d = from_heads->depths[s];
-
-        if (d != VLM_G_DEAD) {
-            memcpy(to + (size_t) s * VLM_GRAMMAR_MAX_DEPTH,
-                   from + (size_t) s * VLM_GRAMMAR_MAX_DEPTH,
-                   d * sizeof(vlm_gframe_t));
-        }
-    }
-}
-
-
-static void
-vlm_g_save(vlm_matcher_t *m)
-{
-    vlm_g_copy(m->saved, &m->saved_heads, m->all, &m->heads);
-}
-
-
-static void
-vlm_g_restore(vlm_matcher_t *m)
-{
-    vlm_g_copy(m->all, &m->heads, m->saved, &m->saved_heads);
-}
-
-
-/* the plan from the current state, which it leaves as it found it */
-static uint32_t
-vlm_g_plan(vlm_matcher_t *m)
-{
-    uint32_t  len;
-
-    vlm_g_save(m);
-    len = vlm_g_canonical(m);
-    vlm_g_restore(m);
-
-    if (len == VLM_GRAMMAR_NONE) {
-        m->plan_ok = 0;
-        return VLM_GRAMMAR_NONE;
-    }
-
-    vlm_g_spell(m, len);
-    m->plan_len = len;
-
-    return m->plan_tokens[0];
-}
-
-
-uint32_t
-vlm_matcher_plan(vlm_matcher_t *m, int32_t *first)
-{
-    uint32_t  n;
-
-    n = vlm_g_plan(m);
-
-    m->plan_ok = (n != VLM_GRAMMAR_NONE);
-    *first = m->plan_ok ? m->plan_first[0] : -1;
-
-    return n;
-}
-
-
-uint32_t
-vlm_matcher_plan_after(vlm_matcher_t *m, const char *s, size_t len)
-{
-    size_t    i;
-    uint32_t  n;
-
-    if (m->plan_ok && len <= m->plan_len
-        && memcmp(s, m->plan_bytes, len) == 0)
-    {
-        /* on the canonical path: the rest of the same plan */
-        return m->plan_tokens[len];
-    }
-
-    vlm_g_copy(m->after, &m->after_heads, m->all, &m->heads);
-
-    n = VLM_GRAMMAR_NONE;
-
-    for (i = 0; i < len; i++) {
-        if (!vlm_g_byte(m, (uint8_t) s[i])) {
-            break;
-        }
-
-        if (m->heads.n > 1) {
-            vlm_g_compact(m);
-        }
-    }
-
-    if (i == len) {
-        n = vlm_g_plan(m);
-    }
-
-    vlm_g_copy(m->all, &m->heads, m->after, &m->after_heads);
-
-    /* the buffers now hold another state's plan */
-    m->plan_ok = 0;
-
-    return n;
 }

@@ -426,6 +426,7 @@ vlm_trie_free(vlm_trie_t *t)
 
     for (k = 0; t->inner != NULL && k < VLM_G_INNER; k++) {
         free(t->inner->e[k].words);
+        free(t->inner->e[k].exits);
     }
 
     free(t->inner);
