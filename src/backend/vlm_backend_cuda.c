@@ -1144,14 +1144,47 @@ vlm_backend_cuda_version(void)
 }
 
 
+/* a GPU at index device, or the error the engine and /health report */
+static vlm_status_t
+vlm_cuda_visible(int device, int *n_dev, vlm_error_t *err)
+{
+    cudaError_t  e;
+
+    e = cudaGetDeviceCount(n_dev);
+    if (e != cudaSuccess || *n_dev == 0) {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "cuda backend: no GPU is visible "
+                             "(cudaGetDeviceCount: %s)",
+                             e != cudaSuccess ? cudaGetErrorString(e)
+                                              : "no device");
+    }
+
+    if (device < 0 || device >= *n_dev) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "cuda backend: device %d is not there (%d GPU%s "
+                             "visible)", device, *n_dev,
+                             *n_dev == 1 ? " is" : "s are");
+    }
+
+    return VLM_OK;
+}
+
+
 vlm_status_t
 vlm_backend_cuda_memory(int device, size_t *free_b, size_t *total_b,
     vlm_error_t *err)
 {
-    cudaError_t  e;
+    int           n_dev;
+    cudaError_t   e;
+    vlm_status_t  rc;
 
     *free_b = 0;
     *total_b = 0;
+
+    rc = vlm_cuda_visible(device, &n_dev, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
 
     e = cudaSetDevice(device);
     if (e == cudaSuccess) {
@@ -1175,25 +1208,14 @@ vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     size_t                 free_b, total_b, fixed;
     vlm_cuda_t            *cu;
     cudaError_t            e;
+    vlm_status_t           rc;
     struct cudaDeviceProp  prop;
 
     *out = NULL;
 
-    e = cudaGetDeviceCount(&n_dev);
-    if (e != cudaSuccess || n_dev == 0) {
-        /* what the engine's start-up error and /health will say */
-        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
-                             "cuda backend: no GPU is visible "
-                             "(cudaGetDeviceCount: %s)",
-                             e != cudaSuccess ? cudaGetErrorString(e)
-                                              : "no device");
-    }
-
-    if (conf->device < 0 || conf->device >= n_dev) {
-        return vlm_error_set(err, VLM_ERR_INVALID,
-                             "cuda backend: device %d is not there (%d GPU%s "
-                             "visible)", conf->device, n_dev,
-                             n_dev == 1 ? " is" : "s are");
+    rc = vlm_cuda_visible(conf->device, &n_dev, err);
+    if (rc != VLM_OK) {
+        return rc;
     }
 
     cu = calloc(1, sizeof(vlm_cuda_t));
