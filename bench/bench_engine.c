@@ -24,6 +24,9 @@
  *                [--head-quant off|int8|int4]     (default off)
  *                [--kernels scalar|avx2|avx512bf16|amx] (default: the
  *                                   best this CPU runs)
+ *                [--grammar DIR]   (the tokenizer in DIR: each stream's
+ *                                   json_object mask a step, timed apart,
+ *                                   as a share of the step)
  */
 
 #define _GNU_SOURCE
@@ -38,6 +41,7 @@
 #include "backend/vlm_backend.h"
 #include "backend/vlm_threadpool.h"
 #include "bench_stats.h"
+#include "bench_masks.h"
 
 
 #define BENCH_DIR          "/tmp/vlm-bench-qwen25vl-3b"
@@ -76,9 +80,12 @@ main(int argc, char **argv)
     double                   med, lo, hi, bmed, blo, bhi, gb;
     double                   t_dec[BENCH_MAX_STREAMS][BENCH_MAX_REPS];
     double                   bw[BENCH_MAX_STREAMS][BENCH_MAX_REPS];
+    double                   t_msk[BENCH_MAX_STREAMS][BENCH_MAX_REPS];
+    double                   tm;
     double                   v[BENCH_MAX_REPS];
     int32_t                 *ids, *img_ids, *toks;
-    const char              *dir, *kv;
+    const char              *dir, *kv, *grammar;
+    bench_masks_t            bm;
     vlm_seq_t               *seq, **seqs;
     vlm_image_t              img;
     vlm_error_t              err;
@@ -105,6 +112,7 @@ main(int argc, char **argv)
     frames = 1;
     n_tok = 0;
     strcpy(streams, "1,4,16");
+    grammar = NULL;
 
     for (i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--model") == 0) {
@@ -124,6 +132,9 @@ main(int argc, char **argv)
 
         } else if (strcmp(argv[i], "--streams") == 0) {
             snprintf(streams, sizeof(streams), "%s", argv[i + 1]);
+
+        } else if (strcmp(argv[i], "--grammar") == 0) {
+            grammar = argv[i + 1];
 
         } else if (strcmp(argv[i], "--quant-activations") == 0) {
             act_f32 = strcmp(argv[i + 1], "f32") == 0;
@@ -369,9 +380,17 @@ main(int argc, char **argv)
      * decode: one sample of every stream count in turn, a triad before
      * each; a first round of one step each warms up (pages, caches)
      */
+    if (grammar != NULL && bench_masks_init(&bm, grammar, max_b, &err) != 0)
+    {
+        fprintf(stderr, "bench_engine: --grammar %s: %s\n", grammar,
+                err.msg);
+        return 1;
+    }
+
     for (r = -1; r < reps; r++) {
         for (j = 0; j < n_streams; j++) {
             v[0] = bench_triad(tp, &td);
+            tm = 0.0;
             t0 = bench_now();
 
             for (i = 0; i < (r < 0 ? 1 : n_decode); i++) {
@@ -379,10 +398,18 @@ main(int argc, char **argv)
                     fprintf(stderr, "bench_engine: %s\n", err.msg);
                     return 1;
                 }
+
+                /* between the step and the draws, as the scheduler */
+                if (grammar != NULL) {
+                    t1 = bench_now();
+                    tm += bench_masks_step(&bm, stream[j]);
+                    t0 += bench_now() - t1;
+                }
             }
 
             if (r >= 0) {
                 t_dec[j][r] = bench_now() - t0;
+                t_msk[j][r] = tm;
                 bw[j][r] = v[0];
             }
         }
@@ -416,6 +443,29 @@ main(int argc, char **argv)
         }
         bench_stats(v, reps, &med, &lo, &hi);
         printf("  %.2f (%.2f..%.2f)\n", med, lo, hi);
+    }
+
+    if (grammar != NULL) {
+        printf("  masks (json_object, %s), each stream's a step:\n",
+               grammar);
+
+        for (j = 0; j < n_streams; j++) {
+            for (r = 0; r < reps; r++) {
+                v[r] = t_msk[j][r] / n_decode * 1e3;
+            }
+            bench_stats(v, reps, &med, &lo, &hi);
+            printf("  %7d  %8.3f ms a step (%.3f..%.3f)", stream[j], med, lo,
+                   hi);
+
+            for (r = 0; r < reps; r++) {
+                v[r] = 100.0 * t_msk[j][r] / (t_msk[j][r] + t_dec[j][r]);
+            }
+            bench_stats(v, reps, &med, &lo, &hi);
+            printf(", %.3f %% of the step with them (%.3f..%.3f)\n", med,
+                   lo, hi);
+        }
+
+        bench_masks_free(&bm);
     }
 
     for (i = 0; i < max_b; i++) {
