@@ -1132,7 +1132,6 @@ static void
 parity_model(const char *name)
 {
     vlm_model_t        *mc, *mg;
-    vlm_model_stats_t   st;
 
     mc = load_model(name, "cpu", 0);
     mg = load_model(name, "cuda", 0);
@@ -1142,10 +1141,7 @@ parity_model(const char *name)
     parity_case(mc, mg, name, "image2", 2);
 
     /* nothing allocated after load, everything back */
-    vlm_model_stats(mg, &st);
-    assert_int_equal(st.backend_allocs, 0);
-    assert_int_equal(st.kv_blocks_used, 0);
-    assert_int_equal(st.seqs_used, 0);
+    vlm_test_assert_idle(mg);
 
     vlm_model_free(mc);
     vlm_model_free(mg);

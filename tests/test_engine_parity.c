@@ -196,47 +196,30 @@ static void
 check_case(vlm_model_t *m, const char *name, const char *ref_case,
     int n_images, double tol)
 {
-    int                      i, n, next, V;
-    char                     file[64];
-    float                   *all;
-    int32_t                 *pos;
-    vlm_npy_t                ids, grid, ref_pos, last, greedy, pix[2];
-    vlm_seq_t               *seq;
-    vlm_image_t              img[2];
-    vlm_error_t              err;
-    const vlm_model_info_t  *info;
+    int               i, n, next, V;
+    float            *all;
+    int32_t          *pos;
+    vlm_npy_t         ref_pos;
+    vlm_seq_t        *seq;
+    vlm_error_t       err;
+    vlm_test_case_t   c;
 
-    info = vlm_model_info(m);
-    V = info->vocab_size;
+    V = vlm_model_info(m)->vocab_size;
 
-    vlm_test_load_npy(&ids, FIX, name, ref_case, "input_ids.npy");
+    vlm_test_case_load(&c, m, FIX, name, ref_case, n_images);
     vlm_test_load_npy(&ref_pos, FIX, name, ref_case, "position_ids.npy");
-    vlm_test_load_npy(&last, FIX, name, ref_case, "logits_last.npy");
-    vlm_test_load_npy(&greedy, FIX, name, ref_case, "greedy.npy");
-    n = (int) ids.n;
-
-    if (n_images > 0) {
-        vlm_test_load_npy(&grid, FIX, name, ref_case, "grid_thw.npy");
-        assert_int_equal(grid.shape[0], n_images);
-    }
+    n = c.n;
 
     for (i = 0; i < n_images; i++) {
-        snprintf(file, sizeof(file), "pixel_values_%d.npy", i);
-        vlm_test_load_npy(&pix[i], FIX, name, ref_case, file);
-        img[i].pixels = pix[i].data;
-        img[i].grid_t = ((int32_t *) grid.data)[3 * i];
-        img[i].grid_h = ((int32_t *) grid.data)[3 * i + 1];
-        img[i].grid_w = ((int32_t *) grid.data)[3 * i + 2];
-        assert_int_equal(pix[i].shape[1], info->patch_dim);
-        check_pixels(name, ref_case, i, &pix[i], &img[i]);
+        check_pixels(name, ref_case, i, &c.pix[i], &c.img[i]);
     }
 
     /* positions */
 
     pos = malloc((size_t) 3 * n * sizeof(int32_t));
     assert_non_null(pos);
-    assert_int_equal(vlm_rope_index(m, ids.data, n, img, n_images, 0, pos,
-                                    &next, &err), VLM_OK);
+    assert_int_equal(vlm_rope_index(m, c.ids.data, n, c.img, n_images, 0,
+                                    pos, &next, &err), VLM_OK);
     assert_memory_equal(pos, ref_pos.data, (size_t) 3 * n * sizeof(int32_t));
     free(pos);
 
@@ -247,7 +230,7 @@ check_case(vlm_model_t *m, const char *name, const char *ref_case,
 
     assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
 
-    if (vlm_seq_prefill(seq, ids.data, n, img, n_images,
+    if (vlm_seq_prefill(seq, c.ids.data, n, c.img, n_images,
                         strcmp(ref_case, "text") == 0 ? all : NULL, &err)
         != VLM_OK)
     {
@@ -255,26 +238,18 @@ check_case(vlm_model_t *m, const char *name, const char *ref_case,
     }
 
     if (act_int8) {
-        act_diff += check_answer_i8(m, seq, name, ref_case, all, n, &last,
-                                    &greedy, tol);
+        act_diff += check_answer_i8(m, seq, name, ref_case, all, n, &c.last,
+                                    &c.greedy, tol);
 
     } else {
-        vlm_test_check_answer(m, seq, FIX, name, ref_case, all, n, &last,
-                              &greedy, tol);
+        vlm_test_check_answer(m, seq, FIX, name, ref_case, all, n, &c.last,
+                              &c.greedy, tol);
     }
     vlm_seq_free(seq);
 
     free(all);
-    vlm_npy_free(&ids);
     vlm_npy_free(&ref_pos);
-    vlm_npy_free(&last);
-    vlm_npy_free(&greedy);
-    if (n_images > 0) {
-        vlm_npy_free(&grid);
-    }
-    for (i = 0; i < n_images; i++) {
-        vlm_npy_free(&pix[i]);
-    }
+    vlm_test_case_free(&c);
 }
 
 
@@ -283,7 +258,6 @@ check_model_kv(const char *name, double tol, const char *kv,
     const char *want)
 {
     vlm_model_t        *m;
-    vlm_model_stats_t   st;
 
     m = load_model_kv(name, kv, want);
 
@@ -291,10 +265,7 @@ check_model_kv(const char *name, double tol, const char *kv,
     check_case(m, name, "image1", 1, tol);
     check_case(m, name, "image2", 2, tol);
 
-    vlm_model_stats(m, &st);
-    assert_int_equal(st.backend_allocs, 0);
-    assert_int_equal(st.kv_blocks_used, 0);
-    assert_int_equal(st.seqs_used, 0);
+    vlm_test_assert_idle(m);
 
     vlm_model_free(m);
 }

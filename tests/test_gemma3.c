@@ -345,37 +345,16 @@ static void
 check_case(vlm_model_t *m, const char *name, const char *ref_case,
     int n_images, double tol)
 {
-    int                      i, n, V;
-    char                     file[64];
-    float                   *all;
-    vlm_npy_t                ids, grid, last, greedy, pix[2];
-    vlm_seq_t               *seq;
-    vlm_image_t              img[2];
-    vlm_error_t              err;
-    const vlm_model_info_t  *info;
+    int               n, V;
+    float            *all;
+    vlm_seq_t        *seq;
+    vlm_error_t       err;
+    vlm_test_case_t   c;
 
-    info = vlm_model_info(m);
-    V = info->vocab_size;
+    V = vlm_model_info(m)->vocab_size;
 
-    vlm_test_load_npy(&ids, FIX, name, ref_case, "input_ids.npy");
-    vlm_test_load_npy(&last, FIX, name, ref_case, "logits_last.npy");
-    vlm_test_load_npy(&greedy, FIX, name, ref_case, "greedy.npy");
-    n = (int) ids.n;
-
-    if (n_images > 0) {
-        vlm_test_load_npy(&grid, FIX, name, ref_case, "grid_thw.npy");
-        assert_int_equal(grid.shape[0], n_images);
-    }
-
-    for (i = 0; i < n_images; i++) {
-        snprintf(file, sizeof(file), "pixel_values_%d.npy", i);
-        vlm_test_load_npy(&pix[i], FIX, name, ref_case, file);
-        img[i].pixels = pix[i].data;
-        img[i].grid_t = ((int32_t *) grid.data)[3 * i];
-        img[i].grid_h = ((int32_t *) grid.data)[3 * i + 1];
-        img[i].grid_w = ((int32_t *) grid.data)[3 * i + 2];
-        assert_int_equal(pix[i].shape[1], info->patch_dim);
-    }
+    vlm_test_case_load(&c, m, FIX, name, ref_case, n_images);
+    n = c.n;
 
     all = malloc((size_t) n * V * sizeof(float));
     assert_non_null(all);
@@ -384,32 +363,24 @@ check_case(vlm_model_t *m, const char *name, const char *ref_case,
 
     if (n_images > 1) {
         /* one image fewer than the prompt's soft tokens need */
-        assert_int_equal(vlm_seq_prefill(seq, ids.data, n, img, 1, NULL,
+        assert_int_equal(vlm_seq_prefill(seq, c.ids.data, n, c.img, 1, NULL,
                                          &err), VLM_ERR_INVALID);
         assert_non_null(strstr(err.msg, "image tokens"));
     }
 
-    if (vlm_seq_prefill(seq, ids.data, n, img, n_images,
+    if (vlm_seq_prefill(seq, c.ids.data, n, c.img, n_images,
                         strcmp(ref_case, "text") == 0 ? all : NULL, &err)
         != VLM_OK)
     {
         fail_msg("%s/%s: %s", name, ref_case, err.msg);
     }
 
-    vlm_test_check_answer(m, seq, FIX, name, ref_case, all, n, &last,
-                          &greedy, tol);
+    vlm_test_check_answer(m, seq, FIX, name, ref_case, all, n, &c.last,
+                          &c.greedy, tol);
     vlm_seq_free(seq);
 
     free(all);
-    vlm_npy_free(&ids);
-    vlm_npy_free(&last);
-    vlm_npy_free(&greedy);
-    if (n_images > 0) {
-        vlm_npy_free(&grid);
-    }
-    for (i = 0; i < n_images; i++) {
-        vlm_npy_free(&pix[i]);
-    }
+    vlm_test_case_free(&c);
 }
 
 
@@ -418,7 +389,6 @@ check_model(const char *name, double tol)
 {
     char                dir[256];
     vlm_model_t        *m;
-    vlm_model_stats_t   st;
 
     snprintf(dir, sizeof(dir), FIX "/%s", name);
     m = load_model(dir);
@@ -430,10 +400,7 @@ check_model(const char *name, double tol)
     check_case(m, name, "image1", 1, tol);
     check_case(m, name, "image2", 2, tol);
 
-    vlm_model_stats(m, &st);
-    assert_int_equal(st.backend_allocs, 0);
-    assert_int_equal(st.kv_blocks_used, 0);
-    assert_int_equal(st.seqs_used, 0);
+    vlm_test_assert_idle(m);
 
     vlm_model_free(m);
 }

@@ -217,7 +217,6 @@ static void
 check_model(const char *name, double tol)
 {
     vlm_model_t        *m;
-    vlm_model_stats_t   st;
 
     m = load_model(name);
 
@@ -228,10 +227,7 @@ check_model(const char *name, double tol)
     vlm_test_check_frames(m, FIX, name, "image1", 1, tol);
     vlm_test_check_frames(m, FIX, name, "image2", 2, tol);
 
-    vlm_model_stats(m, &st);
-    assert_int_equal(st.backend_allocs, 0);
-    assert_int_equal(st.kv_blocks_used, 0);
-    assert_int_equal(st.seqs_used, 0);
+    vlm_test_assert_idle(m);
 
     vlm_model_free(m);
 }

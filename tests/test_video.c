@@ -791,7 +791,6 @@ check_model(const char *name)
     char                path[256];
     vlm_error_t         err;
     vlm_model_t        *m;
-    vlm_model_stats_t   st;
     vlm_model_params_t  p;
 
     vlm_test_fixture_params(&p);
@@ -805,10 +804,7 @@ check_model(const char *name)
     check_case(m, name, "image_video");
     check_case(m, name, "video2");
 
-    vlm_model_stats(m, &st);
-    assert_int_equal(st.backend_allocs, 0);
-    assert_int_equal(st.kv_blocks_used, 0);
-    assert_int_equal(st.seqs_used, 0);
+    vlm_test_assert_idle(m);
 
     vlm_model_free(m);
 }

@@ -196,6 +196,81 @@ vlm_test_check_answer(vlm_model_t *m, vlm_seq_t *seq, const char *dir,
 }
 
 
+/* after a test's sequences are freed: nothing allocated, nothing held */
+static inline void
+vlm_test_assert_idle(vlm_model_t *m)
+{
+    vlm_model_stats_t  st;
+
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.backend_allocs, 0);
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(st.seqs_used, 0);
+}
+
+
+/* a case of dir/model/ref/<ref_case>/: the prompt, the answer, images */
+typedef struct {
+    int          n;                     /* the prompt's ids */
+    int          n_images;              /* 0..2 */
+    vlm_npy_t    ids, last, greedy, grid, pix[2];
+    vlm_image_t  img[2];
+} vlm_test_case_t;
+
+
+/* input_ids, logits_last, greedy and each image's pixel_values, grid_thw */
+static inline void
+vlm_test_case_load(vlm_test_case_t *c, const vlm_model_t *m,
+    const char *dir, const char *name, const char *ref_case, int n_images)
+{
+    int   i;
+    char  file[64];
+
+    memset(c, 0, sizeof(vlm_test_case_t));
+    c->n_images = n_images;
+
+    vlm_test_load_npy(&c->ids, dir, name, ref_case, "input_ids.npy");
+    vlm_test_load_npy(&c->last, dir, name, ref_case, "logits_last.npy");
+    vlm_test_load_npy(&c->greedy, dir, name, ref_case, "greedy.npy");
+    c->n = (int) c->ids.n;
+
+    if (n_images > 0) {
+        vlm_test_load_npy(&c->grid, dir, name, ref_case, "grid_thw.npy");
+        assert_int_equal(c->grid.shape[0], n_images);
+    }
+
+    for (i = 0; i < n_images; i++) {
+        snprintf(file, sizeof(file), "pixel_values_%d.npy", i);
+        vlm_test_load_npy(&c->pix[i], dir, name, ref_case, file);
+        c->img[i].pixels = c->pix[i].data;
+        c->img[i].grid_t = ((int32_t *) c->grid.data)[3 * i];
+        c->img[i].grid_h = ((int32_t *) c->grid.data)[3 * i + 1];
+        c->img[i].grid_w = ((int32_t *) c->grid.data)[3 * i + 2];
+        assert_int_equal(c->pix[i].shape[1],
+                         vlm_model_info((vlm_model_t *) m)->patch_dim);
+    }
+}
+
+
+static inline void
+vlm_test_case_free(vlm_test_case_t *c)
+{
+    int  i;
+
+    vlm_npy_free(&c->ids);
+    vlm_npy_free(&c->last);
+    vlm_npy_free(&c->greedy);
+
+    if (c->n_images > 0) {
+        vlm_npy_free(&c->grid);
+    }
+
+    for (i = 0; i < c->n_images; i++) {
+        vlm_npy_free(&c->pix[i]);
+    }
+}
+
+
 /*
  * A case of ref/<ref_case>/ of a model whose images are frames of equal
  * tiles with 1D positions (Idefics3, InternVL): the positions, one image
@@ -206,51 +281,31 @@ static inline void
 vlm_test_check_frames(vlm_model_t *m, const char *dir, const char *name,
     const char *ref_case, int n_images, double tol)
 {
-    int                      i, n, next, V;
-    char                     file[64];
-    float                   *all;
-    int32_t                 *pos;
-    vlm_npy_t                ids, grid, ref_pos, last, greedy, pix[2];
-    vlm_seq_t               *seq;
-    vlm_image_t              img[2];
-    vlm_error_t              err;
-    const vlm_model_info_t  *info;
+    int               n, next, V;
+    float            *all;
+    int32_t          *pos;
+    vlm_npy_t         ref_pos;
+    vlm_seq_t        *seq;
+    vlm_error_t       err;
+    vlm_test_case_t   c;
 
-    info = vlm_model_info(m);
-    V = info->vocab_size;
+    V = vlm_model_info(m)->vocab_size;
 
-    vlm_test_load_npy(&ids, dir, name, ref_case, "input_ids.npy");
+    vlm_test_case_load(&c, m, dir, name, ref_case, n_images);
     vlm_test_load_npy(&ref_pos, dir, name, ref_case, "position_ids.npy");
-    vlm_test_load_npy(&last, dir, name, ref_case, "logits_last.npy");
-    vlm_test_load_npy(&greedy, dir, name, ref_case, "greedy.npy");
-    n = (int) ids.n;
-
-    if (n_images > 0) {
-        vlm_test_load_npy(&grid, dir, name, ref_case, "grid_thw.npy");
-        assert_int_equal(grid.shape[0], n_images);
-    }
-
-    for (i = 0; i < n_images; i++) {
-        snprintf(file, sizeof(file), "pixel_values_%d.npy", i);
-        vlm_test_load_npy(&pix[i], dir, name, ref_case, file);
-        img[i].pixels = pix[i].data;
-        img[i].grid_t = ((int32_t *) grid.data)[3 * i];
-        img[i].grid_h = ((int32_t *) grid.data)[3 * i + 1];
-        img[i].grid_w = ((int32_t *) grid.data)[3 * i + 2];
-        assert_int_equal(pix[i].shape[1], info->patch_dim);
-    }
+    n = c.n;
 
     pos = malloc((size_t) 3 * n * sizeof(int32_t));
     assert_non_null(pos);
-    assert_int_equal(vlm_rope_index(m, ids.data, n, img, n_images, 0, pos,
-                                    &next, &err), VLM_OK);
+    assert_int_equal(vlm_rope_index(m, c.ids.data, n, c.img, n_images, 0,
+                                    pos, &next, &err), VLM_OK);
     assert_memory_equal(pos, ref_pos.data, (size_t) 3 * n * sizeof(int32_t));
     assert_int_equal(next, n);
 
     if (n_images > 0) {
         /* one image fewer than the prompt's image tokens need */
-        assert_int_equal(vlm_rope_index(m, ids.data, n, img, n_images - 1,
-                                        0, pos, &next, &err),
+        assert_int_equal(vlm_rope_index(m, c.ids.data, n, c.img,
+                                        n_images - 1, 0, pos, &next, &err),
                          n_images > 1 ? VLM_ERR_INVALID : VLM_OK);
     }
 
@@ -261,28 +316,20 @@ vlm_test_check_frames(vlm_model_t *m, const char *dir, const char *name,
 
     assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
 
-    if (vlm_seq_prefill(seq, ids.data, n, img, n_images,
+    if (vlm_seq_prefill(seq, c.ids.data, n, c.img, n_images,
                         strcmp(ref_case, "text") == 0 ? all : NULL, &err)
         != VLM_OK)
     {
         fail_msg("%s/%s: %s", name, ref_case, err.msg);
     }
 
-    vlm_test_check_answer(m, seq, dir, name, ref_case, all, n, &last,
-                          &greedy, tol);
+    vlm_test_check_answer(m, seq, dir, name, ref_case, all, n, &c.last,
+                          &c.greedy, tol);
     vlm_seq_free(seq);
 
     free(all);
-    vlm_npy_free(&ids);
     vlm_npy_free(&ref_pos);
-    vlm_npy_free(&last);
-    vlm_npy_free(&greedy);
-    if (n_images > 0) {
-        vlm_npy_free(&grid);
-    }
-    for (i = 0; i < n_images; i++) {
-        vlm_npy_free(&pix[i]);
-    }
+    vlm_test_case_free(&c);
 }
 
 
