@@ -287,7 +287,7 @@ static vlm_status_t
 vlm_internvl_layer(vlm_model_t *m, const vlm_image_t *img, int l, int R,
     vlm_error_t *err)
 {
-    int                       E, I, hd, nh, Q;
+    int                       E, I, hd, nh;
     vlm_status_t              rc;
     vlm_backend_t            *be = m->be;
     vlm_vision_ws_t          *w = &m->vws;
@@ -299,28 +299,11 @@ vlm_internvl_layer(vlm_model_t *m, const vlm_image_t *img, int l, int R,
     E = vc->hidden_size;
     hd = E / vc->n_heads;
     nh = m->tp.v_heads;
-    Q = nh * hd;
     I = m->tp.v_inter;
 
     /* q, k and v one after the other in the qkv buffer */
-    va.out = w->att;
-    va.q = w->qkv;
-    va.k = w->qkv + (size_t) R * Q;
-    va.v = w->qkv + (size_t) 2 * R * Q;
-    va.q_stride = Q;
-    va.kv_stride = Q;
-    va.n_heads = nh;
-    va.n_kv_heads = nh;
-    va.head_dim = hd;
-    va.scale = 1.0f / sqrtf((float) hd);
-    va.cu_seqlens = w->cu_full;
-    va.n_segments = img->grid_t;
-    va.causal = 0;
-    /* bf16 weights: bf16 products, in m1 (the MLP's, free meanwhile) */
-    va.bf16 = B->q.dtype == VLM_DTYPE_BF16;
-    va.work = w->m1;
-    va.work_size = (size_t) m->params.max_image_patches
-                   * vc->intermediate_size * sizeof(float);
+    vlm_vision_attn_frames(m, img, R, nh, hd, B->q.dtype == VLM_DTYPE_BF16,
+                           &va);
 
     vlm_vision_norm_apply(m, w->h, w->x, B->norm1_w, B->norm1_b, R);
     op->matmul(be, w->qkv, w->h, &B->q, B->q_b, R);

@@ -29,6 +29,9 @@ vlm_status_t vlm_vision_norm(vlm_model_t *m, float **w, float **b,
 /* y = the tower's norm (RMSNorm or LayerNorm, by the config) of x[n, E] */
 void vlm_vision_norm_apply(vlm_model_t *m, float *y, const float *x,
     const float *g, const float *b, int n);
+/* attention within each frame, q, k, v apart in vws.qkv (SigLIP, InternViT) */
+void vlm_vision_attn_frames(vlm_model_t *m, const vlm_image_t *img, int rows,
+    int nh, int hd, int bf16, vlm_attn_varlen_t *va);
 vlm_status_t vlm_vision_linear_rows(vlm_model_t *m, vlm_weight_t *w,
     float **b, const char *prefix, int rows, int cols, int r0, int nr,
     vlm_error_t *err);

@@ -388,6 +388,42 @@ vlm_vision_norm_apply(vlm_model_t *m, float *y, const float *x,
 }
 
 
+/*
+ * Attention within each frame of img (its grid_t frames of rows patches
+ * each, ws.cu_full), no rotary: q, k and v one after the other in
+ * vws.qkv, rows x nh heads of hd each; bf16 products where the weights
+ * are bf16, in vws.m1 (the MLP's, free meanwhile).  SigLIP's and
+ * InternViT's blocks.
+ */
+void
+vlm_vision_attn_frames(vlm_model_t *m, const vlm_image_t *img, int rows,
+    int nh, int hd, int bf16, vlm_attn_varlen_t *va)
+{
+    size_t            Q;
+    vlm_vision_ws_t  *w = &m->vws;
+
+    Q = (size_t) nh * hd;
+
+    va->out = w->att;
+    va->q = w->qkv;
+    va->k = w->qkv + (size_t) rows * Q;
+    va->v = w->qkv + (size_t) 2 * rows * Q;
+    va->q_stride = (int) Q;
+    va->kv_stride = (int) Q;
+    va->n_heads = nh;
+    va->n_kv_heads = nh;
+    va->head_dim = hd;
+    va->scale = 1.0f / sqrtf((float) hd);
+    va->cu_seqlens = w->cu_full;
+    va->n_segments = img->grid_t;
+    va->causal = 0;
+    va->bf16 = bf16;
+    va->work = w->m1;
+    va->work_size = (size_t) m->params.max_image_patches
+                    * m->cfg.vision.intermediate_size * sizeof(float);
+}
+
+
 static int
 vlm_vision_is_full(const vlm_vision_config_t *vc, int block)
 {

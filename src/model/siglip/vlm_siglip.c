@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/qwen2vl/vlm_qwen2vl.h"
 #include "vlm_siglip.h"
 
 
@@ -218,7 +219,7 @@ vlm_status_t
 vlm_siglip_encode(vlm_model_t *m, const vlm_image_t *img, int stage,
     int bucketed, vlm_error_t *err)
 {
-    int                       f, i, l, P, E, I, hd, nh, Q, side, per;
+    int                       f, i, l, P, E, I, hd, nh, side, per;
     int32_t                  *pos, *cu;
     vlm_status_t              rc;
     vlm_backend_t            *be = m->be;
@@ -237,7 +238,6 @@ vlm_siglip_encode(vlm_model_t *m, const vlm_image_t *img, int stage,
 
     /* this rank's heads and MLP rows (all of them when not split) */
     nh = m->tp.v_heads;
-    Q = nh * hd;
     I = m->tp.v_inter;
 
     if (stage == 0) {
@@ -297,24 +297,8 @@ vlm_siglip_encode(vlm_model_t *m, const vlm_image_t *img, int stage,
     B = &vw->blocks[l];
 
     /* q, k and v one after the other in the qkv buffer */
-    va.out = w->att;
-    va.q = w->qkv;
-    va.k = w->qkv + (size_t) P * Q;
-    va.v = w->qkv + (size_t) 2 * P * Q;
-    va.q_stride = Q;
-    va.kv_stride = Q;
-    va.n_heads = nh;
-    va.n_kv_heads = nh;
-    va.head_dim = hd;
-    va.scale = 1.0f / sqrtf((float) hd);
-    va.cu_seqlens = w->cu_full;
-    va.n_segments = img->grid_t;
-    va.causal = 0;
-    /* bf16 weights: bf16 products, in m1 (the MLP's, free meanwhile) */
-    va.bf16 = B->q.dtype == VLM_DTYPE_BF16;
-    va.work = w->m1;
-    va.work_size = (size_t) m->params.max_image_patches
-                   * vc->intermediate_size * sizeof(float);
+    vlm_vision_attn_frames(m, img, P, nh, hd, B->q.dtype == VLM_DTYPE_BF16,
+                           &va);
 
     op->layer_norm(be, w->h, w->x, B->norm1_w, B->norm1_b, P, E,
                    vc->norm_eps);
