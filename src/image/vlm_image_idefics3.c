@@ -180,6 +180,34 @@ vlm_image_json_common(json_t *root, vlm_idefics3_image_config_t *cfg,
 }
 
 
+json_t *
+vlm_image_json_load(const char *json, size_t len, vlm_error_t *err)
+{
+    json_t        *root;
+    json_error_t   jerr;
+
+    root = json_loadb(json, len, 0, &jerr);
+
+    if (root == NULL || !json_is_object(root)) {
+        vlm_error_set(err, VLM_ERR_FORMAT, "preprocessor config: %s",
+                      root == NULL ? jerr.text : "not an object");
+        json_decref(root);
+        return NULL;
+    }
+
+    return root;
+}
+
+
+vlm_status_t
+vlm_image_json_refused(const char *key, vlm_error_t *err)
+{
+    return vlm_error_set(err, VLM_ERR_UNSUPPORTED, "preprocessor config: "
+                         "\"%s\" is not a value this image processor "
+                         "takes", key);
+}
+
+
 vlm_status_t
 vlm_idefics3_image_config_parse(vlm_idefics3_image_config_t *cfg,
     const char *json, size_t len, vlm_error_t *err)
@@ -187,14 +215,10 @@ vlm_idefics3_image_config_parse(vlm_idefics3_image_config_t *cfg,
     int            bad;
     json_t        *root;
     const char    *key;
-    json_error_t   jerr;
 
-    root = json_loadb(json, len, 0, &jerr);
-    if (root == NULL || !json_is_object(root)) {
-        json_decref(root);
-        return vlm_error_set(err, VLM_ERR_FORMAT,
-                             "preprocessor config: %s",
-                             root == NULL ? jerr.text : "not an object");
+    root = vlm_image_json_load(json, len, err);
+    if (root == NULL) {
+        return VLM_ERR_FORMAT;
     }
 
     bad = 0;
@@ -225,9 +249,7 @@ vlm_idefics3_image_config_parse(vlm_idefics3_image_config_t *cfg,
     json_decref(root);
 
     if (bad) {
-        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
-                             "preprocessor config: \"%s\" is not a value "
-                             "this image processor takes", key);
+        return vlm_image_json_refused(key, err);
     }
 
     if (cfg->patch_size == 0 || cfg->tile < cfg->patch_size) {

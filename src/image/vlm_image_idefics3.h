@@ -140,6 +140,11 @@ int vlm_image_json_triple(struct json_t *root, const char *key, double *out,
     int positive);
 int vlm_image_json_common(struct json_t *root,
     vlm_idefics3_image_config_t *cfg, unsigned resamples, const char **key);
+/* preprocessor_config.json as an object, or NULL and err (a 400's words) */
+struct json_t *vlm_image_json_load(const char *json, size_t len,
+    vlm_error_t *err);
+/* the error of a key whose value the family's processor does not take */
+vlm_status_t vlm_image_json_refused(const char *key, vlm_error_t *err);
 
 
 #endif /* VLM_IMAGE_IDEFICS3_H */

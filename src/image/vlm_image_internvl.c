@@ -79,14 +79,10 @@ vlm_internvl_image_config_parse(vlm_internvl_image_config_t *cfg,
     unsigned       do_resize;
     uint32_t       h, w, resample;
     const char    *key;
-    json_error_t   jerr;
 
-    root = json_loadb(json, len, 0, &jerr);
-    if (root == NULL || !json_is_object(root)) {
-        json_decref(root);
-        return vlm_error_set(err, VLM_ERR_FORMAT,
-                             "preprocessor config: %s",
-                             root == NULL ? jerr.text : "not an object");
+    root = vlm_image_json_load(json, len, err);
+    if (root == NULL) {
+        return VLM_ERR_FORMAT;
     }
 
     key = "size";
@@ -169,9 +165,7 @@ vlm_internvl_image_config_parse(vlm_internvl_image_config_t *cfg,
     json_decref(root);
 
     if (bad) {
-        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
-                             "preprocessor config: \"%s\" is not a value "
-                             "this image processor takes", key);
+        return vlm_image_json_refused(key, err);
     }
 
     if (cfg->patch_size == 0 || cfg->tile % cfg->patch_size != 0) {
