@@ -52,18 +52,7 @@ _EOC_
 }
 
 # the prompt ids of the whole processor
-for my $c (@cases) {
-    my $b = vlm_served_body($c);
-    my $res = vlm_request($srv, 'POST', '/tokenize',
-                          VLMTest::vlm_json_text({
-                              model => $b->{model},
-                              messages => $b->{messages} }));
-    is($res->{status}, 200, "/tokenize, $c->{name}: 200")
-        or diag($res->{body});
-    my $j = eval { vlm_json($res->{body}) } || {};
-    is_deeply($j->{tokens}, $c->{expect}{prompt_ids},
-              "/tokenize, $c->{name}: transformers' prompt ids");
-}
+vlm_check_tokenize($srv, @cases);
 
 # "<IMG_CONTEXT>" a client writes is text, not a picture's place
 {
@@ -84,52 +73,11 @@ for my $c (@cases) {
 
 vlm_check_served($srv, 'one engine', @cases);
 
-# a question before a picture seen already changes the prefix but not
-# the picture: its features come from the image feature cache
-{
-    my $m = vlm_metrics($srv);
-    is($m->{vlm_image_cache_misses_total}, 3,
-       'image cache: one miss a picture');
-    my $hits = $m->{vlm_image_cache_hits_total};
-
-    my $b = vlm_served_body($cases[1]);
-    unshift @{ $b->{messages}[0]{content} },
-        { type => 'text', text => 'A question first.' };
-    my $res = vlm_post_json($srv, $b);
-    is($res->{status}, 200, 'a picture seen before: 200');
-
-    $m = vlm_metrics($srv);
-    is($m->{vlm_image_cache_misses_total}, 3, 'image cache: no new miss');
-    is($m->{vlm_image_cache_hits_total}, $hits + 1, 'image cache: a hit');
-}
+# a question before a picture seen already: an image feature cache hit
+vlm_check_image_cache($srv, $cases[1], 3);
 
 # a bad picture, and one over vlm_max_image_pixels: 400, the image named
-{
-    my $param = 'messages[0].content[0].image_url';
-    my @bad = (
-        [ 'a corrupt image', "\x89PNG\r\n\x1a\n" . 'x' x 24,
-          'PNG: truncated before the end of IHDR' ],
-        [ 'an image too large', vlm_png(250, 200),
-          'PNG: 250x200 is over the limit of 40000 pixels' ],
-    );
-
-    for my $b (@bad) {
-        my ($what, $data, $msg) = @$b;
-        my $body = vlm_served_body($cases[1]);
-        $body->{messages}[0]{content}[0]{image_url}{url}
-            = vlm_data_url('image/png', $data);
-        my $res = vlm_post_json($srv, $body);
-        is($res->{status}, 400, "$what: 400");
-        my $e = (eval { vlm_json($res->{body}) } || {})->{error} || {};
-        is($e->{message}, $msg, "$what: the message");
-        is($e->{param}, $param, "$what: the image named");
-        is($e->{type}, 'invalid_request_error', "$what: its type");
-    }
-
-    # the server goes on
-    my $res = vlm_post_json($srv, vlm_served_body($cases[0]));
-    is($res->{status}, 200, 'after them: 200');
-}
+vlm_check_bad_images($srv, $cases[1], $cases[0]);
 
 my @left = vlm_stop($srv);
 is(scalar @left, 0, 'no engine process left');

@@ -1,6 +1,7 @@
 # The fixtures whose transformers references a model-family suite serves
-# (t/071-qwen3vl.t, t/072-smolvlm.t, t/090-gemma3.t): ref/<prefix><case>/
-# of the model directory holds the images, the question and expect.json
+# (t/071-qwen3vl.t, t/072-smolvlm.t, t/089-internvl.t, t/090-gemma3.t):
+# ref/<prefix><case>/ of the model directory holds the images, the
+# question and expect.json
 # (the prompt ids and the greedy continuation's ids and bytes).
 
 package VLMServed;
