@@ -216,6 +216,7 @@ cublasGemmEx(cublasHandle_t h, cublasOperation_t transa,
         int    i, j, l;
         float  acc, p;
         size_t ai, bi;
+        double t = profile_start();
 
         device_open  open;
 
@@ -238,6 +239,8 @@ cublasGemmEx(cublasHandle_t h, cublasOperation_t transa,
                 store(C, ctype, (size_t) j * ldc + i, acc);
             }
         }
+
+        profile_stop("cublasGemmEx", t);
     });
 
     return CUBLAS_STATUS_SUCCESS;

@@ -59,6 +59,13 @@ extern thread_local const char  *kernel_running;
 
 void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/*
+ * CUDAEMU_PROFILE=prefix: the CPU time each kernel (and cuBLAS call) took,
+ * written at exit to prefix.<pid>; profile_start() is 0 when it is unset
+ */
+double profile_start();
+void profile_stop(const char *name, double start);
+
 /* work for a stream (NULL: the legacy one), run when it is waited for */
 typedef std::function<void()>  work;
 

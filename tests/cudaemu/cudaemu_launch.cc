@@ -16,7 +16,10 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <string>
@@ -94,9 +97,21 @@ struct fiber {
     void       *fake;           /* ASan's fake stack while switched out */
 };
 
+/*
+ * a warp's exchange: each lane's value of its last two warp operations
+ * and how many it has made; plane[] holds bits 0 and 1 of those counts,
+ * a bit a lane, so that whom a lane still waits for is a few operations
+ * on masks.  Every lane of a warp takes its warp operations in the same
+ * order (as on hardware with full masks); then, while a lane waits at
+ * its g-th, every other lane has made g, g + 1 or g + 2 of them, which
+ * their counts modulo 4 tell apart
+ */
 struct warp {
     unsigned long long  val[2][32];
     unsigned            gen[32];
+    unsigned            plane[2];
+    unsigned            lanes;          /* those the block has */
+    unsigned            exited;         /* those whose thread ended */
 };
 
 struct run_state {
@@ -220,49 +235,45 @@ syncthreads()
 static unsigned long long *
 warp_exchange(unsigned mask, unsigned long long v, const char *op)
 {
-    unsigned   l, base, m, g;
+    unsigned   l, g, bit, wait, g0, g1;
     warp      *w;
-    bool       all;
 
     l = cur_thread->linear % 32;
-    base = cur_thread->linear - l;
     w = &run->warps[cur_thread->linear / 32];
+    bit = 1u << l;
 
-    if ((mask & (1u << l)) == 0) {
+    if ((mask & bit) == 0) {
         fail_here("%s with mask 0x%08x from lane %u, which it omits", op,
                   mask, l);
     }
 
-    for (m = 0; m < 32; m++) {
-        if ((mask & (1u << m)) && base + m >= run->n) {
-            fail_here("%s with mask 0x%08x: lane %u is not in the block "
-                      "(%u threads)", op, mask, m, run->n);
-        }
+    if (mask & ~w->lanes) {
+        fail_here("%s with mask 0x%08x: lane %d is not in the block "
+                  "(%u threads)", op, mask, __builtin_ctz(mask & ~w->lanes),
+                  run->n);
     }
 
     g = w->gen[l];
     w->val[g & 1][l] = v;
     w->gen[l] = g + 1;
+    w->plane[0] = (w->plane[0] & ~bit) | (((g + 1) & 1) ? bit : 0);
+    w->plane[1] = (w->plane[1] & ~bit) | (((g + 1) & 2) ? bit : 0);
     run->progress = true;
 
+    g0 = (g & 1) ? ~0u : 0;
+    g1 = (g & 2) ? ~0u : 0;
+
     for ( ;; ) {
-        all = true;
+        /* the lanes still at g: their count is g modulo 4 */
+        wait = mask & ~(w->plane[0] ^ g0) & ~(w->plane[1] ^ g1);
 
-        for (m = 0; m < 32; m++) {
-            if ((mask & (1u << m)) == 0 || w->gen[m] > g) {
-                continue;
-            }
-
-            all = false;
-
-            if (run->fibers[base + m].done) {
-                fail_here("%s with mask 0x%08x: lane %u exited without it",
-                          op, mask, m);
-            }
+        if (wait == 0) {
+            return w->val[g & 1];
         }
 
-        if (all) {
-            return w->val[g & 1];
+        if (wait & w->exited) {
+            fail_here("%s with mask 0x%08x: lane %d exited without it", op,
+                      mask, __builtin_ctz(wait & w->exited));
         }
 
         wait_turn();
@@ -336,6 +347,8 @@ fiber_main()
     (*run->body)();
 
     run->cur->done = true;
+    run->warps[run->cur->t.linear / 32].exited |=
+        1u << (run->cur->t.linear % 32);
     run->n_done++;
     run->progress = true;
 
@@ -385,6 +398,11 @@ run_block(run_state *r)
     r->bar_arrived = 0;
     r->bar_gen = 0;
     memset(r->warps.data(), 0, r->warps.size() * sizeof(warp));
+
+    for (i = 0; i < r->warps.size(); i++) {
+        left = r->n - i * 32;
+        r->warps[i].lanes = left >= 32 ? ~0u : (1u << left) - 1;
+    }
 
     for (i = 0; i < r->n; i++) {
         f = &r->fibers[i];
@@ -470,6 +488,101 @@ fault_planned(const char *kernel)
     }
 
     return false;
+}
+
+
+/*
+ * the profile: per kernel name, its launches and their CPU time, kept by
+ * every thread that runs device work, written out once at exit
+ */
+struct profile_entry {
+    unsigned long  calls;
+    double         secs;
+};
+
+static std::mutex                             profile_lock;
+static std::map<std::string, profile_entry>  *profile_table;
+static int                                    profile_on = -1;
+
+
+static void
+profile_write()
+{
+    char                                                    path[4096];
+    FILE                                                   *f;
+    std::vector<std::pair<std::string, profile_entry>>     v;
+
+    std::lock_guard<std::mutex>  g(profile_lock);
+
+    snprintf(path, sizeof(path), "%s.%d", getenv("CUDAEMU_PROFILE"),
+             (int) getpid());
+
+    f = fopen(path, "w");
+    if (f == NULL) {
+        return;
+    }
+
+    v.assign(profile_table->begin(), profile_table->end());
+    std::sort(v.begin(), v.end(), [](const auto &a, const auto &b) {
+        return a.second.secs > b.second.secs;
+    });
+
+    for (auto &e : v) {
+        fprintf(f, "%10.3f s %10lu  %s\n", e.second.secs, e.second.calls,
+                e.first.c_str());
+    }
+
+    fclose(f);
+}
+
+
+double
+profile_start()
+{
+    const char       *env;
+    struct timespec   ts;
+
+    if (profile_on < 0) {
+        std::lock_guard<std::mutex>  g(profile_lock);
+
+        if (profile_on < 0) {
+            env = getenv("CUDAEMU_PROFILE");
+            profile_on = env != NULL && *env != '\0';
+
+            if (profile_on) {
+                profile_table = new std::map<std::string, profile_entry>;
+                atexit(profile_write);
+            }
+        }
+    }
+
+    if (!profile_on) {
+        return 0;
+    }
+
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+
+void
+profile_stop(const char *name, double start)
+{
+    double  now;
+
+    if (start == 0) {
+        return;
+    }
+
+    now = profile_start();
+
+    std::lock_guard<std::mutex>  g(profile_lock);
+
+    profile_entry  &e = (*profile_table)[name];
+
+    e.calls++;
+    e.secs += now - start;
 }
 
 
@@ -585,7 +698,10 @@ launch(const char *kernel, dim3 grid, dim3 block, size_t shared,
 
     enqueue((cudaStream_t) stream,
             [kernel, grid, block, shared, body = std::move(body)] {
+                double  t = profile_start();
+
                 run_grid(kernel, grid, block, shared, &body);
+                profile_stop(kernel, t);
             });
 }
 
