@@ -832,14 +832,16 @@ test_qwen25vl_video(void **state)
  * Qwen3-VL: the video's temporal patches given as images of one patch
  * each, in the prompt's blocks (one <|vision_start|> a temporal patch,
  * after its timestamp's text): the vision tower attends within a frame,
- * so this is transformers' encoding of the whole video; positions,
- * logits and greedy tokens as transformers gives them
+ * so this is transformers' encoding of the whole video; then the video
+ * as one image of t temporal patches, as the server gives it, the engine
+ * finding its blocks; positions, logits and greedy tokens as
+ * transformers gives them
  */
 static void
 test_qwen3vl_video(void **state)
 {
-    int                  i, n, t, hw, next;
-    int32_t             *pos;
+    int                  i, n, t, hw, next, whole;
+    int32_t             *pos, *bad, vpad;
     vlm_npy_t            ids, grid, ref_pos, last, greedy, pix;
     vlm_seq_t           *seq;
     vlm_image_t          img[16];
@@ -879,22 +881,53 @@ test_qwen3vl_video(void **state)
         img[i].grid_w = ((int32_t *) grid.data)[2];
     }
 
-    pos = malloc((size_t) 3 * n * sizeof(int32_t));
-    assert_non_null(pos);
-    assert_int_equal(vlm_rope_index(m, ids.data, n, img, t, 0, pos, &next,
-                                    &err), VLM_OK);
-    assert_memory_equal(pos, ref_pos.data, (size_t) 3 * n * sizeof(int32_t));
-    free(pos);
+    for (whole = 0; whole < 2; whole++) {
+        if (whole) {
+            img[0].grid_t = t;
+        }
 
-    assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+        pos = malloc((size_t) 3 * n * sizeof(int32_t));
+        assert_non_null(pos);
+        assert_int_equal(vlm_rope_index(m, ids.data, n, img, whole ? 1 : t,
+                                        0, pos, &next, &err), VLM_OK);
+        assert_memory_equal(pos, ref_pos.data,
+                            (size_t) 3 * n * sizeof(int32_t));
+        free(pos);
 
-    if (vlm_seq_prefill(seq, ids.data, n, img, t, NULL, &err) != VLM_OK) {
-        fail_msg("qwen3vl-f32/video1: %s", err.msg);
+        assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+
+        if (vlm_seq_prefill(seq, ids.data, n, img, whole ? 1 : t, NULL,
+                            &err)
+            != VLM_OK)
+        {
+            fail_msg("qwen3vl-f32/video1: %s", err.msg);
+        }
+
+        vlm_test_check_answer(m, seq, FIX, "qwen3vl-f32", "video1", NULL, n,
+                              &last, &greedy, 1e-4);
+        vlm_seq_free(seq);
     }
 
-    vlm_test_check_answer(m, seq, FIX, "qwen3vl-f32", "video1", NULL, n,
-                          &last, &greedy, 1e-4);
-    vlm_seq_free(seq);
+    /*
+     * every block of the video must open with <|vision_start|>: the last
+     * block's made plain text is refused
+     */
+    pos = malloc((size_t) 3 * n * sizeof(int32_t));
+    bad = malloc((size_t) n * sizeof(int32_t));
+    assert_non_null(pos);
+    assert_non_null(bad);
+    memcpy(bad, ids.data, (size_t) n * sizeof(int32_t));
+    vpad = vlm_model_info(m)->video_token_id;
+
+    for (i = n - 1; i > 1 && !(bad[i] == vpad && bad[i - 1] != vpad); i--) {
+        /* void */
+    }
+
+    bad[i - 1] = bad[0];
+    assert_int_equal(vlm_rope_index(m, bad, n, img, 1, 0, pos, &next,
+                                    &err), VLM_ERR_INVALID);
+    free(bad);
+    free(pos);
 
     vlm_model_stats(m, &st);
     assert_int_equal(st.kv_blocks_used, 0);
