@@ -73,8 +73,9 @@ ngx_http_vlm_video_plan(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
 
     rc = ci->frames
          ? vlm_video_frames_plan(&ctx->vlcf->image_limits,
-                                 &vmcf->video_limits, &cfg.qwen2vl, ci->data,
-                                 ci->len, &ci->video, err)
+                                 &vmcf->video_limits, &cfg.qwen2vl,
+                                 &vmcf->video_sampling, ci->data, ci->len,
+                                 &ci->video, err)
          : vlm_video_plan(&vmcf->video_limits, &cfg.qwen2vl,
                           &vmcf->video_sampling, ci->data, ci->len,
                           &ci->video, err);

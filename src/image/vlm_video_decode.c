@@ -335,7 +335,7 @@ vlm_video_plan(const vlm_video_limits_t *limits,
         return rc;
     }
 
-    rc = vlm_video_grid(cfg, plan->n_sampled, plan->height, plan->width,
+    rc = vlm_video_grid(cfg, s, plan->n_sampled, plan->height, plan->width,
                         &plan->grid, err);
     if (rc != VLM_OK) {
         return rc;
