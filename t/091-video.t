@@ -14,7 +14,7 @@
 # assistant message, and vlm_max_video_bytes (its data: URL's base64
 # length), vlm_max_video_duration and vlm_max_image_pixels (a frame's
 # area) below the file's: each a 400 naming the problem;
-# vlm_max_video_frames 4 takes the 4 sampled frames; a Qwen3-VL model
+# vlm_max_video_frames 4 takes the 4 sampled frames; a SmolVLM model
 # refuses a video (400) and serves an image; afterwards every slot is
 # free and error.log has no alert.
 
@@ -248,17 +248,18 @@ $srv = vlm_start(name => 'video-pixels',
 refused(body(video($mp4_url)), '32x24 frames over vlm_max_image_pixels 700',
         qr/frames of 32x24 pixels, more than .* 700 in all allowed/);
 
-# a Qwen3-VL model: its videos are not served yet, a 400 that says so
+# a model without videos (SmolVLM): a 400 that says so (Qwen3-VL's
+# videos: t/097-video-qwen3vl.t)
 VLMTest::vlm_stop($srv);
-$srv = vlm_start(name => 'video-qwen3vl',
-                 model => "$root/tests/fixtures/serving-qwen3vl",
+$srv = vlm_start(name => 'video-smolvlm',
+                 model => "$root/tests/fixtures/idefics3/smolvlm-chat",
                  http_config => 'vlm_served_model_name serving;');
-refused(body(video($mp4_url)), 'a video for Qwen3-VL',
+refused(body(video($mp4_url)), 'a video for SmolVLM',
         qr/this model does not take videos/,
         'messages[0].content[0].video_url');
 {
     my $res = vlm_post_json($srv, body(image($png_url)));
-    is($res->{status}, 200, 'an image for Qwen3-VL: 200')
+    is($res->{status}, 200, 'an image for SmolVLM: 200')
         or diag($res->{body});
 }
 

@@ -472,6 +472,7 @@ def qwen3_serving_cases(frames, vproc):
     from transformers import Qwen2TokenizerFast
     from transformers.models.qwen3_vl.processing_qwen3_vl import (
         Qwen3VLProcessor)
+    from fixtures_serving_qwen3vl import token_bytes
 
     tok = Qwen2TokenizerFast.from_pretrained(SERVING)
     with open(os.path.join(SERVING, "chat_template.json")) as f:
@@ -522,6 +523,8 @@ def qwen3_serving_cases(frames, vproc):
         with open(os.path.join(d, "expect.json"), "w") as f:
             json.dump({"prompt_ids": ids[0].tolist(),
                        "greedy_ids": new.tolist(),
+                       "greedy_bytes": [token_bytes(tok, t)
+                                        for t in new.tolist()],
                        "video_grid_thw": r["video_grid_thw"][0].tolist()}, f)
             f.write("\n")
         print("serving-qwen3vl/%s: %d prompt tokens, grid %s, answer %s, "

@@ -518,7 +518,7 @@ ngx_http_vlm_task_fill(void *data, ngx_log_t *log)
 {
     ngx_http_vlm_chat_ctx_t *ctx = *(ngx_http_vlm_chat_ctx_t **) data;
 
-    size_t                        i, n_ids, n_out;
+    size_t                        i, n_out;
     float                        *pixels;
     u_char                       *bias;
     vlm_image_config_t            cfg;
@@ -604,31 +604,7 @@ ngx_http_vlm_task_fill(void *data, ngx_log_t *log)
 
     /* the prompt: ids with one pad per image, then the pads expanded */
 
-    if (ts->ids_cap < ctx->prompt_len + 1) {
-        free(ts->ids);
-        ts->ids_cap = ngx_max(ctx->prompt_len + 1, 4096);
-        ts->ids = malloc(ts->ids_cap * sizeof(int32_t));
-        if (ts->ids == NULL) {
-            ts->ids_cap = 0;
-            vlm_openai_error_set(&ctx->error, VLM_ERR_NOMEM, 503,
-                                 "server_error", NULL, NULL,
-                                 "no memory to tokenize the prompt");
-            return;
-        }
-    }
-
-    if (vlm_tokenizer_encode_spans(vmcf->tokenizer, ts->tok, ctx->prompt,
-                                   ctx->prompt_len, 0, ctx->spans,
-                                   ctx->n_spans, ts->ids, ts->ids_cap,
-                                   &n_ids, &e)
-        != VLM_OK)
-    {
-        vlm_openai_error_from(&ctx->error, &e, "messages");
-        return;
-    }
-
-    if (ngx_http_vlm_image_expand(ctx, ts, n_ids, ids, ctx->ids_cap, &n_out,
-                                 &e)
+    if (ngx_http_vlm_prompt_ids(ctx, ts, ids, ctx->ids_cap, &n_out, &e)
         != VLM_OK)
     {
         vlm_openai_error_from(&ctx->error, &e, "messages");

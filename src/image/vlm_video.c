@@ -24,9 +24,6 @@
 #include "vlm_video.h"
 
 
-#define VLM_VIDEO_BLOCK  "<|vision_start|><|video_pad|><|vision_end|>"
-
-
 static vlm_status_t vlm_video_sampling_read(vlm_video_sampling_t *s,
     json_t *root, vlm_error_t *err);
 static uint32_t vlm_video_linspace(uint32_t total, uint32_t n, uint32_t i);

@@ -19,6 +19,10 @@
 #include "vlm_image_qwen2vl.h"
 
 
+/* a video's placeholder as the Qwen-VL chat templates write it */
+#define VLM_VIDEO_BLOCK  "<|vision_start|><|video_pad|><|vision_end|>"
+
+
 typedef struct {
     double    fps;                  /* frames sampled a second: 2 */
     uint32_t  min_frames;           /* 4 */

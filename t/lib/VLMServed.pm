@@ -45,11 +45,14 @@ sub vlm_served_cases ($$$) {
     return @cases;
 }
 
-# a greedy chat of a case's images and question, as long as its answer
+# a greedy chat of a case's images (or its content parts) and question,
+# as long as its answer
 sub vlm_served_body ($@) {
     my ($c, %more) = @_;
-    my @content = map { { type => 'image_url', image_url => { url => $_ } } }
-                  @{ $c->{urls} };
+    my @content = $c->{parts}
+                  ? @{ $c->{parts} }
+                  : map { { type => 'image_url', image_url => { url => $_ } } }
+                    @{ $c->{urls} };
     push @content, { type => 'text', text => $c->{question} };
 
     return { model => $c->{model}, temperature => 0,
