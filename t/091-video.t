@@ -7,7 +7,9 @@
 # alone, as /tokenize counts it too.  An H.264 mp4 and a VP9 webm, a
 # video and an image in one request, an mp4 fetched from an http URL
 # (vlm_image_fetch) and a JPEG fetched as a video (400), vLLM's list of
-# JPEG frames (and frames of two sizes, an empty one, bad base64: 400),
+# JPEG frames, 96 PNG frames of more tokens than the prompt's text has
+# bytes (vlm_max_image_patches 1024; and frames of two sizes, an empty
+# one, bad base64: 400),
 # the image cache hit by a video sent again, streamed; a cut file, bytes
 # that are no video, an image media type, a header that declares
 # 65535x65535 frames (refused from the header, fast), a video in an
@@ -49,6 +51,7 @@ my $png_url = vlm_data_url('image/png', vlm_png(56, 56, 1));
 my $srv = vlm_start(name => 'video',
                     http_config => <<'_EOC_',
     vlm_served_model_name serving;
+    vlm_max_image_patches 1024;
     vlm_image_fetch /_vlm_image;
     vlm_image_fetch_allow 127.0.0.1/32;
 _EOC_
@@ -149,6 +152,12 @@ is(prompt_tokens(body(video($webm_url), image($png_url), video($mp4_url)),
 
     is(prompt_tokens(body(video($frames)), 'four JPEG frames'), $text + 18,
        'four JPEG frames: 16 video tokens and the two vision tags');
+    # more video tokens than the prompt text has bytes: 96 frames of
+    # 56x56, 48 temporal patches of 4 tokens (768 patches)
+    is(prompt_tokens(body(video('data:video/jpeg;base64,'
+                                . join(',', ($png) x 96))),
+                     'ninety-six frames'), $text + 194,
+       'ninety-six frames: 192 video tokens and the two vision tags');
     refused(body(video("data:video/jpeg;base64,$jpeg,$png")),
             'frames of two sizes', qr/frame 1 is 56x56, frame 0 100x60/);
     refused(body(video("data:video/jpeg;base64,$jpeg,,$jpeg")),
