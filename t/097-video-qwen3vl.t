@@ -9,8 +9,9 @@
 # video; ref/image_video: a picture, then the video) gets the processor's
 # prompt ids from /tokenize and in usage, and transformers' 8 greedy
 # tokens, plain (their bytes in logprobs) and streamed; the video fetched
-# from an http URL answers the same; the video sent again after other
-# text comes from the image feature cache; vLLM's frame list is written
+# from an http URL answers the same, and in the Responses API (vLLM's
+# video_url part; a bad one a 400 with its Responses path); the video sent
+# again after other text comes from the image feature cache; vLLM's frame list is written
 # with its frames' times at 2 frames a second; frames under 32 pixels a
 # side (the 32x24 mp4) are a 400 naming them, as transformers refuses
 # them; every slot free and no alert afterwards.
@@ -60,6 +61,7 @@ _EOC_
                     locations => <<"_EOC_");
         location = /tokenize { vlm_tokenize; }
         location = /detokenize { vlm_tokenize; }
+        location = /v1/responses { vlm_responses; }
         location /files/ { alias $root/t/data/; }
         location = /_vlm_image {
             internal;
@@ -95,6 +97,42 @@ vlm_check_served($srv, 'a Qwen3-VL video', @cases);
     is(($m1->{vlm_image_cache_misses_total} // 0)
        - ($m0->{vlm_image_cache_misses_total} // 0), 0,
        'the video again: no miss');
+}
+
+# the Responses API: vLLM's video part (the chat's video_url) in an input
+# message, the chat's prompt and greedy answer; a bad one with its
+# Responses path
+{
+    my $c = $cases[0];
+    my $chat = eval { vlm_json(vlm_post_json($srv,
+                                             vlm_served_body($c))->{body}) }
+               || {};
+    my $b = { model => 'serving', temperature => 0,
+              max_output_tokens => scalar @{ $c->{expect}{greedy_ids} },
+              input => [ { role => 'user',
+                           content => [ video($mp4_url),
+                                        { type => 'input_text',
+                                          text => $c->{question} } ] } ] };
+    my $res = vlm_request($srv, 'POST', '/v1/responses',
+                          VLMTest::vlm_json_text($b));
+    ok(length($chat->{choices}[0]{message}{content} // ''),
+       'the chat of that video: an answer');
+    is($res->{status}, 200, 'Responses, a video: 200') or diag($res->{body});
+    my $j = eval { vlm_json($res->{body}) } || {};
+    my @m = grep { $_->{type} eq 'message' } @{ $j->{output} || [] };
+    is(@m ? $m[0]{content}[0]{text} : undef,
+       $chat->{choices}[0]{message}{content},
+       "Responses, a video: the chat's greedy answer");
+    is($j->{usage}{input_tokens}, scalar @{ $c->{expect}{prompt_ids} },
+       "Responses, a video: the processor's prompt tokens");
+
+    $b->{input}[0]{content}[0] = video('data:video/mp4;base64,AAAA');
+    $res = vlm_request($srv, 'POST', '/v1/responses',
+                       VLMTest::vlm_json_text($b));
+    is($res->{status}, 400, 'Responses, a bad video: 400');
+    my $e = eval { vlm_json($res->{body})->{error} } || {};
+    is($e->{param}, 'input[0].content[0].video_url',
+       'Responses, a bad video: its Responses path');
 }
 
 # vLLM's frames: every frame kept, at 2 frames a second; five 64x64
