@@ -16,7 +16,10 @@
 # assistant message, and vlm_max_video_bytes (its data: URL's base64
 # length), vlm_max_video_duration and vlm_max_image_pixels (a frame's
 # area) below the file's: each a 400 naming the problem;
-# vlm_max_video_frames 4 takes the 4 sampled frames; a SmolVLM model
+# vlm_max_video_frames 4 takes the 4 sampled frames; vLLM's
+# mm_processor_kwargs fps 4 and 6 sample 8 and 12 frames (more tokens),
+# and an fps asking for more frames than vlm_max_video_frames is a 400
+# naming it; a SmolVLM model
 # refuses a video (400) and serves an image; afterwards every slot is
 # free and error.log has no alert.
 
@@ -132,6 +135,19 @@ is(prompt_tokens(body(video($webm_url), image($png_url), video($mp4_url)),
                  'a video, an image, a video'), $image + 28,
    'a video, an image and a video: all counted');
 
+# vLLM's mm_processor_kwargs fps: the 12 frames at 6 a second sampled at
+# 4 a second are 8 frames, 4 temporal patches (24 tokens); at 6, all 12
+# (36 tokens)
+{
+    my $b = body(video($mp4_url));
+    $b->{mm_processor_kwargs} = { fps => 4 };
+    is(prompt_tokens($b, 'fps 4'), $text + 26,
+       'fps 4: 8 frames, 24 video tokens');
+    $b->{mm_processor_kwargs} = { fps => 6 };
+    is(prompt_tokens($b, 'fps 6'), $text + 38,
+       'fps 6: 12 frames, 36 video tokens');
+}
+
 # fetched from http URLs, as images are
 {
     my $base = "http://127.0.0.1:$srv->{port}/files";
@@ -241,6 +257,12 @@ refused(body(video($mp4_url)), 'an mp4 over vlm_max_video_bytes 2k',
 {
     my $res = vlm_post_json($srv, body(video($webm_url)));
     is($res->{status}, 200, 'a webm under 2k: 200') or diag($res->{body});
+
+    my $b = body(video($webm_url));
+    $b->{mm_processor_kwargs} = { fps => 4 };
+    refused($b, 'fps 4 asking for 8 frames over vlm_max_video_frames 4',
+            qr/mm_processor_kwargs\.fps 4 asks for 8 of the 12 frames of this video \(6 a second\), more than this server's vlm_max_video_frames \(4\)/,
+            'messages[0].content[0].video_url');
 }
 
 VLMTest::vlm_stop($srv);
@@ -270,6 +292,11 @@ refused(body(video($mp4_url)), 'a video for SmolVLM',
     my $res = vlm_post_json($srv, body(image($png_url)));
     is($res->{status}, 200, 'an image for SmolVLM: 200')
         or diag($res->{body});
+
+    my $b = body(image($png_url));
+    $b->{mm_processor_kwargs} = { fps => 2 };
+    refused($b, 'an fps for SmolVLM', qr/This model takes no video/,
+            'mm_processor_kwargs.fps');
 }
 
 vlm_wait_idle($srv);

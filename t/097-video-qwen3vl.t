@@ -8,7 +8,9 @@
 # <|video_pad|>.  Each case of tools/fixtures_video.py (ref/video1: a
 # video; ref/image_video: a picture, then the video) gets the processor's
 # prompt ids from /tokenize and in usage, and transformers' 8 greedy
-# tokens, plain (their bytes in logprobs) and streamed; the video fetched
+# tokens, plain (their bytes in logprobs) and streamed, and so does
+# ref/video1_fps4, at vLLM's mm_processor_kwargs fps 4 (10 frames, 5
+# temporal patches; an fps of 0, over 240 or not a number is a 400); the video fetched
 # from an http URL answers the same, and in the Responses API (vLLM's
 # video_url part; a bad one a 400 with its Responses path); the video sent
 # again after other text comes from the image feature cache; vLLM's frame list is written
@@ -38,7 +40,7 @@ sub video { { type => 'video_url', video_url => { url => $_[0] } } }
 sub image { { type => 'image_url', image_url => { url => $_[0] } } }
 
 sub video_case {
-    my ($name, $video) = @_;
+    my ($name, $video, %extra) = @_;
     my $d = "$model/ref/$name";
     my @images = map { image(vlm_data_url('image/png', vlm_slurp($_))) }
                  sort glob("$d/image_*.png");
@@ -46,10 +48,14 @@ sub video_case {
     return { name => $name, model => 'serving',
              parts => [ @images, video($video) ],
              question => vlm_slurp("$d/question.txt"),
-             expect => vlm_json(vlm_slurp("$d/expect.json")) };
+             expect => vlm_json(vlm_slurp("$d/expect.json")),
+             extra => \%extra };
 }
 
-my @cases = map { video_case($_, $mp4_url) } qw(video1 image_video);
+# the third at vLLM's mm_processor_kwargs fps 4: 10 frames, 5 patches
+my @cases = ((map { video_case($_, $mp4_url) } qw(video1 image_video)),
+             video_case('video1_fps4', $mp4_url,
+                        mm_processor_kwargs => { fps => 4 }));
 
 my $srv = vlm_start(name => 'video-qwen3vl', port => vlm_port(97),
                     model => $model,
@@ -158,6 +164,27 @@ vlm_check_served($srv, 'a Qwen3-VL video', @cases);
     my $block = '<|vision_start|>' . ('<|video_pad|>' x 4) . '<|vision_end|>';
     like($text, qr/\Q<0.2 seconds>$block<1.2 seconds>$block<2.0 seconds>$block\E/,
          'five frames: three blocks after their times');
+}
+
+# fps out of the server's range, or asking for more frames than
+# vlm_max_video_frames (768) takes from a long video
+{
+    my @bad = ([0, qr/above 0 and at most this server's 240, but got 0/,
+                'mm_processor_kwargs.fps'],
+               [241, qr/at most this server's 240, but got 241/,
+                'mm_processor_kwargs.fps'],
+               ['4', qr/expected a number/, 'mm_processor_kwargs.fps']);
+    for my $b (@bad) {
+        my ($fps, $re, $param) = @$b;
+        my $body = vlm_served_body($cases[0],
+                                   mm_processor_kwargs => { fps => $fps });
+        my $res = vlm_post_json($srv, $body);
+        is($res->{status}, 400, "fps '$fps': 400");
+        my $e = eval { vlm_json($res->{body})->{error} } || {};
+        like($e->{message} // '', $re, "fps '$fps': the message says why")
+            or diag($res->{body});
+        is($e->{param}, $param, "fps '$fps': param $param");
+    }
 }
 
 # frames under 32 pixels a side

@@ -44,10 +44,11 @@ tests/fixtures/models and writes tests/fixtures/video/:
   (PyAV's RGB24), sampled at fps 2 with the file's metadata, with
   tests/fixtures/serving-qwen3vl/video_preprocessor_config.json, which
   it writes (Qwen3-VL's published sizes);
-- tests/fixtures/serving-qwen3vl/ref/video1, image_video: a chat with
-  the video (and a picture before it), the prompt ids of the whole
-  processor (template, both processors, the timestamps, the pads) and
-  8 greedy tokens of whole forwards, as t/097-video-qwen3vl.t expects.
+- tests/fixtures/serving-qwen3vl/ref/video1, image_video, video1_fps4:
+  a chat with the video (and a picture before it; at fps 4, vLLM's
+  mm_processor_kwargs), the prompt ids of the whole processor
+  (template, both processors, the timestamps, the pads) and 8 greedy
+  tokens of whole forwards, as t/097-video-qwen3vl.t expects.
 
 The processor is transformers 4.57.6's, torch-based: frames resized by
 torchvision's antialiased bicubic and normalised in float32 with the mean
@@ -485,9 +486,11 @@ def qwen3_serving_cases(frames, vproc):
     rng = np.random.default_rng(17)
     img = rng.integers(0, 256, size=(60, 90, 3), dtype=np.uint8)
 
-    for case, with_image, question in [
-            ("video1", False, "Describe the video."),
-            ("image_video", True, "Compare the picture and the video.")]:
+    for case, with_image, question, fps in [
+            ("video1", False, "Describe the video.", None),
+            ("image_video", True, "Compare the picture and the video.",
+             None),
+            ("video1_fps4", False, "Describe the video.", 4)]:
         d = os.path.join(SERVING, "ref", case)
         if os.path.isdir(d):
             shutil.rmtree(d)
@@ -498,9 +501,10 @@ def qwen3_serving_cases(frames, vproc):
             [{"role": "user", "content": content}], tokenize=False,
             add_generation_prompt=True)
         md = VideoMetadata(total_num_frames=len(frames), fps=QWEN3_FPS)
+        kw = {} if fps is None else {"fps": fps}
         r = proc(text=[prompt], images=[img] if with_image else None,
                  videos=[frames], video_metadata=[md], do_sample_frames=True,
-                 return_tensors="pt")
+                 return_tensors="pt", **kw)
         kw = {k: r[k] for k in ("pixel_values", "image_grid_thw",
                                 "pixel_values_videos", "video_grid_thw")
               if k in r}

@@ -5,6 +5,8 @@
  * is admitted, and the prompt's placeholders expanded to their tokens.
  */
 
+#include <math.h>
+
 #include "ngx_http_vlm_module.h"
 
 #include "text/vlm_chat.h"
@@ -54,6 +56,21 @@ ngx_http_vlm_image_config(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
 }
 
 
+/* the video processor's sampling for ctx: the server's, at its fps */
+const vlm_video_sampling_t *
+ngx_http_vlm_video_sampling(ngx_http_vlm_chat_ctx_t *ctx,
+    vlm_video_sampling_t *s)
+{
+    *s = ctx->vmcf->video_sampling;
+
+    if (ctx->req.fps != 0.0) {
+        s->fps = ctx->req.fps;
+    }
+
+    return s;
+}
+
+
 /*
  * Video i's plan from its container's header (no frame decoded): its
  * sampled frames' grid, as the image's plan has it, within the vision
@@ -63,8 +80,10 @@ static vlm_status_t
 ngx_http_vlm_video_plan(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
     vlm_error_t *err)
 {
+    double                      asked;
     vlm_status_t                rc;
     vlm_image_config_t          cfg;
+    vlm_video_sampling_t        s;
     ngx_http_vlm_chat_image_t  *ci;
     ngx_http_vlm_main_conf_t   *vmcf;
 
@@ -84,10 +103,25 @@ ngx_http_vlm_video_plan(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
                                  &vmcf->video_sampling, ci->data, ci->len,
                                  &ci->video, err)
          : vlm_video_plan(&vmcf->video_limits, &cfg.qwen2vl,
-                          &vmcf->video_sampling, ci->data, ci->len,
-                          &ci->video, err);
+                          ngx_http_vlm_video_sampling(ctx, &s), ci->data,
+                          ci->len, &ci->video, err);
     if (rc != VLM_OK) {
         return rc;
+    }
+
+    /* a client's fps that asks for more frames than the server samples */
+    asked = floor(ci->video.total_frames / ci->video.fps * s.fps);
+
+    if (ctx->req.fps != 0.0 && !ci->frames
+        && asked > vmcf->video_limits.max_frames)
+    {
+        return vlm_error_set(err, VLM_ERR_LIMIT,
+                             "mm_processor_kwargs.fps %g asks for %.0f of "
+                             "the %u frames of this video (%g a second), "
+                             "more than this server's vlm_max_video_frames "
+                             "(%u)", s.fps, asked, ci->video.total_frames,
+                             ci->video.fps,
+                             (unsigned) vmcf->video_limits.max_frames);
     }
 
     ci->is_video = 1;

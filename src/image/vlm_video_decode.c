@@ -23,7 +23,6 @@
 
 
 #define VLM_VIDEO_IO_BUF    4096
-#define VLM_VIDEO_MAX_FPS   240.0
 #define VLM_VIDEO_FORMATS   "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm"
 
 
