@@ -260,8 +260,11 @@ refused(body(video($mp4_url)), 'an mp4 over vlm_max_video_bytes 2k',
 
     my $b = body(video($webm_url));
     $b->{mm_processor_kwargs} = { fps => 4 };
+    my $msg = 'mm_processor_kwargs.fps 4 asks for 8 of the 12 frames of '
+              . "this video (6 a second), more than this server's "
+              . 'vlm_max_video_frames (4)';
     refused($b, 'fps 4 asking for 8 frames over vlm_max_video_frames 4',
-            qr/mm_processor_kwargs\.fps 4 asks for 8 of the 12 frames of this video \(6 a second\), more than this server's vlm_max_video_frames \(4\)/,
+            qr/\Q$msg\E/,
             'messages[0].content[0].video_url');
 }
 

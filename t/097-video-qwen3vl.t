@@ -6,17 +6,17 @@
 # and pads them to 3 temporal patches; Qwen3VLProcessor writes each patch
 # as "<t seconds>" (0.3, 1.5, 2.4) and a <|vision_start|> block of 4
 # <|video_pad|>.  Each case of tools/fixtures_video.py (ref/video1: a
-# video; ref/image_video: a picture, then the video) gets the processor's
-# prompt ids from /tokenize and in usage, and transformers' 8 greedy
-# tokens, plain (their bytes in logprobs) and streamed, and so does
-# ref/video1_fps4, at vLLM's mm_processor_kwargs fps 4 (10 frames, 5
-# temporal patches; an fps of 0, over 240 or not a number is a 400); the video fetched
-# from an http URL answers the same, and in the Responses API (vLLM's
-# video_url part; a bad one a 400 with its Responses path); the video sent
-# again after other text comes from the image feature cache; vLLM's frame list is written
-# with its frames' times at 2 frames a second; frames under 32 pixels a
-# side (the 32x24 mp4) are a 400 naming them, as transformers refuses
-# them; every slot free and no alert afterwards.
+# video; ref/image_video: a picture, then the video; ref/video1_fps4:
+# the video at vLLM's mm_processor_kwargs fps 4, 10 frames, 5 temporal
+# patches) gets the processor's prompt ids from /tokenize and in usage,
+# and transformers' 8 greedy tokens, plain (their bytes in logprobs) and
+# streamed; the video fetched from an http URL answers the same, and in
+# the Responses API (vLLM's video_url part; a bad one a 400 with its
+# Responses path); the video sent again after other text comes from the
+# image feature cache; vLLM's frame list is written with its frames'
+# times at 2 frames a second; an fps of 0, over 240 or not a number, and
+# frames under 32 pixels a side (the 32x24 mp4), as transformers refuses
+# them, are 400s naming them; every slot free and no alert afterwards.
 
 use strict;
 use warnings;
@@ -162,7 +162,8 @@ vlm_check_served($srv, 'a Qwen3-VL video', @cases);
                                                 tokens => $ids }));
     my $text = eval { vlm_json($res->{body})->{prompt} } // '';
     my $block = '<|vision_start|>' . ('<|video_pad|>' x 4) . '<|vision_end|>';
-    like($text, qr/\Q<0.2 seconds>$block<1.2 seconds>$block<2.0 seconds>$block\E/,
+    my $want = join '', map { "<$_ seconds>$block" } qw(0.2 1.2 2.0);
+    like($text, qr/\Q$want\E/,
          'five frames: three blocks after their times');
 }
 
@@ -196,7 +197,8 @@ vlm_check_served($srv, 'a Qwen3-VL video', @cases);
     my $res = vlm_post_json($srv, $b);
     is($res->{status}, 400, 'a 32x24 video: 400');
     my $e = eval { vlm_json($res->{body})->{error} } || {};
-    like($e->{message} // '', qr/frames of 32x24 pixels, smaller than 32 a side/,
+    like($e->{message} // '',
+         qr/frames of 32x24 pixels, smaller than 32 a side/,
          'a 32x24 video: the message names its frames');
     is($e->{param}, 'messages[0].content[0].video_url',
        'a 32x24 video: its param');
