@@ -1055,6 +1055,43 @@ test_qwen3_sampling(void **state)
     assert_int_equal(vlm_video_grid(&cfg, &s, 1, 64, 64, &grid, &err),
                      VLM_ERR_INVALID);
 
+    /* a video preprocessor config's values, and the impossible ones */
+    {
+        size_t  b;
+
+        static const char  good[] = "{\"fps\": 1.5, \"min_frames\": 2, "
+                                    "\"max_frames\": 64, \"size\": "
+                                    "{\"shortest_edge\": 100, "
+                                    "\"longest_edge\": 200}, "
+                                    "\"patch_size\": 16}";
+        static const char  *bad[] = {
+            "[1]", "{\"fps\": 0}", "{\"fps\": \"2\"}", "{\"fps\": 241}",
+            "{\"min_frames\": 0}", "{\"max_frames\": 2.5}",
+            "{\"min_frames\": 9, \"max_frames\": 8}",
+            "{\"size\": 1}", "{\"size\": {\"shortest_edge\": 10}}",
+            "{\"size\": {\"shortest_edge\": 10, \"longest_edge\": 9}}",
+            "{\"fps\": 2,"
+        };
+
+        vlm_video_sampling_qwen3(&s);
+        assert_int_equal(vlm_video_sampling_parse(&s, good, strlen(good),
+                                                  &err), VLM_OK);
+        assert_true(s.fps == 1.5);
+        assert_int_equal(s.min_frames, 2);
+        assert_int_equal(s.max_frames, 64);
+        assert_int_equal(s.min_pixels, 100);
+        assert_int_equal(s.max_pixels, 200);
+
+        for (b = 0; b < sizeof(bad) / sizeof(bad[0]); b++) {
+            vlm_video_sampling_qwen3(&s);
+            if (vlm_video_sampling_parse(&s, bad[b], strlen(bad[b]), &err)
+                == VLM_OK)
+            {
+                fail_msg("accepted %s", bad[b]);
+            }
+        }
+    }
+
     f = fopen(FIX "/qwen3vl/timestamps.txt", "r");
     assert_non_null(f);
     k = 0;
