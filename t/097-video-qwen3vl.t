@@ -16,7 +16,9 @@
 # image feature cache; vLLM's frame list is written with its frames'
 # times at 2 frames a second; an fps of 0, over 240 or not a number, and
 # frames under 32 pixels a side (the 32x24 mp4), as transformers refuses
-# them, are 400s naming them; every slot free and no alert afterwards.
+# them, are 400s naming them; every slot free and no alert afterwards;
+# a group of two tensor-parallel ranks gives the same answers, the
+# videos' features handed over through the feature pool.
 
 use strict;
 use warnings;
@@ -208,5 +210,22 @@ vlm_wait_idle($srv);
 is(vlm_health($srv)->{zone}{slots_used}, 0, 'every slot is free');
 is(vlm_health($srv)->{zone}{arena_used}, 0, 'the arena is empty');
 VLMTest::check_log($srv, 'Qwen3-VL video requests');
+VLMTest::vlm_stop($srv);
+undef $srv;
+
+# tensor parallel: rank 0 encodes each video and hands its features
+# (DeepStack's levels with them) to rank 1 through the feature pool
+my $tp = vlm_start(name => 'video-qwen3vl-tp', port => vlm_port(98),
+                   model => $model,
+                   http_config => "    vlm_served_model_name serving;\n"
+                                  . "    vlm_tensor_parallel 2;\n");
+END { VLMTest::vlm_stop($tp) if $tp }
+
+vlm_check_served($tp, 'two ranks', @cases);
+{
+    my $m = vlm_metrics($tp);
+    cmp_ok($m->{'vlm_feature_transfers_total{path="pool"}'} // 0, '>=', 3,
+           'two ranks: the videos went through the pool');
+}
 
 done_testing();
