@@ -7,6 +7,20 @@
  * processor's defaults (fps 2: 60 frames; min_pixels 128 * 28 * 28,
  * max_pixels 768 * 28 * 28 a frame).  Frames/s counts the frames decoded
  * (every frame up to the last sampled one) and the frames sampled.
+ *
+ * Then the vision tower of a Qwen2-VL / Qwen2.5-VL checkpoint on the
+ * clip's pixel_values_videos (its first --temporal N temporal patches,
+ * all by default), as the engine's prefill runs it, piece by piece: the
+ * video given in as many parts as the checkpoint's context holds (the
+ * tower attends within a temporal patch, so the parts cost what the
+ * whole does), each part's prefill cancelled once its features are
+ * made; the image cache off.  Wall time, frames/s and patches/s.
+ *
+ *   bench_video [--model DIR]   (default tests/fixtures/models/
+ *                                qwen2vl-f32, a tiny tower; the 3B
+ *                                shape: bench_checkpoint --shape 3b,
+ *                                /tmp/vlm-bench-qwen25vl-3b)
+ *               [--threads N] [--temporal N]
  */
 
 #define _GNU_SOURCE
@@ -20,7 +34,9 @@
 #include <libavformat/avformat.h>
 #include <libavutil/opt.h>
 
+#include "core/vlm.h"
 #include "image/vlm_video_decode.h"
+#include "bench_stats.h"
 
 
 #define CLIP_W       1280
@@ -194,23 +210,176 @@ make_clip(size_t *len, const char **codec)
 }
 
 
-int
-main(void)
+static void
+bench_log(void *data, vlm_log_level_t level, const char *msg)
 {
-    int                    r, reps;
+    (void) data;
+
+    if (level <= VLM_LOG_WARN) {
+        fprintf(stderr, "vlm: %s\n", msg);
+    }
+}
+
+
+/*
+ * The tower on the first n_t temporal patches of the clip's
+ * pixel_values_videos pv, in parts that fit the model's context; its
+ * wall time in *secs
+ */
+static int
+bench_tower(const char *dir, int threads, const float *pv,
+    const vlm_qwen2vl_grid_t *grid, int n_t, double *secs)
+{
+    int                        t, c, k, per, tok, chunk, n_ids, len, done;
+    double                     t0, t1;
+    int32_t                   *ids;
+    vlm_seq_t                 *seq;
+    vlm_image_t                img;
+    vlm_error_t                err;
+    vlm_model_t               *m;
+    vlm_model_params_t         prm;
+    const vlm_model_info_t    *info;
+
+    per = (int) (grid->grid_h * grid->grid_w);
+    tok = per / 4;
+
+    vlm_model_params_default(&prm);
+    prm.n_threads = threads;
+    prm.max_seqs = 1;
+    prm.image_cache_bytes = 0;
+    prm.max_image_patches = per * n_t;
+
+    if (vlm_model_load(&m, dir, &prm, &err) != VLM_OK) {
+        fprintf(stderr, "bench_video: %s: %s\n", dir, err.msg);
+        return -1;
+    }
+
+    info = vlm_model_info(m);
+
+    if (info->patch_dim != (int) grid->patch_dim) {
+        fprintf(stderr, "bench_video: %s: patches of %d values, the clip's "
+                "%u\n", dir, info->patch_dim, grid->patch_dim);
+        vlm_model_free(m);
+        return -1;
+    }
+
+    chunk = vlm_max(1, vlm_min(n_t, (info->max_seq_len - 2) / tok));
+
+    ids = malloc(((size_t) chunk * tok + 2) * sizeof(int32_t));
+    if (ids == NULL) {
+        vlm_model_free(m);
+        return -1;
+    }
+
+    *secs = 0.0;
+
+    for (t = 0; t < n_t; t += c) {
+        c = vlm_min(chunk, n_t - t);
+
+        memset(&img, 0, sizeof(vlm_image_t));
+        img.pixels = (float *) pv + (size_t) t * per * grid->patch_dim;
+        img.grid_t = c;
+        img.grid_h = (int) grid->grid_h;
+        img.grid_w = (int) grid->grid_w;
+        img.second_per_grid_t = 1.0f;
+
+        n_ids = 0;
+        ids[n_ids++] = info->vision_start_token_id;
+        for (k = 0; k < c * tok; k++) {
+            ids[n_ids++] = info->video_token_id;
+        }
+        ids[n_ids++] = info->vision_end_token_id;
+
+        if (vlm_seq_init(m, &seq, &err) != VLM_OK
+            || vlm_seq_prefill_start(seq, ids, n_ids, &img, 1, NULL, &err)
+               != VLM_OK)
+        {
+            fprintf(stderr, "bench_video: %s\n", err.msg);
+            free(ids);
+            vlm_model_free(m);
+            return -1;
+        }
+
+        /* the tower's pieces add no token; the first prompt piece ends it */
+        do {
+            len = vlm_seq_length(seq);
+            t0 = bench_now();
+
+            if (vlm_prefill_work(m, &done, &err) != VLM_OK) {
+                fprintf(stderr, "bench_video: %s\n", err.msg);
+                free(ids);
+                vlm_model_free(m);
+                return -1;
+            }
+
+            t1 = bench_now() - t0;
+
+            if (vlm_seq_length(seq) != len) {
+                break;
+            }
+
+            *secs += t1;
+
+        } while (!done);
+
+        if (!done) {
+            vlm_prefill_cancel(m);
+        }
+
+        vlm_seq_free(seq);
+    }
+
+    free(ids);
+    vlm_model_free(m);
+
+    return chunk;
+}
+
+
+int
+main(int argc, char **argv)
+{
+    int                    r, reps, i, threads, n_t, chunk;
     uint32_t               idx[768], n;
     float                 *pv;
     size_t                 len;
-    double                 t0, t_plan, t_run, best;
+    double                 t0, t_plan, t_run, best, t_tower;
     uint8_t               *clip;
-    const char            *codec;
+    const char            *codec, *dir;
     vlm_error_t            err;
     vlm_video_plan_t       plan;
     vlm_video_limits_t     limits;
     vlm_video_sampling_t   s;
     vlm_qwen2vl_config_t   cfg;
 
+    dir = "tests/fixtures/models/qwen2vl-f32";
+    threads = 2;
+    n_t = 0;
+
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
+            dir = argv[++i];
+
+        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            threads = atoi(argv[++i]);
+
+        } else if (strcmp(argv[i], "--temporal") == 0 && i + 1 < argc) {
+            n_t = atoi(argv[++i]);
+
+        } else {
+            fprintf(stderr, "usage: bench_video [--model DIR] "
+                    "[--threads N] [--temporal N]\n");
+            return 1;
+        }
+    }
+
+    if (threads < 1 || n_t < 0) {
+        fprintf(stderr, "bench_video: bad option value\n");
+        return 1;
+    }
+
     av_log_set_level(AV_LOG_QUIET);
+    vlm_log_set_handler(bench_log, NULL, VLM_LOG_WARN);
 
     printf("encoding a %d s %dx%d clip at %d fps...\n",
            CLIP_FRAMES / CLIP_FPS, CLIP_W, CLIP_H, CLIP_FPS);
@@ -277,6 +446,23 @@ main(void)
            "%.1f ms, %.1f frames decoded/s, %.1f sampled frames/s\n", reps,
            best * 1e3, (idx[n - 1] + 1) / best,
            plan.n_sampled / best);
+
+    if (n_t == 0 || n_t > (int) plan.grid.grid_t) {
+        n_t = (int) plan.grid.grid_t;
+    }
+
+    chunk = bench_tower(dir, threads, pv, &plan.grid, n_t, &t_tower);
+    if (chunk < 0) {
+        return 1;
+    }
+
+    printf("vision tower (%s, %d threads, in parts of %d temporal "
+           "patches): %d temporal patches (%d frames, %u patches): "
+           "%.1f ms, %.2f frames/s, %.0f patches/s\n", dir, threads,
+           chunk, n_t, n_t * (int) cfg.temporal_patch_size,
+           n_t * plan.grid.grid_h * plan.grid.grid_w, t_tower * 1e3,
+           n_t * cfg.temporal_patch_size / t_tower,
+           n_t * plan.grid.grid_h * plan.grid.grid_w / t_tower);
 
     free(pv);
     av_free(clip);

@@ -250,7 +250,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     vlm_openai_request_t        req;
 
     static const vlm_openai_limits_t  limits = { 16, 64, 8, 32, 4096, 0, 8,
-                                                 12845056 };
+                                                 12845056, 240.0 };
 
     rc = vlm_openai_request_parse(&req, (const char *) data, size,
                                   (size & 1) ? &limits : NULL, &err);

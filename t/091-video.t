@@ -7,14 +7,19 @@
 # alone, as /tokenize counts it too.  An H.264 mp4 and a VP9 webm, a
 # video and an image in one request, an mp4 fetched from an http URL
 # (vlm_image_fetch) and a JPEG fetched as a video (400), vLLM's list of
-# JPEG frames (and frames of two sizes, an empty one, bad base64: 400),
+# JPEG frames, 96 PNG frames of more tokens than the prompt's text has
+# bytes (vlm_max_image_patches 1024; and frames of two sizes, an empty
+# one, bad base64: 400),
 # the image cache hit by a video sent again, streamed; a cut file, bytes
 # that are no video, an image media type, a header that declares
 # 65535x65535 frames (refused from the header, fast), a video in an
 # assistant message, and vlm_max_video_bytes (its data: URL's base64
 # length), vlm_max_video_duration and vlm_max_image_pixels (a frame's
 # area) below the file's: each a 400 naming the problem;
-# vlm_max_video_frames 4 takes the 4 sampled frames; a Qwen3-VL model
+# vlm_max_video_frames 4 takes the 4 sampled frames; vLLM's
+# mm_processor_kwargs fps 4 and 6 sample 8 and 12 frames (more tokens),
+# and an fps asking for more frames than vlm_max_video_frames is a 400
+# naming it; a SmolVLM model
 # refuses a video (400) and serves an image; afterwards every slot is
 # free and error.log has no alert.
 
@@ -49,6 +54,7 @@ my $png_url = vlm_data_url('image/png', vlm_png(56, 56, 1));
 my $srv = vlm_start(name => 'video',
                     http_config => <<'_EOC_',
     vlm_served_model_name serving;
+    vlm_max_image_patches 1024;
     vlm_image_fetch /_vlm_image;
     vlm_image_fetch_allow 127.0.0.1/32;
 _EOC_
@@ -129,6 +135,19 @@ is(prompt_tokens(body(video($webm_url), image($png_url), video($mp4_url)),
                  'a video, an image, a video'), $image + 28,
    'a video, an image and a video: all counted');
 
+# vLLM's mm_processor_kwargs fps: the 12 frames at 6 a second sampled at
+# 4 a second are 8 frames, 4 temporal patches (24 tokens); at 6, all 12
+# (36 tokens)
+{
+    my $b = body(video($mp4_url));
+    $b->{mm_processor_kwargs} = { fps => 4 };
+    is(prompt_tokens($b, 'fps 4'), $text + 26,
+       'fps 4: 8 frames, 24 video tokens');
+    $b->{mm_processor_kwargs} = { fps => 6 };
+    is(prompt_tokens($b, 'fps 6'), $text + 38,
+       'fps 6: 12 frames, 36 video tokens');
+}
+
 # fetched from http URLs, as images are
 {
     my $base = "http://127.0.0.1:$srv->{port}/files";
@@ -149,6 +168,12 @@ is(prompt_tokens(body(video($webm_url), image($png_url), video($mp4_url)),
 
     is(prompt_tokens(body(video($frames)), 'four JPEG frames'), $text + 18,
        'four JPEG frames: 16 video tokens and the two vision tags');
+    # more video tokens than the prompt text has bytes: 96 frames of
+    # 56x56, 48 temporal patches of 4 tokens (768 patches)
+    is(prompt_tokens(body(video('data:video/jpeg;base64,'
+                                . join(',', ($png) x 96))),
+                     'ninety-six frames'), $text + 194,
+       'ninety-six frames: 192 video tokens and the two vision tags');
     refused(body(video("data:video/jpeg;base64,$jpeg,$png")),
             'frames of two sizes', qr/frame 1 is 56x56, frame 0 100x60/);
     refused(body(video("data:video/jpeg;base64,$jpeg,,$jpeg")),
@@ -232,6 +257,15 @@ refused(body(video($mp4_url)), 'an mp4 over vlm_max_video_bytes 2k',
 {
     my $res = vlm_post_json($srv, body(video($webm_url)));
     is($res->{status}, 200, 'a webm under 2k: 200') or diag($res->{body});
+
+    my $b = body(video($webm_url));
+    $b->{mm_processor_kwargs} = { fps => 4 };
+    my $msg = 'mm_processor_kwargs.fps 4 asks for 8 of the 12 frames of '
+              . "this video (6 a second), more than this server's "
+              . 'vlm_max_video_frames (4)';
+    refused($b, 'fps 4 asking for 8 frames over vlm_max_video_frames 4',
+            qr/\Q$msg\E/,
+            'messages[0].content[0].video_url');
 }
 
 VLMTest::vlm_stop($srv);
@@ -248,18 +282,24 @@ $srv = vlm_start(name => 'video-pixels',
 refused(body(video($mp4_url)), '32x24 frames over vlm_max_image_pixels 700',
         qr/frames of 32x24 pixels, more than .* 700 in all allowed/);
 
-# a Qwen3-VL model: its videos are not served yet, a 400 that says so
+# a model without videos (SmolVLM): a 400 that says so (Qwen3-VL's
+# videos: t/097-video-qwen3vl.t)
 VLMTest::vlm_stop($srv);
-$srv = vlm_start(name => 'video-qwen3vl',
-                 model => "$root/tests/fixtures/serving-qwen3vl",
+$srv = vlm_start(name => 'video-smolvlm',
+                 model => "$root/tests/fixtures/idefics3/smolvlm-chat",
                  http_config => 'vlm_served_model_name serving;');
-refused(body(video($mp4_url)), 'a video for Qwen3-VL',
+refused(body(video($mp4_url)), 'a video for SmolVLM',
         qr/this model does not take videos/,
         'messages[0].content[0].video_url');
 {
     my $res = vlm_post_json($srv, body(image($png_url)));
-    is($res->{status}, 200, 'an image for Qwen3-VL: 200')
+    is($res->{status}, 200, 'an image for SmolVLM: 200')
         or diag($res->{body});
+
+    my $b = body(image($png_url));
+    $b->{mm_processor_kwargs} = { fps => 2 };
+    refused($b, 'an fps for SmolVLM', qr/This model takes no video/,
+            'mm_processor_kwargs.fps');
 }
 
 vlm_wait_idle($srv);

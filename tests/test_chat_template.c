@@ -514,6 +514,62 @@ test_template_check(void **state)
 }
 
 
+/*
+ * vlm_chat_replace_tags: the tags outside the client's spans replaced in
+ * order, by texts of other lengths, a client's tag kept, the spans moved
+ * by what grew before them, the tags past the replacements kept
+ */
+static void
+test_replace_tags(void **state)
+{
+    char                  buf[128];
+    size_t                n, found, lens[2];
+    vlm_tok_span_t        spans[2], out[2];
+    const char           *repl[2];
+    static const char     text[] = "a<T>bc<T>d<T>e<T>";
+
+    (void) state;
+
+    /* the client's text: "bc<T>d" (2..10 after "a<T>"), and "e" */
+    spans[0].start = 4;
+    spans[0].end = 10;
+    spans[1].start = 13;
+    spans[1].end = 14;
+    repl[0] = "[one]";
+    repl[1] = "";
+    lens[0] = 5;
+    lens[1] = 0;
+
+    n = vlm_chat_replace_tags(text, sizeof(text) - 1, spans, 2, "<T>", repl,
+                              lens, 2, NULL, 0, NULL, &found);
+    assert_int_equal(found, 3);
+    assert_int_equal(n, strlen("a[one]bc<T>de<T>"));
+
+    n = vlm_chat_replace_tags(text, sizeof(text) - 1, spans, 2, "<T>", repl,
+                              lens, 2, buf, sizeof(buf), out, &found);
+    assert_string_equal(buf, "a[one]bc<T>de<T>");
+    assert_int_equal(n, strlen(buf));
+    assert_int_equal(out[0].start, 6);
+    assert_int_equal(out[0].end, 12);
+    assert_int_equal(out[1].start, 12);
+    assert_int_equal(out[1].end, 13);
+
+    /* one replacement: the others stay */
+    n = vlm_chat_replace_tags(text, sizeof(text) - 1, spans, 2, "<T>", repl,
+                              lens, 1, buf, sizeof(buf), out, &found);
+    assert_string_equal(buf, "a[one]bc<T>d<T>e<T>");
+    assert_int_equal(n, strlen(buf));
+    assert_int_equal(found, 3);
+    assert_int_equal(out[1].start, 15);
+
+    /* too small a buffer: the length still, the buffer terminated */
+    n = vlm_chat_replace_tags(text, sizeof(text) - 1, spans, 2, "<T>", repl,
+                              lens, 2, buf, 4, NULL, &found);
+    assert_int_equal(n, strlen("a[one]bc<T>de<T>"));
+    assert_true(strlen(buf) < 4);
+}
+
+
 int
 main(void)
 {
@@ -524,6 +580,7 @@ main(void)
         cmocka_unit_test(test_expand_errors),
         cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_template_check),
+        cmocka_unit_test(test_replace_tags),
     };
 
     return cmocka_run_group_tests_name("chat_template", tests, setup,

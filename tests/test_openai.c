@@ -1626,7 +1626,7 @@ test_long_strings_errors(void **state)
     free(body);
 
     {
-        vlm_openai_limits_t  lim = { 0, 0, 0, 0, 0, 0, 0, 1000 };
+        vlm_openai_limits_t  lim = { 0, 0, 0, 0, 0, 0, 0, 1000, 0 };
 
         expect_error(BODY("\"mm_processor_kwargs\":{\"max_pixels\":1001}"),
                      &lim, VLM_ERR_LIMIT, "invalid_value",
@@ -1645,9 +1645,38 @@ test_long_strings_errors(void **state)
                      "mm_processor_kwargs.max_pixels", "no pixel budget");
     }
 
+    /* vLLM's fps of the video processor, within the server's bound */
+    {
+        vlm_openai_request_t  req;
+        vlm_openai_limits_t   lim = { 0, 0, 0, 0, 0, 0, 0, 0, 240.0 };
+
+        parse_ok(BODY("\"mm_processor_kwargs\":{\"fps\":0.5}"), &lim,
+                 &req);
+        assert_true(req.fps == 0.5);
+        vlm_openai_request_free(&req);
+
+        parse_ok(BODY("\"mm_processor_kwargs\":{}"), &lim, &req);
+        assert_true(req.fps == 0.0);
+        vlm_openai_request_free(&req);
+
+        expect_error(BODY("\"mm_processor_kwargs\":{\"fps\":0}"), &lim,
+                     VLM_ERR_LIMIT, "invalid_value",
+                     "mm_processor_kwargs.fps",
+                     "above 0 and at most this server's 240, but got 0");
+        expect_error(BODY("\"mm_processor_kwargs\":{\"fps\":240.5}"),
+                     &lim, VLM_ERR_LIMIT, "invalid_value",
+                     "mm_processor_kwargs.fps", "but got 240.5");
+        expect_error(BODY("\"mm_processor_kwargs\":{\"fps\":\"2\"}"),
+                     &lim, VLM_ERR_INVALID, "invalid_type",
+                     "mm_processor_kwargs.fps", "a number");
+        expect_error(BODY("\"mm_processor_kwargs\":{\"fps\":2}"), NULL,
+                     VLM_ERR_INVALID, "unsupported_parameter",
+                     "mm_processor_kwargs.fps", "takes no video");
+    }
+
     body = long_body(BODY("\"stop\":[\"a\",\"%s\"]"), text);
     {
-        vlm_openai_limits_t  lim = { 0, 0, 0, 100, 0, 0, 0, 0 };
+        vlm_openai_limits_t  lim = { 0, 0, 0, 100, 0, 0, 0, 0, 0 };
 
         expect_error(body, &lim, VLM_ERR_LIMIT, "string_above_max_length",
                      "stop[1]", "at most 100 bytes, but got 2000");

@@ -155,6 +155,29 @@ test_items(void **state)
     assert_true(text_is(&req, 5, 0, "ok"));
 
     vlm_openai_request_free(&req);
+
+    /* vLLM's video part, the chat's: a video, with an image */
+    parse_ok(M("\"input\":[{\"role\":\"user\",\"content\":["
+               "{\"type\":\"input_image\","
+               "\"image_url\":\"data:image/png;base64,iVBORw0KGgo=\"},"
+               "{\"type\":\"video_url\",\"video_url\":{\"url\":"
+               "\"data:video/mp4;base64,AAAA\"}},"
+               "{\"type\":\"video_url\",\"video_url\":"
+               "\"https://example.com/v.webm\"},"
+               "{\"type\":\"input_text\",\"text\":\"And now?\"}]}]"),
+             &req);
+
+    assert_int_equal(req.n_messages, 1);
+    assert_int_equal(req.messages[0].n_parts, 4);
+    assert_int_equal(req.n_images, 3);
+    assert_false(req.images[0].video);
+    assert_true(req.images[1].video);
+    assert_int_equal(req.images[1].kind, VLM_OPENAI_URL_DATA);
+    assert_true(req.images[2].video);
+    assert_int_equal(req.images[2].kind, VLM_OPENAI_URL_HTTPS);
+    assert_true(text_is(&req, 0, 3, "And now?"));
+
+    vlm_openai_request_free(&req);
 }
 
 
@@ -257,6 +280,16 @@ test_errors(void **state)
             "\"input_image\",\"image_url\":\"data:image/png;base64,AA==\","
             "\"detail\":\"huge\"}]}]"),
           "invalid_value", "input[0].content[0].detail", NULL },
+        { M("\"input\":[{\"role\":\"user\",\"content\":[{\"type\":"
+            "\"video_url\"}]}]"),
+          "missing_required_parameter", "input[0].content[0].video_url",
+          NULL },
+        { M("\"input\":[{\"role\":\"user\",\"content\":[{\"type\":"
+            "\"video_url\",\"video_url\":{\"url\":\"ftp://x\"}}]}]"),
+          "invalid_value", "input[0].content[0].video_url.url", NULL },
+        { M("\"input\":[{\"role\":\"assistant\",\"content\":[{\"type\":"
+            "\"video_url\",\"video_url\":\"data:video/mp4;base64,AAAA\"}]}]"),
+          "invalid_value", "input[0].content[0].type", "user messages" },
         { M("\"input\":[{\"role\":\"user\",\"content\":[{\"type\":"
             "\"input_text\"}]}]"),
           "missing_required_parameter", "input[0].content[0].text", NULL },

@@ -37,6 +37,7 @@
 
 #define FIX     "tests/fixtures/video"
 #define MODELS  "tests/fixtures/models"
+#define SERVING "tests/fixtures/serving-qwen3vl"
 
 
 
@@ -67,8 +68,12 @@ load_config(vlm_qwen2vl_config_t *cfg)
 }
 
 
+/*
+ * A table of sample_frames: rows of (frames, source fps * 1000, fps *
+ * 1000, max_frames, kept, the kept indices), Qwen3-VL's with qwen3
+ */
 static void
-test_sample_frames(void **state)
+check_sample_table(const char *path, int qwen3)
 {
     int                    r, j, rows, cols;
     int32_t               *row;
@@ -77,16 +82,20 @@ test_sample_frames(void **state)
     vlm_error_t            err;
     vlm_video_sampling_t   s;
 
-    (void) state;
-
-    npy(&t, FIX "/sample.npy");
+    npy(&t, path);
     rows = (int) t.shape[0];
     cols = (int) t.shape[1];
 
     for (r = 0; r < rows; r++) {
         row = (int32_t *) t.data + (size_t) r * cols;
 
-        vlm_video_sampling_default(&s);
+        if (qwen3) {
+            vlm_video_sampling_qwen3(&s);
+
+        } else {
+            vlm_video_sampling_default(&s);
+        }
+
         s.fps = row[2] / 1000.0;
         s.max_frames = (uint32_t) row[3];
 
@@ -100,14 +109,27 @@ test_sample_frames(void **state)
         }
     }
 
+    vlm_npy_free(&t);
+}
+
+
+static void
+test_sample_frames(void **state)
+{
+    uint32_t               n, idx[16];
+    vlm_error_t            err;
+    vlm_video_sampling_t   s;
+
+    (void) state;
+
+    check_sample_table(FIX "/sample.npy", 0);
+
     /* one frame cannot fill a temporal patch: refused, as HF fails */
     vlm_video_sampling_default(&s);
     assert_int_equal(vlm_video_sample(&s, 2, 1, 30.0, idx, &n, &err),
                      VLM_ERR_INVALID);
     assert_int_equal(vlm_video_sample(&s, 2, 10, 0.0, idx, &n, &err),
                      VLM_ERR_INVALID);
-
-    vlm_npy_free(&t);
 }
 
 
@@ -127,6 +149,7 @@ check_video_pixels(int k)
     vlm_npy_t              fr, ref;
     vlm_error_t            err;
     vlm_qwen2vl_grid_t     grid;
+    vlm_video_sampling_t   s;
     vlm_qwen2vl_config_t   cfg;
 
     snprintf(path, sizeof(path), FIX "/frames_%d.npy", k);
@@ -140,7 +163,9 @@ check_video_pixels(int k)
     h = (uint32_t) fr.shape[1];
     w = (uint32_t) fr.shape[2];
 
-    assert_int_equal(vlm_video_grid(&cfg, nf, h, w, &grid, &err), VLM_OK);
+    vlm_video_sampling_default(&s);
+    assert_int_equal(vlm_video_grid(&cfg, &s, nf, h, w, &grid, &err),
+                     VLM_OK);
     assert_int_equal(ref.shape[0], grid.n_patches);
     assert_int_equal(ref.shape[1], grid.patch_dim);
 
@@ -612,6 +637,7 @@ test_frames(void **state)
     vlm_video_plan_t       plan;
     vlm_image_limits_t     il;
     vlm_video_limits_t     vl;
+    vlm_video_sampling_t   s;
     vlm_qwen2vl_config_t   cfg;
 
     (void) state;
@@ -619,6 +645,7 @@ test_frames(void **state)
     load_config(&cfg);
     vlm_image_limits_default(&il);
     vlm_video_limits_default(&vl);
+    vlm_video_sampling_default(&s);
 
     b64 = base64_file("t/data/image-100x60.jpg", &n);
     gif = base64_file("tests/fixtures/image/in/gif_100x80.gif", &gn);
@@ -634,7 +661,7 @@ test_frames(void **state)
     assert_int_equal(vlm_video_frames_list(payload, len, list, cap,
                                            &list_len, &err), VLM_OK);
 
-    if (vlm_video_frames_plan(&il, &vl, &cfg, list, list_len, &plan, &err)
+    if (vlm_video_frames_plan(&il, &vl, &cfg, &s, list, list_len, &plan, &err)
         != VLM_OK)
     {
         fail_msg("%s", err.msg);
@@ -675,16 +702,18 @@ test_frames(void **state)
 
     /* refused */
     vl.max_frames = 2;
-    assert_int_equal(vlm_video_frames_plan(&il, &vl, &cfg, list, list_len,
-                                           &plan, &err), VLM_ERR_LIMIT);
+    assert_int_equal(vlm_video_frames_plan(&il, &vl, &cfg, &s, list,
+                                           list_len, &plan, &err),
+                     VLM_ERR_LIMIT);
     vl.max_frames = 768;
 
     sprintf(payload, "%s,%s", b64, gif);
     len = strlen(payload);
     assert_int_equal(vlm_video_frames_list(payload, len, list, cap,
                                            &list_len, &err), VLM_OK);
-    assert_int_equal(vlm_video_frames_plan(&il, &vl, &cfg, list, list_len,
-                                           &plan, &err), VLM_ERR_INVALID);
+    assert_int_equal(vlm_video_frames_plan(&il, &vl, &cfg, &s, list,
+                                           list_len, &plan, &err),
+                     VLM_ERR_INVALID);
     assert_non_null(strstr(err.msg, "frame 1 is 100x80"));
 
     sprintf(payload, "%s,,%s", b64, b64);
@@ -832,14 +861,16 @@ test_qwen25vl_video(void **state)
  * Qwen3-VL: the video's temporal patches given as images of one patch
  * each, in the prompt's blocks (one <|vision_start|> a temporal patch,
  * after its timestamp's text): the vision tower attends within a frame,
- * so this is transformers' encoding of the whole video; positions,
- * logits and greedy tokens as transformers gives them
+ * so this is transformers' encoding of the whole video; then the video
+ * as one image of t temporal patches, as the server gives it, the engine
+ * finding its blocks; positions, logits and greedy tokens as
+ * transformers gives them
  */
 static void
 test_qwen3vl_video(void **state)
 {
-    int                  i, n, t, hw, next;
-    int32_t             *pos;
+    int                  i, n, t, hw, next, whole;
+    int32_t             *pos, *bad, vpad;
     vlm_npy_t            ids, grid, ref_pos, last, greedy, pix;
     vlm_seq_t           *seq;
     vlm_image_t          img[16];
@@ -879,22 +910,53 @@ test_qwen3vl_video(void **state)
         img[i].grid_w = ((int32_t *) grid.data)[2];
     }
 
-    pos = malloc((size_t) 3 * n * sizeof(int32_t));
-    assert_non_null(pos);
-    assert_int_equal(vlm_rope_index(m, ids.data, n, img, t, 0, pos, &next,
-                                    &err), VLM_OK);
-    assert_memory_equal(pos, ref_pos.data, (size_t) 3 * n * sizeof(int32_t));
-    free(pos);
+    for (whole = 0; whole < 2; whole++) {
+        if (whole) {
+            img[0].grid_t = t;
+        }
 
-    assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+        pos = malloc((size_t) 3 * n * sizeof(int32_t));
+        assert_non_null(pos);
+        assert_int_equal(vlm_rope_index(m, ids.data, n, img, whole ? 1 : t,
+                                        0, pos, &next, &err), VLM_OK);
+        assert_memory_equal(pos, ref_pos.data,
+                            (size_t) 3 * n * sizeof(int32_t));
+        free(pos);
 
-    if (vlm_seq_prefill(seq, ids.data, n, img, t, NULL, &err) != VLM_OK) {
-        fail_msg("qwen3vl-f32/video1: %s", err.msg);
+        assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+
+        if (vlm_seq_prefill(seq, ids.data, n, img, whole ? 1 : t, NULL,
+                            &err)
+            != VLM_OK)
+        {
+            fail_msg("qwen3vl-f32/video1: %s", err.msg);
+        }
+
+        vlm_test_check_answer(m, seq, FIX, "qwen3vl-f32", "video1", NULL, n,
+                              &last, &greedy, 1e-4);
+        vlm_seq_free(seq);
     }
 
-    vlm_test_check_answer(m, seq, FIX, "qwen3vl-f32", "video1", NULL, n,
-                          &last, &greedy, 1e-4);
-    vlm_seq_free(seq);
+    /*
+     * every block of the video must open with <|vision_start|>: the last
+     * block's made plain text is refused
+     */
+    pos = malloc((size_t) 3 * n * sizeof(int32_t));
+    bad = malloc((size_t) n * sizeof(int32_t));
+    assert_non_null(pos);
+    assert_non_null(bad);
+    memcpy(bad, ids.data, (size_t) n * sizeof(int32_t));
+    vpad = vlm_model_info(m)->video_token_id;
+
+    for (i = n - 1; i > 1 && !(bad[i] == vpad && bad[i - 1] != vpad); i--) {
+        /* void */
+    }
+
+    bad[i - 1] = bad[0];
+    assert_int_equal(vlm_rope_index(m, bad, n, img, 1, 0, pos, &next,
+                                    &err), VLM_ERR_INVALID);
+    free(bad);
+    free(pos);
 
     vlm_model_stats(m, &st);
     assert_int_equal(st.kv_blocks_used, 0);
@@ -907,6 +969,222 @@ test_qwen3vl_video(void **state)
     vlm_npy_free(&grid);
     vlm_npy_free(&pix);
     vlm_model_free(m);
+}
+
+
+/* the serving checkpoint's processors: Qwen3-VL's, patch 16 */
+static void
+load_qwen3(vlm_qwen2vl_config_t *cfg, vlm_video_sampling_t *s)
+{
+    vlm_error_t  err;
+
+    if (vlm_qwen2vl_config_load(cfg, SERVING "/preprocessor_config.json",
+                                &err)
+        != VLM_OK)
+    {
+        fail_msg("%s", err.msg);
+    }
+
+    vlm_video_sampling_qwen3(s);
+
+    if (vlm_video_sampling_load(s, SERVING, &err) != VLM_OK) {
+        fail_msg("%s", err.msg);
+    }
+}
+
+
+/*
+ * Qwen3VLVideoProcessor: sample_frames (np.linspace, rounded half to
+ * even), smart_resize over the frames, and Qwen3VLProcessor's text of a
+ * video with its timestamps, to the byte
+ */
+static void
+test_qwen3_sampling(void **state)
+{
+    int                    r, k;
+    char                   line[32768], *tab, want[32768], got[32768];
+    double                 fps;
+    FILE                  *f;
+    int32_t               *rz;
+    uint32_t               n, idx[1024], total, want_n;
+    vlm_npy_t              t;
+    vlm_error_t            err;
+    vlm_qwen2vl_grid_t     grid;
+    vlm_video_sampling_t   s;
+    vlm_qwen2vl_config_t   cfg;
+
+    (void) state;
+
+    load_qwen3(&cfg, &s);
+    assert_int_equal(s.min_pixels, 4096);
+    assert_int_equal(s.max_pixels, 25165824);
+    assert_int_equal(cfg.patch_size, 16);
+
+    check_sample_table(FIX "/qwen3vl/sample.npy", 1);
+
+    /* one frame is not a temporal patch */
+    vlm_video_sampling_qwen3(&s);
+    assert_int_equal(vlm_video_sample(&s, 2, 1, 30.0, idx, &n, &err),
+                     VLM_ERR_INVALID);
+
+    npy(&t, FIX "/qwen3vl/resize.npy");
+
+    for (r = 0; r < (int) t.shape[0]; r++) {
+        rz = (int32_t *) t.data + (size_t) r * t.shape[1];
+        s.min_pixels = (uint64_t) rz[3];
+        s.max_pixels = (uint64_t) rz[4];
+
+        assert_int_equal(vlm_video_grid(&cfg, &s, (uint32_t) rz[0],
+                                        (uint32_t) rz[1], (uint32_t) rz[2],
+                                        &grid, &err), VLM_OK);
+        assert_int_equal(grid.resized_h, rz[5]);
+        assert_int_equal(grid.resized_w, rz[6]);
+        assert_int_equal(grid.grid_t, (rz[0] + 1) / 2);
+        assert_int_equal(grid.grid_h, rz[5] / 16);
+        assert_int_equal(grid.n_tokens,
+                         grid.grid_t * (rz[5] / 32) * (rz[6] / 32));
+    }
+
+    vlm_npy_free(&t);
+
+    /* as transformers raises: a side under 32, one frame */
+    vlm_video_sampling_qwen3(&s);
+    assert_int_equal(vlm_video_grid(&cfg, &s, 4, 24, 32, &grid, &err),
+                     VLM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "smaller than 32 a side"));
+    assert_int_equal(vlm_video_grid(&cfg, &s, 1, 64, 64, &grid, &err),
+                     VLM_ERR_INVALID);
+
+    /* a video preprocessor config's values, and the impossible ones */
+    {
+        size_t  b;
+
+        static const char  good[] = "{\"fps\": 1.5, \"min_frames\": 2, "
+                                    "\"max_frames\": 64, \"size\": "
+                                    "{\"shortest_edge\": 100, "
+                                    "\"longest_edge\": 200}, "
+                                    "\"patch_size\": 16}";
+        static const char  *bad[] = {
+            "[1]", "{\"fps\": 0}", "{\"fps\": \"2\"}", "{\"fps\": 241}",
+            "{\"min_frames\": 0}", "{\"max_frames\": 2.5}",
+            "{\"min_frames\": 9, \"max_frames\": 8}",
+            "{\"size\": 1}", "{\"size\": {\"shortest_edge\": 10}}",
+            "{\"size\": {\"shortest_edge\": 10, \"longest_edge\": 9}}",
+            "{\"fps\": 2,"
+        };
+
+        vlm_video_sampling_qwen3(&s);
+        assert_int_equal(vlm_video_sampling_parse(&s, good, strlen(good),
+                                                  &err), VLM_OK);
+        assert_true(s.fps == 1.5);
+        assert_int_equal(s.min_frames, 2);
+        assert_int_equal(s.max_frames, 64);
+        assert_int_equal(s.min_pixels, 100);
+        assert_int_equal(s.max_pixels, 200);
+
+        for (b = 0; b < sizeof(bad) / sizeof(bad[0]); b++) {
+            vlm_video_sampling_qwen3(&s);
+            if (vlm_video_sampling_parse(&s, bad[b], strlen(bad[b]), &err)
+                == VLM_OK)
+            {
+                fail_msg("accepted %s", bad[b]);
+            }
+        }
+    }
+
+    f = fopen(FIX "/qwen3vl/timestamps.txt", "r");
+    assert_non_null(f);
+    k = 0;
+
+    while (fgets(line, sizeof(line), f) != NULL) {
+        tab = strchr(line, '\t');
+        assert_non_null(tab);
+        *tab = '\0';
+        assert_int_equal(sscanf(line, "%u %u %lf", &total, &want_n, &fps),
+                         3);
+        snprintf(want, sizeof(want), "%s", tab + 1);
+        want[strcspn(want, "\n")] = '\0';
+
+        vlm_video_sampling_qwen3(&s);
+        assert_int_equal(vlm_video_sample(&s, 2, total, fps, idx, &n, &err),
+                         VLM_OK);
+        assert_int_equal(n, want_n);
+
+        assert_int_equal(vlm_video_prompt_text(total, n, fps, 2,
+                                               (n + 1) / 2, got,
+                                               sizeof(got)),
+                         strlen(want));
+        assert_string_equal(got, want);
+
+        /* its length alone, and a buffer too small: cut, terminated */
+        assert_int_equal(vlm_video_prompt_text(total, n, fps, 2,
+                                               (n + 1) / 2, NULL, 0),
+                         strlen(want));
+        vlm_video_prompt_text(total, n, fps, 2, (n + 1) / 2, got, 20);
+        assert_int_equal(strlen(got), 19);
+        k++;
+    }
+
+    fclose(f);
+    assert_int_equal(k, 8);
+}
+
+
+/*
+ * Qwen3-VL's pixel_values_videos of video-64x48.mp4, decoded by FFmpeg
+ * and sampled at 2 frames a second as Qwen3VLVideoProcessor samples
+ * PyAV's frames with the file's metadata: the grid and every value
+ */
+static void
+test_qwen3_file(void **state)
+{
+    float                 *pv;
+    size_t                 len;
+    uint8_t               *data;
+    vlm_npy_t              ref, grid;
+    vlm_error_t            err;
+    vlm_video_plan_t       plan;
+    vlm_video_limits_t     limits;
+    vlm_video_sampling_t   s;
+    vlm_qwen2vl_config_t   cfg;
+
+    (void) state;
+
+    load_qwen3(&cfg, &s);
+    vlm_video_limits_default(&limits);
+    npy(&ref, FIX "/qwen3vl/file_pixel_values.npy");
+    npy(&grid, FIX "/qwen3vl/file_grid.npy");
+    data = read_file("t/data/video-64x48.mp4", &len);
+
+    if (vlm_video_plan(&limits, &cfg, &s, data, len, &plan, &err) != VLM_OK)
+    {
+        fail_msg("%s", err.msg);
+    }
+
+    assert_int_equal(plan.total_frames, 20);
+    assert_true(plan.fps == 8.0);
+    assert_int_equal(plan.n_sampled, 5);
+    assert_int_equal(plan.grid.grid_t, ((int32_t *) grid.data)[0]);
+    assert_int_equal(plan.grid.grid_h, ((int32_t *) grid.data)[1]);
+    assert_int_equal(plan.grid.grid_w, ((int32_t *) grid.data)[2]);
+    assert_int_equal(plan.n_values, ref.shape[0] * ref.shape[1]);
+
+    pv = malloc(plan.n_values * sizeof(float));
+    assert_non_null(pv);
+
+    if (vlm_video_run(&limits, &cfg, &s, data, len, &plan, pv, plan.n_values,
+                      &err)
+        != VLM_OK)
+    {
+        fail_msg("%s", err.msg);
+    }
+
+    assert_memory_equal(pv, ref.data, plan.n_values * sizeof(float));
+
+    free(pv);
+    free(data);
+    vlm_npy_free(&ref);
+    vlm_npy_free(&grid);
 }
 
 
@@ -924,6 +1202,8 @@ main(void)
         cmocka_unit_test(test_qwen2vl_video),
         cmocka_unit_test(test_qwen25vl_video),
         cmocka_unit_test(test_qwen3vl_video),
+        cmocka_unit_test(test_qwen3_sampling),
+        cmocka_unit_test(test_qwen3_file),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -72,6 +72,8 @@ typedef struct {
                                    min_pixels and max_pixels: the
                                    server's; 0: the processor takes
                                    neither */
+    double    max_fps;          /* upper bound of mm_processor_kwargs'
+                                   fps; 0: the model takes no video */
 } vlm_openai_limits_t;
 
 
@@ -211,6 +213,8 @@ typedef struct {
     uint32_t                n_images;
     uint64_t                min_pixels;     /* mm_processor_kwargs; 0: */
     uint64_t                max_pixels;     /*   the server's */
+    double                  fps;            /* videos' frames sampled a
+                                               second; 0: the server's */
 
     vlm_openai_str_t        stop[VLM_OPENAI_MAX_STOP];
     uint32_t                n_stop;

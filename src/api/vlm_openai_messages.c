@@ -627,17 +627,55 @@ vlm_openai_parse_message(vlm_openai_parser_t *p, vlm_openai_message_t *m,
 /*
  * vLLM's "mm_processor_kwargs": the image processor's min_pixels and
  * max_pixels for this request's images, each within the server's
- * max_pixels (limits->max_pixels); nothing else of the processor's.
+ * max_pixels (limits->max_pixels), and the video processor's fps, the
+ * frames a second sampled from this request's video files, above 0 and
+ * at most limits->max_fps; nothing else of the processors'.
  */
+/* mm_processor_kwargs.fps: a number in (0, limits->max_fps] */
+static vlm_status_t
+vlm_openai_parse_fps(vlm_openai_parser_t *p, const json_t *v,
+    const char *path)
+{
+    double  fps, max;
+
+    max = p->limits != NULL ? p->limits->max_fps : 0.0;
+
+    if (max == 0.0) {
+        return vlm_openai_bad(p->err, VLM_ERR_INVALID,
+                              "unsupported_parameter", path,
+                              "Unsupported parameter: '%s'. This model "
+                              "takes no video.", path);
+    }
+
+    if (!json_is_number(v)) {
+        return vlm_openai_bad_type(p->err, path, "a number", v);
+    }
+
+    fps = json_number_value(v);
+
+    if (!(fps > 0.0 && fps <= max)) {
+        return vlm_openai_bad(p->err, VLM_ERR_LIMIT, "invalid_value", path,
+                              "Invalid '%s': expected frames a second "
+                              "above 0 and at most this server's %g, but "
+                              "got %g instead.", path, max, fps);
+    }
+
+    p->req->fps = fps;
+
+    return VLM_OK;
+}
+
+
 static vlm_status_t
 vlm_openai_parse_mm_kwargs(vlm_openai_parser_t *p, const json_t *root)
 {
-    char         path[VLM_OPENAI_PATH_LEN];
-    json_t      *kw, *v;
-    int64_t      n;
-    uint64_t     max;
-    uint64_t    *out;
-    const char  *key;
+    char           path[VLM_OPENAI_PATH_LEN];
+    json_t        *kw, *v;
+    int64_t        n;
+    uint64_t       max;
+    uint64_t      *out;
+    const char    *key;
+    vlm_status_t   rc;
 
     kw = vlm_openai_get(root, "mm_processor_kwargs");
     if (kw == NULL || json_is_null(kw)) {
@@ -654,6 +692,15 @@ vlm_openai_parse_mm_kwargs(vlm_openai_parser_t *p, const json_t *root)
     json_object_foreach(kw, key, v) {
         vlm_openai_path(path, "mm_processor_kwargs", key);
 
+        if (strcmp(key, "fps") == 0) {
+            rc = vlm_openai_parse_fps(p, v, path);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+
+            continue;
+        }
+
         if (strcmp(key, "min_pixels") == 0) {
             out = &p->req->min_pixels;
 
@@ -664,8 +711,8 @@ vlm_openai_parse_mm_kwargs(vlm_openai_parser_t *p, const json_t *root)
             return vlm_openai_bad(p->err, VLM_ERR_INVALID,
                                   "unsupported_parameter", path,
                                   "Unsupported parameter: '%s'. This "
-                                  "server takes 'min_pixels' and "
-                                  "'max_pixels'.", path);
+                                  "server takes 'min_pixels', "
+                                  "'max_pixels' and 'fps'.", path);
         }
 
         if (max == 0) {

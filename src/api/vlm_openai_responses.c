@@ -101,7 +101,10 @@ vlm_openai_resp_string(vlm_openai_parser_t *p, const json_t *obj,
 }
 
 
-/* input_text, output_text, refusal and input_image into chat parts */
+/*
+ * input_text, output_text, refusal, input_image and vLLM's video_url
+ * into chat parts
+ */
 static json_t *
 vlm_openai_resp_parts(vlm_openai_parser_t *p, const json_t *content,
     const char *path)
@@ -179,11 +182,24 @@ vlm_openai_resp_parts(vlm_openai_parser_t *p, const json_t *content,
                                 json_object_get(v, "detail"));
             }
 
+        } else if (strcmp(type, "video_url") == 0) {
+            /* vLLM's video part, the chat's: the chat's parser checks it */
+            url = vlm_openai_get(v, "video_url");
+
+            if (url == NULL) {
+                vlm_openai_pathf(param, "%s.video_url", at);
+                vlm_openai_missing(p->err, param);
+                goto failed;
+            }
+
+            part = json_pack("{s:s, s:O}", "type", "video_url", "video_url",
+                             url);
+
         } else {
             vlm_openai_bad(p->err, VLM_ERR_UNSUPPORTED, "unsupported_value",
                            param, "Invalid value: '%s'. Supported values "
-                           "are: 'input_text', 'input_image', 'output_text' "
-                           "and 'refusal'.", type);
+                           "are: 'input_text', 'input_image', 'video_url', "
+                           "'output_text' and 'refusal'.", type);
             goto failed;
         }
 

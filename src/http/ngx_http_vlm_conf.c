@@ -957,14 +957,42 @@ ngx_http_vlm_model_files(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     }
 
     /*
-     * Qwen2-VL and Qwen2.5-VL take videos; Qwen3-VL's (patch 16), whose
-     * frames carry timestamps in the prompt, are not served yet
+     * Qwen2-VL and Qwen2.5-VL take videos; so does Qwen3-VL (patch 16),
+     * with its own video processor: its frames' timestamps in the prompt
      */
-    if (vmcf->image_config.family == VLM_IMAGE_QWEN2VL
-        && vmcf->image_config.qwen2vl.patch_size == 14)
-    {
+    if (vmcf->image_config.family == VLM_IMAGE_QWEN2VL) {
         vmcf->video_pad_id = vlm_tokenizer_token_id(vmcf->tokenizer,
                                                     "<|video_pad|>");
+    }
+
+    if (vmcf->video_pad_id >= 0
+        && vmcf->image_config.qwen2vl.patch_size == 16)
+    {
+        vlm_video_sampling_qwen3(&vmcf->video_sampling);
+
+        if (vlm_video_sampling_load(&vmcf->video_sampling,
+                                    (char *) vmcf->model.data, &err)
+            != VLM_OK)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "vlm_model \"%V\": %s", &vmcf->model,
+                               err.msg);
+            return NGX_CONF_ERROR;
+        }
+
+        if (vmcf->image_config.qwen2vl.merge_size
+            != vmcf->image_config.qwen2vl.temporal_patch_size)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "vlm_model \"%V\": a Qwen3-VL video's "
+                               "timestamps need merge_size %ui equal to "
+                               "temporal_patch_size %ui", &vmcf->model,
+                               (ngx_uint_t)
+                                   vmcf->image_config.qwen2vl.merge_size,
+                               (ngx_uint_t) vmcf->image_config.qwen2vl
+                                                .temporal_patch_size);
+            return NGX_CONF_ERROR;
+        }
     }
 
     /* the other tokens of an image's text */

@@ -5,6 +5,8 @@
  * is admitted, and the prompt's placeholders expanded to their tokens.
  */
 
+#include <math.h>
+
 #include "ngx_http_vlm_module.h"
 
 #include "text/vlm_chat.h"
@@ -15,6 +17,13 @@
 
 static vlm_status_t ngx_http_vlm_video_plan(ngx_http_vlm_chat_ctx_t *ctx,
     size_t i, vlm_error_t *err);
+static size_t ngx_http_vlm_video_blocks(ngx_http_vlm_chat_ctx_t *ctx,
+    size_t i);
+static vlm_status_t ngx_http_vlm_video_text(ngx_http_vlm_chat_ctx_t *ctx,
+    char **text, size_t *len, vlm_tok_span_t **spans, vlm_error_t *err);
+static vlm_status_t ngx_http_vlm_image_expand(ngx_http_vlm_chat_ctx_t *ctx,
+    ngx_http_vlm_thread_state_t *ts, size_t n_ids, int32_t *out, size_t cap,
+    size_t *n_out, vlm_error_t *e);
 static void ngx_http_vlm_chat_fetched(void *data, vlm_openai_error_t *err);
 
 
@@ -47,6 +56,21 @@ ngx_http_vlm_image_config(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
 }
 
 
+/* the video processor's sampling for ctx: the server's, at its fps */
+const vlm_video_sampling_t *
+ngx_http_vlm_video_sampling(ngx_http_vlm_chat_ctx_t *ctx,
+    vlm_video_sampling_t *s)
+{
+    *s = ctx->vmcf->video_sampling;
+
+    if (ctx->req.fps != 0.0) {
+        s->fps = ctx->req.fps;
+    }
+
+    return s;
+}
+
+
 /*
  * Video i's plan from its container's header (no frame decoded): its
  * sampled frames' grid, as the image's plan has it, within the vision
@@ -56,8 +80,10 @@ static vlm_status_t
 ngx_http_vlm_video_plan(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
     vlm_error_t *err)
 {
+    double                      asked;
     vlm_status_t                rc;
     vlm_image_config_t          cfg;
+    vlm_video_sampling_t        s;
     ngx_http_vlm_chat_image_t  *ci;
     ngx_http_vlm_main_conf_t   *vmcf;
 
@@ -73,13 +99,29 @@ ngx_http_vlm_video_plan(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
 
     rc = ci->frames
          ? vlm_video_frames_plan(&ctx->vlcf->image_limits,
-                                 &vmcf->video_limits, &cfg.qwen2vl, ci->data,
-                                 ci->len, &ci->video, err)
+                                 &vmcf->video_limits, &cfg.qwen2vl,
+                                 &vmcf->video_sampling, ci->data, ci->len,
+                                 &ci->video, err)
          : vlm_video_plan(&vmcf->video_limits, &cfg.qwen2vl,
-                          &vmcf->video_sampling, ci->data, ci->len,
-                          &ci->video, err);
+                          ngx_http_vlm_video_sampling(ctx, &s), ci->data,
+                          ci->len, &ci->video, err);
     if (rc != VLM_OK) {
         return rc;
+    }
+
+    /* a client's fps that asks for more frames than the server samples */
+    asked = floor(ci->video.total_frames / ci->video.fps * s.fps);
+
+    if (ctx->req.fps != 0.0 && !ci->frames
+        && asked > vmcf->video_limits.max_frames)
+    {
+        return vlm_error_set(err, VLM_ERR_LIMIT,
+                             "mm_processor_kwargs.fps %g asks for %.0f of "
+                             "the %u frames of this video (%g a second), "
+                             "more than this server's vlm_max_video_frames "
+                             "(%u)", s.fps, asked, ci->video.total_frames,
+                             ci->video.fps,
+                             (unsigned) vmcf->video_limits.max_frames);
     }
 
     ci->is_video = 1;
@@ -88,6 +130,18 @@ ngx_http_vlm_video_plan(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
     ci->plan.info.height = ci->video.height;
     ci->plan.grid = ci->video.grid;
     ci->plan.n_values = ci->video.n_values;
+
+    /* its pads, and Qwen3-VL's timestamps text (a token a byte at most) */
+    ci->plan.n_ids = ci->plan.grid.n_tokens;
+
+    if (vmcf->video_sampling.timestamps) {
+        ci->plan.n_ids += vlm_video_prompt_text(ci->video.total_frames,
+                                                ci->video.n_sampled,
+                                                ci->video.fps,
+                                                cfg.qwen2vl.merge_size,
+                                                ci->plan.grid.grid_t, NULL,
+                                                0);
+    }
 
     if (ci->plan.grid.n_patches > vmcf->max_image_patches) {
         return vlm_error_set(err, VLM_ERR_LIMIT,
@@ -215,6 +269,170 @@ ngx_http_vlm_image_expand_text(ngx_http_vlm_chat_ctx_t *ctx,
 }
 
 
+/* placeholders of image or video i: Qwen3-VL's videos, one a patch */
+static size_t
+ngx_http_vlm_video_blocks(ngx_http_vlm_chat_ctx_t *ctx, size_t i)
+{
+    return ctx->images[i].is_video && ctx->vmcf->video_sampling.timestamps
+           ? ctx->images[i].plan.grid.grid_t : 1;
+}
+
+
+/*
+ * Qwen3VLProcessor's text side: each video's
+ * <|vision_start|><|video_pad|><|vision_end|> in the rendered prompt
+ * (outside the client's spans) replaced by its temporal patches' blocks,
+ * each after its timestamp.  *text, *len and *spans: the prompt's own
+ * when it has no such video, else new ones the caller frees.
+ */
+static vlm_status_t
+ngx_http_vlm_video_text(ngx_http_vlm_chat_ctx_t *ctx, char **text,
+    size_t *len, vlm_tok_span_t **spans, vlm_error_t *err)
+{
+    char                        *out, **repl;
+    size_t                       i, n, k, found, *lens;
+    uint32_t                     merge;
+    vlm_status_t                 rc;
+    vlm_tok_span_t              *sp;
+    ngx_http_vlm_chat_image_t   *ci;
+
+    *text = ctx->prompt;
+    *len = ctx->prompt_len;
+    *spans = ctx->spans;
+
+    n = 0;
+
+    if (ctx->vmcf->video_sampling.timestamps) {
+        for (i = 0; i < ctx->req.n_images; i++) {
+            n += ctx->images[i].is_video;
+        }
+    }
+
+    if (n == 0) {
+        return VLM_OK;
+    }
+
+    repl = calloc(n, sizeof(char *));
+    lens = calloc(n, sizeof(size_t));
+    if (repl == NULL || lens == NULL) {
+        rc = vlm_error_set(err, VLM_ERR_NOMEM, "no memory for the "
+                           "videos' text");
+        goto done;
+    }
+
+    merge = ctx->vmcf->image_config.qwen2vl.merge_size;
+    k = 0;
+    rc = VLM_OK;
+
+    for (i = 0; i < ctx->req.n_images && k < n; i++) {
+        ci = &ctx->images[i];
+
+        if (!ci->is_video) {
+            continue;
+        }
+
+        lens[k] = vlm_video_prompt_text(ci->video.total_frames,
+                                        ci->video.n_sampled, ci->video.fps,
+                                        merge, ci->plan.grid.grid_t, NULL, 0);
+        repl[k] = malloc(lens[k] + 1);
+        if (repl[k] == NULL) {
+            rc = vlm_error_set(err, VLM_ERR_NOMEM, "no memory for the "
+                               "videos' text");
+            goto done;
+        }
+
+        vlm_video_prompt_text(ci->video.total_frames, ci->video.n_sampled,
+                              ci->video.fps, merge, ci->plan.grid.grid_t,
+                              repl[k], lens[k] + 1);
+        k++;
+    }
+
+    i = vlm_chat_replace_tags(ctx->prompt, ctx->prompt_len, ctx->spans,
+                              ctx->n_spans, VLM_VIDEO_BLOCK,
+                              (const char *const *) repl, lens, n, NULL, 0,
+                              NULL, &found);
+
+    if (found != n) {
+        rc = vlm_error_set(err, VLM_ERR_INVALID, "the prompt has %zu "
+                           "video placeholders for %zu videos", found, n);
+        goto done;
+    }
+
+    out = malloc(i + 1);
+    sp = malloc((ctx->n_spans + 1) * sizeof(vlm_tok_span_t));
+    if (out == NULL || sp == NULL) {
+        free(out);
+        free(sp);
+        rc = vlm_error_set(err, VLM_ERR_NOMEM, "no memory for the "
+                           "videos' text");
+        goto done;
+    }
+
+    *len = vlm_chat_replace_tags(ctx->prompt, ctx->prompt_len, ctx->spans,
+                                 ctx->n_spans, VLM_VIDEO_BLOCK,
+                                 (const char *const *) repl, lens, n, out,
+                                 i + 1, sp, &found);
+    *text = out;
+    *spans = sp;
+
+done:
+
+    for (k = 0; repl != NULL && k < n; k++) {
+        free(repl[k]);
+    }
+
+    free(repl);
+    free(lens);
+
+    return rc;
+}
+
+
+vlm_status_t
+ngx_http_vlm_prompt_ids(ngx_http_vlm_chat_ctx_t *ctx,
+    ngx_http_vlm_thread_state_t *ts, int32_t *out, size_t cap,
+    size_t *n_out, vlm_error_t *e)
+{
+    char            *text;
+    size_t           len, n_ids;
+    vlm_status_t     rc;
+    vlm_tok_span_t  *spans;
+
+    rc = ngx_http_vlm_video_text(ctx, &text, &len, &spans, e);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    if (ts->ids_cap < len + 1) {
+        free(ts->ids);
+        ts->ids_cap = ngx_max(len + 1, 4096);
+        ts->ids = malloc(ts->ids_cap * sizeof(int32_t));
+        if (ts->ids == NULL) {
+            ts->ids_cap = 0;
+            rc = vlm_error_set(e, VLM_ERR_NOMEM, "no memory to tokenize "
+                               "the prompt");
+            goto done;
+        }
+    }
+
+    rc = vlm_tokenizer_encode_spans(ctx->vmcf->tokenizer, ts->tok, text,
+                                    len, 0, spans, ctx->n_spans, ts->ids,
+                                    ts->ids_cap, &n_ids, e);
+    if (rc == VLM_OK) {
+        rc = ngx_http_vlm_image_expand(ctx, ts, n_ids, out, cap, n_out, e);
+    }
+
+done:
+
+    if (text != ctx->prompt) {
+        free(text);
+        free(spans);
+    }
+
+    return rc;
+}
+
+
 /*
  * The prompt's ids (ts->ids, n_ids, one placeholder per image) with each
  * image expanded as the model's processor does it: Qwen2-VL's pad
@@ -225,15 +443,15 @@ ngx_http_vlm_image_expand_text(ngx_http_vlm_chat_ctx_t *ctx,
  * prompt would be: the text starts and ends with a special token.  Into
  * out.
  */
-vlm_status_t
+static vlm_status_t
 ngx_http_vlm_image_expand(ngx_http_vlm_chat_ctx_t *ctx,
     ngx_http_vlm_thread_state_t *ts, size_t n_ids, int32_t *out, size_t cap,
     size_t *n_out, vlm_error_t *e)
 {
     char                      *text;
-    size_t                     i, n, len, max_len, total, used, k;
-    size_t                     lens[VLM_QUEUE_MAX_IMAGES];
-    uint8_t                    video[VLM_QUEUE_MAX_IMAGES];
+    size_t                     i, n, len, max_len, total, used, k, b, nb;
+    size_t                     lens[VLM_QUEUE_MAX_IMAGES], *blens;
+    uint8_t                   *video;
     int32_t                   *ids;
     vlm_status_t               rc;
     const int32_t             *seqs[VLM_QUEUE_MAX_IMAGES];
@@ -258,14 +476,40 @@ ngx_http_vlm_image_expand(ngx_http_vlm_chat_ctx_t *ctx,
     }
 
     if (cfg->family == VLM_IMAGE_QWEN2VL) {
+        /* each placeholder: an image, a video, or a Qwen3-VL video's block */
+        total = 0;
+
         for (i = 0; i < n; i++) {
-            lens[i] = ctx->images[i].plan.grid.n_tokens;
-            video[i] = ctx->images[i].is_video;
+            total += ngx_http_vlm_video_blocks(ctx, i);
         }
 
-        return vlm_chat_expand_media(ts->ids, n_ids, vmcf->image_pad_id,
-                                     vmcf->video_pad_id, video, lens, n, out,
-                                     cap, n_out, e);
+        blens = malloc((total + 1) * sizeof(size_t));
+        video = malloc(total + 1);
+        if (blens == NULL || video == NULL) {
+            free(blens);
+            free(video);
+            return vlm_error_set(e, VLM_ERR_NOMEM, "no memory for the "
+                                 "images' tokens");
+        }
+
+        k = 0;
+
+        for (i = 0; i < n; i++) {
+            nb = ngx_http_vlm_video_blocks(ctx, i);
+
+            for (b = 0; b < nb; b++) {
+                blens[k] = ctx->images[i].plan.grid.n_tokens / nb;
+                video[k++] = ctx->images[i].is_video;
+            }
+        }
+
+        rc = vlm_chat_expand_media(ts->ids, n_ids, vmcf->image_pad_id,
+                                   vmcf->video_pad_id, video, blens, total,
+                                   out, cap, n_out, e);
+        free(blens);
+        free(video);
+
+        return rc;
     }
 
     max_len = 0;

@@ -470,8 +470,14 @@ vlm_status_t ngx_http_vlm_image_plan(ngx_http_vlm_chat_ctx_t *ctx, size_t i,
 /* Gemma 3: the rendered prompt's <start_of_image> expanded in its text */
 vlm_status_t ngx_http_vlm_image_expand_text(ngx_http_vlm_chat_ctx_t *ctx,
     vlm_error_t *err);
-vlm_status_t ngx_http_vlm_image_expand(ngx_http_vlm_chat_ctx_t *ctx,
-    ngx_http_vlm_thread_state_t *ts, size_t n_ids, int32_t *out, size_t cap,
+const vlm_video_sampling_t *ngx_http_vlm_video_sampling(
+    ngx_http_vlm_chat_ctx_t *ctx, vlm_video_sampling_t *s);
+/*
+ * In a thread: the prompt's ids into out (cap of them), its images and
+ * videos expanded as their processors write them
+ */
+vlm_status_t ngx_http_vlm_prompt_ids(ngx_http_vlm_chat_ctx_t *ctx,
+    ngx_http_vlm_thread_state_t *ts, int32_t *out, size_t cap,
     size_t *n_out, vlm_error_t *e);
 void ngx_http_vlm_image_fetch(ngx_http_vlm_chat_ctx_t *ctx);
 

@@ -182,6 +182,7 @@ ngx_http_vlm_task_prepare(void *data, ngx_log_t *log)
     limits.vocab_size = (uint32_t) vlm_tokenizer_vocab_size(vmcf->tokenizer);
     limits.max_pixels = vmcf->image_config.family == VLM_IMAGE_QWEN2VL
                         ? vmcf->image_config.qwen2vl.max_pixels : 0;
+    limits.max_fps = vmcf->video_pad_id >= 0 ? VLM_VIDEO_MAX_FPS : 0.0;
 
     if (vlm_openai_request_parse_kind(req, ctx->kind,
                                       (const char *) ctx->body,
@@ -518,10 +519,11 @@ ngx_http_vlm_task_fill(void *data, ngx_log_t *log)
 {
     ngx_http_vlm_chat_ctx_t *ctx = *(ngx_http_vlm_chat_ctx_t **) data;
 
-    size_t                        i, n_ids, n_out;
+    size_t                        i, n_out;
     float                        *pixels;
     u_char                       *bias;
     vlm_image_config_t            cfg;
+    vlm_video_sampling_t          vs;
     int32_t                      *ids;
     vlm_error_t                   e;
     vlm_queue_t                  *q;
@@ -559,8 +561,9 @@ ngx_http_vlm_task_fill(void *data, ngx_log_t *log)
                                     ci->plan.n_values, &e)
              : ci->is_video
              ? vlm_video_run(&vmcf->video_limits, &cfg.qwen2vl,
-                             &vmcf->video_sampling, ci->data, ci->len,
-                             &ci->video, pixels, ci->plan.n_values, &e)
+                             ngx_http_vlm_video_sampling(ctx, &vs),
+                             ci->data, ci->len, &ci->video, pixels,
+                             ci->plan.n_values, &e)
              : vlm_image_ctx_run(ts->image, ci->data, ci->len, pixels,
                                  ci->plan.n_values, &ci->plan, &e))
             != VLM_OK)
@@ -578,10 +581,15 @@ ngx_http_vlm_task_fill(void *data, ngx_log_t *log)
         qi->grid_h = ci->plan.grid.grid_h;
         qi->grid_w = ci->plan.grid.grid_w;
         qi->n_tokens = ci->plan.grid.n_tokens;
-        qi->second_per_grid_t = ci->is_video
-                                ? vlm_video_second_per_grid_t(
-                                      &cfg.qwen2vl, &vmcf->video_sampling)
-                                : 0.0f;
+        /* a frame list is 2 frames a second, whatever the request's fps */
+        qi->second_per_grid_t = !ci->is_video
+                                ? 0.0f
+                                : vlm_video_second_per_grid_t(
+                                      &cfg.qwen2vl,
+                                      ci->frames
+                                      ? &vmcf->video_sampling
+                                      : ngx_http_vlm_video_sampling(ctx,
+                                                                    &vs));
 
         /* the file is no longer needed: give its memory back now */
         if (!ci->in_body) {
@@ -604,31 +612,7 @@ ngx_http_vlm_task_fill(void *data, ngx_log_t *log)
 
     /* the prompt: ids with one pad per image, then the pads expanded */
 
-    if (ts->ids_cap < ctx->prompt_len + 1) {
-        free(ts->ids);
-        ts->ids_cap = ngx_max(ctx->prompt_len + 1, 4096);
-        ts->ids = malloc(ts->ids_cap * sizeof(int32_t));
-        if (ts->ids == NULL) {
-            ts->ids_cap = 0;
-            vlm_openai_error_set(&ctx->error, VLM_ERR_NOMEM, 503,
-                                 "server_error", NULL, NULL,
-                                 "no memory to tokenize the prompt");
-            return;
-        }
-    }
-
-    if (vlm_tokenizer_encode_spans(vmcf->tokenizer, ts->tok, ctx->prompt,
-                                   ctx->prompt_len, 0, ctx->spans,
-                                   ctx->n_spans, ts->ids, ts->ids_cap,
-                                   &n_ids, &e)
-        != VLM_OK)
-    {
-        vlm_openai_error_from(&ctx->error, &e, "messages");
-        return;
-    }
-
-    if (ngx_http_vlm_image_expand(ctx, ts, n_ids, ids, ctx->ids_cap, &n_out,
-                                 &e)
+    if (ngx_http_vlm_prompt_ids(ctx, ts, ids, ctx->ids_cap, &n_out, &e)
         != VLM_OK)
     {
         vlm_openai_error_from(&ctx->error, &e, "messages");

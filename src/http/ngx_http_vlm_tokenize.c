@@ -55,7 +55,7 @@ ngx_http_vlm_tokenize_count(void *data, ngx_log_t *log)
     ngx_http_vlm_chat_ctx_t *ctx = *(ngx_http_vlm_chat_ctx_t **) data;
 
     char                         *text;
-    size_t                        i, n_ids, n_out, len, size;
+    size_t                        i, n_out, len, size;
     u_char                       *p;
     int32_t                      *ids;
     uint32_t                      max_len;
@@ -111,38 +111,17 @@ ngx_http_vlm_tokenize_count(void *data, ngx_log_t *log)
         return;
     }
 
-    if (ts->ids_cap < ctx->prompt_len + 1) {
-        free(ts->ids);
-        ts->ids_cap = ngx_max(ctx->prompt_len + 1, 4096);
-        ts->ids = malloc(ts->ids_cap * sizeof(int32_t));
-        if (ts->ids == NULL) {
-            ts->ids_cap = 0;
-            goto nomem;
-        }
-    }
-
-    if (vlm_tokenizer_encode_spans(vmcf->tokenizer, ts->tok, ctx->prompt,
-                                   ctx->prompt_len, 0, ctx->spans,
-                                   ctx->n_spans, ts->ids, ts->ids_cap,
-                                   &n_ids, &e)
-        != VLM_OK)
-    {
-        vlm_openai_error_from(&ctx->error, &e,
-                              req->n_messages ? "messages" : "prompt");
-        return;
-    }
-
     ids = malloc((ctx->ids_cap + 1) * sizeof(int32_t));
     if (ids == NULL) {
         goto nomem;
     }
 
-    if (ngx_http_vlm_image_expand(ctx, ts, n_ids, ids, ctx->ids_cap + 1,
-                                 &n_out, &e)
+    if (ngx_http_vlm_prompt_ids(ctx, ts, ids, ctx->ids_cap + 1, &n_out, &e)
         != VLM_OK)
     {
         free(ids);
-        vlm_openai_error_from(&ctx->error, &e, "messages");
+        vlm_openai_error_from(&ctx->error, &e,
+                              req->n_messages ? "messages" : "prompt");
         return;
     }
 

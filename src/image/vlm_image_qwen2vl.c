@@ -44,8 +44,7 @@ vlm_qwen2vl_config_default(vlm_qwen2vl_config_t *cfg)
 }
 
 
-/* an optional positive integer key; 0 when absent */
-static vlm_status_t
+vlm_status_t
 vlm_json_uint(json_t *obj, const char *key, uint64_t max, uint64_t *out,
     vlm_error_t *err)
 {
@@ -150,11 +149,50 @@ bad:
 }
 
 
+vlm_status_t
+vlm_json_size(json_t *root, uint64_t *lo, uint64_t *hi, vlm_error_t *err)
+{
+    json_t        *size;
+    vlm_status_t   rc;
+
+    *lo = 0;
+    *hi = 0;
+
+    size = json_object_get(root, "size");
+    if (size == NULL || json_is_null(size)) {
+        return VLM_OK;
+    }
+
+    if (!json_is_object(size)) {
+        return vlm_error_set(err, VLM_ERR_FORMAT, "preprocessor config: "
+                             "\"size\" is not an object");
+    }
+
+    rc = vlm_json_uint(size, "shortest_edge", UINT32_MAX, lo, err);
+    if (rc == VLM_OK) {
+        rc = vlm_json_uint(size, "longest_edge", UINT32_MAX, hi, err);
+    }
+
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    if (*lo == 0 || *hi == 0) {
+        *lo = 0;
+        return vlm_error_set(err, VLM_ERR_FORMAT, "preprocessor config: "
+                             "\"size\" needs \"shortest_edge\" and "
+                             "\"longest_edge\"");
+    }
+
+    return VLM_OK;
+}
+
+
 static vlm_status_t
 vlm_qwen2vl_config_read(vlm_qwen2vl_config_t *cfg, json_t *root,
     vlm_error_t *err)
 {
-    json_t        *v, *size;
+    json_t        *v;
     uint64_t       n, lo, hi;
     vlm_status_t   rc;
 
@@ -177,29 +215,12 @@ vlm_qwen2vl_config_read(vlm_qwen2vl_config_t *cfg, json_t *root,
     cfg->merge_size = n ? (uint32_t) n : cfg->merge_size;
 
     /* "size" first, so that min_pixels / max_pixels override it */
-    size = json_object_get(root, "size");
-    if (size != NULL && !json_is_null(size)) {
-        if (!json_is_object(size)) {
-            return vlm_error_set(err, VLM_ERR_FORMAT,
-                                 "preprocessor config: \"size\" is not an "
-                                 "object");
-        }
+    rc = vlm_json_size(root, &lo, &hi, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
 
-        rc = vlm_json_uint(size, "shortest_edge", UINT32_MAX, &lo, err);
-        if (rc == VLM_OK) {
-            rc = vlm_json_uint(size, "longest_edge", UINT32_MAX, &hi, err);
-        }
-
-        if (rc != VLM_OK) {
-            return rc;
-        }
-
-        if (lo == 0 || hi == 0) {
-            return vlm_error_set(err, VLM_ERR_FORMAT,
-                                 "preprocessor config: \"size\" needs "
-                                 "\"shortest_edge\" and \"longest_edge\"");
-        }
-
+    if (lo != 0) {
         cfg->min_pixels = lo;
         cfg->max_pixels = hi;
     }

@@ -44,6 +44,23 @@ typedef struct {
 } vlm_qwen2vl_grid_t;
 
 
+struct json_t;
+
+/*
+ * An optional positive integer key of a processor config, at most max;
+ * 0 when absent.  Errors: VLM_ERR_FORMAT, VLM_ERR_INVALID.
+ */
+vlm_status_t vlm_json_uint(struct json_t *obj, const char *key, uint64_t max,
+    uint64_t *out, vlm_error_t *err);
+
+/*
+ * A processor config's "size": {"shortest_edge", "longest_edge"}, both
+ * or neither (*lo and *hi 0 when absent).  Errors: VLM_ERR_FORMAT,
+ * VLM_ERR_INVALID.
+ */
+vlm_status_t vlm_json_size(struct json_t *root, uint64_t *lo, uint64_t *hi,
+    vlm_error_t *err);
+
 /* the processor's defaults (Qwen2VLImageProcessor.__init__) */
 void vlm_qwen2vl_config_default(vlm_qwen2vl_config_t *cfg);
 

@@ -23,7 +23,6 @@
 
 
 #define VLM_VIDEO_IO_BUF    4096
-#define VLM_VIDEO_MAX_FPS   240.0
 #define VLM_VIDEO_FORMATS   "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm"
 
 
@@ -335,7 +334,7 @@ vlm_video_plan(const vlm_video_limits_t *limits,
         return rc;
     }
 
-    rc = vlm_video_grid(cfg, plan->n_sampled, plan->height, plan->width,
+    rc = vlm_video_grid(cfg, s, plan->n_sampled, plan->height, plan->width,
                         &plan->grid, err);
     if (rc != VLM_OK) {
         return rc;

@@ -23,6 +23,10 @@
 #include "vlm_video.h"
 
 
+/* the highest frame rate a file may declare, and a request ask for */
+#define VLM_VIDEO_MAX_FPS  240.0
+
+
 typedef struct {
     size_t    max_bytes;            /* the file */
     uint32_t  max_frames;           /* sampled frames */

@@ -125,8 +125,8 @@ vlm_video_frames_list(const char *payload, size_t len, uint8_t *out,
 vlm_status_t
 vlm_video_frames_plan(const vlm_image_limits_t *ilimits,
     const vlm_video_limits_t *limits, const vlm_qwen2vl_config_t *cfg,
-    const uint8_t *list, size_t len, vlm_video_plan_t *plan,
-    vlm_error_t *err)
+    const vlm_video_sampling_t *s, const uint8_t *list, size_t len,
+    vlm_video_plan_t *plan, vlm_error_t *err)
 {
     int               r;
     size_t            pos, flen;
@@ -181,7 +181,8 @@ vlm_video_frames_plan(const vlm_image_limits_t *ilimits,
                              limits->max_seconds);
     }
 
-    rc = vlm_video_grid(cfg, n, plan->height, plan->width, &plan->grid, err);
+    rc = vlm_video_grid(cfg, s, n, plan->height, plan->width, &plan->grid,
+                        err);
     if (rc != VLM_OK) {
         return rc;
     }

@@ -28,13 +28,14 @@ vlm_status_t vlm_video_frames_list(const char *payload, size_t len,
 /*
  * The plan of a frame list from its frames' headers: their size (one for
  * all, else VLM_ERR_INVALID), count (limits->max_frames), duration at 2
- * frames a second (limits->max_seconds) and grid; each frame within the
- * image limits.
+ * frames a second (limits->max_seconds) and grid (s: Qwen2-VL's or
+ * Qwen3-VL's resize; no frame is dropped); each frame within the image
+ * limits.
  */
 vlm_status_t vlm_video_frames_plan(const vlm_image_limits_t *ilimits,
     const vlm_video_limits_t *limits, const vlm_qwen2vl_config_t *cfg,
-    const uint8_t *list, size_t len, vlm_video_plan_t *plan,
-    vlm_error_t *err);
+    const vlm_video_sampling_t *s, const uint8_t *list, size_t len,
+    vlm_video_plan_t *plan, vlm_error_t *err);
 
 /* pixel_values_videos of a planned frame list into out (cap floats) */
 vlm_status_t vlm_video_frames_run(const vlm_image_limits_t *ilimits,

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include <jansson.h>
 
@@ -714,6 +715,79 @@ vlm_chat_expand_text(const char *text, size_t len, const size_t *n_pads,
     }
 
     return vlm_chat_room(b.len, cap, "expanded prompt", err);
+}
+
+
+size_t
+vlm_chat_replace_tags(const char *text, size_t len,
+    const vlm_tok_span_t *spans, size_t n_spans, const char *tag,
+    const char *const *repl, const size_t *repl_len, size_t n_repl,
+    char *buf, size_t cap, vlm_tok_span_t *out_spans, size_t *n_found)
+{
+    size_t           s, tl, at, found;
+    ssize_t          grow;
+    const char      *p, *end, *hit;
+    vlm_chat_buf_t   b;
+
+    memset(&b, 0, sizeof(vlm_chat_buf_t));
+    b.out = cap > 0 ? buf : NULL;
+    b.cap = cap > 0 ? cap - 1 : 0;
+
+    tl = strlen(tag);
+    found = 0;
+    grow = 0;
+    s = 0;
+    p = text;
+    end = text + len;
+
+    for ( ;; ) {
+        hit = memmem(p, (size_t) (end - p), tag, tl);
+        at = hit != NULL ? (size_t) (hit - text) : len;
+
+        /* the spans before the tag (or the end) move by what grew */
+        for ( /* void */ ; s < n_spans && spans[s].end <= at; s++) {
+            if (out_spans != NULL) {
+                out_spans[s].start = spans[s].start + grow;
+                out_spans[s].end = spans[s].end + grow;
+            }
+        }
+
+        /* the client's tag, plain text: to the end of its span */
+        if (hit != NULL && s < n_spans && spans[s].start < at + tl) {
+            at = spans[s].end;
+        }
+
+        vlm_chat_put(&b, p, at - (size_t) (p - text));
+        p = text + at;
+
+        if (hit == NULL) {
+            break;
+        }
+
+        if (at != (size_t) (hit - text)) {
+            continue;
+        }
+
+        p += tl;
+
+        if (found < n_repl) {
+            vlm_chat_put(&b, repl[found], repl_len[found]);
+            grow += (ssize_t) repl_len[found] - (ssize_t) tl;
+
+        } else {
+            vlm_chat_put(&b, hit, tl);
+        }
+
+        found++;
+    }
+
+    if (cap > 0) {
+        buf[vlm_min(b.len, cap - 1)] = '\0';
+    }
+
+    *n_found = found;
+
+    return b.len;
 }
 
 

@@ -160,6 +160,20 @@ vlm_status_t vlm_chat_expand_ids(const int32_t *ids, size_t n,
     size_t cap, size_t *n_out, vlm_error_t *err);
 
 /*
+ * A rendered prompt whose spans (sorted byte ranges of the client's
+ * text, which the tokenizer keeps plain) stay as they are, with the
+ * tags outside them replaced: the i-th by repl[i] (repl_len[i] bytes)
+ * for i < n_repl, the others kept.  Returns the result's length, written
+ * to buf (NUL-terminated) when it fits in cap bytes; out_spans (n_spans
+ * of them, or NULL) are the spans in the result; *n_found: the tags
+ * outside spans.
+ */
+size_t vlm_chat_replace_tags(const char *text, size_t len,
+    const vlm_tok_span_t *spans, size_t n_spans, const char *tag,
+    const char *const *repl, const size_t *repl_len, size_t n_repl,
+    char *buf, size_t cap, vlm_tok_span_t *out_spans, size_t *n_found);
+
+/*
  * The same for images and videos: the i-th placeholder, image_id or
  * video_id (video[i] says which it must be), becomes n_pads[i] of it.
  */

@@ -45,17 +45,20 @@ sub vlm_served_cases ($$$) {
     return @cases;
 }
 
-# a greedy chat of a case's images and question, as long as its answer
+# a greedy chat of a case's images (or its content parts) and question,
+# as long as its answer, with the case's extra fields
 sub vlm_served_body ($@) {
     my ($c, %more) = @_;
-    my @content = map { { type => 'image_url', image_url => { url => $_ } } }
-                  @{ $c->{urls} };
+    my @content = $c->{parts}
+                  ? @{ $c->{parts} }
+                  : map { { type => 'image_url', image_url => { url => $_ } } }
+                    @{ $c->{urls} };
     push @content, { type => 'text', text => $c->{question} };
 
     return { model => $c->{model}, temperature => 0,
              max_tokens => scalar @{ $c->{expect}{greedy_ids} },
              messages => [ { role => 'user', content => \@content } ],
-             %more };
+             %{ $c->{extra} || {} }, %more };
 }
 
 # the greedy answer of each case: plain (token bytes from logprobs) and
@@ -112,7 +115,8 @@ sub vlm_check_tokenize ($@) {
         my $res = vlm_request($srv, 'POST', '/tokenize',
                               VLMTest::vlm_json_text({
                                   model => $b->{model},
-                                  messages => $b->{messages} }));
+                                  messages => $b->{messages},
+                                  %{ $c->{extra} || {} } }));
         Test::More::is($res->{status}, 200, "/tokenize, $c->{name}: 200")
             or Test::More::diag($res->{body});
         my $j = eval { vlm_json($res->{body}) } || {};

@@ -240,13 +240,41 @@ vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
 
 
 /*
+ * The temporal step between the temporal patches of the grid that pad
+ * introduces: 1 (Qwen2-VL, Qwen3-VL's blocks of one), Qwen2.5-VL's 0 for
+ * an image and second_per_grid_t * tokens_per_second for a video; -1 when
+ * second_per_grid_t is out of range.
+ */
+static int64_t
+vlm_lm_video_step(const vlm_model_t *m, const vlm_image_t *im, int32_t pad)
+{
+    if (m->cfg.arch != VLM_ARCH_QWEN2_5_VL) {
+        return 1;
+    }
+
+    if (pad != m->cfg.video_token_id) {
+        return 0;
+    }
+
+    if (!(im->second_per_grid_t >= 0.0f && im->second_per_grid_t < 65536.0f))
+    {
+        return -1;
+    }
+
+    return (int64_t) im->second_per_grid_t * m->cfg.vision.tokens_per_second;
+}
+
+
+/*
  * Positions of get_rope_index: text tokens count up on all three axes;
  * an image's or a video's merged grid takes (t, h, w) offsets from the
  * position after the preceding text, and the text after it resumes at
  * the largest position of the grid plus one.  Qwen2.5-VL puts images at
  * t 0 and a video's temporal patch ti at ti * second_per_grid_t *
  * tokens_per_second, second_per_grid_t truncated to an integer first
- * (transformers casts it to the index tensor's int64).
+ * (transformers casts it to the index tensor's int64).  Qwen3-VL writes
+ * a video as one <|vision_start|> block a temporal patch, each after its
+ * timestamp's text: every block is a grid of one temporal patch.
  */
 vlm_status_t
 vlm_lm_rope_index(const vlm_model_t *m, const int32_t *ids, int n,
@@ -255,6 +283,7 @@ vlm_lm_rope_index(const vlm_model_t *m, const int32_t *ids, int n,
 {
     int                  i, img, st, ed, cur, base, lt, lh, lw, ti, hi, wi;
     int                  ntok, total, expected, mrg, tmax, tpos, idx, k;
+    int                  blk, n_blk;
     int64_t              step;
     int32_t              pad;
     const vlm_image_t   *im;
@@ -296,79 +325,74 @@ vlm_lm_rope_index(const vlm_model_t *m, const int32_t *ids, int n,
 
     for (img = 0; img < n_images; img++) {
         im = &images[img];
-
-        for (ed = st; ed < n && !vlm_media_pad(m, ids[ed]); ed++) {
-            /* void */
-        }
-
-        pad = ed < n ? ids[ed] : -1;
         lt = im->grid_t;
         lh = im->grid_h / mrg;
         lw = im->grid_w / mrg;
-        ntok = lt * lh * lw;
+        n_blk = 1;
 
-        for (k = 0; k < ntok && ed + k < n && ids[ed + k] == pad; k++) {
-            /* void */
-        }
+        for (blk = 0; blk < n_blk; blk++) {
+            for (ed = st; ed < n && !vlm_media_pad(m, ids[ed]); ed++) {
+                /* void */
+            }
 
-        if (ed == 0 || ids[ed - 1] != m->cfg.vision_start_token_id
-            || k != ntok || (ed + k < n && vlm_media_pad(m, ids[ed + k])))
-        {
-            return vlm_error_set(err, VLM_ERR_INVALID,
-                                 "engine: image %d: expected "
-                                 "<|vision_start|> and %d placeholder "
-                                 "tokens at %d", img, ntok, ed);
-        }
+            pad = ed < n ? ids[ed] : -1;
 
-        step = 1;
+            if (blk == 0 && m->cfg.arch == VLM_ARCH_QWEN3_VL
+                && pad == m->cfg.video_token_id)
+            {
+                n_blk = lt;
+                lt = 1;
+            }
 
-        if (m->cfg.arch == VLM_ARCH_QWEN2_5_VL) {
-            step = 0;
+            ntok = lt * lh * lw;
 
-            if (pad == m->cfg.video_token_id) {
-                if (!(im->second_per_grid_t >= 0.0f
-                      && im->second_per_grid_t < 65536.0f))
-                {
-                    return vlm_error_set(err, VLM_ERR_INVALID,
-                                         "engine: video %d: "
-                                         "second_per_grid_t %g is out of "
-                                         "range", img,
-                                         (double) im->second_per_grid_t);
-                }
+            for (k = 0; k < ntok && ed + k < n && ids[ed + k] == pad; k++) {
+                /* void */
+            }
 
-                step = (int64_t) im->second_per_grid_t
-                       * m->cfg.vision.tokens_per_second;
+            if (ed == 0 || ids[ed - 1] != m->cfg.vision_start_token_id
+                || k != ntok || (ed + k < n && vlm_media_pad(m, ids[ed + k]))
+                || (n_blk > 1 && pad != m->cfg.video_token_id))
+            {
+                return vlm_error_set(err, VLM_ERR_INVALID,
+                                     "engine: image %d: expected "
+                                     "<|vision_start|> and %d placeholder "
+                                     "tokens at %d", img, ntok, ed);
+            }
 
-                if (step * (lt - 1) > (1 << 24)) {
-                    return vlm_error_set(err, VLM_ERR_INVALID,
-                                         "engine: video %d: its positions "
-                                         "pass 2^24", img);
+            step = vlm_lm_video_step(m, im, pad);
+
+            if (step < 0 || step * (lt - 1) > (1 << 24)) {
+                return vlm_error_set(err, VLM_ERR_INVALID,
+                                     "engine: video %d: its positions "
+                                     "(second_per_grid_t %g) are out of "
+                                     "range", img,
+                                     (double) im->second_per_grid_t);
+            }
+
+            for (i = st; i < ed; i++) {
+                pos[i] = pos[n + i] = pos[2 * n + i] = cur + (i - st);
+            }
+
+            base = cur + (ed - st);
+            tmax = (int) (step * (lt - 1));
+
+            for (ti = 0; ti < lt; ti++) {
+                tpos = base + (int) (step * ti);
+
+                for (hi = 0; hi < lh; hi++) {
+                    for (wi = 0; wi < lw; wi++) {
+                        idx = ed + (ti * lh + hi) * lw + wi;
+                        pos[idx] = tpos;
+                        pos[n + idx] = base + hi;
+                        pos[2 * n + idx] = base + wi;
+                    }
                 }
             }
+
+            cur = base + vlm_max(tmax, vlm_max(lh - 1, lw - 1)) + 1;
+            st = ed + ntok;
         }
-
-        for (i = st; i < ed; i++) {
-            pos[i] = pos[n + i] = pos[2 * n + i] = cur + (i - st);
-        }
-
-        base = cur + (ed - st);
-        tmax = (int) (step * (lt - 1));
-
-        for (ti = 0; ti < lt; ti++) {
-            tpos = base + (int) (step * ti);
-
-            for (hi = 0; hi < lh; hi++) {
-                for (wi = 0; wi < lw; wi++) {
-                    idx = ed + (ti * lh + hi) * lw + wi;
-                    pos[idx] = tpos;
-                    pos[n + idx] = base + hi;
-                    pos[2 * n + idx] = base + wi;
-                }
-            }
-        }
-
-        cur = base + vlm_max(tmax, vlm_max(lh - 1, lw - 1)) + 1;
-        st = ed + ntok;
     }
 
     if (n_images == 0 && total > 0) {
