@@ -11,9 +11,18 @@
 #define VLM_NORM_THREADS  256
 
 
+/* whole warps, no more than a row's elements need: a short row's block */
+static int
+vlm_norm_threads(int dim)
+{
+    return min(VLM_NORM_THREADS, (dim + VLM_WARP - 1) / VLM_WARP * VLM_WARP);
+}
+
+
 /*
  * y[n, dim] = x * rsqrt(mean(x^2) + eps) * g[dim]
- * grid: n blocks (one row each); block: 256 threads striding over dim
+ * grid: n blocks (one row each); block: up to 256 threads striding over
+ * dim
  */
 static __global__ void
 vlm_rms_norm_kernel(float *y, const float *x, const float *g, int dim,
@@ -45,7 +54,8 @@ vlm_rms_norm_kernel(float *y, const float *x, const float *g, int dim,
 /*
  * y[n, dim] = (x - mean) * rsqrt(var + eps) * g[dim] + b[dim], the
  * variance from a second pass as on the CPU
- * grid: n blocks (one row each); block: 256 threads striding over dim
+ * grid: n blocks (one row each); block: up to 256 threads striding over
+ * dim
  */
 static __global__ void
 vlm_layer_norm_kernel(float *y, const float *x, const float *g,
@@ -90,8 +100,8 @@ vlm_cuda_rms_norm(cudaStream_t s, float *y, const float *x, const float *g,
         return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
     }
 
-    VLM_LAUNCH(vlm_rms_norm_kernel, n, VLM_NORM_THREADS, 0, s, y, x, g, dim,
-        eps);
+    VLM_LAUNCH(vlm_rms_norm_kernel, n, vlm_norm_threads(dim), 0, s, y, x, g,
+        dim, eps);
 
     return vlm_cuda_launched();
 }
@@ -105,8 +115,8 @@ vlm_cuda_layer_norm(cudaStream_t s, float *y, const float *x,
         return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
     }
 
-    VLM_LAUNCH(vlm_layer_norm_kernel, n, VLM_NORM_THREADS, 0, s, y, x, g, b,
-        dim, eps);
+    VLM_LAUNCH(vlm_layer_norm_kernel, n, vlm_norm_threads(dim), 0, s, y, x, g,
+        b, dim, eps);
 
     return vlm_cuda_launched();
 }
