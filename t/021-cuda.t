@@ -245,6 +245,35 @@ SKIP: {
     VLMTest::vlm_stop($tp);
 }
 
+# two ranks on one GPU, which NCCL refuses: their collectives through
+# pinned host memory and the ranks' shared memory communicator
+SKIP: {
+    skip "vlm_gpus 0 0 needs a GPU", 1 if !$emu && $gpus < 1;
+
+    my $one = vlm_start(name => 'cuda-tp1', wait => 0,
+                        http_config => $cuda_conf
+                                       . "    vlm_tensor_parallel 2;\n"
+                                       . "    vlm_gpus 0 0;\n");
+    push @servers, $one;
+
+    my $ready = vlm_wait_ready($one, vlm_secs(15));
+
+    ok($ready, "two ranks on one GPU $where: ready") or diag(why_down($one));
+    like(engine_log($one), qr/staged communicator: rank 1 of 2 on device 0/,
+         "two ranks on one GPU $where: the staged communicator");
+
+    served_ok($one, \@ref, "two ranks on one GPU $where");
+
+    $res = vlm_post_json($one, { %{ $bodies[1] }, stream => JSON::PP::true });
+    @ev = vlm_sse($res->{body});
+    is($ev[-1], '[DONE]', "two ranks on one GPU $where: a stream ends");
+
+    vlm_wait_idle($one, vlm_secs(10));
+    is(vlm_metrics($one)->{vlm_feature_copies_in_flight}, 0,
+       "two ranks on one GPU $where: no feature copy in flight");
+    VLMTest::vlm_stop($one);
+}
+
 # a kernel of the vision encoder faults at its first launch in every
 # engine (a sticky illegal address, as a GPU's): the image request fails,
 # the engine is started again, and a text request is served

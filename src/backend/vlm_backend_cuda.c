@@ -662,7 +662,34 @@ static vlm_status_t
 vlm_cuda_comm_open(vlm_backend_t *be, vlm_comm_t **c, vlm_comm_t *host,
     vlm_error_t *err)
 {
-    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+    int           r;
+    float         mine, dev[VLM_COMM_MAX_WORLD];
+    vlm_status_t  rc;
+    vlm_cuda_t   *cu = (vlm_cuda_t *) be;
+
+    /*
+     * NCCL takes one rank a GPU: ranks that share one (vlm_gpus 0 0)
+     * exchange through pinned host memory and the host communicator
+     */
+    if (host == NULL || host->world > VLM_COMM_MAX_WORLD) {
+        return vlm_comm_nccl_open(c, host, cu->device, cu->stream, err);
+    }
+
+    mine = (float) cu->device;
+
+    rc = host->ops->all_gather(host, dev, &mine, 1);
+    if (rc != VLM_OK) {
+        return vlm_error_set(err, rc, "cuda rank %d of %d: the ranks' "
+                             "devices did not arrive: the group is going "
+                             "down", host->rank, host->world);
+    }
+
+    for (r = 0; r < host->world; r++) {
+        if (r != host->rank && dev[r] == (float) cu->device) {
+            return vlm_comm_staged_open(c, host, cu->device, cu->stream,
+                                        err);
+        }
+    }
 
     return vlm_comm_nccl_open(c, host, cu->device, cu->stream, err);
 }

@@ -86,6 +86,8 @@ vlm_status_t vlm_comm_shm_abort_fd(int fd, vlm_error_t *err);
  */
 vlm_status_t vlm_comm_nccl_open(vlm_comm_t **c, vlm_comm_t *host,
     int device, void *stream, vlm_error_t *err);
+vlm_status_t vlm_comm_staged_open(vlm_comm_t **c, vlm_comm_t *host,
+    int device, void *stream, vlm_error_t *err);
 
 
 #endif /* VLM_COMM_H */
