@@ -493,7 +493,9 @@ fault_planned(const char *kernel)
 
 /*
  * the profile: per kernel name, its launches and their CPU time, kept by
- * every thread that runs device work, written out once at exit
+ * every thread that runs device work; the file is written again every 5
+ * seconds of work and at exit (a process that ends by _exit or a signal
+ * leaves the last one)
  */
 struct profile_entry {
     unsigned long  calls;
@@ -503,16 +505,27 @@ struct profile_entry {
 static std::mutex                             profile_lock;
 static std::map<std::string, profile_entry>  *profile_table;
 static int                                    profile_on = -1;
+static double                                 profile_written;
 
 
+static double
+profile_clock(clockid_t id)
+{
+    struct timespec  ts;
+
+    clock_gettime(id, &ts);
+
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+
+/* with profile_lock held */
 static void
-profile_write()
+profile_write_locked()
 {
     char                                                    path[4096];
     FILE                                                   *f;
     std::vector<std::pair<std::string, profile_entry>>     v;
-
-    std::lock_guard<std::mutex>  g(profile_lock);
 
     snprintf(path, sizeof(path), "%s.%d", getenv("CUDAEMU_PROFILE"),
              (int) getpid());
@@ -533,14 +546,23 @@ profile_write()
     }
 
     fclose(f);
+    profile_written = profile_clock(CLOCK_MONOTONIC);
+}
+
+
+static void
+profile_write()
+{
+    std::lock_guard<std::mutex>  g(profile_lock);
+
+    profile_write_locked();
 }
 
 
 double
 profile_start()
 {
-    const char       *env;
-    struct timespec   ts;
+    const char  *env;
 
     if (profile_on < 0) {
         std::lock_guard<std::mutex>  g(profile_lock);
@@ -551,18 +573,13 @@ profile_start()
 
             if (profile_on) {
                 profile_table = new std::map<std::string, profile_entry>;
+                profile_written = profile_clock(CLOCK_MONOTONIC);
                 atexit(profile_write);
             }
         }
     }
 
-    if (!profile_on) {
-        return 0;
-    }
-
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-
-    return ts.tv_sec + ts.tv_nsec / 1e9;
+    return profile_on ? profile_clock(CLOCK_THREAD_CPUTIME_ID) : 0;
 }
 
 
@@ -575,7 +592,7 @@ profile_stop(const char *name, double start)
         return;
     }
 
-    now = profile_start();
+    now = profile_clock(CLOCK_THREAD_CPUTIME_ID);
 
     std::lock_guard<std::mutex>  g(profile_lock);
 
@@ -583,6 +600,10 @@ profile_stop(const char *name, double start)
 
     e.calls++;
     e.secs += now - start;
+
+    if (profile_clock(CLOCK_MONOTONIC) - profile_written > 5) {
+        profile_write_locked();
+    }
 }
 
 
