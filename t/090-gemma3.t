@@ -9,7 +9,7 @@
 # other text comes from the image feature cache; a corrupt and a too
 # large picture are 400s naming the image; /metrics shows the sliding
 # layers' KV pool beside the global one; a group of two tensor-parallel
-# ranks gives the same answers; vlm-cli run refuses it by name.
+# ranks gives the same answers; vlm-cli run gives them too.
 
 use strict;
 use warnings;
@@ -113,13 +113,12 @@ vlm_check_served($tp, 'two ranks', @cases);
 
 vlm_stop($tp);
 
-# vlm-cli run writes Qwen2-VL's chat and processor: it refuses Gemma 3
-{
-    my $cli = ($ENV{VLM_BUILD} || "$root/build") . '/vlm-cli';
-    my $out = `$cli run --model $model --prompt Hi --max-tokens 2 2>&1`;
-    isnt($?, 0, 'vlm-cli run: refused');
-    like($out, qr/is a Gemma 3 checkpoint, whose chat and image processor /,
-         'vlm-cli run: the reason');
-}
+# vlm-cli run, the same chats: the model's template, the processor's
+# text and images, transformers' greedy bytes
+vlm_check_cli($model, 'serve-',
+              sub { join '', map { chr } map { @$_ }
+                    @{ vlm_json(vlm_slurp("$_[0]/expect.json"))
+                       ->{greedy_bytes} } },
+              @cases);
 
 done_testing();
