@@ -1,9 +1,10 @@
 /*
  * Row movement: the token embedding (a bfloat16 table widened to float32
- * rows, or a float32 one copied), the gather of rows by index (the logit rows, the image cache,
- * the vision tower's window permutation) and the store of a run of K/V
- * rows into the paged cache through a block table.  vlm_cpu_embed,
- * vlm_cpu_gather_rows and vlm_cpu_kv_store are the reference.
+ * rows, or a float32 one copied), the gather of rows by index (the logit
+ * rows, the image cache, the vision tower's window permutation) and the
+ * store of a run of K/V rows into the paged cache through a block
+ * table.  vlm_cpu_embed, vlm_cpu_gather_rows and vlm_cpu_kv_store are
+ * the reference.
  */
 
 #include <cuda_bf16.h>
