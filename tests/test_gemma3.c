@@ -9,7 +9,10 @@
  * chunks of 16 rows; on gemma3-chat the model's own template through the
  * Jinja interpreter, the processor's image text and the tokenizer give
  * Gemma3Processor's input ids, which the model continues greedily as
- * transformers does.
+ * transformers does.  The sliding layers' own KV pool: over seven
+ * windows at most ceil(window / block) + 1 blocks a sequence, a fork
+ * and a cancelled prefill as the pool should leave them, the memory
+ * plan's pools the load's.
  */
 
 #define _GNU_SOURCE
