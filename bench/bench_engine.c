@@ -230,7 +230,8 @@ main(int argc, char **argv)
     prm.max_seqs = max_b + 1;
     prm.max_seq_len = n_prompt + n_streams * (reps * n_decode + 1) + 8;
     prm.max_seq_len = vlm_max(prm.max_seq_len, n_img / 4 + 8);
-    prm.max_image_patches = vlm_max(n_img, 4);
+    /* and a CLS row a frame (InternVL's tower) */
+    prm.max_image_patches = vlm_max(n_img + frames, 4);
 
     t0 = bench_now();
     if (vlm_model_load(&m, dir, &prm, &err) != VLM_OK) {

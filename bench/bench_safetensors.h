@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -20,7 +21,7 @@
 #include "core/vlm_dtype.h"
 
 
-#define BENCH_ST_MAX_TENSORS  1024
+#define BENCH_ST_MAX_TENSORS  2048
 #define BENCH_ST_POOL         (1 << 24)   /* random bf16 values reused */
 
 
@@ -116,6 +117,8 @@ bench_st_write_text(const char *dir, const char *name, const char *text)
 /*
  * The tensors of one shard (-1: all) to the safetensors file path; with
  * weight_map, each name is mapped there to file, as an index has it.
+ * pool NULL: the data is a hole (a sparse file, nothing written), which
+ * a memory plan reads no byte of.
  */
 static inline int
 bench_st_write(const char *path, int shard, const uint16_t *pool,
@@ -186,6 +189,19 @@ bench_st_write(const char *path, int shard, const uint16_t *pool,
         fputc(' ', f);
     }
     free(hdr);
+
+    if (pool == NULL) {
+        if (fflush(f) != 0 || ftruncate(fileno(f), (off_t) (8 + hlen + off))
+                              != 0)
+        {
+            fclose(f);
+            fprintf(stderr, "%s: cannot size %s\n",
+                    program_invocation_short_name, path);
+            return -1;
+        }
+
+        return fclose(f) == 0 ? 0 : -1;
+    }
 
     for (k = 0; k < 2048; k++) {
         one[k] = vlm_f32_to_bf16(1.0f);

@@ -1,9 +1,10 @@
 /*
  * Row movement: the token embedding (a bfloat16 table widened to float32
- * rows), the gather of rows by index (the logit rows, the image cache,
- * the vision tower's window permutation) and the store of a run of K/V
- * rows into the paged cache through a block table.  vlm_cpu_embed,
- * vlm_cpu_gather_rows and vlm_cpu_kv_store are the reference.
+ * rows, or a float32 one copied), the gather of rows by index (the logit
+ * rows, the image cache, the vision tower's window permutation) and the
+ * store of a run of K/V rows into the paged cache through a block
+ * table.  vlm_cpu_embed, vlm_cpu_gather_rows and vlm_cpu_kv_store are
+ * the reference.
  */
 
 #include <cuda_bf16.h>
@@ -14,18 +15,32 @@
 #define VLM_ROW_THREADS  256
 
 
+static __device__ __forceinline__ float
+vlm_embed_value(__nv_bfloat16 v)
+{
+    return __bfloat162float(v);
+}
+
+
+static __device__ __forceinline__ float
+vlm_embed_value(float v)
+{
+    return v;
+}
+
+
 /*
  * y[n, cols] = table[ids[i], cols] for ids[i] >= 0 (other rows kept);
- * table bf16 [vocab, cols]; ids device
+ * table bf16 or f32 [vocab, cols]; ids device
  * grid: n blocks (one row each); block: 256 threads striding over cols
  */
+template <typename T>
 static __global__ void
-vlm_embed_kernel(float *y, const __nv_bfloat16 *table, int cols,
-    const int32_t *ids)
+vlm_embed_kernel(float *y, const T *table, int cols, const int32_t *ids)
 {
-    int                    k, id;
-    const __nv_bfloat16   *src;
-    float                 *dst;
+    int        k, id;
+    const T   *src;
+    float     *dst;
 
     id = ids[blockIdx.x];
     if (id < 0) {
@@ -36,7 +51,7 @@ vlm_embed_kernel(float *y, const __nv_bfloat16 *table, int cols,
     dst = y + (size_t) blockIdx.x * cols;
 
     for (k = threadIdx.x; k < cols; k += blockDim.x) {
-        dst[k] = __bfloat162float(src[k]);
+        dst[k] = vlm_embed_value(src[k]);
     }
 }
 
@@ -126,8 +141,8 @@ vlm_kv_store_seqs_kernel(void *k_cache, void *v_cache, int kv_type,
 
 
 extern "C" cudaError_t
-vlm_cuda_embed(cudaStream_t s, float *y, const uint16_t *table, int cols,
-    const int32_t *ids, int n)
+vlm_cuda_embed(cudaStream_t s, float *y, const void *table, int f32,
+    int cols, const int32_t *ids, int n)
 {
     if (n < 0 || cols <= 0) {
         return cudaErrorInvalidValue;
@@ -137,8 +152,14 @@ vlm_cuda_embed(cudaStream_t s, float *y, const uint16_t *table, int cols,
         return cudaSuccess;
     }
 
-    VLM_LAUNCH(vlm_embed_kernel, n, VLM_ROW_THREADS, 0, s,
-        y, (const __nv_bfloat16 *) table, cols, ids);
+    if (f32) {
+        VLM_LAUNCH(vlm_embed_kernel<float>, n, VLM_ROW_THREADS, 0, s,
+            y, (const float *) table, cols, ids);
+
+    } else {
+        VLM_LAUNCH(vlm_embed_kernel<__nv_bfloat16>, n, VLM_ROW_THREADS, 0, s,
+            y, (const __nv_bfloat16 *) table, cols, ids);
+    }
 
     return vlm_cuda_launched();
 }

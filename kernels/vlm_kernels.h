@@ -71,9 +71,9 @@ cudaError_t vlm_cuda_to_bf16(cudaStream_t s, uint16_t *dst,
 cudaError_t vlm_cuda_gemv(cudaStream_t s, float *y, const float *x,
     const uint16_t *w, const float *bias, int n, int rows, int cols);
 
-/* embed.cu */
-cudaError_t vlm_cuda_embed(cudaStream_t s, float *y, const uint16_t *table,
-    int cols, const int32_t *ids, int n);
+/* embed.cu: table bf16, or f32 where f32 */
+cudaError_t vlm_cuda_embed(cudaStream_t s, float *y, const void *table,
+    int f32, int cols, const int32_t *ids, int n);
 cudaError_t vlm_cuda_gather_rows(cudaStream_t s, float *y, const float *x,
     const int32_t *idx, int n, int dim);
 cudaError_t vlm_cuda_kv_store(cudaStream_t s, void *k_cache, void *v_cache,

@@ -34,22 +34,8 @@ _EOC_
 
 # vlm-cli run, the same chats: the model's template, the GotOcr2
 # processor, each <IMG_CONTEXT> expanded, transformers' decoded answer
-{
-    my $cli = ($ENV{VLM_BUILD} || "$root/build") . "/vlm-cli";
-    for my $c (@cases) {
-        my $d = "$model/ref/serve-$c->{name}";
-        my @img = map { ('--image', $_) } sort glob("$d/image_*.png");
-        open my $p, '-|', $cli, 'run', '--model', $model, @img,
-             '--prompt', $c->{question}, '--temperature', '0',
-             '--max-tokens', '8', '--ignore-eos', '--threads', '1'
-            or die "$cli: $!";
-        my $out = do { local $/; <$p> };
-        close $p;
-        is($?, 0, "vlm-cli run, $c->{name}: exits 0");
-        is($out, vlm_slurp("$d/answer.txt") . "\n",
-           "vlm-cli run, $c->{name}: transformers' answer");
-    }
-}
+vlm_check_cli($model, 'serve-', sub { vlm_slurp("$_[0]/answer.txt") },
+              @cases);
 
 # the prompt ids of the whole processor
 vlm_check_tokenize($srv, @cases);

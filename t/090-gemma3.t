@@ -7,8 +7,9 @@
 # continuation's ids, compared by their bytes in "logprobs"); a
 # <start_of_image> a client types stays text; a picture sent again after
 # other text comes from the image feature cache; a corrupt and a too
-# large picture are 400s naming the image; a group of two tensor-parallel
-# ranks gives the same answers; vlm-cli run refuses it by name.
+# large picture are 400s naming the image; /metrics shows the sliding
+# layers' KV pool beside the global one; a group of two tensor-parallel
+# ranks gives the same answers; vlm-cli run gives them too.
 
 use strict;
 use warnings;
@@ -66,6 +67,29 @@ vlm_check_image_cache($srv, $cases[1], 3);
 # a bad picture, and one over vlm_max_image_pixels: 400, the image named
 vlm_check_bad_images($srv, $cases[1], $cases[0]);
 
+# the sliding layers' own KV pool: in /metrics, used while the chats
+# ran, idle after them
+{
+    my $p = 'pool="kv_sliding_blocks",unit="blocks"';
+    my $m;
+
+    for (1 .. 40) {
+        $m = vlm_metrics($srv);
+        last if !$m->{"vlm_pool_used{$p}"}
+                && !$m->{'vlm_pool_used{pool="kv_blocks",unit="blocks"}'};
+        sleep 0.1;
+    }
+
+    cmp_ok($m->{"vlm_pool_capacity{$p}"} // 0, '>', 0,
+           'metrics: the sliding layers\' pool');
+    cmp_ok($m->{"vlm_pool_capacity{$p}"}, '<',
+           $m->{'vlm_pool_capacity{pool="kv_blocks",unit="blocks"}'},
+           'metrics: smaller than the global layers\'');
+    cmp_ok($m->{"vlm_pool_peak{$p}"} // 0, '>', 0,
+           'metrics: the sliding pool was used');
+    is($m->{"vlm_pool_used{$p}"}, 0, 'metrics: the sliding pool is idle');
+}
+
 my @left = vlm_stop($srv);
 is(scalar @left, 0, 'no engine process left');
 
@@ -89,13 +113,12 @@ vlm_check_served($tp, 'two ranks', @cases);
 
 vlm_stop($tp);
 
-# vlm-cli run writes Qwen2-VL's chat and processor: it refuses Gemma 3
-{
-    my $cli = ($ENV{VLM_BUILD} || "$root/build") . '/vlm-cli';
-    my $out = `$cli run --model $model --prompt Hi --max-tokens 2 2>&1`;
-    isnt($?, 0, 'vlm-cli run: refused');
-    like($out, qr/is a Gemma 3 checkpoint, whose chat and image processor /,
-         'vlm-cli run: the reason');
-}
+# vlm-cli run, the same chats: the model's template, the processor's
+# text and images, transformers' greedy bytes
+vlm_check_cli($model, 'serve-',
+              sub { join '', map { chr } map { @$_ }
+                    @{ vlm_json(vlm_slurp("$_[0]/expect.json"))
+                       ->{greedy_bytes} } },
+              @cases);
 
 done_testing();

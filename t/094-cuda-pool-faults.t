@@ -3,7 +3,7 @@
 # IPC and copies out), as requests fail around it, on two GPUs or on the
 # emulated device of tests/cudaemu (make test-cuda-emu): a request whose
 # third image is corrupt after two good ones (a 400, nothing taken); a
-# client gone while the vision tower runs on two images (its slices given
+# client gone while the vision tower runs on eight images (its slices given
 # back, no copy left in flight); rank 1 killed while an image request runs
 # (the stream ends with an error event, the group comes back with no slice
 # in use and serves the same answer).  After each, every rank's GPU memory
@@ -153,12 +153,13 @@ cmp_ok($xfer0, '>=', 2, "$where: the images went through the pool");
 # --- the client gone while the tower runs
 
 {
-    my $st = vlm_open_stream($srv, { %$two, max_tokens => 200,
+    my $eight = vlm_chat_body('Compare them.', (@img) x 4);
+    my $st = vlm_open_stream($srv, { %$eight, max_tokens => 200,
                                      ignore_eos => JSON::PP::true,
                                      stream => JSON::PP::true });
     my $t0 = time;
 
-    # the request is taken by the engine, its images being encoded (two
+    # the request is taken by the engine, its images being encoded (eight
     # images take seconds on the emulated device, the first token after)
     for (1 .. 200) {
         my $m = vlm_metrics($srv);

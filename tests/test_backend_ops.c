@@ -6,7 +6,8 @@
  * tests/fixtures/models, the SmolVLM ones of tests/fixtures/idefics3 and
  * the InternVL ones of tests/fixtures/internvl and the Gemma 3 ones of
  * tests/fixtures/gemma3
- * (last-position logits within 1e-2 relative L2).
+ * (last-position logits within 1e-5 relative L2 for an f32 checkpoint,
+ * whose weights stay f32 on the device, 1e-2 for a bf16 one).
  * The idea is ggml's test-backend-ops.
  *
  * Built only when nvcc is found; with no GPU visible every test is
@@ -45,6 +46,9 @@
 
 
 #define FIX  "tests/fixtures/models"
+
+/* CUDA against CPU, last logits, relative L2: an f32 checkpoint */
+#define VLM_PARITY_F32  1e-5
 
 
 static vlm_backend_t  *gpu;         /* NULL: no GPU, every test skips */
@@ -117,23 +121,27 @@ check(const char *what, const float *got, const float *ref, size_t n,
 }
 
 
-/* matmul: bf16 on the device whatever the dtype given */
+/* matmul: an f32 weight stays f32 on the device, the others are bf16 */
 
-/* y[n, rows] = x[n, cols] W^T (+ b), W bf16, the sums in double */
+/* y[n, rows] = x[n, cols] W^T (+ b), W bf16 or f32, the sums in double */
 static void
-exact_matmul(float *y, const float *x, const uint16_t *w, const float *b,
-    int n, int rows, int cols)
+exact_matmul(float *y, const float *x, const void *w, vlm_dtype_t dt,
+    const float *b, int n, int rows, int cols)
 {
     int     i, r, k;
     double  acc;
+    size_t  j;
 
     for (i = 0; i < n; i++) {
         for (r = 0; r < rows; r++) {
             acc = b != NULL ? b[r] : 0.0;
 
             for (k = 0; k < cols; k++) {
+                j = (size_t) r * cols + k;
                 acc += (double) x[(size_t) i * cols + k]
-                       * vlm_bf16_to_f32(w[(size_t) r * cols + k]);
+                       * (dt == VLM_DTYPE_F32
+                          ? ((const float *) w)[j]
+                          : vlm_bf16_to_f32(((const uint16_t *) w)[j]));
             }
 
             y[(size_t) i * rows + r] = (float) acc;
@@ -171,7 +179,7 @@ check_matmul(vlm_dtype_t dt, int n, int rows, int cols, int with_bias)
                                            &err), VLM_OK);
     assert_int_equal(gpu->ops->weight_bind(gpu, &wg, wdata, dt, rows, cols,
                                            &err), VLM_OK);
-    assert_int_equal(wg.dtype, VLM_DTYPE_BF16);
+    assert_int_equal(wg.dtype, dt);
 
     dx = dev(x, (size_t) n * cols * sizeof(float));
     db = dev(b, (size_t) rows * sizeof(float));
@@ -182,9 +190,8 @@ check_matmul(vlm_dtype_t dt, int n, int rows, int cols, int with_bias)
     get(y, dy, (size_t) n * rows * sizeof(float));
 
     /*
-     * cuBLAS rounds the activations to bf16 on the way in (n > 4), and an
-     * f32 weight is bf16 on the device; so do the CPU's AVX512_BF16 and
-     * AMX kernels
+     * cuBLAS rounds the activations to bf16 on the way in (n > 4) for a
+     * bf16 weight; so do the CPU's AVX512_BF16 and AMX kernels
      */
     snprintf(what, sizeof(what), "matmul %s n=%d rows=%d cols=%d bias=%d",
              vlm_dtype_name(dt), n, rows, cols, with_bias);
@@ -192,11 +199,12 @@ check_matmul(vlm_dtype_t dt, int n, int rows, int cols, int with_bias)
 
     /*
      * the decode kernel (n <= 4, cols a multiple of 8) multiplies a bf16
-     * weight by the unrounded activations: exactly, against the sums in
-     * double
+     * weight by the unrounded activations, and an f32 weight's product is
+     * f32 throughout, whatever n: exactly, against the sums in double
      */
-    if (dt == VLM_DTYPE_BF16 && n <= 4 && cols % 8 == 0) {
-        exact_matmul(ref, x, wh, with_bias ? b : NULL, n, rows, cols);
+    if (dt == VLM_DTYPE_F32 || (n <= 4 && cols % 8 == 0)) {
+        exact_matmul(ref, x, wdata, dt, with_bias ? b : NULL, n, rows,
+                     cols);
         check(what, y, ref, (size_t) n * rows, 1e-5);
     }
 
@@ -1033,7 +1041,7 @@ parity_case(vlm_model_t *mc, vlm_model_t *mg, const char *name,
 {
     int                      i, k, V, n, diverged;
     char                     file[64];
-    double                   d, dref;
+    double                   d, dref, tol;
     int32_t                  tc, tg;
     vlm_npy_t                ids, grid, pix[2], last;
     vlm_seq_t               *sc, *sg;
@@ -1077,9 +1085,12 @@ parity_case(vlm_model_t *mc, vlm_model_t *mg, const char *name,
     print_message("%s/%s: last logits, CUDA against CPU: relative L2 %.3g; "
                   "against transformers %.3g\n", name, ref_case, d, dref);
 
-    if (d > 1e-2) {
+    /* an f32 checkpoint's weights stay f32 on both backends */
+    tol = strstr(name, "-f32") != NULL ? VLM_PARITY_F32 : 1e-2;
+
+    if (d > tol) {
         fail_msg("%s/%s: CUDA and CPU last logits differ: relative L2 %g "
-                 "> 1e-2", name, ref_case, d);
+                 "> %g", name, ref_case, d, tol);
     }
 
     /* 32 greedy tokens, each backend on its own; report a divergence */
@@ -1365,11 +1376,18 @@ test_model_internvl_bf16(void **state)
 
 /*
  * tests/fixtures/gemma3: the Gemma 3 decoder's ops (key ranges: the
- * sliding window, images seen both ways; the embedding scale as a
- * rotation by 0) and the projector's; its f32 checkpoint's logits come
- * within 7.6e-3 to 1.03e-2 of the CPU's on the emulated device, past the
- * 1e-2 this test allows, with the same greedy tokens
+ * sliding window, images seen both ways, through the sliding layers' own
+ * block tables; the embedding scale as a rotation by 0) and the
+ * projector's
  */
+static void
+test_model_gemma3_f32(void **state)
+{
+    require_gpu();
+    parity_model("../gemma3/gemma3-f32");
+}
+
+
 static void
 test_model_gemma3_bf16(void **state)
 {
@@ -1658,6 +1676,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_model_internvl_f32),
         cmocka_unit_test(test_model_internvl_qknorm_f32),
         cmocka_unit_test(test_model_internvl_bf16),
+        cmocka_unit_test(test_model_gemma3_f32),
         cmocka_unit_test(test_model_gemma3_bf16),
     };
 

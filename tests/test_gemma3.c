@@ -9,7 +9,10 @@
  * chunks of 16 rows; on gemma3-chat the model's own template through the
  * Jinja interpreter, the processor's image text and the tokenizer give
  * Gemma3Processor's input ids, which the model continues greedily as
- * transformers does.
+ * transformers does.  The sliding layers' own KV pool: over seven
+ * windows at most ceil(window / block) + 1 blocks a sequence, a fork
+ * and a cancelled prefill as the pool should leave them, the memory
+ * plan's pools the load's.
  */
 
 #define _GNU_SOURCE
@@ -417,6 +420,160 @@ static void
 test_gemma3_bf16(void **state)
 {
     check_model("gemma3-bf16", 2e-2);
+}
+
+
+/* the sliding layers' blocks in use within limit, the global ones n */
+static void
+check_pools(vlm_model_t *m, int slide_limit, int global)
+{
+    vlm_model_stats_t  st;
+
+    vlm_model_stats(m, &st);
+
+    if (st.kv_slide_blocks_used > slide_limit) {
+        fail_msg("the sliding layers hold %d blocks, more than %d",
+                 st.kv_slide_blocks_used, slide_limit);
+    }
+
+    assert_int_equal(st.kv_blocks_used, global);
+}
+
+
+/*
+ * The sliding layers' own KV pool on gemma3-f32 (window 8, blocks of
+ * 8): over the text prompt and its 32 greedy tokens, seven windows, the
+ * tokens still transformers' while the sliding layers hold at most
+ * ceil(8 / 8) + 1 blocks a sequence and the global ones grow with the
+ * context, a fork decoding beside its source; a prefill cancelled after
+ * a chunk leaves the window before it, which the prefill run again
+ * reads; the prefix cache, asked for, stays off.
+ */
+static void
+test_sliding_pool(void **state)
+{
+    int                 i, n, V, bs, lim, ids_cached, images_cached, done;
+    int32_t            *full, tok[2];
+    vlm_seq_t          *seq, *twin, *pair[2];
+    vlm_model_t        *m;
+    vlm_error_t         err;
+    vlm_test_case_t     c;
+    vlm_model_stats_t   st;
+    vlm_model_params_t  p;
+    vlm_model_plan_t    plan;
+    float              *ref;
+    char                table[2048];
+
+    vlm_test_fixture_params(&p);
+    p.max_image_patches = 64;
+    p.prefix_cache = 1;
+    assert_int_equal(vlm_model_load(&m, FIX "/gemma3-f32", &p, &err),
+                     VLM_OK);
+
+    V = vlm_model_info(m)->vocab_size;
+    bs = p.kv_block_size;
+    lim = (8 + bs - 1) / bs + 1;
+
+    vlm_model_stats(m, &st);
+    assert_true(st.kv_slide_blocks_total > 0);
+    assert_true(st.kv_slide_blocks_total < st.kv_blocks_total);
+
+    /* the memory plan has both pools, as the load took them */
+    assert_int_equal(vlm_model_plan(FIX "/gemma3-f32", &p, &plan, &err),
+                     VLM_OK);
+    assert_int_equal(plan.kv_cache, st.kv_bytes);
+    assert_int_equal(plan.kv_slide_tokens,
+                     (size_t) st.kv_slide_blocks_total * bs);
+    assert_true(plan.kv_sliding > 0 && plan.kv_sliding < plan.kv_cache);
+    assert_int_equal(plan.kv_cache - plan.kv_sliding,
+                     (size_t) st.kv_blocks_total * bs
+                     * vlm_model_info(m)->kv_token_bytes);
+    vlm_model_plan_table(&plan, table, sizeof(table));
+    assert_non_null(strstr(table, "KV sliding layers"));
+
+    vlm_test_case_load(&c, m, FIX, "gemma3-f32", "text", 0);
+    n = c.n;
+
+    assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefix_map(seq, c.ids.data, n, NULL, 0,
+                                        &ids_cached, &images_cached, &err),
+                     VLM_OK);
+    assert_int_equal(ids_cached, 0);
+
+    assert_int_equal(vlm_seq_prefill(seq, c.ids.data, n, NULL, 0, NULL,
+                                     &err), VLM_OK);
+    check_pools(m, lim, (n + bs - 1) / bs);
+
+    assert_int_equal(vlm_seq_fork(seq, &twin, &err), VLM_OK);
+    pair[0] = seq;
+    pair[1] = twin;
+
+    for (i = 0; i < (int) c.greedy.n; i++) {
+        tok[0] = vlm_test_argmax(vlm_seq_logits(seq), V);
+        tok[1] = vlm_test_argmax(vlm_seq_logits(twin), V);
+        assert_int_equal(tok[0], ((int32_t *) c.greedy.data)[i]);
+        assert_int_equal(tok[1], tok[0]);
+
+        assert_int_equal(vlm_decode(m, pair, tok, 2, &err), VLM_OK);
+
+        /* the blocks full at the fork shared, the others each its own */
+        check_pools(m, 2 * lim, n / bs + 2 * ((n + i + bs) / bs - n / bs));
+    }
+
+    vlm_model_stats(m, &st);
+    assert_true(st.kv_blocks_used > st.kv_slide_blocks_used);
+    vlm_seq_free(twin);
+    vlm_seq_free(seq);
+
+    /*
+     * the prompt and its greedy tokens but the last: a turn of 20, then
+     * the rest, cancelled after a chunk of 16 and prefilled again; its
+     * last logits are those of one prefill of the whole, whose greedy
+     * token is transformers' last
+     */
+    full = malloc((size_t) (n + c.greedy.n) * sizeof(int32_t));
+    ref = malloc((size_t) V * sizeof(float));
+    assert_non_null(full);
+    assert_non_null(ref);
+    memcpy(full, c.ids.data, (size_t) n * sizeof(int32_t));
+    memcpy(full + n, c.greedy.data, c.greedy.n * sizeof(int32_t));
+    n += (int) c.greedy.n - 1;
+
+    assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(seq, full, n, NULL, 0, NULL, &err),
+                     VLM_OK);
+    assert_int_equal(vlm_test_argmax(vlm_seq_logits(seq), V),
+                     ((int32_t *) c.greedy.data)[c.greedy.n - 1]);
+    memcpy(ref, vlm_seq_logits(seq), (size_t) V * sizeof(float));
+    vlm_seq_free(seq);
+
+    assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(seq, full, 20, NULL, 0, NULL, &err),
+                     VLM_OK);
+    assert_int_equal(vlm_seq_prefill_start(seq, full + 20, n - 20, NULL, 0,
+                                           NULL, &err), VLM_OK);
+    assert_int_equal(vlm_prefill_work(m, &done, &err), VLM_OK);
+    assert_int_equal(done, 0);
+    assert_int_equal(vlm_seq_length(seq), 36);
+    vlm_prefill_cancel(m);
+    assert_int_equal(vlm_seq_length(seq), 20);
+
+    assert_int_equal(vlm_seq_prefill(seq, full + 20, n - 20, NULL, 0, NULL,
+                                     &err), VLM_OK);
+    assert_true(vlm_test_rel_l2(vlm_seq_logits(seq), ref, (size_t) V)
+                < 1e-6);
+    check_pools(m, lim, (n + bs - 1) / bs);
+    vlm_seq_free(seq);
+
+    vlm_model_stats(m, &st);
+    assert_int_equal(st.prefix_queries, 0);
+    assert_int_equal(st.kv_slide_blocks_used, 0);
+    vlm_test_assert_idle(m);
+
+    free(full);
+    free(ref);
+    vlm_test_case_free(&c);
+    vlm_model_free(m);
 }
 
 
@@ -845,6 +1002,7 @@ main(void)
         cmocka_unit_test(test_image_processor_refused),
         cmocka_unit_test(test_gemma3_f32_tied),
         cmocka_unit_test(test_gemma3_bf16),
+        cmocka_unit_test(test_sliding_pool),
         cmocka_unit_test(test_chat),
         cmocka_unit_test(test_server_pipeline),
         cmocka_unit_test(test_published_names),

@@ -234,6 +234,18 @@ test_int8(void **state)
 
 
 /*
+ * InternVL 3 and Gemma 3: their quantization_config read as Qwen's, the
+ * decoder quantized, the tower (SigLIP's layers too) copied
+ */
+static void
+test_int8_families(void **state)
+{
+    check_quantize("../internvl/internvl-bf16", "int8", 128, 0.03);
+    check_quantize("../gemma3/gemma3-bf16", "int8", 128, 0.03);
+}
+
+
+/*
  * vlm_model_params_t.head_quant: the head of a 16- or 32-bit checkpoint
  * rounded to nearest at load, every element within half a step, the
  * logits near the original's, fewer bytes a decode step
@@ -319,6 +331,7 @@ main(int argc, char **argv)
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_awq_int4),
         cmocka_unit_test(test_int8),
+        cmocka_unit_test(test_int8_families),
         cmocka_unit_test(test_head_quant),
         cmocka_unit_test(test_refused),
     };

@@ -205,6 +205,7 @@ vlm_test_assert_idle(vlm_model_t *m)
     vlm_model_stats(m, &st);
     assert_int_equal(st.backend_allocs, 0);
     assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(st.kv_slide_blocks_used, 0);
     assert_int_equal(st.seqs_used, 0);
 }
 

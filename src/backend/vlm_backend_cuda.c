@@ -4,8 +4,10 @@
  * reference; tests/test_backend_ops.c checks each op against it.
  *
  * This first version keeps the CPU backend's float32 activations (and a
- * float32 KV cache); weights live on the device in bfloat16 whatever
- * their dtype in the checkpoint.  GEMMs go to cuBLAS (cublasGemmEx,
+ * float32 KV cache); weights live on the device in bfloat16 (f16 ones
+ * converted), but a float32 checkpoint's, which stay float32 and go
+ * through float32 GEMMs, so that such a model gives the CPU's numbers
+ * (tests/test_backend_ops.c).  bfloat16 GEMMs go to cuBLAS (cublasGemmEx,
  * bfloat16 A and B, float32 C, float32 accumulation on the tensor cores):
  * cuBLAS has no bfloat16-weight times float32-activation product, so the
  * activations are rounded to bfloat16 into a scratch buffer first, one
@@ -179,19 +181,6 @@ typedef void (*vlm_cuda_convert_pt)(void *dst, const void *src,
 
 
 static void
-vlm_cuda_f32_to_bf16(void *dst, const void *src, size_t n)
-{
-    size_t        i;
-    uint16_t     *d = dst;
-    const float  *s = src;
-
-    for (i = 0; i < n; i++) {
-        d[i] = vlm_f32_to_bf16(s[i]);
-    }
-}
-
-
-static void
 vlm_cuda_f16_to_bf16(void *dst, const void *src, size_t n)
 {
     size_t           i;
@@ -295,13 +284,14 @@ vlm_cuda_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
     vlm_dtype_t dtype, int rows, int cols, vlm_error_t *err)
 {
     void          *dev;
-    size_t         n;
+    size_t         n, esize;
     vlm_cuda_t    *cu = (vlm_cuda_t *) be;
     vlm_status_t   rc;
 
     n = (size_t) rows * cols;
+    esize = dtype == VLM_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
 
-    dev = vlm_cuda_carve(cu, n * sizeof(uint16_t), VLM_DEVPOOL_WEIGHT);
+    dev = vlm_cuda_carve(cu, n * esize, VLM_DEVPOOL_WEIGHT);
     if (dev == NULL) {
         return vlm_error_set(err, VLM_ERR_NOMEM,
                              "cuda backend: the device pool (%zu MB) has "
@@ -311,13 +301,11 @@ vlm_cuda_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
 
     switch (dtype) {
     case VLM_DTYPE_BF16:
-        rc = vlm_cuda_stage(cu, dev, host, n * 2, NULL, 2, 2);
-        break;
-    case VLM_DTYPE_F16:
-        rc = vlm_cuda_stage(cu, dev, host, n * 2, vlm_cuda_f16_to_bf16, 2, 2);
+    case VLM_DTYPE_F32:
+        rc = vlm_cuda_stage(cu, dev, host, n * esize, NULL, esize, esize);
         break;
     default:
-        rc = vlm_cuda_stage(cu, dev, host, n * 2, vlm_cuda_f32_to_bf16, 4, 2);
+        rc = vlm_cuda_stage(cu, dev, host, n * 2, vlm_cuda_f16_to_bf16, 2, 2);
         break;
     }
 
@@ -328,7 +316,7 @@ vlm_cuda_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
 
     memset(w, 0, sizeof(vlm_weight_t));
     w->data = dev;
-    w->dtype = VLM_DTYPE_BF16;
+    w->dtype = dtype == VLM_DTYPE_F32 ? VLM_DTYPE_F32 : VLM_DTYPE_BF16;
     w->rows = rows;
     w->cols = cols;
 
@@ -362,20 +350,31 @@ static void
 vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
     const vlm_weight_t *w, const float *bias, int n)
 {
-    int           r0, nr, chunk;
-    float         one, zero;
-    vlm_cuda_t   *cu = (vlm_cuda_t *) be;
+    int             r0, nr, chunk, f32;
+    float           one, zero;
+    const void     *in;
+    vlm_cuda_t     *cu = (vlm_cuda_t *) be;
+    cudaDataType_t  type;
 
     if (n <= 0) {
         return;
     }
 
-    if (w->dtype != VLM_DTYPE_BF16) {
-        vlm_cuda_check(cu, cudaErrorInvalidValue, "matmul: not a bf16 weight");
+    if (w->dtype != VLM_DTYPE_BF16 && w->dtype != VLM_DTYPE_F32) {
+        vlm_cuda_check(cu, cudaErrorInvalidValue,
+                       "matmul: not a bf16 or f32 weight");
         return;
     }
 
-    if (n <= VLM_CUDA_GEMV_MAX_N && w->cols % 8 == 0) {
+    /*
+     * a float32 weight (a float32 checkpoint's): float32 GEMMs with the
+     * input as it is, nothing rounded (CUBLAS_COMPUTE_32F, no TF32),
+     * decode's few rows too
+     */
+    f32 = w->dtype == VLM_DTYPE_F32;
+    type = f32 ? CUDA_R_32F : CUDA_R_16BF;
+
+    if (!f32 && n <= VLM_CUDA_GEMV_MAX_N && w->cols % 8 == 0) {
         /* decode: one pass over the weight, x unrounded, bias included */
         vlm_cuda_check(cu, vlm_cuda_gemv(cu->stream, y, x, w->data, bias, n,
                                          w->rows, w->cols),
@@ -385,7 +384,8 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
 
     one = 1.0f;
     zero = 0.0f;
-    chunk = (int) vlm_min((size_t) n, VLM_CUDA_XBF16 / (size_t) w->cols);
+    chunk = f32 ? n
+                : (int) vlm_min((size_t) n, VLM_CUDA_XBF16 / (size_t) w->cols);
 
     if (chunk < 1) {
         vlm_cuda_check(cu, cudaErrorInvalidValue, "matmul: too many columns");
@@ -394,11 +394,14 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
 
     for (r0 = 0; r0 < n; r0 += nr) {
         nr = vlm_min(chunk, n - r0);
+        in = x + (size_t) r0 * w->cols;
 
-        vlm_cuda_check(cu, vlm_cuda_to_bf16(cu->stream, cu->xbf16,
-                                            x + (size_t) r0 * w->cols,
-                                            (size_t) nr * w->cols),
-                       "matmul");
+        if (!f32) {
+            vlm_cuda_check(cu, vlm_cuda_to_bf16(cu->stream, cu->xbf16, in,
+                                                (size_t) nr * w->cols),
+                           "matmul");
+            in = cu->xbf16;
+        }
 
         /*
          * row-major y[n, rows] = x[n, cols] W^T is column-major
@@ -407,9 +410,9 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
          */
         vlm_cuda_check_blas(cu, cublasGemmEx(cu->cublas, CUBLAS_OP_T,
                                              CUBLAS_OP_N, w->rows, nr,
-                                             w->cols, &one, w->data,
-                                             CUDA_R_16BF, w->cols, cu->xbf16,
-                                             CUDA_R_16BF, w->cols, &zero,
+                                             w->cols, &one, w->data, type,
+                                             w->cols, in, type, w->cols,
+                                             &zero,
                                              y + (size_t) r0 * w->rows,
                                              CUDA_R_32F, w->rows,
                                              CUBLAS_COMPUTE_32F,
@@ -508,12 +511,14 @@ vlm_cuda_embed_op(vlm_backend_t *be, float *y, const vlm_weight_t *table,
 {
     vlm_cuda_t  *cu = (vlm_cuda_t *) be;
 
-    if (table->dtype != VLM_DTYPE_BF16) {
-        vlm_cuda_check(cu, cudaErrorInvalidValue, "embed: not a bf16 table");
+    if (table->dtype != VLM_DTYPE_BF16 && table->dtype != VLM_DTYPE_F32) {
+        vlm_cuda_check(cu, cudaErrorInvalidValue,
+                       "embed: not a bf16 or f32 table");
         return;
     }
 
     vlm_cuda_check(cu, vlm_cuda_embed(cu->stream, y, table->data,
+                                      table->dtype == VLM_DTYPE_F32,
                                       table->cols, ids, n),
                    "embed");
 }

@@ -120,7 +120,10 @@ vlm_q_is_linear(const char *name)
     int     i;
     size_t  n, l;
 
-    if (strstr(name, "visual") != NULL || strstr(name, "layers.") == NULL) {
+    /* Qwen's towers are "visual.", SigLIP's "vision_model." */
+    if (strstr(name, "visual") != NULL || strstr(name, "vision") != NULL
+        || strstr(name, "layers.") == NULL)
+    {
         return 0;
     }
 

@@ -485,6 +485,55 @@ vlm_cli_render(vlm_cli_run_t *r, char **text, size_t *n_text,
 
 
 /*
+ * Gemma 3: each <start_of_image> the template wrote (not one in the
+ * user's text) replaced by the image's text before tokenizing, as
+ * Gemma3Processor and the server (ngx_http_vlm_image_expand_text) do
+ */
+static int
+vlm_cli_gemma3_text(vlm_cli_run_t *r, const vlm_image_config_t *icfg,
+    char **text, size_t *n_text, vlm_tok_span_t **spans, size_t n_spans)
+{
+    char            *out;
+    size_t           n, found;
+    vlm_tok_span_t  *out_spans;
+
+    n = vlm_gemma3_expand_spans(*text, *n_text, *spans, n_spans,
+                                (size_t) r->n_images, icfg->seq_len, NULL, 0,
+                                NULL, &found);
+
+    if (found != (size_t) r->n_images) {
+        free(*text);
+        free(*spans);
+        return vlm_cli_fail("run: the prompt has %zu image placeholders for "
+                            "%d images", found, r->n_images);
+    }
+
+    out = malloc(n + 1);
+    out_spans = malloc((n_spans + 1) * sizeof(vlm_tok_span_t));
+
+    if (out == NULL || out_spans == NULL) {
+        free(out);
+        free(out_spans);
+        free(*text);
+        free(*spans);
+        return vlm_cli_fail("no memory");
+    }
+
+    vlm_gemma3_expand_spans(*text, *n_text, *spans, n_spans,
+                            (size_t) r->n_images, icfg->seq_len, out, n + 1,
+                            out_spans, &found);
+
+    free(*text);
+    free(*spans);
+    *text = out;
+    *n_text = n;
+    *spans = out_spans;
+
+    return 0;
+}
+
+
+/*
  * The prompt's ids with each image's placeholder expanded: Qwen2-VL's pad
  * repeated for its features, or (InternVL) the template's <IMG_CONTEXT>
  * replaced by the ids of the image's text, as the server does
@@ -502,6 +551,13 @@ vlm_cli_expand(vlm_cli_run_t *r, const vlm_image_config_t *icfg,
     int32_t        *img_ids;
     vlm_status_t    rc;
     const int32_t  *seqs[VLM_CLI_MAX_IMAGES];
+
+    if (icfg->family == VLM_IMAGE_GEMMA3) {
+        /* the text was expanded (vlm_cli_gemma3_text) */
+        memcpy(r->ids, ids, n_ids * sizeof(int32_t));
+        *len = n_ids;
+        return VLM_OK;
+    }
 
     if (r->n_images == 0 || icfg->family == VLM_IMAGE_QWEN2VL) {
         return vlm_chat_expand_ids(ids, n_ids,
@@ -575,15 +631,6 @@ vlm_cli_prompt(vlm_cli_run_t *r)
         return vlm_cli_fail("%s", err.msg);
     }
 
-    /* Qwen2-VL's chat and processor below would be Gemma 3's wrong ones */
-    if (vlm_image_config_load(&icfg, r->model, &err) == VLM_OK
-        && icfg.family == VLM_IMAGE_GEMMA3)
-    {
-        return vlm_cli_fail("run: %s is a Gemma 3 checkpoint, whose chat "
-                            "and image processor vlm-cli does not write; "
-                            "nginx serves it", r->model);
-    }
-
     if (vlm_cli_idefics3_model(r->model)) {
         r->n_grids = r->n_images;
 
@@ -651,6 +698,13 @@ vlm_cli_prompt(vlm_cli_run_t *r)
     }
 
     if (vlm_cli_render(r, &text, &n_text, &spans, &n_spans) != 0) {
+        return 1;
+    }
+
+    if (icfg.family == VLM_IMAGE_GEMMA3
+        && vlm_cli_gemma3_text(r, &icfg, &text, &n_text, &spans, n_spans)
+           != 0)
+    {
         return 1;
     }
 

@@ -118,7 +118,8 @@ typedef struct {
     int          max_image_patches;
     const char  *kv_dtype;          /* as resolved: "f32", "bf16", "f16" */
     size_t       kv_token_bytes;    /* KV bytes a token takes, all layers
-                                       (this rank's heads) */
+                                       but those of a sliding layers'
+                                       pool (this rank's heads) */
     int          kv_blocks;         /* the KV pool, in blocks */
     int          kv_block_size;     /* of this many tokens */
 } vlm_model_info_t;
@@ -164,6 +165,9 @@ typedef struct {
     uint64_t    comm_calls;         /* tensor-parallel collectives */
     uint64_t    comm_ns;            /* time in them, waits included */
     size_t      kv_bytes;           /* this rank's KV cache */
+    int         kv_slide_blocks_total;  /* the sliding layers' pool */
+    int         kv_slide_blocks_used;
+    int         kv_slide_blocks_peak;
     size_t      pool_capacity;      /* the feature pool */
     size_t      pool_used;
     size_t      pool_peak;
@@ -221,8 +225,11 @@ vlm_status_t vlm_model_check(const char *dir,
  */
 typedef struct {
     size_t  weights;            /* this rank's share of the checkpoint */
-    size_t  kv_cache;           /* the KV pool */
-    size_t  kv_tokens;          /*   the tokens it holds */
+    size_t  kv_cache;           /* the KV pools */
+    size_t  kv_tokens;          /*   the tokens the global layers' holds */
+    size_t  kv_sliding;         /*   of kv_cache, the sliding layers' own
+                                     pool (Gemma 3); 0: none */
+    size_t  kv_slide_tokens;    /*   the tokens it holds */
     size_t  activations;        /* the decoder's workspace, the sequence
                                    slots and their host tables */
     size_t  vision;             /* the vision tower's workspace */

@@ -91,6 +91,7 @@ struct vlm_sched_s {
     uint64_t                  admitted;     /* requests admitted so far */
 
     vlm_pool_gauge_t         *kv_gauge;
+    vlm_pool_gauge_t         *slide_gauge;  /* the sliding layers' pool */
     vlm_pool_gauge_t         *seq_gauge;
     vlm_model_stats_t         last;
 
@@ -456,8 +457,21 @@ vlm_sched_publish(vlm_sched_t *s)
         memset(&s->last, 0, sizeof(s->last));
     }
 
+    if (s->slide_gauge == NULL && st.kv_slide_blocks_total > 0) {
+        s->slide_gauge = vlm_metrics_pool(s->q->metrics, "kv_sliding_blocks",
+                                          "blocks",
+                                          (uint64_t) st.kv_slide_blocks_total);
+    }
+
     vlm_pool_gauge_add(s->kv_gauge,
                        (int64_t) st.kv_blocks_used - s->last.kv_blocks_used);
+
+    if (s->slide_gauge != NULL) {
+        vlm_pool_gauge_add(s->slide_gauge,
+                           (int64_t) st.kv_slide_blocks_used
+                           - s->last.kv_slide_blocks_used);
+    }
+
     vlm_pool_gauge_add(s->seq_gauge,
                        (int64_t) st.seqs_used - s->last.seqs_used);
     atomic_store(&s->q->metrics->image_cache_bytes, st.image_cache_bytes);

@@ -103,8 +103,13 @@ vlm_step(vlm_model_t *m, const vlm_step_item_t *items, int n,
         m->step_had[i] = items[i].seq->n_blocks;
 
         rc = vlm_seq_reserve(items[i].seq, items[i].n_ids, err);
+
+        if (rc == VLM_OK) {
+            rc = vlm_seq_slide_span(items[i].seq, items[i].n_ids, err);
+        }
+
         if (rc != VLM_OK) {
-            for (k = 0; k < i; k++) {
+            for (k = 0; k <= i; k++) {
                 vlm_seq_truncate_blocks(items[k].seq, m->step_had[k]);
             }
             return rc;
@@ -166,6 +171,7 @@ vlm_step(vlm_model_t *m, const vlm_step_item_t *items, int n,
 
         seq->n_past += items[i].n_ids;
         seq->next_pos += items[i].n_ids;
+        vlm_seq_slide_trim(seq);
     }
 
     return VLM_OK;

@@ -85,38 +85,108 @@ vlm_model_check_params(vlm_model_t *m, vlm_error_t *err)
 
 
 /*
+ * The sliding-window layers' own KV pool, where a model has both kinds of
+ * layer (Gemma 3): each layer's index in its pool into kv_index; the
+ * number of sliding layers, 0 where every layer's rows share one pool.
+ */
+static int
+vlm_model_kv_split(vlm_model_t *m)
+{
+    int                 l, n_slide, n_global;
+    vlm_text_config_t  *tc = &m->cfg.text;
+
+    n_slide = 0;
+    n_global = 0;
+
+    for (l = 0; l < tc->n_layers; l++) {
+        m->kv_index[l] = (uint16_t) (tc->sliding[l] ? n_slide++
+                                                    : n_global++);
+    }
+
+    if (n_slide > 0 && n_global > 0 && tc->sliding_window > 0) {
+        return n_slide;
+    }
+
+    for (l = 0; l < tc->n_layers; l++) {
+        m->kv_index[l] = (uint16_t) l;
+    }
+
+    return 0;
+}
+
+
+/*
+ * The blocks the sliding layers' pool needs at most (vlm_seq_slide_span):
+ * between steps a sequence holds the blocks of its last window - 1 keys,
+ * ceil(window / block) + 1 at most; in a step, also those of its new
+ * rows (max_batch_tokens in all, a block more a sequence); a prefill
+ * keeps the window before its first row until it is done, so that a
+ * cancel finds it.
+ */
+static int
+vlm_model_slide_bound(const vlm_model_t *m)
+{
+    int                        bs, wb;
+    const vlm_model_params_t  *p = &m->params;
+
+    bs = p->kv_block_size;
+    wb = (m->cfg.text.sliding_window + bs - 1) / bs;
+
+    return p->max_seqs * (wb + 2) + (p->max_batch_tokens + bs - 1) / bs
+           + wb + 2;
+}
+
+
+/*
  * The KV pool and the context, once the cache's dtype is known: blocks from
  * kv_cache_bytes (or kv_blocks, or max_seqs sequences of the asked length,
  * VLM_KV_DEFAULT_TOKENS at most when none is asked), and a context of
  * max_position_embeddings when none is asked (or a larger one is), cut to what
  * the pool holds.  An asked context a pool sized in bytes cannot hold fails,
  * naming both directives.  From the caller's params each time: the cache's
- * dtype may change once the backend is known.
+ * dtype may change once the backend is known.  With a sliding layers'
+ * pool, kv_blocks are the global layers' and the context theirs; a budget
+ * in bytes pays for the sliding pool first.
  */
 static vlm_status_t
 vlm_model_budgets(vlm_model_t *m, const vlm_model_params_t *asked,
     vlm_error_t *err)
 {
-    int                  len, bs;
-    size_t               block_bytes, tokens;
+    int                  len, bs, n_slide, bound;
+    size_t               block_bytes, layer_bytes, slide_bytes, tokens;
+    size_t               bytes;
     vlm_model_params_t  *p = &m->params;
 
     bs = p->kv_block_size;
-    block_bytes = 2 * (size_t) m->cfg.text.n_layers * m->tp.n_kv_heads
-                  * m->cfg.text.head_dim * vlm_dtype_size(m->kv_dtype) * bs;
+    n_slide = vlm_model_kv_split(m);
+    bound = n_slide > 0 ? vlm_model_slide_bound(m) : 0;
+    layer_bytes = 2 * (size_t) m->tp.n_kv_heads * m->cfg.text.head_dim
+                  * vlm_dtype_size(m->kv_dtype) * bs;
+    block_bytes = (size_t) (m->cfg.text.n_layers - n_slide) * layer_bytes;
+    slide_bytes = (size_t) n_slide * layer_bytes;
 
     /* past the model's positions: cut (vlm_model_plan_fits() refuses) */
     len = vlm_min(asked->max_seq_len, m->cfg.text.max_position_embeddings);
 
     if (asked->kv_cache_bytes != 0) {
-        if (asked->kv_cache_bytes / block_bytes > (1 << 24)) {
+        bytes = asked->kv_cache_bytes;
+
+        /* a pool smaller than the bound: both pools alike */
+        if (bytes / (block_bytes + slide_bytes) > (size_t) bound) {
+            bytes -= (size_t) bound * slide_bytes;
+
+        } else {
+            block_bytes += slide_bytes;
+        }
+
+        if (bytes / block_bytes > (1 << 24)) {
             return vlm_error_set(err, VLM_ERR_LIMIT,
                                  "model: vlm_kv_cache of %zu bytes is more "
                                  "than 2^24 blocks of %zu bytes",
                                  asked->kv_cache_bytes, block_bytes);
         }
 
-        p->kv_blocks = (int) (asked->kv_cache_bytes / block_bytes);
+        p->kv_blocks = (int) (bytes / block_bytes);
 
     } else if (asked->kv_blocks != 0) {
         p->kv_blocks = asked->kv_blocks;
@@ -132,6 +202,7 @@ vlm_model_budgets(vlm_model_t *m, const vlm_model_params_t *asked,
                       m->cfg.text.max_position_embeddings);
     }
 
+    m->slide_blocks = vlm_min(bound, p->kv_blocks);
     tokens = (size_t) p->kv_blocks * bs;
 
     if (len == 0) {
@@ -147,8 +218,9 @@ vlm_model_budgets(vlm_model_t *m, const vlm_model_params_t *asked,
                              "model: the KV cache of %zu bytes (vlm_kv_cache) "
                              "holds %zu tokens, less than a context of %d "
                              "(vlm_max_model_len); %zu bytes a token",
-                             (size_t) p->kv_blocks * block_bytes, tokens,
-                             vlm_max(len, 2), block_bytes / bs);
+                             (size_t) p->kv_blocks * block_bytes
+                             + (size_t) m->slide_blocks * slide_bytes,
+                             tokens, vlm_max(len, 2), block_bytes / bs);
     }
 
     p->max_seq_len = len;
@@ -321,6 +393,15 @@ vlm_model_slots(vlm_model_t *m, vlm_error_t *err)
 
         VLM_WS(s->blocks_dev, max_blocks);
 
+        if (m->slide_blocks > 0) {
+            s->slide = calloc((size_t) max_blocks, sizeof(int32_t));
+            if (s->slide == NULL) {
+                return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
+            }
+
+            VLM_WS(s->slide_dev, max_blocks);
+        }
+
         if (vlm_kv_chain_init(&m->kv, &s->chain, err) != VLM_OK) {
             return err->status;
         }
@@ -373,7 +454,8 @@ vlm_model_fill_info(vlm_model_t *m)
     in->max_batch_tokens = m->params.max_batch_tokens;
     in->max_image_patches = m->params.max_image_patches;
     in->kv_dtype = vlm_kv_dtype_name(m->kv_dtype);
-    in->kv_token_bytes = 2 * (size_t) m->cfg.text.n_layers
+    in->kv_token_bytes = 2 * (size_t) (m->cfg.text.n_layers
+                                       - vlm_model_kv_split(m))
                          * m->tp.n_kv_heads * m->cfg.text.head_dim
                          * vlm_dtype_size(m->kv_dtype);
     in->kv_blocks = m->params.kv_blocks;
@@ -671,6 +753,7 @@ vlm_status_t
 vlm_model_load(vlm_model_t **out, const char *dir,
     const vlm_model_params_t *params, vlm_error_t *err)
 {
+    int                 n_slide;
     vlm_model_t        *m;
     vlm_status_t        rc;
     vlm_model_owner_t  *o;
@@ -685,7 +768,9 @@ vlm_model_load(vlm_model_t **out, const char *dir,
     m = &o->model;
     m->weight_dev_bytes = m->be->allocated;
 
-    rc = vlm_kv_init(&m->kv, m->be, m->cfg.text.n_layers,
+    n_slide = vlm_model_kv_split(m);
+
+    rc = vlm_kv_init(&m->kv, m->be, m->cfg.text.n_layers - n_slide,
                      m->tp.n_kv_heads * m->cfg.text.head_dim,
                      m->params.kv_block_size, m->params.kv_blocks,
                      m->kv_dtype, err);
@@ -693,7 +778,26 @@ vlm_model_load(vlm_model_t **out, const char *dir,
         goto failed;
     }
 
-    if (m->params.prefix_cache) {
+    if (n_slide > 0) {
+        rc = vlm_kv_init(&m->kv_slide, m->be, n_slide,
+                         m->tp.n_kv_heads * m->cfg.text.head_dim,
+                         m->params.kv_block_size, m->slide_blocks,
+                         m->kv_dtype, err);
+        if (rc != VLM_OK) {
+            goto failed;
+        }
+    }
+
+    /*
+     * A cached prefix would need the sliding layers' rows of its last
+     * window too, which their pool gives back as the window passes: the
+     * prefix cache stays off for such models.
+     */
+    if (m->params.prefix_cache && n_slide > 0) {
+        vlm_log(VLM_LOG_INFO, "model: no prefix cache for the sliding "
+                "layers' KV pool");
+
+    } else if (m->params.prefix_cache) {
         rc = vlm_kv_prefix_init(&m->kv, err);
         if (rc != VLM_OK) {
             goto failed;
@@ -759,6 +863,7 @@ vlm_model_free(vlm_model_t *m)
         }
 
         vlm_kv_free(&m->kv);
+        vlm_kv_free(&m->kv_slide);
     }
 
     vlm_fpool_close(m->fpool);
@@ -774,6 +879,7 @@ vlm_model_free(vlm_model_t *m)
     if (m->seqs != NULL) {
         for (i = 0; i < m->params.max_seqs; i++) {
             free(m->seqs[i].blocks);
+            free(m->seqs[i].slide);
             free(m->seqs[i].logits);
             vlm_kv_chain_free(&m->seqs[i].chain);
         }
@@ -917,6 +1023,13 @@ vlm_model_stats(const vlm_model_t *m, vlm_model_stats_t *s)
     s->comm_calls = m->comm_calls;
     s->comm_ns = m->comm_ns;
     s->kv_bytes = vlm_kv_bytes(&m->kv);
+    s->kv_slide_blocks_total = m->kv_slide.n_blocks;
+    s->kv_slide_blocks_used = vlm_kv_used(&m->kv_slide);
+    s->kv_slide_blocks_peak = m->kv_slide.peak_used;
+
+    if (m->kv_slide.n_blocks > 0) {
+        s->kv_bytes += vlm_kv_bytes(&m->kv_slide);
+    }
 
     if (m->fpool != NULL) {
         vlm_fpool_stats(m->fpool, &fs);

@@ -143,6 +143,15 @@ struct vlm_seq_s {
     float        *logits;               /* host [V] */
     vlm_kv_chain_t  chain;              /* the prefix cache's hash of its
                                            rows so far */
+    /*
+     * the sliding layers' block table (m->kv_slide), indexed as blocks:
+     * the entries below slide_lo were given back as the window passed
+     * them (-1), n_slide <= n_blocks
+     */
+    int           n_slide;
+    int           slide_lo;
+    int32_t      *slide;                /* host */
+    int32_t      *slide_dev;            /* backend memory */
 };
 
 
@@ -268,6 +277,15 @@ struct vlm_model_s {
     vlm_safetensors_t       *st;
     vlm_backend_t           *be;
     vlm_kv_t                 kv;
+    /*
+     * the sliding-window layers' own pool (Gemma 3) where the model has
+     * both kinds of layer: their keys out of the window are given back,
+     * so it holds about a window a sequence; n_blocks 0: none, every
+     * layer's rows are in kv.  kv_index: a layer's index in its pool.
+     */
+    vlm_kv_t                 kv_slide;
+    int                      slide_blocks;      /* its size, budgets' */
+    uint16_t                 kv_index[VLM_MAX_TEXT_LAYERS];
     vlm_dtype_t              kv_dtype;  /* params.kv_dtype resolved */
     vlm_lm_weights_t         lm;
     vlm_vision_weights_t     vis;
@@ -358,6 +376,29 @@ const vlm_st_tensor_t *vlm_model_tensor(vlm_model_t *m, const char *name);
 void *vlm_model_alloc(vlm_model_t *m, size_t size, vlm_error_t *err);
 /* host memory of the model's, freed with it */
 void *vlm_model_host_alloc(vlm_model_t *m, size_t size, vlm_error_t *err);
+
+/* layer l's pool of keys and values, and its base there */
+static inline vlm_kv_t *
+vlm_model_layer_kv(vlm_model_t *m, int l)
+{
+    return m->kv_slide.n_blocks > 0 && m->cfg.text.sliding[l] ? &m->kv_slide
+                                                                : &m->kv;
+}
+
+
+static inline void *
+vlm_model_layer_k(vlm_model_t *m, int l)
+{
+    return vlm_kv_layer_k(vlm_model_layer_kv(m, l), m->kv_index[l]);
+}
+
+
+static inline void *
+vlm_model_layer_v(vlm_model_t *m, int l)
+{
+    return vlm_kv_layer_v(vlm_model_layer_kv(m, l), m->kv_index[l]);
+}
+
 
 /*
  * An image's or a video's placeholder token (a video is an image of

@@ -714,7 +714,8 @@ vlm_cfg_quant(vlm_quant_config_t *q, json_t *qc, vlm_cfg_ctx_t *c)
 
 /*
  * Qwen2-VL, Qwen2.5-VL and Qwen3-VL: text_config (or the top level),
- * vision_config, the special tokens, quantization_config
+ * vision_config, the special tokens (quantization_config is every
+ * family's, vlm_model_config_parse)
  */
 static void
 vlm_cfg_qwen(vlm_model_config_t *cfg, json_t *root, vlm_cfg_ctx_t *c)
@@ -749,12 +750,6 @@ vlm_cfg_qwen(vlm_model_config_t *cfg, json_t *root, vlm_cfg_ctx_t *c)
         cfg->bos_token_id = vlm_cfg_int(c, "bos_token_id", -1, -1,
                                         cfg->text.vocab_size - 1);
         vlm_cfg_eos(cfg, vlm_cfg_get(c, "eos_token_id"));
-    }
-
-    if (c->rc == VLM_OK) {
-        vlm_cfg_quant(&cfg->quant, json_object_get(root,
-                                                   "quantization_config"),
-                      c);
     }
 
     if (c->rc != VLM_OK) {
@@ -896,6 +891,13 @@ vlm_model_config_parse(vlm_model_config_t *cfg, const char *json,
     c.rc = VLM_OK;
 
     family->parse(cfg, root, &c);
+
+    /* every family's: vlm-cli quantize writes it at the top level */
+    if (c.rc == VLM_OK) {
+        vlm_cfg_quant(&cfg->quant, json_object_get(root,
+                                                   "quantization_config"),
+                      &c);
+    }
 
     json_decref(root);
 

@@ -36,6 +36,8 @@ void vlm_model_plan_fill(vlm_model_t *m, vlm_model_plan_t *plan);
 /* vlm_seq.c */
 void vlm_seq_truncate_blocks(vlm_seq_t *seq, int n_blocks);
 vlm_status_t vlm_seq_reserve(vlm_seq_t *seq, int n, vlm_error_t *err);
+vlm_status_t vlm_seq_slide_span(vlm_seq_t *seq, int n, vlm_error_t *err);
+void vlm_seq_slide_trim(vlm_seq_t *seq);
 vlm_status_t vlm_check_ids(const vlm_model_t *m, const int32_t *ids, int n,
     vlm_error_t *err);
 void vlm_image_content_key(vlm_model_t *m, const vlm_image_t *img,

@@ -23,6 +23,7 @@
 void
 vlm_model_plan_fill(vlm_model_t *m, vlm_model_plan_t *plan)
 {
+    int                   l, n_slide;
     long                  pages, page;
     size_t                T, S, P, H, Q, KV, I, L, F, E, VI, mm, hd, px, ctx;
     size_t                bs, blocks, lm, slots, vis, host;
@@ -52,9 +53,17 @@ vlm_model_plan_fill(vlm_model_t *m, vlm_model_plan_t *plan)
                          * vc->hidden_size * sizeof(float);
     }
 
+    /* the global layers' pool, and the sliding layers' beside it */
+    for (l = 0, n_slide = 0; m->slide_blocks > 0 && l < tc->n_layers; l++) {
+        n_slide += tc->sliding[l];
+    }
+
     plan->kv_tokens = (size_t) p->kv_blocks * bs;
-    plan->kv_cache = plan->kv_tokens * 2 * tc->n_layers * KV
-                     * vlm_dtype_size(m->kv_dtype);
+    plan->kv_slide_tokens = (size_t) m->slide_blocks * bs;
+    plan->kv_sliding = plan->kv_slide_tokens * 2 * n_slide * KV
+                       * vlm_dtype_size(m->kv_dtype);
+    plan->kv_cache = plan->kv_tokens * 2 * (tc->n_layers - n_slide) * KV
+                     * vlm_dtype_size(m->kv_dtype) + plan->kv_sliding;
 
     /* the decoder's workspace (vlm_model_workspace), its host tables */
     lm = T * (3 * H + 2 * Q + 2 * KV + 2 * I + tc->head_dim + 10)
@@ -66,7 +75,8 @@ vlm_model_plan_fill(vlm_model_t *m, vlm_model_plan_t *plan)
     }
 
     /* the sequence slots (vlm_model_slots): block tables, logits, keys */
-    slots = (size_t) p->max_seqs * (2 * blocks + tc->vocab_size)
+    slots = (size_t) p->max_seqs
+            * ((m->slide_blocks > 0 ? 4 : 2) * blocks + tc->vocab_size)
             + S * 6 + (S / 3 + 1) * 2 * 4;
 
     plan->activations = (lm + slots) * sizeof(float);
@@ -160,7 +170,15 @@ vlm_model_plan_table(const vlm_model_plan_t *plan, char *buf, size_t cap)
     snprintf(how, sizeof(how), "%zu tokens of %s (vlm_kv_cache); a "
              "context of %d (vlm_max_model_len)", plan->kv_tokens,
              plan->kv_dtype, plan->max_seq_len);
-    len = vlm_plan_line(buf, cap, len, "KV cache", plan->kv_cache, how);
+    len = vlm_plan_line(buf, cap, len, "KV cache",
+                        plan->kv_cache - plan->kv_sliding, how);
+
+    if (plan->kv_sliding > 0) {
+        snprintf(how, sizeof(how), "%zu tokens of the sliding layers, "
+                 "about a window a sequence", plan->kv_slide_tokens);
+        len = vlm_plan_line(buf, cap, len, "KV sliding layers",
+                            plan->kv_sliding, how);
+    }
 
     snprintf(how, sizeof(how), "%d rows a step (vlm_max_batch_tokens), %d "
              "sequences (vlm_max_running)", plan->max_batch_tokens,

@@ -473,6 +473,12 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
         pf->fed += run;
     }
 
+    rc = vlm_seq_slide_span(seq, cn, err);
+    if (rc != VLM_OK) {
+        vlm_prefill_cancel(m);
+        return rc;
+    }
+
     vlm_upload_positions(m, m->pf_pos, pf->n, c0, cn);
 
     seg = &m->segs[0];
@@ -519,6 +525,7 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
     pf->c0 += cn;
 
     if (pf->c0 < pf->n) {
+        vlm_seq_slide_trim(seq);
         return VLM_OK;
     }
 
@@ -529,6 +536,7 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
 
     seq->next_pos = pf->next_pos;
     pf->seq = NULL;
+    vlm_seq_slide_trim(seq);
     *done = 1;
 
     return VLM_OK;

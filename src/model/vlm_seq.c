@@ -26,6 +26,8 @@ vlm_seq_init(vlm_model_t *m, vlm_seq_t **out, vlm_error_t *err)
             m->seqs[i].n_past = 0;
             m->seqs[i].next_pos = 0;
             m->seqs[i].n_blocks = 0;
+            m->seqs[i].n_slide = 0;
+            m->seqs[i].slide_lo = 0;
             vlm_kv_chain_reset(&m->seqs[i].chain);
             *out = &m->seqs[i];
             return VLM_OK;
@@ -40,12 +42,113 @@ vlm_seq_init(vlm_model_t *m, vlm_seq_t **out, vlm_error_t *err)
 }
 
 
+/*
+ * The block tables cut to n_blocks entries: the sliding layers' table is
+ * indexed as the global one, its entries past n_blocks are as new
+ */
 void
 vlm_seq_truncate_blocks(vlm_seq_t *seq, int n_blocks)
 {
+    int32_t  b;
+
     while (seq->n_blocks > n_blocks) {
         vlm_kv_block_unref(&seq->model->kv, seq->blocks[--seq->n_blocks]);
     }
+
+    while (seq->n_slide > n_blocks) {
+        b = seq->slide[--seq->n_slide];
+
+        if (b >= 0) {
+            vlm_kv_block_unref(&seq->model->kv_slide, b);
+        }
+    }
+
+    seq->slide_lo = vlm_min(seq->slide_lo, seq->n_slide);
+}
+
+
+/*
+ * The first key the sliding layers of the sequence's next row see, and
+ * of any row before it that a cancelled prefill would make next again
+ */
+static int
+vlm_seq_slide_floor(const vlm_seq_t *seq)
+{
+    int           lo;
+    vlm_model_t  *m = seq->model;
+
+    lo = seq->n_past;
+
+    if (m->pf.seq == seq) {
+        lo -= m->pf.c0;
+    }
+
+    return vlm_max(0, lo - m->cfg.text.sliding_window + 1);
+}
+
+
+/* the sliding layers' blocks wholly below the floor given back */
+void
+vlm_seq_slide_trim(vlm_seq_t *seq)
+{
+    int        lo;
+    vlm_kv_t  *kv = &seq->model->kv_slide;
+
+    if (kv->n_blocks == 0) {
+        return;
+    }
+
+    lo = vlm_min(vlm_seq_slide_floor(seq) / kv->block_size, seq->n_slide);
+
+    for ( /* void */ ; seq->slide_lo < lo; seq->slide_lo++) {
+        vlm_kv_block_unref(kv, seq->slide[seq->slide_lo]);
+        seq->slide[seq->slide_lo] = -1;
+    }
+}
+
+
+/*
+ * The sliding layers' blocks for the sequence's next n rows: those below
+ * the window of the first given back, those up to the last taken from
+ * their pool (the global table has them already, vlm_seq_reserve).  On
+ * failure the new entries stay: vlm_seq_truncate_blocks() drops them.
+ */
+vlm_status_t
+vlm_seq_slide_span(vlm_seq_t *seq, int n, vlm_error_t *err)
+{
+    int           need, have;
+    int32_t       b;
+    vlm_kv_t     *kv;
+    vlm_model_t  *m = seq->model;
+
+    kv = &m->kv_slide;
+
+    if (kv->n_blocks == 0) {
+        return VLM_OK;
+    }
+
+    vlm_seq_slide_trim(seq);
+
+    need = (seq->n_past + n + kv->block_size - 1) / kv->block_size;
+    have = seq->n_slide;
+
+    while (seq->n_slide < need) {
+        b = vlm_kv_block_alloc(kv);
+        if (b < 0) {
+            return vlm_error_set(err, VLM_ERR_LIMIT,
+                                 "engine: the sliding layers' KV cache is "
+                                 "full (%d blocks)", kv->n_blocks);
+        }
+
+        seq->slide[seq->n_slide++] = b;
+    }
+
+    if (seq->n_slide == have) {
+        return VLM_OK;
+    }
+
+    return m->be->ops->upload(m->be, seq->slide_dev, seq->slide,
+                              (size_t) seq->n_slide * sizeof(int32_t));
 }
 
 
@@ -67,12 +170,65 @@ vlm_seq_free(vlm_seq_t *seq)
 }
 
 
+/*
+ * A fork's copy of one block table of pool kv, n entries from lo (those
+ * below are -1): the full blocks shared, the partial last one, from full
+ * on, copied
+ */
+static vlm_status_t
+vlm_seq_fork_table(vlm_model_t *m, vlm_kv_t *kv, const int32_t *src,
+    int lo, int n, int full, int32_t *dst, int *n_dst, vlm_error_t *err)
+{
+    int      i, l;
+    size_t   bb;
+    int32_t  b;
+
+    for (i = 0; i < lo; i++) {
+        dst[i] = -1;
+    }
+
+    for (i = lo; i < vlm_min(full, n); i++) {
+        vlm_kv_block_ref(kv, src[i]);
+        dst[i] = src[i];
+    }
+
+    *n_dst = i;
+
+    if (n <= full) {
+        return VLM_OK;
+    }
+
+    b = vlm_kv_block_alloc(kv);
+    if (b < 0) {
+        return vlm_error_set(err, VLM_ERR_LIMIT,
+                             "engine: the KV cache is full (%d blocks)",
+                             kv->n_blocks);
+    }
+
+    /* the partial block's rows, whatever the cache's element size */
+    bb = vlm_kv_block_bytes(kv);
+
+    for (l = 0; l < kv->n_layers; l++) {
+        m->be->ops->copy(m->be,
+                         (uint8_t *) vlm_kv_layer_k(kv, l) + (size_t) b * bb,
+                         (uint8_t *) vlm_kv_layer_k(kv, l)
+                         + (size_t) src[full] * bb, bb);
+        m->be->ops->copy(m->be,
+                         (uint8_t *) vlm_kv_layer_v(kv, l) + (size_t) b * bb,
+                         (uint8_t *) vlm_kv_layer_v(kv, l)
+                         + (size_t) src[full] * bb, bb);
+    }
+
+    dst[(*n_dst)++] = b;
+
+    return VLM_OK;
+}
+
+
 vlm_status_t
 vlm_seq_fork(vlm_seq_t *src, vlm_seq_t **out, vlm_error_t *err)
 {
-    int            i, l, full, bs;
-    size_t         block_bytes;
-    int32_t        b;
+    int            full;
     vlm_seq_t     *dst;
     vlm_model_t   *m = src->model;
     vlm_status_t   rc;
@@ -87,49 +243,34 @@ vlm_seq_fork(vlm_seq_t *src, vlm_seq_t **out, vlm_error_t *err)
         return rc;
     }
 
-    bs = m->kv.block_size;
-    full = src->n_past / bs;
+    full = src->n_past / m->kv.block_size;
 
-    for (i = 0; i < full; i++) {
-        vlm_kv_block_ref(&m->kv, src->blocks[i]);
-        dst->blocks[dst->n_blocks++] = src->blocks[i];
+    rc = vlm_seq_fork_table(m, &m->kv, src->blocks, 0, src->n_blocks, full,
+                            dst->blocks, &dst->n_blocks, err);
+
+    if (rc == VLM_OK && m->kv_slide.n_blocks > 0) {
+        rc = vlm_seq_fork_table(m, &m->kv_slide, src->slide, src->slide_lo,
+                                src->n_slide, full, dst->slide,
+                                &dst->n_slide, err);
+        dst->slide_lo = vlm_min(src->slide_lo, dst->n_slide);
+
+        if (rc == VLM_OK && dst->n_slide > 0) {
+            rc = m->be->ops->upload(m->be, dst->slide_dev, dst->slide,
+                                    (size_t) dst->n_slide * sizeof(int32_t));
+        }
     }
 
-    if (src->n_blocks > full) {
-        b = vlm_kv_block_alloc(&m->kv);
-        if (b < 0) {
-            vlm_seq_free(dst);
-            return vlm_error_set(err, VLM_ERR_LIMIT,
-                                 "engine: the KV cache is full (%d blocks)",
-                                 m->kv.n_blocks);
+    if (rc == VLM_OK) {
+        rc = m->be->ops->upload(m->be, dst->blocks_dev, dst->blocks,
+                                (size_t) dst->n_blocks * sizeof(int32_t));
+        if (rc != VLM_OK) {
+            vlm_error_set(err, rc, "engine: block table upload failed");
         }
-
-        /* the partial block's rows, whatever the cache's element size */
-        block_bytes = vlm_kv_block_bytes(&m->kv);
-
-        for (l = 0; l < m->kv.n_layers; l++) {
-            m->be->ops->copy(m->be,
-                             (uint8_t *) vlm_kv_layer_k(&m->kv, l)
-                             + (size_t) b * block_bytes,
-                             (uint8_t *) vlm_kv_layer_k(&m->kv, l)
-                             + (size_t) src->blocks[full] * block_bytes,
-                             block_bytes);
-            m->be->ops->copy(m->be,
-                             (uint8_t *) vlm_kv_layer_v(&m->kv, l)
-                             + (size_t) b * block_bytes,
-                             (uint8_t *) vlm_kv_layer_v(&m->kv, l)
-                             + (size_t) src->blocks[full] * block_bytes,
-                             block_bytes);
-        }
-
-        dst->blocks[dst->n_blocks++] = b;
     }
 
-    rc = m->be->ops->upload(m->be, dst->blocks_dev, dst->blocks,
-                            (size_t) dst->n_blocks * sizeof(int32_t));
     if (rc != VLM_OK) {
         vlm_seq_free(dst);
-        return vlm_error_set(err, rc, "engine: block table upload failed");
+        return rc;
     }
 
     dst->n_past = src->n_past;

@@ -15,7 +15,7 @@ use VLMTest;
 
 our @EXPORT = qw(vlm_slurp vlm_served_cases vlm_served_body
                  vlm_check_served vlm_check_tokenize vlm_check_image_cache
-                 vlm_check_bad_images);
+                 vlm_check_bad_images vlm_check_cli);
 
 sub vlm_slurp ($) {
     my ($path) = @_;
@@ -123,6 +123,28 @@ sub vlm_check_tokenize ($@) {
         Test::More::is_deeply($j->{tokens}, $c->{expect}{prompt_ids},
                               "/tokenize, $c->{name}: transformers' prompt "
                               . "ids");
+    }
+}
+
+# vlm-cli run, the cases' chats: the model's template and processor, its
+# greedy 8 tokens printed as &$answer(the case's ref directory) says
+sub vlm_check_cli ($$$@) {
+    my ($model, $prefix, $answer, @cases) = @_;
+    my $cli = ($ENV{VLM_BUILD} || VLMTest::vlm_root() . "/build")
+              . "/vlm-cli";
+
+    for my $c (@cases) {
+        my $d = "$model/ref/$prefix$c->{name}";
+        my @img = map { ('--image', $_) } sort glob("$d/image_*.png");
+        open my $p, '-|', $cli, 'run', '--model', $model, @img,
+             '--prompt', $c->{question}, '--temperature', '0',
+             '--max-tokens', '8', '--ignore-eos', '--threads', '1'
+            or die "$cli: $!";
+        my $out = do { local $/; <$p> };
+        close $p;
+        Test::More::is($?, 0, "vlm-cli run, $c->{name}: exits 0");
+        Test::More::is($out, $answer->($d) . "\n",
+                       "vlm-cli run, $c->{name}: transformers' answer");
     }
 }
 

@@ -13,9 +13,10 @@
  * either kind of layer (token_type_ids_mask_function).  The final norm
  * and the head are model/qwen2vl's.
  *
- * The sliding layers' keys out of their window are masked, not given
- * back: the KV cache's blocks hold every layer's rows of a position
- * (vlm_kv.c), so a block leaves a sequence only when no layer needs it.
+ * The sliding layers keep their keys and values in a pool of their own,
+ * through a block table of their own a sequence (vlm_seq_slide_span), so
+ * the blocks their window has passed are given back; the global layers'
+ * are in the model's KV pool as every other model's.
  */
 
 #define _GNU_SOURCE
@@ -358,7 +359,10 @@ vlm_gemma3_lm_forward(vlm_model_t *m, const vlm_batch_t *b,
 {
     int                       l, s, T, H, Q, KV, I, nh, nkv, hd, half;
     float                     eps, *cos, *sin;
+    int                       slide;
     int32_t                  *range;
+    const int32_t            *table;
+    vlm_seq_t                *seq;
     vlm_status_t              rc;
     vlm_gemma3_t             *g = m->arch_state;
     vlm_backend_t            *be = m->be;
@@ -378,6 +382,7 @@ vlm_gemma3_lm_forward(vlm_model_t *m, const vlm_batch_t *b,
     KV = nkv * hd;
     I = m->tp.inter;
     eps = tc->rms_norm_eps;
+    slide = m->kv_slide.n_blocks > 0;
 
     vlm_gemma3_scale_text(m, b);
 
@@ -409,14 +414,19 @@ vlm_gemma3_lm_forward(vlm_model_t *m, const vlm_batch_t *b,
         op->rope(be, ws->q, T, Q, nh, hd, cos, sin);
         op->rope(be, ws->k, T, KV, nkv, hd, cos, sin);
 
-        vlm_lm_kv_store(m, b, l);
-
         for (s = 0; s < b->n_segs; s++) {
+            seq = b->segs[s].seq;
+            table = slide && tc->sliding[l] ? seq->slide_dev
+                                            : seq->blocks_dev;
             m->attn_seqs[s].kv_range = range + 2 * b->segs[s].row;
+            m->attn_seqs[s].block_table = table;
+            m->kv_seqs[s].block_table = table;
         }
 
-        pa.k_cache = vlm_kv_layer_k(&m->kv, l);
-        pa.v_cache = vlm_kv_layer_v(&m->kv, l);
+        vlm_lm_kv_store(m, b, l);
+
+        pa.k_cache = vlm_model_layer_k(m, l);
+        pa.v_cache = vlm_model_layer_v(m, l);
         op->attention_paged(be, &pa);
 
         op->matmul(be, ws->o, ws->att, &L->wo, NULL, T);

@@ -520,29 +520,34 @@ vlm_lm_attn_setup(vlm_model_t *m, const vlm_batch_t *b,
 }
 
 
-/* the step's K and V rows (ws.k, ws.v) into layer l of the cache */
+/*
+ * the step's K and V rows (ws.k, ws.v) into layer l of the cache, through
+ * the block tables of m->kv_seqs (the sliding layers' where the caller
+ * set those)
+ */
 void
 vlm_lm_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l)
 {
     int                       s, KV;
+    void                     *k_cache, *v_cache;
     vlm_backend_t            *be = m->be;
     const vlm_batch_seg_t    *sg;
     const vlm_backend_ops_t  *op = be->ops;
 
     KV = m->tp.n_kv_heads * m->cfg.text.head_dim;
+    k_cache = vlm_model_layer_k(m, l);
+    v_cache = vlm_model_layer_v(m, l);
 
     if (op->kv_store_seqs != NULL) {
-        op->kv_store_seqs(be, vlm_kv_layer_k(&m->kv, l),
-                          vlm_kv_layer_v(&m->kv, l), m->kv.dtype,
+        op->kv_store_seqs(be, k_cache, v_cache, m->kv.dtype,
                           m->kv.block_size, KV, KV, m->kv_seqs, b->n_segs);
         return;
     }
 
     for (s = 0; s < b->n_segs; s++) {
         sg = &b->segs[s];
-        op->kv_store(be, vlm_kv_layer_k(&m->kv, l),
-                     vlm_kv_layer_v(&m->kv, l), m->kv.dtype,
-                     sg->seq->blocks_dev, m->kv.block_size, KV,
+        op->kv_store(be, k_cache, v_cache, m->kv.dtype,
+                     m->kv_seqs[s].block_table, m->kv.block_size, KV,
                      sg->kv_start, m->ws.k + (size_t) sg->row * KV,
                      m->ws.v + (size_t) sg->row * KV, KV, sg->n);
     }
