@@ -70,7 +70,8 @@ vlm_attn_row(const vlm_attn_keys_t *kv, int j)
  * [lo[w], hi[w]); every thread of the block calls it.  With split > 1,
  * the block takes part z of the keys and writes to part (acc[hd], max,
  * sum; NULL for an idle warp) instead of op.  Shared memory: q[WARPS][hd]
- * (scaled), K[bk][ks], V[bk][hd].
+ * (scaled), K[bk][ks], V[bk][hd], and each warp's weights of a tile's
+ * keys, P[WARPS][32], which its lanes read for the sum over V.
  */
 static __device__ void
 vlm_attn_block(const vlm_attn_keys_t *kv, const float *qp, float *op,
@@ -79,7 +80,7 @@ vlm_attn_block(const vlm_attn_keys_t *kv, const float *qp, float *op,
 {
     int     lane, warp, ks, t0, nk, e, j, d, c, jj, ulo, uhi, key, len;
     float   s, m, l, mt, mn, corr, p, pj, acc[VLM_ATTN_ACC];
-    float  *qs, *Ks, *Vs;
+    float  *qs, *Ks, *Vs, *Ps;
     size_t  row;
 
     lane = threadIdx.x % VLM_WARP;
@@ -89,6 +90,7 @@ vlm_attn_block(const vlm_attn_keys_t *kv, const float *qp, float *op,
     qs = smem;
     Ks = qs + VLM_ATTN_WARPS * hd;
     Vs = Ks + bk * ks;
+    Ps = Vs + bk * hd + warp * VLM_WARP;
 
     if (qp == NULL) {
         lo = 0;
@@ -170,8 +172,13 @@ vlm_attn_block(const vlm_attn_keys_t *kv, const float *qp, float *op,
             acc[c] *= corr;
         }
 
+        /* the tile's weights to every lane; the next tile's first
+           barrier comes before they are written again */
+        Ps[lane] = p;
+        __syncwarp();
+
         for (jj = 0; jj < nk; jj++) {
-            pj = __shfl_sync(0xffffffffu, p, jj);
+            pj = Ps[jj];
 
 #pragma unroll
             for (c = 0; c < VLM_ATTN_ACC; c++) {
@@ -441,7 +448,7 @@ static size_t
 vlm_attn_smem(int hd, int bk)
 {
     return ((size_t) VLM_ATTN_WARPS * hd + (size_t) bk * (hd | 1)
-            + (size_t) bk * hd) * sizeof(float);
+            + (size_t) bk * hd + VLM_ATTN_WARPS * VLM_WARP) * sizeof(float);
 }
 
 
