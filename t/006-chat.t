@@ -445,14 +445,7 @@ my $answer;
     is($zone->{slots_used}, 0, 'health: no slot in use');
     is($zone->{arena_used}, 0, 'health: no arena byte in use');
 
-    my $m;
-
-    for (1 .. 40) {
-        $m = vlm_metrics($srv);
-        last if !$m->{'vlm_pool_used{pool="kv_blocks",unit="blocks"}'}
-                && !$m->{'vlm_pool_used{pool="sequences",unit="slots"}'};
-        sleep 0.1;
-    }
+    my $m = vlm_wait_pools($srv);
 
     my $d = sub { ($m->{$_[0]} // 0) - ($m0->{$_[0]} // 0) };
 

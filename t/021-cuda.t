@@ -184,7 +184,7 @@ is(join('', map { ref $_ && $_->{choices} && @{ $_->{choices} }
 # a few more, then everything back
 answer($srv, $_) for (@bodies) x 3;
 vlm_wait_idle($srv, vlm_secs(10));
-my $m = vlm_metrics($srv);
+my $m = vlm_wait_pools($srv);
 is($m->{'vlm_pool_used{pool="kv_blocks",unit="blocks"}'}, 0,
    "$where: no KV block left in use");
 is($m->{'vlm_pool_used{pool="sequences",unit="slots"}'}, 0,

@@ -71,14 +71,7 @@ vlm_check_bad_images($srv, $cases[1], $cases[0]);
 # ran, idle after them
 {
     my $p = 'pool="kv_sliding_blocks",unit="blocks"';
-    my $m;
-
-    for (1 .. 40) {
-        $m = vlm_metrics($srv);
-        last if !$m->{"vlm_pool_used{$p}"}
-                && !$m->{'vlm_pool_used{pool="kv_blocks",unit="blocks"}'};
-        sleep 0.1;
-    }
+    my $m = vlm_wait_pools($srv, $p, 'pool="kv_blocks",unit="blocks"');
 
     cmp_ok($m->{"vlm_pool_capacity{$p}"} // 0, '>', 0,
            'metrics: the sliding layers\' pool');

@@ -26,6 +26,7 @@ use Time::HiRes qw(sleep time);
 our @EXPORT = qw(
     vlm_start vlm_stop vlm_request vlm_post_json vlm_sse vlm_metrics
     vlm_health vlm_wait_idle vlm_wait_ready vlm_engine_pids vlm_png
+    vlm_wait_pools
     vlm_jpeg vlm_data_url vlm_json vlm_chat_body vlm_open_stream
     vlm_read_some vlm_prereqs vlm_root vlm_reload vlm_stream_ok vlm_secs
     vlm_engine_arg vlm_reload_engine vlm_answer_ok vlm_port vlm_cuda_engine
@@ -641,6 +642,26 @@ sub vlm_wait_idle ($;$) {
     }
 
     return $zone;
+}
+
+
+# /metrics once the engine's pools named (kv_blocks and sequences by
+# default) are idle, or after 4 s: the engine lets go of a sequence a
+# moment after its request's slot is done
+sub vlm_wait_pools ($;@) {
+    my ($srv, @pools) = @_;
+    my $m;
+
+    @pools = ('pool="kv_blocks",unit="blocks"',
+              'pool="sequences",unit="slots"') if !@pools;
+
+    for (1 .. 40) {
+        $m = vlm_metrics($srv);
+        last if !grep { $m->{"vlm_pool_used{$_}"} } @pools;
+        sleep 0.1;
+    }
+
+    return $m;
 }
 
 

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <vector>
+
 #include "cuda_bf16.h"
 #include "cuda_fp16.h"
 #include "cublas_v2.h"
@@ -211,24 +213,54 @@ cublasGemmEx(cublasHandle_t h, cublasOperation_t transa,
         return CUBLAS_STATUS_INVALID_VALUE;
     }
 
-    /* issued to the handle's stream, run when it gets there */
+    /*
+     * issued to the handle's stream, run when it gets there: op(A) as
+     * rows of k and op(B) as columns of k, in f32 (what load() gives),
+     * then each C[i, j] summed over l in order, as before the copies
+     */
     enqueue(h->stream, [=] {
-        int    i, j, l;
-        float  acc, p;
-        size_t ai, bi;
-        double t = profile_start();
+        int                 i, j, l;
+        float               acc, p;
+        const float        *a, *b;
+        double              t = profile_start();
+        std::vector<float>  ar((size_t) m * k), bc((size_t) n * k);
 
         device_open  open;
 
+        for (i = 0; i < m; i++) {
+            for (l = 0; l < k; l++) {
+                ar[(size_t) i * k + l] =
+                    load(A, atype, ta ? (size_t) i * lda + l
+                                      : (size_t) l * lda + i);
+            }
+        }
+
         for (j = 0; j < n; j++) {
+            for (l = 0; l < k; l++) {
+                bc[(size_t) j * k + l] =
+                    load(B, btype, tb ? (size_t) l * ldb + j
+                                      : (size_t) j * ldb + l);
+            }
+        }
+
+        for (j = 0; j < n; j++) {
+            b = &bc[(size_t) j * k];
+
             for (i = 0; i < m; i++) {
+                a = &ar[(size_t) i * k];
                 acc = 0.0f;
 
-                for (l = 0; l < k; l++) {
-                    ai = ta ? (size_t) i * lda + l : (size_t) l * lda + i;
-                    bi = tb ? (size_t) l * ldb + j : (size_t) j * ldb + l;
-                    p = load(A, atype, ai) * load(B, btype, bi);
-                    acc = half ? (float) (_Float16) (acc + p) : acc + p;
+                if (half) {
+                    for (l = 0; l < k; l++) {
+                        p = a[l] * b[l];
+                        acc = (float) (_Float16) (acc + p);
+                    }
+
+                } else {
+                    for (l = 0; l < k; l++) {
+                        p = a[l] * b[l];
+                        acc = acc + p;
+                    }
                 }
 
                 acc *= al;
