@@ -610,7 +610,13 @@ test_mask_brute_random(void **state)
         "\"},{\"", "\":[[\"", "\":[\"", "\"}]}", "\",[", "\\u00e9", "a\":{\"",
         "x\",\"", "\xc3\xa9\"", "\xe2\x82\xac\",", "\":1,\"",
         "\"\xe0\x80", "\"\xe0\xa0\x80", "\"\xed\xa0", "\"\xed\x9f\xbf",
-        "\"\xf0\x80", "\"\xf0\x90\x80", "\"\xf4\x90", "\"\xf4\x8f\xbf"
+        "\"\xf0\x80", "\"\xf0\x90\x80", "\"\xf4\x90", "\"\xf4\x8f\xbf",
+        /* text longer than the rooms kept as masks (VLM_G_UPTO) */
+        "abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnopqrstuvwxyz0123",
+        "abc-def-ghi-jkl-mno-pqr-stu-vwx",
+        "a\xc3\xa9\xc3\xa9" "bcdefghijklmnopqrstuvwx\xe2\x82",
+        "abcdefghijklmnopqrstuvw\\n\"", "zz\",\"",
+        "\x82\xac" "abcdefghijklmnopqrstuvwxyz", "abcdefghijk.lmnopq"
     };
 
     static const char  *schemas[] = {
@@ -641,6 +647,18 @@ test_mask_brute_random(void **state)
         "\"string\",\"pattern\":\"^[a-z0-9.+-]+@[a-z]+$\"},\"n\":"
         "{\"type\":\"string\",\"pattern\":\"^[^\\\"]{2}[0-9]$\"}},"
         "\"required\":[\"a\",\"n\"]}",
+        /* maxLength: text tokens counted, by their characters */
+        "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":"
+        "\"string\",\"maxLength\":5},\"t\":{\"type\":\"string\","
+        "\"minLength\":2,\"maxLength\":30},\"u\":{\"type\":\"array\","
+        "\"items\":{\"type\":\"string\",\"maxLength\":27}}},"
+        "\"required\":[\"s\",\"t\",\"u\"]}",
+        /* counted repetitions, under a maxLength too */
+        "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":"
+        "\"string\",\"pattern\":\"^[a-z0-9]([a-z0-9-]{0,28}[a-z0-9])?"
+        "(\\\\.[a-z]{2,10})?$\"},{\"type\":\"integer\"}]}}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"string\","
+        "\"pattern\":\"^[a-z\\u00e9 -]{2,40}$\",\"maxLength\":28}}",
     };
 
     static const struct {
@@ -654,6 +672,12 @@ test_mask_brute_random(void **state)
         { 6, "[\"" }, { 6, "[\"c1" }, { 6, "[\"abx\",\"" },
         { 7, "{\"a\":\"x" }, { 7, "{\"a\":\"x@" },
         { 7, "{\"a\":\"x@y\",\"n\":\"" },
+        { 8, "{\"s\":\"" }, { 8, "{\"s\":\"abcd" },
+        { 8, "{\"s\":\"\",\"t\":\"\xe2\x82" },
+        { 8, "{\"s\":\"\",\"t\":\"abcdefghijklmnopqrstuvwxyz012" },
+        { 8, "{\"s\":\"\",\"t\":\"ab\",\"u\":[\"" },
+        { 9, "[\"" }, { 9, "[\"a-" }, { 9, "[\"abc.d" },
+        { 10, "[\"" }, { 10, "[\"ab \xc3\xa9" },
     };
 
     pool = malloc(RV_VOCAB * 8);

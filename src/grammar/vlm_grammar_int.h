@@ -83,6 +83,11 @@ typedef struct {
 
 #define VLM_G_EXITS         4096
 
+#define VLM_TRIE_QUOTE      0x01
+#define VLM_TRIE_ESCAPE     0x02
+#define VLM_G_CHARS_MAX     255
+#define VLM_G_UPTO          24
+
 
 typedef struct {
     uint32_t      next;     /* the entry a miss takes */
@@ -132,7 +137,8 @@ struct vlm_trie_s {
      * of this trie only: a few hundred nodes, not the whole vocabulary's
      * tokens that leave the string somewhere.
      */
-    uint8_t   *quoted;      /* the subtree has a '"' in a path */
+    uint8_t   *quoted;      /* VLM_TRIE_QUOTE: the subtree has a '"' in
+                               a path; VLM_TRIE_ESCAPE: a '\\' */
 
     vlm_ginners_t  *inner;  /* made as they come */
 
@@ -148,6 +154,22 @@ struct vlm_trie_s {
     uint32_t   n_order;
     uint32_t  *root_plain[4];       /* [(vocab + 31) / 32] each */
     size_t     root_plain_n[4];
+
+    /*
+     * In a string under a maxLength the text tokens count: those of
+     * root_plain[k] by their characters (the bytes that are not
+     * continuation bytes, VLM_G_CHARS_MAX: that many or more), so that a
+     * mask takes the ones within the room left without a walk of them.
+     * by_chars[k] lists them by characters, those of c characters from
+     * chars_at[k][c] on; upto[c - 1] is the mask of those of root_plain[0]
+     * of 1 to c characters (upto_n[c - 1] of them), for c up to
+     * VLM_G_UPTO: the rooms strings mostly have, a copy of a mask each.
+     */
+    uint32_t   max_chars;   /* the most of a text token */
+    int32_t   *by_chars[4];
+    uint32_t   chars_at[4][VLM_G_CHARS_MAX + 2];
+    uint32_t  *upto[VLM_G_UPTO];
+    size_t     upto_n[VLM_G_UPTO];
 };
 
 

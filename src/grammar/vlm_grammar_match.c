@@ -1424,21 +1424,23 @@ vlm_g_undo(vlm_matcher_t *m, size_t mark, const vlm_gheads_t *heads)
 
 /*
  * Plain text may follow: the top frame of every live stack is inside a
- * string without a format or a maxLength, between characters or within
- * one (the same count of continuation bytes to come, of any value), and
- * the document can end in the budget (more characters never make it
- * longer, but for the up to three bytes that finish a character cut at a
+ * string without a format, between characters or within one (the same
+ * count of continuation bytes to come, of any value), with the same room
+ * for characters (*room, VLM_GRAMMAR_NONE without a maxLength), and the
+ * document can end in the budget (more characters never make it longer,
+ * but for the up to three bytes that finish a character cut at a
  * token's end).  Returns the trie's plain bit of that state, 0 if none.
  */
 static uint8_t
-vlm_g_plain_ok(const vlm_matcher_t *m)
+vlm_g_text_state(const vlm_matcher_t *m, uint32_t *room)
 {
     uint8_t              bit, b;
-    uint32_t             s, d;
+    uint32_t             s, d, r;
     const vlm_gframe_t  *f;
     const vlm_gnode_t   *n;
 
     bit = 0;
+    *room = VLM_GRAMMAR_NONE;
 
     for (s = 0; s < m->heads.n; s++) {
         d = m->heads.depths[s];
@@ -1454,9 +1456,7 @@ vlm_g_plain_ok(const vlm_matcher_t *m)
         f = &vlm_g_stack(m, s)[d - 1];
         n = &m->g.nodes[f->node];
 
-        if (n->kind != VLM_GNODE_STRING || n->c != VLM_GRAMMAR_NONE
-            || n->b != VLM_GRAMMAR_NONE)
-        {
+        if (n->kind != VLM_GNODE_STRING || n->c != VLM_GRAMMAR_NONE) {
             return 0;
         }
 
@@ -1470,11 +1470,14 @@ vlm_g_plain_ok(const vlm_matcher_t *m)
             return 0;
         }
 
-        if (bit != 0 && b != bit) {
+        r = n->b == VLM_GRAMMAR_NONE ? n->b : n->b - f->count;
+
+        if ((bit != 0 && b != bit) || (bit != 0 && r != *room)) {
             return 0;
         }
 
         bit = b;
+        *room = r;
     }
 
     if (m->budget != 0 && vlm_matcher_distance(m) + 3 >= m->budget) {
@@ -1482,6 +1485,74 @@ vlm_g_plain_ok(const vlm_matcher_t *m)
     }
 
     return bit;
+}
+
+
+/* the same, without a maxLength only */
+static uint8_t
+vlm_g_plain_ok(const vlm_matcher_t *m)
+{
+    uint8_t   bit;
+    uint32_t  room;
+
+    bit = vlm_g_text_state(m, &room);
+
+    return room == VLM_GRAMMAR_NONE ? bit : 0;
+}
+
+
+/*
+ * The text tokens of the plain state k (root_plain[k]) of room characters
+ * at most (vlm_grammar_int.h): 0 where the room is between the longest
+ * that by_chars tells apart and the longest text token.
+ */
+static int
+vlm_g_take_room(vlm_matcher_t *m, uint32_t k, uint32_t room)
+{
+    int32_t            id;
+    size_t             j, n;
+    uint32_t           i, end;
+    const uint32_t    *words;
+    const vlm_trie_t  *t;
+
+    t = m->trie;
+
+    if (room >= t->max_chars) {
+        words = t->root_plain[k];
+        n = t->root_plain_n[k];
+        i = end = 0;
+
+    } else if (room >= VLM_G_CHARS_MAX) {
+        return 0;
+
+    } else {
+        words = NULL;
+        n = 0;
+        i = t->chars_at[k][0];
+        end = t->chars_at[k][room + 1];
+
+        if (k == 0 && room > 0) {
+            words = t->upto[vlm_min(room, VLM_G_UPTO) - 1];
+            n = t->upto_n[vlm_min(room, VLM_G_UPTO) - 1];
+            i = t->chars_at[0][vlm_min(room, VLM_G_UPTO) + 1];
+        }
+    }
+
+    if (words != NULL) {
+        for (j = 0; j < m->mask_words; j++) {
+            m->mask[j] |= words[j];
+        }
+
+        m->n_allowed += n;
+    }
+
+    for ( /* void */ ; i < end; i++) {
+        id = t->by_chars[k][i];
+        m->mask[id >> 5] |= 1u << (id & 31);
+        m->n_allowed++;
+    }
+
+    return 1;
 }
 
 
@@ -1714,9 +1785,12 @@ vlm_g_inner_walk(const vlm_matcher_t *m, vlm_ginner_t *e, uint32_t parent,
 }
 
 
-/* the paths of the trie that hold a quote; tokens from the quote on */
+/*
+ * The paths of the trie that hold a quote (marks: VLM_TRIE_QUOTE) or a
+ * quote or a backslash (with VLM_TRIE_ESCAPE); tokens from that byte on
+ */
 static void
-vlm_g_walk_quoted(vlm_matcher_t *m, uint32_t parent, int past)
+vlm_g_walk_quoted(vlm_matcher_t *m, uint32_t parent, int past, uint8_t marks)
 {
     int                now;
     size_t             mark;
@@ -1727,7 +1801,7 @@ vlm_g_walk_quoted(vlm_matcher_t *m, uint32_t parent, int past)
     t = m->trie;
 
     for (c = t->child[parent]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
-        if (!past && !t->quoted[c]) {
+        if (!past && !(t->quoted[c] & marks)) {
             continue;
         }
 
@@ -1735,14 +1809,15 @@ vlm_g_walk_quoted(vlm_matcher_t *m, uint32_t parent, int past)
         heads = m->heads;
 
         if (vlm_g_byte(m, t->byte[c])) {
-            now = past || t->byte[c] == '"';
+            now = past || t->byte[c] == '"'
+                  || (t->byte[c] == '\\' && (marks & VLM_TRIE_ESCAPE));
 
             if (now && t->token[c] >= 0) {
                 vlm_g_take(m, t->token[c], t->tok_next);
             }
 
             if (t->child[c] != VLM_GRAMMAR_NONE) {
-                vlm_g_walk_quoted(m, c, now);
+                vlm_g_walk_quoted(m, c, now, marks);
             }
         }
 
@@ -1853,7 +1928,7 @@ vlm_g_inner_mask(vlm_matcher_t *m)
     m->n_allowed += e->n;
 
     if (!raw) {
-        vlm_g_walk_quoted(m, 0, 0);
+        vlm_g_walk_quoted(m, 0, 0, VLM_TRIE_QUOTE);
         return 1;
     }
 
@@ -1888,6 +1963,7 @@ vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
     int              i;
     size_t           j, k;
     uint8_t          plain;
+    uint32_t         room;
     const uint32_t  *words;
 
     memset(m->mask, 0, m->mask_words * sizeof(uint32_t));
@@ -1907,7 +1983,26 @@ vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
     m->log_n = 0;
     m->high = m->heads.n;
 
-    plain = vlm_g_plain_ok(m);
+    plain = vlm_g_text_state(m, &room);
+
+    if (plain && room != VLM_GRAMMAR_NONE) {
+        /*
+         * under a maxLength: the text tokens that fit, by their
+         * characters, and the paths that leave the text, a quote or a
+         * backslash on them, stepped from the root (their text counts)
+         */
+        if (vlm_g_take_room(m, (uint32_t) __builtin_ctz(plain), room)) {
+            vlm_g_walk_quoted(m, 0, 0, VLM_TRIE_QUOTE | VLM_TRIE_ESCAPE);
+
+        } else {
+            vlm_g_walk(m, 0, 0, 0);
+        }
+
+        m->logging = 0;
+        *mask = m->mask;
+
+        return m->n_allowed;
+    }
 
     if (plain) {
         /* the text tokens at once, then the walk of the others */

@@ -124,7 +124,8 @@ vlm_trie_sub(vlm_trie_t *t, uint32_t node)
 
     t->sub[node] = bits;
 
-    t->quoted[node] = t->byte[node] == '"';
+    t->quoted[node] = t->byte[node] == '"' ? VLM_TRIE_QUOTE
+                      : t->byte[node] == '\\' ? VLM_TRIE_ESCAPE : 0;
 
     for (c = t->child[node]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
         t->quoted[node] |= t->quoted[c];
@@ -191,6 +192,102 @@ vlm_trie_plain(vlm_trie_t *t, uint32_t node, int valid, uint8_t need,
     }
 
     return plain;
+}
+
+
+/*
+ * The text tokens of root_plain[k] by their characters (by_chars,
+ * chars_at) and, of root_plain[0], the masks of those up to c characters
+ * (upto): a counting sort, then the masks one on the last.
+ */
+static vlm_status_t
+vlm_trie_chars(vlm_trie_t *t, int vocab, const char *const *bytes,
+    const size_t *lens)
+{
+    int        id;
+    size_t     j, words;
+    uint8_t   *chars;
+    uint32_t   k, c, n, *at;
+
+    chars = malloc((size_t) vocab);
+    if (chars == NULL) {
+        return VLM_ERR_NOMEM;
+    }
+
+    words = ((size_t) vocab + 31) / 32;
+
+    for (id = 0; id < vocab; id++) {
+        n = 0;
+
+        for (j = 0; j < lens[id]; j++) {
+            n += ((uint8_t) bytes[id][j] & 0xc0) != 0x80;
+        }
+
+        chars[id] = (uint8_t) vlm_min(n, VLM_G_CHARS_MAX);
+    }
+
+    for (k = 0; k < 4; k++) {
+        at = t->chars_at[k];
+        memset(at, 0, sizeof(t->chars_at[k]));
+
+        for (id = 0; id < vocab; id++) {
+            if ((t->root_plain[k][id >> 5] >> (id & 31)) & 1) {
+                at[chars[id] + 1]++;
+                t->max_chars = vlm_max(t->max_chars, chars[id]);
+            }
+        }
+
+        for (c = 0; c <= VLM_G_CHARS_MAX; c++) {
+            at[c + 1] += at[c];
+        }
+
+        t->by_chars[k] = malloc((at[VLM_G_CHARS_MAX + 1] + 1)
+                                * sizeof(int32_t));
+        if (t->by_chars[k] == NULL) {
+            free(chars);
+            return VLM_ERR_NOMEM;
+        }
+
+        for (id = 0; id < vocab; id++) {
+            if ((t->root_plain[k][id >> 5] >> (id & 31)) & 1) {
+                t->by_chars[k][at[chars[id]]++] = id;
+            }
+        }
+
+        /* at[c] went on to the end of c's: one back */
+        memmove(at + 1, at, (VLM_G_CHARS_MAX + 1) * sizeof(uint32_t));
+        at[0] = 0;
+    }
+
+    for (c = 0; c < VLM_G_UPTO; c++) {
+        t->upto[c] = malloc(words * sizeof(uint32_t));
+        if (t->upto[c] == NULL) {
+            free(chars);
+            return VLM_ERR_NOMEM;
+        }
+
+        if (c == 0) {
+            memset(t->upto[c], 0, words * sizeof(uint32_t));
+            t->upto_n[c] = 0;
+
+        } else {
+            memcpy(t->upto[c], t->upto[c - 1], words * sizeof(uint32_t));
+            t->upto_n[c] = t->upto_n[c - 1];
+        }
+
+        /* those of root_plain[0] of 0 chars (none) and c + 1 */
+        for (j = t->chars_at[0][c == 0 ? 0 : c + 1];
+             j < t->chars_at[0][c + 2]; j++)
+        {
+            id = t->by_chars[0][j];
+            t->upto[c][id >> 5] |= 1u << (id & 31);
+            t->upto_n[c]++;
+        }
+    }
+
+    free(chars);
+
+    return VLM_OK;
 }
 
 
@@ -381,7 +478,7 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
     }
 
     t->sub[0] = 0;
-    t->quoted[0] = 1;
+    t->quoted[0] = VLM_TRIE_QUOTE | VLM_TRIE_ESCAPE;
     vlm_trie_exits(t, vocab, bytes, lens);
     memset(t->plain, 0, total);
     memset(t->text, 0, total);
@@ -397,6 +494,11 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
 
         (void) vlm_trie_plain(t, 0, 1, (uint8_t) k, 0x80, 0xbf,
                               (uint32_t) k);
+    }
+
+    if (vlm_trie_chars(t, vocab, bytes, lens) != VLM_OK) {
+        vlm_trie_free(t);
+        return vlm_error_set(err, VLM_ERR_NOMEM, "token trie: no memory");
     }
 
     *out = t;
@@ -442,6 +544,15 @@ vlm_trie_free(vlm_trie_t *t)
     free(t->root_plain[1]);
     free(t->root_plain[2]);
     free(t->root_plain[3]);
+
+    for (k = 0; k < 4; k++) {
+        free(t->by_chars[k]);
+    }
+
+    for (k = 0; k < VLM_G_UPTO; k++) {
+        free(t->upto[k]);
+    }
+
     free(t);
 }
 
