@@ -678,6 +678,7 @@ test_mask_brute_random(void **state)
         { 8, "{\"s\":\"\",\"t\":\"ab\",\"u\":[\"" },
         { 9, "[\"" }, { 9, "[\"a-" }, { 9, "[\"abc.d" },
         { 10, "[\"" }, { 10, "[\"ab \xc3\xa9" },
+        { 10, "[\"abcdefghijklmnopqrstuvwxy" },
     };
 
     pool = malloc(RV_VOCAB * 8);

@@ -66,6 +66,7 @@ typedef struct {
     uint64_t   prog;        /* the program's hash, 0: empty */
     uint32_t   node;
     uint32_t   state;
+    uint32_t   count;       /* the characters so far, under a most */
     uint32_t   max_dist;
     size_t     n;
     uint32_t  *words;
@@ -93,6 +94,51 @@ typedef struct {
     uint32_t      next;     /* the entry a miss takes */
     vlm_ginner_t  e[VLM_G_INNER];
 } vlm_ginners_t;
+
+
+/*
+ * The vocabulary as a pattern's DFA sees it (vlm_grammar_class.c): bytes
+ * that every state takes to the same state are one class, and the tokens
+ * whose bytes spell the same classes are one path of a trie of classes,
+ * made once for a partition of the bytes from the token trie's paths of
+ * bytes some state takes.  A counted repetition ([a-z]{2,10}, a hostname's
+ * labels) makes a state per count, each with its own mask: a walk of this
+ * trie (some hundreds of nodes, its busiest ones kept as masks) makes
+ * each, where the token trie's would step every token of the class.
+ */
+#define VLM_G_CLASSES       8       /* tries kept, for every matcher */
+#define VLM_G_CLASS_USERS   64      /* the nodes that use them */
+#define VLM_G_CLASS_BIG     256     /* tokens of a node kept as a mask */
+
+typedef struct {
+    uint8_t    map[256];    /* the class of each byte, 0: no state's */
+    uint8_t    rep[256];    /* a byte of each class */
+    uint32_t   n_nodes;     /* 0: empty */
+    uint32_t   cap;
+    uint32_t  *child;       /* first child, VLM_GRAMMAR_NONE */
+    uint32_t  *next;
+    uint8_t   *cls;
+    int32_t   *tok;         /* the tokens of the node, chained by tok_next */
+    uint32_t  *n_tok;
+    uint32_t  *big;         /* its mask in pool, VLM_GRAMMAR_NONE */
+    int32_t   *tok_next;    /* [vocab] */
+    uint32_t  *pool;
+} vlm_gclass_t;
+
+
+typedef struct {
+    uint64_t  prog;
+    uint32_t  node;
+    uint32_t  at;           /* the class trie, VLM_GRAMMAR_NONE: none */
+} vlm_gclass_user_t;
+
+
+typedef struct {
+    uint32_t           next;
+    vlm_gclass_t       c[VLM_G_CLASSES];
+    uint32_t           next_user;
+    vlm_gclass_user_t  users[VLM_G_CLASS_USERS];
+} vlm_gclasses_t;
 
 
 struct vlm_trie_s {
@@ -141,6 +187,7 @@ struct vlm_trie_s {
                                a path; VLM_TRIE_ESCAPE: a '\\' */
 
     vlm_ginners_t  *inner;  /* made as they come */
+    vlm_gclasses_t *classes;
 
     uint32_t   x_nodes;
     uint32_t  *x_child;
@@ -236,6 +283,37 @@ struct vlm_matcher_s {
 int vlm_g_byte(vlm_matcher_t *m, uint32_t b);
 void vlm_g_undo(vlm_matcher_t *m, size_t mark, const vlm_gheads_t *heads);
 void vlm_g_compact(vlm_matcher_t *m, int logged);
+
+
+/*
+ * The class trie of a pattern's (REGEX, not RAW) node of m's program, made
+ * if need be; NULL when there is none (too many classes, no memory).  Then
+ * the tokens all of whose bytes are transitions from state into e (its
+ * words cleared), within the most characters after count.
+ */
+const vlm_gclass_t *vlm_g_class(vlm_matcher_t *m, uint32_t node);
+void vlm_g_class_mask(const vlm_matcher_t *m, const vlm_gclass_t *c,
+    const vlm_gnode_t *n, vlm_ginner_t *e, uint32_t state, uint32_t count);
+void vlm_g_classes_free(vlm_gclasses_t *cl);
+
+
+/* a REGEX node's DFA: the state after byte b in state q, or NONE */
+static inline uint32_t
+vlm_g_dfa_next(const uint32_t *first, const uint32_t *ranges, uint32_t q,
+    uint32_t b)
+{
+    uint32_t  k, r;
+
+    for (k = first[q]; k < first[q + 1]; k++) {
+        r = ranges[k];
+
+        if (b >= (r & 0xff) && b <= ((r >> 8) & 0xff)) {
+            return r >> 16;
+        }
+    }
+
+    return VLM_GRAMMAR_NONE;
+}
 
 
 /* stack s's frames */

@@ -1723,7 +1723,7 @@ vlm_g_inner_walk(const vlm_matcher_t *m, vlm_ginner_t *e, uint32_t parent,
     const uint32_t *ranges)
 {
     int32_t            id;
-    uint32_t           c, k, r, to;
+    uint32_t           c, to;
     uint8_t            b;
     const vlm_trie_t  *t;
 
@@ -1736,16 +1736,7 @@ vlm_g_inner_walk(const vlm_matcher_t *m, vlm_ginner_t *e, uint32_t parent,
             continue;
         }
 
-        to = VLM_GRAMMAR_NONE;
-
-        for (k = first[state]; k < first[state + 1]; k++) {
-            r = ranges[k];
-
-            if (b >= (r & 0xff) && b <= ((r >> 8) & 0xff)) {
-                to = r >> 16;
-                break;
-            }
-        }
+        to = vlm_g_dfa_next(first, ranges, state, b);
 
         if (to == VLM_GRAMMAR_NONE) {
             continue;
@@ -1831,7 +1822,7 @@ vlm_g_inner_mask(vlm_matcher_t *m)
 {
     int                  raw;
     size_t               j, mark;
-    uint32_t             i, d;
+    uint32_t             i, d, count;
     vlm_gheads_t         heads;
     vlm_gframe_t        *top;
     vlm_ginner_t        *e;
@@ -1839,6 +1830,7 @@ vlm_g_inner_mask(vlm_matcher_t *m)
     const uint32_t      *dist, *first, *ranges;
     const vlm_gframe_t  *f;
     const vlm_gnode_t   *n;
+    const vlm_gclass_t  *cls;
 
     d = m->heads.depths[0];
 
@@ -1858,16 +1850,18 @@ vlm_g_inner_mask(vlm_matcher_t *m)
     first = dist + n->b;
     ranges = first + n->b + 1;
 
-    if (ranges[n->c] != VLM_GRAMMAR_NONE || (raw && dist[f->pos] == 0)) {
+    if (raw && (ranges[n->c] != VLM_GRAMMAR_NONE || dist[f->pos] == 0)) {
         return 0;       /* maxLength: the count matters; a match: forks */
     }
 
+    /* under a maxLength the count is part of the state */
+    count = ranges[n->c] != VLM_GRAMMAR_NONE ? f->count : 0;
     e = NULL;
     in = m->trie->inner;
 
     for (i = 0; i < VLM_G_INNER; i++) {
         if (in->e[i].prog == m->prog && in->e[i].node == f->node
-            && in->e[i].state == f->pos)
+            && in->e[i].state == f->pos && in->e[i].count == count)
         {
             e = &in->e[i];
             break;
@@ -1897,12 +1891,19 @@ vlm_g_inner_mask(vlm_matcher_t *m)
         e->prog = m->prog;
         e->node = f->node;
         e->state = f->pos;
+        e->count = count;
         e->max_dist = 0;
         e->n = 0;
         e->n_exits = 0;
+        cls = raw ? NULL : vlm_g_class(m, f->node);
 
-        if (vlm_g_inner_walk(m, e, 0, f->pos, raw, dist, first, ranges)
-            < 0)
+        if (cls != NULL) {
+            vlm_g_class_mask(m, cls, n, e, f->pos, count);
+
+        } else if (count != 0 || ranges[n->c] != VLM_GRAMMAR_NONE
+                   || vlm_g_inner_walk(m, e, 0, f->pos, raw, dist, first,
+                                       ranges)
+                      < 0)
         {
             /* too many paths to a match: this state keeps no mask */
             e->n_exits = VLM_GRAMMAR_NONE;

@@ -408,6 +408,7 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
     t->sub = malloc(total);
     t->quoted = malloc(total);
     t->inner = calloc(1, sizeof(vlm_ginners_t));
+    t->classes = calloc(1, sizeof(vlm_gclasses_t));
     t->x_child = malloc(total * sizeof(uint32_t));
     t->x_next = malloc(total * sizeof(uint32_t));
     t->x_token = malloc(total * sizeof(int32_t));
@@ -420,7 +421,7 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
     if (t->child == NULL || t->next == NULL || t->token == NULL
         || t->byte == NULL || t->tok_next == NULL || t->plain == NULL
         || t->text == NULL || t->sub == NULL || t->quoted == NULL
-        || t->inner == NULL
+        || t->inner == NULL || t->classes == NULL
         || t->x_child == NULL
         || t->x_next == NULL || t->x_token == NULL || t->x_byte == NULL
         || t->x_tok_next == NULL
@@ -532,6 +533,7 @@ vlm_trie_free(vlm_trie_t *t)
     }
 
     free(t->inner);
+    vlm_g_classes_free(t->classes);
     free(t->x_child);
     free(t->x_next);
     free(t->x_token);

@@ -1,0 +1,460 @@
+/*
+ * Class tries (vlm_grammar_int.h): the masks of a pattern's DFA states
+ * from the vocabulary seen through the DFA's byte classes.
+ *
+ * A state of a counted repetition differs from its neighbours only by the
+ * count, yet each has a mask of its own, and the token trie's walk from
+ * each steps every token of the repeated class (a lowercase label's some
+ * 60,000): a hostname's or an e-mail address's hundred states cost a
+ * millisecond each.  Masks by token lengths kept for each class state
+ * would serve repetitions of one class only; masks made at compile time
+ * would need the vocabulary in the worker.  Here the DFA's bytes are
+ * partitioned into classes that every state treats alike (as RE2 and
+ * Rust's regex-automata partition theirs), and the vocabulary is made
+ * once into a trie over the classes: every lowercase word of n letters is
+ * then one path of n nodes, so a state's walk visits a few hundred nodes,
+ * and a node's tokens, as a list or, where many, as a mask, go into the
+ * state's mask whole.  The masks are the token trie walk's exactly: a
+ * token is taken iff each of its bytes is a transition from the state the
+ * bytes before leave, and within the most characters where there is one.
+ */
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "vlm_grammar_int.h"
+
+
+typedef struct {
+    const vlm_trie_t  *t;
+    vlm_gclass_t      *c;
+} vlm_gclass_build_t;
+
+
+/*
+ * The partition of the bytes of node n's DFA: split by the target of
+ * each state in turn (and by being a continuation byte, which counts no
+ * character), classes numbered by their first byte; a byte no state takes
+ * (and a quote, which closes the string) is class 0.  0 if over 255.
+ */
+static int
+vlm_g_class_map(const vlm_grammar_t *g, const vlm_gnode_t *n, uint8_t *map)
+{
+    uint32_t         b, q, k, r, lo, hi, n_cls, i, to[256];
+    uint32_t         cls[256], pair_cls[256], pair_to[256], n_pairs;
+    uint8_t          live[256];
+    const uint32_t  *first, *ranges;
+
+    first = g->idx + n->a + n->b;
+    ranges = first + n->b + 1;
+
+    memset(live, 0, sizeof(live));
+
+    for (b = 0; b < 256; b++) {
+        cls[b] = (b & 0xc0) == 0x80;
+    }
+
+    for (q = 0; q < n->b; q++) {
+        for (b = 0; b < 256; b++) {
+            to[b] = VLM_GRAMMAR_NONE;
+        }
+
+        for (k = first[q]; k < first[q + 1]; k++) {
+            r = ranges[k];
+            lo = r & 0xff;
+            hi = (r >> 8) & 0xff;
+
+            for (b = lo; b <= hi; b++) {
+                to[b] = r >> 16;
+                live[b] = 1;
+            }
+        }
+
+        /* the new class of b: that of the pair (its class, its target) */
+        n_pairs = 0;
+
+        for (b = 0; b < 256; b++) {
+            for (i = 0; i < n_pairs; i++) {
+                if (pair_cls[i] == cls[b] && pair_to[i] == to[b]) {
+                    break;
+                }
+            }
+
+            if (i == n_pairs) {
+                if (n_pairs == 256) {
+                    return 0;
+                }
+
+                pair_cls[n_pairs] = cls[b];
+                pair_to[n_pairs] = to[b];
+                n_pairs++;
+            }
+
+            cls[b] = i;
+        }
+    }
+
+    /* numbered by first byte, the dead ones 0 */
+    n_cls = 0;
+
+    for (b = 0; b < 256; b++) {
+        pair_to[b] = VLM_GRAMMAR_NONE;
+    }
+
+    for (b = 0; b < 256; b++) {
+        if (!live[b] || (b == '"' && !(n->flags & VLM_GNODE_RAW))) {
+            map[b] = 0;
+            continue;
+        }
+
+        if (pair_to[cls[b]] == VLM_GRAMMAR_NONE) {
+            if (n_cls == 255) {
+                return 0;
+            }
+
+            pair_to[cls[b]] = ++n_cls;
+        }
+
+        map[b] = (uint8_t) pair_to[cls[b]];
+    }
+
+    return 1;
+}
+
+
+static void
+vlm_g_class_clear(vlm_gclass_t *c)
+{
+    free(c->child);
+    free(c->next);
+    free(c->cls);
+    free(c->tok);
+    free(c->n_tok);
+    free(c->big);
+    free(c->tok_next);
+    free(c->pool);
+    memset(c, 0, sizeof(vlm_gclass_t));
+}
+
+
+/* the node arrays at cap nodes */
+static int
+vlm_g_class_grow(vlm_gclass_t *c, size_t cap)
+{
+    void  *p;
+
+#define vlm_g_class_realloc(field, size)                                     \
+    p = realloc(c->field, cap * (size));                                     \
+    if (p == NULL) {                                                         \
+        return -1;                                                           \
+    }                                                                        \
+    c->field = p
+
+    vlm_g_class_realloc(child, sizeof(uint32_t));
+    vlm_g_class_realloc(next, sizeof(uint32_t));
+    vlm_g_class_realloc(cls, 1);
+    vlm_g_class_realloc(tok, sizeof(int32_t));
+    vlm_g_class_realloc(n_tok, sizeof(uint32_t));
+    vlm_g_class_realloc(big, sizeof(uint32_t));
+
+#undef vlm_g_class_realloc
+
+    c->cap = (uint32_t) cap;
+
+    return 0;
+}
+
+
+static uint32_t
+vlm_g_class_node(vlm_gclass_t *c, uint32_t parent, uint8_t k)
+{
+    size_t    cap;
+    uint32_t  ch;
+
+    for (ch = c->child[parent]; ch != VLM_GRAMMAR_NONE; ch = c->next[ch]) {
+        if (c->cls[ch] == k) {
+            return ch;
+        }
+    }
+
+    if (c->n_nodes == c->cap) {
+        cap = 2 * (size_t) c->cap;
+
+        if (cap >= VLM_GRAMMAR_NONE) {
+            return VLM_GRAMMAR_NONE;
+        }
+
+        if (vlm_g_class_grow(c, cap) != 0) {
+            return VLM_GRAMMAR_NONE;
+        }
+    }
+
+    ch = c->n_nodes++;
+    c->cls[ch] = k;
+    c->child[ch] = VLM_GRAMMAR_NONE;
+    c->tok[ch] = -1;
+    c->n_tok[ch] = 0;
+    c->big[ch] = VLM_GRAMMAR_NONE;
+    c->next[ch] = c->child[parent];
+    c->child[parent] = ch;
+
+    return ch;
+}
+
+
+/* the token trie's paths of bytes some state takes, under node */
+static int
+vlm_g_class_build(vlm_gclass_build_t *bd, uint32_t tnode, uint32_t cnode)
+{
+    int32_t            id;
+    uint32_t           ch, cc;
+    uint8_t            k;
+    vlm_gclass_t      *c;
+    const vlm_trie_t  *t;
+
+    t = bd->t;
+    c = bd->c;
+
+    for (ch = t->child[tnode]; ch != VLM_GRAMMAR_NONE; ch = t->next[ch]) {
+        k = c->map[t->byte[ch]];
+
+        if (k == 0) {
+            continue;
+        }
+
+        cc = vlm_g_class_node(c, cnode, k);
+        if (cc == VLM_GRAMMAR_NONE) {
+            return -1;
+        }
+
+        for (id = t->token[ch]; id >= 0; id = t->tok_next[id]) {
+            c->tok_next[id] = c->tok[cc];
+            c->tok[cc] = id;
+            c->n_tok[cc]++;
+        }
+
+        if (t->child[ch] != VLM_GRAMMAR_NONE
+            && vlm_g_class_build(bd, ch, cc) != 0)
+        {
+            return -1;
+        }
+    }
+
+    return 0;
+}
+
+
+/* the trie of the partition map, into c (empty); -1: no memory */
+static int
+vlm_g_class_make(vlm_gclass_t *c, const vlm_trie_t *t, const uint8_t *map,
+    size_t words)
+{
+    int32_t             id;
+    uint32_t            i, n_big, b;
+    vlm_gclass_build_t  bd;
+
+    memcpy(c->map, map, 256);
+
+    for (b = 256; b-- > 0; /* void */) {
+        c->rep[map[b]] = (uint8_t) b;
+    }
+
+    c->tok_next = malloc((size_t) t->vocab * sizeof(int32_t));
+    if (c->tok_next == NULL || vlm_g_class_grow(c, 1024) != 0) {
+        return -1;
+    }
+
+    c->n_nodes = 1;
+    c->child[0] = VLM_GRAMMAR_NONE;
+    c->next[0] = VLM_GRAMMAR_NONE;
+    c->cls[0] = 0;
+    c->tok[0] = -1;
+    c->n_tok[0] = 0;
+    c->big[0] = VLM_GRAMMAR_NONE;
+
+    bd.t = t;
+    bd.c = c;
+
+    if (vlm_g_class_build(&bd, 0, 0) != 0) {
+        return -1;
+    }
+
+    n_big = 0;
+
+    for (i = 0; i < c->n_nodes; i++) {
+        n_big += c->n_tok[i] >= VLM_G_CLASS_BIG;
+    }
+
+    c->pool = calloc((size_t) n_big * words + 1, sizeof(uint32_t));
+    if (c->pool == NULL) {
+        return -1;
+    }
+
+    n_big = 0;
+
+    for (i = 0; i < c->n_nodes; i++) {
+        if (c->n_tok[i] < VLM_G_CLASS_BIG) {
+            continue;
+        }
+
+        c->big[i] = n_big * (uint32_t) words;
+
+        for (id = c->tok[i]; id >= 0; id = c->tok_next[id]) {
+            c->pool[c->big[i] + (id >> 5)] |= 1u << (id & 31);
+        }
+
+        n_big++;
+    }
+
+    return 0;
+}
+
+
+const vlm_gclass_t *
+vlm_g_class(vlm_matcher_t *m, uint32_t node)
+{
+    uint32_t            i;
+    uint8_t             map[256];
+    vlm_gclass_t       *c;
+    vlm_gclasses_t     *cl;
+    vlm_gclass_user_t  *u;
+
+    cl = m->trie->classes;
+
+    for (i = 0; i < VLM_G_CLASS_USERS; i++) {
+        u = &cl->users[i];
+
+        if (u->prog == m->prog && u->node == node) {
+            if (u->at == VLM_GRAMMAR_NONE) {
+                return NULL;
+            }
+
+            return &cl->c[u->at];
+        }
+    }
+
+    u = &cl->users[cl->next_user];
+    cl->next_user = (cl->next_user + 1) % VLM_G_CLASS_USERS;
+    u->prog = m->prog;
+    u->node = node;
+    u->at = VLM_GRAMMAR_NONE;
+
+    if (!vlm_g_class_map(&m->g, &m->g.nodes[node], map)) {
+        return NULL;
+    }
+
+    for (i = 0; i < VLM_G_CLASSES; i++) {
+        if (cl->c[i].n_nodes != 0 && memcmp(cl->c[i].map, map, 256) == 0) {
+            u->at = i;
+            return &cl->c[i];
+        }
+    }
+
+    /* a trie of another partition leaves: its users with it */
+    i = cl->next;
+    cl->next = (cl->next + 1) % VLM_G_CLASSES;
+    c = &cl->c[i];
+
+    if (c->n_nodes != 0) {
+        for (node = 0; node < VLM_G_CLASS_USERS; node++) {
+            if (cl->users[node].at == i && &cl->users[node] != u) {
+                cl->users[node].prog = 0;
+            }
+        }
+    }
+
+    vlm_g_class_clear(c);
+
+    if (vlm_g_class_make(c, m->trie, map, m->mask_words) != 0) {
+        vlm_g_class_clear(c);
+        return NULL;
+    }
+
+    u->at = i;
+
+    return c;
+}
+
+
+/*
+ * The walk of the class trie from a node in DFA state q after count
+ * characters: each class is a byte of it (all its bytes go alike).
+ */
+static void
+vlm_g_class_walk(const vlm_gclass_t *c, const vlm_grammar_t *g,
+    const vlm_gnode_t *n, vlm_ginner_t *e, size_t words, uint32_t cnode,
+    uint32_t q, uint32_t count)
+{
+    int32_t          id;
+    size_t           j;
+    uint32_t         ch, to, max, now;
+    uint8_t          b;
+    const uint32_t  *dist, *first, *ranges, *w;
+
+    dist = g->idx + n->a;
+    first = dist + n->b;
+    ranges = first + n->b + 1;
+    max = ranges[n->c];
+
+    for (ch = c->child[cnode]; ch != VLM_GRAMMAR_NONE; ch = c->next[ch]) {
+        b = c->rep[c->cls[ch]];
+        to = vlm_g_dfa_next(first, ranges, q, b);
+
+        if (to == VLM_GRAMMAR_NONE) {
+            continue;
+        }
+
+        now = count + ((b & 0xc0) != 0x80);
+
+        if (max != VLM_GRAMMAR_NONE && (uint64_t) now + dist[to] > max) {
+            continue;
+        }
+
+        if (c->n_tok[ch] != 0) {
+            if (c->big[ch] != VLM_GRAMMAR_NONE) {
+                w = c->pool + c->big[ch];
+
+                for (j = 0; j < words; j++) {
+                    e->words[j] |= w[j];
+                }
+
+            } else {
+                for (id = c->tok[ch]; id >= 0; id = c->tok_next[id]) {
+                    e->words[id >> 5] |= 1u << (id & 31);
+                }
+            }
+
+            e->n += c->n_tok[ch];
+            e->max_dist = vlm_max(e->max_dist, dist[to]);
+        }
+
+        if (c->child[ch] != VLM_GRAMMAR_NONE) {
+            vlm_g_class_walk(c, g, n, e, words, ch, to, now);
+        }
+    }
+}
+
+
+void
+vlm_g_class_mask(const vlm_matcher_t *m, const vlm_gclass_t *c,
+    const vlm_gnode_t *n, vlm_ginner_t *e, uint32_t state, uint32_t count)
+{
+    vlm_g_class_walk(c, &m->g, n, e, m->mask_words, 0, state, count);
+}
+
+
+void
+vlm_g_classes_free(vlm_gclasses_t *cl)
+{
+    uint32_t  i;
+
+    if (cl == NULL) {
+        return;
+    }
+
+    for (i = 0; i < VLM_G_CLASSES; i++) {
+        vlm_g_class_clear(&cl->c[i]);
+    }
+
+    free(cl);
+}
