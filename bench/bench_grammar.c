@@ -214,6 +214,8 @@ main(int argc, char **argv)
     vlm_seq_t           *seq;
     vlm_model_params_t   prm;
     int32_t              ids[8];
+    static char          dbuf[65536];
+    size_t               dlen = 0;
 
     tok_dir = "tests/fixtures/tokenizer/qwen";
     model_dir = NULL;
@@ -372,6 +374,7 @@ main(int argc, char **argv)
         for (pass = 0; pass < 2; pass++) {
 
         vlm_matcher_reset(m, &g);
+        dlen = 0;
         t_mask = 0.0;
         t_max = 0.0;
 
@@ -386,6 +389,9 @@ main(int argc, char **argv)
             t_mask += t0;
             t_max = t0 > t_max ? t0 : t_max;
             t_tok[i] = t0;
+            if (getenv("BENCH_SLOW") && t_cpu[i] > 100e-6) {
+                printf("SLOW %s %.0f us n=%zu doc tail: %.*s\n", names[s], t_cpu[i]*1e6, n, (int) (dlen > 60 ? 60 : dlen), dbuf + (dlen > 60 ? dlen - 60 : 0));
+            }
 
             if (model != NULL && pass == 0 && i < 4) {
                 /* a decode step between the masks, as the engine does */
@@ -408,12 +414,14 @@ main(int argc, char **argv)
             }
 
             if (id == eos || id == vocab) {
+                dlen = 0;
                 vlm_matcher_reset(m, &g);
                 continue;
             }
 
             b = vlm_tokenizer_token_bytes(tk, id, &len);
 
+            if (dlen + len < sizeof(dbuf)) { memcpy(dbuf + dlen, b, len); dlen += len; }
             if (!vlm_matcher_feed(m, b, len)) {
                 fprintf(stderr, "bench_grammar: token %d refused\n", id);
                 return 1;

@@ -195,6 +195,8 @@ struct vlm_trie_s {
     int32_t   *x_token;
     uint8_t   *x_byte;
     int32_t   *x_tok_next;  /* [vocab] */
+    uint8_t   *x_pre;       /* [vocab] the characters before the exit
+                               (VLM_G_CHARS_MAX: that many or more) */
     uint32_t  *lo;
     uint32_t  *hi;
     int32_t   *order;       /* [vocab] token ids, depth first */

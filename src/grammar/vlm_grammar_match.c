@@ -1700,6 +1700,131 @@ vlm_g_walk_exits(vlm_matcher_t *m, uint32_t parent)
 }
 
 
+static void vlm_g_walk_quoted(vlm_matcher_t *m, uint32_t parent, int past,
+    uint8_t marks);
+
+
+/*
+ * The exits of a string under a maxLength from between characters, on
+ * the one live stack (d frames, the string's on top, n its node): the
+ * exits trie's tokens, whose text before the exit counts (x_pre).  The
+ * walk is one for every such text: the string's count starts at 0, is
+ * set to its minimum before the quote that closes it (chars: the
+ * characters then, VLM_GRAMMAR_NONE while open), and each token is
+ * taken where base, the characters before it, those of its text and
+ * those after fit the string's bounds (counts only grow: at the end is
+ * enough).  A token that leaves the string open keeps the document
+ * within the budget, as text does (vlm_g_text_state).
+ */
+static void
+vlm_g_walk_exits_room(vlm_matcher_t *m, uint32_t parent, uint32_t d,
+    const vlm_gnode_t *n, uint32_t base, uint32_t chars)
+{
+    int32_t            id;
+    size_t             mark;
+    uint32_t           c, now, total;
+    vlm_gheads_t       heads;
+    vlm_gframe_t      *top;
+    const vlm_trie_t  *t;
+
+    t = m->trie;
+
+    for (c = t->x_child[parent]; c != VLM_GRAMMAR_NONE; c = t->x_next[c]) {
+        mark = m->log_n;
+        heads = m->heads;
+        m->frames = vlm_g_stack(m, 0);
+        m->depth = d;
+        top = &m->frames[d - 1];
+        now = chars;
+
+        if (now == VLM_GRAMMAR_NONE && top->st == 1 && t->x_byte[c] == '"')
+        {
+            now = top->count;
+
+            top = vlm_g_write(m, d - 1);
+            if (top == NULL) {
+                return;
+            }
+
+            top->count = n->a;
+        }
+
+        if (vlm_g_byte(m, t->x_byte[c])) {
+            if (now == VLM_GRAMMAR_NONE) {
+                total = vlm_g_stack(m, 0)[d - 1].count;
+
+            } else {
+                total = now;
+
+                if (m->budget != 0 && vlm_matcher_distance(m) >= m->budget)
+                {
+                    total = VLM_GRAMMAR_NONE;
+                }
+            }
+
+            for (id = t->x_token[c];
+                 id >= 0 && total != VLM_GRAMMAR_NONE;
+                 id = t->x_tok_next[id])
+            {
+                if ((uint64_t) base + t->x_pre[id] + total <= n->b
+                    && (now == VLM_GRAMMAR_NONE
+                        || base + t->x_pre[id] + total >= n->a))
+                {
+                    m->mask[id >> 5] |= 1u << (id & 31);
+                    m->n_allowed++;
+                }
+            }
+
+            if (t->x_child[c] != VLM_GRAMMAR_NONE) {
+                vlm_g_walk_exits_room(m, c, d, n, base, now);
+            }
+        }
+
+        vlm_g_undo(m, mark, &heads);
+    }
+}
+
+
+/*
+ * The tokens that leave a string under a maxLength: by the exits trie
+ * between characters on one stack, else by a walk of the paths of the
+ * token trie with a quote or a backslash, their text stepped.
+ */
+static void
+vlm_g_exits_room(vlm_matcher_t *m, uint8_t plain, uint32_t room)
+{
+    size_t         mark;
+    uint32_t       d;
+    vlm_gheads_t   heads;
+    vlm_gframe_t  *top;
+
+    d = m->heads.depths[0];
+
+    /* x_pre tells apart fewer than VLM_G_CHARS_MAX */
+    if (plain != 1 || m->heads.n != 1 || d == VLM_G_DEAD || d == 0
+        || room >= VLM_G_CHARS_MAX)
+    {
+        vlm_g_walk_quoted(m, 0, 0, VLM_TRIE_QUOTE | VLM_TRIE_ESCAPE);
+        return;
+    }
+
+    mark = m->log_n;
+    heads = m->heads;
+    m->frames = vlm_g_stack(m, 0);
+    m->depth = d;
+
+    top = vlm_g_write(m, d - 1);
+    if (top != NULL) {
+        d = top->count;
+        top->count = 0;
+        vlm_g_walk_exits_room(m, 0, m->depth, &m->g.nodes[top->node], d,
+                              VLM_GRAMMAR_NONE);
+    }
+
+    vlm_g_undo(m, mark, &heads);
+}
+
+
 /*
  * A pattern's string (REGEX, not RAW) on the one live stack, past its
  * quote, without a most length: the mask is the tokens whose bytes are
@@ -1993,7 +2118,7 @@ vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
          * backslash on them, stepped from the root (their text counts)
          */
         if (vlm_g_take_room(m, (uint32_t) __builtin_ctz(plain), room)) {
-            vlm_g_walk_quoted(m, 0, 0, VLM_TRIE_QUOTE | VLM_TRIE_ESCAPE);
+            vlm_g_exits_room(m, plain, room);
 
         } else {
             vlm_g_walk(m, 0, 0, 0);

@@ -360,6 +360,15 @@ vlm_trie_exits(vlm_trie_t *t, int vocab, const char *const *bytes,
         }
 
         cur = 0;
+        t->x_pre[id] = 0;
+
+        for (j = 0; j < e; j++) {
+            if (((uint8_t) bytes[id][j] & 0xc0) != 0x80
+                && t->x_pre[id] < VLM_G_CHARS_MAX)
+            {
+                t->x_pre[id]++;
+            }
+        }
 
         for (j = e; j < lens[id]; j++) {
             cur = vlm_trie_exit_node(t, cur, (uint8_t) bytes[id][j]);
@@ -414,6 +423,7 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
     t->x_token = malloc(total * sizeof(int32_t));
     t->x_byte = malloc(total);
     t->x_tok_next = malloc((size_t) vocab * sizeof(int32_t));
+    t->x_pre = malloc((size_t) vocab);
     t->lo = malloc(total * sizeof(uint32_t));
     t->hi = malloc(total * sizeof(uint32_t));
     t->order = malloc((size_t) vocab * sizeof(int32_t));
@@ -424,7 +434,7 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
         || t->inner == NULL || t->classes == NULL
         || t->x_child == NULL
         || t->x_next == NULL || t->x_token == NULL || t->x_byte == NULL
-        || t->x_tok_next == NULL
+        || t->x_tok_next == NULL || t->x_pre == NULL
         || t->lo == NULL || t->hi == NULL || t->order == NULL)
     {
         vlm_trie_free(t);
@@ -539,6 +549,7 @@ vlm_trie_free(vlm_trie_t *t)
     free(t->x_token);
     free(t->x_byte);
     free(t->x_tok_next);
+    free(t->x_pre);
     free(t->lo);
     free(t->hi);
     free(t->order);
