@@ -383,7 +383,7 @@ vlm_g_class(vlm_matcher_t *m, uint32_t node)
 static void
 vlm_g_class_walk(const vlm_gclass_t *c, const vlm_grammar_t *g,
     const vlm_gnode_t *n, vlm_ginner_t *e, size_t words, uint32_t cnode,
-    uint32_t q, uint32_t count)
+    uint32_t q, uint32_t count, uint32_t lim)
 {
     int32_t          id;
     size_t           j;
@@ -410,7 +410,8 @@ vlm_g_class_walk(const vlm_gclass_t *c, const vlm_grammar_t *g,
             continue;
         }
 
-        if (c->n_tok[ch] != 0) {
+        if (c->n_tok[ch] != 0 && (lim == VLM_GRAMMAR_NONE || dist[to] < lim))
+        {
             if (c->big[ch] != VLM_GRAMMAR_NONE) {
                 w = c->pool + c->big[ch];
 
@@ -429,7 +430,7 @@ vlm_g_class_walk(const vlm_gclass_t *c, const vlm_grammar_t *g,
         }
 
         if (c->child[ch] != VLM_GRAMMAR_NONE) {
-            vlm_g_class_walk(c, g, n, e, words, ch, to, now);
+            vlm_g_class_walk(c, g, n, e, words, ch, to, now, lim);
         }
     }
 }
@@ -437,9 +438,10 @@ vlm_g_class_walk(const vlm_gclass_t *c, const vlm_grammar_t *g,
 
 void
 vlm_g_class_mask(const vlm_matcher_t *m, const vlm_gclass_t *c,
-    const vlm_gnode_t *n, vlm_ginner_t *e, uint32_t state, uint32_t count)
+    const vlm_gnode_t *n, vlm_ginner_t *e, uint32_t state, uint32_t count,
+    uint32_t lim)
 {
-    vlm_g_class_walk(c, &m->g, n, e, m->mask_words, 0, state, count);
+    vlm_g_class_walk(c, &m->g, n, e, m->mask_words, 0, state, count, lim);
 }
 
 

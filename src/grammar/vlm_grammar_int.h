@@ -254,6 +254,7 @@ struct vlm_matcher_s {
 
     uint32_t           budget;
     size_t             n_allowed;
+    vlm_ginner_t       tight;       /* a pattern's mask under the budget */
     uint32_t          *mask;        /* [(vocab + 31) / 32] */
     size_t             mask_words;
 
@@ -291,11 +292,13 @@ void vlm_g_compact(vlm_matcher_t *m, int logged);
  * The class trie of a pattern's (REGEX, not RAW) node of m's program, made
  * if need be; NULL when there is none (too many classes, no memory).  Then
  * the tokens all of whose bytes are transitions from state into e (its
- * words cleared), within the most characters after count.
+ * words cleared), within the most characters after count, and, but for
+ * lim VLM_GRAMMAR_NONE, to states fewer than lim bytes from a match.
  */
 const vlm_gclass_t *vlm_g_class(vlm_matcher_t *m, uint32_t node);
 void vlm_g_class_mask(const vlm_matcher_t *m, const vlm_gclass_t *c,
-    const vlm_gnode_t *n, vlm_ginner_t *e, uint32_t state, uint32_t count);
+    const vlm_gnode_t *n, vlm_ginner_t *e, uint32_t state, uint32_t count,
+    uint32_t lim);
 void vlm_g_classes_free(vlm_gclasses_t *cl);
 
 

@@ -1331,8 +1331,10 @@ vlm_matcher_create(vlm_matcher_t **out, const vlm_trie_t *trie,
     m->plan_first = malloc((VLM_GRAMMAR_PLAN_MAX + 1) * sizeof(int32_t));
     m->all = malloc(3 * VLM_G_STACKS * VLM_GRAMMAR_MAX_DEPTH
                     * sizeof(vlm_gframe_t));
+    m->tight.words = malloc(m->mask_words * sizeof(uint32_t));
 
     if (m->log_at == NULL || m->log == NULL || m->mask == NULL
+        || m->tight.words == NULL
         || m->plan_bytes == NULL || m->plan_tokens == NULL
         || m->plan_first == NULL || m->all == NULL)
     {
@@ -1364,6 +1366,7 @@ vlm_matcher_free(vlm_matcher_t *m)
     free(m->plan_tokens);
     free(m->plan_first);
     free(m->all);
+    free(m->tight.words);
     free(m);
 }
 
@@ -1947,7 +1950,7 @@ vlm_g_inner_mask(vlm_matcher_t *m)
 {
     int                  raw;
     size_t               j, mark;
-    uint32_t             i, d, count;
+    uint32_t             i, d, count, base;
     vlm_gheads_t         heads;
     vlm_gframe_t        *top;
     vlm_ginner_t        *e;
@@ -2023,7 +2026,7 @@ vlm_g_inner_mask(vlm_matcher_t *m)
         cls = raw ? NULL : vlm_g_class(m, f->node);
 
         if (cls != NULL) {
-            vlm_g_class_mask(m, cls, n, e, f->pos, count);
+            vlm_g_class_mask(m, cls, n, e, f->pos, count, VLM_GRAMMAR_NONE);
 
         } else if (count != 0 || ranges[n->c] != VLM_GRAMMAR_NONE
                    || vlm_g_inner_walk(m, e, 0, f->pos, raw, dist, first,
@@ -2039,12 +2042,30 @@ vlm_g_inner_mask(vlm_matcher_t *m)
         return 0;
     }
 
-    /* the farthest from the end a token of it leaves the document */
+    /*
+     * the farthest from the end a token of it leaves the document: past
+     * the budget, the tokens to states near enough to a match, by a walk
+     * of the class trie of their own
+     */
     if (m->budget != 0
         && vlm_matcher_distance(m) - dist[f->pos] + e->max_dist
            >= m->budget)
     {
-        return 0;
+        cls = raw ? NULL : vlm_g_class(m, f->node);
+
+        if (cls == NULL) {
+            return 0;
+        }
+
+        base = vlm_matcher_distance(m) - dist[f->pos];
+        e = &m->tight;
+        memset(e->words, 0, m->mask_words * sizeof(uint32_t));
+        e->n = 0;
+        e->max_dist = 0;
+
+        if (base < m->budget) {
+            vlm_g_class_mask(m, cls, n, e, f->pos, count, m->budget - base);
+        }
     }
 
     for (j = 0; j < m->mask_words; j++) {
