@@ -672,7 +672,8 @@ test_mask_brute_random(void **state)
         { 6, "[\"" }, { 6, "[\"c1" }, { 6, "[\"abx\",\"" },
         { 7, "{\"a\":\"x" }, { 7, "{\"a\":\"x@" },
         { 7, "{\"a\":\"x@y\",\"n\":\"" },
-        { 8, "{\"s\":\"" }, { 8, "{\"s\":\"abcd" },
+        { 8, "{\"s\":\"" }, { 8, "{\"s\":\"abcd" }, { 8, "{\"s\":\"ab" },
+        { 8, "{\"s\":\"\",\"t\":\"ab\",\"u\":[\"\xe2" },
         { 8, "{\"s\":\"\",\"t\":\"\xe2\x82" },
         { 8, "{\"s\":\"\",\"t\":\"abcdefghijklmnopqrstuvwxyz012" },
         { 8, "{\"s\":\"\",\"t\":\"ab\",\"u\":[\"" },
@@ -723,11 +724,25 @@ test_mask_brute_random(void **state)
     for (i = 0; i < sizeof(schemas) / sizeof(schemas[0]); i++) {
         gram_compile(&gr, schemas[i]);
 
-        /* where a token's quote opens a string: keys, values, items */
+        /*
+         * where a token's quote opens a string: keys, values, items; with
+         * no budget and with budgets of the distance to the end and a
+         * few bytes more
+         */
         for (j = 0; j < sizeof(starts) / sizeof(starts[0]); j++) {
-            if (starts[j].schema == i) {
+            if (starts[j].schema != i) {
+                continue;
+            }
+
+            vlm_matcher_reset(gr.m, &gr.g);
+            assert_true(vlm_matcher_feed(gr.m, starts[j].doc,
+                                         strlen(starts[j].doc)));
+            dist = (uint32_t) vlm_matcher_distance(gr.m);
+
+            for (c = -1; c < 4; c++) {
                 (void) mask_vs_fed(&gr, starts[j].doc, strlen(starts[j].doc),
-                                   0, bytes, lens, &mask);
+                                   c < 0 ? 0 : dist + (uint32_t) c, bytes,
+                                   lens, &mask);
             }
         }
 
@@ -739,7 +754,7 @@ test_mask_brute_random(void **state)
                 dist = (uint32_t) vlm_matcher_distance(gr.m);
                 c = (int) draw(8);
                 budget = c == 0 ? 0 : c == 1 ? 4096
-                                    : dist + 2 * (uint32_t) (c - 1);
+                                    : dist + (uint32_t) (c - 2);
 
                 want = mask_vs_fed(&gr, doc, n_doc, budget, bytes, lens,
                                    &mask);

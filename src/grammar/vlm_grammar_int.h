@@ -215,6 +215,15 @@ struct vlm_trie_s {
      * VLM_G_UPTO: the rooms strings mostly have, a copy of a mask each.
      */
     uint32_t   max_chars;   /* the most of a text token */
+
+    /*
+     * Near the end of the budget a character cut at a token's end counts:
+     * cut[k] lists the tokens of root_plain[k] that end within one, by the
+     * continuation bytes it still needs, those needing j from cut_at[k][j]
+     * on (j = 1 to 3, cut_at[k][4] the end).
+     */
+    int32_t   *cut[4];
+    uint32_t   cut_at[4][5];
     int32_t   *by_chars[4];
     uint32_t   chars_at[4][VLM_G_CHARS_MAX + 2];
     uint32_t  *upto[VLM_G_UPTO];

@@ -1429,21 +1429,26 @@ vlm_g_undo(vlm_matcher_t *m, size_t mark, const vlm_gheads_t *heads)
  * Plain text may follow: the top frame of every live stack is inside a
  * string without a format, between characters or within one (the same
  * count of continuation bytes to come, of any value), with the same room
- * for characters (*room, VLM_GRAMMAR_NONE without a maxLength), and the
- * document can end in the budget (more characters never make it longer,
- * but for the up to three bytes that finish a character cut at a
- * token's end).  Returns the trie's plain bit of that state, 0 if none.
+ * for characters (*room, VLM_GRAMMAR_NONE without a maxLength).  Within
+ * 3 bytes of the budget (*slack: the bytes left after the character the
+ * text is in, else VLM_GRAMMAR_NONE) the strings' minimum must be
+ * reached: more characters then never make the document longer, but for
+ * the up to three bytes that finish a character cut at a token's end.
+ * Returns the trie's plain bit of that state, 0 if none.
  */
 static uint8_t
-vlm_g_text_state(const vlm_matcher_t *m, uint32_t *room)
+vlm_g_text_state(const vlm_matcher_t *m, uint32_t *room, uint32_t *slack)
 {
+    int                  short_min;
     uint8_t              bit, b;
     uint32_t             s, d, r;
     const vlm_gframe_t  *f;
     const vlm_gnode_t   *n;
 
     bit = 0;
+    short_min = 0;
     *room = VLM_GRAMMAR_NONE;
+    *slack = VLM_GRAMMAR_NONE;
 
     for (s = 0; s < m->heads.n; s++) {
         d = m->heads.depths[s];
@@ -1481,26 +1486,64 @@ vlm_g_text_state(const vlm_matcher_t *m, uint32_t *room)
 
         bit = b;
         *room = r;
+        short_min |= f->count < n->a;
     }
 
-    if (m->budget != 0 && vlm_matcher_distance(m) + 3 >= m->budget) {
-        return 0;
+    if (m->budget != 0) {
+        d = vlm_matcher_distance(m);
+
+        if (d + 3 >= m->budget) {
+            if (short_min) {
+                return 0;
+            }
+
+            /* from the end of the character it is in */
+            d -= (uint32_t) __builtin_ctz(bit);
+            *slack = d >= m->budget ? 0 : m->budget - d;
+        }
     }
 
     return bit;
 }
 
 
-/* the same, without a maxLength only */
+/* the same, without a maxLength and away from the budget only */
 static uint8_t
 vlm_g_plain_ok(const vlm_matcher_t *m)
 {
     uint8_t   bit;
-    uint32_t  room;
+    uint32_t  room, slack;
 
-    bit = vlm_g_text_state(m, &room);
+    bit = vlm_g_text_state(m, &room, &slack);
 
-    return room == VLM_GRAMMAR_NONE ? bit : 0;
+    return (room == VLM_GRAMMAR_NONE && slack == VLM_GRAMMAR_NONE) ? bit : 0;
+}
+
+
+/*
+ * Within slack bytes of the budget (from the end of the character the
+ * text is in): the text tokens of the plain state k taken that end in a
+ * character that needs slack continuation bytes or more left out again.
+ */
+static void
+vlm_g_drop_cut(vlm_matcher_t *m, uint32_t k, uint32_t slack)
+{
+    int32_t            id;
+    uint32_t           i;
+    const vlm_trie_t  *t;
+
+    t = m->trie;
+
+    for (i = slack > 3 ? t->cut_at[k][4] : t->cut_at[k][slack];
+         i < t->cut_at[k][4]; i++)
+    {
+        id = t->cut[k][i];
+
+        if ((m->mask[id >> 5] >> (id & 31)) & 1) {
+            m->mask[id >> 5] &= ~(1u << (id & 31));
+            m->n_allowed--;
+        }
+    }
 }
 
 
@@ -1725,7 +1768,7 @@ vlm_g_walk_exits_room(vlm_matcher_t *m, uint32_t parent, uint32_t d,
 {
     int32_t            id;
     size_t             mark;
-    uint32_t           c, now, total;
+    uint32_t           c, now, total, all, dist;
     vlm_gheads_t       heads;
     vlm_gframe_t      *top;
     const vlm_trie_t  *t;
@@ -1753,8 +1796,16 @@ vlm_g_walk_exits_room(vlm_matcher_t *m, uint32_t parent, uint32_t d,
         }
 
         if (vlm_g_byte(m, t->x_byte[c])) {
+            dist = VLM_GRAMMAR_NONE;
+
             if (now == VLM_GRAMMAR_NONE) {
                 total = vlm_g_stack(m, 0)[d - 1].count;
+
+                if (m->budget != 0) {
+                    /* the distance without the minimum (the count is not) */
+                    dist = vlm_matcher_distance(m)
+                           - (total < n->a ? n->a - total : 0);
+                }
 
             } else {
                 total = now;
@@ -1769,9 +1820,13 @@ vlm_g_walk_exits_room(vlm_matcher_t *m, uint32_t parent, uint32_t d,
                  id >= 0 && total != VLM_GRAMMAR_NONE;
                  id = t->x_tok_next[id])
             {
-                if ((uint64_t) base + t->x_pre[id] + total <= n->b
-                    && (now == VLM_GRAMMAR_NONE
-                        || base + t->x_pre[id] + total >= n->a))
+                all = base + t->x_pre[id] + total;
+
+                if ((uint64_t) all <= n->b
+                    && (now == VLM_GRAMMAR_NONE || all >= n->a)
+                    && (dist == VLM_GRAMMAR_NONE
+                        || dist + (all < n->a ? n->a - all : 0)
+                           < m->budget))
                 {
                     m->mask[id >> 5] |= 1u << (id & 31);
                     m->n_allowed++;
@@ -2107,10 +2162,10 @@ size_t
 vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
     int n_end, const uint32_t **mask)
 {
-    int              i;
-    size_t           j, k;
+    int              i, taken;
+    size_t           j;
     uint8_t          plain;
-    uint32_t         room;
+    uint32_t         room, slack, k;
     const uint32_t  *words;
 
     memset(m->mask, 0, m->mask_words * sizeof(uint32_t));
@@ -2130,40 +2185,42 @@ vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
     m->log_n = 0;
     m->high = m->heads.n;
 
-    plain = vlm_g_text_state(m, &room);
+    plain = vlm_g_text_state(m, &room, &slack);
+    k = plain ? (uint32_t) __builtin_ctz(plain) : 0;
+    taken = 1;
 
-    if (plain && room != VLM_GRAMMAR_NONE) {
+    if (plain && slack != 0) {
         /*
-         * under a maxLength: the text tokens that fit, by their
-         * characters, and the paths that leave the text, a quote or a
-         * backslash on them, stepped from the root (their text counts)
+         * the text tokens at once (under a maxLength those that fit, by
+         * their characters; near the budget but those whose cut last
+         * character needs too many bytes), then the walk of the others
          */
-        if (vlm_g_take_room(m, (uint32_t) __builtin_ctz(plain), room)) {
-            vlm_g_exits_room(m, plain, room);
+        if (room == VLM_GRAMMAR_NONE) {
+            words = m->trie->root_plain[k];
+
+            for (j = 0; j < m->mask_words; j++) {
+                m->mask[j] |= words[j];
+            }
+
+            m->n_allowed += m->trie->root_plain_n[k];
 
         } else {
-            vlm_g_walk(m, 0, 0, 0);
+            taken = vlm_g_take_room(m, k, room);
         }
 
-        m->logging = 0;
-        *mask = m->mask;
-
-        return m->n_allowed;
-    }
-
-    if (plain) {
-        /* the text tokens at once, then the walk of the others */
-        k = (size_t) __builtin_ctz(plain);
-        words = m->trie->root_plain[k];
-
-        for (j = 0; j < m->mask_words; j++) {
-            m->mask[j] |= words[j];
+        if (taken && slack != VLM_GRAMMAR_NONE) {
+            vlm_g_drop_cut(m, k, slack);
         }
-
-        m->n_allowed += m->trie->root_plain_n[k];
     }
 
-    if (plain == 1) {
+    if (!taken) {
+        vlm_g_walk(m, 0, 0, 0);
+
+    } else if (plain && room != VLM_GRAMMAR_NONE) {
+        /* the paths that leave the text, whose text counts */
+        vlm_g_exits_room(m, plain, room);
+
+    } else if (plain == 1) {
         vlm_g_walk_exits(m, 0);
 
     } else if (plain != 0 || !vlm_g_inner_mask(m)) {

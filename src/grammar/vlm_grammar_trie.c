@@ -195,6 +195,66 @@ vlm_trie_plain(vlm_trie_t *t, uint32_t node, int valid, uint8_t need,
 }
 
 
+/* the tokens of root_plain[k] that end in a cut character (cut, cut_at) */
+static vlm_status_t
+vlm_trie_cut(vlm_trie_t *t, int vocab, const char *const *bytes,
+    const size_t *lens)
+{
+    int        id, pass;
+    size_t     j;
+    uint8_t    need, lo, hi;
+    uint32_t   k, n, at[5];
+
+    for (k = 0; k < 4; k++) {
+        memset(t->cut_at[k], 0, sizeof(t->cut_at[k]));
+
+        /* counted, then placed */
+        for (pass = 0; pass < 2; pass++) {
+            for (id = 0; id < vocab; id++) {
+                if (!((t->root_plain[k][id >> 5] >> (id & 31)) & 1)) {
+                    continue;
+                }
+
+                need = (uint8_t) k;
+                lo = 0x80;
+                hi = 0xbf;
+
+                for (j = 0; j < lens[id]; j++) {
+                    (void) vlm_trie_text_byte((uint8_t) bytes[id][j], &need,
+                                              &lo, &hi);
+                }
+
+                if (need == 0) {
+                    continue;
+                }
+
+                if (pass == 0) {
+                    t->cut_at[k][need + 1 > 4 ? 4 : need + 1]++;
+
+                } else {
+                    t->cut[k][at[need]++] = id;
+                }
+            }
+
+            if (pass == 0) {
+                for (n = 1; n < 4; n++) {
+                    t->cut_at[k][n + 1] += t->cut_at[k][n];
+                }
+
+                t->cut[k] = malloc((t->cut_at[k][4] + 1) * sizeof(int32_t));
+                if (t->cut[k] == NULL) {
+                    return VLM_ERR_NOMEM;
+                }
+
+                memcpy(at, t->cut_at[k], sizeof(at));
+            }
+        }
+    }
+
+    return VLM_OK;
+}
+
+
 /*
  * The text tokens of root_plain[k] by their characters (by_chars,
  * chars_at) and, of root_plain[0], the masks of those up to c characters
@@ -257,6 +317,11 @@ vlm_trie_chars(vlm_trie_t *t, int vocab, const char *const *bytes,
         /* at[c] went on to the end of c's: one back */
         memmove(at + 1, at, (VLM_G_CHARS_MAX + 1) * sizeof(uint32_t));
         at[0] = 0;
+    }
+
+    if (vlm_trie_cut(t, vocab, bytes, lens) != VLM_OK) {
+        free(chars);
+        return VLM_ERR_NOMEM;
     }
 
     for (c = 0; c < VLM_G_UPTO; c++) {
@@ -560,6 +625,7 @@ vlm_trie_free(vlm_trie_t *t)
 
     for (k = 0; k < 4; k++) {
         free(t->by_chars[k]);
+        free(t->cut[k]);
     }
 
     for (k = 0; k < VLM_G_UPTO; k++) {
