@@ -128,11 +128,11 @@ vlm_g_class_clear(vlm_gclass_t *c)
     free(c->child);
     free(c->next);
     free(c->cls);
-    free(c->tok);
     free(c->n_tok);
-    free(c->big);
-    free(c->tok_next);
-    free(c->pool);
+    free(c->tok_node);
+    free(c->at);
+    free(c->w_idx);
+    free(c->w_bits);
     memset(c, 0, sizeof(vlm_gclass_t));
 }
 
@@ -153,9 +153,7 @@ vlm_g_class_grow(vlm_gclass_t *c, size_t cap)
     vlm_g_class_realloc(child, sizeof(uint32_t));
     vlm_g_class_realloc(next, sizeof(uint32_t));
     vlm_g_class_realloc(cls, 1);
-    vlm_g_class_realloc(tok, sizeof(int32_t));
     vlm_g_class_realloc(n_tok, sizeof(uint32_t));
-    vlm_g_class_realloc(big, sizeof(uint32_t));
 
 #undef vlm_g_class_realloc
 
@@ -192,9 +190,7 @@ vlm_g_class_node(vlm_gclass_t *c, uint32_t parent, uint8_t k)
     ch = c->n_nodes++;
     c->cls[ch] = k;
     c->child[ch] = VLM_GRAMMAR_NONE;
-    c->tok[ch] = -1;
     c->n_tok[ch] = 0;
-    c->big[ch] = VLM_GRAMMAR_NONE;
     c->next[ch] = c->child[parent];
     c->child[parent] = ch;
 
@@ -228,8 +224,7 @@ vlm_g_class_build(vlm_gclass_build_t *bd, uint32_t tnode, uint32_t cnode)
         }
 
         for (id = t->token[ch]; id >= 0; id = t->tok_next[id]) {
-            c->tok_next[id] = c->tok[cc];
-            c->tok[cc] = id;
+            c->tok_node[id] = cc;
             c->n_tok[cc]++;
         }
 
@@ -244,13 +239,88 @@ vlm_g_class_build(vlm_gclass_build_t *bd, uint32_t tnode, uint32_t cnode)
 }
 
 
+/*
+ * The nodes' masks as their words that are not 0, from the tokens in
+ * order: each node's words come sorted, one pass to count, one to fill.
+ */
+static int
+vlm_g_class_words(vlm_gclass_t *c, int vocab)
+{
+    int        id, pass;
+    uint32_t   nd, w, i, *last, *pos;
+
+    last = malloc((size_t) c->n_nodes * sizeof(uint32_t));
+    pos = calloc((size_t) c->n_nodes + 1, sizeof(uint32_t));
+    c->at = calloc((size_t) c->n_nodes + 1, sizeof(uint32_t));
+
+    if (last == NULL || pos == NULL || c->at == NULL) {
+        free(last);
+        free(pos);
+        return -1;
+    }
+
+    for (pass = 0; pass < 2; pass++) {
+        memset(last, 0xff, (size_t) c->n_nodes * sizeof(uint32_t));
+
+        for (id = 0; id < vocab; id++) {
+            nd = c->tok_node[id];
+
+            if (nd == VLM_GRAMMAR_NONE) {
+                continue;
+            }
+
+            w = (uint32_t) id >> 5;
+
+            if (last[nd] != w) {
+                last[nd] = w;
+
+                if (pass == 0) {
+                    c->at[nd + 1]++;
+                    continue;
+                }
+
+                c->w_idx[pos[nd]] = w;
+                c->w_bits[pos[nd]] = 0;
+                pos[nd]++;
+
+            } else if (pass == 0) {
+                continue;
+            }
+
+            c->w_bits[pos[nd] - 1] |= 1u << (id & 31);
+        }
+
+        if (pass == 0) {
+            for (i = 0; i < c->n_nodes; i++) {
+                c->at[i + 1] += c->at[i];
+            }
+
+            memcpy(pos, c->at, (size_t) c->n_nodes * sizeof(uint32_t));
+            c->w_idx = malloc(((size_t) c->at[c->n_nodes] + 1)
+                              * sizeof(uint32_t));
+            c->w_bits = malloc(((size_t) c->at[c->n_nodes] + 1)
+                               * sizeof(uint32_t));
+
+            if (c->w_idx == NULL || c->w_bits == NULL) {
+                free(last);
+                free(pos);
+                return -1;
+            }
+        }
+    }
+
+    free(last);
+    free(pos);
+
+    return 0;
+}
+
+
 /* the trie of the partition map, into c (empty); -1: no memory */
 static int
-vlm_g_class_make(vlm_gclass_t *c, const vlm_trie_t *t, const uint8_t *map,
-    size_t words)
+vlm_g_class_make(vlm_gclass_t *c, const vlm_trie_t *t, const uint8_t *map)
 {
-    int32_t             id;
-    uint32_t            i, n_big, b;
+    uint32_t            b;
     vlm_gclass_build_t  bd;
 
     memcpy(c->map, map, 256);
@@ -259,18 +329,18 @@ vlm_g_class_make(vlm_gclass_t *c, const vlm_trie_t *t, const uint8_t *map,
         c->rep[map[b]] = (uint8_t) b;
     }
 
-    c->tok_next = malloc((size_t) t->vocab * sizeof(int32_t));
-    if (c->tok_next == NULL || vlm_g_class_grow(c, 1024) != 0) {
+    c->tok_node = malloc((size_t) t->vocab * sizeof(uint32_t));
+    if (c->tok_node == NULL || vlm_g_class_grow(c, 1024) != 0) {
         return -1;
     }
+
+    memset(c->tok_node, 0xff, (size_t) t->vocab * sizeof(uint32_t));
 
     c->n_nodes = 1;
     c->child[0] = VLM_GRAMMAR_NONE;
     c->next[0] = VLM_GRAMMAR_NONE;
     c->cls[0] = 0;
-    c->tok[0] = -1;
     c->n_tok[0] = 0;
-    c->big[0] = VLM_GRAMMAR_NONE;
 
     bd.t = t;
     bd.c = c;
@@ -279,34 +349,7 @@ vlm_g_class_make(vlm_gclass_t *c, const vlm_trie_t *t, const uint8_t *map,
         return -1;
     }
 
-    n_big = 0;
-
-    for (i = 0; i < c->n_nodes; i++) {
-        n_big += c->n_tok[i] >= VLM_G_CLASS_BIG;
-    }
-
-    c->pool = calloc((size_t) n_big * words + 1, sizeof(uint32_t));
-    if (c->pool == NULL) {
-        return -1;
-    }
-
-    n_big = 0;
-
-    for (i = 0; i < c->n_nodes; i++) {
-        if (c->n_tok[i] < VLM_G_CLASS_BIG) {
-            continue;
-        }
-
-        c->big[i] = n_big * (uint32_t) words;
-
-        for (id = c->tok[i]; id >= 0; id = c->tok_next[id]) {
-            c->pool[c->big[i] + (id >> 5)] |= 1u << (id & 31);
-        }
-
-        n_big++;
-    }
-
-    return 0;
+    return vlm_g_class_words(c, t->vocab);
 }
 
 
@@ -365,7 +408,7 @@ vlm_g_class(vlm_matcher_t *m, uint32_t node)
 
     vlm_g_class_clear(c);
 
-    if (vlm_g_class_make(c, m->trie, map, m->mask_words) != 0) {
+    if (vlm_g_class_make(c, m->trie, map) != 0) {
         vlm_g_class_clear(c);
         return NULL;
     }
@@ -382,14 +425,12 @@ vlm_g_class(vlm_matcher_t *m, uint32_t node)
  */
 static void
 vlm_g_class_walk(const vlm_gclass_t *c, const vlm_grammar_t *g,
-    const vlm_gnode_t *n, vlm_ginner_t *e, size_t words, uint32_t cnode,
-    uint32_t q, uint32_t count, uint32_t lim)
+    const vlm_gnode_t *n, vlm_ginner_t *e, uint32_t cnode, uint32_t q,
+    uint32_t count, uint32_t lim)
 {
-    int32_t          id;
-    size_t           j;
-    uint32_t         ch, to, max, now;
+    uint32_t         ch, to, max, now, j;
     uint8_t          b;
-    const uint32_t  *dist, *first, *ranges, *w;
+    const uint32_t  *dist, *first, *ranges;
 
     dist = g->idx + n->a;
     first = dist + n->b;
@@ -412,17 +453,8 @@ vlm_g_class_walk(const vlm_gclass_t *c, const vlm_grammar_t *g,
 
         if (c->n_tok[ch] != 0 && (lim == VLM_GRAMMAR_NONE || dist[to] < lim))
         {
-            if (c->big[ch] != VLM_GRAMMAR_NONE) {
-                w = c->pool + c->big[ch];
-
-                for (j = 0; j < words; j++) {
-                    e->words[j] |= w[j];
-                }
-
-            } else {
-                for (id = c->tok[ch]; id >= 0; id = c->tok_next[id]) {
-                    e->words[id >> 5] |= 1u << (id & 31);
-                }
+            for (j = c->at[ch]; j < c->at[ch + 1]; j++) {
+                e->words[c->w_idx[j]] |= c->w_bits[j];
             }
 
             e->n += c->n_tok[ch];
@@ -430,7 +462,7 @@ vlm_g_class_walk(const vlm_gclass_t *c, const vlm_grammar_t *g,
         }
 
         if (c->child[ch] != VLM_GRAMMAR_NONE) {
-            vlm_g_class_walk(c, g, n, e, words, ch, to, now, lim);
+            vlm_g_class_walk(c, g, n, e, ch, to, now, lim);
         }
     }
 }
@@ -441,7 +473,7 @@ vlm_g_class_mask(const vlm_matcher_t *m, const vlm_gclass_t *c,
     const vlm_gnode_t *n, vlm_ginner_t *e, uint32_t state, uint32_t count,
     uint32_t lim)
 {
-    vlm_g_class_walk(c, &m->g, n, e, m->mask_words, 0, state, count, lim);
+    vlm_g_class_walk(c, &m->g, n, e, 0, state, count, lim);
 }
 
 

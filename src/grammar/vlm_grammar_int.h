@@ -103,12 +103,12 @@ typedef struct {
  * made once for a partition of the bytes from the token trie's paths of
  * bytes some state takes.  A counted repetition ([a-z]{2,10}, a hostname's
  * labels) makes a state per count, each with its own mask: a walk of this
- * trie (some hundreds of nodes, its busiest ones kept as masks) makes
- * each, where the token trie's would step every token of the class.
+ * trie (some hundreds of nodes, each with the words of its tokens' mask
+ * that are not 0) makes each, where the token trie's would step every
+ * token of the class.
  */
 #define VLM_G_CLASSES       8       /* tries kept, for every matcher */
 #define VLM_G_CLASS_USERS   64      /* the nodes that use them */
-#define VLM_G_CLASS_BIG     256     /* tokens of a node kept as a mask */
 
 typedef struct {
     uint8_t    map[256];    /* the class of each byte, 0: no state's */
@@ -118,11 +118,13 @@ typedef struct {
     uint32_t  *child;       /* first child, VLM_GRAMMAR_NONE */
     uint32_t  *next;
     uint8_t   *cls;
-    int32_t   *tok;         /* the tokens of the node, chained by tok_next */
-    uint32_t  *n_tok;
-    uint32_t  *big;         /* its mask in pool, VLM_GRAMMAR_NONE */
-    int32_t   *tok_next;    /* [vocab] */
-    uint32_t  *pool;
+    uint32_t  *n_tok;       /* the tokens that end at the node */
+    uint32_t  *tok_node;    /* [vocab] the node a token ends at, or NONE */
+
+    /* the words of each node's mask that are not 0: from at[node] on */
+    uint32_t  *at;          /* [n_nodes + 1] */
+    uint32_t  *w_idx;
+    uint32_t  *w_bits;
 } vlm_gclass_t;
 
 
