@@ -130,6 +130,7 @@ vlm_g_class_clear(vlm_gclass_t *c)
     free(c->cls);
     free(c->n_tok);
     free(c->tok_node);
+    free(c->ids);
     free(c->at);
     free(c->w_idx);
     free(c->w_bits);
@@ -202,6 +203,7 @@ vlm_g_class_node(vlm_gclass_t *c, uint32_t parent, uint8_t k)
 static int
 vlm_g_class_build(vlm_gclass_build_t *bd, uint32_t tnode, uint32_t cnode)
 {
+    void              *p;
     int32_t            id;
     uint32_t           ch, cc;
     uint8_t            k;
@@ -224,6 +226,18 @@ vlm_g_class_build(vlm_gclass_build_t *bd, uint32_t tnode, uint32_t cnode)
         }
 
         for (id = t->token[ch]; id >= 0; id = t->tok_next[id]) {
+            if (c->n_ids == c->cap_ids) {
+                p = realloc(c->ids, 2 * (size_t) c->cap_ids
+                                    * sizeof(uint32_t));
+                if (p == NULL) {
+                    return -1;
+                }
+
+                c->ids = p;
+                c->cap_ids *= 2;
+            }
+
+            c->ids[c->n_ids++] = (uint32_t) id;
             c->tok_node[id] = cc;
             c->n_tok[cc]++;
         }
@@ -241,53 +255,56 @@ vlm_g_class_build(vlm_gclass_build_t *bd, uint32_t tnode, uint32_t cnode)
 
 /*
  * The nodes' masks as their words that are not 0, from the tokens in
- * order: each node's words come sorted, one pass to count, one to fill.
+ * order (a mask of those in the trie, its words that are not 0): each
+ * node's words come sorted, one pass to count, one to fill.
  */
 static int
 vlm_g_class_words(vlm_gclass_t *c, int vocab)
 {
-    int        id, pass;
-    uint32_t   nd, w, i, *last, *pos;
+    int        pass;
+    size_t     words;
+    uint32_t   nd, w, i, id, bits, *last, *pos, *in;
 
+    words = ((size_t) vocab + 31) / 32;
     last = malloc((size_t) c->n_nodes * sizeof(uint32_t));
     pos = calloc((size_t) c->n_nodes + 1, sizeof(uint32_t));
+    in = calloc(words, sizeof(uint32_t));
     c->at = calloc((size_t) c->n_nodes + 1, sizeof(uint32_t));
 
-    if (last == NULL || pos == NULL || c->at == NULL) {
-        free(last);
-        free(pos);
-        return -1;
+    if (last == NULL || pos == NULL || in == NULL || c->at == NULL) {
+        goto failed;
+    }
+
+    for (i = 0; i < c->n_ids; i++) {
+        in[c->ids[i] >> 5] |= 1u << (c->ids[i] & 31);
     }
 
     for (pass = 0; pass < 2; pass++) {
         memset(last, 0xff, (size_t) c->n_nodes * sizeof(uint32_t));
 
-        for (id = 0; id < vocab; id++) {
-            nd = c->tok_node[id];
+        for (w = 0; w < words; w++) {
+            for (bits = in[w]; bits != 0; bits &= bits - 1) {
+                id = (w << 5) + (uint32_t) __builtin_ctz(bits);
+                nd = c->tok_node[id];
 
-            if (nd == VLM_GRAMMAR_NONE) {
-                continue;
-            }
+                if (last[nd] != w) {
+                    last[nd] = w;
 
-            w = (uint32_t) id >> 5;
+                    if (pass == 0) {
+                        c->at[nd + 1]++;
+                        continue;
+                    }
 
-            if (last[nd] != w) {
-                last[nd] = w;
+                    c->w_idx[pos[nd]] = w;
+                    c->w_bits[pos[nd]] = 0;
+                    pos[nd]++;
 
-                if (pass == 0) {
-                    c->at[nd + 1]++;
+                } else if (pass == 0) {
                     continue;
                 }
 
-                c->w_idx[pos[nd]] = w;
-                c->w_bits[pos[nd]] = 0;
-                pos[nd]++;
-
-            } else if (pass == 0) {
-                continue;
+                c->w_bits[pos[nd] - 1] |= 1u << (id & 31);
             }
-
-            c->w_bits[pos[nd] - 1] |= 1u << (id & 31);
         }
 
         if (pass == 0) {
@@ -302,17 +319,24 @@ vlm_g_class_words(vlm_gclass_t *c, int vocab)
                                * sizeof(uint32_t));
 
             if (c->w_idx == NULL || c->w_bits == NULL) {
-                free(last);
-                free(pos);
-                return -1;
+                goto failed;
             }
         }
     }
 
     free(last);
     free(pos);
+    free(in);
 
     return 0;
+
+failed:
+
+    free(last);
+    free(pos);
+    free(in);
+
+    return -1;
 }
 
 
@@ -327,14 +351,18 @@ vlm_g_class_make(vlm_gclass_t *c, const vlm_trie_t *t, const uint8_t *map)
 
     for (b = 256; b-- > 0; /* void */) {
         c->rep[map[b]] = (uint8_t) b;
+        c->n_classes = vlm_max(c->n_classes, map[b]);
     }
 
     c->tok_node = malloc((size_t) t->vocab * sizeof(uint32_t));
-    if (c->tok_node == NULL || vlm_g_class_grow(c, 1024) != 0) {
+    c->cap_ids = 1024;
+    c->ids = malloc(c->cap_ids * sizeof(uint32_t));
+
+    if (c->tok_node == NULL || c->ids == NULL
+        || vlm_g_class_grow(c, 1024) != 0)
+    {
         return -1;
     }
-
-    memset(c->tok_node, 0xff, (size_t) t->vocab * sizeof(uint32_t));
 
     c->n_nodes = 1;
     c->child[0] = VLM_GRAMMAR_NONE;
@@ -353,10 +381,48 @@ vlm_g_class_make(vlm_gclass_t *c, const vlm_trie_t *t, const uint8_t *map)
 }
 
 
-const vlm_gclass_t *
+/*
+ * The DFA of node n by class, for the walks: trans[q * (classes + 1) + k],
+ * where that is small, else none (the walks look up the ranges).
+ */
+static void
+vlm_g_class_trans(const vlm_grammar_t *g, const vlm_gnode_t *n,
+    const vlm_gclass_t *c, vlm_gclass_user_t *u)
+{
+    uint32_t         q, k, w;
+    const uint32_t  *first, *ranges;
+
+    free(u->trans);
+    u->trans = NULL;
+    w = c->n_classes + 1;
+
+    if ((uint64_t) n->b * w > VLM_G_CLASS_TRANS) {
+        return;
+    }
+
+    u->trans = malloc((size_t) n->b * w * sizeof(uint32_t));
+    if (u->trans == NULL) {
+        return;
+    }
+
+    first = g->idx + n->a + n->b;
+    ranges = first + n->b + 1;
+
+    for (q = 0; q < n->b; q++) {
+        for (k = 0; k < w; k++) {
+            u->trans[q * w + k] = k == 0
+                                  ? VLM_GRAMMAR_NONE
+                                  : vlm_g_dfa_next(first, ranges, q,
+                                                   c->rep[k]);
+        }
+    }
+}
+
+
+const vlm_gclass_user_t *
 vlm_g_class(vlm_matcher_t *m, uint32_t node)
 {
-    uint32_t            i;
+    uint32_t            i, j;
     uint8_t             map[256];
     vlm_gclass_t       *c;
     vlm_gclasses_t     *cl;
@@ -368,11 +434,7 @@ vlm_g_class(vlm_matcher_t *m, uint32_t node)
         u = &cl->users[i];
 
         if (u->prog == m->prog && u->node == node) {
-            if (u->at == VLM_GRAMMAR_NONE) {
-                return NULL;
-            }
-
-            return &cl->c[u->at];
+            return u->at == VLM_GRAMMAR_NONE ? NULL : u;
         }
     }
 
@@ -388,34 +450,35 @@ vlm_g_class(vlm_matcher_t *m, uint32_t node)
 
     for (i = 0; i < VLM_G_CLASSES; i++) {
         if (cl->c[i].n_nodes != 0 && memcmp(cl->c[i].map, map, 256) == 0) {
-            u->at = i;
-            return &cl->c[i];
+            break;
         }
     }
 
-    /* a trie of another partition leaves: its users with it */
-    i = cl->next;
-    cl->next = (cl->next + 1) % VLM_G_CLASSES;
-    c = &cl->c[i];
+    if (i == VLM_G_CLASSES) {
+        /* a trie of another partition leaves: its users with it */
+        i = cl->next;
+        cl->next = (cl->next + 1) % VLM_G_CLASSES;
+        c = &cl->c[i];
 
-    if (c->n_nodes != 0) {
-        for (node = 0; node < VLM_G_CLASS_USERS; node++) {
-            if (cl->users[node].at == i && &cl->users[node] != u) {
-                cl->users[node].prog = 0;
+        for (j = 0; c->n_nodes != 0 && j < VLM_G_CLASS_USERS; j++) {
+            if (cl->users[j].at == i && &cl->users[j] != u) {
+                cl->users[j].prog = 0;
+                cl->users[j].at = VLM_GRAMMAR_NONE;
             }
         }
-    }
 
-    vlm_g_class_clear(c);
-
-    if (vlm_g_class_make(c, m->trie, map) != 0) {
         vlm_g_class_clear(c);
-        return NULL;
+
+        if (vlm_g_class_make(c, m->trie, map) != 0) {
+            vlm_g_class_clear(c);
+            return NULL;
+        }
     }
 
     u->at = i;
+    vlm_g_class_trans(&m->g, &m->g.nodes[node], &cl->c[i], u);
 
-    return c;
+    return u;
 }
 
 
@@ -424,9 +487,9 @@ vlm_g_class(vlm_matcher_t *m, uint32_t node)
  * characters: each class is a byte of it (all its bytes go alike).
  */
 static void
-vlm_g_class_walk(const vlm_gclass_t *c, const vlm_grammar_t *g,
-    const vlm_gnode_t *n, vlm_ginner_t *e, uint32_t cnode, uint32_t q,
-    uint32_t count, uint32_t lim)
+vlm_g_class_walk(const vlm_gclass_t *c, const uint32_t *trans,
+    const vlm_grammar_t *g, const vlm_gnode_t *n, vlm_ginner_t *e,
+    uint32_t cnode, uint32_t q, uint32_t count, uint32_t lim)
 {
     uint32_t         ch, to, max, now, j;
     uint8_t          b;
@@ -439,7 +502,8 @@ vlm_g_class_walk(const vlm_gclass_t *c, const vlm_grammar_t *g,
 
     for (ch = c->child[cnode]; ch != VLM_GRAMMAR_NONE; ch = c->next[ch]) {
         b = c->rep[c->cls[ch]];
-        to = vlm_g_dfa_next(first, ranges, q, b);
+        to = trans != NULL ? trans[q * (c->n_classes + 1) + c->cls[ch]]
+                           : vlm_g_dfa_next(first, ranges, q, b);
 
         if (to == VLM_GRAMMAR_NONE) {
             continue;
@@ -462,18 +526,19 @@ vlm_g_class_walk(const vlm_gclass_t *c, const vlm_grammar_t *g,
         }
 
         if (c->child[ch] != VLM_GRAMMAR_NONE) {
-            vlm_g_class_walk(c, g, n, e, ch, to, now, lim);
+            vlm_g_class_walk(c, trans, g, n, e, ch, to, now, lim);
         }
     }
 }
 
 
 void
-vlm_g_class_mask(const vlm_matcher_t *m, const vlm_gclass_t *c,
+vlm_g_class_mask(const vlm_matcher_t *m, const vlm_gclass_user_t *u,
     const vlm_gnode_t *n, vlm_ginner_t *e, uint32_t state, uint32_t count,
     uint32_t lim)
 {
-    vlm_g_class_walk(c, &m->g, n, e, 0, state, count, lim);
+    vlm_g_class_walk(&m->trie->classes->c[u->at], u->trans, &m->g, n, e, 0,
+                     state, count, lim);
 }
 
 
@@ -488,6 +553,10 @@ vlm_g_classes_free(vlm_gclasses_t *cl)
 
     for (i = 0; i < VLM_G_CLASSES; i++) {
         vlm_g_class_clear(&cl->c[i]);
+    }
+
+    for (i = 0; i < VLM_G_CLASS_USERS; i++) {
+        free(cl->users[i].trans);
     }
 
     free(cl);

@@ -109,6 +109,7 @@ typedef struct {
  */
 #define VLM_G_CLASSES       8       /* tries kept, for every matcher */
 #define VLM_G_CLASS_USERS   64      /* the nodes that use them */
+#define VLM_G_CLASS_TRANS   65536   /* a DFA by class, entries at most */
 
 typedef struct {
     uint8_t    map[256];    /* the class of each byte, 0: no state's */
@@ -119,7 +120,11 @@ typedef struct {
     uint32_t  *next;
     uint8_t   *cls;
     uint32_t  *n_tok;       /* the tokens that end at the node */
-    uint32_t  *tok_node;    /* [vocab] the node a token ends at, or NONE */
+    uint32_t  *tok_node;    /* [vocab] the node a token ends at (of ids) */
+    uint32_t  *ids;         /* the tokens in the trie */
+    uint32_t   n_ids;
+    uint32_t   cap_ids;
+    uint32_t   n_classes;
 
     /* the words of each node's mask that are not 0: from at[node] on */
     uint32_t  *at;          /* [n_nodes + 1] */
@@ -129,9 +134,10 @@ typedef struct {
 
 
 typedef struct {
-    uint64_t  prog;
-    uint32_t  node;
-    uint32_t  at;           /* the class trie, VLM_GRAMMAR_NONE: none */
+    uint64_t   prog;
+    uint32_t   node;
+    uint32_t   at;          /* the class trie, VLM_GRAMMAR_NONE: none */
+    uint32_t  *trans;       /* [states * (classes + 1)] the DFA by class */
 } vlm_gclass_user_t;
 
 
@@ -306,8 +312,8 @@ void vlm_g_compact(vlm_matcher_t *m, int logged);
  * words cleared), within the most characters after count, and, but for
  * lim VLM_GRAMMAR_NONE, to states fewer than lim bytes from a match.
  */
-const vlm_gclass_t *vlm_g_class(vlm_matcher_t *m, uint32_t node);
-void vlm_g_class_mask(const vlm_matcher_t *m, const vlm_gclass_t *c,
+const vlm_gclass_user_t *vlm_g_class(vlm_matcher_t *m, uint32_t node);
+void vlm_g_class_mask(const vlm_matcher_t *m, const vlm_gclass_user_t *u,
     const vlm_gnode_t *n, vlm_ginner_t *e, uint32_t state, uint32_t count,
     uint32_t lim);
 void vlm_g_classes_free(vlm_gclasses_t *cl);

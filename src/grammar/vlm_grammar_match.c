@@ -2013,7 +2013,7 @@ vlm_g_inner_mask(vlm_matcher_t *m)
     const uint32_t      *dist, *first, *ranges;
     const vlm_gframe_t  *f;
     const vlm_gnode_t   *n;
-    const vlm_gclass_t  *cls;
+    const vlm_gclass_user_t  *cls;
 
     d = m->heads.depths[0];
 
