@@ -616,7 +616,9 @@ test_mask_brute_random(void **state)
         "abc-def-ghi-jkl-mno-pqr-stu-vwx",
         "a\xc3\xa9\xc3\xa9" "bcdefghijklmnopqrstuvwx\xe2\x82",
         "abcdefghijklmnopqrstuvw\\n\"", "zz\",\"",
-        "\x82\xac" "abcdefghijklmnopqrstuvwxyz", "abcdefghijk.lmnopq"
+        "\x82\xac" "abcdefghijklmnopqrstuvwxyz", "abcdefghijk.lmnopq",
+        /* an escape, then the string closed and the next one opened */
+        "n\",\"b\":\"abcdefghij", "t\"}"
     };
 
     static const char  *schemas[] = {
@@ -659,6 +661,9 @@ test_mask_brute_random(void **state)
         "(\\\\.[a-z]{2,10})?$\"},{\"type\":\"integer\"}]}}",
         "{\"type\":\"array\",\"items\":{\"type\":\"string\","
         "\"pattern\":\"^[a-z\\u00e9 -]{2,40}$\",\"maxLength\":28}}",
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
+        "\"string\",\"maxLength\":4},\"b\":{\"type\":\"string\"}},"
+        "\"required\":[\"a\",\"b\"]}",
     };
 
     static const struct {
@@ -678,6 +683,10 @@ test_mask_brute_random(void **state)
         { 8, "{\"s\":\"\",\"t\":\"abcdefghijklmnopqrstuvwxyz012" },
         { 8, "{\"s\":\"\",\"t\":\"ab\",\"u\":[\"" },
         { 9, "[\"" }, { 9, "[\"a-" }, { 9, "[\"abc.d" },
+        /* after a backslash: the escaped byte, then text */
+        { 0, "{\"a\":\"x\\" }, { 0, "{\"a\\" }, { 8, "{\"s\":\"ab\\" },
+        { 8, "{\"s\":\"\",\"t\":\"\\" }, { 3, "[\"ab\\" },
+        { 11, "{\"a\":\"x\\" },
         { 10, "[\"" }, { 10, "[\"ab \xc3\xa9" },
         { 10, "[\"abcdefghijklmnopqrstuvwxy" },
     };

@@ -223,6 +223,7 @@ struct vlm_trie_s {
      * VLM_G_UPTO: the rooms strings mostly have, a copy of a mask each.
      */
     uint32_t   max_chars;   /* the most of a text token */
+    uint8_t   *chars;       /* [vocab] each token's, at most CHARS_MAX */
 
     /*
      * Near the end of the budget a character cut at a token's end counts:
@@ -270,6 +271,8 @@ struct vlm_matcher_s {
     vlm_gframe_t      *log;         /* [log_cap] its previous value */
 
     uint32_t           budget;
+    uint32_t           room;        /* the characters a walk's text may
+                                       take from the root (vlm_g_walk) */
     size_t             n_allowed;
     vlm_ginner_t       tight;       /* a pattern's mask under the budget */
     uint32_t          *mask;        /* [(vocab + 31) / 32] */

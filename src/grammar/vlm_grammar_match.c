@@ -1331,6 +1331,7 @@ vlm_matcher_create(vlm_matcher_t **out, const vlm_trie_t *trie,
     m->plan_first = malloc((VLM_GRAMMAR_PLAN_MAX + 1) * sizeof(int32_t));
     m->all = malloc(3 * VLM_G_STACKS * VLM_GRAMMAR_MAX_DEPTH
                     * sizeof(vlm_gframe_t));
+    m->room = VLM_GRAMMAR_NONE;
     m->tight.words = malloc(m->mask_words * sizeof(uint32_t));
 
     if (m->log_at == NULL || m->log == NULL || m->mask == NULL
@@ -1680,9 +1681,10 @@ vlm_g_walk(vlm_matcher_t *m, uint32_t parent, uint8_t plain, uint8_t in)
         }
 
         if (in && ((t->sub[c] >> k) & 1)) {
-            if (!covered) {
-                for (i = t->lo[c]; i < t->hi[c]; i++) {
-                    id = t->order[i];
+            for (i = t->lo[c]; !covered && i < t->hi[c]; i++) {
+                id = t->order[i];
+
+                if (m->room == VLM_GRAMMAR_NONE || t->chars[id] <= m->room) {
                     m->mask[id >> 5] |= 1u << (id & 31);
                     m->n_allowed++;
                 }
@@ -1703,8 +1705,11 @@ vlm_g_walk(vlm_matcher_t *m, uint32_t parent, uint8_t plain, uint8_t in)
                 if (in) {
                     next = vlm_g_text_next(in, t->byte[c]);
 
+                } else if (t->byte[c] == '"' && m->room == VLM_GRAMMAR_NONE) {
+                    next = vlm_g_plain_ok(m);
+
                 } else {
-                    next = t->byte[c] == '"' ? vlm_g_plain_ok(m) : 0;
+                    next = 0;
                 }
 
                 vlm_g_walk(m, c, plain, next);
@@ -1713,6 +1718,88 @@ vlm_g_walk(vlm_matcher_t *m, uint32_t parent, uint8_t plain, uint8_t in)
 
         vlm_g_undo(m, mark, &heads);
     }
+}
+
+
+/*
+ * After a backslash in a string (the top frame of every live stack, the
+ * same room for characters), away from the budget: the escaped byte,
+ * then text, whose subtrees the walk takes whole (vlm_g_walk) but for
+ * their tokens past the room, by their characters (the escaped byte's
+ * one of them: the backslash counted).  So an escape costs a walk of the
+ * trie's top, not of every token that starts with 'n' or 't'.  0 if not
+ * in such a state.
+ */
+static int
+vlm_g_walk_escape(vlm_matcher_t *m)
+{
+    size_t               mark;
+    uint32_t             s, d, r, room, c;
+    vlm_gheads_t         heads;
+    const vlm_trie_t    *t;
+    const vlm_gframe_t  *f;
+    const vlm_gnode_t   *n;
+
+    room = VLM_GRAMMAR_NONE;
+
+    for (s = 0; s < m->heads.n; s++) {
+        d = m->heads.depths[s];
+
+        if (d == VLM_G_DEAD) {
+            continue;
+        }
+
+        if (d == 0) {
+            return 0;
+        }
+
+        f = &vlm_g_stack(m, s)[d - 1];
+        n = &m->g.nodes[f->node];
+
+        if (n->kind != VLM_GNODE_STRING || n->c != VLM_GRAMMAR_NONE
+            || f->st != 2)
+        {
+            return 0;
+        }
+
+        r = n->b == VLM_GRAMMAR_NONE ? n->b : n->b - f->count;
+
+        if ((s > 0 && r != room) || (r != VLM_GRAMMAR_NONE
+                                     && r + 1 >= VLM_G_CHARS_MAX))
+        {
+            return 0;
+        }
+
+        room = r;
+    }
+
+    if (m->budget != 0 && vlm_matcher_distance(m) + 3 >= m->budget) {
+        return 0;
+    }
+
+    t = m->trie;
+    m->room = room == VLM_GRAMMAR_NONE ? room : room + 1;
+
+    for (c = t->child[0]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
+        mark = m->log_n;
+        heads = m->heads;
+
+        if (vlm_g_byte(m, t->byte[c])) {
+            if (t->token[c] >= 0) {
+                vlm_g_take(m, t->token[c], t->tok_next);
+            }
+
+            if (t->child[c] != VLM_GRAMMAR_NONE) {
+                vlm_g_walk(m, c, 0, 1);
+            }
+        }
+
+        vlm_g_undo(m, mark, &heads);
+    }
+
+    m->room = VLM_GRAMMAR_NONE;
+
+    return 1;
 }
 
 
@@ -2223,7 +2310,9 @@ vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
     } else if (plain == 1) {
         vlm_g_walk_exits(m, 0);
 
-    } else if (plain != 0 || !vlm_g_inner_mask(m)) {
+    } else if (plain != 0
+               || (!vlm_g_inner_mask(m) && !vlm_g_walk_escape(m)))
+    {
         vlm_g_walk(m, 0, plain, plain);
     }
 

@@ -274,6 +274,8 @@ vlm_trie_chars(vlm_trie_t *t, int vocab, const char *const *bytes,
         return VLM_ERR_NOMEM;
     }
 
+    t->chars = chars;
+
     words = ((size_t) vocab + 31) / 32;
 
     for (id = 0; id < vocab; id++) {
@@ -304,7 +306,6 @@ vlm_trie_chars(vlm_trie_t *t, int vocab, const char *const *bytes,
         t->by_chars[k] = malloc((at[VLM_G_CHARS_MAX + 1] + 1)
                                 * sizeof(int32_t));
         if (t->by_chars[k] == NULL) {
-            free(chars);
             return VLM_ERR_NOMEM;
         }
 
@@ -320,14 +321,12 @@ vlm_trie_chars(vlm_trie_t *t, int vocab, const char *const *bytes,
     }
 
     if (vlm_trie_cut(t, vocab, bytes, lens) != VLM_OK) {
-        free(chars);
         return VLM_ERR_NOMEM;
     }
 
     for (c = 0; c < VLM_G_UPTO; c++) {
         t->upto[c] = malloc(words * sizeof(uint32_t));
         if (t->upto[c] == NULL) {
-            free(chars);
             return VLM_ERR_NOMEM;
         }
 
@@ -349,8 +348,6 @@ vlm_trie_chars(vlm_trie_t *t, int vocab, const char *const *bytes,
             t->upto_n[c]++;
         }
     }
-
-    free(chars);
 
     return VLM_OK;
 }
@@ -615,6 +612,7 @@ vlm_trie_free(vlm_trie_t *t)
     free(t->x_byte);
     free(t->x_tok_next);
     free(t->x_pre);
+    free(t->chars);
     free(t->lo);
     free(t->hi);
     free(t->order);
