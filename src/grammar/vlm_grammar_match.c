@@ -1427,6 +1427,34 @@ vlm_g_undo(vlm_matcher_t *m, size_t mark, const vlm_gheads_t *heads)
 
 
 /*
+ * The top frame of live stack s inside a string without a format: 1 and
+ * *f, *n; 0 for a dead stack; -1 for any other top.
+ */
+static int
+vlm_g_top_string(const vlm_matcher_t *m, uint32_t s, const vlm_gframe_t **f,
+    const vlm_gnode_t **n)
+{
+    uint32_t  d;
+
+    d = m->heads.depths[s];
+
+    if (d == VLM_G_DEAD) {
+        return 0;
+    }
+
+    if (d == 0) {
+        return -1;
+    }
+
+    *f = &vlm_g_stack(m, s)[d - 1];
+    *n = &m->g.nodes[(*f)->node];
+
+    return ((*n)->kind == VLM_GNODE_STRING && (*n)->c == VLM_GRAMMAR_NONE)
+           ? 1 : -1;
+}
+
+
+/*
  * Plain text may follow: the top frame of every live stack is inside a
  * string without a format, between characters or within one (the same
  * count of continuation bytes to come, of any value), with the same room
@@ -1440,7 +1468,7 @@ vlm_g_undo(vlm_matcher_t *m, size_t mark, const vlm_gheads_t *heads)
 static uint8_t
 vlm_g_text_state(const vlm_matcher_t *m, uint32_t *room, uint32_t *slack)
 {
-    int                  short_min;
+    int                  short_min, top;
     uint8_t              bit, b;
     uint32_t             s, d, r;
     const vlm_gframe_t  *f;
@@ -1452,21 +1480,14 @@ vlm_g_text_state(const vlm_matcher_t *m, uint32_t *room, uint32_t *slack)
     *slack = VLM_GRAMMAR_NONE;
 
     for (s = 0; s < m->heads.n; s++) {
-        d = m->heads.depths[s];
+        top = vlm_g_top_string(m, s, &f, &n);
 
-        if (d == VLM_G_DEAD) {
+        if (top <= 0) {
+            if (top < 0) {
+                return 0;
+            }
+
             continue;
-        }
-
-        if (d == 0) {
-            return 0;
-        }
-
-        f = &vlm_g_stack(m, s)[d - 1];
-        n = &m->g.nodes[f->node];
-
-        if (n->kind != VLM_GNODE_STRING || n->c != VLM_GRAMMAR_NONE) {
-            return 0;
         }
 
         if (f->st == 1) {
@@ -1733,8 +1754,9 @@ vlm_g_walk(vlm_matcher_t *m, uint32_t parent, uint8_t plain, uint8_t in)
 static int
 vlm_g_walk_escape(vlm_matcher_t *m)
 {
+    int                  top;
     size_t               mark;
-    uint32_t             s, d, r, room, c;
+    uint32_t             s, r, room, c;
     vlm_gheads_t         heads;
     const vlm_trie_t    *t;
     const vlm_gframe_t  *f;
@@ -1743,22 +1765,17 @@ vlm_g_walk_escape(vlm_matcher_t *m)
     room = VLM_GRAMMAR_NONE;
 
     for (s = 0; s < m->heads.n; s++) {
-        d = m->heads.depths[s];
+        top = vlm_g_top_string(m, s, &f, &n);
 
-        if (d == VLM_G_DEAD) {
+        if (top <= 0) {
+            if (top < 0) {
+                return 0;
+            }
+
             continue;
         }
 
-        if (d == 0) {
-            return 0;
-        }
-
-        f = &vlm_g_stack(m, s)[d - 1];
-        n = &m->g.nodes[f->node];
-
-        if (n->kind != VLM_GNODE_STRING || n->c != VLM_GRAMMAR_NONE
-            || f->st != 2)
-        {
+        if (f->st != 2) {
             return 0;
         }
 
