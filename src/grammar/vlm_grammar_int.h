@@ -67,6 +67,8 @@ typedef struct {
     uint32_t   node;
     uint32_t   state;
     uint32_t   count;       /* the characters so far, under a most */
+    uint32_t   lim;         /* near the budget: the tokens to states
+                               fewer bytes from a match only, else NONE */
     uint32_t   max_dist;
     size_t     n;
     uint32_t  *words;
@@ -274,7 +276,6 @@ struct vlm_matcher_s {
     uint32_t           room;        /* the characters a walk's text may
                                        take from the root (vlm_g_walk) */
     size_t             n_allowed;
-    vlm_ginner_t       tight;       /* a pattern's mask under the budget */
     uint32_t          *mask;        /* [(vocab + 31) / 32] */
     size_t             mask_words;
 

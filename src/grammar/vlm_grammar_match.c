@@ -1332,10 +1332,8 @@ vlm_matcher_create(vlm_matcher_t **out, const vlm_trie_t *trie,
     m->all = malloc(3 * VLM_G_STACKS * VLM_GRAMMAR_MAX_DEPTH
                     * sizeof(vlm_gframe_t));
     m->room = VLM_GRAMMAR_NONE;
-    m->tight.words = malloc(m->mask_words * sizeof(uint32_t));
 
     if (m->log_at == NULL || m->log == NULL || m->mask == NULL
-        || m->tight.words == NULL
         || m->plan_bytes == NULL || m->plan_tokens == NULL
         || m->plan_first == NULL || m->all == NULL)
     {
@@ -1367,7 +1365,6 @@ vlm_matcher_free(vlm_matcher_t *m)
     free(m->plan_tokens);
     free(m->plan_first);
     free(m->all);
-    free(m->tight.words);
     free(m);
 }
 
@@ -2104,6 +2101,88 @@ vlm_g_walk_quoted(vlm_matcher_t *m, uint32_t parent, int past, uint8_t marks)
 }
 
 
+/*
+ * The kept mask of a pattern's state f (of node n) after count characters
+ * (under a maxLength), of the tokens to states fewer than lim bytes from a
+ * match (VLM_GRAMMAR_NONE: all), made if need be; NULL when none can be.
+ */
+static vlm_ginner_t *
+vlm_g_inner_entry(vlm_matcher_t *m, const vlm_gframe_t *f,
+    const vlm_gnode_t *n, uint32_t count, uint32_t lim)
+{
+    int                       raw;
+    uint32_t                  i;
+    vlm_ginner_t             *e;
+    vlm_ginners_t            *in;
+    const uint32_t           *dist, *first, *ranges;
+    const vlm_gclass_user_t  *cls;
+
+    raw = (n->flags & VLM_GNODE_RAW) != 0;
+    dist = m->g.idx + n->a;
+    first = dist + n->b;
+    ranges = first + n->b + 1;
+    in = m->trie->inner;
+
+    for (i = 0; i < VLM_G_INNER; i++) {
+        e = &in->e[i];
+
+        if (e->prog == m->prog && e->node == f->node && e->state == f->pos
+            && e->count == count && e->lim == lim)
+        {
+            return e->n_exits == VLM_GRAMMAR_NONE ? NULL : e;
+        }
+    }
+
+    cls = raw ? NULL : vlm_g_class(m, f->node);
+
+    if (cls == NULL && lim != VLM_GRAMMAR_NONE) {
+        return NULL;
+    }
+
+    e = &in->e[in->next];
+
+    if (e->words == NULL) {
+        e->words = malloc(m->mask_words * sizeof(uint32_t));
+        if (e->words == NULL) {
+            return NULL;
+        }
+    }
+
+    if (raw && e->exits == NULL) {
+        e->exits = malloc(2 * VLM_G_EXITS * sizeof(uint32_t));
+        if (e->exits == NULL) {
+            return NULL;
+        }
+    }
+
+    in->next = (in->next + 1) % VLM_G_INNER;
+
+    memset(e->words, 0, m->mask_words * sizeof(uint32_t));
+    e->prog = m->prog;
+    e->node = f->node;
+    e->state = f->pos;
+    e->count = count;
+    e->lim = lim;
+    e->max_dist = 0;
+    e->n = 0;
+    e->n_exits = 0;
+
+    if (cls != NULL) {
+        vlm_g_class_mask(m, cls, n, e, f->pos, count, lim);
+
+    } else if (ranges[n->c] != VLM_GRAMMAR_NONE
+               || vlm_g_inner_walk(m, e, 0, f->pos, raw, dist, first, ranges)
+                  < 0)
+    {
+        /* too many paths to a match: this state keeps no mask */
+        e->n_exits = VLM_GRAMMAR_NONE;
+        return NULL;
+    }
+
+    return e;
+}
+
+
 static int
 vlm_g_inner_mask(vlm_matcher_t *m)
 {
@@ -2113,11 +2192,9 @@ vlm_g_inner_mask(vlm_matcher_t *m)
     vlm_gheads_t         heads;
     vlm_gframe_t        *top;
     vlm_ginner_t        *e;
-    vlm_ginners_t       *in;
     const uint32_t      *dist, *first, *ranges;
     const vlm_gframe_t  *f;
     const vlm_gnode_t   *n;
-    const vlm_gclass_user_t  *cls;
 
     d = m->heads.depths[0];
 
@@ -2143,95 +2220,33 @@ vlm_g_inner_mask(vlm_matcher_t *m)
 
     /* under a maxLength the count is part of the state */
     count = ranges[n->c] != VLM_GRAMMAR_NONE ? f->count : 0;
-    e = NULL;
-    in = m->trie->inner;
-
-    for (i = 0; i < VLM_G_INNER; i++) {
-        if (in->e[i].prog == m->prog && in->e[i].node == f->node
-            && in->e[i].state == f->pos && in->e[i].count == count)
-        {
-            e = &in->e[i];
-            break;
-        }
-    }
+    e = vlm_g_inner_entry(m, f, n, count, VLM_GRAMMAR_NONE);
 
     if (e == NULL) {
-        e = &in->e[in->next];
-
-        if (e->words == NULL) {
-            e->words = malloc(m->mask_words * sizeof(uint32_t));
-            if (e->words == NULL) {
-                return 0;
-            }
-        }
-
-        if (raw && e->exits == NULL) {
-            e->exits = malloc(2 * VLM_G_EXITS * sizeof(uint32_t));
-            if (e->exits == NULL) {
-                return 0;
-            }
-        }
-
-        in->next = (in->next + 1) % VLM_G_INNER;
-
-        memset(e->words, 0, m->mask_words * sizeof(uint32_t));
-        e->prog = m->prog;
-        e->node = f->node;
-        e->state = f->pos;
-        e->count = count;
-        e->max_dist = 0;
-        e->n = 0;
-        e->n_exits = 0;
-        cls = raw ? NULL : vlm_g_class(m, f->node);
-
-        if (cls != NULL) {
-            vlm_g_class_mask(m, cls, n, e, f->pos, count, VLM_GRAMMAR_NONE);
-
-        } else if (count != 0 || ranges[n->c] != VLM_GRAMMAR_NONE
-                   || vlm_g_inner_walk(m, e, 0, f->pos, raw, dist, first,
-                                       ranges)
-                      < 0)
-        {
-            /* too many paths to a match: this state keeps no mask */
-            e->n_exits = VLM_GRAMMAR_NONE;
-        }
-    }
-
-    if (e->n_exits == VLM_GRAMMAR_NONE) {
         return 0;
     }
 
     /*
      * the farthest from the end a token of it leaves the document: past
-     * the budget, the tokens to states near enough to a match, by a walk
-     * of the class trie of their own
+     * the budget, the tokens to states near enough to a match (kept
+     * too: the limit takes a few values, up to the farthest)
      */
-    if (m->budget != 0
-        && vlm_matcher_distance(m) - dist[f->pos] + e->max_dist
-           >= m->budget)
-    {
-        cls = raw ? NULL : vlm_g_class(m, f->node);
+    base = vlm_matcher_distance(m) - dist[f->pos];
 
-        if (cls == NULL) {
+    if (m->budget != 0 && base + e->max_dist >= m->budget) {
+        e = base < m->budget
+            ? vlm_g_inner_entry(m, f, n, count, m->budget - base) : NULL;
+
+        if (e == NULL && (raw || base < m->budget)) {
             return 0;
-        }
-
-        base = vlm_matcher_distance(m) - dist[f->pos];
-        e = &m->tight;
-        memset(e->words, 0, m->mask_words * sizeof(uint32_t));
-        e->n = 0;
-        e->max_dist = 0;
-
-        if (base < m->budget) {
-            vlm_g_class_mask(m, cls, n, e, f->pos, count, m->budget - base);
         }
     }
 
-    for (j = 0; j < m->mask_words; j++) {
+    for (j = 0; e != NULL && j < m->mask_words; j++) {
         m->mask[j] |= e->words[j];
     }
 
-    m->n_allowed += e->n;
+    m->n_allowed += e != NULL ? e->n : 0;
 
     if (!raw) {
         vlm_g_walk_quoted(m, 0, 0, VLM_TRIE_QUOTE);
