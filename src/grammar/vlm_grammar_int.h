@@ -2,9 +2,10 @@
  * Inside the grammar: the matcher's frames and state and the token
  * trie's arrays, shared by the program's file (vlm_grammar.c: its checks,
  * the fewest bytes that finish a value, the compiler's derivation), the
- * matcher's (vlm_grammar_match.c: the automaton, the masks), the plan's
- * (vlm_grammar_plan.c), the numbers' bounds (vlm_grammar_num.c) and the
- * trie's (vlm_grammar_trie.c).
+ * matcher's (vlm_grammar_match.c: the automaton), the mask's
+ * (vlm_grammar_mask.c) and its class tries' (vlm_grammar_class.c), the
+ * plan's (vlm_grammar_plan.c), the numbers' bounds (vlm_grammar_num.c)
+ * and the trie's (vlm_grammar_trie.c).
  */
 
 #ifndef VLM_GRAMMAR_INT_H
@@ -300,11 +301,14 @@ struct vlm_matcher_s {
 
 /*
  * The automaton (vlm_grammar_match.c), for the plan's file
- * (vlm_grammar_plan.c): one byte to every live stack (1 if one took
- * it), the writes logged since mark undone, the live stacks moved to the
- * first slots (logged: through the log, within a walk of the trie).
+ * (vlm_grammar_plan.c) and the mask's: one byte to every live stack (1 if
+ * one took it), frame i of the stack being stepped to write (logged
+ * while a mask walks: NULL when the log is full), the writes logged since
+ * mark undone, the live stacks moved to the first slots (logged: through
+ * the log, within a walk of the trie).
  */
 int vlm_g_byte(vlm_matcher_t *m, uint32_t b);
+vlm_gframe_t *vlm_g_write(vlm_matcher_t *m, uint32_t i);
 void vlm_g_undo(vlm_matcher_t *m, size_t mark, const vlm_gheads_t *heads);
 void vlm_g_compact(vlm_matcher_t *m, int logged);
 
