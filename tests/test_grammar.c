@@ -325,6 +325,30 @@ test_accept_reject(void **state)
 }
 
 
+/*
+ * patternProperties of several patterns: a key takes the schemas of every
+ * pattern it matches (merged), the keys of none are left out
+ */
+static void
+test_pattern_properties(void **state)
+{
+    static const char  *good[] = {
+        "{}", "{\"x-a\":\"abcdef\"}", "{\"x-nb\":\"ab\"}",
+        "{\"n-12\":-3,\"bz\":true,\"x-\":\"\"}",
+        "{\"n-1\":1,\"n-1\":2}", NULL };
+    static const char  *bad[] = {
+        "{\"x-a\":\"abcdefg\"}", "{\"x-n\":\"a\"}",
+        "{\"x-nab\":\"abcdefg\"}", "{\"n-1x\":1}", "{\"b\":1}",
+        "{\"c\":1}", "{\"n-1\":1,}", "{,\"n-1\":1}", "{\"n-\":1}",
+        NULL };
+
+    check("{\"type\":\"object\",\"patternProperties\":{\"^x-\":{"
+          "\"type\":\"string\",\"maxLength\":6},\"^x-n\":{\"type\":"
+          "\"string\",\"minLength\":2},\"^n-[0-9]+$\":{\"type\":"
+          "\"integer\"},\"^b\":{\"type\":\"boolean\"}}}", good, bad);
+}
+
+
 static void
 test_refused(void **state)
 {
@@ -367,6 +391,14 @@ test_refused(void **state)
         { "{\"$ref\":\"#/$defs/a\",\"$defs\":{\"a\":{\"type\":\"object\","
           "\"properties\":{\"x\":{\"$ref\":\"#/$defs/a\"}},\"required\":"
           "[\"x\"]}}}", "$" },
+        /* keys that match both patterns: an integer and a string */
+        { "{\"type\":\"array\",\"items\":{\"patternProperties\":{"
+          "\"^a\":{\"type\":\"integer\"},\"^ab\":{\"type\":"
+          "\"string\"}}}}", "$.items.patternProperties" },
+        { "{\"patternProperties\":{\"^a\":{\"type\":\"integer\"},"
+          "\"(\":{}}}", "$.patternProperties.(" },
+        { "{\"properties\":{\"a\":{}},\"patternProperties\":{\"^a\":"
+          "{}}}", "$.patternProperties" },
     };
 
     for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -664,6 +696,10 @@ test_mask_brute_random(void **state)
         "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
         "\"string\",\"maxLength\":4},\"b\":{\"type\":\"string\"}},"
         "\"required\":[\"a\",\"b\"]}",
+        /* patternProperties of several patterns: a sequence of pairs */
+        "{\"patternProperties\":{\"^a\":{\"type\":\"string\","
+        "\"maxLength\":3},\"b$\":{\"type\":\"string\"},\"^x\":"
+        "{\"type\":\"string\",\"minLength\":1}}}",
     };
 
     static const struct {
@@ -686,7 +722,8 @@ test_mask_brute_random(void **state)
         /* after a backslash: the escaped byte, then text */
         { 0, "{\"a\":\"x\\" }, { 0, "{\"a\\" }, { 8, "{\"s\":\"ab\\" },
         { 8, "{\"s\":\"\",\"t\":\"\\" }, { 3, "[\"ab\\" },
-        { 11, "{\"a\":\"x\\" },
+        { 11, "{\"a\":\"x\\" }, { 12, "{" }, { 12, "{\"ab\":\"x" },
+        { 12, "{\"x\":\"1\"," },
         { 10, "[\"" }, { 10, "[\"ab \xc3\xa9" },
         { 10, "[\"abcdefghijklmnopqrstuvwxy" },
     };
@@ -1566,6 +1603,7 @@ main(void)
         cmocka_unit_test(test_accept_reject),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_mask),
+        cmocka_unit_test(test_pattern_properties),
         cmocka_unit_test(test_mask_brute),
         cmocka_unit_test(test_mask_brute_random),
         cmocka_unit_test(test_random_walks),
