@@ -18,10 +18,13 @@
 
 /*
  * Live stacks at most: alternatives that start alike each take a copy of
- * the stack until the bytes tell them apart (vlm_grammar_match.c); one
- * past this many is left out, a document it would have allowed not.
+ * the stack until the bytes tell them apart (vlm_grammar_match.c).  A byte
+ * may fork more (VLM_G_SLOTS at most); past VLM_G_STACKS after it, those
+ * farthest from an end are left out, documents they would have allowed
+ * not, so the nearest end stays (the budget's bound keeps holding).
  */
 #define VLM_G_STACKS        8
+#define VLM_G_SLOTS         32
 #define VLM_G_DEAD          0xff
 
 /*
@@ -250,7 +253,7 @@ struct vlm_trie_s {
  */
 typedef struct {
     uint32_t  n;
-    uint8_t   depths[VLM_G_STACKS];
+    uint8_t   depths[VLM_G_SLOTS];
 } vlm_gheads_t;
 
 
@@ -260,7 +263,7 @@ struct vlm_matcher_s {
     uint64_t           prog;        /* the program's hash */
 
     vlm_gheads_t       heads;
-    vlm_gframe_t      *all;         /* [VLM_G_STACKS * MAX_DEPTH] */
+    vlm_gframe_t      *all;         /* [VLM_G_SLOTS * MAX_DEPTH] */
 
     /* the stack being stepped: its frames in all, its depth */
     vlm_gframe_t      *frames;
@@ -293,9 +296,9 @@ struct vlm_matcher_s {
     uint32_t          *plan_tokens; /* [VLM_GRAMMAR_PLAN_MAX + 1] */
     int32_t           *plan_first;  /* [VLM_GRAMMAR_PLAN_MAX + 1] */
     vlm_gheads_t       saved_heads;
-    vlm_gframe_t      *saved;       /* [VLM_G_STACKS * MAX_DEPTH] */
+    vlm_gframe_t      *saved;       /* [VLM_G_SLOTS * MAX_DEPTH] */
     vlm_gheads_t       after_heads;
-    vlm_gframe_t      *after;       /* [VLM_G_STACKS * MAX_DEPTH] */
+    vlm_gframe_t      *after;       /* [VLM_G_SLOTS * MAX_DEPTH] */
 };
 
 
@@ -308,6 +311,7 @@ struct vlm_matcher_s {
  * the log, within a walk of the trie).
  */
 int vlm_g_byte(vlm_matcher_t *m, uint32_t b);
+uint32_t vlm_g_stack_distance(const vlm_matcher_t *m, uint32_t s);
 vlm_gframe_t *vlm_g_write(vlm_matcher_t *m, uint32_t i);
 void vlm_g_undo(vlm_matcher_t *m, size_t mark, const vlm_gheads_t *heads);
 void vlm_g_compact(vlm_matcher_t *m, int logged);

@@ -21,8 +21,9 @@
  * JSON's lexical states (strings, numbers, UTF-8, keys) and its bounds
  * (the fewest bytes to an end, the plan); copies of a stack keep all of
  * that and cost a copy of a few frames where alternatives begin.  The
- * copies are bounded (VLM_G_STACKS): one alternative past them is left
- * out, never a document allowed that the schema refuses.
+ * copies are bounded (VLM_G_STACKS): past them the alternatives farthest
+ * from an end are left out, never a document allowed that the schema
+ * refuses, and never the nearest end.
  *
  * Every frame write is logged while a mask walks the token trie
  * (vlm_grammar_mask.c), so that leaving an edge undoes it.
@@ -129,7 +130,7 @@ vlm_g_push(vlm_matcher_t *m, uint32_t node, uint8_t st)
  * Another stack where the bytes may be read two ways: a copy of the stack
  * being stepped, fed the same byte after it; returns its top frame, for
  * the caller to set to the other reading (an ANYOF's other alternative, a
- * value that ends here), or NULL past VLM_G_STACKS.  The slot past the
+ * value that ends here), or NULL past VLM_G_SLOTS.  The slot past the
  * live ones: one that no stack has held since the log began needs no
  * log; one that the walk's compaction freed does (an undo wants it back).
  */
@@ -141,7 +142,7 @@ vlm_g_fork(vlm_matcher_t *m)
 
     s = m->heads.n;
 
-    if (s == VLM_G_STACKS) {
+    if (s == VLM_G_SLOTS) {
         return NULL;
     }
 
@@ -167,6 +168,43 @@ vlm_g_fork(vlm_matcher_t *m)
     m->high = vlm_max(m->high, m->heads.n);
 
     return &to[m->depth - 1];
+}
+
+
+/*
+ * Past VLM_G_STACKS live stacks after a byte: those farthest from an end
+ * left out (the latest of equals first), so that the nearest end, which
+ * the budget's bound counts on, is never lost.
+ */
+static void
+vlm_g_prune(vlm_matcher_t *m)
+{
+    uint32_t  s, n, far, d, worst, dist[VLM_G_SLOTS];
+
+    n = 0;
+
+    for (s = 0; s < m->heads.n; s++) {
+        if (m->heads.depths[s] != VLM_G_DEAD) {
+            dist[s] = vlm_g_stack_distance(m, s);
+            n++;
+        }
+    }
+
+    for ( /* void */ ; n > VLM_G_STACKS; n--) {
+        far = 0;
+        worst = 0;
+
+        for (s = 0; s < m->heads.n; s++) {
+            d = m->heads.depths[s] == VLM_G_DEAD ? 0 : dist[s] + 1;
+
+            if (d >= worst) {
+                worst = d;
+                far = s;
+            }
+        }
+
+        m->heads.depths[far] = VLM_G_DEAD;
+    }
 }
 
 
@@ -1295,6 +1333,7 @@ vlm_g_byte(vlm_matcher_t *m, uint32_t b)
 
     if (any && m->heads.n > 1) {
         vlm_g_merge(m);
+        vlm_g_prune(m);
     }
 
     return any;
@@ -1319,7 +1358,7 @@ vlm_matcher_create(vlm_matcher_t **out, const vlm_trie_t *trie,
     m->trie = trie;
     /* and room to compact and fork deep stacks (vlm_g_compact) */
     m->log_cap = (trie->max_len + 1) * 8 * VLM_G_STACKS + 256
-                 + 4 * VLM_G_STACKS * VLM_GRAMMAR_MAX_DEPTH;
+                 + 4 * VLM_G_SLOTS * VLM_GRAMMAR_MAX_DEPTH;
     m->log_at = malloc(m->log_cap * sizeof(uint32_t));
     m->log = malloc(m->log_cap * sizeof(vlm_gframe_t));
     m->mask_words = ((size_t) trie->vocab + 31) / 32;
@@ -1327,7 +1366,7 @@ vlm_matcher_create(vlm_matcher_t **out, const vlm_trie_t *trie,
     m->plan_bytes = malloc(VLM_GRAMMAR_PLAN_MAX);
     m->plan_tokens = malloc((VLM_GRAMMAR_PLAN_MAX + 1) * sizeof(uint32_t));
     m->plan_first = malloc((VLM_GRAMMAR_PLAN_MAX + 1) * sizeof(int32_t));
-    m->all = malloc(3 * VLM_G_STACKS * VLM_GRAMMAR_MAX_DEPTH
+    m->all = malloc(3 * VLM_G_SLOTS * VLM_GRAMMAR_MAX_DEPTH
                     * sizeof(vlm_gframe_t));
     m->room = VLM_GRAMMAR_NONE;
 
@@ -1339,8 +1378,8 @@ vlm_matcher_create(vlm_matcher_t **out, const vlm_trie_t *trie,
         return vlm_error_set(err, VLM_ERR_NOMEM, "matcher: no memory");
     }
 
-    m->saved = m->all + VLM_G_STACKS * VLM_GRAMMAR_MAX_DEPTH;
-    m->after = m->saved + VLM_G_STACKS * VLM_GRAMMAR_MAX_DEPTH;
+    m->saved = m->all + VLM_G_SLOTS * VLM_GRAMMAR_MAX_DEPTH;
+    m->after = m->saved + VLM_G_SLOTS * VLM_GRAMMAR_MAX_DEPTH;
     m->frames = m->all;
 
     *out = m;
