@@ -778,32 +778,25 @@ vlm_g_inner_entry(vlm_matcher_t *m, const vlm_gframe_t *f,
 }
 
 
+/*
+ * The kept mask of stack s's pattern state into the mask: 1, or 0 where
+ * there is none (the state takes the whole walk).  Past the budget, the
+ * tokens to states near enough to a match, kept too (the limit takes a
+ * few values, up to the farthest); *out the entry taken, NULL for none.
+ */
 static int
-vlm_g_inner_mask(vlm_matcher_t *m)
+vlm_g_inner_stack(vlm_matcher_t *m, uint32_t s, vlm_ginner_t **out)
 {
     int                  raw;
-    size_t               j, mark;
-    uint32_t             i, d, count, base;
-    vlm_gheads_t         heads;
-    vlm_gframe_t        *top;
+    size_t               j;
+    uint32_t             count, base;
     vlm_ginner_t        *e;
     const uint32_t      *dist, *first, *ranges;
     const vlm_gframe_t  *f;
     const vlm_gnode_t   *n;
 
-    d = m->heads.depths[0];
-
-    if (m->heads.n != 1 || d == VLM_G_DEAD || d == 0) {
-        return 0;
-    }
-
-    f = &vlm_g_stack(m, 0)[d - 1];
+    f = &vlm_g_stack(m, s)[m->heads.depths[s] - 1];
     n = &m->g.nodes[f->node];
-
-    if (n->kind != VLM_GNODE_REGEX || f->st != 1) {
-        return 0;
-    }
-
     raw = (n->flags & VLM_GNODE_RAW) != 0;
     dist = m->g.idx + n->a;
     first = dist + n->b;
@@ -821,12 +814,8 @@ vlm_g_inner_mask(vlm_matcher_t *m)
         return 0;
     }
 
-    /*
-     * the farthest from the end a token of it leaves the document: past
-     * the budget, the tokens to states near enough to a match (kept
-     * too: the limit takes a few values, up to the farthest)
-     */
-    base = vlm_matcher_distance(m) - dist[f->pos];
+    /* the farthest from the end a token of it leaves the document */
+    base = vlm_g_stack_distance(m, s) - dist[f->pos];
 
     if (m->budget != 0 && base + e->max_dist >= m->budget) {
         e = base < m->budget
@@ -842,11 +831,73 @@ vlm_g_inner_mask(vlm_matcher_t *m)
     }
 
     m->n_allowed += e != NULL ? e->n : 0;
+    *out = e;
+
+    return 1;
+}
+
+
+/*
+ * Every live stack in a pattern's string (REGEX, past its quote): the
+ * union of their kept masks, then the paths that hold a quote.  A token
+ * is allowed where one stack takes all its bytes, so the union is the
+ * mask; the tokens two stacks share counted once (*recount: the caller
+ * counts the mask's bits, those of a walk after a failed stack too).
+ * A GBNF grammar's text (RAW) on its one stack only.
+ */
+static int
+vlm_g_inner_mask(vlm_matcher_t *m, int *recount)
+{
+    int                  raw;
+    size_t               mark;
+    uint32_t             i, s, d;
+    vlm_gheads_t         heads;
+    vlm_gframe_t        *top;
+    vlm_ginner_t        *e;
+    const vlm_gframe_t  *f;
+    const vlm_gnode_t   *n;
+
+    raw = 0;
+
+    for (s = 0; s < m->heads.n; s++) {
+        d = m->heads.depths[s];
+
+        if (d == VLM_G_DEAD) {
+            continue;
+        }
+
+        if (d == 0) {
+            return 0;
+        }
+
+        f = &vlm_g_stack(m, s)[d - 1];
+        n = &m->g.nodes[f->node];
+        raw |= (n->flags & VLM_GNODE_RAW) != 0;
+
+        if (n->kind != VLM_GNODE_REGEX || f->st != 1
+            || (raw && m->heads.n != 1))
+        {
+            return 0;
+        }
+    }
+
+    *recount = m->heads.n > 1;
+    e = NULL;
+
+    for (s = 0; s < m->heads.n; s++) {
+        if (m->heads.depths[s] != VLM_G_DEAD
+            && !vlm_g_inner_stack(m, s, &e))
+        {
+            return 0;
+        }
+    }
 
     if (!raw) {
         vlm_g_walk_quoted(m, 0, 0, VLM_TRIE_QUOTE);
         return 1;
     }
+
+    d = m->heads.depths[0];
 
     m->frames = vlm_g_stack(m, 0);
     m->depth = d;
@@ -876,7 +927,7 @@ size_t
 vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
     int n_end, const uint32_t **mask)
 {
-    int              i, taken;
+    int              i, taken, recount;
     size_t           j;
     uint8_t          plain;
     uint32_t         room, slack, k;
@@ -902,6 +953,7 @@ vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
     plain = vlm_g_text_state(m, &room, &slack);
     k = plain ? (uint32_t) __builtin_ctz(plain) : 0;
     taken = 1;
+    recount = 0;
 
     if (plain && slack != 0) {
         /*
@@ -938,9 +990,18 @@ vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
         vlm_g_walk_exits(m, 0);
 
     } else if (plain != 0
-               || (!vlm_g_inner_mask(m) && !vlm_g_walk_escape(m)))
+               || (!vlm_g_inner_mask(m, &recount)
+                   && !vlm_g_walk_escape(m)))
     {
         vlm_g_walk(m, 0, plain, plain);
+    }
+
+    if (recount) {
+        m->n_allowed = 0;
+
+        for (j = 0; j < m->mask_words; j++) {
+            m->n_allowed += (size_t) __builtin_popcount(m->mask[j]);
+        }
     }
 
     m->logging = 0;
