@@ -103,7 +103,7 @@ vlm_g_text_state(const vlm_matcher_t *m, uint32_t *room, uint32_t *slack)
         short_min |= f->count < n->a;
     }
 
-    if (m->budget != 0) {
+    if (bit != 0 && m->budget != 0) {
         d = vlm_matcher_distance(m);
 
         if (d + 3 >= m->budget) {
