@@ -13,10 +13,14 @@
  * Rust's regex-automata partition theirs), and the vocabulary is made
  * once into a trie over the classes: every lowercase word of n letters is
  * then one path of n nodes, so a state's walk visits a few hundred nodes,
- * and a node's tokens, as a list or, where many, as a mask, go into the
- * state's mask whole.  The masks are the token trie walk's exactly: a
- * token is taken iff each of its bytes is a transition from the state the
- * bytes before leave, and within the most characters where there is one.
+ * and a node's tokens, kept as the words of their mask that are not 0, go
+ * into the state's mask whole.  The trie is made once for a partition
+ * (a walk of the token trie's paths of bytes some state takes: 0.2 ms for
+ * digits, milliseconds for letters, 11 ms for a DFA that takes any byte)
+ * and kept for every request.  The masks are the token trie walk's
+ * exactly: a token is taken iff each of its bytes is a transition from
+ * the state the bytes before leave, and within the most characters where
+ * there is one.
  */
 
 #include <stdlib.h>
