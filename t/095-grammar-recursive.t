@@ -4,8 +4,8 @@
 # parentheses, nested lists and a small JSON, written as grammars whose
 # rules refer to themselves; every answer at temperature 1, over several
 # seeds, parses under its grammar (Perl's recursive patterns) and stops
-# by itself within max_tokens.  Left recursion and a grammar without an
-# end are 400s that name the rule.
+# by itself within max_tokens, ambiguous grammars too.  Left recursion
+# and a grammar without an end are 400s that name the rule.
 
 use strict;
 use warnings;
@@ -156,6 +156,77 @@ _EOG_
     ok(defined $out && $out =~ /\A(\[(?1)?\])\z/ && $finish eq 'stop',
        'a nested list closes within max_tokens')
         or diag($out // $res->{body});
+}
+
+# t ::= [a-c] t* "x" | [a-c], by its table of substrings (CYK's way):
+# $t[i][j] when chars i to j - 1 are a t, $s[i][j] when they are t*
+sub nested_x {
+    my @c = split //, $_[0] // '';
+    my $n = @c;
+    my (@t, @s);
+
+    return 0 if $n == 0;
+
+    for my $len (0 .. $n) {
+        for my $i (0 .. $n - $len) {
+            my $j = $i + $len;
+
+            $t[$i][$j] = $len >= 1 && $c[$i] =~ /[a-c]/
+                         && ($len == 1
+                             || ($len >= 2 && $c[$j - 1] eq 'x'
+                                 && $s[$i + 1][$j - 1])) ? 1 : 0;
+
+            $s[$i][$j] = $len == 0 ? 1 : 0;
+
+            for my $k ($i + 1 .. $j) {
+                if ($t[$i][$k] && $s[$k][$j]) {
+                    $s[$i][$j] = 1;
+                    last;
+                }
+            }
+        }
+    }
+
+    return $t[0][$n];
+}
+
+
+# ambiguous grammars, read more ways at once than the matcher keeps (8):
+# the readings nearest an end are kept, so every answer still parses and
+# stops by itself within max_tokens (never a 5xx)
+{
+    my @amb = (
+        [ "root ::= s\ns ::= \"a\" s | \"a\" s \"b\" | \"a\"\n",
+          sub { $_[0] =~ /\A(a+)(b*)\z/ && length($2) < length($1) },
+          'a^n b^m, m < n' ],
+        [ "root ::= t\nt ::= [a-c] t* \"x\" | [a-c]\n", \&nested_x,
+          'letters nested, each level closed by x' ],
+    );
+
+    for my $a (@amb) {
+        my ($gbnf, $parses, $what) = @$a;
+
+        for my $endpoint ('chat', 'completions') {
+            my $ok = 0;
+
+            for my $seed (1 .. 4) {
+                my ($res, $out, $finish) = answer($endpoint,
+                    max_tokens => 24, temperature => 1, seed => $seed,
+                    guided_grammar => $gbnf);
+
+                if ($res->{status} == 200 && $parses->($out)
+                    && $finish eq 'stop')
+                {
+                    $ok++;
+
+                } else {
+                    diag("$what: $res->{status} " . ($out // $res->{body}));
+                }
+            }
+
+            is($ok, 4, "$endpoint, ambiguous ($what): 4 answers parse");
+        }
+    }
 }
 
 # refusals, each naming its field and the rule

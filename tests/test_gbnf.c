@@ -634,6 +634,61 @@ walk(gram_t *gr, uint32_t budget, char *doc, size_t cap)
 
 
 /*
+ * Ambiguous grammars, read more ways at once than the matcher keeps
+ * (VLM_G_STACKS): a^n b^m with m < n, whose n a's are n readings of the
+ * b's to come, and a nesting whose every letter may open a level.  The
+ * readings kept are those nearest an end, so walks under budgets near
+ * the distance to the end always end complete, and valid; after twelve
+ * a's a b is still allowed (the readings that owe one were once left out
+ * for the first eight forks).
+ */
+static void
+test_ambiguous(void **state)
+{
+    char        doc[4096];
+    size_t      i, j, a, b;
+    gram_t      gr;
+    uint32_t    min;
+
+    static const struct {
+        const char  *gbnf;
+        const char  *alphabet;
+    } amb[] = {
+        { "root ::= s\ns ::= \"a\" s | \"a\" s \"b\" | \"a\"\n", "ab" },
+        { "root ::= t\nt ::= [a-c] t* \"x\" | [a-c]\n", "abcx" },
+    };
+
+    for (i = 0; i < sizeof(amb) / sizeof(amb[0]); i++) {
+        gram_open_text(&gr, amb[i].gbnf, amb[i].alphabet);
+        vlm_matcher_reset(gr.m, &gr.g);
+        min = vlm_matcher_distance(gr.m);
+
+        for (j = 0; j < 300; j++) {
+            (void) walk(&gr, min + (uint32_t) (j % 24), doc, sizeof(doc));
+
+            if (i == 0) {
+                a = strspn(doc, "a");
+                b = strspn(doc + a, "b");
+
+                if (doc[a + b] != '\0' || a == 0 || b >= a) {
+                    fail_msg("'%s' is not a^n b^m, m < n", doc);
+                }
+            }
+        }
+
+        if (i == 0) {
+            vlm_matcher_reset(gr.m, &gr.g);
+            assert_true(vlm_matcher_feed(gr.m, "aaaaaaaaaaaa", 12));
+            assert_true(vlm_matcher_feed(gr.m, "b", 1));
+            assert_true(vlm_matcher_complete(gr.m));
+        }
+
+        gram_close(&gr);
+    }
+}
+
+
+/*
  * Exactness: random texts of the alphabet, and each walk's document and
  * one-byte edits of it (near misses), as the recognizer says
  */
@@ -1300,6 +1355,7 @@ main(void)
         cmocka_unit_test(test_exact),
         cmocka_unit_test(test_mask_brute),
         cmocka_unit_test(test_walks),
+        cmocka_unit_test(test_ambiguous),
         cmocka_unit_test(test_plan),
         cmocka_unit_test(test_depth),
         cmocka_unit_test(test_refused),

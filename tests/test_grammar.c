@@ -325,6 +325,30 @@ test_accept_reject(void **state)
 }
 
 
+/*
+ * patternProperties of several patterns: a key takes the schemas of every
+ * pattern it matches (merged), the keys of none are left out
+ */
+static void
+test_pattern_properties(void **state)
+{
+    static const char  *good[] = {
+        "{}", "{\"x-a\":\"abcdef\"}", "{\"x-nb\":\"ab\"}",
+        "{\"n-12\":-3,\"bz\":true,\"x-\":\"\"}",
+        "{\"n-1\":1,\"n-1\":2}", NULL };
+    static const char  *bad[] = {
+        "{\"x-a\":\"abcdefg\"}", "{\"x-n\":\"a\"}",
+        "{\"x-nab\":\"abcdefg\"}", "{\"n-1x\":1}", "{\"b\":1}",
+        "{\"c\":1}", "{\"n-1\":1,}", "{,\"n-1\":1}", "{\"n-\":1}",
+        NULL };
+
+    check("{\"type\":\"object\",\"patternProperties\":{\"^x-\":{"
+          "\"type\":\"string\",\"maxLength\":6},\"^x-n\":{\"type\":"
+          "\"string\",\"minLength\":2},\"^n-[0-9]+$\":{\"type\":"
+          "\"integer\"},\"^b\":{\"type\":\"boolean\"}}}", good, bad);
+}
+
+
 static void
 test_refused(void **state)
 {
@@ -367,6 +391,14 @@ test_refused(void **state)
         { "{\"$ref\":\"#/$defs/a\",\"$defs\":{\"a\":{\"type\":\"object\","
           "\"properties\":{\"x\":{\"$ref\":\"#/$defs/a\"}},\"required\":"
           "[\"x\"]}}}", "$" },
+        /* keys that match both patterns: an integer and a string */
+        { "{\"type\":\"array\",\"items\":{\"patternProperties\":{"
+          "\"^a\":{\"type\":\"integer\"},\"^ab\":{\"type\":"
+          "\"string\"}}}}", "$.items.patternProperties" },
+        { "{\"patternProperties\":{\"^a\":{\"type\":\"integer\"},"
+          "\"(\":{}}}", "$.patternProperties.(" },
+        { "{\"properties\":{\"a\":{}},\"patternProperties\":{\"^a\":"
+          "{}}}", "$.patternProperties" },
     };
 
     for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -610,7 +642,15 @@ test_mask_brute_random(void **state)
         "\"},{\"", "\":[[\"", "\":[\"", "\"}]}", "\",[", "\\u00e9", "a\":{\"",
         "x\",\"", "\xc3\xa9\"", "\xe2\x82\xac\",", "\":1,\"",
         "\"\xe0\x80", "\"\xe0\xa0\x80", "\"\xed\xa0", "\"\xed\x9f\xbf",
-        "\"\xf0\x80", "\"\xf0\x90\x80", "\"\xf4\x90", "\"\xf4\x8f\xbf"
+        "\"\xf0\x80", "\"\xf0\x90\x80", "\"\xf4\x90", "\"\xf4\x8f\xbf",
+        /* text longer than the rooms kept as masks (VLM_G_UPTO) */
+        "abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnopqrstuvwxyz0123",
+        "abc-def-ghi-jkl-mno-pqr-stu-vwx",
+        "a\xc3\xa9\xc3\xa9" "bcdefghijklmnopqrstuvwx\xe2\x82",
+        "abcdefghijklmnopqrstuvw\\n\"", "zz\",\"",
+        "\x82\xac" "abcdefghijklmnopqrstuvwxyz", "abcdefghijk.lmnopq",
+        /* an escape, then the string closed and the next one opened */
+        "n\",\"b\":\"abcdefghij", "t\"}"
     };
 
     static const char  *schemas[] = {
@@ -641,6 +681,25 @@ test_mask_brute_random(void **state)
         "\"string\",\"pattern\":\"^[a-z0-9.+-]+@[a-z]+$\"},\"n\":"
         "{\"type\":\"string\",\"pattern\":\"^[^\\\"]{2}[0-9]$\"}},"
         "\"required\":[\"a\",\"n\"]}",
+        /* maxLength: text tokens counted, by their characters */
+        "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":"
+        "\"string\",\"maxLength\":5},\"t\":{\"type\":\"string\","
+        "\"minLength\":2,\"maxLength\":30},\"u\":{\"type\":\"array\","
+        "\"items\":{\"type\":\"string\",\"maxLength\":27}}},"
+        "\"required\":[\"s\",\"t\",\"u\"]}",
+        /* counted repetitions, under a maxLength too */
+        "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":"
+        "\"string\",\"pattern\":\"^[a-z0-9]([a-z0-9-]{0,28}[a-z0-9])?"
+        "(\\\\.[a-z]{2,10})?$\"},{\"type\":\"integer\"}]}}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"string\","
+        "\"pattern\":\"^[a-z\\u00e9 -]{2,40}$\",\"maxLength\":28}}",
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
+        "\"string\",\"maxLength\":4},\"b\":{\"type\":\"string\"}},"
+        "\"required\":[\"a\",\"b\"]}",
+        /* patternProperties of several patterns: a sequence of pairs */
+        "{\"patternProperties\":{\"^a\":{\"type\":\"string\","
+        "\"maxLength\":3},\"b$\":{\"type\":\"string\"},\"^x\":"
+        "{\"type\":\"string\",\"minLength\":1}}}",
     };
 
     static const struct {
@@ -654,6 +713,20 @@ test_mask_brute_random(void **state)
         { 6, "[\"" }, { 6, "[\"c1" }, { 6, "[\"abx\",\"" },
         { 7, "{\"a\":\"x" }, { 7, "{\"a\":\"x@" },
         { 7, "{\"a\":\"x@y\",\"n\":\"" },
+        { 8, "{\"s\":\"" }, { 8, "{\"s\":\"abcd" }, { 8, "{\"s\":\"ab" },
+        { 8, "{\"s\":\"\",\"t\":\"ab\",\"u\":[\"\xe2" },
+        { 8, "{\"s\":\"\",\"t\":\"\xe2\x82" },
+        { 8, "{\"s\":\"\",\"t\":\"abcdefghijklmnopqrstuvwxyz012" },
+        { 8, "{\"s\":\"\",\"t\":\"ab\",\"u\":[\"" },
+        { 9, "[\"" }, { 9, "[\"a-" }, { 9, "[\"abc.d" },
+        /* after a backslash: the escaped byte, then text */
+        { 0, "{\"a\":\"x\\" }, { 0, "{\"a\\" }, { 8, "{\"s\":\"ab\\" },
+        { 8, "{\"s\":\"\",\"t\":\"\\" }, { 3, "[\"ab\\" },
+        { 11, "{\"a\":\"x\\" }, { 12, "{" }, { 12, "{\"ab\":\"x" },
+        { 12, "{\"x\":\"1\"," }, { 12, "{\"" }, { 12, "{\"a" },
+        { 12, "{\"x\":\"1\",\"ab" },
+        { 10, "[\"" }, { 10, "[\"ab \xc3\xa9" },
+        { 10, "[\"abcdefghijklmnopqrstuvwxy" },
     };
 
     pool = malloc(RV_VOCAB * 8);
@@ -698,11 +771,25 @@ test_mask_brute_random(void **state)
     for (i = 0; i < sizeof(schemas) / sizeof(schemas[0]); i++) {
         gram_compile(&gr, schemas[i]);
 
-        /* where a token's quote opens a string: keys, values, items */
+        /*
+         * where a token's quote opens a string: keys, values, items; with
+         * no budget and with budgets of the distance to the end and a
+         * few bytes more
+         */
         for (j = 0; j < sizeof(starts) / sizeof(starts[0]); j++) {
-            if (starts[j].schema == i) {
+            if (starts[j].schema != i) {
+                continue;
+            }
+
+            vlm_matcher_reset(gr.m, &gr.g);
+            assert_true(vlm_matcher_feed(gr.m, starts[j].doc,
+                                         strlen(starts[j].doc)));
+            dist = (uint32_t) vlm_matcher_distance(gr.m);
+
+            for (c = -1; c < 4; c++) {
                 (void) mask_vs_fed(&gr, starts[j].doc, strlen(starts[j].doc),
-                                   0, bytes, lens, &mask);
+                                   c < 0 ? 0 : dist + (uint32_t) c, bytes,
+                                   lens, &mask);
             }
         }
 
@@ -714,7 +801,7 @@ test_mask_brute_random(void **state)
                 dist = (uint32_t) vlm_matcher_distance(gr.m);
                 c = (int) draw(8);
                 budget = c == 0 ? 0 : c == 1 ? 4096
-                                    : dist + 2 * (uint32_t) (c - 1);
+                                    : dist + (uint32_t) (c - 2);
 
                 want = mask_vs_fed(&gr, doc, n_doc, budget, bytes, lens,
                                    &mask);
@@ -1517,6 +1604,7 @@ main(void)
         cmocka_unit_test(test_accept_reject),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_mask),
+        cmocka_unit_test(test_pattern_properties),
         cmocka_unit_test(test_mask_brute),
         cmocka_unit_test(test_mask_brute_random),
         cmocka_unit_test(test_random_walks),

@@ -42,4 +42,18 @@ vlm_status_t vlm_regex_compile(const char *re, size_t len, int in_string,
 void vlm_regex_free(vlm_regex_dfa_t *dfa);
 
 
+/*
+ * The texts of n DFAs (64 at most) split by which of them match: for each
+ * set of them that exactly matches some text (sets[k], bit i: dfas[i]),
+ * out[k], the DFA of those texts; *n_out of them, VLM_REGEX_SPLIT_MAX at
+ * most (more is an error, as a product of more than VLM_REGEX_MAX_STATES
+ * states is).  Each out[k] is freed with vlm_regex_free.
+ */
+#define VLM_REGEX_SPLIT_MAX   16
+
+vlm_status_t vlm_regex_split(const vlm_regex_dfa_t *dfas, uint32_t n,
+    vlm_regex_dfa_t *out, uint64_t *sets, uint32_t *n_out,
+    vlm_error_t *err);
+
+
 #endif /* VLM_REGEX_H */

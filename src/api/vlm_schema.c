@@ -64,6 +64,9 @@ static uint32_t vlm_sb_schema(vlm_sb_t *sb, const json_t *s,
     const char *path, uint32_t id);
 static uint32_t vlm_sb_regex(vlm_sb_t *sb, const char *re, size_t len,
     int raw, uint32_t min, uint32_t max, const char *path, uint32_t id);
+static uint32_t vlm_sb_dfa(vlm_sb_t *sb, const vlm_regex_dfa_t *dfa,
+    int raw, uint32_t min, uint32_t max, const char *path, uint32_t id);
+static json_t *vlm_sb_own(vlm_sb_t *sb, json_t *j);
 
 
 /* n, or less so as not to cut a UTF-8 character of s */
@@ -433,6 +436,266 @@ vlm_sb_key_ok(const char *k)
 }
 
 
+/* a node of one piece of JSON's punctuation, c */
+static uint32_t
+vlm_sb_punct(vlm_sb_t *sb, char c, const char *path)
+{
+    char      re[2];
+    uint32_t  id;
+
+    re[0] = '\\';
+    re[1] = c;
+
+    id = vlm_sb_node(sb, path);
+
+    return id == VLM_GRAMMAR_NONE ? id
+           : vlm_sb_regex(sb, re, 2, 1, 0, VLM_GRAMMAR_NONE, path, id);
+}
+
+
+/* a SEQ or ANYOF node of the n nodes kids */
+static uint32_t
+vlm_sb_list(vlm_sb_t *sb, uint8_t kind, const uint32_t *kids, uint32_t n,
+    const char *path)
+{
+    uint32_t  id, list;
+
+    id = vlm_sb_node(sb, path);
+    list = id == VLM_GRAMMAR_NONE ? id : vlm_sb_idx(sb, n);
+
+    if (list == VLM_GRAMMAR_NONE) {
+        return list;
+    }
+
+    memcpy(sb->idx + list, kids, n * sizeof(uint32_t));
+    sb->nodes[id].kind = kind;
+    sb->nodes[id].a = list;
+    sb->nodes[id].b = n;
+
+    return id;
+}
+
+
+static uint32_t
+vlm_sb_repeat(vlm_sb_t *sb, uint32_t kid, uint32_t min, uint32_t max,
+    const char *path)
+{
+    uint32_t  id;
+
+    id = kid == VLM_GRAMMAR_NONE ? kid : vlm_sb_node(sb, path);
+
+    if (id != VLM_GRAMMAR_NONE) {
+        sb->nodes[id].kind = VLM_GNODE_REPEAT;
+        sb->nodes[id].a = kid;
+        sb->nodes[id].b = min;
+        sb->nodes[id].c = max;
+    }
+
+    return id;
+}
+
+
+/*
+ * The value of the keys that exactly the patterns of set match: the
+ * schema of the one, or the allOf of several (a key that matches several
+ * patterns satisfies all their schemas), which the compiler merges or
+ * refuses, then by name with the patterns' path.
+ */
+static uint32_t
+vlm_sb_pattern_value(vlm_sb_t *sb, const json_t *pp, uint64_t set,
+    const char *path)
+{
+    char         sub[VLM_SCHEMA_PATH_LEN * 2], both[160];
+    size_t       i, n;
+    json_t      *v, *all, *parts;
+    uint32_t     id;
+    const char  *k, *one;
+
+    parts = json_array();
+    both[0] = '\0';
+    one = NULL;
+    n = 0;
+    i = 0;
+
+    json_object_foreach((json_t *) pp, k, v) {
+        if ((set >> i++) & 1) {
+            if (parts == NULL || json_array_append(parts, v) != 0) {
+                json_decref(parts);
+                vlm_error_set(sb->err, VLM_ERR_NOMEM, "schema: no memory");
+                return VLM_GRAMMAR_NONE;
+            }
+
+            snprintf(both + strlen(both), sizeof(both) - strlen(both),
+                     "%s'%s'", n ? " and " : "", k);
+            one = k;
+            n++;
+        }
+    }
+
+    if (n == 1) {
+        json_decref(parts);
+        snprintf(sub, sizeof(sub), "%s.patternProperties.%s", path, one);
+        return vlm_sb_value(sb, json_object_get(pp, one), sub,
+                            VLM_GRAMMAR_NONE);
+    }
+
+    all = vlm_sb_own(sb, json_pack("{s:o}", "allOf", parts));
+    if (all == NULL) {
+        return VLM_GRAMMAR_NONE;
+    }
+
+    snprintf(sub, sizeof(sub), "%s.patternProperties", path);
+    id = vlm_sb_value(sb, all, sub, VLM_GRAMMAR_NONE);
+
+    if (id == VLM_GRAMMAR_NONE && sb->err->status == VLM_ERR_UNSUPPORTED) {
+        return vlm_sb_fail(sb, sub, "keys that match %s must satisfy both "
+                           "schemas, which cannot be merged ('allOf' "
+                           "refused)", both);
+    }
+
+    return id;
+}
+
+
+/*
+ * patternProperties of several patterns, without properties: a map whose
+ * keys match one of them or more, and whose values satisfy the schemas
+ * of all the patterns their key matches.  The keys are split by which
+ * patterns they match (vlm_regex_split: a DFA for each set that some key
+ * matches), each set a key-value pair of its own, so the object is
+ * written as a sequence: "{" (pair ("," pair)*)? "}", a pair one of the
+ * sets' alternatives, told apart by the key's bytes.
+ */
+static uint32_t
+vlm_sb_pattern_map(vlm_sb_t *sb, const json_t *pp, const char *path,
+    uint32_t id)
+{
+    char              sub[VLM_SCHEMA_PATH_LEN * 2];
+    size_t            i;
+    json_t           *v;
+    uint32_t          n, k, m, key, val, pair, more, kids[5];
+    uint32_t          pairs[VLM_REGEX_SPLIT_MAX];
+    uint64_t          sets[VLM_REGEX_SPLIT_MAX];
+    vlm_error_t       e;
+    const char       *name;
+    vlm_regex_dfa_t   dfas[VLM_GRAMMAR_MAX_CAND], split[VLM_REGEX_SPLIT_MAX];
+
+    snprintf(sub, sizeof(sub), "%s.patternProperties", path);
+    n = (uint32_t) json_object_size(pp);
+
+    if (n > VLM_GRAMMAR_MAX_CAND) {
+        return vlm_sb_fail(sb, sub, "more than 64 patterns%s", "");
+    }
+
+    i = 0;
+    m = 0;
+
+    json_object_foreach((json_t *) pp, name, v) {
+        if (vlm_regex_compile(name, strlen(name), 1, &dfas[i], &e)
+            != VLM_OK)
+        {
+            for (k = 0; k < i; k++) {
+                vlm_regex_free(&dfas[k]);
+            }
+
+            snprintf(sub, sizeof(sub), "%s.patternProperties.%s", path,
+                     name);
+
+            if (e.status == VLM_ERR_NOMEM) {
+                vlm_error_set(sb->err, VLM_ERR_NOMEM, "schema: no memory");
+                return VLM_GRAMMAR_NONE;
+            }
+
+            return vlm_sb_fail(sb, sub, "%s", e.msg);
+        }
+
+        i++;
+    }
+
+    if (vlm_regex_split(dfas, n, split, sets, &m, &e) != VLM_OK) {
+        for (k = 0; k < n; k++) {
+            vlm_regex_free(&dfas[k]);
+        }
+
+        if (e.status == VLM_ERR_NOMEM) {
+            vlm_error_set(sb->err, VLM_ERR_NOMEM, "schema: no memory");
+            return VLM_GRAMMAR_NONE;
+        }
+
+        return vlm_sb_fail(sb, sub, "%s", e.msg);
+    }
+
+    for (k = 0; k < n; k++) {
+        vlm_regex_free(&dfas[k]);
+    }
+
+    /* each set: "key" : value */
+    for (k = 0; k < m; k++) {
+        key = vlm_sb_node(sb, sub);
+        key = key == VLM_GRAMMAR_NONE
+              ? key : vlm_sb_dfa(sb, &split[k], 0, 0, VLM_GRAMMAR_NONE, sub,
+                                 key);
+        val = key == VLM_GRAMMAR_NONE
+              ? key : vlm_sb_pattern_value(sb, pp, sets[k], path);
+
+        kids[0] = key;
+        kids[1] = vlm_sb_punct(sb, ':', sub);
+        kids[2] = val;
+
+        pairs[k] = (val == VLM_GRAMMAR_NONE || kids[1] == VLM_GRAMMAR_NONE)
+                   ? VLM_GRAMMAR_NONE
+                   : vlm_sb_list(sb, VLM_GNODE_SEQ, kids, 3, sub);
+
+        if (pairs[k] == VLM_GRAMMAR_NONE) {
+            break;
+        }
+    }
+
+    for (i = 0; i < m; i++) {
+        vlm_regex_free(&split[i]);
+    }
+
+    if (k < m) {
+        return VLM_GRAMMAR_NONE;
+    }
+
+    if (m == 0) {
+        /* no key matches any pattern: {} only */
+        kids[0] = vlm_sb_punct(sb, '{', sub);
+        kids[1] = vlm_sb_punct(sb, '}', sub);
+
+    } else {
+        pair = m == 1 ? pairs[0] : vlm_sb_list(sb, VLM_GNODE_ANYOF, pairs, m,
+                                               sub);
+        kids[0] = vlm_sb_punct(sb, ',', sub);
+        kids[1] = pair;
+        more = vlm_sb_list(sb, VLM_GNODE_SEQ, kids, 2, sub);
+        kids[0] = pair;
+        kids[1] = vlm_sb_repeat(sb, more, 0, VLM_GRAMMAR_NONE, sub);
+        more = vlm_sb_list(sb, VLM_GNODE_SEQ, kids, 2, sub);
+        kids[0] = vlm_sb_punct(sb, '{', sub);
+        kids[1] = vlm_sb_repeat(sb, more, 0, 1, sub);
+        kids[2] = vlm_sb_punct(sb, '}', sub);
+    }
+
+    for (k = 0; k < (m == 0 ? 2u : 3u); k++) {
+        if (kids[k] == VLM_GRAMMAR_NONE) {
+            return VLM_GRAMMAR_NONE;
+        }
+    }
+
+    /* the object's own node, as the sequence */
+    val = vlm_sb_list(sb, VLM_GNODE_SEQ, kids, m == 0 ? 2 : 3, sub);
+    if (val == VLM_GRAMMAR_NONE) {
+        return val;
+    }
+
+    sb->nodes[id] = sb->nodes[val];
+
+    return id;
+}
+
+
 static uint32_t
 vlm_sb_object(vlm_sb_t *sb, const json_t *s, const char *path, uint32_t id)
 {
@@ -476,12 +739,16 @@ vlm_sb_object(vlm_sb_t *sb, const json_t *s, const char *path, uint32_t id)
 
     pp = json_object_get(s, "patternProperties");
 
-    if (pp != NULL && (!json_is_object(pp) || json_object_size(pp) > 1
+    if (pp != NULL && (!json_is_object(pp)
                        || (n > 0 && json_object_size(pp) > 0)))
     {
         snprintf(sub, sizeof(sub), "%s.patternProperties", path);
-        return vlm_sb_fail(sb, sub, "'patternProperties' of one pattern, "
-                           "without 'properties', is supported%s", "");
+        return vlm_sb_fail(sb, sub, "'patternProperties' without "
+                           "'properties' is supported%s", "");
+    }
+
+    if (n == 0 && pp != NULL && json_object_size(pp) > 1) {
+        return vlm_sb_pattern_map(sb, pp, path, id);
     }
 
     if (n == 0 && pp != NULL && json_object_size(pp) == 1) {
@@ -769,7 +1036,7 @@ static uint32_t
 vlm_sb_regex(vlm_sb_t *sb, const char *re, size_t len, int raw,
     uint32_t min, uint32_t max, const char *path, uint32_t id)
 {
-    uint32_t         list, n, k;
+    uint32_t         rc;
     vlm_error_t      e;
     vlm_regex_dfa_t  dfa;
 
@@ -782,47 +1049,57 @@ vlm_sb_regex(vlm_sb_t *sb, const char *re, size_t len, int raw,
         return vlm_sb_fail(sb, path, "%s", e.msg);
     }
 
-    n = dfa.n_states;
+    rc = vlm_sb_dfa(sb, &dfa, raw, min, max, path, id);
+    vlm_regex_free(&dfa);
+
+    return rc;
+}
+
+
+/* the same of a DFA made (which the caller frees) */
+static uint32_t
+vlm_sb_dfa(vlm_sb_t *sb, const vlm_regex_dfa_t *dfa, int raw, uint32_t min,
+    uint32_t max, const char *path, uint32_t id)
+{
+    uint32_t  list, n, k;
+
+    n = dfa->n_states;
 
     if (min > 0) {
-        for (k = 0; k < dfa.n_ranges; k++) {
-            if (((dfa.ranges[k] >> 8) & 0xff) >= 0x80) {
+        for (k = 0; k < dfa->n_ranges; k++) {
+            if (((dfa->ranges[k] >> 8) & 0xff) >= 0x80) {
                 break;
             }
         }
 
-        if (k < dfa.n_ranges || dfa.dist[dfa.start] < min) {
-            vlm_regex_free(&dfa);
+        if (k < dfa->n_ranges || dfa->dist[dfa->start] < min) {
             return vlm_sb_fail(sb, path, "'minLength' above the shortest "
                                "match of the pattern or format is not "
                                "supported%s", "");
         }
     }
 
-    if (max != VLM_GRAMMAR_NONE && dfa.dist[dfa.start] > max) {
-        vlm_regex_free(&dfa);
+    if (max != VLM_GRAMMAR_NONE && dfa->dist[dfa->start] > max) {
         return vlm_sb_fail(sb, path, "'maxLength' below the shortest match "
                            "of the pattern or format%s", "");
     }
 
-    list = vlm_sb_idx(sb, 2 * n + 2 + dfa.n_ranges);
+    list = vlm_sb_idx(sb, 2 * n + 2 + dfa->n_ranges);
 
     if (list != VLM_GRAMMAR_NONE) {
-        memcpy(sb->idx + list, dfa.dist, n * sizeof(uint32_t));
-        memcpy(sb->idx + list + n, dfa.first, (n + 1) * sizeof(uint32_t));
-        memcpy(sb->idx + list + 2 * n + 1, dfa.ranges,
-               dfa.n_ranges * sizeof(uint32_t));
-        sb->idx[list + 2 * n + 1 + dfa.n_ranges] = max;
+        memcpy(sb->idx + list, dfa->dist, n * sizeof(uint32_t));
+        memcpy(sb->idx + list + n, dfa->first, (n + 1) * sizeof(uint32_t));
+        memcpy(sb->idx + list + 2 * n + 1, dfa->ranges,
+               dfa->n_ranges * sizeof(uint32_t));
+        sb->idx[list + 2 * n + 1 + dfa->n_ranges] = max;
 
         sb->nodes[id].kind = VLM_GNODE_REGEX;
         sb->nodes[id].flags = raw ? VLM_GNODE_RAW : 0;
         sb->nodes[id].a = list;
         sb->nodes[id].b = n;
-        sb->nodes[id].c = dfa.n_ranges;
-        sb->nodes[id].d = dfa.start;
+        sb->nodes[id].c = dfa->n_ranges;
+        sb->nodes[id].d = dfa->start;
     }
-
-    vlm_regex_free(&dfa);
 
     return list == VLM_GRAMMAR_NONE ? list : id;
 }

@@ -613,28 +613,36 @@ vlm_g_rest(const vlm_grammar_t *g, const vlm_gframe_t *f)
 }
 
 
+uint32_t
+vlm_g_stack_distance(const vlm_matcher_t *m, uint32_t s)
+{
+    uint32_t             i, d;
+    const vlm_gframe_t  *f;
+
+    f = vlm_g_stack(m, s);
+    d = 0;
+
+    for (i = 0; i < m->heads.depths[s]; i++) {
+        d += vlm_g_rest(&m->g, &f[i]);
+    }
+
+    return d;
+}
+
+
 /* over the live stacks: the nearest end */
 uint32_t
 vlm_matcher_distance(const vlm_matcher_t *m)
 {
-    uint32_t             s, i, d, best;
-    const vlm_gframe_t  *f;
+    uint32_t  s, d, best;
 
     best = VLM_G_INF;
 
     for (s = 0; s < m->heads.n; s++) {
-        if (m->heads.depths[s] == VLM_G_DEAD) {
-            continue;
+        if (m->heads.depths[s] != VLM_G_DEAD) {
+            d = vlm_g_stack_distance(m, s);
+            best = d < best ? d : best;
         }
-
-        f = vlm_g_stack(m, s);
-        d = 0;
-
-        for (i = 0; i < m->heads.depths[s]; i++) {
-            d += vlm_g_rest(&m->g, &f[i]);
-        }
-
-        best = d < best ? d : best;
     }
 
     return best;

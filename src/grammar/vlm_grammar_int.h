@@ -2,9 +2,10 @@
  * Inside the grammar: the matcher's frames and state and the token
  * trie's arrays, shared by the program's file (vlm_grammar.c: its checks,
  * the fewest bytes that finish a value, the compiler's derivation), the
- * matcher's (vlm_grammar_match.c: the automaton, the masks), the plan's
- * (vlm_grammar_plan.c), the numbers' bounds (vlm_grammar_num.c) and the
- * trie's (vlm_grammar_trie.c).
+ * matcher's (vlm_grammar_match.c: the automaton), the mask's
+ * (vlm_grammar_mask.c) and its class tries' (vlm_grammar_class.c), the
+ * plan's (vlm_grammar_plan.c), the numbers' bounds (vlm_grammar_num.c)
+ * and the trie's (vlm_grammar_trie.c).
  */
 
 #ifndef VLM_GRAMMAR_INT_H
@@ -17,10 +18,13 @@
 
 /*
  * Live stacks at most: alternatives that start alike each take a copy of
- * the stack until the bytes tell them apart (vlm_grammar_match.c); one
- * past this many is left out, a document it would have allowed not.
+ * the stack until the bytes tell them apart (vlm_grammar_match.c).  A byte
+ * may fork more (VLM_G_SLOTS at most); past VLM_G_STACKS after it, those
+ * farthest from an end are left out, documents they would have allowed
+ * not, so the nearest end stays (the budget's bound keeps holding).
  */
 #define VLM_G_STACKS        8
+#define VLM_G_SLOTS         32
 #define VLM_G_DEAD          0xff
 
 /*
@@ -66,6 +70,9 @@ typedef struct {
     uint64_t   prog;        /* the program's hash, 0: empty */
     uint32_t   node;
     uint32_t   state;
+    uint32_t   count;       /* the characters so far, under a most */
+    uint32_t   lim;         /* near the budget: the tokens to states
+                               fewer bytes from a match only, else NONE */
     uint32_t   max_dist;
     size_t     n;
     uint32_t  *words;
@@ -83,11 +90,69 @@ typedef struct {
 
 #define VLM_G_EXITS         4096
 
+#define VLM_TRIE_QUOTE      0x01
+#define VLM_TRIE_ESCAPE     0x02
+#define VLM_G_CHARS_MAX     255
+#define VLM_G_UPTO          24
+
 
 typedef struct {
     uint32_t      next;     /* the entry a miss takes */
     vlm_ginner_t  e[VLM_G_INNER];
 } vlm_ginners_t;
+
+
+/*
+ * The vocabulary as a pattern's DFA sees it (vlm_grammar_class.c): bytes
+ * that every state takes to the same state are one class, and the tokens
+ * whose bytes spell the same classes are one path of a trie of classes,
+ * made once for a partition of the bytes from the token trie's paths of
+ * bytes some state takes.  A counted repetition ([a-z]{2,10}, a hostname's
+ * labels) makes a state per count, each with its own mask: a walk of this
+ * trie (some hundreds of nodes, each with the words of its tokens' mask
+ * that are not 0) makes each, where the token trie's would step every
+ * token of the class.
+ */
+#define VLM_G_CLASSES       8       /* tries kept, for every matcher */
+#define VLM_G_CLASS_USERS   64      /* the nodes that use them */
+#define VLM_G_CLASS_TRANS   65536   /* a DFA by class, entries at most */
+
+typedef struct {
+    uint8_t    map[256];    /* the class of each byte, 0: no state's */
+    uint8_t    rep[256];    /* a byte of each class */
+    uint32_t   n_nodes;     /* 0: empty */
+    uint32_t   cap;
+    uint32_t  *child;       /* first child, VLM_GRAMMAR_NONE */
+    uint32_t  *next;
+    uint8_t   *cls;
+    uint32_t  *n_tok;       /* the tokens that end at the node */
+    uint32_t  *tok_node;    /* [vocab] the node a token ends at (of ids) */
+    uint32_t  *ids;         /* the tokens in the trie */
+    uint32_t   n_ids;
+    uint32_t   cap_ids;
+    uint32_t   n_classes;
+
+    /* the words of each node's mask that are not 0: from at[node] on */
+    uint32_t  *at;          /* [n_nodes + 1] */
+    uint32_t  *w_idx;
+    uint32_t  *w_bits;
+} vlm_gclass_t;
+
+
+typedef struct {
+    uint64_t   prog;
+    uint32_t   node;
+    uint32_t   at;          /* the class trie, VLM_GRAMMAR_NONE: none */
+    uint32_t  *trans;       /* [states * (classes + 1)] the DFA by class */
+} vlm_gclass_user_t;
+
+
+typedef struct {
+    uint32_t           next;
+    vlm_gclass_t       c[VLM_G_CLASSES];
+    uint32_t           next_user;
+    vlm_gclass_user_t  users[VLM_G_CLASS_USERS];
+} vlm_gclasses_t;
 
 
 struct vlm_trie_s {
@@ -132,9 +197,11 @@ struct vlm_trie_s {
      * of this trie only: a few hundred nodes, not the whole vocabulary's
      * tokens that leave the string somewhere.
      */
-    uint8_t   *quoted;      /* the subtree has a '"' in a path */
+    uint8_t   *quoted;      /* VLM_TRIE_QUOTE: the subtree has a '"' in
+                               a path; VLM_TRIE_ESCAPE: a '\\' */
 
     vlm_ginners_t  *inner;  /* made as they come */
+    vlm_gclasses_t *classes;
 
     uint32_t   x_nodes;
     uint32_t  *x_child;
@@ -142,12 +209,40 @@ struct vlm_trie_s {
     int32_t   *x_token;
     uint8_t   *x_byte;
     int32_t   *x_tok_next;  /* [vocab] */
+    uint8_t   *x_pre;       /* [vocab] the characters before the exit
+                               (VLM_G_CHARS_MAX: that many or more) */
     uint32_t  *lo;
     uint32_t  *hi;
     int32_t   *order;       /* [vocab] token ids, depth first */
     uint32_t   n_order;
     uint32_t  *root_plain[4];       /* [(vocab + 31) / 32] each */
     size_t     root_plain_n[4];
+
+    /*
+     * In a string under a maxLength the text tokens count: those of
+     * root_plain[k] by their characters (the bytes that are not
+     * continuation bytes, VLM_G_CHARS_MAX: that many or more), so that a
+     * mask takes the ones within the room left without a walk of them.
+     * by_chars[k] lists them by characters, those of c characters from
+     * chars_at[k][c] on; upto[c - 1] is the mask of those of root_plain[0]
+     * of 1 to c characters (upto_n[c - 1] of them), for c up to
+     * VLM_G_UPTO: the rooms strings mostly have, a copy of a mask each.
+     */
+    uint32_t   max_chars;   /* the most of a text token */
+    uint8_t   *chars;       /* [vocab] each token's, at most CHARS_MAX */
+
+    /*
+     * Near the end of the budget a character cut at a token's end counts:
+     * cut[k] lists the tokens of root_plain[k] that end within one, by the
+     * continuation bytes it still needs, those needing j from cut_at[k][j]
+     * on (j = 1 to 3, cut_at[k][4] the end).
+     */
+    int32_t   *cut[4];
+    uint32_t   cut_at[4][5];
+    int32_t   *by_chars[4];
+    uint32_t   chars_at[4][VLM_G_CHARS_MAX + 2];
+    uint32_t  *upto[VLM_G_UPTO];
+    size_t     upto_n[VLM_G_UPTO];
 };
 
 
@@ -158,7 +253,7 @@ struct vlm_trie_s {
  */
 typedef struct {
     uint32_t  n;
-    uint8_t   depths[VLM_G_STACKS];
+    uint8_t   depths[VLM_G_SLOTS];
 } vlm_gheads_t;
 
 
@@ -168,7 +263,7 @@ struct vlm_matcher_s {
     uint64_t           prog;        /* the program's hash */
 
     vlm_gheads_t       heads;
-    vlm_gframe_t      *all;         /* [VLM_G_STACKS * MAX_DEPTH] */
+    vlm_gframe_t      *all;         /* [VLM_G_SLOTS * MAX_DEPTH] */
 
     /* the stack being stepped: its frames in all, its depth */
     vlm_gframe_t      *frames;
@@ -182,6 +277,8 @@ struct vlm_matcher_s {
     vlm_gframe_t      *log;         /* [log_cap] its previous value */
 
     uint32_t           budget;
+    uint32_t           room;        /* the characters a walk's text may
+                                       take from the root (vlm_g_walk) */
     size_t             n_allowed;
     uint32_t          *mask;        /* [(vocab + 31) / 32] */
     size_t             mask_words;
@@ -199,21 +296,58 @@ struct vlm_matcher_s {
     uint32_t          *plan_tokens; /* [VLM_GRAMMAR_PLAN_MAX + 1] */
     int32_t           *plan_first;  /* [VLM_GRAMMAR_PLAN_MAX + 1] */
     vlm_gheads_t       saved_heads;
-    vlm_gframe_t      *saved;       /* [VLM_G_STACKS * MAX_DEPTH] */
+    vlm_gframe_t      *saved;       /* [VLM_G_SLOTS * MAX_DEPTH] */
     vlm_gheads_t       after_heads;
-    vlm_gframe_t      *after;       /* [VLM_G_STACKS * MAX_DEPTH] */
+    vlm_gframe_t      *after;       /* [VLM_G_SLOTS * MAX_DEPTH] */
 };
 
 
 /*
  * The automaton (vlm_grammar_match.c), for the plan's file
- * (vlm_grammar_plan.c): one byte to every live stack (1 if one took
- * it), the writes logged since mark undone, the live stacks moved to the
- * first slots (logged: through the log, within a walk of the trie).
+ * (vlm_grammar_plan.c) and the mask's: one byte to every live stack (1 if
+ * one took it), frame i of the stack being stepped to write (logged
+ * while a mask walks: NULL when the log is full), the writes logged since
+ * mark undone, the live stacks moved to the first slots (logged: through
+ * the log, within a walk of the trie).
  */
 int vlm_g_byte(vlm_matcher_t *m, uint32_t b);
+uint32_t vlm_g_stack_distance(const vlm_matcher_t *m, uint32_t s);
+vlm_gframe_t *vlm_g_write(vlm_matcher_t *m, uint32_t i);
 void vlm_g_undo(vlm_matcher_t *m, size_t mark, const vlm_gheads_t *heads);
 void vlm_g_compact(vlm_matcher_t *m, int logged);
+
+
+/*
+ * The class trie of a pattern's (REGEX, not RAW) node of m's program, made
+ * if need be; NULL when there is none (too many classes, no memory).  Then
+ * the tokens all of whose bytes are transitions from state into e (its
+ * words cleared), within the most characters after count, and, but for
+ * lim VLM_GRAMMAR_NONE, to states fewer than lim bytes from a match.
+ */
+const vlm_gclass_user_t *vlm_g_class(vlm_matcher_t *m, uint32_t node);
+void vlm_g_class_mask(const vlm_matcher_t *m, const vlm_gclass_user_t *u,
+    const vlm_gnode_t *n, vlm_ginner_t *e, uint32_t state, uint32_t count,
+    uint32_t lim);
+void vlm_g_classes_free(vlm_gclasses_t *cl);
+
+
+/* a REGEX node's DFA: the state after byte b in state q, or NONE */
+static inline uint32_t
+vlm_g_dfa_next(const uint32_t *first, const uint32_t *ranges, uint32_t q,
+    uint32_t b)
+{
+    uint32_t  k, r;
+
+    for (k = first[q]; k < first[q + 1]; k++) {
+        r = ranges[k];
+
+        if (b >= (r & 0xff) && b <= ((r >> 8) & 0xff)) {
+            return r >> 16;
+        }
+    }
+
+    return VLM_GRAMMAR_NONE;
+}
 
 
 /* stack s's frames */

@@ -21,13 +21,12 @@
  * JSON's lexical states (strings, numbers, UTF-8, keys) and its bounds
  * (the fewest bytes to an end, the plan); copies of a stack keep all of
  * that and cost a copy of a few frames where alternatives begin.  The
- * copies are bounded (VLM_G_STACKS): one alternative past them is left
- * out, never a document allowed that the schema refuses.
+ * copies are bounded (VLM_G_STACKS): past them the alternatives farthest
+ * from an end are left out, never a document allowed that the schema
+ * refuses, and never the nearest end.
  *
- * The mask walks the token trie depth first, feeding one byte per trie
- * edge; every frame write is logged so that leaving an edge undoes it
- * (no copies of the whole state), and the walk leaves a subtree as soon
- * as the automaton refuses its prefix.
+ * Every frame write is logged while a mask walks the token trie
+ * (vlm_grammar_mask.c), so that leaving an edge undoes it.
  */
 
 
@@ -54,7 +53,7 @@ enum {
 
 /* the matcher's frames */
 
-static vlm_gframe_t *
+vlm_gframe_t *
 vlm_g_write(vlm_matcher_t *m, uint32_t i)
 {
     uint32_t  at;
@@ -131,7 +130,7 @@ vlm_g_push(vlm_matcher_t *m, uint32_t node, uint8_t st)
  * Another stack where the bytes may be read two ways: a copy of the stack
  * being stepped, fed the same byte after it; returns its top frame, for
  * the caller to set to the other reading (an ANYOF's other alternative, a
- * value that ends here), or NULL past VLM_G_STACKS.  The slot past the
+ * value that ends here), or NULL past VLM_G_SLOTS.  The slot past the
  * live ones: one that no stack has held since the log began needs no
  * log; one that the walk's compaction freed does (an undo wants it back).
  */
@@ -143,7 +142,7 @@ vlm_g_fork(vlm_matcher_t *m)
 
     s = m->heads.n;
 
-    if (s == VLM_G_STACKS) {
+    if (s == VLM_G_SLOTS) {
         return NULL;
     }
 
@@ -169,6 +168,43 @@ vlm_g_fork(vlm_matcher_t *m)
     m->high = vlm_max(m->high, m->heads.n);
 
     return &to[m->depth - 1];
+}
+
+
+/*
+ * Past VLM_G_STACKS live stacks after a byte: those farthest from an end
+ * left out (the latest of equals first), so that the nearest end, which
+ * the budget's bound counts on, is never lost.
+ */
+static void
+vlm_g_prune(vlm_matcher_t *m)
+{
+    uint32_t  s, n, far, d, worst, dist[VLM_G_SLOTS];
+
+    n = 0;
+
+    for (s = 0; s < m->heads.n; s++) {
+        if (m->heads.depths[s] != VLM_G_DEAD) {
+            dist[s] = vlm_g_stack_distance(m, s);
+            n++;
+        }
+    }
+
+    for ( /* void */ ; n > VLM_G_STACKS; n--) {
+        far = 0;
+        worst = 0;
+
+        for (s = 0; s < m->heads.n; s++) {
+            d = m->heads.depths[s] == VLM_G_DEAD ? 0 : dist[s] + 1;
+
+            if (d >= worst) {
+                worst = d;
+                far = s;
+            }
+        }
+
+        m->heads.depths[far] = VLM_G_DEAD;
+    }
 }
 
 
@@ -1297,6 +1333,7 @@ vlm_g_byte(vlm_matcher_t *m, uint32_t b)
 
     if (any && m->heads.n > 1) {
         vlm_g_merge(m);
+        vlm_g_prune(m);
     }
 
     return any;
@@ -1321,7 +1358,7 @@ vlm_matcher_create(vlm_matcher_t **out, const vlm_trie_t *trie,
     m->trie = trie;
     /* and room to compact and fork deep stacks (vlm_g_compact) */
     m->log_cap = (trie->max_len + 1) * 8 * VLM_G_STACKS + 256
-                 + 4 * VLM_G_STACKS * VLM_GRAMMAR_MAX_DEPTH;
+                 + 4 * VLM_G_SLOTS * VLM_GRAMMAR_MAX_DEPTH;
     m->log_at = malloc(m->log_cap * sizeof(uint32_t));
     m->log = malloc(m->log_cap * sizeof(vlm_gframe_t));
     m->mask_words = ((size_t) trie->vocab + 31) / 32;
@@ -1329,8 +1366,9 @@ vlm_matcher_create(vlm_matcher_t **out, const vlm_trie_t *trie,
     m->plan_bytes = malloc(VLM_GRAMMAR_PLAN_MAX);
     m->plan_tokens = malloc((VLM_GRAMMAR_PLAN_MAX + 1) * sizeof(uint32_t));
     m->plan_first = malloc((VLM_GRAMMAR_PLAN_MAX + 1) * sizeof(int32_t));
-    m->all = malloc(3 * VLM_G_STACKS * VLM_GRAMMAR_MAX_DEPTH
+    m->all = malloc(3 * VLM_G_SLOTS * VLM_GRAMMAR_MAX_DEPTH
                     * sizeof(vlm_gframe_t));
+    m->room = VLM_GRAMMAR_NONE;
 
     if (m->log_at == NULL || m->log == NULL || m->mask == NULL
         || m->plan_bytes == NULL || m->plan_tokens == NULL
@@ -1340,8 +1378,8 @@ vlm_matcher_create(vlm_matcher_t **out, const vlm_trie_t *trie,
         return vlm_error_set(err, VLM_ERR_NOMEM, "matcher: no memory");
     }
 
-    m->saved = m->all + VLM_G_STACKS * VLM_GRAMMAR_MAX_DEPTH;
-    m->after = m->saved + VLM_G_STACKS * VLM_GRAMMAR_MAX_DEPTH;
+    m->saved = m->all + VLM_G_SLOTS * VLM_GRAMMAR_MAX_DEPTH;
+    m->after = m->saved + VLM_G_SLOTS * VLM_GRAMMAR_MAX_DEPTH;
     m->frames = m->all;
 
     *out = m;
@@ -1419,517 +1457,4 @@ vlm_g_undo(vlm_matcher_t *m, size_t mark, const vlm_gheads_t *heads)
     }
 
     m->heads = *heads;
-}
-
-
-/*
- * Plain text may follow: the top frame of every live stack is inside a
- * string without a format or a maxLength, between characters or within
- * one (the same count of continuation bytes to come, of any value), and
- * the document can end in the budget (more characters never make it
- * longer, but for the up to three bytes that finish a character cut at a
- * token's end).  Returns the trie's plain bit of that state, 0 if none.
- */
-static uint8_t
-vlm_g_plain_ok(const vlm_matcher_t *m)
-{
-    uint8_t              bit, b;
-    uint32_t             s, d;
-    const vlm_gframe_t  *f;
-    const vlm_gnode_t   *n;
-
-    bit = 0;
-
-    for (s = 0; s < m->heads.n; s++) {
-        d = m->heads.depths[s];
-
-        if (d == VLM_G_DEAD) {
-            continue;
-        }
-
-        if (d == 0) {
-            return 0;
-        }
-
-        f = &vlm_g_stack(m, s)[d - 1];
-        n = &m->g.nodes[f->node];
-
-        if (n->kind != VLM_GNODE_STRING || n->c != VLM_GRAMMAR_NONE
-            || n->b != VLM_GRAMMAR_NONE)
-        {
-            return 0;
-        }
-
-        if (f->st == 1) {
-            b = 1;
-
-        } else if (f->st == 3 && f->lo == 0x80 && f->hi == 0xbf) {
-            b = (uint8_t) (1u << f->need);
-
-        } else {
-            return 0;
-        }
-
-        if (bit != 0 && b != bit) {
-            return 0;
-        }
-
-        bit = b;
-    }
-
-    if (m->budget != 0 && vlm_matcher_distance(m) + 3 >= m->budget) {
-        return 0;
-    }
-
-    return bit;
-}
-
-
-/* the tokens chained from id, where the budget allows them after the path */
-static void
-vlm_g_take(vlm_matcher_t *m, int32_t id, const int32_t *next)
-{
-    if (m->budget != 0 && vlm_matcher_distance(m) >= m->budget) {
-        return;
-    }
-
-    for ( /* void */ ; id >= 0; id = next[id]) {
-        m->mask[id >> 5] |= 1u << (id & 31);
-        m->n_allowed++;
-    }
-}
-
-
-/*
- * The plain bit after text byte b in the plain state of bit in: that of
- * the next UTF-8 state where it is one of plain[]'s, else 0 (the walk then
- * steps every byte, as outside a string).
- */
-static uint8_t
-vlm_g_text_next(uint8_t in, uint8_t b)
-{
-    if (in != 1) {
-        return (b >= 0x80 && b <= 0xbf) ? (uint8_t) (in >> 1) : 0;
-    }
-
-    if (b < 0x80) {
-        return (b >= 0x20 && b != '"' && b != '\\') ? 1 : 0;
-    }
-
-    if (b >= 0xc2 && b <= 0xdf) {
-        return 2;
-    }
-
-    if ((b >= 0xe1 && b <= 0xec) || b == 0xee || b == 0xef) {
-        return 4;
-    }
-
-    return (b >= 0xf1 && b <= 0xf3) ? 8 : 0;
-}
-
-
-/*
- * plain: the trie's plain bit of the state the mask started in (see
- * vlm_g_plain_ok), 0 when none: then every token of text is in the mask
- * already (vlm_matcher_mask), and a subtree whose path from the root is
- * all text is passed over.  in: the plain bit of the state after the
- * bytes down to parent, 0 when none or not known: a subtree all text from
- * there (sub[]) is taken whole from the depth-first order, without
- * stepping a byte of it, where the path from the root is not text (else
- * root_plain has its tokens already).  So a string opened by a token ('"'
- * and the words after it, at a value) costs a range of tokens, not a walk
- * of every token that begins with a quote.  The state is looked at
- * (vlm_g_plain_ok) after a '"' only; after text in a plain state it stays
- * plain, the distance to the end within the 3 bytes of a character that
- * vlm_g_plain_ok allowed for.
- */
-static void
-vlm_g_walk(vlm_matcher_t *m, uint32_t parent, uint8_t plain, uint8_t in)
-{
-    int32_t            id;
-    size_t             mark;
-    uint32_t           c, i, k;
-    uint8_t            covered, next;
-    vlm_gheads_t       heads;
-    const vlm_trie_t  *t;
-
-    t = m->trie;
-    k = in ? (uint32_t) __builtin_ctz(in) : 0;
-    covered = parent == 0 ? plain : (uint8_t) (t->text[parent] & plain);
-
-    for (c = t->child[parent]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
-        if (t->plain[c] & plain) {
-            continue;
-        }
-
-        if (in && ((t->sub[c] >> k) & 1)) {
-            if (!covered) {
-                for (i = t->lo[c]; i < t->hi[c]; i++) {
-                    id = t->order[i];
-                    m->mask[id >> 5] |= 1u << (id & 31);
-                    m->n_allowed++;
-                }
-            }
-
-            continue;
-        }
-
-        mark = m->log_n;
-        heads = m->heads;
-
-        if (vlm_g_byte(m, t->byte[c])) {
-            if (t->token[c] >= 0 && !(t->text[c] & plain)) {
-                vlm_g_take(m, t->token[c], t->tok_next);
-            }
-
-            if (t->child[c] != VLM_GRAMMAR_NONE) {
-                if (in) {
-                    next = vlm_g_text_next(in, t->byte[c]);
-
-                } else {
-                    next = t->byte[c] == '"' ? vlm_g_plain_ok(m) : 0;
-                }
-
-                vlm_g_walk(m, c, plain, next);
-            }
-        }
-
-        vlm_g_undo(m, mark, &heads);
-    }
-}
-
-
-/* in a string between characters: the tokens that leave it (vlm_trie_t) */
-static void
-vlm_g_walk_exits(vlm_matcher_t *m, uint32_t parent)
-{
-    size_t             mark;
-    uint32_t           c;
-    vlm_gheads_t       heads;
-    const vlm_trie_t  *t;
-
-    t = m->trie;
-
-    for (c = t->x_child[parent]; c != VLM_GRAMMAR_NONE; c = t->x_next[c]) {
-        mark = m->log_n;
-        heads = m->heads;
-
-        if (vlm_g_byte(m, t->x_byte[c])) {
-            if (t->x_token[c] >= 0) {
-                vlm_g_take(m, t->x_token[c], t->x_tok_next);
-            }
-
-            if (t->x_child[c] != VLM_GRAMMAR_NONE) {
-                vlm_g_walk_exits(m, c);
-            }
-        }
-
-        vlm_g_undo(m, mark, &heads);
-    }
-}
-
-
-/*
- * A pattern's string (REGEX, not RAW) on the one live stack, past its
- * quote, without a most length: the mask is the tokens whose bytes are
- * all transitions of its DFA from the state (no other frame sees them),
- * kept for each state as they come (vlm_ginner_t), and a walk of the
- * paths that hold a quote, which may close the string and go on.  The
- * kept mask holds as long as the budget allows the farthest a token of
- * it leaves the match; else, or in any other state, the whole walk.
- *
- * A GBNF grammar's text (RAW) in a state that is not a match: the same,
- * but for the paths that reach a match, where the text may end and the
- * frames below take the next bytes (a JSON string's closing quote in a
- * grammar that spells one): the kept mask holds the tokens up to there,
- * and each such path is walked whole from its first match on, the top
- * frame set to that state (no copy of the stack is made before a match,
- * so the state is the one that feeding the path would leave).
- */
-static int
-vlm_g_inner_walk(const vlm_matcher_t *m, vlm_ginner_t *e, uint32_t parent,
-    uint32_t state, int raw, const uint32_t *dist, const uint32_t *first,
-    const uint32_t *ranges)
-{
-    int32_t            id;
-    uint32_t           c, k, r, to;
-    uint8_t            b;
-    const vlm_trie_t  *t;
-
-    t = m->trie;
-
-    for (c = t->child[parent]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
-        b = t->byte[c];
-
-        if (b == '"' && !raw) {
-            continue;
-        }
-
-        to = VLM_GRAMMAR_NONE;
-
-        for (k = first[state]; k < first[state + 1]; k++) {
-            r = ranges[k];
-
-            if (b >= (r & 0xff) && b <= ((r >> 8) & 0xff)) {
-                to = r >> 16;
-                break;
-            }
-        }
-
-        if (to == VLM_GRAMMAR_NONE) {
-            continue;
-        }
-
-        if (t->token[c] >= 0) {
-            for (id = t->token[c]; id >= 0; id = t->tok_next[id]) {
-                e->words[id >> 5] |= 1u << (id & 31);
-                e->n++;
-            }
-
-            e->max_dist = vlm_max(e->max_dist, dist[to]);
-        }
-
-        if (t->child[c] == VLM_GRAMMAR_NONE) {
-            continue;
-        }
-
-        if (raw && dist[to] == 0) {
-            /* a match: what follows is walked whole from here */
-            if (e->n_exits == VLM_G_EXITS) {
-                return -1;
-            }
-
-            e->exits[2 * e->n_exits] = c;
-            e->exits[2 * e->n_exits + 1] = to;
-            e->n_exits++;
-            continue;
-        }
-
-        if (vlm_g_inner_walk(m, e, c, to, raw, dist, first, ranges) < 0) {
-            return -1;
-        }
-    }
-
-    return 0;
-}
-
-
-/* the paths of the trie that hold a quote; tokens from the quote on */
-static void
-vlm_g_walk_quoted(vlm_matcher_t *m, uint32_t parent, int past)
-{
-    int                now;
-    size_t             mark;
-    uint32_t           c;
-    vlm_gheads_t       heads;
-    const vlm_trie_t  *t;
-
-    t = m->trie;
-
-    for (c = t->child[parent]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
-        if (!past && !t->quoted[c]) {
-            continue;
-        }
-
-        mark = m->log_n;
-        heads = m->heads;
-
-        if (vlm_g_byte(m, t->byte[c])) {
-            now = past || t->byte[c] == '"';
-
-            if (now && t->token[c] >= 0) {
-                vlm_g_take(m, t->token[c], t->tok_next);
-            }
-
-            if (t->child[c] != VLM_GRAMMAR_NONE) {
-                vlm_g_walk_quoted(m, c, now);
-            }
-        }
-
-        vlm_g_undo(m, mark, &heads);
-    }
-}
-
-
-static int
-vlm_g_inner_mask(vlm_matcher_t *m)
-{
-    int                  raw;
-    size_t               j, mark;
-    uint32_t             i, d;
-    vlm_gheads_t         heads;
-    vlm_gframe_t        *top;
-    vlm_ginner_t        *e;
-    vlm_ginners_t       *in;
-    const uint32_t      *dist, *first, *ranges;
-    const vlm_gframe_t  *f;
-    const vlm_gnode_t   *n;
-
-    d = m->heads.depths[0];
-
-    if (m->heads.n != 1 || d == VLM_G_DEAD || d == 0) {
-        return 0;
-    }
-
-    f = &vlm_g_stack(m, 0)[d - 1];
-    n = &m->g.nodes[f->node];
-
-    if (n->kind != VLM_GNODE_REGEX || f->st != 1) {
-        return 0;
-    }
-
-    raw = (n->flags & VLM_GNODE_RAW) != 0;
-    dist = m->g.idx + n->a;
-    first = dist + n->b;
-    ranges = first + n->b + 1;
-
-    if (ranges[n->c] != VLM_GRAMMAR_NONE || (raw && dist[f->pos] == 0)) {
-        return 0;       /* maxLength: the count matters; a match: forks */
-    }
-
-    e = NULL;
-    in = m->trie->inner;
-
-    for (i = 0; i < VLM_G_INNER; i++) {
-        if (in->e[i].prog == m->prog && in->e[i].node == f->node
-            && in->e[i].state == f->pos)
-        {
-            e = &in->e[i];
-            break;
-        }
-    }
-
-    if (e == NULL) {
-        e = &in->e[in->next];
-
-        if (e->words == NULL) {
-            e->words = malloc(m->mask_words * sizeof(uint32_t));
-            if (e->words == NULL) {
-                return 0;
-            }
-        }
-
-        if (raw && e->exits == NULL) {
-            e->exits = malloc(2 * VLM_G_EXITS * sizeof(uint32_t));
-            if (e->exits == NULL) {
-                return 0;
-            }
-        }
-
-        in->next = (in->next + 1) % VLM_G_INNER;
-
-        memset(e->words, 0, m->mask_words * sizeof(uint32_t));
-        e->prog = m->prog;
-        e->node = f->node;
-        e->state = f->pos;
-        e->max_dist = 0;
-        e->n = 0;
-        e->n_exits = 0;
-
-        if (vlm_g_inner_walk(m, e, 0, f->pos, raw, dist, first, ranges)
-            < 0)
-        {
-            /* too many paths to a match: this state keeps no mask */
-            e->n_exits = VLM_GRAMMAR_NONE;
-        }
-    }
-
-    if (e->n_exits == VLM_GRAMMAR_NONE) {
-        return 0;
-    }
-
-    /* the farthest from the end a token of it leaves the document */
-    if (m->budget != 0
-        && vlm_matcher_distance(m) - dist[f->pos] + e->max_dist
-           >= m->budget)
-    {
-        return 0;
-    }
-
-    for (j = 0; j < m->mask_words; j++) {
-        m->mask[j] |= e->words[j];
-    }
-
-    m->n_allowed += e->n;
-
-    if (!raw) {
-        vlm_g_walk_quoted(m, 0, 0);
-        return 1;
-    }
-
-    m->frames = vlm_g_stack(m, 0);
-    m->depth = d;
-
-    for (i = 0; i < e->n_exits; i++) {
-        mark = m->log_n;
-        heads = m->heads;
-
-        top = vlm_g_write(m, d - 1);
-        if (top == NULL) {
-            break;
-        }
-
-        top->pos = e->exits[2 * i + 1];
-        vlm_g_walk(m, e->exits[2 * i], 0, 0);
-        vlm_g_undo(m, mark, &heads);
-
-        m->frames = vlm_g_stack(m, 0);
-        m->depth = d;
-    }
-
-    return 1;
-}
-
-
-size_t
-vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
-    int n_end, const uint32_t **mask)
-{
-    int              i;
-    size_t           j, k;
-    uint8_t          plain;
-    const uint32_t  *words;
-
-    memset(m->mask, 0, m->mask_words * sizeof(uint32_t));
-    m->n_allowed = 0;
-    m->budget = budget;
-
-    if (vlm_matcher_complete(m)) {
-        for (i = 0; i < n_end; i++) {
-            if (end_ids[i] >= 0 && end_ids[i] < m->trie->vocab) {
-                m->mask[end_ids[i] >> 5] |= 1u << (end_ids[i] & 31);
-                m->n_allowed++;
-            }
-        }
-    }
-
-    m->logging = 1;
-    m->log_n = 0;
-    m->high = m->heads.n;
-
-    plain = vlm_g_plain_ok(m);
-
-    if (plain) {
-        /* the text tokens at once, then the walk of the others */
-        k = (size_t) __builtin_ctz(plain);
-        words = m->trie->root_plain[k];
-
-        for (j = 0; j < m->mask_words; j++) {
-            m->mask[j] |= words[j];
-        }
-
-        m->n_allowed += m->trie->root_plain_n[k];
-    }
-
-    if (plain == 1) {
-        vlm_g_walk_exits(m, 0);
-
-    } else if (plain != 0 || !vlm_g_inner_mask(m)) {
-        vlm_g_walk(m, 0, plain, plain);
-    }
-
-    m->logging = 0;
-    *mask = m->mask;
-
-    return m->n_allowed;
 }

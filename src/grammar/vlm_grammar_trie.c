@@ -124,7 +124,8 @@ vlm_trie_sub(vlm_trie_t *t, uint32_t node)
 
     t->sub[node] = bits;
 
-    t->quoted[node] = t->byte[node] == '"';
+    t->quoted[node] = t->byte[node] == '"' ? VLM_TRIE_QUOTE
+                      : t->byte[node] == '\\' ? VLM_TRIE_ESCAPE : 0;
 
     for (c = t->child[node]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
         t->quoted[node] |= t->quoted[c];
@@ -191,6 +192,164 @@ vlm_trie_plain(vlm_trie_t *t, uint32_t node, int valid, uint8_t need,
     }
 
     return plain;
+}
+
+
+/* the tokens of root_plain[k] that end in a cut character (cut, cut_at) */
+static vlm_status_t
+vlm_trie_cut(vlm_trie_t *t, int vocab, const char *const *bytes,
+    const size_t *lens)
+{
+    int        id, pass;
+    size_t     j;
+    uint8_t    need, lo, hi;
+    uint32_t   k, n, at[5];
+
+    for (k = 0; k < 4; k++) {
+        memset(t->cut_at[k], 0, sizeof(t->cut_at[k]));
+
+        /* counted, then placed */
+        for (pass = 0; pass < 2; pass++) {
+            for (id = 0; id < vocab; id++) {
+                if (!((t->root_plain[k][id >> 5] >> (id & 31)) & 1)) {
+                    continue;
+                }
+
+                need = (uint8_t) k;
+                lo = 0x80;
+                hi = 0xbf;
+
+                for (j = 0; j < lens[id]; j++) {
+                    (void) vlm_trie_text_byte((uint8_t) bytes[id][j], &need,
+                                              &lo, &hi);
+                }
+
+                if (need == 0) {
+                    continue;
+                }
+
+                if (pass == 0) {
+                    t->cut_at[k][need + 1 > 4 ? 4 : need + 1]++;
+
+                } else {
+                    t->cut[k][at[need]++] = id;
+                }
+            }
+
+            if (pass == 0) {
+                for (n = 1; n < 4; n++) {
+                    t->cut_at[k][n + 1] += t->cut_at[k][n];
+                }
+
+                t->cut[k] = malloc((t->cut_at[k][4] + 1) * sizeof(int32_t));
+                if (t->cut[k] == NULL) {
+                    return VLM_ERR_NOMEM;
+                }
+
+                memcpy(at, t->cut_at[k], sizeof(at));
+            }
+        }
+    }
+
+    return VLM_OK;
+}
+
+
+/*
+ * The text tokens of root_plain[k] by their characters (by_chars,
+ * chars_at) and, of root_plain[0], the masks of those up to c characters
+ * (upto): a counting sort, then the masks one on the last.
+ */
+static vlm_status_t
+vlm_trie_chars(vlm_trie_t *t, int vocab, const char *const *bytes,
+    const size_t *lens)
+{
+    int        id;
+    size_t     j, words;
+    uint8_t   *chars;
+    uint32_t   k, c, n, *at;
+
+    chars = malloc((size_t) vocab);
+    if (chars == NULL) {
+        return VLM_ERR_NOMEM;
+    }
+
+    t->chars = chars;
+
+    words = ((size_t) vocab + 31) / 32;
+
+    for (id = 0; id < vocab; id++) {
+        n = 0;
+
+        for (j = 0; j < lens[id]; j++) {
+            n += ((uint8_t) bytes[id][j] & 0xc0) != 0x80;
+        }
+
+        chars[id] = (uint8_t) vlm_min(n, VLM_G_CHARS_MAX);
+    }
+
+    for (k = 0; k < 4; k++) {
+        at = t->chars_at[k];
+        memset(at, 0, sizeof(t->chars_at[k]));
+
+        for (id = 0; id < vocab; id++) {
+            if ((t->root_plain[k][id >> 5] >> (id & 31)) & 1) {
+                at[chars[id] + 1]++;
+                t->max_chars = vlm_max(t->max_chars, chars[id]);
+            }
+        }
+
+        for (c = 0; c <= VLM_G_CHARS_MAX; c++) {
+            at[c + 1] += at[c];
+        }
+
+        t->by_chars[k] = malloc((at[VLM_G_CHARS_MAX + 1] + 1)
+                                * sizeof(int32_t));
+        if (t->by_chars[k] == NULL) {
+            return VLM_ERR_NOMEM;
+        }
+
+        for (id = 0; id < vocab; id++) {
+            if ((t->root_plain[k][id >> 5] >> (id & 31)) & 1) {
+                t->by_chars[k][at[chars[id]]++] = id;
+            }
+        }
+
+        /* at[c] went on to the end of c's: one back */
+        memmove(at + 1, at, (VLM_G_CHARS_MAX + 1) * sizeof(uint32_t));
+        at[0] = 0;
+    }
+
+    if (vlm_trie_cut(t, vocab, bytes, lens) != VLM_OK) {
+        return VLM_ERR_NOMEM;
+    }
+
+    for (c = 0; c < VLM_G_UPTO; c++) {
+        t->upto[c] = malloc(words * sizeof(uint32_t));
+        if (t->upto[c] == NULL) {
+            return VLM_ERR_NOMEM;
+        }
+
+        if (c == 0) {
+            memset(t->upto[c], 0, words * sizeof(uint32_t));
+            t->upto_n[c] = 0;
+
+        } else {
+            memcpy(t->upto[c], t->upto[c - 1], words * sizeof(uint32_t));
+            t->upto_n[c] = t->upto_n[c - 1];
+        }
+
+        /* those of root_plain[0] of 0 chars (none) and c + 1 */
+        for (j = t->chars_at[0][c == 0 ? 0 : c + 1];
+             j < t->chars_at[0][c + 2]; j++)
+        {
+            id = t->by_chars[0][j];
+            t->upto[c][id >> 5] |= 1u << (id & 31);
+            t->upto_n[c]++;
+        }
+    }
+
+    return VLM_OK;
 }
 
 
@@ -263,6 +422,15 @@ vlm_trie_exits(vlm_trie_t *t, int vocab, const char *const *bytes,
         }
 
         cur = 0;
+        t->x_pre[id] = 0;
+
+        for (j = 0; j < e; j++) {
+            if (((uint8_t) bytes[id][j] & 0xc0) != 0x80
+                && t->x_pre[id] < VLM_G_CHARS_MAX)
+            {
+                t->x_pre[id]++;
+            }
+        }
 
         for (j = e; j < lens[id]; j++) {
             cur = vlm_trie_exit_node(t, cur, (uint8_t) bytes[id][j]);
@@ -311,11 +479,13 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
     t->sub = malloc(total);
     t->quoted = malloc(total);
     t->inner = calloc(1, sizeof(vlm_ginners_t));
+    t->classes = calloc(1, sizeof(vlm_gclasses_t));
     t->x_child = malloc(total * sizeof(uint32_t));
     t->x_next = malloc(total * sizeof(uint32_t));
     t->x_token = malloc(total * sizeof(int32_t));
     t->x_byte = malloc(total);
     t->x_tok_next = malloc((size_t) vocab * sizeof(int32_t));
+    t->x_pre = malloc((size_t) vocab);
     t->lo = malloc(total * sizeof(uint32_t));
     t->hi = malloc(total * sizeof(uint32_t));
     t->order = malloc((size_t) vocab * sizeof(int32_t));
@@ -323,10 +493,10 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
     if (t->child == NULL || t->next == NULL || t->token == NULL
         || t->byte == NULL || t->tok_next == NULL || t->plain == NULL
         || t->text == NULL || t->sub == NULL || t->quoted == NULL
-        || t->inner == NULL
+        || t->inner == NULL || t->classes == NULL
         || t->x_child == NULL
         || t->x_next == NULL || t->x_token == NULL || t->x_byte == NULL
-        || t->x_tok_next == NULL
+        || t->x_tok_next == NULL || t->x_pre == NULL
         || t->lo == NULL || t->hi == NULL || t->order == NULL)
     {
         vlm_trie_free(t);
@@ -381,7 +551,7 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
     }
 
     t->sub[0] = 0;
-    t->quoted[0] = 1;
+    t->quoted[0] = VLM_TRIE_QUOTE | VLM_TRIE_ESCAPE;
     vlm_trie_exits(t, vocab, bytes, lens);
     memset(t->plain, 0, total);
     memset(t->text, 0, total);
@@ -397,6 +567,11 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
 
         (void) vlm_trie_plain(t, 0, 1, (uint8_t) k, 0x80, 0xbf,
                               (uint32_t) k);
+    }
+
+    if (vlm_trie_chars(t, vocab, bytes, lens) != VLM_OK) {
+        vlm_trie_free(t);
+        return vlm_error_set(err, VLM_ERR_NOMEM, "token trie: no memory");
     }
 
     *out = t;
@@ -430,11 +605,14 @@ vlm_trie_free(vlm_trie_t *t)
     }
 
     free(t->inner);
+    vlm_g_classes_free(t->classes);
     free(t->x_child);
     free(t->x_next);
     free(t->x_token);
     free(t->x_byte);
     free(t->x_tok_next);
+    free(t->x_pre);
+    free(t->chars);
     free(t->lo);
     free(t->hi);
     free(t->order);
@@ -442,6 +620,16 @@ vlm_trie_free(vlm_trie_t *t)
     free(t->root_plain[1]);
     free(t->root_plain[2]);
     free(t->root_plain[3]);
+
+    for (k = 0; k < 4; k++) {
+        free(t->by_chars[k]);
+        free(t->cut[k]);
+    }
+
+    for (k = 0; k < VLM_G_UPTO; k++) {
+        free(t->upto[k]);
+    }
+
     free(t);
 }
 

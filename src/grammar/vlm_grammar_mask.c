@@ -1,0 +1,1011 @@
+/*
+ * The per-step mask (vlm_matcher_mask, see vlm_grammar.h): the token trie
+ * walked depth first, one byte of the automaton (vlm_grammar_match.c) per
+ * trie edge, every frame write logged so that leaving an edge undoes it
+ * (no copies of the whole state), a subtree left as soon as the automaton
+ * refuses its prefix; and the shortcuts that spare most of that walk
+ * inside strings: every token of text at once, under a maxLength by their
+ * characters, the tokens that leave the text by a trie of their own, a
+ * pattern's states by masks kept for them (class tries,
+ * vlm_grammar_class.c).  Each is checked against feeding every token
+ * alone (tests/test_grammar.c).
+ */
+
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "vlm_grammar_int.h"
+
+
+/*
+ * The top frame of live stack s inside a string without a format: 1 and
+ * *f, *n; 0 for a dead stack; -1 for any other top.
+ */
+static int
+vlm_g_top_string(const vlm_matcher_t *m, uint32_t s, const vlm_gframe_t **f,
+    const vlm_gnode_t **n)
+{
+    uint32_t  d;
+
+    d = m->heads.depths[s];
+
+    if (d == VLM_G_DEAD) {
+        return 0;
+    }
+
+    if (d == 0) {
+        return -1;
+    }
+
+    *f = &vlm_g_stack(m, s)[d - 1];
+    *n = &m->g.nodes[(*f)->node];
+
+    return ((*n)->kind == VLM_GNODE_STRING && (*n)->c == VLM_GRAMMAR_NONE)
+           ? 1 : -1;
+}
+
+
+/*
+ * Plain text may follow: the top frame of every live stack is inside a
+ * string without a format, between characters or within one (the same
+ * count of continuation bytes to come, of any value), with the same room
+ * for characters (*room, VLM_GRAMMAR_NONE without a maxLength).  Within
+ * 3 bytes of the budget (*slack: the bytes left after the character the
+ * text is in, else VLM_GRAMMAR_NONE) the strings' minimum must be
+ * reached: more characters then never make the document longer, but for
+ * the up to three bytes that finish a character cut at a token's end.
+ * Returns the trie's plain bit of that state, 0 if none.
+ */
+static uint8_t
+vlm_g_text_state(const vlm_matcher_t *m, uint32_t *room, uint32_t *slack)
+{
+    int                  short_min, top;
+    uint8_t              bit, b;
+    uint32_t             s, d, r;
+    const vlm_gframe_t  *f;
+    const vlm_gnode_t   *n;
+
+    bit = 0;
+    short_min = 0;
+    *room = VLM_GRAMMAR_NONE;
+    *slack = VLM_GRAMMAR_NONE;
+
+    for (s = 0; s < m->heads.n; s++) {
+        top = vlm_g_top_string(m, s, &f, &n);
+
+        if (top <= 0) {
+            if (top < 0) {
+                return 0;
+            }
+
+            continue;
+        }
+
+        if (f->st == 1) {
+            b = 1;
+
+        } else if (f->st == 3 && f->lo == 0x80 && f->hi == 0xbf) {
+            b = (uint8_t) (1u << f->need);
+
+        } else {
+            return 0;
+        }
+
+        r = n->b == VLM_GRAMMAR_NONE ? n->b : n->b - f->count;
+
+        if ((bit != 0 && b != bit) || (bit != 0 && r != *room)) {
+            return 0;
+        }
+
+        bit = b;
+        *room = r;
+        short_min |= f->count < n->a;
+    }
+
+    if (bit != 0 && m->budget != 0) {
+        d = vlm_matcher_distance(m);
+
+        if (d + 3 >= m->budget) {
+            if (short_min) {
+                return 0;
+            }
+
+            /* from the end of the character it is in */
+            d -= (uint32_t) __builtin_ctz(bit);
+            *slack = d >= m->budget ? 0 : m->budget - d;
+        }
+    }
+
+    return bit;
+}
+
+
+/* the same, without a maxLength and away from the budget only */
+static uint8_t
+vlm_g_plain_ok(const vlm_matcher_t *m)
+{
+    uint8_t   bit;
+    uint32_t  room, slack;
+
+    bit = vlm_g_text_state(m, &room, &slack);
+
+    return (room == VLM_GRAMMAR_NONE && slack == VLM_GRAMMAR_NONE) ? bit : 0;
+}
+
+
+/*
+ * Within slack bytes of the budget (from the end of the character the
+ * text is in): the text tokens of the plain state k taken that end in a
+ * character that needs slack continuation bytes or more left out again.
+ */
+static void
+vlm_g_drop_cut(vlm_matcher_t *m, uint32_t k, uint32_t slack)
+{
+    int32_t            id;
+    uint32_t           i;
+    const vlm_trie_t  *t;
+
+    t = m->trie;
+
+    for (i = slack > 3 ? t->cut_at[k][4] : t->cut_at[k][slack];
+         i < t->cut_at[k][4]; i++)
+    {
+        id = t->cut[k][i];
+
+        if ((m->mask[id >> 5] >> (id & 31)) & 1) {
+            m->mask[id >> 5] &= ~(1u << (id & 31));
+            m->n_allowed--;
+        }
+    }
+}
+
+
+/*
+ * The text tokens of the plain state k (root_plain[k]) of room characters
+ * at most (vlm_grammar_int.h): 0 where the room is between the longest
+ * that by_chars tells apart and the longest text token.
+ */
+static int
+vlm_g_take_room(vlm_matcher_t *m, uint32_t k, uint32_t room)
+{
+    int32_t            id;
+    size_t             j, n;
+    uint32_t           i, end;
+    const uint32_t    *words;
+    const vlm_trie_t  *t;
+
+    t = m->trie;
+
+    if (room >= t->max_chars) {
+        words = t->root_plain[k];
+        n = t->root_plain_n[k];
+        i = end = 0;
+
+    } else if (room >= VLM_G_CHARS_MAX) {
+        return 0;
+
+    } else {
+        words = NULL;
+        n = 0;
+        i = t->chars_at[k][0];
+        end = t->chars_at[k][room + 1];
+
+        if (k == 0 && room > 0) {
+            words = t->upto[vlm_min(room, VLM_G_UPTO) - 1];
+            n = t->upto_n[vlm_min(room, VLM_G_UPTO) - 1];
+            i = t->chars_at[0][vlm_min(room, VLM_G_UPTO) + 1];
+        }
+    }
+
+    if (words != NULL) {
+        for (j = 0; j < m->mask_words; j++) {
+            m->mask[j] |= words[j];
+        }
+
+        m->n_allowed += n;
+    }
+
+    for ( /* void */ ; i < end; i++) {
+        id = t->by_chars[k][i];
+        m->mask[id >> 5] |= 1u << (id & 31);
+        m->n_allowed++;
+    }
+
+    return 1;
+}
+
+
+/* the tokens chained from id, where the budget allows them after the path */
+static void
+vlm_g_take(vlm_matcher_t *m, int32_t id, const int32_t *next)
+{
+    if (m->budget != 0 && vlm_matcher_distance(m) >= m->budget) {
+        return;
+    }
+
+    for ( /* void */ ; id >= 0; id = next[id]) {
+        m->mask[id >> 5] |= 1u << (id & 31);
+        m->n_allowed++;
+    }
+}
+
+
+/*
+ * The plain bit after text byte b in the plain state of bit in: that of
+ * the next UTF-8 state where it is one of plain[]'s, else 0 (the walk then
+ * steps every byte, as outside a string).
+ */
+static uint8_t
+vlm_g_text_next(uint8_t in, uint8_t b)
+{
+    if (in != 1) {
+        return (b >= 0x80 && b <= 0xbf) ? (uint8_t) (in >> 1) : 0;
+    }
+
+    if (b < 0x80) {
+        return (b >= 0x20 && b != '"' && b != '\\') ? 1 : 0;
+    }
+
+    if (b >= 0xc2 && b <= 0xdf) {
+        return 2;
+    }
+
+    if ((b >= 0xe1 && b <= 0xec) || b == 0xee || b == 0xef) {
+        return 4;
+    }
+
+    return (b >= 0xf1 && b <= 0xf3) ? 8 : 0;
+}
+
+
+/*
+ * plain: the trie's plain bit of the state the mask started in (see
+ * vlm_g_plain_ok), 0 when none: then every token of text is in the mask
+ * already (vlm_matcher_mask), and a subtree whose path from the root is
+ * all text is passed over.  in: the plain bit of the state after the
+ * bytes down to parent, 0 when none or not known: a subtree all text from
+ * there (sub[]) is taken whole from the depth-first order, without
+ * stepping a byte of it, where the path from the root is not text (else
+ * root_plain has its tokens already).  So a string opened by a token ('"'
+ * and the words after it, at a value) costs a range of tokens, not a walk
+ * of every token that begins with a quote.  The state is looked at
+ * (vlm_g_plain_ok) after a '"' only; after text in a plain state it stays
+ * plain, the distance to the end within the 3 bytes of a character that
+ * vlm_g_plain_ok allowed for.
+ */
+static void
+vlm_g_walk(vlm_matcher_t *m, uint32_t parent, uint8_t plain, uint8_t in)
+{
+    int32_t            id;
+    size_t             mark;
+    uint32_t           c, i, k;
+    uint8_t            covered, next;
+    vlm_gheads_t       heads;
+    const vlm_trie_t  *t;
+
+    t = m->trie;
+    k = in ? (uint32_t) __builtin_ctz(in) : 0;
+    covered = parent == 0 ? plain : (uint8_t) (t->text[parent] & plain);
+
+    for (c = t->child[parent]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
+        if (t->plain[c] & plain) {
+            continue;
+        }
+
+        if (in && ((t->sub[c] >> k) & 1)) {
+            for (i = t->lo[c]; !covered && i < t->hi[c]; i++) {
+                id = t->order[i];
+
+                if (m->room == VLM_GRAMMAR_NONE || t->chars[id] <= m->room) {
+                    m->mask[id >> 5] |= 1u << (id & 31);
+                    m->n_allowed++;
+                }
+            }
+
+            continue;
+        }
+
+        mark = m->log_n;
+        heads = m->heads;
+
+        if (vlm_g_byte(m, t->byte[c])) {
+            if (t->token[c] >= 0 && !(t->text[c] & plain)) {
+                vlm_g_take(m, t->token[c], t->tok_next);
+            }
+
+            if (t->child[c] != VLM_GRAMMAR_NONE) {
+                if (in) {
+                    next = vlm_g_text_next(in, t->byte[c]);
+
+                } else if (t->byte[c] == '"' && m->room == VLM_GRAMMAR_NONE) {
+                    next = vlm_g_plain_ok(m);
+
+                } else {
+                    next = 0;
+                }
+
+                vlm_g_walk(m, c, plain, next);
+            }
+        }
+
+        vlm_g_undo(m, mark, &heads);
+    }
+}
+
+
+/*
+ * After a backslash in a string (the top frame of every live stack, the
+ * same room for characters), away from the budget: the escaped byte,
+ * then text, whose subtrees the walk takes whole (vlm_g_walk) but for
+ * their tokens past the room, by their characters (the escaped byte's
+ * one of them: the backslash counted).  So an escape costs a walk of the
+ * trie's top, not of every token that starts with 'n' or 't'.  0 if not
+ * in such a state.
+ */
+static int
+vlm_g_walk_escape(vlm_matcher_t *m)
+{
+    int                  top;
+    size_t               mark;
+    uint32_t             s, r, room, c;
+    vlm_gheads_t         heads;
+    const vlm_trie_t    *t;
+    const vlm_gframe_t  *f;
+    const vlm_gnode_t   *n;
+
+    room = VLM_GRAMMAR_NONE;
+
+    for (s = 0; s < m->heads.n; s++) {
+        top = vlm_g_top_string(m, s, &f, &n);
+
+        if (top <= 0) {
+            if (top < 0) {
+                return 0;
+            }
+
+            continue;
+        }
+
+        if (f->st != 2) {
+            return 0;
+        }
+
+        r = n->b == VLM_GRAMMAR_NONE ? n->b : n->b - f->count;
+
+        if ((s > 0 && r != room) || (r != VLM_GRAMMAR_NONE
+                                     && r + 1 >= VLM_G_CHARS_MAX))
+        {
+            return 0;
+        }
+
+        room = r;
+    }
+
+    if (m->budget != 0 && vlm_matcher_distance(m) + 3 >= m->budget) {
+        return 0;
+    }
+
+    t = m->trie;
+    m->room = room == VLM_GRAMMAR_NONE ? room : room + 1;
+
+    for (c = t->child[0]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
+        mark = m->log_n;
+        heads = m->heads;
+
+        if (vlm_g_byte(m, t->byte[c])) {
+            if (t->token[c] >= 0) {
+                vlm_g_take(m, t->token[c], t->tok_next);
+            }
+
+            if (t->child[c] != VLM_GRAMMAR_NONE) {
+                vlm_g_walk(m, c, 0, 1);
+            }
+        }
+
+        vlm_g_undo(m, mark, &heads);
+    }
+
+    m->room = VLM_GRAMMAR_NONE;
+
+    return 1;
+}
+
+
+/* in a string between characters: the tokens that leave it (vlm_trie_t) */
+static void
+vlm_g_walk_exits(vlm_matcher_t *m, uint32_t parent)
+{
+    size_t             mark;
+    uint32_t           c;
+    vlm_gheads_t       heads;
+    const vlm_trie_t  *t;
+
+    t = m->trie;
+
+    for (c = t->x_child[parent]; c != VLM_GRAMMAR_NONE; c = t->x_next[c]) {
+        mark = m->log_n;
+        heads = m->heads;
+
+        if (vlm_g_byte(m, t->x_byte[c])) {
+            if (t->x_token[c] >= 0) {
+                vlm_g_take(m, t->x_token[c], t->x_tok_next);
+            }
+
+            if (t->x_child[c] != VLM_GRAMMAR_NONE) {
+                vlm_g_walk_exits(m, c);
+            }
+        }
+
+        vlm_g_undo(m, mark, &heads);
+    }
+}
+
+
+static void vlm_g_walk_quoted(vlm_matcher_t *m, uint32_t parent, int past,
+    uint8_t marks);
+
+
+/*
+ * The exits of a string under a maxLength from between characters, on
+ * the one live stack (d frames, the string's on top, n its node): the
+ * exits trie's tokens, whose text before the exit counts (x_pre).  The
+ * walk is one for every such text: the string's count starts at 0, is
+ * set to its minimum before the quote that closes it (chars: the
+ * characters then, VLM_GRAMMAR_NONE while open), and each token is
+ * taken where base, the characters before it, those of its text and
+ * those after fit the string's bounds (counts only grow: at the end is
+ * enough).  A token that leaves the string open keeps the document
+ * within the budget, as text does (vlm_g_text_state).
+ */
+static void
+vlm_g_walk_exits_room(vlm_matcher_t *m, uint32_t parent, uint32_t d,
+    const vlm_gnode_t *n, uint32_t base, uint32_t chars)
+{
+    int32_t            id;
+    size_t             mark;
+    uint32_t           c, now, total, all, dist;
+    vlm_gheads_t       heads;
+    vlm_gframe_t      *top;
+    const vlm_trie_t  *t;
+
+    t = m->trie;
+
+    for (c = t->x_child[parent]; c != VLM_GRAMMAR_NONE; c = t->x_next[c]) {
+        mark = m->log_n;
+        heads = m->heads;
+        m->frames = vlm_g_stack(m, 0);
+        m->depth = d;
+        top = &m->frames[d - 1];
+        now = chars;
+
+        if (now == VLM_GRAMMAR_NONE && top->st == 1 && t->x_byte[c] == '"')
+        {
+            now = top->count;
+
+            top = vlm_g_write(m, d - 1);
+            if (top == NULL) {
+                return;
+            }
+
+            top->count = n->a;
+        }
+
+        if (vlm_g_byte(m, t->x_byte[c])) {
+            dist = VLM_GRAMMAR_NONE;
+
+            if (now == VLM_GRAMMAR_NONE) {
+                total = vlm_g_stack(m, 0)[d - 1].count;
+
+                if (m->budget != 0) {
+                    /* the distance without the minimum (the count is not) */
+                    dist = vlm_matcher_distance(m)
+                           - (total < n->a ? n->a - total : 0);
+                }
+
+            } else {
+                total = now;
+
+                if (m->budget != 0 && vlm_matcher_distance(m) >= m->budget)
+                {
+                    total = VLM_GRAMMAR_NONE;
+                }
+            }
+
+            for (id = t->x_token[c];
+                 id >= 0 && total != VLM_GRAMMAR_NONE;
+                 id = t->x_tok_next[id])
+            {
+                all = base + t->x_pre[id] + total;
+
+                if ((uint64_t) all <= n->b
+                    && (now == VLM_GRAMMAR_NONE || all >= n->a)
+                    && (dist == VLM_GRAMMAR_NONE
+                        || dist + (all < n->a ? n->a - all : 0)
+                           < m->budget))
+                {
+                    m->mask[id >> 5] |= 1u << (id & 31);
+                    m->n_allowed++;
+                }
+            }
+
+            if (t->x_child[c] != VLM_GRAMMAR_NONE) {
+                vlm_g_walk_exits_room(m, c, d, n, base, now);
+            }
+        }
+
+        vlm_g_undo(m, mark, &heads);
+    }
+}
+
+
+/*
+ * The tokens that leave a string under a maxLength: by the exits trie
+ * between characters on one stack, else by a walk of the paths of the
+ * token trie with a quote or a backslash, their text stepped.
+ */
+static void
+vlm_g_exits_room(vlm_matcher_t *m, uint8_t plain, uint32_t room)
+{
+    size_t         mark;
+    uint32_t       d;
+    vlm_gheads_t   heads;
+    vlm_gframe_t  *top;
+
+    d = m->heads.depths[0];
+
+    /* x_pre tells apart fewer than VLM_G_CHARS_MAX */
+    if (plain != 1 || m->heads.n != 1 || d == VLM_G_DEAD || d == 0
+        || room >= VLM_G_CHARS_MAX)
+    {
+        vlm_g_walk_quoted(m, 0, 0, VLM_TRIE_QUOTE | VLM_TRIE_ESCAPE);
+        return;
+    }
+
+    mark = m->log_n;
+    heads = m->heads;
+    m->frames = vlm_g_stack(m, 0);
+    m->depth = d;
+
+    top = vlm_g_write(m, d - 1);
+    if (top != NULL) {
+        d = top->count;
+        top->count = 0;
+        vlm_g_walk_exits_room(m, 0, m->depth, &m->g.nodes[top->node], d,
+                              VLM_GRAMMAR_NONE);
+    }
+
+    vlm_g_undo(m, mark, &heads);
+}
+
+
+/*
+ * A pattern's string (REGEX, not RAW) on the one live stack, past its
+ * quote, without a most length: the mask is the tokens whose bytes are
+ * all transitions of its DFA from the state (no other frame sees them),
+ * kept for each state as they come (vlm_ginner_t), and a walk of the
+ * paths that hold a quote, which may close the string and go on.  The
+ * kept mask holds as long as the budget allows the farthest a token of
+ * it leaves the match; else, or in any other state, the whole walk.
+ *
+ * A GBNF grammar's text (RAW) in a state that is not a match: the same,
+ * but for the paths that reach a match, where the text may end and the
+ * frames below take the next bytes (a JSON string's closing quote in a
+ * grammar that spells one): the kept mask holds the tokens up to there,
+ * and each such path is walked whole from its first match on, the top
+ * frame set to that state (no copy of the stack is made before a match,
+ * so the state is the one that feeding the path would leave).
+ */
+static int
+vlm_g_inner_walk(const vlm_matcher_t *m, vlm_ginner_t *e, uint32_t parent,
+    uint32_t state, int raw, const uint32_t *dist, const uint32_t *first,
+    const uint32_t *ranges)
+{
+    int32_t            id;
+    uint32_t           c, to;
+    uint8_t            b;
+    const vlm_trie_t  *t;
+
+    t = m->trie;
+
+    for (c = t->child[parent]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
+        b = t->byte[c];
+
+        if (b == '"' && !raw) {
+            continue;
+        }
+
+        to = vlm_g_dfa_next(first, ranges, state, b);
+
+        if (to == VLM_GRAMMAR_NONE) {
+            continue;
+        }
+
+        if (t->token[c] >= 0) {
+            for (id = t->token[c]; id >= 0; id = t->tok_next[id]) {
+                e->words[id >> 5] |= 1u << (id & 31);
+                e->n++;
+            }
+
+            e->max_dist = vlm_max(e->max_dist, dist[to]);
+        }
+
+        if (t->child[c] == VLM_GRAMMAR_NONE) {
+            continue;
+        }
+
+        if (raw && dist[to] == 0) {
+            /* a match: what follows is walked whole from here */
+            if (e->n_exits == VLM_G_EXITS) {
+                return -1;
+            }
+
+            e->exits[2 * e->n_exits] = c;
+            e->exits[2 * e->n_exits + 1] = to;
+            e->n_exits++;
+            continue;
+        }
+
+        if (vlm_g_inner_walk(m, e, c, to, raw, dist, first, ranges) < 0) {
+            return -1;
+        }
+    }
+
+    return 0;
+}
+
+
+/*
+ * The paths of the trie that hold a quote (marks: VLM_TRIE_QUOTE) or a
+ * quote or a backslash (with VLM_TRIE_ESCAPE); tokens from that byte on
+ */
+static void
+vlm_g_walk_quoted(vlm_matcher_t *m, uint32_t parent, int past, uint8_t marks)
+{
+    int                now;
+    size_t             mark;
+    uint32_t           c;
+    vlm_gheads_t       heads;
+    const vlm_trie_t  *t;
+
+    t = m->trie;
+
+    for (c = t->child[parent]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
+        if (!past && !(t->quoted[c] & marks)) {
+            continue;
+        }
+
+        mark = m->log_n;
+        heads = m->heads;
+
+        if (vlm_g_byte(m, t->byte[c])) {
+            now = past || t->byte[c] == '"'
+                  || (t->byte[c] == '\\' && (marks & VLM_TRIE_ESCAPE));
+
+            if (now && t->token[c] >= 0) {
+                vlm_g_take(m, t->token[c], t->tok_next);
+            }
+
+            if (t->child[c] != VLM_GRAMMAR_NONE) {
+                vlm_g_walk_quoted(m, c, now, marks);
+            }
+        }
+
+        vlm_g_undo(m, mark, &heads);
+    }
+}
+
+
+/*
+ * The kept mask of a pattern's state f (of node n) after count characters
+ * (under a maxLength), of the tokens to states fewer than lim bytes from a
+ * match (VLM_GRAMMAR_NONE: all), made if need be; NULL when none can be.
+ */
+static vlm_ginner_t *
+vlm_g_inner_entry(vlm_matcher_t *m, const vlm_gframe_t *f,
+    const vlm_gnode_t *n, uint32_t count, uint32_t lim)
+{
+    int                       raw;
+    uint32_t                  i;
+    vlm_ginner_t             *e;
+    vlm_ginners_t            *in;
+    const uint32_t           *dist, *first, *ranges;
+    const vlm_gclass_user_t  *cls;
+
+    raw = (n->flags & VLM_GNODE_RAW) != 0;
+    dist = m->g.idx + n->a;
+    first = dist + n->b;
+    ranges = first + n->b + 1;
+    in = m->trie->inner;
+
+    for (i = 0; i < VLM_G_INNER; i++) {
+        e = &in->e[i];
+
+        if (e->prog == m->prog && e->node == f->node && e->state == f->pos
+            && e->count == count && e->lim == lim)
+        {
+            return e->n_exits == VLM_GRAMMAR_NONE ? NULL : e;
+        }
+    }
+
+    cls = raw ? NULL : vlm_g_class(m, f->node);
+
+    if (cls == NULL && lim != VLM_GRAMMAR_NONE) {
+        return NULL;
+    }
+
+    e = &in->e[in->next];
+
+    if (e->words == NULL) {
+        e->words = malloc(m->mask_words * sizeof(uint32_t));
+        if (e->words == NULL) {
+            return NULL;
+        }
+    }
+
+    if (raw && e->exits == NULL) {
+        e->exits = malloc(2 * VLM_G_EXITS * sizeof(uint32_t));
+        if (e->exits == NULL) {
+            return NULL;
+        }
+    }
+
+    in->next = (in->next + 1) % VLM_G_INNER;
+
+    memset(e->words, 0, m->mask_words * sizeof(uint32_t));
+    e->prog = m->prog;
+    e->node = f->node;
+    e->state = f->pos;
+    e->count = count;
+    e->lim = lim;
+    e->max_dist = 0;
+    e->n = 0;
+    e->n_exits = 0;
+
+    if (cls != NULL) {
+        vlm_g_class_mask(m, cls, n, e, f->pos, count, lim);
+
+    } else if (ranges[n->c] != VLM_GRAMMAR_NONE
+               || vlm_g_inner_walk(m, e, 0, f->pos, raw, dist, first, ranges)
+                  < 0)
+    {
+        /* too many paths to a match: this state keeps no mask */
+        e->n_exits = VLM_GRAMMAR_NONE;
+        return NULL;
+    }
+
+    return e;
+}
+
+
+/*
+ * The kept mask of stack s's pattern state into the mask: 1, or 0 where
+ * there is none (the state takes the whole walk).  Past the budget, the
+ * tokens to states near enough to a match, kept too (the limit takes a
+ * few values, up to the farthest); *out the entry taken, NULL for none.
+ */
+static int
+vlm_g_inner_stack(vlm_matcher_t *m, uint32_t s, vlm_ginner_t **out)
+{
+    int                  raw;
+    size_t               j;
+    uint32_t             count, base;
+    vlm_ginner_t        *e;
+    const uint32_t      *dist, *first, *ranges;
+    const vlm_gframe_t  *f;
+    const vlm_gnode_t   *n;
+
+    f = &vlm_g_stack(m, s)[m->heads.depths[s] - 1];
+    n = &m->g.nodes[f->node];
+    raw = (n->flags & VLM_GNODE_RAW) != 0;
+    dist = m->g.idx + n->a;
+    first = dist + n->b;
+    ranges = first + n->b + 1;
+
+    if (raw && (ranges[n->c] != VLM_GRAMMAR_NONE || dist[f->pos] == 0)) {
+        return 0;       /* maxLength: the count matters; a match: forks */
+    }
+
+    /* under a maxLength the count is part of the state */
+    count = ranges[n->c] != VLM_GRAMMAR_NONE ? f->count : 0;
+    e = vlm_g_inner_entry(m, f, n, count, VLM_GRAMMAR_NONE);
+
+    if (e == NULL) {
+        return 0;
+    }
+
+    /* the farthest from the end a token of it leaves the document */
+    base = vlm_g_stack_distance(m, s) - dist[f->pos];
+
+    if (m->budget != 0 && base + e->max_dist >= m->budget) {
+        e = base < m->budget
+            ? vlm_g_inner_entry(m, f, n, count, m->budget - base) : NULL;
+
+        if (e == NULL && (raw || base < m->budget)) {
+            return 0;
+        }
+    }
+
+    for (j = 0; e != NULL && j < m->mask_words; j++) {
+        m->mask[j] |= e->words[j];
+    }
+
+    m->n_allowed += e != NULL ? e->n : 0;
+    *out = e;
+
+    return 1;
+}
+
+
+/*
+ * Every live stack in a pattern's string (REGEX, past its quote): the
+ * union of their kept masks, then the paths that hold a quote.  A token
+ * is allowed where one stack takes all its bytes, so the union is the
+ * mask; the tokens two stacks share counted once (*recount: the caller
+ * counts the mask's bits, those of a walk after a failed stack too).
+ * A GBNF grammar's text (RAW) on its one stack only.
+ */
+static int
+vlm_g_inner_mask(vlm_matcher_t *m, int *recount)
+{
+    int                  raw;
+    size_t               mark;
+    uint32_t             i, s, d;
+    vlm_gheads_t         heads;
+    vlm_gframe_t        *top;
+    vlm_ginner_t        *e;
+    const vlm_gframe_t  *f;
+    const vlm_gnode_t   *n;
+
+    raw = 0;
+
+    for (s = 0; s < m->heads.n; s++) {
+        d = m->heads.depths[s];
+
+        if (d == VLM_G_DEAD) {
+            continue;
+        }
+
+        if (d == 0) {
+            return 0;
+        }
+
+        f = &vlm_g_stack(m, s)[d - 1];
+        n = &m->g.nodes[f->node];
+        raw |= (n->flags & VLM_GNODE_RAW) != 0;
+
+        if (n->kind != VLM_GNODE_REGEX || f->st != 1
+            || (raw && m->heads.n != 1))
+        {
+            return 0;
+        }
+    }
+
+    *recount = m->heads.n > 1;
+    e = NULL;
+
+    for (s = 0; s < m->heads.n; s++) {
+        if (m->heads.depths[s] != VLM_G_DEAD
+            && !vlm_g_inner_stack(m, s, &e))
+        {
+            return 0;
+        }
+    }
+
+    if (!raw) {
+        vlm_g_walk_quoted(m, 0, 0, VLM_TRIE_QUOTE);
+        return 1;
+    }
+
+    d = m->heads.depths[0];
+
+    m->frames = vlm_g_stack(m, 0);
+    m->depth = d;
+
+    for (i = 0; i < e->n_exits; i++) {
+        mark = m->log_n;
+        heads = m->heads;
+
+        top = vlm_g_write(m, d - 1);
+        if (top == NULL) {
+            break;
+        }
+
+        top->pos = e->exits[2 * i + 1];
+        vlm_g_walk(m, e->exits[2 * i], 0, 0);
+        vlm_g_undo(m, mark, &heads);
+
+        m->frames = vlm_g_stack(m, 0);
+        m->depth = d;
+    }
+
+    return 1;
+}
+
+
+size_t
+vlm_matcher_mask(vlm_matcher_t *m, uint32_t budget, const int32_t *end_ids,
+    int n_end, const uint32_t **mask)
+{
+    int              i, taken, recount;
+    size_t           j;
+    uint8_t          plain;
+    uint32_t         room, slack, k;
+    const uint32_t  *words;
+
+    memset(m->mask, 0, m->mask_words * sizeof(uint32_t));
+    m->n_allowed = 0;
+    m->budget = budget;
+
+    if (vlm_matcher_complete(m)) {
+        for (i = 0; i < n_end; i++) {
+            if (end_ids[i] >= 0 && end_ids[i] < m->trie->vocab) {
+                m->mask[end_ids[i] >> 5] |= 1u << (end_ids[i] & 31);
+                m->n_allowed++;
+            }
+        }
+    }
+
+    m->logging = 1;
+    m->log_n = 0;
+    m->high = m->heads.n;
+
+    plain = vlm_g_text_state(m, &room, &slack);
+    k = plain ? (uint32_t) __builtin_ctz(plain) : 0;
+    taken = 1;
+    recount = 0;
+
+    if (plain && slack != 0) {
+        /*
+         * the text tokens at once (under a maxLength those that fit, by
+         * their characters; near the budget but those whose cut last
+         * character needs too many bytes), then the walk of the others
+         */
+        if (room == VLM_GRAMMAR_NONE) {
+            words = m->trie->root_plain[k];
+
+            for (j = 0; j < m->mask_words; j++) {
+                m->mask[j] |= words[j];
+            }
+
+            m->n_allowed += m->trie->root_plain_n[k];
+
+        } else {
+            taken = vlm_g_take_room(m, k, room);
+        }
+
+        if (taken && slack != VLM_GRAMMAR_NONE) {
+            vlm_g_drop_cut(m, k, slack);
+        }
+    }
+
+    if (!taken) {
+        vlm_g_walk(m, 0, 0, 0);
+
+    } else if (plain && room != VLM_GRAMMAR_NONE) {
+        /* the paths that leave the text, whose text counts */
+        vlm_g_exits_room(m, plain, room);
+
+    } else if (plain == 1) {
+        vlm_g_walk_exits(m, 0);
+
+    } else if (plain != 0
+               || (!vlm_g_inner_mask(m, &recount)
+                   && !vlm_g_walk_escape(m)))
+    {
+        vlm_g_walk(m, 0, plain, plain);
+    }
+
+    if (recount) {
+        m->n_allowed = 0;
+
+        for (j = 0; j < m->mask_words; j++) {
+            m->n_allowed += (size_t) __builtin_popcount(m->mask[j]);
+        }
+    }
+
+    m->logging = 0;
+    *mask = m->mask;
+
+    return m->n_allowed;
+}
