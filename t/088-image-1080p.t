@@ -96,8 +96,9 @@ is($j->{choices}[0]{message}{content}, $want,
 VLMTest::check_log($srv, '1080p');
 
 # next to a running stream: it keeps getting tokens while the image goes
-# through (the tower a stage a step, the prompt in chunks of
-# vlm_max_batch_tokens); the longest gap between its pieces is printed
+# through (the tower in pieces of vlm_max_batch_tokens rows or queries,
+# the prompt in chunks of as many); the longest gap between its pieces is
+# printed
 {
     my $long = { %{ vlm_chat_body('Tell me a long story.') },
                  temperature => 0, max_tokens => 4000,
