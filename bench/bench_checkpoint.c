@@ -6,9 +6,14 @@
  * Qwen2.5-0.5B (1.9 GB), or Qwen3-VL-2B-Instruct (qwen3vl-2b, 4.3 GB,
  * its DeepStack mergers included).  Never commit its output.
  *
- *   bench_checkpoint [--shape 0.5b|3b|7b|qwen3vl-2b] [DIR]
+ *   bench_checkpoint [--shape 0.5b|3b|7b|qwen3vl-2b] [--layers N] [DIR]
  *                            default /tmp/vlm-bench-qwen25vl-<shape>,
- *                            /tmp/vlm-bench-qwen3vl-2b
+ *                            /tmp/vlm-bench-qwen3vl-2b, with -<N>l after
+ *                            it for --layers
+ *
+ * --layers N cuts the decoder to its first N layers, the tower and the
+ * embedding whole: for benchmarks of the vision tower (bench_tower), whose
+ * 3B and 7B shapes then take 2.5 and 3.3 GB instead of 7.5 and 16.6.
  *
  * An existing complete checkpoint in DIR is kept.
  */
@@ -339,8 +344,9 @@ write_shard(const char *dir, int shard, const uint16_t *pool,
 int
 main(int argc, char **argv)
 {
-    int        i;
-    char       path[512], *text, config[4096];
+    int        i, layers;
+    char       path[512], *text, config[4096], cut_dir[256];
+    shape_t    cut;
     size_t     k;
     json_t    *index, *map;
     uint16_t  *pool;
@@ -349,8 +355,18 @@ main(int argc, char **argv)
 
     shape = &shapes[1];
     dir = NULL;
+    layers = 0;
 
     for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--layers") == 0 && i + 1 < argc) {
+            layers = atoi(argv[++i]);
+            if (layers <= 0) {
+                fprintf(stderr, "bench_checkpoint: --layers: at least 1\n");
+                return 1;
+            }
+            continue;
+        }
+
         if (strcmp(argv[i], "--shape") == 0 && i + 1 < argc) {
             i++;
             shape = NULL;
@@ -370,6 +386,14 @@ main(int argc, char **argv)
         } else {
             dir = argv[i];
         }
+    }
+
+    if (layers > 0 && layers < shape->layers) {
+        cut = *shape;
+        cut.layers = layers;
+        shape = &cut;
+        snprintf(cut_dir, sizeof(cut_dir), "%s-%dl", shape->dir, layers);
+        cut.dir = cut_dir;
     }
 
     if (dir == NULL) {

@@ -369,7 +369,8 @@ vlm_attn_merge_kernel(const float *ws, int n_heads, int hd, int split,
 /*
  * varlen: q[rows, q_stride], k, v[rows, kv_stride], out[rows, n_heads *
  * hd]; segments cu_seqlens[0..n_segments] (device); row i of segment
- * [s0, s1) sees keys s0 .. (causal ? i : s1 - 1)
+ * [s0, s1) sees keys s0 .. (causal ? i : s1 - 1); only the rows
+ * [q_begin, q_end) (q_end 0: all), each as in a whole call
  * grid: x = a fixed number of blocks walking the (WARPS rows, head)
  * tiles, since the number of rows is on the device; block: WARPS warps,
  * one row each
@@ -378,23 +379,32 @@ static __global__ void
 vlm_attn_varlen_kernel(float *out, const float *q, const float *k,
     const float *v, int q_stride, int kv_stride, int n_heads,
     int n_kv_heads, int hd, float scale, const int32_t *cu_seqlens,
-    int n_segments, int causal, int bk)
+    int n_segments, int causal, int q_begin, int q_end, int bk)
 {
     VLM_DYNAMIC_SHARED(float, smem);
     __shared__ int           lims[2 * VLM_ATTN_WARPS];
     int                      total, tiles, t, h, i, a, b, mid, lo, hi;
-    int                      kvh, warp;
+    int                      kvh, warp, end, first;
     const float             *qp;
     float                   *op;
     vlm_attn_keys_t          kv;
 
+    /*
+     * a query range keeps a whole call's tiles of rows (their keys'
+     * union sets the order of the sums): from the tile of q_begin, its
+     * rows outside the range computed but not written
+     */
     total = cu_seqlens[n_segments];
-    tiles = (total + VLM_ATTN_WARPS - 1) / VLM_ATTN_WARPS * n_heads;
+    end = q_end > 0 && q_end < total ? q_end : total;
+    first = q_begin / VLM_ATTN_WARPS * VLM_ATTN_WARPS;
+    tiles = end > first
+            ? (end - first + VLM_ATTN_WARPS - 1) / VLM_ATTN_WARPS * n_heads
+            : 0;
     warp = threadIdx.x / VLM_WARP;
 
     for (t = blockIdx.x; t < tiles; t += gridDim.x) {
         h = t % n_heads;
-        i = t / n_heads * VLM_ATTN_WARPS + warp;
+        i = first + t / n_heads * VLM_ATTN_WARPS + warp;
         kvh = h / (n_heads / n_kv_heads);
 
         qp = NULL;
@@ -418,7 +428,8 @@ vlm_attn_varlen_kernel(float *out, const float *q, const float *k,
             lo = cu_seqlens[a];
             hi = causal ? i + 1 : cu_seqlens[a + 1];
             qp = q + (size_t) i * q_stride + (size_t) h * hd;
-            op = out + (size_t) i * n_heads * hd + (size_t) h * hd;
+            op = i >= q_begin && i < end
+                 ? out + (size_t) i * n_heads * hd + (size_t) h * hd : NULL;
         }
 
         kv.k = k;
@@ -533,13 +544,14 @@ extern "C" cudaError_t
 vlm_cuda_attention_varlen(cudaStream_t s, float *out, const float *q,
     const float *k, const float *v, int q_stride, int kv_stride,
     int n_heads, int n_kv_heads, int head_dim, float scale,
-    const int32_t *cu_seqlens, int n_segments, int causal, int max_blocks)
+    const int32_t *cu_seqlens, int n_segments, int causal, int q_begin,
+    int q_end, int max_blocks)
 {
     int  bk;
 
     if (n_segments < 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0
         || head_dim <= 0 || head_dim > VLM_CUDA_MAX_HEAD_DIM
-        || max_blocks <= 0)
+        || max_blocks <= 0 || q_begin < 0 || q_end < 0)
     {
         return cudaErrorInvalidValue;
     }
@@ -553,7 +565,7 @@ vlm_cuda_attention_varlen(cudaStream_t s, float *out, const float *q,
     VLM_LAUNCH(vlm_attn_varlen_kernel, max_blocks, VLM_ATTN_THREADS,
         vlm_attn_smem(head_dim, bk), s, out, q, k, v, q_stride, kv_stride,
         n_heads, n_kv_heads, head_dim, scale, cu_seqlens, n_segments, causal,
-        bk);
+        q_begin, q_end, bk);
 
     return vlm_cuda_launched();
 }

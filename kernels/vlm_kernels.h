@@ -122,12 +122,14 @@ cudaError_t vlm_cuda_attention_paged(cudaStream_t s, const void *k_cache,
 
 /*
  * cu_seqlens is device memory: the launch does not know the number of
- * rows, so a fixed grid of max_blocks walks the row tiles
+ * rows, so a fixed grid of max_blocks walks the row tiles; only the rows
+ * [q_begin, q_end) (q_end 0: all)
  */
 cudaError_t vlm_cuda_attention_varlen(cudaStream_t s, float *out,
     const float *q, const float *k, const float *v, int q_stride,
     int kv_stride, int n_heads, int n_kv_heads, int head_dim, float scale,
-    const int32_t *cu_seqlens, int n_segments, int causal, int max_blocks);
+    const int32_t *cu_seqlens, int n_segments, int causal, int q_begin,
+    int q_end, int max_blocks);
 
 
 #ifdef __cplusplus

@@ -1253,6 +1253,63 @@ naive_attend(float *out, const float *q, const float *k, const float *v,
 }
 
 
+/*
+ * Query ranges of a's call, the last a whole one whose out is whole:
+ * each range's rows get the bits of the whole call, and the rows outside
+ * it are left as they were
+ */
+static void
+check_varlen_ranges(vlm_backend_t *be, vlm_attn_varlen_t *a,
+    const float *whole, int n, int width)
+{
+    int           r, i, j, in;
+    float        *out, *keep;
+    const int32_t  ranges[] = { 0, 1, 1, 0, 0, 64, 64, 0, 3, 70, 128, 0,
+                                n - 1, 0, 0, 0 };
+
+    out = malloc((size_t) n * width * sizeof(float));
+    assert_non_null(out);
+    keep = a->out;
+    a->out = out;
+
+    for (r = 0; r < (int) (sizeof(ranges) / sizeof(ranges[0])); r += 2) {
+        if (ranges[r] >= n || ranges[r + 1] > n) {
+            continue;
+        }
+
+        for (i = 0; i < n * width; i++) {
+            out[i] = 7.0f;
+        }
+
+        a->q_begin = ranges[r];
+        a->q_end = ranges[r + 1];
+        be->ops->attention_varlen(be, a);
+
+        for (i = 0; i < n; i++) {
+            in = i >= a->q_begin && (a->q_end == 0 || i < a->q_end);
+
+            for (j = 0; j < width; j++) {
+                if (in ? memcmp(&out[(size_t) i * width + j],
+                                &whole[(size_t) i * width + j],
+                                sizeof(float)) != 0
+                       : out[(size_t) i * width + j] != 7.0f)
+                {
+                    fail_msg("queries [%d, %d): row %d, column %d: %g, "
+                             "whole %g", a->q_begin, a->q_end, i, j,
+                             out[(size_t) i * width + j],
+                             whole[(size_t) i * width + j]);
+                }
+            }
+        }
+    }
+
+    a->out = keep;
+    a->q_begin = 0;
+    a->q_end = 0;
+    free(out);
+}
+
+
 static void
 check_attention_varlen(const int32_t *cu, int n_seg)
 {
@@ -1286,6 +1343,7 @@ check_attention_varlen(const int32_t *cu, int n_seg)
         a.causal = causal;
 
         be->ops->attention_varlen(be, &a);
+        check_varlen_ranges(be, &a, out, n, nh * hd);
 
         for (i = 0; i < n; i++) {
             for (seg = 0; cu[seg + 1] <= i; seg++) {
@@ -1412,6 +1470,7 @@ test_attention_varlen_bf16(void **state)
         a.work_size = work_size;
         memset(out, 0, (size_t) n * nh * hd * sizeof(float));
         be->ops->attention_varlen(be, &a);
+        check_varlen_ranges(be, &a, out, n, nh * hd);
 
         if (lv >= LEVEL_AVX512BF16) {
             e = vlm_test_rel_l2(out, ref, (size_t) n * nh * hd);

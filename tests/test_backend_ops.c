@@ -837,7 +837,9 @@ check_varlen(const int32_t *cu, int n_seg, int n_heads, int n_kv_heads,
 {
     int                rows, D, kv_dim, q_stride, kv_stride;
     char               what[96];
-    float             *qkv, *dqkv, *out, *ref, *dout;
+    int                in;
+    size_t             i;
+    float             *qkv, *dqkv, *out, *ref, *dout, *whole;
     int32_t           *dcu;
     vlm_attn_varlen_t  a;
 
@@ -888,6 +890,34 @@ check_varlen(const int32_t *cu, int n_seg, int n_heads, int n_kv_heads,
              "heads=%d/%d hd=%d causal=%d", rows, n_seg, n_heads, n_kv_heads,
              head_dim, causal);
     check(what, out, ref, (size_t) rows * D, 1e-5);
+
+    /*
+     * the queries [rows / 3, 2 rows / 3 + 1) alone: the same bits in
+     * them as the whole call's, the other rows as they were (zeros)
+     */
+    a.q_begin = rows / 3;
+    a.q_end = 2 * rows / 3 + 1;
+    whole = malloc((size_t) rows * D * sizeof(float));
+    assert_non_null(whole);
+    memcpy(whole, out, (size_t) rows * D * sizeof(float));
+    memset(out, 0, (size_t) rows * D * sizeof(float));
+    assert_int_equal(gpu->ops->upload(gpu, dout, out,
+                                      (size_t) rows * D * sizeof(float)),
+                     VLM_OK);
+    gpu->ops->attention_varlen(gpu, &a);
+    get(out, dout, (size_t) rows * D * sizeof(float));
+
+    for (i = 0; i < (size_t) rows * D; i++) {
+        in = i >= (size_t) a.q_begin * D && i < (size_t) a.q_end * D;
+        if (in ? memcmp(&out[i], &whole[i], sizeof(float)) != 0
+               : out[i] != 0.0f)
+        {
+            fail_msg("%s, queries [%d, %d): element %zu is %g, whole %g",
+                     what, a.q_begin, a.q_end, i, out[i], whole[i]);
+        }
+    }
+
+    free(whole);
 
     gpu->ops->release(gpu, dqkv);
     gpu->ops->release(gpu, dout);

@@ -24,6 +24,7 @@
 #include "core/vlm.h"
 #include "core/vlm_npy.h"
 #include "backend/vlm_backend.h"
+#include "model/vlm_model.h"        /* the features left in ws.feats */
 
 
 #define FIX  "tests/fixtures/models"
@@ -536,6 +537,24 @@ test_quant_checked(void **state)
 }
 
 
+/* the CPU backend under a copy of its ops, ops, that a test changes */
+static vlm_status_t
+cpu_with_ops(vlm_backend_t **be, const vlm_backend_conf_t *conf,
+    vlm_backend_ops_t *ops, const char *name, vlm_error_t *err)
+{
+    vlm_status_t  rc;
+
+    rc = vlm_backend_cpu_init(be, conf, err);
+    if (rc == VLM_OK) {
+        *ops = *(*be)->ops;
+        ops->name = name;
+        (*be)->ops = ops;
+    }
+
+    return rc;
+}
+
+
 /* the CPU backend without quantized matmuls, as the CUDA one is */
 static vlm_backend_ops_t  noquant_ops;
 
@@ -546,13 +565,8 @@ noquant_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
 {
     vlm_status_t  rc;
 
-    rc = vlm_backend_cpu_init(be, conf, err);
-    if (rc == VLM_OK) {
-        noquant_ops = *(*be)->ops;
-        noquant_ops.name = "noquant";
-        noquant_ops.weight_bind_quant = NULL;
-        (*be)->ops = &noquant_ops;
-    }
+    rc = cpu_with_ops(be, conf, &noquant_ops, "noquant", err);
+    noquant_ops.weight_bind_quant = NULL;
 
     return rc;
 }
@@ -1129,6 +1143,256 @@ test_prefill_in_pieces_between_decodes(void **state)
 }
 
 
+/*
+ * The features of the image1 prompt's image, each level's n_tok rows
+ * one after the other, as a prefill with max_batch_tokens rows leaves
+ * them in the workspace
+ */
+static float *
+tower_features(const char *name, int rows, size_t *n)
+{
+    int           F, H, k, n_tok;
+    char          dir[256], ids[256];
+    float        *out;
+    vlm_npy_t     ia, pix, grid;
+    vlm_seq_t    *a;
+    vlm_image_t   img;
+    vlm_error_t   err;
+    vlm_model_t  *m;
+
+    snprintf(dir, sizeof(dir), FIX "/%s", name);
+    snprintf(ids, sizeof(ids), FIX "/%s/ref/image1/input_ids.npy", name);
+    npy(&ia, ids);
+    image1(name, &pix, &grid, &img);
+
+    m = load_rows(dir, &err, 1, 0, rows, 0);
+    assert_non_null(m);
+
+    assert_int_equal(vlm_seq_init(m, &a, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(a, ia.data, (int) ia.n, &img, 1, NULL,
+                                     &err), VLM_OK);
+
+    F = m->feature_levels > 1 ? m->feature_levels : 1;
+    H = m->cfg.text.hidden_size;
+    n_tok = img.grid_t * img.grid_h * img.grid_w
+            / (m->cfg.vision.spatial_merge_size
+               * m->cfg.vision.spatial_merge_size);
+    *n = (size_t) F * n_tok * H;
+
+    out = malloc(*n * sizeof(float));
+    assert_non_null(out);
+
+    for (k = 0; k < F; k++) {
+        memcpy(out + (size_t) k * n_tok * H,
+               m->ws.feats + k * m->ws.feat_level,
+               (size_t) n_tok * H * sizeof(float));
+    }
+
+    vlm_seq_free(a);
+    vlm_model_free(m);
+    vlm_npy_free(&ia);
+    vlm_npy_free(&pix);
+    vlm_npy_free(&grid);
+
+    return out;
+}
+
+
+/*
+ * The vision tower in pieces of 8 rows (the embedding and the merger by
+ * rows, a block by rows, by queries of its attention, by rows) gives the
+ * features of the tower run whole (64 rows a step, the image's 24
+ * patches at once), bit for bit: Qwen2-VL, Qwen2.5-VL's windows,
+ * Qwen3-VL's DeepStack, f32 and bf16 weights.
+ */
+static void
+test_tower_in_pieces_same_bits(void **state)
+{
+    int            i;
+    float         *whole, *pieces;
+    size_t         n, n2;
+    static const char  *models[] = {
+        "qwen2vl-f32", "qwen2vl-bf16", "qwen25vl-f32", "qwen25vl-bf16",
+        "qwen3vl-f32", "qwen3vl-bf16"
+    };
+
+    for (i = 0; i < (int) (sizeof(models) / sizeof(models[0])); i++) {
+        whole = tower_features(models[i], 64, &n);
+        pieces = tower_features(models[i], 8, &n2);
+
+        assert_int_equal(n, n2);
+        if (memcmp(whole, pieces, n * sizeof(float)) != 0) {
+            fail_msg("%s: the tower in pieces differs, rel l2 %g",
+                     models[i], rel_l2(pieces, whole, (int) n));
+        }
+
+        free(whole);
+        free(pieces);
+    }
+}
+
+
+/* the CPU backend that notes the largest matmul and attention of a step */
+static vlm_backend_ops_t  count_ops, count_cpu;
+static int  count_rows, count_queries;
+
+
+static void
+count_matmul(vlm_backend_t *be, float *y, const float *x,
+    const vlm_weight_t *w, const float *bias, int n)
+{
+    count_rows = n > count_rows ? n : count_rows;
+    count_cpu.matmul(be, y, x, w, bias, n);
+}
+
+
+static void
+count_attention_varlen(vlm_backend_t *be, const vlm_attn_varlen_t *a)
+{
+    int  q;
+
+    q = (a->q_end > 0 ? a->q_end : a->cu_seqlens[a->n_segments])
+        - a->q_begin;
+    count_queries = q > count_queries ? q : count_queries;
+    count_cpu.attention_varlen(be, a);
+}
+
+
+static vlm_status_t
+count_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
+    vlm_error_t *err)
+{
+    vlm_status_t  rc;
+
+    rc = cpu_with_ops(be, conf, &count_ops, "count", err);
+    count_cpu = count_ops;
+    count_ops.matmul = count_matmul;
+    count_ops.attention_varlen = count_attention_varlen;
+
+    return rc;
+}
+
+
+/*
+ * A 1920x1080 picture at Qwen2-VL's published max_pixels (138x78 =
+ * 10,764 patches) while another sequence decodes: the tower takes many
+ * steps, none with a matmul or an attention of more than
+ * max_batch_tokens (256) rows or queries, and the decoding sequence gets
+ * a token after each of them.
+ */
+static void
+test_big_image_never_stalls_a_stream(void **state)
+{
+    int                  i, j, n, P, D, n_tok, done, steps, V;
+    int32_t              tok, *ids;
+    uint32_t             x;
+    float               *pixels;
+    vlm_npy_t            ta, ia;
+    vlm_seq_t           *a, *b;
+    vlm_image_t          img;
+    vlm_error_t          err;
+    vlm_model_t         *m;
+    vlm_model_params_t   p;
+
+    assert_int_equal(vlm_backend_register("count", count_init), VLM_OK);
+
+    vlm_model_params_default(&p);
+    p.n_threads = 2;
+    p.max_seqs = 2;
+    p.max_seq_len = 4096;
+    p.max_batch_tokens = 256;
+    p.max_image_patches = 10764;
+    p.backend = "count";
+
+    assert_int_equal(vlm_model_load(&m, FIX "/qwen2vl-f32", &p, &err),
+                     VLM_OK);
+    V = vlm_model_info(m)->vocab_size;
+
+    img.grid_t = 1;
+    img.grid_h = 78;
+    img.grid_w = 138;
+    P = img.grid_h * img.grid_w;
+    D = m->vis.patch.cols;
+    n_tok = P / 4;
+
+    pixels = malloc((size_t) P * D * sizeof(float));
+    assert_non_null(pixels);
+    x = 1;
+    for (i = 0; i < P * D; i++) {
+        x = x * 1664525u + 1013904223u;
+        pixels[i] = (float) (x >> 8) / 16777216.0f - 0.5f;
+    }
+    img.pixels = pixels;
+
+    /* image1's prompt, its run of 6 placeholders made n_tok long */
+    npy(&ta, FIX "/qwen2vl-f32/ref/text/input_ids.npy");
+    npy(&ia, FIX "/qwen2vl-f32/ref/image1/input_ids.npy");
+    ids = malloc(((size_t) ia.n + n_tok) * sizeof(int32_t));
+    assert_non_null(ids);
+
+    n = 0;
+    for (i = 0; i < (int) ia.n; i++) {
+        if (i > 0 && ((int32_t *) ia.data)[i]
+                     == ((int32_t *) ia.data)[i - 1])
+        {
+            continue;
+        }
+        if (i + 1 < (int) ia.n && ((int32_t *) ia.data)[i]
+                                  == ((int32_t *) ia.data)[i + 1])
+        {
+            for (j = 0; j < n_tok; j++) {
+                ids[n++] = ((int32_t *) ia.data)[i];
+            }
+            continue;
+        }
+        ids[n++] = ((int32_t *) ia.data)[i];
+    }
+    assert_int_equal(n, (int) ia.n - 6 + n_tok);
+
+    assert_int_equal(vlm_seq_init(m, &a, &err), VLM_OK);
+    assert_int_equal(vlm_seq_init(m, &b, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(b, ta.data, (int) ta.n, NULL, 0, NULL,
+                                     &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill_start(a, ids, n, &img, 1, NULL, &err),
+                     VLM_OK);
+
+    steps = 0;
+
+    do {
+        count_rows = 0;
+        count_queries = 0;
+
+        assert_int_equal(vlm_prefill_work(m, &done, &err), VLM_OK);
+        steps++;
+
+        if (count_rows > 256 || count_queries > 256) {
+            fail_msg("step %d: a matmul of %d rows, an attention of %d "
+                     "queries", steps, count_rows, count_queries);
+        }
+
+        tok = argmax(vlm_seq_logits(b), V);
+        assert_int_equal(vlm_decode(m, &b, &tok, 1, &err), VLM_OK);
+        assert_int_equal(vlm_seq_length(b), (int) ta.n + steps);
+
+    } while (!done);
+
+    /*
+     * 43 pieces of 256 rows: the embedding, each of the 2 blocks' three
+     * parts, the merger (64 units a piece); then the prompt's chunks
+     */
+    assert_true(steps >= 43 * 8 + n / 256);
+    assert_int_equal(vlm_seq_length(a), n);
+
+    vlm_seq_free(a);
+    vlm_seq_free(b);
+    vlm_model_free(m);
+    vlm_npy_free(&ta);
+    vlm_npy_free(&ia);
+    free(ids);
+    free(pixels);
+}
+
+
 /* the logits of the image1 prompt with this image on a fresh sequence */
 static void
 image_prompt_logits(vlm_model_t *m, const vlm_npy_t *ids,
@@ -1343,6 +1607,8 @@ main(void)
         cmocka_unit_test(test_fork_shares_prefix),
         cmocka_unit_test(test_step_mixes_prefill_chunk_and_decode),
         cmocka_unit_test(test_prefill_in_pieces_between_decodes),
+        cmocka_unit_test(test_tower_in_pieces_same_bits),
+        cmocka_unit_test(test_big_image_never_stalls_a_stream),
         cmocka_unit_test(test_image_cache),
         cmocka_unit_test(test_no_allocation_across_100_generations),
     };

@@ -90,6 +90,7 @@ typedef struct {
  * mostly, 0.0039 at most measured; the greedy tokens stayed the same)
  */
 static int  act_int8;
+static int  batch_rows;         /* 0: the fixture's max_batch_tokens */
 
 
 /* f32 weights: f32 arithmetic throughout; bf16: see above */
@@ -174,6 +175,9 @@ params(vlm_model_params_t *p, int rank, int size, vlm_comm_t *comm)
     p->quant_act_int8 = act_int8;
     p->n_threads = 1;
     p->max_image_patches = 256;         /* SmolVLM's 3x3 tiles + 1 */
+    if (batch_rows > 0) {
+        p->max_batch_tokens = batch_rows;
+    }
     p->tp_rank = rank;
     p->tp_size = size;
     p->comm = comm;
@@ -404,6 +408,21 @@ static void
 test_qwen25vl_bf16(void **state)
 {
     check_model("qwen25vl-bf16");
+}
+
+
+/*
+ * The towers in pieces of 8 rows (the image's 24 patches in three), the
+ * ranks' heads, MLP rows and merger rows split: Qwen2.5-VL's windows, and
+ * Qwen3-VL's DeepStack after a block's last piece
+ */
+static void
+test_towers_in_pieces(void **state)
+{
+    batch_rows = 8;
+    check_group("qwen25vl-bf16", "image1", 1, 2);
+    check_group("qwen3vl-f32", "image1", 1, 2);
+    batch_rows = 0;
 }
 
 
@@ -918,6 +937,7 @@ main(void)
         cmocka_unit_test(test_qwen2vl_bf16_tied),
         cmocka_unit_test(test_qwen25vl_f32_tied),
         cmocka_unit_test(test_qwen25vl_bf16),
+        cmocka_unit_test(test_towers_in_pieces),
         cmocka_unit_test(test_qwen3vl_f32),
         cmocka_unit_test(test_qwen3vl_bf16_tied),
         cmocka_unit_test(test_smolvlm_f32_tied),

@@ -113,6 +113,14 @@ typedef struct {
     int             n_segments;
     int             causal;
     /*
+     * only the queries [q_begin, q_end) (q_end 0: all), each against
+     * every key of its segment that it sees, the other rows of out left
+     * as they are: a tower's attention in pieces, each row's result the
+     * same bits as in a whole call
+     */
+    int             q_begin;
+    int             q_end;
+    /*
      * the products may round q, k, v and the probabilities to bf16, as
      * the matmuls of bf16 weights round their activations; work: NULL,
      * or work_size bytes of device memory the op may use meanwhile

@@ -303,6 +303,7 @@ vlm_cpu_free(vlm_backend_t *be)
 
     vlm_cpu_release(be, cpu->scores);
     vlm_cpu_release(be, cpu->kvtile);
+    vlm_cpu_release(be, cpu->otile);
     vlm_cpu_release(be, cpu->apack);
     vlm_cpu_release(be, cpu->wtile);
     vlm_cpu_release(be, cpu->xq);
@@ -472,6 +473,9 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
                                           * sizeof(float));
     cpu->kvtile = vlm_cpu_alloc(&cpu->be, (size_t) cpu->n_threads
                                           * VLM_CPU_KVTILE * sizeof(float));
+    cpu->otile = vlm_cpu_alloc(&cpu->be, (size_t) cpu->n_threads
+                                         * VLM_CPU_QB * VLM_CPU_ATTN_HD
+                                         * sizeof(float));
     if (cpu->gemm->pack != NULL) {
         cpu->apack_cols = vlm_max(conf->max_ctx, VLM_CPU_ATTN_HD);
         cpu->apack = vlm_cpu_alloc(&cpu->be, (size_t) cpu->n_threads * 2
@@ -480,7 +484,7 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
                                              * sizeof(uint16_t));
     }
 
-    if (cpu->scores == NULL || cpu->kvtile == NULL
+    if (cpu->scores == NULL || cpu->kvtile == NULL || cpu->otile == NULL
         || (cpu->gemm->pack != NULL && cpu->apack == NULL))
     {
         vlm_cpu_free(&cpu->be);

@@ -546,6 +546,7 @@ vlm_cuda_attention_varlen_op(vlm_backend_t *be, const vlm_attn_varlen_t *a)
                                                  a->n_kv_heads, a->head_dim,
                                                  a->scale, a->cu_seqlens,
                                                  a->n_segments, a->causal,
+                                                 a->q_begin, a->q_end,
                                                  cu->n_sms * 8),
                    "attention_varlen");
 }

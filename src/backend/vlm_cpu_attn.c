@@ -58,6 +58,7 @@ typedef struct {
     int                       per;      /*   of per query heads each */
     uint16_t                 *kb;       /* bf16 varlen: [kv heads, n, hd] */
     uint16_t                 *vt;       /*   each segment's V^T [hd, len] */
+    int                       q0, q1;   /* varlen: the queries computed */
 } vlm_attn_job_t;
 
 
@@ -124,7 +125,7 @@ vlm_attn_varlen_rows(void *arg, int start, int end, int thread)
     seg = 0;
 
     for (t = start; t < end; t++) {
-        i = t / a->n_heads;
+        i = job->q0 + t / a->n_heads;
         h = t % a->n_heads;
         kvh = h / (a->n_heads / a->n_kv_heads);
 
@@ -175,6 +176,10 @@ vlm_attn_bf16_kv(void *arg, int start, int end, int thread)
         nk = a->cu_seqlens[seg + 1] - s0;
         vt = job->vt + ((size_t) kvh * n + s0) * hd;
 
+        if (s0 >= job->q1 || s0 + nk <= job->q0) {
+            continue;
+        }
+
         for (i = s0; i < s0 + nk; i++) {
             vlm_cpu_round_bf16(job->kb + ((size_t) kvh * n + i) * hd,
                                a->k + (size_t) i * a->kv_stride + kvh * hd,
@@ -189,18 +194,17 @@ vlm_attn_bf16_kv(void *arg, int start, int end, int thread)
 }
 
 
-/* queries [r0, r0 + nq) of head h against the nk keys from s0 */
+/* queries [r0, r0 + nq) of head h against the nk keys from s0, into O */
 static void
 vlm_attn_bf16_block(const vlm_attn_job_t *job, float *S, uint16_t *xp,
-    int h, int kvh, int s0, int nk, int r0, int nq)
+    int h, int kvh, int s0, int nk, int r0, int nq, float *O, int ldo)
 {
-    int                       i, hd, nh, n;
+    int                       i, hd, n;
     vlm_gemm_bf16_t           g;
     const vlm_gemm_kernel_t  *kr = job->cpu->gemm;
     const vlm_attn_varlen_t  *a = job->va;
 
     hd = a->head_dim;
-    nh = a->n_heads;
     n = a->cu_seqlens[a->n_segments];
 
     /* S = Q K^T: the keys are the weight rows */
@@ -226,12 +230,38 @@ vlm_attn_bf16_block(const vlm_attn_job_t *job, float *S, uint16_t *xp,
     /* O = P V: the values' columns are the weight rows */
     kr->pack(xp, S, nk, nq, nk, 0);
 
-    g.y = a->out + (size_t) r0 * nh * hd + h * hd;
-    g.ldy = nh * hd;
+    g.y = O;
+    g.ldy = ldo;
     g.w = job->vt + ((size_t) kvh * n + s0) * hd;
     g.rows = hd;
     g.cols = nk;
     kr->gemm(&g, 0, (hd + VLM_GEMM_RB - 1) / VLM_GEMM_RB);
+}
+
+
+/*
+ * The blocks of VLM_CPU_QB queries of segment seg, counted from its
+ * first row, that hold queries of [job->q0, job->q1): *first the first
+ * of them, returned their number
+ */
+static int
+vlm_attn_seg_blocks(const vlm_attn_job_t *job, int seg, int *first)
+{
+    int                       lo, hi, s0;
+    const vlm_attn_varlen_t  *a = job->va;
+
+    s0 = a->cu_seqlens[seg];
+    lo = vlm_max(s0, job->q0);
+    hi = vlm_min(a->cu_seqlens[seg + 1], job->q1);
+
+    if (lo >= hi) {
+        *first = 0;
+        return 0;
+    }
+
+    *first = (lo - s0) / VLM_CPU_QB;
+
+    return (hi - s0 + VLM_CPU_QB - 1) / VLM_CPU_QB - *first;
 }
 
 
@@ -244,8 +274,8 @@ static void
 vlm_attn_varlen_blocks(void *arg, int start, int end, int thread)
 {
     int                       t, b, h, kvh, seg, base, nb, s0, s1, r0, nq;
-    int                       nk, i, hd, nh;
-    float                    *S;
+    int                       nk, i, hd, nh, jb, k0, kn, ldo, cut;
+    float                    *S, *O;
     uint16_t                 *xp;
     vlm_attn_job_t           *job = arg;
     const vlm_attn_varlen_t  *a = job->va;
@@ -264,8 +294,7 @@ vlm_attn_varlen_blocks(void *arg, int start, int end, int thread)
         h = t % nh;
 
         for ( ;; ) {
-            nb = (a->cu_seqlens[seg + 1] - a->cu_seqlens[seg]
-                  + VLM_CPU_QB - 1) / VLM_CPU_QB;
+            nb = vlm_attn_seg_blocks(job, seg, &jb);
             if (b < base + nb) {
                 break;
             }
@@ -276,50 +305,92 @@ vlm_attn_varlen_blocks(void *arg, int start, int end, int thread)
         s0 = a->cu_seqlens[seg];
         s1 = a->cu_seqlens[seg + 1];
         nk = s1 - s0;
-        r0 = s0 + (b - base) * VLM_CPU_QB;
+        r0 = s0 + (jb + b - base) * VLM_CPU_QB;
         nq = vlm_min(VLM_CPU_QB, s1 - r0);
         kvh = h / (nh / a->n_kv_heads);
 
+        /*
+         * a block cut by the query range, its rows [k0, k0 + kn) wanted:
+         * computed whole into otile, as a whole call computes it (the
+         * products' bits depend on the rows taken together), the wanted
+         * rows copied out
+         */
+        k0 = vlm_max(r0, job->q0);
+        kn = vlm_min(r0 + nq, job->q1) - k0;
+        O = a->out + (size_t) r0 * nh * hd + h * hd;
+        ldo = nh * hd;
+        cut = kn != nq && hd <= VLM_CPU_ATTN_HD;
+
+        if (cut) {
+            O = job->cpu->otile + (size_t) thread * VLM_CPU_QB
+                                  * VLM_CPU_ATTN_HD;
+            ldo = hd;
+
+        } else if (kn != nq) {
+            r0 = k0;
+            nq = kn;
+        }
+
         if (job->kb != NULL) {
-            vlm_attn_bf16_block(job, S, xp, h, kvh, s0, nk, r0, nq);
-            continue;
+            vlm_attn_bf16_block(job, S, xp, h, kvh, s0, nk, r0, nq, O, ldo);
+
+        } else {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hd,
+                        a->scale, a->q + (size_t) r0 * a->q_stride + h * hd,
+                        a->q_stride, a->k + (size_t) s0 * a->kv_stride
+                                     + kvh * hd,
+                        a->kv_stride, 0.0f, S, nk);
+
+            for (i = 0; i < nq; i++) {
+                job->cpu->softmax(S + (size_t) i * nk, nk, 1.0f);
+            }
+
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd,
+                        nk, 1.0f, S, nk, a->v + (size_t) s0 * a->kv_stride
+                                         + kvh * hd,
+                        a->kv_stride, 0.0f, O, ldo);
         }
 
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hd,
-                    a->scale, a->q + (size_t) r0 * a->q_stride + h * hd,
-                    a->q_stride, a->k + (size_t) s0 * a->kv_stride
-                                 + kvh * hd,
-                    a->kv_stride, 0.0f, S, nk);
-
-        for (i = 0; i < nq; i++) {
-            job->cpu->softmax(S + (size_t) i * nk, nk, 1.0f);
+        for (i = k0; cut && i < k0 + kn; i++) {
+            memcpy(a->out + (size_t) i * nh * hd + h * hd,
+                   O + (size_t) (i - r0) * hd, (size_t) hd * sizeof(float));
         }
-
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd, nk,
-                    1.0f, S, nk, a->v + (size_t) s0 * a->kv_stride
-                                 + kvh * hd,
-                    a->kv_stride, 0.0f,
-                    a->out + (size_t) r0 * nh * hd + h * hd, nh * hd);
     }
 }
+
 
 
 void
 vlm_cpu_attention_varlen(vlm_backend_t *be, const vlm_attn_varlen_t *a)
 {
-    int             s, blocks, n;
+    int             s, blocks, n, first;
     size_t          kv;
-    uint64_t        len;
+    uint64_t        s0, s1, lo, hi, keys;
     vlm_attn_job_t  job = { .cpu = (vlm_cpu_t *) be, .va = a };
 
     n = a->cu_seqlens[a->n_segments];
     kv = (size_t) a->n_kv_heads * n * a->head_dim;
+    job.q0 = vlm_max(a->q_begin, 0);
+    job.q1 = a->q_end > 0 ? vlm_min(a->q_end, n) : n;
+
+    if (job.q0 >= job.q1) {
+        return;
+    }
 
     /* q k^T and p v: 2 x 2 flops a query, key and dimension */
     for (s = 0; s < a->n_segments; s++) {
-        len = a->cu_seqlens[s + 1] - a->cu_seqlens[s];
-        be->flops += (uint64_t) 4 * a->n_heads * a->head_dim
-                     * (a->causal ? len * (len + 1) / 2 : len * len);
+        s0 = a->cu_seqlens[s];
+        s1 = a->cu_seqlens[s + 1];
+        lo = vlm_max(s0, (uint64_t) job.q0);
+        hi = vlm_min(s1, (uint64_t) job.q1);
+        if (lo >= hi) {
+            continue;
+        }
+        /* query i sees i - s0 + 1 keys causal, s1 - s0 else */
+        keys = a->causal ? (hi - s0) * (hi - s0 + 1) / 2
+                           - (lo - s0) * (lo - s0 + 1) / 2
+                         : (hi - lo) * (s1 - s0);
+        be->flops += (uint64_t) 4 * a->n_heads * a->head_dim * keys;
     }
 
     if (a->bf16 && !a->causal && job.cpu->gemm->pack != NULL
@@ -333,15 +404,14 @@ vlm_cpu_attention_varlen(vlm_backend_t *be, const vlm_attn_varlen_t *a)
                            vlm_attn_bf16_kv, &job);
 
     } else if (a->causal) {
-        vlm_threadpool_run(job.cpu->pool, n * a->n_heads,
+        vlm_threadpool_run(job.cpu->pool, (job.q1 - job.q0) * a->n_heads,
                            vlm_attn_varlen_rows, &job);
         return;
     }
 
     blocks = 0;
     for (s = 0; s < a->n_segments; s++) {
-        blocks += (a->cu_seqlens[s + 1] - a->cu_seqlens[s] + VLM_CPU_QB - 1)
-                  / VLM_CPU_QB;
+        blocks += vlm_attn_seg_blocks(&job, s, &first);
     }
 
     vlm_threadpool_run(job.cpu->pool, blocks * a->n_heads,

@@ -61,6 +61,8 @@ typedef struct {
     int                qpanel_cols;
     const vlm_kv_kernel_t    *kv;       /* 16-bit KV caches */
     float             *kvtile;      /* [n_threads, VLM_CPU_KVTILE] */
+    float             *otile;       /* [n_threads, QB, VLM_CPU_ATTN_HD]:
+                                       a query block cut by a range */
     uint16_t          *apack;       /* NULL or [n_threads, 2, QB,
                                        apack_cols + 1]: packed bf16
                                        queries, probabilities */

@@ -104,6 +104,16 @@ typedef struct {
     /* between the stages of one image: windows (0: full attention); with
        windows, the rows live in h and x is the scratch */
     int        n_win;
+    /*
+     * a stage in pieces of about max_batch_tokens rows: piece, set by the
+     * caller, counts the stage's pieces run (0: its first); a stage with
+     * pieces left sets more, and is called again; part and row say where
+     * it stands
+     */
+    int        piece;
+    int        more;
+    int        part;
+    int        row;
 } vlm_vision_ws_t;
 
 
@@ -251,6 +261,7 @@ typedef struct {
     float              *all_logits;
     int                 image;          /* the image being encoded */
     int                 stage;          /* its next encoder stage */
+    int                 piece;          /* pieces of that stage run */
     int                 feat;           /* its first row in ws.feats */
     int                 c0;             /* prompt rows fed */
     int                 fed;            /* image feature rows fed */

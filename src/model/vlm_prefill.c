@@ -135,6 +135,7 @@ vlm_seq_prefill_start(vlm_seq_t *seq, const int32_t *ids, int n,
     pf->all_logits = all_logits;
     pf->image = 0;
     pf->stage = 0;
+    pf->piece = 0;
     pf->feat = 0;
     pf->c0 = 0;
     pf->fed = 0;
@@ -251,7 +252,9 @@ vlm_prefill_image_get(vlm_model_t *m, const vlm_fpool_handle_t *h,
     vlm_prefill_job_t  *pf = &m->pf;
     const vlm_image_t  *img;
 
-    if (!vlm_prefill_encoding(m) || pf->stage != 0 || m->fpool == NULL) {
+    if (!vlm_prefill_encoding(m) || pf->stage != 0 || pf->piece != 0
+        || m->fpool == NULL)
+    {
         return vlm_error_set(err, VLM_ERR_INTERNAL, "model: no image of the "
                              "prefill waits for its features");
     }
@@ -337,7 +340,9 @@ vlm_prefill_hash(vlm_model_t *m, int cn)
 
 /*
  * The next piece of the prefill in progress: one stage of the vision
- * encoder for the next image, or, once every image is encoded, one chunk
+ * encoder for the next image, or one piece of that stage where it runs
+ * in pieces (of about max_batch_tokens rows), or, once every image is
+ * encoded, one chunk
  * of max_batch_tokens prompt rows.  *done after the last chunk, when the
  * sequence's logits are those of the prompt's last position.
  */
@@ -382,11 +387,11 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
              * m->cfg.vision.spatial_merge_size;
         n_tok = img->grid_t * img->grid_h * img->grid_w / mm;
 
-        if (pf->stage == 0) {
+        if (pf->stage == 0 && pf->piece == 0) {
             memset(&pf->out_slice, 0, sizeof(vlm_fpool_handle_t));
         }
 
-        if (pf->stage == 0 && m->icache.cap > 0) {
+        if (pf->stage == 0 && pf->piece == 0 && m->icache.cap > 0) {
             /* an image seen lately: its features, without the encoder */
             vlm_icache_key(&m->icache, img, (size_t) m->info.patch_dim,
                            &pf->key);
@@ -403,11 +408,23 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
             }
         }
 
+        m->vws.piece = pf->piece;
+        m->vws.more = 0;
+
         rc = m->arch->encode_image(m, img, feats, pf->stage, err);
         if (rc != VLM_OK) {
+            pf->piece = 0;
             vlm_prefill_cancel(m);
             return rc;
         }
+
+        /* a stage in pieces: the next one at the next call */
+        if (m->vws.more) {
+            pf->piece++;
+            return VLM_OK;
+        }
+
+        pf->piece = 0;
 
         if (++pf->stage == m->arch->image_stages(m)) {
             slot = vlm_icache_insert(&m->icache, &pf->key,

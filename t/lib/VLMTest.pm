@@ -12,9 +12,11 @@ use warnings;
 
 use Cwd qw(abs_path);
 use Compress::Zlib ();
+use Encode ();
 use Exporter 'import';
 use File::Copy ();
 use File::Path qw(make_path remove_tree);
+use File::Temp ();
 use IO::Select ();
 use IO::Socket::INET ();
 use JSON::PP ();
@@ -31,6 +33,7 @@ our @EXPORT = qw(
     vlm_read_some vlm_prereqs vlm_root vlm_reload vlm_stream_ok vlm_secs
     vlm_engine_arg vlm_reload_engine vlm_answer_ok vlm_port vlm_cuda_engine
     vlm_cudaemu_engine vlm_sdk_checks vlm_model_with_template
+    vlm_photo_served
 );
 
 my $ROOT = abs_path(__FILE__ . '/../../..');
@@ -798,5 +801,109 @@ sub vlm_model_with_template ($$) {
     return $dir;
 }
 
+
+
+# A $o{w}x$o{h} PNG (seed $o{seed}) at Qwen2-VL's published max_pixels
+# (12845056) on the serving fixture, its config.json's
+# max_position_embeddings set to $o{max_pos} where given, served by a
+# server named $o{name} with a zone of $o{zone} (vlm_max_tokens
+# $o{max_tokens}, 4000 by default): the default vision
+# budget is what max_pixels needs (65536), a 200, $o{tokens} image tokens
+# and the vision tags counted as the processor counts them, the greedy
+# answer vlm-cli run gives on the same picture and prompt; the request's
+# time and the engine's peak RSS printed (diag).  Returns the server, the
+# answer's JSON and the prompt.
+sub vlm_photo_served (%) {
+    my %o = @_;
+
+    my $build = $ENV{VLM_BUILD} || "$ROOT/build";
+    my $fixture = "$ROOT/tests/fixtures/serving";
+    my $tmp = File::Temp::tempdir("vlm-photo-XXXXXX", TMPDIR => 1,
+                                  CLEANUP => 1);
+    my $model = "$tmp/model";
+    my %edit = ('preprocessor_config.json' => [qr/"max_pixels": \d+/,
+                                               '"max_pixels": 12845056']);
+
+    $edit{'config.json'} = [qr/"max_position_embeddings": \d+/,
+                            "\"max_position_embeddings\": $o{max_pos}"]
+        if $o{max_pos};
+
+    chmod 0755, $tmp;
+    mkdir $model or die;
+    chmod 0755, $model;
+
+    for my $f (glob "$fixture/*") {
+        my ($name) = $f =~ m{([^/]+)$};
+
+        if (!$edit{$name}) {
+            symlink($f, "$model/$name") or die "$f: $!";
+            next;
+        }
+
+        open my $in, '<', $f or die;
+        local $/;
+        my $text = <$in>;
+        $text =~ s/$edit{$name}[0]/$edit{$name}[1]/ or die $name;
+        open my $out, '>', "$model/$name" or die;
+        print $out $text;
+    }
+
+    my $png = vlm_png($o{w}, $o{h}, $o{seed});
+    my $file = "$tmp/photo.png";
+    {
+        open my $out, '>:raw', $file or die;
+        print $out $png;
+    }
+
+    my $srv = vlm_start(name => $o{name}, model => $model, zone => $o{zone},
+                        http_config => "vlm_served_model_name serving;\n"
+                                       . "    vlm_max_tokens "
+                                       . ($o{max_tokens} || 4000) . ";");
+
+    Test::More::is(vlm_engine_arg($srv, '--max-image-patches'), 65536,
+                   'the vision budget: what max_pixels needs');
+
+    my $prompt = 'Describe the picture.';
+    my $t0 = time;
+    my $res = vlm_post_json($srv, {
+        %{ vlm_chat_body($prompt, vlm_data_url('image/png', $png)) },
+        max_tokens => 8, temperature => 0 });
+    my $took = time - $t0;
+
+    Test::More::is($res->{status}, 200, "a $o{w}x$o{h} image is served")
+        or Test::More::diag($res->{body});
+    my $j = vlm_json($res->{body});
+
+    my $text = vlm_post_json($srv, { %{ vlm_chat_body($prompt) },
+                                     max_tokens => 1, temperature => 0 });
+    my $n_text = vlm_json($text->{body})->{usage}{prompt_tokens};
+    Test::More::is($j->{usage}{prompt_tokens} - $n_text, $o{tokens} + 2,
+                   "$o{tokens} image tokens and the vision tags");
+
+    my ($engine) = vlm_engine_pids($srv);
+    my $hwm = 0;
+    if (open my $st, '<', "/proc/$engine/status") {
+        while (<$st>) {
+            $hwm = $1 if /^VmHWM:\s+(\d+)/;
+        }
+    }
+    Test::More::diag(sprintf("%dx%d image: %.2f s for the request, engine "
+                             . "peak RSS %.1f MB", $o{w}, $o{h}, $took,
+                             $hwm / 1024));
+
+    # the same picture and prompt through vlm-cli run
+    $t0 = time;
+    my $want = `$build/vlm-cli run --model $model --image $file --threads 1 --temperature 0 --max-tokens 8 --prompt '$prompt' 2>&1`;
+    Test::More::is($?, 0, 'vlm-cli run answers') or Test::More::diag($want);
+    Test::More::diag(sprintf("vlm-cli run on it: %.2f s", time - $t0));
+    $want = Encode::decode('UTF-8', $want);
+    $want =~ s/\n\z//;
+    Test::More::is($j->{choices}[0]{message}{content}, $want,
+                   'the answer vlm-cli run gives on the same picture');
+
+    check_log($srv, $o{name});
+
+    return ($srv, $j, $prompt);
+}
 
 1;

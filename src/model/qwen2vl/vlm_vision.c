@@ -417,6 +417,8 @@ vlm_vision_attn_frames(vlm_model_t *m, const vlm_image_t *img, int rows,
     va->cu_seqlens = w->cu_full;
     va->n_segments = img->grid_t;
     va->causal = 0;
+    va->q_begin = 0;
+    va->q_end = 0;
     va->bf16 = bf16;
     va->work = w->m1;
     va->work_size = (size_t) m->params.max_image_patches
@@ -448,58 +450,213 @@ vlm_vision_stages(const vlm_model_t *m)
 
 
 /*
- * One stage of the vision encoder: 0 checks the image, builds the
- * position and window tables and embeds the patches; 1..depth run one
- * block; depth + 1 runs the merger and writes the image's merged features
- * to out.  The state between stages lives in the vision workspace, so the
- * stages of one image must run in order, with no other image between
- * them; the language model's work may run between them.
+ * The end of a piece of attention from query q0 over the segments cu[0
+ * .. n_seg]: rows queries on, ended early where a segment starts inside
+ * it, so that a segment is cut only at rows from its own first, as
+ * whole calls cut it into blocks
  */
-vlm_status_t
-vlm_vision_encode_stage(vlm_model_t *m, const vlm_image_t *img, float *out,
-    int stage, vlm_error_t *err)
+static int
+vlm_vision_query_end(const int32_t *cu, int n_seg, int q0, int rows)
 {
-    int                       l, u, k, P, U, E, I, H, mm, hd, full, nh, Q;
-    float                    *x, *h, *t;
+    int  s, q1;
+
+    q1 = q0 + rows;
+    if (q1 >= cu[n_seg]) {
+        return cu[n_seg];
+    }
+
+    for (s = 0; s < n_seg && cu[s + 1] <= q1; s++) {
+        /* the segment of row q1 */
+    }
+
+    return cu[s] > q0 ? cu[s] : q1;
+}
+
+
+/*
+ * One piece of block l over P patches of x (h the scratch), R rows a
+ * piece: part 0, norm1, q/k/v and the rotary of rows; part 1, the
+ * attention of queries (each against every key of its segment); part 2,
+ * the projection, the MLP and the residuals of rows.  Sets ws.more while
+ * pieces are left.
+ */
+static vlm_status_t
+vlm_vision_block_piece(vlm_model_t *m, const vlm_image_t *img, int l,
+    float *x, float *h, int P, int R, vlm_error_t *err)
+{
+    int                       r, n, E, I, hd, nh, Q, full, half, n_seg;
     vlm_status_t              rc;
-    int32_t                  *pos, *ppos, *cu_full, *cu_win, *perm, *inv;
+    const int32_t            *cu;
     vlm_backend_t            *be = m->be;
     vlm_vision_ws_t          *w = &m->vws;
     vlm_attn_varlen_t         va;
     vlm_vision_block_t       *B;
     vlm_vision_config_t      *vc = &m->cfg.vision;
-    vlm_vision_weights_t     *vw = &m->vis;
     const vlm_backend_ops_t  *op = be->ops;
 
-    P = img->grid_t * img->grid_h * img->grid_w;
     E = vc->hidden_size;
-    I = vc->intermediate_size;
-    H = vc->out_hidden_size;
-    mm = vc->spatial_merge_size * vc->spatial_merge_size;
-    U = P / mm;
     hd = E / vc->n_heads;
+    half = hd / 2;
+    B = &m->vis.blocks[l];
 
     /* this rank's heads and MLP rows (all of them when not split) */
     nh = m->tp.v_heads;
     Q = nh * hd;
     I = m->tp.v_inter;
 
+    r = w->row;
+    n = vlm_min(R, P - r);
+
+    if (w->part == 0) {
+        vlm_vision_norm_apply(m, h + (size_t) r * E, x + (size_t) r * E,
+                              B->norm1_w, B->norm1_b, n);
+        op->matmul(be, w->qkv + (size_t) r * 3 * Q, h + (size_t) r * E,
+                   &B->qkv, B->qkv_b, n);
+        op->rope(be, w->qkv + (size_t) r * 3 * Q, n, 3 * Q, nh, hd,
+                 w->cos + (size_t) r * half, w->sin + (size_t) r * half);
+        op->rope(be, w->qkv + (size_t) r * 3 * Q + Q, n, 3 * Q, nh, hd,
+                 w->cos + (size_t) r * half, w->sin + (size_t) r * half);
+
+        w->row += n;
+        if (w->row == P) {
+            w->part = 1;
+            w->row = 0;
+        }
+
+        w->more = 1;
+        return VLM_OK;
+    }
+
+    if (w->part == 1) {
+        full = w->n_win == 0 || vlm_vision_is_full(vc, l);
+        /* the host's copy of the segments, as stage 0 left it */
+        cu = w->host + 4 * P;
+        cu = full ? cu : cu + P + 1;
+        n_seg = full ? img->grid_t : w->n_win;
+
+        va.out = w->att;
+        va.q = w->qkv;
+        va.k = w->qkv + Q;
+        va.v = w->qkv + 2 * Q;
+        va.q_stride = 3 * Q;
+        va.kv_stride = 3 * Q;
+        va.n_heads = nh;
+        va.n_kv_heads = nh;
+        va.head_dim = hd;
+        va.scale = 1.0f / sqrtf((float) hd);
+        va.causal = 0;
+        va.cu_seqlens = full ? w->cu_full : w->cu_window;
+        va.n_segments = n_seg;
+        va.q_begin = r;
+        va.q_end = vlm_vision_query_end(cu, n_seg, r, R);
+        /* bf16 weights: bf16 products, in m1 (the MLP's, free meanwhile) */
+        va.bf16 = B->qkv.dtype == VLM_DTYPE_BF16;
+        va.work = w->m1;
+        va.work_size = (size_t) m->params.max_image_patches
+                       * vc->intermediate_size * sizeof(float);
+
+        op->attention_varlen(be, &va);
+
+        w->row = va.q_end;
+        if (w->row == P) {
+            w->part = 2;
+            w->row = 0;
+        }
+
+        w->more = 1;
+        return VLM_OK;
+    }
+
+    op->matmul(be, h + (size_t) r * E, w->att + (size_t) r * Q, &B->proj,
+               B->proj_b, n);
+
+    rc = vlm_vision_reduce(m, h + (size_t) r * E, (size_t) n * E, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    op->add(be, x + (size_t) r * E, h + (size_t) r * E, (size_t) n * E);
+
+    vlm_vision_norm_apply(m, h + (size_t) r * E, x + (size_t) r * E,
+                          B->norm2_w, B->norm2_b, n);
+
+    if (vc->gated_mlp) {
+        op->matmul(be, w->m1 + (size_t) r * I, h + (size_t) r * E, &B->gate,
+                   B->gate_b, n);
+        op->matmul(be, w->m2 + (size_t) r * I, h + (size_t) r * E, &B->up,
+                   B->up_b, n);
+        op->gated_act(be, w->m1 + (size_t) r * I, w->m1 + (size_t) r * I,
+                      w->m2 + (size_t) r * I, n, I, vc->act);
+
+    } else {
+        op->matmul(be, w->m1 + (size_t) r * I, h + (size_t) r * E, &B->fc1,
+                   B->fc1_b, n);
+        op->act(be, w->m1 + (size_t) r * I, n, I, vc->act);
+    }
+
+    /* into h: the attention's rows of later pieces are still in att */
+    op->matmul(be, h + (size_t) r * E, w->m1 + (size_t) r * I,
+               vc->gated_mlp ? &B->down : &B->fc2,
+               vc->gated_mlp ? B->down_b : B->fc2_b, n);
+
+    rc = vlm_vision_reduce(m, h + (size_t) r * E, (size_t) n * E, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    op->add(be, x + (size_t) r * E, h + (size_t) r * E, (size_t) n * E);
+
+    w->row += n;
+    w->more = w->row < P;
+
+    return VLM_OK;
+}
+
+
+/*
+ * One stage of the vision encoder: 0 checks the image, builds the
+ * position and window tables and embeds the patches; 1..depth run one
+ * block; depth + 1 runs the merger and writes the image's merged features
+ * to out.  Over more than max_batch_tokens patches a stage runs in
+ * pieces of about that many rows (ws.piece, ws.more): the embedding and
+ * the merger by rows, a block by rows, then by queries of its attention,
+ * then by rows.  The state between stages and pieces lives in the vision
+ * workspace, so the stages of one image must run in order, with no other
+ * image between them; the language model's work may run between them.
+ */
+vlm_status_t
+vlm_vision_encode_stage(vlm_model_t *m, const vlm_image_t *img, float *out,
+    int stage, vlm_error_t *err)
+{
+    int                       u, k, P, U, E, H, mm, hd, R, r, n, D, VM;
+    float                    *x, *h, *t;
+    vlm_status_t              rc;
+    int32_t                  *pos, *ppos, *cu_full, *cu_win, *perm, *inv;
+    vlm_backend_t            *be = m->be;
+    vlm_vision_ws_t          *w = &m->vws;
+    vlm_vision_config_t      *vc = &m->cfg.vision;
+    vlm_vision_weights_t     *vw = &m->vis;
+    const vlm_backend_ops_t  *op = be->ops;
+
+    P = img->grid_t * img->grid_h * img->grid_w;
+    E = vc->hidden_size;
+    H = vc->out_hidden_size;
+    mm = vc->spatial_merge_size * vc->spatial_merge_size;
+    U = P / mm;
+    hd = E / vc->n_heads;
+    R = vlm_max(m->params.max_batch_tokens, mm);
+    D = vw->patch.cols;
+    VM = m->tp.v_merge;
+
+    if (w->piece == 0) {
+        w->part = 0;
+        w->row = 0;
+    }
+
     if (stage > 0) {
         x = w->n_win > 0 ? w->h : w->x;
         h = w->n_win > 0 ? w->x : w->h;
         goto run;
-    }
-
-    if (img->pixels == NULL) {
-        return vlm_error_set(err, VLM_ERR_INVALID,
-                             "engine: an image has no pixels");
-    }
-
-    if (P > m->params.max_image_patches) {
-        return vlm_error_set(err, VLM_ERR_LIMIT,
-                             "engine: an image of %d patches exceeds the "
-                             "vision budget of %d", P,
-                             m->params.max_image_patches);
     }
 
     pos = w->host;
@@ -509,13 +666,39 @@ vlm_vision_encode_stage(vlm_model_t *m, const vlm_image_t *img, float *out,
     perm = cu_win + P + 1;
     inv = perm + U;
 
-    w->n_win = vlm_vision_tables(m, img, pos, cu_full, cu_win, perm, inv);
+    if (w->piece == 0) {
+        if (img->pixels == NULL) {
+            return vlm_error_set(err, VLM_ERR_INVALID,
+                                 "engine: an image has no pixels");
+        }
 
-    /* patch embedding; the pixels are the caller's host memory */
+        if (P > m->params.max_image_patches) {
+            return vlm_error_set(err, VLM_ERR_LIMIT,
+                                 "engine: an image of %d patches exceeds "
+                                 "the vision budget of %d", P,
+                                 m->params.max_image_patches);
+        }
 
-    op->upload(be, w->pixels, img->pixels,
-               (size_t) P * vw->patch.cols * sizeof(float));
-    op->matmul(be, w->x, w->pixels, &vw->patch, vw->patch_b, P);
+        w->n_win = vlm_vision_tables(m, img, pos, cu_full, cu_win, perm,
+                                     inv);
+
+        /* the pixels are the caller's host memory */
+        op->upload(be, w->pixels, img->pixels,
+                   (size_t) P * D * sizeof(float));
+    }
+
+    /* patch embedding, R rows a piece */
+
+    r = w->row;
+    n = vlm_min(R, P - r);
+    op->matmul(be, w->x + (size_t) r * E, w->pixels + (size_t) r * D,
+               &vw->patch, vw->patch_b, n);
+
+    w->row += n;
+    if (w->row < P) {
+        w->more = 1;
+        return VLM_OK;
+    }
 
     x = w->x;
     h = w->h;
@@ -551,81 +734,40 @@ vlm_vision_encode_stage(vlm_model_t *m, const vlm_image_t *img, float *out,
 run:
 
     if (stage <= vc->depth) {
-        l = stage - 1;
-        B = &vw->blocks[l];
-        full = w->n_win == 0 || vlm_vision_is_full(vc, l);
+        /* an image within one piece runs its block at once */
+        do {
+            w->more = 0;
+            rc = vlm_vision_block_piece(m, img, stage - 1, x, h, P, R, err);
+        } while (rc == VLM_OK && w->more && P <= R);
 
-        va.out = w->att;
-        va.q = w->qkv;
-        va.k = w->qkv + Q;
-        va.v = w->qkv + 2 * Q;
-        va.q_stride = 3 * Q;
-        va.kv_stride = 3 * Q;
-        va.n_heads = nh;
-        va.n_kv_heads = nh;
-        va.head_dim = hd;
-        va.scale = 1.0f / sqrtf((float) hd);
-        va.causal = 0;
-        /* bf16 weights: bf16 products, in m1 (the MLP's, free meanwhile) */
-        va.bf16 = B->qkv.dtype == VLM_DTYPE_BF16;
-        va.work = w->m1;
-        va.work_size = (size_t) m->params.max_image_patches
-                       * vc->intermediate_size * sizeof(float);
-
-        vlm_vision_norm_apply(m, h, x, B->norm1_w, B->norm1_b, P);
-        op->matmul(be, w->qkv, h, &B->qkv, B->qkv_b, P);
-        op->rope(be, w->qkv, P, 3 * Q, nh, hd, w->cos, w->sin);
-        op->rope(be, w->qkv + Q, P, 3 * Q, nh, hd, w->cos, w->sin);
-
-        va.cu_seqlens = full ? w->cu_full : w->cu_window;
-        va.n_segments = full ? img->grid_t : w->n_win;
-        op->attention_varlen(be, &va);
-
-        op->matmul(be, h, w->att, &B->proj, B->proj_b, P);
-
-        rc = vlm_vision_reduce(m, h, (size_t) P * E, err);
-        if (rc != VLM_OK) {
-            return rc;
-        }
-
-        op->add(be, x, h, (size_t) P * E);
-
-        vlm_vision_norm_apply(m, h, x, B->norm2_w, B->norm2_b, P);
-
-        if (vc->gated_mlp) {
-            op->matmul(be, w->m1, h, &B->gate, B->gate_b, P);
-            op->matmul(be, w->m2, h, &B->up, B->up_b, P);
-            op->gated_act(be, w->m1, w->m1, w->m2, P, I, vc->act);
-            op->matmul(be, w->att, w->m1, &B->down, B->down_b, P);
-
-        } else {
-            op->matmul(be, w->m1, h, &B->fc1, B->fc1_b, P);
-            op->act(be, w->m1, P, I, vc->act);
-            op->matmul(be, w->att, w->m1, &B->fc2, B->fc2_b, P);
-        }
-
-        rc = vlm_vision_reduce(m, w->att, (size_t) P * E, err);
-        if (rc != VLM_OK) {
-            return rc;
-        }
-
-        op->add(be, x, w->att, (size_t) P * E);
-
-        return VLM_OK;
+        return rc;
     }
 
-    /* the merger sees each merge unit's mm rows as one row */
+    /* the merger sees each merge unit's mm rows as one row, R / mm a piece */
 
-    vlm_vision_norm_apply(m, h, x, vw->ln_q_w, vw->ln_q_b, P);
-    op->matmul(be, w->merged, h, &vw->mlp0, vw->mlp0_b, U);
-    op->act(be, w->merged, U, m->tp.v_merge, VLM_ACT_GELU);
+    r = w->row;
+    n = vlm_min(R / mm, U - r);
+
+    vlm_vision_norm_apply(m, h + (size_t) r * mm * E, x + (size_t) r * mm * E,
+                          vw->ln_q_w, vw->ln_q_b, n * mm);
+    /* this rank's share of the merger's hidden rows, VM of them */
+    op->matmul(be, w->merged + (size_t) r * VM, h + (size_t) r * mm * E,
+               &vw->mlp0, vw->mlp0_b, n);
+    op->act(be, w->merged + (size_t) r * VM, n, VM, VLM_ACT_GELU);
 
     t = w->n_win > 0 ? w->out : out;
-    op->matmul(be, t, w->merged, &vw->mlp2, vw->mlp2_b, U);
+    op->matmul(be, t + (size_t) r * H, w->merged + (size_t) r * VM,
+               &vw->mlp2, vw->mlp2_b, n);
 
-    rc = vlm_vision_reduce(m, t, (size_t) U * H, err);
+    rc = vlm_vision_reduce(m, t + (size_t) r * H, (size_t) n * H, err);
     if (rc != VLM_OK) {
         return rc;
+    }
+
+    w->row += n;
+    if (w->row < U) {
+        w->more = 1;
+        return VLM_OK;
     }
 
     if (w->n_win > 0) {

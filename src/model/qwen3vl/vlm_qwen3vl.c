@@ -293,7 +293,8 @@ vlm_qwen3vl_encode_stage(vlm_model_t *m, const vlm_image_t *img,
     vlm_vision_config_t  *vc = &m->cfg.vision;
 
     rc = vlm_vision_encode_stage(m, img, out, stage, err);
-    if (rc != VLM_OK) {
+    if (rc != VLM_OK || w->more) {
+        /* a stage in pieces: its additions once it is whole */
         return rc;
     }
 

@@ -1,0 +1,212 @@
+/*
+ * The vision tower of a Qwen2-VL / Qwen2.5-VL checkpoint on one picture
+ * of each size asked (default 1920x1080 and 3840x2160) at Qwen2-VL's
+ * published preprocessor settings (min_pixels 3136, max_pixels 12845056),
+ * random pixel values, run as the engine's prefill runs it: piece by
+ * piece of max_batch_tokens (256) rows or queries, until its features
+ * are made (the prompt's prefill is not timed: the prefill is cancelled
+ * there).  Wall time, patches/s, the number of pieces and the longest
+ * one, which is how long a running stream waits at most for the tower.
+ *
+ *   bench_tower [--model DIR] [--threads N] [--size WxH]...
+ *
+ * DIR: by default tests/fixtures/models/qwen25vl-f32 (a tiny tower, for
+ * make bench: the plumbing, 1920x1080 alone unless --size says more);
+ * the real shapes: bench_checkpoint --shape 3b --layers 1 (the tower
+ * whole, one decoder layer: /tmp/vlm-bench-qwen25vl-3b-1l), or 7b.
+ */
+
+#define _GNU_SOURCE
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/vlm.h"
+#include "image/vlm_image_qwen2vl.h"
+#include "bench_stats.h"
+
+
+#define BENCH_SIZES  8
+
+
+/* the tower on a w x h picture: its wall time, pieces, longest piece */
+static int
+bench_picture(const char *dir, int threads, uint32_t w, uint32_t h)
+{
+    int                       k, n_ids, done, pieces, P;
+    double                    t0, t1, total, longest;
+    float                    *pixels;
+    int32_t                  *ids;
+    uint32_t                  x;
+    size_t                    i, n;
+    vlm_seq_t                *seq;
+    vlm_image_t               img;
+    vlm_error_t               err;
+    vlm_model_t              *m;
+    vlm_model_params_t        prm;
+    vlm_qwen2vl_grid_t        grid;
+    vlm_qwen2vl_config_t      pcfg;
+    const vlm_model_info_t   *info;
+
+    vlm_qwen2vl_config_default(&pcfg);
+    pcfg.min_pixels = 3136;
+    pcfg.max_pixels = 12845056;
+
+    if (vlm_qwen2vl_grid(&pcfg, h, w, &grid, &err) != VLM_OK) {
+        fprintf(stderr, "bench_tower: %ux%u: %s\n", w, h, err.msg);
+        return -1;
+    }
+
+    P = (int) grid.n_patches;
+
+    vlm_model_params_default(&prm);
+    prm.n_threads = threads;
+    prm.max_seqs = 1;
+    prm.image_cache_bytes = 0;
+    prm.max_image_patches = P;
+    prm.max_seq_len = (int) grid.n_tokens + 16;
+
+    if (vlm_model_load(&m, dir, &prm, &err) != VLM_OK) {
+        fprintf(stderr, "bench_tower: %s: %s\n", dir, err.msg);
+        return -1;
+    }
+
+    info = vlm_model_info(m);
+
+    n = (size_t) P * grid.patch_dim;
+    pixels = malloc(n * sizeof(float));
+    ids = malloc(((size_t) grid.n_tokens + 2) * sizeof(int32_t));
+    if (pixels == NULL || ids == NULL) {
+        fprintf(stderr, "bench_tower: no memory\n");
+        free(pixels);
+        free(ids);
+        vlm_model_free(m);
+        return -1;
+    }
+
+    x = 1;
+    for (i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        pixels[i] = (float) (x >> 8) / 16777216.0f * 4.0f - 2.0f;
+    }
+
+    memset(&img, 0, sizeof(vlm_image_t));
+    img.pixels = pixels;
+    img.grid_t = 1;
+    img.grid_h = (int) grid.grid_h;
+    img.grid_w = (int) grid.grid_w;
+
+    n_ids = 0;
+    ids[n_ids++] = info->vision_start_token_id;
+    for (k = 0; k < (int) grid.n_tokens; k++) {
+        ids[n_ids++] = info->image_token_id;
+    }
+    ids[n_ids++] = info->vision_end_token_id;
+
+    if (vlm_seq_init(m, &seq, &err) != VLM_OK
+        || vlm_seq_prefill_start(seq, ids, n_ids, &img, 1, NULL, &err)
+           != VLM_OK)
+    {
+        fprintf(stderr, "bench_tower: %s\n", err.msg);
+        free(pixels);
+        free(ids);
+        vlm_model_free(m);
+        return -1;
+    }
+
+    /* the tower's pieces add no token; the first prompt piece ends it */
+    total = 0.0;
+    longest = 0.0;
+    pieces = 0;
+
+    do {
+        t0 = bench_now();
+
+        if (vlm_prefill_work(m, &done, &err) != VLM_OK) {
+            fprintf(stderr, "bench_tower: %s\n", err.msg);
+            break;
+        }
+
+        t1 = bench_now() - t0;
+
+        if (vlm_seq_length(seq) != 0) {
+            break;
+        }
+
+        total += t1;
+        longest = t1 > longest ? t1 : longest;
+        pieces++;
+
+    } while (!done);
+
+    if (!done) {
+        vlm_prefill_cancel(m);
+    }
+
+    printf("%ux%u -> %ux%u, %d patches (%u tokens), %d threads: "
+           "%.2f s, %.0f patches/s, %d pieces, the longest %.1f ms\n",
+           w, h, grid.resized_w, grid.resized_h, P, grid.n_tokens, threads,
+           total, P / total, pieces, longest * 1e3);
+
+    vlm_seq_free(seq);
+    vlm_model_free(m);
+    free(pixels);
+    free(ids);
+
+    return 0;
+}
+
+
+int
+main(int argc, char **argv)
+{
+    int          i, n, threads;
+    uint32_t     w[BENCH_SIZES], h[BENCH_SIZES];
+    const char  *dir;
+
+    dir = "tests/fixtures/models/qwen25vl-f32";
+    threads = 2;
+    n = 0;
+
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
+            dir = argv[++i];
+
+        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            threads = atoi(argv[++i]);
+
+        } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc
+                   && n < BENCH_SIZES
+                   && sscanf(argv[++i], "%ux%u", &w[n], &h[n]) == 2)
+        {
+            n++;
+
+        } else {
+            dir = NULL;
+            break;
+        }
+    }
+
+    if (dir == NULL || threads < 1) {
+        fprintf(stderr, "usage: bench_tower --model DIR [--threads N] "
+                "[--size WxH]...\n");
+        return 1;
+    }
+
+    if (n == 0) {
+        w[0] = 1920;
+        h[0] = 1080;
+        w[1] = 3840;
+        h[1] = 2160;
+        n = strstr(dir, "tests/fixtures/") != NULL ? 1 : 2;
+    }
+
+    for (i = 0; i < n; i++) {
+        if (bench_picture(dir, threads, w[i], h[i]) != 0) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
