@@ -210,6 +210,27 @@ run_group(int world, int rounds)
 }
 
 
+/*
+ * the communicator a group of GPU ranks takes is the group's: a rank
+ * alone on its device still takes the staged one when two others share
+ * one (with NCCL it would wait for them forever)
+ */
+static void
+test_devices_shared(void **state)
+{
+    static const float  pair[] = { 0, 0 };
+    static const float  apart[] = { 0, 1, 2, 3 };
+    static const float  two_on_one[] = { 0, 0, 1 };
+    static const float  last_two[] = { 3, 1, 2, 2 };
+
+    assert_int_equal(vlm_comm_devices_shared(pair, 2), 1);
+    assert_int_equal(vlm_comm_devices_shared(apart, 4), 0);
+    assert_int_equal(vlm_comm_devices_shared(two_on_one, 3), 1);
+    assert_int_equal(vlm_comm_devices_shared(last_two, 4), 1);
+    assert_int_equal(vlm_comm_devices_shared(apart, 1), 0);
+}
+
+
 static void
 test_two_ranks(void **state)
 {
@@ -386,6 +407,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_one_rank),
+        cmocka_unit_test(test_devices_shared),
         cmocka_unit_test(test_two_ranks),
         cmocka_unit_test(test_three_ranks),
         cmocka_unit_test(test_four_ranks),

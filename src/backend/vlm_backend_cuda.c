@@ -668,7 +668,6 @@ static vlm_status_t
 vlm_cuda_comm_open(vlm_backend_t *be, vlm_comm_t **c, vlm_comm_t *host,
     vlm_error_t *err)
 {
-    int           r;
     float         mine, dev[VLM_COMM_MAX_WORLD];
     vlm_status_t  rc;
     vlm_cuda_t   *cu = (vlm_cuda_t *) be;
@@ -690,11 +689,8 @@ vlm_cuda_comm_open(vlm_backend_t *be, vlm_comm_t **c, vlm_comm_t *host,
                              "down", host->rank, host->world);
     }
 
-    for (r = 0; r < host->world; r++) {
-        if (r != host->rank && dev[r] == (float) cu->device) {
-            return vlm_comm_staged_open(c, host, cu->device, cu->stream,
-                                        err);
-        }
+    if (vlm_comm_devices_shared(dev, host->world)) {
+        return vlm_comm_staged_open(c, host, cu->device, cu->stream, err);
     }
 
     return vlm_comm_nccl_open(c, host, cu->device, cu->stream, err);

@@ -84,6 +84,29 @@ vlm_status_t vlm_comm_shm_abort_fd(int fd, vlm_error_t *err);
  * stream (a cudaStream_t); rank 0's unique id reaches the others over
  * host, the group's host communicator, which stays theirs for the plans.
  */
+/*
+ * whether two of a group's ranks run on one device (dev[world], a rank's
+ * device each): NCCL refuses such a group, so every rank of it takes the
+ * staged communicator; one answer for the whole group, or a rank alone
+ * on its device would wait in NCCL for ranks that never come
+ */
+static inline int
+vlm_comm_devices_shared(const float *dev, int world)
+{
+    int  i, j;
+
+    for (i = 0; i < world; i++) {
+        for (j = i + 1; j < world; j++) {
+            if (dev[i] == dev[j]) {
+                return 1;
+            }
+        }
+    }
+
+    return 0;
+}
+
+
 vlm_status_t vlm_comm_nccl_open(vlm_comm_t **c, vlm_comm_t *host,
     int device, void *stream, vlm_error_t *err);
 vlm_status_t vlm_comm_staged_open(vlm_comm_t **c, vlm_comm_t *host,
