@@ -149,6 +149,7 @@ my $cuda_conf = "    vlm_backend cuda;\n    vlm_engine_binary $engine;\n";
 
 my $srv = vlm_start(name => 'cuda', http_config => $cuda_conf);
 my @servers = ($srv);
+my %tp_staging;     # each rank's pinned staging with NCCL between them
 END { VLMTest::vlm_stop($_) for grep { $_ } @servers }
 
 is(vlm_health($srv)->{backend}, 'cuda', "/health: backend cuda $where");
@@ -227,6 +228,7 @@ SKIP: {
     served_ok($tp, \@ref, "tensor parallel 2 $where, again");
     vlm_wait_idle($tp, vlm_secs(10));
     my $tm1 = vlm_metrics($tp);
+    $tp_staging{$_} = gpu_memory($tm1, $_)->{staging} for 0, 1;
     for my $r (0, 1) {
         gpu_memory_same(gpu_memory($tm0, $r), gpu_memory($tm1, $r),
                         "tensor parallel 2 $where, rank $r");
@@ -263,14 +265,35 @@ SKIP: {
          "two ranks on one GPU $where: the staged communicator");
 
     served_ok($one, \@ref, "two ranks on one GPU $where");
+    my $om0 = vlm_metrics($one);
 
     $res = vlm_post_json($one, { %{ $bodies[1] }, stream => JSON::PP::true });
     @ev = vlm_sse($res->{body});
     is($ev[-1], '[DONE]', "two ranks on one GPU $where: a stream ends");
 
     vlm_wait_idle($one, vlm_secs(10));
-    is(vlm_metrics($one)->{vlm_feature_copies_in_flight}, 0,
+    my $om1 = vlm_wait_pools($one);
+    is($om1->{vlm_feature_copies_in_flight}, 0,
        "two ranks on one GPU $where: no feature copy in flight");
+
+    # the staged communicator's pinned host memory (4 MiB a rank, taken
+    # at open) is in each rank's staging gauge, and nothing grew
+    for my $r (0, 1) {
+        my $staging = gpu_memory($om1, $r)->{staging} // 0;
+
+        if (defined $tp_staging{$r}) {
+            is($staging, $tp_staging{$r} + 4194304,
+               "two ranks on one GPU $where, rank $r: the communicator's "
+               . "staging in the staging gauge");
+        } else {
+            cmp_ok($staging, '>=', 4194304,
+                   "two ranks on one GPU $where, rank $r: the "
+                   . "communicator's staging in the staging gauge");
+        }
+
+        gpu_memory_same(gpu_memory($om0, $r), gpu_memory($om1, $r),
+                        "two ranks on one GPU $where, rank $r");
+    }
     VLMTest::vlm_stop($one);
 }
 

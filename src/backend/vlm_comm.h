@@ -49,6 +49,8 @@ struct vlm_comm_s {
      * collective is queued on the backend's stream (NCCL)
      */
     int                    device_memory;
+    /* pinned host memory it took at open (its staging), for the gauges */
+    size_t                 pinned;
 };
 
 

@@ -269,6 +269,8 @@ vlm_comm_staged_open(vlm_comm_t **out, vlm_comm_t *host, int device,
                              device, cudaGetErrorString(e));
     }
 
+    sc->comm.pinned = VLM_COMM_STAGED_BYTES;
+
     vlm_log(VLM_LOG_INFO, "staged communicator: rank %d of %d on device %d, "
             "which another rank shares", host->rank, host->world, device);
 

@@ -193,7 +193,7 @@ typedef enum {
     VLM_GPU_ACTIVATIONS,            /* the model's workspaces and slots */
     VLM_GPU_WORKSPACE,              /* the backend's own buffers */
     VLM_GPU_FEATURE_POOL,           /* the device pool this rank took */
-    VLM_GPU_STAGING,                /* pinned host: the features' staging */
+    VLM_GPU_STAGING,                /* pinned host: features', comm's */
     VLM_GPU_FREE,                   /* the device's, cudaMemGetInfo */
     VLM_GPU_TOTAL,
     VLM_GPU_KINDS

@@ -964,13 +964,17 @@ vlm_model_decode_bytes(const vlm_model_t *m)
 }
 
 
-/* a GPU's memory by kind: none of it may grow with requests served */
+/*
+ * a GPU's memory by kind: none of it may grow with requests served; the
+ * pinned host memory is the features' staging and the communicator's
+ */
 static void
 vlm_model_gpu_memory(const vlm_model_t *m, vlm_model_stats_t *s)
 {
-    size_t              used;
-    vlm_backend_mem_t   mem;
-    vlm_fpool_stats_t   fs;
+    size_t                    used;
+    vlm_backend_mem_t         mem;
+    vlm_fpool_stats_t         fs;
+    const vlm_model_owner_t  *o = (const vlm_model_owner_t *) m;
 
     memset(&mem, 0, sizeof(vlm_backend_mem_t));
     (void) m->be->ops->mem_info(m->be, &mem);
@@ -990,6 +994,10 @@ vlm_model_gpu_memory(const vlm_model_t *m, vlm_model_stats_t *s)
         vlm_fpool_stats(m->fpool, &fs);
         s->gpu_bytes[VLM_GPU_FEATURE_POOL] = fs.device_bytes;
         s->gpu_bytes[VLM_GPU_STAGING] = fs.capacity[VLM_FPOOL_HOST];
+    }
+
+    if (o->dcomm != NULL) {
+        s->gpu_bytes[VLM_GPU_STAGING] += o->dcomm->pinned;
     }
 }
 
