@@ -700,6 +700,21 @@ test_mask_brute_random(void **state)
         "{\"patternProperties\":{\"^a\":{\"type\":\"string\","
         "\"maxLength\":3},\"b$\":{\"type\":\"string\"},\"^x\":"
         "{\"type\":\"string\",\"minLength\":1}}}",
+        /*
+         * patterns that take any text (vlm_gtotal_t): around a word,
+         * unanchored (its states before the word not fixed), after a
+         * prefix (fixed: the exits trie), beside one that does not (two
+         * stacks), as keys
+         */
+        "{\"type\":\"array\",\"items\":{\"type\":\"string\","
+        "\"pattern\":\"no\"}}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"string\","
+        "\"pattern\":\"^x-\"}}",
+        "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":"
+        "\"string\",\"pattern\":\"^x-\"},{\"type\":\"string\","
+        "\"pattern\":\"^x-[0-9]+$\"}]}}",
+        "{\"type\":\"object\",\"patternProperties\":{\"^x-\":{\"type\":"
+        "\"integer\"}},\"additionalProperties\":false}",
     };
 
     static const struct {
@@ -727,6 +742,11 @@ test_mask_brute_random(void **state)
         { 12, "{\"x\":\"1\",\"ab" },
         { 10, "[\"" }, { 10, "[\"ab \xc3\xa9" },
         { 10, "[\"abcdefghijklmnopqrstuvwxy" },
+        { 13, "[\"" }, { 13, "[\"an" }, { 13, "[\"ab\xc3" },
+        { 13, "[\"xno" }, { 13, "[\"xno\xe2\x82" },
+        { 14, "[\"x" }, { 14, "[\"x-" }, { 14, "[\"x-ab\xe0" },
+        { 15, "[\"x-" }, { 15, "[\"x-1" }, { 15, "[\"x-a" },
+        { 16, "{\"x-" }, { 16, "{\"x-ab" }, { 16, "{\"x-1\":2,\"x-" },
     };
 
     pool = malloc(RV_VOCAB * 8);

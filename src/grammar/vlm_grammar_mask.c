@@ -697,6 +697,135 @@ vlm_g_walk_quoted(vlm_matcher_t *m, uint32_t parent, int past, uint8_t marks)
 
 
 /*
+ * Whether DFA state q of node n takes any text from the UTF-8 state k
+ * (vlm_gtotal_t): the pairs of a DFA state and a UTF-8 state that text
+ * reaches from (q, k), each checked on every byte but '"' (which the
+ * walk steps; a backslash no pattern takes, vlm_regex.c); *max_dist the most bytes to a match among them, *fixed
+ * whether those between characters are all q.
+ */
+static int
+vlm_g_total_from(const vlm_grammar_t *g, const vlm_gnode_t *n, uint32_t q,
+    uint32_t k, uint32_t *max_dist, uint32_t *fixed)
+{
+    int              ok, text;
+    size_t           n_pairs, head, tail;
+    uint8_t          need, lo, hi, *seen;
+    uint32_t         b, p, u, to, *queue;
+    const uint32_t  *dist, *first, *ranges;
+
+    dist = g->idx + n->a;
+    first = dist + n->b;
+    ranges = first + n->b + 1;
+    n_pairs = (size_t) n->b * 8;
+
+    seen = calloc(n_pairs, 1);
+    queue = malloc(n_pairs * sizeof(uint32_t));
+
+    if (seen == NULL || queue == NULL) {
+        free(seen);
+        free(queue);
+        return 0;
+    }
+
+    ok = 1;
+    *max_dist = 0;
+    *fixed = k == 0;
+    head = 0;
+    tail = 0;
+    queue[tail++] = q * 8 + k;
+    seen[q * 8 + k] = 1;
+
+    while (ok && head < tail) {
+        p = queue[head] / 8;
+        u = queue[head] % 8;
+        head++;
+
+        *max_dist = vlm_max(*max_dist, dist[p]);
+
+        if (u == 0 && p != q) {
+            *fixed = 0;
+        }
+
+        for (b = 0; b < 256; b++) {
+            if (b == '"') {
+                continue;
+            }
+
+            need = vlm_trie_states[u][0];
+            lo = vlm_trie_states[u][1];
+            hi = vlm_trie_states[u][2];
+            text = vlm_trie_text_byte((uint8_t) b, &need, &lo, &hi);
+            to = vlm_g_dfa_next(first, ranges, p, b);
+
+            if (text != (to != VLM_GRAMMAR_NONE)) {
+                ok = 0;
+                break;
+            }
+
+            if (!text) {
+                continue;
+            }
+
+            to = to * 8 + vlm_trie_state(need, lo, hi);
+
+            if (!seen[to]) {
+                seen[to] = 1;
+                queue[tail++] = to;
+            }
+        }
+    }
+
+    free(seen);
+    free(queue);
+
+    return ok;
+}
+
+
+/*
+ * The UTF-8 state of root_plain[] in which the pattern's state f of node
+ * n takes any text (vlm_gtotal_t), found once; NULL when there is none.
+ */
+static const vlm_gtotal_t *
+vlm_g_total(vlm_matcher_t *m, const vlm_gframe_t *f, const vlm_gnode_t *n)
+{
+    uint32_t        i, k, max_dist, fixed;
+    vlm_gtotal_t   *t;
+    vlm_ginners_t  *in;
+
+    in = m->trie->inner;
+
+    for (i = 0; i < VLM_G_TOTALS; i++) {
+        t = &in->total[i];
+
+        if (t->prog == m->prog && t->node == f->node && t->state == f->pos) {
+            return t->k == VLM_GRAMMAR_NONE ? NULL : t;
+        }
+    }
+
+    t = &in->total[in->next_total];
+    in->next_total = (in->next_total + 1) % VLM_G_TOTALS;
+
+    t->prog = m->prog;
+    t->node = f->node;
+    t->state = f->pos;
+    t->k = VLM_GRAMMAR_NONE;
+    t->max_dist = 0;
+
+    for (k = 0; k < 4; k++) {
+        if (vlm_g_total_from(&m->g, n, f->pos, k, &max_dist, &fixed)) {
+            t->k = k;
+            t->max_dist = max_dist;
+            t->fixed = fixed;
+            return t;
+        }
+    }
+
+    return NULL;
+}
+
+
+/*
  * The kept mask of a pattern's state f (of node n) after count characters
  * (under a maxLength), of the tokens to states fewer than lim bytes from a
  * match (VLM_GRAMMAR_NONE: all), made if need be; NULL when none can be.
@@ -785,15 +914,17 @@ vlm_g_inner_entry(vlm_matcher_t *m, const vlm_gframe_t *f,
  * few values, up to the farthest); *out the entry taken, NULL for none.
  */
 static int
-vlm_g_inner_stack(vlm_matcher_t *m, uint32_t s, vlm_ginner_t **out)
+vlm_g_inner_stack(vlm_matcher_t *m, uint32_t s, vlm_ginner_t **out,
+    int *fixed)
 {
-    int                  raw;
-    size_t               j;
-    uint32_t             count, base;
-    vlm_ginner_t        *e;
-    const uint32_t      *dist, *first, *ranges;
-    const vlm_gframe_t  *f;
-    const vlm_gnode_t   *n;
+    int                   raw;
+    size_t                j;
+    uint32_t              count, base;
+    vlm_ginner_t         *e;
+    const uint32_t       *dist, *first, *ranges, *words;
+    const vlm_gframe_t   *f;
+    const vlm_gnode_t    *n;
+    const vlm_gtotal_t   *tot;
 
     f = &vlm_g_stack(m, s)[m->heads.depths[s] - 1];
     n = &m->g.nodes[f->node];
@@ -804,6 +935,29 @@ vlm_g_inner_stack(vlm_matcher_t *m, uint32_t s, vlm_ginner_t **out)
 
     if (raw && (ranges[n->c] != VLM_GRAMMAR_NONE || dist[f->pos] == 0)) {
         return 0;       /* maxLength: the count matters; a match: forks */
+    }
+
+    if (!raw && ranges[n->c] == VLM_GRAMMAR_NONE) {
+        tot = vlm_g_total(m, f, n);
+
+        if (tot != NULL
+            && (m->budget == 0
+                || (uint64_t) vlm_g_stack_distance(m, s) - dist[f->pos]
+                   + tot->max_dist < m->budget))
+        {
+            /* any text: the string's text tokens, then the walk */
+            words = m->trie->root_plain[tot->k];
+
+            for (j = 0; j < m->mask_words; j++) {
+                m->mask[j] |= words[j];
+            }
+
+            m->n_allowed += m->trie->root_plain_n[tot->k];
+            *fixed = (int) tot->fixed;
+            *out = NULL;
+
+            return 1;
+        }
     }
 
     /* under a maxLength the count is part of the state */
@@ -848,7 +1002,7 @@ vlm_g_inner_stack(vlm_matcher_t *m, uint32_t s, vlm_ginner_t **out)
 static int
 vlm_g_inner_mask(vlm_matcher_t *m, int *recount)
 {
-    int                  raw;
+    int                  raw, fixed;
     size_t               mark;
     uint32_t             i, s, d;
     vlm_gheads_t         heads;
@@ -883,17 +1037,28 @@ vlm_g_inner_mask(vlm_matcher_t *m, int *recount)
 
     *recount = m->heads.n > 1;
     e = NULL;
+    fixed = 0;
 
     for (s = 0; s < m->heads.n; s++) {
         if (m->heads.depths[s] != VLM_G_DEAD
-            && !vlm_g_inner_stack(m, s, &e))
+            && !vlm_g_inner_stack(m, s, &e, &fixed))
         {
             return 0;
         }
     }
 
     if (!raw) {
-        vlm_g_walk_quoted(m, 0, 0, VLM_TRIE_QUOTE);
+        /*
+         * on the one stack in a state that any text keeps, what follows
+         * the text is all that counts, as in a string
+         */
+        if (fixed && m->heads.n == 1) {
+            vlm_g_walk_exits(m, 0);
+
+        } else {
+            vlm_g_walk_quoted(m, 0, 0, VLM_TRIE_QUOTE);
+        }
+
         return 1;
     }
 

@@ -18,7 +18,7 @@
  * (continuation bytes to come, in [*lo, *hi]): 1 if it may follow, as
  * vlm_g_step_string's table says.
  */
-static int
+int
 vlm_trie_text_byte(uint8_t b, uint8_t *need, uint8_t *lo, uint8_t *hi)
 {
     if (*need) {
@@ -65,14 +65,14 @@ vlm_trie_text_byte(uint8_t b, uint8_t *need, uint8_t *lo, uint8_t *hi)
  * the next one; 0 to 3 those of plain[] (any continuation byte), 4 to 7
  * after E0, ED, F0 and F4.
  */
-static const uint8_t  vlm_trie_states[8][3] = {
+const uint8_t  vlm_trie_states[8][3] = {
     { 0, 0x80, 0xbf }, { 1, 0x80, 0xbf }, { 2, 0x80, 0xbf },
     { 3, 0x80, 0xbf }, { 2, 0xa0, 0xbf }, { 2, 0x80, 0x9f },
     { 3, 0x90, 0xbf }, { 3, 0x80, 0x8f }
 };
 
 
-static uint32_t
+uint32_t
 vlm_trie_state(uint8_t need, uint8_t lo, uint8_t hi)
 {
     uint32_t  s;
