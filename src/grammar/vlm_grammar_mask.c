@@ -697,11 +697,87 @@ vlm_g_walk_quoted(vlm_matcher_t *m, uint32_t parent, int past, uint8_t marks)
 
 
 /*
+ * The paths that hold a quote from a pattern's string on the one live
+ * stack (d frames, the string's on top, n its node): their bytes before
+ * the quote stepped in the DFA alone, as vlm_g_step_regex would (the top
+ * frame's state and count, within the most characters), and at a quote
+ * where the state is a match the top frame set so and the rest walked by
+ * the matcher.
+ */
+static void
+vlm_g_walk_quoted_dfa(vlm_matcher_t *m, uint32_t parent, uint32_t d,
+    const vlm_gnode_t *n, uint32_t state, uint32_t count)
+{
+    size_t             mark;
+    uint32_t           c, to, now, max;
+    vlm_gheads_t       heads;
+    vlm_gframe_t      *top;
+    const uint32_t    *dist, *first, *ranges;
+    const vlm_trie_t  *t;
+
+    t = m->trie;
+    dist = m->g.idx + n->a;
+    first = dist + n->b;
+    ranges = first + n->b + 1;
+    max = ranges[n->c];
+
+    for (c = t->child[parent]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
+        if (!(t->quoted[c] & VLM_TRIE_QUOTE)) {
+            continue;
+        }
+
+        if (t->byte[c] != '"') {
+            to = vlm_g_dfa_next(first, ranges, state, t->byte[c]);
+            now = count + ((t->byte[c] & 0xc0) != 0x80);
+
+            if (to != VLM_GRAMMAR_NONE
+                && (max == VLM_GRAMMAR_NONE
+                    || (uint64_t) now + dist[to] <= max))
+            {
+                vlm_g_walk_quoted_dfa(m, c, d, n, to, now);
+            }
+
+            continue;
+        }
+
+        if (dist[state] != 0) {
+            continue;
+        }
+
+        mark = m->log_n;
+        heads = m->heads;
+        m->frames = vlm_g_stack(m, 0);
+        m->depth = d;
+
+        top = vlm_g_write(m, d - 1);
+
+        if (top != NULL) {
+            top->pos = state;
+            top->count = count;
+
+            if (vlm_g_byte(m, '"')) {
+                if (t->token[c] >= 0) {
+                    vlm_g_take(m, t->token[c], t->tok_next);
+                }
+
+                if (t->child[c] != VLM_GRAMMAR_NONE) {
+                    vlm_g_walk_quoted(m, c, 1, VLM_TRIE_QUOTE);
+                }
+            }
+        }
+
+        vlm_g_undo(m, mark, &heads);
+    }
+}
+
+
+/*
  * Whether DFA state q of node n takes any text from the UTF-8 state k
  * (vlm_gtotal_t): the pairs of a DFA state and a UTF-8 state that text
  * reaches from (q, k), each checked on every byte but '"' (which the
- * walk steps; a backslash no pattern takes, vlm_regex.c); *max_dist the most bytes to a match among them, *fixed
- * whether those between characters are all q.
+ * walk steps; a backslash no pattern takes, vlm_regex.c); *max_dist the
+ * most bytes to a match among them, *fixed whether those between
+ * characters are all q.
  */
 static int
 vlm_g_total_from(const vlm_grammar_t *g, const vlm_gnode_t *n, uint32_t q,
@@ -1054,6 +1130,12 @@ vlm_g_inner_mask(vlm_matcher_t *m, int *recount)
          */
         if (fixed && m->heads.n == 1) {
             vlm_g_walk_exits(m, 0);
+
+        } else if (m->heads.n == 1 && m->heads.depths[0] != VLM_G_DEAD) {
+            d = m->heads.depths[0];
+            f = &vlm_g_stack(m, 0)[d - 1];
+            vlm_g_walk_quoted_dfa(m, 0, d, &m->g.nodes[f->node], f->pos,
+                                  f->count);
 
         } else {
             vlm_g_walk_quoted(m, 0, 0, VLM_TRIE_QUOTE);
