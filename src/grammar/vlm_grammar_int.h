@@ -231,6 +231,19 @@ struct vlm_trie_s {
     vlm_ginners_t  *inner;  /* made as they come */
     vlm_gclasses_t *classes;
 
+    /*
+     * The tokens that hold a '"', by all their bytes from the root (q_:
+     * a trie of their own, q_tok_next chaining the tokens of one node):
+     * the walks of the paths that may close a pattern's string visit
+     * these few thousand nodes, not the siblings of the whole trie's.
+     */
+    uint32_t   q_nodes;
+    uint32_t  *q_child;
+    uint32_t  *q_next;
+    int32_t   *q_token;
+    uint8_t   *q_byte;
+    int32_t   *q_tok_next;  /* [vocab] */
+
     uint32_t   x_nodes;
     uint32_t  *x_child;
     uint32_t  *x_next;

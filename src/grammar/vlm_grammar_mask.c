@@ -697,6 +697,44 @@ vlm_g_walk_quoted(vlm_matcher_t *m, uint32_t parent, int past, uint8_t marks)
 
 
 /*
+ * The quote trie's paths (vlm_trie_t: the tokens that hold a '"'), each
+ * byte through the matcher; tokens from the first quote on (past: from
+ * here on).  The paths of the whole trie that hold a quote, as
+ * vlm_g_walk_quoted's with VLM_TRIE_QUOTE, without their siblings.
+ */
+static void
+vlm_g_walk_qtrie(vlm_matcher_t *m, uint32_t parent, int past)
+{
+    int                now;
+    size_t             mark;
+    uint32_t           c;
+    vlm_gheads_t       heads;
+    const vlm_trie_t  *t;
+
+    t = m->trie;
+
+    for (c = t->q_child[parent]; c != VLM_GRAMMAR_NONE; c = t->q_next[c]) {
+        mark = m->log_n;
+        heads = m->heads;
+
+        if (vlm_g_byte(m, t->q_byte[c])) {
+            now = past || t->q_byte[c] == '"';
+
+            if (now && t->q_token[c] >= 0) {
+                vlm_g_take(m, t->q_token[c], t->q_tok_next);
+            }
+
+            if (t->q_child[c] != VLM_GRAMMAR_NONE) {
+                vlm_g_walk_qtrie(m, c, now);
+            }
+        }
+
+        vlm_g_undo(m, mark, &heads);
+    }
+}
+
+
+/*
  * The paths that hold a quote from a pattern's string on the one live
  * stack (d frames, the string's on top, n its node): their bytes before
  * the quote stepped in the DFA alone, as vlm_g_step_regex would (the top
@@ -721,14 +759,10 @@ vlm_g_walk_quoted_dfa(vlm_matcher_t *m, uint32_t parent, uint32_t d,
     ranges = first + n->b + 1;
     max = ranges[n->c];
 
-    for (c = t->child[parent]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
-        if (!(t->quoted[c] & VLM_TRIE_QUOTE)) {
-            continue;
-        }
-
-        if (t->byte[c] != '"') {
-            to = vlm_g_dfa_next(first, ranges, state, t->byte[c]);
-            now = count + ((t->byte[c] & 0xc0) != 0x80);
+    for (c = t->q_child[parent]; c != VLM_GRAMMAR_NONE; c = t->q_next[c]) {
+        if (t->q_byte[c] != '"') {
+            to = vlm_g_dfa_next(first, ranges, state, t->q_byte[c]);
+            now = count + ((t->q_byte[c] & 0xc0) != 0x80);
 
             if (to != VLM_GRAMMAR_NONE
                 && (max == VLM_GRAMMAR_NONE
@@ -756,12 +790,12 @@ vlm_g_walk_quoted_dfa(vlm_matcher_t *m, uint32_t parent, uint32_t d,
             top->count = count;
 
             if (vlm_g_byte(m, '"')) {
-                if (t->token[c] >= 0) {
-                    vlm_g_take(m, t->token[c], t->tok_next);
+                if (t->q_token[c] >= 0) {
+                    vlm_g_take(m, t->q_token[c], t->q_tok_next);
                 }
 
-                if (t->child[c] != VLM_GRAMMAR_NONE) {
-                    vlm_g_walk_quoted(m, c, 1, VLM_TRIE_QUOTE);
+                if (t->q_child[c] != VLM_GRAMMAR_NONE) {
+                    vlm_g_walk_qtrie(m, c, 1);
                 }
             }
         }
@@ -777,7 +811,8 @@ vlm_g_walk_quoted_dfa(vlm_matcher_t *m, uint32_t parent, uint32_t d,
  * reaches from (q, k), each checked on every byte but '"' (which the
  * walk steps; a backslash no pattern takes, vlm_regex.c); *max_dist the
  * most bytes to a match among them, *fixed whether those between
- * characters are all q.
+ * characters are all q, and those within one q's distance and the bytes
+ * that finish the character.
  */
 static int
 vlm_g_total_from(const vlm_grammar_t *g, const vlm_gnode_t *n, uint32_t q,
@@ -818,7 +853,9 @@ vlm_g_total_from(const vlm_grammar_t *g, const vlm_gnode_t *n, uint32_t q,
 
         *max_dist = vlm_max(*max_dist, dist[p]);
 
-        if (u == 0 && p != q) {
+        if ((u == 0 && p != q)
+            || dist[p] != dist[q] + vlm_trie_states[u][0])
+        {
             *fixed = 0;
         }
 
@@ -1015,11 +1052,11 @@ vlm_g_inner_stack(vlm_matcher_t *m, uint32_t s, vlm_ginner_t **out,
 
     if (!raw && ranges[n->c] == VLM_GRAMMAR_NONE) {
         tot = vlm_g_total(m, f, n);
+        base = vlm_g_stack_distance(m, s) - dist[f->pos];
 
         if (tot != NULL
             && (m->budget == 0
-                || (uint64_t) vlm_g_stack_distance(m, s) - dist[f->pos]
-                   + tot->max_dist < m->budget))
+                || (uint64_t) base + tot->max_dist < m->budget))
         {
             /* any text: the string's text tokens, then the walk */
             words = m->trie->root_plain[tot->k];
@@ -1030,6 +1067,30 @@ vlm_g_inner_stack(vlm_matcher_t *m, uint32_t s, vlm_ginner_t **out,
 
             m->n_allowed += m->trie->root_plain_n[tot->k];
             *fixed = (int) tot->fixed;
+            *out = NULL;
+
+            return 1;
+        }
+
+        if (tot != NULL && tot->fixed && m->heads.n == 1) {
+            /*
+             * near the budget, in a state that text keeps: the text
+             * tokens but those whose cut last character needs too many
+             * bytes, as in a string (none where the state's own distance
+             * is too far)
+             */
+            if ((uint64_t) base + dist[f->pos] < m->budget) {
+                words = m->trie->root_plain[0];
+
+                for (j = 0; j < m->mask_words; j++) {
+                    m->mask[j] |= words[j];
+                }
+
+                m->n_allowed += m->trie->root_plain_n[0];
+                vlm_g_drop_cut(m, 0, m->budget - base - dist[f->pos]);
+            }
+
+            *fixed = 1;
             *out = NULL;
 
             return 1;
@@ -1138,7 +1199,7 @@ vlm_g_inner_mask(vlm_matcher_t *m, int *recount)
                                   f->count);
 
         } else {
-            vlm_g_walk_quoted(m, 0, 0, VLM_TRIE_QUOTE);
+            vlm_g_walk_qtrie(m, 0, 0);
         }
 
         return 1;
