@@ -103,9 +103,11 @@ typedef struct {
  * and no other byte but '"' is.  Its mask is then the string's text
  * tokens from that UTF-8 state (root_plain[k]) and a walk of the paths
  * that hold a quote (of the exits trie where text keeps the state, as in
- * a string's): no class trie to make for it,
- * which for such a DFA holds nearly the whole vocabulary (11 ms to make,
- * 0.1 to 0.6 ms a walk).  Kept for each state, as the masks are.
+ * a string's): no class trie to make for it, which for such a DFA holds
+ * nearly the whole vocabulary (11 ms to make, 0.1 to 0.6 ms a walk).
+ * Near the budget, where text keeps the state, the text tokens but those
+ * whose cut last character needs too many bytes; where it does not, the
+ * class trie still.  Found once for each state, kept in the trie.
  */
 #define VLM_G_TOTALS        256
 
@@ -117,7 +119,8 @@ typedef struct {
     uint32_t   max_dist;    /* the most bytes to a match from the states
                                its text reaches */
     uint32_t   fixed;       /* between characters text leaves it in the
-                               state: the exits trie serves (as in a
+                               state, within one the bytes that finish it
+                               away: the exits trie serves (as in a
                                string), not the walk of the quoted paths */
 } vlm_gtotal_t;
 

@@ -7,8 +7,10 @@
  * inside strings: every token of text at once, under a maxLength by their
  * characters, the tokens that leave the text by a trie of their own, a
  * pattern's states by masks kept for them (class tries,
- * vlm_grammar_class.c).  Each is checked against feeding every token
- * alone (tests/test_grammar.c).
+ * vlm_grammar_class.c) or, where they take any text, as text, the paths
+ * that may close a pattern's string by the trie of the tokens that hold
+ * a quote.  Each is checked against feeding every token alone
+ * (tests/test_grammar.c).
  */
 
 
