@@ -575,7 +575,7 @@ fuzz-openai:
 	    -fno-sanitize-recover=undefined -DVLM_OPENAI_ELIDE_MIN=4 \
 	    $(CPPFLAGS) \
 	    fuzz/fuzz_openai.c $(wildcard src/api/vlm_openai*.c) \
-	    src/api/vlm_schema.c $(wildcard src/api/vlm_regex*.c) \
+	    $(wildcard src/api/vlm_schema*.c) $(wildcard src/api/vlm_regex*.c) \
 	    src/api/vlm_gbnf.c \
 	    $(wildcard src/grammar/vlm_*.c) \
 	    src/core/vlm_common.c $(wildcard src/text/vlm_*.c) \

@@ -17,7 +17,11 @@
 
 #include <jansson.h>
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 #include "api/vlm_gbnf.h"
+#include "api/vlm_regex.h"
 #include "api/vlm_schema.h"
 #include "grammar/vlm_grammar.h"
 
@@ -700,6 +704,21 @@ test_mask_brute_random(void **state)
         "{\"patternProperties\":{\"^a\":{\"type\":\"string\","
         "\"maxLength\":3},\"b$\":{\"type\":\"string\"},\"^x\":"
         "{\"type\":\"string\",\"minLength\":1}}}",
+        /*
+         * patterns that take any text (vlm_gtotal_t): around a word,
+         * unanchored (its states before the word not fixed), after a
+         * prefix (fixed: the exits trie), beside one that does not (two
+         * stacks), as keys
+         */
+        "{\"type\":\"array\",\"items\":{\"type\":\"string\","
+        "\"pattern\":\"no\"}}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"string\","
+        "\"pattern\":\"^x-\"}}",
+        "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":"
+        "\"string\",\"pattern\":\"^x-\"},{\"type\":\"string\","
+        "\"pattern\":\"^x-[0-9]+$\"}]}}",
+        "{\"type\":\"object\",\"patternProperties\":{\"^x-\":{\"type\":"
+        "\"integer\"}},\"additionalProperties\":false}",
     };
 
     static const struct {
@@ -727,6 +746,11 @@ test_mask_brute_random(void **state)
         { 12, "{\"x\":\"1\",\"ab" },
         { 10, "[\"" }, { 10, "[\"ab \xc3\xa9" },
         { 10, "[\"abcdefghijklmnopqrstuvwxy" },
+        { 13, "[\"" }, { 13, "[\"an" }, { 13, "[\"ab\xc3" },
+        { 13, "[\"xno" }, { 13, "[\"xno\xe2\x82" },
+        { 14, "[\"x" }, { 14, "[\"x-" }, { 14, "[\"x-ab\xe0" },
+        { 15, "[\"x-" }, { 15, "[\"x-1" }, { 15, "[\"x-a" },
+        { 16, "{\"x-" }, { 16, "{\"x-ab" }, { 16, "{\"x-1\":2,\"x-" },
     };
 
     pool = malloc(RV_VOCAB * 8);
@@ -1597,6 +1621,147 @@ test_bad_programs(void **state)
 }
 
 
+/*
+ * The DFAs with the fewest states (vlm_regex_min.c): the textbook's
+ * (a|b)*abb in 4 states, where the subset construction leaves 5, and
+ * every DFA's texts those of PCRE2 (a search where the pattern is not
+ * anchored, as the string's DFA is), over random texts of the patterns'
+ * bytes, and its fewest bytes to a match those of a search forwards.
+ */
+static int
+dfa_match(const vlm_regex_dfa_t *dfa, const char *s, size_t len)
+{
+    size_t    i;
+    uint32_t  q, k, r, to;
+
+    q = dfa->start;
+
+    for (i = 0; i < len; i++) {
+        to = UINT32_MAX;
+
+        for (k = dfa->first[q]; k < dfa->first[q + 1]; k++) {
+            r = dfa->ranges[k];
+
+            if ((uint8_t) s[i] >= (r & 0xff)
+                && (uint8_t) s[i] <= ((r >> 8) & 0xff))
+            {
+                to = r >> 16;
+                break;
+            }
+        }
+
+        if (to == UINT32_MAX) {
+            return 0;
+        }
+
+        q = to;
+    }
+
+    return dfa->dist[q] == 0;
+}
+
+
+static void
+test_regex_minimal(void **state)
+{
+    int                  rc, want;
+    char                 text[16];
+    size_t               i, j, len, off;
+    uint32_t             q, k, d, *seen, *queue, head, tail;
+    pcre2_code          *re;
+    vlm_error_t          err;
+    pcre2_match_data    *md;
+    vlm_regex_dfa_t      dfa;
+
+    static const char  *patterns[] = {
+        "^(a|b)*abb$",
+        "^https?://[a-z0-9]+(-[a-z0-9]+)*(\\.[a-z0-9]+(-[a-z0-9]+)*)*"
+        "(/[A-Za-z0-9._~-]*)*$",
+        "^[a-z0-9]([a-z0-9-]{0,8}[a-z0-9])?$",
+        "ok", "^x-", "(ab|cd)+e", "^[0-9]{2,4}(-[a-c]+)?$",
+    };
+    static const char   alphabet[] = "abcdekoxhpst0129-./:~A";
+
+    assert_int_equal(vlm_regex_compile(patterns[0], strlen(patterns[0]), 1,
+                                       &dfa, &err), VLM_OK);
+    assert_int_equal(dfa.n_states, 4);
+    vlm_regex_free(&dfa);
+
+    md = pcre2_match_data_create(4, NULL);
+    assert_non_null(md);
+
+    for (i = 0; i < sizeof(patterns) / sizeof(patterns[0]); i++) {
+        assert_int_equal(vlm_regex_compile(patterns[i], strlen(patterns[i]),
+                                           1, &dfa, &err), VLM_OK);
+        re = pcre2_compile((PCRE2_SPTR) patterns[i], PCRE2_ZERO_TERMINATED,
+                           0, &rc, &off, NULL);
+        assert_non_null(re);
+
+        for (j = 0; j < 4000; j++) {
+            len = draw(14);
+
+            for (k = 0; k < len; k++) {
+                text[k] = alphabet[draw(sizeof(alphabet) - 1)];
+            }
+
+            /* mostly texts that start as the pattern's matches do */
+            if (j % 2 == 0 && i == 1 && len >= 8) {
+                memcpy(text, "https://", 8);
+            }
+
+            want = pcre2_match(re, (PCRE2_SPTR) text, len, 0, 0, md, NULL)
+                   >= 0;
+
+            if (want != dfa_match(&dfa, text, len)) {
+                fail_msg("%s on '%.*s': pcre2 %d", patterns[i], (int) len,
+                         text, want);
+            }
+        }
+
+        /* each state's fewest bytes to a match, searched forwards */
+        seen = malloc(dfa.n_states * sizeof(uint32_t));
+        queue = malloc(dfa.n_states * sizeof(uint32_t));
+        assert_non_null(seen);
+        assert_non_null(queue);
+
+        for (q = 0; q < dfa.n_states; q++) {
+            memset(seen, 0xff, dfa.n_states * sizeof(uint32_t));
+            head = 0;
+            tail = 0;
+            queue[tail++] = q;
+            seen[q] = 0;
+            d = UINT32_MAX;
+
+            while (head < tail && d == UINT32_MAX) {
+                if (dfa.dist[queue[head]] == 0) {
+                    d = seen[queue[head]];
+                }
+
+                for (k = dfa.first[queue[head]];
+                     k < dfa.first[queue[head] + 1]; k++)
+                {
+                    if (seen[dfa.ranges[k] >> 16] == UINT32_MAX) {
+                        seen[dfa.ranges[k] >> 16] = seen[queue[head]] + 1;
+                        queue[tail++] = dfa.ranges[k] >> 16;
+                    }
+                }
+
+                head++;
+            }
+
+            assert_int_equal(d, dfa.dist[q]);
+        }
+
+        free(seen);
+        free(queue);
+        pcre2_code_free(re);
+        vlm_regex_free(&dfa);
+    }
+
+    pcre2_match_data_free(md);
+}
+
+
 int
 main(void)
 {
@@ -1611,6 +1776,7 @@ main(void)
         cmocka_unit_test(test_plan),
         cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_patterns),
+        cmocka_unit_test(test_regex_minimal),
         cmocka_unit_test(test_gbnf),
         cmocka_unit_test(test_depth),
         cmocka_unit_test(test_bad_programs),

@@ -1556,6 +1556,15 @@ vlm_regex_compile(const char *re, size_t len, int in_string,
     accept = f.e;
     rc = vlm_rx_dfa(&rx, f.s, accept, dfa);
 
+    if (rc == VLM_OK) {
+        rc = vlm_regex_minimize(dfa);
+
+        if (rc != VLM_OK) {
+            vlm_regex_free(dfa);
+            vlm_error_set(err, rc, "regex: no memory");
+        }
+    }
+
 done:
 
     if (rc != VLM_OK && err->status == VLM_OK) {

@@ -43,6 +43,15 @@ void vlm_regex_free(vlm_regex_dfa_t *dfa);
 
 
 /*
+ * The DFA with the fewest states (vlm_regex_min.c): states no text tells
+ * apart merged, their fewest bytes to a match kept; left as it is where
+ * that takes too long.  vlm_regex_compile and vlm_regex_split return
+ * their DFAs so.
+ */
+vlm_status_t vlm_regex_minimize(vlm_regex_dfa_t *dfa);
+
+
+/*
  * The texts of n DFAs (64 at most) split by which of them match: for each
  * set of them that exactly matches some text (sets[k], bit i: dfas[i]),
  * out[k], the DFA of those texts; *n_out of them, VLM_REGEX_SPLIT_MAX at

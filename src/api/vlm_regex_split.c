@@ -329,6 +329,12 @@ vlm_regex_split(const vlm_regex_dfa_t *dfas, uint32_t n,
         }
 
         (*n_out)++;
+        rc = vlm_regex_minimize(&out[*n_out - 1]);
+
+        if (rc != VLM_OK) {
+            vlm_error_set(err, rc, "regex: no memory");
+            goto done;
+        }
     }
 
 done:

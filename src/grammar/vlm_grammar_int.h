@@ -96,9 +96,40 @@ typedef struct {
 #define VLM_G_UPTO          24
 
 
+/*
+ * A pattern's state that takes any text (after "^x-", around an
+ * unanchored "ok"): every byte a string's text allows, in the UTF-8 state
+ * it is in, is a transition of the DFA from every state it reaches so,
+ * and no other byte but '"' is.  Its mask is then the string's text
+ * tokens from that UTF-8 state (root_plain[k]) and a walk of the paths
+ * that hold a quote (of the exits trie where text keeps the state, as in
+ * a string's): no class trie to make for it, which for such a DFA holds
+ * nearly the whole vocabulary (11 ms to make, 0.1 to 0.6 ms a walk).
+ * Near the budget, where text keeps the state, the text tokens but those
+ * whose cut last character needs too many bytes; where it does not, the
+ * class trie still.  Found once for each state, kept in the trie.
+ */
+#define VLM_G_TOTALS        256
+
+typedef struct {
+    uint64_t   prog;        /* 0: empty */
+    uint32_t   node;
+    uint32_t   state;
+    uint32_t   k;           /* root_plain's, VLM_GRAMMAR_NONE: not so */
+    uint32_t   max_dist;    /* the most bytes to a match from the states
+                               its text reaches */
+    uint32_t   fixed;       /* between characters text leaves it in the
+                               state, within one the bytes that finish it
+                               away: the exits trie serves (as in a
+                               string), not the walk of the quoted paths */
+} vlm_gtotal_t;
+
+
 typedef struct {
     uint32_t      next;     /* the entry a miss takes */
     vlm_ginner_t  e[VLM_G_INNER];
+    uint32_t      next_total;
+    vlm_gtotal_t  total[VLM_G_TOTALS];
 } vlm_ginners_t;
 
 
@@ -202,6 +233,19 @@ struct vlm_trie_s {
 
     vlm_ginners_t  *inner;  /* made as they come */
     vlm_gclasses_t *classes;
+
+    /*
+     * The tokens that hold a '"', by all their bytes from the root (q_:
+     * a trie of their own, q_tok_next chaining the tokens of one node):
+     * the walks of the paths that may close a pattern's string visit
+     * these few thousand nodes, not the siblings of the whole trie's.
+     */
+    uint32_t   q_nodes;
+    uint32_t  *q_child;
+    uint32_t  *q_next;
+    int32_t   *q_token;
+    uint8_t   *q_byte;
+    int32_t   *q_tok_next;  /* [vocab] */
 
     uint32_t   x_nodes;
     uint32_t  *x_child;
@@ -329,6 +373,17 @@ void vlm_g_class_mask(const vlm_matcher_t *m, const vlm_gclass_user_t *u,
     const vlm_gnode_t *n, vlm_ginner_t *e, uint32_t state, uint32_t count,
     uint32_t lim);
 void vlm_g_classes_free(vlm_gclasses_t *cl);
+
+
+/*
+ * The next byte of a string's text after a path in the UTF-8 state *need
+ * (continuation bytes to come, in [*lo, *hi]): 1 if it may follow; and
+ * the number (0 to 7) of such a state, 0 to 3 those of root_plain[].
+ */
+int vlm_trie_text_byte(uint8_t b, uint8_t *need, uint8_t *lo, uint8_t *hi);
+uint32_t vlm_trie_state(uint8_t need, uint8_t lo, uint8_t hi);
+
+extern const uint8_t  vlm_trie_states[8][3];   /* need, lo, hi of each */
 
 
 /* a REGEX node's DFA: the state after byte b in state q, or NONE */

@@ -7,8 +7,10 @@
  * inside strings: every token of text at once, under a maxLength by their
  * characters, the tokens that leave the text by a trie of their own, a
  * pattern's states by masks kept for them (class tries,
- * vlm_grammar_class.c).  Each is checked against feeding every token
- * alone (tests/test_grammar.c).
+ * vlm_grammar_class.c) or, where they take any text, as text, the paths
+ * that may close a pattern's string by the trie of the tokens that hold
+ * a quote.  Each is checked against feeding every token alone
+ * (tests/test_grammar.c).
  */
 
 
@@ -697,6 +699,248 @@ vlm_g_walk_quoted(vlm_matcher_t *m, uint32_t parent, int past, uint8_t marks)
 
 
 /*
+ * The quote trie's paths (vlm_trie_t: the tokens that hold a '"'), each
+ * byte through the matcher; tokens from the first quote on (past: from
+ * here on).  The paths of the whole trie that hold a quote, as
+ * vlm_g_walk_quoted's with VLM_TRIE_QUOTE, without their siblings.
+ */
+static void
+vlm_g_walk_qtrie(vlm_matcher_t *m, uint32_t parent, int past)
+{
+    int                now;
+    size_t             mark;
+    uint32_t           c;
+    vlm_gheads_t       heads;
+    const vlm_trie_t  *t;
+
+    t = m->trie;
+
+    for (c = t->q_child[parent]; c != VLM_GRAMMAR_NONE; c = t->q_next[c]) {
+        mark = m->log_n;
+        heads = m->heads;
+
+        if (vlm_g_byte(m, t->q_byte[c])) {
+            now = past || t->q_byte[c] == '"';
+
+            if (now && t->q_token[c] >= 0) {
+                vlm_g_take(m, t->q_token[c], t->q_tok_next);
+            }
+
+            if (t->q_child[c] != VLM_GRAMMAR_NONE) {
+                vlm_g_walk_qtrie(m, c, now);
+            }
+        }
+
+        vlm_g_undo(m, mark, &heads);
+    }
+}
+
+
+/*
+ * The paths that hold a quote from a pattern's string on the one live
+ * stack (d frames, the string's on top, n its node): their bytes before
+ * the quote stepped in the DFA alone, as vlm_g_step_regex would (the top
+ * frame's state and count, within the most characters), and at a quote
+ * where the state is a match the top frame set so and the rest walked by
+ * the matcher.
+ */
+static void
+vlm_g_walk_quoted_dfa(vlm_matcher_t *m, uint32_t parent, uint32_t d,
+    const vlm_gnode_t *n, uint32_t state, uint32_t count)
+{
+    size_t             mark;
+    uint32_t           c, to, now, max;
+    vlm_gheads_t       heads;
+    vlm_gframe_t      *top;
+    const uint32_t    *dist, *first, *ranges;
+    const vlm_trie_t  *t;
+
+    t = m->trie;
+    dist = m->g.idx + n->a;
+    first = dist + n->b;
+    ranges = first + n->b + 1;
+    max = ranges[n->c];
+
+    for (c = t->q_child[parent]; c != VLM_GRAMMAR_NONE; c = t->q_next[c]) {
+        if (t->q_byte[c] != '"') {
+            to = vlm_g_dfa_next(first, ranges, state, t->q_byte[c]);
+            now = count + ((t->q_byte[c] & 0xc0) != 0x80);
+
+            if (to != VLM_GRAMMAR_NONE
+                && (max == VLM_GRAMMAR_NONE
+                    || (uint64_t) now + dist[to] <= max))
+            {
+                vlm_g_walk_quoted_dfa(m, c, d, n, to, now);
+            }
+
+            continue;
+        }
+
+        if (dist[state] != 0) {
+            continue;
+        }
+
+        mark = m->log_n;
+        heads = m->heads;
+        m->frames = vlm_g_stack(m, 0);
+        m->depth = d;
+
+        top = vlm_g_write(m, d - 1);
+
+        if (top != NULL) {
+            top->pos = state;
+            top->count = count;
+
+            if (vlm_g_byte(m, '"')) {
+                if (t->q_token[c] >= 0) {
+                    vlm_g_take(m, t->q_token[c], t->q_tok_next);
+                }
+
+                if (t->q_child[c] != VLM_GRAMMAR_NONE) {
+                    vlm_g_walk_qtrie(m, c, 1);
+                }
+            }
+        }
+
+        vlm_g_undo(m, mark, &heads);
+    }
+}
+
+
+/*
+ * Whether DFA state q of node n takes any text from the UTF-8 state k
+ * (vlm_gtotal_t): the pairs of a DFA state and a UTF-8 state that text
+ * reaches from (q, k), each checked on every byte but '"' (which the
+ * walk steps; a backslash no pattern takes, vlm_regex.c); *max_dist the
+ * most bytes to a match among them, *fixed whether those between
+ * characters are all q, and those within one q's distance and the bytes
+ * that finish the character.
+ */
+static int
+vlm_g_total_from(const vlm_grammar_t *g, const vlm_gnode_t *n, uint32_t q,
+    uint32_t k, uint32_t *max_dist, uint32_t *fixed)
+{
+    int              ok, text;
+    size_t           n_pairs, head, tail;
+    uint8_t          need, lo, hi, *seen;
+    uint32_t         b, p, u, to, *queue;
+    const uint32_t  *dist, *first, *ranges;
+
+    dist = g->idx + n->a;
+    first = dist + n->b;
+    ranges = first + n->b + 1;
+    n_pairs = (size_t) n->b * 8;
+
+    seen = calloc(n_pairs, 1);
+    queue = malloc(n_pairs * sizeof(uint32_t));
+
+    if (seen == NULL || queue == NULL) {
+        free(seen);
+        free(queue);
+        return 0;
+    }
+
+    ok = 1;
+    *max_dist = 0;
+    *fixed = k == 0;
+    head = 0;
+    tail = 0;
+    queue[tail++] = q * 8 + k;
+    seen[q * 8 + k] = 1;
+
+    while (ok && head < tail) {
+        p = queue[head] / 8;
+        u = queue[head] % 8;
+        head++;
+
+        *max_dist = vlm_max(*max_dist, dist[p]);
+
+        if ((u == 0 && p != q)
+            || dist[p] != dist[q] + vlm_trie_states[u][0])
+        {
+            *fixed = 0;
+        }
+
+        for (b = 0; b < 256; b++) {
+            if (b == '"') {
+                continue;
+            }
+
+            need = vlm_trie_states[u][0];
+            lo = vlm_trie_states[u][1];
+            hi = vlm_trie_states[u][2];
+            text = vlm_trie_text_byte((uint8_t) b, &need, &lo, &hi);
+            to = vlm_g_dfa_next(first, ranges, p, b);
+
+            if (text != (to != VLM_GRAMMAR_NONE)) {
+                ok = 0;
+                break;
+            }
+
+            if (!text) {
+                continue;
+            }
+
+            to = to * 8 + vlm_trie_state(need, lo, hi);
+
+            if (!seen[to]) {
+                seen[to] = 1;
+                queue[tail++] = to;
+            }
+        }
+    }
+
+    free(seen);
+    free(queue);
+
+    return ok;
+}
+
+
+/*
+ * The UTF-8 state of root_plain[] in which the pattern's state f of node
+ * n takes any text (vlm_gtotal_t), found once; NULL when there is none.
+ */
+static const vlm_gtotal_t *
+vlm_g_total(vlm_matcher_t *m, const vlm_gframe_t *f, const vlm_gnode_t *n)
+{
+    uint32_t        i, k, max_dist, fixed;
+    vlm_gtotal_t   *t;
+    vlm_ginners_t  *in;
+
+    in = m->trie->inner;
+
+    for (i = 0; i < VLM_G_TOTALS; i++) {
+        t = &in->total[i];
+
+        if (t->prog == m->prog && t->node == f->node && t->state == f->pos) {
+            return t->k == VLM_GRAMMAR_NONE ? NULL : t;
+        }
+    }
+
+    t = &in->total[in->next_total];
+    in->next_total = (in->next_total + 1) % VLM_G_TOTALS;
+
+    t->prog = m->prog;
+    t->node = f->node;
+    t->state = f->pos;
+    t->k = VLM_GRAMMAR_NONE;
+    t->max_dist = 0;
+
+    for (k = 0; k < 4; k++) {
+        if (vlm_g_total_from(&m->g, n, f->pos, k, &max_dist, &fixed)) {
+            t->k = k;
+            t->max_dist = max_dist;
+            t->fixed = fixed;
+            return t;
+        }
+    }
+
+    return NULL;
+}
+
+
+/*
  * The kept mask of a pattern's state f (of node n) after count characters
  * (under a maxLength), of the tokens to states fewer than lim bytes from a
  * match (VLM_GRAMMAR_NONE: all), made if need be; NULL when none can be.
@@ -785,15 +1029,17 @@ vlm_g_inner_entry(vlm_matcher_t *m, const vlm_gframe_t *f,
  * few values, up to the farthest); *out the entry taken, NULL for none.
  */
 static int
-vlm_g_inner_stack(vlm_matcher_t *m, uint32_t s, vlm_ginner_t **out)
+vlm_g_inner_stack(vlm_matcher_t *m, uint32_t s, vlm_ginner_t **out,
+    int *fixed)
 {
-    int                  raw;
-    size_t               j;
-    uint32_t             count, base;
-    vlm_ginner_t        *e;
-    const uint32_t      *dist, *first, *ranges;
-    const vlm_gframe_t  *f;
-    const vlm_gnode_t   *n;
+    int                   raw;
+    size_t                j;
+    uint32_t              count, base;
+    vlm_ginner_t         *e;
+    const uint32_t       *dist, *first, *ranges, *words;
+    const vlm_gframe_t   *f;
+    const vlm_gnode_t    *n;
+    const vlm_gtotal_t   *tot;
 
     f = &vlm_g_stack(m, s)[m->heads.depths[s] - 1];
     n = &m->g.nodes[f->node];
@@ -804,6 +1050,53 @@ vlm_g_inner_stack(vlm_matcher_t *m, uint32_t s, vlm_ginner_t **out)
 
     if (raw && (ranges[n->c] != VLM_GRAMMAR_NONE || dist[f->pos] == 0)) {
         return 0;       /* maxLength: the count matters; a match: forks */
+    }
+
+    if (!raw && ranges[n->c] == VLM_GRAMMAR_NONE) {
+        tot = vlm_g_total(m, f, n);
+        base = vlm_g_stack_distance(m, s) - dist[f->pos];
+
+        if (tot != NULL
+            && (m->budget == 0
+                || (uint64_t) base + tot->max_dist < m->budget))
+        {
+            /* any text: the string's text tokens, then the walk */
+            words = m->trie->root_plain[tot->k];
+
+            for (j = 0; j < m->mask_words; j++) {
+                m->mask[j] |= words[j];
+            }
+
+            m->n_allowed += m->trie->root_plain_n[tot->k];
+            *fixed = (int) tot->fixed;
+            *out = NULL;
+
+            return 1;
+        }
+
+        if (tot != NULL && tot->fixed && m->heads.n == 1) {
+            /*
+             * near the budget, in a state that text keeps: the text
+             * tokens but those whose cut last character needs too many
+             * bytes, as in a string (none where the state's own distance
+             * is too far)
+             */
+            if ((uint64_t) base + dist[f->pos] < m->budget) {
+                words = m->trie->root_plain[0];
+
+                for (j = 0; j < m->mask_words; j++) {
+                    m->mask[j] |= words[j];
+                }
+
+                m->n_allowed += m->trie->root_plain_n[0];
+                vlm_g_drop_cut(m, 0, m->budget - base - dist[f->pos]);
+            }
+
+            *fixed = 1;
+            *out = NULL;
+
+            return 1;
+        }
     }
 
     /* under a maxLength the count is part of the state */
@@ -848,7 +1141,7 @@ vlm_g_inner_stack(vlm_matcher_t *m, uint32_t s, vlm_ginner_t **out)
 static int
 vlm_g_inner_mask(vlm_matcher_t *m, int *recount)
 {
-    int                  raw;
+    int                  raw, fixed;
     size_t               mark;
     uint32_t             i, s, d;
     vlm_gheads_t         heads;
@@ -883,17 +1176,34 @@ vlm_g_inner_mask(vlm_matcher_t *m, int *recount)
 
     *recount = m->heads.n > 1;
     e = NULL;
+    fixed = 0;
 
     for (s = 0; s < m->heads.n; s++) {
         if (m->heads.depths[s] != VLM_G_DEAD
-            && !vlm_g_inner_stack(m, s, &e))
+            && !vlm_g_inner_stack(m, s, &e, &fixed))
         {
             return 0;
         }
     }
 
     if (!raw) {
-        vlm_g_walk_quoted(m, 0, 0, VLM_TRIE_QUOTE);
+        /*
+         * on the one stack in a state that any text keeps, what follows
+         * the text is all that counts, as in a string
+         */
+        if (fixed && m->heads.n == 1) {
+            vlm_g_walk_exits(m, 0);
+
+        } else if (m->heads.n == 1 && m->heads.depths[0] != VLM_G_DEAD) {
+            d = m->heads.depths[0];
+            f = &vlm_g_stack(m, 0)[d - 1];
+            vlm_g_walk_quoted_dfa(m, 0, d, &m->g.nodes[f->node], f->pos,
+                                  f->count);
+
+        } else {
+            vlm_g_walk_qtrie(m, 0, 0);
+        }
+
         return 1;
     }
 

@@ -18,7 +18,7 @@
  * (continuation bytes to come, in [*lo, *hi]): 1 if it may follow, as
  * vlm_g_step_string's table says.
  */
-static int
+int
 vlm_trie_text_byte(uint8_t b, uint8_t *need, uint8_t *lo, uint8_t *hi)
 {
     if (*need) {
@@ -65,14 +65,14 @@ vlm_trie_text_byte(uint8_t b, uint8_t *need, uint8_t *lo, uint8_t *hi)
  * the next one; 0 to 3 those of plain[] (any continuation byte), 4 to 7
  * after E0, ED, F0 and F4.
  */
-static const uint8_t  vlm_trie_states[8][3] = {
+const uint8_t  vlm_trie_states[8][3] = {
     { 0, 0x80, 0xbf }, { 1, 0x80, 0xbf }, { 2, 0x80, 0xbf },
     { 3, 0x80, 0xbf }, { 2, 0xa0, 0xbf }, { 2, 0x80, 0x9f },
     { 3, 0x90, 0xbf }, { 3, 0x80, 0x8f }
 };
 
 
-static uint32_t
+uint32_t
 vlm_trie_state(uint8_t need, uint8_t lo, uint8_t hi)
 {
     uint32_t  s;
@@ -377,6 +377,81 @@ vlm_trie_exit_node(vlm_trie_t *t, uint32_t parent, uint8_t b)
 
 
 /*
+ * The quote trie (vlm_grammar_int.h): each token that holds a '"' by its
+ * bytes; NOMEM if its arrays cannot be had.
+ */
+static vlm_status_t
+vlm_trie_quotes(vlm_trie_t *t, int vocab, const char *const *bytes,
+    const size_t *lens)
+{
+    int       id;
+    size_t    j, total;
+    uint32_t  cur, c;
+
+    total = 1;
+
+    for (id = 0; id < vocab; id++) {
+        if (lens[id] != 0 && memchr(bytes[id], '"', lens[id]) != NULL) {
+            total += lens[id];
+        }
+    }
+
+    t->q_child = malloc(total * sizeof(uint32_t));
+    t->q_next = malloc(total * sizeof(uint32_t));
+    t->q_token = malloc(total * sizeof(int32_t));
+    t->q_byte = malloc(total);
+    t->q_tok_next = malloc((size_t) vocab * sizeof(int32_t));
+
+    if (t->q_child == NULL || t->q_next == NULL || t->q_token == NULL
+        || t->q_byte == NULL || t->q_tok_next == NULL)
+    {
+        return VLM_ERR_NOMEM;
+    }
+
+    t->q_nodes = 1;
+    t->q_child[0] = VLM_GRAMMAR_NONE;
+    t->q_next[0] = VLM_GRAMMAR_NONE;
+    t->q_token[0] = -1;
+    t->q_byte[0] = 0;
+
+    for (id = 0; id < vocab; id++) {
+        t->q_tok_next[id] = -1;
+
+        if (lens[id] == 0 || memchr(bytes[id], '"', lens[id]) == NULL) {
+            continue;
+        }
+
+        cur = 0;
+
+        for (j = 0; j < lens[id]; j++) {
+            for (c = t->q_child[cur]; c != VLM_GRAMMAR_NONE; c = t->q_next[c])
+            {
+                if (t->q_byte[c] == (uint8_t) bytes[id][j]) {
+                    break;
+                }
+            }
+
+            if (c == VLM_GRAMMAR_NONE) {
+                c = t->q_nodes++;
+                t->q_byte[c] = (uint8_t) bytes[id][j];
+                t->q_child[c] = VLM_GRAMMAR_NONE;
+                t->q_token[c] = -1;
+                t->q_next[c] = t->q_child[cur];
+                t->q_child[cur] = c;
+            }
+
+            cur = c;
+        }
+
+        t->q_tok_next[id] = t->q_token[cur];
+        t->q_token[cur] = id;
+    }
+
+    return VLM_OK;
+}
+
+
+/*
  * The exits trie (vlm_grammar_int.h): a token that is text from between
  * characters until a '"' or '\\' between characters goes in by its bytes
  * from there; one whose text ends otherwise (a control byte, bad UTF-8)
@@ -553,6 +628,11 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
     t->sub[0] = 0;
     t->quoted[0] = VLM_TRIE_QUOTE | VLM_TRIE_ESCAPE;
     vlm_trie_exits(t, vocab, bytes, lens);
+
+    if (vlm_trie_quotes(t, vocab, bytes, lens) != VLM_OK) {
+        vlm_trie_free(t);
+        return vlm_error_set(err, VLM_ERR_NOMEM, "token trie: no memory");
+    }
     memset(t->plain, 0, total);
     memset(t->text, 0, total);
 
@@ -606,6 +686,11 @@ vlm_trie_free(vlm_trie_t *t)
 
     free(t->inner);
     vlm_g_classes_free(t->classes);
+    free(t->q_child);
+    free(t->q_next);
+    free(t->q_token);
+    free(t->q_byte);
+    free(t->q_tok_next);
     free(t->x_child);
     free(t->x_next);
     free(t->x_token);
