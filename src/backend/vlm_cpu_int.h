@@ -57,6 +57,11 @@ typedef struct {
     size_t             qgpanel_bytes;
     uint16_t          *xq;          /* [PACK_NB, xq_cols + 1] bf16 x */
     int                xq_cols;
+    int                amx_tiles;   /* amx's tile GEMM runs prefill */
+    uint32_t          *amx_panels;  /* [n_threads, amx_panel_bytes] */
+    size_t             amx_panel_bytes;
+    uint16_t          *xa;          /* vlm_amx_x_bytes(AMX_NB, xa_cols) */
+    int                xa_cols;
     float             *qpanel;      /* [n_threads, 24 * qpanel_cols] */
     int                qpanel_cols;
     const vlm_kv_kernel_t    *kv;       /* 16-bit KV caches */
