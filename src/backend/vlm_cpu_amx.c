@@ -162,10 +162,11 @@ VLM_AMX_T static void
 vlm_amx_pack_w(uint32_t *dst, const uint16_t *w, int ldw, int cols, int r0,
     int r1, int kt0, int kt1)
 {
-    int              t, nt, nk, r, k, j, left;
+    int              t, nt, nk, r, k, j, left, nv;
     __m512i          v[16], idx[8];
     __mmask32        m;
     uint32_t        *d;
+    const uint16_t  *src;
 
     vlm_amx_transpose_idx(idx);
 
@@ -174,18 +175,27 @@ vlm_amx_pack_w(uint32_t *dst, const uint16_t *w, int ldw, int cols, int r0,
 
     for (t = 0; t < nt; t++) {
         r = r0 + 16 * t;
+        nv = vlm_max(0, vlm_min(16, r1 - r));
 
         for (k = 0; k < nk; k++) {
             left = cols - (kt0 + k) * 32;
             m = left >= 32 ? 0xffffffffu : (__mmask32) ((1u << left) - 1);
 
-            #pragma GCC unroll 16
-            for (j = 0; j < 16; j++) {
-                v[j] = r + j < r1
-                       ? _mm512_maskz_loadu_epi16(m, w + (size_t) (r + j)
-                                                         * ldw
-                                                         + (kt0 + k) * 32)
-                       : _mm512_setzero_si512();
+            src = w + (size_t) r * ldw + (kt0 + k) * 32;
+
+            if (nv == 16 && left >= 32) {
+                #pragma GCC unroll 16
+                for (j = 0; j < 16; j++) {
+                    v[j] = _mm512_loadu_si512(src + (size_t) j * ldw);
+                }
+
+            } else {
+                for (j = 0; j < 16; j++) {
+                    v[j] = j < nv ? _mm512_maskz_loadu_epi16(m, src
+                                                             + (size_t) j
+                                                               * ldw)
+                                  : _mm512_setzero_si512();
+                }
             }
 
             vlm_amx_transpose32(v, idx);
@@ -202,12 +212,37 @@ vlm_amx_pack_w(uint32_t *dst, const uint16_t *w, int ldw, int cols, int r0,
 
 
 /*
+ * Where a sum tile starts and where it goes: a full tile (16 rows of y,
+ * 16 weight rows) from y itself (a later column block), from the bias
+ * repeated in bias[] (the first), or zeros, and into y; a partial one
+ * from zeros into c, for vlm_amx_store()
+ */
+typedef struct {
+    const float  *src;          /* NULL: zeros */
+    size_t        src_ld;       /* bytes */
+    float        *dst;
+    size_t        dst_ld;
+    int           full;
+    float         bias[256] __attribute__((aligned(64)));
+} vlm_amx_sum_t;
+
+
+#define vlm_amx_sum_start(T, s)                                              \
+    if ((s)[T].src != NULL) {                                                \
+        _tile_loadd(T, (s)[T].src, (s)[T].src_ld);                           \
+    } else {                                                                 \
+        _tile_zero(T);                                                       \
+    }
+
+
+/*
  * NG (1, 2) activation groups from gi times the 32 packed weight rows
- * at wp, nk column tiles: 2 x NG sums of 16 x 16 into c[NG][2][256]
+ * at wp, nk column tiles: 2 x NG sum tiles, s[2 g + h] that of group
+ * gi + g and weight rows 16 h .. 16 h + 15
  */
 VLM_AMX_T static inline __attribute__((always_inline)) void
 vlm_amx_tile_sums(const uint16_t *xp, int nkt, int gi, int kt0,
-    const uint32_t *wp, int nk, int NG, float *c)
+    const uint32_t *wp, int nk, int NG, vlm_amx_sum_t *s)
 {
     int              k;
     const uint16_t  *x0, *x1;
@@ -215,10 +250,13 @@ vlm_amx_tile_sums(const uint16_t *xp, int nkt, int gi, int kt0,
     x0 = xp + ((size_t) gi * nkt + kt0) * 512;
     x1 = x0 + (size_t) nkt * 512;
 
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+    vlm_amx_sum_start(0, s);
+    vlm_amx_sum_start(1, s);
+
+    if (NG == 2) {
+        vlm_amx_sum_start(2, s);
+        vlm_amx_sum_start(3, s);
+    }
 
     for (k = 0; k < nk; k++) {
         _tile_loadd(6, wp, 64);
@@ -238,21 +276,58 @@ vlm_amx_tile_sums(const uint16_t *xp, int nkt, int gi, int kt0,
         x1 += 512;
     }
 
-    _tile_stored(0, c, 64);
-    _tile_stored(1, c + 256, 64);
+    _tile_stored(0, s[0].dst, s[0].dst_ld);
+    _tile_stored(1, s[1].dst, s[1].dst_ld);
 
     if (NG == 2) {
-        _tile_stored(2, c + 512, 64);
-        _tile_stored(3, c + 768, 64);
+        _tile_stored(2, s[2].dst, s[2].dst_ld);
+        _tile_stored(3, s[3].dst, s[3].dst_ld);
+    }
+}
+
+
+/* sum tile s of activation rows i0.., weight rows r..: where it goes */
+VLM_AMX_T static void
+vlm_amx_sum_plan(const vlm_gemm_bf16_t *g, vlm_amx_sum_t *s, float *c,
+    int i0, int r, int first)
+{
+    int     i;
+    float  *y;
+    __m512  b;
+
+    s->full = i0 + 16 <= g->n && r + 16 <= g->rows;
+
+    if (!s->full) {
+        s->src = NULL;
+        s->dst = c;
+        s->dst_ld = 64;
+        return;
+    }
+
+    y = g->y + (size_t) i0 * g->ldy + r;
+    s->dst = y;
+    s->dst_ld = (size_t) g->ldy * sizeof(float);
+    s->src = first ? NULL : y;
+    s->src_ld = s->dst_ld;
+
+    if (first && g->bias != NULL) {
+        b = _mm512_loadu_ps(g->bias + r);
+
+        for (i = 0; i < 16; i++) {
+            _mm512_store_ps(s->bias + 16 * i, b);
+        }
+
+        s->src = s->bias;
+        s->src_ld = 64;
     }
 }
 
 
 /*
- * A 16 x 16 sum c (row i: activation row i0 + i, lane j: weight row
- * r + j) into y: = sum + bias on the first column block, else +=
+ * A partial 16 x 16 sum c (row i: activation row i0 + i, lane j: weight
+ * row r + j) into y: = sum + bias on the first column block, else +=
  */
-VLM_AMX_T static inline __attribute__((always_inline)) void
+VLM_AMX_T static void
 vlm_amx_store(const vlm_gemm_bf16_t *g, const float *c, int i0, int r,
     int first)
 {
@@ -305,7 +380,9 @@ VLM_AMX_T void
 vlm_amx_gemm(const vlm_gemm_bf16_t *g, int r0, int r1, uint32_t *panel)
 {
     int              nkt, kb, kt0, kt1, nk, ng, pr, p0, p1, gi, b, h, q;
+    int              first;
     float            c[4 * 256] __attribute__((aligned(64)));
+    vlm_amx_sum_t    s[4];
     const uint32_t  *wp;
 
     nkt = (g->cols + 31) / 32;
@@ -328,18 +405,26 @@ vlm_amx_gemm(const vlm_gemm_bf16_t *g, int r0, int r1, uint32_t *panel)
 
                 for (b = p0; b < p1; b += 32) {
                     wp = panel + (size_t) (b - p0) / 32 * nk * 512;
+                    first = kt0 == 0 && !g->accum;
+
+                    for (h = 0; h < 2 * q; h++) {
+                        vlm_amx_sum_plan(g, &s[h], c + 256 * h,
+                                         (gi + h / 2) * 16,
+                                         b + 16 * (h % 2), first);
+                    }
 
                     if (q == 2) {
-                        vlm_amx_tile_sums(g->x, nkt, gi, kt0, wp, nk, 2, c);
+                        vlm_amx_tile_sums(g->x, nkt, gi, kt0, wp, nk, 2, s);
 
                     } else {
-                        vlm_amx_tile_sums(g->x, nkt, gi, kt0, wp, nk, 1, c);
+                        vlm_amx_tile_sums(g->x, nkt, gi, kt0, wp, nk, 1, s);
                     }
 
                     for (h = 0; h < 2 * q; h++) {
-                        vlm_amx_store(g, c + 256 * h, (gi + h / 2) * 16,
-                                      b + 16 * (h % 2),
-                                      kt0 == 0 && !g->accum);
+                        if (!s[h].full) {
+                            vlm_amx_store(g, c + 256 * h, (gi + h / 2) * 16,
+                                          b + 16 * (h % 2), first);
+                        }
                     }
                 }
             }
