@@ -272,7 +272,7 @@ test_matmul_bf16_kernels(void **state)
              * with more than one weight panel of VLM_AMX_PANEL_BYTES
              */
             check_matmul_level(level, VLM_DTYPE_BF16, 530, 40, 64, x_bf16);
-            check_matmul_level(level, VLM_DTYPE_BF16, 40, 1100, 2048,
+            check_matmul_level(level, VLM_DTYPE_BF16, 128, 800, 2048,
                                x_bf16);
         }
     }

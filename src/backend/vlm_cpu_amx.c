@@ -515,8 +515,9 @@ vlm_amx_probe(int int8, long reps)
 
 
 /*
- * This thread's AMX peak in flops (int8: ops) a second, the best of 5
- * runs of about 5 ms each; 0 where the CPU has no AMX (or no AMX-INT8)
+ * This thread's AMX peak in flops (int8: ops) a second, the best of 21
+ * runs of about 1 ms each (short, so that on a shared machine some fall
+ * in a quiet moment); 0 where the CPU has no AMX (or no AMX-INT8)
  */
 double
 vlm_cpu_amx_peak(int int8)
@@ -534,10 +535,10 @@ vlm_cpu_amx_peak(int int8)
         return 0.0;
     }
 
-    reps = 200000;
+    reps = 50000;
     best = 1e9;
 
-    for (i = 0; i < 5; i++) {
+    for (i = 0; i < 21; i++) {
         t = vlm_amx_probe(int8, reps);
         best = t < best ? t : best;
     }
