@@ -1659,26 +1659,31 @@ act_ref(double x, vlm_act_t act)
 
 
 /*
- * act() and gated_act() of each activation at the machine's level (the
- * AVX2 one 8 at a time) against double: x over [-30, 30] and beyond,
- * rows of a length that leaves a tail
+ * act() and gated_act() of each activation at every level from AVX2 (8
+ * at a time; AVX-512: 16 at a time, the AVX2 kernel's bits) against
+ * double: x over [-30, 30] and beyond, rows of a length that leaves a
+ * tail
  */
 static void
 test_activations(void **state)
 {
-    int             i, a, n = 5, dim = 203;
-    float          *x, *up, *y, *g;
+    int             i, a, n = 5, dim = 203, level, top;
+    float          *x, *up, *y, *g, *y8, *g8;
     double          r, tol;
+    size_t          bytes;
+    vlm_error_t     err;
     vlm_backend_t  *be;
 
     (void) state;
 
-    be = backend(0);
+    bytes = (size_t) n * dim * sizeof(float);
     x = vlm_test_rand_vec(&rng_state, (size_t) n * dim);
     up = vlm_test_rand_vec(&rng_state, (size_t) n * dim);
-    y = malloc((size_t) n * dim * sizeof(float));
-    g = malloc((size_t) n * dim * sizeof(float));
-    assert_true(y != NULL && g != NULL);
+    y = malloc(bytes);
+    g = malloc(bytes);
+    y8 = malloc(bytes * 4);
+    g8 = malloc(bytes * 4);
+    assert_true(y != NULL && g != NULL && y8 != NULL && g8 != NULL);
 
     for (i = 0; i < n * dim; i++) {
         x[i] *= 30.0f;
@@ -1691,29 +1696,53 @@ test_activations(void **state)
     x[5] = -90.0f;
     x[6] = 89.0f;
 
-    for (a = VLM_ACT_SILU; a <= VLM_ACT_QUICK_GELU; a++) {
-        memcpy(y, x, (size_t) n * dim * sizeof(float));
-        be->ops->act(be, y, n, dim, (vlm_act_t) a);
-        be->ops->gated_act(be, g, x, up, n, dim, (vlm_act_t) a);
+    top = vlm_backend_cpu_force_level(-1);
 
-        for (i = 0; i < n * dim; i++) {
-            r = act_ref(x[i], (vlm_act_t) a);
-            tol = 4e-7 * fmax(1.0, fabs(r)) + 1e-30;
+    for (level = vlm_min(1, top); level <= top; level++) {
+        vlm_backend_cpu_force_level(level);
+        assert_int_equal(vlm_backend_cpu_init(&be,
+                             &(vlm_backend_conf_t) { .n_threads = 3,
+                                                     .max_ctx = 512 },
+                             &err), VLM_OK);
 
-            if (!(fabs(y[i] - r) <= tol)
-                || !(fabs(g[i] - r * up[i]) <= tol))
-            {
-                fail_msg("act %d of %g: %g, gated %g; %g expected", a,
-                         x[i], y[i], g[i], r);
+        for (a = VLM_ACT_SILU; a <= VLM_ACT_QUICK_GELU; a++) {
+            memcpy(y, x, bytes);
+            be->ops->act(be, y, n, dim, (vlm_act_t) a);
+            be->ops->gated_act(be, g, x, up, n, dim, (vlm_act_t) a);
+
+            for (i = 0; i < n * dim; i++) {
+                r = act_ref(x[i], (vlm_act_t) a);
+                tol = 4e-7 * fmax(1.0, fabs(r)) + 1e-30;
+
+                if (!(fabs(y[i] - r) <= tol)
+                    || !(fabs(g[i] - r * up[i]) <= tol))
+                {
+                    fail_msg("level %d, act %d of %g: %g, gated %g; %g "
+                             "expected", level, a, x[i], y[i], g[i], r);
+                }
+            }
+
+            /* the AVX2 kernel's bits at every level above */
+            if (level == 1) {
+                memcpy(y8 + (size_t) a * n * dim, y, bytes);
+                memcpy(g8 + (size_t) a * n * dim, g, bytes);
+
+            } else if (level > 1) {
+                assert_memory_equal(y, y8 + (size_t) a * n * dim, bytes);
+                assert_memory_equal(g, g8 + (size_t) a * n * dim, bytes);
             }
         }
+
+        be->ops->free(be);
     }
 
-    be->ops->free(be);
+    vlm_backend_cpu_force_level(-1);
     free(x);
     free(up);
     free(y);
     free(g);
+    free(y8);
+    free(g8);
 }
 
 

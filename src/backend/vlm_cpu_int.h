@@ -104,8 +104,9 @@ vlm_act_f(float x, vlm_act_t act)
 }
 
 
-/* vlm_cpu_vec.c: the AVX2 kernels of backends created from now on */
+/* vlm_cpu_vec.c: the AVX2 (AVX-512) kernels of backends created now on */
 extern int  vlm_cpu_avx2;
+extern int  vlm_cpu_avx512;
 
 /* dot, axpy and softmax of the backend's level; sets vlm_cpu_avx2 */
 void vlm_cpu_vec_kernels(vlm_cpu_t *cpu);
@@ -114,6 +115,8 @@ void vlm_cpu_vec_kernels(vlm_cpu_t *cpu);
 void vlm_cpu_widen_avx2(float *dst, const void *src, vlm_dtype_t dt,
     size_t n);
 void vlm_cpu_act_sigmoid_avx2(float *y, const float *x, const float *up,
+    size_t n, vlm_act_t act);
+void vlm_cpu_act_sigmoid_512(float *y, const float *x, const float *up,
     size_t n, vlm_act_t act);
 #endif
 
