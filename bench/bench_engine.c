@@ -11,7 +11,8 @@
  * runs them): tokens/s of all streams and the weight bandwidth achieved,
  * each sample beside a STREAM-style triad measured just before it, the
  * samples of all stream counts interleaved, median and spread (min..max)
- * printed.
+ * printed.  The machine's AMX peak (a register-only microkernel) prints
+ * first, each GFLOP/s figure its fraction of it.
  *
  *   bench_engine [--model DIR] [--threads N] [--prompt N] [--decode N]
  *                [--grid H,W]      (image patches; default 50,80; 0,0:
@@ -22,8 +23,9 @@
  *                [--quant-activations int8|f32]   (default int8)
  *                [--kv-dtype auto|f32|bf16|f16]   (default auto)
  *                [--head-quant off|int8|int4]     (default off)
- *                [--kernels scalar|avx2|avx512bf16|amx] (default: the
- *                                   best this CPU runs)
+ *                [--kernels scalar|avx2|avx512bf16|amx|amx-rows]
+ *                                  (default: the best this CPU runs;
+ *                                   amx-rows: amx without its tile GEMM)
  *                [--grammar DIR]   (the tokenizer in DIR: each stream's
  *                                   json_object mask a step, timed apart,
  *                                   as a share of the step)
@@ -48,9 +50,12 @@
 
 
 int vlm_backend_cpu_force_level(int level);
+void vlm_backend_cpu_force_amx_tiles(int on);
 
 
-static const char  *kernel_names[] = { "scalar", "avx2", "avx512bf16", "amx" };
+static const char  *kernel_names[] = {
+    "scalar", "avx2", "avx512bf16", "amx", "amx-rows"
+};
 #define BENCH_MAX_STREAMS  8
 
 
@@ -75,7 +80,7 @@ main(int argc, char **argv)
     char                    *p, streams[64];
     float                   *pixels;
     double                   t0, t1, t_load, t_vis, t_lm, t_max, t_pre;
-    double                   f_vis, f_lm, f_pre;
+    double                   f_vis, f_lm, f_pre, peak;
     uint64_t                 f0;
     double                   med, lo, hi, bmed, blo, bhi, gb;
     double                   t_dec[BENCH_MAX_STREAMS][BENCH_MAX_REPS];
@@ -161,13 +166,16 @@ main(int argc, char **argv)
             frames = atoi(argv[i + 1]);
 
         } else if (strcmp(argv[i], "--kernels") == 0) {
-            for (level = 0; level < 4; level++) {
+            for (level = 0; level < 5; level++) {
                 if (strcmp(argv[i + 1], kernel_names[level]) == 0) {
                     break;
                 }
             }
 
-            if (level == 4 || vlm_backend_cpu_force_level(level) != level) {
+            vlm_backend_cpu_force_amx_tiles(level != 4);
+            level = level == 4 ? 3 : level == 5 ? -2 : level;
+
+            if (level < 0 || vlm_backend_cpu_force_level(level) != level) {
                 fprintf(stderr, "bench_engine: this CPU does not run "
                         "--kernels %s\n", argv[i + 1]);
                 return 1;
@@ -215,6 +223,8 @@ main(int argc, char **argv)
         fprintf(stderr, "bench_engine: no memory\n");
         return 1;
     }
+
+    bench_amx_peak_print(tp, &peak);
 
     /* a 1120x700 image: 80 x 50 patches of 14 pixels */
     img.grid_t = frames;
@@ -331,11 +341,12 @@ main(int argc, char **argv)
         vlm_seq_free(seq);
 
         printf("  vision encode %4dx%-4d    %8.2f s  (%d patches, %d "
-               "tokens, %.1f GFLOP/s)\n", gw * info->patch_size,
+               "tokens, %.1f GFLOP/s%s)\n", gw * info->patch_size,
                gh * info->patch_size, t_vis, n_img, n_tok,
-               f_vis / t_vis / 1e9);
+               f_vis / t_vis / 1e9, bench_of_peak(f_vis / t_vis, peak));
         printf("  its prompt's prefill       %8.2f s  (%d tokens, %.1f "
-               "GFLOP/s)\n", t_lm, n_ids, f_lm / t_lm / 1e9);
+               "GFLOP/s%s)\n", t_lm, n_ids, f_lm / t_lm / 1e9,
+               bench_of_peak(f_lm / t_lm, peak));
         printf("  longest of its %3d pieces  %8.2f s  (the longest a "
                "running stream waits)\n", pieces, t_max);
     }
@@ -363,8 +374,8 @@ main(int argc, char **argv)
     f_pre = (double) (st.backend_flops - f0);
 
     printf("  prefill                    %8.1f tokens/s  (%d tokens in "
-           "%.2f s, %.1f GFLOP/s)\n", n_prompt / t_pre, n_prompt, t_pre,
-           f_pre / t_pre / 1e9);
+           "%.2f s, %.1f GFLOP/s%s)\n", n_prompt / t_pre, n_prompt, t_pre,
+           f_pre / t_pre / 1e9, bench_of_peak(f_pre / t_pre, peak));
 
     for (i = 1; i < max_b; i++) {
         if (vlm_seq_fork(seqs[0], &seqs[i], &err) != VLM_OK) {

@@ -11,9 +11,14 @@
  *   bench_matmul [--shape 3b|0.5b|vision] [--layers N] [--threads N]
  *                [--reps N]
  *                [--streams 1,4,16,64] [--prefill N]
- *                [--kernels scalar,avx2,avx512bf16,amx] (default: the best
- *                                                       this CPU runs)
+ *                [--kernels scalar,avx2,avx512bf16,amx,amx-rows]
+ *                                    (default: the best this CPU runs)
  *                [--weights bf16,q4,q8,q4i8,q8i8]     (default: bf16)
+ *
+ * amx-rows: amx without its tile GEMM (the weight rows loaded as they
+ * lie, the kernels before it), to read the two against each other.  The
+ * AMX peak of the machine (a register-only microkernel, 1 thread and
+ * all) prints first, each GFLOP/s figure its fraction of it.
  *
  * The weights are random bf16, L layers of q, k, v, o, gate, up and down
  * (L defaults to 4 for 3b, 24 for 0.5b: far beyond the caches; vision:
@@ -39,7 +44,8 @@
 
 
 #define BENCH_MAX_FIG   96
-#define BENCH_MAX_KERN  4
+#define BENCH_MAX_KERN  5
+#define BENCH_AMX_ROWS  4           /* kernel_names: amx without tiles */
 #define BENCH_MAX_WK    5
 #define BENCH_Q_GROUP   128
 
@@ -54,10 +60,11 @@ typedef struct {
 
 
 int vlm_backend_cpu_force_level(int level);
+void vlm_backend_cpu_force_amx_tiles(int on);
 
 
 static const char  *kernel_names[BENCH_MAX_KERN] = {
-    "scalar", "avx2", "avx512bf16", "amx"
+    "scalar", "avx2", "avx512bf16", "amx", "amx-rows"
 };
 
 
@@ -85,6 +92,7 @@ main(int argc, char **argv)
     char                *p, streams[64], kernels[64], weights[64];
     float               *x, *y;
     double               t0, bytes, flops, med, lo, hi, tri[BENCH_MAX_REPS];
+    double               peak;
     double               v[BENCH_MAX_REPS], bmed, blo, bhi;
     size_t               total, off, rb, qoff, soff;
     uint16_t            *w;
@@ -179,7 +187,9 @@ main(int argc, char **argv)
             }
         }
 
-        if (k == BENCH_MAX_KERN || k > top) {
+        if (k == BENCH_MAX_KERN
+            || (k == BENCH_AMX_ROWS ? VLM_CPU_AMX : k) > top)
+        {
             fprintf(stderr, "bench_matmul: no kernels %s on this CPU\n", p);
             return 1;
         }
@@ -269,7 +279,9 @@ main(int argc, char **argv)
     }
 
     for (k = 0; k < n_kern; k++) {
-        vlm_backend_cpu_force_level(kern[k]);
+        vlm_backend_cpu_force_level(kern[k] == BENCH_AMX_ROWS
+                                    ? VLM_CPU_AMX : kern[k]);
+        vlm_backend_cpu_force_amx_tiles(kern[k] != BENCH_AMX_ROWS);
 
         conf.quant_act_int8 = 0;
         if (vlm_backend_cpu_init(&be[k], &conf, &err) != VLM_OK) {
@@ -388,6 +400,8 @@ main(int argc, char **argv)
            sh.hidden, sh.inter, sh.kv, sh.layers, bytes / 1e9, threads,
            reps);
 
+    bench_amx_peak_print(tp, &peak);
+
     /* one warm-up pass, then the samples, interleaved */
     for (r = -1; r < reps; r++) {
         for (i = 0; i < n_fig; i++) {
@@ -442,7 +456,7 @@ main(int argc, char **argv)
                 v[r] = flops / fig[i].t[r] / 1e9;
             }
             bench_stats(v, reps, &med, &lo, &hi);
-            printf("  %.0f GFLOP/s", med);
+            printf("  %.0f GFLOP/s%s", med, bench_of_peak(med * 1e9, peak));
         }
 
         printf("\n");

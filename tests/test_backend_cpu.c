@@ -24,6 +24,7 @@
 
 void vlm_backend_cpu_force_scalar(int scalar);
 int vlm_backend_cpu_force_level(int level);
+void vlm_backend_cpu_force_amx_tiles(int on);
 
 
 /* the kernel levels of vlm_cpu.h */
@@ -220,11 +221,15 @@ test_matmul(void **state)
 static void
 test_matmul_bf16_kernels(void **state)
 {
-    int  level, top, n, x_bf16;
+    int  k, level, top, n, x_bf16;
 
     top = vlm_backend_cpu_force_level(-1);
 
-    for (level = LEVEL_SCALAR; level <= top; level++) {
+    /* amx twice: its tile GEMM from VLM_AMX_TILES_MIN rows, then without */
+    for (k = LEVEL_SCALAR; k <= top + (top == LEVEL_AMX); k++) {
+        level = vlm_min(k, top);
+        vlm_backend_cpu_force_amx_tiles(k <= top);
+
         for (x_bf16 = 0; x_bf16 < 2; x_bf16++) {
             for (n = 1; n <= 17; n++) {
                 check_matmul_level(level, VLM_DTYPE_BF16, n, 37, 45 + n,
@@ -261,10 +266,144 @@ test_matmul_bf16_kernels(void **state)
             check_matmul_level(level, VLM_DTYPE_BF16, 100, 19, 96, x_bf16);
             check_matmul_level(level, VLM_DTYPE_BF16, 270, 13, 45, x_bf16);
             check_matmul_level(level, VLM_DTYPE_BF16, 300, 7, 33, x_bf16);
+
+            /*
+             * amx's tile GEMM: more than VLM_AMX_NB rows, and threads
+             * with more than one weight panel of VLM_AMX_PANEL_BYTES
+             */
+            check_matmul_level(level, VLM_DTYPE_BF16, 530, 40, 64, x_bf16);
+            check_matmul_level(level, VLM_DTYPE_BF16, 128, 800, 2048,
+                               x_bf16);
         }
     }
 
+    vlm_backend_cpu_force_amx_tiles(1);
     vlm_backend_cpu_force_level(-1);
+}
+
+
+/*
+ * amx's tile GEMM itself (vlm_amx_pack_x, vlm_amx_gemm) on shapes whose
+ * rows, weight rows and columns are not multiples of 16, 32 and 32, in
+ * two ranges of weight rows as two threads take them, with a bias or
+ * adding to y, one column block or several, one weight panel or
+ * several: on values whose sums f32 holds exactly (multiples of 1/32
+ * below 2^13) bit for bit whatever the order of the sums, on random
+ * ones within 2^-16 of sum |w x| (bf16 values: the products are exact,
+ * only the order of the f32 sums differs)
+ */
+static void
+check_amx_tiles(int n, int rows, int cols, int split, int bias, int accum,
+    int exact)
+{
+    int              i, j, k, g;
+    float           *x, *b, *y, *ref, *mag;
+    double           s, a;
+    uint16_t        *w, *xp;
+    uint32_t        *panel;
+    vlm_gemm_bf16_t  gm;
+
+    x = vlm_test_rand_vec(&rng_state, (size_t) n * cols);
+    b = vlm_test_rand_vec(&rng_state, (size_t) rows);
+    y = vlm_test_rand_vec(&rng_state, (size_t) n * rows);
+    ref = malloc((size_t) n * rows * sizeof(float));
+    mag = malloc((size_t) n * rows * sizeof(float));
+    w = malloc((size_t) rows * cols * sizeof(uint16_t));
+    xp = aligned_alloc(64, vlm_amx_x_bytes(n, cols));
+    panel = aligned_alloc(64, VLM_AMX_PANEL_BYTES);
+    assert_true(ref != NULL && mag != NULL && w != NULL && xp != NULL
+                && panel != NULL);
+
+    for (k = 0; k < n * cols; k++) {
+        x[k] = exact ? roundf(x[k] * 8.0f) / 8.0f
+                     : vlm_bf16_to_f32(vlm_f32_to_bf16(x[k]));
+    }
+
+    for (k = 0; k < rows * cols; k++) {
+        w[k] = vlm_f32_to_bf16(exact ? roundf(b[k % rows] * 4.0f
+                                              + (float) (k % 7) - 3.0f)
+                                       / 4.0f
+                                     : x[k % (n * cols)] * 0.5f
+                                       + b[k % rows]);
+    }
+
+    for (j = 0; exact && j < rows; j++) {
+        b[j] = roundf(b[j] * 32.0f) / 32.0f;
+    }
+
+    for (k = 0; exact && k < n * rows; k++) {
+        y[k] = roundf(y[k] * 32.0f) / 32.0f;
+    }
+
+    for (i = 0; i < n; i++) {
+        for (j = 0; j < rows; j++) {
+            s = accum ? y[i * rows + j] : bias ? b[j] : 0.0;
+            a = 0.0;
+            for (k = 0; k < cols; k++) {
+                s += (double) x[i * cols + k]
+                     * vlm_bf16_to_f32(w[(size_t) j * cols + k]);
+                a += fabs((double) x[i * cols + k]
+                          * vlm_bf16_to_f32(w[(size_t) j * cols + k]));
+            }
+            ref[i * rows + j] = (float) s;
+            mag[i * rows + j] = (float) a;
+        }
+    }
+
+    for (g = 0; g < (n + 15) / 16; g++) {
+        vlm_amx_pack_x((uint16_t *) ((char *) xp
+                                     + vlm_amx_x_bytes(g * 16, cols)),
+                       x + (size_t) g * 16 * cols, cols,
+                       vlm_min(16, n - g * 16), cols);
+    }
+
+    gm = (vlm_gemm_bf16_t) { y, rows, xp, w, rows, cols,
+                             bias && !accum ? b : NULL, n, 1, accum };
+    vlm_amx_gemm(&gm, 0, vlm_min(split, rows), panel);
+    if (split < rows) {
+        vlm_amx_gemm(&gm, split, rows, panel);
+    }
+
+    for (k = 0; k < n * rows; k++) {
+        if (exact ? y[k] != ref[k]
+                  : fabsf(y[k] - ref[k]) > mag[k] / 65536.0f + 1e-6f)
+        {
+            fail_msg("%d x %d x %d, element %d: %.9g != %.9g", n, rows,
+                     cols, k, y[k], ref[k]);
+        }
+    }
+
+    free(x);
+    free(b);
+    free(y);
+    free(ref);
+    free(mag);
+    free(w);
+    free(xp);
+    free(panel);
+}
+
+
+static void
+test_amx_tiles(void **state)
+{
+    int  exact;
+
+    if (vlm_cpu_detect() < VLM_CPU_AMX) {
+        skip();
+    }
+
+    for (exact = 1; exact >= 0; exact--) {
+        check_amx_tiles(1, 1, 1, 32, 1, 0, exact);
+        check_amx_tiles(5, 17, 33, 32, 1, 0, exact);
+        check_amx_tiles(16, 32, 32, 32, 0, 0, exact);
+        check_amx_tiles(17, 33, 31, 32, 1, 0, exact);
+        check_amx_tiles(33, 70, 45, 64, 0, 1, exact);
+        check_amx_tiles(47, 45, 2049, 32, 1, 0, exact);
+        check_amx_tiles(20, 61, 4127, 32, 0, 1, exact);
+        check_amx_tiles(3, 700, 2048, 288, 1, 0, exact);
+        check_amx_tiles(31, 600, 1000, 96, 1, 0, exact);
+    }
 }
 
 
@@ -1520,26 +1659,31 @@ act_ref(double x, vlm_act_t act)
 
 
 /*
- * act() and gated_act() of each activation at the machine's level (the
- * AVX2 one 8 at a time) against double: x over [-30, 30] and beyond,
- * rows of a length that leaves a tail
+ * act() and gated_act() of each activation at every level from AVX2 (8
+ * at a time; AVX-512: 16 at a time, the AVX2 kernel's bits) against
+ * double: x over [-30, 30] and beyond, rows of a length that leaves a
+ * tail
  */
 static void
 test_activations(void **state)
 {
-    int             i, a, n = 5, dim = 203;
-    float          *x, *up, *y, *g;
+    int             i, a, n = 5, dim = 203, level, top;
+    float          *x, *up, *y, *g, *y8, *g8;
     double          r, tol;
+    size_t          bytes;
+    vlm_error_t     err;
     vlm_backend_t  *be;
 
     (void) state;
 
-    be = backend(0);
+    bytes = (size_t) n * dim * sizeof(float);
     x = vlm_test_rand_vec(&rng_state, (size_t) n * dim);
     up = vlm_test_rand_vec(&rng_state, (size_t) n * dim);
-    y = malloc((size_t) n * dim * sizeof(float));
-    g = malloc((size_t) n * dim * sizeof(float));
-    assert_true(y != NULL && g != NULL);
+    y = malloc(bytes);
+    g = malloc(bytes);
+    y8 = malloc(bytes * 4);
+    g8 = malloc(bytes * 4);
+    assert_true(y != NULL && g != NULL && y8 != NULL && g8 != NULL);
 
     for (i = 0; i < n * dim; i++) {
         x[i] *= 30.0f;
@@ -1552,29 +1696,53 @@ test_activations(void **state)
     x[5] = -90.0f;
     x[6] = 89.0f;
 
-    for (a = VLM_ACT_SILU; a <= VLM_ACT_QUICK_GELU; a++) {
-        memcpy(y, x, (size_t) n * dim * sizeof(float));
-        be->ops->act(be, y, n, dim, (vlm_act_t) a);
-        be->ops->gated_act(be, g, x, up, n, dim, (vlm_act_t) a);
+    top = vlm_backend_cpu_force_level(-1);
 
-        for (i = 0; i < n * dim; i++) {
-            r = act_ref(x[i], (vlm_act_t) a);
-            tol = 4e-7 * fmax(1.0, fabs(r)) + 1e-30;
+    for (level = vlm_min(1, top); level <= top; level++) {
+        vlm_backend_cpu_force_level(level);
+        assert_int_equal(vlm_backend_cpu_init(&be,
+                             &(vlm_backend_conf_t) { .n_threads = 3,
+                                                     .max_ctx = 512 },
+                             &err), VLM_OK);
 
-            if (!(fabs(y[i] - r) <= tol)
-                || !(fabs(g[i] - r * up[i]) <= tol))
-            {
-                fail_msg("act %d of %g: %g, gated %g; %g expected", a,
-                         x[i], y[i], g[i], r);
+        for (a = VLM_ACT_SILU; a <= VLM_ACT_QUICK_GELU; a++) {
+            memcpy(y, x, bytes);
+            be->ops->act(be, y, n, dim, (vlm_act_t) a);
+            be->ops->gated_act(be, g, x, up, n, dim, (vlm_act_t) a);
+
+            for (i = 0; i < n * dim; i++) {
+                r = act_ref(x[i], (vlm_act_t) a);
+                tol = 4e-7 * fmax(1.0, fabs(r)) + 1e-30;
+
+                if (!(fabs(y[i] - r) <= tol)
+                    || !(fabs(g[i] - r * up[i]) <= tol))
+                {
+                    fail_msg("level %d, act %d of %g: %g, gated %g; %g "
+                             "expected", level, a, x[i], y[i], g[i], r);
+                }
+            }
+
+            /* the AVX2 kernel's bits at every level above */
+            if (level == 1) {
+                memcpy(y8 + (size_t) a * n * dim, y, bytes);
+                memcpy(g8 + (size_t) a * n * dim, g, bytes);
+
+            } else if (level > 1) {
+                assert_memory_equal(y, y8 + (size_t) a * n * dim, bytes);
+                assert_memory_equal(g, g8 + (size_t) a * n * dim, bytes);
             }
         }
+
+        be->ops->free(be);
     }
 
-    be->ops->free(be);
+    vlm_backend_cpu_force_level(-1);
     free(x);
     free(up);
     free(y);
     free(g);
+    free(y8);
+    free(g8);
 }
 
 
@@ -2223,6 +2391,7 @@ main(int argc, char **argv)
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_bf16_kernels),
+        cmocka_unit_test(test_amx_tiles),
         cmocka_unit_test(test_gemm_fma_panels),
         cmocka_unit_test(test_matmul_quant_kernels),
         cmocka_unit_test(test_matmul_quant_i8_kernels),

@@ -32,6 +32,8 @@
 
 /* the kernels of backends created from now on: detected, or forced */
 static int  vlm_cpu_level = -1;
+/* and whether amx's tile GEMM runs prefill (0: vlm_gemm_amx's kernels) */
+static int  vlm_cpu_amx_tiles = 1;
 
 
 /* memory */
@@ -107,6 +109,48 @@ vlm_cpu_xq_reserve(vlm_backend_t *be, int cols, vlm_error_t *err)
 }
 
 
+/*
+ * amx's tile GEMM: VLM_AMX_NB activation rows in its tiles, and each
+ * thread's weight panel, as large as the matrices bound so far need
+ */
+static vlm_status_t
+vlm_cpu_amx_reserve(vlm_backend_t *be, int rows, int cols, vlm_error_t *err)
+{
+    size_t      need;
+    vlm_cpu_t  *cpu = (vlm_cpu_t *) be;
+
+    if (!cpu->amx_tiles) {
+        return VLM_OK;
+    }
+
+    if (cols > cpu->xa_cols) {
+        vlm_cpu_release(be, cpu->xa);
+        cpu->xa = vlm_cpu_alloc(be, vlm_amx_x_bytes(VLM_AMX_NB, cols));
+        cpu->xa_cols = cpu->xa == NULL ? 0 : cols;
+
+        if (cpu->xa == NULL) {
+            return vlm_error_set(err, VLM_ERR_NOMEM, "cpu backend: no "
+                                 "memory for activation tiles");
+        }
+    }
+
+    need = vlm_amx_panel_bytes(rows, cols, cpu->n_threads);
+
+    if (need > cpu->amx_panel_bytes) {
+        vlm_cpu_release(be, cpu->amx_panels);
+        cpu->amx_panels = vlm_cpu_alloc(be, cpu->n_threads * need);
+        cpu->amx_panel_bytes = cpu->amx_panels == NULL ? 0 : need;
+
+        if (cpu->amx_panels == NULL) {
+            return vlm_error_set(err, VLM_ERR_NOMEM, "cpu backend: no "
+                                 "memory for weight panels");
+        }
+    }
+
+    return VLM_OK;
+}
+
+
 static vlm_status_t
 vlm_cpu_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
     vlm_dtype_t dtype, int rows, int cols, vlm_error_t *err)
@@ -134,6 +178,12 @@ vlm_cpu_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
     if (dtype == VLM_DTYPE_BF16
         && (cpu->gemm->x_bf16 || cpu->gemm->order != NULL)
         && vlm_cpu_xq_reserve(be, cols, err) != VLM_OK)
+    {
+        return VLM_ERR_NOMEM;
+    }
+
+    if (dtype == VLM_DTYPE_BF16
+        && vlm_cpu_amx_reserve(be, rows, cols, err) != VLM_OK)
     {
         return VLM_ERR_NOMEM;
     }
@@ -307,6 +357,8 @@ vlm_cpu_free(vlm_backend_t *be)
     vlm_cpu_release(be, cpu->apack);
     vlm_cpu_release(be, cpu->wtile);
     vlm_cpu_release(be, cpu->xq);
+    vlm_cpu_release(be, cpu->xa);
+    vlm_cpu_release(be, cpu->amx_panels);
     vlm_cpu_release(be, cpu->qpanel);
     vlm_cpu_release(be, cpu->xperm);
     vlm_cpu_release(be, cpu->xsum);
@@ -439,6 +491,7 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
 
     cpu->level = vlm_cpu_level;
     cpu->gemm = vlm_cpu_gemm_kernel(cpu->level);
+    cpu->amx_tiles = cpu->level == VLM_CPU_AMX && vlm_cpu_amx_tiles;
 
     /* prefill through OpenBLAS's AVX-512 sgemm where it gives more */
     if (cpu->level == VLM_CPU_AVX512BF16 && vlm_backend_cpu_blas_core() == NULL
@@ -517,6 +570,7 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
  */
 int vlm_backend_cpu_force_level(int level);
 void vlm_backend_cpu_force_scalar(int scalar);
+void vlm_backend_cpu_force_amx_tiles(int on);
 
 int
 vlm_backend_cpu_force_level(int level)
@@ -535,4 +589,12 @@ void
 vlm_backend_cpu_force_scalar(int scalar)
 {
     vlm_backend_cpu_force_level(scalar ? VLM_CPU_SCALAR : -1);
+}
+
+
+/* whether backends created afterwards run amx's tile GEMM (amx only) */
+void
+vlm_backend_cpu_force_amx_tiles(int on)
+{
+    vlm_cpu_amx_tiles = on;
 }

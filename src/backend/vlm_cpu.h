@@ -48,6 +48,22 @@ typedef enum {
  * 1.45x at 512)
  */
 #define VLM_GEMM_WIDEN_MIN  256
+/*
+ * amx's tile GEMM (vlm_cpu_amx.c): activation rows packed at a time,
+ * the most columns of a column block, a thread's weight panel, and the
+ * activation rows from which it runs (below: vlm_gemm_amx's kernels;
+ * bench_matmul, 3B shapes, 2 threads, interleaved: 1.7x them at 512
+ * rows, 1.07x at 128, even at 16 to 64, where packing the weights costs
+ * what the tiles save)
+ */
+#define VLM_AMX_NB           512
+#define VLM_AMX_KC           2048
+#define VLM_AMX_PANEL_BYTES  (1u << 20)
+#define VLM_AMX_TILES_MIN    128
+/* bytes of vlm_amx_pack_x()'s groups of n rows */
+#define vlm_amx_x_bytes(n, cols)                                             \
+    ((size_t) ((n) + 15) / 16 * 16 * (((cols) + 31) / 32 * 32)             \
+     * sizeof(uint16_t))
 /* max_n of a kernel that wins at every row count */
 #define VLM_CPU_ALL_ROWS  0x7fffffff
 
@@ -263,6 +279,34 @@ vlm_qi8_level_t vlm_cpu_quant_i8_best(vlm_cpu_level_t level);
 int vlm_cpu_quant_i8_fits(const vlm_weight_t *w);
 void vlm_cpu_round_bf16(uint16_t *dst, const float *src, size_t n,
     vlm_cpu_level_t level);
+/*
+ * AMX's tile configuration (palette 1): the eight tiles of 16 rows x 64
+ * bytes that both AMX kernels use (vlm_cpu_amx.c)
+ */
+typedef struct {
+    uint8_t   palette;
+    uint8_t   start_row;
+    uint8_t   reserved[14];
+    uint16_t  colsb[16];
+    uint8_t   rows[16];
+} vlm_amx_cfg_t;
+
+extern const vlm_amx_cfg_t  vlm_amx_cfg;
+
+/*
+ * amx's tile GEMM: one group of n (1 to 16) rows of x packed at dst (of
+ * vlm_amx_x_bytes(16, cols)); the weight rows [r0, r1) of g (r0 a
+ * multiple of 32, g->x the groups one after the other, g->packed
+ * ignored) through a panel of vlm_amx_panel_bytes()
+ */
+void vlm_amx_pack_x(uint16_t *dst, const float *x, int ldx, int n,
+    int cols);
+void vlm_amx_gemm(const vlm_gemm_bf16_t *g, int r0, int r1,
+    uint32_t *panel);
+/* a thread's panel for a rows x cols matrix on n_threads */
+size_t vlm_amx_panel_bytes(int rows, int cols, int n_threads);
+/* this thread's AMX peak, flops (int8: ops) a second; 0: none here */
+double vlm_cpu_amx_peak(int int8);
 
 
 #endif /* VLM_CPU_H */

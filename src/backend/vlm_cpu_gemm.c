@@ -19,10 +19,11 @@
  *               the rows packed in column pairs and tiles of 6 weight
  *               rows x 64 activation rows
  *   amx         AMX-BF16 tdpbf16ps from VLM_GEMM_AMX_MIN rows (batched
- *               decode, prefill, the vision tower) on the same packed
- *               rows: tiles of 16 weight rows x 16 activation rows x 32
- *               columns, 2 x 2 of them in the tile registers; else
- *               avx512bf16's kernels
+ *               decode) on the same packed rows: tiles of 16 weight rows
+ *               x 16 activation rows x 32 columns, 2 x 2 of them in the
+ *               tile registers; else avx512bf16's kernels; from
+ *               VLM_AMX_TILES_MIN rows (prefill, the vision tower) the
+ *               matmul takes vlm_cpu_amx.c's tile GEMM instead
  *
  * tests/test_backend_cpu.c checks every variant the machine can run
  * against the scalar one.
@@ -1088,21 +1089,7 @@ vlm_probe_512(int dot, int reps)
                                        "avx512bf16,amx-tile,amx-bf16")))
 
 
-typedef struct {
-    uint8_t   palette;
-    uint8_t   start_row;
-    uint8_t   reserved[14];
-    uint16_t  colsb[16];
-    uint8_t   rows[16];
-} vlm_amx_cfg_t;
-
-
-/* tmm0..3: sums, 4..5: weight tiles, 6..7: batch tiles; 16 x 64 bytes */
-static const vlm_amx_cfg_t  vlm_amx_cfg = {
-    1, 0, { 0 },
-    { 64, 64, 64, 64, 64, 64, 64, 64 },
-    { 16, 16, 16, 16, 16, 16, 16, 16 }
-};
+/* vlm_amx_cfg: tmm0..3 sums, 4..5 weight tiles, 6..7 batch tiles */
 
 
 /* NR (1, 2) tiles of 16 weight rows x NG (1, 2) groups, pairs [q0, q1) */

@@ -57,6 +57,11 @@ typedef struct {
     size_t             qgpanel_bytes;
     uint16_t          *xq;          /* [PACK_NB, xq_cols + 1] bf16 x */
     int                xq_cols;
+    int                amx_tiles;   /* amx's tile GEMM runs prefill */
+    uint32_t          *amx_panels;  /* [n_threads, amx_panel_bytes] */
+    size_t             amx_panel_bytes;
+    uint16_t          *xa;          /* vlm_amx_x_bytes(AMX_NB, xa_cols) */
+    int                xa_cols;
     float             *qpanel;      /* [n_threads, 24 * qpanel_cols] */
     int                qpanel_cols;
     const vlm_kv_kernel_t    *kv;       /* 16-bit KV caches */
@@ -99,8 +104,9 @@ vlm_act_f(float x, vlm_act_t act)
 }
 
 
-/* vlm_cpu_vec.c: the AVX2 kernels of backends created from now on */
+/* vlm_cpu_vec.c: the AVX2 (AVX-512) kernels of backends created now on */
 extern int  vlm_cpu_avx2;
+extern int  vlm_cpu_avx512;
 
 /* dot, axpy and softmax of the backend's level; sets vlm_cpu_avx2 */
 void vlm_cpu_vec_kernels(vlm_cpu_t *cpu);
@@ -109,6 +115,8 @@ void vlm_cpu_vec_kernels(vlm_cpu_t *cpu);
 void vlm_cpu_widen_avx2(float *dst, const void *src, vlm_dtype_t dt,
     size_t n);
 void vlm_cpu_act_sigmoid_avx2(float *y, const float *x, const float *up,
+    size_t n, vlm_act_t act);
+void vlm_cpu_act_sigmoid_512(float *y, const float *x, const float *up,
     size_t n, vlm_act_t act);
 #endif
 

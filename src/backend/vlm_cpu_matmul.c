@@ -1,8 +1,9 @@
 /*
  * The CPU backend's matmul, y = x W^T (+ bias) for n activation rows,
  * split over the thread pool by weight rows.  bf16 matrices go to the
- * blocked kernels of vlm_cpu_gemm.c (AVX512_BF16, AVX2 or scalar), the
- * rows they leave to the dot kernels of vlm_cpu_vec.c; prefill GEMMs on
+ * blocked kernels of vlm_cpu_gemm.c (AMX, AVX512_BF16, AVX2 or scalar),
+ * from VLM_AMX_TILES_MIN rows on AMX to the tile GEMM of vlm_cpu_amx.c,
+ * the rows they leave to the dot kernels of vlm_cpu_vec.c; prefill GEMMs on
  * f32 and f16 weights (and bf16 ones without AVX512_BF16) go to
  * OpenBLAS, 16-bit weights widened a tile at a time.  Quantized matrices
  * (Q4, Q8, F8 codes: vlm_cpu_quant.c) take fused dequantize + dot kernels
@@ -129,6 +130,84 @@ vlm_cpu_pack_rows(vlm_cpu_t *cpu, const float *x, int n, int cols)
     vlm_threadpool_run(cpu->pool, (n + 15) / 16, vlm_pack_groups, &job);
 
     return cpu->xq;
+}
+
+
+typedef struct {
+    vlm_gemm_bf16_t   g;
+    const float      *x;            /* [n, cols] f32 */
+    uint16_t         *xp;           /* vlm_amx_pack_x()'s groups */
+    uint32_t         *panels;       /* [n_threads, panel_bytes] */
+    size_t            panel_bytes;
+} vlm_amx_job_t;
+
+
+/* the activation groups [start, end) of 16 rows, packed */
+static void
+vlm_amx_pack_groups(void *arg, int start, int end, int thread)
+{
+    int             gr, cols;
+    vlm_amx_job_t  *job = arg;
+
+    (void) thread;
+
+    cols = job->g.cols;
+
+    for (gr = start; gr < end; gr++) {
+        vlm_amx_pack_x((uint16_t *) ((char *) job->xp
+                                     + vlm_amx_x_bytes(gr * 16, cols)),
+                       job->x + (size_t) gr * 16 * cols, cols,
+                       vlm_min(16, job->g.n - gr * 16), cols);
+    }
+}
+
+
+/* the weight rows of blocks [start, end) of 32: one thread's panels */
+static void
+vlm_amx_panels(void *arg, int start, int end, int thread)
+{
+    vlm_amx_job_t  *job = arg;
+
+    vlm_amx_gemm(&job->g, start * 32, vlm_min(end * 32, job->g.rows),
+                 job->panels + thread * job->panel_bytes
+                               / sizeof(uint32_t));
+}
+
+
+/*
+ * bf16 weights on amx's tile GEMM: VLM_AMX_NB activation rows packed at
+ * a time over the threads, then each thread's share of the weight rows
+ * in blocks of 32 packed a panel at a time for all of them
+ */
+static void
+vlm_cpu_matmul_amx(vlm_cpu_t *cpu, float *y, const float *x,
+    const vlm_weight_t *w, const float *bias, int n)
+{
+    int            i, nb;
+    vlm_amx_job_t  job;
+
+    memset(&job, 0, sizeof(job));
+    job.g.ldy = w->rows;
+    job.g.w = w->data;
+    job.g.rows = w->rows;
+    job.g.cols = w->cols;
+    job.g.bias = bias;
+    job.g.x = cpu->xa;
+    job.xp = cpu->xa;
+    job.panels = cpu->amx_panels;
+    job.panel_bytes = cpu->amx_panel_bytes;
+
+    for (i = 0; i < n; i += nb) {
+        nb = vlm_min(VLM_AMX_NB, n - i);
+        job.g.n = nb;
+        job.g.y = y + (size_t) i * w->rows;
+        job.x = x + (size_t) i * w->cols;
+
+        vlm_threadpool_run(cpu->pool, (nb + 15) / 16, vlm_amx_pack_groups,
+                           &job);
+        vlm_threadpool_run(cpu->pool, (w->rows + 31) / 32, vlm_amx_panels,
+                           &job);
+    }
 }
 
 
@@ -558,6 +637,15 @@ vlm_cpu_matmul(vlm_backend_t *be, float *y, const float *x,
 
     if (w->quant != VLM_QUANT_NONE) {
         vlm_cpu_matmul_quant(cpu, y, x, w, bias, n);
+        return;
+    }
+
+    if (w->dtype == VLM_DTYPE_BF16 && cpu->amx_tiles
+        && n >= VLM_AMX_TILES_MIN && w->cols <= cpu->xa_cols
+        && vlm_amx_panel_bytes(w->rows, w->cols, cpu->n_threads)
+           <= cpu->amx_panel_bytes)
+    {
+        vlm_cpu_matmul_amx(cpu, y, x, w, bias, n);
         return;
     }
 

@@ -189,10 +189,10 @@ vlm_act_rows(void *arg, int start, int end, int thread)
 #if defined(__x86_64__) && defined(__GNUC__)
     if (vlm_cpu_avx2 && job->act != VLM_ACT_GELU) {
         k = (size_t) start * job->dim;
-        vlm_cpu_act_sigmoid_avx2(job->y + k,
-                                 (job->up == NULL ? job->y : job->x) + k,
-                                 job->up == NULL ? NULL : job->up + k,
-                                 (size_t) (end - start) * job->dim, job->act);
+        (vlm_cpu_avx512 ? vlm_cpu_act_sigmoid_512 : vlm_cpu_act_sigmoid_avx2)
+            (job->y + k, (job->up == NULL ? job->y : job->x) + k,
+             job->up == NULL ? NULL : job->up + k,
+             (size_t) (end - start) * job->dim, job->act);
         return;
     }
 #endif

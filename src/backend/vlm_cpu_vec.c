@@ -3,7 +3,8 @@
  * bf16 or f16, widened inside) with up to 4 activation rows, axpy,
  * softmax, the sigmoid-shaped activations (SiLU, QuickGELU, the tanh
  * GELU) and the widening of 16-bit rows; the scalar reference first, then
- * the AVX2/FMA/F16C versions, chosen once per backend from its level
+ * the AVX2/FMA/F16C versions (the activations also AVX-512, the AVX2
+ * ones' bits 16 at a time), chosen once per backend from its level
  * (the activations' scalar reference, vlm_act_f, is in vlm_cpu_int.h).
  * The reference for each is the PyTorch expression it replaces in
  * transformers' Qwen2-VL code; tests/test_backend_cpu.c checks them.
@@ -16,6 +17,8 @@
 
 /* the kernels of backends created from now on: AVX2 or scalar */
 int  vlm_cpu_avx2;
+/* and the activations 16 at a time where the level has AVX-512 */
+int  vlm_cpu_avx512;
 
 
 /* dot products of one weight row with up to 4 activation rows */
@@ -384,6 +387,82 @@ vlm_cpu_act_sigmoid_avx2(float *y, const float *x, const float *up, size_t n,
 }
 
 
+#define VLM_AVX512  __attribute__((target("avx512f,avx512dq")))
+
+
+/* vlm_exp_avx2 16 at a time: the same operations, the same bits */
+VLM_AVX512 static inline __m512
+vlm_exp_512(__m512 x)
+{
+    __m512   fx, y, z;
+    __m512i  e;
+
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    fx = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504f),
+                                              _mm512_set1_ps(0.5f)),
+                              _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
+    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), x);
+    z = _mm512_mul_ps(x, x);
+
+    y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, z, _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
+
+    e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fx),
+                                           _mm512_set1_epi32(127)), 23);
+
+    return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+}
+
+
+/*
+ * vlm_cpu_act_sigmoid_avx2 16 at a time, the tail through it: every
+ * element the bits of the AVX2 kernel's
+ */
+VLM_AVX512 void
+vlm_cpu_act_sigmoid_512(float *y, const float *x, const float *up, size_t n,
+    vlm_act_t act)
+{
+    size_t     k;
+    __m512     v, z, t, one, s, c1, c3;
+    __mmask16  pos;
+
+    one = _mm512_set1_ps(1.0f);
+    c1 = _mm512_set1_ps(act == VLM_ACT_SILU ? 1.0f
+                        : act == VLM_ACT_QUICK_GELU ? 1.702f
+                        : 2.0f * 0.79788456080286536f);
+    c3 = _mm512_set1_ps(act == VLM_ACT_GELU_TANH
+                        ? 2.0f * 0.79788456080286536f * 0.044715f : 0.0f);
+
+    for (k = 0; k + 16 <= n; k += 16) {
+        v = _mm512_loadu_ps(x + k);
+        z = _mm512_mul_ps(v, _mm512_fmadd_ps(_mm512_mul_ps(c3, v), v, c1));
+
+        t = vlm_exp_512(_mm512_or_ps(z, _mm512_set1_ps(-0.0f)));
+        pos = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_GE_OQ);
+        s = _mm512_div_ps(_mm512_mask_blend_ps(pos, t, one),
+                          _mm512_add_ps(one, t));
+        v = _mm512_mul_ps(v, s);
+
+        if (up != NULL) {
+            v = _mm512_mul_ps(v, _mm512_loadu_ps(up + k));
+        }
+
+        _mm512_storeu_ps(y + k, v);
+    }
+
+    _mm256_zeroupper();
+
+    vlm_cpu_act_sigmoid_avx2(y + k, x + k, up != NULL ? up + k : NULL,
+                             n - k, act);
+}
+
+
 VLM_AVX2 void
 vlm_cpu_widen_avx2(float *dst, const void *src, vlm_dtype_t dt, size_t n)
 {
@@ -406,6 +485,7 @@ void
 vlm_cpu_vec_kernels(vlm_cpu_t *cpu)
 {
     vlm_cpu_avx2 = cpu->level >= VLM_CPU_AVX2;
+    vlm_cpu_avx512 = cpu->level >= VLM_CPU_AVX512BF16;
 
     cpu->dot[VLM_DTYPE_F32] = vlm_dot_f32;
     cpu->dot[VLM_DTYPE_BF16] = vlm_dot_bf16;
