@@ -672,6 +672,5 @@ main(void)
         cmocka_unit_test(test_quant_fp8_block),
     };
 
-    if (getenv("F")) cmocka_set_test_filter(getenv("F"));
     return cmocka_run_group_tests_name("engine_parity", tests, NULL, NULL);
 }
