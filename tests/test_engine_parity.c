@@ -7,7 +7,7 @@
  * (tools/fixtures_qwen3vl.py) with no, one and two images; for Qwen3-VL
  * also the pixel values of the C image pipeline (patch 16, smart_resize
  * to multiples of 32) against its processor's, to the bit; a prompt of
- * 8192 tokens with Qwen2.5-VL's M-RoPE and with YaRN
+ * 8192 and of 32,768 tokens with Qwen2.5-VL's M-RoPE and with YaRN
  * (tools/fixtures_yarn.py); the quantized checkpoints (AWQ, GPTQ,
  * compressed-tensors, fp8) at every CPU kernel level, within 1e-4 with
  * f32 activations, and with int8 ones (integer dot products: int4 and
@@ -29,6 +29,8 @@
 #include "core/vlm.h"
 #include "core/vlm_npy.h"
 #include "image/vlm_image.h"
+#include "backend/vlm_backend.h"
+#include "model/vlm_model.h"        /* the rope's inv_freq and sections */
 #include "vlm_test.h"
 
 
@@ -323,15 +325,15 @@ test_qwen25vl_bf16(void **state)
 
 
 /*
- * A text prompt of 8192 tokens (tools/fixtures_yarn.py) prefilled but
- * for its last three tokens, which are decoded one by one: the logits of
- * the last four positions, [4, *V] (malloc'ed); of each, the largest
+ * A text prompt of n tokens (tools/fixtures_yarn.py) prefilled but for
+ * its last three tokens, which are decoded one by one: the logits of the
+ * last four positions, [4, *V] (malloc'ed); of each, the largest
  * absolute difference from transformers' in *d
  */
 static float *
-long_logits(const char *name, int *vocab, double *d)
+long_logits(const char *name, int n, int *vocab, double *d)
 {
-    int                  i, j, n, V;
+    int                  i, j, V;
     float               *out;
     int32_t             *ids;
     vlm_seq_t           *seq;
@@ -344,7 +346,7 @@ long_logits(const char *name, int *vocab, double *d)
 
     vlm_test_fixture_params(&p);
     p.max_seqs = 1;
-    p.max_seq_len = 8192;
+    p.max_seq_len = n;
     p.max_batch_tokens = 512;
 
     snprintf(path, sizeof(path), FIX "/%s", name);
@@ -356,7 +358,6 @@ long_logits(const char *name, int *vocab, double *d)
     vlm_test_load_npy(&ref, FIX, name, "long", "logits_last.npy");
 
     V = vlm_model_info(m)->vocab_size;
-    n = 8192;
     assert_int_equal(ref.n, (size_t) 4 * V);
 
     ids = malloc((size_t) n * sizeof(int32_t));
@@ -403,23 +404,21 @@ long_logits(const char *name, int *vocab, double *d)
 
 
 /*
- * Positions near 8k: Qwen2.5-VL's M-RoPE without scaling, and with
- * rope_scaling of type yarn (four times an original context of 2048),
- * each within 1e-4 of transformers' logits (largest absolute
- * difference); the two differ, so that a yarn config run as the plain
- * rope fails
+ * The last four positions of a prompt of n tokens: Qwen2.5-VL's M-RoPE
+ * without scaling (checkpoint plain), and with rope_scaling of type yarn
+ * (checkpoint yarn: positions past its original context), each within
+ * 1e-4 of transformers' logits (largest absolute difference); the two
+ * differ, so that a yarn config run as the plain rope fails
  */
 static void
-test_qwen25vl_long_yarn(void **state)
+check_long(const char *plain_name, const char *yarn_name, int n)
 {
     int      i, j, V, V_yarn;
     float   *plain, *yarn;
     double   d_plain[4], d_yarn[4], apart;
 
-    (void) state;
-
-    plain = long_logits("qwen25vl-long", &V, d_plain);
-    yarn = long_logits("qwen25vl-yarn", &V_yarn, d_yarn);
+    plain = long_logits(plain_name, n, &V, d_plain);
+    yarn = long_logits(yarn_name, n, &V_yarn, d_yarn);
     assert_int_equal(V, V_yarn);
 
     for (j = 0; j < 4; j++) {
@@ -436,6 +435,103 @@ test_qwen25vl_long_yarn(void **state)
 
     free(plain);
     free(yarn);
+}
+
+
+/* positions near 8k; yarn: four times an original context of 2048 */
+static void
+test_qwen25vl_long_yarn(void **state)
+{
+    (void) state;
+    check_long("qwen25vl-long", "qwen25vl-yarn", 8192);
+}
+
+
+/*
+ * The rope's cos and sin tables, as the model's layers compute them (its
+ * inv_freq and mrope sections through the backend's rope_table), at the
+ * (t, h, w) positions of tools/fixtures_yarn.py, up to 32,767, within
+ * 1e-6 of transformers' rotary embedding: a frequency one float32 step
+ * off moves the angle at 32k by up to 2e-3
+ */
+static void
+check_rope(const char *name)
+{
+    int                  i, k, K, half;
+    float               *cos, *sin;
+    double               d;
+    int32_t             *pos;
+    vlm_npy_t            rp, rc, rs;
+    vlm_error_t          err;
+    vlm_model_t         *m;
+    vlm_model_params_t   p;
+    char                 path[256];
+
+    vlm_test_fixture_params(&p);
+    snprintf(path, sizeof(path), FIX "/%s", name);
+
+    if (vlm_model_load(&m, path, &p, &err) != VLM_OK) {
+        fail_msg("load %s: %s", name, err.msg);
+    }
+
+    vlm_test_load_npy(&rp, FIX, name, "long", "rope_pos.npy");
+    vlm_test_load_npy(&rc, FIX, name, "long", "rope_cos.npy");
+    vlm_test_load_npy(&rs, FIX, name, "long", "rope_sin.npy");
+
+    K = (int) (rp.n / 3);
+    half = m->cfg.text.head_dim / 2;
+    assert_int_equal(rc.n, (size_t) K * half);
+    assert_int_equal(rs.n, (size_t) K * half);
+
+    pos = malloc((size_t) K * 3 * sizeof(int32_t));
+    cos = malloc((size_t) K * half * sizeof(float));
+    sin = malloc((size_t) K * half * sizeof(float));
+    assert_true(pos != NULL && cos != NULL && sin != NULL);
+
+    for (i = 0; i < K * 3; i++) {
+        pos[i] = (int32_t) ((float *) rp.data)[i];
+    }
+
+    m->be->ops->rope_table(m->be, cos, sin, pos, K, 3, m->lm.inv_freq,
+                           m->lm.mrope_comp, half);
+
+    d = 0;
+    for (k = 0; k < K; k++) {
+        for (i = 0; i < half; i++) {
+            d = fmax(d, fabs(cos[k * half + i]
+                             - ((float *) rc.data)[k * half + i]));
+            d = fmax(d, fabs(sin[k * half + i]
+                             - ((float *) rs.data)[k * half + i]));
+        }
+    }
+
+    print_message("%s: rope tables at positions up to 32767, largest "
+                  "difference %.2g\n", name, d);
+    assert_true(d <= 1e-6);
+
+    free(pos);
+    free(cos);
+    free(sin);
+    vlm_npy_free(&rp);
+    vlm_npy_free(&rc);
+    vlm_npy_free(&rs);
+    vlm_model_free(m);
+}
+
+
+/*
+ * positions near 32k, Qwen2.5-VL's context: the rope tables, then the
+ * logits of a prompt of 32,768 tokens (one layer of the tiny checkpoint,
+ * so that its prefill takes seconds); yarn: four times an original
+ * context of 8192
+ */
+static void
+test_qwen25vl_32k_yarn(void **state)
+{
+    (void) state;
+    check_rope("qwen25vl-long32k");
+    check_rope("qwen25vl-yarn32k");
+    check_long("qwen25vl-long32k", "qwen25vl-yarn32k", 32768);
 }
 
 
@@ -562,6 +658,7 @@ main(void)
         cmocka_unit_test(test_qwen25vl_f32_tied),
         cmocka_unit_test(test_qwen25vl_bf16),
         cmocka_unit_test(test_qwen25vl_long_yarn),
+        cmocka_unit_test(test_qwen25vl_32k_yarn),
         cmocka_unit_test(test_qwen3vl_f32),
         cmocka_unit_test(test_qwen3vl_bf16_tied),
         cmocka_unit_test(test_quant_awq_g128),

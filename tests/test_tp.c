@@ -414,7 +414,9 @@ test_qwen25vl_bf16(void **state)
 /*
  * The towers in pieces of 8 rows (the image's 24 patches in three), the
  * ranks' heads, MLP rows and merger rows split: Qwen2.5-VL's windows, and
- * Qwen3-VL's DeepStack after a block's last piece
+ * Qwen3-VL's DeepStack after a block's last piece; SigLIP (SmolVLM) and
+ * InternViT in pieces of 14 and 17 rows (a piece's projection and MLP
+ * rows summed over the ranks), InternViT's q/k norms over the width
  */
 static void
 test_towers_in_pieces(void **state)
@@ -422,6 +424,11 @@ test_towers_in_pieces(void **state)
     batch_rows = 8;
     check_group("qwen25vl-bf16", "image1", 1, 2);
     check_group("qwen3vl-f32", "image1", 1, 2);
+    batch_rows = 14;
+    check_group("../idefics3/smolvlm-bf16", "image1", 1, 2);
+    batch_rows = 17;
+    check_group("../internvl/internvl-f32", "image1", 1, 2);
+    check_group("../internvl/internvl-qknorm-f32", "image1", 1, 2);
     batch_rows = 0;
 }
 

@@ -234,7 +234,7 @@ static vlm_status_t
 vlm_gemma3_vision_encode(vlm_model_t *m, const vlm_image_t *img,
     float *out, int stage, vlm_error_t *err)
 {
-    int                   u, a, b, k, side, sd, T, E, P;
+    int                   u, a, b, k, r, n, side, sd, T, E, P;
     int32_t              *idx;
     vlm_gemma3_t         *g = m->arch_state;
     vlm_backend_t        *be = m->be;
@@ -258,30 +258,41 @@ vlm_gemma3_vision_encode(vlm_model_t *m, const vlm_image_t *img,
     P = side * side;
     E = vc->hidden_size;
 
-    idx = w->host;
+    if (w->piece == 0) {
+        idx = w->host;
 
-    for (a = 0; a < k; a++) {
-        for (b = 0; b < k; b++) {
-            for (u = 0; u < T; u++) {
-                idx[(a * k + b) * T + u] = ((u / sd) * k + a) * side
-                                           + (u % sd) * k + b;
+        for (a = 0; a < k; a++) {
+            for (b = 0; b < k; b++) {
+                for (u = 0; u < T; u++) {
+                    idx[(a * k + b) * T + u] = ((u / sd) * k + a) * side
+                                               + (u % sd) * k + b;
+                }
             }
         }
+
+        be->ops->upload(be, w->pos + P, idx, (size_t) P * sizeof(int32_t));
+
+        vlm_siglip_post_norm(m, P);
+        be->ops->gather_rows(be, w->merged, w->h, w->pos + P, P, E);
+
+        for (a = 1; a < k * k; a++) {
+            be->ops->add(be, w->merged, w->merged + (size_t) a * T * E,
+                         (size_t) T * E);
+        }
+
+        be->ops->rms_norm(be, w->merged, w->merged, g->proj_norm, T, E,
+                          vc->norm_eps * (float) (k * k) * (float) (k * k));
+        w->row = 0;
     }
 
-    be->ops->upload(be, w->pos + P, idx, (size_t) P * sizeof(int32_t));
+    /* the projection, max_batch_tokens of its rows a piece */
+    r = w->row;
+    n = vlm_min(m->params.max_batch_tokens, T - r);
+    be->ops->matmul(be, out + (size_t) r * m->cfg.text.hidden_size,
+                    w->merged + (size_t) r * E, &g->proj, NULL, n);
 
-    vlm_siglip_post_norm(m, P);
-    be->ops->gather_rows(be, w->merged, w->h, w->pos + P, P, E);
-
-    for (a = 1; a < k * k; a++) {
-        be->ops->add(be, w->merged, w->merged + (size_t) a * T * E,
-                     (size_t) T * E);
-    }
-
-    be->ops->rms_norm(be, w->merged, w->merged, g->proj_norm, T, E,
-                      vc->norm_eps * (float) (k * k) * (float) (k * k));
-    be->ops->matmul(be, out, w->merged, &g->proj, NULL, T);
+    w->row += n;
+    w->more = w->row < T;
 
     return VLM_OK;
 }

@@ -64,7 +64,7 @@ static vlm_status_t
 vlm_idefics3_vision_encode(vlm_model_t *m, const vlm_image_t *img,
     float *out, int stage, vlm_error_t *err)
 {
-    int                   f, u, a, b, r, P, E, side, per, s, sd;
+    int                   f, u, a, b, r, n, N, P, E, side, per, s, sd;
     int32_t              *idx;
     vlm_backend_t        *be = m->be;
     vlm_vision_ws_t      *w = &m->vws;
@@ -81,26 +81,39 @@ vlm_idefics3_vision_encode(vlm_model_t *m, const vlm_image_t *img,
     s = vc->spatial_merge_size;
     sd = side / s;
 
-    /* output token u's s x s patches, row by row */
-    idx = w->host;
-    r = 0;
+    if (w->piece == 0) {
+        /* output token u's s x s patches, row by row */
+        idx = w->host;
+        r = 0;
 
-    for (f = 0; f < img->grid_t; f++) {
-        for (u = 0; u < sd * sd; u++) {
-            for (a = 0; a < s; a++) {
-                for (b = 0; b < s; b++) {
-                    idx[r++] = f * per + ((u / sd) * s + a) * side
-                               + (u % sd) * s + b;
+        for (f = 0; f < img->grid_t; f++) {
+            for (u = 0; u < sd * sd; u++) {
+                for (a = 0; a < s; a++) {
+                    for (b = 0; b < s; b++) {
+                        idx[r++] = f * per + ((u / sd) * s + a) * side
+                                   + (u % sd) * s + b;
+                    }
                 }
             }
         }
+
+        be->ops->upload(be, w->pos + P, idx, (size_t) P * sizeof(int32_t));
+
+        vlm_siglip_post_norm(m, P);
+        be->ops->gather_rows(be, w->merged, w->h, w->pos + P, P, E);
+        w->row = 0;
     }
 
-    be->ops->upload(be, w->pos + P, idx, (size_t) P * sizeof(int32_t));
+    /* the projection (s * s patches a row), max_batch_tokens rows a piece */
+    N = P / (s * s);
+    r = w->row;
+    n = vlm_min(m->params.max_batch_tokens, N - r);
+    be->ops->matmul(be, out + (size_t) r * m->cfg.text.hidden_size,
+                    w->merged + (size_t) r * s * s * E, &m->vis.mlp0, NULL,
+                    n);
 
-    vlm_siglip_post_norm(m, P);
-    be->ops->gather_rows(be, w->merged, w->h, w->pos + P, P, E);
-    be->ops->matmul(be, out, w->merged, &m->vis.mlp0, NULL, P / (s * s));
+    w->row += n;
+    w->more = w->row < N;
 
     return VLM_OK;
 }

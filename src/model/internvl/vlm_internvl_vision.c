@@ -283,80 +283,23 @@ vlm_internvl_tables(vlm_model_t *m, int F, int side)
 }
 
 
-static vlm_status_t
-vlm_internvl_layer(vlm_model_t *m, const vlm_image_t *img, int l, int R,
-    vlm_error_t *err)
-{
-    int                       E, I, hd, nh;
-    vlm_status_t              rc;
-    vlm_backend_t            *be = m->be;
-    vlm_vision_ws_t          *w = &m->vws;
-    vlm_attn_varlen_t         va;
-    vlm_vision_block_t       *B = &m->vis.blocks[l];
-    vlm_vision_config_t      *vc = &m->cfg.vision;
-    const vlm_backend_ops_t  *op = be->ops;
-
-    E = vc->hidden_size;
-    hd = E / vc->n_heads;
-    nh = m->tp.v_heads;
-    I = m->tp.v_inter;
-
-    /* q, k and v one after the other in the qkv buffer */
-    vlm_vision_attn_frames(m, img, R, nh, hd, B->q.dtype == VLM_DTYPE_BF16,
-                           &va);
-
-    vlm_vision_norm_apply(m, w->h, w->x, B->norm1_w, B->norm1_b, R);
-    op->matmul(be, w->qkv, w->h, &B->q, B->q_b, R);
-    op->matmul(be, (float *) va.k, w->h, &B->k, B->k_b, R);
-    op->matmul(be, (float *) va.v, w->h, &B->v, B->v_b, R);
-
-    if (B->q_norm != NULL) {
-        /* the whole width (the tower is not split then): h and merged */
-        op->rms_norm(be, w->h, va.q, B->q_norm, R, E, VLM_INTERNVL_QK_EPS);
-        op->rms_norm(be, w->merged, va.k, B->k_norm, R, E,
-                     VLM_INTERNVL_QK_EPS);
-        va.q = w->h;
-        va.k = w->merged;
-    }
-
-    op->attention_varlen(be, &va);
-    op->matmul(be, w->h, w->att, &B->proj, B->proj_b, R);
-
-    if (m->tp.vision_split) {
-        rc = vlm_model_all_reduce(m, w->h, (size_t) R * E, err);
-        if (rc != VLM_OK) {
-            return rc;
-        }
-    }
-
-    op->matmul(be, w->att, w->h, &B->ls1, NULL, R);
-    op->add(be, w->x, w->att, (size_t) R * E);
-
-    vlm_vision_norm_apply(m, w->h, w->x, B->norm2_w, B->norm2_b, R);
-    op->matmul(be, w->m1, w->h, &B->fc1, B->fc1_b, R);
-    op->act(be, w->m1, R, I, vc->act);
-    op->matmul(be, w->att, w->m1, &B->fc2, B->fc2_b, R);
-
-    if (m->tp.vision_split) {
-        rc = vlm_model_all_reduce(m, w->att, (size_t) R * E, err);
-        if (rc != VLM_OK) {
-            return rc;
-        }
-    }
-
-    op->matmul(be, w->h, w->att, &B->ls2, NULL, R);
-    op->add(be, w->x, w->h, (size_t) R * E);
-
-    return VLM_OK;
-}
-
-
+/*
+ * Stage 0 embeds the image's frames (the CLS rows and the positions),
+ * stage l (1..depth) runs encoder layer l - 1, stage depth + 1 the final
+ * norm, the pixel shuffle and the projector.  Over more than
+ * max_batch_tokens rows a stage runs in pieces of that many rows
+ * (ws.piece, ws.more), as Qwen's tower does: the patch embedding by
+ * rows, a layer by rows, by queries of its attention, by rows
+ * (vlm_vision_frames_block_piece), the projector by rows.
+ */
 vlm_status_t
 vlm_internvl_vision_encode(vlm_model_t *m, const vlm_image_t *img,
     float *out, int stage, vlm_error_t *err)
 {
-    int                       E, H, F, P, R, N, side;
+    int                       E, H, F, P, R, N, B, r, n, side;
     float                    *src;
+    int32_t                  *cu;
+    vlm_status_t              rc;
     vlm_backend_t            *be = m->be;
     vlm_vision_ws_t          *w = &m->vws;
     vlm_vision_config_t      *vc = &m->cfg.vision;
@@ -370,30 +313,56 @@ vlm_internvl_vision_encode(vlm_model_t *m, const vlm_image_t *img,
     N = P / 4;
     E = vc->hidden_size;
     H = vc->out_hidden_size;
+    B = m->params.max_batch_tokens;
+
+    /* the frames' boundaries in the host tables (vlm_internvl_tables) */
+    cu = w->host + 2 * R + P;
+
+    if (w->piece == 0) {
+        w->part = 0;
+        w->row = 0;
+    }
 
     if (stage == 0) {
-        if (img->pixels == NULL || img->grid_h != side || img->grid_w != side
-            || F < 1)
-        {
-            return vlm_error_set(err, VLM_ERR_INVALID,
-                                 "engine: an image is not frames of %dx%d "
-                                 "patches with pixels", side, side);
+        if (w->piece == 0) {
+            if (img->pixels == NULL || img->grid_h != side
+                || img->grid_w != side || F < 1)
+            {
+                return vlm_error_set(err, VLM_ERR_INVALID,
+                                     "engine: an image is not frames of "
+                                     "%dx%d patches with pixels", side,
+                                     side);
+            }
+
+            /* the tower's rows: the patches and a CLS token a frame */
+            if (R > m->params.max_image_patches) {
+                return vlm_error_set(err, VLM_ERR_LIMIT,
+                                     "engine: an image of %d patches and "
+                                     "%d CLS tokens exceeds the vision "
+                                     "budget of %d", P, F,
+                                     m->params.max_image_patches);
+            }
+
+            vlm_internvl_tables(m, F, side);
+
+            op->upload(be, w->pixels, img->pixels,
+                       (size_t) P * vw->patch.cols * sizeof(float));
         }
 
-        /* the tower's rows: the patches and a CLS token a frame */
-        if (R > m->params.max_image_patches) {
-            return vlm_error_set(err, VLM_ERR_LIMIT,
-                                 "engine: an image of %d patches and %d "
-                                 "CLS tokens exceeds the vision budget of "
-                                 "%d", P, F, m->params.max_image_patches);
+        /* the patches, B rows a piece */
+        r = w->row;
+        n = vlm_min(B, P - r);
+        op->matmul(be, w->h + (size_t) r * E,
+                   w->pixels + (size_t) r * vw->patch.cols, &vw->patch,
+                   vw->patch_b, n);
+
+        w->row += n;
+        if (w->row < P) {
+            w->more = 1;
+            return VLM_OK;
         }
 
-        vlm_internvl_tables(m, F, side);
-
-        /* the patches, the CLS after them; each frame's rows in order */
-        op->upload(be, w->pixels, img->pixels,
-                   (size_t) P * vw->patch.cols * sizeof(float));
-        op->matmul(be, w->h, w->pixels, &vw->patch, vw->patch_b, P);
+        /* the CLS after the patches; each frame's rows in order */
         op->embed(be, w->h + (size_t) P * E, &vw->cls, w->perm, 1);
         op->gather_rows(be, w->x, w->h, w->pos, R, E);
 
@@ -406,25 +375,46 @@ vlm_internvl_vision_encode(vlm_model_t *m, const vlm_image_t *img,
     }
 
     if (stage <= vc->depth) {
-        return vlm_internvl_layer(m, img, stage - 1, R, err);
+        /* an image within one piece runs its layer at once */
+        do {
+            w->more = 0;
+            rc = vlm_vision_frames_block_piece(m, img, stage - 1, cu, R, B,
+                                               VLM_INTERNVL_QK_EPS, err);
+        } while (rc == VLM_OK && w->more && R <= B);
+
+        return rc;
     }
 
-    /* the final norm, the patches (no CLS) shuffled, the projector */
+    /* the final norm, the patches (no CLS) shuffled, at the first piece */
 
-    src = w->x;
+    if (w->piece == 0) {
+        src = w->x;
 
-    if (vc->post_norm) {
-        op->layer_norm(be, w->h, w->x, vw->post_w, vw->post_b, R, E,
-                       vc->norm_eps);
-        src = w->h;
+        if (vc->post_norm) {
+            op->layer_norm(be, w->h, w->x, vw->post_w, vw->post_b, R, E,
+                           vc->norm_eps);
+            src = w->h;
+        }
+
+        op->gather_rows(be, w->merged, src, w->cu_window, P, E);
     }
 
-    op->gather_rows(be, w->merged, src, w->cu_window, P, E);
-    op->layer_norm(be, w->h, w->merged, vw->ln_q_w, vw->ln_q_b, N, 4 * E,
-                   VLM_INTERNVL_PROJ_EPS);
-    op->matmul(be, w->m1, w->h, &vw->mlp0, vw->mlp0_b, N);
-    op->act(be, w->m1, N, H, VLM_ACT_GELU);
-    op->matmul(be, out, w->m1, &vw->mlp2, vw->mlp2_b, N);
+    /* the projector (four patches a row), B rows a piece */
+
+    r = w->row;
+    n = vlm_min(B, N - r);
+
+    op->layer_norm(be, w->h + (size_t) r * 4 * E,
+                   w->merged + (size_t) r * 4 * E, vw->ln_q_w, vw->ln_q_b,
+                   n, 4 * E, VLM_INTERNVL_PROJ_EPS);
+    op->matmul(be, w->m1 + (size_t) r * H, w->h + (size_t) r * 4 * E,
+               &vw->mlp0, vw->mlp0_b, n);
+    op->act(be, w->m1 + (size_t) r * H, n, H, VLM_ACT_GELU);
+    op->matmul(be, out + (size_t) r * H, w->m1 + (size_t) r * H, &vw->mlp2,
+               vw->mlp2_b, n);
+
+    w->row += n;
+    w->more = w->row < N;
 
     return VLM_OK;
 }

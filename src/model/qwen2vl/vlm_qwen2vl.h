@@ -32,6 +32,10 @@ void vlm_vision_norm_apply(vlm_model_t *m, float *y, const float *x,
 /* attention within each frame, q, k, v apart in vws.qkv (SigLIP, InternViT) */
 void vlm_vision_attn_frames(vlm_model_t *m, const vlm_image_t *img, int rows,
     int nh, int hd, int bf16, vlm_attn_varlen_t *va);
+/* one piece of a SigLIP or InternViT layer, R rows or queries a piece */
+vlm_status_t vlm_vision_frames_block_piece(vlm_model_t *m,
+    const vlm_image_t *img, int l, const int32_t *cu, int P, int R,
+    float qk_eps, vlm_error_t *err);
 vlm_status_t vlm_vision_linear_rows(vlm_model_t *m, vlm_weight_t *w,
     float **b, const char *prefix, int rows, int cols, int r0, int nr,
     vlm_error_t *err);

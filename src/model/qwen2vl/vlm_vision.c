@@ -474,6 +474,24 @@ vlm_vision_query_end(const int32_t *cu, int n_seg, int q0, int rows)
 
 
 /*
+ * A part of a block done up to row of P: the next part from its first
+ * row once the part is whole; more pieces are left either way
+ */
+static void
+vlm_vision_next_part(vlm_vision_ws_t *w, int row, int P)
+{
+    w->row = row;
+
+    if (row == P) {
+        w->part++;
+        w->row = 0;
+    }
+
+    w->more = 1;
+}
+
+
+/*
  * One piece of block l over P patches of x (h the scratch), R rows a
  * piece: part 0, norm1, q/k/v and the rotary of rows; part 1, the
  * attention of queries (each against every key of its segment); part 2,
@@ -517,13 +535,7 @@ vlm_vision_block_piece(vlm_model_t *m, const vlm_image_t *img, int l,
         op->rope(be, w->qkv + (size_t) r * 3 * Q + Q, n, 3 * Q, nh, hd,
                  w->cos + (size_t) r * half, w->sin + (size_t) r * half);
 
-        w->row += n;
-        if (w->row == P) {
-            w->part = 1;
-            w->row = 0;
-        }
-
-        w->more = 1;
+        vlm_vision_next_part(w, r + n, P);
         return VLM_OK;
     }
 
@@ -557,13 +569,7 @@ vlm_vision_block_piece(vlm_model_t *m, const vlm_image_t *img, int l,
 
         op->attention_varlen(be, &va);
 
-        w->row = va.q_end;
-        if (w->row == P) {
-            w->part = 2;
-            w->row = 0;
-        }
-
-        w->more = 1;
+        vlm_vision_next_part(w, va.q_end, P);
         return VLM_OK;
     }
 
@@ -605,6 +611,130 @@ vlm_vision_block_piece(vlm_model_t *m, const vlm_image_t *img, int l,
     }
 
     op->add(be, x + (size_t) r * E, h + (size_t) r * E, (size_t) n * E);
+
+    w->row += n;
+    w->more = w->row < P;
+
+    return VLM_OK;
+}
+
+
+/*
+ * One piece of a SigLIP or InternViT encoder layer l over the P rows of
+ * x (vws.x; vws.h the scratch), frames of rows whose boundaries are cu
+ * (the host's copy of vws.cu_full), R rows a piece, as
+ * vlm_vision_block_piece runs Qwen's: part 0, norm1, q, k and v of rows
+ * (one after the other in vws.qkv, P rows each) and, where the layer has
+ * them, InternViT's RMSNorms of q and k over the width (into vws.h and
+ * vws.merged; the tower is not split then); part 1, the attention of
+ * queries, each against every key of its frame; part 2, the projection,
+ * InternViT's layer scale lambda_1, the residual, norm2, the MLP, lambda_2
+ * and the residual of rows.  The rows of part 2 go through vws.merged,
+ * whose rows of earlier parts are spent, never through vws.att, which
+ * holds the attention of later rows.  Sets ws.more while pieces are left.
+ */
+vlm_status_t
+vlm_vision_frames_block_piece(vlm_model_t *m, const vlm_image_t *img,
+    int l, const int32_t *cu, int P, int R, float qk_eps, vlm_error_t *err)
+{
+    int                       r, n, E, I, hd, nh, Q, ls;
+    float                    *y;
+    vlm_status_t              rc;
+    vlm_backend_t            *be = m->be;
+    vlm_vision_ws_t          *w = &m->vws;
+    vlm_attn_varlen_t         va;
+    vlm_vision_block_t       *B = &m->vis.blocks[l];
+    vlm_vision_config_t      *vc = &m->cfg.vision;
+    const vlm_backend_ops_t  *op = be->ops;
+
+    E = vc->hidden_size;
+    hd = E / vc->n_heads;
+
+    /* this rank's heads and MLP rows (all of them when not split) */
+    nh = m->tp.v_heads;
+    Q = nh * hd;
+    I = m->tp.v_inter;
+    ls = B->ls1.data != NULL;
+
+    vlm_vision_attn_frames(m, img, P, nh, hd, B->q.dtype == VLM_DTYPE_BF16,
+                           &va);
+
+    r = w->row;
+    n = vlm_min(R, P - r);
+
+    if (w->part == 0) {
+        vlm_vision_norm_apply(m, w->h + (size_t) r * E, w->x + (size_t) r * E,
+                              B->norm1_w, B->norm1_b, n);
+        op->matmul(be, w->qkv + (size_t) r * Q, w->h + (size_t) r * E,
+                   &B->q, B->q_b, n);
+        op->matmul(be, (float *) va.k + (size_t) r * Q,
+                   w->h + (size_t) r * E, &B->k, B->k_b, n);
+        op->matmul(be, (float *) va.v + (size_t) r * Q,
+                   w->h + (size_t) r * E, &B->v, B->v_b, n);
+
+        if (B->q_norm != NULL) {
+            op->rms_norm(be, w->h + (size_t) r * E, va.q + (size_t) r * Q,
+                         B->q_norm, n, E, qk_eps);
+            op->rms_norm(be, w->merged + (size_t) r * E,
+                         va.k + (size_t) r * Q, B->k_norm, n, E, qk_eps);
+        }
+
+        vlm_vision_next_part(w, r + n, P);
+        return VLM_OK;
+    }
+
+    if (w->part == 1) {
+        if (B->q_norm != NULL) {
+            va.q = w->h;
+            va.k = w->merged;
+        }
+
+        va.q_begin = r;
+        va.q_end = vlm_vision_query_end(cu, img->grid_t, r, R);
+
+        op->attention_varlen(be, &va);
+
+        vlm_vision_next_part(w, va.q_end, P);
+        return VLM_OK;
+    }
+
+    op->matmul(be, w->h + (size_t) r * E, w->att + (size_t) r * Q, &B->proj,
+               B->proj_b, n);
+
+    rc = vlm_vision_reduce(m, w->h + (size_t) r * E, (size_t) n * E, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    y = w->h + (size_t) r * E;
+
+    if (ls) {
+        y = w->merged + (size_t) r * E;
+        op->matmul(be, y, w->h + (size_t) r * E, &B->ls1, NULL, n);
+    }
+
+    op->add(be, w->x + (size_t) r * E, y, (size_t) n * E);
+
+    vlm_vision_norm_apply(m, w->h + (size_t) r * E, w->x + (size_t) r * E,
+                          B->norm2_w, B->norm2_b, n);
+    op->matmul(be, w->m1 + (size_t) r * I, w->h + (size_t) r * E, &B->fc1,
+               B->fc1_b, n);
+    op->act(be, w->m1 + (size_t) r * I, n, I, vc->act);
+
+    y = w->merged + (size_t) r * E;
+    op->matmul(be, y, w->m1 + (size_t) r * I, &B->fc2, B->fc2_b, n);
+
+    rc = vlm_vision_reduce(m, y, (size_t) n * E, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    if (ls) {
+        op->matmul(be, w->h + (size_t) r * E, y, &B->ls2, NULL, n);
+        y = w->h + (size_t) r * E;
+    }
+
+    op->add(be, w->x + (size_t) r * E, y, (size_t) n * E);
 
     w->row += n;
     w->more = w->row < P;

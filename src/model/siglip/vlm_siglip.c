@@ -213,19 +213,20 @@ vlm_siglip_position_ids(int side, int32_t *ids)
  * Stage 0 embeds the image's frames, stage l (1..depth) runs encoder
  * layer l - 1; the rows stay in vws.x.  bucketed: the position ids of
  * SmolVLMVisionEmbeddings (vlm_siglip_position_ids), else SigLIP's own
- * (0, 1, 2.. over a frame).
+ * (0, 1, 2.. over a frame).  Over more than max_batch_tokens patches a
+ * stage runs in pieces of that many rows (ws.piece, ws.more), as
+ * Qwen's tower does: the embedding by rows, a layer by rows, by queries
+ * of its attention, by rows (vlm_vision_frames_block_piece).
  */
 vlm_status_t
 vlm_siglip_encode(vlm_model_t *m, const vlm_image_t *img, int stage,
     int bucketed, vlm_error_t *err)
 {
-    int                       f, i, l, P, E, I, hd, nh, side, per;
+    int                       f, i, r, n, P, E, R, side, per;
     int32_t                  *pos, *cu;
     vlm_status_t              rc;
     vlm_backend_t            *be = m->be;
     vlm_vision_ws_t          *w = &m->vws;
-    vlm_attn_varlen_t         va;
-    vlm_vision_block_t       *B;
     vlm_vision_config_t      *vc = &m->cfg.vision;
     vlm_vision_weights_t     *vw = &m->vis;
     const vlm_backend_ops_t  *op = be->ops;
@@ -234,13 +235,29 @@ vlm_siglip_encode(vlm_model_t *m, const vlm_image_t *img, int stage,
     per = side * side;
     P = img->grid_t * per;
     E = vc->hidden_size;
-    hd = E / vc->n_heads;
+    R = m->params.max_batch_tokens;
 
-    /* this rank's heads and MLP rows (all of them when not split) */
-    nh = m->tp.v_heads;
-    I = m->tp.v_inter;
+    /* host tables: position ids, frame boundaries */
+    pos = w->host;
+    cu = pos + P;
 
-    if (stage == 0) {
+    if (w->piece == 0) {
+        w->part = 0;
+        w->row = 0;
+    }
+
+    if (stage > 0) {
+        /* an image within one piece runs its layer at once */
+        do {
+            w->more = 0;
+            rc = vlm_vision_frames_block_piece(m, img, stage - 1, cu, P, R,
+                                               0, err);
+        } while (rc == VLM_OK && w->more && P <= R);
+
+        return rc;
+    }
+
+    if (w->piece == 0) {
         if (img->pixels == NULL || img->grid_h != side || img->grid_w != side
             || img->grid_t < 1)
         {
@@ -255,11 +272,6 @@ vlm_siglip_encode(vlm_model_t *m, const vlm_image_t *img, int stage,
                                  "the vision budget of %d", P,
                                  m->params.max_image_patches);
         }
-
-        /* host tables: position ids, frame boundaries */
-
-        pos = w->host;
-        cu = pos + P;
 
         if (bucketed) {
             vlm_siglip_position_ids(side, pos);
@@ -286,51 +298,22 @@ vlm_siglip_encode(vlm_model_t *m, const vlm_image_t *img, int stage,
 
         op->upload(be, w->pixels, img->pixels,
                    (size_t) P * vw->patch.cols * sizeof(float));
-        op->matmul(be, w->x, w->pixels, &vw->patch, vw->patch_b, P);
-        op->embed(be, w->h, &vw->pos_embed, w->pos, P);
-        op->add(be, w->x, w->h, (size_t) P * E);
-
-        return VLM_OK;
     }
 
-    l = stage - 1;
-    B = &vw->blocks[l];
+    /* the patch embedding and the position embedding, R rows a piece */
 
-    /* q, k and v one after the other in the qkv buffer */
-    vlm_vision_attn_frames(m, img, P, nh, hd, B->q.dtype == VLM_DTYPE_BF16,
-                           &va);
+    r = w->row;
+    n = vlm_min(R, P - r);
 
-    op->layer_norm(be, w->h, w->x, B->norm1_w, B->norm1_b, P, E,
-                   vc->norm_eps);
-    op->matmul(be, w->qkv, w->h, &B->q, B->q_b, P);
-    op->matmul(be, (float *) va.k, w->h, &B->k, B->k_b, P);
-    op->matmul(be, (float *) va.v, w->h, &B->v, B->v_b, P);
-    op->attention_varlen(be, &va);
-    op->matmul(be, w->h, w->att, &B->proj, B->proj_b, P);
+    op->matmul(be, w->x + (size_t) r * E, w->pixels + (size_t) r
+                                          * vw->patch.cols,
+               &vw->patch, vw->patch_b, n);
+    op->embed(be, w->h + (size_t) r * E, &vw->pos_embed, w->pos + r, n);
+    op->add(be, w->x + (size_t) r * E, w->h + (size_t) r * E,
+            (size_t) n * E);
 
-    if (m->tp.vision_split) {
-        rc = vlm_model_all_reduce(m, w->h, (size_t) P * E, err);
-        if (rc != VLM_OK) {
-            return rc;
-        }
-    }
-
-    op->add(be, w->x, w->h, (size_t) P * E);
-
-    op->layer_norm(be, w->h, w->x, B->norm2_w, B->norm2_b, P, E,
-                   vc->norm_eps);
-    op->matmul(be, w->m1, w->h, &B->fc1, B->fc1_b, P);
-    op->act(be, w->m1, P, I, vc->act);
-    op->matmul(be, w->att, w->m1, &B->fc2, B->fc2_b, P);
-
-    if (m->tp.vision_split) {
-        rc = vlm_model_all_reduce(m, w->att, (size_t) P * E, err);
-        if (rc != VLM_OK) {
-            return rc;
-        }
-    }
-
-    op->add(be, w->x, w->att, (size_t) P * E);
+    w->row += n;
+    w->more = w->row < P;
 
     return VLM_OK;
 }
