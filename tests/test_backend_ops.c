@@ -50,6 +50,15 @@
 /* CUDA against CPU, last logits, relative L2: an f32 checkpoint */
 #define VLM_PARITY_F32  1e-5
 
+/*
+ * the tensor-core attention (bf16 q, k, v and probabilities, f32 sums)
+ * against the CPU's f32: relative L2 within VLM_ATTN_BF16_TOL, and
+ * further than VLM_ATTN_F32_TOL, which the f32 kernels meet (so a test
+ * that fell back to them fails)
+ */
+#define VLM_ATTN_F32_TOL   1e-5
+#define VLM_ATTN_BF16_TOL  5e-3
+
 
 static vlm_backend_t  *gpu;         /* NULL: no GPU, every test skips */
 static vlm_backend_t  *cpu;
@@ -578,6 +587,37 @@ test_argmax(void **state)
 }
 
 
+/*
+ * an attention's result against the CPU's f32: bf16 0, the f32 kernels
+ * (VLM_ATTN_F32_TOL); 1, the tensor-core ones (within VLM_ATTN_BF16_TOL
+ * but not VLM_ATTN_F32_TOL); 2, bf16 products asked for where the
+ * tensor-core kernels do not fit (the f32 ones')
+ */
+static void
+check_attn(const char *what, const float *got, const float *ref, size_t n,
+    int bf16)
+{
+    double  d;
+
+    if (bf16 != 1) {
+        check(what, got, ref, n, VLM_ATTN_F32_TOL);
+        return;
+    }
+
+    check(what, got, ref, n, VLM_ATTN_BF16_TOL);
+
+    d = vlm_test_rel_l2(got, ref, n);
+    if (d <= VLM_ATTN_F32_TOL) {
+        fail_msg("%s: relative L2 %g: the f32 kernels' (the tensor-core "
+                 "ones did not run)", what, d);
+    }
+
+    if (getenv("VLM_TEST_VERBOSE") != NULL) {
+        printf("%s: relative L2 %g\n", what, d);
+    }
+}
+
+
 /* n random values as elements of dt (F32, BF16 or F16), malloc'ed */
 static void *
 rand_kv(vlm_dtype_t dt, size_t n)
@@ -611,8 +651,8 @@ rand_kv(vlm_dtype_t dt, size_t n)
  * cache, whose elements are dt
  */
 static void
-check_paged_dt(vlm_dtype_t dt, int n_seqs, int n_heads, int n_kv_heads,
-    int head_dim, int block_size, int n_q_max, int kv_max)
+check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
+    int n_kv_heads, int head_dim, int block_size, int n_q_max, int kv_max)
 {
     int               s, i, b, n_blocks, kv_dim, D, rows, r, nb, used, j;
     char              what[96];
@@ -659,6 +699,10 @@ check_paged_dt(vlm_dtype_t dt, int n_seqs, int n_heads, int n_kv_heads,
     rows = 0;
     for (s = 0; s < n_seqs; s++) {
         sc[s].n_q = s % 3 == 2 ? 1 + s % n_q_max : 1;
+        if (bf16) {
+            /* prefill runs of odd lengths beside decode rows */
+            sc[s].n_q = s % 3 == 1 ? 1 : n_q_max - s % 5;
+        }
         /* the longest first, then a spread around block boundaries */
         sc[s].kv_start = s == 0 ? kv_max - 1
                                 : (s * 37 + block_size - 1) % kv_max;
@@ -746,6 +790,7 @@ check_paged_dt(vlm_dtype_t dt, int n_seqs, int n_heads, int n_kv_heads,
     pa.head_dim = head_dim;
     pa.scale = 1.0f / sqrtf((float) head_dim);
     pa.n_seqs = n_seqs;
+    pa.bf16 = bf16 != 0;
 
     pa.k_cache = kc;
     pa.v_cache = vc;
@@ -771,10 +816,10 @@ check_paged_dt(vlm_dtype_t dt, int n_seqs, int n_heads, int n_kv_heads,
         free(h);
     }
 
-    snprintf(what, sizeof(what), "attention_paged %s seqs=%d heads=%d/%d "
-             "hd=%d bs=%d", vlm_dtype_name(dt), n_seqs, n_heads, n_kv_heads,
-             head_dim, block_size);
-    check(what, out, ref, (size_t) rows * D, 1e-5);
+    snprintf(what, sizeof(what), "attention_paged %s%s seqs=%d heads=%d/%d "
+             "hd=%d bs=%d", vlm_dtype_name(dt), bf16 ? " bf16" : "", n_seqs,
+             n_heads, n_kv_heads, head_dim, block_size);
+    check_attn(what, out, ref, (size_t) rows * D, bf16);
 
     gpu->ops->release(gpu, dkc);
     gpu->ops->release(gpu, dvc);
@@ -793,6 +838,15 @@ check_paged_dt(vlm_dtype_t dt, int n_seqs, int n_heads, int n_kv_heads,
     free(v);
     free(ref);
     free(out);
+}
+
+
+static void
+check_paged_dt(vlm_dtype_t dt, int n_seqs, int n_heads, int n_kv_heads,
+    int head_dim, int block_size, int n_q_max, int kv_max)
+{
+    check_paged_as(dt, 0, n_seqs, n_heads, n_kv_heads, head_dim,
+                   block_size, n_q_max, kv_max);
 }
 
 
@@ -832,8 +886,8 @@ test_attention_paged(void **state)
 
 
 static void
-check_varlen(const int32_t *cu, int n_seg, int n_heads, int n_kv_heads,
-    int head_dim, int causal)
+check_varlen_as(const int32_t *cu, int n_seg, int n_heads, int n_kv_heads,
+    int head_dim, int causal, int bf16)
 {
     int                rows, D, kv_dim, q_stride, kv_stride;
     char               what[96];
@@ -882,14 +936,15 @@ check_varlen(const int32_t *cu, int n_seg, int n_heads, int n_kv_heads,
     a.k = dqkv + D;
     a.v = dqkv + D + kv_dim;
     a.cu_seqlens = dcu;
+    a.bf16 = bf16 != 0;
     gpu->ops->attention_varlen(gpu, &a);
 
     get(out, dout, (size_t) rows * D * sizeof(float));
 
-    snprintf(what, sizeof(what), "attention_varlen rows=%d segs=%d "
-             "heads=%d/%d hd=%d causal=%d", rows, n_seg, n_heads, n_kv_heads,
-             head_dim, causal);
-    check(what, out, ref, (size_t) rows * D, 1e-5);
+    snprintf(what, sizeof(what), "attention_varlen%s rows=%d segs=%d "
+             "heads=%d/%d hd=%d causal=%d", bf16 ? " bf16" : "", rows, n_seg,
+             n_heads, n_kv_heads, head_dim, causal);
+    check_attn(what, out, ref, (size_t) rows * D, bf16);
 
     /*
      * the queries [rows / 3, 2 rows / 3 + 1) alone: the same bits in
@@ -929,6 +984,14 @@ check_varlen(const int32_t *cu, int n_seg, int n_heads, int n_kv_heads,
 
 
 static void
+check_varlen(const int32_t *cu, int n_seg, int n_heads, int n_kv_heads,
+    int head_dim, int causal)
+{
+    check_varlen_as(cu, n_seg, n_heads, n_kv_heads, head_dim, causal, 0);
+}
+
+
+static void
 test_attention_varlen(void **state)
 {
     static const int32_t  one[] = { 0, 1 };
@@ -946,6 +1009,44 @@ test_attention_varlen(void **state)
     check_varlen(windows, 9, 16, 16, 80, 0);
     check_varlen(full, 1, 3, 3, 128, 0);
     check_varlen(segs, 5, 2, 2, 256, 0);
+}
+
+
+/*
+ * The tensor-core kernels (attention_wmma.cu), which bf16 asks for: the
+ * vision tower's segments (odd lengths, several a tile of 64 rows,
+ * causal or not, a query range giving the whole call's bits) and the
+ * decoder's prefill runs beside decode rows over a paged f32, bf16 or
+ * f16 cache, causal or over key ranges; GQA groups of 1, 2 and 7, heads
+ * of 64, 80 and 128; a head of 256 or 72 falls back to the f32 kernels.
+ * Small shapes: the emulated tensor cores are slow
+ */
+static void
+test_attention_wmma(void **state)
+{
+    static const int32_t  segs[] = { 0, 5, 21, 64, 65, 100 };
+    static const int32_t  two[] = { 0, 17, 50 };
+    static const int32_t  one[] = { 0, 33 };
+    int                   wm;
+    const char           *env;
+
+    require_gpu();
+
+    /* VLM_CUDA_ATTENTION=scalar: the f32 kernels, whatever bf16 says */
+    env = getenv("VLM_CUDA_ATTENTION");
+    wm = env != NULL && strcmp(env, "scalar") == 0 ? 2 : 1;
+
+    check_varlen_as(segs, 5, 4, 2, 80, 0, wm);
+    check_varlen_as(two, 2, 7, 1, 64, 1, wm);
+    check_varlen_as(one, 1, 2, 2, 128, 0, wm);
+    check_varlen_as(two, 2, 2, 1, 128, 1, wm);
+    check_varlen_as(one, 1, 2, 2, 256, 0, 2);
+    check_varlen_as(two, 2, 2, 2, 72, 1, 2);
+
+    check_paged_as(VLM_DTYPE_F32, wm, 4, 7, 1, 64, 16, 37, 90);
+    check_paged_as(VLM_DTYPE_BF16, wm, 3, 4, 2, 80, 8, 70, 50);
+    check_paged_as(VLM_DTYPE_F16, wm, 2, 2, 2, 128, 16, 19, 40);
+    check_paged_as(VLM_DTYPE_BF16, 2, 2, 4, 4, 256, 8, 17, 30);
 }
 
 
@@ -1688,6 +1789,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_attention_paged),
         cmocka_unit_test(test_attention_varlen),
+        cmocka_unit_test(test_attention_wmma),
         cmocka_unit_test(test_pool_idle),
         cmocka_unit_test(test_upload_ring),
         cmocka_unit_test(test_model_image_cache),

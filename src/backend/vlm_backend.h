@@ -174,6 +174,11 @@ typedef struct {
     float           scale;
     const vlm_attn_seq_t  *seqs;
     int             n_seqs;
+    /*
+     * the products may round q, k, v and the probabilities to bf16 (a
+     * 16-bit checkpoint's decoder), as vlm_attn_varlen_t.bf16
+     */
+    int             bf16;
 } vlm_attn_paged_t;
 
 

@@ -501,6 +501,8 @@ vlm_lm_attn_setup(vlm_model_t *m, const vlm_batch_t *b,
     pa->head_dim = m->cfg.text.head_dim;
     pa->seqs = m->attn_seqs;
     pa->n_seqs = b->n_segs;
+    pa->bf16 = m->lm.layers[0].wq.dtype == VLM_DTYPE_BF16
+               || m->lm.layers[0].wq.dtype == VLM_DTYPE_F16;
 
     for (s = 0; s < b->n_segs; s++) {
         sg = &b->segs[s];
