@@ -42,6 +42,9 @@ extern "C" {
 /* norm.cu */
 cudaError_t vlm_cuda_rms_norm(cudaStream_t s, float *y, const float *x,
     const float *g, int n, int dim, float eps);
+/* x[n, dim] += r, then y = rms_norm(x) * g: one pass, the same sums */
+cudaError_t vlm_cuda_add_rms_norm(cudaStream_t s, float *y, float *x,
+    const float *r, const float *g, int n, int dim, float eps);
 cudaError_t vlm_cuda_layer_norm(cudaStream_t s, float *y, const float *x,
     const float *g, const float *b, int n, int dim, float eps);
 

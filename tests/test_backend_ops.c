@@ -314,6 +314,97 @@ test_norms(void **state)
 }
 
 
+/*
+ * the residual add fused into RMSNorm: x += r, y = rms_norm(x) * g in
+ * one launch; x and y the bits of add() then rms_norm() on the device,
+ * and the CPU's add() then rms_norm() within 1e-5; y over r as well
+ */
+static void
+check_add_rms_norm(int n, int dim)
+{
+    char    what[64];
+    float  *x, *r, *g, *xs, *ys, *xf, *yf, *xc, *yc, *dx, *dr, *dg, *dy;
+    size_t  sz;
+
+    sz = (size_t) n * dim * sizeof(float);
+    x = vlm_test_rand_vec(&rng_state, (size_t) n * dim);
+    r = vlm_test_rand_vec(&rng_state, (size_t) n * dim);
+    g = vlm_test_rand_vec(&rng_state, (size_t) dim);
+    xs = malloc(sz);
+    ys = malloc(sz);
+    xf = malloc(sz);
+    yf = malloc(sz);
+    xc = malloc(sz);
+    yc = malloc(sz);
+    assert_true(xs != NULL && ys != NULL && xf != NULL && yf != NULL
+                && xc != NULL && yc != NULL);
+
+    dx = dev(x, sz);
+    dr = dev(r, sz);
+    dg = dev(g, (size_t) dim * sizeof(float));
+    dy = dev(NULL, sz);
+
+    memcpy(xc, x, sz);
+    cpu->ops->add(cpu, xc, r, (size_t) n * dim);
+    cpu->ops->rms_norm(cpu, yc, xc, g, n, dim, 1e-6f);
+
+    /* the two launches */
+    gpu->ops->add(gpu, dx, dr, (size_t) n * dim);
+    gpu->ops->rms_norm(gpu, dy, dx, dg, n, dim, 1e-6f);
+    get(xs, dx, sz);
+    get(ys, dy, sz);
+
+    /* the fused one */
+    assert_non_null(gpu->ops->add_rms_norm);
+    assert_int_equal(gpu->ops->upload(gpu, dx, x, sz), VLM_OK);
+    gpu->ops->add_rms_norm(gpu, dy, dx, dr, dg, n, dim, 1e-6f);
+    get(xf, dx, sz);
+    get(yf, dy, sz);
+
+    snprintf(what, sizeof(what), "add_rms_norm n=%d dim=%d", n, dim);
+    assert_memory_equal(xf, xs, sz);
+    assert_memory_equal(yf, ys, sz);
+    check(what, xf, xc, (size_t) n * dim, 1e-6);
+    check(what, yf, yc, (size_t) n * dim, 1e-5);
+
+    /* y over r, as Gemma 3's norm of the block's output then its add */
+    assert_int_equal(gpu->ops->upload(gpu, dx, x, sz), VLM_OK);
+    gpu->ops->add_rms_norm(gpu, dr, dx, dr, dg, n, dim, 1e-6f);
+    get(xf, dx, sz);
+    get(yf, dr, sz);
+    assert_memory_equal(xf, xs, sz);
+    assert_memory_equal(yf, ys, sz);
+
+    gpu->ops->release(gpu, dx);
+    gpu->ops->release(gpu, dr);
+    gpu->ops->release(gpu, dg);
+    gpu->ops->release(gpu, dy);
+    free(x);
+    free(r);
+    free(g);
+    free(xs);
+    free(ys);
+    free(xf);
+    free(yf);
+    free(xc);
+    free(yc);
+}
+
+
+static void
+test_add_rms_norm(void **state)
+{
+    require_gpu();
+
+    check_add_rms_norm(1, 1);
+    check_add_rms_norm(3, 7);
+    check_add_rms_norm(33, 128);
+    check_add_rms_norm(2, 1000);
+    check_add_rms_norm(5, 3584);
+    check_add_rms_norm(1, 4097);
+}
+
+
 /* rotary: the table (M-RoPE sections, 2D vision) and the rotation */
 
 static void
@@ -1166,12 +1257,51 @@ load_model(const char *name, const char *backend, size_t image_cache)
 }
 
 
+/* a fixture case's prompt and its images (up to 2) */
+static void
+load_case(const char *name, const char *ref_case, int n_images,
+    vlm_npy_t *ids, vlm_npy_t *grid, vlm_npy_t *pix, vlm_image_t *img)
+{
+    int   i;
+    char  file[64];
+
+    vlm_test_load_npy(ids, FIX, name, ref_case, "input_ids.npy");
+
+    if (n_images > 0) {
+        vlm_test_load_npy(grid, FIX, name, ref_case, "grid_thw.npy");
+    }
+
+    for (i = 0; i < n_images; i++) {
+        snprintf(file, sizeof(file), "pixel_values_%d.npy", i);
+        vlm_test_load_npy(&pix[i], FIX, name, ref_case, file);
+        img[i].pixels = pix[i].data;
+        img[i].grid_t = ((int32_t *) grid->data)[3 * i];
+        img[i].grid_h = ((int32_t *) grid->data)[3 * i + 1];
+        img[i].grid_w = ((int32_t *) grid->data)[3 * i + 2];
+    }
+}
+
+
+static void
+free_case(int n_images, vlm_npy_t *ids, vlm_npy_t *grid, vlm_npy_t *pix)
+{
+    int  i;
+
+    vlm_npy_free(ids);
+    if (n_images > 0) {
+        vlm_npy_free(grid);
+    }
+    for (i = 0; i < n_images; i++) {
+        vlm_npy_free(&pix[i]);
+    }
+}
+
+
 static void
 parity_case(vlm_model_t *mc, vlm_model_t *mg, const char *name,
     const char *ref_case, int n_images)
 {
     int                      i, k, V, n, diverged;
-    char                     file[64];
     double                   d, dref, tol;
     int32_t                  tc, tg;
     vlm_npy_t                ids, grid, pix[2], last;
@@ -1182,22 +1312,9 @@ parity_case(vlm_model_t *mc, vlm_model_t *mg, const char *name,
 
     V = vlm_model_info(mc)->vocab_size;
 
-    vlm_test_load_npy(&ids, FIX, name, ref_case, "input_ids.npy");
+    load_case(name, ref_case, n_images, &ids, &grid, pix, img);
     vlm_test_load_npy(&last, FIX, name, ref_case, "logits_last.npy");
     n = (int) ids.n;
-
-    if (n_images > 0) {
-        vlm_test_load_npy(&grid, FIX, name, ref_case, "grid_thw.npy");
-    }
-
-    for (i = 0; i < n_images; i++) {
-        snprintf(file, sizeof(file), "pixel_values_%d.npy", i);
-        vlm_test_load_npy(&pix[i], FIX, name, ref_case, file);
-        img[i].pixels = pix[i].data;
-        img[i].grid_t = ((int32_t *) grid.data)[3 * i];
-        img[i].grid_h = ((int32_t *) grid.data)[3 * i + 1];
-        img[i].grid_w = ((int32_t *) grid.data)[3 * i + 2];
-    }
 
     assert_int_equal(vlm_seq_init(mc, &sc, &err), VLM_OK);
     assert_int_equal(vlm_seq_init(mg, &sg, &err), VLM_OK);
@@ -1259,14 +1376,8 @@ parity_case(vlm_model_t *mc, vlm_model_t *mg, const char *name,
 
     vlm_seq_free(sc);
     vlm_seq_free(sg);
-    vlm_npy_free(&ids);
     vlm_npy_free(&last);
-    if (n_images > 0) {
-        vlm_npy_free(&grid);
-    }
-    for (i = 0; i < n_images; i++) {
-        vlm_npy_free(&pix[i]);
-    }
+    free_case(n_images, &ids, &grid, pix);
 }
 
 
@@ -1333,7 +1444,7 @@ fault_child(void)
     vlm_model_t  *m;
     vlm_error_t   err;
 
-    setenv("CUDAEMU_FAULT", "vlm_rms_norm_kernel:3", 1);
+    setenv("CUDAEMU_FAULT", "vlm_add_rms_norm_kernel:2", 1);
 
     m = load_model("qwen2vl-f32", "cuda", 0);
 
@@ -1393,6 +1504,100 @@ test_model_fault(void **state)
 
 
 /* a bf16 KV cache on both backends: the same rounding, the same logits */
+/*
+ * "cuda-unfused": the CUDA backend without add_rms_norm, so that the
+ * models add() then rms_norm() as before the fused op
+ */
+static vlm_backend_ops_t  unfused_ops;
+
+
+static vlm_status_t
+unfused_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
+    vlm_error_t *err)
+{
+    vlm_status_t  rc;
+
+    rc = vlm_backend_cuda_init(be, conf, err);
+    if (rc == VLM_OK) {
+        unfused_ops = *(*be)->ops;
+        unfused_ops.add_rms_norm = NULL;
+        (*be)->ops = &unfused_ops;
+    }
+
+    return rc;
+}
+
+
+/* the last logits of a prefill and of 4 greedy steps, fused and not */
+static void
+fused_case(const char *name, const char *ref_case, int n_images)
+{
+    int           k, V, n, step;
+    int32_t       t;
+    vlm_npy_t     ids, grid, pix[2];
+    vlm_seq_t    *sf, *su;
+    vlm_image_t   img[2];
+    vlm_error_t   err;
+    vlm_model_t  *mf, *mu;
+    const float  *lf, *lu;
+
+    mf = load_model(name, "cuda", 0);
+    mu = load_model(name, "cuda-unfused", 0);
+    V = vlm_model_info(mf)->vocab_size;
+
+    load_case(name, ref_case, n_images, &ids, &grid, pix, img);
+    n = (int) ids.n;
+
+    assert_int_equal(vlm_seq_init(mf, &sf, &err), VLM_OK);
+    assert_int_equal(vlm_seq_init(mu, &su, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(sf, ids.data, n, img, n_images, NULL,
+                                     &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(su, ids.data, n, img, n_images, NULL,
+                                     &err), VLM_OK);
+
+    for (step = 0; step < 5; step++) {
+        lf = vlm_seq_logits(sf);
+        lu = vlm_seq_logits(su);
+        if (memcmp(lf, lu, (size_t) V * sizeof(float)) != 0) {
+            fail_msg("%s/%s: step %d: the fused add and norm changed the "
+                     "logits (relative L2 %g)", name, ref_case, step,
+                     vlm_test_rel_l2(lf, lu, (size_t) V));
+        }
+
+        t = 0;
+        for (k = 1; k < V; k++) {
+            t = lf[k] > lf[t] ? k : t;
+        }
+
+        assert_int_equal(vlm_decode(mf, &sf, &t, 1, &err), VLM_OK);
+        assert_int_equal(vlm_decode(mu, &su, &t, 1, &err), VLM_OK);
+    }
+
+    vlm_seq_free(sf);
+    vlm_seq_free(su);
+    free_case(n_images, &ids, &grid, pix);
+
+    vlm_model_free(mf);
+    vlm_model_free(mu);
+}
+
+
+/*
+ * the decoders with the residual adds fused into their RMSNorms give the
+ * bits of add() then rms_norm(): Qwen2-VL's, Qwen3-VL's (its DeepStack
+ * layers keep their adds) and Gemma 3's (its norms around each block)
+ */
+static void
+test_model_fused_norm(void **state)
+{
+    require_gpu();
+
+    fused_case("qwen2vl-bf16", "text", 0);
+    fused_case("qwen3vl-f32", "image1", 1);
+    fused_case("../gemma3/gemma3-f32", "text", 0);
+}
+
+
 static void
 test_model_kv_bf16(void **state)
 {
@@ -1783,6 +1988,7 @@ main(int argc, char **argv)
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_norms),
+        cmocka_unit_test(test_add_rms_norm),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_act),
         cmocka_unit_test(test_embed_gather),
@@ -1794,6 +2000,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_upload_ring),
         cmocka_unit_test(test_model_image_cache),
         cmocka_unit_test(test_model_kv_bf16),
+        cmocka_unit_test(test_model_fused_norm),
 #ifdef VLM_CUDAEMU
         cmocka_unit_test(test_model_fault),
 #endif
@@ -1838,6 +2045,7 @@ main(int argc, char **argv)
     }
 
     vlm_backend_register("cuda", vlm_backend_cuda_init);
+    vlm_backend_register("cuda-unfused", unfused_init);
 
     if (argc >= 2 && strcmp(argv[1], "--bench") == 0) {
         rc = bench(argc >= 3 ? atoi(argv[2]) : 28);

@@ -440,6 +440,18 @@ vlm_cuda_rms_norm_op(vlm_backend_t *be, float *y, const float *x,
 
 
 static void
+vlm_cuda_add_rms_norm_op(vlm_backend_t *be, float *y, float *x,
+    const float *r, const float *g, int n, int dim, float eps)
+{
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    vlm_cuda_check(cu, vlm_cuda_add_rms_norm(cu->stream, y, x, r, g, n, dim,
+                                             eps),
+                   "add_rms_norm");
+}
+
+
+static void
 vlm_cuda_layer_norm_op(vlm_backend_t *be, float *y, const float *x,
     const float *g, const float *b, int n, int dim, float eps)
 {
@@ -1199,7 +1211,8 @@ static const vlm_backend_ops_t  vlm_cuda_ops = {
     vlm_cuda_failure,
     vlm_cuda_kv_store_seqs_op,
     vlm_cuda_mem_info,
-    1                           /* kv_range */
+    1,                          /* kv_range */
+    vlm_cuda_add_rms_norm_op
 };
 
 
