@@ -22,6 +22,11 @@
  *                                  28 by default): weight bytes per step
  *                                  over step time against the device's
  *                                  copy bandwidth
+ *   test_backend_ops --bench-attn [T]
+ *                                  the prefill attention of T tokens
+ *                                  (4,096 by default) on the 7B shapes,
+ *                                  the tensor-core kernels against the
+ *                                  f32 ones: ms and TFLOP/s
  */
 
 #define _GNU_SOURCE
@@ -1979,10 +1984,208 @@ bench(int n_layers)
 }
 
 
+/*
+ * --bench-attn [T]: the attention of a prefill of T tokens (4,096 by
+ * default) on Qwen2.5-VL-7B's decoder shape (28 query heads, 4 KV heads
+ * of 128, causal, one sequence over a bf16 paged cache) and of its
+ * vision tower's (16 heads of 80, one segment of T rows, not causal),
+ * the tensor-core kernels (bf16 set) against the f32 ones: ms a call
+ * and TFLOP/s (2 a multiply-add, the causal half only), and the two
+ * results' relative L2 (above VLM_ATTN_BF16_TOL fails)
+ */
+static double
+bench_attn_time(const vlm_attn_paged_t *pa, const vlm_attn_varlen_t *va,
+    int reps)
+{
+    int     i;
+    double  t0;
+
+    t0 = now_s();
+
+    for (i = 0; i <= reps; i++) {
+        if (i == 1) {
+            gpu->ops->synchronize(gpu);     /* the first one warms up */
+            t0 = now_s();
+        }
+
+        if (pa != NULL) {
+            gpu->ops->attention_paged(gpu, pa);
+        } else {
+            gpu->ops->attention_varlen(gpu, va);
+        }
+    }
+
+    gpu->ops->synchronize(gpu);
+
+    return (now_s() - t0) / reps;
+}
+
+
+static int
+bench_attn_pair(const char *what, vlm_attn_paged_t *pa,
+    vlm_attn_varlen_t *va, float *dout, size_t n, double flops)
+{
+    int     reps;
+    double  tw, ts, d;
+    float  *ow, *os;
+
+    ow = malloc(n * sizeof(float));
+    os = malloc(n * sizeof(float));
+    if (ow == NULL || os == NULL) {
+        printf("bench-attn: no host memory\n");
+        return 1;
+    }
+
+    reps = 3;
+
+    if (pa != NULL) {
+        pa->bf16 = 1;
+    } else {
+        va->bf16 = 1;
+    }
+
+    tw = bench_attn_time(pa, va, reps);
+    get(ow, dout, n * sizeof(float));
+
+    if (pa != NULL) {
+        pa->bf16 = 0;
+    } else {
+        va->bf16 = 0;
+    }
+
+    ts = bench_attn_time(pa, va, reps);
+    get(os, dout, n * sizeof(float));
+
+    d = vlm_test_rel_l2(ow, os, n);
+
+    printf("bench-attn: %s: wmma %.3f ms (%.1f TFLOP/s), scalar %.3f ms "
+           "(%.1f TFLOP/s), %.1f times; relative L2 between them %.2g\n",
+           what, tw * 1e3, flops / tw / 1e12, ts * 1e3, flops / ts / 1e12,
+           ts / tw, d);
+    printf("BENCH_ATTN_%s wmma_ms=%.3f wmma_tflops=%.2f scalar_ms=%.3f "
+           "scalar_tflops=%.2f speedup=%.1f rel_l2=%.2g\n",
+           pa != NULL ? "PREFILL" : "VISION", tw * 1e3, flops / tw / 1e12,
+           ts * 1e3, flops / ts / 1e12, ts / tw, d);
+
+    free(ow);
+    free(os);
+
+    return d > VLM_ATTN_BF16_TOL || isnan(d);
+}
+
+
+static int
+bench_attn(int T)
+{
+    int                 i, nh, nkv, hd, bs, nb, D, KV, vh, vd, rc;
+    char                what[96];
+    float              *q, *dq, *dout, *qkv, *dqkv;
+    void               *kc, *dkc, *dvc;
+    int32_t            *bt, *dbt, cu[2], *dcu;
+    double              flops;
+    vlm_attn_seq_t      sq;
+    vlm_attn_paged_t    pa;
+    vlm_attn_varlen_t   va;
+
+    nh = 28;
+    nkv = 4;
+    hd = 128;
+    bs = 16;
+    D = nh * hd;
+    KV = nkv * hd;
+    nb = (T + bs - 1) / bs;
+
+    q = vlm_test_rand_vec(&rng_state, (size_t) T * D);
+    kc = rand_kv(VLM_DTYPE_BF16, (size_t) nb * bs * KV);
+    bt = malloc((size_t) nb * sizeof(int32_t));
+    if (bt == NULL) {
+        printf("bench-attn: no host memory\n");
+        return 1;
+    }
+
+    for (i = 0; i < nb; i++) {
+        bt[i] = nb - 1 - i;         /* the blocks in reverse */
+    }
+
+    dq = dev(q, (size_t) T * D * sizeof(float));
+    dkc = dev(kc, (size_t) nb * bs * KV * sizeof(uint16_t));
+    dvc = dev(kc, (size_t) nb * bs * KV * sizeof(uint16_t));
+    dbt = dev(bt, (size_t) nb * sizeof(int32_t));
+    dout = dev(NULL, (size_t) T * D * sizeof(float));
+
+    memset(&sq, 0, sizeof(sq));
+    sq.out = dout;
+    sq.q = dq;
+    sq.block_table = dbt;
+    sq.n_q = T;
+    sq.kv_start = 0;
+
+    memset(&pa, 0, sizeof(pa));
+    pa.k_cache = dkc;
+    pa.v_cache = dvc;
+    pa.kv_dtype = VLM_DTYPE_BF16;
+    pa.block_size = bs;
+    pa.n_heads = nh;
+    pa.n_kv_heads = nkv;
+    pa.head_dim = hd;
+    pa.scale = 1.0f / sqrtf((float) hd);
+    pa.seqs = &sq;
+    pa.n_seqs = 1;
+
+    flops = 4.0 * hd * nh * ((double) T * (T + 1) / 2);
+    snprintf(what, sizeof(what), "prefill of %d tokens, %d/%d heads of %d, "
+             "causal, bf16 cache", T, nh, nkv, hd);
+    rc = bench_attn_pair(what, &pa, NULL, dout, (size_t) T * D, flops);
+
+    /* the vision tower's: q, k and v in one row */
+    vh = 16;
+    vd = 80;
+    qkv = vlm_test_rand_vec(&rng_state, (size_t) T * 3 * vh * vd);
+    dqkv = dev(qkv, (size_t) T * 3 * vh * vd * sizeof(float));
+    cu[0] = 0;
+    cu[1] = T;
+    dcu = dev(cu, sizeof(cu));
+
+    memset(&va, 0, sizeof(va));
+    va.out = dout;
+    va.q = dqkv;
+    va.k = dqkv + vh * vd;
+    va.v = dqkv + 2 * vh * vd;
+    va.q_stride = 3 * vh * vd;
+    va.kv_stride = 3 * vh * vd;
+    va.n_heads = vh;
+    va.n_kv_heads = vh;
+    va.head_dim = vd;
+    va.scale = 1.0f / sqrtf((float) vd);
+    va.cu_seqlens = dcu;
+    va.n_segments = 1;
+
+    flops = 4.0 * vd * vh * (double) T * T;
+    snprintf(what, sizeof(what), "vision tower, %d rows, %d heads of %d, "
+             "one segment", T, vh, vd);
+    rc |= bench_attn_pair(what, NULL, &va, dout, (size_t) T * vh * vd,
+                          flops);
+
+    gpu->ops->release(gpu, dq);
+    gpu->ops->release(gpu, dkc);
+    gpu->ops->release(gpu, dvc);
+    gpu->ops->release(gpu, dbt);
+    gpu->ops->release(gpu, dout);
+    gpu->ops->release(gpu, dqkv);
+    gpu->ops->release(gpu, dcu);
+    free(q);
+    free(kc);
+    free(bt);
+    free(qkv);
+
+    return rc;
+}
+
+
 int
 main(int argc, char **argv)
 {
-    int                 rc;
+    int                 rc, tokens;
     vlm_error_t         err;
     vlm_backend_conf_t  conf;
     const struct CMUnitTest  tests[] = {
@@ -2053,6 +2256,24 @@ main(int argc, char **argv)
         return rc;
     }
 
+    if (argc >= 2 && strcmp(argv[1], "--bench-attn") == 0) {
+        if (gpu == NULL) {
+            return 1;
+        }
+
+        tokens = argc >= 3 ? atoi(argv[2]) : 4096;
+        if (tokens < 1 || tokens > 65536) {
+            printf("test_backend_ops: --bench-attn takes 1 to 65536 "
+                   "tokens, not \"%s\"\n", argv[2]);
+            gpu->ops->free(gpu);
+            return 2;
+        }
+
+        rc = bench_attn(tokens);
+        gpu->ops->free(gpu);
+        return rc;
+    }
+
     if (vlm_backend_cpu_init(&cpu, &conf, &err) != VLM_OK) {
         printf("test_backend_ops: %s\n", err.msg);
         return 1;
@@ -2066,7 +2287,8 @@ main(int argc, char **argv)
         cmocka_set_test_filter("test_model_*");
 
     } else if (argc >= 2) {
-        printf("usage: test_backend_ops [--ops | --models | --bench [L]]\n");
+        printf("usage: test_backend_ops [--ops | --models | --bench [L] "
+               "| --bench-attn [T]]\n");
         return 2;
     }
 
