@@ -1916,6 +1916,7 @@ bench(int n_layers)
     pa.scale = 1.0f / sqrtf((float) hd);
     pa.seqs = &sq;
     pa.n_seqs = 1;
+    pa.bf16 = 1;                /* bf16 weights (decode: the f32 kernel) */
 
     steps = 50;
     t0 = 0.0;
