@@ -1113,8 +1113,9 @@ test_attention_varlen(void **state)
  * vision tower's segments (odd lengths, several a tile of 64 rows,
  * causal or not, a query range giving the whole call's bits) and the
  * decoder's prefill runs beside decode rows over a paged f32, bf16 or
- * f16 cache, causal or over key ranges; GQA groups of 1, 2 and 7, heads
- * of 64, 80 and 128; a head of 256 or 72 falls back to the f32 kernels.
+ * f16 cache, causal or over key ranges, and more sequences than a launch
+ * takes; GQA groups of 1, 2 and 7, heads of 64, 80 and 128; a head of
+ * 256 or 72 falls back to the f32 kernels.
  * Small shapes: the emulated tensor cores are slow
  */
 static void
@@ -1142,6 +1143,8 @@ test_attention_wmma(void **state)
     check_paged_as(VLM_DTYPE_F32, wm, 4, 7, 1, 64, 16, 37, 90);
     check_paged_as(VLM_DTYPE_BF16, wm, 3, 4, 2, 80, 8, 70, 50);
     check_paged_as(VLM_DTYPE_F16, wm, 2, 2, 2, 128, 16, 19, 40);
+    /* two launches' sequences, runs of 13 to 17: both kernels in each */
+    check_paged_as(VLM_DTYPE_BF16, wm, 40, 2, 1, 64, 8, 17, 20);
     check_paged_as(VLM_DTYPE_BF16, 2, 2, 4, 4, 256, 8, 17, 30);
 }
 
