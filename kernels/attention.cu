@@ -35,36 +35,6 @@
 #define VLM_ATTN_SPLIT_MIN  64      /* keys per split at least */
 
 
-typedef struct {
-    vlm_cuda_attn_seq_t  s[VLM_CUDA_ATTN_SEQS];
-    int                  row0[VLM_CUDA_ATTN_SEQS + 1];
-    int                  n_seqs;
-} vlm_attn_seqs_t;
-
-
-typedef struct {
-    const void     *k;          /* key j of the K/V head at k + row(j) * */
-    const void     *v;          /* stride + off, elements of type */
-    size_t          off;        /* the head's first element in a row */
-    int             type;       /* VLM_CUDA_KV_* */
-    int             stride;
-    const int32_t  *block_table;    /* paged: row(j) through the table */
-    int             block_size;
-} vlm_attn_keys_t;
-
-
-static __device__ __forceinline__ size_t
-vlm_attn_row(const vlm_attn_keys_t *kv, int j)
-{
-    if (kv->block_table == NULL) {
-        return (size_t) j;
-    }
-
-    return (size_t) kv->block_table[j / kv->block_size] * kv->block_size
-           + j % kv->block_size;
-}
-
-
 /*
  * The body: warp w has query qp[w] (NULL: idle), output op[w] and keys
  * [lo[w], hi[w]); every thread of the block calls it.  With split > 1,
@@ -245,11 +215,7 @@ vlm_attn_paged_kernel(const void *k_cache, const void *v_cache,
     vlm_attn_keys_t          kv;
     const vlm_cuda_attn_seq_t  *sq;
 
-    for (s = 0; s + 1 < seqs.n_seqs && seqs.row0[s + 1] <= (int) blockIdx.x;
-         s++)
-    {
-        /* void */
-    }
+    s = vlm_attn_seq_at(&seqs, (int) blockIdx.x);
 
     sq = &seqs.s[s];
     i = (int) blockIdx.x - seqs.row0[s];
@@ -313,11 +279,7 @@ vlm_attn_merge_kernel(const float *ws, int n_heads, int hd, int split,
     float                      *op;
     const vlm_cuda_attn_seq_t  *sq;
 
-    for (s = 0; s + 1 < seqs.n_seqs && seqs.row0[s + 1] <= (int) blockIdx.x;
-         s++)
-    {
-        /* void */
-    }
+    s = vlm_attn_seq_at(&seqs, (int) blockIdx.x);
 
     sq = &seqs.s[s];
     i = (int) blockIdx.x - seqs.row0[s];
@@ -383,7 +345,7 @@ vlm_attn_varlen_kernel(float *out, const float *q, const float *k,
 {
     VLM_DYNAMIC_SHARED(float, smem);
     __shared__ int           lims[2 * VLM_ATTN_WARPS];
-    int                      total, tiles, t, h, i, a, b, mid, lo, hi;
+    int                      total, tiles, t, h, i, a, lo, hi;
     int                      kvh, warp, end, first;
     const float             *qp;
     float                   *op;
@@ -413,18 +375,7 @@ vlm_attn_varlen_kernel(float *out, const float *q, const float *k,
         hi = 0;
 
         if (i < total) {
-            /* the segment of row i: the last s with cu_seqlens[s] <= i */
-            a = 0;
-            b = n_segments - 1;
-            while (a < b) {
-                mid = (a + b + 1) / 2;
-                if (cu_seqlens[mid] <= i) {
-                    a = mid;
-                } else {
-                    b = mid - 1;
-                }
-            }
-
+            a = vlm_attn_segment(cu_seqlens, n_segments, i);
             lo = cu_seqlens[a];
             hi = causal ? i + 1 : cu_seqlens[a + 1];
             qp = q + (size_t) i * q_stride + (size_t) h * hd;

@@ -52,6 +52,45 @@ vlm_rms_norm_kernel(float *y, const float *x, const float *g, int dim,
 
 
 /*
+ * the residual add fused into RMSNorm: x[n, dim] += r, then y = x *
+ * rsqrt(mean(x^2) + eps) * g[dim], with vlm_cuda_add's sums and
+ * vlm_rms_norm_kernel's (each thread the same elements in the same
+ * order), so the same bits as the two launches; y may be r, not x
+ * grid: n blocks (one row each); block: up to 256 threads striding over
+ * dim
+ */
+static __global__ void
+vlm_add_rms_norm_kernel(float *y, float *x, const float *r, const float *g,
+    int dim, float eps)
+{
+    __shared__ float  red[VLM_WARP];
+    int               k;
+    float             ss, v, s;
+    float            *xr, *yr;
+    const float      *rr;
+
+    xr = x + (size_t) blockIdx.x * dim;
+    rr = r + (size_t) blockIdx.x * dim;
+    yr = y + (size_t) blockIdx.x * dim;
+
+    ss = 0.0f;
+    for (k = threadIdx.x; k < dim; k += blockDim.x) {
+        v = xr[k] + rr[k];
+        xr[k] = v;
+        ss += v * v;
+    }
+
+    ss = vlm_block_sum(ss, red);
+    s = rsqrtf(ss / dim + eps);
+
+    /* the elements this thread wrote: no barrier needed */
+    for (k = threadIdx.x; k < dim; k += blockDim.x) {
+        yr[k] = xr[k] * s * g[k];
+    }
+}
+
+
+/*
  * y[n, dim] = (x - mean) * rsqrt(var + eps) * g[dim] + b[dim], the
  * variance from a second pass as on the CPU
  * grid: n blocks (one row each); block: up to 256 threads striding over
@@ -102,6 +141,21 @@ vlm_cuda_rms_norm(cudaStream_t s, float *y, const float *x, const float *g,
 
     VLM_LAUNCH(vlm_rms_norm_kernel, n, vlm_norm_threads(dim), 0, s, y, x, g,
         dim, eps);
+
+    return vlm_cuda_launched();
+}
+
+
+extern "C" cudaError_t
+vlm_cuda_add_rms_norm(cudaStream_t s, float *y, float *x, const float *r,
+    const float *g, int n, int dim, float eps)
+{
+    if (n <= 0 || dim <= 0 || y == x) {
+        return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
+    }
+
+    VLM_LAUNCH(vlm_add_rms_norm_kernel, n, vlm_norm_threads(dim), 0, s, y, x,
+        r, g, dim, eps);
 
     return vlm_cuda_launched();
 }

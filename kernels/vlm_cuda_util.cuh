@@ -75,6 +75,80 @@ vlm_kv_put(void *p, int type, size_t i, float v)
 }
 
 
+/*
+ * the keys of one K/V head for the attention kernels: key j at
+ * k + row(j) * stride + off (v the same), elements of type
+ */
+typedef struct {
+    const void     *k;          /* key j of the K/V head at k + row(j) * */
+    const void     *v;          /* stride + off, elements of type */
+    size_t          off;        /* the head's first element in a row */
+    int             type;       /* VLM_CUDA_KV_* */
+    int             stride;
+    const int32_t  *block_table;    /* paged: row(j) through the table */
+    int             block_size;
+} vlm_attn_keys_t;
+
+
+static __device__ __forceinline__ size_t
+vlm_attn_row(const vlm_attn_keys_t *kv, int j)
+{
+    if (kv->block_table == NULL) {
+        return (size_t) j;
+    }
+
+    return (size_t) kv->block_table[j / kv->block_size] * kv->block_size
+           + j % kv->block_size;
+}
+
+
+/*
+ * the sequences of a paged attention launch, passed by value: sequence s
+ * has the grid's x from row0[s] to row0[s + 1] (a query row a block, or
+ * a tile of them)
+ */
+typedef struct {
+    vlm_cuda_attn_seq_t  s[VLM_CUDA_ATTN_SEQS];
+    int                  row0[VLM_CUDA_ATTN_SEQS + 1];
+    int                  n_seqs;
+} vlm_attn_seqs_t;
+
+
+/* the sequence of grid x */
+static __device__ __forceinline__ int
+vlm_attn_seq_at(const vlm_attn_seqs_t *p, int x)
+{
+    int  s;
+
+    for (s = 0; s + 1 < p->n_seqs && p->row0[s + 1] <= x; s++) {
+        /* void */
+    }
+
+    return s;
+}
+
+
+/* the segment of row i: the last s with cu_seqlens[s] <= i */
+static __device__ __forceinline__ int
+vlm_attn_segment(const int32_t *cu_seqlens, int n_segments, int i)
+{
+    int  a, b, mid;
+
+    a = 0;
+    b = n_segments - 1;
+    while (a < b) {
+        mid = (a + b + 1) / 2;
+        if (cu_seqlens[mid] <= i) {
+            a = mid;
+        } else {
+            b = mid - 1;
+        }
+    }
+
+    return a;
+}
+
+
 static __device__ __forceinline__ float
 vlm_warp_sum(float v)
 {

@@ -42,6 +42,9 @@ extern "C" {
 /* norm.cu */
 cudaError_t vlm_cuda_rms_norm(cudaStream_t s, float *y, const float *x,
     const float *g, int n, int dim, float eps);
+/* x[n, dim] += r, then y = rms_norm(x) * g: one pass, the same sums */
+cudaError_t vlm_cuda_add_rms_norm(cudaStream_t s, float *y, float *x,
+    const float *r, const float *g, int n, int dim, float eps);
 cudaError_t vlm_cuda_layer_norm(cudaStream_t s, float *y, const float *x,
     const float *g, const float *b, int n, int dim, float eps);
 
@@ -131,6 +134,28 @@ cudaError_t vlm_cuda_attention_varlen(cudaStream_t s, float *out,
     const int32_t *cu_seqlens, int n_segments, int causal, int q_begin,
     int q_end, int max_blocks);
 
+
+/*
+ * attention_wmma.cu: the same two on the tensor cores (nvcuda::wmma,
+ * compute capability 8.0 and newer): q, k, v and the probabilities
+ * rounded to bf16 as they are staged, f32 sums, flash style; head_dim a
+ * multiple of 16 up to VLM_CUDA_WMMA_MAX_HEAD_DIM (..._wmma_fits).  The
+ * paged one is for prefill chunks (query tiles of 64 rows): decode rows
+ * take vlm_cuda_attention_paged
+ */
+#define VLM_CUDA_WMMA_MAX_HEAD_DIM  128
+#define VLM_CUDA_WMMA_MIN_Q         16  /* query rows worth a tile */
+
+int vlm_cuda_attention_wmma_fits(int head_dim);
+cudaError_t vlm_cuda_attention_paged_wmma(cudaStream_t s,
+    const void *k_cache, const void *v_cache, int kv_type, int block_size,
+    int n_heads, int n_kv_heads, int head_dim, float scale,
+    const vlm_cuda_attn_seq_t *seqs, int n_seqs);
+cudaError_t vlm_cuda_attention_varlen_wmma(cudaStream_t s, float *out,
+    const float *q, const float *k, const float *v, int q_stride,
+    int kv_stride, int n_heads, int n_kv_heads, int head_dim, float scale,
+    const int32_t *cu_seqlens, int n_segments, int causal, int q_begin,
+    int q_end, int max_blocks);
 
 #ifdef __cplusplus
 }

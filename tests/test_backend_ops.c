@@ -22,6 +22,11 @@
  *                                  28 by default): weight bytes per step
  *                                  over step time against the device's
  *                                  copy bandwidth
+ *   test_backend_ops --bench-attn [T]
+ *                                  the prefill attention of T tokens
+ *                                  (4,096 by default) on the 7B shapes,
+ *                                  the tensor-core kernels against the
+ *                                  f32 ones: ms and TFLOP/s
  */
 
 #define _GNU_SOURCE
@@ -49,6 +54,15 @@
 
 /* CUDA against CPU, last logits, relative L2: an f32 checkpoint */
 #define VLM_PARITY_F32  1e-5
+
+/*
+ * the tensor-core attention (bf16 q, k, v and probabilities, f32 sums)
+ * against the CPU's f32: relative L2 within VLM_ATTN_BF16_TOL, and
+ * further than VLM_ATTN_F32_TOL, which the f32 kernels meet (so a test
+ * that fell back to them fails)
+ */
+#define VLM_ATTN_F32_TOL   1e-5
+#define VLM_ATTN_BF16_TOL  5e-3
 
 
 static vlm_backend_t  *gpu;         /* NULL: no GPU, every test skips */
@@ -302,6 +316,97 @@ test_norms(void **state)
     check_norms(2, 1000);
     check_norms(5, 3584);
     check_norms(1, 4097);
+}
+
+
+/*
+ * the residual add fused into RMSNorm: x += r, y = rms_norm(x) * g in
+ * one launch; x and y the bits of add() then rms_norm() on the device,
+ * and the CPU's add() then rms_norm() within 1e-5; y over r as well
+ */
+static void
+check_add_rms_norm(int n, int dim)
+{
+    char    what[64];
+    float  *x, *r, *g, *xs, *ys, *xf, *yf, *xc, *yc, *dx, *dr, *dg, *dy;
+    size_t  sz;
+
+    sz = (size_t) n * dim * sizeof(float);
+    x = vlm_test_rand_vec(&rng_state, (size_t) n * dim);
+    r = vlm_test_rand_vec(&rng_state, (size_t) n * dim);
+    g = vlm_test_rand_vec(&rng_state, (size_t) dim);
+    xs = malloc(sz);
+    ys = malloc(sz);
+    xf = malloc(sz);
+    yf = malloc(sz);
+    xc = malloc(sz);
+    yc = malloc(sz);
+    assert_true(xs != NULL && ys != NULL && xf != NULL && yf != NULL
+                && xc != NULL && yc != NULL);
+
+    dx = dev(x, sz);
+    dr = dev(r, sz);
+    dg = dev(g, (size_t) dim * sizeof(float));
+    dy = dev(NULL, sz);
+
+    memcpy(xc, x, sz);
+    cpu->ops->add(cpu, xc, r, (size_t) n * dim);
+    cpu->ops->rms_norm(cpu, yc, xc, g, n, dim, 1e-6f);
+
+    /* the two launches */
+    gpu->ops->add(gpu, dx, dr, (size_t) n * dim);
+    gpu->ops->rms_norm(gpu, dy, dx, dg, n, dim, 1e-6f);
+    get(xs, dx, sz);
+    get(ys, dy, sz);
+
+    /* the fused one */
+    assert_non_null(gpu->ops->add_rms_norm);
+    assert_int_equal(gpu->ops->upload(gpu, dx, x, sz), VLM_OK);
+    gpu->ops->add_rms_norm(gpu, dy, dx, dr, dg, n, dim, 1e-6f);
+    get(xf, dx, sz);
+    get(yf, dy, sz);
+
+    snprintf(what, sizeof(what), "add_rms_norm n=%d dim=%d", n, dim);
+    assert_memory_equal(xf, xs, sz);
+    assert_memory_equal(yf, ys, sz);
+    check(what, xf, xc, (size_t) n * dim, 1e-6);
+    check(what, yf, yc, (size_t) n * dim, 1e-5);
+
+    /* y over r, as Gemma 3's norm of the block's output then its add */
+    assert_int_equal(gpu->ops->upload(gpu, dx, x, sz), VLM_OK);
+    gpu->ops->add_rms_norm(gpu, dr, dx, dr, dg, n, dim, 1e-6f);
+    get(xf, dx, sz);
+    get(yf, dr, sz);
+    assert_memory_equal(xf, xs, sz);
+    assert_memory_equal(yf, ys, sz);
+
+    gpu->ops->release(gpu, dx);
+    gpu->ops->release(gpu, dr);
+    gpu->ops->release(gpu, dg);
+    gpu->ops->release(gpu, dy);
+    free(x);
+    free(r);
+    free(g);
+    free(xs);
+    free(ys);
+    free(xf);
+    free(yf);
+    free(xc);
+    free(yc);
+}
+
+
+static void
+test_add_rms_norm(void **state)
+{
+    require_gpu();
+
+    check_add_rms_norm(1, 1);
+    check_add_rms_norm(3, 7);
+    check_add_rms_norm(33, 128);
+    check_add_rms_norm(2, 1000);
+    check_add_rms_norm(5, 3584);
+    check_add_rms_norm(1, 4097);
 }
 
 
@@ -578,6 +683,37 @@ test_argmax(void **state)
 }
 
 
+/*
+ * an attention's result against the CPU's f32: bf16 0, the f32 kernels
+ * (VLM_ATTN_F32_TOL); 1, the tensor-core ones (within VLM_ATTN_BF16_TOL
+ * but not VLM_ATTN_F32_TOL); 2, bf16 products asked for where the
+ * tensor-core kernels do not fit (the f32 ones')
+ */
+static void
+check_attn(const char *what, const float *got, const float *ref, size_t n,
+    int bf16)
+{
+    double  d;
+
+    if (bf16 != 1) {
+        check(what, got, ref, n, VLM_ATTN_F32_TOL);
+        return;
+    }
+
+    check(what, got, ref, n, VLM_ATTN_BF16_TOL);
+
+    d = vlm_test_rel_l2(got, ref, n);
+    if (d <= VLM_ATTN_F32_TOL) {
+        fail_msg("%s: relative L2 %g: the f32 kernels' (the tensor-core "
+                 "ones did not run)", what, d);
+    }
+
+    if (getenv("VLM_TEST_VERBOSE") != NULL) {
+        printf("%s: relative L2 %g\n", what, d);
+    }
+}
+
+
 /* n random values as elements of dt (F32, BF16 or F16), malloc'ed */
 static void *
 rand_kv(vlm_dtype_t dt, size_t n)
@@ -611,8 +747,8 @@ rand_kv(vlm_dtype_t dt, size_t n)
  * cache, whose elements are dt
  */
 static void
-check_paged_dt(vlm_dtype_t dt, int n_seqs, int n_heads, int n_kv_heads,
-    int head_dim, int block_size, int n_q_max, int kv_max)
+check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
+    int n_kv_heads, int head_dim, int block_size, int n_q_max, int kv_max)
 {
     int               s, i, b, n_blocks, kv_dim, D, rows, r, nb, used, j;
     char              what[96];
@@ -659,6 +795,10 @@ check_paged_dt(vlm_dtype_t dt, int n_seqs, int n_heads, int n_kv_heads,
     rows = 0;
     for (s = 0; s < n_seqs; s++) {
         sc[s].n_q = s % 3 == 2 ? 1 + s % n_q_max : 1;
+        if (bf16) {
+            /* prefill runs of odd lengths beside decode rows */
+            sc[s].n_q = s % 3 == 1 ? 1 : n_q_max - s % 5;
+        }
         /* the longest first, then a spread around block boundaries */
         sc[s].kv_start = s == 0 ? kv_max - 1
                                 : (s * 37 + block_size - 1) % kv_max;
@@ -746,6 +886,7 @@ check_paged_dt(vlm_dtype_t dt, int n_seqs, int n_heads, int n_kv_heads,
     pa.head_dim = head_dim;
     pa.scale = 1.0f / sqrtf((float) head_dim);
     pa.n_seqs = n_seqs;
+    pa.bf16 = bf16 != 0;
 
     pa.k_cache = kc;
     pa.v_cache = vc;
@@ -771,10 +912,10 @@ check_paged_dt(vlm_dtype_t dt, int n_seqs, int n_heads, int n_kv_heads,
         free(h);
     }
 
-    snprintf(what, sizeof(what), "attention_paged %s seqs=%d heads=%d/%d "
-             "hd=%d bs=%d", vlm_dtype_name(dt), n_seqs, n_heads, n_kv_heads,
-             head_dim, block_size);
-    check(what, out, ref, (size_t) rows * D, 1e-5);
+    snprintf(what, sizeof(what), "attention_paged %s%s seqs=%d heads=%d/%d "
+             "hd=%d bs=%d", vlm_dtype_name(dt), bf16 ? " bf16" : "", n_seqs,
+             n_heads, n_kv_heads, head_dim, block_size);
+    check_attn(what, out, ref, (size_t) rows * D, bf16);
 
     gpu->ops->release(gpu, dkc);
     gpu->ops->release(gpu, dvc);
@@ -793,6 +934,15 @@ check_paged_dt(vlm_dtype_t dt, int n_seqs, int n_heads, int n_kv_heads,
     free(v);
     free(ref);
     free(out);
+}
+
+
+static void
+check_paged_dt(vlm_dtype_t dt, int n_seqs, int n_heads, int n_kv_heads,
+    int head_dim, int block_size, int n_q_max, int kv_max)
+{
+    check_paged_as(dt, 0, n_seqs, n_heads, n_kv_heads, head_dim,
+                   block_size, n_q_max, kv_max);
 }
 
 
@@ -832,8 +982,8 @@ test_attention_paged(void **state)
 
 
 static void
-check_varlen(const int32_t *cu, int n_seg, int n_heads, int n_kv_heads,
-    int head_dim, int causal)
+check_varlen_as(const int32_t *cu, int n_seg, int n_heads, int n_kv_heads,
+    int head_dim, int causal, int bf16)
 {
     int                rows, D, kv_dim, q_stride, kv_stride;
     char               what[96];
@@ -882,14 +1032,15 @@ check_varlen(const int32_t *cu, int n_seg, int n_heads, int n_kv_heads,
     a.k = dqkv + D;
     a.v = dqkv + D + kv_dim;
     a.cu_seqlens = dcu;
+    a.bf16 = bf16 != 0;
     gpu->ops->attention_varlen(gpu, &a);
 
     get(out, dout, (size_t) rows * D * sizeof(float));
 
-    snprintf(what, sizeof(what), "attention_varlen rows=%d segs=%d "
-             "heads=%d/%d hd=%d causal=%d", rows, n_seg, n_heads, n_kv_heads,
-             head_dim, causal);
-    check(what, out, ref, (size_t) rows * D, 1e-5);
+    snprintf(what, sizeof(what), "attention_varlen%s rows=%d segs=%d "
+             "heads=%d/%d hd=%d causal=%d", bf16 ? " bf16" : "", rows, n_seg,
+             n_heads, n_kv_heads, head_dim, causal);
+    check_attn(what, out, ref, (size_t) rows * D, bf16);
 
     /*
      * the queries [rows / 3, 2 rows / 3 + 1) alone: the same bits in
@@ -929,6 +1080,14 @@ check_varlen(const int32_t *cu, int n_seg, int n_heads, int n_kv_heads,
 
 
 static void
+check_varlen(const int32_t *cu, int n_seg, int n_heads, int n_kv_heads,
+    int head_dim, int causal)
+{
+    check_varlen_as(cu, n_seg, n_heads, n_kv_heads, head_dim, causal, 0);
+}
+
+
+static void
 test_attention_varlen(void **state)
 {
     static const int32_t  one[] = { 0, 1 };
@@ -946,6 +1105,47 @@ test_attention_varlen(void **state)
     check_varlen(windows, 9, 16, 16, 80, 0);
     check_varlen(full, 1, 3, 3, 128, 0);
     check_varlen(segs, 5, 2, 2, 256, 0);
+}
+
+
+/*
+ * The tensor-core kernels (attention_wmma.cu), which bf16 asks for: the
+ * vision tower's segments (odd lengths, several a tile of 64 rows,
+ * causal or not, a query range giving the whole call's bits) and the
+ * decoder's prefill runs beside decode rows over a paged f32, bf16 or
+ * f16 cache, causal or over key ranges, and more sequences than a launch
+ * takes; GQA groups of 1, 2 and 7, heads of 64, 80 and 128; a head of
+ * 256 or 72 falls back to the f32 kernels.
+ * Small shapes: the emulated tensor cores are slow
+ */
+static void
+test_attention_wmma(void **state)
+{
+    static const int32_t  segs[] = { 0, 5, 21, 64, 65, 100 };
+    static const int32_t  two[] = { 0, 17, 50 };
+    static const int32_t  one[] = { 0, 33 };
+    int                   wm;
+    const char           *env;
+
+    require_gpu();
+
+    /* VLM_CUDA_ATTENTION=scalar: the f32 kernels, whatever bf16 says */
+    env = getenv("VLM_CUDA_ATTENTION");
+    wm = env != NULL && strcmp(env, "scalar") == 0 ? 2 : 1;
+
+    check_varlen_as(segs, 5, 4, 2, 80, 0, wm);
+    check_varlen_as(two, 2, 7, 1, 64, 1, wm);
+    check_varlen_as(one, 1, 2, 2, 128, 0, wm);
+    check_varlen_as(two, 2, 2, 1, 128, 1, wm);
+    check_varlen_as(one, 1, 2, 2, 256, 0, 2);
+    check_varlen_as(two, 2, 2, 2, 72, 1, 2);
+
+    check_paged_as(VLM_DTYPE_F32, wm, 4, 7, 1, 64, 16, 37, 90);
+    check_paged_as(VLM_DTYPE_BF16, wm, 3, 4, 2, 80, 8, 70, 50);
+    check_paged_as(VLM_DTYPE_F16, wm, 2, 2, 2, 128, 16, 19, 40);
+    /* two launches' sequences, runs of 13 to 17: both kernels in each */
+    check_paged_as(VLM_DTYPE_BF16, wm, 40, 2, 1, 64, 8, 17, 20);
+    check_paged_as(VLM_DTYPE_BF16, 2, 2, 4, 4, 256, 8, 17, 30);
 }
 
 
@@ -1065,12 +1265,51 @@ load_model(const char *name, const char *backend, size_t image_cache)
 }
 
 
+/* a fixture case's prompt and its images (up to 2) */
+static void
+load_case(const char *name, const char *ref_case, int n_images,
+    vlm_npy_t *ids, vlm_npy_t *grid, vlm_npy_t *pix, vlm_image_t *img)
+{
+    int   i;
+    char  file[64];
+
+    vlm_test_load_npy(ids, FIX, name, ref_case, "input_ids.npy");
+
+    if (n_images > 0) {
+        vlm_test_load_npy(grid, FIX, name, ref_case, "grid_thw.npy");
+    }
+
+    for (i = 0; i < n_images; i++) {
+        snprintf(file, sizeof(file), "pixel_values_%d.npy", i);
+        vlm_test_load_npy(&pix[i], FIX, name, ref_case, file);
+        img[i].pixels = pix[i].data;
+        img[i].grid_t = ((int32_t *) grid->data)[3 * i];
+        img[i].grid_h = ((int32_t *) grid->data)[3 * i + 1];
+        img[i].grid_w = ((int32_t *) grid->data)[3 * i + 2];
+    }
+}
+
+
+static void
+free_case(int n_images, vlm_npy_t *ids, vlm_npy_t *grid, vlm_npy_t *pix)
+{
+    int  i;
+
+    vlm_npy_free(ids);
+    if (n_images > 0) {
+        vlm_npy_free(grid);
+    }
+    for (i = 0; i < n_images; i++) {
+        vlm_npy_free(&pix[i]);
+    }
+}
+
+
 static void
 parity_case(vlm_model_t *mc, vlm_model_t *mg, const char *name,
     const char *ref_case, int n_images)
 {
     int                      i, k, V, n, diverged;
-    char                     file[64];
     double                   d, dref, tol;
     int32_t                  tc, tg;
     vlm_npy_t                ids, grid, pix[2], last;
@@ -1081,22 +1320,9 @@ parity_case(vlm_model_t *mc, vlm_model_t *mg, const char *name,
 
     V = vlm_model_info(mc)->vocab_size;
 
-    vlm_test_load_npy(&ids, FIX, name, ref_case, "input_ids.npy");
+    load_case(name, ref_case, n_images, &ids, &grid, pix, img);
     vlm_test_load_npy(&last, FIX, name, ref_case, "logits_last.npy");
     n = (int) ids.n;
-
-    if (n_images > 0) {
-        vlm_test_load_npy(&grid, FIX, name, ref_case, "grid_thw.npy");
-    }
-
-    for (i = 0; i < n_images; i++) {
-        snprintf(file, sizeof(file), "pixel_values_%d.npy", i);
-        vlm_test_load_npy(&pix[i], FIX, name, ref_case, file);
-        img[i].pixels = pix[i].data;
-        img[i].grid_t = ((int32_t *) grid.data)[3 * i];
-        img[i].grid_h = ((int32_t *) grid.data)[3 * i + 1];
-        img[i].grid_w = ((int32_t *) grid.data)[3 * i + 2];
-    }
 
     assert_int_equal(vlm_seq_init(mc, &sc, &err), VLM_OK);
     assert_int_equal(vlm_seq_init(mg, &sg, &err), VLM_OK);
@@ -1158,14 +1384,8 @@ parity_case(vlm_model_t *mc, vlm_model_t *mg, const char *name,
 
     vlm_seq_free(sc);
     vlm_seq_free(sg);
-    vlm_npy_free(&ids);
     vlm_npy_free(&last);
-    if (n_images > 0) {
-        vlm_npy_free(&grid);
-    }
-    for (i = 0; i < n_images; i++) {
-        vlm_npy_free(&pix[i]);
-    }
+    free_case(n_images, &ids, &grid, pix);
 }
 
 
@@ -1232,7 +1452,7 @@ fault_child(void)
     vlm_model_t  *m;
     vlm_error_t   err;
 
-    setenv("CUDAEMU_FAULT", "vlm_rms_norm_kernel:3", 1);
+    setenv("CUDAEMU_FAULT", "vlm_add_rms_norm_kernel:2", 1);
 
     m = load_model("qwen2vl-f32", "cuda", 0);
 
@@ -1292,6 +1512,100 @@ test_model_fault(void **state)
 
 
 /* a bf16 KV cache on both backends: the same rounding, the same logits */
+/*
+ * "cuda-unfused": the CUDA backend without add_rms_norm, so that the
+ * models add() then rms_norm() as before the fused op
+ */
+static vlm_backend_ops_t  unfused_ops;
+
+
+static vlm_status_t
+unfused_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
+    vlm_error_t *err)
+{
+    vlm_status_t  rc;
+
+    rc = vlm_backend_cuda_init(be, conf, err);
+    if (rc == VLM_OK) {
+        unfused_ops = *(*be)->ops;
+        unfused_ops.add_rms_norm = NULL;
+        (*be)->ops = &unfused_ops;
+    }
+
+    return rc;
+}
+
+
+/* the last logits of a prefill and of 4 greedy steps, fused and not */
+static void
+fused_case(const char *name, const char *ref_case, int n_images)
+{
+    int           k, V, n, step;
+    int32_t       t;
+    vlm_npy_t     ids, grid, pix[2];
+    vlm_seq_t    *sf, *su;
+    vlm_image_t   img[2];
+    vlm_error_t   err;
+    vlm_model_t  *mf, *mu;
+    const float  *lf, *lu;
+
+    mf = load_model(name, "cuda", 0);
+    mu = load_model(name, "cuda-unfused", 0);
+    V = vlm_model_info(mf)->vocab_size;
+
+    load_case(name, ref_case, n_images, &ids, &grid, pix, img);
+    n = (int) ids.n;
+
+    assert_int_equal(vlm_seq_init(mf, &sf, &err), VLM_OK);
+    assert_int_equal(vlm_seq_init(mu, &su, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(sf, ids.data, n, img, n_images, NULL,
+                                     &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(su, ids.data, n, img, n_images, NULL,
+                                     &err), VLM_OK);
+
+    for (step = 0; step < 5; step++) {
+        lf = vlm_seq_logits(sf);
+        lu = vlm_seq_logits(su);
+        if (memcmp(lf, lu, (size_t) V * sizeof(float)) != 0) {
+            fail_msg("%s/%s: step %d: the fused add and norm changed the "
+                     "logits (relative L2 %g)", name, ref_case, step,
+                     vlm_test_rel_l2(lf, lu, (size_t) V));
+        }
+
+        t = 0;
+        for (k = 1; k < V; k++) {
+            t = lf[k] > lf[t] ? k : t;
+        }
+
+        assert_int_equal(vlm_decode(mf, &sf, &t, 1, &err), VLM_OK);
+        assert_int_equal(vlm_decode(mu, &su, &t, 1, &err), VLM_OK);
+    }
+
+    vlm_seq_free(sf);
+    vlm_seq_free(su);
+    free_case(n_images, &ids, &grid, pix);
+
+    vlm_model_free(mf);
+    vlm_model_free(mu);
+}
+
+
+/*
+ * the decoders with the residual adds fused into their RMSNorms give the
+ * bits of add() then rms_norm(): Qwen2-VL's, Qwen3-VL's (its DeepStack
+ * layers keep their adds) and Gemma 3's (its norms around each block)
+ */
+static void
+test_model_fused_norm(void **state)
+{
+    require_gpu();
+
+    fused_case("qwen2vl-bf16", "text", 0);
+    fused_case("qwen3vl-f32", "image1", 1);
+    fused_case("../gemma3/gemma3-f32", "text", 0);
+}
+
+
 static void
 test_model_kv_bf16(void **state)
 {
@@ -1605,6 +1919,7 @@ bench(int n_layers)
     pa.scale = 1.0f / sqrtf((float) hd);
     pa.seqs = &sq;
     pa.n_seqs = 1;
+    pa.bf16 = 1;                /* bf16 weights (decode: the f32 kernel) */
 
     steps = 50;
     t0 = 0.0;
@@ -1673,25 +1988,226 @@ bench(int n_layers)
 }
 
 
+/*
+ * --bench-attn [T]: the attention of a prefill of T tokens (4,096 by
+ * default) on Qwen2.5-VL-7B's decoder shape (28 query heads, 4 KV heads
+ * of 128, causal, one sequence over a bf16 paged cache) and of its
+ * vision tower's (16 heads of 80, one segment of T rows, not causal),
+ * the tensor-core kernels (bf16 set) against the f32 ones: ms a call
+ * and TFLOP/s (2 a multiply-add, the causal half only), and the two
+ * results' relative L2 (above VLM_ATTN_BF16_TOL fails)
+ */
+static double
+bench_attn_time(const vlm_attn_paged_t *pa, const vlm_attn_varlen_t *va,
+    int reps)
+{
+    int     i;
+    double  t0;
+
+    t0 = now_s();
+
+    for (i = 0; i <= reps; i++) {
+        if (i == 1) {
+            gpu->ops->synchronize(gpu);     /* the first one warms up */
+            t0 = now_s();
+        }
+
+        if (pa != NULL) {
+            gpu->ops->attention_paged(gpu, pa);
+        } else {
+            gpu->ops->attention_varlen(gpu, va);
+        }
+    }
+
+    gpu->ops->synchronize(gpu);
+
+    return (now_s() - t0) / reps;
+}
+
+
+static int
+bench_attn_pair(const char *what, vlm_attn_paged_t *pa,
+    vlm_attn_varlen_t *va, float *dout, size_t n, double flops)
+{
+    int     reps;
+    double  tw, ts, d;
+    float  *ow, *os;
+
+    ow = malloc(n * sizeof(float));
+    os = malloc(n * sizeof(float));
+    if (ow == NULL || os == NULL) {
+        printf("bench-attn: no host memory\n");
+        return 1;
+    }
+
+    reps = 3;
+
+    if (pa != NULL) {
+        pa->bf16 = 1;
+    } else {
+        va->bf16 = 1;
+    }
+
+    tw = bench_attn_time(pa, va, reps);
+    get(ow, dout, n * sizeof(float));
+
+    if (pa != NULL) {
+        pa->bf16 = 0;
+    } else {
+        va->bf16 = 0;
+    }
+
+    ts = bench_attn_time(pa, va, reps);
+    get(os, dout, n * sizeof(float));
+
+    d = vlm_test_rel_l2(ow, os, n);
+
+    printf("bench-attn: %s: wmma %.3f ms (%.1f TFLOP/s), scalar %.3f ms "
+           "(%.1f TFLOP/s), %.1f times; relative L2 between them %.2g\n",
+           what, tw * 1e3, flops / tw / 1e12, ts * 1e3, flops / ts / 1e12,
+           ts / tw, d);
+    printf("BENCH_ATTN_%s wmma_ms=%.3f wmma_tflops=%.2f scalar_ms=%.3f "
+           "scalar_tflops=%.2f speedup=%.1f rel_l2=%.2g\n",
+           pa != NULL ? "PREFILL" : "VISION", tw * 1e3, flops / tw / 1e12,
+           ts * 1e3, flops / ts / 1e12, ts / tw, d);
+
+    free(ow);
+    free(os);
+
+    return d > VLM_ATTN_BF16_TOL || isnan(d);
+}
+
+
+static int
+bench_attn(int T)
+{
+    int                 i, nh, nkv, hd, bs, nb, D, KV, vh, vd, rc;
+    char                what[96];
+    float              *q, *dq, *dout, *qkv, *dqkv;
+    void               *kc, *dkc, *dvc;
+    int32_t            *bt, *dbt, cu[2], *dcu;
+    double              flops;
+    vlm_attn_seq_t      sq;
+    vlm_attn_paged_t    pa;
+    vlm_attn_varlen_t   va;
+
+    nh = 28;
+    nkv = 4;
+    hd = 128;
+    bs = 16;
+    D = nh * hd;
+    KV = nkv * hd;
+    nb = (T + bs - 1) / bs;
+
+    q = vlm_test_rand_vec(&rng_state, (size_t) T * D);
+    kc = rand_kv(VLM_DTYPE_BF16, (size_t) nb * bs * KV);
+    bt = malloc((size_t) nb * sizeof(int32_t));
+    if (bt == NULL) {
+        printf("bench-attn: no host memory\n");
+        return 1;
+    }
+
+    for (i = 0; i < nb; i++) {
+        bt[i] = nb - 1 - i;         /* the blocks in reverse */
+    }
+
+    dq = dev(q, (size_t) T * D * sizeof(float));
+    dkc = dev(kc, (size_t) nb * bs * KV * sizeof(uint16_t));
+    dvc = dev(kc, (size_t) nb * bs * KV * sizeof(uint16_t));
+    dbt = dev(bt, (size_t) nb * sizeof(int32_t));
+    dout = dev(NULL, (size_t) T * D * sizeof(float));
+
+    memset(&sq, 0, sizeof(sq));
+    sq.out = dout;
+    sq.q = dq;
+    sq.block_table = dbt;
+    sq.n_q = T;
+    sq.kv_start = 0;
+
+    memset(&pa, 0, sizeof(pa));
+    pa.k_cache = dkc;
+    pa.v_cache = dvc;
+    pa.kv_dtype = VLM_DTYPE_BF16;
+    pa.block_size = bs;
+    pa.n_heads = nh;
+    pa.n_kv_heads = nkv;
+    pa.head_dim = hd;
+    pa.scale = 1.0f / sqrtf((float) hd);
+    pa.seqs = &sq;
+    pa.n_seqs = 1;
+
+    flops = 4.0 * hd * nh * ((double) T * (T + 1) / 2);
+    snprintf(what, sizeof(what), "prefill of %d tokens, %d/%d heads of %d, "
+             "causal, bf16 cache", T, nh, nkv, hd);
+    rc = bench_attn_pair(what, &pa, NULL, dout, (size_t) T * D, flops);
+
+    /* the vision tower's: q, k and v in one row */
+    vh = 16;
+    vd = 80;
+    qkv = vlm_test_rand_vec(&rng_state, (size_t) T * 3 * vh * vd);
+    dqkv = dev(qkv, (size_t) T * 3 * vh * vd * sizeof(float));
+    cu[0] = 0;
+    cu[1] = T;
+    dcu = dev(cu, sizeof(cu));
+
+    memset(&va, 0, sizeof(va));
+    va.out = dout;
+    va.q = dqkv;
+    va.k = dqkv + vh * vd;
+    va.v = dqkv + 2 * vh * vd;
+    va.q_stride = 3 * vh * vd;
+    va.kv_stride = 3 * vh * vd;
+    va.n_heads = vh;
+    va.n_kv_heads = vh;
+    va.head_dim = vd;
+    va.scale = 1.0f / sqrtf((float) vd);
+    va.cu_seqlens = dcu;
+    va.n_segments = 1;
+
+    flops = 4.0 * vd * vh * (double) T * T;
+    snprintf(what, sizeof(what), "vision tower, %d rows, %d heads of %d, "
+             "one segment", T, vh, vd);
+    rc |= bench_attn_pair(what, NULL, &va, dout, (size_t) T * vh * vd,
+                          flops);
+
+    gpu->ops->release(gpu, dq);
+    gpu->ops->release(gpu, dkc);
+    gpu->ops->release(gpu, dvc);
+    gpu->ops->release(gpu, dbt);
+    gpu->ops->release(gpu, dout);
+    gpu->ops->release(gpu, dqkv);
+    gpu->ops->release(gpu, dcu);
+    free(q);
+    free(kc);
+    free(bt);
+    free(qkv);
+
+    return rc;
+}
+
+
 int
 main(int argc, char **argv)
 {
-    int                 rc;
+    int                 rc, tokens;
     vlm_error_t         err;
     vlm_backend_conf_t  conf;
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_norms),
+        cmocka_unit_test(test_add_rms_norm),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_act),
         cmocka_unit_test(test_embed_gather),
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_attention_paged),
         cmocka_unit_test(test_attention_varlen),
+        cmocka_unit_test(test_attention_wmma),
         cmocka_unit_test(test_pool_idle),
         cmocka_unit_test(test_upload_ring),
         cmocka_unit_test(test_model_image_cache),
         cmocka_unit_test(test_model_kv_bf16),
+        cmocka_unit_test(test_model_fused_norm),
 #ifdef VLM_CUDAEMU
         cmocka_unit_test(test_model_fault),
 #endif
@@ -1736,9 +2252,28 @@ main(int argc, char **argv)
     }
 
     vlm_backend_register("cuda", vlm_backend_cuda_init);
+    vlm_backend_register("cuda-unfused", unfused_init);
 
     if (argc >= 2 && strcmp(argv[1], "--bench") == 0) {
         rc = bench(argc >= 3 ? atoi(argv[2]) : 28);
+        gpu->ops->free(gpu);
+        return rc;
+    }
+
+    if (argc >= 2 && strcmp(argv[1], "--bench-attn") == 0) {
+        if (gpu == NULL) {
+            return 1;
+        }
+
+        tokens = argc >= 3 ? atoi(argv[2]) : 4096;
+        if (tokens < 1 || tokens > 65536) {
+            printf("test_backend_ops: --bench-attn takes 1 to 65536 "
+                   "tokens, not \"%s\"\n", argv[2]);
+            gpu->ops->free(gpu);
+            return 2;
+        }
+
+        rc = bench_attn(tokens);
         gpu->ops->free(gpu);
         return rc;
     }
@@ -1756,7 +2291,8 @@ main(int argc, char **argv)
         cmocka_set_test_filter("test_model_*");
 
     } else if (argc >= 2) {
-        printf("usage: test_backend_ops [--ops | --models | --bench [L]]\n");
+        printf("usage: test_backend_ops [--ops | --models | --bench [L] "
+               "| --bench-attn [T]]\n");
         return 2;
     }
 

@@ -174,6 +174,11 @@ typedef struct {
     float           scale;
     const vlm_attn_seq_t  *seqs;
     int             n_seqs;
+    /*
+     * the products may round q, k, v and the probabilities to bf16 (a
+     * 16-bit checkpoint's decoder), as vlm_attn_varlen_t.bf16
+     */
+    int             bf16;
 } vlm_attn_paged_t;
 
 
@@ -298,6 +303,14 @@ typedef struct {
 
     /* attention_paged() reads vlm_attn_seq_t.kv_range (0: ignores it) */
     int   attn_kv_range;
+
+    /*
+     * the residual add and the RMSNorm after it in one pass: x[n, dim] +=
+     * r, then y = rms_norm(x) * g (y is neither x nor r), the same sums as
+     * add() then rms_norm(); NULL: the two ops
+     */
+    void  (*add_rms_norm)(vlm_backend_t *be, float *y, float *x,
+        const float *r, const float *g, int n, int dim, float eps);
 } vlm_backend_ops_t;
 
 

@@ -402,7 +402,8 @@ static const vlm_backend_ops_t  vlm_cpu_ops = {
     NULL,                       /* its ops do not fail */
     NULL,                       /* kv_store a sequence: no launches */
     NULL,                       /* host memory */
-    1                           /* kv_range */
+    1,                          /* kv_range */
+    NULL                        /* add, then rms_norm: no launches */
 };
 
 

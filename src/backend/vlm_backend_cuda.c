@@ -53,6 +53,7 @@ typedef struct {
     vlm_backend_t       be;
     int                 device;
     int                 n_sms;
+    int                 attn_wmma;  /* the tensor-core attention */
     cudaStream_t        stream;
     cublasHandle_t      cublas;
     int                 cublas_ok;
@@ -439,6 +440,18 @@ vlm_cuda_rms_norm_op(vlm_backend_t *be, float *y, const float *x,
 
 
 static void
+vlm_cuda_add_rms_norm_op(vlm_backend_t *be, float *y, float *x,
+    const float *r, const float *g, int n, int dim, float eps)
+{
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    vlm_cuda_check(cu, vlm_cuda_add_rms_norm(cu->stream, y, x, r, g, n, dim,
+                                             eps),
+                   "add_rms_norm");
+}
+
+
+static void
 vlm_cuda_layer_norm_op(vlm_backend_t *be, float *y, const float *x,
     const float *g, const float *b, int n, int dim, float eps)
 {
@@ -540,6 +553,27 @@ vlm_cuda_attention_varlen_op(vlm_backend_t *be, const vlm_attn_varlen_t *a)
 {
     vlm_cuda_t  *cu = (vlm_cuda_t *) be;
 
+    if (cu->attn_wmma && a->bf16
+        && vlm_cuda_attention_wmma_fits(a->head_dim))
+    {
+        vlm_cuda_check(cu, vlm_cuda_attention_varlen_wmma(cu->stream, a->out,
+                                                          a->q, a->k, a->v,
+                                                          a->q_stride,
+                                                          a->kv_stride,
+                                                          a->n_heads,
+                                                          a->n_kv_heads,
+                                                          a->head_dim,
+                                                          a->scale,
+                                                          a->cu_seqlens,
+                                                          a->n_segments,
+                                                          a->causal,
+                                                          a->q_begin,
+                                                          a->q_end,
+                                                          cu->n_sms * 8),
+                       "attention_varlen");
+        return;
+    }
+
     vlm_cuda_check(cu, vlm_cuda_attention_varlen(cu->stream, a->out, a->q,
                                                  a->k, a->v, a->q_stride,
                                                  a->kv_stride, a->n_heads,
@@ -603,21 +637,47 @@ vlm_cuda_kv_store_seqs_op(vlm_backend_t *be, void *k_cache, void *v_cache,
 static void
 vlm_cuda_attention_paged_op(vlm_backend_t *be, const vlm_attn_paged_t *a)
 {
-    int                   s, i, n;
+    int                   s, i, n, nt, wmma;
     vlm_cuda_t           *cu = (vlm_cuda_t *) be;
-    vlm_cuda_attn_seq_t   seqs[VLM_CUDA_ATTN_SEQS];
+    vlm_cuda_attn_seq_t   seqs[VLM_CUDA_ATTN_SEQS], tc[VLM_CUDA_ATTN_SEQS];
 
-    /* the sequences travel with the launch, VLM_CUDA_ATTN_SEQS at a time */
-    for (s = 0; s < a->n_seqs; s += n) {
-        n = vlm_min(VLM_CUDA_ATTN_SEQS, a->n_seqs - s);
+    wmma = cu->attn_wmma && a->bf16
+           && vlm_cuda_attention_wmma_fits(a->head_dim);
 
-        for (i = 0; i < n; i++) {
-            seqs[i].out = a->seqs[s + i].out;
-            seqs[i].q = a->seqs[s + i].q;
-            seqs[i].block_table = a->seqs[s + i].block_table;
-            seqs[i].n_q = a->seqs[s + i].n_q;
-            seqs[i].kv_start = a->seqs[s + i].kv_start;
-            seqs[i].kv_range = a->seqs[s + i].kv_range;
+    /*
+     * the sequences travel with the launch, VLM_CUDA_ATTN_SEQS at a time;
+     * with the tensor-core kernel, the runs of VLM_CUDA_WMMA_MIN_Q queries
+     * or more go to it, decode rows and short runs to the scalar one
+     */
+    for (s = 0; s < a->n_seqs; s += VLM_CUDA_ATTN_SEQS) {
+        n = 0;
+        nt = 0;
+
+        for (i = s; i < vlm_min(a->n_seqs, s + VLM_CUDA_ATTN_SEQS); i++) {
+            vlm_cuda_attn_seq_t  *d;
+
+            d = wmma && a->seqs[i].n_q >= VLM_CUDA_WMMA_MIN_Q
+                ? &tc[nt++] : &seqs[n++];
+
+            d->out = a->seqs[i].out;
+            d->q = a->seqs[i].q;
+            d->block_table = a->seqs[i].block_table;
+            d->n_q = a->seqs[i].n_q;
+            d->kv_start = a->seqs[i].kv_start;
+            d->kv_range = a->seqs[i].kv_range;
+        }
+
+        if (nt > 0) {
+            vlm_cuda_check(cu, vlm_cuda_attention_paged_wmma(cu->stream,
+                                   a->k_cache, a->v_cache,
+                                   vlm_cuda_kv_type(a->kv_dtype),
+                                   a->block_size, a->n_heads, a->n_kv_heads,
+                                   a->head_dim, a->scale, tc, nt),
+                           "attention_paged");
+        }
+
+        if (n == 0) {
+            continue;
         }
 
         vlm_cuda_check(cu, vlm_cuda_attention_paged(cu->stream, a->k_cache,
@@ -1151,7 +1211,8 @@ static const vlm_backend_ops_t  vlm_cuda_ops = {
     vlm_cuda_failure,
     vlm_cuda_kv_store_seqs_op,
     vlm_cuda_mem_info,
-    1                           /* kv_range */
+    1,                          /* kv_range */
+    vlm_cuda_add_rms_norm_op
 };
 
 
@@ -1235,6 +1296,7 @@ vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
 {
     int                    i, n_dev;
     size_t                 free_b, total_b, fixed;
+    const char            *env;
     vlm_cuda_t            *cu;
     cudaError_t            e;
     vlm_status_t           rc;
@@ -1273,6 +1335,23 @@ vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     }
 
     cu->n_sms = prop.multiProcessorCount;
+
+    /*
+     * the tensor-core attention from compute capability 8.0 (bf16 WMMA),
+     * unless VLM_CUDA_ATTENTION=scalar asks for the f32 kernels
+     */
+    env = getenv("VLM_CUDA_ATTENTION");
+    if (env != NULL && strcmp(env, "scalar") != 0
+        && strcmp(env, "wmma") != 0)
+    {
+        vlm_cuda_free(&cu->be);
+        return vlm_error_set(err, VLM_ERR_INVALID, "cuda backend: "
+                             "VLM_CUDA_ATTENTION is \"%s\", not \"wmma\" "
+                             "or \"scalar\"", env);
+    }
+
+    cu->attn_wmma = prop.major >= 8
+                    && (env == NULL || strcmp(env, "scalar") != 0);
 
     cu->pool_size = conf->device_bytes != 0 ? conf->device_bytes
                                             : free_b / 10 * 9;

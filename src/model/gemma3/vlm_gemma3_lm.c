@@ -405,7 +405,14 @@ vlm_gemma3_lm_forward(vlm_model_t *m, const vlm_batch_t *b,
         sin = tc->sliding[l] ? g->sin_l : ws->sin;
         range = tc->sliding[l] ? g->range_slide : g->range_full;
 
-        op->rms_norm(be, ws->h, ws->x, L->ln1, T, H, eps);
+        if (l > 0) {
+            /* the last layer's MLP added to the residual here */
+            vlm_lm_add_norm(be, ws->h, ws->x, ws->o, L->ln1, T, H, eps);
+
+        } else {
+            op->rms_norm(be, ws->h, ws->x, L->ln1, T, H, eps);
+        }
+
         op->matmul(be, ws->q, ws->h, &L->wq, NULL, T);
         op->matmul(be, ws->k, ws->h, &L->wk, NULL, T);
         op->matmul(be, ws->v, ws->h, &L->wv, NULL, T);
@@ -437,9 +444,7 @@ vlm_gemma3_lm_forward(vlm_model_t *m, const vlm_batch_t *b,
         }
 
         op->rms_norm(be, ws->o, ws->o, L->ln2, T, H, eps);
-        op->add(be, ws->x, ws->o, (size_t) T * H);
-
-        op->rms_norm(be, ws->h, ws->x, g->pre_ff[l], T, H, eps);
+        vlm_lm_add_norm(be, ws->h, ws->x, ws->o, g->pre_ff[l], T, H, eps);
         op->matmul(be, ws->gate, ws->h, &L->w_gate, NULL, T);
         op->matmul(be, ws->up, ws->h, &L->w_up, NULL, T);
         op->gated_act(be, ws->gate, ws->gate, ws->up, T, I, tc->act);
@@ -451,7 +456,10 @@ vlm_gemma3_lm_forward(vlm_model_t *m, const vlm_batch_t *b,
         }
 
         op->rms_norm(be, ws->o, ws->o, g->post_ff[l], T, H, eps);
-        op->add(be, ws->x, ws->o, (size_t) T * H);
+
+        if (l + 1 == tc->n_layers) {
+            op->add(be, ws->x, ws->o, (size_t) T * H);
+        }
     }
 
     if (b->n_logits > 0) {

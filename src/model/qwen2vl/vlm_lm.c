@@ -515,6 +515,8 @@ vlm_lm_attn_setup(vlm_model_t *m, const vlm_batch_t *b,
     pa->head_dim = m->cfg.text.head_dim;
     pa->seqs = m->attn_seqs;
     pa->n_seqs = b->n_segs;
+    pa->bf16 = m->lm.layers[0].wq.dtype == VLM_DTYPE_BF16
+               || m->lm.layers[0].wq.dtype == VLM_DTYPE_F16;
 
     for (s = 0; s < b->n_segs; s++) {
         sg = &b->segs[s];
@@ -568,6 +570,23 @@ vlm_lm_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l)
 }
 
 
+/* x += r, then h = rms_norm(x) * g: one op where the backend has it */
+void
+vlm_lm_add_norm(vlm_backend_t *be, float *h, float *x, const float *r,
+    const float *g, int n, int dim, float eps)
+{
+    const vlm_backend_ops_t  *op = be->ops;
+
+    if (op->add_rms_norm != NULL) {
+        op->add_rms_norm(be, h, x, r, g, n, dim, eps);
+        return;
+    }
+
+    op->add(be, x, r, (size_t) n * dim);
+    op->rms_norm(be, h, x, g, n, dim, eps);
+}
+
+
 vlm_status_t
 vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
 {
@@ -607,7 +626,14 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
     for (l = 0; l < tc->n_layers; l++) {
         L = &m->lm.layers[l];
 
-        op->rms_norm(be, ws->h, ws->x, L->ln1, T, H, eps);
+        if (l > 0 && l >= m->feature_levels) {
+            /* the last layer's MLP added to the residual here */
+            vlm_lm_add_norm(be, ws->h, ws->x, ws->o, L->ln1, T, H, eps);
+
+        } else {
+            op->rms_norm(be, ws->h, ws->x, L->ln1, T, H, eps);
+        }
+
         op->matmul(be, ws->q, ws->h, &L->wq, L->bq, T);
         op->matmul(be, ws->k, ws->h, &L->wk, L->bk, T);
         op->matmul(be, ws->v, ws->h, &L->wv, L->bv, T);
@@ -634,9 +660,7 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
             return rc;
         }
 
-        op->add(be, ws->x, ws->o, (size_t) T * H);
-
-        op->rms_norm(be, ws->h, ws->x, L->ln2, T, H, eps);
+        vlm_lm_add_norm(be, ws->h, ws->x, ws->o, L->ln2, T, H, eps);
         op->matmul(be, ws->gate, ws->h, &L->w_gate, NULL, T);
         op->matmul(be, ws->up, ws->h, &L->w_up, NULL, T);
         op->gated_act(be, ws->gate, ws->gate, ws->up, T, I, tc->act);
@@ -645,6 +669,10 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
         rc = vlm_model_all_reduce(m, ws->o, (size_t) T * H, err);
         if (rc != VLM_OK) {
             return rc;
+        }
+
+        if (l + 1 < tc->n_layers && l + 1 >= m->feature_levels) {
+            continue;       /* added by the next layer's first norm */
         }
 
         op->add(be, ws->x, ws->o, (size_t) T * H);

@@ -53,6 +53,8 @@ void vlm_lm_attn_setup(vlm_model_t *m, const vlm_batch_t *b,
     vlm_attn_paged_t *pa);
 /* the step's K and V rows (ws.k, ws.v) into layer l of the cache */
 void vlm_lm_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l);
+void vlm_lm_add_norm(vlm_backend_t *be, float *h, float *x, const float *r,
+    const float *g, int n, int dim, float eps);
 /* the final norm (lm.norm) and the head of the rows b asks for */
 vlm_status_t vlm_lm_logits(vlm_model_t *m, const vlm_batch_t *b,
     vlm_error_t *err);
