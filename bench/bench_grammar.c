@@ -3,7 +3,9 @@
  * vocabulary (build time, nodes), then the per-token mask along random
  * documents of a few grammars, JSON schemas and GBNF grammars (each
  * token drawn among the allowed ones, so strings run long: the mask's
- * worst case, most of the vocabulary stays allowed).  With --model (a
+ * worst case, most of the vocabulary stays allowed), each document a
+ * request of max_tokens --tokens + 64, its budget counted from there
+ * again at each new document.  With --model (a
  * bench_checkpoint directory), decode steps of that model are timed
  * interleaved with the masks and the mask is printed as a share of a
  * step.  Each grammar's compile time (the median of 21) and its masks'
@@ -195,6 +197,7 @@ main(int argc, char **argv)
 {
     int                  i, k, vocab, threads, n_tokens, pick, id, s, c;
     int                  measured, pass, gbnf, n_all, n_slow;
+    int                  max_tokens, n_gen;
     int32_t              eos, tok;
     size_t               n, len, *lens;
     double               t0, c0, t_trie, t_mask, t_max, t_dec, t_all;
@@ -331,6 +334,14 @@ main(int argc, char **argv)
             + bench_corpus(corpus, texts + BENCH_BUILTIN,
                            names + BENCH_BUILTIN);
 
+    /*
+     * Each document is a request of its own with max_tokens of the run's
+     * tokens and 64 more: the budget is that less the document's tokens
+     * so far, from max_tokens again at each new document (the bench
+     * draws documents back to back until its tokens are spent).
+     */
+    max_tokens = n_tokens + 64;
+
     t_all = 0.0;
     k = 0;
     measured = 0;
@@ -382,14 +393,15 @@ main(int argc, char **argv)
 
         vlm_matcher_reset(m, &g);
         n_doc = 0;
+        n_gen = 0;
         t_mask = 0.0;
         t_max = 0.0;
 
         for (i = 0; i < n_tokens; i++) {
             c0 = bench_cpu_now();
             t0 = bench_now();
-            n = vlm_matcher_mask(m, (uint32_t) (n_tokens - i + 64), &eos, 1,
-                                 &mask);
+            n = vlm_matcher_mask(m, (uint32_t) (max_tokens - n_gen), &eos,
+                                 1, &mask);
             t0 = bench_now() - t0;
             t_cpu[i] = bench_cpu_now() - c0;
 
@@ -424,10 +436,14 @@ main(int argc, char **argv)
             }
 
             if (id == eos || id == vocab) {
+                /* a new request: its own budget again */
                 n_doc = 0;
+                n_gen = 0;
                 vlm_matcher_reset(m, &g);
                 continue;
             }
+
+            n_gen++;
 
             b = vlm_tokenizer_token_bytes(tk, id, &len);
 

@@ -107,7 +107,8 @@ typedef struct {
  * nearly the whole vocabulary (11 ms to make, 0.1 to 0.6 ms a walk).
  * Near the budget, where text keeps the state, the text tokens but those
  * whose cut last character needs too many bytes; where it does not, the
- * class trie still.  Found once for each state, kept in the trie.
+ * text tokens by the state each ends in (vlm_gnear_t).  Found once for
+ * each state, kept in the trie.
  */
 #define VLM_G_TOTALS        256
 
@@ -125,11 +126,41 @@ typedef struct {
 } vlm_gtotal_t;
 
 
+/*
+ * Near the budget, in such a state that text does not keep (before the
+ * word of an unanchored "ok" is complete), the text tokens are told apart
+ * by the distance to a match of the state each ends in: each token of
+ * root_plain[k] stepped once in the DFA from the state (its bytes as one
+ * run, about a million steps over Qwen's vocabulary), sorted by that
+ * distance, so that the mask for a limit is those before it (or the text
+ * tokens but those after it), never a class trie, which for such a DFA
+ * holds nearly the whole vocabulary (12 to 14 ms to make).  The mask of
+ * the last limit is kept.
+ */
+#define VLM_G_NEARS         8
+#define VLM_G_NEAR_TAB      1024    /* DFA states stepped by a table */
+
+typedef struct {
+    uint64_t   prog;        /* 0: empty */
+    uint32_t   node;
+    uint32_t   state;
+    uint32_t   k;           /* root_plain's */
+    uint32_t   n_dist;      /* distances 0 to n_dist - 1, then the rest */
+    uint32_t  *at;          /* [n_dist + 2] where each distance starts */
+    int32_t   *tok;         /* the text tokens by their distance */
+    uint32_t   lim;         /* of words, NONE: none made */
+    size_t     n;
+    uint32_t  *words;
+} vlm_gnear_t;
+
+
 typedef struct {
     uint32_t      next;     /* the entry a miss takes */
     vlm_ginner_t  e[VLM_G_INNER];
     uint32_t      next_total;
     vlm_gtotal_t  total[VLM_G_TOTALS];
+    uint32_t      next_near;
+    vlm_gnear_t   near[VLM_G_NEARS];
 } vlm_ginners_t;
 
 
@@ -257,6 +288,8 @@ struct vlm_trie_s {
                                (VLM_G_CHARS_MAX: that many or more) */
     uint32_t  *lo;
     uint32_t  *hi;
+    uint8_t   *tok_bytes;   /* every token's bytes, one after another */
+    uint32_t  *tok_at;      /* [vocab + 1] where each token's start */
     int32_t   *order;       /* [vocab] token ids, depth first */
     uint32_t   n_order;
     uint32_t  *root_plain[4];       /* [(vocab + 31) / 32] each */

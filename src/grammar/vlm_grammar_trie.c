@@ -564,6 +564,8 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
     t->lo = malloc(total * sizeof(uint32_t));
     t->hi = malloc(total * sizeof(uint32_t));
     t->order = malloc((size_t) vocab * sizeof(int32_t));
+    t->tok_bytes = malloc(total);
+    t->tok_at = malloc(((size_t) vocab + 1) * sizeof(uint32_t));
 
     if (t->child == NULL || t->next == NULL || t->token == NULL
         || t->byte == NULL || t->tok_next == NULL || t->plain == NULL
@@ -572,7 +574,8 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
         || t->x_child == NULL
         || t->x_next == NULL || t->x_token == NULL || t->x_byte == NULL
         || t->x_tok_next == NULL || t->x_pre == NULL
-        || t->lo == NULL || t->hi == NULL || t->order == NULL)
+        || t->lo == NULL || t->hi == NULL || t->order == NULL
+        || t->tok_bytes == NULL || t->tok_at == NULL)
     {
         vlm_trie_free(t);
         return vlm_error_set(err, VLM_ERR_NOMEM, "token trie: no memory");
@@ -583,9 +586,15 @@ vlm_trie_build(vlm_trie_t **out, int vocab, const char *const *bytes,
     t->next[0] = VLM_GRAMMAR_NONE;
     t->token[0] = -1;
     t->byte[0] = 0;
+    t->tok_at[0] = 0;
 
     for (id = 0; id < vocab; id++) {
         t->tok_next[id] = -1;
+        t->tok_at[id + 1] = t->tok_at[id] + (uint32_t) lens[id];
+
+        if (lens[id] != 0) {
+            memcpy(t->tok_bytes + t->tok_at[id], bytes[id], lens[id]);
+        }
 
         if (lens[id] == 0) {
             continue;
@@ -684,7 +693,15 @@ vlm_trie_free(vlm_trie_t *t)
         free(t->inner->e[k].exits);
     }
 
+    for (k = 0; t->inner != NULL && k < VLM_G_NEARS; k++) {
+        free(t->inner->near[k].at);
+        free(t->inner->near[k].tok);
+        free(t->inner->near[k].words);
+    }
+
     free(t->inner);
+    free(t->tok_bytes);
+    free(t->tok_at);
     vlm_g_classes_free(t->classes);
     free(t->q_child);
     free(t->q_next);
