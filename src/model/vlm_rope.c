@@ -6,9 +6,11 @@
  * frequency in double and rounded at the end is a float32 step off for
  * some i (3 of 8 at dim 16 and base 10000, 13 of 20 at the vision
  * towers' dim 40, 35 of 128 at Gemma 3's dim 256 and base 1e6), which
- * moves the angle at position 32k by up to 2e-3.  The angles are then
- * position * inv_freq in float32 as torch's outer product, by the
- * backend's rope_table.
+ * moves the angle at position 32k by up to 2e-3.  The power is the
+ * correctly rounded one, as torch's scalar pow gives it; its vectorized
+ * pow (SLEEF, within 1 ULP) rounds a few the other way (1 of 128 at dim
+ * 256 and base 10000 or 1e6).  The angles are then position * inv_freq
+ * in float32 as torch's outer product, by the backend's rope_table.
  */
 
 #include <math.h>

@@ -29,20 +29,23 @@
 #include "vlm_gemma3.h"
 #include "core/vlm_dtype.h"
 #include "model/qwen2vl/vlm_qwen2vl.h"
+#include "model/vlm_rope.h"
 
 
 /*
  * inv[hd / 2]: the default rope's frequencies of base theta, over factor
- * (_compute_linear_scaling_rope_parameters: the default's / factor)
+ * (_compute_linear_scaling_rope_parameters: the default's / factor, in
+ * float32 as torch's inv_freq /= factor)
  */
 void
 vlm_gemma3_rope_freq(float *inv, double theta, double factor, int hd)
 {
     int  i;
 
+    vlm_rope_inv_freq(inv, theta, hd);
+
     for (i = 0; i < hd / 2; i++) {
-        inv[i] = (float) (1.0 / pow(theta, (double) (2 * i) / hd));
-        inv[i] = (float) (inv[i] / factor);
+        inv[i] /= (float) factor;
     }
 }
 

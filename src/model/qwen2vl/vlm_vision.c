@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "vlm_qwen2vl.h"
+#include "model/vlm_rope.h"
 
 
 vlm_status_t
@@ -166,8 +167,9 @@ vlm_vision_load(vlm_model_t *m, vlm_error_t *err)
 
 /*
  * VisionRotaryEmbedding(half)'s frequencies as the 2D rope reads them:
- * inv[half], its half / 2 frequencies for the height (comp 0), then the
- * same for the width (comp 1)
+ * inv[half], its half / 2 frequencies (base 10000, in float32 as torch
+ * computes them) for the height (comp 0), then the same for the width
+ * (comp 1)
  */
 void
 vlm_vision_rope_freq(float *inv, uint8_t *comp, int half)
@@ -176,9 +178,10 @@ vlm_vision_rope_freq(float *inv, uint8_t *comp, int half)
 
     quarter = half / 2;
 
+    vlm_rope_inv_freq(inv, 10000.0, half);
+
     for (i = 0; i < half; i++) {
-        inv[i] = (float) (1.0 / pow(10000.0, (double) (2 * (i % quarter))
-                                             / half));
+        inv[i] = inv[i % quarter];
         comp[i] = (uint8_t) (i >= quarter);
     }
 }
