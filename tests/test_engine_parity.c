@@ -31,6 +31,7 @@
 #include "image/vlm_image.h"
 #include "backend/vlm_backend.h"
 #include "model/vlm_model.h"        /* the rope's inv_freq and sections */
+#include "model/qwen2vl/vlm_qwen2vl.h"   /* the vision rope's frequencies */
 #include "vlm_test.h"
 
 
@@ -520,6 +521,44 @@ check_rope(const char *name)
 
 
 /*
+ * The vision towers' 2D rope within 1e-6 of transformers' (tests/fixtures/
+ * rope, tools/fixtures_rope.py) at the (h, w) patch positions of a 4K
+ * image (154 x 274 patches) and past them, through the backend of a
+ * loaded qwen2vl-f32: the tables of the published towers' head_dim 80
+ * (Qwen2-VL, Qwen2.5-VL: VisionRotaryEmbedding(40)) and 72 (Qwen3-VL:
+ * 36), where 13 of 20 and 11 of 18 frequencies in double rounded at the
+ * end are a float32 step off
+ */
+static void
+test_vision_rope_4k(void **state)
+{
+    float                inv[40];
+    double               d[2];
+    uint8_t              comp[40];
+    vlm_error_t          err;
+    vlm_model_t         *m;
+    vlm_model_params_t   p;
+
+    vlm_test_fixture_params(&p);
+    if (vlm_model_load(&m, FIX "/qwen2vl-f32", &p, &err) != VLM_OK) {
+        fail_msg("load qwen2vl-f32: %s", err.msg);
+    }
+
+    vlm_vision_rope_freq(inv, comp, 40);
+    d[0] = vlm_test_rope_diff(m->be, "vision40", inv, comp, 40);
+    vlm_vision_rope_freq(inv, comp, 36);
+    d[1] = vlm_test_rope_diff(m->be, "vision36", inv, comp, 36);
+
+    print_message("vision rope tables to (255, 3583): head_dim 80 %.2g, "
+                  "72 %.2g\n", d[0], d[1]);
+    assert_true(d[0] <= 1e-6);
+    assert_true(d[1] <= 1e-6);
+
+    vlm_model_free(m);
+}
+
+
+/*
  * positions near 32k, Qwen2.5-VL's context: the rope tables, then the
  * logits of a prompt of 32,768 tokens (one layer of the tiny checkpoint,
  * so that its prefill takes seconds); yarn: four times an original
@@ -659,6 +698,7 @@ main(void)
         cmocka_unit_test(test_qwen25vl_bf16),
         cmocka_unit_test(test_qwen25vl_long_yarn),
         cmocka_unit_test(test_qwen25vl_32k_yarn),
+        cmocka_unit_test(test_vision_rope_4k),
         cmocka_unit_test(test_qwen3vl_f32),
         cmocka_unit_test(test_qwen3vl_bf16_tied),
         cmocka_unit_test(test_quant_awq_g128),

@@ -39,6 +39,7 @@
 #include "text/vlm_jinja.h"
 #include "text/vlm_tokenizer.h"
 #include "model/vlm_model_config.h"
+#include "model/gemma3/vlm_gemma3.h"
 #include "vlm_test.h"
 
 
@@ -420,6 +421,60 @@ static void
 test_gemma3_bf16(void **state)
 {
     check_model("gemma3-bf16", 2e-2);
+}
+
+
+/*
+ * The rope tables as transformers' Gemma3RotaryEmbedding gives them
+ * (tests/fixtures/rope, tools/fixtures_rope.py): the loaded gemma3-f32's
+ * global and sliding layers' at positions up to its 4,095 within 1e-6,
+ * and Gemma-3-4B's (head_dim 256, rope_theta 1e6 over linear factor 8,
+ * local 10000) at positions up to its 131,071 within 1e-5.  A frequency
+ * a float32 step off (35 of Gemma-3-4B's 128 in double rounded at the
+ * end) moves the angle at 128k by up to 8e-3 (cos and sin 7.8e-3 off);
+ * 1e-5 leaves room for one: torch's vectorized pow (SLEEF, within 1 ULP)
+ * rounds 1 of the 128 powers the other way from the correctly rounded
+ * float32 power that the engine and torch's own scalar pow give (3.3e-6
+ * at 131,071)
+ */
+static void
+test_rope_tables(void **state)
+{
+    int                  i;
+    float                inv[128];
+    double               d[4];
+    uint8_t              comp[128];
+    vlm_error_t          err;
+    vlm_model_t         *m;
+    vlm_gemma3_t        *g;
+    vlm_model_params_t   p;
+
+    vlm_test_fixture_params(&p);
+    assert_int_equal(vlm_model_load(&m, FIX "/gemma3-f32", &p, &err),
+                     VLM_OK);
+    g = m->arch_state;
+    assert_int_equal(m->cfg.text.head_dim, 16);
+
+    memset(comp, 0, sizeof(comp));
+
+    d[0] = vlm_test_rope_diff(m->be, "gemma3_f32", m->lm.inv_freq, comp, 8);
+    d[1] = vlm_test_rope_diff(m->be, "gemma3_f32_local", g->inv_local,
+                              comp, 8);
+
+    vlm_gemma3_rope_freq(inv, 1000000.0, 8.0, 256);
+    d[2] = vlm_test_rope_diff(m->be, "gemma3", inv, comp, 128);
+    vlm_gemma3_rope_freq(inv, 10000.0, 1.0, 256);
+    d[3] = vlm_test_rope_diff(m->be, "gemma3_local", inv, comp, 128);
+
+    print_message("rope tables: gemma3-f32 %.2g, local %.2g; "
+                  "Gemma-3-4B's to 131071 %.2g, local %.2g\n",
+                  d[0], d[1], d[2], d[3]);
+
+    for (i = 0; i < 4; i++) {
+        assert_true(d[i] <= (i < 2 ? 1e-6 : 1e-5));
+    }
+
+    vlm_model_free(m);
 }
 
 
@@ -1002,6 +1057,7 @@ main(void)
         cmocka_unit_test(test_image_processor_refused),
         cmocka_unit_test(test_gemma3_f32_tied),
         cmocka_unit_test(test_gemma3_bf16),
+        cmocka_unit_test(test_rope_tables),
         cmocka_unit_test(test_sliding_pool),
         cmocka_unit_test(test_chat),
         cmocka_unit_test(test_server_pipeline),

@@ -16,6 +16,7 @@
 
 #include "core/vlm.h"
 #include "core/vlm_npy.h"
+#include "backend/vlm_backend.h"
 
 
 /* ||a - b|| / ||b|| */
@@ -140,6 +141,73 @@ vlm_test_load_npy(vlm_npy_t *npy, const char *dir, const char *model,
     if (vlm_npy_load(npy, path, &err) != VLM_OK) {
         fail_msg("%s", err.msg);
     }
+}
+
+
+/*
+ * The rope tables of frequencies inv[half] (frequency i rotating by the
+ * position component comp[i]) through be's rope_table at the positions of
+ * tests/fixtures/rope/<name>_pos.npy ([K, components]): the largest
+ * difference of their cos and sin from transformers' in <name>_cos.npy
+ * and <name>_sin.npy (tools/fixtures_rope.py)
+ */
+static inline double
+vlm_test_rope_diff(vlm_backend_t *be, const char *name, const float *inv,
+    const uint8_t *comp, int half)
+{
+    int          i, K, nc;
+    float       *cos, *sin, *rc, *rs;
+    double       d;
+    int32_t     *pos;
+    vlm_npy_t    np[3];
+    vlm_error_t  err;
+    char         path[256];
+
+    static const char  *files[] = { "pos", "cos", "sin" };
+
+    for (i = 0; i < 3; i++) {
+        snprintf(path, sizeof(path), "tests/fixtures/rope/%s_%s.npy", name,
+                 files[i]);
+        if (vlm_npy_load(&np[i], path, &err) != VLM_OK) {
+            fail_msg("%s", err.msg);
+        }
+    }
+
+    K = (int) np[0].shape[0];
+    nc = (int) np[0].shape[1];
+    if (np[1].n != (int64_t) K * half || np[2].n != (int64_t) K * half) {
+        fail_msg("%s: tables of %d frequencies expected", name, half);
+    }
+
+    pos = malloc((size_t) K * nc * sizeof(int32_t));
+    cos = malloc((size_t) K * half * sizeof(float));
+    sin = malloc((size_t) K * half * sizeof(float));
+    if (pos == NULL || cos == NULL || sin == NULL) {
+        fail_msg("no memory");
+    }
+
+    for (i = 0; i < K * nc; i++) {
+        pos[i] = (int32_t) ((float *) np[0].data)[i];
+    }
+
+    be->ops->rope_table(be, cos, sin, pos, K, nc, inv, comp, half);
+
+    rc = np[1].data;
+    rs = np[2].data;
+    d = 0;
+    for (i = 0; i < K * half; i++) {
+        d = fmax(d, fabs(cos[i] - rc[i]));
+        d = fmax(d, fabs(sin[i] - rs[i]));
+    }
+
+    free(pos);
+    free(cos);
+    free(sin);
+    for (i = 0; i < 3; i++) {
+        vlm_npy_free(&np[i]);
+    }
+
+    return d;
 }
 
 

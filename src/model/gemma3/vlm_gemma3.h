@@ -36,6 +36,7 @@ typedef struct {
 } vlm_gemma3_t;
 
 
+void vlm_gemma3_rope_freq(float *inv, double theta, double factor, int hd);
 vlm_status_t vlm_gemma3_lm_load(vlm_model_t *m, vlm_error_t *err);
 vlm_status_t vlm_gemma3_lm_forward(vlm_model_t *m, const vlm_batch_t *b,
     vlm_error_t *err);

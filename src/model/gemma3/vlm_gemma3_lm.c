@@ -29,6 +29,25 @@
 #include "vlm_gemma3.h"
 #include "core/vlm_dtype.h"
 #include "model/qwen2vl/vlm_qwen2vl.h"
+#include "model/vlm_rope.h"
+
+
+/*
+ * inv[hd / 2]: the default rope's frequencies of base theta, over factor
+ * (_compute_linear_scaling_rope_parameters: the default's / factor, in
+ * float32 as torch's inv_freq /= factor)
+ */
+void
+vlm_gemma3_rope_freq(float *inv, double theta, double factor, int hd)
+{
+    int  i;
+
+    vlm_rope_inv_freq(inv, theta, hd);
+
+    for (i = 0; i < hd / 2; i++) {
+        inv[i] /= (float) factor;
+    }
+}
 
 
 /* inv_freq of the default rope of base theta, over factor */
@@ -36,7 +55,7 @@ static vlm_status_t
 vlm_gemma3_inv_freq(vlm_model_t *m, float **out, double theta,
     double factor, vlm_error_t *err)
 {
-    int           i, hd;
+    int           hd;
     float        *inv;
     vlm_status_t  rc;
 
@@ -47,11 +66,7 @@ vlm_gemma3_inv_freq(vlm_model_t *m, float **out, double theta,
         return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
     }
 
-    /* _compute_linear_scaling_rope_parameters: the default's / factor */
-    for (i = 0; i < hd / 2; i++) {
-        inv[i] = (float) (1.0 / pow(theta, (double) (2 * i) / hd));
-        inv[i] = (float) (inv[i] / factor);
-    }
+    vlm_gemma3_rope_freq(inv, theta, factor, hd);
 
     rc = vlm_model_upload(m, out, inv, hd / 2, err);
     free(inv);

@@ -19,22 +19,7 @@
 #include <string.h>
 
 #include "vlm_qwen2vl.h"
-
-
-/*
- * base ** (2 i / dim), the default rope's divisor, in float32 as torch
- * computes it (base ** (arange(0, dim, 2).float() / dim)): the exponent
- * a float32 quotient, the power rounded to float32 once; 1 / this in
- * float32 is the frequency.  The same frequency in double and rounded at
- * the end is a float32 step off for some i (3 of 8 at head_dim 16),
- * which moves the angle at position 32k by up to 2e-3
- */
-static float
-vlm_lm_rope_base_pow(double base, int i, int dim)
-{
-    return (float) pow((float) base, (double) ((float) (2 * i)
-                                               / (float) dim));
-}
+#include "model/vlm_rope.h"
 
 
 /*
@@ -72,7 +57,7 @@ vlm_lm_yarn_freq(const vlm_text_config_t *tc, float *inv, int dim)
     }
 
     for (i = 0; i < dim / 2; i++) {
-        pos = vlm_lm_rope_base_pow(base, i, dim);
+        pos = vlm_rope_base_pow(base, i, dim);
         inv_ext = 1.0f / pos;
         inv_int = 1.0f / ((float) tc->yarn_factor * pos);
 
@@ -223,14 +208,13 @@ vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
 
     if (tc->rope_yarn) {
         vlm_lm_yarn_freq(tc, inv, hd);
+
+    } else {
+        vlm_rope_inv_freq(inv, tc->rope_theta, hd);
     }
 
     s = 0;
     for (i = 0; i < half; i++) {
-        if (!tc->rope_yarn) {
-            inv[i] = 1.0f / vlm_lm_rope_base_pow(tc->rope_theta, i, hd);
-        }
-
         if (tc->mrope_interleaved) {
             s = i % 3;
             s = s != 0 && i < 3 * tc->mrope_section[s] ? s : 0;

@@ -21,6 +21,7 @@ typedef struct {
 
 
 vlm_status_t vlm_vision_load(vlm_model_t *m, vlm_error_t *err);
+void vlm_vision_rope_freq(float *inv, uint8_t *comp, int half);
 vlm_status_t vlm_vision_load_tower(vlm_model_t *m,
     const vlm_vision_names_t *names, vlm_error_t *err);
 /* a norm's weight (and, for LayerNorm, bias) of n; a TP share of a linear */

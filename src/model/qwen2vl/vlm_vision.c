@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "vlm_qwen2vl.h"
+#include "model/vlm_rope.h"
 
 
 vlm_status_t
@@ -164,11 +165,33 @@ vlm_vision_load(vlm_model_t *m, vlm_error_t *err)
 }
 
 
+/*
+ * VisionRotaryEmbedding(half)'s frequencies as the 2D rope reads them:
+ * inv[half], its half / 2 frequencies (base 10000, in float32 as torch
+ * computes them) for the height (comp 0), then the same for the width
+ * (comp 1)
+ */
+void
+vlm_vision_rope_freq(float *inv, uint8_t *comp, int half)
+{
+    int  i, quarter;
+
+    quarter = half / 2;
+
+    vlm_rope_inv_freq(inv, 10000.0, half);
+
+    for (i = 0; i < half; i++) {
+        inv[i] = inv[i % quarter];
+        comp[i] = (uint8_t) (i >= quarter);
+    }
+}
+
+
 vlm_status_t
 vlm_vision_load_tower(vlm_model_t *m, const vlm_vision_names_t *names,
     vlm_error_t *err)
 {
-    int                    i, E, I, H, mm, hd, half, quarter, q0, nq;
+    int                    i, E, I, H, mm, hd, half, q0, nq;
     int                    i0, ni, m0, nm;
     char                   p[96];
     float                 *inv;
@@ -184,7 +207,6 @@ vlm_vision_load_tower(vlm_model_t *m, const vlm_vision_names_t *names,
     mm = vc->spatial_merge_size * vc->spatial_merge_size;
     hd = E / vc->n_heads;
     half = hd / 2;
-    quarter = hd / 4;
 
     /* this rank's heads, MLP rows and merger rows (all when not split) */
     q0 = tp->vision_split ? tp->v_head0 * hd : 0;
@@ -278,11 +300,7 @@ vlm_vision_load_tower(vlm_model_t *m, const vlm_vision_names_t *names,
         return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
     }
 
-    for (i = 0; i < half; i++) {
-        inv[i] = (float) (1.0 / pow(10000.0, (double) (2 * (i % quarter))
-                                             / half));
-        w->rope_comp[i] = (uint8_t) (i >= quarter);
-    }
+    vlm_vision_rope_freq(inv, w->rope_comp, half);
 
     rc = vlm_model_upload(m, &w->inv_freq, inv, half, err);
     free(inv);
