@@ -122,6 +122,55 @@ vlm_wmma_add_chunk(float *on, vlm_frag_c_t *acc, float *T, const float *corr,
     __syncwarp();
 }
 
+
+/*
+ * a tile's step of the online softmax of row r (lanes 2r and 2r + 1,
+ * half the tile's bk keys each): the scores S[r][bk] (f32, unscaled) of
+ * the keys t0 .. t0 + bk - 1, those in [lo, hi) counted; the weights
+ * into P[r][bk] as bf16, the rescale of the row's output into corr[r],
+ * the running max *m and sum *l (of the bf16 weights) updated
+ */
+static __device__ __forceinline__ void
+vlm_wmma_softmax(const float *S, __nv_bfloat16 *P, float *corr, int bk,
+    int t0, int lo, int hi, float scale, int r, int half, float *m,
+    float *l)
+{
+    int             c, key, c0;
+    float           mt, mn, cr, p, ps;
+    __nv_bfloat16   pb;
+
+    c0 = half * bk / 2;
+
+    mt = -INFINITY;
+    for (c = c0; c < c0 + bk / 2; c++) {
+        key = t0 + c;
+        if (key >= lo && key < hi) {
+            mt = fmaxf(mt, S[r * bk + c] * scale);
+        }
+    }
+
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+    mn = fmaxf(*m, mt);
+    cr = mn == -INFINITY ? 1.0f : expf(*m - mn);
+
+    ps = 0.0f;
+    for (c = c0; c < c0 + bk / 2; c++) {
+        key = t0 + c;
+        p = key >= lo && key < hi ? expf(S[r * bk + c] * scale - mn) : 0.0f;
+        pb = __float2bfloat16(p);
+        P[r * bk + c] = pb;
+        ps += __bfloat162float(pb);
+    }
+
+    ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+    *l = *l * cr + ps;
+    *m = mn;
+
+    if (half == 0) {
+        corr[r] = cr;
+    }
+}
+
 #endif
 
 
@@ -138,13 +187,13 @@ vlm_wmma_block(const vlm_attn_keys_t *kv, const float *qr, float *orow,
 {
 #ifdef VLM_WMMA_ARCH
     int              lane, warp, half, r, nd, dc, nc, kc, n, t, c, e, j, d;
-    int              key, wlo, whi, ulo, uhi, t0, valid, *lims;
-    float            s, m, l, mt, mn, corr, p, ps;
+    int              key, wlo, whi, ulo, uhi, t0, *lims;
+    float            m, l;
     float            o[VLM_WMMA_DC][VLM_WMMA_LANE];
     float           *S, *T, *C, *L;
     float          **orows;
     size_t           row;
-    __nv_bfloat16   *Ks, *Vs, *P, pb;
+    __nv_bfloat16   *Ks, *Vs, *P;
     vlm_frag_a_t     qf[VLM_WMMA_DC], pf[VLM_WMMA_BK / 16];
     vlm_frag_bt_t    kf;
     vlm_frag_b_t     vf;
@@ -256,36 +305,8 @@ vlm_wmma_block(const vlm_attn_keys_t *kv, const float *qr, float *orow,
         __syncwarp();
 
         /* the online softmax: lane 2r + half has keys half * 16 + c */
-        mt = -INFINITY;
-        for (c = half * 16; c < half * 16 + 16; c++) {
-            key = t0 + c;
-            if (key >= lo && key < hi) {
-                mt = fmaxf(mt, S[r * VLM_WMMA_BK + c] * scale);
-            }
-        }
-
-        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
-        mn = fmaxf(m, mt);
-        corr = mn == -INFINITY ? 1.0f : expf(m - mn);
-
-        ps = 0.0f;
-        for (c = half * 16; c < half * 16 + 16; c++) {
-            key = t0 + c;
-            valid = key >= lo && key < hi;
-            s = S[r * VLM_WMMA_BK + c] * scale;
-            p = valid ? expf(s - mn) : 0.0f;
-            pb = __float2bfloat16(p);
-            P[r * VLM_WMMA_BK + c] = pb;
-            ps += __bfloat162float(pb);
-        }
-
-        ps += __shfl_xor_sync(0xffffffffu, ps, 1);
-        l = l * corr + ps;
-        m = mn;
-
-        if (half == 0) {
-            C[r] = corr;
-        }
+        vlm_wmma_softmax(S, P, C, VLM_WMMA_BK, t0, lo, hi, scale, r, half,
+                         &m, &l);
 
         __syncwarp();
 
@@ -498,15 +519,15 @@ vlm_attn_decode_wmma_kernel(const void *k_cache, const void *v_cache,
 {
 #ifdef VLM_WMMA_ARCH
     VLM_DYNAMIC_SHARED(char, smem);
-    int                         s, i, lane, warp, r, half, nd, dc, n, t, c;
+    int                         s, i, lane, warp, r, half, nd, dc, n, t;
     int                         e, j, d, key, group, per_kv, kvh, h0, rows;
     int                         lo, hi, len, klo, khi, t0, w, split;
-    float                       m, l, mt, mn, corr, p, ps, f, big, lt;
+    float                       m, l, f, big, lt;
     float                       o[VLM_WMMA_DC][VLM_WMMA_LANE];
     float                      *S, *T, *C, *Mw, *Lw, *Fw, *O, *part;
     char                       *base;
     size_t                      row;
-    __nv_bfloat16              *Ks, *Vs, *P, pb;
+    __nv_bfloat16              *Ks, *Vs, *P;
     const float                *qr;
     vlm_attn_keys_t             kv;
     const vlm_cuda_attn_seq_t  *sq;
@@ -616,32 +637,8 @@ vlm_attn_decode_wmma_kernel(const void *k_cache, const void *v_cache,
         __syncwarp();
 
         /* the online softmax: lane 2r + half has keys half * 8 + c */
-        mt = -INFINITY;
-        for (c = half * 8; c < half * 8 + 8; c++) {
-            if (t0 + c < khi) {
-                mt = fmaxf(mt, S[r * 16 + c] * scale);
-            }
-        }
-
-        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
-        mn = fmaxf(m, mt);
-        corr = mn == -INFINITY ? 1.0f : expf(m - mn);
-
-        ps = 0.0f;
-        for (c = half * 8; c < half * 8 + 8; c++) {
-            p = t0 + c < khi ? expf(S[r * 16 + c] * scale - mn) : 0.0f;
-            pb = __float2bfloat16(p);
-            P[r * 16 + c] = pb;
-            ps += __bfloat162float(pb);
-        }
-
-        ps += __shfl_xor_sync(0xffffffffu, ps, 1);
-        l = l * corr + ps;
-        m = mn;
-
-        if (half == 0) {
-            C[r] = corr;
-        }
+        vlm_wmma_softmax(S, P, C, 16, t0, klo, khi, scale, r, half, &m,
+                         &l);
 
         __syncwarp();
 
