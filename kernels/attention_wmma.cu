@@ -504,7 +504,7 @@ vlm_attn_varlen_wmma_kernel(float *out, const float *q, const float *k,
 #define VLM_DEC_WARPS      4
 #define VLM_DEC_THREADS    (VLM_DEC_WARPS * VLM_WARP)
 #define VLM_DEC_BK         16               /* keys a warp's tile */
-#define VLM_DEC_SPLIT_MIN  256              /* keys per split at least */
+#define VLM_DEC_SPLIT_MIN  128              /* keys per split at least */
 #define VLM_DEC_MAX_SPLIT  32
 
 /* a warp's shared memory: K[BK][hd], V[BK][hd] bf16, S, P, T, corr */
