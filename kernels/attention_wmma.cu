@@ -1,7 +1,8 @@
 /*
  * Attention on the tensor cores (nvcuda::wmma, sm_80 and newer): the
- * prefill chunks of the paged entry and the varlen entry of attention.cu,
- * flash style (FlashAttention-2's loop): no score matrix in memory, an
+ * prefill chunks and the decode rows of the paged entry and the varlen
+ * entry of attention.cu (the decode kernel is described at its own
+ * definition below), flash style (FlashAttention-2's loop): no score matrix in memory, an
  * online softmax over tiles of keys.  The activations and the KV cache
  * stay as they are in memory (f32, or the cache's bf16 / half); a tile is
  * rounded to bf16 as it is staged, the products are bf16 x bf16 with f32
