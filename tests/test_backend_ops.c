@@ -2159,6 +2159,12 @@ bench_attn_decode(int T, int n_seqs)
     vlm_attn_seq_t      sq[VLM_TEST_DECODE_SEQS];
     vlm_attn_paged_t    pa;
 
+    if (n_seqs > VLM_TEST_DECODE_SEQS) {
+        printf("bench-attn: %d sequences, more than %d\n", n_seqs,
+               VLM_TEST_DECODE_SEQS);
+        return 1;
+    }
+
     nh = 28;
     nkv = 4;
     hd = 128;
@@ -2171,7 +2177,7 @@ bench_attn_decode(int T, int n_seqs)
     q = vlm_test_rand_vec(&rng_state, (size_t) n_seqs * D);
     kc = rand_kv(VLM_DTYPE_BF16, cache);
     bt = malloc((size_t) n_seqs * nb * sizeof(int32_t));
-    if (bt == NULL || n_seqs > VLM_TEST_DECODE_SEQS) {
+    if (bt == NULL) {
         printf("bench-attn: no host memory\n");
         return 1;
     }
