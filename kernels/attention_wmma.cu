@@ -488,6 +488,18 @@ vlm_attn_varlen_wmma_kernel(float *out, const float *q, const float *k,
 }
 
 
+/* element i of a KV cache row as bf16: a bf16 cache's bits as they are */
+static __device__ __forceinline__ __nv_bfloat16
+vlm_kv_get_bf16(const void *p, int type, size_t i)
+{
+    if (type == VLM_CUDA_KV_BF16) {
+        return ((const __nv_bfloat16 *) p)[i];
+    }
+
+    return __float2bfloat16(vlm_kv_get(p, type, i));
+}
+
+
 /*
  * Decode: the query rows of short runs (fewer than VLM_CUDA_WMMA_MIN_Q a
  * sequence, decode's one) with the query heads of a K/V head packed as
@@ -604,19 +616,23 @@ vlm_attn_decode_wmma_kernel(const void *k_cache, const void *v_cache,
     for (t0 = klo + warp * VLM_DEC_BK; t0 < khi;
          t0 += VLM_DEC_WARPS * VLM_DEC_BK)
     {
-        for (e = lane; e < VLM_DEC_BK * hd; e += VLM_WARP) {
-            j = e / hd;
-            d = e % hd;
+        /* a key at a time, its row looked up once, the lanes over hd */
+        for (j = 0; j < VLM_DEC_BK; j++) {
             key = t0 + j;
+            row = key < khi ? vlm_attn_row(&kv, key) * kv.stride + kv.off
+                            : 0;
 
-            if (key < khi) {
-                row = vlm_attn_row(&kv, key) * kv.stride + kv.off + d;
-                Ks[e] = __float2bfloat16(vlm_kv_get(kv.k, kv.type, row));
-                Vs[e] = __float2bfloat16(vlm_kv_get(kv.v, kv.type, row));
+            for (d = lane; d < hd; d += VLM_WARP) {
+                e = j * hd + d;
 
-            } else {
-                Ks[e] = __float2bfloat16(0.0f);
-                Vs[e] = __float2bfloat16(0.0f);
+                if (key < khi) {
+                    Ks[e] = vlm_kv_get_bf16(kv.k, kv.type, row + d);
+                    Vs[e] = vlm_kv_get_bf16(kv.v, kv.type, row + d);
+
+                } else {
+                    Ks[e] = __float2bfloat16(0.0f);
+                    Vs[e] = __float2bfloat16(0.0f);
+                }
             }
         }
 
