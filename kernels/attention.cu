@@ -421,7 +421,7 @@ vlm_cuda_attention_paged(cudaStream_t s, const void *k_cache,
     const vlm_cuda_attn_seq_t *seqs, int n_seqs, float *ws,
     size_t ws_floats, int n_sms)
 {
-    int              i, rows, per_kv, bk, max_keys, split, blocks;
+    int              rows, per_kv, bk, max_keys, split, blocks;
     dim3             grid;
     cudaError_t      e;
     vlm_attn_seqs_t  p;
@@ -434,20 +434,7 @@ vlm_cuda_attention_paged(cudaStream_t s, const void *k_cache,
         return cudaErrorInvalidValue;
     }
 
-    memset(&p, 0, sizeof(p));
-    rows = 0;
-    max_keys = 0;
-
-    for (i = 0; i < n_seqs; i++) {
-        p.s[i] = seqs[i];
-        p.row0[i] = rows;
-        rows += seqs[i].n_q;
-        max_keys = max(max_keys, seqs[i].kv_start + seqs[i].n_q);
-    }
-
-    p.row0[n_seqs] = rows;
-    p.n_seqs = n_seqs;
-
+    rows = vlm_attn_seqs_rows(&p, seqs, n_seqs, &max_keys);
     if (rows == 0) {
         return cudaSuccess;
     }
@@ -455,21 +442,9 @@ vlm_cuda_attention_paged(cudaStream_t s, const void *k_cache,
     per_kv = (n_heads / n_kv_heads + VLM_ATTN_WARPS - 1) / VLM_ATTN_WARPS;
     bk = vlm_attn_bk(head_dim);
     blocks = rows * n_kv_heads * per_kv;
-
-    /* split the keys while the blocks leave most of the GPU idle */
-    split = 1;
-    if (ws != NULL && blocks < 2 * n_sms) {
-        split = min((2 * n_sms + blocks - 1) / blocks,
-                    max_keys / VLM_ATTN_SPLIT_MIN);
-        split = max(1, min(split, VLM_ATTN_MAX_SPLIT));
-
-        while (split > 1
-               && (size_t) rows * n_heads * split * (head_dim + 2)
-                  > ws_floats)
-        {
-            split--;
-        }
-    }
+    split = vlm_attn_split(blocks, max_keys, VLM_ATTN_SPLIT_MIN,
+                           VLM_ATTN_MAX_SPLIT, rows, n_heads, head_dim, ws,
+                           ws_floats, n_sms);
 
     grid = dim3((unsigned) rows, (unsigned) (n_kv_heads * per_kv),
                 (unsigned) split);
@@ -483,9 +458,24 @@ vlm_cuda_attention_paged(cudaStream_t s, const void *k_cache,
         return e;
     }
 
+    return vlm_attn_merge_launch(s, ws, n_heads, head_dim, split, &p);
+}
+
+
+cudaError_t
+vlm_attn_merge_launch(cudaStream_t s, const float *ws, int n_heads, int hd,
+    int split, const vlm_attn_seqs_t *p)
+{
+    int  rows;
+
+    rows = p->row0[p->n_seqs];
+    if (rows == 0) {
+        return cudaSuccess;
+    }
+
     VLM_LAUNCH(vlm_attn_merge_kernel,
         dim3((unsigned) rows, (unsigned) n_heads), VLM_WARP, 0, s,
-        ws, n_heads, head_dim, split, p);
+        ws, n_heads, hd, split, *p);
 
     return vlm_cuda_launched();
 }

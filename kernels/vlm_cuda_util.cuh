@@ -7,6 +7,7 @@
 #define VLM_CUDA_UTIL_CUH
 
 #include <math.h>
+#include <string.h>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -112,6 +113,73 @@ typedef struct {
     int                  row0[VLM_CUDA_ATTN_SEQS + 1];
     int                  n_seqs;
 } vlm_attn_seqs_t;
+
+
+/*
+ * attention.cu: the merge of a split paged launch's partial results; ws
+ * holds, for grid x (a query row of p), head h and split z, the
+ * unnormalized output [hd], the running max and sum at ((x * n_heads +
+ * h) * split + z) * (hd + 2)
+ */
+cudaError_t vlm_attn_merge_launch(cudaStream_t s, const float *ws,
+    int n_heads, int hd, int split, const vlm_attn_seqs_t *p);
+
+
+/*
+ * the sequences of a launch of a query row a block into p; the rows, and
+ * in *max_keys the most keys a sequence's last row sees
+ */
+static inline int
+vlm_attn_seqs_rows(vlm_attn_seqs_t *p, const vlm_cuda_attn_seq_t *seqs,
+    int n_seqs, int *max_keys)
+{
+    int  i, rows;
+
+    memset(p, 0, sizeof(*p));
+    rows = 0;
+    *max_keys = 0;
+
+    for (i = 0; i < n_seqs; i++) {
+        p->s[i] = seqs[i];
+        p->row0[i] = rows;
+        rows += seqs[i].n_q;
+        *max_keys = max(*max_keys, seqs[i].kv_start + seqs[i].n_q);
+    }
+
+    p->row0[n_seqs] = rows;
+    p->n_seqs = n_seqs;
+
+    return rows;
+}
+
+
+/*
+ * the parts a paged launch's keys are split into (grid.z): more while
+ * its blocks leave most of the GPU idle, each of min_keys keys at least,
+ * max_split at most, as many as ws (NULL: none) holds
+ */
+static inline int
+vlm_attn_split(int blocks, int max_keys, int min_keys, int max_split,
+    int rows, int n_heads, int hd, const float *ws, size_t ws_floats,
+    int n_sms)
+{
+    int  split;
+
+    if (ws == NULL || blocks >= 2 * n_sms) {
+        return 1;
+    }
+
+    split = min((2 * n_sms + blocks - 1) / blocks, max_keys / min_keys);
+    split = max(1, min(split, max_split));
+
+    while (split > 1
+           && (size_t) rows * n_heads * split * (hd + 2) > ws_floats)
+    {
+        split--;
+    }
+
+    return split;
+}
 
 
 /* the sequence of grid x */

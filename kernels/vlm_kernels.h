@@ -140,8 +140,8 @@ cudaError_t vlm_cuda_attention_varlen(cudaStream_t s, float *out,
  * compute capability 8.0 and newer): q, k, v and the probabilities
  * rounded to bf16 as they are staged, f32 sums, flash style; head_dim a
  * multiple of 16 up to VLM_CUDA_WMMA_MAX_HEAD_DIM (..._wmma_fits).  The
- * paged one is for prefill chunks (query tiles of 64 rows): decode rows
- * take vlm_cuda_attention_paged
+ * paged one is for prefill chunks (query tiles of 64 rows), the decode
+ * one for decode rows
  */
 #define VLM_CUDA_WMMA_MAX_HEAD_DIM  128
 #define VLM_CUDA_WMMA_MIN_Q         16  /* query rows worth a tile */
@@ -151,6 +151,16 @@ cudaError_t vlm_cuda_attention_paged_wmma(cudaStream_t s,
     const void *k_cache, const void *v_cache, int kv_type, int block_size,
     int n_heads, int n_kv_heads, int head_dim, float scale,
     const vlm_cuda_attn_seq_t *seqs, int n_seqs);
+/*
+ * decode rows and short runs (fewer than VLM_CUDA_WMMA_MIN_Q queries a
+ * sequence) with the query heads of each K/V head as the rows of one
+ * tile, the keys split over the grid as vlm_cuda_attention_paged's
+ */
+cudaError_t vlm_cuda_attention_decode_wmma(cudaStream_t s,
+    const void *k_cache, const void *v_cache, int kv_type, int block_size,
+    int n_heads, int n_kv_heads, int head_dim, float scale,
+    const vlm_cuda_attn_seq_t *seqs, int n_seqs, float *ws,
+    size_t ws_floats, int n_sms);
 cudaError_t vlm_cuda_attention_varlen_wmma(cudaStream_t s, float *out,
     const float *q, const float *k, const float *v, int q_stride,
     int kv_stride, int n_heads, int n_kv_heads, int head_dim, float scale,

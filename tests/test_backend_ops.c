@@ -63,6 +63,7 @@
  */
 #define VLM_ATTN_F32_TOL   1e-5
 #define VLM_ATTN_BF16_TOL  5e-3
+#define VLM_TEST_DECODE_SEQS  16    /* --bench-attn's decode batch */
 
 
 static vlm_backend_t  *gpu;         /* NULL: no GPU, every test skips */
@@ -796,8 +797,10 @@ check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
     for (s = 0; s < n_seqs; s++) {
         sc[s].n_q = s % 3 == 2 ? 1 + s % n_q_max : 1;
         if (bf16) {
-            /* prefill runs of odd lengths beside decode rows */
-            sc[s].n_q = s % 3 == 1 ? 1 : n_q_max - s % 5;
+            /* prefill runs of odd lengths beside decode rows; below a
+               tile's 16, decode rows and short runs only */
+            sc[s].n_q = n_q_max < 16 ? 1 + s % n_q_max
+                        : s % 3 == 1 ? 1 : n_q_max - s % 5;
         }
         /* the longest first, then a spread around block boundaries */
         sc[s].kv_start = s == 0 ? kv_max - 1
@@ -1146,6 +1149,40 @@ test_attention_wmma(void **state)
     /* two launches' sequences, runs of 13 to 17: both kernels in each */
     check_paged_as(VLM_DTYPE_BF16, wm, 40, 2, 1, 64, 8, 17, 20);
     check_paged_as(VLM_DTYPE_BF16, 2, 2, 4, 4, 256, 8, 17, 30);
+}
+
+
+/*
+ * The tensor-core decode kernel: decode rows and short runs only, the
+ * query heads of a K/V head as a tile's rows (groups of 1, 2, 7, 8 and
+ * 20, the last two tiles), heads of 64, 80 and 128, contexts of 1, 17,
+ * 300 and thousands (the keys split over the grid, then merged), several
+ * sequences of different lengths, causal or over key ranges, f32, bf16
+ * and f16 caches.  A context of 1 over a bf16 cache would be exact (its
+ * output the value row): that one has an f32 cache
+ */
+static void
+test_attention_wmma_decode(void **state)
+{
+    int          wm;
+    const char  *env;
+
+    require_gpu();
+
+    env = getenv("VLM_CUDA_ATTENTION");
+    wm = env != NULL && strcmp(env, "scalar") == 0 ? 2 : 1;
+
+    check_paged_as(VLM_DTYPE_F32, wm, 1, 4, 4, 64, 16, 1, 1);
+    check_paged_as(VLM_DTYPE_BF16, wm, 3, 4, 2, 80, 8, 1, 17);
+    check_paged_as(VLM_DTYPE_F16, wm, 5, 7, 1, 128, 16, 3, 300);
+    check_paged_as(VLM_DTYPE_BF16, wm, 6, 16, 2, 80, 16, 2, 300);
+    check_paged_as(VLM_DTYPE_BF16, wm, 2, 20, 1, 64, 8, 1, 40);
+    check_paged_as(VLM_DTYPE_BF16, wm, 40, 4, 1, 64, 8, 1, 30);
+
+    /* one or two sequences of thousands of keys: split */
+    check_paged_as(VLM_DTYPE_BF16, wm, 1, 14, 2, 128, 16, 1, 3000);
+    check_paged_as(VLM_DTYPE_F32, wm, 2, 16, 2, 64, 16, 1, 2500);
+    check_paged_as(VLM_DTYPE_F16, wm, 1, 4, 2, 80, 16, 1, 4100);
 }
 
 
@@ -2026,8 +2063,9 @@ bench_attn_time(const vlm_attn_paged_t *pa, const vlm_attn_varlen_t *va,
 
 
 static int
-bench_attn_pair(const char *what, vlm_attn_paged_t *pa,
-    vlm_attn_varlen_t *va, float *dout, size_t n, double flops)
+bench_attn_pair(const char *tag, const char *what, vlm_attn_paged_t *pa,
+    vlm_attn_varlen_t *va, float *dout, size_t n, double flops,
+    double bytes)
 {
     int     reps;
     double  tw, ts, d;
@@ -2067,14 +2105,122 @@ bench_attn_pair(const char *what, vlm_attn_paged_t *pa,
            what, tw * 1e3, flops / tw / 1e12, ts * 1e3, flops / ts / 1e12,
            ts / tw, d);
     printf("BENCH_ATTN_%s wmma_ms=%.3f wmma_tflops=%.2f scalar_ms=%.3f "
-           "scalar_tflops=%.2f speedup=%.1f rel_l2=%.2g\n",
-           pa != NULL ? "PREFILL" : "VISION", tw * 1e3, flops / tw / 1e12,
-           ts * 1e3, flops / ts / 1e12, ts / tw, d);
+           "scalar_tflops=%.2f speedup=%.1f rel_l2=%.2g", tag, tw * 1e3,
+           flops / tw / 1e12, ts * 1e3, flops / ts / 1e12, ts / tw, d);
+
+    if (bytes > 0.0) {
+        printf(" wmma_gbs=%.0f scalar_gbs=%.0f", bytes / tw / 1e9,
+               bytes / ts / 1e9);
+    }
+
+    printf("\n");
 
     free(ow);
     free(os);
 
     return d > VLM_ATTN_BF16_TOL || isnan(d);
+}
+
+
+/* the benchmarks' attention over a bf16 paged cache */
+static void
+bench_paged(vlm_attn_paged_t *pa, void *dkc, void *dvc, int bs, int nh,
+    int nkv, int hd, vlm_attn_seq_t *sq, int n_seqs)
+{
+    memset(pa, 0, sizeof(*pa));
+    pa->k_cache = dkc;
+    pa->v_cache = dvc;
+    pa->kv_dtype = VLM_DTYPE_BF16;
+    pa->block_size = bs;
+    pa->n_heads = nh;
+    pa->n_kv_heads = nkv;
+    pa->head_dim = hd;
+    pa->scale = 1.0f / sqrtf((float) hd);
+    pa->seqs = sq;
+    pa->n_seqs = n_seqs;
+}
+
+
+/*
+ * decode on the same decoder shape: n_seqs sequences of one query row
+ * after T keys each, their blocks interleaved over one bf16 cache; the
+ * bytes a step are the K and V rows read (as GB/s beside the ms)
+ */
+static int
+bench_attn_decode(int T, int n_seqs)
+{
+    int                 i, s, nh, nkv, hd, bs, nb, D, KV, rc;
+    char                what[96], tag[32];
+    float              *q, *dq, *dout;
+    void               *kc, *dkc, *dvc;
+    int32_t            *bt, *dbt;
+    size_t              cache;
+    double              flops, bytes;
+    vlm_attn_seq_t      sq[VLM_TEST_DECODE_SEQS];
+    vlm_attn_paged_t    pa;
+
+    if (n_seqs > VLM_TEST_DECODE_SEQS) {
+        printf("bench-attn: %d sequences, more than %d\n", n_seqs,
+               VLM_TEST_DECODE_SEQS);
+        return 1;
+    }
+
+    nh = 28;
+    nkv = 4;
+    hd = 128;
+    bs = 16;
+    D = nh * hd;
+    KV = nkv * hd;
+    nb = (T + 1 + bs - 1) / bs;
+    cache = (size_t) n_seqs * nb * bs * KV;
+
+    q = vlm_test_rand_vec(&rng_state, (size_t) n_seqs * D);
+    kc = rand_kv(VLM_DTYPE_BF16, cache);
+    bt = malloc((size_t) n_seqs * nb * sizeof(int32_t));
+    if (bt == NULL) {
+        printf("bench-attn: no host memory\n");
+        return 1;
+    }
+
+    for (i = 0; i < n_seqs * nb; i++) {
+        bt[i] = i % nb * n_seqs + i / nb;   /* the sequences interleaved */
+    }
+
+    dq = dev(q, (size_t) n_seqs * D * sizeof(float));
+    dkc = dev(kc, cache * sizeof(uint16_t));
+    dvc = dev(kc, cache * sizeof(uint16_t));
+    dbt = dev(bt, (size_t) n_seqs * nb * sizeof(int32_t));
+    dout = dev(NULL, (size_t) n_seqs * D * sizeof(float));
+
+    memset(sq, 0, sizeof(sq));
+    for (s = 0; s < n_seqs; s++) {
+        sq[s].out = dout + (size_t) s * D;
+        sq[s].q = dq + (size_t) s * D;
+        sq[s].block_table = dbt + (size_t) s * nb;
+        sq[s].n_q = 1;
+        sq[s].kv_start = T;
+    }
+
+    bench_paged(&pa, dkc, dvc, bs, nh, nkv, hd, sq, n_seqs);
+
+    flops = 4.0 * hd * nh * (double) (T + 1) * n_seqs;
+    bytes = 2.0 * (T + 1) * KV * sizeof(uint16_t) * n_seqs;
+    snprintf(tag, sizeof(tag), "DECODE_B%d", n_seqs);
+    snprintf(what, sizeof(what), "decode, %d sequences of %d keys, %d/%d "
+             "heads of %d, bf16 cache", n_seqs, T + 1, nh, nkv, hd);
+    rc = bench_attn_pair(tag, what, &pa, NULL, dout, (size_t) n_seqs * D,
+                         flops, bytes);
+
+    gpu->ops->release(gpu, dq);
+    gpu->ops->release(gpu, dkc);
+    gpu->ops->release(gpu, dvc);
+    gpu->ops->release(gpu, dbt);
+    gpu->ops->release(gpu, dout);
+    free(q);
+    free(kc);
+    free(bt);
+
+    return rc;
 }
 
 
@@ -2124,22 +2270,13 @@ bench_attn(int T)
     sq.n_q = T;
     sq.kv_start = 0;
 
-    memset(&pa, 0, sizeof(pa));
-    pa.k_cache = dkc;
-    pa.v_cache = dvc;
-    pa.kv_dtype = VLM_DTYPE_BF16;
-    pa.block_size = bs;
-    pa.n_heads = nh;
-    pa.n_kv_heads = nkv;
-    pa.head_dim = hd;
-    pa.scale = 1.0f / sqrtf((float) hd);
-    pa.seqs = &sq;
-    pa.n_seqs = 1;
+    bench_paged(&pa, dkc, dvc, bs, nh, nkv, hd, &sq, 1);
 
     flops = 4.0 * hd * nh * ((double) T * (T + 1) / 2);
     snprintf(what, sizeof(what), "prefill of %d tokens, %d/%d heads of %d, "
              "causal, bf16 cache", T, nh, nkv, hd);
-    rc = bench_attn_pair(what, &pa, NULL, dout, (size_t) T * D, flops);
+    rc = bench_attn_pair("PREFILL", what, &pa, NULL, dout, (size_t) T * D,
+                         flops, 0.0);
 
     /* the vision tower's: q, k and v in one row */
     vh = 16;
@@ -2167,8 +2304,8 @@ bench_attn(int T)
     flops = 4.0 * vd * vh * (double) T * T;
     snprintf(what, sizeof(what), "vision tower, %d rows, %d heads of %d, "
              "one segment", T, vh, vd);
-    rc |= bench_attn_pair(what, NULL, &va, dout, (size_t) T * vh * vd,
-                          flops);
+    rc |= bench_attn_pair("VISION", what, NULL, &va, dout,
+                          (size_t) T * vh * vd, flops, 0.0);
 
     gpu->ops->release(gpu, dq);
     gpu->ops->release(gpu, dkc);
@@ -2181,6 +2318,10 @@ bench_attn(int T)
     free(kc);
     free(bt);
     free(qkv);
+
+    /* decode at batch 1 and 16 after T keys */
+    rc |= bench_attn_decode(T, 1);
+    rc |= bench_attn_decode(T, 16);
 
     return rc;
 }
@@ -2203,6 +2344,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_attention_paged),
         cmocka_unit_test(test_attention_varlen),
         cmocka_unit_test(test_attention_wmma),
+        cmocka_unit_test(test_attention_wmma_decode),
         cmocka_unit_test(test_pool_idle),
         cmocka_unit_test(test_upload_ring),
         cmocka_unit_test(test_model_image_cache),

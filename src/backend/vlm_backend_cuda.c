@@ -646,8 +646,10 @@ vlm_cuda_attention_paged_op(vlm_backend_t *be, const vlm_attn_paged_t *a)
 
     /*
      * the sequences travel with the launch, VLM_CUDA_ATTN_SEQS at a time;
-     * with the tensor-core kernel, the runs of VLM_CUDA_WMMA_MIN_Q queries
-     * or more go to it, decode rows and short runs to the scalar one
+     * with the tensor-core kernels, the runs of VLM_CUDA_WMMA_MIN_Q
+     * queries or more go to the prefill one, decode rows and short runs
+     * to the decode one (the query heads of a group as a tile's rows);
+     * without, all to the scalar one
      */
     for (s = 0; s < a->n_seqs; s += VLM_CUDA_ATTN_SEQS) {
         n = 0;
@@ -680,17 +682,13 @@ vlm_cuda_attention_paged_op(vlm_backend_t *be, const vlm_attn_paged_t *a)
             continue;
         }
 
-        vlm_cuda_check(cu, vlm_cuda_attention_paged(cu->stream, a->k_cache,
-                                                    a->v_cache,
-                                                    vlm_cuda_kv_type(
-                                                        a->kv_dtype),
-                                                    a->block_size,
-                                                    a->n_heads,
-                                                    a->n_kv_heads,
-                                                    a->head_dim, a->scale,
-                                                    seqs, n, cu->attn_ws,
-                                                    VLM_CUDA_ATTN_WS,
-                                                    cu->n_sms),
+        vlm_cuda_check(cu, (wmma ? vlm_cuda_attention_decode_wmma
+                                 : vlm_cuda_attention_paged)(cu->stream,
+                               a->k_cache, a->v_cache,
+                               vlm_cuda_kv_type(a->kv_dtype), a->block_size,
+                               a->n_heads, a->n_kv_heads, a->head_dim,
+                               a->scale, seqs, n, cu->attn_ws,
+                               VLM_CUDA_ATTN_WS, cu->n_sms),
                        "attention_paged");
     }
 }
