@@ -1,14 +1,14 @@
 /*
- * Attention on the tensor cores (nvcuda::wmma, sm_80 and newer): the
- * prefill chunks and the decode rows of the paged entry and the varlen
- * entry of attention.cu (the decode kernel is described at its own
- * definition below), flash style (FlashAttention-2's loop): no score matrix in memory, an
- * online softmax over tiles of keys.  The activations and the KV cache
- * stay as they are in memory (f32, or the cache's bf16 / half); a tile is
- * rounded to bf16 as it is staged, the products are bf16 x bf16 with f32
- * sums, the softmax in f32 and the probabilities rounded to bf16 for the
- * product with V.  attention.cu's scalar f32 kernels are the reference
- * and the fallback (vlm_backend_cuda.c chooses).
+ * Attention on the tensor cores (nvcuda::wmma, sm_80 and newer): the prefill
+ * chunks and the decode rows of the paged entry and the varlen entry of
+ * attention.cu (the decode kernel is described at its own definition below),
+ * flash style (FlashAttention-2's loop): no score matrix in memory, an online
+ * softmax over tiles of keys.  The activations and the KV cache stay as they
+ * are in memory (f32, or the cache's bf16 / half); a tile is rounded to bf16
+ * as it is staged, the products are bf16 x bf16 with f32 sums, the softmax in
+ * f32 and the probabilities rounded to bf16 for the product with V.
+ * attention.cu's scalar f32 kernels are the reference and the fallback
+ * (vlm_backend_cuda.c chooses).
  *
  * A block is VLM_WMMA_WARPS warps over VLM_WMMA_BQ query rows of one
  * head, each warp 16 rows.  The block walks the union of its rows' key
@@ -382,8 +382,8 @@ vlm_wmma_smem(int hd)
 
 
 /*
- * paged: the sequences' query rows in tiles of BQ (row0[s]: the first
- * tile of sequence s, not its first row), queries and keys as vlm_attn_paged_kernel's
+ * paged: the sequences' query rows in tiles of BQ (row0[s]: the first tile of
+ * sequence s, not its first row), queries and keys as vlm_attn_paged_kernel's
  * grid: x = the tiles of all sequences of the launch, y = n_heads;
  * block: WARPS warps of 16 rows each
  */

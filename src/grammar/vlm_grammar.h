@@ -133,12 +133,13 @@ vlm_status_t vlm_grammar_open(vlm_grammar_t *g, const void *prog,
 
 
 /*
- * For the compiler: fills in every node's min_len, depth and first set (nodes
- * may refer to each other in cycles, through $ref) and checks that the children
- * of a ONEOF start with different bytes unless DISJOINT and that no document
- * nests deeper than VLM_GRAMMAR_MAX_DEPTH (for a recursive grammar: that its
- * shortest documents fit).  On failure *bad is the node at fault
- * (VLM_GRAMMAR_NONE: no finite document) and err->msg says why.
+ * For the compiler: fills in every node's min_len, depth and first set
+ * (nodes may refer to each other in cycles, through $ref) and checks that
+ * the children of a ONEOF start with different bytes unless DISJOINT and
+ * that no document nests deeper than VLM_GRAMMAR_MAX_DEPTH (for a
+ * recursive grammar: that its shortest documents fit).  On failure *bad
+ * is the node at fault (VLM_GRAMMAR_NONE: no finite document) and
+ * err->msg says why.
  */
 vlm_status_t vlm_grammar_derive(vlm_gnode_t *nodes, uint32_t n_nodes,
     uint32_t root, const uint32_t *idx, const unsigned char *bytes,
