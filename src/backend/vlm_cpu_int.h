@@ -30,6 +30,15 @@ typedef void (*vlm_axpy_pt)(float *y, float a, const float *x, int n);
 typedef void (*vlm_softmax_pt)(float *x, int n, float scale);
 
 
+/* the GEMM scratch one matrix asks (vlm_backend_cpu.c) */
+typedef struct {
+    int                xq_cols;
+    int                xa_cols;
+    size_t             amx_panel_bytes;     /* a thread's */
+    size_t             wtile_floats;        /* a thread's */
+} vlm_cpu_scratch_t;
+
+
 typedef struct {
     vlm_backend_t      be;
     vlm_threadpool_t  *pool;
