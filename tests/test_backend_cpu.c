@@ -872,6 +872,24 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
         }
     }
 
+    /* AMX-INT8's tiles: the scalar GEMM's bits over weight rows 1.. */
+    if (vlm_cpu_quant_i8_amx_gemm() != NULL) {
+        memset(got, 0, (size_t) n * rows * sizeof(float));
+        vlm_cpu_quant_i8_amx_gemm()(&w, 1, rows, &act, n, b, got, rows,
+                                    panel);
+
+        for (k = 0; k < n * rows; k++) {
+            e = k % rows == 0 ? 0.0f : yg[k];
+
+            if (memcmp(&got[k], &(float) { (float) e }, sizeof(float)) != 0)
+            {
+                fail_msg("amx-int8 gemm(), quant %d, n %d, [%d, %d], group "
+                         "%d%s: element %d: %a != %a", q, n, rows, cols,
+                         group, asym ? ", asym" : "", k, got[k], e);
+            }
+        }
+    }
+
     /*
      * every variant at 1 to 4 rows a call, with the activations in Q4's
      * order too and without: the same bits; those with a GEMM, the
@@ -985,11 +1003,14 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
 
         /*
          * and takes the int8 GEMM from VLM_QI8_GEMM_MIN rows (act order
-         * too) where AVX512_VNNI is there
+         * too) where AVX512_VNNI is there; AMX-INT8's from
+         * VLM_AMX_TILES_MIN rows
          */
-        qgemm = lv == LEVEL_AVX512BF16 && vlm_cpu_bf16_dot_slow()
-                && vlm_cpu_quant_i8_kernel(VLM_QI8_AVX512VNNI) != NULL
-                && n >= VLM_QI8_GEMM_MIN;
+        qgemm = (lv == LEVEL_AVX512BF16 && vlm_cpu_bf16_dot_slow()
+                 && vlm_cpu_quant_i8_kernel(VLM_QI8_AVX512VNNI) != NULL
+                 && n >= VLM_QI8_GEMM_MIN)
+                || (lv == LEVEL_AMX && vlm_cpu_quant_i8_amx_gemm() != NULL
+                    && n >= VLM_AMX_TILES_MIN);
 
         if (qgemm) {
             for (k = 0; k < n * rows; k++) {

@@ -365,7 +365,7 @@ vlm_cpu_weight_bind_quant(vlm_backend_t *be, vlm_weight_t *w,
 
     need = vlm_qi8_panel_bytes(w->cols, w->cols / w->group);
 
-    if (cpu->qgemm && need > cpu->qgpanel_bytes) {
+    if ((cpu->qgemm || cpu->qamx != NULL) && need > cpu->qgpanel_bytes) {
         vlm_cpu_release(be, cpu->qgpanel);
         cpu->qgpanel = vlm_cpu_alloc(be, cpu->n_threads * need);
         cpu->qgpanel_bytes = cpu->qgpanel == NULL ? 0 : need;
@@ -563,6 +563,10 @@ vlm_cpu_kernels(vlm_cpu_t *cpu, const vlm_backend_conf_t *conf)
     cpu->qgemm = cpu->qi8 != NULL && cpu->qi8->gemm != NULL
                  && cpu->level == VLM_CPU_AVX512BF16
                  && vlm_cpu_bf16_dot_slow();
+
+    /* and AMX-INT8's tiles where amx's tile GEMM runs (its bits) */
+    cpu->qamx = cpu->qi8 != NULL && cpu->qi8->gemm != NULL
+                && cpu->amx_tiles ? vlm_cpu_quant_i8_amx_gemm() : NULL;
 }
 
 

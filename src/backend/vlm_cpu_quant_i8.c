@@ -14,7 +14,9 @@
  *            48 weight rows repacked for vpdpbusd (Q8's codes made
  *            unsigned: plus 128, the min less 128 scale), 4 activation
  *            rows a step, each block's exact sums times d into a group's
- *            t, t * scale and the mins added a group at a time
+ *            t, t * scale and the mins added a group at a time; on
+ *            AMX-INT8 the same panels as tiles (tdpbsud), 16 activation
+ *            rows a tile, from VLM_AMX_TILES_MIN rows (vlm_cpu_matmul.c)
  * Because the integer sums are exact and the float operations are the
  * same in the same order (fmaf where the vector code has an FMA), every
  * variant gives the scalar one's result bit for bit (tests/
@@ -1590,6 +1592,167 @@ static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_512 = {
 };
 
 
+/*
+ * AMX-INT8 (tdpbsud: the activations' signed codes times the panel's
+ * unsigned ones) for prefill: vlm_qi8_gemm_pack()'s panel is already the
+ * tiles' layout, a block of 32 columns and 16 weight rows being 8 rows of
+ * 64 bytes VLM_QI8_NR * 4 apart; the activations' codes load as they are,
+ * 16 rows x 32 bytes a block.  A block's exact sums land in c, then the
+ * float steps of the gemm's contract, in its order, 16 activation rows
+ * by 16 weight rows at a time: so the scalar kernel's bits.
+ * Tiles: 0..2 sums, 3 activations, 4..6 the panel's 48 weight rows.
+ */
+
+#define VLM_QI8_AMX   __attribute__((target("avx2,fma,f16c,avx512f,"     \
+                                            "avx512bw,avx512vl,"         \
+                                            "amx-tile,amx-int8")))
+
+
+static const vlm_amx_cfg_t  vlm_qi8_amx_cfg = {
+    1, 0, { 0 },
+    { 64, 64, 64, 32, 64, 64, 64 },
+    { 16, 16, 16, 16, 8, 8, 8 }
+};
+
+
+#define vlm_qi8_amx_tile(T, W, v, nv, wp, c)                                 \
+    if ((v) < (nv)) {                                                        \
+        _tile_zero(T);                                                       \
+        _tile_loadd(W, (wp) + 64 * (v), VLM_QI8_NR * 4);                     \
+        _tile_dpbsud(T, 3, W);                                               \
+        _tile_stored(T, (c) + 256 * (v), 64);                                \
+    }
+
+
+VLM_QI8_AMX static void
+vlm_qi8_gemm_amx(const vlm_weight_t *w, int r0, int r1,
+    const vlm_quant_act_t *a, int n, const float *bias, float *y,
+    size_t ldy, void *panel)
+{
+    int             r, nr, nv, v, i0, ni, i, g, b, nb, ng, bpg;
+    size_t          lda;
+    float           t[VLM_QI8_NV * 256] __attribute__((aligned(64)));
+    float           acc[VLM_QI8_NV * 256] __attribute__((aligned(64)));
+    int32_t         c[VLM_QI8_NV * 256] __attribute__((aligned(64)));
+    int8_t          tail[16 * VLM_QUANT_QB] __attribute__((aligned(64)));
+    __m512          sv, mv, av;
+    __mmask16       mk;
+    const float    *ps, *pm;
+    const int8_t   *xa;
+    const uint8_t  *wp;
+
+    nb = w->cols / VLM_QUANT_QB;
+    ng = w->cols / w->group;
+    bpg = w->group / VLM_QUANT_QB;
+
+    _tile_loadconfig(&vlm_qi8_amx_cfg);
+
+    for (r = r0; r < r1; r += VLM_QI8_NR) {
+        nr = vlm_min(VLM_QI8_NR, r1 - r);
+        nv = (nr + 15) / 16;
+        vlm_qi8_gemm_pack(w, r, nr, panel);
+        ps = (const float *) ((const uint8_t *) panel
+                              + (size_t) w->cols * VLM_QI8_NR);
+        pm = ps + (size_t) ng * VLM_QI8_NR;
+
+        for (i0 = 0; i0 < n; i0 += 16) {
+            ni = vlm_min(16, n - i0);
+            memset(acc, 0, sizeof(acc));
+
+            for (g = 0; g < ng; g++) {
+                memset(t, 0, sizeof(t));
+
+                for (b = g * bpg; b < (g + 1) * bpg; b++) {
+                    xa = a->q + (size_t) i0 * a->cols + b * VLM_QUANT_QB;
+                    lda = a->cols;
+
+                    if (ni < 16) {
+                        memset(tail, 0, sizeof(tail));
+
+                        for (i = 0; i < ni; i++) {
+                            memcpy(tail + i * VLM_QUANT_QB,
+                                   xa + (size_t) i * lda, VLM_QUANT_QB);
+                        }
+
+                        xa = tail;
+                        lda = VLM_QUANT_QB;
+                    }
+
+                    wp = (const uint8_t *) panel
+                         + (size_t) b * 8 * VLM_QI8_NR * 4;
+
+                    _tile_loadd(3, xa, lda);
+                    vlm_qi8_amx_tile(0, 4, 0, nv, wp, c);
+                    vlm_qi8_amx_tile(1, 5, 1, nv, wp, c);
+                    vlm_qi8_amx_tile(2, 6, 2, nv, wp, c);
+
+                    for (v = 0; v < nv; v++) {
+                        for (i = 0; i < ni; i++) {
+                            _mm512_store_ps(t + 256 * v + 16 * i,
+                                _mm512_fmadd_ps(
+                                    _mm512_cvtepi32_ps(_mm512_load_si512(
+                                        c + 256 * v + 16 * i)),
+                                    _mm512_set1_ps(a->d[(size_t) (i0 + i)
+                                                        * nb + b]),
+                                    _mm512_load_ps(t + 256 * v + 16 * i)));
+                        }
+                    }
+                }
+
+                for (v = 0; v < nv; v++) {
+                    sv = _mm512_loadu_ps(ps + (size_t) g * VLM_QI8_NR
+                                         + 16 * v);
+                    mv = _mm512_loadu_ps(pm + (size_t) g * VLM_QI8_NR
+                                         + 16 * v);
+
+                    for (i = 0; i < ni; i++) {
+                        av = _mm512_fmadd_ps(_mm512_load_ps(t + 256 * v
+                                                            + 16 * i),
+                                             sv,
+                                             _mm512_load_ps(acc + 256 * v
+                                                            + 16 * i));
+                        av = _mm512_fmadd_ps(
+                                 _mm512_set1_ps(a->gsum[(size_t) (i0 + i)
+                                                        * a->groups + g]),
+                                 mv, av);
+                        _mm512_store_ps(acc + 256 * v + 16 * i, av);
+                    }
+                }
+            }
+
+            for (v = 0; v < nv; v++) {
+                mk = vlm_qi8_gemm_mask(nr, v);
+                sv = bias != NULL ? _mm512_maskz_loadu_ps(mk, bias + r
+                                                              + 16 * v)
+                                  : _mm512_setzero_ps();
+
+                for (i = 0; i < ni; i++) {
+                    _mm512_mask_storeu_ps(y + (size_t) (i0 + i) * ldy + r
+                                          + 16 * v, mk,
+                                          _mm512_add_ps(_mm512_load_ps(
+                                              acc + 256 * v + 16 * i), sv));
+                }
+            }
+        }
+    }
+
+    _tile_release();
+    _mm256_zeroupper();
+}
+
+
+/* the CPU's AMX-INT8, cpuid leaf 7 subleaf 0 edx 25, and its tiles */
+static int
+vlm_qi8_amx_has(void)
+{
+    unsigned int  a, b, c, d;
+
+    return vlm_cpu_detect() >= VLM_CPU_AMX
+           && __get_cpuid_count(7, 0, &a, &b, &c, &d)
+           && (d & (1u << 25));
+}
+
+
 /* cpuid leaf 7: AVX512_VNNI (subleaf 0 ecx 11), AVX-VNNI (1, eax 4) */
 static int
 vlm_qi8_cpu_has(vlm_qi8_level_t v)
@@ -1635,6 +1798,17 @@ vlm_cpu_quant_i8_kernel(vlm_qi8_level_t v)
     }
 #else
     return v == VLM_QI8_SCALAR ? &vlm_qi8_kernel_scalar : NULL;
+#endif
+}
+
+
+vlm_qi8_gemm_pt
+vlm_cpu_quant_i8_amx_gemm(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    return vlm_qi8_amx_has() ? vlm_qi8_gemm_amx : NULL;
+#else
+    return NULL;
 #endif
 }
 
