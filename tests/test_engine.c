@@ -256,7 +256,8 @@ resident_pages(const char *path, size_t *total)
  * max_position_embeddings cut to a KV cache given in bytes, the refusals
  * that name vlm_max_model_len and vlm_kv_cache; and the memory plan
  * against what a load allocates: its KV pool exactly, its backend
- * buffers (KV, workspaces, attention blocks) within 10 %.
+ * buffers (KV, workspaces, attention blocks, matmul scratch) within
+ * 10 %.
  */
 static void
 vlm_budgets_and_plan(const char *dir)

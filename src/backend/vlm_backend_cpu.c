@@ -34,6 +34,8 @@
 static int  vlm_cpu_level = -1;
 /* and whether amx's tile GEMM runs prefill (0: vlm_gemm_amx's kernels) */
 static int  vlm_cpu_amx_tiles = 1;
+/* and whether int8 activations' prefill takes the int8 GEMM at any level */
+static int  vlm_cpu_qgemm = 0;
 
 
 /* memory */
@@ -561,8 +563,9 @@ vlm_cpu_kernels(vlm_cpu_t *cpu, const vlm_backend_conf_t *conf)
      * with a fast one (and AMX) the bf16 panels as before
      */
     cpu->qgemm = cpu->qi8 != NULL && cpu->qi8->gemm != NULL
-                 && cpu->level == VLM_CPU_AVX512BF16
-                 && vlm_cpu_bf16_dot_slow();
+                 && (vlm_cpu_qgemm
+                     || (cpu->level == VLM_CPU_AVX512BF16
+                         && vlm_cpu_bf16_dot_slow()));
 
     /* and AMX-INT8's tiles where amx's tile GEMM runs (its bits) */
     cpu->qamx = cpu->qi8 != NULL && cpu->qi8->gemm != NULL
@@ -704,4 +707,15 @@ void
 vlm_backend_cpu_force_amx_tiles(int on)
 {
     vlm_cpu_amx_tiles = on;
+}
+
+
+/*
+ * whether backends created afterwards take the int8 GEMM for prefill with
+ * int8 activations wherever the kernels have one (a bench's comparison)
+ */
+void
+vlm_backend_cpu_force_qgemm(int on)
+{
+    vlm_cpu_qgemm = on;
 }
