@@ -25,6 +25,7 @@
 void vlm_backend_cpu_force_scalar(int scalar);
 int vlm_backend_cpu_force_level(int level);
 void vlm_backend_cpu_force_amx_tiles(int on);
+void vlm_backend_cpu_force_qgemm(int on);
 
 
 /* the kernel levels of vlm_cpu.h */
@@ -1058,6 +1059,40 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
                              "element %d: %a != %a", lv, q, n, rows, cols,
                              group, k, y[k], y0[k]);
                 }
+            }
+        }
+
+        be->ops->free(be);
+    }
+
+    /*
+     * the VNNI GEMM still selectable through matmul() where AMX-INT8's
+     * tiles would run (vlm_backend_cpu_force_qgemm, amx-rows): its bits
+     */
+    if (top >= LEVEL_AVX512BF16 && n >= VLM_QI8_GEMM_MIN
+        && vlm_cpu_quant_i8_kernel(VLM_QI8_AVX512VNNI) != NULL)
+    {
+        vlm_backend_cpu_force_level(top);
+        vlm_backend_cpu_force_amx_tiles(0);
+        vlm_backend_cpu_force_qgemm(1);
+        assert_int_equal(vlm_backend_cpu_init(&be,
+                             &(vlm_backend_conf_t) { .n_threads = 3,
+                                                     .max_ctx = 512,
+                                                     .quant_act_int8 = 1 },
+                             &err),
+                         VLM_OK);
+        vlm_backend_cpu_force_qgemm(0);
+        vlm_backend_cpu_force_amx_tiles(1);
+        assert_int_equal(be->ops->weight_bind_quant(be, &w, &err), VLM_OK);
+
+        memset(y, 0, (size_t) n * rows * sizeof(float));
+        be->ops->matmul(be, y, x, &w, b, n);
+
+        for (k = 0; k < n * rows; k++) {
+            if (memcmp(&y[k], &yg[k], sizeof(float)) != 0) {
+                fail_msg("vnni gemm through matmul, quant %d, n %d, [%d, "
+                         "%d], group %d: element %d: %a != %a", q, n, rows,
+                         cols, group, k, y[k], yg[k]);
             }
         }
 
