@@ -672,6 +672,24 @@ test_matmul_quant_kernels(void **state)
 }
 
 
+/* a backend of 3 threads with int8 activations, at the forced level */
+static vlm_backend_t *
+quant_i8_backend(void)
+{
+    vlm_error_t     err;
+    vlm_backend_t  *be;
+
+    assert_int_equal(vlm_backend_cpu_init(&be,
+                         &(vlm_backend_conf_t) { .n_threads = 3,
+                                                 .max_ctx = 512,
+                                                 .quant_act_int8 = 1 },
+                         &err),
+                     VLM_OK);
+
+    return be;
+}
+
+
 /*
  * Int8 activations (vlm_cpu_quant_i8.c) on a matrix of every code, sym
  * (Q4: min -8 scale, Q8: 0) or asym (random mins), an act-order shuffle
@@ -984,12 +1002,7 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
 
     for (lv = LEVEL_SCALAR; lv <= top; lv++) {
         vlm_backend_cpu_force_level(lv);
-        assert_int_equal(vlm_backend_cpu_init(&be,
-                             &(vlm_backend_conf_t) { .n_threads = 3,
-                                                     .max_ctx = 512,
-                                                     .quant_act_int8 = 1 },
-                             &err),
-                         VLM_OK);
+        be = quant_i8_backend();
         assert_int_equal(be->ops->weight_bind_quant(be, &w, &err), VLM_OK);
 
         be->ops->matmul(be, y, x, &w, b, n);
@@ -1075,12 +1088,7 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
         vlm_backend_cpu_force_level(top);
         vlm_backend_cpu_force_amx_tiles(0);
         vlm_backend_cpu_force_qgemm(1);
-        assert_int_equal(vlm_backend_cpu_init(&be,
-                             &(vlm_backend_conf_t) { .n_threads = 3,
-                                                     .max_ctx = 512,
-                                                     .quant_act_int8 = 1 },
-                             &err),
-                         VLM_OK);
+        be = quant_i8_backend();
         vlm_backend_cpu_force_qgemm(0);
         vlm_backend_cpu_force_amx_tiles(1);
         assert_int_equal(be->ops->weight_bind_quant(be, &w, &err), VLM_OK);
