@@ -698,12 +698,13 @@ quant_i8_backend(void)
  * the f32 sum of code * scale + min times q * d (to 1e-5 of the sum of
  * magnitudes) and within the activations' rounding of x W^T, half a
  * block's d times sum |w|; the scalar GEMM (prefill's order) to 1e-5 of
- * the same double sum, the variants' GEMMs its bits over weight rows
- * 1..; then matmul() at 1 to 16 rows through the
+ * the same double sum, the variants' GEMMs (AMX-INT8's tiles too) its
+ * bits over weight rows 1..; then matmul() at 1 to 16 rows through the
  * backend at every level, bit for bit the scalar kernel's plus the bias
  * (more than 16 rows: 16 at a time), but for the int8 GEMM (where
- * vdpbf16ps is slow and AVX512_VNNI there, from VLM_QI8_GEMM_MIN rows,
- * act order too: the scalar GEMM's bits), prefill's bf16 panels
+ * vdpbf16ps is slow and AVX512_VNNI there, from VLM_QI8_GEMM_MIN rows;
+ * AMX-INT8's tiles from VLM_AMX_TILES_MIN; the VNNI GEMM forced in their
+ * place; act order too: the scalar GEMM's bits), prefill's bf16 panels
  * (AVX512_BF16 from VLM_GEMM_PACK_MIN rows, AMX from
  * VLM_QUANT_PANEL_MIN), within 2e-2 relative L2 of it, and its f32
  * panels at the other levels (from VLM_QUANT_F32_PANEL_MIN rows, no act
