@@ -11,12 +11,14 @@
  *   bench_matmul [--shape 3b|0.5b|vision] [--layers N] [--threads N]
  *                [--reps N]
  *                [--streams 1,4,16,64] [--prefill N]
- *                [--kernels scalar,avx2,avx512bf16,amx,amx-rows]
+ *                [--kernels scalar,avx2,avx512bf16,amx,amx-rows,amx-vnni]
  *                                    (default: the best this CPU runs)
  *                [--weights bf16,q4,q8,q4i8,q8i8]     (default: bf16)
  *
  * amx-rows: amx without its tile GEMM (the weight rows loaded as they
- * lie, the kernels before it), to read the two against each other.  The
+ * lie, the kernels before it), to read the two against each other;
+ * amx-vnni: amx-rows with int8 activations' prefill on the AVX512_VNNI
+ * GEMM, to read AMX-INT8's tiles (amx, q4i8 and q8i8) against it.  The
  * AMX peak of the machine (a register-only microkernel, 1 thread and
  * all) prints first, each GFLOP/s figure its fraction of it.
  *
@@ -44,8 +46,9 @@
 
 
 #define BENCH_MAX_FIG   96
-#define BENCH_MAX_KERN  5
+#define BENCH_MAX_KERN  6
 #define BENCH_AMX_ROWS  4           /* kernel_names: amx without tiles */
+#define BENCH_AMX_VNNI  5           /* and with the int8 GEMM on VNNI */
 #define BENCH_MAX_WK    5
 #define BENCH_Q_GROUP   128
 
@@ -61,10 +64,11 @@ typedef struct {
 
 int vlm_backend_cpu_force_level(int level);
 void vlm_backend_cpu_force_amx_tiles(int on);
+void vlm_backend_cpu_force_qgemm(int on);
 
 
 static const char  *kernel_names[BENCH_MAX_KERN] = {
-    "scalar", "avx2", "avx512bf16", "amx", "amx-rows"
+    "scalar", "avx2", "avx512bf16", "amx", "amx-rows", "amx-vnni"
 };
 
 
@@ -188,7 +192,7 @@ main(int argc, char **argv)
         }
 
         if (k == BENCH_MAX_KERN
-            || (k == BENCH_AMX_ROWS ? VLM_CPU_AMX : k) > top)
+            || (k >= BENCH_AMX_ROWS ? VLM_CPU_AMX : k) > top)
         {
             fprintf(stderr, "bench_matmul: no kernels %s on this CPU\n", p);
             return 1;
@@ -279,9 +283,10 @@ main(int argc, char **argv)
     }
 
     for (k = 0; k < n_kern; k++) {
-        vlm_backend_cpu_force_level(kern[k] == BENCH_AMX_ROWS
+        vlm_backend_cpu_force_level(kern[k] >= BENCH_AMX_ROWS
                                     ? VLM_CPU_AMX : kern[k]);
-        vlm_backend_cpu_force_amx_tiles(kern[k] != BENCH_AMX_ROWS);
+        vlm_backend_cpu_force_amx_tiles(kern[k] < BENCH_AMX_ROWS);
+        vlm_backend_cpu_force_qgemm(kern[k] == BENCH_AMX_VNNI);
 
         conf.quant_act_int8 = 0;
         if (vlm_backend_cpu_init(&be[k], &conf, &err) != VLM_OK) {

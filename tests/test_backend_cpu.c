@@ -25,6 +25,7 @@
 void vlm_backend_cpu_force_scalar(int scalar);
 int vlm_backend_cpu_force_level(int level);
 void vlm_backend_cpu_force_amx_tiles(int on);
+void vlm_backend_cpu_force_qgemm(int on);
 
 
 /* the kernel levels of vlm_cpu.h */
@@ -671,6 +672,24 @@ test_matmul_quant_kernels(void **state)
 }
 
 
+/* a backend of 3 threads with int8 activations, at the forced level */
+static vlm_backend_t *
+quant_i8_backend(void)
+{
+    vlm_error_t     err;
+    vlm_backend_t  *be;
+
+    assert_int_equal(vlm_backend_cpu_init(&be,
+                         &(vlm_backend_conf_t) { .n_threads = 3,
+                                                 .max_ctx = 512,
+                                                 .quant_act_int8 = 1 },
+                         &err),
+                     VLM_OK);
+
+    return be;
+}
+
+
 /*
  * Int8 activations (vlm_cpu_quant_i8.c) on a matrix of every code, sym
  * (Q4: min -8 scale, Q8: 0) or asym (random mins), an act-order shuffle
@@ -679,12 +698,13 @@ test_matmul_quant_kernels(void **state)
  * the f32 sum of code * scale + min times q * d (to 1e-5 of the sum of
  * magnitudes) and within the activations' rounding of x W^T, half a
  * block's d times sum |w|; the scalar GEMM (prefill's order) to 1e-5 of
- * the same double sum, the variants' GEMMs its bits over weight rows
- * 1..; then matmul() at 1 to 16 rows through the
+ * the same double sum, the variants' GEMMs (AMX-INT8's tiles too) its
+ * bits over weight rows 1..; then matmul() at 1 to 16 rows through the
  * backend at every level, bit for bit the scalar kernel's plus the bias
  * (more than 16 rows: 16 at a time), but for the int8 GEMM (where
- * vdpbf16ps is slow and AVX512_VNNI there, from VLM_QI8_GEMM_MIN rows,
- * act order too: the scalar GEMM's bits), prefill's bf16 panels
+ * vdpbf16ps is slow and AVX512_VNNI there, from VLM_QI8_GEMM_MIN rows;
+ * AMX-INT8's tiles from VLM_AMX_TILES_MIN; the VNNI GEMM forced in their
+ * place; act order too: the scalar GEMM's bits), prefill's bf16 panels
  * (AVX512_BF16 from VLM_GEMM_PACK_MIN rows, AMX from
  * VLM_QUANT_PANEL_MIN), within 2e-2 relative L2 of it, and its f32
  * panels at the other levels (from VLM_QUANT_F32_PANEL_MIN rows, no act
@@ -872,6 +892,24 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
         }
     }
 
+    /* AMX-INT8's tiles: the scalar GEMM's bits over weight rows 1.. */
+    if (vlm_cpu_quant_i8_amx_gemm() != NULL) {
+        memset(got, 0, (size_t) n * rows * sizeof(float));
+        vlm_cpu_quant_i8_amx_gemm()(&w, 1, rows, &act, n, b, got, rows,
+                                    panel);
+
+        for (k = 0; k < n * rows; k++) {
+            e = k % rows == 0 ? 0.0f : yg[k];
+
+            if (memcmp(&got[k], &(float) { (float) e }, sizeof(float)) != 0)
+            {
+                fail_msg("amx-int8 gemm(), quant %d, n %d, [%d, %d], group "
+                         "%d%s: element %d: %a != %a", q, n, rows, cols,
+                         group, asym ? ", asym" : "", k, got[k], e);
+            }
+        }
+    }
+
     /*
      * every variant at 1 to 4 rows a call, with the activations in Q4's
      * order too and without: the same bits; those with a GEMM, the
@@ -965,12 +1003,7 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
 
     for (lv = LEVEL_SCALAR; lv <= top; lv++) {
         vlm_backend_cpu_force_level(lv);
-        assert_int_equal(vlm_backend_cpu_init(&be,
-                             &(vlm_backend_conf_t) { .n_threads = 3,
-                                                     .max_ctx = 512,
-                                                     .quant_act_int8 = 1 },
-                             &err),
-                         VLM_OK);
+        be = quant_i8_backend();
         assert_int_equal(be->ops->weight_bind_quant(be, &w, &err), VLM_OK);
 
         be->ops->matmul(be, y, x, &w, b, n);
@@ -985,11 +1018,14 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
 
         /*
          * and takes the int8 GEMM from VLM_QI8_GEMM_MIN rows (act order
-         * too) where AVX512_VNNI is there
+         * too) where AVX512_VNNI is there; AMX-INT8's from
+         * VLM_AMX_TILES_MIN rows
          */
-        qgemm = lv == LEVEL_AVX512BF16 && vlm_cpu_bf16_dot_slow()
-                && vlm_cpu_quant_i8_kernel(VLM_QI8_AVX512VNNI) != NULL
-                && n >= VLM_QI8_GEMM_MIN;
+        qgemm = (lv == LEVEL_AVX512BF16 && vlm_cpu_bf16_dot_slow()
+                 && vlm_cpu_quant_i8_kernel(VLM_QI8_AVX512VNNI) != NULL
+                 && n >= VLM_QI8_GEMM_MIN)
+                || (lv == LEVEL_AMX && vlm_cpu_quant_i8_amx_gemm() != NULL
+                    && n >= VLM_AMX_TILES_MIN);
 
         if (qgemm) {
             for (k = 0; k < n * rows; k++) {
@@ -1037,6 +1073,35 @@ check_quant_i8(vlm_quant_t q, int n, int rows, int cols, int group,
                              "element %d: %a != %a", lv, q, n, rows, cols,
                              group, k, y[k], y0[k]);
                 }
+            }
+        }
+
+        be->ops->free(be);
+    }
+
+    /*
+     * the VNNI GEMM still selectable through matmul() where AMX-INT8's
+     * tiles would run (vlm_backend_cpu_force_qgemm, amx-rows): its bits
+     */
+    if (top >= LEVEL_AVX512BF16 && n >= VLM_QI8_GEMM_MIN
+        && vlm_cpu_quant_i8_kernel(VLM_QI8_AVX512VNNI) != NULL)
+    {
+        vlm_backend_cpu_force_level(top);
+        vlm_backend_cpu_force_amx_tiles(0);
+        vlm_backend_cpu_force_qgemm(1);
+        be = quant_i8_backend();
+        vlm_backend_cpu_force_qgemm(0);
+        vlm_backend_cpu_force_amx_tiles(1);
+        assert_int_equal(be->ops->weight_bind_quant(be, &w, &err), VLM_OK);
+
+        memset(y, 0, (size_t) n * rows * sizeof(float));
+        be->ops->matmul(be, y, x, &w, b, n);
+
+        for (k = 0; k < n * rows; k++) {
+            if (memcmp(&y[k], &yg[k], sizeof(float)) != 0) {
+                fail_msg("vnni gemm through matmul, quant %d, n %d, [%d, "
+                         "%d], group %d: element %d: %a != %a", q, n, rows,
+                         cols, group, k, y[k], yg[k]);
             }
         }
 

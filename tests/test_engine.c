@@ -256,10 +256,11 @@ resident_pages(const char *path, size_t *total)
  * max_position_embeddings cut to a KV cache given in bytes, the refusals
  * that name vlm_max_model_len and vlm_kv_cache; and the memory plan
  * against what a load allocates: its KV pool exactly, its backend
- * buffers (KV, workspaces, attention blocks) within 10 %.
+ * buffers (KV, workspaces, attention blocks, matmul scratch) within
+ * 10 %.
  */
 static void
-test_budgets_and_plan(void **state)
+vlm_budgets_and_plan(const char *dir)
 {
     size_t              buffers, block;
     vlm_error_t         err;
@@ -267,7 +268,6 @@ test_budgets_and_plan(void **state)
     vlm_model_plan_t    plan;
     vlm_model_stats_t   st;
     vlm_model_params_t  p;
-    const char         *dir = FIX "/qwen2vl-f32";
 
     vlm_model_params_default(&p);
     p.n_threads = 2;
@@ -310,12 +310,13 @@ test_budgets_and_plan(void **state)
                      * vlm_model_info(m)->kv_token_bytes, plan.kv_cache);
 
     buffers = plan.kv_cache + plan.activations + plan.vision
-              + plan.attention;
+              + plan.attention + plan.matmul_scratch;
 
     if (st.backend_bytes > buffers * 11 / 10
         || st.backend_bytes < buffers * 9 / 10)
     {
-        fail_msg("the plan's buffers %zu, the backend's %zu", buffers,
+        fail_msg("%s: the plan's buffers %zu (matmul scratch %zu), the "
+                 "backend's %zu", dir, buffers, plan.matmul_scratch,
                  st.backend_bytes);
     }
 
@@ -324,6 +325,19 @@ test_budgets_and_plan(void **state)
     plan.machine = plan.total - 1;
     assert_int_equal(vlm_model_plan_fits(&plan, &err), VLM_ERR_NOMEM);
     assert_non_null(strstr(err.msg, "lower "));
+}
+
+
+/*
+ * f32 weights, and bf16 ones, whose matmul scratch (activations rounded
+ * or packed for the bf16 kernels, amx's weight panels, the widened
+ * weights) the plan counts; printed with the plan's parts
+ */
+static void
+test_budgets_and_plan(void **state)
+{
+    vlm_budgets_and_plan(FIX "/qwen2vl-f32");
+    vlm_budgets_and_plan(FIX "/qwen2vl-bf16");
 
     (void) state;
 }

@@ -344,6 +344,20 @@ vlm_status_t vlm_backend_cpu_init(vlm_backend_t **be,
 vlm_status_t vlm_backend_cuda_init(vlm_backend_t **be,
     const vlm_backend_conf_t *conf, vlm_error_t *err);
 
+/* a matrix as the backend binds it: quant, a quantized one */
+typedef struct {
+    vlm_dtype_t   dtype;
+    int           quant;
+    int           rows;
+    int           cols;
+} vlm_backend_matrix_t;
+
+/*
+ * the bytes of GEMM scratch (activations rounded or packed, weight panels
+ * and tiles) that a CPU backend of conf allocates for the n matrices
+ */
+size_t vlm_backend_cpu_scratch(const vlm_backend_conf_t *conf,
+    const vlm_backend_matrix_t *mats, int n);
 /* the instruction set of the CPU kernels on this CPU ("avx2") */
 const char *vlm_backend_cpu_simd(void);
 /* OPENBLAS_CORETYPE for this CPU where OpenBLAS chose older kernels */

@@ -34,6 +34,8 @@
 static int  vlm_cpu_level = -1;
 /* and whether amx's tile GEMM runs prefill (0: vlm_gemm_amx's kernels) */
 static int  vlm_cpu_amx_tiles = 1;
+/* and whether int8 activations' prefill takes the int8 GEMM at any level */
+static int  vlm_cpu_qgemm = 0;
 
 
 /* memory */
@@ -85,6 +87,95 @@ vlm_cpu_copy(vlm_backend_t *be, void *dst, const void *src, size_t size)
 }
 
 
+/*
+ * The GEMM scratch that one matrix [rows, cols] asks of this backend
+ * (quant: a quantized one): bf16 activations (xq), amx's activation
+ * tiles (xa) and weight panels, the widened weights (wtile).  The
+ * backend grows each part to the largest a matrix asks while loading;
+ * the memory plan takes the same largest (vlm_backend_cpu_scratch), so
+ * neither can drift from the other.
+ */
+static void
+vlm_cpu_scratch_need(const vlm_cpu_t *cpu, vlm_dtype_t dtype, int quant,
+    int rows, int cols, vlm_cpu_scratch_t *s)
+{
+    memset(s, 0, sizeof(vlm_cpu_scratch_t));
+
+    /*
+     * Prefill widens a thread's whole share of a bf16/f16 matrix at once
+     * (one BLAS call per thread); matrices above VLM_CPU_WTILE_CAP floats
+     * (the embedding head) go in tiles of VLM_CPU_WTILE rows.  The
+     * scratch grows only while loading, never in a forward pass.
+     */
+
+    s->wtile_floats = (size_t) rows * cols <= VLM_CPU_WTILE_CAP
+                      ? ((size_t) rows + cpu->n_threads - 1)
+                        / cpu->n_threads * cols
+                      : (size_t) VLM_CPU_WTILE * cols;
+
+    if (quant) {
+        /* prefill's panels: the rows packed, a block dequantized */
+        s->xq_cols = cpu->qi8 != NULL && cpu->gemm->pack != NULL ? cols : 0;
+        return;
+    }
+
+    if (dtype == VLM_DTYPE_F32) {
+        s->wtile_floats = 0;
+        return;
+    }
+
+    if (dtype != VLM_DTYPE_BF16) {
+        return;
+    }
+
+    if (cpu->gemm->x_bf16 || cpu->gemm->order != NULL) {
+        s->xq_cols = cols;
+    }
+
+    if (cpu->amx_tiles) {
+        s->xa_cols = cols;
+        s->amx_panel_bytes = vlm_amx_panel_bytes(rows, cols, cpu->n_threads);
+    }
+
+    /* bf16 matrices widen only for the rows the bf16 kernels leave */
+    if (cpu->gemm->max_n == VLM_CPU_ALL_ROWS) {
+        s->wtile_floats = 0;
+    }
+}
+
+
+/* the bytes of each part, as vlm_cpu_alloc() counts them */
+
+static size_t
+vlm_cpu_xq_bytes(int cols)
+{
+    return (size_t) VLM_GEMM_PACK_NB * (cols + 1) * sizeof(uint16_t);
+}
+
+
+static size_t
+vlm_cpu_scratch_bytes(const vlm_cpu_scratch_t *s, int n_threads)
+{
+    size_t  bytes;
+
+    bytes = 0;
+
+    if (s->xq_cols > 0) {
+        bytes += vlm_align_up(vlm_cpu_xq_bytes(s->xq_cols), VLM_CPU_ALIGN);
+    }
+
+    if (s->xa_cols > 0) {
+        bytes += vlm_align_up(vlm_amx_x_bytes(VLM_AMX_NB, s->xa_cols),
+                              VLM_CPU_ALIGN);
+    }
+
+    return bytes + vlm_align_up((size_t) n_threads * s->amx_panel_bytes,
+                                VLM_CPU_ALIGN)
+           + vlm_align_up((size_t) n_threads * s->wtile_floats
+                          * sizeof(float), VLM_CPU_ALIGN);
+}
+
+
 /* activations rounded to bf16, or pack()'s layout of them */
 static vlm_status_t
 vlm_cpu_xq_reserve(vlm_backend_t *be, int cols, vlm_error_t *err)
@@ -96,8 +187,7 @@ vlm_cpu_xq_reserve(vlm_backend_t *be, int cols, vlm_error_t *err)
     }
 
     vlm_cpu_release(be, cpu->xq);
-    cpu->xq = vlm_cpu_alloc(be, (size_t) VLM_GEMM_PACK_NB * (cols + 1)
-                                * sizeof(uint16_t));
+    cpu->xq = vlm_cpu_alloc(be, vlm_cpu_xq_bytes(cols));
     cpu->xq_cols = cpu->xq == NULL ? 0 : cols;
 
     if (cpu->xq == NULL) {
@@ -114,19 +204,15 @@ vlm_cpu_xq_reserve(vlm_backend_t *be, int cols, vlm_error_t *err)
  * thread's weight panel, as large as the matrices bound so far need
  */
 static vlm_status_t
-vlm_cpu_amx_reserve(vlm_backend_t *be, int rows, int cols, vlm_error_t *err)
+vlm_cpu_amx_reserve(vlm_backend_t *be, const vlm_cpu_scratch_t *s,
+    vlm_error_t *err)
 {
-    size_t      need;
     vlm_cpu_t  *cpu = (vlm_cpu_t *) be;
 
-    if (!cpu->amx_tiles) {
-        return VLM_OK;
-    }
-
-    if (cols > cpu->xa_cols) {
+    if (s->xa_cols > cpu->xa_cols) {
         vlm_cpu_release(be, cpu->xa);
-        cpu->xa = vlm_cpu_alloc(be, vlm_amx_x_bytes(VLM_AMX_NB, cols));
-        cpu->xa_cols = cpu->xa == NULL ? 0 : cols;
+        cpu->xa = vlm_cpu_alloc(be, vlm_amx_x_bytes(VLM_AMX_NB, s->xa_cols));
+        cpu->xa_cols = cpu->xa == NULL ? 0 : s->xa_cols;
 
         if (cpu->xa == NULL) {
             return vlm_error_set(err, VLM_ERR_NOMEM, "cpu backend: no "
@@ -134,12 +220,12 @@ vlm_cpu_amx_reserve(vlm_backend_t *be, int rows, int cols, vlm_error_t *err)
         }
     }
 
-    need = vlm_amx_panel_bytes(rows, cols, cpu->n_threads);
-
-    if (need > cpu->amx_panel_bytes) {
+    if (s->amx_panel_bytes > cpu->amx_panel_bytes) {
         vlm_cpu_release(be, cpu->amx_panels);
-        cpu->amx_panels = vlm_cpu_alloc(be, cpu->n_threads * need);
-        cpu->amx_panel_bytes = cpu->amx_panels == NULL ? 0 : need;
+        cpu->amx_panels = vlm_cpu_alloc(be, cpu->n_threads
+                                            * s->amx_panel_bytes);
+        cpu->amx_panel_bytes = cpu->amx_panels == NULL
+                               ? 0 : s->amx_panel_bytes;
 
         if (cpu->amx_panels == NULL) {
             return vlm_error_set(err, VLM_ERR_NOMEM, "cpu backend: no "
@@ -151,12 +237,35 @@ vlm_cpu_amx_reserve(vlm_backend_t *be, int rows, int cols, vlm_error_t *err)
 }
 
 
+/* the widened weights, a thread's share (floats) */
+static vlm_status_t
+vlm_cpu_wtile_reserve(vlm_backend_t *be, size_t need, vlm_error_t *err)
+{
+    vlm_cpu_t  *cpu = (vlm_cpu_t *) be;
+
+    if (need <= cpu->wtile_floats) {
+        return VLM_OK;
+    }
+
+    vlm_cpu_release(be, cpu->wtile);
+    cpu->wtile = vlm_cpu_alloc(be, cpu->n_threads * need * sizeof(float));
+    cpu->wtile_floats = cpu->wtile == NULL ? 0 : need;
+
+    if (cpu->wtile == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM,
+                             "cpu backend: no memory for weight tiles");
+    }
+
+    return VLM_OK;
+}
+
+
 static vlm_status_t
 vlm_cpu_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
     vlm_dtype_t dtype, int rows, int cols, vlm_error_t *err)
 {
-    size_t      need;
-    vlm_cpu_t  *cpu = (vlm_cpu_t *) be;
+    vlm_cpu_t          *cpu = (vlm_cpu_t *) be;
+    vlm_cpu_scratch_t   s;
 
     memset(w, 0, sizeof(vlm_weight_t));
     w->data = host;
@@ -164,45 +273,16 @@ vlm_cpu_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
     w->rows = rows;
     w->cols = cols;
 
-    /*
-     * Prefill widens a thread's whole share of a bf16/f16 matrix at once
-     * (one BLAS call per thread); matrices above VLM_CPU_WTILE_CAP floats
-     * (the embedding head) go in tiles of VLM_CPU_WTILE rows.  The
-     * scratch grows only while loading, never in a forward pass.
-     */
+    vlm_cpu_scratch_need(cpu, dtype, 0, rows, cols, &s);
 
-    need = (size_t) rows * cols <= VLM_CPU_WTILE_CAP
-           ? ((size_t) rows + cpu->n_threads - 1) / cpu->n_threads * cols
-           : (size_t) VLM_CPU_WTILE * cols;
-
-    if (dtype == VLM_DTYPE_BF16
-        && (cpu->gemm->x_bf16 || cpu->gemm->order != NULL)
-        && vlm_cpu_xq_reserve(be, cols, err) != VLM_OK)
-    {
+    if (s.xq_cols > 0 && vlm_cpu_xq_reserve(be, s.xq_cols, err) != VLM_OK) {
         return VLM_ERR_NOMEM;
     }
 
-    if (dtype == VLM_DTYPE_BF16
-        && vlm_cpu_amx_reserve(be, rows, cols, err) != VLM_OK)
+    if (vlm_cpu_amx_reserve(be, &s, err) != VLM_OK
+        || vlm_cpu_wtile_reserve(be, s.wtile_floats, err) != VLM_OK)
     {
         return VLM_ERR_NOMEM;
-    }
-
-    /* bf16 matrices widen only for the rows the bf16 kernels leave */
-    if (dtype == VLM_DTYPE_BF16 && cpu->gemm->max_n == VLM_CPU_ALL_ROWS) {
-        need = 0;
-    }
-
-    if (dtype != VLM_DTYPE_F32 && need > cpu->wtile_floats) {
-        vlm_cpu_release(be, cpu->wtile);
-        cpu->wtile = vlm_cpu_alloc(be, cpu->n_threads * need
-                                       * sizeof(float));
-        cpu->wtile_floats = cpu->wtile == NULL ? 0 : need;
-
-        if (cpu->wtile == NULL) {
-            return vlm_error_set(err, VLM_ERR_NOMEM,
-                                 "cpu backend: no memory for weight tiles");
-        }
     }
 
     return VLM_OK;
@@ -214,8 +294,9 @@ static vlm_status_t
 vlm_cpu_weight_bind_quant(vlm_backend_t *be, vlm_weight_t *w,
     vlm_error_t *err)
 {
-    size_t      need;
-    vlm_cpu_t  *cpu = (vlm_cpu_t *) be;
+    size_t              need;
+    vlm_cpu_t          *cpu = (vlm_cpu_t *) be;
+    vlm_cpu_scratch_t   s;
 
     if (w->quant < VLM_QUANT_Q4 || w->quant > VLM_QUANT_F8 || w->group < 8
         || w->group % (w->quant == VLM_QUANT_Q4 ? 32 : 8) != 0
@@ -226,26 +307,15 @@ vlm_cpu_weight_bind_quant(vlm_backend_t *be, vlm_weight_t *w,
                              "group %d", w->rows, w->cols, w->group);
     }
 
-    need = (size_t) w->rows * w->cols <= VLM_CPU_WTILE_CAP
-           ? ((size_t) w->rows + cpu->n_threads - 1) / cpu->n_threads
-             * w->cols
-           : (size_t) VLM_CPU_WTILE * w->cols;
+    vlm_cpu_scratch_need(cpu, w->dtype, 1, w->rows, w->cols, &s);
 
-    if (need > cpu->wtile_floats) {
-        vlm_cpu_release(be, cpu->wtile);
-        cpu->wtile = vlm_cpu_alloc(be, cpu->n_threads * need
-                                       * sizeof(float));
-        cpu->wtile_floats = cpu->wtile == NULL ? 0 : need;
-
-        if (cpu->wtile == NULL) {
-            return vlm_error_set(err, VLM_ERR_NOMEM,
-                                 "cpu backend: no memory for weight tiles");
-        }
+    if (vlm_cpu_wtile_reserve(be, s.wtile_floats, err) != VLM_OK) {
+        return VLM_ERR_NOMEM;
     }
 
     /* prefill's panels: the rows packed, a block dequantized, in bf16 */
-    if (cpu->qi8 != NULL && cpu->gemm->pack != NULL) {
-        if (vlm_cpu_xq_reserve(be, w->cols, err) != VLM_OK) {
+    if (s.xq_cols > 0) {
+        if (vlm_cpu_xq_reserve(be, s.xq_cols, err) != VLM_OK) {
             return VLM_ERR_NOMEM;
         }
 
@@ -297,7 +367,7 @@ vlm_cpu_weight_bind_quant(vlm_backend_t *be, vlm_weight_t *w,
 
     need = vlm_qi8_panel_bytes(w->cols, w->cols / w->group);
 
-    if (cpu->qgemm && need > cpu->qgpanel_bytes) {
+    if ((cpu->qgemm || cpu->qamx != NULL) && need > cpu->qgpanel_bytes) {
         vlm_cpu_release(be, cpu->qgpanel);
         cpu->qgpanel = vlm_cpu_alloc(be, cpu->n_threads * need);
         cpu->qgpanel_bytes = cpu->qgpanel == NULL ? 0 : need;
@@ -463,28 +533,11 @@ vlm_backend_cpu_blas_reexec(char **argv)
 }
 
 
-vlm_status_t
-vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
-    vlm_error_t *err)
+/* the matmul kernels of a backend of conf, chosen from the CPU */
+static void
+vlm_cpu_kernels(vlm_cpu_t *cpu, const vlm_backend_conf_t *conf)
 {
-    vlm_cpu_t     *cpu;
-    vlm_status_t   rc;
-
-    *out = NULL;
-
-    if (conf->max_ctx < 1) {
-        return vlm_error_set(err, VLM_ERR_INVALID,
-                             "cpu backend: max_ctx must be positive");
-    }
-
-    cpu = calloc(1, sizeof(vlm_cpu_t));
-    if (cpu == NULL) {
-        return vlm_error_set(err, VLM_ERR_NOMEM, "cpu backend: no memory");
-    }
-
-    cpu->be.ops = &vlm_cpu_ops;
     cpu->n_threads = conf->n_threads > 0 ? conf->n_threads : 1;
-    cpu->max_ctx = conf->max_ctx;
 
     if (vlm_cpu_level == -1) {
         vlm_cpu_level = vlm_cpu_detect();
@@ -511,8 +564,65 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
      * with a fast one (and AMX) the bf16 panels as before
      */
     cpu->qgemm = cpu->qi8 != NULL && cpu->qi8->gemm != NULL
-                 && cpu->level == VLM_CPU_AVX512BF16
-                 && vlm_cpu_bf16_dot_slow();
+                 && (vlm_cpu_qgemm
+                     || (cpu->level == VLM_CPU_AVX512BF16
+                         && vlm_cpu_bf16_dot_slow()));
+
+    /* and AMX-INT8's tiles where amx's tile GEMM runs (its bits) */
+    cpu->qamx = cpu->qi8 != NULL && cpu->qi8->gemm != NULL
+                && cpu->amx_tiles ? vlm_cpu_quant_i8_amx_gemm() : NULL;
+}
+
+
+size_t
+vlm_backend_cpu_scratch(const vlm_backend_conf_t *conf,
+    const vlm_backend_matrix_t *mats, int n)
+{
+    int                 i;
+    vlm_cpu_t           cpu;
+    vlm_cpu_scratch_t   s, max;
+
+    memset(&cpu, 0, sizeof(vlm_cpu_t));
+    memset(&max, 0, sizeof(vlm_cpu_scratch_t));
+    vlm_cpu_kernels(&cpu, conf);
+
+    for (i = 0; i < n; i++) {
+        vlm_cpu_scratch_need(&cpu, mats[i].dtype, mats[i].quant,
+                             mats[i].rows, mats[i].cols, &s);
+        max.xq_cols = vlm_max(max.xq_cols, s.xq_cols);
+        max.xa_cols = vlm_max(max.xa_cols, s.xa_cols);
+        max.amx_panel_bytes = vlm_max(max.amx_panel_bytes,
+                                      s.amx_panel_bytes);
+        max.wtile_floats = vlm_max(max.wtile_floats, s.wtile_floats);
+    }
+
+    return vlm_cpu_scratch_bytes(&max, cpu.n_threads);
+}
+
+
+vlm_status_t
+vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
+    vlm_error_t *err)
+{
+    vlm_cpu_t     *cpu;
+    vlm_status_t   rc;
+
+    *out = NULL;
+
+    if (conf->max_ctx < 1) {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "cpu backend: max_ctx must be positive");
+    }
+
+    cpu = calloc(1, sizeof(vlm_cpu_t));
+    if (cpu == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "cpu backend: no memory");
+    }
+
+    cpu->be.ops = &vlm_cpu_ops;
+    cpu->max_ctx = conf->max_ctx;
+
+    vlm_cpu_kernels(cpu, conf);
     cpu->kv = vlm_cpu_kv_kernel(cpu->level);
     vlm_cpu_vec_kernels(cpu);
 
@@ -598,4 +708,15 @@ void
 vlm_backend_cpu_force_amx_tiles(int on)
 {
     vlm_cpu_amx_tiles = on;
+}
+
+
+/*
+ * whether backends created afterwards take the int8 GEMM for prefill with
+ * int8 activations wherever the kernels have one (a bench's comparison)
+ */
+void
+vlm_backend_cpu_force_qgemm(int on)
+{
+    vlm_cpu_qgemm = on;
 }

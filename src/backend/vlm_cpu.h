@@ -275,6 +275,16 @@ const vlm_quant_kernel_t *vlm_cpu_quant_kernel(vlm_cpu_level_t level);
 const vlm_quant_i8_kernel_t *vlm_cpu_quant_i8_kernel(vlm_qi8_level_t v);
 /* the best variant at most at a kernel level */
 vlm_qi8_level_t vlm_cpu_quant_i8_best(vlm_cpu_level_t level);
+/*
+ * prefill's int8 GEMM on AMX-INT8 tiles (tdpbsud), the gemm of
+ * vlm_quant_i8_kernel_t and the scalar one's bits; NULL without AMX-INT8.
+ * The matmul takes it from VLM_AMX_TILES_MIN rows where amx's tile GEMM
+ * runs (vlm_backend_cpu_force_amx_tiles)
+ */
+typedef void (*vlm_qi8_gemm_pt)(const vlm_weight_t *w, int r0, int r1,
+    const vlm_quant_act_t *a, int n, const float *bias, float *y,
+    size_t ldy, void *panel);
+vlm_qi8_gemm_pt vlm_cpu_quant_i8_amx_gemm(void);
 /* whether a matrix can take int8 activations */
 int vlm_cpu_quant_i8_fits(const vlm_weight_t *w);
 void vlm_cpu_round_bf16(uint16_t *dst, const float *src, size_t n,

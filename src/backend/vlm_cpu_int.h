@@ -30,6 +30,15 @@ typedef void (*vlm_axpy_pt)(float *y, float a, const float *x, int n);
 typedef void (*vlm_softmax_pt)(float *x, int n, float scale);
 
 
+/* the GEMM scratch one matrix asks (vlm_backend_cpu.c) */
+typedef struct {
+    int                xq_cols;
+    int                xa_cols;
+    size_t             amx_panel_bytes;     /* a thread's */
+    size_t             wtile_floats;        /* a thread's */
+} vlm_cpu_scratch_t;
+
+
 typedef struct {
     vlm_backend_t      be;
     vlm_threadpool_t  *pool;
@@ -48,6 +57,8 @@ typedef struct {
     int                xsum_groups;
     const vlm_quant_i8_kernel_t *qi8;   /* NULL: f32 activations */
     int                qgemm;       /* prefill through qi8->gemm */
+    vlm_qi8_gemm_pt    qamx;        /* NULL, or AMX-INT8's gemm for
+                                       prefill from VLM_AMX_TILES_MIN rows */
     int8_t            *xi8;         /* [vlm_cpu_xrows(), xi8_cols] */
     int8_t            *xq4;         /* [VLM_CPU_QUANT_FUSED, ...]: xi8 in
                                        Q4's order (q4_act_cols) */
@@ -83,7 +94,8 @@ typedef struct {
  * quantizes at a time, else the fused kernels'
  */
 #define vlm_cpu_xrows(cpu)                                                   \
-    ((size_t) ((cpu)->qgemm ? VLM_QI8_GEMM_NB : VLM_CPU_QUANT_FUSED))
+    ((size_t) ((cpu)->qgemm || (cpu)->qamx != NULL ? VLM_QI8_GEMM_NB      \
+                                                   : VLM_CPU_QUANT_FUSED))
 
 
 /* the activations' scalar reference */

@@ -406,14 +406,17 @@ vlm_matmul_quant_act(void *arg, int start, int end, int thread)
 static void
 vlm_matmul_quant_gemm(void *arg, int start, int end, int thread)
 {
+    vlm_qi8_gemm_pt      gemm;
     vlm_matmul_job_t    *job = arg;
     const vlm_weight_t  *w = job->w;
 
-    job->cpu->qi8->gemm(w, start * VLM_QI8_NR,
-                        vlm_min(end * VLM_QI8_NR, w->rows), job->act,
-                        job->n, job->bias, job->y, w->rows,
-                        job->cpu->qgpanel + (size_t) thread
-                                            * job->cpu->qgpanel_bytes);
+    /* AMX-INT8's tiles for pieces of VLM_AMX_TILES_MIN rows or more */
+    gemm = job->cpu->qamx != NULL && job->n >= VLM_AMX_TILES_MIN
+           ? job->cpu->qamx : job->cpu->qi8->gemm;
+
+    gemm(w, start * VLM_QI8_NR, vlm_min(end * VLM_QI8_NR, w->rows),
+         job->act, job->n, job->bias, job->y, w->rows,
+         job->cpu->qgpanel + (size_t) thread * job->cpu->qgpanel_bytes);
 }
 
 
@@ -529,11 +532,13 @@ vlm_cpu_matmul_quant(vlm_cpu_t *cpu, float *y, const float *x,
     job.act = &act;
 
     /*
-     * prefill with int8 activations through the kernels' int8 GEMM,
-     * VLM_QI8_GEMM_NB rows at a time, each quantized over the threads
-     * (act order: permuted first)
+     * prefill with int8 activations through the kernels' int8 GEMM
+     * (where vdpbf16ps is slow) or AMX-INT8's tiles (from
+     * VLM_AMX_TILES_MIN rows), VLM_QI8_GEMM_NB rows at a time, each
+     * quantized over the threads (act order: permuted first)
      */
-    if (cpu->qgemm && vlm_cpu_quant_i8_fits(w)
+    if ((cpu->qgemm || (cpu->qamx != NULL && n >= VLM_AMX_TILES_MIN))
+        && vlm_cpu_quant_i8_fits(w)
         && n >= VLM_QI8_GEMM_MIN && cpu->xi8_cols >= w->cols
         && cpu->qgpanel_bytes >= vlm_qi8_panel_bytes(w->cols, ng))
     {

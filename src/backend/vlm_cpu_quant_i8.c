@@ -14,7 +14,9 @@
  *            48 weight rows repacked for vpdpbusd (Q8's codes made
  *            unsigned: plus 128, the min less 128 scale), 4 activation
  *            rows a step, each block's exact sums times d into a group's
- *            t, t * scale and the mins added a group at a time
+ *            t, t * scale and the mins added a group at a time; on
+ *            AMX-INT8 the same panels as tiles (tdpbsud), 16 activation
+ *            rows a tile, from VLM_AMX_TILES_MIN rows (vlm_cpu_matmul.c)
  * Because the integer sums are exact and the float operations are the
  * same in the same order (fmaf where the vector code has an FMA), every
  * variant gives the scalar one's result bit for bit (tests/
@@ -1590,6 +1592,211 @@ static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_512 = {
 };
 
 
+/*
+ * AMX-INT8 (tdpbsud: the activations' signed codes times the panel's
+ * unsigned ones) for prefill: vlm_qi8_gemm_pack()'s panel is already the
+ * tiles' layout, a block of 32 columns and 16 weight rows being 8 rows of
+ * 64 bytes VLM_QI8_NR * 4 apart; the activations' codes load as they are,
+ * 16 rows x 32 bytes a block.  A block's exact sums land in c, then the
+ * float steps of the gemm's contract, in its order, 16 activation rows
+ * by 16 weight rows at a time: so the scalar kernel's bits.
+ * Tiles: 0 and 1 the sums of two blocks, 3 and 5 their activations, 4
+ * and 6 their 16 weight rows (two products in flight).
+ */
+
+#define VLM_QI8_AMX   __attribute__((target("avx2,fma,f16c,avx512f,"     \
+                                            "avx512bw,avx512vl,"         \
+                                            "amx-tile,amx-int8")))
+
+
+static const vlm_amx_cfg_t  vlm_qi8_amx_cfg = {
+    1, 0, { 0 },
+    { 64, 64, 0, 32, 64, 32, 64 },
+    { 16, 16, 0, 16, 8, 16, 8 }
+};
+
+
+/* block b's codes of 16 activation rows from i0: tail pads past ni */
+VLM_QI8_AMX static VLM_INLINE const int8_t *
+vlm_qi8_amx_act(const vlm_quant_act_t *a, int i0, int ni, int b,
+    int8_t *tail, size_t *lda)
+{
+    int            i;
+    const int8_t  *xa;
+
+    xa = a->q + (size_t) i0 * a->cols + b * VLM_QUANT_QB;
+    *lda = a->cols;
+
+    if (ni == 16) {
+        return xa;
+    }
+
+    memset(tail, 0, 16 * VLM_QUANT_QB);
+
+    for (i = 0; i < ni; i++) {
+        memcpy(tail + i * VLM_QUANT_QB, xa + (size_t) i * a->cols,
+               VLM_QUANT_QB);
+    }
+
+    *lda = VLM_QUANT_QB;
+
+    return tail;
+}
+
+
+/* t[i] = fmaf(block b's sums of row i0 + i, its scale, t[i]) */
+VLM_QI8_AMX static VLM_INLINE void
+vlm_qi8_amx_sums(__m512 *t, const int32_t *c, const vlm_quant_act_t *a,
+    int i0, int ni, int nb, int b)
+{
+    int  i;
+
+    #pragma GCC unroll 16
+    for (i = 0; i < 16; i++) {
+        t[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c
+                                                                  + 16 * i)),
+                               _mm512_set1_ps(i < ni
+                                              ? a->d[(size_t) (i0 + i) * nb
+                                                     + b]
+                                              : 0.0f),
+                               t[i]);
+    }
+}
+
+
+/*
+ * 16 activation rows from i0 (ni of them real: the others' codes are
+ * zeros and their scales taken as 0, so that they add nothing) times the
+ * 16 weight rows of tile v of the panel, into y (mk: the real ones):
+ * each group's t and the sums of the rows in registers
+ */
+VLM_QI8_AMX static VLM_INLINE void
+vlm_qi8_amx_rows(const vlm_weight_t *w, const vlm_quant_act_t *a, int i0,
+    int ni, const uint8_t *panel, int v, __mmask16 mk, __m512 bv, float *y,
+    size_t ldy)
+{
+    int             i, g, b, nb, ng, bpg, two;
+    size_t          lda;
+    __m512          t[16], acc[16], sv, mv;
+    int32_t         c[512] __attribute__((aligned(64)));
+    int8_t          tail[32 * VLM_QUANT_QB] __attribute__((aligned(64)));
+    const float    *ps, *pm;
+    const int8_t   *xa;
+
+    nb = w->cols / VLM_QUANT_QB;
+    ng = w->cols / w->group;
+    bpg = w->group / VLM_QUANT_QB;
+    ps = (const float *) (panel + (size_t) w->cols * VLM_QI8_NR);
+    pm = ps + (size_t) ng * VLM_QI8_NR;
+
+    #pragma GCC unroll 16
+    for (i = 0; i < 16; i++) {
+        acc[i] = _mm512_setzero_ps();
+    }
+
+    for (g = 0; g < ng; g++) {
+        #pragma GCC unroll 16
+        for (i = 0; i < 16; i++) {
+            t[i] = _mm512_setzero_ps();
+        }
+
+        /* two blocks' products in flight, then their sums in order */
+        for (b = g * bpg; b < (g + 1) * bpg; b += 2) {
+            two = b + 1 < (g + 1) * bpg;
+
+            xa = vlm_qi8_amx_act(a, i0, ni, b, tail, &lda);
+            _tile_loadd(3, xa, lda);
+            _tile_loadd(4, panel + (size_t) b * 8 * VLM_QI8_NR * 4 + 64 * v,
+                        VLM_QI8_NR * 4);
+            _tile_zero(0);
+            _tile_dpbsud(0, 3, 4);
+
+            if (two) {
+                xa = vlm_qi8_amx_act(a, i0, ni, b + 1,
+                                     tail + 16 * VLM_QUANT_QB, &lda);
+                _tile_loadd(5, xa, lda);
+                _tile_loadd(6, panel + (size_t) (b + 1) * 8 * VLM_QI8_NR * 4
+                               + 64 * v, VLM_QI8_NR * 4);
+                _tile_zero(1);
+                _tile_dpbsud(1, 5, 6);
+            }
+
+            _tile_stored(0, c, 64);
+            vlm_qi8_amx_sums(t, c, a, i0, ni, nb, b);
+
+            if (two) {
+                _tile_stored(1, c + 256, 64);
+                vlm_qi8_amx_sums(t, c + 256, a, i0, ni, nb, b + 1);
+            }
+        }
+
+        sv = _mm512_loadu_ps(ps + (size_t) g * VLM_QI8_NR + 16 * v);
+        mv = _mm512_loadu_ps(pm + (size_t) g * VLM_QI8_NR + 16 * v);
+
+        #pragma GCC unroll 16
+        for (i = 0; i < 16; i++) {
+            acc[i] = _mm512_fmadd_ps(t[i], sv, acc[i]);
+            acc[i] = _mm512_fmadd_ps(
+                         _mm512_set1_ps(i < ni ? a->gsum[(size_t) (i0 + i)
+                                                         * a->groups + g]
+                                               : 0.0f),
+                         mv, acc[i]);
+        }
+    }
+
+    for (i = 0; i < ni; i++) {
+        _mm512_mask_storeu_ps(y + (size_t) (i0 + i) * ldy, mk,
+                              _mm512_add_ps(acc[i], bv));
+    }
+}
+
+
+VLM_QI8_AMX static void
+vlm_qi8_gemm_amx(const vlm_weight_t *w, int r0, int r1,
+    const vlm_quant_act_t *a, int n, const float *bias, float *y,
+    size_t ldy, void *panel)
+{
+    int        r, nr, v, i0;
+    __m512     bv;
+    __mmask16  mk;
+
+    _tile_loadconfig(&vlm_qi8_amx_cfg);
+
+    for (r = r0; r < r1; r += VLM_QI8_NR) {
+        nr = vlm_min(VLM_QI8_NR, r1 - r);
+        vlm_qi8_gemm_pack(w, r, nr, panel);
+
+        /* a group of activation rows past every tile of the panel */
+        for (i0 = 0; i0 < n; i0 += 16) {
+            for (v = 0; v < (nr + 15) / 16; v++) {
+                mk = vlm_qi8_gemm_mask(nr, v);
+                bv = bias != NULL ? _mm512_maskz_loadu_ps(mk, bias + r
+                                                              + 16 * v)
+                                  : _mm512_setzero_ps();
+
+                vlm_qi8_amx_rows(w, a, i0, vlm_min(16, n - i0), panel, v,
+                                 mk, bv, y + r + 16 * v, ldy);
+            }
+        }
+    }
+
+    _tile_release();
+    _mm256_zeroupper();
+}
+
+
+/* the CPU's AMX-INT8, cpuid leaf 7 subleaf 0 edx 25, and its tiles */
+static int
+vlm_qi8_amx_has(void)
+{
+    unsigned int  a, b, c, d;
+
+    return vlm_cpu_detect() >= VLM_CPU_AMX
+           && __get_cpuid_count(7, 0, &a, &b, &c, &d)
+           && (d & (1u << 25));
+}
+
+
 /* cpuid leaf 7: AVX512_VNNI (subleaf 0 ecx 11), AVX-VNNI (1, eax 4) */
 static int
 vlm_qi8_cpu_has(vlm_qi8_level_t v)
@@ -1635,6 +1842,17 @@ vlm_cpu_quant_i8_kernel(vlm_qi8_level_t v)
     }
 #else
     return v == VLM_QI8_SCALAR ? &vlm_qi8_kernel_scalar : NULL;
+#endif
+}
+
+
+vlm_qi8_gemm_pt
+vlm_cpu_quant_i8_amx_gemm(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    return vlm_qi8_amx_has() ? vlm_qi8_gemm_amx : NULL;
+#else
+    return NULL;
 #endif
 }
 

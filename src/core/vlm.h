@@ -234,10 +234,14 @@ typedef struct {
                                    slots and their host tables */
     size_t  vision;             /* the vision tower's workspace */
     size_t  attention;          /* the CPU backend's attention blocks */
+    size_t  matmul_scratch;     /* the CPU backend's matmul scratch:
+                                   weight panels and tiles, activations
+                                   packed */
     size_t  image_cache;        /* the feature pool's cache share */
     size_t  feature_pool;       /* the whole pool, the cache included */
     size_t  total;              /* weights + kv + activations + vision +
-                                   attention + feature pool */
+                                   attention + matmul scratch + feature
+                                   pool */
     size_t  machine;            /* what it must fit in; 0: unknown */
     int     gpu;                /* machine is a GPU's pool */
     int     asked_seq_len;      /* the context asked for; 0: none */

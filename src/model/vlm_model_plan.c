@@ -5,12 +5,15 @@
  * sizes are those vlm_model_workspace(), vlm_model_slots(), vlm_kv_init()
  * and the CPU backend's init allocate (tests/test_engine.c holds the plan
  * to a loaded model's backend bytes); the table is what the engine logs
- * at start-up and `vlm-cli plan` prints.
+ * at start-up and `vlm-cli plan` prints.  The CPU backend's matmul
+ * scratch is its own count (vlm_backend_cpu_scratch) over the
+ * checkpoint's matrices.
  */
 
 #define _GNU_SOURCE
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -18,6 +21,60 @@
 
 
 #define VLM_PLAN_QB  64     /* the CPU attention's query block */
+
+
+/*
+ * The CPU backend's matmul scratch for the checkpoint's matrices: every
+ * tensor of two or more dimensions in f32, f16 or bf16 as [shape[0],
+ * the rest] (a patch embedding's convolution as the matrix the loader
+ * binds); with tensor parallelism the whole matrices, a bound above the
+ * shares; quantized checkpoints' packed tensors are not counted
+ */
+static size_t
+vlm_model_plan_scratch(vlm_model_t *m)
+{
+    int                     j, n, c;
+    size_t                  k, count, bytes;
+    vlm_backend_conf_t      bc;
+    vlm_backend_matrix_t   *mats;
+    const vlm_st_tensor_t  *t;
+
+    count = vlm_safetensors_count(m->st);
+    mats = malloc((count + 1) * sizeof(vlm_backend_matrix_t));
+    if (mats == NULL) {
+        return 0;
+    }
+
+    for (k = 0, n = 0; k < count; k++) {
+        t = vlm_safetensors_at(m->st, k);
+
+        if (t->n_dims < 2 || (t->dtype != VLM_DTYPE_F32
+                              && t->dtype != VLM_DTYPE_F16
+                              && t->dtype != VLM_DTYPE_BF16))
+        {
+            continue;
+        }
+
+        for (j = 1, c = 1; j < t->n_dims; j++) {
+            c *= (int) t->shape[j];
+        }
+
+        mats[n].dtype = t->dtype;
+        mats[n].quant = 0;
+        mats[n].rows = (int) t->shape[0];
+        mats[n].cols = c;
+        n++;
+    }
+
+    memset(&bc, 0, sizeof(vlm_backend_conf_t));
+    bc.n_threads = m->params.n_threads;
+    bc.quant_act_int8 = m->params.quant_act_int8;
+
+    bytes = vlm_backend_cpu_scratch(&bc, mats, n);
+    free(mats);
+
+    return bytes;
+}
 
 
 void
@@ -100,12 +157,17 @@ vlm_model_plan_fill(vlm_model_t *m, vlm_model_plan_t *plan)
     plan->attention = (size_t) p->n_threads * VLM_PLAN_QB * ctx
                       * (sizeof(float) + 2 * sizeof(uint16_t));
 
+    if (p->backend == NULL || strcmp(p->backend, "cpu") == 0) {
+        plan->matmul_scratch = vlm_model_plan_scratch(m);
+    }
+
     plan->image_cache = P > 0 ? p->image_cache_bytes : 0;
     plan->feature_pool = p->feature_pool_bytes ? p->feature_pool_bytes
                                                : plan->image_cache;
 
     plan->total = plan->weights + plan->kv_cache + plan->activations
-                  + plan->vision + plan->attention + plan->feature_pool;
+                  + plan->vision + plan->attention + plan->matmul_scratch
+                  + plan->feature_pool;
 
     if (p->backend == NULL || strcmp(p->backend, "cpu") == 0) {
         pages = sysconf(_SC_PHYS_PAGES);
@@ -196,6 +258,13 @@ vlm_model_plan_table(const vlm_model_plan_t *plan, char *buf, size_t cap)
              vlm_max(plan->max_seq_len, plan->max_image_patches));
     len = vlm_plan_line(buf, cap, len, "attention blocks", plan->attention,
                         how);
+
+    if (plan->matmul_scratch > 0) {
+        snprintf(how, sizeof(how), "%d threads' weight panels and tiles, "
+                 "packed activations", plan->n_threads);
+        len = vlm_plan_line(buf, cap, len, "matmul scratch",
+                            plan->matmul_scratch, how);
+    }
 
     len = vlm_plan_line(buf, cap, len, "image cache", plan->image_cache,
                         "(vlm_image_cache), in the feature pool");
