@@ -659,7 +659,9 @@ test_mask_brute_random(void **state)
          * an escape's text by its characters where its subtree holds no
          * quote nor backslash but a control byte (not stepped)
          */
-        "nabcd", "nabc\n", "tab\xc3\xa9", "tab\x01"
+        "nabcd", "nabc\n", "tab\xc3\xa9", "tab\x01",
+        /* a string of a maxLength opened past a token's first byte */
+        ",\"abcdefghijklmnopqrstuvwxyz0", ",\"abcdefghijklmnopqrstuvwxyz01"
     };
 
     static const char  *schemas[] = {
@@ -747,6 +749,7 @@ test_mask_brute_random(void **state)
         { 0, "{\"a\":\"x\\" }, { 0, "{\"a\\" }, { 8, "{\"s\":\"ab\\" },
         { 8, "{\"s\":\"\",\"t\":\"\\" }, { 3, "[\"ab\\" },
         { 8, "{\"s\":\"a\\" }, { 8, "{\"s\":\"\\" },
+        { 8, "{\"s\":\"\",\"t\":\"ab\",\"u\":[\"x\"" },
         { 11, "{\"a\":\"x\\" }, { 12, "{" }, { 12, "{\"ab\":\"x" },
         { 12, "{\"x\":\"1\"," }, { 12, "{\"" }, { 12, "{\"a" },
         { 12, "{\"x\":\"1\",\"ab" },

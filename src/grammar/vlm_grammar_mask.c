@@ -272,22 +272,26 @@ vlm_g_text_next(uint8_t in, uint8_t b)
  * root_plain has its tokens already).  So a string opened by a token ('"'
  * and the words after it, at a value) costs a range of tokens, not a walk
  * of every token that begins with a quote.  The state is looked at
- * (vlm_g_plain_ok) after a '"' only; after text in a plain state it stays
- * plain, the distance to the end within the 3 bytes of a character that
- * vlm_g_plain_ok allowed for.
+ * (vlm_g_text_state) after a '"' only; after text in a plain state it
+ * stays plain, the distance to the end within the 3 bytes of a character
+ * that it allowed for.  A string of a maxLength opened by a token's first
+ * byte takes its subtrees so too, their tokens by their characters
+ * (m->room, the quote one of them); opened further on, it is stepped.
  */
 static void
 vlm_g_walk(vlm_matcher_t *m, uint32_t parent, uint8_t plain, uint8_t in)
 {
     int32_t            id;
     size_t             mark;
-    uint32_t           c, i, k;
+    int                opened;
+    uint32_t           c, i, k, room, slack;
     uint8_t            covered, next;
     vlm_gheads_t       heads;
     const vlm_trie_t  *t;
 
     t = m->trie;
     k = in ? (uint32_t) __builtin_ctz(in) : 0;
+    opened = 0;
     covered = parent == 0 ? plain : (uint8_t) (t->text[parent] & plain);
 
     for (c = t->child[parent]; c != VLM_GRAMMAR_NONE; c = t->next[c]) {
@@ -321,13 +325,32 @@ vlm_g_walk(vlm_matcher_t *m, uint32_t parent, uint8_t plain, uint8_t in)
                     next = vlm_g_text_next(in, t->byte[c]);
 
                 } else if (t->byte[c] == '"' && m->room == VLM_GRAMMAR_NONE) {
-                    next = vlm_g_plain_ok(m);
+                    next = vlm_g_text_state(m, &room, &slack);
+
+                    if (slack != VLM_GRAMMAR_NONE) {
+                        next = 0;
+
+                    } else if (room != VLM_GRAMMAR_NONE) {
+                        /* a token's first byte: its quote, one of chars[] */
+                        if (parent == 0 && room + 1 < VLM_G_CHARS_MAX) {
+                            m->room = room + 1;
+                            opened = 1;
+
+                        } else {
+                            next = 0;
+                        }
+                    }
 
                 } else {
                     next = 0;
                 }
 
                 vlm_g_walk(m, c, plain, next);
+
+                if (opened) {
+                    m->room = VLM_GRAMMAR_NONE;
+                    opened = 0;
+                }
             }
         }
 
