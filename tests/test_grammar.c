@@ -654,7 +654,14 @@ test_mask_brute_random(void **state)
         "abcdefghijklmnopqrstuvw\\n\"", "zz\",\"",
         "\x82\xac" "abcdefghijklmnopqrstuvwxyz", "abcdefghijk.lmnopq",
         /* an escape, then the string closed and the next one opened */
-        "n\",\"b\":\"abcdefghij", "t\"}"
+        "n\",\"b\":\"abcdefghij", "t\"}",
+        /*
+         * an escape's text by its characters where its subtree holds no
+         * quote nor backslash but a control byte (not stepped)
+         */
+        "nabcd", "nabc\n", "tab\xc3\xa9", "tab\x01",
+        /* a string of a maxLength opened past a token's first byte */
+        ",\"abcdefghijklmnopqrstuvwxyz0", ",\"abcdefghijklmnopqrstuvwxyz01"
     };
 
     static const char  *schemas[] = {
@@ -741,6 +748,8 @@ test_mask_brute_random(void **state)
         /* after a backslash: the escaped byte, then text */
         { 0, "{\"a\":\"x\\" }, { 0, "{\"a\\" }, { 8, "{\"s\":\"ab\\" },
         { 8, "{\"s\":\"\",\"t\":\"\\" }, { 3, "[\"ab\\" },
+        { 8, "{\"s\":\"a\\" }, { 8, "{\"s\":\"\\" },
+        { 8, "{\"s\":\"\",\"t\":\"ab\",\"u\":[\"x\"" },
         { 11, "{\"a\":\"x\\" }, { 12, "{" }, { 12, "{\"ab\":\"x" },
         { 12, "{\"x\":\"1\"," }, { 12, "{\"" }, { 12, "{\"a" },
         { 12, "{\"x\":\"1\",\"ab" },

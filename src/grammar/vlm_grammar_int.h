@@ -320,6 +320,16 @@ struct vlm_trie_s {
     uint32_t   chars_at[4][VLM_G_CHARS_MAX + 2];
     uint32_t  *upto[VLM_G_UPTO];
     size_t     upto_n[VLM_G_UPTO];
+
+    /*
+     * After a backslash: the tokens of an escaped byte ('"', '\\', '/',
+     * 'b', 'f', 'n', 'r', 't') and text after it, by their characters
+     * (the escaped byte one of them), those of c or fewer before
+     * esc_at[c + 1]: an escape's text is a run of this short list, not a
+     * walk of the subtrees of those bytes.
+     */
+    int32_t   *esc;
+    uint32_t   esc_at[VLM_G_CHARS_MAX + 2];
 };
 
 

@@ -256,6 +256,37 @@ vlm_trie_cut(vlm_trie_t *t, int vocab, const char *const *bytes,
 
 
 /*
+ * A token that a string takes whole after a backslash: an escaped byte
+ * ('"', '\\', '/', 'b', 'f', 'n', 'r', 't'), then text (a last
+ * character may be cut)
+ */
+static int
+vlm_trie_escaped_text(const char *bytes, size_t len)
+{
+    size_t   i;
+    uint8_t  need, lo, hi;
+
+    if (len == 0 || bytes[0] == '\0'
+        || strchr("\"\\/bfnrt", bytes[0]) == NULL)
+    {
+        return 0;
+    }
+
+    need = 0;
+    lo = 0x80;
+    hi = 0xbf;
+
+    for (i = 1; i < len; i++) {
+        if (!vlm_trie_text_byte((uint8_t) bytes[i], &need, &lo, &hi)) {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+/*
  * The text tokens of root_plain[k] by their characters (by_chars,
  * chars_at) and, of root_plain[0], the masks of those up to c characters
  * (upto): a counting sort, then the masks one on the last.
@@ -323,6 +354,34 @@ vlm_trie_chars(vlm_trie_t *t, int vocab, const char *const *bytes,
     if (vlm_trie_cut(t, vocab, bytes, lens) != VLM_OK) {
         return VLM_ERR_NOMEM;
     }
+
+    /* the escapes' text: a counting sort as above */
+    memset(t->esc_at, 0, sizeof(t->esc_at));
+
+    for (id = 0; id < vocab; id++) {
+        if (vlm_trie_escaped_text(bytes[id], lens[id])) {
+            t->esc_at[chars[id] + 1]++;
+        }
+    }
+
+    for (c = 0; c <= VLM_G_CHARS_MAX; c++) {
+        t->esc_at[c + 1] += t->esc_at[c];
+    }
+
+    t->esc = malloc((t->esc_at[VLM_G_CHARS_MAX + 1] + 1) * sizeof(int32_t));
+    if (t->esc == NULL) {
+        return VLM_ERR_NOMEM;
+    }
+
+    for (id = 0; id < vocab; id++) {
+        if (vlm_trie_escaped_text(bytes[id], lens[id])) {
+            t->esc[t->esc_at[chars[id]]++] = id;
+        }
+    }
+
+    memmove(t->esc_at + 1, t->esc_at,
+            (VLM_G_CHARS_MAX + 1) * sizeof(uint32_t));
+    t->esc_at[0] = 0;
 
     for (c = 0; c < VLM_G_UPTO; c++) {
         t->upto[c] = malloc(words * sizeof(uint32_t));
@@ -731,6 +790,8 @@ vlm_trie_free(vlm_trie_t *t)
     for (k = 0; k < VLM_G_UPTO; k++) {
         free(t->upto[k]);
     }
+
+    free(t->esc);
 
     free(t);
 }
