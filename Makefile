@@ -132,6 +132,13 @@ TEST_SRCS := $(sort $(filter-out $(if $(filter 1,$(CUDA)),,$(CUDA_TESTS)), \
 TESTS     := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRCS := $(sort $(wildcard bench/bench_*.c))
 BENCHES   := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
+# the benchmarks that run on the CUDA backend too (--backend cuda) in a
+# CUDA build, and on the emulated device in build-cudaemu/bench/
+CUDA_BENCHES := bench/bench_tower.c bench/bench_engine.c
+ifeq ($(CUDA),1)
+$(CUDA_BENCHES:bench/%.c=$(BUILD)/bench/%.o): CPPFLAGS += -DVLM_HAVE_CUDA=1
+endif
+$(CUDA_BENCHES:bench/%.c=$(BUILD)/bench/%.o): $(BUILD)/cuda.flag
 
 MODULE    := $(BUILD)/ngx_http_vlm_module.so
 NGX_BUILD := $(BUILD)/nginx
@@ -208,6 +215,11 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
 
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(CUDA_BENCHES:bench/%.c=$(BUILD)/bench/%): $(BUILD)/bench/%: \
+                                 $(BUILD)/bench/%.o $(LIB) $(CUDA_LIB)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(CUDA_LIB) $(LIB) \
+	    $(CUDA_LIBS) $(LDLIBS)
 
 # The nginx module is built by nginx's own build system, against Debian's
 # nginx-dev sources with the flags of Debian's nginx binary (--with-compat,
@@ -351,6 +363,17 @@ $(ENGINE_SRCS:%.c=$(EMU_BUILD)/%.o): EMU_CPPFLAGS += -DVLM_HAVE_CUDA=1 \
 
 $(EMU_ENGINE): $(ENGINE_SRCS:%.c=$(EMU_BUILD)/%.o) $(EMU_OBJS) $(LIB)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $(filter %.o,$^) $(LIB) \
+	    -lstdc++ $(LDLIBS)
+
+# bench_tower and bench_engine on the emulated device (--backend cuda):
+# make bench-cuda-emu runs them on a tiny checkpoint
+EMU_BENCHES := $(CUDA_BENCHES:bench/%.c=$(EMU_BUILD)/bench/%)
+
+$(EMU_BENCHES:%=%.o): EMU_CPPFLAGS += -DVLM_HAVE_CUDA=1
+$(EMU_BENCHES:%=%.o): $(wildcard bench/*.h)
+
+$(EMU_BENCHES): %: %.o $(EMU_OBJS) $(LIB)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(EMU_OBJS) $(LIB) \
 	    -lstdc++ $(LDLIBS)
 
 .PHONY: test-cuda-emu
