@@ -349,6 +349,9 @@ main(int argc, char **argv)
                 return 1;
             }
 
+            /* a GPU's piece ends when its stream does */
+            vlm_model_synchronize(m);
+
             t1 = bench_now() - t0;
             t_max = t1 > t_max ? t1 : t_max;
             pieces++;
@@ -397,6 +400,7 @@ main(int argc, char **argv)
         fprintf(stderr, "bench_engine: %s\n", err.msg);
         return 1;
     }
+    vlm_model_synchronize(m);
     t_pre = bench_now() - t0;
     vlm_model_stats(m, &st);
     f_pre = (double) (st.backend_flops - f0);

@@ -141,6 +141,9 @@ bench_picture(const char *dir, const char *backend, size_t device_bytes,
             break;
         }
 
+        /* a GPU's piece ends when its stream does */
+        vlm_model_synchronize(m);
+
         t1 = bench_now() - t0;
 
         if (vlm_seq_length(seq) != 0) {
