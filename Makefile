@@ -15,6 +15,8 @@
 #   make test-cuda-emu  the CUDA backend on the emulated device of
 #                   tests/cudaemu, from its ops to t/021 through nginx
 #   make asan-cuda-emu  its emulator and op tests under ASan + UBSan
+#   make bench-cuda-emu  bench_tower and bench_engine on the emulated
+#                   device, read back by scripts/gpu-check --bench-rows
 #   make asan-nginx the module and the engine under ASan + UBSan: every
 #                   t/ suite and the HTTP fuzzer (fuzz/http_fuzz.pl)
 #   make bench      benchmarks under bench/
@@ -132,6 +134,13 @@ TEST_SRCS := $(sort $(filter-out $(if $(filter 1,$(CUDA)),,$(CUDA_TESTS)), \
 TESTS     := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRCS := $(sort $(wildcard bench/bench_*.c))
 BENCHES   := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
+# the benchmarks that run on the CUDA backend too (--backend cuda) in a
+# CUDA build, and on the emulated device in build-cudaemu/bench/
+CUDA_BENCHES := bench/bench_tower.c bench/bench_engine.c
+ifeq ($(CUDA),1)
+$(CUDA_BENCHES:bench/%.c=$(BUILD)/bench/%.o): CPPFLAGS += -DVLM_HAVE_CUDA=1
+endif
+$(CUDA_BENCHES:bench/%.c=$(BUILD)/bench/%.o): $(BUILD)/cuda.flag
 
 MODULE    := $(BUILD)/ngx_http_vlm_module.so
 NGX_BUILD := $(BUILD)/nginx
@@ -209,6 +218,11 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+$(CUDA_BENCHES:bench/%.c=$(BUILD)/bench/%): $(BUILD)/bench/%: \
+                                 $(BUILD)/bench/%.o $(LIB) $(CUDA_LIB)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(CUDA_LIB) $(LIB) \
+	    $(CUDA_LIBS) $(LDLIBS)
+
 # The nginx module is built by nginx's own build system, against Debian's
 # nginx-dev sources with the flags of Debian's nginx binary (--with-compat,
 # -Werror), so the .so loads into the packaged nginx.  It compiles the glue
@@ -280,6 +294,7 @@ test: deps
 	$(MAKE) cuda
 	$(MAKE) unit
 	$(MAKE) test-cuda-emu
+	$(MAKE) bench-cuda-emu
 	$(MAKE) soak-cuda-emu REQUESTS=200
 	-$(MAKE) venv-test
 	$(MAKE) prove
@@ -352,6 +367,35 @@ $(ENGINE_SRCS:%.c=$(EMU_BUILD)/%.o): EMU_CPPFLAGS += -DVLM_HAVE_CUDA=1 \
 $(EMU_ENGINE): $(ENGINE_SRCS:%.c=$(EMU_BUILD)/%.o) $(EMU_OBJS) $(LIB)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $(filter %.o,$^) $(LIB) \
 	    -lstdc++ $(LDLIBS)
+
+# bench_tower and bench_engine on the emulated device (--backend cuda):
+# make bench-cuda-emu runs them on a tiny checkpoint
+EMU_BENCHES := $(CUDA_BENCHES:bench/%.c=$(EMU_BUILD)/bench/%)
+
+$(EMU_BENCHES:%=%.o): EMU_CPPFLAGS += -DVLM_HAVE_CUDA=1
+$(EMU_BENCHES:%=%.o): $(wildcard bench/*.h)
+
+$(EMU_BENCHES): %: %.o $(EMU_OBJS) $(LIB)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(EMU_OBJS) $(LIB) \
+	    -lstdc++ $(LDLIBS)
+
+# make bench-cuda-emu: bench_tower and bench_engine --backend cuda on the
+# emulated device, on the tiny Qwen2.5-VL fixture at small sizes (the
+# GPU path and the BENCH_ lines, not a GPU's figures), their lines read
+# back by scripts/gpu-check --bench-rows, as its tower and ttft steps do
+EMU_BENCH_OUT := $(EMU_BUILD)/bench/bench-cuda-emu.out
+
+.PHONY: bench-cuda-emu
+bench-cuda-emu: $(EMU_BENCHES)
+	@cd $(ROOT) && { \
+	    $(EMU_BUILD)/bench/bench_tower --backend cuda --device-mib 256 \
+	        --model tests/fixtures/models/qwen25vl-bf16 \
+	        --size 224x224 --size 448x252 && \
+	    $(EMU_BUILD)/bench/bench_engine --backend cuda --device-mib 256 \
+	        --model tests/fixtures/models/qwen25vl-bf16 --threads 2 \
+	        --grid 0,0 --prompt 512 --decode 0 --streams 1 --reps 1; \
+	 } > $(EMU_BENCH_OUT) 2>&1 || { cat $(EMU_BENCH_OUT); exit 1; }; \
+	 scripts/gpu-check --bench-rows $(EMU_BENCH_OUT)
 
 .PHONY: test-cuda-emu
 test-cuda-emu: $(EMU_TESTS) $(EMU_ENGINE) module engine

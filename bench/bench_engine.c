@@ -29,6 +29,19 @@
  *                [--grammar DIR]   (the tokenizer in DIR: each stream's
  *                                   json_object mask a step, timed apart,
  *                                   as a share of the step)
+ *                [--backend cpu|cuda] [--device-mib N]
+ *
+ * --backend cuda (a build with the CUDA backend: make CUDA=1, or the
+ * emulated device's build-cudaemu/bench/bench_engine) runs the model on
+ * the GPU, in a pool of N MiB (default: 90 % of the free memory).
+ * --decode 0 stops after the prompt's prefill: the time to first token
+ * of --prompt N tokens (--grid 0,0: no image), for scripts/gpu-check:
+ *
+ *   BENCH_TTFT tokens=30000 layers=28 ttft_ms=... ms_per_layer=...
+ *
+ * ms_per_layer is the time over the decoder's layers, the embedding and
+ * the head included: a checkpoint cut to its first layers
+ * (bench_checkpoint --layers) gives the whole model's estimate.
  */
 
 #define _GNU_SOURCE
@@ -77,6 +90,7 @@ main(int argc, char **argv)
     int                      n_streams, stream[BENCH_MAX_STREAMS], max_b;
     int                      level, head;
     int                      frames, n_tok, act_f32;
+    size_t                   device_bytes;
     char                    *p, streams[64];
     float                   *pixels;
     double                   t0, t1, t_load, t_vis, t_lm, t_max, t_pre;
@@ -89,7 +103,7 @@ main(int argc, char **argv)
     double                   tm;
     double                   v[BENCH_MAX_REPS];
     int32_t                 *ids, *img_ids, *toks;
-    const char              *dir, *kv, *grammar;
+    const char              *dir, *kv, *grammar, *backend;
     bench_masks_t            bm;
     vlm_seq_t               *seq, **seqs;
     vlm_image_t              img;
@@ -101,7 +115,13 @@ main(int argc, char **argv)
     vlm_model_params_t       prm;
     const vlm_model_info_t  *info;
 
+#if (VLM_HAVE_CUDA)
+    vlm_backend_register("cuda", vlm_backend_cuda_init);
+#endif
+
     dir = BENCH_DIR;
+    backend = NULL;
+    device_bytes = 0;
     /* OpenBLAS's kernels as the engine runs them */
     vlm_backend_cpu_blas_reexec(argv);
 
@@ -137,6 +157,12 @@ main(int argc, char **argv)
 
         } else if (strcmp(argv[i], "--streams") == 0) {
             snprintf(streams, sizeof(streams), "%s", argv[i + 1]);
+
+        } else if (strcmp(argv[i], "--backend") == 0) {
+            backend = argv[i + 1];
+
+        } else if (strcmp(argv[i], "--device-mib") == 0) {
+            device_bytes = (size_t) strtoul(argv[i + 1], NULL, 10) << 20;
 
         } else if (strcmp(argv[i], "--grammar") == 0) {
             grammar = argv[i + 1];
@@ -204,7 +230,7 @@ main(int argc, char **argv)
         max_b = vlm_max(max_b, atoi(p));
     }
 
-    if (threads < 1 || n_prompt < 1 || n_decode < 1 || reps < 1
+    if (threads < 1 || n_prompt < 1 || n_decode < 0 || reps < 1
         || reps > BENCH_MAX_REPS || n_streams == 0 || gh < 0 || gw < 0
         || frames < 1 || (gh == 0) != (gw == 0))
     {
@@ -234,6 +260,8 @@ main(int argc, char **argv)
 
     vlm_model_params_default(&prm);
     prm.n_threads = threads;
+    prm.backend = backend;
+    prm.device_bytes = device_bytes;
     prm.quant_act_int8 = !act_f32;
     prm.kv_dtype = kv;
     prm.head_quant = head;
@@ -321,6 +349,9 @@ main(int argc, char **argv)
                 return 1;
             }
 
+            /* a GPU's piece ends when its stream does */
+            vlm_model_synchronize(m);
+
             t1 = bench_now() - t0;
             t_max = t1 > t_max ? t1 : t_max;
             pieces++;
@@ -369,6 +400,7 @@ main(int argc, char **argv)
         fprintf(stderr, "bench_engine: %s\n", err.msg);
         return 1;
     }
+    vlm_model_synchronize(m);
     t_pre = bench_now() - t0;
     vlm_model_stats(m, &st);
     f_pre = (double) (st.backend_flops - f0);
@@ -376,6 +408,13 @@ main(int argc, char **argv)
     printf("  prefill                    %8.1f tokens/s  (%d tokens in "
            "%.2f s, %.1f GFLOP/s%s)\n", n_prompt / t_pre, n_prompt, t_pre,
            f_pre / t_pre / 1e9, bench_of_peak(f_pre / t_pre, peak));
+
+    if (n_decode == 0) {
+        printf("BENCH_TTFT tokens=%d layers=%d ttft_ms=%.1f "
+               "ms_per_layer=%.2f\n", n_prompt, info->n_layers, t_pre * 1e3,
+               t_pre * 1e3 / info->n_layers);
+        goto done;
+    }
 
     for (i = 1; i < max_b; i++) {
         if (vlm_seq_fork(seqs[0], &seqs[i], &err) != VLM_OK) {
@@ -479,6 +518,8 @@ main(int argc, char **argv)
 
         bench_masks_free(&bm);
     }
+
+done:
 
     for (i = 0; i < max_b; i++) {
         vlm_seq_free(seqs[i]);

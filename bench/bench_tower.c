@@ -9,6 +9,15 @@
  * one, which is how long a running stream waits at most for the tower.
  *
  *   bench_tower [--model DIR] [--threads N] [--size WxH]...
+ *               [--backend cpu|cuda] [--device-mib N]
+ *
+ * --backend cuda (a build with the CUDA backend: make CUDA=1, or the
+ * emulated device's build-cudaemu/bench/bench_tower) runs the tower on
+ * the GPU, in a pool of N MiB (default: 90 % of the free memory).  Each
+ * size ends with a line for scripts/gpu-check:
+ *
+ *   BENCH_TOWER width=1920 height=1080 patches=10764 tower_ms=...
+ *               pieces=... longest_ms=...
  *
  * DIR: by default tests/fixtures/models/qwen25vl-f32 (a tiny tower, for
  * make bench: the plumbing, 1920x1080 alone unless --size says more);
@@ -23,6 +32,7 @@
 #include <string.h>
 
 #include "core/vlm.h"
+#include "backend/vlm_backend.h"
 #include "image/vlm_image_qwen2vl.h"
 #include "bench_stats.h"
 
@@ -32,7 +42,8 @@
 
 /* the tower on a w x h picture: its wall time, pieces, longest piece */
 static int
-bench_picture(const char *dir, int threads, uint32_t w, uint32_t h)
+bench_picture(const char *dir, const char *backend, size_t device_bytes,
+    int threads, uint32_t w, uint32_t h)
 {
     int                       k, n_ids, done, pieces, P;
     double                    t0, t1, total, longest;
@@ -62,6 +73,8 @@ bench_picture(const char *dir, int threads, uint32_t w, uint32_t h)
 
     vlm_model_params_default(&prm);
     prm.n_threads = threads;
+    prm.backend = backend;
+    prm.device_bytes = device_bytes;
     prm.max_seqs = 1;
     prm.image_cache_bytes = 0;
     prm.max_image_patches = P;
@@ -128,6 +141,9 @@ bench_picture(const char *dir, int threads, uint32_t w, uint32_t h)
             break;
         }
 
+        /* a GPU's piece ends when its stream does */
+        vlm_model_synchronize(m);
+
         t1 = bench_now() - t0;
 
         if (vlm_seq_length(seq) != 0) {
@@ -148,6 +164,9 @@ bench_picture(const char *dir, int threads, uint32_t w, uint32_t h)
            "%.2f s, %.0f patches/s, %d pieces, the longest %.1f ms\n",
            w, h, grid.resized_w, grid.resized_h, P, grid.n_tokens, threads,
            total, P / total, pieces, longest * 1e3);
+    printf("BENCH_TOWER width=%u height=%u patches=%d tower_ms=%.1f "
+           "pieces=%d longest_ms=%.1f\n", w, h, P, total * 1e3, pieces,
+           longest * 1e3);
 
     vlm_seq_free(seq);
     vlm_model_free(m);
@@ -162,10 +181,17 @@ int
 main(int argc, char **argv)
 {
     int          i, n, threads;
+    size_t       device_bytes;
     uint32_t     w[BENCH_SIZES], h[BENCH_SIZES];
-    const char  *dir;
+    const char  *dir, *backend;
+
+#if (VLM_HAVE_CUDA)
+    vlm_backend_register("cuda", vlm_backend_cuda_init);
+#endif
 
     dir = "tests/fixtures/models/qwen25vl-f32";
+    backend = NULL;
+    device_bytes = 0;
     threads = 2;
     n = 0;
 
@@ -175,6 +201,12 @@ main(int argc, char **argv)
 
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             threads = atoi(argv[++i]);
+
+        } else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
+            backend = argv[++i];
+
+        } else if (strcmp(argv[i], "--device-mib") == 0 && i + 1 < argc) {
+            device_bytes = (size_t) strtoul(argv[++i], NULL, 10) << 20;
 
         } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc
                    && n < BENCH_SIZES
@@ -190,7 +222,8 @@ main(int argc, char **argv)
 
     if (dir == NULL || threads < 1) {
         fprintf(stderr, "usage: bench_tower --model DIR [--threads N] "
-                "[--size WxH]...\n");
+                "[--size WxH]... [--backend cpu|cuda] "
+                "[--device-mib N]\n");
         return 1;
     }
 
@@ -203,7 +236,9 @@ main(int argc, char **argv)
     }
 
     for (i = 0; i < n; i++) {
-        if (bench_picture(dir, threads, w[i], h[i]) != 0) {
+        if (bench_picture(dir, backend, device_bytes, threads, w[i], h[i])
+            != 0)
+        {
             return 1;
         }
     }

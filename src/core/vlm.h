@@ -272,6 +272,12 @@ vlm_status_t vlm_model_plan_fits(const vlm_model_plan_t *plan,
     vlm_error_t *err);
 const vlm_model_info_t *vlm_model_info(const vlm_model_t *model);
 void vlm_model_stats(const vlm_model_t *model, vlm_model_stats_t *stats);
+/*
+ * waits for the work the model's backend has queued: a GPU backend runs
+ * a prefill piece's ops on its stream, and returns before they end
+ * (benchmarks time a piece with it; the CPU backend's ops are done)
+ */
+void vlm_model_synchronize(vlm_model_t *model);
 
 /* takes a free slot; VLM_ERR_LIMIT when all max_seqs are in use */
 vlm_status_t vlm_seq_init(vlm_model_t *model, vlm_seq_t **seq,

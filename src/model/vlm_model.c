@@ -1003,6 +1003,13 @@ vlm_model_gpu_memory(const vlm_model_t *m, vlm_model_stats_t *s)
 
 
 void
+vlm_model_synchronize(vlm_model_t *m)
+{
+    m->be->ops->synchronize(m->be);
+}
+
+
+void
 vlm_model_stats(const vlm_model_t *m, vlm_model_stats_t *s)
 {
     int                i;
