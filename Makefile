@@ -383,6 +383,7 @@ $(EMU_BENCHES): %: %.o $(EMU_OBJS) $(LIB)
 # emulated device, on the tiny Qwen2.5-VL fixture at small sizes (the
 # GPU path and the BENCH_ lines, not a GPU's figures), their lines read
 # back by scripts/gpu-check --bench-rows, as its tower and ttft steps do
+# (the fixture has 3 decoder layers, the implied figure is for those)
 EMU_BENCH_OUT := $(EMU_BUILD)/bench/bench-cuda-emu.out
 
 .PHONY: bench-cuda-emu
@@ -395,7 +396,7 @@ bench-cuda-emu: $(EMU_BENCHES)
 	        --model tests/fixtures/models/qwen25vl-bf16 --threads 2 \
 	        --grid 0,0 --prompt 512 --decode 0 --streams 1 --reps 1; \
 	 } > $(EMU_BENCH_OUT) 2>&1 || { cat $(EMU_BENCH_OUT); exit 1; }; \
-	 scripts/gpu-check --bench-rows $(EMU_BENCH_OUT)
+	 FULL_LAYERS=3 scripts/gpu-check --bench-rows $(EMU_BENCH_OUT)
 
 .PHONY: test-cuda-emu
 test-cuda-emu: $(EMU_TESTS) $(EMU_ENGINE) module engine
