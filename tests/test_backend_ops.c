@@ -1550,10 +1550,13 @@ test_model_fault(void **state)
 
 /* a bf16 KV cache on both backends: the same rounding, the same logits */
 /*
- * "cuda-unfused": the CUDA backend without add_rms_norm, so that the
- * models add() then rms_norm() as before the fused op
+ * "cuda-unfused": the CUDA backend without add_rms_norm and
+ * weight_bind_cat, so that the models add() then rms_norm(), and run the
+ * q, k, v and gate, up matmuls apart, as before the fused ops
  */
 static vlm_backend_ops_t  unfused_ops;
+/* the CUDA backend's own ops, under cuda-counted's */
+static const vlm_backend_ops_t  *cuda_ops;
 
 
 static vlm_status_t
@@ -1566,7 +1569,55 @@ unfused_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
     if (rc == VLM_OK) {
         unfused_ops = *(*be)->ops;
         unfused_ops.add_rms_norm = NULL;
+        unfused_ops.weight_bind_cat = NULL;
         (*be)->ops = &unfused_ops;
+    }
+
+    return rc;
+}
+
+
+/*
+ * "cuda-counted": the CUDA backend whose fused q/k/v split and down
+ * matmul of the fused gate/up count their calls, so that a test sees the
+ * fusions run
+ */
+static vlm_backend_ops_t  counted_ops;
+static int                counted_split, counted_gate_up;
+
+
+static void
+counted_split_qkv(vlm_backend_t *be, float *q, float *k, float *v,
+    const float *x, const float *bq, const float *bk, const float *bv,
+    int n, int nq, int nk, int nv)
+{
+    counted_split++;
+    cuda_ops->split_qkv(be, q, k, v, x, bq, bk, bv, n, nq, nk, nv);
+}
+
+
+static void
+counted_matmul_gated(vlm_backend_t *be, float *y, const float *gu,
+    const vlm_weight_t *w, int n, vlm_act_t act)
+{
+    counted_gate_up++;
+    cuda_ops->matmul_gated(be, y, gu, w, n, act);
+}
+
+
+static vlm_status_t
+counted_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
+    vlm_error_t *err)
+{
+    vlm_status_t  rc;
+
+    rc = vlm_backend_cuda_init(be, conf, err);
+    if (rc == VLM_OK) {
+        cuda_ops = (*be)->ops;
+        counted_ops = *(*be)->ops;
+        counted_ops.split_qkv = counted_split_qkv;
+        counted_ops.matmul_gated = counted_matmul_gated;
+        (*be)->ops = &counted_ops;
     }
 
     return rc;
@@ -1586,7 +1637,10 @@ fused_case(const char *name, const char *ref_case, int n_images)
     vlm_model_t  *mf, *mu;
     const float  *lf, *lu;
 
-    mf = load_model(name, "cuda", 0);
+    counted_split = 0;
+    counted_gate_up = 0;
+
+    mf = load_model(name, "cuda-counted", 0);
     mu = load_model(name, "cuda-unfused", 0);
     V = vlm_model_info(mf)->vocab_size;
 
@@ -1604,8 +1658,8 @@ fused_case(const char *name, const char *ref_case, int n_images)
         lf = vlm_seq_logits(sf);
         lu = vlm_seq_logits(su);
         if (memcmp(lf, lu, (size_t) V * sizeof(float)) != 0) {
-            fail_msg("%s/%s: step %d: the fused add and norm changed the "
-                     "logits (relative L2 %g)", name, ref_case, step,
+            fail_msg("%s/%s: step %d: the fused ops changed the logits "
+                     "(relative L2 %g)", name, ref_case, step,
                      vlm_test_rel_l2(lf, lu, (size_t) V));
         }
 
@@ -1622,24 +1676,40 @@ fused_case(const char *name, const char *ref_case, int n_images)
     vlm_seq_free(su);
     free_case(n_images, &ids, &grid, pix);
 
+    /* each layer of each of the 6 steps ran both fusions */
+    if (counted_split < 6 * 2 || counted_gate_up < 6 * 2) {
+        fail_msg("%s: the fused ops ran %d and %d times", name,
+                 counted_split, counted_gate_up);
+    }
+
     vlm_model_free(mf);
     vlm_model_free(mu);
 }
 
 
 /*
- * the decoders with the residual adds fused into their RMSNorms give the
- * bits of add() then rms_norm(): Qwen2-VL's, Qwen3-VL's (its DeepStack
- * layers keep their adds) and Gemma 3's (its norms around each block)
+ * the decoders with their fusions give the bits of the ops apart: the
+ * residual adds fused into their RMSNorms (add() then rms_norm()), q/k/v
+ * as one matmul split with its biases, gate/up as one matmul with the
+ * product made as the down matmul reads it; Qwen2-VL's (biases),
+ * Qwen2.5-VL's, Qwen3-VL's (q/k norms; its DeepStack layers keep their
+ * adds), Gemma 3's (its norms around each block) and InternVL's, in f32
+ * and bf16
  */
 static void
-test_model_fused_norm(void **state)
+test_model_fused(void **state)
 {
     require_gpu();
 
     fused_case("qwen2vl-bf16", "text", 0);
+    fused_case("qwen2vl-f32", "image1", 1);
+    fused_case("qwen25vl-bf16", "image1", 1);
     fused_case("qwen3vl-f32", "image1", 1);
+    fused_case("qwen3vl-bf16", "text", 0);
     fused_case("../gemma3/gemma3-f32", "text", 0);
+    fused_case("../gemma3/gemma3-bf16", "text", 0);
+    fused_case("../internvl/internvl-f32", "text", 0);
+    fused_case("../internvl/internvl-bf16", "text", 0);
 }
 
 
@@ -2349,7 +2419,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_upload_ring),
         cmocka_unit_test(test_model_image_cache),
         cmocka_unit_test(test_model_kv_bf16),
-        cmocka_unit_test(test_model_fused_norm),
+        cmocka_unit_test(test_model_fused),
 #ifdef VLM_CUDAEMU
         cmocka_unit_test(test_model_fault),
 #endif
@@ -2371,6 +2441,11 @@ main(int argc, char **argv)
     /* e.g. "test_model_*_bf16": the tests it names are skipped */
     if (getenv("VLM_TEST_SKIP") != NULL) {
         cmocka_set_skip_filter(getenv("VLM_TEST_SKIP"));
+    }
+
+    /* e.g. "test_model_fused*": only the tests it names run */
+    if (getenv("VLM_TEST_ONLY") != NULL) {
+        cmocka_set_test_filter(getenv("VLM_TEST_ONLY"));
     }
 
     memset(&conf, 0, sizeof(conf));
@@ -2395,6 +2470,7 @@ main(int argc, char **argv)
 
     vlm_backend_register("cuda", vlm_backend_cuda_init);
     vlm_backend_register("cuda-unfused", unfused_init);
+    vlm_backend_register("cuda-counted", counted_init);
 
     if (argc >= 2 && strcmp(argv[1], "--bench") == 0) {
         rc = bench(argc >= 3 ? atoi(argv[2]) : 28);
