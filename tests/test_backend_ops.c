@@ -254,6 +254,180 @@ test_matmul(void **state)
 }
 
 
+/*
+ * the fused matmuls (weight_bind_cat, split_qkv, matmul_gated) to the bit
+ * of the ops apart: q/k/v with their biases, and the MLP's gate, up, act
+ * and down
+ */
+
+/* a random [rows, cols] weight's host data in dt (bf16 or f32) */
+static void *
+rand_weight(vlm_dtype_t dt, int rows, int cols)
+{
+    size_t     k, n;
+    float     *wf;
+    uint16_t  *wh;
+
+    n = (size_t) rows * cols;
+    wf = vlm_test_rand_vec(&rng_state, n);
+
+    if (dt == VLM_DTYPE_F32) {
+        return wf;
+    }
+
+    wh = malloc(n * sizeof(uint16_t));
+    assert_non_null(wh);
+
+    for (k = 0; k < n; k++) {
+        wh[k] = vlm_f32_to_bf16(wf[k]);
+    }
+
+    free(wf);
+
+    return wh;
+}
+
+
+static void
+check_same(const char *what, const float *d_got, const float *d_ref,
+    size_t n)
+{
+    float  *got, *ref;
+
+    got = malloc(n * sizeof(float));
+    ref = malloc(n * sizeof(float));
+    assert_true(got != NULL && ref != NULL);
+
+    get(got, d_got, n * sizeof(float));
+    get(ref, d_ref, n * sizeof(float));
+
+    if (memcmp(got, ref, n * sizeof(float)) != 0) {
+        fail_msg("%s: the fused op's bits differ (relative L2 %g)", what,
+                 vlm_test_rel_l2(got, ref, n));
+    }
+
+    free(got);
+    free(ref);
+}
+
+
+static void
+check_fused(vlm_dtype_t dt, int n, int H, int nq, int nk, int I, int out)
+{
+    int            i, rows[3];
+    char           what[96];
+    void          *w[6];
+    float         *x, *b[3], *dx, *db[3], *dy[3], *dz[3], *dqkv, *dgu;
+    float         *dgate, *dup, *dout[2];
+    vlm_error_t    err;
+    vlm_weight_t   wg[6], wqkv, wgu;
+
+    rows[0] = nq;
+    rows[1] = nk;
+    rows[2] = nk;
+
+    /* q, k, v, gate, up, down */
+    for (i = 0; i < 6; i++) {
+        w[i] = rand_weight(dt, i < 3 ? rows[i] : i < 5 ? I : out,
+                           i < 5 ? H : I);
+        assert_int_equal(gpu->ops->weight_bind(gpu, &wg[i], w[i], dt,
+                                               i < 3 ? rows[i]
+                                                     : i < 5 ? I : out,
+                                               i < 5 ? H : I, &err),
+                         VLM_OK);
+    }
+
+    assert_int_equal(gpu->ops->weight_bind_cat(gpu, &wqkv,
+                                               (const void *const *) w, rows,
+                                               3, dt, H, &err), VLM_OK);
+    rows[0] = I;
+    rows[1] = I;
+    assert_int_equal(gpu->ops->weight_bind_cat(gpu, &wgu,
+                                               (const void *const *) w + 3,
+                                               rows, 2, dt, H, &err),
+                     VLM_OK);
+    assert_int_equal(wqkv.rows, nq + 2 * nk);
+    assert_int_equal(wgu.rows, 2 * I);
+
+    x = vlm_test_rand_vec(&rng_state, (size_t) n * H);
+    dx = dev(x, (size_t) n * H * sizeof(float));
+
+    for (i = 0; i < 3; i++) {
+        b[i] = vlm_test_rand_vec(&rng_state, (size_t) wg[i].rows);
+        db[i] = dev(b[i], (size_t) wg[i].rows * sizeof(float));
+        dy[i] = dev(NULL, (size_t) n * wg[i].rows * sizeof(float));
+        dz[i] = dev(NULL, (size_t) n * wg[i].rows * sizeof(float));
+        gpu->ops->matmul(gpu, dy[i], dx, &wg[i], i == 1 ? NULL : db[i], n);
+    }
+
+    dqkv = dev(NULL, (size_t) n * wqkv.rows * sizeof(float));
+    gpu->ops->matmul(gpu, dqkv, dx, &wqkv, NULL, n);
+    gpu->ops->split_qkv(gpu, dz[0], dz[1], dz[2], dqkv, db[0], NULL, db[2],
+                        n, nq, nk, nk);
+
+    for (i = 0; i < 3; i++) {
+        snprintf(what, sizeof(what), "split_qkv %s n=%d H=%d part %d",
+                 vlm_dtype_name(dt), n, H, i);
+        check_same(what, dz[i], dy[i], (size_t) n * wg[i].rows);
+    }
+
+    /* the MLP: gate, up, act, down apart, and fused */
+    dgate = dev(NULL, (size_t) n * I * sizeof(float));
+    dup = dev(NULL, (size_t) n * I * sizeof(float));
+    dgu = dev(NULL, (size_t) n * 2 * I * sizeof(float));
+    dout[0] = dev(NULL, (size_t) n * out * sizeof(float));
+    dout[1] = dev(NULL, (size_t) n * out * sizeof(float));
+
+    gpu->ops->matmul(gpu, dgate, dx, &wg[3], NULL, n);
+    gpu->ops->matmul(gpu, dup, dx, &wg[4], NULL, n);
+    gpu->ops->gated_act(gpu, dgate, dgate, dup, n, I, VLM_ACT_SILU);
+    gpu->ops->matmul(gpu, dout[0], dgate, &wg[5], NULL, n);
+
+    gpu->ops->matmul(gpu, dgu, dx, &wgu, NULL, n);
+    gpu->ops->matmul_gated(gpu, dout[1], dgu, &wg[5], n, VLM_ACT_SILU);
+
+    snprintf(what, sizeof(what), "matmul_gated %s n=%d H=%d I=%d",
+             vlm_dtype_name(dt), n, H, I);
+    check_same(what, dout[1], dout[0], (size_t) n * out);
+
+    gpu->ops->release(gpu, dx);
+    gpu->ops->release(gpu, dqkv);
+    gpu->ops->release(gpu, dgate);
+    gpu->ops->release(gpu, dup);
+    gpu->ops->release(gpu, dgu);
+    gpu->ops->release(gpu, dout[0]);
+    gpu->ops->release(gpu, dout[1]);
+
+    for (i = 0; i < 3; i++) {
+        gpu->ops->release(gpu, db[i]);
+        gpu->ops->release(gpu, dy[i]);
+        gpu->ops->release(gpu, dz[i]);
+        free(b[i]);
+    }
+
+    for (i = 0; i < 6; i++) {
+        free(w[i]);
+    }
+
+    free(x);
+}
+
+
+static void
+test_fused_matmuls(void **state)
+{
+    require_gpu();
+
+    check_fused(VLM_DTYPE_BF16, 1, 64, 64, 16, 96, 64);  /* gemv */
+    check_fused(VLM_DTYPE_BF16, 4, 128, 128, 32, 344, 128);
+    check_fused(VLM_DTYPE_BF16, 5, 64, 64, 16, 96, 64);  /* cuBLAS */
+    check_fused(VLM_DTYPE_BF16, 37, 96, 128, 64, 200, 96);
+    check_fused(VLM_DTYPE_BF16, 2, 36, 24, 8, 52, 36);   /* cols % 8 */
+    check_fused(VLM_DTYPE_F32, 1, 64, 64, 16, 96, 64);
+    check_fused(VLM_DTYPE_F32, 19, 80, 80, 40, 136, 80);
+}
+
+
 /* norms */
 
 static void
@@ -2407,6 +2581,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_norms),
         cmocka_unit_test(test_add_rms_norm),
+        cmocka_unit_test(test_fused_matmuls),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_act),
         cmocka_unit_test(test_embed_gather),
