@@ -1802,14 +1802,15 @@ counted_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
 static void
 fused_case(const char *name, const char *ref_case, int n_images)
 {
-    int           k, V, n, step;
-    int32_t       t;
-    vlm_npy_t     ids, grid, pix[2];
-    vlm_seq_t    *sf, *su;
-    vlm_image_t   img[2];
-    vlm_error_t   err;
-    vlm_model_t  *mf, *mu;
-    const float  *lf, *lu;
+    int                k, V, n, step;
+    int32_t            t;
+    vlm_npy_t          ids, grid, pix[2];
+    vlm_seq_t         *sf, *su;
+    vlm_image_t        img[2];
+    vlm_error_t        err;
+    vlm_model_t       *mf, *mu;
+    const float       *lf, *lu;
+    vlm_model_stats_t  stf, stu;
 
     counted_split = 0;
     counted_gate_up = 0;
@@ -1855,6 +1856,16 @@ fused_case(const char *name, const char *ref_case, int n_images)
         fail_msg("%s: the fused ops ran %d and %d times", name,
                  counted_split, counted_gate_up);
     }
+
+    /* the same weight bytes a step, no device memory more */
+    vlm_model_stats(mf, &stf);
+    vlm_model_stats(mu, &stu);
+    assert_int_equal(stf.decode_weight_bytes, stu.decode_weight_bytes);
+    assert_true(stf.gpu_bytes[VLM_GPU_WEIGHTS]
+                <= stu.gpu_bytes[VLM_GPU_WEIGHTS]);
+    assert_true(stf.gpu_bytes[VLM_GPU_ACTIVATIONS]
+                <= stu.gpu_bytes[VLM_GPU_ACTIVATIONS]);
+    assert_true(stf.gpu_bytes[VLM_GPU_FREE] >= stu.gpu_bytes[VLM_GPU_FREE]);
 
     vlm_model_free(mf);
     vlm_model_free(mu);
