@@ -1,8 +1,9 @@
 /*
  * Elementwise ops: the activations of config.json's hidden_act (SiLU,
  * exact GELU, tanh GELU, quick GELU) plain and gated (act(gate) * up, the
- * MLP of the decoder), residual adds, the bias of a matmul and the
- * float32 to bfloat16 rounding of a matmul's input.  vlm_act_f and
+ * MLP of the decoder, also from the fused gate/up matmul's one buffer),
+ * residual adds, the bias of a matmul, the fused q/k/v matmul's split and
+ * the float32 to bfloat16 rounding of a matmul's input.  vlm_act_f and
  * vlm_act_rows of vlm_backend_cpu.c are the reference.
  */
 
@@ -37,6 +38,24 @@ vlm_act_dev(float x, int act)
 }
 
 
+template <typename T>
+static __device__ __forceinline__ T vlm_act_store(float x);
+
+template <>
+__device__ __forceinline__ float
+vlm_act_store<float>(float x)
+{
+    return x;
+}
+
+template <>
+__device__ __forceinline__ __nv_bfloat16
+vlm_act_store<__nv_bfloat16>(float x)
+{
+    return __float2bfloat16_rn(x);
+}
+
+
 /*
  * y[n] = act(gate[n]) * (up ? up[n] : 1); y may be gate
  * grid-stride: 256-thread blocks, one element a thread a turn
@@ -51,6 +70,67 @@ vlm_act_kernel(float *y, const float *gate, const float *up, size_t n,
          e += (size_t) gridDim.x * blockDim.x)
     {
         y[e] = vlm_act_dev(gate[e], act) * (up != NULL ? up[e] : 1.0f);
+    }
+}
+
+
+/*
+ * y[n, dim] = act(gu[n, 0..dim)) * gu[n, dim..2 dim): the gate and up
+ * halves of a row of the fused matmul, the product in f32 as
+ * vlm_act_kernel's, stored as float or rounded to bf16 (the down
+ * matmul's input); grid-stride over n * dim
+ */
+template <typename T>
+static __global__ void
+vlm_act_cat_kernel(T *y, const float *gu, size_t total, int dim, int act)
+{
+    size_t  e, row, c;
+    float   p;
+
+    for (e = (size_t) blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (size_t) gridDim.x * blockDim.x)
+    {
+        row = e / dim;
+        c = e % dim;
+        p = vlm_act_dev(gu[row * 2 * dim + c], act)
+            * gu[row * 2 * dim + dim + c];
+        y[e] = vlm_act_store<T>(p);
+    }
+}
+
+
+/*
+ * the columns of x[n, nq + nk + nv] to q[n, nq], k[n, nk], v[n, nv],
+ * each bias added as matmul()'s (x + bias, or x where none); grid-stride
+ * over n * (nq + nk + nv)
+ */
+static __global__ void
+vlm_split_qkv_kernel(float *q, float *k, float *v, const float *x,
+    const float *bq, const float *bk, const float *bv, size_t total,
+    int nq, int nk, int nv)
+{
+    int     c, w;
+    size_t  e, row;
+
+    w = nq + nk + nv;
+
+    for (e = (size_t) blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (size_t) gridDim.x * blockDim.x)
+    {
+        row = e / w;
+        c = (int) (e % w);
+
+        if (c < nq) {
+            q[row * nq + c] = bq != NULL ? x[e] + bq[c] : x[e];
+
+        } else if (c < nq + nk) {
+            c -= nq;
+            k[row * nk + c] = bk != NULL ? x[e] + bk[c] : x[e];
+
+        } else {
+            c -= nq + nk;
+            v[row * nv + c] = bv != NULL ? x[e] + bv[c] : x[e];
+        }
     }
 }
 
@@ -135,6 +215,59 @@ vlm_cuda_gated_act(cudaStream_t s, float *y, const float *gate,
 
     VLM_LAUNCH(vlm_act_kernel, vlm_cuda_blocks(total, VLM_ELT_THREADS),
         VLM_ELT_THREADS, 0, s, y, gate, up, total, act);
+
+    return vlm_cuda_launched();
+}
+
+
+extern "C" cudaError_t
+vlm_cuda_gated_act_cat(cudaStream_t s, void *y, int bf16, const float *gu,
+    int n, int dim, int act)
+{
+    size_t  total;
+
+    total = (size_t) n * dim;
+    if (n < 0 || dim < 0 || act < 0 || act > VLM_CUDA_ACT_QUICK_GELU) {
+        return cudaErrorInvalidValue;
+    }
+
+    if (total == 0) {
+        return cudaSuccess;
+    }
+
+    if (bf16) {
+        VLM_LAUNCH(vlm_act_cat_kernel<__nv_bfloat16>,
+            vlm_cuda_blocks(total, VLM_ELT_THREADS), VLM_ELT_THREADS, 0, s,
+            (__nv_bfloat16 *) y, gu, total, dim, act);
+
+    } else {
+        VLM_LAUNCH(vlm_act_cat_kernel<float>,
+            vlm_cuda_blocks(total, VLM_ELT_THREADS), VLM_ELT_THREADS, 0, s,
+            (float *) y, gu, total, dim, act);
+    }
+
+    return vlm_cuda_launched();
+}
+
+
+extern "C" cudaError_t
+vlm_cuda_split_qkv(cudaStream_t s, float *q, float *k, float *v,
+    const float *x, const float *bq, const float *bk, const float *bv,
+    int n, int nq, int nk, int nv)
+{
+    size_t  total;
+
+    if (n < 0 || nq < 0 || nk < 0 || nv < 0) {
+        return cudaErrorInvalidValue;
+    }
+
+    total = (size_t) n * (nq + nk + nv);
+    if (total == 0) {
+        return cudaSuccess;
+    }
+
+    VLM_LAUNCH(vlm_split_qkv_kernel, vlm_cuda_blocks(total, VLM_ELT_THREADS),
+        VLM_ELT_THREADS, 0, s, q, k, v, x, bq, bk, bv, total, nq, nk, nv);
 
     return vlm_cuda_launched();
 }

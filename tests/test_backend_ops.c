@@ -254,6 +254,180 @@ test_matmul(void **state)
 }
 
 
+/*
+ * the fused matmuls (weight_bind_cat, split_qkv, matmul_gated) to the bit
+ * of the ops apart: q/k/v with their biases, and the MLP's gate, up, act
+ * and down
+ */
+
+/* a random [rows, cols] weight's host data in dt (bf16 or f32) */
+static void *
+rand_weight(vlm_dtype_t dt, int rows, int cols)
+{
+    size_t     k, n;
+    float     *wf;
+    uint16_t  *wh;
+
+    n = (size_t) rows * cols;
+    wf = vlm_test_rand_vec(&rng_state, n);
+
+    if (dt == VLM_DTYPE_F32) {
+        return wf;
+    }
+
+    wh = malloc(n * sizeof(uint16_t));
+    assert_non_null(wh);
+
+    for (k = 0; k < n; k++) {
+        wh[k] = vlm_f32_to_bf16(wf[k]);
+    }
+
+    free(wf);
+
+    return wh;
+}
+
+
+static void
+check_same(const char *what, const float *d_got, const float *d_ref,
+    size_t n)
+{
+    float  *got, *ref;
+
+    got = malloc(n * sizeof(float));
+    ref = malloc(n * sizeof(float));
+    assert_true(got != NULL && ref != NULL);
+
+    get(got, d_got, n * sizeof(float));
+    get(ref, d_ref, n * sizeof(float));
+
+    if (memcmp(got, ref, n * sizeof(float)) != 0) {
+        fail_msg("%s: the fused op's bits differ (relative L2 %g)", what,
+                 vlm_test_rel_l2(got, ref, n));
+    }
+
+    free(got);
+    free(ref);
+}
+
+
+static void
+check_fused(vlm_dtype_t dt, int n, int H, int nq, int nk, int I, int out)
+{
+    int            i, rows[3];
+    char           what[96];
+    void          *w[6];
+    float         *x, *b[3], *dx, *db[3], *dy[3], *dz[3], *dqkv, *dgu;
+    float         *dgate, *dup, *dout[2];
+    vlm_error_t    err;
+    vlm_weight_t   wg[6], wqkv, wgu;
+
+    rows[0] = nq;
+    rows[1] = nk;
+    rows[2] = nk;
+
+    /* q, k, v, gate, up, down */
+    for (i = 0; i < 6; i++) {
+        w[i] = rand_weight(dt, i < 3 ? rows[i] : i < 5 ? I : out,
+                           i < 5 ? H : I);
+        assert_int_equal(gpu->ops->weight_bind(gpu, &wg[i], w[i], dt,
+                                               i < 3 ? rows[i]
+                                                     : i < 5 ? I : out,
+                                               i < 5 ? H : I, &err),
+                         VLM_OK);
+    }
+
+    assert_int_equal(gpu->ops->weight_bind_cat(gpu, &wqkv,
+                                               (const void *const *) w, rows,
+                                               3, dt, H, &err), VLM_OK);
+    rows[0] = I;
+    rows[1] = I;
+    assert_int_equal(gpu->ops->weight_bind_cat(gpu, &wgu,
+                                               (const void *const *) w + 3,
+                                               rows, 2, dt, H, &err),
+                     VLM_OK);
+    assert_int_equal(wqkv.rows, nq + 2 * nk);
+    assert_int_equal(wgu.rows, 2 * I);
+
+    x = vlm_test_rand_vec(&rng_state, (size_t) n * H);
+    dx = dev(x, (size_t) n * H * sizeof(float));
+
+    for (i = 0; i < 3; i++) {
+        b[i] = vlm_test_rand_vec(&rng_state, (size_t) wg[i].rows);
+        db[i] = dev(b[i], (size_t) wg[i].rows * sizeof(float));
+        dy[i] = dev(NULL, (size_t) n * wg[i].rows * sizeof(float));
+        dz[i] = dev(NULL, (size_t) n * wg[i].rows * sizeof(float));
+        gpu->ops->matmul(gpu, dy[i], dx, &wg[i], i == 1 ? NULL : db[i], n);
+    }
+
+    dqkv = dev(NULL, (size_t) n * wqkv.rows * sizeof(float));
+    gpu->ops->matmul(gpu, dqkv, dx, &wqkv, NULL, n);
+    gpu->ops->split_qkv(gpu, dz[0], dz[1], dz[2], dqkv, db[0], NULL, db[2],
+                        n, nq, nk, nk);
+
+    for (i = 0; i < 3; i++) {
+        snprintf(what, sizeof(what), "split_qkv %s n=%d H=%d part %d",
+                 vlm_dtype_name(dt), n, H, i);
+        check_same(what, dz[i], dy[i], (size_t) n * wg[i].rows);
+    }
+
+    /* the MLP: gate, up, act, down apart, and fused */
+    dgate = dev(NULL, (size_t) n * I * sizeof(float));
+    dup = dev(NULL, (size_t) n * I * sizeof(float));
+    dgu = dev(NULL, (size_t) n * 2 * I * sizeof(float));
+    dout[0] = dev(NULL, (size_t) n * out * sizeof(float));
+    dout[1] = dev(NULL, (size_t) n * out * sizeof(float));
+
+    gpu->ops->matmul(gpu, dgate, dx, &wg[3], NULL, n);
+    gpu->ops->matmul(gpu, dup, dx, &wg[4], NULL, n);
+    gpu->ops->gated_act(gpu, dgate, dgate, dup, n, I, VLM_ACT_SILU);
+    gpu->ops->matmul(gpu, dout[0], dgate, &wg[5], NULL, n);
+
+    gpu->ops->matmul(gpu, dgu, dx, &wgu, NULL, n);
+    gpu->ops->matmul_gated(gpu, dout[1], dgu, &wg[5], n, VLM_ACT_SILU);
+
+    snprintf(what, sizeof(what), "matmul_gated %s n=%d H=%d I=%d",
+             vlm_dtype_name(dt), n, H, I);
+    check_same(what, dout[1], dout[0], (size_t) n * out);
+
+    gpu->ops->release(gpu, dx);
+    gpu->ops->release(gpu, dqkv);
+    gpu->ops->release(gpu, dgate);
+    gpu->ops->release(gpu, dup);
+    gpu->ops->release(gpu, dgu);
+    gpu->ops->release(gpu, dout[0]);
+    gpu->ops->release(gpu, dout[1]);
+
+    for (i = 0; i < 3; i++) {
+        gpu->ops->release(gpu, db[i]);
+        gpu->ops->release(gpu, dy[i]);
+        gpu->ops->release(gpu, dz[i]);
+        free(b[i]);
+    }
+
+    for (i = 0; i < 6; i++) {
+        free(w[i]);
+    }
+
+    free(x);
+}
+
+
+static void
+test_fused_matmuls(void **state)
+{
+    require_gpu();
+
+    check_fused(VLM_DTYPE_BF16, 1, 64, 64, 16, 96, 64);  /* gemv */
+    check_fused(VLM_DTYPE_BF16, 4, 128, 128, 32, 344, 128);
+    check_fused(VLM_DTYPE_BF16, 5, 64, 64, 16, 96, 64);  /* cuBLAS */
+    check_fused(VLM_DTYPE_BF16, 37, 96, 128, 64, 200, 96);
+    check_fused(VLM_DTYPE_BF16, 2, 36, 24, 8, 52, 36);   /* cols % 8 */
+    check_fused(VLM_DTYPE_F32, 1, 64, 64, 16, 96, 64);
+    check_fused(VLM_DTYPE_F32, 19, 80, 80, 40, 136, 80);
+}
+
+
 /* norms */
 
 static void
@@ -1550,10 +1724,13 @@ test_model_fault(void **state)
 
 /* a bf16 KV cache on both backends: the same rounding, the same logits */
 /*
- * "cuda-unfused": the CUDA backend without add_rms_norm, so that the
- * models add() then rms_norm() as before the fused op
+ * "cuda-unfused": the CUDA backend without add_rms_norm and
+ * weight_bind_cat, so that the models add() then rms_norm(), and run the
+ * q, k, v and gate, up matmuls apart, as before the fused ops
  */
 static vlm_backend_ops_t  unfused_ops;
+/* the CUDA backend's own ops, under cuda-counted's */
+static const vlm_backend_ops_t  *cuda_ops;
 
 
 static vlm_status_t
@@ -1566,7 +1743,55 @@ unfused_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
     if (rc == VLM_OK) {
         unfused_ops = *(*be)->ops;
         unfused_ops.add_rms_norm = NULL;
+        unfused_ops.weight_bind_cat = NULL;
         (*be)->ops = &unfused_ops;
+    }
+
+    return rc;
+}
+
+
+/*
+ * "cuda-counted": the CUDA backend whose fused q/k/v split and down
+ * matmul of the fused gate/up count their calls, so that a test sees the
+ * fusions run
+ */
+static vlm_backend_ops_t  counted_ops;
+static int                counted_split, counted_gate_up;
+
+
+static void
+counted_split_qkv(vlm_backend_t *be, float *q, float *k, float *v,
+    const float *x, const float *bq, const float *bk, const float *bv,
+    int n, int nq, int nk, int nv)
+{
+    counted_split++;
+    cuda_ops->split_qkv(be, q, k, v, x, bq, bk, bv, n, nq, nk, nv);
+}
+
+
+static void
+counted_matmul_gated(vlm_backend_t *be, float *y, const float *gu,
+    const vlm_weight_t *w, int n, vlm_act_t act)
+{
+    counted_gate_up++;
+    cuda_ops->matmul_gated(be, y, gu, w, n, act);
+}
+
+
+static vlm_status_t
+counted_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
+    vlm_error_t *err)
+{
+    vlm_status_t  rc;
+
+    rc = vlm_backend_cuda_init(be, conf, err);
+    if (rc == VLM_OK) {
+        cuda_ops = (*be)->ops;
+        counted_ops = *(*be)->ops;
+        counted_ops.split_qkv = counted_split_qkv;
+        counted_ops.matmul_gated = counted_matmul_gated;
+        (*be)->ops = &counted_ops;
     }
 
     return rc;
@@ -1577,16 +1802,20 @@ unfused_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
 static void
 fused_case(const char *name, const char *ref_case, int n_images)
 {
-    int           k, V, n, step;
-    int32_t       t;
-    vlm_npy_t     ids, grid, pix[2];
-    vlm_seq_t    *sf, *su;
-    vlm_image_t   img[2];
-    vlm_error_t   err;
-    vlm_model_t  *mf, *mu;
-    const float  *lf, *lu;
+    int                k, V, n, step;
+    int32_t            t;
+    vlm_npy_t          ids, grid, pix[2];
+    vlm_seq_t         *sf, *su;
+    vlm_image_t        img[2];
+    vlm_error_t        err;
+    vlm_model_t       *mf, *mu;
+    const float       *lf, *lu;
+    vlm_model_stats_t  stf, stu;
 
-    mf = load_model(name, "cuda", 0);
+    counted_split = 0;
+    counted_gate_up = 0;
+
+    mf = load_model(name, "cuda-counted", 0);
     mu = load_model(name, "cuda-unfused", 0);
     V = vlm_model_info(mf)->vocab_size;
 
@@ -1604,8 +1833,8 @@ fused_case(const char *name, const char *ref_case, int n_images)
         lf = vlm_seq_logits(sf);
         lu = vlm_seq_logits(su);
         if (memcmp(lf, lu, (size_t) V * sizeof(float)) != 0) {
-            fail_msg("%s/%s: step %d: the fused add and norm changed the "
-                     "logits (relative L2 %g)", name, ref_case, step,
+            fail_msg("%s/%s: step %d: the fused ops changed the logits "
+                     "(relative L2 %g)", name, ref_case, step,
                      vlm_test_rel_l2(lf, lu, (size_t) V));
         }
 
@@ -1622,24 +1851,50 @@ fused_case(const char *name, const char *ref_case, int n_images)
     vlm_seq_free(su);
     free_case(n_images, &ids, &grid, pix);
 
+    /* each layer of each of the 6 steps ran both fusions */
+    if (counted_split < 6 * 2 || counted_gate_up < 6 * 2) {
+        fail_msg("%s: the fused ops ran %d and %d times", name,
+                 counted_split, counted_gate_up);
+    }
+
+    /* the same weight bytes a step, no device memory more */
+    vlm_model_stats(mf, &stf);
+    vlm_model_stats(mu, &stu);
+    assert_int_equal(stf.decode_weight_bytes, stu.decode_weight_bytes);
+    assert_true(stf.gpu_bytes[VLM_GPU_WEIGHTS]
+                <= stu.gpu_bytes[VLM_GPU_WEIGHTS]);
+    assert_true(stf.gpu_bytes[VLM_GPU_ACTIVATIONS]
+                <= stu.gpu_bytes[VLM_GPU_ACTIVATIONS]);
+    assert_true(stf.gpu_bytes[VLM_GPU_FREE] >= stu.gpu_bytes[VLM_GPU_FREE]);
+
     vlm_model_free(mf);
     vlm_model_free(mu);
 }
 
 
 /*
- * the decoders with the residual adds fused into their RMSNorms give the
- * bits of add() then rms_norm(): Qwen2-VL's, Qwen3-VL's (its DeepStack
- * layers keep their adds) and Gemma 3's (its norms around each block)
+ * the decoders with their fusions give the bits of the ops apart: the
+ * residual adds fused into their RMSNorms (add() then rms_norm()), q/k/v
+ * as one matmul split with its biases, gate/up as one matmul with the
+ * product made as the down matmul reads it; Qwen2-VL's (biases),
+ * Qwen2.5-VL's, Qwen3-VL's (q/k norms; its DeepStack layers keep their
+ * adds), Gemma 3's (its norms around each block) and InternVL's, in f32
+ * and bf16
  */
 static void
-test_model_fused_norm(void **state)
+test_model_fused(void **state)
 {
     require_gpu();
 
     fused_case("qwen2vl-bf16", "text", 0);
+    fused_case("qwen2vl-f32", "image1", 1);
+    fused_case("qwen25vl-bf16", "image1", 1);
     fused_case("qwen3vl-f32", "image1", 1);
+    fused_case("qwen3vl-bf16", "text", 0);
     fused_case("../gemma3/gemma3-f32", "text", 0);
+    fused_case("../gemma3/gemma3-bf16", "text", 0);
+    fused_case("../internvl/internvl-f32", "text", 0);
+    fused_case("../internvl/internvl-bf16", "text", 0);
 }
 
 
@@ -2337,6 +2592,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_norms),
         cmocka_unit_test(test_add_rms_norm),
+        cmocka_unit_test(test_fused_matmuls),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_act),
         cmocka_unit_test(test_embed_gather),
@@ -2349,7 +2605,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_upload_ring),
         cmocka_unit_test(test_model_image_cache),
         cmocka_unit_test(test_model_kv_bf16),
-        cmocka_unit_test(test_model_fused_norm),
+        cmocka_unit_test(test_model_fused),
 #ifdef VLM_CUDAEMU
         cmocka_unit_test(test_model_fault),
 #endif
@@ -2371,6 +2627,11 @@ main(int argc, char **argv)
     /* e.g. "test_model_*_bf16": the tests it names are skipped */
     if (getenv("VLM_TEST_SKIP") != NULL) {
         cmocka_set_skip_filter(getenv("VLM_TEST_SKIP"));
+    }
+
+    /* e.g. "test_model_fused*": only the tests it names run */
+    if (getenv("VLM_TEST_ONLY") != NULL) {
+        cmocka_set_test_filter(getenv("VLM_TEST_ONLY"));
     }
 
     memset(&conf, 0, sizeof(conf));
@@ -2395,6 +2656,7 @@ main(int argc, char **argv)
 
     vlm_backend_register("cuda", vlm_backend_cuda_init);
     vlm_backend_register("cuda-unfused", unfused_init);
+    vlm_backend_register("cuda-counted", counted_init);
 
     if (argc >= 2 && strcmp(argv[1], "--bench") == 0) {
         rc = bench(argc >= 3 ? atoi(argv[2]) : 28);

@@ -98,6 +98,7 @@ typedef struct {
     int        requests;                /* run again, and one cancelled */
     size_t     mem_first, mem_end;      /* free device memory: after the
                                            first request, at the end */
+    int        fused;                   /* q/k/v splits this rank ran */
 } result_t;
 
 
@@ -111,6 +112,50 @@ typedef struct {
 
 
 static int  n_gpus;
+
+/*
+ * the ranks' backend: "cuda"; "cuda-unfused", the q/k/v and gate/up
+ * matmuls apart (no weight_bind_cat); the logits of the last group run
+ */
+static const char         *backend = "cuda";
+static vlm_backend_ops_t   tp_ops;
+static const vlm_backend_ops_t  *cuda_ops;
+static int                *split_calls;
+static float               group_logits[MAX_V];
+
+
+static void
+counted_split_qkv(vlm_backend_t *be, float *q, float *k, float *v,
+    const float *x, const float *bq, const float *bk, const float *bv,
+    int n, int nq, int nk, int nv)
+{
+    (*split_calls)++;
+    cuda_ops->split_qkv(be, q, k, v, x, bq, bk, bv, n, nq, nk, nv);
+}
+
+
+/* "cuda" with its q/k/v splits counted, and "cuda-unfused" */
+static vlm_status_t
+tp_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
+    vlm_error_t *err)
+{
+    vlm_status_t  rc;
+
+    rc = vlm_backend_cuda_init(be, conf, err);
+    if (rc == VLM_OK) {
+        cuda_ops = (*be)->ops;
+        tp_ops = *(*be)->ops;
+        tp_ops.split_qkv = counted_split_qkv;
+
+        if (strcmp(backend, "cuda-unfused") == 0) {
+            tp_ops.weight_bind_cat = NULL;
+        }
+
+        (*be)->ops = &tp_ops;
+    }
+
+    return rc;
+}
 
 
 static void
@@ -458,7 +503,8 @@ rank_main(int fd, int pool_fd, int r, size_t pool, size_t cache, int rounds,
         return 1;
     }
 
-    params(&p, "cuda");
+    params(&p, backend);
+    split_calls = &res->fused;
     p.device = r;
     p.tp_rank = r;
     p.tp_size = WORLD;
@@ -567,6 +613,16 @@ check_group(const prompt_t *pr, const result_t *one, size_t pool,
     if (failed) {
         munmap(res, sizeof(result_t) * WORLD);
         fail_msg("%s: the group failed", what);
+    }
+
+    memcpy(group_logits, res[0].logits, sizeof(group_logits));
+
+    /* every rank split q/k/v fused, or none where the backend is not */
+    for (r = 0; r < WORLD; r++) {
+        if ((res[r].fused > 0) != (strcmp(backend, "cuda") == 0)) {
+            fail_msg("%s: rank %d on %s split q/k/v %d times", what, r,
+                     backend, res[r].fused);
+        }
     }
 
     d = vlm_test_rel_l2(res[0].logits, one->logits, (size_t) one->n_vocab);
@@ -744,6 +800,31 @@ test_qwen3vl_deepstack(void **state)
 
 
 /*
+ * each rank's shares of q/k/v and of gate/up fused into one matrix each:
+ * the logits of the matmuls apart, to the bit
+ */
+static void
+test_qwen2vl_fused(void **state)
+{
+    float                 fused[MAX_V];
+    static const size_t   pools[] = { POOL_ROOM };
+
+    backend = "cuda";
+    check_model("qwen2vl-f32", pools, 1, 0, 0);
+    memcpy(fused, group_logits, sizeof(fused));
+
+    backend = "cuda-unfused";
+    check_model("qwen2vl-f32", pools, 1, 0, 0);
+    backend = "cuda";
+
+    if (memcmp(fused, group_logits, sizeof(fused)) != 0) {
+        fail_msg("the fused matmuls changed the group's logits (relative "
+                 "L2 %g)", vlm_test_rel_l2(fused, group_logits, MAX_V));
+    }
+}
+
+
+/*
  * requests after the first, through the device pool and through the
  * host staging area: nothing held after them, one cancelled between its
  * images included, and every rank's device memory as it was
@@ -790,10 +871,12 @@ main(void)
         cmocka_unit_test(test_qwen2vl_image_cache),
         cmocka_unit_test(test_qwen3vl_deepstack),
         cmocka_unit_test(test_qwen2vl_back_to_idle),
+        cmocka_unit_test(test_qwen2vl_fused),
     };
 
     n_gpus = count_gpus();
-    vlm_backend_register("cuda", vlm_backend_cuda_init);
+    vlm_backend_register("cuda", tp_init);
+    vlm_backend_register("cuda-unfused", tp_init);
 
     if (n_gpus < WORLD) {
         printf("test_tp_cuda: skipped: %d GPU%s visible, %d needed\n",

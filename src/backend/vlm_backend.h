@@ -311,6 +311,31 @@ typedef struct {
      */
     void  (*add_rms_norm)(vlm_backend_t *be, float *y, float *x,
         const float *r, const float *g, int n, int dim, float eps);
+
+    /*
+     * load time: n row blocks (host[i]: rows[i] rows of cols dtype
+     * elements) bound as one [sum rows, cols] matrix, each block uploaded
+     * once into it and no other copy kept: a layer's q, k and v, its gate
+     * and up, one GEMM each; NULL: the models keep the matmuls apart (and
+     * never call split_qkv() nor matmul_gated())
+     */
+    vlm_status_t (*weight_bind_cat)(vlm_backend_t *be, vlm_weight_t *w,
+        const void *const *host, const int *rows, int n, vlm_dtype_t dtype,
+        int cols, vlm_error_t *err);
+    /*
+     * x[n, nq + nk + nv] (the fused q/k/v matmul's) split into q[n, nq],
+     * k[n, nk] and v[n, nv], each bias (NULL: none) added on the way
+     */
+    void  (*split_qkv)(vlm_backend_t *be, float *q, float *k, float *v,
+        const float *x, const float *bq, const float *bk, const float *bv,
+        int n, int nq, int nk, int nv);
+    /*
+     * y[n, w.rows] = (act(gu[n, 0..c)) * gu[n, c..2 c)) W^T, c = w.cols:
+     * the down projection of the fused gate/up matmul's output gu[n, 2 c],
+     * the product made on the way in (gated_act() then matmul()'s sums)
+     */
+    void  (*matmul_gated)(vlm_backend_t *be, float *y, const float *gu,
+        const vlm_weight_t *w, int n, vlm_act_t act);
 } vlm_backend_ops_t;
 
 

@@ -473,7 +473,10 @@ static const vlm_backend_ops_t  vlm_cpu_ops = {
     NULL,                       /* kv_store a sequence: no launches */
     NULL,                       /* host memory */
     1,                          /* kv_range */
-    NULL                        /* add, then rms_norm: no launches */
+    NULL,                       /* add, then rms_norm: no launches */
+    NULL,                       /* q/k/v, gate/up apart: no launches */
+    NULL,
+    NULL
 };
 
 

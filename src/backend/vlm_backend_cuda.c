@@ -280,48 +280,73 @@ vlm_cuda_download(vlm_backend_t *be, void *dst, const void *src,
 }
 
 
+/* the blocks one after another in one piece of the pool, bf16 or f32 */
 static vlm_status_t
-vlm_cuda_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
-    vlm_dtype_t dtype, int rows, int cols, vlm_error_t *err)
+vlm_cuda_weight_bind_cat(vlm_backend_t *be, vlm_weight_t *w,
+    const void *const *host, const int *rows, int n, vlm_dtype_t dtype,
+    int cols, vlm_error_t *err)
 {
-    void          *dev;
-    size_t         n, esize;
+    int            i, total;
+    size_t         esize, len;
+    uint8_t       *dev, *at;
     vlm_cuda_t    *cu = (vlm_cuda_t *) be;
     vlm_status_t   rc;
 
-    n = (size_t) rows * cols;
     esize = dtype == VLM_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
 
-    dev = vlm_cuda_carve(cu, n * esize, VLM_DEVPOOL_WEIGHT);
+    total = 0;
+    for (i = 0; i < n; i++) {
+        total += rows[i];
+    }
+
+    dev = vlm_cuda_carve(cu, (size_t) total * cols * esize,
+                         VLM_DEVPOOL_WEIGHT);
     if (dev == NULL) {
         return vlm_error_set(err, VLM_ERR_NOMEM,
                              "cuda backend: the device pool (%zu MB) has "
-                             "no room for a [%d, %d] weight", 
-                             cu->pool_size >> 20, rows, cols);
+                             "no room for a [%d, %d] weight",
+                             cu->pool_size >> 20, total, cols);
     }
 
-    switch (dtype) {
-    case VLM_DTYPE_BF16:
-    case VLM_DTYPE_F32:
-        rc = vlm_cuda_stage(cu, dev, host, n * esize, NULL, esize, esize);
-        break;
-    default:
-        rc = vlm_cuda_stage(cu, dev, host, n * 2, vlm_cuda_f16_to_bf16, 2, 2);
-        break;
-    }
+    at = dev;
 
-    if (rc != VLM_OK) {
-        return vlm_error_set(err, rc, "cuda backend: weight upload: %s",
-                             cudaGetErrorString(cu->error));
+    for (i = 0; i < n; i++) {
+        len = (size_t) rows[i] * cols * esize;
+
+        switch (dtype) {
+        case VLM_DTYPE_BF16:
+        case VLM_DTYPE_F32:
+            rc = vlm_cuda_stage(cu, at, host[i], len, NULL, esize, esize);
+            break;
+        default:
+            rc = vlm_cuda_stage(cu, at, host[i], len, vlm_cuda_f16_to_bf16,
+                                2, 2);
+            break;
+        }
+
+        if (rc != VLM_OK) {
+            return vlm_error_set(err, rc, "cuda backend: weight upload: %s",
+                                 cudaGetErrorString(cu->error));
+        }
+
+        at += len;
     }
 
     memset(w, 0, sizeof(vlm_weight_t));
     w->data = dev;
     w->dtype = dtype == VLM_DTYPE_F32 ? VLM_DTYPE_F32 : VLM_DTYPE_BF16;
-    w->rows = rows;
+    w->rows = total;
     w->cols = cols;
 
     return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_cuda_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
+    vlm_dtype_t dtype, int rows, int cols, vlm_error_t *err)
+{
+    return vlm_cuda_weight_bind_cat(be, w, &host, &rows, 1, dtype, cols, err);
 }
 
 
@@ -347,15 +372,101 @@ vlm_cuda_copy(vlm_backend_t *be, void *dst, const void *src, size_t size)
 
 /* ops */
 
+/*
+ * y[n, w.rows] = x[n, w.cols] W^T, x of W's type (bf16 or f32): row-major
+ * y[n, rows] = x[n, cols] W^T is column-major y^T[rows, n] = W^T^T x^T:
+ * A = W (cols x rows column-major, transposed), B = x^T (cols x n)
+ */
+static void
+vlm_cuda_gemm(vlm_cuda_t *cu, float *y, const void *x, const vlm_weight_t *w,
+    int n)
+{
+    float           one, zero;
+    cudaDataType_t  type;
+
+    one = 1.0f;
+    zero = 0.0f;
+    type = w->dtype == VLM_DTYPE_F32 ? CUDA_R_32F : CUDA_R_16BF;
+
+    vlm_cuda_check_blas(cu, cublasGemmEx(cu->cublas, CUBLAS_OP_T, CUBLAS_OP_N,
+                                         w->rows, n, w->cols, &one, w->data,
+                                         type, w->cols, x, type, w->cols,
+                                         &zero, y, CUDA_R_32F, w->rows,
+                                         CUBLAS_COMPUTE_32F,
+                                         CUBLAS_GEMM_DEFAULT),
+                        "matmul");
+}
+
+
+/*
+ * the down matmul of the fused gate/up one: the product act(gate) * up
+ * made into the matmul's input buffer (rounded to bf16 there for a bf16
+ * weight, as matmul() rounds gated_act()'s output; f32 for decode's gemv
+ * and a float32 weight), in chunks of rows that fit it
+ */
+static void
+vlm_cuda_matmul_gated_op(vlm_backend_t *be, float *y, const float *gu,
+    const vlm_weight_t *w, int n, vlm_act_t act)
+{
+    int          r0, nr, chunk, f32, gemv;
+    size_t       room;
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    if (n <= 0) {
+        return;
+    }
+
+    if ((w->dtype != VLM_DTYPE_BF16 && w->dtype != VLM_DTYPE_F32)
+        || w->quant != VLM_QUANT_NONE)
+    {
+        vlm_cuda_check(cu, cudaErrorInvalidValue,
+                       "matmul_gated: not a bf16 or f32 weight");
+        return;
+    }
+
+    f32 = w->dtype == VLM_DTYPE_F32;
+    gemv = !f32 && n <= VLM_CUDA_GEMV_MAX_N && w->cols % 8 == 0;
+
+    /* the input buffer's elements as floats or as bf16 */
+    room = f32 || gemv ? VLM_CUDA_XBF16 / 2 : VLM_CUDA_XBF16;
+    chunk = (int) vlm_min((size_t) n, room / (size_t) w->cols);
+
+    if (chunk < 1 || (gemv && chunk < n)) {
+        vlm_cuda_check(cu, cudaErrorInvalidValue,
+                       "matmul_gated: too many columns");
+        return;
+    }
+
+    for (r0 = 0; r0 < n; r0 += nr) {
+        nr = vlm_min(chunk, n - r0);
+
+        vlm_cuda_check(cu, vlm_cuda_gated_act_cat(cu->stream, cu->xbf16,
+                                                  !f32 && !gemv,
+                                                  gu + (size_t) r0 * 2
+                                                       * w->cols,
+                                                  nr, w->cols, (int) act),
+                       "matmul_gated");
+
+        if (gemv) {
+            vlm_cuda_check(cu, vlm_cuda_gemv(cu->stream, y,
+                                             (const float *) cu->xbf16,
+                                             w->data, NULL, n, w->rows,
+                                             w->cols),
+                           "matmul_gated");
+            return;
+        }
+
+        vlm_cuda_gemm(cu, y + (size_t) r0 * w->rows, cu->xbf16, w, nr);
+    }
+}
+
 static void
 vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
     const vlm_weight_t *w, const float *bias, int n)
 {
     int             r0, nr, chunk, f32;
-    float           one, zero;
     const void     *in;
     vlm_cuda_t     *cu = (vlm_cuda_t *) be;
-    cudaDataType_t  type;
 
     if (n <= 0) {
         return;
@@ -373,7 +484,6 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
      * decode's few rows too
      */
     f32 = w->dtype == VLM_DTYPE_F32;
-    type = f32 ? CUDA_R_32F : CUDA_R_16BF;
 
     if (!f32 && n <= VLM_CUDA_GEMV_MAX_N && w->cols % 8 == 0) {
         /* decode: one pass over the weight, x unrounded, bias included */
@@ -383,8 +493,6 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
         return;
     }
 
-    one = 1.0f;
-    zero = 0.0f;
     chunk = f32 ? n
                 : (int) vlm_min((size_t) n, VLM_CUDA_XBF16 / (size_t) w->cols);
 
@@ -404,21 +512,7 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
             in = cu->xbf16;
         }
 
-        /*
-         * row-major y[n, rows] = x[n, cols] W^T is column-major
-         * y^T[rows, n] = W^T^T x^T: A = W (cols x rows column-major,
-         * transposed), B = x^T (cols x n)
-         */
-        vlm_cuda_check_blas(cu, cublasGemmEx(cu->cublas, CUBLAS_OP_T,
-                                             CUBLAS_OP_N, w->rows, nr,
-                                             w->cols, &one, w->data, type,
-                                             w->cols, in, type, w->cols,
-                                             &zero,
-                                             y + (size_t) r0 * w->rows,
-                                             CUDA_R_32F, w->rows,
-                                             CUBLAS_COMPUTE_32F,
-                                             CUBLAS_GEMM_DEFAULT),
-                            "matmul");
+        vlm_cuda_gemm(cu, y + (size_t) r0 * w->rows, in, w, nr);
     }
 
     if (bias != NULL) {
@@ -506,6 +600,19 @@ vlm_cuda_gated_act_op(vlm_backend_t *be, float *y, const float *gate,
     vlm_cuda_check(cu, vlm_cuda_gated_act(cu->stream, y, gate, up, n, dim,
                                           (int) act),
                    "gated_act");
+}
+
+
+static void
+vlm_cuda_split_qkv_op(vlm_backend_t *be, float *q, float *k, float *v,
+    const float *x, const float *bq, const float *bk, const float *bv,
+    int n, int nq, int nk, int nv)
+{
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    vlm_cuda_check(cu, vlm_cuda_split_qkv(cu->stream, q, k, v, x, bq, bk, bv,
+                                          n, nq, nk, nv),
+                   "split_qkv");
 }
 
 
@@ -1210,7 +1317,10 @@ static const vlm_backend_ops_t  vlm_cuda_ops = {
     vlm_cuda_kv_store_seqs_op,
     vlm_cuda_mem_info,
     1,                          /* kv_range */
-    vlm_cuda_add_rms_norm_op
+    vlm_cuda_add_rms_norm_op,
+    vlm_cuda_weight_bind_cat,
+    vlm_cuda_split_qkv_op,
+    vlm_cuda_matmul_gated_op
 };
 
 

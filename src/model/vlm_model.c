@@ -265,8 +265,9 @@ vlm_model_workspace(vlm_model_t *m, vlm_error_t *err)
     VLM_WS(ws->o, (size_t) T * H);
     VLM_WS(ws->k, (size_t) T * KV);
     VLM_WS(ws->v, (size_t) T * KV);
-    VLM_WS(ws->gate, (size_t) T * I);
-    VLM_WS(ws->up, (size_t) T * I);
+    /* one buffer: the fused q/k/v and gate/up matmuls' [T, 2 I] */
+    VLM_WS(ws->gate, (size_t) T * I * 2);
+    ws->up = ws->gate + (size_t) T * I;
     VLM_WS(ws->cos, (size_t) T * half);
     VLM_WS(ws->sin, (size_t) T * half);
     VLM_WS(ws->ids, T);
@@ -957,7 +958,8 @@ vlm_model_decode_bytes(const vlm_model_t *m)
         n += vlm_weight_bytes(&L->wq) + vlm_weight_bytes(&L->wk)
              + vlm_weight_bytes(&L->wv) + vlm_weight_bytes(&L->wo)
              + vlm_weight_bytes(&L->w_gate) + vlm_weight_bytes(&L->w_up)
-             + vlm_weight_bytes(&L->w_down);
+             + vlm_weight_bytes(&L->w_down) + vlm_weight_bytes(&L->wqkv)
+             + vlm_weight_bytes(&L->w_gate_up);
     }
 
     return n;

@@ -29,6 +29,12 @@ typedef struct {
     vlm_weight_t   w_gate, w_up;        /* [I, H] */
     vlm_weight_t   w_down;              /* [H, I] */
     float         *ln1, *ln2;           /* [H] */
+    /*
+     * a backend with weight_bind_cat: q, k, v as one [Q + 2 KV, H] and
+     * gate, up as one [2 I, H] matrix (wq.. w_up then unbound); rows 0:
+     * apart
+     */
+    vlm_weight_t   wqkv, w_gate_up;
 } vlm_lm_layer_t;
 
 
@@ -122,7 +128,7 @@ typedef struct {
     float     *x, *h;                   /* [T, H] */
     float     *q, *att, *o;             /* [T, H] */
     float     *k, *v;                   /* [T, KV] */
-    float     *gate, *up;               /* [T, I] */
+    float     *gate, *up;               /* [T, I] each, one [T, 2 I] */
     float     *cos, *sin;               /* [T, head_dim / 2] */
     int32_t   *ids;                     /* [T] backend */
     int32_t   *pos;                     /* [T, 3] backend */
@@ -362,6 +368,16 @@ vlm_status_t vlm_model_head_rows(vlm_model_t *m, vlm_weight_t *w,
     vlm_error_t *err);
 vlm_status_t vlm_model_matrix_cols(vlm_model_t *m, vlm_weight_t *w,
     const char *name, int rows, int cols, int c0, int nc, vlm_error_t *err);
+/*
+ * the rows [r0[i], r0[i] + nr[i]) of the [rows[i], cols] matrices
+ * names[i] (i < n <= 4) one after the other as one matrix, each uploaded
+ * once, where the backend binds such (weight_bind_cat) and they are
+ * float tensors of one dtype in a checkpoint without quantization: *fused
+ * 1; else *fused 0, nothing bound, and the caller loads them apart
+ */
+vlm_status_t vlm_model_matrix_cat(vlm_model_t *m, vlm_weight_t *w,
+    const char *const *names, const int *rows, const int *r0, const int *nr,
+    int n, int cols, int *fused, vlm_error_t *err);
 vlm_status_t vlm_model_vector_part(vlm_model_t *m, float **out,
     const char *name, int n, int off, int len, vlm_error_t *err);
 /*

@@ -337,6 +337,52 @@ vlm_model_matrix_cols(vlm_model_t *m, vlm_weight_t *w, const char *name,
 
 
 vlm_status_t
+vlm_model_matrix_cat(vlm_model_t *m, vlm_weight_t *w,
+    const char *const *names, const int *rows, const int *r0, const int *nr,
+    int n, int cols, int *fused, vlm_error_t *err)
+{
+    int                     i;
+    size_t                  es;
+    const void             *host[4];
+    const vlm_st_tensor_t  *t[4];
+
+    *fused = 0;
+
+    if (m->be == NULL || m->be->ops->weight_bind_cat == NULL || n < 1
+        || n > 4 || m->cfg.quant.fmt != VLM_QFMT_NONE)
+    {
+        return VLM_OK;
+    }
+
+    for (i = 0; i < n; i++) {
+        if (r0[i] < 0 || nr[i] < 1 || r0[i] + nr[i] > rows[i]) {
+            return vlm_error_set(err, VLM_ERR_INTERNAL,
+                                 "model: rows %d..%d of \"%s\" [%d, %d]",
+                                 r0[i], r0[i] + nr[i], names[i], rows[i],
+                                 cols);
+        }
+
+        t[i] = vlm_model_matrix_tensor(m, names[i], rows[i], cols, err);
+        if (t[i] == NULL) {
+            return VLM_ERR_FORMAT;
+        }
+
+        if (t[i]->dtype != t[0]->dtype) {
+            return VLM_OK;
+        }
+
+        es = vlm_dtype_size(t[i]->dtype);
+        host[i] = (const uint8_t *) t[i]->data + (size_t) r0[i] * cols * es;
+    }
+
+    *fused = 1;
+
+    return m->be->ops->weight_bind_cat(m->be, w, host, nr, n, t[0]->dtype,
+                                       cols, err);
+}
+
+
+vlm_status_t
 vlm_model_matrix_runs(vlm_model_t *m, vlm_weight_t *w, const char *name,
     int rows, int cols, const int *r0, int nr, int n_runs, vlm_error_t *err)
 {

@@ -150,7 +150,7 @@ vlm_gemma3_buffers(vlm_model_t *m, vlm_gemma3_t *g, vlm_error_t *err)
 vlm_status_t
 vlm_gemma3_lm_load(vlm_model_t *m, vlm_error_t *err)
 {
-    int                 l, H, Q, KV, I, V, hd, q0, nq, k0, nk;
+    int                 l, H, Q, I, V, hd, q0, nq;
     char                name[192], embed[192];
     const char         *p, *head;
     vlm_tp_t           *tp = &m->tp;
@@ -163,15 +163,12 @@ vlm_gemma3_lm_load(vlm_model_t *m, vlm_error_t *err)
     H = tc->hidden_size;
     hd = tc->head_dim;
     Q = tc->n_heads * hd;
-    KV = tc->n_kv_heads * hd;
     I = tc->intermediate_size;
     V = tc->vocab_size;
 
-    /* this rank's rows of q and of k/v (everything with one rank) */
+    /* this rank's rows of q (everything with one rank) */
     q0 = tp->head0 * hd;
     nq = tp->n_heads * hd;
-    k0 = tp->kv_head0 * hd;
-    nk = tp->n_kv_heads * hd;
 
     p = vlm_gemma3_prefix(m, "model.language_model.",
                           "language_model.model.", "embed_tokens.weight");
@@ -213,15 +210,7 @@ vlm_gemma3_lm_load(vlm_model_t *m, vlm_error_t *err)
     for (l = 0; l < tc->n_layers; l++) {
         L = &w->layers[l];
 
-        VLM_G3_LOAD(vlm_model_matrix_rows(m, &L->wq,
-                    VLM_G3_NAME("layers.%d.self_attn.q_proj.weight"), Q, H,
-                    q0, nq, err));
-        VLM_G3_LOAD(vlm_model_matrix_rows(m, &L->wk,
-                    VLM_G3_NAME("layers.%d.self_attn.k_proj.weight"), KV, H,
-                    k0, nk, err));
-        VLM_G3_LOAD(vlm_model_matrix_rows(m, &L->wv,
-                    VLM_G3_NAME("layers.%d.self_attn.v_proj.weight"), KV, H,
-                    k0, nk, err));
+        VLM_G3_LOAD(vlm_lm_load_proj(m, L, VLM_G3_NAME("layers.%d."), err));
         VLM_G3_LOAD(vlm_model_matrix_cols(m, &L->wo,
                     VLM_G3_NAME("layers.%d.self_attn.o_proj.weight"), H, Q,
                     q0, nq, err));
@@ -231,12 +220,6 @@ vlm_gemma3_lm_load(vlm_model_t *m, vlm_error_t *err)
         VLM_G3_LOAD(vlm_gemma3_norm(m, &L->k_norm,
                     VLM_G3_NAME("layers.%d.self_attn.k_norm.weight"), hd,
                     err));
-        VLM_G3_LOAD(vlm_model_matrix_rows(m, &L->w_gate,
-                    VLM_G3_NAME("layers.%d.mlp.gate_proj.weight"), I, H,
-                    tp->inter0, tp->inter, err));
-        VLM_G3_LOAD(vlm_model_matrix_rows(m, &L->w_up,
-                    VLM_G3_NAME("layers.%d.mlp.up_proj.weight"), I, H,
-                    tp->inter0, tp->inter, err));
         VLM_G3_LOAD(vlm_model_matrix_cols(m, &L->w_down,
                     VLM_G3_NAME("layers.%d.mlp.down_proj.weight"), H, I,
                     tp->inter0, tp->inter, err));
@@ -372,7 +355,7 @@ vlm_status_t
 vlm_gemma3_lm_forward(vlm_model_t *m, const vlm_batch_t *b,
     vlm_error_t *err)
 {
-    int                       l, s, T, H, Q, KV, I, nh, nkv, hd, half;
+    int                       l, s, T, H, Q, KV, nh, nkv, hd, half;
     float                     eps, *cos, *sin;
     int                       slide;
     int32_t                  *range;
@@ -395,7 +378,6 @@ vlm_gemma3_lm_forward(vlm_model_t *m, const vlm_batch_t *b,
     half = hd / 2;
     Q = nh * hd;
     KV = nkv * hd;
-    I = m->tp.inter;
     eps = tc->rms_norm_eps;
     slide = m->kv_slide.n_blocks > 0;
 
@@ -428,9 +410,7 @@ vlm_gemma3_lm_forward(vlm_model_t *m, const vlm_batch_t *b,
             op->rms_norm(be, ws->h, ws->x, L->ln1, T, H, eps);
         }
 
-        op->matmul(be, ws->q, ws->h, &L->wq, NULL, T);
-        op->matmul(be, ws->k, ws->h, &L->wk, NULL, T);
-        op->matmul(be, ws->v, ws->h, &L->wv, NULL, T);
+        vlm_lm_qkv(m, L, T);
         op->rms_norm(be, ws->q, ws->q, L->q_norm, T * nh, hd, eps);
         op->rms_norm(be, ws->k, ws->k, L->k_norm, T * nkv, hd, eps);
         op->rope(be, ws->q, T, Q, nh, hd, cos, sin);
@@ -460,10 +440,7 @@ vlm_gemma3_lm_forward(vlm_model_t *m, const vlm_batch_t *b,
 
         op->rms_norm(be, ws->o, ws->o, L->ln2, T, H, eps);
         vlm_lm_add_norm(be, ws->h, ws->x, ws->o, g->pre_ff[l], T, H, eps);
-        op->matmul(be, ws->gate, ws->h, &L->w_gate, NULL, T);
-        op->matmul(be, ws->up, ws->h, &L->w_up, NULL, T);
-        op->gated_act(be, ws->gate, ws->gate, ws->up, T, I, tc->act);
-        op->matmul(be, ws->o, ws->gate, &L->w_down, NULL, T);
+        vlm_lm_mlp(m, L, T, tc->act);
 
         rc = vlm_model_all_reduce(m, ws->o, (size_t) T * H, err);
         if (rc != VLM_OK) {

@@ -70,11 +70,92 @@ vlm_lm_yarn_freq(const vlm_text_config_t *tc, float *inv, int dim)
 }
 
 
+/*
+ * A layer's q, k, v and gate, up matrices (names after the prefix, e.g.
+ * "model.layers.3."), this rank's rows of each: one q/k/v matrix and one
+ * gate/up matrix where the backend binds such (and q/k/v's output fits
+ * the workspace of vlm_lm_qkv), else five
+ */
+vlm_status_t
+vlm_lm_load_proj(vlm_model_t *m, vlm_lm_layer_t *L, const char *prefix,
+    vlm_error_t *err)
+{
+    int                 i, H, I, hd, fused, rows[3], r0[3], nr[3];
+    char                name[3][128];
+    const char         *names[3];
+    vlm_tp_t           *tp = &m->tp;
+    vlm_status_t        rc;
+    vlm_text_config_t  *tc = &m->cfg.text;
+    static const char  *proj[5] = {
+        "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+        "self_attn.v_proj.weight", "mlp.gate_proj.weight",
+        "mlp.up_proj.weight"
+    };
+
+    H = tc->hidden_size;
+    I = tc->intermediate_size;
+    hd = tc->head_dim;
+
+    for (i = 0; i < 3; i++) {
+        rows[i] = (i == 0 ? tc->n_heads : tc->n_kv_heads) * hd;
+        r0[i] = (i == 0 ? tp->head0 : tp->kv_head0) * hd;
+        nr[i] = (i == 0 ? tp->n_heads : tp->n_kv_heads) * hd;
+        snprintf(name[i], sizeof(name[i]), "%s%s", prefix, proj[i]);
+        names[i] = name[i];
+    }
+
+    fused = 0;
+
+    /* q/k/v's rows in the 2 I a row of ws.gate and ws.up (vlm_lm_qkv) */
+    if (nr[0] + nr[1] + nr[2] <= 2 * tp->inter) {
+        rc = vlm_model_matrix_cat(m, &L->wqkv, names, rows, r0, nr, 3, H,
+                                  &fused, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+    }
+
+    for (i = 0; !fused && i < 3; i++) {
+        rc = vlm_model_matrix_rows(m, i == 0 ? &L->wq : i == 1 ? &L->wk
+                                                              : &L->wv,
+                                   names[i], rows[i], H, r0[i], nr[i], err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+    }
+
+    for (i = 0; i < 2; i++) {
+        rows[i] = I;
+        r0[i] = tp->inter0;
+        nr[i] = tp->inter;
+        snprintf(name[i], sizeof(name[i]), "%s%s", prefix, proj[3 + i]);
+    }
+
+    fused = 0;
+
+    rc = vlm_model_matrix_cat(m, &L->w_gate_up, names, rows, r0, nr, 2, H,
+                              &fused, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    for (i = 0; !fused && i < 2; i++) {
+        rc = vlm_model_matrix_rows(m, i == 0 ? &L->w_gate : &L->w_up,
+                                   names[i], rows[i], H, r0[i], nr[i], err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+    }
+
+    return VLM_OK;
+}
+
+
 vlm_status_t
 vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
 {
     int                 l, i, H, Q, KV, I, V, hd, half, s, q0, nq, k0, nk;
-    char                name[128];
+    char                name[128], pre[64];
     const char         *head;
     float              *inv;
     vlm_tp_t           *tp = &m->tp;
@@ -142,15 +223,8 @@ vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
     for (l = 0; l < tc->n_layers; l++) {
         L = &w->layers[l];
 
-        VLM_LM_LOAD(vlm_model_matrix_rows(m, &L->wq,
-                    VLM_LM_NAME("self_attn.q_proj.weight"), Q, H, q0, nq,
-                    err));
-        VLM_LM_LOAD(vlm_model_matrix_rows(m, &L->wk,
-                    VLM_LM_NAME("self_attn.k_proj.weight"), KV, H, k0, nk,
-                    err));
-        VLM_LM_LOAD(vlm_model_matrix_rows(m, &L->wv,
-                    VLM_LM_NAME("self_attn.v_proj.weight"), KV, H, k0, nk,
-                    err));
+        snprintf(pre, sizeof(pre), "model.layers.%d.", l);
+        VLM_LM_LOAD(vlm_lm_load_proj(m, L, pre, err));
         VLM_LM_LOAD(vlm_model_matrix_cols(m, &L->wo,
                     VLM_LM_NAME("self_attn.o_proj.weight"), H, Q, q0, nq,
                     err));
@@ -176,12 +250,6 @@ vlm_lm_load(vlm_model_t *m, vlm_error_t *err)
                         err));
         }
 
-        VLM_LM_LOAD(vlm_model_matrix_rows(m, &L->w_gate,
-                    VLM_LM_NAME("mlp.gate_proj.weight"), I, H, tp->inter0,
-                    tp->inter, err));
-        VLM_LM_LOAD(vlm_model_matrix_rows(m, &L->w_up,
-                    VLM_LM_NAME("mlp.up_proj.weight"), I, H, tp->inter0,
-                    tp->inter, err));
         VLM_LM_LOAD(vlm_model_matrix_cols(m, &L->w_down,
                     VLM_LM_NAME("mlp.down_proj.weight"), H, I, tp->inter0,
                     tp->inter, err));
@@ -486,6 +554,7 @@ vlm_lm_attn_setup(vlm_model_t *m, const vlm_batch_t *b,
     vlm_attn_paged_t *pa)
 {
     int                     s, Q, KV;
+    vlm_dtype_t             dt;
     vlm_lm_ws_t            *ws = &m->ws;
     const vlm_batch_seg_t  *sg;
 
@@ -499,8 +568,9 @@ vlm_lm_attn_setup(vlm_model_t *m, const vlm_batch_t *b,
     pa->head_dim = m->cfg.text.head_dim;
     pa->seqs = m->attn_seqs;
     pa->n_seqs = b->n_segs;
-    pa->bf16 = m->lm.layers[0].wq.dtype == VLM_DTYPE_BF16
-               || m->lm.layers[0].wq.dtype == VLM_DTYPE_F16;
+    dt = m->lm.layers[0].wqkv.rows != 0 ? m->lm.layers[0].wqkv.dtype
+                                         : m->lm.layers[0].wq.dtype;
+    pa->bf16 = dt == VLM_DTYPE_BF16 || dt == VLM_DTYPE_F16;
 
     for (s = 0; s < b->n_segs; s++) {
         sg = &b->segs[s];
@@ -554,6 +624,61 @@ vlm_lm_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l)
 }
 
 
+/*
+ * ws.q, ws.k, ws.v (with their biases) of ws.h's T rows: the fused
+ * matmul into ws.gate and ws.up (one buffer of 2 I a row), then split
+ */
+void
+vlm_lm_qkv(vlm_model_t *m, const vlm_lm_layer_t *L, int T)
+{
+    int                       nq, nk;
+    vlm_backend_t            *be = m->be;
+    vlm_lm_ws_t              *ws = &m->ws;
+    const vlm_backend_ops_t  *op = be->ops;
+
+    if (L->wqkv.rows == 0) {
+        op->matmul(be, ws->q, ws->h, &L->wq, L->bq, T);
+        op->matmul(be, ws->k, ws->h, &L->wk, L->bk, T);
+        op->matmul(be, ws->v, ws->h, &L->wv, L->bv, T);
+        return;
+    }
+
+    nq = m->tp.n_heads * m->cfg.text.head_dim;
+    nk = m->tp.n_kv_heads * m->cfg.text.head_dim;
+
+    op->matmul(be, ws->gate, ws->h, &L->wqkv, NULL, T);
+    op->split_qkv(be, ws->q, ws->k, ws->v, ws->gate, L->bq, L->bk, L->bv, T,
+                  nq, nk, nk);
+}
+
+
+/*
+ * ws.o = (act(ws.h W_gate^T) * (ws.h W_up^T)) W_down^T of T rows: fused,
+ * one matmul into ws.gate and ws.up (one buffer of 2 I a row), and the
+ * product made as the down matmul reads it
+ */
+void
+vlm_lm_mlp(vlm_model_t *m, const vlm_lm_layer_t *L, int T, vlm_act_t act)
+{
+    int                       I;
+    vlm_backend_t            *be = m->be;
+    vlm_lm_ws_t              *ws = &m->ws;
+    const vlm_backend_ops_t  *op = be->ops;
+
+    if (L->w_gate_up.rows == 0) {
+        I = m->tp.inter;
+        op->matmul(be, ws->gate, ws->h, &L->w_gate, NULL, T);
+        op->matmul(be, ws->up, ws->h, &L->w_up, NULL, T);
+        op->gated_act(be, ws->gate, ws->gate, ws->up, T, I, act);
+        op->matmul(be, ws->o, ws->gate, &L->w_down, NULL, T);
+        return;
+    }
+
+    op->matmul(be, ws->gate, ws->h, &L->w_gate_up, NULL, T);
+    op->matmul_gated(be, ws->o, ws->gate, &L->w_down, T, act);
+}
+
+
 /* x += r, then h = rms_norm(x) * g: one op where the backend has it */
 void
 vlm_lm_add_norm(vlm_backend_t *be, float *h, float *x, const float *r,
@@ -574,7 +699,7 @@ vlm_lm_add_norm(vlm_backend_t *be, float *h, float *x, const float *r,
 vlm_status_t
 vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
 {
-    int                       l, T, H, Q, KV, I, nh, nkv, hd, r;
+    int                       l, T, H, Q, KV, nh, nkv, hd, r;
     float                     eps;
     const int32_t            *run;
     vlm_status_t              rc;
@@ -593,7 +718,6 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
     hd = tc->head_dim;
     Q = nh * hd;
     KV = nkv * hd;
-    I = m->tp.inter;
     eps = tc->rms_norm_eps;
 
     op->rope_table(be, ws->cos, ws->sin, ws->pos, T, 3, m->lm.inv_freq,
@@ -618,9 +742,7 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
             op->rms_norm(be, ws->h, ws->x, L->ln1, T, H, eps);
         }
 
-        op->matmul(be, ws->q, ws->h, &L->wq, L->bq, T);
-        op->matmul(be, ws->k, ws->h, &L->wk, L->bk, T);
-        op->matmul(be, ws->v, ws->h, &L->wv, L->bv, T);
+        vlm_lm_qkv(m, L, T);
 
         if (L->q_norm != NULL) {
             /* Qwen3: each head of q and of k RMS-normalised */
@@ -645,10 +767,7 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
         }
 
         vlm_lm_add_norm(be, ws->h, ws->x, ws->o, L->ln2, T, H, eps);
-        op->matmul(be, ws->gate, ws->h, &L->w_gate, NULL, T);
-        op->matmul(be, ws->up, ws->h, &L->w_up, NULL, T);
-        op->gated_act(be, ws->gate, ws->gate, ws->up, T, I, tc->act);
-        op->matmul(be, ws->o, ws->gate, &L->w_down, NULL, T);
+        vlm_lm_mlp(m, L, T, tc->act);
 
         rc = vlm_model_all_reduce(m, ws->o, (size_t) T * H, err);
         if (rc != VLM_OK) {

@@ -54,6 +54,16 @@ void vlm_lm_attn_setup(vlm_model_t *m, const vlm_batch_t *b,
     vlm_attn_paged_t *pa);
 /* the step's K and V rows (ws.k, ws.v) into layer l of the cache */
 void vlm_lm_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l);
+/*
+ * a layer's q/k/v and gate/up matrices, each group one matrix where the
+ * backend binds such (weight_bind_cat); then vlm_lm_qkv: ws.q, ws.k, ws.v
+ * of ws.h, and vlm_lm_mlp: ws.o, the MLP of ws.h
+ */
+vlm_status_t vlm_lm_load_proj(vlm_model_t *m, vlm_lm_layer_t *L,
+    const char *prefix, vlm_error_t *err);
+void vlm_lm_qkv(vlm_model_t *m, const vlm_lm_layer_t *L, int T);
+void vlm_lm_mlp(vlm_model_t *m, const vlm_lm_layer_t *L, int T,
+    vlm_act_t act);
 void vlm_lm_add_norm(vlm_backend_t *be, float *h, float *x, const float *r,
     const float *g, int n, int dim, float eps);
 /* the final norm (lm.norm) and the head of the rows b asks for */
