@@ -102,13 +102,6 @@ vlm_kv_store_kernel(void *k_cache, void *v_cache, int kv_type,
 }
 
 
-typedef struct {
-    vlm_cuda_kv_seq_t  s[VLM_CUDA_ATTN_SEQS];
-    int                row0[VLM_CUDA_ATTN_SEQS + 1];
-    int                n_seqs;
-} vlm_kv_seqs_t;
-
-
 /*
  * the rows of several sequences, as vlm_kv_store_kernel stores one's
  * grid: the rows of all sequences (one a block); block: 256 threads
@@ -121,11 +114,7 @@ vlm_kv_store_seqs_kernel(void *k_cache, void *v_cache, int kv_type,
     size_t                    off, src;
     const vlm_cuda_kv_seq_t  *sq;
 
-    for (s = 0; s + 1 < p.n_seqs && p.row0[s + 1] <= (int) blockIdx.x; s++)
-    {
-        /* void */
-    }
-
+    s = vlm_kv_seqs_find(&p, (int) blockIdx.x);
     sq = &p.s[s];
     i = (int) blockIdx.x - p.row0[s];
     j = sq->start + i;
@@ -212,31 +201,19 @@ vlm_cuda_kv_store_seqs(cudaStream_t s, void *k_cache, void *v_cache,
     int kv_type, int block_size, int kv_dim, int kv_stride,
     const vlm_cuda_kv_seq_t *seqs, int n_seqs)
 {
-    int            i, rows;
+    int            rows;
     vlm_kv_seqs_t  p;
 
-    if (n_seqs < 0 || n_seqs > VLM_CUDA_ATTN_SEQS || block_size <= 0
-        || kv_dim <= 0 || kv_type < VLM_CUDA_KV_F32
+    if (block_size <= 0 || kv_dim <= 0 || kv_type < VLM_CUDA_KV_F32
         || kv_type > VLM_CUDA_KV_F16)
     {
         return cudaErrorInvalidValue;
     }
 
-    memset(&p, 0, sizeof(p));
-    rows = 0;
-
-    for (i = 0; i < n_seqs; i++) {
-        if (seqs[i].n < 0 || seqs[i].start < 0) {
-            return cudaErrorInvalidValue;
-        }
-
-        p.s[i] = seqs[i];
-        p.row0[i] = rows;
-        rows += seqs[i].n;
+    rows = vlm_kv_seqs_pack(&p, seqs, n_seqs);
+    if (rows < 0) {
+        return cudaErrorInvalidValue;
     }
-
-    p.row0[n_seqs] = rows;
-    p.n_seqs = n_seqs;
 
     if (rows == 0) {
         return cudaSuccess;

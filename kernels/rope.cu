@@ -51,6 +51,18 @@ vlm_rope_table_kernel(float *cos_out, float *sin_out, const int32_t *pos,
 
 
 /*
+ * one (x1, x2) pair of rotate_half: the float ops of vlm_rope_rows, the
+ * same in vlm_rope_kernel and vlm_rope_kv_store_kernel (bit for bit)
+ */
+static __device__ __forceinline__ void
+vlm_rope_pair(float x1, float x2, float c, float sn, float *y1, float *y2)
+{
+    *y1 = x1 * c - x2 * sn;
+    *y2 = x2 * c + x1 * sn;
+}
+
+
+/*
  * x[n, stride]: heads at h * head_dim, h < n_heads, rotated in place;
  * cos, sin[n, head_dim / 2]
  * grid: n * n_heads * half threads, one (x1, x2) pair each, 256 a block
@@ -79,8 +91,74 @@ vlm_rope_kernel(float *x, int n, int stride, int n_heads, int head_dim,
         sn = sin_in[(size_t) t * half + i];
         x1 = p[i];
         x2 = p[i + half];
-        p[i] = x1 * c - x2 * sn;
-        p[i + half] = x2 * c + x1 * sn;
+        vlm_rope_pair(x1, x2, c, sn, &p[i], &p[i + half]);
+    }
+}
+
+
+/*
+ * blocks 0 .. n-1: row blockIdx.x of q[n, q_stride] (n_heads heads)
+ * rotated in place, as vlm_rope_kernel; the blocks after: one k row of
+ * the sequences each, rotated (n_kv_heads heads) into its cache row with
+ * its v row, as vlm_kv_store_seqs_kernel stores them; cos, sin[., half]
+ * rows of q, seq.row that of the sequence's first k row
+ * grid: n + the sequences' rows blocks; block: 256 threads
+ */
+static __global__ void
+vlm_rope_kv_store_kernel(float *q, int n, int q_stride, int n_heads,
+    const float *cos_in, const float *sin_in, void *k_cache, void *v_cache,
+    int kv_type, int block_size, int n_kv_heads, int head_dim,
+    int kv_stride, vlm_kv_seqs_t p)
+{
+    int                       e, s, r, j, h, i, half, kv_dim;
+    float                     y1, y2, *x;
+    size_t                    off;
+    const float              *c, *sn, *k, *v;
+    const vlm_cuda_kv_seq_t  *sq;
+
+    half = head_dim / 2;
+
+    if ((int) blockIdx.x < n) {
+        x = q + (size_t) blockIdx.x * q_stride;
+        c = cos_in + (size_t) blockIdx.x * half;
+        sn = sin_in + (size_t) blockIdx.x * half;
+
+        for (e = threadIdx.x; e < n_heads * half; e += blockDim.x) {
+            h = e / half;
+            i = e % half;
+            vlm_rope_pair(x[h * head_dim + i], x[h * head_dim + i + half],
+                          c[i], sn[i], &x[h * head_dim + i],
+                          &x[h * head_dim + i + half]);
+        }
+
+        return;
+    }
+
+    r = (int) blockIdx.x - n;
+
+    s = vlm_kv_seqs_find(&p, r);
+    sq = &p.s[s];
+    r -= p.row0[s];
+    j = sq->start + r;
+    kv_dim = n_kv_heads * head_dim;
+    off = ((size_t) sq->block_table[j / block_size] * block_size
+           + j % block_size) * kv_dim;
+    k = sq->k + (size_t) r * kv_stride;
+    v = sq->v + (size_t) r * kv_stride;
+    c = cos_in + (size_t) (sq->row + r) * half;
+    sn = sin_in + (size_t) (sq->row + r) * half;
+
+    for (e = threadIdx.x; e < n_kv_heads * half; e += blockDim.x) {
+        h = e / half;
+        i = e % half;
+        vlm_rope_pair(k[h * head_dim + i], k[h * head_dim + i + half],
+                      c[i], sn[i], &y1, &y2);
+        vlm_kv_put(k_cache, kv_type, off + h * head_dim + i, y1);
+        vlm_kv_put(k_cache, kv_type, off + h * head_dim + i + half, y2);
+    }
+
+    for (e = threadIdx.x; e < kv_dim; e += blockDim.x) {
+        vlm_kv_put(v_cache, kv_type, off + e, v[e]);
     }
 }
 
@@ -127,6 +205,45 @@ vlm_cuda_rope(cudaStream_t s, float *x, int n, int stride, int n_heads,
     VLM_LAUNCH(vlm_rope_kernel, vlm_cuda_blocks((size_t) n * n_heads *
         (head_dim / 2), VLM_ROPE_THREADS), VLM_ROPE_THREADS, 0, s, x, n,
         stride, n_heads, head_dim, cos_in, sin_in);
+
+    return vlm_cuda_launched();
+}
+
+
+extern "C" cudaError_t
+vlm_cuda_rope_kv_store(cudaStream_t s, float *q, int n, int q_stride,
+    int n_heads, const float *cos_in, const float *sin_in, void *k_cache,
+    void *v_cache, int kv_type, int block_size, int n_kv_heads,
+    int head_dim, int kv_stride, const vlm_cuda_kv_seq_t *seqs, int n_seqs)
+{
+    int            i, rows;
+    vlm_kv_seqs_t  p;
+
+    if (n < 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim < 2
+        || head_dim % 2 != 0 || block_size <= 0 || kv_type < VLM_CUDA_KV_F32
+        || kv_type > VLM_CUDA_KV_F16)
+    {
+        return cudaErrorInvalidValue;
+    }
+
+    rows = vlm_kv_seqs_pack(&p, seqs, n_seqs);
+    if (rows < 0) {
+        return cudaErrorInvalidValue;
+    }
+
+    for (i = 0; i < n_seqs; i++) {
+        if (seqs[i].row < 0) {
+            return cudaErrorInvalidValue;
+        }
+    }
+
+    if (n + rows == 0) {
+        return cudaSuccess;
+    }
+
+    VLM_LAUNCH(vlm_rope_kv_store_kernel, n + rows, VLM_ROPE_THREADS, 0, s,
+        q, n, q_stride, n_heads, cos_in, sin_in, k_cache, v_cache, kv_type,
+        block_size, n_kv_heads, head_dim, kv_stride, p);
 
     return vlm_cuda_launched();
 }

@@ -116,6 +116,64 @@ typedef struct {
 
 
 /*
+ * the sequences of a KV store launch (embed.cu, rope.cu), passed by
+ * value: sequence s has the blocks row0[s] .. row0[s + 1] - 1 of its part
+ * of the grid, one row each
+ */
+typedef struct {
+    vlm_cuda_kv_seq_t  s[VLM_CUDA_ATTN_SEQS];
+    int                row0[VLM_CUDA_ATTN_SEQS + 1];
+    int                n_seqs;
+} vlm_kv_seqs_t;
+
+
+/* p of n_seqs sequences: their rows, or -1 for a bad sequence (.row not
+   looked at: vlm_cuda_rope_kv_store's own) */
+static inline int
+vlm_kv_seqs_pack(vlm_kv_seqs_t *p, const vlm_cuda_kv_seq_t *seqs,
+    int n_seqs)
+{
+    int  i, rows;
+
+    if (n_seqs < 0 || n_seqs > VLM_CUDA_ATTN_SEQS) {
+        return -1;
+    }
+
+    memset(p, 0, sizeof(vlm_kv_seqs_t));
+    rows = 0;
+
+    for (i = 0; i < n_seqs; i++) {
+        if (seqs[i].n < 0 || seqs[i].start < 0) {
+            return -1;
+        }
+
+        p->s[i] = seqs[i];
+        p->row0[i] = rows;
+        rows += seqs[i].n;
+    }
+
+    p->row0[n_seqs] = rows;
+    p->n_seqs = n_seqs;
+
+    return rows;
+}
+
+
+/* the sequence of p whose rows hold row r */
+static __device__ __forceinline__ int
+vlm_kv_seqs_find(const vlm_kv_seqs_t *p, int r)
+{
+    int  s;
+
+    for (s = 0; s + 1 < p->n_seqs && p->row0[s + 1] <= r; s++) {
+        /* void */
+    }
+
+    return s;
+}
+
+
+/*
  * attention.cu: the merge of a split paged launch's partial results; ws
  * holds, for grid x (a query row of p), head h and split z, the
  * unnormalized output [hd], the running max and sum at ((x * n_heads +

@@ -98,6 +98,7 @@ typedef struct {
     const int32_t  *block_table;
     int             start;
     int             n;
+    int             row;    /* of cos, sin: vlm_cuda_rope_kv_store */
     const float    *k;
     const float    *v;
 } vlm_cuda_kv_seq_t;
@@ -105,6 +106,18 @@ typedef struct {
 /* the rows of up to VLM_CUDA_ATTN_SEQS sequences in one launch */
 cudaError_t vlm_cuda_kv_store_seqs(cudaStream_t s, void *k_cache,
     void *v_cache, int kv_type, int block_size, int kv_dim, int kv_stride,
+    const vlm_cuda_kv_seq_t *seqs, int n_seqs);
+
+/*
+ * rope.cu: vlm_cuda_rope of q[n, q_stride] (n_heads heads) in place and
+ * of up to VLM_CUDA_ATTN_SEQS sequences' k rows (n_kv_heads heads), those
+ * stored rotated with their v rows as vlm_cuda_kv_store_seqs stores them
+ * (k itself not written): one launch, the same float ops
+ */
+cudaError_t vlm_cuda_rope_kv_store(cudaStream_t s, float *q, int n,
+    int q_stride, int n_heads, const float *cos, const float *sin,
+    void *k_cache, void *v_cache, int kv_type, int block_size,
+    int n_kv_heads, int head_dim, int kv_stride,
     const vlm_cuda_kv_seq_t *seqs, int n_seqs);
 
 /* argmax.cu */

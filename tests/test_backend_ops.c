@@ -916,6 +916,217 @@ rand_kv(vlm_dtype_t dt, size_t n)
 }
 
 
+/* the block indices 0 .. n-1 in a random order, malloc'ed */
+static int32_t *
+shuffled_blocks(int n)
+{
+    int       i, b;
+    int32_t  *perm, t;
+
+    perm = malloc((size_t) n * sizeof(int32_t));
+    assert_non_null(perm);
+
+    for (i = 0; i < n; i++) {
+        perm[i] = i;
+    }
+
+    for (i = n - 1; i > 0; i--) {
+        b = (int) ((vlm_test_frand(&rng_state) + 1.0f) * 0.5f * i);
+        t = perm[i];
+        perm[i] = perm[b];
+        perm[b] = t;
+    }
+
+    return perm;
+}
+
+
+/*
+ * rope_kv_store against rope() of q and of k then kv_store_seqs() on the
+ * device: the same bits in q and in both caches (elements dt), k left as
+ * it was; cos, sin of M-RoPE's three sections, as runs or interleaved
+ * (Qwen3-VL); n_seqs sequences of decode rows and odd prefill runs at
+ * block boundaries, over the blocks of a shuffled cache
+ */
+static void
+check_rope_kv_store(vlm_dtype_t dt, int n_seqs, int n_heads,
+    int n_kv_heads, int head_dim, int block_size, int interleaved)
+{
+    int            s, i, half, kv_dim, Q, KV, T, nb, n_blocks;
+    char           what[96];
+    void          *kc, *vc, *dkr, *dvr, *dkf, *dvf, *hr, *hf;
+    float         *inv, *q, *k, *v, *qr, *qf, *dinv, *dc, *ds;
+    float         *dqr, *dqf, *dk, *dv;
+    int32_t       *pos, *dpos, *bt, *dbt;
+    size_t         csz;
+    uint8_t        comp[128];
+    vlm_kv_seq_t   ks[40];
+
+    assert_true(n_seqs <= 40);
+
+    half = head_dim / 2;
+    kv_dim = n_kv_heads * head_dim;
+    Q = n_heads * head_dim + 8;         /* strides past the heads */
+    KV = kv_dim + 4;
+
+    /* the rows: decode rows and odd runs, the sequences one after another */
+    T = 0;
+    for (s = 0; s < n_seqs; s++) {
+        ks[s].n = s % 3 == 2 ? 1 + (s * 7) % 13 : 1;
+        ks[s].row = T;
+        T += ks[s].n;
+    }
+
+    nb = (64 + 13 + block_size - 1) / block_size;
+    n_blocks = n_seqs * nb;
+    csz = (size_t) n_blocks * block_size * kv_dim * vlm_dtype_size(dt);
+
+    bt = shuffled_blocks(n_blocks);
+    pos = malloc((size_t) T * 3 * sizeof(int32_t));
+    inv = malloc((size_t) half * sizeof(float));
+    assert_true(pos != NULL && inv != NULL);
+
+    for (i = 0; i < T * 3; i++) {
+        pos[i] = (i * 7919) % 200 + i % 3;
+    }
+
+    /* M-RoPE: t, h, w sections of a quarter, a quarter and the rest */
+    for (i = 0; i < half; i++) {
+        inv[i] = powf(10000.0f, -2.0f * i / head_dim);
+        if (interleaved) {
+            comp[i] = (uint8_t) (i % 3 != 0 && i < 3 * (half / 4)
+                                 ? i % 3 : 0);
+        } else {
+            comp[i] = (uint8_t) (i < half / 4 ? 0 : i < half / 2 ? 1 : 2);
+        }
+    }
+
+    kc = rand_kv(dt, (size_t) n_blocks * block_size * kv_dim);
+    vc = rand_kv(dt, (size_t) n_blocks * block_size * kv_dim);
+    q = vlm_test_rand_vec(&rng_state, (size_t) T * Q);
+    k = vlm_test_rand_vec(&rng_state, (size_t) T * KV);
+    v = vlm_test_rand_vec(&rng_state, (size_t) T * KV);
+    qr = malloc((size_t) T * Q * sizeof(float));
+    qf = malloc((size_t) T * Q * sizeof(float));
+    hr = malloc(csz);
+    hf = malloc(csz);
+    assert_true(qr != NULL && qf != NULL && hr != NULL && hf != NULL);
+
+    dkr = dev(kc, csz);
+    dvr = dev(vc, csz);
+    dkf = dev(kc, csz);
+    dvf = dev(vc, csz);
+    dbt = dev(bt, (size_t) n_blocks * sizeof(int32_t));
+    dpos = dev(pos, (size_t) T * 3 * sizeof(int32_t));
+    dinv = dev(inv, (size_t) half * sizeof(float));
+    dc = dev(NULL, (size_t) T * half * sizeof(float));
+    ds = dev(NULL, (size_t) T * half * sizeof(float));
+    dqr = dev(q, (size_t) T * Q * sizeof(float));
+    dqf = dev(q, (size_t) T * Q * sizeof(float));
+    dk = dev(k, (size_t) T * KV * sizeof(float));
+    dv = dev(v, (size_t) T * KV * sizeof(float));
+
+    gpu->ops->rope_table(gpu, dc, ds, dpos, T, 3, dinv, comp, half);
+
+    for (s = 0; s < n_seqs; s++) {
+        ks[s].block_table = dbt + (size_t) s * nb;
+        ks[s].start = s == 0 ? 63 : (s * 37 + block_size - 1) % 64;
+        if (s % 4 == 1) {
+            ks[s].start = (ks[s].start / block_size) * block_size;
+        }
+        ks[s].k = dk + (size_t) ks[s].row * KV;
+        ks[s].v = dv + (size_t) ks[s].row * KV;
+    }
+
+    /* the fused op first, k as it was for the ops apart after it */
+    assert_non_null(gpu->ops->rope_kv_store);
+    gpu->ops->rope_kv_store(gpu, dqf, T, Q, n_heads, dc, ds, dkf, dvf, dt,
+                            block_size, n_kv_heads, head_dim, KV, ks,
+                            n_seqs);
+
+    gpu->ops->rope(gpu, dqr, T, Q, n_heads, head_dim, dc, ds);
+    gpu->ops->rope(gpu, dk, T, KV, n_kv_heads, head_dim, dc, ds);
+    gpu->ops->kv_store_seqs(gpu, dkr, dvr, dt, block_size, kv_dim, KV, ks,
+                            n_seqs);
+
+    snprintf(what, sizeof(what), "rope_kv_store %s seqs=%d heads=%d/%d "
+             "hd=%d%s", vlm_dtype_name(dt), n_seqs, n_heads, n_kv_heads,
+             head_dim, interleaved ? " interleaved" : "");
+    print_message("%s: %d rows\n", what, T);
+
+    get(qr, dqr, (size_t) T * Q * sizeof(float));
+    get(qf, dqf, (size_t) T * Q * sizeof(float));
+    if (memcmp(qf, qr, (size_t) T * Q * sizeof(float)) != 0) {
+        fail_msg("%s: q: the fused op's bits differ (relative L2 %g)",
+                 what, vlm_test_rel_l2(qf, qr, (size_t) T * Q));
+    }
+
+    get(hr, dkr, csz);
+    get(hf, dkf, csz);
+    if (memcmp(hf, hr, csz) != 0) {
+        fail_msg("%s: the k cache's bits differ", what);
+    }
+
+    get(hr, dvr, csz);
+    get(hf, dvf, csz);
+    if (memcmp(hf, hr, csz) != 0) {
+        fail_msg("%s: the v cache's bits differ", what);
+    }
+
+    /* the rows written are the sequences' (not the random ones left) */
+    get(hf, dkf, csz);
+    if (memcmp(hf, kc, csz) == 0) {
+        fail_msg("%s: nothing stored", what);
+    }
+
+    gpu->ops->release(gpu, dkr);
+    gpu->ops->release(gpu, dvr);
+    gpu->ops->release(gpu, dkf);
+    gpu->ops->release(gpu, dvf);
+    gpu->ops->release(gpu, dbt);
+    gpu->ops->release(gpu, dpos);
+    gpu->ops->release(gpu, dinv);
+    gpu->ops->release(gpu, dc);
+    gpu->ops->release(gpu, ds);
+    gpu->ops->release(gpu, dqr);
+    gpu->ops->release(gpu, dqf);
+    gpu->ops->release(gpu, dk);
+    gpu->ops->release(gpu, dv);
+    free(kc);
+    free(vc);
+    free(q);
+    free(k);
+    free(v);
+    free(qr);
+    free(qf);
+    free(hr);
+    free(hf);
+    free(bt);
+    free(pos);
+    free(inv);
+}
+
+
+/*
+ * RoPE fused into the KV store: f32, bf16 and f16 caches, M-RoPE's
+ * sections as runs and interleaved, GQA (and MHA), odd head counts,
+ * several sequences and more than one launch's 32
+ */
+static void
+test_rope_kv_store(void **state)
+{
+    require_gpu();
+
+    check_rope_kv_store(VLM_DTYPE_F32, 1, 4, 2, 16, 16, 0);
+    check_rope_kv_store(VLM_DTYPE_F32, 5, 6, 2, 32, 16, 1);
+    check_rope_kv_store(VLM_DTYPE_BF16, 7, 8, 8, 64, 16, 0);
+    check_rope_kv_store(VLM_DTYPE_BF16, 3, 7, 1, 128, 32, 1);
+    check_rope_kv_store(VLM_DTYPE_F16, 9, 12, 3, 24, 16, 0);
+    check_rope_kv_store(VLM_DTYPE_F16, 2, 3, 3, 8, 8, 1);
+    check_rope_kv_store(VLM_DTYPE_BF16, 37, 4, 2, 32, 16, 1);
+}
+
+
 /*
  * kv_store then attention_paged: sequences of decode rows and prefill
  * runs with their KV at block boundaries, blocks scattered over the
@@ -925,7 +1136,7 @@ static void
 check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
     int n_kv_heads, int head_dim, int block_size, int n_q_max, int kv_max)
 {
-    int               s, i, b, n_blocks, kv_dim, D, rows, r, nb, used, j;
+    int               s, i, n_blocks, kv_dim, D, rows, nb, used, j;
     char              what[96];
     void             *kc, *vc, *dkc, *dvc;
     float            *k, *v, *q, *dk, *dv, *dq;
@@ -950,17 +1161,7 @@ check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
     dvc = dev(vc, csz);
 
     /* every sequence's blocks, shuffled over the cache */
-    perm = malloc((size_t) n_blocks * sizeof(int32_t));
-    assert_non_null(perm);
-    for (i = 0; i < n_blocks; i++) {
-        perm[i] = i;
-    }
-    for (i = n_blocks - 1; i > 0; i--) {
-        b = (int) ((vlm_test_frand(&rng_state) + 1.0f) * 0.5f * i);
-        r = perm[i];
-        perm[i] = perm[b];
-        perm[b] = r;
-    }
+    perm = shuffled_blocks(n_blocks);
 
     bt = perm;
     dbt = dev(bt, (size_t) n_blocks * sizeof(int32_t));
@@ -1724,9 +1925,10 @@ test_model_fault(void **state)
 
 /* a bf16 KV cache on both backends: the same rounding, the same logits */
 /*
- * "cuda-unfused": the CUDA backend without add_rms_norm and
- * weight_bind_cat, so that the models add() then rms_norm(), and run the
- * q, k, v and gate, up matmuls apart, as before the fused ops
+ * "cuda-unfused": the CUDA backend without add_rms_norm,
+ * weight_bind_cat and rope_kv_store, so that the models add() then
+ * rms_norm(), run the q, k, v and gate, up matmuls apart and rope() q
+ * and k before kv_store_seqs(), as before the fused ops
  */
 static vlm_backend_ops_t  unfused_ops;
 /* the CUDA backend's own ops, under cuda-counted's */
@@ -1744,6 +1946,7 @@ unfused_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
         unfused_ops = *(*be)->ops;
         unfused_ops.add_rms_norm = NULL;
         unfused_ops.weight_bind_cat = NULL;
+        unfused_ops.rope_kv_store = NULL;
         (*be)->ops = &unfused_ops;
     }
 
@@ -1752,12 +1955,12 @@ unfused_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
 
 
 /*
- * "cuda-counted": the CUDA backend whose fused q/k/v split and down
- * matmul of the fused gate/up count their calls, so that a test sees the
- * fusions run
+ * "cuda-counted": the CUDA backend whose fused q/k/v split, down
+ * matmul of the fused gate/up and rope_kv_store count their calls, so
+ * that a test sees the fusions run
  */
 static vlm_backend_ops_t  counted_ops;
-static int                counted_split, counted_gate_up;
+static int                counted_split, counted_gate_up, counted_rope;
 
 
 static void
@@ -1779,6 +1982,19 @@ counted_matmul_gated(vlm_backend_t *be, float *y, const float *gu,
 }
 
 
+static void
+counted_rope_kv_store(vlm_backend_t *be, float *q, int n, int q_stride,
+    int n_heads, const float *cos, const float *sin, void *k_cache,
+    void *v_cache, vlm_dtype_t dtype, int block_size, int n_kv_heads,
+    int head_dim, int kv_stride, const vlm_kv_seq_t *seqs, int n_seqs)
+{
+    counted_rope++;
+    cuda_ops->rope_kv_store(be, q, n, q_stride, n_heads, cos, sin, k_cache,
+                            v_cache, dtype, block_size, n_kv_heads,
+                            head_dim, kv_stride, seqs, n_seqs);
+}
+
+
 static vlm_status_t
 counted_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
     vlm_error_t *err)
@@ -1791,6 +2007,7 @@ counted_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
         counted_ops = *(*be)->ops;
         counted_ops.split_qkv = counted_split_qkv;
         counted_ops.matmul_gated = counted_matmul_gated;
+        counted_ops.rope_kv_store = counted_rope_kv_store;
         (*be)->ops = &counted_ops;
     }
 
@@ -1814,6 +2031,7 @@ fused_case(const char *name, const char *ref_case, int n_images)
 
     counted_split = 0;
     counted_gate_up = 0;
+    counted_rope = 0;
 
     mf = load_model(name, "cuda-counted", 0);
     mu = load_model(name, "cuda-unfused", 0);
@@ -1851,10 +2069,12 @@ fused_case(const char *name, const char *ref_case, int n_images)
     vlm_seq_free(su);
     free_case(n_images, &ids, &grid, pix);
 
-    /* each layer of each of the 6 steps ran both fusions */
-    if (counted_split < 6 * 2 || counted_gate_up < 6 * 2) {
-        fail_msg("%s: the fused ops ran %d and %d times", name,
-                 counted_split, counted_gate_up);
+    /* each layer of each of the 6 steps ran the three fusions */
+    if (counted_split < 6 * 2 || counted_gate_up < 6 * 2
+        || counted_rope < 6 * 2)
+    {
+        fail_msg("%s: the fused ops ran %d, %d and %d times", name,
+                 counted_split, counted_gate_up, counted_rope);
     }
 
     /* the same weight bytes a step, no device memory more */
@@ -1876,7 +2096,8 @@ fused_case(const char *name, const char *ref_case, int n_images)
  * the decoders with their fusions give the bits of the ops apart: the
  * residual adds fused into their RMSNorms (add() then rms_norm()), q/k/v
  * as one matmul split with its biases, gate/up as one matmul with the
- * product made as the down matmul reads it; Qwen2-VL's (biases),
+ * product made as the down matmul reads it, RoPE fused into the KV store
+ * (rope() of q and k then kv_store_seqs()); Qwen2-VL's (biases),
  * Qwen2.5-VL's, Qwen3-VL's (q/k norms; its DeepStack layers keep their
  * adds), Gemma 3's (its norms around each block) and InternVL's, in f32
  * and bf16
@@ -2592,6 +2813,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_norms),
         cmocka_unit_test(test_add_rms_norm),
+        cmocka_unit_test(test_rope_kv_store),
         cmocka_unit_test(test_fused_matmuls),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_act),

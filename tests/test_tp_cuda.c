@@ -115,7 +115,8 @@ static int  n_gpus;
 
 /*
  * the ranks' backend: "cuda"; "cuda-unfused", the q/k/v and gate/up
- * matmuls apart (no weight_bind_cat); the logits of the last group run
+ * matmuls apart (no weight_bind_cat) and rope() of q and k before the
+ * KV store (no rope_kv_store); the logits of the last group run
  */
 static const char         *backend = "cuda";
 static vlm_backend_ops_t   tp_ops;
@@ -149,6 +150,7 @@ tp_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
 
         if (strcmp(backend, "cuda-unfused") == 0) {
             tp_ops.weight_bind_cat = NULL;
+            tp_ops.rope_kv_store = NULL;
         }
 
         (*be)->ops = &tp_ops;
@@ -800,8 +802,9 @@ test_qwen3vl_deepstack(void **state)
 
 
 /*
- * each rank's shares of q/k/v and of gate/up fused into one matrix each:
- * the logits of the matmuls apart, to the bit
+ * each rank's shares of q/k/v and of gate/up fused into one matrix each,
+ * its heads' RoPE fused into the KV store: the logits of the ops apart,
+ * to the bit
  */
 static void
 test_qwen2vl_fused(void **state)
@@ -818,7 +821,7 @@ test_qwen2vl_fused(void **state)
     backend = "cuda";
 
     if (memcmp(fused, group_logits, sizeof(fused)) != 0) {
-        fail_msg("the fused matmuls changed the group's logits (relative "
+        fail_msg("the fused ops changed the group's logits (relative "
                  "L2 %g)", vlm_test_rel_l2(fused, group_logits, MAX_V));
     }
 }

@@ -153,6 +153,7 @@ typedef struct {
     const int32_t  *block_table;
     int             start;      /* the kv index of the first row */
     int             n;
+    int             row;        /* of cos, sin (rope_kv_store()) */
     const float    *k;          /* [n, kv_stride] */
     const float    *v;
 } vlm_kv_seq_t;
@@ -336,6 +337,20 @@ typedef struct {
      */
     void  (*matmul_gated)(vlm_backend_t *be, float *y, const float *gu,
         const vlm_weight_t *w, int n, vlm_act_t act);
+
+    /*
+     * rope() of q[n, q_stride] (n_heads heads) in place and of the k
+     * rows of seqs (n_kv_heads heads; cos, sin row seqs[i].row for the
+     * first of sequence i), those stored rotated with the v rows as
+     * kv_store_seqs() stores them, k itself left as it was: one pass, the
+     * same float ops as rope() of q and k then kv_store_seqs(); NULL:
+     * those ops
+     */
+    void  (*rope_kv_store)(vlm_backend_t *be, float *q, int n,
+        int q_stride, int n_heads, const float *cos, const float *sin,
+        void *k_cache, void *v_cache, vlm_dtype_t dtype, int block_size,
+        int n_kv_heads, int head_dim, int kv_stride,
+        const vlm_kv_seq_t *seqs, int n_seqs);
 } vlm_backend_ops_t;
 
 

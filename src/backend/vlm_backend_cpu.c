@@ -476,7 +476,8 @@ static const vlm_backend_ops_t  vlm_cpu_ops = {
     NULL,                       /* add, then rms_norm: no launches */
     NULL,                       /* q/k/v, gate/up apart: no launches */
     NULL,
-    NULL
+    NULL,
+    NULL                        /* rope, then kv_store: no launches */
 };
 
 

@@ -710,12 +710,29 @@ vlm_cuda_kv_type(vlm_dtype_t dtype)
 }
 
 
+/* n sequences as a kernel takes them */
+static void
+vlm_cuda_kv_seqs(vlm_cuda_kv_seq_t *ks, const vlm_kv_seq_t *seqs, int n)
+{
+    int  i;
+
+    for (i = 0; i < n; i++) {
+        ks[i].block_table = seqs[i].block_table;
+        ks[i].start = seqs[i].start;
+        ks[i].n = seqs[i].n;
+        ks[i].row = seqs[i].row;
+        ks[i].k = seqs[i].k;
+        ks[i].v = seqs[i].v;
+    }
+}
+
+
 static void
 vlm_cuda_kv_store_seqs_op(vlm_backend_t *be, void *k_cache, void *v_cache,
     vlm_dtype_t dtype, int block_size, int kv_dim, int kv_stride,
     const vlm_kv_seq_t *seqs, int n_seqs)
 {
-    int                 s, i, n;
+    int                 s, n;
     vlm_cuda_t         *cu = (vlm_cuda_t *) be;
     vlm_cuda_kv_seq_t   ks[VLM_CUDA_ATTN_SEQS];
 
@@ -723,13 +740,7 @@ vlm_cuda_kv_store_seqs_op(vlm_backend_t *be, void *k_cache, void *v_cache,
     for (s = 0; s < n_seqs; s += n) {
         n = vlm_min(VLM_CUDA_ATTN_SEQS, n_seqs - s);
 
-        for (i = 0; i < n; i++) {
-            ks[i].block_table = seqs[s + i].block_table;
-            ks[i].start = seqs[s + i].start;
-            ks[i].n = seqs[s + i].n;
-            ks[i].k = seqs[s + i].k;
-            ks[i].v = seqs[s + i].v;
-        }
+        vlm_cuda_kv_seqs(ks, seqs + s, n);
 
         vlm_cuda_check(cu, vlm_cuda_kv_store_seqs(cu->stream, k_cache,
                                                   v_cache,
@@ -738,6 +749,43 @@ vlm_cuda_kv_store_seqs_op(vlm_backend_t *be, void *k_cache, void *v_cache,
                                                   kv_stride, ks, n),
                        "kv_store");
     }
+}
+
+
+/*
+ * q roped in place, the sequences' k roped into the cache with v: one
+ * launch for q and VLM_CUDA_ATTN_SEQS sequences, one more for each
+ * VLM_CUDA_ATTN_SEQS after
+ */
+static void
+vlm_cuda_rope_kv_store_op(vlm_backend_t *be, float *q, int n, int q_stride,
+    int n_heads, const float *cos, const float *sin, void *k_cache,
+    void *v_cache, vlm_dtype_t dtype, int block_size, int n_kv_heads,
+    int head_dim, int kv_stride, const vlm_kv_seq_t *seqs, int n_seqs)
+{
+    int                 s, m;
+    vlm_cuda_t         *cu = (vlm_cuda_t *) be;
+    vlm_cuda_kv_seq_t   ks[VLM_CUDA_ATTN_SEQS];
+
+    s = 0;
+
+    do {
+        m = vlm_min(VLM_CUDA_ATTN_SEQS, n_seqs - s);
+
+        vlm_cuda_kv_seqs(ks, seqs + s, m);
+
+        vlm_cuda_check(cu, vlm_cuda_rope_kv_store(cu->stream, q,
+                                                  s == 0 ? n : 0, q_stride,
+                                                  n_heads, cos, sin,
+                                                  k_cache, v_cache,
+                                                  vlm_cuda_kv_type(dtype),
+                                                  block_size, n_kv_heads,
+                                                  head_dim, kv_stride, ks,
+                                                  m),
+                       "rope_kv_store");
+        s += m;
+
+    } while (s < n_seqs);
 }
 
 
@@ -1320,7 +1368,8 @@ static const vlm_backend_ops_t  vlm_cuda_ops = {
     vlm_cuda_add_rms_norm_op,
     vlm_cuda_weight_bind_cat,
     vlm_cuda_split_qkv_op,
-    vlm_cuda_matmul_gated_op
+    vlm_cuda_matmul_gated_op,
+    vlm_cuda_rope_kv_store_op
 };
 
 

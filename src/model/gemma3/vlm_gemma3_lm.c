@@ -355,7 +355,7 @@ vlm_status_t
 vlm_gemma3_lm_forward(vlm_model_t *m, const vlm_batch_t *b,
     vlm_error_t *err)
 {
-    int                       l, s, T, H, Q, KV, nh, nkv, hd, half;
+    int                       l, s, T, H, nh, nkv, hd, half;
     float                     eps, *cos, *sin;
     int                       slide;
     int32_t                  *range;
@@ -376,8 +376,6 @@ vlm_gemma3_lm_forward(vlm_model_t *m, const vlm_batch_t *b,
     nkv = m->tp.n_kv_heads;
     hd = tc->head_dim;
     half = hd / 2;
-    Q = nh * hd;
-    KV = nkv * hd;
     eps = tc->rms_norm_eps;
     slide = m->kv_slide.n_blocks > 0;
 
@@ -413,9 +411,6 @@ vlm_gemma3_lm_forward(vlm_model_t *m, const vlm_batch_t *b,
         vlm_lm_qkv(m, L, T);
         op->rms_norm(be, ws->q, ws->q, L->q_norm, T * nh, hd, eps);
         op->rms_norm(be, ws->k, ws->k, L->k_norm, T * nkv, hd, eps);
-        op->rope(be, ws->q, T, Q, nh, hd, cos, sin);
-        op->rope(be, ws->k, T, KV, nkv, hd, cos, sin);
-
         for (s = 0; s < b->n_segs; s++) {
             seq = b->segs[s].seq;
             table = slide && tc->sliding[l] ? seq->slide_dev
@@ -425,7 +420,7 @@ vlm_gemma3_lm_forward(vlm_model_t *m, const vlm_batch_t *b,
             m->kv_seqs[s].block_table = table;
         }
 
-        vlm_lm_kv_store(m, b, l);
+        vlm_lm_rope_kv_store(m, b, l, cos, sin);
 
         pa.k_cache = vlm_model_layer_k(m, l);
         pa.v_cache = vlm_model_layer_v(m, l);

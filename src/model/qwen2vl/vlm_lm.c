@@ -584,6 +584,7 @@ vlm_lm_attn_setup(vlm_model_t *m, const vlm_batch_t *b,
         m->kv_seqs[s].block_table = sg->seq->blocks_dev;
         m->kv_seqs[s].start = sg->kv_start;
         m->kv_seqs[s].n = sg->n;
+        m->kv_seqs[s].row = sg->row;
         m->kv_seqs[s].k = ws->k + (size_t) sg->row * KV;
         m->kv_seqs[s].v = ws->v + (size_t) sg->row * KV;
     }
@@ -621,6 +622,39 @@ vlm_lm_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l)
                      sg->kv_start, m->ws.k + (size_t) sg->row * KV,
                      m->ws.v + (size_t) sg->row * KV, KV, sg->n);
     }
+}
+
+
+/*
+ * ws.q and ws.k rotated by cos, sin (rows of the batch), then
+ * vlm_lm_kv_store(): one pass where the backend has rope_kv_store (ws.k
+ * then left unrotated: only the cache's copy is read after)
+ */
+void
+vlm_lm_rope_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l,
+    const float *cos, const float *sin)
+{
+    int                       T, nh, nkv, hd;
+    vlm_backend_t            *be = m->be;
+    vlm_lm_ws_t              *ws = &m->ws;
+    const vlm_backend_ops_t  *op = be->ops;
+
+    T = b->n_rows;
+    nh = m->tp.n_heads;
+    nkv = m->tp.n_kv_heads;
+    hd = m->cfg.text.head_dim;
+
+    if (op->rope_kv_store != NULL) {
+        op->rope_kv_store(be, ws->q, T, nh * hd, nh, cos, sin,
+                          vlm_model_layer_k(m, l), vlm_model_layer_v(m, l),
+                          m->kv.dtype, m->kv.block_size, nkv, hd, nkv * hd,
+                          m->kv_seqs, b->n_segs);
+        return;
+    }
+
+    op->rope(be, ws->q, T, nh * hd, nh, hd, cos, sin);
+    op->rope(be, ws->k, T, nkv * hd, nkv, hd, cos, sin);
+    vlm_lm_kv_store(m, b, l);
 }
 
 
@@ -699,7 +733,7 @@ vlm_lm_add_norm(vlm_backend_t *be, float *h, float *x, const float *r,
 vlm_status_t
 vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
 {
-    int                       l, T, H, Q, KV, nh, nkv, hd, r;
+    int                       l, T, H, nh, nkv, hd, r;
     float                     eps;
     const int32_t            *run;
     vlm_status_t              rc;
@@ -716,8 +750,6 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
     nh = m->tp.n_heads;
     nkv = m->tp.n_kv_heads;
     hd = tc->head_dim;
-    Q = nh * hd;
-    KV = nkv * hd;
     eps = tc->rms_norm_eps;
 
     op->rope_table(be, ws->cos, ws->sin, ws->pos, T, 3, m->lm.inv_freq,
@@ -750,10 +782,7 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
             op->rms_norm(be, ws->k, ws->k, L->k_norm, T * nkv, hd, eps);
         }
 
-        op->rope(be, ws->q, T, Q, nh, hd, ws->cos, ws->sin);
-        op->rope(be, ws->k, T, KV, nkv, hd, ws->cos, ws->sin);
-
-        vlm_lm_kv_store(m, b, l);
+        vlm_lm_rope_kv_store(m, b, l, ws->cos, ws->sin);
 
         pa.k_cache = vlm_kv_layer_k(&m->kv, l);
         pa.v_cache = vlm_kv_layer_v(&m->kv, l);

@@ -54,6 +54,8 @@ void vlm_lm_attn_setup(vlm_model_t *m, const vlm_batch_t *b,
     vlm_attn_paged_t *pa);
 /* the step's K and V rows (ws.k, ws.v) into layer l of the cache */
 void vlm_lm_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l);
+void vlm_lm_rope_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l,
+    const float *cos, const float *sin);
 /*
  * a layer's q/k/v and gate/up matrices, each group one matrix where the
  * backend binds such (weight_bind_cat); then vlm_lm_qkv: ws.q, ws.k, ws.v
