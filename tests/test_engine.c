@@ -331,13 +331,18 @@ vlm_budgets_and_plan(const char *dir)
 /*
  * f32 weights, and bf16 ones, whose matmul scratch (activations rounded
  * or packed for the bf16 kernels, amx's weight panels, the widened
- * weights) the plan counts; printed with the plan's parts
+ * weights) the plan counts; printed with the plan's parts; and
+ * quantized checkpoints (GPTQ int4 with act-order groups, int8 W8A8),
+ * whose packed tensors the plan counts as the loader binds them (their
+ * panels, group sums, int8 activations, permuted activations)
  */
 static void
 test_budgets_and_plan(void **state)
 {
     vlm_budgets_and_plan(FIX "/qwen2vl-f32");
     vlm_budgets_and_plan(FIX "/qwen2vl-bf16");
+    vlm_budgets_and_plan(FIX "/quant-gptq-g32-actorder");
+    vlm_budgets_and_plan(FIX "/quant-ct-w8a8");
 
     (void) state;
 }
