@@ -38,7 +38,8 @@ vlm_model_plan_tensor(vlm_model_t *m, const char *name)
  * the rest] (a patch embedding's convolution as the matrix the loader
  * binds), and a quantized checkpoint's codes as the matrices the loader
  * binds of them, with their groups and act-order permutations (the
- * scales and zero points beside them are no matrices); with tensor
+ * scales and zero points beside them are no matrices), and the LM head
+ * where the load rounds it (head_quant); with tensor
  * parallelism the whole matrices, a bound above the shares
  */
 static size_t
@@ -87,6 +88,22 @@ vlm_model_plan_scratch(vlm_model_t *m)
         mats[n].dtype = t->dtype;
         mats[n].rows = (int) t->shape[0];
         mats[n].cols = c;
+        n++;
+    }
+
+    /* the head rounded at load (vlm_head_quant), as vlm_quant_round() */
+    c = m->params.head_quant != 0
+        ? vlm_quant_round_group(m->params.head_quant,
+                                m->cfg.text.hidden_size)
+        : -1;
+
+    if (c > 0) {
+        memset(&mats[n], 0, sizeof(vlm_backend_matrix_t));
+        mats[n].dtype = VLM_DTYPE_F32;
+        mats[n].quant = 1;
+        mats[n].rows = m->cfg.text.vocab_size;
+        mats[n].cols = m->cfg.text.hidden_size;
+        mats[n].group = c;
         n++;
     }
 

@@ -884,6 +884,23 @@ vlm_quant_matrix(const vlm_quant_loader_t *ld, vlm_weight_t *w,
 }
 
 
+int
+vlm_quant_round_group(int bits, int cols)
+{
+    int  group;
+
+    if (bits == 8) {
+        return cols;
+    }
+
+    for (group = 128; group >= 32 && cols % group != 0; group /= 2) {
+        /* void */
+    }
+
+    return group < 32 ? -1 : group;
+}
+
+
 /*
  * Rows [r0, r0 + nr) of the 16- or 32-bit matrix t (the LM head, by
  * vlm_model_head_rows) rounded to nearest at load
@@ -909,20 +926,12 @@ vlm_quant_round(const vlm_quant_loader_t *ld, vlm_weight_t *w,
 
     cols = (int) (t->n_elements / t->shape[0]);
     quant = bits == 8 ? VLM_QUANT_Q8 : VLM_QUANT_Q4;
+    group = vlm_quant_round_group(bits, cols);
 
-    if (bits == 8) {
-        group = cols;
-
-    } else {
-        for (group = 128; group >= 32 && cols % group != 0; group /= 2) {
-            /* void */
-        }
-
-        if (group < 32) {
-            return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
-                                 "model: the head's %d columns do not "
-                                 "divide into 4-bit groups of 32", cols);
-        }
+    if (group < 0) {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "model: the head's %d columns do not "
+                             "divide into 4-bit groups of 32", cols);
     }
 
     if (ld->be == NULL) {
