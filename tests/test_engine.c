@@ -329,15 +329,79 @@ vlm_budgets_and_plan(const char *dir)
 
 
 /*
+ * The LM head rounded at load (head_quant 4 and 8), or int8 activations
+ * for a quantized checkpoint (act 1), on the plan and on the backend:
+ * what they change of the backend's buffers (the scratch the quantized
+ * matmuls add: group sums, int8 activations, panels; the KV cache's
+ * dtype) is what they change of the plan's, to the byte
+ */
+static void
+vlm_plan_quant_delta(const char *dir, int act)
+{
+    int                 i;
+    size_t              gap0, gap1;
+    vlm_error_t         err;
+    vlm_model_t        *m;
+    vlm_model_plan_t    plan;
+    vlm_model_stats_t   st;
+    vlm_model_params_t  p;
+    static const int    bits[] = { 0, 4, 8 };
+
+    gap0 = 0;
+
+    for (i = 0; i < (act ? 2 : 3); i++) {
+        vlm_model_params_default(&p);
+        p.n_threads = 2;
+        p.max_seqs = 2;
+        p.max_seq_len = 100;
+        p.max_image_patches = 256;
+        p.head_quant = act ? 0 : bits[i];
+        p.quant_act_int8 = act ? i : 1;
+
+        assert_int_equal(vlm_model_plan(dir, &p, &plan, &err), VLM_OK);
+        assert_int_equal(vlm_model_load(&m, dir, &p, &err), VLM_OK);
+        vlm_model_stats(m, &st);
+        vlm_model_free(m);
+
+        /* what the plan leaves out: the same whatever the quantization */
+        gap1 = st.backend_bytes - (plan.kv_cache + plan.activations
+                                   + plan.vision + plan.attention
+                                   + plan.matmul_scratch);
+
+        if (i == 0) {
+            gap0 = gap1;
+            continue;
+        }
+
+        if (gap1 != gap0) {
+            fail_msg("%s: with %s%d the backend's buffers are %zu bytes "
+                     "above the plan's, %zu without", dir,
+                     act ? "quant_act_int8 " : "head int",
+                     act ? 1 : bits[i], gap1, gap0);
+        }
+    }
+}
+
+
+/*
  * f32 weights, and bf16 ones, whose matmul scratch (activations rounded
  * or packed for the bf16 kernels, amx's weight panels, the widened
- * weights) the plan counts; printed with the plan's parts
+ * weights) the plan counts; printed with the plan's parts; and
+ * quantized checkpoints (GPTQ int4 with act-order groups, int8 W8A8),
+ * whose packed tensors the plan counts as the loader binds them (their
+ * panels, group sums, int8 activations, permuted activations); and a
+ * head rounded at load
  */
 static void
 test_budgets_and_plan(void **state)
 {
     vlm_budgets_and_plan(FIX "/qwen2vl-f32");
     vlm_budgets_and_plan(FIX "/qwen2vl-bf16");
+    vlm_budgets_and_plan(FIX "/quant-gptq-g32-actorder");
+    vlm_budgets_and_plan(FIX "/quant-ct-w8a8");
+    vlm_plan_quant_delta(FIX "/qwen2vl-bf16", 0);
+    vlm_plan_quant_delta(FIX "/quant-gptq-g32-actorder", 1);
+    vlm_plan_quant_delta(FIX "/quant-ct-w8a8", 1);
 
     (void) state;
 }

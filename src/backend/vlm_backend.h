@@ -384,12 +384,17 @@ vlm_status_t vlm_backend_cpu_init(vlm_backend_t **be,
 vlm_status_t vlm_backend_cuda_init(vlm_backend_t **be,
     const vlm_backend_conf_t *conf, vlm_error_t *err);
 
-/* a matrix as the backend binds it: quant, a quantized one */
+/*
+ * a matrix as the backend binds it: quant, a quantized one, of groups of
+ * group columns a scale, perm: its columns permuted (GPTQ act-order)
+ */
 typedef struct {
     vlm_dtype_t   dtype;
     int           quant;
     int           rows;
     int           cols;
+    int           group;
+    int           perm;
 } vlm_backend_matrix_t;
 
 /*

@@ -88,18 +88,26 @@ vlm_cpu_copy(vlm_backend_t *be, void *dst, const void *src, size_t size)
 
 
 /*
- * The GEMM scratch that one matrix [rows, cols] asks of this backend
- * (quant: a quantized one): bf16 activations (xq), amx's activation
- * tiles (xa) and weight panels, the widened weights (wtile).  The
+ * The GEMM scratch that one matrix asks of this backend: bf16
+ * activations (xq), amx's activation tiles (xa) and weight panels, the
+ * widened weights (wtile); and a quantized one's prefill panels
+ * (qpanel), group sums (xsum), int8 activations (xi8, xq4, xd), int8
+ * weight panels (qgpanel) and permuted activations (xperm).  The
  * backend grows each part to the largest a matrix asks while loading;
  * the memory plan takes the same largest (vlm_backend_cpu_scratch), so
  * neither can drift from the other.
  */
 static void
-vlm_cpu_scratch_need(const vlm_cpu_t *cpu, vlm_dtype_t dtype, int quant,
-    int rows, int cols, vlm_cpu_scratch_t *s)
+vlm_cpu_scratch_need(const vlm_cpu_t *cpu, const vlm_backend_matrix_t *mat,
+    vlm_cpu_scratch_t *s)
 {
+    int          rows, cols;
+    vlm_dtype_t  dtype;
+
     memset(s, 0, sizeof(vlm_cpu_scratch_t));
+    dtype = mat->dtype;
+    rows = mat->rows;
+    cols = mat->cols;
 
     /*
      * Prefill widens a thread's whole share of a bf16/f16 matrix at once
@@ -113,9 +121,19 @@ vlm_cpu_scratch_need(const vlm_cpu_t *cpu, vlm_dtype_t dtype, int quant,
                         / cpu->n_threads * cols
                       : (size_t) VLM_CPU_WTILE * cols;
 
-    if (quant) {
+    if (mat->quant) {
         /* prefill's panels: the rows packed, a block dequantized */
-        s->xq_cols = cpu->qi8 != NULL && cpu->gemm->pack != NULL ? cols : 0;
+        if (cpu->qi8 != NULL && cpu->gemm->pack != NULL) {
+            s->xq_cols = cols;
+            s->qpanel_cols = cols;
+        }
+
+        s->xsum_groups = cols / mat->group;
+        s->xi8_cols = cpu->qi8 != NULL ? cols : 0;
+        s->qgpanel_bytes = cpu->qgemm || cpu->qamx != NULL
+                           ? vlm_qi8_panel_bytes(cols, cols / mat->group)
+                           : 0;
+        s->xperm_cols = mat->perm ? cols : 0;
         return;
     }
 
@@ -154,11 +172,86 @@ vlm_cpu_xq_bytes(int cols)
 
 
 static size_t
-vlm_cpu_scratch_bytes(const vlm_cpu_scratch_t *s, int n_threads)
+vlm_cpu_qpanel_bytes(const vlm_cpu_t *cpu, int cols)
 {
+    return (size_t) cpu->n_threads * VLM_GEMM_RB * 3 / 2 * cols
+           * sizeof(float);
+}
+
+
+static size_t
+vlm_cpu_xsum_bytes(const vlm_cpu_t *cpu, int groups)
+{
+    return vlm_cpu_xrows(cpu) * groups * sizeof(float);
+}
+
+
+static size_t
+vlm_cpu_xi8_bytes(const vlm_cpu_t *cpu, int cols)
+{
+    return vlm_cpu_xrows(cpu) * cols;
+}
+
+
+static size_t
+vlm_cpu_xq4_bytes(int cols)
+{
+    return (size_t) VLM_CPU_QUANT_FUSED * vlm_quant_q4_act_cols(cols);
+}
+
+
+static size_t
+vlm_cpu_xd_bytes(const vlm_cpu_t *cpu, int cols)
+{
+    return vlm_cpu_xrows(cpu) * (cols / VLM_QUANT_QB) * sizeof(float);
+}
+
+
+static size_t
+vlm_cpu_xperm_bytes(const vlm_cpu_t *cpu, int cols)
+{
+    return (size_t) vlm_max(VLM_GEMM_NB, cpu->n_threads) * cols
+           * sizeof(float);
+}
+
+
+static size_t
+vlm_cpu_scratch_bytes(const vlm_cpu_t *cpu, const vlm_cpu_scratch_t *s)
+{
+    int     n_threads;
     size_t  bytes;
 
+    n_threads = cpu->n_threads;
     bytes = 0;
+
+    if (s->qpanel_cols > 0) {
+        bytes += vlm_align_up(vlm_cpu_qpanel_bytes(cpu, s->qpanel_cols),
+                              VLM_CPU_ALIGN);
+    }
+
+    if (s->xsum_groups > 0) {
+        bytes += vlm_align_up(vlm_cpu_xsum_bytes(cpu, s->xsum_groups),
+                              VLM_CPU_ALIGN);
+    }
+
+    if (s->xi8_cols > 0) {
+        bytes += vlm_align_up(vlm_cpu_xi8_bytes(cpu, s->xi8_cols),
+                              VLM_CPU_ALIGN)
+                 + vlm_align_up(vlm_cpu_xq4_bytes(s->xi8_cols),
+                                VLM_CPU_ALIGN)
+                 + vlm_align_up(vlm_cpu_xd_bytes(cpu, s->xi8_cols),
+                                VLM_CPU_ALIGN);
+    }
+
+    if (s->qgpanel_bytes > 0) {
+        bytes += vlm_align_up((size_t) n_threads * s->qgpanel_bytes,
+                              VLM_CPU_ALIGN);
+    }
+
+    if (s->xperm_cols > 0) {
+        bytes += vlm_align_up(vlm_cpu_xperm_bytes(cpu, s->xperm_cols),
+                              VLM_CPU_ALIGN);
+    }
 
     if (s->xq_cols > 0) {
         bytes += vlm_align_up(vlm_cpu_xq_bytes(s->xq_cols), VLM_CPU_ALIGN);
@@ -264,8 +357,9 @@ static vlm_status_t
 vlm_cpu_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
     vlm_dtype_t dtype, int rows, int cols, vlm_error_t *err)
 {
-    vlm_cpu_t          *cpu = (vlm_cpu_t *) be;
-    vlm_cpu_scratch_t   s;
+    vlm_cpu_t             *cpu = (vlm_cpu_t *) be;
+    vlm_cpu_scratch_t      s;
+    vlm_backend_matrix_t   mat;
 
     memset(w, 0, sizeof(vlm_weight_t));
     w->data = host;
@@ -273,7 +367,11 @@ vlm_cpu_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
     w->rows = rows;
     w->cols = cols;
 
-    vlm_cpu_scratch_need(cpu, dtype, 0, rows, cols, &s);
+    memset(&mat, 0, sizeof(vlm_backend_matrix_t));
+    mat.dtype = dtype;
+    mat.rows = rows;
+    mat.cols = cols;
+    vlm_cpu_scratch_need(cpu, &mat, &s);
 
     if (s.xq_cols > 0 && vlm_cpu_xq_reserve(be, s.xq_cols, err) != VLM_OK) {
         return VLM_ERR_NOMEM;
@@ -294,9 +392,9 @@ static vlm_status_t
 vlm_cpu_weight_bind_quant(vlm_backend_t *be, vlm_weight_t *w,
     vlm_error_t *err)
 {
-    size_t              need;
-    vlm_cpu_t          *cpu = (vlm_cpu_t *) be;
-    vlm_cpu_scratch_t   s;
+    vlm_cpu_t             *cpu = (vlm_cpu_t *) be;
+    vlm_cpu_scratch_t      s;
+    vlm_backend_matrix_t   mat;
 
     if (w->quant < VLM_QUANT_Q4 || w->quant > VLM_QUANT_F8 || w->group < 8
         || w->group % (w->quant == VLM_QUANT_Q4 ? 32 : 8) != 0
@@ -307,38 +405,41 @@ vlm_cpu_weight_bind_quant(vlm_backend_t *be, vlm_weight_t *w,
                              "group %d", w->rows, w->cols, w->group);
     }
 
-    vlm_cpu_scratch_need(cpu, w->dtype, 1, w->rows, w->cols, &s);
+    memset(&mat, 0, sizeof(vlm_backend_matrix_t));
+    mat.dtype = w->dtype;
+    mat.quant = 1;
+    mat.rows = w->rows;
+    mat.cols = w->cols;
+    mat.group = w->group;
+    mat.perm = w->perm != NULL;
+    vlm_cpu_scratch_need(cpu, &mat, &s);
 
     if (vlm_cpu_wtile_reserve(be, s.wtile_floats, err) != VLM_OK) {
         return VLM_ERR_NOMEM;
     }
 
     /* prefill's panels: the rows packed, a block dequantized, in bf16 */
-    if (s.xq_cols > 0) {
-        if (vlm_cpu_xq_reserve(be, s.xq_cols, err) != VLM_OK) {
-            return VLM_ERR_NOMEM;
-        }
+    if (s.xq_cols > 0 && vlm_cpu_xq_reserve(be, s.xq_cols, err) != VLM_OK) {
+        return VLM_ERR_NOMEM;
+    }
 
-        if (w->cols > cpu->qpanel_cols) {
-            vlm_cpu_release(be, cpu->qpanel);
-            cpu->qpanel = vlm_cpu_alloc(be, (size_t) cpu->n_threads
-                                            * VLM_GEMM_RB * 3 / 2 * w->cols
-                                            * sizeof(float));
-            cpu->qpanel_cols = cpu->qpanel == NULL ? 0 : w->cols;
+    if (s.qpanel_cols > cpu->qpanel_cols) {
+        vlm_cpu_release(be, cpu->qpanel);
+        cpu->qpanel = vlm_cpu_alloc(be, vlm_cpu_qpanel_bytes(cpu,
+                                                             s.qpanel_cols));
+        cpu->qpanel_cols = cpu->qpanel == NULL ? 0 : s.qpanel_cols;
 
-            if (cpu->qpanel == NULL) {
-                return vlm_error_set(err, VLM_ERR_NOMEM, "cpu backend: no "
-                                     "memory for quantized panels");
-            }
+        if (cpu->qpanel == NULL) {
+            return vlm_error_set(err, VLM_ERR_NOMEM, "cpu backend: no "
+                                 "memory for quantized panels");
         }
     }
 
-    if (w->cols / w->group > cpu->xsum_groups) {
+    if (s.xsum_groups > cpu->xsum_groups) {
         vlm_cpu_release(be, cpu->xsum);
-        cpu->xsum = vlm_cpu_alloc(be, vlm_cpu_xrows(cpu)
-                                      * (w->cols / w->group)
-                                      * sizeof(float));
-        cpu->xsum_groups = cpu->xsum == NULL ? 0 : w->cols / w->group;
+        cpu->xsum = vlm_cpu_alloc(be, vlm_cpu_xsum_bytes(cpu,
+                                                         s.xsum_groups));
+        cpu->xsum_groups = cpu->xsum == NULL ? 0 : s.xsum_groups;
 
         if (cpu->xsum == NULL) {
             return vlm_error_set(err, VLM_ERR_NOMEM,
@@ -346,18 +447,15 @@ vlm_cpu_weight_bind_quant(vlm_backend_t *be, vlm_weight_t *w,
         }
     }
 
-    if (cpu->qi8 != NULL && w->cols > cpu->xi8_cols) {
+    if (s.xi8_cols > cpu->xi8_cols) {
         vlm_cpu_release(be, cpu->xi8);
         vlm_cpu_release(be, cpu->xq4);
         vlm_cpu_release(be, cpu->xd);
-        cpu->xi8 = vlm_cpu_alloc(be, vlm_cpu_xrows(cpu) * w->cols);
-        cpu->xq4 = vlm_cpu_alloc(be, (size_t) VLM_CPU_QUANT_FUSED
-                                     * vlm_quant_q4_act_cols(w->cols));
-        cpu->xd = vlm_cpu_alloc(be, vlm_cpu_xrows(cpu)
-                                    * (w->cols / VLM_QUANT_QB)
-                                    * sizeof(float));
+        cpu->xi8 = vlm_cpu_alloc(be, vlm_cpu_xi8_bytes(cpu, s.xi8_cols));
+        cpu->xq4 = vlm_cpu_alloc(be, vlm_cpu_xq4_bytes(s.xi8_cols));
+        cpu->xd = vlm_cpu_alloc(be, vlm_cpu_xd_bytes(cpu, s.xi8_cols));
         cpu->xi8_cols = cpu->xi8 == NULL || cpu->xq4 == NULL
-                        || cpu->xd == NULL ? 0 : w->cols;
+                        || cpu->xd == NULL ? 0 : s.xi8_cols;
 
         if (cpu->xi8_cols == 0) {
             return vlm_error_set(err, VLM_ERR_NOMEM,
@@ -365,12 +463,10 @@ vlm_cpu_weight_bind_quant(vlm_backend_t *be, vlm_weight_t *w,
         }
     }
 
-    need = vlm_qi8_panel_bytes(w->cols, w->cols / w->group);
-
-    if ((cpu->qgemm || cpu->qamx != NULL) && need > cpu->qgpanel_bytes) {
+    if (s.qgpanel_bytes > cpu->qgpanel_bytes) {
         vlm_cpu_release(be, cpu->qgpanel);
-        cpu->qgpanel = vlm_cpu_alloc(be, cpu->n_threads * need);
-        cpu->qgpanel_bytes = cpu->qgpanel == NULL ? 0 : need;
+        cpu->qgpanel = vlm_cpu_alloc(be, cpu->n_threads * s.qgpanel_bytes);
+        cpu->qgpanel_bytes = cpu->qgpanel == NULL ? 0 : s.qgpanel_bytes;
 
         if (cpu->qgpanel == NULL) {
             return vlm_error_set(err, VLM_ERR_NOMEM, "cpu backend: no "
@@ -378,13 +474,11 @@ vlm_cpu_weight_bind_quant(vlm_backend_t *be, vlm_weight_t *w,
         }
     }
 
-    if (w->perm != NULL && w->cols > cpu->xperm_cols) {
+    if (s.xperm_cols > cpu->xperm_cols) {
         vlm_cpu_release(be, cpu->xperm);
-        cpu->xperm = vlm_cpu_alloc(be, (size_t) vlm_max(VLM_GEMM_NB,
-                                                        cpu->n_threads)
-                                       * w->cols
-                                       * sizeof(float));
-        cpu->xperm_cols = cpu->xperm == NULL ? 0 : w->cols;
+        cpu->xperm = vlm_cpu_alloc(be, vlm_cpu_xperm_bytes(cpu,
+                                                           s.xperm_cols));
+        cpu->xperm_cols = cpu->xperm == NULL ? 0 : s.xperm_cols;
 
         if (cpu->xperm == NULL) {
             return vlm_error_set(err, VLM_ERR_NOMEM,
@@ -591,16 +685,20 @@ vlm_backend_cpu_scratch(const vlm_backend_conf_t *conf,
     vlm_cpu_kernels(&cpu, conf);
 
     for (i = 0; i < n; i++) {
-        vlm_cpu_scratch_need(&cpu, mats[i].dtype, mats[i].quant,
-                             mats[i].rows, mats[i].cols, &s);
+        vlm_cpu_scratch_need(&cpu, &mats[i], &s);
         max.xq_cols = vlm_max(max.xq_cols, s.xq_cols);
         max.xa_cols = vlm_max(max.xa_cols, s.xa_cols);
         max.amx_panel_bytes = vlm_max(max.amx_panel_bytes,
                                       s.amx_panel_bytes);
         max.wtile_floats = vlm_max(max.wtile_floats, s.wtile_floats);
+        max.qpanel_cols = vlm_max(max.qpanel_cols, s.qpanel_cols);
+        max.xsum_groups = vlm_max(max.xsum_groups, s.xsum_groups);
+        max.xi8_cols = vlm_max(max.xi8_cols, s.xi8_cols);
+        max.qgpanel_bytes = vlm_max(max.qgpanel_bytes, s.qgpanel_bytes);
+        max.xperm_cols = vlm_max(max.xperm_cols, s.xperm_cols);
     }
 
-    return vlm_cpu_scratch_bytes(&max, cpu.n_threads);
+    return vlm_cpu_scratch_bytes(&cpu, &max);
 }
 
 

@@ -36,6 +36,12 @@ typedef struct {
     int                xa_cols;
     size_t             amx_panel_bytes;     /* a thread's */
     size_t             wtile_floats;        /* a thread's */
+    /* quantized matrices' */
+    int                qpanel_cols;
+    int                xsum_groups;
+    int                xi8_cols;
+    size_t             qgpanel_bytes;       /* a thread's */
+    int                xperm_cols;
 } vlm_cpu_scratch_t;
 
 

@@ -18,24 +18,37 @@
 #include <unistd.h>
 
 #include "vlm_model_int.h"
+#include "vlm_quant.h"
 
 
 #define VLM_PLAN_QB  64     /* the CPU attention's query block */
+
+
+/* the quantizer's lookup: the checkpoint's own names */
+static const vlm_st_tensor_t *
+vlm_model_plan_tensor(vlm_model_t *m, const char *name)
+{
+    return vlm_safetensors_find(m->st, name);
+}
 
 
 /*
  * The CPU backend's matmul scratch for the checkpoint's matrices: every
  * tensor of two or more dimensions in f32, f16 or bf16 as [shape[0],
  * the rest] (a patch embedding's convolution as the matrix the loader
- * binds); with tensor parallelism the whole matrices, a bound above the
- * shares; quantized checkpoints' packed tensors are not counted
+ * binds), and a quantized checkpoint's codes as the matrices the loader
+ * binds of them, with their groups and act-order permutations (the
+ * scales and zero points beside them are no matrices), and the LM head
+ * where the load rounds it (head_quant); with tensor
+ * parallelism the whole matrices, a bound above the shares
  */
 static size_t
 vlm_model_plan_scratch(vlm_model_t *m)
 {
-    int                     j, n, c;
+    int                     j, n, c, q;
     size_t                  k, count, bytes;
     vlm_backend_conf_t      bc;
+    vlm_quant_loader_t      ld;
     vlm_backend_matrix_t   *mats;
     const vlm_st_tensor_t  *t;
 
@@ -45,10 +58,22 @@ vlm_model_plan_scratch(vlm_model_t *m)
         return 0;
     }
 
+    memset(&ld, 0, sizeof(vlm_quant_loader_t));
+    ld.cfg = &m->cfg.quant;
+    ld.model = m;
+    ld.tensor = vlm_model_plan_tensor;
+
     for (k = 0, n = 0; k < count; k++) {
         t = vlm_safetensors_at(m->st, k);
 
-        if (t->n_dims < 2 || (t->dtype != VLM_DTYPE_F32
+        q = vlm_quant_packed(&ld, t->name, &mats[n]);
+
+        if (q == 1) {
+            n++;
+            continue;
+        }
+
+        if (q == -1 || t->n_dims < 2 || (t->dtype != VLM_DTYPE_F32
                               && t->dtype != VLM_DTYPE_F16
                               && t->dtype != VLM_DTYPE_BF16))
         {
@@ -59,10 +84,26 @@ vlm_model_plan_scratch(vlm_model_t *m)
             c *= (int) t->shape[j];
         }
 
+        memset(&mats[n], 0, sizeof(vlm_backend_matrix_t));
         mats[n].dtype = t->dtype;
-        mats[n].quant = 0;
         mats[n].rows = (int) t->shape[0];
         mats[n].cols = c;
+        n++;
+    }
+
+    /* the head rounded at load (vlm_head_quant), as vlm_quant_round() */
+    c = m->params.head_quant != 0
+        ? vlm_quant_round_group(m->params.head_quant,
+                                m->cfg.text.hidden_size)
+        : -1;
+
+    if (c > 0) {
+        memset(&mats[n], 0, sizeof(vlm_backend_matrix_t));
+        mats[n].dtype = VLM_DTYPE_F32;
+        mats[n].quant = 1;
+        mats[n].rows = m->cfg.text.vocab_size;
+        mats[n].cols = m->cfg.text.hidden_size;
+        mats[n].group = c;
         n++;
     }
 

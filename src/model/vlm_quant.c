@@ -569,6 +569,106 @@ vlm_quant_present(const vlm_quant_loader_t *ld, vlm_qsrc_t *s)
 }
 
 
+/* the suffixes of the tensors beside a matrix's codes */
+static const char  *vlm_quant_sides[] = {
+    ".qzeros", ".scales", ".g_idx", ".weight_scale", ".weight_scale_inv",
+    ".weight_zero_point", ".weight_shape", ".input_scale", NULL
+};
+
+
+int
+vlm_quant_packed(const vlm_quant_loader_t *ld, const char *name,
+    vlm_backend_matrix_t *mat)
+{
+    int                     i, trivial;
+    size_t                  len, n;
+    vlm_qsrc_t              s;
+    vlm_error_t             err;
+    const char             *codes;
+    const vlm_st_tensor_t  *t;
+
+    if (ld->cfg->fmt == VLM_QFMT_NONE) {
+        return 0;
+    }
+
+    len = strlen(name);
+
+    switch (ld->cfg->fmt) {
+    case VLM_QFMT_AWQ:
+    case VLM_QFMT_GPTQ:
+        codes = ".qweight";
+        break;
+    default:
+        codes = len > 14 && strcmp(name + len - 14, ".weight_packed") == 0
+                ? ".weight_packed" : ".weight";
+        break;
+    }
+
+    n = strlen(codes);
+
+    if (len <= n || len - n >= sizeof(s.prefix)
+        || strcmp(name + len - n, codes) != 0)
+    {
+        for (i = 0; vlm_quant_sides[i] != NULL; i++) {
+            n = strlen(vlm_quant_sides[i]);
+
+            if (len > n && strcmp(name + len - n, vlm_quant_sides[i]) == 0)
+            {
+                return -1;
+            }
+        }
+
+        return 0;
+    }
+
+    memset(&s, 0, sizeof(vlm_qsrc_t));
+    s.cfg = ld->cfg;
+    s.name = name;
+    memcpy(s.prefix, name, len - n);
+    s.prefix[len - n] = '\0';
+
+    t = ld->tensor(ld->model, name);
+    if (t == NULL || t->n_dims != 2 || vlm_dtype_is_float(t->dtype)) {
+        return 0;
+    }
+
+    switch (ld->cfg->fmt) {
+    case VLM_QFMT_AWQ:
+        s.rows = (int) t->shape[1] * 8;
+        s.cols = (int) t->shape[0];
+        break;
+    case VLM_QFMT_GPTQ:
+        s.rows = (int) t->shape[1];
+        s.cols = (int) t->shape[0] * 8;
+        break;
+    default:
+        s.rows = (int) t->shape[0];
+        s.cols = (int) t->shape[1]
+                 * (strcmp(codes, ".weight_packed") == 0 ? 8 : 1);
+        break;
+    }
+
+    if (vlm_qsource(ld, &s, &err) != VLM_OK) {
+        return 0;
+    }
+
+    trivial = 1;
+    if (s.g_idx != NULL && vlm_qperm(&s, NULL, &trivial, &err) != VLM_OK) {
+        return 0;
+    }
+
+    memset(mat, 0, sizeof(vlm_backend_matrix_t));
+    mat->dtype = VLM_DTYPE_F32;
+    mat->quant = 1;
+    mat->rows = s.rows;
+    mat->cols = s.cols;
+    mat->group = s.group;
+    mat->perm = !trivial;
+
+    return 1;
+}
+
+
 /*
  * w: a quantized [rows, cols] matrix in one host block of the model's:
  * the codes (zeroed), then scales and mins, then extra bytes
@@ -784,6 +884,23 @@ vlm_quant_matrix(const vlm_quant_loader_t *ld, vlm_weight_t *w,
 }
 
 
+int
+vlm_quant_round_group(int bits, int cols)
+{
+    int  group;
+
+    if (bits == 8) {
+        return cols;
+    }
+
+    for (group = 128; group >= 32 && cols % group != 0; group /= 2) {
+        /* void */
+    }
+
+    return group < 32 ? -1 : group;
+}
+
+
 /*
  * Rows [r0, r0 + nr) of the 16- or 32-bit matrix t (the LM head, by
  * vlm_model_head_rows) rounded to nearest at load
@@ -809,20 +926,12 @@ vlm_quant_round(const vlm_quant_loader_t *ld, vlm_weight_t *w,
 
     cols = (int) (t->n_elements / t->shape[0]);
     quant = bits == 8 ? VLM_QUANT_Q8 : VLM_QUANT_Q4;
+    group = vlm_quant_round_group(bits, cols);
 
-    if (bits == 8) {
-        group = cols;
-
-    } else {
-        for (group = 128; group >= 32 && cols % group != 0; group /= 2) {
-            /* void */
-        }
-
-        if (group < 32) {
-            return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
-                                 "model: the head's %d columns do not "
-                                 "divide into 4-bit groups of 32", cols);
-        }
+    if (group < 0) {
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "model: the head's %d columns do not "
+                             "divide into 4-bit groups of 32", cols);
     }
 
     if (ld->be == NULL) {

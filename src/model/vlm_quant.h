@@ -50,5 +50,23 @@ vlm_status_t vlm_quant_matrix(const vlm_quant_loader_t *ld, vlm_weight_t *w,
 vlm_status_t vlm_quant_round(const vlm_quant_loader_t *ld, vlm_weight_t *w,
     const vlm_st_tensor_t *t, int bits, int r0, int nr, vlm_error_t *err);
 
+/*
+ * the columns a scale of a matrix of cols columns rounded to bits at
+ * load: a row for 8 bits, 128 (64, 32 where those do not divide it) for
+ * 4; -1 where 32 does not divide it either
+ */
+int vlm_quant_round_group(int bits, int cols);
+
+/*
+ * the checkpoint's tensor name as the loader binds it, for the memory
+ * plan: 1 where it holds a quantized matrix's codes (qweight,
+ * weight_packed, an 8-bit weight), that matrix whole in *mat (its
+ * [rows, cols], group, act-order permutation); -1 for the tensors
+ * beside the codes (scales, zero points, g_idx); 0 for any other, or
+ * codes the loader refuses
+ */
+int vlm_quant_packed(const vlm_quant_loader_t *ld, const char *name,
+    vlm_backend_matrix_t *mat);
+
 
 #endif /* VLM_QUANT_H */
