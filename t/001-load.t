@@ -3,6 +3,9 @@
 # nginx -t.
 
 use Test::Nginx::Socket;
+use FindBin;
+# a stopped nginx reaped at once by this process (t/lib/VLMReap.pm)
+BEGIN { require "$FindBin::Bin/lib/VLMReap.pm" }
 use Cwd qw(cwd);
 
 repeat_each(1);

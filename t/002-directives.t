@@ -3,6 +3,9 @@
 # that names the value at fault.
 
 use Test::Nginx::Socket;
+use FindBin;
+# a stopped nginx reaped at once by this process (t/lib/VLMReap.pm)
+BEGIN { require "$FindBin::Bin/lib/VLMReap.pm" }
 use Cwd ();
 use File::Spec ();
 use File::Temp qw(tempdir);

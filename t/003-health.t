@@ -3,6 +3,9 @@
 # gets 405 with an OpenAI-style error body.
 
 use Test::Nginx::Socket;
+use FindBin;
+# a stopped nginx reaped at once by this process (t/lib/VLMReap.pm)
+BEGIN { require "$FindBin::Bin/lib/VLMReap.pm" }
 use Cwd qw(abs_path);
 use File::Temp qw(tempdir);
 

@@ -2,6 +2,9 @@
 # its contents (the counters go on), another size starts a new zone.
 
 use Test::Nginx::Socket;
+use FindBin;
+# a stopped nginx reaped at once by this process (t/lib/VLMReap.pm)
+BEGIN { require "$FindBin::Bin/lib/VLMReap.pm" }
 
 # every block after the first reloads the running nginx with SIGHUP
 use_hup();

@@ -2,6 +2,9 @@
 # counter goes up by one per request whichever worker answers.
 
 use Test::Nginx::Socket;
+use FindBin;
+# a stopped nginx reaped at once by this process (t/lib/VLMReap.pm)
+BEGIN { require "$FindBin::Bin/lib/VLMReap.pm" }
 
 master_on();
 workers(2);

@@ -4,6 +4,9 @@
 # ready) every chat request gets 503 with Retry-After, its body unread.
 
 use Test::Nginx::Socket;
+use FindBin;
+# a stopped nginx reaped at once by this process (t/lib/VLMReap.pm)
+BEGIN { require "$FindBin::Bin/lib/VLMReap.pm" }
 use Cwd qw(abs_path);
 
 $ENV{TEST_NGINX_MODEL} = abs_path('tests/fixtures/serving');

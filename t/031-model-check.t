@@ -7,6 +7,9 @@
 # [emerg] that names the file and the cause.
 
 use Test::Nginx::Socket;
+use FindBin;
+# a stopped nginx reaped at once by this process (t/lib/VLMReap.pm)
+BEGIN { require "$FindBin::Bin/lib/VLMReap.pm" }
 use File::Temp qw(tempdir);
 use JSON::PP ();
 use Cwd qw(abs_path);
