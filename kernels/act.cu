@@ -178,27 +178,6 @@ vlm_to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
 
 
 extern "C" cudaError_t
-vlm_cuda_act(cudaStream_t s, float *x, int n, int dim, int act)
-{
-    size_t  total;
-
-    total = (size_t) n * dim;
-    if (n < 0 || dim < 0 || act < 0 || act > VLM_CUDA_ACT_QUICK_GELU) {
-        return cudaErrorInvalidValue;
-    }
-
-    if (total == 0) {
-        return cudaSuccess;
-    }
-
-    VLM_LAUNCH(vlm_act_kernel, vlm_cuda_blocks(total, VLM_ELT_THREADS),
-        VLM_ELT_THREADS, 0, s, x, x, NULL, total, act);
-
-    return vlm_cuda_launched();
-}
-
-
-extern "C" cudaError_t
 vlm_cuda_gated_act(cudaStream_t s, float *y, const float *gate,
     const float *up, int n, int dim, int act)
 {
@@ -217,6 +196,14 @@ vlm_cuda_gated_act(cudaStream_t s, float *y, const float *gate,
         VLM_ELT_THREADS, 0, s, y, gate, up, total, act);
 
     return vlm_cuda_launched();
+}
+
+
+/* in place, no gate: the gated kernel with up NULL */
+extern "C" cudaError_t
+vlm_cuda_act(cudaStream_t s, float *x, int n, int dim, int act)
+{
+    return vlm_cuda_gated_act(s, x, x, NULL, n, dim, act);
 }
 
 
