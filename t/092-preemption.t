@@ -2,19 +2,22 @@
 # serving fixture takes 512 bytes a token, so vlm_kv_cache 128k holds 256
 # tokens (16 blocks of 16), one context of vlm_max_model_len 256.  Each
 # request (a prompt of about 50 tokens, up to 200 more; one with a
-# picture, one held to JSON by response_format) alone fits and is never preempted (vlm_preemptions_total stays
-# 0): its text, one at a time, greedy or drawn with a seed and penalties,
-# is the unpreempted run.  Sent all at once, streaming, they need about
-# four times the cache: the engine preempts the youngest sequence when a
-# step has no room, gives its blocks back and recomputes its prompt and
-# the tokens it drew later.  Every stream completes with the same text,
-# and every non-streamed answer with the same text and number of tokens
-# (none sent twice, none lost), and vlm_preemptions_total has counted
-# them.  A sequence the whole cache cannot hold alone cannot be
-# configured: nginx -t refuses a vlm_max_model_len over what vlm_kv_cache
-# holds (t/087-model-sizes.t); a prompt past vlm_max_model_len is a 400
-# that names it, here too.  All of it twice: one engine, then a
-# tensor-parallel group of two.
+# picture, one held to JSON by response_format) alone fits and is never
+# preempted (vlm_preemptions_total stays 0): its text, one at a time,
+# greedy or drawn with a seed and penalties, is the unpreempted run.
+# Queued together while the engine is stopped, so that they start in one
+# step, they need about three times the cache: the engine preempts the
+# youngest sequence when a step has no room, gives its blocks back and
+# recomputes its prompt and the tokens it drew later.  Every stream
+# completes with the same text, and every non-streamed answer with the
+# same text and number of tokens (none sent twice, none lost), and
+# vlm_preemptions_total has counted them.  A sequence the whole cache
+# cannot hold alone cannot be configured: nginx -t refuses a
+# vlm_max_model_len over what vlm_kv_cache holds (t/087-model-sizes.t); a
+# prompt past vlm_max_model_len is a 400 that names it, here too.  All of
+# it twice: one engine, then a tensor-parallel group of two, whose ranks
+# each hold 128k of their own heads' KV (512 tokens: the four need about
+# one and a half times that).
 
 use strict;
 use warnings;
@@ -59,6 +62,35 @@ sub body {
 }
 
 
+# opens a request for each body, all of them queued before the engine
+# takes any: its processes are stopped (SIGSTOP) until the queue holds
+# them all, so that they start in one step and need more than the cache
+# at once however the machine schedules the client, nginx and the ranks
+sub together {
+    my ($srv, @bodies) = @_;
+
+    my @pids = vlm_engine_pids($srv);
+    ok(@pids > 0, 'the engine processes are found') or return;
+
+    kill 'STOP', @pids;
+
+    my @st = map { vlm_open_stream($srv, $_) } @bodies;
+    my ($queued, $deadline) = (0, time + vlm_secs(10));
+
+    while (time < $deadline) {
+        $queued = vlm_metrics($srv)->{vlm_queue_length} // 0;
+        last if $queued == @bodies;
+        select(undef, undef, undef, 0.02);
+    }
+
+    kill 'CONT', @pids;
+    is($queued, scalar @bodies, 'all of them queued before the engine '
+                                . 'takes one');
+
+    return @st;
+}
+
+
 # the same requests alone, then together, on a server
 sub check {
     my ($srv, $as) = @_;
@@ -89,8 +121,7 @@ sub check {
     for my $stream (1, 0) {
         my $what = $stream ? 'stream' : 'answer';
         my $before = vlm_metrics($srv)->{vlm_preemptions_total};
-        my @st = map { vlm_open_stream($srv, body($_, $stream)) }
-                     0 .. $#prompts;
+        my @st = together($srv, map { body($_, $stream) } 0 .. $#prompts);
         my $deadline = time + vlm_secs(60);
 
         for my $st (@st) {
