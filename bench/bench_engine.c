@@ -30,6 +30,8 @@
  *                                   json_object mask a step, timed apart,
  *                                   as a share of the step)
  *                [--backend cpu|cuda] [--device-mib N]
+ *                [--cuda-graphs on|off]  (decode steps from graphs;
+ *                                   default off)
  *
  * --backend cuda (a build with the CUDA backend: make CUDA=1, or the
  * emulated device's build-cudaemu/bench/bench_engine) runs the model on
@@ -88,7 +90,7 @@ main(int argc, char **argv)
     int                      i, j, r, threads, n_prompt, n_decode, n_img;
     int                      gh, gw, n_ids, done, pieces, len, reps;
     int                      n_streams, stream[BENCH_MAX_STREAMS], max_b;
-    int                      level, head;
+    int                      level, head, graphs;
     int                      frames, n_tok, act_f32;
     size_t                   device_bytes;
     char                    *p, streams[64];
@@ -132,6 +134,7 @@ main(int argc, char **argv)
     act_f32 = 0;
     kv = NULL;
     head = 0;
+    graphs = 0;
     gh = 50;
     gw = 80;
     frames = 1;
@@ -177,6 +180,14 @@ main(int argc, char **argv)
 
         } else if (strcmp(argv[i], "--kv-dtype") == 0) {
             kv = argv[i + 1];
+
+        } else if (strcmp(argv[i], "--cuda-graphs") == 0) {
+            graphs = strcmp(argv[i + 1], "on") == 0;
+
+            if (!graphs && strcmp(argv[i + 1], "off") != 0) {
+                fprintf(stderr, "bench_engine: bad --cuda-graphs\n");
+                return 1;
+            }
 
         } else if (strcmp(argv[i], "--head-quant") == 0) {
             head = strcmp(argv[i + 1], "int8") == 0 ? 8
@@ -265,6 +276,7 @@ main(int argc, char **argv)
     prm.quant_act_int8 = !act_f32;
     prm.kv_dtype = kv;
     prm.head_quant = head;
+    prm.cuda_graphs = graphs;
     prm.max_seqs = max_b + 1;
     prm.max_seq_len = n_prompt + n_streams * (reps * n_decode + 1) + 8;
     prm.max_seq_len = vlm_max(prm.max_seq_len, n_img / 4 + 8);

@@ -211,6 +211,8 @@ vlm_graph_capture(vlm_model_t *m, int B, int nb, void **exec,
 
     if (rc == VLM_OK && rc2 == VLM_OK) {
         g->captures++;
+        vlm_log(VLM_LOG_INFO, "model: a decode graph of %d rows, %d blocks "
+                "a table, captured", B, nb);
     }
 
     return rc != VLM_OK ? rc : rc2;
