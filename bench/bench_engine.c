@@ -41,6 +41,12 @@
  *
  *   BENCH_TTFT tokens=30000 layers=28 ttft_ms=... ms_per_layer=...
  *
+ * and after decode, a line a stream count with the median step time and
+ * the steps replayed from CUDA graphs (--cuda-graphs on), for its graphs
+ * step:
+ *
+ *   BENCH_DECODE streams=16 graphs=on step_ms=... replays=...
+ *
  * ms_per_layer is the time over the decoder's layers, the embedding and
  * the head included: a checkpoint cut to its first layers
  * (bench_checkpoint --layers) gives the whole model's estimate.
@@ -506,6 +512,16 @@ main(int argc, char **argv)
         }
         bench_stats(v, reps, &med, &lo, &hi);
         printf("  %.2f (%.2f..%.2f)\n", med, lo, hi);
+    }
+
+    for (j = 0; j < n_streams; j++) {
+        for (r = 0; r < reps; r++) {
+            v[r] = t_dec[j][r] / n_decode * 1e3;
+        }
+        bench_stats(v, reps, &med, &lo, &hi);
+        printf("BENCH_DECODE streams=%d graphs=%s step_ms=%.3f "
+               "replays=%llu\n", stream[j], graphs ? "on" : "off", med,
+               (unsigned long long) st.graph_replays);
     }
 
     if (grammar != NULL) {
