@@ -1899,6 +1899,24 @@ graph_pick(const float *l, int V, int seeded, uint64_t *seed)
 }
 
 
+/* a sequence of len ids on each model */
+static void
+graphs_prefill(vlm_model_t *me, vlm_model_t *mg, vlm_seq_t **se,
+    vlm_seq_t **sg, const int32_t *ids, int len)
+{
+    vlm_error_t  err;
+
+    assert_int_equal(vlm_seq_init(me, se, &err), VLM_OK);
+    assert_int_equal(vlm_seq_init(mg, sg, &err), VLM_OK);
+
+    if (vlm_seq_prefill(*se, ids, len, NULL, 0, NULL, &err) != VLM_OK
+        || vlm_seq_prefill(*sg, ids, len, NULL, 0, NULL, &err) != VLM_OK)
+    {
+        fail_msg("prefill of %d ids: %s", len, err.msg);
+    }
+}
+
+
 static void
 graphs_case(const char *name)
 {
@@ -1932,16 +1950,7 @@ graphs_case(const char *name)
                 seed_e[i] = 0x9e3779b97f4a7c15ull + (uint64_t) i;
                 seed_g[i] = seed_e[i];
 
-                assert_int_equal(vlm_seq_init(me, &se[i], &err), VLM_OK);
-                assert_int_equal(vlm_seq_init(mg, &sg[i], &err), VLM_OK);
-
-                if (vlm_seq_prefill(se[i], ids.data, len, NULL, 0, NULL,
-                                    &err) != VLM_OK
-                    || vlm_seq_prefill(sg[i], ids.data, len, NULL, 0, NULL,
-                                       &err) != VLM_OK)
-                {
-                    fail_msg("%s: prefill: %s", name, err.msg);
-                }
+                graphs_prefill(me, mg, &se[i], &sg[i], ids.data, len);
             }
 
             if (t == leave[i]) {
@@ -2023,7 +2032,7 @@ static void
 graphs_long_case(const char *name)
 {
     enum { N_SEQ = 2, STEPS = 6, LONG = 300 };
-    int                 i, t, n, V, len;
+    int                 i, t, n, V;
     int32_t             te[N_SEQ], tg[N_SEQ], *ids;
     double              d, worst;
     vlm_npy_t           prompt;
@@ -2047,17 +2056,7 @@ graphs_long_case(const char *name)
     }
 
     for (i = 0; i < N_SEQ; i++) {
-        len = i == 0 ? 260 : LONG;
-
-        assert_int_equal(vlm_seq_init(me, &se[i], &err), VLM_OK);
-        assert_int_equal(vlm_seq_init(mg, &sg[i], &err), VLM_OK);
-
-        if (vlm_seq_prefill(se[i], ids, len, NULL, 0, NULL, &err) != VLM_OK
-            || vlm_seq_prefill(sg[i], ids, len, NULL, 0, NULL, &err)
-               != VLM_OK)
-        {
-            fail_msg("%s: prefill: %s", name, err.msg);
-        }
+        graphs_prefill(me, mg, &se[i], &sg[i], ids, i == 0 ? 260 : LONG);
     }
 
     worst = 0.0;
