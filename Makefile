@@ -381,8 +381,9 @@ $(EMU_BENCHES): %: %.o $(EMU_OBJS) $(LIB)
 
 # make bench-cuda-emu: bench_tower and bench_engine --backend cuda on the
 # emulated device, on the tiny Qwen2.5-VL fixture at small sizes (the
-# GPU path and the BENCH_ lines, not a GPU's figures), their lines read
-# back by scripts/gpu-check --bench-rows, as its tower and ttft steps do
+# GPU path and the BENCH_ lines, not a GPU's figures), decode at 1 and 16
+# streams without and with CUDA graphs too, their lines read back by
+# scripts/gpu-check --bench-rows, as its tower, ttft and graphs steps do
 # (the fixture has 3 decoder layers, the implied figure is for those)
 EMU_BENCH_OUT := $(EMU_BUILD)/bench/bench-cuda-emu.out
 
@@ -394,7 +395,13 @@ bench-cuda-emu: $(EMU_BENCHES)
 	        --size 224x224 --size 448x252 && \
 	    $(EMU_BUILD)/bench/bench_engine --backend cuda --device-mib 256 \
 	        --model tests/fixtures/models/qwen25vl-bf16 --threads 2 \
-	        --grid 0,0 --prompt 512 --decode 0 --streams 1 --reps 1; \
+	        --grid 0,0 --prompt 512 --decode 0 --streams 1 --reps 1 && \
+	    for g in off on; do \
+	        $(EMU_BUILD)/bench/bench_engine --backend cuda --device-mib 256 \
+	            --model tests/fixtures/models/qwen25vl-bf16 --threads 2 \
+	            --grid 0,0 --prompt 32 --decode 4 --streams 1,16 --reps 1 \
+	            --cuda-graphs $$g || exit 1; \
+	    done; \
 	 } > $(EMU_BENCH_OUT) 2>&1 || { cat $(EMU_BENCH_OUT); exit 1; }; \
 	 FULL_LAYERS=3 scripts/gpu-check --bench-rows $(EMU_BENCH_OUT)
 

@@ -30,6 +30,8 @@
  *                                   json_object mask a step, timed apart,
  *                                   as a share of the step)
  *                [--backend cpu|cuda] [--device-mib N]
+ *                [--cuda-graphs on|off]  (decode steps from graphs;
+ *                                   default off)
  *
  * --backend cuda (a build with the CUDA backend: make CUDA=1, or the
  * emulated device's build-cudaemu/bench/bench_engine) runs the model on
@@ -38,6 +40,12 @@
  * of --prompt N tokens (--grid 0,0: no image), for scripts/gpu-check:
  *
  *   BENCH_TTFT tokens=30000 layers=28 ttft_ms=... ms_per_layer=...
+ *
+ * and after decode, a line a stream count with the median step time and
+ * the steps replayed from CUDA graphs (--cuda-graphs on), for its graphs
+ * step:
+ *
+ *   BENCH_DECODE streams=16 graphs=on step_ms=... replays=...
  *
  * ms_per_layer is the time over the decoder's layers, the embedding and
  * the head included: a checkpoint cut to its first layers
@@ -88,7 +96,7 @@ main(int argc, char **argv)
     int                      i, j, r, threads, n_prompt, n_decode, n_img;
     int                      gh, gw, n_ids, done, pieces, len, reps;
     int                      n_streams, stream[BENCH_MAX_STREAMS], max_b;
-    int                      level, head;
+    int                      level, head, graphs;
     int                      frames, n_tok, act_f32;
     size_t                   device_bytes;
     char                    *p, streams[64];
@@ -132,6 +140,7 @@ main(int argc, char **argv)
     act_f32 = 0;
     kv = NULL;
     head = 0;
+    graphs = 0;
     gh = 50;
     gw = 80;
     frames = 1;
@@ -177,6 +186,14 @@ main(int argc, char **argv)
 
         } else if (strcmp(argv[i], "--kv-dtype") == 0) {
             kv = argv[i + 1];
+
+        } else if (strcmp(argv[i], "--cuda-graphs") == 0) {
+            graphs = strcmp(argv[i + 1], "on") == 0;
+
+            if (!graphs && strcmp(argv[i + 1], "off") != 0) {
+                fprintf(stderr, "bench_engine: bad --cuda-graphs\n");
+                return 1;
+            }
 
         } else if (strcmp(argv[i], "--head-quant") == 0) {
             head = strcmp(argv[i + 1], "int8") == 0 ? 8
@@ -265,6 +282,7 @@ main(int argc, char **argv)
     prm.quant_act_int8 = !act_f32;
     prm.kv_dtype = kv;
     prm.head_quant = head;
+    prm.cuda_graphs = graphs;
     prm.max_seqs = max_b + 1;
     prm.max_seq_len = n_prompt + n_streams * (reps * n_decode + 1) + 8;
     prm.max_seq_len = vlm_max(prm.max_seq_len, n_img / 4 + 8);
@@ -494,6 +512,16 @@ main(int argc, char **argv)
         }
         bench_stats(v, reps, &med, &lo, &hi);
         printf("  %.2f (%.2f..%.2f)\n", med, lo, hi);
+    }
+
+    for (j = 0; j < n_streams; j++) {
+        for (r = 0; r < reps; r++) {
+            v[r] = t_dec[j][r] / n_decode * 1e3;
+        }
+        bench_stats(v, reps, &med, &lo, &hi);
+        printf("BENCH_DECODE streams=%d graphs=%s step_ms=%.3f "
+               "replays=%llu\n", stream[j], graphs ? "on" : "off", med,
+               (unsigned long long) st.graph_replays);
     }
 
     if (grammar != NULL) {

@@ -251,7 +251,7 @@ vlm_attn_paged_kernel(const void *k_cache, const void *v_cache,
     kv.block_size = block_size;
 
     lo = 0;
-    hi = sq->kv_start + i + 1;
+    hi = vlm_attn_kv_start(sq) + i + 1;
 
     if (sq->kv_range != NULL) {
         lo = sq->kv_range[2 * i];

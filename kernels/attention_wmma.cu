@@ -413,7 +413,7 @@ vlm_attn_paged_wmma_kernel(const void *k_cache, const void *v_cache,
     if (i < sq->n_q) {
         qp = sq->q + (size_t) i * n_heads * hd + (size_t) h * hd;
         op = sq->out + (size_t) i * n_heads * hd + (size_t) h * hd;
-        hi = sq->kv_start + i + 1;
+        hi = vlm_attn_kv_start(sq) + i + 1;
 
         if (sq->kv_range != NULL) {
             lo = sq->kv_range[2 * i];
@@ -587,7 +587,7 @@ vlm_attn_decode_wmma_kernel(const void *k_cache, const void *v_cache,
     kv.block_size = block_size;
 
     lo = 0;
-    hi = sq->kv_start + i + 1;
+    hi = vlm_attn_kv_start(sq) + i + 1;
 
     if (sq->kv_range != NULL) {
         lo = sq->kv_range[2 * i];

@@ -117,7 +117,7 @@ vlm_kv_store_seqs_kernel(void *k_cache, void *v_cache, int kv_type,
     s = vlm_kv_seqs_find(&p, (int) blockIdx.x);
     sq = &p.s[s];
     i = (int) blockIdx.x - p.row0[s];
-    j = sq->start + i;
+    j = vlm_kv_seq_start(sq) + i;
     off = ((size_t) sq->block_table[j / block_size] * block_size
            + j % block_size) * kv_dim;
     src = (size_t) i * kv_stride;

@@ -139,7 +139,7 @@ vlm_rope_kv_store_kernel(float *q, int n, int q_stride, int n_heads,
     s = vlm_kv_seqs_find(&p, r);
     sq = &p.s[s];
     r -= p.row0[s];
-    j = sq->start + r;
+    j = vlm_kv_seq_start(sq) + r;
     kv_dim = n_kv_heads * head_dim;
     off = ((size_t) sq->block_table[j / block_size] * block_size
            + j % block_size) * kv_dim;

@@ -240,6 +240,21 @@ vlm_attn_split(int blocks, int max_keys, int min_keys, int max_split,
 }
 
 
+/* a sequence's kv_start as the kernel runs: from device memory if there */
+static __device__ __forceinline__ int
+vlm_attn_kv_start(const vlm_cuda_attn_seq_t *sq)
+{
+    return sq->kv_start_dev != NULL ? *sq->kv_start_dev : sq->kv_start;
+}
+
+
+static __device__ __forceinline__ int
+vlm_kv_seq_start(const vlm_cuda_kv_seq_t *sq)
+{
+    return sq->start_dev != NULL ? *sq->start_dev : sq->start;
+}
+
+
 /* the sequence of grid x */
 static __device__ __forceinline__ int
 vlm_attn_seq_at(const vlm_attn_seqs_t *p, int x)

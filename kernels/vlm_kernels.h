@@ -101,6 +101,9 @@ typedef struct {
     int             row;    /* of cos, sin: vlm_cuda_rope_kv_store */
     const float    *k;
     const float    *v;
+    const int32_t  *start_dev;  /* NULL: start; else device memory that
+                                   holds it when the kernel runs (a
+                                   graph's replays) */
 } vlm_cuda_kv_seq_t;
 
 /* the rows of up to VLM_CUDA_ATTN_SEQS sequences in one launch */
@@ -133,6 +136,12 @@ typedef struct {
     int             kv_start;
     const int32_t  *kv_range;   /* NULL: causal; else device [n_q, 2]: the
                                    first key of each query, its last + 1 */
+    /*
+     * NULL: kv_start; else device memory that holds the kv_start when
+     * the kernel runs (a graph's replays), kv_start then its largest
+     * value, which decides the split of the keys over the grid
+     */
+    const int32_t  *kv_start_dev;
 } vlm_cuda_attn_seq_t;
 
 /*

@@ -834,6 +834,31 @@ qr{\[emerg\] .*: "vlm_gpus" needs "vlm_backend cuda" in \S+nginx\.conf:\d+$}
 
 
 
+=== TEST 36n2: vlm_cuda_graphs on: needs the cuda backend
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/good;
+    vlm_cuda_graphs on;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_cuda_graphs on" needs "vlm_backend cuda" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 36n3: vlm_cuda_graphs: on or off
+--- http_config
+    vlm_cuda_graphs maybe;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*invalid value "maybe" in "vlm_cuda_graphs" directive, it must be "on" or "off"}
+
+
+
 === TEST 36o: vlm_gpus: not a device index
 --- http_config
     vlm_gpus 0 x;

@@ -5,8 +5,10 @@
 # prompt counts equal, every answer complete; whether the text is the
 # CPU's is noted), an image, the same image again from the image cache,
 # a stream with the same text, and the KV blocks and sequence slots back
-# to idle afterwards; then "vlm_tensor_parallel 2" (two GPUs, or twice
-# the emulated device), and on the emulated device a kernel that faults
+# to idle afterwards, the same answers with "vlm_cuda_graphs on" (decode
+# steps replayed from CUDA graphs); then "vlm_tensor_parallel 2" (two
+# GPUs, or twice the emulated device), and on the emulated device a
+# kernel that faults
 # (CUDAEMU_FAULT): that request fails with a 5xx, the engine is started
 # again and the next request is served.  A real CUDA engine and a GPU
 # come first; without either, the emulated engine that VLM_CUDAEMU_BUILD
@@ -193,6 +195,23 @@ is($m->{'vlm_pool_used{pool="sequences",unit="slots"}'}, 0,
 gpu_memory_same($gpu0, gpu_memory($m, 0), $where);
 
 VLMTest::vlm_stop($srv);
+
+# decode steps replayed from CUDA graphs: the answers of the steps run
+# without them, the graphs captured as the engine says
+my $gsrv = vlm_start(name => 'cuda-graphs',
+                     http_config => $cuda_conf . "    vlm_cuda_graphs on;\n");
+push @servers, $gsrv;
+my @ggot = served_ok($gsrv, \@ref, "vlm_cuda_graphs on $where");
+is(text($ggot[$_]), text($got[$_]),
+   "vlm_cuda_graphs on $where, request $_: the answer without graphs")
+    for 0 .. $#bodies;
+like(engine_log($gsrv), qr/model: a decode graph of 1 rows, \d+ blocks a /,
+     "vlm_cuda_graphs on $where: the engine captured a decode graph");
+vlm_wait_idle($gsrv, vlm_secs(10));
+$m = vlm_wait_pools($gsrv);
+is($m->{'vlm_pool_used{pool="kv_blocks",unit="blocks"}'}, 0,
+   "vlm_cuda_graphs on $where: no KV block left in use");
+VLMTest::vlm_stop($gsrv);
 
 # tensor parallel: the ranks' collectives through NCCL (on the emulated
 # device, its stand-in between the rank processes)

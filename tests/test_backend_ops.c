@@ -964,6 +964,7 @@ check_rope_kv_store(vlm_dtype_t dt, int n_seqs, int n_heads,
 
     assert_true(n_seqs <= 40);
 
+    memset(ks, 0, sizeof(ks));
     half = head_dim / 2;
     kv_dim = n_kv_heads * head_dim;
     Q = n_heads * head_dim + 8;         /* strides past the heads */
@@ -1167,6 +1168,7 @@ check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
     dbt = dev(bt, (size_t) n_blocks * sizeof(int32_t));
 
     memset(sc, 0, sizeof(sc));
+    memset(ks, 0, sizeof(ks));
 
     rows = 0;
     for (s = 0; s < n_seqs; s++) {
@@ -1818,6 +1820,302 @@ parity_model(const char *name)
 
     vlm_model_free(mc);
     vlm_model_free(mg);
+}
+
+
+/*
+ * Decode steps replayed from graphs against the same steps without, on
+ * one model each: six sequences join (a prefill between the decode
+ * steps) and leave over 40 steps, so that the batch crosses the buckets
+ * 1, 2, 4 and 8 and the contexts cross blocks of 4, 8 and 16 entries
+ * (the graphs captured again); half of them greedy, half sampled with a
+ * seed; every step's logits the same bits (the kernels are the same: a
+ * bucket of 4 rows or fewer takes the GEMV as its rows do, more cuBLAS,
+ * and the contexts stay under the keys that split the attention)
+ */
+#define VLM_GRAPH_SEQS   6
+#define VLM_GRAPH_STEPS  40
+
+static vlm_model_t *
+load_graphs(const char *name, int graphs, int max_seq_len)
+{
+    char                path[256];
+    vlm_error_t         err;
+    vlm_model_t        *m;
+    vlm_model_params_t  p;
+
+    vlm_test_fixture_params(&p);
+    p.backend = "cuda";
+    p.device_bytes = (size_t) 256 << 20;
+    p.max_seqs = 8;
+    p.cuda_graphs = graphs;
+    p.max_seq_len = vlm_max(p.max_seq_len, max_seq_len);
+
+    snprintf(path, sizeof(path), FIX "/%s", name);
+
+    if (vlm_model_load(&m, path, &p, &err) != VLM_OK) {
+        fail_msg("load %s (graphs %d): %s", name, graphs, err.msg);
+    }
+
+    return m;
+}
+
+
+/* greedy, or a draw from softmax(logits) by the sequence's own seed */
+static int32_t
+graph_pick(const float *l, int V, int seeded, uint64_t *seed)
+{
+    int     k, best;
+    double  sum, r, acc;
+
+    best = 0;
+    for (k = 1; k < V; k++) {
+        best = l[k] > l[best] ? k : best;
+    }
+
+    if (!seeded) {
+        return best;
+    }
+
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    r = (double) (*seed >> 11) / 9007199254740992.0;
+
+    sum = 0.0;
+    for (k = 0; k < V; k++) {
+        sum += exp((double) (l[k] - l[best]));
+    }
+
+    acc = 0.0;
+    for (k = 0; k < V; k++) {
+        acc += exp((double) (l[k] - l[best])) / sum;
+        if (r < acc) {
+            return k;
+        }
+    }
+
+    return V - 1;
+}
+
+
+/* a sequence of len ids on each model */
+static void
+graphs_prefill(vlm_model_t *me, vlm_model_t *mg, vlm_seq_t **se,
+    vlm_seq_t **sg, const int32_t *ids, int len)
+{
+    vlm_error_t  err;
+
+    assert_int_equal(vlm_seq_init(me, se, &err), VLM_OK);
+    assert_int_equal(vlm_seq_init(mg, sg, &err), VLM_OK);
+
+    if (vlm_seq_prefill(*se, ids, len, NULL, 0, NULL, &err) != VLM_OK
+        || vlm_seq_prefill(*sg, ids, len, NULL, 0, NULL, &err) != VLM_OK)
+    {
+        fail_msg("prefill of %d ids: %s", len, err.msg);
+    }
+}
+
+
+static void
+graphs_case(const char *name)
+{
+    static const int     join[VLM_GRAPH_SEQS] = { 0, 2, 3, 5, 9, 14 };
+    static const int     leave[VLM_GRAPH_SEQS] = { 40, 12, 30, 25, 40, 33 };
+    int                  i, t, n, V, len, cnt, max_cnt;
+    int32_t              te, tg, tok[VLM_GRAPH_SEQS];
+    uint64_t             seed_e[VLM_GRAPH_SEQS], seed_g[VLM_GRAPH_SEQS];
+    vlm_npy_t            ids;
+    vlm_seq_t           *se[VLM_GRAPH_SEQS], *sg[VLM_GRAPH_SEQS];
+    vlm_seq_t           *be[VLM_GRAPH_SEQS], *bg[VLM_GRAPH_SEQS];
+    vlm_model_t         *me, *mg;
+    vlm_error_t          err;
+    vlm_model_stats_t    st;
+
+    me = load_graphs(name, 0, 0);
+    mg = load_graphs(name, 1, 0);
+    V = vlm_model_info(me)->vocab_size;
+
+    vlm_test_load_npy(&ids, FIX, name, "text", "input_ids.npy");
+    n = (int) ids.n;
+    max_cnt = 0;
+
+    for (t = 0; t < VLM_GRAPH_STEPS; t++) {
+        cnt = 0;
+
+        for (i = 0; i < VLM_GRAPH_SEQS; i++) {
+            if (t == join[i]) {
+                /* prompts of different lengths: different contexts */
+                len = vlm_max(2, n - 3 * i);
+                seed_e[i] = 0x9e3779b97f4a7c15ull + (uint64_t) i;
+                seed_g[i] = seed_e[i];
+
+                graphs_prefill(me, mg, &se[i], &sg[i], ids.data, len);
+            }
+
+            if (t == leave[i]) {
+                vlm_seq_free(se[i]);
+                vlm_seq_free(sg[i]);
+            }
+
+            if (t < join[i] || t >= leave[i]) {
+                continue;
+            }
+
+            if (memcmp(vlm_seq_logits(se[i]), vlm_seq_logits(sg[i]),
+                       (size_t) V * sizeof(float)) != 0)
+            {
+                fail_msg("%s: step %d, sequence %d: the logits with graphs "
+                         "differ from those without (relative L2 %g)", name,
+                         t, i, vlm_test_rel_l2(vlm_seq_logits(sg[i]),
+                                               vlm_seq_logits(se[i]),
+                                               (size_t) V));
+            }
+
+            te = graph_pick(vlm_seq_logits(se[i]), V, i % 2, &seed_e[i]);
+            tg = graph_pick(vlm_seq_logits(sg[i]), V, i % 2, &seed_g[i]);
+            assert_int_equal(te, tg);
+
+            be[cnt] = se[i];
+            bg[cnt] = sg[i];
+            tok[cnt] = te;
+            cnt++;
+        }
+
+        max_cnt = vlm_max(max_cnt, cnt);
+
+        if (vlm_decode(me, be, tok, cnt, &err) != VLM_OK
+            || vlm_decode(mg, bg, tok, cnt, &err) != VLM_OK)
+        {
+            fail_msg("%s: step %d: decode: %s", name, t, err.msg);
+        }
+    }
+
+    for (i = 0; i < VLM_GRAPH_SEQS; i++) {
+        if (leave[i] >= VLM_GRAPH_STEPS) {
+            vlm_seq_free(se[i]);
+            vlm_seq_free(sg[i]);
+        }
+    }
+
+    vlm_model_stats(mg, &st);
+    print_message("%s: %d steps, up to %d sequences: %llu graphs captured, "
+                  "%llu steps replayed, the logits the same bits\n", name,
+                  VLM_GRAPH_STEPS, max_cnt,
+                  (unsigned long long) st.graph_captures,
+                  (unsigned long long) st.graph_replays);
+
+    /* every decode step replayed: 4 buckets, each context bucket more */
+    assert_int_equal(st.graph_replays, VLM_GRAPH_STEPS);
+    assert_true(st.graph_captures > 4);
+
+    vlm_model_stats(me, &st);
+    assert_int_equal(st.graph_replays, 0);
+
+    vlm_test_assert_idle(mg);
+    vlm_test_assert_idle(me);
+
+    vlm_npy_free(&ids);
+    vlm_model_free(me);
+    vlm_model_free(mg);
+}
+
+
+/*
+ * contexts of 261 and 300 keys: the graph's launch splits the keys by
+ * its blocks' 512 (4 parts a row at batch 1, the last part of the 261
+ * empty), the step without graphs by its 300 (2 parts), so the sums
+ * differ in order: the logits within 1e-5 relative L2 (f32), the greedy
+ * tokens the same
+ */
+static void
+graphs_long_case(const char *name)
+{
+    enum { N_SEQ = 2, STEPS = 6, LONG = 300 };
+    int                 i, t, n, V;
+    int32_t             te[N_SEQ], tg[N_SEQ], *ids;
+    double              d, worst;
+    vlm_npy_t           prompt;
+    vlm_seq_t          *se[N_SEQ], *sg[N_SEQ];
+    vlm_model_t        *me, *mg;
+    vlm_error_t         err;
+    vlm_model_stats_t   st;
+
+    me = load_graphs(name, 0, 512);
+    mg = load_graphs(name, 1, 512);
+    V = vlm_model_info(me)->vocab_size;
+
+    /* the text case's prompt over and over */
+    vlm_test_load_npy(&prompt, FIX, name, "text", "input_ids.npy");
+    n = (int) prompt.n;
+    ids = malloc(LONG * sizeof(int32_t));
+    assert_non_null(ids);
+
+    for (i = 0; i < LONG; i++) {
+        ids[i] = ((const int32_t *) prompt.data)[i % n];
+    }
+
+    for (i = 0; i < N_SEQ; i++) {
+        graphs_prefill(me, mg, &se[i], &sg[i], ids, i == 0 ? 260 : LONG);
+    }
+
+    worst = 0.0;
+
+    for (t = 0; t < STEPS; t++) {
+        for (i = 0; i < N_SEQ; i++) {
+            d = vlm_test_rel_l2(vlm_seq_logits(sg[i]),
+                                vlm_seq_logits(se[i]), (size_t) V);
+            worst = d > worst ? d : worst;
+
+            if (d > VLM_PARITY_F32) {
+                fail_msg("%s: step %d, sequence %d: the logits with "
+                         "graphs differ from those without by %g", name, t,
+                         i, d);
+            }
+
+            te[i] = graph_pick(vlm_seq_logits(se[i]), V, 0, NULL);
+            tg[i] = graph_pick(vlm_seq_logits(sg[i]), V, 0, NULL);
+            assert_int_equal(te[i], tg[i]);
+        }
+
+        /* batch 1 (the first sequence) and 2 by turns */
+        n = t % 2 == 0 ? 1 : N_SEQ;
+
+        if (vlm_decode(me, se, te, n, &err) != VLM_OK
+            || vlm_decode(mg, sg, tg, n, &err) != VLM_OK)
+        {
+            fail_msg("%s: step %d: decode: %s", name, t, err.msg);
+        }
+    }
+
+    vlm_model_stats(mg, &st);
+    assert_int_equal(st.graph_replays, STEPS);
+    print_message("%s: contexts of 261 and 300 keys, %d steps replayed: the "
+                  "logits within %.3g relative L2 of those without graphs, "
+                  "the greedy tokens the same\n", name, STEPS, worst);
+
+    for (i = 0; i < N_SEQ; i++) {
+        vlm_seq_free(se[i]);
+        vlm_seq_free(sg[i]);
+    }
+
+    vlm_test_assert_idle(mg);
+
+    free(ids);
+    vlm_npy_free(&prompt);
+    vlm_model_free(me);
+    vlm_model_free(mg);
+}
+
+
+static void
+test_model_graphs(void **state)
+{
+    require_gpu();
+
+    graphs_case("qwen2vl-f32");
+    graphs_case("qwen25vl-bf16");
+    graphs_long_case("qwen2vl-f32");
 }
 
 
@@ -2828,6 +3126,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_model_image_cache),
         cmocka_unit_test(test_model_kv_bf16),
         cmocka_unit_test(test_model_fused),
+        cmocka_unit_test(test_model_graphs),
 #ifdef VLM_CUDAEMU
         cmocka_unit_test(test_model_fault),
 #endif

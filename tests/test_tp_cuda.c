@@ -220,6 +220,8 @@ params(vlm_model_params_t *p, const char *backend)
     p->backend = backend;
     p->n_threads = 1;
     p->device_bytes = (size_t) 256 << 20;
+    /* asked for, a group's decode steps run without graphs all the same */
+    p->cuda_graphs = 1;
 }
 
 

@@ -145,6 +145,12 @@ typedef struct {
      * the backend says attn_kv_range
      */
     const int32_t  *kv_range;
+    /*
+     * NULL: kv_start; else backend memory that holds the kv_start when
+     * the op runs (a decode step replayed from a graph: graph_begin()),
+     * kv_start then the largest it may be
+     */
+    const int32_t  *kv_start_dev;
 } vlm_attn_seq_t;
 
 
@@ -156,6 +162,7 @@ typedef struct {
     int             row;        /* of cos, sin (rope_kv_store()) */
     const float    *k;          /* [n, kv_stride] */
     const float    *v;
+    const int32_t  *start_dev;  /* NULL: start; else as kv_start_dev */
 } vlm_kv_seq_t;
 
 
@@ -351,6 +358,22 @@ typedef struct {
         void *k_cache, void *v_cache, vlm_dtype_t dtype, int block_size,
         int n_kv_heads, int head_dim, int kv_stride,
         const vlm_kv_seq_t *seqs, int n_seqs);
+
+    /*
+     * Graphs (a GPU's CUDA graphs): between graph_begin() and graph_end()
+     * the ops are recorded, not run, with the arguments they were called
+     * with (the values in backend memory are read when the graph runs);
+     * graph_end() makes *graph of them, graph_launch() runs it, as many
+     * times as asked, graph_free() drops it.  No upload(), download(),
+     * synchronize() or alloc() between begin and end: an op that the
+     * backend cannot record fails graph_end().  NULL: no graphs
+     */
+    vlm_status_t (*graph_begin)(vlm_backend_t *be, vlm_error_t *err);
+    vlm_status_t (*graph_end)(vlm_backend_t *be, void **graph,
+        vlm_error_t *err);
+    vlm_status_t (*graph_launch)(vlm_backend_t *be, void *graph,
+        vlm_error_t *err);
+    void  (*graph_free)(vlm_backend_t *be, void *graph);
 } vlm_backend_ops_t;
 
 

@@ -80,6 +80,8 @@ typedef struct {
     cudaEvent_t        *fp_ready;   /* [fp_slots] */
     cudaEvent_t        *fp_done;    /* [fp_slots * fp_ranks] */
 
+    int                 capturing;  /* graph_begin() .. graph_end() */
+    cudaError_t         capture_error;  /* an op's, while capturing */
     cudaError_t         error;      /* the first failure, sticky */
     const char         *error_op;
     char                error_text[160];
@@ -99,6 +101,17 @@ vlm_cuda_check(vlm_cuda_t *cu, cudaError_t e, const char *op)
         return;
     }
 
+    if (cu->capturing) {
+        /* graph_end() fails, the step runs without its graph */
+        if (cu->capture_error == cudaSuccess) {
+            cu->capture_error = e;
+            vlm_log(VLM_LOG_WARN, "cuda backend: %s in a graph capture: %s",
+                    op, cudaGetErrorString(e));
+        }
+
+        return;
+    }
+
     cu->error = e;
     cu->error_op = op;
 
@@ -109,6 +122,11 @@ vlm_cuda_check(vlm_cuda_t *cu, cudaError_t e, const char *op)
 static void
 vlm_cuda_check_blas(vlm_cuda_t *cu, cublasStatus_t st, const char *op)
 {
+    if (st != CUBLAS_STATUS_SUCCESS && cu->capturing) {
+        vlm_cuda_check(cu, cudaErrorStreamCaptureUnsupported, op);
+        return;
+    }
+
     if (st != CUBLAS_STATUS_SUCCESS && cu->error == cudaSuccess) {
         cu->error = cudaErrorUnknown;
         cu->error_op = op;
@@ -261,7 +279,15 @@ vlm_cuda_stage(vlm_cuda_t *cu, void *dst, const void *src, size_t n_out,
 static vlm_status_t
 vlm_cuda_upload(vlm_backend_t *be, void *dst, const void *src, size_t size)
 {
-    return vlm_cuda_stage((vlm_cuda_t *) be, dst, src, size, NULL, 1, 1);
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    /* a graph would copy what the ring holds when it runs */
+    if (cu->capturing) {
+        vlm_cuda_check(cu, cudaErrorStreamCaptureUnsupported, "upload");
+        return VLM_ERR_DEVICE;
+    }
+
+    return vlm_cuda_stage(cu, dst, src, size, NULL, 1, 1);
 }
 
 
@@ -276,7 +302,8 @@ vlm_cuda_download(vlm_backend_t *be, void *dst, const void *src,
                    "download");
     vlm_cuda_check(cu, cudaStreamSynchronize(cu->stream), "download");
 
-    return cu->error == cudaSuccess ? VLM_OK : VLM_ERR_DEVICE;
+    return cu->error == cudaSuccess && !cu->capturing ? VLM_OK
+                                                      : VLM_ERR_DEVICE;
 }
 
 
@@ -723,6 +750,7 @@ vlm_cuda_kv_seqs(vlm_cuda_kv_seq_t *ks, const vlm_kv_seq_t *seqs, int n)
         ks[i].row = seqs[i].row;
         ks[i].k = seqs[i].k;
         ks[i].v = seqs[i].v;
+        ks[i].start_dev = seqs[i].start_dev;
     }
 }
 
@@ -822,6 +850,7 @@ vlm_cuda_attention_paged_op(vlm_backend_t *be, const vlm_attn_paged_t *a)
             d->n_q = a->seqs[i].n_q;
             d->kv_start = a->seqs[i].kv_start;
             d->kv_range = a->seqs[i].kv_range;
+            d->kv_start_dev = a->seqs[i].kv_start_dev;
         }
 
         if (nt > 0) {
@@ -907,6 +936,111 @@ vlm_cuda_comm_open(vlm_backend_t *be, vlm_comm_t **c, vlm_comm_t *host,
     }
 
     return vlm_comm_nccl_open(c, host, cu->device, cu->stream, err);
+}
+
+
+/*
+ * Graphs: the stream captured in thread-local mode (the engine's other
+ * threads may allocate meanwhile); an op's error during the capture, or
+ * one that the capture refused, fails graph_end() and is not sticky:
+ * the step runs without its graph
+ */
+static vlm_status_t
+vlm_cuda_graph_failed(vlm_cuda_t *cu, vlm_error_t *err, const char *what,
+    cudaError_t e)
+{
+    return vlm_error_set(err, VLM_ERR_DEVICE, "cuda backend: %s: %s", what,
+                         cudaGetErrorString(e));
+}
+
+
+static vlm_status_t
+vlm_cuda_graph_begin(vlm_backend_t *be, vlm_error_t *err)
+{
+    cudaError_t  e;
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    if (cu->error != cudaSuccess) {
+        return vlm_cuda_graph_failed(cu, err, "graph capture", cu->error);
+    }
+
+    e = cudaStreamBeginCapture(cu->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+        return vlm_cuda_graph_failed(cu, err, "cudaStreamBeginCapture", e);
+    }
+
+    cu->capturing = 1;
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_cuda_graph_end(vlm_backend_t *be, void **graph, vlm_error_t *err)
+{
+    cudaError_t      e;
+    cudaGraph_t      g;
+    cudaGraphExec_t  exec;
+    vlm_cuda_t      *cu = (vlm_cuda_t *) be;
+
+    *graph = NULL;
+    g = NULL;
+
+    e = cudaStreamEndCapture(cu->stream, &g);
+    cu->capturing = 0;
+
+    if (e == cudaSuccess && cu->capture_error != cudaSuccess) {
+        e = cu->capture_error;
+    }
+
+    cu->capture_error = cudaSuccess;
+    (void) cudaGetLastError();
+
+    if (e != cudaSuccess) {
+        if (g != NULL) {
+            cudaGraphDestroy(g);
+        }
+
+        return vlm_cuda_graph_failed(cu, err, "graph capture", e);
+    }
+
+    e = cudaGraphInstantiate(&exec, g, 0);
+    cudaGraphDestroy(g);
+
+    if (e != cudaSuccess) {
+        return vlm_cuda_graph_failed(cu, err, "cudaGraphInstantiate", e);
+    }
+
+    *graph = exec;
+
+    return VLM_OK;
+}
+
+
+static vlm_status_t
+vlm_cuda_graph_launch(vlm_backend_t *be, void *graph, vlm_error_t *err)
+{
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    vlm_cuda_check(cu, cudaGraphLaunch((cudaGraphExec_t) graph, cu->stream),
+                   "cudaGraphLaunch");
+
+    if (cu->error != cudaSuccess) {
+        return vlm_cuda_graph_failed(cu, err, "cudaGraphLaunch", cu->error);
+    }
+
+    return VLM_OK;
+}
+
+
+static void
+vlm_cuda_graph_free(vlm_backend_t *be, void *graph)
+{
+    (void) be;
+
+    if (graph != NULL) {
+        cudaGraphExecDestroy((cudaGraphExec_t) graph);
+    }
 }
 
 
@@ -1369,7 +1503,11 @@ static const vlm_backend_ops_t  vlm_cuda_ops = {
     vlm_cuda_weight_bind_cat,
     vlm_cuda_split_qkv_op,
     vlm_cuda_matmul_gated_op,
-    vlm_cuda_rope_kv_store_op
+    vlm_cuda_rope_kv_store_op,
+    vlm_cuda_graph_begin,
+    vlm_cuda_graph_end,
+    vlm_cuda_graph_launch,
+    vlm_cuda_graph_free
 };
 
 

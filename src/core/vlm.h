@@ -70,6 +70,9 @@ typedef struct {
     size_t  device_bytes;       /* GPU backends: the device memory pool;
                                    0: 90 % of the free memory */
     int     device;             /* GPU backends: the device index */
+    int     cuda_graphs;        /* GPU backends: decode steps replayed
+                                   from graphs captured a batch bucket
+                                   (1, 2, 4, ... sequences); 0: off */
 
     /*
      * Tensor parallel: this process is rank tp_rank of a group of tp_size
@@ -180,6 +183,8 @@ typedef struct {
     uint64_t    transfer_bytes_pool;    /* bytes of the transfers */
     uint64_t    transfer_bytes_host;
     int         copies_in_flight;   /* consumers' copies not yet done */
+    uint64_t    graph_captures;     /* decode graphs captured */
+    uint64_t    graph_replays;      /* decode steps run from them */
     /* a GPU's memory by kind (vlm_gpu_memory_t), gpu 0: host memory */
     int         gpu;
     size_t      gpu_bytes[8];

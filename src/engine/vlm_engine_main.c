@@ -16,6 +16,7 @@
  *              [--kv-cache-bytes N] [--max-image-patches N]
  *              [--image-cache-bytes N] [--tensor-parallel N]
  *              [--prefix-cache on|off] [--quant-activations int8|f32]
+ *              [--cuda-graphs on|off]
  *              [--kv-dtype auto|f32|bf16|f16] [--head-quant off|int8|int4]
  *              [--cpus LIST[:LIST...]]     (the CPUs of each rank)
  *              [--gpus N[,N...]]           (the GPU of each rank)
@@ -521,6 +522,18 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
             }
 
             a->params.image_cache_bytes = (size_t) n;
+
+        } else if (strcmp(argv[i], "--cuda-graphs") == 0) {
+            i++;
+
+            if (strcmp(argv[i], "on") == 0 || strcmp(argv[i], "off") == 0) {
+                a->params.cuda_graphs = argv[i][1] == 'n';
+
+            } else {
+                vlm_log(VLM_LOG_ERROR, "--cuda-graphs takes on or off, "
+                        "not \"%s\"", argv[i]);
+                return -1;
+            }
 
         } else if (strcmp(argv[i], "--prefix-cache") == 0) {
             i++;

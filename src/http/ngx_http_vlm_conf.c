@@ -71,6 +71,7 @@ ngx_http_vlm_create_main_conf(ngx_conf_t *cf)
     vmcf->image_cache = NGX_CONF_UNSET_SIZE;
     vmcf->feature_pool = NGX_CONF_UNSET_SIZE;
     vmcf->prefix_cache = NGX_CONF_UNSET;
+    vmcf->cuda_graphs = NGX_CONF_UNSET;
     vmcf->quant_activations = NGX_CONF_UNSET_UINT;
     vmcf->kv_dtype = NGX_CONF_UNSET_UINT;
     vmcf->head_quant = NGX_CONF_UNSET_UINT;
@@ -147,6 +148,7 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
                              NGX_HTTP_VLM_DEFAULT_IMAGE_CACHE);
     ngx_conf_init_size_value(vmcf->feature_pool, 0);
     ngx_conf_init_value(vmcf->prefix_cache, 1);
+    ngx_conf_init_value(vmcf->cuda_graphs, 0);
     ngx_conf_init_uint_value(vmcf->quant_activations,
                              NGX_HTTP_VLM_QUANT_ACT_INT8);
     ngx_conf_init_uint_value(vmcf->kv_dtype, NGX_HTTP_VLM_KV_AUTO);
@@ -1167,6 +1169,7 @@ ngx_http_vlm_engine_params(ngx_http_vlm_main_conf_t *vmcf,
     params->image_cache_bytes = vmcf->image_cache;
     params->feature_pool_bytes = vmcf->feature_pool;
     params->prefix_cache = (int) vmcf->prefix_cache;
+    params->cuda_graphs = (int) vmcf->cuda_graphs;
     params->quant_act_int8 =
         vmcf->quant_activations == NGX_HTTP_VLM_QUANT_ACT_INT8;
     params->kv_dtype =

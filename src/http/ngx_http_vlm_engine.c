@@ -31,7 +31,7 @@
 #define NGX_HTTP_VLM_STABLE          (30 * 1000) /* resets the back-off */
 #define NGX_HTTP_VLM_STOP_WAIT       (10 * 1000)
 #define NGX_HTTP_VLM_RECORD_CHECK    200        /* an exiting worker, ms */
-#define NGX_HTTP_VLM_ARGS            48
+#define NGX_HTTP_VLM_ARGS            52
 
 
 typedef struct {
@@ -190,6 +190,13 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
         return NGX_CONF_ERROR;
     }
 
+    if (vmcf->cuda_graphs && vmcf->backend != NGX_HTTP_VLM_BACKEND_CUDA) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"vlm_cuda_graphs on\" needs \"vlm_backend "
+                           "cuda\"");
+        return NGX_CONF_ERROR;
+    }
+
     if (vmcf->gpus.len && vmcf->backend != NGX_HTTP_VLM_BACKEND_CUDA) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"vlm_gpus\" needs \"vlm_backend cuda\"");
@@ -258,6 +265,8 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     ngx_crc32_update(&crc, (u_char *) &vmcf->image_cache, sizeof(size_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->feature_pool, sizeof(size_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->prefix_cache,
+                     sizeof(ngx_flag_t));
+    ngx_crc32_update(&crc, (u_char *) &vmcf->cuda_graphs,
                      sizeof(ngx_flag_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->quant_activations,
                      sizeof(ngx_uint_t));
@@ -1250,6 +1259,8 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     argv[n++] = (char *) ranks;
     argv[n++] = "--prefix-cache";
     argv[n++] = vmcf->prefix_cache ? "on" : "off";
+    argv[n++] = "--cuda-graphs";
+    argv[n++] = vmcf->cuda_graphs ? "on" : "off";
     argv[n++] = "--quant-activations";
     argv[n++] = vmcf->quant_activations == NGX_HTTP_VLM_QUANT_ACT_INT8
                 ? "int8" : "f32";

@@ -100,6 +100,7 @@ typedef struct {
     size_t               feature_pool;     /* its feature pool; 0: sized
                                               from the cache and ranks */
     ngx_flag_t           prefix_cache;     /* engine's KV prefix cache */
+    ngx_flag_t           cuda_graphs;      /* decode steps from graphs */
     ngx_uint_t           quant_activations; /* NGX_HTTP_VLM_QUANT_ACT_* */
     ngx_uint_t           kv_dtype;         /* NGX_HTTP_VLM_KV_* */
     ngx_uint_t           head_quant;       /* NGX_HTTP_VLM_HEAD_* */

@@ -43,7 +43,7 @@ vlm_status_t
 vlm_step(vlm_model_t *m, const vlm_step_item_t *items, int n,
     vlm_error_t *err)
 {
-    int               i, k, j, rows;
+    int               i, k, j, rows, ran;
     int32_t          *pos, text_pos;
     vlm_seq_t        *seq;
     vlm_status_t      rc;
@@ -141,6 +141,20 @@ vlm_step(vlm_model_t *m, const vlm_step_item_t *items, int n,
         rows += items[i].n_ids;
     }
 
+    /* a step of decode rows only: its bucket's graph, if it has one */
+    ran = 0;
+
+    if (rows == n) {
+        rc = vlm_graph_step(m, items, n, &ran, err);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+    }
+
+    if (ran) {
+        goto done;
+    }
+
     be->ops->upload(be, ws->ids, ws->host_ids,
                     (size_t) rows * sizeof(int32_t));
     be->ops->upload(be, ws->pos, pos, (size_t) rows * 3 * sizeof(int32_t));
@@ -159,6 +173,8 @@ vlm_step(vlm_model_t *m, const vlm_step_item_t *items, int n,
     if (rc != VLM_OK) {
         return rc;
     }
+
+done:
 
     for (i = 0; i < n; i++) {
         seq = items[i].seq;

@@ -820,6 +820,11 @@ vlm_model_load(vlm_model_t **out, const char *dir,
         goto failed;
     }
 
+    rc = vlm_graph_init(m, err);
+    if (rc != VLM_OK) {
+        goto failed;
+    }
+
     vlm_model_fill_info(m);
     m->allocs_at_load = m->be->n_allocs;
 
@@ -859,6 +864,8 @@ vlm_model_free(vlm_model_t *m)
     }
 
     if (m->be != NULL) {
+        vlm_graph_free(m);
+
         for (i = 0; i < o->n_dev; i++) {
             m->be->ops->release(m->be, o->dev[i]);
         }
@@ -1026,7 +1033,8 @@ vlm_model_stats(const vlm_model_t *m, vlm_model_stats_t *s)
     s->backend_flops = m->be->flops;
     s->decode_weight_bytes = vlm_model_decode_bytes(m);
     s->kv_blocks_total = m->kv.n_blocks;
-    s->kv_blocks_used = vlm_kv_used(&m->kv);
+    /* the decode graphs' padding block is no sequence's */
+    s->kv_blocks_used = vlm_kv_used(&m->kv) - (m->graph.dev != NULL);
     s->kv_blocks_peak = m->kv.peak_used;
     s->kv_blocks_cached = vlm_kv_cached(&m->kv);
     s->kv_evictions = m->kv.evictions;
@@ -1039,6 +1047,8 @@ vlm_model_stats(const vlm_model_t *m, vlm_model_stats_t *s)
     s->image_cache_misses = m->icache.misses;
     s->comm_calls = m->comm_calls;
     s->comm_ns = m->comm_ns;
+    s->graph_captures = m->graph.captures;
+    s->graph_replays = m->graph.replays;
     s->kv_bytes = vlm_kv_bytes(&m->kv);
     s->kv_slide_blocks_total = m->kv_slide.n_blocks;
     s->kv_slide_blocks_used = vlm_kv_used(&m->kv_slide);

@@ -285,6 +285,30 @@ typedef struct {
 } vlm_prefill_job_t;
 
 
+/*
+ * Decode steps replayed from the backend's graphs (vlm_graph.c), one a
+ * batch bucket: what changes between steps lies in dev, written by one
+ * upload before each replay: [rows] token ids, [3 rows] positions, [rows]
+ * kv_starts, then a block table a row of blocks entries
+ */
+#define VLM_GRAPH_BUCKETS  16
+
+typedef struct {
+    int           on;
+    int           active;           /* a step's forward being captured */
+    int           max_rows;         /* the largest bucket */
+    int           max_blocks;       /* a block table's entries, at most */
+    int32_t       trash;            /* the KV block padding rows write */
+    int32_t      *host;             /* the upload's host side */
+    int32_t      *dev;              /* backend memory */
+    int           blocks;           /* the step's table stride */
+    void         *exec[VLM_GRAPH_BUCKETS];     /* by log2 of the bucket */
+    int           exec_blocks[VLM_GRAPH_BUCKETS];
+    uint64_t      captures;
+    uint64_t      replays;
+} vlm_graph_t;
+
+
 struct vlm_model_s {
     vlm_model_config_t       cfg;
     vlm_model_info_t         info;
@@ -338,6 +362,7 @@ struct vlm_model_s {
     uint64_t                 prefix_hits;
     uint64_t                 allocs_at_load;
     size_t                   weight_dev_bytes;  /* backend bytes of load */
+    vlm_graph_t              graph;
 };
 
 

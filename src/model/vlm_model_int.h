@@ -30,6 +30,12 @@ int vlm_model_hands_features(const vlm_model_t *m);
 vlm_status_t vlm_model_tp_init(vlm_model_t *m, int check, vlm_error_t *err);
 vlm_status_t vlm_model_tp_comm(vlm_model_owner_t *o, vlm_error_t *err);
 
+/* vlm_graph.c: decode steps replayed from the backend's graphs */
+vlm_status_t vlm_graph_init(vlm_model_t *m, vlm_error_t *err);
+void vlm_graph_free(vlm_model_t *m);
+vlm_status_t vlm_graph_step(vlm_model_t *m, const vlm_step_item_t *items,
+    int n, int *ran, vlm_error_t *err);
+
 /* vlm_model_plan.c: the memory plan of a model opened for a check */
 void vlm_model_plan_fill(vlm_model_t *m, vlm_model_plan_t *plan);
 

@@ -167,8 +167,9 @@ cublasGemmEx(cublasHandle_t h, cublasOperation_t transa,
     cudaDataType_t ctype, int ldc, cublasComputeType_t compute,
     cublasGemmAlgo_t algo)
 {
-    bool    ta, tb, half;
-    float   al, be;
+    bool         ta, tb, half;
+    float        al, be;
+    cudaError_t  e;
 
     (void) algo;
 
@@ -218,7 +219,7 @@ cublasGemmEx(cublasHandle_t h, cublasOperation_t transa,
      * rows of k and op(B) as columns of k, in f32 (what load() gives),
      * then each C[i, j] summed over l in order, as before the copies
      */
-    enqueue(h->stream, [=] {
+    e = enqueue(h->stream, [=] {
         int                 i, j, l;
         float               acc, p;
         const float        *a, *b;
@@ -275,7 +276,9 @@ cublasGemmEx(cublasHandle_t h, cublasOperation_t transa,
         profile_stop("cublasGemmEx", t);
     });
 
-    return CUBLAS_STATUS_SUCCESS;
+    /* refused in a capture (the legacy stream's while one captures) */
+    return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS
+                            : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
 } /* extern "C" */

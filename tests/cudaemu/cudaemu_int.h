@@ -69,10 +69,29 @@ void profile_stop(const char *name, double start);
 /* work for a stream (NULL: the legacy one), run when it is waited for */
 typedef std::function<void()>  work;
 
-void enqueue(cudaStream_t s, work fn);
+/*
+ * fn issued to s, or recorded into the graph that s is capturing; an
+ * error (set, not sticky) where CUDA refuses it: work for the legacy
+ * stream while a blocking stream captures, for an invalidated capture
+ */
+cudaError_t enqueue(cudaStream_t s, work fn);
 void sync_stream(cudaStream_t s);
 void sync_all();
 bool stream_valid(cudaStream_t s);
+
+/* whether s is capturing into a graph */
+bool capturing(cudaStream_t s);
+
+/* e for a call that s's capture refuses: the capture is invalidated */
+cudaError_t capture_refuse(cudaStream_t s, cudaError_t e);
+
+/*
+ * cudaStreamCaptureUnsupported (and the captures invalidated) for a
+ * call that CUDA prohibits during capture (a synchronous copy, memset,
+ * an allocation, a device-wide synchronize): any capture in global mode,
+ * this thread's in thread-local mode; cudaSuccess otherwise
+ */
+cudaError_t capture_unsafe(bool any);
 
 } /* namespace cudaemu */
 

@@ -436,8 +436,9 @@ static cudaError_t
 copy(void *dst, const void *src, size_t size, cudaMemcpyKind kind,
     cudaStream_t s, bool sync)
 {
-    bool      ok;
-    mem_kind  sk, dk;
+    bool         ok;
+    mem_kind     sk, dk;
+    cudaError_t  e;
 
     if (size == 0) {
         return cudaSuccess;
@@ -483,23 +484,34 @@ copy(void *dst, const void *src, size_t size, cudaMemcpyKind kind,
     sk = find(src, NULL);
     dk = find(dst, NULL);
 
+    /* a graph holds no copy of pageable memory, nor waits for one */
+    if ((sk == MEM_HOST || dk == MEM_HOST) && capturing(s)) {
+        report("cudaMemcpyAsync of %zu bytes from %p to %p: pageable host "
+               "memory in a stream capture", size, src, dst);
+        return capture_refuse(s, cudaErrorStreamCaptureUnsupported);
+    }
+
     if (sk == MEM_HOST) {
         /* staged now: the caller may reuse its buffer at once */
         auto  staged = std::make_shared<std::vector<char>>(
                            (const char *) src, (const char *) src + size);
 
-        enqueue(s, [dst, staged] {
-            device_open  open;
+        e = enqueue(s, [dst, staged] {
+                device_open  open;
 
-            memcpy(dst, staged->data(), staged->size());
-        });
+                memcpy(dst, staged->data(), staged->size());
+            });
 
     } else {
-        enqueue(s, [dst, src, size] {
-            device_open  open;
+        e = enqueue(s, [dst, src, size] {
+                device_open  open;
 
-            memmove(dst, src, size);
-        });
+                memmove(dst, src, size);
+            });
+    }
+
+    if (e != cudaSuccess) {
+        return e;
     }
 
     if (sync || dk == MEM_HOST) {
@@ -535,6 +547,29 @@ cudaGetErrorString(cudaError_t e)
         return "an illegal memory access was encountered";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorIllegalState: return "the operation cannot be performed "
+                                       "in the present state";
+    case cudaErrorStreamCaptureUnsupported:
+        return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+        return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnmatched:
+        return "the capture was not initiated in this stream";
+    case cudaErrorStreamCaptureUnjoined:
+        return "the capture sequence contains a fork that was not joined "
+               "to the primary stream";
+    case cudaErrorStreamCaptureIsolation:
+        return "a dependency would have been created which crosses the "
+               "capture sequence boundary";
+    case cudaErrorStreamCaptureImplicit:
+        return "operation would make the legacy stream depend on a "
+               "capturing blocking stream";
+    case cudaErrorCapturedEvent:
+        return "operation not permitted on an event last recorded in a "
+               "capturing stream";
+    case cudaErrorStreamCaptureWrongThread:
+        return "attempt to terminate a thread-local capture sequence from "
+               "another thread";
     default: return "unknown error";
     }
 }
@@ -629,6 +664,11 @@ cudaMalloc(void **p, size_t size)
         return enter();
     }
 
+    if (capture_unsafe(false) != cudaSuccess) {
+        *p = NULL;
+        return cudaErrorStreamCaptureUnsupported;
+    }
+
     if (size > DEVICE_BYTES - device_used) {
         *p = NULL;
         return set_error(cudaErrorMemoryAllocation, false);
@@ -645,6 +685,10 @@ cudaMalloc(void **p, size_t size)
 cudaError_t
 cudaFree(void *p)
 {
+    if (capture_unsafe(false) != cudaSuccess) {
+        return cudaErrorStreamCaptureUnsupported;
+    }
+
     sync_all();
 
     return unmap_region(p, MEM_DEVICE) == cudaSuccess
@@ -736,6 +780,10 @@ cudaMemcpy(void *dst, const void *src, size_t size, cudaMemcpyKind kind)
         return enter();
     }
 
+    if (capture_unsafe(false) != cudaSuccess) {
+        return cudaErrorStreamCaptureUnsupported;
+    }
+
     return copy(dst, src, size, kind, NULL, true);
 }
 
@@ -769,19 +817,21 @@ cudaMemsetAsync(void *p, int v, size_t size, cudaStream_t s)
         return set_error(cudaErrorInvalidValue, false);
     }
 
-    enqueue(s, [p, v, size] {
-        device_open  open;
+    return enqueue(s, [p, v, size] {
+               device_open  open;
 
-        memset(p, v, size);
-    });
-
-    return cudaSuccess;
+               memset(p, v, size);
+           });
 }
 
 
 cudaError_t
 cudaMemset(void *p, int v, size_t size)
 {
+    if (capture_unsafe(false) != cudaSuccess) {
+        return cudaErrorStreamCaptureUnsupported;
+    }
+
     return cudaMemsetAsync(p, v, size, NULL);
 }
 

@@ -5,8 +5,9 @@
  * kernel arguments that are host memory, barriers and shuffles that
  * hardware could not complete, cublasGemmEx with its transposes and
  * leading dimensions, streams that keep no order but their events', a
- * planted kernel fault, IPC handles between processes, and the warp
- * matrix functions (nvcuda::wmma).
+ * planted kernel fault, IPC handles between processes, the warp
+ * matrix functions (nvcuda::wmma), and stream capture into graphs with
+ * what CUDA refuses during a capture.
  */
 
 #include <math.h>
@@ -108,6 +109,30 @@ emu_copy(float *y, const float *x, int n)
 
     if (i < n) {
         y[i] = x[i];
+    }
+}
+
+
+/* y[i] = x[i] + *param + frozen: one value read at run time, one not */
+static __global__ void
+emu_add_param(float *y, const float *x, const int *param, float frozen,
+    int n)
+{
+    int  i = (int) (blockIdx.x * blockDim.x + threadIdx.x);
+
+    if (i < n) {
+        y[i] = x[i] + (float) *param + frozen;
+    }
+}
+
+
+static __global__ void
+emu_scale(float *y, float a, int n)
+{
+    int  i = (int) (blockIdx.x * blockDim.x + threadIdx.x);
+
+    if (i < n) {
+        y[i] *= a;
     }
 }
 
@@ -754,6 +779,340 @@ test_gemm(void **state)
 }
 
 
+/* what a capture recorded runs at each launch of its graph, not before */
+static void
+test_graph_replay(void **state)
+{
+    enum { N = 40 };
+    float                    h[N], *x, *y, *z;
+    int                     *param, *pinned, i, frozen;
+    uint32_t                 bits;
+    size_t                   n_nodes;
+    cudaStream_t             s;
+    cudaGraph_t              graph;
+    cudaGraphExec_t          exec;
+    cudaStreamCaptureStatus  st;
+
+    x = (float *) dev_alloc(N * sizeof(float));
+    y = (float *) dev_alloc(N * sizeof(float));
+    z = (float *) dev_alloc(N * sizeof(float));
+    param = (int *) dev_alloc(sizeof(int));
+    assert_int_equal(cudaHostAlloc((void **) &pinned, sizeof(int),
+                                   cudaHostAllocDefault), cudaSuccess);
+    assert_int_equal(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
+                     cudaSuccess);
+
+    for (i = 0; i < N; i++) {
+        h[i] = (float) i;
+    }
+
+    assert_int_equal(cudaMemcpy(x, h, sizeof(h), cudaMemcpyHostToDevice),
+                     cudaSuccess);
+    assert_int_equal(cudaMemset(y, 0, sizeof(h)), cudaSuccess);
+    assert_int_equal(cudaMemset(z, 0, sizeof(h)), cudaSuccess);
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+
+    /*
+     * the step's value goes by a copy from pinned memory into param, the
+     * kernel reads it there; frozen is the launch's argument, kept as it
+     * was at capture
+     */
+    *pinned = 100;
+    frozen = 3;
+
+    assert_int_equal(cudaStreamIsCapturing(s, &st), cudaSuccess);
+    assert_int_equal(st, cudaStreamCaptureStatusNone);
+    assert_int_equal(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal),
+                     cudaSuccess);
+    assert_int_equal(cudaStreamIsCapturing(s, &st), cudaSuccess);
+    assert_int_equal(st, cudaStreamCaptureStatusActive);
+
+    assert_int_equal(cudaMemcpyAsync(param, pinned, sizeof(int),
+                                     cudaMemcpyHostToDevice, s),
+                     cudaSuccess);
+    VLM_LAUNCH(emu_add_param, 2, 32, 0, s, y, x, param, (float) frozen, N);
+    assert_int_equal(cudaGetLastError(), cudaSuccess);
+    assert_int_equal(cudaMemcpyAsync(x, y, sizeof(h),
+                                     cudaMemcpyDeviceToDevice, s),
+                     cudaSuccess);
+    VLM_LAUNCH(emu_scale, 2, 32, 0, s, y, 2.0f, N);
+    assert_int_equal(cudaMemsetAsync(z, 0x3f, 4, s), cudaSuccess);
+
+    assert_int_equal(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    assert_non_null(graph);
+    frozen = 1000;
+
+    assert_int_equal(cudaGraphGetNodes(graph, NULL, &n_nodes), cudaSuccess);
+    assert_int_equal(n_nodes, 5);
+
+    /* nothing of it ran: y and z are still zero, x as written */
+    assert_int_equal(cudaStreamSynchronize(s), cudaSuccess);
+    assert_int_equal(cudaMemcpy(h, y, sizeof(h), cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    for (i = 0; i < N; i++) {
+        assert_true(h[i] == 0.0f);
+    }
+
+    assert_int_equal(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    assert_int_equal(cudaGraphDestroy(graph), cudaSuccess);
+
+    /* launch 1: y = (x + 100 + 3) * 2, x = x + 103 */
+    assert_int_equal(cudaGraphLaunch(exec, s), cudaSuccess);
+    assert_int_equal(cudaStreamSynchronize(s), cudaSuccess);
+    assert_int_equal(cudaMemcpy(h, y, sizeof(h), cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    for (i = 0; i < N; i++) {
+        assert_true(h[i] == ((float) i + 103.0f) * 2.0f);
+    }
+
+    /* launch 2 with another value in pinned memory: x + 103 + 7 + 3 */
+    *pinned = 7;
+    assert_int_equal(cudaGraphLaunch(exec, s), cudaSuccess);
+    assert_int_equal(cudaStreamSynchronize(s), cudaSuccess);
+    assert_int_equal(cudaMemcpy(h, y, sizeof(h), cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    for (i = 0; i < N; i++) {
+        assert_true(h[i] == ((float) i + 113.0f) * 2.0f);
+    }
+
+    assert_int_equal(cudaMemcpy(h, z, sizeof(h), cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    memcpy(&bits, h, sizeof(bits));
+    assert_int_equal(bits, 0x3f3f3f3f);
+    assert_true(h[1] == 0.0f);
+
+    /* lazy as the stream is: launched, not yet run */
+    *pinned = 0;
+    assert_int_equal(cudaGraphLaunch(exec, s), cudaSuccess);
+    assert_int_equal(cudaStreamQuery(s), cudaErrorNotReady);
+    assert_int_equal(cudaStreamSynchronize(s), cudaSuccess);
+    assert_int_equal(cudaMemcpy(h, y, sizeof(h), cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    assert_true(h[5] == (5.0f + 116.0f) * 2.0f);
+
+    assert_int_equal(cudaGraphExecDestroy(exec), cudaSuccess);
+    assert_int_equal(cudaGraphLaunch(NULL, s), cudaErrorInvalidValue);
+    assert_int_equal(cudaGetLastError(), cudaErrorInvalidValue);
+
+    cudaStreamDestroy(s);
+    cudaFreeHost(pinned);
+    cudaFree(param);
+    cudaFree(x);
+    cudaFree(y);
+    cudaFree(z);
+}
+
+
+/* the capture is invalidated: its end gives no graph */
+static void
+end_invalidated(cudaStream_t s)
+{
+    cudaGraph_t              graph;
+    cudaStreamCaptureStatus  st;
+
+    assert_int_equal(cudaStreamIsCapturing(s, &st), cudaSuccess);
+    assert_int_equal(st, cudaStreamCaptureStatusInvalidated);
+
+    graph = (cudaGraph_t) 1;
+    assert_int_equal(cudaStreamEndCapture(s, &graph),
+                     cudaErrorStreamCaptureInvalidated);
+    assert_null(graph);
+    assert_int_equal(cudaStreamIsCapturing(s, &st), cudaSuccess);
+    assert_int_equal(st, cudaStreamCaptureStatusNone);
+    (void) cudaGetLastError();
+}
+
+
+static void
+test_capture_refusals(void **state)
+{
+    enum { N = 32 };
+    float         h[N], *x, *y, *pinned;
+    void         *p;
+    cudaStream_t  s, t, b;
+    cudaEvent_t   ev, ev2;
+    cudaGraph_t   graph;
+    cudaGraphExec_t  exec;
+    int           i;
+
+    x = (float *) dev_alloc(sizeof(h));
+    y = (float *) dev_alloc(sizeof(h));
+    assert_int_equal(cudaHostAlloc((void **) &pinned, sizeof(h),
+                                   cudaHostAllocDefault), cudaSuccess);
+    assert_int_equal(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
+                     cudaSuccess);
+    assert_int_equal(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking),
+                     cudaSuccess);
+    assert_int_equal(cudaStreamCreate(&b), cudaSuccess);
+    assert_int_equal(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
+                     cudaSuccess);
+    assert_int_equal(cudaEventCreateWithFlags(&ev2, cudaEventDisableTiming),
+                     cudaSuccess);
+    memset(h, 0, sizeof(h));
+
+    /* the legacy stream is never captured; one capture a stream */
+    assert_int_equal(cudaStreamBeginCapture(NULL,
+                                            cudaStreamCaptureModeGlobal),
+                     cudaErrorStreamCaptureUnsupported);
+    assert_int_equal(cudaStreamEndCapture(s, &graph), cudaErrorIllegalState);
+    assert_int_equal(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal),
+                     cudaSuccess);
+    assert_int_equal(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal),
+                     cudaErrorIllegalState);
+
+    /* a wait for the capturing stream, then work after it */
+    assert_int_equal(cudaStreamSynchronize(s),
+                     cudaErrorStreamCaptureUnsupported);
+    assert_int_equal(cudaGetLastError(), cudaErrorStreamCaptureUnsupported);
+    VLM_LAUNCH(emu_scale, 1, 32, 0, s, y, 2.0f, N);
+    assert_int_equal(cudaGetLastError(), cudaErrorStreamCaptureInvalidated);
+    end_invalidated(s);
+
+    /* a query of it */
+    assert_int_equal(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal),
+                     cudaSuccess);
+    assert_int_equal(cudaStreamQuery(s), cudaErrorStreamCaptureUnsupported);
+    end_invalidated(s);
+
+    /* in global mode: a synchronous copy, memset, allocation, free */
+    assert_int_equal(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal),
+                     cudaSuccess);
+    assert_int_equal(cudaMemcpy(x, h, sizeof(h), cudaMemcpyHostToDevice),
+                     cudaErrorStreamCaptureUnsupported);
+    end_invalidated(s);
+    assert_int_equal(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal),
+                     cudaSuccess);
+    assert_int_equal(cudaMemset(x, 0, sizeof(h)),
+                     cudaErrorStreamCaptureUnsupported);
+    end_invalidated(s);
+    assert_int_equal(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal),
+                     cudaSuccess);
+    assert_int_equal(cudaMalloc(&p, 64), cudaErrorStreamCaptureUnsupported);
+    end_invalidated(s);
+    assert_int_equal(cudaStreamBeginCapture(s,
+                                            cudaStreamCaptureModeThreadLocal),
+                     cudaSuccess);
+    assert_int_equal(cudaFree(x), cudaErrorStreamCaptureUnsupported);
+    end_invalidated(s);
+    assert_int_equal(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed),
+                     cudaSuccess);
+    assert_int_equal(cudaDeviceSynchronize(),
+                     cudaErrorStreamCaptureUnsupported);
+    end_invalidated(s);
+
+    /* relaxed: a synchronous copy on the legacy stream goes on */
+    assert_int_equal(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed),
+                     cudaSuccess);
+    h[0] = 5.0f;
+    assert_int_equal(cudaMemcpy(x, h, sizeof(h), cudaMemcpyHostToDevice),
+                     cudaSuccess);
+    VLM_LAUNCH(emu_scale, 1, 32, 0, s, x, 2.0f, N);
+    assert_int_equal(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    assert_int_equal(cudaMemcpy(h, x, sizeof(h), cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    assert_true(h[0] == 5.0f);          /* captured, not run */
+    assert_int_equal(cudaGraphDestroy(graph), cudaSuccess);
+
+    /* pageable host memory in a capture, either way */
+    assert_int_equal(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal),
+                     cudaSuccess);
+    assert_int_equal(cudaMemcpyAsync(x, h, sizeof(h),
+                                     cudaMemcpyHostToDevice, s),
+                     cudaErrorStreamCaptureUnsupported);
+    end_invalidated(s);
+    assert_int_equal(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal),
+                     cudaSuccess);
+    assert_int_equal(cudaMemcpyAsync(h, x, sizeof(h),
+                                     cudaMemcpyDeviceToHost, s),
+                     cudaErrorStreamCaptureUnsupported);
+    end_invalidated(s);
+
+    /* the legacy stream while a blocking stream captures */
+    assert_int_equal(cudaStreamBeginCapture(b, cudaStreamCaptureModeRelaxed),
+                     cudaSuccess);
+    assert_int_equal(cudaMemsetAsync(y, 0, sizeof(h), NULL),
+                     cudaErrorStreamCaptureImplicit);
+    end_invalidated(b);
+
+    /* an event recorded in the capture is no point to wait for */
+    assert_int_equal(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal),
+                     cudaSuccess);
+    assert_int_equal(cudaEventRecord(ev, s), cudaSuccess);
+    assert_int_equal(cudaEventQuery(ev), cudaErrorCapturedEvent);
+    end_invalidated(s);
+    assert_int_equal(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal),
+                     cudaSuccess);
+    assert_int_equal(cudaEventRecord(ev, s), cudaSuccess);
+    assert_int_equal(cudaEventSynchronize(ev), cudaErrorCapturedEvent);
+    end_invalidated(s);
+
+    /* nor may the capture wait for work outside it */
+    VLM_LAUNCH(emu_scale, 1, 32, 0, t, y, 2.0f, N);
+    assert_int_equal(cudaEventRecord(ev, t), cudaSuccess);
+    assert_int_equal(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal),
+                     cudaSuccess);
+    assert_int_equal(cudaStreamWaitEvent(s, ev, 0),
+                     cudaErrorStreamCaptureIsolation);
+    end_invalidated(s);
+    assert_int_equal(cudaStreamSynchronize(t), cudaSuccess);
+
+    /* a fork not joined back, then one joined: x = (x * 2) * 3 */
+    assert_int_equal(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal),
+                     cudaSuccess);
+    assert_int_equal(cudaEventRecord(ev, s), cudaSuccess);
+    assert_int_equal(cudaStreamWaitEvent(t, ev, 0), cudaSuccess);
+    VLM_LAUNCH(emu_scale, 1, 32, 0, t, x, 3.0f, N);
+    assert_int_equal(cudaStreamEndCapture(t, &graph),
+                     cudaErrorStreamCaptureUnmatched);
+    assert_int_equal(cudaStreamEndCapture(s, &graph),
+                     cudaErrorStreamCaptureInvalidated);
+    (void) cudaGetLastError();
+
+    assert_int_equal(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal),
+                     cudaSuccess);
+    assert_int_equal(cudaEventRecord(ev, s), cudaSuccess);
+    assert_int_equal(cudaStreamWaitEvent(t, ev, 0), cudaSuccess);
+    VLM_LAUNCH(emu_scale, 1, 32, 0, t, x, 3.0f, N);
+    assert_int_equal(cudaStreamEndCapture(s, &graph),
+                     cudaErrorStreamCaptureUnjoined);
+    assert_null(graph);
+    (void) cudaGetLastError();
+
+    assert_int_equal(cudaMemcpy(x, h, sizeof(h), cudaMemcpyHostToDevice),
+                     cudaSuccess);
+    assert_int_equal(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal),
+                     cudaSuccess);
+    VLM_LAUNCH(emu_scale, 1, 32, 0, s, x, 2.0f, N);
+    assert_int_equal(cudaEventRecord(ev, s), cudaSuccess);
+    assert_int_equal(cudaStreamWaitEvent(t, ev, 0), cudaSuccess);
+    VLM_LAUNCH(emu_scale, 1, 32, 0, t, x, 3.0f, N);
+    assert_int_equal(cudaEventRecord(ev2, t), cudaSuccess);
+    assert_int_equal(cudaStreamWaitEvent(s, ev2, 0), cudaSuccess);
+    assert_int_equal(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    assert_int_equal(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    assert_int_equal(cudaGraphLaunch(exec, s), cudaSuccess);
+    assert_int_equal(cudaStreamSynchronize(s), cudaSuccess);
+    assert_int_equal(cudaMemcpy(h, x, sizeof(h), cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    assert_true(h[0] == 30.0f);
+    for (i = 1; i < N; i++) {
+        assert_true(h[i] == 0.0f);
+    }
+    assert_int_equal(cudaGetLastError(), cudaSuccess);
+
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaEventDestroy(ev);
+    cudaEventDestroy(ev2);
+    cudaStreamDestroy(s);
+    cudaStreamDestroy(t);
+    cudaStreamDestroy(b);
+    cudaFreeHost(pinned);
+    cudaFree(x);
+    cudaFree(y);
+}
+
+
 int
 main(void)
 {
@@ -770,6 +1129,8 @@ main(void)
         cmocka_unit_test(test_fault),
         cmocka_unit_test(test_ipc),
         cmocka_unit_test(test_wmma),
+        cmocka_unit_test(test_graph_replay),
+        cmocka_unit_test(test_capture_refusals),
     };
 
     return cmocka_run_group_tests_name("cudaemu", tests, NULL, NULL);

@@ -556,6 +556,8 @@ vlm_lm_attn_setup(vlm_model_t *m, const vlm_batch_t *b,
     int                     s, Q, KV;
     vlm_dtype_t             dt;
     vlm_lm_ws_t            *ws = &m->ws;
+    vlm_graph_t            *g = &m->graph;
+    const int32_t          *table, *start;
     const vlm_batch_seg_t  *sg;
 
     Q = m->tp.n_heads * m->cfg.text.head_dim;
@@ -574,15 +576,26 @@ vlm_lm_attn_setup(vlm_model_t *m, const vlm_batch_t *b,
 
     for (s = 0; s < b->n_segs; s++) {
         sg = &b->segs[s];
+
+        /*
+         * a decode graph being captured (vlm_graph.c): each row's block
+         * table and kv_start in the graph's inputs, read as it runs
+         */
+        table = g->active ? g->dev + 5 * g->max_rows + (size_t) s * g->blocks
+                          : sg->seq->blocks_dev;
+        start = g->active ? g->dev + 4 * g->max_rows + s : NULL;
+
         m->attn_seqs[s].out = ws->att + (size_t) sg->row * Q;
         m->attn_seqs[s].q = ws->q + (size_t) sg->row * Q;
-        m->attn_seqs[s].block_table = sg->seq->blocks_dev;
+        m->attn_seqs[s].block_table = table;
         m->attn_seqs[s].n_q = sg->n;
         m->attn_seqs[s].kv_start = sg->kv_start;
         m->attn_seqs[s].kv_range = NULL;
+        m->attn_seqs[s].kv_start_dev = start;
 
-        m->kv_seqs[s].block_table = sg->seq->blocks_dev;
+        m->kv_seqs[s].block_table = table;
         m->kv_seqs[s].start = sg->kv_start;
+        m->kv_seqs[s].start_dev = start;
         m->kv_seqs[s].n = sg->n;
         m->kv_seqs[s].row = sg->row;
         m->kv_seqs[s].k = ws->k + (size_t) sg->row * KV;

@@ -32,10 +32,19 @@ typedef enum {
     cudaErrorInvalidDevicePointer = 17,
     cudaErrorInvalidMemcpyDirection = 21,
     cudaErrorInvalidResourceHandle = 400,
+    cudaErrorIllegalState = 401,
     cudaErrorNotReady = 600,
     cudaErrorIllegalAddress = 700,
     cudaErrorLaunchFailure = 719,
     cudaErrorNotSupported = 801,
+    cudaErrorStreamCaptureUnsupported = 900,
+    cudaErrorStreamCaptureInvalidated = 901,
+    cudaErrorStreamCaptureUnmatched = 903,
+    cudaErrorStreamCaptureUnjoined = 904,
+    cudaErrorStreamCaptureIsolation = 905,
+    cudaErrorStreamCaptureImplicit = 906,
+    cudaErrorCapturedEvent = 907,
+    cudaErrorStreamCaptureWrongThread = 908,
     cudaErrorUnknown = 999
 } cudaError_t;
 
@@ -67,6 +76,21 @@ typedef struct {
 
 typedef struct cudaemu_stream_s  *cudaStream_t;
 typedef struct cudaemu_event_s   *cudaEvent_t;
+typedef struct cudaemu_graph_s   *cudaGraph_t;
+typedef struct cudaemu_gexec_s   *cudaGraphExec_t;
+typedef struct cudaemu_gnode_s   *cudaGraphNode_t;
+
+typedef enum {
+    cudaStreamCaptureModeGlobal = 0,
+    cudaStreamCaptureModeThreadLocal = 1,
+    cudaStreamCaptureModeRelaxed = 2
+} cudaStreamCaptureMode;
+
+typedef enum {
+    cudaStreamCaptureStatusNone = 0,
+    cudaStreamCaptureStatusActive = 1,
+    cudaStreamCaptureStatusInvalidated = 2
+} cudaStreamCaptureStatus;
 
 typedef struct cudaDeviceProp {
     char    name[256];
@@ -125,6 +149,23 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaStreamQuery(cudaStream_t s);
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev,
     unsigned flags);
+
+/*
+ * stream capture and graphs (cudaemu_stream.cc): what is issued to a
+ * capturing stream is recorded, not run, and runs at each cudaGraphLaunch
+ */
+cudaError_t cudaStreamBeginCapture(cudaStream_t s,
+    cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t s,
+    cudaStreamCaptureStatus *status);
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes,
+    size_t *n);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph,
+    unsigned long long flags);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 
 cudaError_t cudaEventCreate(cudaEvent_t *ev);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned flags);
