@@ -175,9 +175,9 @@ DEPS := $(patsubst %.c,$(BUILD)/%.d,$(wildcard src/*/*.c src/*/*/*.c \
 $(DEPS):
 -include $(wildcard $(DEPS))
 
-# the kernels include only kernels/ headers
+# the kernels include kernels/ headers and src/core/vlm_dtype.h
 $(BUILD)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.h kernels/*.cuh) \
-                      $(BUILD)/cuda.flag
+                      src/core/vlm_dtype.h $(BUILD)/cuda.flag
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
@@ -324,7 +324,7 @@ EMU_BUILD := $(ROOT)/build-cudaemu
 EMU_DIR   := tests/cudaemu
 EMU_SRCS  := $(sort $(wildcard $(EMU_DIR)/*.cc))
 EMU_HDRS  := $(wildcard $(EMU_DIR)/*.h $(EMU_DIR)/include/*.h \
-                        kernels/*.h kernels/*.cuh)
+                        kernels/*.h kernels/*.cuh) src/core/vlm_dtype.h
 EMU_OBJS  := $(EMU_SRCS:%.cc=$(EMU_BUILD)/%.o) \
              $(CUDA_SRCS:%.cu=$(EMU_BUILD)/%.o) \
              $(CUDA_HOST_SRCS:%.c=$(EMU_BUILD)/%.o)
@@ -334,7 +334,7 @@ EMU_TESTS := $(EMU_SELF) $(CUDA_TESTS:tests/%.c=$(EMU_BUILD)/tests/%)
 CXX       ?= c++
 EMU_CXXFLAGS := -std=c++17 -g $(OPT) -fPIC -Wall -Wextra -Werror \
                 -Wno-unused-parameter -Wno-unknown-pragmas -pthread $(SAN) \
-                -I$(ROOT)/$(EMU_DIR)/include -I$(ROOT)/kernels
+                -I$(ROOT)/$(EMU_DIR)/include -I$(ROOT)/kernels -I$(ROOT)/src
 EMU_CPPFLAGS := $(CPPFLAGS) -DVLM_CUDAEMU=1 -I$(ROOT)/$(EMU_DIR)/include \
                 -I$(ROOT)/kernels -I$(ROOT)/$(EMU_DIR)
 

@@ -44,6 +44,7 @@ ngx_conf_enum_t  ngx_http_vlm_kv_dtypes[] = {
     { ngx_string("f32"), NGX_HTTP_VLM_KV_F32 },
     { ngx_string("bf16"), NGX_HTTP_VLM_KV_BF16 },
     { ngx_string("f16"), NGX_HTTP_VLM_KV_F16 },
+    { ngx_string("fp8"), NGX_HTTP_VLM_KV_FP8 },
     { ngx_null_string, 0 }
 };
 

@@ -429,7 +429,7 @@ vlm_cuda_attention_paged(cudaStream_t s, const void *k_cache,
     if (n_seqs < 0 || n_seqs > VLM_CUDA_ATTN_SEQS || n_kv_heads <= 0
         || n_heads % n_kv_heads != 0 || head_dim <= 0
         || head_dim > VLM_CUDA_MAX_HEAD_DIM || block_size <= 0
-        || kv_type < VLM_CUDA_KV_F32 || kv_type > VLM_CUDA_KV_F16)
+        || kv_type < VLM_CUDA_KV_F32 || kv_type > VLM_CUDA_KV_LAST)
     {
         return cudaErrorInvalidValue;
     }

@@ -789,7 +789,7 @@ vlm_cuda_attention_paged_wmma(cudaStream_t s, const void *k_cache,
     if (n_seqs < 0 || n_seqs > VLM_CUDA_ATTN_SEQS || n_kv_heads <= 0
         || n_heads % n_kv_heads != 0
         || !vlm_cuda_attention_wmma_fits(head_dim) || block_size <= 0
-        || kv_type < VLM_CUDA_KV_F32 || kv_type > VLM_CUDA_KV_F16)
+        || kv_type < VLM_CUDA_KV_F32 || kv_type > VLM_CUDA_KV_LAST)
     {
         return cudaErrorInvalidValue;
     }
@@ -834,7 +834,7 @@ vlm_cuda_attention_decode_wmma(cudaStream_t s, const void *k_cache,
     if (n_seqs < 0 || n_seqs > VLM_CUDA_ATTN_SEQS || n_kv_heads <= 0
         || n_heads % n_kv_heads != 0
         || !vlm_cuda_attention_wmma_fits(head_dim) || block_size <= 0
-        || kv_type < VLM_CUDA_KV_F32 || kv_type > VLM_CUDA_KV_F16)
+        || kv_type < VLM_CUDA_KV_F32 || kv_type > VLM_CUDA_KV_LAST)
     {
         return cudaErrorInvalidValue;
     }

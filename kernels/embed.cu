@@ -179,7 +179,7 @@ vlm_cuda_kv_store(cudaStream_t s, void *k_cache, void *v_cache,
     int start, const float *k, const float *v, int kv_stride, int n)
 {
     if (n < 0 || block_size <= 0 || kv_dim <= 0 || start < 0
-        || kv_type < VLM_CUDA_KV_F32 || kv_type > VLM_CUDA_KV_F16)
+        || kv_type < VLM_CUDA_KV_F32 || kv_type > VLM_CUDA_KV_LAST)
     {
         return cudaErrorInvalidValue;
     }
@@ -205,7 +205,7 @@ vlm_cuda_kv_store_seqs(cudaStream_t s, void *k_cache, void *v_cache,
     vlm_kv_seqs_t  p;
 
     if (block_size <= 0 || kv_dim <= 0 || kv_type < VLM_CUDA_KV_F32
-        || kv_type > VLM_CUDA_KV_F16)
+        || kv_type > VLM_CUDA_KV_LAST)
     {
         return cudaErrorInvalidValue;
     }

@@ -221,7 +221,7 @@ vlm_cuda_rope_kv_store(cudaStream_t s, float *q, int n, int q_stride,
 
     if (n < 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim < 2
         || head_dim % 2 != 0 || block_size <= 0 || kv_type < VLM_CUDA_KV_F32
-        || kv_type > VLM_CUDA_KV_F16)
+        || kv_type > VLM_CUDA_KV_LAST)
     {
         return cudaErrorInvalidValue;
     }

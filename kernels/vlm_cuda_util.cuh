@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "core/vlm_dtype.h"
 #include "vlm_kernels.h"
 
 
@@ -44,10 +45,47 @@
 #endif
 
 
+/*
+ * float8 e4m3fn (1 sign, 4 exponent bits of bias 7, 3 mantissa bits, no
+ * infinities, 0x7f NaN) widened exactly; narrowed by vlm_dtype.h's
+ * vlm_f32_to_f8e4m3() (rounded to nearest even, saturated at +-448)
+ */
+static __device__ __forceinline__ float
+vlm_fp8_to_float(uint8_t b)
+{
+    int       e, m;
+    uint32_t  u;
+    float     f;
+
+    e = (b >> 3) & 15;
+    m = b & 7;
+
+    if ((b & 0x7f) == 0x7f) {
+        u = 0x7fc00000u;
+
+    } else if (e == 0) {
+        f = (float) m * (1.0f / 512.0f);
+        return (b & 0x80) ? -f : f;
+
+    } else {
+        u = (uint32_t) (e + 120) << 23 | (uint32_t) m << 20;
+    }
+
+    u |= (uint32_t) (b & 0x80) << 24;
+    memcpy(&f, &u, sizeof(f));
+
+    return f;
+}
+
+
 /* element i of a KV cache row of type VLM_CUDA_KV_*, as float */
 static __device__ __forceinline__ float
 vlm_kv_get(const void *p, int type, size_t i)
 {
+    if (type == VLM_CUDA_KV_FP8) {
+        return vlm_fp8_to_float(((const uint8_t *) p)[i]);
+    }
+
     if (type == VLM_CUDA_KV_BF16) {
         return __bfloat162float(((const __nv_bfloat16 *) p)[i]);
     }
@@ -69,6 +107,9 @@ vlm_kv_put(void *p, int type, size_t i, float v)
 
     } else if (type == VLM_CUDA_KV_F16) {
         ((__half *) p)[i] = __float2half(v);
+
+    } else if (type == VLM_CUDA_KV_FP8) {
+        ((uint8_t *) p)[i] = vlm_f32_to_f8e4m3(v);
 
     } else {
         ((float *) p)[i] = v;

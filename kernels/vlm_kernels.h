@@ -32,11 +32,14 @@ extern "C" {
 /*
  * the element types of the paged KV cache: float32, or bfloat16 / half
  * (stored rounded to nearest even, read widened; attention accumulates
- * in float32 either way)
+ * in float32 either way), or float8 e4m3fn (rounded to nearest even,
+ * saturated at +-448, a scale of 1)
  */
 #define VLM_CUDA_KV_F32   0
 #define VLM_CUDA_KV_BF16  1
 #define VLM_CUDA_KV_F16   2
+#define VLM_CUDA_KV_FP8   3
+#define VLM_CUDA_KV_LAST  VLM_CUDA_KV_FP8
 
 
 /* norm.cu */

@@ -1025,13 +1025,26 @@ GET /metrics
 
 === TEST 41d: vlm_kv_dtype: an unknown dtype
 --- http_config
+    vlm_kv_dtype fp4;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: invalid value "fp4" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 41d2: vlm_kv_dtype fp8: the cuda backend's only
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/good;
     vlm_kv_dtype fp8;
 --- config
     location = /t { return 204; }
 --- must_die
 --- suppress_stderr
 --- error_log eval
-qr{\[emerg\] .*: invalid value "fp8" in \S+nginx\.conf:\d+$}
+qr{\[emerg\] .*: "vlm_kv_dtype fp8" needs "vlm_backend cuda": the CPU backend keeps no float8 keys and values in \S+nginx\.conf:\d+$}
 
 
 

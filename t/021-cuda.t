@@ -6,11 +6,11 @@
 # CPU's is noted), an image, the same image again from the image cache,
 # a stream with the same text, and the KV blocks and sequence slots back
 # to idle afterwards, the same answers with "vlm_cuda_graphs on" (decode
-# steps replayed from CUDA graphs); then "vlm_tensor_parallel 2" (two
-# GPUs, or twice the emulated device), and on the emulated device a
-# kernel that faults
-# (CUDAEMU_FAULT): that request fails with a 5xx, the engine is started
-# again and the next request is served.  A real CUDA engine and a GPU
+# steps replayed from CUDA graphs), the answers with "vlm_kv_dtype fp8";
+# then "vlm_tensor_parallel 2" (two GPUs, or twice the emulated device),
+# and on the emulated device a kernel that faults (CUDAEMU_FAULT): that
+# request fails with a 5xx, the engine is started again and the next
+# request is served.  A real CUDA engine and a GPU
 # come first; without either, the emulated engine that VLM_CUDAEMU_BUILD
 # names (make test-cuda-emu); skipped without both.
 
@@ -193,6 +193,7 @@ is($m->{'vlm_pool_used{pool="kv_blocks",unit="blocks"}'}, 0,
 is($m->{'vlm_pool_used{pool="sequences",unit="slots"}'}, 0,
    "$where: no sequence left in use");
 gpu_memory_same($gpu0, gpu_memory($m, 0), $where);
+my $f32_token = $m->{'vlm_engine_rank_kv_token_bytes{rank="0"}'};
 
 VLMTest::vlm_stop($srv);
 
@@ -212,6 +213,20 @@ $m = vlm_wait_pools($gsrv);
 is($m->{'vlm_pool_used{pool="kv_blocks",unit="blocks"}'}, 0,
    "vlm_cuda_graphs on $where: no KV block left in use");
 VLMTest::vlm_stop($gsrv);
+
+# vlm_kv_dtype fp8: keys and values as float8 e4m3, a quarter of this f32
+# checkpoint's cache bytes a token; the answers complete (test_backend_ops
+# holds the numbers)
+my $fp8 = vlm_start(name => 'cuda-fp8',
+                    http_config => "$cuda_conf    vlm_kv_dtype fp8;\n");
+push @servers, $fp8;
+served_ok($fp8, \@ref, "$where, fp8 KV cache");
+$m = vlm_metrics($fp8);
+is($m->{'vlm_engine_rank_kv_dtype{rank="0",dtype="fp8"}'}, 1,
+   "$where: the engine holds an fp8 KV cache");
+is($m->{'vlm_engine_rank_kv_token_bytes{rank="0"}'} * 4, $f32_token,
+   "$where: a quarter of f32's bytes a token");
+VLMTest::vlm_stop($fp8);
 
 # tensor parallel: the ranks' collectives through NCCL (on the emulated
 # device, its stand-in between the rank processes)

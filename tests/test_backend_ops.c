@@ -1128,22 +1128,144 @@ test_rope_kv_store(void **state)
 }
 
 
+/* x through float8 e4m3fn and back, n values in place */
+static void
+round_fp8(float *x, size_t n)
+{
+    size_t  i;
+
+    for (i = 0; i < n; i++) {
+        x[i] = vlm_f8e4m3_to_f32(vlm_f32_to_f8e4m3(x[i]));
+    }
+}
+
+
+/* n floats as float8 e4m3fn, malloc'ed */
+static uint8_t *
+narrow_fp8(const float *x, size_t n)
+{
+    size_t    i;
+    uint8_t  *b;
+
+    b = malloc(n);
+    assert_non_null(b);
+
+    for (i = 0; i < n; i++) {
+        b[i] = vlm_f32_to_f8e4m3(x[i]);
+    }
+
+    return b;
+}
+
+
+/*
+ * The fp8 cache's narrowing on the device, bit for bit the host's
+ * (vlm_f32_to_f8e4m3, which test_common holds to e4m3's rules): every
+ * code's value, the points halfway to the next code (ties to even) and a
+ * step either side of them, both signs, saturation, NaN, subnormals, in
+ * the keys and the values of rope_kv_store's and kv_store's rows
+ */
+static void
+test_kv_store_fp8(void **state)
+{
+    int        c, n, i;
+    float     *x, a, b, m;
+    uint8_t   *want, *got;
+    int32_t    bt[1], *dbt;
+    uint32_t   u;
+    void      *dkc, *dvc;
+    float     *dx;
+
+    require_gpu();
+
+    x = malloc(2048 * sizeof(float));
+    assert_non_null(x);
+    n = 0;
+
+    for (c = 0; c < 256; c++) {
+        if ((c & 0x7f) >= 0x7e) {
+            continue;
+        }
+
+        a = vlm_f8e4m3_to_f32((uint8_t) c);
+        b = vlm_f8e4m3_to_f32((uint8_t) (c + 1));
+        m = (a + b) / 2;
+        x[n++] = a;
+        x[n++] = m;
+        memcpy(&u, &m, sizeof(u));
+        u--;
+        memcpy(&x[n++], &u, sizeof(u));
+        u += 2;
+        memcpy(&x[n++], &u, sizeof(u));
+    }
+
+    x[n++] = 448.0f;
+    x[n++] = -464.0f;
+    x[n++] = 1e30f;
+    x[n++] = -INFINITY;
+    x[n++] = NAN;
+    x[n++] = 1.0f / 1024;
+    x[n++] = -1.0f / 1000;
+    x[n++] = -0.0f;
+
+    want = narrow_fp8(x, (size_t) n);
+    got = malloc((size_t) 16 * n);
+    assert_non_null(got);
+
+    bt[0] = 0;
+    dbt = dev(bt, sizeof(bt));
+    dx = dev(x, (size_t) n * sizeof(float));
+    dkc = dev(NULL, (size_t) 16 * n);
+    dvc = dev(NULL, (size_t) 16 * n);
+
+    /* one row of n elements: keys and values the same */
+    gpu->ops->kv_store(gpu, dkc, dvc, VLM_DTYPE_F8_E4M3, dbt, 16, n, 3, dx,
+                       dx, n, 1);
+
+    for (c = 0; c < 2; c++) {
+        get(got, c ? dvc : dkc, (size_t) 16 * n);
+
+        for (i = 0; i < n; i++) {
+            if (isnan(x[i]) ? (got[3 * n + i] & 0x7f) != 0x7f
+                            : got[3 * n + i] != want[i])
+            {
+                fail_msg("fp8 %s %d: %.9g stored as 0x%02x, not 0x%02x",
+                         c ? "value" : "key", i, (double) x[i],
+                         got[3 * n + i], want[i]);
+            }
+        }
+    }
+
+    gpu->ops->release(gpu, dbt);
+    gpu->ops->release(gpu, dx);
+    gpu->ops->release(gpu, dkc);
+    gpu->ops->release(gpu, dvc);
+    free(x);
+    free(want);
+    free(got);
+}
+
+
 /*
  * kv_store then attention_paged: sequences of decode rows and prefill
  * runs with their KV at block boundaries, blocks scattered over the
- * cache, whose elements are dt
+ * cache, whose elements are dt.  The CPU keeps no float8 cache: against
+ * an fp8 one it holds an f32 cache of the same values (its keys and
+ * values rounded through e4m3 first), and the GPU's cache bytes are the
+ * host's e4m3 of it, bit for bit.
  */
 static void
 check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
     int n_kv_heads, int head_dim, int block_size, int n_q_max, int kv_max)
 {
-    int               s, i, n_blocks, kv_dim, D, rows, nb, used, j;
+    int               s, i, n_blocks, kv_dim, D, rows, nb, used, j, fp8;
     char              what[96];
-    void             *kc, *vc, *dkc, *dvc;
-    float            *k, *v, *q, *dk, *dv, *dq;
+    void             *kc, *vc, *dkc, *dvc, *gkc, *gvc;
+    float            *k, *v, *q, *dk, *dv, *dq, *kr, *vr;
     float            *out, *dout, *ref;
     int32_t          *bt, *dbt, *perm, *range, *drange;
-    size_t            csz;
+    size_t            gsz, n_el;
+    vlm_dtype_t       cdt;
     vlm_kv_seq_t      ks[64];
     vlm_attn_seq_t    sc[64], sg[64];
     vlm_attn_paged_t  pa;
@@ -1154,12 +1276,25 @@ check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
     D = n_heads * head_dim;
     nb = (kv_max + n_q_max + block_size - 1) / block_size;
     n_blocks = n_seqs * nb;
-    csz = (size_t) n_blocks * block_size * kv_dim * vlm_dtype_size(dt);
+    fp8 = dt == VLM_DTYPE_F8_E4M3;
+    cdt = fp8 ? VLM_DTYPE_F32 : dt;
+    n_el = (size_t) n_blocks * block_size * kv_dim;
+    gsz = n_el * vlm_dtype_size(dt);
 
-    kc = rand_kv(dt, (size_t) n_blocks * block_size * kv_dim);
-    vc = rand_kv(dt, (size_t) n_blocks * block_size * kv_dim);
-    dkc = dev(kc, csz);
-    dvc = dev(vc, csz);
+    kc = rand_kv(cdt, n_el);
+    vc = rand_kv(cdt, n_el);
+    gkc = kc;
+    gvc = vc;
+
+    if (fp8) {
+        round_fp8(kc, n_el);
+        round_fp8(vc, n_el);
+        gkc = narrow_fp8(kc, n_el);
+        gvc = narrow_fp8(vc, n_el);
+    }
+
+    dkc = dev(gkc, gsz);
+    dvc = dev(gvc, gsz);
 
     /* every sequence's blocks, shuffled over the cache */
     perm = shuffled_blocks(n_blocks);
@@ -1214,6 +1349,20 @@ check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
     out = calloc((size_t) rows * D, sizeof(float));
     assert_true(ref != NULL && out != NULL);
 
+    /* the CPU's keys and values: the GPU's as its fp8 cache keeps them */
+    kr = k;
+    vr = v;
+
+    if (fp8) {
+        kr = malloc((size_t) rows * kv_dim * sizeof(float));
+        vr = malloc((size_t) rows * kv_dim * sizeof(float));
+        assert_true(kr != NULL && vr != NULL);
+        memcpy(kr, k, (size_t) rows * kv_dim * sizeof(float));
+        memcpy(vr, v, (size_t) rows * kv_dim * sizeof(float));
+        round_fp8(kr, (size_t) rows * kv_dim);
+        round_fp8(vr, (size_t) rows * kv_dim);
+    }
+
     dq = dev(q, (size_t) rows * D * sizeof(float));
     dk = dev(k, (size_t) rows * kv_dim * sizeof(float));
     dv = dev(v, (size_t) rows * kv_dim * sizeof(float));
@@ -1234,10 +1383,10 @@ check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
             sg[s].kv_range = drange + (size_t) 2 * used;
         }
 
-        cpu->ops->kv_store(cpu, kc, vc, dt, sc[s].block_table,
+        cpu->ops->kv_store(cpu, kc, vc, cdt, sc[s].block_table,
                            block_size, kv_dim, sc[s].kv_start,
-                           k + (size_t) used * kv_dim,
-                           v + (size_t) used * kv_dim, kv_dim, sc[s].n_q);
+                           kr + (size_t) used * kv_dim,
+                           vr + (size_t) used * kv_dim, kv_dim, sc[s].n_q);
         ks[s].block_table = sg[s].block_table;
         ks[s].start = sg[s].kv_start;
         ks[s].n = sg[s].n_q;
@@ -1259,7 +1408,7 @@ check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
                                 kv_dim, ks, n_seqs);
     }
 
-    pa.kv_dtype = dt;
+    pa.kv_dtype = cdt;
     pa.block_size = block_size;
     pa.n_heads = n_heads;
     pa.n_kv_heads = n_kv_heads;
@@ -1273,6 +1422,7 @@ check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
     pa.seqs = sc;
     cpu->ops->attention_paged(cpu, &pa);
 
+    pa.kv_dtype = dt;
     pa.k_cache = dkc;
     pa.v_cache = dvc;
     pa.seqs = sg;
@@ -1280,16 +1430,31 @@ check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
 
     get(out, dout, (size_t) rows * D * sizeof(float));
 
-    /* the caches after kv_store, then the attention */
+    /* the caches after kv_store (fp8: the host's e4m3 of the CPU's) */
     {
-        float  *h = malloc(csz);
+        void  *h = malloc(gsz);
 
         assert_non_null(h);
-        get(h, dkc, csz);
-        assert_memory_equal(h, kc, csz);
-        get(h, dvc, csz);
-        assert_memory_equal(h, vc, csz);
+
+        if (fp8) {
+            free(gkc);
+            free(gvc);
+            gkc = narrow_fp8(kc, n_el);
+            gvc = narrow_fp8(vc, n_el);
+        }
+
+        get(h, dkc, gsz);
+        assert_memory_equal(h, gkc, gsz);
+        get(h, dvc, gsz);
+        assert_memory_equal(h, gvc, gsz);
         free(h);
+
+        if (fp8) {
+            free(gkc);
+            free(gvc);
+            free(kr);
+            free(vr);
+        }
     }
 
     snprintf(what, sizeof(what), "attention_paged %s%s seqs=%d heads=%d/%d "
@@ -1358,6 +1523,11 @@ test_attention_paged(void **state)
     check_paged_dt(VLM_DTYPE_BF16, 1, 8, 1, 64, 16, 1, 2049);
     check_paged_dt(VLM_DTYPE_F16, 5, 12, 2, 128, 16, 9, 1000);
     check_paged_dt(VLM_DTYPE_F16, 2, 16, 16, 256, 8, 4, 70);
+
+    /* float8 e4m3: stored as the host narrows, read as an f32 cache */
+    check_paged_dt(VLM_DTYPE_F8_E4M3, 3, 28, 4, 128, 16, 6, 300);
+    check_paged_dt(VLM_DTYPE_F8_E4M3, 1, 8, 1, 64, 16, 1, 2049);
+    check_paged_dt(VLM_DTYPE_F8_E4M3, 4, 6, 3, 80, 32, 5, 150);
 }
 
 
@@ -1523,6 +1693,7 @@ test_attention_wmma(void **state)
     check_paged_as(VLM_DTYPE_F32, wm, 4, 7, 1, 64, 16, 37, 90);
     check_paged_as(VLM_DTYPE_BF16, wm, 3, 4, 2, 80, 8, 70, 50);
     check_paged_as(VLM_DTYPE_F16, wm, 2, 2, 2, 128, 16, 19, 40);
+    check_paged_as(VLM_DTYPE_F8_E4M3, wm, 3, 8, 2, 128, 16, 33, 60);
     /* two launches' sequences, runs of 13 to 17: both kernels in each */
     check_paged_as(VLM_DTYPE_BF16, wm, 40, 2, 1, 64, 8, 17, 20);
     check_paged_as(VLM_DTYPE_BF16, 2, 2, 4, 4, 256, 8, 17, 30);
@@ -1534,8 +1705,8 @@ test_attention_wmma(void **state)
  * query heads of a K/V head as a tile's rows (groups of 1, 2, 7, 8 and
  * 20, the last two tiles), heads of 64, 80 and 128, contexts of 1, 17,
  * 300 and thousands (the keys split over the grid, then merged), several
- * sequences of different lengths, causal or over key ranges, f32, bf16
- * and f16 caches.  A context of 1 over a bf16 cache would be exact (its
+ * sequences of different lengths, causal or over key ranges, f32, bf16,
+ * f16 and fp8 caches.  A context of 1 over a bf16 cache would be exact (its
  * output the value row): that one has an f32 cache
  */
 static void
@@ -1560,6 +1731,8 @@ test_attention_wmma_decode(void **state)
     check_paged_as(VLM_DTYPE_BF16, wm, 1, 14, 2, 128, 16, 1, 3000);
     check_paged_as(VLM_DTYPE_F32, wm, 2, 16, 2, 64, 16, 1, 2500);
     check_paged_as(VLM_DTYPE_F16, wm, 1, 4, 2, 80, 16, 1, 4100);
+    check_paged_as(VLM_DTYPE_F8_E4M3, wm, 1, 28, 4, 128, 16, 1, 3000);
+    check_paged_as(VLM_DTYPE_F8_E4M3, wm, 5, 7, 1, 64, 16, 2, 200);
 }
 
 
@@ -1719,6 +1892,10 @@ free_case(int n_images, vlm_npy_t *ids, vlm_npy_t *grid, vlm_npy_t *pix)
 }
 
 
+/* parity_case()'s bound on the last logits' relative L2, 0: by dtype */
+static double  parity_tol;
+
+
 static void
 parity_case(vlm_model_t *mc, vlm_model_t *mg, const char *name,
     const char *ref_case, int n_images)
@@ -1756,7 +1933,8 @@ parity_case(vlm_model_t *mc, vlm_model_t *mg, const char *name,
                   "against transformers %.3g\n", name, ref_case, d, dref);
 
     /* an f32 checkpoint's weights stay f32 on both backends */
-    tol = strstr(name, "-f32") != NULL ? VLM_PARITY_F32 : 1e-2;
+    tol = parity_tol > 0 ? parity_tol
+          : strstr(name, "-f32") != NULL ? VLM_PARITY_F32 : 1e-2;
 
     if (d > tol) {
         fail_msg("%s/%s: CUDA and CPU last logits differ: relative L2 %g "
@@ -2435,6 +2613,51 @@ test_model_kv_bf16(void **state)
 }
 
 
+/*
+ * an fp8 KV cache on the GPU against the CPU's cache of the checkpoint's
+ * dtype: the keys and values rounded to e4m3 (3 mantissa bits) move the
+ * logits by more than bf16 does, within 3e-2 relative L2; greedy tokens
+ * reported where they part
+ */
+static void
+test_model_kv_fp8(void **state)
+{
+    vlm_model_t  *mc, *mg;
+
+    require_gpu();
+
+    mc = load_model_kv("qwen2vl-bf16", "cpu", 0, "bf16");
+    mg = load_model_kv("qwen2vl-bf16", "cuda", 0, "fp8");
+
+    parity_tol = 3e-2;
+    parity_case(mc, mg, "qwen2vl-bf16", "text", 0);
+    parity_case(mc, mg, "qwen2vl-bf16", "image1", 1);
+    parity_tol = 0;
+
+    /* a token's keys and values: half of bf16's bytes */
+    assert_int_equal(vlm_model_info(mg)->kv_token_bytes * 2,
+                     vlm_model_info(mc)->kv_token_bytes);
+
+    vlm_test_assert_idle(mg);
+    vlm_model_free(mc);
+    vlm_model_free(mg);
+
+    /* the CPU backend keeps none: refused at load, naming it */
+    {
+        char                path[256];
+        vlm_error_t         err;
+        vlm_model_params_t  p;
+
+        vlm_test_fixture_params(&p);
+        p.kv_dtype = "fp8";
+        p.backend = "cpu";
+        snprintf(path, sizeof(path), FIX "/qwen2vl-bf16");
+        assert_int_not_equal(vlm_model_load(&mc, path, &p, &err), VLM_OK);
+        assert_non_null(strstr(err.msg, "fp8"));
+    }
+}
+
+
 static void
 test_model_qwen2vl_f32(void **state)
 {
@@ -2917,18 +3140,19 @@ bench_paged(vlm_attn_paged_t *pa, void *dkc, void *dvc, int bs, int nh,
 
 /*
  * decode on the same decoder shape: n_seqs sequences of one query row
- * after T keys each, their blocks interleaved over one bf16 cache; the
- * bytes a step are the K and V rows read (as GB/s beside the ms)
+ * after T keys each, their blocks interleaved over one cache of dt (bf16
+ * or fp8); the bytes a step are the K and V rows read (as GB/s beside
+ * the ms)
  */
 static int
-bench_attn_decode(int T, int n_seqs)
+bench_attn_decode(int T, int n_seqs, vlm_dtype_t dt)
 {
     int                 i, s, nh, nkv, hd, bs, nb, D, KV, rc;
     char                what[96], tag[32];
     float              *q, *dq, *dout;
     void               *kc, *dkc, *dvc;
     int32_t            *bt, *dbt;
-    size_t              cache;
+    size_t              cache, es;
     double              flops, bytes;
     vlm_attn_seq_t      sq[VLM_TEST_DECODE_SEQS];
     vlm_attn_paged_t    pa;
@@ -2948,8 +3172,19 @@ bench_attn_decode(int T, int n_seqs)
     nb = (T + 1 + bs - 1) / bs;
     cache = (size_t) n_seqs * nb * bs * KV;
 
+    es = vlm_dtype_size(dt);
     q = vlm_test_rand_vec(&rng_state, (size_t) n_seqs * D);
-    kc = rand_kv(VLM_DTYPE_BF16, cache);
+
+    if (dt == VLM_DTYPE_F8_E4M3) {
+        float  *f = vlm_test_rand_vec(&rng_state, cache);
+
+        kc = narrow_fp8(f, cache);
+        free(f);
+
+    } else {
+        kc = rand_kv(dt, cache);
+    }
+
     bt = malloc((size_t) n_seqs * nb * sizeof(int32_t));
     if (bt == NULL) {
         printf("bench-attn: no host memory\n");
@@ -2961,8 +3196,8 @@ bench_attn_decode(int T, int n_seqs)
     }
 
     dq = dev(q, (size_t) n_seqs * D * sizeof(float));
-    dkc = dev(kc, cache * sizeof(uint16_t));
-    dvc = dev(kc, cache * sizeof(uint16_t));
+    dkc = dev(kc, cache * es);
+    dvc = dev(kc, cache * es);
     dbt = dev(bt, (size_t) n_seqs * nb * sizeof(int32_t));
     dout = dev(NULL, (size_t) n_seqs * D * sizeof(float));
 
@@ -2976,12 +3211,15 @@ bench_attn_decode(int T, int n_seqs)
     }
 
     bench_paged(&pa, dkc, dvc, bs, nh, nkv, hd, sq, n_seqs);
+    pa.kv_dtype = dt;
 
     flops = 4.0 * hd * nh * (double) (T + 1) * n_seqs;
-    bytes = 2.0 * (T + 1) * KV * sizeof(uint16_t) * n_seqs;
-    snprintf(tag, sizeof(tag), "DECODE_B%d", n_seqs);
+    bytes = 2.0 * (T + 1) * KV * (double) es * n_seqs;
+    snprintf(tag, sizeof(tag), "DECODE_%sB%d",
+             dt == VLM_DTYPE_F8_E4M3 ? "FP8_" : "", n_seqs);
     snprintf(what, sizeof(what), "decode, %d sequences of %d keys, %d/%d "
-             "heads of %d, bf16 cache", n_seqs, T + 1, nh, nkv, hd);
+             "heads of %d, %s cache", n_seqs, T + 1, nh, nkv, hd,
+             dt == VLM_DTYPE_F8_E4M3 ? "fp8" : "bf16");
     rc = bench_attn_pair(tag, what, &pa, NULL, dout, (size_t) n_seqs * D,
                          flops, bytes);
 
@@ -3094,8 +3332,9 @@ bench_attn(int T)
     free(qkv);
 
     /* decode at batch 1 and 16 after T keys */
-    rc |= bench_attn_decode(T, 1);
-    rc |= bench_attn_decode(T, 16);
+    rc |= bench_attn_decode(T, 1, VLM_DTYPE_BF16);
+    rc |= bench_attn_decode(T, 16, VLM_DTYPE_BF16);
+    rc |= bench_attn_decode(T, 16, VLM_DTYPE_F8_E4M3);
 
     return rc;
 }
@@ -3118,6 +3357,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_embed_gather),
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_attention_paged),
+        cmocka_unit_test(test_kv_store_fp8),
         cmocka_unit_test(test_attention_varlen),
         cmocka_unit_test(test_attention_wmma),
         cmocka_unit_test(test_attention_wmma_decode),
@@ -3125,6 +3365,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_upload_ring),
         cmocka_unit_test(test_model_image_cache),
         cmocka_unit_test(test_model_kv_bf16),
+        cmocka_unit_test(test_model_kv_fp8),
         cmocka_unit_test(test_model_fused),
         cmocka_unit_test(test_model_graphs),
 #ifdef VLM_CUDAEMU

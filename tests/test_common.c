@@ -3,6 +3,7 @@
  * the kernels stream.
  */
 
+#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -13,6 +14,7 @@
 #include <cmocka.h>
 
 #include "core/vlm_common.h"
+#include "core/vlm_dtype.h"
 
 
 static void
@@ -171,6 +173,63 @@ test_huge_alloc(void **state)
 }
 
 
+/*
+ * float8 e4m3fn narrowing (the CUDA backend's fp8 KV cache, which the
+ * emulated device's tests hold to these bits): every code comes back as
+ * itself, a value between two codes goes to the nearer and a tie to the
+ * even one, past the largest (448) and infinities saturate, NaN stays
+ * NaN, and the smallest subnormal's half is zero
+ */
+static void
+test_f8e4m3_narrowing(void **state)
+{
+    int       c, e;
+    float     a, b, m;
+    uint32_t  u;
+
+    for (c = 0; c < 256; c++) {
+        a = vlm_f8e4m3_to_f32((uint8_t) c);
+
+        if ((c & 0x7f) == 0x7f) {
+            assert_true(isnan(a));
+            assert_int_equal(vlm_f32_to_f8e4m3(a) & 0x7f, 0x7f);
+            continue;
+        }
+
+        assert_int_equal(vlm_f32_to_f8e4m3(a), c);
+
+        /* the next code up, in magnitude, and the values between */
+        if ((c & 0x7f) == 0x7e) {
+            continue;
+        }
+
+        b = vlm_f8e4m3_to_f32((uint8_t) (c + 1));
+        m = (a + b) / 2;
+        e = (c & 1) ? c + 1 : c;
+
+        assert_int_equal(vlm_f32_to_f8e4m3(m), e);
+        memcpy(&u, &m, sizeof(u));
+        u--;
+        memcpy(&m, &u, sizeof(u));
+        assert_int_equal(vlm_f32_to_f8e4m3(m), c);
+        m = (a + b) / 2;
+        memcpy(&u, &m, sizeof(u));
+        u++;
+        memcpy(&m, &u, sizeof(u));
+        assert_int_equal(vlm_f32_to_f8e4m3(m), c + 1);
+    }
+
+    assert_int_equal(vlm_f32_to_f8e4m3(448.0f), 0x7e);
+    assert_int_equal(vlm_f32_to_f8e4m3(464.0f), 0x7e);
+    assert_int_equal(vlm_f32_to_f8e4m3(1e30f), 0x7e);
+    assert_int_equal(vlm_f32_to_f8e4m3(-INFINITY), 0xfe);
+    assert_int_equal(vlm_f32_to_f8e4m3(NAN) & 0x7f, 0x7f);
+    assert_int_equal(vlm_f32_to_f8e4m3(1.0f / 1024), 0);
+    assert_int_equal(vlm_f32_to_f8e4m3(1.0f / 1000), 1);
+    assert_int_equal(vlm_f32_to_f8e4m3(-0.0f), 0x80);
+}
+
+
 int
 main(void)
 {
@@ -180,6 +239,7 @@ main(void)
         cmocka_unit_test(test_status_names),
         cmocka_unit_test(test_log_respects_level),
         cmocka_unit_test(test_huge_alloc),
+        cmocka_unit_test(test_f8e4m3_narrowing),
     };
 
     return cmocka_run_group_tests_name("common", tests, NULL, NULL);

@@ -168,13 +168,14 @@ typedef struct {
 
 /*
  * The paged KV cache's rows are kv_dtype elements: F32, or BF16 / F16
- * (half the bytes), written by kv_store() rounded to nearest even and
- * widened to f32 when attention reads them
+ * (half the bytes), or F8_E4M3 (a quarter; the CUDA backend's, saturated
+ * at +-448), written by kv_store() rounded to nearest even and widened
+ * to f32 when attention reads them
  */
 typedef struct {
     const void     *k_cache;    /* [n_blocks, block_size, kv_dim] */
     const void     *v_cache;
-    vlm_dtype_t     kv_dtype;   /* F32 (0), BF16 or F16 */
+    vlm_dtype_t     kv_dtype;   /* F32 (0), BF16, F16 or F8_E4M3 */
     int             block_size;
     int             n_heads;
     int             n_kv_heads;
@@ -250,7 +251,7 @@ typedef struct {
     void  (*attention_paged)(vlm_backend_t *be, const vlm_attn_paged_t *a);
     /*
      * writes k, v[n, kv_dim] at kv indices start.. of a block table, as
-     * dtype elements (F32, BF16, F16: see kv_dtypes)
+     * dtype elements (F32, BF16, F16, F8_E4M3: see kv_dtypes)
      */
     void  (*kv_store)(vlm_backend_t *be, void *k_cache, void *v_cache,
         vlm_dtype_t dtype, const int32_t *block_table, int block_size,

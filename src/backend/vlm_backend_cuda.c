@@ -731,6 +731,8 @@ vlm_cuda_kv_type(vlm_dtype_t dtype)
         return VLM_CUDA_KV_BF16;
     case VLM_DTYPE_F16:
         return VLM_CUDA_KV_F16;
+    case VLM_DTYPE_F8_E4M3:
+        return VLM_CUDA_KV_FP8;
     default:
         return -1;
     }
@@ -1493,7 +1495,8 @@ static const vlm_backend_ops_t  vlm_cuda_ops = {
     vlm_cuda_argmax_op,
     vlm_cuda_comm_open,
     NULL,                       /* no quantized weights: refused at load */
-    1u << VLM_DTYPE_F32 | 1u << VLM_DTYPE_BF16 | 1u << VLM_DTYPE_F16,
+    1u << VLM_DTYPE_F32 | 1u << VLM_DTYPE_BF16 | 1u << VLM_DTYPE_F16
+        | 1u << VLM_DTYPE_F8_E4M3,
     &vlm_cuda_fpool_ops,
     vlm_cuda_failure,
     vlm_cuda_kv_store_seqs_op,

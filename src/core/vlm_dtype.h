@@ -3,12 +3,14 @@
  * reads) and their conversion to float32.  bfloat16 is the upper half of
  * an IEEE-754 float32; float16 is IEEE-754 binary16.  The integer and
  * float8 types are those of quantized checkpoints (packed weights, zero
- * points, group indices): only the quantized loaders read them.
+ * points, group indices): only the quantized loaders read them, and the
+ * CUDA backend's fp8 KV cache, narrowed as vlm_f32_to_f8e4m3() does.
  */
 
 #ifndef VLM_DTYPE_H
 #define VLM_DTYPE_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -217,6 +219,47 @@ vlm_f8e4m3_to_f32(uint8_t b)
 }
 
 
+/* what the CUDA kernels share of this header: on host and device */
+#ifdef __CUDACC__
+#define VLM_HOST_DEVICE  __host__ __device__
+#else
+#define VLM_HOST_DEVICE
+#endif
+
+
+/*
+ * v as float8 e4m3fn, rounded to nearest even and saturated at +-448, as
+ * vLLM's fp8 cache stores: the CUDA backend's fp8 KV cache (its kernels
+ * call this one) and the tests that hold it to the host's bits
+ */
+static inline VLM_HOST_DEVICE uint8_t
+vlm_f32_to_f8e4m3(float v)
+{
+    uint8_t   sign;
+    uint32_t  u, r;
+    float     a;
+
+    memcpy(&u, &v, sizeof(u));
+    sign = (uint8_t) (u >> 24 & 0x80);
+    u &= 0x7fffffffu;
+
+    if (u > 0x7f800000u) {
+        return (uint8_t) (sign | 0x7f);
+    }
+
+    if (u < 0x3c800000u) {
+        /* under 2^-6: a multiple of 2^-9 (8 of them is 2^-6's code) */
+        memcpy(&a, &u, sizeof(a));
+        return (uint8_t) (sign | (uint8_t) rintf(a * 512.0f));
+    }
+
+    r = (u + 0x7ffffu + (u >> 20 & 1)) >> 20;
+    r -= 120u << 3;
+
+    return (uint8_t) (sign | (r > 0x7e ? 0x7e : r));
+}
+
+
 /* converts n elements of type dt at src to float32 */
 static inline void
 vlm_dtype_to_f32(float *dst, const void *src, vlm_dtype_t dt, size_t n)
@@ -229,7 +272,7 @@ vlm_dtype_to_f32(float *dst, const void *src, vlm_dtype_t dt, size_t n)
         return;
     }
 
-    h = src;
+    h = (const uint16_t *) src;
 
     for (i = 0; i < n; i++) {
         dst[i] = dt == VLM_DTYPE_BF16 ? vlm_bf16_to_f32(h[i])

@@ -17,7 +17,8 @@
  *              [--image-cache-bytes N] [--tensor-parallel N]
  *              [--prefix-cache on|off] [--quant-activations int8|f32]
  *              [--cuda-graphs on|off]
- *              [--kv-dtype auto|f32|bf16|f16] [--head-quant off|int8|int4]
+ *              [--kv-dtype auto|f32|bf16|f16|fp8]
+ *              [--head-quant off|int8|int4]
  *              [--cpus LIST[:LIST...]]     (the CPUs of each rank)
  *              [--gpus N[,N...]]           (the GPU of each rank)
  *              [--log-file PATH]  (its stderr's file: SIGUSR1 reopens it)
@@ -581,10 +582,11 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
 
             if (strcmp(argv[i], "auto") != 0 && strcmp(argv[i], "f32") != 0
                 && strcmp(argv[i], "bf16") != 0
-                && strcmp(argv[i], "f16") != 0)
+                && strcmp(argv[i], "f16") != 0
+                && strcmp(argv[i], "fp8") != 0)
             {
-                vlm_log(VLM_LOG_ERROR, "--kv-dtype takes auto, f32, bf16 "
-                        "or f16, not \"%s\"", argv[i]);
+                vlm_log(VLM_LOG_ERROR, "--kv-dtype takes auto, f32, bf16, "
+                        "f16 or fp8, not \"%s\"", argv[i]);
                 return -1;
             }
 
@@ -943,6 +945,7 @@ vlm_engine_rank_memory(vlm_queue_t *q, vlm_model_t *model, int rank,
     atomic_store(&q->metrics->ranks[rank].kv_dtype,
                  strcmp(kv, "bf16") == 0 ? VLM_METRICS_KV_BF16
                  : strcmp(kv, "f16") == 0 ? VLM_METRICS_KV_F16
+                 : strcmp(kv, "fp8") == 0 ? VLM_METRICS_KV_FP8
                  : VLM_METRICS_KV_F32);
 
     if (rank == 0) {

@@ -203,6 +203,16 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
         return NGX_CONF_ERROR;
     }
 
+    if (vmcf->kv_dtype == NGX_HTTP_VLM_KV_FP8
+        && vmcf->backend != NGX_HTTP_VLM_BACKEND_CUDA)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"vlm_kv_dtype fp8\" needs \"vlm_backend "
+                           "cuda\": the CPU backend keeps no float8 keys "
+                           "and values");
+        return NGX_CONF_ERROR;
+    }
+
     if (vmcf->gpus.len
         && ngx_http_vlm_engine_ranks(&vmcf->gpus, ',')
            != vmcf->tensor_parallel)

@@ -33,6 +33,7 @@
 #define NGX_HTTP_VLM_KV_F32            1
 #define NGX_HTTP_VLM_KV_BF16           2
 #define NGX_HTTP_VLM_KV_F16            3
+#define NGX_HTTP_VLM_KV_FP8            4
 
 #define NGX_HTTP_VLM_BACKEND_CPU       0
 #define NGX_HTTP_VLM_BACKEND_CUDA      1

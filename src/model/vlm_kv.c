@@ -44,7 +44,7 @@ vlm_kv_init(vlm_kv_t *kv, vlm_backend_t *be, int n_layers, int kv_dim,
                              n_blocks, block_size);
     }
 
-    if (!vlm_dtype_is_float(dtype)
+    if ((!vlm_dtype_is_float(dtype) && dtype != VLM_DTYPE_F8_E4M3)
         || (be->ops->kv_dtypes & (1u << dtype)) == 0)
     {
         return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
@@ -489,6 +489,8 @@ vlm_kv_dtype_name(vlm_dtype_t dtype)
         return "bf16";
     case VLM_DTYPE_F16:
         return "f16";
+    case VLM_DTYPE_F8_E4M3:
+        return "fp8";
     default:
         return "?";
     }

@@ -83,7 +83,8 @@ typedef struct {
 
 /*
  * The pool: n_blocks blocks whatever dtype (a 16-bit dtype halves its
- * bytes); the backend must take dtype (vlm_backend_ops_t.kv_dtypes)
+ * bytes, fp8 quarters them); the backend must take dtype
+ * (vlm_backend_ops_t.kv_dtypes)
  */
 vlm_status_t vlm_kv_init(vlm_kv_t *kv, vlm_backend_t *be, int n_layers,
     int kv_dim, int block_size, int n_blocks, vlm_dtype_t dtype,

@@ -516,10 +516,13 @@ vlm_model_kv_dtype(vlm_model_t *m, vlm_error_t *err)
     } else if (strcmp(s, "f16") == 0) {
         m->kv_dtype = VLM_DTYPE_F16;
 
+    } else if (strcmp(s, "fp8") == 0) {
+        m->kv_dtype = VLM_DTYPE_F8_E4M3;
+
     } else {
         return vlm_error_set(err, VLM_ERR_INVALID,
-                             "model: KV dtype \"%s\": auto, f32, bf16 or "
-                             "f16", s);
+                             "model: KV dtype \"%s\": auto, f32, bf16, "
+                             "f16 or fp8", s);
     }
 
     return VLM_OK;

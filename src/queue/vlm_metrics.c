@@ -173,7 +173,8 @@ vlm_metrics_render(const vlm_metrics_t *m, const vlm_queue_stats_t *q,
     vlm_out_t                o;
     const vlm_hist_t        *hist;
     const vlm_pool_gauge_t  *g;
-    static const char       *kv_names[] = { "", "f32", "bf16", "f16" };
+    static const char       *kv_names[] = { "", "f32", "bf16", "f16",
+                                                "fp8" };
     static const char       *gpu_kinds[VLM_METRICS_GPU_KINDS] = {
         "weights", "kv", "activations", "workspace", "feature_pool",
         "staging", "free", "total"
@@ -327,7 +328,7 @@ vlm_metrics_render(const vlm_metrics_t *m, const vlm_queue_stats_t *q,
     for (i = 0; i < (int) n_ranks; i++) {
         d = atomic_load(&m->ranks[i].kv_dtype);
 
-        if (d != VLM_METRICS_KV_NONE && d <= VLM_METRICS_KV_F16) {
+        if (d != VLM_METRICS_KV_NONE && d <= VLM_METRICS_KV_FP8) {
             vlm_out(&o, "vlm_engine_rank_kv_dtype{rank=\"%d\","
                         "dtype=\"%s\"} 1\n", i, kv_names[d]);
         }

@@ -26,6 +26,7 @@
 #define VLM_METRICS_KV_F32   1
 #define VLM_METRICS_KV_BF16  2
 #define VLM_METRICS_KV_F16   3
+#define VLM_METRICS_KV_FP8   4
 
 
 typedef enum {
