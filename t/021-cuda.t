@@ -193,6 +193,8 @@ is($m->{'vlm_pool_used{pool="kv_blocks",unit="blocks"}'}, 0,
 is($m->{'vlm_pool_used{pool="sequences",unit="slots"}'}, 0,
    "$where: no sequence left in use");
 gpu_memory_same($gpu0, gpu_memory($m, 0), $where);
+is($m->{vlm_cuda_graph_replays_total}, 0,
+   "$where: without vlm_cuda_graphs, no step replayed from a graph");
 my $f32_token = $m->{'vlm_engine_rank_kv_token_bytes{rank="0"}'};
 
 VLMTest::vlm_stop($srv);
@@ -212,6 +214,11 @@ vlm_wait_idle($gsrv, vlm_secs(10));
 $m = vlm_wait_pools($gsrv);
 is($m->{'vlm_pool_used{pool="kv_blocks",unit="blocks"}'}, 0,
    "vlm_cuda_graphs on $where: no KV block left in use");
+cmp_ok($m->{vlm_cuda_graph_captures_total} // 0, '>=', 1,
+       "vlm_cuda_graphs on $where: /metrics counts the graphs captured");
+cmp_ok($m->{vlm_cuda_graph_replays_total} // 0, '>',
+       $m->{vlm_cuda_graph_captures_total} // 0,
+       "vlm_cuda_graphs on $where: and more steps replayed from them");
 VLMTest::vlm_stop($gsrv);
 
 # vlm_kv_dtype fp8: keys and values as float8 e4m3, a quarter of this f32

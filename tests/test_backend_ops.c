@@ -2014,6 +2014,18 @@ parity_model(const char *name)
 #define VLM_GRAPH_SEQS   6
 #define VLM_GRAPH_STEPS  40
 
+static void
+graphs_params(vlm_model_params_t *p, int graphs, int max_seq_len)
+{
+    vlm_test_fixture_params(p);
+    p->backend = "cuda";
+    p->device_bytes = (size_t) 256 << 20;
+    p->max_seqs = 8;
+    p->cuda_graphs = graphs;
+    p->max_seq_len = vlm_max(p->max_seq_len, max_seq_len);
+}
+
+
 static vlm_model_t *
 load_graphs(const char *name, int graphs, int max_seq_len)
 {
@@ -2022,12 +2034,7 @@ load_graphs(const char *name, int graphs, int max_seq_len)
     vlm_model_t        *m;
     vlm_model_params_t  p;
 
-    vlm_test_fixture_params(&p);
-    p.backend = "cuda";
-    p.device_bytes = (size_t) 256 << 20;
-    p.max_seqs = 8;
-    p.cuda_graphs = graphs;
-    p.max_seq_len = vlm_max(p.max_seq_len, max_seq_len);
+    graphs_params(&p, graphs, max_seq_len);
 
     snprintf(path, sizeof(path), FIX "/%s", name);
 
@@ -2286,6 +2293,51 @@ graphs_long_case(const char *name)
 }
 
 
+/*
+ * the memory plan counts the graphs' inputs: what vlm_cuda_graphs on adds
+ * to the plan's activations is what it adds to the backend's bytes, and
+ * under tensor parallelism (no graphs) nothing
+ */
+static void
+graphs_plan_case(const char *name)
+{
+    int                 g;
+    char                path[256];
+    size_t              planned[2], held[2], tp[2];
+    vlm_error_t         err;
+    vlm_model_t        *m;
+    vlm_model_plan_t    plan;
+    vlm_model_stats_t   st;
+    vlm_model_params_t  p;
+
+    snprintf(path, sizeof(path), FIX "/%s", name);
+
+    for (g = 0; g < 2; g++) {
+        m = load_graphs(name, g, 512);
+        vlm_model_stats(m, &st);
+        held[g] = st.backend_bytes;
+        vlm_model_free(m);
+
+        graphs_params(&p, g, 512);
+        assert_int_equal(vlm_model_plan(path, &p, &plan, &err), VLM_OK);
+        planned[g] = plan.activations;
+
+        /* a tensor-parallel rank runs its steps without graphs */
+        p.tp_size = 2;
+        assert_int_equal(vlm_model_plan(path, &p, &plan, &err), VLM_OK);
+        tp[g] = plan.activations;
+    }
+
+    assert_int_equal(tp[1], tp[0]);
+
+    print_message("%s: vlm_cuda_graphs on adds %zu bytes to the plan, %zu "
+                  "to the backend's\n", name, planned[1] - planned[0],
+                  held[1] - held[0]);
+    assert_true(planned[1] > planned[0]);
+    assert_int_equal(planned[1] - planned[0], held[1] - held[0]);
+}
+
+
 static void
 test_model_graphs(void **state)
 {
@@ -2294,6 +2346,7 @@ test_model_graphs(void **state)
     graphs_case("qwen2vl-f32");
     graphs_case("qwen25vl-bf16");
     graphs_long_case("qwen2vl-f32");
+    graphs_plan_case("qwen2vl-f32");
 }
 
 

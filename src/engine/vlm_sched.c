@@ -488,6 +488,10 @@ vlm_sched_publish(vlm_sched_t *s)
                      st.prefix_queries - s->last.prefix_queries);
     atomic_fetch_add(&s->q->metrics->prefix_hits,
                      st.prefix_hits - s->last.prefix_hits);
+    atomic_fetch_add(&s->q->metrics->graph_captures,
+                     st.graph_captures - s->last.graph_captures);
+    atomic_fetch_add(&s->q->metrics->graph_replays,
+                     st.graph_replays - s->last.graph_replays);
     atomic_fetch_add(&s->q->metrics->tp_collectives,
                      st.comm_calls - s->last.comm_calls);
     atomic_fetch_add(&s->q->metrics->tp_collective_ns,

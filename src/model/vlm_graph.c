@@ -43,6 +43,42 @@ vlm_graph_bucket(const vlm_graph_t *g, int n, int *index)
 }
 
 
+/* the rows of the largest bucket and a block table's entries */
+static void
+vlm_graph_geometry(const vlm_model_params_t *p, int block_size, int *rows,
+    int *blocks)
+{
+    *rows = vlm_min(p->max_batch_tokens, p->max_seqs);
+    *blocks = (p->max_seq_len + block_size - 1) / block_size + 1;
+}
+
+
+/*
+ * The backend memory the graphs' inputs take (the memory plan's share of
+ * them, in its activations), 0 where steps run without graphs: the
+ * conditions of vlm_graph_init() as the plan knows them
+ */
+size_t
+vlm_graph_plan_bytes(const vlm_model_t *m)
+{
+    int                        rows, blocks;
+    const vlm_model_params_t  *p = &m->params;
+
+    if (!p->cuda_graphs || p->backend == NULL
+        || strcmp(p->backend, "cuda") != 0 || p->tp_size > 1
+        || m->slide_blocks > 0 || m->arch->forward != vlm_lm_forward)
+    {
+        return 0;
+    }
+
+    vlm_graph_geometry(p, p->kv_block_size, &rows, &blocks);
+
+    /* in whole 256 bytes, as the CUDA backend allocates */
+    return vlm_align_up((size_t) rows * (5 + blocks) * sizeof(int32_t),
+                        256);
+}
+
+
 vlm_status_t
 vlm_graph_init(vlm_model_t *m, vlm_error_t *err)
 {
@@ -68,9 +104,8 @@ vlm_graph_init(vlm_model_t *m, vlm_error_t *err)
         return VLM_OK;
     }
 
-    g->max_rows = vlm_min(m->params.max_batch_tokens, m->params.max_seqs);
-    g->max_blocks = (m->params.max_seq_len + m->kv.block_size - 1)
-                    / m->kv.block_size + 1;
+    vlm_graph_geometry(&m->params, m->kv.block_size, &g->max_rows,
+                       &g->max_blocks);
 
     n = (size_t) g->max_rows * (5 + g->max_blocks);
 

@@ -32,6 +32,7 @@ vlm_status_t vlm_model_tp_comm(vlm_model_owner_t *o, vlm_error_t *err);
 
 /* vlm_graph.c: decode steps replayed from the backend's graphs */
 vlm_status_t vlm_graph_init(vlm_model_t *m, vlm_error_t *err);
+size_t vlm_graph_plan_bytes(const vlm_model_t *m);
 void vlm_graph_free(vlm_model_t *m);
 vlm_status_t vlm_graph_step(vlm_model_t *m, const vlm_step_item_t *items,
     int n, int *ran, vlm_error_t *err);

@@ -177,7 +177,9 @@ vlm_model_plan_fill(vlm_model_t *m, vlm_model_plan_t *plan)
             * ((m->slide_blocks > 0 ? 4 : 2) * blocks + tc->vocab_size)
             + S * 6 + (S / 3 + 1) * 2 * 4;
 
-    plan->activations = (lm + slots) * sizeof(float);
+    /* and the decode graphs' inputs (vlm_cuda_graphs on) */
+    plan->activations = (lm + slots) * sizeof(float)
+                        + vlm_graph_plan_bytes(m);
 
     /* the vision tower's (vlm_model_workspace) */
     if (P > 0) {

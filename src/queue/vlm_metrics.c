@@ -222,6 +222,13 @@ vlm_metrics_render(const vlm_metrics_t *m, const vlm_queue_stats_t *q,
                    "Sequences whose KV blocks were given back for others' "
                    "when the KV cache ran out, to be recomputed.",
                    atomic_load(&m->kv_preemptions));
+    vlm_out_metric(&o, "vlm_cuda_graph_captures_total", "counter",
+                   "Decode graphs captured (vlm_cuda_graphs on: one a "
+                   "batch bucket, again past its context's blocks).",
+                   atomic_load(&m->graph_captures));
+    vlm_out_metric(&o, "vlm_cuda_graph_replays_total", "counter",
+                   "Decode steps run from a captured graph.",
+                   atomic_load(&m->graph_replays));
     vlm_out_metric(&o, "vlm_tensor_parallel_collectives_total", "counter",
                    "Collectives (all-reduce, all-gather) rank 0 of a "
                    "tensor-parallel engine ran.",

@@ -83,6 +83,8 @@ typedef struct {
     _Atomic uint64_t  kv_blocks_cached;     /* held by the prefix cache */
     _Atomic uint64_t  kv_evictions;         /* cached blocks reused */
     _Atomic uint64_t  kv_preemptions;       /* sequences preempted */
+    _Atomic uint64_t  graph_captures;       /* decode graphs captured */
+    _Atomic uint64_t  graph_replays;        /* decode steps run from them */
     _Atomic uint64_t  tp_collectives;       /* rank 0's, in its steps */
     _Atomic uint64_t  tp_collective_ns;
     _Atomic uint64_t  engine_rss;

@@ -42,7 +42,7 @@
 
 
 #define VLM_QUEUE_MAGIC           0x564c4d51u       /* "VLMQ" */
-#define VLM_QUEUE_VERSION         4
+#define VLM_QUEUE_VERSION         5
 
 #define VLM_QUEUE_MAX_IMAGES      16
 #define VLM_QUEUE_MAX_STOP        4
