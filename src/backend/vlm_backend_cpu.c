@@ -34,6 +34,8 @@
 static int  vlm_cpu_level = -1;
 /* and whether amx's tile GEMM runs prefill (0: vlm_gemm_amx's kernels) */
 static int  vlm_cpu_amx_tiles = 1;
+/* and whether prefill's attention takes AMX's flash kernel (amx only) */
+static int  vlm_cpu_flash_on = 1;
 /* and whether int8 activations' prefill takes the int8 GEMM at any level */
 static int  vlm_cpu_qgemm = 0;
 
@@ -519,6 +521,7 @@ vlm_cpu_free(vlm_backend_t *be)
     vlm_cpu_release(be, cpu->kvtile);
     vlm_cpu_release(be, cpu->otile);
     vlm_cpu_release(be, cpu->apack);
+    vlm_cpu_release(be, cpu->flash);
     vlm_cpu_release(be, cpu->wtile);
     vlm_cpu_release(be, cpu->xq);
     vlm_cpu_release(be, cpu->xa);
@@ -750,8 +753,15 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
                                              * sizeof(uint16_t));
     }
 
+    if (cpu->level == VLM_CPU_AMX && vlm_cpu_flash_on) {
+        cpu->flash = vlm_cpu_alloc(&cpu->be, (size_t) cpu->n_threads
+                                             * vlm_cpu_flash_scratch());
+    }
+
     if (cpu->scores == NULL || cpu->kvtile == NULL || cpu->otile == NULL
-        || (cpu->gemm->pack != NULL && cpu->apack == NULL))
+        || (cpu->gemm->pack != NULL && cpu->apack == NULL)
+        || (cpu->level == VLM_CPU_AMX && vlm_cpu_flash_on
+            && cpu->flash == NULL))
     {
         vlm_cpu_free(&cpu->be);
         return vlm_error_set(err, VLM_ERR_NOMEM,
@@ -784,6 +794,8 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
 int vlm_backend_cpu_force_level(int level);
 void vlm_backend_cpu_force_scalar(int scalar);
 void vlm_backend_cpu_force_amx_tiles(int on);
+void vlm_backend_cpu_force_flash(int on);
+uint64_t vlm_backend_cpu_flash_runs(vlm_backend_t *be);
 
 int
 vlm_backend_cpu_force_level(int level)
@@ -810,6 +822,22 @@ void
 vlm_backend_cpu_force_amx_tiles(int on)
 {
     vlm_cpu_amx_tiles = on;
+}
+
+
+/* whether backends created afterwards run AMX's flash attention */
+void
+vlm_backend_cpu_force_flash(int on)
+{
+    vlm_cpu_flash_on = on;
+}
+
+
+/* the attention calls that a backend ran through the flash kernel */
+uint64_t
+vlm_backend_cpu_flash_runs(vlm_backend_t *be)
+{
+    return ((vlm_cpu_t *) be)->flash_runs;
 }
 
 
