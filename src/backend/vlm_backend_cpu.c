@@ -705,6 +705,24 @@ vlm_backend_cpu_scratch(const vlm_backend_conf_t *conf,
 }
 
 
+size_t
+vlm_backend_cpu_attn_scratch(int n_threads)
+{
+    int     level;
+    size_t  bytes;
+
+    level = vlm_cpu_level == -1 ? (int) vlm_cpu_detect() : vlm_cpu_level;
+    bytes = (size_t) VLM_CPU_KVTILE * sizeof(float)
+            + (size_t) VLM_CPU_QB * VLM_CPU_ATTN_HD * sizeof(float);
+
+    if (level == VLM_CPU_AMX && vlm_cpu_flash_on) {
+        bytes += vlm_cpu_flash_scratch();
+    }
+
+    return (size_t) vlm_max(n_threads, 1) * bytes;
+}
+
+
 vlm_status_t
 vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     vlm_error_t *err)

@@ -48,12 +48,15 @@
 /* a thread's memory, in the backend's scratch */
 typedef struct {
     float     o[VLM_FLASH_O];       /* [head, tile, 16, hd]: O */
-    uint16_t  qp[VLM_FLASH_O];      /* [head, tile, hd32 / 32, 16, 32] */
+    uint16_t  qp[2 * VLM_FLASH_O];  /* [part, head, tile, hd32 / 32, 16,
+                                       32]: the queries, x2: what the
+                                       rounding left */
+    float     xr[16 * VLM_CPU_ATTN_HD];                /* [16, hd] */
     uint16_t  rows[VLM_FLASH_KB * VLM_FLASH_HD32];     /* [32, hd32] */
     uint32_t  kp[VLM_FLASH_HD32 / 32 * 2 * 256];       /* K's tiles */
     uint32_t  vp[VLM_CPU_ATTN_HD / 16 * 256];          /* V's tiles */
     float     s[16 * VLM_FLASH_KB];
-    uint16_t  p[16 * VLM_FLASH_KB];
+    uint16_t  p[2 * 16 * VLM_FLASH_KB];                /* P, x2: the rest */
     float     m[VLM_FLASH_ROWS];
     float     l[VLM_FLASH_ROWS];
     int32_t   lo[VLM_FLASH_QB];
@@ -73,6 +76,7 @@ typedef struct {
     int                       hc;       /* heads of a job */
     int                       chunks;   /* jobs of a kv head's heads */
     int                       qb;       /* query rows of a job */
+    int                       x2;       /* bf16 x 2 queries, probabilities */
 } vlm_flash_t;
 
 
@@ -323,6 +327,36 @@ vlm_flash_pack(const vlm_flash_t *f, const uint16_t *rows, uint32_t *kp,
 
 
 /*
+ * n (1 to 16) query rows, ldq apart, into the tiles at qp (rounded to
+ * bf16), and x2: what the rounding left, rounded, at qp + VLM_FLASH_O
+ */
+VLM_FLASH_T static void
+vlm_flash_pack_q(const vlm_flash_t *f, vlm_flash_scratch_t *w,
+    uint16_t *qp, const float *q, int ldq, int n)
+{
+    int     i, d;
+    __m512  x;
+
+    vlm_amx_pack_x(qp, q, ldq, n, f->hd);
+
+    if (!f->x2) {
+        return;
+    }
+
+    for (i = 0; i < n; i++) {
+        for (d = 0; d < f->hd; d += 16) {
+            x = _mm512_loadu_ps(q + (size_t) i * ldq + d);
+            _mm512_storeu_ps(w->xr + (size_t) i * f->hd + d,
+                             _mm512_sub_ps(x, _mm512_cvtpbh_ps(
+                                 _mm512_cvtneps_pbh(x))));
+        }
+    }
+
+    vlm_amx_pack_x(qp + VLM_FLASH_O, w->xr, f->hd, n, f->hd);
+}
+
+
+/*
  * One tile of 16 queries (its packed Q at qp, its O, m, l) against the
  * packed key block from key j: rows i < nr, each seeing the keys [lo[i],
  * hi[i])
@@ -335,12 +369,15 @@ vlm_flash_tile(const vlm_flash_t *f, vlm_flash_scratch_t *w,
     int        i, kt, d, a, b, hd;
     float      mx, mn, alpha;
     __m512     x0, x1, p0, p1, ninf, sc;
+    __m512bh   ph;
+    uint16_t  *pr;
     uint64_t   bits;
     __mmask16  m0, m1;
 
     hd = f->hd;
     ninf = _mm512_set1_ps(-INFINITY);
     sc = _mm512_set1_ps(scale);
+    pr = w->p + 16 * VLM_FLASH_KB;
 
     _tile_zero(0);
     _tile_zero(1);
@@ -351,6 +388,12 @@ vlm_flash_tile(const vlm_flash_t *f, vlm_flash_scratch_t *w,
         _tile_loadd(7, w->kp + kt * 512 + 256, 64);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
+
+        if (f->x2) {
+            _tile_loadd(5, qp + VLM_FLASH_O + kt * 512, 64);
+            _tile_dpbf16ps(0, 5, 6);
+            _tile_dpbf16ps(1, 5, 7);
+        }
     }
 
     _tile_stored(0, w->s, VLM_FLASH_KB * sizeof(float));
@@ -363,6 +406,8 @@ vlm_flash_tile(const vlm_flash_t *f, vlm_flash_scratch_t *w,
         if (b <= a) {
             /* no key of the block: the row stays as it is */
             _mm512_storeu_si512(w->p + i * VLM_FLASH_KB,
+                                _mm512_setzero_si512());
+            _mm512_storeu_si512(pr + i * VLM_FLASH_KB,
                                 _mm512_setzero_si512());
             continue;
         }
@@ -396,17 +441,40 @@ vlm_flash_tile(const vlm_flash_t *f, vlm_flash_scratch_t *w,
             }
         }
 
-        _mm512_storeu_si512(w->p + i * VLM_FLASH_KB,
-                            (__m512i) _mm512_cvtne2ps_pbh(p1, p0));
+        ph = _mm512_cvtne2ps_pbh(p1, p0);
+        _mm512_storeu_si512(w->p + i * VLM_FLASH_KB, (__m512i) ph);
+
+        if (f->x2) {
+            /* p - bf16(p): bf16's 16 bits widened are those of f32 */
+            x0 = _mm512_castsi512_ps(_mm512_slli_epi32(
+                     _mm512_cvtepu16_epi32(_mm512_castsi512_si256(
+                         (__m512i) ph)), 16));
+            x1 = _mm512_castsi512_ps(_mm512_slli_epi32(
+                     _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(
+                         (__m512i) ph, 1)), 16));
+            _mm512_storeu_si512(pr + i * VLM_FLASH_KB,
+                                (__m512i) _mm512_cvtne2ps_pbh(
+                                    _mm512_sub_ps(p1, x1),
+                                    _mm512_sub_ps(p0, x0)));
+        }
     }
 
     /* O += P V, 16 dims a tile */
     _tile_loadd(5, w->p, VLM_FLASH_KB * sizeof(uint16_t));
 
+    if (f->x2) {
+        _tile_loadd(4, pr, VLM_FLASH_KB * sizeof(uint16_t));
+    }
+
     for (d = 0; d < hd / 16; d++) {
         _tile_loadd(0, o + d * 16, hd * sizeof(float));
         _tile_loadd(6, w->vp + d * 256, 64);
         _tile_dpbf16ps(0, 5, 6);
+
+        if (f->x2) {
+            _tile_dpbf16ps(0, 4, 6);
+        }
+
         _tile_stored(0, o + d * 16, hd * sizeof(float));
     }
 }
@@ -451,10 +519,11 @@ vlm_flash_job(const vlm_flash_t *f, vlm_flash_scratch_t *w,
 
     for (g = g0; g < g1; g++) {
         for (t = 0; t < nt; t++) {
-            vlm_amx_pack_x(w->qp + ((size_t) (g - g0) * nt + t) * nkt * 512,
-                           run->q + (size_t) (r0 + 16 * t) * run->ldq
-                           + g * hd,
-                           run->ldq, vlm_min(16, nq - 16 * t), hd);
+            vlm_flash_pack_q(f, w, w->qp + ((size_t) (g - g0) * nt + t)
+                                           * nkt * 512,
+                             run->q + (size_t) (r0 + 16 * t) * run->ldq
+                             + g * hd,
+                             run->ldq, vlm_min(16, nq - 16 * t));
         }
     }
 
@@ -633,6 +702,7 @@ vlm_cpu_flash_paged(vlm_cpu_t *cpu, const vlm_attn_paged_t *a)
     f.cpu = cpu;
     f.pa = a;
     f.n_runs = a->n_seqs;
+    f.x2 = 1;
     f.nh = a->n_heads;
     f.nkv = a->n_kv_heads;
     f.hd = a->head_dim;
