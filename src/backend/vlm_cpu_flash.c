@@ -5,27 +5,36 @@
  * as transformers' Qwen2-VL attention within bf16's rounding.
  *
  * A job is one block of up to VLM_FLASH_QB query rows of a run, for the
- * query heads of one kv head (GQA: they share each packed key block), a
- * chunk of at most 16 heads.  Its queries are rounded to bf16 into tiles
- * of 16 rows x 32 columns once (head_dim padded to 32 with zeros).  The
- * keys go by blocks of VLM_FLASH_KB = 32, on a grid from the segment's
- * (varlen) or the sequence's (paged) first key: each block's K and V
- * rows are read (f32 rows, or a paged f32 / bf16 / f16 cache), rounded
- * to bf16 and packed into AMX's VNNI layout, K as two tiles of 16 keys
- * a 32 columns of head_dim, V as one tile of 32 keys x 16 dims a
- * 16 columns of head_dim.  For each tile of 16 queries of each head:
+ * query heads of one kv head (GQA: they share each key block), a chunk
+ * of at most 16 heads.  Its queries are packed once as Q^T in AMX's VNNI
+ * layout (16 queries x 32 columns a tile, head_dim padded to 32 with
+ * zeros).  The keys go by blocks of VLM_FLASH_KB = 32, on a grid from
+ * the segment's (varlen) or the sequence's (paged) first key: each
+ * block's K and V rows are read (f32 rows, or a paged f32 / bf16 / f16
+ * cache) and rounded to bf16, K's rows as they are (tdpbf16ps's first
+ * operand, 16 keys x 32 columns a tile), V transposed into V^T's tiles
+ * (16 dims x 32 keys).  For each tile of 16 queries of each head, the
+ * queries in the 16 lanes of each vector (so that no sum or maximum
+ * runs across the lanes):
  *
- *   S[16, 32] = Q K^T      tdpbf16ps, f32 sums, two tiles
- *   m' = max(m, max_j scale S_ij)       over the keys row i sees
- *   P = exp(scale S - m'), l = l exp(m - m') + sum P, O *= exp(m - m')
- *   O[16, hd] += bf16(P) V   tdpbf16ps into O's f32 rows, 16 dims a tile
+ *   S^T[32, 16] = K Q^T      tdpbf16ps, f32 sums, two tiles
+ *   m' = max over the keys each query sees of scale S, where it passes
+ *        m by more than VLM_FLASH_LAZY (else m' = m: O is rescaled
+ *        rarely, the probabilities stay below e^8)
+ *   P^T = exp(scale S^T - m'), l = l exp(m - m') + sum P, O *= exp(m - m')
+ *   O^T[hd, 16] += V^T bf16(P^T)   tdpbf16ps, 16 dims a tile
  *
- * and at the end O / l.  The only scores in memory are S's 16 x 32.
- * Masks are per row (a causal run, a segment, a paged run's kv_range):
- * a block no row of a tile sees is skipped, and a row that sees no key
- * of a block is left exactly as it was, so that each row's result does
- * not depend on the rows it was computed with (a range of the queries,
- * a prompt in other chunks).  Threads over (query blocks x kv heads x
+ * and at the end O / l.  The only scores in memory are S^T's 32 x 16.
+ * Varlen (the vision tower, bf16 products) rounds the queries and the
+ * probabilities to bf16, as the bf16 kernels did; paged (a 16-bit
+ * checkpoint's prefill) takes each as bf16 x 2, the value and what its
+ * rounding left (x2: twice the products), so that its sums keep about
+ * f32's precision, as the bf16 cache's kernels did.  Masks are per
+ * query (a causal run, a segment, a paged run's kv_range): a block no
+ * query of a tile sees is skipped, and a query that sees no key of a
+ * block is left exactly as it was, so that each row's result does not
+ * depend on the rows it was computed with (a range of the queries, a
+ * prompt in other chunks).  Threads over (query blocks x kv heads x
  * head chunks), the blocks of a run taken from both ends in turn so that
  * a thread's contiguous share of a causal run costs about the same.
  */
@@ -43,20 +52,22 @@
 #define VLM_FLASH_ROWS  1024    /* a job's heads x rows */
 #define VLM_FLASH_QT    (VLM_FLASH_QB / 16)
 #define VLM_FLASH_HD32  ((VLM_CPU_ATTN_HD + 31) / 32 * 32)
+#define VLM_FLASH_LAZY  8.0f    /* a row's maximum moves from e^8 on */
 
 
 /* a thread's memory, in the backend's scratch */
 typedef struct {
-    float     o[VLM_FLASH_O];       /* [head, tile, 16, hd]: O */
+    float     o[VLM_FLASH_O];       /* [head, tile, hd, 16]: O^T */
     uint16_t  qp[2 * VLM_FLASH_O];  /* [part, head, tile, hd32 / 32, 16,
-                                       32]: the queries, x2: what the
-                                       rounding left */
-    float     xr[16 * VLM_CPU_ATTN_HD];                /* [16, hd] */
-    uint16_t  rows[VLM_FLASH_KB * VLM_FLASH_HD32];     /* [32, hd32] */
-    uint32_t  kp[VLM_FLASH_HD32 / 32 * 2 * 256];       /* K's tiles */
-    uint32_t  vp[VLM_CPU_ATTN_HD / 16 * 256];          /* V's tiles */
-    float     s[16 * VLM_FLASH_KB];
-    uint16_t  p[2 * 16 * VLM_FLASH_KB];                /* P, x2: the rest */
+                                       32]: Q^T, x2: what the rounding
+                                       left */
+    uint16_t  qrows[16 * VLM_FLASH_HD32];              /* [16, hd32] */
+    uint16_t  krows[VLM_FLASH_KB * VLM_FLASH_HD32];    /* [32, hd32] */
+    uint16_t  rows[VLM_FLASH_KB * VLM_FLASH_HD32];     /* V's */
+    uint32_t  vt[VLM_CPU_ATTN_HD / 16 * 256];          /* V^T's tiles */
+    uint32_t  pr[256];
+    float     s[VLM_FLASH_KB * 16];                    /* S^T */
+    uint16_t  p[2 * VLM_FLASH_KB * 16];                /* P^T, x2 */
     float     m[VLM_FLASH_ROWS];
     float     l[VLM_FLASH_ROWS];
     int32_t   lo[VLM_FLASH_QB];
@@ -276,39 +287,42 @@ vlm_flash_rows(const vlm_flash_t *f, const vlm_flash_run_t *run, int kvh,
 
 
 /*
- * K's tiles: kp[kt][h][p][j] the pair p of column tile kt of key 16 h +
- * j (tdpbf16ps's second operand, a key a column); V's: vp[dt][p][d]
- * the pair (V[2 p][16 dt + d], V[2 p + 1][16 dt + d])
+ * The 16 x 16 pairs of 32-bit lanes at src (16 rows, ld elements apart)
+ * transposed into dst (rows 16 apart): tdpbf16ps's second operand from
+ * rows of its first, and back
+ */
+VLM_FLASH_T static inline void
+vlm_flash_t32(uint32_t *dst, const uint32_t *src, size_t ld,
+    const __m512i *idx)
+{
+    int      r;
+    __m512i  v[16];
+
+    for (r = 0; r < 16; r++) {
+        v[r] = _mm512_loadu_si512(src + r * ld);
+    }
+
+    vlm_amx_transpose32(v, idx);
+
+    for (r = 0; r < 16; r++) {
+        _mm512_storeu_si512(dst + r * 16, v[r]);
+    }
+}
+
+
+/*
+ * V^T's tiles from the value rows (bf16 [32, hd32]): vt[dt][d][p] the
+ * pair (V[2 p][16 dt + d], V[2 p + 1][16 dt + d]), tdpbf16ps's first
+ * operand (16 dims x 32 keys); pr[16][16] the pairs a key pair a row
  */
 VLM_FLASH_T static void
-vlm_flash_pack(const vlm_flash_t *f, const uint16_t *rows, uint32_t *kp,
-    uint32_t *vp, int which, const __m512i *idx, __m512i pairs)
+vlm_flash_pack_v(const vlm_flash_t *f, const uint16_t *rows, uint32_t *vt,
+    uint32_t *pr, const __m512i *idx, __m512i pairs)
 {
-    int      kt, h, j, p, dt, hd32;
-    __m512i  v[16];
+    int      dt, p, hd32;
     __m256i  a, b;
 
     hd32 = (f->hd + 31) / 32 * 32;
-
-    if (which == 0) {
-        for (kt = 0; kt < hd32 / 32; kt++) {
-            for (h = 0; h < 2; h++) {
-                for (j = 0; j < 16; j++) {
-                    v[j] = _mm512_loadu_si512(rows + (size_t) (16 * h + j)
-                                                     * hd32 + kt * 32);
-                }
-
-                vlm_amx_transpose32(v, idx);
-
-                for (p = 0; p < 16; p++) {
-                    _mm512_storeu_si512(kp + (kt * 2 + h) * 256 + p * 16,
-                                        v[p]);
-                }
-            }
-        }
-
-        return;
-    }
 
     for (dt = 0; dt < f->hd / 16; dt++) {
         for (p = 0; p < 16; p++) {
@@ -318,164 +332,217 @@ vlm_flash_pack(const vlm_flash_t *f, const uint16_t *rows, uint32_t *kp,
             b = _mm256_loadu_si256((const __m256i *)
                                    (rows + (size_t) (2 * p + 1) * hd32
                                     + dt * 16));
-            _mm512_storeu_si512(vp + (dt * 16 + p) * 16,
+            _mm512_storeu_si512(pr + p * 16,
                 _mm512_permutexvar_epi16(pairs,
                     _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1)));
         }
+
+        vlm_flash_t32(vt + dt * 256, pr, 16, idx);
     }
 }
 
 
 /*
- * n (1 to 16) query rows, ldq apart, into the tiles at qp (rounded to
- * bf16), and x2: what the rounding left, rounded, at qp + VLM_FLASH_O
+ * n (1 to 16) query rows, ldq apart, as Q^T's tiles at qp: qp[kt][p][n]
+ * the pair p of column tile kt of query n (tdpbf16ps's second operand),
+ * rounded to bf16, the rows past n and the columns past hd zeros; x2:
+ * what the rounding left, rounded, at qp + VLM_FLASH_O
  */
 VLM_FLASH_T static void
 vlm_flash_pack_q(const vlm_flash_t *f, vlm_flash_scratch_t *w,
-    uint16_t *qp, const float *q, int ldq, int n)
+    uint16_t *qp, const float *q, int ldq, int n, const __m512i *idx)
 {
-    int     i, d;
-    __m512  x;
+    int        i, d, kt, part, hd32;
+    __m512     x, r;
+    __m256bh   h;
+    uint16_t  *row;
 
-    vlm_amx_pack_x(qp, q, ldq, n, f->hd);
+    hd32 = (f->hd + 31) / 32 * 32;
 
-    if (!f->x2) {
-        return;
-    }
+    for (part = 0; part < 1 + f->x2; part++) {
+        for (i = 0; i < 16; i++) {
+            row = w->qrows + (size_t) i * hd32;
 
-    for (i = 0; i < n; i++) {
-        for (d = 0; d < f->hd; d += 16) {
-            x = _mm512_loadu_ps(q + (size_t) i * ldq + d);
-            _mm512_storeu_ps(w->xr + (size_t) i * f->hd + d,
-                             _mm512_sub_ps(x, _mm512_cvtpbh_ps(
-                                 _mm512_cvtneps_pbh(x))));
+            for (d = 0; d < hd32; d += 16) {
+                if (i >= n || d >= f->hd) {
+                    _mm256_storeu_si256((__m256i *) (row + d),
+                                        _mm256_setzero_si256());
+                    continue;
+                }
+
+                x = _mm512_loadu_ps(q + (size_t) i * ldq + d);
+                h = _mm512_cvtneps_pbh(x);
+
+                if (part == 1) {
+                    r = _mm512_sub_ps(x, _mm512_cvtpbh_ps(h));
+                    h = _mm512_cvtneps_pbh(r);
+                }
+
+                _mm256_storeu_si256((__m256i *) (row + d), (__m256i) h);
+            }
+        }
+
+        for (kt = 0; kt < hd32 / 32; kt++) {
+            vlm_flash_t32((uint32_t *) (qp + part * VLM_FLASH_O + kt * 512),
+                          (const uint32_t *) (w->qrows + kt * 32),
+                          (size_t) hd32 / 2, idx);
         }
     }
-
-    vlm_amx_pack_x(qp + VLM_FLASH_O, w->xr, f->hd, n, f->hd);
 }
 
 
 /*
- * One tile of 16 queries (its packed Q at qp, its O, m, l) against the
- * packed key block from key j: rows i < nr, each seeing the keys [lo[i],
- * hi[i])
+ * One tile of 16 queries (Q^T packed at qp; O^T [hd, 16] at o; m, l and
+ * the keys [lo, hi) each sees, 16 of each) against the key block from
+ * key j: S^T = K Q^T (32 keys x 16 queries), the softmax's update with
+ * the queries in the lanes, O^T += V^T P^T.  A row's maximum moves only
+ * when the block's exceeds it by VLM_FLASH_LAZY (the probabilities stay
+ * below e^8, and O is rescaled rarely); a row that sees no key of the
+ * block is left exactly as it was.
  */
 VLM_FLASH_T static void
 vlm_flash_tile(const vlm_flash_t *f, vlm_flash_scratch_t *w,
     const uint16_t *qp, float *o, float *m, float *l, const int32_t *lo,
-    const int32_t *hi, int nr, int j, float scale)
+    const int32_t *hi, int j, float scale, __m512i pairs)
 {
-    int        i, kt, d, a, b, hd;
-    float      mx, mn, alpha;
-    __m512     x0, x1, p0, p1, ninf, sc;
-    __m512bh   ph;
-    uint16_t  *pr;
-    uint64_t   bits;
-    __mmask16  m0, m1;
+    int        k, kt, d, nd, hd, hd32;
+    __m512     x0, x1, p0, p1, bmax, mo, mn, alpha, sum, ninf, sc;
+    __m512i    lov, hiv, jk;
+    __m256bh   h0, h1;
+    __mmask16  v0, v1, up;
+    uint16_t  *pp;
 
     hd = f->hd;
+    hd32 = (hd + 31) / 32 * 32;
+    nd = hd / 16;
     ninf = _mm512_set1_ps(-INFINITY);
     sc = _mm512_set1_ps(scale);
-    pr = w->p + 16 * VLM_FLASH_KB;
 
+    /* S^T: keys 0..15 in tile 0, 16..31 in tile 1 */
     _tile_zero(0);
     _tile_zero(1);
 
-    for (kt = 0; kt < (hd + 31) / 32; kt++) {
+    for (kt = 0; kt < hd32 / 32; kt++) {
         _tile_loadd(4, qp + kt * 512, 64);
-        _tile_loadd(6, w->kp + kt * 512, 64);
-        _tile_loadd(7, w->kp + kt * 512 + 256, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
+        _tile_loadd(6, w->krows + kt * 32, hd32 * sizeof(uint16_t));
+        _tile_loadd(7, w->krows + 16 * hd32 + kt * 32,
+                    hd32 * sizeof(uint16_t));
+        _tile_dpbf16ps(0, 6, 4);
+        _tile_dpbf16ps(1, 7, 4);
 
         if (f->x2) {
             _tile_loadd(5, qp + VLM_FLASH_O + kt * 512, 64);
-            _tile_dpbf16ps(0, 5, 6);
-            _tile_dpbf16ps(1, 5, 7);
+            _tile_dpbf16ps(0, 6, 5);
+            _tile_dpbf16ps(1, 7, 5);
         }
     }
 
-    _tile_stored(0, w->s, VLM_FLASH_KB * sizeof(float));
-    _tile_stored(1, w->s + 16, VLM_FLASH_KB * sizeof(float));
+    _tile_stored(0, w->s, 64);
+    _tile_stored(1, w->s + 256, 64);
 
-    for (i = 0; i < 16; i++) {
-        a = i < nr ? vlm_max(lo[i] - j, 0) : 0;
-        b = i < nr ? vlm_min(hi[i] - j, VLM_FLASH_KB) : 0;
+    /* scale, the masks (-inf), the block's maximum of each query */
+    lov = _mm512_loadu_si512(lo);
+    hiv = _mm512_loadu_si512(hi);
+    bmax = ninf;
 
-        if (b <= a) {
-            /* no key of the block: the row stays as it is */
-            _mm512_storeu_si512(w->p + i * VLM_FLASH_KB,
-                                _mm512_setzero_si512());
-            _mm512_storeu_si512(pr + i * VLM_FLASH_KB,
-                                _mm512_setzero_si512());
-            continue;
+    for (k = 0; k < VLM_FLASH_KB; k++) {
+        jk = _mm512_set1_epi32(j + k);
+        v0 = _mm512_cmple_epi32_mask(lov, jk) & _mm512_cmplt_epi32_mask(jk,
+                                                                       hiv);
+        x0 = _mm512_mask_mul_ps(ninf, v0, _mm512_loadu_ps(w->s + 16 * k),
+                                sc);
+        _mm512_storeu_ps(w->s + 16 * k, x0);
+        bmax = _mm512_max_ps(bmax, x0);
+    }
+
+    mo = _mm512_loadu_ps(m);
+    up = _mm512_cmp_ps_mask(bmax, _mm512_add_ps(mo,
+                                _mm512_set1_ps(VLM_FLASH_LAZY)),
+                            _CMP_GT_OQ);
+
+    if (up) {
+        /* exp(m - m'), 0 where m was -inf (O and l are 0 there) */
+        mn = _mm512_mask_mov_ps(mo, up, bmax);
+        alpha = _mm512_mask_mov_ps(_mm512_set1_ps(1.0f), up,
+                    _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(mo, ninf,
+                                                           _CMP_NEQ_OQ),
+                                        vlm_exp_512(_mm512_sub_ps(mo, mn))));
+        _mm512_storeu_ps(m, mn);
+        _mm512_storeu_ps(l, _mm512_mul_ps(_mm512_loadu_ps(l), alpha));
+
+        for (d = 0; d < hd; d++) {
+            _mm512_storeu_ps(o + 16 * d,
+                             _mm512_mul_ps(_mm512_loadu_ps(o + 16 * d),
+                                           alpha));
         }
 
-        bits = ((1ull << b) - 1) & ~((1ull << a) - 1);
-        m0 = (__mmask16) bits;
-        m1 = (__mmask16) (bits >> 16);
+    } else {
+        mn = mo;
+    }
 
-        x0 = _mm512_mask_mul_ps(ninf, m0, _mm512_loadu_ps(w->s + 32 * i),
-                                sc);
-        x1 = _mm512_mask_mul_ps(ninf, m1,
-                                _mm512_loadu_ps(w->s + 32 * i + 16), sc);
-        mx = _mm512_reduce_max_ps(_mm512_max_ps(x0, x1));
-        mn = mx > m[i] ? mx : m[i];
-        alpha = expf(m[i] - mn);
+    /* P^T: a key pair a row, x2: what the rounding left after it */
+    sum = _mm512_setzero_ps();
+    pp = w->p;
 
-        p0 = _mm512_maskz_mov_ps(m0, vlm_exp_512(_mm512_sub_ps(x0,
-                                                   _mm512_set1_ps(mn))));
-        p1 = _mm512_maskz_mov_ps(m1, vlm_exp_512(_mm512_sub_ps(x1,
-                                                   _mm512_set1_ps(mn))));
+    for (k = 0; k < VLM_FLASH_KB; k += 2) {
+        x0 = _mm512_loadu_ps(w->s + 16 * k);
+        x1 = _mm512_loadu_ps(w->s + 16 * k + 16);
+        v0 = _mm512_cmp_ps_mask(x0, ninf, _CMP_NEQ_OQ);
+        v1 = _mm512_cmp_ps_mask(x1, ninf, _CMP_NEQ_OQ);
+        p0 = _mm512_maskz_mov_ps(v0, vlm_exp_512(_mm512_sub_ps(x0, mn)));
+        p1 = _mm512_maskz_mov_ps(v1, vlm_exp_512(_mm512_sub_ps(x1, mn)));
+        sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
 
-        l[i] = l[i] * alpha + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
-        m[i] = mn;
+        h0 = _mm512_cvtneps_pbh(p0);
+        h1 = _mm512_cvtneps_pbh(p1);
+        _mm512_storeu_si512(pp + 16 * k,
+            _mm512_permutexvar_epi16(pairs,
+                _mm512_inserti64x4(_mm512_castsi256_si512((__m256i) h0),
+                                   (__m256i) h1, 1)));
 
-        if (alpha != 1.0f) {
-            for (d = 0; d < hd; d += 16) {
-                _mm512_storeu_ps(o + (size_t) i * hd + d,
-                                 _mm512_mul_ps(_mm512_loadu_ps(o
-                                                   + (size_t) i * hd + d),
-                                               _mm512_set1_ps(alpha)));
+        if (f->x2) {
+            h0 = _mm512_cvtneps_pbh(_mm512_sub_ps(p0, _mm512_cvtpbh_ps(h0)));
+            h1 = _mm512_cvtneps_pbh(_mm512_sub_ps(p1, _mm512_cvtpbh_ps(h1)));
+            _mm512_storeu_si512(pp + 512 + 16 * k,
+                _mm512_permutexvar_epi16(pairs,
+                    _mm512_inserti64x4(_mm512_castsi256_si512((__m256i) h0),
+                                       (__m256i) h1, 1)));
+        }
+    }
+
+    _mm512_storeu_ps(l, _mm512_add_ps(_mm512_loadu_ps(l), sum));
+
+    /* O^T += V^T P^T, two tiles of 16 dims at a time */
+    _tile_loadd(5, w->p, 64);
+
+    if (f->x2) {
+        _tile_loadd(4, w->p + 512, 64);
+    }
+
+    for (d = 0; d < nd; d += 2) {
+        _tile_loadd(0, o + 256 * d, 64);
+        _tile_loadd(6, w->vt + 256 * d, 64);
+        _tile_dpbf16ps(0, 6, 5);
+
+        if (d + 1 < nd) {
+            _tile_loadd(1, o + 256 * d + 256, 64);
+            _tile_loadd(7, w->vt + 256 * d + 256, 64);
+            _tile_dpbf16ps(1, 7, 5);
+        }
+
+        if (f->x2) {
+            _tile_dpbf16ps(0, 6, 4);
+
+            if (d + 1 < nd) {
+                _tile_dpbf16ps(1, 7, 4);
             }
         }
 
-        ph = _mm512_cvtne2ps_pbh(p1, p0);
-        _mm512_storeu_si512(w->p + i * VLM_FLASH_KB, (__m512i) ph);
+        _tile_stored(0, o + 256 * d, 64);
 
-        if (f->x2) {
-            /* p - bf16(p): bf16's 16 bits widened are those of f32 */
-            x0 = _mm512_castsi512_ps(_mm512_slli_epi32(
-                     _mm512_cvtepu16_epi32(_mm512_castsi512_si256(
-                         (__m512i) ph)), 16));
-            x1 = _mm512_castsi512_ps(_mm512_slli_epi32(
-                     _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(
-                         (__m512i) ph, 1)), 16));
-            _mm512_storeu_si512(pr + i * VLM_FLASH_KB,
-                                (__m512i) _mm512_cvtne2ps_pbh(
-                                    _mm512_sub_ps(p1, x1),
-                                    _mm512_sub_ps(p0, x0)));
+        if (d + 1 < nd) {
+            _tile_stored(1, o + 256 * d + 256, 64);
         }
-    }
-
-    /* O += P V, 16 dims a tile */
-    _tile_loadd(5, w->p, VLM_FLASH_KB * sizeof(uint16_t));
-
-    if (f->x2) {
-        _tile_loadd(4, pr, VLM_FLASH_KB * sizeof(uint16_t));
-    }
-
-    for (d = 0; d < hd / 16; d++) {
-        _tile_loadd(0, o + d * 16, hd * sizeof(float));
-        _tile_loadd(6, w->vp + d * 256, 64);
-        _tile_dpbf16ps(0, 5, 6);
-
-        if (f->x2) {
-            _tile_dpbf16ps(0, 4, 6);
-        }
-
-        _tile_stored(0, o + d * 16, hd * sizeof(float));
     }
 }
 
@@ -485,12 +552,12 @@ VLM_FLASH_T static void
 vlm_flash_job(const vlm_flash_t *f, vlm_flash_scratch_t *w,
     const vlm_flash_run_t *run, int r0, int nq, int kvh, int g0, int g1)
 {
-    int           i, g, t, qt, nt, hd, nkt, j, j0, kend, kfirst, nr, idx;
+    int           i, d, g, t, nt, hd, nkt, j, j0, kend, kfirst, idx, nk;
     float        *dst, inv;
     int32_t       tlo[VLM_FLASH_QT], thi[VLM_FLASH_QT];
     __m512i       tr[8], pairs;
     uint16_t      pl[32];
-    const float  *o;
+    const float  *o, *l;
 
     hd = f->hd;
     nkt = (hd + 31) / 32;
@@ -503,8 +570,10 @@ vlm_flash_job(const vlm_flash_t *f, vlm_flash_scratch_t *w,
         thi[t] = 0;
     }
 
-    for (i = 0; i < nq; i++) {
-        w->hi[i] = vlm_flash_keys(f, run, r0 + i, &w->lo[i]);
+    /* the keys each row sees; the rows past nq none */
+    for (i = 0; i < nt * 16; i++) {
+        w->lo[i] = 0;
+        w->hi[i] = i < nq ? vlm_flash_keys(f, run, r0 + i, &w->lo[i]) : 0;
 
         if (w->hi[i] > w->lo[i]) {
             tlo[i / 16] = vlm_min(tlo[i / 16], w->lo[i]);
@@ -517,13 +586,22 @@ vlm_flash_job(const vlm_flash_t *f, vlm_flash_scratch_t *w,
         kend = vlm_max(kend, thi[t]);
     }
 
+    vlm_amx_transpose_idx(tr);
+
+    for (i = 0; i < 16; i++) {
+        pl[2 * i] = (uint16_t) i;
+        pl[2 * i + 1] = (uint16_t) (16 + i);
+    }
+
+    pairs = _mm512_loadu_si512(pl);
+
     for (g = g0; g < g1; g++) {
         for (t = 0; t < nt; t++) {
             vlm_flash_pack_q(f, w, w->qp + ((size_t) (g - g0) * nt + t)
                                            * nkt * 512,
                              run->q + (size_t) (r0 + 16 * t) * run->ldq
                              + g * hd,
-                             run->ldq, vlm_min(16, nq - 16 * t));
+                             run->ldq, vlm_min(16, nq - 16 * t), tr);
         }
     }
 
@@ -534,15 +612,6 @@ vlm_flash_job(const vlm_flash_t *f, vlm_flash_scratch_t *w,
         w->l[i] = 0.0f;
     }
 
-    vlm_amx_transpose_idx(tr);
-
-    for (i = 0; i < 16; i++) {
-        pl[2 * i] = (uint16_t) i;
-        pl[2 * i + 1] = (uint16_t) (16 + i);
-    }
-
-    pairs = _mm512_loadu_si512(pl);
-
     _tile_loadconfig(&vlm_amx_cfg);
 
     j0 = kfirst >= kend ? kend
@@ -550,27 +619,24 @@ vlm_flash_job(const vlm_flash_t *f, vlm_flash_scratch_t *w,
                                       * VLM_FLASH_KB;
 
     for (j = j0; j < kend; j += VLM_FLASH_KB) {
-        vlm_flash_rows(f, run, kvh, j, vlm_min(VLM_FLASH_KB, kend - j), 0,
-                       w->rows);
-        vlm_flash_pack(f, w->rows, w->kp, w->vp, 0, tr, pairs);
-        vlm_flash_rows(f, run, kvh, j, vlm_min(VLM_FLASH_KB, kend - j), 1,
-                       w->rows);
-        vlm_flash_pack(f, w->rows, w->kp, w->vp, 1, tr, pairs);
+        nk = vlm_min(VLM_FLASH_KB, kend - j);
+        vlm_flash_rows(f, run, kvh, j, nk, 0, w->krows);
+        vlm_flash_rows(f, run, kvh, j, nk, 1, w->rows);
+        vlm_flash_pack_v(f, w->rows, w->vt, w->pr, tr, pairs);
 
         for (t = 0; t < nt; t++) {
             if (thi[t] <= j || tlo[t] >= j + VLM_FLASH_KB) {
                 continue;
             }
 
-            nr = vlm_min(16, nq - 16 * t);
-
             for (g = 0; g < g1 - g0; g++) {
                 idx = g * nt + t;
                 vlm_flash_tile(f, w, w->qp + (size_t) idx * nkt * 512,
                                w->o + (size_t) idx * 16 * hd,
                                w->m + idx * 16, w->l + idx * 16,
-                               w->lo + 16 * t, w->hi + 16 * t, nr, j,
-                               f->pa != NULL ? f->pa->scale : f->va->scale);
+                               w->lo + 16 * t, w->hi + 16 * t, j,
+                               f->pa != NULL ? f->pa->scale : f->va->scale,
+                               pairs);
             }
         }
     }
@@ -580,15 +646,14 @@ vlm_flash_job(const vlm_flash_t *f, vlm_flash_scratch_t *w,
     /* out = O / l; a row that saw no key: zeros */
     for (g = g0; g < g1; g++) {
         for (i = 0; i < nq; i++) {
-            idx = ((g - g0) * nt + i / 16) * 16 + i % 16;
-            o = w->o + (size_t) idx * hd;
+            idx = (g - g0) * nt + i / 16;
+            o = w->o + (size_t) idx * 16 * hd + i % 16;
+            l = w->l + idx * 16 + i % 16;
             dst = run->out + (size_t) (r0 + i) * run->ldo + g * hd;
-            inv = w->l[idx] > 0.0f ? 1.0f / w->l[idx] : 0.0f;
+            inv = *l > 0.0f ? 1.0f / *l : 0.0f;
 
-            for (qt = 0; qt < hd; qt += 16) {
-                _mm512_storeu_ps(dst + qt,
-                                 _mm512_mul_ps(_mm512_loadu_ps(o + qt),
-                                               _mm512_set1_ps(inv)));
+            for (d = 0; d < hd; d++) {
+                dst[d] = o[16 * d] * inv;
             }
         }
     }
