@@ -398,12 +398,13 @@ vlm_flash_pack_q(const vlm_flash_t *f, vlm_flash_scratch_t *w,
  * the queries in the lanes, O^T += V^T P^T.  A row's maximum moves only
  * when the block's exceeds it by VLM_FLASH_LAZY (the probabilities stay
  * below e^8, and O is rescaled rarely); a row that sees no key of the
- * block is left exactly as it was.
+ * block is left exactly as it was.  full: every query sees every key of
+ * the block (no masks; the same operations on each score, the same bits)
  */
 VLM_FLASH_T static void
 vlm_flash_tile(const vlm_flash_t *f, vlm_flash_scratch_t *w,
     const uint16_t *qp, float *o, float *m, float *l, const int32_t *lo,
-    const int32_t *hi, int j, float scale, __m512i pairs)
+    const int32_t *hi, int j, float scale, int full, __m512i pairs)
 {
     int        k, kt, d, nd, hd, hd32;
     __m512     x0, x1, p0, p1, bmax, mo, mn, alpha, sum, ninf, sc;
@@ -445,7 +446,16 @@ vlm_flash_tile(const vlm_flash_t *f, vlm_flash_scratch_t *w,
     hiv = _mm512_loadu_si512(hi);
     bmax = ninf;
 
-    for (k = 0; k < VLM_FLASH_KB; k++) {
+    /* max(scale s) = scale max(s): scale > 0 and rounding keeps order */
+    for (k = 0; full && k < VLM_FLASH_KB; k++) {
+        bmax = _mm512_max_ps(bmax, _mm512_loadu_ps(w->s + 16 * k));
+    }
+
+    if (full) {
+        bmax = _mm512_mul_ps(bmax, sc);
+    }
+
+    for (k = 0; !full && k < VLM_FLASH_KB; k++) {
         jk = _mm512_set1_epi32(j + k);
         v0 = _mm512_cmple_epi32_mask(lov, jk) & _mm512_cmplt_epi32_mask(jk,
                                                                        hiv);
@@ -487,10 +497,20 @@ vlm_flash_tile(const vlm_flash_t *f, vlm_flash_scratch_t *w,
     for (k = 0; k < VLM_FLASH_KB; k += 2) {
         x0 = _mm512_loadu_ps(w->s + 16 * k);
         x1 = _mm512_loadu_ps(w->s + 16 * k + 16);
-        v0 = _mm512_cmp_ps_mask(x0, ninf, _CMP_NEQ_OQ);
-        v1 = _mm512_cmp_ps_mask(x1, ninf, _CMP_NEQ_OQ);
-        p0 = _mm512_maskz_mov_ps(v0, vlm_exp_512(_mm512_sub_ps(x0, mn)));
-        p1 = _mm512_maskz_mov_ps(v1, vlm_exp_512(_mm512_sub_ps(x1, mn)));
+
+        if (full) {
+            p0 = vlm_exp_512(_mm512_sub_ps(_mm512_mul_ps(x0, sc), mn));
+            p1 = vlm_exp_512(_mm512_sub_ps(_mm512_mul_ps(x1, sc), mn));
+
+        } else {
+            v0 = _mm512_cmp_ps_mask(x0, ninf, _CMP_NEQ_OQ);
+            v1 = _mm512_cmp_ps_mask(x1, ninf, _CMP_NEQ_OQ);
+            p0 = _mm512_maskz_mov_ps(v0, vlm_exp_512(_mm512_sub_ps(x0,
+                                                                   mn)));
+            p1 = _mm512_maskz_mov_ps(v1, vlm_exp_512(_mm512_sub_ps(x1,
+                                                                   mn)));
+        }
+
         sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
 
         h0 = _mm512_cvtneps_pbh(p0);
@@ -555,6 +575,7 @@ vlm_flash_job(const vlm_flash_t *f, vlm_flash_scratch_t *w,
     int           i, d, g, t, nt, hd, nkt, j, j0, kend, kfirst, idx, nk;
     float        *dst, inv;
     int32_t       tlo[VLM_FLASH_QT], thi[VLM_FLASH_QT];
+    int32_t       flo[VLM_FLASH_QT], fhi[VLM_FLASH_QT];
     __m512i       tr[8], pairs;
     uint16_t      pl[32];
     const float  *o, *l;
@@ -565,9 +586,12 @@ vlm_flash_job(const vlm_flash_t *f, vlm_flash_scratch_t *w,
     kfirst = 0x7fffffff;
     kend = 0;
 
+    /* [tlo, thi): the keys any row of tile t sees; [flo, fhi) all */
     for (t = 0; t < nt; t++) {
         tlo[t] = 0x7fffffff;
         thi[t] = 0;
+        flo[t] = 0;
+        fhi[t] = 0x7fffffff;
     }
 
     /* the keys each row sees; the rows past nq none */
@@ -579,6 +603,9 @@ vlm_flash_job(const vlm_flash_t *f, vlm_flash_scratch_t *w,
             tlo[i / 16] = vlm_min(tlo[i / 16], w->lo[i]);
             thi[i / 16] = vlm_max(thi[i / 16], w->hi[i]);
         }
+
+        flo[i / 16] = vlm_max(flo[i / 16], w->lo[i]);
+        fhi[i / 16] = vlm_min(fhi[i / 16], w->hi[i]);
     }
 
     for (t = 0; t < nt; t++) {
@@ -636,6 +663,7 @@ vlm_flash_job(const vlm_flash_t *f, vlm_flash_scratch_t *w,
                                w->m + idx * 16, w->l + idx * 16,
                                w->lo + 16 * t, w->hi + 16 * t, j,
                                f->pa != NULL ? f->pa->scale : f->va->scale,
+                               flo[t] <= j && j + VLM_FLASH_KB <= fhi[t],
                                pairs);
             }
         }
