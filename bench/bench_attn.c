@@ -83,7 +83,7 @@ bench_rand(size_t n)
     }
 
     for (i = 0; i < n; i++) {
-        x[i] = (float) rand() / RAND_MAX * 2.0f - 1.0f;
+        x[i] = (float) ((double) rand() / RAND_MAX * 2.0 - 1.0);
     }
 
     return x;
