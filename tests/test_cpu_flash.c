@@ -14,8 +14,9 @@
  * cache's keys and values are rounded to bf16 (measured: varlen 1.2e-3
  * and 1.6e-3, paged 3e-6 and 3e-6).  The
  * backend counts the calls the kernel took, so that a silent fallback
- * fails; a range of the queries, and a prompt's rows in another chunk,
- * get the bits of the whole call.  Skipped where the CPU has no AMX.
+ * fails; a range of the queries, a prompt's rows in another chunk and
+ * one thread's jobs get the bits of the whole call.  Skipped where the
+ * CPU has no AMX.
  */
 
 #define _GNU_SOURCE
@@ -50,14 +51,14 @@ static uint64_t  rng_state = 0x9e3779b97f4a7c15ull;
 
 
 static vlm_backend_t *
-flash_backend(int on)
+flash_backend(int on, int threads)
 {
     vlm_error_t     err;
     vlm_backend_t  *be;
 
     vlm_backend_cpu_force_flash(on);
     assert_int_equal(vlm_backend_cpu_init(&be,
-                         &(vlm_backend_conf_t) { .n_threads = 3,
+                         &(vlm_backend_conf_t) { .n_threads = threads,
                                                  .max_ctx = 1024 },
                          &err),
                      VLM_OK);
@@ -156,7 +157,7 @@ test_flash_varlen(void **state)
     float               *q, *kv, *out, *ref, *old, *part;
     float              **kr, **vr;
     uint64_t             runs;
-    vlm_backend_t       *be, *off;
+    vlm_backend_t       *be, *one, *off;
     vlm_attn_varlen_t    a;
     const int            hds[3] = { 64, 80, 128 }, gs[3] = { 1, 2, 7 };
     const int32_t        cu[5] = { 0, 1, 17, 50, 333 };
@@ -168,8 +169,9 @@ test_flash_varlen(void **state)
         skip();
     }
 
-    be = flash_backend(1);
-    off = flash_backend(0);
+    be = flash_backend(1, 3);
+    one = flash_backend(1, 1);
+    off = flash_backend(0, 3);
     n = cu[4];
 
     for (t = 0; t < 9; t++) {
@@ -271,6 +273,13 @@ test_flash_varlen(void **state)
                                     * sizeof(float));
                 assert_true(a.q_begin == 0 || part[0] == 0.0f);
             }
+
+            /* one thread, other jobs: the same bits */
+            a.q_begin = 0;
+            a.q_end = 0;
+            one->ops->attention_varlen(one, &a);
+            assert_memory_equal(part, out, (size_t) n * nh * hd
+                                           * sizeof(float));
         }
 
         for (i = 0; i < nkv * n; i++) {
@@ -289,6 +298,7 @@ test_flash_varlen(void **state)
     }
 
     be->ops->free(be);
+    one->ops->free(one);
     off->ops->free(off);
 }
 
@@ -310,7 +320,7 @@ test_flash_paged(void **state)
     uint64_t            runs;
     vlm_kv_t            kv;
     vlm_error_t         err;
-    vlm_backend_t      *be, *off;
+    vlm_backend_t      *be, *one, *off;
     vlm_attn_seq_t      sq[2];
     vlm_attn_paged_t    pa;
     const int           hds[3] = { 64, 80, 128 }, gs[3] = { 1, 2, 7 };
@@ -323,8 +333,9 @@ test_flash_paged(void **state)
         skip();
     }
 
-    be = flash_backend(1);
-    off = flash_backend(0);
+    be = flash_backend(1, 3);
+    one = flash_backend(1, 1);
+    off = flash_backend(0, 3);
     nb = (n + bs - 1) / bs;
 
     for (t = 0; t < 9; t++) {
@@ -468,6 +479,12 @@ test_flash_paged(void **state)
                                 (size_t) nh * hd * sizeof(float));
         }
 
+        /* one thread, other jobs: the same bits */
+        sq[0].out = old;
+        one->ops->attention_paged(one, &pa);
+        assert_memory_equal(old, whole, (size_t) n * nh * hd
+                                        * sizeof(float));
+
         for (i = 0; i < nb; i++) {
             vlm_kv_block_unref(&kv, i);
         }
@@ -487,6 +504,7 @@ test_flash_paged(void **state)
     }
 
     be->ops->free(be);
+    one->ops->free(one);
     off->ops->free(off);
 }
 
@@ -510,7 +528,7 @@ test_flash_not_taken(void **state)
         skip();
     }
 
-    be = flash_backend(1);
+    be = flash_backend(1, 3);
     q = vlm_test_rand_vec(&rng_state, (size_t) n * nh * hd);
     kv = vlm_test_rand_vec(&rng_state, (size_t) n * 2 * nh * hd);
     out = malloc((size_t) n * nh * hd * sizeof(float));
