@@ -154,21 +154,6 @@ vlm_flash_run(const vlm_flash_t *f, int u, vlm_flash_run_t *run)
 }
 
 
-/* the keys row r of a run sees, [*lo, return) */
-static int
-vlm_flash_keys(const vlm_flash_t *f, const vlm_flash_run_t *run, int r,
-    int *lo)
-{
-    if (run->sq != NULL) {
-        return vlm_attn_keys(run->sq, r, lo);
-    }
-
-    *lo = run->base;
-
-    return f->va->causal ? r + 1 : run->s1;
-}
-
-
 static int
 vlm_flash_jobs(const vlm_flash_t *f, int qb)
 {
@@ -220,6 +205,21 @@ vlm_flash_plan(vlm_flash_t *f)
 #define VLM_FLASH_T  __attribute__((target("avx512f,avx512dq,avx512bw,"   \
                                            "avx512vl,avx512bf16,"         \
                                            "amx-tile,amx-bf16")))
+
+
+/* the keys row r of a run sees, [*lo, return) */
+static int
+vlm_flash_keys(const vlm_flash_t *f, const vlm_flash_run_t *run, int r,
+    int *lo)
+{
+    if (run->sq != NULL) {
+        return vlm_attn_keys(run->sq, r, lo);
+    }
+
+    *lo = run->base;
+
+    return f->va->causal ? r + 1 : run->s1;
+}
 
 
 /*
