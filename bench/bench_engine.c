@@ -26,6 +26,7 @@
  *                [--kernels scalar|avx2|avx512bf16|amx|amx-rows]
  *                                  (default: the best this CPU runs;
  *                                   amx-rows: amx without its tile GEMM)
+ *                [--flash on|off]  (amx: the flash attention; default on)
  *                [--grammar DIR]   (the tokenizer in DIR: each stream's
  *                                   json_object mask a step, timed apart,
  *                                   as a share of the step)
@@ -72,6 +73,7 @@
 
 int vlm_backend_cpu_force_level(int level);
 void vlm_backend_cpu_force_amx_tiles(int on);
+void vlm_backend_cpu_force_flash(int on);
 
 
 static const char  *kernel_names[] = {
@@ -223,6 +225,16 @@ main(int argc, char **argv)
                         "--kernels %s\n", argv[i + 1]);
                 return 1;
             }
+
+        } else if (strcmp(argv[i], "--flash") == 0) {
+            if (strcmp(argv[i + 1], "on") != 0
+                && strcmp(argv[i + 1], "off") != 0)
+            {
+                fprintf(stderr, "bench_engine: bad --flash\n");
+                return 1;
+            }
+
+            vlm_backend_cpu_force_flash(strcmp(argv[i + 1], "on") == 0);
 
         } else if (strcmp(argv[i], "--grid") == 0) {
             if (sscanf(argv[i + 1], "%d,%d", &gh, &gw) != 2) {

@@ -427,6 +427,12 @@ typedef struct {
  */
 size_t vlm_backend_cpu_scratch(const vlm_backend_conf_t *conf,
     const vlm_backend_matrix_t *mats, int n);
+/*
+ * the bytes of attention scratch beside the scores that a CPU backend of
+ * n_threads allocates whatever the model (16-bit KV rows widened, a cut
+ * query block, the flash kernel's tiles where AMX runs it)
+ */
+size_t vlm_backend_cpu_attn_scratch(int n_threads);
 /* the instruction set of the CPU kernels on this CPU ("avx2") */
 const char *vlm_backend_cpu_simd(void);
 /* OPENBLAS_CORETYPE for this CPU where OpenBLAS chose older kernels */

@@ -34,6 +34,8 @@
 static int  vlm_cpu_level = -1;
 /* and whether amx's tile GEMM runs prefill (0: vlm_gemm_amx's kernels) */
 static int  vlm_cpu_amx_tiles = 1;
+/* and whether prefill's attention takes AMX's flash kernel (amx only) */
+static int  vlm_cpu_flash_on = 1;
 /* and whether int8 activations' prefill takes the int8 GEMM at any level */
 static int  vlm_cpu_qgemm = 0;
 
@@ -519,6 +521,7 @@ vlm_cpu_free(vlm_backend_t *be)
     vlm_cpu_release(be, cpu->kvtile);
     vlm_cpu_release(be, cpu->otile);
     vlm_cpu_release(be, cpu->apack);
+    vlm_cpu_release(be, cpu->flash);
     vlm_cpu_release(be, cpu->wtile);
     vlm_cpu_release(be, cpu->xq);
     vlm_cpu_release(be, cpu->xa);
@@ -706,6 +709,24 @@ vlm_backend_cpu_scratch(const vlm_backend_conf_t *conf,
 }
 
 
+size_t
+vlm_backend_cpu_attn_scratch(int n_threads)
+{
+    int     level;
+    size_t  bytes;
+
+    level = vlm_cpu_level == -1 ? (int) vlm_cpu_detect() : vlm_cpu_level;
+    bytes = (size_t) VLM_CPU_KVTILE * sizeof(float)
+            + (size_t) VLM_CPU_QB * VLM_CPU_ATTN_HD * sizeof(float);
+
+    if (level == VLM_CPU_AMX && vlm_cpu_flash_on) {
+        bytes += vlm_cpu_flash_scratch();
+    }
+
+    return (size_t) vlm_max(n_threads, 1) * bytes;
+}
+
+
 vlm_status_t
 vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     vlm_error_t *err)
@@ -754,8 +775,15 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
                                              * sizeof(uint16_t));
     }
 
+    if (cpu->level == VLM_CPU_AMX && vlm_cpu_flash_on) {
+        cpu->flash = vlm_cpu_alloc(&cpu->be, (size_t) cpu->n_threads
+                                             * vlm_cpu_flash_scratch());
+    }
+
     if (cpu->scores == NULL || cpu->kvtile == NULL || cpu->otile == NULL
-        || (cpu->gemm->pack != NULL && cpu->apack == NULL))
+        || (cpu->gemm->pack != NULL && cpu->apack == NULL)
+        || (cpu->level == VLM_CPU_AMX && vlm_cpu_flash_on
+            && cpu->flash == NULL))
     {
         vlm_cpu_free(&cpu->be);
         return vlm_error_set(err, VLM_ERR_NOMEM,
@@ -788,6 +816,8 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
 int vlm_backend_cpu_force_level(int level);
 void vlm_backend_cpu_force_scalar(int scalar);
 void vlm_backend_cpu_force_amx_tiles(int on);
+void vlm_backend_cpu_force_flash(int on);
+uint64_t vlm_backend_cpu_flash_runs(vlm_backend_t *be);
 
 int
 vlm_backend_cpu_force_level(int level)
@@ -814,6 +844,22 @@ void
 vlm_backend_cpu_force_amx_tiles(int on)
 {
     vlm_cpu_amx_tiles = on;
+}
+
+
+/* whether backends created afterwards run AMX's flash attention */
+void
+vlm_backend_cpu_force_flash(int on)
+{
+    vlm_cpu_flash_on = on;
+}
+
+
+/* the attention calls that a backend ran through the flash kernel */
+uint64_t
+vlm_backend_cpu_flash_runs(vlm_backend_t *be)
+{
+    return ((vlm_cpu_t *) be)->flash_runs;
 }
 
 

@@ -34,16 +34,12 @@
 #include <time.h>
 
 #include "vlm_cpu.h"
+#include "vlm_cpu_x86.h"
 
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
 #include <cpuid.h>
-#include <immintrin.h>
-
-#define VLM_AMX_T  __attribute__((target("avx512f,avx512bw,avx512vl," \
-                                         "avx512bf16,amx-tile,amx-bf16")))
-
 
 #endif
 
@@ -105,55 +101,6 @@ vlm_amx_pack_x(uint16_t *dst, const float *x, int ldx, int n, int cols)
     }
 
     _mm256_zeroupper();
-}
-
-
-/* idx[2 j], idx[2 j + 1]: the lanes of vlm_amx_transpose32's round j */
-VLM_AMX_T static void
-vlm_amx_transpose_idx(__m512i *idx)
-{
-    int      j, s, l;
-    int32_t  lo[16], hi[16];
-
-    for (j = 0, s = 8; s >= 1; j++, s /= 2) {
-        for (l = 0; l < 16; l++) {
-            lo[l] = (l & s) ? 16 + l - s : l;
-            hi[l] = (l & s) ? 16 + l : l + s;
-        }
-
-        idx[2 * j] = _mm512_loadu_si512(lo);
-        idx[2 * j + 1] = _mm512_loadu_si512(hi);
-    }
-}
-
-
-/*
- * The 16 x 16 transpose of the 32-bit elements of r, in place: four
- * rounds that swap the off-diagonal blocks of 8, 4, 2 and 1 (rows i and
- * i + s, s the block)
- */
-VLM_AMX_T static inline __attribute__((always_inline)) void
-vlm_amx_transpose32(__m512i *r, const __m512i *idx)
-{
-    int      j, s, i;
-    __m512i  a, b;
-
-    #pragma GCC unroll 4
-    for (j = 0; j < 4; j++) {
-        s = 8 >> j;
-
-        #pragma GCC unroll 16
-        for (i = 0; i < 16; i++) {
-            if (i & s) {
-                continue;
-            }
-
-            a = r[i];
-            b = r[i + s];
-            r[i] = _mm512_permutex2var_epi32(a, idx[2 * j], b);
-            r[i + s] = _mm512_permutex2var_epi32(a, idx[2 * j + 1], b);
-        }
-    }
 }
 
 

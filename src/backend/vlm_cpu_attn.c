@@ -20,6 +20,7 @@
 
 
 #define VLM_CPU_PREFILL_Q   8       /* queries from which blocks win */
+#define VLM_CPU_FLASH_Q     16      /* and the flash kernel's tiles */
 
 
 /* attention: one (query row, head) at a time, scores in thread scratch */
@@ -60,24 +61,6 @@ typedef struct {
     uint16_t                 *vt;       /*   each segment's V^T [hd, len] */
     int                       q0, q1;   /* varlen: the queries computed */
 } vlm_attn_job_t;
-
-
-/*
- * The keys query i of a paged run sees, [*lo, return): causal, or its
- * kv_range (a sliding window, an image seen both ways)
- */
-static int
-vlm_attn_keys(const vlm_attn_seq_t *sq, int i, int *lo)
-{
-    if (sq->kv_range == NULL) {
-        *lo = 0;
-        return sq->kv_start + i + 1;
-    }
-
-    *lo = sq->kv_range[2 * i];
-
-    return sq->kv_range[2 * i + 1];
-}
 
 
 /*
@@ -391,6 +374,11 @@ vlm_cpu_attention_varlen(vlm_backend_t *be, const vlm_attn_varlen_t *a)
                            - (lo - s0) * (lo - s0 + 1) / 2
                          : (hi - lo) * (s1 - s0);
         be->flops += (uint64_t) 4 * a->n_heads * a->head_dim * keys;
+    }
+
+    /* bf16 products on AMX: the flash kernel */
+    if (a->bf16 && vlm_cpu_flash_varlen(job.cpu, a, job.q0, job.q1)) {
+        return;
     }
 
     if (a->bf16 && !a->causal && job.cpu->gemm->pack != NULL
@@ -853,6 +841,13 @@ vlm_cpu_attention_paged(vlm_backend_t *be, const vlm_attn_paged_t *a)
         nq = a->seqs[s].n_q;
         be->flops += (uint64_t) 4 * a->n_heads * a->head_dim
                      * (nq * a->seqs[s].kv_start + nq * (nq + 1) / 2);
+    }
+
+    /* a 16-bit checkpoint's prefill on AMX: the flash kernel */
+    if (max_q >= VLM_CPU_FLASH_Q && a->bf16
+        && vlm_cpu_flash_paged(job.cpu, a))
+    {
+        return;
     }
 
     if (max_q >= VLM_CPU_PREFILL_Q) {

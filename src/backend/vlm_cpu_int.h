@@ -85,6 +85,9 @@ typedef struct {
     float             *kvtile;      /* [n_threads, VLM_CPU_KVTILE] */
     float             *otile;       /* [n_threads, QB, VLM_CPU_ATTN_HD]:
                                        a query block cut by a range */
+    void              *flash;       /* NULL or [n_threads,
+                                       vlm_cpu_flash_scratch()] */
+    uint64_t           flash_runs;  /* attention calls it took */
     uint16_t          *apack;       /* NULL or [n_threads, 2, QB,
                                        apack_cols + 1]: packed bf16
                                        queries, probabilities */
@@ -119,6 +122,24 @@ vlm_act_f(float x, vlm_act_t act)
     default:
         return x / (1.0f + expf(-1.702f * x));
     }
+}
+
+
+/*
+ * The keys query i of a paged run sees, [*lo, return): causal, or its
+ * kv_range (a sliding window, an image seen both ways)
+ */
+static inline int
+vlm_attn_keys(const vlm_attn_seq_t *sq, int i, int *lo)
+{
+    if (sq->kv_range == NULL) {
+        *lo = 0;
+        return sq->kv_start + i + 1;
+    }
+
+    *lo = sq->kv_range[2 * i];
+
+    return sq->kv_range[2 * i + 1];
 }
 
 
@@ -183,6 +204,15 @@ void vlm_cpu_argmax(vlm_backend_t *be, int32_t *out, const float *x, int n,
 void vlm_cpu_attention_varlen(vlm_backend_t *be,
     const vlm_attn_varlen_t *a);
 void vlm_cpu_attention_paged(vlm_backend_t *be, const vlm_attn_paged_t *a);
+/*
+ * vlm_cpu_flash.c: flash attention on AMX tiles (cpu->flash set) for
+ * head_dim a multiple of 16 up to VLM_CPU_ATTN_HD; 0: not taken here
+ */
+size_t vlm_cpu_flash_scratch(void);
+int vlm_cpu_flash_fits(const vlm_cpu_t *cpu, int head_dim);
+int vlm_cpu_flash_varlen(vlm_cpu_t *cpu, const vlm_attn_varlen_t *a,
+    int q0, int q1);
+int vlm_cpu_flash_paged(vlm_cpu_t *cpu, const vlm_attn_paged_t *a);
 void vlm_cpu_kv_store(vlm_backend_t *be, void *k_cache, void *v_cache,
     vlm_dtype_t dtype, const int32_t *block_table, int block_size,
     int kv_dim, int start, const float *k, const float *v, int kv_stride,

@@ -116,7 +116,7 @@ vlm_dot_f16(const void *wp, const float *x, int xs, int nx, int cols,
 
 #if defined(__x86_64__) && defined(__GNUC__)
 
-#include <immintrin.h>
+#include "vlm_cpu_x86.h"
 
 #define VLM_AVX2  __attribute__((target("avx2,fma,f16c")))
 
@@ -384,39 +384,6 @@ vlm_cpu_act_sigmoid_avx2(float *y, const float *x, const float *up, size_t n,
     for ( /* void */ ; k < n; k++) {
         y[k] = vlm_act_f(x[k], act) * (up != NULL ? up[k] : 1.0f);
     }
-}
-
-
-#define VLM_AVX512  __attribute__((target("avx512f,avx512dq")))
-
-
-/* vlm_exp_avx2 16 at a time: the same operations, the same bits */
-VLM_AVX512 static inline __m512
-vlm_exp_512(__m512 x)
-{
-    __m512   fx, y, z;
-    __m512i  e;
-
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    fx = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504f),
-                                              _mm512_set1_ps(0.5f)),
-                              _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
-    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), x);
-    z = _mm512_mul_ps(x, x);
-
-    y = _mm512_set1_ps(1.9875691500e-4f);
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
-    y = _mm512_fmadd_ps(y, z, _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
-
-    e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fx),
-                                           _mm512_set1_epi32(127)), 23);
-
-    return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
 }
 
 

@@ -202,6 +202,7 @@ vlm_model_plan_fill(vlm_model_t *m, vlm_model_plan_t *plan)
 
     if (p->backend == NULL || strcmp(p->backend, "cpu") == 0) {
         plan->matmul_scratch = vlm_model_plan_scratch(m);
+        plan->attention += vlm_backend_cpu_attn_scratch(p->n_threads);
     }
 
     plan->image_cache = P > 0 ? p->image_cache_bytes : 0;
