@@ -11,14 +11,17 @@
  *   bench_matmul [--shape 3b|0.5b|vision] [--layers N] [--threads N]
  *                [--reps N]
  *                [--streams 1,4,16,64] [--prefill N]
- *                [--kernels scalar,avx2,avx512bf16,amx,amx-rows,amx-vnni]
+ *                [--kernels scalar,avx2,avx512bf16,amx,amx-rows,amx-vnni,
+ *                           amx-tiles]
  *                                    (default: the best this CPU runs)
  *                [--weights bf16,q4,q8,q4i8,q8i8]     (default: bf16)
  *
  * amx-rows: amx without its tile GEMM (the weight rows loaded as they
  * lie, the kernels before it), to read the two against each other;
  * amx-vnni: amx-rows with int8 activations' prefill on the AVX512_VNNI
- * GEMM, to read AMX-INT8's tiles (amx, q4i8 and q8i8) against it.  The
+ * GEMM, to read AMX-INT8's tiles (amx, q4i8 and q8i8) against it;
+ * amx-tiles: amx with the bf16 weights packed once at bind into its
+ * tiles (vlm_cpu_weight_layout tiles) against amx's per call.  The
  * AMX peak of the machine (a register-only microkernel, 1 thread and
  * all) prints first, each GFLOP/s figure its fraction of it.
  *
@@ -46,9 +49,10 @@
 
 
 #define BENCH_MAX_FIG   96
-#define BENCH_MAX_KERN  6
+#define BENCH_MAX_KERN  7
 #define BENCH_AMX_ROWS  4           /* kernel_names: amx without tiles */
 #define BENCH_AMX_VNNI  5           /* and with the int8 GEMM on VNNI */
+#define BENCH_AMX_WT    6           /* amx, the weights packed at bind */
 #define BENCH_MAX_WK    5
 #define BENCH_Q_GROUP   128
 
@@ -68,7 +72,8 @@ void vlm_backend_cpu_force_qgemm(int on);
 
 
 static const char  *kernel_names[BENCH_MAX_KERN] = {
-    "scalar", "avx2", "avx512bf16", "amx", "amx-rows", "amx-vnni"
+    "scalar", "avx2", "avx512bf16", "amx", "amx-rows", "amx-vnni",
+    "amx-tiles"
 };
 
 
@@ -285,8 +290,10 @@ main(int argc, char **argv)
     for (k = 0; k < n_kern; k++) {
         vlm_backend_cpu_force_level(kern[k] >= BENCH_AMX_ROWS
                                     ? VLM_CPU_AMX : kern[k]);
-        vlm_backend_cpu_force_amx_tiles(kern[k] < BENCH_AMX_ROWS);
+        vlm_backend_cpu_force_amx_tiles(kern[k] < BENCH_AMX_ROWS
+                                        || kern[k] == BENCH_AMX_WT);
         vlm_backend_cpu_force_qgemm(kern[k] == BENCH_AMX_VNNI);
+        conf.weight_tiles = kern[k] == BENCH_AMX_WT;
 
         conf.quant_act_int8 = 0;
         if (vlm_backend_cpu_init(&be[k], &conf, &err) != VLM_OK) {

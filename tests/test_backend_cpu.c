@@ -298,10 +298,10 @@ check_amx_tiles(int n, int rows, int cols, int split, int bias, int accum,
     int exact)
 {
     int              i, j, k, g;
-    float           *x, *b, *y, *ref, *mag;
+    float           *x, *b, *y, *y1, *ref, *mag;
     double           s, a;
     uint16_t        *w, *xp;
-    uint32_t        *panel;
+    uint32_t        *panel, *wt;
     vlm_gemm_bf16_t  gm;
 
     x = vlm_test_rand_vec(&rng_state, (size_t) n * cols);
@@ -312,8 +312,10 @@ check_amx_tiles(int n, int rows, int cols, int split, int bias, int accum,
     w = malloc((size_t) rows * cols * sizeof(uint16_t));
     xp = aligned_alloc(64, vlm_amx_x_bytes(n, cols));
     panel = aligned_alloc(64, VLM_AMX_PANEL_BYTES);
+    wt = aligned_alloc(64, vlm_amx_wt_bytes(rows, cols));
+    y1 = malloc((size_t) n * rows * sizeof(float));
     assert_true(ref != NULL && mag != NULL && w != NULL && xp != NULL
-                && panel != NULL);
+                && panel != NULL && wt != NULL && y1 != NULL);
 
     for (k = 0; k < n * cols; k++) {
         x[k] = exact ? roundf(x[k] * 8.0f) / 8.0f
@@ -358,11 +360,38 @@ check_amx_tiles(int n, int rows, int cols, int split, int bias, int accum,
                        vlm_min(16, n - g * 16), cols);
     }
 
+    memcpy(y1, y, (size_t) n * rows * sizeof(float));
+
     gm = (vlm_gemm_bf16_t) { y, rows, xp, w, rows, cols,
-                             bias && !accum ? b : NULL, n, 1, accum };
+                             bias && !accum ? b : NULL, n, 1, accum,
+                             NULL };
     vlm_amx_gemm(&gm, 0, vlm_min(split, rows), panel);
     if (split < rows) {
         vlm_amx_gemm(&gm, split, rows, panel);
+    }
+
+    /*
+     * the weights packed once (vlm_amx_pack_weights, in the two ranges
+     * as two threads pack them at bind, garbage around them): the same
+     * tile products in the same order, so the same bits
+     */
+    memset(wt, 0xff, vlm_amx_wt_bytes(rows, cols));
+    vlm_amx_pack_weights(wt, w, rows, cols, 0, vlm_min(split, rows));
+    if (split < rows) {
+        vlm_amx_pack_weights(wt, w, rows, cols, split, rows);
+    }
+
+    gm.y = y1;
+    gm.wt = wt;
+    memset(panel, 0xff, VLM_AMX_PANEL_BYTES);
+    vlm_amx_gemm(&gm, 0, vlm_min(split, rows), panel);
+    if (split < rows) {
+        vlm_amx_gemm(&gm, split, rows, panel);
+    }
+
+    if (memcmp(y1, y, (size_t) n * rows * sizeof(float)) != 0) {
+        fail_msg("%d x %d x %d: the weights packed once give other bits",
+                 n, rows, cols);
     }
 
     for (k = 0; k < n * rows; k++) {
@@ -382,6 +411,8 @@ check_amx_tiles(int n, int rows, int cols, int split, int bias, int accum,
     free(w);
     free(xp);
     free(panel);
+    free(wt);
+    free(y1);
 }
 
 
@@ -405,6 +436,130 @@ test_amx_tiles(void **state)
         check_amx_tiles(3, 700, 2048, 288, 1, 0, exact);
         check_amx_tiles(31, 600, 1000, 96, 1, 0, exact);
     }
+}
+
+
+/*
+ * weight_tiles: bf16 matrices packed once at bind into amx's tiles.  The
+ * matmul through them gives the bits of the panels packed per call at
+ * prefill's rows (the same tile products in the same order) and reads
+ * the rows as they lie below VLM_AMX_TILES_MIN; a matrix bound twice
+ * from the same rows (a tied embedding and LM head) is packed once; the
+ * backend's bytes grow by vlm_backend_cpu_weight_tiles()'s count to the
+ * byte; nothing is packed above VLM_AMX_WT_CAP elements, nor without
+ * the tile GEMM (amx-rows, or no AMX)
+ */
+static void
+test_matmul_weight_tiles(void **state)
+{
+    int                   i, k, n, rows, cols;
+    float                *x, *b, *y0, *y1;
+    size_t                base;
+    uint16_t             *wh;
+    vlm_error_t           err;
+    vlm_weight_t          w0, w1, w2;
+    vlm_backend_t        *be0, *be1;
+    vlm_backend_matrix_t  mats[2];
+    vlm_backend_conf_t    conf = { .n_threads = 3, .max_ctx = 512 };
+    static uint16_t       one;
+    static const int      shape[][3] = {
+        { 130, 45, 33 }, { 300, 70, 2100 }, { 128, 33, 4127 },
+        { 5, 61, 96 }, { 530, 800, 2048 }, { 200, 1, 1 }
+    };
+
+    vlm_backend_cpu_force_level(-1);
+
+    memset(mats, 0, sizeof(mats));
+    mats[0].dtype = VLM_DTYPE_BF16;
+    mats[0].rows = 33;
+    mats[0].cols = 4127;
+    mats[1] = mats[0];
+    mats[1].rows = 8193;
+    mats[1].cols = 4096;
+
+    conf.weight_tiles = 1;
+
+    if (vlm_cpu_detect() < VLM_CPU_AMX) {
+        assert_int_equal(vlm_backend_cpu_weight_tiles(&conf, mats, 2), 0);
+        skip();
+    }
+
+    /* the one below the cap: 64 rows x 4128 columns of bf16 */
+    assert_int_equal(vlm_backend_cpu_weight_tiles(&conf, mats, 2),
+                     64 * 4128 * 2);
+
+    vlm_backend_cpu_force_amx_tiles(0);
+    assert_int_equal(vlm_backend_cpu_weight_tiles(&conf, mats, 1), 0);
+    vlm_backend_cpu_force_amx_tiles(1);
+
+    for (i = 0; i < (int) (sizeof(shape) / sizeof(shape[0])); i++) {
+        n = shape[i][0];
+        rows = shape[i][1];
+        cols = shape[i][2];
+
+        conf.weight_tiles = 0;
+        assert_int_equal(vlm_backend_cpu_init(&be0, &conf, &err), VLM_OK);
+        conf.weight_tiles = 1;
+        assert_int_equal(vlm_backend_cpu_init(&be1, &conf, &err), VLM_OK);
+
+        x = vlm_test_rand_vec(&rng_state, (size_t) n * cols);
+        b = vlm_test_rand_vec(&rng_state, (size_t) rows);
+        y0 = calloc((size_t) n * rows, sizeof(float));
+        y1 = calloc((size_t) n * rows, sizeof(float));
+        wh = malloc((size_t) rows * cols * sizeof(uint16_t));
+        assert_true(y0 != NULL && y1 != NULL && wh != NULL);
+
+        for (k = 0; k < rows * cols; k++) {
+            wh[k] = vlm_f32_to_bf16(x[k % (n * cols)] - b[k % rows]);
+        }
+
+        /* the scratch both grow, and the tiles to the byte */
+        base = be1->allocated - be0->allocated;
+        assert_int_equal(be0->ops->weight_bind(be0, &w0, wh,
+                                               VLM_DTYPE_BF16, rows, cols,
+                                               &err), VLM_OK);
+        assert_int_equal(be1->ops->weight_bind(be1, &w1, wh,
+                                               VLM_DTYPE_BF16, rows, cols,
+                                               &err), VLM_OK);
+        assert_null(w0.tiles);
+        assert_non_null(w1.tiles);
+
+        mats[0].rows = rows;
+        mats[0].cols = cols;
+        assert_int_equal(be1->allocated - be0->allocated - base,
+                         vlm_backend_cpu_weight_tiles(&conf, mats, 1));
+
+        /* bound again from the same rows: the same tiles, no bytes */
+        base = be1->allocated;
+        assert_int_equal(be1->ops->weight_bind(be1, &w2, wh,
+                                               VLM_DTYPE_BF16, rows, cols,
+                                               &err), VLM_OK);
+        assert_ptr_equal(w2.tiles, w1.tiles);
+        assert_int_equal(be1->allocated, base);
+
+        be0->ops->matmul(be0, y0, x, &w0, b, n);
+        be1->ops->matmul(be1, y1, x, &w1, b, n);
+
+        if (memcmp(y0, y1, (size_t) n * rows * sizeof(float)) != 0) {
+            fail_msg("%d x %d x %d: weight tiles give other bits", n, rows,
+                     cols);
+        }
+
+        be0->ops->free(be0);
+        be1->ops->free(be1);
+        free(x);
+        free(b);
+        free(y0);
+        free(y1);
+        free(wh);
+    }
+
+    /* above the cap: bound as rows, nothing read or packed */
+    assert_int_equal(vlm_backend_cpu_init(&be1, &conf, &err), VLM_OK);
+    assert_int_equal(be1->ops->weight_bind(be1, &w1, &one, VLM_DTYPE_BF16,
+                                           8193, 4096, &err), VLM_OK);
+    assert_null(w1.tiles);
+    be1->ops->free(be1);
 }
 
 
@@ -2457,6 +2612,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_bf16_kernels),
         cmocka_unit_test(test_amx_tiles),
+        cmocka_unit_test(test_matmul_weight_tiles),
         cmocka_unit_test(test_gemm_fma_panels),
         cmocka_unit_test(test_matmul_quant_kernels),
         cmocka_unit_test(test_matmul_quant_i8_kernels),

@@ -66,6 +66,9 @@ typedef struct {
     const float    *mins;       /* [rows, cols / group] */
     const int32_t  *perm;       /* NULL or [cols]: column k multiplies
                                    x[perm[k]] (GPTQ act order) */
+    const void     *tiles;      /* NULL, or the CPU backend's copy of a
+                                   bf16 matrix in AMX's tiles, packed at
+                                   bind (weight_tiles) */
 } vlm_weight_t;
 
 
@@ -94,6 +97,9 @@ typedef struct {
     int           device;       /* GPU: the device index */
     int           quant_act_int8;   /* quantized matrices take int8
                                        activations at 1 to 16 rows */
+    int           weight_tiles; /* CPU with AMX: bf16 matrices packed
+                                   once at bind into the tile GEMM's
+                                   layout, beside the rows (decode) */
 } vlm_backend_conf_t;
 
 
@@ -402,6 +408,13 @@ typedef struct {
  * and tiles) that a CPU backend of conf allocates for the n matrices
  */
 size_t vlm_backend_cpu_scratch(const vlm_backend_conf_t *conf,
+    const vlm_backend_matrix_t *mats, int n);
+/*
+ * the bytes of the copies in AMX's tiles that a CPU backend of conf
+ * packs at bind (weight_tiles) for the n matrices, each bound once; 0
+ * where it packs none (no AMX, weight_tiles 0)
+ */
+size_t vlm_backend_cpu_weight_tiles(const vlm_backend_conf_t *conf,
     const vlm_backend_matrix_t *mats, int n);
 /* the instruction set of the CPU kernels on this CPU ("avx2") */
 const char *vlm_backend_cpu_simd(void);

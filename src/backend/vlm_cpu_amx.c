@@ -403,13 +403,18 @@ vlm_amx_gemm(const vlm_gemm_bf16_t *g, int r0, int r1, uint32_t *panel)
             kt1 = vlm_min(kt0 + kb, nkt);
             nk = kt1 - kt0;
 
-            vlm_amx_pack_w(panel, g->w, g->cols, g->cols, p0, p1, kt0, kt1);
+            if (g->wt == NULL) {
+                vlm_amx_pack_w(panel, g->w, g->cols, g->cols, p0, p1, kt0,
+                               kt1);
+            }
 
             for (gi = 0; gi < ng; gi += 2) {
                 q = vlm_min(2, ng - gi);
 
                 for (b = p0; b < p1; b += 32) {
-                    wp = panel + (size_t) (b - p0) / 32 * nk * 512;
+                    wp = g->wt != NULL
+                         ? g->wt + ((size_t) b / 32 * nkt + kt0) * 512
+                         : panel + (size_t) (b - p0) / 32 * nk * 512;
                     first = kt0 == 0 && !g->accum;
 
                     for (h = 0; h < 2 * q; h++) {
@@ -437,6 +442,25 @@ vlm_amx_gemm(const vlm_gemm_bf16_t *g, int r0, int r1, uint32_t *panel)
     }
 
     _tile_release();
+    _mm256_zeroupper();
+}
+
+
+/*
+ * The whole matrix a block of 32 rows at a time, every column tile: a
+ * panel of all its columns, block after block, which vlm_amx_gemm()
+ * reads as it reads its own panels
+ */
+VLM_AMX_T void
+vlm_amx_pack_weights(uint32_t *dst, const uint16_t *w, int rows, int cols,
+    int r0, int r1)
+{
+    int  nkt;
+
+    nkt = (cols + 31) / 32;
+
+    vlm_amx_pack_w(dst + (size_t) r0 / 32 * nkt * 512, w, cols, cols, r0,
+                   vlm_min(r1, rows), 0, nkt);
     _mm256_zeroupper();
 }
 

@@ -177,7 +177,8 @@ vlm_amx_panels(void *arg, int start, int end, int thread)
 /*
  * bf16 weights on amx's tile GEMM: VLM_AMX_NB activation rows packed at
  * a time over the threads, then each thread's share of the weight rows
- * in blocks of 32 packed a panel at a time for all of them
+ * in blocks of 32 packed a panel at a time for all of them (or read from
+ * w->tiles, packed once at bind)
  */
 static void
 vlm_cpu_matmul_amx(vlm_cpu_t *cpu, float *y, const float *x,
@@ -189,6 +190,7 @@ vlm_cpu_matmul_amx(vlm_cpu_t *cpu, float *y, const float *x,
     memset(&job, 0, sizeof(job));
     job.g.ldy = w->rows;
     job.g.w = w->data;
+    job.g.wt = w->tiles;
     job.g.rows = w->rows;
     job.g.cols = w->cols;
     job.g.bias = bias;
