@@ -564,6 +564,141 @@ test_matmul_weight_tiles(void **state)
 
 
 /*
+ * matmul_glu, y = act(x Wg^T + bg) * (x Wu^T + bu), against the two
+ * matmuls and gated_act() on the same backend: where amx's tile GEMM
+ * runs (128 rows or more, one column block) the product is made in its
+ * epilogue and up is left as it was (the intermediates never written),
+ * from the weights packed per call and packed once; elsewhere (fewer
+ * rows, more than VLM_AMX_KC columns, no AMX) the ops apart.  Odd
+ * shapes: rows, weight rows and columns not multiples of 16, 32 and 32,
+ * with and without biases, every activation.  Bit for bit where
+ * gated_act() takes every element through its vector kernels (weight
+ * rows a multiple of 8; GELU, scalar, always), else within 2^-16 of
+ * the value and 2^-20 of |gate x up| (where gated_act() takes the tail
+ * of a thread's rows through its scalar reference: expf against the
+ * vector exp, and tanhf's 1 + tanh(u), which cancels for negative gates)
+ */
+static void
+test_matmul_glu(void **state)
+{
+    int                 i, t, k, n, rows, cols, amx, fused, exact;
+    float              *x, *bg, *bu, *y0, *y1, *up, *ga, *uc, tol;
+    uint16_t           *wg, *wu;
+    vlm_act_t           act;
+    vlm_error_t         err;
+    vlm_weight_t        g0, u0, g1, u1;
+    vlm_backend_t      *be[2];
+    vlm_backend_conf_t  conf = { .n_threads = 3, .max_ctx = 512 };
+    static const int    shape[][4] = {
+        /* n, rows, cols, bias */
+        { 128, 48, 64, 1 }, { 130, 45, 33, 1 }, { 300, 70, 1000, 0 },
+        { 530, 800, 2048, 1 }, { 200, 1, 1, 0 }, { 129, 3420, 1280, 1 },
+        { 17, 64, 96, 1 }, { 140, 40, 2100, 1 }, { 160, 33, 2048, 0 }
+    };
+    static const vlm_act_t  acts[] = {
+        VLM_ACT_SILU, VLM_ACT_GELU_TANH, VLM_ACT_QUICK_GELU, VLM_ACT_GELU
+    };
+
+    vlm_backend_cpu_force_level(-1);
+    amx = vlm_cpu_detect() >= VLM_CPU_AMX;
+
+    for (t = 0; t < 2; t++) {
+        conf.weight_tiles = t;
+        assert_int_equal(vlm_backend_cpu_init(&be[t], &conf, &err), VLM_OK);
+    }
+
+    for (i = 0; i < (int) (sizeof(shape) / sizeof(shape[0])); i++) {
+        n = shape[i][0];
+        rows = shape[i][1];
+        cols = shape[i][2];
+        act = acts[i % 4];
+
+        x = vlm_test_rand_vec(&rng_state, (size_t) n * cols);
+        bg = vlm_test_rand_vec(&rng_state, (size_t) rows);
+        bu = vlm_test_rand_vec(&rng_state, (size_t) rows);
+        y0 = malloc((size_t) n * rows * sizeof(float));
+        y1 = malloc((size_t) n * rows * sizeof(float));
+        up = malloc((size_t) n * rows * sizeof(float));
+        ga = malloc((size_t) n * rows * sizeof(float));
+        uc = malloc((size_t) n * rows * sizeof(float));
+        wg = malloc((size_t) rows * cols * sizeof(uint16_t));
+        wu = malloc((size_t) rows * cols * sizeof(uint16_t));
+        assert_true(y0 != NULL && y1 != NULL && up != NULL && ga != NULL
+                    && uc != NULL && wg != NULL && wu != NULL);
+
+        for (k = 0; k < rows * cols; k++) {
+            wg[k] = vlm_f32_to_bf16(x[k % (n * cols)] * 0.5f
+                                    + bg[k % rows]);
+            wu[k] = vlm_f32_to_bf16(x[(k * 7) % (n * cols)] - bu[k % rows]);
+        }
+
+        for (t = 0; t < 2; t++) {
+            assert_int_equal(be[t]->ops->weight_bind(be[t], &g0, wg,
+                                                     VLM_DTYPE_BF16, rows,
+                                                     cols, &err), VLM_OK);
+            assert_int_equal(be[t]->ops->weight_bind(be[t], &u0, wu,
+                                                     VLM_DTYPE_BF16, rows,
+                                                     cols, &err), VLM_OK);
+            g1 = g0;
+            u1 = u0;
+
+            /* the ops apart */
+            be[t]->ops->matmul(be[t], ga, x, &g0, shape[i][3] ? bg : NULL,
+                               n);
+            be[t]->ops->matmul(be[t], up, x, &u0, shape[i][3] ? bu : NULL,
+                               n);
+            be[t]->ops->gated_act(be[t], y0, ga, up, n, rows, act);
+            memcpy(uc, up, (size_t) n * rows * sizeof(float));
+
+            /* in one: up keeps its NaNs where the epilogue made y */
+            for (k = 0; k < n * rows; k++) {
+                up[k] = NAN;
+            }
+
+            be[t]->ops->matmul_glu(be[t], y1, up, x, &g1,
+                                   shape[i][3] ? bg : NULL, &u1,
+                                   shape[i][3] ? bu : NULL, n, act);
+
+            fused = amx && n >= VLM_AMX_TILES_MIN && cols <= VLM_AMX_KC;
+
+            if (fused != (isnan(up[0]) && isnan(up[n * rows - 1]))) {
+                fail_msg("%d x %d x %d, tiles %d: %s", n, rows, cols, t,
+                         fused ? "the product not in the epilogue"
+                               : "up not written by the ops apart");
+            }
+
+            exact = rows % 8 == 0 || act == VLM_ACT_GELU || !fused;
+
+            for (k = 0; k < n * rows; k++) {
+                tol = exact ? 0.0f : fabsf(y0[k]) / 65536.0f
+                                     + fabsf(ga[k] * uc[k]) / 1048576.0f;
+
+                if (!(fabsf(y1[k] - y0[k]) <= tol)) {
+                    fail_msg("%d x %d x %d, tiles %d, act %d, element %d: "
+                             "%.9g != %.9g", n, rows, cols, t, (int) act,
+                             k, y1[k], y0[k]);
+                }
+            }
+        }
+
+        free(x);
+        free(bg);
+        free(bu);
+        free(y0);
+        free(y1);
+        free(up);
+        free(ga);
+        free(uc);
+        free(wg);
+        free(wu);
+    }
+
+    be[0]->ops->free(be[0]);
+    be[1]->ops->free(be[1]);
+}
+
+
+/*
  * Where vdpbf16ps is slow the kernels do each vdpbf16ps as two f32 FMAs
  * (vlm_cpu_gemm_kernel_widen): the same bits as vdpbf16ps's, on every
  * CPU with AVX512_BF16 (slow or not).  Packed rows: partial groups of 16
@@ -2613,6 +2748,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_matmul_bf16_kernels),
         cmocka_unit_test(test_amx_tiles),
         cmocka_unit_test(test_matmul_weight_tiles),
+        cmocka_unit_test(test_matmul_glu),
         cmocka_unit_test(test_gemm_fma_panels),
         cmocka_unit_test(test_matmul_quant_kernels),
         cmocka_unit_test(test_matmul_quant_i8_kernels),

@@ -357,6 +357,17 @@ typedef struct {
         void *k_cache, void *v_cache, vlm_dtype_t dtype, int block_size,
         int n_kv_heads, int head_dim, int kv_stride,
         const vlm_kv_seq_t *seqs, int n_seqs);
+
+    /*
+     * the gated MLP's first half over matrices bound apart, y[n, rows] =
+     * act(x Wg^T + bg) * (x Wu^T + bu) (biases NULL: none), up[n, rows]
+     * scratch it may leave anything in: the gate's and up's matmuls and
+     * gated_act() in one, or where the backend has it, one pass with the
+     * product in the GEMM's epilogue; NULL: those ops
+     */
+    void  (*matmul_glu)(vlm_backend_t *be, float *y, float *up,
+        const float *x, const vlm_weight_t *wg, const float *bg,
+        const vlm_weight_t *wu, const float *bu, int n, vlm_act_t act);
 } vlm_backend_ops_t;
 
 

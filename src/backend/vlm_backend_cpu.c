@@ -102,6 +102,7 @@ vlm_cpu_scratch_need(const vlm_cpu_t *cpu, const vlm_backend_matrix_t *mat,
     vlm_cpu_scratch_t *s)
 {
     int          rows, cols;
+    size_t       glu;
     vlm_dtype_t  dtype;
 
     memset(s, 0, sizeof(vlm_cpu_scratch_t));
@@ -153,6 +154,12 @@ vlm_cpu_scratch_need(const vlm_cpu_t *cpu, const vlm_backend_matrix_t *mat,
     if (cpu->amx_tiles) {
         s->xa_cols = cols;
         s->amx_panel_bytes = vlm_amx_panel_bytes(rows, cols, cpu->n_threads);
+
+        /* a gate and its up through matmul_glu, packed per call */
+        if (cols <= VLM_AMX_KC) {
+            glu = vlm_amx_glu_panel_bytes(rows, cols, cpu->n_threads);
+            s->amx_panel_bytes = vlm_max(s->amx_panel_bytes, glu);
+        }
     }
 
     /* bf16 matrices widen only for the rows the bf16 kernels leave */
@@ -672,7 +679,8 @@ static const vlm_backend_ops_t  vlm_cpu_ops = {
     NULL,                       /* q/k/v, gate/up apart: no launches */
     NULL,
     NULL,
-    NULL                        /* rope, then kv_store: no launches */
+    NULL,                       /* rope, then kv_store: no launches */
+    vlm_cpu_matmul_glu
 };
 
 

@@ -1369,7 +1369,8 @@ static const vlm_backend_ops_t  vlm_cuda_ops = {
     vlm_cuda_weight_bind_cat,
     vlm_cuda_split_qkv_op,
     vlm_cuda_matmul_gated_op,
-    vlm_cuda_rope_kv_store_op
+    vlm_cuda_rope_kv_store_op,
+    NULL                        /* gate/up one GEMM (matmul_gated) */
 };
 
 

@@ -333,6 +333,29 @@ void vlm_amx_gemm(const vlm_gemm_bf16_t *g, int r0, int r1,
  */
 void vlm_amx_pack_weights(uint32_t *dst, const uint16_t *w, int rows,
     int cols, int r0, int r1);
+/*
+ * amx's tile GEMM of two matrices over the same activations, gate and
+ * up ([rows, cols] each, cols at most VLM_AMX_KC), with the gated
+ * activation in its epilogue: y = act(x Wg^T + bg) * (x Wu^T + bu), the
+ * intermediates never in memory; g is the gate's GEMM (wt, or the rows
+ * packed per call through panel, vlm_amx_glu_panel_bytes())
+ */
+typedef struct {
+    vlm_gemm_bf16_t   g;
+    const uint16_t   *wu;
+    const uint32_t   *wtu;      /* NULL, or wu packed once */
+    const float      *bu;
+    vlm_act_t         act;
+} vlm_amx_glu_t;
+
+void vlm_amx_glu(const vlm_amx_glu_t *q, int r0, int r1, uint32_t *panel);
+size_t vlm_amx_glu_panel_bytes(int rows, int cols, int n_threads);
+/*
+ * y[k] = act(x[k]) * up[k] (up NULL: act(x[k])) for k < n: the kernels
+ * of gated_act() and act() at the backend's level (vlm_cpu_rows.c)
+ */
+void vlm_cpu_gated_run(float *y, const float *x, const float *up,
+    size_t n, vlm_act_t act);
 /* a thread's panel for a rows x cols matrix on n_threads */
 size_t vlm_amx_panel_bytes(int rows, int cols, int n_threads);
 /* this thread's AMX peak, flops (int8: ops) a second; 0: none here */

@@ -172,6 +172,9 @@ vlm_cpu_widen(float *dst, const void *src, vlm_dtype_t dt, size_t n)
 
 void vlm_cpu_matmul(vlm_backend_t *be, float *y, const float *x,
     const vlm_weight_t *w, const float *bias, int n);
+void vlm_cpu_matmul_glu(vlm_backend_t *be, float *y, float *up,
+    const float *x, const vlm_weight_t *wg, const float *bg,
+    const vlm_weight_t *wu, const float *bu, int n, vlm_act_t act);
 
 void vlm_cpu_rms_norm(vlm_backend_t *be, float *y, const float *x,
     const float *g, int n, int dim, float eps);
