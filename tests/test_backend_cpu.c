@@ -577,9 +577,11 @@ test_matmul_weight_tiles(void **state)
  * the value and 2^-20 of |gate x up| (where gated_act() takes the tail
  * of a thread's rows through its scalar reference: expf against the
  * vector exp, and tanhf's 1 + tanh(u), which cancels for negative gates)
+ * at kernel level `level` (-1: the best here), amx with its tile GEMM or
+ * without (amx-rows)
  */
 static void
-test_matmul_glu(void **state)
+check_matmul_glu(int level, int tiles_gemm)
 {
     int                 i, t, k, n, rows, cols, amx, fused, exact;
     float              *x, *bg, *bu, *y0, *y1, *up, *ga, *uc, tol;
@@ -599,8 +601,9 @@ test_matmul_glu(void **state)
         VLM_ACT_SILU, VLM_ACT_GELU_TANH, VLM_ACT_QUICK_GELU, VLM_ACT_GELU
     };
 
-    vlm_backend_cpu_force_level(-1);
-    amx = vlm_cpu_detect() >= VLM_CPU_AMX;
+    level = vlm_backend_cpu_force_level(level);
+    vlm_backend_cpu_force_amx_tiles(tiles_gemm);
+    amx = level >= VLM_CPU_AMX && tiles_gemm;
 
     for (t = 0; t < 2; t++) {
         conf.weight_tiles = t;
@@ -695,6 +698,27 @@ test_matmul_glu(void **state)
 
     be[0]->ops->free(be[0]);
     be[1]->ops->free(be[1]);
+    vlm_backend_cpu_force_amx_tiles(1);
+    vlm_backend_cpu_force_level(-1);
+}
+
+
+static void
+test_matmul_glu(void **state)
+{
+    int  top;
+
+    top = vlm_backend_cpu_force_level(-1);
+
+    check_matmul_glu(-1, 1);
+
+    if (top == LEVEL_AMX) {
+        check_matmul_glu(LEVEL_AMX, 0);
+    }
+
+    if (top >= 1) {
+        check_matmul_glu(1, 1);     /* avx2 */
+    }
 }
 
 
