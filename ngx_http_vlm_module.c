@@ -22,6 +22,13 @@ static ngx_conf_enum_t  ngx_http_vlm_quant_activations[] = {
 };
 
 
+static ngx_conf_enum_t  ngx_http_vlm_weight_layouts[] = {
+    { ngx_string("plain"), NGX_HTTP_VLM_WEIGHT_PLAIN },
+    { ngx_string("tiles"), NGX_HTTP_VLM_WEIGHT_TILES },
+    { ngx_null_string, 0 }
+};
+
+
 static ngx_conf_enum_t  ngx_http_vlm_head_quants[] = {
     { ngx_string("off"), NGX_HTTP_VLM_HEAD_OFF },
     { ngx_string("int8"), NGX_HTTP_VLM_HEAD_INT8 },
@@ -289,6 +296,12 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_vlm_main_conf_t, quant_activations),
       &ngx_http_vlm_quant_activations },
+    { ngx_string("vlm_cpu_weight_layout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, weight_layout),
+      &ngx_http_vlm_weight_layouts },
     { ngx_string("vlm_kv_dtype"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_enum_slot,

@@ -23,6 +23,9 @@
  *                [--quant-activations int8|f32]   (default int8)
  *                [--kv-dtype auto|f32|bf16|f16]   (default auto)
  *                [--head-quant off|int8|int4]     (default off)
+ *                [--weight-layout plain|tiles]    (default plain; tiles:
+ *                                   bf16 matrices packed once at load
+ *                                   for amx's tile GEMM)
  *                [--kernels scalar|avx2|avx512bf16|amx|amx-rows]
  *                                  (default: the best this CPU runs;
  *                                   amx-rows: amx without its tile GEMM)
@@ -98,7 +101,7 @@ main(int argc, char **argv)
     int                      i, j, r, threads, n_prompt, n_decode, n_img;
     int                      gh, gw, n_ids, done, pieces, len, reps;
     int                      n_streams, stream[BENCH_MAX_STREAMS], max_b;
-    int                      level, head, graphs;
+    int                      level, head, graphs, tiles;
     int                      frames, n_tok, act_f32;
     size_t                   device_bytes;
     char                    *p, streams[64];
@@ -143,6 +146,7 @@ main(int argc, char **argv)
     kv = NULL;
     head = 0;
     graphs = 0;
+    tiles = 0;
     gh = 50;
     gw = 80;
     frames = 1;
@@ -204,6 +208,15 @@ main(int argc, char **argv)
 
             if (head < 0) {
                 fprintf(stderr, "bench_engine: bad --head-quant\n");
+                return 1;
+            }
+
+        } else if (strcmp(argv[i], "--weight-layout") == 0) {
+            tiles = strcmp(argv[i + 1], "tiles") == 0 ? 1
+                    : strcmp(argv[i + 1], "plain") == 0 ? 0 : -1;
+
+            if (tiles < 0) {
+                fprintf(stderr, "bench_engine: bad --weight-layout\n");
                 return 1;
             }
 
@@ -295,6 +308,7 @@ main(int argc, char **argv)
     prm.kv_dtype = kv;
     prm.head_quant = head;
     prm.cuda_graphs = graphs;
+    prm.weight_tiles = tiles;
     prm.max_seqs = max_b + 1;
     prm.max_seq_len = n_prompt + n_streams * (reps * n_decode + 1) + 8;
     prm.max_seq_len = vlm_max(prm.max_seq_len, n_img / 4 + 8);

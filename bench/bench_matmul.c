@@ -11,14 +11,20 @@
  *   bench_matmul [--shape 3b|0.5b|vision] [--layers N] [--threads N]
  *                [--reps N]
  *                [--streams 1,4,16,64] [--prefill N]
- *                [--kernels scalar,avx2,avx512bf16,amx,amx-rows,amx-vnni]
+ *                [--kernels scalar,avx2,avx512bf16,amx,amx-rows,amx-vnni,
+ *                           amx-tiles,amx-glu]
  *                                    (default: the best this CPU runs)
  *                [--weights bf16,q4,q8,q4i8,q8i8]     (default: bf16)
  *
  * amx-rows: amx without its tile GEMM (the weight rows loaded as they
  * lie, the kernels before it), to read the two against each other;
  * amx-vnni: amx-rows with int8 activations' prefill on the AVX512_VNNI
- * GEMM, to read AMX-INT8's tiles (amx, q4i8 and q8i8) against it.  The
+ * GEMM, to read AMX-INT8's tiles (amx, q4i8 and q8i8) against it;
+ * amx-tiles: amx with the bf16 weights packed once at bind into its
+ * tiles (vlm_cpu_weight_layout tiles) against amx's per call; amx-glu:
+ * amx-tiles with the gate's and up's matmuls in one pass, SiLU(gate) x
+ * up in the tile GEMM's epilogue (matmul_glu): where it is listed, every
+ * kernel's gate and up are followed by that product (gated_act()).  The
  * AMX peak of the machine (a register-only microkernel, 1 thread and
  * all) prints first, each GFLOP/s figure its fraction of it.
  *
@@ -46,9 +52,11 @@
 
 
 #define BENCH_MAX_FIG   96
-#define BENCH_MAX_KERN  6
+#define BENCH_MAX_KERN  8
 #define BENCH_AMX_ROWS  4           /* kernel_names: amx without tiles */
 #define BENCH_AMX_VNNI  5           /* and with the int8 GEMM on VNNI */
+#define BENCH_AMX_WT    6           /* amx, the weights packed at bind */
+#define BENCH_AMX_GLU   7           /* and gate/up with SiLU in one pass */
 #define BENCH_MAX_WK    5
 #define BENCH_Q_GROUP   128
 
@@ -68,7 +76,8 @@ void vlm_backend_cpu_force_qgemm(int on);
 
 
 static const char  *kernel_names[BENCH_MAX_KERN] = {
-    "scalar", "avx2", "avx512bf16", "amx", "amx-rows", "amx-vnni"
+    "scalar", "avx2", "avx512bf16", "amx", "amx-rows", "amx-vnni",
+    "amx-tiles", "amx-glu"
 };
 
 
@@ -94,7 +103,8 @@ main(int argc, char **argv)
     int                  layers, n_kern, k, kern[BENCH_MAX_KERN], top;
     int                  n_wk, wk[BENCH_MAX_WK], q, j, ng;
     char                *p, streams[64], kernels[64], weights[64];
-    float               *x, *y;
+    int                  glu;
+    float               *x, *y, *up;
     double               t0, bytes, flops, med, lo, hi, tri[BENCH_MAX_REPS];
     double               peak;
     double               v[BENCH_MAX_REPS], bmed, blo, bhi;
@@ -273,8 +283,9 @@ main(int argc, char **argv)
     wt = malloc(n_kern * n_wk * 7 * sh.layers * sizeof(vlm_weight_t));
     x = malloc((size_t) max_n * sh.inter * sizeof(float));
     y = malloc((size_t) max_n * sh.inter * sizeof(float));
+    up = malloc((size_t) max_n * sh.inter * sizeof(float));
 
-    if (w == NULL || wt == NULL || x == NULL || y == NULL
+    if (w == NULL || wt == NULL || x == NULL || y == NULL || up == NULL
         || bench_triad_init(&td) != 0
         || vlm_threadpool_init(&tp, threads, &err) != VLM_OK)
     {
@@ -282,11 +293,16 @@ main(int argc, char **argv)
         return 1;
     }
 
+    glu = 0;
+
     for (k = 0; k < n_kern; k++) {
         vlm_backend_cpu_force_level(kern[k] >= BENCH_AMX_ROWS
                                     ? VLM_CPU_AMX : kern[k]);
-        vlm_backend_cpu_force_amx_tiles(kern[k] < BENCH_AMX_ROWS);
+        vlm_backend_cpu_force_amx_tiles(kern[k] < BENCH_AMX_ROWS
+                                        || kern[k] >= BENCH_AMX_WT);
         vlm_backend_cpu_force_qgemm(kern[k] == BENCH_AMX_VNNI);
+        conf.weight_tiles = kern[k] >= BENCH_AMX_WT;
+        glu |= kern[k] == BENCH_AMX_GLU;
 
         conf.quant_act_int8 = 0;
         if (vlm_backend_cpu_init(&be[k], &conf, &err) != VLM_OK) {
@@ -419,7 +435,23 @@ main(int argc, char **argv)
             t0 = bench_now();
             for (l = 0; l < 7 * sh.layers; l++) {
                 b = wk[fig[i].wk] >= 3 ? bi8[k] : be[k];
-                b->ops->matmul(b, y, x, &wt[j + l], NULL, fig[i].n);
+
+                /* gate and up (l % 7: 4 and 5), then SiLU(gate) x up */
+                if (glu && l % 7 == 4 && kern[k] == BENCH_AMX_GLU) {
+                    b->ops->matmul_glu(b, y, up, x, &wt[j + l], NULL,
+                                       &wt[j + l + 1], NULL, fig[i].n,
+                                       VLM_ACT_SILU);
+                    l++;
+                    continue;
+                }
+
+                b->ops->matmul(b, l % 7 == 5 ? up : y, x, &wt[j + l], NULL,
+                               fig[i].n);
+
+                if (glu && l % 7 == 5) {
+                    b->ops->gated_act(b, y, y, up, fig[i].n, dims[5][0],
+                                      VLM_ACT_SILU);
+                }
             }
 
             if (r >= 0) {
@@ -468,8 +500,8 @@ main(int argc, char **argv)
     }
 
     printf("(tokens/s: rows / the time of the %d bench layers scaled to "
-           "the model's %d, decoder matrices only, no head)\n", sh.layers,
-           sh.model_layers);
+           "the model's %d, decoder matrices only%s, no head)\n", sh.layers,
+           sh.model_layers, glu ? " and SiLU(gate) x up" : "");
 
     vlm_threadpool_free(tp);
     for (k = 0; k < n_kern; k++) {
@@ -484,6 +516,7 @@ main(int argc, char **argv)
     free(wt);
     free(x);
     free(y);
+    free(up);
     bench_triad_free(&td);
 
     return 0;

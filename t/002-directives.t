@@ -1142,6 +1142,70 @@ qr{\[emerg\] .*: "vlm_head_quant int8" needs "vlm_backend cpu": the CUDA backend
 
 
 
+=== TEST 41l: vlm_cpu_weight_layout: plain and tiles are its values
+--- http_config
+    vlm_cpu_weight_layout tiles;
+--- config
+    location = /t { return 204; }
+--- request
+GET /t
+--- error_code: 204
+--- response_body
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 41m: vlm_cpu_weight_layout: an unknown value
+--- http_config
+    vlm_cpu_weight_layout vnni;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: invalid value "vnni" in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 41n: vlm_cpu_weight_layout: given twice
+--- http_config
+    vlm_cpu_weight_layout tiles;
+    vlm_cpu_weight_layout plain;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_cpu_weight_layout" directive is duplicate in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 41o: vlm_cpu_weight_layout: not in a location (an engine setting)
+--- config
+    location = /t { vlm_cpu_weight_layout tiles; return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_cpu_weight_layout" directive is not allowed here in \S+nginx\.conf:\d+$}
+
+
+
+=== TEST 41p: vlm_cpu_weight_layout tiles with vlm_backend cuda
+--- http_config
+    vlm_model $TEST_NGINX_MODELS/good;
+    vlm_backend cuda;
+    vlm_cpu_weight_layout tiles;
+    vlm_engine_binary $TEST_NGINX_ENGINES/engine-with-cuda;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_cpu_weight_layout tiles" needs "vlm_backend cpu" in \S+nginx\.conf:\d+$}
+
+
+
 === TEST 41h: vlm_kv_dtype f32 with vlm_backend cuda
 --- http_config
     vlm_model $TEST_NGINX_MODELS/good;

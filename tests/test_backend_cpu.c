@@ -299,10 +299,10 @@ check_amx_tiles(int n, int rows, int cols, int split, int bias, int accum,
     int exact)
 {
     int              i, j, k, g;
-    float           *x, *b, *y, *ref, *mag;
+    float           *x, *b, *y, *y1, *ref, *mag;
     double           s, a;
     uint16_t        *w, *xp;
-    uint32_t        *panel;
+    uint32_t        *panel, *wt;
     vlm_gemm_bf16_t  gm;
 
     x = vlm_test_rand_vec(&rng_state, (size_t) n * cols);
@@ -313,8 +313,10 @@ check_amx_tiles(int n, int rows, int cols, int split, int bias, int accum,
     w = malloc((size_t) rows * cols * sizeof(uint16_t));
     xp = aligned_alloc(64, vlm_amx_x_bytes(n, cols));
     panel = aligned_alloc(64, VLM_AMX_PANEL_BYTES);
+    wt = aligned_alloc(64, vlm_amx_wt_bytes(rows, cols));
+    y1 = malloc((size_t) n * rows * sizeof(float));
     assert_true(ref != NULL && mag != NULL && w != NULL && xp != NULL
-                && panel != NULL);
+                && panel != NULL && wt != NULL && y1 != NULL);
 
     for (k = 0; k < n * cols; k++) {
         x[k] = exact ? roundf(x[k] * 8.0f) / 8.0f
@@ -359,11 +361,38 @@ check_amx_tiles(int n, int rows, int cols, int split, int bias, int accum,
                        vlm_min(16, n - g * 16), cols);
     }
 
+    memcpy(y1, y, (size_t) n * rows * sizeof(float));
+
     gm = (vlm_gemm_bf16_t) { y, rows, xp, w, rows, cols,
-                             bias && !accum ? b : NULL, n, 1, accum };
+                             bias && !accum ? b : NULL, n, 1, accum,
+                             NULL };
     vlm_amx_gemm(&gm, 0, vlm_min(split, rows), panel);
     if (split < rows) {
         vlm_amx_gemm(&gm, split, rows, panel);
+    }
+
+    /*
+     * the weights packed once (vlm_amx_pack_weights, in the two ranges
+     * as two threads pack them at bind, garbage around them): the same
+     * tile products in the same order, so the same bits
+     */
+    memset(wt, 0xff, vlm_amx_wt_bytes(rows, cols));
+    vlm_amx_pack_weights(wt, w, rows, cols, 0, vlm_min(split, rows));
+    if (split < rows) {
+        vlm_amx_pack_weights(wt, w, rows, cols, split, rows);
+    }
+
+    gm.y = y1;
+    gm.wt = wt;
+    memset(panel, 0xff, VLM_AMX_PANEL_BYTES);
+    vlm_amx_gemm(&gm, 0, vlm_min(split, rows), panel);
+    if (split < rows) {
+        vlm_amx_gemm(&gm, split, rows, panel);
+    }
+
+    if (memcmp(y1, y, (size_t) n * rows * sizeof(float)) != 0) {
+        fail_msg("%d x %d x %d: the weights packed once give other bits",
+                 n, rows, cols);
     }
 
     for (k = 0; k < n * rows; k++) {
@@ -383,6 +412,8 @@ check_amx_tiles(int n, int rows, int cols, int split, int bias, int accum,
     free(w);
     free(xp);
     free(panel);
+    free(wt);
+    free(y1);
 }
 
 
@@ -405,6 +436,289 @@ test_amx_tiles(void **state)
         check_amx_tiles(20, 61, 4127, 32, 0, 1, exact);
         check_amx_tiles(3, 700, 2048, 288, 1, 0, exact);
         check_amx_tiles(31, 600, 1000, 96, 1, 0, exact);
+    }
+}
+
+
+/*
+ * weight_tiles: bf16 matrices packed once at bind into amx's tiles.  The
+ * matmul through them gives the bits of the panels packed per call at
+ * prefill's rows (the same tile products in the same order) and reads
+ * the rows as they lie below VLM_AMX_TILES_MIN; a matrix bound twice
+ * from the same rows (a tied embedding and LM head) is packed once; the
+ * backend's bytes grow by vlm_backend_cpu_weight_tiles()'s count to the
+ * byte; nothing is packed above VLM_AMX_WT_CAP elements, nor without
+ * the tile GEMM (amx-rows, or no AMX)
+ */
+static void
+test_matmul_weight_tiles(void **state)
+{
+    int                   i, k, n, rows, cols;
+    float                *x, *b, *y0, *y1;
+    size_t                base;
+    uint16_t             *wh;
+    vlm_error_t           err;
+    vlm_weight_t          w0, w1, w2;
+    vlm_backend_t        *be0, *be1;
+    vlm_backend_matrix_t  mats[2];
+    vlm_backend_conf_t    conf = { .n_threads = 3, .max_ctx = 512 };
+    static uint16_t       one;
+    static const int      shape[][3] = {
+        { 130, 45, 33 }, { 300, 70, 2100 }, { 128, 33, 4127 },
+        { 5, 61, 96 }, { 530, 800, 2048 }, { 200, 1, 1 }
+    };
+
+    vlm_backend_cpu_force_level(-1);
+
+    memset(mats, 0, sizeof(mats));
+    mats[0].dtype = VLM_DTYPE_BF16;
+    mats[0].rows = 33;
+    mats[0].cols = 4127;
+    mats[1] = mats[0];
+    mats[1].rows = 8193;
+    mats[1].cols = 4096;
+
+    conf.weight_tiles = 1;
+
+    if (vlm_cpu_detect() < VLM_CPU_AMX) {
+        assert_int_equal(vlm_backend_cpu_weight_tiles(&conf, mats, 2), 0);
+        skip();
+    }
+
+    /* the one below the cap: 64 rows x 4128 columns of bf16 */
+    assert_int_equal(vlm_backend_cpu_weight_tiles(&conf, mats, 2),
+                     64 * 4128 * 2);
+
+    vlm_backend_cpu_force_amx_tiles(0);
+    assert_int_equal(vlm_backend_cpu_weight_tiles(&conf, mats, 1), 0);
+    vlm_backend_cpu_force_amx_tiles(1);
+
+    for (i = 0; i < (int) (sizeof(shape) / sizeof(shape[0])); i++) {
+        n = shape[i][0];
+        rows = shape[i][1];
+        cols = shape[i][2];
+
+        conf.weight_tiles = 0;
+        assert_int_equal(vlm_backend_cpu_init(&be0, &conf, &err), VLM_OK);
+        conf.weight_tiles = 1;
+        assert_int_equal(vlm_backend_cpu_init(&be1, &conf, &err), VLM_OK);
+
+        x = vlm_test_rand_vec(&rng_state, (size_t) n * cols);
+        b = vlm_test_rand_vec(&rng_state, (size_t) rows);
+        y0 = calloc((size_t) n * rows, sizeof(float));
+        y1 = calloc((size_t) n * rows, sizeof(float));
+        wh = malloc((size_t) rows * cols * sizeof(uint16_t));
+        assert_true(y0 != NULL && y1 != NULL && wh != NULL);
+
+        for (k = 0; k < rows * cols; k++) {
+            wh[k] = vlm_f32_to_bf16(x[k % (n * cols)] - b[k % rows]);
+        }
+
+        /* the scratch both grow, and the tiles to the byte */
+        base = be1->allocated - be0->allocated;
+        assert_int_equal(be0->ops->weight_bind(be0, &w0, wh,
+                                               VLM_DTYPE_BF16, rows, cols,
+                                               &err), VLM_OK);
+        assert_int_equal(be1->ops->weight_bind(be1, &w1, wh,
+                                               VLM_DTYPE_BF16, rows, cols,
+                                               &err), VLM_OK);
+        assert_null(w0.tiles);
+        assert_non_null(w1.tiles);
+
+        mats[0].rows = rows;
+        mats[0].cols = cols;
+        assert_int_equal(be1->allocated - be0->allocated - base,
+                         vlm_backend_cpu_weight_tiles(&conf, mats, 1));
+
+        /* bound again from the same rows: the same tiles, no bytes */
+        base = be1->allocated;
+        assert_int_equal(be1->ops->weight_bind(be1, &w2, wh,
+                                               VLM_DTYPE_BF16, rows, cols,
+                                               &err), VLM_OK);
+        assert_ptr_equal(w2.tiles, w1.tiles);
+        assert_int_equal(be1->allocated, base);
+
+        be0->ops->matmul(be0, y0, x, &w0, b, n);
+        be1->ops->matmul(be1, y1, x, &w1, b, n);
+
+        if (memcmp(y0, y1, (size_t) n * rows * sizeof(float)) != 0) {
+            fail_msg("%d x %d x %d: weight tiles give other bits", n, rows,
+                     cols);
+        }
+
+        be0->ops->free(be0);
+        be1->ops->free(be1);
+        free(x);
+        free(b);
+        free(y0);
+        free(y1);
+        free(wh);
+    }
+
+    /* above the cap: bound as rows, nothing read or packed */
+    assert_int_equal(vlm_backend_cpu_init(&be1, &conf, &err), VLM_OK);
+    assert_int_equal(be1->ops->weight_bind(be1, &w1, &one, VLM_DTYPE_BF16,
+                                           8193, 4096, &err), VLM_OK);
+    assert_null(w1.tiles);
+    be1->ops->free(be1);
+}
+
+
+/*
+ * matmul_glu, y = act(x Wg^T + bg) * (x Wu^T + bu), against the two
+ * matmuls and gated_act() on the same backend: where amx's tile GEMM
+ * runs (128 rows or more, one column block) the product is made in its
+ * epilogue and up is left as it was (the intermediates never written),
+ * from the weights packed per call and packed once; elsewhere (fewer
+ * rows, more than VLM_AMX_KC columns, no AMX) the ops apart.  Odd
+ * shapes: rows, weight rows and columns not multiples of 16, 32 and 32,
+ * with and without biases, every activation.  Bit for bit where
+ * gated_act() takes every element through its vector kernels (weight
+ * rows a multiple of 8; GELU, scalar, always), else within 2^-16 of
+ * the value and 2^-20 of |gate x up| (where gated_act() takes the tail
+ * of a thread's rows through its scalar reference: expf against the
+ * vector exp, and tanhf's 1 + tanh(u), which cancels for negative gates)
+ * at kernel level `level` (-1: the best here), amx with its tile GEMM or
+ * without (amx-rows)
+ */
+static void
+check_matmul_glu(int level, int tiles_gemm)
+{
+    int                 i, t, k, n, rows, cols, amx, fused, exact;
+    float              *x, *bg, *bu, *y0, *y1, *up, *ga, *uc, tol;
+    uint16_t           *wg, *wu;
+    vlm_act_t           act;
+    vlm_error_t         err;
+    vlm_weight_t        g0, u0, g1, u1;
+    vlm_backend_t      *be[2];
+    vlm_backend_conf_t  conf = { .n_threads = 3, .max_ctx = 512 };
+    static const int    shape[][4] = {
+        /* n, rows, cols, bias */
+        { 128, 48, 64, 1 }, { 130, 45, 33, 1 }, { 300, 70, 1000, 0 },
+        { 530, 800, 2048, 1 }, { 200, 1, 1, 0 }, { 129, 3420, 1280, 1 },
+        { 17, 64, 96, 1 }, { 140, 40, 2100, 1 }, { 160, 33, 2048, 0 }
+    };
+    static const vlm_act_t  acts[] = {
+        VLM_ACT_SILU, VLM_ACT_GELU_TANH, VLM_ACT_QUICK_GELU, VLM_ACT_GELU
+    };
+
+    level = vlm_backend_cpu_force_level(level);
+    vlm_backend_cpu_force_amx_tiles(tiles_gemm);
+    amx = level >= VLM_CPU_AMX && tiles_gemm;
+
+    for (t = 0; t < 2; t++) {
+        conf.weight_tiles = t;
+        assert_int_equal(vlm_backend_cpu_init(&be[t], &conf, &err), VLM_OK);
+    }
+
+    for (i = 0; i < (int) (sizeof(shape) / sizeof(shape[0])); i++) {
+        n = shape[i][0];
+        rows = shape[i][1];
+        cols = shape[i][2];
+        act = acts[i % 4];
+
+        x = vlm_test_rand_vec(&rng_state, (size_t) n * cols);
+        bg = vlm_test_rand_vec(&rng_state, (size_t) rows);
+        bu = vlm_test_rand_vec(&rng_state, (size_t) rows);
+        y0 = malloc((size_t) n * rows * sizeof(float));
+        y1 = malloc((size_t) n * rows * sizeof(float));
+        up = malloc((size_t) n * rows * sizeof(float));
+        ga = malloc((size_t) n * rows * sizeof(float));
+        uc = malloc((size_t) n * rows * sizeof(float));
+        wg = malloc((size_t) rows * cols * sizeof(uint16_t));
+        wu = malloc((size_t) rows * cols * sizeof(uint16_t));
+        assert_true(y0 != NULL && y1 != NULL && up != NULL && ga != NULL
+                    && uc != NULL && wg != NULL && wu != NULL);
+
+        for (k = 0; k < rows * cols; k++) {
+            wg[k] = vlm_f32_to_bf16(x[k % (n * cols)] * 0.5f
+                                    + bg[k % rows]);
+            wu[k] = vlm_f32_to_bf16(x[(k * 7) % (n * cols)] - bu[k % rows]);
+        }
+
+        for (t = 0; t < 2; t++) {
+            assert_int_equal(be[t]->ops->weight_bind(be[t], &g0, wg,
+                                                     VLM_DTYPE_BF16, rows,
+                                                     cols, &err), VLM_OK);
+            assert_int_equal(be[t]->ops->weight_bind(be[t], &u0, wu,
+                                                     VLM_DTYPE_BF16, rows,
+                                                     cols, &err), VLM_OK);
+            g1 = g0;
+            u1 = u0;
+
+            /* the ops apart */
+            be[t]->ops->matmul(be[t], ga, x, &g0, shape[i][3] ? bg : NULL,
+                               n);
+            be[t]->ops->matmul(be[t], up, x, &u0, shape[i][3] ? bu : NULL,
+                               n);
+            be[t]->ops->gated_act(be[t], y0, ga, up, n, rows, act);
+            memcpy(uc, up, (size_t) n * rows * sizeof(float));
+
+            /* in one: up keeps its NaNs where the epilogue made y */
+            for (k = 0; k < n * rows; k++) {
+                up[k] = NAN;
+            }
+
+            be[t]->ops->matmul_glu(be[t], y1, up, x, &g1,
+                                   shape[i][3] ? bg : NULL, &u1,
+                                   shape[i][3] ? bu : NULL, n, act);
+
+            fused = amx && n >= VLM_AMX_TILES_MIN && cols <= VLM_AMX_KC;
+
+            if (fused != (isnan(up[0]) && isnan(up[n * rows - 1]))) {
+                fail_msg("%d x %d x %d, tiles %d: %s", n, rows, cols, t,
+                         fused ? "the product not in the epilogue"
+                               : "up not written by the ops apart");
+            }
+
+            exact = rows % 8 == 0 || act == VLM_ACT_GELU || !fused;
+
+            for (k = 0; k < n * rows; k++) {
+                tol = exact ? 0.0f : fabsf(y0[k]) / 65536.0f
+                                     + fabsf(ga[k] * uc[k]) / 1048576.0f;
+
+                if (!(fabsf(y1[k] - y0[k]) <= tol)) {
+                    fail_msg("%d x %d x %d, tiles %d, act %d, element %d: "
+                             "%.9g != %.9g", n, rows, cols, t, (int) act,
+                             k, y1[k], y0[k]);
+                }
+            }
+        }
+
+        free(x);
+        free(bg);
+        free(bu);
+        free(y0);
+        free(y1);
+        free(up);
+        free(ga);
+        free(uc);
+        free(wg);
+        free(wu);
+    }
+
+    be[0]->ops->free(be[0]);
+    be[1]->ops->free(be[1]);
+    vlm_backend_cpu_force_amx_tiles(1);
+    vlm_backend_cpu_force_level(-1);
+}
+
+
+static void
+test_matmul_glu(void **state)
+{
+    int  top;
+
+    top = vlm_backend_cpu_force_level(-1);
+
+    check_matmul_glu(-1, 1);
+
+    if (top == LEVEL_AMX) {
+        check_matmul_glu(LEVEL_AMX, 0);
+    }
+
+    if (top >= 1) {
+        check_matmul_glu(1, 1);     /* avx2 */
     }
 }
 
@@ -2462,6 +2776,8 @@ main(int argc, char **argv)
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_bf16_kernels),
         cmocka_unit_test(test_amx_tiles),
+        cmocka_unit_test(test_matmul_weight_tiles),
+        cmocka_unit_test(test_matmul_glu),
         cmocka_unit_test(test_gemm_fma_panels),
         cmocka_unit_test(test_matmul_quant_kernels),
         cmocka_unit_test(test_matmul_quant_i8_kernels),

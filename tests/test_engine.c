@@ -383,6 +383,9 @@ vlm_plan_quant_delta(const char *dir, int act)
 }
 
 
+static void vlm_plan_tiles_delta(const char *dir);
+
+
 /*
  * f32 weights, and bf16 ones, whose matmul scratch (activations rounded
  * or packed for the bf16 kernels, amx's weight panels, the widened
@@ -402,6 +405,8 @@ test_budgets_and_plan(void **state)
     vlm_plan_quant_delta(FIX "/qwen2vl-bf16", 0);
     vlm_plan_quant_delta(FIX "/quant-gptq-g32-actorder", 1);
     vlm_plan_quant_delta(FIX "/quant-ct-w8a8", 1);
+    vlm_plan_tiles_delta(FIX "/qwen2vl-bf16");
+    vlm_plan_tiles_delta(FIX "/qwen25vl-bf16");
 
     (void) state;
 }
@@ -635,6 +640,125 @@ cpu_with_ops(vlm_backend_t **be, const vlm_backend_conf_t *conf,
 
 /* the CPU backend without quantized matmuls, as the CUDA one is */
 static vlm_backend_ops_t  noquant_ops;
+/* and without matmul_glu: the gate's and up's matmuls apart */
+static vlm_backend_ops_t  noglu_ops;
+
+
+static vlm_status_t
+noglu_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
+    vlm_error_t *err)
+{
+    vlm_status_t  rc;
+
+    rc = cpu_with_ops(be, conf, &noglu_ops, "noglu", err);
+    noglu_ops.matmul_glu = NULL;
+
+    return rc;
+}
+
+
+/*
+ * weight_tiles: the bf16 matrices packed once at load for amx's tile
+ * GEMM.  The backend's buffers grow by the plan's weight tiles to the
+ * byte (a tied embedding and LM head packed once, as the plan counts
+ * the tensor once), every other part as without; none where this CPU
+ * has no tile GEMM.  A prompt of 300 tokens (prefill's rows on the tile
+ * GEMM, the MLP's gate and up through matmul_glu's epilogue) then 4
+ * tokens decoded (on the rows) give the logits of the layout plain to
+ * the bit, and those of the gate's and up's matmuls and gated_act()
+ * apart (the backend without matmul_glu)
+ */
+static void
+vlm_plan_tiles_delta(const char *dir)
+{
+    int                 i, k, V;
+    size_t              bytes[2];
+    int32_t             ids[300];
+    float              *lg[3];
+    vlm_seq_t          *seq;
+    vlm_step_item_t     item;
+    vlm_error_t         err;
+    vlm_model_t        *m;
+    vlm_model_plan_t    plan[2];
+    vlm_model_stats_t   st;
+    vlm_model_params_t  p;
+
+    assert_int_equal(vlm_backend_register("noglu", noglu_init), VLM_OK);
+
+    for (i = 0; i < 3; i++) {
+        vlm_model_params_default(&p);
+        p.n_threads = 2;
+        p.max_seqs = 2;
+        p.max_seq_len = 320;
+        p.max_batch_tokens = 512;
+        p.max_image_patches = 256;
+        p.weight_tiles = i > 0;
+
+        if (i < 2) {
+            assert_int_equal(vlm_model_plan(dir, &p, &plan[i], &err),
+                             VLM_OK);
+        }
+
+        p.backend = i == 2 ? "noglu" : NULL;
+        assert_int_equal(vlm_model_load(&m, dir, &p, &err), VLM_OK);
+        vlm_model_stats(m, &st);
+
+        if (i < 2) {
+            bytes[i] = st.backend_bytes;
+        }
+
+        V = vlm_model_info(m)->vocab_size;
+        lg[i] = malloc(5 * (size_t) V * sizeof(float));
+        assert_non_null(lg[i]);
+
+        /* ordinary tokens: below the fixtures' specials (from 300) */
+        for (k = 0; k < 300; k++) {
+            ids[k] = (int32_t) ((k * 37 + 11) % 300);
+        }
+
+        assert_int_equal(vlm_seq_init(m, &seq, &err), VLM_OK);
+        assert_int_equal(vlm_seq_prefill(seq, ids, 300, NULL, 0, NULL,
+                                         &err), VLM_OK);
+
+        for (k = 0; k < 5; k++) {
+            memcpy(lg[i] + (size_t) k * V, vlm_seq_logits(seq),
+                   (size_t) V * sizeof(float));
+            item.seq = seq;
+            item.ids = &ids[k];
+            item.n_ids = 1;
+
+            if (k < 4) {
+                assert_int_equal(vlm_step(m, &item, 1, &err), VLM_OK);
+            }
+        }
+
+        vlm_seq_free(seq);
+        vlm_model_free(m);
+    }
+
+    assert_int_equal(plan[0].weight_tiles, 0);
+    assert_int_equal(plan[1].total - plan[1].weight_tiles, plan[0].total);
+    assert_int_equal(bytes[1] - bytes[0], plan[1].weight_tiles);
+
+    if (strcmp(vlm_backend_cpu_simd(), "amx") == 0
+        ? plan[1].weight_tiles == 0 : plan[1].weight_tiles != 0)
+    {
+        fail_msg("%s: %zu bytes of weight tiles planned", dir,
+                 plan[1].weight_tiles);
+    }
+
+    if (memcmp(lg[0], lg[1], 5 * (size_t) V * sizeof(float)) != 0) {
+        fail_msg("%s: the logits with weight tiles differ", dir);
+    }
+
+    if (memcmp(lg[2], lg[1], 5 * (size_t) V * sizeof(float)) != 0) {
+        fail_msg("%s: the logits without matmul_glu differ", dir);
+    }
+
+    free(lg[0]);
+    free(lg[1]);
+    free(lg[2]);
+}
 
 
 static vlm_status_t
@@ -1236,6 +1360,16 @@ count_matmul(vlm_backend_t *be, float *y, const float *x,
 
 
 static void
+count_matmul_glu(vlm_backend_t *be, float *y, float *up, const float *x,
+    const vlm_weight_t *wg, const float *bg, const vlm_weight_t *wu,
+    const float *bu, int n, vlm_act_t act)
+{
+    count_rows = n > count_rows ? n : count_rows;
+    count_cpu.matmul_glu(be, y, up, x, wg, bg, wu, bu, n, act);
+}
+
+
+static void
 count_attention_varlen(vlm_backend_t *be, const vlm_attn_varlen_t *a)
 {
     int  q;
@@ -1256,6 +1390,7 @@ count_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
     rc = cpu_with_ops(be, conf, &count_ops, "count", err);
     count_cpu = count_ops;
     count_ops.matmul = count_matmul;
+    count_ops.matmul_glu = count_matmul_glu;
     count_ops.attention_varlen = count_attention_varlen;
 
     return rc;

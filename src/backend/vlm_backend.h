@@ -66,6 +66,9 @@ typedef struct {
     const float    *mins;       /* [rows, cols / group] */
     const int32_t  *perm;       /* NULL or [cols]: column k multiplies
                                    x[perm[k]] (GPTQ act order) */
+    const void     *tiles;      /* NULL, or the CPU backend's copy of a
+                                   bf16 matrix in AMX's tiles, packed at
+                                   bind (weight_tiles) */
 } vlm_weight_t;
 
 
@@ -94,6 +97,9 @@ typedef struct {
     int           device;       /* GPU: the device index */
     int           quant_act_int8;   /* quantized matrices take int8
                                        activations at 1 to 16 rows */
+    int           weight_tiles; /* CPU with AMX: bf16 matrices packed
+                                   once at bind into the tile GEMM's
+                                   layout, beside the rows (decode) */
 } vlm_backend_conf_t;
 
 
@@ -375,6 +381,17 @@ typedef struct {
     vlm_status_t (*graph_launch)(vlm_backend_t *be, void *graph,
         vlm_error_t *err);
     void  (*graph_free)(vlm_backend_t *be, void *graph);
+
+    /*
+     * the gated MLP's first half over matrices bound apart, y[n, rows] =
+     * act(x Wg^T + bg) * (x Wu^T + bu) (biases NULL: none), up[n, rows]
+     * scratch it may leave anything in: the gate's and up's matmuls and
+     * gated_act() in one, or where the backend has it, one pass with the
+     * product in the GEMM's epilogue; NULL: those ops
+     */
+    void  (*matmul_glu)(vlm_backend_t *be, float *y, float *up,
+        const float *x, const vlm_weight_t *wg, const float *bg,
+        const vlm_weight_t *wu, const float *bu, int n, vlm_act_t act);
 } vlm_backend_ops_t;
 
 
@@ -433,6 +450,13 @@ size_t vlm_backend_cpu_scratch(const vlm_backend_conf_t *conf,
  * query block, the flash kernel's tiles where AMX runs it)
  */
 size_t vlm_backend_cpu_attn_scratch(int n_threads);
+/*
+ * the bytes of the copies in AMX's tiles that a CPU backend of conf
+ * packs at bind (weight_tiles) for the n matrices, each bound once; 0
+ * where it packs none (no AMX, weight_tiles 0)
+ */
+size_t vlm_backend_cpu_weight_tiles(const vlm_backend_conf_t *conf,
+    const vlm_backend_matrix_t *mats, int n);
 /* the instruction set of the CPU kernels on this CPU ("avx2") */
 const char *vlm_backend_cpu_simd(void);
 /* OPENBLAS_CORETYPE for this CPU where OpenBLAS chose older kernels */

@@ -104,6 +104,7 @@ vlm_cpu_scratch_need(const vlm_cpu_t *cpu, const vlm_backend_matrix_t *mat,
     vlm_cpu_scratch_t *s)
 {
     int          rows, cols;
+    size_t       glu;
     vlm_dtype_t  dtype;
 
     memset(s, 0, sizeof(vlm_cpu_scratch_t));
@@ -155,6 +156,12 @@ vlm_cpu_scratch_need(const vlm_cpu_t *cpu, const vlm_backend_matrix_t *mat,
     if (cpu->amx_tiles) {
         s->xa_cols = cols;
         s->amx_panel_bytes = vlm_amx_panel_bytes(rows, cols, cpu->n_threads);
+
+        /* a gate and its up through matmul_glu, packed per call */
+        if (cols <= VLM_AMX_KC) {
+            glu = vlm_amx_glu_panel_bytes(rows, cols, cpu->n_threads);
+            s->amx_panel_bytes = vlm_max(s->amx_panel_bytes, glu);
+        }
     }
 
     /* bf16 matrices widen only for the rows the bf16 kernels leave */
@@ -355,6 +362,97 @@ vlm_cpu_wtile_reserve(vlm_backend_t *be, size_t need, vlm_error_t *err)
 }
 
 
+/* whether a matrix is packed at bind into amx's tiles (weight_tiles) */
+static int
+vlm_cpu_wt_packs(const vlm_cpu_t *cpu, const vlm_backend_matrix_t *mat)
+{
+    return cpu->weight_tiles && !mat->quant
+           && mat->dtype == VLM_DTYPE_BF16
+           && (size_t) mat->rows * mat->cols <= VLM_AMX_WT_CAP;
+}
+
+
+typedef struct {
+    uint32_t        *dst;
+    const uint16_t  *w;
+    int              rows;
+    int              cols;
+} vlm_cpu_wt_job_t;
+
+
+/* the weight rows of blocks [start, end) of 32 */
+static void
+vlm_cpu_wt_blocks(void *arg, int start, int end, int thread)
+{
+    vlm_cpu_wt_job_t  *job = arg;
+
+    (void) thread;
+
+    vlm_amx_pack_weights(job->dst, job->w, job->rows, job->cols, start * 32,
+                         end * 32);
+}
+
+
+/*
+ * w's copy in amx's tiles: the one packed for the same rows before (a
+ * tied embedding and LM head), or packed now over the threads
+ */
+static vlm_status_t
+vlm_cpu_wt_bind(vlm_backend_t *be, vlm_weight_t *w, vlm_error_t *err)
+{
+    int                i, cap;
+    vlm_cpu_t         *cpu = (vlm_cpu_t *) be;
+    vlm_cpu_wt_t      *wts, *wt;
+    vlm_cpu_wt_job_t   job;
+
+    for (i = 0; i < cpu->n_wts; i++) {
+        wt = &cpu->wts[i];
+
+        if (wt->data == w->data && wt->rows == w->rows
+            && wt->cols == w->cols)
+        {
+            w->tiles = wt->tiles;
+            return VLM_OK;
+        }
+    }
+
+    if (cpu->n_wts == cpu->wts_cap) {
+        cap = vlm_max(64, 2 * cpu->wts_cap);
+        wts = realloc(cpu->wts, (size_t) cap * sizeof(vlm_cpu_wt_t));
+        if (wts == NULL) {
+            return vlm_error_set(err, VLM_ERR_NOMEM,
+                                 "cpu backend: no memory for weight tiles");
+        }
+
+        cpu->wts = wts;
+        cpu->wts_cap = cap;
+    }
+
+    job.dst = vlm_cpu_alloc(be, vlm_amx_wt_bytes(w->rows, w->cols));
+    if (job.dst == NULL) {
+        return vlm_error_set(err, VLM_ERR_NOMEM, "cpu backend: no memory "
+                             "for a [%d, %d] matrix in tiles", w->rows,
+                             w->cols);
+    }
+
+    job.w = w->data;
+    job.rows = w->rows;
+    job.cols = w->cols;
+
+    vlm_threadpool_run(cpu->pool, (w->rows + 31) / 32, vlm_cpu_wt_blocks,
+                       &job);
+
+    wt = &cpu->wts[cpu->n_wts++];
+    wt->data = w->data;
+    wt->rows = w->rows;
+    wt->cols = w->cols;
+    wt->tiles = job.dst;
+    w->tiles = job.dst;
+
+    return VLM_OK;
+}
+
+
 static vlm_status_t
 vlm_cpu_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
     vlm_dtype_t dtype, int rows, int cols, vlm_error_t *err)
@@ -383,6 +481,10 @@ vlm_cpu_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
         || vlm_cpu_wtile_reserve(be, s.wtile_floats, err) != VLM_OK)
     {
         return VLM_ERR_NOMEM;
+    }
+
+    if (vlm_cpu_wt_packs(cpu, &mat)) {
+        return vlm_cpu_wt_bind(be, w, err);
     }
 
     return VLM_OK;
@@ -533,6 +635,12 @@ vlm_cpu_free(vlm_backend_t *be)
     vlm_cpu_release(be, cpu->xq4);
     vlm_cpu_release(be, cpu->xd);
     vlm_cpu_release(be, cpu->qgpanel);
+
+    while (cpu->n_wts > 0) {
+        vlm_cpu_release(be, cpu->wts[--cpu->n_wts].tiles);
+    }
+
+    free(cpu->wts);
     vlm_threadpool_free(cpu->pool);
     free(cpu);
 }
@@ -578,7 +686,8 @@ static const vlm_backend_ops_t  vlm_cpu_ops = {
     NULL,                       /* no graphs: nothing to launch */
     NULL,
     NULL,
-    NULL
+    NULL,
+    vlm_cpu_matmul_glu
 };
 
 
@@ -651,6 +760,7 @@ vlm_cpu_kernels(vlm_cpu_t *cpu, const vlm_backend_conf_t *conf)
     cpu->level = vlm_cpu_level;
     cpu->gemm = vlm_cpu_gemm_kernel(cpu->level);
     cpu->amx_tiles = cpu->level == VLM_CPU_AMX && vlm_cpu_amx_tiles;
+    cpu->weight_tiles = cpu->amx_tiles && conf->weight_tiles;
 
     /* prefill through OpenBLAS's AVX-512 sgemm where it gives more */
     if (cpu->level == VLM_CPU_AVX512BF16 && vlm_backend_cpu_blas_core() == NULL
@@ -727,6 +837,29 @@ vlm_backend_cpu_attn_scratch(int n_threads)
 }
 
 
+size_t
+vlm_backend_cpu_weight_tiles(const vlm_backend_conf_t *conf,
+    const vlm_backend_matrix_t *mats, int n)
+{
+    int         i;
+    size_t      bytes;
+    vlm_cpu_t   cpu;
+
+    memset(&cpu, 0, sizeof(vlm_cpu_t));
+    vlm_cpu_kernels(&cpu, conf);
+
+    for (i = 0, bytes = 0; i < n; i++) {
+        if (vlm_cpu_wt_packs(&cpu, &mats[i])) {
+            bytes += vlm_align_up(vlm_amx_wt_bytes(mats[i].rows,
+                                                   mats[i].cols),
+                                  VLM_CPU_ALIGN);
+        }
+    }
+
+    return bytes;
+}
+
+
 vlm_status_t
 vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     vlm_error_t *err)
@@ -796,6 +929,14 @@ vlm_backend_cpu_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     vlm_log(VLM_LOG_INFO, "cpu backend: %d threads, %s kernels, OpenBLAS "
             "%s", cpu->n_threads, vlm_cpu_level_name(cpu->level),
             openblas_get_corename());
+
+    if (conf->weight_tiles) {
+        vlm_log(VLM_LOG_INFO, "cpu backend: weight layout tiles: %s",
+                cpu->weight_tiles ? "bf16 matrices packed once at load "
+                                    "for the AMX tile GEMM"
+                                  : "no AMX tile GEMM here, the rows as "
+                                    "they lie");
+    }
 
     if (cpu->gemm->x_bf16 && cpu->gemm->max_n != VLM_CPU_ALL_ROWS) {
         vlm_log(VLM_LOG_INFO, "cpu backend: vdpbf16ps gives fewer flops "

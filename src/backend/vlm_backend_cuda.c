@@ -1510,7 +1510,8 @@ static const vlm_backend_ops_t  vlm_cuda_ops = {
     vlm_cuda_graph_begin,
     vlm_cuda_graph_end,
     vlm_cuda_graph_launch,
-    vlm_cuda_graph_free
+    vlm_cuda_graph_free,
+    NULL                        /* gate/up one GEMM (matmul_gated) */
 };
 
 

@@ -60,6 +60,16 @@ typedef enum {
 #define VLM_AMX_KC           2048
 #define VLM_AMX_PANEL_BYTES  (1u << 20)
 #define VLM_AMX_TILES_MIN    128
+/*
+ * the most elements of a matrix packed once at bind into amx's tiles
+ * (weight_tiles): above it (the embedding table, the LM head, which
+ * prefill multiplies by a few rows) the tile GEMM packs per call
+ */
+#define VLM_AMX_WT_CAP       (32u << 20)
+/* bytes of a rows x cols matrix in vlm_amx_pack_weights()'s layout */
+#define vlm_amx_wt_bytes(rows, cols)                                         \
+    ((size_t) ((rows) + 31) / 32 * 32 * (((cols) + 31) / 32 * 32)          \
+     * sizeof(uint16_t))
 /* bytes of vlm_amx_pack_x()'s groups of n rows */
 #define vlm_amx_x_bytes(n, cols)                                             \
     ((size_t) ((n) + 15) / 16 * 16 * (((cols) + 31) / 32 * 32)             \
@@ -85,6 +95,8 @@ typedef struct {
     int              n;
     int              packed;    /* x is pack()'s layout */
     int              accum;     /* packed: y += x W^T, no bias */
+    const uint32_t  *wt;        /* amx's tile GEMM: NULL, or w packed
+                                   once, vlm_amx_pack_weights() */
 } vlm_gemm_bf16_t;
 
 
@@ -313,6 +325,37 @@ void vlm_amx_pack_x(uint16_t *dst, const float *x, int ldx, int n,
     int cols);
 void vlm_amx_gemm(const vlm_gemm_bf16_t *g, int r0, int r1,
     uint32_t *panel);
+/*
+ * the weight rows [r0, r1) (r0 a multiple of 32) of w[rows, cols] into
+ * dst (of vlm_amx_wt_bytes(rows, cols)), the layout vlm_amx_gemm() takes
+ * as g->wt: blocks of 32 rows, each every column tile in order, a tile
+ * two of 16 rows in VNNI pairs
+ */
+void vlm_amx_pack_weights(uint32_t *dst, const uint16_t *w, int rows,
+    int cols, int r0, int r1);
+/*
+ * amx's tile GEMM of two matrices over the same activations, gate and
+ * up ([rows, cols] each, cols at most VLM_AMX_KC), with the gated
+ * activation in its epilogue: y = act(x Wg^T + bg) * (x Wu^T + bu), the
+ * intermediates never in memory; g is the gate's GEMM (wt, or the rows
+ * packed per call through panel, vlm_amx_glu_panel_bytes())
+ */
+typedef struct {
+    vlm_gemm_bf16_t   g;
+    const uint16_t   *wu;
+    const uint32_t   *wtu;      /* NULL, or wu packed once */
+    const float      *bu;
+    vlm_act_t         act;
+} vlm_amx_glu_t;
+
+void vlm_amx_glu(const vlm_amx_glu_t *q, int r0, int r1, uint32_t *panel);
+size_t vlm_amx_glu_panel_bytes(int rows, int cols, int n_threads);
+/*
+ * y[k] = act(x[k]) * up[k] (up NULL: act(x[k])) for k < n: the kernels
+ * of gated_act() and act() at the backend's level (vlm_cpu_rows.c)
+ */
+void vlm_cpu_gated_run(float *y, const float *x, const float *up,
+    size_t n, vlm_act_t act);
 /* a thread's panel for a rows x cols matrix on n_threads */
 size_t vlm_amx_panel_bytes(int rows, int cols, int n_threads);
 /* this thread's AMX peak, flops (int8: ops) a second; 0: none here */

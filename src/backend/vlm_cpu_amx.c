@@ -188,13 +188,14 @@ typedef struct {
 
 
 /*
- * NG (1, 2) activation groups from gi times the 32 packed weight rows
- * at wp, nk column tiles: 2 x NG sum tiles, s[2 g + h] that of group
- * gi + g and weight rows 16 h .. 16 h + 15
+ * NG (1, 2) activation groups from gi times two tiles of 16 packed
+ * weight rows, w0 and w1 (each next column tile 512 pairs on), nk column
+ * tiles: 2 x NG sum tiles, s[2 g + h] that of group gi + g and wh
  */
 VLM_AMX_T static inline __attribute__((always_inline)) void
 vlm_amx_tile_sums(const uint16_t *xp, int nkt, int gi, int kt0,
-    const uint32_t *wp, int nk, int NG, vlm_amx_sum_t *s)
+    const uint32_t *w0, const uint32_t *w1, int nk, int NG,
+    vlm_amx_sum_t *s)
 {
     int              k;
     const uint16_t  *x0, *x1;
@@ -211,8 +212,8 @@ vlm_amx_tile_sums(const uint16_t *xp, int nkt, int gi, int kt0,
     }
 
     for (k = 0; k < nk; k++) {
-        _tile_loadd(6, wp, 64);
-        _tile_loadd(7, wp + 256, 64);
+        _tile_loadd(6, w0, 64);
+        _tile_loadd(7, w1, 64);
         _tile_loadd(4, x0, 64);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
@@ -223,7 +224,8 @@ vlm_amx_tile_sums(const uint16_t *xp, int nkt, int gi, int kt0,
             _tile_dpbf16ps(3, 5, 7);
         }
 
-        wp += 512;
+        w0 += 512;
+        w1 += 512;
         x0 += 512;
         x1 += 512;
     }
@@ -350,13 +352,18 @@ vlm_amx_gemm(const vlm_gemm_bf16_t *g, int r0, int r1, uint32_t *panel)
             kt1 = vlm_min(kt0 + kb, nkt);
             nk = kt1 - kt0;
 
-            vlm_amx_pack_w(panel, g->w, g->cols, g->cols, p0, p1, kt0, kt1);
+            if (g->wt == NULL) {
+                vlm_amx_pack_w(panel, g->w, g->cols, g->cols, p0, p1, kt0,
+                               kt1);
+            }
 
             for (gi = 0; gi < ng; gi += 2) {
                 q = vlm_min(2, ng - gi);
 
                 for (b = p0; b < p1; b += 32) {
-                    wp = panel + (size_t) (b - p0) / 32 * nk * 512;
+                    wp = g->wt != NULL
+                         ? g->wt + ((size_t) b / 32 * nkt + kt0) * 512
+                         : panel + (size_t) (b - p0) / 32 * nk * 512;
                     first = kt0 == 0 && !g->accum;
 
                     for (h = 0; h < 2 * q; h++) {
@@ -366,10 +373,12 @@ vlm_amx_gemm(const vlm_gemm_bf16_t *g, int r0, int r1, uint32_t *panel)
                     }
 
                     if (q == 2) {
-                        vlm_amx_tile_sums(g->x, nkt, gi, kt0, wp, nk, 2, s);
+                        vlm_amx_tile_sums(g->x, nkt, gi, kt0, wp, wp + 256,
+                                          nk, 2, s);
 
                     } else {
-                        vlm_amx_tile_sums(g->x, nkt, gi, kt0, wp, nk, 1, s);
+                        vlm_amx_tile_sums(g->x, nkt, gi, kt0, wp, wp + 256,
+                                          nk, 1, s);
                     }
 
                     for (h = 0; h < 2 * q; h++) {
@@ -388,7 +397,212 @@ vlm_amx_gemm(const vlm_gemm_bf16_t *g, int r0, int r1, uint32_t *panel)
 }
 
 
+/*
+ * The whole matrix a block of 32 rows at a time, every column tile: a
+ * panel of all its columns, block after block, which vlm_amx_gemm()
+ * reads as it reads its own panels
+ */
+VLM_AMX_T void
+vlm_amx_pack_weights(uint32_t *dst, const uint16_t *w, int rows, int cols,
+    int r0, int r1)
+{
+    int  nkt;
+
+    nkt = (cols + 31) / 32;
+
+    vlm_amx_pack_w(dst + (size_t) r0 / 32 * nkt * 512, w, cols, cols, r0,
+                   vlm_min(r1, rows), 0, nkt);
+    _mm256_zeroupper();
+}
+
+
+/*
+ * The gate's or the up's sum tile of activation rows i0.., weight rows
+ * r..: from the bias repeated where the tile is full (as vlm_amx_gemm()
+ * starts a full one), else from zeros (the bias added after, as
+ * vlm_amx_store() adds it), into c
+ */
+VLM_AMX_T static void
+vlm_amx_glu_plan(const vlm_gemm_bf16_t *g, const float *bias,
+    vlm_amx_sum_t *s, float *c, int i0, int r)
+{
+    int     i;
+    __m512  b;
+
+    s->full = i0 + 16 <= g->n && r + 16 <= g->rows;
+    s->src = NULL;
+    s->dst = c;
+    s->dst_ld = 64;
+
+    if (s->full && bias != NULL) {
+        b = _mm512_loadu_ps(bias + r);
+
+        for (i = 0; i < 16; i++) {
+            _mm512_store_ps(s->bias + 16 * i, b);
+        }
+
+        s->src = s->bias;
+        s->src_ld = 64;
+    }
+}
+
+
+/*
+ * The epilogue: the gate's and the up's sums cg and cu of activation rows
+ * i0.. and weight rows r.. (the bias added to a partial tile's) into y
+ * as act(gate) * up, a row of up to 16 at a time through the kernels of
+ * gated_act()
+ */
+VLM_AMX_T static void
+vlm_amx_glu_store(const vlm_amx_glu_t *q, const vlm_amx_sum_t *sg,
+    float *cg, float *cu, int i0, int r)
+{
+    int                     i, ni, nr;
+    __m512                  bg, bu;
+    __mmask16               m;
+    const vlm_gemm_bf16_t  *g = &q->g;
+
+    if (r >= g->rows) {
+        return;
+    }
+
+    nr = vlm_min(16, g->rows - r);
+    ni = vlm_min(16, g->n - i0);
+    m = vlm_amx_mask(nr);
+
+    if (!sg->full) {
+        bg = g->bias != NULL ? _mm512_maskz_loadu_ps(m, g->bias + r)
+                             : _mm512_setzero_ps();
+        bu = q->bu != NULL ? _mm512_maskz_loadu_ps(m, q->bu + r)
+                           : _mm512_setzero_ps();
+
+        for (i = 0; i < ni; i++) {
+            _mm512_store_ps(cg + 16 * i,
+                            _mm512_add_ps(_mm512_load_ps(cg + 16 * i), bg));
+            _mm512_store_ps(cu + 16 * i,
+                            _mm512_add_ps(_mm512_load_ps(cu + 16 * i), bu));
+        }
+    }
+
+    _mm256_zeroupper();
+
+    for (i = 0; i < ni; i++) {
+        vlm_cpu_gated_run(g->y + (size_t) (i0 + i) * g->ldy + r, cg + 16 * i,
+                          cu + 16 * i, (size_t) nr, q->act);
+    }
+}
+
+
+/*
+ * The gate rows of a per-call panel: half of what vlm_amx_blocks() gives
+ * one matrix (the up's rows beside them), at most a thread's share
+ */
+static int
+vlm_amx_glu_rows(int cols, int share)
+{
+    int  kb, pr;
+
+    vlm_amx_blocks(cols, &kb, &pr);
+
+    return vlm_min(vlm_max(32, pr / 64 * 32), (share + 31) / 32 * 32);
+}
+
+
+/*
+ * The gate and up rows [r0, r1) (r0 a multiple of 32) for every
+ * activation row, one column block: 2 activation groups x the gate's
+ * and the up's 16 rows in the tile registers, then the epilogue; panel:
+ * vlm_amx_glu_panel_bytes() where q has no packed copies
+ */
+VLM_AMX_T void
+vlm_amx_glu(const vlm_amx_glu_t *q, int r0, int r1, uint32_t *panel)
+{
+    int                     nkt, ng, step, p0, p1, gi, n2, r, h;
+    size_t                  off, half;
+    float                   c[4 * 256] __attribute__((aligned(64)));
+    uint32_t               *pu;
+    vlm_amx_sum_t           s[4];
+    const uint32_t         *wg, *wu;
+    const vlm_gemm_bf16_t  *g = &q->g;
+
+    nkt = (g->cols + 31) / 32;
+    ng = (g->n + 15) / 16;
+    step = vlm_amx_glu_rows(g->cols, r1 - r0);
+    pu = panel + (size_t) step / 32 * nkt * 512;
+
+    _tile_loadconfig(&vlm_amx_cfg);
+
+    for (p0 = r0; p0 < r1; p0 += step) {
+        p1 = vlm_min(p0 + step, r1);
+
+        if (g->wt == NULL) {
+            vlm_amx_pack_w(panel, g->w, g->cols, g->cols, p0, p1, 0, nkt);
+        }
+
+        if (q->wtu == NULL) {
+            vlm_amx_pack_w(pu, q->wu, g->cols, g->cols, p0, p1, 0, nkt);
+        }
+
+        for (gi = 0; gi < ng; gi += 2) {
+            n2 = vlm_min(2, ng - gi);
+
+            for (r = p0; r < p1; r += 16) {
+                half = (size_t) (r / 16 % 2) * 256;
+                off = (size_t) (r / 32) * nkt * 512 + half;
+                wg = g->wt != NULL ? g->wt + off
+                     : panel + (size_t) ((r - p0) / 32) * nkt * 512 + half;
+                wu = q->wtu != NULL ? q->wtu + off
+                     : pu + (size_t) ((r - p0) / 32) * nkt * 512 + half;
+
+                for (h = 0; h < 2 * n2; h++) {
+                    vlm_amx_glu_plan(g, h % 2 ? q->bu : g->bias, &s[h],
+                                     c + 256 * h, (gi + h / 2) * 16, r);
+                }
+
+                if (n2 == 2) {
+                    vlm_amx_tile_sums(g->x, nkt, gi, 0, wg, wu, nkt, 2, s);
+
+                } else {
+                    vlm_amx_tile_sums(g->x, nkt, gi, 0, wg, wu, nkt, 1, s);
+                }
+
+                for (h = 0; h < n2; h++) {
+                    vlm_amx_glu_store(q, &s[2 * h], c + 512 * h,
+                                      c + 512 * h + 256, (gi + h) * 16, r);
+                }
+            }
+        }
+    }
+
+    _tile_release();
+    _mm256_zeroupper();
+}
+
+
 #endif
+
+
+/*
+ * vlm_amx_glu()'s panel for a thread's share of two rows x cols
+ * matrices (cols at most VLM_AMX_KC), packed per call
+ */
+size_t
+vlm_amx_glu_panel_bytes(int rows, int cols, int n_threads)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    int  share;
+
+    share = ((rows + 31) / 32 + n_threads - 1) / n_threads * 32;
+
+    return (size_t) 2 * vlm_amx_glu_rows(cols, share) / 32
+           * ((cols + 31) / 32) * 2048;
+#else
+    (void) rows;
+    (void) cols;
+    (void) n_threads;
+    return 0;
+#endif
+}
 
 
 /*

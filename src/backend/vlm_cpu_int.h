@@ -45,6 +45,15 @@ typedef struct {
 } vlm_cpu_scratch_t;
 
 
+/* a bf16 matrix packed once at bind into amx's tiles (weight_tiles) */
+typedef struct {
+    const void        *data;        /* the rows it was packed from */
+    int                rows;
+    int                cols;
+    uint32_t          *tiles;       /* vlm_amx_wt_bytes(rows, cols) */
+} vlm_cpu_wt_t;
+
+
 typedef struct {
     vlm_backend_t      be;
     vlm_threadpool_t  *pool;
@@ -75,6 +84,11 @@ typedef struct {
     uint16_t          *xq;          /* [PACK_NB, xq_cols + 1] bf16 x */
     int                xq_cols;
     int                amx_tiles;   /* amx's tile GEMM runs prefill */
+    int                weight_tiles;    /* and takes bf16 matrices packed
+                                           once at bind */
+    vlm_cpu_wt_t      *wts;         /* those packed, each matrix once */
+    int                n_wts;
+    int                wts_cap;
     uint32_t          *amx_panels;  /* [n_threads, amx_panel_bytes] */
     size_t             amx_panel_bytes;
     uint16_t          *xa;          /* vlm_amx_x_bytes(AMX_NB, xa_cols) */
@@ -179,6 +193,9 @@ vlm_cpu_widen(float *dst, const void *src, vlm_dtype_t dt, size_t n)
 
 void vlm_cpu_matmul(vlm_backend_t *be, float *y, const float *x,
     const vlm_weight_t *w, const float *bias, int n);
+void vlm_cpu_matmul_glu(vlm_backend_t *be, float *y, float *up,
+    const float *x, const vlm_weight_t *wg, const float *bg,
+    const vlm_weight_t *wu, const float *bu, int n, vlm_act_t act);
 
 void vlm_cpu_rms_norm(vlm_backend_t *be, float *y, const float *x,
     const float *g, int n, int dim, float eps);

@@ -177,7 +177,8 @@ vlm_amx_panels(void *arg, int start, int end, int thread)
 /*
  * bf16 weights on amx's tile GEMM: VLM_AMX_NB activation rows packed at
  * a time over the threads, then each thread's share of the weight rows
- * in blocks of 32 packed a panel at a time for all of them
+ * in blocks of 32 packed a panel at a time for all of them (or read from
+ * w->tiles, packed once at bind)
  */
 static void
 vlm_cpu_matmul_amx(vlm_cpu_t *cpu, float *y, const float *x,
@@ -189,6 +190,7 @@ vlm_cpu_matmul_amx(vlm_cpu_t *cpu, float *y, const float *x,
     memset(&job, 0, sizeof(job));
     job.g.ldy = w->rows;
     job.g.w = w->data;
+    job.g.wt = w->tiles;
     job.g.rows = w->rows;
     job.g.cols = w->cols;
     job.g.bias = bias;
@@ -208,6 +210,109 @@ vlm_cpu_matmul_amx(vlm_cpu_t *cpu, float *y, const float *x,
         vlm_threadpool_run(cpu->pool, (w->rows + 31) / 32, vlm_amx_panels,
                            &job);
     }
+}
+
+
+typedef struct {
+    vlm_amx_job_t     a;            /* its x, xp, panels; g: n, cols */
+    vlm_amx_glu_t     q;
+} vlm_glu_job_t;
+
+
+/* the gate and up rows of blocks [start, end) of 32 */
+static void
+vlm_glu_panels(void *arg, int start, int end, int thread)
+{
+    vlm_glu_job_t  *job = arg;
+
+    vlm_amx_glu(&job->q, start * 32, vlm_min(end * 32, job->q.g.rows),
+                job->a.panels + thread * job->a.panel_bytes
+                                / sizeof(uint32_t));
+}
+
+
+/*
+ * y = act(x Wg^T + bg) * (x Wu^T + bu) on amx's tile GEMM with the gated
+ * activation in its epilogue, where it runs: bf16 gate and up of one
+ * shape and one column block, VLM_AMX_TILES_MIN rows or more, packed
+ * once (both) or a panel that holds them per call; returns 0 elsewhere
+ */
+static int
+vlm_cpu_matmul_glu_amx(vlm_cpu_t *cpu, float *y, const float *x,
+    const vlm_weight_t *wg, const float *bg, const vlm_weight_t *wu,
+    const float *bu, int n, vlm_act_t act)
+{
+    int            i, nb;
+    vlm_glu_job_t  job;
+
+    if (!cpu->amx_tiles || n < VLM_AMX_TILES_MIN
+        || wg->dtype != VLM_DTYPE_BF16 || wu->dtype != VLM_DTYPE_BF16
+        || wg->quant != VLM_QUANT_NONE || wu->quant != VLM_QUANT_NONE
+        || wg->rows != wu->rows || wg->cols != wu->cols
+        || wg->cols > VLM_AMX_KC || wg->cols > cpu->xa_cols
+        || ((wg->tiles == NULL || wu->tiles == NULL)
+            && vlm_amx_glu_panel_bytes(wg->rows, wg->cols, cpu->n_threads)
+               > cpu->amx_panel_bytes))
+    {
+        return 0;
+    }
+
+    memset(&job, 0, sizeof(job));
+    job.q.g.ldy = wg->rows;
+    job.q.g.w = wg->data;
+    job.q.g.wt = wg->tiles;
+    job.q.g.rows = wg->rows;
+    job.q.g.cols = wg->cols;
+    job.q.g.bias = bg;
+    job.q.g.x = cpu->xa;
+    job.q.wu = wu->data;
+    job.q.wtu = wu->tiles;
+    job.q.bu = bu;
+    job.q.act = act;
+    job.a.g.cols = wg->cols;
+    job.a.xp = cpu->xa;
+    job.a.panels = cpu->amx_panels;
+    job.a.panel_bytes = cpu->amx_panel_bytes;
+
+    for (i = 0; i < n; i += nb) {
+        nb = vlm_min(VLM_AMX_NB, n - i);
+        job.a.g.n = nb;
+        job.q.g.n = nb;
+        job.q.g.y = y + (size_t) i * wg->rows;
+        job.a.x = x + (size_t) i * wg->cols;
+
+        vlm_threadpool_run(cpu->pool, (nb + 15) / 16, vlm_amx_pack_groups,
+                           &job.a);
+        vlm_threadpool_run(cpu->pool, (wg->rows + 31) / 32, vlm_glu_panels,
+                           &job);
+    }
+
+    return 1;
+}
+
+
+/*
+ * The gated MLP's first half, y = act(x Wg^T + bg) * (x Wu^T + bu): on
+ * amx's tile GEMM both matrices in one pass with the product in its
+ * epilogue (the bits of the ops apart where their activation kernels
+ * take every element as a vector: rows a multiple of 8), else the two
+ * matmuls into y and up, then gated_act()
+ */
+void
+vlm_cpu_matmul_glu(vlm_backend_t *be, float *y, float *up, const float *x,
+    const vlm_weight_t *wg, const float *bg, const vlm_weight_t *wu,
+    const float *bu, int n, vlm_act_t act)
+{
+    if (vlm_cpu_matmul_glu_amx((vlm_cpu_t *) be, y, x, wg, bg, wu, bu, n,
+                               act))
+    {
+        be->flops += 4 * (uint64_t) n * wg->rows * wg->cols;
+        return;
+    }
+
+    vlm_cpu_matmul(be, y, x, wg, bg, n);
+    vlm_cpu_matmul(be, up, x, wu, bu, n);
+    vlm_cpu_gated_act(be, y, y, up, n, wg->rows, act);
 }
 
 

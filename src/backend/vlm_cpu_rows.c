@@ -178,6 +178,26 @@ vlm_cpu_rope(vlm_backend_t *be, float *x, int n, int stride, int n_heads,
 }
 
 
+void
+vlm_cpu_gated_run(float *y, const float *x, const float *up, size_t n,
+    vlm_act_t act)
+{
+    size_t  k;
+
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (vlm_cpu_avx2 && act != VLM_ACT_GELU) {
+        (vlm_cpu_avx512 ? vlm_cpu_act_sigmoid_512 : vlm_cpu_act_sigmoid_avx2)
+            (y, x, up, n, act);
+        return;
+    }
+#endif
+
+    for (k = 0; k < n; k++) {
+        y[k] = vlm_act_f(x[k], act) * (up == NULL ? 1.0f : up[k]);
+    }
+}
+
+
 static void
 vlm_act_rows(void *arg, int start, int end, int thread)
 {
@@ -186,22 +206,11 @@ vlm_act_rows(void *arg, int start, int end, int thread)
 
     (void) thread;
 
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (vlm_cpu_avx2 && job->act != VLM_ACT_GELU) {
-        k = (size_t) start * job->dim;
-        (vlm_cpu_avx512 ? vlm_cpu_act_sigmoid_512 : vlm_cpu_act_sigmoid_avx2)
-            (job->y + k, (job->up == NULL ? job->y : job->x) + k,
-             job->up == NULL ? NULL : job->up + k,
-             (size_t) (end - start) * job->dim, job->act);
-        return;
-    }
-#endif
+    k = (size_t) start * job->dim;
 
-    for (k = (size_t) start * job->dim; k < (size_t) end * job->dim; k++) {
-        job->y[k] = vlm_act_f(job->up == NULL ? job->y[k] : job->x[k],
-                              job->act)
-                    * (job->up == NULL ? 1.0f : job->up[k]);
-    }
+    vlm_cpu_gated_run(job->y + k, (job->up == NULL ? job->y : job->x) + k,
+                      job->up == NULL ? NULL : job->up + k,
+                      (size_t) (end - start) * job->dim, job->act);
 }
 
 

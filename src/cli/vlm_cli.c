@@ -36,18 +36,21 @@ static const vlm_cli_command_t  vlm_cli_commands[] = {
     { "logits", vlm_cli_logits,
       "logits --model DIR --ids FILE [--pixels NPY --grid T,H,W]... "
       "--out LOGITS.npy [--all] [--threads N] "
-      "[--quant-activations int8|f32] [--kv-dtype auto|f32|bf16|f16]" },
+      "[--quant-activations int8|f32] [--kv-dtype auto|f32|bf16|f16] "
+      "[--weight-layout plain|tiles]" },
     { "run", vlm_cli_run,
       "run --model DIR [--image FILE]... --prompt TEXT [--system TEXT] "
       "[--max-tokens N] [--temperature T] [--top-k K] [--top-p P] "
       "[--seed S] [--threads N] [--quant-activations int8|f32] "
-      "[--kv-dtype auto|f32|bf16|f16]" },
+      "[--kv-dtype auto|f32|bf16|f16] "
+      "[--weight-layout plain|tiles]" },
     { "generate", vlm_cli_generate,
       "generate --model DIR --ids FILE [--pixels NPY --grid T,H,W]... "
       "[--max-tokens N] [--temperature T] [--top-k K] [--top-p P] "
       "[--min-p P] [--seed S] [--repetition-penalty R] [--ignore-eos] "
       "[--threads N] [--quant-activations int8|f32] "
-      "[--kv-dtype auto|f32|bf16|f16]" },
+      "[--kv-dtype auto|f32|bf16|f16] "
+      "[--weight-layout plain|tiles]" },
     { "preprocess", vlm_cli_preprocess,
       "preprocess --model DIR --image FILE --out PIXELS.npy" },
     { "quantize", vlm_cli_quantize,
@@ -55,7 +58,7 @@ static const vlm_cli_command_t  vlm_cli_commands[] = {
     { "plan", vlm_cli_plan,
       "plan --model DIR [--max-model-len N] [--kv-cache SIZE] "
       "[--max-image-patches N] [--max-running N] [--max-batch-tokens N] "
-      "[--threads N] [--image-cache SIZE]" },
+      "[--threads N] [--image-cache SIZE] [--weight-layout plain|tiles]" },
     { NULL, NULL, NULL }
 };
 

@@ -99,6 +99,16 @@ vlm_cli_plan(int argc, char **argv)
             return 1;
         }
 
+        if (strcmp(argv[i - 1], "--weight-layout") == 0) {
+            if (strcmp(v, "plain") != 0 && strcmp(v, "tiles") != 0) {
+                return vlm_cli_fail("--weight-layout takes plain or tiles, "
+                                    "not \"%s\"", v);
+            }
+
+            p.weight_tiles = v[0] == 't';
+            continue;
+        }
+
         if (vlm_cli_plan_size(v, &n) != 0) {
             return vlm_cli_fail("%s: \"%s\" is not a number or a size",
                                 argv[i - 1], v);

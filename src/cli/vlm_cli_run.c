@@ -7,12 +7,14 @@
  *                  --out LOGITS.npy [--all] [--threads N]
  *                  [--quant-activations int8|f32]
  *                  [--kv-dtype auto|f32|bf16|f16]
+ *                  [--weight-layout plain|tiles]
  *   vlm-cli generate --model DIR --ids FILE [--pixels NPY --grid T,H,W]...
  *                  [--max-tokens N] [--temperature T] [--top-k K]
  *                  [--top-p P] [--min-p P] [--seed S]
  *                  [--repetition-penalty R] [--ignore-eos] [--threads N]
  *                  [--quant-activations int8|f32]
  *                  [--kv-dtype auto|f32|bf16|f16]
+ *                  [--weight-layout plain|tiles]
  *   vlm-cli run --model DIR [--image FILE]... --prompt TEXT
  *                  [--system TEXT] [sampling options as generate]
  *
@@ -49,6 +51,7 @@ typedef struct {
     int                    all;
     int                    threads;
     int                    act_f32;     /* --quant-activations f32 */
+    int                    tiles;       /* --weight-layout tiles */
     const char            *kv_dtype;    /* --kv-dtype, NULL: auto */
     int                    max_tokens;
     int                    ignore_eos;
@@ -222,6 +225,14 @@ vlm_cli_parse(vlm_cli_run_t *r, int argc, char **argv, vlm_cli_mode_t mode)
             }
 
             r->act_f32 = v[0] == 'f';
+
+        } else if (strcmp(o, "--weight-layout") == 0) {
+            if (strcmp(v, "plain") != 0 && strcmp(v, "tiles") != 0) {
+                return vlm_cli_fail("--weight-layout takes plain or tiles, "
+                                    "not \"%s\"", v);
+            }
+
+            r->tiles = v[0] == 't';
 
         } else if (strcmp(o, "--kv-dtype") == 0) {
             if (strcmp(v, "auto") != 0 && strcmp(v, "f32") != 0
@@ -787,6 +798,7 @@ vlm_cli_open(vlm_cli_run_t *r, int extra, vlm_model_t **m, vlm_seq_t **seq)
     vlm_model_params_default(&p);
     p.n_threads = r->threads;
     p.quant_act_int8 = !r->act_f32;
+    p.weight_tiles = r->tiles;
     p.kv_dtype = r->kv_dtype;
     p.max_seqs = 1;
     p.max_seq_len = r->n_ids + extra + 1;

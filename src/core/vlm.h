@@ -57,6 +57,11 @@ typedef struct {
                                    at load (fewer bytes a decode step;
                                    the logits move by the rounding); 0:
                                    as the checkpoint holds it */
+    int     weight_tiles;       /* CPU with AMX: bf16 matrices packed
+                                   once at load into the tile GEMM's
+                                   layout, a copy beside the mapped
+                                   rows that decode reads; 0: packed a
+                                   panel at a time per call */
     int     prefix_cache;       /* keep full KV blocks for later prompts
                                    (vlm_seq_prefix_map); 0 off */
     const char  *backend;       /* "cpu" (NULL too) or one registered with
@@ -242,11 +247,14 @@ typedef struct {
     size_t  matmul_scratch;     /* the CPU backend's matmul scratch:
                                    weight panels and tiles, activations
                                    packed */
+    size_t  weight_tiles;       /* the CPU backend's copy of the bf16
+                                   matrices in AMX's tiles
+                                   (weight_tiles); 0: none */
     size_t  image_cache;        /* the feature pool's cache share */
     size_t  feature_pool;       /* the whole pool, the cache included */
     size_t  total;              /* weights + kv + activations + vision +
-                                   attention + matmul scratch + feature
-                                   pool */
+                                   attention + matmul scratch + weight
+                                   tiles + feature pool */
     size_t  machine;            /* what it must fit in; 0: unknown */
     int     gpu;                /* machine is a GPU's pool */
     int     asked_seq_len;      /* the context asked for; 0: none */

@@ -19,6 +19,7 @@
  *              [--cuda-graphs on|off]
  *              [--kv-dtype auto|f32|bf16|f16|fp8]
  *              [--head-quant off|int8|int4]
+ *              [--weight-layout plain|tiles]
  *              [--cpus LIST[:LIST...]]     (the CPUs of each rank)
  *              [--gpus N[,N...]]           (the GPU of each rank)
  *              [--log-file PATH]  (its stderr's file: SIGUSR1 reopens it)
@@ -574,6 +575,20 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
             } else {
                 vlm_log(VLM_LOG_ERROR, "--head-quant takes off, int8 or "
                         "int4, not \"%s\"", argv[i]);
+                return -1;
+            }
+
+        } else if (strcmp(argv[i], "--weight-layout") == 0) {
+            i++;
+
+            if (strcmp(argv[i], "tiles") == 0
+                || strcmp(argv[i], "plain") == 0)
+            {
+                a->params.weight_tiles = argv[i][0] == 't';
+
+            } else {
+                vlm_log(VLM_LOG_ERROR, "--weight-layout takes plain or "
+                        "tiles, not \"%s\"", argv[i]);
                 return -1;
             }
 

@@ -75,6 +75,7 @@ ngx_http_vlm_create_main_conf(ngx_conf_t *cf)
     vmcf->quant_activations = NGX_CONF_UNSET_UINT;
     vmcf->kv_dtype = NGX_CONF_UNSET_UINT;
     vmcf->head_quant = NGX_CONF_UNSET_UINT;
+    vmcf->weight_layout = NGX_CONF_UNSET_UINT;
     vmcf->max_queued = NGX_CONF_UNSET_UINT;
     vmcf->engine_hang_timeout = NGX_CONF_UNSET_MSEC;
     vmcf->request_timeout = NGX_CONF_UNSET_MSEC;
@@ -153,6 +154,7 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
                              NGX_HTTP_VLM_QUANT_ACT_INT8);
     ngx_conf_init_uint_value(vmcf->kv_dtype, NGX_HTTP_VLM_KV_AUTO);
     ngx_conf_init_uint_value(vmcf->head_quant, NGX_HTTP_VLM_HEAD_OFF);
+    ngx_conf_init_uint_value(vmcf->weight_layout, NGX_HTTP_VLM_WEIGHT_PLAIN);
     ngx_conf_init_uint_value(vmcf->max_queued,
                              NGX_HTTP_VLM_DEFAULT_MAX_QUEUED);
     ngx_conf_init_msec_value(vmcf->engine_hang_timeout, 60000);
@@ -1175,6 +1177,7 @@ ngx_http_vlm_engine_params(ngx_http_vlm_main_conf_t *vmcf,
     params->kv_dtype =
         (const char *) ngx_http_vlm_kv_dtypes[vmcf->kv_dtype].name.data;
     params->head_quant = (int) vmcf->head_quant;
+    params->weight_tiles = vmcf->weight_layout == NGX_HTTP_VLM_WEIGHT_TILES;
     params->tp_size = (int) vmcf->tensor_parallel;
     params->backend = vmcf->backend == NGX_HTTP_VLM_BACKEND_CUDA ? "cuda"
                                                                   : "cpu";

@@ -197,6 +197,15 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
         return NGX_CONF_ERROR;
     }
 
+    if (vmcf->backend == NGX_HTTP_VLM_BACKEND_CUDA
+        && vmcf->weight_layout != NGX_HTTP_VLM_WEIGHT_PLAIN)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"vlm_cpu_weight_layout tiles\" needs "
+                           "\"vlm_backend cpu\"");
+        return NGX_CONF_ERROR;
+    }
+
     if (vmcf->gpus.len && vmcf->backend != NGX_HTTP_VLM_BACKEND_CUDA) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"vlm_gpus\" needs \"vlm_backend cuda\"");
@@ -282,6 +291,8 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
                      sizeof(ngx_uint_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->kv_dtype, sizeof(ngx_uint_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->head_quant, sizeof(ngx_uint_t));
+    ngx_crc32_update(&crc, (u_char *) &vmcf->weight_layout,
+                     sizeof(ngx_uint_t));
     ngx_crc32_final(crc);
 
     /* never 0, which reads "unknown" in the queue */
@@ -1279,6 +1290,9 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     argv[n++] = "--head-quant";
     argv[n++] = vmcf->head_quant == NGX_HTTP_VLM_HEAD_INT8 ? "int8"
                 : vmcf->head_quant == NGX_HTTP_VLM_HEAD_INT4 ? "int4" : "off";
+    argv[n++] = "--weight-layout";
+    argv[n++] = vmcf->weight_layout == NGX_HTTP_VLM_WEIGHT_TILES ? "tiles"
+                                                                 : "plain";
 
     if (vmcf->engine_cpus.len) {
         argv[n++] = "--cpus";

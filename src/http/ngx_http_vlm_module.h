@@ -41,6 +41,10 @@
 #define NGX_HTTP_VLM_QUANT_ACT_F32     0
 #define NGX_HTTP_VLM_QUANT_ACT_INT8    1
 
+/* vlm_cpu_weight_layout: the engine's --weight-layout */
+#define NGX_HTTP_VLM_WEIGHT_PLAIN      0
+#define NGX_HTTP_VLM_WEIGHT_TILES      1
+
 /* vlm_head_quant: the engine's --head-quant (the bits; 0: off) */
 #define NGX_HTTP_VLM_HEAD_OFF          0
 #define NGX_HTTP_VLM_HEAD_INT8         8
@@ -105,6 +109,7 @@ typedef struct {
     ngx_uint_t           quant_activations; /* NGX_HTTP_VLM_QUANT_ACT_* */
     ngx_uint_t           kv_dtype;         /* NGX_HTTP_VLM_KV_* */
     ngx_uint_t           head_quant;       /* NGX_HTTP_VLM_HEAD_* */
+    ngx_uint_t           weight_layout;    /* NGX_HTTP_VLM_WEIGHT_* */
     ngx_uint_t           max_queued;       /* waiting beyond those */
     uint64_t             arena_size;       /* the zone less the slots */
 

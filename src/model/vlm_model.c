@@ -618,6 +618,7 @@ vlm_model_open(vlm_model_owner_t **out, const char *dir,
         bc.device_bytes = m->params.device_bytes;
         bc.device = m->params.device;
         bc.quant_act_int8 = m->params.quant_act_int8;
+        bc.weight_tiles = m->params.weight_tiles;
 
         rc = vlm_backend_init(&m->be, m->params.backend, &bc, err);
         if (rc != VLM_OK) {

@@ -40,10 +40,12 @@ vlm_model_plan_tensor(vlm_model_t *m, const char *name)
  * binds of them, with their groups and act-order permutations (the
  * scales and zero points beside them are no matrices), and the LM head
  * where the load rounds it (head_quant); with tensor
- * parallelism the whole matrices, a bound above the shares
+ * parallelism the whole matrices, a bound above the shares; and into
+ * *tiles the copies in AMX's tiles that weight_tiles packs at load, each
+ * tensor once (a tied embedding and LM head share theirs)
  */
 static size_t
-vlm_model_plan_scratch(vlm_model_t *m)
+vlm_model_plan_scratch(vlm_model_t *m, size_t *tiles)
 {
     int                     j, n, c, q;
     size_t                  k, count, bytes;
@@ -52,6 +54,7 @@ vlm_model_plan_scratch(vlm_model_t *m)
     vlm_backend_matrix_t   *mats;
     const vlm_st_tensor_t  *t;
 
+    *tiles = 0;
     count = vlm_safetensors_count(m->st);
     mats = malloc((count + 1) * sizeof(vlm_backend_matrix_t));
     if (mats == NULL) {
@@ -110,8 +113,10 @@ vlm_model_plan_scratch(vlm_model_t *m)
     memset(&bc, 0, sizeof(vlm_backend_conf_t));
     bc.n_threads = m->params.n_threads;
     bc.quant_act_int8 = m->params.quant_act_int8;
+    bc.weight_tiles = m->params.weight_tiles;
 
     bytes = vlm_backend_cpu_scratch(&bc, mats, n);
+    *tiles = vlm_backend_cpu_weight_tiles(&bc, mats, n);
     free(mats);
 
     return bytes;
@@ -201,7 +206,8 @@ vlm_model_plan_fill(vlm_model_t *m, vlm_model_plan_t *plan)
                       * (sizeof(float) + 2 * sizeof(uint16_t));
 
     if (p->backend == NULL || strcmp(p->backend, "cpu") == 0) {
-        plan->matmul_scratch = vlm_model_plan_scratch(m);
+        plan->matmul_scratch = vlm_model_plan_scratch(m,
+                                                      &plan->weight_tiles);
         plan->attention += vlm_backend_cpu_attn_scratch(p->n_threads);
     }
 
@@ -211,7 +217,7 @@ vlm_model_plan_fill(vlm_model_t *m, vlm_model_plan_t *plan)
 
     plan->total = plan->weights + plan->kv_cache + plan->activations
                   + plan->vision + plan->attention + plan->matmul_scratch
-                  + plan->feature_pool;
+                  + plan->weight_tiles + plan->feature_pool;
 
     if (p->backend == NULL || strcmp(p->backend, "cpu") == 0) {
         pages = sysconf(_SC_PHYS_PAGES);
@@ -308,6 +314,12 @@ vlm_model_plan_table(const vlm_model_plan_t *plan, char *buf, size_t cap)
                  "packed activations", plan->n_threads);
         len = vlm_plan_line(buf, cap, len, "matmul scratch",
                             plan->matmul_scratch, how);
+    }
+
+    if (plan->weight_tiles > 0) {
+        len = vlm_plan_line(buf, cap, len, "weight tiles",
+                            plan->weight_tiles, "the bf16 matrices packed "
+                            "for AMX (vlm_cpu_weight_layout tiles)");
     }
 
     len = vlm_plan_line(buf, cap, len, "image cache", plan->image_cache,

@@ -699,24 +699,39 @@ vlm_lm_qkv(vlm_model_t *m, const vlm_lm_layer_t *L, int T)
 }
 
 
+void
+vlm_model_glu(vlm_backend_t *be, float *y, float *up, const float *x,
+    const vlm_weight_t *wg, const float *bg, const vlm_weight_t *wu,
+    const float *bu, int n, vlm_act_t act)
+{
+    const vlm_backend_ops_t  *op = be->ops;
+
+    if (op->matmul_glu != NULL) {
+        op->matmul_glu(be, y, up, x, wg, bg, wu, bu, n, act);
+        return;
+    }
+
+    op->matmul(be, y, x, wg, bg, n);
+    op->matmul(be, up, x, wu, bu, n);
+    op->gated_act(be, y, y, up, n, wg->rows, act);
+}
+
+
 /*
  * ws.o = (act(ws.h W_gate^T) * (ws.h W_up^T)) W_down^T of T rows: fused,
  * one matmul into ws.gate and ws.up (one buffer of 2 I a row), and the
- * product made as the down matmul reads it
+ * product made as the down matmul reads it; apart, vlm_model_glu()
  */
 void
 vlm_lm_mlp(vlm_model_t *m, const vlm_lm_layer_t *L, int T, vlm_act_t act)
 {
-    int                       I;
     vlm_backend_t            *be = m->be;
     vlm_lm_ws_t              *ws = &m->ws;
     const vlm_backend_ops_t  *op = be->ops;
 
     if (L->w_gate_up.rows == 0) {
-        I = m->tp.inter;
-        op->matmul(be, ws->gate, ws->h, &L->w_gate, NULL, T);
-        op->matmul(be, ws->up, ws->h, &L->w_up, NULL, T);
-        op->gated_act(be, ws->gate, ws->gate, ws->up, T, I, act);
+        vlm_model_glu(be, ws->gate, ws->up, ws->h, &L->w_gate, NULL,
+                      &L->w_up, NULL, T, act);
         op->matmul(be, ws->o, ws->gate, &L->w_down, NULL, T);
         return;
     }

@@ -68,6 +68,14 @@ void vlm_lm_mlp(vlm_model_t *m, const vlm_lm_layer_t *L, int T,
     vlm_act_t act);
 void vlm_lm_add_norm(vlm_backend_t *be, float *h, float *x, const float *r,
     const float *g, int n, int dim, float eps);
+/*
+ * y = act(x Wg^T + bg) * (x Wu^T + bu) of n rows (a gated MLP's first
+ * half over its gate and up bound apart): the backend's matmul_glu, or
+ * the two matmuls into y and up (scratch), then gated_act()
+ */
+void vlm_model_glu(vlm_backend_t *be, float *y, float *up, const float *x,
+    const vlm_weight_t *wg, const float *bg, const vlm_weight_t *wu,
+    const float *bu, int n, vlm_act_t act);
 /* the final norm (lm.norm) and the head of the rows b asks for */
 vlm_status_t vlm_lm_logits(vlm_model_t *m, const vlm_batch_t *b,
     vlm_error_t *err);

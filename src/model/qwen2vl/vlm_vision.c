@@ -605,12 +605,9 @@ vlm_vision_block_piece(vlm_model_t *m, const vlm_image_t *img, int l,
                           B->norm2_w, B->norm2_b, n);
 
     if (vc->gated_mlp) {
-        op->matmul(be, w->m1 + (size_t) r * I, h + (size_t) r * E, &B->gate,
-                   B->gate_b, n);
-        op->matmul(be, w->m2 + (size_t) r * I, h + (size_t) r * E, &B->up,
-                   B->up_b, n);
-        op->gated_act(be, w->m1 + (size_t) r * I, w->m1 + (size_t) r * I,
-                      w->m2 + (size_t) r * I, n, I, vc->act);
+        vlm_model_glu(be, w->m1 + (size_t) r * I, w->m2 + (size_t) r * I,
+                      h + (size_t) r * E, &B->gate, B->gate_b, &B->up,
+                      B->up_b, n, vc->act);
 
     } else {
         op->matmul(be, w->m1 + (size_t) r * I, h + (size_t) r * E, &B->fc1,
