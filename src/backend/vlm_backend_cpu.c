@@ -571,7 +571,8 @@ static const vlm_backend_ops_t  vlm_cpu_ops = {
     NULL,                       /* q/k/v, gate/up apart: no launches */
     NULL,
     NULL,
-    NULL                        /* rope, then kv_store: no launches */
+    NULL,                       /* rope, then kv_store: no launches */
+    NULL                        /* the host sampler: the logits are here */
 };
 
 
