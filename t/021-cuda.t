@@ -3,9 +3,11 @@
 # tests/cudaemu (make test-cuda-emu builds its engine in build-cudaemu/
 # and runs this suite).  The same greedy requests as on the CPU (the
 # prompt counts equal, every answer complete; whether the text is the
-# CPU's is noted), an image, the same image again from the image cache,
-# a stream with the same text, and the KV blocks and sequence slots back
-# to idle afterwards; then "vlm_tensor_parallel 2" (two GPUs, or twice
+# CPU's is noted), seeded sampled requests (top_p, top_k, min_p,
+# logit_bias, a JSON object's grammar, logprobs, a penalty) with the
+# CPU's tokens and logprobs, an image, the same image again from the
+# image cache, a stream with the same text, and the KV blocks and
+# sequence slots back to idle afterwards; then "vlm_tensor_parallel 2" (two GPUs, or twice
 # the emulated device), and on the emulated device a kernel that faults
 # (CUDAEMU_FAULT): that request fails with a 5xx, the engine is started
 # again and the next request is served.  A real CUDA engine and a GPU
@@ -51,6 +53,57 @@ my @bodies = (
     { %{ vlm_chat_body('Hello there') }, %$T0 },
     { %{ vlm_chat_body('What is in the picture?', $png) }, %$T0 },
 );
+
+# seeded sampling: the CUDA backend draws these on the device (a JSON
+# object's grammar mask included) with the uniform numbers of the
+# request's own generator, so an f32 checkpoint (the CPU's logits within
+# float rounding) gives the CPU's tokens and logprobs; the penalty's
+# draws are the host's (docs/cuda.md)
+my $LP = { logprobs => JSON::PP::true, top_logprobs => 5 };
+my @seeded = (
+    { %{ vlm_chat_body('Tell me a story') }, %$LP, temperature => 0.9,
+      top_p => 0.9, seed => 42, max_tokens => 16 },
+    { %{ vlm_chat_body('Hello there') }, %$LP, temperature => 1.2,
+      top_k => 20, min_p => 0.05, seed => 7, max_tokens => 16,
+      logit_bias => { 100 => 5, 101 => -100, 2000 => 3 } },
+    { %{ vlm_chat_body('A list, please') }, temperature => 1.0, seed => 3,
+      max_tokens => 24, response_format => { type => 'json_object' } },
+    { %{ vlm_chat_body('Hello there') }, %$LP, temperature => 0,
+      max_tokens => 8 },
+    { %{ vlm_chat_body('Once more') }, %$LP, temperature => 1.0, seed => 11,
+      presence_penalty => 1.5, max_tokens => 12 },
+);
+
+# every token and logprob of a seeded answer against the CPU's
+sub seeded_ok {
+    my ($got, $ref, $what) = @_;
+
+    is($got->{status}, 200, "$what: 200") or return;
+    is(text($got), text($ref), "$what: the CPU's text");
+    is($got->{j}{choices}[0]{finish_reason},
+       $ref->{j}{choices}[0]{finish_reason}, "$what: the CPU's finish");
+
+    my @g = @{ $got->{j}{choices}[0]{logprobs}{content} // [] };
+    my @r = @{ $ref->{j}{choices}[0]{logprobs}{content} // [] };
+    my $far = 0;
+
+    for my $i (0 .. $#r) {
+        my @gt = @{ $g[$i]{top_logprobs} // [] };
+        my @rt = @{ $r[$i]{top_logprobs} // [] };
+
+        $far++ if !defined $g[$i] || $g[$i]{token} ne $r[$i]{token}
+                  || abs($g[$i]{logprob} - $r[$i]{logprob}) > 1e-4
+                  || @gt != @rt;
+        for my $k (0 .. $#rt) {
+            $far++ if ($gt[$k]{token} // '') ne $rt[$k]{token}
+                      || abs(($gt[$k]{logprob} // 0) - $rt[$k]{logprob})
+                         > 1e-4;
+        }
+    }
+
+    is(scalar @g, scalar @r, "$what: as many logprobs as the CPU");
+    is($far, 0, "$what: the CPU's tokens, logprobs within 1e-4");
+}
 
 # the picture again after another system prompt: no prefix in common
 # with the first, so its features come from the image cache
@@ -143,6 +196,7 @@ sub why_down {
 
 my $cpu = vlm_start(name => 'cuda-cpu');
 my @ref = map { answer($cpu, $_) } @bodies;
+my @seeded_ref = map { answer($cpu, $_) } @seeded;
 VLMTest::vlm_stop($cpu);
 
 my $cuda_conf = "    vlm_backend cuda;\n    vlm_engine_binary $engine;\n";
@@ -162,6 +216,11 @@ if ($emu) {
 }
 
 my @got = served_ok($srv, \@ref, $where);
+
+for my $i (0 .. $#seeded) {
+    seeded_ok(answer($srv, $seeded[$i]), $seeded_ref[$i],
+              "$where, seeded request $i");
+}
 
 my $m0 = vlm_metrics($srv);
 my $gpu0 = gpu_memory($m0, 0);

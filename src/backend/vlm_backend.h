@@ -185,6 +185,7 @@ typedef struct {
 
 #define VLM_BACKEND_SAMPLE_TOP   20    /* top logprobs a row, at most */
 #define VLM_BACKEND_SAMPLE_HOLD  16    /* ids held back, at most */
+#define VLM_BACKEND_SAMPLE_ROWS  256   /* rows a sample() call, at most */
 
 
 /*
@@ -192,7 +193,7 @@ typedef struct {
  * sampler's semantics (src/engine/vlm_sampler.c).  The host arrays are
  * read during the call only.
  */
-typedef struct {
+typedef struct vlm_sample_row_s {
     float           *logits;        /* backend memory [vocab]: the row's
                                        logits, overwritten */
     int32_t         *counts;        /* backend memory [vocab] or NULL (no
@@ -217,7 +218,7 @@ typedef struct {
 } vlm_sample_row_t;
 
 
-typedef struct {
+typedef struct vlm_sample_res_s {
     int32_t          token;
     float            logprob;       /* of token, after the penalties */
     int              n_top;
@@ -396,7 +397,8 @@ typedef struct {
         const vlm_kv_seq_t *seqs, int n_seqs);
 
     /*
-     * a step's sampling where its logits are: n rows of vocab logits,
+     * a step's sampling where its logits are: n rows of vocab logits
+     * (at most VLM_BACKEND_SAMPLE_ROWS),
      * each drawn with the uniform number the host drew for it as the CPU
      * sampler draws it (the same tokens for the same numbers, where the
      * margins allow), only res crossing to the host; errors as the CPU

@@ -389,6 +389,23 @@ typedef struct {
     int             n_ids;
 } vlm_step_item_t;
 
+struct vlm_sample_row_s;           /* backend/vlm_backend.h */
+struct vlm_sample_res_s;
+
+/*
+ * vlm_step() where the backend draws the tokens (vlm_model_samples()):
+ * rows[i] NULL, item i's logits come to the host (vlm_seq_logits());
+ * else the backend draws its token with rows[i] (whose logits are
+ * filled in here) from the first vocab logits into res[i], and its
+ * logits stay on the device
+ */
+vlm_status_t vlm_step_sample(vlm_model_t *model,
+    const vlm_step_item_t *items, int n_items,
+    struct vlm_sample_row_s *const *rows, struct vlm_sample_res_s *res,
+    int vocab, vlm_error_t *err);
+/* the model's backend samples (vlm_backend_ops_t.sample), one rank */
+int vlm_model_samples(const vlm_model_t *model);
+
 vlm_status_t vlm_step(vlm_model_t *model, const vlm_step_item_t *items,
     int n_items, vlm_error_t *err);
 /* the logits [vocab_size] of the last position fed to seq */

@@ -100,6 +100,16 @@ struct vlm_sched_s {
 
     /* a request ended on VLM_ERR_DEVICE: nothing more runs on the device */
     unsigned                  device_lost:1;
+
+    /*
+     * the decode rows the backend draws (vlm_model_samples()), by item:
+     * sample_ptrs[k] NULL, item k's logits come to the host
+     */
+    unsigned                  dev_sample:1;
+    int                       vocab;        /* the samplers' */
+    vlm_sample_row_t         *sample_rows;  /* [n_reqs] */
+    vlm_sample_row_t        **sample_ptrs;  /* [n_reqs] */
+    vlm_sample_res_t         *sample_res;   /* [n_reqs] */
 };
 
 
@@ -127,6 +137,10 @@ static size_t vlm_sched_stop_cut(vlm_sched_t *s, vlm_sched_req_t *r,
     size_t *keep, int *stopped);
 static vlm_status_t vlm_sched_trie(vlm_sched_t *s, int vocab,
     vlm_error_t *err);
+static uint32_t vlm_sched_left(vlm_sched_t *s, vlm_sched_req_t *r,
+    int fed);
+static vlm_status_t vlm_sched_grammar_feed(vlm_sched_t *s,
+    vlm_sched_req_t *r, int32_t token, vlm_error_t *err);
 static vlm_status_t vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r,
     vlm_sample_t *sample, vlm_error_t *err);
 
@@ -164,9 +178,13 @@ vlm_sched_init(vlm_sched_t **sched, vlm_model_t *model, vlm_group_t *group,
     s->items = calloc((size_t) s->n_reqs, sizeof(vlm_step_item_t));
     s->batch_reqs = calloc((size_t) s->n_reqs, sizeof(int));
     s->piece = malloc(s->piece_cap);
+    s->sample_rows = calloc((size_t) s->n_reqs, sizeof(vlm_sample_row_t));
+    s->sample_ptrs = calloc((size_t) s->n_reqs, sizeof(vlm_sample_row_t *));
+    s->sample_res = calloc((size_t) s->n_reqs, sizeof(vlm_sample_res_t));
 
     if (s->reqs == NULL || s->items == NULL || s->batch_reqs == NULL
-        || s->piece == NULL)
+        || s->piece == NULL || s->sample_rows == NULL
+        || s->sample_ptrs == NULL || s->sample_res == NULL)
     {
         vlm_sched_free(s);
         return vlm_error_set(err, VLM_ERR_NOMEM, "scheduler: no memory");
@@ -203,6 +221,8 @@ vlm_sched_init(vlm_sched_t **sched, vlm_model_t *model, vlm_group_t *group,
     }
 
     s->seed_counter = (uint64_t) time(NULL) * 0x9e3779b97f4a7c15ull;
+    s->vocab = vlm_min(s->info->vocab_size, vlm_tokenizer_vocab_size(tok));
+    s->dev_sample = vlm_model_samples(model);
 
     *sched = s;
 
@@ -235,6 +255,9 @@ vlm_sched_free(vlm_sched_t *s)
     free(s->items);
     free(s->batch_reqs);
     free(s->piece);
+    free(s->sample_rows);
+    free(s->sample_ptrs);
+    free(s->sample_res);
     vlm_trie_free(s->trie);
     free(s);
 }
@@ -335,10 +358,9 @@ vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r, vlm_sample_t *sample,
     int                  i, tight;
     size_t               n, len;
     int32_t              first;
-    uint32_t             left, room, budget, plan, keep;
+    uint32_t             left, budget, plan, keep;
     const char          *bytes;
     const uint32_t      *mask;
-    vlm_queue_slot_t    *qs;
 
     tight = 0;
     keep = 0;
@@ -362,19 +384,7 @@ vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r, vlm_sample_t *sample,
     }
 
     if (r->constrained) {
-        qs = vlm_queue_slot(s->q, r->slot);
-
-        /* the tokens this one included that the request may still draw */
-        left = UINT32_MAX;
-
-        if (qs->params.max_tokens > r->n_out) {
-            left = qs->params.max_tokens - r->n_out;
-        }
-
-        room = (uint32_t) s->info->max_seq_len;
-        room = room > (uint32_t) vlm_seq_length(r->seq)
-               ? room - (uint32_t) vlm_seq_length(r->seq) + 1 : 1;
-        left = vlm_min(left, room);
+        left = vlm_sched_left(s, r, 0);
 
         /* and one more for the end of text after the document */
         budget = left > 1 ? left - 1 : 1;
@@ -430,15 +440,122 @@ vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r, vlm_sample_t *sample,
     {
         /* the draw would leave the document unfinished: the plan's token */
         vlm_sampler_force(r->sampler, first, sample);
-        bytes = vlm_tokenizer_token_bytes(s->tok, sample->token, &len);
     }
+
+    return vlm_sched_grammar_feed(s, r, sample->token, err);
+}
+
+
+/*
+ * The tokens a constrained request may still draw, this one included;
+ * fed: the step that draws it is still to feed the token before it
+ */
+static uint32_t
+vlm_sched_left(vlm_sched_t *s, vlm_sched_req_t *r, int fed)
+{
+    uint32_t           left, room, len;
+    vlm_queue_slot_t  *qs;
+
+    qs = vlm_queue_slot(s->q, r->slot);
+
+    left = UINT32_MAX;
+
+    if (qs->params.max_tokens > r->n_out) {
+        left = qs->params.max_tokens - r->n_out;
+    }
+
+    len = (uint32_t) vlm_seq_length(r->seq) + (uint32_t) fed;
+    room = (uint32_t) s->info->max_seq_len;
+    room = room > len ? room - len + 1 : 1;
+
+    return vlm_min(left, room);
+}
+
+
+/* a constrained request's drawn token, into its grammar state */
+static vlm_status_t
+vlm_sched_grammar_feed(vlm_sched_t *s, vlm_sched_req_t *r, int32_t token,
+    vlm_error_t *err)
+{
+    int          i;
+    size_t       len;
+    const char  *bytes;
+
+    for (i = 0; i < s->info->n_eos; i++) {
+        if (token == s->info->eos_token_ids[i]) {
+            return VLM_OK;
+        }
+    }
+
+    bytes = vlm_tokenizer_token_bytes(s->tok, token, &len);
 
     if (bytes == NULL || !vlm_matcher_feed(r->matcher, bytes, len)) {
         return vlm_error_set(err, VLM_ERR_INTERNAL, "grammar: token %d "
-                             "outside the mask", (int) sample->token);
+                             "outside the mask", (int) token);
     }
 
     return VLM_OK;
+}
+
+
+/*
+ * A decoding request's next draw on the backend, set up before the step:
+ * row filled (its uniform number drawn) and 1, or 0 where the host draws
+ * it: a penalty (the counts are the host sampler's), or a grammar near
+ * the end of its budget, whose draw the host may replace by the plan's
+ * token (vlm_sched_sample())
+ */
+static int
+vlm_sched_on_device(vlm_sched_t *s, vlm_sched_req_t *r,
+    vlm_sample_row_t *row)
+{
+    size_t           n;
+    uint32_t         left;
+    const uint32_t  *mask;
+
+    if (!s->dev_sample || vlm_sampler_penalized(r->sampler)) {
+        return 0;
+    }
+
+    if (r->constrained && r->reasoning_end < 0) {
+        left = vlm_sched_left(s, r, 1);
+
+        n = vlm_matcher_mask(r->matcher, left > 1 ? left - 1 : 1,
+                             s->info->eos_token_ids, s->info->n_eos, &mask);
+        if (n == 0) {
+            return 0;
+        }
+
+        vlm_sampler_mask(r->sampler, mask);
+    }
+
+    vlm_sampler_row(r->sampler, row);
+    row->counts = NULL;
+
+    return 1;
+}
+
+
+/* the backend's draw for r: booked as vlm_sched_sample() books its own */
+static vlm_status_t
+vlm_sched_sampled(vlm_sched_t *s, vlm_sched_req_t *r,
+    const vlm_sample_res_t *res, vlm_sample_t *sample, vlm_error_t *err)
+{
+    vlm_sampler_record(r->sampler, res, sample);
+
+    if (!r->constrained) {
+        return VLM_OK;
+    }
+
+    if (r->reasoning_end >= 0) {
+        if (sample->token == r->reasoning_end) {
+            r->reasoning_end = -1;
+        }
+
+        return VLM_OK;
+    }
+
+    return vlm_sched_grammar_feed(s, r, sample->token, err);
 }
 
 
@@ -1272,10 +1389,11 @@ vlm_sched_resume(vlm_sched_t *s)
 static void
 vlm_sched_run(vlm_sched_t *s)
 {
-    int                k, n, n_decode, room, need, fit, bs;
+    int                k, n, n_decode, room, need, fit, bs, dev;
     uint32_t           chunk, total;
     vlm_error_t        err;
     vlm_sample_t       sample;
+    vlm_status_t       rc;
     vlm_sched_req_t   *r, *v;
     const int32_t     *ids;
 
@@ -1345,7 +1463,26 @@ vlm_sched_run(vlm_sched_t *s)
 
     s->progress++;
 
-    while (vlm_group_step(s->group, s->items, n, &err) != VLM_OK) {
+    /* the decode rows the backend draws */
+    dev = 0;
+
+    for (k = 0; k < n; k++) {
+        s->sample_ptrs[k] = NULL;
+
+        if (k < n_decode
+            && vlm_sched_on_device(s, &s->reqs[s->batch_reqs[k]],
+                                   &s->sample_rows[k]))
+        {
+            s->sample_ptrs[k] = &s->sample_rows[k];
+            dev = 1;
+        }
+    }
+
+    while (vlm_group_step_sample(s->group, s->items, n,
+                                 dev ? s->sample_ptrs : NULL,
+                                 s->sample_res, s->vocab, &err)
+           != VLM_OK)
+    {
         if (n > n_decode) {
             /* the prompt chunk (no KV room for it, say) fails alone */
             vlm_sched_end(s, &s->reqs[s->batch_reqs[n_decode]],
@@ -1403,7 +1540,11 @@ vlm_sched_run(vlm_sched_t *s)
             }
         }
 
-        if (vlm_sched_sample(s, r, &sample, &err) != VLM_OK) {
+        rc = dev && s->sample_ptrs[k] != NULL
+             ? vlm_sched_sampled(s, r, &s->sample_res[k], &sample, &err)
+             : vlm_sched_sample(s, r, &sample, &err);
+
+        if (rc != VLM_OK) {
             vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
             continue;
         }
