@@ -27,6 +27,10 @@
  *                                  (4,096 by default) on the 7B shapes,
  *                                  the tensor-core kernels against the
  *                                  f32 ones: ms and TFLOP/s
+ *   test_backend_ops --bench-sample [R]
+ *                                  a step's sampling of 1 and 16 rows of
+ *                                  151,936 logits on the device against
+ *                                  the download and the CPU sampler
  */
 
 #define _GNU_SOURCE
@@ -3143,6 +3147,143 @@ bench_attn(int T)
 }
 
 
+/*
+ * --bench-sample [R]: a step's sampling of 1 and of 16 rows of Qwen's
+ * 151,936 logits (temperature 0.7, top_k 20, top_p 0.8, as Qwen2.5-VL's
+ * generation_config), R repetitions (20 by default): on the device
+ * (sample(): the parameters up, the token ids and logprobs down) against
+ * the host path (each row's logits downloaded, then the CPU sampler):
+ * ms a step of each, the download's part, and the ratio.  The same
+ * tokens for the same uniform numbers, or the line says how many
+ * differed.
+ */
+static int
+bench_sample_rows(int n, int reps)
+{
+    int                    i, r, V, differ;
+    float                 *x, *dx, *host;
+    double                 t0, t_dev, t_host, t_dl;
+    vlm_error_t            err;
+    vlm_sample_t           ref;
+    vlm_sampler_t         *hs[16], *ds[16];
+    vlm_sample_row_t       rows[16];
+    vlm_sample_res_t       res[16];
+    vlm_sampler_params_t   p;
+
+    V = 151936;
+    x = malloc((size_t) n * V * sizeof(float));
+    host = malloc((size_t) n * V * sizeof(float));
+    if (x == NULL || host == NULL) {
+        printf("bench-sample: no host memory\n");
+        return 1;
+    }
+
+    for (i = 0; i < n; i++) {
+        sample_logits(x + (size_t) i * V, V, &rng_state);
+    }
+
+    dx = dev(x, (size_t) n * V * sizeof(float));
+
+    vlm_sampler_params_default(&p);
+    p.temperature = 0.7f;
+    p.top_k = 20;
+    p.top_p = 0.8f;
+
+    for (i = 0; i < n; i++) {
+        p.seed = 1000 + (uint64_t) i;
+        if (vlm_sampler_init(&hs[i], V, &err) != VLM_OK
+            || vlm_sampler_init(&ds[i], V, &err) != VLM_OK
+            || vlm_sampler_reset(hs[i], &p, &err) != VLM_OK
+            || vlm_sampler_reset(ds[i], &p, &err) != VLM_OK)
+        {
+            printf("bench-sample: %s\n", err.msg);
+            return 1;
+        }
+    }
+
+    /* the device: one call a step (without penalties x stays as it is) */
+    differ = 0;
+    t_dev = 0.0;
+    t_host = 0.0;
+    t_dl = 0.0;
+
+    for (r = 0; r <= reps; r++) {
+        t0 = now_s();
+
+        for (i = 0; i < n; i++) {
+            vlm_sampler_row(ds[i], &rows[i]);
+            rows[i].logits = dx + (size_t) i * V;
+            rows[i].counts = NULL;
+        }
+
+        if (gpu->ops->sample(gpu, rows, n, V, res, &err) != VLM_OK) {
+            printf("bench-sample: %s\n", err.msg);
+            return 1;
+        }
+
+        if (r > 0) {
+            t_dev += now_s() - t0;
+        }
+
+        /* the host path: a download a row, then the CPU sampler */
+        t0 = now_s();
+
+        for (i = 0; i < n; i++) {
+            if (gpu->ops->download(gpu, host + (size_t) i * V,
+                                   dx + (size_t) i * V,
+                                   (size_t) V * sizeof(float))
+                != VLM_OK)
+            {
+                printf("bench-sample: the download failed\n");
+                return 1;
+            }
+        }
+
+        if (r > 0) {
+            t_dl += now_s() - t0;
+        }
+
+        for (i = 0; i < n; i++) {
+            if (vlm_sampler_sample(hs[i], host + (size_t) i * V, &ref, &err)
+                != VLM_OK)
+            {
+                printf("bench-sample: %s\n", err.msg);
+                return 1;
+            }
+
+            differ += ref.token != res[i].token;
+        }
+
+        if (r > 0) {
+            t_host += now_s() - t0;
+        }
+    }
+
+    printf("BENCH_SAMPLE_B%d rows=%d vocab=%d device_ms=%.3f host_ms=%.3f "
+           "download_ms=%.3f speedup=%.2f differ=%d\n", n, n, V,
+           t_dev / reps * 1e3, t_host / reps * 1e3, t_dl / reps * 1e3,
+           t_host / t_dev, differ);
+
+    for (i = 0; i < n; i++) {
+        vlm_sampler_free(hs[i]);
+        vlm_sampler_free(ds[i]);
+    }
+
+    gpu->ops->release(gpu, dx);
+    free(x);
+    free(host);
+
+    return differ != 0;
+}
+
+
+static int
+bench_sample(int reps)
+{
+    return bench_sample_rows(1, reps) | bench_sample_rows(16, reps);
+}
+
+
 int
 main(int argc, char **argv)
 {
@@ -3246,6 +3387,24 @@ main(int argc, char **argv)
         return rc;
     }
 
+    if (argc >= 2 && strcmp(argv[1], "--bench-sample") == 0) {
+        if (gpu == NULL) {
+            return 1;
+        }
+
+        tokens = argc >= 3 ? atoi(argv[2]) : 20;
+        if (tokens < 1 || tokens > 100000) {
+            printf("test_backend_ops: --bench-sample takes 1 to 100000 "
+                   "repetitions, not \"%s\"\n", argv[2]);
+            gpu->ops->free(gpu);
+            return 2;
+        }
+
+        rc = bench_sample(tokens);
+        gpu->ops->free(gpu);
+        return rc;
+    }
+
     if (vlm_backend_cpu_init(&cpu, &conf, &err) != VLM_OK) {
         printf("test_backend_ops: %s\n", err.msg);
         return 1;
@@ -3260,7 +3419,7 @@ main(int argc, char **argv)
 
     } else if (argc >= 2) {
         printf("usage: test_backend_ops [--ops | --models | --bench [L] "
-               "| --bench-attn [T]]\n");
+               "| --bench-attn [T] | --bench-sample [R]]\n");
         return 2;
     }
 
