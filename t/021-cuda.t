@@ -4,13 +4,13 @@
 # and runs this suite).  The same greedy requests as on the CPU (the
 # prompt counts equal, every answer complete; whether the text is the
 # CPU's is noted), seeded sampled requests (top_p, top_k, min_p,
-# logit_bias, a JSON object's grammar, logprobs, a penalty) with the
+# logit_bias, a JSON object's grammar, logprobs, penalties) with the
 # CPU's tokens and logprobs, an image, the same image again from the
 # image cache, a stream with the same text, and the KV blocks and
-# sequence slots back to idle afterwards; then "vlm_tensor_parallel 2" (two GPUs, or twice
-# the emulated device), and on the emulated device a kernel that faults
-# (CUDAEMU_FAULT): that request fails with a 5xx, the engine is started
-# again and the next request is served.  A real CUDA engine and a GPU
+# sequence slots back to idle afterwards; then "vlm_tensor_parallel 2"
+# (two GPUs, or twice the emulated device), and on the emulated device a
+# kernel that faults (CUDAEMU_FAULT): that request fails with a 5xx, the
+# engine is started again and the next request is served.  A real CUDA engine and a GPU
 # come first; without either, the emulated engine that VLM_CUDAEMU_BUILD
 # names (make test-cuda-emu); skipped without both.
 
@@ -57,8 +57,8 @@ my @bodies = (
 # seeded sampling: the CUDA backend draws these on the device (a JSON
 # object's grammar mask included) with the uniform numbers of the
 # request's own generator, so an f32 checkpoint (the CPU's logits within
-# float rounding) gives the CPU's tokens and logprobs; the penalty's
-# draws are the host's (docs/cuda.md)
+# float rounding) gives the CPU's tokens and logprobs, the penalties'
+# token counts kept on the device
 my $LP = { logprobs => JSON::PP::true, top_logprobs => 5 };
 my @seeded = (
     { %{ vlm_chat_body('Tell me a story') }, %$LP, temperature => 0.9,
@@ -71,7 +71,11 @@ my @seeded = (
     { %{ vlm_chat_body('Hello there') }, %$LP, temperature => 0,
       max_tokens => 8 },
     { %{ vlm_chat_body('Once more') }, %$LP, temperature => 1.0, seed => 11,
-      presence_penalty => 1.5, max_tokens => 12 },
+      presence_penalty => 1.5, frequency_penalty => 0.7,
+      max_tokens => 12 },
+    { %{ vlm_chat_body('Tell me a story') }, %$LP, temperature => 0.8,
+      seed => 5, repetition_penalty => 1.3, top_p => 0.95,
+      max_tokens => 12 },
 );
 
 # every token and logprob of a seeded answer against the CPU's

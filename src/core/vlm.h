@@ -405,6 +405,14 @@ vlm_status_t vlm_step_sample(vlm_model_t *model,
     int vocab, vlm_error_t *err);
 /* the model's backend samples (vlm_backend_ops_t.sample), one rank */
 int vlm_model_samples(const vlm_model_t *model);
+/*
+ * start-up, where the backend samples: n arrays of vocab token counts
+ * (vlm_sample_row_t.counts) in the backend's memory, the model's, or
+ * NULL (no room); _load() uploads counts[vocab] into one of them
+ */
+int32_t *vlm_model_sample_counts(vlm_model_t *model, int n, int vocab);
+vlm_status_t vlm_model_sample_counts_load(vlm_model_t *model,
+    int32_t *dst, const int32_t *counts, int vocab, vlm_error_t *err);
 
 vlm_status_t vlm_step(vlm_model_t *model, const vlm_step_item_t *items,
     int n_items, vlm_error_t *err);

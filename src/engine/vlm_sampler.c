@@ -652,6 +652,17 @@ vlm_sampler_penalized(const vlm_sampler_t *s)
 
 
 void
+vlm_sampler_counts(const vlm_sampler_t *s, int32_t *counts)
+{
+    int  i;
+
+    for (i = 0; i < s->vocab; i++) {
+        counts[i] = 2 * s->counts[i] + (s->seen[i] ? 1 : 0);
+    }
+}
+
+
+void
 vlm_sampler_row(vlm_sampler_t *s, vlm_sample_row_t *row)
 {
     int                    i, k, n;

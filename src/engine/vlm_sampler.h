@@ -114,5 +114,11 @@ void vlm_sampler_record(vlm_sampler_t *s, const vlm_sample_res_t *res,
     vlm_sample_t *out);
 /* the request has a repetition, presence or frequency penalty */
 int vlm_sampler_penalized(const vlm_sampler_t *s);
+/*
+ * the request's token counts as vlm_sample_row_t.counts has them (2 x
+ * the times drawn, + 1 where the prompt or a draw has the token), into
+ * counts[vocab_size]
+ */
+void vlm_sampler_counts(const vlm_sampler_t *s, int32_t *counts);
 
 #endif /* VLM_SAMPLER_H */

@@ -31,6 +31,14 @@ typedef enum {
 } vlm_req_state_t;
 
 
+/*
+ * requests with penalties whose draws are the device's at once; those
+ * beyond draw on the host.  A vocabulary's counts a request: 0.6 MB at
+ * Qwen's 151,936
+ */
+#define VLM_SCHED_COUNTS  16
+
+
 typedef struct {
     vlm_req_state_t      state;
     uint32_t             slot;
@@ -48,6 +56,9 @@ typedef struct {
     uint32_t             n_out;
     uint32_t             n_gen;         /* tokens drawn, next included */
     unsigned             recompute:1;   /* the prefill is of toks */
+    unsigned             counts_ok:1;   /* counts_slot's are the host's */
+    int                  counts_slot;   /* its counts on the device, or
+                                           -1 */
 
     /*
      * [max_seq_len]: the tokens drawn, from toks[n_prompt] on, and the
@@ -110,6 +121,16 @@ struct vlm_sched_s {
     vlm_sample_row_t         *sample_rows;  /* [n_reqs] */
     vlm_sample_row_t        **sample_ptrs;  /* [n_reqs] */
     vlm_sample_res_t         *sample_res;   /* [n_reqs] */
+
+    /*
+     * the token counts of the requests with penalties drawn on the
+     * device, VLM_SCHED_COUNTS arrays of vocab on the device (NULL: none)
+     * and their owners (a request's index, or -1); counts_host: the one
+     * being uploaded
+     */
+    int32_t                  *counts;
+    int                       counts_owner[VLM_SCHED_COUNTS];
+    int32_t                  *counts_host;  /* [vocab] */
 };
 
 
@@ -141,6 +162,8 @@ static uint32_t vlm_sched_left(vlm_sched_t *s, vlm_sched_req_t *r,
     int fed);
 static vlm_status_t vlm_sched_grammar_feed(vlm_sched_t *s,
     vlm_sched_req_t *r, int32_t token, vlm_error_t *err);
+static int32_t *vlm_sched_counts(vlm_sched_t *s, vlm_sched_req_t *r);
+static void vlm_sched_counts_free(vlm_sched_t *s, vlm_sched_req_t *r);
 static vlm_status_t vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r,
     vlm_sample_t *sample, vlm_error_t *err);
 
@@ -224,6 +247,21 @@ vlm_sched_init(vlm_sched_t **sched, vlm_model_t *model, vlm_group_t *group,
     s->vocab = vlm_min(s->info->vocab_size, vlm_tokenizer_vocab_size(tok));
     s->dev_sample = vlm_model_samples(model);
 
+    for (i = 0; i < VLM_SCHED_COUNTS; i++) {
+        s->counts_owner[i] = -1;
+    }
+
+    for (i = 0; i < s->n_reqs; i++) {
+        s->reqs[i].counts_slot = -1;
+    }
+
+    if (s->dev_sample) {
+        s->counts_host = malloc((size_t) s->vocab * sizeof(int32_t));
+        s->counts = s->counts_host == NULL
+                    ? NULL : vlm_model_sample_counts(model, VLM_SCHED_COUNTS,
+                                                     s->vocab);
+    }
+
     *sched = s;
 
     return VLM_OK;
@@ -258,6 +296,7 @@ vlm_sched_free(vlm_sched_t *s)
     free(s->sample_rows);
     free(s->sample_ptrs);
     free(s->sample_res);
+    free(s->counts_host);
     vlm_trie_free(s->trie);
     free(s);
 }
@@ -366,6 +405,9 @@ vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r, vlm_sample_t *sample,
     keep = 0;
     left = 0;
     first = -1;
+
+    /* the counts on the device, if any, miss this draw */
+    r->counts_ok = 0;
 
     if (r->constrained && r->reasoning_end >= 0) {
         /* a thinking model's reasoning is free; the answer is not */
@@ -501,20 +543,30 @@ vlm_sched_grammar_feed(vlm_sched_t *s, vlm_sched_req_t *r, int32_t token,
 /*
  * A decoding request's next draw on the backend, set up before the step:
  * row filled (its uniform number drawn) and 1, or 0 where the host draws
- * it: a penalty (the counts are the host sampler's), or a grammar near
- * the end of its budget, whose draw the host may replace by the plan's
- * token (vlm_sched_sample())
+ * it: a penalty with no counts on the device free (vlm_sched_counts()),
+ * or a grammar near the end of its budget, whose draw the host may
+ * replace by the plan's token (vlm_sched_sample())
  */
 static int
 vlm_sched_on_device(vlm_sched_t *s, vlm_sched_req_t *r,
     vlm_sample_row_t *row)
 {
     size_t           n;
+    int32_t         *counts;
     uint32_t         left;
     const uint32_t  *mask;
 
-    if (!s->dev_sample || vlm_sampler_penalized(r->sampler)) {
+    if (!s->dev_sample) {
         return 0;
+    }
+
+    counts = NULL;
+
+    if (vlm_sampler_penalized(r->sampler)) {
+        counts = vlm_sched_counts(s, r);
+        if (counts == NULL) {
+            return 0;
+        }
     }
 
     if (r->constrained && r->reasoning_end < 0) {
@@ -530,9 +582,72 @@ vlm_sched_on_device(vlm_sched_t *s, vlm_sched_req_t *r,
     }
 
     vlm_sampler_row(r->sampler, row);
-    row->counts = NULL;
+    row->counts = counts;
 
     return 1;
+}
+
+
+/*
+ * r's token counts on the device, taken and uploaded where it has none
+ * or they are behind the host's (a draw on the host); NULL when none is
+ * free or the upload failed: the host draws
+ */
+static int32_t *
+vlm_sched_counts(vlm_sched_t *s, vlm_sched_req_t *r)
+{
+    int          i;
+    int32_t     *dst;
+    vlm_error_t  err;
+
+    if (s->counts == NULL) {
+        return NULL;
+    }
+
+    if (r->counts_slot < 0) {
+        for (i = 0; i < VLM_SCHED_COUNTS && s->counts_owner[i] >= 0; i++) {
+            /* void */
+        }
+
+        if (i == VLM_SCHED_COUNTS) {
+            return NULL;
+        }
+
+        s->counts_owner[i] = (int) (r - s->reqs);
+        r->counts_slot = i;
+        r->counts_ok = 0;
+    }
+
+    dst = s->counts + (size_t) r->counts_slot * s->vocab;
+
+    if (!r->counts_ok) {
+        vlm_sampler_counts(r->sampler, s->counts_host);
+
+        if (vlm_model_sample_counts_load(s->model, dst, s->counts_host,
+                                         s->vocab, &err)
+            != VLM_OK)
+        {
+            vlm_log(VLM_LOG_ERROR, "%s", err.msg);
+            return NULL;
+        }
+
+        r->counts_ok = 1;
+    }
+
+    return dst;
+}
+
+
+/* r's token counts on the device given back */
+static void
+vlm_sched_counts_free(vlm_sched_t *s, vlm_sched_req_t *r)
+{
+    if (r->counts_slot >= 0) {
+        s->counts_owner[r->counts_slot] = -1;
+        r->counts_slot = -1;
+    }
+
+    r->counts_ok = 0;
 }
 
 
@@ -885,6 +1000,8 @@ vlm_sched_setup(vlm_sched_t *s, vlm_sched_req_t *r, vlm_error_t *err)
     for (j = 0; j < p->n_stop_ids && sp.n_stop < VLM_SAMPLER_MAX_STOP; j++) {
         sp.stop_ids[sp.n_stop++] = (int32_t) p->stop_ids[j];
     }
+
+    vlm_sched_counts_free(s, r);
 
     if (vlm_sampler_reset(r->sampler, &sp, err) != VLM_OK
         || (p->n_logit_bias != 0
@@ -1783,6 +1900,7 @@ vlm_sched_end(vlm_sched_t *s, vlm_sched_req_t *r, vlm_queue_finish_t finish,
 
         c->state = VLM_REQ_FREE;
         c->pending = 0;
+        vlm_sched_counts_free(s, c);
     }
 
     if (r->seq != NULL) {
@@ -1796,6 +1914,7 @@ vlm_sched_end(vlm_sched_t *s, vlm_sched_req_t *r, vlm_queue_finish_t finish,
 
     r->state = VLM_REQ_FREE;
     r->pending = 0;
+    vlm_sched_counts_free(s, r);
     s->progress++;
 }
 

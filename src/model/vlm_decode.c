@@ -54,6 +54,36 @@ vlm_model_samples(const vlm_model_t *m)
 }
 
 
+int32_t *
+vlm_model_sample_counts(vlm_model_t *m, int n, int vocab)
+{
+    vlm_error_t  err;
+
+    if (!vlm_model_samples(m) || n < 1 || vocab < 1) {
+        return NULL;
+    }
+
+    return vlm_model_alloc(m, (size_t) n * vocab * sizeof(int32_t), &err);
+}
+
+
+vlm_status_t
+vlm_model_sample_counts_load(vlm_model_t *m, int32_t *dst,
+    const int32_t *counts, int vocab, vlm_error_t *err)
+{
+    vlm_status_t  rc;
+
+    rc = m->be->ops->upload(m->be, dst, counts,
+                            (size_t) vocab * sizeof(int32_t));
+    if (rc != VLM_OK) {
+        return vlm_error_set(err, rc, "model: the %s backend failed an "
+                             "upload", m->be->ops->name);
+    }
+
+    return VLM_OK;
+}
+
+
 vlm_status_t
 vlm_step_sample(vlm_model_t *m, const vlm_step_item_t *items, int n,
     vlm_sample_row_t *const *sample, vlm_sample_res_t *res, int vocab,
