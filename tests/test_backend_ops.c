@@ -3171,7 +3171,7 @@ bench_sample_rows(int n, int reps)
     vlm_sampler_params_t   p;
 
     V = 151936;
-    x = malloc((size_t) n * V * sizeof(float));
+    x = calloc((size_t) n * V, sizeof(float));
     host = malloc((size_t) n * V * sizeof(float));
     if (x == NULL || host == NULL) {
         printf("bench-sample: no host memory\n");
