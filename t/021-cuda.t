@@ -78,6 +78,14 @@ my @seeded = (
       max_tokens => 12 },
 );
 
+# 18 choices with penalties at once: the engine keeps the token counts of
+# 16 on the device, the other two draw on the host (and take an array of
+# counts when one is given back)
+my $many = { %{ vlm_chat_body('Count with me') }, n => 18, seed => 99,
+             temperature => 1.0, presence_penalty => 1.0,
+             frequency_penalty => 0.5, max_tokens => 10 };
+my $many_conf = "    vlm_max_running 20;\n    vlm_max_n 18;\n";
+
 # every token and logprob of a seeded answer against the CPU's
 sub seeded_ok {
     my ($got, $ref, $what) = @_;
@@ -198,14 +206,15 @@ sub why_down {
                     split /\n/, engine_log($srv);
 }
 
-my $cpu = vlm_start(name => 'cuda-cpu');
+my $cpu = vlm_start(name => 'cuda-cpu', http_config => $many_conf);
 my @ref = map { answer($cpu, $_) } @bodies;
 my @seeded_ref = map { answer($cpu, $_) } @seeded;
+my $many_ref = answer($cpu, $many);
 VLMTest::vlm_stop($cpu);
 
 my $cuda_conf = "    vlm_backend cuda;\n    vlm_engine_binary $engine;\n";
 
-my $srv = vlm_start(name => 'cuda', http_config => $cuda_conf);
+my $srv = vlm_start(name => 'cuda', http_config => $cuda_conf . $many_conf);
 my @servers = ($srv);
 my %tp_staging;     # each rank's pinned staging with NCCL between them
 END { VLMTest::vlm_stop($_) for grep { $_ } @servers }
@@ -224,6 +233,21 @@ my @got = served_ok($srv, \@ref, $where);
 for my $i (0 .. $#seeded) {
     seeded_ok(answer($srv, $seeded[$i]), $seeded_ref[$i],
               "$where, seeded request $i");
+}
+
+{
+    my $got = answer($srv, $many);
+    my $texts = sub {
+        join "\n", map { "$_->{index}: $_->{message}{content}" }
+                   sort { $a->{index} <=> $b->{index} }
+                   @{ $_[0]{j}{choices} // [] };
+    };
+
+    is($got->{status}, 200, "$where, 18 choices with penalties: 200");
+    is(scalar @{ $got->{j}{choices} // [] }, 18,
+       "$where, 18 choices with penalties: 18 answers");
+    is($texts->($got), $texts->($many_ref),
+       "$where, 18 choices with penalties: the CPU's texts");
 }
 
 my $m0 = vlm_metrics($srv);

@@ -974,15 +974,22 @@ vlm_cuda_sample_op(vlm_backend_t *be, const vlm_sample_row_t *rows, int n,
             d->top_k = r->top_k;
             d->n_top = vlm_min(r->top_logprobs, vocab);
             d->n_hold = r->n_hold;
-            memcpy(d->hold, r->hold, (size_t) r->n_hold * sizeof(int32_t));
-
             d->n_bias = r->n_bias;
             d->bias_off = used;
-            memcpy(cu->sample_hblob + used, r->bias_ids,
-                   (size_t) r->n_bias * sizeof(int32_t));
-            memcpy(cu->sample_hblob + used + r->n_bias, r->bias,
-                   (size_t) r->n_bias * sizeof(float));
-            used += 2 * r->n_bias;
+
+            /* (hold and the biases may be NULL when there are none) */
+            if (r->n_hold > 0) {
+                memcpy(d->hold, r->hold,
+                       (size_t) r->n_hold * sizeof(int32_t));
+            }
+
+            if (r->n_bias > 0) {
+                memcpy(cu->sample_hblob + used, r->bias_ids,
+                       (size_t) r->n_bias * sizeof(int32_t));
+                memcpy(cu->sample_hblob + used + r->n_bias, r->bias,
+                       (size_t) r->n_bias * sizeof(float));
+                used += 2 * r->n_bias;
+            }
 
             d->mask_off = -1;
 
