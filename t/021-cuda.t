@@ -248,6 +248,12 @@ for my $i (0 .. $#seeded) {
        "$where, 18 choices with penalties: 18 answers");
     is($texts->($got), $texts->($many_ref),
        "$where, 18 choices with penalties: the CPU's texts");
+
+    my $m = vlm_metrics($srv);
+    is($m->{'vlm_pool_capacity{pool="sample_counts",unit="slots"}'}, 16,
+       "$where: 16 arrays of token counts on the device");
+    cmp_ok($m->{'vlm_pool_failures_total{pool="sample_counts"}'} // 0,
+           '>=', 2, "$where: the choices beyond them drew on the host");
 }
 
 my $m0 = vlm_metrics($srv);
@@ -272,11 +278,15 @@ is(join('', map { ref $_ && $_->{choices} && @{ $_->{choices} }
 # a few more, then everything back
 answer($srv, $_) for (@bodies) x 3;
 vlm_wait_idle($srv, vlm_secs(10));
-my $m = vlm_wait_pools($srv);
+my $m = vlm_wait_pools($srv, 'pool="kv_blocks",unit="blocks"',
+                       'pool="sequences",unit="slots"',
+                       'pool="sample_counts",unit="slots"');
 is($m->{'vlm_pool_used{pool="kv_blocks",unit="blocks"}'}, 0,
    "$where: no KV block left in use");
 is($m->{'vlm_pool_used{pool="sequences",unit="slots"}'}, 0,
    "$where: no sequence left in use");
+is($m->{'vlm_pool_used{pool="sample_counts",unit="slots"}'}, 0,
+   "$where: no token counts left in use on the device");
 gpu_memory_same($gpu0, gpu_memory($m, 0), $where);
 
 VLMTest::vlm_stop($srv);
