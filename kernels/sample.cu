@@ -20,7 +20,11 @@
  * logits resolved by id as the CPU resolves them.  top_k is a select on
  * the count, top_p and the draw on the mass, min_p a threshold on the
  * probability, the top logprobs a select on the count and a gather of
- * at most 20 elements.
+ * at most 20 elements.  A top_k of at most VLM_SAMPLE_FEW (Qwen's
+ * generation_config has 20) is cheaper still: its candidates, found by
+ * the select, are gathered and sorted in shared memory (bitonic), and
+ * one thread walks them as the CPU sampler does, in its order and in
+ * double: top_p, min_p and the draw without another pass over the row.
  */
 
 #include "vlm_cuda_util.cuh"
@@ -29,6 +33,7 @@
 #define VLM_SAMPLE_THREADS  512
 #define VLM_SAMPLE_BINS     256
 #define VLM_SAMPLE_ALL      ((uint64_t) 0xffffffffffffffffull)
+#define VLM_SAMPLE_FEW      1024    /* top_k candidates sorted in shared */
 
 
 /* the order of the candidates: logit descending, then id ascending */
@@ -336,6 +341,131 @@ vlm_sample_select(const vlm_sample_set_t *s, double target, int strict,
 
 
 /*
+ * top_k <= VLM_SAMPLE_FEW: the k candidates with a key up to limit
+ * gathered into cand and sorted (bitonic, padded to a power of 2), then
+ * top_p, min_p and the draw by one thread in the CPU sampler's order and
+ * arithmetic; the drawn key, every thread gets it
+ */
+static __device__ uint64_t
+vlm_sample_few(const vlm_cuda_sample_row_t *p, const vlm_sample_set_t *s,
+    int k, uint64_t *cand, int *n_cand, uint64_t *drawn)
+{
+    int       i, j, n, w, m2;
+    float     v, m;
+    double    sum, pmax, cum, r, e;
+    uint64_t  key, t;
+
+    if (threadIdx.x == 0) {
+        *n_cand = 0;
+    }
+
+    __syncthreads();
+
+    for (i = threadIdx.x; i < s->vocab; i += blockDim.x) {
+        v = s->x[i];
+        key = vlm_sample_key(v, i);
+
+        if (key <= s->limit && !(s->masked && v == -INFINITY)) {
+            j = atomicAdd(n_cand, 1);
+            if (j < VLM_SAMPLE_FEW) {
+                cand[j] = key;
+            }
+        }
+    }
+
+    __syncthreads();
+
+    n = *n_cand < k ? *n_cand : k;
+
+    for (m2 = 1; m2 < n; m2 <<= 1) {
+        /* void */
+    }
+
+    for (i = n + threadIdx.x; i < m2; i += blockDim.x) {
+        cand[i] = VLM_SAMPLE_ALL;
+    }
+
+    __syncthreads();
+
+    for (w = 2; w <= m2; w <<= 1) {
+        for (j = w >> 1; j > 0; j >>= 1) {
+            for (i = threadIdx.x; i < m2; i += blockDim.x) {
+                if ((i ^ j) > i
+                    && ((i & w) == 0 ? cand[i] > cand[i ^ j]
+                                     : cand[i] < cand[i ^ j]))
+                {
+                    t = cand[i];
+                    cand[i] = cand[i ^ j];
+                    cand[i ^ j] = t;
+                }
+            }
+
+            __syncthreads();
+        }
+    }
+
+    if (threadIdx.x == 0) {
+        /* vlm_sampler_sample()'s walk, its float m and double sums */
+        m = s->x[(uint32_t) cand[0]];
+
+        sum = 0.0;
+        for (i = 0; i < n; i++) {
+            sum += exp(((double) s->x[(uint32_t) cand[i]] - m)
+                       / p->temperature);
+        }
+
+        pmax = 1.0 / sum;
+        cum = 0.0;
+        k = n;
+
+        for (i = 0; i < n; i++) {
+            r = exp(((double) s->x[(uint32_t) cand[i]] - m)
+                    / p->temperature) / sum;
+
+            if (i > 0 && r < p->min_p * pmax) {
+                k = i;
+                break;
+            }
+
+            cum += r;
+
+            if (cum >= p->top_p) {
+                k = i + 1;
+                break;
+            }
+        }
+
+        sum = 0.0;
+        for (i = 0; i < k; i++) {
+            sum += exp(((double) s->x[(uint32_t) cand[i]] - m)
+                       / p->temperature);
+        }
+
+        r = p->uniform * sum;
+        cum = 0.0;
+        *drawn = cand[k - 1];
+
+        for (i = 0; i < k; i++) {
+            e = exp(((double) s->x[(uint32_t) cand[i]] - m) / p->temperature);
+            cum += e;
+            if (r < cum) {
+                *drawn = cand[i];
+                break;
+            }
+        }
+    }
+
+    __syncthreads();
+
+    key = *drawn;
+
+    __syncthreads();
+
+    return key;
+}
+
+
+/*
  * out[r] for rows[r] of the launch: a block a row, VLM_SAMPLE_THREADS
  * threads striding over the vocabulary
  */
@@ -348,6 +478,8 @@ vlm_sample_kernel(vlm_cuda_sample_out_t *outs,
     __shared__ int                nan_at, n_top;
     __shared__ float              held[VLM_CUDA_SAMPLE_HOLD];
     __shared__ uint64_t           top_key[VLM_CUDA_SAMPLE_TOP];
+    __shared__ uint64_t           cand[VLM_SAMPLE_FEW], drawn;
+    __shared__ int                n_few;
     int                           i, j, c, n_cand, finite, tok;
     float                         v, m, *x;
     double                        lse, sum, target;
@@ -521,22 +653,27 @@ vlm_sample_kernel(vlm_cuda_sample_out_t *outs,
 
         s.count = 0;
 
-        if (p->top_p < 1.0f || p->min_p > 0.0f) {
-            sum = vlm_sample_sum(&s, red);
+        if (p->top_k > 0 && p->top_k <= VLM_SAMPLE_FEW) {
+            key = vlm_sample_few(p, &s, p->top_k, cand, &n_few, &drawn);
 
-            if (p->top_p < 1.0f) {
-                limit = vlm_sample_select(&s, (double) p->top_p * sum, 0,
-                                          &h);
-                s.limit = limit < s.limit ? limit : s.limit;
+        } else {
+            if (p->top_p < 1.0f || p->min_p > 0.0f) {
+                sum = vlm_sample_sum(&s, red);
+
+                if (p->top_p < 1.0f) {
+                    limit = vlm_sample_select(&s, (double) p->top_p * sum, 0,
+                                              &h);
+                    s.limit = limit < s.limit ? limit : s.limit;
+                }
+
+                s.minp = p->min_p > 0.0f;
+                s.sum = sum;
             }
 
-            s.minp = p->min_p > 0.0f;
-            s.sum = sum;
+            sum = vlm_sample_sum(&s, red);
+            target = p->uniform * sum;
+            key = vlm_sample_select(&s, target, 1, &h);
         }
-
-        sum = vlm_sample_sum(&s, red);
-        target = p->uniform * sum;
-        key = vlm_sample_select(&s, target, 1, &h);
     }
 
     tok = (int) (uint32_t) key;
