@@ -202,7 +202,8 @@ typedef struct {
     float          *x;          /* the logits [vocab], overwritten by the
                                    processed ones */
     int32_t        *counts;     /* NULL or [vocab]: 2 x the times drawn,
-                                   + 1 in the prompt; the draw's += 2 */
+                                   + 1 where seen (prompt or draw); the
+                                   draw's += 2 */
     double          uniform;    /* [0, 1): the host's draw */
     float           temperature;    /* 0: greedy */
     float           top_p;

@@ -198,8 +198,10 @@ typedef struct vlm_sample_row_s {
                                        logits, overwritten */
     int32_t         *counts;        /* backend memory [vocab] or NULL (no
                                        penalty): 2 x the times the token
-                                       was drawn, + 1 if the prompt has
-                                       it; the drawn token's gets + 2 */
+                                       was drawn, + 1 if the prompt or a
+                                       draw has it (0: the repetition
+                                       penalty leaves it); the drawn
+                                       token's gets + 2 */
     float            temperature;   /* 0: greedy */
     int              top_k;
     float            top_p;
