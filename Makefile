@@ -15,8 +15,8 @@
 #   make test-cuda-emu  the CUDA backend on the emulated device of
 #                   tests/cudaemu, from its ops to t/021 through nginx
 #   make asan-cuda-emu  its emulator and op tests under ASan + UBSan
-#   make bench-cuda-emu  bench_tower and bench_engine on the emulated
-#                   device, read back by scripts/gpu-check --bench-rows
+#   make bench-cuda-emu  bench_tower, bench_engine and the sampling bench on the
+#                   emulated device, read back by gpu-check --bench-rows
 #   make asan-nginx the module and the engine under ASan + UBSan: every
 #                   t/ suite and the HTTP fuzzer (fuzz/http_fuzz.pl)
 #   make bench      benchmarks under bench/
@@ -382,13 +382,14 @@ $(EMU_BENCHES): %: %.o $(EMU_OBJS) $(LIB)
 # make bench-cuda-emu: bench_tower and bench_engine --backend cuda on the
 # emulated device, on the tiny Qwen2.5-VL fixture at small sizes (the
 # GPU path and the BENCH_ lines, not a GPU's figures), decode at 1 and 16
-# streams without and with CUDA graphs too, their lines read back by
-# scripts/gpu-check --bench-rows, as its tower, ttft and graphs steps do
+# streams without and with CUDA graphs too, and test_backend_ops
+# --bench-sample once, their lines read back by scripts/gpu-check
+# --bench-rows, as its tower, ttft, graphs and sample steps do
 # (the fixture has 3 decoder layers, the implied figure is for those)
 EMU_BENCH_OUT := $(EMU_BUILD)/bench/bench-cuda-emu.out
 
 .PHONY: bench-cuda-emu
-bench-cuda-emu: $(EMU_BENCHES)
+bench-cuda-emu: $(EMU_BENCHES) $(EMU_BUILD)/tests/test_backend_ops
 	@cd $(ROOT) && { \
 	    $(EMU_BUILD)/bench/bench_tower --backend cuda --device-mib 256 \
 	        --model tests/fixtures/models/qwen25vl-bf16 \
@@ -401,7 +402,8 @@ bench-cuda-emu: $(EMU_BENCHES)
 	            --model tests/fixtures/models/qwen25vl-bf16 --threads 2 \
 	            --grid 0,0 --prompt 32 --decode 4 --streams 1,16 --reps 1 \
 	            --cuda-graphs $$g || exit 1; \
-	    done; \
+	    done && \
+	    $(EMU_BUILD)/tests/test_backend_ops --bench-sample 1; \
 	 } > $(EMU_BENCH_OUT) 2>&1 || { cat $(EMU_BENCH_OUT); exit 1; }; \
 	 FULL_LAYERS=3 scripts/gpu-check --bench-rows $(EMU_BENCH_OUT)
 

@@ -202,6 +202,49 @@ cudaError_t vlm_cuda_attention_varlen_wmma(cudaStream_t s, float *out,
     const int32_t *cu_seqlens, int n_segments, int causal, int q_begin,
     int q_end, int max_blocks);
 
+/*
+ * sample.cu: a step's sampling, a block a row.  A row's parameters, in
+ * device memory, with its logit_bias entries and its grammar mask in the
+ * launch's blob of 32-bit words
+ */
+#define VLM_CUDA_SAMPLE_TOP   20    /* top logprobs a row, at most */
+#define VLM_CUDA_SAMPLE_HOLD  16    /* stop ids held back (min_tokens) */
+
+typedef struct {
+    float          *x;          /* the logits [vocab], overwritten by the
+                                   processed ones */
+    int32_t        *counts;     /* NULL or [vocab]: 2 x the times drawn,
+                                   + 1 where seen (prompt or draw); the
+                                   draw's += 2 */
+    double          uniform;    /* [0, 1): the host's draw */
+    float           temperature;    /* 0: greedy */
+    float           top_p;
+    float           min_p;
+    float           repetition_penalty;
+    float           presence_penalty;
+    float           frequency_penalty;
+    int32_t         top_k;
+    int32_t         n_bias;     /* distinct ids at bias_off, then floats */
+    int32_t         bias_off;
+    int32_t         mask_off;   /* -1: none; else (vocab + 31) / 32 words */
+    int32_t         n_top;      /* top logprobs */
+    int32_t         n_hold;
+    int32_t         hold[VLM_CUDA_SAMPLE_HOLD];
+} vlm_cuda_sample_row_t;
+
+typedef struct {
+    int32_t         token;      /* -1: no token allowed, -2: a NaN logit */
+    int32_t         nan;        /* the first NaN's index */
+    float           logprob;
+    int32_t         n_top;
+    int32_t         top_id[VLM_CUDA_SAMPLE_TOP];
+    float           top_logprob[VLM_CUDA_SAMPLE_TOP];
+} vlm_cuda_sample_out_t;
+
+cudaError_t vlm_cuda_sample(cudaStream_t s, vlm_cuda_sample_out_t *out,
+    const vlm_cuda_sample_row_t *rows, const uint32_t *blob, int n,
+    int vocab);
+
 #ifdef __cplusplus
 }
 #endif

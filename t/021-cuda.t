@@ -3,14 +3,17 @@
 # tests/cudaemu (make test-cuda-emu builds its engine in build-cudaemu/
 # and runs this suite).  The same greedy requests as on the CPU (the
 # prompt counts equal, every answer complete; whether the text is the
-# CPU's is noted), an image, the same image again from the image cache,
-# a stream with the same text, and the KV blocks and sequence slots back
-# to idle afterwards, the same answers with "vlm_cuda_graphs on" (decode
-# steps replayed from CUDA graphs), the answers with "vlm_kv_dtype fp8";
-# then "vlm_tensor_parallel 2" (two GPUs, or twice the emulated device),
-# and on the emulated device a kernel that faults (CUDAEMU_FAULT): that
-# request fails with a 5xx, the engine is started again and the next
-# request is served.  A real CUDA engine and a GPU
+# CPU's is noted), seeded sampled requests (top_p, top_k, min_p,
+# logit_bias, a JSON object's grammar, logprobs, penalties) with the
+# CPU's tokens and logprobs, an image, the same image again from the
+# image cache, a stream with the same text, and the KV blocks and
+# sequence slots back to idle afterwards, the same answers with
+# "vlm_cuda_graphs on" (decode steps replayed from CUDA graphs), the
+# answers with "vlm_kv_dtype fp8"; then "vlm_tensor_parallel 2" (two
+# GPUs, or twice the emulated device), and on the emulated device a
+# kernel that faults (CUDAEMU_FAULT): that request fails with a 5xx, the
+# engine is started again and the next request is served.  A real CUDA
+# engine and a GPU
 # come first; without either, the emulated engine that VLM_CUDAEMU_BUILD
 # names (make test-cuda-emu); skipped without both.
 
@@ -53,6 +56,69 @@ my @bodies = (
     { %{ vlm_chat_body('Hello there') }, %$T0 },
     { %{ vlm_chat_body('What is in the picture?', $png) }, %$T0 },
 );
+
+# seeded sampling: the CUDA backend draws these on the device (a JSON
+# object's grammar mask included) with the uniform numbers of the
+# request's own generator, so an f32 checkpoint (the CPU's logits within
+# float rounding) gives the CPU's tokens and logprobs, the penalties'
+# token counts kept on the device
+my $LP = { logprobs => JSON::PP::true, top_logprobs => 5 };
+my @seeded = (
+    { %{ vlm_chat_body('Tell me a story') }, %$LP, temperature => 0.9,
+      top_p => 0.9, seed => 42, max_tokens => 16 },
+    { %{ vlm_chat_body('Hello there') }, %$LP, temperature => 1.2,
+      top_k => 20, min_p => 0.05, seed => 7, max_tokens => 16,
+      logit_bias => { 100 => 5, 101 => -100, 2000 => 3 } },
+    { %{ vlm_chat_body('A list, please') }, temperature => 1.0, seed => 3,
+      max_tokens => 24, response_format => { type => 'json_object' } },
+    { %{ vlm_chat_body('Hello there') }, %$LP, temperature => 0,
+      max_tokens => 8 },
+    { %{ vlm_chat_body('Once more') }, %$LP, temperature => 1.0, seed => 11,
+      presence_penalty => 1.5, frequency_penalty => 0.7,
+      max_tokens => 12 },
+    { %{ vlm_chat_body('Tell me a story') }, %$LP, temperature => 0.8,
+      seed => 5, repetition_penalty => 1.3, top_p => 0.95,
+      max_tokens => 12 },
+);
+
+# 18 choices with penalties at once: the engine keeps the token counts of
+# 16 on the device, the other two draw on the host (and take an array of
+# counts when one is given back)
+my $many = { %{ vlm_chat_body('Count with me') }, n => 18, seed => 99,
+             temperature => 1.0, presence_penalty => 1.0,
+             frequency_penalty => 0.5, max_tokens => 10 };
+my $many_conf = "    vlm_max_running 20;\n    vlm_max_n 18;\n";
+
+# every token and logprob of a seeded answer against the CPU's
+sub seeded_ok {
+    my ($got, $ref, $what) = @_;
+
+    is($got->{status}, 200, "$what: 200") or return;
+    is(text($got), text($ref), "$what: the CPU's text");
+    is($got->{j}{choices}[0]{finish_reason},
+       $ref->{j}{choices}[0]{finish_reason}, "$what: the CPU's finish");
+
+    my @g = @{ $got->{j}{choices}[0]{logprobs}{content} // [] };
+    my @r = @{ $ref->{j}{choices}[0]{logprobs}{content} // [] };
+    my $far = 0;
+
+    for my $i (0 .. $#r) {
+        my @gt = @{ $g[$i]{top_logprobs} // [] };
+        my @rt = @{ $r[$i]{top_logprobs} // [] };
+
+        $far++ if !defined $g[$i] || $g[$i]{token} ne $r[$i]{token}
+                  || abs($g[$i]{logprob} - $r[$i]{logprob}) > 1e-4
+                  || @gt != @rt;
+        for my $k (0 .. $#rt) {
+            $far++ if ($gt[$k]{token} // '') ne $rt[$k]{token}
+                      || abs(($gt[$k]{logprob} // 0) - $rt[$k]{logprob})
+                         > 1e-4;
+        }
+    }
+
+    is(scalar @g, scalar @r, "$what: as many logprobs as the CPU");
+    is($far, 0, "$what: the CPU's tokens, logprobs within 1e-4");
+}
 
 # the picture again after another system prompt: no prefix in common
 # with the first, so its features come from the image cache
@@ -143,13 +209,15 @@ sub why_down {
                     split /\n/, engine_log($srv);
 }
 
-my $cpu = vlm_start(name => 'cuda-cpu');
+my $cpu = vlm_start(name => 'cuda-cpu', http_config => $many_conf);
 my @ref = map { answer($cpu, $_) } @bodies;
+my @seeded_ref = map { answer($cpu, $_) } @seeded;
+my $many_ref = answer($cpu, $many);
 VLMTest::vlm_stop($cpu);
 
 my $cuda_conf = "    vlm_backend cuda;\n    vlm_engine_binary $engine;\n";
 
-my $srv = vlm_start(name => 'cuda', http_config => $cuda_conf);
+my $srv = vlm_start(name => 'cuda', http_config => $cuda_conf . $many_conf);
 my @servers = ($srv);
 my %tp_staging;     # each rank's pinned staging with NCCL between them
 END { VLMTest::vlm_stop($_) for grep { $_ } @servers }
@@ -164,6 +232,32 @@ if ($emu) {
 }
 
 my @got = served_ok($srv, \@ref, $where);
+
+for my $i (0 .. $#seeded) {
+    seeded_ok(answer($srv, $seeded[$i]), $seeded_ref[$i],
+              "$where, seeded request $i");
+}
+
+{
+    my $got = answer($srv, $many);
+    my $texts = sub {
+        join "\n", map { "$_->{index}: $_->{message}{content}" }
+                   sort { $a->{index} <=> $b->{index} }
+                   @{ $_[0]{j}{choices} // [] };
+    };
+
+    is($got->{status}, 200, "$where, 18 choices with penalties: 200");
+    is(scalar @{ $got->{j}{choices} // [] }, 18,
+       "$where, 18 choices with penalties: 18 answers");
+    is($texts->($got), $texts->($many_ref),
+       "$where, 18 choices with penalties: the CPU's texts");
+
+    my $m = vlm_metrics($srv);
+    is($m->{'vlm_pool_capacity{pool="sample_counts",unit="slots"}'}, 16,
+       "$where: 16 arrays of token counts on the device");
+    cmp_ok($m->{'vlm_pool_failures_total{pool="sample_counts"}'} // 0,
+           '>=', 2, "$where: the choices beyond them drew on the host");
+}
 
 my $m0 = vlm_metrics($srv);
 my $gpu0 = gpu_memory($m0, 0);
@@ -187,11 +281,15 @@ is(join('', map { ref $_ && $_->{choices} && @{ $_->{choices} }
 # a few more, then everything back
 answer($srv, $_) for (@bodies) x 3;
 vlm_wait_idle($srv, vlm_secs(10));
-my $m = vlm_wait_pools($srv);
+my $m = vlm_wait_pools($srv, 'pool="kv_blocks",unit="blocks"',
+                       'pool="sequences",unit="slots"',
+                       'pool="sample_counts",unit="slots"');
 is($m->{'vlm_pool_used{pool="kv_blocks",unit="blocks"}'}, 0,
    "$where: no KV block left in use");
 is($m->{'vlm_pool_used{pool="sequences",unit="slots"}'}, 0,
    "$where: no sequence left in use");
+is($m->{'vlm_pool_used{pool="sample_counts",unit="slots"}'}, 0,
+   "$where: no token counts left in use on the device");
 gpu_memory_same($gpu0, gpu_memory($m, 0), $where);
 is($m->{vlm_cuda_graph_replays_total}, 0,
    "$where: without vlm_cuda_graphs, no step replayed from a graph");

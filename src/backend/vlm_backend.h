@@ -197,6 +197,52 @@ typedef struct {
 } vlm_attn_paged_t;
 
 
+#define VLM_BACKEND_SAMPLE_TOP   20    /* top logprobs a row, at most */
+#define VLM_BACKEND_SAMPLE_HOLD  16    /* ids held back, at most */
+#define VLM_BACKEND_SAMPLE_ROWS  256   /* rows a sample() call, at most */
+
+
+/*
+ * One row of a step's sampling on the backend (sample()), with the CPU
+ * sampler's semantics (src/engine/vlm_sampler.c).  The host arrays are
+ * read during the call only.
+ */
+typedef struct vlm_sample_row_s {
+    float           *logits;        /* backend memory [vocab]: the row's
+                                       logits, overwritten */
+    int32_t         *counts;        /* backend memory [vocab] or NULL (no
+                                       penalty): 2 x the times the token
+                                       was drawn, + 1 if the prompt or a
+                                       draw has it (0: the repetition
+                                       penalty leaves it); the drawn
+                                       token's gets + 2 */
+    float            temperature;   /* 0: greedy */
+    int              top_k;
+    float            top_p;
+    float            min_p;
+    float            repetition_penalty;
+    float            presence_penalty;
+    float            frequency_penalty;
+    int              n_bias;        /* logit_bias, distinct ids, host */
+    const int32_t   *bias_ids;
+    const float     *bias;
+    const uint32_t  *mask;          /* host, a bit a token, or NULL */
+    int              n_hold;        /* min_tokens: ids held back, host */
+    const int32_t   *hold;
+    int              top_logprobs;  /* 0..VLM_BACKEND_SAMPLE_TOP */
+    double           uniform;       /* [0, 1), unused when greedy */
+} vlm_sample_row_t;
+
+
+typedef struct vlm_sample_res_s {
+    int32_t          token;
+    float            logprob;       /* of token, after the penalties */
+    int              n_top;
+    int32_t          top_id[VLM_BACKEND_SAMPLE_TOP];
+    float            top_logprob[VLM_BACKEND_SAMPLE_TOP];
+} vlm_sample_res_t;
+
+
 typedef struct {
     const char  *name;
 
@@ -392,6 +438,18 @@ typedef struct {
     void  (*matmul_glu)(vlm_backend_t *be, float *y, float *up,
         const float *x, const vlm_weight_t *wg, const float *bg,
         const vlm_weight_t *wu, const float *bu, int n, vlm_act_t act);
+
+    /*
+     * a step's sampling where its logits are: n rows of vocab logits
+     * (at most VLM_BACKEND_SAMPLE_ROWS),
+     * each drawn with the uniform number the host drew for it as the CPU
+     * sampler draws it (the same tokens for the same numbers, where the
+     * margins allow), only res crossing to the host; errors as the CPU
+     * sampler's (a NaN logit, no token allowed), VLM_ERR_DEVICE when the
+     * backend failed; NULL: the host samples the downloaded logits
+     */
+    vlm_status_t (*sample)(vlm_backend_t *be, const vlm_sample_row_t *rows,
+        int n, int vocab, vlm_sample_res_t *res, vlm_error_t *err);
 } vlm_backend_ops_t;
 
 

@@ -687,7 +687,8 @@ static const vlm_backend_ops_t  vlm_cpu_ops = {
     NULL,
     NULL,
     NULL,
-    vlm_cpu_matmul_glu
+    vlm_cpu_matmul_glu,
+    NULL                        /* the host sampler: the logits are here */
 };
 
 

@@ -47,6 +47,12 @@
 #define VLM_CUDA_XBF16          (8u << 20)  /* matmul input elements */
 #define VLM_CUDA_ATTN_WS        (4u << 20)  /* split attention floats */
 #define VLM_CUDA_MIN_POOL       (64u << 20)
+#define VLM_CUDA_SAMPLE_ROWS    1024        /* rows a sample() */
+#define VLM_CUDA_SAMPLE_BLOB    (1u << 20)  /* words of biases, masks */
+#define VLM_CUDA_SAMPLE_BYTES                                               \
+    (VLM_CUDA_SAMPLE_ROWS * (sizeof(vlm_cuda_sample_row_t)                  \
+                             + sizeof(vlm_cuda_sample_out_t))               \
+     + VLM_CUDA_SAMPLE_BLOB * sizeof(uint32_t))
 
 
 typedef struct {
@@ -66,6 +72,14 @@ typedef struct {
     void               *cublas_ws;
     uint16_t           *xbf16;      /* [VLM_CUDA_XBF16] matmul input */
     float              *attn_ws;    /* [VLM_CUDA_ATTN_WS] split decode */
+
+    /* sample(): the rows and their blob, packed on the host, uploaded */
+    vlm_cuda_sample_row_t  *sample_rows;    /* device [SAMPLE_ROWS] */
+    uint32_t               *sample_blob;    /* device [SAMPLE_BLOB] */
+    vlm_cuda_sample_out_t  *sample_out;     /* device [SAMPLE_ROWS] */
+    vlm_cuda_sample_out_t  *sample_pinned;  /* pinned [SAMPLE_ROWS] */
+    vlm_cuda_sample_row_t  *sample_hrows;   /* host [SAMPLE_ROWS] */
+    uint32_t               *sample_hblob;   /* host [SAMPLE_BLOB] */
 
     uint8_t            *stage;      /* pinned, CHUNKS * CHUNK bytes */
     cudaEvent_t         stage_ev[VLM_CUDA_STAGE_CHUNKS];
@@ -87,6 +101,8 @@ typedef struct {
     char                error_text[160];
 } vlm_cuda_t;
 
+
+static const char *vlm_cuda_failure(vlm_backend_t *be);
 
 /*
  * An op that failed: kept for download() and synchronize() to report.
@@ -908,6 +924,175 @@ vlm_cuda_argmax_op(vlm_backend_t *be, int32_t *out, const float *x, int n,
 }
 
 
+/*
+ * A step's sampling (kernels/sample.cu): the rows' parameters, biases
+ * and masks packed and uploaded through the ring (in pieces of rows
+ * when the masks outgrow the blob), a launch a piece, then one
+ * asynchronous copy of every row's result to pinned memory and the
+ * step's one wait.
+ */
+static vlm_status_t
+vlm_cuda_sample_op(vlm_backend_t *be, const vlm_sample_row_t *rows, int n,
+    int vocab, vlm_sample_res_t *res, vlm_error_t *err)
+{
+    int                     i, j, r0, words, need, used;
+    const char             *why;
+    vlm_cuda_t             *cu = (vlm_cuda_t *) be;
+    vlm_cuda_sample_row_t  *d;
+    vlm_cuda_sample_out_t  *o;
+    const vlm_sample_row_t *r;
+
+    words = (vocab + 31) / 32;
+
+    if (n < 0 || n > VLM_CUDA_SAMPLE_ROWS || vocab <= 0) {
+        return vlm_error_set(err, VLM_ERR_INVALID, "cuda backend: sample "
+                             "of %d rows of %d (at most %d rows)", n, vocab,
+                             VLM_CUDA_SAMPLE_ROWS);
+    }
+
+    for (i = 0; i < n; i++) {
+        r = &rows[i];
+
+        if (r->logits == NULL || r->n_bias < 0 || r->n_hold < 0
+            || r->n_hold > VLM_BACKEND_SAMPLE_HOLD || r->top_logprobs < 0
+            || r->top_logprobs > VLM_BACKEND_SAMPLE_TOP
+            || 2 * r->n_bias + (r->mask != NULL ? words : 0)
+               > (int) VLM_CUDA_SAMPLE_BLOB)
+        {
+            return vlm_error_set(err, VLM_ERR_INVALID, "cuda backend: "
+                                 "sample row %d out of range", i);
+        }
+
+        for (j = 0; j < r->n_bias; j++) {
+            if (r->bias_ids[j] < 0 || r->bias_ids[j] >= vocab) {
+                return vlm_error_set(err, VLM_ERR_INVALID, "cuda backend: "
+                                     "logit_bias token %d is outside the "
+                                     "vocabulary", (int) r->bias_ids[j]);
+            }
+        }
+
+        for (j = 0; j < r->n_hold; j++) {
+            if (r->hold[j] < 0 || r->hold[j] >= vocab) {
+                return vlm_error_set(err, VLM_ERR_INVALID, "cuda backend: "
+                                     "stop token %d is outside the "
+                                     "vocabulary", (int) r->hold[j]);
+            }
+        }
+    }
+
+    for (r0 = 0; r0 < n && cu->error == cudaSuccess; r0 = i) {
+        used = 0;
+
+        for (i = r0; i < n; i++) {
+            r = &rows[i];
+            need = 2 * r->n_bias + (r->mask != NULL ? words : 0);
+
+            if (used + need > (int) VLM_CUDA_SAMPLE_BLOB) {
+                break;
+            }
+
+            d = &cu->sample_hrows[i];
+            memset(d, 0, sizeof(vlm_cuda_sample_row_t));
+            d->x = r->logits;
+            d->counts = r->counts;
+            d->uniform = r->uniform;
+            d->temperature = r->temperature;
+            d->top_p = r->top_p;
+            d->min_p = r->min_p;
+            d->repetition_penalty = r->repetition_penalty;
+            d->presence_penalty = r->presence_penalty;
+            d->frequency_penalty = r->frequency_penalty;
+            d->top_k = r->top_k;
+            d->n_top = vlm_min(r->top_logprobs, vocab);
+            d->n_hold = r->n_hold;
+            d->n_bias = r->n_bias;
+            d->bias_off = used;
+
+            /* (hold and the biases may be NULL when there are none) */
+            if (r->n_hold > 0) {
+                memcpy(d->hold, r->hold,
+                       (size_t) r->n_hold * sizeof(int32_t));
+            }
+
+            if (r->n_bias > 0) {
+                memcpy(cu->sample_hblob + used, r->bias_ids,
+                       (size_t) r->n_bias * sizeof(int32_t));
+                memcpy(cu->sample_hblob + used + r->n_bias, r->bias,
+                       (size_t) r->n_bias * sizeof(float));
+                used += 2 * r->n_bias;
+            }
+
+            d->mask_off = -1;
+
+            if (r->mask != NULL) {
+                d->mask_off = used;
+                memcpy(cu->sample_hblob + used, r->mask,
+                       (size_t) words * sizeof(uint32_t));
+                used += words;
+            }
+        }
+
+        if (vlm_cuda_stage(cu, cu->sample_rows + r0, cu->sample_hrows + r0,
+                           (size_t) (i - r0) * sizeof(vlm_cuda_sample_row_t),
+                           NULL, 1, 1)
+            != VLM_OK
+            || vlm_cuda_stage(cu, cu->sample_blob, cu->sample_hblob,
+                              (size_t) used * sizeof(uint32_t), NULL, 1, 1)
+               != VLM_OK)
+        {
+            break;
+        }
+
+        vlm_cuda_check(cu, vlm_cuda_sample(cu->stream, cu->sample_out + r0,
+                                           cu->sample_rows + r0,
+                                           cu->sample_blob, i - r0, vocab),
+                       "sample");
+    }
+
+    if (n > 0) {
+        vlm_cuda_check(cu, cudaMemcpyAsync(cu->sample_pinned, cu->sample_out,
+                                           (size_t) n
+                                           * sizeof(vlm_cuda_sample_out_t),
+                                           cudaMemcpyDeviceToHost,
+                                           cu->stream),
+                       "sample");
+    }
+
+    vlm_cuda_check(cu, cudaStreamSynchronize(cu->stream), "sample");
+
+    if (cu->error != cudaSuccess) {
+        why = vlm_cuda_failure(be);
+        return vlm_error_set(err, VLM_ERR_DEVICE, "model: the cuda backend "
+                             "failed in this step: %s", why);
+    }
+
+    for (i = 0; i < n; i++) {
+        o = &cu->sample_pinned[i];
+
+        if (o->token == -2) {
+            return vlm_error_set(err, VLM_ERR_INTERNAL,
+                                 "sampler: logit %d is NaN", (int) o->nan);
+        }
+
+        if (o->token < 0 || o->token >= vocab
+            || o->n_top < 0 || o->n_top > VLM_BACKEND_SAMPLE_TOP)
+        {
+            return vlm_error_set(err, VLM_ERR_INTERNAL,
+                                 "sampler: no token is allowed");
+        }
+
+        res[i].token = o->token;
+        res[i].logprob = o->logprob;
+        res[i].n_top = o->n_top;
+        memcpy(res[i].top_id, o->top_id, (size_t) o->n_top * sizeof(int32_t));
+        memcpy(res[i].top_logprob, o->top_logprob,
+               (size_t) o->n_top * sizeof(float));
+    }
+
+    return VLM_OK;
+}
+
+
 static vlm_status_t
 vlm_cuda_comm_open(vlm_backend_t *be, vlm_comm_t **c, vlm_comm_t *host,
     vlm_error_t *err)
@@ -1073,6 +1258,13 @@ vlm_cuda_free(vlm_backend_t *be)
     if (cu->stage != NULL) {
         cudaFreeHost(cu->stage);
     }
+
+    if (cu->sample_pinned != NULL) {
+        cudaFreeHost(cu->sample_pinned);
+    }
+
+    free(cu->sample_hrows);
+    free(cu->sample_hblob);
 
     if (cu->stream != NULL) {
         cudaStreamDestroy(cu->stream);
@@ -1456,7 +1648,8 @@ vlm_cuda_mem_info(vlm_backend_t *be, vlm_backend_mem_t *mem)
     cudaError_t  e;
 
     mem->workspace = VLM_CUDA_CUBLAS_WS + VLM_CUDA_XBF16 * sizeof(uint16_t)
-                     + VLM_CUDA_ATTN_WS * sizeof(float);
+                     + VLM_CUDA_ATTN_WS * sizeof(float)
+                     + VLM_CUDA_SAMPLE_BYTES;
 
     e = cudaMemGetInfo(&mem->free, &mem->total);
     if (e != cudaSuccess) {
@@ -1511,7 +1704,8 @@ static const vlm_backend_ops_t  vlm_cuda_ops = {
     vlm_cuda_graph_end,
     vlm_cuda_graph_launch,
     vlm_cuda_graph_free,
-    NULL                        /* gate/up one GEMM (matmul_gated) */
+    NULL                        /* gate/up one GEMM (matmul_gated) */,
+    vlm_cuda_sample_op
 };
 
 
@@ -1656,7 +1850,7 @@ vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
                                             : free_b / 10 * 9;
     cu->pool_size = vlm_align_up(cu->pool_size, VLM_CUDA_ALIGN);
     fixed = VLM_CUDA_CUBLAS_WS + VLM_CUDA_XBF16 * sizeof(uint16_t)
-            + VLM_CUDA_ATTN_WS * sizeof(float);
+            + VLM_CUDA_ATTN_WS * sizeof(float) + VLM_CUDA_SAMPLE_BYTES;
 
     if (cu->pool_size < fixed + VLM_CUDA_MIN_POOL) {
         vlm_cuda_free(&cu->be);
@@ -1679,6 +1873,14 @@ vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     if (e != cudaSuccess) {
         cu->stream = NULL;
         return vlm_cuda_failed(cu, err, "stream", e);
+    }
+
+    e = cudaHostAlloc((void **) &cu->sample_pinned,
+                      VLM_CUDA_SAMPLE_ROWS * sizeof(vlm_cuda_sample_out_t),
+                      cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        cu->sample_pinned = NULL;
+        return vlm_cuda_failed(cu, err, "pinned sampling results", e);
     }
 
     e = cudaHostAlloc((void **) &cu->stage,
@@ -1713,6 +1915,28 @@ vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
                                VLM_DEVPOOL_BUFFER);
     cu->attn_ws = vlm_cuda_carve(cu, VLM_CUDA_ATTN_WS * sizeof(float),
                                  VLM_DEVPOOL_BUFFER);
+
+    cu->sample_rows = vlm_cuda_carve(cu, VLM_CUDA_SAMPLE_ROWS
+                                         * sizeof(vlm_cuda_sample_row_t),
+                                     VLM_DEVPOOL_BUFFER);
+    cu->sample_blob = vlm_cuda_carve(cu, VLM_CUDA_SAMPLE_BLOB
+                                         * sizeof(uint32_t),
+                                     VLM_DEVPOOL_BUFFER);
+    cu->sample_out = vlm_cuda_carve(cu, VLM_CUDA_SAMPLE_ROWS
+                                        * sizeof(vlm_cuda_sample_out_t),
+                                    VLM_DEVPOOL_BUFFER);
+    cu->sample_hrows = malloc(VLM_CUDA_SAMPLE_ROWS
+                              * sizeof(vlm_cuda_sample_row_t));
+    cu->sample_hblob = malloc(VLM_CUDA_SAMPLE_BLOB * sizeof(uint32_t));
+
+    if (cu->sample_rows == NULL || cu->sample_blob == NULL
+        || cu->sample_out == NULL || cu->sample_hrows == NULL
+        || cu->sample_hblob == NULL)
+    {
+        vlm_cuda_free(&cu->be);
+        return vlm_error_set(err, VLM_ERR_NOMEM,
+                             "cuda backend: no memory for the sampler");
+    }
 
     if (cu->cublas_ws == NULL || cu->xbf16 == NULL || cu->attn_ws == NULL
         || cublasSetStream(cu->cublas, cu->stream) != CUBLAS_STATUS_SUCCESS

@@ -402,6 +402,31 @@ typedef struct {
     int             n_ids;
 } vlm_step_item_t;
 
+struct vlm_sample_row_s;           /* backend/vlm_backend.h */
+struct vlm_sample_res_s;
+
+/*
+ * vlm_step() where the backend draws the tokens (vlm_model_samples()):
+ * rows[i] NULL, item i's logits come to the host (vlm_seq_logits());
+ * else the backend draws its token with rows[i] (whose logits are
+ * filled in here) from the first vocab logits into res[i], and its
+ * logits stay on the device
+ */
+vlm_status_t vlm_step_sample(vlm_model_t *model,
+    const vlm_step_item_t *items, int n_items,
+    struct vlm_sample_row_s *const *rows, struct vlm_sample_res_s *res,
+    int vocab, vlm_error_t *err);
+/* the model's backend samples (vlm_backend_ops_t.sample), one rank */
+int vlm_model_samples(const vlm_model_t *model);
+/*
+ * start-up, where the backend samples: n arrays of vocab token counts
+ * (vlm_sample_row_t.counts) in the backend's memory, the model's, or
+ * NULL (no room); _load() uploads counts[vocab] into one of them
+ */
+int32_t *vlm_model_sample_counts(vlm_model_t *model, int n, int vocab);
+vlm_status_t vlm_model_sample_counts_load(vlm_model_t *model,
+    int32_t *dst, const int32_t *counts, int vocab, vlm_error_t *err);
+
 vlm_status_t vlm_step(vlm_model_t *model, const vlm_step_item_t *items,
     int n_items, vlm_error_t *err);
 /* the logits [vocab_size] of the last position fed to seq */

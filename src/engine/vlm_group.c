@@ -480,6 +480,24 @@ vlm_group_prefill_cancel(vlm_group_t *g)
 
 
 vlm_status_t
+vlm_group_step_sample(vlm_group_t *g, const vlm_step_item_t *items,
+    int n_items, struct vlm_sample_row_s *const *rows,
+    struct vlm_sample_res_s *res, int vocab, vlm_error_t *err)
+{
+    if (rows == NULL) {
+        return vlm_group_step(g, items, n_items, err);
+    }
+
+    if (g->comm != NULL) {
+        return vlm_error_set(err, VLM_ERR_INVALID, "group: a group of "
+                             "ranks draws its tokens on the host");
+    }
+
+    return vlm_step_sample(g->model, items, n_items, rows, res, vocab, err);
+}
+
+
+vlm_status_t
 vlm_group_step(vlm_group_t *g, const vlm_step_item_t *items, int n_items,
     vlm_error_t *err)
 {

@@ -28,6 +28,7 @@ struct vlm_sampler_s {
     float                 *bias;        /* [vocab] logit_bias, else 0 */
     int                    n_bias;
     int32_t                bias_ids[VLM_SAMPLER_MAX_BIAS];
+    float                  bias_vals[VLM_SAMPLER_MAX_BIAS];  /* a row's */
     const uint32_t        *mask;        /* the next draw's tokens, or NULL */
     double                 lse;         /* the last draw's log-sum-exp */
     uint8_t                was_seen;    /* its token's seen before it */
@@ -637,6 +638,108 @@ vlm_sampler_force(vlm_sampler_t *s, int32_t id, vlm_sample_t *out)
     out->token = id;
     out->logprob = (float) (s->work[id] - s->lse);
     out->finish = VLM_FINISH_NONE;
+
+    vlm_sampler_finish(s, out);
+}
+
+
+int
+vlm_sampler_penalized(const vlm_sampler_t *s)
+{
+    return s->p.repetition_penalty != 1.0f || s->p.presence_penalty != 0.0f
+           || s->p.frequency_penalty != 0.0f;
+}
+
+
+void
+vlm_sampler_counts(const vlm_sampler_t *s, int32_t *counts)
+{
+    int  i;
+
+    for (i = 0; i < s->vocab; i++) {
+        counts[i] = 2 * s->counts[i] + (s->seen[i] ? 1 : 0);
+    }
+}
+
+
+void
+vlm_sampler_row(vlm_sampler_t *s, vlm_sample_row_t *row)
+{
+    int                    i, k, n;
+    vlm_sampler_params_t  *p = &s->p;
+
+    row->temperature = p->temperature;
+    row->top_k = p->top_k;
+    row->top_p = p->top_p;
+    row->min_p = p->min_p;
+    row->repetition_penalty = p->repetition_penalty;
+    row->presence_penalty = p->presence_penalty;
+    row->frequency_penalty = p->frequency_penalty;
+    row->top_logprobs = p->top_logprobs;
+
+    /*
+     * the entries, distinct: one set back to 0 and again is listed twice
+     * (vlm_sampler_bias()), one at 0 need not be sent
+     */
+    n = 0;
+    for (i = 0; i < s->n_bias; i++) {
+        if (s->bias[s->bias_ids[i]] == 0.0f) {
+            continue;
+        }
+
+        for (k = 0; k < n && s->bias_ids[k] != s->bias_ids[i]; k++) {
+            /* void */
+        }
+
+        if (k == n) {
+            s->bias_vals[n] = s->bias[s->bias_ids[i]];
+            s->bias_ids[n++] = s->bias_ids[i];
+        }
+    }
+
+    s->n_bias = n;
+    row->n_bias = n;
+    row->bias_ids = s->bias_ids;
+    row->bias = s->bias_vals;
+
+    row->mask = s->mask;
+    s->mask = NULL;
+
+    row->n_hold = s->n_generated < p->min_tokens ? p->n_stop : 0;
+    row->hold = p->stop_ids;
+
+    /* vlm_sampler_sample() draws only where it does not take the best */
+    row->uniform = 0.0;
+
+    if (p->temperature != 0.0f && p->top_k != 1) {
+        row->uniform = vlm_sampler_uniform(s);
+    }
+}
+
+
+void
+vlm_sampler_record(vlm_sampler_t *s, const vlm_sample_res_t *res,
+    vlm_sample_t *out)
+{
+    int      i;
+    int32_t  tok;
+
+    memset(out, 0, sizeof(vlm_sample_t));
+
+    tok = res->token;
+    out->token = tok;
+    out->logprob = res->logprob;
+    out->n_top = vlm_min(res->n_top, VLM_SAMPLER_MAX_TOP);
+
+    for (i = 0; i < out->n_top; i++) {
+        out->top[i].id = res->top_id[i];
+        out->top[i].logprob = res->top_logprob[i];
+    }
+
+    s->was_seen = s->seen[tok];
+    s->counts[tok]++;
+    s->seen[tok] = 1;
+    s->n_generated++;
 
     vlm_sampler_finish(s, out);
 }

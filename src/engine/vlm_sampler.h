@@ -14,6 +14,7 @@
 #define VLM_SAMPLER_H
 
 #include "core/vlm_common.h"
+#include "backend/vlm_backend.h"
 
 
 #define VLM_SAMPLER_MAX_STOP      16
@@ -96,5 +97,28 @@ vlm_status_t vlm_sampler_sample(vlm_sampler_t *s, const float *logits,
  */
 void vlm_sampler_force(vlm_sampler_t *s, int32_t id, vlm_sample_t *out);
 
+/*
+ * The next draw on the backend (vlm_backend_ops_t.sample): row gets the
+ * request's parameters, its logit_bias, the mask of vlm_sampler_mask()
+ * (forgotten here, as a draw forgets it), the stop ids that min_tokens
+ * holds back, and the uniform number vlm_sampler_sample() would draw
+ * (none for a greedy request), from the same generator: the same seed
+ * gives the same numbers on either path.  row->logits and row->counts
+ * are the caller's; counts are needed where vlm_sampler_penalized().
+ * vlm_sampler_record() then books the backend's draw as
+ * vlm_sampler_sample() books its own (counts, finish); a row so drawn
+ * cannot be vlm_sampler_force()d.
+ */
+void vlm_sampler_row(vlm_sampler_t *s, vlm_sample_row_t *row);
+void vlm_sampler_record(vlm_sampler_t *s, const vlm_sample_res_t *res,
+    vlm_sample_t *out);
+/* the request has a repetition, presence or frequency penalty */
+int vlm_sampler_penalized(const vlm_sampler_t *s);
+/*
+ * the request's token counts as vlm_sample_row_t.counts has them (2 x
+ * the times drawn, + 1 where the prompt or a draw has the token), into
+ * counts[vocab_size]
+ */
+void vlm_sampler_counts(const vlm_sampler_t *s, int32_t *counts);
 
 #endif /* VLM_SAMPLER_H */

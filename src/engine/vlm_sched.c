@@ -13,94 +13,7 @@
 
 #include "grammar/vlm_grammar.h"
 #include "vlm_sampler.h"
-#include "vlm_sched.h"
-
-
-typedef enum {
-    VLM_REQ_FREE = 0,
-    VLM_REQ_WAITING,            /* taken from the queue, not yet started */
-    VLM_REQ_PREFILLING,         /* a text prompt, n_fed tokens in so far */
-    VLM_REQ_ENCODING,           /* an image prompt, the model's prefill */
-    VLM_REQ_DECODING,           /* next holds the token to feed */
-    VLM_REQ_DRAINING,           /* finished; output still to be written */
-    VLM_REQ_FORKING,            /* a choice after the first: waits for the
-                                   prompt that choice 0 prefills, then
-                                   forks its sequence */
-    VLM_REQ_PREEMPTED           /* its KV blocks given back: waits to be
-                                   recomputed (prompt and output so far) */
-} vlm_req_state_t;
-
-
-typedef struct {
-    vlm_req_state_t      state;
-    uint32_t             slot;
-    uint32_t             choice;        /* 0..n-1 of the request's n */
-    vlm_seq_t           *seq;
-    vlm_sampler_t       *sampler;
-    vlm_matcher_t       *matcher;       /* the request's grammar state */
-    vlm_grammar_t        grammar;       /* read in place in the arena */
-    unsigned             constrained:1;
-    int32_t              reasoning_end; /* the grammar waits for this
-                                           token; -1: it applies */
-    vlm_tok_stream_t     stream;
-    int32_t              next;
-    uint32_t             n_fed;
-    uint32_t             n_out;
-    uint32_t             n_gen;         /* tokens drawn, next included */
-    unsigned             recompute:1;   /* the prefill is of toks */
-
-    /*
-     * [max_seq_len]: the tokens drawn, from toks[n_prompt] on, and the
-     * prompt before them once the request was preempted: what its
-     * recomputation feeds
-     */
-    int32_t             *toks;
-    uint64_t             order;         /* when admitted: the first
-                                           admitted is the first served */
-    uint64_t             t_last;        /* last token written, ns */
-    vlm_queue_finish_t   finish;
-
-    /* text that may be the start of a stop string */
-    char                *held;
-    size_t               n_held;
-
-    /* an output record the ring had no room for yet */
-    unsigned             pending:1;
-    vlm_queue_out_t      out;
-    char                *out_text;
-} vlm_sched_req_t;
-
-
-struct vlm_sched_s {
-    vlm_model_t              *model;
-    vlm_group_t              *group;
-    const vlm_model_info_t   *info;
-    const vlm_tokenizer_t    *tok;
-    vlm_queue_t              *q;
-    vlm_trie_t               *trie;         /* the vocabulary's bytes */
-
-    int                       n_reqs;
-    vlm_sched_req_t          *reqs;
-    vlm_step_item_t          *items;        /* [n_reqs] */
-    int                      *batch_reqs;   /* [n_reqs] */
-    vlm_image_t               images[VLM_QUEUE_MAX_IMAGES];
-    char                     *piece;        /* one detokenized token */
-    size_t                    piece_cap;
-    size_t                    held_cap;
-    uint64_t                  seed_counter;
-    uint64_t                  admitted;     /* requests admitted so far */
-
-    vlm_pool_gauge_t         *kv_gauge;
-    vlm_pool_gauge_t         *slide_gauge;  /* the sliding layers' pool */
-    vlm_pool_gauge_t         *seq_gauge;
-    vlm_model_stats_t         last;
-
-    /* what the last step did: 0 when every request waits for its reader */
-    int                       progress;
-
-    /* a request ended on VLM_ERR_DEVICE: nothing more runs on the device */
-    unsigned                  device_lost:1;
-};
+#include "vlm_sched_int.h"
 
 
 static void vlm_sched_admit(vlm_sched_t *s);
@@ -127,8 +40,6 @@ static size_t vlm_sched_stop_cut(vlm_sched_t *s, vlm_sched_req_t *r,
     size_t *keep, int *stopped);
 static vlm_status_t vlm_sched_trie(vlm_sched_t *s, int vocab,
     vlm_error_t *err);
-static vlm_status_t vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r,
-    vlm_sample_t *sample, vlm_error_t *err);
 
 
 vlm_status_t
@@ -164,9 +75,13 @@ vlm_sched_init(vlm_sched_t **sched, vlm_model_t *model, vlm_group_t *group,
     s->items = calloc((size_t) s->n_reqs, sizeof(vlm_step_item_t));
     s->batch_reqs = calloc((size_t) s->n_reqs, sizeof(int));
     s->piece = malloc(s->piece_cap);
+    s->sample_rows = calloc((size_t) s->n_reqs, sizeof(vlm_sample_row_t));
+    s->sample_ptrs = calloc((size_t) s->n_reqs, sizeof(vlm_sample_row_t *));
+    s->sample_res = calloc((size_t) s->n_reqs, sizeof(vlm_sample_res_t));
 
     if (s->reqs == NULL || s->items == NULL || s->batch_reqs == NULL
-        || s->piece == NULL)
+        || s->piece == NULL || s->sample_rows == NULL
+        || s->sample_ptrs == NULL || s->sample_res == NULL)
     {
         vlm_sched_free(s);
         return vlm_error_set(err, VLM_ERR_NOMEM, "scheduler: no memory");
@@ -203,6 +118,23 @@ vlm_sched_init(vlm_sched_t **sched, vlm_model_t *model, vlm_group_t *group,
     }
 
     s->seed_counter = (uint64_t) time(NULL) * 0x9e3779b97f4a7c15ull;
+    s->vocab = vlm_min(s->info->vocab_size, vlm_tokenizer_vocab_size(tok));
+    s->dev_sample = vlm_model_samples(model);
+
+    for (i = 0; i < VLM_SCHED_COUNTS; i++) {
+        s->counts_owner[i] = -1;
+    }
+
+    for (i = 0; i < s->n_reqs; i++) {
+        s->reqs[i].counts_slot = -1;
+    }
+
+    if (s->dev_sample) {
+        s->counts_host = malloc((size_t) s->vocab * sizeof(int32_t));
+        s->counts = s->counts_host == NULL
+                    ? NULL : vlm_model_sample_counts(model, VLM_SCHED_COUNTS,
+                                                     s->vocab);
+    }
 
     *sched = s;
 
@@ -235,6 +167,10 @@ vlm_sched_free(vlm_sched_t *s)
     free(s->items);
     free(s->batch_reqs);
     free(s->piece);
+    free(s->sample_rows);
+    free(s->sample_ptrs);
+    free(s->sample_res);
+    free(s->counts_host);
     vlm_trie_free(s->trie);
     free(s);
 }
@@ -324,124 +260,6 @@ vlm_sched_trie(vlm_sched_t *s, int vocab, vlm_error_t *err)
 }
 
 
-/*
- * Draws a request's next token; with a grammar, from the tokens its mask
- * allows, computed here between the forward step and the draw.
- */
-static vlm_status_t
-vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r, vlm_sample_t *sample,
-    vlm_error_t *err)
-{
-    int                  i, tight;
-    size_t               n, len;
-    int32_t              first;
-    uint32_t             left, room, budget, plan, keep;
-    const char          *bytes;
-    const uint32_t      *mask;
-    vlm_queue_slot_t    *qs;
-
-    tight = 0;
-    keep = 0;
-    left = 0;
-    first = -1;
-
-    if (r->constrained && r->reasoning_end >= 0) {
-        /* a thinking model's reasoning is free; the answer is not */
-        if (vlm_sampler_sample(r->sampler, vlm_seq_logits(r->seq), sample,
-                               err)
-            != VLM_OK)
-        {
-            return err->status;
-        }
-
-        if (sample->token == r->reasoning_end) {
-            r->reasoning_end = -1;
-        }
-
-        return VLM_OK;
-    }
-
-    if (r->constrained) {
-        qs = vlm_queue_slot(s->q, r->slot);
-
-        /* the tokens this one included that the request may still draw */
-        left = UINT32_MAX;
-
-        if (qs->params.max_tokens > r->n_out) {
-            left = qs->params.max_tokens - r->n_out;
-        }
-
-        room = (uint32_t) s->info->max_seq_len;
-        room = room > (uint32_t) vlm_seq_length(r->seq)
-               ? room - (uint32_t) vlm_seq_length(r->seq) + 1 : 1;
-        left = vlm_min(left, room);
-
-        /* and one more for the end of text after the document */
-        budget = left > 1 ? left - 1 : 1;
-
-        n = vlm_matcher_mask(r->matcher, budget, s->info->eos_token_ids,
-                             s->info->n_eos, &mask);
-
-        if (n == 0) {
-            /*
-             * Too few tokens left for the bound in bytes: any token the
-             * grammar allows, while the plan in tokens after it still fits
-             * in what is left (checked after the draw, below).
-             */
-            n = vlm_matcher_mask(r->matcher, 0, s->info->eos_token_ids,
-                                 s->info->n_eos, &mask);
-
-            plan = vlm_matcher_plan(r->matcher, &first);
-            tight = plan <= left && first >= 0;
-
-            /* one token kept for the end of text, where the plan leaves
-               room for it: else the whole document ends by its length */
-            keep = plan < left ? 1 : 0;
-        }
-
-        if (n == 0) {
-            return vlm_error_set(err, VLM_ERR_INTERNAL, "grammar: no token "
-                                 "of the vocabulary continues the output");
-        }
-
-        vlm_sampler_mask(r->sampler, mask);
-    }
-
-    if (vlm_sampler_sample(r->sampler, vlm_seq_logits(r->seq), sample, err)
-        != VLM_OK)
-    {
-        return err->status;
-    }
-
-    if (!r->constrained) {
-        return VLM_OK;
-    }
-
-    for (i = 0; i < s->info->n_eos; i++) {
-        if (sample->token == s->info->eos_token_ids[i]) {
-            return VLM_OK;
-        }
-    }
-
-    bytes = vlm_tokenizer_token_bytes(s->tok, sample->token, &len);
-
-    if (tight && bytes != NULL
-        && vlm_matcher_plan_after(r->matcher, bytes, len) > left - 1 - keep)
-    {
-        /* the draw would leave the document unfinished: the plan's token */
-        vlm_sampler_force(r->sampler, first, sample);
-        bytes = vlm_tokenizer_token_bytes(s->tok, sample->token, &len);
-    }
-
-    if (bytes == NULL || !vlm_matcher_feed(r->matcher, bytes, len)) {
-        return vlm_error_set(err, VLM_ERR_INTERNAL, "grammar: token %d "
-                             "outside the mask", (int) sample->token);
-    }
-
-    return VLM_OK;
-}
-
-
 void
 vlm_sched_publish(vlm_sched_t *s)
 {
@@ -474,6 +292,21 @@ vlm_sched_publish(vlm_sched_t *s)
 
     vlm_pool_gauge_add(s->seq_gauge,
                        (int64_t) st.seqs_used - s->last.seqs_used);
+
+    /* the token counts of penalized requests on the device */
+    if (s->counts != NULL && s->counts_gauge == NULL) {
+        s->counts_gauge = vlm_metrics_pool(s->q->metrics, "sample_counts",
+                                           "slots", VLM_SCHED_COUNTS);
+        s->counts_published = 0;
+    }
+
+    if (s->counts_gauge != NULL) {
+        vlm_pool_gauge_add(s->counts_gauge,
+                           s->counts_used - s->counts_published);
+        s->counts_published = s->counts_used;
+        atomic_fetch_add(&s->counts_gauge->failures, s->counts_refused);
+        s->counts_refused = 0;
+    }
     atomic_store(&s->q->metrics->image_cache_bytes, st.image_cache_bytes);
     atomic_store(&s->q->metrics->image_cache_used, st.image_cache_used);
     atomic_fetch_add(&s->q->metrics->image_cache_hits,
@@ -772,6 +605,8 @@ vlm_sched_setup(vlm_sched_t *s, vlm_sched_req_t *r, vlm_error_t *err)
     for (j = 0; j < p->n_stop_ids && sp.n_stop < VLM_SAMPLER_MAX_STOP; j++) {
         sp.stop_ids[sp.n_stop++] = (int32_t) p->stop_ids[j];
     }
+
+    vlm_sched_counts_free(s, r);
 
     if (vlm_sampler_reset(r->sampler, &sp, err) != VLM_OK
         || (p->n_logit_bias != 0
@@ -1276,10 +1111,11 @@ vlm_sched_resume(vlm_sched_t *s)
 static void
 vlm_sched_run(vlm_sched_t *s)
 {
-    int                k, n, n_decode, room, need, fit, bs;
+    int                k, n, n_decode, room, need, fit, bs, dev;
     uint32_t           chunk, total;
     vlm_error_t        err;
     vlm_sample_t       sample;
+    vlm_status_t       rc;
     vlm_sched_req_t   *r, *v;
     const int32_t     *ids;
 
@@ -1349,7 +1185,26 @@ vlm_sched_run(vlm_sched_t *s)
 
     s->progress++;
 
-    while (vlm_group_step(s->group, s->items, n, &err) != VLM_OK) {
+    /* the decode rows the backend draws */
+    dev = 0;
+
+    for (k = 0; k < n; k++) {
+        s->sample_ptrs[k] = NULL;
+
+        if (k < n_decode
+            && vlm_sched_on_device(s, &s->reqs[s->batch_reqs[k]],
+                                   &s->sample_rows[k]))
+        {
+            s->sample_ptrs[k] = &s->sample_rows[k];
+            dev = 1;
+        }
+    }
+
+    while (vlm_group_step_sample(s->group, s->items, n,
+                                 dev ? s->sample_ptrs : NULL,
+                                 s->sample_res, s->vocab, &err)
+           != VLM_OK)
+    {
         if (n > n_decode) {
             /* the prompt chunk (no KV room for it, say) fails alone */
             vlm_sched_end(s, &s->reqs[s->batch_reqs[n_decode]],
@@ -1407,7 +1262,11 @@ vlm_sched_run(vlm_sched_t *s)
             }
         }
 
-        if (vlm_sched_sample(s, r, &sample, &err) != VLM_OK) {
+        rc = dev && s->sample_ptrs[k] != NULL
+             ? vlm_sched_sampled(s, r, &s->sample_res[k], &sample, &err)
+             : vlm_sched_sample(s, r, &sample, &err);
+
+        if (rc != VLM_OK) {
             vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
             continue;
         }
@@ -1646,6 +1505,7 @@ vlm_sched_end(vlm_sched_t *s, vlm_sched_req_t *r, vlm_queue_finish_t finish,
 
         c->state = VLM_REQ_FREE;
         c->pending = 0;
+        vlm_sched_counts_free(s, c);
     }
 
     if (r->seq != NULL) {
@@ -1659,6 +1519,7 @@ vlm_sched_end(vlm_sched_t *s, vlm_sched_req_t *r, vlm_queue_finish_t finish,
 
     r->state = VLM_REQ_FREE;
     r->pending = 0;
+    vlm_sched_counts_free(s, r);
     s->progress++;
 }
 

@@ -43,6 +43,52 @@ vlm_status_t
 vlm_step(vlm_model_t *m, const vlm_step_item_t *items, int n,
     vlm_error_t *err)
 {
+    return vlm_step_sample(m, items, n, NULL, NULL, 0, err);
+}
+
+
+int
+vlm_model_samples(const vlm_model_t *m)
+{
+    return m->be->ops->sample != NULL && m->tp.size == 1;
+}
+
+
+int32_t *
+vlm_model_sample_counts(vlm_model_t *m, int n, int vocab)
+{
+    vlm_error_t  err;
+
+    if (!vlm_model_samples(m) || n < 1 || vocab < 1) {
+        return NULL;
+    }
+
+    return vlm_model_alloc(m, (size_t) n * vocab * sizeof(int32_t), &err);
+}
+
+
+vlm_status_t
+vlm_model_sample_counts_load(vlm_model_t *m, int32_t *dst,
+    const int32_t *counts, int vocab, vlm_error_t *err)
+{
+    vlm_status_t  rc;
+
+    rc = m->be->ops->upload(m->be, dst, counts,
+                            (size_t) vocab * sizeof(int32_t));
+    if (rc != VLM_OK) {
+        return vlm_error_set(err, rc, "model: the %s backend failed an "
+                             "upload", m->be->ops->name);
+    }
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_step_sample(vlm_model_t *m, const vlm_step_item_t *items, int n,
+    vlm_sample_row_t *const *sample, vlm_sample_res_t *res, int vocab,
+    vlm_error_t *err)
+{
     int               i, k, j, rows, ran;
     int32_t          *pos, text_pos;
     vlm_seq_t        *seq;
@@ -55,6 +101,14 @@ vlm_step(vlm_model_t *m, const vlm_step_item_t *items, int n,
         return vlm_error_set(err, VLM_ERR_INVALID,
                              "engine: a step of %d sequences is out of "
                              "range", n);
+    }
+
+    if (sample != NULL
+        && (!vlm_model_samples(m) || vocab < 1 || vocab > m->tp.vocab))
+    {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "engine: the %s backend does not sample a "
+                             "vocabulary of %d", m->be->ops->name, vocab);
     }
 
     /* a step boundary: the feature copies done since, released */
@@ -145,7 +199,7 @@ vlm_step(vlm_model_t *m, const vlm_step_item_t *items, int n,
     ran = 0;
 
     if (rows == n) {
-        rc = vlm_graph_step(m, items, n, &ran, err);
+        rc = vlm_graph_step(m, items, n, sample, res, vocab, &ran, err);
         if (rc != VLM_OK) {
             return rc;
         }
@@ -168,6 +222,9 @@ vlm_step(vlm_model_t *m, const vlm_step_item_t *items, int n,
     b.n_logits = n;
     b.logit_rows = m->seg_rows;
     b.logit_out = m->seg_out;
+    b.sample = sample;
+    b.sample_res = res;
+    b.sample_vocab = vocab;
 
     rc = m->arch->forward(m, &b, err);
     if (rc != VLM_OK) {

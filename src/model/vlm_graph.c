@@ -227,6 +227,9 @@ vlm_graph_capture(vlm_model_t *m, int B, int nb, void **exec,
     b.n_logits = 0;
     b.logit_rows = NULL;
     b.logit_out = NULL;
+    b.sample = NULL;
+    b.sample_res = NULL;
+    b.sample_vocab = 0;
 
     rc = op->graph_begin(be, err);
     if (rc != VLM_OK) {
@@ -256,10 +259,13 @@ vlm_graph_capture(vlm_model_t *m, int B, int nb, void **exec,
 
 /*
  * The step of vlm_step() (m->segs, ws.host_ids and host_pos made for n
- * decode rows) from its bucket's graph; *ran 0: not, the caller runs it
+ * decode rows) from its bucket's graph, its rows drawn as vlm_step_sample()
+ * asks (after the replay: the sampler is not in the graph); *ran 0: not,
+ * the caller runs it
  */
 vlm_status_t
 vlm_graph_step(vlm_model_t *m, const vlm_step_item_t *items, int n,
+    vlm_sample_row_t *const *sample, vlm_sample_res_t *res, int vocab,
     int *ran, vlm_error_t *err)
 {
     int             i, B, k, nb, need, bs;
@@ -352,6 +358,9 @@ vlm_graph_step(vlm_model_t *m, const vlm_step_item_t *items, int n,
     b.n_logits = n;
     b.logit_rows = m->seg_rows;
     b.logit_out = m->seg_out;
+    b.sample = sample;
+    b.sample_res = res;
+    b.sample_vocab = vocab;
 
     return vlm_lm_logits(m, &b, err);
 }

@@ -373,11 +373,18 @@ vlm_model_slots(vlm_model_t *m, vlm_error_t *err)
                          sizeof(int32_t));
     m->image_runs = calloc((size_t) 2 * m->params.max_batch_tokens,
                            sizeof(int32_t));
+    m->sample_rows = calloc(VLM_BACKEND_SAMPLE_ROWS,
+                            sizeof(vlm_sample_row_t));
+    m->sample_res = calloc(VLM_BACKEND_SAMPLE_ROWS,
+                           sizeof(vlm_sample_res_t));
+    m->sample_at = calloc(VLM_BACKEND_SAMPLE_ROWS, sizeof(int32_t));
 
     if (m->seqs == NULL || m->segs == NULL || m->seg_rows == NULL
         || m->seg_out == NULL || m->attn_seqs == NULL || m->kv_seqs == NULL
         || m->steps == NULL
-        || m->step_had == NULL || m->image_runs == NULL)
+        || m->step_had == NULL || m->image_runs == NULL
+        || m->sample_rows == NULL || m->sample_res == NULL
+        || m->sample_at == NULL)
     {
         return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
     }
@@ -909,6 +916,9 @@ vlm_model_free(vlm_model_t *m)
     free(m->attn_seqs);
     free(m->kv_seqs);
     free(m->steps);
+    free(m->sample_rows);
+    free(m->sample_res);
+    free(m->sample_at);
     free(m->step_had);
     free(m->image_runs);
     free(m->lm.layers);

@@ -194,6 +194,13 @@ typedef struct {
     int               n_logits;         /* rows whose logits are wanted */
     const int32_t    *logit_rows;       /* host [n_logits] */
     float           **logit_out;        /* host [n_logits] destinations */
+    /*
+     * NULL, or host [n_logits]: a row drawn by the backend where it is
+     * not NULL (its logits stay there), into sample_res[i]
+     */
+    vlm_sample_row_t *const  *sample;
+    vlm_sample_res_t         *sample_res;
+    int                       sample_vocab;     /* drawn from: the first */
 } vlm_batch_t;
 
 
@@ -340,6 +347,9 @@ struct vlm_model_s {
     vlm_kv_seq_t            *kv_seqs;   /* host [max_batch_tokens] */
     vlm_step_item_t         *steps;     /* host [max_batch_tokens] */
     int32_t                 *step_had;  /* host [max_batch_tokens] */
+    vlm_sample_row_t        *sample_rows;   /* host [SAMPLE_ROWS] */
+    vlm_sample_res_t        *sample_res;    /* host [SAMPLE_ROWS] */
+    int32_t                 *sample_at;     /* host [SAMPLE_ROWS] */
     vlm_prefill_job_t        pf;
     vlm_icache_t             icache;
     vlm_fpool_t             *fpool;     /* the feature pool, NULL: none */

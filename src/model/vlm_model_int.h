@@ -35,7 +35,8 @@ vlm_status_t vlm_graph_init(vlm_model_t *m, vlm_error_t *err);
 size_t vlm_graph_plan_bytes(const vlm_model_t *m);
 void vlm_graph_free(vlm_model_t *m);
 vlm_status_t vlm_graph_step(vlm_model_t *m, const vlm_step_item_t *items,
-    int n, int *ran, vlm_error_t *err);
+    int n, vlm_sample_row_t *const *sample, vlm_sample_res_t *res,
+    int vocab, int *ran, vlm_error_t *err);
 
 /* vlm_model_plan.c: the memory plan of a model opened for a check */
 void vlm_model_plan_fill(vlm_model_t *m, vlm_model_plan_t *plan);

@@ -528,6 +528,9 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
 
     b.logit_rows = m->seg_rows;
     b.logit_out = m->seg_out;
+    b.sample = NULL;
+    b.sample_res = NULL;
+    b.sample_vocab = 0;
 
     rc = m->arch->forward(m, &b, err);
     if (rc != VLM_OK) {

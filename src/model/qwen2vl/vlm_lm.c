@@ -477,6 +477,29 @@ vlm_lm_rope_index(const vlm_model_t *m, const int32_t *ids, int n,
 }
 
 
+/* the ns rows of m->sample_rows drawn by the backend, into sample_res */
+static vlm_status_t
+vlm_lm_sample(vlm_model_t *m, const vlm_batch_t *b, int ns,
+    vlm_error_t *err)
+{
+    int            i;
+    vlm_status_t   rc;
+    vlm_backend_t  *be = m->be;
+
+    rc = be->ops->sample(be, m->sample_rows, ns, b->sample_vocab,
+                         m->sample_res, err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    for (i = 0; i < ns; i++) {
+        b->sample_res[m->sample_at[i]] = m->sample_res[i];
+    }
+
+    return VLM_OK;
+}
+
+
 /*
  * The logits of the rows the batch asks for, in pieces of logit_rows; in
  * a group each rank computes its vocabulary rows and all gather them, so
@@ -485,7 +508,7 @@ vlm_lm_rope_index(const vlm_model_t *m, const int32_t *ids, int n,
 vlm_status_t
 vlm_lm_logits(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
 {
-    int             r0, nl, i, r, H, V;
+    int             r0, nl, i, r, H, V, ns;
     float          *all;
     const char     *why;
     vlm_status_t    rc;
@@ -518,11 +541,44 @@ vlm_lm_logits(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
             all = ws->logits_all;
         }
 
+        /* the rows the backend draws: their logits stay where they are */
+        ns = 0;
+
+        for (i = 0; b->sample != NULL && i < nl; i++) {
+            if (b->sample[r0 + i] == NULL) {
+                continue;
+            }
+
+            if (ns == VLM_BACKEND_SAMPLE_ROWS) {
+                rc = vlm_lm_sample(m, b, ns, err);
+                if (rc != VLM_OK) {
+                    return rc;
+                }
+
+                ns = 0;
+            }
+
+            m->sample_rows[ns] = *b->sample[r0 + i];
+            m->sample_rows[ns].logits = ws->logits + (size_t) i * V;
+            m->sample_at[ns++] = r0 + i;
+        }
+
+        if (ns > 0) {
+            rc = vlm_lm_sample(m, b, ns, err);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+        }
+
         /*
          * the step's one wait for the device: a failure of any op of the
          * step (a GPU backend's errors are sticky) is reported here
          */
         for (i = 0; i < nl; i++) {
+            if (b->sample != NULL && b->sample[r0 + i] != NULL) {
+                continue;
+            }
+
             for (r = 0; r < m->tp.size; r++) {
                 rc = be->ops->download(be,
                                        b->logit_out[r0 + i] + (size_t) r * V,
