@@ -97,7 +97,7 @@ NCCL_HOME ?=
 NCCL_LIBS := $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib \
                  -Wl$(comma)-rpath$(comma)$(NCCL_HOME)/lib) -l:libnccl.so.2
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
-             $(NCCL_LIBS) -lcublas -lcudart -lstdc++
+             $(NCCL_LIBS) -lcublasLt -lcublas -lcudart -lstdc++
 CUDA_PTX  := $(lastword $(CUDA_ARCHS))
 CUDA_GENCODE := $(foreach a,$(CUDA_ARCHS), \
                     -gencode arch=compute_$(a),code=sm_$(a)) \

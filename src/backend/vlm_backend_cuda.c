@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -44,6 +45,7 @@
 #define VLM_CUDA_STAGE_CHUNKS   4
 #define VLM_CUDA_STAGE_CHUNK    (4u << 20)
 #define VLM_CUDA_CUBLAS_WS      (32u << 20)
+#define VLM_CUDA_LT_WS          (8u << 20)  /* cuBLASLt's, its own */
 #define VLM_CUDA_XBF16          (8u << 20)  /* matmul input elements */
 #define VLM_CUDA_ATTN_WS        (4u << 20)  /* split attention floats */
 #define VLM_CUDA_MIN_POOL       (64u << 20)
@@ -57,6 +59,9 @@ typedef struct {
     cudaStream_t        stream;
     cublasHandle_t      cublas;
     int                 cublas_ok;
+    cublasLtHandle_t    lt;         /* the GEMMs with a bias epilogue */
+    cublasLtMatmulDesc_t  lt_desc;  /* TRANSA T, EPILOGUE_BIAS */
+    int                 fuse;       /* VLM_CUDA_FUSE: not "off" */
 
     char               *pool;       /* the one device allocation */
     size_t              pool_size;
@@ -64,6 +69,7 @@ typedef struct {
     vlm_devpool_piece_t  *pieces;   /* [VLM_CUDA_MAX_PIECES] */
 
     void               *cublas_ws;
+    void               *lt_ws;      /* [VLM_CUDA_LT_WS] cuBLASLt's */
     uint16_t           *xbf16;      /* [VLM_CUDA_XBF16] matmul input */
     float              *attn_ws;    /* [VLM_CUDA_ATTN_WS] split decode */
 
@@ -426,6 +432,72 @@ vlm_cuda_gemm(vlm_cuda_t *cu, float *y, const void *x, const vlm_weight_t *w,
 
 
 /*
+ * vlm_cuda_gemm() and y[i, :] += bias in one cuBLASLt call, the bias in
+ * its epilogue: the separate add_bias pass over y saved.  The epilogue
+ * adds the bias in f32 to the f32 sum, as add_bias does after the GEMM
+ * (on the emulated device the same bits; on a GPU cuBLASLt may choose
+ * another algorithm than cublasGemmEx, the sums' order with it).  The
+ * layouts are host objects made for the call (nothing on the device, so
+ * a graph capture takes it); algo NULL: cuBLASLt's own heuristic, within
+ * the workspace carved at start-up
+ */
+static void
+vlm_cuda_gemm_bias(vlm_cuda_t *cu, float *y, const void *x,
+    const vlm_weight_t *w, const float *bias, int n)
+{
+    float                   one, zero;
+    cudaDataType_t          type;
+    cublasStatus_t          st;
+    cublasLtMatrixLayout_t  la, lb, ld;
+
+    one = 1.0f;
+    zero = 0.0f;
+    type = w->dtype == VLM_DTYPE_F32 ? CUDA_R_32F : CUDA_R_16BF;
+    la = NULL;
+    lb = NULL;
+    ld = NULL;
+
+    st = cublasLtMatmulDescSetAttribute(cu->lt_desc,
+                                        CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                        &bias, sizeof(bias));
+
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        st = cublasLtMatrixLayoutCreate(&la, type, w->cols, w->rows,
+                                        w->cols);
+    }
+
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        st = cublasLtMatrixLayoutCreate(&lb, type, w->cols, n, w->cols);
+    }
+
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        st = cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, w->rows, n,
+                                        w->rows);
+    }
+
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        st = cublasLtMatmul(cu->lt, cu->lt_desc, &one, w->data, la, x, lb,
+                            &zero, y, ld, y, ld, NULL, cu->lt_ws,
+                            VLM_CUDA_LT_WS, cu->stream);
+    }
+
+    if (la != NULL) {
+        cublasLtMatrixLayoutDestroy(la);
+    }
+
+    if (lb != NULL) {
+        cublasLtMatrixLayoutDestroy(lb);
+    }
+
+    if (ld != NULL) {
+        cublasLtMatrixLayoutDestroy(ld);
+    }
+
+    vlm_cuda_check_blas(cu, st, "matmul bias");
+}
+
+
+/*
  * the down matmul of the fused gate/up one: the product act(gate) * up
  * made into the matmul's input buffer (rounded to bf16 there for a bf16
  * weight, as matmul() rounds gated_act()'s output; f32 for decode's gemv
@@ -491,7 +563,7 @@ static void
 vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
     const vlm_weight_t *w, const float *bias, int n)
 {
-    int             r0, nr, chunk, f32;
+    int             r0, nr, chunk, f32, epilogue;
     const void     *in;
     vlm_cuda_t     *cu = (vlm_cuda_t *) be;
 
@@ -522,6 +594,7 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
 
     chunk = f32 ? n
                 : (int) vlm_min((size_t) n, VLM_CUDA_XBF16 / (size_t) w->cols);
+    epilogue = bias != NULL && cu->fuse;
 
     if (chunk < 1) {
         vlm_cuda_check(cu, cudaErrorInvalidValue, "matmul: too many columns");
@@ -539,10 +612,16 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
             in = cu->xbf16;
         }
 
-        vlm_cuda_gemm(cu, y + (size_t) r0 * w->rows, in, w, nr);
+        if (epilogue) {
+            vlm_cuda_gemm_bias(cu, y + (size_t) r0 * w->rows, in, w, bias,
+                               nr);
+
+        } else {
+            vlm_cuda_gemm(cu, y + (size_t) r0 * w->rows, in, w, nr);
+        }
     }
 
-    if (bias != NULL) {
+    if (bias != NULL && !epilogue) {
         vlm_cuda_check(cu, vlm_cuda_add_bias(cu->stream, y, bias, n, w->rows),
                        "matmul bias");
     }
@@ -1064,6 +1143,14 @@ vlm_cuda_free(vlm_backend_t *be)
         cublasDestroy(cu->cublas);
     }
 
+    if (cu->lt_desc != NULL) {
+        cublasLtMatmulDescDestroy(cu->lt_desc);
+    }
+
+    if (cu->lt != NULL) {
+        cublasLtDestroy(cu->lt);
+    }
+
     for (i = 0; i < VLM_CUDA_STAGE_CHUNKS; i++) {
         if (cu->stage_ev[i] != NULL) {
             cudaEventDestroy(cu->stage_ev[i]);
@@ -1455,7 +1542,8 @@ vlm_cuda_mem_info(vlm_backend_t *be, vlm_backend_mem_t *mem)
 {
     cudaError_t  e;
 
-    mem->workspace = VLM_CUDA_CUBLAS_WS + VLM_CUDA_XBF16 * sizeof(uint16_t)
+    mem->workspace = VLM_CUDA_CUBLAS_WS + VLM_CUDA_LT_WS
+                     + VLM_CUDA_XBF16 * sizeof(uint16_t)
                      + VLM_CUDA_ATTN_WS * sizeof(float);
 
     e = cudaMemGetInfo(&mem->free, &mem->total);
@@ -1588,6 +1676,46 @@ vlm_backend_cuda_memory(int device, size_t *free_b, size_t *total_b,
 }
 
 
+/*
+ * cuBLASLt's handle and the one matmul descriptor of the biased GEMMs
+ * (f32 compute and scale, A transposed, the BIAS epilogue of an f32
+ * bias); each call sets its bias pointer
+ */
+static cublasStatus_t
+vlm_cuda_lt_init(vlm_cuda_t *cu)
+{
+    int32_t         op, epilogue;
+    cublasStatus_t  st;
+
+    st = cublasLtCreate(&cu->lt);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        cu->lt = NULL;
+        return st;
+    }
+
+    st = cublasLtMatmulDescCreate(&cu->lt_desc, CUBLAS_COMPUTE_32F,
+                                  CUDA_R_32F);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        cu->lt_desc = NULL;
+        return st;
+    }
+
+    op = CUBLAS_OP_T;
+    epilogue = CUBLASLT_EPILOGUE_BIAS;
+
+    st = cublasLtMatmulDescSetAttribute(cu->lt_desc,
+                                        CUBLASLT_MATMUL_DESC_TRANSA, &op,
+                                        sizeof(op));
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        return st;
+    }
+
+    return cublasLtMatmulDescSetAttribute(cu->lt_desc,
+                                          CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                          &epilogue, sizeof(epilogue));
+}
+
+
 vlm_status_t
 vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     vlm_error_t *err)
@@ -1651,10 +1779,25 @@ vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     cu->attn_wmma = prop.major >= 8
                     && (env == NULL || strcmp(env, "scalar") != 0);
 
+    /*
+     * VLM_CUDA_FUSE=off: the matmuls' bias added by a kernel after the
+     * GEMM instead of in cuBLASLt's epilogue (before/after figures)
+     */
+    env = getenv("VLM_CUDA_FUSE");
+    if (env != NULL && strcmp(env, "on") != 0 && strcmp(env, "off") != 0) {
+        vlm_cuda_free(&cu->be);
+        return vlm_error_set(err, VLM_ERR_INVALID, "cuda backend: "
+                             "VLM_CUDA_FUSE is \"%s\", not \"on\" or "
+                             "\"off\"", env);
+    }
+
+    cu->fuse = env == NULL || strcmp(env, "on") == 0;
+
     cu->pool_size = conf->device_bytes != 0 ? conf->device_bytes
                                             : free_b / 10 * 9;
     cu->pool_size = vlm_align_up(cu->pool_size, VLM_CUDA_ALIGN);
-    fixed = VLM_CUDA_CUBLAS_WS + VLM_CUDA_XBF16 * sizeof(uint16_t)
+    fixed = VLM_CUDA_CUBLAS_WS + VLM_CUDA_LT_WS
+            + VLM_CUDA_XBF16 * sizeof(uint16_t)
             + VLM_CUDA_ATTN_WS * sizeof(float);
 
     if (cu->pool_size < fixed + VLM_CUDA_MIN_POOL) {
@@ -1705,15 +1848,23 @@ vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
 
     cu->cublas_ok = 1;
 
-    /* the workspace and the scratch are the pool's first pieces */
+    if (vlm_cuda_lt_init(cu) != CUBLAS_STATUS_SUCCESS) {
+        vlm_cuda_free(&cu->be);
+        return vlm_error_set(err, VLM_ERR_INTERNAL,
+                             "cuda backend: cuBLASLt set-up failed");
+    }
+
+    /* the workspaces and the scratch are the pool's first pieces */
     cu->cublas_ws = vlm_cuda_carve(cu, VLM_CUDA_CUBLAS_WS,
                                    VLM_DEVPOOL_BUFFER);
+    cu->lt_ws = vlm_cuda_carve(cu, VLM_CUDA_LT_WS, VLM_DEVPOOL_BUFFER);
     cu->xbf16 = vlm_cuda_carve(cu, VLM_CUDA_XBF16 * sizeof(uint16_t),
                                VLM_DEVPOOL_BUFFER);
     cu->attn_ws = vlm_cuda_carve(cu, VLM_CUDA_ATTN_WS * sizeof(float),
                                  VLM_DEVPOOL_BUFFER);
 
-    if (cu->cublas_ws == NULL || cu->xbf16 == NULL || cu->attn_ws == NULL
+    if (cu->cublas_ws == NULL || cu->lt_ws == NULL || cu->xbf16 == NULL
+        || cu->attn_ws == NULL
         || cublasSetStream(cu->cublas, cu->stream) != CUBLAS_STATUS_SUCCESS
         || cublasSetWorkspace(cu->cublas, cu->cublas_ws, VLM_CUDA_CUBLAS_WS)
            != CUBLAS_STATUS_SUCCESS)
