@@ -11,14 +11,16 @@
  * bfloat16 A and B, float32 C, float32 accumulation on the tensor cores):
  * cuBLAS has no bfloat16-weight times float32-activation product, so the
  * activations are rounded to bfloat16 into a scratch buffer first, one
- * pass over n * cols floats, small next to the rows * cols weights.
+ * pass over n * cols floats, small next to the rows * cols weights (or
+ * by the RMSNorm that wrote them, vlm_cuda_norm_bf16()); a bias goes in
+ * cuBLASLt's epilogue (vlm_cuda_gemm_bias()).
  * Decode's products (n <= 4 rows) go to kernels/gemv.cu instead: one
  * stream over the weight with the float32 input as it is.
  *
  * Memory: one cudaMalloc at start-up (conf->device_bytes, or 90 % of the
  * free memory), cut by vlm_devpool.c: buffers from alloc() from the
  * bottom, bound weights from the top (they go with the backend), cuBLAS's
- * workspace and the matmul scratch once at start-up.  Host-to-device
+ * and cuBLASLt's workspaces and the matmul scratch once at start-up.  Host-to-device
  * copies go through a pinned staging ring allocated once, so an upload
  * never waits on the stream unless the ring wraps onto a copy still in
  * flight.  Nothing is allocated after start-up and nothing in a step
@@ -71,6 +73,15 @@ typedef struct {
     void               *cublas_ws;
     void               *lt_ws;      /* [VLM_CUDA_LT_WS] cuBLASLt's */
     uint16_t           *xbf16;      /* [VLM_CUDA_XBF16] matmul input */
+    /*
+     * xbf16 holds bf16(xtag[0 .. xtag_n)), written by the RMSNorm that
+     * made xtag, for the matmuls that read it next; NULL: nothing
+     * known.  Every op's vlm_cuda_check() forgets it, but a matmul's
+     * that neither wrote xbf16 nor xtag's floats
+     */
+    const float        *xtag;
+    size_t              xtag_n;
+    int                 bf16_weights;   /* a bf16 weight is bound */
     float              *attn_ws;    /* [VLM_CUDA_ATTN_WS] split decode */
 
     uint8_t            *stage;      /* pinned, CHUNKS * CHUNK bytes */
@@ -103,6 +114,8 @@ typedef struct {
 static void
 vlm_cuda_check(vlm_cuda_t *cu, cudaError_t e, const char *op)
 {
+    cu->xtag = NULL;
+
     if (e == cudaSuccess || cu->error != cudaSuccess) {
         return;
     }
@@ -368,6 +381,7 @@ vlm_cuda_weight_bind_cat(vlm_backend_t *be, vlm_weight_t *w,
     memset(w, 0, sizeof(vlm_weight_t));
     w->data = dev;
     w->dtype = dtype == VLM_DTYPE_F32 ? VLM_DTYPE_F32 : VLM_DTYPE_BF16;
+    cu->bf16_weights |= w->dtype == VLM_DTYPE_BF16;
     w->rows = total;
     w->cols = cols;
 
@@ -404,6 +418,27 @@ vlm_cuda_copy(vlm_backend_t *be, void *dst, const void *src, size_t size)
 
 
 /* ops */
+
+/*
+ * xbf16 known again to hold bf16(tag[0 .. tag_n)) after an op that did
+ * not write xbf16, unless the op wrote [y, y + y_n) over tag's floats,
+ * or failed
+ */
+static void
+vlm_cuda_retag(vlm_cuda_t *cu, const float *tag, size_t tag_n,
+    const float *y, size_t y_n)
+{
+    if (tag == NULL || cu->error != cudaSuccess
+        || (cu->capturing && cu->capture_error != cudaSuccess)
+        || (y != NULL && y < tag + tag_n && tag < y + y_n))
+    {
+        return;
+    }
+
+    cu->xtag = tag;
+    cu->xtag_n = tag_n;
+}
+
 
 /*
  * y[n, w.rows] = x[n, w.cols] W^T, x of W's type (bf16 or f32): row-major
@@ -563,8 +598,10 @@ static void
 vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
     const vlm_weight_t *w, const float *bias, int n)
 {
-    int             r0, nr, chunk, f32, epilogue;
+    int             r0, nr, chunk, f32, epilogue, rounded, made;
+    size_t          tag_n;
     const void     *in;
+    const float    *tag;
     vlm_cuda_t     *cu = (vlm_cuda_t *) be;
 
     if (n <= 0) {
@@ -576,6 +613,13 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
                        "matmul: not a bf16 or f32 weight");
         return;
     }
+
+    /* x's bf16 copy, made by the norm that wrote x (one chunk, then) */
+    tag = cu->xtag;
+    tag_n = cu->xtag_n;
+    made = tag != NULL && x == tag && (size_t) n * w->cols <= tag_n;
+    rounded = 0;
+    cu->xtag = NULL;            /* known again below where it still holds */
 
     /*
      * a float32 weight (a float32 checkpoint's): float32 GEMMs with the
@@ -589,6 +633,7 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
         vlm_cuda_check(cu, vlm_cuda_gemv(cu->stream, y, x, w->data, bias, n,
                                          w->rows, w->cols),
                        "matmul");
+        vlm_cuda_retag(cu, tag, tag_n, y, (size_t) n * w->rows);
         return;
     }
 
@@ -605,11 +650,16 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
         nr = vlm_min(chunk, n - r0);
         in = x + (size_t) r0 * w->cols;
 
-        if (!f32) {
+        if (!f32 && made) {
+            /* the norm's copy: no rounding pass (nr is n, one chunk) */
+            in = cu->xbf16;
+
+        } else if (!f32) {
             vlm_cuda_check(cu, vlm_cuda_to_bf16(cu->stream, cu->xbf16, in,
                                                 (size_t) nr * w->cols),
                            "matmul");
             in = cu->xbf16;
+            rounded = 1;
         }
 
         if (epilogue) {
@@ -625,6 +675,32 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
         vlm_cuda_check(cu, vlm_cuda_add_bias(cu->stream, y, bias, n, w->rows),
                        "matmul bias");
     }
+
+    if (!rounded) {
+        vlm_cuda_retag(cu, tag, tag_n, y, (size_t) n * w->rows);
+    }
+}
+
+
+/*
+ * whether the next matmul is a bf16 GEMM is not known to the norm; it
+ * writes the bf16 copy when it may be: a bf16 weight is bound (a
+ * float32 checkpoint's GEMMs never read it), more rows than decode's
+ * gemv takes (which reads x as it is) and no more than the scratch
+ * holds.  The copy costs 2 bytes an element written; every matmul that
+ * reads x after it saves a pass that reads 4 and writes 2 (three for
+ * q, k and v apart).  VLM_CUDA_FUSE=off: never
+ */
+static uint16_t *
+vlm_cuda_norm_bf16(vlm_cuda_t *cu, int n, int dim)
+{
+    if (!cu->fuse || !cu->bf16_weights || n <= VLM_CUDA_GEMV_MAX_N
+        || (size_t) n * dim > VLM_CUDA_XBF16)
+    {
+        return NULL;
+    }
+
+    return cu->xbf16;
 }
 
 
@@ -632,10 +708,18 @@ static void
 vlm_cuda_rms_norm_op(vlm_backend_t *be, float *y, const float *x,
     const float *g, int n, int dim, float eps)
 {
+    uint16_t    *ybf;
     vlm_cuda_t  *cu = (vlm_cuda_t *) be;
 
-    vlm_cuda_check(cu, vlm_cuda_rms_norm(cu->stream, y, x, g, n, dim, eps),
+    ybf = vlm_cuda_norm_bf16(cu, n, dim);
+
+    vlm_cuda_check(cu, vlm_cuda_rms_norm(cu->stream, y, ybf, x, g, n, dim,
+                                         eps),
                    "rms_norm");
+
+    if (ybf != NULL) {
+        vlm_cuda_retag(cu, y, (size_t) n * dim, NULL, 0);
+    }
 }
 
 
@@ -643,11 +727,18 @@ static void
 vlm_cuda_add_rms_norm_op(vlm_backend_t *be, float *y, float *x,
     const float *r, const float *g, int n, int dim, float eps)
 {
+    uint16_t    *ybf;
     vlm_cuda_t  *cu = (vlm_cuda_t *) be;
 
-    vlm_cuda_check(cu, vlm_cuda_add_rms_norm(cu->stream, y, x, r, g, n, dim,
-                                             eps),
+    ybf = vlm_cuda_norm_bf16(cu, n, dim);
+
+    vlm_cuda_check(cu, vlm_cuda_add_rms_norm(cu->stream, y, ybf, x, r, g, n,
+                                             dim, eps),
                    "add_rms_norm");
+
+    if (ybf != NULL) {
+        vlm_cuda_retag(cu, y, (size_t) n * dim, NULL, 0);
+    }
 }
 
 
@@ -1781,7 +1872,8 @@ vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
 
     /*
      * VLM_CUDA_FUSE=off: the matmuls' bias added by a kernel after the
-     * GEMM instead of in cuBLASLt's epilogue (before/after figures)
+     * GEMM instead of in cuBLASLt's epilogue, and no bf16 copy of the
+     * RMSNorms' output (before/after figures)
      */
     env = getenv("VLM_CUDA_FUSE");
     if (env != NULL && strcmp(env, "on") != 0 && strcmp(env, "off") != 0) {
