@@ -381,7 +381,8 @@ $(EMU_BENCHES): %: %.o $(EMU_OBJS) $(LIB)
 
 # make bench-cuda-emu: bench_tower and bench_engine --backend cuda on the
 # emulated device, on the tiny Qwen2.5-VL fixture at small sizes (the
-# GPU path and the BENCH_ lines, not a GPU's figures), decode at 1 and 16
+# GPU path and the BENCH_ lines, not a GPU's figures), the prompt with
+# VLM_CUDA_FUSE=off too, decode at 1 and 16
 # streams without and with CUDA graphs too, their lines read back by
 # scripts/gpu-check --bench-rows, as its tower, ttft and graphs steps do
 # (the fixture has 3 decoder layers, the implied figure is for those)
@@ -393,9 +394,13 @@ bench-cuda-emu: $(EMU_BENCHES)
 	    $(EMU_BUILD)/bench/bench_tower --backend cuda --device-mib 256 \
 	        --model tests/fixtures/models/qwen25vl-bf16 \
 	        --size 224x224 --size 448x252 && \
-	    $(EMU_BUILD)/bench/bench_engine --backend cuda --device-mib 256 \
-	        --model tests/fixtures/models/qwen25vl-bf16 --threads 2 \
-	        --grid 0,0 --prompt 512 --decode 0 --streams 1 --reps 1 && \
+	    for f in on off; do \
+	        VLM_CUDA_FUSE=$$f $(EMU_BUILD)/bench/bench_engine \
+	            --backend cuda --device-mib 256 \
+	            --model tests/fixtures/models/qwen25vl-bf16 --threads 2 \
+	            --grid 0,0 --prompt 512 --decode 0 --streams 1 --reps 1 \
+	            || exit 1; \
+	    done && \
 	    for g in off on; do \
 	        $(EMU_BUILD)/bench/bench_engine --backend cuda --device-mib 256 \
 	            --model tests/fixtures/models/qwen25vl-bf16 --threads 2 \
