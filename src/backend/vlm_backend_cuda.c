@@ -63,6 +63,7 @@ typedef struct {
     int                 cublas_ok;
     cublasLtHandle_t    lt;         /* the GEMMs with a bias epilogue */
     cublasLtMatmulDesc_t  lt_desc;  /* TRANSA T, EPILOGUE_BIAS */
+    cublasLtMatmulPreference_t  lt_pref;    /* within lt_ws */
     int                 fuse;       /* VLM_CUDA_FUSE: not "off" */
 
     char               *pool;       /* the one device allocation */
@@ -472,18 +473,22 @@ vlm_cuda_gemm(vlm_cuda_t *cu, float *y, const void *x, const vlm_weight_t *w,
  * adds the bias in f32 to the f32 sum, as add_bias does after the GEMM
  * (on the emulated device the same bits; on a GPU cuBLASLt may choose
  * another algorithm than cublasGemmEx, the sums' order with it).  The
- * layouts are host objects made for the call (nothing on the device, so
- * a graph capture takes it); algo NULL: cuBLASLt's own heuristic, within
- * the workspace carved at start-up
+ * layouts and the heuristic query are host work for the call (nothing
+ * on the device, so a graph capture takes it); the algorithm is the
+ * heuristic's first within the workspace carved at start-up.  0: no
+ * algorithm for this product, nothing issued (the caller adds the bias
+ * after a plain GEMM); 1: issued, or its failure recorded
  */
-static void
+static int
 vlm_cuda_gemm_bias(vlm_cuda_t *cu, float *y, const void *x,
     const vlm_weight_t *w, const float *bias, int n)
 {
-    float                   one, zero;
-    cudaDataType_t          type;
-    cublasStatus_t          st;
-    cublasLtMatrixLayout_t  la, lb, ld;
+    int                              found, n_algo;
+    float                            one, zero;
+    cudaDataType_t                   type;
+    cublasStatus_t                   st;
+    cublasLtMatrixLayout_t           la, lb, ld;
+    cublasLtMatmulHeuristicResult_t  algo;
 
     one = 1.0f;
     zero = 0.0f;
@@ -510,9 +515,20 @@ vlm_cuda_gemm_bias(vlm_cuda_t *cu, float *y, const void *x,
                                         w->rows);
     }
 
-    if (st == CUBLAS_STATUS_SUCCESS) {
+    found = 0;
+    n_algo = 0;
+
+    if (st == CUBLAS_STATUS_SUCCESS
+        && cublasLtMatmulAlgoGetHeuristic(cu->lt, cu->lt_desc, la, lb, ld,
+                                          ld, cu->lt_pref, 1, &algo, &n_algo)
+           == CUBLAS_STATUS_SUCCESS)
+    {
+        found = n_algo == 1 && algo.workspaceSize <= VLM_CUDA_LT_WS;
+    }
+
+    if (st == CUBLAS_STATUS_SUCCESS && found) {
         st = cublasLtMatmul(cu->lt, cu->lt_desc, &one, w->data, la, x, lb,
-                            &zero, y, ld, y, ld, NULL, cu->lt_ws,
+                            &zero, y, ld, y, ld, &algo.algo, cu->lt_ws,
                             VLM_CUDA_LT_WS, cu->stream);
     }
 
@@ -529,6 +545,8 @@ vlm_cuda_gemm_bias(vlm_cuda_t *cu, float *y, const void *x,
     }
 
     vlm_cuda_check_blas(cu, st, "matmul bias");
+
+    return st != CUBLAS_STATUS_SUCCESS || found;
 }
 
 
@@ -662,12 +680,21 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
             rounded = 1;
         }
 
-        if (epilogue) {
-            vlm_cuda_gemm_bias(cu, y + (size_t) r0 * w->rows, in, w, bias,
-                               nr);
+        if (epilogue
+            && vlm_cuda_gemm_bias(cu, y + (size_t) r0 * w->rows, in, w,
+                                  bias, nr))
+        {
+            continue;
+        }
 
-        } else {
-            vlm_cuda_gemm(cu, y + (size_t) r0 * w->rows, in, w, nr);
+        vlm_cuda_gemm(cu, y + (size_t) r0 * w->rows, in, w, nr);
+
+        if (epilogue) {
+            /* cuBLASLt has no algorithm for it: the kernel after */
+            vlm_cuda_check(cu, vlm_cuda_add_bias(cu->stream,
+                                                 y + (size_t) r0 * w->rows,
+                                                 bias, nr, w->rows),
+                           "matmul bias");
         }
     }
 
@@ -1234,6 +1261,10 @@ vlm_cuda_free(vlm_backend_t *be)
         cublasDestroy(cu->cublas);
     }
 
+    if (cu->lt_pref != NULL) {
+        cublasLtMatmulPreferenceDestroy(cu->lt_pref);
+    }
+
     if (cu->lt_desc != NULL) {
         cublasLtMatmulDescDestroy(cu->lt_desc);
     }
@@ -1768,14 +1799,16 @@ vlm_backend_cuda_memory(int device, size_t *free_b, size_t *total_b,
 
 
 /*
- * cuBLASLt's handle and the one matmul descriptor of the biased GEMMs
- * (f32 compute and scale, A transposed, the BIAS epilogue of an f32
- * bias); each call sets its bias pointer
+ * cuBLASLt's handle, the one matmul descriptor of the biased GEMMs (f32
+ * compute and scale, A transposed, the BIAS epilogue of an f32 bias;
+ * each call sets its bias pointer) and the heuristic's preference: no
+ * more workspace than VLM_CUDA_LT_WS
  */
 static cublasStatus_t
 vlm_cuda_lt_init(vlm_cuda_t *cu)
 {
     int32_t         op, epilogue;
+    uint64_t        ws;
     cublasStatus_t  st;
 
     st = cublasLtCreate(&cu->lt);
@@ -1801,9 +1834,24 @@ vlm_cuda_lt_init(vlm_cuda_t *cu)
         return st;
     }
 
-    return cublasLtMatmulDescSetAttribute(cu->lt_desc,
-                                          CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                          &epilogue, sizeof(epilogue));
+    st = cublasLtMatmulDescSetAttribute(cu->lt_desc,
+                                        CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                        &epilogue, sizeof(epilogue));
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        return st;
+    }
+
+    st = cublasLtMatmulPreferenceCreate(&cu->lt_pref);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        cu->lt_pref = NULL;
+        return st;
+    }
+
+    ws = VLM_CUDA_LT_WS;
+
+    return cublasLtMatmulPreferenceSetAttribute(cu->lt_pref,
+                                CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                &ws, sizeof(ws));
 }
 
 

@@ -51,6 +51,11 @@ struct cudaemu_cublaslt_desc_s {
 };
 
 
+struct cudaemu_cublaslt_pref_s {
+    uint64_t  max_workspace;
+};
+
+
 struct cudaemu_cublaslt_layout_s {
     cudaDataType_t  type;
     uint64_t        rows;
@@ -211,6 +216,47 @@ gemm_issue(cudaStream_t s, const char *name, bool ta, bool tb, int m, int n,
                             : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
+
+/* *out: a zeroed handle or descriptor of its own allocation */
+template <typename T>
+static cublasStatus_t
+create(T *out)
+{
+    *out = (T) calloc(1, sizeof(**out));
+
+    return *out != NULL ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+}
+
+
+/* the one algorithm of the emulated cuBLASLt, as the heuristic gives it */
+#define LT_ALGO  0x63756461656d75ull
+
+
+/* what is emulated: f32 compute into f32, A and B of one type */
+static bool
+lt_emulated(const char *fn, cublasLtMatmulDesc_t d,
+    cublasLtMatrixLayout_t adesc, cublasLtMatrixLayout_t bdesc,
+    cublasLtMatrixLayout_t cdesc, cublasLtMatrixLayout_t ddesc)
+{
+    if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F
+        || d->ta == CUBLAS_OP_C || d->tb == CUBLAS_OP_C
+        || (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT
+            && d->epilogue != CUBLASLT_EPILOGUE_BIAS)
+        || (d->bias_type_set && d->bias_type != CUDA_R_32F)
+        || adesc->type != bdesc->type
+        || (adesc->type != CUDA_R_16BF && adesc->type != CUDA_R_32F)
+        || cdesc->type != CUDA_R_32F || ddesc->type != CUDA_R_32F)
+    {
+        report("%s: not emulated (compute %d, scale %d, epilogue %d, "
+               "types %d %d %d %d)", fn, (int) d->compute, (int) d->scale,
+               (int) d->epilogue, (int) adesc->type, (int) bdesc->type,
+               (int) cdesc->type, (int) ddesc->type);
+        return false;
+    }
+
+    return true;
+}
+
 } /* namespace cudaemu */
 
 
@@ -222,9 +268,7 @@ extern "C" {
 cublasStatus_t
 cublasCreate(cublasHandle_t *h)
 {
-    *h = (cublasHandle_t) calloc(1, sizeof(**h));
-
-    return *h != NULL ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+    return create(h);
 }
 
 
@@ -339,9 +383,7 @@ cublasGemmEx(cublasHandle_t h, cublasOperation_t transa,
 cublasStatus_t
 cublasLtCreate(cublasLtHandle_t *h)
 {
-    *h = (cublasLtHandle_t) calloc(1, sizeof(**h));
-
-    return *h != NULL ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+    return create(h);
 }
 
 
@@ -463,6 +505,88 @@ cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l)
 }
 
 
+cublasStatus_t
+cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p)
+{
+    return create(p);
+}
+
+
+cublasStatus_t
+cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p)
+{
+    free(p);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+
+/* the workspace bound (a uint64_t); the search mode is taken, unused */
+cublasStatus_t
+cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+    cublasLtMatmulPreferenceAttributes_t attr, const void *buf, size_t size)
+{
+    if (p == NULL || buf == NULL) {
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+
+    switch (attr) {
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
+        if (size != sizeof(uint64_t)) {
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+
+        memcpy(&p->max_workspace, buf, sizeof(uint64_t));
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_PREF_SEARCH_MODE:
+        return size == sizeof(uint32_t) ? CUBLAS_STATUS_SUCCESS
+                                        : CUBLAS_STATUS_INVALID_VALUE;
+    default:
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+}
+
+
+/*
+ * the emulated matmul's one algorithm, which needs no workspace, where
+ * it would run; none (CUBLAS_STATUS_NOT_SUPPORTED) where not
+ */
+cublasStatus_t
+cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
+    cublasLtMatrixLayout_t adesc, cublasLtMatrixLayout_t bdesc,
+    cublasLtMatrixLayout_t cdesc, cublasLtMatrixLayout_t ddesc,
+    cublasLtMatmulPreference_t pref, int requested,
+    cublasLtMatmulHeuristicResult_t *results, int *returned)
+{
+    if (h == NULL) {
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    }
+
+    if (d == NULL || adesc == NULL || bdesc == NULL || cdesc == NULL
+        || ddesc == NULL || pref == NULL || requested < 1 || results == NULL
+        || returned == NULL)
+    {
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+
+    *returned = 0;
+
+    if (!lt_emulated("cublasLtMatmulAlgoGetHeuristic", d, adesc, bdesc,
+                     cdesc, ddesc))
+    {
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+
+    memset(&results[0], 0, sizeof(results[0]));
+    results[0].algo.data[0] = LT_ALGO;
+    results[0].workspaceSize = 0;
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    results[0].wavesCount = 1.0f;
+    *returned = 1;
+
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+
 /*
  * D = alpha op(A) op(B) + beta C (+ bias) on stream; the layouts are the
  * stored matrices (A k x m for TRANSA T), as cuBLASLt's
@@ -497,21 +621,14 @@ cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha,
         return CUBLAS_STATUS_EXECUTION_FAILED;
     }
 
-    /* what is emulated: f32 compute into f32, A and B of one type */
-    if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F
-        || d->ta == CUBLAS_OP_C || d->tb == CUBLAS_OP_C || algo != NULL
-        || (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT
-            && d->epilogue != CUBLASLT_EPILOGUE_BIAS)
-        || (d->bias_type_set && d->bias_type != CUDA_R_32F)
-        || adesc->type != bdesc->type
-        || (adesc->type != CUDA_R_16BF && adesc->type != CUDA_R_32F)
-        || cdesc->type != CUDA_R_32F || ddesc->type != CUDA_R_32F)
-    {
-        report("%s: not emulated (compute %d, scale %d, epilogue %d, "
-               "types %d %d %d %d)", fn, (int) d->compute, (int) d->scale,
-               (int) d->epilogue, (int) adesc->type, (int) bdesc->type,
-               (int) cdesc->type, (int) ddesc->type);
+    if (!lt_emulated(fn, d, adesc, bdesc, cdesc, ddesc)) {
         return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+
+    /* NULL, or what cublasLtMatmulAlgoGetHeuristic gave */
+    if (algo != NULL && algo->data[0] != LT_ALGO) {
+        report("%s: an algorithm that no heuristic query gave", fn);
+        return CUBLAS_STATUS_INVALID_VALUE;
     }
 
     ta = d->ta == CUBLAS_OP_T;

@@ -790,11 +790,12 @@ static void
 test_gemm_lt_bias(void **state)
 {
     enum { M = 6, N = 4, K = 9, LDD = 7 };
-    int                     i, j;
+    int                     i, j, n_algo;
     int32_t                 op, epi, type;
     size_t                  ws_size;
+    uint64_t                max_ws;
     float                   d[LDD * N], ref[LDD * N], bias[M], one, zero;
-    float                  *dd, *dref, *dbias;
+    float                  *dd, *dref, *dbias, *hbias;
     void                   *ws;
     __nv_bfloat16           a[K * M], b[K * N], *da, *db;
     cudaStream_t            s;
@@ -802,6 +803,9 @@ test_gemm_lt_bias(void **state)
     cublasLtHandle_t        lt;
     cublasLtMatmulDesc_t    desc;
     cublasLtMatrixLayout_t  la, lb, ld, lh;
+    cublasLtMatmulAlgo_t    bogus;
+    cublasLtMatmulPreference_t       pref;
+    cublasLtMatmulHeuristicResult_t  algo;
 
     for (i = 0; i < K * M; i++) {
         a[i] = __float2bfloat16_rn((float) (i % 13) * 0.37f - 2.0f);
@@ -871,18 +875,39 @@ test_gemm_lt_bias(void **state)
     cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, K, N, K);
     cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, M, N, LDD);
 
+    /* the algorithm of the heuristic query, within the workspace */
+    max_ws = ws_size;
+    assert_int_equal(cublasLtMatmulPreferenceCreate(&pref),
+                     CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasLtMatmulPreferenceSetAttribute(pref,
+                         CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
+                         sizeof(max_ws)),
+                     CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld,
+                                                    pref, 1, &algo, &n_algo),
+                     CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(n_algo, 1);
+    assert_true(algo.workspaceSize <= ws_size);
+
     assert_int_equal(cublasLtMatmul(lt, desc, &one, da, la, db, lb, &zero,
-                                    dd, ld, dd, ld, NULL, ws, ws_size, s),
+                                    dd, ld, dd, ld, &algo.algo, ws, ws_size,
+                                    s),
                      CUBLAS_STATUS_SUCCESS);
     assert_int_equal(cudaStreamSynchronize(s), cudaSuccess);
     cudaMemcpy(d, dd, sizeof(d), cudaMemcpyDeviceToHost);
     assert_memory_equal(d, ref, sizeof(d));
     assert_true(d[LDD + 1] != 0.0f);
 
-    /* refused: a host bias, a host workspace, disagreeing layouts */
+    /* refused: an algorithm of no query's, a host bias, a host
+     * workspace, disagreeing layouts */
+    memset(&bogus, 0xab, sizeof(bogus));
+    assert_int_equal(cublasLtMatmul(lt, desc, &one, da, la, db, lb, &zero,
+                                    dd, ld, dd, ld, &bogus, ws, ws_size, s),
+                     CUBLAS_STATUS_INVALID_VALUE);
+    hbias = bias;
     assert_int_equal(cublasLtMatmulDescSetAttribute(desc,
-                         CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                         sizeof(void *)),
+                         CUBLASLT_MATMUL_DESC_BIAS_POINTER, &hbias,
+                         sizeof(hbias)),
                      CUBLAS_STATUS_SUCCESS);
     assert_int_equal(cublasLtMatmul(lt, desc, &one, da, la, db, lb, &zero,
                                     dd, ld, dd, ld, NULL, ws, ws_size, s),
@@ -910,6 +935,10 @@ test_gemm_lt_bias(void **state)
     assert_int_equal(cublasLtMatmul(lt, desc, &one, da, la, db, lb, &zero,
                                     dd, ld, dd, ld, NULL, ws, ws_size, s),
                      CUBLAS_STATUS_NOT_SUPPORTED);
+    assert_int_equal(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld,
+                                                    pref, 1, &algo, &n_algo),
+                     CUBLAS_STATUS_NOT_SUPPORTED);
+    assert_int_equal(n_algo, 0);
     epi = CUBLASLT_EPILOGUE_BIAS;
     type = CUDA_R_16BF;
     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
@@ -925,6 +954,7 @@ test_gemm_lt_bias(void **state)
     cublasLtMatrixLayoutDestroy(lb);
     cublasLtMatrixLayoutDestroy(ld);
     cublasLtMatrixLayoutDestroy(lh);
+    cublasLtMatmulPreferenceDestroy(pref);
     cublasLtMatmulDescDestroy(desc);
     cublasLtDestroy(lt);
     cublasDestroy(h);
