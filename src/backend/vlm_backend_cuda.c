@@ -20,12 +20,13 @@
  * Memory: one cudaMalloc at start-up (conf->device_bytes, or 90 % of the
  * free memory), cut by vlm_devpool.c: buffers from alloc() from the
  * bottom, bound weights from the top (they go with the backend), cuBLAS's
- * and cuBLASLt's workspaces and the matmul scratch once at start-up.  Host-to-device
- * copies go through a pinned staging ring allocated once, so an upload
- * never waits on the stream unless the ring wraps onto a copy still in
- * flight.  Nothing is allocated after start-up and nothing in a step
- * synchronizes the device: download() waits for the stream, because its
- * caller reads the bytes next.
+ * and cuBLASLt's workspaces and the matmul scratch once at start-up.
+ * Host-to-device copies go through a pinned staging ring allocated once,
+ * so an upload never waits on the stream unless the ring wraps onto a
+ * copy still in flight.  Nothing is allocated on the device after
+ * start-up (cuBLASLt's layouts of a call are host objects) and nothing in
+ * a step synchronizes the device: download() waits for the stream,
+ * because its caller reads the bytes next.
  */
 
 #include <stdio.h>
