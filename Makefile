@@ -97,7 +97,7 @@ NCCL_HOME ?=
 NCCL_LIBS := $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib \
                  -Wl$(comma)-rpath$(comma)$(NCCL_HOME)/lib) -l:libnccl.so.2
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
-             $(NCCL_LIBS) -lcublas -lcudart -lstdc++
+             $(NCCL_LIBS) -lcublasLt -lcublas -lcudart -lstdc++
 CUDA_PTX  := $(lastword $(CUDA_ARCHS))
 CUDA_GENCODE := $(foreach a,$(CUDA_ARCHS), \
                     -gencode arch=compute_$(a),code=sm_$(a)) \
@@ -381,10 +381,11 @@ $(EMU_BENCHES): %: %.o $(EMU_OBJS) $(LIB)
 
 # make bench-cuda-emu: bench_tower and bench_engine --backend cuda on the
 # emulated device, on the tiny Qwen2.5-VL fixture at small sizes (the
-# GPU path and the BENCH_ lines, not a GPU's figures), decode at 1 and 16
-# streams without and with CUDA graphs too, and test_backend_ops
-# --bench-sample once, their lines read back by scripts/gpu-check
-# --bench-rows, as its tower, ttft, graphs and sample steps do
+# GPU path and the BENCH_ lines, not a GPU's figures), the prompt with
+# VLM_CUDA_FUSE=off too, decode at 1 and 16 streams without and with
+# CUDA graphs too, and test_backend_ops --bench-sample once, their
+# lines read back by scripts/gpu-check --bench-rows, as its tower,
+# ttft, graphs and sample steps do
 # (the fixture has 3 decoder layers, the implied figure is for those)
 EMU_BENCH_OUT := $(EMU_BUILD)/bench/bench-cuda-emu.out
 
@@ -394,9 +395,13 @@ bench-cuda-emu: $(EMU_BENCHES) $(EMU_BUILD)/tests/test_backend_ops
 	    $(EMU_BUILD)/bench/bench_tower --backend cuda --device-mib 256 \
 	        --model tests/fixtures/models/qwen25vl-bf16 \
 	        --size 224x224 --size 448x252 && \
-	    $(EMU_BUILD)/bench/bench_engine --backend cuda --device-mib 256 \
-	        --model tests/fixtures/models/qwen25vl-bf16 --threads 2 \
-	        --grid 0,0 --prompt 512 --decode 0 --streams 1 --reps 1 && \
+	    for f in on off; do \
+	        VLM_CUDA_FUSE=$$f $(EMU_BUILD)/bench/bench_engine \
+	            --backend cuda --device-mib 256 \
+	            --model tests/fixtures/models/qwen25vl-bf16 --threads 2 \
+	            --grid 0,0 --prompt 512 --decode 0 --streams 1 --reps 1 \
+	            || exit 1; \
+	    done && \
 	    for g in off on; do \
 	        $(EMU_BUILD)/bench/bench_engine --backend cuda --device-mib 256 \
 	            --model tests/fixtures/models/qwen25vl-bf16 --threads 2 \

@@ -3,6 +3,11 @@
  * block; vlm_backend_cpu.c's vlm_rms_norm_rows and vlm_layer_norm_rows
  * are the reference.  y may be x (the head's norm runs in place): each
  * thread reads an element before it writes it, and only it touches it.
+ *
+ * The RMSNorms may write a bf16 copy of y too (ybf, NULL: none), each
+ * element the f32 one rounded to nearest even as vlm_cuda_to_bf16
+ * rounds it: the input of the bf16 GEMM that reads y next, made here so
+ * that the matmul needs no rounding pass of its own.
  */
 
 #include "vlm_cuda_util.cuh"
@@ -25,12 +30,12 @@ vlm_norm_threads(int dim)
  * dim
  */
 static __global__ void
-vlm_rms_norm_kernel(float *y, const float *x, const float *g, int dim,
-    float eps)
+vlm_rms_norm_kernel(float *y, __nv_bfloat16 *ybf, const float *x,
+    const float *g, int dim, float eps)
 {
     __shared__ float  red[VLM_WARP];
     int               k;
-    float             ss, r;
+    float             ss, r, v;
     const float      *xr;
     float            *yr;
 
@@ -46,7 +51,12 @@ vlm_rms_norm_kernel(float *y, const float *x, const float *g, int dim,
     r = rsqrtf(ss / dim + eps);
 
     for (k = threadIdx.x; k < dim; k += blockDim.x) {
-        yr[k] = xr[k] * r * g[k];
+        v = xr[k] * r * g[k];
+        yr[k] = v;
+
+        if (ybf != NULL) {
+            ybf[(size_t) blockIdx.x * dim + k] = __float2bfloat16_rn(v);
+        }
     }
 }
 
@@ -60,8 +70,8 @@ vlm_rms_norm_kernel(float *y, const float *x, const float *g, int dim,
  * dim
  */
 static __global__ void
-vlm_add_rms_norm_kernel(float *y, float *x, const float *r, const float *g,
-    int dim, float eps)
+vlm_add_rms_norm_kernel(float *y, __nv_bfloat16 *ybf, float *x,
+    const float *r, const float *g, int dim, float eps)
 {
     __shared__ float  red[VLM_WARP];
     int               k;
@@ -85,7 +95,12 @@ vlm_add_rms_norm_kernel(float *y, float *x, const float *r, const float *g,
 
     /* the elements this thread wrote: no barrier needed */
     for (k = threadIdx.x; k < dim; k += blockDim.x) {
-        yr[k] = xr[k] * s * g[k];
+        v = xr[k] * s * g[k];
+        yr[k] = v;
+
+        if (ybf != NULL) {
+            ybf[(size_t) blockIdx.x * dim + k] = __float2bfloat16_rn(v);
+        }
     }
 }
 
@@ -132,30 +147,30 @@ vlm_layer_norm_kernel(float *y, const float *x, const float *g,
 
 
 extern "C" cudaError_t
-vlm_cuda_rms_norm(cudaStream_t s, float *y, const float *x, const float *g,
-    int n, int dim, float eps)
+vlm_cuda_rms_norm(cudaStream_t s, float *y, uint16_t *ybf, const float *x,
+    const float *g, int n, int dim, float eps)
 {
     if (n <= 0 || dim <= 0) {
         return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
     }
 
-    VLM_LAUNCH(vlm_rms_norm_kernel, n, vlm_norm_threads(dim), 0, s, y, x, g,
-        dim, eps);
+    VLM_LAUNCH(vlm_rms_norm_kernel, n, vlm_norm_threads(dim), 0, s, y,
+        (__nv_bfloat16 *) ybf, x, g, dim, eps);
 
     return vlm_cuda_launched();
 }
 
 
 extern "C" cudaError_t
-vlm_cuda_add_rms_norm(cudaStream_t s, float *y, float *x, const float *r,
-    const float *g, int n, int dim, float eps)
+vlm_cuda_add_rms_norm(cudaStream_t s, float *y, uint16_t *ybf, float *x,
+    const float *r, const float *g, int n, int dim, float eps)
 {
     if (n <= 0 || dim <= 0 || y == x) {
         return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
     }
 
-    VLM_LAUNCH(vlm_add_rms_norm_kernel, n, vlm_norm_threads(dim), 0, s, y, x,
-        r, g, dim, eps);
+    VLM_LAUNCH(vlm_add_rms_norm_kernel, n, vlm_norm_threads(dim), 0, s, y,
+        (__nv_bfloat16 *) ybf, x, r, g, dim, eps);
 
     return vlm_cuda_launched();
 }

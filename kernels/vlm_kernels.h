@@ -42,12 +42,12 @@ extern "C" {
 #define VLM_CUDA_KV_LAST  VLM_CUDA_KV_FP8
 
 
-/* norm.cu */
-cudaError_t vlm_cuda_rms_norm(cudaStream_t s, float *y, const float *x,
-    const float *g, int n, int dim, float eps);
+/* norm.cu: ybf (NULL: none) gets y rounded to bf16 as well */
+cudaError_t vlm_cuda_rms_norm(cudaStream_t s, float *y, uint16_t *ybf,
+    const float *x, const float *g, int n, int dim, float eps);
 /* x[n, dim] += r, then y = rms_norm(x) * g: one pass, the same sums */
-cudaError_t vlm_cuda_add_rms_norm(cudaStream_t s, float *y, float *x,
-    const float *r, const float *g, int n, int dim, float eps);
+cudaError_t vlm_cuda_add_rms_norm(cudaStream_t s, float *y, uint16_t *ybf,
+    float *x, const float *r, const float *g, int n, int dim, float eps);
 cudaError_t vlm_cuda_layer_norm(cudaStream_t s, float *y, const float *x,
     const float *g, const float *b, int n, int dim, float eps);
 

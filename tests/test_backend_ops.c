@@ -259,6 +259,329 @@ test_matmul(void **state)
 }
 
 
+/* a small backend's configuration: 256 MB of device memory */
+static void
+small_conf(vlm_backend_conf_t *conf)
+{
+    memset(conf, 0, sizeof(vlm_backend_conf_t));
+    conf->n_threads = 2;
+    conf->max_ctx = 256;
+    conf->device_bytes = (size_t) 256 << 20;
+}
+
+
+/*
+ * a CUDA backend with VLM_CUDA_FUSE as fuse says ("on",
+ * "off"), the variable as it was after
+ */
+static vlm_status_t
+cuda_init_fuse(vlm_backend_t **be, const vlm_backend_conf_t *conf,
+    const char *fuse, vlm_error_t *err)
+{
+    char          *old;
+    vlm_status_t   rc;
+
+    old = getenv("VLM_CUDA_FUSE");
+    old = old != NULL ? strdup(old) : NULL;
+
+    setenv("VLM_CUDA_FUSE", fuse, 1);
+    rc = vlm_backend_cuda_init(be, conf, err);
+
+    if (old != NULL) {
+        setenv("VLM_CUDA_FUSE", old, 1);
+        free(old);
+
+    } else {
+        unsetenv("VLM_CUDA_FUSE");
+    }
+
+    return rc;
+}
+
+
+/*
+ * y of a biased matmul on be, its bits: download()'s status (no cmocka
+ * assertion, for a forked child too)
+ */
+static vlm_status_t
+epilogue_matmul(vlm_backend_t *be, float *y, vlm_dtype_t dt, const void *w,
+    const float *x, const float *b, int n, int rows, int cols)
+{
+    float         *dx, *db, *dy;
+    vlm_error_t    err;
+    vlm_status_t   rc;
+    vlm_weight_t   wg;
+
+    rc = be->ops->weight_bind(be, &wg, w, dt, rows, cols, &err);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    dx = be->ops->alloc(be, (size_t) n * cols * sizeof(float));
+    db = be->ops->alloc(be, (size_t) rows * sizeof(float));
+    dy = be->ops->alloc(be, (size_t) n * rows * sizeof(float));
+
+    if (dx == NULL || db == NULL || dy == NULL) {
+        return VLM_ERR_NOMEM;
+    }
+
+    rc = be->ops->upload(be, dx, x, (size_t) n * cols * sizeof(float));
+    if (rc == VLM_OK) {
+        rc = be->ops->upload(be, db, b, (size_t) rows * sizeof(float));
+    }
+
+    if (rc == VLM_OK) {
+        be->ops->matmul(be, dy, dx, &wg, db, n);
+        rc = be->ops->download(be, y, dy, (size_t) n * rows * sizeof(float));
+    }
+
+    be->ops->release(be, dx);
+    be->ops->release(be, db);
+    be->ops->release(be, dy);
+
+    return rc;
+}
+
+
+/*
+ * the biased GEMMs (n > 4, or cols not a multiple of 8) with the bias in
+ * cuBLASLt's epilogue give the bits of cublasGemmEx then the add_bias
+ * kernel (VLM_CUDA_FUSE=off): the emulated device sums in the same order
+ * in both and adds the bias to the f32 sum; bf16 and f32 weights, a
+ * bf16 input in two chunks of the matmul scratch
+ */
+static void
+test_matmul_epilogue(void **state)
+{
+    int                 i, k;
+    float              *x, *wf, *b, *yf, *yu;
+    uint16_t           *wh;
+    const void         *w;
+    vlm_error_t         err;
+    vlm_backend_t      *unf;
+    vlm_backend_conf_t  conf;
+
+    static const struct {
+        vlm_dtype_t  dt;
+        int          n, rows, cols;
+    } cases[] = {
+        { VLM_DTYPE_BF16, 17, 129, 257 },
+        { VLM_DTYPE_BF16, 1, 33, 17 },
+        { VLM_DTYPE_BF16, 2100, 9, 4104 },
+        { VLM_DTYPE_F32, 300, 71, 130 },
+    };
+
+    require_gpu();
+
+    small_conf(&conf);
+
+    assert_int_equal(cuda_init_fuse(&unf, &conf, "off", &err), VLM_OK);
+
+    for (i = 0; i < (int) (sizeof(cases) / sizeof(cases[0])); i++) {
+        x = vlm_test_rand_vec(&rng_state,
+                              (size_t) cases[i].n * cases[i].cols);
+        wf = vlm_test_rand_vec(&rng_state,
+                               (size_t) cases[i].rows * cases[i].cols);
+        b = vlm_test_rand_vec(&rng_state, (size_t) cases[i].rows);
+        wh = malloc((size_t) cases[i].rows * cases[i].cols
+                    * sizeof(uint16_t));
+        yf = malloc((size_t) cases[i].n * cases[i].rows * sizeof(float));
+        yu = malloc((size_t) cases[i].n * cases[i].rows * sizeof(float));
+        assert_true(wh != NULL && yf != NULL && yu != NULL);
+
+        for (k = 0; k < cases[i].rows * cases[i].cols; k++) {
+            wh[k] = vlm_f32_to_bf16(wf[k]);
+        }
+
+        w = cases[i].dt == VLM_DTYPE_F32 ? (void *) wf : (void *) wh;
+
+        assert_int_equal(epilogue_matmul(gpu, yf, cases[i].dt, w, x, b,
+                                         cases[i].n, cases[i].rows,
+                                         cases[i].cols), VLM_OK);
+        assert_int_equal(epilogue_matmul(unf, yu, cases[i].dt, w, x, b,
+                                         cases[i].n, cases[i].rows,
+                                         cases[i].cols), VLM_OK);
+
+        if (memcmp(yf, yu, (size_t) cases[i].n * cases[i].rows
+                           * sizeof(float)) != 0)
+        {
+            fail_msg("matmul %s n=%d rows=%d cols=%d: the bias epilogue "
+                     "changed the bits (relative L2 %g)",
+                     vlm_dtype_name(cases[i].dt), cases[i].n,
+                     cases[i].rows, cases[i].cols,
+                     vlm_test_rel_l2(yf, yu, (size_t) cases[i].n
+                                             * cases[i].rows));
+        }
+
+        free(x);
+        free(wf);
+        free(b);
+        free(wh);
+        free(yf);
+        free(yu);
+    }
+
+    unf->ops->free(unf);
+}
+
+
+/*
+ * on be: RMSNorms whose output bf16 GEMMs read next, and ops between that
+ * write the norm's output (an add, an f32 matmul's y over it), each
+ * matmul's result into out[6, NORM_N, NORM_Q]; download()'s status (no
+ * cmocka assertion, for a forked child too)
+ */
+#define NORM_N  17
+#define NORM_D  64
+#define NORM_Q  40
+
+static vlm_status_t
+norm_matmuls(vlm_backend_t *be, float *out)
+{
+    int            k;
+    float         *x, *r, *g, *wf, *dx, *dr, *dg, *dh, *dout;
+    size_t         nd, nq;
+    uint16_t      *wh;
+    vlm_error_t    err;
+    vlm_status_t   rc;
+    vlm_weight_t   wq, wk, wsq;
+
+    nd = (size_t) NORM_N * NORM_D;
+    nq = (size_t) NORM_N * NORM_Q;
+
+    x = vlm_test_rand_vec(&rng_state, nd);
+    r = vlm_test_rand_vec(&rng_state, nd);
+    g = vlm_test_rand_vec(&rng_state, NORM_D);
+    wf = vlm_test_rand_vec(&rng_state, (size_t) 2 * NORM_Q * NORM_D
+                                       + NORM_D * NORM_D);
+    wh = malloc((size_t) 2 * NORM_Q * NORM_D * sizeof(uint16_t));
+
+    if (wh == NULL) {
+        return VLM_ERR_NOMEM;
+    }
+
+    for (k = 0; k < 2 * NORM_Q * NORM_D; k++) {
+        wh[k] = vlm_f32_to_bf16(wf[k]);
+    }
+
+    rc = be->ops->weight_bind(be, &wq, wh, VLM_DTYPE_BF16, NORM_Q, NORM_D,
+                              &err);
+    if (rc == VLM_OK) {
+        rc = be->ops->weight_bind(be, &wk, wh + NORM_Q * NORM_D,
+                                  VLM_DTYPE_BF16, NORM_Q, NORM_D, &err);
+    }
+    if (rc == VLM_OK) {
+        rc = be->ops->weight_bind(be, &wsq, wf + 2 * NORM_Q * NORM_D,
+                                  VLM_DTYPE_F32, NORM_D, NORM_D, &err);
+    }
+
+    dx = be->ops->alloc(be, nd * sizeof(float));
+    dr = be->ops->alloc(be, nd * sizeof(float));
+    dg = be->ops->alloc(be, NORM_D * sizeof(float));
+    dh = be->ops->alloc(be, nd * sizeof(float));
+    dout = be->ops->alloc(be, 6 * nq * sizeof(float));
+
+    if (rc != VLM_OK || dx == NULL || dr == NULL || dg == NULL || dh == NULL
+        || dout == NULL)
+    {
+        free(x);
+        free(r);
+        free(g);
+        free(wf);
+        free(wh);
+        return rc != VLM_OK ? rc : VLM_ERR_NOMEM;
+    }
+
+    be->ops->upload(be, dx, x, nd * sizeof(float));
+    be->ops->upload(be, dr, r, nd * sizeof(float));
+    be->ops->upload(be, dg, g, NORM_D * sizeof(float));
+
+    /* the rows part 2 leaves, zeros on both backends */
+    memset(out, 0, 6 * nq * sizeof(float));
+    be->ops->upload(be, dout, out, 6 * nq * sizeof(float));
+
+    /* q and k from one norm's output */
+    be->ops->rms_norm(be, dh, dx, dg, NORM_N, NORM_D, 1e-6f);
+    be->ops->matmul(be, dout, dh, &wq, NULL, NORM_N);
+    be->ops->matmul(be, dout + nq, dh, &wk, NULL, NORM_N);
+
+    /* the residual add's norm; fewer rows than the norm made */
+    be->ops->add_rms_norm(be, dh, dx, dr, dg, NORM_N, NORM_D, 1e-6f);
+    be->ops->matmul(be, dout + 2 * nq, dh, &wq, NULL, NORM_N - 3);
+
+    /* the norm's output added to before the matmul */
+    be->ops->rms_norm(be, dh, dx, dg, NORM_N, NORM_D, 1e-6f);
+    be->ops->add(be, dh, dr, nd);
+    be->ops->matmul(be, dout + 3 * nq, dh, &wq, NULL, NORM_N);
+
+    /* an f32 matmul (no rounding) writing the norm's output */
+    be->ops->rms_norm(be, dh, dx, dg, NORM_N, NORM_D, 1e-6f);
+    be->ops->matmul(be, dh + NORM_D, dr, &wsq, NULL, 2);
+    be->ops->matmul(be, dout + 4 * nq, dh, &wq, NULL, NORM_N);
+
+    /* in place, as the LM head's norm */
+    be->ops->rms_norm(be, dx, dx, dg, NORM_N, NORM_D, 1e-6f);
+    be->ops->matmul(be, dout + 5 * nq, dx, &wk, NULL, NORM_N);
+
+    rc = be->ops->download(be, out, dout, 6 * nq * sizeof(float));
+
+    be->ops->release(be, dx);
+    be->ops->release(be, dr);
+    be->ops->release(be, dg);
+    be->ops->release(be, dh);
+    be->ops->release(be, dout);
+    free(x);
+    free(r);
+    free(g);
+    free(wf);
+    free(wh);
+
+    return rc;
+}
+
+
+/*
+ * the RMSNorms writing the bf16 input of the GEMMs that read their
+ * output next give the bits of those GEMMs rounding it themselves
+ * (VLM_CUDA_FUSE=off), and the ops that write the output between are
+ * seen; the same random values on both backends
+ */
+static void
+test_norm_bf16_input(void **state)
+{
+    uint64_t            seed;
+    float              *yf, *yu;
+    vlm_error_t         err;
+    vlm_backend_t      *unf;
+    vlm_backend_conf_t  conf;
+    const size_t        n = (size_t) 6 * NORM_N * NORM_Q;
+
+    require_gpu();
+
+    small_conf(&conf);
+
+    assert_int_equal(cuda_init_fuse(&unf, &conf, "off", &err), VLM_OK);
+
+    yf = malloc(n * sizeof(float));
+    yu = malloc(n * sizeof(float));
+    assert_true(yf != NULL && yu != NULL);
+
+    seed = rng_state;
+    assert_int_equal(norm_matmuls(gpu, yf), VLM_OK);
+    rng_state = seed;
+    assert_int_equal(norm_matmuls(unf, yu), VLM_OK);
+
+    if (memcmp(yf, yu, n * sizeof(float)) != 0) {
+        fail_msg("the norms' bf16 copies changed the matmuls' bits "
+                 "(relative L2 %g)", vlm_test_rel_l2(yf, yu, n));
+    }
+
+    free(yf);
+    free(yu);
+    unf->ops->free(unf);
+}
+
+
 /*
  * the fused matmuls (weight_bind_cat, split_qkv, matmul_gated) to the bit
  * of the ops apart: q/k/v with their biases, and the MLP's gate, up, act
@@ -2777,26 +3100,138 @@ fault_child(void)
 }
 
 
+/* child() in a child process, which must exit 0 within two minutes */
 static void
-test_model_fault(void **state)
+in_child(void (*child)(void), const char *what)
 {
     pid_t  pid;
     int    st;
 
-    require_gpu();
-
     pid = fork();
     if (pid == 0) {
         alarm(120);
-        fault_child();
+        child();
     }
 
     assert_true(pid > 0);
     assert_int_equal(waitpid(pid, &st, 0), pid);
 
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        fail_msg("the faulting model's child ended with status 0x%x", st);
+        fail_msg("%s: the child ended with status 0x%x", what, st);
     }
+}
+
+
+static void
+test_model_fault(void **state)
+{
+    require_gpu();
+
+    in_child(fault_child, "the faulting model");
+}
+
+
+/*
+ * a fusion runs in place of the kernel it saves: with fused_fault (a
+ * CUDAEMU_FAULT) planted, fused_run() succeeds on the fused backend and
+ * fails with VLM_CUDA_FUSE=off; in a child
+ */
+static const char    *fused_fault;
+static vlm_status_t (*fused_run)(vlm_backend_t *be);
+
+
+static void
+fused_child(void)
+{
+    vlm_error_t         err;
+    vlm_backend_t      *be;
+    vlm_backend_conf_t  conf;
+
+    setenv("CUDAEMU_FAULT", fused_fault, 1);
+    small_conf(&conf);
+
+    if (cuda_init_fuse(&be, &conf, "on", &err) != VLM_OK) {
+        _exit(2);
+    }
+
+    if (fused_run(be) != VLM_OK) {
+        _exit(3);
+    }
+
+    be->ops->free(be);
+
+    if (cuda_init_fuse(&be, &conf, "off", &err) != VLM_OK) {
+        _exit(4);
+    }
+
+    /* the planted fault, the device's error */
+    if (fused_run(be) != VLM_ERR_DEVICE) {
+        _exit(5);
+    }
+
+    _exit(0);
+}
+
+
+/* a biased f32 GEMM of 17 rows */
+static vlm_status_t
+epilogue_run(vlm_backend_t *be)
+{
+    int    k;
+    float  x[17 * 24], w[8 * 24], b[8], y[17 * 8];
+
+    for (k = 0; k < 17 * 24; k++) {
+        x[k] = (float) (k % 7) - 3.0f;
+    }
+    for (k = 0; k < 8 * 24; k++) {
+        w[k] = (float) (k % 5) * 0.25f;
+    }
+    for (k = 0; k < 8; k++) {
+        b[k] = (float) k;
+    }
+
+    return epilogue_matmul(be, y, VLM_DTYPE_F32, w, x, b, 17, 8, 24);
+}
+
+
+/*
+ * the bias epilogue runs instead of the add_bias kernel: that kernel's
+ * first launch planted to fault
+ */
+static void
+test_matmul_epilogue_runs(void **state)
+{
+    require_gpu();
+
+    fused_fault = "vlm_add_bias_kernel:1";
+    fused_run = epilogue_run;
+    in_child(fused_child, "the planted add_bias fault");
+}
+
+
+static vlm_status_t
+norm_run(vlm_backend_t *be)
+{
+    static float  out[6 * NORM_N * NORM_Q];
+
+    return norm_matmuls(be, out);
+}
+
+
+/*
+ * the norms' bf16 copies are what the GEMMs read: norm_matmuls() rounds
+ * an input twice on the fused backend (after the add and the f32 matmul
+ * that wrote the norm's output), six times with VLM_CUDA_FUSE=off; the
+ * rounding kernel's third launch planted to fault
+ */
+static void
+test_norm_bf16_runs(void **state)
+{
+    require_gpu();
+
+    fused_fault = "vlm_to_bf16_kernel:3";
+    fused_run = norm_run;
+    in_child(fused_child, "the planted rounding fault");
 }
 
 #endif
@@ -2807,7 +3242,8 @@ test_model_fault(void **state)
  * "cuda-unfused": the CUDA backend without add_rms_norm,
  * weight_bind_cat and rope_kv_store, so that the models add() then
  * rms_norm(), run the q, k, v and gate, up matmuls apart and rope() q
- * and k before kv_store_seqs(), as before the fused ops
+ * and k before kv_store_seqs(), as before the fused ops; and with
+ * VLM_CUDA_FUSE=off, its biases added after the GEMMs
  */
 static vlm_backend_ops_t  unfused_ops;
 /* the CUDA backend's own ops, under cuda-counted's */
@@ -2820,7 +3256,7 @@ unfused_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
 {
     vlm_status_t  rc;
 
-    rc = vlm_backend_cuda_init(be, conf, err);
+    rc = cuda_init_fuse(be, conf, "off", err);
     if (rc == VLM_OK) {
         unfused_ops = *(*be)->ops;
         unfused_ops.add_rms_norm = NULL;
@@ -3888,6 +4324,8 @@ main(int argc, char **argv)
     vlm_backend_conf_t  conf;
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_matmul_epilogue),
+        cmocka_unit_test(test_norm_bf16_input),
         cmocka_unit_test(test_norms),
         cmocka_unit_test(test_add_rms_norm),
         cmocka_unit_test(test_rope_kv_store),
@@ -3912,6 +4350,8 @@ main(int argc, char **argv)
         cmocka_unit_test(test_model_graphs),
 #ifdef VLM_CUDAEMU
         cmocka_unit_test(test_model_fault),
+        cmocka_unit_test(test_matmul_epilogue_runs),
+        cmocka_unit_test(test_norm_bf16_runs),
 #endif
         cmocka_unit_test(test_model_qwen2vl_f32),
         cmocka_unit_test(test_model_qwen2vl_bf16),

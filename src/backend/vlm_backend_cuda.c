@@ -11,25 +11,29 @@
  * bfloat16 A and B, float32 C, float32 accumulation on the tensor cores):
  * cuBLAS has no bfloat16-weight times float32-activation product, so the
  * activations are rounded to bfloat16 into a scratch buffer first, one
- * pass over n * cols floats, small next to the rows * cols weights.
+ * pass over n * cols floats, small next to the rows * cols weights (or
+ * by the RMSNorm that wrote them, vlm_cuda_norm_bf16()); a bias goes in
+ * cuBLASLt's epilogue (vlm_cuda_gemm_bias()).
  * Decode's products (n <= 4 rows) go to kernels/gemv.cu instead: one
  * stream over the weight with the float32 input as it is.
  *
  * Memory: one cudaMalloc at start-up (conf->device_bytes, or 90 % of the
  * free memory), cut by vlm_devpool.c: buffers from alloc() from the
  * bottom, bound weights from the top (they go with the backend), cuBLAS's
- * workspace and the matmul scratch once at start-up.  Host-to-device
- * copies go through a pinned staging ring allocated once, so an upload
- * never waits on the stream unless the ring wraps onto a copy still in
- * flight.  Nothing is allocated after start-up and nothing in a step
- * synchronizes the device: download() waits for the stream, because its
- * caller reads the bytes next.
+ * and cuBLASLt's workspaces and the matmul scratch once at start-up.
+ * Host-to-device copies go through a pinned staging ring allocated once,
+ * so an upload never waits on the stream unless the ring wraps onto a
+ * copy still in flight.  Nothing is allocated on the device after
+ * start-up (cuBLASLt's layouts of a call are host objects) and nothing in
+ * a step synchronizes the device: download() waits for the stream,
+ * because its caller reads the bytes next.
  */
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -44,6 +48,7 @@
 #define VLM_CUDA_STAGE_CHUNKS   4
 #define VLM_CUDA_STAGE_CHUNK    (4u << 20)
 #define VLM_CUDA_CUBLAS_WS      (32u << 20)
+#define VLM_CUDA_LT_WS          (8u << 20)  /* cuBLASLt's, its own */
 #define VLM_CUDA_XBF16          (8u << 20)  /* matmul input elements */
 #define VLM_CUDA_ATTN_WS        (4u << 20)  /* split attention floats */
 #define VLM_CUDA_MIN_POOL       (64u << 20)
@@ -63,6 +68,10 @@ typedef struct {
     cudaStream_t        stream;
     cublasHandle_t      cublas;
     int                 cublas_ok;
+    cublasLtHandle_t    lt;         /* the GEMMs with a bias epilogue */
+    cublasLtMatmulDesc_t  lt_desc;  /* TRANSA T, EPILOGUE_BIAS */
+    cublasLtMatmulPreference_t  lt_pref;    /* within lt_ws */
+    int                 fuse;       /* VLM_CUDA_FUSE: not "off" */
 
     char               *pool;       /* the one device allocation */
     size_t              pool_size;
@@ -70,7 +79,17 @@ typedef struct {
     vlm_devpool_piece_t  *pieces;   /* [VLM_CUDA_MAX_PIECES] */
 
     void               *cublas_ws;
+    void               *lt_ws;      /* [VLM_CUDA_LT_WS] cuBLASLt's */
     uint16_t           *xbf16;      /* [VLM_CUDA_XBF16] matmul input */
+    /*
+     * xbf16 holds bf16(xtag[0 .. xtag_n)), written by the RMSNorm that
+     * made xtag, for the matmuls that read it next; NULL: nothing
+     * known.  Every op's vlm_cuda_check() forgets it, but a matmul's
+     * that neither wrote xbf16 nor xtag's floats
+     */
+    const float        *xtag;
+    size_t              xtag_n;
+    int                 bf16_weights;   /* a bf16 weight is bound */
     float              *attn_ws;    /* [VLM_CUDA_ATTN_WS] split decode */
 
     /* sample(): the rows and their blob, packed on the host, uploaded */
@@ -113,6 +132,8 @@ static const char *vlm_cuda_failure(vlm_backend_t *be);
 static void
 vlm_cuda_check(vlm_cuda_t *cu, cudaError_t e, const char *op)
 {
+    cu->xtag = NULL;
+
     if (e == cudaSuccess || cu->error != cudaSuccess) {
         return;
     }
@@ -378,6 +399,7 @@ vlm_cuda_weight_bind_cat(vlm_backend_t *be, vlm_weight_t *w,
     memset(w, 0, sizeof(vlm_weight_t));
     w->data = dev;
     w->dtype = dtype == VLM_DTYPE_F32 ? VLM_DTYPE_F32 : VLM_DTYPE_BF16;
+    cu->bf16_weights |= w->dtype == VLM_DTYPE_BF16;
     w->rows = total;
     w->cols = cols;
 
@@ -416,6 +438,27 @@ vlm_cuda_copy(vlm_backend_t *be, void *dst, const void *src, size_t size)
 /* ops */
 
 /*
+ * xbf16 known again to hold bf16(tag[0 .. tag_n)) after an op that did
+ * not write xbf16, unless the op wrote [y, y + y_n) over tag's floats,
+ * or failed
+ */
+static void
+vlm_cuda_retag(vlm_cuda_t *cu, const float *tag, size_t tag_n,
+    const float *y, size_t y_n)
+{
+    if (tag == NULL || cu->error != cudaSuccess
+        || (cu->capturing && cu->capture_error != cudaSuccess)
+        || (y != NULL && y < tag + tag_n && tag < y + y_n))
+    {
+        return;
+    }
+
+    cu->xtag = tag;
+    cu->xtag_n = tag_n;
+}
+
+
+/*
  * y[n, w.rows] = x[n, w.cols] W^T, x of W's type (bf16 or f32): row-major
  * y[n, rows] = x[n, cols] W^T is column-major y^T[rows, n] = W^T^T x^T:
  * A = W (cols x rows column-major, transposed), B = x^T (cols x n)
@@ -438,6 +481,89 @@ vlm_cuda_gemm(vlm_cuda_t *cu, float *y, const void *x, const vlm_weight_t *w,
                                          CUBLAS_COMPUTE_32F,
                                          CUBLAS_GEMM_DEFAULT),
                         "matmul");
+}
+
+
+/*
+ * vlm_cuda_gemm() and y[i, :] += bias in one cuBLASLt call, the bias in
+ * its epilogue: the separate add_bias pass over y saved.  The epilogue
+ * adds the bias in f32 to the f32 sum, as add_bias does after the GEMM
+ * (on the emulated device the same bits; on a GPU cuBLASLt may choose
+ * another algorithm than cublasGemmEx, the sums' order with it).  The
+ * layouts and the heuristic query are host work for the call (nothing
+ * on the device, so a graph capture takes it); the algorithm is the
+ * heuristic's first within the workspace carved at start-up.  0: no
+ * algorithm for this product, nothing issued (the caller adds the bias
+ * after a plain GEMM); 1: issued, or its failure recorded
+ */
+static int
+vlm_cuda_gemm_bias(vlm_cuda_t *cu, float *y, const void *x,
+    const vlm_weight_t *w, const float *bias, int n)
+{
+    int                              found, n_algo;
+    float                            one, zero;
+    cudaDataType_t                   type;
+    cublasStatus_t                   st;
+    cublasLtMatrixLayout_t           la, lb, ld;
+    cublasLtMatmulHeuristicResult_t  algo;
+
+    one = 1.0f;
+    zero = 0.0f;
+    type = w->dtype == VLM_DTYPE_F32 ? CUDA_R_32F : CUDA_R_16BF;
+    la = NULL;
+    lb = NULL;
+    ld = NULL;
+
+    st = cublasLtMatmulDescSetAttribute(cu->lt_desc,
+                                        CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                        &bias, sizeof(bias));
+
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        st = cublasLtMatrixLayoutCreate(&la, type, w->cols, w->rows,
+                                        w->cols);
+    }
+
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        st = cublasLtMatrixLayoutCreate(&lb, type, w->cols, n, w->cols);
+    }
+
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        st = cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, w->rows, n,
+                                        w->rows);
+    }
+
+    found = 0;
+    n_algo = 0;
+
+    if (st == CUBLAS_STATUS_SUCCESS
+        && cublasLtMatmulAlgoGetHeuristic(cu->lt, cu->lt_desc, la, lb, ld,
+                                          ld, cu->lt_pref, 1, &algo, &n_algo)
+           == CUBLAS_STATUS_SUCCESS)
+    {
+        found = n_algo == 1 && algo.workspaceSize <= VLM_CUDA_LT_WS;
+    }
+
+    if (st == CUBLAS_STATUS_SUCCESS && found) {
+        st = cublasLtMatmul(cu->lt, cu->lt_desc, &one, w->data, la, x, lb,
+                            &zero, y, ld, y, ld, &algo.algo, cu->lt_ws,
+                            VLM_CUDA_LT_WS, cu->stream);
+    }
+
+    if (la != NULL) {
+        cublasLtMatrixLayoutDestroy(la);
+    }
+
+    if (lb != NULL) {
+        cublasLtMatrixLayoutDestroy(lb);
+    }
+
+    if (ld != NULL) {
+        cublasLtMatrixLayoutDestroy(ld);
+    }
+
+    vlm_cuda_check_blas(cu, st, "matmul bias");
+
+    return st != CUBLAS_STATUS_SUCCESS || found;
 }
 
 
@@ -507,8 +633,10 @@ static void
 vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
     const vlm_weight_t *w, const float *bias, int n)
 {
-    int             r0, nr, chunk, f32;
+    int             r0, nr, chunk, f32, epilogue, rounded, made;
+    size_t          tag_n;
     const void     *in;
+    const float    *tag;
     vlm_cuda_t     *cu = (vlm_cuda_t *) be;
 
     if (n <= 0) {
@@ -520,6 +648,13 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
                        "matmul: not a bf16 or f32 weight");
         return;
     }
+
+    /* x's bf16 copy, made by the norm that wrote x (one chunk, then) */
+    tag = cu->xtag;
+    tag_n = cu->xtag_n;
+    made = tag != NULL && x == tag && (size_t) n * w->cols <= tag_n;
+    rounded = 0;
+    cu->xtag = NULL;            /* known again below where it still holds */
 
     /*
      * a float32 weight (a float32 checkpoint's): float32 GEMMs with the
@@ -533,11 +668,13 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
         vlm_cuda_check(cu, vlm_cuda_gemv(cu->stream, y, x, w->data, bias, n,
                                          w->rows, w->cols),
                        "matmul");
+        vlm_cuda_retag(cu, tag, tag_n, y, (size_t) n * w->rows);
         return;
     }
 
     chunk = f32 ? n
                 : (int) vlm_min((size_t) n, VLM_CUDA_XBF16 / (size_t) w->cols);
+    epilogue = bias != NULL && cu->fuse;
 
     if (chunk < 1) {
         vlm_cuda_check(cu, cudaErrorInvalidValue, "matmul: too many columns");
@@ -548,20 +685,66 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
         nr = vlm_min(chunk, n - r0);
         in = x + (size_t) r0 * w->cols;
 
-        if (!f32) {
+        if (!f32 && made) {
+            /* the norm's copy: no rounding pass (nr is n, one chunk) */
+            in = cu->xbf16;
+
+        } else if (!f32) {
             vlm_cuda_check(cu, vlm_cuda_to_bf16(cu->stream, cu->xbf16, in,
                                                 (size_t) nr * w->cols),
                            "matmul");
             in = cu->xbf16;
+            rounded = 1;
+        }
+
+        if (epilogue
+            && vlm_cuda_gemm_bias(cu, y + (size_t) r0 * w->rows, in, w,
+                                  bias, nr))
+        {
+            continue;
         }
 
         vlm_cuda_gemm(cu, y + (size_t) r0 * w->rows, in, w, nr);
+
+        if (epilogue) {
+            /* cuBLASLt has no algorithm for it: the kernel after */
+            vlm_cuda_check(cu, vlm_cuda_add_bias(cu->stream,
+                                                 y + (size_t) r0 * w->rows,
+                                                 bias, nr, w->rows),
+                           "matmul bias");
+        }
     }
 
-    if (bias != NULL) {
+    if (bias != NULL && !epilogue) {
         vlm_cuda_check(cu, vlm_cuda_add_bias(cu->stream, y, bias, n, w->rows),
                        "matmul bias");
     }
+
+    if (!rounded) {
+        vlm_cuda_retag(cu, tag, tag_n, y, (size_t) n * w->rows);
+    }
+}
+
+
+/*
+ * whether the next matmul is a bf16 GEMM is not known to the norm; it
+ * writes the bf16 copy when it may be: a bf16 weight is bound (a
+ * float32 checkpoint's GEMMs never read it), more rows than decode's
+ * gemv takes (which reads x as it is) and no more than the scratch
+ * holds.  The copy costs 2 bytes an element written; every matmul that
+ * reads x after it saves a pass that reads 4 and writes 2 (three for
+ * q, k and v apart).  VLM_CUDA_FUSE=off: never
+ */
+static uint16_t *
+vlm_cuda_norm_bf16(vlm_cuda_t *cu, int n, int dim)
+{
+    if (!cu->fuse || !cu->bf16_weights || n <= VLM_CUDA_GEMV_MAX_N
+        || (size_t) n * dim > VLM_CUDA_XBF16)
+    {
+        return NULL;
+    }
+
+    return cu->xbf16;
 }
 
 
@@ -569,10 +752,18 @@ static void
 vlm_cuda_rms_norm_op(vlm_backend_t *be, float *y, const float *x,
     const float *g, int n, int dim, float eps)
 {
+    uint16_t    *ybf;
     vlm_cuda_t  *cu = (vlm_cuda_t *) be;
 
-    vlm_cuda_check(cu, vlm_cuda_rms_norm(cu->stream, y, x, g, n, dim, eps),
+    ybf = vlm_cuda_norm_bf16(cu, n, dim);
+
+    vlm_cuda_check(cu, vlm_cuda_rms_norm(cu->stream, y, ybf, x, g, n, dim,
+                                         eps),
                    "rms_norm");
+
+    if (ybf != NULL) {
+        vlm_cuda_retag(cu, y, (size_t) n * dim, NULL, 0);
+    }
 }
 
 
@@ -580,11 +771,18 @@ static void
 vlm_cuda_add_rms_norm_op(vlm_backend_t *be, float *y, float *x,
     const float *r, const float *g, int n, int dim, float eps)
 {
+    uint16_t    *ybf;
     vlm_cuda_t  *cu = (vlm_cuda_t *) be;
 
-    vlm_cuda_check(cu, vlm_cuda_add_rms_norm(cu->stream, y, x, r, g, n, dim,
-                                             eps),
+    ybf = vlm_cuda_norm_bf16(cu, n, dim);
+
+    vlm_cuda_check(cu, vlm_cuda_add_rms_norm(cu->stream, y, ybf, x, r, g, n,
+                                             dim, eps),
                    "add_rms_norm");
+
+    if (ybf != NULL) {
+        vlm_cuda_retag(cu, y, (size_t) n * dim, NULL, 0);
+    }
 }
 
 
@@ -1249,6 +1447,18 @@ vlm_cuda_free(vlm_backend_t *be)
         cublasDestroy(cu->cublas);
     }
 
+    if (cu->lt_pref != NULL) {
+        cublasLtMatmulPreferenceDestroy(cu->lt_pref);
+    }
+
+    if (cu->lt_desc != NULL) {
+        cublasLtMatmulDescDestroy(cu->lt_desc);
+    }
+
+    if (cu->lt != NULL) {
+        cublasLtDestroy(cu->lt);
+    }
+
     for (i = 0; i < VLM_CUDA_STAGE_CHUNKS; i++) {
         if (cu->stage_ev[i] != NULL) {
             cudaEventDestroy(cu->stage_ev[i]);
@@ -1647,7 +1857,8 @@ vlm_cuda_mem_info(vlm_backend_t *be, vlm_backend_mem_t *mem)
 {
     cudaError_t  e;
 
-    mem->workspace = VLM_CUDA_CUBLAS_WS + VLM_CUDA_XBF16 * sizeof(uint16_t)
+    mem->workspace = VLM_CUDA_CUBLAS_WS + VLM_CUDA_LT_WS
+                     + VLM_CUDA_XBF16 * sizeof(uint16_t)
                      + VLM_CUDA_ATTN_WS * sizeof(float)
                      + VLM_CUDA_SAMPLE_BYTES;
 
@@ -1783,6 +1994,63 @@ vlm_backend_cuda_memory(int device, size_t *free_b, size_t *total_b,
 }
 
 
+/*
+ * cuBLASLt's handle, the one matmul descriptor of the biased GEMMs (f32
+ * compute and scale, A transposed, the BIAS epilogue of an f32 bias;
+ * each call sets its bias pointer) and the heuristic's preference: no
+ * more workspace than VLM_CUDA_LT_WS
+ */
+static cublasStatus_t
+vlm_cuda_lt_init(vlm_cuda_t *cu)
+{
+    int32_t         op, epilogue;
+    uint64_t        ws;
+    cublasStatus_t  st;
+
+    st = cublasLtCreate(&cu->lt);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        cu->lt = NULL;
+        return st;
+    }
+
+    st = cublasLtMatmulDescCreate(&cu->lt_desc, CUBLAS_COMPUTE_32F,
+                                  CUDA_R_32F);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        cu->lt_desc = NULL;
+        return st;
+    }
+
+    op = CUBLAS_OP_T;
+    epilogue = CUBLASLT_EPILOGUE_BIAS;
+
+    st = cublasLtMatmulDescSetAttribute(cu->lt_desc,
+                                        CUBLASLT_MATMUL_DESC_TRANSA, &op,
+                                        sizeof(op));
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        return st;
+    }
+
+    st = cublasLtMatmulDescSetAttribute(cu->lt_desc,
+                                        CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                        &epilogue, sizeof(epilogue));
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        return st;
+    }
+
+    st = cublasLtMatmulPreferenceCreate(&cu->lt_pref);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        cu->lt_pref = NULL;
+        return st;
+    }
+
+    ws = VLM_CUDA_LT_WS;
+
+    return cublasLtMatmulPreferenceSetAttribute(cu->lt_pref,
+                                CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                &ws, sizeof(ws));
+}
+
+
 vlm_status_t
 vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     vlm_error_t *err)
@@ -1846,10 +2114,26 @@ vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     cu->attn_wmma = prop.major >= 8
                     && (env == NULL || strcmp(env, "scalar") != 0);
 
+    /*
+     * VLM_CUDA_FUSE=off: the matmuls' bias added by a kernel after the
+     * GEMM instead of in cuBLASLt's epilogue, and no bf16 copy of the
+     * RMSNorms' output (before/after figures)
+     */
+    env = getenv("VLM_CUDA_FUSE");
+    if (env != NULL && strcmp(env, "on") != 0 && strcmp(env, "off") != 0) {
+        vlm_cuda_free(&cu->be);
+        return vlm_error_set(err, VLM_ERR_INVALID, "cuda backend: "
+                             "VLM_CUDA_FUSE is \"%s\", not \"on\" or "
+                             "\"off\"", env);
+    }
+
+    cu->fuse = env == NULL || strcmp(env, "on") == 0;
+
     cu->pool_size = conf->device_bytes != 0 ? conf->device_bytes
                                             : free_b / 10 * 9;
     cu->pool_size = vlm_align_up(cu->pool_size, VLM_CUDA_ALIGN);
-    fixed = VLM_CUDA_CUBLAS_WS + VLM_CUDA_XBF16 * sizeof(uint16_t)
+    fixed = VLM_CUDA_CUBLAS_WS + VLM_CUDA_LT_WS
+            + VLM_CUDA_XBF16 * sizeof(uint16_t)
             + VLM_CUDA_ATTN_WS * sizeof(float) + VLM_CUDA_SAMPLE_BYTES;
 
     if (cu->pool_size < fixed + VLM_CUDA_MIN_POOL) {
@@ -1908,9 +2192,16 @@ vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
 
     cu->cublas_ok = 1;
 
-    /* the workspace and the scratch are the pool's first pieces */
+    if (vlm_cuda_lt_init(cu) != CUBLAS_STATUS_SUCCESS) {
+        vlm_cuda_free(&cu->be);
+        return vlm_error_set(err, VLM_ERR_INTERNAL,
+                             "cuda backend: cuBLASLt set-up failed");
+    }
+
+    /* the workspaces and the scratch are the pool's first pieces */
     cu->cublas_ws = vlm_cuda_carve(cu, VLM_CUDA_CUBLAS_WS,
                                    VLM_DEVPOOL_BUFFER);
+    cu->lt_ws = vlm_cuda_carve(cu, VLM_CUDA_LT_WS, VLM_DEVPOOL_BUFFER);
     cu->xbf16 = vlm_cuda_carve(cu, VLM_CUDA_XBF16 * sizeof(uint16_t),
                                VLM_DEVPOOL_BUFFER);
     cu->attn_ws = vlm_cuda_carve(cu, VLM_CUDA_ATTN_WS * sizeof(float),
@@ -1938,7 +2229,8 @@ vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
                              "cuda backend: no memory for the sampler");
     }
 
-    if (cu->cublas_ws == NULL || cu->xbf16 == NULL || cu->attn_ws == NULL
+    if (cu->cublas_ws == NULL || cu->lt_ws == NULL || cu->xbf16 == NULL
+        || cu->attn_ws == NULL
         || cublasSetStream(cu->cublas, cu->stream) != CUBLAS_STATUS_SUCCESS
         || cublasSetWorkspace(cu->cublas, cu->cublas_ws, VLM_CUDA_CUBLAS_WS)
            != CUBLAS_STATUS_SUCCESS)

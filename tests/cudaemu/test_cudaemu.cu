@@ -25,6 +25,7 @@ extern "C" {
 #include <cmocka.h>
 }
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -779,6 +780,194 @@ test_gemm(void **state)
 }
 
 
+/*
+ * cublasLtMatmul with the BIAS epilogue, as the CUDA backend calls it (A
+ * = W stored k x m, TRANSA T, B k x n, D m x n, bf16 x bf16 into f32):
+ * the bits of cublasGemmEx and then the bias added to each column, and
+ * what is not emulated refused with cuBLAS's status
+ */
+static void
+test_gemm_lt_bias(void **state)
+{
+    enum { M = 6, N = 4, K = 9, LDD = 7 };
+    int                     i, j, n_algo;
+    int32_t                 op, epi, type;
+    size_t                  ws_size;
+    uint64_t                max_ws;
+    float                   d[LDD * N], ref[LDD * N], bias[M], one, zero;
+    float                  *dd, *dref, *dbias, *hbias;
+    void                   *ws;
+    __nv_bfloat16           a[K * M], b[K * N], *da, *db;
+    cudaStream_t            s;
+    cublasHandle_t          h;
+    cublasLtHandle_t        lt;
+    cublasLtMatmulDesc_t    desc;
+    cublasLtMatrixLayout_t  la, lb, ld, lh;
+    cublasLtMatmulAlgo_t    bogus;
+    cublasLtMatmulPreference_t       pref;
+    cublasLtMatmulHeuristicResult_t  algo;
+
+    for (i = 0; i < K * M; i++) {
+        a[i] = __float2bfloat16_rn((float) (i % 13) * 0.37f - 2.0f);
+    }
+    for (i = 0; i < K * N; i++) {
+        b[i] = __float2bfloat16_rn((float) (i % 5) * 0.61f - 1.3f);
+    }
+    for (i = 0; i < M; i++) {
+        bias[i] = 0.1f * (float) i - 0.33f;
+    }
+
+    da = (__nv_bfloat16 *) dev_alloc(sizeof(a));
+    db = (__nv_bfloat16 *) dev_alloc(sizeof(b));
+    dd = (float *) dev_alloc(sizeof(d));
+    dref = (float *) dev_alloc(sizeof(ref));
+    dbias = (float *) dev_alloc(sizeof(bias));
+    ws_size = 4096;
+    ws = dev_alloc(ws_size);
+    cudaMemcpy(da, a, sizeof(a), cudaMemcpyHostToDevice);
+    cudaMemcpy(db, b, sizeof(b), cudaMemcpyHostToDevice);
+    cudaMemcpy(dbias, bias, sizeof(bias), cudaMemcpyHostToDevice);
+    memset(d, 0, sizeof(d));
+    cudaMemcpy(dd, d, sizeof(d), cudaMemcpyHostToDevice);
+    cudaMemcpy(dref, d, sizeof(d), cudaMemcpyHostToDevice);
+    assert_int_equal(cudaStreamCreate(&s), cudaSuccess);
+
+    one = 1.0f;
+    zero = 0.0f;
+
+    /* the reference: cublasGemmEx, the bias added on the host */
+    assert_int_equal(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &one,
+                                  da, CUDA_R_16BF, K, db, CUDA_R_16BF, K,
+                                  &zero, dref, CUDA_R_32F, LDD,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     CUBLAS_STATUS_SUCCESS);
+    cudaMemcpy(ref, dref, sizeof(ref), cudaMemcpyDeviceToHost);
+    for (j = 0; j < N; j++) {
+        for (i = 0; i < M; i++) {
+            ref[j * LDD + i] += bias[i];
+        }
+    }
+
+    assert_int_equal(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F,
+                                              CUDA_R_32F),
+                     CUBLAS_STATUS_SUCCESS);
+    op = CUBLAS_OP_T;
+    epi = CUBLASLT_EPILOGUE_BIAS;
+    assert_int_equal(cublasLtMatmulDescSetAttribute(desc,
+                         CUBLASLT_MATMUL_DESC_TRANSA, &op, sizeof(op)),
+                     CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasLtMatmulDescSetAttribute(desc,
+                         CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
+                     CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasLtMatmulDescSetAttribute(desc,
+                         CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dbias,
+                         sizeof(dbias)),
+                     CUBLAS_STATUS_SUCCESS);
+    /* a 64-bit value for a 32-bit attribute */
+    assert_int_equal(cublasLtMatmulDescSetAttribute(desc,
+                         CUBLASLT_MATMUL_DESC_EPILOGUE, &ws_size,
+                         sizeof(ws_size)),
+                     CUBLAS_STATUS_INVALID_VALUE);
+
+    cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, K, M, K);
+    cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, K, N, K);
+    cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, M, N, LDD);
+
+    /* the algorithm of the heuristic query, within the workspace */
+    max_ws = ws_size;
+    assert_int_equal(cublasLtMatmulPreferenceCreate(&pref),
+                     CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasLtMatmulPreferenceSetAttribute(pref,
+                         CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
+                         sizeof(max_ws)),
+                     CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld,
+                                                    pref, 1, &algo, &n_algo),
+                     CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(n_algo, 1);
+    assert_true(algo.workspaceSize <= ws_size);
+
+    assert_int_equal(cublasLtMatmul(lt, desc, &one, da, la, db, lb, &zero,
+                                    dd, ld, dd, ld, &algo.algo, ws, ws_size,
+                                    s),
+                     CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cudaStreamSynchronize(s), cudaSuccess);
+    cudaMemcpy(d, dd, sizeof(d), cudaMemcpyDeviceToHost);
+    assert_memory_equal(d, ref, sizeof(d));
+    assert_true(d[LDD + 1] != 0.0f);
+
+    /* refused: an algorithm of no query's, a host bias, a host
+     * workspace, disagreeing layouts */
+    memset(&bogus, 0xab, sizeof(bogus));
+    assert_int_equal(cublasLtMatmul(lt, desc, &one, da, la, db, lb, &zero,
+                                    dd, ld, dd, ld, &bogus, ws, ws_size, s),
+                     CUBLAS_STATUS_INVALID_VALUE);
+    hbias = bias;
+    assert_int_equal(cublasLtMatmulDescSetAttribute(desc,
+                         CUBLASLT_MATMUL_DESC_BIAS_POINTER, &hbias,
+                         sizeof(hbias)),
+                     CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasLtMatmul(lt, desc, &one, da, la, db, lb, &zero,
+                                    dd, ld, dd, ld, NULL, ws, ws_size, s),
+                     CUBLAS_STATUS_INVALID_VALUE);
+    assert_int_equal(cublasLtMatmulDescSetAttribute(desc,
+                         CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dbias,
+                         sizeof(dbias)),
+                     CUBLAS_STATUS_SUCCESS);
+    assert_int_equal(cublasLtMatmul(lt, desc, &one, da, la, db, lb, &zero,
+                                    dd, ld, dd, ld, NULL, bias, sizeof(bias),
+                                    s),
+                     CUBLAS_STATUS_INVALID_VALUE);
+    assert_int_equal(cublasLtMatmul(lt, desc, &one, da, lb, db, lb, &zero,
+                                    dd, ld, dd, ld, NULL, ws, ws_size, s),
+                     CUBLAS_STATUS_INVALID_VALUE);
+
+    /* not emulated: an f16 A, a GELU epilogue, a bf16 bias */
+    cublasLtMatrixLayoutCreate(&lh, CUDA_R_16F, K, M, K);
+    assert_int_equal(cublasLtMatmul(lt, desc, &one, da, lh, db, lb, &zero,
+                                    dd, ld, dd, ld, NULL, ws, ws_size, s),
+                     CUBLAS_STATUS_NOT_SUPPORTED);
+    epi = CUBLASLT_EPILOGUE_GELU_BIAS;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                   sizeof(epi));
+    assert_int_equal(cublasLtMatmul(lt, desc, &one, da, la, db, lb, &zero,
+                                    dd, ld, dd, ld, NULL, ws, ws_size, s),
+                     CUBLAS_STATUS_NOT_SUPPORTED);
+    assert_int_equal(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld,
+                                                    pref, 1, &algo, &n_algo),
+                     CUBLAS_STATUS_NOT_SUPPORTED);
+    assert_int_equal(n_algo, 0);
+    epi = CUBLASLT_EPILOGUE_BIAS;
+    type = CUDA_R_16BF;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                   sizeof(epi));
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                   &type, sizeof(type));
+    assert_int_equal(cublasLtMatmul(lt, desc, &one, da, la, db, lb, &zero,
+                                    dd, ld, dd, ld, NULL, ws, ws_size, s),
+                     CUBLAS_STATUS_NOT_SUPPORTED);
+    assert_int_equal(cudaGetLastError(), cudaSuccess);
+
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatrixLayoutDestroy(lh);
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtDestroy(lt);
+    cublasDestroy(h);
+    cudaStreamDestroy(s);
+    cudaFree(da);
+    cudaFree(db);
+    cudaFree(dd);
+    cudaFree(dref);
+    cudaFree(dbias);
+    cudaFree(ws);
+}
+
+
 /* what a capture recorded runs at each launch of its graph, not before */
 static void
 test_graph_replay(void **state)
@@ -1125,6 +1314,7 @@ main(void)
         cmocka_unit_test(test_copy_kinds),
         cmocka_unit_test(test_host_access),
         cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_gemm_lt_bias),
         cmocka_unit_test(test_stream_order),
         cmocka_unit_test(test_fault),
         cmocka_unit_test(test_ipc),
