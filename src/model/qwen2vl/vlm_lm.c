@@ -573,6 +573,7 @@ vlm_lm_attn_setup(vlm_model_t *m, const vlm_batch_t *b,
     dt = m->lm.layers[0].wqkv.rows != 0 ? m->lm.layers[0].wqkv.dtype
                                          : m->lm.layers[0].wq.dtype;
     pa->bf16 = dt == VLM_DTYPE_BF16 || dt == VLM_DTYPE_F16;
+    pa->kv_scale = NULL;
 
     for (s = 0; s < b->n_segs; s++) {
         sg = &b->segs[s];
@@ -623,7 +624,7 @@ vlm_lm_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l)
     v_cache = vlm_model_layer_v(m, l);
 
     if (op->kv_store_seqs != NULL) {
-        op->kv_store_seqs(be, k_cache, v_cache, m->kv.dtype,
+        op->kv_store_seqs(be, k_cache, v_cache, m->kv.dtype, NULL,
                           m->kv.block_size, KV, KV, m->kv_seqs, b->n_segs);
         return;
     }
@@ -660,7 +661,8 @@ vlm_lm_rope_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l,
     if (op->rope_kv_store != NULL) {
         op->rope_kv_store(be, ws->q, T, nh * hd, nh, cos, sin,
                           vlm_model_layer_k(m, l), vlm_model_layer_v(m, l),
-                          m->kv.dtype, m->kv.block_size, nkv, hd, nkv * hd,
+                          m->kv.dtype, NULL, m->kv.block_size, nkv, hd,
+                          nkv * hd,
                           m->kv_seqs, b->n_segs);
         return;
     }
