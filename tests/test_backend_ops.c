@@ -47,6 +47,7 @@
 #include "backend/vlm_backend.h"
 #include "core/vlm.h"
 #include "core/vlm_npy.h"
+#include "model/vlm_model.h"
 #include "vlm_test.h"
 
 
@@ -2961,6 +2962,88 @@ test_model_kv_fp8(void **state)
 }
 
 
+/*
+ * A checkpoint with an fp8 cache's calibrated scales (tools/
+ * fixtures_kv_scales.py: the bf16 fixture's weights, k_scale / v_scale a
+ * scalar in layer 0, one a KV head after): on the device as the
+ * checkpoint has them (a scalar for every head), the logits against the
+ * CPU's bf16 cache within 3e-2 relative L2 as without scales; an f32 or
+ * bf16 cache takes none; a scale of another shape refused at load,
+ * naming the tensor
+ */
+static void
+test_model_kv_fp8_scales(void **state)
+{
+    int                     l, c, h, nkv;
+    char                    name[96], path[256];
+    float                   got[16];
+    const float            *want;
+    vlm_error_t             err;
+    vlm_model_t            *mc, *mg;
+    vlm_model_params_t      p;
+    const vlm_st_tensor_t  *t;
+
+    require_gpu();
+
+    mc = load_model_kv("qwen2vl-bf16", "cpu", 0, "bf16");
+    mg = load_model_kv("qwen2vl-bf16-kvscale", "cuda", 0, "fp8");
+
+    assert_true(mg->kv_scaled);
+    nkv = mg->tp.n_kv_heads;
+    assert_true(nkv <= 16);
+
+    for (l = 0; l < mg->cfg.text.n_layers; l++) {
+        for (c = 0; c < 2; c++) {
+            snprintf(name, sizeof(name), "model.layers.%d.self_attn.%s", l,
+                     c ? "v_scale" : "k_scale");
+            t = vlm_model_tensor(mg, name);
+            assert_non_null(t);
+            assert_int_equal(t->dtype, VLM_DTYPE_F32);
+            assert_true(l == 0 ? t->n_dims == 0 : t->n_dims == 1);
+            want = t->data;
+
+            assert_int_equal(mg->be->ops->download(mg->be, got,
+                                 c ? mg->kv_scale[l].v : mg->kv_scale[l].k,
+                                 (size_t) nkv * sizeof(float)), VLM_OK);
+
+            for (h = 0; h < nkv; h++) {
+                if (got[h] != want[t->n_elements == 1 ? 0 : h]) {
+                    fail_msg("%s: KV head %d's scale on the device %g, "
+                             "the checkpoint's %g", name, h,
+                             (double) got[h],
+                             (double) want[t->n_elements == 1 ? 0 : h]);
+                }
+            }
+        }
+    }
+
+    parity_tol = 3e-2;
+    parity_case(mc, mg, "qwen2vl-bf16", "text", 0);
+    parity_case(mc, mg, "qwen2vl-bf16", "image1", 1);
+    parity_tol = 0;
+
+    vlm_test_assert_idle(mg);
+    vlm_model_free(mg);
+
+    /* a 16-bit cache keeps the values themselves: no scales */
+    mg = load_model_kv("qwen2vl-bf16-kvscale", "cuda", 0, "bf16");
+    assert_false(mg->kv_scaled);
+    vlm_model_free(mg);
+    vlm_model_free(mc);
+
+    /* k_scale [n_kv_heads, 2]: refused, naming it */
+    vlm_test_fixture_params(&p);
+    p.kv_dtype = "fp8";
+    p.backend = "cuda";
+    p.device_bytes = (size_t) 256 << 20;
+    snprintf(path, sizeof(path), FIX "/qwen2vl-bf16-kvscale-bad");
+    assert_int_not_equal(vlm_model_load(&mg, path, &p, &err), VLM_OK);
+    if (strstr(err.msg, "model.layers.1.self_attn.k_scale") == NULL) {
+        fail_msg("a bad k_scale refused as \"%s\"", err.msg);
+    }
+}
+
+
 static void
 test_model_qwen2vl_f32(void **state)
 {
@@ -3671,6 +3754,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_model_image_cache),
         cmocka_unit_test(test_model_kv_bf16),
         cmocka_unit_test(test_model_kv_fp8),
+        cmocka_unit_test(test_model_kv_fp8_scales),
         cmocka_unit_test(test_model_fused),
         cmocka_unit_test(test_model_graphs),
 #ifdef VLM_CUDAEMU
