@@ -1,7 +1,8 @@
 """An fp8 KV cache's calibrated scales for the tiny Qwen2-VL fixture.
 
 Writes tests/fixtures/models/qwen2vl-bf16-kvscale/: the weights of
-tests/fixtures/models/qwen2vl-bf16 (its shard, a symbolic link: no copy)
+tests/fixtures/models/qwen2vl-bf16 (its shard and its ref/ prompts,
+symbolic links: no copy)
 and a second shard with the per-layer scales that llm-compressor's
 kv_cache_scheme (compressed-tensors, vLLM's reading) saves beside an FP8
 checkpoint's weights: model.layers.N.self_attn.k_scale and v_scale, the
@@ -77,6 +78,7 @@ def write(name, scales, src):
         shutil.copy(os.path.join(src, f), d)
     os.symlink(os.path.join("..", SRC, "model.safetensors"),
                os.path.join(d, "model-00001-of-00002.safetensors"))
+    os.symlink(os.path.join("..", SRC, "ref"), os.path.join(d, "ref"))
     save_file(scales, os.path.join(d, "model-00002-of-00002.safetensors"),
               metadata={"format": "pt"})
     from safetensors import safe_open
