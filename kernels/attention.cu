@@ -20,9 +20,10 @@
  * Decode with few blocks (a small batch) splits each block's keys over
  * grid.z (flash-decoding): every split writes its running max, sum and
  * unnormalized output to a workspace, and a second kernel merges them.
- * The paged cache's elements are float32, bfloat16 or half
- * (VLM_CUDA_KV_*), widened as a tile is staged.  Straightforward rather
- * than fast otherwise: no tensor cores yet.
+ * The paged cache's elements are float32, bfloat16, half or float8
+ * (VLM_CUDA_KV_*), widened as a tile is staged; an fp8 cache's per-head
+ * scales folded into the head's score scale and its output.
+ * Straightforward rather than fast otherwise: no tensor cores yet.
  */
 
 #include "vlm_cuda_util.cuh"
@@ -41,9 +42,10 @@
  * the block takes part z of the keys and writes to part (acc[hd], max,
  * sum; NULL for an idle warp) instead of op.  scale holds the key
  * scale, vscale the value scale, applied to the output row (an fp8
- * cache's per-head scales: no multiply per cached element).  Shared memory: q[WARPS][hd]
- * (scaled), K[bk][ks], V[bk][hd], and each warp's weights of a tile's
- * keys, P[WARPS][32], which its lanes read for the sum over V.
+ * cache's per-head scales: no multiply per cached element).  Shared
+ * memory: q[WARPS][hd] (scaled), K[bk][ks], V[bk][hd], and each warp's
+ * weights of a tile's keys, P[WARPS][32], which its lanes read for the
+ * sum over V.
  */
 static __device__ void
 vlm_attn_block(const vlm_attn_keys_t *kv, const float *qp, float *op,
