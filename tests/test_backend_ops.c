@@ -2968,8 +2968,8 @@ test_model_kv_fp8(void **state)
  * scalar in layer 0, one a KV head after): on the device as the
  * checkpoint has them (a scalar for every head), the logits against the
  * CPU's bf16 cache within 3e-2 relative L2 as without scales; an f32 or
- * bf16 cache takes none; a scale of another shape refused at load,
- * naming the tensor
+ * bf16 cache takes none; a scale of another shape refused at load and
+ * by the check (nginx -t's), naming the tensor
  */
 static void
 test_model_kv_fp8_scales(void **state)
@@ -3040,6 +3040,17 @@ test_model_kv_fp8_scales(void **state)
     assert_int_not_equal(vlm_model_load(&mg, path, &p, &err), VLM_OK);
     if (strstr(err.msg, "model.layers.1.self_attn.k_scale") == NULL) {
         fail_msg("a bad k_scale refused as \"%s\"", err.msg);
+    }
+
+    /* and by the check without a backend (nginx -t's) */
+    assert_int_not_equal(vlm_model_check(path, &p, &err), VLM_OK);
+    if (strstr(err.msg, "model.layers.1.self_attn.k_scale") == NULL) {
+        fail_msg("a bad k_scale checked as \"%s\"", err.msg);
+    }
+
+    snprintf(path, sizeof(path), FIX "/qwen2vl-bf16-kvscale");
+    if (vlm_model_check(path, &p, &err) != VLM_OK) {
+        fail_msg("the kvscale fixture checked as \"%s\"", err.msg);
     }
 }
 
