@@ -20,9 +20,10 @@
  * Decode with few blocks (a small batch) splits each block's keys over
  * grid.z (flash-decoding): every split writes its running max, sum and
  * unnormalized output to a workspace, and a second kernel merges them.
- * The paged cache's elements are float32, bfloat16 or half
- * (VLM_CUDA_KV_*), widened as a tile is staged.  Straightforward rather
- * than fast otherwise: no tensor cores yet.
+ * The paged cache's elements are float32, bfloat16, half or float8
+ * (VLM_CUDA_KV_*), widened as a tile is staged; an fp8 cache's per-head
+ * scales folded into the head's score scale and its output.
+ * Straightforward rather than fast otherwise: no tensor cores yet.
  */
 
 #include "vlm_cuda_util.cuh"
@@ -39,13 +40,16 @@
  * The body: warp w has query qp[w] (NULL: idle), output op[w] and keys
  * [lo[w], hi[w]); every thread of the block calls it.  With split > 1,
  * the block takes part z of the keys and writes to part (acc[hd], max,
- * sum; NULL for an idle warp) instead of op.  Shared memory: q[WARPS][hd]
- * (scaled), K[bk][ks], V[bk][hd], and each warp's weights of a tile's
- * keys, P[WARPS][32], which its lanes read for the sum over V.
+ * sum; NULL for an idle warp) instead of op.  scale holds the key
+ * scale, vscale the value scale, applied to the output row (an fp8
+ * cache's per-head scales: no multiply per cached element).  Shared
+ * memory: q[WARPS][hd] (scaled), K[bk][ks], V[bk][hd], and each warp's
+ * weights of a tile's keys, P[WARPS][32], which its lanes read for the
+ * sum over V.
  */
 static __device__ void
 vlm_attn_block(const vlm_attn_keys_t *kv, const float *qp, float *op,
-    int lo, int hi, int hd, float scale, int bk, float *smem,
+    int lo, int hi, int hd, float scale, float vscale, int bk, float *smem,
     int *lims, int z, int split, float *part)
 {
     int     lane, warp, ks, t0, nk, e, j, d, c, jj, ulo, uhi, key, len;
@@ -167,7 +171,7 @@ vlm_attn_block(const vlm_attn_keys_t *kv, const float *qp, float *op,
         for (c = 0; c < VLM_ATTN_ACC; c++) {
             d = c * VLM_WARP + lane;
             if (d < hd) {
-                part[d] = acc[c];
+                part[d] = acc[c] * vscale;
             }
         }
 
@@ -187,7 +191,7 @@ vlm_attn_block(const vlm_attn_keys_t *kv, const float *qp, float *op,
     for (c = 0; c < VLM_ATTN_ACC; c++) {
         d = c * VLM_WARP + lane;
         if (d < hd) {
-            op[d] = l > 0.0f ? acc[c] / l : 0.0f;
+            op[d] = l > 0.0f ? acc[c] / l * vscale : 0.0f;
         }
     }
 }
@@ -203,8 +207,9 @@ vlm_attn_block(const vlm_attn_keys_t *kv, const float *qp, float *op,
  */
 static __global__ void
 vlm_attn_paged_kernel(const void *k_cache, const void *v_cache,
-    int kv_type, int block_size, int n_heads, int n_kv_heads, int hd,
-    float scale, int bk, vlm_attn_seqs_t seqs, float *ws)
+    int kv_type, vlm_cuda_kv_scale_t sc, int block_size, int n_heads,
+    int n_kv_heads, int hd, float scale, int bk, vlm_attn_seqs_t seqs,
+    float *ws)
 {
     VLM_DYNAMIC_SHARED(float, smem);
     __shared__ int           lims[2 * VLM_ATTN_WARPS];
@@ -258,7 +263,9 @@ vlm_attn_paged_kernel(const void *k_cache, const void *v_cache,
         hi = sq->kv_range[2 * i + 1];
     }
 
-    vlm_attn_block(&kv, qp, op, lo, hi, hd, scale, bk, smem, lims,
+    vlm_attn_block(&kv, qp, op, lo, hi, hd,
+                   scale * vlm_kv_scale_of(sc.k, kvh),
+                   vlm_kv_scale_of(sc.v, kvh), bk, smem, lims,
                    (int) blockIdx.z, (int) gridDim.z, part);
 }
 
@@ -391,8 +398,8 @@ vlm_attn_varlen_kernel(float *out, const float *q, const float *k,
         kv.block_table = NULL;
         kv.block_size = 1;
 
-        vlm_attn_block(&kv, qp, op, lo, hi, hd, scale, bk, smem, lims, 0, 1,
-                       NULL);
+        vlm_attn_block(&kv, qp, op, lo, hi, hd, scale, 1.0f, bk, smem, lims,
+                       0, 1, NULL);
 
         __syncthreads();        /* lims and q are rewritten next turn */
     }
@@ -416,7 +423,8 @@ vlm_attn_smem(int hd, int bk)
 
 extern "C" cudaError_t
 vlm_cuda_attention_paged(cudaStream_t s, const void *k_cache,
-    const void *v_cache, int kv_type, int block_size, int n_heads,
+    const void *v_cache, int kv_type, vlm_cuda_kv_scale_t sc,
+    int block_size, int n_heads,
     int n_kv_heads, int head_dim, float scale,
     const vlm_cuda_attn_seq_t *seqs, int n_seqs, float *ws,
     size_t ws_floats, int n_sms)
@@ -450,8 +458,8 @@ vlm_cuda_attention_paged(cudaStream_t s, const void *k_cache,
                 (unsigned) split);
 
     VLM_LAUNCH(vlm_attn_paged_kernel, grid, VLM_ATTN_THREADS,
-        vlm_attn_smem(head_dim, bk), s, k_cache, v_cache, kv_type, block_size,
-        n_heads, n_kv_heads, head_dim, scale, bk, p, ws);
+        vlm_attn_smem(head_dim, bk), s, k_cache, v_cache, kv_type, sc,
+        block_size, n_heads, n_kv_heads, head_dim, scale, bk, p, ws);
 
     e = vlm_cuda_launched();
     if (e != cudaSuccess || split == 1) {

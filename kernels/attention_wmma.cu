@@ -184,7 +184,7 @@ vlm_wmma_softmax(const float *S, __nv_bfloat16 *P, float *corr, int bk,
  */
 static __device__ void
 vlm_wmma_block(const vlm_attn_keys_t *kv, const float *qr, float *orow,
-    int lo, int hi, int hd, float scale, char *smem)
+    int lo, int hi, int hd, float scale, float vscale, char *smem)
 {
 #ifdef VLM_WMMA_ARCH
     int              lane, warp, half, r, nd, dc, nc, kc, n, t, c, e, j, d;
@@ -352,9 +352,8 @@ vlm_wmma_block(const vlm_attn_keys_t *kv, const float *qr, float *orow,
         for (t = 0; t < VLM_WMMA_LANE; t++) {
             e = lane + t * VLM_WARP;
             if (orows[e / 16] != NULL) {
-                orows[e / 16][n * 16 + e % 16] = L[e / 16] > 0.0f
-                                                 ? o[n][t] / L[e / 16]
-                                                 : 0.0f;
+                orows[e / 16][n * 16 + e % 16] =
+                    L[e / 16] > 0.0f ? o[n][t] / L[e / 16] * vscale : 0.0f;
             }
         }
     }
@@ -389,11 +388,11 @@ vlm_wmma_smem(int hd)
  */
 static __global__ void
 vlm_attn_paged_wmma_kernel(const void *k_cache, const void *v_cache,
-    int kv_type, int block_size, int n_heads, int n_kv_heads, int hd,
-    float scale, vlm_attn_seqs_t seqs)
+    int kv_type, vlm_cuda_kv_scale_t sc, int block_size, int n_heads,
+    int n_kv_heads, int hd, float scale, vlm_attn_seqs_t seqs)
 {
     VLM_DYNAMIC_SHARED(char, smem);
-    int                         s, i, h, lo, hi;
+    int                         s, i, h, kvh, lo, hi;
     float                      *op;
     const float                *qp;
     vlm_attn_keys_t             kv;
@@ -421,15 +420,19 @@ vlm_attn_paged_wmma_kernel(const void *k_cache, const void *v_cache,
         }
     }
 
+    kvh = h / (n_heads / n_kv_heads);
+
     kv.k = k_cache;
     kv.v = v_cache;
-    kv.off = (size_t) (h / (n_heads / n_kv_heads)) * hd;
+    kv.off = (size_t) kvh * hd;
     kv.type = kv_type;
     kv.stride = n_kv_heads * hd;
     kv.block_table = sq->block_table;
     kv.block_size = block_size;
 
-    vlm_wmma_block(&kv, qp, op, lo, hi, hd, scale, smem);
+    vlm_wmma_block(&kv, qp, op, lo, hi, hd,
+                   scale * vlm_kv_scale_of(sc.k, kvh),
+                   vlm_kv_scale_of(sc.v, kvh), smem);
 }
 
 
@@ -481,7 +484,7 @@ vlm_attn_varlen_wmma_kernel(float *out, const float *q, const float *k,
         kv.block_table = NULL;
         kv.block_size = 1;
 
-        vlm_wmma_block(&kv, qp, op, lo, hi, hd, scale, smem);
+        vlm_wmma_block(&kv, qp, op, lo, hi, hd, scale, 1.0f, smem);
 
         __syncthreads();        /* lims and the rows are rewritten next */
     }
@@ -527,15 +530,15 @@ vlm_kv_get_bf16(const void *p, int type, size_t i)
 
 static __global__ void
 vlm_attn_decode_wmma_kernel(const void *k_cache, const void *v_cache,
-    int kv_type, int block_size, int n_heads, int n_kv_heads, int hd,
-    float scale, vlm_attn_seqs_t seqs, float *ws)
+    int kv_type, vlm_cuda_kv_scale_t sc, int block_size, int n_heads,
+    int n_kv_heads, int hd, float scale, vlm_attn_seqs_t seqs, float *ws)
 {
 #ifdef VLM_WMMA_ARCH
     VLM_DYNAMIC_SHARED(char, smem);
     int                         s, i, lane, warp, r, half, nd, dc, n, t;
     int                         e, j, d, key, group, per_kv, kvh, h0, rows;
     int                         lo, hi, len, klo, khi, t0, w, split;
-    float                       m, l, f, big, lt;
+    float                       m, l, f, big, lt, vscale;
     float                       o[VLM_WMMA_DC][VLM_WMMA_LANE];
     float                      *S, *T, *C, *Mw, *Lw, *Fw, *O, *part;
     char                       *base;
@@ -585,6 +588,10 @@ vlm_attn_decode_wmma_kernel(const void *k_cache, const void *v_cache,
     kv.stride = n_kv_heads * hd;
     kv.block_table = sq->block_table;
     kv.block_size = block_size;
+
+    /* the head's key scale in the score scale, its value scale on O */
+    scale *= vlm_kv_scale_of(sc.k, kvh);
+    vscale = vlm_kv_scale_of(sc.v, kvh);
 
     lo = 0;
     hi = vlm_attn_kv_start(sq) + i + 1;
@@ -744,13 +751,13 @@ vlm_attn_decode_wmma_kernel(const void *k_cache, const void *v_cache,
 
         if (split == 1) {
             sq->out[(size_t) i * n_heads * hd + (size_t) (h0 + j) * hd + d] =
-                Lw[j] > 0.0f ? O[e] / Lw[j] : 0.0f;
+                Lw[j] > 0.0f ? O[e] / Lw[j] * vscale : 0.0f;
             continue;
         }
 
         part = ws + (((size_t) blockIdx.x * n_heads + h0 + j) * split
                      + blockIdx.z) * (hd + 2);
-        part[d] = O[e];
+        part[d] = O[e] * vscale;
 
         if (d == 0) {
             part[hd] = Mw[j];
@@ -779,7 +786,8 @@ vlm_cuda_attention_wmma_fits(int head_dim)
 
 extern "C" cudaError_t
 vlm_cuda_attention_paged_wmma(cudaStream_t s, const void *k_cache,
-    const void *v_cache, int kv_type, int block_size, int n_heads,
+    const void *v_cache, int kv_type, vlm_cuda_kv_scale_t sc,
+    int block_size, int n_heads,
     int n_kv_heads, int head_dim, float scale,
     const vlm_cuda_attn_seq_t *seqs, int n_seqs)
 {
@@ -812,8 +820,8 @@ vlm_cuda_attention_paged_wmma(cudaStream_t s, const void *k_cache,
 
     VLM_LAUNCH(vlm_attn_paged_wmma_kernel,
         dim3((unsigned) tiles, (unsigned) n_heads), VLM_WMMA_THREADS,
-        vlm_wmma_smem(head_dim), s, k_cache, v_cache, kv_type, block_size,
-        n_heads, n_kv_heads, head_dim, scale, p);
+        vlm_wmma_smem(head_dim), s, k_cache, v_cache, kv_type, sc,
+        block_size, n_heads, n_kv_heads, head_dim, scale, p);
 
     return vlm_cuda_launched();
 }
@@ -821,7 +829,8 @@ vlm_cuda_attention_paged_wmma(cudaStream_t s, const void *k_cache,
 
 extern "C" cudaError_t
 vlm_cuda_attention_decode_wmma(cudaStream_t s, const void *k_cache,
-    const void *v_cache, int kv_type, int block_size, int n_heads,
+    const void *v_cache, int kv_type, vlm_cuda_kv_scale_t sc,
+    int block_size, int n_heads,
     int n_kv_heads, int head_dim, float scale,
     const vlm_cuda_attn_seq_t *seqs, int n_seqs, float *ws,
     size_t ws_floats, int n_sms)
@@ -854,8 +863,8 @@ vlm_cuda_attention_decode_wmma(cudaStream_t s, const void *k_cache,
                 (unsigned) split);
 
     VLM_LAUNCH(vlm_attn_decode_wmma_kernel, grid, VLM_DEC_THREADS,
-        vlm_dec_smem(head_dim), s, k_cache, v_cache, kv_type, block_size,
-        n_heads, n_kv_heads, head_dim, scale, p, ws);
+        vlm_dec_smem(head_dim), s, k_cache, v_cache, kv_type, sc,
+        block_size, n_heads, n_kv_heads, head_dim, scale, p, ws);
 
     e = vlm_cuda_launched();
     if (e != cudaSuccess || split == 1) {

@@ -78,16 +78,38 @@ vlm_gather_rows_kernel(float *y, const float *x, const int32_t *idx,
 
 
 /*
+ * one cache row at off: k, v[kv_dim] divided by their KV head's scale
+ * (none where sc has none: the same stores as before scales) and
+ * narrowed to kv_type; the block's threads stride over kv_dim
+ */
+static __device__ __forceinline__ void
+vlm_kv_store_row(void *k_cache, void *v_cache, int kv_type,
+    vlm_cuda_kv_scale_t sc, int head_dim, size_t off, int kv_dim,
+    const float *k, const float *v)
+{
+    int  d;
+
+    for (d = threadIdx.x; d < kv_dim; d += blockDim.x) {
+        vlm_kv_put(k_cache, kv_type, off + d,
+                   sc.k != NULL ? k[d] / sc.k[d / head_dim] : k[d]);
+        vlm_kv_put(v_cache, kv_type, off + d,
+                   sc.v != NULL ? v[d] / sc.v[d / head_dim] : v[d]);
+    }
+}
+
+
+/*
  * k_cache, v_cache[n_blocks, block_size, kv_dim]: rows start.. start+n-1
  * of the block table get k, v[n, kv_stride] (first kv_dim of each row)
  * grid: n blocks (one row each); block: 256 threads striding over kv_dim
  */
 static __global__ void
 vlm_kv_store_kernel(void *k_cache, void *v_cache, int kv_type,
-    const int32_t *block_table, int block_size, int kv_dim, int start,
-    const float *k, const float *v, int kv_stride)
+    vlm_cuda_kv_scale_t sc, int head_dim, const int32_t *block_table,
+    int block_size, int kv_dim, int start, const float *k, const float *v,
+    int kv_stride)
 {
-    int     d, j;
+    int     j;
     size_t  off, src;
 
     j = start + (int) blockIdx.x;
@@ -95,10 +117,8 @@ vlm_kv_store_kernel(void *k_cache, void *v_cache, int kv_type,
            + j % block_size) * kv_dim;
     src = (size_t) blockIdx.x * kv_stride;
 
-    for (d = threadIdx.x; d < kv_dim; d += blockDim.x) {
-        vlm_kv_put(k_cache, kv_type, off + d, k[src + d]);
-        vlm_kv_put(v_cache, kv_type, off + d, v[src + d]);
-    }
+    vlm_kv_store_row(k_cache, v_cache, kv_type, sc, head_dim, off, kv_dim,
+                     k + src, v + src);
 }
 
 
@@ -108,9 +128,10 @@ vlm_kv_store_kernel(void *k_cache, void *v_cache, int kv_type,
  */
 static __global__ void
 vlm_kv_store_seqs_kernel(void *k_cache, void *v_cache, int kv_type,
-    int block_size, int kv_dim, int kv_stride, vlm_kv_seqs_t p)
+    vlm_cuda_kv_scale_t sc, int head_dim, int block_size, int kv_dim,
+    int kv_stride, vlm_kv_seqs_t p)
 {
-    int                       s, i, d, j;
+    int                       s, i, j;
     size_t                    off, src;
     const vlm_cuda_kv_seq_t  *sq;
 
@@ -122,10 +143,8 @@ vlm_kv_store_seqs_kernel(void *k_cache, void *v_cache, int kv_type,
            + j % block_size) * kv_dim;
     src = (size_t) i * kv_stride;
 
-    for (d = threadIdx.x; d < kv_dim; d += blockDim.x) {
-        vlm_kv_put(k_cache, kv_type, off + d, sq->k[src + d]);
-        vlm_kv_put(v_cache, kv_type, off + d, sq->v[src + d]);
-    }
+    vlm_kv_store_row(k_cache, v_cache, kv_type, sc, head_dim, off, kv_dim,
+                     sq->k + src, sq->v + src);
 }
 
 
@@ -175,11 +194,13 @@ vlm_cuda_gather_rows(cudaStream_t s, float *y, const float *x,
 
 extern "C" cudaError_t
 vlm_cuda_kv_store(cudaStream_t s, void *k_cache, void *v_cache,
-    int kv_type, const int32_t *block_table, int block_size, int kv_dim,
-    int start, const float *k, const float *v, int kv_stride, int n)
+    int kv_type, vlm_cuda_kv_scale_t sc, int head_dim,
+    const int32_t *block_table, int block_size, int kv_dim, int start,
+    const float *k, const float *v, int kv_stride, int n)
 {
     if (n < 0 || block_size <= 0 || kv_dim <= 0 || start < 0
-        || kv_type < VLM_CUDA_KV_F32 || kv_type > VLM_CUDA_KV_LAST)
+        || kv_type < VLM_CUDA_KV_F32 || kv_type > VLM_CUDA_KV_LAST
+        || head_dim <= 0 || kv_dim % head_dim != 0)
     {
         return cudaErrorInvalidValue;
     }
@@ -189,8 +210,8 @@ vlm_cuda_kv_store(cudaStream_t s, void *k_cache, void *v_cache,
     }
 
     VLM_LAUNCH(vlm_kv_store_kernel, n, VLM_ROW_THREADS, 0, s, k_cache,
-        v_cache, kv_type, block_table, block_size, kv_dim, start, k, v,
-        kv_stride);
+        v_cache, kv_type, sc, head_dim, block_table, block_size, kv_dim,
+        start, k, v, kv_stride);
 
     return vlm_cuda_launched();
 }
@@ -198,14 +219,15 @@ vlm_cuda_kv_store(cudaStream_t s, void *k_cache, void *v_cache,
 
 extern "C" cudaError_t
 vlm_cuda_kv_store_seqs(cudaStream_t s, void *k_cache, void *v_cache,
-    int kv_type, int block_size, int kv_dim, int kv_stride,
-    const vlm_cuda_kv_seq_t *seqs, int n_seqs)
+    int kv_type, vlm_cuda_kv_scale_t sc, int head_dim, int block_size,
+    int kv_dim, int kv_stride, const vlm_cuda_kv_seq_t *seqs, int n_seqs)
 {
     int            rows;
     vlm_kv_seqs_t  p;
 
     if (block_size <= 0 || kv_dim <= 0 || kv_type < VLM_CUDA_KV_F32
-        || kv_type > VLM_CUDA_KV_LAST)
+        || kv_type > VLM_CUDA_KV_LAST || head_dim <= 0
+        || kv_dim % head_dim != 0)
     {
         return cudaErrorInvalidValue;
     }
@@ -220,7 +242,8 @@ vlm_cuda_kv_store_seqs(cudaStream_t s, void *k_cache, void *v_cache,
     }
 
     VLM_LAUNCH(vlm_kv_store_seqs_kernel, rows, VLM_ROW_THREADS, 0, s,
-        k_cache, v_cache, kv_type, block_size, kv_dim, kv_stride, p);
+        k_cache, v_cache, kv_type, sc, head_dim, block_size, kv_dim,
+        kv_stride, p);
 
     return vlm_cuda_launched();
 }

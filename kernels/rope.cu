@@ -107,11 +107,11 @@ vlm_rope_kernel(float *x, int n, int stride, int n_heads, int head_dim,
 static __global__ void
 vlm_rope_kv_store_kernel(float *q, int n, int q_stride, int n_heads,
     const float *cos_in, const float *sin_in, void *k_cache, void *v_cache,
-    int kv_type, int block_size, int n_kv_heads, int head_dim,
-    int kv_stride, vlm_kv_seqs_t p)
+    int kv_type, vlm_cuda_kv_scale_t sc, int block_size, int n_kv_heads,
+    int head_dim, int kv_stride, vlm_kv_seqs_t p)
 {
     int                       e, s, r, j, h, i, half, kv_dim;
-    float                     y1, y2, *x;
+    float                     y1, y2, ks, *x;
     size_t                    off;
     const float              *c, *sn, *k, *v;
     const vlm_cuda_kv_seq_t  *sq;
@@ -153,12 +153,20 @@ vlm_rope_kv_store_kernel(float *q, int n, int q_stride, int n_heads,
         i = e % half;
         vlm_rope_pair(k[h * head_dim + i], k[h * head_dim + i + half],
                       c[i], sn[i], &y1, &y2);
+
+        if (sc.k != NULL) {
+            ks = sc.k[h];
+            y1 /= ks;
+            y2 /= ks;
+        }
+
         vlm_kv_put(k_cache, kv_type, off + h * head_dim + i, y1);
         vlm_kv_put(k_cache, kv_type, off + h * head_dim + i + half, y2);
     }
 
     for (e = threadIdx.x; e < kv_dim; e += blockDim.x) {
-        vlm_kv_put(v_cache, kv_type, off + e, v[e]);
+        vlm_kv_put(v_cache, kv_type, off + e,
+                   sc.v != NULL ? v[e] / sc.v[e / head_dim] : v[e]);
     }
 }
 
@@ -213,8 +221,9 @@ vlm_cuda_rope(cudaStream_t s, float *x, int n, int stride, int n_heads,
 extern "C" cudaError_t
 vlm_cuda_rope_kv_store(cudaStream_t s, float *q, int n, int q_stride,
     int n_heads, const float *cos_in, const float *sin_in, void *k_cache,
-    void *v_cache, int kv_type, int block_size, int n_kv_heads,
-    int head_dim, int kv_stride, const vlm_cuda_kv_seq_t *seqs, int n_seqs)
+    void *v_cache, int kv_type, vlm_cuda_kv_scale_t sc, int block_size,
+    int n_kv_heads, int head_dim, int kv_stride,
+    const vlm_cuda_kv_seq_t *seqs, int n_seqs)
 {
     int            i, rows;
     vlm_kv_seqs_t  p;
@@ -243,7 +252,7 @@ vlm_cuda_rope_kv_store(cudaStream_t s, float *q, int n, int q_stride,
 
     VLM_LAUNCH(vlm_rope_kv_store_kernel, n + rows, VLM_ROPE_THREADS, 0, s,
         q, n, q_stride, n_heads, cos_in, sin_in, k_cache, v_cache, kv_type,
-        block_size, n_kv_heads, head_dim, kv_stride, p);
+        sc, block_size, n_kv_heads, head_dim, kv_stride, p);
 
     return vlm_cuda_launched();
 }

@@ -117,6 +117,14 @@ vlm_kv_put(void *p, int type, size_t i, float v)
 }
 
 
+/* KV head h's scale of sc (vlm_cuda_kv_scale_t's k or v; NULL: 1) */
+static __device__ __forceinline__ float
+vlm_kv_scale_of(const float *sc, int h)
+{
+    return sc != NULL ? sc[h] : 1.0f;
+}
+
+
 /*
  * the keys of one K/V head for the attention kernels: key j at
  * k + row(j) * stride + off (v the same), elements of type

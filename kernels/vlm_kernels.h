@@ -33,13 +33,25 @@ extern "C" {
  * the element types of the paged KV cache: float32, or bfloat16 / half
  * (stored rounded to nearest even, read widened; attention accumulates
  * in float32 either way), or float8 e4m3fn (rounded to nearest even,
- * saturated at +-448, a scale of 1)
+ * saturated at +-448, after the division by its head's scale)
  */
 #define VLM_CUDA_KV_F32   0
 #define VLM_CUDA_KV_BF16  1
 #define VLM_CUDA_KV_F16   2
 #define VLM_CUDA_KV_FP8   3
 #define VLM_CUDA_KV_LAST  VLM_CUDA_KV_FP8
+
+/*
+ * the per-(layer, KV head) scales of a cache (device memory,
+ * [n_kv_heads] each; NULL: 1): element d of a row is stored as x /
+ * scale[d / head_dim] (the narrowing saturates that), and attention
+ * folds the key scale into its score scale and the value scale into its
+ * output
+ */
+typedef struct {
+    const float  *k;
+    const float  *v;
+} vlm_cuda_kv_scale_t;
 
 
 /* norm.cu: ybf (NULL: none) gets y rounded to bf16 as well */
@@ -93,8 +105,9 @@ cudaError_t vlm_cuda_embed(cudaStream_t s, float *y, const void *table,
 cudaError_t vlm_cuda_gather_rows(cudaStream_t s, float *y, const float *x,
     const int32_t *idx, int n, int dim);
 cudaError_t vlm_cuda_kv_store(cudaStream_t s, void *k_cache, void *v_cache,
-    int kv_type, const int32_t *block_table, int block_size, int kv_dim,
-    int start, const float *k, const float *v, int kv_stride, int n);
+    int kv_type, vlm_cuda_kv_scale_t sc, int head_dim,
+    const int32_t *block_table, int block_size, int kv_dim, int start,
+    const float *k, const float *v, int kv_stride, int n);
 
 /* one sequence's rows for vlm_cuda_kv_store_seqs (device pointers) */
 typedef struct {
@@ -111,7 +124,8 @@ typedef struct {
 
 /* the rows of up to VLM_CUDA_ATTN_SEQS sequences in one launch */
 cudaError_t vlm_cuda_kv_store_seqs(cudaStream_t s, void *k_cache,
-    void *v_cache, int kv_type, int block_size, int kv_dim, int kv_stride,
+    void *v_cache, int kv_type, vlm_cuda_kv_scale_t sc, int head_dim,
+    int block_size, int kv_dim, int kv_stride,
     const vlm_cuda_kv_seq_t *seqs, int n_seqs);
 
 /*
@@ -122,8 +136,8 @@ cudaError_t vlm_cuda_kv_store_seqs(cudaStream_t s, void *k_cache,
  */
 cudaError_t vlm_cuda_rope_kv_store(cudaStream_t s, float *q, int n,
     int q_stride, int n_heads, const float *cos, const float *sin,
-    void *k_cache, void *v_cache, int kv_type, int block_size,
-    int n_kv_heads, int head_dim, int kv_stride,
+    void *k_cache, void *v_cache, int kv_type, vlm_cuda_kv_scale_t sc,
+    int block_size, int n_kv_heads, int head_dim, int kv_stride,
     const vlm_cuda_kv_seq_t *seqs, int n_seqs);
 
 /* argmax.cu */
@@ -153,7 +167,8 @@ typedef struct {
  * split, n_sms decides when they are
  */
 cudaError_t vlm_cuda_attention_paged(cudaStream_t s, const void *k_cache,
-    const void *v_cache, int kv_type, int block_size, int n_heads,
+    const void *v_cache, int kv_type, vlm_cuda_kv_scale_t sc,
+    int block_size, int n_heads,
     int n_kv_heads,
     int head_dim, float scale, const vlm_cuda_attn_seq_t *seqs, int n_seqs,
     float *ws, size_t ws_floats, int n_sms);
@@ -183,7 +198,8 @@ cudaError_t vlm_cuda_attention_varlen(cudaStream_t s, float *out,
 
 int vlm_cuda_attention_wmma_fits(int head_dim);
 cudaError_t vlm_cuda_attention_paged_wmma(cudaStream_t s,
-    const void *k_cache, const void *v_cache, int kv_type, int block_size,
+    const void *k_cache, const void *v_cache, int kv_type,
+    vlm_cuda_kv_scale_t sc, int block_size,
     int n_heads, int n_kv_heads, int head_dim, float scale,
     const vlm_cuda_attn_seq_t *seqs, int n_seqs);
 /*
@@ -192,7 +208,8 @@ cudaError_t vlm_cuda_attention_paged_wmma(cudaStream_t s,
  * tile, the keys split over the grid as vlm_cuda_attention_paged's
  */
 cudaError_t vlm_cuda_attention_decode_wmma(cudaStream_t s,
-    const void *k_cache, const void *v_cache, int kv_type, int block_size,
+    const void *k_cache, const void *v_cache, int kv_type,
+    vlm_cuda_kv_scale_t sc, int block_size,
     int n_heads, int n_kv_heads, int head_dim, float scale,
     const vlm_cuda_attn_seq_t *seqs, int n_seqs, float *ws,
     size_t ws_floats, int n_sms);

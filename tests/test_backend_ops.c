@@ -52,6 +52,7 @@
 #include "core/vlm.h"
 #include "core/vlm_npy.h"
 #include "engine/vlm_sampler.h"
+#include "model/vlm_model.h"
 #include "vlm_test.h"
 
 
@@ -1562,17 +1563,31 @@ check_attn(const char *what, const float *got, const float *ref, size_t n,
 }
 
 
-/* n random values as elements of dt (F32, BF16 or F16), malloc'ed */
+/* n random values as elements of dt (F32, BF16, F16, F8_E4M3), malloc'ed */
 static void *
 rand_kv(vlm_dtype_t dt, size_t n)
 {
     size_t     i;
     float     *f;
+    uint8_t   *b;
     uint16_t  *h;
 
     f = vlm_test_rand_vec(&rng_state, n);
     if (dt == VLM_DTYPE_F32) {
         return f;
+    }
+
+    if (dt == VLM_DTYPE_F8_E4M3) {
+        b = malloc(n);
+        assert_non_null(b);
+
+        for (i = 0; i < n; i++) {
+            b[i] = vlm_f32_to_f8e4m3(f[i]);
+        }
+
+        free(f);
+
+        return b;
     }
 
     h = malloc(n * sizeof(uint16_t));
@@ -1615,18 +1630,45 @@ shuffled_blocks(int n)
 
 
 /*
+ * an fp8 cache's scales of n_kv_heads heads, the keys' then the values',
+ * spread from about 0.001 to 1 (e^-7 to e^0: x in [-1, 1) over the
+ * smallest is past e4m3's 448, saturated; over the largest well
+ * inside it), malloc'ed
+ */
+static float *
+rand_kv_scales(int n_kv_heads)
+{
+    int     i;
+    float  *s;
+
+    s = vlm_test_rand_vec(&rng_state, (size_t) 2 * n_kv_heads);
+
+    for (i = 0; i < 2 * n_kv_heads; i++) {
+        s[i] = expf(-3.5f + 3.5f * s[i]);
+    }
+
+    return s;
+}
+
+
+/*
  * rope_kv_store against rope() of q and of k then kv_store_seqs() on the
  * device: the same bits in q and in both caches (elements dt), k left as
  * it was; cos, sin of M-RoPE's three sections, as runs or interleaved
  * (Qwen3-VL); n_seqs sequences of decode rows and odd prefill runs at
- * block boundaries, over the blocks of a shuffled cache
+ * block boundaries, over the blocks of a shuffled cache; with an fp8
+ * cache's per-head scales kvs ([2 n_kv_heads], keys' then values'; NULL:
+ * none) given to both
  */
 static void
-check_rope_kv_store(vlm_dtype_t dt, int n_seqs, int n_heads,
-    int n_kv_heads, int head_dim, int block_size, int interleaved)
+check_rope_kv_store(vlm_dtype_t dt, const float *kvs, int n_seqs,
+    int n_heads, int n_kv_heads, int head_dim, int block_size,
+    int interleaved)
 {
     int            s, i, half, kv_dim, Q, KV, T, nb, n_blocks;
     char           what[96];
+    float         *dsc;
+    vlm_kv_scale_t sc;
     void          *kc, *vc, *dkr, *dvr, *dkf, *dvf, *hr, *hf;
     float         *inv, *q, *k, *v, *qr, *qf, *dinv, *dc, *ds;
     float         *dqr, *dqf, *dk, *dv;
@@ -1702,6 +1744,14 @@ check_rope_kv_store(vlm_dtype_t dt, int n_seqs, int n_heads,
 
     gpu->ops->rope_table(gpu, dc, ds, dpos, T, 3, dinv, comp, half);
 
+    dsc = NULL;
+    if (kvs != NULL) {
+        dsc = dev(kvs, (size_t) 2 * n_kv_heads * sizeof(float));
+        sc.k = dsc;
+        sc.v = dsc + n_kv_heads;
+        sc.head_dim = head_dim;
+    }
+
     for (s = 0; s < n_seqs; s++) {
         ks[s].block_table = dbt + (size_t) s * nb;
         ks[s].start = s == 0 ? 63 : (s * 37 + block_size - 1) % 64;
@@ -1715,17 +1765,18 @@ check_rope_kv_store(vlm_dtype_t dt, int n_seqs, int n_heads,
     /* the fused op first, k as it was for the ops apart after it */
     assert_non_null(gpu->ops->rope_kv_store);
     gpu->ops->rope_kv_store(gpu, dqf, T, Q, n_heads, dc, ds, dkf, dvf, dt,
-                            block_size, n_kv_heads, head_dim, KV, ks,
-                            n_seqs);
+                            kvs != NULL ? &sc : NULL, block_size,
+                            n_kv_heads, head_dim, KV, ks, n_seqs);
 
     gpu->ops->rope(gpu, dqr, T, Q, n_heads, head_dim, dc, ds);
     gpu->ops->rope(gpu, dk, T, KV, n_kv_heads, head_dim, dc, ds);
-    gpu->ops->kv_store_seqs(gpu, dkr, dvr, dt, block_size, kv_dim, KV, ks,
-                            n_seqs);
+    gpu->ops->kv_store_seqs(gpu, dkr, dvr, dt, kvs != NULL ? &sc : NULL,
+                            block_size, kv_dim, KV, ks, n_seqs);
 
-    snprintf(what, sizeof(what), "rope_kv_store %s seqs=%d heads=%d/%d "
-             "hd=%d%s", vlm_dtype_name(dt), n_seqs, n_heads, n_kv_heads,
-             head_dim, interleaved ? " interleaved" : "");
+    snprintf(what, sizeof(what), "rope_kv_store %s%s seqs=%d heads=%d/%d "
+             "hd=%d%s", vlm_dtype_name(dt), kvs != NULL ? " scaled" : "",
+             n_seqs, n_heads, n_kv_heads, head_dim,
+             interleaved ? " interleaved" : "");
     print_message("%s: %d rows\n", what, T);
 
     get(qr, dqr, (size_t) T * Q * sizeof(float));
@@ -1751,6 +1802,10 @@ check_rope_kv_store(vlm_dtype_t dt, int n_seqs, int n_heads,
     get(hf, dkf, csz);
     if (memcmp(hf, kc, csz) == 0) {
         fail_msg("%s: nothing stored", what);
+    }
+
+    if (dsc != NULL) {
+        gpu->ops->release(gpu, dsc);
     }
 
     gpu->ops->release(gpu, dkr);
@@ -1782,40 +1837,63 @@ check_rope_kv_store(vlm_dtype_t dt, int n_seqs, int n_heads,
 
 
 /*
- * RoPE fused into the KV store: f32, bf16 and f16 caches, M-RoPE's
- * sections as runs and interleaved, GQA (and MHA), odd head counts,
- * several sequences and more than one launch's 32
+ * RoPE fused into the KV store: f32, bf16, f16 and fp8 caches (the last
+ * with per-head scales), M-RoPE's sections as runs and interleaved, GQA
+ * (and MHA), odd head counts, several sequences and more than one
+ * launch's 32
  */
 static void
 test_rope_kv_store(void **state)
 {
+    float  *kvs;
+
     require_gpu();
 
-    check_rope_kv_store(VLM_DTYPE_F32, 1, 4, 2, 16, 16, 0);
-    check_rope_kv_store(VLM_DTYPE_F32, 5, 6, 2, 32, 16, 1);
-    check_rope_kv_store(VLM_DTYPE_BF16, 7, 8, 8, 64, 16, 0);
-    check_rope_kv_store(VLM_DTYPE_BF16, 3, 7, 1, 128, 32, 1);
-    check_rope_kv_store(VLM_DTYPE_F16, 9, 12, 3, 24, 16, 0);
-    check_rope_kv_store(VLM_DTYPE_F16, 2, 3, 3, 8, 8, 1);
-    check_rope_kv_store(VLM_DTYPE_BF16, 37, 4, 2, 32, 16, 1);
+    kvs = rand_kv_scales(3);
+    check_rope_kv_store(VLM_DTYPE_F8_E4M3, kvs, 5, 6, 3, 32, 16, 1);
+    check_rope_kv_store(VLM_DTYPE_F8_E4M3, NULL, 2, 4, 2, 16, 8, 0);
+    free(kvs);
+
+    check_rope_kv_store(VLM_DTYPE_F32, NULL, 1, 4, 2, 16, 16, 0);
+    check_rope_kv_store(VLM_DTYPE_F32, NULL, 5, 6, 2, 32, 16, 1);
+    check_rope_kv_store(VLM_DTYPE_BF16, NULL, 7, 8, 8, 64, 16, 0);
+    check_rope_kv_store(VLM_DTYPE_BF16, NULL, 3, 7, 1, 128, 32, 1);
+    check_rope_kv_store(VLM_DTYPE_F16, NULL, 9, 12, 3, 24, 16, 0);
+    check_rope_kv_store(VLM_DTYPE_F16, NULL, 2, 3, 3, 8, 8, 1);
+    check_rope_kv_store(VLM_DTYPE_BF16, NULL, 37, 4, 2, 32, 16, 1);
 }
 
 
-/* x through float8 e4m3fn and back, n values in place */
+
+/*
+ * element i of rows of kv_dim, in KV head (i % kv_dim) / head_dim, with
+ * that head's scale of sc (NULL: 1)
+ */
+static float
+kv_head_scale(const float *sc, size_t i, int head_dim, int kv_dim)
+{
+    return sc != NULL ? sc[(i % (size_t) kv_dim) / (size_t) head_dim] : 1.0f;
+}
+
+
+/* x[n] in place as an fp8 cache with scales sc keeps it: fp8(x / s) * s */
 static void
-round_fp8(float *x, size_t n)
+round_fp8_sc(float *x, size_t n, const float *sc, int head_dim, int kv_dim)
 {
     size_t  i;
+    float   f;
 
     for (i = 0; i < n; i++) {
-        x[i] = vlm_f8e4m3_to_f32(vlm_f32_to_f8e4m3(x[i]));
+        f = kv_head_scale(sc, i, head_dim, kv_dim);
+        x[i] = vlm_f8e4m3_to_f32(vlm_f32_to_f8e4m3(x[i] / f)) * f;
     }
 }
 
 
-/* n floats as float8 e4m3fn, malloc'ed */
+/* x[n] as an fp8 cache with scales sc stores it, fp8(x / s), malloc'ed */
 static uint8_t *
-narrow_fp8(const float *x, size_t n)
+narrow_fp8_sc(const float *x, size_t n, const float *sc, int head_dim,
+    int kv_dim)
 {
     size_t    i;
     uint8_t  *b;
@@ -1824,10 +1902,19 @@ narrow_fp8(const float *x, size_t n)
     assert_non_null(b);
 
     for (i = 0; i < n; i++) {
-        b[i] = vlm_f32_to_f8e4m3(x[i]);
+        b[i] = vlm_f32_to_f8e4m3(x[i] / kv_head_scale(sc, i, head_dim,
+                                                      kv_dim));
     }
 
     return b;
+}
+
+
+/* n floats as float8 e4m3fn, malloc'ed */
+static uint8_t *
+narrow_fp8(const float *x, size_t n)
+{
+    return narrow_fp8_sc(x, n, NULL, 1, 1);
 }
 
 
@@ -1925,14 +2012,27 @@ test_kv_store_fp8(void **state)
  * cache, whose elements are dt.  The CPU keeps no float8 cache: against
  * an fp8 one it holds an f32 cache of the same values (its keys and
  * values rounded through e4m3 first), and the GPU's cache bytes are the
- * host's e4m3 of it, bit for bit.
+ * host's e4m3 of it, bit for bit.  With per-head scales kvs (fp8 only;
+ * [2 n_kv_heads]: the keys', then the values'; NULL: none) the CPU's
+ * cache holds fp8(x / s) * s and the GPU's bytes are the host's
+ * fp8(x / s).  A planted fault (PAGED_FAULT_*) must be caught: the
+ * attention's error or the cache's bytes then must differ.
  */
+#define PAGED_FAULT_NONE       0
+#define PAGED_FAULT_NO_SCALE   1    /* attention told no scales */
+#define PAGED_FAULT_WRONG_HEAD 2    /* attention given the next head's */
+#define PAGED_FAULT_STORE      3    /* the store told no scales */
+
 static void
-check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
-    int n_kv_heads, int head_dim, int block_size, int n_q_max, int kv_max)
+check_paged_sc(vlm_dtype_t dt, int bf16, const float *kvs, int fault,
+    int n_seqs, int n_heads, int n_kv_heads, int head_dim, int block_size,
+    int n_q_max, int kv_max)
 {
     int               s, i, n_blocks, kv_dim, D, rows, nb, used, j, fp8;
+    int               same;
     char              what[96];
+    float            *dsc, *wsc;
+    vlm_kv_scale_t    ksc, asc;
     void             *kc, *vc, *dkc, *dvc, *gkc, *gvc;
     float            *k, *v, *q, *dk, *dv, *dq, *kr, *vr;
     float            *out, *dout, *ref;
@@ -1959,11 +2059,54 @@ check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
     gkc = kc;
     gvc = vc;
 
+    assert_true(kvs == NULL || fp8);
+
     if (fp8) {
-        round_fp8(kc, n_el);
-        round_fp8(vc, n_el);
-        gkc = narrow_fp8(kc, n_el);
-        gvc = narrow_fp8(vc, n_el);
+        round_fp8_sc(kc, n_el, kvs, head_dim, kv_dim);
+        round_fp8_sc(vc, n_el, kvs != NULL ? kvs + n_kv_heads : NULL,
+                     head_dim, kv_dim);
+        gkc = narrow_fp8_sc(kc, n_el, kvs, head_dim, kv_dim);
+        gvc = narrow_fp8_sc(vc, n_el, kvs != NULL ? kvs + n_kv_heads : NULL,
+                            head_dim, kv_dim);
+    }
+
+    /* the scales on the device, and those of the next head (a fault) */
+    dsc = NULL;
+    wsc = NULL;
+    memset(&ksc, 0, sizeof(ksc));
+    ksc.head_dim = head_dim;
+    asc = ksc;
+
+    if (kvs != NULL) {
+        dsc = dev(kvs, (size_t) 2 * n_kv_heads * sizeof(float));
+        wsc = malloc((size_t) 2 * n_kv_heads * sizeof(float));
+        assert_non_null(wsc);
+
+        for (i = 0; i < 2 * n_kv_heads; i++) {
+            wsc[i] = kvs[i / n_kv_heads * n_kv_heads
+                        + (i % n_kv_heads + 1) % n_kv_heads];
+        }
+
+        ksc.k = dsc;
+        ksc.v = dsc + n_kv_heads;
+        asc = ksc;
+
+        if (fault == PAGED_FAULT_NO_SCALE) {
+            asc.k = NULL;
+            asc.v = NULL;
+
+        } else if (fault == PAGED_FAULT_WRONG_HEAD) {
+            float  *dw = dev(wsc, (size_t) 2 * n_kv_heads * sizeof(float));
+
+            free(wsc);
+            wsc = dw;
+            asc.k = dw;
+            asc.v = dw + n_kv_heads;
+
+        } else if (fault == PAGED_FAULT_STORE) {
+            ksc.k = NULL;
+            ksc.v = NULL;
+        }
     }
 
     dkc = dev(gkc, gsz);
@@ -2032,8 +2175,9 @@ check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
         assert_true(kr != NULL && vr != NULL);
         memcpy(kr, k, (size_t) rows * kv_dim * sizeof(float));
         memcpy(vr, v, (size_t) rows * kv_dim * sizeof(float));
-        round_fp8(kr, (size_t) rows * kv_dim);
-        round_fp8(vr, (size_t) rows * kv_dim);
+        round_fp8_sc(kr, (size_t) rows * kv_dim, kvs, head_dim, kv_dim);
+        round_fp8_sc(vr, (size_t) rows * kv_dim,
+                     kvs != NULL ? kvs + n_kv_heads : NULL, head_dim, kv_dim);
     }
 
     dq = dev(q, (size_t) rows * D * sizeof(float));
@@ -2066,8 +2210,13 @@ check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
         ks[s].k = dk + (size_t) used * kv_dim;
         ks[s].v = dv + (size_t) used * kv_dim;
 
-        /* a sequence at a time, or all at once (more than one launch's) */
-        if (gpu->ops->kv_store_seqs == NULL || n_seqs % 3 == 0) {
+        /*
+         * a sequence at a time, or all at once (more than one launch's);
+         * with scales all at once (kv_store() takes none)
+         */
+        if (gpu->ops->kv_store_seqs == NULL
+            || (n_seqs % 3 == 0 && kvs == NULL))
+        {
             gpu->ops->kv_store(gpu, dkc, dvc, dt, ks[s].block_table,
                                block_size, kv_dim, ks[s].start, ks[s].k,
                                ks[s].v, kv_dim, ks[s].n);
@@ -2076,9 +2225,12 @@ check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
         used += sc[s].n_q;
     }
 
-    if (gpu->ops->kv_store_seqs != NULL && n_seqs % 3 != 0) {
-        gpu->ops->kv_store_seqs(gpu, dkc, dvc, dt, block_size, kv_dim,
-                                kv_dim, ks, n_seqs);
+    if (gpu->ops->kv_store_seqs != NULL
+        && (n_seqs % 3 != 0 || kvs != NULL))
+    {
+        gpu->ops->kv_store_seqs(gpu, dkc, dvc, dt,
+                                kvs != NULL ? &ksc : NULL, block_size,
+                                kv_dim, kv_dim, ks, n_seqs);
     }
 
     pa.kv_dtype = cdt;
@@ -2089,6 +2241,7 @@ check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
     pa.scale = 1.0f / sqrtf((float) head_dim);
     pa.n_seqs = n_seqs;
     pa.bf16 = bf16 != 0;
+    pa.kv_scale = NULL;
 
     pa.k_cache = kc;
     pa.v_cache = vc;
@@ -2099,6 +2252,7 @@ check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
     pa.k_cache = dkc;
     pa.v_cache = dvc;
     pa.seqs = sg;
+    pa.kv_scale = kvs != NULL ? &asc : NULL;
     gpu->ops->attention_paged(gpu, &pa);
 
     get(out, dout, (size_t) rows * D * sizeof(float));
@@ -2112,15 +2266,28 @@ check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
         if (fp8) {
             free(gkc);
             free(gvc);
-            gkc = narrow_fp8(kc, n_el);
-            gvc = narrow_fp8(vc, n_el);
+            gkc = narrow_fp8_sc(kc, n_el, kvs, head_dim, kv_dim);
+            gvc = narrow_fp8_sc(vc, n_el,
+                                kvs != NULL ? kvs + n_kv_heads : NULL,
+                                head_dim, kv_dim);
         }
 
         get(h, dkc, gsz);
-        assert_memory_equal(h, gkc, gsz);
+        same = memcmp(h, gkc, gsz) == 0;
         get(h, dvc, gsz);
-        assert_memory_equal(h, gvc, gsz);
+        same = same && memcmp(h, gvc, gsz) == 0;
         free(h);
+
+        if (fault == PAGED_FAULT_STORE) {
+            if (same) {
+                fail_msg("paged fp8: a store without its scales not "
+                         "caught by the cache's bytes");
+            }
+
+        } else if (!same) {
+            fail_msg("paged %s: the device's cache bytes differ from the "
+                     "host's", vlm_dtype_name(dt));
+        }
 
         if (fp8) {
             free(gkc);
@@ -2130,10 +2297,34 @@ check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
         }
     }
 
-    snprintf(what, sizeof(what), "attention_paged %s%s seqs=%d heads=%d/%d "
-             "hd=%d bs=%d", vlm_dtype_name(dt), bf16 ? " bf16" : "", n_seqs,
+    snprintf(what, sizeof(what), "attention_paged %s%s%s seqs=%d "
+             "heads=%d/%d hd=%d bs=%d", vlm_dtype_name(dt),
+             bf16 ? " bf16" : "", kvs != NULL ? " scaled" : "", n_seqs,
              n_heads, n_kv_heads, head_dim, block_size);
-    check_attn(what, out, ref, (size_t) rows * D, bf16);
+
+    if (fault == PAGED_FAULT_NO_SCALE || fault == PAGED_FAULT_WRONG_HEAD) {
+        double  d = vlm_test_rel_l2(out, ref, (size_t) rows * D);
+
+        if (d <= (bf16 == 1 ? VLM_ATTN_BF16_TOL : VLM_ATTN_F32_TOL)) {
+            fail_msg("%s: a planted fault (%s) not caught: relative L2 %g",
+                     what, fault == PAGED_FAULT_NO_SCALE
+                           ? "no scales" : "the next head's", d);
+        }
+
+    } else if (fault == PAGED_FAULT_NONE) {
+        check_attn(what, out, ref, (size_t) rows * D, bf16);
+    }
+
+    if (dsc != NULL) {
+        gpu->ops->release(gpu, dsc);
+    }
+
+    if (fault == PAGED_FAULT_WRONG_HEAD) {
+        gpu->ops->release(gpu, wsc);
+
+    } else {
+        free(wsc);
+    }
 
     gpu->ops->release(gpu, dkc);
     gpu->ops->release(gpu, dvc);
@@ -2152,6 +2343,15 @@ check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
     free(v);
     free(ref);
     free(out);
+}
+
+
+static void
+check_paged_as(vlm_dtype_t dt, int bf16, int n_seqs, int n_heads,
+    int n_kv_heads, int head_dim, int block_size, int n_q_max, int kv_max)
+{
+    check_paged_sc(dt, bf16, NULL, PAGED_FAULT_NONE, n_seqs, n_heads,
+                   n_kv_heads, head_dim, block_size, n_q_max, kv_max);
 }
 
 
@@ -2406,6 +2606,56 @@ test_attention_wmma_decode(void **state)
     check_paged_as(VLM_DTYPE_F16, wm, 1, 4, 2, 80, 16, 1, 4100);
     check_paged_as(VLM_DTYPE_F8_E4M3, wm, 1, 28, 4, 128, 16, 1, 3000);
     check_paged_as(VLM_DTYPE_F8_E4M3, wm, 5, 7, 1, 64, 16, 2, 200);
+}
+
+
+/*
+ * An fp8 cache with random per-(KV head) scales, as a checkpoint's
+ * k_scale / v_scale give them: the store divides by the head's scale
+ * before narrowing (the device's bytes the host's fp8(x / s), bit for
+ * bit), the attention folds the scales back (against the CPU over an f32
+ * cache of fp8(x / s) * s) in the f32 kernels (split or not) and the
+ * tensor-core prefill and decode ones (split); and the planted faults
+ * caught: the attention told no scales or the next head's, the store
+ * told none
+ */
+static void
+test_attention_fp8_scales(void **state)
+{
+    int          wm;
+    float       *s2, *s4;
+    const char  *env;
+
+    require_gpu();
+
+    env = getenv("VLM_CUDA_ATTENTION");
+    wm = env != NULL && strcmp(env, "scalar") == 0 ? 2 : 1;
+
+    s2 = rand_kv_scales(2);
+    s4 = rand_kv_scales(4);
+
+    check_paged_sc(VLM_DTYPE_F8_E4M3, 0, s4, PAGED_FAULT_NONE, 3, 28, 4,
+                   128, 16, 6, 300);
+    check_paged_sc(VLM_DTYPE_F8_E4M3, 0, s2, PAGED_FAULT_NONE, 1, 8, 2,
+                   64, 16, 1, 2049);
+    check_paged_sc(VLM_DTYPE_F8_E4M3, wm, s2, PAGED_FAULT_NONE, 3, 8, 2,
+                   128, 16, 33, 60);
+    check_paged_sc(VLM_DTYPE_F8_E4M3, wm, s4, PAGED_FAULT_NONE, 1, 16, 4,
+                   64, 16, 1, 1500);
+
+    check_paged_sc(VLM_DTYPE_F8_E4M3, 0, s4, PAGED_FAULT_NO_SCALE, 2, 8, 4,
+                   64, 16, 3, 100);
+    check_paged_sc(VLM_DTYPE_F8_E4M3, 0, s4, PAGED_FAULT_WRONG_HEAD, 2, 8,
+                   4, 64, 16, 3, 100);
+    check_paged_sc(VLM_DTYPE_F8_E4M3, wm, s2, PAGED_FAULT_NO_SCALE, 2, 4,
+                   2, 64, 16, 20, 40);
+    check_paged_sc(VLM_DTYPE_F8_E4M3, wm, s2, PAGED_FAULT_WRONG_HEAD, 2, 4,
+                   2, 64, 16, 1, 40);
+    check_paged_sc(VLM_DTYPE_F8_E4M3, 0, s2, PAGED_FAULT_STORE, 2, 4, 2,
+                   64, 16, 3, 40);
+
+    free(s2);
+    free(s4);
 }
 
 
@@ -3300,12 +3550,13 @@ counted_matmul_gated(vlm_backend_t *be, float *y, const float *gu,
 static void
 counted_rope_kv_store(vlm_backend_t *be, float *q, int n, int q_stride,
     int n_heads, const float *cos, const float *sin, void *k_cache,
-    void *v_cache, vlm_dtype_t dtype, int block_size, int n_kv_heads,
-    int head_dim, int kv_stride, const vlm_kv_seq_t *seqs, int n_seqs)
+    void *v_cache, vlm_dtype_t dtype, const vlm_kv_scale_t *sc,
+    int block_size, int n_kv_heads, int head_dim, int kv_stride,
+    const vlm_kv_seq_t *seqs, int n_seqs)
 {
     counted_rope++;
     cuda_ops->rope_kv_store(be, q, n, q_stride, n_heads, cos, sin, k_cache,
-                            v_cache, dtype, block_size, n_kv_heads,
+                            v_cache, dtype, sc, block_size, n_kv_heads,
                             head_dim, kv_stride, seqs, n_seqs);
 }
 
@@ -3493,6 +3744,99 @@ test_model_kv_fp8(void **state)
         snprintf(path, sizeof(path), FIX "/qwen2vl-bf16");
         assert_int_not_equal(vlm_model_load(&mc, path, &p, &err), VLM_OK);
         assert_non_null(strstr(err.msg, "fp8"));
+    }
+}
+
+
+/*
+ * A checkpoint with an fp8 cache's calibrated scales (tools/
+ * fixtures_kv_scales.py: the bf16 fixture's weights, k_scale / v_scale a
+ * scalar in layer 0, one a KV head after): on the device as the
+ * checkpoint has them (a scalar for every head), the logits against the
+ * CPU's bf16 cache within 3e-2 relative L2 as without scales; an f32 or
+ * bf16 cache takes none; a scale of another shape refused at load and
+ * by the check (nginx -t's), naming the tensor
+ */
+static void
+test_model_kv_fp8_scales(void **state)
+{
+    int                     l, c, h, nkv;
+    char                    name[96], path[256];
+    float                   got[16];
+    const float            *want;
+    vlm_error_t             err;
+    vlm_model_t            *mc, *mg;
+    vlm_model_params_t      p;
+    const vlm_st_tensor_t  *t;
+
+    require_gpu();
+
+    mc = load_model_kv("qwen2vl-bf16", "cpu", 0, "bf16");
+    mg = load_model_kv("qwen2vl-bf16-kvscale", "cuda", 0, "fp8");
+
+    assert_true(mg->kv_scaled);
+    nkv = mg->tp.n_kv_heads;
+    assert_true(nkv <= 16);
+
+    for (l = 0; l < mg->cfg.text.n_layers; l++) {
+        for (c = 0; c < 2; c++) {
+            snprintf(name, sizeof(name), "model.layers.%d.self_attn.%s", l,
+                     c ? "v_scale" : "k_scale");
+            t = vlm_model_tensor(mg, name);
+            assert_non_null(t);
+            assert_int_equal(t->dtype, VLM_DTYPE_F32);
+            assert_true(l == 0 ? t->n_dims == 0 : t->n_dims == 1);
+            want = t->data;
+
+            assert_int_equal(mg->be->ops->download(mg->be, got,
+                                 c ? mg->kv_scale[l].v : mg->kv_scale[l].k,
+                                 (size_t) nkv * sizeof(float)), VLM_OK);
+
+            for (h = 0; h < nkv; h++) {
+                if (got[h] != want[t->n_elements == 1 ? 0 : h]) {
+                    fail_msg("%s: KV head %d's scale on the device %g, "
+                             "the checkpoint's %g", name, h,
+                             (double) got[h],
+                             (double) want[t->n_elements == 1 ? 0 : h]);
+                }
+            }
+        }
+    }
+
+    parity_tol = 3e-2;
+    parity_case(mc, mg, "qwen2vl-bf16", "text", 0);
+    parity_case(mc, mg, "qwen2vl-bf16", "image1", 1);
+    parity_tol = 0;
+
+    vlm_test_assert_idle(mg);
+    vlm_model_free(mg);
+
+    /* a 16-bit cache keeps the values themselves: no scales */
+    mg = load_model_kv("qwen2vl-bf16-kvscale", "cuda", 0, "bf16");
+    assert_false(mg->kv_scaled);
+    vlm_model_free(mg);
+    vlm_model_free(mc);
+
+    /* k_scale [n_kv_heads, 2]: refused, naming it */
+    vlm_test_fixture_params(&p);
+    p.kv_dtype = "fp8";
+    p.backend = "cuda";
+    p.device_bytes = (size_t) 256 << 20;
+    snprintf(path, sizeof(path), FIX "/qwen2vl-bf16-kvscale-bad");
+    assert_int_not_equal(vlm_model_load(&mg, path, &p, &err), VLM_OK);
+    if (strstr(err.msg, "model.layers.1.self_attn.k_scale") == NULL) {
+        fail_msg("a bad k_scale refused as \"%s\"", err.msg);
+    }
+
+    /* and by the check without a backend (nginx -t's) */
+    assert_int_not_equal(vlm_model_check(path, &p, &err), VLM_OK);
+    if (strstr(err.msg, "model.layers.1.self_attn.k_scale") == NULL) {
+        fail_msg("a bad k_scale checked as \"%s\"", err.msg);
+    }
+
+    snprintf(path, sizeof(path), FIX "/qwen2vl-bf16-kvscale");
+    if (vlm_model_check(path, &p, &err) != VLM_OK) {
+        fail_msg("the kvscale fixture checked as \"%s\"", err.msg);
     }
 }
 
@@ -3793,6 +4137,7 @@ bench(int n_layers)
     pa.seqs = &sq;
     pa.n_seqs = 1;
     pa.bf16 = 1;                /* bf16 weights (decode: the f32 kernel) */
+    pa.kv_scale = NULL;
 
     steps = 50;
     t0 = 0.0;
@@ -4338,6 +4683,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_sample_errors),
         cmocka_unit_test(test_attention_paged),
         cmocka_unit_test(test_kv_store_fp8),
+        cmocka_unit_test(test_attention_fp8_scales),
         cmocka_unit_test(test_attention_varlen),
         cmocka_unit_test(test_attention_wmma),
         cmocka_unit_test(test_attention_wmma_decode),
@@ -4346,6 +4692,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_model_image_cache),
         cmocka_unit_test(test_model_kv_bf16),
         cmocka_unit_test(test_model_kv_fp8),
+        cmocka_unit_test(test_model_kv_fp8_scales),
         cmocka_unit_test(test_model_fused),
         cmocka_unit_test(test_model_graphs),
 #ifdef VLM_CUDAEMU

@@ -57,6 +57,7 @@
 #include "backend/vlm_comm.h"
 #include "backend/vlm_fpool.h"
 #include "engine/vlm_group.h"
+#include "model/vlm_model.h"
 
 
 #define FIX       "tests/fixtures/models"
@@ -119,6 +120,9 @@ static int  n_gpus;
  * KV store (no rope_kv_store); the logits of the last group run
  */
 static const char         *backend = "cuda";
+/* the ranks' vlm_kv_dtype (NULL: auto), and the logits' bound */
+static const char         *kv_dtype;
+static double              tol = TOL;
 static vlm_backend_ops_t   tp_ops;
 static const vlm_backend_ops_t  *cuda_ops;
 static int                *split_calls;
@@ -219,6 +223,10 @@ params(vlm_model_params_t *p, const char *backend)
     vlm_test_fixture_params(p);
     p->backend = backend;
     p->n_threads = 1;
+    if (kv_dtype != NULL && strcmp(backend, "cpu") != 0) {
+        p->kv_dtype = kv_dtype;
+    }
+
     p->device_bytes = (size_t) 256 << 20;
     /* asked for, a group's decode steps run without graphs all the same */
     p->cuda_graphs = 1;
@@ -486,6 +494,61 @@ run_leader(const prompt_t *pr, vlm_group_t *g, vlm_model_t *m, int cache,
 }
 
 
+/*
+ * this rank's fp8 cache scales on its device: its KV heads' of the
+ * checkpoint's k_scale and v_scale (a scalar: every head's)
+ */
+static int
+rank_kv_scales_ok(vlm_model_t *m, vlm_error_t *err)
+{
+    int                     l, c, h;
+    char                    name[96];
+    float                   got[16];
+    const float            *want;
+    const vlm_st_tensor_t  *t;
+
+    if (!m->kv_scaled || m->tp.n_kv_heads > 16) {
+        vlm_error_set(err, VLM_ERR_INTERNAL, "no fp8 cache scales loaded");
+        return 0;
+    }
+
+    for (l = 0; l < m->cfg.text.n_layers; l++) {
+        for (c = 0; c < 2; c++) {
+            snprintf(name, sizeof(name), "model.layers.%d.self_attn.%s", l,
+                     c ? "v_scale" : "k_scale");
+            t = vlm_model_tensor(m, name);
+
+            if (t == NULL || t->dtype != VLM_DTYPE_F32
+                || m->be->ops->download(m->be, got,
+                                        c ? m->kv_scale[l].v
+                                          : m->kv_scale[l].k,
+                                        (size_t) m->tp.n_kv_heads
+                                        * sizeof(float)) != VLM_OK)
+            {
+                vlm_error_set(err, VLM_ERR_INTERNAL, "%s: not read", name);
+                return 0;
+            }
+
+            want = t->data;
+
+            for (h = 0; h < m->tp.n_kv_heads; h++) {
+                if (got[h] != want[t->n_elements == 1
+                                   ? 0 : m->tp.kv_head0 + h])
+                {
+                    vlm_error_set(err, VLM_ERR_INTERNAL,
+                                  "%s: KV head %d's scale %g on the rank, "
+                                  "not the checkpoint's", name,
+                                  m->tp.kv_head0 + h, (double) got[h]);
+                    return 0;
+                }
+            }
+        }
+    }
+
+    return 1;
+}
+
+
 /* one rank process; its exit status: 0, or the step that failed */
 static int
 rank_main(int fd, int pool_fd, int r, size_t pool, size_t cache, int rounds,
@@ -523,6 +586,11 @@ rank_main(int fd, int pool_fd, int r, size_t pool, size_t cache, int rounds,
            != VLM_OK)
     {
         rc = 2;
+
+    } else if (kv_dtype != NULL && strcmp(kv_dtype, "fp8") == 0
+               && !rank_kv_scales_ok(m, &err))
+    {
+        rc = 8;
 
     } else if (r == 0) {
         rc = run_leader(pr, g, m, cache > 0, rounds, res, &err);
@@ -633,7 +701,7 @@ check_group(const prompt_t *pr, const result_t *one, size_t pool,
     print_message("%s: last logits against one CPU process: relative L2 "
                   "%.3g\n", what, d);
 
-    if (d > TOL) {
+    if (d > tol) {
         fail_msg("%s: the logits differ from the CPU's, relative L2 %g",
                  what, d);
     }
@@ -644,7 +712,7 @@ check_group(const prompt_t *pr, const result_t *one, size_t pool,
             continue;
         }
 
-        if (one->margin[tie] > TOL * fabs(one->logits[one->tokens[0]])) {
+        if (one->margin[tie] > tol * fabs(one->logits[one->tokens[0]])) {
             fail_msg("%s: greedy token %d: %d, the CPU's %d", what, tie,
                      (int) res[0].tokens[tie], (int) one->tokens[tie]);
         }
@@ -706,7 +774,7 @@ check_group(const prompt_t *pr, const result_t *one, size_t pool,
                             (size_t) one->n_vocab);
         print_message("%s: from the prefix cache (%d tokens): relative L2 "
                       "%.3g\n", what, res[0].cached, d);
-        if (d > TOL) {
+        if (d > tol) {
             fail_msg("%s: from the prefix cache, the logits differ from the "
                      "CPU's, relative L2 %g", what, d);
         }
@@ -830,6 +898,24 @@ test_qwen2vl_fused(void **state)
 
 
 /*
+ * an fp8 cache with the checkpoint's per-head scales (tools/
+ * fixtures_kv_scales.py): each rank holds its KV head's share, and the
+ * group's logits are within 3e-2 of one CPU process's over a bf16 cache
+ */
+static void
+test_qwen2vl_fp8_scales(void **state)
+{
+    static const size_t  pools[] = { POOL_ROOM };
+
+    kv_dtype = "fp8";
+    tol = 3e-2;
+    check_model("qwen2vl-bf16-kvscale", pools, 1, 0, 0);
+    kv_dtype = NULL;
+    tol = TOL;
+}
+
+
+/*
  * requests after the first, through the device pool and through the
  * host staging area: nothing held after them, one cancelled between its
  * images included, and every rank's device memory as it was
@@ -877,6 +963,7 @@ main(void)
         cmocka_unit_test(test_qwen3vl_deepstack),
         cmocka_unit_test(test_qwen2vl_back_to_idle),
         cmocka_unit_test(test_qwen2vl_fused),
+        cmocka_unit_test(test_qwen2vl_fp8_scales),
     };
 
     n_gpus = count_gpus();
@@ -886,6 +973,11 @@ main(void)
     if (n_gpus < WORLD) {
         printf("test_tp_cuda: skipped: %d GPU%s visible, %d needed\n",
                n_gpus, n_gpus == 1 ? "" : "s", WORLD);
+    }
+
+    /* VLM_TEST_ONLY: the tests whose names match, as test_backend_ops */
+    if (getenv("VLM_TEST_ONLY") != NULL) {
+        cmocka_set_test_filter(getenv("VLM_TEST_ONLY"));
     }
 
     return cmocka_run_group_tests_name("tp_cuda", tests, NULL, NULL);

@@ -173,10 +173,22 @@ typedef struct {
 
 
 /*
+ * an F8_E4M3 cache's scales for one layer (backend memory, [n_kv_heads]
+ * each, this rank's heads; k or v NULL: 1): element d of a row is stored
+ * as x / scale[d / head_dim] and read as the stored value times it
+ */
+typedef struct {
+    const float    *k;
+    const float    *v;
+    int             head_dim;
+} vlm_kv_scale_t;
+
+
+/*
  * The paged KV cache's rows are kv_dtype elements: F32, or BF16 / F16
  * (half the bytes), or F8_E4M3 (a quarter; the CUDA backend's, saturated
- * at +-448), written by kv_store() rounded to nearest even and widened
- * to f32 when attention reads them
+ * at +-448, with per-KV-head scales), written by kv_store() rounded to
+ * nearest even and widened to f32 when attention reads them
  */
 typedef struct {
     const void     *k_cache;    /* [n_blocks, block_size, kv_dim] */
@@ -194,6 +206,7 @@ typedef struct {
      * 16-bit checkpoint's decoder), as vlm_attn_varlen_t.bf16
      */
     int             bf16;
+    const vlm_kv_scale_t  *kv_scale;    /* NULL: 1 */
 } vlm_attn_paged_t;
 
 
@@ -349,12 +362,14 @@ typedef struct {
 
     /*
      * kv_store() of a step's sequences at once (one launch on a GPU,
-     * where a launch a sequence would cost more than the copy); NULL:
-     * kv_store() a sequence
+     * where a launch a sequence would cost more than the copy), each
+     * value divided by its KV head's scale of sc (NULL: none) before it
+     * is narrowed; NULL: kv_store() a sequence (and no F8_E4M3 in
+     * kv_dtypes: only its scaled stores go through here)
      */
     void  (*kv_store_seqs)(vlm_backend_t *be, void *k_cache, void *v_cache,
-        vlm_dtype_t dtype, int block_size, int kv_dim, int kv_stride,
-        const vlm_kv_seq_t *seqs, int n_seqs);
+        vlm_dtype_t dtype, const vlm_kv_scale_t *sc, int block_size,
+        int kv_dim, int kv_stride, const vlm_kv_seq_t *seqs, int n_seqs);
 
     /*
      * the device's memory now (free and total, as cudaMemGetInfo says)
@@ -408,9 +423,9 @@ typedef struct {
      */
     void  (*rope_kv_store)(vlm_backend_t *be, float *q, int n,
         int q_stride, int n_heads, const float *cos, const float *sin,
-        void *k_cache, void *v_cache, vlm_dtype_t dtype, int block_size,
-        int n_kv_heads, int head_dim, int kv_stride,
-        const vlm_kv_seq_t *seqs, int n_seqs);
+        void *k_cache, void *v_cache, vlm_dtype_t dtype,
+        const vlm_kv_scale_t *sc, int block_size, int n_kv_heads,
+        int head_dim, int kv_stride, const vlm_kv_seq_t *seqs, int n_seqs);
 
     /*
      * Graphs (a GPU's CUDA graphs): between graph_begin() and graph_end()

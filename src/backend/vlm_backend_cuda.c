@@ -971,14 +971,34 @@ vlm_cuda_kv_seqs(vlm_cuda_kv_seq_t *ks, const vlm_kv_seq_t *seqs, int n)
 }
 
 
+/* sc as the kernels take it, and the head_dim of its elements (hd) */
+static vlm_cuda_kv_scale_t
+vlm_cuda_kv_scale(const vlm_kv_scale_t *sc, int hd, int *head_dim)
+{
+    vlm_cuda_kv_scale_t  ks;
+
+    ks.k = sc != NULL ? sc->k : NULL;
+    ks.v = sc != NULL ? sc->v : NULL;
+
+    if (head_dim != NULL) {
+        *head_dim = sc != NULL ? sc->head_dim : hd;
+    }
+
+    return ks;
+}
+
+
 static void
 vlm_cuda_kv_store_seqs_op(vlm_backend_t *be, void *k_cache, void *v_cache,
-    vlm_dtype_t dtype, int block_size, int kv_dim, int kv_stride,
-    const vlm_kv_seq_t *seqs, int n_seqs)
+    vlm_dtype_t dtype, const vlm_kv_scale_t *sc, int block_size, int kv_dim,
+    int kv_stride, const vlm_kv_seq_t *seqs, int n_seqs)
 {
-    int                 s, n;
-    vlm_cuda_t         *cu = (vlm_cuda_t *) be;
-    vlm_cuda_kv_seq_t   ks[VLM_CUDA_ATTN_SEQS];
+    int                  s, n, hd;
+    vlm_cuda_t          *cu = (vlm_cuda_t *) be;
+    vlm_cuda_kv_seq_t    ks[VLM_CUDA_ATTN_SEQS];
+    vlm_cuda_kv_scale_t  ksc;
+
+    ksc = vlm_cuda_kv_scale(sc, kv_dim, &hd);
 
     /* VLM_CUDA_ATTN_SEQS sequences a launch, as attention takes them */
     for (s = 0; s < n_seqs; s += n) {
@@ -989,7 +1009,8 @@ vlm_cuda_kv_store_seqs_op(vlm_backend_t *be, void *k_cache, void *v_cache,
         vlm_cuda_check(cu, vlm_cuda_kv_store_seqs(cu->stream, k_cache,
                                                   v_cache,
                                                   vlm_cuda_kv_type(dtype),
-                                                  block_size, kv_dim,
+                                                  ksc, hd, block_size,
+                                                  kv_dim,
                                                   kv_stride, ks, n),
                        "kv_store");
     }
@@ -1004,8 +1025,9 @@ vlm_cuda_kv_store_seqs_op(vlm_backend_t *be, void *k_cache, void *v_cache,
 static void
 vlm_cuda_rope_kv_store_op(vlm_backend_t *be, float *q, int n, int q_stride,
     int n_heads, const float *cos, const float *sin, void *k_cache,
-    void *v_cache, vlm_dtype_t dtype, int block_size, int n_kv_heads,
-    int head_dim, int kv_stride, const vlm_kv_seq_t *seqs, int n_seqs)
+    void *v_cache, vlm_dtype_t dtype, const vlm_kv_scale_t *sc,
+    int block_size, int n_kv_heads, int head_dim, int kv_stride,
+    const vlm_kv_seq_t *seqs, int n_seqs)
 {
     int                 s, m;
     vlm_cuda_t         *cu = (vlm_cuda_t *) be;
@@ -1023,6 +1045,8 @@ vlm_cuda_rope_kv_store_op(vlm_backend_t *be, float *q, int n, int q_stride,
                                                   n_heads, cos, sin,
                                                   k_cache, v_cache,
                                                   vlm_cuda_kv_type(dtype),
+                                                  vlm_cuda_kv_scale(sc,
+                                                      head_dim, NULL),
                                                   block_size, n_kv_heads,
                                                   head_dim, kv_stride, ks,
                                                   m),
@@ -1038,7 +1062,10 @@ vlm_cuda_attention_paged_op(vlm_backend_t *be, const vlm_attn_paged_t *a)
 {
     int                   s, i, n, nt, wmma;
     vlm_cuda_t           *cu = (vlm_cuda_t *) be;
+    vlm_cuda_kv_scale_t   sc;
     vlm_cuda_attn_seq_t   seqs[VLM_CUDA_ATTN_SEQS], tc[VLM_CUDA_ATTN_SEQS];
+
+    sc = vlm_cuda_kv_scale(a->kv_scale, a->head_dim, NULL);
 
     wmma = cu->attn_wmma && a->bf16
            && vlm_cuda_attention_wmma_fits(a->head_dim);
@@ -1072,7 +1099,7 @@ vlm_cuda_attention_paged_op(vlm_backend_t *be, const vlm_attn_paged_t *a)
         if (nt > 0) {
             vlm_cuda_check(cu, vlm_cuda_attention_paged_wmma(cu->stream,
                                    a->k_cache, a->v_cache,
-                                   vlm_cuda_kv_type(a->kv_dtype),
+                                   vlm_cuda_kv_type(a->kv_dtype), sc,
                                    a->block_size, a->n_heads, a->n_kv_heads,
                                    a->head_dim, a->scale, tc, nt),
                            "attention_paged");
@@ -1085,7 +1112,8 @@ vlm_cuda_attention_paged_op(vlm_backend_t *be, const vlm_attn_paged_t *a)
         vlm_cuda_check(cu, (wmma ? vlm_cuda_attention_decode_wmma
                                  : vlm_cuda_attention_paged)(cu->stream,
                                a->k_cache, a->v_cache,
-                               vlm_cuda_kv_type(a->kv_dtype), a->block_size,
+                               vlm_cuda_kv_type(a->kv_dtype), sc,
+                               a->block_size,
                                a->n_heads, a->n_kv_heads, a->head_dim,
                                a->scale, seqs, n, cu->attn_ws,
                                VLM_CUDA_ATTN_WS, cu->n_sms),
@@ -1094,7 +1122,10 @@ vlm_cuda_attention_paged_op(vlm_backend_t *be, const vlm_attn_paged_t *a)
 }
 
 
-/* f32 keys and values only (kv_dtypes): the model refuses others at load */
+/*
+ * f32 keys and values only (kv_dtypes): the model refuses others at
+ * load; no scales (the model's scaled stores go through kv_store_seqs)
+ */
 static void
 vlm_cuda_kv_store_op(vlm_backend_t *be, void *k_cache, void *v_cache,
     vlm_dtype_t dtype, const int32_t *block_table, int block_size,
@@ -1105,7 +1136,9 @@ vlm_cuda_kv_store_op(vlm_backend_t *be, void *k_cache, void *v_cache,
 
     vlm_cuda_check(cu, vlm_cuda_kv_store(cu->stream, k_cache, v_cache,
                                          vlm_cuda_kv_type(dtype),
-                                         block_table, block_size, kv_dim,
+                                         vlm_cuda_kv_scale(NULL, 0, NULL),
+                                         kv_dim, block_table, block_size,
+                                         kv_dim,
                                          start, k, v, kv_stride, n),
                    "kv_store");
 }

@@ -650,6 +650,11 @@ vlm_model_open(vlm_model_owner_t **out, const char *dir,
         goto failed;
     }
 
+    rc = vlm_model_kv_scales(m, err);
+    if (rc != VLM_OK) {
+        goto failed;
+    }
+
     rc = vlm_model_budgets(m, &asked, err);
     if (rc != VLM_OK) {
         goto failed;

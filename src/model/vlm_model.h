@@ -335,6 +335,12 @@ struct vlm_model_s {
     int                      slide_blocks;      /* its size, budgets' */
     uint16_t                 kv_index[VLM_MAX_TEXT_LAYERS];
     vlm_dtype_t              kv_dtype;  /* params.kv_dtype resolved */
+    /*
+     * an F8_E4M3 cache's scales (vlm_model_kv_scales): layer l's, this
+     * rank's KV heads, in backend memory; kv_scaled 0: none (1)
+     */
+    vlm_kv_scale_t           kv_scale[VLM_MAX_TEXT_LAYERS];
+    int                      kv_scaled;
     vlm_lm_weights_t         lm;
     vlm_vision_weights_t     vis;
     vlm_lm_ws_t              ws;
@@ -435,6 +441,7 @@ vlm_status_t vlm_model_all_gather(vlm_model_t *m, float *out,
 vlm_status_t vlm_model_upload(vlm_model_t *m, float **out, const float *host,
     int n, vlm_error_t *err);
 const vlm_st_tensor_t *vlm_model_tensor(vlm_model_t *m, const char *name);
+vlm_status_t vlm_model_kv_scales(vlm_model_t *m, vlm_error_t *err);
 void *vlm_model_alloc(vlm_model_t *m, size_t size, vlm_error_t *err);
 /* host memory of the model's, freed with it */
 void *vlm_model_host_alloc(vlm_model_t *m, size_t size, vlm_error_t *err);
@@ -459,6 +466,14 @@ static inline void *
 vlm_model_layer_v(vlm_model_t *m, int l)
 {
     return vlm_kv_layer_v(vlm_model_layer_kv(m, l), m->kv_index[l]);
+}
+
+
+/* layer l's fp8 cache scales, NULL: none */
+static inline const vlm_kv_scale_t *
+vlm_model_layer_kv_scale(const vlm_model_t *m, int l)
+{
+    return m->kv_scaled ? &m->kv_scale[l] : NULL;
 }
 
 

@@ -13,6 +13,7 @@
 
 #define _GNU_SOURCE
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -530,6 +531,144 @@ vlm_model_vector_runs(vlm_model_t *m, float **out, const char *name, int n,
     free(host);
 
     return rc;
+}
+
+
+/*
+ * An fp8 KV cache's per-(layer, KV head) scales, as llm-compressor saves
+ * them (compressed-tensors with a kv_cache_scheme, vLLM's reading):
+ * model.layers.N.self_attn.k_scale and v_scale, a scalar a layer or one
+ * a KV head; a tensor absent is 1.  Only an F8_E4M3 cache takes them
+ * (the others keep the values themselves).  This rank's heads of every
+ * layer in one buffer uploaded once, [n_layers][2][n_kv_heads]; with no
+ * backend (a check), their shapes are checked.  The backend stores
+ * scaled rows through kv_store_seqs(), which an fp8 backend has.
+ */
+vlm_status_t
+vlm_model_kv_scales(vlm_model_t *m, vlm_error_t *err)
+{
+    int                      l, c, h, n_layers, nkv, total, found;
+    char                     name[96];
+    float                   *host, *all, *dst, *dev;
+    vlm_status_t             rc;
+    const vlm_st_tensor_t   *t;
+    static const char *const which[2] = { "k_scale", "v_scale" };
+
+    m->kv_scaled = 0;
+
+    if (m->kv_dtype != VLM_DTYPE_F8_E4M3) {
+        return VLM_OK;
+    }
+
+    n_layers = m->cfg.text.n_layers;
+    nkv = m->tp.n_kv_heads;
+    total = m->cfg.text.n_kv_heads;
+
+    host = malloc((size_t) n_layers * 2 * nkv * sizeof(float));
+    all = malloc((size_t) total * sizeof(float));
+    if (host == NULL || all == NULL) {
+        free(host);
+        free(all);
+        return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
+    }
+
+    found = 0;
+    rc = VLM_OK;
+
+    for (l = 0; l < n_layers && rc == VLM_OK; l++) {
+        for (c = 0; c < 2; c++) {
+            snprintf(name, sizeof(name), "model.layers.%d.self_attn.%s", l,
+                     which[c]);
+            dst = host + ((size_t) l * 2 + c) * nkv;
+
+            t = vlm_model_tensor(m, name);
+            if (t == NULL) {
+                for (h = 0; h < nkv; h++) {
+                    dst[h] = 1.0f;
+                }
+
+                continue;
+            }
+
+            if (t->n_elements != 1 && t->n_elements != total) {
+                rc = vlm_error_set(err, VLM_ERR_FORMAT,
+                                   "model: tensor \"%s\" has %lld "
+                                   "elements in %d dims: an fp8 KV "
+                                   "cache's scale is a scalar or one a "
+                                   "KV head [%d]", name,
+                                   (long long) t->n_elements, t->n_dims,
+                                   total);
+                break;
+            }
+
+            if (t->n_dims > 1 || !vlm_dtype_is_float(t->dtype)) {
+                rc = vlm_error_set(err, VLM_ERR_FORMAT,
+                                   "model: tensor \"%s\": %d dims of "
+                                   "%s, an fp8 KV cache's scale is a "
+                                   "scalar or a vector of F32, F16 or "
+                                   "BF16", name, t->n_dims,
+                                   vlm_dtype_name(t->dtype));
+                break;
+            }
+
+            found = 1;
+
+            if (m->be == NULL) {
+                continue;       /* a check: shapes only, no data read */
+            }
+
+            vlm_dtype_to_f32(all, t->data, t->dtype,
+                             (size_t) t->n_elements);
+
+            for (h = 0; h < nkv; h++) {
+                dst[h] = all[t->n_elements == 1 ? 0 : m->tp.kv_head0 + h];
+
+                if (!(dst[h] > 0.0f) || isinf(dst[h])) {
+                    rc = vlm_error_set(err, VLM_ERR_FORMAT,
+                                       "model: tensor \"%s\": the scale "
+                                       "%g of KV head %d is not a "
+                                       "positive number", name,
+                                       (double) dst[h], m->tp.kv_head0 + h);
+                    break;
+                }
+            }
+
+            if (rc != VLM_OK) {
+                break;
+            }
+        }
+    }
+
+    free(all);
+
+    if (rc != VLM_OK || !found || m->be == NULL) {
+        free(host);
+        return rc;
+    }
+
+    if (m->be->ops->kv_store_seqs == NULL) {
+        free(host);
+        return vlm_error_set(err, VLM_ERR_UNSUPPORTED,
+                             "model: the backend stores no scaled fp8 KV "
+                             "cache");
+    }
+
+    rc = vlm_model_upload(m, &dev, host, n_layers * 2 * nkv, err);
+    free(host);
+
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    for (l = 0; l < n_layers; l++) {
+        m->kv_scale[l].k = dev + (size_t) l * 2 * nkv;
+        m->kv_scale[l].v = dev + ((size_t) l * 2 + 1) * nkv;
+        m->kv_scale[l].head_dim = m->cfg.text.head_dim;
+    }
+
+    m->kv_scaled = 1;
+
+    return VLM_OK;
 }
 
 

@@ -424,6 +424,7 @@ vlm_gemma3_lm_forward(vlm_model_t *m, const vlm_batch_t *b,
 
         pa.k_cache = vlm_model_layer_k(m, l);
         pa.v_cache = vlm_model_layer_v(m, l);
+        pa.kv_scale = vlm_model_layer_kv_scale(m, l);
         op->attention_paged(be, &pa);
 
         op->matmul(be, ws->o, ws->att, &L->wo, NULL, T);

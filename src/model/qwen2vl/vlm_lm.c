@@ -629,6 +629,7 @@ vlm_lm_attn_setup(vlm_model_t *m, const vlm_batch_t *b,
     dt = m->lm.layers[0].wqkv.rows != 0 ? m->lm.layers[0].wqkv.dtype
                                          : m->lm.layers[0].wq.dtype;
     pa->bf16 = dt == VLM_DTYPE_BF16 || dt == VLM_DTYPE_F16;
+    pa->kv_scale = NULL;
 
     for (s = 0; s < b->n_segs; s++) {
         sg = &b->segs[s];
@@ -680,7 +681,8 @@ vlm_lm_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l)
 
     if (op->kv_store_seqs != NULL) {
         op->kv_store_seqs(be, k_cache, v_cache, m->kv.dtype,
-                          m->kv.block_size, KV, KV, m->kv_seqs, b->n_segs);
+                          vlm_model_layer_kv_scale(m, l), m->kv.block_size,
+                          KV, KV, m->kv_seqs, b->n_segs);
         return;
     }
 
@@ -716,7 +718,8 @@ vlm_lm_rope_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l,
     if (op->rope_kv_store != NULL) {
         op->rope_kv_store(be, ws->q, T, nh * hd, nh, cos, sin,
                           vlm_model_layer_k(m, l), vlm_model_layer_v(m, l),
-                          m->kv.dtype, m->kv.block_size, nkv, hd, nkv * hd,
+                          m->kv.dtype, vlm_model_layer_kv_scale(m, l),
+                          m->kv.block_size, nkv, hd, nkv * hd,
                           m->kv_seqs, b->n_segs);
         return;
     }
@@ -870,6 +873,7 @@ vlm_lm_forward(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
 
         pa.k_cache = vlm_kv_layer_k(&m->kv, l);
         pa.v_cache = vlm_kv_layer_v(&m->kv, l);
+        pa.kv_scale = vlm_model_layer_kv_scale(m, l);
         op->attention_paged(be, &pa);
 
         op->matmul(be, ws->o, ws->att, &L->wo, NULL, T);
