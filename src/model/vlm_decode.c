@@ -84,6 +84,29 @@ vlm_model_sample_counts_load(vlm_model_t *m, int32_t *dst,
 }
 
 
+/*
+ * The batch of a step: rows rows over m->segs' n sequences, every
+ * sequence's last row's logits into its own, the rows of sample drawn by
+ * the backend (vlm_step_sample()); without images
+ */
+void
+vlm_step_batch(vlm_model_t *m, vlm_batch_t *b, int rows, int n,
+    vlm_sample_row_t *const *sample, vlm_sample_res_t *res, int vocab)
+{
+    b->n_rows = rows;
+    b->n_segs = n;
+    b->segs = m->segs;
+    b->n_image_runs = 0;
+    b->image_runs = NULL;
+    b->n_logits = n;
+    b->logit_rows = m->seg_rows;
+    b->logit_out = m->seg_out;
+    b->sample = sample;
+    b->sample_res = res;
+    b->sample_vocab = vocab;
+}
+
+
 vlm_status_t
 vlm_step_sample(vlm_model_t *m, const vlm_step_item_t *items, int n,
     vlm_sample_row_t *const *sample, vlm_sample_res_t *res, int vocab,
@@ -214,17 +237,7 @@ vlm_step_sample(vlm_model_t *m, const vlm_step_item_t *items, int n,
     be->ops->upload(be, ws->pos, pos, (size_t) rows * 3 * sizeof(int32_t));
     be->ops->embed(be, ws->x, &m->lm.embed, ws->ids, rows);
 
-    b.n_rows = rows;
-    b.n_segs = n;
-    b.segs = m->segs;
-    b.n_image_runs = 0;
-    b.image_runs = NULL;
-    b.n_logits = n;
-    b.logit_rows = m->seg_rows;
-    b.logit_out = m->seg_out;
-    b.sample = sample;
-    b.sample_res = res;
-    b.sample_vocab = vocab;
+    vlm_step_batch(m, &b, rows, n, sample, res, vocab);
 
     rc = m->arch->forward(m, &b, err);
     if (rc != VLM_OK) {

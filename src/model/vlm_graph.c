@@ -350,17 +350,7 @@ vlm_graph_step(vlm_model_t *m, const vlm_step_item_t *items, int n,
     g->replays++;
     *ran = 1;
 
-    b.n_rows = n;
-    b.n_segs = n;
-    b.segs = m->segs;
-    b.n_image_runs = 0;
-    b.image_runs = NULL;
-    b.n_logits = n;
-    b.logit_rows = m->seg_rows;
-    b.logit_out = m->seg_out;
-    b.sample = sample;
-    b.sample_res = res;
-    b.sample_vocab = vocab;
+    vlm_step_batch(m, &b, n, n, sample, res, vocab);
 
     return vlm_lm_logits(m, &b, err);
 }

@@ -31,6 +31,10 @@ vlm_status_t vlm_model_tp_init(vlm_model_t *m, int check, vlm_error_t *err);
 vlm_status_t vlm_model_tp_comm(vlm_model_owner_t *o, vlm_error_t *err);
 
 /* vlm_graph.c: decode steps replayed from the backend's graphs */
+/* vlm_decode.c: the batch of a step's rows over m->segs' n sequences */
+void vlm_step_batch(vlm_model_t *m, vlm_batch_t *b, int rows, int n,
+    vlm_sample_row_t *const *sample, vlm_sample_res_t *res, int vocab);
+
 vlm_status_t vlm_graph_init(vlm_model_t *m, vlm_error_t *err);
 size_t vlm_graph_plan_bytes(const vlm_model_t *m);
 void vlm_graph_free(vlm_model_t *m);
