@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -61,6 +62,52 @@ test_nested_qwen2_5_vl(void **state)
     assert_int_equal(cfg.image_token_id, 90);
     assert_int_equal(cfg.n_eos, 2);
     assert_int_equal(cfg.eos_token_ids[1], 9);
+}
+
+
+/*
+ * llm-compressor's KV-cache-only quantization: a quantization_config of
+ * compressed-tensors with a kv_cache_scheme and no weight scheme loads as
+ * unquantized weights (the fp8 cache's k_scale / v_scale are read by the
+ * loader); empty config_groups without a kv_cache_scheme stay refused
+ */
+static void
+test_kv_cache_scheme_only(void **state)
+{
+    char                json[2048];
+    vlm_error_t         err;
+    vlm_model_config_t  cfg;
+    static const char  *base =
+        "{\"architectures\":[\"Qwen2_5_VLForConditionalGeneration\"],"
+        "\"image_token_id\":90,\"video_token_id\":91,"
+        "\"vision_start_token_id\":92,\"vision_end_token_id\":93,"
+        "\"text_config\":{\"vocab_size\":128,\"hidden_size\":64,"
+        "\"intermediate_size\":96,\"num_hidden_layers\":2,"
+        "\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+        "\"rope_scaling\":{\"type\":\"mrope\",\"mrope_section\":[2,3,3]}},"
+        "\"vision_config\":{\"depth\":4,\"hidden_size\":32,"
+        "\"intermediate_size\":48,\"num_heads\":2,\"out_hidden_size\":64,"
+        "\"patch_size\":14,\"spatial_merge_size\":2},"
+        "\"quantization_config\":{\"quant_method\":\"compressed-tensors\","
+        "\"format\":\"dense\",\"quantization_status\":\"compressed\"%s}}";
+
+    snprintf(json, sizeof(json), base,
+             ",\"config_groups\":{},\"kv_cache_scheme\":{\"num_bits\":8,"
+             "\"type\":\"float\",\"strategy\":\"tensor\","
+             "\"dynamic\":false,\"symmetric\":true}");
+    assert_int_equal(parse(&cfg, json, &err), VLM_OK);
+    assert_int_equal(cfg.quant.fmt, VLM_QFMT_NONE);
+
+    /* no config_groups at all */
+    snprintf(json, sizeof(json), base,
+             ",\"kv_cache_scheme\":{\"num_bits\":8,\"type\":\"float\"}");
+    assert_int_equal(parse(&cfg, json, &err), VLM_OK);
+    assert_int_equal(cfg.quant.fmt, VLM_QFMT_NONE);
+
+    /* neither a weight scheme nor a KV cache's */
+    snprintf(json, sizeof(json), base, ",\"config_groups\":{}");
+    assert_int_equal(parse(&cfg, json, &err), VLM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "config_groups"));
 }
 
 
@@ -303,6 +350,7 @@ main(void)
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_nested_qwen2_5_vl),
         cmocka_unit_test(test_flat_qwen2_vl),
+        cmocka_unit_test(test_kv_cache_scheme_only),
         cmocka_unit_test(test_rejected),
         cmocka_unit_test(test_yarn),
         cmocka_unit_test(test_nested_qwen3_vl),

@@ -14,6 +14,10 @@ per-head strategy), so that the engine reads both shapes.  The v_scale of
 the last layer is twice the calibrated one (its values then use half of
 e4m3's range), so that the two scales of a head differ.
 
+Its config.json carries the quantization_config llm-compressor writes
+for a KV cache alone (compressed-tensors, a kv_cache_scheme, no weight
+scheme: the weights load as they are).
+
 Also writes qwen2vl-bf16-kvscale-bad/: the same with layer 1's k_scale of
 shape [n_kv_heads, 2], which the engine refuses at load, naming it.
 
@@ -76,6 +80,18 @@ def write(name, scales, src):
     os.makedirs(d)
     for f in COPY:
         shutil.copy(os.path.join(src, f), d)
+    # llm-compressor's KV-cache-only quantization_config: no weight scheme
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {
+        "quant_method": "compressed-tensors", "format": "dense",
+        "quantization_status": "compressed", "config_groups": {},
+        "kv_cache_scheme": {"num_bits": 8, "type": "float",
+                            "strategy": "tensor", "dynamic": False,
+                            "symmetric": True}}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
     os.symlink(os.path.join("..", SRC, "model.safetensors"),
                os.path.join(d, "model-00001-of-00002.safetensors"))
     os.symlink(os.path.join("..", SRC, "ref"), os.path.join(d, "ref"))

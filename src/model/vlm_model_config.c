@@ -522,6 +522,20 @@ vlm_cfg_quant_ct(vlm_quant_config_t *q, json_t *qc, vlm_cfg_ctx_t *c)
              vlm_cfg_str(qc, "format", "(none)"));
 
     groups = json_object_get(qc, "config_groups");
+
+    /*
+     * llm-compressor's KV-cache-only quantization: no weight scheme, the
+     * weights as they are (an fp8 cache reads the k_scale and v_scale
+     * it calibrated, vlm_model_kv_scales())
+     */
+    if ((groups == NULL
+         || (json_is_object(groups) && json_object_size(groups) == 0))
+        && json_is_object(json_object_get(qc, "kv_cache_scheme")))
+    {
+        q->fmt = VLM_QFMT_NONE;
+        return;
+    }
+
     if (!json_is_object(groups) || json_object_size(groups) != 1) {
         c->rc = vlm_error_set(c->err, VLM_ERR_UNSUPPORTED,
                               "config: quantization_config.config_groups "
