@@ -77,7 +77,8 @@ CUDA_ARCHS ?= 80 89 90
 # there) but the engine executable's main and the CUDA backend's host
 # code, which goes with the kernels into libvlm_cuda.a
 ENGINE_SRCS := src/engine/vlm_engine_main.c
-CUDA_HOST_SRCS := src/backend/vlm_backend_cuda.c src/backend/vlm_comm_nccl.c \
+CUDA_HOST_SRCS := src/backend/vlm_backend_cuda.c src/backend/vlm_cuda_fpool.c \
+                  src/backend/vlm_cuda_sample.c src/backend/vlm_comm_nccl.c \
                   src/backend/vlm_comm_staged.c
 LIB_SRCS  := $(sort $(filter-out $(ENGINE_SRCS) $(CUDA_HOST_SRCS), \
                  $(wildcard $(LIB_DIRS:%=src/%/vlm_*.c))))
