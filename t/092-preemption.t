@@ -74,16 +74,23 @@ sub together {
 
     kill 'STOP', @pids;
 
-    my @st = map { vlm_open_stream($srv, $_) } @bodies;
-    my ($queued, $deadline) = (0, time + vlm_secs(10));
+    # the engine goes on whatever happens here
+    my ($queued, @st) = (0);
+    my $ok = eval {
+        @st = map { vlm_open_stream($srv, $_) } @bodies;
+        my $deadline = time + vlm_secs(10);
 
-    while (time < $deadline) {
-        $queued = vlm_metrics($srv)->{vlm_queue_length} // 0;
-        last if $queued == @bodies;
-        select(undef, undef, undef, 0.02);
-    }
+        while (time < $deadline) {
+            $queued = vlm_metrics($srv)->{vlm_queue_length} // 0;
+            last if $queued == @bodies;
+            select(undef, undef, undef, 0.02);
+        }
+
+        1;
+    };
 
     kill 'CONT', @pids;
+    die $@ if !$ok;
     is($queued, scalar @bodies, 'all of them queued before the engine '
                                 . 'takes one');
 
