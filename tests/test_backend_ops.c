@@ -48,6 +48,10 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
+#ifdef VLM_CUDAEMU
+#include <cublasLt.h>          /* cudaemu_lt_heuristic_queries() */
+#endif
+
 #include "backend/vlm_backend.h"
 #include "core/vlm.h"
 #include "core/vlm_npy.h"
@@ -402,6 +406,18 @@ test_matmul_epilogue(void **state)
         assert_int_equal(epilogue_matmul(unf, yu, cases[i].dt, w, x, b,
                                          cases[i].n, cases[i].rows,
                                          cases[i].cols), VLM_OK);
+
+#ifdef VLM_CUDAEMU
+        {
+            /* cuBLASLt's heuristic once a shape: the same call asks none */
+            unsigned long  q = cudaemu_lt_heuristic_queries();
+
+            assert_int_equal(epilogue_matmul(gpu, yf, cases[i].dt, w, x, b,
+                                             cases[i].n, cases[i].rows,
+                                             cases[i].cols), VLM_OK);
+            assert_int_equal(cudaemu_lt_heuristic_queries(), q);
+        }
+#endif
 
         if (memcmp(yf, yu, (size_t) cases[i].n * cases[i].rows
                            * sizeof(float)) != 0)

@@ -411,12 +411,13 @@ static int
 vlm_cuda_gemm_bias(vlm_cuda_t *cu, float *y, const void *x,
     const vlm_weight_t *w, const float *bias, int n)
 {
-    int                              found, n_algo;
+    int                              i, n_algo;
     float                            one, zero;
     cudaDataType_t                   type;
     cublasStatus_t                   st;
+    vlm_cuda_lt_algo_t              *a;
     cublasLtMatrixLayout_t           la, lb, ld;
-    cublasLtMatmulHeuristicResult_t  algo;
+    cublasLtMatmulHeuristicResult_t  res;
 
     one = 1.0f;
     zero = 0.0f;
@@ -443,20 +444,42 @@ vlm_cuda_gemm_bias(vlm_cuda_t *cu, float *y, const void *x,
                                         w->rows);
     }
 
-    found = 0;
-    n_algo = 0;
+    /* the heuristic once a shape: a host query, not for every call */
+    a = NULL;
 
-    if (st == CUBLAS_STATUS_SUCCESS
-        && cublasLtMatmulAlgoGetHeuristic(cu->lt, cu->lt_desc, la, lb, ld,
-                                          ld, cu->lt_pref, 1, &algo, &n_algo)
-           == CUBLAS_STATUS_SUCCESS)
-    {
-        found = n_algo == 1 && algo.workspaceSize <= VLM_CUDA_LT_WS;
+    for (i = 0; i < cu->lt_n_algos; i++) {
+        if (cu->lt_algos[i].rows == w->rows && cu->lt_algos[i].cols == w->cols
+            && cu->lt_algos[i].n == n && cu->lt_algos[i].type == type)
+        {
+            a = &cu->lt_algos[i];
+            break;
+        }
     }
 
-    if (st == CUBLAS_STATUS_SUCCESS && found) {
+    if (a == NULL && st == CUBLAS_STATUS_SUCCESS) {
+        a = &cu->lt_algos[cu->lt_next];
+        cu->lt_next = (cu->lt_next + 1) % VLM_CUDA_LT_ALGOS;
+        cu->lt_n_algos += cu->lt_n_algos < VLM_CUDA_LT_ALGOS;
+        a->rows = w->rows;
+        a->cols = w->cols;
+        a->n = n;
+        a->type = type;
+        n_algo = 0;
+
+        a->found = cublasLtMatmulAlgoGetHeuristic(cu->lt, cu->lt_desc, la,
+                                                  lb, ld, ld, cu->lt_pref, 1,
+                                                  &res, &n_algo)
+                   == CUBLAS_STATUS_SUCCESS
+                   && n_algo == 1 && res.workspaceSize <= VLM_CUDA_LT_WS;
+
+        if (a->found) {
+            a->algo = res.algo;
+        }
+    }
+
+    if (st == CUBLAS_STATUS_SUCCESS && a->found) {
         st = cublasLtMatmul(cu->lt, cu->lt_desc, &one, w->data, la, x, lb,
-                            &zero, y, ld, y, ld, &algo.algo, cu->lt_ws,
+                            &zero, y, ld, y, ld, &a->algo, cu->lt_ws,
                             VLM_CUDA_LT_WS, cu->stream);
     }
 
@@ -474,7 +497,7 @@ vlm_cuda_gemm_bias(vlm_cuda_t *cu, float *y, const void *x,
 
     vlm_cuda_check_blas(cu, st, "matmul bias");
 
-    return st != CUBLAS_STATUS_SUCCESS || found;
+    return st != CUBLAS_STATUS_SUCCESS || a->found;
 }
 
 

@@ -36,6 +36,19 @@
      + VLM_CUDA_SAMPLE_BLOB * sizeof(uint32_t))
 
 
+/* cuBLASLt's heuristic answer for a biased GEMM's shape, kept */
+#define VLM_CUDA_LT_ALGOS       32
+
+typedef struct {
+    int                    rows;
+    int                    cols;
+    int                    n;
+    cudaDataType_t         type;
+    int                    found;       /* 0: GEMM and add_bias */
+    cublasLtMatmulAlgo_t   algo;
+} vlm_cuda_lt_algo_t;
+
+
 typedef struct {
     vlm_backend_t       be;
     int                 device;
@@ -47,6 +60,10 @@ typedef struct {
     cublasLtHandle_t    lt;         /* the GEMMs with a bias epilogue */
     cublasLtMatmulDesc_t  lt_desc;  /* TRANSA T, EPILOGUE_BIAS */
     cublasLtMatmulPreference_t  lt_pref;    /* within lt_ws */
+    /* the shapes asked so far, the oldest replaced first */
+    vlm_cuda_lt_algo_t  lt_algos[VLM_CUDA_LT_ALGOS];
+    int                 lt_n_algos;
+    int                 lt_next;
     int                 fuse;       /* VLM_CUDA_FUSE: not "off" */
 
     char               *pool;       /* the one device allocation */

@@ -15,6 +15,7 @@
  * kernel for, CUBLAS_STATUS_NOT_SUPPORTED.
  */
 
+#include <atomic>
 #include <stdlib.h>
 #include <string.h>
 
@@ -231,6 +232,9 @@ create(T *out)
 /* the one algorithm of the emulated cuBLASLt, as the heuristic gives it */
 #define LT_ALGO  0x63756461656d75ull
 
+/* cublasLtMatmulAlgoGetHeuristic's answers: the backend asks once a shape */
+static std::atomic<unsigned long>  lt_queries;
+
 
 /* what is emulated: f32 compute into f32, A and B of one type */
 static bool
@@ -264,6 +268,13 @@ using namespace cudaemu;
 
 
 extern "C" {
+
+unsigned long
+cudaemu_lt_heuristic_queries(void)
+{
+    return lt_queries.load();
+}
+
 
 cublasStatus_t
 cublasCreate(cublasHandle_t *h)
@@ -576,6 +587,7 @@ cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
 
+    lt_queries++;
     memset(&results[0], 0, sizeof(results[0]));
     results[0].algo.data[0] = LT_ALGO;
     results[0].workspaceSize = 0;

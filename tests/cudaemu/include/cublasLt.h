@@ -98,6 +98,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
     void *workspace, size_t workspace_size, cudaStream_t stream);
 
 
+/* the emulated device's own: heuristic queries answered so far */
+unsigned long cudaemu_lt_heuristic_queries(void);
+
 #ifdef __cplusplus
 }
 #endif
