@@ -53,8 +53,10 @@ sub tokens {
 
 
 # n = 3: three choices, each with its finish and logprobs, usage once
+my $drawn0 = vlm_metrics($srv);
 my ($res, $j) = chat({ n => 3, max_tokens => 8, temperature => 1,
                        seed => 7, logprobs => JSON::PP::true });
+my $drawn1 = vlm_metrics($srv);
 is($res->{status}, 200, 'n=3: 200') or diag($res->{body});
 is_deeply([ map { $_->{index} } @{ $j->{choices} } ], [0, 1, 2],
           'n=3: choices 0, 1, 2');
@@ -66,6 +68,18 @@ my $sum = 0;
 $sum += tokens($_) for @{ $j->{choices} };
 is($j->{usage}{completion_tokens}, $sum,
    'n=3: completion_tokens is the sum over the choices');
+
+# on the CPU, every token of every choice is drawn on the host
+{
+    my %drawn = map {
+        my $k = "vlm_sampled_tokens_total{where=\"$_\"}";
+        ($_ => ($drawn1->{$k} // -1) - ($drawn0->{$k} // 0))
+    } qw(host device);
+
+    is($drawn{host}, $sum, 'n=3: vlm_sampled_tokens_total counts the '
+                           . 'host\'s draws');
+    is($drawn{device}, 0, 'n=3: and none on the device');
+}
 
 my ($res1, $j1) = chat({ max_tokens => 8, temperature => 1, seed => 7,
                          logprobs => JSON::PP::true });

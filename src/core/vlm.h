@@ -416,6 +416,16 @@ vlm_status_t vlm_step_sample(vlm_model_t *model,
     const vlm_step_item_t *items, int n_items,
     struct vlm_sample_row_s *const *rows, struct vlm_sample_res_s *res,
     int vocab, vlm_error_t *err);
+/*
+ * vlm_step_sample() with n_more draws more from the last logits of items
+ * more[j] (a prompt's other choices): rows[n_items + j] and
+ * res[n_items + j]; a NULL row there brings those logits to the host
+ * (vlm_seq_logits() of the item's sequence)
+ */
+vlm_status_t vlm_step_sample_more(vlm_model_t *model,
+    const vlm_step_item_t *items, int n_items, const int *more, int n_more,
+    struct vlm_sample_row_s *const *rows, struct vlm_sample_res_s *res,
+    int vocab, vlm_error_t *err);
 /* the model's backend samples (vlm_backend_ops_t.sample), one rank */
 int vlm_model_samples(const vlm_model_t *model);
 /*
