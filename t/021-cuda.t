@@ -82,6 +82,10 @@ my @seeded = (
     { %{ vlm_chat_body('Count with me') }, %$LP, n => 3, temperature => 1.1,
       seed => 21, presence_penalty => 0.8, frequency_penalty => 0.4,
       logit_bias => { 100 => 4, 2000 => -100 }, max_tokens => 8 },
+    { %{ vlm_chat_body('What is this?',
+                       vlm_data_url('image/png', vlm_png(56, 56, 5))) },
+      %$LP, n => 2, temperature => 0.9, seed => 17,
+      repetition_penalty => 1.2, max_tokens => 8 },
 );
 
 # 18 choices with penalties at once: the engine keeps the token counts of

@@ -359,6 +359,22 @@ vlm_status_t vlm_prefill_work(vlm_model_t *model, int *done,
 void vlm_prefill_cancel(vlm_model_t *model);
 int vlm_prefill_busy(const vlm_model_t *model);
 
+struct vlm_sample_row_s;           /* backend/vlm_backend.h */
+struct vlm_sample_res_s;
+
+/*
+ * Where the backend samples (vlm_model_samples()): vlm_prefill_last() is
+ * 1 when the next vlm_prefill_work() feeds the prompt's last rows (its
+ * sequence *len tokens long after them); then vlm_prefill_sample() has
+ * that work draw from its last logits as vlm_step_sample_more() draws
+ * from a step's one item: rows[0] into res[0], n_more more from
+ * rows[1 + j] into res[1 + j] (a NULL row: the logits to the host)
+ */
+int vlm_prefill_last(const vlm_model_t *model, int *len);
+vlm_status_t vlm_prefill_sample(vlm_model_t *model,
+    struct vlm_sample_row_s *const *rows, int n_more,
+    struct vlm_sample_res_s *res, int vocab, vlm_error_t *err);
+
 /*
  * The images of a prefill in a tensor-parallel group (engine/vlm_group.h):
  * rank 0 alone encodes them (or finds them in the image cache) and hands
@@ -401,9 +417,6 @@ typedef struct {
     const int32_t  *ids;
     int             n_ids;
 } vlm_step_item_t;
-
-struct vlm_sample_row_s;           /* backend/vlm_backend.h */
-struct vlm_sample_res_s;
 
 /*
  * vlm_step() where the backend draws the tokens (vlm_model_samples()):

@@ -854,9 +854,10 @@ vlm_sched_first(vlm_sched_t *s, vlm_req_state_t state)
 static void
 vlm_sched_encode(vlm_sched_t *s)
 {
-    int               i, done;
+    int               i, done, len, n_more, dev;
     vlm_error_t       err;
     vlm_sample_t      sample;
+    vlm_status_t      rc;
     vlm_sched_req_t  *r;
 
     r = NULL;
@@ -874,6 +875,25 @@ vlm_sched_encode(vlm_sched_t *s)
 
     s->progress++;
 
+    /* the prompt's last rows: its first draws on the backend, if it can */
+    dev = 0;
+    n_more = 0;
+    s->sample_ptrs[0] = NULL;
+
+    if (s->dev_sample && vlm_group_prefill_last(s->group, &len)) {
+        s->batch_reqs[0] = (int) (r - s->reqs);
+        dev = vlm_sched_on_device_first(s, 0, 1, (uint32_t) len, &n_more);
+    }
+
+    if (dev
+        && vlm_group_prefill_sample(s->group, s->sample_ptrs, n_more,
+                                    s->sample_res, s->vocab, &err)
+           != VLM_OK)
+    {
+        vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
+        return;
+    }
+
     if (vlm_group_prefill_work(s->group, &done, &err) != VLM_OK) {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
         return;
@@ -889,7 +909,11 @@ vlm_sched_encode(vlm_sched_t *s)
         return;
     }
 
-    if (vlm_sched_sample(s, r, &sample, &err) != VLM_OK) {
+    rc = dev && s->sample_ptrs[0] != NULL
+         ? vlm_sched_sampled(s, r, &s->sample_res[0], &sample, &err)
+         : vlm_sched_sample(s, r, &sample, &err);
+
+    if (rc != VLM_OK) {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
         return;
     }
