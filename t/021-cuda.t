@@ -4,8 +4,10 @@
 # and runs this suite).  The same greedy requests as on the CPU (the
 # prompt counts equal, every answer complete; whether the text is the
 # CPU's is noted), seeded sampled requests (top_p, top_k, min_p,
-# logit_bias, a JSON object's grammar, logprobs, penalties) with the
-# CPU's tokens and logprobs, an image, the same image again from the
+# logit_bias, a JSON object's grammar, logprobs, penalties, n choices of
+# a text prompt and of a new picture's) with the CPU's tokens and
+# logprobs, each token drawn on the device (vlm_sampled_tokens_total),
+# the first ones included, an image, the same image again from the
 # image cache, a stream with the same text, and the KV blocks and
 # sequence slots back to idle afterwards, the same answers with
 # "vlm_cuda_graphs on" (decode steps replayed from CUDA graphs), the
@@ -61,7 +63,9 @@ my @bodies = (
 # object's grammar mask included) with the uniform numbers of the
 # request's own generator, so an f32 checkpoint (the CPU's logits within
 # float rounding) gives the CPU's tokens and logprobs, the penalties'
-# token counts kept on the device
+# token counts kept on the device; a prompt's first token and its other
+# choices' first tokens too, in the step that feeds its last chunk or in
+# the prefill's last work (a picture not seen before)
 my $LP = { logprobs => JSON::PP::true, top_logprobs => 5 };
 my @seeded = (
     { %{ vlm_chat_body('Tell me a story') }, %$LP, temperature => 0.9,

@@ -1,7 +1,8 @@
 # OpenAI's n (vlm_max_n): n choices of one prompt, prefilled once and
 # forked.  Non-streamed: "choices" with index 0..n-1, each its own
 # finish_reason and logprobs, usage counting the prompt once and the
-# completions of every choice; streamed: a role chunk, content chunks and
+# completions of every choice, each token counted as a draw of the host
+# (vlm_sampled_tokens_total, the CPU backend); streamed: a role chunk, content chunks and
 # a finish chunk per index, the usage chunk once at the end.  With a seed
 # the answer is reproducible and the choices differ at temperature 1;
 # greedy choices are the same; n = 1 is the request without n; choice 0
