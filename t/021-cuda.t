@@ -10,7 +10,8 @@
 # the first ones included, an image, the same image again from the
 # image cache, a stream with the same text, and the KV blocks and
 # sequence slots back to idle afterwards, the same answers with
-# "vlm_cuda_graphs on" (decode steps replayed from CUDA graphs), the
+# "vlm_cuda_graphs on" (decode steps replayed from CUDA graphs; the
+# seeded requests of one choice with the CPU's tokens there too), the
 # answers with "vlm_kv_dtype fp8"; then "vlm_tensor_parallel 2" (two
 # GPUs, or twice the emulated device), and on the emulated device a
 # kernel that faults (CUDAEMU_FAULT): that request fails with a 5xx, the
@@ -362,6 +363,12 @@ is(text($ggot[$_]), text($got[$_]),
     for 0 .. $#bodies;
 like(engine_log($gsrv), qr/model: a decode graph of 1 rows, \d+ blocks a /,
      "vlm_cuda_graphs on $where: the engine captured a decode graph");
+
+# the seeded requests of one choice, their rows drawn in graph steps
+for my $i (grep { !$seeded[$_]{n} } 0 .. $#seeded) {
+    seeded_ok(answer($gsrv, $seeded[$i]), $seeded_ref[$i],
+              "vlm_cuda_graphs on $where, seeded request $i");
+}
 vlm_wait_idle($gsrv, vlm_secs(10));
 $m = vlm_wait_pools($gsrv);
 is($m->{'vlm_pool_used{pool="kv_blocks",unit="blocks"}'}, 0,

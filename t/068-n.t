@@ -2,14 +2,15 @@
 # forked.  Non-streamed: "choices" with index 0..n-1, each its own
 # finish_reason and logprobs, usage counting the prompt once and the
 # completions of every choice, each token counted as a draw of the host
-# (vlm_sampled_tokens_total, the CPU backend); streamed: a role chunk, content chunks and
-# a finish chunk per index, the usage chunk once at the end.  With a seed
-# the answer is reproducible and the choices differ at temperature 1;
-# greedy choices are the same; n = 1 is the request without n; choice 0
-# of a seeded request draws as the request without n.  Tool calls and
-# json_object per choice (a grammar matcher each), /v1/completions too.
-# n above vlm_max_n or below 1 is a 400 naming n; a client that leaves a
-# stream of n = 4 leaves no KV block used by a sequence.
+# (vlm_sampled_tokens_total, the CPU backend); streamed: a role chunk,
+# content chunks and a finish chunk per index, the usage chunk once at
+# the end.  With a seed the answer is reproducible and the choices
+# differ at temperature 1; greedy choices are the same; n = 1 is the
+# request without n; choice 0 of a seeded request draws as the request
+# without n.  Tool calls and json_object per choice (a grammar matcher
+# each), /v1/completions too.  n above vlm_max_n or below 1 is a 400
+# naming n; a client that leaves a stream of n = 4 leaves no KV block
+# used by a sequence.
 
 use strict;
 use warnings;
