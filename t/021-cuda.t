@@ -4,11 +4,14 @@
 # and runs this suite).  The same greedy requests as on the CPU (the
 # prompt counts equal, every answer complete; whether the text is the
 # CPU's is noted), seeded sampled requests (top_p, top_k, min_p,
-# logit_bias, a JSON object's grammar, logprobs, penalties) with the
-# CPU's tokens and logprobs, an image, the same image again from the
+# logit_bias, a JSON object's grammar, logprobs, penalties, n choices of
+# a text prompt and of a new picture's) with the CPU's tokens and
+# logprobs, each token drawn on the device (vlm_sampled_tokens_total),
+# the first ones included, an image, the same image again from the
 # image cache, a stream with the same text, and the KV blocks and
 # sequence slots back to idle afterwards, the same answers with
-# "vlm_cuda_graphs on" (decode steps replayed from CUDA graphs), the
+# "vlm_cuda_graphs on" (decode steps replayed from CUDA graphs; the
+# seeded requests of one choice with the CPU's tokens there too), the
 # answers with "vlm_kv_dtype fp8"; then "vlm_tensor_parallel 2" (two
 # GPUs, or twice the emulated device), and on the emulated device a
 # kernel that faults (CUDAEMU_FAULT): that request fails with a 5xx, the
@@ -61,7 +64,9 @@ my @bodies = (
 # object's grammar mask included) with the uniform numbers of the
 # request's own generator, so an f32 checkpoint (the CPU's logits within
 # float rounding) gives the CPU's tokens and logprobs, the penalties'
-# token counts kept on the device
+# token counts kept on the device; a prompt's first token and its other
+# choices' first tokens too, in the step that feeds its last chunk or in
+# the prefill's last work (a picture not seen before)
 my $LP = { logprobs => JSON::PP::true, top_logprobs => 5 };
 my @seeded = (
     { %{ vlm_chat_body('Tell me a story') }, %$LP, temperature => 0.9,
@@ -79,6 +84,13 @@ my @seeded = (
     { %{ vlm_chat_body('Tell me a story') }, %$LP, temperature => 0.8,
       seed => 5, repetition_penalty => 1.3, top_p => 0.95,
       max_tokens => 12 },
+    { %{ vlm_chat_body('Count with me') }, %$LP, n => 3, temperature => 1.1,
+      seed => 21, presence_penalty => 0.8, frequency_penalty => 0.4,
+      logit_bias => { 100 => 4, 2000 => -100 }, max_tokens => 8 },
+    { %{ vlm_chat_body('What is this?',
+                       vlm_data_url('image/png', vlm_png(56, 56, 5))) },
+      %$LP, n => 2, temperature => 0.9, seed => 17,
+      repetition_penalty => 1.2, max_tokens => 8 },
 );
 
 # 18 choices with penalties at once: the engine keeps the token counts of
@@ -89,17 +101,34 @@ my $many = { %{ vlm_chat_body('Count with me') }, n => 18, seed => 99,
              frequency_penalty => 0.5, max_tokens => 10 };
 my $many_conf = "    vlm_max_running 20;\n    vlm_max_n 18;\n";
 
-# every token and logprob of a seeded answer against the CPU's
+# every token and logprob of a seeded answer's choices against the CPU's
 sub seeded_ok {
     my ($got, $ref, $what) = @_;
 
     is($got->{status}, 200, "$what: 200") or return;
-    is(text($got), text($ref), "$what: the CPU's text");
-    is($got->{j}{choices}[0]{finish_reason},
-       $ref->{j}{choices}[0]{finish_reason}, "$what: the CPU's finish");
 
-    my @g = @{ $got->{j}{choices}[0]{logprobs}{content} // [] };
-    my @r = @{ $ref->{j}{choices}[0]{logprobs}{content} // [] };
+    my @gc = sort { $a->{index} <=> $b->{index} }
+             @{ $got->{j}{choices} // [] };
+    my @rc = sort { $a->{index} <=> $b->{index} }
+             @{ $ref->{j}{choices} // [] };
+
+    is(scalar @gc, scalar @rc, "$what: the CPU's number of choices");
+
+    for my $c (0 .. $#rc) {
+        choice_ok($gc[$c] // {}, $rc[$c], @rc > 1 ? "$what, choice $c"
+                                                  : $what);
+    }
+}
+
+sub choice_ok {
+    my ($gc, $rc, $what) = @_;
+
+    is($gc->{message}{content} // '', $rc->{message}{content} // '',
+       "$what: the CPU's text");
+    is($gc->{finish_reason}, $rc->{finish_reason}, "$what: the CPU's finish");
+
+    my @g = @{ $gc->{logprobs}{content} // [] };
+    my @r = @{ $rc->{logprobs}{content} // [] };
     my $far = 0;
 
     for my $i (0 .. $#r) {
@@ -233,12 +262,26 @@ if ($emu) {
 
 my @got = served_ok($srv, \@ref, $where);
 
+# every token of them drawn by the device's sampler, a prompt's first and
+# the first of each of its choices included: none by the host
 for my $i (0 .. $#seeded) {
-    seeded_ok(answer($srv, $seeded[$i]), $seeded_ref[$i],
-              "$where, seeded request $i");
+    my $m0 = vlm_metrics($srv);
+    my $got = answer($srv, $seeded[$i]);
+    my $m1 = vlm_metrics($srv);
+    my $drawn = sub {
+        my $k = "vlm_sampled_tokens_total{where=\"$_[0]\"}";
+        return ($m1->{$k} // 0) - ($m0->{$k} // 0);
+    };
+
+    seeded_ok($got, $seeded_ref[$i], "$where, seeded request $i");
+    is($drawn->('host'), 0, "$where, seeded request $i: no token drawn on "
+                            . "the host");
+    is($drawn->('device'), $got->{j}{usage}{completion_tokens} // -1,
+       "$where, seeded request $i: every token drawn on the device");
 }
 
 {
+    my $m0 = vlm_metrics($srv);
     my $got = answer($srv, $many);
     my $texts = sub {
         join "\n", map { "$_->{index}: $_->{message}{content}" }
@@ -257,6 +300,18 @@ for my $i (0 .. $#seeded) {
        "$where: 16 arrays of token counts on the device");
     cmp_ok($m->{'vlm_pool_failures_total{pool="sample_counts"}'} // 0,
            '>=', 2, "$where: the choices beyond them drew on the host");
+
+    # and the prompt's logits came to the host for their first tokens
+    my %drawn = map {
+        my $k = "vlm_sampled_tokens_total{where=\"$_\"}";
+        ($_ => ($m->{$k} // 0) - ($m0->{$k} // 0))
+    } qw(host device);
+
+    ok($drawn{host} > 0 && $drawn{device} > 0,
+       "$where, 18 choices with penalties: tokens drawn on both "
+       . "($drawn{host} on the host, $drawn{device} on the device)");
+    is($drawn{host} + $drawn{device}, $got->{j}{usage}{completion_tokens},
+       "$where, 18 choices with penalties: every token drawn once");
 }
 
 my $m0 = vlm_metrics($srv);
@@ -308,6 +363,12 @@ is(text($ggot[$_]), text($got[$_]),
     for 0 .. $#bodies;
 like(engine_log($gsrv), qr/model: a decode graph of 1 rows, \d+ blocks a /,
      "vlm_cuda_graphs on $where: the engine captured a decode graph");
+
+# the seeded requests of one choice, their rows drawn in graph steps
+for my $i (grep { !$seeded[$_]{n} } 0 .. $#seeded) {
+    seeded_ok(answer($gsrv, $seeded[$i]), $seeded_ref[$i],
+              "vlm_cuda_graphs on $where, seeded request $i");
+}
 vlm_wait_idle($gsrv, vlm_secs(10));
 $m = vlm_wait_pools($gsrv);
 is($m->{'vlm_pool_used{pool="kv_blocks",unit="blocks"}'}, 0,

@@ -1,14 +1,16 @@
 # OpenAI's n (vlm_max_n): n choices of one prompt, prefilled once and
 # forked.  Non-streamed: "choices" with index 0..n-1, each its own
 # finish_reason and logprobs, usage counting the prompt once and the
-# completions of every choice; streamed: a role chunk, content chunks and
-# a finish chunk per index, the usage chunk once at the end.  With a seed
-# the answer is reproducible and the choices differ at temperature 1;
-# greedy choices are the same; n = 1 is the request without n; choice 0
-# of a seeded request draws as the request without n.  Tool calls and
-# json_object per choice (a grammar matcher each), /v1/completions too.
-# n above vlm_max_n or below 1 is a 400 naming n; a client that leaves a
-# stream of n = 4 leaves no KV block used by a sequence.
+# completions of every choice, each token counted as a draw of the host
+# (vlm_sampled_tokens_total, the CPU backend); streamed: a role chunk,
+# content chunks and a finish chunk per index, the usage chunk once at
+# the end.  With a seed the answer is reproducible and the choices
+# differ at temperature 1; greedy choices are the same; n = 1 is the
+# request without n; choice 0 of a seeded request draws as the request
+# without n.  Tool calls and json_object per choice (a grammar matcher
+# each), /v1/completions too.  n above vlm_max_n or below 1 is a 400
+# naming n; a client that leaves a stream of n = 4 leaves no KV block
+# used by a sequence.
 
 use strict;
 use warnings;
@@ -53,8 +55,10 @@ sub tokens {
 
 
 # n = 3: three choices, each with its finish and logprobs, usage once
+my $drawn0 = vlm_metrics($srv);
 my ($res, $j) = chat({ n => 3, max_tokens => 8, temperature => 1,
                        seed => 7, logprobs => JSON::PP::true });
+my $drawn1 = vlm_metrics($srv);
 is($res->{status}, 200, 'n=3: 200') or diag($res->{body});
 is_deeply([ map { $_->{index} } @{ $j->{choices} } ], [0, 1, 2],
           'n=3: choices 0, 1, 2');
@@ -66,6 +70,18 @@ my $sum = 0;
 $sum += tokens($_) for @{ $j->{choices} };
 is($j->{usage}{completion_tokens}, $sum,
    'n=3: completion_tokens is the sum over the choices');
+
+# on the CPU, every token of every choice is drawn on the host
+{
+    my %drawn = map {
+        my $k = "vlm_sampled_tokens_total{where=\"$_\"}";
+        ($_ => ($drawn1->{$k} // -1) - ($drawn0->{$k} // 0))
+    } qw(host device);
+
+    is($drawn{host}, $sum, 'n=3: vlm_sampled_tokens_total counts the '
+                           . 'host\'s draws');
+    is($drawn{device}, 0, 'n=3: and none on the device');
+}
 
 my ($res1, $j1) = chat({ max_tokens => 8, temperature => 1, seed => 7,
                          logprobs => JSON::PP::true });

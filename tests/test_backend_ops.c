@@ -3316,6 +3316,147 @@ test_model_image_cache(void **state)
 }
 
 
+/*
+ * A prompt's first tokens drawn where its last rows are fed, in a step
+ * (vlm_step_sample_more()) or by the prefill's last work
+ * (vlm_prefill_sample()): its own and two more of its last logits (a
+ * penalized one with its token counts on the device), each with its own
+ * sampler, and a NULL row that brings those logits to the host: every
+ * draw the CPU sampler's from them.  Draws more of no item, without
+ * rows, or for a prefill work that ends no prompt are refused.
+ */
+static void
+sample_more_case(vlm_model_t *m, int prefill)
+{
+    int                    i, k, V, len, done;
+    int                    more[3] = { 0, 0, 0 }, bad[1] = { 1 };
+    int32_t                ids[7] = { 1, 2, 3, 4, 5, 6, 7 };
+    int32_t               *counts, *dcounts;
+    vlm_seq_t             *s;
+    vlm_error_t            err;
+    vlm_sample_t           ref, got;
+    vlm_sampler_t         *hs[3], *ds[3];
+    vlm_step_item_t        item;
+    vlm_sample_row_t       rows[4], *ptrs[4];
+    vlm_sample_res_t       res[4];
+    vlm_sampler_params_t   p;
+
+    V = vlm_model_info(m)->vocab_size;
+    assert_int_equal(vlm_seq_init(m, &s, &err), VLM_OK);
+
+    counts = malloc((size_t) V * sizeof(int32_t));
+    dcounts = vlm_model_sample_counts(m, 1, V);
+    assert_true(counts != NULL && dcounts != NULL);
+
+    for (i = 0; i < 3; i++) {
+        vlm_sampler_params_default(&p);
+        p.temperature = i == 0 ? 0.0f : 0.7f + 0.3f * (float) i;
+        p.top_k = i == 2 ? 8 : p.top_k;
+        p.presence_penalty = i == 1 ? 1.5f : 0.0f;
+        p.frequency_penalty = i == 1 ? 0.5f : 0.0f;
+        p.top_logprobs = 3;
+        p.seed = 11 + (uint64_t) i + (uint64_t) prefill * 100;
+
+        assert_int_equal(vlm_sampler_init(&hs[i], V, &err), VLM_OK);
+        assert_int_equal(vlm_sampler_init(&ds[i], V, &err), VLM_OK);
+        assert_int_equal(vlm_sampler_reset(hs[i], &p, &err), VLM_OK);
+        assert_int_equal(vlm_sampler_reset(ds[i], &p, &err), VLM_OK);
+        vlm_sampler_prompt(hs[i], ids, 7);
+        vlm_sampler_prompt(ds[i], ids, 7);
+
+        vlm_sampler_row(ds[i], &rows[i]);
+        rows[i].counts = NULL;
+        ptrs[i] = &rows[i];
+
+        if (vlm_sampler_penalized(ds[i])) {
+            vlm_sampler_counts(ds[i], counts);
+            assert_int_equal(vlm_model_sample_counts_load(m, dcounts, counts,
+                                                          V, &err), VLM_OK);
+            rows[i].counts = dcounts;
+        }
+    }
+
+    assert_non_null(rows[1].counts);
+    ptrs[3] = NULL;
+
+    if (prefill) {
+        assert_int_equal(vlm_seq_prefill_start(s, ids, 7, NULL, 0, NULL,
+                                               &err), VLM_OK);
+        assert_int_equal(vlm_prefill_last(m, &len), 1);
+        assert_int_equal(len, 7);
+        assert_int_equal(vlm_prefill_sample(m, ptrs, 3, res, V, &err),
+                         VLM_OK);
+        assert_int_equal(vlm_prefill_work(m, &done, &err), VLM_OK);
+        assert_int_equal(done, 1);
+        assert_int_equal(vlm_prefill_last(m, &len), 0);
+        assert_int_equal(vlm_prefill_sample(m, ptrs, 3, res, V, &err),
+                         VLM_ERR_INVALID);
+
+    } else {
+        item.seq = s;
+        item.ids = ids;
+        item.n_ids = 7;
+
+        assert_int_equal(vlm_step_sample_more(m, &item, 1, bad, 1, ptrs, res,
+                                              V, &err), VLM_ERR_INVALID);
+        assert_int_equal(vlm_step_sample_more(m, &item, 1, more, 3, NULL,
+                                              res, V, &err),
+                         VLM_ERR_INVALID);
+        assert_int_equal(vlm_seq_length(s), 0);
+
+        if (vlm_step_sample_more(m, &item, 1, more, 3, ptrs, res, V, &err)
+            != VLM_OK)
+        {
+            fail_msg("a step with draws more: %s", err.msg);
+        }
+    }
+
+    assert_int_equal(vlm_seq_length(s), 7);
+
+    for (i = 0; i < 3; i++) {
+        assert_int_equal(vlm_sampler_sample(hs[i], vlm_seq_logits(s), &ref,
+                                            &err), VLM_OK);
+        vlm_sampler_record(ds[i], &res[i], &got);
+
+        print_message("%s, draw %d: token %d (%.6f), the CPU's %d (%.6f)\n",
+                      prefill ? "prefill" : "step", i, got.token,
+                      got.logprob, ref.token, ref.logprob);
+
+        assert_int_equal(got.token, ref.token);
+        assert_true(sample_same_lp(got.logprob, ref.logprob));
+        assert_int_equal(got.n_top, ref.n_top);
+
+        for (k = 0; k < ref.n_top; k++) {
+            assert_int_equal(got.top[k].id, ref.top[k].id);
+            assert_true(sample_same_lp(got.top[k].logprob,
+                                       ref.top[k].logprob));
+        }
+
+        vlm_sampler_free(hs[i]);
+        vlm_sampler_free(ds[i]);
+    }
+
+    free(counts);
+    vlm_seq_free(s);
+}
+
+
+static void
+test_model_sample_more(void **state)
+{
+    vlm_model_t  *m;
+
+    require_gpu();
+
+    m = load_model("qwen2vl-f32", "cuda", 0);
+
+    sample_more_case(m, 0);
+    sample_more_case(m, 1);
+
+    vlm_model_free(m);
+}
+
+
 #ifdef VLM_CUDAEMU
 
 /*
@@ -4711,6 +4852,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_model_kv_fp8_scales),
         cmocka_unit_test(test_model_fused),
         cmocka_unit_test(test_model_graphs),
+        cmocka_unit_test(test_model_sample_more),
 #ifdef VLM_CUDAEMU
         cmocka_unit_test(test_model_fault),
         cmocka_unit_test(test_matmul_epilogue_runs),

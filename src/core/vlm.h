@@ -359,6 +359,22 @@ vlm_status_t vlm_prefill_work(vlm_model_t *model, int *done,
 void vlm_prefill_cancel(vlm_model_t *model);
 int vlm_prefill_busy(const vlm_model_t *model);
 
+struct vlm_sample_row_s;           /* backend/vlm_backend.h */
+struct vlm_sample_res_s;
+
+/*
+ * Where the backend samples (vlm_model_samples()): vlm_prefill_last() is
+ * 1 when the next vlm_prefill_work() feeds the prompt's last rows (its
+ * sequence *len tokens long after them); then vlm_prefill_sample() has
+ * that work draw from its last logits as vlm_step_sample_more() draws
+ * from a step's one item: rows[0] into res[0], n_more more from
+ * rows[1 + j] into res[1 + j] (a NULL row: the logits to the host)
+ */
+int vlm_prefill_last(const vlm_model_t *model, int *len);
+vlm_status_t vlm_prefill_sample(vlm_model_t *model,
+    struct vlm_sample_row_s *const *rows, int n_more,
+    struct vlm_sample_res_s *res, int vocab, vlm_error_t *err);
+
 /*
  * The images of a prefill in a tensor-parallel group (engine/vlm_group.h):
  * rank 0 alone encodes them (or finds them in the image cache) and hands
@@ -402,9 +418,6 @@ typedef struct {
     int             n_ids;
 } vlm_step_item_t;
 
-struct vlm_sample_row_s;           /* backend/vlm_backend.h */
-struct vlm_sample_res_s;
-
 /*
  * vlm_step() where the backend draws the tokens (vlm_model_samples()):
  * rows[i] NULL, item i's logits come to the host (vlm_seq_logits());
@@ -414,6 +427,16 @@ struct vlm_sample_res_s;
  */
 vlm_status_t vlm_step_sample(vlm_model_t *model,
     const vlm_step_item_t *items, int n_items,
+    struct vlm_sample_row_s *const *rows, struct vlm_sample_res_s *res,
+    int vocab, vlm_error_t *err);
+/*
+ * vlm_step_sample() with n_more draws more from the last logits of items
+ * more[j] (a prompt's other choices): rows[n_items + j] and
+ * res[n_items + j]; a NULL row there brings those logits to the host
+ * (vlm_seq_logits() of the item's sequence)
+ */
+vlm_status_t vlm_step_sample_more(vlm_model_t *model,
+    const vlm_step_item_t *items, int n_items, const int *more, int n_more,
     struct vlm_sample_row_s *const *rows, struct vlm_sample_res_s *res,
     int vocab, vlm_error_t *err);
 /* the model's backend samples (vlm_backend_ops_t.sample), one rank */

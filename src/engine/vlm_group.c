@@ -479,10 +479,31 @@ vlm_group_prefill_cancel(vlm_group_t *g)
 }
 
 
+int
+vlm_group_prefill_last(vlm_group_t *g, int *len)
+{
+    return g->comm == NULL && vlm_prefill_last(g->model, len);
+}
+
+
+vlm_status_t
+vlm_group_prefill_sample(vlm_group_t *g, struct vlm_sample_row_s *const *rows,
+    int n_more, struct vlm_sample_res_s *res, int vocab, vlm_error_t *err)
+{
+    if (g->comm != NULL) {
+        return vlm_error_set(err, VLM_ERR_INVALID, "group: a group of "
+                             "ranks draws its tokens on the host");
+    }
+
+    return vlm_prefill_sample(g->model, rows, n_more, res, vocab, err);
+}
+
+
 vlm_status_t
 vlm_group_step_sample(vlm_group_t *g, const vlm_step_item_t *items,
-    int n_items, struct vlm_sample_row_s *const *rows,
-    struct vlm_sample_res_s *res, int vocab, vlm_error_t *err)
+    int n_items, const int *more, int n_more,
+    struct vlm_sample_row_s *const *rows, struct vlm_sample_res_s *res,
+    int vocab, vlm_error_t *err)
 {
     if (rows == NULL) {
         return vlm_group_step(g, items, n_items, err);
@@ -493,7 +514,8 @@ vlm_group_step_sample(vlm_group_t *g, const vlm_step_item_t *items,
                              "ranks draws its tokens on the host");
     }
 
-    return vlm_step_sample(g->model, items, n_items, rows, res, vocab, err);
+    return vlm_step_sample_more(g->model, items, n_items, more, n_more, rows,
+                                res, vocab, err);
 }
 
 

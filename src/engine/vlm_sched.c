@@ -75,13 +75,18 @@ vlm_sched_init(vlm_sched_t **sched, vlm_model_t *model, vlm_group_t *group,
     s->items = calloc((size_t) s->n_reqs, sizeof(vlm_step_item_t));
     s->batch_reqs = calloc((size_t) s->n_reqs, sizeof(int));
     s->piece = malloc(s->piece_cap);
-    s->sample_rows = calloc((size_t) s->n_reqs, sizeof(vlm_sample_row_t));
-    s->sample_ptrs = calloc((size_t) s->n_reqs, sizeof(vlm_sample_row_t *));
-    s->sample_res = calloc((size_t) s->n_reqs, sizeof(vlm_sample_res_t));
+    s->sample_rows = calloc((size_t) s->n_reqs + 1,
+                            sizeof(vlm_sample_row_t));
+    s->sample_ptrs = calloc((size_t) s->n_reqs + 1,
+                            sizeof(vlm_sample_row_t *));
+    s->sample_res = calloc((size_t) s->n_reqs + 1,
+                           sizeof(vlm_sample_res_t));
+    s->more = calloc((size_t) s->n_reqs + 1, sizeof(int));
 
     if (s->reqs == NULL || s->items == NULL || s->batch_reqs == NULL
         || s->piece == NULL || s->sample_rows == NULL
-        || s->sample_ptrs == NULL || s->sample_res == NULL)
+        || s->sample_ptrs == NULL || s->sample_res == NULL
+        || s->more == NULL)
     {
         vlm_sched_free(s);
         return vlm_error_set(err, VLM_ERR_NOMEM, "scheduler: no memory");
@@ -170,6 +175,7 @@ vlm_sched_free(vlm_sched_t *s)
     free(s->sample_rows);
     free(s->sample_ptrs);
     free(s->sample_res);
+    free(s->more);
     free(s->counts_host);
     vlm_trie_free(s->trie);
     free(s);
@@ -490,6 +496,7 @@ vlm_sched_admit(vlm_sched_t *s)
             r->recompute = 0;
             r->n_held = 0;
             r->pending = 0;
+            r->dev_draw = -1;
             r->finish = VLM_QUEUE_FINISH_NONE;
             r->state = c == 0 ? VLM_REQ_WAITING : VLM_REQ_FORKING;
             r->order = s->admitted;
@@ -847,9 +854,10 @@ vlm_sched_first(vlm_sched_t *s, vlm_req_state_t state)
 static void
 vlm_sched_encode(vlm_sched_t *s)
 {
-    int               i, done;
+    int               i, done, len, n_more, dev;
     vlm_error_t       err;
     vlm_sample_t      sample;
+    vlm_status_t      rc;
     vlm_sched_req_t  *r;
 
     r = NULL;
@@ -867,6 +875,25 @@ vlm_sched_encode(vlm_sched_t *s)
 
     s->progress++;
 
+    /* the prompt's last rows: its first draws on the backend, if it can */
+    dev = 0;
+    n_more = 0;
+    s->sample_ptrs[0] = NULL;
+
+    if (s->dev_sample && vlm_group_prefill_last(s->group, &len)) {
+        s->batch_reqs[0] = (int) (r - s->reqs);
+        dev = vlm_sched_on_device_first(s, 0, 1, (uint32_t) len, &n_more);
+    }
+
+    if (dev
+        && vlm_group_prefill_sample(s->group, s->sample_ptrs, n_more,
+                                    s->sample_res, s->vocab, &err)
+           != VLM_OK)
+    {
+        vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
+        return;
+    }
+
     if (vlm_group_prefill_work(s->group, &done, &err) != VLM_OK) {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
         return;
@@ -882,7 +909,11 @@ vlm_sched_encode(vlm_sched_t *s)
         return;
     }
 
-    if (vlm_sched_sample(s, r, &sample, &err) != VLM_OK) {
+    rc = dev && s->sample_ptrs[0] != NULL
+         ? vlm_sched_sampled(s, r, &s->sample_res[0], &sample, &err)
+         : vlm_sched_sample(s, r, &sample, &err);
+
+    if (rc != VLM_OK) {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
         return;
     }
@@ -899,13 +930,15 @@ vlm_sched_encode(vlm_sched_t *s)
  * The prompt of choice 0 is in: the request's other choices fork its
  * sequence (the prompt's full KV blocks shared, its last partial block
  * copied) and draw their first tokens from its logits, each with its own
- * sampler.  0 when the request has ended (a fork failed).
+ * sampler (or the backend drew them in the prompt's step).  0 when the
+ * request has ended (a fork failed).
  */
 static int
 vlm_sched_fork(vlm_sched_t *s, vlm_sched_req_t *r)
 {
     int                i;
     vlm_error_t        err;
+    vlm_status_t       rc;
     vlm_sample_t       sample;
     vlm_sched_req_t   *c;
 
@@ -925,7 +958,13 @@ vlm_sched_fork(vlm_sched_t *s, vlm_sched_req_t *r)
         c->state = VLM_REQ_DECODING;
         c->t_last = vlm_queue_now();
 
-        if (vlm_sched_sample(s, c, &sample, &err) != VLM_OK) {
+        rc = c->dev_draw >= 0
+             ? vlm_sched_sampled(s, c, &s->sample_res[c->dev_draw], &sample,
+                                 &err)
+             : vlm_sched_sample(s, c, &sample, &err);
+        c->dev_draw = -1;
+
+        if (rc != VLM_OK) {
             vlm_sched_end(s, c, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
             return 0;
         }
@@ -1111,7 +1150,7 @@ vlm_sched_resume(vlm_sched_t *s)
 static void
 vlm_sched_run(vlm_sched_t *s)
 {
-    int                k, n, n_decode, room, need, fit, bs, dev;
+    int                k, n, n_decode, n_more, room, need, fit, bs, dev;
     uint32_t           chunk, total;
     vlm_error_t        err;
     vlm_sample_t       sample;
@@ -1121,6 +1160,8 @@ vlm_sched_run(vlm_sched_t *s)
 
     bs = s->info->kv_block_size;
     ids = NULL;
+    chunk = 0;
+    total = 0;
 
     for ( ;; ) {
         r = NULL;
@@ -1185,14 +1226,17 @@ vlm_sched_run(vlm_sched_t *s)
 
     s->progress++;
 
-    /* the decode rows the backend draws */
+    /* the rows the backend draws: the decode rows, a prompt's first */
     dev = 0;
+    n_more = 0;
 
     for (k = 0; k < n; k++) {
         s->sample_ptrs[k] = NULL;
+        v = &s->reqs[s->batch_reqs[k]];
 
         if (k < n_decode
-            && vlm_sched_on_device(s, &s->reqs[s->batch_reqs[k]],
+            && vlm_sched_on_device(s, v, (uint32_t) vlm_seq_length(v->seq)
+                                         + 1,
                                    &s->sample_rows[k]))
         {
             s->sample_ptrs[k] = &s->sample_rows[k];
@@ -1200,7 +1244,15 @@ vlm_sched_run(vlm_sched_t *s)
         }
     }
 
-    while (vlm_group_step_sample(s->group, s->items, n,
+    if (n > n_decode && s->dev_sample && r->n_fed + chunk == total
+        && vlm_sched_on_device_first(s, n_decode, n,
+                                     (uint32_t) vlm_seq_length(r->seq)
+                                     + chunk, &n_more))
+    {
+        dev = 1;
+    }
+
+    while (vlm_group_step_sample(s->group, s->items, n, s->more, n_more,
                                  dev ? s->sample_ptrs : NULL,
                                  s->sample_res, s->vocab, &err)
            != VLM_OK)
@@ -1210,6 +1262,7 @@ vlm_sched_run(vlm_sched_t *s)
             vlm_sched_end(s, &s->reqs[s->batch_reqs[n_decode]],
                           VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
             n = n_decode;
+            n_more = 0;
 
             if (n > 0) {
                 continue;

@@ -16,7 +16,7 @@
 
 
 static uint32_t vlm_sched_left(vlm_sched_t *s, vlm_sched_req_t *r,
-    int fed);
+    uint32_t len);
 static vlm_status_t vlm_sched_grammar_feed(vlm_sched_t *s,
     vlm_sched_req_t *r, int32_t token, vlm_error_t *err);
 static int32_t *vlm_sched_counts(vlm_sched_t *s, vlm_sched_req_t *r);
@@ -54,6 +54,8 @@ vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r, vlm_sample_t *sample,
             return err->status;
         }
 
+        atomic_fetch_add(&s->q->metrics->draws_host, 1);
+
         if (sample->token == r->reasoning_end) {
             r->reasoning_end = -1;
         }
@@ -62,7 +64,7 @@ vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r, vlm_sample_t *sample,
     }
 
     if (r->constrained) {
-        left = vlm_sched_left(s, r, 0);
+        left = vlm_sched_left(s, r, (uint32_t) vlm_seq_length(r->seq));
 
         /* and one more for the end of text after the document */
         budget = left > 1 ? left - 1 : 1;
@@ -101,6 +103,8 @@ vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r, vlm_sample_t *sample,
         return err->status;
     }
 
+    atomic_fetch_add(&s->q->metrics->draws_host, 1);
+
     if (!r->constrained) {
         return VLM_OK;
     }
@@ -125,13 +129,13 @@ vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r, vlm_sample_t *sample,
 
 
 /*
- * The tokens a constrained request may still draw, this one included;
- * fed: the step that draws it is still to feed the token before it
+ * The tokens a constrained request may still draw, this one included,
+ * drawn after len tokens of its sequence
  */
 static uint32_t
-vlm_sched_left(vlm_sched_t *s, vlm_sched_req_t *r, int fed)
+vlm_sched_left(vlm_sched_t *s, vlm_sched_req_t *r, uint32_t len)
 {
-    uint32_t           left, room, len;
+    uint32_t           left, room;
     vlm_queue_slot_t  *qs;
 
     qs = vlm_queue_slot(s->q, r->slot);
@@ -142,7 +146,6 @@ vlm_sched_left(vlm_sched_t *s, vlm_sched_req_t *r, int fed)
         left = qs->params.max_tokens - r->n_out;
     }
 
-    len = (uint32_t) vlm_seq_length(r->seq) + (uint32_t) fed;
     room = (uint32_t) s->info->max_seq_len;
     room = room > len ? room - len + 1 : 1;
 
@@ -177,14 +180,15 @@ vlm_sched_grammar_feed(vlm_sched_t *s, vlm_sched_req_t *r, int32_t token,
 
 
 /*
- * A decoding request's next draw on the backend, set up before the step:
- * row filled (its uniform number drawn) and 1, or 0 where the host draws
- * it: a penalty with no counts on the device free (vlm_sched_counts()),
- * or a grammar near the end of its budget, whose draw the host may
- * replace by the plan's token (vlm_sched_sample())
+ * A request's next draw on the backend, set up before the step that
+ * makes its sequence len tokens long: row filled (its uniform number
+ * drawn) and 1, or 0 where the host draws it: a penalty with no counts
+ * on the device free (vlm_sched_counts()), or a grammar near the end of
+ * its budget, whose draw the host may replace by the plan's token
+ * (vlm_sched_sample())
  */
 int
-vlm_sched_on_device(vlm_sched_t *s, vlm_sched_req_t *r,
+vlm_sched_on_device(vlm_sched_t *s, vlm_sched_req_t *r, uint32_t len,
     vlm_sample_row_t *row)
 {
     size_t           n;
@@ -206,7 +210,7 @@ vlm_sched_on_device(vlm_sched_t *s, vlm_sched_req_t *r,
     }
 
     if (r->constrained && r->reasoning_end < 0) {
-        left = vlm_sched_left(s, r, 1);
+        left = vlm_sched_left(s, r, len);
 
         n = vlm_matcher_mask(r->matcher, left > 1 ? left - 1 : 1,
                              s->info->eos_token_ids, s->info->n_eos, &mask);
@@ -221,6 +225,73 @@ vlm_sched_on_device(vlm_sched_t *s, vlm_sched_req_t *r,
     row->counts = counts;
 
     return 1;
+}
+
+
+/*
+ * The first draws of the prompt whose last chunk is item k of a step of
+ * n items, its sequence len tokens long after it, on the backend where
+ * it can: its own (row k) and its other choices' (rows from n + *n_more
+ * on, more[] naming item k, each choice's dev_draw its row).  Where the
+ * host draws a choice and the backend the prompt's own token, the
+ * prompt's logits come to the host too (a NULL row, one kept for it).
+ * 1 when the backend draws any.
+ */
+int
+vlm_sched_on_device_first(vlm_sched_t *s, int k, int n, uint32_t len,
+    int *n_more)
+{
+    int                i, j, dev, host, keep, max;
+    vlm_sched_req_t   *r, *c;
+    vlm_queue_slot_t  *qs;
+
+    r = &s->reqs[s->batch_reqs[k]];
+    qs = vlm_queue_slot(s->q, r->slot);
+    max = s->info->max_batch_tokens;
+    dev = 0;
+    host = 0;
+
+    if ((qs->params.n <= 1 || n < max)
+        && vlm_sched_on_device(s, r, len, &s->sample_rows[k]))
+    {
+        s->sample_ptrs[k] = &s->sample_rows[k];
+        dev = 1;
+    }
+
+    /* a choice's row, and the one kept for the prompt's logits */
+    keep = dev ? 2 : 1;
+
+    for (i = 0; i < s->n_reqs; i++) {
+        c = &s->reqs[i];
+
+        if (c->state != VLM_REQ_FORKING || c->slot != r->slot) {
+            continue;
+        }
+
+        j = n + *n_more;
+        c->dev_draw = -1;
+
+        if (j + keep <= max
+            && vlm_sched_on_device(s, c, len, &s->sample_rows[j]))
+        {
+            s->sample_ptrs[j] = &s->sample_rows[j];
+            s->more[j - n] = k;
+            c->dev_draw = j;
+            (*n_more)++;
+            dev = 1;
+
+        } else {
+            host = 1;
+        }
+    }
+
+    if (host && s->sample_ptrs[k] != NULL) {
+        j = n + (*n_more)++;
+        s->sample_ptrs[j] = NULL;
+        s->more[j - n] = k;
+    }
+
+    return dev;
 }
 
 
@@ -296,6 +367,8 @@ vlm_sched_sampled(vlm_sched_t *s, vlm_sched_req_t *r,
     const vlm_sample_res_t *res, vlm_sample_t *sample, vlm_error_t *err)
 {
     vlm_sampler_record(r->sampler, res, sample);
+
+    atomic_fetch_add(&s->q->metrics->draws_device, 1);
 
     if (!r->constrained) {
         return VLM_OK;

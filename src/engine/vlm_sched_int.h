@@ -55,6 +55,9 @@ typedef struct {
     unsigned             counts_ok:1;   /* counts_slot's are the host's */
     int                  counts_slot;   /* its counts on the device, or
                                            -1 */
+    int                  dev_draw;      /* forking: its first token's
+                                           sample_res on the backend, or
+                                           -1 (the host draws it) */
 
     /*
      * [max_seq_len]: the tokens drawn, from toks[n_prompt] on, and the
@@ -109,14 +112,17 @@ struct vlm_sched_s {
     unsigned                  device_lost:1;
 
     /*
-     * the decode rows the backend draws (vlm_model_samples()), by item:
-     * sample_ptrs[k] NULL, item k's logits come to the host
+     * the rows the backend draws (vlm_model_samples()), by item:
+     * sample_ptrs[k] NULL, item k's logits come to the host; after the
+     * step's n items, the draws more of a prompt's other choices
+     * (vlm_step_sample_more()), more[j] their item
      */
     unsigned                  dev_sample:1;
     int                       vocab;        /* the samplers' */
-    vlm_sample_row_t         *sample_rows;  /* [n_reqs] */
-    vlm_sample_row_t        **sample_ptrs;  /* [n_reqs] */
-    vlm_sample_res_t         *sample_res;   /* [n_reqs] */
+    vlm_sample_row_t         *sample_rows;  /* [n_reqs + 1] */
+    vlm_sample_row_t        **sample_ptrs;  /* [n_reqs + 1] */
+    vlm_sample_res_t         *sample_res;   /* [n_reqs + 1] */
+    int                      *more;         /* [n_reqs + 1] */
 
     /*
      * the token counts of the requests with penalties drawn on the
@@ -143,9 +149,12 @@ struct vlm_sched_s {
  */
 vlm_status_t vlm_sched_sample(vlm_sched_t *s, vlm_sched_req_t *r,
     vlm_sample_t *sample, vlm_error_t *err);
-/* a decode row's draw on the backend set up before the step, or 0 */
-int vlm_sched_on_device(vlm_sched_t *s, vlm_sched_req_t *r,
+/* a draw on the backend set up before the step, or 0 */
+int vlm_sched_on_device(vlm_sched_t *s, vlm_sched_req_t *r, uint32_t len,
     vlm_sample_row_t *row);
+/* a prompt's first draws and its other choices' set up so, or 0 */
+int vlm_sched_on_device_first(vlm_sched_t *s, int k, int n, uint32_t len,
+    int *n_more);
 /* the backend's draw for r, booked */
 vlm_status_t vlm_sched_sampled(vlm_sched_t *s, vlm_sched_req_t *r,
     const vlm_sample_res_t *res, vlm_sample_t *sample, vlm_error_t *err);

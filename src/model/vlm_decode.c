@@ -112,6 +112,16 @@ vlm_step_sample(vlm_model_t *m, const vlm_step_item_t *items, int n,
     vlm_sample_row_t *const *sample, vlm_sample_res_t *res, int vocab,
     vlm_error_t *err)
 {
+    return vlm_step_sample_more(m, items, n, NULL, 0, sample, res, vocab,
+                                err);
+}
+
+
+vlm_status_t
+vlm_step_sample_more(vlm_model_t *m, const vlm_step_item_t *items, int n,
+    const int *more, int n_more, vlm_sample_row_t *const *sample,
+    vlm_sample_res_t *res, int vocab, vlm_error_t *err)
+{
     int               i, k, j, rows, ran;
     int32_t          *pos, text_pos;
     vlm_seq_t        *seq;
@@ -132,6 +142,22 @@ vlm_step_sample(vlm_model_t *m, const vlm_step_item_t *items, int n,
         return vlm_error_set(err, VLM_ERR_INVALID,
                              "engine: the %s backend does not sample a "
                              "vocabulary of %d", m->be->ops->name, vocab);
+    }
+
+    if (n_more < 0 || n + n_more > m->params.max_batch_tokens
+        || (n_more > 0 && sample == NULL))
+    {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "engine: %d draws more in a step of %d "
+                             "sequences", n_more, n);
+    }
+
+    for (j = 0; j < n_more; j++) {
+        if (more[j] < 0 || more[j] >= n) {
+            return vlm_error_set(err, VLM_ERR_INVALID,
+                                 "engine: a draw more of step entry %d",
+                                 more[j]);
+        }
     }
 
     /* a step boundary: the feature copies done since, released */
@@ -218,10 +244,16 @@ vlm_step_sample(vlm_model_t *m, const vlm_step_item_t *items, int n,
         rows += items[i].n_ids;
     }
 
+    /* the draws more: the same rows' logits again, each its own */
+    for (j = 0; j < n_more; j++) {
+        m->seg_rows[n + j] = m->seg_rows[more[j]];
+        m->seg_out[n + j] = items[more[j]].seq->logits;
+    }
+
     /* a step of decode rows only: its bucket's graph, if it has one */
     ran = 0;
 
-    if (rows == n) {
+    if (rows == n && n_more == 0) {
         rc = vlm_graph_step(m, items, n, sample, res, vocab, &ran, err);
         if (rc != VLM_OK) {
             return rc;
@@ -238,6 +270,7 @@ vlm_step_sample(vlm_model_t *m, const vlm_step_item_t *items, int n,
     be->ops->embed(be, ws->x, &m->lm.embed, ws->ids, rows);
 
     vlm_step_batch(m, &b, rows, n, sample, res, vocab);
+    b.n_logits = n + n_more;
 
     rc = m->arch->forward(m, &b, err);
     if (rc != VLM_OK) {

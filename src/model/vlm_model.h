@@ -289,6 +289,12 @@ typedef struct {
     int                 hashed;         /* rows added to the seq's chain */
     int                 key_image;      /* the image of the next image */
     int                 key_left;       /*   token, and its tokens left */
+
+    /* the next work's draws (vlm_prefill_sample()), sample NULL: none */
+    vlm_sample_row_t   *const *sample;
+    vlm_sample_res_t   *sample_res;
+    int                 sample_vocab;
+    int                 sample_more;
 } vlm_prefill_job_t;
 
 

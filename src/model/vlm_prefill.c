@@ -139,6 +139,7 @@ vlm_seq_prefill_start(vlm_seq_t *seq, const int32_t *ids, int n,
     pf->feat = 0;
     pf->c0 = 0;
     pf->fed = 0;
+    pf->sample = NULL;
 
     return VLM_OK;
 }
@@ -154,6 +155,7 @@ vlm_prefill_cancel(vlm_model_t *m)
         return;
     }
 
+    pf->sample = NULL;
     vlm_seq_truncate_blocks(pf->seq, pf->had_blocks);
     pf->seq->n_past -= pf->c0;
 
@@ -170,6 +172,51 @@ int
 vlm_prefill_busy(const vlm_model_t *m)
 {
     return m->pf.seq != NULL;
+}
+
+
+int
+vlm_prefill_last(const vlm_model_t *m, int *len)
+{
+    const vlm_prefill_job_t  *pf = &m->pf;
+
+    /* a chunk that reaches the end is never cut (prefill_rows) */
+    if (pf->seq == NULL || pf->image < pf->n_images
+        || pf->all_logits != NULL
+        || pf->n - pf->c0 > m->params.max_batch_tokens)
+    {
+        return 0;
+    }
+
+    *len = pf->seq->n_past + pf->n - pf->c0;
+
+    return 1;
+}
+
+
+vlm_status_t
+vlm_prefill_sample(vlm_model_t *m, vlm_sample_row_t *const *rows,
+    int n_more, vlm_sample_res_t *res, int vocab, vlm_error_t *err)
+{
+    int                 len;
+    vlm_prefill_job_t  *pf = &m->pf;
+
+    if (!vlm_model_samples(m) || vocab < 1 || vocab > m->tp.vocab
+        || rows == NULL || res == NULL || n_more < 0
+        || 1 + n_more > m->params.max_batch_tokens
+        || !vlm_prefill_last(m, &len))
+    {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "engine: no draw of %d rows in the next "
+                             "prefill work", 1 + n_more);
+    }
+
+    pf->sample = rows;
+    pf->sample_res = res;
+    pf->sample_vocab = vocab;
+    pf->sample_more = n_more;
+
+    return VLM_OK;
 }
 
 
@@ -349,8 +396,9 @@ vlm_prefill_hash(vlm_model_t *m, int cn)
 vlm_status_t
 vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
 {
-    int                 i, c0, cn, H, V, run, mm, n_tok, F, k, n_runs;
+    int                 i, c0, cn, H, V, run, mm, n_tok, F, k, n_runs, len;
     float              *feats, *slot;
+    vlm_sample_row_t   *const *sample;
     vlm_seq_t          *seq;
     vlm_status_t        rc;
     const float        *cached;
@@ -364,6 +412,15 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
     *done = 0;
     seq = pf->seq;
     pf->out_rows = 0;
+
+    /* the draws set for this work (vlm_prefill_sample()), for it alone */
+    sample = pf->sample;
+    pf->sample = NULL;
+
+    if (sample != NULL && !vlm_prefill_last(m, &len)) {
+        return vlm_error_set(err, VLM_ERR_INTERNAL, "engine: draws set for "
+                             "a prefill work that ends no prompt");
+    }
 
     if (seq == NULL) {
         return vlm_error_set(err, VLM_ERR_INVALID,
@@ -531,6 +588,19 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
     b.sample = NULL;
     b.sample_res = NULL;
     b.sample_vocab = 0;
+
+    if (sample != NULL && b.n_logits == 1) {
+        /* the last row's logits again for each draw more */
+        for (i = 1; i <= pf->sample_more; i++) {
+            m->seg_rows[i] = cn - 1;
+            m->seg_out[i] = seq->logits;
+        }
+
+        b.n_logits = 1 + pf->sample_more;
+        b.sample = sample;
+        b.sample_res = pf->sample_res;
+        b.sample_vocab = pf->sample_vocab;
+    }
 
     rc = m->arch->forward(m, &b, err);
     if (rc != VLM_OK) {

@@ -229,6 +229,13 @@ vlm_metrics_render(const vlm_metrics_t *m, const vlm_queue_stats_t *q,
     vlm_out_metric(&o, "vlm_cuda_graph_replays_total", "counter",
                    "Decode steps run from a captured graph.",
                    atomic_load(&m->graph_replays));
+    vlm_out(&o, "# HELP vlm_sampled_tokens_total Tokens drawn, by where: "
+                "on the device (the backend's sampler) or on the host.\n"
+                "# TYPE vlm_sampled_tokens_total counter\n"
+                "vlm_sampled_tokens_total{where=\"device\"} %llu\n"
+                "vlm_sampled_tokens_total{where=\"host\"} %llu\n",
+                (unsigned long long) atomic_load(&m->draws_device),
+                (unsigned long long) atomic_load(&m->draws_host));
     vlm_out_metric(&o, "vlm_tensor_parallel_collectives_total", "counter",
                    "Collectives (all-reduce, all-gather) rank 0 of a "
                    "tensor-parallel engine ran.",

@@ -85,6 +85,8 @@ typedef struct {
     _Atomic uint64_t  kv_preemptions;       /* sequences preempted */
     _Atomic uint64_t  graph_captures;       /* decode graphs captured */
     _Atomic uint64_t  graph_replays;        /* decode steps run from them */
+    _Atomic uint64_t  draws_device;         /* tokens the backend drew */
+    _Atomic uint64_t  draws_host;           /* tokens the host drew */
     _Atomic uint64_t  tp_collectives;       /* rank 0's, in its steps */
     _Atomic uint64_t  tp_collective_ns;
     _Atomic uint64_t  engine_rss;
