@@ -10,6 +10,7 @@
  *
  *   bench_tower [--model DIR] [--threads N] [--size WxH]...
  *               [--backend cpu|cuda] [--device-mib N]
+ *               [--piece-rows N] [--weight-tiles]
  *
  * --backend cuda (a build with the CUDA backend: make CUDA=1, or the
  * emulated device's build-cudaemu/bench/bench_tower) runs the tower on
@@ -18,6 +19,12 @@
  *
  *   BENCH_TOWER width=1920 height=1080 patches=10764 tower_ms=...
  *               pieces=... longest_ms=...
+ *
+ * --piece-rows: the rows of the tower's pieces (vlm_prefill_rows(), as
+ * the scheduler asks 4 x max_batch_tokens where no other stream waits;
+ * default: max_batch_tokens, 256); --weight-tiles: the CPU backend's
+ * bf16 matrices packed once at load into amx's tiles
+ * (vlm_cpu_weight_layout tiles).
  *
  * DIR: by default tests/fixtures/models/qwen25vl-f32 (a tiny tower, for
  * make bench: the plumbing, 1920x1080 alone unless --size says more);
@@ -43,7 +50,7 @@
 /* the tower on a w x h picture: its wall time, pieces, longest piece */
 static int
 bench_picture(const char *dir, const char *backend, size_t device_bytes,
-    int threads, uint32_t w, uint32_t h)
+    int threads, int piece_rows, int tiles, uint32_t w, uint32_t h)
 {
     int                       k, n_ids, done, pieces, P;
     double                    t0, t1, total, longest;
@@ -76,6 +83,7 @@ bench_picture(const char *dir, const char *backend, size_t device_bytes,
     prm.backend = backend;
     prm.device_bytes = device_bytes;
     prm.max_seqs = 1;
+    prm.weight_tiles = tiles;
     prm.image_cache_bytes = 0;
     prm.max_image_patches = P;
     prm.max_seq_len = (int) grid.n_tokens + 16;
@@ -127,6 +135,8 @@ bench_picture(const char *dir, const char *backend, size_t device_bytes,
         vlm_model_free(m);
         return -1;
     }
+
+    vlm_prefill_rows(m, piece_rows);
 
     /* the tower's pieces add no token; the first prompt piece ends it */
     total = 0.0;
@@ -180,7 +190,7 @@ bench_picture(const char *dir, const char *backend, size_t device_bytes,
 int
 main(int argc, char **argv)
 {
-    int          i, n, threads;
+    int          i, n, threads, piece_rows, tiles;
     size_t       device_bytes;
     uint32_t     w[BENCH_SIZES], h[BENCH_SIZES];
     const char  *dir, *backend;
@@ -193,6 +203,8 @@ main(int argc, char **argv)
     backend = NULL;
     device_bytes = 0;
     threads = 2;
+    piece_rows = 0;
+    tiles = 0;
     n = 0;
 
     for (i = 1; i < argc; i++) {
@@ -207,6 +219,12 @@ main(int argc, char **argv)
 
         } else if (strcmp(argv[i], "--device-mib") == 0 && i + 1 < argc) {
             device_bytes = (size_t) strtoul(argv[++i], NULL, 10) << 20;
+
+        } else if (strcmp(argv[i], "--piece-rows") == 0 && i + 1 < argc) {
+            piece_rows = atoi(argv[++i]);
+
+        } else if (strcmp(argv[i], "--weight-tiles") == 0) {
+            tiles = 1;
 
         } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc
                    && n < BENCH_SIZES
@@ -223,7 +241,8 @@ main(int argc, char **argv)
     if (dir == NULL || threads < 1) {
         fprintf(stderr, "usage: bench_tower --model DIR [--threads N] "
                 "[--size WxH]... [--backend cpu|cuda] "
-                "[--device-mib N]\n");
+                "[--device-mib N] [--piece-rows N] "
+                "[--weight-tiles]\n");
         return 1;
     }
 
@@ -236,7 +255,8 @@ main(int argc, char **argv)
     }
 
     for (i = 0; i < n; i++) {
-        if (bench_picture(dir, backend, device_bytes, threads, w[i], h[i])
+        if (bench_picture(dir, backend, device_bytes, threads, piece_rows,
+                          tiles, w[i], h[i])
             != 0)
         {
             return 1;

@@ -218,7 +218,7 @@ run_image(vlm_group_t *g, vlm_model_t *m, sample_t *s)
     }
 
     do {
-        if (vlm_group_prefill_work(g, &done, &err) != VLM_OK) {
+        if (vlm_group_prefill_work(g, 0, &done, &err) != VLM_OK) {
             fprintf(stderr, "image prompt: %s\n", err.msg);
             goto done;
         }

@@ -1400,12 +1400,14 @@ count_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
 /*
  * The features of the image1 prompt's image of fixture dir (a folder of
  * tests/fixtures), each level's n_tok rows one after the other, as a
- * prefill with max_batch_tokens rows leaves them in the workspace, its
- * steps in *steps; a step with a matmul or an attention over more than
- * rows rows or queries fails
+ * prefill with max_batch_tokens rows leaves them in the workspace, the
+ * tower's pieces of alone rows where it is more (vlm_prefill_rows()),
+ * its steps in *steps and the most rows or queries of a step's matmul or
+ * attention in *most; a step with more than rows and alone fails
  */
 static float *
-tower_features(const char *dir, int rows, size_t *n, int *steps)
+tower_features(const char *dir, int rows, int alone, size_t *n, int *steps,
+    int *most)
 {
     int                  i, F, H, k, n_tok, done;
     char                 path[256];
@@ -1452,7 +1454,11 @@ tower_features(const char *dir, int rows, size_t *n, int *steps)
     assert_int_equal(vlm_seq_prefill_start(a, ia.data, (int) ia.n, &img, 1,
                                            NULL, &err), VLM_OK);
 
+    vlm_prefill_rows(m, alone);
+    assert_int_equal(vlm_prefill_piece_rows(m), vlm_max(rows, alone));
+
     *steps = 0;
+    *most = 0;
 
     do {
         count_rows = 0;
@@ -1463,11 +1469,12 @@ tower_features(const char *dir, int rows, size_t *n, int *steps)
         }
 
         (*steps)++;
+        *most = vlm_max(*most, vlm_max(count_rows, count_queries));
 
-        if (count_rows > rows || count_queries > rows) {
+        if (*most > vlm_max(rows, alone)) {
             fail_msg("%s, step %d: a matmul of %d rows, an attention of %d "
                      "queries, over %d", dir, *steps, count_rows,
-                     count_queries, rows);
+                     count_queries, vlm_max(rows, alone));
         }
 
     } while (!done);
@@ -1516,15 +1523,17 @@ tower_features(const char *dir, int rows, size_t *n, int *steps)
  * SigLIP and InternViT towers within 1e-12 (relative L2), their small
  * f32 matmuls going to OpenBLAS's sgemm, whose small-matrix kernels sum
  * a row in an order that depends on the row count (the sums agree at the
- * published shapes).
+ * published shapes).  And the same with pieces of three times the rows
+ * (vlm_prefill_rows(), as the scheduler asks where no other sequence
+ * waits): fewer steps, some over the rows, the same features.
  */
 static void
 test_tower_in_pieces_same_bits(void **state)
 {
-    int            i, s_whole, s_pieces;
-    float         *whole, *pieces;
-    double         d;
-    size_t         n, n2;
+    int            i, s_whole, s_pieces, s_alone, most;
+    float         *whole, *pieces, *alone;
+    double         d, d3;
+    size_t         n, n2, n3;
     static const struct {
         const char  *dir;
         int          rows;
@@ -1542,28 +1551,38 @@ test_tower_in_pieces_same_bits(void **state)
     };
 
     for (i = 0; i < (int) (sizeof(models) / sizeof(models[0])); i++) {
-        whole = tower_features(models[i].dir, 256, &n, &s_whole);
-        pieces = tower_features(models[i].dir, models[i].rows, &n2,
-                                &s_pieces);
+        whole = tower_features(models[i].dir, 256, 0, &n, &s_whole, &most);
+        pieces = tower_features(models[i].dir, models[i].rows, 0, &n2,
+                                &s_pieces, &most);
+        alone = tower_features(models[i].dir, models[i].rows,
+                               3 * models[i].rows, &n3, &s_alone, &most);
 
         assert_int_equal(n, n2);
+        assert_int_equal(n, n3);
         d = rel_l2(pieces, whole, (int) n);
+        d3 = rel_l2(alone, whole, (int) n);
 
-        print_message("%s: %d steps whole, %d in pieces of %d rows, "
-                      "relative L2 %.2g\n", models[i].dir, s_whole,
-                      s_pieces, models[i].rows, d);
+        print_message("%s: %d steps whole, %d in pieces of %d rows, %d of "
+                      "%d, relative L2 %.2g, %.2g\n", models[i].dir,
+                      s_whole, s_pieces, models[i].rows, s_alone,
+                      3 * models[i].rows, d, d3);
 
         assert_true(s_pieces > s_whole);
+        assert_true(s_alone < s_pieces);
+        assert_true(most > models[i].rows);
 
         if (models[i].exact
-            ? memcmp(whole, pieces, n * sizeof(float)) != 0 : d > 1e-12)
+            ? memcmp(whole, pieces, n * sizeof(float)) != 0
+              || memcmp(whole, alone, n * sizeof(float)) != 0
+            : d > 1e-12 || d3 > 1e-12)
         {
-            fail_msg("%s: the tower in pieces differs, rel l2 %g",
-                     models[i].dir, d);
+            fail_msg("%s: the tower in pieces differs, rel l2 %g, %g",
+                     models[i].dir, d, d3);
         }
 
         free(whole);
         free(pieces);
+        free(alone);
     }
 }
 

@@ -521,8 +521,12 @@ run_leader(const char *model, const prompt_t *pr, vlm_group_t *g,
             return;
         }
 
+        /*
+         * the tower's pieces of 64 rows (as where no other sequence
+         * waits): every rank of a split tower cuts the same
+         */
         do {
-            if (vlm_group_prefill_work(g, &done, &err) != VLM_OK) {
+            if (vlm_group_prefill_work(g, 64, &done, &err) != VLM_OK) {
                 return;
             }
         } while (!done);
@@ -580,7 +584,7 @@ run_leader(const char *model, const prompt_t *pr, vlm_group_t *g,
         }
 
         do {
-            if (vlm_group_prefill_work(g, &done, &err) != VLM_OK) {
+            if (vlm_group_prefill_work(g, 0, &done, &err) != VLM_OK) {
                 return;
             }
         } while (!done);

@@ -301,7 +301,7 @@ prefill(const prompt_t *pr, vlm_group_t *g, vlm_seq_t *seq, int from,
     }
 
     do {
-        if (vlm_group_prefill_work(g, &done, err) != VLM_OK) {
+        if (vlm_group_prefill_work(g, 0, &done, err) != VLM_OK) {
             return 5;
         }
     } while (!done);
@@ -374,7 +374,7 @@ run_rounds(const prompt_t *pr, vlm_group_t *g, vlm_model_t *m, int rounds,
     before = st.transfers_pool + st.transfers_host;
 
     do {
-        if (vlm_group_prefill_work(g, &done, err) != VLM_OK) {
+        if (vlm_group_prefill_work(g, 0, &done, err) != VLM_OK) {
             return 9;
         }
 

@@ -358,6 +358,17 @@ vlm_status_t vlm_prefill_work(vlm_model_t *model, int *done,
     vlm_error_t *err);
 void vlm_prefill_cancel(vlm_model_t *model);
 int vlm_prefill_busy(const vlm_model_t *model);
+/*
+ * The rows of the vision encoder's pieces from the next
+ * vlm_prefill_work() on: more than max_batch_tokens where no other
+ * sequence waits for the steps (the weights read and packed fewer times
+ * an image), 0 for max_batch_tokens again.  The features are the same
+ * bits whatever the pieces; the prompt's chunks stay of max_batch_tokens
+ * rows (its workspace is that big).
+ */
+void vlm_prefill_rows(vlm_model_t *model, int rows);
+/* the rows of a vision piece: vlm_prefill_rows()', else max_batch_tokens */
+int vlm_prefill_piece_rows(const vlm_model_t *model);
 
 struct vlm_sample_row_s;           /* backend/vlm_backend.h */
 struct vlm_sample_res_s;

@@ -423,11 +423,14 @@ vlm_group_prefix_map(vlm_group_t *g, vlm_seq_t *seq, const int32_t *ids,
 
 
 vlm_status_t
-vlm_group_prefill_work(vlm_group_t *g, int *done, vlm_error_t *err)
+vlm_group_prefill_work(vlm_group_t *g, int rows, int *done,
+    vlm_error_t *err)
 {
     vlm_status_t        rc;
     vlm_error_t         e;
     vlm_fpool_handle_t  h;
+
+    vlm_prefill_rows(g->model, rows);
 
     if (g->comm != NULL && vlm_prefill_encoding(g->model)) {
         rc = vlm_prefill_work(g->model, done, err);
@@ -460,7 +463,9 @@ vlm_group_prefill_work(vlm_group_t *g, int *done, vlm_error_t *err)
         return rc;
     }
 
-    rc = vlm_group_send(g, VLM_GROUP_PREFILL_WORK, -1, 0, 0, 0, err);
+    /* the ranks of a tower split among them cut the same pieces */
+    rc = vlm_group_send(g, VLM_GROUP_PREFILL_WORK, -1, (uint32_t) rows, 0,
+                        0, err);
     if (rc != VLM_OK) {
         return rc;
     }
@@ -705,6 +710,7 @@ vlm_group_replay(vlm_group_t *g, const vlm_group_plan_t *plan,
             break;
         }
 
+        vlm_prefill_rows(g->model, (int) plan->n);
         rc = vlm_prefill_work(g->model, &done, err);
 
         /* the prefill's own error is rank 0's too; a failed collective or

@@ -47,7 +47,8 @@ vlm_status_t vlm_group_prefill_start(vlm_group_t *group, vlm_seq_t *seq,
 vlm_status_t vlm_group_prefix_map(vlm_group_t *group, vlm_seq_t *seq,
     const int32_t *ids, int n_ids, const vlm_image_t *images, int n_images,
     int *n_ids_cached, int *n_images_cached, vlm_error_t *err);
-vlm_status_t vlm_group_prefill_work(vlm_group_t *group, int *done,
+/* rows: vlm_prefill_rows() for this work on every rank (0: default) */
+vlm_status_t vlm_group_prefill_work(vlm_group_t *group, int rows, int *done,
     vlm_error_t *err);
 void vlm_group_prefill_cancel(vlm_group_t *group);
 vlm_status_t vlm_group_step(vlm_group_t *group,

@@ -16,6 +16,10 @@
 #include "vlm_sched_int.h"
 
 
+/* an image's pieces where nothing else runs: times max_batch_tokens */
+#define VLM_SCHED_ALONE  4
+
+
 static void vlm_sched_admit(vlm_sched_t *s);
 static int vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r);
 static int vlm_sched_kv_fits(vlm_sched_t *s, uint32_t n, int *room);
@@ -30,6 +34,7 @@ static int vlm_sched_fork(vlm_sched_t *s, vlm_sched_req_t *r);
 static vlm_sched_req_t *vlm_sched_first(vlm_sched_t *s,
     vlm_req_state_t state);
 static void vlm_sched_encode(vlm_sched_t *s);
+static int vlm_sched_piece_rows(vlm_sched_t *s, const vlm_sched_req_t *r);
 static void vlm_sched_run(vlm_sched_t *s);
 static void vlm_sched_emit(vlm_sched_t *s, vlm_sched_req_t *r,
     const vlm_sample_t *sample);
@@ -894,7 +899,10 @@ vlm_sched_encode(vlm_sched_t *s)
         return;
     }
 
-    if (vlm_group_prefill_work(s->group, &done, &err) != VLM_OK) {
+    if (vlm_group_prefill_work(s->group, vlm_sched_piece_rows(s, r), &done,
+                               &err)
+        != VLM_OK)
+    {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
         return;
     }
@@ -973,6 +981,32 @@ vlm_sched_fork(vlm_sched_t *s, vlm_sched_req_t *r)
     }
 
     return r->state != VLM_REQ_FREE;
+}
+
+
+/*
+ * The rows of the vision encoder's pieces for r's next work: where no
+ * other request runs in the steps (none decodes or feeds its prompt),
+ * VLM_SCHED_ALONE times max_batch_tokens, so that an image reads the
+ * tower's weights fewer times (the others queued behind it wait for it
+ * either way; a request arriving waits a longer piece at most); else
+ * max_batch_tokens (0), the most a running stream waits for a step
+ */
+static int
+vlm_sched_piece_rows(vlm_sched_t *s, const vlm_sched_req_t *r)
+{
+    int  i;
+
+    for (i = 0; i < s->n_reqs; i++) {
+        if (&s->reqs[i] != r
+            && (s->reqs[i].state == VLM_REQ_DECODING
+                || s->reqs[i].state == VLM_REQ_PREFILLING))
+        {
+            return 0;
+        }
+    }
+
+    return VLM_SCHED_ALONE * s->info->max_batch_tokens;
 }
 
 

@@ -111,10 +111,10 @@ typedef struct {
        windows, the rows live in h and x is the scratch */
     int        n_win;
     /*
-     * a stage in pieces of about max_batch_tokens rows: piece, set by the
-     * caller, counts the stage's pieces run (0: its first); a stage with
-     * pieces left sets more, and is called again; part and row say where
-     * it stands
+     * a stage in pieces of about vlm_prefill_piece_rows() rows: piece,
+     * set by the caller, counts the stage's pieces run (0: its first); a
+     * stage with pieces left sets more, and is called again; part and row
+     * say where it stands
      */
     int        piece;
     int        more;
@@ -275,6 +275,7 @@ typedef struct {
     int                 image;          /* the image being encoded */
     int                 stage;          /* its next encoder stage */
     int                 piece;          /* pieces of that stage run */
+    int                 rows;           /* a vision piece's, 0: default */
     int                 feat;           /* its first row in ws.feats */
     int                 c0;             /* prompt rows fed */
     int                 fed;            /* image feature rows fed */

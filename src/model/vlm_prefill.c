@@ -175,6 +175,20 @@ vlm_prefill_busy(const vlm_model_t *m)
 }
 
 
+void
+vlm_prefill_rows(vlm_model_t *m, int rows)
+{
+    m->pf.rows = vlm_max(rows, 0);
+}
+
+
+int
+vlm_prefill_piece_rows(const vlm_model_t *m)
+{
+    return vlm_max(m->pf.rows, m->params.max_batch_tokens);
+}
+
+
 int
 vlm_prefill_last(const vlm_model_t *m, int *len)
 {

@@ -285,9 +285,9 @@ vlm_gemma3_vision_encode(vlm_model_t *m, const vlm_image_t *img,
         w->row = 0;
     }
 
-    /* the projection, max_batch_tokens of its rows a piece */
+    /* the projection, a piece's rows at a time */
     r = w->row;
-    n = vlm_min(m->params.max_batch_tokens, T - r);
+    n = vlm_min(vlm_prefill_piece_rows(m), T - r);
     be->ops->matmul(be, out + (size_t) r * m->cfg.text.hidden_size,
                     w->merged + (size_t) r * E, &g->proj, NULL, n);
 

@@ -104,10 +104,10 @@ vlm_idefics3_vision_encode(vlm_model_t *m, const vlm_image_t *img,
         w->row = 0;
     }
 
-    /* the projection (s * s patches a row), max_batch_tokens rows a piece */
+    /* the projection (s * s patches a row), a piece's rows at a time */
     N = P / (s * s);
     r = w->row;
-    n = vlm_min(m->params.max_batch_tokens, N - r);
+    n = vlm_min(vlm_prefill_piece_rows(m), N - r);
     be->ops->matmul(be, out + (size_t) r * m->cfg.text.hidden_size,
                     w->merged + (size_t) r * s * s * E, &m->vis.mlp0, NULL,
                     n);

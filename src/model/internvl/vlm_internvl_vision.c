@@ -286,8 +286,8 @@ vlm_internvl_tables(vlm_model_t *m, int F, int side)
 /*
  * Stage 0 embeds the image's frames (the CLS rows and the positions),
  * stage l (1..depth) runs encoder layer l - 1, stage depth + 1 the final
- * norm, the pixel shuffle and the projector.  Over more than
- * max_batch_tokens rows a stage runs in pieces of that many rows
+ * norm, the pixel shuffle and the projector.  Over more than a piece's
+ * rows (vlm_prefill_piece_rows()) a stage runs in pieces of that many
  * (ws.piece, ws.more), as Qwen's tower does: the patch embedding by
  * rows, a layer by rows, by queries of its attention, by rows
  * (vlm_vision_frames_block_piece), the projector by rows.
@@ -313,7 +313,7 @@ vlm_internvl_vision_encode(vlm_model_t *m, const vlm_image_t *img,
     N = P / 4;
     E = vc->hidden_size;
     H = vc->out_hidden_size;
-    B = m->params.max_batch_tokens;
+    B = vlm_prefill_piece_rows(m);
 
     /* the frames' boundaries in the host tables (vlm_internvl_tables) */
     cu = w->host + 2 * R + P;

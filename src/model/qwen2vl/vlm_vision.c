@@ -762,8 +762,9 @@ vlm_vision_frames_block_piece(vlm_model_t *m, const vlm_image_t *img,
  * One stage of the vision encoder: 0 checks the image, builds the
  * position and window tables and embeds the patches; 1..depth run one
  * block; depth + 1 runs the merger and writes the image's merged features
- * to out.  Over more than max_batch_tokens patches a stage runs in
- * pieces of about that many rows (ws.piece, ws.more): the embedding and
+ * to out.  Over more than a piece's rows (vlm_prefill_piece_rows():
+ * max_batch_tokens, or more where no other sequence waits) a stage runs
+ * in pieces of about that many (ws.piece, ws.more): the embedding and
  * the merger by rows, a block by rows, then by queries of its attention,
  * then by rows.  The state between stages and pieces lives in the vision
  * workspace, so the stages of one image must run in order, with no other
@@ -789,7 +790,7 @@ vlm_vision_encode_stage(vlm_model_t *m, const vlm_image_t *img, float *out,
     mm = vc->spatial_merge_size * vc->spatial_merge_size;
     U = P / mm;
     hd = E / vc->n_heads;
-    R = vlm_max(m->params.max_batch_tokens, mm);
+    R = vlm_max(vlm_prefill_piece_rows(m), mm);
     D = vw->patch.cols;
     VM = m->tp.v_merge;
 

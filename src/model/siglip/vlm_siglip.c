@@ -213,8 +213,9 @@ vlm_siglip_position_ids(int side, int32_t *ids)
  * Stage 0 embeds the image's frames, stage l (1..depth) runs encoder
  * layer l - 1; the rows stay in vws.x.  bucketed: the position ids of
  * SmolVLMVisionEmbeddings (vlm_siglip_position_ids), else SigLIP's own
- * (0, 1, 2.. over a frame).  Over more than max_batch_tokens patches a
- * stage runs in pieces of that many rows (ws.piece, ws.more), as
+ * (0, 1, 2.. over a frame).  Over more than a piece's rows
+ * (vlm_prefill_piece_rows(): max_batch_tokens, or more where nothing
+ * waits) a stage runs in pieces of that many (ws.piece, ws.more), as
  * Qwen's tower does: the embedding by rows, a layer by rows, by queries
  * of its attention, by rows (vlm_vision_frames_block_piece).
  */
@@ -235,7 +236,7 @@ vlm_siglip_encode(vlm_model_t *m, const vlm_image_t *img, int stage,
     per = side * side;
     P = img->grid_t * per;
     E = vc->hidden_size;
-    R = m->params.max_batch_tokens;
+    R = vlm_prefill_piece_rows(m);
 
     /* host tables: position ids, frame boundaries */
     pos = w->host;
