@@ -3277,6 +3277,60 @@ graphs_plan_case(const char *name)
 }
 
 
+/*
+ * the memory plan counts the scheduler's token counts on a device that
+ * samples: what vlm_model_sample_counts() takes of the backend for
+ * VLM_SAMPLE_COUNTS arrays of the model's vocabulary is the plan's
+ * sample_counts, part of its activations; none on a tensor-parallel rank
+ * (the host draws there) nor on the CPU backend
+ */
+static void
+test_model_plan_counts(void **state)
+{
+    char                path[256];
+    size_t              before;
+    int32_t            *counts;
+    vlm_error_t         err;
+    vlm_model_t        *m;
+    vlm_model_plan_t    plan;
+    vlm_model_stats_t   st;
+    vlm_model_params_t  p;
+
+    require_gpu();
+
+    snprintf(path, sizeof(path), FIX "/qwen2vl-f32");
+
+    m = load_graphs("qwen2vl-f32", 0, 512);
+    vlm_model_stats(m, &st);
+    before = st.backend_bytes;
+
+    counts = vlm_model_sample_counts(m, VLM_SAMPLE_COUNTS,
+                                     vlm_model_info(m)->vocab_size);
+    assert_non_null(counts);
+    vlm_model_stats(m, &st);
+    vlm_model_free(m);
+
+    graphs_params(&p, 0, 512);
+    assert_int_equal(vlm_model_plan(path, &p, &plan, &err), VLM_OK);
+
+    print_message("qwen2vl-f32: the token counts take %zu bytes of the "
+                  "backend, the plan counts %zu\n", st.backend_bytes - before,
+                  plan.sample_counts);
+    assert_true(plan.sample_counts > 0);
+    assert_int_equal(plan.sample_counts, st.backend_bytes - before);
+    assert_true(plan.activations > plan.sample_counts);
+
+    p.tp_size = 2;
+    assert_int_equal(vlm_model_plan(path, &p, &plan, &err), VLM_OK);
+    assert_int_equal(plan.sample_counts, 0);
+
+    graphs_params(&p, 0, 512);
+    p.backend = "cpu";
+    assert_int_equal(vlm_model_plan(path, &p, &plan, &err), VLM_OK);
+    assert_int_equal(plan.sample_counts, 0);
+}
+
+
 static void
 test_model_graphs(void **state)
 {
@@ -4852,6 +4906,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_model_kv_fp8_scales),
         cmocka_unit_test(test_model_fused),
         cmocka_unit_test(test_model_graphs),
+        cmocka_unit_test(test_model_plan_counts),
         cmocka_unit_test(test_model_sample_more),
 #ifdef VLM_CUDAEMU
         cmocka_unit_test(test_model_fault),

@@ -241,7 +241,11 @@ typedef struct {
                                      pool (Gemma 3); 0: none */
     size_t  kv_slide_tokens;    /*   the tokens it holds */
     size_t  activations;        /* the decoder's workspace, the sequence
-                                   slots and their host tables */
+                                   slots and their host tables, the
+                                   decode graphs' inputs, sample_counts */
+    size_t  sample_counts;      /*   of it, the scheduler's token counts
+                                   on a device that samples
+                                   (VLM_SAMPLE_COUNTS x vocab_size) */
     size_t  vision;             /* the vision tower's workspace */
     size_t  attention;          /* the CPU backend's attention blocks */
     size_t  matmul_scratch;     /* the CPU backend's matmul scratch:
@@ -455,8 +459,11 @@ int vlm_model_samples(const vlm_model_t *model);
 /*
  * start-up, where the backend samples: n arrays of vocab token counts
  * (vlm_sample_row_t.counts) in the backend's memory, the model's, or
- * NULL (no room); _load() uploads counts[vocab] into one of them
+ * NULL (no room); _load() uploads counts[vocab] into one of them.  A
+ * scheduler keeps VLM_SAMPLE_COUNTS of the model's vocab_size, which the
+ * memory plan counts (sample_counts).
  */
+#define VLM_SAMPLE_COUNTS  16
 int32_t *vlm_model_sample_counts(vlm_model_t *model, int n, int vocab);
 vlm_status_t vlm_model_sample_counts_load(vlm_model_t *model,
     int32_t *dst, const int32_t *counts, int vocab, vlm_error_t *err);

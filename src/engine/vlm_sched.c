@@ -143,7 +143,7 @@ vlm_sched_init(vlm_sched_t **sched, vlm_model_t *model, vlm_group_t *group,
         s->counts_host = malloc((size_t) s->vocab * sizeof(int32_t));
         s->counts = s->counts_host == NULL
                     ? NULL : vlm_model_sample_counts(model, VLM_SCHED_COUNTS,
-                                                     s->vocab);
+                                                     s->info->vocab_size);
     }
 
     *sched = s;

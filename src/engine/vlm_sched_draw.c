@@ -327,7 +327,7 @@ vlm_sched_counts(vlm_sched_t *s, vlm_sched_req_t *r)
         r->counts_ok = 0;
     }
 
-    dst = s->counts + (size_t) r->counts_slot * s->vocab;
+    dst = s->counts + (size_t) r->counts_slot * s->info->vocab_size;
 
     if (!r->counts_ok) {
         vlm_sampler_counts(r->sampler, s->counts_host);

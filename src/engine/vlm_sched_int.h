@@ -32,7 +32,7 @@ typedef enum {
  * beyond draw on the host.  A vocabulary's counts a request: 0.6 MB at
  * Qwen's 151,936
  */
-#define VLM_SCHED_COUNTS  16
+#define VLM_SCHED_COUNTS  VLM_SAMPLE_COUNTS
 
 
 typedef struct {
@@ -126,9 +126,10 @@ struct vlm_sched_s {
 
     /*
      * the token counts of the requests with penalties drawn on the
-     * device, VLM_SCHED_COUNTS arrays of vocab on the device (NULL: none)
-     * and their owners (a request's index, or -1); counts_host: the one
-     * being uploaded
+     * device, VLM_SCHED_COUNTS arrays of the model's vocab_size on the
+     * device, as the memory plan counts them (the samplers' vocab of
+     * each used; NULL: none), and their owners (a request's index, or
+     * -1); counts_host: the one being uploaded
      */
     int32_t                  *counts;
     int                       counts_owner[VLM_SCHED_COUNTS];

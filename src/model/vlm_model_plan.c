@@ -182,9 +182,21 @@ vlm_model_plan_fill(vlm_model_t *m, vlm_model_plan_t *plan)
             * ((m->slide_blocks > 0 ? 4 : 2) * blocks + tc->vocab_size)
             + S * 6 + (S / 3 + 1) * 2 * 4;
 
-    /* and the decode graphs' inputs (vlm_cuda_graphs on) */
+    /*
+     * and the decode graphs' inputs (vlm_cuda_graphs on); where the
+     * device samples (the CUDA backend, one rank), the scheduler's token
+     * counts, in whole 256 bytes as the CUDA backend allocates
+     */
+    if (p->backend != NULL && strcmp(p->backend, "cuda") == 0
+        && m->tp.size <= 1)
+    {
+        plan->sample_counts = vlm_align_up((size_t) VLM_SAMPLE_COUNTS
+                                           * tc->vocab_size
+                                           * sizeof(int32_t), 256);
+    }
+
     plan->activations = (lm + slots) * sizeof(float)
-                        + vlm_graph_plan_bytes(m);
+                        + vlm_graph_plan_bytes(m) + plan->sample_counts;
 
     /* the vision tower's (vlm_model_workspace) */
     if (P > 0) {
