@@ -12,6 +12,19 @@
 #include "vlm_backend.h"
 
 
+/*
+ * The x86 kernels (AVX2, AVX-512, AMX) are built: gcc or clang on
+ * x86-64.  -DVLM_NO_X86 leaves them out as a build for another CPU does,
+ * the portable kernels alone, so that such a build can be checked here.
+ */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) \
+    && !defined(VLM_NO_X86)
+#define VLM_X86  1
+#else
+#define VLM_X86  0
+#endif
+
+
 typedef enum {
     VLM_CPU_SCALAR = 0,
     VLM_CPU_AVX2,               /* AVX2, FMA, F16C */

@@ -30,6 +30,7 @@
 
 #define _GNU_SOURCE
 
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -37,7 +38,7 @@
 #include "vlm_cpu_x86.h"
 
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if (VLM_X86)
 
 #include <cpuid.h>
 
@@ -52,7 +53,7 @@ const vlm_amx_cfg_t  vlm_amx_cfg = {
 };
 
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if (VLM_X86)
 
 
 /* the first `left` of 16 lanes: all from 16, none from 0 down */
@@ -579,6 +580,42 @@ vlm_amx_glu(const vlm_amx_glu_t *q, int r0, int r1, uint32_t *panel)
 }
 
 
+#else
+
+/*
+ * Without the x86 kernels no CPU runs AMX, so the matmul never takes the
+ * tile GEMM (the backend's amx_tiles stays 0); these make such a build
+ * link, and stop it where a bug would call them
+ */
+
+void
+vlm_amx_pack_x(uint16_t *dst, const float *x, int ldx, int n, int cols)
+{
+    abort();
+}
+
+
+void
+vlm_amx_gemm(const vlm_gemm_bf16_t *g, int r0, int r1, uint32_t *panel)
+{
+    abort();
+}
+
+
+void
+vlm_amx_pack_weights(uint32_t *dst, const uint16_t *w, int rows, int cols,
+    int r0, int r1)
+{
+    abort();
+}
+
+
+void
+vlm_amx_glu(const vlm_amx_glu_t *q, int r0, int r1, uint32_t *panel)
+{
+    abort();
+}
+
 #endif
 
 
@@ -589,7 +626,7 @@ vlm_amx_glu(const vlm_amx_glu_t *q, int r0, int r1, uint32_t *panel)
 size_t
 vlm_amx_glu_panel_bytes(int rows, int cols, int n_threads)
 {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if (VLM_X86)
     int  share;
 
     share = ((rows + 31) / 32 + n_threads - 1) / n_threads * 32;
@@ -612,7 +649,7 @@ vlm_amx_glu_panel_bytes(int rows, int cols, int n_threads)
 size_t
 vlm_amx_panel_bytes(int rows, int cols, int n_threads)
 {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if (VLM_X86)
     int  kb, pr, share;
 
     vlm_amx_blocks(cols, &kb, &pr);
@@ -628,7 +665,7 @@ vlm_amx_panel_bytes(int rows, int cols, int n_threads)
 }
 
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if (VLM_X86)
 
 /*
  * The peak: reps steps of 4 independent tile products (tdpbf16ps, or
@@ -688,7 +725,7 @@ vlm_amx_probe(int int8, long reps)
 double
 vlm_cpu_amx_peak(int int8)
 {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if (VLM_X86)
     int           i;
     long          reps;
     double        t, best;

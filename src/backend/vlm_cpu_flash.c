@@ -199,7 +199,7 @@ vlm_flash_plan(vlm_flash_t *f)
 }
 
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if (VLM_X86)
 
 
 #define VLM_FLASH_T  __attribute__((target("avx512f,avx512dq,avx512bw,"   \

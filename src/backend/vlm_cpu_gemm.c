@@ -137,7 +137,7 @@ static const vlm_gemm_kernel_t  vlm_gemm_kernel_scalar = {
 };
 
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if (VLM_X86)
 
 #include <cpuid.h>
 #include <immintrin.h>
@@ -1370,7 +1370,7 @@ vlm_xgetbv(void)
 vlm_cpu_level_t
 vlm_cpu_detect(void)
 {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if (VLM_X86)
     unsigned int      a, b, c, d, ecx1;
     uint64_t          xcr0;
     vlm_cpu_level_t   level;
@@ -1430,7 +1430,7 @@ vlm_cpu_level_name(vlm_cpu_level_t level)
 const vlm_gemm_kernel_t *
 vlm_cpu_gemm_kernel_widen(vlm_cpu_level_t level)
 {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if (VLM_X86)
     if (level == VLM_CPU_AVX512BF16) {
         return &vlm_gemm_kernel_512_widen;
     }
@@ -1452,7 +1452,7 @@ vlm_cpu_bf16_dot_slow(void)
 {
     static int  slow = -1;
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if (VLM_X86)
     int     i;
     double  td, tf, t;
 
@@ -1489,7 +1489,7 @@ vlm_cpu_bf16_dot_slow(void)
 const vlm_gemm_kernel_t *
 vlm_cpu_gemm_kernel(vlm_cpu_level_t level)
 {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if (VLM_X86)
     switch (level) {
     case VLM_CPU_AMX:
         return &vlm_gemm_kernel_amx;
@@ -1510,7 +1510,7 @@ void
 vlm_cpu_round_bf16(uint16_t *dst, const float *src, size_t n,
     vlm_cpu_level_t level)
 {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if (VLM_X86)
     if (level >= VLM_CPU_AVX512BF16) {
         vlm_round_bf16_512(dst, src, n);
         return;

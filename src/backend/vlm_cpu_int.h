@@ -164,7 +164,7 @@ extern int  vlm_cpu_avx512;
 /* dot, axpy and softmax of the backend's level; sets vlm_cpu_avx2 */
 void vlm_cpu_vec_kernels(vlm_cpu_t *cpu);
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if (VLM_X86)
 void vlm_cpu_widen_avx2(float *dst, const void *src, vlm_dtype_t dt,
     size_t n);
 void vlm_cpu_act_sigmoid_avx2(float *y, const float *x, const float *up,
@@ -178,7 +178,7 @@ void vlm_cpu_act_sigmoid_512(float *y, const float *x, const float *up,
 static inline void
 vlm_cpu_widen(float *dst, const void *src, vlm_dtype_t dt, size_t n)
 {
-#if defined(__x86_64__) && defined(__GNUC__)
+#if (VLM_X86)
     if (vlm_cpu_avx2) {
         vlm_cpu_widen_avx2(dst, src, dt, n);
         return;

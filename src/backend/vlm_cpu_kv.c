@@ -126,7 +126,7 @@ static const vlm_kv_kernel_t  vlm_kv_kernel_scalar = {
 };
 
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if (VLM_X86)
 
 #include <immintrin.h>
 
@@ -680,7 +680,7 @@ static const vlm_kv_kernel_t  vlm_kv_kernel_512 = {
 const vlm_kv_kernel_t *
 vlm_cpu_kv_kernel(vlm_cpu_level_t level)
 {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if (VLM_X86)
     switch (level) {
     case VLM_CPU_AMX:
     case VLM_CPU_AVX512BF16:

@@ -365,7 +365,7 @@ static const vlm_quant_i8_kernel_t  vlm_qi8_kernel_scalar = {
 };
 
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if (VLM_X86)
 
 #include <cpuid.h>
 #include <immintrin.h>
@@ -1825,7 +1825,7 @@ vlm_qi8_cpu_has(vlm_qi8_level_t v)
 const vlm_quant_i8_kernel_t *
 vlm_cpu_quant_i8_kernel(vlm_qi8_level_t v)
 {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if (VLM_X86)
     if (!vlm_qi8_cpu_has(v)) {
         return NULL;
     }
@@ -1849,7 +1849,7 @@ vlm_cpu_quant_i8_kernel(vlm_qi8_level_t v)
 vlm_qi8_gemm_pt
 vlm_cpu_quant_i8_amx_gemm(void)
 {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if (VLM_X86)
     return vlm_qi8_amx_has() ? vlm_qi8_gemm_amx : NULL;
 #else
     return NULL;

@@ -184,7 +184,7 @@ vlm_cpu_gated_run(float *y, const float *x, const float *up, size_t n,
 {
     size_t  k;
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if (VLM_X86)
     if (vlm_cpu_avx2 && act != VLM_ACT_GELU) {
         (vlm_cpu_avx512 ? vlm_cpu_act_sigmoid_512 : vlm_cpu_act_sigmoid_avx2)
             (y, x, up, n, act);

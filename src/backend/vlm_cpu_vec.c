@@ -114,7 +114,7 @@ vlm_dot_f16(const void *wp, const float *x, int xs, int nx, int cols,
 }
 
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if (VLM_X86)
 
 #include "vlm_cpu_x86.h"
 
@@ -460,7 +460,7 @@ vlm_cpu_vec_kernels(vlm_cpu_t *cpu)
     cpu->axpy = vlm_axpy;
     cpu->softmax = vlm_softmax;
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if (VLM_X86)
     if (vlm_cpu_avx2) {
         cpu->dot[VLM_DTYPE_F32] = vlm_dot_f32_avx2;
         cpu->dot[VLM_DTYPE_BF16] = vlm_dot_bf16_avx2;

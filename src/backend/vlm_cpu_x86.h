@@ -8,7 +8,9 @@
 #ifndef VLM_CPU_X86_H
 #define VLM_CPU_X86_H
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include "vlm_cpu.h"
+
+#if (VLM_X86)
 
 #include <immintrin.h>
 
