@@ -619,6 +619,18 @@ vlm_amx_glu(const vlm_amx_glu_t *q, int r0, int r1, uint32_t *panel)
 #endif
 
 
+#if (VLM_X86)
+
+/* a thread's share of rows, split in blocks of 32 as vlm_threadpool_run */
+static int
+vlm_amx_share(int rows, int n_threads)
+{
+    return ((rows + 31) / 32 + n_threads - 1) / n_threads * 32;
+}
+
+#endif
+
+
 /*
  * vlm_amx_glu()'s panel for a thread's share of two rows x cols
  * matrices (cols at most VLM_AMX_KC), packed per call
@@ -627,11 +639,8 @@ size_t
 vlm_amx_glu_panel_bytes(int rows, int cols, int n_threads)
 {
 #if (VLM_X86)
-    int  share;
-
-    share = ((rows + 31) / 32 + n_threads - 1) / n_threads * 32;
-
-    return (size_t) 2 * vlm_amx_glu_rows(cols, share) / 32
+    return (size_t) 2 * vlm_amx_glu_rows(cols, vlm_amx_share(rows,
+                                                          n_threads)) / 32
            * ((cols + 31) / 32) * 2048;
 #else
     (void) rows;
@@ -650,12 +659,12 @@ size_t
 vlm_amx_panel_bytes(int rows, int cols, int n_threads)
 {
 #if (VLM_X86)
-    int  kb, pr, share;
+    int  kb, pr;
 
     vlm_amx_blocks(cols, &kb, &pr);
-    share = ((rows + 31) / 32 + n_threads - 1) / n_threads * 32;
 
-    return (size_t) vlm_min(pr, share) / 32 * kb * 2048;
+    return (size_t) vlm_min(pr, vlm_amx_share(rows, n_threads)) / 32 * kb
+           * 2048;
 #else
     (void) rows;
     (void) cols;

@@ -743,16 +743,30 @@ vlm_flash_task(void *arg, int start, int end, int thread)
 #endif
 
 
-/* f's jobs over the threads */
-static void
-vlm_flash_start(vlm_flash_t *f)
+/*
+ * f's jobs over the threads (f's call and runs set), its heads given:
+ * 1, or 0 where the kernel does not run them
+ */
+static int
+vlm_flash_start(vlm_flash_t *f, vlm_cpu_t *cpu, int nh, int nkv, int hd)
 {
     int  jobs;
 
-    jobs = vlm_flash_plan(f);
-    f->cpu->flash_runs++;
+    if (!vlm_cpu_flash_fits(cpu, hd)) {
+        return 0;
+    }
 
-    vlm_threadpool_run(f->cpu->pool, jobs, vlm_flash_task, f);
+    f->cpu = cpu;
+    f->nh = nh;
+    f->nkv = nkv;
+    f->hd = hd;
+
+    jobs = vlm_flash_plan(f);
+    cpu->flash_runs++;
+
+    vlm_threadpool_run(cpu->pool, jobs, vlm_flash_task, f);
+
+    return 1;
 }
 
 
@@ -762,23 +776,14 @@ vlm_cpu_flash_varlen(vlm_cpu_t *cpu, const vlm_attn_varlen_t *a, int q0,
 {
     vlm_flash_t  f;
 
-    if (!vlm_cpu_flash_fits(cpu, a->head_dim)) {
-        return 0;
-    }
-
     memset(&f, 0, sizeof(vlm_flash_t));
-    f.cpu = cpu;
     f.va = a;
     f.n_runs = a->n_segments;
     f.q0 = q0;
     f.q1 = q1;
-    f.nh = a->n_heads;
-    f.nkv = a->n_kv_heads;
-    f.hd = a->head_dim;
 
-    vlm_flash_start(&f);
-
-    return 1;
+    return vlm_flash_start(&f, cpu, a->n_heads, a->n_kv_heads,
+                           a->head_dim);
 }
 
 
@@ -787,20 +792,11 @@ vlm_cpu_flash_paged(vlm_cpu_t *cpu, const vlm_attn_paged_t *a)
 {
     vlm_flash_t  f;
 
-    if (!vlm_cpu_flash_fits(cpu, a->head_dim)) {
-        return 0;
-    }
-
     memset(&f, 0, sizeof(vlm_flash_t));
-    f.cpu = cpu;
     f.pa = a;
     f.n_runs = a->n_seqs;
     f.x2 = 1;
-    f.nh = a->n_heads;
-    f.nkv = a->n_kv_heads;
-    f.hd = a->head_dim;
 
-    vlm_flash_start(&f);
-
-    return 1;
+    return vlm_flash_start(&f, cpu, a->n_heads, a->n_kv_heads,
+                           a->head_dim);
 }
