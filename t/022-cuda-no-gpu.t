@@ -1,7 +1,8 @@
 # "vlm_backend cuda" with an engine built with CUDA on a machine with no
 # GPU (CI): nginx starts, the engine's start-up fails with a message that
-# says no GPU is visible (in nginx's error log, where the engine writes),
-# /health stays 503 and chat requests get 503.  The engine is the build's
+# says no GPU is visible (in nginx's error log, where the engine writes,
+# and in /health's last_error, the model's directory left out), /health
+# stays 503 and chat requests get 503.  The engine is the build's
 # if it has CUDA, else make cuda's (build-cuda/); skipped where none has
 # or a GPU is visible (t/021 serves on it there).
 
@@ -44,6 +45,9 @@ my $h = vlm_health($srv);
 is($h->{_status}, 503, '/health: 503');
 is($h->{backend}, 'cuda', '/health: backend cuda');
 isnt($h->{engine}, 'ready', '/health: the engine is not ready');
+like($h->{last_error} // '',
+     qr/^loading <model>: cuda backend: no GPU is visible \(cudaGetDeviceCount: /,
+     '/health: last_error says no GPU is visible');
 
 my $res = vlm_post_json($srv, vlm_chat_body('hi'));
 is($res->{status}, 503, 'a chat request: 503');
