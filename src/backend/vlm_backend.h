@@ -532,6 +532,14 @@ size_t vlm_backend_cpu_weight_tiles(const vlm_backend_conf_t *conf,
     const vlm_backend_matrix_t *mats, int n);
 /* the instruction set of the CPU kernels on this CPU ("avx2") */
 const char *vlm_backend_cpu_simd(void);
+/*
+ * 1 where a bf16 matrix's matmul sums an output the same whatever the
+ * number of rows (the backend's own kernels at every count: AMX, and
+ * AVX512_BF16 where it does not widen prefill for OpenBLAS), 0 where
+ * OpenBLAS's sgemm, whose sums' order depends on the row count, takes
+ * the larger ones (AVX2, AVX-512 without BF16)
+ */
+int vlm_backend_cpu_bf16_rows_exact(void);
 /* OPENBLAS_CORETYPE for this CPU where OpenBLAS chose older kernels */
 const char *vlm_backend_cpu_blas_core(void);
 /*

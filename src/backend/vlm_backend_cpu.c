@@ -700,6 +700,35 @@ vlm_backend_cpu_simd(void)
 
 
 /*
+ * the bf16 kernels of prefill at level: the widened ones, OpenBLAS's
+ * AVX-512 sgemm, where it gives more than vdpbf16ps (a slow one, and an
+ * OpenBLAS that chose its AVX-512 kernels itself)
+ */
+static const vlm_gemm_kernel_t *
+vlm_cpu_gemm_of(vlm_cpu_level_t level)
+{
+    if (level == VLM_CPU_AVX512BF16 && vlm_backend_cpu_blas_core() == NULL
+        && vlm_cpu_bf16_dot_slow())
+    {
+        return vlm_cpu_gemm_kernel_widen(level);
+    }
+
+    return vlm_cpu_gemm_kernel(level);
+}
+
+
+int
+vlm_backend_cpu_bf16_rows_exact(void)
+{
+    if (vlm_cpu_level == -1) {
+        vlm_cpu_level = vlm_cpu_detect();
+    }
+
+    return vlm_cpu_gemm_of(vlm_cpu_level)->max_n == VLM_CPU_ALL_ROWS;
+}
+
+
+/*
  * OpenBLAS (0.3.21) picks its kernels in its constructor from the CPU
  * models it knows, and falls back to older ones on newer CPUs (its SSE3
  * "Prescott" kernels on a Sapphire Rapids-family Xeon, "Haswell" on Zen
@@ -759,16 +788,9 @@ vlm_cpu_kernels(vlm_cpu_t *cpu, const vlm_backend_conf_t *conf)
     }
 
     cpu->level = vlm_cpu_level;
-    cpu->gemm = vlm_cpu_gemm_kernel(cpu->level);
+    cpu->gemm = vlm_cpu_gemm_of(cpu->level);
     cpu->amx_tiles = cpu->level == VLM_CPU_AMX && vlm_cpu_amx_tiles;
     cpu->weight_tiles = cpu->amx_tiles && conf->weight_tiles;
-
-    /* prefill through OpenBLAS's AVX-512 sgemm where it gives more */
-    if (cpu->level == VLM_CPU_AVX512BF16 && vlm_backend_cpu_blas_core() == NULL
-        && vlm_cpu_bf16_dot_slow())
-    {
-        cpu->gemm = vlm_cpu_gemm_kernel_widen(cpu->level);
-    }
     cpu->quant = vlm_cpu_quant_kernel(cpu->level);
     cpu->qi8 = conf->quant_act_int8
                ? vlm_cpu_quant_i8_kernel(vlm_cpu_quant_i8_best(cpu->level))
