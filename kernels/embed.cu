@@ -3,9 +3,12 @@
  * rows, or a float32 one copied), the gather of rows by index (the logit
  * rows, the image cache, the vision tower's window permutation) and the
  * store of a run of K/V rows into the paged cache through a block
- * table.  vlm_cpu_embed, vlm_cpu_gather_rows and vlm_cpu_kv_store are
+ * table, and the calibration of an fp8 cache's scales on a step's rows.
+ * vlm_cpu_embed, vlm_cpu_gather_rows and vlm_cpu_kv_store are
  * the reference.
  */
+
+#include <limits.h>
 
 #include <cuda_bf16.h>
 
@@ -148,6 +151,37 @@ vlm_kv_store_seqs_kernel(void *k_cache, void *v_cache, int kv_type,
 }
 
 
+/*
+ * grid: (n_kv_heads, 2): the keys' scale of a head, then the values';
+ * block: 256 threads striding over the head's n x head_dim elements
+ */
+static __global__ void
+vlm_kv_calibrate_kernel(float *k_scale, float *v_scale, const float *k,
+    const float *v, int n, int head_dim, int kv_stride, float range)
+{
+    int           h, i;
+    float         m, *out;
+    const float  *x;
+    __shared__ float  red[VLM_WARP];
+
+    h = (int) blockIdx.x;
+    x = blockIdx.y == 0 ? k : v;
+    out = blockIdx.y == 0 ? k_scale : v_scale;
+    m = 0.0f;
+
+    for (i = (int) threadIdx.x; i < n * head_dim; i += (int) blockDim.x) {
+        m = fmaxf(m, fabsf(x[(size_t) (i / head_dim) * kv_stride
+                             + (size_t) h * head_dim + i % head_dim]));
+    }
+
+    m = vlm_block_max(m, red);
+
+    if (threadIdx.x == 0) {
+        out[h] = m > 0.0f ? m / range : 1.0f;
+    }
+}
+
+
 extern "C" cudaError_t
 vlm_cuda_embed(cudaStream_t s, float *y, const void *table, int f32,
     int cols, const int32_t *ids, int n)
@@ -244,6 +278,25 @@ vlm_cuda_kv_store_seqs(cudaStream_t s, void *k_cache, void *v_cache,
     VLM_LAUNCH(vlm_kv_store_seqs_kernel, rows, VLM_ROW_THREADS, 0, s,
         k_cache, v_cache, kv_type, sc, head_dim, block_size, kv_dim,
         kv_stride, p);
+
+    return vlm_cuda_launched();
+}
+
+
+extern "C" cudaError_t
+vlm_cuda_kv_calibrate(cudaStream_t s, float *k_scale, float *v_scale,
+    const float *k, const float *v, int n, int n_kv_heads, int head_dim,
+    int kv_stride, float range)
+{
+    if (n <= 0 || n_kv_heads <= 0 || head_dim <= 0
+        || kv_stride < n_kv_heads * head_dim || !(range > 0.0f)
+        || (size_t) n * head_dim > INT_MAX)
+    {
+        return cudaErrorInvalidValue;
+    }
+
+    VLM_LAUNCH(vlm_kv_calibrate_kernel, dim3(n_kv_heads, 2), VLM_ROW_THREADS,
+        0, s, k_scale, v_scale, k, v, n, head_dim, kv_stride, range);
 
     return vlm_cuda_launched();
 }

@@ -365,9 +365,12 @@ vlm_warp_max(float v)
 }
 
 
-/* the sum over the block; every thread gets it; red holds 32 floats */
+/*
+ * the sum (max 0) or the largest (max 1) over the block; every thread
+ * gets it; red holds 32 floats
+ */
 static __device__ __forceinline__ float
-vlm_block_sum(float v, float *red)
+vlm_block_reduce(float v, float *red, int max)
 {
     int  lane, warp, nw;
 
@@ -375,7 +378,7 @@ vlm_block_sum(float v, float *red)
     warp = threadIdx.x / VLM_WARP;
     nw = (blockDim.x + VLM_WARP - 1) / VLM_WARP;
 
-    v = vlm_warp_sum(v);
+    v = max ? vlm_warp_max(v) : vlm_warp_sum(v);
 
     __syncthreads();            /* red may still be read from a last call */
 
@@ -385,9 +388,23 @@ vlm_block_sum(float v, float *red)
 
     __syncthreads();
 
-    v = lane < nw ? red[lane] : 0.0f;
+    v = lane < nw ? red[lane] : max ? -INFINITY : 0.0f;
 
-    return vlm_warp_sum(v);
+    return max ? vlm_warp_max(v) : vlm_warp_sum(v);
+}
+
+
+static __device__ __forceinline__ float
+vlm_block_sum(float v, float *red)
+{
+    return vlm_block_reduce(v, red, 0);
+}
+
+
+static __device__ __forceinline__ float
+vlm_block_max(float v, float *red)
+{
+    return vlm_block_reduce(v, red, 1);
 }
 
 

@@ -109,6 +109,16 @@ cudaError_t vlm_cuda_kv_store(cudaStream_t s, void *k_cache, void *v_cache,
     const int32_t *block_table, int block_size, int kv_dim, int start,
     const float *k, const float *v, int kv_stride, int n);
 
+/*
+ * an fp8 cache's scales calibrated on a step's rows k, v[n, kv_stride]
+ * (n_kv_heads heads of head_dim): k_scale[h] = the largest |k| of head h
+ * over the rows / range, v_scale[h] the same of v; 1 for a head whose
+ * rows are all zeros (NaNs are passed over)
+ */
+cudaError_t vlm_cuda_kv_calibrate(cudaStream_t s, float *k_scale,
+    float *v_scale, const float *k, const float *v, int n, int n_kv_heads,
+    int head_dim, int kv_stride, float range);
+
 /* one sequence's rows for vlm_cuda_kv_store_seqs (device pointers) */
 typedef struct {
     const int32_t  *block_table;

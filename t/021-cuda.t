@@ -382,10 +382,14 @@ VLMTest::vlm_stop($gsrv);
 
 # vlm_kv_dtype fp8: keys and values as float8 e4m3, a quarter of this f32
 # checkpoint's cache bytes a token; the answers complete (test_backend_ops
-# holds the numbers)
+# holds the numbers); the checkpoint has no scales, so the engine
+# calibrated them on its own text before it served
 my $fp8 = vlm_start(name => 'cuda-fp8',
                     http_config => "$cuda_conf    vlm_kv_dtype fp8;\n");
 push @servers, $fp8;
+like(engine_log($fp8),
+     qr/fp8 KV cache: the scales calibrated on \d+ tokens/,
+     "$where: the engine calibrated the fp8 cache's scales at start-up");
 served_ok($fp8, \@ref, "$where, fp8 KV cache");
 $m = vlm_metrics($fp8);
 is($m->{'vlm_engine_rank_kv_dtype{rank="0",dtype="fp8"}'}, 1,

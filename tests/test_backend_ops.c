@@ -35,6 +35,7 @@
 
 #define _GNU_SOURCE
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -47,6 +48,7 @@
 #include <unistd.h>
 #include <sys/wait.h>
 #include <cmocka.h>
+#include <jansson.h>
 
 #ifdef VLM_CUDAEMU
 #include <cublasLt.h>          /* cudaemu_lt_heuristic_queries() */
@@ -2770,7 +2772,7 @@ load_model_kv(const char *name, const char *backend, size_t image_cache,
     p.max_image_patches = 256;          /* SmolVLM's 3x3 tiles + 1 */
     p.image_cache_bytes = image_cache;
 
-    snprintf(path, sizeof(path), FIX "/%s", name);
+    snprintf(path, sizeof(path), name[0] == '/' ? "%s" : FIX "/%s", name);
 
     if (vlm_model_load(&m, path, &p, &err) != VLM_OK) {
         fail_msg("load %s on %s: %s", name, backend, err.msg);
@@ -4052,6 +4054,292 @@ test_model_kv_fp8_scales(void **state)
 }
 
 
+/*
+ * The bf16 fixture with an fp8 cache and no scales in the checkpoint:
+ * the scales are 1 until the first forward pass, which calibrates them
+ * on its keys (after RoPE) and values: each KV head's largest |k| and
+ * |v| / VLM_KV_FP8_CALIB_RANGE.  The fixture's prompt is the one on
+ * which tools/fixtures_kv_scales.py calibrated the kvscale fixture with
+ * transformers (its largest / 448; the last layer's v_scale doubled,
+ * layer 0's one scalar, the heads' largest): the device's largest within
+ * 2e-2 of transformers' for every layer and head; the scales stay as the
+ * next prompt is fed; the logits within 3e-2 of the CPU's bf16 cache
+ */
+static void
+test_model_kv_fp8_calib(void **state)
+{
+    int                     l, c, h, nkv, last;
+    char                    name[96];
+    float                   got[2][16], first[2 * VLM_MAX_TEXT_LAYERS][16];
+    double                  want, dev, worst;
+    vlm_model_t            *mc, *mg, *mk;
+    const vlm_st_tensor_t  *t;
+
+    require_gpu();
+
+    mc = load_model_kv("qwen2vl-bf16", "cpu", 0, "bf16");
+    mg = load_model_kv("qwen2vl-bf16", "cuda", 0, "fp8");
+    mk = load_model_kv("qwen2vl-bf16-kvscale", "cuda", 0, "fp8");
+
+    assert_true(mg->kv_scaled);
+    assert_true(vlm_model_kv_calibrating(mg));
+    assert_false(vlm_model_kv_calibrating(mk));
+    assert_false(vlm_model_kv_calibrating(mc));
+
+    nkv = mg->tp.n_kv_heads;
+    last = mg->cfg.text.n_layers - 1;
+    assert_true(nkv <= 16 && last < VLM_MAX_TEXT_LAYERS);
+
+    for (h = 0; h < nkv; h++) {
+        assert_int_equal(mg->be->ops->download(mg->be, got[0],
+                             mg->kv_scale[last].v,
+                             (size_t) nkv * sizeof(float)), VLM_OK);
+        assert_true(got[0][h] == 1.0f);
+    }
+
+    parity_tol = 3e-2;
+    parity_case(mc, mg, "qwen2vl-bf16", "text", 0);
+    assert_false(vlm_model_kv_calibrating(mg));
+
+    worst = 0;
+
+    for (l = 0; l <= last; l++) {
+        for (c = 0; c < 2; c++) {
+            snprintf(name, sizeof(name), "model.layers.%d.self_attn.%s", l,
+                     c ? "v_scale" : "k_scale");
+            t = vlm_model_tensor(mk, name);
+            assert_non_null(t);
+
+            assert_int_equal(mg->be->ops->download(mg->be, got[c],
+                                 c ? mg->kv_scale[l].v : mg->kv_scale[l].k,
+                                 (size_t) nkv * sizeof(float)), VLM_OK);
+            memcpy(first[2 * l + c], got[c], sizeof(got[c]));
+
+            dev = 0;
+
+            for (h = 0; h < nkv; h++) {
+                want = ((const float *) t->data)[t->n_elements == 1 ? 0 : h]
+                       * 448.0 / (l == last && c ? 2 : 1);
+                dev = t->n_elements == 1
+                      ? fmax(dev, got[c][h] * VLM_KV_FP8_CALIB_RANGE)
+                      : got[c][h] * VLM_KV_FP8_CALIB_RANGE;
+
+                if (t->n_elements == 1 && h < nkv - 1) {
+                    continue;
+                }
+
+                worst = fmax(worst, fabs(dev - want) / want);
+
+                if (fabs(dev - want) > 2e-2 * want) {
+                    fail_msg("%s: KV head %d's largest %s on the device "
+                             "%g, transformers' %g", name, h,
+                             c ? "value" : "key", dev, want);
+                }
+            }
+        }
+    }
+
+    print_message("fp8 scales calibrated on the device: the heads' "
+                  "largest keys and values within %.3g of transformers'\n",
+                  worst);
+
+    /* the next prompt keeps them */
+    parity_case(mc, mg, "qwen2vl-bf16", "image1", 1);
+    parity_tol = 0;
+
+    for (l = 0; l <= last; l++) {
+        for (c = 0; c < 2; c++) {
+            assert_int_equal(mg->be->ops->download(mg->be, got[c],
+                                 c ? mg->kv_scale[l].v : mg->kv_scale[l].k,
+                                 (size_t) nkv * sizeof(float)), VLM_OK);
+            assert_memory_equal(got[c], first[2 * l + c],
+                                (size_t) nkv * sizeof(float));
+        }
+    }
+
+    vlm_test_assert_idle(mg);
+    vlm_model_free(mk);
+    vlm_model_free(mg);
+    vlm_model_free(mc);
+}
+
+
+/*
+ * dir (made): the bf16 fixture with its decoder's values made 256 times
+ * smaller and o_proj 256 times larger (v_proj's weights and biases, and
+ * o_proj's weights, exactly: bf16 exponents less and more 8), the same
+ * model but for its values, the rest linked
+ */
+static void
+kv_small_values_fixture(char *dir)
+{
+    int            fd, v, e;
+    long           size;
+    char           src[512], dst[640], *buf;
+    FILE          *f;
+    size_t         i, a, b, hlen;
+    uint16_t      *w;
+    json_t        *hdr, *t, *off;
+    const char    *key;
+    json_error_t   jerr;
+    static const char *const links[] = {
+        "config.json", "generation_config.json", "preprocessor_config.json",
+        "ref"
+    };
+
+    assert_non_null(realpath(FIX "/qwen2vl-bf16", src));
+    assert_non_null(mkdtemp(dir));
+
+    for (i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
+        snprintf(dst, sizeof(dst), "%s/%s", src, links[i]);
+        snprintf(dst + 320, 320, "%s/%s", dir, links[i]);
+        assert_int_equal(symlink(dst, dst + 320), 0);
+    }
+
+    snprintf(dst, sizeof(dst), "%s/model.safetensors", src);
+    f = fopen(dst, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    size = ftell(f);
+    rewind(f);
+    buf = malloc((size_t) size);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t) size, f), (size_t) size);
+    fclose(f);
+
+    memcpy(&hlen, buf, 8);
+    hdr = json_loadb(buf + 8, hlen, 0, &jerr);
+    assert_non_null(hdr);
+
+    json_object_foreach(hdr, key, t) {
+        v = strstr(key, "self_attn.v_proj.") != NULL;
+
+        if (!v && strstr(key, "self_attn.o_proj.weight") == NULL) {
+            continue;
+        }
+
+        assert_string_equal(json_string_value(json_object_get(t, "dtype")),
+                            "BF16");
+        off = json_object_get(t, "data_offsets");
+        a = (size_t) json_integer_value(json_array_get(off, 0));
+        b = (size_t) json_integer_value(json_array_get(off, 1));
+        w = (uint16_t *) (buf + 8 + hlen + a);
+
+        for (i = 0; i < (b - a) / 2; i++) {
+            e = (w[i] >> 7) & 0xff;
+
+            if (e == 0) {
+                continue;                   /* zeros stay */
+            }
+
+            assert_true(v ? e > 8 : e < 255 - 8);
+            w[i] = v ? w[i] - (8 << 7) : w[i] + (8 << 7);
+        }
+    }
+
+    json_decref(hdr);
+
+    snprintf(dst, sizeof(dst), "%s/model.safetensors", dir);
+    fd = open(dst, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, buf, (size_t) size), size);
+    close(fd);
+    free(buf);
+}
+
+
+static void
+kv_small_values_rm(const char *dir)
+{
+    size_t       i;
+    char         path[640];
+    static const char *const files[] = {
+        "config.json", "generation_config.json", "preprocessor_config.json",
+        "ref", "model.safetensors"
+    };
+
+    for (i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+
+    rmdir(dir);
+}
+
+
+/* the relative L2 of the last logits of the prompt ids on g against c */
+static double
+kv_prompt_l2(vlm_model_t *mc, vlm_model_t *mg, const vlm_npy_t *ids)
+{
+    double        d;
+    vlm_seq_t    *sc, *sg;
+    vlm_error_t   err;
+
+    assert_int_equal(vlm_seq_init(mc, &sc, &err), VLM_OK);
+    assert_int_equal(vlm_seq_init(mg, &sg, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(sc, ids->data, (int) ids->n, NULL, 0,
+                                     NULL, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(sg, ids->data, (int) ids->n, NULL, 0,
+                                     NULL, &err), VLM_OK);
+
+    d = vlm_test_rel_l2(vlm_seq_logits(sg), vlm_seq_logits(sc),
+                        (size_t) vlm_model_info(mc)->vocab_size);
+
+    vlm_seq_free(sc);
+    vlm_seq_free(sg);
+
+    return d;
+}
+
+
+/*
+ * What the calibration is for: values so small that e4m3 keeps them as
+ * subnormals (below 2^-6) at a scale of 1.  The fixture with its values
+ * 256 times smaller (and o_proj larger: the same model): the calibrated
+ * cache within 3e-2 of the CPU's bf16 cache as the fixture itself is,
+ * the same model with its scales left at 1 (the calibration turned off
+ * by hand) at least 3 times further
+ */
+static void
+test_model_kv_fp8_calib_small(void **state)
+{
+    double        d1, d0;
+    char          dir[] = "/tmp/vlm-kv-small-XXXXXX";
+    vlm_npy_t     ids;
+    vlm_model_t  *mc, *mg, *m1;
+
+    require_gpu();
+
+    kv_small_values_fixture(dir);
+    vlm_test_load_npy(&ids, FIX, "qwen2vl-bf16", "text", "input_ids.npy");
+
+    mc = load_model_kv(dir, "cpu", 0, "bf16");
+    mg = load_model_kv(dir, "cuda", 0, "fp8");
+    m1 = load_model_kv(dir, "cuda", 0, "fp8");
+
+    assert_true(vlm_model_kv_calibrating(mg));
+    m1->kv_calib = 0;
+
+    d1 = kv_prompt_l2(mc, mg, &ids);
+    d0 = kv_prompt_l2(mc, m1, &ids);
+
+    print_message("values / 256: last logits against the CPU's bf16 "
+                  "cache: relative L2 %.3g calibrated, %.3g at scale 1\n",
+                  d1, d0);
+
+    if (d1 > 3e-2 || d0 < 3 * d1) {
+        fail_msg("values / 256: the calibrated cache's logits at %g of the "
+                 "CPU's, scales of 1 at %g", d1, d0);
+    }
+
+    vlm_npy_free(&ids);
+    vlm_model_free(m1);
+    vlm_model_free(mg);
+    vlm_model_free(mc);
+    kv_small_values_rm(dir);
+}
+
+
 static void
 test_model_qwen2vl_f32(void **state)
 {
@@ -4904,6 +5192,8 @@ main(int argc, char **argv)
         cmocka_unit_test(test_model_kv_bf16),
         cmocka_unit_test(test_model_kv_fp8),
         cmocka_unit_test(test_model_kv_fp8_scales),
+        cmocka_unit_test(test_model_kv_fp8_calib),
+        cmocka_unit_test(test_model_kv_fp8_calib_small),
         cmocka_unit_test(test_model_fused),
         cmocka_unit_test(test_model_graphs),
         cmocka_unit_test(test_model_plan_counts),

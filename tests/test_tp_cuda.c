@@ -549,6 +549,133 @@ rank_kv_scales_ok(vlm_model_t *m, vlm_error_t *err)
 }
 
 
+/*
+ * An fp8 cache that its first forward pass calibrates (a checkpoint with
+ * no scales): every KV head's scales on one GPU after the prompt's
+ * prefill, [n_layers][2][n_kv_heads], shared with the ranks (NULL: the
+ * ranks check the checkpoint's, rank_kv_scales_ok())
+ */
+static float  *calib_ref;
+static size_t  calib_bytes;
+
+
+/* calib_ref from a process of its own on GPU 0, as a rank runs */
+static void
+calib_reference(const char *model)
+{
+    int                  l, c, nkv, status, splits;
+    char                 path[256];
+    pid_t                pid;
+    prompt_t             pr;
+    vlm_seq_t           *seq;
+    vlm_model_t         *m;
+    vlm_error_t          err;
+    vlm_model_params_t   p;
+
+    load_prompt(&pr, model);
+    calib_bytes = (size_t) VLM_MAX_TEXT_LAYERS * 2 * 16 * sizeof(float);
+    calib_ref = mmap(NULL, calib_bytes, PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(calib_ref != MAP_FAILED);
+
+    pid = fork();
+    assert_true(pid >= 0);
+
+    if (pid == 0) {
+        params(&p, "cuda");
+        split_calls = &splits;
+        model_path(path, sizeof(path), &pr);
+
+        if (vlm_model_load(&m, path, &p, &err) != VLM_OK
+            || !vlm_model_kv_calibrating(m)
+            || vlm_seq_init(m, &seq, &err) != VLM_OK
+            || vlm_seq_prefill(seq, pr.ids.data, (int) pr.ids.n, pr.img,
+                               N_IMAGES, NULL, &err) != VLM_OK
+            || vlm_model_kv_calibrating(m))
+        {
+            _exit(1);
+        }
+
+        nkv = m->tp.n_kv_heads;
+
+        for (l = 0; l < m->cfg.text.n_layers; l++) {
+            for (c = 0; c < 2; c++) {
+                if (nkv > 16
+                    || m->be->ops->download(m->be,
+                                            calib_ref + (l * 2 + c) * nkv,
+                                            c ? m->kv_scale[l].v
+                                              : m->kv_scale[l].k,
+                                            (size_t) nkv * sizeof(float))
+                       != VLM_OK)
+                {
+                    _exit(2);
+                }
+            }
+        }
+
+        _exit(0);
+    }
+
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fail_msg("%s: one GPU's calibration failed (%d)", model, status);
+    }
+
+    free_prompt(&pr);
+}
+
+
+/*
+ * this rank's fp8 cache scales, calibrated by the group's first forward
+ * pass: its KV heads' of one GPU's calibration (calib_ref) within 1e-2
+ */
+static int
+rank_kv_calibrated_ok(vlm_model_t *m, vlm_error_t *err)
+{
+    int     l, c, h, nkv, total;
+    float   got[16];
+    double  want;
+
+    nkv = m->tp.n_kv_heads;
+    total = m->cfg.text.n_kv_heads;
+
+    if (vlm_model_kv_calibrating(m) || !m->kv_scaled || nkv > 16) {
+        vlm_error_set(err, VLM_ERR_INTERNAL, "the fp8 cache's scales were "
+                      "not calibrated");
+        return 0;
+    }
+
+    for (l = 0; l < m->cfg.text.n_layers; l++) {
+        for (c = 0; c < 2; c++) {
+            if (m->be->ops->download(m->be, got,
+                                     c ? m->kv_scale[l].v
+                                       : m->kv_scale[l].k,
+                                     (size_t) nkv * sizeof(float))
+                != VLM_OK)
+            {
+                vlm_error_set(err, VLM_ERR_INTERNAL, "scales not read");
+                return 0;
+            }
+
+            for (h = 0; h < nkv; h++) {
+                want = calib_ref[(l * 2 + c) * total + m->tp.kv_head0 + h];
+
+                if (fabs(got[h] - want) > 1e-2 * want) {
+                    vlm_error_set(err, VLM_ERR_INTERNAL,
+                                  "layer %d: KV head %d's %s scale %g on "
+                                  "the rank, %g on one GPU", l,
+                                  m->tp.kv_head0 + h, c ? "value" : "key",
+                                  (double) got[h], want);
+                    return 0;
+                }
+            }
+        }
+    }
+
+    return 1;
+}
+
+
 /* one rank process; its exit status: 0, or the step that failed */
 static int
 rank_main(int fd, int pool_fd, int r, size_t pool, size_t cache, int rounds,
@@ -588,7 +715,7 @@ rank_main(int fd, int pool_fd, int r, size_t pool, size_t cache, int rounds,
         rc = 2;
 
     } else if (kv_dtype != NULL && strcmp(kv_dtype, "fp8") == 0
-               && !rank_kv_scales_ok(m, &err))
+               && calib_ref == NULL && !rank_kv_scales_ok(m, &err))
     {
         rc = 8;
 
@@ -601,6 +728,10 @@ rank_main(int fd, int pool_fd, int r, size_t pool, size_t cache, int rounds,
         (void) cudaMemGetInfo(&res->mem_first, &total);
         rc = vlm_group_follow(g, &err) == VLM_OK ? 0 : 7;
         (void) cudaMemGetInfo(&res->mem_end, &total);
+    }
+
+    if (rc == 0 && calib_ref != NULL && !rank_kv_calibrated_ok(m, &err)) {
+        rc = 9;
     }
 
     if (rc != 0) {
@@ -916,6 +1047,31 @@ test_qwen2vl_fp8_scales(void **state)
 
 
 /*
+ * an fp8 cache with no scales in the checkpoint: the group's first
+ * forward pass calibrates each rank's KV heads' as one GPU calibrates
+ * them; the logits within 3e-2 of one CPU process's over a bf16 cache
+ */
+static void
+test_qwen2vl_fp8_calib(void **state)
+{
+    static const size_t  pools[] = { POOL_ROOM };
+
+    if (n_gpus < WORLD) {
+        skip();
+    }
+
+    kv_dtype = "fp8";
+    tol = 3e-2;
+    calib_reference("qwen2vl-bf16");
+    check_model("qwen2vl-bf16", pools, 1, 0, 0);
+    munmap(calib_ref, calib_bytes);
+    calib_ref = NULL;
+    kv_dtype = NULL;
+    tol = TOL;
+}
+
+
+/*
  * requests after the first, through the device pool and through the
  * host staging area: nothing held after them, one cancelled between its
  * images included, and every rank's device memory as it was
@@ -964,6 +1120,7 @@ main(void)
         cmocka_unit_test(test_qwen2vl_back_to_idle),
         cmocka_unit_test(test_qwen2vl_fused),
         cmocka_unit_test(test_qwen2vl_fp8_scales),
+        cmocka_unit_test(test_qwen2vl_fp8_calib),
     };
 
     n_gpus = count_gpus();

@@ -465,6 +465,17 @@ typedef struct {
      */
     vlm_status_t (*sample)(vlm_backend_t *be, const vlm_sample_row_t *rows,
         int n, int vocab, vlm_sample_res_t *res, vlm_error_t *err);
+
+    /*
+     * an fp8 cache's scales calibrated on a step's rows k, v[n,
+     * kv_stride] (n_kv_heads heads of head_dim): k_scale[h] = the largest
+     * |k| of KV head h over the rows / range, v_scale[h] the same of v, 1
+     * for a head whose rows are all zeros; in backend memory, in stream
+     * order (no wait); NULL: the backend calibrates none
+     */
+    void  (*kv_calibrate)(vlm_backend_t *be, float *k_scale, float *v_scale,
+        const float *k, const float *v, int n, int n_kv_heads, int head_dim,
+        int kv_stride, float range);
 } vlm_backend_ops_t;
 
 

@@ -951,6 +951,20 @@ vlm_cuda_kv_store_seqs_op(vlm_backend_t *be, void *k_cache, void *v_cache,
 }
 
 
+static void
+vlm_cuda_kv_calibrate_op(vlm_backend_t *be, float *k_scale, float *v_scale,
+    const float *k, const float *v, int n, int n_kv_heads, int head_dim,
+    int kv_stride, float range)
+{
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    vlm_cuda_check(cu, vlm_cuda_kv_calibrate(cu->stream, k_scale, v_scale,
+                                             k, v, n, n_kv_heads, head_dim,
+                                             kv_stride, range),
+                   "kv_calibrate");
+}
+
+
 /*
  * q roped in place, the sequences' k roped into the cache with v: one
  * launch for q and VLM_CUDA_ATTN_SEQS sequences, one more for each
@@ -1369,7 +1383,8 @@ static const vlm_backend_ops_t  vlm_cuda_ops = {
     vlm_cuda_graph_launch,
     vlm_cuda_graph_free,
     NULL                        /* gate/up one GEMM (matmul_gated) */,
-    vlm_cuda_sample_op
+    vlm_cuda_sample_op,
+    vlm_cuda_kv_calibrate_op
 };
 
 

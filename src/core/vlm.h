@@ -457,6 +457,13 @@ vlm_status_t vlm_step_sample_more(vlm_model_t *model,
 /* the model's backend samples (vlm_backend_ops_t.sample), one rank */
 int vlm_model_samples(const vlm_model_t *model);
 /*
+ * an fp8 KV cache whose checkpoint has no scales: the next forward pass
+ * (vlm_step(), a prefill's work) calibrates them on its own keys and
+ * values, each KV head's largest maps to VLM_KV_FP8_CALIB_RANGE; 0 after
+ * it, and for any other cache
+ */
+int vlm_model_kv_calibrating(const vlm_model_t *model);
+/*
  * start-up, where the backend samples: n arrays of vocab token counts
  * (vlm_sample_row_t.counts) in the backend's memory, the model's, or
  * NULL (no room); _load() uploads counts[vocab] into one of them.  A

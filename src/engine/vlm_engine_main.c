@@ -936,6 +936,111 @@ vlm_engine_start_ranks(int argc, char **argv, int n, vlm_comm_t **comm,
 }
 
 
+/*
+ * The text on which an fp8 KV cache calibrates its scales where the
+ * checkpoint has none: prose, code, numbers and other scripts, so that
+ * the keys and values reach the ranges of a chat's
+ */
+static const char  vlm_engine_calib_text[] =
+    "You are a helpful assistant. The picture shows a red bicycle leaning "
+    "against a stone wall in the late afternoon; describe it in two "
+    "sentences, then list three colours you see.\n"
+    "def mean(xs):\n    return sum(xs) / len(xs) if xs else 0.0\n\n"
+    "print(mean([3, 1, 4, 1, 5, 9, 2, 6]))  # 3.875\n"
+    "| year | revenue (M$) | growth |\n|------|------|------|\n"
+    "| 2023 | 1,204.5 | +12.3% |\n| 2024 | 1,387.9 | +15.2% |\n"
+    "{\"name\": \"invoice-0042\", \"total\": 318.75, \"paid\": false}\n"
+    "Bonjour, pouvez-vous traduire cette phrase ? "
+    "\xe4\xbd\xa0\xe5\xa5\xbd\xef\xbc\x8c\xe4\xb8\x96\xe7\x95\x8c"
+    "\xe3\x80\x82 Die Antwort ist 42.\n"
+    "Q: If a train leaves at 09:45 and travels 180 km at 72 km/h, when "
+    "does it arrive? A: 2.5 hours later, at 12:15.";
+
+
+/*
+ * An fp8 KV cache whose checkpoint has no scales: the model's first
+ * forward pass calibrates them (vlm_model_kv_calibrating()); here, before
+ * any request, that pass is the text above's, on every rank, so that the
+ * scales do not depend on which request comes first.  0, or -1 (logged)
+ */
+static int
+vlm_engine_kv_calibrate(vlm_group_t *group, vlm_model_t *model,
+    const vlm_tokenizer_t *tok)
+{
+    int                    rc, bos;
+    size_t                 n;
+    int32_t               *ids;
+    vlm_seq_t             *seq;
+    vlm_error_t            err;
+    vlm_tok_work_t        *work;
+    vlm_step_item_t        item;
+    const vlm_model_info_t  *info;
+
+    if (!vlm_model_kv_calibrating(model)) {
+        return 0;
+    }
+
+    info = vlm_model_info(model);
+    bos = info->bos_token_id >= 0;
+    ids = malloc(sizeof(vlm_engine_calib_text) * sizeof(int32_t));
+    work = NULL;
+    seq = NULL;
+    rc = -1;
+
+    if (ids == NULL) {
+        vlm_log(VLM_LOG_ERROR, "fp8 KV cache: no memory to calibrate");
+        return -1;
+    }
+
+    if (vlm_tok_work_create(&work, tok, sizeof(vlm_engine_calib_text),
+                            &err)
+        != VLM_OK
+        || vlm_tokenizer_encode(tok, work, vlm_engine_calib_text,
+                                sizeof(vlm_engine_calib_text) - 1, 0,
+                                ids + bos,
+                                sizeof(vlm_engine_calib_text) - 1, &n,
+                                &err)
+           != VLM_OK
+        || vlm_group_seq_init(group, &seq, &err) != VLM_OK)
+    {
+        goto failed;
+    }
+
+    if (bos) {
+        ids[0] = info->bos_token_id;
+    }
+
+    item.seq = seq;
+    item.ids = ids;
+    item.n_ids = (int) vlm_min(n + bos, (size_t) info->max_batch_tokens);
+
+    if (vlm_group_step(group, &item, 1, &err) != VLM_OK) {
+        goto failed;
+    }
+
+    vlm_log(VLM_LOG_INFO, "fp8 KV cache: the scales calibrated on %d "
+            "tokens", item.n_ids);
+    rc = 0;
+    goto done;
+
+failed:
+
+    vlm_log(VLM_LOG_ERROR, "fp8 KV cache: calibrating its scales: %s",
+            err.msg);
+
+done:
+
+    if (seq != NULL) {
+        vlm_group_seq_free(group, seq);
+    }
+
+    vlm_tok_work_free(work);
+    free(ids);
+
+    return rc;
+}
+
+
 /* a rank's memory as it loaded, for /metrics (and its log) */
 static void
 vlm_engine_rank_memory(vlm_queue_t *q, vlm_model_t *model, int rank,
@@ -1275,6 +1380,12 @@ main(int argc, char **argv)
     if (vlm_tokenizer_load(&tok, args.model_dir, &err) != VLM_OK) {
         vlm_log(VLM_LOG_ERROR, "loading the tokenizer of %s: %s",
                 args.model_dir, err.msg);
+        vlm_model_free(model);
+        return vlm_engine_fail(args.model_dir);
+    }
+
+    if (vlm_engine_kv_calibrate(group, model, tok) != 0) {
+        vlm_tokenizer_free(tok);
         vlm_model_free(model);
         return vlm_engine_fail(args.model_dir);
     }

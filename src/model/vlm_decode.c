@@ -54,6 +54,13 @@ vlm_model_samples(const vlm_model_t *m)
 }
 
 
+int
+vlm_model_kv_calibrating(const vlm_model_t *m)
+{
+    return m->kv_calib;
+}
+
+
 int32_t *
 vlm_model_sample_counts(vlm_model_t *m, int n, int vocab)
 {

@@ -22,6 +22,15 @@
 #include "vlm_safetensors.h"
 
 
+/*
+ * a calibrated fp8 cache's scale: the largest |k| (|v|) of a KV head over
+ * the calibrating rows maps to this code, half of e4m3's largest (448),
+ * so that later rows up to twice the calibration's largest are stored
+ * unsaturated
+ */
+#define VLM_KV_FP8_CALIB_RANGE  224.0f
+
+
 typedef struct {
     vlm_weight_t   wq, wk, wv, wo;      /* [Q, H], [KV, H], [KV, H], [H, Q] */
     float         *bq, *bk, *bv;        /* [Q], [KV], [KV]; NULL: none */
@@ -344,10 +353,13 @@ struct vlm_model_s {
     vlm_dtype_t              kv_dtype;  /* params.kv_dtype resolved */
     /*
      * an F8_E4M3 cache's scales (vlm_model_kv_scales): layer l's, this
-     * rank's KV heads, in backend memory; kv_scaled 0: none (1)
+     * rank's KV heads, in backend memory; kv_scaled 0: none (1);
+     * kv_calib: the checkpoint has none, the first forward pass sets
+     * them (vlm_lm_rope_kv_store), then 0
      */
     vlm_kv_scale_t           kv_scale[VLM_MAX_TEXT_LAYERS];
     int                      kv_scaled;
+    int                      kv_calib;
     vlm_lm_weights_t         lm;
     vlm_vision_weights_t     vis;
     vlm_lm_ws_t              ws;

@@ -538,11 +538,13 @@ vlm_model_vector_runs(vlm_model_t *m, float **out, const char *name, int n,
  * An fp8 KV cache's per-(layer, KV head) scales, as llm-compressor saves
  * them (compressed-tensors with a kv_cache_scheme, vLLM's reading):
  * model.layers.N.self_attn.k_scale and v_scale, a scalar a layer or one
- * a KV head; a tensor absent is 1.  Only an F8_E4M3 cache takes them
- * (the others keep the values themselves).  This rank's heads of every
- * layer in one buffer uploaded once, [n_layers][2][n_kv_heads]; with no
- * backend (a check), their shapes are checked.  The backend stores
- * scaled rows through kv_store_seqs(), which an fp8 backend has.
+ * a KV head; a tensor absent is 1.  A checkpoint with none has them
+ * calibrated where the backend can (kv_calibrate): by the first forward
+ * pass, on its own keys and values (m->kv_calib).  Only an F8_E4M3 cache
+ * takes them (the others keep the values themselves).  This rank's heads
+ * of every layer in one buffer uploaded once, [n_layers][2][n_kv_heads];
+ * with no backend (a check), their shapes are checked.  The backend
+ * stores scaled rows through kv_store_seqs(), which an fp8 backend has.
  */
 vlm_status_t
 vlm_model_kv_scales(vlm_model_t *m, vlm_error_t *err)
@@ -555,6 +557,7 @@ vlm_model_kv_scales(vlm_model_t *m, vlm_error_t *err)
     static const char *const which[2] = { "k_scale", "v_scale" };
 
     m->kv_scaled = 0;
+    m->kv_calib = 0;
 
     if (m->kv_dtype != VLM_DTYPE_F8_E4M3) {
         return VLM_OK;
@@ -641,7 +644,9 @@ vlm_model_kv_scales(vlm_model_t *m, vlm_error_t *err)
 
     free(all);
 
-    if (rc != VLM_OK || !found || m->be == NULL) {
+    if (rc != VLM_OK || m->be == NULL
+        || (!found && m->be->ops->kv_calibrate == NULL))
+    {
         free(host);
         return rc;
     }
@@ -667,6 +672,7 @@ vlm_model_kv_scales(vlm_model_t *m, vlm_error_t *err)
     }
 
     m->kv_scaled = 1;
+    m->kv_calib = !found;
 
     return VLM_OK;
 }

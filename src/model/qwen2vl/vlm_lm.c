@@ -699,7 +699,10 @@ vlm_lm_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l)
 /*
  * ws.q and ws.k rotated by cos, sin (rows of the batch), then
  * vlm_lm_kv_store(): one pass where the backend has rope_kv_store (ws.k
- * then left unrotated: only the cache's copy is read after)
+ * then left unrotated: only the cache's copy is read after).  The
+ * forward pass that calibrates an fp8 cache's scales (m->kv_calib) takes
+ * the ops apart, and sets layer l's from its rotated keys and its values
+ * before they are stored; after the last layer the scales stay.
  */
 void
 vlm_lm_rope_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l,
@@ -715,7 +718,7 @@ vlm_lm_rope_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l,
     nkv = m->tp.n_kv_heads;
     hd = m->cfg.text.head_dim;
 
-    if (op->rope_kv_store != NULL) {
+    if (op->rope_kv_store != NULL && !m->kv_calib) {
         op->rope_kv_store(be, ws->q, T, nh * hd, nh, cos, sin,
                           vlm_model_layer_k(m, l), vlm_model_layer_v(m, l),
                           m->kv.dtype, vlm_model_layer_kv_scale(m, l),
@@ -726,6 +729,17 @@ vlm_lm_rope_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l,
 
     op->rope(be, ws->q, T, nh * hd, nh, hd, cos, sin);
     op->rope(be, ws->k, T, nkv * hd, nkv, hd, cos, sin);
+
+    if (m->kv_calib) {
+        op->kv_calibrate(be, (float *) m->kv_scale[l].k,
+                         (float *) m->kv_scale[l].v, ws->k, ws->v, T, nkv,
+                         hd, nkv * hd, VLM_KV_FP8_CALIB_RANGE);
+
+        if (l == m->cfg.text.n_layers - 1) {
+            m->kv_calib = 0;
+        }
+    }
+
     vlm_lm_kv_store(m, b, l);
 }
 
