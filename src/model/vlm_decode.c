@@ -50,7 +50,15 @@ vlm_step(vlm_model_t *m, const vlm_step_item_t *items, int n,
 int
 vlm_model_samples(const vlm_model_t *m)
 {
-    return m->be->ops->sample != NULL && m->tp.size == 1;
+    return m->be->ops->sample != NULL && m->tp.rank == 0;
+}
+
+
+int
+vlm_model_draws(const vlm_model_t *m, int vocab)
+{
+    return m->be->ops->sample != NULL && vocab >= 1
+           && vocab <= m->tp.vocab * m->tp.size;
 }
 
 
@@ -136,9 +144,7 @@ vlm_step_sample_more(vlm_model_t *m, const vlm_step_item_t *items, int n,
                              "range", n);
     }
 
-    if (sample != NULL
-        && (!vlm_model_samples(m) || vocab < 1 || vocab > m->tp.vocab))
-    {
+    if (sample != NULL && !vlm_model_draws(m, vocab)) {
         return vlm_error_set(err, VLM_ERR_INVALID,
                              "engine: the %s backend does not sample a "
                              "vocabulary of %d", m->be->ops->name, vocab);

@@ -215,8 +215,8 @@ vlm_prefill_sample(vlm_model_t *m, vlm_sample_row_t *const *rows,
     int                 len;
     vlm_prefill_job_t  *pf = &m->pf;
 
-    if (!vlm_model_samples(m) || vocab < 1 || vocab > m->tp.vocab
-        || rows == NULL || res == NULL || n_more < 0
+    if (!vlm_model_draws(m, vocab) || rows == NULL
+        || (res == NULL && m->tp.rank == 0) || n_more < 0
         || 1 + n_more > m->params.max_batch_tokens
         || !vlm_prefill_last(m, &len))
     {
