@@ -1153,9 +1153,118 @@ draws_rows(vlm_model_t *m, vlm_sampler_t **ds, vlm_sample_row_t *rows,
 
 
 /*
+ * rank 0, after the steps of draws_leader(): a step whose draw fails
+ * (draw 0's mask allows no token) is taken all the same, as the other
+ * rank takes it; a step more, then A's prompt and tokens again in a new
+ * sequence: its logits are A's (rank 0's KV cache is the other rank's)
+ */
+static int
+draws_failed(const prompt_t *pr, vlm_group_t *g, vlm_model_t *m,
+    vlm_seq_t **seq, int32_t *tok, int32_t *fed, int n_fed,
+    vlm_sample_row_t *const *ptrs, vlm_sample_res_t *res, vlm_error_t *err)
+{
+    int               i, V, len, rc, more[3] = { 0, 0, 1 };
+    size_t            n;
+    double            d;
+    int32_t          *ids;
+    uint32_t         *none;
+    vlm_seq_t        *again;
+    vlm_error_t       e;
+    vlm_step_item_t   items[2];
+
+    V = vlm_model_info(m)->vocab_size;
+    len = vlm_seq_length(seq[0]);
+    none = calloc((size_t) (V + 31) / 32, sizeof(uint32_t));
+    n = pr->ids.n + (size_t) n_fed + 2;
+    ids = malloc(n * sizeof(int32_t));
+
+    if (none == NULL || ids == NULL) {
+        free(none);
+        free(ids);
+        return 14;
+    }
+
+    for (i = 0; i < 2; i++) {
+        items[i].seq = seq[i];
+        items[i].ids = &tok[i];
+        items[i].n_ids = 1;
+    }
+
+    ptrs[0]->mask = none;
+    rc = vlm_group_step_sample(g, items, 2, more, 3, ptrs, res, V, &e);
+    ptrs[0]->mask = NULL;
+    free(none);
+    fed[n_fed++] = tok[0];
+
+    print_message("a draw that fails: %s\n", e.msg);
+
+    if (rc == VLM_OK || strstr(e.msg, "no token") == NULL
+        || vlm_seq_length(seq[0]) != len + 1
+        || vlm_seq_length(seq[1]) != len + 1)
+    {
+        vlm_error_set(err, VLM_ERR_INTERNAL, "a step whose draw failed: "
+                      "%d, sequences of %d and %d tokens after %d", rc,
+                      vlm_seq_length(seq[0]), vlm_seq_length(seq[1]), len);
+        free(ids);
+        return 14;
+    }
+
+    /* a step more, its logits to the host; then A's tokens again */
+    tok[0] = tok[1] = 5;
+    fed[n_fed++] = tok[0];
+
+    if (vlm_group_step(g, items, 2, err) != VLM_OK) {
+        free(ids);
+        return 15;
+    }
+
+    memcpy(ids, pr->ids.data, pr->ids.n * sizeof(int32_t));
+    memcpy(ids + pr->ids.n, fed, (size_t) n_fed * sizeof(int32_t));
+
+    /* (B's slot for it) */
+    vlm_group_seq_free(g, seq[1]);
+    seq[1] = NULL;
+
+    if (vlm_group_seq_init(g, &again, err) != VLM_OK
+        || vlm_group_prefill_start(g, again, ids, (int) pr->ids.n + n_fed,
+                                   pr->img, N_IMAGES, err)
+           != VLM_OK)
+    {
+        free(ids);
+        return 15;
+    }
+
+    do {
+        rc = vlm_group_prefill_work(g, 0, &i, err);
+    } while (rc == VLM_OK && !i);
+
+    d = vlm_test_rel_l2(vlm_seq_logits(again), vlm_seq_logits(seq[0]),
+                        (size_t) V);
+    print_message("after the failed draw, A's logits against its tokens "
+                  "again: relative L2 %.3g\n", d);
+
+    vlm_group_seq_free(g, again);
+    free(ids);
+
+    if (rc != VLM_OK) {
+        return 15;
+    }
+
+    if (d > TOL) {
+        vlm_error_set(err, VLM_ERR_INTERNAL, "after the failed draw, A's "
+                      "logits are not its tokens' again: relative L2 %g", d);
+        return 16;
+    }
+
+    return 0;
+}
+
+
+/*
  * rank 0: the prompt, its first draws in the prefill's last work (and
  * its logits to the host by a fourth row), sequence B forked from A, then
- * STEPS steps of both, the draws more of A's and B's logits to the host
+ * STEPS steps of both, the draws more of A's and B's logits to the host;
+ * then draws_failed()
  */
 static int
 draws_leader(const prompt_t *pr, vlm_group_t *g, vlm_model_t *m,
@@ -1164,7 +1273,7 @@ draws_leader(const prompt_t *pr, vlm_group_t *g, vlm_model_t *m,
     int                    i, V, len, done, drawn, step, rc;
     int                    more[3] = { 0, 0, 1 };
     char                   where[32];
-    int32_t                tok[2], *counts, *dcounts;
+    int32_t                tok[2], fed[STEPS + 2], *counts, *dcounts;
     size_t                 before;
     vlm_seq_t             *seq[2];
     vlm_sampler_t         *hs[DRAWS], *ds[DRAWS];
@@ -1282,6 +1391,8 @@ draws_leader(const prompt_t *pr, vlm_group_t *g, vlm_model_t *m,
             return 6;
         }
 
+        fed[step] = tok[0];
+
         snprintf(where, sizeof(where), "step %d", step);
 
         for (i = 0; i < DRAWS && rc == 0; i++) {
@@ -1296,13 +1407,26 @@ draws_leader(const prompt_t *pr, vlm_group_t *g, vlm_model_t *m,
         tok[1] = res[1].token;
     }
 
+    if (rc == 0
+        && (draws_rows(m, ds, rows, dcounts, counts, 0, err) != VLM_OK
+            || (rc = draws_failed(pr, g, m, seq, tok, fed, STEPS, ptrs, res,
+                                  err))
+               != 0))
+    {
+        rc = rc != 0 ? rc : 14;
+    }
+
     for (i = 0; i < DRAWS; i++) {
         vlm_sampler_free(hs[i]);
         vlm_sampler_free(ds[i]);
     }
 
     vlm_group_seq_free(g, seq[0]);
-    vlm_group_seq_free(g, seq[1]);
+
+    if (seq[1] != NULL) {
+        vlm_group_seq_free(g, seq[1]);
+    }
+
     free(counts);
 
     return rc;
@@ -1427,9 +1551,10 @@ test_qwen2vl_draws(void **state)
 
     /*
      * the logits' rows drawn on the host alone came down, on either rank
-     * (a slice of every rank's a row): the prompt's one, two a step
+     * (a slice of every rank's a row): the prompt's one, two a step, the
+     * failed step's two, the last step's two and the prompt again's one
      */
-    host_rows = 1 + 2 * STEPS;
+    host_rows = 1 + 2 * STEPS + 5;
 
     for (r = 0; r < WORLD; r++) {
         print_message("rank %d: %llu downloads of a row's slice of logits, "

@@ -459,7 +459,9 @@ vlm_status_t vlm_step_sample(vlm_model_t *model,
  * other ranks make the same call with rows that stand for rank 0's (not
  * NULL where it draws: only that is read) and res NULL: they compute
  * and gather their shares of those rows' logits and bring none of them
- * to the host.  vlm_prefill_sample() the same.
+ * to the host.  vlm_prefill_sample() the same.  Where rank 0's draws
+ * fail (a NaN logit), its step has been taken as the other ranks' (its
+ * sequences changed, the prompt's last work done) before it says so.
  */
 vlm_status_t vlm_step_sample_more(vlm_model_t *model,
     const vlm_step_item_t *items, int n_items, const int *more, int n_more,

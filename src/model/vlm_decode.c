@@ -278,8 +278,14 @@ vlm_step_sample_more(vlm_model_t *m, const vlm_step_item_t *items, int n,
     vlm_step_batch(m, &b, rows, n, sample, res, vocab);
     b.n_logits = n + n_more;
 
+    /*
+     * a group's rank 0 whose draws failed takes the step as the other
+     * ranks did (their calls went through), and says so after
+     */
+    m->draw_failed = 0;
+
     rc = m->arch->forward(m, &b, err);
-    if (rc != VLM_OK) {
+    if (rc != VLM_OK && !m->draw_failed) {
         return rc;
     }
 
@@ -299,5 +305,5 @@ done:
         vlm_seq_slide_trim(seq);
     }
 
-    return VLM_OK;
+    return rc;
 }

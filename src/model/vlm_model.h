@@ -375,6 +375,11 @@ struct vlm_model_s {
     vlm_fpool_t             *fpool;     /* the feature pool, NULL: none */
     uint64_t                 comm_calls;
     uint64_t                 comm_ns;
+    /*
+     * a group's rank 0: the last forward's draws failed after the
+     * collectives of all its logits (the other ranks' calls went through)
+     */
+    int                      draw_failed;
     int32_t                 *pf_pos;    /* host [3, max_seq_len] */
     int                      feature_levels;    /* set by load(); 0: 1 */
     int32_t                 *image_runs;        /* host [2 T] */

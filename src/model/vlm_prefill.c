@@ -616,13 +616,20 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
         b.sample_vocab = pf->sample_vocab;
     }
 
+    m->draw_failed = 0;
+
     rc = m->arch->forward(m, &b, err);
-    if (rc != VLM_OK) {
+    if (rc != VLM_OK && !m->draw_failed) {
         /* as a failed image stage: the sequence as it was */
         vlm_prefill_cancel(m);
         return rc;
     }
 
+    /*
+     * a group's rank 0 whose draws failed ends the prompt as the other
+     * ranks did (their sequences and prefix caches are its own), and
+     * says so after
+     */
     vlm_prefill_hash(m, cn);
 
     seq->n_past += cn;
@@ -630,7 +637,7 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
 
     if (pf->c0 < pf->n) {
         vlm_seq_slide_trim(seq);
-        return VLM_OK;
+        return rc;
     }
 
     if (pf->all_logits != NULL) {
@@ -643,5 +650,5 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
     vlm_seq_slide_trim(seq);
     *done = 1;
 
-    return VLM_OK;
+    return rc;
 }

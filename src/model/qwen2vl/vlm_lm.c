@@ -642,6 +642,7 @@ vlm_lm_logits(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
             if (rc != VLM_OK && drawn == VLM_OK) {
                 drawn = rc;
                 *err = draw_err;
+                m->draw_failed = 1;
             }
         }
 
