@@ -860,7 +860,8 @@ vlm_group_replay(vlm_group_t *g, const vlm_group_plan_t *plan,
                 && (plan->n_more < 0 || plan->n_more >= g->max_draws
                     || plan->payload != (uint64_t) (1 + plan->n_more))))
         {
-            /* rank 0 has sent every image's features before */
+            /* rank 0 has sent every image's features before; its draws
+               are of the rows of one work */
             break;
         }
 
