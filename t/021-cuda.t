@@ -262,25 +262,35 @@ if ($emu) {
 
 my @got = served_ok($srv, \@ref, $where);
 
-# every token of them drawn by the device's sampler, a prompt's first and
-# the first of each of its choices included: none by the host
-for my $i (0 .. $#seeded) {
-    my $m0 = vlm_metrics($srv);
-    my $got = answer($srv, $seeded[$i]);
-    my $m1 = vlm_metrics($srv);
-    my $drawn = sub {
-        my $k = "vlm_sampled_tokens_total{where=\"$_[0]\"}";
-        return ($m1->{$k} // 0) - ($m0->{$k} // 0);
-    };
+# every token of the seeded requests drawn by the device's sampler, a
+# prompt's first and the first of each of its choices included: none by
+# the host
+sub seeded_drawn_ok {
+    my ($srv, $what) = @_;
 
-    seeded_ok($got, $seeded_ref[$i], "$where, seeded request $i");
-    is($drawn->('host'), 0, "$where, seeded request $i: no token drawn on "
-                            . "the host");
-    is($drawn->('device'), $got->{j}{usage}{completion_tokens} // -1,
-       "$where, seeded request $i: every token drawn on the device");
+    for my $i (0 .. $#seeded) {
+        my $m0 = vlm_metrics($srv);
+        my $got = answer($srv, $seeded[$i]);
+        my $m1 = vlm_metrics($srv);
+        my $drawn = sub {
+            my $k = "vlm_sampled_tokens_total{where=\"$_[0]\"}";
+            return ($m1->{$k} // 0) - ($m0->{$k} // 0);
+        };
+
+        seeded_ok($got, $seeded_ref[$i], "$what, seeded request $i");
+        is($drawn->('host'), 0, "$what, seeded request $i: no token drawn "
+                                . "on the host");
+        is($drawn->('device'), $got->{j}{usage}{completion_tokens} // -1,
+           "$what, seeded request $i: every token drawn on the device");
+    }
 }
 
-{
+seeded_drawn_ok($srv, $where);
+
+# 18 choices with penalties: 16 with their counts on the device, the
+# others drawn on the host from the prompt's logits brought there
+sub many_ok {
+    my ($srv, $where) = @_;
     my $m0 = vlm_metrics($srv);
     my $got = answer($srv, $many);
     my $texts = sub {
@@ -313,6 +323,8 @@ for my $i (0 .. $#seeded) {
     is($drawn{host} + $drawn{device}, $got->{j}{usage}{completion_tokens},
        "$where, 18 choices with penalties: every token drawn once");
 }
+
+many_ok($srv, $where);
 
 my $m0 = vlm_metrics($srv);
 my $gpu0 = gpu_memory($m0, 0);
@@ -405,7 +417,7 @@ SKIP: {
         if !$emu && $gpus < 2;
 
     my $tp = vlm_start(name => 'cuda-tp', wait => 0,
-                       http_config => $cuda_conf
+                       http_config => $cuda_conf . $many_conf
                                       . "    vlm_tensor_parallel 2;\n"
                                       . ($emu ? "    vlm_gpus 0 1;\n" : ''));
     push @servers, $tp;
@@ -421,6 +433,11 @@ SKIP: {
         if !$ready;
 
     served_ok($tp, \@ref, "tensor parallel 2 $where");
+
+    # rank 0 draws the group's tokens on its device, from the rows the
+    # ranks' slices of the logits make: the CPU's tokens and logprobs
+    seeded_drawn_ok($tp, "tensor parallel 2 $where");
+    many_ok($tp, "tensor parallel 2 $where");
     my $tm0 = vlm_metrics($tp);
 
     $res = vlm_post_json($tp, { %{ $bodies[1] }, stream => JSON::PP::true });

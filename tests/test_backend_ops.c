@@ -3283,8 +3283,8 @@ graphs_plan_case(const char *name)
  * the memory plan counts the scheduler's token counts on a device that
  * samples: what vlm_model_sample_counts() takes of the backend for
  * VLM_SAMPLE_COUNTS arrays of the model's vocabulary is the plan's
- * sample_counts, part of its activations; none on a tensor-parallel rank
- * (the host draws there) nor on the CPU backend
+ * sample_counts, part of its activations; none on a tensor-parallel
+ * group's rank other than 0 (rank 0 draws) nor on the CPU backend
  */
 static void
 test_model_plan_counts(void **state)
@@ -3323,6 +3323,7 @@ test_model_plan_counts(void **state)
     assert_true(plan.activations > plan.sample_counts);
 
     p.tp_size = 2;
+    p.tp_rank = 1;
     assert_int_equal(vlm_model_plan(path, &p, &plan, &err), VLM_OK);
     assert_int_equal(plan.sample_counts, 0);
 

@@ -28,6 +28,14 @@
  * and the KV cache, the sequences and the pool are back to idle (but for
  * the cache's entries).
  *
+ * The group draws its tokens on rank 0's device (test_qwen2vl_draws):
+ * the prompt's first tokens in the prefill's last work and a few steps of
+ * two sequences, greedy and seeded draws with penalties (their token
+ * counts on rank 0's device), logit_bias and logprobs, each the host
+ * sampler's from the same logits (brought to the host by rows drawn
+ * there); the other rank downloads the logits of those host rows alone,
+ * and the memory plan counts what rank 0 takes to draw.
+ *
  * Built when nvcc is found (skipped with fewer than two GPUs visible) and
  * run by make test-cuda-emu on the emulated device's two devices.  The
  * parent never touches CUDA: a child counts the devices.
@@ -57,6 +65,7 @@
 #include "backend/vlm_comm.h"
 #include "backend/vlm_fpool.h"
 #include "engine/vlm_group.h"
+#include "engine/vlm_sampler.h"
 #include "model/vlm_model.h"
 
 
@@ -117,7 +126,8 @@ static int  n_gpus;
 /*
  * the ranks' backend: "cuda"; "cuda-unfused", the q/k/v and gate/up
  * matmuls apart (no weight_bind_cat) and rope() of q and k before the
- * KV store (no rope_kv_store); the logits of the last group run
+ * KV store (no rope_kv_store); "cuda-nodraw", no sample(); the logits of
+ * the last group run
  */
 static const char         *backend = "cuda";
 /* the ranks' vlm_kv_dtype (NULL: auto), and the logits' bound */
@@ -127,6 +137,9 @@ static vlm_backend_ops_t   tp_ops;
 static const vlm_backend_ops_t  *cuda_ops;
 static int                *split_calls;
 static float               group_logits[MAX_V];
+/* downloads of slice_bytes (a rank's slice of a row's logits), counted */
+static uint64_t           *slice_downloads;
+static size_t              slice_bytes;
 
 
 static void
@@ -139,7 +152,18 @@ counted_split_qkv(vlm_backend_t *be, float *q, float *k, float *v,
 }
 
 
-/* "cuda" with its q/k/v splits counted, and "cuda-unfused" */
+static vlm_status_t
+counted_download(vlm_backend_t *be, void *dst, const void *src, size_t size)
+{
+    if (slice_downloads != NULL && size == slice_bytes) {
+        (*slice_downloads)++;
+    }
+
+    return cuda_ops->download(be, dst, src, size);
+}
+
+
+/* "cuda" with its q/k/v splits and downloads counted, and "cuda-unfused" */
 static vlm_status_t
 tp_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
     vlm_error_t *err)
@@ -151,10 +175,15 @@ tp_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
         cuda_ops = (*be)->ops;
         tp_ops = *(*be)->ops;
         tp_ops.split_qkv = counted_split_qkv;
+        tp_ops.download = counted_download;
 
         if (strcmp(backend, "cuda-unfused") == 0) {
             tp_ops.weight_bind_cat = NULL;
             tp_ops.rope_kv_store = NULL;
+        }
+
+        if (strcmp(backend, "cuda-nodraw") == 0) {
+            tp_ops.sample = NULL;
         }
 
         (*be)->ops = &tp_ops;
@@ -744,43 +773,28 @@ rank_main(int fd, int pool_fd, int r, size_t pool, size_t cache, int rounds,
 }
 
 
-static void
-check_group(const prompt_t *pr, const result_t *one, size_t pool,
-    size_t cache, int rounds)
+/*
+ * WORLD rank processes, rank r's exit status run(fd, r, data) (0: it
+ * ran), over a communicator of their own, waited for; a rank that failed
+ * is said with its message (rank r's at msg + r * stride): then 1
+ */
+static int
+run_ranks(int (*run)(int fd, int r, void *data), void *data,
+    const char *msg, size_t stride, const char *what)
 {
-    int           fd, pool_fd, r, i, status, failed, tie, levels, runs;
-    char          what[128];
+    int           fd, r, i, status, failed;
     pid_t         pid, pids[WORLD];
-    double        d;
-    uint64_t      feat_bytes, first_bytes;
-    result_t     *res;
     vlm_error_t   err;
-
-    snprintf(what, sizeof(what), "%s/%s, %d ranks on GPUs, %s%s", pr->model,
-             CASE, WORLD,
-             pool == POOL_ROOM ? "the feature pool"
-             : pool == POOL_TINY ? "the host staging area" : "no shared pool",
-             cache > 0 ? " and the image cache" : "");
-
-    res = mmap(NULL, sizeof(result_t) * WORLD, PROT_READ | PROT_WRITE,
-               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    assert_true(res != MAP_FAILED);
 
     assert_int_equal(vlm_comm_shm_create(WORLD, 64 * 1024, &fd, &err),
                      VLM_OK);
-
-    pool_fd = -1;
-    if (pool != POOL_NONE) {
-        assert_int_equal(vlm_fpool_fd(&pool_fd, &err), VLM_OK);
-    }
 
     for (r = 0; r < WORLD; r++) {
         pids[r] = fork();
         assert_true(pids[r] >= 0);
 
         if (pids[r] == 0) {
-            _exit(rank_main(fd, pool_fd, r, pool, cache, rounds, pr,
-                            &res[r]));
+            _exit(run(fd, r, data));
         }
     }
 
@@ -802,13 +816,72 @@ check_group(const prompt_t *pr, const result_t *one, size_t pool,
                     WIFEXITED(status) ? "failed at step" : "killed by signal",
                     WIFEXITED(status) ? WEXITSTATUS(status)
                                       : WTERMSIG(status),
-                    res[r].msg[0] ? ": " : "", res[r].msg);
+                    msg[r * stride] ? ": " : "", msg + r * stride);
         /* the others may wait for the one that is gone */
         (void) vlm_comm_shm_abort_fd(fd, &err);
         failed = 1;
     }
 
     close(fd);
+
+    return failed;
+}
+
+
+typedef struct {
+    const prompt_t  *pr;
+    int              pool_fd;
+    size_t           pool, cache;
+    int              rounds;
+    result_t        *res;
+} group_run_t;
+
+
+static int
+group_rank(int fd, int r, void *data)
+{
+    group_run_t  *gr = data;
+
+    return rank_main(fd, gr->pool_fd, r, gr->pool, gr->cache, gr->rounds,
+                     gr->pr, &gr->res[r]);
+}
+
+
+static void
+check_group(const prompt_t *pr, const result_t *one, size_t pool,
+    size_t cache, int rounds)
+{
+    int           pool_fd, r, i, failed, tie, levels, runs;
+    char          what[128];
+    double        d;
+    uint64_t      feat_bytes, first_bytes;
+    result_t     *res;
+    vlm_error_t   err;
+    group_run_t   gr;
+
+    snprintf(what, sizeof(what), "%s/%s, %d ranks on GPUs, %s%s", pr->model,
+             CASE, WORLD,
+             pool == POOL_ROOM ? "the feature pool"
+             : pool == POOL_TINY ? "the host staging area" : "no shared pool",
+             cache > 0 ? " and the image cache" : "");
+
+    res = mmap(NULL, sizeof(result_t) * WORLD, PROT_READ | PROT_WRITE,
+               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(res != MAP_FAILED);
+
+    pool_fd = -1;
+    if (pool != POOL_NONE) {
+        assert_int_equal(vlm_fpool_fd(&pool_fd, &err), VLM_OK);
+    }
+
+    gr.pr = pr;
+    gr.pool_fd = pool_fd;
+    gr.pool = pool;
+    gr.cache = cache;
+    gr.rounds = rounds;
+    gr.res = res;
+    failed = run_ranks(group_rank, &gr, res[0].msg, sizeof(result_t), what);
+
     if (pool_fd >= 0) {
         close(pool_fd);
     }
@@ -1085,6 +1158,587 @@ test_qwen2vl_back_to_idle(void **state)
 }
 
 
+/*
+ * The group's draws on rank 0's device: DRAWS samplers over two
+ * sequences, each with its host twin (the same parameters and seed) that
+ * draws from the logits the rows drawn on the host bring: draw 0 greedy
+ * with a logit_bias and 5 top logprobs (sequence A's), draw 1 seeded
+ * with top_p, presence and frequency penalties, a logit_bias and 3 top
+ * logprobs (B's, A's prompt until the prefill is done), draw 2 seeded
+ * with top_k, min_p and a repetition penalty, a draw more of A's logits
+ */
+#define DRAWS  3
+#define STEPS  6
+
+
+typedef struct {
+    int        status;
+    char       msg[256];
+    int        compared;                /* draws the same as the host's */
+    int        fused;                   /* q/k/v splits this rank ran */
+    uint64_t   slice_downloads;         /* of a row's logits' slice */
+    size_t     load_bytes;              /* backend bytes after the load */
+    size_t     nodraw_bytes;            /*   and without sample() */
+    size_t     counts_bytes;            /* taken by the token counts */
+    size_t     plan_counts, plan_rows;  /* the memory plan's */
+} draws_t;
+
+
+typedef struct {
+    const prompt_t  *pr;
+    draws_t         *res;
+} draws_run_t;
+
+
+static void
+draws_params(vlm_sampler_params_t *p, int i)
+{
+    vlm_sampler_params_default(p);
+
+    if (i == 0) {
+        p->top_logprobs = 5;
+
+    } else if (i == 1) {
+        p->temperature = 0.9f;
+        p->top_p = 0.9f;
+        p->presence_penalty = 1.2f;
+        p->frequency_penalty = 0.4f;
+        p->top_logprobs = 3;
+        p->seed = 7;
+
+    } else {
+        p->temperature = 1.1f;
+        p->top_k = 8;
+        p->min_p = 0.02f;
+        p->repetition_penalty = 1.3f;
+        p->seed = 19;
+    }
+}
+
+
+static int
+draws_same_lp(float a, float b)
+{
+    return (isinf(a) && isinf(b) && a == b) || fabsf(a - b) <= 1e-4f;
+}
+
+
+/* the device's draw res of sampler ds against its twin hs's from logits */
+static int
+draws_check(vlm_sampler_t *hs, vlm_sampler_t *ds, const float *logits,
+    const vlm_sample_res_t *res, const char *where, int i, draws_t *out,
+    vlm_error_t *err)
+{
+    int           k;
+    vlm_sample_t  ref, got;
+
+    if (vlm_sampler_sample(hs, logits, &ref, err) != VLM_OK) {
+        return 0;
+    }
+
+    vlm_sampler_record(ds, res, &got);
+
+    print_message("%s, draw %d: token %d (%.6f), the host's %d (%.6f)\n",
+                  where, i, got.token, got.logprob, ref.token, ref.logprob);
+
+    if (got.token != ref.token || !draws_same_lp(got.logprob, ref.logprob)
+        || got.n_top != ref.n_top)
+    {
+        vlm_error_set(err, VLM_ERR_INTERNAL, "%s, draw %d: token %d "
+                      "(%g, %d top), the host's %d (%g, %d top)", where, i,
+                      got.token, got.logprob, got.n_top, ref.token,
+                      ref.logprob, ref.n_top);
+        return 0;
+    }
+
+    for (k = 0; k < ref.n_top; k++) {
+        if (got.top[k].id != ref.top[k].id
+            || !draws_same_lp(got.top[k].logprob, ref.top[k].logprob))
+        {
+            vlm_error_set(err, VLM_ERR_INTERNAL, "%s, draw %d: top logprob "
+                          "%d: %d (%g), the host's %d (%g)", where, i, k,
+                          got.top[k].id, got.top[k].logprob, ref.top[k].id,
+                          ref.top[k].logprob);
+            return 0;
+        }
+    }
+
+    out->compared++;
+
+    return 1;
+}
+
+
+/*
+ * the next draws' rows: each sampler's parameters and number, and its
+ * token counts on the device (uploaded for its first draw: the kernel
+ * keeps them after)
+ */
+static vlm_status_t
+draws_rows(vlm_model_t *m, vlm_sampler_t **ds, vlm_sample_row_t *rows,
+    int32_t *dcounts, int32_t *counts, int first, vlm_error_t *err)
+{
+    int  i, V, slot;
+
+    V = vlm_model_info(m)->vocab_size;
+
+    for (i = 0, slot = 0; i < DRAWS; i++) {
+        vlm_sampler_row(ds[i], &rows[i]);
+        rows[i].counts = NULL;
+
+        if (!vlm_sampler_penalized(ds[i])) {
+            continue;
+        }
+
+        rows[i].counts = dcounts + (size_t) slot++ * V;
+
+        if (first) {
+            vlm_sampler_counts(ds[i], counts);
+
+            if (vlm_model_sample_counts_load(m, rows[i].counts, counts, V,
+                                             err)
+                != VLM_OK)
+            {
+                return err->status;
+            }
+        }
+    }
+
+    return VLM_OK;
+}
+
+
+/*
+ * rank 0, after the steps of draws_leader(): a step whose draw fails
+ * (draw 0's mask allows no token) is taken all the same, as the other
+ * rank takes it; a step more, then A's prompt and tokens again in a new
+ * sequence: its logits are A's (rank 0's KV cache is the other rank's)
+ */
+static int
+draws_failed(const prompt_t *pr, vlm_group_t *g, vlm_model_t *m,
+    vlm_seq_t **seq, int32_t *tok, int32_t *fed, int n_fed,
+    vlm_sample_row_t *const *ptrs, vlm_sample_res_t *res, vlm_error_t *err)
+{
+    int               i, V, len, rc, more[3] = { 0, 0, 1 };
+    size_t            n;
+    double            d;
+    int32_t          *ids;
+    uint32_t         *none;
+    vlm_seq_t        *again;
+    vlm_error_t       e;
+    vlm_step_item_t   items[2];
+
+    V = vlm_model_info(m)->vocab_size;
+    len = vlm_seq_length(seq[0]);
+    none = calloc((size_t) (V + 31) / 32, sizeof(uint32_t));
+    n = pr->ids.n + (size_t) n_fed + 2;
+    ids = malloc(n * sizeof(int32_t));
+
+    if (none == NULL || ids == NULL) {
+        free(none);
+        free(ids);
+        return 14;
+    }
+
+    for (i = 0; i < 2; i++) {
+        items[i].seq = seq[i];
+        items[i].ids = &tok[i];
+        items[i].n_ids = 1;
+    }
+
+    ptrs[0]->mask = none;
+    rc = vlm_group_step_sample(g, items, 2, more, 3, ptrs, res, V, &e);
+    ptrs[0]->mask = NULL;
+    free(none);
+    fed[n_fed++] = tok[0];
+
+    print_message("a draw that fails: %s\n", e.msg);
+
+    if (rc == VLM_OK || strstr(e.msg, "no token") == NULL
+        || vlm_seq_length(seq[0]) != len + 1
+        || vlm_seq_length(seq[1]) != len + 1)
+    {
+        vlm_error_set(err, VLM_ERR_INTERNAL, "a step whose draw failed: "
+                      "%d, sequences of %d and %d tokens after %d", rc,
+                      vlm_seq_length(seq[0]), vlm_seq_length(seq[1]), len);
+        free(ids);
+        return 14;
+    }
+
+    /* a step more, its logits to the host; then A's tokens again */
+    tok[0] = tok[1] = 5;
+    fed[n_fed++] = tok[0];
+
+    if (vlm_group_step(g, items, 2, err) != VLM_OK) {
+        free(ids);
+        return 15;
+    }
+
+    memcpy(ids, pr->ids.data, pr->ids.n * sizeof(int32_t));
+    memcpy(ids + pr->ids.n, fed, (size_t) n_fed * sizeof(int32_t));
+
+    /* (B's slot for it) */
+    vlm_group_seq_free(g, seq[1]);
+    seq[1] = NULL;
+
+    if (vlm_group_seq_init(g, &again, err) != VLM_OK
+        || vlm_group_prefill_start(g, again, ids, (int) pr->ids.n + n_fed,
+                                   pr->img, N_IMAGES, err)
+           != VLM_OK)
+    {
+        free(ids);
+        return 15;
+    }
+
+    do {
+        rc = vlm_group_prefill_work(g, 0, &i, err);
+    } while (rc == VLM_OK && !i);
+
+    d = vlm_test_rel_l2(vlm_seq_logits(again), vlm_seq_logits(seq[0]),
+                        (size_t) V);
+    print_message("after the failed draw, A's logits against its tokens "
+                  "again: relative L2 %.3g\n", d);
+
+    vlm_group_seq_free(g, again);
+    free(ids);
+
+    if (rc != VLM_OK) {
+        return 15;
+    }
+
+    if (d > TOL) {
+        vlm_error_set(err, VLM_ERR_INTERNAL, "after the failed draw, A's "
+                      "logits are not its tokens' again: relative L2 %g", d);
+        return 16;
+    }
+
+    return 0;
+}
+
+
+/*
+ * rank 0: the prompt, its first draws in the prefill's last work (and
+ * its logits to the host by a fourth row), sequence B forked from A, then
+ * STEPS steps of both, the draws more of A's and B's logits to the host;
+ * then draws_failed()
+ */
+static int
+draws_leader(const prompt_t *pr, vlm_group_t *g, vlm_model_t *m,
+    draws_t *out, vlm_error_t *err)
+{
+    int                    i, V, len, done, drawn, step, rc;
+    int                    more[3] = { 0, 0, 1 };
+    char                   where[32];
+    int32_t                tok[2], fed[STEPS + 2], *counts, *dcounts;
+    size_t                 before;
+    vlm_seq_t             *seq[2];
+    vlm_sampler_t         *hs[DRAWS], *ds[DRAWS];
+    vlm_step_item_t        items[2];
+    vlm_sample_row_t       rows[DRAWS], *ptrs[DRAWS + 2];
+    vlm_sample_res_t       res[DRAWS + 2];
+    vlm_model_stats_t      st;
+    vlm_sampler_params_t   p;
+    static const uint32_t  bias_ids[2] = { 7, 11 };
+    static const float     bias[2] = { 2.5f, -100.0f };
+
+    V = vlm_model_info(m)->vocab_size;
+
+    /* the scheduler's token counts, as the plan counts them */
+    vlm_model_stats(m, &st);
+    before = st.backend_bytes;
+    dcounts = vlm_model_sample_counts(m, VLM_SAMPLE_COUNTS, V);
+    vlm_model_stats(m, &st);
+    out->counts_bytes = st.backend_bytes - before;
+
+    counts = malloc((size_t) V * sizeof(int32_t));
+
+    if (dcounts == NULL || counts == NULL) {
+        vlm_error_set(err, VLM_ERR_NOMEM, "no token counts on rank 0");
+        free(counts);
+        return 10;
+    }
+
+    for (i = 0; i < DRAWS; i++) {
+        draws_params(&p, i);
+
+        if (vlm_sampler_init(&hs[i], V, err) != VLM_OK
+            || vlm_sampler_init(&ds[i], V, err) != VLM_OK
+            || vlm_sampler_reset(hs[i], &p, err) != VLM_OK
+            || vlm_sampler_reset(ds[i], &p, err) != VLM_OK
+            || (i < 2
+                && (vlm_sampler_bias(hs[i], bias_ids, bias, 2, err) != VLM_OK
+                    || vlm_sampler_bias(ds[i], bias_ids, bias, 2, err)
+                       != VLM_OK)))
+        {
+            return 10;
+        }
+
+        vlm_sampler_prompt(hs[i], pr->ids.data, (int) pr->ids.n);
+        vlm_sampler_prompt(ds[i], pr->ids.data, (int) pr->ids.n);
+    }
+
+    if (vlm_group_seq_init(g, &seq[0], err) != VLM_OK
+        || vlm_group_prefill_start(g, seq[0], pr->ids.data, (int) pr->ids.n,
+                                   pr->img, N_IMAGES, err)
+           != VLM_OK)
+    {
+        return 4;
+    }
+
+    /* the prompt's first draws, and its logits to the host */
+    for (i = 0; i < DRAWS; i++) {
+        ptrs[i] = &rows[i];
+    }
+
+    ptrs[DRAWS] = NULL;
+    drawn = 0;
+
+    do {
+        if (vlm_group_prefill_last(g, &len)) {
+            if (draws_rows(m, ds, rows, dcounts, counts, 1, err) != VLM_OK
+                || vlm_group_prefill_sample(g, ptrs, DRAWS, res, V, err)
+                   != VLM_OK)
+            {
+                return 11;
+            }
+
+            drawn = 1;
+        }
+
+        if (vlm_group_prefill_work(g, 0, &done, err) != VLM_OK) {
+            return 5;
+        }
+    } while (!done);
+
+    if (!drawn) {
+        vlm_error_set(err, VLM_ERR_INTERNAL, "no prefill work drew");
+        return 11;
+    }
+
+    for (i = 0; i < DRAWS; i++) {
+        if (!draws_check(hs[i], ds[i], vlm_seq_logits(seq[0]), &res[i],
+                         "the prompt", i, out, err))
+        {
+            return 12;
+        }
+    }
+
+    if (vlm_group_seq_fork(g, seq[0], &seq[1], err) != VLM_OK) {
+        return 3;
+    }
+
+    tok[0] = res[0].token;
+    tok[1] = res[1].token;
+    ptrs[DRAWS + 1] = NULL;
+    rc = 0;
+
+    /* A's and B's tokens fed, draw 2 and the host rows of A's, B's */
+    for (step = 0; step < STEPS && rc == 0; step++) {
+        for (i = 0; i < 2; i++) {
+            items[i].seq = seq[i];
+            items[i].ids = &tok[i];
+            items[i].n_ids = 1;
+        }
+
+        if (draws_rows(m, ds, rows, dcounts, counts, 0, err) != VLM_OK
+            || vlm_group_step_sample(g, items, 2, more, 3, ptrs, res, V, err)
+               != VLM_OK)
+        {
+            return 6;
+        }
+
+        fed[step] = tok[0];
+
+        snprintf(where, sizeof(where), "step %d", step);
+
+        for (i = 0; i < DRAWS && rc == 0; i++) {
+            if (!draws_check(hs[i], ds[i], vlm_seq_logits(seq[i == 1]),
+                             &res[i], where, i, out, err))
+            {
+                rc = 13;
+            }
+        }
+
+        tok[0] = res[0].token;
+        tok[1] = res[1].token;
+    }
+
+    if (rc == 0
+        && (draws_rows(m, ds, rows, dcounts, counts, 0, err) != VLM_OK
+            || (rc = draws_failed(pr, g, m, seq, tok, fed, STEPS, ptrs, res,
+                                  err))
+               != 0))
+    {
+        rc = rc != 0 ? rc : 14;
+    }
+
+    for (i = 0; i < DRAWS; i++) {
+        vlm_sampler_free(hs[i]);
+        vlm_sampler_free(ds[i]);
+    }
+
+    vlm_group_seq_free(g, seq[0]);
+
+    if (seq[1] != NULL) {
+        vlm_group_seq_free(g, seq[1]);
+    }
+
+    free(counts);
+
+    return rc;
+}
+
+
+static int
+draws_rank(int fd, int r, void *data)
+{
+    int                  rc;
+    char                 path[256];
+    draws_run_t         *dr = data;
+    draws_t             *out = &dr->res[r];
+    vlm_comm_t          *comm;
+    vlm_group_t         *g;
+    vlm_model_t         *m;
+    vlm_error_t          err;
+    vlm_model_plan_t     plan;
+    vlm_model_stats_t    st;
+    vlm_model_params_t   p;
+
+    alarm(300);
+    err.msg[0] = '\0';
+
+    if (vlm_comm_shm_open(&comm, fd, r, &err) != VLM_OK) {
+        return 1;
+    }
+
+    split_calls = &out->fused;
+    model_path(path, sizeof(path), dr->pr);
+
+    /* the model's backend bytes where the backend cannot draw first */
+    backend = "cuda-nodraw";
+    params(&p, backend);
+    p.device = r;
+    p.tp_rank = r;
+    p.tp_size = WORLD;
+    p.comm = comm;
+
+    if (vlm_model_load(&m, path, &p, &err) != VLM_OK) {
+        backend = "cuda";
+        return 2;
+    }
+
+    vlm_model_stats(m, &st);
+    out->nodraw_bytes = st.backend_bytes;
+    vlm_model_free(m);
+
+    backend = "cuda";
+    p.backend = backend;
+
+    if (vlm_model_plan(path, &p, &plan, &err) != VLM_OK) {
+        rc = 2;
+
+    } else if (vlm_model_load(&m, path, &p, &err) != VLM_OK
+               || vlm_group_init(&g, m, comm, dr->pr->arena,
+                                 dr->pr->arena_bytes, &err)
+                  != VLM_OK)
+    {
+        rc = 2;
+
+    } else {
+        out->plan_counts = plan.sample_counts;
+        out->plan_rows = plan.sample_rows;
+        vlm_model_stats(m, &st);
+        out->load_bytes = st.backend_bytes;
+
+        slice_bytes = (size_t) m->tp.vocab * sizeof(float);
+        slice_downloads = &out->slice_downloads;
+
+        if (r == 0) {
+            rc = draws_leader(dr->pr, g, m, out, &err);
+            vlm_group_stop(g);
+
+        } else {
+            rc = vlm_group_follow(g, &err) == VLM_OK ? 0 : 7;
+        }
+
+        slice_downloads = NULL;
+    }
+
+    if (rc != 0) {
+        snprintf(out->msg, sizeof(out->msg), "%s", err.msg);
+        /* the others would wait for this one */
+        vlm_comm_shm_abort(comm);
+    }
+
+    return rc;
+}
+
+
+static void
+test_qwen2vl_draws(void **state)
+{
+    int           r, host_rows;
+    prompt_t      pr;
+    draws_t      *res;
+    draws_run_t   dr;
+
+    if (n_gpus < WORLD) {
+        skip();
+    }
+
+    load_prompt(&pr, "qwen2vl-f32");
+
+    res = mmap(NULL, sizeof(draws_t) * WORLD, PROT_READ | PROT_WRITE,
+               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(res != MAP_FAILED);
+    memset(res, 0, sizeof(draws_t) * WORLD);
+
+    dr.pr = &pr;
+    dr.res = res;
+
+    if (run_ranks(draws_rank, &dr, res[0].msg, sizeof(draws_t),
+                  "qwen2vl-f32, draws on rank 0's device"))
+    {
+        fail_msg("qwen2vl-f32: the group's draws failed");
+    }
+
+    /* every draw of the prompt and of the steps, the host's */
+    assert_int_equal(res[0].compared, DRAWS * (1 + STEPS));
+
+    /*
+     * the logits' rows drawn on the host alone came down, on either rank
+     * (a slice of every rank's a row): the prompt's one, two a step, the
+     * failed step's two, the last step's two and the prompt again's one
+     */
+    host_rows = 1 + 2 * STEPS + 5;
+
+    for (r = 0; r < WORLD; r++) {
+        print_message("rank %d: %llu downloads of a row's slice of logits, "
+                      "%d rows to the host\n", r,
+                      (unsigned long long) res[r].slice_downloads, host_rows);
+        assert_int_equal(res[r].slice_downloads, host_rows * WORLD);
+    }
+
+    /* what rank 0 takes to draw, as the plan counts it; none on rank 1 */
+    print_message("rank 0's token counts: %zu bytes, the plan's %zu; its "
+                  "rows to draw from: %zu bytes of its load, the plan's "
+                  "%zu\n", res[0].counts_bytes, res[0].plan_counts,
+                  res[0].load_bytes - res[0].nodraw_bytes,
+                  res[0].plan_rows);
+    assert_true(res[0].plan_counts > 0);
+    assert_int_equal(res[0].counts_bytes, res[0].plan_counts);
+    assert_true(res[0].plan_rows > 0);
+    assert_int_equal(res[0].load_bytes - res[0].nodraw_bytes,
+                     res[0].plan_rows);
+    assert_int_equal(res[1].load_bytes, res[1].nodraw_bytes);
+    assert_int_equal(res[1].plan_counts, 0);
+    assert_int_equal(res[1].plan_rows, 0);
+
+    munmap(res, sizeof(draws_t) * WORLD);
+    free_prompt(&pr);
+}
+
+
 /* a child counts the devices, so that this process has no CUDA context */
 static int
 count_gpus(void)
@@ -1121,11 +1775,13 @@ main(void)
         cmocka_unit_test(test_qwen2vl_fused),
         cmocka_unit_test(test_qwen2vl_fp8_scales),
         cmocka_unit_test(test_qwen2vl_fp8_calib),
+        cmocka_unit_test(test_qwen2vl_draws),
     };
 
     n_gpus = count_gpus();
     vlm_backend_register("cuda", tp_init);
     vlm_backend_register("cuda-unfused", tp_init);
+    vlm_backend_register("cuda-nodraw", tp_init);
 
     if (n_gpus < WORLD) {
         printf("test_tp_cuda: skipped: %d GPU%s visible, %d needed\n",

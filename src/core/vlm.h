@@ -242,10 +242,15 @@ typedef struct {
     size_t  kv_slide_tokens;    /*   the tokens it holds */
     size_t  activations;        /* the decoder's workspace, the sequence
                                    slots and their host tables, the
-                                   decode graphs' inputs, sample_counts */
+                                   decode graphs' inputs, sample_counts,
+                                   sample_rows */
     size_t  sample_counts;      /*   of it, the scheduler's token counts
                                    on a device that samples
                                    (VLM_SAMPLE_COUNTS x vocab_size) */
+    size_t  sample_rows;        /*   and a group's rank 0's whole rows of
+                                   logits to draw from there (C x
+                                   vocab_size, C = max(8, max_seqs) up
+                                   to 256), with their slices' indices */
     size_t  vision;             /* the vision tower's workspace */
     size_t  attention;          /* the CPU backend's attention blocks */
     size_t  matmul_scratch;     /* the CPU backend's matmul scratch:
@@ -448,13 +453,25 @@ vlm_status_t vlm_step_sample(vlm_model_t *model,
  * vlm_step_sample() with n_more draws more from the last logits of items
  * more[j] (a prompt's other choices): rows[n_items + j] and
  * res[n_items + j]; a NULL row there brings those logits to the host
- * (vlm_seq_logits() of the item's sequence)
+ * (vlm_seq_logits() of the item's sequence).
+ *
+ * In a tensor-parallel group rank 0 draws (vlm_model_samples()); the
+ * other ranks make the same call with rows that stand for rank 0's (not
+ * NULL where it draws: only that is read) and res NULL: they compute
+ * and gather their shares of those rows' logits and bring none of them
+ * to the host.  vlm_prefill_sample() the same.  Where rank 0's draws
+ * fail (a NaN logit), its step has been taken as the other ranks' (its
+ * sequences changed, the prompt's last work done) before it says so.
  */
 vlm_status_t vlm_step_sample_more(vlm_model_t *model,
     const vlm_step_item_t *items, int n_items, const int *more, int n_more,
     struct vlm_sample_row_s *const *rows, struct vlm_sample_res_s *res,
     int vocab, vlm_error_t *err);
-/* the model's backend samples (vlm_backend_ops_t.sample), one rank */
+/*
+ * this rank draws the tokens on its backend (vlm_backend_ops_t.sample):
+ * one rank, or a tensor-parallel group's rank 0, whose vlm_group.h calls
+ * have the other ranks compute their shares of the rows it draws
+ */
 int vlm_model_samples(const vlm_model_t *model);
 /*
  * an fp8 KV cache whose checkpoint has no scales: the next forward pass

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/vlm_backend.h"
 #include "backend/vlm_fpool.h"
 #include "vlm_group.h"
 
@@ -41,6 +42,14 @@ typedef struct {
     int32_t    seq;                 /* the group's id of the sequence */
     uint32_t   n;                   /* ids (prefill) or items (step) */
     uint32_t   n_images;
+    /*
+     * a step's or the prefill's last work's draws more (a prompt's other
+     * choices), and whether rank 0 draws on the device (then the payload
+     * ends with a byte a logits' row: 1 where it does), from vocab
+     */
+    int32_t    n_more;
+    int32_t    draws;
+    int32_t    vocab;
     uint64_t   payload;             /* bytes that follow */
 } vlm_group_plan_t;
 
@@ -77,6 +86,20 @@ struct vlm_group_s {
     uint8_t            *payload;
     size_t              payload_cap;
     vlm_step_item_t    *items;          /* [max_seqs] */
+
+    /*
+     * the device's draws: rank 0's for the next prefill work (pf_draws
+     * 0: none), which logits' rows it draws (1, or 0: to the host); a
+     * follower's rows for them, any row standing for rank 0's
+     */
+    int                 max_draws;      /* max_batch_tokens */
+    int                 pf_draws;
+    int                 pf_vocab;
+    int                 pf_more;
+    uint8_t            *pf_drawn;       /* [max_draws] */
+    int                *more;           /* [max_draws] */
+    vlm_sample_row_t    draw_row;
+    vlm_sample_row_t  **draw_rows;      /* [max_draws] */
 
     void              (*on_step)(void *data);
     void               *on_step_data;
@@ -160,11 +183,16 @@ vlm_group_init(vlm_group_t **group, vlm_model_t *model, vlm_comm_t *comm,
     g->arena_size = arena_size;
     g->max_seqs = info->max_seqs;
 
-    /* the largest plan: a step's items and ids, or a whole prompt */
+    g->max_draws = info->max_batch_tokens;
+
+    /*
+     * the largest plan: a step's items, ids, draws more and which rows
+     * the device draws, or a whole prompt
+     */
     g->payload_cap = vlm_max((size_t) info->max_seqs
                              * sizeof(vlm_group_item_t)
-                             + (size_t) info->max_batch_tokens
-                               * sizeof(int32_t),
+                             + (size_t) g->max_draws
+                               * (2 * sizeof(int32_t) + 1),
                              vlm_group_ids_bytes(info->max_seq_len)
                              + VLM_GROUP_MAX_IMAGES
                                * sizeof(vlm_group_image_t));
@@ -173,9 +201,14 @@ vlm_group_init(vlm_group_t **group, vlm_model_t *model, vlm_comm_t *comm,
     g->pf_ids = calloc((size_t) info->max_seq_len, sizeof(int32_t));
     g->payload = malloc(g->payload_cap);
     g->items = calloc((size_t) g->max_seqs, sizeof(vlm_step_item_t));
+    g->pf_drawn = calloc((size_t) g->max_draws, 1);
+    g->more = calloc((size_t) g->max_draws, sizeof(int));
+    g->draw_rows = calloc((size_t) g->max_draws,
+                          sizeof(vlm_sample_row_t *));
 
     if (g->seqs == NULL || g->pf_ids == NULL || g->payload == NULL
-        || g->items == NULL)
+        || g->items == NULL || g->pf_drawn == NULL || g->more == NULL
+        || g->draw_rows == NULL)
     {
         vlm_group_free(g);
         return vlm_error_set(err, VLM_ERR_NOMEM, "group: no memory");
@@ -204,33 +237,29 @@ vlm_group_free(vlm_group_t *g)
     free(g->pf_ids);
     free(g->payload);
     free(g->items);
+    free(g->pf_drawn);
+    free(g->more);
+    free(g->draw_rows);
     free(g);
 }
 
 
 /* rank 0: the plan to every rank, before rank 0 makes the call itself */
 static vlm_status_t
-vlm_group_send(vlm_group_t *g, uint32_t op, int seq, uint32_t n,
-    uint32_t n_images, size_t payload, vlm_error_t *err)
+vlm_group_send_plan(vlm_group_t *g, const vlm_group_plan_t *plan,
+    vlm_error_t *err)
 {
-    vlm_status_t      rc;
-    vlm_group_plan_t  plan;
+    vlm_status_t  rc;
 
     if (g->comm == NULL) {
         return VLM_OK;
     }
 
-    memset(&plan, 0, sizeof(plan));
-    plan.op = op;
-    plan.seq = seq;
-    plan.n = n;
-    plan.n_images = n_images;
-    plan.payload = payload;
+    rc = g->comm->ops->broadcast(g->comm, (void *) plan,
+                                 sizeof(vlm_group_plan_t), 0);
 
-    rc = g->comm->ops->broadcast(g->comm, &plan, sizeof(plan), 0);
-
-    if (rc == VLM_OK && payload > 0) {
-        rc = g->comm->ops->broadcast(g->comm, g->payload, payload, 0);
+    if (rc == VLM_OK && plan->payload > 0) {
+        rc = g->comm->ops->broadcast(g->comm, g->payload, plan->payload, 0);
     }
 
     if (rc != VLM_OK) {
@@ -239,6 +268,78 @@ vlm_group_send(vlm_group_t *g, uint32_t op, int seq, uint32_t n,
     }
 
     return VLM_OK;
+}
+
+
+static void
+vlm_group_plan(vlm_group_plan_t *plan, uint32_t op, int seq, uint32_t n,
+    uint32_t n_images, size_t payload)
+{
+    memset(plan, 0, sizeof(vlm_group_plan_t));
+    plan->op = op;
+    plan->seq = seq;
+    plan->n = n;
+    plan->n_images = n_images;
+    plan->payload = payload;
+}
+
+
+static vlm_status_t
+vlm_group_send(vlm_group_t *g, uint32_t op, int seq, uint32_t n,
+    uint32_t n_images, size_t payload, vlm_error_t *err)
+{
+    vlm_group_plan_t  plan;
+
+    vlm_group_plan(&plan, op, seq, n, n_images, payload);
+
+    return vlm_group_send_plan(g, &plan, err);
+}
+
+
+/*
+ * the end of a plan's payload at off: which of n logits' rows rank 0
+ * draws on the device (rows[i] not NULL), none where rows is NULL
+ */
+static size_t
+vlm_group_put_draws(vlm_group_t *g, vlm_group_plan_t *plan, size_t off,
+    vlm_sample_row_t *const *rows, int n, int vocab)
+{
+    int  i;
+
+    if (rows == NULL) {
+        return off;
+    }
+
+    plan->draws = 1;
+    plan->vocab = vocab;
+
+    for (i = 0; i < n; i++) {
+        g->payload[off + i] = rows[i] != NULL;
+    }
+
+    return off + (size_t) n;
+}
+
+
+/*
+ * a follower's rows for rank 0's draws from the plan's payload at off,
+ * n of them: NULL without draws; else any row where rank 0 draws
+ */
+static vlm_sample_row_t *const *
+vlm_group_get_draws(vlm_group_t *g, const vlm_group_plan_t *plan,
+    size_t off, int n)
+{
+    int  i;
+
+    if (!plan->draws) {
+        return NULL;
+    }
+
+    for (i = 0; i < n; i++) {
+        g->draw_rows[i] = g->payload[off + i] ? &g->draw_row : NULL;
+    }
+
+    return g->draw_rows;
 }
 
 
@@ -428,6 +529,7 @@ vlm_group_prefill_work(vlm_group_t *g, int rows, int *done,
 {
     vlm_status_t        rc;
     vlm_error_t         e;
+    vlm_group_plan_t    plan;
     vlm_fpool_handle_t  h;
 
     vlm_prefill_rows(g->model, rows);
@@ -463,9 +565,24 @@ vlm_group_prefill_work(vlm_group_t *g, int rows, int *done,
         return rc;
     }
 
-    /* the ranks of a tower split among them cut the same pieces */
-    rc = vlm_group_send(g, VLM_GROUP_PREFILL_WORK, -1, (uint32_t) rows, 0,
-                        0, err);
+    /*
+     * the ranks of a tower split among them cut the same pieces; the
+     * prompt's last rows' draws, rank 0's on the device, are every
+     * rank's logits' rows
+     */
+    vlm_group_plan(&plan, VLM_GROUP_PREFILL_WORK, -1, (uint32_t) rows, 0,
+                   0);
+
+    if (g->pf_draws) {
+        plan.n_more = g->pf_more;
+        plan.draws = 1;
+        plan.vocab = g->pf_vocab;
+        plan.payload = (uint64_t) (1 + g->pf_more);
+        memcpy(g->payload, g->pf_drawn, plan.payload);
+        g->pf_draws = 0;
+    }
+
+    rc = vlm_group_send_plan(g, &plan, err);
     if (rc != VLM_OK) {
         return rc;
     }
@@ -479,6 +596,7 @@ vlm_group_prefill_cancel(vlm_group_t *g)
 {
     vlm_error_t  err;
 
+    g->pf_draws = 0;
     (void) vlm_group_send(g, VLM_GROUP_PREFILL_CANCEL, -1, 0, 0, 0, &err);
     vlm_prefill_cancel(g->model);
 }
@@ -487,7 +605,7 @@ vlm_group_prefill_cancel(vlm_group_t *g)
 int
 vlm_group_prefill_last(vlm_group_t *g, int *len)
 {
-    return g->comm == NULL && vlm_prefill_last(g->model, len);
+    return vlm_prefill_last(g->model, len);
 }
 
 
@@ -495,12 +613,24 @@ vlm_status_t
 vlm_group_prefill_sample(vlm_group_t *g, struct vlm_sample_row_s *const *rows,
     int n_more, struct vlm_sample_res_s *res, int vocab, vlm_error_t *err)
 {
-    if (g->comm != NULL) {
-        return vlm_error_set(err, VLM_ERR_INVALID, "group: a group of "
-                             "ranks draws its tokens on the host");
+    int           i;
+    vlm_status_t  rc;
+
+    rc = vlm_prefill_sample(g->model, rows, n_more, res, vocab, err);
+    if (rc != VLM_OK || g->comm == NULL) {
+        return rc;
     }
 
-    return vlm_prefill_sample(g->model, rows, n_more, res, vocab, err);
+    /* (1 + n_more <= max_batch_tokens: vlm_prefill_sample() says so) */
+    for (i = 0; i < 1 + n_more; i++) {
+        g->pf_drawn[i] = rows[i] != NULL;
+    }
+
+    g->pf_draws = 1;
+    g->pf_more = n_more;
+    g->pf_vocab = vocab;
+
+    return VLM_OK;
 }
 
 
@@ -510,40 +640,35 @@ vlm_group_step_sample(vlm_group_t *g, const vlm_step_item_t *items,
     struct vlm_sample_row_s *const *rows, struct vlm_sample_res_s *res,
     int vocab, vlm_error_t *err)
 {
-    if (rows == NULL) {
-        return vlm_group_step(g, items, n_items, err);
-    }
-
-    if (g->comm != NULL) {
-        return vlm_error_set(err, VLM_ERR_INVALID, "group: a group of "
-                             "ranks draws its tokens on the host");
-    }
-
-    return vlm_step_sample_more(g->model, items, n_items, more, n_more, rows,
-                                res, vocab, err);
-}
-
-
-vlm_status_t
-vlm_group_step(vlm_group_t *g, const vlm_step_item_t *items, int n_items,
-    vlm_error_t *err)
-{
     int                i;
-    size_t             size;
+    size_t             size, n_rows;
     vlm_status_t       rc;
+    vlm_group_plan_t   plan;
     vlm_group_item_t  *gi;
+    int32_t           *mo;
+
+    /* draws more are the device's */
+    if (rows == NULL) {
+        n_more = 0;
+    }
 
     if (g->comm == NULL) {
-        return vlm_step(g->model, items, n_items, err);
+        return vlm_step_sample_more(g->model, items, n_items, more, n_more,
+                                    rows, res, vocab, err);
     }
 
     size = (size_t) n_items * sizeof(vlm_group_item_t);
+    n_rows = (size_t) vlm_max(n_items + n_more, 0);
 
     for (i = 0; i < n_items; i++) {
-        size += (size_t) items[i].n_ids * sizeof(int32_t);
+        size += (size_t) vlm_max(items[i].n_ids, 0) * sizeof(int32_t);
     }
 
-    if (n_items > g->max_seqs || size > g->payload_cap) {
+    if (n_items < 0 || n_items > g->max_seqs || n_more < 0
+        || n_items + n_more > g->max_draws
+        || size + (size_t) n_more * sizeof(int32_t) + n_rows
+           > g->payload_cap)
+    {
         return vlm_error_set(err, VLM_ERR_LIMIT,
                              "group: a step of %d items is larger than a "
                              "plan", n_items);
@@ -561,13 +686,36 @@ vlm_group_step(vlm_group_t *g, const vlm_step_item_t *items, int n_items,
         size += (size_t) items[i].n_ids * sizeof(int32_t);
     }
 
-    rc = vlm_group_send(g, VLM_GROUP_STEP, -1, (uint32_t) n_items, 0, size,
-                        err);
+    /* the draws more, then which rows rank 0 draws on the device */
+    mo = (int32_t *) (g->payload + size);
+
+    for (i = 0; i < n_more; i++) {
+        mo[i] = more[i];
+    }
+
+    size += (size_t) n_more * sizeof(int32_t);
+
+    vlm_group_plan(&plan, VLM_GROUP_STEP, -1, (uint32_t) n_items, 0, 0);
+    plan.n_more = n_more;
+    plan.payload = vlm_group_put_draws(g, &plan, size, rows, (int) n_rows,
+                                       vocab);
+
+    rc = vlm_group_send_plan(g, &plan, err);
     if (rc != VLM_OK) {
         return rc;
     }
 
-    return vlm_step(g->model, items, n_items, err);
+    return vlm_step_sample_more(g->model, items, n_items, more, n_more, rows,
+                                res, vocab, err);
+}
+
+
+vlm_status_t
+vlm_group_step(vlm_group_t *g, const vlm_step_item_t *items, int n_items,
+    vlm_error_t *err)
+{
+    return vlm_group_step_sample(g, items, n_items, NULL, 0, NULL, NULL, 0,
+                                 err);
 }
 
 
@@ -585,9 +733,11 @@ static vlm_status_t
 vlm_group_replay(vlm_group_t *g, const vlm_group_plan_t *plan,
     vlm_error_t *err)
 {
-    int                       i, done;
+    int                       i, done, n_rows;
     size_t                    size;
     vlm_seq_t                *seq;
+    const int32_t            *mo;
+    vlm_sample_row_t *const  *rows;
     vlm_image_t              *images;
     vlm_status_t              rc;
     vlm_fpool_handle_t        h;
@@ -705,8 +855,24 @@ vlm_group_replay(vlm_group_t *g, const vlm_group_plan_t *plan,
         return VLM_OK;
 
     case VLM_GROUP_PREFILL_WORK:
-        if (vlm_prefill_encoding(g->model)) {
-            /* rank 0 has sent every image's features before */
+        if (vlm_prefill_encoding(g->model)
+            || (plan->draws
+                && (plan->n_more < 0 || plan->n_more >= g->max_draws
+                    || plan->payload != (uint64_t) (1 + plan->n_more))))
+        {
+            /* rank 0 has sent every image's features before; its draws
+               are of the rows of one work */
+            break;
+        }
+
+        /* the prompt's last rows' draws: rank 0's, of the same rows */
+        rows = vlm_group_get_draws(g, plan, 0, 1 + plan->n_more);
+
+        if (rows != NULL
+            && vlm_prefill_sample(g->model, rows, plan->n_more, NULL,
+                                  plan->vocab, err)
+               != VLM_OK)
+        {
             break;
         }
 
@@ -722,7 +888,9 @@ vlm_group_replay(vlm_group_t *g, const vlm_group_plan_t *plan,
         return VLM_OK;
 
     case VLM_GROUP_STEP:
-        if (plan->n > (uint32_t) g->max_seqs) {
+        if (plan->n > (uint32_t) g->max_seqs || plan->n_more < 0
+            || plan->n_more > g->max_draws - (int) plan->n)
+        {
             break;
         }
 
@@ -746,7 +914,27 @@ vlm_group_replay(vlm_group_t *g, const vlm_group_plan_t *plan,
             size += (size_t) gi[i].n_ids * sizeof(int32_t);
         }
 
-        rc = vlm_step(g->model, g->items, (int) plan->n, err);
+        /* the draws more, and which rows rank 0 draws on the device */
+        n_rows = (int) plan->n + plan->n_more;
+
+        if (size + (size_t) plan->n_more * sizeof(int32_t)
+            + (plan->draws ? (size_t) n_rows : 0) != plan->payload)
+        {
+            break;
+        }
+
+        mo = (const int32_t *) (g->payload + size);
+
+        for (i = 0; i < plan->n_more; i++) {
+            g->more[i] = mo[i];
+        }
+
+        size += (size_t) plan->n_more * sizeof(int32_t);
+        rows = vlm_group_get_draws(g, plan, size, n_rows);
+
+        rc = vlm_step_sample_more(g->model, g->items, (int) plan->n, g->more,
+                                  plan->n_more, rows, NULL, plan->vocab,
+                                  err);
 
         if (g->on_step != NULL) {
             g->on_step(g->on_step_data);

@@ -54,15 +54,18 @@ void vlm_group_prefill_cancel(vlm_group_t *group);
 vlm_status_t vlm_group_step(vlm_group_t *group,
     const vlm_step_item_t *items, int n_items, vlm_error_t *err);
 /*
- * vlm_prefill_last() and vlm_prefill_sample() of one rank: a group of
- * ranks draws on the host (0, an error)
+ * vlm_prefill_last() and vlm_prefill_sample(): rank 0 draws on its
+ * device, the next vlm_group_prefill_work()'s plan tells the other ranks
+ * which of the rows it draws (their shares of those rows' logits
+ * computed and gathered, none brought to their hosts)
  */
 int vlm_group_prefill_last(vlm_group_t *group, int *len);
 vlm_status_t vlm_group_prefill_sample(vlm_group_t *group,
     struct vlm_sample_row_s *const *rows, int n_more,
     struct vlm_sample_res_s *res, int vocab, vlm_error_t *err);
 /*
- * vlm_step_sample_more() of one rank: a group of ranks draws on the host
+ * vlm_step_sample_more(), the draws more and which rows rank 0 draws on
+ * its device in the step's plan; rows NULL: vlm_group_step()
  */
 vlm_status_t vlm_group_step_sample(vlm_group_t *group,
     const vlm_step_item_t *items, int n_items, const int *more, int n_more,

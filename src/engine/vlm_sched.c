@@ -1184,7 +1184,8 @@ vlm_sched_resume(vlm_sched_t *s)
 static void
 vlm_sched_run(vlm_sched_t *s)
 {
-    int                k, n, n_decode, n_more, room, need, fit, bs, dev;
+    int                k, n, n_decode, n_more, room, need, fit, bs, dev,
+                       len0;
     uint32_t           chunk, total;
     vlm_error_t        err;
     vlm_sample_t       sample;
@@ -1286,13 +1287,21 @@ vlm_sched_run(vlm_sched_t *s)
         dev = 1;
     }
 
+    len0 = n_decode > 0 ? vlm_seq_length(s->items[0].seq) : 0;
+
     while (vlm_group_step_sample(s->group, s->items, n, s->more, n_more,
                                  dev ? s->sample_ptrs : NULL,
                                  s->sample_res, s->vocab, &err)
            != VLM_OK)
     {
-        if (n > n_decode) {
-            /* the prompt chunk (no KV room for it, say) fails alone */
+        /*
+         * the prompt chunk (no KV room for it, say) fails alone; not
+         * where the step was taken all the same (a group's draws that
+         * failed after it): its decode rows may not run again
+         */
+        if (n > n_decode
+            && (n_decode == 0 || vlm_seq_length(s->items[0].seq) == len0))
+        {
             vlm_sched_end(s, &s->reqs[s->batch_reqs[n_decode]],
                           VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
             n = n_decode;

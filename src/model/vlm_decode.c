@@ -50,7 +50,15 @@ vlm_step(vlm_model_t *m, const vlm_step_item_t *items, int n,
 int
 vlm_model_samples(const vlm_model_t *m)
 {
-    return m->be->ops->sample != NULL && m->tp.size == 1;
+    return m->be->ops->sample != NULL && m->tp.rank == 0;
+}
+
+
+int
+vlm_model_draws(const vlm_model_t *m, int vocab)
+{
+    return m->be->ops->sample != NULL && vocab >= 1
+           && vocab <= m->tp.vocab * m->tp.size;
 }
 
 
@@ -143,9 +151,7 @@ vlm_step_sample_more(vlm_model_t *m, const vlm_step_item_t *items, int n,
                              "range", n);
     }
 
-    if (sample != NULL
-        && (!vlm_model_samples(m) || vocab < 1 || vocab > m->tp.vocab))
-    {
+    if (sample != NULL && !vlm_model_draws(m, vocab)) {
         return vlm_error_set(err, VLM_ERR_INVALID,
                              "engine: the %s backend does not sample a "
                              "vocabulary of %d", m->be->ops->name, vocab);
@@ -279,8 +285,14 @@ vlm_step_sample_more(vlm_model_t *m, const vlm_step_item_t *items, int n,
     vlm_step_batch(m, &b, rows, n, sample, res, vocab);
     b.n_logits = n + n_more;
 
+    /*
+     * a group's rank 0 whose draws failed takes the step as the other
+     * ranks did (their calls went through), and says so after
+     */
+    m->draw_failed = 0;
+
     rc = m->arch->forward(m, &b, err);
-    if (rc != VLM_OK) {
+    if (rc != VLM_OK && !m->draw_failed) {
         return rc;
     }
 
@@ -300,5 +312,5 @@ done:
         vlm_seq_slide_trim(seq);
     }
 
-    return VLM_OK;
+    return rc;
 }

@@ -239,7 +239,8 @@ vlm_model_budgets(vlm_model_t *m, const vlm_model_params_t *asked,
 static vlm_status_t
 vlm_model_workspace(vlm_model_t *m, vlm_error_t *err)
 {
-    int                   i, T, H, KV, I, L, S, half, P, E, VI, mm, Q, F;
+    int                   i, T, H, KV, I, L, S, half, P, E, VI, mm, Q, F,
+                          C;
     int32_t              *iota;
     vlm_lm_ws_t          *ws = &m->ws;
     vlm_vision_ws_t      *vw = &m->vws;
@@ -278,6 +279,21 @@ vlm_model_workspace(vlm_model_t *m, vlm_error_t *err)
     if (m->tp.size > 1) {
         VLM_WS(ws->logits_all, (size_t) L * tc->vocab_size);
     }
+
+    /* rank 0 draws the group's tokens where the backend samples */
+    C = vlm_model_draw_rows(m);
+
+    if (m->tp.size > 1 && m->tp.rank == 0 && m->be->ops->sample != NULL) {
+        VLM_WS(ws->sample_logits, (size_t) C * tc->vocab_size);
+        VLM_WS(ws->sample_idx, (size_t) C * m->tp.size);
+
+        ws->host_sample_idx = calloc((size_t) C * m->tp.size,
+                                     sizeof(int32_t));
+        if (ws->host_sample_idx == NULL) {
+            return vlm_error_set(err, VLM_ERR_NOMEM, "model: no memory");
+        }
+    }
+
     VLM_WS(ws->rows, T);
     VLM_WS(ws->iota, S);
     VLM_WS(ws->feats, (size_t) F * S * H);
@@ -932,6 +948,7 @@ vlm_model_free(vlm_model_t *m)
     free(m->vis.rope_comp);
     free(m->ws.host_ids);
     free(m->ws.host_rows);
+    free(m->ws.host_sample_idx);
     free(m->ws.host_pos);
     free(m->pf_pos);
     free(m->vws.host);

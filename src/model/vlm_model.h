@@ -144,6 +144,13 @@ typedef struct {
     float     *head_in;                 /* [L, H] */
     float     *logits;                  /* [L, V] (this rank's V) */
     float     *logits_all;              /* [L, V], the ranks' gathered */
+    /*
+     * a group's rank 0 where the backend draws: the rows it draws made
+     * whole from logits_all's slices, and their slices' row indices
+     */
+    float     *sample_logits;           /* [C, V] (C: vlm_model_draw_rows) */
+    int32_t   *sample_idx;              /* [C, ranks] backend */
+    int32_t   *host_sample_idx;         /* host [C, ranks] */
     int32_t   *rows;                    /* [T] backend, logit row indices */
     int32_t   *iota;                    /* [max_seq_len] backend: 0, 1... */
     float     *feats;                   /* [levels, max_seq_len, H] */
@@ -380,6 +387,11 @@ struct vlm_model_s {
     vlm_fpool_t             *fpool;     /* the feature pool, NULL: none */
     uint64_t                 comm_calls;
     uint64_t                 comm_ns;
+    /*
+     * a group's rank 0: the last forward's draws failed after the
+     * collectives of all its logits (the other ranks' calls went through)
+     */
+    int                      draw_failed;
     int32_t                 *pf_pos;    /* host [3, max_seq_len] */
     int                      feature_levels;    /* set by load(); 0: 1 */
     int32_t                 *image_runs;        /* host [2 T] */

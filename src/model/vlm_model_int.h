@@ -35,6 +35,12 @@ vlm_status_t vlm_model_tp_comm(vlm_model_owner_t *o, vlm_error_t *err);
 void vlm_step_batch(vlm_model_t *m, vlm_batch_t *b, int rows, int n,
     vlm_sample_row_t *const *sample, vlm_sample_res_t *res, int vocab);
 
+/*
+ * vlm_decode.c: whether the group's backend draws from vocab of the
+ * gathered logits (rank 0 draws: every rank takes part in the same rows)
+ */
+int vlm_model_draws(const vlm_model_t *m, int vocab);
+
 vlm_status_t vlm_graph_init(vlm_model_t *m, vlm_error_t *err);
 size_t vlm_graph_plan_bytes(const vlm_model_t *m);
 void vlm_graph_free(vlm_model_t *m);
@@ -56,6 +62,17 @@ void vlm_image_content_key(vlm_model_t *m, const vlm_image_t *img,
     vlm_kv_hash_t *key);
 void vlm_seq_hash_row(vlm_seq_t *seq, int row, int32_t id,
     const int32_t *pos, int stride, const vlm_kv_hash_t *key, int publish);
+
+
+/*
+ * the rows a group's rank 0 makes whole to draw from in one sample()
+ * (ws.sample_logits): a piece of logits' rows, at most a call's
+ */
+static inline int
+vlm_model_draw_rows(const vlm_model_t *m)
+{
+    return vlm_min(vlm_max(8, m->params.max_seqs), VLM_BACKEND_SAMPLE_ROWS);
+}
 
 
 /* the placeholders of one image: its merged patches */

@@ -129,7 +129,7 @@ vlm_model_plan_fill(vlm_model_t *m, vlm_model_plan_t *plan)
     int                   l, n_slide;
     long                  pages, page;
     size_t                T, S, P, H, Q, KV, I, L, F, E, VI, mm, hd, px, ctx;
-    size_t                bs, blocks, lm, slots, vis, host;
+    size_t                bs, blocks, lm, slots, vis, host, C;
     vlm_model_params_t   *p = &m->params;
     vlm_text_config_t    *tc = &m->cfg.text;
     vlm_vision_config_t  *vc = &m->cfg.vision;
@@ -184,19 +184,30 @@ vlm_model_plan_fill(vlm_model_t *m, vlm_model_plan_t *plan)
 
     /*
      * and the decode graphs' inputs (vlm_cuda_graphs on); where the
-     * device samples (the CUDA backend, one rank), the scheduler's token
-     * counts, in whole 256 bytes as the CUDA backend allocates
+     * device samples (the CUDA backend, one rank or a group's rank 0),
+     * the scheduler's token counts, and in a group the rows rank 0 makes
+     * whole to draw from and their slices' indices (vlm_model_workspace),
+     * each in whole 256 bytes as the CUDA backend allocates
      */
     if (p->backend != NULL && strcmp(p->backend, "cuda") == 0
-        && m->tp.size <= 1)
+        && m->tp.rank == 0)
     {
         plan->sample_counts = vlm_align_up((size_t) VLM_SAMPLE_COUNTS
                                            * tc->vocab_size
                                            * sizeof(int32_t), 256);
+
+        if (m->tp.size > 1) {
+            C = (size_t) vlm_model_draw_rows(m);
+            plan->sample_rows = vlm_align_up(C * tc->vocab_size
+                                             * sizeof(float), 256)
+                                + vlm_align_up(C * m->tp.size
+                                               * sizeof(int32_t), 256);
+        }
     }
 
     plan->activations = (lm + slots) * sizeof(float)
-                        + vlm_graph_plan_bytes(m) + plan->sample_counts;
+                        + vlm_graph_plan_bytes(m) + plan->sample_counts
+                        + plan->sample_rows;
 
     /* the vision tower's (vlm_model_workspace) */
     if (P > 0) {

@@ -215,8 +215,8 @@ vlm_prefill_sample(vlm_model_t *m, vlm_sample_row_t *const *rows,
     int                 len;
     vlm_prefill_job_t  *pf = &m->pf;
 
-    if (!vlm_model_samples(m) || vocab < 1 || vocab > m->tp.vocab
-        || rows == NULL || res == NULL || n_more < 0
+    if (!vlm_model_draws(m, vocab) || rows == NULL
+        || (res == NULL && m->tp.rank == 0) || n_more < 0
         || 1 + n_more > m->params.max_batch_tokens
         || !vlm_prefill_last(m, &len))
     {
@@ -616,13 +616,20 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
         b.sample_vocab = pf->sample_vocab;
     }
 
+    m->draw_failed = 0;
+
     rc = m->arch->forward(m, &b, err);
-    if (rc != VLM_OK) {
+    if (rc != VLM_OK && !m->draw_failed) {
         /* as a failed image stage: the sequence as it was */
         vlm_prefill_cancel(m);
         return rc;
     }
 
+    /*
+     * a group's rank 0 whose draws failed ends the prompt as the other
+     * ranks did (their sequences and prefix caches are its own), and
+     * says so after
+     */
     vlm_prefill_hash(m, cn);
 
     seq->n_past += cn;
@@ -630,7 +637,7 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
 
     if (pf->c0 < pf->n) {
         vlm_seq_slide_trim(seq);
-        return VLM_OK;
+        return rc;
     }
 
     if (pf->all_logits != NULL) {
@@ -643,5 +650,5 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
     vlm_seq_slide_trim(seq);
     *done = 1;
 
-    return VLM_OK;
+    return rc;
 }

@@ -477,14 +477,46 @@ vlm_lm_rope_index(const vlm_model_t *m, const int32_t *ids, int n,
 }
 
 
-/* the ns rows of m->sample_rows drawn by the backend, into sample_res */
+/*
+ * The ns rows of m->sample_rows drawn by the backend, into sample_res:
+ * of the piece of nl logits' rows from r0, rows m->sample_at[].  In a
+ * group rank 0 draws them, each row's slices of the gathered logits
+ * ([rank][row][V of a rank]) first made one row of the vocabulary in
+ * ws.sample_logits (a row of the whole vocabulary a slice after
+ * another: the vocabulary divides by the ranks, no slice is padded).
+ */
 static vlm_status_t
-vlm_lm_sample(vlm_model_t *m, const vlm_batch_t *b, int ns,
-    vlm_error_t *err)
+vlm_lm_sample(vlm_model_t *m, const vlm_batch_t *b, int ns, int r0,
+    int nl, vlm_error_t *err)
 {
-    int            i;
+    int            i, r, R, V;
     vlm_status_t   rc;
     vlm_backend_t  *be = m->be;
+    vlm_lm_ws_t    *ws = &m->ws;
+
+    R = m->tp.size;
+    V = m->tp.vocab;
+
+    for (i = 0; i < ns; i++) {
+        if (R == 1) {
+            m->sample_rows[i].logits = ws->logits
+                                       + (size_t) (m->sample_at[i] - r0) * V;
+            continue;
+        }
+
+        for (r = 0; r < R; r++) {
+            ws->host_sample_idx[i * R + r] = r * nl + m->sample_at[i] - r0;
+        }
+
+        m->sample_rows[i].logits = ws->sample_logits + (size_t) i * R * V;
+    }
+
+    if (R > 1) {
+        be->ops->upload(be, ws->sample_idx, ws->host_sample_idx,
+                        (size_t) ns * R * sizeof(int32_t));
+        be->ops->gather_rows(be, ws->sample_logits, ws->logits_all,
+                             ws->sample_idx, ns * R, V);
+    }
 
     rc = be->ops->sample(be, m->sample_rows, ns, b->sample_vocab,
                          m->sample_res, err);
@@ -500,23 +532,77 @@ vlm_lm_sample(vlm_model_t *m, const vlm_batch_t *b, int ns,
 }
 
 
+/* the rows of the piece of nl logits' rows from r0 the backend draws */
+static vlm_status_t
+vlm_lm_draw(vlm_model_t *m, const vlm_batch_t *b, int r0, int nl,
+    vlm_error_t *err)
+{
+    int           i, ns;
+    vlm_status_t  rc;
+
+    ns = 0;
+
+    for (i = 0; i < nl; i++) {
+        if (b->sample[r0 + i] == NULL) {
+            continue;
+        }
+
+        if (ns == VLM_BACKEND_SAMPLE_ROWS) {
+            rc = vlm_lm_sample(m, b, ns, r0, nl, err);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+
+            ns = 0;
+        }
+
+        m->sample_rows[ns] = *b->sample[r0 + i];
+        m->sample_at[ns++] = r0 + i;
+    }
+
+    return ns > 0 ? vlm_lm_sample(m, b, ns, r0, nl, err) : VLM_OK;
+}
+
+
+/* the step's failure on the backend, as its log names it */
+static vlm_status_t
+vlm_lm_failed(vlm_model_t *m, vlm_status_t rc, vlm_error_t *err)
+{
+    const char     *why;
+    vlm_backend_t  *be = m->be;
+
+    why = be->ops->failure != NULL ? be->ops->failure(be) : NULL;
+
+    return vlm_error_set(err, rc, "model: the %s backend failed in this "
+                         "step: %s", be->ops->name,
+                         why != NULL ? why : "(its log says how)");
+}
+
+
 /*
  * The logits of the rows the batch asks for, in pieces of logit_rows; in
  * a group each rank computes its vocabulary rows and all gather them, so
- * that every rank has the whole distribution.
+ * that every rank has the whole distribution.  The rows the backend
+ * draws (b->sample) are drawn where they are, by rank 0 in a group: the
+ * other ranks take part in their rows' all-gather and bring none of them
+ * to the host.  A group's rank 0 that fails to draw goes on with the
+ * pieces left (the others meet it in their all-gathers) and says so at
+ * the end.
  */
 vlm_status_t
 vlm_lm_logits(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
 {
-    int             r0, nl, i, r, H, V, ns;
+    int             r0, nl, i, r, H, V, elsewhere;
     float          *all;
-    const char     *why;
-    vlm_status_t    rc;
+    vlm_status_t    rc, drawn;
+    vlm_error_t     draw_err;
     vlm_backend_t  *be = m->be;
     vlm_lm_ws_t    *ws = &m->ws;
 
     H = m->cfg.text.hidden_size;
     V = m->tp.vocab;
+    drawn = VLM_OK;
+    elsewhere = 0;
 
     for (r0 = 0; r0 < b->n_logits; r0 += nl) {
         nl = vlm_min(ws->logit_rows, b->n_logits - r0);
@@ -542,31 +628,21 @@ vlm_lm_logits(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
         }
 
         /* the rows the backend draws: their logits stay where they are */
-        ns = 0;
+        if (b->sample != NULL && m->tp.rank != 0) {
+            elsewhere = 1;
 
-        for (i = 0; b->sample != NULL && i < nl; i++) {
-            if (b->sample[r0 + i] == NULL) {
-                continue;
-            }
+        } else if (b->sample != NULL) {
+            rc = vlm_lm_draw(m, b, r0, nl, &draw_err);
 
-            if (ns == VLM_BACKEND_SAMPLE_ROWS) {
-                rc = vlm_lm_sample(m, b, ns, err);
-                if (rc != VLM_OK) {
-                    return rc;
-                }
-
-                ns = 0;
-            }
-
-            m->sample_rows[ns] = *b->sample[r0 + i];
-            m->sample_rows[ns].logits = ws->logits + (size_t) i * V;
-            m->sample_at[ns++] = r0 + i;
-        }
-
-        if (ns > 0) {
-            rc = vlm_lm_sample(m, b, ns, err);
-            if (rc != VLM_OK) {
+            if (rc != VLM_OK && m->tp.size == 1) {
+                *err = draw_err;
                 return rc;
+            }
+
+            if (rc != VLM_OK && drawn == VLM_OK) {
+                drawn = rc;
+                *err = draw_err;
+                m->draw_failed = 1;
             }
         }
 
@@ -585,18 +661,22 @@ vlm_lm_logits(vlm_model_t *m, const vlm_batch_t *b, vlm_error_t *err)
                                        all + ((size_t) r * nl + i) * V,
                                        (size_t) V * sizeof(float));
                 if (rc != VLM_OK) {
-                    why = be->ops->failure != NULL ? be->ops->failure(be)
-                                                   : NULL;
-                    return vlm_error_set(err, rc, "model: the %s backend "
-                                         "failed in this step: %s",
-                                         be->ops->name, why != NULL
-                                         ? why : "(its log says how)");
+                    return vlm_lm_failed(m, rc, err);
                 }
             }
         }
     }
 
-    return VLM_OK;
+    /* a rank whose rows rank 0 draws waits for its part all the same */
+    if (elsewhere) {
+        be->ops->synchronize(be);
+
+        if (be->ops->failure != NULL && be->ops->failure(be) != NULL) {
+            return vlm_lm_failed(m, VLM_ERR_DEVICE, err);
+        }
+    }
+
+    return drawn;
 }
 
 
