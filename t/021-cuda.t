@@ -432,7 +432,7 @@ SKIP: {
          "tensor parallel 2 $where: an exit names NCCL's error")
         if !$ready;
 
-    served_ok($tp, \@ref, "tensor parallel 2 $where");
+    my @tgot = served_ok($tp, \@ref, "tensor parallel 2 $where");
 
     # rank 0 draws the group's tokens on its device, from the rows the
     # ranks' slices of the logits make: the CPU's tokens and logprobs
@@ -466,6 +466,30 @@ SKIP: {
     ok(!@silent, "tensor parallel 2 $where: every engine that exited said why")
         or diag(join "\n", @silent);
     VLMTest::vlm_stop($tp);
+
+    # the group's decode steps replayed from each rank's graphs, NCCL's
+    # sums captured in them: the answers of the group without graphs,
+    # the seeded requests drawn on rank 0's device as before
+    my $tg = vlm_start(name => 'cuda-tp-graphs',
+                       http_config => $cuda_conf . $many_conf
+                                      . "    vlm_tensor_parallel 2;\n"
+                                      . "    vlm_cuda_graphs on;\n"
+                                      . ($emu ? "    vlm_gpus 0 1;\n" : ''));
+    push @servers, $tg;
+    my @tggot = served_ok($tg, \@ref, "tensor parallel 2 $where, graphs");
+    is(text($tggot[$_]), text($tgot[$_]),
+       "tensor parallel 2 $where, graphs, request $_: the answer without "
+       . "graphs")
+        for 0 .. $#bodies;
+    seeded_drawn_ok($tg, "tensor parallel 2 $where, graphs");
+    vlm_wait_idle($tg, vlm_secs(10));
+    my $tgm = vlm_metrics($tg);
+    cmp_ok($tgm->{vlm_cuda_graph_captures_total} // 0, '>=', 1,
+           "tensor parallel 2 $where, graphs: captured");
+    cmp_ok($tgm->{vlm_cuda_graph_replays_total} // 0, '>',
+           $tgm->{vlm_cuda_graph_captures_total} // 0,
+           "tensor parallel 2 $where, graphs: more steps replayed from them");
+    VLMTest::vlm_stop($tg);
 }
 
 # two ranks on one GPU, which NCCL refuses: their collectives through

@@ -99,6 +99,7 @@ typedef struct {
     int        kv_used, seqs_used, slices;
     uint64_t   cache_hits;
     uint64_t   comm_calls;              /* the collectives of the steps */
+    uint64_t   graph_replays;           /* decode steps from graphs */
     uint64_t   transfers[2];            /* feature pool: by path */
     uint64_t   fallback_bytes;
     size_t     staging_used;
@@ -257,7 +258,7 @@ params(vlm_model_params_t *p, const char *backend)
     }
 
     p->device_bytes = (size_t) 256 << 20;
-    /* asked for, a group's decode steps run without graphs all the same */
+    /* a group's decode steps replayed from graphs, NCCL's sums in them */
     p->cuda_graphs = 1;
 }
 
@@ -717,6 +718,7 @@ rank_main(int fd, int pool_fd, int r, size_t pool, size_t cache, int rounds,
     vlm_group_t         *g;
     vlm_model_t         *m;
     vlm_error_t          err;
+    vlm_model_stats_t    st;
     vlm_model_params_t   p;
 
     alarm(300);
@@ -761,6 +763,11 @@ rank_main(int fd, int pool_fd, int r, size_t pool, size_t cache, int rounds,
 
     if (rc == 0 && calib_ref != NULL && !rank_kv_calibrated_ok(m, &err)) {
         rc = 9;
+    }
+
+    if (rc == 0) {
+        vlm_model_stats(m, &st);
+        res->graph_replays = st.graph_replays;
     }
 
     if (rc != 0) {
@@ -986,6 +993,14 @@ check_group(const prompt_t *pr, const result_t *one, size_t pool,
 
     /* the decoder's sums went through NCCL */
     assert_true(res[0].comm_calls > 0);
+
+    /* every rank's decode steps from its graphs, the sums in them */
+    for (r = 0; r < WORLD; r++) {
+        if (res[r].graph_replays < GREEDY - 1) {
+            fail_msg("%s: rank %d replayed %d decode steps from graphs",
+                     what, r, (int) res[r].graph_replays);
+        }
+    }
 
     /* read by every rank: only what the cache keeps is left */
     assert_int_equal(res[0].slices, cache > 0 ? N_IMAGES : 0);

@@ -49,6 +49,12 @@ struct vlm_comm_s {
      * collective is queued on the backend's stream (NCCL)
      */
     int                    device_memory;
+    /*
+     * 1: its collectives may be captured into the backend's graphs
+     * (queued on the stream, no host work: NCCL's); 0: a step with them
+     * runs eagerly
+     */
+    int                    capture;
     /* pinned host memory it took at open (its staging), for the gauges */
     size_t                 pinned;
 };

@@ -231,6 +231,7 @@ vlm_comm_nccl_open(vlm_comm_t **out, vlm_comm_t *host, int device,
     nc->comm.rank = host->rank;
     nc->comm.world = host->world;
     nc->comm.device_memory = 1;
+    nc->comm.capture = 1;
     nc->stream = (cudaStream_t) stream;
 
     e = cudaSetDevice(device);

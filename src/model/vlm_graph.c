@@ -56,7 +56,9 @@ vlm_graph_geometry(const vlm_model_params_t *p, int block_size, int *rows,
 /*
  * The backend memory the graphs' inputs take (the memory plan's share of
  * them, in its activations), 0 where steps run without graphs: the
- * conditions of vlm_graph_init() as the plan knows them
+ * conditions of vlm_graph_init() as the plan knows them (a group's
+ * ranks on GPUs of their own, NCCL's; ranks that share one exchange
+ * through the staged communicator and leave the inputs unallocated)
  */
 size_t
 vlm_graph_plan_bytes(const vlm_model_t *m)
@@ -65,7 +67,7 @@ vlm_graph_plan_bytes(const vlm_model_t *m)
     const vlm_model_params_t  *p = &m->params;
 
     if (!p->cuda_graphs || p->backend == NULL
-        || strcmp(p->backend, "cuda") != 0 || p->tp_size > 1
+        || strcmp(p->backend, "cuda") != 0
         || m->slide_blocks > 0 || m->arch->forward != vlm_lm_forward)
     {
         return 0;
@@ -91,14 +93,17 @@ vlm_graph_init(vlm_model_t *m, vlm_error_t *err)
     }
 
     /*
-     * the collectives of a group, the sliding layers' tables and the
-     * architectures of their own forward run every step eagerly
+     * a group's collectives where they cannot be captured (host memory,
+     * the staged communicator), the sliding layers' tables and the
+     * architectures of their own forward run every step eagerly; NCCL's
+     * are captured with the ranks' kernels (each rank its own graphs,
+     * the same steps replayed on every rank)
      */
-    if (m->tp.size > 1 || m->kv_slide.n_blocks > 0
+    if ((m->tp.size > 1 && !m->tp.comm->capture) || m->kv_slide.n_blocks > 0
         || m->arch->forward != vlm_lm_forward)
     {
         vlm_log(VLM_LOG_INFO, "model: decode steps run without graphs (%s)",
-                m->tp.size > 1 ? "tensor parallel"
+                m->tp.size > 1 ? "the group's communicator"
                 : m->kv_slide.n_blocks > 0 ? "sliding-window layers"
                 : "the architecture's own forward pass");
         return VLM_OK;

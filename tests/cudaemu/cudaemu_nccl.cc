@@ -19,9 +19,12 @@
  * As NCCL's, a collective is ordered on its stream: the stream is
  * synchronized first (its work ran as it was issued), then the data move
  * with device memory open to the host, and the call returns when every
- * rank took part.  Its buffers must be device memory of the emulator, in
- * one allocation: a host pointer, or a count that runs past the
- * allocation, is ncclInvalidArgument with a report naming the call.
+ * rank took part.  In a stream capture it is recorded, as NCCL's kernels
+ * are: each launch of the graph moves the data in its turn among the
+ * graph's work (its failure then the group's error).  Its buffers must
+ * be device memory of the emulator, in one allocation: a host pointer,
+ * or a count that runs past the allocation, is ncclInvalidArgument with
+ * a report naming the call.
  *
  * A rank holds a lock on a byte of the segment's file, which the kernel
  * releases when the process dies: a rank that waits sees a peer that is
@@ -434,16 +437,18 @@ enum coll_kind {
 };
 
 
+static ncclResult_t move(const char *call, coll_kind kind, const void *send,
+    void *recv, size_t bytes, size_t es, ncclDataType_t type, ncclRedOp_t op,
+    int root, ncclComm_t c);
+
+
 static ncclResult_t
 collective(const char *call, coll_kind kind, const void *send, void *recv,
     size_t count, ncclDataType_t type, ncclRedOp_t op, int root,
     ncclComm_t c, cudaStream_t stream)
 {
-    int           r;
-    char         *set, *slots[NCCL_MAX_RANKS];
-    size_t        es, bytes, at, n, per;
+    size_t        es, bytes;
     cudaError_t   e;
-    ncclResult_t  rc;
 
     es = type_size(type);
 
@@ -479,6 +484,27 @@ collective(const char *call, coll_kind kind, const void *send, void *recv,
         return c->error;
     }
 
+    /*
+     * in a stream capture, recorded: each launch of the graph moves the
+     * data then (a failure then is the group's, as NCCL's asynchronous
+     * errors: the next call and ncclCommGetAsyncError() report it)
+     */
+    if (capturing(stream)) {
+        e = enqueue(stream, [=]() {
+            ncclResult_t  r;
+
+            if (group_error(c) == ncclSuccess) {
+                r = move(call, kind, send, recv, bytes, es, type, op, root,
+                         c);
+                if (r != ncclSuccess && c->error == ncclSuccess) {
+                    c->error = r;
+                }
+            }
+        });
+
+        return e == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
+    }
+
     /* stream-ordered: what was issued before has run */
     e = cudaStreamSynchronize(stream);
     if (e != cudaSuccess) {
@@ -486,6 +512,21 @@ collective(const char *call, coll_kind kind, const void *send, void *recv,
                cudaGetErrorString(e));
         return ncclUnhandledCudaError;
     }
+
+    return move(call, kind, send, recv, bytes, es, type, op, root, c);
+}
+
+
+/* a collective's data, a chunk a round, between the ranks' slots */
+static ncclResult_t
+move(const char *call, coll_kind kind, const void *send, void *recv,
+    size_t bytes, size_t es, ncclDataType_t type, ncclRedOp_t op, int root,
+    ncclComm_t c)
+{
+    int           r;
+    char         *set, *slots[NCCL_MAX_RANKS];
+    size_t        at, n, per;
+    ncclResult_t  rc;
 
     device_open  open;
 

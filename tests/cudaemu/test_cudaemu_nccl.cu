@@ -2,7 +2,9 @@
  * The emulated device's NCCL between rank processes: two devices; a group
  * of two ranks sums float32 (in place and across several chunks of the
  * segment), bf16 and int32, gathers and broadcasts, with the same bits on
- * both ranks; the segment's name is gone once the group met.  Two ranks
+ * both ranks, and sums captured into a graph (nothing moved in the
+ * capture; each launch sums the buffers as they are then); the segment's
+ * name is gone once the group met.  Two ranks
  * on one device are refused.  A host pointer or a count past the
  * allocation is ncclInvalidArgument; a rank that never comes fails the
  * others after CUDAEMU_NCCL_TIMEOUT, a rank that dies fails them at
@@ -86,13 +88,15 @@ unlinked(const ncclUniqueId *id)
 static int
 rank_main(ncclUniqueId id, int rank)
 {
-    int             k;
-    float          *h, *d, *d2, *g;
-    int32_t         ih[5], *di;
-    size_t          i;
-    ncclComm_t      c;
-    cudaStream_t    s;
-    __nv_bfloat16   bh[3], *db;
+    int              k, round;
+    float           *h, *d, *d2, *g;
+    int32_t          ih[5], *di;
+    size_t           i;
+    ncclComm_t       c;
+    cudaGraph_t      graph;
+    cudaStream_t     s, cs;
+    __nv_bfloat16    bh[3], *db;
+    cudaGraphExec_t  exec;
 
     if (cudaSetDevice(rank) != cudaSuccess
         || cudaStreamCreate(&s) != cudaSuccess)
@@ -213,6 +217,56 @@ rank_main(ncclUniqueId id, int rank)
             return 31;
         }
     }
+
+    /*
+     * captured into a graph: nothing moves in the capture, and each
+     * launch sums what the buffers hold then
+     */
+    if (cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking) != cudaSuccess
+        || cudaMemset(d2, 0, 4 * sizeof(float)) != cudaSuccess
+        || cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal)
+           != cudaSuccess
+        || ncclAllReduce(d, d2, 4, ncclFloat32, ncclSum, c, cs)
+           != ncclSuccess
+        || cudaStreamEndCapture(cs, &graph) != cudaSuccess
+        || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
+    {
+        return 50;
+    }
+
+    cudaMemcpy(h, d2, 4 * sizeof(float), cudaMemcpyDeviceToHost);
+
+    for (k = 0; k < 4; k++) {
+        if (h[k] != 0.0f) {
+            return 51;
+        }
+    }
+
+    for (round = 1; round <= 2; round++) {
+        for (k = 0; k < 4; k++) {
+            h[k] = (float) ((rank + 1) * round * (k + 1));
+        }
+
+        cudaMemcpy(d, h, 4 * sizeof(float), cudaMemcpyHostToDevice);
+
+        if (cudaGraphLaunch(exec, cs) != cudaSuccess
+            || cudaStreamSynchronize(cs) != cudaSuccess)
+        {
+            return 52;
+        }
+
+        cudaMemcpy(h, d2, 4 * sizeof(float), cudaMemcpyDeviceToHost);
+
+        for (k = 0; k < 4; k++) {
+            if (h[k] != (float) (3 * round * (k + 1))) {
+                return 53;
+            }
+        }
+    }
+
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(cs);
 
     if (ncclCommDestroy(c) != ncclSuccess) {
         return 40;
