@@ -188,6 +188,17 @@ sub served_ok {
     return @got;
 }
 
+# /metrics counts decode graphs captured and more steps replayed
+sub graphs_ok {
+    my ($m, $what) = @_;
+
+    cmp_ok($m->{vlm_cuda_graph_captures_total} // 0, '>=', 1,
+           "$what: /metrics counts the graphs captured");
+    cmp_ok($m->{vlm_cuda_graph_replays_total} // 0, '>',
+           $m->{vlm_cuda_graph_captures_total} // 0,
+           "$what: and more steps replayed from them");
+}
+
 # the engine's log lines in nginx's error log since the last look
 sub engine_log {
     my ($srv) = @_;
@@ -385,11 +396,7 @@ vlm_wait_idle($gsrv, vlm_secs(10));
 $m = vlm_wait_pools($gsrv);
 is($m->{'vlm_pool_used{pool="kv_blocks",unit="blocks"}'}, 0,
    "vlm_cuda_graphs on $where: no KV block left in use");
-cmp_ok($m->{vlm_cuda_graph_captures_total} // 0, '>=', 1,
-       "vlm_cuda_graphs on $where: /metrics counts the graphs captured");
-cmp_ok($m->{vlm_cuda_graph_replays_total} // 0, '>',
-       $m->{vlm_cuda_graph_captures_total} // 0,
-       "vlm_cuda_graphs on $where: and more steps replayed from them");
+graphs_ok($m, "vlm_cuda_graphs on $where");
 VLMTest::vlm_stop($gsrv);
 
 # vlm_kv_dtype fp8: keys and values as float8 e4m3, a quarter of this f32
@@ -483,12 +490,7 @@ SKIP: {
         for 0 .. $#bodies;
     seeded_drawn_ok($tg, "tensor parallel 2 $where, graphs");
     vlm_wait_idle($tg, vlm_secs(10));
-    my $tgm = vlm_metrics($tg);
-    cmp_ok($tgm->{vlm_cuda_graph_captures_total} // 0, '>=', 1,
-           "tensor parallel 2 $where, graphs: captured");
-    cmp_ok($tgm->{vlm_cuda_graph_replays_total} // 0, '>',
-           $tgm->{vlm_cuda_graph_captures_total} // 0,
-           "tensor parallel 2 $where, graphs: more steps replayed from them");
+    graphs_ok(vlm_metrics($tg), "tensor parallel 2 $where, graphs");
     VLMTest::vlm_stop($tg);
 }
 
