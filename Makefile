@@ -281,27 +281,69 @@ unit: $(TESTS) $(QWEN_TOKENIZER)
 	@$(ROOT)/scripts/run-unit $(TESTS)
 
 
+PROVE_ENV := TEST_NGINX_BINARY=$(NGINX) TEST_NGINX_LOAD_MODULES=$(MODULE) \
+             VLM_BUILD=$(BUILD)
+
+# make prove: the nginx suites one after the other
 prove: module
-	cd $(ROOT) && TEST_NGINX_BINARY=$(NGINX) \
-	    TEST_NGINX_LOAD_MODULES=$(MODULE) \
-	    VLM_BUILD=$(BUILD) prove -I$(ROOT)/t/lib -r t/
+	cd $(ROOT) && $(PROVE_ENV) prove -I$(ROOT)/t/lib -r t/
+
+# make prove-parallel: the same suites PROVE_JOBS at a time, each in a
+# slot of ports and a server root of its own (scripts/prove-slot): they
+# mostly wait (reloads a second apart, slow readers, timeouts).  The
+# suites that time the server under load (PROVE_SERIAL) run one at a
+# time, beside the others; the longest start first.
+PROVE_JOBS   ?= 3
+PROVE_SERIAL := t/{040,043,052,092}-*.t
+PROVE_FIRST  := $(wildcard t/043-*.t t/052-*.t t/096-*.t t/081-*.t \
+                           t/098-*.t t/044-*.t t/045-*.t t/085-*.t)
+
+.PHONY: prove-parallel
+prove-parallel: module
+	cd $(ROOT) && $(PROVE_ENV) PROVE_SLOTS=$(PROVE_JOBS) \
+	    prove -j$(PROVE_JOBS) --rules='seq=$(PROVE_SERIAL)' --rules='par=**' \
+	    --exec '$(ROOT)/scripts/prove-slot -I$(ROOT)/t/lib' \
+	    $(PROVE_FIRST) $(filter-out $(PROVE_FIRST),$(sort $(wildcard t/*.t)))
 
 NPROC     := $(shell nproc 2>/dev/null || echo 2)
 
+# make test: the builds that the nginx suites need first, then the
+# suites (make prove-parallel) while the other builds (make test-builds)
+# run beside them at nice 19, on the cores the suites leave idle; then
+# every test that keeps the cores busy, one after the other
+TEST_BUILDS_LOG := $(BUILD)/test-builds.log
+
 test: deps
 	$(MAKE) -j$(NPROC) all
-	$(MAKE) -j$(NPROC) $(TESTS)
-	$(MAKE) -j$(NPROC) bench-build
 	$(MAKE) cuda
+	-$(MAKE) venv-test
+	@echo "make test-builds: at nice 19 beside the suites" \
+	    "(its output in $(TEST_BUILDS_LOG))"
+	@nice -n 19 $(MAKE) test-builds > $(TEST_BUILDS_LOG) 2>&1 & b=$$!; \
+	 $(MAKE) prove-parallel; p=$$?; \
+	 wait $$b || { tail -n 40 $(TEST_BUILDS_LOG); \
+	               echo "make test-builds failed: $(TEST_BUILDS_LOG)"; \
+	               exit 1; }; \
+	 exit $$p
 	$(MAKE) unit
 	$(MAKE) test-cuda-emu
 	$(MAKE) bench-cuda-emu
 	$(MAKE) soak-cuda-emu REQUESTS=200
-	-$(MAKE) venv-test
-	$(MAKE) prove
 	$(MAKE) asan-fuzz HTTP_FUZZ_REQUESTS=3000 HTTP_FUZZ_SECONDS=120
 	$(MAKE) -j$(NPROC) asan
 	$(MAKE) -j$(NPROC) asan-cuda-emu
+
+# what make test runs after the suites, built: the unit tests and the
+# benchmarks, the CUDA backend on the emulated device, and the ASan
+# builds (the module and the engine, the unit tests, the emulated op
+# tests); the ASan ones share build-asan/'s engine library
+.PHONY: test-builds
+test-builds:
+	$(MAKE) -j$(NPROC) $(TESTS) $(QWEN_TOKENIZER) bench-build \
+	    $(EMU_TESTS) $(EMU_ENGINE) $(EMU_BENCHES)
+	$(MAKE) asan-nginx-build
+	$(ASAN_MAKE) -j$(NPROC) $(TESTS:$(BUILD)/%=$(ASAN_BUILD)/%)
+	$(ASAN_MAKE) -j$(NPROC) EMU_BUILD=$(ASAN_EMU_BUILD) $(ASAN_EMU_TESTS)
 
 # make cuda: the CUDA backend (the engine with it, the CUDA tests) built
 # in build-cuda/, apart from the CPU build that make run serves; make test
@@ -552,14 +594,13 @@ asan:
 ASAN_EMU_BUILD := $(ROOT)/build-asan-cudaemu
 ASAN_EMU_SKIP  ?= test_model_*
 
+ASAN_EMU_TESTS := $(ASAN_EMU_BUILD)/$(EMU_DIR)/test_cudaemu \
+                  $(ASAN_EMU_BUILD)/tests/test_backend_ops
+
 asan-cuda-emu:
-	$(ASAN_MAKE) EMU_BUILD=$(ASAN_EMU_BUILD) \
-	    $(ASAN_EMU_BUILD)/$(EMU_DIR)/test_cudaemu \
-	    $(ASAN_EMU_BUILD)/tests/test_backend_ops
+	$(ASAN_MAKE) EMU_BUILD=$(ASAN_EMU_BUILD) $(ASAN_EMU_TESTS)
 	@cd $(ROOT) && VLM_TEST_SKIP='$(ASAN_EMU_SKIP)' \
-	    UNIT_LABEL=asan-cuda-emu $(ROOT)/scripts/run-unit \
-	    $(ASAN_EMU_BUILD)/$(EMU_DIR)/test_cudaemu \
-	    $(ASAN_EMU_BUILD)/tests/test_backend_ops
+	    UNIT_LABEL=asan-cuda-emu $(ROOT)/scripts/run-unit $(ASAN_EMU_TESTS)
 
 # The module, the engine and vlm-cli with ASan + UBSan, against Debian's
 # nginx binary (not instrumented: nginx-dev ships headers only): the
