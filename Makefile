@@ -314,11 +314,12 @@ prove-parallel: module
 NPROC     := $(shell nproc 2>/dev/null || echo 2)
 
 # make test: the builds that the nginx suites need first, then the
-# suites (make prove-parallel) while the other builds (make test-builds)
-# run beside them at nice 19, on the cores the suites leave idle; then
-# every test that keeps the cores busy, one after the other.  t/022
-# serves with make cuda's engine, which make test-builds builds: it runs
-# once that is done.
+# suites (make prove-parallel) while the other builds (make test-builds,
+# a process group of its own) run beside them at nice 19, on the cores
+# the suites leave idle, and at nice 0 once the suites are done (where
+# renice may); then every test that keeps the cores busy, one after the
+# other.  t/022 serves with make cuda's engine, which make test-builds
+# builds: it runs once that is done.
 TEST_BUILDS_LOG := $(BUILD)/test-builds.log
 PROVE_CUDA      := t/022-cuda-no-gpu.t
 
@@ -327,10 +328,12 @@ test: deps
 	-$(MAKE) venv-test
 	@echo "make test-builds: at nice 19 beside the suites" \
 	    "(its output in $(TEST_BUILDS_LOG))"
-	@nice -n 19 $(MAKE) test-builds > $(TEST_BUILDS_LOG) 2>&1 & b=$$!; \
+	@setsid nice -n 19 $(MAKE) test-builds > $(TEST_BUILDS_LOG) 2>&1 & \
+	 b=$$!; trap 'kill -TERM -- -'$$b' 2>/dev/null; exit 1' INT TERM; \
 	 $(MAKE) prove-parallel PROVE_SUITES="$(filter-out $(PROVE_CUDA), \
 	                                      $(sort $(wildcard t/*.t)))"; \
 	 p=$$?; \
+	 renice 0 -g $$b > /dev/null 2>&1; \
 	 wait $$b || { tail -n 40 $(TEST_BUILDS_LOG); \
 	               echo "make test-builds failed: $(TEST_BUILDS_LOG)"; \
 	               exit 1; }; \
