@@ -7,7 +7,11 @@
 #                   vlm-cli and a sample configuration under PREFIX
 #                   (DESTDIR for staging, see docs/building.md)
 #   make run        serve the default model on 127.0.0.1 (CPU backend)
-#   make test       install what is missing, build, run every test
+#   make test       install what is missing, build, run every test (the
+#                   nginx suites three at a time, the builds for what
+#                   follows them beside them at nice 19)
+#   make prove      the nginx suites (t/), one after the other
+#   make prove-parallel  the same, three at a time (PROVE_JOBS)
 #   make fixtures   regenerate tests/fixtures with Hugging Face transformers
 #   make default-model  retrain models/default (CPU, one core, about 26 minutes)
 #   make asan       unit tests under ASan (and LeakSanitizer) + UBSan;
@@ -281,27 +285,80 @@ unit: $(TESTS) $(QWEN_TOKENIZER)
 	@$(ROOT)/scripts/run-unit $(TESTS)
 
 
+PROVE_ENV := TEST_NGINX_BINARY=$(NGINX) TEST_NGINX_LOAD_MODULES=$(MODULE) \
+             VLM_BUILD=$(BUILD)
+
+# make prove: the nginx suites one after the other
 prove: module
-	cd $(ROOT) && TEST_NGINX_BINARY=$(NGINX) \
-	    TEST_NGINX_LOAD_MODULES=$(MODULE) \
-	    VLM_BUILD=$(BUILD) prove -I$(ROOT)/t/lib -r t/
+	cd $(ROOT) && $(PROVE_ENV) prove -I$(ROOT)/t/lib -r t/
+
+# make prove-parallel: the same suites PROVE_JOBS at a time, each in a
+# slot of ports and a server root of its own (scripts/prove-slot): they
+# mostly wait (reloads a second apart, slow readers, timeouts).  The
+# suites that time the server under load run one at a time beside the
+# others (t/testrules.yml, which prove reads); the longest start first.
+# PROVE_SUITES: the suites to run (all of t/)
+PROVE_JOBS   ?= 3
+PROVE_SUITES ?= $(sort $(wildcard t/*.t))
+PROVE_FIRST  := $(wildcard t/098-*.t t/096-*.t t/085-*.t t/008-*.t \
+                           t/081-*.t t/044-*.t t/060-s*.t t/002-*.t)
+
+.PHONY: prove-parallel
+prove-parallel: module
+	cd $(ROOT) && $(PROVE_ENV) PROVE_SLOTS=$(PROVE_JOBS) \
+	    prove -j$(PROVE_JOBS) --timer \
+	    --exec '$(ROOT)/scripts/prove-slot -I$(ROOT)/t/lib' \
+	    $(filter $(PROVE_SUITES),$(PROVE_FIRST)) \
+	    $(filter-out $(PROVE_FIRST),$(PROVE_SUITES))
 
 NPROC     := $(shell nproc 2>/dev/null || echo 2)
 
+# make test: the builds that the nginx suites need first, then the
+# suites (make prove-parallel) while the other builds (make test-builds,
+# a process group of its own) run beside them at nice 19, on the cores
+# the suites leave idle, and at nice 0 once the suites are done (where
+# renice may); then every test that keeps the cores busy, one after the
+# other.  t/022 serves with make cuda's engine, which make test-builds
+# builds: it runs once that is done.
+TEST_BUILDS_LOG := $(BUILD)/test-builds.log
+PROVE_CUDA      := t/022-cuda-no-gpu.t
+
 test: deps
 	$(MAKE) -j$(NPROC) all
-	$(MAKE) -j$(NPROC) $(TESTS)
-	$(MAKE) -j$(NPROC) bench-build
-	$(MAKE) cuda
+	-$(MAKE) venv-test
+	@echo "make test-builds: at nice 19 beside the suites" \
+	    "(its output in $(TEST_BUILDS_LOG))"
+	@setsid nice -n 19 $(MAKE) test-builds > $(TEST_BUILDS_LOG) 2>&1 & \
+	 b=$$!; trap 'kill -TERM -- -'$$b' 2>/dev/null; exit 1' INT TERM; \
+	 $(MAKE) prove-parallel PROVE_SUITES="$(filter-out $(PROVE_CUDA), \
+	                                      $(sort $(wildcard t/*.t)))"; \
+	 p=$$?; \
+	 renice 0 -g $$b > /dev/null 2>&1; \
+	 wait $$b || { tail -n 40 $(TEST_BUILDS_LOG); \
+	               echo "make test-builds failed: $(TEST_BUILDS_LOG)"; \
+	               exit 1; }; \
+	 exit $$p
+	$(MAKE) prove-parallel PROVE_SUITES=$(PROVE_CUDA)
 	$(MAKE) unit
 	$(MAKE) test-cuda-emu
 	$(MAKE) bench-cuda-emu
 	$(MAKE) soak-cuda-emu REQUESTS=200
-	-$(MAKE) venv-test
-	$(MAKE) prove
 	$(MAKE) asan-fuzz HTTP_FUZZ_REQUESTS=3000 HTTP_FUZZ_SECONDS=120
 	$(MAKE) -j$(NPROC) asan
 	$(MAKE) -j$(NPROC) asan-cuda-emu
+
+# what make test runs after the suites, built: the unit tests and the
+# benchmarks, the CUDA backend on the emulated device, make cuda, and
+# the ASan builds (the module and the engine, the unit tests, the
+# emulated op tests); the ASan ones share build-asan/'s engine library
+.PHONY: test-builds
+test-builds:
+	$(MAKE) -j$(NPROC) $(TESTS) $(QWEN_TOKENIZER) bench-build \
+	    $(EMU_TESTS) $(EMU_ENGINE) $(EMU_BENCHES)
+	$(MAKE) cuda
+	$(MAKE) asan-nginx-build
+	$(ASAN_MAKE) -j$(NPROC) $(TESTS:$(BUILD)/%=$(ASAN_BUILD)/%)
+	$(ASAN_MAKE) -j$(NPROC) EMU_BUILD=$(ASAN_EMU_BUILD) $(ASAN_EMU_TESTS)
 
 # make cuda: the CUDA backend (the engine with it, the CUDA tests) built
 # in build-cuda/, apart from the CPU build that make run serves; make test
@@ -552,14 +609,13 @@ asan:
 ASAN_EMU_BUILD := $(ROOT)/build-asan-cudaemu
 ASAN_EMU_SKIP  ?= test_model_*
 
+ASAN_EMU_TESTS := $(ASAN_EMU_BUILD)/$(EMU_DIR)/test_cudaemu \
+                  $(ASAN_EMU_BUILD)/tests/test_backend_ops
+
 asan-cuda-emu:
-	$(ASAN_MAKE) EMU_BUILD=$(ASAN_EMU_BUILD) \
-	    $(ASAN_EMU_BUILD)/$(EMU_DIR)/test_cudaemu \
-	    $(ASAN_EMU_BUILD)/tests/test_backend_ops
+	$(ASAN_MAKE) EMU_BUILD=$(ASAN_EMU_BUILD) $(ASAN_EMU_TESTS)
 	@cd $(ROOT) && VLM_TEST_SKIP='$(ASAN_EMU_SKIP)' \
-	    UNIT_LABEL=asan-cuda-emu $(ROOT)/scripts/run-unit \
-	    $(ASAN_EMU_BUILD)/$(EMU_DIR)/test_cudaemu \
-	    $(ASAN_EMU_BUILD)/tests/test_backend_ops
+	    UNIT_LABEL=asan-cuda-emu $(ROOT)/scripts/run-unit $(ASAN_EMU_TESTS)
 
 # The module, the engine and vlm-cli with ASan + UBSan, against Debian's
 # nginx binary (not instrumented: nginx-dev ships headers only): the

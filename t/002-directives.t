@@ -99,7 +99,10 @@ GET /health
 --- request
 GET /metrics
 --- error_code: 200
---- response_body_like: \nvlm_model_info\{model_name="[^"]*",model="good",path="/[^"]*/servroot/(\.\./)+[^"]*/good",backend="cpu"\} 1\n
+--- response_body_like eval
+'\nvlm_model_info\{model_name="[^"]*",model="good",path="'
+. quotemeta($ENV{TEST_NGINX_SERVER_ROOT})
+. '/(\.\./)+[^"]*/good",backend="cpu"\} 1\n'
 --- no_error_log
 [emerg]
 

@@ -149,7 +149,7 @@ my $down = 0;
 for my $i (1 .. $reloads) {
     vlm_reload($srv);
     sleep 1;
-    $down++ if !kill 0, $srv->{pid};
+    $down++ if !vlm_alive($srv->{pid});
 }
 
 is($down, 0, "the master lived through $reloads reloads");

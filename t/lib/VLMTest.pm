@@ -33,7 +33,7 @@ our @EXPORT = qw(
     vlm_read_some vlm_prereqs vlm_root vlm_reload vlm_stream_ok vlm_secs
     vlm_engine_arg vlm_reload_engine vlm_answer_ok vlm_port vlm_cuda_engine
     vlm_cudaemu_engine vlm_sdk_checks vlm_model_with_template
-    vlm_photo_served
+    vlm_photo_served vlm_alive
 );
 
 my $ROOT = abs_path(__FILE__ . '/../../..');
@@ -332,6 +332,27 @@ sub vlm_answer_ok ($$) {
 }
 
 
+# whether $pid has not exited yet.  kill(pid, 0) succeeds for a zombie
+# too, a process that has exited and waits for its parent to reap it:
+# the parent of a daemon (nginx's master, and its engines once it is
+# gone) is init, which in some sandboxes reaps about once a second, so
+# every stop waited for that.  Without /proc, kill's word.
+sub vlm_alive ($) {
+    my $pid = shift;
+
+    return 0 if !kill 0, $pid;
+
+    open my $in, '<', "/proc/$pid/stat" or return !-e '/proc/self/stat';
+    my $stat = <$in> // '';
+    close $in;
+
+    # "pid (comm) state ...", comm as the process named itself
+    my ($state) = $stat =~ /^.*\) (\S)/s;
+
+    return !defined $state || $state ne 'Z';
+}
+
+
 # stops nginx (QUIT, then TERM, then KILL) and removes its prefix unless
 # a test failed; returns the engine pids that were still there 5 s later
 # (none expected)
@@ -344,12 +365,12 @@ sub vlm_stop ($) {
     kill 'QUIT', $pid;
 
     for my $i (1 .. 200) {
-        last if !kill 0, $pid;
+        last if !vlm_alive($pid);
         kill 'TERM', $pid if $i == 100;
         sleep 0.05;
     }
 
-    kill 'KILL', $pid if kill 0, $pid;
+    kill 'KILL', $pid if vlm_alive($pid);
 
     my @left;
 
