@@ -362,9 +362,11 @@ struct vlm_model_s {
      * an F8_E4M3 cache's scales (vlm_model_kv_scales): layer l's, this
      * rank's KV heads, in backend memory; kv_scaled 0: none (1);
      * kv_calib: the checkpoint has none, the first forward pass sets
-     * them (vlm_lm_rope_kv_store), then 0
+     * them (vlm_lm_rope_kv_store), then 0; kv_scales: the buffer they
+     * point into, [n_layers][2][n_kv_heads]
      */
     vlm_kv_scale_t           kv_scale[VLM_MAX_TEXT_LAYERS];
+    float                   *kv_scales;
     int                      kv_scaled;
     int                      kv_calib;
     vlm_lm_weights_t         lm;

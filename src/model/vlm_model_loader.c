@@ -665,6 +665,8 @@ vlm_model_kv_scales(vlm_model_t *m, vlm_error_t *err)
         return rc;
     }
 
+    m->kv_scales = dev;
+
     for (l = 0; l < n_layers; l++) {
         m->kv_scale[l].k = dev + (size_t) l * 2 * nkv;
         m->kv_scale[l].v = dev + ((size_t) l * 2 + 1) * nkv;

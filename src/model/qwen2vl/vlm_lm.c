@@ -811,9 +811,10 @@ vlm_lm_rope_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l,
     op->rope(be, ws->k, T, nkv * hd, nkv, hd, cos, sin);
 
     if (m->kv_calib) {
-        op->kv_calibrate(be, (float *) m->kv_scale[l].k,
-                         (float *) m->kv_scale[l].v, ws->k, ws->v, T, nkv,
-                         hd, nkv * hd, VLM_KV_FP8_CALIB_RANGE);
+        op->kv_calibrate(be, m->kv_scales + (size_t) l * 2 * nkv,
+                         m->kv_scales + ((size_t) l * 2 + 1) * nkv, ws->k,
+                         ws->v, T, nkv, hd, nkv * hd,
+                         VLM_KV_FP8_CALIB_RANGE);
 
         if (l == m->cfg.text.n_layers - 1) {
             m->kv_calib = 0;
