@@ -660,7 +660,6 @@ test_model_fault(void **state)
 #endif
 
 
-/* a bf16 KV cache on both backends: the same rounding, the same logits */
 /*
  * "cuda-unfused": the CUDA backend without add_rms_norm,
  * weight_bind_cat and rope_kv_store, so that the models add() then
@@ -858,6 +857,7 @@ test_model_fused(void **state)
 }
 
 
+/* a bf16 KV cache on both backends: the same rounding, the same logits */
 static void
 test_model_kv_bf16(void **state)
 {
