@@ -132,13 +132,14 @@ ENGINE    := $(BUILD)/vlm-engine
 # the CUDA backend against the CPU backend, tests/cuda_test.c linked into
 # each: test_backend_ops its ops, test_cuda_attn the attention,
 # test_cuda_sample the sampling, test_cuda_models the model's caches,
-# fusions and graphs, test_cuda_parity each model family (binaries of
-# about equal run time, that make test runs side by side);
+# fusions and graphs, test_cuda_qwen the Qwen families' parity,
+# test_cuda_parity the other families' (the heaviest, test_cuda_models
+# and test_cuda_qwen, of about equal run time, for runs side by side);
 # test_comm_nccl runs NCCL on the GPUs, test_tp_cuda a tensor-parallel
 # group with images on two: CUDA builds only
 CUDA_OPS_TESTS := tests/test_backend_ops.c tests/test_cuda_attn.c \
                   tests/test_cuda_sample.c tests/test_cuda_models.c \
-                  tests/test_cuda_parity.c
+                  tests/test_cuda_qwen.c tests/test_cuda_parity.c
 CUDA_TESTS := $(CUDA_OPS_TESTS) tests/test_comm_nccl.c tests/test_tp_cuda.c
 TEST_SRCS := $(sort $(filter-out $(if $(filter 1,$(CUDA)),,$(CUDA_TESTS)), \
                  $(wildcard tests/test_*.c)))
@@ -619,7 +620,7 @@ asan:
 # and the op, attention and sampling tests, every kernel at many shapes
 # (about a minute on 2 cores; ASAN_EMU_SKIP=test_model_*_bf16 adds the
 # model tests of test_cuda_models and the f32 model families of
-# test_cuda_parity, about 3 minutes more)
+# test_cuda_qwen and test_cuda_parity, about 3 minutes more)
 ASAN_EMU_BUILD := $(ROOT)/build-asan-cudaemu
 ASAN_EMU_SKIP  ?= test_model_*
 

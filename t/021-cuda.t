@@ -179,7 +179,7 @@ sub served_ok {
         ok($got[$i]{j}{choices}[0]{finish_reason},
            "$what, request $i: finished");
         # bf16 weights may flip a near tie of this random model's logits:
-        # test_cuda_parity holds the numbers, this says what it saw
+        # the CUDA parity tests hold the numbers, this says what it saw
         my ($a, $b) = (text($got[$i]), text($ref->[$i]));
         note("$what, request $i: " . ($a eq $b ? 'the CPU\'s greedy answer'
                                                : "\"$a\", CPU \"$b\""));

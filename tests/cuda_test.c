@@ -299,6 +299,27 @@ parity_case(vlm_model_t *mc, vlm_model_t *mg, const char *name,
 }
 
 
+/* a family's checkpoint: its three cases, CUDA against CPU */
+void
+parity_model(const char *name)
+{
+    vlm_model_t        *mc, *mg;
+
+    mc = load_model(name, "cpu", 0);
+    mg = load_model(name, "cuda", 0);
+
+    parity_case(mc, mg, name, "text", 0);
+    parity_case(mc, mg, name, "image1", 1);
+    parity_case(mc, mg, name, "image2", 2);
+
+    /* nothing allocated after load, everything back */
+    vlm_test_assert_idle(mg);
+
+    vlm_model_free(mc);
+    vlm_model_free(mg);
+}
+
+
 #ifdef VLM_CUDAEMU
 
 /* child() in a child process, which must exit 0 within two minutes */

@@ -2,7 +2,7 @@
  * What the tests of the CUDA backend against the CPU backend share
  * (tests/cuda_test.c, linked into each of test_backend_ops,
  * test_cuda_attn, test_cuda_sample, test_cuda_models and
- * test_cuda_parity): the two backends, the device copies, the
+ * test_cuda_qwen, test_cuda_parity): the two backends, the device copies, the
  * comparisons, the fixture models and their parity cases, the set-up of
  * a test binary and its run.  Included after <cmocka.h>.
  *
@@ -61,6 +61,7 @@ void free_case(int n_images, vlm_npy_t *ids, vlm_npy_t *grid,
     vlm_npy_t *pix);
 void parity_case(vlm_model_t *mc, vlm_model_t *mg, const char *name,
     const char *ref_case, int n_images);
+void parity_model(const char *name);
 #ifdef VLM_CUDAEMU
 void in_child(void (*child)(void), const char *what);
 #endif

@@ -6,7 +6,8 @@
  * matmuls, the norms, rope, the activations, the embedding gather,
  * argmax, the upload ring and the device pool.  The attention is
  * test_cuda_attn's, the sampling test_cuda_sample's, the model
- * test_cuda_models' and test_cuda_parity's.  The idea is ggml's
+ * test_cuda_models', test_cuda_qwen's and test_cuda_parity's.  The idea is
+ * ggml's
  * test-backend-ops.
  *
  *   test_backend_ops               the op tests

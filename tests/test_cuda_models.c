@@ -1,6 +1,7 @@
 /*
  * The whole model, CUDA against CPU, on the fixture checkpoints of
- * tests/fixtures/models, beyond each family's parity (test_cuda_parity):
+ * tests/fixtures/models, beyond each family's parity (test_cuda_qwen,
+ * test_cuda_parity):
  * the image cache, the bf16 and fp8 KV caches (their scales, calibrated
  * too), the fused ops against the unfused ones, decode steps replayed
  * from CUDA graphs, the plans' counts, sample() on more rows, and on the

@@ -1,10 +1,10 @@
 /*
- * Each model family, CUDA against CPU, on the fixture checkpoints of
- * tests/fixtures/models, the SmolVLM ones of tests/fixtures/idefics3,
- * the InternVL ones of tests/fixtures/internvl and the Gemma 3 ones of
- * tests/fixtures/gemma3: a text prompt, one image and two
+ * The SmolVLM, InternVL and Gemma 3 families, CUDA against CPU, on the
+ * fixture checkpoints of tests/fixtures/idefics3, tests/fixtures/internvl
+ * and tests/fixtures/gemma3: a text prompt, one image and two
  * (last-position logits within 1e-5 relative L2 for an f32 checkpoint,
- * whose weights stay f32 on the device, 1e-2 for a bf16 one).
+ * whose weights stay f32 on the device, 1e-2 for a bf16 one).  The Qwen
+ * families are test_cuda_qwen's.
  */
 
 #define _GNU_SOURCE
@@ -22,80 +22,12 @@
 #include "cuda_test.h"
 
 
-static void
-parity_model(const char *name)
-{
-    vlm_model_t        *mc, *mg;
-
-    mc = load_model(name, "cpu", 0);
-    mg = load_model(name, "cuda", 0);
-
-    parity_case(mc, mg, name, "text", 0);
-    parity_case(mc, mg, name, "image1", 1);
-    parity_case(mc, mg, name, "image2", 2);
-
-    /* nothing allocated after load, everything back */
-    vlm_test_assert_idle(mg);
-
-    vlm_model_free(mc);
-    vlm_model_free(mg);
-}
-
-
-static void
-test_model_qwen2vl_f32(void **state)
-{
-    require_gpu();
-    parity_model("qwen2vl-f32");
-}
-
-
-static void
-test_model_qwen2vl_bf16(void **state)
-{
-    require_gpu();
-    parity_model("qwen2vl-bf16");
-}
-
-
-static void
-test_model_qwen25vl_f32(void **state)
-{
-    require_gpu();
-    parity_model("qwen25vl-f32");
-}
-
-
-static void
-test_model_qwen25vl_bf16(void **state)
-{
-    require_gpu();
-    parity_model("qwen25vl-bf16");
-}
-
-
-static void
-test_model_qwen3vl_f32(void **state)
-{
-    require_gpu();
-    parity_model("qwen3vl-f32");
-}
-
-
 /* tests/fixtures/idefics3: the SigLIP tower and Llama decoder's ops */
 static void
 test_model_smolvlm_f32(void **state)
 {
     require_gpu();
     parity_model("../idefics3/smolvlm-f32");
-}
-
-
-static void
-test_model_qwen3vl_bf16(void **state)
-{
-    require_gpu();
-    parity_model("qwen3vl-bf16");
 }
 
 
@@ -163,12 +95,6 @@ main(void)
 {
     vlm_backend_conf_t  conf;
     const struct CMUnitTest  tests[] = {
-        cmocka_unit_test(test_model_qwen2vl_f32),
-        cmocka_unit_test(test_model_qwen2vl_bf16),
-        cmocka_unit_test(test_model_qwen25vl_f32),
-        cmocka_unit_test(test_model_qwen25vl_bf16),
-        cmocka_unit_test(test_model_qwen3vl_f32),
-        cmocka_unit_test(test_model_qwen3vl_bf16),
         cmocka_unit_test(test_model_smolvlm_f32),
         cmocka_unit_test(test_model_smolvlm_bf16),
         cmocka_unit_test(test_model_internvl_f32),

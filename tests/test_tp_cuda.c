@@ -21,7 +21,7 @@
  *     (cudaMemGetInfo) is what it was after the first request.
  *
  * Each time the last-position logits are within 1e-5 relative L2 of one
- * process on the CPU backend (test_cuda_parity's bound for one GPU and an
+ * process on the CPU backend (test_cuda_qwen's bound for one GPU and an
  * f32 checkpoint, whose weights stay f32 on the device) and
  * the 32 greedy tokens the same (up to a step where the CPU's best two
  * logits are nearer than that), every image went by the path expected,
