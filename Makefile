@@ -129,11 +129,18 @@ CLI_SRCS  := $(sort $(wildcard src/cli/*.c))
 CLI       := $(BUILD)/vlm-cli
 ENGINE    := $(BUILD)/vlm-engine
 
-# test_backend_ops compares the CUDA ops with the CPU ops, test_comm_nccl
-# runs NCCL on the GPUs, test_tp_cuda a tensor-parallel group with images
-# on two: CUDA builds only
-CUDA_TESTS := tests/test_backend_ops.c tests/test_comm_nccl.c \
-              tests/test_tp_cuda.c
+# the CUDA backend against the CPU backend, tests/cuda_test.c linked into
+# each: test_backend_ops its ops, test_cuda_attn the attention,
+# test_cuda_sample the sampling, test_cuda_models the model's caches,
+# fusions and graphs, test_cuda_qwen the Qwen families' parity,
+# test_cuda_parity the other families' (the heaviest, test_cuda_models
+# and test_cuda_qwen, of about equal run time, for runs side by side);
+# test_comm_nccl runs NCCL on the GPUs, test_tp_cuda a tensor-parallel
+# group with images on two: CUDA builds only
+CUDA_OPS_TESTS := tests/test_backend_ops.c tests/test_cuda_attn.c \
+                  tests/test_cuda_sample.c tests/test_cuda_models.c \
+                  tests/test_cuda_qwen.c tests/test_cuda_parity.c
+CUDA_TESTS := $(CUDA_OPS_TESTS) tests/test_comm_nccl.c tests/test_tp_cuda.c
 TEST_SRCS := $(sort $(filter-out $(if $(filter 1,$(CUDA)),,$(CUDA_TESTS)), \
                  $(wildcard tests/test_*.c)))
 TESTS     := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
@@ -209,8 +216,11 @@ $(ENGINE): $(ENGINE_SRCS:%.c=$(BUILD)/%.o) $(LIB) $(CUDA_LIB)
 
 $(CUDA_TESTS:tests/%.c=$(BUILD)/tests/%): $(BUILD)/tests/%: \
                                  $(BUILD)/tests/%.o $(LIB) $(CUDA_LIB)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(CUDA_LIB) $(LIB) -lcmocka \
-	    $(CUDA_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(CUDA_TEST_OBJ) $(CUDA_LIB) \
+	    $(LIB) -lcmocka $(CUDA_LIBS) $(LDLIBS)
+$(CUDA_OPS_TESTS:tests/%.c=$(BUILD)/tests/%): $(BUILD)/tests/cuda_test.o
+$(CUDA_OPS_TESTS:tests/%.c=$(BUILD)/tests/%): \
+    CUDA_TEST_OBJ = $(BUILD)/tests/cuda_test.o
 $(BUILD)/tests/test_comm_nccl.o $(BUILD)/tests/test_tp_cuda.o: \
     CPPFLAGS += -I$(CUDA_HOME)/include
 
@@ -409,8 +419,12 @@ $(EMU_BUILD)/%.o: %.c $(EMU_HDRS) $(HDRS)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(EMU_CPPFLAGS) -c $< -o $@
 
 $(EMU_TESTS): %: %.o $(EMU_OBJS) $(LIB)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(EMU_OBJS) $(LIB) -lcmocka \
-	    -lstdc++ $(LDLIBS)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(CUDA_TEST_OBJ) $(EMU_OBJS) \
+	    $(LIB) -lcmocka -lstdc++ $(LDLIBS)
+$(CUDA_OPS_TESTS:tests/%.c=$(EMU_BUILD)/tests/%): \
+    $(EMU_BUILD)/tests/cuda_test.o
+$(CUDA_OPS_TESTS:tests/%.c=$(EMU_BUILD)/tests/%): \
+    CUDA_TEST_OBJ = $(EMU_BUILD)/tests/cuda_test.o
 
 # the engine with the CUDA backend on the emulated device; its
 # --features says "cudaemu", that nobody takes it for a GPU's.  t/021
@@ -441,14 +455,14 @@ $(EMU_BENCHES): %: %.o $(EMU_OBJS) $(LIB)
 # emulated device, on the tiny Qwen2.5-VL fixture at small sizes (the
 # GPU path and the BENCH_ lines, not a GPU's figures), the prompt with
 # VLM_CUDA_FUSE=off too, decode at 1 and 16 streams without and with
-# CUDA graphs too, and test_backend_ops --bench-sample once, their
+# CUDA graphs too, and test_cuda_sample --bench-sample once, their
 # lines read back by scripts/gpu-check --bench-rows, as its tower,
 # ttft, graphs and sample steps do
 # (the fixture has 3 decoder layers, the implied figure is for those)
 EMU_BENCH_OUT := $(EMU_BUILD)/bench/bench-cuda-emu.out
 
 .PHONY: bench-cuda-emu
-bench-cuda-emu: $(EMU_BENCHES) $(EMU_BUILD)/tests/test_backend_ops
+bench-cuda-emu: $(EMU_BENCHES) $(EMU_BUILD)/tests/test_cuda_sample
 	@cd $(ROOT) && { \
 	    $(EMU_BUILD)/bench/bench_tower --backend cuda --device-mib 256 \
 	        --model tests/fixtures/models/qwen25vl-bf16 \
@@ -466,7 +480,7 @@ bench-cuda-emu: $(EMU_BENCHES) $(EMU_BUILD)/tests/test_backend_ops
 	            --grid 0,0 --prompt 32 --decode 4 --streams 1,16 --reps 1 \
 	            --cuda-graphs $$g || exit 1; \
 	    done && \
-	    $(EMU_BUILD)/tests/test_backend_ops --bench-sample 1; \
+	    $(EMU_BUILD)/tests/test_cuda_sample --bench-sample 1; \
 	 } > $(EMU_BENCH_OUT) 2>&1 || { cat $(EMU_BENCH_OUT); exit 1; }; \
 	 FULL_LAYERS=3 scripts/gpu-check --bench-rows $(EMU_BENCH_OUT)
 
@@ -603,14 +617,15 @@ asan:
 # the emulated CUDA suite under ASan + UBSan (build-asan-cudaemu/): an
 # out-of-bounds access in a kernel, in the emulated runtime or in the
 # backend's host code is reported where it happens; the emulator's tests
-# and the op tests, every kernel at many shapes (about a minute on 2
-# cores; ASAN_EMU_SKIP=test_model_*_bf16 adds the f32 model families,
-# about 3 minutes more)
+# and the op, attention and sampling tests, every kernel at many shapes
+# (about a minute on 2 cores; ASAN_EMU_SKIP=test_model_*_bf16 adds the
+# model tests of test_cuda_models and the f32 model families of
+# test_cuda_qwen and test_cuda_parity, about 3 minutes more)
 ASAN_EMU_BUILD := $(ROOT)/build-asan-cudaemu
 ASAN_EMU_SKIP  ?= test_model_*
 
 ASAN_EMU_TESTS := $(ASAN_EMU_BUILD)/$(EMU_DIR)/test_cudaemu \
-                  $(ASAN_EMU_BUILD)/tests/test_backend_ops
+                  $(CUDA_OPS_TESTS:tests/%.c=$(ASAN_EMU_BUILD)/tests/%)
 
 asan-cuda-emu:
 	$(ASAN_MAKE) EMU_BUILD=$(ASAN_EMU_BUILD) $(ASAN_EMU_TESTS)

@@ -179,7 +179,7 @@ sub served_ok {
         ok($got[$i]{j}{choices}[0]{finish_reason},
            "$what, request $i: finished");
         # bf16 weights may flip a near tie of this random model's logits:
-        # test_backend_ops holds the numbers, this says what it saw
+        # the CUDA parity tests hold the numbers, this says what it saw
         my ($a, $b) = (text($got[$i]), text($ref->[$i]));
         note("$what, request $i: " . ($a eq $b ? 'the CPU\'s greedy answer'
                                                : "\"$a\", CPU \"$b\""));
@@ -400,7 +400,7 @@ graphs_ok($m, "vlm_cuda_graphs on $where");
 VLMTest::vlm_stop($gsrv);
 
 # vlm_kv_dtype fp8: keys and values as float8 e4m3, a quarter of this f32
-# checkpoint's cache bytes a token; the answers complete (test_backend_ops
+# checkpoint's cache bytes a token; the answers complete (test_cuda_models
 # holds the numbers); the checkpoint has no scales, so the engine
 # calibrated them on its own text before it served
 my $fp8 = vlm_start(name => 'cuda-fp8',

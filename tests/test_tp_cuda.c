@@ -21,7 +21,7 @@
  *     (cudaMemGetInfo) is what it was after the first request.
  *
  * Each time the last-position logits are within 1e-5 relative L2 of one
- * process on the CPU backend (test_backend_ops' bound for one GPU and an
+ * process on the CPU backend (test_cuda_qwen's bound for one GPU and an
  * f32 checkpoint, whose weights stay f32 on the device) and
  * the 32 greedy tokens the same (up to a step where the CPU's best two
  * logits are nearer than that), every image went by the path expected,
@@ -1803,7 +1803,7 @@ main(void)
                n_gpus, n_gpus == 1 ? "" : "s", WORLD);
     }
 
-    /* VLM_TEST_ONLY: the tests whose names match, as test_backend_ops */
+    /* VLM_TEST_ONLY: the tests whose names match, as test_backend_ops' */
     if (getenv("VLM_TEST_ONLY") != NULL) {
         cmocka_set_test_filter(getenv("VLM_TEST_ONLY"));
     }

@@ -1,13 +1,14 @@
 /*
  * The CUDA backend: every operation of vlm_backend.h on one GPU, issued
  * in order on one stream.  The CPU backend (vlm_backend_cpu.c) is the
- * reference; tests/test_backend_ops.c checks each op against it.
+ * reference; tests/test_backend_ops.c (test_cuda_*.c too) checks each op
+ * against it.
  *
  * This first version keeps the CPU backend's float32 activations (and a
  * float32 KV cache); weights live on the device in bfloat16 (f16 ones
  * converted), but a float32 checkpoint's, which stay float32 and go
  * through float32 GEMMs, so that such a model gives the CPU's numbers
- * (tests/test_backend_ops.c).  bfloat16 GEMMs go to cuBLAS (cublasGemmEx,
+ * (tests/test_cuda_qwen.c).  bfloat16 GEMMs go to cuBLAS (cublasGemmEx,
  * bfloat16 A and B, float32 C, float32 accumulation on the tensor cores):
  * cuBLAS has no bfloat16-weight times float32-activation product, so the
  * activations are rounded to bfloat16 into a scratch buffer first, one
