@@ -278,31 +278,40 @@ small_conf(vlm_backend_conf_t *conf)
 
 
 /*
- * a CUDA backend with VLM_CUDA_FUSE as fuse says ("on",
- * "off"), the variable as it was after
+ * a CUDA backend with the environment's name set to value, the variable
+ * as it was after
  */
 static vlm_status_t
-cuda_init_fuse(vlm_backend_t **be, const vlm_backend_conf_t *conf,
-    const char *fuse, vlm_error_t *err)
+cuda_init_env(vlm_backend_t **be, const vlm_backend_conf_t *conf,
+    const char *name, const char *value, vlm_error_t *err)
 {
     char          *old;
     vlm_status_t   rc;
 
-    old = getenv("VLM_CUDA_FUSE");
+    old = getenv(name);
     old = old != NULL ? strdup(old) : NULL;
 
-    setenv("VLM_CUDA_FUSE", fuse, 1);
+    setenv(name, value, 1);
     rc = vlm_backend_cuda_init(be, conf, err);
 
     if (old != NULL) {
-        setenv("VLM_CUDA_FUSE", old, 1);
+        setenv(name, old, 1);
         free(old);
 
     } else {
-        unsetenv("VLM_CUDA_FUSE");
+        unsetenv(name);
     }
 
     return rc;
+}
+
+
+/* a CUDA backend with VLM_CUDA_FUSE as fuse says ("on", "off") */
+static vlm_status_t
+cuda_init_fuse(vlm_backend_t **be, const vlm_backend_conf_t *conf,
+    const char *fuse, vlm_error_t *err)
+{
+    return cuda_init_env(be, conf, "VLM_CUDA_FUSE", fuse, err);
 }
 
 
@@ -3736,7 +3745,9 @@ unfused_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
 /*
  * "cuda-counted": the CUDA backend whose fused q/k/v split, down
  * matmul of the fused gate/up and rope_kv_store count their calls, so
- * that a test sees the fusions run
+ * that a test sees the fusions run; with VLM_CUDA_ACT=f32, the gate/up
+ * GEMM's output in floats as the matmuls apart write theirs (the bits
+ * compared)
  */
 static vlm_backend_ops_t  counted_ops;
 static int                counted_split, counted_gate_up, counted_rope;
@@ -3781,7 +3792,7 @@ counted_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
 {
     vlm_status_t  rc;
 
-    rc = vlm_backend_cuda_init(be, conf, err);
+    rc = cuda_init_env(be, conf, "VLM_CUDA_ACT", "f32", err);
     if (rc == VLM_OK) {
         cuda_ops = (*be)->ops;
         counted_ops = *(*be)->ops;
@@ -3876,7 +3887,8 @@ fused_case(const char *name, const char *ref_case, int n_images)
  * the decoders with their fusions give the bits of the ops apart: the
  * residual adds fused into their RMSNorms (add() then rms_norm()), q/k/v
  * as one matmul split with its biases, gate/up as one matmul with the
- * product made as the down matmul reads it, RoPE fused into the KV store
+ * product made as the down matmul reads it (its GEMM's output in floats,
+ * VLM_CUDA_ACT=f32), RoPE fused into the KV store
  * (rope() of q and k then kv_store_seqs()); Qwen2-VL's (biases),
  * Qwen2.5-VL's, Qwen3-VL's (q/k norms; its DeepStack layers keep their
  * adds), Gemma 3's (its norms around each block) and InternVL's, in f32
@@ -3896,6 +3908,352 @@ test_model_fused(void **state)
     fused_case("../gemma3/gemma3-bf16", "text", 0);
     fused_case("../internvl/internvl-f32", "text", 0);
     fused_case("../internvl/internvl-bf16", "text", 0);
+}
+
+
+/*
+ * The fused gate/up GEMM's output kept in bf16 (matmul_gate_up(), read
+ * by matmul_gated()): the GEMM's f32 sums rounded to nearest even, which
+ * matmul_gated() widens back, so its y is the bits of the f32 path run on
+ * gu rounded on the host, and not those of the f32 path on gu as it is;
+ * decode's gemv rows, a float32 weight and VLM_CUDA_ACT=f32 keep floats,
+ * the bits of matmul() then matmul_gated()
+ */
+
+/* a CUDA backend with VLM_CUDA_ACT as act says ("bf16", "f32") */
+static vlm_status_t
+cuda_init_act(vlm_backend_t **be, const vlm_backend_conf_t *conf,
+    const char *act, vlm_error_t *err)
+{
+    return cuda_init_env(be, conf, "VLM_CUDA_ACT", act, err);
+}
+
+
+static vlm_status_t
+act_bf16_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
+    vlm_error_t *err)
+{
+    return cuda_init_act(be, conf, "bf16", err);
+}
+
+
+static vlm_status_t
+act_f32_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
+    vlm_error_t *err)
+{
+    return cuda_init_act(be, conf, "f32", err);
+}
+
+
+/*
+ * gate/up [2 I, H] and down [out, I] of dt on gpu (which dev(), get()
+ * and check_same() use): n rows through matmul_gate_up() and
+ * matmul_gated(), against matmul() then matmul_gated() on gu as it is
+ * and on gu rounded to bf16 on the host; bf16: the rounded path expected
+ */
+static void
+gate_up_case(vlm_dtype_t dt, int n, int H, int I, int out, vlm_act_t act,
+    int bf16)
+{
+    int            i, rows[2];
+    char           what[128];
+    void          *w[3];
+    float         *x, *dx, *dgu, *dref, *dy, *dy_f32, *dy_ref;
+    float         *gu, *gu_r, *got, *yb, *yf;
+    size_t         k, n_gu, n_y;
+    uint16_t      *gu16;
+    vlm_error_t    err;
+    vlm_weight_t   wd, wgu;
+
+    rows[0] = I;
+    rows[1] = I;
+
+    /* gate, up, down */
+    for (i = 0; i < 3; i++) {
+        w[i] = rand_weight(dt, i < 2 ? I : out, i < 2 ? H : I);
+    }
+
+    assert_int_equal(gpu->ops->weight_bind_cat(gpu, &wgu,
+                                               (const void *const *) w, rows,
+                                               2, dt, H, &err), VLM_OK);
+    assert_int_equal(gpu->ops->weight_bind(gpu, &wd, w[2], dt, out, I, &err),
+                     VLM_OK);
+
+    n_gu = (size_t) n * 2 * I;
+    n_y = (size_t) n * out;
+    x = vlm_test_rand_vec(&rng_state, (size_t) n * H);
+    dx = dev(x, (size_t) n * H * sizeof(float));
+    dgu = dev(NULL, n_gu * sizeof(float));
+    dref = dev(NULL, n_gu * sizeof(float));
+    dy = dev(NULL, n_y * sizeof(float));
+    dy_f32 = dev(NULL, n_y * sizeof(float));
+    dy_ref = dev(NULL, n_y * sizeof(float));
+    gu = malloc(n_gu * sizeof(float));
+    gu_r = malloc(n_gu * sizeof(float));
+    got = malloc(n_gu * sizeof(float));
+    gu16 = malloc(n_gu * sizeof(uint16_t));
+    yb = malloc(n_y * sizeof(float));
+    yf = malloc(n_y * sizeof(float));
+    assert_true(gu != NULL && gu_r != NULL && got != NULL && gu16 != NULL
+                && yb != NULL && yf != NULL);
+
+    /* the f32 path: gu as it is */
+    gpu->ops->matmul(gpu, dref, dx, &wgu, NULL, n);
+    gpu->ops->matmul_gated(gpu, dy_f32, dref, &wd, n, act);
+    get(gu, dref, n_gu * sizeof(float));
+
+    /* the f32 path on gu rounded on the host */
+    for (k = 0; k < n_gu; k++) {
+        gu16[k] = vlm_f32_to_bf16(gu[k]);
+        gu_r[k] = vlm_bf16_to_f32(gu16[k]);
+    }
+
+    assert_int_equal(gpu->ops->upload(gpu, dref, gu_r,
+                                      n_gu * sizeof(float)), VLM_OK);
+    gpu->ops->matmul_gated(gpu, dy_ref, dref, &wd, n, act);
+
+    /* the ops under test */
+    gpu->ops->matmul_gate_up(gpu, dgu, dx, &wgu, n);
+    gpu->ops->matmul_gated(gpu, dy, dgu, &wd, n, act);
+
+    snprintf(what, sizeof(what), "gate/up %s n=%d H=%d I=%d out=%d act %d",
+             vlm_dtype_name(dt), n, H, I, out, (int) act);
+
+    get(yb, dy, n_y * sizeof(float));
+    get(yf, dy_f32, n_y * sizeof(float));
+
+    if (bf16) {
+        /* the GEMM's own output: the host's rounding of its f32 sums */
+        get(got, dgu, n_gu * sizeof(uint16_t));
+        if (memcmp(got, gu16, n_gu * sizeof(uint16_t)) != 0) {
+            fail_msg("%s: the GEMM's bf16 output is not its sums rounded",
+                     what);
+        }
+
+        check_same(what, dy, dy_ref, n_y);
+
+        /* and not the f32 path's: the bf16 one was taken */
+        if (memcmp(yb, yf, n_y * sizeof(float)) == 0) {
+            fail_msg("%s: the f32 path's bits: gu not kept in bf16", what);
+        }
+
+        print_message("%s: y of bf16 gu against f32 gu: relative L2 %.3g\n",
+                      what, vlm_test_rel_l2(yb, yf, n_y));
+
+    } else {
+        /* floats: matmul()'s output and the f32 path's y */
+        get(got, dgu, n_gu * sizeof(float));
+        if (memcmp(got, gu, n_gu * sizeof(float)) != 0) {
+            fail_msg("%s: gu is not matmul()'s floats", what);
+        }
+
+        if (memcmp(yb, yf, n_y * sizeof(float)) != 0) {
+            fail_msg("%s: y is not the f32 path's (relative L2 %g)", what,
+                     vlm_test_rel_l2(yb, yf, n_y));
+        }
+    }
+
+    gpu->ops->release(gpu, dx);
+    gpu->ops->release(gpu, dgu);
+    gpu->ops->release(gpu, dref);
+    gpu->ops->release(gpu, dy);
+    gpu->ops->release(gpu, dy_f32);
+    gpu->ops->release(gpu, dy_ref);
+
+    for (i = 0; i < 3; i++) {
+        free(w[i]);
+    }
+
+    free(x);
+    free(gu);
+    free(gu_r);
+    free(got);
+    free(gu16);
+    free(yb);
+    free(yf);
+}
+
+
+/*
+ * gate_up_case()'s over a CUDA backend of their own (VLM_CUDA_ACT as act
+ * says), made gpu for them; its weights carved there, freed with it
+ */
+typedef struct {
+    vlm_dtype_t  dt;
+    int          n, H, I, out;
+    vlm_act_t    act;
+    int          bf16;
+} gate_up_shape_t;
+
+
+static void
+gate_up_cases(const char *act, const gate_up_shape_t *s, int n_shapes)
+{
+    int                  i;
+    vlm_error_t          err;
+    vlm_backend_t       *be, *saved;
+    vlm_backend_conf_t   conf;
+
+    small_conf(&conf);
+    conf.device_bytes = (size_t) 512 << 20;
+
+    if (cuda_init_act(&be, &conf, act, &err) != VLM_OK) {
+        fail_msg("VLM_CUDA_ACT=%s: %s", act, err.msg);
+    }
+
+    saved = gpu;
+    gpu = be;
+
+    for (i = 0; i < n_shapes; i++) {
+        gate_up_case(s[i].dt, s[i].n, s[i].H, s[i].I, s[i].out, s[i].act,
+                     s[i].bf16);
+    }
+
+    gpu = saved;
+    be->ops->free(be);
+}
+
+
+/*
+ * rows above decode's gemv (and a few on the GEMM where the gemv takes
+ * no cols % 8), odd shapes, SiLU and GELU(tanh): bf16; decode's gemv
+ * rows and a float32 weight: floats
+ */
+static void
+test_gate_up_bf16(void **state)
+{
+    static const gate_up_shape_t  s[] = {
+        { VLM_DTYPE_BF16, 5, 64, 96, 64, VLM_ACT_SILU, 1 },
+        { VLM_DTYPE_BF16, 37, 96, 200, 96, VLM_ACT_GELU_TANH, 1 },
+        { VLM_DTYPE_BF16, 130, 40, 76, 24, VLM_ACT_SILU, 1 },
+        { VLM_DTYPE_BF16, 3, 36, 52, 36, VLM_ACT_GELU_TANH, 1 },
+        { VLM_DTYPE_BF16, 1, 64, 96, 64, VLM_ACT_SILU, 0 },
+        { VLM_DTYPE_BF16, 4, 128, 344, 128, VLM_ACT_GELU_TANH, 0 },
+        { VLM_DTYPE_F32, 19, 80, 136, 80, VLM_ACT_SILU, 0 }
+    };
+
+    require_gpu();
+    gate_up_cases("bf16", s, sizeof(s) / sizeof(s[0]));
+}
+
+
+/*
+ * the scratch's chunks: the down matmul's input over two chunks of
+ * VLM_CUDA_XBF16 / I rows (59 of I = 140,000), and the gate/up GEMM's
+ * input over two of VLM_CUDA_XBF16 / H rows (7 of H = 1,048,600), its
+ * bf16 output written a chunk at a time
+ */
+static void
+test_gate_up_bf16_chunks(void **state)
+{
+    static const gate_up_shape_t  s[] = {
+        { VLM_DTYPE_BF16, 61, 8, 140000, 8, VLM_ACT_SILU, 1 },
+        { VLM_DTYPE_BF16, 9, 1048600, 8, 8, VLM_ACT_GELU_TANH, 1 }
+    };
+
+    require_gpu();
+    gate_up_cases("bf16", s, sizeof(s) / sizeof(s[0]));
+}
+
+
+/* VLM_CUDA_ACT=f32: floats on every shape; anything else refused */
+static void
+test_gate_up_f32(void **state)
+{
+    vlm_error_t         err;
+    vlm_backend_t      *be;
+    vlm_backend_conf_t  conf;
+
+    static const gate_up_shape_t  s[] = {
+        { VLM_DTYPE_BF16, 37, 96, 200, 96, VLM_ACT_SILU, 0 },
+        { VLM_DTYPE_BF16, 3, 36, 52, 36, VLM_ACT_GELU_TANH, 0 }
+    };
+
+    require_gpu();
+    gate_up_cases("f32", s, sizeof(s) / sizeof(s[0]));
+
+    small_conf(&conf);
+    assert_int_equal(cuda_init_act(&be, &conf, "fp16", &err),
+                     VLM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "VLM_CUDA_ACT is \"fp16\""));
+}
+
+
+/*
+ * the models with gu in bf16: the last logits of a prefill within the
+ * bf16 bound of the parity tests (1e-2 relative L2) of the CPU's, and
+ * not the bits of VLM_CUDA_ACT=f32's (the bf16 path taken)
+ */
+static void
+act_case(const char *name, const char *ref_case, int n_images)
+{
+    int            V, n;
+    double         db, df;
+    vlm_npy_t      ids, grid, pix[2];
+    vlm_seq_t     *sc, *sb, *sf;
+    vlm_image_t    img[2];
+    vlm_error_t    err;
+    vlm_model_t   *mc, *mb, *mf;
+    const float   *lc, *lb, *lf;
+
+    mc = load_model(name, "cpu", 0);
+    mb = load_model(name, "cuda-act-bf16", 0);
+    mf = load_model(name, "cuda-act-f32", 0);
+    V = vlm_model_info(mc)->vocab_size;
+
+    load_case(name, ref_case, n_images, &ids, &grid, pix, img);
+    n = (int) ids.n;
+    assert_true(n > 4);         /* VLM_CUDA_GEMV_MAX_N: the GEMM's rows */
+
+    assert_int_equal(vlm_seq_init(mc, &sc, &err), VLM_OK);
+    assert_int_equal(vlm_seq_init(mb, &sb, &err), VLM_OK);
+    assert_int_equal(vlm_seq_init(mf, &sf, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(sc, ids.data, n, img, n_images, NULL,
+                                     &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(sb, ids.data, n, img, n_images, NULL,
+                                     &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(sf, ids.data, n, img, n_images, NULL,
+                                     &err), VLM_OK);
+
+    lc = vlm_seq_logits(sc);
+    lb = vlm_seq_logits(sb);
+    lf = vlm_seq_logits(sf);
+    db = vlm_test_rel_l2(lb, lc, (size_t) V);
+    df = vlm_test_rel_l2(lf, lc, (size_t) V);
+
+    print_message("%s/%s: last logits against the CPU's: relative L2 %.3g "
+                  "with gu in bf16, %.3g in f32\n", name, ref_case, db, df);
+
+    if (db > 1e-2) {
+        fail_msg("%s/%s: gu in bf16: relative L2 %g > 1e-2", name, ref_case,
+                 db);
+    }
+
+    if (memcmp(lb, lf, (size_t) V * sizeof(float)) == 0) {
+        fail_msg("%s/%s: gu in bf16 gave the f32 path's bits", name,
+                 ref_case);
+    }
+
+    vlm_seq_free(sc);
+    vlm_seq_free(sb);
+    vlm_seq_free(sf);
+    free_case(n_images, &ids, &grid, pix);
+    vlm_model_free(mc);
+    vlm_model_free(mb);
+    vlm_model_free(mf);
+}
+
+
+static void
+test_model_gate_up_bf16(void **state)
+{
+    require_gpu();
+
+    act_case("qwen2vl-bf16", "text", 0);
+    act_case("qwen25vl-bf16", "image1", 1);
+    act_case("qwen3vl-bf16", "text", 0);
+    act_case("../gemma3/gemma3-bf16", "text", 0);
+    act_case("../internvl/internvl-bf16", "text", 0);
 }
 
 
@@ -5208,6 +5566,10 @@ main(int argc, char **argv)
         cmocka_unit_test_teardown(test_model_kv_fp8_calib_small,
                                   kv_small_values_rm),
         cmocka_unit_test(test_model_fused),
+        cmocka_unit_test(test_gate_up_bf16),
+        cmocka_unit_test(test_gate_up_bf16_chunks),
+        cmocka_unit_test(test_gate_up_f32),
+        cmocka_unit_test(test_model_gate_up_bf16),
         cmocka_unit_test(test_model_graphs),
         cmocka_unit_test(test_model_plan_counts),
         cmocka_unit_test(test_model_sample_more),
@@ -5264,6 +5626,8 @@ main(int argc, char **argv)
     vlm_backend_register("cuda", vlm_backend_cuda_init);
     vlm_backend_register("cuda-unfused", unfused_init);
     vlm_backend_register("cuda-counted", counted_init);
+    vlm_backend_register("cuda-act-bf16", act_bf16_init);
+    vlm_backend_register("cuda-act-f32", act_f32_init);
 
     if (argc >= 2 && strcmp(argv[1], "--bench") == 0) {
         rc = bench(argc >= 3 ? atoi(argv[2]) : 28);
