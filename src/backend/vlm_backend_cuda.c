@@ -1457,6 +1457,29 @@ static const vlm_backend_ops_t  vlm_cuda_ops = {
 };
 
 
+/*
+ * the engine's environment variable name: *on 1 where it is unset or
+ * dflt, 0 where it is other; any other value refused
+ */
+static vlm_status_t
+vlm_cuda_env_choice(const char *name, const char *dflt, const char *other,
+    int *on, vlm_error_t *err)
+{
+    const char  *env;
+
+    env = getenv(name);
+    if (env != NULL && strcmp(env, dflt) != 0 && strcmp(env, other) != 0) {
+        return vlm_error_set(err, VLM_ERR_INVALID, "cuda backend: %s is "
+                             "\"%s\", not \"%s\" or \"%s\"", name, env,
+                             dflt, other);
+    }
+
+    *on = env == NULL || strcmp(env, dflt) == 0;
+
+    return VLM_OK;
+}
+
+
 static vlm_status_t
 vlm_cuda_failed(vlm_cuda_t *cu, vlm_error_t *err, const char *what,
     cudaError_t e)
@@ -1594,7 +1617,6 @@ vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
 {
     int                    i, n_dev;
     size_t                 free_b, total_b, fixed;
-    const char            *env;
     vlm_cuda_t            *cu;
     cudaError_t            e;
     vlm_status_t           rc;
@@ -1638,48 +1660,38 @@ vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
      * the tensor-core attention from compute capability 8.0 (bf16 WMMA),
      * unless VLM_CUDA_ATTENTION=scalar asks for the f32 kernels
      */
-    env = getenv("VLM_CUDA_ATTENTION");
-    if (env != NULL && strcmp(env, "scalar") != 0
-        && strcmp(env, "wmma") != 0)
+    if (vlm_cuda_env_choice("VLM_CUDA_ATTENTION", "wmma", "scalar",
+                            &cu->attn_wmma, err) != VLM_OK)
     {
         vlm_cuda_free(&cu->be);
-        return vlm_error_set(err, VLM_ERR_INVALID, "cuda backend: "
-                             "VLM_CUDA_ATTENTION is \"%s\", not \"wmma\" "
-                             "or \"scalar\"", env);
+        return VLM_ERR_INVALID;
     }
 
-    cu->attn_wmma = prop.major >= 8
-                    && (env == NULL || strcmp(env, "scalar") != 0);
+    cu->attn_wmma = cu->attn_wmma && prop.major >= 8;
 
     /*
      * VLM_CUDA_FUSE=off: the matmuls' bias added by a kernel after the
      * GEMM instead of in cuBLASLt's epilogue, and no bf16 copy of the
      * RMSNorms' output (before/after figures)
      */
-    env = getenv("VLM_CUDA_FUSE");
-    if (env != NULL && strcmp(env, "on") != 0 && strcmp(env, "off") != 0) {
+    if (vlm_cuda_env_choice("VLM_CUDA_FUSE", "on", "off", &cu->fuse, err)
+        != VLM_OK)
+    {
         vlm_cuda_free(&cu->be);
-        return vlm_error_set(err, VLM_ERR_INVALID, "cuda backend: "
-                             "VLM_CUDA_FUSE is \"%s\", not \"on\" or "
-                             "\"off\"", env);
+        return VLM_ERR_INVALID;
     }
-
-    cu->fuse = env == NULL || strcmp(env, "on") == 0;
 
     /*
      * VLM_CUDA_ACT=f32: the fused gate/up GEMM's output in floats, as
      * matmul() writes it (before/after figures, bit-exact tests); bf16
      * (the default): in bf16 where its rows go to the GEMM
      */
-    env = getenv("VLM_CUDA_ACT");
-    if (env != NULL && strcmp(env, "bf16") != 0 && strcmp(env, "f32") != 0) {
+    if (vlm_cuda_env_choice("VLM_CUDA_ACT", "bf16", "f32", &cu->act_bf16,
+                            err) != VLM_OK)
+    {
         vlm_cuda_free(&cu->be);
-        return vlm_error_set(err, VLM_ERR_INVALID, "cuda backend: "
-                             "VLM_CUDA_ACT is \"%s\", not \"bf16\" or "
-                             "\"f32\"", env);
+        return VLM_ERR_INVALID;
     }
-
-    cu->act_bf16 = env == NULL || strcmp(env, "bf16") == 0;
 
     cu->pool_size = conf->device_bytes != 0 ? conf->device_bytes
                                             : free_b / 10 * 9;
