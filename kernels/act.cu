@@ -74,15 +74,27 @@ vlm_act_kernel(float *y, const float *gate, const float *up, size_t n,
 }
 
 
+/* gu[i] of the fused matmul's output, float or bf16 widened */
+static __device__ __forceinline__ float
+vlm_act_load(const void *gu, int gu_bf16, size_t i)
+{
+    return gu_bf16 ? __bfloat162float(((const __nv_bfloat16 *) gu)[i])
+                   : ((const float *) gu)[i];
+}
+
+
 /*
  * y[n, dim] = act(gu[n, 0..dim)) * gu[n, dim..2 dim): the gate and up
- * halves of a row of the fused matmul, the product in f32 as
- * vlm_act_kernel's, stored as float or rounded to bf16 (the down
- * matmul's input); grid-stride over n * dim
+ * halves of a row of the fused matmul, read as float or widened from
+ * bf16 where gu_bf16 (the GEMM's output kept in bf16; the same for every
+ * thread, no divergence), the product in f32 as vlm_act_kernel's, stored
+ * as float or rounded to bf16 (the down matmul's input); grid-stride
+ * over n * dim
  */
 template <typename T>
 static __global__ void
-vlm_act_cat_kernel(T *y, const float *gu, size_t total, int dim, int act)
+vlm_act_cat_kernel(T *y, const void *gu, int gu_bf16, size_t total,
+    int dim, int act)
 {
     size_t  e, row, c;
     float   p;
@@ -92,8 +104,8 @@ vlm_act_cat_kernel(T *y, const float *gu, size_t total, int dim, int act)
     {
         row = e / dim;
         c = e % dim;
-        p = vlm_act_dev(gu[row * 2 * dim + c], act)
-            * gu[row * 2 * dim + dim + c];
+        p = vlm_act_dev(vlm_act_load(gu, gu_bf16, row * 2 * dim + c), act)
+            * vlm_act_load(gu, gu_bf16, row * 2 * dim + dim + c);
         y[e] = vlm_act_store<T>(p);
     }
 }
@@ -208,8 +220,8 @@ vlm_cuda_act(cudaStream_t s, float *x, int n, int dim, int act)
 
 
 extern "C" cudaError_t
-vlm_cuda_gated_act_cat(cudaStream_t s, void *y, int bf16, const float *gu,
-    int n, int dim, int act)
+vlm_cuda_gated_act_cat(cudaStream_t s, void *y, int bf16, const void *gu,
+    int gu_bf16, int n, int dim, int act)
 {
     size_t  total;
 
@@ -225,12 +237,12 @@ vlm_cuda_gated_act_cat(cudaStream_t s, void *y, int bf16, const float *gu,
     if (bf16) {
         VLM_LAUNCH(vlm_act_cat_kernel<__nv_bfloat16>,
             vlm_cuda_blocks(total, VLM_ELT_THREADS), VLM_ELT_THREADS, 0, s,
-            (__nv_bfloat16 *) y, gu, total, dim, act);
+            (__nv_bfloat16 *) y, gu, gu_bf16, total, dim, act);
 
     } else {
         VLM_LAUNCH(vlm_act_cat_kernel<float>,
             vlm_cuda_blocks(total, VLM_ELT_THREADS), VLM_ELT_THREADS, 0, s,
-            (float *) y, gu, total, dim, act);
+            (float *) y, gu, gu_bf16, total, dim, act);
     }
 
     return vlm_cuda_launched();

@@ -77,11 +77,12 @@ cudaError_t vlm_cuda_gated_act(cudaStream_t s, float *y, const float *gate,
 cudaError_t vlm_cuda_add(cudaStream_t s, float *y, const float *x,
     size_t n);
 /*
- * y[n, dim] = act(gu[n, :dim]) * gu[n, dim:], gu [n, 2 dim]; y float, or
- * bf16 (rounded to nearest even) where bf16
+ * y[n, dim] = act(gu[n, :dim]) * gu[n, dim:], gu [n, 2 dim] float, or
+ * bf16 where gu_bf16 (widened); y float, or bf16 (rounded to nearest
+ * even) where bf16
  */
 cudaError_t vlm_cuda_gated_act_cat(cudaStream_t s, void *y, int bf16,
-    const float *gu, int n, int dim, int act);
+    const void *gu, int gu_bf16, int n, int dim, int act);
 /* x[n, nq + nk + nv] to q, k, v with their biases (NULL: none) */
 cudaError_t vlm_cuda_split_qkv(cudaStream_t s, float *q, float *k,
     float *v, const float *x, const float *bq, const float *bk,

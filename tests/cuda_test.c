@@ -96,31 +96,40 @@ small_conf(vlm_backend_conf_t *conf)
 
 
 /*
- * a CUDA backend with VLM_CUDA_FUSE as fuse says ("on",
- * "off"), the variable as it was after
+ * a CUDA backend with the environment's name set to value, the variable
+ * as it was after
  */
 vlm_status_t
-cuda_init_fuse(vlm_backend_t **be, const vlm_backend_conf_t *conf,
-    const char *fuse, vlm_error_t *err)
+cuda_init_env(vlm_backend_t **be, const vlm_backend_conf_t *conf,
+    const char *name, const char *value, vlm_error_t *err)
 {
     char          *old;
     vlm_status_t   rc;
 
-    old = getenv("VLM_CUDA_FUSE");
+    old = getenv(name);
     old = old != NULL ? strdup(old) : NULL;
 
-    setenv("VLM_CUDA_FUSE", fuse, 1);
+    setenv(name, value, 1);
     rc = vlm_backend_cuda_init(be, conf, err);
 
     if (old != NULL) {
-        setenv("VLM_CUDA_FUSE", old, 1);
+        setenv(name, old, 1);
         free(old);
 
     } else {
-        unsetenv("VLM_CUDA_FUSE");
+        unsetenv(name);
     }
 
     return rc;
+}
+
+
+/* a CUDA backend with VLM_CUDA_FUSE as fuse says ("on", "off") */
+vlm_status_t
+cuda_init_fuse(vlm_backend_t **be, const vlm_backend_conf_t *conf,
+    const char *fuse, vlm_error_t *err)
+{
+    return cuda_init_env(be, conf, "VLM_CUDA_FUSE", fuse, err);
 }
 
 

@@ -48,6 +48,9 @@ void get(void *host, const void *d, size_t size);
 void check(const char *what, const float *got, const float *ref, size_t n,
     double tol);
 void small_conf(vlm_backend_conf_t *conf);
+vlm_status_t cuda_init_env(vlm_backend_t **be,
+    const vlm_backend_conf_t *conf, const char *name, const char *value,
+    vlm_error_t *err);
 vlm_status_t cuda_init_fuse(vlm_backend_t **be,
     const vlm_backend_conf_t *conf, const char *fuse, vlm_error_t *err);
 int sample_same_lp(float a, float b);

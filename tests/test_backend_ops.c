@@ -625,6 +625,269 @@ test_fused_matmuls(void **state)
 }
 
 
+/*
+ * The fused gate/up GEMM's output kept in bf16 (matmul_gate_up(), read
+ * by matmul_gated()): the GEMM's f32 sums rounded to nearest even, which
+ * matmul_gated() widens back, so its y is the bits of the f32 path run on
+ * gu rounded on the host, and not those of the f32 path on gu as it is;
+ * decode's gemv rows, a float32 weight and VLM_CUDA_ACT=f32 keep floats,
+ * the bits of matmul() then matmul_gated()
+ */
+
+/*
+ * gate/up [2 I, H] and down [out, I] of dt on gpu (which dev(), get()
+ * and check_same() use): n rows through matmul_gate_up() and
+ * matmul_gated(), against matmul() then matmul_gated() on gu as it is
+ * and on gu rounded to bf16 on the host; bf16: the rounded path expected
+ */
+static void
+gate_up_case(vlm_dtype_t dt, int n, int H, int I, int out, vlm_act_t act,
+    int bf16)
+{
+    int            i, rows[2];
+    char           what[128];
+    void          *w[3];
+    float         *x, *dx, *dgu, *dref, *dy, *dy_f32, *dy_ref;
+    float         *gu, *gu_r, *got, *yb, *yf;
+    size_t         k, n_gu, n_y;
+    uint16_t      *gu16;
+    vlm_error_t    err;
+    vlm_weight_t   wd, wgu;
+
+    rows[0] = I;
+    rows[1] = I;
+
+    /* gate, up, down */
+    for (i = 0; i < 3; i++) {
+        w[i] = rand_weight(dt, i < 2 ? I : out, i < 2 ? H : I);
+    }
+
+    assert_int_equal(gpu->ops->weight_bind_cat(gpu, &wgu,
+                                               (const void *const *) w, rows,
+                                               2, dt, H, &err), VLM_OK);
+    assert_int_equal(gpu->ops->weight_bind(gpu, &wd, w[2], dt, out, I, &err),
+                     VLM_OK);
+
+    n_gu = (size_t) n * 2 * I;
+    n_y = (size_t) n * out;
+    x = vlm_test_rand_vec(&rng_state, (size_t) n * H);
+    dx = dev(x, (size_t) n * H * sizeof(float));
+    dgu = dev(NULL, n_gu * sizeof(float));
+    dref = dev(NULL, n_gu * sizeof(float));
+    dy = dev(NULL, n_y * sizeof(float));
+    dy_f32 = dev(NULL, n_y * sizeof(float));
+    dy_ref = dev(NULL, n_y * sizeof(float));
+    gu = malloc(n_gu * sizeof(float));
+    gu_r = malloc(n_gu * sizeof(float));
+    got = malloc(n_gu * sizeof(float));
+    gu16 = malloc(n_gu * sizeof(uint16_t));
+    yb = malloc(n_y * sizeof(float));
+    yf = malloc(n_y * sizeof(float));
+    assert_true(gu != NULL && gu_r != NULL && got != NULL && gu16 != NULL
+                && yb != NULL && yf != NULL);
+
+    /* the f32 path: gu as it is */
+    gpu->ops->matmul(gpu, dref, dx, &wgu, NULL, n);
+    gpu->ops->matmul_gated(gpu, dy_f32, dref, &wd, n, act);
+    get(gu, dref, n_gu * sizeof(float));
+
+    /* the f32 path on gu rounded on the host */
+    for (k = 0; k < n_gu; k++) {
+        gu16[k] = vlm_f32_to_bf16(gu[k]);
+        gu_r[k] = vlm_bf16_to_f32(gu16[k]);
+    }
+
+    assert_int_equal(gpu->ops->upload(gpu, dref, gu_r,
+                                      n_gu * sizeof(float)), VLM_OK);
+    gpu->ops->matmul_gated(gpu, dy_ref, dref, &wd, n, act);
+
+    /* the ops under test */
+    gpu->ops->matmul_gate_up(gpu, dgu, dx, &wgu, n);
+    gpu->ops->matmul_gated(gpu, dy, dgu, &wd, n, act);
+
+    snprintf(what, sizeof(what), "gate/up %s n=%d H=%d I=%d out=%d act %d",
+             vlm_dtype_name(dt), n, H, I, out, (int) act);
+
+    get(yb, dy, n_y * sizeof(float));
+    get(yf, dy_f32, n_y * sizeof(float));
+
+    if (bf16) {
+        /* the GEMM's own output: the host's rounding of its f32 sums */
+        get(got, dgu, n_gu * sizeof(uint16_t));
+        if (memcmp(got, gu16, n_gu * sizeof(uint16_t)) != 0) {
+            fail_msg("%s: the GEMM's bf16 output is not its sums rounded",
+                     what);
+        }
+
+        check_same(what, dy, dy_ref, n_y);
+
+        /* and not the f32 path's: the bf16 one was taken */
+        if (memcmp(yb, yf, n_y * sizeof(float)) == 0) {
+            fail_msg("%s: the f32 path's bits: gu not kept in bf16", what);
+        }
+
+        print_message("%s: y of bf16 gu against f32 gu: relative L2 %.3g\n",
+                      what, vlm_test_rel_l2(yb, yf, n_y));
+
+    } else {
+        /* floats: matmul()'s output and the f32 path's y */
+        get(got, dgu, n_gu * sizeof(float));
+        if (memcmp(got, gu, n_gu * sizeof(float)) != 0) {
+            fail_msg("%s: gu is not matmul()'s floats", what);
+        }
+
+        if (memcmp(yb, yf, n_y * sizeof(float)) != 0) {
+            fail_msg("%s: y is not the f32 path's (relative L2 %g)", what,
+                     vlm_test_rel_l2(yb, yf, n_y));
+        }
+    }
+
+    gpu->ops->release(gpu, dx);
+    gpu->ops->release(gpu, dgu);
+    gpu->ops->release(gpu, dref);
+    gpu->ops->release(gpu, dy);
+    gpu->ops->release(gpu, dy_f32);
+    gpu->ops->release(gpu, dy_ref);
+
+    for (i = 0; i < 3; i++) {
+        free(w[i]);
+    }
+
+    free(x);
+    free(gu);
+    free(gu_r);
+    free(got);
+    free(gu16);
+    free(yb);
+    free(yf);
+}
+
+
+/* a shape of gate_up_case(), its weights carved on gpu */
+typedef struct {
+    vlm_dtype_t  dt;
+    int          n, H, I, out;
+    vlm_act_t    act;
+    int          bf16;
+} gate_up_shape_t;
+
+
+/*
+ * gate_up_case()'s shapes on a CUDA backend of their own (VLM_CUDA_ACT as
+ * act says), made gpu for them; gate_up_restore() puts gpu back and frees
+ * it, also when a case fails
+ */
+static vlm_backend_t  *gate_up_be, *gate_up_saved;
+
+
+static int
+gate_up_restore(void **state)
+{
+    if (gate_up_be != NULL) {
+        gpu = gate_up_saved;
+        gate_up_be->ops->free(gate_up_be);
+        gate_up_be = NULL;
+    }
+
+    return 0;
+}
+
+
+static void
+gate_up_cases(const char *act, const gate_up_shape_t *s, int n_shapes)
+{
+    int                  i;
+    vlm_error_t          err;
+    vlm_backend_conf_t   conf;
+
+    small_conf(&conf);
+    conf.device_bytes = (size_t) 512 << 20;
+
+    if (cuda_init_env(&gate_up_be, &conf, "VLM_CUDA_ACT", act, &err)
+        != VLM_OK)
+    {
+        gate_up_be = NULL;
+        fail_msg("VLM_CUDA_ACT=%s: %s", act, err.msg);
+    }
+
+    gate_up_saved = gpu;
+    gpu = gate_up_be;
+
+    for (i = 0; i < n_shapes; i++) {
+        gate_up_case(s[i].dt, s[i].n, s[i].H, s[i].I, s[i].out, s[i].act,
+                     s[i].bf16);
+    }
+
+    gate_up_restore(NULL);
+}
+
+
+/*
+ * rows above decode's gemv (and a few on the GEMM where the gemv takes
+ * no cols % 8), odd shapes, SiLU and GELU(tanh): bf16; decode's gemv
+ * rows and a float32 weight: floats
+ */
+static void
+test_gate_up_bf16(void **state)
+{
+    static const gate_up_shape_t  s[] = {
+        { VLM_DTYPE_BF16, 5, 64, 96, 64, VLM_ACT_SILU, 1 },
+        { VLM_DTYPE_BF16, 37, 96, 200, 96, VLM_ACT_GELU_TANH, 1 },
+        { VLM_DTYPE_BF16, 130, 40, 76, 24, VLM_ACT_SILU, 1 },
+        { VLM_DTYPE_BF16, 3, 36, 52, 36, VLM_ACT_GELU_TANH, 1 },
+        { VLM_DTYPE_BF16, 1, 64, 96, 64, VLM_ACT_SILU, 0 },
+        { VLM_DTYPE_BF16, 4, 128, 344, 128, VLM_ACT_GELU_TANH, 0 },
+        { VLM_DTYPE_F32, 19, 80, 136, 80, VLM_ACT_SILU, 0 }
+    };
+
+    require_gpu();
+    gate_up_cases("bf16", s, sizeof(s) / sizeof(s[0]));
+}
+
+
+/*
+ * the scratch's chunks: the down matmul's input over two chunks of
+ * VLM_CUDA_XBF16 / I rows (59 of I = 140,000), and the gate/up GEMM's
+ * input over two of VLM_CUDA_XBF16 / H rows (7 of H = 1,048,600), its
+ * bf16 output written a chunk at a time
+ */
+static void
+test_gate_up_bf16_chunks(void **state)
+{
+    static const gate_up_shape_t  s[] = {
+        { VLM_DTYPE_BF16, 61, 8, 140000, 8, VLM_ACT_SILU, 1 },
+        { VLM_DTYPE_BF16, 9, 1048600, 8, 8, VLM_ACT_GELU_TANH, 1 }
+    };
+
+    require_gpu();
+    gate_up_cases("bf16", s, sizeof(s) / sizeof(s[0]));
+}
+
+
+/* VLM_CUDA_ACT=f32: floats on every shape; anything else refused */
+static void
+test_gate_up_f32(void **state)
+{
+    vlm_error_t         err;
+    vlm_backend_t      *be;
+    vlm_backend_conf_t  conf;
+
+    static const gate_up_shape_t  s[] = {
+        { VLM_DTYPE_BF16, 37, 96, 200, 96, VLM_ACT_SILU, 0 },
+        { VLM_DTYPE_BF16, 3, 36, 52, 36, VLM_ACT_GELU_TANH, 0 }
+    };
+
+    require_gpu();
+    gate_up_cases("f32", s, sizeof(s) / sizeof(s[0]));
+
+    small_conf(&conf);
+    assert_int_equal(cuda_init_env(&be, &conf, "VLM_CUDA_ACT", "fp16", &err),
+                     VLM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "VLM_CUDA_ACT is \"fp16\""));
+}
+
+
+
 /* norms */
 
 static void
@@ -1489,6 +1752,9 @@ main(int argc, char **argv)
         cmocka_unit_test(test_norms),
         cmocka_unit_test(test_add_rms_norm),
         cmocka_unit_test(test_fused_matmuls),
+        cmocka_unit_test_teardown(test_gate_up_bf16, gate_up_restore),
+        cmocka_unit_test_teardown(test_gate_up_bf16_chunks, gate_up_restore),
+        cmocka_unit_test_teardown(test_gate_up_f32, gate_up_restore),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_act),
         cmocka_unit_test(test_embed_gather),

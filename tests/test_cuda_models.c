@@ -695,7 +695,9 @@ unfused_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
 /*
  * "cuda-counted": the CUDA backend whose fused q/k/v split, down
  * matmul of the fused gate/up and rope_kv_store count their calls, so
- * that a test sees the fusions run
+ * that a test sees the fusions run; with VLM_CUDA_ACT=f32, the gate/up
+ * GEMM's output in floats as the matmuls apart write theirs (the bits
+ * compared)
  */
 static vlm_backend_ops_t  counted_ops;
 static int                counted_split, counted_gate_up, counted_rope;
@@ -740,7 +742,7 @@ counted_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
 {
     vlm_status_t  rc;
 
-    rc = vlm_backend_cuda_init(be, conf, err);
+    rc = cuda_init_env(be, conf, "VLM_CUDA_ACT", "f32", err);
     if (rc == VLM_OK) {
         cuda_ops = (*be)->ops;
         counted_ops = *(*be)->ops;
@@ -835,7 +837,8 @@ fused_case(const char *name, const char *ref_case, int n_images)
  * the decoders with their fusions give the bits of the ops apart: the
  * residual adds fused into their RMSNorms (add() then rms_norm()), q/k/v
  * as one matmul split with its biases, gate/up as one matmul with the
- * product made as the down matmul reads it, RoPE fused into the KV store
+ * product made as the down matmul reads it (its GEMM's output in floats,
+ * VLM_CUDA_ACT=f32), RoPE fused into the KV store
  * (rope() of q and k then kv_store_seqs()); Qwen2-VL's (biases),
  * Qwen2.5-VL's, Qwen3-VL's (q/k norms; its DeepStack layers keep their
  * adds), Gemma 3's (its norms around each block) and InternVL's, in f32
@@ -856,6 +859,103 @@ test_model_fused(void **state)
     fused_case("../internvl/internvl-f32", "text", 0);
     fused_case("../internvl/internvl-bf16", "text", 0);
 }
+
+
+/* the CUDA backend with VLM_CUDA_ACT=bf16, and =f32 */
+static vlm_status_t
+act_bf16_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
+    vlm_error_t *err)
+{
+    return cuda_init_env(be, conf, "VLM_CUDA_ACT", "bf16", err);
+}
+
+
+static vlm_status_t
+act_f32_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
+    vlm_error_t *err)
+{
+    return cuda_init_env(be, conf, "VLM_CUDA_ACT", "f32", err);
+}
+
+
+/*
+ * the models with gu in bf16: the last logits of a prefill within the
+ * bf16 bound of the parity tests (1e-2 relative L2) of the CPU's, and
+ * not the bits of VLM_CUDA_ACT=f32's (the bf16 path taken)
+ */
+static void
+act_case(const char *name, const char *ref_case, int n_images)
+{
+    int            V, n;
+    double         db, df;
+    vlm_npy_t      ids, grid, pix[2];
+    vlm_seq_t     *sc, *sb, *sf;
+    vlm_image_t    img[2];
+    vlm_error_t    err;
+    vlm_model_t   *mc, *mb, *mf;
+    const float   *lc, *lb, *lf;
+
+    mc = load_model(name, "cpu", 0);
+    mb = load_model(name, "cuda-act-bf16", 0);
+    mf = load_model(name, "cuda-act-f32", 0);
+    V = vlm_model_info(mc)->vocab_size;
+
+    load_case(name, ref_case, n_images, &ids, &grid, pix, img);
+    n = (int) ids.n;
+    assert_true(n > 4);         /* VLM_CUDA_GEMV_MAX_N: the GEMM's rows */
+
+    assert_int_equal(vlm_seq_init(mc, &sc, &err), VLM_OK);
+    assert_int_equal(vlm_seq_init(mb, &sb, &err), VLM_OK);
+    assert_int_equal(vlm_seq_init(mf, &sf, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(sc, ids.data, n, img, n_images, NULL,
+                                     &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(sb, ids.data, n, img, n_images, NULL,
+                                     &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(sf, ids.data, n, img, n_images, NULL,
+                                     &err), VLM_OK);
+
+    lc = vlm_seq_logits(sc);
+    lb = vlm_seq_logits(sb);
+    lf = vlm_seq_logits(sf);
+    db = vlm_test_rel_l2(lb, lc, (size_t) V);
+    df = vlm_test_rel_l2(lf, lc, (size_t) V);
+
+    print_message("%s/%s: last logits against the CPU's: relative L2 %.3g "
+                  "with gu in bf16, %.3g in f32\n", name, ref_case, db, df);
+
+    if (db > 1e-2) {
+        fail_msg("%s/%s: gu in bf16: relative L2 %g > 1e-2", name, ref_case,
+                 db);
+    }
+
+    if (memcmp(lb, lf, (size_t) V * sizeof(float)) == 0) {
+        fail_msg("%s/%s: gu in bf16 gave the f32 path's bits", name,
+                 ref_case);
+    }
+
+    vlm_seq_free(sc);
+    vlm_seq_free(sb);
+    vlm_seq_free(sf);
+    free_case(n_images, &ids, &grid, pix);
+    vlm_model_free(mc);
+    vlm_model_free(mb);
+    vlm_model_free(mf);
+}
+
+
+static void
+test_model_gate_up_bf16(void **state)
+{
+    require_gpu();
+
+    act_case("qwen2vl-bf16", "text", 0);
+    act_case("qwen25vl-bf16", "image1", 1);
+    act_case("qwen3vl-bf16", "text", 0);
+    act_case("../gemma3/gemma3-bf16", "text", 0);
+    act_case("../internvl/internvl-bf16", "text", 0);
+}
+
+
 
 
 /* a bf16 KV cache on both backends: the same rounding, the same logits */
@@ -1325,6 +1425,7 @@ main(void)
         cmocka_unit_test_teardown(test_model_kv_fp8_calib_small,
                                   kv_small_values_rm),
         cmocka_unit_test(test_model_fused),
+        cmocka_unit_test(test_model_gate_up_bf16),
         cmocka_unit_test(test_model_graphs),
         cmocka_unit_test(test_model_plan_counts),
         cmocka_unit_test(test_model_sample_more),
@@ -1337,6 +1438,8 @@ main(void)
 
     vlm_backend_register("cuda-unfused", unfused_init);
     vlm_backend_register("cuda-counted", counted_init);
+    vlm_backend_register("cuda-act-bf16", act_bf16_init);
+    vlm_backend_register("cuda-act-f32", act_f32_init);
 
     return cuda_test_run("test_cuda_models", tests,
                          sizeof(tests) / sizeof(tests[0]), &conf);

@@ -476,6 +476,16 @@ typedef struct {
     void  (*kv_calibrate)(vlm_backend_t *be, float *k_scale, float *v_scale,
         const float *k, const float *v, int n, int n_kv_heads, int head_dim,
         int kv_stride, float range);
+
+    /*
+     * the fused gate/up matmul, gu[n, w.rows] = x[n, w.cols] W^T (w bound
+     * by weight_bind_cat(), no bias), whose output only the
+     * matmul_gated() called next reads: gu in the backend's own format
+     * for it (a GPU's bf16, half of gu's floats), not floats for any other
+     * op; NULL: matmul()
+     */
+    void  (*matmul_gate_up)(vlm_backend_t *be, float *gu, const float *x,
+        const vlm_weight_t *w, int n);
 } vlm_backend_ops_t;
 
 

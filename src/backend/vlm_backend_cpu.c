@@ -689,7 +689,8 @@ static const vlm_backend_ops_t  vlm_cpu_ops = {
     NULL,
     vlm_cpu_matmul_glu,
     NULL,                       /* the host sampler: the logits are here */
-    NULL                        /* no fp8 cache to calibrate */
+    NULL,                       /* no fp8 cache to calibrate */
+    NULL                        /* gate/up apart: matmul_gated unused */
 };
 
 

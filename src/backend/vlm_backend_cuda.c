@@ -47,6 +47,7 @@ void
 vlm_cuda_check(vlm_cuda_t *cu, cudaError_t e, const char *op)
 {
     cu->xtag = NULL;
+    cu->gu_tag = NULL;
 
     if (e == cudaSuccess || cu->error != cudaSuccess) {
         return;
@@ -371,13 +372,14 @@ vlm_cuda_retag(vlm_cuda_t *cu, const float *tag, size_t tag_n,
 
 
 /*
- * y[n, w.rows] = x[n, w.cols] W^T, x of W's type (bf16 or f32): row-major
+ * y[n, w.rows] = x[n, w.cols] W^T, x of W's type (bf16 or f32), y f32 or
+ * where y_bf16 bf16 (the f32 sums rounded to nearest even): row-major
  * y[n, rows] = x[n, cols] W^T is column-major y^T[rows, n] = W^T^T x^T:
  * A = W (cols x rows column-major, transposed), B = x^T (cols x n)
  */
 static void
-vlm_cuda_gemm(vlm_cuda_t *cu, float *y, const void *x, const vlm_weight_t *w,
-    int n)
+vlm_cuda_gemm(vlm_cuda_t *cu, void *y, int y_bf16, const void *x,
+    const vlm_weight_t *w, int n)
 {
     float           one, zero;
     cudaDataType_t  type;
@@ -389,7 +391,9 @@ vlm_cuda_gemm(vlm_cuda_t *cu, float *y, const void *x, const vlm_weight_t *w,
     vlm_cuda_check_blas(cu, cublasGemmEx(cu->cublas, CUBLAS_OP_T, CUBLAS_OP_N,
                                          w->rows, n, w->cols, &one, w->data,
                                          type, w->cols, x, type, w->cols,
-                                         &zero, y, CUDA_R_32F, w->rows,
+                                         &zero, y,
+                                         y_bf16 ? CUDA_R_16BF : CUDA_R_32F,
+                                         w->rows,
                                          CUBLAS_COMPUTE_32F,
                                          CUBLAS_GEMM_DEFAULT),
                         "matmul");
@@ -502,19 +506,34 @@ vlm_cuda_gemm_bias(vlm_cuda_t *cu, float *y, const void *x,
 }
 
 
+/* decode's rows of a bf16 weight: one pass of the gemv, x unrounded */
+static int
+vlm_cuda_gemv_rows(const vlm_weight_t *w, int n)
+{
+    return w->dtype != VLM_DTYPE_F32 && n <= VLM_CUDA_GEMV_MAX_N
+           && w->cols % 8 == 0;
+}
+
+
 /*
  * the down matmul of the fused gate/up one: the product act(gate) * up
  * made into the matmul's input buffer (rounded to bf16 there for a bf16
  * weight, as matmul() rounds gated_act()'s output; f32 for decode's gemv
- * and a float32 weight), in chunks of rows that fit it
+ * and a float32 weight), in chunks of rows that fit it.  gu is read as
+ * bf16 where matmul_gate_up() wrote it so (gu_tag), else as floats
  */
 static void
 vlm_cuda_matmul_gated_op(vlm_backend_t *be, float *y, const float *gu,
     const vlm_weight_t *w, int n, vlm_act_t act)
 {
-    int          r0, nr, chunk, f32, gemv;
-    size_t       room;
+    int          r0, nr, chunk, f32, gemv, gu_bf16;
+    size_t       room, gu_esize;
     vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    gu_bf16 = cu->gu_tag != NULL && cu->gu_tag == (const void *) gu
+              && n <= cu->gu_rows && cu->gu_cols == 2 * w->cols;
+    gu_esize = gu_bf16 ? sizeof(uint16_t) : sizeof(float);
+    cu->gu_tag = NULL;
 
     if (n <= 0) {
         return;
@@ -529,7 +548,7 @@ vlm_cuda_matmul_gated_op(vlm_backend_t *be, float *y, const float *gu,
     }
 
     f32 = w->dtype == VLM_DTYPE_F32;
-    gemv = !f32 && n <= VLM_CUDA_GEMV_MAX_N && w->cols % 8 == 0;
+    gemv = vlm_cuda_gemv_rows(w, n);
 
     /* the input buffer's elements as floats or as bf16 */
     room = f32 || gemv ? VLM_CUDA_XBF16 / 2 : VLM_CUDA_XBF16;
@@ -546,9 +565,11 @@ vlm_cuda_matmul_gated_op(vlm_backend_t *be, float *y, const float *gu,
 
         vlm_cuda_check(cu, vlm_cuda_gated_act_cat(cu->stream, cu->xbf16,
                                                   !f32 && !gemv,
-                                                  gu + (size_t) r0 * 2
-                                                       * w->cols,
-                                                  nr, w->cols, (int) act),
+                                                  (const char *) gu
+                                                  + (size_t) r0 * 2
+                                                    * w->cols * gu_esize,
+                                                  gu_bf16, nr, w->cols,
+                                                  (int) act),
                        "matmul_gated");
 
         if (gemv) {
@@ -560,19 +581,24 @@ vlm_cuda_matmul_gated_op(vlm_backend_t *be, float *y, const float *gu,
             return;
         }
 
-        vlm_cuda_gemm(cu, y + (size_t) r0 * w->rows, cu->xbf16, w, nr);
+        vlm_cuda_gemm(cu, y + (size_t) r0 * w->rows, 0, cu->xbf16, w, nr);
     }
 }
 
+
+/*
+ * matmul() into y as floats, or where y_bf16 (a bf16 weight's GEMM rows,
+ * no bias) as bf16, each f32 sum rounded to nearest even
+ */
 static void
-vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
+vlm_cuda_matmul_out(vlm_cuda_t *cu, void *y, int y_bf16, const float *x,
     const vlm_weight_t *w, const float *bias, int n)
 {
     int             r0, nr, chunk, f32, epilogue, rounded, made;
-    size_t          tag_n;
+    char           *yr;
+    size_t          tag_n, y_esize, y_floats;
     const void     *in;
     const float    *tag;
-    vlm_cuda_t     *cu = (vlm_cuda_t *) be;
 
     if (n <= 0) {
         return;
@@ -591,6 +617,11 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
     rounded = 0;
     cu->xtag = NULL;            /* known again below where it still holds */
 
+    /* the floats of y's bytes, for the norm's copy's overlap */
+    y_esize = y_bf16 ? sizeof(uint16_t) : sizeof(float);
+    y_floats = ((size_t) n * w->rows * y_esize + sizeof(float) - 1)
+               / sizeof(float);
+
     /*
      * a float32 weight (a float32 checkpoint's): float32 GEMMs with the
      * input as it is, nothing rounded (CUBLAS_COMPUTE_32F, no TF32),
@@ -598,12 +629,12 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
      */
     f32 = w->dtype == VLM_DTYPE_F32;
 
-    if (!f32 && n <= VLM_CUDA_GEMV_MAX_N && w->cols % 8 == 0) {
+    if (vlm_cuda_gemv_rows(w, n)) {
         /* decode: one pass over the weight, x unrounded, bias included */
         vlm_cuda_check(cu, vlm_cuda_gemv(cu->stream, y, x, w->data, bias, n,
                                          w->rows, w->cols),
                        "matmul");
-        vlm_cuda_retag(cu, tag, tag_n, y, (size_t) n * w->rows);
+        vlm_cuda_retag(cu, tag, tag_n, y, y_floats);
         return;
     }
 
@@ -619,6 +650,7 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
     for (r0 = 0; r0 < n; r0 += nr) {
         nr = vlm_min(chunk, n - r0);
         in = x + (size_t) r0 * w->cols;
+        yr = (char *) y + (size_t) r0 * w->rows * y_esize;
 
         if (!f32 && made) {
             /* the norm's copy: no rounding pass (nr is n, one chunk) */
@@ -633,18 +665,16 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
         }
 
         if (epilogue
-            && vlm_cuda_gemm_bias(cu, y + (size_t) r0 * w->rows, in, w,
-                                  bias, nr))
+            && vlm_cuda_gemm_bias(cu, (float *) yr, in, w, bias, nr))
         {
             continue;
         }
 
-        vlm_cuda_gemm(cu, y + (size_t) r0 * w->rows, in, w, nr);
+        vlm_cuda_gemm(cu, yr, y_bf16, in, w, nr);
 
         if (epilogue) {
             /* cuBLASLt has no algorithm for it: the kernel after */
-            vlm_cuda_check(cu, vlm_cuda_add_bias(cu->stream,
-                                                 y + (size_t) r0 * w->rows,
+            vlm_cuda_check(cu, vlm_cuda_add_bias(cu->stream, (float *) yr,
                                                  bias, nr, w->rows),
                            "matmul bias");
         }
@@ -656,7 +686,45 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
     }
 
     if (!rounded) {
-        vlm_cuda_retag(cu, tag, tag_n, y, (size_t) n * w->rows);
+        vlm_cuda_retag(cu, tag, tag_n, y, y_floats);
+    }
+}
+
+
+static void
+vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
+    const vlm_weight_t *w, const float *bias, int n)
+{
+    vlm_cuda_matmul_out((vlm_cuda_t *) be, y, 0, x, w, bias, n);
+}
+
+
+/*
+ * the fused gate/up matmul, read by matmul_gated() alone: the GEMM's
+ * output kept in bf16 where the weight is bf16 and the rows go to the
+ * GEMM, half the bytes written and read back (its sums f32, as the down
+ * matmul's input is rounded to bf16 after the product anyway); floats
+ * for decode's gemv rows, a float32 weight and VLM_CUDA_ACT=f32.  The
+ * bf16 rows take half of gu's floats: the memory plan's ws.gate as it is
+ */
+static void
+vlm_cuda_matmul_gate_up_op(vlm_backend_t *be, float *gu, const float *x,
+    const vlm_weight_t *w, int n)
+{
+    int          bf16;
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    bf16 = cu->act_bf16 && w->dtype == VLM_DTYPE_BF16
+           && !vlm_cuda_gemv_rows(w, n);
+
+    vlm_cuda_matmul_out(cu, gu, bf16, x, w, NULL, n);
+
+    if (bf16 && n > 0 && cu->error == cudaSuccess
+        && !(cu->capturing && cu->capture_error != cudaSuccess))
+    {
+        cu->gu_tag = gu;
+        cu->gu_rows = n;
+        cu->gu_cols = w->rows;
     }
 }
 
@@ -1385,8 +1453,32 @@ static const vlm_backend_ops_t  vlm_cuda_ops = {
     vlm_cuda_graph_free,
     NULL                        /* gate/up one GEMM (matmul_gated) */,
     vlm_cuda_sample_op,
-    vlm_cuda_kv_calibrate_op
+    vlm_cuda_kv_calibrate_op,
+    vlm_cuda_matmul_gate_up_op
 };
+
+
+/*
+ * the engine's environment variable name: *on 1 where it is unset or
+ * dflt, 0 where it is other; any other value refused
+ */
+static vlm_status_t
+vlm_cuda_env_choice(const char *name, const char *dflt, const char *other,
+    int *on, vlm_error_t *err)
+{
+    const char  *env;
+
+    env = getenv(name);
+    if (env != NULL && strcmp(env, dflt) != 0 && strcmp(env, other) != 0) {
+        return vlm_error_set(err, VLM_ERR_INVALID, "cuda backend: %s is "
+                             "\"%s\", not \"%s\" or \"%s\"", name, env,
+                             dflt, other);
+    }
+
+    *on = env == NULL || strcmp(env, dflt) == 0;
+
+    return VLM_OK;
+}
 
 
 static vlm_status_t
@@ -1526,7 +1618,6 @@ vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
 {
     int                    i, n_dev;
     size_t                 free_b, total_b, fixed;
-    const char            *env;
     vlm_cuda_t            *cu;
     cudaError_t            e;
     vlm_status_t           rc;
@@ -1570,33 +1661,38 @@ vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
      * the tensor-core attention from compute capability 8.0 (bf16 WMMA),
      * unless VLM_CUDA_ATTENTION=scalar asks for the f32 kernels
      */
-    env = getenv("VLM_CUDA_ATTENTION");
-    if (env != NULL && strcmp(env, "scalar") != 0
-        && strcmp(env, "wmma") != 0)
+    if (vlm_cuda_env_choice("VLM_CUDA_ATTENTION", "wmma", "scalar",
+                            &cu->attn_wmma, err) != VLM_OK)
     {
         vlm_cuda_free(&cu->be);
-        return vlm_error_set(err, VLM_ERR_INVALID, "cuda backend: "
-                             "VLM_CUDA_ATTENTION is \"%s\", not \"wmma\" "
-                             "or \"scalar\"", env);
+        return VLM_ERR_INVALID;
     }
 
-    cu->attn_wmma = prop.major >= 8
-                    && (env == NULL || strcmp(env, "scalar") != 0);
+    cu->attn_wmma = cu->attn_wmma && prop.major >= 8;
 
     /*
      * VLM_CUDA_FUSE=off: the matmuls' bias added by a kernel after the
      * GEMM instead of in cuBLASLt's epilogue, and no bf16 copy of the
      * RMSNorms' output (before/after figures)
      */
-    env = getenv("VLM_CUDA_FUSE");
-    if (env != NULL && strcmp(env, "on") != 0 && strcmp(env, "off") != 0) {
+    if (vlm_cuda_env_choice("VLM_CUDA_FUSE", "on", "off", &cu->fuse, err)
+        != VLM_OK)
+    {
         vlm_cuda_free(&cu->be);
-        return vlm_error_set(err, VLM_ERR_INVALID, "cuda backend: "
-                             "VLM_CUDA_FUSE is \"%s\", not \"on\" or "
-                             "\"off\"", env);
+        return VLM_ERR_INVALID;
     }
 
-    cu->fuse = env == NULL || strcmp(env, "on") == 0;
+    /*
+     * VLM_CUDA_ACT=f32: the fused gate/up GEMM's output in floats, as
+     * matmul() writes it (before/after figures, bit-exact tests); bf16
+     * (the default): in bf16 where its rows go to the GEMM
+     */
+    if (vlm_cuda_env_choice("VLM_CUDA_ACT", "bf16", "f32", &cu->act_bf16,
+                            err) != VLM_OK)
+    {
+        vlm_cuda_free(&cu->be);
+        return VLM_ERR_INVALID;
+    }
 
     cu->pool_size = conf->device_bytes != 0 ? conf->device_bytes
                                             : free_b / 10 * 9;

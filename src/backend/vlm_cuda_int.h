@@ -65,6 +65,7 @@ typedef struct {
     int                 lt_n_algos;
     int                 lt_next;
     int                 fuse;       /* VLM_CUDA_FUSE: not "off" */
+    int                 act_bf16;   /* VLM_CUDA_ACT: not "f32" */
 
     char               *pool;       /* the one device allocation */
     size_t              pool_size;
@@ -83,6 +84,15 @@ typedef struct {
     const float        *xtag;
     size_t              xtag_n;
     int                 bf16_weights;   /* a bf16 weight is bound */
+    /*
+     * gu_tag[gu_rows, gu_cols] holds bf16, the fused gate/up GEMM's
+     * output written by matmul_gate_up() for the matmul_gated() after
+     * it; NULL: nothing known (matmul_gated() reads floats).  Every
+     * op's vlm_cuda_check() forgets it
+     */
+    const void         *gu_tag;
+    int                 gu_rows;
+    int                 gu_cols;
     float              *attn_ws;    /* [VLM_CUDA_ATTN_WS] split decode */
 
     /* sample(): the rows and their blob, packed on the host, uploaded */

@@ -873,8 +873,9 @@ vlm_model_glu(vlm_backend_t *be, float *y, float *up, const float *x,
 
 /*
  * ws.o = (act(ws.h W_gate^T) * (ws.h W_up^T)) W_down^T of T rows: fused,
- * one matmul into ws.gate and ws.up (one buffer of 2 I a row), and the
- * product made as the down matmul reads it; apart, vlm_model_glu()
+ * one matmul into ws.gate and ws.up (one buffer of 2 I floats a row, of
+ * which a backend's bf16 output takes half), and the product made as the
+ * down matmul reads it; apart, vlm_model_glu()
  */
 void
 vlm_lm_mlp(vlm_model_t *m, const vlm_lm_layer_t *L, int T, vlm_act_t act)
@@ -890,7 +891,14 @@ vlm_lm_mlp(vlm_model_t *m, const vlm_lm_layer_t *L, int T, vlm_act_t act)
         return;
     }
 
-    op->matmul(be, ws->gate, ws->h, &L->w_gate_up, NULL, T);
+    if (op->matmul_gate_up != NULL) {
+        /* ws.gate read by matmul_gated() alone, in the backend's format */
+        op->matmul_gate_up(be, ws->gate, ws->h, &L->w_gate_up, T);
+
+    } else {
+        op->matmul(be, ws->gate, ws->h, &L->w_gate_up, NULL, T);
+    }
+
     op->matmul_gated(be, ws->o, ws->gate, &L->w_down, T, act);
 }
 
