@@ -489,7 +489,8 @@ test-cuda-emu: $(EMU_TESTS) $(EMU_ENGINE) module engine
 	@cd $(ROOT) && TEST_NGINX_BINARY=$(NGINX) \
 	    TEST_NGINX_LOAD_MODULES=$(MODULE) VLM_BUILD=$(BUILD) \
 	    VLM_CUDAEMU_BUILD=$(EMU_BUILD) \
-	    UNIT_LABEL=cuda-emu UNIT_SKIP_FAILS=1 $(ROOT)/scripts/run-unit \
+	    UNIT_LABEL=cuda-emu UNIT_SKIP_FAILS=1 UNIT_JOBS=$(NPROC) \
+	    $(ROOT)/scripts/run-unit \
 	    $(EMU_TESTS) $(EMU_SUITES)
 
 # make soak-cuda-emu: steady image traffic through two ranks on the
@@ -612,7 +613,7 @@ ASAN_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
 ASAN_MAKE  := $(MAKE) BUILD=$(ASAN_BUILD) OPT=-O1 SAN="$(ASAN_SAN)"
 
 asan:
-	$(ASAN_MAKE) unit
+	UNIT_JOBS=$(NPROC) $(ASAN_MAKE) unit
 
 # the emulated CUDA suite under ASan + UBSan (build-asan-cudaemu/): an
 # out-of-bounds access in a kernel, in the emulated runtime or in the
@@ -630,7 +631,8 @@ ASAN_EMU_TESTS := $(ASAN_EMU_BUILD)/$(EMU_DIR)/test_cudaemu \
 asan-cuda-emu:
 	$(ASAN_MAKE) EMU_BUILD=$(ASAN_EMU_BUILD) $(ASAN_EMU_TESTS)
 	@cd $(ROOT) && VLM_TEST_SKIP='$(ASAN_EMU_SKIP)' \
-	    UNIT_LABEL=asan-cuda-emu $(ROOT)/scripts/run-unit $(ASAN_EMU_TESTS)
+	    UNIT_LABEL=asan-cuda-emu UNIT_JOBS=$(NPROC) \
+	    $(ROOT)/scripts/run-unit $(ASAN_EMU_TESTS)
 
 # The module, the engine and vlm-cli with ASan + UBSan, against Debian's
 # nginx binary (not instrumented: nginx-dev ships headers only): the
