@@ -454,10 +454,10 @@ $(EMU_BENCHES): %: %.o $(EMU_OBJS) $(LIB)
 # make bench-cuda-emu: bench_tower and bench_engine --backend cuda on the
 # emulated device, on the tiny Qwen2.5-VL fixture at small sizes (the
 # GPU path and the BENCH_ lines, not a GPU's figures), the prompt with
-# VLM_CUDA_FUSE=off too, decode at 1 and 16 streams without and with
-# CUDA graphs too, and test_cuda_sample --bench-sample once, their
-# lines read back by scripts/gpu-check --bench-rows, as its tower,
-# ttft, graphs and sample steps do
+# VLM_CUDA_FUSE=off and with VLM_CUDA_ACT=f32 too, decode at 1 and 16
+# streams without and with CUDA graphs too, and test_cuda_sample
+# --bench-sample once, their lines read back by scripts/gpu-check
+# --bench-rows, as its tower, ttft, graphs and sample steps do
 # (the fixture has 3 decoder layers, the implied figure is for those)
 EMU_BENCH_OUT := $(EMU_BUILD)/bench/bench-cuda-emu.out
 
@@ -467,9 +467,9 @@ bench-cuda-emu: $(EMU_BENCHES) $(EMU_BUILD)/tests/test_cuda_sample
 	    $(EMU_BUILD)/bench/bench_tower --backend cuda --device-mib 256 \
 	        --model tests/fixtures/models/qwen25vl-bf16 \
 	        --size 224x224 --size 448x252 && \
-	    for f in on off; do \
-	        VLM_CUDA_FUSE=$$f $(EMU_BUILD)/bench/bench_engine \
-	            --backend cuda --device-mib 256 \
+	    for c in on,bf16 off,bf16 on,f32; do \
+	        VLM_CUDA_FUSE=$${c%,*} VLM_CUDA_ACT=$${c#*,} \
+	        $(EMU_BUILD)/bench/bench_engine --backend cuda --device-mib 256 \
 	            --model tests/fixtures/models/qwen25vl-bf16 --threads 2 \
 	            --grid 0,0 --prompt 512 --decode 0 --streams 1 --reps 1 \
 	            || exit 1; \

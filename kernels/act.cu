@@ -57,19 +57,27 @@ vlm_act_store<__nv_bfloat16>(float x)
 
 
 /*
- * y[n] = act(gate[n]) * (up ? up[n] : 1); y may be gate
+ * y[n] = act(gate[n]) * (up ? up[n] : 1); y may be gate; ybf (NULL:
+ * none) gets y rounded to bf16 as well, the input of the bf16 GEMM that
+ * reads y next (a vision tower's second MLP matmul)
  * grid-stride: 256-thread blocks, one element a thread a turn
  */
 static __global__ void
-vlm_act_kernel(float *y, const float *gate, const float *up, size_t n,
-    int act)
+vlm_act_kernel(float *y, __nv_bfloat16 *ybf, const float *gate,
+    const float *up, size_t n, int act)
 {
     size_t  e;
+    float   v;
 
     for (e = (size_t) blockIdx.x * blockDim.x + threadIdx.x; e < n;
          e += (size_t) gridDim.x * blockDim.x)
     {
-        y[e] = vlm_act_dev(gate[e], act) * (up != NULL ? up[e] : 1.0f);
+        v = vlm_act_dev(gate[e], act) * (up != NULL ? up[e] : 1.0f);
+        y[e] = v;
+
+        if (ybf != NULL) {
+            ybf[e] = __float2bfloat16_rn(v);
+        }
     }
 }
 
@@ -189,8 +197,9 @@ vlm_to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
 }
 
 
-extern "C" cudaError_t
-vlm_cuda_gated_act(cudaStream_t s, float *y, const float *gate,
+/* y = act(gate) * up (NULL: 1), and y's bf16 copy into ybf (NULL: none) */
+static cudaError_t
+vlm_cuda_act_copy(cudaStream_t s, float *y, uint16_t *ybf, const float *gate,
     const float *up, int n, int dim, int act)
 {
     size_t  total;
@@ -205,17 +214,27 @@ vlm_cuda_gated_act(cudaStream_t s, float *y, const float *gate,
     }
 
     VLM_LAUNCH(vlm_act_kernel, vlm_cuda_blocks(total, VLM_ELT_THREADS),
-        VLM_ELT_THREADS, 0, s, y, gate, up, total, act);
+        VLM_ELT_THREADS, 0, s, y, (__nv_bfloat16 *) ybf, gate, up, total,
+        act);
 
     return vlm_cuda_launched();
 }
 
 
+extern "C" cudaError_t
+vlm_cuda_gated_act(cudaStream_t s, float *y, const float *gate,
+    const float *up, int n, int dim, int act)
+{
+    return vlm_cuda_act_copy(s, y, NULL, gate, up, n, dim, act);
+}
+
+
 /* in place, no gate: the gated kernel with up NULL */
 extern "C" cudaError_t
-vlm_cuda_act(cudaStream_t s, float *x, int n, int dim, int act)
+vlm_cuda_act(cudaStream_t s, float *x, uint16_t *xbf, int n, int dim,
+    int act)
 {
-    return vlm_cuda_gated_act(s, x, x, NULL, n, dim, act);
+    return vlm_cuda_act_copy(s, x, xbf, x, NULL, n, dim, act);
 }
 
 

@@ -4,7 +4,7 @@
  * are the reference.  y may be x (the head's norm runs in place): each
  * thread reads an element before it writes it, and only it touches it.
  *
- * The RMSNorms may write a bf16 copy of y too (ybf, NULL: none), each
+ * The norms may write a bf16 copy of y too (ybf, NULL: none), each
  * element the f32 one rounded to nearest even as vlm_cuda_to_bf16
  * rounds it: the input of the bf16 GEMM that reads y next, made here so
  * that the matmul needs no rounding pass of its own.
@@ -112,12 +112,12 @@ vlm_add_rms_norm_kernel(float *y, __nv_bfloat16 *ybf, float *x,
  * dim
  */
 static __global__ void
-vlm_layer_norm_kernel(float *y, const float *x, const float *g,
-    const float *b, int dim, float eps)
+vlm_layer_norm_kernel(float *y, __nv_bfloat16 *ybf, const float *x,
+    const float *g, const float *b, int dim, float eps)
 {
     __shared__ float  red[VLM_WARP];
     int               k;
-    float             mean, var, d, r;
+    float             mean, var, d, r, v;
     const float      *xr;
     float            *yr;
 
@@ -141,7 +141,12 @@ vlm_layer_norm_kernel(float *y, const float *x, const float *g,
     r = rsqrtf(var + eps);
 
     for (k = threadIdx.x; k < dim; k += blockDim.x) {
-        yr[k] = (xr[k] - mean) * r * g[k] + b[k];
+        v = (xr[k] - mean) * r * g[k] + b[k];
+        yr[k] = v;
+
+        if (ybf != NULL) {
+            ybf[(size_t) blockIdx.x * dim + k] = __float2bfloat16_rn(v);
+        }
     }
 }
 
@@ -177,15 +182,16 @@ vlm_cuda_add_rms_norm(cudaStream_t s, float *y, uint16_t *ybf, float *x,
 
 
 extern "C" cudaError_t
-vlm_cuda_layer_norm(cudaStream_t s, float *y, const float *x,
-    const float *g, const float *b, int n, int dim, float eps)
+vlm_cuda_layer_norm(cudaStream_t s, float *y, uint16_t *ybf,
+    const float *x, const float *g, const float *b, int n, int dim,
+    float eps)
 {
     if (n <= 0 || dim <= 0) {
         return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
     }
 
-    VLM_LAUNCH(vlm_layer_norm_kernel, n, vlm_norm_threads(dim), 0, s, y, x, g,
-        b, dim, eps);
+    VLM_LAUNCH(vlm_layer_norm_kernel, n, vlm_norm_threads(dim), 0, s, y,
+        (__nv_bfloat16 *) ybf, x, g, b, dim, eps);
 
     return vlm_cuda_launched();
 }

@@ -60,8 +60,10 @@ cudaError_t vlm_cuda_rms_norm(cudaStream_t s, float *y, uint16_t *ybf,
 /* x[n, dim] += r, then y = rms_norm(x) * g: one pass, the same sums */
 cudaError_t vlm_cuda_add_rms_norm(cudaStream_t s, float *y, uint16_t *ybf,
     float *x, const float *r, const float *g, int n, int dim, float eps);
-cudaError_t vlm_cuda_layer_norm(cudaStream_t s, float *y, const float *x,
-    const float *g, const float *b, int n, int dim, float eps);
+/* LayerNorm with its bias; ybf as vlm_cuda_rms_norm's */
+cudaError_t vlm_cuda_layer_norm(cudaStream_t s, float *y, uint16_t *ybf,
+    const float *x, const float *g, const float *b, int n, int dim,
+    float eps);
 
 /* rope.cu */
 cudaError_t vlm_cuda_rope_table(cudaStream_t s, float *cos, float *sin,
@@ -71,7 +73,9 @@ cudaError_t vlm_cuda_rope(cudaStream_t s, float *x, int n, int stride,
     int n_heads, int head_dim, const float *cos, const float *sin);
 
 /* act.cu: act is a vlm_act_t */
-cudaError_t vlm_cuda_act(cudaStream_t s, float *x, int n, int dim, int act);
+/* x[n, dim] = act(x) in place; xbf (NULL: none) gets x rounded to bf16 */
+cudaError_t vlm_cuda_act(cudaStream_t s, float *x, uint16_t *xbf, int n,
+    int dim, int act);
 cudaError_t vlm_cuda_gated_act(cudaStream_t s, float *y, const float *gate,
     const float *up, int n, int dim, int act);
 cudaError_t vlm_cuda_add(cudaStream_t s, float *y, const float *x,

@@ -295,14 +295,16 @@ test_matmul_epilogue(void **state)
 
 
 /*
- * on be: RMSNorms whose output bf16 GEMMs read next, and ops between that
- * write the norm's output (an add, an f32 matmul's y over it), each
- * matmul's result into out[6, NORM_N, NORM_Q]; download()'s status (no
- * cmocka assertion, for a forked child too)
+ * on be: RMSNorms, a LayerNorm and an activation whose output bf16 GEMMs
+ * read next, and ops between that write the norm's output (an add, an
+ * f32 matmul's y over it), each matmul's result into out[NORM_OUT,
+ * NORM_N, NORM_Q]; download()'s status (no cmocka assertion, for a
+ * forked child too)
  */
-#define NORM_N  17
-#define NORM_D  64
-#define NORM_Q  40
+#define NORM_N    17
+#define NORM_D    64
+#define NORM_Q    40
+#define NORM_OUT  8
 
 static vlm_status_t
 norm_matmuls(vlm_backend_t *be, float *out)
@@ -348,7 +350,7 @@ norm_matmuls(vlm_backend_t *be, float *out)
     dr = be->ops->alloc(be, nd * sizeof(float));
     dg = be->ops->alloc(be, NORM_D * sizeof(float));
     dh = be->ops->alloc(be, nd * sizeof(float));
-    dout = be->ops->alloc(be, 6 * nq * sizeof(float));
+    dout = be->ops->alloc(be, NORM_OUT * nq * sizeof(float));
 
     if (rc != VLM_OK || dx == NULL || dr == NULL || dg == NULL || dh == NULL
         || dout == NULL)
@@ -366,8 +368,8 @@ norm_matmuls(vlm_backend_t *be, float *out)
     be->ops->upload(be, dg, g, NORM_D * sizeof(float));
 
     /* the rows part 2 leaves, zeros on both backends */
-    memset(out, 0, 6 * nq * sizeof(float));
-    be->ops->upload(be, dout, out, 6 * nq * sizeof(float));
+    memset(out, 0, NORM_OUT * nq * sizeof(float));
+    be->ops->upload(be, dout, out, NORM_OUT * nq * sizeof(float));
 
     /* q and k from one norm's output */
     be->ops->rms_norm(be, dh, dx, dg, NORM_N, NORM_D, 1e-6f);
@@ -392,7 +394,15 @@ norm_matmuls(vlm_backend_t *be, float *out)
     be->ops->rms_norm(be, dx, dx, dg, NORM_N, NORM_D, 1e-6f);
     be->ops->matmul(be, dout + 5 * nq, dx, &wk, NULL, NORM_N);
 
-    rc = be->ops->download(be, out, dout, 6 * nq * sizeof(float));
+    /* a LayerNorm, as the vision towers' (r's first row its bias) */
+    be->ops->layer_norm(be, dh, dx, dg, dr, NORM_N, NORM_D, 1e-6f);
+    be->ops->matmul(be, dout + 6 * nq, dh, &wq, NULL, NORM_N);
+
+    /* an activation in place of the LayerNorm's output, as a tower's MLP */
+    be->ops->act(be, dh, NORM_N, NORM_D, VLM_ACT_GELU_TANH);
+    be->ops->matmul(be, dout + 7 * nq, dh, &wk, NULL, NORM_N);
+
+    rc = be->ops->download(be, out, dout, NORM_OUT * nq * sizeof(float));
 
     be->ops->release(be, dx);
     be->ops->release(be, dr);
@@ -410,8 +420,9 @@ norm_matmuls(vlm_backend_t *be, float *out)
 
 
 /*
- * the RMSNorms writing the bf16 input of the GEMMs that read their
- * output next give the bits of those GEMMs rounding it themselves
+ * the norms (RMSNorm, LayerNorm) and activations writing the bf16 input
+ * of the GEMMs that read their output next give the bits of those GEMMs
+ * rounding it themselves
  * (VLM_CUDA_FUSE=off), and the ops that write the output between are
  * seen; the same random values on both backends
  */
@@ -423,7 +434,7 @@ test_norm_bf16_input(void **state)
     vlm_error_t         err;
     vlm_backend_t      *unf;
     vlm_backend_conf_t  conf;
-    const size_t        n = (size_t) 6 * NORM_N * NORM_Q;
+    const size_t        n = (size_t) NORM_OUT * NORM_N * NORM_Q;
 
     require_gpu();
 
@@ -1478,7 +1489,7 @@ test_matmul_epilogue_runs(void **state)
 static vlm_status_t
 norm_run(vlm_backend_t *be)
 {
-    static float  out[6 * NORM_N * NORM_Q];
+    static float  out[NORM_OUT * NORM_N * NORM_Q];
 
     return norm_matmuls(be, out);
 }
@@ -1487,7 +1498,7 @@ norm_run(vlm_backend_t *be)
 /*
  * the norms' bf16 copies are what the GEMMs read: norm_matmuls() rounds
  * an input twice on the fused backend (after the add and the f32 matmul
- * that wrote the norm's output), six times with VLM_CUDA_FUSE=off; the
+ * that wrote the norm's output), eight times with VLM_CUDA_FUSE=off; the
  * rounding kernel's third launch planted to fault
  */
 static void

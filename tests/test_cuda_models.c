@@ -842,7 +842,8 @@ fused_case(const char *name, const char *ref_case, int n_images)
  * (rope() of q and k then kv_store_seqs()); Qwen2-VL's (biases),
  * Qwen2.5-VL's, Qwen3-VL's (q/k norms; its DeepStack layers keep their
  * adds), Gemma 3's (its norms around each block) and InternVL's, in f32
- * and bf16
+ * and bf16; the towers' norms' bf16 copies with pictures in bf16
+ * (Qwen2-VL's and Qwen3-VL's LayerNorms, Qwen2.5-VL's RMSNorms)
  */
 static void
 test_model_fused(void **state)
@@ -850,10 +851,11 @@ test_model_fused(void **state)
     require_gpu();
 
     fused_case("qwen2vl-bf16", "text", 0);
+    fused_case("qwen2vl-bf16", "image1", 1);
     fused_case("qwen2vl-f32", "image1", 1);
     fused_case("qwen25vl-bf16", "image1", 1);
     fused_case("qwen3vl-f32", "image1", 1);
-    fused_case("qwen3vl-bf16", "text", 0);
+    fused_case("qwen3vl-bf16", "image1", 1);
     fused_case("../gemma3/gemma3-f32", "text", 0);
     fused_case("../gemma3/gemma3-bf16", "text", 0);
     fused_case("../internvl/internvl-f32", "text", 0);

@@ -13,7 +13,7 @@
  * cuBLAS has no bfloat16-weight times float32-activation product, so the
  * activations are rounded to bfloat16 into a scratch buffer first, one
  * pass over n * cols floats, small next to the rows * cols weights (or
- * by the RMSNorm that wrote them, vlm_cuda_norm_bf16()); a bias goes in
+ * by the norm that wrote them, vlm_cuda_norm_bf16()); a bias goes in
  * cuBLASLt's epilogue (vlm_cuda_gemm_bias()).
  * Decode's products (n <= 4 rows) go to kernels/gemv.cu instead: one
  * stream over the weight with the float32 input as it is.
@@ -793,11 +793,18 @@ static void
 vlm_cuda_layer_norm_op(vlm_backend_t *be, float *y, const float *x,
     const float *g, const float *b, int n, int dim, float eps)
 {
+    uint16_t    *ybf;
     vlm_cuda_t  *cu = (vlm_cuda_t *) be;
 
-    vlm_cuda_check(cu, vlm_cuda_layer_norm(cu->stream, y, x, g, b, n, dim,
-                                           eps),
+    ybf = vlm_cuda_norm_bf16(cu, n, dim);
+
+    vlm_cuda_check(cu, vlm_cuda_layer_norm(cu->stream, y, ybf, x, g, b, n,
+                                           dim, eps),
                    "layer_norm");
+
+    if (ybf != NULL) {
+        vlm_cuda_retag(cu, y, (size_t) n * dim, NULL, 0);
+    }
 }
 
 
@@ -829,9 +836,18 @@ vlm_cuda_rope_op(vlm_backend_t *be, float *x, int n, int stride,
 static void
 vlm_cuda_act_op(vlm_backend_t *be, float *x, int n, int dim, vlm_act_t act)
 {
+    uint16_t    *xbf;
     vlm_cuda_t  *cu = (vlm_cuda_t *) be;
 
-    vlm_cuda_check(cu, vlm_cuda_act(cu->stream, x, n, dim, (int) act), "act");
+    /* the bf16 copy as a norm's: a tower's second MLP matmul reads x */
+    xbf = vlm_cuda_norm_bf16(cu, n, dim);
+
+    vlm_cuda_check(cu, vlm_cuda_act(cu->stream, x, xbf, n, dim, (int) act),
+                   "act");
+
+    if (xbf != NULL) {
+        vlm_cuda_retag(cu, x, (size_t) n * dim, NULL, 0);
+    }
 }
 
 
@@ -1673,7 +1689,7 @@ vlm_backend_cuda_init(vlm_backend_t **out, const vlm_backend_conf_t *conf,
     /*
      * VLM_CUDA_FUSE=off: the matmuls' bias added by a kernel after the
      * GEMM instead of in cuBLASLt's epilogue, and no bf16 copy of the
-     * RMSNorms' output (before/after figures)
+     * norms' output (before/after figures)
      */
     if (vlm_cuda_env_choice("VLM_CUDA_FUSE", "on", "off", &cu->fuse, err)
         != VLM_OK)
