@@ -350,6 +350,15 @@ vlm_cuda_copy(vlm_backend_t *be, void *dst, const void *src, size_t size)
 
 /* ops */
 
+/* the ops issued so far stand: no error, none in a capture either */
+static int
+vlm_cuda_issued(vlm_cuda_t *cu)
+{
+    return cu->error == cudaSuccess
+           && !(cu->capturing && cu->capture_error != cudaSuccess);
+}
+
+
 /*
  * xbf16 known again to hold bf16(tag[0 .. tag_n)) after an op that did
  * not write xbf16, unless the op wrote [y, y + y_n) over tag's floats,
@@ -359,8 +368,7 @@ static void
 vlm_cuda_retag(vlm_cuda_t *cu, const float *tag, size_t tag_n,
     const float *y, size_t y_n)
 {
-    if (tag == NULL || cu->error != cudaSuccess
-        || (cu->capturing && cu->capture_error != cudaSuccess)
+    if (tag == NULL || !vlm_cuda_issued(cu)
         || (y != NULL && y < tag + tag_n && tag < y + y_n))
     {
         return;
@@ -719,9 +727,7 @@ vlm_cuda_matmul_gate_up_op(vlm_backend_t *be, float *gu, const float *x,
 
     vlm_cuda_matmul_out(cu, gu, bf16, x, w, NULL, n);
 
-    if (bf16 && n > 0 && cu->error == cudaSuccess
-        && !(cu->capturing && cu->capture_error != cudaSuccess))
-    {
+    if (bf16 && n > 0 && vlm_cuda_issued(cu)) {
         cu->gu_tag = gu;
         cu->gu_rows = n;
         cu->gu_cols = w->rows;
