@@ -133,6 +133,22 @@ cuda_init_fuse(vlm_backend_t **be, const vlm_backend_conf_t *conf,
 }
 
 
+/* a sequence of m with the prompt ids[n] and its pictures prefilled */
+vlm_seq_t *
+prefilled(vlm_model_t *m, const void *ids, int n, const vlm_image_t *img,
+    int n_images)
+{
+    vlm_seq_t    *s;
+    vlm_error_t   err;
+
+    assert_int_equal(vlm_seq_init(m, &s, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(s, ids, n, img, n_images, NULL, &err),
+                     VLM_OK);
+
+    return s;
+}
+
+
 int
 sample_same_lp(float a, float b)
 {

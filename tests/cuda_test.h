@@ -53,6 +53,8 @@ vlm_status_t cuda_init_env(vlm_backend_t **be,
     vlm_error_t *err);
 vlm_status_t cuda_init_fuse(vlm_backend_t **be,
     const vlm_backend_conf_t *conf, const char *fuse, vlm_error_t *err);
+vlm_seq_t *prefilled(vlm_model_t *m, const void *ids, int n,
+    const vlm_image_t *img, int n_images);
 int sample_same_lp(float a, float b);
 vlm_model_t *load_model_kv(const char *name, const char *backend,
     size_t image_cache, const char *kv_dtype);

@@ -781,12 +781,8 @@ fused_case(const char *name, const char *ref_case, int n_images)
     load_case(name, ref_case, n_images, &ids, &grid, pix, img);
     n = (int) ids.n;
 
-    assert_int_equal(vlm_seq_init(mf, &sf, &err), VLM_OK);
-    assert_int_equal(vlm_seq_init(mu, &su, &err), VLM_OK);
-    assert_int_equal(vlm_seq_prefill(sf, ids.data, n, img, n_images, NULL,
-                                     &err), VLM_OK);
-    assert_int_equal(vlm_seq_prefill(su, ids.data, n, img, n_images, NULL,
-                                     &err), VLM_OK);
+    sf = prefilled(mf, ids.data, n, img, n_images);
+    su = prefilled(mu, ids.data, n, img, n_images);
 
     for (step = 0; step < 5; step++) {
         lf = vlm_seq_logits(sf);
@@ -893,7 +889,6 @@ act_case(const char *name, const char *ref_case, int n_images)
     vlm_npy_t      ids, grid, pix[2];
     vlm_seq_t     *sc, *sb, *sf;
     vlm_image_t    img[2];
-    vlm_error_t    err;
     vlm_model_t   *mc, *mb, *mf;
     const float   *lc, *lb, *lf;
 
@@ -906,15 +901,9 @@ act_case(const char *name, const char *ref_case, int n_images)
     n = (int) ids.n;
     assert_true(n > 4);         /* VLM_CUDA_GEMV_MAX_N: the GEMM's rows */
 
-    assert_int_equal(vlm_seq_init(mc, &sc, &err), VLM_OK);
-    assert_int_equal(vlm_seq_init(mb, &sb, &err), VLM_OK);
-    assert_int_equal(vlm_seq_init(mf, &sf, &err), VLM_OK);
-    assert_int_equal(vlm_seq_prefill(sc, ids.data, n, img, n_images, NULL,
-                                     &err), VLM_OK);
-    assert_int_equal(vlm_seq_prefill(sb, ids.data, n, img, n_images, NULL,
-                                     &err), VLM_OK);
-    assert_int_equal(vlm_seq_prefill(sf, ids.data, n, img, n_images, NULL,
-                                     &err), VLM_OK);
+    sc = prefilled(mc, ids.data, n, img, n_images);
+    sb = prefilled(mb, ids.data, n, img, n_images);
+    sf = prefilled(mf, ids.data, n, img, n_images);
 
     lc = vlm_seq_logits(sc);
     lb = vlm_seq_logits(sb);
@@ -1348,14 +1337,9 @@ kv_prompt_l2(vlm_model_t *mc, vlm_model_t *mg, const vlm_npy_t *ids)
 {
     double        d;
     vlm_seq_t    *sc, *sg;
-    vlm_error_t   err;
 
-    assert_int_equal(vlm_seq_init(mc, &sc, &err), VLM_OK);
-    assert_int_equal(vlm_seq_init(mg, &sg, &err), VLM_OK);
-    assert_int_equal(vlm_seq_prefill(sc, ids->data, (int) ids->n, NULL, 0,
-                                     NULL, &err), VLM_OK);
-    assert_int_equal(vlm_seq_prefill(sg, ids->data, (int) ids->n, NULL, 0,
-                                     NULL, &err), VLM_OK);
+    sc = prefilled(mc, ids->data, (int) ids->n, NULL, 0);
+    sg = prefilled(mg, ids->data, (int) ids->n, NULL, 0);
 
     d = vlm_test_rel_l2(vlm_seq_logits(sg), vlm_seq_logits(sc),
                         (size_t) vlm_model_info(mc)->vocab_size);
