@@ -1217,13 +1217,21 @@ test_model_kv_fp8_calib(void **state)
 
 
 /*
- * dir (made): the bf16 fixture with its decoder's values made 256 times
- * smaller and o_proj 256 times larger (v_proj's weights and biases, and
- * o_proj's weights, exactly: bf16 exponents less and more 8), the same
- * model but for its values, the rest linked
+ * the copy of the fixture (made by the test, removed however it ends);
+ * made: mkdtemp() filled the template in (its letters may be X's too)
+ */
+static char  kv_small_dir[] = "/tmp/vlm-kv-small-XXXXXX";
+static int   kv_small_made;
+
+
+/*
+ * kv_small_dir (made): the bf16 fixture with its decoder's values made
+ * 256 times smaller and o_proj 256 times larger (v_proj's weights and
+ * biases, and o_proj's weights, exactly: bf16 exponents less and more
+ * 8), the same model but for its values, the rest linked
  */
 static void
-kv_small_values_fixture(char *dir)
+kv_small_values_fixture(void)
 {
     int            fd, v, e;
     long           size;
@@ -1240,11 +1248,12 @@ kv_small_values_fixture(char *dir)
     };
 
     assert_non_null(realpath(FIX "/qwen2vl-bf16", src));
-    assert_non_null(mkdtemp(dir));
+    assert_non_null(mkdtemp(kv_small_dir));
+    kv_small_made = 1;
 
     for (i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
         snprintf(dst, sizeof(dst), "%s/%s", src, links[i]);
-        snprintf(dst + 320, 320, "%s/%s", dir, links[i]);
+        snprintf(dst + 320, 320, "%s/%s", kv_small_dir, links[i]);
         assert_int_equal(symlink(dst, dst + 320), 0);
     }
 
@@ -1291,17 +1300,13 @@ kv_small_values_fixture(char *dir)
 
     json_decref(hdr);
 
-    snprintf(dst, sizeof(dst), "%s/model.safetensors", dir);
+    snprintf(dst, sizeof(dst), "%s/model.safetensors", kv_small_dir);
     fd = open(dst, O_WRONLY | O_CREAT | O_EXCL, 0644);
     assert_true(fd >= 0);
     assert_int_equal(write(fd, buf, (size_t) size), size);
     close(fd);
     free(buf);
 }
-
-
-/* the copy of the fixture (made by the test, removed however it ends) */
-static char  kv_small_dir[] = "/tmp/vlm-kv-small-XXXXXX";
 
 
 static int
@@ -1311,8 +1316,8 @@ kv_small_values_rm(void **state)
     char         path[640];
     const char  *dir = kv_small_dir;
 
-    if (strchr(dir, 'X') != NULL) {
-        return 0;                   /* not made */
+    if (!kv_small_made) {
+        return 0;
     }
 
     static const char *const files[] = {
@@ -1369,7 +1374,7 @@ test_model_kv_fp8_calib_small(void **state)
 
     require_gpu();
 
-    kv_small_values_fixture(kv_small_dir);
+    kv_small_values_fixture();
     vlm_test_load_npy(&ids, FIX, "qwen2vl-bf16", "text", "input_ids.npy");
 
     mc = load_model_kv(dir, "cpu", 0, "bf16");
