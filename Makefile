@@ -292,7 +292,7 @@ $(QWEN_TOKENIZER): $(QWEN_TOKENIZER).xz
 	@mv $@.tmp $@
 
 unit: $(TESTS) $(QWEN_TOKENIZER)
-	@$(ROOT)/scripts/run-unit $(TESTS)
+	@UNIT_JOBS=$${UNIT_JOBS:-$(NPROC)} $(ROOT)/scripts/run-unit $(TESTS)
 
 
 PROVE_ENV := TEST_NGINX_BINARY=$(NGINX) TEST_NGINX_LOAD_MODULES=$(MODULE) \

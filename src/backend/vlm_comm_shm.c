@@ -13,7 +13,9 @@
  * generation for a bounded while (busy ranks reach the next barrier within
  * microseconds), then sleep on it with a futex.  The last arriver calls
  * futex wake only when someone sleeps, so a group whose ranks are all busy
- * makes no system call at all.
+ * makes no futex call; the spin yields the core every 64 pauses
+ * (sched_yield(): at once where nothing else is runnable on it), so that
+ * a rank that shares its core with the rank it waits for lets that run.
  */
 
 #define _GNU_SOURCE
@@ -21,6 +23,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -331,7 +334,7 @@ vlm_comm_shm_wait(vlm_comm_shm_t *s)
         return VLM_OK;
     }
 
-    for (i = 0; i < VLM_COMM_SPIN; i++) {
+    for (i = 1; i <= VLM_COMM_SPIN; i++) {
         if (atomic_load_explicit(&h->generation, memory_order_acquire)
             != gen)
         {
@@ -339,6 +342,10 @@ vlm_comm_shm_wait(vlm_comm_shm_t *s)
         }
 
         vlm_comm_cpu_relax();
+
+        if (i % 64 == 0) {
+            sched_yield();
+        }
     }
 
     while (atomic_load(&h->generation) == gen) {

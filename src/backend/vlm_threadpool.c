@@ -2,15 +2,22 @@
  * Fixed thread pool.  A run publishes its task by bumping a generation
  * counter; workers spin on that counter for a bounded time after each run
  * (VLM_POOL_SPIN_NS), so that the ops of one forward pass, which follow
- * each other within microseconds, reach running workers without a system
- * call, as ggml's thread pool does; past the bound a worker sleeps on a
- * condition variable and the next run wakes it.  The caller runs range 0
- * itself and waits for the others the same way: spinning, then asleep.
+ * each other within microseconds, reach running workers without a wake
+ * through the kernel, as ggml's thread pool does; past the bound a
+ * worker sleeps on a condition variable and the next run wakes it.  The
+ * caller runs range 0 itself and waits for the others the same way:
+ * spinning, then asleep.
+ * The spin yields the core between rounds of 64 pauses (sched_yield():
+ * at once where nothing else is runnable on it), so that where the
+ * cores are shared, with another process or with the threads of this
+ * one a thread waits for, the thread that is late gets the core that
+ * the others would have spun on.
  */
 
 #define _GNU_SOURCE
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +108,8 @@ vlm_threadpool_spin(vlm_threadpool_t *tp, uint64_t seen)
         if (vlm_pool_now() - t0 > VLM_POOL_SPIN_NS) {
             return seen;
         }
+
+        sched_yield();
     }
 }
 
@@ -299,6 +308,8 @@ vlm_threadpool_run(vlm_threadpool_t *tp, int n, vlm_task_pt task, void *arg)
         for (i = 0; i < 64 && atomic_load(&tp->pending) > 0; i++) {
             vlm_cpu_relax();
         }
+
+        sched_yield();
 
         if (vlm_pool_now() - t0 > VLM_POOL_SPIN_NS) {
             pthread_mutex_lock(&tp->lock);
