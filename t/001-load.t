@@ -7,6 +7,7 @@ use FindBin;
 # a stopped nginx reaped at once by this process (t/lib/VLMReap.pm)
 BEGIN { require "$FindBin::Bin/lib/VLMReap.pm" }
 use Cwd qw(cwd);
+use File::Temp qw(tempdir);
 
 repeat_each(1);
 
@@ -21,7 +22,9 @@ no_shuffle();
                    $ENV{TEST_NGINX_LOAD_MODULES} || '';
     local $ENV{NGINX} = $ENV{TEST_NGINX_BINARY} || 'nginx';
     local $ENV{VLM_MODULE} = $module || "$root/build/ngx_http_vlm_module.so";
-    local $ENV{VLM_PREFIX} = "$root/t/servroot-serve";
+    # nginx -t's prefix, removed when the suite ends
+    local $ENV{VLM_PREFIX} = tempdir('vlm-serve-XXXXXX', TMPDIR => 1,
+                                     CLEANUP => 1);
 
     my $out = `sh $root/scripts/serve --test 1985 2>&1`;
     my $rc = $?;
