@@ -309,6 +309,10 @@ vlm_threadpool_run(vlm_threadpool_t *tp, int n, vlm_task_pt task, void *arg)
             vlm_cpu_relax();
         }
 
+        if (i < 64) {
+            break;              /* done within the round */
+        }
+
         sched_yield();
 
         if (vlm_pool_now() - t0 > VLM_POOL_SPIN_NS) {
