@@ -7,7 +7,8 @@
 # right.
 #
 # A plain Test::More script: it starts its own nginx (master process, one
-# worker, the engine) under t/servroot-default and stops it at the end.
+# worker, the engine) under t/servroot-default and stops it at the end,
+# the directory removed when every test passed.
 
 use strict;
 use warnings;
@@ -260,5 +261,10 @@ for (1 .. 50) {
 }
 
 is($left, 0, "no engine process left after stop");
+
+# the prefix stays for a look when something failed, as vlm_stop's
+remove_tree($prefix)
+    if !$ENV{TEST_NGINX_NO_CLEAN} && !$left
+       && Test::More->builder->is_passing;
 
 done_testing();

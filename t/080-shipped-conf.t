@@ -5,7 +5,8 @@
 # endpoint; an unknown path answers an OpenAI error object, not HTML.
 #
 # A plain Test::More script: it starts its own nginx (master process, one
-# worker, the engine) under t/servroot-conf and stops it at the end.
+# worker, the engine) under t/servroot-conf and stops it at the end, the
+# directory removed when every test passed.
 
 use strict;
 use warnings;
@@ -102,7 +103,7 @@ system($nginx, '-p', "$prefix/", '-c', 'conf/nginx.conf',
 
 my $srv = { name => 'conf', port => $port, prefix => $prefix,
             nginx => $nginx, conf => "$prefix/conf/nginx.conf",
-            log_pos => 0, keep => 1 };
+            log_pos => 0 };
 
 for (1 .. 100) {
     last if -s "$prefix/logs/nginx.pid";
