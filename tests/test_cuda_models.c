@@ -947,8 +947,6 @@ test_model_gate_up_bf16(void **state)
 }
 
 
-
-
 /* a bf16 KV cache on both backends: the same rounding, the same logits */
 static void
 test_model_kv_bf16(void **state)
