@@ -6,6 +6,7 @@
  */
 
 #include "http/ngx_http_vlm_module.h"
+#include "core/vlm.h"
 
 
 static ngx_conf_enum_t  ngx_http_vlm_backends[] = {
@@ -83,6 +84,10 @@ static ngx_http_vlm_bounds_t  ngx_http_vlm_max_n_bounds = {
 
 static ngx_http_vlm_bounds_t  ngx_http_vlm_max_batch_tokens_bounds = {
     ngx_http_vlm_check_num, 16, 65536
+};
+
+static ngx_http_vlm_bounds_t  ngx_http_vlm_max_prefill_tokens_bounds = {
+    ngx_http_vlm_check_num, 16, VLM_PREFILL_ALONE * 65536
 };
 
 static ngx_http_vlm_bounds_t  ngx_http_vlm_max_model_len_bounds = {
@@ -240,6 +245,13 @@ static ngx_command_t  ngx_http_vlm_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_vlm_main_conf_t, max_batch_tokens),
       &ngx_http_vlm_max_batch_tokens_bounds },
+
+    { ngx_string("vlm_max_prefill_tokens"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_vlm_main_conf_t, max_prefill_tokens),
+      &ngx_http_vlm_max_prefill_tokens_bounds },
 
     { ngx_string("vlm_max_model_len"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,

@@ -598,6 +598,61 @@ qr{\[emerg\] .*: "vlm_max_batch_tokens" must be between 16 and 65536, not "15" i
 
 
 
+=== TEST 36b1: vlm_max_prefill_tokens: four times vlm_max_batch_tokens unless set
+--- http_config
+    vlm_max_batch_tokens 32;
+    vlm_zone vlm size=1m;
+--- config
+    location = /metrics { vlm_metrics; }
+--- request
+GET /metrics
+--- error_code: 200
+--- response_body_like: \nvlm_max_batch_tokens\{model_name="[^"]*"\} 32\n.*\nvlm_max_prefill_tokens\{model_name="[^"]*"\} 128\n
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 36b2: vlm_max_prefill_tokens 2048
+--- http_config
+    vlm_max_prefill_tokens 2048;
+    vlm_zone vlm size=1m;
+--- config
+    location = /metrics { vlm_metrics; }
+--- request
+GET /metrics
+--- error_code: 200
+--- response_body_like: \nvlm_max_prefill_tokens\{model_name="[^"]*"\} 2048\n
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 36b3: vlm_max_prefill_tokens: fewer than vlm_max_batch_tokens
+--- http_config
+    vlm_max_batch_tokens 512;
+    vlm_max_prefill_tokens 256;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*"vlm_max_prefill_tokens 256" is less than vlm_max_batch_tokens \(512\)}
+
+
+
+=== TEST 36b4: vlm_max_prefill_tokens: too many
+--- http_config
+    vlm_max_prefill_tokens 262145;
+--- config
+    location = /t { return 204; }
+--- must_die
+--- suppress_stderr
+--- error_log eval
+qr{\[emerg\] .*: "vlm_max_prefill_tokens" must be between 16 and 262144, not "262145" in \S+nginx\.conf:\d+$}
+
+
+
 === TEST 36ba: vlm_max_n 4
 --- http_config
     vlm_max_n 4;

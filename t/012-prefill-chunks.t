@@ -1,7 +1,8 @@
 # Text prompts longer than one forward step (max_batch_tokens, 256 rows)
-# are fed in chunks next to the running streams' decode tokens: the
-# answer is the one vlm-cli gives when it prefills the whole prompt at once
-# (the path the parity tests hold to transformers), alone and while
+# are fed in chunks next to the running streams' decode tokens, and alone
+# in steps of vlm_max_prefill_tokens (1,024 rows: this one in a step):
+# the answer is the one vlm-cli gives when it prefills the whole prompt at
+# once (the path the parity tests hold to transformers), alone and while
 # another stream is running; the running stream keeps going meanwhile and
 # completes.  An image prompt, prefilled a piece per step, gets the same
 # answer alone and next to a running stream; the second time, its vision
@@ -35,7 +36,8 @@ _EOC_
 
 END { VLMTest::vlm_stop($srv) if $srv }
 
-# about 900 tokens of the fixture's tokenizer: four chunks
+# about 900 tokens of the fixture's tokenizer: four chunks next to a
+# stream, one step alone
 my $prompt = join ' ', map { "word$_" } 1 .. 300;
 
 my $ids = `$cli tokenize --model $model --text '$prompt'`;

@@ -1,5 +1,5 @@
-# The sizes an operator sets: vlm_max_model_len, vlm_kv_cache and
-# vlm_max_image_patches.  nginx -t names a value out of bounds, a context
+# The sizes an operator sets: vlm_max_model_len, vlm_kv_cache,
+# vlm_max_image_patches and vlm_max_prefill_tokens.  nginx -t names a value out of bounds, a context
 # past the model's max_position_embeddings, a KV cache too small for the
 # context, and an image budget below min_pixels.  Served: the context
 # defaults to what the KV cache holds (the serving fixture's 512 bytes a
@@ -156,6 +156,8 @@ is(vlm_engine_arg($srv, '--kv-cache-bytes'), 262144,
    'the engine is told the KV cache');
 is(vlm_engine_arg($srv, '--max-seq-len'), '',
    'and no context: it takes what the cache holds');
+is(vlm_engine_arg($srv, '--max-prefill-tokens'), 1024,
+   'and a prompt alone four times vlm_max_batch_tokens');
 
 {
     open my $log, '<', "$srv->{prefix}/logs/error.log" or die;
@@ -167,6 +169,8 @@ is(vlm_engine_arg($srv, '--max-seq-len'), '',
          'the KV cache line: 256k, 512 tokens');
     like($text, qr/total +[\d.]+ MiB +of [\d.]+ MiB/,
          'and the total against the machine');
+    like($text, qr/activations +[\d.]+ MiB +1024 rows a step \(vlm_max_prefill_tokens\), 8 sequences \(vlm_max_running\)/,
+         'the activations: a step of a prompt alone');
 }
 
 my $res = vlm_request($srv, 'GET', '/v1/models');
@@ -196,10 +200,13 @@ model_copy($model, 200704);
 $srv = vlm_start(name => 'sizes2', model => $model,
                  http_config => "vlm_served_model_name serving;\n"
                                 . "    vlm_max_model_len 300;\n"
-                                . "    vlm_max_image_patches 64;");
+                                . "    vlm_max_image_patches 64;\n"
+                                . "    vlm_max_prefill_tokens 300;");
 
 is(vlm_engine_arg($srv, '--max-seq-len'), 300, 'the engine is told 300');
 is(vlm_engine_arg($srv, '--max-image-patches'), 64, 'and 64 patches');
+is(vlm_engine_arg($srv, '--max-prefill-tokens'), 300,
+   'and 300 rows a step alone');
 
 $res = vlm_request($srv, 'GET', '/v1/models');
 is(vlm_json($res->{body})->{data}[0]{max_model_len}, 300,
@@ -231,6 +238,11 @@ VLMTest::vlm_reload_engine($srv, 'vlm_max_model_len 300;',
 VLMTest::vlm_reload_engine($srv, 'vlm_max_image_patches 64;',
                            'vlm_max_image_patches 128;',
                            'vlm_max_image_patches');
+VLMTest::vlm_reload_engine($srv, 'vlm_max_prefill_tokens 300;',
+                           'vlm_max_prefill_tokens 256;',
+                           'vlm_max_prefill_tokens');
+is(vlm_engine_arg($srv, '--max-prefill-tokens'), 256,
+   'the reloaded vlm_max_prefill_tokens');
 $res = vlm_request($srv, 'GET', '/v1/models');
 is(vlm_json($res->{body})->{data}[0]{max_model_len}, 200,
    '/v1/models: the reloaded vlm_max_model_len');

@@ -84,8 +84,8 @@ aligned_alloc(size_t align, size_t n)
 
 
 static vlm_model_t *
-load_rows(const char *dir, vlm_error_t *err, int max_seqs, int kv_blocks,
-    int max_batch_tokens, size_t image_cache)
+load_params(const char *dir, vlm_error_t *err, int max_seqs, int kv_blocks,
+    int max_batch_tokens, int max_prefill_tokens, size_t image_cache)
 {
     vlm_model_t        *m;
     vlm_model_params_t  p;
@@ -95,6 +95,7 @@ load_rows(const char *dir, vlm_error_t *err, int max_seqs, int kv_blocks,
     p.max_seqs = max_seqs;
     p.max_seq_len = 128;
     p.max_batch_tokens = max_batch_tokens;
+    p.max_prefill_tokens = max_prefill_tokens;
     p.max_image_patches = 64;
     p.kv_block_size = 8;
     p.kv_blocks = kv_blocks;
@@ -107,6 +108,23 @@ load_rows(const char *dir, vlm_error_t *err, int max_seqs, int kv_blocks,
     }
 
     return m;
+}
+
+
+static vlm_model_t *
+load_rows(const char *dir, vlm_error_t *err, int max_seqs, int kv_blocks,
+    int max_batch_tokens, size_t image_cache)
+{
+    return load_params(dir, err, max_seqs, kv_blocks, max_batch_tokens, 0,
+                       image_cache);
+}
+
+
+/* 3 sequences, rows a step, prefill rows a step alone (0: default) */
+static vlm_model_t *
+load_prefill(const char *dir, vlm_error_t *err, int rows, int prefill)
+{
+    return load_params(dir, err, 3, 0, rows, prefill, 0);
 }
 
 
@@ -1149,7 +1167,7 @@ static void
 test_step_mixes_prefill_chunk_and_decode(void **state)
 {
     int                i, V;
-    int32_t            tok, big[40];
+    int32_t            tok, big[129];
     vlm_npy_t          ta, tg, tl, ia, ig, pix, grid;
     vlm_seq_t         *a, *b;
     vlm_image_t        img;
@@ -1179,14 +1197,15 @@ test_step_mixes_prefill_chunk_and_decode(void **state)
     assert_int_equal(argmax(vlm_seq_logits(b), V),
                      ((int32_t *) ig.data)[0]);
 
-    /* too many rows: refused, and nothing moved */
-    for (i = 0; i < 40; i++) {
+    /* more rows than a step alone takes: refused, and nothing moved */
+    assert_int_equal(vlm_model_info(m)->max_prefill_tokens, 128);
+    for (i = 0; i < 129; i++) {
         big[i] = 5;
     }
     vlm_model_stats(m, &st0);
     items[0].seq = a;
     items[0].ids = big;
-    items[0].n_ids = 40;
+    items[0].n_ids = 129;
     assert_int_equal(vlm_step(m, items, 1, &err), VLM_ERR_LIMIT);
     vlm_model_stats(m, &st);
     assert_int_equal(st.kv_blocks_used, st0.kv_blocks_used);
@@ -1342,6 +1361,141 @@ test_prefill_in_pieces_between_decodes(void **state)
     vlm_npy_free(&pix);
     vlm_npy_free(&grid);
     vlm_model_free(m);
+}
+
+
+/*
+ * The image1 prompt prefilled in works with rows asked (0: none), in a
+ * model of 8 rows a step and prefill rows a step alone: its longest
+ * prompt chunk (what a work added to the sequence) into *most and the
+ * chunks into *chunks; vlm_prefill_last() before each work says 1 before
+ * the last one only, whose logits are transformers'
+ */
+static void
+alone_chunks(int prefill, int rows, int *most, int *chunks)
+{
+    int            V, len, done, last, was;
+    vlm_npy_t      ia, il, pix, grid;
+    vlm_seq_t     *a;
+    vlm_image_t    img;
+    vlm_error_t    err;
+    vlm_model_t   *m;
+
+    m = load_prefill(FIX "/qwen25vl-f32", &err, 8, prefill);
+    assert_non_null(m);
+    V = vlm_model_info(m)->vocab_size;
+
+    npy(&ia, FIX "/qwen25vl-f32/ref/image1/input_ids.npy");
+    npy(&il, FIX "/qwen25vl-f32/ref/image1/logits_last.npy");
+    image1("qwen25vl-f32", &pix, &grid, &img);
+
+    assert_int_equal(vlm_seq_init(m, &a, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill_start(a, ia.data, (int) ia.n, &img, 1,
+                                           NULL, &err), VLM_OK);
+
+    *most = 0;
+    *chunks = 0;
+
+    do {
+        vlm_prefill_rows(m, rows);
+        last = vlm_prefill_last(m, &len);
+        was = vlm_seq_length(a);
+
+        assert_int_equal(vlm_prefill_work(m, &done, &err), VLM_OK);
+
+        if (vlm_seq_length(a) > was) {
+            *most = vlm_max(*most, vlm_seq_length(a) - was);
+            (*chunks)++;
+        }
+
+        assert_int_equal(last, done);
+        if (last) {
+            assert_int_equal(len, (int) ia.n);
+        }
+
+    } while (!done);
+
+    assert_int_equal(vlm_seq_length(a), (int) ia.n);
+    assert_true(rel_l2(vlm_seq_logits(a), il.data, V) < 1e-8);
+
+    vlm_seq_free(a);
+    vlm_npy_free(&ia);
+    vlm_npy_free(&il);
+    vlm_npy_free(&pix);
+    vlm_npy_free(&grid);
+    vlm_model_free(m);
+}
+
+
+/*
+ * A prompt alone takes larger steps (max_prefill_tokens, the decoder's
+ * workspace): 4 x max_batch_tokens unless set, never fewer than
+ * max_batch_tokens; a text step of more rows than max_batch_tokens gives
+ * transformers' logits, one of max_prefill_tokens + 1 rows is refused;
+ * an image prompt's chunks are max_batch_tokens rows, or the rows
+ * vlm_prefill_rows() asks up to max_prefill_tokens (23 tokens: 8, 8, 7;
+ * asked 16: 16, 7; asked 1,000 of 12 at most: 12, 11), each ending where
+ * vlm_prefill_last() said, with the logits of the whole prompt.
+ */
+static void
+test_prefill_alone_rows(void **state)
+{
+    int                i, V, most, chunks;
+    int32_t            big[33];
+    vlm_npy_t          ta, tl;
+    vlm_seq_t         *a;
+    vlm_error_t        err;
+    vlm_model_t       *m;
+    vlm_step_item_t    item;
+
+    assert_null(load_prefill(FIX "/qwen25vl-f32", &err, 8, 7));
+    assert_int_equal(err.status, VLM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "max_prefill_tokens 7"));
+
+    m = load_prefill(FIX "/qwen25vl-f32", &err, 8, 0);
+    assert_non_null(m);
+    assert_int_equal(vlm_model_info(m)->max_batch_tokens, 8);
+    assert_int_equal(vlm_model_info(m)->max_prefill_tokens, 32);
+    V = vlm_model_info(m)->vocab_size;
+
+    npy(&ta, FIX "/qwen25vl-f32/ref/text/input_ids.npy");
+    npy(&tl, FIX "/qwen25vl-f32/ref/text/logits_last.npy");
+    assert_true(ta.n > 9);
+
+    /* the prompt's first token, then the rest in one step of 10 rows */
+    assert_int_equal(vlm_seq_init(m, &a, &err), VLM_OK);
+    assert_int_equal(vlm_seq_prefill(a, ta.data, 1, NULL, 0, NULL, &err),
+                     VLM_OK);
+    item.seq = a;
+    item.ids = (int32_t *) ta.data + 1;
+    item.n_ids = (int) ta.n - 1;
+    assert_int_equal(vlm_step(m, &item, 1, &err), VLM_OK);
+    assert_true(rel_l2(vlm_seq_logits(a), tl.data, V) < 1e-6);
+
+    for (i = 0; i < 33; i++) {
+        big[i] = 5;
+    }
+    item.ids = big;
+    item.n_ids = 33;
+    assert_int_equal(vlm_step(m, &item, 1, &err), VLM_ERR_LIMIT);
+    assert_int_equal(vlm_seq_length(a), (int) ta.n);
+
+    vlm_seq_free(a);
+    vlm_npy_free(&ta);
+    vlm_npy_free(&tl);
+    vlm_model_free(m);
+
+    alone_chunks(0, 0, &most, &chunks);
+    assert_int_equal(most, 8);
+    assert_int_equal(chunks, 3);
+
+    alone_chunks(0, 16, &most, &chunks);
+    assert_int_equal(most, 16);
+    assert_int_equal(chunks, 2);
+
+    alone_chunks(12, 1000, &most, &chunks);
+    assert_int_equal(most, 12);
+    assert_int_equal(chunks, 2);
 }
 
 
@@ -1925,6 +2079,7 @@ main(void)
         cmocka_unit_test(test_fork_shares_prefix),
         cmocka_unit_test(test_step_mixes_prefill_chunk_and_decode),
         cmocka_unit_test(test_prefill_in_pieces_between_decodes),
+        cmocka_unit_test(test_prefill_alone_rows),
         cmocka_unit_test(test_tower_in_pieces_same_bits),
         cmocka_unit_test(test_big_image_never_stalls_a_stream),
         cmocka_unit_test(test_image_cache),

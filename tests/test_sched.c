@@ -9,7 +9,8 @@
  * with a cache large enough, with vlm_preemptions counted (on Gemma 3 too,
  * its sliding layers' pool back to idle after); a sequence
  * the whole cache cannot hold alone ends with an error that names
- * vlm_kv_cache, never a hang.
+ * vlm_kv_cache, never a hang.  A prompt alone takes steps of
+ * max_prefill_tokens rows, two at once of max_batch_tokens.
  */
 
 #define _GNU_SOURCE
@@ -71,6 +72,9 @@ typedef struct {
 /* the checkpoint of the runs: the serving fixture, or Gemma 3's */
 static const char  *model_dir = MODEL;
 
+/* their max_prefill_tokens (0: the default, 4 x max_batch_tokens) */
+static int  prefill_rows;
+
 
 static const vlm_queue_conf_t  conf = {
     8,                  /* slots */
@@ -92,6 +96,7 @@ run_init(run_t *r, int kv_blocks, int max_seqs)
     p.max_seqs = max_seqs;
     p.max_seq_len = MAXLEN;
     p.kv_blocks = kv_blocks;
+    p.max_prefill_tokens = prefill_rows;
 
     if (vlm_model_load(&r->model, model_dir, &p, &err) != VLM_OK
         || vlm_tokenizer_load(&r->tok, model_dir, &err) != VLM_OK)
@@ -482,6 +487,72 @@ test_too_big_alone(void **state)
 }
 
 
+/*
+ * Steps until the first of n requests of a 60-token prompt gives its first
+ * token, with max_prefill_tokens prefill (16 rows a step); the requests
+ * run to their end
+ */
+static int
+first_token_steps(int prefill, int n)
+{
+    int               i, steps, got;
+    char              text[VLM_QUEUE_OUT_TEXT];
+    out_t             out[2];
+    req_t             rq;
+    run_t             r;
+    vlm_queue_out_t   rec;
+
+    rq.n_prompt = 60;
+    rq.seeded = 0;
+    rq.max_tokens = 4;
+    rq.n = 1;
+    rq.stop = NULL;
+
+    prefill_rows = prefill;
+    run_init(&r, NREQ * MAXLEN / 8, NREQ);
+    prefill_rows = 0;
+
+    memset(out, 0, sizeof(out));
+    for (i = 0; i < n; i++) {
+        out[i].slot = submit(&r, &rq, i);
+    }
+
+    got = 0;
+
+    for (steps = 1; steps < 100 && !got; steps++) {
+        (void) vlm_sched_step(r.sched, 1);
+
+        while (vlm_queue_pop_output(&r.q, out[0].slot, &rec, text,
+                                    sizeof(text)))
+        {
+            got |= rec.token != VLM_QUEUE_NONE;
+        }
+    }
+
+    serve(&r, out, n);
+    run_free(&r);
+
+    return steps - 1;
+}
+
+
+/*
+ * A prompt alone is fed in chunks of max_prefill_tokens: 60 tokens in one
+ * step of the default 64 rows, in four of 16 where max_prefill_tokens is
+ * max_batch_tokens; two prompts at once (each waits for the other's
+ * steps) in chunks of max_batch_tokens, four steps
+ */
+static void
+test_prompt_alone_chunks(void **state)
+{
+    (void) state;
+
+    assert_int_equal(first_token_steps(0, 1), 1);
+    assert_int_equal(first_token_steps(16, 1), 4);
+    assert_int_equal(first_token_steps(0, 2), 4);
+}
+
+
 int
 main(void)
 {
@@ -491,6 +562,7 @@ main(void)
         cmocka_unit_test(test_preempt_choices),
         cmocka_unit_test(test_preempt_stop_strings),
         cmocka_unit_test(test_too_big_alone),
+        cmocka_unit_test(test_prompt_alone_chunks),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

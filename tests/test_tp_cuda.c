@@ -1509,7 +1509,7 @@ draws_leader(const prompt_t *pr, vlm_group_t *g, vlm_model_t *m,
     drawn = 0;
 
     do {
-        if (vlm_group_prefill_last(g, &len)) {
+        if (vlm_group_prefill_last(g, 0, &len)) {
             if (draws_rows(m, ds, rows, dcounts, counts, 1, err) != VLM_OK
                 || vlm_group_prefill_sample(g, ptrs, DRAWS, res, V, err)
                    != VLM_OK)

@@ -58,7 +58,8 @@ static const vlm_cli_command_t  vlm_cli_commands[] = {
     { "plan", vlm_cli_plan,
       "plan --model DIR [--max-model-len N] [--kv-cache SIZE] "
       "[--max-image-patches N] [--max-running N] [--max-batch-tokens N] "
-      "[--threads N] [--image-cache SIZE] [--weight-layout plain|tiles]" },
+      "[--max-prefill-tokens N] [--threads N] [--image-cache SIZE] "
+      "[--weight-layout plain|tiles]" },
     { NULL, NULL, NULL }
 };
 

@@ -129,6 +129,9 @@ vlm_cli_plan(int argc, char **argv)
         } else if (strcmp(argv[i - 1], "--max-batch-tokens") == 0) {
             p.max_batch_tokens = (int) n;
 
+        } else if (strcmp(argv[i - 1], "--max-prefill-tokens") == 0) {
+            p.max_prefill_tokens = (int) n;
+
         } else if (strcmp(argv[i - 1], "--threads") == 0) {
             p.n_threads = (int) n;
 

@@ -30,6 +30,9 @@ typedef struct vlm_seq_s    vlm_seq_t;
 /* a sequence slot's share of the default KV cache, in tokens */
 #define VLM_KV_DEFAULT_TOKENS  4096
 
+/* a step's rows where one prompt runs alone, times max_batch_tokens */
+#define VLM_PREFILL_ALONE      4
+
 
 typedef struct {
     int     n_threads;          /* CPU threads; 0: every online CPU */
@@ -39,6 +42,13 @@ typedef struct {
                                    what the KV cache holds */
     int     max_batch_tokens;   /* rows of one forward step (prefill
                                    chunk, decode batch) */
+    int     max_prefill_tokens; /* rows of a step that feeds one prompt
+                                   alone (no other sequence decodes or
+                                   waits): its chunk, or a piece of its
+                                   vision encoder; at least
+                                   max_batch_tokens (the decoder's
+                                   workspace is this big); 0: 4 x
+                                   max_batch_tokens */
     int     max_image_patches;  /* patches of the largest image */
     int     kv_block_size;      /* tokens per KV block */
     int     kv_blocks;          /* 0: kv_cache_bytes' worth, or enough
@@ -123,6 +133,7 @@ typedef struct {
     int          max_seqs;          /* the budgets the model was loaded */
     int          max_seq_len;       /* with */
     int          max_batch_tokens;
+    int          max_prefill_tokens;
     int          max_image_patches;
     const char  *kv_dtype;          /* as resolved: "f32", "bf16", "f16" */
     size_t       kv_token_bytes;    /* KV bytes a token takes, all layers
@@ -272,6 +283,7 @@ typedef struct {
     int     max_image_patches;
     int     max_seqs;
     int     max_batch_tokens;
+    int     max_prefill_tokens;
     int     n_threads;
     int     tp_rank;
     int     tp_size;
@@ -352,13 +364,13 @@ vlm_status_t vlm_seq_prefill(vlm_seq_t *seq, const int32_t *ids,
  * decoding meanwhile: vlm_seq_prefill_start() checks the prompt and
  * reserves its KV blocks; each vlm_prefill_work() does one bounded piece
  * (one stage of the vision encoder for one image, or one chunk of
- * max_batch_tokens prompt rows) and sets *done after the last, when the
- * sequence's logits are the prompt's.  One prefill at a time per model;
- * ids, images and their pixels must stay valid until it is done.  Other
- * sequences may be stepped between the pieces.  On an error, or after
- * vlm_prefill_cancel(), the sequence is as it was; freeing the sequence
- * abandons its prefill.  vlm_seq_prefill() is start, then work until
- * done.
+ * max_batch_tokens prompt rows, or more: vlm_prefill_rows()) and sets
+ * *done after the last, when the sequence's logits are the prompt's.
+ * One prefill at a time per model; ids, images and their pixels must
+ * stay valid until it is done.  Other sequences may be stepped between
+ * the pieces.  On an error, or after vlm_prefill_cancel(), the sequence
+ * is as it was; freeing the sequence abandons its prefill.
+ * vlm_seq_prefill() is start, then work until done.
  */
 vlm_status_t vlm_seq_prefill_start(vlm_seq_t *seq, const int32_t *ids,
     int n_ids, const vlm_image_t *images, int n_images, float *all_logits,
@@ -368,12 +380,12 @@ vlm_status_t vlm_prefill_work(vlm_model_t *model, int *done,
 void vlm_prefill_cancel(vlm_model_t *model);
 int vlm_prefill_busy(const vlm_model_t *model);
 /*
- * The rows of the vision encoder's pieces from the next
- * vlm_prefill_work() on: more than max_batch_tokens where no other
- * sequence waits for the steps (the weights read and packed fewer times
- * an image), 0 for max_batch_tokens again.  The features are the same
- * bits whatever the pieces; the prompt's chunks stay of max_batch_tokens
- * rows (its workspace is that big).
+ * The rows of the vision encoder's pieces and of the prompt's chunks from
+ * the next vlm_prefill_work() (and vlm_prefill_last()) on: more than
+ * max_batch_tokens where no other sequence waits for the steps (the
+ * weights read and packed fewer times a prompt), the chunks at most
+ * max_prefill_tokens (the decoder's workspace); 0 for max_batch_tokens
+ * again.  The features are the same bits whatever the pieces.
  */
 void vlm_prefill_rows(vlm_model_t *model, int rows);
 /* the rows of a vision piece: vlm_prefill_rows()', else max_batch_tokens */
@@ -428,7 +440,8 @@ vlm_status_t vlm_decode(vlm_model_t *model, vlm_seq_t *const *seqs,
 /*
  * One scheduler iteration: appends items[i].ids (text tokens, e.g. a
  * decode token or a chunk of a text prompt) to items[i].seq for every
- * item in one batched forward pass of at most max_batch_tokens rows, and
+ * item in one batched forward pass of at most max_prefill_tokens rows
+ * (a scheduler keeps to max_batch_tokens where sequences decode), and
  * computes the logits of each sequence's last token.  On an error no
  * sequence has changed.
  */

@@ -12,7 +12,8 @@
  *
  *   vlm-engine --queue-fd N --master-pid P --model DIR
  *              [--backend cpu|cuda] [--threads N] [--max-seqs N]
- *              [--max-batch-tokens N] [--max-seq-len N] [--kv-blocks N]
+ *              [--max-batch-tokens N] [--max-prefill-tokens N]
+ *              [--max-seq-len N] [--kv-blocks N]
  *              [--kv-cache-bytes N] [--max-image-patches N]
  *              [--image-cache-bytes N] [--tensor-parallel N]
  *              [--prefix-cache on|off] [--quant-activations int8|f32]
@@ -515,6 +516,15 @@ vlm_engine_parse(int argc, char **argv, vlm_engine_args_t *a)
             }
 
             a->params.max_batch_tokens = (int) n;
+
+        } else if (strcmp(argv[i], "--max-prefill-tokens") == 0) {
+            if (vlm_engine_int("--max-prefill-tokens", argv[++i], 16,
+                               VLM_PREFILL_ALONE * 65536, &n))
+            {
+                return -1;
+            }
+
+            a->params.max_prefill_tokens = (int) n;
 
         } else if (strcmp(argv[i], "--image-cache-bytes") == 0) {
             if (vlm_engine_int("--image-cache-bytes", argv[++i], 0,

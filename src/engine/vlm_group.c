@@ -186,13 +186,16 @@ vlm_group_init(vlm_group_t **group, vlm_model_t *model, vlm_comm_t *comm,
     g->max_draws = info->max_batch_tokens;
 
     /*
-     * the largest plan: a step's items, ids, draws more and which rows
-     * the device draws, or a whole prompt
+     * the largest plan: a step's items, ids (a prompt's chunk alone up
+     * to max_prefill_tokens), draws more and which rows the device draws,
+     * or a whole prompt
      */
     g->payload_cap = vlm_max((size_t) info->max_seqs
                              * sizeof(vlm_group_item_t)
+                             + (size_t) info->max_prefill_tokens
+                               * sizeof(int32_t)
                              + (size_t) g->max_draws
-                               * (2 * sizeof(int32_t) + 1),
+                               * (sizeof(int32_t) + 1),
                              vlm_group_ids_bytes(info->max_seq_len)
                              + VLM_GROUP_MAX_IMAGES
                                * sizeof(vlm_group_image_t));
@@ -603,8 +606,10 @@ vlm_group_prefill_cancel(vlm_group_t *g)
 
 
 int
-vlm_group_prefill_last(vlm_group_t *g, int *len)
+vlm_group_prefill_last(vlm_group_t *g, int rows, int *len)
 {
+    vlm_prefill_rows(g->model, rows);
+
     return vlm_prefill_last(g->model, len);
 }
 

@@ -57,9 +57,10 @@ vlm_status_t vlm_group_step(vlm_group_t *group,
  * vlm_prefill_last() and vlm_prefill_sample(): rank 0 draws on its
  * device, the next vlm_group_prefill_work()'s plan tells the other ranks
  * which of the rows it draws (their shares of those rows' logits
- * computed and gathered, none brought to their hosts)
+ * computed and gathered, none brought to their hosts); rows: those that
+ * work is given
  */
-int vlm_group_prefill_last(vlm_group_t *group, int *len);
+int vlm_group_prefill_last(vlm_group_t *group, int rows, int *len);
 vlm_status_t vlm_group_prefill_sample(vlm_group_t *group,
     struct vlm_sample_row_s *const *rows, int n_more,
     struct vlm_sample_res_s *res, int vocab, vlm_error_t *err);

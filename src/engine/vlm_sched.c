@@ -16,10 +16,6 @@
 #include "vlm_sched_int.h"
 
 
-/* an image's pieces where nothing else runs: times max_batch_tokens */
-#define VLM_SCHED_ALONE  4
-
-
 static void vlm_sched_admit(vlm_sched_t *s);
 static int vlm_sched_start(vlm_sched_t *s, vlm_sched_req_t *r);
 static int vlm_sched_kv_fits(vlm_sched_t *s, uint32_t n, int *room);
@@ -859,7 +855,7 @@ vlm_sched_first(vlm_sched_t *s, vlm_req_state_t state)
 static void
 vlm_sched_encode(vlm_sched_t *s)
 {
-    int               i, done, len, n_more, dev;
+    int               i, done, len, n_more, dev, rows;
     vlm_error_t       err;
     vlm_sample_t      sample;
     vlm_status_t      rc;
@@ -885,7 +881,9 @@ vlm_sched_encode(vlm_sched_t *s)
     n_more = 0;
     s->sample_ptrs[0] = NULL;
 
-    if (s->dev_sample && vlm_group_prefill_last(s->group, &len)) {
+    rows = vlm_sched_piece_rows(s, r);
+
+    if (s->dev_sample && vlm_group_prefill_last(s->group, rows, &len)) {
         s->batch_reqs[0] = (int) (r - s->reqs);
         dev = vlm_sched_on_device_first(s, 0, 1, (uint32_t) len, &n_more);
     }
@@ -899,9 +897,7 @@ vlm_sched_encode(vlm_sched_t *s)
         return;
     }
 
-    if (vlm_group_prefill_work(s->group, vlm_sched_piece_rows(s, r), &done,
-                               &err)
-        != VLM_OK)
+    if (vlm_group_prefill_work(s->group, rows, &done, &err) != VLM_OK)
     {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
         return;
@@ -985,12 +981,12 @@ vlm_sched_fork(vlm_sched_t *s, vlm_sched_req_t *r)
 
 
 /*
- * The rows of the vision encoder's pieces for r's next work: where no
- * other request runs in the steps (none decodes or feeds its prompt),
- * VLM_SCHED_ALONE times max_batch_tokens, so that an image reads the
- * tower's weights fewer times (the others queued behind it wait for it
- * either way; a request arriving waits a longer piece at most); else
- * max_batch_tokens (0), the most a running stream waits for a step
+ * The rows of r's next piece (of the vision encoder) or chunk (of its
+ * prompt): where no other request runs in the steps (none decodes, feeds
+ * its prompt or encodes its images), max_prefill_tokens, so that a
+ * prompt reads the weights fewer times (the others queued behind it wait
+ * for it either way; a request arriving waits a longer piece at most);
+ * else max_batch_tokens (0), the most a running stream waits for a step
  */
 static int
 vlm_sched_piece_rows(vlm_sched_t *s, const vlm_sched_req_t *r)
@@ -1000,13 +996,14 @@ vlm_sched_piece_rows(vlm_sched_t *s, const vlm_sched_req_t *r)
     for (i = 0; i < s->n_reqs; i++) {
         if (&s->reqs[i] != r
             && (s->reqs[i].state == VLM_REQ_DECODING
-                || s->reqs[i].state == VLM_REQ_PREFILLING))
+                || s->reqs[i].state == VLM_REQ_PREFILLING
+                || s->reqs[i].state == VLM_REQ_ENCODING))
         {
             return 0;
         }
     }
 
-    return VLM_SCHED_ALONE * s->info->max_batch_tokens;
+    return s->info->max_prefill_tokens;
 }
 
 
@@ -1176,7 +1173,8 @@ vlm_sched_resume(vlm_sched_t *s)
 /*
  * One batched forward step: a token for every decoding request that has
  * room for its output, and in the rows left (max_batch_tokens) the next
- * chunk of one text prompt.  A prompt's last chunk gives its first token.
+ * chunk of one text prompt, of max_prefill_tokens where it runs alone
+ * (vlm_sched_piece_rows).  A prompt's last chunk gives its first token.
  * When the KV cache cannot hold the step, the youngest requests are
  * preempted until it can (for the prompt's chunk, only requests younger
  * than it; else the chunk is cut to the room there is).
@@ -1185,7 +1183,7 @@ static void
 vlm_sched_run(vlm_sched_t *s)
 {
     int                k, n, n_decode, n_more, room, need, fit, bs, dev,
-                       len0;
+                       len0, rows;
     uint32_t           chunk, total;
     vlm_error_t        err;
     vlm_sample_t       sample;
@@ -1223,8 +1221,9 @@ vlm_sched_run(vlm_sched_t *s)
         }
 
         ids = vlm_sched_ids(s, r, &total);
-        chunk = vlm_min(total - r->n_fed,
-                        (uint32_t) (s->info->max_batch_tokens - n));
+        rows = n == 0 ? vlm_sched_piece_rows(s, r) : 0;
+        rows = rows > 0 ? rows : s->info->max_batch_tokens - n;
+        chunk = vlm_min(total - r->n_fed, (uint32_t) rows);
 
         if (vlm_seq_kv_need(r->seq, (int) chunk) <= room - need) {
             break;

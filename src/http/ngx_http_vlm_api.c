@@ -385,6 +385,10 @@ ngx_http_vlm_metrics_conf(u_char *p, ngx_http_vlm_main_conf_t *vmcf)
     p = ngx_sprintf(p, "# HELP vlm_max_batch_tokens Rows of one engine "
                     "step.\n# TYPE vlm_max_batch_tokens gauge\n"
                     "vlm_max_batch_tokens %ui\n", vmcf->max_batch_tokens);
+    p = ngx_sprintf(p, "# HELP vlm_max_prefill_tokens Rows of an engine "
+                    "step that feeds one prompt alone.\n"
+                    "# TYPE vlm_max_prefill_tokens gauge\n"
+                    "vlm_max_prefill_tokens %ui\n", vmcf->max_prefill_tokens);
     p = ngx_sprintf(p, "# HELP vlm_prefix_cache 1 when the engine keeps "
                     "KV blocks for later prompts.\n"
                     "# TYPE vlm_prefix_cache gauge\n"

@@ -65,6 +65,7 @@ ngx_http_vlm_create_main_conf(ngx_conf_t *cf)
     vmcf->max_n = NGX_CONF_UNSET_UINT;
     vmcf->think_end_id = -1;
     vmcf->max_batch_tokens = NGX_CONF_UNSET_UINT;
+    vmcf->max_prefill_tokens = NGX_CONF_UNSET_UINT;
     vmcf->max_model_len = NGX_CONF_UNSET_UINT;
     vmcf->kv_cache = NGX_CONF_UNSET_SIZE;
     vmcf->max_image_patches = NGX_CONF_UNSET_UINT;
@@ -142,6 +143,21 @@ ngx_http_vlm_init_main_conf(ngx_conf_t *cf, void *conf)
 
     ngx_conf_init_uint_value(vmcf->max_batch_tokens,
                              NGX_HTTP_VLM_DEFAULT_MAX_BATCH_TOKENS);
+
+    /* a prompt alone: larger chunks, the same workspace for all */
+    if (vmcf->max_prefill_tokens == NGX_CONF_UNSET_UINT) {
+        vmcf->max_prefill_tokens = VLM_PREFILL_ALONE
+                                   * vmcf->max_batch_tokens;
+
+    } else if (vmcf->max_prefill_tokens < vmcf->max_batch_tokens) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"vlm_max_prefill_tokens %ui\" is less than "
+                           "vlm_max_batch_tokens (%ui)",
+                           vmcf->max_prefill_tokens,
+                           vmcf->max_batch_tokens);
+        return NGX_CONF_ERROR;
+    }
+
     ngx_conf_init_uint_value(vmcf->max_model_len, 0);
     ngx_conf_init_size_value(vmcf->kv_cache, 0);
     ngx_conf_init_uint_value(vmcf->max_image_patches, 0);
@@ -1165,6 +1181,7 @@ ngx_http_vlm_engine_params(ngx_http_vlm_main_conf_t *vmcf,
     params->n_threads = (int) vmcf->engine_threads;
     params->max_seqs = (int) vmcf->max_running;
     params->max_batch_tokens = (int) vmcf->max_batch_tokens;
+    params->max_prefill_tokens = (int) vmcf->max_prefill_tokens;
     params->max_seq_len = (int) vmcf->max_model_len;
     params->kv_cache_bytes = vmcf->kv_cache;
     params->max_image_patches = (int) vmcf->max_image_patches;

@@ -31,7 +31,7 @@
 #define NGX_HTTP_VLM_STABLE          (30 * 1000) /* resets the back-off */
 #define NGX_HTTP_VLM_STOP_WAIT       (10 * 1000)
 #define NGX_HTTP_VLM_RECORD_CHECK    200        /* an exiting worker, ms */
-#define NGX_HTTP_VLM_ARGS            52
+#define NGX_HTTP_VLM_ARGS            54
 
 
 typedef struct {
@@ -275,6 +275,8 @@ ngx_http_vlm_engine_conf(ngx_conf_t *cf, ngx_http_vlm_main_conf_t *vmcf)
     ngx_crc32_update(&crc, (u_char *) &vmcf->max_running,
                      sizeof(ngx_uint_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->max_batch_tokens,
+                     sizeof(ngx_uint_t));
+    ngx_crc32_update(&crc, (u_char *) &vmcf->max_prefill_tokens,
                      sizeof(ngx_uint_t));
     ngx_crc32_update(&crc, (u_char *) &vmcf->max_model_len,
                      sizeof(ngx_uint_t));
@@ -1209,6 +1211,7 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     u_char                    threads[NGX_INT_T_LEN + 1];
     u_char                    running[NGX_INT_T_LEN + 1];
     u_char                    rows[NGX_INT_T_LEN + 1];
+    u_char                    alone[NGX_INT_T_LEN + 1];
     u_char                    len[NGX_INT_T_LEN + 1];
     u_char                    kv[NGX_SIZE_T_LEN + 1];
     u_char                    patches[NGX_INT_T_LEN + 1];
@@ -1236,6 +1239,7 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     *ngx_sprintf(threads, "%i", vmcf->engine_threads) = '\0';
     *ngx_sprintf(running, "%ui", vmcf->max_running) = '\0';
     *ngx_sprintf(rows, "%ui", vmcf->max_batch_tokens) = '\0';
+    *ngx_sprintf(alone, "%ui", vmcf->max_prefill_tokens) = '\0';
     *ngx_sprintf(len, "%ui", vmcf->max_model_len) = '\0';
     *ngx_sprintf(kv, "%uz", vmcf->kv_cache) = '\0';
     *ngx_sprintf(patches, "%ui", vmcf->max_image_patches) = '\0';
@@ -1259,6 +1263,8 @@ ngx_http_vlm_engine_start(ngx_http_vlm_main_conf_t *vmcf, ngx_log_t *log)
     argv[n++] = (char *) running;
     argv[n++] = "--max-batch-tokens";
     argv[n++] = (char *) rows;
+    argv[n++] = "--max-prefill-tokens";
+    argv[n++] = (char *) alone;
     argv[n++] = "--max-image-patches";
     argv[n++] = (char *) patches;
 

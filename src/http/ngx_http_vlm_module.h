@@ -94,6 +94,8 @@ typedef struct {
     ngx_uint_t           max_running;      /* sequences the engine runs */
     ngx_uint_t           max_n;            /* choices of one request */
     ngx_uint_t           max_batch_tokens; /* rows of one engine step */
+    ngx_uint_t           max_prefill_tokens; /* of a step that feeds one
+                                              prompt alone */
     ngx_uint_t           max_model_len;    /* tokens of a sequence; 0:
                                               the model's, as the KV
                                               cache allows */

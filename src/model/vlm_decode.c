@@ -199,10 +199,10 @@ vlm_step_sample_more(vlm_model_t *m, const vlm_step_item_t *items, int n,
             }
         }
 
-        if (items[i].n_ids > m->params.max_batch_tokens - rows) {
+        if (items[i].n_ids > m->params.max_prefill_tokens - rows) {
             return vlm_error_set(err, VLM_ERR_LIMIT,
                                  "engine: a step of more than %d tokens",
-                                 m->params.max_batch_tokens);
+                                 m->params.max_prefill_tokens);
         }
 
         rc = vlm_check_ids(m, items[i].ids, items[i].n_ids, err);

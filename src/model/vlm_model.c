@@ -80,6 +80,20 @@ vlm_model_check_params(vlm_model_t *m, vlm_error_t *err)
 
     p->max_batch_tokens = vlm_max(p->max_batch_tokens, p->max_seqs);
 
+    if (p->max_prefill_tokens == 0) {
+        p->max_prefill_tokens = VLM_PREFILL_ALONE * p->max_batch_tokens;
+    }
+
+    if (p->max_prefill_tokens < p->max_batch_tokens
+        || p->max_prefill_tokens > VLM_PREFILL_ALONE * 65536)
+    {
+        return vlm_error_set(err, VLM_ERR_INVALID,
+                             "model: max_prefill_tokens %d is not between "
+                             "max_batch_tokens %d and %d",
+                             p->max_prefill_tokens, p->max_batch_tokens,
+                             VLM_PREFILL_ALONE * 65536);
+    }
+
     return VLM_OK;
 }
 
@@ -119,7 +133,7 @@ vlm_model_kv_split(vlm_model_t *m)
  * The blocks the sliding layers' pool needs at most (vlm_seq_slide_span):
  * between steps a sequence holds the blocks of its last window - 1 keys,
  * ceil(window / block) + 1 at most; in a step, also those of its new
- * rows (max_batch_tokens in all, a block more a sequence); a prefill
+ * rows (max_prefill_tokens in all, a block more a sequence); a prefill
  * keeps the window before its first row until it is done, so that a
  * cancel finds it.
  */
@@ -132,7 +146,7 @@ vlm_model_slide_bound(const vlm_model_t *m)
     bs = p->kv_block_size;
     wb = (m->cfg.text.sliding_window + bs - 1) / bs;
 
-    return p->max_seqs * (wb + 2) + (p->max_batch_tokens + bs - 1) / bs
+    return p->max_seqs * (wb + 2) + (p->max_prefill_tokens + bs - 1) / bs
            + wb + 2;
 }
 
@@ -247,7 +261,7 @@ vlm_model_workspace(vlm_model_t *m, vlm_error_t *err)
     vlm_text_config_t    *tc = &m->cfg.text;
     vlm_vision_config_t  *vc = &m->cfg.vision;
 
-    T = m->params.max_batch_tokens;
+    T = m->params.max_prefill_tokens;
     S = m->params.max_seq_len;
     H = tc->hidden_size;
     KV = m->tp.n_kv_heads * tc->head_dim;
@@ -373,21 +387,21 @@ vlm_model_slots(vlm_model_t *m, vlm_error_t *err)
                  / m->params.kv_block_size;
 
     m->seqs = calloc((size_t) m->params.max_seqs, sizeof(vlm_seq_t));
-    m->segs = calloc((size_t) m->params.max_batch_tokens,
+    m->segs = calloc((size_t) m->params.max_prefill_tokens,
                      sizeof(vlm_batch_seg_t));
-    m->seg_rows = calloc((size_t) m->params.max_batch_tokens,
+    m->seg_rows = calloc((size_t) m->params.max_prefill_tokens,
                          sizeof(int32_t));
-    m->seg_out = calloc((size_t) m->params.max_batch_tokens,
+    m->seg_out = calloc((size_t) m->params.max_prefill_tokens,
                         sizeof(float *));
-    m->attn_seqs = calloc((size_t) m->params.max_batch_tokens,
+    m->attn_seqs = calloc((size_t) m->params.max_prefill_tokens,
                           sizeof(vlm_attn_seq_t));
-    m->kv_seqs = calloc((size_t) m->params.max_batch_tokens,
+    m->kv_seqs = calloc((size_t) m->params.max_prefill_tokens,
                         sizeof(vlm_kv_seq_t));
-    m->steps = calloc((size_t) m->params.max_batch_tokens,
+    m->steps = calloc((size_t) m->params.max_prefill_tokens,
                       sizeof(vlm_step_item_t));
-    m->step_had = calloc((size_t) m->params.max_batch_tokens,
+    m->step_had = calloc((size_t) m->params.max_prefill_tokens,
                          sizeof(int32_t));
-    m->image_runs = calloc((size_t) 2 * m->params.max_batch_tokens,
+    m->image_runs = calloc((size_t) 2 * m->params.max_prefill_tokens,
                            sizeof(int32_t));
     m->sample_rows = calloc(VLM_BACKEND_SAMPLE_ROWS,
                             sizeof(vlm_sample_row_t));
@@ -476,6 +490,7 @@ vlm_model_fill_info(vlm_model_t *m)
     in->max_seqs = m->params.max_seqs;
     in->max_seq_len = m->params.max_seq_len;
     in->max_batch_tokens = m->params.max_batch_tokens;
+    in->max_prefill_tokens = m->params.max_prefill_tokens;
     in->max_image_patches = m->params.max_image_patches;
     in->kv_dtype = vlm_kv_dtype_name(m->kv_dtype);
     in->kv_token_bytes = 2 * (size_t) (m->cfg.text.n_layers

@@ -132,7 +132,7 @@ typedef struct {
 } vlm_vision_ws_t;
 
 
-/* the language-model workspace, sized for max_batch_tokens rows */
+/* the language-model workspace, sized for max_prefill_tokens rows */
 typedef struct {
     float     *x, *h;                   /* [T, H] */
     float     *q, *att, *o;             /* [T, H] */
@@ -374,13 +374,13 @@ struct vlm_model_s {
     vlm_lm_ws_t              ws;
     vlm_vision_ws_t          vws;
     vlm_seq_t               *seqs;      /* [max_seqs] */
-    vlm_batch_seg_t         *segs;      /* [max_batch_tokens] */
-    int32_t                 *seg_rows;  /* host [max_batch_tokens] */
-    float                  **seg_out;   /* host [max_batch_tokens] */
-    vlm_attn_seq_t          *attn_seqs; /* host [max_batch_tokens] */
-    vlm_kv_seq_t            *kv_seqs;   /* host [max_batch_tokens] */
-    vlm_step_item_t         *steps;     /* host [max_batch_tokens] */
-    int32_t                 *step_had;  /* host [max_batch_tokens] */
+    vlm_batch_seg_t         *segs;      /* [max_prefill_tokens] */
+    int32_t                 *seg_rows;  /* host [max_prefill_tokens] */
+    float                  **seg_out;   /* host [max_prefill_tokens] */
+    vlm_attn_seq_t          *attn_seqs; /* host [max_prefill_tokens] */
+    vlm_kv_seq_t            *kv_seqs;   /* host [max_prefill_tokens] */
+    vlm_step_item_t         *steps;     /* host [max_prefill_tokens] */
+    int32_t                 *step_had;  /* host [max_prefill_tokens] */
     vlm_sample_row_t        *sample_rows;   /* host [SAMPLE_ROWS] */
     vlm_sample_res_t        *sample_res;    /* host [SAMPLE_ROWS] */
     int32_t                 *sample_at;     /* host [SAMPLE_ROWS] */

@@ -136,7 +136,7 @@ vlm_model_plan_fill(vlm_model_t *m, vlm_model_plan_t *plan)
 
     memset(plan, 0, sizeof(vlm_model_plan_t));
 
-    T = (size_t) p->max_batch_tokens;
+    T = (size_t) p->max_prefill_tokens;
     S = (size_t) p->max_seq_len;
     P = (size_t) p->max_image_patches;
     H = (size_t) tc->hidden_size;
@@ -258,6 +258,7 @@ vlm_model_plan_fill(vlm_model_t *m, vlm_model_plan_t *plan)
     plan->max_image_patches = p->max_image_patches;
     plan->max_seqs = p->max_seqs;
     plan->max_batch_tokens = p->max_batch_tokens;
+    plan->max_prefill_tokens = p->max_prefill_tokens;
     plan->n_threads = p->n_threads;
     plan->tp_rank = p->tp_rank;
     plan->tp_size = m->tp.size;
@@ -315,8 +316,8 @@ vlm_model_plan_table(const vlm_model_plan_t *plan, char *buf, size_t cap)
                             plan->kv_sliding, how);
     }
 
-    snprintf(how, sizeof(how), "%d rows a step (vlm_max_batch_tokens), %d "
-             "sequences (vlm_max_running)", plan->max_batch_tokens,
+    snprintf(how, sizeof(how), "%d rows a step (vlm_max_prefill_tokens), "
+             "%d sequences (vlm_max_running)", plan->max_prefill_tokens,
              plan->max_seqs);
     len = vlm_plan_line(buf, cap, len, "activations", plan->activations,
                         how);
@@ -399,7 +400,8 @@ vlm_model_plan_fits(const vlm_model_plan_t *plan, vlm_error_t *err)
 
     if (plan->activations > big) {
         big = plan->activations;
-        what = "vlm_max_batch_tokens, vlm_max_running or vlm_max_model_len";
+        what = "vlm_max_prefill_tokens, vlm_max_running or "
+               "vlm_max_model_len";
     }
 
     if (plan->attention > big) {

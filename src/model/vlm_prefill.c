@@ -2,7 +2,8 @@
  * The prefill of one sequence in bounded pieces, as vLLM's chunked
  * prefill: each image through the vision encoder stage by stage (or out
  * of the image feature cache, or from rank 0 through the feature pool),
- * then the prompt in chunks of max_batch_tokens rows, the image
+ * then the prompt in chunks of max_batch_tokens rows (up to
+ * max_prefill_tokens where vlm_prefill_rows() asks more), the image
  * placeholders taking the features; cancelled, the sequence is as it was.
  */
 
@@ -189,6 +190,14 @@ vlm_prefill_piece_rows(const vlm_model_t *m)
 }
 
 
+/* a prompt chunk's rows: the pieces', at most the workspace's */
+static int
+vlm_prefill_chunk_rows(const vlm_model_t *m)
+{
+    return vlm_min(vlm_prefill_piece_rows(m), m->params.max_prefill_tokens);
+}
+
+
 int
 vlm_prefill_last(const vlm_model_t *m, int *len)
 {
@@ -197,7 +206,7 @@ vlm_prefill_last(const vlm_model_t *m, int *len)
     /* a chunk that reaches the end is never cut (prefill_rows) */
     if (pf->seq == NULL || pf->image < pf->n_images
         || pf->all_logits != NULL
-        || pf->n - pf->c0 > m->params.max_batch_tokens)
+        || pf->n - pf->c0 > vlm_prefill_chunk_rows(m))
     {
         return 0;
     }
@@ -402,9 +411,9 @@ vlm_prefill_hash(vlm_model_t *m, int cn)
 /*
  * The next piece of the prefill in progress: one stage of the vision
  * encoder for the next image, or one piece of that stage where it runs
- * in pieces (of about max_batch_tokens rows), or, once every image is
- * encoded, one chunk
- * of max_batch_tokens prompt rows.  *done after the last chunk, when the
+ * in pieces (of about vlm_prefill_piece_rows() rows), or, once every
+ * image is encoded, one chunk of as many prompt rows, at most
+ * max_prefill_tokens.  *done after the last chunk, when the
  * sequence's logits are those of the prompt's last position.
  */
 vlm_status_t
@@ -514,7 +523,7 @@ vlm_prefill_work(vlm_model_t *m, int *done, vlm_error_t *err)
     }
 
     c0 = pf->c0;
-    cn = vlm_min(m->params.max_batch_tokens, pf->n - c0);
+    cn = vlm_min(vlm_prefill_chunk_rows(m), pf->n - c0);
 
     if (m->arch->prefill_rows != NULL) {
         cn = m->arch->prefill_rows(m, pf->ids, pf->n, c0, cn);

@@ -75,7 +75,7 @@ vlm_gemma3_inv_freq(vlm_model_t *m, float **out, double theta,
 }
 
 
-/* the step's buffers of Gemma's own, sized for max_batch_tokens rows */
+/* the step's buffers of Gemma's own, sized for max_prefill_tokens rows */
 static vlm_status_t
 vlm_gemma3_buffers(vlm_model_t *m, vlm_gemma3_t *g, vlm_error_t *err)
 {
@@ -83,7 +83,7 @@ vlm_gemma3_buffers(vlm_model_t *m, vlm_gemma3_t *g, vlm_error_t *err)
     float        *host, c;
     vlm_status_t  rc;
 
-    T = m->params.max_batch_tokens;
+    T = m->params.max_prefill_tokens;
     half = m->cfg.text.head_dim / 2;
 
     g->comp = calloc((size_t) half, 1);
