@@ -19,6 +19,12 @@
  *                                   no image)
  *                [--frames N]      (frames of H x W patches: SmolVLM's
  *                                   tiles plus its global image)
+ *                [--prefill-rows N] (the pieces and chunks of a prompt
+ *                                   alone, vlm_max_prefill_tokens, as
+ *                                   the scheduler asks where nothing
+ *                                   else runs; default: those of
+ *                                   max_batch_tokens, 256, as while
+ *                                   streams run)
  *                [--streams 1,4,16] [--reps N]
  *                [--quant-activations int8|f32]   (default int8)
  *                [--kv-dtype auto|f32|bf16|f16]   (default auto)
@@ -102,7 +108,7 @@ main(int argc, char **argv)
     int                      gh, gw, n_ids, done, pieces, len, reps;
     int                      n_streams, stream[BENCH_MAX_STREAMS], max_b;
     int                      level, head, graphs, tiles;
-    int                      frames, n_tok, act_f32;
+    int                      frames, n_tok, act_f32, alone;
     size_t                   device_bytes;
     char                    *p, streams[64];
     float                   *pixels;
@@ -151,6 +157,7 @@ main(int argc, char **argv)
     gw = 80;
     frames = 1;
     n_tok = 0;
+    alone = 0;
     strcpy(streams, "1,4,16");
     grammar = NULL;
 
@@ -222,6 +229,9 @@ main(int argc, char **argv)
 
         } else if (strcmp(argv[i], "--frames") == 0) {
             frames = atoi(argv[i + 1]);
+
+        } else if (strcmp(argv[i], "--prefill-rows") == 0) {
+            alone = atoi(argv[i + 1]);
 
         } else if (strcmp(argv[i], "--kernels") == 0) {
             for (level = 0; level < 5; level++) {
@@ -314,6 +324,8 @@ main(int argc, char **argv)
     prm.max_seq_len = vlm_max(prm.max_seq_len, n_img / 4 + 8);
     /* and a CLS row a frame (InternVL's tower) */
     prm.max_image_patches = vlm_max(n_img + frames, 4);
+    /* the decoder's workspace for the rows asked, or the least */
+    prm.max_prefill_tokens = vlm_max(alone, prm.max_batch_tokens);
 
     t0 = bench_now();
     if (vlm_model_load(&m, dir, &prm, &err) != VLM_OK) {
@@ -326,6 +338,9 @@ main(int argc, char **argv)
     info = vlm_model_info(m);
     printf("  load                       %8.2f s  (KV cache %s)\n", t_load,
            info->kv_dtype);
+
+    /* the pieces and chunks of a prompt alone, as the scheduler asks */
+    vlm_prefill_rows(m, alone);
 
     pixels = malloc((size_t) vlm_max(n_img, 1) * info->patch_dim
                     * sizeof(float));
@@ -450,8 +465,10 @@ main(int argc, char **argv)
     f_pre = (double) (st.backend_flops - f0);
 
     printf("  prefill                    %8.1f tokens/s  (%d tokens in "
-           "%.2f s, %.1f GFLOP/s%s)\n", n_prompt / t_pre, n_prompt, t_pre,
-           f_pre / t_pre / 1e9, bench_of_peak(f_pre / t_pre, peak));
+           "%.2f s, %.1f GFLOP/s%s, chunks of %d rows)\n",
+           n_prompt / t_pre, n_prompt, t_pre, f_pre / t_pre / 1e9,
+           bench_of_peak(f_pre / t_pre, peak),
+           vlm_max(alone, info->max_batch_tokens));
 
     if (n_decode == 0) {
         printf("BENCH_TTFT tokens=%d layers=%d ttft_ms=%.1f "
