@@ -29,6 +29,16 @@ void vlm_backend_cpu_force_flash(int on);
 #define LEVEL_AMX         3
 
 
+/*
+ * A test binary's group, under OpenBLAS's kernels for this CPU, as the
+ * engine takes them (on a CPU it does not know it runs older ones, and
+ * the avx512bf16 level then keeps its bf16 kernels for every row count)
+ */
+#define cpu_test_run(name, tests, argv)                                     \
+    (vlm_backend_cpu_blas_reexec(argv),                                     \
+     cmocka_run_group_tests_name(name, tests, NULL, NULL))
+
+
 /* each test binary's own, from the same seed */
 static uint64_t  rng_state = 88172645463325252ull;
 

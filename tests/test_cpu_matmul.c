@@ -1568,12 +1568,5 @@ main(int argc, char **argv)
 
     (void) argc;
 
-    /*
-     * OpenBLAS's kernels for this CPU, as the engine takes them (on a
-     * CPU it does not know it runs older ones, and the avx512bf16 level
-     * then keeps its bf16 kernels for every row count)
-     */
-    vlm_backend_cpu_blas_reexec(argv);
-
-    return cmocka_run_group_tests_name("cpu_matmul", tests, NULL, NULL);
+    return cpu_test_run("cpu_matmul", tests, argv);
 }
