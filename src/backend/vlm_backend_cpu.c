@@ -9,7 +9,8 @@
  * vlm_cpu_vec.c.
  * The reference for each op is the PyTorch expression it replaces in
  * transformers' Qwen2-VL code; the naive versions in
- * tests/test_backend_cpu.c check them.
+ * tests/test_cpu_matmul.c (the matmuls) and tests/test_backend_cpu.c
+ * (the other ops) check them.
  */
 
 #define _GNU_SOURCE

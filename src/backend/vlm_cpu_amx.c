@@ -21,7 +21,7 @@
  * The matmul (vlm_cpu_matmul.c) takes it from VLM_AMX_TILES_MIN rows.
  *
  * Sums: each tdpbf16ps adds the products of a column pair to the f32
- * sum (the hardware's own order and rounding); tests/test_backend_cpu.c
+ * sum (the hardware's own order and rounding); tests/test_cpu_matmul.c
  * holds the kernel to a double reference bit for bit where f32 holds
  * every sum exactly, within 2^-16 of sum |w x| on bf16 values, and the
  * matmul within 2^-8 of it (the activations' rounding to bf16), as

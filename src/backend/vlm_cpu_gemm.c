@@ -25,7 +25,7 @@
  *               VLM_AMX_TILES_MIN rows (prefill, the vision tower) the
  *               matmul takes vlm_cpu_amx.c's tile GEMM instead
  *
- * tests/test_backend_cpu.c checks every variant the machine can run
+ * tests/test_cpu_matmul.c checks every variant the machine can run
  * against the scalar one.
  */
 

@@ -12,7 +12,7 @@
  * and Q8 codes), integer dot products up to the prefill sizes where bf16
  * or f32 panels win, or where AVX512_VNNI is there and vdpbf16ps slow, an
  * int8 GEMM from VLM_QI8_GEMM_MIN rows.  The reference is
- * torch.nn.Linear; tests/test_backend_cpu.c checks the paths against a
+ * torch.nn.Linear; tests/test_cpu_matmul.c checks the paths against a
  * naive product.
  */
 

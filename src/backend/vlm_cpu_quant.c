@@ -19,7 +19,7 @@
  * The activations stay f32 here (vlm_quant_activations f32, and FP8
  * weights): within 1e-4 of transformers' f32 results; the integer path
  * on int8 activations (the default for Q4 and Q8) is vlm_cpu_quant_i8.c.
- * tests/test_backend_cpu.c checks every variant the machine can run
+ * tests/test_cpu_matmul.c checks every variant the machine can run
  * against the scalar one.
  */
 

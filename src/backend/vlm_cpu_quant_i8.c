@@ -20,7 +20,7 @@
  * Because the integer sums are exact and the float operations are the
  * same in the same order (fmaf where the vector code has an FMA), every
  * variant gives the scalar one's result bit for bit (tests/
- * test_backend_cpu.c checks this):
+ * test_cpu_matmul.c checks this):
  *   scalar      the reference
  *   avx2        vpmaddubsw + vpmaddwd, a block a step
  *   avxvnni     AVX-VNNI vpdpbusd, a block a step

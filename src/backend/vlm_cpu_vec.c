@@ -7,7 +7,8 @@
  * ones' bits 16 at a time), chosen once per backend from its level
  * (the activations' scalar reference, vlm_act_f, is in vlm_cpu_int.h).
  * The reference for each is the PyTorch expression it replaces in
- * transformers' Qwen2-VL code; tests/test_backend_cpu.c checks them.
+ * transformers' Qwen2-VL code; tests/test_cpu_matmul.c (the dot
+ * products) and tests/test_backend_cpu.c (the others) check them.
  */
 
 #include <math.h>
