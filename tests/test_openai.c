@@ -21,6 +21,8 @@
 #include "queue/vlm_queue.h"
 #include "grammar/vlm_grammar.h"
 
+#include "openai_test.h"
+
 
 #define BODY(x)                                                               \
     "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]," \
@@ -46,21 +48,6 @@ parse_ok(const char *body, const vlm_openai_limits_t *limits,
         fail_msg("unexpected error for %s: %s (param %s)", body,
                  err.message, err.param);
     }
-}
-
-
-static json_t *
-load(const char *buf, size_t len)
-{
-    json_t        *j;
-    json_error_t   jerr;
-
-    j = json_loadb(buf, len, 0, &jerr);
-    if (j == NULL) {
-        fail_msg("output is not JSON (%s): %.*s", jerr.text, (int) len, buf);
-    }
-
-    return j;
 }
 
 
