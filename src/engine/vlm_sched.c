@@ -897,8 +897,7 @@ vlm_sched_encode(vlm_sched_t *s)
         return;
     }
 
-    if (vlm_group_prefill_work(s->group, rows, &done, &err) != VLM_OK)
-    {
+    if (vlm_group_prefill_work(s->group, rows, &done, &err) != VLM_OK) {
         vlm_sched_end(s, r, VLM_QUEUE_FINISH_ERROR, err.status, err.msg);
         return;
     }
