@@ -470,12 +470,13 @@ bench-cuda-emu: $(EMU_BENCHES) $(EMU_BUILD)/tests/test_cuda_sample
 	    $(EMU_BUILD)/bench/bench_tower --backend cuda --device-mib 256 \
 	        --model tests/fixtures/models/qwen25vl-bf16 \
 	        --size 224x224 --size 448x252 && \
-	    for c in on,bf16 off,bf16 on,f32; do \
-	        VLM_CUDA_FUSE=$${c%,*} VLM_CUDA_ACT=$${c#*,} \
+	    for c in on,bf16,1024 off,bf16,1024 on,f32,1024 on,bf16,256; do \
+	        a=$${c#*,}; \
+	        VLM_CUDA_FUSE=$${c%%,*} VLM_CUDA_ACT=$${a%,*} \
 	        $(EMU_BUILD)/bench/bench_engine --backend cuda --device-mib 256 \
 	            --model tests/fixtures/models/qwen25vl-bf16 --threads 2 \
 	            --grid 0,0 --prompt 512 --decode 0 --streams 1 --reps 1 \
-	            || exit 1; \
+	            --prefill-rows $${c##*,} || exit 1; \
 	    done && \
 	    for g in off on; do \
 	        $(EMU_BUILD)/bench/bench_engine --backend cuda --device-mib 256 \

@@ -49,7 +49,10 @@
  * --decode 0 stops after the prompt's prefill: the time to first token
  * of --prompt N tokens (--grid 0,0: no image), for scripts/gpu-check:
  *
- *   BENCH_TTFT tokens=30000 layers=28 ttft_ms=... ms_per_layer=...
+ *   BENCH_TTFT tokens=30000 layers=28 rows=1024 ttft_ms=...
+ *              ms_per_layer=...
+ *
+ * (rows: the prompt's chunks, --prefill-rows)
  *
  * and after decode, a line a stream count with the median step time and
  * the steps replayed from CUDA graphs (--cuda-graphs on), for its graphs
@@ -471,8 +474,9 @@ main(int argc, char **argv)
            vlm_max(alone, info->max_batch_tokens));
 
     if (n_decode == 0) {
-        printf("BENCH_TTFT tokens=%d layers=%d ttft_ms=%.1f "
-               "ms_per_layer=%.2f\n", n_prompt, info->n_layers, t_pre * 1e3,
+        printf("BENCH_TTFT tokens=%d layers=%d rows=%d ttft_ms=%.1f "
+               "ms_per_layer=%.2f\n", n_prompt, info->n_layers,
+               vlm_max(alone, info->max_batch_tokens), t_pre * 1e3,
                t_pre * 1e3 / info->n_layers);
         goto done;
     }
