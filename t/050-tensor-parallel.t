@@ -1,7 +1,8 @@
 # The engine as a tensor-parallel group (vlm_tensor_parallel 2): two rank
 # processes, each on the CPU vlm_engine_cpus gives it, serve the same
-# answers as one engine, text and image prompts,
-# streamed or not, the streamed ones from the prefix cache both ranks
+# answers as one engine, text and image prompts (and a text prompt of
+# about 900 tokens, in one step of vlm_max_prefill_tokens), streamed or
+# not, the streamed ones from the prefix cache both ranks
 # keep in step; a rank killed mid-stream takes the group down (the
 # stream ends with an SSE error event and [DONE]), the supervisor starts
 # both ranks again, and the next request gets the same answer; every slot
@@ -24,6 +25,7 @@ my $image = vlm_data_url('image/png', vlm_png(120, 80, 5));
 my @asks = (
     [ 'text', vlm_chat_body('Tell me about the sea.') ],
     [ 'image', vlm_chat_body('Describe the picture.', $image) ],
+    [ 'long text', vlm_chat_body(join ' ', map { "word$_" } 1 .. 300) ],
 );
 
 
