@@ -489,8 +489,8 @@ test_too_big_alone(void **state)
 
 /*
  * Steps until the first of n requests of a 60-token prompt gives its first
- * token, with max_prefill_tokens prefill (16 rows a step); the requests
- * run to their end
+ * token, with max_prefill_tokens prefill (0: the default) and 16 rows a
+ * step (max_batch_tokens); the requests then run to their end
  */
 static int
 first_token_steps(int prefill, int n)
