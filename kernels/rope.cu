@@ -96,37 +96,51 @@ vlm_rope_kernel(float *x, int n, int stride, int n_heads, int head_dim,
 }
 
 
+/* x[e], plus b[e] where there is a bias: vlm_split_qkv_kernel's sum */
+static __device__ __forceinline__ float
+vlm_rope_biased(const float *x, const float *b, int e)
+{
+    return b != NULL ? x[e] + b[e] : x[e];
+}
+
+
 /*
  * blocks 0 .. n-1: row blockIdx.x of q[n, q_stride] (n_heads heads)
  * rotated in place, as vlm_rope_kernel; the blocks after: one k row of
  * the sequences each, rotated (n_kv_heads heads) into its cache row with
  * its v row, as vlm_kv_store_seqs_kernel stores them; cos, sin[., half]
- * rows of q, seq.row that of the sequence's first k row
+ * rows of q, seq.row that of the sequence's first k row.  src.x: q, k and
+ * v of row t read from src.x's row t (q at 0, k at n_heads * head_dim, v
+ * at that + n_kv_heads * head_dim) with their biases, q's row written
  * grid: n + the sequences' rows blocks; block: 256 threads
  */
 static __global__ void
 vlm_rope_kv_store_kernel(float *q, int n, int q_stride, int n_heads,
     const float *cos_in, const float *sin_in, void *k_cache, void *v_cache,
     int kv_type, vlm_cuda_kv_scale_t sc, int block_size, int n_kv_heads,
-    int head_dim, int kv_stride, vlm_kv_seqs_t p)
+    int head_dim, int kv_stride, vlm_kv_seqs_t p, vlm_cuda_qkv_t src)
 {
     int                       e, s, r, j, h, i, half, kv_dim;
-    float                     y1, y2, ks, *x;
+    float                     y1, y2, ks, vb, *x;
     size_t                    off;
-    const float              *c, *sn, *k, *v;
+    const float              *c, *sn, *k, *v, *xi;
     const vlm_cuda_kv_seq_t  *sq;
 
     half = head_dim / 2;
+    kv_dim = n_kv_heads * head_dim;
 
     if ((int) blockIdx.x < n) {
         x = q + (size_t) blockIdx.x * q_stride;
+        xi = src.x != NULL ? src.x + (size_t) blockIdx.x * src.stride : x;
         c = cos_in + (size_t) blockIdx.x * half;
         sn = sin_in + (size_t) blockIdx.x * half;
 
         for (e = threadIdx.x; e < n_heads * half; e += blockDim.x) {
             h = e / half;
             i = e % half;
-            vlm_rope_pair(x[h * head_dim + i], x[h * head_dim + i + half],
+            vlm_rope_pair(vlm_rope_biased(xi, src.bq, h * head_dim + i),
+                          vlm_rope_biased(xi, src.bq,
+                                          h * head_dim + i + half),
                           c[i], sn[i], &x[h * head_dim + i],
                           &x[h * head_dim + i + half]);
         }
@@ -140,18 +154,27 @@ vlm_rope_kv_store_kernel(float *q, int n, int q_stride, int n_heads,
     sq = &p.s[s];
     r -= p.row0[s];
     j = vlm_kv_seq_start(sq) + r;
-    kv_dim = n_kv_heads * head_dim;
     off = ((size_t) sq->block_table[j / block_size] * block_size
            + j % block_size) * kv_dim;
-    k = sq->k + (size_t) r * kv_stride;
-    v = sq->v + (size_t) r * kv_stride;
+
+    if (src.x != NULL) {
+        k = src.x + (size_t) (sq->row + r) * src.stride
+            + (size_t) n_heads * head_dim;
+        v = k + kv_dim;
+
+    } else {
+        k = sq->k + (size_t) r * kv_stride;
+        v = sq->v + (size_t) r * kv_stride;
+    }
+
     c = cos_in + (size_t) (sq->row + r) * half;
     sn = sin_in + (size_t) (sq->row + r) * half;
 
     for (e = threadIdx.x; e < n_kv_heads * half; e += blockDim.x) {
         h = e / half;
         i = e % half;
-        vlm_rope_pair(k[h * head_dim + i], k[h * head_dim + i + half],
+        vlm_rope_pair(vlm_rope_biased(k, src.bk, h * head_dim + i),
+                      vlm_rope_biased(k, src.bk, h * head_dim + i + half),
                       c[i], sn[i], &y1, &y2);
 
         if (sc.k != NULL) {
@@ -165,8 +188,9 @@ vlm_rope_kv_store_kernel(float *q, int n, int q_stride, int n_heads,
     }
 
     for (e = threadIdx.x; e < kv_dim; e += blockDim.x) {
+        vb = vlm_rope_biased(v, src.bv, e);
         vlm_kv_put(v_cache, kv_type, off + e,
-                   sc.v != NULL ? v[e] / sc.v[e / head_dim] : v[e]);
+                   sc.v != NULL ? vb / sc.v[e / head_dim] : vb);
     }
 }
 
@@ -223,7 +247,7 @@ vlm_cuda_rope_kv_store(cudaStream_t s, float *q, int n, int q_stride,
     int n_heads, const float *cos_in, const float *sin_in, void *k_cache,
     void *v_cache, int kv_type, vlm_cuda_kv_scale_t sc, int block_size,
     int n_kv_heads, int head_dim, int kv_stride,
-    const vlm_cuda_kv_seq_t *seqs, int n_seqs)
+    const vlm_cuda_kv_seq_t *seqs, int n_seqs, vlm_cuda_qkv_t src)
 {
     int            i, rows;
     vlm_kv_seqs_t  p;
@@ -231,6 +255,13 @@ vlm_cuda_rope_kv_store(cudaStream_t s, float *q, int n, int q_stride,
     if (n < 0 || n_heads <= 0 || n_kv_heads <= 0 || head_dim < 2
         || head_dim % 2 != 0 || block_size <= 0 || kv_type < VLM_CUDA_KV_F32
         || kv_type > VLM_CUDA_KV_LAST)
+    {
+        return cudaErrorInvalidValue;
+    }
+
+    if (src.x != NULL
+        ? src.stride < (n_heads + 2 * n_kv_heads) * head_dim
+        : src.bq != NULL || src.bk != NULL || src.bv != NULL)
     {
         return cudaErrorInvalidValue;
     }
@@ -252,7 +283,7 @@ vlm_cuda_rope_kv_store(cudaStream_t s, float *q, int n, int q_stride,
 
     VLM_LAUNCH(vlm_rope_kv_store_kernel, n + rows, VLM_ROPE_THREADS, 0, s,
         q, n, q_stride, n_heads, cos_in, sin_in, k_cache, v_cache, kv_type,
-        sc, block_size, n_kv_heads, head_dim, kv_stride, p);
+        sc, block_size, n_kv_heads, head_dim, kv_stride, p, src);
 
     return vlm_cuda_launched();
 }

@@ -144,16 +144,33 @@ cudaError_t vlm_cuda_kv_store_seqs(cudaStream_t s, void *k_cache,
     const vlm_cuda_kv_seq_t *seqs, int n_seqs);
 
 /*
+ * the fused q/k/v matmul's output as vlm_cuda_rope_kv_store's input (x
+ * NULL: q in place, the sequences' k and v): x[n, stride], each row q
+ * then k then v, each bias (NULL: none) added as vlm_cuda_split_qkv adds
+ * it
+ */
+typedef struct {
+    const float    *x;
+    int             stride;
+    const float    *bq;
+    const float    *bk;
+    const float    *bv;
+} vlm_cuda_qkv_t;
+
+/*
  * rope.cu: vlm_cuda_rope of q[n, q_stride] (n_heads heads) in place and
  * of up to VLM_CUDA_ATTN_SEQS sequences' k rows (n_kv_heads heads), those
  * stored rotated with their v rows as vlm_cuda_kv_store_seqs stores them
- * (k itself not written): one launch, the same float ops
+ * (k itself not written): one launch, the same float ops.  src.x: q, k
+ * and v read from its rows (row seqs[i].row for the first of sequence i,
+ * seqs[i].k, .v and kv_stride unused), q written rotated: also
+ * vlm_cuda_split_qkv's float ops, in the same launch
  */
 cudaError_t vlm_cuda_rope_kv_store(cudaStream_t s, float *q, int n,
     int q_stride, int n_heads, const float *cos, const float *sin,
     void *k_cache, void *v_cache, int kv_type, vlm_cuda_kv_scale_t sc,
     int block_size, int n_kv_heads, int head_dim, int kv_stride,
-    const vlm_cuda_kv_seq_t *seqs, int n_seqs);
+    const vlm_cuda_kv_seq_t *seqs, int n_seqs, vlm_cuda_qkv_t src);
 
 /* argmax.cu */
 cudaError_t vlm_cuda_argmax(cudaStream_t s, int32_t *out, const float *x,

@@ -165,20 +165,23 @@ rand_kv_scales(int n_kv_heads)
  * (Qwen3-VL); n_seqs sequences of decode rows and odd prefill runs at
  * block boundaries, over the blocks of a shuffled cache; with an fp8
  * cache's per-head scales kvs ([2 n_kv_heads], keys' then values'; NULL:
- * none) given to both
+ * none) given to both.  from_qkv: q, k and v read from a fused q/k/v
+ * matmul's rows with biases (k's none where n_seqs is even), against
+ * split_qkv() before the ops apart; q's old bits random
  */
 static void
 check_rope_kv_store(vlm_dtype_t dt, const float *kvs, int n_seqs,
     int n_heads, int n_kv_heads, int head_dim, int block_size,
-    int interleaved)
+    int interleaved, int from_qkv)
 {
-    int            s, i, half, kv_dim, Q, KV, T, nb, n_blocks;
-    char           what[96];
+    int            s, i, half, kv_dim, Q, KV, T, W, nb, n_blocks;
+    char           what[112];
     float         *dsc;
     vlm_kv_scale_t sc;
+    vlm_qkv_src_t  src;
     void          *kc, *vc, *dkr, *dvr, *dkf, *dvf, *hr, *hf;
     float         *inv, *q, *k, *v, *qr, *qf, *dinv, *dc, *ds;
-    float         *dqr, *dqf, *dk, *dv;
+    float         *dqr, *dqf, *dk, *dv, *x, *b, *dx, *db;
     int32_t       *pos, *dpos, *bt, *dbt;
     size_t         csz;
     uint8_t        comp[128];
@@ -189,8 +192,11 @@ check_rope_kv_store(vlm_dtype_t dt, const float *kvs, int n_seqs,
     memset(ks, 0, sizeof(ks));
     half = head_dim / 2;
     kv_dim = n_kv_heads * head_dim;
-    Q = n_heads * head_dim + 8;         /* strides past the heads */
-    KV = kv_dim + 4;
+
+    /* strides past the heads, but split_qkv()'s rows have none */
+    Q = n_heads * head_dim + (from_qkv ? 0 : 8);
+    KV = kv_dim + (from_qkv ? 0 : 4);
+    W = n_heads * head_dim + 2 * kv_dim;
 
     /* the rows: decode rows and odd runs, the sequences one after another */
     T = 0;
@@ -269,11 +275,35 @@ check_rope_kv_store(vlm_dtype_t dt, const float *kvs, int n_seqs,
         ks[s].v = dv + (size_t) ks[s].row * KV;
     }
 
+    /* q, k, v and their biases one after the other, as the matmul's */
+    x = NULL;
+    b = NULL;
+    dx = NULL;
+    db = NULL;
+
+    if (from_qkv) {
+        x = vlm_test_rand_vec(&rng_state, (size_t) T * W);
+        b = vlm_test_rand_vec(&rng_state, (size_t) W);
+        dx = dev(x, (size_t) T * W * sizeof(float));
+        db = dev(b, (size_t) W * sizeof(float));
+        src.x = dx;
+        src.stride = W;
+        src.bq = db;
+        src.bk = n_seqs % 2 != 0 ? db + n_heads * head_dim : NULL;
+        src.bv = db + n_heads * head_dim + kv_dim;
+    }
+
     /* the fused op first, k as it was for the ops apart after it */
     assert_non_null(gpu->ops->rope_kv_store);
     gpu->ops->rope_kv_store(gpu, dqf, T, Q, n_heads, dc, ds, dkf, dvf, dt,
                             kvs != NULL ? &sc : NULL, block_size,
-                            n_kv_heads, head_dim, KV, ks, n_seqs);
+                            n_kv_heads, head_dim, KV, ks, n_seqs,
+                            from_qkv ? &src : NULL);
+
+    if (from_qkv) {
+        gpu->ops->split_qkv(gpu, dqr, dk, dv, dx, src.bq, src.bk, src.bv, T,
+                            n_heads * head_dim, kv_dim, kv_dim);
+    }
 
     gpu->ops->rope(gpu, dqr, T, Q, n_heads, head_dim, dc, ds);
     gpu->ops->rope(gpu, dk, T, KV, n_kv_heads, head_dim, dc, ds);
@@ -281,9 +311,10 @@ check_rope_kv_store(vlm_dtype_t dt, const float *kvs, int n_seqs,
                             block_size, kv_dim, KV, ks, n_seqs);
 
     snprintf(what, sizeof(what), "rope_kv_store %s%s seqs=%d heads=%d/%d "
-             "hd=%d%s", vlm_dtype_name(dt), kvs != NULL ? " scaled" : "",
+             "hd=%d%s%s", vlm_dtype_name(dt), kvs != NULL ? " scaled" : "",
              n_seqs, n_heads, n_kv_heads, head_dim,
-             interleaved ? " interleaved" : "");
+             interleaved ? " interleaved" : "",
+             from_qkv ? " from q/k/v" : "");
     print_message("%s: %d rows\n", what, T);
 
     get(qr, dqr, (size_t) T * Q * sizeof(float));
@@ -313,6 +344,13 @@ check_rope_kv_store(vlm_dtype_t dt, const float *kvs, int n_seqs,
 
     if (dsc != NULL) {
         gpu->ops->release(gpu, dsc);
+    }
+
+    if (from_qkv) {
+        gpu->ops->release(gpu, dx);
+        gpu->ops->release(gpu, db);
+        free(x);
+        free(b);
     }
 
     gpu->ops->release(gpu, dkr);
@@ -357,17 +395,25 @@ test_rope_kv_store(void **state)
     require_gpu();
 
     kvs = rand_kv_scales(3);
-    check_rope_kv_store(VLM_DTYPE_F8_E4M3, kvs, 5, 6, 3, 32, 16, 1);
-    check_rope_kv_store(VLM_DTYPE_F8_E4M3, NULL, 2, 4, 2, 16, 8, 0);
+    check_rope_kv_store(VLM_DTYPE_F8_E4M3, kvs, 5, 6, 3, 32, 16, 1, 0);
+    check_rope_kv_store(VLM_DTYPE_F8_E4M3, NULL, 2, 4, 2, 16, 8, 0, 0);
+    check_rope_kv_store(VLM_DTYPE_F8_E4M3, kvs, 5, 6, 3, 32, 16, 0, 1);
     free(kvs);
 
-    check_rope_kv_store(VLM_DTYPE_F32, NULL, 1, 4, 2, 16, 16, 0);
-    check_rope_kv_store(VLM_DTYPE_F32, NULL, 5, 6, 2, 32, 16, 1);
-    check_rope_kv_store(VLM_DTYPE_BF16, NULL, 7, 8, 8, 64, 16, 0);
-    check_rope_kv_store(VLM_DTYPE_BF16, NULL, 3, 7, 1, 128, 32, 1);
-    check_rope_kv_store(VLM_DTYPE_F16, NULL, 9, 12, 3, 24, 16, 0);
-    check_rope_kv_store(VLM_DTYPE_F16, NULL, 2, 3, 3, 8, 8, 1);
-    check_rope_kv_store(VLM_DTYPE_BF16, NULL, 37, 4, 2, 32, 16, 1);
+    check_rope_kv_store(VLM_DTYPE_F32, NULL, 1, 4, 2, 16, 16, 0, 0);
+    check_rope_kv_store(VLM_DTYPE_F32, NULL, 5, 6, 2, 32, 16, 1, 0);
+    check_rope_kv_store(VLM_DTYPE_BF16, NULL, 7, 8, 8, 64, 16, 0, 0);
+    check_rope_kv_store(VLM_DTYPE_BF16, NULL, 3, 7, 1, 128, 32, 1, 0);
+    check_rope_kv_store(VLM_DTYPE_F16, NULL, 9, 12, 3, 24, 16, 0, 0);
+    check_rope_kv_store(VLM_DTYPE_F16, NULL, 2, 3, 3, 8, 8, 1, 0);
+    check_rope_kv_store(VLM_DTYPE_BF16, NULL, 37, 4, 2, 32, 16, 1, 0);
+
+    /* split_qkv() folded in: biases (k's or none), MHA, two launches */
+    check_rope_kv_store(VLM_DTYPE_F32, NULL, 1, 4, 2, 16, 16, 0, 1);
+    check_rope_kv_store(VLM_DTYPE_F32, NULL, 5, 7, 1, 128, 16, 1, 1);
+    check_rope_kv_store(VLM_DTYPE_BF16, NULL, 6, 8, 8, 64, 16, 0, 1);
+    check_rope_kv_store(VLM_DTYPE_F16, NULL, 9, 12, 3, 24, 16, 0, 1);
+    check_rope_kv_store(VLM_DTYPE_BF16, NULL, 37, 4, 2, 32, 16, 1, 1);
 }
 
 

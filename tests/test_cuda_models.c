@@ -694,13 +694,15 @@ unfused_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
 
 /*
  * "cuda-counted": the CUDA backend whose fused q/k/v split, down
- * matmul of the fused gate/up and rope_kv_store count their calls, so
- * that a test sees the fusions run; with VLM_CUDA_ACT=f32, the gate/up
+ * matmul of the fused gate/up and rope_kv_store (and those of it that
+ * read the fused q/k/v matmul's rows) count their calls, so that a test
+ * sees the fusions run; with VLM_CUDA_ACT=f32, the gate/up
  * GEMM's output in floats as the matmuls apart write theirs (the bits
  * compared)
  */
 static vlm_backend_ops_t  counted_ops;
 static int                counted_split, counted_gate_up, counted_rope;
+static int                counted_rope_qkv;
 
 
 static void
@@ -727,12 +729,13 @@ counted_rope_kv_store(vlm_backend_t *be, float *q, int n, int q_stride,
     int n_heads, const float *cos, const float *sin, void *k_cache,
     void *v_cache, vlm_dtype_t dtype, const vlm_kv_scale_t *sc,
     int block_size, int n_kv_heads, int head_dim, int kv_stride,
-    const vlm_kv_seq_t *seqs, int n_seqs)
+    const vlm_kv_seq_t *seqs, int n_seqs, const vlm_qkv_src_t *src)
 {
     counted_rope++;
+    counted_rope_qkv += src != NULL;
     cuda_ops->rope_kv_store(be, q, n, q_stride, n_heads, cos, sin, k_cache,
                             v_cache, dtype, sc, block_size, n_kv_heads,
-                            head_dim, kv_stride, seqs, n_seqs);
+                            head_dim, kv_stride, seqs, n_seqs, src);
 }
 
 
@@ -756,9 +759,12 @@ counted_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
 }
 
 
-/* the last logits of a prefill and of 4 greedy steps, fused and not */
+/*
+ * the last logits of a prefill and of 4 greedy steps, fused and not;
+ * late: the split of q, k and v made by rope_kv_store (no q/k norms)
+ */
 static void
-fused_case(const char *name, const char *ref_case, int n_images)
+fused_case(const char *name, const char *ref_case, int n_images, int late)
 {
     int                k, V, n, step;
     int32_t            t;
@@ -773,6 +779,7 @@ fused_case(const char *name, const char *ref_case, int n_images)
     counted_split = 0;
     counted_gate_up = 0;
     counted_rope = 0;
+    counted_rope_qkv = 0;
 
     mf = load_model(name, "cuda-counted", 0);
     mu = load_model(name, "cuda-unfused", 0);
@@ -806,12 +813,18 @@ fused_case(const char *name, const char *ref_case, int n_images)
     vlm_seq_free(su);
     free_case(n_images, &ids, &grid, pix);
 
-    /* each layer of each of the 6 steps ran the three fusions */
-    if (counted_split < 6 * 2 || counted_gate_up < 6 * 2
-        || counted_rope < 6 * 2)
+    /*
+     * each layer of each of the 6 steps ran the three fusions, the split
+     * of q, k and v in rope_kv_store where late, by itself otherwise
+     */
+    if ((late ? counted_rope_qkv : counted_split) < 6 * 2
+        || (late ? counted_split : counted_rope_qkv) != 0
+        || counted_gate_up < 6 * 2 || counted_rope < 6 * 2)
     {
-        fail_msg("%s: the fused ops ran %d, %d and %d times", name,
-                 counted_split, counted_gate_up, counted_rope);
+        fail_msg("%s: the fused ops ran %d (split), %d (rope_kv_store "
+                 "from the q/k/v matmul), %d and %d times", name,
+                 counted_split, counted_rope_qkv, counted_gate_up,
+                 counted_rope);
     }
 
     /* the same weight bytes a step, no device memory more */
@@ -835,7 +848,8 @@ fused_case(const char *name, const char *ref_case, int n_images)
  * as one matmul split with its biases, gate/up as one matmul with the
  * product made as the down matmul reads it (its GEMM's output in floats,
  * VLM_CUDA_ACT=f32), RoPE fused into the KV store
- * (rope() of q and k then kv_store_seqs()); Qwen2-VL's (biases),
+ * (rope() of q and k then kv_store_seqs()), which also splits q, k and v
+ * where no q/k norms come between; Qwen2-VL's (biases),
  * Qwen2.5-VL's, Qwen3-VL's (q/k norms; its DeepStack layers keep their
  * adds), Gemma 3's (its norms around each block) and InternVL's, in f32
  * and bf16; the towers' norms' bf16 copies with pictures in bf16
@@ -846,16 +860,16 @@ test_model_fused(void **state)
 {
     require_gpu();
 
-    fused_case("qwen2vl-bf16", "text", 0);
-    fused_case("qwen2vl-bf16", "image1", 1);
-    fused_case("qwen2vl-f32", "image1", 1);
-    fused_case("qwen25vl-bf16", "image1", 1);
-    fused_case("qwen3vl-f32", "image1", 1);
-    fused_case("qwen3vl-bf16", "image1", 1);
-    fused_case("../gemma3/gemma3-f32", "text", 0);
-    fused_case("../gemma3/gemma3-bf16", "text", 0);
-    fused_case("../internvl/internvl-f32", "text", 0);
-    fused_case("../internvl/internvl-bf16", "text", 0);
+    fused_case("qwen2vl-bf16", "text", 0, 1);
+    fused_case("qwen2vl-bf16", "image1", 1, 1);
+    fused_case("qwen2vl-f32", "image1", 1, 1);
+    fused_case("qwen25vl-bf16", "image1", 1, 1);
+    fused_case("qwen3vl-f32", "image1", 1, 0);
+    fused_case("qwen3vl-bf16", "image1", 1, 0);
+    fused_case("../gemma3/gemma3-f32", "text", 0, 0);
+    fused_case("../gemma3/gemma3-bf16", "text", 0, 0);
+    fused_case("../internvl/internvl-f32", "text", 0, 1);
+    fused_case("../internvl/internvl-bf16", "text", 0, 1);
 }
 
 

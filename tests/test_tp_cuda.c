@@ -153,6 +153,21 @@ counted_split_qkv(vlm_backend_t *be, float *q, float *k, float *v,
 }
 
 
+/* rope_kv_store() that splits the fused q/k/v matmul's rows itself */
+static void
+counted_rope_kv_store(vlm_backend_t *be, float *q, int n, int q_stride,
+    int n_heads, const float *cos, const float *sin, void *k_cache,
+    void *v_cache, vlm_dtype_t dtype, const vlm_kv_scale_t *sc,
+    int block_size, int n_kv_heads, int head_dim, int kv_stride,
+    const vlm_kv_seq_t *seqs, int n_seqs, const vlm_qkv_src_t *src)
+{
+    *split_calls += src != NULL;
+    cuda_ops->rope_kv_store(be, q, n, q_stride, n_heads, cos, sin, k_cache,
+                            v_cache, dtype, sc, block_size, n_kv_heads,
+                            head_dim, kv_stride, seqs, n_seqs, src);
+}
+
+
 static vlm_status_t
 counted_download(vlm_backend_t *be, void *dst, const void *src, size_t size)
 {
@@ -164,7 +179,10 @@ counted_download(vlm_backend_t *be, void *dst, const void *src, size_t size)
 }
 
 
-/* "cuda" with its q/k/v splits and downloads counted, and "cuda-unfused" */
+/*
+ * "cuda" with its q/k/v splits (split_qkv(), or rope_kv_store() from the
+ * fused matmul's rows) and downloads counted, and "cuda-unfused"
+ */
 static vlm_status_t
 tp_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
     vlm_error_t *err)
@@ -176,6 +194,7 @@ tp_init(vlm_backend_t **be, const vlm_backend_conf_t *conf,
         cuda_ops = (*be)->ops;
         tp_ops = *(*be)->ops;
         tp_ops.split_qkv = counted_split_qkv;
+        tp_ops.rope_kv_store = counted_rope_kv_store;
         tp_ops.download = counted_download;
 
         if (strcmp(backend, "cuda-unfused") == 0) {

@@ -173,6 +173,21 @@ typedef struct {
 
 
 /*
+ * rope_kv_store()'s input where it reads the fused q/k/v matmul's output
+ * (split_qkv() folded in): x[n, stride], each row q (n_heads heads) then
+ * k then v (n_kv_heads heads each), each bias (NULL: none) added as
+ * split_qkv() adds it, before the rotation
+ */
+typedef struct {
+    const float    *x;
+    int             stride;
+    const float    *bq;
+    const float    *bk;
+    const float    *bv;
+} vlm_qkv_src_t;
+
+
+/*
  * an F8_E4M3 cache's scales for one layer (backend memory, [n_kv_heads]
  * each, this rank's heads; k or v NULL: 1): element d of a row is stored
  * as x / scale[d / head_dim] and read as the stored value times it
@@ -419,13 +434,17 @@ typedef struct {
      * first of sequence i), those stored rotated with the v rows as
      * kv_store_seqs() stores them, k itself left as it was: one pass, the
      * same float ops as rope() of q and k then kv_store_seqs(); NULL:
-     * those ops
+     * those ops.  src not NULL: q, k and v read from the fused q/k/v
+     * matmul's rows instead (seqs[i].row also the row of src->x of the
+     * first of sequence i, seqs[i].k, .v and kv_stride unused), q written
+     * rotated: split_qkv() then the above, in the same pass
      */
     void  (*rope_kv_store)(vlm_backend_t *be, float *q, int n,
         int q_stride, int n_heads, const float *cos, const float *sin,
         void *k_cache, void *v_cache, vlm_dtype_t dtype,
         const vlm_kv_scale_t *sc, int block_size, int n_kv_heads,
-        int head_dim, int kv_stride, const vlm_kv_seq_t *seqs, int n_seqs);
+        int head_dim, int kv_stride, const vlm_kv_seq_t *seqs, int n_seqs,
+        const vlm_qkv_src_t *src);
 
     /*
      * Graphs (a GPU's CUDA graphs): between graph_begin() and graph_end()

@@ -1059,18 +1059,30 @@ vlm_cuda_kv_calibrate_op(vlm_backend_t *be, float *k_scale, float *v_scale,
 /*
  * q roped in place, the sequences' k roped into the cache with v: one
  * launch for q and VLM_CUDA_ATTN_SEQS sequences, one more for each
- * VLM_CUDA_ATTN_SEQS after
+ * VLM_CUDA_ATTN_SEQS after; with src, q, k and v read from the fused
+ * q/k/v matmul's rows (split_qkv() in the same launches)
  */
 static void
 vlm_cuda_rope_kv_store_op(vlm_backend_t *be, float *q, int n, int q_stride,
     int n_heads, const float *cos, const float *sin, void *k_cache,
     void *v_cache, vlm_dtype_t dtype, const vlm_kv_scale_t *sc,
     int block_size, int n_kv_heads, int head_dim, int kv_stride,
-    const vlm_kv_seq_t *seqs, int n_seqs)
+    const vlm_kv_seq_t *seqs, int n_seqs, const vlm_qkv_src_t *src)
 {
     int                 s, m;
     vlm_cuda_t         *cu = (vlm_cuda_t *) be;
+    vlm_cuda_qkv_t      qs;
     vlm_cuda_kv_seq_t   ks[VLM_CUDA_ATTN_SEQS];
+
+    memset(&qs, 0, sizeof(vlm_cuda_qkv_t));
+
+    if (src != NULL) {
+        qs.x = src->x;
+        qs.stride = src->stride;
+        qs.bq = src->bq;
+        qs.bk = src->bk;
+        qs.bv = src->bv;
+    }
 
     s = 0;
 
@@ -1088,7 +1100,7 @@ vlm_cuda_rope_kv_store_op(vlm_backend_t *be, float *q, int n, int q_stride,
                                                       head_dim, NULL),
                                                   block_size, n_kv_heads,
                                                   head_dim, kv_stride, ks,
-                                                  m),
+                                                  m, qs),
                        "rope_kv_store");
         s += m;
 

@@ -777,33 +777,63 @@ vlm_lm_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l)
 
 
 /*
+ * whether layer l's q, k and v stay in the fused q/k/v matmul's output
+ * (ws.gate) until vlm_lm_rope_kv_store() reads them there, split_qkv()
+ * folded into rope_kv_store(): a fused matmul, no q/k norms between,
+ * not the fp8 calibration's pass (which reads ws.k and ws.v)
+ */
+static int
+vlm_lm_qkv_late(vlm_model_t *m, const vlm_lm_layer_t *L)
+{
+    return L->wqkv.rows != 0 && L->q_norm == NULL
+           && m->be->ops->rope_kv_store != NULL && !m->kv_calib;
+}
+
+
+/*
  * ws.q and ws.k rotated by cos, sin (rows of the batch), then
  * vlm_lm_kv_store(): one pass where the backend has rope_kv_store (ws.k
- * then left unrotated: only the cache's copy is read after).  The
- * forward pass that calibrates an fp8 cache's scales (m->kv_calib) takes
- * the ops apart, and sets layer l's from its rotated keys and its values
- * before they are stored; after the last layer the scales stay.
+ * then left unrotated: only the cache's copy is read after), which also
+ * reads q, k and v from the fused q/k/v matmul's rows where vlm_lm_qkv()
+ * left them there (ws.q written, ws.k and ws.v not).  The forward pass
+ * that calibrates an fp8 cache's scales (m->kv_calib) takes the ops
+ * apart, and sets layer l's from its rotated keys and its values before
+ * they are stored; after the last layer the scales stay.
  */
 void
 vlm_lm_rope_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l,
     const float *cos, const float *sin)
 {
     int                       T, nh, nkv, hd;
+    vlm_qkv_src_t             src, *sp;
     vlm_backend_t            *be = m->be;
     vlm_lm_ws_t              *ws = &m->ws;
+    vlm_lm_layer_t           *L;
     const vlm_backend_ops_t  *op = be->ops;
 
     T = b->n_rows;
     nh = m->tp.n_heads;
     nkv = m->tp.n_kv_heads;
     hd = m->cfg.text.head_dim;
+    L = &m->lm.layers[l];
 
     if (op->rope_kv_store != NULL && !m->kv_calib) {
+        sp = NULL;
+
+        if (vlm_lm_qkv_late(m, L)) {
+            src.x = ws->gate;
+            src.stride = (nh + 2 * nkv) * hd;
+            src.bq = L->bq;
+            src.bk = L->bk;
+            src.bv = L->bv;
+            sp = &src;
+        }
+
         op->rope_kv_store(be, ws->q, T, nh * hd, nh, cos, sin,
                           vlm_model_layer_k(m, l), vlm_model_layer_v(m, l),
                           m->kv.dtype, vlm_model_layer_kv_scale(m, l),
                           m->kv.block_size, nkv, hd, nkv * hd,
-                          m->kv_seqs, b->n_segs);
+                          m->kv_seqs, b->n_segs, sp);
         return;
     }
 
@@ -827,7 +857,8 @@ vlm_lm_rope_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l,
 
 /*
  * ws.q, ws.k, ws.v (with their biases) of ws.h's T rows: the fused
- * matmul into ws.gate and ws.up (one buffer of 2 I a row), then split
+ * matmul into ws.gate and ws.up (one buffer of 2 I a row), then split;
+ * or left there for vlm_lm_rope_kv_store() (vlm_lm_qkv_late())
  */
 void
 vlm_lm_qkv(vlm_model_t *m, const vlm_lm_layer_t *L, int T)
@@ -848,6 +879,11 @@ vlm_lm_qkv(vlm_model_t *m, const vlm_lm_layer_t *L, int T)
     nk = m->tp.n_kv_heads * m->cfg.text.head_dim;
 
     op->matmul(be, ws->gate, ws->h, &L->wqkv, NULL, T);
+
+    if (vlm_lm_qkv_late(m, L)) {
+        return;
+    }
+
     op->split_qkv(be, ws->q, ws->k, ws->v, ws->gate, L->bq, L->bk, L->bv, T,
                   nq, nk, nk);
 }
