@@ -14,29 +14,6 @@
 
 #define VLM_ELT_THREADS  256
 
-/* vlm_act_t of src/backend/vlm_backend.h */
-#define VLM_CUDA_ACT_SILU        0
-#define VLM_CUDA_ACT_GELU        1
-#define VLM_CUDA_ACT_GELU_TANH   2
-#define VLM_CUDA_ACT_QUICK_GELU  3
-
-
-static __device__ __forceinline__ float
-vlm_act_dev(float x, int act)
-{
-    switch (act) {
-    case VLM_CUDA_ACT_SILU:
-        return x / (1.0f + expf(-x));
-    case VLM_CUDA_ACT_GELU:
-        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case VLM_CUDA_ACT_GELU_TANH:
-        return 0.5f * x * (1.0f + tanhf(0.79788456080286536f
-                                         * (x + 0.044715f * x * x * x)));
-    default:
-        return x / (1.0f + expf(-1.702f * x));
-    }
-}
-
 
 template <typename T>
 static __device__ __forceinline__ T vlm_act_store(float x);
@@ -92,12 +69,12 @@ vlm_act_load(const void *gu, int gu_bf16, size_t i)
 
 
 /*
- * y[n, dim] = act(gu[n, 0..dim)) * gu[n, dim..2 dim): the gate and up
- * halves of a row of the fused matmul, read as float or widened from
- * bf16 where gu_bf16 (the GEMM's output kept in bf16; the same for every
- * thread, no divergence), the product in f32 as vlm_act_kernel's, stored
- * as float or rounded to bf16 (the down matmul's input); grid-stride
- * over n * dim
+ * y[n, dim] = act(gu[n, 2 c]) * gu[n, 2 c + 1], c < dim: the gate and up
+ * columns side by side in a row of the fused matmul (its weight's rows
+ * interleaved), read as float or widened from bf16 where gu_bf16 (the
+ * GEMM's output kept in bf16; the same for every thread, no
+ * divergence), the product in f32 as vlm_act_kernel's, stored as float
+ * or rounded to bf16 (the down matmul's input); grid-stride over n * dim
  */
 template <typename T>
 static __global__ void
@@ -112,8 +89,9 @@ vlm_act_cat_kernel(T *y, const void *gu, int gu_bf16, size_t total,
     {
         row = e / dim;
         c = e % dim;
-        p = vlm_act_dev(vlm_act_load(gu, gu_bf16, row * 2 * dim + c), act)
-            * vlm_act_load(gu, gu_bf16, row * 2 * dim + dim + c);
+        p = vlm_act_dev(vlm_act_load(gu, gu_bf16, row * 2 * dim + 2 * c),
+                        act)
+            * vlm_act_load(gu, gu_bf16, row * 2 * dim + 2 * c + 1);
         y[e] = vlm_act_store<T>(p);
     }
 }

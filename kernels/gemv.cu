@@ -4,7 +4,10 @@
  * stream over the weight: each byte of W is read once, 16 bytes a lane a
  * load, and x (float32, no rounding) is staged in shared memory a chunk
  * of columns at a time, so that every warp of a block reads it from
- * there.  The bias is added in the same pass.  Larger n goes to cuBLAS.
+ * there.  The bias is added in the same pass; for a fused gate/up weight
+ * (its rows interleaved, gate and up of a column side by side, so in the
+ * same warp) the gated product act(gate) * up instead, the MLP's
+ * activation in the same pass.  Larger n goes to cuBLAS.
  * vlm_cpu_matmul is the reference.
  */
 
@@ -16,19 +19,23 @@
 #define VLM_GEMV_WARPS    8
 #define VLM_GEMV_THREADS  (VLM_GEMV_WARPS * VLM_WARP)
 #define VLM_GEMV_CHUNK    2048      /* columns of x staged at a time */
-#define VLM_GEMV_ROWS     2         /* weight rows per warp */
+#define VLM_GEMV_ROWS     2         /* weight rows per warp: pairs */
+
+static_assert(VLM_GEMV_ROWS % 2 == 0, "a warp's rows hold whole pairs");
 
 
 /*
  * W bf16 [rows, cols] (cols % 8 == 0, rows 16-byte aligned), x f32
- * [n, cols], y f32 [n, rows], bias f32 [rows] or NULL
+ * [n, cols], y f32 [n, rows], bias f32 [rows] or NULL; act >= 0 (a
+ * VLM_CUDA_ACT_ and rows even): y [n, rows / 2] of act(row 2 c's sum) *
+ * row 2 c + 1's, each sum plus 0 as the plain output adds no bias
  * grid: ceil(rows / (WARPS * ROWS)) blocks; block: WARPS warps, ROWS
  * weight rows each; shared memory: x[n][CHUNK]
  */
 template <int N>
 static __global__ void
 vlm_gemv_kernel(float *y, const float *x, const __nv_bfloat16 *w,
-    const float *bias, int rows, int cols)
+    const float *bias, int rows, int cols, int act)
 {
     __shared__ __align__(16) float  xs[N][VLM_GEMV_CHUNK];
     int               lane, warp, r, i, c0, cn, k, k2, kk, t, e, row0;
@@ -117,6 +124,20 @@ vlm_gemv_kernel(float *y, const float *x, const __nv_bfloat16 *w,
             acc[r][i] = vlm_warp_sum(acc[r][i]);
         }
 
+        if (act >= 0) {
+            /* the pair's products after the pair's second row */
+            if (r % 2 == 1 && lane == 0 && row0 + r < rows) {
+#pragma unroll
+                for (i = 0; i < N; i++) {
+                    y[(size_t) i * (rows / 2) + (row0 + r) / 2] =
+                        vlm_act_dev(acc[r - 1][i] + 0.0f, act)
+                        * (acc[r][i] + 0.0f);
+                }
+            }
+
+            continue;
+        }
+
         if (lane == 0 && row0 + r < rows) {
 #pragma unroll
             for (i = 0; i < N; i++) {
@@ -128,9 +149,9 @@ vlm_gemv_kernel(float *y, const float *x, const __nv_bfloat16 *w,
 }
 
 
-extern "C" cudaError_t
-vlm_cuda_gemv(cudaStream_t s, float *y, const float *x, const uint16_t *w,
-    const float *bias, int n, int rows, int cols)
+static cudaError_t
+vlm_gemv_launch(cudaStream_t s, float *y, const float *x, const uint16_t *w,
+    const float *bias, int n, int rows, int cols, int act)
 {
     unsigned              blocks;
     const __nv_bfloat16  *wb = (const __nv_bfloat16 *) w;
@@ -147,21 +168,41 @@ vlm_cuda_gemv(cudaStream_t s, float *y, const float *x, const uint16_t *w,
     switch (n) {
     case 1:
         VLM_LAUNCH(vlm_gemv_kernel<1>, blocks, VLM_GEMV_THREADS, 0, s, y, x,
-            wb, bias, rows, cols);
+            wb, bias, rows, cols, act);
         break;
     case 2:
         VLM_LAUNCH(vlm_gemv_kernel<2>, blocks, VLM_GEMV_THREADS, 0, s, y, x,
-            wb, bias, rows, cols);
+            wb, bias, rows, cols, act);
         break;
     case 3:
         VLM_LAUNCH(vlm_gemv_kernel<3>, blocks, VLM_GEMV_THREADS, 0, s, y, x,
-            wb, bias, rows, cols);
+            wb, bias, rows, cols, act);
         break;
     default:
         VLM_LAUNCH(vlm_gemv_kernel<4>, blocks, VLM_GEMV_THREADS, 0, s, y, x,
-            wb, bias, rows, cols);
+            wb, bias, rows, cols, act);
         break;
     }
 
     return vlm_cuda_launched();
+}
+
+
+extern "C" cudaError_t
+vlm_cuda_gemv(cudaStream_t s, float *y, const float *x, const uint16_t *w,
+    const float *bias, int n, int rows, int cols)
+{
+    return vlm_gemv_launch(s, y, x, w, bias, n, rows, cols, -1);
+}
+
+
+extern "C" cudaError_t
+vlm_cuda_gemv_gated(cudaStream_t s, float *y, const float *x,
+    const uint16_t *w, int n, int rows, int cols, int act)
+{
+    if (rows % 2 != 0 || act < 0 || act > VLM_CUDA_ACT_QUICK_GELU) {
+        return cudaErrorInvalidValue;
+    }
+
+    return vlm_gemv_launch(s, y, x, w, NULL, n, rows, cols, act);
 }

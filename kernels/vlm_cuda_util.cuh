@@ -408,6 +408,35 @@ vlm_block_max(float v, float *red)
 }
 
 
+/* vlm_act_t of src/backend/vlm_backend.h */
+#define VLM_CUDA_ACT_SILU        0
+#define VLM_CUDA_ACT_GELU        1
+#define VLM_CUDA_ACT_GELU_TANH   2
+#define VLM_CUDA_ACT_QUICK_GELU  3
+
+
+/*
+ * config.json's hidden_act of x: one function for every kernel that
+ * applies it (the activations, the gated product, the gemv's gated
+ * output), so that each gives the same bits
+ */
+static __device__ __forceinline__ float
+vlm_act_dev(float x, int act)
+{
+    switch (act) {
+    case VLM_CUDA_ACT_SILU:
+        return x / (1.0f + expf(-x));
+    case VLM_CUDA_ACT_GELU:
+        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case VLM_CUDA_ACT_GELU_TANH:
+        return 0.5f * x * (1.0f + tanhf(0.79788456080286536f
+                                         * (x + 0.044715f * x * x * x)));
+    default:
+        return x / (1.0f + expf(-1.702f * x));
+    }
+}
+
+
 static inline cudaError_t
 vlm_cuda_launched(void)
 {

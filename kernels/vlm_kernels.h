@@ -81,9 +81,9 @@ cudaError_t vlm_cuda_gated_act(cudaStream_t s, float *y, const float *gate,
 cudaError_t vlm_cuda_add(cudaStream_t s, float *y, const float *x,
     size_t n);
 /*
- * y[n, dim] = act(gu[n, :dim]) * gu[n, dim:], gu [n, 2 dim] float, or
- * bf16 where gu_bf16 (widened); y float, or bf16 (rounded to nearest
- * even) where bf16
+ * y[n, dim] = act(gu[n, 2 c]) * gu[n, 2 c + 1] (c < dim: gate and up
+ * interleaved), gu [n, 2 dim] float, or bf16 where gu_bf16 (widened); y
+ * float, or bf16 (rounded to nearest even) where bf16
  */
 cudaError_t vlm_cuda_gated_act_cat(cudaStream_t s, void *y, int bf16,
     const void *gu, int gu_bf16, int n, int dim, int act);
@@ -103,6 +103,13 @@ cudaError_t vlm_cuda_to_bf16(cudaStream_t s, uint16_t *dst,
 
 cudaError_t vlm_cuda_gemv(cudaStream_t s, float *y, const float *x,
     const uint16_t *w, const float *bias, int n, int rows, int cols);
+/*
+ * the gemv of a gate/up weight whose rows are interleaved (row 2 c gate
+ * c's, 2 c + 1 up c's): y[n, rows / 2] = act(x W_2c^T) * (x W_2c+1^T),
+ * vlm_cuda_gemv's sums and vlm_cuda_gated_act_cat's product in one pass
+ */
+cudaError_t vlm_cuda_gemv_gated(cudaStream_t s, float *y, const float *x,
+    const uint16_t *w, int n, int rows, int cols, int act);
 
 /* embed.cu: table bf16, or f32 where f32 */
 cudaError_t vlm_cuda_embed(cudaStream_t s, float *y, const void *table,

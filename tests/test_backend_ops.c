@@ -465,7 +465,8 @@ test_norm_bf16_input(void **state)
 /*
  * the fused matmuls (weight_bind_cat, split_qkv, matmul_gated) to the bit
  * of the ops apart: q/k/v with their biases, and the MLP's gate, up, act
- * and down
+ * and down (gate and up bound interleaved; decode's rows also through
+ * matmul_gate_up(), the gated gemv)
  */
 
 /* a random [rows, cols] weight's host data in dt (bf16 or f32) */
@@ -526,7 +527,7 @@ check_fused(vlm_dtype_t dt, int n, int H, int nq, int nk, int I, int out)
     char           what[96];
     void          *w[6];
     float         *x, *b[3], *dx, *db[3], *dy[3], *dz[3], *dqkv, *dgu;
-    float         *dgate, *dup, *dout[2];
+    float         *dgate, *dup, *dout[3], *gu, *g, *u;
     vlm_error_t    err;
     vlm_weight_t   wg[6], wqkv, wgu;
 
@@ -547,12 +548,12 @@ check_fused(vlm_dtype_t dt, int n, int H, int nq, int nk, int I, int out)
 
     assert_int_equal(gpu->ops->weight_bind_cat(gpu, &wqkv,
                                                (const void *const *) w, rows,
-                                               3, dt, H, &err), VLM_OK);
+                                               3, dt, H, 0, &err), VLM_OK);
     rows[0] = I;
     rows[1] = I;
     assert_int_equal(gpu->ops->weight_bind_cat(gpu, &wgu,
                                                (const void *const *) w + 3,
-                                               rows, 2, dt, H, &err),
+                                               rows, 2, dt, H, 1, &err),
                      VLM_OK);
     assert_int_equal(wqkv.rows, nq + 2 * nk);
     assert_int_equal(wgu.rows, 2 * I);
@@ -583,20 +584,58 @@ check_fused(vlm_dtype_t dt, int n, int H, int nq, int nk, int I, int out)
     dgate = dev(NULL, (size_t) n * I * sizeof(float));
     dup = dev(NULL, (size_t) n * I * sizeof(float));
     dgu = dev(NULL, (size_t) n * 2 * I * sizeof(float));
-    dout[0] = dev(NULL, (size_t) n * out * sizeof(float));
-    dout[1] = dev(NULL, (size_t) n * out * sizeof(float));
+    for (i = 0; i < 3; i++) {
+        dout[i] = dev(NULL, (size_t) n * out * sizeof(float));
+    }
 
     gpu->ops->matmul(gpu, dgate, dx, &wg[3], NULL, n);
     gpu->ops->matmul(gpu, dup, dx, &wg[4], NULL, n);
+
+    /* the fused weight's rows interleaved: gate j, up j side by side */
+    gpu->ops->matmul(gpu, dgu, dx, &wgu, NULL, n);
+    gu = malloc((size_t) n * 2 * I * sizeof(float));
+    g = malloc((size_t) n * I * sizeof(float));
+    u = malloc((size_t) n * I * sizeof(float));
+    assert_true(gu != NULL && g != NULL && u != NULL);
+    get(gu, dgu, (size_t) n * 2 * I * sizeof(float));
+    get(g, dgate, (size_t) n * I * sizeof(float));
+    get(u, dup, (size_t) n * I * sizeof(float));
+
+    for (i = 0; i < n * I; i++) {
+        if (memcmp(&gu[2 * i], &g[i], sizeof(float)) != 0
+            || memcmp(&gu[2 * i + 1], &u[i], sizeof(float)) != 0)
+        {
+            fail_msg("%s n=%d I=%d: gate/up column %d not interleaved",
+                     vlm_dtype_name(dt), n, I, i);
+        }
+    }
+
+    free(gu);
+    free(g);
+    free(u);
+
     gpu->ops->gated_act(gpu, dgate, dgate, dup, n, I, VLM_ACT_SILU);
     gpu->ops->matmul(gpu, dout[0], dgate, &wg[5], NULL, n);
 
-    gpu->ops->matmul(gpu, dgu, dx, &wgu, NULL, n);
     gpu->ops->matmul_gated(gpu, dout[1], dgu, &wg[5], n, VLM_ACT_SILU);
 
     snprintf(what, sizeof(what), "matmul_gated %s n=%d H=%d I=%d",
              vlm_dtype_name(dt), n, H, I);
     check_same(what, dout[1], dout[0], (size_t) n * out);
+
+    /*
+     * matmul_gate_up() then: its floats where they are the matmul's (a
+     * float32 weight) or the gated gemv's products (decode's rows, H a
+     * multiple of 8); the GEMM's bf16 output is test_gate_up_bf16's
+     */
+    if (n <= 4 && (dt == VLM_DTYPE_F32 || H % 8 == 0)) {
+        gpu->ops->matmul_gate_up(gpu, dgu, dx, &wgu, n, VLM_ACT_SILU);
+        gpu->ops->matmul_gated(gpu, dout[2], dgu, &wg[5], n, VLM_ACT_SILU);
+
+        snprintf(what, sizeof(what), "matmul_gate_up %s n=%d H=%d I=%d",
+                 vlm_dtype_name(dt), n, H, I);
+        check_same(what, dout[2], dout[0], (size_t) n * out);
+    }
 
     gpu->ops->release(gpu, dx);
     gpu->ops->release(gpu, dqkv);
@@ -605,6 +644,7 @@ check_fused(vlm_dtype_t dt, int n, int H, int nq, int nk, int I, int out)
     gpu->ops->release(gpu, dgu);
     gpu->ops->release(gpu, dout[0]);
     gpu->ops->release(gpu, dout[1]);
+    gpu->ops->release(gpu, dout[2]);
 
     for (i = 0; i < 3; i++) {
         gpu->ops->release(gpu, db[i]);
@@ -631,6 +671,7 @@ test_fused_matmuls(void **state)
     check_fused(VLM_DTYPE_BF16, 5, 64, 64, 16, 96, 64);  /* cuBLAS */
     check_fused(VLM_DTYPE_BF16, 37, 96, 128, 64, 200, 96);
     check_fused(VLM_DTYPE_BF16, 2, 36, 24, 8, 52, 36);   /* cols % 8 */
+    check_fused(VLM_DTYPE_BF16, 3, 64, 64, 16, 52, 64);  /* down's */
     check_fused(VLM_DTYPE_F32, 1, 64, 64, 16, 96, 64);
     check_fused(VLM_DTYPE_F32, 19, 80, 80, 40, 136, 80);
 }
@@ -641,8 +682,9 @@ test_fused_matmuls(void **state)
  * by matmul_gated()): the GEMM's f32 sums rounded to nearest even, which
  * matmul_gated() widens back, so its y is the bits of the f32 path run on
  * gu rounded on the host, and not those of the f32 path on gu as it is;
- * decode's gemv rows, a float32 weight and VLM_CUDA_ACT=f32 keep floats,
- * the bits of matmul() then matmul_gated()
+ * a float32 weight and VLM_CUDA_ACT=f32 keep floats, the bits of matmul()
+ * then matmul_gated(); decode's gemv rows make the products act(gate) *
+ * up in floats there (the gated gemv), y the same bits
  */
 
 /*
@@ -655,7 +697,7 @@ static void
 gate_up_case(vlm_dtype_t dt, int n, int H, int I, int out, vlm_act_t act,
     int bf16)
 {
-    int            i, rows[2];
+    int            i, rows[2], prod;
     char           what[128];
     void          *w[3];
     float         *x, *dx, *dgu, *dref, *dy, *dy_f32, *dy_ref;
@@ -675,7 +717,7 @@ gate_up_case(vlm_dtype_t dt, int n, int H, int I, int out, vlm_act_t act,
 
     assert_int_equal(gpu->ops->weight_bind_cat(gpu, &wgu,
                                                (const void *const *) w, rows,
-                                               2, dt, H, &err), VLM_OK);
+                                               2, dt, H, 1, &err), VLM_OK);
     assert_int_equal(gpu->ops->weight_bind(gpu, &wd, w[2], dt, out, I, &err),
                      VLM_OK);
 
@@ -713,7 +755,7 @@ gate_up_case(vlm_dtype_t dt, int n, int H, int I, int out, vlm_act_t act,
     gpu->ops->matmul_gated(gpu, dy_ref, dref, &wd, n, act);
 
     /* the ops under test */
-    gpu->ops->matmul_gate_up(gpu, dgu, dx, &wgu, n);
+    gpu->ops->matmul_gate_up(gpu, dgu, dx, &wgu, n, act);
     gpu->ops->matmul_gated(gpu, dy, dgu, &wd, n, act);
 
     snprintf(what, sizeof(what), "gate/up %s n=%d H=%d I=%d out=%d act %d",
@@ -741,10 +783,15 @@ gate_up_case(vlm_dtype_t dt, int n, int H, int I, int out, vlm_act_t act,
                       what, vlm_test_rel_l2(yb, yf, n_y));
 
     } else {
-        /* floats: matmul()'s output and the f32 path's y */
+        /*
+         * floats: matmul()'s output, or the gated gemv's products (not the
+         * sums), and the f32 path's y
+         */
+        prod = dt == VLM_DTYPE_BF16 && n <= 4 && H % 8 == 0;
         get(got, dgu, n_gu * sizeof(float));
-        if (memcmp(got, gu, n_gu * sizeof(float)) != 0) {
-            fail_msg("%s: gu is not matmul()'s floats", what);
+        if ((memcmp(got, gu, n_gu * sizeof(float)) != 0) != prod) {
+            fail_msg("%s: gu is not %s", what,
+                     prod ? "the gemv's products" : "matmul()'s floats");
         }
 
         if (memcmp(yb, yf, n_y * sizeof(float)) != 0) {
@@ -1511,6 +1558,84 @@ test_norm_bf16_runs(void **state)
     in_child(fused_child, "the planted rounding fault");
 }
 
+
+/* a decode row's MLP through matmul_gate_up() and matmul_gated() */
+static vlm_status_t
+gated_run(vlm_backend_t *be)
+{
+    int             k, rows[2];
+    float           x[64], y[16], *dx, *dgu, *dy;
+    uint16_t        w[3][32 * 64];
+    vlm_error_t     err;
+    vlm_status_t    rc;
+    vlm_weight_t    wgu, wd;
+    const void     *host[2];
+
+    for (k = 0; k < 32 * 64; k++) {
+        w[0][k] = vlm_f32_to_bf16((float) (k % 7) * 0.125f - 0.375f);
+        w[1][k] = vlm_f32_to_bf16((float) (k % 5) * 0.25f - 0.5f);
+        w[2][k] = vlm_f32_to_bf16((float) (k % 3) * 0.5f - 0.5f);
+    }
+
+    for (k = 0; k < 64; k++) {
+        x[k] = (float) (k % 9) - 4.0f;
+    }
+
+    /* gate and up [32, 64] each, down [16, 32] */
+    rows[0] = 32;
+    rows[1] = 32;
+    host[0] = w[0];
+    host[1] = w[1];
+
+    rc = be->ops->weight_bind_cat(be, &wgu, host, rows, 2, VLM_DTYPE_BF16,
+                                  64, 1, &err);
+    if (rc == VLM_OK) {
+        rc = be->ops->weight_bind(be, &wd, w[2], VLM_DTYPE_BF16, 16, 32,
+                                  &err);
+    }
+
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    dx = be->ops->alloc(be, sizeof(x));
+    dgu = be->ops->alloc(be, 2 * 32 * sizeof(float));
+    dy = be->ops->alloc(be, sizeof(y));
+
+    if (dx == NULL || dgu == NULL || dy == NULL) {
+        return VLM_ERR_NOMEM;
+    }
+
+    rc = be->ops->upload(be, dx, x, sizeof(x));
+
+    if (rc == VLM_OK) {
+        be->ops->matmul_gate_up(be, dgu, dx, &wgu, 1, VLM_ACT_SILU);
+        be->ops->matmul_gated(be, dy, dgu, &wd, 1, VLM_ACT_SILU);
+        rc = be->ops->download(be, y, dy, sizeof(y));
+    }
+
+    be->ops->release(be, dx);
+    be->ops->release(be, dgu);
+    be->ops->release(be, dy);
+
+    return rc;
+}
+
+
+/*
+ * decode's gated gemv makes the MLP's products: the act_cat kernel's
+ * first launch planted to fault (VLM_CUDA_FUSE=off launches it)
+ */
+static void
+test_gate_up_gemv_runs(void **state)
+{
+    require_gpu();
+
+    fused_fault = "vlm_act_cat_kernel<float>:1";
+    fused_run = gated_run;
+    in_child(fused_child, "the planted act_cat fault");
+}
+
 #endif
 
 
@@ -1775,6 +1900,7 @@ main(int argc, char **argv)
 #ifdef VLM_CUDAEMU
         cmocka_unit_test(test_matmul_epilogue_runs),
         cmocka_unit_test(test_norm_bf16_runs),
+        cmocka_unit_test(test_gate_up_gemv_runs),
 #endif
     };
 

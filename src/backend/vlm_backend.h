@@ -407,12 +407,15 @@ typedef struct {
      * load time: n row blocks (host[i]: rows[i] rows of cols dtype
      * elements) bound as one [sum rows, cols] matrix, each block uploaded
      * once into it and no other copy kept: a layer's q, k and v, its gate
-     * and up, one GEMM each; NULL: the models keep the matmuls apart (and
-     * never call split_qkv() nor matmul_gated())
+     * and up, one GEMM each; interleave (blocks of the same rows): row r
+     * of block i bound as row r n + i, so that a gate's row and its up's
+     * are side by side (matmul_gated() reads its gu so); NULL: the models
+     * keep the matmuls apart (and never call split_qkv() nor
+     * matmul_gated())
      */
     vlm_status_t (*weight_bind_cat)(vlm_backend_t *be, vlm_weight_t *w,
         const void *const *host, const int *rows, int n, vlm_dtype_t dtype,
-        int cols, vlm_error_t *err);
+        int cols, int interleave, vlm_error_t *err);
     /*
      * x[n, nq + nk + nv] (the fused q/k/v matmul's) split into q[n, nq],
      * k[n, nk] and v[n, nv], each bias (NULL: none) added on the way
@@ -421,9 +424,10 @@ typedef struct {
         const float *x, const float *bq, const float *bk, const float *bv,
         int n, int nq, int nk, int nv);
     /*
-     * y[n, w.rows] = (act(gu[n, 0..c)) * gu[n, c..2 c)) W^T, c = w.cols:
-     * the down projection of the fused gate/up matmul's output gu[n, 2 c],
-     * the product made on the way in (gated_act() then matmul()'s sums)
+     * y[n, w.rows] = (act(gu[n, 2 j]) * gu[n, 2 j + 1], j < c) W^T, c =
+     * w.cols: the down projection of the fused gate/up matmul's output
+     * gu[n, 2 c] (its weight bound interleaved), the product made on the
+     * way in (gated_act() then matmul()'s sums)
      */
     void  (*matmul_gated)(vlm_backend_t *be, float *y, const float *gu,
         const vlm_weight_t *w, int n, vlm_act_t act);
@@ -498,13 +502,14 @@ typedef struct {
 
     /*
      * the fused gate/up matmul, gu[n, w.rows] = x[n, w.cols] W^T (w bound
-     * by weight_bind_cat(), no bias), whose output only the
+     * by weight_bind_cat() interleaved, no bias), whose output only the
      * matmul_gated() called next reads: gu in the backend's own format
-     * for it (a GPU's bf16, half of gu's floats), not floats for any other
-     * op; NULL: matmul()
+     * for it (a GPU's bf16, half of gu's floats; or the products act
+     * makes, already: a GPU's decode rows), not floats for any other op;
+     * NULL: matmul()
      */
     void  (*matmul_gate_up)(vlm_backend_t *be, float *gu, const float *x,
-        const vlm_weight_t *w, int n);
+        const vlm_weight_t *w, int n, vlm_act_t act);
 } vlm_backend_ops_t;
 
 

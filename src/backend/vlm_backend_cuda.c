@@ -162,6 +162,50 @@ vlm_cuda_f16_to_bf16(void *dst, const void *src, size_t n)
 }
 
 
+/* the ring's next chunk, once its last copies are done (normally long) */
+static vlm_status_t
+vlm_cuda_stage_next(vlm_cuda_t *cu)
+{
+    cudaError_t  e;
+
+    cu->stage_cur = (cu->stage_cur + 1) % VLM_CUDA_STAGE_CHUNKS;
+    cu->stage_fill = 0;
+
+    e = cudaEventSynchronize(cu->stage_ev[cu->stage_cur]);
+    if (e != cudaSuccess) {
+        vlm_cuda_check(cu, e, "upload");
+        return VLM_ERR_DEVICE;
+    }
+
+    return VLM_OK;
+}
+
+
+/* the ring's bytes at buf (filled) to dst, the chunk's fill past them */
+static vlm_status_t
+vlm_cuda_stage_copy(vlm_cuda_t *cu, void *dst, const uint8_t *buf,
+    size_t bytes)
+{
+    cudaError_t  e;
+
+    e = cudaMemcpyAsync(dst, buf, bytes, cudaMemcpyHostToDevice, cu->stream);
+    if (e == cudaSuccess) {
+        e = cudaEventRecord(cu->stage_ev[cu->stage_cur], cu->stream);
+    }
+
+    if (e != cudaSuccess) {
+        vlm_cuda_check(cu, e, "upload");
+        return VLM_ERR_DEVICE;
+    }
+
+    /* keep the ring's pieces aligned for the next copy */
+    cu->stage_fill = vlm_align_up(cu->stage_fill + bytes, 16);
+    cu->stage_fill = vlm_min(cu->stage_fill, VLM_CUDA_STAGE_CHUNK);
+
+    return VLM_OK;
+}
+
+
 /*
  * n_out bytes to dst: src is copied as is (convert NULL), or converted
  * from in_esize-byte elements to out_esize-byte ones
@@ -170,23 +214,18 @@ vlm_status_t
 vlm_cuda_stage(vlm_cuda_t *cu, void *dst, const void *src, size_t n_out,
     vlm_cuda_convert_pt convert, size_t in_esize, size_t out_esize)
 {
-    size_t        piece, room;
-    uint8_t      *buf;
-    cudaError_t   e;
+    size_t         piece, room;
+    uint8_t       *buf;
+    vlm_status_t   rc;
 
     while (n_out > 0) {
         room = VLM_CUDA_STAGE_CHUNK - cu->stage_fill;
         piece = vlm_min(n_out, room) / out_esize * out_esize;
 
         if (piece == 0) {
-            /* the next chunk: its last copies are normally long done */
-            cu->stage_cur = (cu->stage_cur + 1) % VLM_CUDA_STAGE_CHUNKS;
-            cu->stage_fill = 0;
-
-            e = cudaEventSynchronize(cu->stage_ev[cu->stage_cur]);
-            if (e != cudaSuccess) {
-                vlm_cuda_check(cu, e, "upload");
-                return VLM_ERR_DEVICE;
+            rc = vlm_cuda_stage_next(cu);
+            if (rc != VLM_OK) {
+                return rc;
             }
 
             continue;
@@ -202,24 +241,76 @@ vlm_cuda_stage(vlm_cuda_t *cu, void *dst, const void *src, size_t n_out,
             convert(buf, src, piece / out_esize);
         }
 
-        e = cudaMemcpyAsync(dst, buf, piece, cudaMemcpyHostToDevice,
-                            cu->stream);
-        if (e == cudaSuccess) {
-            e = cudaEventRecord(cu->stage_ev[cu->stage_cur], cu->stream);
+        rc = vlm_cuda_stage_copy(cu, dst, buf, piece);
+        if (rc != VLM_OK) {
+            return rc;
         }
 
-        if (e != cudaSuccess) {
-            vlm_cuda_check(cu, e, "upload");
-            return VLM_ERR_DEVICE;
-        }
-
-        /* keep the ring's pieces aligned for the next copy */
-        cu->stage_fill = vlm_align_up(cu->stage_fill + piece, 16);
-        cu->stage_fill = vlm_min(cu->stage_fill, VLM_CUDA_STAGE_CHUNK);
         dst = (uint8_t *) dst + piece;
         src = (const uint8_t *) src
               + (convert == NULL ? piece : piece / out_esize * in_esize);
         n_out -= piece;
+    }
+
+    return VLM_OK;
+}
+
+
+/*
+ * rows rows of each of the n host blocks (row bytes each, esize-byte
+ * elements, converted as vlm_cuda_stage() converts) to dst interleaved,
+ * row i of block b to row i n + b: as many whole rows gathered into a
+ * chunk of the ring as it holds, one copy a chunk
+ */
+static vlm_status_t
+vlm_cuda_stage_interleaved(vlm_cuda_t *cu, uint8_t *dst,
+    const void *const *host, int n, int rows, size_t row,
+    vlm_cuda_convert_pt convert, size_t esize)
+{
+    size_t          i, j, k, total;
+    uint8_t        *buf;
+    vlm_status_t    rc;
+    const uint8_t  *src;
+
+    if (row > VLM_CUDA_STAGE_CHUNK) {
+        return VLM_ERR_INVALID;
+    }
+
+    total = (size_t) rows * n;
+
+    for (i = 0; i < total; i += k) {
+        k = vlm_min((VLM_CUDA_STAGE_CHUNK - cu->stage_fill) / row,
+                    total - i);
+
+        if (k == 0) {
+            rc = vlm_cuda_stage_next(cu);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+
+            continue;
+        }
+
+        buf = cu->stage + (size_t) cu->stage_cur * VLM_CUDA_STAGE_CHUNK
+              + cu->stage_fill;
+
+        for (j = 0; j < k; j++) {
+            src = (const uint8_t *) host[(i + j) % n] + (i + j) / n * row;
+
+            if (convert == NULL) {
+                memcpy(buf + j * row, src, row);
+
+            } else {
+                convert(buf + j * row, src, row / esize);
+            }
+        }
+
+        rc = vlm_cuda_stage_copy(cu, dst, buf, k * row);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        dst += k * row;
     }
 
     return VLM_OK;
@@ -257,22 +348,34 @@ vlm_cuda_download(vlm_backend_t *be, void *dst, const void *src,
 }
 
 
-/* the blocks one after another in one piece of the pool, bf16 or f32 */
+/*
+ * the blocks one after another in one piece of the pool, or interleaved
+ * row by row, bf16 or f32
+ */
 static vlm_status_t
 vlm_cuda_weight_bind_cat(vlm_backend_t *be, vlm_weight_t *w,
     const void *const *host, const int *rows, int n, vlm_dtype_t dtype,
-    int cols, vlm_error_t *err)
+    int cols, int interleave, vlm_error_t *err)
 {
-    int            i, total;
-    size_t         esize, len;
-    uint8_t       *dev, *at;
-    vlm_cuda_t    *cu = (vlm_cuda_t *) be;
-    vlm_status_t   rc;
+    int                   i, total;
+    size_t                esize, len;
+    uint8_t              *dev, *at;
+    vlm_cuda_t           *cu = (vlm_cuda_t *) be;
+    vlm_status_t          rc;
+    vlm_cuda_convert_pt   convert;
 
     esize = dtype == VLM_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
+    convert = dtype == VLM_DTYPE_BF16 || dtype == VLM_DTYPE_F32
+              ? NULL : vlm_cuda_f16_to_bf16;
 
     total = 0;
     for (i = 0; i < n; i++) {
+        if (interleave && rows[i] != rows[0]) {
+            return vlm_error_set(err, VLM_ERR_INTERNAL,
+                                 "cuda backend: interleaved blocks of %d "
+                                 "and %d rows", rows[0], rows[i]);
+        }
+
         total += rows[i];
     }
 
@@ -285,28 +388,31 @@ vlm_cuda_weight_bind_cat(vlm_backend_t *be, vlm_weight_t *w,
                              cu->pool_size >> 20, total, cols);
     }
 
-    at = dev;
-
-    for (i = 0; i < n; i++) {
-        len = (size_t) rows[i] * cols * esize;
-
-        switch (dtype) {
-        case VLM_DTYPE_BF16:
-        case VLM_DTYPE_F32:
-            rc = vlm_cuda_stage(cu, at, host[i], len, NULL, esize, esize);
-            break;
-        default:
-            rc = vlm_cuda_stage(cu, at, host[i], len, vlm_cuda_f16_to_bf16,
-                                2, 2);
-            break;
+    if (interleave) {
+        /* row r of block i to row r n + i */
+        rc = vlm_cuda_stage_interleaved(cu, dev, host, n, rows[0],
+                                        (size_t) cols * esize, convert,
+                                        esize);
+        if (rc == VLM_ERR_INVALID) {
+            return vlm_error_set(err, rc, "cuda backend: a row of %d "
+                                 "columns is more than the upload ring's "
+                                 "chunk", cols);
         }
 
-        if (rc != VLM_OK) {
-            return vlm_error_set(err, rc, "cuda backend: weight upload: %s",
-                                 cudaGetErrorString(cu->error));
-        }
+    } else {
+        rc = VLM_OK;
+        at = dev;
 
-        at += len;
+        for (i = 0; i < n && rc == VLM_OK; i++) {
+            len = (size_t) rows[i] * cols * esize;
+            rc = vlm_cuda_stage(cu, at, host[i], len, convert, esize, esize);
+            at += len;
+        }
+    }
+
+    if (rc != VLM_OK) {
+        return vlm_error_set(err, rc, "cuda backend: weight upload: %s",
+                             cudaGetErrorString(cu->error));
     }
 
     memset(w, 0, sizeof(vlm_weight_t));
@@ -324,7 +430,8 @@ static vlm_status_t
 vlm_cuda_weight_bind(vlm_backend_t *be, vlm_weight_t *w, const void *host,
     vlm_dtype_t dtype, int rows, int cols, vlm_error_t *err)
 {
-    return vlm_cuda_weight_bind_cat(be, w, &host, &rows, 1, dtype, cols, err);
+    return vlm_cuda_weight_bind_cat(be, w, &host, &rows, 1, dtype, cols, 0,
+                                    err);
 }
 
 
@@ -524,77 +631,6 @@ vlm_cuda_gemv_rows(const vlm_weight_t *w, int n)
 
 
 /*
- * the down matmul of the fused gate/up one: the product act(gate) * up
- * made into the matmul's input buffer (rounded to bf16 there for a bf16
- * weight, as matmul() rounds gated_act()'s output; f32 for decode's gemv
- * and a float32 weight), in chunks of rows that fit it.  gu is read as
- * bf16 where matmul_gate_up() wrote it so (gu_tag), else as floats
- */
-static void
-vlm_cuda_matmul_gated_op(vlm_backend_t *be, float *y, const float *gu,
-    const vlm_weight_t *w, int n, vlm_act_t act)
-{
-    int          r0, nr, chunk, f32, gemv, gu_bf16;
-    size_t       room, gu_esize;
-    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
-
-    gu_bf16 = cu->gu_tag != NULL && cu->gu_tag == (const void *) gu
-              && n <= cu->gu_rows && cu->gu_cols == 2 * w->cols;
-    gu_esize = gu_bf16 ? sizeof(uint16_t) : sizeof(float);
-    cu->gu_tag = NULL;
-
-    if (n <= 0) {
-        return;
-    }
-
-    if ((w->dtype != VLM_DTYPE_BF16 && w->dtype != VLM_DTYPE_F32)
-        || w->quant != VLM_QUANT_NONE)
-    {
-        vlm_cuda_check(cu, cudaErrorInvalidValue,
-                       "matmul_gated: not a bf16 or f32 weight");
-        return;
-    }
-
-    f32 = w->dtype == VLM_DTYPE_F32;
-    gemv = vlm_cuda_gemv_rows(w, n);
-
-    /* the input buffer's elements as floats or as bf16 */
-    room = f32 || gemv ? VLM_CUDA_XBF16 / 2 : VLM_CUDA_XBF16;
-    chunk = (int) vlm_min((size_t) n, room / (size_t) w->cols);
-
-    if (chunk < 1 || (gemv && chunk < n)) {
-        vlm_cuda_check(cu, cudaErrorInvalidValue,
-                       "matmul_gated: too many columns");
-        return;
-    }
-
-    for (r0 = 0; r0 < n; r0 += nr) {
-        nr = vlm_min(chunk, n - r0);
-
-        vlm_cuda_check(cu, vlm_cuda_gated_act_cat(cu->stream, cu->xbf16,
-                                                  !f32 && !gemv,
-                                                  (const char *) gu
-                                                  + (size_t) r0 * 2
-                                                    * w->cols * gu_esize,
-                                                  gu_bf16, nr, w->cols,
-                                                  (int) act),
-                       "matmul_gated");
-
-        if (gemv) {
-            vlm_cuda_check(cu, vlm_cuda_gemv(cu->stream, y,
-                                             (const float *) cu->xbf16,
-                                             w->data, NULL, n, w->rows,
-                                             w->cols),
-                           "matmul_gated");
-            return;
-        }
-
-        vlm_cuda_gemm(cu, y + (size_t) r0 * w->rows, 0, cu->xbf16, w, nr);
-    }
-}
-
-
-/*
  * matmul() into y as floats, or where y_bf16 (a bf16 weight's GEMM rows,
  * no bias) as bf16, each f32 sum rounded to nearest even
  */
@@ -708,19 +744,117 @@ vlm_cuda_matmul(vlm_backend_t *be, float *y, const float *x,
 
 
 /*
+ * the down matmul of the fused gate/up one: the product act(gate) * up
+ * of gu's interleaved columns made into the matmul's input buffer
+ * (rounded to bf16 there for a bf16 weight, as matmul() rounds
+ * gated_act()'s output; f32 for decode's gemv and a float32 weight), in
+ * chunks of rows that fit it.  gu is read as bf16 where matmul_gate_up()
+ * wrote it so (gu_tag), else as floats; where matmul_gate_up() made the
+ * products already (decode's gated gemv, gu_prod), matmul() of them
+ */
+static void
+vlm_cuda_matmul_gated_op(vlm_backend_t *be, float *y, const float *gu,
+    const vlm_weight_t *w, int n, vlm_act_t act)
+{
+    int          r0, nr, chunk, f32, gemv, tagged, gu_bf16;
+    size_t       room, gu_esize;
+    vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    tagged = cu->gu_tag != NULL && cu->gu_tag == (const void *) gu
+             && n <= cu->gu_rows && cu->gu_cols == 2 * w->cols;
+    gu_bf16 = tagged && !cu->gu_prod;
+    gu_esize = gu_bf16 ? sizeof(uint16_t) : sizeof(float);
+    cu->gu_tag = NULL;
+
+    if (n <= 0) {
+        return;
+    }
+
+    if (tagged && cu->gu_prod) {
+        /* the products [n, w.cols], as the act_cat below makes them */
+        vlm_cuda_matmul_out(cu, y, 0, gu, w, NULL, n);
+        return;
+    }
+
+    if ((w->dtype != VLM_DTYPE_BF16 && w->dtype != VLM_DTYPE_F32)
+        || w->quant != VLM_QUANT_NONE)
+    {
+        vlm_cuda_check(cu, cudaErrorInvalidValue,
+                       "matmul_gated: not a bf16 or f32 weight");
+        return;
+    }
+
+    f32 = w->dtype == VLM_DTYPE_F32;
+    gemv = vlm_cuda_gemv_rows(w, n);
+
+    /* the input buffer's elements as floats or as bf16 */
+    room = f32 || gemv ? VLM_CUDA_XBF16 / 2 : VLM_CUDA_XBF16;
+    chunk = (int) vlm_min((size_t) n, room / (size_t) w->cols);
+
+    if (chunk < 1 || (gemv && chunk < n)) {
+        vlm_cuda_check(cu, cudaErrorInvalidValue,
+                       "matmul_gated: too many columns");
+        return;
+    }
+
+    for (r0 = 0; r0 < n; r0 += nr) {
+        nr = vlm_min(chunk, n - r0);
+
+        vlm_cuda_check(cu, vlm_cuda_gated_act_cat(cu->stream, cu->xbf16,
+                                                  !f32 && !gemv,
+                                                  (const char *) gu
+                                                  + (size_t) r0 * 2
+                                                    * w->cols * gu_esize,
+                                                  gu_bf16, nr, w->cols,
+                                                  (int) act),
+                       "matmul_gated");
+
+        if (gemv) {
+            vlm_cuda_check(cu, vlm_cuda_gemv(cu->stream, y,
+                                             (const float *) cu->xbf16,
+                                             w->data, NULL, n, w->rows,
+                                             w->cols),
+                           "matmul_gated");
+            return;
+        }
+
+        vlm_cuda_gemm(cu, y + (size_t) r0 * w->rows, 0, cu->xbf16, w, nr);
+    }
+}
+
+
+/*
  * the fused gate/up matmul, read by matmul_gated() alone: the GEMM's
  * output kept in bf16 where the weight is bf16 and the rows go to the
  * GEMM, half the bytes written and read back (its sums f32, as the down
  * matmul's input is rounded to bf16 after the product anyway); floats
- * for decode's gemv rows, a float32 weight and VLM_CUDA_ACT=f32.  The
- * bf16 rows take half of gu's floats: the memory plan's ws.gate as it is
+ * for a float32 weight and VLM_CUDA_ACT=f32.  The bf16 rows take half of
+ * gu's floats: the memory plan's ws.gate as it is.  Decode's gemv rows:
+ * the gated gemv, the products act(gate) * up in floats (gu's first
+ * n * w.rows / 2), one launch fewer (VLM_CUDA_FUSE=off: the sums)
  */
 static void
 vlm_cuda_matmul_gate_up_op(vlm_backend_t *be, float *gu, const float *x,
-    const vlm_weight_t *w, int n)
+    const vlm_weight_t *w, int n, vlm_act_t act)
 {
     int          bf16;
     vlm_cuda_t  *cu = (vlm_cuda_t *) be;
+
+    if (cu->fuse && n > 0 && vlm_cuda_gemv_rows(w, n) && w->rows % 2 == 0) {
+        vlm_cuda_check(cu, vlm_cuda_gemv_gated(cu->stream, gu, x, w->data,
+                                               n, w->rows, w->cols,
+                                               (int) act),
+                       "matmul_gate_up");
+
+        if (vlm_cuda_issued(cu)) {
+            cu->gu_tag = gu;
+            cu->gu_rows = n;
+            cu->gu_cols = w->rows;
+            cu->gu_prod = 1;
+        }
+
+        return;
+    }
 
     bf16 = cu->act_bf16 && w->dtype == VLM_DTYPE_BF16
            && !vlm_cuda_gemv_rows(w, n);
@@ -731,6 +865,7 @@ vlm_cuda_matmul_gate_up_op(vlm_backend_t *be, float *gu, const float *x,
         cu->gu_tag = gu;
         cu->gu_rows = n;
         cu->gu_cols = w->rows;
+        cu->gu_prod = 0;
     }
 }
 

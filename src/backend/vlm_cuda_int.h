@@ -87,12 +87,15 @@ typedef struct {
     /*
      * gu_tag[gu_rows, gu_cols] holds bf16, the fused gate/up GEMM's
      * output written by matmul_gate_up() for the matmul_gated() after
-     * it; NULL: nothing known (matmul_gated() reads floats).  Every
-     * op's vlm_cuda_check() forgets it
+     * it, or where gu_prod the products act(gate) * up in floats
+     * ([gu_rows, gu_cols / 2], decode's gated gemv); NULL: nothing known
+     * (matmul_gated() reads floats).  Every op's vlm_cuda_check()
+     * forgets it
      */
     const void         *gu_tag;
     int                 gu_rows;
     int                 gu_cols;
+    int                 gu_prod;
     float              *attn_ws;    /* [VLM_CUDA_ATTN_WS] split decode */
 
     /* sample(): the rows and their blob, packed on the host, uploaded */

@@ -40,8 +40,8 @@ typedef struct {
     float         *ln1, *ln2;           /* [H] */
     /*
      * a backend with weight_bind_cat: q, k, v as one [Q + 2 KV, H] and
-     * gate, up as one [2 I, H] matrix (wq.. w_up then unbound); rows 0:
-     * apart
+     * gate, up as one [2 I, H] matrix, its rows interleaved (gate's row
+     * j at 2 j, up's at 2 j + 1; wq.. w_up then unbound); rows 0: apart
      */
     vlm_weight_t   wqkv, w_gate_up;
 } vlm_lm_layer_t;
@@ -444,14 +444,15 @@ vlm_status_t vlm_model_matrix_cols(vlm_model_t *m, vlm_weight_t *w,
     const char *name, int rows, int cols, int c0, int nc, vlm_error_t *err);
 /*
  * the rows [r0[i], r0[i] + nr[i]) of the [rows[i], cols] matrices
- * names[i] (i < n <= 4) one after the other as one matrix, each uploaded
- * once, where the backend binds such (weight_bind_cat) and they are
- * float tensors of one dtype in a checkpoint without quantization: *fused
- * 1; else *fused 0, nothing bound, and the caller loads them apart
+ * names[i] (i < n <= 4) one after the other as one matrix, or interleaved
+ * row by row where interleave (nr[i] all the same), each uploaded once,
+ * where the backend binds such (weight_bind_cat) and they are float
+ * tensors of one dtype in a checkpoint without quantization: *fused 1;
+ * else *fused 0, nothing bound, and the caller loads them apart
  */
 vlm_status_t vlm_model_matrix_cat(vlm_model_t *m, vlm_weight_t *w,
     const char *const *names, const int *rows, const int *r0, const int *nr,
-    int n, int cols, int *fused, vlm_error_t *err);
+    int n, int cols, int interleave, int *fused, vlm_error_t *err);
 vlm_status_t vlm_model_vector_part(vlm_model_t *m, float **out,
     const char *name, int n, int off, int len, vlm_error_t *err);
 /*

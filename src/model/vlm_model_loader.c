@@ -340,7 +340,7 @@ vlm_model_matrix_cols(vlm_model_t *m, vlm_weight_t *w, const char *name,
 vlm_status_t
 vlm_model_matrix_cat(vlm_model_t *m, vlm_weight_t *w,
     const char *const *names, const int *rows, const int *r0, const int *nr,
-    int n, int cols, int *fused, vlm_error_t *err)
+    int n, int cols, int interleave, int *fused, vlm_error_t *err)
 {
     int                     i;
     size_t                  es;
@@ -379,7 +379,7 @@ vlm_model_matrix_cat(vlm_model_t *m, vlm_weight_t *w,
     *fused = 1;
 
     return m->be->ops->weight_bind_cat(m->be, w, host, nr, n, t[0]->dtype,
-                                       cols, err);
+                                       cols, interleave, err);
 }
 
 

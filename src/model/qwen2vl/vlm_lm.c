@@ -109,7 +109,7 @@ vlm_lm_load_proj(vlm_model_t *m, vlm_lm_layer_t *L, const char *prefix,
     /* q/k/v's rows in the 2 I a row of ws.gate and ws.up (vlm_lm_qkv) */
     if (nr[0] + nr[1] + nr[2] <= 2 * tp->inter) {
         rc = vlm_model_matrix_cat(m, &L->wqkv, names, rows, r0, nr, 3, H,
-                                  &fused, err);
+                                  0, &fused, err);
         if (rc != VLM_OK) {
             return rc;
         }
@@ -133,8 +133,9 @@ vlm_lm_load_proj(vlm_model_t *m, vlm_lm_layer_t *L, const char *prefix,
 
     fused = 0;
 
+    /* gate and up interleaved: each row's pair side by side */
     rc = vlm_model_matrix_cat(m, &L->w_gate_up, names, rows, r0, nr, 2, H,
-                              &fused, err);
+                              1, &fused, err);
     if (rc != VLM_OK) {
         return rc;
     }
@@ -911,7 +912,8 @@ vlm_model_glu(vlm_backend_t *be, float *y, float *up, const float *x,
  * ws.o = (act(ws.h W_gate^T) * (ws.h W_up^T)) W_down^T of T rows: fused,
  * one matmul into ws.gate and ws.up (one buffer of 2 I floats a row, of
  * which a backend's bf16 output takes half), and the product made as the
- * down matmul reads it; apart, vlm_model_glu()
+ * down matmul reads it, or as the gate/up one writes it (a GPU's decode
+ * rows); apart, vlm_model_glu()
  */
 void
 vlm_lm_mlp(vlm_model_t *m, const vlm_lm_layer_t *L, int T, vlm_act_t act)
@@ -929,7 +931,7 @@ vlm_lm_mlp(vlm_model_t *m, const vlm_lm_layer_t *L, int T, vlm_act_t act)
 
     if (op->matmul_gate_up != NULL) {
         /* ws.gate read by matmul_gated() alone, in the backend's format */
-        op->matmul_gate_up(be, ws->gate, ws->h, &L->w_gate_up, T);
+        op->matmul_gate_up(be, ws->gate, ws->h, &L->w_gate_up, T, act);
 
     } else {
         op->matmul(be, ws->gate, ws->h, &L->w_gate_up, NULL, T);
