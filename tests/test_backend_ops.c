@@ -11,11 +11,14 @@
  * test-backend-ops.
  *
  *   test_backend_ops               the op tests
- *   test_backend_ops --bench [L]   a decode benchmark on a random
+ *   test_backend_ops --bench [L [STEPS]]
+ *                                  a decode benchmark on a random
  *                                  Qwen2.5-VL-7B-shaped decoder (L layers,
- *                                  28 by default): weight bytes per step
- *                                  over step time against the device's
- *                                  copy bandwidth
+ *                                  28 by default; STEPS steps a round, 50):
+ *                                  weight bytes per step over step time
+ *                                  against the device's copy bandwidth,
+ *                                  fused as the engine runs it and with
+ *                                  the ops apart, in turn
  */
 
 #define _GNU_SOURCE
@@ -1640,46 +1643,187 @@ test_gate_up_gemv_runs(void **state)
 
 
 /*
- * The decode benchmark: the op sequence of one decoder step (as
- * vlm_lm_forward issues it for one token) on a random decoder of
- * Qwen2.5-VL-7B's shapes, timed over many steps; weight bytes read per
- * step over the step time, against a device-to-device copy.
+ * The decode benchmark: the op sequence of one decoder step as
+ * vlm_lm_forward issues it for one token on this backend (the fused
+ * q/k/v gemv read by the fused RoPE and KV store, the residual adds in
+ * the norms, the gate/up gemv making the MLP's product) on a random
+ * decoder of Qwen2.5-VL-7B's shapes over a bf16 KV cache, timed over
+ * many steps; weight bytes read per step over the step time, against a
+ * device-to-device copy.  The same step with the ops apart (q, k, v,
+ * gate and up matmuls of their own, rope(), kv_store(), gated_act(),
+ * add()), as the backend ran them before its fusions, timed in turn
+ * with it: the fusions' ratio in one run.
  */
 typedef struct {
-    vlm_weight_t  wq, wk, wv, wo, gate, up, down;
-    float        *bq, *bk, *bv, *ln1, *ln2;
+    vlm_weight_t  wq, wk, wv, wo, gate, up, down, wqkv, wgu;
+    float        *ln1, *ln2;
 } bench_layer_t;
 
 
-static int
-bench(int n_layers)
-{
-    int                i, l, step, steps, H, I, nh, nkv, hd, KV, V, ctx;
-    int                bs, nblk;
-    void              *big, *big2;
-    float             *x, *h, *q, *k, *v, *att, *o, *g, *u, *cs, *sn;
-    float             *kc, *vc, *logits, *ones, *host, *invf, *dinv;
-    double             t0, t1, copy_bw, step_s, wbytes;
-    int32_t           *bt, *dbt, *pos, *dpos;
-    uint8_t            comp[64];
-    uint16_t          *wh;
-    size_t             big_bytes, maxw;
-    vlm_error_t        err;
-    vlm_weight_t       head;
-    bench_layer_t     *L;
-    vlm_attn_seq_t     sq;
-    vlm_attn_paged_t   pa;
+typedef struct {
+    int               n_layers, H, I, nh, nkv, hd, KV, ctx, bs, nblk;
+    bench_layer_t    *L;
+    vlm_weight_t      head;
+    float            *x, *h, *q, *k, *v, *att, *o, *g, *u, *qkv, *gu;
+    float            *cs, *sn, *logits, *ones, *host, *dinv;
+    void             *kc, *vc;
+    int32_t          *dbt, *dpos;
+    uint8_t           comp[64];
+    vlm_qkv_src_t     src;
+    vlm_kv_seq_t      kvs;
+    vlm_attn_seq_t    sq;
+    vlm_attn_paged_t  pa;
+} bench_t;
 
-    H = 3584;
-    I = 18944;
-    nh = 28;
-    nkv = 4;
-    hd = 128;
-    KV = nkv * hd;
+
+/* layer l's slice of the bf16 cache */
+static void *
+bench_kv(const bench_t *bt, void *cache, int l)
+{
+    return (uint8_t *) cache
+           + (size_t) l * bt->nblk * bt->bs * bt->KV * sizeof(uint16_t);
+}
+
+
+/* one decode step, fused as vlm_lm_forward runs it, or the ops apart */
+static void
+bench_step(bench_t *bt, int fused)
+{
+    int             l, H, I, KV;
+    void           *lk, *lv;
+    bench_layer_t  *L;
+
+    H = bt->H;
+    I = bt->I;
+    KV = bt->KV;
+
+    gpu->ops->rope_table(gpu, bt->cs, bt->sn, bt->dpos, 1, 3, bt->dinv,
+                         bt->comp, bt->hd / 2);
+
+    for (l = 0; l < bt->n_layers; l++) {
+        L = &bt->L[l];
+        lk = bench_kv(bt, bt->kc, l);
+        lv = bench_kv(bt, bt->vc, l);
+        bt->pa.k_cache = lk;
+        bt->pa.v_cache = lv;
+
+        if (fused) {
+            if (l == 0) {
+                gpu->ops->rms_norm(gpu, bt->h, bt->x, L->ln1, 1, H, 1e-6f);
+
+            } else {
+                gpu->ops->add_rms_norm(gpu, bt->h, bt->x, bt->o, L->ln1, 1,
+                                       H, 1e-6f);
+            }
+
+            gpu->ops->matmul(gpu, bt->qkv, bt->h, &L->wqkv, NULL, 1);
+            gpu->ops->rope_kv_store(gpu, bt->q, 1, H, bt->nh, bt->cs,
+                                    bt->sn, lk, lv, VLM_DTYPE_BF16, NULL,
+                                    bt->bs, bt->nkv, bt->hd, KV, &bt->kvs,
+                                    1, &bt->src);
+            gpu->ops->attention_paged(gpu, &bt->pa);
+            gpu->ops->matmul(gpu, bt->o, bt->att, &L->wo, NULL, 1);
+            gpu->ops->add_rms_norm(gpu, bt->h, bt->x, bt->o, L->ln2, 1, H,
+                                   1e-6f);
+            gpu->ops->matmul_gate_up(gpu, bt->gu, bt->h, &L->wgu, 1,
+                                     VLM_ACT_SILU);
+            gpu->ops->matmul_gated(gpu, bt->o, bt->gu, &L->down, 1,
+                                   VLM_ACT_SILU);
+            continue;
+        }
+
+        gpu->ops->rms_norm(gpu, bt->h, bt->x, L->ln1, 1, H, 1e-6f);
+        gpu->ops->matmul(gpu, bt->q, bt->h, &L->wq, bt->ones, 1);
+        gpu->ops->matmul(gpu, bt->k, bt->h, &L->wk, bt->ones, 1);
+        gpu->ops->matmul(gpu, bt->v, bt->h, &L->wv, bt->ones, 1);
+        gpu->ops->rope(gpu, bt->q, 1, H, bt->nh, bt->hd, bt->cs, bt->sn);
+        gpu->ops->rope(gpu, bt->k, 1, KV, bt->nkv, bt->hd, bt->cs, bt->sn);
+        gpu->ops->kv_store(gpu, lk, lv, VLM_DTYPE_BF16, bt->dbt, bt->bs, KV,
+                           bt->ctx - 1, bt->k, bt->v, KV, 1);
+        gpu->ops->attention_paged(gpu, &bt->pa);
+        gpu->ops->matmul(gpu, bt->o, bt->att, &L->wo, NULL, 1);
+        gpu->ops->add(gpu, bt->x, bt->o, (size_t) H);
+        gpu->ops->rms_norm(gpu, bt->h, bt->x, L->ln2, 1, H, 1e-6f);
+        gpu->ops->matmul(gpu, bt->g, bt->h, &L->gate, NULL, 1);
+        gpu->ops->matmul(gpu, bt->u, bt->h, &L->up, NULL, 1);
+        gpu->ops->gated_act(gpu, bt->g, bt->g, bt->u, 1, I, VLM_ACT_SILU);
+        gpu->ops->matmul(gpu, bt->o, bt->g, &L->down, NULL, 1);
+        gpu->ops->add(gpu, bt->x, bt->o, (size_t) H);
+    }
+
+    if (fused) {
+        gpu->ops->add(gpu, bt->x, bt->o, (size_t) H);
+    }
+
+    gpu->ops->rms_norm(gpu, bt->h, bt->x, bt->ones, 1, H, 1e-6f);
+    gpu->ops->matmul(gpu, bt->logits, bt->h, &bt->head, NULL, 1);
+
+    /* the host reads the logits every step, as the engine does */
+    assert_int_equal(gpu->ops->download(gpu, bt->host, bt->logits,
+                                        sizeof(float)), VLM_OK);
+}
+
+
+/* seconds a step over steps steps (after a warm-up of 3) */
+static double
+bench_time(bench_t *bt, int fused, int steps)
+{
+    int     step;
+    double  t0;
+
+    for (step = 0; step < 3; step++) {
+        bench_step(bt, fused);
+    }
+
+    t0 = now_s();
+
+    for (step = 0; step < steps; step++) {
+        bench_step(bt, fused);
+    }
+
+    return (now_s() - t0) / steps;
+}
+
+
+static int
+cmp_double(const void *a, const void *b)
+{
+    double  x = *(const double *) a, y = *(const double *) b;
+
+    return (x > y) - (x < y);
+}
+
+
+#define BENCH_ROUNDS  3
+
+
+static int
+bench(int n_layers, int steps)
+{
+    int                i, l, H, I, V, KV, rows[3];
+    void              *big, *big2;
+    double             t0, t1, copy_bw, wbytes, fused[BENCH_ROUNDS];
+    double             apart[BENCH_ROUNDS], step_s, apart_s;
+    int32_t           *blocks, pos[3];
+    uint16_t          *wh;
+    size_t             big_bytes, maxw, cache;
+    float             *invf;
+    bench_t            b, *bt = &b;
+    vlm_error_t        err;
+    const void        *host[3];
+
+    memset(bt, 0, sizeof(bench_t));
+    bt->n_layers = n_layers;
+    bt->H = H = 3584;
+    bt->I = I = 18944;
+    bt->nh = 28;
+    bt->nkv = 4;
+    bt->hd = 128;
+    bt->KV = KV = bt->nkv * bt->hd;
     V = 152064;
-    ctx = 1024;                 /* the keys each step attends to */
-    bs = 16;
-    nblk = ctx / bs + 1;
+    bt->ctx = 1024;             /* the keys each step attends to */
+    bt->bs = 16;
+    bt->nblk = bt->ctx / bt->bs + 1;
 
     /* the copy bandwidth: 4 GB read and written */
     big_bytes = (size_t) 2 << 30;
@@ -1705,9 +1849,9 @@ bench(int n_layers)
     /* random bf16 weights, one host matrix bound again for each layer */
     maxw = (size_t) vlm_max((size_t) I * H, (size_t) V * H);
     wh = malloc(maxw * sizeof(uint16_t));
-    L = calloc((size_t) n_layers, sizeof(bench_layer_t));
-    host = malloc((size_t) I * sizeof(float));
-    if (wh == NULL || L == NULL || host == NULL) {
+    bt->L = calloc((size_t) n_layers, sizeof(bench_layer_t));
+    bt->host = malloc((size_t) I * sizeof(float));
+    if (wh == NULL || bt->L == NULL || bt->host == NULL) {
         printf("bench: no host memory\n");
         return 1;
     }
@@ -1717,12 +1861,14 @@ bench(int n_layers)
     }
 
     for (i = 0; i < I; i++) {
-        host[i] = 1.0f;
+        bt->host[i] = 1.0f;
     }
 
-    ones = dev(host, (size_t) I * sizeof(float));
+    bt->ones = dev(bt->host, (size_t) I * sizeof(float));
     wbytes = 0.0;
+    host[0] = host[1] = host[2] = wh;
 
+    /* each weight bound twice: the ops apart's, and fused as the engine's */
 #define BIND(w, r, c)                                                       \
     do {                                                                    \
         if (gpu->ops->weight_bind(gpu, &(w), wh, VLM_DTYPE_BF16, r, c,      \
@@ -1731,145 +1877,146 @@ bench(int n_layers)
             printf("bench: %s\n", err.msg);                                 \
             return 1;                                                       \
         }                                                                   \
-        wbytes += (double) (r) * (c) * 2.0;                                 \
+    } while (0)
+
+#define BIND_CAT(w, n, c, il)                                               \
+    do {                                                                    \
+        if (gpu->ops->weight_bind_cat(gpu, &(w), host, rows, n,             \
+                                      VLM_DTYPE_BF16, c, il, &err)          \
+            != VLM_OK)                                                      \
+        {                                                                   \
+            printf("bench: %s\n", err.msg);                                 \
+            return 1;                                                       \
+        }                                                                   \
     } while (0)
 
     t0 = now_s();
 
     for (l = 0; l < n_layers; l++) {
-        BIND(L[l].wq, H, H);
-        BIND(L[l].wk, KV, H);
-        BIND(L[l].wv, KV, H);
-        BIND(L[l].wo, H, H);
-        BIND(L[l].gate, I, H);
-        BIND(L[l].up, I, H);
-        BIND(L[l].down, H, I);
-        L[l].bq = L[l].bk = L[l].bv = ones;
-        L[l].ln1 = L[l].ln2 = ones;
+        BIND(bt->L[l].wq, H, H);
+        BIND(bt->L[l].wk, KV, H);
+        BIND(bt->L[l].wv, KV, H);
+        BIND(bt->L[l].wo, H, H);
+        BIND(bt->L[l].gate, I, H);
+        BIND(bt->L[l].up, I, H);
+        BIND(bt->L[l].down, H, I);
+        rows[0] = H;
+        rows[1] = KV;
+        rows[2] = KV;
+        BIND_CAT(bt->L[l].wqkv, 3, H, 0);
+        rows[0] = I;
+        rows[1] = I;
+        BIND_CAT(bt->L[l].wgu, 2, H, 1);
+        bt->L[l].ln1 = bt->L[l].ln2 = bt->ones;
+        wbytes += ((double) (H + 2 * KV) * H + (double) H * H
+                   + 3.0 * I * H) * 2.0;
     }
 
-    BIND(head, V, H);
+    BIND(bt->head, V, H);
+    wbytes += (double) V * H * 2.0;
     gpu->ops->synchronize(gpu);
     t1 = now_s();
 
-    printf("bench: %d layers, %.2f GB of bf16 weights uploaded in %.1f s\n",
-           n_layers, wbytes / 1e9, t1 - t0);
+    printf("bench: %d layers, %.2f GB of bf16 weights a step (bound twice) "
+           "uploaded in %.1f s\n", n_layers, wbytes / 1e9, t1 - t0);
 
-    x = dev(NULL, (size_t) H * sizeof(float));
-    h = dev(NULL, (size_t) H * sizeof(float));
-    q = dev(NULL, (size_t) H * sizeof(float));
-    k = dev(NULL, (size_t) KV * sizeof(float));
-    v = dev(NULL, (size_t) KV * sizeof(float));
-    att = dev(NULL, (size_t) H * sizeof(float));
-    o = dev(NULL, (size_t) H * sizeof(float));
-    g = dev(NULL, (size_t) I * sizeof(float));
-    u = dev(NULL, (size_t) I * sizeof(float));
-    cs = dev(NULL, (size_t) hd / 2 * sizeof(float));
-    sn = dev(NULL, (size_t) hd / 2 * sizeof(float));
-    logits = dev(NULL, (size_t) V * sizeof(float));
-    kc = dev(NULL, (size_t) n_layers * nblk * bs * KV * sizeof(float));
-    vc = dev(NULL, (size_t) n_layers * nblk * bs * KV * sizeof(float));
+    bt->x = dev(NULL, (size_t) H * sizeof(float));
+    bt->h = dev(NULL, (size_t) H * sizeof(float));
+    bt->q = dev(NULL, (size_t) H * sizeof(float));
+    bt->k = dev(NULL, (size_t) KV * sizeof(float));
+    bt->v = dev(NULL, (size_t) KV * sizeof(float));
+    bt->att = dev(NULL, (size_t) H * sizeof(float));
+    bt->o = dev(NULL, (size_t) H * sizeof(float));
+    bt->g = dev(NULL, (size_t) I * sizeof(float));
+    bt->u = dev(NULL, (size_t) I * sizeof(float));
+    bt->qkv = dev(NULL, (size_t) (H + 2 * KV) * sizeof(float));
+    bt->gu = dev(NULL, (size_t) 2 * I * sizeof(float));
+    bt->cs = dev(NULL, (size_t) bt->hd / 2 * sizeof(float));
+    bt->sn = dev(NULL, (size_t) bt->hd / 2 * sizeof(float));
+    bt->logits = dev(NULL, (size_t) V * sizeof(float));
+    cache = (size_t) n_layers * bt->nblk * bt->bs * KV * sizeof(uint16_t);
+    bt->kc = dev(NULL, cache);
+    bt->vc = dev(NULL, cache);
 
-    bt = malloc((size_t) nblk * sizeof(int32_t));
-    pos = malloc(3 * sizeof(int32_t));
-    invf = malloc((size_t) hd / 2 * sizeof(float));
-    assert_true(bt != NULL && pos != NULL && invf != NULL);
+    blocks = malloc((size_t) bt->nblk * sizeof(int32_t));
+    invf = malloc((size_t) bt->hd / 2 * sizeof(float));
+    assert_true(blocks != NULL && invf != NULL);
 
-    for (i = 0; i < nblk; i++) {
-        bt[i] = i;
+    for (i = 0; i < bt->nblk; i++) {
+        blocks[i] = i;
     }
 
-    for (i = 0; i < hd / 2; i++) {
-        invf[i] = powf(1000000.0f, -2.0f * i / hd);
-        comp[i] = (uint8_t) (i < 16 ? 0 : (i < 40 ? 1 : 2));
+    for (i = 0; i < bt->hd / 2; i++) {
+        invf[i] = powf(1000000.0f, -2.0f * i / bt->hd);
+        bt->comp[i] = (uint8_t) (i < 16 ? 0 : (i < 40 ? 1 : 2));
     }
 
-    pos[0] = pos[1] = pos[2] = ctx - 1;
-    dbt = dev(bt, (size_t) nblk * sizeof(int32_t));
-    dpos = dev(pos, 3 * sizeof(int32_t));
-    dinv = dev(invf, (size_t) hd / 2 * sizeof(float));
-    assert_int_equal(gpu->ops->upload(gpu, x, host, H * sizeof(float)),
-                     VLM_OK);
+    pos[0] = pos[1] = pos[2] = bt->ctx - 1;
+    bt->dbt = dev(blocks, (size_t) bt->nblk * sizeof(int32_t));
+    bt->dpos = dev(pos, 3 * sizeof(int32_t));
+    bt->dinv = dev(invf, (size_t) bt->hd / 2 * sizeof(float));
+    assert_int_equal(gpu->ops->upload(gpu, bt->x, bt->host,
+                                      H * sizeof(float)), VLM_OK);
 
-    memset(&sq, 0, sizeof(sq));
-    sq.out = att;
-    sq.q = q;
-    sq.block_table = dbt;
-    sq.n_q = 1;
-    sq.kv_start = ctx - 1;
+    bt->src.x = bt->qkv;
+    bt->src.stride = H + 2 * KV;
+    bt->src.bq = bt->ones;
+    bt->src.bk = bt->ones;
+    bt->src.bv = bt->ones;
 
-    pa.kv_dtype = VLM_DTYPE_F32;
-    pa.block_size = bs;
-    pa.n_heads = nh;
-    pa.n_kv_heads = nkv;
-    pa.head_dim = hd;
-    pa.scale = 1.0f / sqrtf((float) hd);
-    pa.seqs = &sq;
-    pa.n_seqs = 1;
-    pa.bf16 = 1;                /* bf16 weights (decode: the f32 kernel) */
-    pa.kv_scale = NULL;
+    bt->kvs.block_table = bt->dbt;
+    bt->kvs.start = bt->ctx - 1;
+    bt->kvs.n = 1;
+    bt->kvs.k = bt->k;
+    bt->kvs.v = bt->v;
 
-    steps = 50;
-    t0 = 0.0;
+    bt->sq.out = bt->att;
+    bt->sq.q = bt->q;
+    bt->sq.block_table = bt->dbt;
+    bt->sq.n_q = 1;
+    bt->sq.kv_start = bt->ctx - 1;
 
-    for (step = -5; step < steps; step++) {
-        if (step == 0) {
-            gpu->ops->synchronize(gpu);
-            t0 = now_s();
-        }
+    bt->pa.kv_dtype = VLM_DTYPE_BF16;
+    bt->pa.block_size = bt->bs;
+    bt->pa.n_heads = bt->nh;
+    bt->pa.n_kv_heads = bt->nkv;
+    bt->pa.head_dim = bt->hd;
+    bt->pa.scale = 1.0f / sqrtf((float) bt->hd);
+    bt->pa.seqs = &bt->sq;
+    bt->pa.n_seqs = 1;
+    bt->pa.bf16 = 1;            /* bf16 weights: the tensor-core kernels */
+    bt->pa.kv_scale = NULL;
 
-        gpu->ops->rope_table(gpu, cs, sn, dpos, 1, 3, dinv, comp, hd / 2);
-
-        for (l = 0; l < n_layers; l++) {
-            float  *lk = kc + (size_t) l * nblk * bs * KV;
-            float  *lv = vc + (size_t) l * nblk * bs * KV;
-
-            gpu->ops->rms_norm(gpu, h, x, L[l].ln1, 1, H, 1e-6f);
-            gpu->ops->matmul(gpu, q, h, &L[l].wq, L[l].bq, 1);
-            gpu->ops->matmul(gpu, k, h, &L[l].wk, L[l].bk, 1);
-            gpu->ops->matmul(gpu, v, h, &L[l].wv, L[l].bv, 1);
-            gpu->ops->rope(gpu, q, 1, H, nh, hd, cs, sn);
-            gpu->ops->rope(gpu, k, 1, KV, nkv, hd, cs, sn);
-            gpu->ops->kv_store(gpu, lk, lv, VLM_DTYPE_F32, dbt, bs, KV,
-                               ctx - 1, k, v, KV, 1);
-            pa.k_cache = lk;
-            pa.v_cache = lv;
-            gpu->ops->attention_paged(gpu, &pa);
-            gpu->ops->matmul(gpu, o, att, &L[l].wo, NULL, 1);
-            gpu->ops->add(gpu, x, o, (size_t) H);
-            gpu->ops->rms_norm(gpu, h, x, L[l].ln2, 1, H, 1e-6f);
-            gpu->ops->matmul(gpu, g, h, &L[l].gate, NULL, 1);
-            gpu->ops->matmul(gpu, u, h, &L[l].up, NULL, 1);
-            gpu->ops->gated_act(gpu, g, g, u, 1, I, VLM_ACT_SILU);
-            gpu->ops->matmul(gpu, o, g, &L[l].down, NULL, 1);
-            gpu->ops->add(gpu, x, o, (size_t) H);
-        }
-
-        gpu->ops->rms_norm(gpu, h, x, ones, 1, H, 1e-6f);
-        gpu->ops->matmul(gpu, logits, h, &head, NULL, 1);
-
-        /* the host reads the logits every step, as the engine does */
-        assert_int_equal(gpu->ops->download(gpu, host, logits,
-                                            sizeof(float)), VLM_OK);
+    /* the two in turn, the median of each */
+    for (i = 0; i < BENCH_ROUNDS; i++) {
+        fused[i] = bench_time(bt, 1, steps);
+        apart[i] = bench_time(bt, 0, steps);
     }
 
-    t1 = now_s();
-    step_s = (t1 - t0) / steps;
+    qsort(fused, BENCH_ROUNDS, sizeof(double), cmp_double);
+    qsort(apart, BENCH_ROUNDS, sizeof(double), cmp_double);
+    step_s = fused[BENCH_ROUNDS / 2];
+    apart_s = apart[BENCH_ROUNDS / 2];
 
     printf("bench: copy bandwidth %.0f GB/s (read + write, 2 GB "
            "buffers)\n", copy_bw / 1e9);
-    printf("bench: decode batch 1, %d keys: %.3f ms a step, %.0f GB/s of "
-           "weights, %.1f %% of the copy bandwidth\n", ctx, step_s * 1e3,
-           wbytes / step_s / 1e9, 100.0 * wbytes / step_s / copy_bw);
+    printf("bench: decode batch 1, %d keys, a bf16 cache, %d rounds of %d "
+           "steps: %.3f ms a step (%.3f..%.3f), %.0f GB/s of weights, "
+           "%.1f %% of the copy bandwidth; the ops apart %.3f ms "
+           "(%.3f..%.3f): %.3fx\n", bt->ctx, BENCH_ROUNDS, steps,
+           step_s * 1e3, fused[0] * 1e3, fused[BENCH_ROUNDS - 1] * 1e3,
+           wbytes / step_s / 1e9, 100.0 * wbytes / step_s / copy_bw,
+           apart_s * 1e3, apart[0] * 1e3, apart[BENCH_ROUNDS - 1] * 1e3,
+           apart_s / step_s);
     printf("BENCH decode_ms=%.3f weight_gbps=%.0f copy_gbps=%.0f "
-           "ratio=%.3f\n", step_s * 1e3, wbytes / step_s / 1e9,
-           copy_bw / 1e9, wbytes / step_s / copy_bw);
+           "ratio=%.3f apart_ms=%.3f apart_ratio=%.3f\n", step_s * 1e3,
+           wbytes / step_s / 1e9, copy_bw / 1e9, wbytes / step_s / copy_bw,
+           apart_s * 1e3, wbytes / apart_s / copy_bw);
 
     free(wh);
-    free(L);
-    free(host);
-    free(bt);
-    free(pos);
+    free(bt->L);
+    free(bt->host);
+    free(blocks);
     free(invf);
 
     return 0;
@@ -1879,7 +2026,7 @@ bench(int n_layers)
 int
 main(int argc, char **argv)
 {
-    int                 rc;
+    int                 rc, layers;
     vlm_backend_conf_t  conf;
     const struct CMUnitTest  tests[] = {
         cmocka_unit_test(test_matmul),
@@ -1907,20 +2054,29 @@ main(int argc, char **argv)
     cuda_test_conf(&conf);
 
     if (argc >= 2 && strcmp(argv[1], "--bench") == 0) {
-        /* 7B's weights, its KV and the copy test's 4 GB */
-        conf.device_bytes = (size_t) 40 << 30;
+        /*
+         * a 7B layer's weights twice (0.93 GB), the head, the KV and the
+         * copy test's 4 GB
+         */
+        layers = argc >= 3 ? atoi(argv[2]) : 28;
+        if (layers < 1 || layers > 64) {
+            printf("test_backend_ops --bench: 1 to 64 layers\n");
+            return 2;
+        }
+
+        conf.device_bytes = ((size_t) 6 << 30) + ((size_t) layers << 30);
 
         if (cuda_test_gpu("test_backend_ops", &conf) != 0) {
             return 1;
         }
 
-        rc = bench(argc >= 3 ? atoi(argv[2]) : 28);
+        rc = bench(layers, argc >= 4 ? vlm_max(atoi(argv[3]), 1) : 50);
         gpu->ops->free(gpu);
         return rc;
     }
 
     if (argc >= 2) {
-        printf("usage: test_backend_ops [--bench [L]]\n");
+        printf("usage: test_backend_ops [--bench [L [STEPS]]]\n");
         return 2;
     }
 
