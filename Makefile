@@ -484,6 +484,10 @@ bench-cuda-emu: $(EMU_BENCHES) $(EMU_BUILD)/tests/test_cuda_sample
 	            --grid 0,0 --prompt 32 --decode 4 --streams 1,16 --reps 1 \
 	            --cuda-graphs $$g || exit 1; \
 	    done && \
+	    $(EMU_BUILD)/bench/bench_engine --backend cuda --device-mib 256 \
+	        --model tests/fixtures/models/qwen25vl-bf16 --threads 2 \
+	        --grid 0,0 --prompt 64 --decode 2 --streams 16,64 --reps 1 \
+	        --cuda-graphs on --contexts distinct && \
 	    $(EMU_BUILD)/tests/test_cuda_sample --bench-sample 1; \
 	 } > $(EMU_BENCH_OUT) 2>&1 || { cat $(EMU_BENCH_OUT); exit 1; }; \
 	 FULL_LAYERS=3 scripts/gpu-check --bench-rows $(EMU_BENCH_OUT)

@@ -42,6 +42,10 @@
  *                [--backend cpu|cuda] [--device-mib N]
  *                [--cuda-graphs on|off]  (decode steps from graphs;
  *                                   default off)
+ *                [--contexts shared|distinct]  (the streams' prompts:
+ *                                   forks of one, default, or each its
+ *                                   own prompt prefilled, so that no
+ *                                   stream's keys are another's)
  *
  * --backend cuda (a build with the CUDA backend: make CUDA=1, or the
  * emulated device's build-cudaemu/bench/bench_engine) runs the model on
@@ -59,6 +63,11 @@
  * step:
  *
  *   BENCH_DECODE streams=16 graphs=on step_ms=... replays=...
+ *                contexts=shared ctx=... kv_mb=... weight_mb=...
+ *
+ * (ctx: a stream's keys in the sample's steps, on average; kv_mb: the
+ * KV cache's megabytes the attention reads a step, every stream's keys
+ * in every layer; weight_mb: the weights' a step)
  *
  * ms_per_layer is the time over the decoder's layers, the embedding and
  * the head included: a checkpoint cut to its first layers
@@ -107,11 +116,12 @@ bench_log(void *data, vlm_log_level_t level, const char *msg)
 int
 main(int argc, char **argv)
 {
-    int                      i, j, r, threads, n_prompt, n_decode, n_img;
+    int                      i, j, k, r, threads, n_prompt, n_decode;
+    int                      n_img;
     int                      gh, gw, n_ids, done, pieces, len, reps;
     int                      n_streams, stream[BENCH_MAX_STREAMS], max_b;
     int                      level, head, graphs, tiles;
-    int                      frames, n_tok, act_f32, alone;
+    int                      frames, n_tok, act_f32, alone, distinct;
     size_t                   device_bytes;
     char                    *p, streams[64];
     float                   *pixels;
@@ -122,7 +132,9 @@ main(int argc, char **argv)
     double                   t_dec[BENCH_MAX_STREAMS][BENCH_MAX_REPS];
     double                   bw[BENCH_MAX_STREAMS][BENCH_MAX_REPS];
     double                   t_msk[BENCH_MAX_STREAMS][BENCH_MAX_REPS];
-    double                   tm;
+    double                   kv_rd[BENCH_MAX_STREAMS][BENCH_MAX_REPS];
+    double                   tm, kvb;
+    long                    *ctx;
     double                   v[BENCH_MAX_REPS];
     int32_t                 *ids, *img_ids, *toks;
     const char              *dir, *kv, *grammar, *backend;
@@ -161,6 +173,7 @@ main(int argc, char **argv)
     frames = 1;
     n_tok = 0;
     alone = 0;
+    distinct = 0;
     strcpy(streams, "1,4,16");
     grammar = NULL;
 
@@ -202,6 +215,14 @@ main(int argc, char **argv)
 
         } else if (strcmp(argv[i], "--kv-dtype") == 0) {
             kv = argv[i + 1];
+
+        } else if (strcmp(argv[i], "--contexts") == 0) {
+            distinct = strcmp(argv[i + 1], "distinct") == 0;
+
+            if (!distinct && strcmp(argv[i + 1], "shared") != 0) {
+                fprintf(stderr, "bench_engine: bad --contexts\n");
+                return 1;
+            }
 
         } else if (strcmp(argv[i], "--cuda-graphs") == 0) {
             graphs = strcmp(argv[i + 1], "on") == 0;
@@ -482,10 +503,39 @@ main(int argc, char **argv)
     }
 
     for (i = 1; i < max_b; i++) {
-        if (vlm_seq_fork(seqs[0], &seqs[i], &err) != VLM_OK) {
+        if (!distinct) {
+            if (vlm_seq_fork(seqs[0], &seqs[i], &err) != VLM_OK) {
+                fprintf(stderr, "bench_engine: %s\n", err.msg);
+                return 1;
+            }
+
+            continue;
+        }
+
+        /* a prompt of its own: keys no other stream shares */
+        for (j = 0; j < n_prompt; j++) {
+            ids[j] = (int32_t) (((long) j * 7331 + (long) i * 104729)
+                                % info->vocab_size);
+        }
+
+        if (vlm_seq_init(m, &seqs[i], &err) != VLM_OK
+            || vlm_seq_prefill(seqs[i], ids, n_prompt, NULL, 0, NULL, &err)
+               != VLM_OK)
+        {
             fprintf(stderr, "bench_engine: %s\n", err.msg);
             return 1;
         }
+    }
+
+    /* each stream's keys, for the KV bytes a step reads */
+    ctx = malloc((size_t) max_b * sizeof(long));
+    if (ctx == NULL) {
+        fprintf(stderr, "bench_engine: no memory\n");
+        return 1;
+    }
+
+    for (i = 0; i < max_b; i++) {
+        ctx[i] = vlm_seq_length(seqs[i]);
     }
 
     for (i = 0; i < max_b; i++) {
@@ -507,12 +557,18 @@ main(int argc, char **argv)
         for (j = 0; j < n_streams; j++) {
             v[0] = bench_triad(tp, &td);
             tm = 0.0;
+            kvb = 0.0;
             t0 = bench_now();
 
             for (i = 0; i < (r < 0 ? 1 : n_decode); i++) {
                 if (vlm_decode(m, seqs, toks, stream[j], &err) != VLM_OK) {
                     fprintf(stderr, "bench_engine: %s\n", err.msg);
                     return 1;
+                }
+
+                /* the keys the step attended to, its own row's too */
+                for (k = 0; k < stream[j]; k++) {
+                    kvb += (double) ++ctx[k];
                 }
 
                 /* between the step and the draws, as the scheduler */
@@ -527,6 +583,7 @@ main(int argc, char **argv)
                 t_dec[j][r] = bench_now() - t0;
                 t_msk[j][r] = tm;
                 bw[j][r] = v[0];
+                kv_rd[j][r] = n_decode > 0 ? kvb / n_decode : 0.0;
             }
         }
     }
@@ -566,9 +623,19 @@ main(int argc, char **argv)
             v[r] = t_dec[j][r] / n_decode * 1e3;
         }
         bench_stats(v, reps, &med, &lo, &hi);
+        /* keys a step, over the samples */
+        kvb = 0.0;
+        for (r = 0; r < reps; r++) {
+            kvb += kv_rd[j][r] / reps;
+        }
+
         printf("BENCH_DECODE streams=%d graphs=%s step_ms=%.3f "
-               "replays=%llu\n", stream[j], graphs ? "on" : "off", med,
-               (unsigned long long) st.graph_replays);
+               "replays=%llu contexts=%s ctx=%.0f kv_mb=%.2f "
+               "weight_mb=%.2f\n", stream[j], graphs ? "on" : "off", med,
+               (unsigned long long) st.graph_replays,
+               distinct ? "distinct" : "shared", kvb / stream[j],
+               kvb * (double) info->kv_token_bytes / 1e6,
+               (double) st.decode_weight_bytes / 1e6);
     }
 
     if (grammar != NULL) {
@@ -593,6 +660,8 @@ main(int argc, char **argv)
 
         bench_masks_free(&bm);
     }
+
+    free(ctx);
 
 done:
 
