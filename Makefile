@@ -469,7 +469,7 @@ bench-cuda-emu: $(EMU_BENCHES) $(EMU_BUILD)/tests/test_cuda_sample
 	@cd $(ROOT) && { \
 	    $(EMU_BUILD)/bench/bench_tower --backend cuda --device-mib 256 \
 	        --model tests/fixtures/models/qwen25vl-bf16 \
-	        --size 224x224 --size 448x252 && \
+	        --size 224x224 --size 448x252 --size 224x224x3 && \
 	    for c in on,bf16,1024 off,bf16,1024 on,f32,1024 on,bf16,256; do \
 	        a=$${c#*,}; \
 	        VLM_CUDA_FUSE=$${c%%,*} VLM_CUDA_ACT=$${a%,*} \

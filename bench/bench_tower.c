@@ -1,6 +1,8 @@
 /*
  * The vision tower of a Qwen2-VL / Qwen2.5-VL checkpoint on one picture
- * of each size asked (default 1920x1080 and 3840x2160) at Qwen2-VL's
+ * of each size asked (default 1920x1080 and 3840x2160), or N of them in
+ * one prompt (WxHxN: a request of several pictures, which the prefill
+ * encodes one after the other before the prompt's text), at Qwen2-VL's
  * published preprocessor settings (min_pixels 3136, max_pixels 12845056),
  * random pixel values, run as the engine's prefill runs it: piece by
  * piece of max_batch_tokens (256) rows or queries, until its features
@@ -8,7 +10,7 @@
  * there).  Wall time, patches/s, the number of pieces and the longest
  * one, which is how long a running stream waits at most for the tower.
  *
- *   bench_tower [--model DIR] [--threads N] [--size WxH]...
+ *   bench_tower [--model DIR] [--threads N] [--size WxH[xN]]...
  *               [--backend cpu|cuda] [--device-mib N]
  *               [--piece-rows N] [--weight-tiles]
  *
@@ -18,7 +20,9 @@
  * size ends with a line for scripts/gpu-check:
  *
  *   BENCH_TOWER width=1920 height=1080 patches=10764 tower_ms=...
- *               pieces=... longest_ms=...
+ *               pieces=... longest_ms=... images=1
+ *
+ * (patches: those of all its pictures)
  *
  * --piece-rows: the rows of the tower's pieces (vlm_prefill_rows(), as
  * the scheduler asks 4 x max_batch_tokens where no other stream waits;
@@ -47,19 +51,23 @@
 #define BENCH_SIZES  8
 
 
-/* the tower on a w x h picture: its wall time, pieces, longest piece */
+/*
+ * the tower on n_img w x h pictures: its wall time, pieces, longest
+ * piece
+ */
 static int
 bench_picture(const char *dir, const char *backend, size_t device_bytes,
-    int threads, int piece_rows, int tiles, uint32_t w, uint32_t h)
+    int threads, int piece_rows, int tiles, uint32_t w, uint32_t h,
+    int n_img)
 {
-    int                       k, n_ids, done, pieces, P;
+    int                       k, j, n_ids, done, pieces, P;
     double                    t0, t1, total, longest;
     float                    *pixels;
     int32_t                  *ids;
     uint32_t                  x;
     size_t                    i, n;
     vlm_seq_t                *seq;
-    vlm_image_t               img;
+    vlm_image_t              *img;
     vlm_error_t               err;
     vlm_model_t              *m;
     vlm_model_params_t        prm;
@@ -84,9 +92,9 @@ bench_picture(const char *dir, const char *backend, size_t device_bytes,
     prm.device_bytes = device_bytes;
     prm.max_seqs = 1;
     prm.weight_tiles = tiles;
-    prm.image_cache_bytes = 0;
-    prm.max_image_patches = P;
-    prm.max_seq_len = (int) grid.n_tokens + 16;
+    prm.image_cache_bytes = 0;          /* each copy encoded */
+    prm.max_image_patches = P * n_img;
+    prm.max_seq_len = ((int) grid.n_tokens + 2) * n_img + 16;
 
     if (vlm_model_load(&m, dir, &prm, &err) != VLM_OK) {
         fprintf(stderr, "bench_tower: %s: %s\n", dir, err.msg);
@@ -97,11 +105,13 @@ bench_picture(const char *dir, const char *backend, size_t device_bytes,
 
     n = (size_t) P * grid.patch_dim;
     pixels = malloc(n * sizeof(float));
-    ids = malloc(((size_t) grid.n_tokens + 2) * sizeof(int32_t));
-    if (pixels == NULL || ids == NULL) {
+    ids = malloc(((size_t) grid.n_tokens + 2) * n_img * sizeof(int32_t));
+    img = calloc((size_t) n_img, sizeof(vlm_image_t));
+    if (pixels == NULL || ids == NULL || img == NULL) {
         fprintf(stderr, "bench_tower: no memory\n");
         free(pixels);
         free(ids);
+        free(img);
         vlm_model_free(m);
         return -1;
     }
@@ -112,26 +122,29 @@ bench_picture(const char *dir, const char *backend, size_t device_bytes,
         pixels[i] = (float) (x >> 8) / 16777216.0f * 4.0f - 2.0f;
     }
 
-    memset(&img, 0, sizeof(vlm_image_t));
-    img.pixels = pixels;
-    img.grid_t = 1;
-    img.grid_h = (int) grid.grid_h;
-    img.grid_w = (int) grid.grid_w;
-
     n_ids = 0;
-    ids[n_ids++] = info->vision_start_token_id;
-    for (k = 0; k < (int) grid.n_tokens; k++) {
-        ids[n_ids++] = info->image_token_id;
+
+    for (j = 0; j < n_img; j++) {
+        img[j].pixels = pixels;
+        img[j].grid_t = 1;
+        img[j].grid_h = (int) grid.grid_h;
+        img[j].grid_w = (int) grid.grid_w;
+
+        ids[n_ids++] = info->vision_start_token_id;
+        for (k = 0; k < (int) grid.n_tokens; k++) {
+            ids[n_ids++] = info->image_token_id;
+        }
+        ids[n_ids++] = info->vision_end_token_id;
     }
-    ids[n_ids++] = info->vision_end_token_id;
 
     if (vlm_seq_init(m, &seq, &err) != VLM_OK
-        || vlm_seq_prefill_start(seq, ids, n_ids, &img, 1, NULL, &err)
+        || vlm_seq_prefill_start(seq, ids, n_ids, img, n_img, NULL, &err)
            != VLM_OK)
     {
         fprintf(stderr, "bench_tower: %s\n", err.msg);
         free(pixels);
         free(ids);
+        free(img);
         vlm_model_free(m);
         return -1;
     }
@@ -170,18 +183,20 @@ bench_picture(const char *dir, const char *backend, size_t device_bytes,
         vlm_prefill_cancel(m);
     }
 
-    printf("%ux%u -> %ux%u, %d patches (%u tokens), %d threads: "
-           "%.2f s, %.0f patches/s, %d pieces, the longest %.1f ms\n",
-           w, h, grid.resized_w, grid.resized_h, P, grid.n_tokens, threads,
-           total, P / total, pieces, longest * 1e3);
-    printf("BENCH_TOWER width=%u height=%u patches=%d tower_ms=%.1f "
-           "pieces=%d longest_ms=%.1f\n", w, h, P, total * 1e3, pieces,
+    printf("%d x %ux%u -> %ux%u, %d patches (%u tokens) each, %d "
+           "threads: %.2f s, %.0f patches/s, %d pieces, the longest %.1f "
+           "ms\n", n_img, w, h, grid.resized_w, grid.resized_h, P,
+           grid.n_tokens, threads, total, P * n_img / total, pieces,
            longest * 1e3);
+    printf("BENCH_TOWER width=%u height=%u patches=%d tower_ms=%.1f "
+           "pieces=%d longest_ms=%.1f images=%d\n", w, h, P * n_img,
+           total * 1e3, pieces, longest * 1e3, n_img);
 
     vlm_seq_free(seq);
     vlm_model_free(m);
     free(pixels);
     free(ids);
+    free(img);
 
     return 0;
 }
@@ -192,6 +207,7 @@ main(int argc, char **argv)
 {
     int          i, n, threads, piece_rows, tiles;
     size_t       device_bytes;
+    int          c[BENCH_SIZES];
     uint32_t     w[BENCH_SIZES], h[BENCH_SIZES];
     const char  *dir, *backend;
 
@@ -228,8 +244,15 @@ main(int argc, char **argv)
 
         } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc
                    && n < BENCH_SIZES
-                   && sscanf(argv[++i], "%ux%u", &w[n], &h[n]) == 2)
+                   && sscanf(argv[++i], "%ux%ux%d", &w[n], &h[n], &c[n])
+                      >= 2)
         {
+            c[n] = strchr(strchr(argv[i], 'x') + 1, 'x') != NULL ? c[n] : 1;
+            if (c[n] < 1 || c[n] > 64) {
+                dir = NULL;
+                break;
+            }
+
             n++;
 
         } else {
@@ -240,7 +263,7 @@ main(int argc, char **argv)
 
     if (dir == NULL || threads < 1) {
         fprintf(stderr, "usage: bench_tower --model DIR [--threads N] "
-                "[--size WxH]... [--backend cpu|cuda] "
+                "[--size WxH[xN]]... [--backend cpu|cuda] "
                 "[--device-mib N] [--piece-rows N] "
                 "[--weight-tiles]\n");
         return 1;
@@ -251,12 +274,13 @@ main(int argc, char **argv)
         h[0] = 1080;
         w[1] = 3840;
         h[1] = 2160;
+        c[0] = c[1] = 1;
         n = strstr(dir, "tests/fixtures/") != NULL ? 1 : 2;
     }
 
     for (i = 0; i < n; i++) {
         if (bench_picture(dir, backend, device_bytes, threads, piece_rows,
-                          tiles, w[i], h[i])
+                          tiles, w[i], h[i], c[i])
             != 0)
         {
             return 1;
