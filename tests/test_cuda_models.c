@@ -27,6 +27,10 @@
 #include "engine/vlm_sampler.h"
 #include "cuda_test.h"
 
+#ifdef VLM_CUDAEMU
+#include <cuda_runtime.h>       /* cudaemu_kernel_launches() */
+#endif
+
 
 /*
  * Decode steps replayed from graphs against the same steps without, on
@@ -656,6 +660,68 @@ test_model_fault(void **state)
     require_gpu();
 
     in_child(fault_child, "the faulting model");
+}
+
+
+/* the kernel launches of one decode step of a prefilled prompt on be */
+static unsigned long
+decode_launches(const char *name, const char *be, int *n_layers)
+{
+    int             n;
+    int32_t         t;
+    unsigned long   before;
+    vlm_npy_t       ids, grid, pix[2];
+    vlm_seq_t      *s;
+    vlm_image_t     img[2];
+    vlm_error_t     err;
+    vlm_model_t    *m;
+
+    m = load_model(name, be, 0);
+    *n_layers = vlm_model_info(m)->n_layers;
+    load_case(name, "text", 0, &ids, &grid, pix, img);
+    n = (int) ids.n;
+    s = prefilled(m, ids.data, n, img, 0);
+
+    t = 7;
+    before = cudaemu_kernel_launches();
+    assert_int_equal(vlm_decode(m, &s, &t, 1, &err), VLM_OK);
+    before = cudaemu_kernel_launches() - before;
+
+    vlm_seq_free(s);
+    free_case(0, &ids, &grid, pix);
+    vlm_model_free(m);
+
+    return before;
+}
+
+
+/*
+ * A decode step's kernel launches, counted by the emulated device: 8 a
+ * decoder layer (its two norms with the residual adds, the q/k/v gemv,
+ * RoPE and the KV store with the split of q, k and v, the attention, the
+ * output, gate/up (with the product) and down gemvs; the keys this short
+ * are not split over the grid) and 6 a step (the embedding, the rotary
+ * table, the last layer's add, the logit rows' gather, the final norm
+ * and the head), on Qwen2.5-VL's bf16 fixture; the fusions apart, at
+ * least 6 more a layer
+ */
+static void
+test_model_decode_launches(void **state)
+{
+    int            L, Lu;
+    unsigned long  fused, apart;
+
+    require_gpu();
+
+    fused = decode_launches("qwen25vl-bf16", "cuda", &L);
+    apart = decode_launches("qwen25vl-bf16", "cuda-unfused", &Lu);
+
+    print_message("a decode step of %d layers: %lu kernel launches, %lu "
+                  "with the fusions apart\n", L, fused, apart);
+
+    assert_int_equal(L, Lu);
+    assert_int_equal(fused, (unsigned long) (8 * L + 6));
+    assert_true(apart >= fused + (unsigned long) (6 * L));
 }
 
 #endif
@@ -1434,6 +1500,7 @@ main(void)
         cmocka_unit_test(test_model_sample_more),
 #ifdef VLM_CUDAEMU
         cmocka_unit_test(test_model_fault),
+        cmocka_unit_test(test_model_decode_launches),
 #endif
     };
 

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <string>
@@ -676,6 +677,10 @@ done:
 }
 
 
+/* the kernel launches taken, eager or into a capture (the tests') */
+static std::atomic<unsigned long>  kernel_launches;
+
+
 void
 launch(const char *kernel, dim3 grid, dim3 block, size_t shared,
     void *stream, std::function<void()> body)
@@ -708,6 +713,8 @@ launch(const char *kernel, dim3 grid, dim3 block, size_t shared,
         return;
     }
 
+    kernel_launches++;
+
     if (fault_planned(kernel)) {
         enqueue((cudaStream_t) stream, [kernel] {
             report("kernel %s: an illegal memory access (CUDAEMU_FAULT)",
@@ -727,3 +734,10 @@ launch(const char *kernel, dim3 grid, dim3 block, size_t shared,
 }
 
 } /* namespace cudaemu */
+
+
+unsigned long
+cudaemu_kernel_launches(void)
+{
+    return cudaemu::kernel_launches.load();
+}

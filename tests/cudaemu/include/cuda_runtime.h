@@ -184,6 +184,11 @@ cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *ev, cudaIpcEventHandle_t h);
 
 /* the emulator's own: whether p lies in device memory (for the tests) */
 int cudaemu_is_device_pointer(const void *p);
+/*
+ * the emulator's own: the kernel launches taken so far, eager or into a
+ * stream's capture (a graph's replays not counted)
+ */
+unsigned long cudaemu_kernel_launches(void);
 
 
 #ifdef __cplusplus
