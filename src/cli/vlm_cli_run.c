@@ -808,6 +808,9 @@ vlm_cli_open(vlm_cli_run_t *r, int extra, vlm_model_t **m, vlm_seq_t **seq)
         return vlm_cli_fail("%s", err.msg);
     }
 
+    /* one prompt alone: in pieces as large as the server's then */
+    vlm_prefill_rows(*m, vlm_model_info(*m)->max_prefill_tokens);
+
     if (vlm_seq_init(*m, seq, &err) != VLM_OK) {
         vlm_model_free(*m);
         return vlm_cli_fail("%s", err.msg);
