@@ -302,7 +302,8 @@ alone_chunks(int prefill, int rows, int *most, int *chunks)
 /*
  * A prompt alone takes larger steps (max_prefill_tokens, the decoder's
  * workspace): 4 x max_batch_tokens unless set, never fewer than
- * max_batch_tokens; a text step of more rows than max_batch_tokens gives
+ * max_batch_tokens, never more than a context (cut to it, the backend's
+ * bytes those of a model asked that many); a text step of more rows than max_batch_tokens gives
  * transformers' logits, one of max_prefill_tokens + 1 rows is refused;
  * an image prompt's chunks are max_batch_tokens rows, or the rows
  * vlm_prefill_rows() asks up to max_prefill_tokens (23 tokens: 8, 8, 7;
@@ -319,6 +320,7 @@ test_prefill_alone_rows(void **state)
     vlm_error_t        err;
     vlm_model_t       *m;
     vlm_step_item_t    item;
+    vlm_model_stats_t  st, st128;
 
     assert_null(load_prefill(FIX "/qwen25vl-f32", &err, 8, 7));
     assert_int_equal(err.status, VLM_ERR_INVALID);
@@ -355,6 +357,35 @@ test_prefill_alone_rows(void **state)
     vlm_seq_free(a);
     vlm_npy_free(&ta);
     vlm_npy_free(&tl);
+    vlm_model_free(m);
+
+    /*
+     * never more than a context (load_params(): 128 tokens): the
+     * workspace of 128 rows, the bytes of a model asked 128
+     */
+    m = load_prefill(FIX "/qwen25vl-f32", &err, 8, 1000);
+    assert_non_null(m);
+    assert_int_equal(vlm_model_info(m)->max_seq_len, 128);
+    assert_int_equal(vlm_model_info(m)->max_prefill_tokens, 128);
+    vlm_model_stats(m, &st);
+    vlm_model_free(m);
+
+    m = load_prefill(FIX "/qwen25vl-f32", &err, 8, 128);
+    assert_non_null(m);
+    vlm_model_stats(m, &st128);
+    assert_int_equal(st.backend_bytes, st128.backend_bytes);
+    vlm_model_free(m);
+
+    m = load_prefill(FIX "/qwen25vl-f32", &err, 8, 129);
+    assert_non_null(m);
+    vlm_model_stats(m, &st128);
+    assert_int_equal(st.backend_bytes, st128.backend_bytes);
+    vlm_model_free(m);
+
+    /* nor fewer than max_batch_tokens, a context shorter or not */
+    m = load_params(FIX "/qwen25vl-f32", &err, 3, 0, 200, 0, 0);
+    assert_non_null(m);
+    assert_int_equal(vlm_model_info(m)->max_prefill_tokens, 200);
     vlm_model_free(m);
 
     alone_chunks(0, 0, &most, &chunks);

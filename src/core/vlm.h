@@ -284,6 +284,7 @@ typedef struct {
     int     max_seqs;
     int     max_batch_tokens;
     int     max_prefill_tokens;
+    int     prefill_cut;        /* max_prefill_tokens cut to the context */
     int     n_threads;
     int     tp_rank;
     int     tp_size;

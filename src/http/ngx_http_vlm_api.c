@@ -272,7 +272,7 @@ ngx_http_vlm_metrics_handler(ngx_http_request_t *r)
 
     size = vlm_metrics_render(q->metrics, &st, NULL, 0);
 
-    text = ngx_pnalloc(r->pool, size + 1536
+    text = ngx_pnalloc(r->pool, size + 2048
                                 + ngx_http_vlm_label_len(&vmcf->served_model)
                                 + ngx_http_vlm_label_len(&vmcf->model)
                                 + 4 * NGX_INT_T_LEN);
@@ -356,7 +356,7 @@ ngx_http_vlm_model_label(u_char *dst, u_char *text, u_char *last,
 
 /*
  * The model and the engine's sizing: here rather than in /health, which
- * anyone may ask (fits in the 1536 bytes above plus the two labels).
+ * anyone may ask (fits in the 2048 bytes above plus the two labels).
  */
 static u_char *
 ngx_http_vlm_metrics_conf(u_char *p, ngx_http_vlm_main_conf_t *vmcf)
@@ -386,7 +386,8 @@ ngx_http_vlm_metrics_conf(u_char *p, ngx_http_vlm_main_conf_t *vmcf)
                     "step.\n# TYPE vlm_max_batch_tokens gauge\n"
                     "vlm_max_batch_tokens %ui\n", vmcf->max_batch_tokens);
     p = ngx_sprintf(p, "# HELP vlm_max_prefill_tokens Rows of an engine "
-                    "step that feeds one prompt alone.\n"
+                    "step that feeds one prompt alone, as asked (the "
+                    "engine's: a context at most).\n"
                     "# TYPE vlm_max_prefill_tokens gauge\n"
                     "vlm_max_prefill_tokens %ui\n", vmcf->max_prefill_tokens);
     p = ngx_sprintf(p, "# HELP vlm_prefix_cache 1 when the engine keeps "

@@ -239,6 +239,15 @@ vlm_model_budgets(vlm_model_t *m, const vlm_model_params_t *asked,
 
     p->max_seq_len = len;
 
+    /*
+     * a step of more than max_batch_tokens rows holds one prompt's: never
+     * more rows than a context (the workspace planned for no more)
+     */
+    if (p->max_prefill_tokens > vlm_max(p->max_batch_tokens, len)) {
+        p->max_prefill_tokens = vlm_max(p->max_batch_tokens, len);
+        m->prefill_cut = 1;
+    }
+
     return VLM_OK;
 }
 

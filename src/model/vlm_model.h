@@ -356,6 +356,9 @@ struct vlm_model_s {
      */
     vlm_kv_t                 kv_slide;
     int                      slide_blocks;      /* its size, budgets' */
+    int                      prefill_cut;       /* budgets cut params'
+                                                   max_prefill_tokens to
+                                                   the context */
     uint16_t                 kv_index[VLM_MAX_TEXT_LAYERS];
     vlm_dtype_t              kv_dtype;  /* params.kv_dtype resolved */
     /*

@@ -259,6 +259,7 @@ vlm_model_plan_fill(vlm_model_t *m, vlm_model_plan_t *plan)
     plan->max_seqs = p->max_seqs;
     plan->max_batch_tokens = p->max_batch_tokens;
     plan->max_prefill_tokens = p->max_prefill_tokens;
+    plan->prefill_cut = m->prefill_cut;
     plan->n_threads = p->n_threads;
     plan->tp_rank = p->tp_rank;
     plan->tp_size = m->tp.size;
@@ -316,8 +317,9 @@ vlm_model_plan_table(const vlm_model_plan_t *plan, char *buf, size_t cap)
                             plan->kv_sliding, how);
     }
 
-    snprintf(how, sizeof(how), "%d rows a step (vlm_max_prefill_tokens), "
+    snprintf(how, sizeof(how), "%d rows a step (vlm_max_prefill_tokens%s), "
              "%d sequences (vlm_max_running)", plan->max_prefill_tokens,
+             plan->prefill_cut ? ", cut to the context" : "",
              plan->max_seqs);
     len = vlm_plan_line(buf, cap, len, "activations", plan->activations,
                         how);
