@@ -303,8 +303,9 @@ alone_chunks(int prefill, int rows, int *most, int *chunks)
  * A prompt alone takes larger steps (max_prefill_tokens, the decoder's
  * workspace): 4 x max_batch_tokens unless set, never fewer than
  * max_batch_tokens, never more than a context (cut to it, the backend's
- * bytes those of a model asked that many); a text step of more rows than max_batch_tokens gives
- * transformers' logits, one of max_prefill_tokens + 1 rows is refused;
+ * bytes those of a model asked that many); a text step of more rows
+ * than max_batch_tokens gives transformers' logits, one of
+ * max_prefill_tokens + 1 rows is refused;
  * an image prompt's chunks are max_batch_tokens rows, or the rows
  * vlm_prefill_rows() asks up to max_prefill_tokens (23 tokens: 8, 8, 7;
  * asked 16: 16, 7; asked 1,000 of 12 at most: 12, 11), each ending where
