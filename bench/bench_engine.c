@@ -54,9 +54,10 @@
  * of --prompt N tokens (--grid 0,0: no image), for scripts/gpu-check:
  *
  *   BENCH_TTFT tokens=30000 layers=28 rows=1024 ttft_ms=...
- *              ms_per_layer=...
+ *              ms_per_layer=... gflops=...
  *
- * (rows: the prompt's chunks, --prefill-rows)
+ * (rows: the prompt's chunks, --prefill-rows; gflops: the matmuls' and
+ * attention's flops as the backend counts them over the time)
  *
  * and after decode, a line a stream count with the median step time and
  * the steps replayed from CUDA graphs (--cuda-graphs on), for its graphs
@@ -122,6 +123,7 @@ main(int argc, char **argv)
     int                      n_streams, stream[BENCH_MAX_STREAMS], max_b;
     int                      level, head, graphs, tiles;
     int                      frames, n_tok, act_f32, alone, distinct;
+    int                      rows;
     size_t                   device_bytes;
     char                    *p, streams[64];
     float                   *pixels;
@@ -488,17 +490,20 @@ main(int argc, char **argv)
     vlm_model_stats(m, &st);
     f_pre = (double) (st.backend_flops - f0);
 
+    /* the prompt's chunks: those asked, at most the engine's step */
+    rows = vlm_min(vlm_max(alone, info->max_batch_tokens),
+                   info->max_prefill_tokens);
+
     printf("  prefill                    %8.1f tokens/s  (%d tokens in "
            "%.2f s, %.1f GFLOP/s%s, chunks of %d rows)\n",
            n_prompt / t_pre, n_prompt, t_pre, f_pre / t_pre / 1e9,
-           bench_of_peak(f_pre / t_pre, peak),
-           vlm_max(alone, info->max_batch_tokens));
+           bench_of_peak(f_pre / t_pre, peak), rows);
 
     if (n_decode == 0) {
         printf("BENCH_TTFT tokens=%d layers=%d rows=%d ttft_ms=%.1f "
-               "ms_per_layer=%.2f\n", n_prompt, info->n_layers,
-               vlm_max(alone, info->max_batch_tokens), t_pre * 1e3,
-               t_pre * 1e3 / info->n_layers);
+               "ms_per_layer=%.2f gflops=%.1f\n", n_prompt, info->n_layers,
+               rows, t_pre * 1e3, t_pre * 1e3 / info->n_layers,
+               f_pre / t_pre / 1e9);
         goto done;
     }
 

@@ -1652,7 +1652,8 @@ test_gate_up_gemv_runs(void **state)
  * device-to-device copy.  The same step with the ops apart (q, k, v,
  * gate and up matmuls of their own, rope(), kv_store(), gated_act(),
  * add()), as the backend ran them before its fusions, timed in turn
- * with it: the fusions' ratio in one run.
+ * with it: the fusions' ratio in one run.  And the bf16 GEMM rate of a
+ * prefill step's largest matmul, for the prefill's figures beside it.
  */
 typedef struct {
     vlm_weight_t  wq, wk, wv, wo, gate, up, down, wqkv, wgu;
@@ -1794,20 +1795,21 @@ cmp_double(const void *a, const void *b)
 }
 
 
-#define BENCH_ROUNDS  3
+#define BENCH_ROUNDS     3
+#define BENCH_GEMM_ROWS  2048
 
 
 static int
 bench(int n_layers, int steps)
 {
-    int                i, l, H, I, V, KV, rows[3];
+    int                i, l, H, I, V, KV, reps, rows[3];
     void              *big, *big2;
     double             t0, t1, copy_bw, wbytes, fused[BENCH_ROUNDS];
-    double             apart[BENCH_ROUNDS], step_s, apart_s;
+    double             apart[BENCH_ROUNDS], step_s, apart_s, gemm;
     int32_t           *blocks, pos[3];
     uint16_t          *wh;
     size_t             big_bytes, maxw, cache;
-    float             *invf;
+    float             *invf, *gx, *gy;
     bench_t            b, *bt = &b;
     vlm_error_t        err;
     const void        *host[3];
@@ -1987,6 +1989,27 @@ bench(int n_layers, int steps)
     bt->pa.bf16 = 1;            /* bf16 weights: the tensor-core kernels */
     bt->pa.kv_scale = NULL;
 
+    /*
+     * the bf16 GEMM rate the prefill's matmuls get: the fused gate/up
+     * weight's GEMM of 2,048 rows (one chunk of the input's rounding),
+     * as a prefill step of the engine's runs it
+     */
+    gx = dev(NULL, (size_t) BENCH_GEMM_ROWS * H * sizeof(float));
+    gy = dev(NULL, (size_t) BENCH_GEMM_ROWS * 2 * I * sizeof(float));
+    gpu->ops->matmul(gpu, gy, gx, &bt->L[0].wgu, NULL, BENCH_GEMM_ROWS);
+    gpu->ops->synchronize(gpu);
+    reps = vlm_min(steps, 10);
+    t0 = now_s();
+
+    for (i = 0; i < reps; i++) {
+        gpu->ops->matmul(gpu, gy, gx, &bt->L[0].wgu, NULL, BENCH_GEMM_ROWS);
+    }
+
+    gpu->ops->synchronize(gpu);
+    gemm = 2.0 * BENCH_GEMM_ROWS * 2 * I * H * reps / (now_s() - t0);
+    gpu->ops->release(gpu, gx);
+    gpu->ops->release(gpu, gy);
+
     /* the two in turn, the median of each */
     for (i = 0; i < BENCH_ROUNDS; i++) {
         fused[i] = bench_time(bt, 1, steps);
@@ -2008,10 +2031,13 @@ bench(int n_layers, int steps)
            wbytes / step_s / 1e9, 100.0 * wbytes / step_s / copy_bw,
            apart_s * 1e3, apart[0] * 1e3, apart[BENCH_ROUNDS - 1] * 1e3,
            apart_s / step_s);
+    printf("bench: the bf16 GEMM of %d x %d x %d: %.1f TFLOP/s\n",
+           BENCH_GEMM_ROWS, 2 * I, H, gemm / 1e12);
     printf("BENCH decode_ms=%.3f weight_gbps=%.0f copy_gbps=%.0f "
-           "ratio=%.3f apart_ms=%.3f apart_ratio=%.3f\n", step_s * 1e3,
-           wbytes / step_s / 1e9, copy_bw / 1e9, wbytes / step_s / copy_bw,
-           apart_s * 1e3, wbytes / apart_s / copy_bw);
+           "ratio=%.3f apart_ms=%.3f apart_ratio=%.3f gemm_tflops=%.1f\n",
+           step_s * 1e3, wbytes / step_s / 1e9, copy_bw / 1e9,
+           wbytes / step_s / copy_bw, apart_s * 1e3,
+           wbytes / apart_s / copy_bw, gemm / 1e12);
 
     free(wh);
     free(bt->L);

@@ -527,7 +527,9 @@ struct vlm_backend_s {
     uint64_t                  n_allocs;     /* alloc() calls ever */
     /*
      * the flops (2 a multiply-add) of matmul() and the attention ops since
-     * init, where the backend counts them (cpu): a benchmark's rate
+     * init, where the backend counts them (cpu; cuda: its matmuls and
+     * paged attention, not the varlen one, whose segments stay on the
+     * device): a benchmark's rate
      */
     uint64_t                  flops;
 };

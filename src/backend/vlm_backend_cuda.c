@@ -654,6 +654,8 @@ vlm_cuda_matmul_out(vlm_cuda_t *cu, void *y, int y_bf16, const float *x,
         return;
     }
 
+    cu->be.flops += 2 * (uint64_t) n * w->rows * w->cols;
+
     /* x's bf16 copy, made by the norm that wrote x (one chunk, then) */
     tag = cu->xtag;
     tag_n = cu->xtag_n;
@@ -776,6 +778,8 @@ vlm_cuda_matmul_gated_op(vlm_backend_t *be, float *y, const float *gu,
         return;
     }
 
+    cu->be.flops += 2 * (uint64_t) n * w->rows * w->cols;
+
     if ((w->dtype != VLM_DTYPE_BF16 && w->dtype != VLM_DTYPE_F32)
         || w->quant != VLM_QUANT_NONE)
     {
@@ -841,6 +845,7 @@ vlm_cuda_matmul_gate_up_op(vlm_backend_t *be, float *gu, const float *x,
     vlm_cuda_t  *cu = (vlm_cuda_t *) be;
 
     if (cu->fuse && n > 0 && vlm_cuda_gemv_rows(w, n) && w->rows % 2 == 0) {
+        cu->be.flops += 2 * (uint64_t) n * w->rows * w->cols;
         vlm_cuda_check(cu, vlm_cuda_gemv_gated(cu->stream, gu, x, w->data,
                                                n, w->rows, w->cols,
                                                (int) act),
@@ -1255,6 +1260,14 @@ vlm_cuda_attention_paged_op(vlm_backend_t *be, const vlm_attn_paged_t *a)
 
     wmma = cu->attn_wmma && a->bf16
            && vlm_cuda_attention_wmma_fits(a->head_dim);
+
+    /* q k^T and p v as the CPU counts them: query i sees kv_start + i */
+    for (s = 0; s < a->n_seqs; s++) {
+        cu->be.flops += (uint64_t) 4 * a->n_heads * a->head_dim
+                        * ((uint64_t) a->seqs[s].n_q * a->seqs[s].kv_start
+                           + (uint64_t) a->seqs[s].n_q
+                             * (a->seqs[s].n_q + 1) / 2);
+    }
 
     /*
      * the sequences travel with the launch, VLM_CUDA_ATTN_SEQS at a time;
