@@ -778,7 +778,7 @@ vlm_lm_kv_store(vlm_model_t *m, const vlm_batch_t *b, int l)
 
 
 /*
- * whether layer l's q, k and v stay in the fused q/k/v matmul's output
+ * whether a layer's q, k and v stay in the fused q/k/v matmul's output
  * (ws.gate) until vlm_lm_rope_kv_store() reads them there, split_qkv()
  * folded into rope_kv_store(): a fused matmul, no q/k norms between,
  * not the fp8 calibration's pass (which reads ws.k and ws.v)
