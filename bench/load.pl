@@ -15,11 +15,18 @@
 #                              [--images 7] [--image-size 1120x700]
 #                              [--image-cache SIZE]
 #                              [--tensor-parallel N]
+#                              [--output-tokens N] [--backend cpu|cuda]
+#                              [--directive 'vlm_... value']...
 #
 # --workload images is the image benchmark of VLM serving reports: every
 # request carries --images JPEG pictures of --image-size (shape scenes
 # drawn by tools/shapes_dataset.py) and asks about them, half of them
 # streamed; served by models/default unless --model says otherwise.
+# --output-tokens N asks N tokens of each (max_tokens and min_tokens: a
+# random checkpoint's early end would flatter the rate; default 8, no
+# min_tokens); --backend cuda serves with vlm_backend cuda (VLM_BUILD's
+# engine then a CUDA build's), --directive adds an http-level directive
+# (vlm_max_model_len 8192, for seven pictures' tokens).
 #
 # --tensor-parallel N serves with an engine group of N ranks (rank r on
 # CPU r % the CPUs there are): each rank's private RSS (RssAnon) must stay
@@ -43,12 +50,18 @@ use VLMTest;
 
 my %o = (requests => 1000, concurrency => 16, port => 1994,
          'rss-growth' => 1024 * 1024, warmup => 300, name => 'load',
-         workload => 'mixed', images => 7, 'image-size' => '1120x700');
+         workload => 'mixed', images => 7, 'image-size' => '1120x700',
+         backend => 'cpu', directive => []);
 
 GetOptions(\%o, 'requests=i', 'concurrency=i', 'port=i', 'rss-growth=i',
            'warmup=i', 'name=s', 'workload=s', 'model=s', 'images=i',
-           'image-size=s', 'image-cache=s', 'tensor-parallel=i')
+           'image-size=s', 'image-cache=s', 'tensor-parallel=i',
+           'output-tokens=i', 'backend=s', 'directive=s@')
     or die "bad options\n";
+
+die "--backend is cpu or cuda\n" if $o{backend} !~ /^(cpu|cuda)$/;
+die "--output-tokens is 1 or more\n"
+    if defined $o{'output-tokens'} && $o{'output-tokens'} < 1;
 
 my $ncpu = `nproc` + 0 || 1;
 my $conf = '';
@@ -59,6 +72,8 @@ $conf .= "vlm_tensor_parallel $o{'tensor-parallel'};\n"
          . join(' ', map { $_ % $ncpu } 0 .. $o{'tensor-parallel'} - 1)
          . ";\n"
     if $o{'tensor-parallel'} && $o{'tensor-parallel'} > 1;
+$conf .= "vlm_backend cuda;\n" if $o{backend} eq 'cuda';
+$conf .= "$_;\n" for @{ $o{directive} };
 
 die "--workload is mixed or images\n"
     if $o{workload} !~ /^(mixed|images)$/;
@@ -117,6 +132,11 @@ sub images_request_of {
     my @urls = map { $pictures[($i + $_) % @pictures] } 1 .. $o{images};
     my $body = { %{ vlm_chat_body('How many shapes are there?', @urls) },
                  model => $model_name, max_tokens => 8, temperature => 0 };
+
+    if (defined $o{'output-tokens'}) {
+        $body->{max_tokens} = $o{'output-tokens'};
+        $body->{min_tokens} = $o{'output-tokens'};
+    }
 
     return ('full', $body) if $i % 2;
 
@@ -355,7 +375,9 @@ printf "%s workload%s: %d requests at concurrency %d in %.1f s "
        . "(%.1f requests/s after the first %d)\n", $o{workload},
        $o{workload} eq 'images'
            ? " ($o{images} JPEG images of $o{'image-size'} a request, "
-             . "$model_name)" : '',
+             . (defined $o{'output-tokens'}
+                ? "$o{'output-tokens'} output tokens, " : '')
+             . "$model_name, $o{backend})" : '',
        $o{requests}, $o{concurrency}, $t2 - $t0,
        ($o{requests} - $warm) / ($t2 - $t1 || 1), $warm;
 
