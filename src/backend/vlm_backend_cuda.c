@@ -162,20 +162,31 @@ vlm_cuda_f16_to_bf16(void *dst, const void *src, size_t n)
 }
 
 
-/* the ring's next chunk, once its last copies are done (normally long) */
+/*
+ * the ring's free bytes from *buf, *room of them, at least need: the
+ * next chunk where this one has fewer left, once that chunk's last
+ * copies are done (normally long)
+ */
 static vlm_status_t
-vlm_cuda_stage_next(vlm_cuda_t *cu)
+vlm_cuda_stage_room(vlm_cuda_t *cu, size_t need, uint8_t **buf,
+    size_t *room)
 {
     cudaError_t  e;
 
-    cu->stage_cur = (cu->stage_cur + 1) % VLM_CUDA_STAGE_CHUNKS;
-    cu->stage_fill = 0;
+    if (VLM_CUDA_STAGE_CHUNK - cu->stage_fill < need) {
+        cu->stage_cur = (cu->stage_cur + 1) % VLM_CUDA_STAGE_CHUNKS;
+        cu->stage_fill = 0;
 
-    e = cudaEventSynchronize(cu->stage_ev[cu->stage_cur]);
-    if (e != cudaSuccess) {
-        vlm_cuda_check(cu, e, "upload");
-        return VLM_ERR_DEVICE;
+        e = cudaEventSynchronize(cu->stage_ev[cu->stage_cur]);
+        if (e != cudaSuccess) {
+            vlm_cuda_check(cu, e, "upload");
+            return VLM_ERR_DEVICE;
+        }
     }
+
+    *buf = cu->stage + (size_t) cu->stage_cur * VLM_CUDA_STAGE_CHUNK
+           + cu->stage_fill;
+    *room = VLM_CUDA_STAGE_CHUNK - cu->stage_fill;
 
     return VLM_OK;
 }
@@ -207,8 +218,9 @@ vlm_cuda_stage_copy(vlm_cuda_t *cu, void *dst, const uint8_t *buf,
 
 
 /*
- * n_out bytes to dst: src is copied as is (convert NULL), or converted
- * from in_esize-byte elements to out_esize-byte ones
+ * n_out bytes to dst (whole out_esize-byte elements): src is copied as
+ * is (convert NULL), or converted from in_esize-byte elements to
+ * out_esize-byte ones
  */
 vlm_status_t
 vlm_cuda_stage(vlm_cuda_t *cu, void *dst, const void *src, size_t n_out,
@@ -218,21 +230,17 @@ vlm_cuda_stage(vlm_cuda_t *cu, void *dst, const void *src, size_t n_out,
     uint8_t       *buf;
     vlm_status_t   rc;
 
+    if (out_esize == 0 || n_out % out_esize != 0) {
+        return VLM_ERR_INVALID;
+    }
+
     while (n_out > 0) {
-        room = VLM_CUDA_STAGE_CHUNK - cu->stage_fill;
-        piece = vlm_min(n_out, room) / out_esize * out_esize;
-
-        if (piece == 0) {
-            rc = vlm_cuda_stage_next(cu);
-            if (rc != VLM_OK) {
-                return rc;
-            }
-
-            continue;
+        rc = vlm_cuda_stage_room(cu, out_esize, &buf, &room);
+        if (rc != VLM_OK) {
+            return rc;
         }
 
-        buf = cu->stage + (size_t) cu->stage_cur * VLM_CUDA_STAGE_CHUNK
-              + cu->stage_fill;
+        piece = vlm_min(n_out, room) / out_esize * out_esize;
 
         if (convert == NULL) {
             memcpy(buf, src, piece);
@@ -267,7 +275,7 @@ vlm_cuda_stage_interleaved(vlm_cuda_t *cu, uint8_t *dst,
     const void *const *host, int n, int rows, size_t row,
     vlm_cuda_convert_pt convert, size_t esize)
 {
-    size_t          i, j, k, total;
+    size_t          i, j, k, total, room;
     uint8_t        *buf;
     vlm_status_t    rc;
     const uint8_t  *src;
@@ -279,20 +287,12 @@ vlm_cuda_stage_interleaved(vlm_cuda_t *cu, uint8_t *dst,
     total = (size_t) rows * n;
 
     for (i = 0; i < total; i += k) {
-        k = vlm_min((VLM_CUDA_STAGE_CHUNK - cu->stage_fill) / row,
-                    total - i);
-
-        if (k == 0) {
-            rc = vlm_cuda_stage_next(cu);
-            if (rc != VLM_OK) {
-                return rc;
-            }
-
-            continue;
+        rc = vlm_cuda_stage_room(cu, row, &buf, &room);
+        if (rc != VLM_OK) {
+            return rc;
         }
 
-        buf = cu->stage + (size_t) cu->stage_cur * VLM_CUDA_STAGE_CHUNK
-              + cu->stage_fill;
+        k = vlm_min(room / row, total - i);
 
         for (j = 0; j < k; j++) {
             src = (const uint8_t *) host[(i + j) % n] + (i + j) / n * row;
