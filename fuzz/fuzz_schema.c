@@ -1,13 +1,15 @@
 /*
  * libFuzzer harness of constrained decoding: the input is a JSON schema
- * (or, when it is an array, tools: [{"name", "parameters"}]), a NUL byte,
- * then a document.  A schema either compiles to a program that
- * vlm_grammar_open accepts or fails with a message; the document's bytes
- * are fed one at a time, and before each the mask (over a vocabulary of
- * every single byte and a few words) must allow that byte's token exactly
- * when the automaton then accepts it, the mask leaving the state as it
- * was.  A complete document must parse as JSON (jansson) and be at
- * distance 0.
+ * (or, when it is an array, tools: [{"name", "parameters"}]; after a byte
+ * 0x01 a GBNF grammar, after 0x02 a regular expression, as a request's
+ * guided_grammar and guided_regex give them), a NUL byte, then a
+ * document.  A schema either compiles to a program that vlm_grammar_open
+ * accepts or fails with a message; the document's bytes are fed one at a
+ * time, and before each the mask (over a vocabulary of every single byte
+ * and a few words) must allow that byte's token exactly when the
+ * automaton then accepts it, the mask leaving the state as it was.  A
+ * complete document must be at distance 0 and, a schema's, parse as JSON
+ * (jansson).
  *
  *   make fuzz                      (clang; every fuzz/fuzz_*.c)
  */
@@ -18,6 +20,7 @@
 
 #include <jansson.h>
 
+#include "api/vlm_gbnf.h"
 #include "api/vlm_schema.h"
 #include "grammar/vlm_grammar.h"
 
@@ -120,13 +123,14 @@ fuzz_compile(json_t *s, vlm_schema_out_t *out, vlm_error_t *err)
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    int               ok, allowed;
+    int               ok, allowed, text;
     size_t            i, slen, dlen;
     json_t           *s, *doc;
     int32_t           end;
     const uint8_t    *d, *nul;
     const uint32_t   *mask;
     vlm_error_t       err;
+    vlm_status_t      rc;
     vlm_grammar_t     g;
     vlm_schema_out_t  out;
 
@@ -140,19 +144,31 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     dlen = (size_t) (data + size - d);
     dlen = dlen > 256 ? 256 : dlen;
 
-    s = slen ? json_loadb((const char *) data, slen, 0, NULL) : NULL;
+    text = (slen > 0 && (data[0] == 0x01 || data[0] == 0x02)) ? data[0] : 0;
+    s = NULL;
 
-    if (slen && s == NULL) {
-        return 0;
-    }
+    if (text == 0x01) {
+        rc = vlm_gbnf_compile((const char *) data + 1, slen - 1, &out, &err);
 
-    if (fuzz_compile(s, &out, &err) != VLM_OK) {
-        fuzz_check(err.msg[0] != '\0');
+    } else if (text == 0x02) {
+        rc = vlm_schema_compile_regex((const char *) data + 1, slen - 1, &out,
+                                      &err);
+
+    } else {
+        s = slen ? json_loadb((const char *) data, slen, 0, NULL) : NULL;
+
+        if (slen && s == NULL) {
+            return 0;
+        }
+
+        rc = fuzz_compile(s, &out, &err);
         json_decref(s);
-        return 0;
     }
 
-    json_decref(s);
+    if (rc != VLM_OK) {
+        fuzz_check(err.msg[0] != '\0');
+        return 0;
+    }
 
     fuzz_check(vlm_grammar_open(&g, out.prog, out.len, &err) == VLM_OK);
 
@@ -175,7 +191,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (vlm_matcher_complete(matcher)) {
             fuzz_check(vlm_matcher_distance(matcher) == 0);
 
-            if (g.nodes[g.hdr->root].kind != VLM_GNODE_TOOLCALLS) {
+            if (!text && g.nodes[g.hdr->root].kind != VLM_GNODE_TOOLCALLS) {
                 doc = json_loadb((const char *) d, i + 1, JSON_DECODE_ANY,
                                  NULL);
                 fuzz_check(doc != NULL);
