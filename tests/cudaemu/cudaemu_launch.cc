@@ -87,7 +87,13 @@ thread_local block_ctx   *cur_block;
 
 #define FIBER_STACK     (256 * 1024)
 #define MAX_THREADS     1024
-#define MAX_SHARED      (227 * 1024)
+/*
+ * a block's dynamic shared memory: past 48 KiB CUDA refuses a launch
+ * unless the kernel opted in (cudaFuncSetAttribute's
+ * MaxDynamicSharedMemorySize, up to 227 KiB on sm_90), which no kernel
+ * here does
+ */
+#define MAX_SHARED      (48 * 1024)
 
 
 struct fiber {

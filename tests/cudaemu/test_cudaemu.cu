@@ -351,6 +351,25 @@ launch_short_mask(void)
 }
 
 
+/* 48 KiB of dynamic shared memory and a float more: refused */
+static void
+launch_large_shared(void)
+{
+    float  *x = (float *) dev_alloc(64 * sizeof(float));
+    float  *y = (float *) dev_alloc(64 * sizeof(float));
+
+    VLM_LAUNCH(emu_copy, 2, 32, 48 * 1024, NULL, y, x, 64);
+
+    if (cudaGetLastError() != cudaSuccess) {
+        _exit(4);
+    }
+
+    VLM_LAUNCH(emu_copy, 2, 32, 48 * 1024 + sizeof(float), NULL, y, x, 64);
+
+    _exit(cudaGetLastError() == cudaErrorInvalidConfiguration ? 5 : 6);
+}
+
+
 static void
 launch_fine(void)
 {
@@ -413,6 +432,7 @@ test_launch_errors(void **state)
     assert_int_equal(in_child(launch_host_pointer), 3);
     assert_int_equal(in_child(launch_divergent_barrier), 3);
     assert_int_equal(in_child(launch_short_mask), 3);
+    assert_int_equal(in_child(launch_large_shared), 5);
 }
 
 
