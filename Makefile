@@ -27,6 +27,7 @@
 #   make bench-build  build them only (make test does, so they keep
 #                   compiling)
 #   make fuzz       bounded libFuzzer runs (clang)
+#   make fuzz-seeds the fuzz targets over their seeds, without libFuzzer
 #   make venv-test  the OpenAI Python SDK for t/009 in build/venv-test
 #   make load       1,000 requests at concurrency 16 against a real nginx:
 #                   engine and worker RSS and pools must stay flat
@@ -622,6 +623,7 @@ ASAN_MAKE  := $(MAKE) BUILD=$(ASAN_BUILD) OPT=-O1 SAN="$(ASAN_SAN)"
 
 asan:
 	UNIT_JOBS=$(NPROC) $(ASAN_MAKE) unit
+	$(ASAN_MAKE) fuzz-seeds
 
 # the emulated CUDA suite under ASan + UBSan (build-asan-cudaemu/): an
 # out-of-bounds access in a kernel, in the emulated runtime or in the
@@ -765,6 +767,23 @@ fuzz: $(QWEN_TOKENIZER) $(FUZZ_LIB)
 	    grep -E "^stat::(number_of_executed_units|peak_rss_mb)|^Done" \
 	        $(FUZZ_BUILD)/$$n.log; \
 	done
+
+# the targets that have seeds, each built without libFuzzer
+# (fuzz/standalone.c) and given its seeds once: make test runs them
+# under ASan and UBSan (make fuzz-seeds in the ASan build)
+FUZZ_SEEDED  := $(foreach f,$(FUZZ_SRCS),$(if $(wildcard \
+                    tests/fixtures/$(f:fuzz/fuzz_%.c=%)/in),$(f)))
+FUZZ_RUNNERS := $(FUZZ_SEEDED:fuzz/%.c=$(BUILD)/fuzz/%)
+
+$(FUZZ_RUNNERS): $(BUILD)/fuzz/%: fuzz/%.c fuzz/standalone.c $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(CPPFLAGS) -o $@ $< fuzz/standalone.c \
+	    $(LIB) $(LDLIBS)
+
+.PHONY: fuzz-seeds
+fuzz-seeds: $(FUZZ_RUNNERS) $(QWEN_TOKENIZER)
+	@cd $(ROOT) && for r in $(FUZZ_RUNNERS); do \
+	    $$r tests/fixtures/$${r##*/fuzz_}/in || exit 1; done
 
 clean:
 	rm -rf $(BUILD) $(CUDA_BUILD) $(EMU_BUILD) $(ROOT)/build-asan $(ROOT)/build-fuzz t/servroot*
