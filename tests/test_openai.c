@@ -1660,6 +1660,13 @@ test_long_strings_errors(void **state)
                  "tool_choice", "'tool_choice'");
     free(body);
 
+    /* a long type, elided, then put back with the rest of the format
+       (which freed the string the type was read from) */
+    body = long_body(BODY("\"response_format\":{\"type\":\"%s\"}"), text);
+    expect_error(body, NULL, VLM_ERR_INVALID, "invalid_value",
+                 "response_format.type", "'json_schema'");
+    free(body);
+
     /* \u0000 is refused, an escaped backslash before "u0000" is not */
     body = long_body(USER("\"%s\\u0000\""), text);
     expect_error(body, NULL, VLM_ERR_FORMAT, "invalid_json", "",

@@ -149,6 +149,9 @@ vlm_openai_parse_response_format(vlm_openai_parser_t *p, const json_t *root)
         return p->err->status;
     }
 
+    /* a long type was elided: put back, it is another string */
+    type = json_string_value(json_object_get(v, "type"));
+
     if (strcmp(type, "json_object") == 0) {
         schema = NULL;
 
