@@ -173,16 +173,16 @@ vlm_rx_set(vlm_rx_t *rx, uint32_t from, int negate)
     uint32_t  *r;
 
     n = (rx->n_cps - from) / 2;
+    k = 0;
+
+    /* none in an empty class ("[]"): rx->cps may be NULL yet */
+    r = (n > 0) ? rx->cps + from : NULL;
 
     if (n > 0) {
-        /* none yet in an expression of no set ("", a GBNF's empty one) */
-        qsort(rx->cps + from, n, 2 * sizeof(uint32_t), vlm_rx_cmp_range);
+        qsort(r, n, 2 * sizeof(uint32_t), vlm_rx_cmp_range);
     }
 
     /* merged, in place */
-    r = rx->cps + from;
-    k = 0;
-
     for (i = 0; i < n; i++) {
         if (k > 0 && r[2 * i] <= r[2 * (k - 1) + 1] + 1) {
             if (r[2 * i + 1] > r[2 * (k - 1) + 1]) {
