@@ -768,11 +768,13 @@ fuzz: $(QWEN_TOKENIZER) $(FUZZ_LIB)
 	        $(FUZZ_BUILD)/$$n.log; \
 	done
 
-# the targets that have seeds, each built without libFuzzer
-# (fuzz/standalone.c) and given its seeds once: make test runs them
-# under ASan and UBSan (make fuzz-seeds in the ASan build)
-FUZZ_SEEDED  := $(foreach f,$(FUZZ_SRCS),$(if $(wildcard \
-                    tests/fixtures/$(f:fuzz/fuzz_%.c=%)/in),$(f)))
+# the targets that have seeds (tests/fixtures/<name>/in, fuzz/corpus/
+# <name>), each built without libFuzzer (fuzz/standalone.c) and given its
+# seeds once: make test runs them under ASan and UBSan (make fuzz-seeds
+# in the ASan build)
+fuzz_seeds    = $(wildcard tests/fixtures/$(1)/in fuzz/corpus/$(1))
+FUZZ_SEEDED  := $(foreach f,$(FUZZ_SRCS), \
+                    $(if $(call fuzz_seeds,$(f:fuzz/fuzz_%.c=%)),$(f)))
 FUZZ_RUNNERS := $(FUZZ_SEEDED:fuzz/%.c=$(BUILD)/fuzz/%)
 
 $(FUZZ_RUNNERS): $(BUILD)/fuzz/%: fuzz/%.c fuzz/standalone.c $(LIB)
@@ -782,8 +784,8 @@ $(FUZZ_RUNNERS): $(BUILD)/fuzz/%: fuzz/%.c fuzz/standalone.c $(LIB)
 
 .PHONY: fuzz-seeds
 fuzz-seeds: $(FUZZ_RUNNERS) $(QWEN_TOKENIZER)
-	@cd $(ROOT) && for r in $(FUZZ_RUNNERS); do \
-	    $$r tests/fixtures/$${r##*/fuzz_}/in || exit 1; done
+	@cd $(ROOT) && $(foreach r,$(FUZZ_RUNNERS),$(r) \
+	    $(call fuzz_seeds,$(r:$(BUILD)/fuzz/fuzz_%=%)) &&) true
 
 clean:
 	rm -rf $(BUILD) $(CUDA_BUILD) $(EMU_BUILD) $(ROOT)/build-asan $(ROOT)/build-fuzz t/servroot*

@@ -54,8 +54,10 @@ fuzz_log_put(fuzz_log_t *log, int kind, const char *s, size_t len)
         log->kind = kind;
     }
 
-    memcpy(log->buf + log->len, s, len);
-    log->len += len;
+    if (len > 0) {
+        memcpy(log->buf + log->len, s, len);
+        log->len += len;
+    }
 }
 
 
