@@ -307,6 +307,22 @@ test_fixture_decode(void **state)
 }
 
 
+/*
+ * letters and digits assigned after Unicode 14 (PCRE2 10.42's tables),
+ * which tokenizers' Oniguruma (Unicode 16) counts as \p{L} and \p{N}:
+ * tools/tokenizer_unicode.py's cases, tokenizers' ids
+ */
+static void
+test_qwen_new_letters(void **state)
+{
+    fixture_t  *f;
+
+    f = fixture_open(FIXTURES "/qwen", FIXTURES "/qwen_unicode_cases.json");
+    check_encode_cases(f);
+    fixture_close(f);
+}
+
+
 static void
 test_qwen_encode_decode(void **state)
 {
@@ -1037,6 +1053,7 @@ main(void)
         cmocka_unit_test(test_fixture_legacy_merges_encode),
         cmocka_unit_test(test_fixture_decode),
         cmocka_unit_test(test_qwen_encode_decode),
+        cmocka_unit_test(test_qwen_new_letters),
         cmocka_unit_test(test_random_round_trip),
         cmocka_unit_test(test_lookups),
         cmocka_unit_test(test_stream_split_characters),

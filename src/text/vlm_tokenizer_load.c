@@ -6,9 +6,11 @@
  * read is checked: a message names the file and the entry at fault, and
  * a pipeline step tokenizers would run differently is refused.
  *
- * The regex runs on PCRE2 instead of Oniguruma; the one difference that
- * matters, \s, is rewritten to Oniguruma's Unicode definition (White_Space:
- * \t \n \v \f \r U+0085 and \p{Z}), where PCRE2 would also match U+180E.
+ * The regex runs on PCRE2 instead of Oniguruma; the differences that
+ * matter are rewritten: \s to Oniguruma's Unicode definition (White_Space:
+ * \t \n \v \f \r U+0085 and \p{Z}), where PCRE2 would also match U+180E,
+ * and \p{L} and \p{N} with the letters and numbers of Oniguruma's newer
+ * Unicode tables.
  */
 
 #define _GNU_SOURCE
@@ -22,6 +24,7 @@
 #include <jansson.h>
 
 #include "vlm_tokenizer_int.h"
+#include "vlm_tokenizer_unicode.h"
 
 
 /* ids above this are refused, so that a corrupt file cannot ask for a
@@ -611,64 +614,106 @@ vlm_tok_plain_byte_level(json_t *obj, int use_regex)
 }
 
 
+/* what a pattern's escape becomes for PCRE2, in a class and out of one */
+typedef struct {
+    const char  *esc;
+    size_t       len;
+    const char  *in_class;
+    const char  *alone;
+} vlm_tok_escape_t;
+
+
+#define VLM_TOK_LETTERS  "\\p{L}" VLM_TOK_NEW_LETTERS
+#define VLM_TOK_NUMBERS  "\\p{N}" VLM_TOK_NEW_NUMBERS
+
+static const vlm_tok_escape_t  vlm_tok_escapes[] = {
+    { "\\s", 2, VLM_TOK_WS, "[" VLM_TOK_WS "]" },
+    { "\\S", 2, NULL, "[^" VLM_TOK_WS "]" },
+    { "\\p{L}", 5, VLM_TOK_LETTERS, "[" VLM_TOK_LETTERS "]" },
+    { "\\p{N}", 5, VLM_TOK_NUMBERS, "[" VLM_TOK_NUMBERS "]" },
+};
+
+
 /*
- * Rewrites the pattern for PCRE2: \s and \S become Oniguruma's Unicode
- * white space classes.  *res is a malloc'ed pattern.
+ * The pattern for PCRE2 into out (NULL: only measured); its length, or
+ * (size_t) -1 for an escape that cannot be rewritten.  \s and \S become
+ * Oniguruma's Unicode white space classes; \p{L} and \p{N} take the
+ * letters and numbers newer than PCRE2's tables
+ * (vlm_tokenizer_unicode.h).
  */
-static vlm_status_t
-vlm_tok_rewrite_pattern(vlm_tok_load_t *ld, const char *pat, size_t len,
-    char **res)
+static size_t
+vlm_tok_rewrite(const char *pat, size_t len, char *out)
 {
-    int      in_class;
-    char    *out, *p;
-    size_t   i;
+    int                      in_class;
+    size_t                   i, k, n, m;
+    const char              *to;
+    const vlm_tok_escape_t  *e;
 
-    *res = NULL;
-
-    out = malloc(len * (sizeof(VLM_TOK_WS) + 4) + 1);
-    if (out == NULL) {
-        return vlm_tok_fail(ld, VLM_ERR_NOMEM, "no memory for the regex");
-    }
-
-    p = out;
+    n = 0;
     in_class = 0;
 
     for (i = 0; i < len; i++) {
         if (pat[i] == '\\' && i + 1 < len) {
-            if (pat[i + 1] == 's' || pat[i + 1] == 'S') {
-                if (in_class && pat[i + 1] == 'S') {
-                    free(out);
-                    return vlm_tok_fail(ld, VLM_ERR_UNSUPPORTED,
-                                        "pre_tokenizer regex: \\S inside "
-                                        "a class");
+            to = NULL;
+            m = 2;
+
+            for (k = 0; k < sizeof(vlm_tok_escapes)
+                            / sizeof(vlm_tok_escapes[0]); k++)
+            {
+                e = &vlm_tok_escapes[k];
+
+                if (len - i >= e->len && memcmp(pat + i, e->esc, e->len) == 0)
+                {
+                    to = in_class ? e->in_class : e->alone;
+                    m = e->len;
+
+                    if (to == NULL) {
+                        return (size_t) -1;
+                    }
+
+                    break;
                 }
-
-                p += sprintf(p, in_class ? "%s"
-                             : pat[i + 1] == 's' ? "[%s]" : "[^%s]",
-                             VLM_TOK_WS);
-
-            } else {
-                *p++ = pat[i];
-                *p++ = pat[i + 1];
             }
 
-            i++;
+            if (to == NULL) {
+                /* any other escape as it is */
+                if (out) {
+                    memcpy(out + n, pat + i, 2);
+                }
+
+                n += 2;
+
+            } else {
+                if (out) {
+                    memcpy(out + n, to, strlen(to));
+                }
+
+                n += strlen(to);
+            }
+
+            i += m - 1;
             continue;
         }
 
         if (!in_class && pat[i] == '[') {
             in_class = 1;
-            *p++ = pat[i];
+            k = i + 1;
 
             /* a ']' right after '[' or '[^' is literal */
-            if (i + 1 < len && pat[i + 1] == '^') {
-                *p++ = pat[++i];
+            if (k < len && pat[k] == '^') {
+                k++;
             }
 
-            if (i + 1 < len && pat[i + 1] == ']') {
-                *p++ = pat[++i];
+            if (k < len && pat[k] == ']') {
+                k++;
             }
 
+            if (out) {
+                memcpy(out + n, pat + i, k - i);
+            }
+
+            n += k - i;
+            i = k - 1;
             continue;
         }
 
@@ -676,10 +721,41 @@ vlm_tok_rewrite_pattern(vlm_tok_load_t *ld, const char *pat, size_t len,
             in_class = 0;
         }
 
-        *p++ = pat[i];
+        if (out) {
+            out[n] = pat[i];
+        }
+
+        n++;
     }
 
-    *p = '\0';
+    return n;
+}
+
+
+/* the pattern rewritten for PCRE2 (vlm_tok_rewrite), malloc'ed in *res */
+static vlm_status_t
+vlm_tok_rewrite_pattern(vlm_tok_load_t *ld, const char *pat, size_t len,
+    char **res)
+{
+    char    *out;
+    size_t   n;
+
+    *res = NULL;
+
+    n = vlm_tok_rewrite(pat, len, NULL);
+
+    if (n == (size_t) -1) {
+        return vlm_tok_fail(ld, VLM_ERR_UNSUPPORTED, "pre_tokenizer regex: "
+                            "\\S inside a class");
+    }
+
+    out = malloc(n + 1);
+    if (out == NULL) {
+        return vlm_tok_fail(ld, VLM_ERR_NOMEM, "no memory for the regex");
+    }
+
+    vlm_tok_rewrite(pat, len, out);
+    out[n] = '\0';
     *res = out;
 
     return VLM_OK;
