@@ -744,7 +744,10 @@ FUZZ_OBJS    := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o, \
 
 $(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
-	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(CPPFLAGS) -c -o $@ $<
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(CPPFLAGS) -MMD -MP \
+	    -c -o $@ $<
+
+-include $(wildcard $(FUZZ_OBJS:.o=.d))
 
 $(FUZZ_LIB): $(FUZZ_OBJS)
 	@rm -f $@
