@@ -3,6 +3,9 @@
  * A parse either fails with a well-formed OpenAI error or yields a request
  * whose invariants hold; the accepted text, formatted as a completion and
  * as a chunk, and the raw input, escaped, must read back as valid JSON.
+ * The same bytes as the body of /tokenize, /detokenize, /v1/completions
+ * and /v1/responses (made into a chat request) fail with a well-formed
+ * error or parse.
  * The parser elides long strings before jansson sees them (built here
  * with a tiny threshold so that most strings are elided): the outcome is
  * checked against jansson parsing the body itself, error positions and
@@ -247,6 +250,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     vlm_status_t                rc;
     json_error_t                jerr;
     vlm_openai_error_t          err;
+    vlm_openai_kind_t           kind;
     vlm_openai_request_t        req;
 
     static const vlm_openai_limits_t  limits = { 16, 64, 8, 32, 4096, 0, 8,
@@ -282,6 +286,19 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     json_decref(plain);
     vlm_openai_request_free(&req);
+
+    for (kind = VLM_OPENAI_KIND_TOKENIZE; kind <= VLM_OPENAI_KIND_RESPONSES;
+         kind++)
+    {
+        rc = vlm_openai_request_parse_kind(&req, kind, (const char *) data,
+                                           size, (size & 1) ? &limits : NULL,
+                                           &err);
+        if (rc != VLM_OK) {
+            fuzz_check_error(&err);
+        }
+
+        vlm_openai_request_free(&req);
+    }
 
     fuzz_check_escape(data, size);
 
