@@ -213,6 +213,13 @@ test_format_and_tools(void **state)
     assert_non_null(req.grammar);
     vlm_openai_request_free(&req);
 
+    /* a function named without its type, as the chat takes it */
+    parse_ok(M("\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":"
+               "\"get\",\"parameters\":{\"type\":\"object\"}}],"
+               "\"tool_choice\":{\"name\":\"get\"}"), &req);
+    assert_int_equal(req.tool_choice, VLM_OPENAI_TOOLS_NAMED);
+    vlm_openai_request_free(&req);
+
     parse_ok(M("\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":"
                "\"get\",\"parameters\":{\"type\":\"object\"}}],"
                "\"tool_choice\":\"auto\",\"parallel_tool_calls\":false"),

@@ -807,7 +807,8 @@ vlm_openai_resp_tools(vlm_openai_parser_t *p, const json_t *root,
     if (json_is_object(choice)
         && json_string_value(json_object_get(choice, "name")) != NULL)
     {
-        choice = json_pack("{s:O, s:{s:O}}", "type",
+        /* no type: null, which the chat's parse names as missing */
+        choice = json_pack("{s:O?, s:{s:O}}", "type",
                            json_object_get(choice, "type"), "function",
                            "name", json_object_get(choice, "name"));
         if (choice == NULL
