@@ -1,5 +1,6 @@
 #!/usr/bin/perl
-# An HTTP-level fuzzer of POST /v1/chat/completions against a real nginx
+# An HTTP-level fuzzer of POST /v1/chat/completions and /v1/responses (a
+# quarter of the requests, made into its input items) against a real nginx
 # with the module and its engine (t/lib/VLMTest.pm starts them): valid
 # chat requests (text, several turns, streaming, sampling parameters,
 # data: URL images from tests/fixtures/image/in, data: URL videos from
@@ -12,13 +13,16 @@
 # early.  Deterministic for a given --seed; bounded by --requests (and
 # --seconds, when given).
 #
-# Every answer must be a 200 with a whole completion or stream, or a 4xx
-# with an OpenAI error body; no 5xx, no connection without an answer, no
+# Every answer must be a 200 with a whole completion or stream (a
+# response object, or events that end with the response completed or
+# incomplete), or a 4xx with an OpenAI error body; no 5xx, no connection without an answer, no
 # [alert] or sanitizer report in error.log (or under VLM_SANITIZER_LOGS),
 # the same engine at the end as at the start, and every slot back.
 #
 #   perl -It/lib fuzz/http_fuzz.pl [--requests N] [--seed S]
-#       [--seconds T] [--port P] [--verbose]
+#       [--seconds T] [--port P] [--verbose] [--keep DIR]
+#
+# --keep DIR writes each failing request whole to DIR/request-N.
 #
 # make asan-nginx runs it against the ASan + UBSan build; make test runs a
 # short run of it there too.
@@ -36,10 +40,12 @@ use Time::HiRes qw(time sleep);
 use VLMTest;
 
 my %o = (requests => 1000, seed => 1, seconds => 0, verbose => 0,
-         port => $ENV{TEST_NGINX_PORT} || 1994);
+         port => $ENV{TEST_NGINX_PORT} || 1994, keep => '');
 
-GetOptions(\%o, 'requests=i', 'seed=i', 'seconds=f', 'port=i', 'verbose')
-    or die "usage: $0 [--requests N] [--seed S] [--seconds T] [--port P]\n";
+GetOptions(\%o, 'requests=i', 'seed=i', 'seconds=f', 'port=i', 'verbose',
+           'keep=s')
+    or die "usage: $0 [--requests N] [--seed S] [--seconds T] [--port P] "
+           . "[--keep DIR]\n";
 
 vlm_prereqs();
 
@@ -285,6 +291,71 @@ sub request {
 }
 
 
+# the same request for POST /v1/responses: the messages as input items
+# (a tool round trip's as function calls and their outputs), the format
+# as text.format, the tools flat
+sub responses_request {
+    my ($r) = @_;
+    my %q = (model => $r->{model}, max_output_tokens => $r->{max_tokens},
+             input => []);
+
+    for my $m (@{ $r->{messages} }) {
+        if ($m->{tool_calls}) {
+            push @{ $q{input} }, map { { type => 'function_call',
+                call_id => $_->{id}, name => $_->{function}{name},
+                arguments => $_->{function}{arguments} } }
+                @{ $m->{tool_calls} };
+            next;
+        }
+
+        if ($m->{role} eq 'tool') {
+            push @{ $q{input} }, { type => 'function_call_output',
+                call_id => $m->{tool_call_id}, output => $m->{content} };
+            next;
+        }
+
+        my $c = $m->{content};
+        $c = [ map {
+            $_->{type} eq 'text'
+                ? { type => $m->{role} eq 'assistant' ? 'output_text'
+                                                      : 'input_text',
+                    text => $_->{text} }
+            : $_->{type} eq 'image_url'
+                ? { type => 'input_image',
+                    image_url => ref $_->{image_url} ? $_->{image_url}{url}
+                                                     : $_->{image_url},
+                    ref $_->{image_url} ? (detail => $_->{image_url}{detail})
+                                        : () }
+            : $_ } @$c ] if ref $c eq 'ARRAY';
+
+        push @{ $q{input} }, { role => $m->{role}, content => $c };
+    }
+
+    $q{$_} = $r->{$_} for grep { exists $r->{$_} }
+                              qw(stream temperature top_p seed);
+
+    if (my $f = $r->{response_format}) {
+        $q{text} = { format => $f->{type} eq 'json_schema'
+            ? { type => 'json_schema', name => 'x',
+                schema => $f->{json_schema}{schema} }
+            : { type => $f->{type} } };
+    }
+
+    if ($r->{tools}) {
+        $q{tools} = [ map { { type => 'function', name => $_->{function}{name},
+                              parameters => $_->{function}{parameters} } }
+                      @{ $r->{tools} } ];
+        my $tc = $r->{tool_choice};
+        $q{tool_choice} = ref $tc ? { type => 'function',
+                                      name => $tc->{function}{name} } : $tc;
+        $q{parallel_tool_calls} = $r->{parallel_tool_calls}
+            if exists $r->{parallel_tool_calls};
+    }
+
+    return \%q;
+}
+
+
 # a random JSON schema (mutate_value may break it further)
 sub schema {
     my ($depth) = @_;
@@ -395,9 +466,9 @@ sub mutate_bytes {
 
 
 sub http_text {
-    my ($body, $how) = @_;
+    my ($body, $how, $path) = @_;
 
-    my $head = "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
+    my $head = "POST $path HTTP/1.1\r\nHost: localhost\r\n"
                . "Connection: close\r\n"
                . (rand() < 0.95 ? "Content-Type: application/json\r\n"
                               : "Content-Type: text/plain\r\n");
@@ -418,11 +489,14 @@ sub http_text {
 }
 
 
-my $srv = vlm_start(name => 'fuzz', port => $o{port}, http_config => <<'_EOC_');
+my $srv = vlm_start(name => 'fuzz', port => $o{port}, http_config => <<'_EOC_',
     vlm_max_tokens 8;
     vlm_max_n 4;
     vlm_max_images 4;
     vlm_max_image_pixels 4m;
+_EOC_
+                    locations => <<'_EOC_');
+        location = /v1/responses { vlm_responses; }
 _EOC_
 
 my $engine0 = join ',', vlm_engine_pids($srv);
@@ -439,11 +513,29 @@ sub fail {
     push @failures, "request $n: $what";
     print STDERR "request $n: $what\n  request: ", substr($req, 0, 600),
                  "\n  response: ", substr($res // '', 0, 600), "\n";
+
+    # the whole request, to send again (--keep DIR)
+    if ($o{keep} && open my $out, '>:raw', "$o{keep}/request-$n") {
+        print $out $req;
+        close $out;
+    }
+}
+
+
+# the events of a Responses stream: "event: type" and "data: {...}" each
+sub responses_events {
+    my ($body) = @_;
+
+    return map {
+        my ($name, $data) = /^event: (\S+)\ndata: (.*)\z/s;
+        my $j = defined $data ? eval { $JSON->decode($data) } : undef;
+        $j && $j->{type} eq $name ? $j : { _bad => $_ };
+    } grep { /\S/ } split /\n\n/, $body;
 }
 
 
 sub check {
-    my ($req, $raw, $left) = @_;
+    my ($req, $raw, $left, $path) = @_;
 
     if ($raw eq '') {
         fail('no response', $req) if !$left;
@@ -472,6 +564,22 @@ sub check {
         return;
     }
 
+    if ($path eq '/v1/responses') {
+        if ($type eq 'text/event-stream') {
+            my @ev = responses_events($res->{body});
+            fail('a stream that does not end with the response', $req, $raw)
+                if !@ev || grep({ $_->{_bad} } @ev)
+                   || $ev[-1]{type} !~ /^response\.(completed|incomplete)$/;
+            return;
+        }
+
+        my $j = eval { $JSON->decode($res->{body}) };
+        fail('a 200 without a response', $req, $raw)
+            if !$j || ($j->{object} // '') ne 'response'
+               || ref $j->{output} ne 'ARRAY';
+        return;
+    }
+
     if ($type eq 'text/event-stream') {
         my @ev = vlm_sse($res->{body});
         fail('a stream that does not end with [DONE]', $req, $raw)
@@ -491,7 +599,10 @@ while ($n < $o{requests}) {
     $n++;
 
     my $r = request();
+    my $path = rand() < 0.25 ? '/v1/responses' : '/v1/chat/completions';
     my $m = rand;
+
+    $r = responses_request($r) if $path eq '/v1/responses';
 
     # a third as made, a third mutated as data, a third as bytes
     mutate_value($r) if $m < 0.35;
@@ -503,7 +614,7 @@ while ($n < $o{requests}) {
 
     my $how = rand() < 0.15 ? 'chunked' : 'plain';
     my $leave = rand() < 0.05 ? (rand() < 0.5 ? 'at once' : 'soon') : '';
-    my $req = http_text($body, $how);
+    my $req = http_text($body, $how, $path);
 
     my $sock = VLMTest::connect_to($srv);
     local $SIG{PIPE} = 'IGNORE';
@@ -523,11 +634,12 @@ while ($n < $o{requests}) {
 
     close $sock;
 
-    print "$n: ", length $body, " bytes $how", ($leave ? " left $leave" : ''),
+    print "$n: $path ", length $body, " bytes $how",
+          ($leave ? " left $leave" : ''),
           ': ', ($raw =~ m{^HTTP/1\.1 (\d+)} ? $1 : '-'), "\n"
         if $o{verbose};
 
-    check($req, $raw, $leave);
+    check($req, $raw, $leave, $path);
 }
 
 my $secs = time - $t0;
