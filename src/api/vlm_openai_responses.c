@@ -807,7 +807,7 @@ vlm_openai_resp_tools(vlm_openai_parser_t *p, const json_t *root,
     if (json_is_object(choice)
         && json_string_value(json_object_get(choice, "name")) != NULL)
     {
-        /* no type: null, which the chat's parse names as missing */
+        /* no type: null (the chat reads the function's name only) */
         choice = json_pack("{s:O?, s:{s:O}}", "type",
                            json_object_get(choice, "type"), "function",
                            "name", json_object_get(choice, "name"));
