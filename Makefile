@@ -19,6 +19,8 @@
 #   make test-cuda-emu  the CUDA backend on the emulated device of
 #                   tests/cudaemu, from its ops to t/021 through nginx
 #   make asan-cuda-emu  its emulator and op tests under ASan + UBSan
+#   make racecheck-cuda-emu  its op tests under ThreadSanitizer: the
+#                   kernels' data races, as CUDA's racecheck finds them
 #   make bench-cuda-emu  bench_tower, bench_engine and the sampling bench on the
 #                   emulated device, read back by gpu-check --bench-rows
 #   make asan-nginx the module and the engine under ASan + UBSan: every
@@ -360,11 +362,13 @@ test: deps
 	$(MAKE) asan-fuzz HTTP_FUZZ_REQUESTS=3000 HTTP_FUZZ_SECONDS=120
 	$(MAKE) -j$(NPROC) asan
 	$(MAKE) -j$(NPROC) asan-cuda-emu
+	$(MAKE) -j$(NPROC) racecheck-cuda-emu
 
 # what make test runs after the suites, built: the unit tests and the
-# benchmarks, the CUDA backend on the emulated device, make cuda, and
-# the ASan builds (the module and the engine, the unit tests, the
-# emulated op tests); the ASan ones share build-asan/'s engine library
+# benchmarks, the CUDA backend on the emulated device, make cuda, the
+# ASan builds (the module and the engine, the unit tests, the emulated
+# op tests; they share build-asan/'s engine library) and the race
+# check's (the emulated op tests under ThreadSanitizer)
 .PHONY: test-builds
 test-builds:
 	$(MAKE) -j$(NPROC) $(TESTS) $(QWEN_TOKENIZER) bench-build \
@@ -373,6 +377,7 @@ test-builds:
 	$(MAKE) asan-nginx-build
 	$(ASAN_MAKE) -j$(NPROC) $(TESTS:$(BUILD)/%=$(ASAN_BUILD)/%)
 	$(ASAN_MAKE) -j$(NPROC) EMU_BUILD=$(ASAN_EMU_BUILD) $(ASAN_EMU_TESTS)
+	$(TSAN_MAKE) -j$(NPROC) $(TSAN_EMU_TESTS)
 
 # make cuda: the CUDA backend (the engine with it, the CUDA tests) built
 # in build-cuda/, apart from the CPU build that make run serves; make test
@@ -401,18 +406,29 @@ EMU_OBJS  := $(EMU_SRCS:%.cc=$(EMU_BUILD)/%.o) \
              $(CUDA_SRCS:%.cu=$(EMU_BUILD)/%.o) \
              $(CUDA_HOST_SRCS:%.c=$(EMU_BUILD)/%.o)
 EMU_SELF  := $(EMU_BUILD)/$(EMU_DIR)/test_cudaemu \
-             $(EMU_BUILD)/$(EMU_DIR)/test_cudaemu_nccl
+             $(EMU_BUILD)/$(EMU_DIR)/test_cudaemu_nccl \
+             $(EMU_BUILD)/$(EMU_DIR)/test_racecheck
 EMU_TESTS := $(EMU_SELF) $(CUDA_TESTS:tests/%.c=$(EMU_BUILD)/tests/%)
 CXX       ?= c++
-EMU_CXXFLAGS := -std=c++17 -g $(OPT) -fPIC -Wall -Wextra -Werror \
-                -Wno-unused-parameter -Wno-unknown-pragmas -pthread $(SAN) \
-                -I$(ROOT)/$(EMU_DIR)/include -I$(ROOT)/kernels -I$(ROOT)/src
-EMU_CPPFLAGS := $(CPPFLAGS) -DVLM_CUDAEMU=1 -I$(ROOT)/$(EMU_DIR)/include \
-                -I$(ROOT)/kernels -I$(ROOT)/$(EMU_DIR)
+# EMU_DEFS: -DCUDAEMU_RACECHECK=1 for make racecheck-cuda-emu, whose
+# emulated runtime (EMU_RT_SAN) is built without ThreadSanitizer
+EMU_DEFS   ?=
+EMU_RT_SAN ?= $(SAN)
+# the engine library the emulated tests link (racecheck: build/'s)
+EMU_LIB    ?= $(LIB)
+EMU_CXXFLAGS_BASE := -std=c++17 -g $(OPT) -fPIC -Wall -Wextra -Werror \
+                -Wno-unused-parameter -Wno-unknown-pragmas -pthread \
+                $(EMU_DEFS) -I$(ROOT)/$(EMU_DIR)/include -I$(ROOT)/kernels \
+                -I$(ROOT)/src
+EMU_CXXFLAGS := $(EMU_CXXFLAGS_BASE) $(SAN)
+EMU_CPPFLAGS := $(CPPFLAGS) -DVLM_CUDAEMU=1 $(EMU_DEFS) \
+                -I$(ROOT)/$(EMU_DIR)/include -I$(ROOT)/kernels \
+                -I$(ROOT)/$(EMU_DIR)
 
 $(EMU_BUILD)/$(EMU_DIR)/%.o: $(EMU_DIR)/%.cc $(EMU_HDRS)
 	@mkdir -p $(dir $@)
-	$(CXX) $(EMU_CXXFLAGS) -I$(ROOT)/$(EMU_DIR) -c $< -o $@
+	$(CXX) $(EMU_CXXFLAGS_BASE) $(EMU_RT_SAN) -I$(ROOT)/$(EMU_DIR) \
+	    -c $< -o $@
 
 $(EMU_BUILD)/%.o: %.cu $(EMU_HDRS)
 	@mkdir -p $(dir $@)
@@ -422,9 +438,9 @@ $(EMU_BUILD)/%.o: %.c $(EMU_HDRS) $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(EMU_CPPFLAGS) -c $< -o $@
 
-$(EMU_TESTS): %: %.o $(EMU_OBJS) $(LIB)
+$(EMU_TESTS): %: %.o $(EMU_OBJS) $(EMU_LIB)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< $(CUDA_TEST_OBJ) $(EMU_OBJS) \
-	    $(LIB) -lcmocka -lstdc++ $(LDLIBS)
+	    $(EMU_LIB) -lcmocka -lstdc++ $(LDLIBS)
 $(CUDA_OPS_TESTS:tests/%.c=$(EMU_BUILD)/tests/%): \
     $(EMU_BUILD)/tests/cuda_test.o
 $(CUDA_OPS_TESTS:tests/%.c=$(EMU_BUILD)/tests/%): \
@@ -643,6 +659,35 @@ asan-cuda-emu:
 	@cd $(ROOT) && VLM_TEST_SKIP='$(ASAN_EMU_SKIP)' \
 	    UNIT_LABEL=asan-cuda-emu UNIT_JOBS=$(NPROC) \
 	    $(ROOT)/scripts/run-unit $(ASAN_EMU_TESTS)
+
+# the emulated op tests under ThreadSanitizer (build-tsan-cudaemu/): the
+# kernels and the backend's host code are instrumented, the engine
+# library is make all's; the emulated runtime is not instrumented, and
+# tells ThreadSanitizer what CUDA orders (a block's start and end,
+# __syncthreads, __syncwarp; not shuffles, votes or the warp matrix
+# functions), so that two threads of a block that touch the same memory
+# with none of those between them are reported, as CUDA's racecheck
+# would, even where the fibers' order gives the right sums.  The first
+# report fails the test; test_racecheck plants races and checks that each
+# is reported.  The tests leave out their largest shapes and run one host
+# thread (VLM_TEST_RACECHECK, tests/cuda_test.h).  BUILD is build-tsan/
+# only so that nothing is built into build/ with these flags
+TSAN_EMU_BUILD := $(ROOT)/build-tsan-cudaemu
+TSAN_MAKE      := $(MAKE) BUILD=$(ROOT)/build-tsan OPT=-O1 \
+                  SAN="-fsanitize=thread -fno-omit-frame-pointer" \
+                  EMU_RT_SAN= EMU_DEFS=-DCUDAEMU_RACECHECK=1 \
+                  EMU_BUILD=$(TSAN_EMU_BUILD) EMU_LIB=$(LIB)
+TSAN_EMU_SKIP  ?= test_model_*
+TSAN_EMU_TESTS := $(TSAN_EMU_BUILD)/$(EMU_DIR)/test_racecheck \
+                  $(CUDA_OPS_TESTS:tests/%.c=$(TSAN_EMU_BUILD)/tests/%)
+
+.PHONY: racecheck-cuda-emu
+racecheck-cuda-emu: lib
+	$(TSAN_MAKE) $(TSAN_EMU_TESTS)
+	@cd $(ROOT) && VLM_TEST_SKIP='$(TSAN_EMU_SKIP)' \
+	    TSAN_OPTIONS="halt_on_error=1 $(TSAN_OPTIONS)" VLM_TEST_RACECHECK=1 \
+	    UNIT_LABEL=racecheck-cuda-emu UNIT_JOBS=$(NPROC) \
+	    $(ROOT)/scripts/run-unit $(TSAN_EMU_TESTS)
 
 # The module, the engine and vlm-cli with ASan + UBSan, against Debian's
 # nginx binary (not instrumented: nginx-dev ships headers only): the

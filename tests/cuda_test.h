@@ -43,6 +43,14 @@ extern double          parity_tol;
     } while (0)
 
 
+/*
+ * VLM_TEST_RACECHECK set (make racecheck-cuda-emu, ThreadSanitizer): a
+ * test leaves out its largest shapes, whose accesses would be checked for
+ * minutes where smaller ones run the same code, and the backends run one
+ * host thread (the engine library is not instrumented, so its pool's
+ * atomics would go unseen and every hand-over look like a race)
+ */
+int racecheck(void);
 void *dev(const void *host, size_t size);
 void get(void *host, const void *d, size_t size);
 void check(const char *what, const float *got, const float *ref, size_t n,

@@ -1071,6 +1071,7 @@ test_attention_varlen(void **state)
     static const int32_t  windows[] = { 0, 64, 128, 192, 256, 300, 364,
                                         428, 492, 512 };
     static const int32_t  full[] = { 0, 1024 };
+    static const int32_t  part[] = { 0, 130 };
 
     require_gpu();
 
@@ -1079,7 +1080,7 @@ test_attention_varlen(void **state)
     check_varlen(segs, 5, 4, 2, 80, 1);
     check_varlen(segs, 5, 6, 1, 64, 1);
     check_varlen(windows, 9, 16, 16, 80, 0);
-    check_varlen(full, 1, 3, 3, 128, 0);
+    check_varlen(racecheck() ? part : full, 1, 3, 3, 128, 0);
     check_varlen(segs, 5, 2, 2, 256, 0);
 }
 

@@ -8,6 +8,16 @@
  * of the block gone, a lane missing from a mask, a wait forever) fails
  * the launch with a report that names the kernel, the block and the
  * thread.
+ *
+ * Built with CUDAEMU_RACECHECK (make racecheck-cuda-emu), the kernels
+ * under ThreadSanitizer and this file without it: each fiber is a
+ * ThreadSanitizer fiber, switched without ordering, and only what CUDA
+ * orders is told to it (a block's start after what the host issued
+ * before, __syncthreads among the block, __syncwarp among its lanes, the
+ * block's end before what the host does next), so that two threads of a
+ * block that touch the same memory with nothing of those between them are
+ * reported as the data race they are on a GPU, even where the fibers'
+ * order here gives the right result.
  */
 
 #include <stdarg.h>
@@ -16,6 +26,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,6 +54,13 @@
 
 #ifndef __x86_64__
 #error "the emulated CUDA device switches fibers on x86-64 only"
+#endif
+
+#if defined(CUDAEMU_RACECHECK)
+#include <sanitizer/tsan_interface.h>
+
+/* ThreadSanitizer's, not in its header: this thread's accesses unseen */
+extern "C" void __tsan_ignore_thread_begin(void);
 #endif
 
 
@@ -102,6 +120,22 @@ struct fiber {
     bool        done;
     char       *stack;
     void       *fake;           /* ASan's fake stack while switched out */
+    void       *tsan;           /* its ThreadSanitizer fiber (racecheck) */
+};
+
+
+/*
+ * racecheck: the addresses that carry CUDA's orders to ThreadSanitizer,
+ * a block's own (allocated for it and freed after, which forgets them):
+ * its start and end, its barrier by generation, and each warp's
+ * __syncwarp by generation and by the mask's first lane (disjoint masks
+ * of one warp order nothing between them)
+ */
+struct race_sync {
+    char  start;
+    char  end;
+    char  bar[2];
+    char  warp[32][4][32];
 };
 
 /*
@@ -134,6 +168,8 @@ struct run_state {
     bool                progress;
     bool                failed;
     fiber              *cur;
+    race_sync          *sync;           /* racecheck: the block's */
+    void               *sched_tsan;     /* racecheck: the scheduler's */
     void               *sched_sp;
     const void         *sched_bottom;   /* the scheduler's stack, for ASan */
     size_t              sched_size;
@@ -142,6 +178,45 @@ struct run_state {
 static thread_local run_state  *run;
 static thread_local char       *stacks;
 static thread_local std::vector<char>  dynamic_shared;
+#if defined(CUDAEMU_RACECHECK)
+static thread_local void             *tsan_fibers[MAX_THREADS];
+#endif
+
+
+/*
+ * racecheck: this fiber's accesses before race_release(a) happen before
+ * those of another after its race_acquire(a); otherwise none of theirs
+ */
+#if defined(CUDAEMU_RACECHECK)
+#define race_release(a)  __tsan_release(a)
+#define race_acquire(a)  __tsan_acquire(a)
+
+/*
+ * a process forked by a test (a planted fault's) is not checked: in the
+ * child ThreadSanitizer no longer knows what ordered the parent's fibers'
+ * accesses, and would report them
+ */
+static bool  race_forked;
+
+
+static void
+race_fork_child()
+{
+    race_forked = true;
+    __tsan_ignore_thread_begin();
+}
+
+
+__attribute__((constructor)) static void
+race_init()
+{
+    pthread_atfork(NULL, NULL, race_fork_child);
+}
+
+#else
+#define race_release(a)
+#define race_acquire(a)
+#endif
 
 
 static void
@@ -160,6 +235,9 @@ wait_turn()
     cudaemu_switch(&f->sp, run->sched_sp);
     __sanitizer_finish_switch_fiber(f->fake, NULL, NULL);
 #else
+#if defined(CUDAEMU_RACECHECK)
+    __tsan_switch_to_fiber(run->sched_tsan, __tsan_switch_to_fiber_no_sync);
+#endif
     cudaemu_switch(&run->cur->sp, run->sched_sp);
 #endif
 }
@@ -176,6 +254,9 @@ resume(run_state *r, fiber *f)
     cudaemu_switch(&r->sched_sp, f->sp);
     __sanitizer_finish_switch_fiber(fake, NULL, NULL);
 #else
+#if defined(CUDAEMU_RACECHECK)
+    __tsan_switch_to_fiber(f->tsan, __tsan_switch_to_fiber_no_sync);
+#endif
     cudaemu_switch(&r->sched_sp, f->sp);
 #endif
 }
@@ -225,22 +306,32 @@ syncthreads()
 
     g = run->bar_gen;
     run->progress = true;
+    race_release(&run->sync->bar[g & 1]);
 
     if (++run->bar_arrived == run->n) {
         run->bar_arrived = 0;
         run->bar_gen++;
+        race_acquire(&run->sync->bar[g & 1]);
         return;
     }
 
     while (run->bar_gen == g) {
         wait_turn();
     }
+
+    race_acquire(&run->sync->bar[g & 1]);
 }
 
 
-/* deposits v for this lane; waits for every lane of mask; their values */
+/*
+ * deposits v for this lane; waits for every lane of mask; their values.
+ * Only a __syncwarp (order) orders memory between the lanes: shuffles,
+ * votes and the warp matrix functions do not (the CUDA C++ Programming
+ * Guide, "Warp Shuffle Functions" and "Warp Vote Functions")
+ */
 static unsigned long long *
-warp_exchange(unsigned mask, unsigned long long v, const char *op)
+warp_exchange(unsigned mask, unsigned long long v, const char *op,
+    bool order = false)
 {
     unsigned   l, g, bit, wait, g0, g1;
     warp      *w;
@@ -261,6 +352,12 @@ warp_exchange(unsigned mask, unsigned long long v, const char *op)
     }
 
     g = w->gen[l];
+
+    if (order) {
+        race_release(&run->sync->warp[cur_thread->linear / 32][g & 3]
+                                     [__builtin_ctz(mask)]);
+    }
+
     w->val[g & 1][l] = v;
     w->gen[l] = g + 1;
     w->plane[0] = (w->plane[0] & ~bit) | (((g + 1) & 1) ? bit : 0);
@@ -275,6 +372,11 @@ warp_exchange(unsigned mask, unsigned long long v, const char *op)
         wait = mask & ~(w->plane[0] ^ g0) & ~(w->plane[1] ^ g1);
 
         if (wait == 0) {
+            if (order) {
+                race_acquire(&run->sync->warp[cur_thread->linear / 32][g & 3]
+                                             [__builtin_ctz(mask)]);
+            }
+
             return w->val[g & 1];
         }
 
@@ -301,6 +403,13 @@ shfl(unsigned mask, unsigned long long v, int src, const char *op)
     }
 
     return vals[src];
+}
+
+
+void
+syncwarp(unsigned mask)
+{
+    warp_exchange(mask, 1, "__syncwarp", true);
 }
 
 
@@ -351,7 +460,17 @@ fiber_main()
                                     &run->sched_size);
 #endif
 
+#if defined(CUDAEMU_RACECHECK)
+    if (race_forked) {
+        __tsan_ignore_thread_begin();
+    }
+#endif
+
+    race_acquire(&run->sync->start);
+
     (*run->body)();
+
+    race_release(&run->sync->end);
 
     run->cur->done = true;
     run->warps[run->cur->t.linear / 32].exited |=
@@ -395,9 +514,13 @@ fiber_stack(char *stack, size_t size)
 }
 
 
+static bool run_fibers(run_state *r);
+
+
 static bool
 run_block(run_state *r)
 {
+    bool      ok;
     unsigned  i, left;
     fiber    *f;
 
@@ -419,7 +542,54 @@ run_block(run_state *r)
         /* the frames of fibers abandoned by a failed launch */
         ASAN_UNPOISON_MEMORY_REGION(f->stack, FIBER_STACK);
         f->sp = fiber_stack(f->stack, FIBER_STACK);
+#if defined(CUDAEMU_RACECHECK)
+        if (tsan_fibers[i] == NULL) {
+            tsan_fibers[i] = __tsan_create_fiber(0);
+        }
+
+        f->tsan = tsan_fibers[i];
+#endif
     }
+
+#if defined(CUDAEMU_RACECHECK)
+    r->sched_tsan = __tsan_get_current_fiber();
+    r->sync = (race_sync *) calloc(1, sizeof(race_sync));
+    if (r->sync == NULL) {
+        report("kernel %s: no memory for the race check", r->kernel);
+        set_error(cudaErrorLaunchFailure, true);
+        return false;
+    }
+
+    /* what the host issued before, and the blocks before this one */
+    race_release(&r->sync->start);
+#endif
+
+    ok = run_fibers(r);
+
+#if defined(CUDAEMU_RACECHECK)
+    race_acquire(&r->sync->end);
+    free(r->sync);              /* and the orders it held */
+    r->sync = NULL;
+
+    if (!ok) {
+        /* their frames are abandoned: fresh fibers for the next launch */
+        for (i = 0; i < r->n; i++) {
+            __tsan_destroy_fiber(tsan_fibers[i]);
+            tsan_fibers[i] = NULL;
+        }
+    }
+#endif
+
+    return ok;
+}
+
+
+/* the block's threads, each until its next switch, until all are done */
+static bool
+run_fibers(run_state *r)
+{
+    unsigned  i, left;
+    fiber    *f;
 
     for ( ;; ) {
         r->progress = false;
@@ -646,6 +816,8 @@ run_grid(const char *kernel, dim3 grid, dim3 block, size_t shared,
     r.fibers.resize(r.n);
     r.warps.resize((r.n + 31) / 32);
     r.failed = false;
+    r.sync = NULL;
+    r.sched_tsan = NULL;
 
     for (i = 0; i < r.n; i++) {
         r.fibers[i].t.idx.x = i % block.x;

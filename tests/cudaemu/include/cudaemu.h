@@ -102,6 +102,8 @@ unsigned long long shfl(unsigned mask, unsigned long long v, int src,
     const char *op);
 /* every lane of mask deposits pred; the lanes whose pred is true */
 unsigned ballot(unsigned mask, int pred, const char *op);
+/* as ballot, and orders memory among the lanes of mask (__syncwarp) */
+void syncwarp(unsigned mask);
 
 /* issues body, to be run by every thread of every block, to stream */
 void launch(const char *kernel, dim3 grid, dim3 block, size_t shared,
@@ -185,7 +187,7 @@ __syncthreads()
 static inline void
 __syncwarp(unsigned mask = 0xffffffffu)
 {
-    cudaemu::ballot(mask, 1, "__syncwarp");
+    cudaemu::syncwarp(mask);
 }
 
 
@@ -273,6 +275,30 @@ __all_sync(unsigned mask, int pred)
 }
 
 
+#if defined(CUDAEMU_RACECHECK)
+
+/*
+ * racecheck: atomic as far as ThreadSanitizer sees (relaxed, as CUDA's
+ * atomics are: they order nothing else)
+ */
+#define CUDAEMU_ATOMIC(name, update)                                        \
+    template <typename T>                                                   \
+    static inline T                                                         \
+    name(T *p, T v)                                                         \
+    {                                                                       \
+        T  old, set;                                                        \
+                                                                            \
+        __atomic_load(p, &old, __ATOMIC_RELAXED);                           \
+        do {                                                                \
+            set = (update);                                                 \
+        } while (!__atomic_compare_exchange(p, &old, &set, false,           \
+                                            __ATOMIC_RELAXED,               \
+                                            __ATOMIC_RELAXED));             \
+        return old;                                                         \
+    }
+
+#else
+
 /* the fibers of a block never run at once: plain read-modify-writes */
 #define CUDAEMU_ATOMIC(name, update)                                        \
     template <typename T>                                                   \
@@ -285,6 +311,8 @@ __all_sync(unsigned mask, int pred)
         return old;                                                         \
     }
 
+#endif
+
 CUDAEMU_ATOMIC(atomicAdd, old + v)
 CUDAEMU_ATOMIC(atomicMax, old < v ? v : old)
 CUDAEMU_ATOMIC(atomicMin, v < old ? v : old)
@@ -295,12 +323,18 @@ template <typename T>
 static inline T
 atomicCAS(T *p, T cmp, T v)
 {
+#if defined(CUDAEMU_RACECHECK)
+    __atomic_compare_exchange(p, &cmp, &v, false, __ATOMIC_RELAXED,
+                              __ATOMIC_RELAXED);
+    return cmp;
+#else
     T  old = *p;
 
     if (old == cmp) {
         *p = v;
     }
     return old;
+#endif
 }
 
 

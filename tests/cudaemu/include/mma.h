@@ -197,9 +197,21 @@ store_matrix_sync(T *p, const fragment<accumulator, M, N, K, T> &f,
     detail::shape_ok<M, N, K>();
     detail::collective("wmma::store_matrix_sync");
 
-    /* every lane writes the same values: one store as far as memory sees */
+    /*
+     * every lane writes the same values: one store as far as memory sees;
+     * under racecheck each element is written by the lane that holds it
+     * in the PTX ISA's mma.m16n8k16 accumulator (row r % 8 of lanes 4 a
+     * row, two columns a lane): which lane holds which is unspecified for
+     * wmma, and this one is a GPU's, so that a read of the tile by another
+     * lane before a __syncwarp is the race it is on a GPU
+     */
     for (r = 0; r < M; r++) {
         for (c = 0; c < N; c++) {
+#if defined(CUDAEMU_RACECHECK)
+            if ((r % 8) * 4 + (c % 8) / 2 != cudaemu::lane()) {
+                continue;
+            }
+#endif
             if (layout == mem_row_major) {
                 p[(size_t) r * ldm + c] = f.x[r * N + c];
 
