@@ -200,10 +200,11 @@ store_matrix_sync(T *p, const fragment<accumulator, M, N, K, T> &f,
     /*
      * every lane writes the same values: one store as far as memory sees;
      * under racecheck each element is written by the lane that holds it
-     * in the PTX ISA's mma.m16n8k16 accumulator (row r % 8 of lanes 4 a
-     * row, two columns a lane): which lane holds which is unspecified for
-     * wmma, and this one is a GPU's, so that a read of the tile by another
-     * lane before a __syncwarp is the race it is on a GPU
+     * in the PTX ISA's mma.m16n8k16 accumulator (lanes 4q to 4q + 3 the
+     * rows q, q + 8, ..., two adjacent columns each in every eight):
+     * which lane holds which is unspecified for wmma, and this is a GPU's
+     * layout, so that a read of the tile by another lane before a
+     * __syncwarp is the race it is on a GPU
      */
     for (r = 0; r < M; r++) {
         for (c = 0; c < N; c++) {
