@@ -684,11 +684,13 @@ vlm_tok_rewrite(const char *pat, size_t len, char *out)
                 n += 2;
 
             } else {
+                k = strlen(to);
+
                 if (out) {
-                    memcpy(out + n, to, strlen(to));
+                    memcpy(out + n, to, k);
                 }
 
-                n += strlen(to);
+                n += k;
             }
 
             i += m - 1;
