@@ -244,6 +244,10 @@ vlm_jj_arith(vlm_jctx_t *ctx, vlm_jo_t op, const vlm_jv_t *a,
         return vlm_jinja_fail(ctx, "an undefined value in arithmetic");
     }
 
+    if (op == VLM_JO_MOD && a->type == VLM_JV_STR) {
+        return vlm_jinja_printf(ctx, a, b, out);
+    }
+
     if (op == VLM_JO_ADD && a->type == VLM_JV_STR && b->type == VLM_JV_STR) {
         return vlm_jinja_concat(ctx, a, b, out);
     }
@@ -374,6 +378,20 @@ vlm_jj_arith(vlm_jctx_t *ctx, vlm_jo_t op, const vlm_jv_t *a,
     }
 
     return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_jinja_plus(vlm_jctx_t *ctx, const vlm_jv_t *a, const vlm_jv_t *b,
+    vlm_jv_t *out)
+{
+    vlm_jv_t  x, y;
+
+    /* out may be a or b */
+    x = *a;
+    y = *b;
+
+    return vlm_jj_arith(ctx, VLM_JO_ADD, &x, &y, out);
 }
 
 
@@ -637,6 +655,7 @@ vlm_jj_eval(vlm_jctx_t *ctx, const vlm_jnode_t *n, vlm_jv_t *v)
         }
 
         v->u.list->n = n->kids.n;
+        v->u.list->tuple = n->op;
         return VLM_OK;
 
     case VLM_JN_DICT:

@@ -132,6 +132,7 @@ struct vlm_jlist_s {
     vlm_jv_t        *items;
     size_t           n;
     size_t           cap;
+    unsigned         tuple;        /* Python's tuple: its repr, % args */
 };
 
 
@@ -569,6 +570,27 @@ vlm_jj_dict_set_name(vlm_jctx_t *ctx, vlm_jdict_t *d, const char *name,
 vlm_status_t vlm_jinja_emit(vlm_jctx_t *ctx, const vlm_jv_t *s);
 /* Python's str(): a string as it is, other values as repr() writes them */
 vlm_status_t vlm_jinja_to_str(vlm_jctx_t *ctx, const vlm_jv_t *v, vlm_jv_t *s);
+/* vlm_jinja_seq.c: sort, unique, min, max ('s', 'u', 'n', 'x') */
+vlm_status_t vlm_jinja_order_filter(vlm_jctx_t *ctx, char which,
+    const vlm_jv_t *v, const vlm_jargs_t *a, vlm_jv_t *out);
+vlm_status_t vlm_jinja_dictsort(vlm_jctx_t *ctx, const vlm_jv_t *v,
+    const vlm_jargs_t *a, vlm_jv_t *out);
+/* batch (batch 1) and slice */
+vlm_status_t vlm_jinja_cut(vlm_jctx_t *ctx, int batch, const vlm_jv_t *v,
+    const vlm_jargs_t *a, vlm_jv_t *out);
+/* attribute "a.b.c" (or an index) of an item, as selectattr reads it */
+vlm_status_t vlm_jinja_attr_path(vlm_jctx_t *ctx, const vlm_jv_t *item,
+    const vlm_jv_t *path, vlm_jv_t *out);
+
+/* Python's a + b (vlm_jinja_eval.c) */
+vlm_status_t vlm_jinja_plus(vlm_jctx_t *ctx, const vlm_jv_t *a,
+    const vlm_jv_t *b, vlm_jv_t *out);
+
+/* Python's "fmt % arg" (vlm_jinja_printf.c) */
+vlm_status_t vlm_jinja_printf(vlm_jctx_t *ctx, const vlm_jv_t *fmt,
+    const vlm_jv_t *arg, vlm_jv_t *out);
+/* Python's repr() */
+vlm_status_t vlm_jinja_repr(vlm_jctx_t *ctx, const vlm_jv_t *v, vlm_jv_t *s);
 vlm_status_t vlm_jinja_to_json(vlm_jctx_t *ctx, const vlm_jv_t *v,
     const vlm_jjson_t *o, vlm_jv_t *s);
 

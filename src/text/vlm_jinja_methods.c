@@ -839,6 +839,7 @@ vlm_jinja_pairs(vlm_jctx_t *ctx, const vlm_jdict_t *d, int what,
             pair->items[0] = d->keys[i];
             pair->items[1] = d->vals[i];
             pair->n = 2;
+            pair->tuple = 1;
             memset(&l->items[i], 0, sizeof(vlm_jv_t));
             l->items[i].type = VLM_JV_LIST;
             l->items[i].u.list = pair;

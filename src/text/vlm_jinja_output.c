@@ -350,7 +350,7 @@ vlm_jj_write_repr(vlm_jctx_t *ctx, const vlm_jv_t *v, int top)
         return rc == VLM_OK ? vlm_jj_emit_raw(ctx, &q, 1) : rc;
 
     case VLM_JV_LIST:
-        rc = vlm_jj_emit_raw(ctx, "[", 1);
+        rc = vlm_jj_emit_raw(ctx, v->u.list->tuple ? "(" : "[", 1);
 
         for (i = 0; rc == VLM_OK && i < v->u.list->n; i++) {
             if (i) {
@@ -362,7 +362,16 @@ vlm_jj_write_repr(vlm_jctx_t *ctx, const vlm_jv_t *v, int top)
             }
         }
 
-        return rc == VLM_OK ? vlm_jj_emit_raw(ctx, "]", 1) : rc;
+        if (!v->u.list->tuple) {
+            return rc == VLM_OK ? vlm_jj_emit_raw(ctx, "]", 1) : rc;
+        }
+
+        /* (1,) */
+        if (rc == VLM_OK && v->u.list->n == 1) {
+            rc = vlm_jj_emit_raw(ctx, ",", 1);
+        }
+
+        return rc == VLM_OK ? vlm_jj_emit_raw(ctx, ")", 1) : rc;
 
     case VLM_JV_DICT:
     case VLM_JV_NS:
@@ -573,6 +582,20 @@ vlm_jinja_to_str(vlm_jctx_t *ctx, const vlm_jv_t *v, vlm_jv_t *s)
 
     vlm_jj_capture_begin(ctx, &b, &saved);
     rc = vlm_jj_write_repr(ctx, v, 1);
+    vlm_jj_capture_end(ctx, &b, saved, s);
+
+    return rc;
+}
+
+
+vlm_status_t
+vlm_jinja_repr(vlm_jctx_t *ctx, const vlm_jv_t *v, vlm_jv_t *s)
+{
+    vlm_jbuf_t    b, *saved;
+    vlm_status_t  rc;
+
+    vlm_jj_capture_begin(ctx, &b, &saved);
+    rc = vlm_jj_write_repr(ctx, v, 0);
     vlm_jj_capture_end(ctx, &b, saved, s);
 
     return rc;

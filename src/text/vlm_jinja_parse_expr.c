@@ -292,16 +292,20 @@ vlm_jj_primary(vlm_jlex_t *lx)
 
         if (vlm_jj_is_op(vlm_jj_tok(lx), ")")) {
             lx->at++;
-            return vlm_jinja_node(lx, VLM_JN_LIST);
+            n = vlm_jinja_node(lx, VLM_JN_LIST);
+            VLM_JJ_NEED(n);
+            n->op = 1;
+            return n;
         }
 
         e = vlm_jinja_expr(lx);
         VLM_JJ_NEED(e);
 
         if (vlm_jj_is_op(vlm_jj_tok(lx), ",")) {
-            /* a tuple: a list here */
+            /* a tuple: a list that says it is one (op) */
             n = vlm_jinja_node(lx, VLM_JN_LIST);
             VLM_JJ_NEED(n);
+            n->op = 1;
             cap = 0;
             VLM_JJ_TRY(vlm_jinja_add(lx, &n->kids, &cap, e));
 

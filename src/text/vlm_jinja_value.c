@@ -63,6 +63,7 @@ vlm_jinja_list_new(vlm_jctx_t *ctx, size_t cap)
 
     l->n = 0;
     l->cap = cap;
+    l->tuple = 0;
     l->items = vlm_jj_ralloc(ctx, cap * sizeof(vlm_jv_t));
 
     return l->items ? l : NULL;

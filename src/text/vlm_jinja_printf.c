@@ -1,0 +1,566 @@
+/*
+ * Python's printf-style string formatting, as the Jinja interpreter's
+ * "%" operator on a string and the format filter use it: "%s and %d" %
+ * (a, 3), "%(name)s" % mapping, "%5.2f" | format(x).  The conversions
+ * d i u o x X e E f F g G c r s and %% (not a: ascii()), the flags # 0 - space +, the
+ * width and the precision (also "*"); a tuple gives the arguments, a
+ * mapping the names, any other value is the one argument.  The bytes of
+ * the format and of the strings put in keep their taint.
+ */
+
+#include <stdio.h>
+#include <string.h>
+#include <math.h>
+
+#include "vlm_jinja_int.h"
+
+
+typedef struct {
+    unsigned         left:1;       /* - */
+    unsigned         zero:1;       /* 0 */
+    unsigned         alt:1;        /* # */
+    unsigned         plus:1;       /* + */
+    unsigned         space:1;      /* space */
+    int64_t          width;
+    int64_t          prec;         /* -1: none */
+    char             conv;
+} vlm_jpf_spec_t;
+
+
+static vlm_status_t
+vlm_jpf_pad(vlm_jctx_t *ctx, int64_t n, char c)
+{
+    char          pad[64];
+    size_t        k;
+    vlm_jv_t      s;
+    vlm_status_t  rc;
+
+    memset(pad, c, sizeof(pad));
+
+    while (n > 0) {
+        k = n < (int64_t) sizeof(pad) ? (size_t) n : sizeof(pad);
+        vlm_jj_set_str(&s, pad, k, VLM_JT_NONE);
+
+        rc = vlm_jinja_emit(ctx, &s);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        n -= (int64_t) k;
+    }
+
+    return VLM_OK;
+}
+
+
+/* a string value padded to the width, cut to the precision (code points) */
+static vlm_status_t
+vlm_jpf_put_str(vlm_jctx_t *ctx, const vlm_jpf_spec_t *sp, const vlm_jv_t *s)
+{
+    size_t        i, n, cut;
+    vlm_jv_t      part;
+    vlm_status_t  rc;
+
+    part = *s;
+    n = vlm_jj_cp_count(s->u.s, s->len);
+
+    if (sp->prec >= 0 && (size_t) sp->prec < n) {
+        cut = 0;
+
+        for (i = 0; i < s->len; i++) {
+            if (((unsigned char) s->u.s[i] & 0xc0) != 0x80) {
+                if (cut == (size_t) sp->prec) {
+                    break;
+                }
+
+                cut++;
+            }
+        }
+
+        vlm_jinja_substr(s, 0, i, &part);
+        n = (size_t) sp->prec;
+    }
+
+    if (!sp->left && sp->width > (int64_t) n) {
+        rc = vlm_jpf_pad(ctx, sp->width - (int64_t) n, ' ');
+        if (rc != VLM_OK) {
+            return rc;
+        }
+    }
+
+    rc = vlm_jinja_emit(ctx, &part);
+
+    if (rc == VLM_OK && sp->left && sp->width > (int64_t) n) {
+        rc = vlm_jpf_pad(ctx, sp->width - (int64_t) n, ' ');
+    }
+
+    return rc;
+}
+
+
+/* text made here (digits, signs): no taint */
+static vlm_status_t
+vlm_jpf_put_raw(vlm_jctx_t *ctx, const vlm_jpf_spec_t *sp, const char *t,
+    size_t len)
+{
+    vlm_jv_t  s;
+
+    vlm_jj_set_str(&s, t, len, VLM_JT_NONE);
+
+    return vlm_jpf_put_str(ctx, sp, &s);
+}
+
+
+/* d i u o x X: sign, prefix, zeros to the precision, padding */
+static vlm_status_t
+vlm_jpf_int(vlm_jctx_t *ctx, const vlm_jpf_spec_t *sp, int64_t v)
+{
+    int           base, upper;
+    char          digits[80], out[240], *p;
+    size_t        nd, n, k;
+    uint64_t      u;
+    vlm_jpf_spec_t  plain;
+    const char   *prefix;
+
+    base = 10;
+    prefix = "";
+    upper = sp->conv == 'X';
+
+    if (sp->conv == 'o') {
+        base = 8;
+        prefix = sp->alt ? "0o" : "";
+    } else if (sp->conv == 'x' || sp->conv == 'X') {
+        base = 16;
+        prefix = sp->alt ? (upper ? "0X" : "0x") : "";
+    }
+
+    u = v < 0 ? (uint64_t) 0 - (uint64_t) v : (uint64_t) v;
+    nd = 0;
+
+    do {
+        digits[nd++] = "0123456789abcdef0123456789ABCDEF"[u % base
+                                                         + upper * 16];
+        u /= base;
+    } while (u != 0);
+
+    p = out;
+
+    if (v < 0) {
+        *p++ = '-';
+    } else if (sp->plus) {
+        *p++ = '+';
+    } else if (sp->space) {
+        *p++ = ' ';
+    }
+
+    memcpy(p, prefix, strlen(prefix));
+    p += strlen(prefix);
+
+    /* the precision: at least that many digits (Python caps it too) */
+    k = sp->prec > (int64_t) nd ? (size_t) sp->prec - nd : 0;
+    n = (size_t) (p - out) + k + nd;
+
+    if (sp->zero && !sp->left && sp->width > (int64_t) n) {
+        k += (size_t) sp->width - n;
+    }
+
+    if (k + nd + (size_t) (p - out) >= sizeof(out)) {
+        return vlm_jinja_fail(ctx, "format: the width or precision is too "
+                              "large");
+    }
+
+    memset(p, '0', k);
+    p += k;
+
+    while (nd > 0) {
+        *p++ = digits[--nd];
+    }
+
+    plain = *sp;
+    plain.prec = -1;
+
+    return vlm_jpf_put_raw(ctx, &plain, out, (size_t) (p - out));
+}
+
+
+/*
+ * e E f F g G as C's printf writes them, padded here: zeros after the
+ * sign for inf and nan too, as Python pads them
+ */
+static vlm_status_t
+vlm_jpf_float(vlm_jctx_t *ctx, const vlm_jpf_spec_t *sp, double d)
+{
+    int             n;
+    char            fmt[32], num[200], out[400], *p;
+    size_t          sign, pad;
+    vlm_jpf_spec_t  plain;
+
+    if (sp->prec > 120 || sp->width > 200) {
+        return vlm_jinja_fail(ctx, "format: the width or precision is too "
+                              "large");
+    }
+
+    p = fmt;
+    *p++ = '%';
+
+    if (sp->alt) {
+        *p++ = '#';
+    }
+
+    if (sp->plus) {
+        *p++ = '+';
+    } else if (sp->space) {
+        *p++ = ' ';
+    }
+
+    sprintf(p, ".%d%c", (int) (sp->prec < 0 ? 6 : sp->prec), sp->conv);
+
+    n = snprintf(num, sizeof(num), fmt, d);
+    if (n < 0 || (size_t) n >= sizeof(num)) {
+        return vlm_jinja_fail(ctx, "format: a number too long to write");
+    }
+
+    plain = *sp;
+    plain.prec = -1;
+
+    if (!sp->zero || sp->left || sp->width <= n) {
+        return vlm_jpf_put_raw(ctx, &plain, num, (size_t) n);
+    }
+
+    sign = (num[0] == '-' || num[0] == '+' || num[0] == ' ');
+    pad = (size_t) sp->width - (size_t) n;
+
+    memcpy(out, num, sign);
+    memset(out + sign, '0', pad);
+    memcpy(out + sign + pad, num + sign, (size_t) n - sign);
+
+    return vlm_jpf_put_raw(ctx, &plain, out, (size_t) sp->width);
+}
+
+
+static vlm_status_t
+vlm_jpf_char(vlm_jctx_t *ctx, const vlm_jpf_spec_t *sp, const vlm_jv_t *v)
+{
+    char            u8[4];
+    size_t          n;
+    int64_t         c;
+    vlm_jpf_spec_t  plain;
+
+    plain = *sp;
+    plain.prec = -1;
+
+    if (v->type == VLM_JV_STR) {
+        if (vlm_jj_cp_count(v->u.s, v->len) != 1) {
+            return vlm_jinja_fail(ctx, "%%c requires int or char");
+        }
+
+        return vlm_jpf_put_str(ctx, &plain, v);
+    }
+
+    if (v->type != VLM_JV_INT && v->type != VLM_JV_BOOL) {
+        return vlm_jinja_fail(ctx, "%%c requires int or char");
+    }
+
+    c = v->u.i;
+
+    if (c < 0 || c > 0x10ffff) {
+        return vlm_jinja_fail(ctx, "%%c arg not in range(0x110000)");
+    }
+
+    if (c < 0x80) {
+        u8[0] = (char) c;
+        n = 1;
+    } else if (c < 0x800) {
+        u8[0] = (char) (0xc0 | (c >> 6));
+        u8[1] = (char) (0x80 | (c & 0x3f));
+        n = 2;
+    } else if (c < 0x10000) {
+        u8[0] = (char) (0xe0 | (c >> 12));
+        u8[1] = (char) (0x80 | ((c >> 6) & 0x3f));
+        u8[2] = (char) (0x80 | (c & 0x3f));
+        n = 3;
+    } else {
+        u8[0] = (char) (0xf0 | (c >> 18));
+        u8[1] = (char) (0x80 | ((c >> 12) & 0x3f));
+        u8[2] = (char) (0x80 | ((c >> 6) & 0x3f));
+        u8[3] = (char) (0x80 | (c & 0x3f));
+        n = 4;
+    }
+
+    return vlm_jpf_put_raw(ctx, &plain, u8, n);
+}
+
+
+static vlm_status_t
+vlm_jpf_convert(vlm_jctx_t *ctx, const vlm_jpf_spec_t *sp, const vlm_jv_t *v)
+{
+    double        d;
+    vlm_jv_t      s;
+    vlm_status_t  rc;
+
+    switch (sp->conv) {
+
+    case 's':
+    case 'r':
+        rc = sp->conv == 's' ? vlm_jinja_to_str(ctx, v, &s)
+                             : vlm_jinja_repr(ctx, v, &s);
+        return rc == VLM_OK ? vlm_jpf_put_str(ctx, sp, &s) : rc;
+
+    case 'c':
+        return vlm_jpf_char(ctx, sp, v);
+
+    case 'd':
+    case 'i':
+    case 'u':
+        if (v->type == VLM_JV_FLOAT) {
+            d = trunc(v->u.f);
+
+            if (!isfinite(d) || fabs(d) >= 9.2e18) {
+                return vlm_jinja_fail(ctx, "%%%c format: cannot convert "
+                                      "%g to an integer", sp->conv, v->u.f);
+            }
+
+            return vlm_jpf_int(ctx, sp, (int64_t) d);
+        }
+
+        /* fall through */
+
+    case 'o':
+    case 'x':
+    case 'X':
+        if (v->type != VLM_JV_INT && v->type != VLM_JV_BOOL) {
+            return vlm_jinja_fail(ctx, "%%%c format: %s is required, not %s",
+                                  sp->conv, (sp->conv == 'o'
+                                             || sp->conv == 'x'
+                                             || sp->conv == 'X')
+                                            ? "an integer"
+                                            : "a real number",
+                                  vlm_jj_type_name(v));
+        }
+
+        return vlm_jpf_int(ctx, sp, v->u.i);
+
+    default:
+        if (!vlm_jj_is_num(v)) {
+            return vlm_jinja_fail(ctx, "must be real number, not %s",
+                                  vlm_jj_type_name(v));
+        }
+
+        return vlm_jpf_float(ctx, sp, vlm_jj_num(v));
+    }
+}
+
+
+/* a width or precision: digits, or "*" from the arguments */
+static vlm_status_t
+vlm_jpf_number(vlm_jctx_t *ctx, const char *f, size_t len, size_t *i,
+    const vlm_jlist_t *args, size_t *next, int64_t *out)
+{
+    const vlm_jv_t  *v;
+
+    if (*i < len && f[*i] == '*') {
+        (*i)++;
+
+        if (args == NULL || *next >= args->n) {
+            return vlm_jinja_fail(ctx, "not enough arguments for format "
+                                  "string");
+        }
+
+        v = &args->items[(*next)++];
+
+        if (v->type != VLM_JV_INT) {
+            return vlm_jinja_fail(ctx, "* wants int");
+        }
+
+        *out = v->u.i;
+        return VLM_OK;
+    }
+
+    *out = 0;
+
+    while (*i < len && f[*i] >= '0' && f[*i] <= '9') {
+        *out = *out * 10 + (f[*i] - '0');
+        (*i)++;
+
+        if (*out > 100000) {
+            return vlm_jinja_fail(ctx, "format: the width or precision is "
+                                  "too large");
+        }
+    }
+
+    return VLM_OK;
+}
+
+
+vlm_status_t
+vlm_jinja_printf(vlm_jctx_t *ctx, const vlm_jv_t *fmt, const vlm_jv_t *arg,
+    vlm_jv_t *out)
+{
+    int                  named;
+    size_t               i, start, next, klen;
+    vlm_jv_t             key, part;
+    vlm_jbuf_t           b, *saved;
+    const char          *f, *k;
+    vlm_status_t         rc;
+    vlm_jlist_t          one;
+    vlm_jpf_spec_t       sp;
+    const vlm_jv_t      *v;
+    const vlm_jlist_t   *args;
+    const vlm_jdict_t   *map;
+
+    f = fmt->u.s;
+    map = (arg->type == VLM_JV_DICT || arg->type == VLM_JV_NS)
+          ? arg->u.dict : NULL;
+
+    if (arg->type == VLM_JV_LIST && arg->u.list->tuple) {
+        args = arg->u.list;
+
+    } else {
+        memset(&one, 0, sizeof(vlm_jlist_t));
+        one.items = (vlm_jv_t *) arg;
+        one.n = 1;
+        args = &one;
+    }
+
+    next = 0;
+    named = 0;
+    rc = VLM_OK;
+
+    vlm_jj_capture_begin(ctx, &b, &saved);
+
+    for (i = 0, start = 0; rc == VLM_OK && i < fmt->len; ) {
+        if (f[i] != '%') {
+            i++;
+            continue;
+        }
+
+        vlm_jinja_substr(fmt, start, i - start, &part);
+        rc = vlm_jinja_emit(ctx, &part);
+        i++;
+
+        memset(&sp, 0, sizeof(vlm_jpf_spec_t));
+        sp.prec = -1;
+        v = NULL;
+
+        if (rc == VLM_OK && i < fmt->len && f[i] == '(') {
+            k = f + ++i;
+
+            while (i < fmt->len && f[i] != ')') {
+                i++;
+            }
+
+            if (i == fmt->len) {
+                rc = vlm_jinja_fail(ctx, "incomplete format key");
+                break;
+            }
+
+            klen = (size_t) (f + i - k);
+            i++;
+
+            if (map == NULL) {
+                rc = vlm_jinja_fail(ctx, "format requires a mapping");
+                break;
+            }
+
+            vlm_jj_set_str(&key, k, klen, VLM_JT_NONE);
+            v = vlm_jinja_dict_get(map, &key);
+
+            if (v == NULL) {
+                rc = vlm_jinja_fail(ctx, "format: no key '%.*s'", (int) klen,
+                                    k);
+                break;
+            }
+
+            named = 1;
+        }
+
+        for ( ; rc == VLM_OK && i < fmt->len; i++) {
+            if (f[i] == '-') {
+                sp.left = 1;
+            } else if (f[i] == '0') {
+                sp.zero = 1;
+            } else if (f[i] == '#') {
+                sp.alt = 1;
+            } else if (f[i] == '+') {
+                sp.plus = 1;
+            } else if (f[i] == ' ') {
+                sp.space = 1;
+            } else {
+                break;
+            }
+        }
+
+        if (rc == VLM_OK) {
+            rc = vlm_jpf_number(ctx, f, fmt->len, &i,
+                                v == NULL ? args : NULL, &next, &sp.width);
+        }
+
+        if (sp.width < 0) {
+            sp.left = 1;
+            sp.width = -sp.width;
+        }
+
+        if (rc == VLM_OK && i < fmt->len && f[i] == '.') {
+            i++;
+            rc = vlm_jpf_number(ctx, f, fmt->len, &i,
+                                v == NULL ? args : NULL, &next, &sp.prec);
+        }
+
+        while (rc == VLM_OK && i < fmt->len
+               && (f[i] == 'h' || f[i] == 'l' || f[i] == 'L'))
+        {
+            i++;
+        }
+
+        if (rc != VLM_OK) {
+            break;
+        }
+
+        if (i == fmt->len) {
+            rc = vlm_jinja_fail(ctx, "incomplete format");
+            break;
+        }
+
+        sp.conv = f[i++];
+        start = i;
+
+        if (sp.conv == '%') {
+            vlm_jj_set_str(&part, "%", 1, VLM_JT_NONE);
+            rc = vlm_jinja_emit(ctx, &part);
+            continue;
+        }
+
+        if (strchr("diuoxXeEfFgGcrs", sp.conv) == NULL) {
+            rc = vlm_jinja_fail(ctx, "unsupported format character '%c' "
+                                "(0x%x)", sp.conv, (unsigned char) sp.conv);
+            break;
+        }
+
+        if (v == NULL) {
+            if (next >= args->n) {
+                rc = vlm_jinja_fail(ctx, "not enough arguments for format "
+                                    "string");
+                break;
+            }
+
+            v = &args->items[next++];
+        }
+
+        rc = vlm_jpf_convert(ctx, &sp, v);
+    }
+
+    if (rc == VLM_OK) {
+        vlm_jinja_substr(fmt, start, fmt->len - start, &part);
+        rc = vlm_jinja_emit(ctx, &part);
+    }
+
+    /* a mapping may go unused; other arguments may not */
+    if (rc == VLM_OK && map == NULL && !named && next < args->n) {
+        rc = vlm_jinja_fail(ctx, "not all arguments converted during string "
+                            "formatting");
+    }
+
+    vlm_jj_capture_end(ctx, &b, saved, out);
+
+    return rc;
+}
