@@ -233,6 +233,11 @@ vlm_jj_arith(vlm_jctx_t *ctx, vlm_jo_t op, const vlm_jv_t *a,
         return rc == VLM_OK ? vlm_jinja_concat(ctx, &s, &t, out) : rc;
     }
 
+    /* "%s" % x: an undefined x is "", as str() writes it */
+    if (op == VLM_JO_MOD && a->type == VLM_JV_STR) {
+        return vlm_jinja_printf(ctx, a, b, out);
+    }
+
     if (a->type == VLM_JV_UNDEF || b->type == VLM_JV_UNDEF) {
         s = a->type == VLM_JV_UNDEF ? *a : *b;
 
@@ -244,10 +249,6 @@ vlm_jj_arith(vlm_jctx_t *ctx, vlm_jo_t op, const vlm_jv_t *a,
         return vlm_jinja_fail(ctx, "an undefined value in arithmetic");
     }
 
-    if (op == VLM_JO_MOD && a->type == VLM_JV_STR) {
-        return vlm_jinja_printf(ctx, a, b, out);
-    }
-
     if (op == VLM_JO_ADD && a->type == VLM_JV_STR && b->type == VLM_JV_STR) {
         return vlm_jinja_concat(ctx, a, b, out);
     }
@@ -255,6 +256,14 @@ vlm_jj_arith(vlm_jctx_t *ctx, vlm_jo_t op, const vlm_jv_t *a,
     if (op == VLM_JO_ADD && a->type == VLM_JV_LIST
         && b->type == VLM_JV_LIST)
     {
+        if (a->u.list->tuple != b->u.list->tuple) {
+            return vlm_jinja_fail(ctx, "can only concatenate %s (not %s) "
+                                  "to %s", a->u.list->tuple ? "tuple"
+                                                            : "list",
+                                  b->u.list->tuple ? "tuple" : "list",
+                                  a->u.list->tuple ? "tuple" : "list");
+        }
+
         l = vlm_jinja_list_new(ctx, a->u.list->n + b->u.list->n);
         if (l == NULL) {
             return vlm_jinja_nomem(ctx);
@@ -264,6 +273,7 @@ vlm_jj_arith(vlm_jctx_t *ctx, vlm_jo_t op, const vlm_jv_t *a,
         memcpy(l->items + a->u.list->n, b->u.list->items,
                b->u.list->n * sizeof(vlm_jv_t));
         l->n = a->u.list->n + b->u.list->n;
+        l->tuple = a->u.list->tuple;
         out->type = VLM_JV_LIST;
         out->u.list = l;
         return VLM_OK;

@@ -569,6 +569,14 @@ vlm_jj_number(vlm_jctx_t *ctx, int want_int, const vlm_jv_t *v,
 
     memset(out, 0, sizeof(vlm_jv_t));
 
+    if (v->type == VLM_JV_UNDEF) {
+        return v->u.s != NULL
+               ? vlm_jinja_fail(ctx, "'%.*s' is undefined", (int) v->len,
+                                v->u.s)
+               : vlm_jinja_fail(ctx, "%s: an undefined value",
+                                want_int ? "int" : "float");
+    }
+
     if (v->type == VLM_JV_INT || v->type == VLM_JV_BOOL) {
         if (want_int) {
             vlm_jj_set_int(out, v->u.i);

@@ -537,7 +537,8 @@ vlm_jinja_printf(vlm_jctx_t *ctx, const vlm_jv_t *fmt, const vlm_jv_t *arg,
         }
 
         if (v == NULL) {
-            if (next >= args->n) {
+            /* after "%(name)s", the mapping holds no positional ones */
+            if (next >= args->n || named) {
                 rc = vlm_jinja_fail(ctx, "not enough arguments for format "
                                     "string");
                 break;

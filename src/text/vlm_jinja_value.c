@@ -293,7 +293,10 @@ vlm_jinja_eq(const vlm_jv_t *a, const vlm_jv_t *b)
         return a->len == b->len && memcmp(a->u.s, b->u.s, a->len) == 0;
 
     case VLM_JV_LIST:
-        if (a->u.list->n != b->u.list->n) {
+        /* a tuple is no list */
+        if (a->u.list->n != b->u.list->n
+            || a->u.list->tuple != b->u.list->tuple)
+        {
             return 0;
         }
 
