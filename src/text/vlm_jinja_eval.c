@@ -699,11 +699,42 @@ vlm_jj_eval(vlm_jctx_t *ctx, const vlm_jnode_t *n, vlm_jv_t *v)
 }
 
 
+/* the loop's names: the item, or its items unpacked */
+static vlm_status_t
+vlm_jj_loop_targets(vlm_jctx_t *ctx, const vlm_jnode_t *n,
+    vlm_jframe_t *frame, const vlm_jv_t *item)
+{
+    size_t        k;
+    vlm_status_t  rc;
+
+    if (n->n_names == 1) {
+        return vlm_jj_dict_set_name(ctx, &frame->vars, n->names[0],
+                                    n->name_lens[0], item);
+    }
+
+    if (item->type != VLM_JV_LIST || item->u.list->n != n->n_names) {
+        return vlm_jinja_fail(ctx, "cannot unpack %s into %zu loop "
+                              "variables", vlm_jj_type_name(item),
+                              n->n_names);
+    }
+
+    for (k = 0; k < n->n_names; k++) {
+        rc = vlm_jj_dict_set_name(ctx, &frame->vars, n->names[k],
+                                  n->name_lens[k], &item->u.list->items[k]);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+    }
+
+    return VLM_OK;
+}
+
+
 static vlm_status_t
 vlm_jj_exec_for(vlm_jctx_t *ctx, const vlm_jnode_t *n)
 {
-    size_t         i, k;
-    vlm_jv_t       it, item, lv, *sub;
+    size_t         i;
+    vlm_jv_t       it, item, lv;
     vlm_jloop_t   *lp;
     vlm_jlist_t   *seq, *src;
     vlm_jframe_t  *frame;
@@ -741,8 +772,8 @@ vlm_jj_exec_for(vlm_jctx_t *ctx, const vlm_jnode_t *n)
         ctx->frame = frame;
 
         for (i = 0; i < src->n; i++) {
-            rc = vlm_jj_dict_set_name(ctx, &frame->vars, n->names[0],
-                                      n->name_lens[0], &src->items[i]);
+            frame->vars.n = 0;
+            rc = vlm_jj_loop_targets(ctx, n, frame, &src->items[i]);
             if (rc == VLM_OK) {
                 rc = vlm_jj_eval(ctx, n->b, &item);
             }
@@ -779,25 +810,12 @@ vlm_jj_exec_for(vlm_jctx_t *ctx, const vlm_jnode_t *n)
         lp->i = i;
         item = seq->items[i];
 
-        if (n->n_names == 1) {
-            rc = vlm_jj_dict_set_name(ctx, &frame->vars, n->names[0],
-                                      n->name_lens[0], &item);
-
-        } else {
-            if (item.type != VLM_JV_LIST || item.u.list->n != n->n_names) {
-                return vlm_jinja_fail(ctx, "cannot unpack %s into %zu loop "
-                                      "variables", vlm_jj_type_name(&item),
-                                      n->n_names);
-            }
-
-            rc = VLM_OK;
-
-            for (k = 0; rc == VLM_OK && k < n->n_names; k++) {
-                sub = &item.u.list->items[k];
-                rc = vlm_jj_dict_set_name(ctx, &frame->vars, n->names[k],
-                                          n->name_lens[k], sub);
-            }
-        }
+        /*
+         * each turn starts from the loop's outer scope, as in Jinja2: what
+         * a turn sets is gone at the next one (the names stay allocated)
+         */
+        frame->vars.n = 0;
+        rc = vlm_jj_loop_targets(ctx, n, frame, &item);
 
         if (rc == VLM_OK) {
             rc = vlm_jj_dict_set_name(ctx, &frame->vars, "loop", 4, &lv);
@@ -826,13 +844,23 @@ vlm_jj_exec_for(vlm_jctx_t *ctx, const vlm_jnode_t *n)
 static vlm_status_t
 vlm_jj_exec_set(vlm_jctx_t *ctx, const vlm_jnode_t *n)
 {
-    vlm_jv_t      v, ns;
-    vlm_jbuf_t    b, *saved;
-    vlm_status_t  rc;
+    vlm_jv_t       v, ns;
+    vlm_jbuf_t     b, *saved;
+    vlm_jframe_t  *frame;
+    vlm_status_t   rc;
 
     if (n->kind == VLM_JN_SET_BLOCK) {
+        /* the block's body is a scope of its own, as in Jinja2 */
+        frame = vlm_jj_ralloc(ctx, sizeof(vlm_jframe_t));
+        if (frame == NULL) {
+            return vlm_jinja_nomem(ctx);
+        }
+
+        memset(frame, 0, sizeof(vlm_jframe_t));
+        frame->parent = ctx->frame;
+
         vlm_jj_capture_begin(ctx, &b, &saved);
-        rc = vlm_jinja_exec(ctx, &n->kids, ctx->frame);
+        rc = vlm_jinja_exec(ctx, &n->kids, frame);
         vlm_jj_capture_end(ctx, &b, saved, &v);
 
     } else {
