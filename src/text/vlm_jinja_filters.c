@@ -1418,13 +1418,20 @@ vlm_jinja_test(vlm_jctx_t *ctx, const char *name, size_t len,
         *r = (v->u.i % 2 == 0) == (name[0] == 'e');
 
     } else if (VLM_JJ_IS("divisibleby")) {
-        if (x == NULL || x->type != VLM_JV_INT || x->u.i == 0
-            || v->type != VLM_JV_INT)
-        {
-            return vlm_jinja_fail(ctx, "divisibleby: expected integers");
+        /* value % num == 0: bools and floats too, as Python */
+        if (x == NULL || !vlm_jj_is_num(x) || !vlm_jj_is_num(v)) {
+            return vlm_jinja_fail(ctx, "divisibleby: expected numbers");
         }
 
-        *r = v->u.i % x->u.i == 0;
+        if (vlm_jj_num(x) == 0) {
+            return vlm_jinja_fail(ctx, "divisibleby: division by zero");
+        }
+
+        if (v->type == VLM_JV_FLOAT || x->type == VLM_JV_FLOAT) {
+            *r = fmod(vlm_jj_num(v), vlm_jj_num(x)) == 0;
+        } else {
+            *r = x->u.i == -1 || v->u.i % x->u.i == 0;
+        }
 
     } else if (VLM_JJ_IS("eq") || VLM_JJ_IS("equalto") || VLM_JJ_IS("==")
                || VLM_JJ_IS("ne") || VLM_JJ_IS("!=")

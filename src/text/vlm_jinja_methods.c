@@ -82,6 +82,7 @@ vlm_jinja_slice(vlm_jctx_t *ctx, const vlm_jv_t *obj, const vlm_jv_t *a,
             l->items[l->n++] = obj->u.list->items[i];
         }
 
+        l->tuple = obj->u.list->tuple;
         memset(out, 0, sizeof(vlm_jv_t));
         out->type = VLM_JV_LIST;
         out->u.list = l;

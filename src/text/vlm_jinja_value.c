@@ -334,7 +334,7 @@ vlm_status_t
 vlm_jinja_order(vlm_jctx_t *ctx, const vlm_jv_t *a, const vlm_jv_t *b, int *r)
 {
     int     c;
-    size_t  n;
+    size_t  i, n;
     double  x, y;
 
     if (vlm_jj_is_num(a) && vlm_jj_is_num(b)) {
@@ -353,6 +353,25 @@ vlm_jinja_order(vlm_jctx_t *ctx, const vlm_jv_t *a, const vlm_jv_t *b, int *r)
         n = a->len < b->len ? a->len : b->len;
         c = memcmp(a->u.s, b->u.s, n);
         *r = c ? c : (a->len > b->len) - (a->len < b->len);
+        return VLM_OK;
+    }
+
+    /* lists (or tuples) item by item, then by length, as Python */
+    if (a->type == VLM_JV_LIST && b->type == VLM_JV_LIST
+        && a->u.list->tuple == b->u.list->tuple)
+    {
+        n = a->u.list->n < b->u.list->n ? a->u.list->n : b->u.list->n;
+
+        for (i = 0; i < n; i++) {
+            if (vlm_jinja_eq(&a->u.list->items[i], &b->u.list->items[i])) {
+                continue;
+            }
+
+            return vlm_jinja_order(ctx, &a->u.list->items[i],
+                                   &b->u.list->items[i], r);
+        }
+
+        *r = (a->u.list->n > b->u.list->n) - (a->u.list->n < b->u.list->n);
         return VLM_OK;
     }
 
