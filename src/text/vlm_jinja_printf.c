@@ -555,8 +555,13 @@ vlm_jinja_printf(vlm_jctx_t *ctx, const vlm_jv_t *fmt, const vlm_jv_t *arg,
         rc = vlm_jinja_emit(ctx, &part);
     }
 
-    /* a mapping may go unused; other arguments may not */
-    if (rc == VLM_OK && map == NULL && !named && next < args->n) {
+    /*
+     * a mapping may go unused, and so may a list (Python takes anything
+     * with items for a mapping there); other arguments may not
+     */
+    if (rc == VLM_OK && map == NULL && !named && next < args->n
+        && (arg->type != VLM_JV_LIST || arg->u.list->tuple))
+    {
         rc = vlm_jinja_fail(ctx, "not all arguments converted during string "
                             "formatting");
     }

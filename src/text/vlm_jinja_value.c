@@ -356,6 +356,12 @@ vlm_jinja_order(vlm_jctx_t *ctx, const vlm_jv_t *a, const vlm_jv_t *b, int *r)
         return VLM_OK;
     }
 
+    /* Jinja2's Undefined equals another, so sorted() never orders them */
+    if (a->type == VLM_JV_UNDEF && b->type == VLM_JV_UNDEF) {
+        *r = 0;
+        return VLM_OK;
+    }
+
     /* lists (or tuples) item by item, then by length, as Python */
     if (a->type == VLM_JV_LIST && b->type == VLM_JV_LIST
         && a->u.list->tuple == b->u.list->tuple)
