@@ -449,7 +449,7 @@ vlm_status_t
 vlm_jinja_lex(vlm_jlex_t *lx)
 {
     char          kind, sign;
-    size_t        p, start, text_end, l_pos, k;
+    size_t        p, start, text_end, l_pos, k, w;
     int           strip_after, keep, trim, line_starting;
     const char   *s, *hit;
     vlm_status_t  rc;
@@ -612,6 +612,24 @@ vlm_jinja_lex(vlm_jlex_t *lx)
             if (s[k + 2] == '-') {
                 while (text_end > start && vlm_jj_space(s[text_end - 1])) {
                     text_end--;
+                }
+
+            } else if (s[k + 2] != '+') {
+                /* lstrip_blocks before {% endraw %} too */
+                l_pos = text_end;
+
+                while (l_pos > start && s[l_pos - 1] != '\n') {
+                    l_pos--;
+                }
+
+                if (l_pos > start || (start > 0 && s[start - 1] == '\n')) {
+                    for (w = l_pos; w < text_end && vlm_jj_space(s[w]); w++) {
+                        /* void */
+                    }
+
+                    if (w == text_end) {
+                        text_end = l_pos;
+                    }
                 }
             }
 
