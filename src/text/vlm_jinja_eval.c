@@ -85,8 +85,11 @@ vlm_jj_call_macro(vlm_jctx_t *ctx, const vlm_jv_t *m, const vlm_jargs_t *a,
     }
 
     memset(frame, 0, sizeof(vlm_jframe_t));
-    /* a macro sees the template's top level; a caller its block's frame */
-    frame->parent = (m->id == 1) ? (vlm_jframe_t *) m->mask : ctx->root;
+    /*
+     * a macro sees the scope it was defined in (the template's top level,
+     * a loop's turn, an enclosing macro's call), a caller its block's
+     */
+    frame->parent = (m->mask != NULL) ? (vlm_jframe_t *) m->mask : ctx->root;
 
     if (a->n > def->n_names) {
         return vlm_jinja_fail(ctx, "macro '%.*s' takes %zu arguments, %zu "
@@ -956,6 +959,7 @@ vlm_jinja_exec(vlm_jctx_t *ctx, const vlm_jnodes_t *body, vlm_jframe_t *frame)
             memset(&v, 0, sizeof(vlm_jv_t));
             v.type = VLM_JV_MACRO;
             v.u.macro = n;
+            v.mask = (const uint8_t *) frame;
             rc = vlm_jj_dict_set_name(ctx, &frame->vars, n->name,
                                       n->name_len, &v);
             break;
