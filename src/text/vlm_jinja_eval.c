@@ -736,6 +736,7 @@ vlm_jj_loop_targets(vlm_jctx_t *ctx, const vlm_jnode_t *n,
 static vlm_status_t
 vlm_jj_exec_for(vlm_jctx_t *ctx, const vlm_jnode_t *n)
 {
+    int            done;
     size_t         i;
     vlm_jv_t       it, item, lv;
     vlm_jloop_t   *lp;
@@ -799,9 +800,12 @@ vlm_jj_exec_for(vlm_jctx_t *ctx, const vlm_jnode_t *n)
     lv.type = VLM_JV_LOOP;
     lv.u.loop = lp;
 
-    if (seq->n == 0) {
-        return vlm_jinja_exec(ctx, &n->kids2, ctx->frame);
-    }
+    /*
+     * the else block runs unless a turn reached the end of the body: as
+     * Jinja2 compiles it (its flag is cleared after the body, so a loop
+     * whose every turn ends in break or continue runs it too)
+     */
+    done = 0;
 
     for (i = 0; i < seq->n; i++) {
         if (++ctx->steps > ctx->lim->max_steps) {
@@ -837,7 +841,14 @@ vlm_jj_exec_for(vlm_jctx_t *ctx, const vlm_jnode_t *n)
             break;
         }
 
+        done |= (ctx->flow == 0);
         ctx->flow = 0;
+    }
+
+    /* the else block's names are the loop's, not its enclosing scope's */
+    if (!done && n->kids2.n > 0) {
+        frame->vars.n = 0;
+        return vlm_jinja_exec(ctx, &n->kids2, frame);
     }
 
     return VLM_OK;
