@@ -556,10 +556,12 @@ vlm_jinja_printf(vlm_jctx_t *ctx, const vlm_jv_t *fmt, const vlm_jv_t *arg,
     }
 
     /*
-     * a mapping may go unused, and so may a list (Python takes anything
-     * with items for a mapping there); other arguments may not
+     * a mapping may go unused, and so may a list or an undefined value
+     * (Python takes anything with items for a mapping there, Jinja2's
+     * Undefined among them); other arguments may not
      */
     if (rc == VLM_OK && map == NULL && !named && next < args->n
+        && arg->type != VLM_JV_UNDEF
         && (arg->type != VLM_JV_LIST || arg->u.list->tuple))
     {
         rc = vlm_jinja_fail(ctx, "not all arguments converted during string "
