@@ -5,7 +5,8 @@
  * the spans of client text, the C fast path of Qwen2-VL's template
  * (vlm_chat_render_spans) against the interpreter, and malformed or
  * hostile templates: an error with a line, bounded steps, memory and
- * output, never a crash.
+ * output, never a crash; and the str and list methods, filters and
+ * operators against the text Jinja2 renders, the client's marks kept.
  */
 
 #define _GNU_SOURCE
@@ -101,6 +102,74 @@ in_span(const vlm_jinja_out_t *o, size_t start, size_t end)
     }
 
     return 0;
+}
+
+
+/*
+ * Renders src over the variables of the JSON object client (its strings
+ * marked as the client's) and compares the text with want; marks, when
+ * not NULL, has a '^' under each byte of want that must be in a span of
+ * client text and a space under each that must not.
+ */
+static void
+render_marked(const char *src, const char *client, const char *want,
+    const char *marks)
+{
+    int               in;
+    size_t            i;
+    json_t           *vars;
+    json_error_t      jerr;
+    vlm_error_t       err;
+    vlm_jinja_t      *t;
+    vlm_jinja_out_t   o;
+
+    vars = NULL;
+
+    if (client != NULL) {
+        vars = json_loads(client, 0, &jerr);
+        if (vars == NULL) {
+            fail_msg("%s: %s", client, jerr.text);
+        }
+    }
+
+    t = parse_ok(src);
+
+    if (vlm_jinja_render(t, vars, NULL, NULL, &o, &err) != VLM_OK) {
+        fail_msg("\"%s\": %s", src, err.msg);
+    }
+
+    if (o.len != strlen(want) || memcmp(o.text, want, o.len) != 0) {
+        fail_msg("\"%s\": \"%s\", not \"%s\"", src, o.text, want);
+    }
+
+    check_spans(&o);
+
+    for (i = 0; marks != NULL && i < o.len; i++) {
+        in = in_span(&o, i, i + 1);
+
+        if (in != (marks[i] == '^')) {
+            fail_msg("\"%s\": byte %zu of \"%s\" %s client text", src, i,
+                     want, in ? "is" : "is not");
+        }
+    }
+
+    assert_true(marks == NULL || strlen(marks) == o.len);
+
+    vlm_jinja_out_free(&o);
+    vlm_jinja_free(t);
+    json_decref(vars);
+}
+
+
+/* each pair: a template and its text, as Jinja2 renders it */
+static void
+render_pairs(const char *const *pairs)
+{
+    size_t  i;
+
+    for (i = 0; pairs[i] != NULL; i += 2) {
+        render_marked(pairs[i], NULL, pairs[i + 1], NULL);
+    }
 }
 
 
@@ -527,6 +596,88 @@ test_limits(void **state)
 }
 
 
+/* str's case methods and the title filter with Python's Unicode
+ * mappings */
+static void
+test_case(void **state)
+{
+    static const char  *pairs[] = {
+        "{{ 'h\u00e9llo \u00c9T\u00c9' | upper }}", "H\u00c9LLO \u00c9T\u00c9",
+        "{{ 'h\u00e9llo \u00c9T\u00c9'.lower() }}", "h\u00e9llo \u00e9t\u00e9",
+        "{{ \"hELLO wORLD foo-bar o'neil\" | title }}",
+        "Hello World Foo-Bar O'neil",
+        "{{ \"hELLO wORLD foo-bar o'neil\".title() }}",
+        "Hello World Foo-Bar O'Neil",
+        "{{ '1st'.title() }}", "1St",
+        "{{ 'hello(world)[x]{y}<z>' | title }}", "Hello(World)[X]{Y}<Z>",
+        "{{ 'a_b c.d' | title }}", "A_b C.d",
+        "{{ 'ABC DEF'.capitalize() }}", "Abc def",
+        "{{ 'ABC DEF' | capitalize }}", "Abc def",
+        "{{ '\u00df'.upper() }}", "SS",
+        "{{ 'stra\u00dfe' | upper }}", "STRASSE",
+        "{{ '\u00dfa' | title }}", "SSa",
+        "{{ '\ufb01x'.title() }}", "Fix",
+        "{{ '\u01c6emal'.title() }}", "\u01c5emal",
+        "{{ '\u01c6emal' | title }}", "\u01c4emal",
+        "{{ '\u0130'.lower() }}", "i\u0307",
+        "{{ '\u1fb3'.upper() }}", "\u0391\u0399",
+        "{{ '\u1fb3'.capitalize() }}", "\u1fbc",
+        "{{ '\u0391\u03a3'.lower() }}", "\u03b1\u03c2",
+        "{{ '\u0391\u03a3\u0391'.lower() }}", "\u03b1\u03c3\u03b1",
+        "{{ '\u03a3'.lower() }}", "\u03c3",
+        "{{ \"\u0391\u03a3'\".lower() }}", "\u03b1\u03c2'",
+        "{{ \"\u0391\u03a3'\u0391\".lower() }}", "\u03b1\u03c3'\u03b1",
+        "{{ '\u0391\u03a3' | title }}", "\u0391\u03c3",
+        "{{ '\u0391\u03a3'.title() }}", "\u0391\u03c2",
+        "{{ '\u0391\u0391\u03a3 \u0392\u03a3' | title }}",
+        "\u0391\u03b1\u03c2 \u0392\u03c3",
+        "{{ 'a\u00a0b\u3000c' | title }}", "A\u00a0B\u3000C",
+        "{{ '\u24d0b'.title() }}", "\u24b6b",
+        "{{ '\u00aab'.title() }}", "\u00aab",
+        "{{ 'Hello World'.swapcase() }}", "hELLO wORLD",
+        "{{ 'Stra\u00dfe \u03a3\u0391\u03a3'.swapcase() }}",
+        "sTRASSE \u03c3\u03b1\u03c2",
+        "{{ 'Stra\u00dfe'.casefold() }}", "strasse",
+        "{{ '\u0130\u03a3'.casefold() }}", "i\u0307\u03c3",
+        NULL
+    };
+
+    (void) state;
+
+    render_pairs(pairs);
+
+    /* each character keeps its mark, also where it changes length */
+    render_marked("{{ ('x' ~ c ~ '\u00df') | upper }}",
+                  "{\"c\": \"a\u00dfb\"}", "XASSBSS", " ^^^^  ");
+    render_marked("{{ ('x ' ~ c) | title }}", "{\"c\": \"\u0131b\"}",
+                  "X Ib", "  ^^");
+}
+
+
+/* Python's str.isX() over Unicode */
+static void
+test_str_is(void **state)
+{
+    static const char  *pairs[] = {
+        "{{ '123'.islower() }}", "False",
+        "{{ 'a1'.islower() }}", "True",
+        "{{ '\u01c5'.isupper() }}", "False",
+        "{{ '\u00aa'.islower() }}", "True",
+        "{{ '\u24b6'.isupper() }}", "True",
+        "{{ '\u00e9'.isalpha() }}", "True",
+        "{{ '\u00e91'.isalnum() }}", "True",
+        "{{ '\u00b2'.isdigit() }}", "True",
+        "{{ ' \\t\u3000'.isspace() }}", "True",
+        "{{ ''.isspace() }}", "False",
+        NULL
+    };
+
+    (void) state;
+
+    render_pairs(pairs);
+}
+
+
 /* xorshift */
 static uint64_t
 rnd(uint64_t *s)
@@ -629,6 +780,8 @@ main(void)
         cmocka_unit_test(test_fast_path_equal),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_case),
+        cmocka_unit_test(test_str_is),
         cmocka_unit_test(test_mutations),
     };
 

@@ -1139,7 +1139,7 @@ vlm_jinja_filter(vlm_jctx_t *ctx, const char *name, size_t len,
 
         return vlm_jinja_case(ctx, &s, VLM_JJ_IS("upper") ? 0
                                     : VLM_JJ_IS("lower") ? 1
-                                    : VLM_JJ_IS("title") ? 2 : 3, out);
+                                    : VLM_JJ_IS("title") ? 6 : 3, out);
     }
 
     if (VLM_JJ_IS("length") || VLM_JJ_IS("count")) {

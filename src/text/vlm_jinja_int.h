@@ -642,14 +642,23 @@ void vlm_jinja_strip(const vlm_jv_t *s, const vlm_jv_t *chars, int left,
     int right, vlm_jv_t *out);
 vlm_status_t vlm_jinja_replace(vlm_jctx_t *ctx, const vlm_jv_t *s,
     const vlm_jv_t *old, const vlm_jv_t *new, int64_t count, vlm_jv_t *out);
-/* how: 0 upper, 1 lower, 2 title, 3 capitalize */
-vlm_status_t vlm_jinja_case(vlm_jctx_t *ctx, const vlm_jv_t *s, int how,
-    vlm_jv_t *out);
 vlm_status_t vlm_jinja_join(vlm_jctx_t *ctx, const vlm_jlist_t *l,
     const vlm_jv_t *sep, const vlm_jv_t *attr, vlm_jv_t *out);
 /* what: 0 items, 1 keys, 2 values */
 vlm_status_t vlm_jinja_pairs(vlm_jctx_t *ctx, const vlm_jdict_t *d, int what,
     vlm_jv_t *out);
+
+
+/* vlm_jinja_unicode.c */
+
+/* the code point at s[i] and its length; -1 for a byte that is not UTF-8 */
+size_t vlm_jinja_cp(const char *s, size_t len, size_t i, int32_t *c);
+int vlm_jinja_space(int32_t c);
+/* how: 0 upper, 1 lower, 2 title, 3 capitalize, 4 swapcase, 5 casefold,
+ * 6 Jinja's title filter */
+vlm_status_t vlm_jinja_case(vlm_jctx_t *ctx, const vlm_jv_t *s, int how,
+    vlm_jv_t *out);
+int vlm_jinja_str_is(const vlm_jv_t *s, const char *what);
 
 
 /* vlm_jinja_filters.c: v | name(a), v is name(a) */

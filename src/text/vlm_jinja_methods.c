@@ -138,7 +138,12 @@ static const char  *vlm_jj_str_methods[] = {
     "replace", "upper", "lower", "title", "capitalize", "find", "rfind",
     "count", "join", "splitlines", "isdigit", "isalpha", "isalnum",
     "isspace", "islower", "isupper", "removeprefix", "removesuffix",
-    "format", "index", NULL
+    "format", "index", "swapcase", "casefold", NULL
+};
+
+/* in the order of vlm_jinja_case's modes */
+static const char  *vlm_jj_case_methods[] = {
+    "upper", "lower", "title", "capitalize", "swapcase", "casefold", NULL
 };
 
 static const char  *vlm_jj_dict_methods[] = {
@@ -512,49 +517,6 @@ vlm_jinja_replace(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jv_t *old,
 }
 
 
-/* upper, lower, title, capitalize: ASCII letters, the rest as it is */
-vlm_status_t
-vlm_jinja_case(vlm_jctx_t *ctx, const vlm_jv_t *s, int how, vlm_jv_t *out)
-{
-    char          *d;
-    size_t         i;
-    int            word;
-    vlm_status_t   rc;
-
-    rc = vlm_jinja_str_dup(ctx, s, out, &d);
-    if (rc != VLM_OK) {
-        return rc;
-    }
-
-    word = 0;
-
-    for (i = 0; i < s->len; i++) {
-        char  c = d[i];
-        int   up;
-
-        switch (how) {
-        case 0: up = 1; break;
-        case 1: up = 0; break;
-        case 2: up = !word; break;
-        default: up = (i == 0); break;
-        }
-
-        if (up && c >= 'a' && c <= 'z') {
-            d[i] = (char) (c - 32);
-        } else if (!up && c >= 'A' && c <= 'Z') {
-            d[i] = (char) (c + 32);
-        }
-
-        word = (how == 2) ? ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
-                             || (c >= '0' && c <= '9')
-                             || ((unsigned char) c >= 0x80))
-                          : word;
-    }
-
-    return VLM_OK;
-}
-
-
 static int
 vlm_jj_affix(const vlm_jv_t *s, const vlm_jv_t *p, int end)
 {
@@ -675,12 +637,10 @@ vlm_jj_call_str_method(vlm_jctx_t *ctx, const vlm_jv_t *s,
                                             ? z->u.i : -1, out);
     }
 
-    if (VLM_JJ_IS("upper") || VLM_JJ_IS("lower") || VLM_JJ_IS("title")
-        || VLM_JJ_IS("capitalize"))
-    {
-        return vlm_jinja_case(ctx, s, VLM_JJ_IS("upper") ? 0
-                                   : VLM_JJ_IS("lower") ? 1
-                                   : VLM_JJ_IS("title") ? 2 : 3, out);
+    for (i = 0; vlm_jj_case_methods[i]; i++) {
+        if (VLM_JJ_IS(vlm_jj_case_methods[i])) {
+            return vlm_jinja_case(ctx, s, (int) i, out);
+        }
     }
 
     if (VLM_JJ_IS("find") || VLM_JJ_IS("rfind") || VLM_JJ_IS("index")
@@ -787,28 +747,7 @@ vlm_jj_call_str_method(vlm_jctx_t *ctx, const vlm_jv_t *s,
     }
 
     if (name[0] == 'i' && name[1] == 's') {
-        k = s->len > 0;
-
-        for (i = 0; i < s->len; i++) {
-            char c = s->u.s[i];
-
-            if (VLM_JJ_IS("isdigit")) {
-                k &= (c >= '0' && c <= '9');
-            } else if (VLM_JJ_IS("isalpha")) {
-                k &= ((c | 32) >= 'a' && (c | 32) <= 'z');
-            } else if (VLM_JJ_IS("isalnum")) {
-                k &= ((c | 32) >= 'a' && (c | 32) <= 'z')
-                     || (c >= '0' && c <= '9');
-            } else if (VLM_JJ_IS("isspace")) {
-                k &= vlm_jj_space(c);
-            } else if (VLM_JJ_IS("islower")) {
-                k &= !(c >= 'A' && c <= 'Z');
-            } else {
-                k &= !(c >= 'a' && c <= 'z');
-            }
-        }
-
-        vlm_jj_set_bool(out, (int) k);
+        vlm_jj_set_bool(out, vlm_jinja_str_is(s, name + 2));
         return VLM_OK;
     }
 
