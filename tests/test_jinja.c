@@ -678,6 +678,67 @@ test_str_is(void **state)
 }
 
 
+/* split, rsplit, partition, padding and tabs as Python's str has them */
+static void
+test_str_methods(void **state)
+{
+    static const char  *pairs[] = {
+        "{{ 'Hello World'.rsplit('o', 1) }}", "['Hello W', 'rld']",
+        "{{ '  a b  c '.rsplit(None, 1) }}", "['  a b', 'c']",
+        "{{ '  a b  c '.split(None, 1) }}", "['a', 'b  c ']",
+        "{{ 'a\u3000b'.split() }}", "['a', 'b']",
+        "{{ 'aaa'.rsplit('aa') }}", "['a', '']",
+        "{{ 'a,b,,c'.rsplit(',', maxsplit=2) }}", "['a,b', '', 'c']",
+        "{{ '\u3000x\u00a0'.strip() }}", "x",
+        "{{ '\u00e9a\u00e8'.strip('\u00e8') }}", "\u00e9a",
+        "{{ 'a.b.c'.partition('.') | join('|') }}", "a|.|b.c",
+        "{{ 'a.b.c'.rpartition('.') | join('|') }}", "a.b|.|c",
+        "{{ 'abc'.partition('x') | join('|') }}", "abc||",
+        "{{ 'abc'.rpartition('x') | join('|') }}", "||abc",
+        "{{ 'Hello World'.center(15, '*') }}", "**Hello World**",
+        "{{ 'abc'.center(6) }}|", " abc  |",
+        "{{ 'ab'.center(5) }}|", "  ab |",
+        "{{ 'h\u00e9llo'.center(9, '\u00b7') }}",
+        "\u00b7\u00b7h\u00e9llo\u00b7\u00b7",
+        "{{ 'Hello World'.ljust(14, '.') }}", "Hello World...",
+        "{{ 'Hello World'.rjust(14) }}", "   Hello World",
+        "{{ 'abc'.center(2) }}", "abc",
+        "{{ '42'.zfill(5) }}", "00042",
+        "{{ '-42'.zfill(5) }}", "-0042",
+        "{{ '+'.zfill(3) }}", "+00",
+        "{{ 'a\\tb'.expandtabs(4) }}", "a   b",
+        "{{ '12345\\t6\\n\\tx'.expandtabs() }}", "12345   6\n        x",
+        "{{ 'a\\tb'.expandtabs(tabsize=0) }}", "ab",
+        "{{ '12'.isnumeric() }} {{ '\u00bd\u4e00'.isnumeric() }}",
+        "True True",
+        "{{ '12'.isdecimal() }} {{ '\u00b2'.isdecimal() }}", "True False",
+        "{{ 'Ab Cd'.istitle() }} {{ 'Ab cd'.istitle() }} {{ ''.istitle() }}",
+        "True False False",
+        NULL
+    };
+
+    (void) state;
+
+    render_pairs(pairs);
+
+    /* the client's bytes keep their marks, the padding the mark of what
+     * it came from */
+    render_marked("{{ c.center(7, '*') }}", "{\"c\": \"abc\"}", "**abc**",
+                  "  ^^^  ");
+    render_marked("{{ 'ab'.center(4, c) }}", "{\"c\": \"-\"}", "-ab-",
+                  "^  ^");
+    render_marked("{{ c.partition(':') | join('|') }}",
+                  "{\"c\": \"k:v\"}", "k|:|v", "^ ^ ^");
+    render_marked("{{ c.rpartition(':') | join('|') }}",
+                  "{\"c\": \"x\"}", "||x", "  ^");
+    render_marked("{{ c.zfill(4) }}", "{\"c\": \"-1\"}", "-001", "^  ^");
+    render_marked("{{ ('x' ~ c).expandtabs(4) }}", "{\"c\": \"\\ty\"}",
+                  "x   y", " ^^^^");
+    render_marked("{{ c.rsplit(' ', 1) | join('|') }}",
+                  "{\"c\": \"a b c\"}", "a b|c", "^^^ ^");
+}
+
+
 /* xorshift */
 static uint64_t
 rnd(uint64_t *s)
@@ -782,6 +843,7 @@ main(void)
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_case),
         cmocka_unit_test(test_str_is),
+        cmocka_unit_test(test_str_methods),
         cmocka_unit_test(test_mutations),
     };
 

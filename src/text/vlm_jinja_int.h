@@ -568,6 +568,8 @@ vlm_jj_dict_set_name(vlm_jctx_t *ctx, vlm_jdict_t *d, const char *name,
 /* vlm_jinja_output.c */
 
 vlm_status_t vlm_jinja_emit(vlm_jctx_t *ctx, const vlm_jv_t *s);
+vlm_status_t vlm_jinja_emit_repeat(vlm_jctx_t *ctx, const vlm_jv_t *s,
+    size_t n);
 /* Python's str(): a string as it is, other values as repr() writes them */
 vlm_status_t vlm_jinja_to_str(vlm_jctx_t *ctx, const vlm_jv_t *v, vlm_jv_t *s);
 /* vlm_jinja_seq.c: sort, unique, min, max ('s', 'u', 'n', 'x') */

@@ -138,7 +138,9 @@ static const char  *vlm_jj_str_methods[] = {
     "replace", "upper", "lower", "title", "capitalize", "find", "rfind",
     "count", "join", "splitlines", "isdigit", "isalpha", "isalnum",
     "isspace", "islower", "isupper", "removeprefix", "removesuffix",
-    "format", "index", "swapcase", "casefold", NULL
+    "format", "index", "swapcase", "casefold", "rsplit", "partition",
+    "rpartition", "center", "ljust", "rjust", "zfill", "expandtabs",
+    "isnumeric", "isdecimal", "istitle", NULL
 };
 
 /* in the order of vlm_jinja_case's modes */
@@ -351,14 +353,38 @@ vlm_jinja_getitem(vlm_jctx_t *ctx, const vlm_jv_t *obj, const vlm_jv_t *key,
 }
 
 
-static int
-vlm_jj_in_chars(char c, const vlm_jv_t *chars)
+/* the start of the code point that ends at s[i], i > 0 */
+static size_t
+vlm_jj_cp_back(const char *s, size_t len, size_t i)
 {
-    if (chars == NULL || chars->type != VLM_JV_STR) {
-        return vlm_jj_space(c);
+    size_t   j;
+    int32_t  c;
+
+    for (j = i - 1; j > 0 && i - j < 4; j--) {
+        if (((unsigned char) s[j] & 0xc0) != 0x80) {
+            break;
+        }
     }
 
-    return memchr(chars->u.s, c, chars->len) != NULL;
+    return j + vlm_jinja_cp(s, len, j, &c) == i ? j : i - 1;
+}
+
+
+/* is the code point at s[i] (of *k bytes) in chars, or whitespace when
+ * chars is not a string */
+static int
+vlm_jj_in_chars(const vlm_jv_t *s, size_t i, const vlm_jv_t *chars,
+    size_t *k)
+{
+    int32_t  c;
+
+    *k = vlm_jinja_cp(s->u.s, s->len, i, &c);
+
+    if (chars == NULL || chars->type != VLM_JV_STR) {
+        return vlm_jinja_space(c);
+    }
+
+    return memmem(chars->u.s, chars->len, s->u.s + i, *k) != NULL;
 }
 
 
@@ -366,105 +392,206 @@ void
 vlm_jinja_strip(const vlm_jv_t *s, const vlm_jv_t *chars, int left, int right,
     vlm_jv_t *out)
 {
-    size_t  a, b;
+    size_t  a, b, j, k;
 
     a = 0;
     b = s->len;
 
-    while (left && a < b && vlm_jj_in_chars(s->u.s[a], chars)) {
-        a++;
+    while (left && a < b && vlm_jj_in_chars(s, a, chars, &k)) {
+        a += k;
     }
 
-    while (right && b > a && vlm_jj_in_chars(s->u.s[b - 1], chars)) {
-        b--;
+    while (right && b > a) {
+        j = vlm_jj_cp_back(s->u.s, s->len, b);
+
+        if (!vlm_jj_in_chars(s, j, chars, &k)) {
+            break;
+        }
+
+        b = j;
     }
 
     vlm_jinja_substr(s, a, b - a, out);
 }
 
 
-static vlm_status_t
-vlm_jj_split(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jv_t *sep,
-    int64_t maxsplit, vlm_jv_t *out)
+/* the last n bytes of h[0, len) equal to p, as memmem finds the first */
+static const char *
+vlm_jj_memrmem(const char *h, size_t len, const char *p, size_t n)
 {
-    size_t         i, start;
-    vlm_jv_t       part;
-    const char    *hit;
-    vlm_jlist_t   *l;
-    vlm_status_t   rc;
+    size_t  i;
 
-    l = vlm_jinja_list_new(ctx, 4);
-    if (l == NULL) {
-        return vlm_jinja_nomem(ctx);
+    for (i = len + 1; n <= len && i-- > n; ) {
+        if (memcmp(h + i - n, p, n) == 0) {
+            return h + i - n;
+        }
     }
 
+    return NULL;
+}
+
+
+static vlm_status_t
+vlm_jj_list_value(vlm_jctx_t *ctx, size_t cap, vlm_jv_t *out)
+{
     memset(out, 0, sizeof(vlm_jv_t));
     out->type = VLM_JV_LIST;
-    out->u.list = l;
+    out->u.list = vlm_jinja_list_new(ctx, cap);
 
-    if (sep == NULL || sep->type == VLM_JV_NONE) {
-        i = 0;
+    return out->u.list ? VLM_OK : vlm_jinja_nomem(ctx);
+}
 
-        for ( ;; ) {
-            while (i < s->len && vlm_jj_space(s->u.s[i])) {
-                i++;
+
+static vlm_status_t
+vlm_jj_push_part(vlm_jctx_t *ctx, vlm_jlist_t *l, const vlm_jv_t *s,
+    size_t start, size_t end)
+{
+    vlm_jv_t  part;
+
+    vlm_jinja_substr(s, start, end - start, &part);
+
+    return vlm_jinja_list_push(ctx, l, &part);
+}
+
+
+/* split() and rsplit() without a separator: at runs of whitespace, the
+ * rest as it is after maxsplit words */
+static vlm_status_t
+vlm_jj_split_ws(vlm_jctx_t *ctx, const vlm_jv_t *s, int64_t maxsplit,
+    int right, vlm_jlist_t *l)
+{
+    size_t        i, j, k, start;
+    vlm_status_t  rc;
+
+    if (!right) {
+        for (i = 0; ; ) {
+            while (i < s->len && vlm_jj_in_chars(s, i, NULL, &k)) {
+                i += k;
             }
 
             if (i == s->len) {
                 return VLM_OK;
             }
 
-            start = i;
-
             if (maxsplit >= 0 && (int64_t) l->n == maxsplit) {
-                i = s->len;
-                while (i > start && vlm_jj_space(s->u.s[i - 1])) {
-                    i--;
-                }
-
-            } else {
-                while (i < s->len && !vlm_jj_space(s->u.s[i])) {
-                    i++;
-                }
+                return vlm_jj_push_part(ctx, l, s, i, s->len);
             }
 
-            vlm_jinja_substr(s, start, i - start, &part);
-            rc = vlm_jinja_list_push(ctx, l, &part);
+            for (start = i; i < s->len && !vlm_jj_in_chars(s, i, NULL, &k);
+                 i += k)
+            {
+                /* void */
+            }
+
+            rc = vlm_jj_push_part(ctx, l, s, start, i);
             if (rc != VLM_OK) {
                 return rc;
             }
         }
     }
 
-    rc = vlm_jinja_need_str(ctx, sep, "split");
+    for (i = s->len; ; ) {
+        while (i > 0) {
+            j = vlm_jj_cp_back(s->u.s, s->len, i);
+            if (!vlm_jj_in_chars(s, j, NULL, &k)) {
+                break;
+            }
+
+            i = j;
+        }
+
+        if (i == 0) {
+            return VLM_OK;
+        }
+
+        if (maxsplit >= 0 && (int64_t) l->n == maxsplit) {
+            return vlm_jj_push_part(ctx, l, s, 0, i);
+        }
+
+        for (start = i; i > 0; i = j) {
+            j = vlm_jj_cp_back(s->u.s, s->len, i);
+            if (vlm_jj_in_chars(s, j, NULL, &k)) {
+                break;
+            }
+        }
+
+        rc = vlm_jj_push_part(ctx, l, s, i, start);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+    }
+}
+
+
+/* str.split and str.rsplit (right) */
+static vlm_status_t
+vlm_jj_split(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jv_t *sep,
+    int64_t maxsplit, int right, vlm_jv_t *out)
+{
+    size_t         i, start, end;
+    vlm_jv_t       t;
+    const char    *hit;
+    vlm_jlist_t   *l;
+    vlm_status_t   rc;
+
+    rc = vlm_jj_list_value(ctx, 4, out);
     if (rc != VLM_OK) {
         return rc;
     }
 
-    if (sep->len == 0) {
-        return vlm_jinja_fail(ctx, "split: empty separator");
+    l = out->u.list;
+
+    if (sep == NULL || sep->type == VLM_JV_NONE) {
+        rc = vlm_jj_split_ws(ctx, s, maxsplit, right, l);
+
+    } else if (sep->type != VLM_JV_STR) {
+        return vlm_jinja_fail(ctx, "must be str or None, not %s",
+                              vlm_jj_type_name(sep));
+
+    } else if (sep->len == 0) {
+        return vlm_jinja_fail(ctx, "empty separator");
+
+    } else {
+        start = 0;
+        end = s->len;
+
+        for ( ;; ) {
+            hit = NULL;
+
+            if (maxsplit < 0 || (int64_t) l->n < maxsplit) {
+                hit = right ? vlm_jj_memrmem(s->u.s, end, sep->u.s, sep->len)
+                            : memmem(s->u.s + start, s->len - start,
+                                     sep->u.s, sep->len);
+            }
+
+            if (hit == NULL) {
+                rc = vlm_jj_push_part(ctx, l, s, start, end);
+                break;
+            }
+
+            if (right) {
+                rc = vlm_jj_push_part(ctx, l, s, hit - s->u.s + sep->len,
+                                      end);
+                end = hit - s->u.s;
+
+            } else {
+                rc = vlm_jj_push_part(ctx, l, s, start, hit - s->u.s);
+                start = hit - s->u.s + sep->len;
+            }
+
+            if (rc != VLM_OK) {
+                return rc;
+            }
+        }
     }
 
-    start = 0;
-
-    for ( ;; ) {
-        hit = (maxsplit < 0 || (int64_t) l->n < maxsplit)
-              ? memmem(s->u.s + start, s->len - start, sep->u.s, sep->len)
-              : NULL;
-
-        if (hit == NULL) {
-            vlm_jinja_substr(s, start, s->len - start, &part);
-            return vlm_jinja_list_push(ctx, l, &part);
-        }
-
-        vlm_jinja_substr(s, start, hit - s->u.s - start, &part);
-        rc = vlm_jinja_list_push(ctx, l, &part);
-        if (rc != VLM_OK) {
-            return rc;
-        }
-
-        start = hit - s->u.s + sep->len;
+    for (i = 0; rc == VLM_OK && right && i < l->n / 2; i++) {
+        t = l->items[i];
+        l->items[i] = l->items[l->n - 1 - i];
+        l->items[l->n - 1 - i] = t;
     }
+
+    return rc;
 }
 
 
@@ -567,19 +694,262 @@ vlm_jinja_join(vlm_jctx_t *ctx, const vlm_jlist_t *l, const vlm_jv_t *sep,
 }
 
 
+/*
+ * Python's check of a method's arguments: from min to max positional
+ * ones, keyword ones only those named in kw (NULL: none), each at its
+ * place after the positional ones.
+ */
+static vlm_status_t
+vlm_jj_arity(vlm_jctx_t *ctx, const vlm_jargs_t *a, const char *name,
+    size_t min, size_t max, const char *const *kw)
+{
+    size_t  i, k;
+
+    for (i = 0; i < a->n_kw; i++) {
+        for (k = 0; kw != NULL && kw[k] != NULL; k++) {
+            if (strlen(kw[k]) == a->name_lens[i]
+                && memcmp(kw[k], a->names[i], a->name_lens[i]) == 0)
+            {
+                break;
+            }
+        }
+
+        if (kw == NULL) {
+            return vlm_jinja_fail(ctx, "%s() takes no keyword arguments",
+                                  name);
+        }
+
+        if (kw[k] == NULL) {
+            return vlm_jinja_fail(ctx, "'%.*s' is an invalid keyword "
+                                  "argument for %s()", (int) a->name_lens[i],
+                                  a->names[i], name);
+        }
+
+        if (k < a->n) {
+            return vlm_jinja_fail(ctx, "argument for %s() given by name "
+                                  "('%s') and position (%zu)", name, kw[k],
+                                  k + 1);
+        }
+    }
+
+    if (a->n >= min && a->n <= max) {
+        return VLM_OK;
+    }
+
+    if (max == 0) {
+        return vlm_jinja_fail(ctx, "%s() takes no arguments (%zu given)",
+                              name, a->n);
+    }
+
+    return vlm_jinja_fail(ctx, "%s() takes %s %zu argument%s (%zu given)",
+                          name, min == max ? "exactly"
+                                : a->n < min ? "at least" : "at most",
+                          a->n < min ? min : max,
+                          (a->n < min ? min : max) == 1 ? "" : "s", a->n);
+}
+
+
+/* an integer argument (a bool is one), dflt when there is none */
+static vlm_status_t
+vlm_jj_int_arg(vlm_jctx_t *ctx, const vlm_jv_t *v, int64_t dflt,
+    int64_t *out)
+{
+    if (v == NULL) {
+        *out = dflt;
+        return VLM_OK;
+    }
+
+    if (v->type != VLM_JV_INT && v->type != VLM_JV_BOOL) {
+        return vlm_jinja_fail(ctx, "'%s' object cannot be interpreted as an "
+                              "integer", vlm_jj_type_name(v));
+    }
+
+    *out = v->u.i;
+
+    return VLM_OK;
+}
+
+
+/* partition and rpartition (right): three strings in a list */
+static vlm_status_t
+vlm_jj_partition(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jv_t *sep,
+    int right, vlm_jv_t *out)
+{
+    size_t         at;
+    vlm_jv_t      *p;
+    const char    *hit;
+    vlm_status_t   rc;
+
+    rc = vlm_jinja_need_str(ctx, sep, right ? "rpartition" : "partition");
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    if (sep->len == 0) {
+        return vlm_jinja_fail(ctx, "empty separator");
+    }
+
+    rc = vlm_jj_list_value(ctx, 3, out);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    p = out->u.list->items;
+    out->u.list->n = 3;
+
+    hit = right ? vlm_jj_memrmem(s->u.s, s->len, sep->u.s, sep->len)
+                : memmem(s->u.s, s->len, sep->u.s, sep->len);
+
+    if (hit == NULL) {
+        vlm_jj_set_str(&p[0], "", 0, VLM_JT_NONE);
+        vlm_jj_set_str(&p[1], "", 0, VLM_JT_NONE);
+        vlm_jj_set_str(&p[2], "", 0, VLM_JT_NONE);
+        p[right ? 2 : 0] = *s;
+        return VLM_OK;
+    }
+
+    /* the separator as the string has it: a client's stays marked */
+    at = hit - s->u.s;
+    vlm_jinja_substr(s, 0, at, &p[0]);
+    vlm_jinja_substr(s, at, sep->len, &p[1]);
+    vlm_jinja_substr(s, at + sep->len, s->len - at - sep->len, &p[2]);
+
+    return VLM_OK;
+}
+
+
+/*
+ * center, ljust, rjust and zfill (how: 'c', 'l', 'r', 'z'): s padded to
+ * width code points with fill; zfill's zeros go after a sign
+ */
+static vlm_status_t
+vlm_jj_pad(vlm_jctx_t *ctx, const vlm_jv_t *s, int64_t width,
+    const vlm_jv_t *fill, int how, vlm_jv_t *out)
+{
+    size_t         n, left, right, sign;
+    int64_t        marg;
+    vlm_jv_t       part;
+    vlm_jbuf_t     b, *saved;
+    vlm_status_t   rc;
+
+    n = vlm_jj_cp_count(s->u.s, s->len);
+
+    if (width <= (int64_t) n) {
+        *out = *s;
+        return VLM_OK;
+    }
+
+    marg = width - (int64_t) n;
+
+    switch (how) {
+    case 'c':
+        /* Python's rounding: the odd one goes left when width is odd */
+        left = (size_t) (marg / 2 + (marg & width & 1));
+        break;
+    case 'l':
+        left = 0;
+        break;
+    default:
+        left = (size_t) marg;
+    }
+
+    right = (size_t) marg - left;
+    sign = how == 'z' && s->len > 0
+           && (s->u.s[0] == '+' || s->u.s[0] == '-');
+
+    vlm_jj_capture_begin(ctx, &b, &saved);
+
+    vlm_jinja_substr(s, 0, sign, &part);
+    rc = vlm_jinja_emit(ctx, &part);
+
+    if (rc == VLM_OK) {
+        rc = vlm_jinja_emit_repeat(ctx, fill, left);
+    }
+
+    if (rc == VLM_OK) {
+        vlm_jinja_substr(s, sign, s->len - sign, &part);
+        rc = vlm_jinja_emit(ctx, &part);
+    }
+
+    if (rc == VLM_OK) {
+        rc = vlm_jinja_emit_repeat(ctx, fill, right);
+    }
+
+    vlm_jj_capture_end(ctx, &b, saved, out);
+
+    return rc;
+}
+
+
+/* expandtabs: a tab to spaces up to the next column that tabsize
+ * divides, columns counted in code points from the last \n or \r; the
+ * spaces keep the tab's mark */
+static vlm_status_t
+vlm_jj_expandtabs(vlm_jctx_t *ctx, const vlm_jv_t *s, int64_t tabsize,
+    vlm_jv_t *out)
+{
+    size_t         i, run;
+    int64_t        col;
+    vlm_jv_t       part, sp;
+    vlm_jbuf_t     b, *saved;
+    vlm_status_t   rc;
+
+    vlm_jj_capture_begin(ctx, &b, &saved);
+    rc = VLM_OK;
+    col = 0;
+    run = 0;
+
+    for (i = 0; rc == VLM_OK && i < s->len; i++) {
+        if (s->u.s[i] != '\t') {
+            if (((unsigned char) s->u.s[i] & 0xc0) != 0x80) {
+                col = (s->u.s[i] == '\n' || s->u.s[i] == '\r') ? 0 : col + 1;
+            }
+
+            continue;
+        }
+
+        vlm_jinja_substr(s, run, i - run, &part);
+        rc = vlm_jinja_emit(ctx, &part);
+        run = i + 1;
+
+        if (rc == VLM_OK && tabsize > 0) {
+            vlm_jj_set_str(&sp, " ", 1, vlm_jj_taint_at(s, i)
+                                        ? VLM_JT_ALL : VLM_JT_NONE);
+            rc = vlm_jinja_emit_repeat(ctx, &sp,
+                                       (size_t) (tabsize - col % tabsize));
+            col += tabsize - col % tabsize;
+        }
+    }
+
+    if (rc == VLM_OK) {
+        vlm_jinja_substr(s, run, s->len - run, &part);
+        rc = vlm_jinja_emit(ctx, &part);
+    }
+
+    vlm_jj_capture_end(ctx, &b, saved, out);
+
+    return rc;
+}
+
+
 static vlm_status_t
 vlm_jj_call_str_method(vlm_jctx_t *ctx, const vlm_jv_t *s,
     const char *name, const vlm_jargs_t *a, vlm_jv_t *out)
 {
     size_t           i, n, k;
     int64_t          cnt;
+    vlm_jv_t         fill;
     const char      *hit;
     vlm_jlist_t     *l;
     vlm_status_t     rc;
     const vlm_jv_t  *x, *y, *z;
 
+    static const char  *split_kw[] = { "sep", "maxsplit", NULL };
+    static const char  *tab_kw[] = { "tabsize", NULL };
+
     x = vlm_jinja_arg(a, 0, NULL);
     y = vlm_jinja_arg(a, 1, NULL);
+    cnt = 0;
     memset(out, 0, sizeof(vlm_jv_t));
 
 #define VLM_JJ_IS(m)  (strcmp(name, m) == 0)
@@ -609,11 +979,62 @@ vlm_jj_call_str_method(vlm_jctx_t *ctx, const vlm_jv_t *s,
         return VLM_OK;
     }
 
-    if (VLM_JJ_IS("split")) {
-        x = vlm_jinja_arg(a, 0, "sep");
-        y = vlm_jinja_arg(a, 1, "maxsplit");
-        return vlm_jj_split(ctx, s, x, y && y->type == VLM_JV_INT
-                                       ? y->u.i : -1, out);
+    if (VLM_JJ_IS("split") || VLM_JJ_IS("rsplit")) {
+        rc = vlm_jj_arity(ctx, a, name, 0, 2, split_kw);
+        if (rc == VLM_OK) {
+            rc = vlm_jj_int_arg(ctx, vlm_jinja_arg(a, 1, "maxsplit"), -1,
+                                &cnt);
+        }
+
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        return vlm_jj_split(ctx, s, vlm_jinja_arg(a, 0, "sep"), cnt,
+                            name[0] == 'r', out);
+    }
+
+    if (VLM_JJ_IS("partition") || VLM_JJ_IS("rpartition")) {
+        rc = vlm_jj_arity(ctx, a, name, 1, 1, NULL);
+        return rc == VLM_OK ? vlm_jj_partition(ctx, s, x, name[0] == 'r', out)
+                            : rc;
+    }
+
+    if (VLM_JJ_IS("center") || VLM_JJ_IS("ljust") || VLM_JJ_IS("rjust")
+        || VLM_JJ_IS("zfill"))
+    {
+        rc = vlm_jj_arity(ctx, a, name, 1, name[0] == 'z' ? 1 : 2, NULL);
+        if (rc == VLM_OK) {
+            rc = vlm_jj_int_arg(ctx, x, 0, &cnt);
+        }
+
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        if (y == NULL) {
+            vlm_jj_set_str(&fill, name[0] == 'z' ? "0" : " ", 1,
+                           VLM_JT_NONE);
+            y = &fill;
+
+        } else if (y->type != VLM_JV_STR
+                   || vlm_jj_cp_count(y->u.s, y->len) != 1)
+        {
+            return vlm_jinja_fail(ctx, "The fill character must be exactly "
+                                  "one character long");
+        }
+
+        return vlm_jj_pad(ctx, s, cnt, y, name[0], out);
+    }
+
+    if (VLM_JJ_IS("expandtabs")) {
+        rc = vlm_jj_arity(ctx, a, name, 0, 1, tab_kw);
+        if (rc == VLM_OK) {
+            rc = vlm_jj_int_arg(ctx, vlm_jinja_arg(a, 0, "tabsize"), 8,
+                                &cnt);
+        }
+
+        return rc == VLM_OK ? vlm_jj_expandtabs(ctx, s, cnt, out) : rc;
     }
 
     if (VLM_JJ_IS("strip") || VLM_JJ_IS("lstrip") || VLM_JJ_IS("rstrip")) {
@@ -639,7 +1060,8 @@ vlm_jj_call_str_method(vlm_jctx_t *ctx, const vlm_jv_t *s,
 
     for (i = 0; vlm_jj_case_methods[i]; i++) {
         if (VLM_JJ_IS(vlm_jj_case_methods[i])) {
-            return vlm_jinja_case(ctx, s, (int) i, out);
+            rc = vlm_jj_arity(ctx, a, name, 0, 0, NULL);
+            return rc == VLM_OK ? vlm_jinja_case(ctx, s, (int) i, out) : rc;
         }
     }
 
@@ -748,7 +1170,7 @@ vlm_jj_call_str_method(vlm_jctx_t *ctx, const vlm_jv_t *s,
 
     if (name[0] == 'i' && name[1] == 's') {
         vlm_jj_set_bool(out, vlm_jinja_str_is(s, name + 2));
-        return VLM_OK;
+        return vlm_jj_arity(ctx, a, name, 0, 0, NULL);
     }
 
 #undef VLM_JJ_IS

@@ -84,6 +84,60 @@ vlm_jinja_emit(vlm_jctx_t *ctx, const vlm_jv_t *s)
 }
 
 
+/* s n times: padding, fill characters */
+vlm_status_t
+vlm_jinja_emit_repeat(vlm_jctx_t *ctx, const vlm_jv_t *s, size_t n)
+{
+    char          buf[256];
+    size_t        i, per;
+    uint8_t       mask[256];
+    vlm_jv_t      chunk;
+    vlm_status_t  rc;
+
+    if (s->len == 0 || n == 0) {
+        return VLM_OK;
+    }
+
+    if (n > ctx->lim->max_output / s->len) {
+        return vlm_error_set(ctx->err, VLM_ERR_LIMIT, "chat template line "
+                             "%u: the prompt exceeds %zu bytes", ctx->line,
+                             ctx->lim->max_output);
+    }
+
+    per = sizeof(buf) / s->len;
+
+    if (per < 2) {
+        for (i = 0; i < n; i++) {
+            rc = vlm_jinja_emit(ctx, s);
+            if (rc != VLM_OK) {
+                return rc;
+            }
+        }
+
+        return VLM_OK;
+    }
+
+    for (i = 0; i < per * s->len; i++) {
+        buf[i] = s->u.s[i % s->len];
+        mask[i] = vlm_jj_taint_at(s, i % s->len);
+    }
+
+    vlm_jj_set_str(&chunk, buf, per * s->len, s->taint);
+    chunk.mask = mask;
+
+    for ( /* void */ ; n > 0; n -= per < n ? per : n) {
+        chunk.len = (per < n ? per : n) * s->len;
+
+        rc = vlm_jinja_emit(ctx, &chunk);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+    }
+
+    return VLM_OK;
+}
+
+
 static vlm_status_t
 vlm_jj_emit_raw(vlm_jctx_t *ctx, const char *s, size_t len)
 {
