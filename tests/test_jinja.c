@@ -739,6 +739,42 @@ test_str_methods(void **state)
 }
 
 
+/* list.index, list.count and repetition */
+static void
+test_list_methods(void **state)
+{
+    static const char  *pairs[] = {
+        "{% set l = ['b', 'A', 'a', 'B', 'c'] %}{{ l.index('a') }} "
+        "{{ l.count('a') }} {{ l.index('a', -3) }} {{ l.index('a', 0, -2) }}",
+        "2 1 2 2",
+        "{{ [1, true, 1.0].count(1) }} {{ [[1], [3]].index([3]) }}", "3 1",
+        "{{ ['b', 'A'] * 2 }} {{ 2 * [1] }} {{ [1] * -1 }} {{ [1] * true }}",
+        "['b', 'A', 'b', 'A'] [1, 1] [] [1]",
+        "{{ 3 * 'ab' }} {{ 'ab' * false }}|", "ababab |",
+        NULL
+    };
+
+    (void) state;
+
+    render_pairs(pairs);
+
+    render_fails("{{ ['a'].index('z') }}", VLM_ERR_INVALID,
+                 "'z' is not in list", NULL);
+    render_fails("{{ ['a'].count() }}", VLM_ERR_INVALID,
+                 "count() takes exactly 1 argument (0 given)", NULL);
+    render_fails("{{ [1] * 2.0 }}", VLM_ERR_INVALID, "unsupported operand",
+                 NULL);
+    render_fails("{{ ([1] * 300000) * 300000 }}", VLM_ERR_LIMIT, "memory",
+                 NULL);
+    render_fails("{{ [1, 2] * 9223372036854775807 }}", VLM_ERR_LIMIT,
+                 "memory", NULL);
+    render_fails("{{ 'abcd' * 4611686018427387904 }}", VLM_ERR_INVALID,
+                 "too long", NULL);
+    render_marked("{{ ([c] * 2) | join('-') }}", "{\"c\": \"ab\"}",
+                  "ab-ab", "^^ ^^");
+}
+
+
 /* xorshift */
 static uint64_t
 rnd(uint64_t *s)
@@ -844,6 +880,7 @@ main(void)
         cmocka_unit_test(test_case),
         cmocka_unit_test(test_str_is),
         cmocka_unit_test(test_str_methods),
+        cmocka_unit_test(test_list_methods),
         cmocka_unit_test(test_mutations),
     };
 

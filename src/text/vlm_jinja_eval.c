@@ -213,15 +213,63 @@ vlm_jj_call(vlm_jctx_t *ctx, const vlm_jnode_t *n, const vlm_jv_t *caller,
 }
 
 
+/* str, list or tuple * int: no more than the output, the memory holds */
+static vlm_status_t
+vlm_jj_repeat(vlm_jctx_t *ctx, const vlm_jv_t *seq, const vlm_jv_t *times,
+    vlm_jv_t *out)
+{
+    size_t         i, n, len;
+    vlm_jbuf_t     buf, *saved;
+    vlm_jlist_t   *l;
+    vlm_status_t   rc;
+
+    n = times->u.i > 0 ? (size_t) times->u.i : 0;
+
+    if (seq->type == VLM_JV_STR) {
+        if (seq->len > 0 && n > ctx->lim->max_output / seq->len) {
+            return vlm_jinja_fail(ctx, "a string repeated %zu times is too "
+                                  "long", n);
+        }
+
+        vlm_jj_capture_begin(ctx, &buf, &saved);
+        rc = vlm_jinja_emit_repeat(ctx, seq, n);
+        vlm_jj_capture_end(ctx, &buf, saved, out);
+
+        return rc;
+    }
+
+    len = seq->u.list->n;
+
+    if (len > 0 && n > ctx->lim->max_bytes / sizeof(vlm_jv_t) / len) {
+        return vlm_jinja_nomem(ctx);
+    }
+
+    l = vlm_jinja_list_new(ctx, n * len);
+    if (l == NULL) {
+        return vlm_jinja_nomem(ctx);
+    }
+
+    for (i = 0; i < n && len > 0; i++) {
+        memcpy(l->items + i * len, seq->u.list->items,
+               len * sizeof(vlm_jv_t));
+    }
+
+    l->n = n * len;
+    l->tuple = seq->u.list->tuple;
+    out->type = VLM_JV_LIST;
+    out->u.list = l;
+
+    return VLM_OK;
+}
+
+
 static vlm_status_t
 vlm_jj_arith(vlm_jctx_t *ctx, vlm_jo_t op, const vlm_jv_t *a,
     const vlm_jv_t *b, vlm_jv_t *out)
 {
-    size_t        i, n;
     int64_t       x, y, r;
     double        f, g;
     vlm_jv_t      s, t;
-    vlm_jbuf_t    buf, *saved;
     vlm_jlist_t  *l;
     vlm_status_t  rc;
 
@@ -282,24 +330,19 @@ vlm_jj_arith(vlm_jctx_t *ctx, vlm_jo_t op, const vlm_jv_t *a,
         return VLM_OK;
     }
 
-    if (op == VLM_JO_MUL && a->type == VLM_JV_STR && b->type == VLM_JV_INT) {
-        n = b->u.i > 0 ? (size_t) b->u.i : 0;
+#define VLM_JJ_SEQ(v)  ((v)->type == VLM_JV_STR || (v)->type == VLM_JV_LIST)
+#define VLM_JJ_INT(v)  ((v)->type == VLM_JV_INT || (v)->type == VLM_JV_BOOL)
 
-        if (n * a->len > ctx->lim->max_output) {
-            return vlm_jinja_fail(ctx, "a string repeated %zu times is too "
-                                  "long", n);
-        }
-
-        vlm_jj_capture_begin(ctx, &buf, &saved);
-        rc = VLM_OK;
-
-        for (i = 0; rc == VLM_OK && i < n; i++) {
-            rc = vlm_jinja_emit(ctx, a);
-        }
-
-        vlm_jj_capture_end(ctx, &buf, saved, out);
-        return rc;
+    if (op == VLM_JO_MUL && VLM_JJ_SEQ(a) && VLM_JJ_INT(b)) {
+        return vlm_jj_repeat(ctx, a, b, out);
     }
+
+    if (op == VLM_JO_MUL && VLM_JJ_SEQ(b) && VLM_JJ_INT(a)) {
+        return vlm_jj_repeat(ctx, b, a, out);
+    }
+
+#undef VLM_JJ_SEQ
+#undef VLM_JJ_INT
 
     if (!vlm_jj_is_num(a) || !vlm_jj_is_num(b)) {
         return vlm_jinja_fail(ctx, "unsupported operand types: %s and %s",

@@ -152,6 +152,10 @@ static const char  *vlm_jj_dict_methods[] = {
     "items", "keys", "values", "get", NULL
 };
 
+static const char  *vlm_jj_list_methods[] = {
+    "index", "count", NULL
+};
+
 
 static vlm_status_t
 vlm_jj_method(vlm_jctx_t *ctx, const vlm_jv_t *self, const char *name,
@@ -272,6 +276,17 @@ vlm_jinja_getattr(vlm_jctx_t *ctx, const vlm_jv_t *obj, const char *name,
                 && memcmp(vlm_jj_str_methods[i], name, len) == 0)
             {
                 return vlm_jj_method(ctx, obj, vlm_jj_str_methods[i], out);
+            }
+        }
+
+        return VLM_OK;
+
+    case VLM_JV_LIST:
+        for (i = 0; vlm_jj_list_methods[i]; i++) {
+            if (strlen(vlm_jj_list_methods[i]) == len
+                && memcmp(vlm_jj_list_methods[i], name, len) == 0)
+            {
+                return vlm_jj_method(ctx, obj, vlm_jj_list_methods[i], out);
             }
         }
 
@@ -1220,6 +1235,71 @@ vlm_jinja_pairs(vlm_jctx_t *ctx, const vlm_jdict_t *d, int what,
 }
 
 
+/* list.index(x[, start[, stop]]) and list.count(x) */
+static vlm_status_t
+vlm_jj_call_list_method(vlm_jctx_t *ctx, const vlm_jlist_t *l,
+    const char *name, const vlm_jargs_t *a, vlm_jv_t *out)
+{
+    int64_t          n, i, start, stop, cnt;
+    vlm_jv_t         r;
+    vlm_status_t     rc;
+    const vlm_jv_t  *x;
+
+    x = vlm_jinja_arg(a, 0, NULL);
+    n = (int64_t) l->n;
+    start = 0;
+    stop = n;
+
+    if (name[0] == 'c') {
+        rc = vlm_jj_arity(ctx, a, name, 1, 1, NULL);
+        if (rc != VLM_OK) {
+            return rc;
+        }
+
+        cnt = 0;
+
+        for (i = 0; i < n; i++) {
+            cnt += vlm_jinja_eq(&l->items[i], x);
+        }
+
+        vlm_jj_set_int(out, cnt);
+        return VLM_OK;
+    }
+
+    rc = vlm_jj_arity(ctx, a, name, 1, 3, NULL);
+    if (rc == VLM_OK) {
+        rc = vlm_jj_int_arg(ctx, vlm_jinja_arg(a, 1, NULL), 0, &start);
+    }
+
+    if (rc == VLM_OK) {
+        rc = vlm_jj_int_arg(ctx, vlm_jinja_arg(a, 2, NULL), n, &stop);
+    }
+
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    /* as a slice clamps them */
+    start = start < 0 ? (start + n < 0 ? 0 : start + n) : start;
+    stop = stop < 0 ? (stop + n < 0 ? 0 : stop + n) : stop;
+
+    for (i = start; i < stop && i < n; i++) {
+        if (vlm_jinja_eq(&l->items[i], x)) {
+            vlm_jj_set_int(out, i);
+            return VLM_OK;
+        }
+    }
+
+    rc = vlm_jinja_repr(ctx, x, &r);
+    if (rc != VLM_OK) {
+        return rc;
+    }
+
+    return vlm_jinja_fail(ctx, "%.*s is not in list",
+                          (int) (r.len < 200 ? r.len : 200), r.u.s);
+}
+
+
 vlm_status_t
 vlm_jinja_call_method(vlm_jctx_t *ctx, const vlm_jmeth_t *m,
     const vlm_jargs_t *a, vlm_jv_t *out)
@@ -1228,6 +1308,10 @@ vlm_jinja_call_method(vlm_jctx_t *ctx, const vlm_jmeth_t *m,
 
     if (m->self.type == VLM_JV_STR) {
         return vlm_jj_call_str_method(ctx, &m->self, m->name, a, out);
+    }
+
+    if (m->self.type == VLM_JV_LIST) {
+        return vlm_jj_call_list_method(ctx, m->self.u.list, m->name, a, out);
     }
 
     if (strcmp(m->name, "get") == 0) {
