@@ -775,6 +775,33 @@ test_list_methods(void **state)
 }
 
 
+/* replace with an empty string to replace, as Python does it */
+static void
+test_replace_empty(void **state)
+{
+    static const char  *pairs[] = {
+        "{{ 'ab'.replace('', '-') }}", "-a-b-",
+        "{{ 'ab'.replace('', '-', 2) }}", "-a-b",
+        "{{ 'ab'.replace('', '-', 0) }}", "ab",
+        "{{ ''.replace('', '-') }}", "-",
+        "{{ '\u00e9\u4e2d'.replace('', '|') }}", "|\u00e9|\u4e2d|",
+        "{{ 'ab' | replace('', '-') }}", "-a-b-",
+        "{{ 'ab' | replace('', '-', 1) }}", "-ab",
+        "{{ 'abc'.count('') }} {{ ''.count('') }}", "4 1",
+        NULL
+    };
+
+    (void) state;
+
+    render_pairs(pairs);
+
+    render_marked("{{ c.replace('', '-') }}", "{\"c\": \"ab\"}", "-a-b-",
+                  " ^ ^ ");
+    render_marked("{{ 'ab' | replace('', c) }}", "{\"c\": \"-\"}",
+                  "-a-b-", "^ ^ ^");
+}
+
+
 /* xorshift */
 static uint64_t
 rnd(uint64_t *s)
@@ -881,6 +908,7 @@ main(void)
         cmocka_unit_test(test_str_is),
         cmocka_unit_test(test_str_methods),
         cmocka_unit_test(test_list_methods),
+        cmocka_unit_test(test_replace_empty),
         cmocka_unit_test(test_mutations),
     };
 

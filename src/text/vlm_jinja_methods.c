@@ -614,24 +614,44 @@ vlm_status_t
 vlm_jinja_replace(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jv_t *old,
     const vlm_jv_t *new, int64_t count, vlm_jv_t *out)
 {
-    size_t        start;
+    size_t        start, k;
+    int32_t       c;
     int64_t       done;
     vlm_jv_t      part;
     vlm_jbuf_t    b, *saved;
     const char   *hit;
     vlm_status_t  rc;
 
-    if (old->len == 0) {
-        return vlm_jinja_fail(ctx, "replace: an empty string to replace is "
-                              "not supported");
-    }
-
     vlm_jj_capture_begin(ctx, &b, &saved);
     start = 0;
     done = 0;
     rc = VLM_OK;
 
-    while (rc == VLM_OK) {
+    /* an empty old: new before each character and after the last */
+    while (rc == VLM_OK && old->len == 0) {
+        if (count >= 0 && done == count) {
+            vlm_jinja_substr(s, start, s->len - start, &part);
+            rc = vlm_jinja_emit(ctx, &part);
+            break;
+        }
+
+        rc = vlm_jinja_emit(ctx, new);
+        done++;
+
+        if (start == s->len) {
+            break;
+        }
+
+        k = vlm_jinja_cp(s->u.s, s->len, start, &c);
+        vlm_jinja_substr(s, start, k, &part);
+        start += k;
+
+        if (rc == VLM_OK) {
+            rc = vlm_jinja_emit(ctx, &part);
+        }
+    }
+
+    while (rc == VLM_OK && old->len > 0) {
         hit = (count < 0 || done < count)
               ? memmem(s->u.s + start, s->len - start, old->u.s, old->len)
               : NULL;
@@ -1091,7 +1111,10 @@ vlm_jj_call_str_method(vlm_jctx_t *ctx, const vlm_jv_t *s,
         cnt = -1;
 
         if (VLM_JJ_IS("count")) {
-            cnt = 0;
+            /* an empty string is found between characters and at the
+             * ends */
+            cnt = x->len ? 0 : (int64_t) vlm_jj_cp_count(s->u.s, s->len) + 1;
+
             for (i = 0; x->len && i + x->len <= s->len; ) {
                 if (memcmp(s->u.s + i, x->u.s, x->len) == 0) {
                     cnt++;
