@@ -802,6 +802,109 @@ test_replace_empty(void **state)
 }
 
 
+/* str.format: fields as string.Formatter reads them, values as Python's
+ * format() writes them */
+static void
+test_format(void **state)
+{
+    static const char  *pairs[] = {
+        "{{ '{} {}'.format('a', 1) }}", "a 1",
+        "{{ '{0}-{1}-{0}'.format('a', 'b') }}", "a-b-a",
+        "{{ '{x}'.format(x=3) }}", "3",
+        "{{ '{{}} {{{0}}}'.format(1) }}", "{} {1}",
+        "{{ '{0[key]}'.format({'key': 'v'}) }}", "v",
+        "{{ '{0[1]}{m[0]}'.format('ab', m=['c']) }}", "bc",
+        "{{ '{0.role}: {0[content]}'.format({'role': 'user', "
+        "'content': 'hi'}) }}", "user: hi",
+        "{{ '{0.missing}|'.format({}) }}", "|",
+        "{{ '{0!s} {0!r} {1!r}'.format('x', [1, 'y']) }}", "x 'x' [1, 'y']",
+        "{{ '{!a}'.format('h\u00e9\u4e2d') }}", "'h\\xe9\\u4e2d'",
+        "{{ '{:>6}|{:<6}|{:^6}|{:*^7}'.format('ab', 'ab', 'ab', 'ab') }}",
+        "    ab|ab    |  ab  |**ab***",
+        "{{ '{:\u00b7>4}|{:.2}|{:05}'.format('\u00e9', 'abc', 'ab') }}",
+        "\u00b7\u00b7\u00b7\u00e9|ab|ab000",
+        "{{ '{:5d}|{:<5d}|{:05d}|{:+d}|{: d}'.format(42, 42, -42, 42, 42) }}",
+        "   42|42   |-0042|+42| 42",
+        "{{ '{:,}|{:_}|{:010,}|{:0=9,}'.format(1234567, 1234567, 1234, "
+        "-1234) }}", "1,234,567|1_234_567|00,001,234|-0,001,234",
+        "{{ '{:x}|{:#X}|{:#o}|{:#010b}|{:#_b}'.format(255, 255, 8, 5, "
+        "255) }}", "ff|0XFF|0o10|0b00000101|0b1111_1111",
+        "{{ '{:c}{:^5c}|'.format(65, 20013) }}", "A  \u4e2d  |",
+        "{{ '{}|{}|{}|{}'.format(2.5, 1e16, 1e-05, 0.1) }}",
+        "2.5|1e+16|1e-05|0.1",
+        "{{ '{:.2f}|{:.0f}|{:.0f}|{:z.3f}'.format(2.675, 2.5, 3.5, "
+        "-0.0004) }}", "2.67|2|4|0.000",
+        "{{ '{:e}|{:.0e}|{:#.0e}|{:E}'.format(1234.5, 1234.5, 1.5, "
+        "1e-10) }}", "1.234500e+03|1e+03|2.e+00|1.000000E-10",
+        "{{ '{:g}|{:g}|{:#g}|{:.3g}|{:G}'.format(1234.5, 0.00001, 3.0, "
+        "100.0, 1.5e-10) }}", "1234.5|1e-05|3.00000|100|1.5E-10",
+        "{{ '{:.3}|{:.3}|{:.3}|{:.0}'.format(100.0, 10.0, 0.0, "
+        "123.456) }}", "1e+02|10.0|0.0|1e+02",
+        "{{ '{:#}|{:#}|{:#8}|'.format(1e22, 2.5, -1e-300) }}",
+        "1.e+22|2.5|-1.e-300|",
+        "{{ '{:%}|{:.1%}|{:,.2f}|{:015,.2f}'.format(0.5, 0.123, "
+        "1234567.891, 1234567.891) }}",
+        "50.000000%|12.3%|1,234,567.89|0,001,234,567.89",
+        "{{ '{:.2f}|{:e}|{:%}'.format(42, 42, 1) }}",
+        "42.00|4.200000e+01|100.000000%",
+        "{{ '{}|{:d}|{:^5}|{}|{}'.format(true, true, true, none, [1]) }}",
+        "True|1|  1  |None|[1]",
+        "{{ '{0:{1}}|{0:{fill}^{w}}'.format('a', 3, fill='*', w=5) }}",
+        "a  |**a**",
+        "{{ '{:{}}|{:{}{}}|'.format('a', 3, 'b', '>', 2) }}", "a  | b|",
+        NULL
+    };
+
+    static const char  *bad[] = {
+        "{{ '{'.format() }}", "Single '{'",
+        "{{ '}'.format() }}", "Single '}'",
+        "{{ '{0}{}'.format(1, 2) }}", "cannot switch",
+        "{{ '{1}'.format(1) }}", "out of range",
+        "{{ '{x}'.format(y=1) }}", "KeyError: 'x'",
+        "{{ '{!x}'.format(1) }}", "Unknown conversion specifier x",
+        "{{ '{:d}'.format('a') }}", "Unknown format code 'd'",
+        "{{ '{:+}'.format('a') }}", "Sign not allowed",
+        "{{ '{:=5}'.format('a') }}", "'=' alignment not allowed",
+        "{{ '{:.2d}'.format(1) }}", "Precision not allowed",
+        "{{ '{:,x}'.format(1) }}", "Cannot specify ',' with 'x'.",
+        "{{ '{:xx}'.format(1) }}", "Invalid format specifier 'xx'",
+        "{{ '{:c}'.format(-1) }}", "not in range",
+        "{{ '{:5}'.format(none) }}", "unsupported format string",
+        "{{ '{0:{1:{2}}}'.format(1, 2, 3) }}", "Max string recursion",
+        "{{ '{0[0]x}'.format([1]) }}", "Only '.' or '['",
+        NULL
+    };
+
+    size_t  i;
+
+    (void) state;
+
+    render_pairs(pairs);
+
+    for (i = 0; bad[i] != NULL; i += 2) {
+        render_fails(bad[i], VLM_ERR_INVALID, bad[i + 1], NULL);
+    }
+
+    render_fails("{{ '{:1000000000000}'.format(1) }}", VLM_ERR_LIMIT,
+                 "exceeds", NULL);
+    render_fails("{{ '{:.1000000000000f}'.format(1.5) }}", VLM_ERR_LIMIT,
+                 "exceeds", NULL);
+
+    /* the format string's marks on its text, the arguments' on theirs,
+     * the spec's on the fill */
+    render_marked("{{ c.format('x', 1) }}", "{\"c\": \"<{}|{:>3}>\"}",
+                  "<x|  1>", "^ ^   ^");
+    render_marked("{{ '[{0:^7}]'.format(c) }}", "{\"c\": \"abc\"}",
+                  "[  abc  ]", "   ^^^   ");
+    render_marked("{{ '{0:{1}^5}'.format('a', c) }}", "{\"c\": \"*\"}",
+                  "**a**", "^^ ^^");
+    render_marked("{{ '{0!r}'.format(c) }}", "{\"c\": \"a\\nb\"}",
+                  "'a\\nb'", " ^^^^ ");
+    render_marked("{{ '{0[k]}'.format(c) }}", "{\"c\": {\"k\": \"v\"}}",
+                  "v", "^");
+}
+
+
 /* xorshift */
 static uint64_t
 rnd(uint64_t *s)
@@ -909,6 +1012,7 @@ main(void)
         cmocka_unit_test(test_str_methods),
         cmocka_unit_test(test_list_methods),
         cmocka_unit_test(test_replace_empty),
+        cmocka_unit_test(test_format),
         cmocka_unit_test(test_mutations),
     };
 

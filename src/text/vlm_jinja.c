@@ -19,6 +19,7 @@
  *   vlm_jinja_output.c      the output, str(), repr(), json.dumps
  *   vlm_jinja_methods.c     getattr, getitem, the str and dict methods
  *   vlm_jinja_unicode.c     Python's case mappings and character classes
+ *   vlm_jinja_format.c      str.format and the format spec mini-language
  *   vlm_jinja_filters.c     the filters and tests
  *   vlm_jinja_globals.c     name lookup and the global functions
  */

@@ -663,6 +663,12 @@ vlm_status_t vlm_jinja_case(vlm_jctx_t *ctx, const vlm_jv_t *s, int how,
 int vlm_jinja_str_is(const vlm_jv_t *s, const char *what);
 
 
+/* vlm_jinja_format.c: fmt.format(*args, **kwargs) */
+
+vlm_status_t vlm_jinja_format(vlm_jctx_t *ctx, const vlm_jv_t *fmt,
+    const vlm_jargs_t *a, vlm_jv_t *out);
+
+
 /* vlm_jinja_filters.c: v | name(a), v is name(a) */
 
 vlm_status_t vlm_jinja_filter(vlm_jctx_t *ctx, const char *name, size_t len,

@@ -1062,6 +1062,10 @@ vlm_jj_call_str_method(vlm_jctx_t *ctx, const vlm_jv_t *s,
         return vlm_jj_pad(ctx, s, cnt, y, name[0], out);
     }
 
+    if (VLM_JJ_IS("format")) {
+        return vlm_jinja_format(ctx, s, a, out);
+    }
+
     if (VLM_JJ_IS("expandtabs")) {
         rc = vlm_jj_arity(ctx, a, name, 0, 1, tab_kw);
         if (rc == VLM_OK) {
