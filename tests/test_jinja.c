@@ -732,6 +732,21 @@ test_str_methods(void **state)
     render_marked("{{ c.rpartition(':') | join('|') }}",
                   "{\"c\": \"x\"}", "||x", "  ^");
     render_marked("{{ c.zfill(4) }}", "{\"c\": \"-1\"}", "-001", "^  ^");
+    render_fails("{{ 'a'.center(10000000000) }}", VLM_ERR_LIMIT, "exceeds",
+                 NULL);
+    render_fails("{{ '\\t'.expandtabs(10000000000) }}", VLM_ERR_LIMIT,
+                 "exceeds", NULL);
+    render_fails("{{ 'a'.zfill(9223372036854775807) }}", VLM_ERR_LIMIT,
+                 "exceeds", NULL);
+    render_fails("{{ 'a'.center(5, 'ab') }}", VLM_ERR_INVALID,
+                 "exactly one character", NULL);
+    render_fails("{{ 'a'.center(5, fillchar='-') }}", VLM_ERR_INVALID,
+                 "no keyword arguments", NULL);
+    render_fails("{{ 'a'.rsplit(x=1) }}", VLM_ERR_INVALID,
+                 "'x' is an invalid keyword argument", NULL);
+    render_fails("{{ 'a'.partition('') }}", VLM_ERR_INVALID,
+                 "empty separator", NULL);
+
     render_marked("{{ ('x' ~ c).expandtabs(4) }}", "{\"c\": \"\\ty\"}",
                   "x   y", " ^^^^");
     render_marked("{{ c.rsplit(' ', 1) | join('|') }}",
@@ -905,6 +920,39 @@ test_format(void **state)
 }
 
 
+/* bytes that are not UTF-8 (a template's own) go through every string
+ * method without a crash */
+static void
+test_not_utf8(void **state)
+{
+    size_t            i;
+    char              src[256];
+    vlm_error_t       err;
+    vlm_jinja_t      *t;
+    vlm_jinja_out_t   o;
+
+    static const char  *calls[] = {
+        "upper()", "lower()", "title()", "capitalize()", "swapcase()",
+        "casefold()", "istitle()", "isalpha()", "split()", "rsplit()",
+        "rsplit('\\xc3', 1)", "strip()", "strip('\\xff')", "center(9, '*')",
+        "zfill(9)", "expandtabs()", "partition('a')", "replace('', '-')",
+        "count('')", "format(1)", NULL
+    };
+
+    (void) state;
+
+    for (i = 0; calls[i] != NULL; i++) {
+        snprintf(src, sizeof(src), "{{ '\xff\xc3" "a\xe2\x82 \x80\t"
+                 "\xce\xa3{}'.%s }}{{ '\xce\xa3\xce' | title }}", calls[i]);
+
+        t = parse_ok(src);
+        vlm_jinja_render(t, NULL, NULL, NULL, &o, &err);
+        vlm_jinja_out_free(&o);
+        vlm_jinja_free(t);
+    }
+}
+
+
 /* xorshift */
 static uint64_t
 rnd(uint64_t *s)
@@ -1013,6 +1061,7 @@ main(void)
         cmocka_unit_test(test_list_methods),
         cmocka_unit_test(test_replace_empty),
         cmocka_unit_test(test_format),
+        cmocka_unit_test(test_not_utf8),
         cmocka_unit_test(test_mutations),
     };
 
