@@ -805,7 +805,7 @@ vlm_jj_int_arg(vlm_jctx_t *ctx, const vlm_jv_t *v, int64_t dflt,
 }
 
 
-/* partition and rpartition (right): three strings in a list */
+/* partition and rpartition (right): a tuple of three strings */
 static vlm_status_t
 vlm_jj_partition(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jv_t *sep,
     int right, vlm_jv_t *out)
@@ -831,6 +831,7 @@ vlm_jj_partition(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jv_t *sep,
 
     p = out->u.list->items;
     out->u.list->n = 3;
+    out->u.list->tuple = 1;
 
     hit = right ? vlm_jj_memrmem(s->u.s, s->len, sep->u.s, sep->len)
                 : memmem(s->u.s, s->len, sep->u.s, sep->len);
