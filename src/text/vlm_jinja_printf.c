@@ -2,10 +2,10 @@
  * Python's printf-style string formatting, as the Jinja interpreter's
  * "%" operator on a string and the format filter use it: "%s and %d" %
  * (a, 3), "%(name)s" % mapping, "%5.2f" | format(x).  The conversions
- * d i u o x X e E f F g G c r s and %% (not a: ascii()), the flags # 0 - space +, the
- * width and the precision (also "*"); a tuple gives the arguments, a
- * mapping the names, any other value is the one argument.  The bytes of
- * the format and of the strings put in keep their taint.
+ * d i u o x X e E f F g G c r s and %% (not a: ascii()), the flags # 0
+ * - space +, the width and the precision (also "*"); a tuple gives the
+ * arguments, a mapping the names, any other value is the one argument.
+ * The bytes of the format and of the strings put in keep their taint.
  */
 
 #include <stdio.h>
