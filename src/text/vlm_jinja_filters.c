@@ -368,7 +368,7 @@ static int
 vlm_jj_parse_int(const char *s, size_t len, int base, int64_t *out)
 {
     int       neg, d, prev_digit;
-    size_t    i, end;
+    size_t    i, k, end;
     uint64_t  v;
 
     i = 0;
@@ -408,10 +408,8 @@ vlm_jj_parse_int(const char *s, size_t len, int base, int64_t *out)
     if (base == 0) {
         base = 10;
 
-        /* base 0: no leading zeros but in 0 itself */
-        for (end = end; i + 1 < end && s[i] == '0'; ) {
-            size_t  k;
-
+        /* base 0: no leading zeros but in 0 itself ("00", "0_0") */
+        if (s[i] == '0') {
             for (k = i; k < end && (s[k] == '0' || s[k] == '_'); k++) {
                 /* zeros */
             }
@@ -419,8 +417,6 @@ vlm_jj_parse_int(const char *s, size_t len, int base, int64_t *out)
             if (k < end) {
                 return 0;
             }
-
-            break;
         }
     }
 
