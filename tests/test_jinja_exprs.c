@@ -196,6 +196,29 @@ test_raw_whitespace(void **state)
 }
 
 
+/* a format character that is a NUL byte: refused, as Python refuses it */
+static void
+test_printf_nul(void **state)
+{
+    vlm_error_t       err;
+    vlm_jinja_t      *t;
+    vlm_jinja_out_t   o;
+
+    static const char  src[] = "{{ \"%\0\0\0\022d\" % 5 }}";
+
+    (void) state;
+
+    assert_int_equal(vlm_jinja_parse(&t, src, sizeof(src) - 1, &err),
+                     VLM_OK);
+    memset(&o, 0, sizeof(o));
+    assert_int_equal(vlm_jinja_render(t, NULL, NULL, NULL, &o, &err),
+                     VLM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "unsupported format character 0x0"));
+    vlm_jinja_out_free(&o);
+    vlm_jinja_free(t);
+}
+
+
 int
 main(void)
 {
@@ -203,6 +226,7 @@ main(void)
         cmocka_unit_test(test_exprs),
         cmocka_unit_test(test_client_marks),
         cmocka_unit_test(test_raw_whitespace),
+        cmocka_unit_test(test_printf_nul),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -530,9 +530,13 @@ vlm_jinja_printf(vlm_jctx_t *ctx, const vlm_jv_t *fmt, const vlm_jv_t *arg,
             continue;
         }
 
-        if (strchr("diuoxXeEfFgGcrs", sp.conv) == NULL) {
-            rc = vlm_jinja_fail(ctx, "unsupported format character '%c' "
-                                "(0x%x)", sp.conv, (unsigned char) sp.conv);
+        /* strchr() finds the NUL too */
+        if (sp.conv == '\0' || strchr("diuoxXeEfFgGcrs", sp.conv) == NULL) {
+            rc = (sp.conv > ' ' && sp.conv < 0x7f)
+                 ? vlm_jinja_fail(ctx, "unsupported format character '%c' "
+                                  "(0x%x)", sp.conv, (unsigned char) sp.conv)
+                 : vlm_jinja_fail(ctx, "unsupported format character 0x%x",
+                                  (unsigned char) sp.conv);
             break;
         }
 
