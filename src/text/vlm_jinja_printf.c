@@ -115,12 +115,12 @@ vlm_jpf_put_raw(vlm_jctx_t *ctx, const vlm_jpf_spec_t *sp, const char *t,
 static vlm_status_t
 vlm_jpf_int(vlm_jctx_t *ctx, const vlm_jpf_spec_t *sp, int64_t v)
 {
-    int           base, upper;
-    char          digits[80], out[240], *p;
-    size_t        nd, n, k;
-    uint64_t      u;
-    vlm_jpf_spec_t  plain;
-    const char   *prefix;
+    int              base, upper;
+    char             digits[80], out[240], *p;
+    size_t           nd, n, k;
+    uint64_t         u;
+    const char      *prefix;
+    vlm_jpf_spec_t   plain;
 
     base = 10;
     prefix = "";
