@@ -111,16 +111,60 @@ vlm_jpf_put_raw(vlm_jctx_t *ctx, const vlm_jpf_spec_t *sp, const char *t,
 }
 
 
-/* d i u o x X: sign, prefix, zeros to the precision, padding */
+/*
+ * a number: head (a sign, a prefix), zeros, body (the digits), padded
+ * to the width with spaces, or with zeros after the head for "0" as
+ * printf pads (and Python, inf and nan too)
+ */
+static vlm_status_t
+vlm_jpf_put_num(vlm_jctx_t *ctx, const vlm_jpf_spec_t *sp, const char *head,
+    size_t head_len, size_t zeros, const char *body, size_t body_len)
+{
+    size_t        len, spaces;
+    vlm_jv_t      s;
+    vlm_status_t  rc;
+
+    len = head_len + zeros + body_len;
+    spaces = sp->width > (int64_t) len ? (size_t) sp->width - len : 0;
+
+    if (sp->zero && !sp->left) {
+        zeros += spaces;
+        spaces = 0;
+    }
+
+    rc = sp->left ? VLM_OK : vlm_jpf_pad(ctx, (int64_t) spaces, ' ');
+
+    if (rc == VLM_OK) {
+        vlm_jj_set_str(&s, head, head_len, VLM_JT_NONE);
+        rc = vlm_jinja_emit(ctx, &s);
+    }
+
+    if (rc == VLM_OK) {
+        rc = vlm_jpf_pad(ctx, (int64_t) zeros, '0');
+    }
+
+    if (rc == VLM_OK) {
+        vlm_jj_set_str(&s, body, body_len, VLM_JT_NONE);
+        rc = vlm_jinja_emit(ctx, &s);
+    }
+
+    if (rc == VLM_OK && sp->left) {
+        rc = vlm_jpf_pad(ctx, (int64_t) spaces, ' ');
+    }
+
+    return rc;
+}
+
+
+/* d i u o x X: sign, prefix, zeros to the precision, the digits */
 static vlm_status_t
 vlm_jpf_int(vlm_jctx_t *ctx, const vlm_jpf_spec_t *sp, int64_t v)
 {
-    int              base, upper;
-    char             digits[80], out[240], *p;
-    size_t           nd, n, k;
-    uint64_t         u;
-    const char      *prefix;
-    vlm_jpf_spec_t   plain;
+    int          base, upper;
+    char         digits[80], head[4];
+    size_t       nd, hl, i;
+    uint64_t     u;
+    const char  *prefix;
 
     base = 10;
     prefix = "";
@@ -135,70 +179,44 @@ vlm_jpf_int(vlm_jctx_t *ctx, const vlm_jpf_spec_t *sp, int64_t v)
     }
 
     u = v < 0 ? (uint64_t) 0 - (uint64_t) v : (uint64_t) v;
-    nd = 0;
+    nd = sizeof(digits);
 
     do {
-        digits[nd++] = "0123456789abcdef0123456789ABCDEF"[u % base
+        digits[--nd] = "0123456789abcdef0123456789ABCDEF"[u % base
                                                          + upper * 16];
         u /= base;
     } while (u != 0);
 
-    p = out;
+    hl = 0;
 
     if (v < 0) {
-        *p++ = '-';
+        head[hl++] = '-';
     } else if (sp->plus) {
-        *p++ = '+';
+        head[hl++] = '+';
     } else if (sp->space) {
-        *p++ = ' ';
+        head[hl++] = ' ';
     }
 
-    memcpy(p, prefix, strlen(prefix));
-    p += strlen(prefix);
-
-    /* the precision: at least that many digits (Python caps it too) */
-    k = sp->prec > (int64_t) nd ? (size_t) sp->prec - nd : 0;
-    n = (size_t) (p - out) + k + nd;
-
-    if (sp->zero && !sp->left && sp->width > (int64_t) n) {
-        k += (size_t) sp->width - n;
+    for (i = 0; prefix[i] != '\0'; i++) {
+        head[hl++] = prefix[i];
     }
 
-    if (k + nd + (size_t) (p - out) >= sizeof(out)) {
-        return vlm_jinja_fail(ctx, "format: the width or precision is too "
-                              "large");
-    }
+    /* the precision: at least that many digits */
+    i = sizeof(digits) - nd;
 
-    memset(p, '0', k);
-    p += k;
-
-    while (nd > 0) {
-        *p++ = digits[--nd];
-    }
-
-    plain = *sp;
-    plain.prec = -1;
-
-    return vlm_jpf_put_raw(ctx, &plain, out, (size_t) (p - out));
+    return vlm_jpf_put_num(ctx, sp, head, hl,
+                           sp->prec > (int64_t) i ? (size_t) sp->prec - i : 0,
+                           digits + nd, i);
 }
 
 
-/*
- * e E f F g G as C's printf writes them, padded here: zeros after the
- * sign for inf and nan too, as Python pads them
- */
+/* e E f F g G as C's printf writes them (Python's are the same) */
 static vlm_status_t
 vlm_jpf_float(vlm_jctx_t *ctx, const vlm_jpf_spec_t *sp, double d)
 {
-    int             n;
-    char            fmt[32], num[200], out[400], *p;
-    size_t          sign, pad;
-    vlm_jpf_spec_t  plain;
-
-    if (sp->prec > 120 || sp->width > 200) {
-        return vlm_jinja_fail(ctx, "format: the width or precision is too "
-                              "large");
-    }
+    int      n;
+    char     fmt[32], *p, *num;
+    size_t   size, sign;
 
     p = fmt;
     *p++ = '%';
@@ -215,26 +233,23 @@ vlm_jpf_float(vlm_jctx_t *ctx, const vlm_jpf_spec_t *sp, double d)
 
     sprintf(p, ".%d%c", (int) (sp->prec < 0 ? 6 : sp->prec), sp->conv);
 
-    n = snprintf(num, sizeof(num), fmt, d);
-    if (n < 0 || (size_t) n >= sizeof(num)) {
+    /* 1e308 with %f: 309 digits before the point */
+    size = (size_t) (sp->prec < 0 ? 6 : sp->prec) + 330;
+
+    num = vlm_jj_ralloc(ctx, size);
+    if (num == NULL) {
+        return vlm_jinja_nomem(ctx);
+    }
+
+    n = snprintf(num, size, fmt, d);
+    if (n < 0 || (size_t) n >= size) {
         return vlm_jinja_fail(ctx, "format: a number too long to write");
     }
 
-    plain = *sp;
-    plain.prec = -1;
-
-    if (!sp->zero || sp->left || sp->width <= n) {
-        return vlm_jpf_put_raw(ctx, &plain, num, (size_t) n);
-    }
-
     sign = (num[0] == '-' || num[0] == '+' || num[0] == ' ');
-    pad = (size_t) sp->width - (size_t) n;
 
-    memcpy(out, num, sign);
-    memset(out + sign, '0', pad);
-    memcpy(out + sign + pad, num + sign, (size_t) n - sign);
-
-    return vlm_jpf_put_raw(ctx, &plain, out, (size_t) sp->width);
+    return vlm_jpf_put_num(ctx, sp, num, sign, 0, num + sign,
+                           (size_t) n - sign);
 }
 
 
