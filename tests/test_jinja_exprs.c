@@ -219,6 +219,88 @@ test_printf_nul(void **state)
 }
 
 
+/*
+ * a sort of thousands of items: stable (equal keys in their order, also
+ * in reverse), and its comparisons are steps of the render, so that a
+ * sort of a client's long list ends at the step limit
+ */
+static void
+test_sort_large(void **state)
+{
+    char                *want, *p;
+    size_t               i, k, n;
+    json_t              *items, *client;
+    vlm_error_t          err;
+    vlm_jinja_t         *t;
+    vlm_jinja_out_t      o;
+    vlm_jinja_limits_t   lim;
+
+    static const char  src[] =
+        "{% for x in items|sort(attribute='k', reverse=r) %}"
+        "{{ x.i }},{% endfor %}";
+    static const char  src2[] =
+        "{% set s = range(3000)|reverse|sort %}{{ s|first }},{{ s|last }}";
+
+    (void) state;
+
+    n = 3000;
+    items = json_array();
+
+    /* k = (i * 7919) % 13: every key many times, in a scrambled order */
+    for (i = 0; i < n; i++) {
+        json_array_append_new(items, json_pack("{sIsI}", "i", (json_int_t) i,
+                                               "k", (json_int_t)
+                                               ((i * 7919) % 13)));
+    }
+
+    assert_int_equal(vlm_jinja_parse(&t, src, strlen(src), &err), VLM_OK);
+    want = malloc(n * 6 + 1);
+    assert_non_null(want);
+
+    for (int r = 0; r < 2; r++) {
+        p = want;
+
+        for (k = 0; k < 13; k++) {
+            for (i = 0; i < n; i++) {
+                if ((i * 7919) % 13 == (r ? 12 - k : k)) {
+                    p += sprintf(p, "%zu,", i);
+                }
+            }
+        }
+
+        client = json_pack("{sOsb}", "items", items, "r", r);
+        memset(&o, 0, sizeof(o));
+        assert_int_equal(vlm_jinja_render(t, client, NULL, NULL, &o, &err),
+                         VLM_OK);
+        assert_string_equal(o.text, want);
+        vlm_jinja_out_free(&o);
+        json_decref(client);
+    }
+
+    free(want);
+    json_decref(items);
+    vlm_jinja_free(t);
+
+    /* a sort of 3,000 needs some 16,000 comparisons: over 5,000 steps */
+    assert_int_equal(vlm_jinja_parse(&t, src2, strlen(src2), &err), VLM_OK);
+
+    memset(&o, 0, sizeof(o));
+    assert_int_equal(vlm_jinja_render(t, NULL, NULL, NULL, &o, &err),
+                     VLM_OK);
+    assert_string_equal(o.text, "0,2999");
+    vlm_jinja_out_free(&o);
+
+    memset(&lim, 0, sizeof(lim));
+    lim.max_steps = 5000;
+    memset(&o, 0, sizeof(o));
+    assert_int_equal(vlm_jinja_render(t, NULL, NULL, &lim, &o, &err),
+                     VLM_ERR_LIMIT);
+    assert_non_null(strstr(err.msg, "steps"));
+    vlm_jinja_out_free(&o);
+    vlm_jinja_free(t);
+}
+
+
 int
 main(void)
 {
@@ -227,6 +309,7 @@ main(void)
         cmocka_unit_test(test_client_marks),
         cmocka_unit_test(test_raw_whitespace),
         cmocka_unit_test(test_printf_nul),
+        cmocka_unit_test(test_sort_large),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -35,35 +35,91 @@ vlm_jj_sort_key(vlm_jctx_t *ctx, const vlm_jv_t *item, const vlm_jv_t *attr,
 }
 
 
-/* keys[] for items[], then items[] sorted by them, stable */
+/* a comparison is a step of the render: n log n of them for a sort */
+static vlm_status_t
+vlm_jj_compare(vlm_jctx_t *ctx, const vlm_jv_t *a, const vlm_jv_t *b,
+    int *r)
+{
+    if (++ctx->steps > ctx->lim->max_steps) {
+        return vlm_error_set(ctx->err, VLM_ERR_LIMIT, "chat template line "
+                             "%u: the render exceeds %zu steps", ctx->line,
+                             ctx->lim->max_steps);
+    }
+
+    return vlm_jinja_order(ctx, a, b, r);
+}
+
+
+/*
+ * items[] sorted by keys[] (both moved), stable as Python's sorted(),
+ * also in reverse (equal keys keep their order): a merge sort from runs
+ * of one, through a second pair of arrays in the render's arena
+ */
 static vlm_status_t
 vlm_jj_sort_by(vlm_jctx_t *ctx, vlm_jv_t *items, vlm_jv_t *keys, size_t n,
     int reverse)
 {
     int           r;
-    size_t        i, j;
-    vlm_jv_t      t;
+    size_t        w, lo, mid, hi, i, j, k;
+    vlm_jv_t     *si, *sk, *di, *dk, *t;
     vlm_status_t  rc;
 
-    for (i = 1; i < n; i++) {
-        for (j = i; j > 0; j--) {
-            rc = vlm_jinja_order(ctx, &keys[j - 1], &keys[j], &r);
-            if (rc != VLM_OK) {
-                return rc;
+    if (n < 2) {
+        return VLM_OK;
+    }
+
+    di = vlm_jj_ralloc(ctx, n * sizeof(vlm_jv_t));
+    dk = vlm_jj_ralloc(ctx, n * sizeof(vlm_jv_t));
+    if (di == NULL || dk == NULL) {
+        return vlm_jinja_nomem(ctx);
+    }
+
+    si = items;
+    sk = keys;
+
+    for (w = 1; w < n; w *= 2) {
+        for (lo = 0; lo < n; lo += 2 * w) {
+            mid = lo + w < n ? lo + w : n;
+            hi = lo + 2 * w < n ? lo + 2 * w : n;
+
+            for (i = lo, j = mid, k = lo; k < hi; k++) {
+                r = 1;
+
+                if (i < mid && j < hi) {
+                    rc = vlm_jj_compare(ctx, &sk[j], &sk[i], &r);
+                    if (rc != VLM_OK) {
+                        return rc;
+                    }
+
+                    /* the right run's item first only if it comes first */
+                    r = reverse ? r <= 0 : r >= 0;
+
+                } else {
+                    r = i < mid;
+                }
+
+                if (r) {
+                    di[k] = si[i];
+                    dk[k] = sk[i++];
+                } else {
+                    di[k] = si[j];
+                    dk[k] = sk[j++];
+                }
             }
-
-            if (reverse ? r >= 0 : r <= 0) {
-                break;
-            }
-
-            t = keys[j];
-            keys[j] = keys[j - 1];
-            keys[j - 1] = t;
-
-            t = items[j];
-            items[j] = items[j - 1];
-            items[j - 1] = t;
         }
+
+        t = si;
+        si = di;
+        di = t;
+
+        t = sk;
+        sk = dk;
+        dk = t;
+    }
+
+    if (si != items) {
+        memcpy(items, si, n * sizeof(vlm_jv_t));
+        memcpy(keys, sk, n * sizeof(vlm_jv_t));
     }
 
     return VLM_OK;
@@ -178,6 +234,16 @@ vlm_jinja_order_filter(vlm_jctx_t *ctx, char which, const vlm_jv_t *v,
         }
 
         if (which == 'u') {
+            /* each item against those kept: steps of the render too */
+            ctx->steps += l->n;
+
+            if (ctx->steps > ctx->lim->max_steps) {
+                return vlm_error_set(ctx->err, VLM_ERR_LIMIT, "chat template "
+                                     "line %u: the render exceeds %zu "
+                                     "steps", ctx->line,
+                                     ctx->lim->max_steps);
+            }
+
             for (j = 0; j < l->n; j++) {
                 if (vlm_jinja_eq(&keys[j], &keys[l->n])) {
                     break;
@@ -216,7 +282,7 @@ vlm_jinja_order_filter(vlm_jctx_t *ctx, char which, const vlm_jv_t *v,
     j = 0;
 
     for (i = 1; i < l->n; i++) {
-        rc = vlm_jinja_order(ctx, &keys[i], &keys[j], &r);
+        rc = vlm_jj_compare(ctx, &keys[i], &keys[j], &r);
         if (rc != VLM_OK) {
             return rc;
         }
