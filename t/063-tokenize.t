@@ -3,8 +3,9 @@
 # recognized, as Hugging Face's tokenizer does), messages with and
 # without the generation prompt, images counted as their pad tokens (the
 # count the chat's usage.prompt_tokens reports for the same messages),
-# model optional, detokenize back to the text; every bad body a 4xx with
-# an OpenAI error body.
+# tools in the prompt as the chat puts them (the same count), model
+# optional, detokenize back to the text; every bad body a 4xx with an
+# OpenAI error body.
 
 use strict;
 use warnings;
@@ -111,6 +112,29 @@ is($j->{count}, $chat->{usage}{prompt_tokens},
 my $pad = cli_ids('<|image_pad|>')->[0];
 is(scalar(grep { $_ == $pad } @{ $j->{tokens} }), 4,
    'an image: four pad tokens (a 56x56 picture)');
+
+# tools: told to the template as the chat tells it, so the count is the
+# chat's prompt_tokens; tool_choice "none" leaves them out, as the chat
+my $tools = [ { type => 'function', function => {
+                  name => 'get_weather', description => 'Weather now.',
+                  parameters => { type => 'object', properties => {
+                      city => { type => 'string' } },
+                      required => ['city'] } } } ];
+$body = { messages => $msgs, tools => $tools };
+($res, $j) = post('/tokenize', $body);
+is($res->{status}, 200, 'tools: 200') or diag($res->{body});
+$chat = vlm_json(vlm_post_json($srv, { %$body, model => 'serving',
+                                        max_tokens => 1 })->{body});
+is($j->{count}, $chat->{usage}{prompt_tokens},
+   "tools: the count is the chat's prompt_tokens ($j->{count})");
+my ($plain_res, $plain) = post('/tokenize', { messages => $msgs });
+ok($j->{count} > $plain->{count} + 20,
+   "tools: the tools' block counted ($j->{count} against $plain->{count})");
+($res, $j) = post('/tokenize', { %$body, tool_choice => 'none' });
+is($j->{count}, $plain->{count}, 'tool_choice none: no tools block');
+($res, $j) = post('/tokenize', { messages => $msgs, tools => 'x' });
+is($res->{status}, 400, 'tools not an array: 400');
+like($res->{body}, qr/"param":"tools"/, 'the error names tools');
 
 # detokenize
 ($res, $j) = post('/detokenize', { model => 'serving', tokens => $want });

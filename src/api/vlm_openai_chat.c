@@ -212,9 +212,9 @@ vlm_openai_parse_response_format(vlm_openai_parser_t *p, const json_t *root)
 /*
  * tools (functions), tool_choice and parallel_tool_calls.  "required" or
  * a named function constrains the output to <tool_call>s whose arguments
- * follow the function's parameters schema.
+ * follow the function's parameters schema.  /tokenize reads them too.
  */
-static vlm_status_t
+vlm_status_t
 vlm_openai_parse_tools(vlm_openai_parser_t *p, const json_t *root)
 {
     char                   param[VLM_OPENAI_PATH_LEN];

@@ -119,6 +119,8 @@ vlm_status_t vlm_openai_parse_fields(vlm_openai_parser_t *p,
     const json_t *root);                        /* vlm_openai_chat.c */
 vlm_status_t vlm_openai_parse_messages(vlm_openai_parser_t *p,
     const json_t *root);                        /* vlm_openai_messages.c */
+vlm_status_t vlm_openai_parse_tools(vlm_openai_parser_t *p,
+    const json_t *root);                        /* vlm_openai_chat.c */
 vlm_status_t vlm_openai_parse_completion(vlm_openai_parser_t *p,
     const json_t *root);                        /* vlm_openai_completion.c */
 vlm_status_t vlm_openai_parse_tokenize(vlm_openai_parser_t *p,

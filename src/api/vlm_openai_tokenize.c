@@ -83,7 +83,8 @@ vlm_openai_parse_tokens(vlm_openai_parser_t *p, const json_t *root,
 
 
 /*
- * vLLM's POST /tokenize ("prompt" or "messages", add_special_tokens,
+ * vLLM's POST /tokenize ("prompt", or "messages" with "tools" and
+ * "tool_choice" as the chat reads them, add_special_tokens,
  * add_generation_prompt) and POST /detokenize ("tokens"); "model" is
  * optional in both.
  */
@@ -130,7 +131,12 @@ vlm_openai_parse_tokenize(vlm_openai_parser_t *p, const json_t *root)
         special = 1;
 
     } else {
+        /* the tools too: the template tells the model of them */
         rc = vlm_openai_parse_messages(p, root);
+        if (rc == VLM_OK) {
+            rc = vlm_openai_parse_tools(p, root);
+        }
+
         if (rc != VLM_OK) {
             return rc;
         }
