@@ -854,28 +854,6 @@ vlm_jj_escape(vlm_jctx_t *ctx, const vlm_jv_t *v, vlm_jv_t *out)
 }
 
 
-/* the byte offset of code point cps of s (s->len past its end) */
-static void
-vlm_jj_cp_cut(const vlm_jv_t *s, size_t cps, size_t *off)
-{
-    size_t  i, n;
-
-    n = 0;
-
-    for (i = 0; i < s->len; i++) {
-        if (((unsigned char) s->u.s[i] & 0xc0) != 0x80) {
-            if (n == cps) {
-                break;
-            }
-
-            n++;
-        }
-    }
-
-    *off = i;
-}
-
-
 /*
  * truncate(length=255, killwords=False, end="...", leeway=5): a string
  * longer than length + leeway cut to length less the end's, at the last
@@ -927,7 +905,7 @@ vlm_jj_truncate(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jargs_t *a,
         return VLM_OK;
     }
 
-    vlm_jj_cp_cut(s, (size_t) length - n, &off);
+    off = vlm_jj_cp_offset(s->u.s, s->len, (size_t) length - n);
     keep = off;
 
     /* the words whole: up to the last space ("a b".rsplit(" ", 1)[0]) */
@@ -946,32 +924,12 @@ vlm_jj_truncate(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jargs_t *a,
 }
 
 
-static vlm_status_t
-vlm_jj_spaces(vlm_jctx_t *ctx, size_t n)
-{
-    vlm_jv_t      sp;
-    vlm_status_t  rc;
-
-    static const char  spaces[] = "                                ";
-
-    for (rc = VLM_OK; rc == VLM_OK && n > 0; n -= sp.len) {
-        vlm_jj_set_str(&sp, spaces, n < 32 ? n : 32, VLM_JT_NONE);
-        rc = vlm_jinja_emit(ctx, &sp);
-    }
-
-    return rc;
-}
-
-
-/* center(width=80): str.center (the odd space as CPython puts it) */
+/* center(width=80): str.center with spaces */
 static vlm_status_t
 vlm_jj_center(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jargs_t *a,
     vlm_jv_t *out)
 {
-    size_t           n, pad, left;
-    int64_t          width;
-    vlm_jbuf_t       b, *saved;
-    vlm_status_t     rc;
+    vlm_jv_t         sp;
     const vlm_jv_t  *x;
 
     x = vlm_jinja_arg(a, 0, "width");
@@ -980,36 +938,9 @@ vlm_jj_center(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jargs_t *a,
         return vlm_jinja_fail(ctx, "center: the width must be an integer");
     }
 
-    width = x ? x->u.i : 80;
-    n = vlm_jj_cp_count(s->u.s, s->len);
+    vlm_jj_set_str(&sp, " ", 1, VLM_JT_NONE);
 
-    if (width <= (int64_t) n) {
-        *out = *s;
-        return VLM_OK;
-    }
-
-    if (width > (int64_t) ctx->lim->max_output) {
-        return vlm_jinja_fail(ctx, "center: the width is too large");
-    }
-
-    pad = (size_t) width - n;
-    left = pad / 2 + (pad & (size_t) width & 1);
-
-    vlm_jj_capture_begin(ctx, &b, &saved);
-
-    rc = vlm_jj_spaces(ctx, left);
-
-    if (rc == VLM_OK) {
-        rc = vlm_jinja_emit(ctx, s);
-    }
-
-    if (rc == VLM_OK) {
-        rc = vlm_jj_spaces(ctx, pad - left);
-    }
-
-    vlm_jj_capture_end(ctx, &b, saved, out);
-
-    return rc;
+    return vlm_jinja_pad(ctx, s, x ? x->u.i : 80, &sp, 'c', out);
 }
 
 

@@ -553,6 +553,22 @@ vlm_jj_cp_count(const char *s, size_t len)
 }
 
 
+/* the byte offset of code point n of s (len where s has fewer) */
+static inline size_t
+vlm_jj_cp_offset(const char *s, size_t len, size_t n)
+{
+    size_t  i;
+
+    for (i = 0; i < len; i++) {
+        if (((unsigned char) s[i] & 0xc0) != 0x80 && n-- == 0) {
+            break;
+        }
+    }
+
+    return i;
+}
+
+
 static inline vlm_status_t
 vlm_jj_dict_set_name(vlm_jctx_t *ctx, vlm_jdict_t *d, const char *name,
     size_t len, const vlm_jv_t *v)
@@ -640,6 +656,9 @@ vlm_status_t vlm_jinja_call_method(vlm_jctx_t *ctx, const vlm_jmeth_t *m,
     const vlm_jargs_t *a, vlm_jv_t *out);
 
 /* the str and dict methods that filters share */
+/* center, ljust, rjust, zfill ('c', 'l', 'r', 'z'): to width code points */
+vlm_status_t vlm_jinja_pad(vlm_jctx_t *ctx, const vlm_jv_t *s,
+    int64_t width, const vlm_jv_t *fill, int how, vlm_jv_t *out);
 void vlm_jinja_strip(const vlm_jv_t *s, const vlm_jv_t *chars, int left,
     int right, vlm_jv_t *out);
 vlm_status_t vlm_jinja_replace(vlm_jctx_t *ctx, const vlm_jv_t *s,

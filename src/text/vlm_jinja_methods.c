@@ -230,13 +230,29 @@ vlm_jj_loop_attr(vlm_jctx_t *ctx, vlm_jloop_t *lp, const char *name,
 }
 
 
+/* the name of a table's method name[0..len), NULL if it has none */
+static const char *
+vlm_jj_method_named(const char **table, const char *name, size_t len)
+{
+    size_t  i;
+
+    for (i = 0; table[i] != NULL; i++) {
+        if (strlen(table[i]) == len && memcmp(table[i], name, len) == 0) {
+            return table[i];
+        }
+    }
+
+    return NULL;
+}
+
+
 /* Jinja's getattr: obj.name */
 vlm_status_t
 vlm_jinja_getattr(vlm_jctx_t *ctx, const vlm_jv_t *obj, const char *name,
     size_t len, vlm_jv_t *out)
 {
-    size_t       i;
     vlm_jv_t    *v;
+    const char  *m;
 
     memset(out, 0, sizeof(vlm_jv_t));
 
@@ -252,12 +268,9 @@ vlm_jinja_getattr(vlm_jctx_t *ctx, const vlm_jv_t *obj, const char *name,
                               "'%.*s'", (int) len, name);
 
     case VLM_JV_DICT:
-        for (i = 0; vlm_jj_dict_methods[i]; i++) {
-            if (strlen(vlm_jj_dict_methods[i]) == len
-                && memcmp(vlm_jj_dict_methods[i], name, len) == 0)
-            {
-                return vlm_jj_method(ctx, obj, vlm_jj_dict_methods[i], out);
-            }
+        m = vlm_jj_method_named(vlm_jj_dict_methods, name, len);
+        if (m != NULL) {
+            return vlm_jj_method(ctx, obj, m, out);
         }
 
         /* fall through */
@@ -271,23 +284,17 @@ vlm_jinja_getattr(vlm_jctx_t *ctx, const vlm_jv_t *obj, const char *name,
         return VLM_OK;
 
     case VLM_JV_STR:
-        for (i = 0; vlm_jj_str_methods[i]; i++) {
-            if (strlen(vlm_jj_str_methods[i]) == len
-                && memcmp(vlm_jj_str_methods[i], name, len) == 0)
-            {
-                return vlm_jj_method(ctx, obj, vlm_jj_str_methods[i], out);
-            }
+        m = vlm_jj_method_named(vlm_jj_str_methods, name, len);
+        if (m != NULL) {
+            return vlm_jj_method(ctx, obj, m, out);
         }
 
         return VLM_OK;
 
     case VLM_JV_LIST:
-        for (i = 0; vlm_jj_list_methods[i]; i++) {
-            if (strlen(vlm_jj_list_methods[i]) == len
-                && memcmp(vlm_jj_list_methods[i], name, len) == 0)
-            {
-                return vlm_jj_method(ctx, obj, vlm_jj_list_methods[i], out);
-            }
+        m = vlm_jj_method_named(vlm_jj_list_methods, name, len);
+        if (m != NULL) {
+            return vlm_jj_method(ctx, obj, m, out);
         }
 
         return VLM_OK;
@@ -858,8 +865,8 @@ vlm_jj_partition(vlm_jctx_t *ctx, const vlm_jv_t *s, const vlm_jv_t *sep,
  * center, ljust, rjust and zfill (how: 'c', 'l', 'r', 'z'): s padded to
  * width code points with fill; zfill's zeros go after a sign
  */
-static vlm_status_t
-vlm_jj_pad(vlm_jctx_t *ctx, const vlm_jv_t *s, int64_t width,
+vlm_status_t
+vlm_jinja_pad(vlm_jctx_t *ctx, const vlm_jv_t *s, int64_t width,
     const vlm_jv_t *fill, int how, vlm_jv_t *out)
 {
     size_t         n, left, right, sign;
@@ -1060,7 +1067,7 @@ vlm_jj_call_str_method(vlm_jctx_t *ctx, const vlm_jv_t *s,
                                   "one character long");
         }
 
-        return vlm_jj_pad(ctx, s, cnt, y, name[0], out);
+        return vlm_jinja_pad(ctx, s, cnt, y, name[0], out);
     }
 
     if (VLM_JJ_IS("format")) {
