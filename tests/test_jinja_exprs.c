@@ -196,7 +196,10 @@ test_raw_whitespace(void **state)
 }
 
 
-/* a format character that is a NUL byte: refused, as Python refuses it */
+/*
+ * a format character that is a NUL byte: refused, as Python refuses it;
+ * %c of a surrogate
+ */
 static void
 test_printf_nul(void **state)
 {
@@ -205,6 +208,7 @@ test_printf_nul(void **state)
     vlm_jinja_out_t   o;
 
     static const char  src[] = "{{ \"%\0\0\0\022d\" % 5 }}";
+    static const char  src2[] = "{{ '%c' % 55296 }}";
 
     (void) state;
 
@@ -214,6 +218,16 @@ test_printf_nul(void **state)
     assert_int_equal(vlm_jinja_render(t, NULL, NULL, NULL, &o, &err),
                      VLM_ERR_INVALID);
     assert_non_null(strstr(err.msg, "unsupported format character 0x0"));
+    vlm_jinja_out_free(&o);
+    vlm_jinja_free(t);
+
+    /* a surrogate for %c: no UTF-8 for it, refused (Python makes one) */
+    assert_int_equal(vlm_jinja_parse(&t, src2, sizeof(src2) - 1, &err),
+                     VLM_OK);
+    memset(&o, 0, sizeof(o));
+    assert_int_equal(vlm_jinja_render(t, NULL, NULL, NULL, &o, &err),
+                     VLM_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "surrogate"));
     vlm_jinja_out_free(&o);
     vlm_jinja_free(t);
 }

@@ -12,6 +12,8 @@
 #include <string.h>
 #include <math.h>
 
+#include <utf8proc.h>
+
 #include "vlm_jinja_int.h"
 
 
@@ -27,29 +29,15 @@ typedef struct {
 } vlm_jpf_spec_t;
 
 
+/* n spaces or zeros */
 static vlm_status_t
 vlm_jpf_pad(vlm_jctx_t *ctx, int64_t n, char c)
 {
-    char          pad[64];
-    size_t        k;
-    vlm_jv_t      s;
-    vlm_status_t  rc;
+    vlm_jv_t  s;
 
-    memset(pad, c, sizeof(pad));
+    vlm_jj_set_str(&s, c == '0' ? "0" : " ", 1, VLM_JT_NONE);
 
-    while (n > 0) {
-        k = n < (int64_t) sizeof(pad) ? (size_t) n : sizeof(pad);
-        vlm_jj_set_str(&s, pad, k, VLM_JT_NONE);
-
-        rc = vlm_jinja_emit(ctx, &s);
-        if (rc != VLM_OK) {
-            return rc;
-        }
-
-        n -= (int64_t) k;
-    }
-
-    return VLM_OK;
+    return vlm_jinja_emit_repeat(ctx, &s, n > 0 ? (size_t) n : 0);
 }
 
 
@@ -57,7 +45,7 @@ vlm_jpf_pad(vlm_jctx_t *ctx, int64_t n, char c)
 static vlm_status_t
 vlm_jpf_put_str(vlm_jctx_t *ctx, const vlm_jpf_spec_t *sp, const vlm_jv_t *s)
 {
-    size_t        i, n, cut;
+    size_t        n;
     vlm_jv_t      part;
     vlm_status_t  rc;
 
@@ -65,19 +53,8 @@ vlm_jpf_put_str(vlm_jctx_t *ctx, const vlm_jpf_spec_t *sp, const vlm_jv_t *s)
     n = vlm_jj_cp_count(s->u.s, s->len);
 
     if (sp->prec >= 0 && (size_t) sp->prec < n) {
-        cut = 0;
-
-        for (i = 0; i < s->len; i++) {
-            if (((unsigned char) s->u.s[i] & 0xc0) != 0x80) {
-                if (cut == (size_t) sp->prec) {
-                    break;
-                }
-
-                cut++;
-            }
-        }
-
-        vlm_jinja_substr(s, 0, i, &part);
+        vlm_jinja_substr(s, 0, vlm_jj_cp_offset(s->u.s, s->len,
+                                                (size_t) sp->prec), &part);
         n = (size_t) sp->prec;
     }
 
@@ -278,29 +255,14 @@ vlm_jpf_char(vlm_jctx_t *ctx, const vlm_jpf_spec_t *sp, const vlm_jv_t *v)
 
     c = v->u.i;
 
-    if (c < 0 || c > 0x10ffff) {
-        return vlm_jinja_fail(ctx, "%%c arg not in range(0x110000)");
+    /* a surrogate has no UTF-8: the prompt must stay valid text */
+    if (c < 0 || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) {
+        return vlm_jinja_fail(ctx, "%%c arg not in range(0x110000) or a "
+                              "surrogate");
     }
 
-    if (c < 0x80) {
-        u8[0] = (char) c;
-        n = 1;
-    } else if (c < 0x800) {
-        u8[0] = (char) (0xc0 | (c >> 6));
-        u8[1] = (char) (0x80 | (c & 0x3f));
-        n = 2;
-    } else if (c < 0x10000) {
-        u8[0] = (char) (0xe0 | (c >> 12));
-        u8[1] = (char) (0x80 | ((c >> 6) & 0x3f));
-        u8[2] = (char) (0x80 | (c & 0x3f));
-        n = 3;
-    } else {
-        u8[0] = (char) (0xf0 | (c >> 18));
-        u8[1] = (char) (0x80 | ((c >> 12) & 0x3f));
-        u8[2] = (char) (0x80 | ((c >> 6) & 0x3f));
-        u8[3] = (char) (0x80 | (c & 0x3f));
-        n = 4;
-    }
+    n = (size_t) utf8proc_encode_char((utf8proc_int32_t) c,
+                                      (utf8proc_uint8_t *) u8);
 
     return vlm_jpf_put_raw(ctx, &plain, u8, n);
 }
